@@ -1,0 +1,106 @@
+"""`execrl grade IN.jsonl --out OUT.jsonl`: grade a file of programs, with a progress bar and a summary."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from execrl.sandbox import Grader, Limits, TestSpecError, Verdict, get_language, load_languages, parse_tests
+
+err = Console(stderr=True)
+
+
+class UnusableInput(Exception):
+    """The input file as a whole cannot be graded (missing, unreadable, empty)."""
+
+
+def read_rows(path: str) -> list[tuple[int, dict | None, str | None]]:
+    """(line number, row, error) for each non-blank line; a bad row has row None and an error naming the fix."""
+    p = Path(path)
+    if not p.is_file():
+        raise UnusableInput(f"{path}: no such file")
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UnusableInput(f"{path}: cannot read it as UTF-8 text ({e})") from None
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            out.append((n, None, f"line {n}: not valid JSON ({e.msg} at column {e.colno})"))
+            continue
+        out.append((n, row, None) if isinstance(row, dict) else (n, None, f"line {n}: expected a JSON object"))
+    if not out:
+        raise UnusableInput(f"{path}: no rows (expected JSONL: one JSON object per line)")
+    return out
+
+
+def prepare(n: int, row: dict, base: Limits) -> tuple:
+    """A grading job for one row, or TestSpecError/KeyError with a message that names the line."""
+    if not isinstance(row.get("code"), str):
+        raise TestSpecError("'code' must be a string holding the program")
+    if "tests" not in row:
+        raise TestSpecError("no 'tests': see the test forms in `execrl.sandbox.spec`")
+    spec = parse_tests(row["tests"])
+    language = row.get("language", "python")
+    get_language(language)
+    overrides = {k: row[k] for k in ("timeout_s", "memory_mb") if row.get(k) is not None}
+    if any(not isinstance(v, (int, float)) or v <= 0 for v in overrides.values()):
+        raise TestSpecError("timeout_s and memory_mb must be positive numbers")
+    if "memory_mb" in overrides:
+        overrides["memory_mb"] = int(overrides["memory_mb"])
+    return (row["code"], spec, language, dataclasses.replace(base, **overrides))
+
+
+def run_grade(args) -> int:
+    if args.languages:
+        load_languages(args.languages)
+    base = Limits()
+    base = dataclasses.replace(base, **{k: v for k, v in (("timeout_s", args.timeout), ("memory_mb", args.memory_mb)) if v})
+    try:
+        rows = read_rows(args.input)
+    except UnusableInput as e:
+        err.print(f"[red]error:[/] {e}")
+        return 2
+    jobs, results, verdicts = [], {}, Counter()
+    for n, row, problem in rows:
+        if problem is None:
+            try:
+                jobs.append((n, prepare(n, row, base)))
+                continue
+            except (TestSpecError, KeyError) as e:
+                problem = f"line {n}: {str(e).strip(chr(39))}"
+        err.print(f"[yellow]skipped[/] {problem}")
+        results[n] = {"id": (row or {}).get("id", n), "error": problem}
+        verdicts["invalid row"] += 1
+    columns = [TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    with Grader(num_workers=args.workers, limits=base) as grader, \
+            Progress(*columns, console=err, disable=args.quiet, transient=False) as bar:
+        task = bar.add_task("grading", total=len(jobs))
+        graded = grader.grade_many([job for _, job in jobs], on_done=lambda _: bar.advance(task))
+    by_line = {n: row for n, row, _ in rows}
+    for (n, _), res in zip(jobs, graded):
+        results[n] = {"id": by_line[n].get("id", n), **res.to_dict()}
+        verdicts[res.verdict.value] += 1
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as f:
+        for n, _, _ in rows:
+            f.write(json.dumps(results[n]) + "\n")
+    table = Table(title=f"{len(rows)} programs graded -> {args.out}")
+    table.add_column("verdict")
+    table.add_column("programs", justify="right")
+    table.add_column("share", justify="right")
+    for v in [*(x.value for x in Verdict), "invalid row"]:
+        if verdicts[v]:
+            table.add_row(v, str(verdicts[v]), f"{verdicts[v] / len(rows):.1%}")
+    Console().print(table)
+    return 0

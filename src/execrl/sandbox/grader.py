@@ -1,0 +1,231 @@
+"""Grade one program against its tests on a warm worker; turn raw process results into verdicts."""
+
+from __future__ import annotations
+
+import signal
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+from execrl.sandbox.compare import outputs_match, values_match
+from execrl.sandbox.languages import Language, get_language
+from execrl.sandbox.pool import Worker, WorkerDied, WorkerPool
+from execrl.sandbox.spec import (
+    AssertTests, CallTests, CheckTests, StdioTests, TestSpec, TestSpecError, Verdict, num_tests, parse_tests,
+)
+from execrl.sandbox.worker import decode, encode
+
+V = Verdict
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout_s: float = 2.0  # per test: CPU seconds; the wall-clock kill comes at max(2x, x + 1s)
+    memory_mb: int = 1024  # address space, hard limit
+    output_mb: int = 16  # stdout cap, and the size of any file the program writes
+    nproc: int = 64  # processes and threads (enforced wherever the program's uid is not root)
+    compile_timeout_s: float = 30.0
+    compile_memory_mb: int = 2048
+    stop_after_timeout: bool = True  # after a test times out, report the rest as timeout without running them
+
+
+@dataclass
+class TestResult:
+    __test__ = False  # not a pytest class
+    verdict: Verdict
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    detail: str = ""
+
+
+@dataclass
+class ProgramResult:
+    verdict: Verdict
+    tests: list[TestResult]
+    stderr: str = ""
+
+    @property
+    def passed(self) -> int:
+        return sum(t.verdict == V.PASS for t in self.tests)
+
+    @property
+    def total(self) -> int:
+        return len(self.tests)
+
+    def to_dict(self) -> dict:
+        d = {"verdict": self.verdict.value, "passed": self.passed, "total": self.total,
+             "tests": [t.verdict.value for t in self.tests]}
+        if self.stderr:
+            d["stderr"] = self.stderr
+        return d
+
+
+def program_verdict(tests: list[TestResult]) -> Verdict:
+    if any(t.verdict == V.INFRA_ERROR for t in tests):
+        return V.INFRA_ERROR
+    return next((t.verdict for t in tests if t.verdict != V.PASS), V.PASS)
+
+
+class Grader:
+    """Grades programs in warm sandboxes. Thread-safe; `grade_many` runs one program per worker at a time."""
+
+    def __init__(self, num_workers: int = 0, limits: Limits = Limits(), pool: WorkerPool | None = None):
+        self.limits = limits
+        self.pool = pool or WorkerPool(num_workers)
+
+    def grade(self, code: str, tests: TestSpec | dict | str, language: str = "python",
+              limits: Limits | None = None) -> ProgramResult:
+        spec = tests if isinstance(tests, (StdioTests, CallTests, AssertTests, CheckTests)) else parse_tests(tests)
+        lang, lim = get_language(language), limits or self.limits
+        if not lang.fork_python and not isinstance(spec, StdioTests):
+            raise TestSpecError(f"{type(spec).__name__} need Python; {lang.name} programs take stdin/stdout tests")
+        try:
+            with self.pool.worker() as w:
+                return _grade_on(w, code, spec, lang, lim)
+        except WorkerDied as e:
+            return ProgramResult(V.INFRA_ERROR, [TestResult(V.INFRA_ERROR, detail=str(e)[:500])] * num_tests(spec),
+                                 stderr=str(e)[-2000:])
+
+    def grade_many(self, jobs: list[tuple], on_done=None) -> list[ProgramResult]:
+        """jobs: (code, tests, language, limits) tuples; results come back in the same order."""
+        def one(job):
+            result = self.grade(*job)
+            if on_done is not None:
+                on_done(result)
+            return result
+
+        with ThreadPoolExecutor(self.pool.num_workers) as ex:
+            return list(ex.map(one, jobs))
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> Grader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _grade_on(w: Worker, code: str, spec: TestSpec, lang: Language, lim: Limits) -> ProgramResult:
+    n, limits = num_tests(spec), asdict(lim)
+    source = code.encode("utf-8", "surrogatepass")
+    program = {"file": lang.file, "python": lang.fork_python, "compile": list(lang.compile) or None,
+               "run": list(lang.run), "limits": limits}
+    per_test_wall = max(2 * lim.timeout_s, lim.timeout_s + 1) + 5
+    if isinstance(spec, (AssertTests, CheckTests)):
+        tests, stderr = _grade_with_checker(w, program, source, spec, n, lim, per_test_wall)
+        return ProgramResult(program_verdict(tests), tests, stderr[-2000:])
+    run = dict(program, op="run", stop_after_timeout=lim.stop_after_timeout)
+    if isinstance(spec, StdioTests):
+        run.update(mode="stdio", tests=[{}] * n)
+        blobs = [source] + [s.encode("utf-8", "surrogatepass") for s in spec.inputs]
+    else:
+        run.update(mode="call", fn_name=spec.fn_name, tests=[{"args": encode(a)} for a in spec.args])
+        blobs = [source] + [b""] * n
+    reply, out = w.runner.request(run, blobs, timeout=n * per_test_wall + 3 * lim.compile_timeout_s + 30)
+    if "compile" in reply:
+        _check_infra(reply["compile"])
+        detail = _text(out[1])
+        return ProgramResult(V.SYNTAX_ERROR, [TestResult(V.SYNTAX_ERROR, detail=detail[:300])] * n, detail[-2000:])
+    tests, stderr = [], ""
+    for i, r in enumerate(reply["results"]):
+        stdout, err = out[2 * i], out[2 * i + 1]
+        tests.append(_judge(r, stdout, err, spec, i, lim))
+        if tests[-1].verdict != V.PASS and not stderr:
+            stderr = _text(err)
+    if tests and tests[-1].verdict == V.SYNTAX_ERROR:
+        return ProgramResult(V.SYNTAX_ERROR, [tests[-1]] * n, stderr[-2000:])
+    tests += [TestResult(V.TIMEOUT, detail="not run after an earlier timeout")] * (n - len(tests))
+    return ProgramResult(program_verdict(tests), tests, stderr[-2000:])
+
+
+def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, lim: Limits, per_test_wall: float):
+    job = {"snippets": spec.asserts if isinstance(spec, AssertTests) else ["check"],
+           "setup": spec.setup if isinstance(spec, AssertTests) else "",
+           "check": spec.check if isinstance(spec, CheckTests) else "",
+           "entry_point": spec.entry_point if isinstance(spec, CheckTests) else None,
+           "call_timeout_s": max(2 * lim.timeout_s, lim.timeout_s + 1)}
+    ours, theirs = socket.socketpair()
+    try:
+        w.runner.send(dict(program, op="serve", num_tests=n), [source], fds=[ours.fileno()])
+        check, _ = w.checker.request({"op": "check", "limits": program["limits"], "job": job}, fds=[theirs.fileno()],
+                                     timeout=n * per_test_wall + 60)
+    finally:
+        ours.close()
+        theirs.close()
+    w.runner.send({"op": "stop"})
+    served, (_, err) = w.runner.receive(timeout=60)
+    _check_infra(check)
+    _check_infra(served)
+    lines = check["status"]
+    if any(st.get("phase") == "compile" for st in served["status"]):
+        return [TestResult(V.SYNTAX_ERROR)] * n, _text(err)
+    program_failure = _execution_verdict(served, err, lim, cpu_limit=lim.timeout_s * n, stopped=True)
+    tests = [TestResult(V.RUNTIME_ERROR, detail="the program ended before this test")] * n
+    if lines and "setup" in lines[0]:
+        tests = [TestResult(V(lines[0]["setup"]), detail=lines[0].get("msg", ""))] * n
+    for line in lines:
+        if "test" in line:
+            tests[line["test"]] = TestResult(V(line["verdict"]), detail=line.get("msg", ""))
+    if check["killed_at_deadline"]:
+        tests = [t if t.verdict != V.RUNTIME_ERROR or t.detail else TestResult(V.TIMEOUT) for t in tests]
+    if any(line.get("verdict") == "timeout" for line in lines):
+        first = next(line["test"] for line in lines if line.get("verdict") == "timeout")
+        tests[first + 1:] = [TestResult(V.TIMEOUT, detail="not run after an earlier timeout")] * (n - first - 1)
+    if program_failure is not None:
+        tests = [TestResult(program_failure, detail=t.detail) if t.verdict == V.RUNTIME_ERROR else t for t in tests]
+    return tests, _text(err)
+
+
+def _judge(r: dict, stdout: bytes, err: bytes, spec, i: int, lim: Limits) -> TestResult:
+    t = TestResult(V.PASS, cpu_s=r["cpu_s"], wall_s=r["wall_s"])
+    _check_infra(r)
+    failure = _execution_verdict(r, err, lim, cpu_limit=lim.timeout_s)
+    if any(st.get("phase") == "compile" for st in r["status"]):
+        t.verdict, t.detail = V.SYNTAX_ERROR, _text(err)[-300:]
+    elif failure is not None:
+        t.verdict, t.detail = failure, _text(err)[-300:]
+    elif isinstance(spec, StdioTests):
+        t.verdict = V.PASS if outputs_match(spec.outputs[i], stdout, spec.compare) else V.FAIL
+    else:
+        status = r["status"][0] if r["status"] else {}
+        if "value" not in status:
+            t.verdict, t.detail = V.FAIL, "returned a value that is not plain data"
+        else:
+            try:
+                value = decode(status["value"])
+            except (ValueError, TypeError, KeyError):
+                value = _NOT_A_VALUE
+            t.verdict = V.PASS if values_match(spec.outputs[i], value) else V.FAIL
+    return t
+
+
+_NOT_A_VALUE = object()
+
+
+def _execution_verdict(r: dict, err: bytes, lim: Limits, cpu_limit: float, stopped: bool = False) -> Verdict | None:
+    """Why a process did not finish normally, or None if it did."""
+    status = r["status"][0] if r["status"] else {}
+    code = r["exit"]
+    if r["killed_at_deadline"] or r["cpu_s"] > cpu_limit or code == -signal.SIGXCPU:
+        return V.TIMEOUT
+    if status.get("exc") == "MemoryError" or b"std::bad_alloc" in err:
+        return V.MEMORY
+    if max(r["stdout_bytes"], r["stderr_bytes"]) >= lim.output_mb << 20 or code == -signal.SIGXFSZ:
+        return V.OUTPUT_LIMIT
+    if code != 0 and not (stopped and code == -signal.SIGKILL):
+        return V.RUNTIME_ERROR
+    if status.get("exc"):
+        return V.RUNTIME_ERROR
+    return None
+
+
+def _check_infra(r: dict) -> None:
+    for line in r.get("status", []):
+        if "infra" in line:
+            raise WorkerDied(f"sandbox set-up failed: {line['infra']}")
+
+
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", errors="replace")

@@ -1,0 +1,48 @@
+"""The language table: a language is a file name, an optional compile command and a run command.
+
+Placeholders: {file} the source file, {exe} a path for the compiled binary, {dir} the program's directory.
+Python is run by forking the sandbox's warm interpreter (no interpreter start per test); every other
+language is compiled once per program (if it has a compile command) and exec'd once per test.
+Add one from YAML, e.g. for Q where its binary exists:  q: {file: main.q, run: [q, "{file}"]}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import yaml
+
+
+@dataclass(frozen=True)
+class Language:
+    name: str
+    file: str
+    run: tuple[str, ...] = ()
+    compile: tuple[str, ...] = ()
+    fork_python: bool = False  # run in the warm Python interpreter instead of exec'ing `run`
+
+
+LANGUAGES: dict[str, Language] = {
+    "python": Language("python", "main.py", fork_python=True),
+    "cpp": Language("cpp", "main.cpp", run=("{exe}",), compile=("g++", "-O2", "-std=c++17", "-o", "{exe}", "{file}")),
+}
+ALIASES = {"python3": "python", "py": "python", "c++": "cpp", "cxx": "cpp"}
+
+
+def get_language(name: str) -> Language:
+    key = ALIASES.get(name.lower(), name.lower())
+    if key not in LANGUAGES:
+        raise KeyError(f"unknown language {name!r}: known are {sorted(LANGUAGES)}; add one with --languages FILE.yaml")
+    return LANGUAGES[key]
+
+
+def load_languages(path: str) -> None:
+    """Register the languages in a YAML file: {name: {file, run, compile?}}."""
+    with open(path) as f:
+        table = yaml.safe_load(f) or {}
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: expected a mapping of language name to {{file, run, compile}}")
+    for name, entry in table.items():
+        if not isinstance(entry, dict) or "file" not in entry or "run" not in entry:
+            raise ValueError(f"{path}: language {name!r} needs 'file' and 'run' (and optionally 'compile')")
+        LANGUAGES[name.lower()] = Language(name.lower(), entry["file"], tuple(entry["run"]), tuple(entry.get("compile", ())))

@@ -1,0 +1,137 @@
+"""Warm sandbox workers: each is a runner sandbox (the model's code) plus, on demand, a checker sandbox."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+from contextlib import contextmanager
+
+from execrl.sandbox.isolation import SANDBOX_ENV, Isolation, detect
+from execrl.sandbox.worker import recv_msg, send_msg
+
+
+class WorkerDied(RuntimeError):
+    """The sandbox process itself failed: the program being graded is reported as infra_error."""
+
+
+class SandboxProcess:
+    """One zygote in its own sandbox, spoken to over a unix socket."""
+
+    def __init__(self, iso: Isolation, role: str, uid: int, tmpfs_mb: int):
+        self.role = role
+        parent, child = socket.socketpair()
+        self.root = tempfile.mkdtemp(prefix="execrl-sbx-") if iso.mode == "none" else "/tmp"
+        self.log = tempfile.TemporaryFile()
+        cmd = iso.command(role, uid, child.fileno(), tmpfs_mb, self.root)
+        env = dict(SANDBOX_ENV, HOME=self.root) if iso.mode == "none" else SANDBOX_ENV
+        self.proc = subprocess.Popen(cmd, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
+                                     stdout=self.log, stderr=self.log, env=env, start_new_session=True)
+        child.close()
+        self.sock = parent
+
+    def request(self, header: dict, blobs=(), fds=(), timeout: float = 60.0) -> tuple[dict, list[bytes]]:
+        self.send(header, blobs, fds)
+        return self.receive(timeout)
+
+    def send(self, header: dict, blobs=(), fds=()) -> None:
+        try:
+            send_msg(self.sock, header, blobs, fds)
+        except OSError as e:
+            raise WorkerDied(f"{self.role} sandbox failed ({e}){self._log_tail()}") from None
+
+    def receive(self, timeout: float) -> tuple[dict, list[bytes]]:
+        try:
+            self.sock.settimeout(timeout)
+            reply, out, _ = recv_msg(self.sock)
+        except (OSError, EOFError, ValueError) as e:  # socket.timeout is an OSError
+            raise WorkerDied(f"{self.role} sandbox failed ({type(e).__name__}: {e}){self._log_tail()}") from None
+        if "infra_error" in reply:
+            raise WorkerDied(f"{self.role} sandbox error: {reply['infra_error']}\n{reply.get('trace', '')}")
+        return reply, out
+
+    def _log_tail(self) -> str:
+        self.log.seek(0)
+        tail = self.log.read()[-2000:].decode(errors="replace").strip()
+        return f"; its output: {tail}" if tail else ""
+
+    def close(self) -> None:
+        self.sock.close()
+        try:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.log.close()
+        if self.root != "/tmp":
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+class Worker:
+    def __init__(self, iso: Isolation, uid: int, tmpfs_mb: int):
+        self.iso, self.uid, self.tmpfs_mb = iso, uid, tmpfs_mb
+        self.runner = SandboxProcess(iso, "runner", uid, tmpfs_mb)
+        self._checker: SandboxProcess | None = None
+
+    @property
+    def checker(self) -> SandboxProcess:
+        if self._checker is None:
+            self._checker = SandboxProcess(self.iso, "checker", self.uid + 1, self.tmpfs_mb)
+        return self._checker
+
+    def close(self) -> None:
+        self.runner.close()
+        if self._checker is not None:
+            self._checker.close()
+
+
+class WorkerPool:
+    """`with pool.worker() as w:` lends a warm worker; one that failed is replaced by a fresh one."""
+
+    def __init__(self, num_workers: int = 0, tmpfs_mb: int = 256, isolation: Isolation | None = None):
+        self.iso = isolation or detect()
+        self.num_workers = num_workers or os.cpu_count() or 1
+        self.tmpfs_mb = tmpfs_mb
+        self._uid_base = 1_000_000 + (os.getpid() % 100_000) * 256  # a uid per sandbox, per grading process
+        self._idle: queue.Queue[tuple[int, Worker]] = queue.Queue()
+        self._lock = threading.Lock()
+        self._all: dict[int, Worker] = {}
+        self._closed = False
+        for i in range(self.num_workers):
+            self._start(i)
+
+    def _start(self, i: int) -> None:
+        w = Worker(self.iso, self._uid_base + 2 * i, self.tmpfs_mb)
+        with self._lock:
+            self._all[i] = w
+        self._idle.put((i, w))
+
+    @contextmanager
+    def worker(self):
+        i, w = self._idle.get()
+        try:
+            yield w
+        except WorkerDied:
+            w.close()
+            if not self._closed:
+                self._start(i)
+            raise
+        else:
+            self._idle.put((i, w))
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            for w in self._all.values():
+                w.close()
+            self._all.clear()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,156 @@
+"""The test forms a program is graded against: one JSON schema, validated before anything runs.
+
+    stdin/stdout  {"inputs": [str], "outputs": [str], "compare": {...}?}   Nemotron-RL coding, TACO, Codeforces
+    call-based    {"fn_name": str, "inputs": [str], "outputs": [str], "args_format": "lines"|"list"?}
+                  each input holds the call's arguments as JSON: one JSON value per line (LiveCodeBench,
+                  the default) or, with args_format "list", one JSON list of arguments (TACO); each output
+                  is the JSON of the expected return value (tuples compare equal to lists)
+    asserts       {"asserts": [str], "setup": str?}    MBPP; each string is one test (it may hold several
+                  statements, e.g. `test_input = {...}` then an assert, as the LeetCode rows do)
+    check         {"check": str, "entry_point": str}   HumanEval: `check(entry_point)` is one test
+
+`compare` (stdin/stdout only): {"mode": "lines"|"exact", "float_rel": 0, "float_abs": 0, "case_fold": false}.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+
+from execrl.sandbox.compare import CompareOptions
+
+
+class Verdict(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"  # wrong answer
+    TIMEOUT = "timeout"
+    MEMORY = "memory"
+    RUNTIME_ERROR = "runtime_error"
+    SYNTAX_ERROR = "syntax_error"  # also: a compile error, for compiled languages
+    OUTPUT_LIMIT = "output_limit"
+    INFRA_ERROR = "infra_error"  # the sandbox failed; never the model's fault, never scored as a failure
+
+
+class TestSpecError(ValueError):
+    """A test specification that cannot be graded (the dataset's fault, reported before anything runs)."""
+
+    __test__ = False  # not a pytest class
+
+
+@dataclass(frozen=True)
+class StdioTests:
+    inputs: list[str]
+    outputs: list[str]
+    compare: CompareOptions = field(default_factory=CompareOptions)
+
+
+@dataclass(frozen=True)
+class CallTests:
+    fn_name: str
+    args: list[list]  # decoded arguments per test
+    outputs: list  # decoded expected return values
+
+
+@dataclass(frozen=True)
+class AssertTests:
+    asserts: list[str]
+    setup: str = ""
+
+
+@dataclass(frozen=True)
+class CheckTests:
+    check: str
+    entry_point: str
+
+
+TestSpec = StdioTests | CallTests | AssertTests | CheckTests
+
+
+def num_tests(spec: TestSpec) -> int:
+    if isinstance(spec, CheckTests):
+        return 1
+    if isinstance(spec, AssertTests):
+        return len(spec.asserts)
+    return len(spec.outputs)
+
+
+def parse_tests(obj) -> TestSpec:
+    """Validate a tests object (dict or JSON string) into one of the four forms."""
+    if isinstance(obj, str):
+        try:
+            obj = json.loads(obj)
+        except json.JSONDecodeError as e:
+            raise TestSpecError(f"tests is a string but not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise TestSpecError(f"tests must be an object, got {type(obj).__name__}")
+    keys = set(obj)
+    if "check" in keys:
+        _need_str(obj, "check")
+        _need_str(obj, "entry_point")
+        return CheckTests(obj["check"], obj["entry_point"])
+    if "asserts" in keys:
+        asserts = _need_str_list(obj, "asserts")
+        setup = obj.get("setup") or ""
+        if not isinstance(setup, str):
+            raise TestSpecError("tests.setup must be a string of Python code")
+        for i, a in enumerate(asserts):
+            _python_syntax(a, f"tests.asserts[{i}]")
+        _python_syntax(setup, "tests.setup")
+        return AssertTests(asserts, setup)
+    if "inputs" in keys and "outputs" in keys:
+        inputs, outputs = _need_str_list(obj, "inputs"), _need_str_list(obj, "outputs")
+        if len(inputs) != len(outputs):
+            raise TestSpecError(f"tests has {len(inputs)} inputs but {len(outputs)} outputs")
+        if obj.get("fn_name"):
+            return _call_tests(obj, inputs, outputs)
+        unknown = keys - {"inputs", "outputs", "compare", "fn_name"}
+        if unknown:
+            raise TestSpecError(f"unknown keys in stdin/stdout tests: {sorted(unknown)}")
+        return StdioTests(inputs, outputs, CompareOptions.from_dict(obj.get("compare") or {}))
+    raise TestSpecError(
+        f"unknown test form with keys {sorted(keys)}: expected inputs+outputs (stdin/stdout), "
+        "fn_name+inputs+outputs (call), asserts (+setup) or check+entry_point"
+    )
+
+
+def _call_tests(obj: dict, inputs: list[str], outputs: list[str]) -> CallTests:
+    fmt = obj.get("args_format", "lines")
+    if fmt not in ("lines", "list"):
+        raise TestSpecError(f"args_format must be 'lines' or 'list', got {fmt!r}")
+    args, expected = [], []
+    for i, (inp, out) in enumerate(zip(inputs, outputs)):
+        try:
+            if fmt == "lines":
+                args.append([json.loads(line) for line in inp.splitlines() if line.strip()])
+            else:
+                a = json.loads(inp)
+                if not isinstance(a, list):
+                    raise ValueError("with args_format 'list' each input must be a JSON list of arguments")
+                args.append(a)
+            expected.append(json.loads(out))
+        except ValueError as e:
+            raise TestSpecError(f"call test {i}: input or output is not JSON ({e})") from None
+    return CallTests(obj["fn_name"], args, expected)
+
+
+def _need_str(obj: dict, key: str) -> str:
+    if not isinstance(obj.get(key), str) or not obj[key].strip():
+        raise TestSpecError(f"tests.{key} must be a non-empty string")
+    return obj[key]
+
+
+def _need_str_list(obj: dict, key: str) -> list[str]:
+    v = obj.get(key)
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise TestSpecError(f"tests.{key} must be a list of strings")
+    if not v:
+        raise TestSpecError(f"tests.{key} is empty: a program with no tests cannot be graded")
+    return v
+
+
+def _python_syntax(code: str, where: str) -> None:
+    try:
+        compile(code, where, "exec")
+    except SyntaxError as e:
+        raise TestSpecError(f"{where} is not valid Python: {e}") from None

@@ -1,0 +1,133 @@
+"""The four test forms, verdicts and output comparison, on small programs."""
+
+import pytest
+
+from execrl.sandbox import TestSpecError, Verdict, parse_tests
+from execrl.sandbox.compare import CompareOptions, outputs_match, values_match
+
+from .conftest import stdio
+
+ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
+
+
+def test_stdio_pass_and_fail_per_test(grader):
+    r = grader.grade(ADD, stdio(["1 2\n", "3 4\n", "5 5\n"], ["3\n", "8\n", "10"]))
+    assert [t.verdict for t in r.tests] == [Verdict.PASS, Verdict.FAIL, Verdict.PASS]
+    assert (r.verdict, r.passed, r.total) == (Verdict.FAIL, 2, 3)
+
+
+def test_syntax_error_is_reported_once_for_every_test(grader):
+    r = grader.grade("print(1", stdio(["", ""], ["1", "1"]))
+    assert r.verdict == Verdict.SYNTAX_ERROR and [t.verdict for t in r.tests] == [Verdict.SYNTAX_ERROR] * 2
+    assert "SyntaxError" in r.stderr
+
+
+def test_runtime_error_is_not_a_syntax_error(grader):
+    r = grader.grade("eval('1 +')", stdio([""], [""]))
+    assert r.verdict == Verdict.RUNTIME_ERROR
+
+
+def test_nonzero_exit_with_right_output_is_a_runtime_error(grader):
+    r = grader.grade("print(3)\nraise SystemExit(3)", stdio([""], ["3"]))
+    assert r.verdict == Verdict.RUNTIME_ERROR
+
+
+def test_call_based_lines_and_list_formats(grader):
+    code = "def f(xs, k):\n    return [x * k for x in xs]\n"
+    lines = {"fn_name": "f", "inputs": ["[1, 2]\n3", "[]\n1"], "outputs": ["[3, 6]", "[]"]}
+    assert grader.grade(code, lines).verdict == Verdict.PASS
+    listed = dict(lines, inputs=["[[1, 2], 3]", "[[], 1]"], args_format="list")
+    assert grader.grade(code, listed).verdict == Verdict.PASS
+    wrong = dict(lines, outputs=["[3, 7]", "[]"])
+    assert [t.verdict for t in grader.grade(code, wrong).tests] == [Verdict.FAIL, Verdict.PASS]
+
+
+def test_call_based_uses_solution_class_and_tuples_equal_lists(grader):
+    code = "class Solution:\n    def pair(self, a):\n        return (a, a)\n"
+    assert grader.grade(code, {"fn_name": "pair", "inputs": ["5"], "outputs": ["[5, 5]"]}).verdict == Verdict.PASS
+
+
+def test_call_based_missing_function_is_a_runtime_error(grader):
+    r = grader.grade("def g(): pass", {"fn_name": "f", "inputs": ["1"], "outputs": ["1"]})
+    assert r.verdict == Verdict.RUNTIME_ERROR
+
+
+def test_asserts_form_counts_each_assert(grader):
+    code = "def sq(x):\n    return x * x\n"
+    r = grader.grade(code, {"asserts": ["assert sq(2) == 4", "assert sq(3) == 10", "assert sq(-1) == 1"]})
+    assert [t.verdict for t in r.tests] == [Verdict.PASS, Verdict.FAIL, Verdict.PASS]
+
+
+def test_asserts_with_setup_constants_and_program_objects(grader):
+    code = "LIMIT = 3\nclass Solution:\n    def twice(self, n):\n        return 2 * n\n"
+    tests = {"setup": "import math\nsol = Solution()",
+             "asserts": ["x = {'n': 4}\nassert sol.twice(**x) == 8", "assert LIMIT == 3", "assert math.isclose(sol.twice(0.5), 1.0)"]}
+    assert grader.grade(code, tests).verdict == Verdict.PASS
+
+
+def test_asserts_program_exception_is_runtime_error(grader):
+    r = grader.grade("def f(x):\n    return 1 / x\n", {"asserts": ["assert f(1) == 1", "assert f(0) == 0"]})
+    assert [t.verdict for t in r.tests] == [Verdict.PASS, Verdict.RUNTIME_ERROR]
+
+
+def test_check_form(grader):
+    check = "def check(candidate):\n    for i in range(5):\n        assert candidate(i) == i + 1\n"
+    assert grader.grade("def inc(x):\n    return x + 1", {"check": check, "entry_point": "inc"}).verdict == Verdict.PASS
+    assert grader.grade("def inc(x):\n    return x + 2", {"check": check, "entry_point": "inc"}).verdict == Verdict.FAIL
+
+
+def test_cpp_compiles_once_and_runs_per_test(grader):
+    code = "#include <iostream>\nint main(){long long a,b; std::cin>>a>>b; std::cout<<a*b<<\"\\n\";}\n"
+    r = grader.grade(code, stdio(["2 3\n", "4 5\n"], ["6\n", "21\n"]), language="cpp")
+    assert [t.verdict for t in r.tests] == [Verdict.PASS, Verdict.FAIL]
+    assert grader.grade("int main( {", stdio([""], [""]), language="cpp").verdict == Verdict.SYNTAX_ERROR
+
+
+def test_a_language_is_a_table_entry(grader, tmp_path):
+    from execrl.sandbox import LANGUAGES, load_languages
+
+    (tmp_path / "langs.yaml").write_text("shell:\n  file: main.sh\n  run: [sh, '{file}']\n")
+    load_languages(str(tmp_path / "langs.yaml"))
+    try:
+        assert grader.grade("read a b; echo $((a+b))", stdio(["2 3\n"], ["5\n"]), language="shell").verdict == Verdict.PASS
+    finally:
+        LANGUAGES.pop("shell")
+
+
+@pytest.mark.parametrize("bad, fix", [
+    ({}, "unknown test form"),
+    ({"inputs": ["1", "2"], "outputs": ["1"]}, "2 inputs but 1 outputs"),
+    ({"inputs": [], "outputs": []}, "empty"),
+    ({"asserts": ["assert ("]}, "not valid Python"),
+    ({"fn_name": "f", "inputs": ["{"], "outputs": ["1"]}, "not JSON"),
+    ({"check": "def check(c): pass"}, "entry_point"),
+    ("not json", "not JSON"),
+])
+def test_bad_specs_name_the_problem(bad, fix):
+    with pytest.raises(TestSpecError, match=fix):
+        parse_tests(bad)
+
+
+def test_compare_lines_tolerates_whitespace_but_not_missing_lines():
+    assert outputs_match("1\n2\n", b"1  \r\n2\r\n\r\n\n")
+    assert outputs_match("1\n2", b"1\n2\n")
+    assert not outputs_match("1\n2\n", b"1\n")
+    assert not outputs_match("1\n", b"1\n2\n")  # no prefix matching
+    assert not outputs_match("1 2\n", b"1  2\n")  # inner whitespace counts
+    exact = CompareOptions(mode="exact")
+    assert outputs_match("a\n", b"a\n", exact) and not outputs_match("a\n", b"a \n", exact)
+
+
+def test_compare_float_tolerance_and_case_folding():
+    opts = CompareOptions(float_rel=1e-6)
+    assert outputs_match("0.3333333 2\n", b"0.33333334 2\n", opts)
+    assert not outputs_match("0.3333 2\n", b"0.3334 2\n", opts)
+    assert outputs_match("YES\n", b"yes\n", CompareOptions(case_fold=True))
+    assert not outputs_match("YES\n", b"yes\n")
+
+
+def test_values_match():
+    assert values_match([1, [2, 3]], (1, (2, 3)))
+    assert not values_match(1, True) and not values_match(True, 1)
+    assert values_match(0.1 + 0.2, 0.3) and not values_match(0.3, "0.3")
+    assert values_match({"a": [1]}, {"a": (1,)}) and not values_match({"a": 1}, {"b": 1})
