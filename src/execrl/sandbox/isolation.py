@@ -45,7 +45,8 @@ class Isolation:
         if self.mode == "none":
             return worker + [root]  # a private temporary directory of the grader's
         args = [self.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        args += ["--size", str(tmpfs_mb << 20), "--tmpfs", "/tmp"]
+        # the zygote's files and the program's directory are separate tmpfs: a full disk cannot eat the output
+        args += ["--size", str(tmpfs_mb << 20), "--tmpfs", "/tmp", "--size", str(tmpfs_mb << 20), "--tmpfs", "/tmp/prog"]
         hidden = [h for h in dict.fromkeys([*HIDDEN, os.path.expanduser("~")]) if os.path.isdir(h) and not os.path.islink(h)]
         for h in hidden:
             args += ["--tmpfs", h]

