@@ -95,7 +95,7 @@ def run_grade(args) -> int:
     with open(args.out, "w", encoding="utf-8") as f:
         for n, _, _ in rows:
             f.write(json.dumps(results[n]) + "\n")
-    table = Table(title=f"{len(rows)} programs graded -> {args.out}")
+    table = Table(caption=f"{len(rows)} rows -> {args.out}")
     table.add_column("verdict")
     table.add_column("programs", justify="right")
     table.add_column("share", justify="right")

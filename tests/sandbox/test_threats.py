@@ -221,6 +221,7 @@ HACKS = {
 def test_no_fake_passes(grader, form, hack):
     r = graded_quickly(grader, HACKS[hack], form)
     assert r.passed == 0, f"{hack}: {r.to_dict()}"
+    assert r.verdict != V.TIMEOUT, "an early exit must be seen at once, not waited out"
 
 
 def test_right_answers_still_pass_in_every_form(grader):
@@ -235,3 +236,19 @@ def test_test_code_never_reaches_the_program(grader):
             "    return 1 if '987654' in blob else 0\n")
     r = grader.grade(code, {"asserts": ["assert add(1, 2) == 987654 or add(0, 0) == 0"]})
     assert r.verdict == V.PASS
+
+
+# --- the sandbox itself failing ----------------------------------------------------------------------------
+
+def test_a_dead_worker_is_replaced_and_its_program_is_infra_error(solo):
+    import threading
+
+    result = {}
+    t = threading.Thread(target=lambda: result.update(r=solo.grade("import time\ntime.sleep(0.8)\nprint('ok')", ONE)))
+    t.start()
+    time.sleep(0.3)
+    (worker,) = solo.pool._all.values()
+    worker.runner.proc.kill()  # the sandbox dies mid-program (e.g. the host's OOM killer)
+    t.join(30)
+    assert result["r"].verdict == V.INFRA_ERROR and result["r"].total == 1
+    assert solo.grade("print('ok')", ONE).verdict == V.PASS  # a fresh worker took its place

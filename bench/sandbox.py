@@ -1,0 +1,71 @@
+"""Sandbox throughput: trivial stdin/stdout tests per second, execrl's warm workers against the naive pattern
+(a fresh `python3 file` per test, 2 threads), measured in the same run. The naive pattern is measured twice:
+with `python3` as PATH resolves it (on pyenv machines a shim script, as a user typing `python3 file` gets)
+and with the interpreter binary itself (the fastest a fresh process per test can be).
+
+    .venv/bin/python bench/sandbox.py [--tests 1000] [--workers 2]
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from execrl.sandbox import Grader, Verdict
+
+CODE = "a, b = map(int, input().split())\nprint(a + b)\n"
+
+
+def naive(python: str, num_tests: int, threads: int = 2) -> float:
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "main.py")
+        with open(path, "w") as f:
+            f.write(CODE)
+
+        def one(i: int) -> bool:
+            r = subprocess.run([python, path], input=f"{i} {i}\n", capture_output=True, text=True, timeout=10)
+            return r.stdout.strip() == str(2 * i)
+
+        t = time.perf_counter()
+        with ThreadPoolExecutor(threads) as ex:
+            ok = sum(ex.map(one, range(num_tests)))
+        dt = time.perf_counter() - t
+    assert ok == num_tests
+    return num_tests / dt
+
+
+def ours(grader: Grader, num_tests: int, tests_per_program: int) -> float:
+    n_programs = num_tests // tests_per_program
+    tests = {"inputs": [f"{i} {i}\n" for i in range(tests_per_program)], "outputs": [f"{2 * i}\n" for i in range(tests_per_program)]}
+    grader.grade_many([(CODE, tests, "python", None)] * 4)  # warm-up
+    t = time.perf_counter()
+    results = grader.grade_many([(CODE, tests, "python", None)] * n_programs)
+    dt = time.perf_counter() - t
+    assert all(r.verdict == Verdict.PASS for r in results), [r.to_dict() for r in results if r.verdict != Verdict.PASS][:2]
+    return n_programs * tests_per_program / dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tests", type=int, default=1000)
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    path_python = shutil.which("python3") or sys.executable
+    shim = naive(path_python, max(60, args.tests // 10))
+    direct = naive(sys.executable, max(100, args.tests // 5))
+    with Grader(num_workers=args.workers) as g:
+        print(f"sandbox: {g.pool.iso.mode}, {args.workers} workers, {os.cpu_count()} cores; python3 = {path_python}")
+        rows = [(f"execrl, {k} test(s) per program", ours(g, args.tests, k)) for k in (1, 10)]
+    print(f"{'pattern':<40}{'tests/s':>9}{'vs naive':>10}{'vs naive (binary)':>19}")
+    print(f"{'naive: python3 file per test, 2 threads':<40}{shim:>9.0f}{1.0:>9.1f}x{shim / direct:>18.1f}x")
+    print(f"{'naive, interpreter binary, 2 threads':<40}{direct:>9.0f}{direct / shim:>9.1f}x{1.0:>18.1f}x")
+    for name, rate in rows:
+        print(f"{name:<40}{rate:>9.0f}{rate / shim:>9.1f}x{rate / direct:>18.1f}x")
+
+
+if __name__ == "__main__":
+    main()

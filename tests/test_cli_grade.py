@@ -1,0 +1,40 @@
+"""`execrl grade` as a user runs it."""
+
+import json
+import subprocess
+import sys
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "execrl.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_grade_writes_one_row_per_input_and_reports_bad_rows(tmp_path):
+    rows = [
+        {"id": "ok", "code": "print(int(input()) * 2)", "tests": {"inputs": ["2\n"], "outputs": ["4\n"]}},
+        {"id": "wrong", "code": "print(0)", "tests": {"inputs": ["2\n", "3\n"], "outputs": ["4\n", "0\n"]}},
+        {"id": "slow", "code": "while True: pass", "tests": {"inputs": [""], "outputs": [""]}, "timeout_s": 0.5},
+        {"id": "cpp", "language": "cpp", "code": "#include <cstdio>\nint main(){puts(\"hi\");}", "tests": {"inputs": [""], "outputs": ["hi"]}},
+        {"id": "no-tests", "code": "print(1)"},
+        {"id": "empty", "code": "print(1)", "tests": {"inputs": [], "outputs": []}},
+    ]
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in rows) + "\n{not json\n")
+    out = tmp_path / "out.jsonl"
+    proc = run("grade", str(src), "--out", str(out), "--workers", "2")
+    assert proc.returncode == 0, proc.stderr
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["id"] for g in got] == ["ok", "wrong", "slow", "cpp", "no-tests", "empty", 7]
+    assert got[0] == {"id": "ok", "verdict": "pass", "passed": 1, "total": 1, "tests": ["pass"]}
+    assert got[1]["verdict"] == "fail" and got[1]["tests"] == ["fail", "pass"]
+    assert got[2]["verdict"] == "timeout" and got[3]["verdict"] == "pass"
+    assert "line 5" in got[4]["error"] and "tests" in got[4]["error"]
+    assert "line 6" in got[5]["error"] and "empty" in got[5]["error"]
+    assert "line 7" in got[6]["error"] and "not valid JSON" in got[6]["error"]
+    assert all("verdict" not in g for g in got[4:])  # bad rows are reported, never graded
+    assert "invalid row" in proc.stdout and "pass" in proc.stdout  # the summary table
+
+
+def test_grade_on_a_missing_file_says_so(tmp_path):
+    proc = run("grade", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o.jsonl"))
+    assert proc.returncode == 2 and "no such file" in proc.stderr
