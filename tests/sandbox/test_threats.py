@@ -11,7 +11,7 @@ from execrl.sandbox import Limits, Verdict
 from execrl.sandbox.isolation import detect
 
 from ..conftest import SECRET
-from .conftest import ONE, stdio
+from .conftest import ONE
 
 V = Verdict
 namespaces = pytest.mark.skipif(detect().mode == "none", reason="needs bubblewrap namespaces")

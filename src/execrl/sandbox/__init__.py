@@ -12,7 +12,7 @@ Defends against (each has an adversarial test in tests/sandbox/):
 - network access (empty network namespace); reading the grader's environment (cleared) or its files (home
   directories, /run and /mnt are hidden; the system is read-only); writing outside its directory;
 - anything persisting from one program to the next (processes killed, every writable directory wiped);
-- faking a pass in the assert, check and call forms: the program's process never sees the tests or the
+- faking a pass in the assert, check and call forms (see inside/checker.py): the program's process never sees the tests or the
   expected values. Asserts and check functions run in a second sandbox, in which every name the tests use
   but do not define is a stub that calls into the program's process and gets back plain data only (numbers,
   strings, lists, tuples, dicts, sets, None, bool). So exiting with code 0 before the tests run (sys.exit,

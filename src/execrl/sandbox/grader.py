@@ -5,15 +5,23 @@ from __future__ import annotations
 import signal
 import socket
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from execrl.sandbox.compare import outputs_match, values_match
+from execrl.sandbox.inside.protocol import decode, encode
 from execrl.sandbox.languages import Language, get_language
 from execrl.sandbox.pool import Worker, WorkerDied, WorkerPool
 from execrl.sandbox.spec import (
-    AssertTests, CallTests, CheckTests, StdioTests, TestSpec, TestSpecError, Verdict, num_tests, parse_tests,
+    AssertTests,
+    CallTests,
+    CheckTests,
+    StdioTests,
+    TestSpec,
+    TestSpecError,
+    Verdict,
+    num_tests,
+    parse_tests,
 )
-from execrl.sandbox.worker import decode, encode
 
 V = Verdict
 

@@ -19,7 +19,11 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-WORKER_SCRIPT = str(Path(__file__).with_name("worker.py"))
+SANDBOX_DIR = str(Path(__file__).parent)
+# The zygote imports only the stdlib-only `inside` package, not execrl (whose imports every fork would pay for);
+# its directory leaves sys.path before any program runs, so programs cannot import our modules by accident.
+LAUNCH = (f"import sys; sys.path.insert(0, {SANDBOX_DIR!r}); from inside.zygote import main; "
+          f"sys.path.remove({SANDBOX_DIR!r}); main()")
 SANDBOX_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": "/tmp/prog",
@@ -41,7 +45,7 @@ class Isolation:
     reason: str = ""
 
     def command(self, role: str, uid: int, ctrl_fd: int, tmpfs_mb: int, root: str = "/tmp") -> list[str]:
-        worker = [sys.executable, "-I", "-B", WORKER_SCRIPT, role, str(uid), str(ctrl_fd)]
+        worker = [sys.executable, "-I", "-B", "-c", LAUNCH, role, str(uid), str(ctrl_fd)]
         if self.mode == "none":
             return worker + [root]  # a private temporary directory of the grader's
         args = [self.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -70,7 +74,7 @@ class Isolation:
 
 def _needed_paths() -> list[str]:
     """Where the interpreter, its libraries and execrl live: bound back if they sit under a hidden dir."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(WORKER_SCRIPT).parent)}
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, SANDBOX_DIR}
     paths.add(str(Path(os.path.realpath(sys.executable)).parent.parent))
     paths.update(p for p in sys.path if p and os.path.exists(p))
     out = sorted({os.path.realpath(p) for p in paths} | paths)

@@ -13,8 +13,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
+from execrl.sandbox.inside.protocol import recv_msg, send_msg
 from execrl.sandbox.isolation import SANDBOX_ENV, Isolation, detect
-from execrl.sandbox.worker import recv_msg, send_msg
 
 
 def _world_readable() -> bool:

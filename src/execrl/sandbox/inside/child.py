@@ -1,0 +1,207 @@
+"""The forked child of a runner zygote: set-up, then the program. Every function here runs in the child only."""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import io
+import json
+import math
+import os
+import resource
+import signal
+import socket
+import sys
+import traceback
+
+from .protocol import decode, encode, recv_msg, send_msg
+
+STATUS_FD, RPC_FD = 3, 4
+
+def _set_limits(lim: dict, cpu_s: float) -> None:
+    mb = 1024 * 1024
+    cpu = max(1, math.ceil(cpu_s))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU, then SIGKILL one second later
+    resource.setrlimit(resource.RLIMIT_AS, (lim["memory_mb"] * mb, lim["memory_mb"] * mb))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (lim["output_mb"] * mb, lim["output_mb"] * mb))
+    resource.setrlimit(resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    hard = resource.getrlimit(resource.RLIMIT_STACK)[1]  # unlimited stack: deep recursion is legitimate
+    resource.setrlimit(resource.RLIMIT_STACK, (hard, hard))
+
+
+def _drop_privileges(uid: int) -> None:
+    if uid >= 0 and os.geteuid() == 0:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # leaving uid 0 clears every capability
+
+
+def child_setup(lim: dict, cpu_s: float, uid: int, fds: dict[int, int], cwd: str) -> None:
+    """In the forked child: own session, fds in place, everything else closed, limits, then the uid."""
+    os.setsid()
+    high = {target: os.dup2(fd, 200 + target) for target, fd in fds.items()}  # no source is overwritten early
+    for target, fd in high.items():
+        os.dup2(fd, target)
+    os.closerange(max(fds) + 1, 1 << 16)
+    os.chdir(cwd)
+    _set_limits(lim, cpu_s)
+    _drop_privileges(uid)
+
+
+def text_stream(fd: int, mode: str, errors: str) -> io.TextIOWrapper:
+    raw = io.FileIO(fd, mode, closefd=False)
+    buf = io.BufferedReader(raw) if mode == "r" else io.BufferedWriter(raw, 1 << 16)
+    return io.TextIOWrapper(buf, encoding="utf-8", errors=errors, line_buffering=(fd == 2))
+
+
+# The child's sys.stdin/stdout/stderr, built once by the zygote (which never uses them): each forked child gets
+# its own copy, bound to whatever files it has dup2'ed onto fds 0-2, without paying to build them per test.
+_STREAMS: list = []
+
+
+def build_streams() -> None:
+    _STREAMS[:] = [text_stream(0, "r", "surrogateescape"), text_stream(1, "w", "surrogateescape"),
+                   text_stream(2, "w", "backslashreplace")]
+
+
+def std_streams() -> None:
+    sys.stdin = sys.__stdin__ = _STREAMS[0]
+    sys.stdout = sys.__stdout__ = _STREAMS[1]
+    sys.stderr = sys.__stderr__ = _STREAMS[2]
+
+
+def write_status(status: dict) -> None:
+    data = (json.dumps(status) + "\n").encode()
+    try:
+        os.write(STATUS_FD, data)
+    except OSError:
+        pass
+
+
+def _python_program(src_path: str, name: str) -> dict:
+    """Exec the program as a module called `name`; returns its globals. Exceptions propagate."""
+
+    with open(src_path, "rb") as f:
+        source = f.read()
+    try:
+        code = compile(source, src_path, "exec")
+    except (SyntaxError, ValueError) as e:  # ValueError: NUL bytes in the source
+        raise _CompileError(f"{type(e).__name__}: {e}") from None
+    g = {"__name__": name, "__builtins__": builtins, "__file__": src_path}
+    exec(code, g)
+    return g
+
+
+class _CompileError(Exception):
+    """The program is not valid Python: a syntax_error verdict, not a runtime error."""
+
+
+def python_child(job: dict) -> None:
+    """Runs in the forked child; never returns."""
+
+    sys.set_int_max_str_digits(0)  # integers beyond 4,300 digits are legitimate
+    sys.argv = [job["src"]]
+    std_streams()
+    code, status = 0, {}
+    try:
+        mode = job["mode"]
+        g = _python_program(job["src"], "__main__" if mode == "stdio" else "solution")
+        if mode == "stdio" and "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()  # like interpreter exit: wait for non-daemon threads
+        elif mode == "call":
+            fn = _resolve_entry(g, job["fn_name"])
+            args = job["args"]
+            status["value"] = encode(fn(*args))
+        elif mode == "serve":
+            _serve(g)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+    except _CompileError as e:
+        status["exc"], status["phase"] = "SyntaxError", "compile"
+        print(e, file=sys.stderr)
+        code = 1
+    except BaseException as e:  # noqa: BLE001 - the program's own failure, reported as its verdict
+        status["exc"] = type(e).__name__
+        status["msg"] = str(e)[:500]
+        try:
+            traceback.print_exc()
+        except BaseException:  # noqa: BLE001
+            pass
+        code = 1
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001
+        pass
+    for stream in {id(s): s for s in (sys.stdout, sys.__stdout__, sys.stderr, sys.__stderr__)}.values():
+        try:
+            stream.flush()
+        except BaseException as e:  # noqa: BLE001
+            status.setdefault("exc", type(e).__name__)
+            code = code or 1
+    write_status(status)
+    os._exit(code & 0xFF)
+
+
+def _resolve_entry(g: dict, fn_name: str):
+    cls = g.get("Solution")
+    if isinstance(cls, type) and hasattr(cls, fn_name):
+        return getattr(cls(), fn_name)
+    if fn_name in g and callable(g[fn_name]):
+        return g[fn_name]
+    raise NameError(f"the program defines no function {fn_name!r}")
+
+
+def _serve(g: dict) -> None:
+    """Answer the checker's calls: each resolves a name or handle, calls it, returns plain data or a handle."""
+    sock = socket.socket(fileno=RPC_FD)
+    handles: dict = {}
+
+    def keep(obj) -> dict:  # a non-plain result stays here; the checker gets a handle to it
+        handles[len(handles) + 1] = obj
+        return {"handle": len(handles)}
+
+    def resolve(target, attrs):
+        kind, key = target
+        obj = g[key] if kind == "name" else handles[key]
+        for attr in attrs:
+            obj = getattr(obj, attr)
+        return obj
+
+    def arg(tagged: dict):  # a handle, or an attribute of one, passed back by the test
+        if "handle" in tagged:
+            return handles[tagged["handle"]]
+        return resolve(tagged["ref"][0], tagged["ref"][1])
+    while True:
+        try:
+            req, _, _ = recv_msg(sock, max_header=1 << 24)
+        except (EOFError, OSError):
+            return
+        try:
+            attrs = req.get("attrs", [])
+            if req["op"] == "set":
+                setattr(resolve(req["target"], attrs[:-1]), attrs[-1], decode(req["value"], arg))
+                send_msg(sock, {"value": None})
+                continue
+            obj = resolve(req["target"], attrs)
+            if req["op"] == "call":
+                obj = obj(*decode(req["args"], arg), **decode(req["kwargs"], arg))
+            elif callable(obj):  # "get" of a function or class: the checker makes a stub for it
+                send_msg(sock, {"callable": True})
+                continue
+            reply = {"value": encode(obj, keep)}
+        except BaseException as e:  # noqa: BLE001 - the program's exception goes back to the test
+            if isinstance(e, SystemExit):
+                send_msg(sock, {"error": "SystemExit", "msg": "the program called exit() during a test"})
+                return
+            reply = {"error": type(e).__name__, "msg": str(e)[:300]}
+        send_msg(sock, reply)
+
+
+def exec_child(job: dict) -> None:
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these; a compiled program should not
+        signal.signal(sig, signal.SIG_DFL)
+    os.execve(job["argv"][0], job["argv"], dict(os.environ))
