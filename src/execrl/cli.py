@@ -22,12 +22,62 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--languages", default=None, help="YAML file adding languages: {name: {file, run, compile?}}")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
 
+    e = sub.add_parser("eval", help="evaluate a model (or a file of completions) on a dataset: pass@k")
+    e.add_argument("--model", help="hub id or local HF-format directory (e.g. a checkpoint of ours)")
+    e.add_argument("--completions", help="JSONL of completions made elsewhere: {problem_id, completion}; no model")
+    e.add_argument("--dataset", default="mbpp", help="gsm8k | mbpp | nemotron_code | leetcode | humaneval | jsonl")
+    e.add_argument("--split", default="test", help="dataset split (default test)")
+    e.add_argument("--data-path", default=None, help="file or directory of the dataset (default: found locally)")
+    e.add_argument("--limit", type=int, default=None, help="only the first N problems")
+    e.add_argument("--samples", type=int, default=1, help="completions per problem (n of pass@k)")
+    e.add_argument("--k", default="1", help="comma-separated k values, e.g. 1,5,10")
+    e.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: 0 for 1 sample, else 0.8)")
+    e.add_argument("--top-p", type=float, default=1.0)
+    e.add_argument("--max-new-tokens", type=int, default=512)
+    e.add_argument("--batch-size", type=int, default=16, help="sequences generated at once")
+    e.add_argument("--answer-format", default="code", help="code | reasoning | think")
+    e.add_argument("--code-style", default="fence", help="fence (```python) | tags (<code>) | auto")
+    e.add_argument("--system-prompt", default=None)
+    e.add_argument("--timeout", type=float, default=5.0, help="sandbox CPU seconds per test")
+    e.add_argument("--workers", type=int, default=0, help="sandbox workers (default: one per CPU core)")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--out", default="results/eval", help="directory for results.jsonl and summary.json")
+
     args = parser.parse_args(argv)
     if args.command == "grade":
         from execrl.grade import run_grade
 
         return run_grade(args)
+    if args.command == "eval":
+        return run_eval(args)
     return 2
+
+
+def run_eval(args) -> int:
+    from rich.console import Console
+
+    from execrl.eval.run import EvalConfig, evaluate
+    from execrl.models import ModelNotFound
+    from execrl.prompts import PromptConfig
+    from execrl.sandbox import TestSpecError
+    from execrl.tasks import DatasetError
+
+    try:
+        ks = tuple(sorted({int(k) for k in args.k.split(",") if k.strip()}))
+        if not ks or min(ks) < 1 or max(ks) > args.samples:
+            raise ValueError(f"--k values must be between 1 and --samples ({args.samples}), got {args.k!r}")
+        temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 0.8)
+        cfg = EvalConfig(dataset=args.dataset, split=args.split, data_path=args.data_path, limit=args.limit,
+                         samples=args.samples, ks=ks, temperature=temperature, top_p=args.top_p,
+                         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.seed,
+                         out=args.out, workers=args.workers, timeout_s=args.timeout,
+                         prompt=PromptConfig(system_prompt=args.system_prompt, answer_format=args.answer_format,
+                                             code_style=args.code_style))
+        evaluate(cfg, model_name=args.model, completions=args.completions)
+    except (ValueError, DatasetError, ModelNotFound, TestSpecError) as e:
+        Console(stderr=True).print(f"[red]error:[/] {e}")
+        return 2
+    return 0
 
 
 if __name__ == "__main__":

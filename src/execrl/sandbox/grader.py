@@ -44,6 +44,8 @@ class TestResult:
     cpu_s: float = 0.0
     wall_s: float = 0.0
     detail: str = ""
+    error: str = ""  # the exception class that ended the program, e.g. "NameError" (Python only)
+    stdout_bytes: int = 0
 
 
 @dataclass
@@ -135,7 +137,8 @@ def _grade_on(w: Worker, code: str, spec: TestSpec, lang: Language, lim: Limits)
     if "compile" in reply:
         _check_infra(reply["compile"])
         detail = _text(out[1])
-        return ProgramResult(V.SYNTAX_ERROR, [TestResult(V.SYNTAX_ERROR, detail=detail[:300])] * n, detail[-2000:])
+        return ProgramResult(V.SYNTAX_ERROR, [TestResult(V.SYNTAX_ERROR, detail=detail[:300], error="SyntaxError")] * n,
+                             detail[-2000:])
     tests, stderr = [], ""
     for i, r in enumerate(reply["results"]):
         stdout, err = out[2 * i], out[2 * i + 1]
@@ -170,14 +173,16 @@ def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, l
     _check_infra(served)
     lines = check["status"]
     if any(st.get("phase") == "compile" for st in served["status"]):
-        return [TestResult(V.SYNTAX_ERROR)] * n, _text(err)
+        return [TestResult(V.SYNTAX_ERROR, error="SyntaxError")] * n, _text(err)
     program_failure = _execution_verdict(served, err, lim, cpu_limit=lim.timeout_s * n, stopped=True)
     tests = [TestResult(V.RUNTIME_ERROR, detail="the program ended before this test")] * n
     if lines and "setup" in lines[0]:
         tests = [TestResult(V(lines[0]["setup"]), detail=lines[0].get("msg", ""))] * n
     for line in lines:
         if "test" in line:
-            tests[line["test"]] = TestResult(V(line["verdict"]), detail=line.get("msg", ""))
+            msg = line.get("msg", "")
+            error = msg.split(":", 1)[0] if line["verdict"] in ("runtime_error", "memory") else ""
+            tests[line["test"]] = TestResult(V(line["verdict"]), detail=msg, error=error)
     if check["killed_at_deadline"]:
         tests = [t if t.verdict != V.RUNTIME_ERROR or t.detail else TestResult(V.TIMEOUT) for t in tests]
     if any(line.get("verdict") == "timeout" for line in lines):
@@ -189,7 +194,8 @@ def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, l
 
 
 def _judge(r: dict, stdout: bytes, err: bytes, spec, i: int, lim: Limits) -> TestResult:
-    t = TestResult(V.PASS, cpu_s=r["cpu_s"], wall_s=r["wall_s"])
+    status = r["status"][0] if r["status"] else {}
+    t = TestResult(V.PASS, cpu_s=r["cpu_s"], wall_s=r["wall_s"], error=status.get("exc", ""), stdout_bytes=r["stdout_bytes"])
     _check_infra(r)
     failure = _execution_verdict(r, err, lim, cpu_limit=lim.timeout_s)
     if any(st.get("phase") == "compile" for st in r["status"]):
@@ -199,7 +205,6 @@ def _judge(r: dict, stdout: bytes, err: bytes, spec, i: int, lim: Limits) -> Tes
     elif isinstance(spec, StdioTests):
         t.verdict = V.PASS if outputs_match(spec.outputs[i], stdout, spec.compare) else V.FAIL
     else:
-        status = r["status"][0] if r["status"] else {}
         if "value" not in status:
             t.verdict, t.detail = V.FAIL, "returned a value that is not plain data"
         else:

@@ -1,0 +1,184 @@
+"""`execrl eval`: a model (or a file of completions) on a dataset split -> per-problem results and pass@k."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from execrl.eval.passk import mean_pass_at_k
+from execrl.extract import extract
+from execrl.prompts import PromptConfig, build_messages, drop_long_prompts, render
+from execrl.rewards import Sample
+from execrl.rewards.math_answers import math_correct
+from execrl.sandbox import Grader, Limits, Verdict, parse_tests
+from execrl.tasks import Problem, load_problems
+from execrl.tasks.problem import DatasetError, read_rows
+
+err = Console(stderr=True)
+NO_CODE = "no_code"
+
+
+@dataclass
+class EvalConfig:
+    dataset: str = "mbpp"
+    split: str = "test"
+    data_path: str | None = None
+    limit: int | None = None  # first N problems
+    samples: int = 1
+    ks: tuple[int, ...] = (1,)
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    max_prompt_tokens: int = 2048
+    batch_size: int = 16
+    seed: int = 0
+    out: str = "results/eval"
+    workers: int = 0
+    timeout_s: float = 5.0
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+
+
+def grade_samples(samples: list[Sample], grader: Grader, progress=None) -> None:
+    """Fill in each code sample's grading result (in parallel); math samples need no sandbox."""
+    jobs, owners = [], []
+    for s in samples:
+        if s.problem.kind == "code" and s.extracted.code is not None:
+            jobs.append((_program(s.problem, s.extracted.code), s.problem.tests, s.problem.language, None))
+            owners.append(s)
+    results = grader.grade_many(jobs, on_done=(lambda _: progress()) if progress else None)
+    for s, r in zip(owners, results):
+        s.result = r
+
+
+def _program(problem: Problem, code: str) -> str:
+    """HumanEval-style problems: a completion that does not define the entry point continues the prompt."""
+    entry, prefix = problem.metadata.get("entry_point"), problem.metadata.get("code_prefix")
+    if entry and prefix and f"def {entry}" not in code:
+        return prefix + code
+    return code
+
+
+def is_correct(sample: Sample) -> bool:
+    if sample.problem.kind == "math":
+        return math_correct(sample) == 1.0
+    return sample.result is not None and sample.result.verdict == Verdict.PASS
+
+
+def outcome(sample: Sample) -> str:
+    if sample.problem.kind == "math":
+        return "correct" if is_correct(sample) else "wrong"
+    return sample.result.verdict.value if sample.result is not None else NO_CODE
+
+
+def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | None = None) -> dict:
+    problems, _ = load_problems(cfg.dataset, cfg.split, cfg.data_path) if cfg.dataset else ([], None)
+    problems = problems[: cfg.limit] if cfg.limit else problems
+    if completions:
+        texts = read_completions(completions, problems)
+    else:
+        texts = sample_completions(cfg, model_name, problems)
+    samples = [Sample(p, text, extract(text, cfg.prompt.answer_format, cfg.prompt.code_style, p.language,
+                                       want_code=p.kind == "code"), num_tokens=n, max_tokens=cfg.max_new_tokens)
+               for p, outs in texts for text, n in outs]
+    with Grader(num_workers=cfg.workers, limits=Limits(timeout_s=cfg.timeout_s)) as grader, _bar() as bar:
+        task = bar.add_task("grading", total=sum(s.extracted.code is not None and s.problem.kind == "code" for s in samples))
+        grade_samples(samples, grader, progress=lambda: bar.advance(task))
+    return summarize(cfg, samples, texts)
+
+
+def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[Problem]):
+    from execrl.eval.generate import generate
+    from execrl.models import load_model_and_tokenizer
+
+    if not model_name:
+        raise ValueError("execrl eval needs --model (a hub id or a local directory) or --completions FILE")
+    model, tok = load_model_and_tokenizer(model_name)
+    problems, dropped = drop_long_prompts(problems, tok, cfg.prompt, cfg.max_prompt_tokens)
+    if dropped:
+        err.print(f"[yellow]dropped {dropped} problems whose prompt is longer than {cfg.max_prompt_tokens} tokens[/]")
+    prompts = [render(build_messages(p, cfg.prompt), tok) for p in problems]
+    with _bar() as bar:
+        task = bar.add_task("sampling", total=len(prompts))
+        outs = generate(model, tok, prompts, cfg.samples, cfg.max_new_tokens, cfg.temperature, cfg.top_p,
+                        cfg.batch_size, cfg.seed, on_batch=lambda n: bar.advance(task, n))
+    return list(zip(problems, outs))
+
+
+def read_completions(path: str, problems: list[Problem]):
+    """Rows {"problem_id" (or "id"), "completion"}, or rows that carry their own "tests" / "answer"."""
+    by_id = {p.id: p for p in problems}
+    grouped: dict[str, tuple[Problem, list]] = {}
+    for n, row in enumerate(read_rows(path), 1):
+        pid = str(row.get("problem_id", row.get("id", "")))
+        text = row.get("completion")
+        if not isinstance(text, str):
+            raise DatasetError(f"{path}, row {n}: no 'completion' string")
+        if "tests" in row or "answer" in row:
+            problem = grouped.get(pid, (None,))[0] or Problem(
+                pid or f"row{n}", [], "code" if "tests" in row else "math",
+                tests=parse_tests(row["tests"]) if "tests" in row else None,
+                answer=str(row["answer"]) if "answer" in row else None, language=row.get("language", "python"))
+        elif pid in by_id:
+            problem = by_id[pid]
+        else:
+            raise DatasetError(f"{path}, row {n}: problem id {pid!r} is not in the dataset, and the row has no tests "
+                               f"or answer of its own (known ids look like {next(iter(by_id), '...')!r})")
+        grouped.setdefault(problem.id, (problem, []))[1].append((text, int(row.get("num_tokens", 0))))
+    return list(grouped.values())
+
+
+def summarize(cfg: EvalConfig, samples: list[Sample], texts) -> dict:
+    per_problem: dict[str, list[Sample]] = defaultdict(list)
+    for s in samples:
+        per_problem[s.problem.id].append(s)
+    out_dir = Path(cfg.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    counts, outcomes, invalid = [], Counter(), 0
+    with open(out_dir / "results.jsonl", "w") as f:
+        for pid, group in per_problem.items():
+            valid = [s for s in group if s.valid]
+            c = sum(is_correct(s) for s in valid)
+            invalid += len(group) - len(valid)
+            counts.append((len(valid), c))
+            outcomes.update(outcome(s) for s in group)
+            f.write(json.dumps({"id": pid, "samples": len(group), "valid": len(valid), "correct": c,
+                                "outcomes": [outcome(s) for s in group],
+                                "completions": [s.completion for s in group]}) + "\n")
+    summary = {"dataset": cfg.dataset, "split": cfg.split, "problems": len(per_problem), "samples": len(samples),
+               "invalid_samples": invalid, "outcomes": dict(outcomes)}
+    for k in cfg.ks:
+        value, left_out = mean_pass_at_k(counts, k)
+        summary[f"pass@{k}"] = None if math.isnan(value) else value
+        if left_out:
+            summary[f"pass@{k}_problems_left_out"] = left_out
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    _print(summary, cfg, out_dir)
+    return summary
+
+
+def _print(summary: dict, cfg: EvalConfig, out_dir: Path) -> None:
+    table = Table(title=f"{cfg.dataset}/{cfg.split}: {summary['problems']} problems x {cfg.samples} samples",
+                  caption=f"per-problem results: {out_dir / 'results.jsonl'}", min_width=64)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k in cfg.ks:
+        v = summary[f"pass@{k}"]
+        table.add_row(f"pass@{k}" + (" (accuracy)" if k == 1 and cfg.dataset == "gsm8k" else ""),
+                      "n/a" if v is None else f"{v:.4f}")
+    for name, n in sorted(summary["outcomes"].items(), key=lambda x: -x[1]):
+        table.add_row(f"  {name}", str(n))
+    if summary["invalid_samples"]:
+        table.add_row("invalid (sandbox failure)", str(summary["invalid_samples"]))
+    Console().print(table)
+
+
+def _bar() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err, transient=False)

@@ -1,0 +1,130 @@
+"""Pull the answer out of a model's completion: the code to run, or the final answer of a math problem.
+
+Answer formats (`answer_format`):
+  code       the completion is (or contains) a code block
+  reasoning  <reasoning>...</reasoning><answer>...</answer>: the answer is inside the last <answer> tags
+  think      <think>...</think> then the answer: everything after the last </think>
+Code is the last fenced block (```python preferred, any fence otherwise; an unclosed final fence counts when
+no block is closed) or the last <code>...</code> (`code_style`: fence, tags, or auto = either, latest wins).
+"No code found" is an outcome of its own (code is None), never an exception.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ANSWER_FORMATS = ("code", "reasoning", "think")
+CODE_STYLES = ("fence", "tags", "auto")
+_PY = {"python", "py", "python3", "py3"}
+
+
+@dataclass(frozen=True)
+class Extracted:
+    answer: str  # the part of the completion that holds the answer (after </think>, inside <answer>)
+    format_ok: bool  # the completion follows the answer format (and, for code, holds a closed code block)
+    code: str | None = None  # None: no code found
+
+
+def answer_part(completion: str, answer_format: str) -> tuple[str, bool]:
+    if answer_format == "think":
+        if "</think>" not in completion:
+            return "", False
+        head, _, tail = completion.rpartition("</think>")
+        return tail.strip(), head.lstrip().startswith("<think>") and head.count("<think>") == 1
+    if answer_format == "reasoning":
+        m = list(re.finditer(r"<answer>(.*?)</answer>", completion, re.S))
+        if not m:
+            return "", False
+        ok = re.fullmatch(r"\s*<reasoning>.*?</reasoning>\s*<answer>.*?</answer>\s*", completion, re.S) is not None
+        return m[-1].group(1).strip(), ok
+    return completion, True
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str, bool]]:
+    """(language, code, closed) for each ``` block; a fence is a line that starts with ```."""
+    blocks, lang, buf, inside = [], "", [], False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            if inside and stripped == "```":
+                blocks.append((lang, "\n".join(buf), True))
+                inside = False
+            elif not inside:
+                lang, buf, inside = stripped[3:].strip().lower(), [], True
+            else:  # a new opening fence inside a block: the previous one was never closed
+                blocks.append((lang, "\n".join(buf), False))
+                lang, buf = stripped[3:].strip().lower(), []
+            continue
+        if inside:
+            buf.append(line)
+    if inside:
+        blocks.append((lang, "\n".join(buf), False))
+    return blocks
+
+
+def _from_fences(text: str, language: str) -> tuple[str | None, bool, int]:
+    blocks = fenced_blocks(text)
+    closed = [b for b in blocks if b[2]]
+    wanted = _PY if language == "python" else {language.lower()}
+    for pool in ([b for b in closed if b[0] in wanted], closed, [b for b in blocks if not b[2]]):
+        if pool:
+            lang, code, ok = pool[-1]
+            return code, ok, text.rfind("```")
+    return None, False, -1
+
+
+def _from_tags(text: str) -> tuple[str | None, bool, int]:
+    m = list(re.finditer(r"<code>(.*?)</code>", text, re.S))
+    if not m:
+        return None, False, -1
+    return m[-1].group(1).strip("\n"), True, m[-1].start()
+
+
+def extract(completion: str, answer_format: str = "code", code_style: str = "fence",
+            language: str = "python", want_code: bool = True) -> Extracted:
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
+    if code_style not in CODE_STYLES:
+        raise ValueError(f"code_style must be one of {CODE_STYLES}, got {code_style!r}")
+    answer, format_ok = answer_part(completion, answer_format)
+    if not want_code:
+        return Extracted(answer, format_ok)
+    found = []
+    if code_style in ("fence", "auto"):
+        found.append(_from_fences(answer, language))
+    if code_style in ("tags", "auto"):
+        found.append(_from_tags(answer))
+    found = [f for f in found if f[0] is not None]
+    if not found:
+        return Extracted(answer, False, None)
+    code, closed, _ = max(found, key=lambda f: f[2])
+    return Extracted(answer, format_ok and closed, code if code.strip() else None)
+
+
+_BOXED = re.compile(r"\\boxed\s*\{")
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last \\boxed{...}, braces balanced."""
+    starts = [m.end() for m in _BOXED.finditer(text)]
+    if not starts:
+        return None
+    i, depth = starts[-1], 1
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i:j].strip()
+    return None
+
+
+def math_answer(answer_text: str) -> str | None:
+    """A math completion's final answer: \\boxed{}, else after ####, else the last number."""
+    boxed = last_boxed(answer_text)
+    if boxed is not None:
+        return boxed
+    if "####" in answer_text:
+        tail = answer_text.rsplit("####", 1)[1].strip()
+        return tail.splitlines()[0].strip() if tail else None
+    numbers = re.findall(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?", answer_text)
+    return numbers[-1].replace(",", "") if numbers else None

@@ -1,0 +1,99 @@
+"""Loading a policy (a hub id or a local directory, e.g. a checkpoint of ours) and building tiny ones locally.
+
+Nothing is downloaded when HF_HUB_OFFLINE=1 (or `offline=True`): a model that is not a local directory or
+already cached then fails with one message naming the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+
+class ModelNotFound(RuntimeError):
+    """The model id or directory cannot be loaded; the message says what to do."""
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def pick_dtype(device: torch.device, dtype: str = "auto") -> torch.dtype:
+    if dtype != "auto":
+        return {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
+                "fp32": torch.float32, "float32": torch.float32}[dtype]
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto", offline: bool | None = None):
+    """(model, tokenizer) in eval mode on the device; `name` is a hub id or a directory in HF format."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    offline = offline if offline is not None else os.environ.get("HF_HUB_OFFLINE") == "1"
+    local = Path(name).expanduser()
+    if local.exists() and not (local / "config.json").is_file():
+        raise ModelNotFound(f"{local} is not a model directory (no config.json); pass an HF-format directory")
+    dev = pick_device(device)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(local) if local.exists() else name, local_files_only=offline)
+        model = AutoModelForCausalLM.from_pretrained(str(local) if local.exists() else name, dtype=pick_dtype(dev, dtype),
+                                                     local_files_only=offline)
+    except OSError as e:
+        where = "it is not in the local cache and offline mode is on" if offline else "it could not be downloaded"
+        raise ModelNotFound(f"cannot load model {name!r}: {where} ({str(e).splitlines()[0]}). Pass a local directory "
+                            "with config.json and weights, or run online once to cache it.") from None
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return model.to(dev).eval(), tok
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def build_tokenizer(corpus: list[str], vocab_size: int = 384):
+    """A small byte-level BPE tokenizer with a ChatML template, trained here on `corpus` (no download)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   bos_token=None, chat_template=CHAT_TEMPLATE)
+
+
+def build_tiny_model(tokenizer, hidden: int = 64, layers: int = 2, heads: int = 4, seed: int = 0):
+    """A randomly initialised 2-layer Qwen2 (the real architecture, tiny) matching the tokenizer."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 2,
+                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads // 2,
+                      max_position_embeddings=2048, tie_word_embeddings=True,
+                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    return Qwen2ForCausalLM(cfg)
+
+
+def save_tiny(directory: str | Path, corpus: list[str], **model_kwargs) -> Path:
+    """Build a tiny tokenizer + model and save both in HF format (loadable by from_pretrained)."""
+    directory = Path(directory)
+    tok = build_tokenizer(corpus)
+    model = build_tiny_model(tok, **model_kwargs)
+    model.save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return directory

@@ -1,0 +1,62 @@
+"""Turn a Problem into the text a model continues: system prompt, format instruction, chat template."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from execrl.extract import ANSWER_FORMATS, CODE_STYLES
+from execrl.tasks import Problem
+
+_CODE_WHERE = {"fence": "in a single ```python code block", "tags": "inside <code></code> tags",
+               "auto": "in a single ```python code block"}
+_FORMAT = {
+    "code": "{what}",
+    "reasoning": "Reason step by step inside <reasoning></reasoning>, then give {lower} inside <answer></answer>.",
+    "think": "Think step by step inside <think></think>, then give {lower}.",
+}
+
+
+class PromptConfig(BaseModel):
+    """How problems are posed."""
+
+    system_prompt: str | None = Field(None, description="system message put before every prompt (none if null)")
+    answer_format: str = Field("code", description="code | reasoning (<reasoning>/<answer>) | think (<think> first)")
+    code_style: str = Field("fence", description="where code goes: fence (```python), tags (<code>), auto (either)")
+    add_instructions: bool = Field(True, description="append a one-line format instruction to each prompt")
+
+    def model_post_init(self, _) -> None:
+        if self.answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
+        if self.code_style not in CODE_STYLES:
+            raise ValueError(f"code_style must be one of {CODE_STYLES}, got {self.code_style!r}")
+
+
+def instruction(kind: str, cfg: PromptConfig) -> str:
+    what = (f"Write your solution {_CODE_WHERE[cfg.code_style]}." if kind == "code"
+            else "Put your final answer within \\boxed{}.")
+    lower = (f"your solution {_CODE_WHERE[cfg.code_style]}" if kind == "code" else "your final answer within \\boxed{}")
+    return _FORMAT[cfg.answer_format].format(what=what, lower=lower)
+
+
+def build_messages(problem: Problem, cfg: PromptConfig) -> list[dict]:
+    messages = [dict(m) for m in problem.messages]
+    if cfg.add_instructions and not problem.metadata.get("own_instructions"):
+        last = next(m for m in reversed(messages) if m["role"] == "user")
+        last["content"] = f"{last['content'].rstrip()}\n\n{instruction(problem.kind, cfg)}"
+    if cfg.system_prompt and messages[0]["role"] != "system":
+        messages.insert(0, {"role": "system", "content": cfg.system_prompt})
+    return messages
+
+
+def render(messages: list[dict], tokenizer) -> str:
+    """The tokenizer's chat template when it has one; otherwise a plain 'Role: text' transcript."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    turns = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
+    return "\n\n".join(turns) + "\n\nAssistant:"
+
+
+def drop_long_prompts(problems: list[Problem], tokenizer, cfg: PromptConfig, max_prompt_tokens: int):
+    """Problems whose rendered prompt fits, and how many were dropped (long prompts are the classic OOM)."""
+    kept = [p for p in problems if len(tokenizer(render(build_messages(p, cfg), tokenizer))["input_ids"]) <= max_prompt_tokens]
+    return kept, len(problems) - len(kept)

@@ -1,0 +1,99 @@
+"""Rewards: pure functions of one sample (completion + verdict), combined as a weighted sum set in YAML:
+
+    reward:
+      components:
+        - {name: test_pass_fraction, weight: 1.0}
+        - {name: all_tests_pass, weight: 0.5}          # the "perfect solution" bonus
+        - {name: repetition_penalty, weight: 0.2, ngram: 4}
+
+A sample whose grading hit infra_error is invalid: it has no reward, and is left out of its group's baseline and of
+pass@k, never scored 0. Each component's value is logged separately (`Reward.parts`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from execrl.extract import Extracted
+from execrl.sandbox import ProgramResult, Verdict
+from execrl.tasks import Problem
+
+COMPONENTS: dict = {}
+
+
+def component(name: str):
+    """Register a reward component: fn(sample, **params) -> float."""
+    def wrap(fn):
+        COMPONENTS[name] = fn
+        return fn
+    return wrap
+
+
+@dataclass
+class Sample:
+    problem: Problem
+    completion: str
+    extracted: Extracted
+    result: ProgramResult | None = None  # code problems whose code was found and graded
+    num_tokens: int = 0  # completion length in tokens
+    max_tokens: int = 0  # the generation limit it was sampled under
+
+    @property
+    def valid(self) -> bool:
+        return self.result is None or self.result.verdict != Verdict.INFRA_ERROR
+
+
+@dataclass
+class Reward:
+    total: float | None  # None: invalid sample
+    parts: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def valid(self) -> bool:
+        return self.total is not None
+
+
+class ComponentConfig(BaseModel):
+    """One reward component: its name, weight, and its own parameters (e.g. ngram: 4)."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(description="a registered component, e.g. test_pass_fraction")
+    weight: float = Field(1.0, description="multiplies the component's value in the sum")
+
+    @model_validator(mode="after")
+    def _known(self):
+        if self.name not in COMPONENTS:
+            close = difflib.get_close_matches(self.name, COMPONENTS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown reward component {self.name!r}{hint}; known: {sorted(COMPONENTS)}")
+        allowed = set(inspect.signature(COMPONENTS[self.name]).parameters) - {"sample"}
+        unknown = set(self.params) - allowed
+        if unknown:
+            raise ValueError(f"reward component {self.name} has no parameter(s) {sorted(unknown)}; it takes {sorted(allowed)}")
+        return self
+
+    @property
+    def params(self) -> dict:
+        return dict(self.model_extra or {})
+
+
+class RewardConfig(BaseModel):
+    """The reward: a weighted sum of components."""
+
+    components: list[ComponentConfig] = Field(
+        default_factory=lambda: [ComponentConfig(name="test_pass_fraction")],
+        description="reward components and their weights; their weighted sum is the reward")
+
+
+def score(sample: Sample, cfg: RewardConfig) -> Reward:
+    if not sample.valid:
+        return Reward(None)
+    parts = {c.name: float(COMPONENTS[c.name](sample, **c.params)) for c in cfg.components}
+    return Reward(sum(c.weight * parts[c.name] for c in cfg.components), parts)
+
+
+from execrl.rewards import code, math_answers, text  # noqa: E402,F401  (components register themselves)

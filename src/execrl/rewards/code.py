@@ -1,0 +1,50 @@
+"""Rewards from running the code against its tests."""
+
+from __future__ import annotations
+
+from execrl.rewards import Sample, component
+from execrl.sandbox import Verdict
+
+V = Verdict
+
+
+@component("test_pass_fraction")
+def test_pass_fraction(sample: Sample) -> float:
+    """Fraction of tests passed (0 when no code was found)."""
+    r = sample.result
+    return r.passed / r.total if r is not None and r.total else 0.0
+
+
+@component("all_tests_pass")
+def all_tests_pass(sample: Sample) -> float:
+    """1 when every test passes: the binary reward, or the perfect-solution bonus beside test_pass_fraction."""
+    return 1.0 if sample.result is not None and sample.result.verdict == V.PASS else 0.0
+
+
+@component("execution_tiers")
+def execution_tiers(sample: Sample, with_output: float = 1.0, without_output: float = 0.5, syntax_error: float = -0.5,
+                    crash: float = -1.0, no_code: float = -1.0) -> float:
+    """Graded by how far the code got: ran and printed (or returned values) / ran silently / did not parse /
+    crashed or timed out. Correctness is not part of it: pair it with a test component."""
+    r = sample.result
+    if r is None:
+        return no_code
+    if r.verdict == V.SYNTAX_ERROR:
+        return syntax_error
+    if any(t.verdict in (V.RUNTIME_ERROR, V.TIMEOUT, V.MEMORY, V.OUTPUT_LIMIT) for t in r.tests):
+        return crash
+    returns_values = sample.problem.tests is not None and not hasattr(sample.problem.tests, "compare")
+    return with_output if returns_values or any(t.stdout_bytes for t in r.tests) else without_output
+
+
+@component("error_penalty")
+def error_penalty(sample: Sample, classes: tuple[str, ...] = ("SyntaxError", "NameError", "ImportError",
+                                                              "ModuleNotFoundError", "AttributeError", "TypeError"),
+                  penalty: float = -1.0) -> float:
+    """`penalty` when any test failed with one of the chosen exception classes (hallucinated names, bad syntax)."""
+    r = sample.result
+    if r is None:
+        return 0.0
+    chosen = set(classes)
+    hit = r.verdict == V.SYNTAX_ERROR and "SyntaxError" in chosen or any(t.error in chosen for t in r.tests)
+    return penalty if hit else 0.0

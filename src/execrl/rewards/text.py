@@ -1,0 +1,40 @@
+"""Rewards from the completion's text alone."""
+
+from __future__ import annotations
+
+from execrl.rewards import Sample, component
+
+
+@component("format")
+def format_reward(sample: Sample) -> float:
+    """1 when the completion follows the answer format: a closed code block for code, the tags for reasoning/think."""
+    if sample.problem.kind == "code":
+        return 1.0 if sample.extracted.format_ok and sample.extracted.code is not None else 0.0
+    return 1.0 if sample.extracted.format_ok else 0.0
+
+
+def _repeated_fraction(items: list) -> float:
+    return 1.0 - len(set(items)) / len(items) if items else 0.0
+
+
+@component("repetition_penalty")
+def repetition_penalty(sample: Sample, ngram: int = 4, min_lines: int = 4) -> float:
+    """Minus the larger of: the fraction of repeated non-blank lines (from `min_lines` lines on), and the fraction
+    of repeated word n-grams. 0 for varied text, towards -1 for a policy stuck repeating itself."""
+    text = sample.completion
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    by_line = _repeated_fraction(lines) if len(lines) >= min_lines else 0.0
+    words = text.split()
+    grams = [tuple(words[i:i + ngram]) for i in range(len(words) - ngram + 1)]
+    return -max(by_line, _repeated_fraction(grams))
+
+
+@component("overlong_penalty")
+def overlong_penalty(sample: Sample, buffer_tokens: int = 256) -> float:
+    """DAPO's soft overlong penalty: 0 up to max_tokens - buffer, then linearly down to -1 at max_tokens."""
+    if sample.max_tokens <= 0:
+        return 0.0
+    start = sample.max_tokens - buffer_tokens
+    if sample.num_tokens <= start:
+        return 0.0
+    return max(-1.0, (start - sample.num_tokens) / buffer_tokens)

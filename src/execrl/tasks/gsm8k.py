@@ -1,0 +1,24 @@
+"""GSM8K (grade-school math): the answer is the number after '####'. Test is evaluation only."""
+
+from __future__ import annotations
+
+from execrl.tasks import hub_rows, register
+from execrl.tasks.problem import Problem, read_rows
+
+
+@register("gsm8k", data_dir="gsm8k", splits=("train", "test"), eval_only=("test",), hub_id="openai/gsm8k")
+def load(path, split, report, hub_id=None, **_):
+    if path is None:
+        rows = hub_rows(hub_id, split)  # the hub copy needs the config name "main"
+    else:
+        rows = read_rows(path / f"{split}.jsonl" if path.is_dir() else path)
+    problems = []
+    for i, row in enumerate(rows):
+        question, answer = row.get("question"), row.get("answer")
+        if not isinstance(question, str) or not isinstance(answer, str) or "####" not in answer:
+            report.skip(i, "no question or no '#### answer'")
+            continue
+        final = answer.rsplit("####", 1)[1].strip().replace(",", "")
+        problems.append(Problem(f"gsm8k/{split}/{i}", [{"role": "user", "content": question}], "math",
+                                answer=final, metadata={"solution": answer}))
+    return problems

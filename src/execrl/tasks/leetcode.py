@@ -1,0 +1,29 @@
+"""LeetCode contest problems (DeepSeek-Coder's benchmark): a `class Solution` stub and a test script of asserts.
+Evaluation only: every split of it."""
+
+from __future__ import annotations
+
+from execrl.sandbox import TestSpecError
+from execrl.sandbox.spec import split_test_script
+from execrl.tasks import register
+from execrl.tasks.problem import Problem, read_rows
+
+
+@register("leetcode", data_dir="leetcode_contest", splits=("test",), eval_only=("*",))
+def load(path, split, report, **_):
+    files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+    problems = []
+    for row in (r for f in files for r in read_rows(f)):
+        rid = row.get("task_id")
+        if not row.get("prompt") or not row.get("test"):
+            report.skip(rid, "no prompt or no test")
+            continue
+        try:
+            tests = split_test_script(row["test"])
+        except TestSpecError as e:
+            report.skip(rid, str(e))
+            continue
+        content = f"Complete the following Python code:\n```python\n{row['prompt'].strip()}\n```"
+        problems.append(Problem(f"leetcode/{rid}", [{"role": "user", "content": content}], "code", tests=tests,
+                                metadata={"difficulty": (row.get("meta") or {}).get("difficulty")}))
+    return problems

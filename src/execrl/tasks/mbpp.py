@@ -1,0 +1,34 @@
+"""MBPP: original (mbpp.jsonl) and sanitized (sanitized-mbpp.json) files, with the conventional splits by task_id:
+prompt 1-10, test 11-510 (evaluation only), validation 511-600, train 601-974. The prompt shows the problem and its
+first test, so the function name is known."""
+
+from __future__ import annotations
+
+from execrl.sandbox import AssertTests
+from execrl.tasks import register
+from execrl.tasks.problem import DatasetError, Problem, read_rows
+
+SPLITS = {"prompt": range(1, 11), "test": range(11, 511), "validation": range(511, 601), "train": range(601, 975)}
+
+
+@register("mbpp", data_dir="mbpp", splits=tuple(SPLITS), eval_only=("test",))
+def load(path, split, report, variant: str = "original", **_):
+    if variant not in ("original", "sanitized"):
+        raise DatasetError(f"mbpp variant must be 'original' or 'sanitized', got {variant!r}")
+    if path.is_dir():
+        path = path / ("mbpp.jsonl" if variant == "original" else "sanitized-mbpp.json")
+    problems = []
+    for row in read_rows(path):
+        task = row.get("task_id")
+        if task not in SPLITS[split]:
+            continue
+        text = row.get("text") or row.get("prompt")
+        asserts = list(row.get("test_list") or []) + list(row.get("challenge_test_list") or [])
+        if not text or not asserts:
+            report.skip(task, "no text or no tests")
+            continue
+        setup = row.get("test_setup_code") or "\n".join(row.get("test_imports") or [])
+        content = f"{text}\nYour code should pass this test:\n\n{asserts[0]}"
+        problems.append(Problem(f"mbpp/{task}", [{"role": "user", "content": content}], "code",
+                                tests=AssertTests(asserts, setup), metadata={"reference": row.get("code")}))
+    return problems

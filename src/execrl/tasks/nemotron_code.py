@@ -1,0 +1,39 @@
+"""Nemotron-RL competitive coding (NeMo-Gym format): `responses_create_params.input` is the prompt (it already asks
+for a ```python block), `verifier_metadata.unit_tests.{inputs, outputs, fn_name?}` the tests."""
+
+from __future__ import annotations
+
+from execrl.sandbox import TestSpecError, parse_tests
+from execrl.tasks import hub_rows, register
+from execrl.tasks.problem import Problem, read_rows
+
+HUB = "nvidia/Nemotron-RL-coding-competitive_coding"
+
+
+@register("nemotron_code", data_dir="nemotron_code_examples", splits=(), hub_id=HUB)
+def load(path, split, report, hub_id=None, **_):
+    if path is None:
+        rows = hub_rows(hub_id, split)
+    elif path.is_dir():
+        files = sorted(f for f in path.iterdir() if f.suffix in (".jsonl", ".parquet") and "rollout" not in f.name)
+        rows = [r for f in files for r in read_rows(f)]
+    else:
+        rows = read_rows(path)
+    problems = []
+    for i, row in enumerate(rows):
+        rid = row.get("hash_id") or i
+        messages = (row.get("responses_create_params") or {}).get("input")
+        unit = (row.get("verifier_metadata") or {}).get("unit_tests")
+        if not isinstance(messages, list) or not messages or not isinstance(unit, dict):
+            report.skip(rid, "no prompt or no unit_tests")
+            continue
+        tests = {k: unit[k] for k in ("inputs", "outputs", "fn_name") if unit.get(k)}
+        try:
+            spec = parse_tests(tests)
+        except TestSpecError as e:
+            report.skip(rid, f"unusable tests ({str(e).split(':')[0]})")
+            continue
+        messages = [{"role": m["role"], "content": m["content"]} for m in messages]
+        problems.append(Problem(f"nemotron/{rid}", messages, "code", tests=spec,
+                                metadata={"own_instructions": True, "source": row.get("source")}))
+    return problems

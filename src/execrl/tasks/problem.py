@@ -1,0 +1,77 @@
+"""A problem to pose: prompt messages plus what grades the answer (tests for code, a reference for math)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from execrl.sandbox import TestSpec
+
+err = Console(stderr=True)
+
+
+@dataclass
+class Problem:
+    id: str
+    messages: list[dict]  # the prompt as chat messages, without the system prompt (added when rendering)
+    kind: str  # "code" or "math"
+    tests: TestSpec | None = None  # code: what the program is graded against
+    answer: str | None = None  # math: the reference final answer
+    language: str = "python"
+    metadata: dict = field(default_factory=dict)
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be loaded at all (missing file, wrong format, unknown split): the message names the fix."""
+
+
+class RowReport:
+    """Counts the rows that cannot be used, by reason, with a few examples; printed once, never silent."""
+
+    def __init__(self, source: str):
+        self.source, self.reasons, self.examples = source, Counter(), defaultdict(list)
+
+    def skip(self, row_id, reason: str) -> None:
+        self.reasons[reason] += 1
+        if len(self.examples[reason]) < 3:
+            self.examples[reason].append(str(row_id))
+
+    @property
+    def skipped(self) -> int:
+        return sum(self.reasons.values())
+
+    def print(self) -> None:
+        if self.skipped:
+            parts = [f"{n} {reason} (e.g. {', '.join(self.examples[reason])})" for reason, n in self.reasons.most_common()]
+            err.print(f"[yellow]{self.source}: skipped {self.skipped} unusable rows:[/] " + "; ".join(parts))
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """Rows of a JSONL, JSON-list or parquet file."""
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"{path}: no such file")
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise DatasetError(f"{path}: reading parquet needs pyarrow (pip install pyarrow)") from None
+        return pq.read_table(path).to_pylist()
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        rows = json.loads(text)
+        if not isinstance(rows, list):
+            raise DatasetError(f"{path}: expected a JSON list of rows")
+        return rows
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise DatasetError(f"{path}, line {n}: not JSON ({e.msg}); expected one JSON object per line") from None
+    return rows

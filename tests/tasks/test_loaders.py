@@ -1,0 +1,101 @@
+"""Dataset loaders on the real files in ../shared/data, bad rows, splits."""
+
+import json
+
+import pytest
+
+from execrl.sandbox import AssertTests, CheckTests, StdioTests
+from execrl.tasks import DatasetError, check_trainable, load_problems
+
+from ..conftest import shared_data
+
+
+@pytest.mark.parametrize("name, split, count", [
+    ("gsm8k", "train", 7473), ("gsm8k", "test", 1319),
+    ("mbpp", "train", 374), ("mbpp", "validation", 90), ("mbpp", "test", 500), ("mbpp", "prompt", 10),
+    ("nemotron_code", "train", 5), ("leetcode", "test", 88),
+])
+def test_real_files_load_with_the_conventional_splits(name, split, count):
+    shared_data()
+    problems, report = load_problems(name, split)
+    assert len(problems) == count and report.skipped == 0
+    assert len({p.id for p in problems}) == count
+
+
+def test_gsm8k_answer_is_the_number_after_the_marks():
+    shared_data("gsm8k")
+    problems, _ = load_problems("gsm8k", "train")
+    assert problems[0].answer == "72" and problems[0].kind == "math"
+    assert problems[0].messages == [{"role": "user", "content": problems[0].messages[0]["content"]}]
+
+
+def test_mbpp_prompt_shows_the_problem_and_one_test():
+    shared_data("mbpp")
+    p = load_problems("mbpp", "test")[0][0]
+    assert p.id == "mbpp/11" and isinstance(p.tests, AssertTests) and len(p.tests.asserts) == 5  # 3 + 2 challenge tests
+    assert p.tests.asserts[0] in p.messages[0]["content"] and p.tests.asserts[1] not in p.messages[0]["content"]
+    sanitized = load_problems("mbpp", "test", variant="sanitized")[0]
+    assert 200 < len(sanitized) < 500
+
+
+def test_nemotron_rows_keep_their_own_prompt_and_tests():
+    shared_data("nemotron_code_examples")
+    problems, _ = load_problems("nemotron_code", "train")
+    assert all(isinstance(p.tests, StdioTests) for p in problems)
+    assert sorted(len(p.tests.inputs) for p in problems) == [1, 3, 82, 97, 100]
+    assert all(p.metadata["own_instructions"] and "```python" in p.messages[0]["content"] for p in problems)
+
+
+def test_bad_rows_are_counted_reported_and_skipped(tmp_path, capsys):
+    good = {"responses_create_params": {"input": [{"role": "user", "content": "add"}]},
+            "verifier_metadata": {"unit_tests": {"inputs": ["1 2\n"], "outputs": ["3\n"]}}}
+    rows = [good, {**good, "verifier_metadata": {"unit_tests": {"inputs": [], "outputs": []}}},
+            {**good, "verifier_metadata": {}}, {"responses_create_params": {}},
+            {**good, "verifier_metadata": {"unit_tests": {"inputs": ["1"], "outputs": ["1", "2"]}}}]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    problems, report = load_problems("nemotron_code", "train", str(path))
+    assert len(problems) == 1 and report.skipped == 4
+    printed = capsys.readouterr().err
+    assert "skipped 4 unusable rows" in printed and "no prompt or no unit_tests" in printed
+
+
+def test_generic_jsonl_with_a_field_mapping(tmp_path):
+    rows = [{"q": "1+1?", "ans": "2", "key": "a"},
+            {"q": "echo", "t": {"inputs": ["x\n"], "outputs": ["x\n"]}, "key": "b"},
+            {"q": "nothing to grade", "key": "c"}]
+    path = tmp_path / "mine.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    problems, report = load_problems("jsonl", path=str(path), fields={"prompt": "q", "answer": "ans", "tests": "t", "id": "key"})
+    assert [(p.id, p.kind) for p in problems] == [("a", "math"), ("b", "code")] and report.skipped == 1
+    with pytest.raises(DatasetError, match="unknown field mapping"):
+        load_problems("jsonl", path=str(path), fields={"question": "q"})
+
+
+def test_humaneval_form(tmp_path):
+    row = {"task_id": "HumanEval/0", "prompt": "def inc(x):\n    \"\"\"Add one.\"\"\"\n", "entry_point": "inc",
+           "test": "def check(candidate):\n    assert candidate(1) == 2\n"}
+    path = tmp_path / "he.jsonl"
+    path.write_text(json.dumps(row))
+    (p,), _ = load_problems("humaneval", "test", str(path))
+    assert isinstance(p.tests, CheckTests) and p.metadata["entry_point"] == "inc"
+
+
+def test_evaluation_splits_are_never_trainable():
+    for name, split in [("gsm8k", "test"), ("mbpp", "test"), ("leetcode", "test"), ("humaneval", "test")]:
+        with pytest.raises(DatasetError, match="evaluation split"):
+            check_trainable(name, split)
+    check_trainable("mbpp", "train")
+    check_trainable("gsm8k", "train")
+
+
+def test_unusable_datasets_say_what_to_do(tmp_path):
+    with pytest.raises(DatasetError, match="no split 'dev'"):
+        load_problems("mbpp", "dev")
+    with pytest.raises(DatasetError, match="unknown dataset"):
+        load_problems("mbpp2")
+    with pytest.raises(DatasetError, match="does not exist"):
+        load_problems("gsm8k", "train", str(tmp_path / "missing"))
+    (tmp_path / "bad.jsonl").write_text('{"a": 1}\nnot json\n')
+    with pytest.raises(DatasetError, match="line 2: not JSON"):
+        load_problems("jsonl", path=str(tmp_path / "bad.jsonl"))

@@ -1,0 +1,78 @@
+"""`execrl eval` end to end: a tiny local model on MBPP and GSM8K, and files of completions made elsewhere."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import shared_data
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "execrl.cli", "eval", *map(str, args)], capture_output=True,
+                          text=True, timeout=600)
+
+
+def passk(n, c, k):
+    return 1 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@pytest.mark.parametrize("dataset", ["mbpp", "gsm8k"])
+def test_eval_a_local_model_directory(tiny_model_dir, tmp_path, dataset):
+    shared_data(dataset)
+    out = tmp_path / "out"
+    proc = run("--model", tiny_model_dir, "--dataset", dataset, "--split", "test", "--limit", 3, "--samples", 4,
+               "--k", "1,2", "--max-new-tokens", 24, "--out", out, "--workers", 2)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert summary["problems"] == 3 and summary["samples"] == 12 and len(rows) == 3
+    assert all(len(r["completions"]) == 4 for r in rows)
+    good = "pass" if dataset == "mbpp" else "correct"
+    for k in (1, 2):  # the reported numbers follow from the outcomes of the completions it produced
+        expected = sum(passk(4, r["outcomes"].count(good), k) for r in rows) / 3
+        assert summary[f"pass@{k}"] == pytest.approx(expected)
+    assert "pass@1" in proc.stdout
+
+
+def test_eval_completions_from_a_file(tmp_path):
+    rows = [json.loads(line) for line in shared_data("mbpp", "mbpp.jsonl").read_text().splitlines()]
+    ref = {r["task_id"]: "```python\n" + r["code"] + "\n```" for r in rows}
+    wrong = "```python\ndef remove_Occ(s, ch):\n    return s\n```"
+    completions = [
+        ("mbpp/11", ref[11]), ("mbpp/11", ref[11]),  # 2 of 2
+        ("mbpp/12", ref[12]), ("mbpp/12", "```python\ndef sort_matrix(m):\n    return m\n```"),  # 1 of 2
+        ("mbpp/13", wrong), ("mbpp/13", "no code at all"),  # 0 of 2
+    ]
+    path = tmp_path / "completions.jsonl"
+    path.write_text("\n".join(json.dumps({"problem_id": p, "completion": c}) for p, c in completions))
+    out = tmp_path / "out"
+    proc = run("--completions", path, "--dataset", "mbpp", "--split", "test", "--samples", 2, "--k", "1,2", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pass@1"] == pytest.approx((1 + 0.5 + 0) / 3)
+    assert summary["pass@2"] == pytest.approx((1 + 1 + 0) / 3)
+    assert summary["outcomes"] == {"pass": 3, "fail": 1, "runtime_error": 1, "no_code": 1}  # 13 names no such function
+
+
+def test_eval_completions_that_carry_their_own_tests_and_answers(tmp_path):
+    rows = [{"id": "a", "completion": "```python\nprint(int(input()) + 1)\n```", "tests": {"inputs": ["1\n"], "outputs": ["2\n"]}},
+            {"id": "b", "completion": r"so \boxed{7}", "answer": "7"},
+            {"id": "c", "completion": r"so \boxed{8}", "answer": "7"}]
+    path = tmp_path / "own.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    proc = run("--completions", path, "--dataset", "", "--out", tmp_path / "o")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["pass@1"] == pytest.approx(2 / 3)
+
+
+def test_eval_errors_are_one_clear_line(tmp_path):
+    proc = run("--model", tmp_path / "nowhere", "--dataset", "gsm8k", "--limit", 1, "--out", tmp_path / "o")
+    assert proc.returncode == 2 and "cannot load model" in proc.stderr and "Traceback" not in proc.stderr
+    (tmp_path / "c.jsonl").write_text(json.dumps({"problem_id": "mbpp/99999", "completion": "x"}))
+    proc = run("--completions", tmp_path / "c.jsonl", "--dataset", "mbpp", "--split", "test", "--out", tmp_path / "o")
+    assert proc.returncode == 2 and "not in the dataset" in proc.stderr
+    proc = run("--completions", tmp_path / "c.jsonl", "--samples", 1, "--k", "5", "--out", tmp_path / "o")
+    assert proc.returncode == 2 and "--k values" in proc.stderr

@@ -1,0 +1,61 @@
+"""Answer and code extraction on messy model outputs."""
+
+from execrl.extract import extract, fenced_blocks, last_boxed, math_answer
+
+
+def test_last_python_block_wins_and_python_is_preferred():
+    text = "```python\nprint(1)\n```\ntext\n```python\nprint(2)\n```\n```\nplain\n```\n```text\nnot code\n```"
+    assert extract(text).code == "print(2)"
+    assert extract("```\nx = 1\n```").code == "x = 1"  # any fence when there is no python one
+
+
+def test_unclosed_fence_counts_only_without_a_closed_block():
+    assert extract("```python\nprint(1)\n```\n```python\nprint(2") .code == "print(1)"
+    e = extract("Sure!\n```python\nprint(3)\nprint(4)")
+    assert e.code == "print(3)\nprint(4)" and not e.format_ok
+
+
+def test_fences_inside_strings_do_not_split_blocks():
+    text = '```python\ns = "```"\nprint(s)\n```'
+    assert extract(text).code == 's = "```"\nprint(s)'
+
+
+def test_no_code_is_an_outcome():
+    e = extract("I think the answer is to use a loop.")
+    assert e.code is None and not e.format_ok
+    assert extract("```python\n\n```").code is None
+
+
+def test_code_tags_and_auto():
+    assert extract("<code>print(1)</code> then <code>print(2)</code>", code_style="tags").code == "print(2)"
+    assert extract("```python\nprint(1)\n```\n<code>print(2)</code>", code_style="auto").code == "print(2)"
+    assert extract("<code>print(2)</code>\n```python\nprint(1)\n```", code_style="auto").code == "print(1)"
+    assert extract("<code>x</code>", code_style="fence").code is None
+
+
+def test_think_format_uses_what_follows_the_last_think():
+    text = "<think>maybe ```python\nprint(0)\n``` no</think>\n```python\nprint(1)\n```"
+    e = extract(text, answer_format="think")
+    assert e.code == "print(1)" and e.format_ok
+    assert not extract("<think>still thinking ```python\nprint(0)\n```", answer_format="think").format_ok
+
+
+def test_reasoning_format():
+    good = "<reasoning>add them</reasoning>\n<answer>\n```python\nprint(3)\n```\n</answer>"
+    e = extract(good, answer_format="reasoning")
+    assert e.code == "print(3)" and e.format_ok
+    sloppy = "blah <answer>```python\nprint(3)\n```</answer>"
+    e = extract(sloppy, answer_format="reasoning")
+    assert e.code == "print(3)" and not e.format_ok
+
+
+def test_fenced_blocks_reports_languages_and_closure():
+    assert fenced_blocks("```py\na\n```\n```\nb") == [("py", "a", True), ("", "b", False)]
+
+
+def test_math_answers():
+    assert last_boxed(r"so \boxed{\frac{1}{2}} and finally \boxed{3}") == "3"
+    assert last_boxed(r"\boxed{\frac{a}{b}}") == r"\frac{a}{b}"
+    assert math_answer("work... #### 1,234") == "1,234"
+    assert math_answer("She has 3 apples, then 5.") == "5"
+    assert math_answer("no numbers here") is None

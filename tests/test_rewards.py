@@ -1,0 +1,108 @@
+"""Each reward component on samples built by hand, values worked out in the comments."""
+
+import pytest
+from pydantic import ValidationError
+
+from execrl.extract import extract
+from execrl.rewards import RewardConfig, Sample, score
+from execrl.sandbox import AssertTests, ProgramResult, StdioTests, TestResult, Verdict
+from execrl.tasks import Problem
+
+V = Verdict
+CODE = Problem("p", [{"role": "user", "content": "x"}], "code", tests=StdioTests(["1\n"] * 4, ["1\n"] * 4))
+FN = Problem("f", [{"role": "user", "content": "x"}], "code", tests=AssertTests(["assert f() == 1"]))
+MATH = Problem("m", [{"role": "user", "content": "x"}], "math", answer="72")
+
+
+def result(*verdicts, stdout=1, error=""):
+    tests = [TestResult(v, stdout_bytes=stdout, error=error) for v in verdicts]
+    return ProgramResult(next((v for v in verdicts if v != V.PASS), V.PASS), tests)
+
+
+def sample(completion="```python\nprint(1)\n```", problem=CODE, res=None, **kw):
+    return Sample(problem, completion, extract(completion, want_code=problem.kind == "code"), res, **kw)
+
+
+def parts(s, *components):
+    cfg = RewardConfig(components=[c if isinstance(c, dict) else {"name": c} for c in components])
+    return score(s, cfg)
+
+
+def test_test_fraction_and_all_pass():
+    s = sample(res=result(V.PASS, V.PASS, V.FAIL, V.TIMEOUT))
+    r = parts(s, "test_pass_fraction", "all_tests_pass")
+    assert r.parts == {"test_pass_fraction": 0.5, "all_tests_pass": 0.0} and r.total == 0.5  # 2 of 4
+    r = parts(sample(res=result(V.PASS, V.PASS)), "test_pass_fraction", "all_tests_pass")
+    assert r.total == 2.0  # 1.0 + 1.0
+
+
+def test_seed_style_base_and_perfect_weights():
+    cfg = [{"name": "test_pass_fraction", "weight": 0.7}, {"name": "all_tests_pass", "weight": 0.3}]
+    assert parts(sample(res=result(V.PASS, V.FAIL, V.FAIL, V.FAIL)), *cfg).total == pytest.approx(0.175)  # 0.7 * 1/4
+    assert parts(sample(res=result(V.PASS)), *cfg).total == pytest.approx(1.0)  # 0.7 + 0.3
+
+
+def test_no_code_scores_zero_tests():
+    s = sample("I would loop over the input.")
+    assert s.extracted.code is None
+    assert parts(s, "test_pass_fraction").total == 0.0
+
+
+@pytest.mark.parametrize("res, problem, expected", [
+    (result(V.PASS, V.FAIL, stdout=3), CODE, 1.0),  # ran and printed: +1 (correctness is another component)
+    (result(V.FAIL, stdout=0), CODE, 0.5),  # ran, printed nothing: +0.5
+    (result(V.FAIL, stdout=0), FN, 1.0),  # function forms return values: +1
+    (result(V.SYNTAX_ERROR), CODE, -0.5),
+    (result(V.PASS, V.RUNTIME_ERROR), CODE, -1.0),
+    (result(V.TIMEOUT), CODE, -1.0),
+    (None, CODE, -1.0),  # no code found
+])
+def test_execution_tiers(res, problem, expected):
+    assert parts(sample(problem=problem, res=res), "execution_tiers").total == expected
+
+
+def test_error_penalty_on_chosen_classes():
+    cfg = {"name": "error_penalty", "classes": ["NameError"], "penalty": -2.0}
+    assert parts(sample(res=result(V.RUNTIME_ERROR, error="NameError")), cfg).total == -2.0
+    assert parts(sample(res=result(V.RUNTIME_ERROR, error="ZeroDivisionError")), cfg).total == 0.0
+    assert parts(sample(res=result(V.SYNTAX_ERROR)), {"name": "error_penalty"}).total == -1.0  # default classes
+
+
+def test_format():
+    assert parts(sample(res=result(V.PASS)), "format").total == 1.0
+    assert parts(sample("```python\nprint(1)"), "format").total == 0.0  # unclosed
+    assert parts(sample(r"The answer is \boxed{72}", problem=MATH), "format").total == 1.0
+
+
+def test_repetition_penalty():
+    stuck = "from typing import List, Dict\n" * 8  # 8 lines, 1 unique: 1 - 1/8 = 0.875
+    assert parts(sample(stuck), {"name": "repetition_penalty", "ngram": 50}).total == pytest.approx(-0.875)
+    varied = "a b c d e f g h"  # 5 distinct 4-grams, 1 line
+    assert parts(sample(varied), "repetition_penalty").total == 0.0
+
+
+def test_soft_overlong_penalty():
+    cfg = {"name": "overlong_penalty", "buffer_tokens": 100}
+    assert parts(sample(num_tokens=900, max_tokens=1000), cfg).total == 0.0  # at the start of the buffer
+    assert parts(sample(num_tokens=950, max_tokens=1000), cfg).total == pytest.approx(-0.5)  # (900 - 950) / 100
+    assert parts(sample(num_tokens=1000, max_tokens=1000), cfg).total == pytest.approx(-1.0)
+
+
+@pytest.mark.parametrize("completion, expected", [
+    (r"So she sold \boxed{72} clips.", 1.0), ("#### 72", 1.0), ("48 + 24 = 72", 1.0),
+    (r"\boxed{72.0}", 1.0), (r"\boxed{\frac{144}{2}}", 1.0), (r"\boxed{71}", 0.0), ("no idea", 0.0),
+])
+def test_math_correct(completion, expected):
+    assert parts(sample(completion, problem=MATH), "math_correct").total == expected
+
+
+def test_infra_error_makes_the_sample_invalid_not_zero():
+    r = parts(sample(res=result(V.INFRA_ERROR)), "test_pass_fraction", "execution_tiers")
+    assert not r.valid and r.total is None and r.parts == {}
+
+
+def test_config_errors_name_the_fix():
+    with pytest.raises(ValidationError, match="did you mean 'test_pass_fraction'"):
+        RewardConfig(components=[{"name": "test_pass_fractoin"}])
+    with pytest.raises(ValidationError, match="has no parameter"):
+        RewardConfig(components=[{"name": "repetition_penalty", "ngrams": 3}])
