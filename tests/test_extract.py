@@ -59,3 +59,8 @@ def test_math_answers():
     assert math_answer("work... #### 1,234") == "1,234"
     assert math_answer("She has 3 apples, then 5.") == "5"
     assert math_answer("no numbers here") is None
+
+
+def test_tags_inside_fenced_code_are_just_code():
+    text = '```python\nhtml = "<code>x</code>"\nprint(html)\n```'
+    assert extract(text).code == 'html = "<code>x</code>"\nprint(html)'

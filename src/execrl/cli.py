@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--data-path", default=None, help="file or directory of the dataset (default: found locally)")
     e.add_argument("--limit", type=int, default=None, help="only the first N problems")
     e.add_argument("--samples", type=int, default=1, help="completions per problem (n of pass@k)")
+    e.add_argument("--max-tests", type=int, default=0, help="grade at most this many tests per problem (0: all)")
     e.add_argument("--k", default="1", help="comma-separated k values, e.g. 1,5,10")
     e.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: 0 for 1 sample, else 0.8)")
     e.add_argument("--top-p", type=float, default=1.0)
@@ -68,6 +69,7 @@ def run_eval(args) -> int:
             raise ValueError(f"--k values must be between 1 and --samples ({args.samples}), got {args.k!r}")
         temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 0.8)
         cfg = EvalConfig(dataset=args.dataset, split=args.split, data_path=args.data_path, limit=args.limit,
+                         max_tests=args.max_tests,
                          samples=args.samples, ks=ks, temperature=temperature, top_p=args.top_p,
                          max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.seed,
                          out=args.out, workers=args.workers, timeout_s=args.timeout,

@@ -99,3 +99,11 @@ def test_unusable_datasets_say_what_to_do(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"a": 1}\nnot json\n')
     with pytest.raises(DatasetError, match="line 2: not JSON"):
         load_problems("jsonl", path=str(tmp_path / "bad.jsonl"))
+
+
+def test_max_tests_per_problem_keeps_the_first_ones():
+    shared_data("nemotron_code_examples")
+    problems, _ = load_problems("nemotron_code", "train", max_tests=10)
+    assert sorted(len(p.tests.inputs) for p in problems) == [1, 3, 10, 10, 10]
+    full, _ = load_problems("nemotron_code", "train")
+    assert problems[1].tests.inputs == full[1].tests.inputs[:len(problems[1].tests.inputs)]

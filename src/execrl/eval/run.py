@@ -31,6 +31,7 @@ class EvalConfig:
     split: str = "test"
     data_path: str | None = None
     limit: int | None = None  # first N problems
+    max_tests: int = 0  # at most this many tests per problem (0: all)
     samples: int = 1
     ks: tuple[int, ...] = (1,)
     temperature: float = 0.0
@@ -78,7 +79,7 @@ def outcome(sample: Sample) -> str:
 
 
 def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | None = None) -> dict:
-    problems, _ = load_problems(cfg.dataset, cfg.split, cfg.data_path) if cfg.dataset else ([], None)
+    problems, _ = load_problems(cfg.dataset, cfg.split, cfg.data_path, cfg.max_tests) if cfg.dataset else ([], None)
     problems = problems[: cfg.limit] if cfg.limit else problems
     if completions:
         texts = read_completions(completions, problems)

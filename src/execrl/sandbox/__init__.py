@@ -31,7 +31,15 @@ defences apply: no network or filesystem isolation, and RLIMIT_NPROC does not bi
 from execrl.sandbox.grader import Grader, Limits, ProgramResult, TestResult, program_verdict
 from execrl.sandbox.languages import LANGUAGES, Language, get_language, load_languages
 from execrl.sandbox.spec import (
-    AssertTests, CallTests, CheckTests, StdioTests, TestSpec, TestSpecError, Verdict, parse_tests, split_test_script,
+    AssertTests,
+    CallTests,
+    CheckTests,
+    StdioTests,
+    TestSpec,
+    TestSpecError,
+    Verdict,
+    parse_tests,
+    split_test_script,
 )
 
 __all__ = [

@@ -76,6 +76,17 @@ def num_tests(spec: TestSpec) -> int:
     return len(spec.outputs)
 
 
+def truncate_tests(spec: TestSpec, max_tests: int) -> TestSpec:
+    """At most `max_tests` tests (the first ones): cheaper grading of problems with hundreds of tests."""
+    if max_tests <= 0 or num_tests(spec) <= max_tests or isinstance(spec, CheckTests):
+        return spec
+    if isinstance(spec, StdioTests):
+        return StdioTests(spec.inputs[:max_tests], spec.outputs[:max_tests], spec.compare)
+    if isinstance(spec, CallTests):
+        return CallTests(spec.fn_name, spec.args[:max_tests], spec.outputs[:max_tests])
+    return AssertTests(spec.asserts[:max_tests], spec.setup)
+
+
 def parse_tests(obj) -> TestSpec:
     """Validate a tests object (dict or JSON string) into one of the four forms."""
     if isinstance(obj, str):

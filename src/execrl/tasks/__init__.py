@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from execrl.sandbox.spec import truncate_tests
 from execrl.tasks.problem import DatasetError, Problem, RowReport, read_rows
 
 
@@ -48,7 +49,9 @@ def find_path(info: DatasetInfo, path: str | None) -> Path | None:
     return next((c for c in candidates if c.exists()), None)
 
 
-def load_problems(name: str, split: str = "train", path: str | None = None, **options) -> tuple[list[Problem], RowReport]:
+def load_problems(name: str, split: str = "train", path: str | None = None, max_tests: int = 0,
+                  **options) -> tuple[list[Problem], RowReport]:
+    """Problems of one split; `max_tests` > 0 keeps at most that many tests per code problem (the first ones)."""
     if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}: known are {sorted(DATASETS)} (or 'jsonl' with a field mapping)")
     info = DATASETS[name]
@@ -62,6 +65,8 @@ def load_problems(name: str, split: str = "train", path: str | None = None, **op
     for p in problems:
         p.metadata.setdefault("dataset", name)
         p.metadata.setdefault("split", split)
+        if max_tests and p.tests is not None:
+            p.tests = truncate_tests(p.tests, max_tests)
     report.print()
     if not problems:
         raise DatasetError(f"{name}/{split}: no usable problems (skipped {report.skipped})")
@@ -75,19 +80,19 @@ def check_trainable(name: str, split: str) -> None:
                            f"{[s for s in info.splits if s not in info.eval_only] or 'another dataset'})")
 
 
-def hub_rows(hub_id: str, split: str) -> list[dict]:
+def hub_rows(hub_id: str, split: str, config: str | None = None) -> list[dict]:
     try:
         import datasets
     except ImportError:
         raise DatasetError(f"no local copy, and loading {hub_id} from the hub needs `pip install datasets` and a "
                            "network; or pass the path of a local copy") from None
     try:
-        return list(datasets.load_dataset(hub_id, split=split))
+        return list(datasets.load_dataset(hub_id, config, split=split))
     except Exception as e:  # noqa: BLE001 - offline, unknown id, ...: one clear message
         raise DatasetError(f"could not load {hub_id} ({split}) from the hub: {e}; pass a local path instead") from None
 
 
 # the loaders register themselves
-from execrl.tasks import gsm8k, humaneval, leetcode, mbpp, nemotron_code, generic  # noqa: E402,F401
+from execrl.tasks import generic, gsm8k, humaneval, leetcode, mbpp, nemotron_code  # noqa: E402,F401
 
 __all__ = ["DATASETS", "DatasetError", "Problem", "RowReport", "check_trainable", "load_problems", "read_rows"]

@@ -9,7 +9,7 @@ from execrl.tasks.problem import Problem, read_rows
 @register("gsm8k", data_dir="gsm8k", splits=("train", "test"), eval_only=("test",), hub_id="openai/gsm8k")
 def load(path, split, report, hub_id=None, **_):
     if path is None:
-        rows = hub_rows(hub_id, split)  # the hub copy needs the config name "main"
+        rows = hub_rows(hub_id, split, config="main")
     else:
         rows = read_rows(path / f"{split}.jsonl" if path.is_dir() else path)
     problems = []
