@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from execrl.extract import ANSWER_FORMATS, CODE_STYLES
 from execrl.tasks import Problem
@@ -18,6 +18,8 @@ _FORMAT = {
 
 class PromptConfig(BaseModel):
     """How problems are posed."""
+
+    model_config = ConfigDict(extra="forbid")
 
     system_prompt: str | None = Field(None, description="system message put before every prompt (none if null)")
     answer_format: str = Field("code", description="code | reasoning (<reasoning>/<answer>) | think (<think> first)")

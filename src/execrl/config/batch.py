@@ -1,0 +1,62 @@
+"""The batch arithmetic of a GRPO step, checked once and spelled out by `execrl train --dry-run`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from execrl.config.load import ConfigError
+from execrl.config.schema import MasterConfig
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    num_gpus: int
+    samples_per_step: int  # prompts x generations
+    global_batch: int  # samples per optimizer step (all GPUs)
+    optimizer_steps_per_rollout: int
+    per_gpu_batch: int  # samples per optimizer step on one GPU
+    micro_batch: int
+    micro_batches_per_optimizer_step: int  # gradient accumulation on one GPU
+    notes: tuple[str, ...] = ()
+
+    def describe(self, cfg: MasterConfig) -> str:
+        g = cfg.grpo
+        lines = [
+            f"prompts per step x generations = samples per step: {g.num_prompts_per_step} x "
+            f"{g.num_generations_per_prompt} = {self.samples_per_step}",
+            f"samples per optimizer step (global batch): {self.global_batch} "
+            f"= {self.global_batch // g.num_generations_per_prompt} whole groups",
+            f"optimizer steps per rollout: {self.samples_per_step} / {self.global_batch} = {self.optimizer_steps_per_rollout}",
+            f"GPUs: {cfg.cluster.num_nodes} node(s) x {cfg.cluster.gpus_per_node} = {self.num_gpus}; per GPU per "
+            f"optimizer step: {self.per_gpu_batch} samples",
+            f"micro-batches per optimizer step per GPU: ceil({self.per_gpu_batch} / {self.micro_batch}) = "
+            f"{self.micro_batches_per_optimizer_step} (gradient accumulation)",
+            f"training steps: {g.max_num_steps}; samples generated in all: {g.max_num_steps * self.samples_per_step}",
+        ]
+        return "\n".join(lines + [f"note: {n}" for n in self.notes])
+
+
+def plan(cfg: MasterConfig) -> BatchPlan:
+    g, p = cfg.grpo, cfg.policy
+    gpus = cfg.cluster.gpus_per_node * cfg.cluster.num_nodes
+    group, samples = g.num_generations_per_prompt, g.num_prompts_per_step * g.num_generations_per_prompt
+    if min(g.num_prompts_per_step, group, p.train_global_batch_size, p.train_micro_batch_size, gpus) < 1:
+        raise ConfigError("batch sizes, generations and GPU counts must all be at least 1")
+    notes = []
+    global_batch = p.train_global_batch_size
+    if global_batch > samples:
+        notes.append(f"policy.train_global_batch_size {global_batch} > {samples} samples per step: one optimizer "
+                     f"step per rollout, over all {samples} samples")
+        global_batch = samples
+    if global_batch % group:
+        raise ConfigError(f"policy.train_global_batch_size {global_batch} must be a multiple of "
+                          f"grpo.num_generations_per_prompt {group}: groups are never split across optimizer steps")
+    if samples % global_batch:
+        raise ConfigError(f"samples per step ({samples}) must be a multiple of policy.train_global_batch_size "
+                          f"({global_batch}), e.g. {samples} or {samples // max(1, samples // global_batch)}")
+    if global_batch % gpus or (global_batch // gpus) % group and gpus > 1:
+        raise ConfigError(f"the global batch ({global_batch}) must split into whole groups of {group} over {gpus} GPUs")
+    per_gpu = global_batch // gpus
+    micro = min(p.train_micro_batch_size, per_gpu)
+    return BatchPlan(gpus, samples, global_batch, samples // global_batch, per_gpu, micro, -(-per_gpu // micro),
+                     tuple(notes))

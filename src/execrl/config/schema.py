@@ -1,0 +1,187 @@
+"""The one typed config schema. Every default lives here; YAML files and `key=value` overrides only override it.
+Names follow NeMo RL's where they exist (policy.*, grpo.*, loss_fn.*, data.*, env.*, logger.*, checkpointing.*,
+cluster.*), so its GRPO configs load unchanged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from execrl.prompts import PromptConfig
+from execrl.rewards import RewardConfig
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TokenizerConfig(Section):
+    name: str | None = Field(None, description="tokenizer id or directory; null: the model's own")
+    chat_template: str | None = Field(None, description="a Jinja chat template to use instead of the tokenizer's")
+
+
+class VllmConfig(Section):
+    max_model_len: int | None = Field(None, description="vLLM backend only: the context length it reserves")
+    gpu_memory_utilization: float = Field(0.6, description="vLLM backend only: share of GPU memory it may take")
+    tensor_parallel_size: int = Field(1, description="vLLM backend only: GPUs per vLLM instance")
+
+
+class GenerationConfig(Section):
+    backend: str = Field("transformers", description="rollout backend: transformers (the reference)")
+    max_new_tokens: int = Field(512, description="tokens generated per turn at most")
+    temperature: float = Field(1.0, description="sampling temperature for rollouts")
+    top_p: float = Field(1.0, description="nucleus sampling threshold")
+    top_k: int | None = Field(None, description="sample among the k likeliest tokens only (null: all)")
+    stop_strings: list[str] | None = Field(None, description="generation stops after any of these strings")
+    vllm_cfg: VllmConfig = Field(default_factory=VllmConfig, description="settings read by the vLLM backend")
+
+
+class OptimizerConfig(Section):
+    name: str = Field("torch.optim.AdamW", description="optimizer class (AdamW)")
+    kwargs: dict[str, Any] = Field(default_factory=lambda: {"lr": 5e-6, "weight_decay": 0.01, "betas": [0.9, 0.999],
+                                                            "eps": 1e-8}, description="passed to the optimizer")
+
+
+class SchedulerConfig(Section):
+    warmup_steps: int = Field(0, description="optimizer steps of linear learning-rate warm-up from 0")
+
+
+class PolicyConfig(Section):
+    model_name: str = Field("builtin:tiny-coder", description="hub id, HF directory, or builtin:tiny-coder")
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig, description="tokenizer settings")
+    max_total_sequence_length: int = Field(1024, description="prompt + completion tokens at most")
+    train_global_batch_size: int = Field(64, description="samples per optimizer step, over all GPUs")
+    train_micro_batch_size: int = Field(4, description="samples per forward/backward pass on one GPU")
+    logprob_batch_size: int = Field(4, description="samples per forward pass when computing logprobs")
+    generation_batch_size: int = Field(64, description="sequences generated at once on one GPU")
+    precision: str = Field("auto", description="auto (bf16 on GPUs that have it, fp32 on CPU) | bfloat16 | float32")
+    device: str = Field("auto", description="auto | cpu | cuda")
+    activation_checkpointing: bool = Field(False, description="recompute activations in backward to save memory")
+    max_grad_norm: float = Field(1.0, description="gradient clipping by global norm")
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="the optimizer")
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig, description="the learning-rate schedule")
+    generation: GenerationConfig = Field(default_factory=GenerationConfig, description="rollout sampling")
+
+
+class AsyncGRPOConfig(Section):
+    enabled: bool = Field(False, description="generate the next step's rollouts while this step trains")
+    max_trajectory_age_steps: int = Field(1, description="drop rollouts sampled more than this many steps ago")
+
+
+class DynamicSamplingConfig(Section):
+    enabled: bool = Field(False, description="drop groups whose rewards are all equal (no learning signal)")
+    max_refills: int = Field(0, description="sample this many extra batches to refill dropped groups")
+
+
+class GRPOConfig(Section):
+    num_prompts_per_step: int = Field(32, description="prompts sampled per step")
+    num_generations_per_prompt: int = Field(16, description="completions per prompt: the group size G")
+    max_num_steps: int = Field(1000, description="training steps (one rollout batch each)")
+    max_num_epochs: int = Field(1000, description="passes over the training set at most")
+    advantage: str = Field("grpo", description="advantage estimator: grpo | dr_grpo")
+    normalize_rewards: bool = Field(True, description="divide advantages by the group's reward std")
+    use_leave_one_out_baseline: bool = Field(True, description="baseline = mean of the other G-1 rewards")
+    max_rollout_turns: int = Field(1, description="turns per episode (>1: multi-turn)")
+    overlong_filtering: bool = Field(False, description="exclude truncated completions from the loss")
+    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig, description="DAPO")
+    val_period: int = Field(10, description="evaluate every N steps (0: never)")
+    val_at_start: bool = Field(False, description="evaluate before the first step")
+    max_val_samples: int = Field(256, description="validation problems at most")
+    val_batch_size: int = Field(64, description="validation prompts generated at once")
+    seed: int = Field(42, description="seed for data order, sampling and initialisation")
+    async_grpo: AsyncGRPOConfig = Field(default_factory=AsyncGRPOConfig, description="asynchronous GRPO")
+
+
+class LossConfig(Section):
+    reference_policy_kl_penalty: float = Field(0.0, description="KL-to-reference coefficient (0: no reference model)")
+    reference_policy_kl_type: str = Field("k3", description="KL estimator: k1 | k3")
+    ratio_clip_min: float = Field(0.2, description="PPO clip below: ratio >= 1 - this")
+    ratio_clip_max: float = Field(0.2, description="PPO clip above: ratio <= 1 + this (larger: DAPO clip-higher)")
+    ratio_clip_c: float | None = Field(None, description="dual-clip bound for negative advantages (null: off)")
+    token_level_loss: bool = Field(True, description="mean over all tokens of the batch (false: per sequence first)")
+    constant_normalizer: int | None = Field(None, description="Dr.GRPO: divide token sums by this, not token counts")
+    use_on_policy_kl_approximation: bool = Field(False, description="NeMo RL compatibility; unused on-policy")
+    use_importance_sampling_correction: bool = Field(False, description="weight by pi_train/pi_sampler (off-policy)")
+    truncated_importance_sampling_ratio: float | None = Field(2.0, description="cap for the importance weight")
+
+
+class DatasetConfig(Section):
+    dataset_name: str = Field("builtin:arith-code", description="gsm8k | mbpp | nemotron_code | jsonl | builtin:arith-code | hub id")
+    split: str = Field("train", description="split to read")
+    path: str | None = Field(None, description="local file or directory (default: found in the data directories)")
+    split_validation_size: float = Field(0.0, description="share of the train split held out for validation")
+    max_tests: int = Field(0, description="grade at most this many tests per problem (0: all)")
+    options: dict[str, Any] = Field(default_factory=dict, description="loader options, e.g. variant, fields")
+
+
+class DataDefaults(Section):
+    processor: str = Field("auto", description="NeMo RL name of the row processor; execrl picks it from the dataset")
+    env_name: str = Field("auto", description="NeMo RL name of the environment: code | math | auto")
+
+
+class DataConfig(Section):
+    train: DatasetConfig = Field(default_factory=DatasetConfig, description="the training problems")
+    validation: DatasetConfig | None = Field(None, description="validation problems (null: held out from train)")
+    default: DataDefaults = Field(default_factory=DataDefaults, description="NeMo RL defaults block")
+    max_input_seq_length: int | None = Field(None, description="drop prompts longer than this (null: total - new)")
+    shuffle: bool = Field(True, description="shuffle training problems each epoch")
+
+
+class CodeEnvConfig(Section):
+    num_workers: int = Field(0, description="sandbox workers (0: one per CPU core)")
+    terminate_on_evaluation: bool = Field(True, description="single-turn: the episode ends when the code is graded")
+    timeout_s: float = Field(2.0, description="CPU seconds per test")
+    memory_mb: int = Field(1024, description="memory limit per program")
+
+
+class EnvConfig(Section):
+    code: CodeEnvConfig = Field(default_factory=CodeEnvConfig, description="the code environment")
+
+
+class WandbConfig(Section):
+    project: str = Field("execrl", description="W&B project")
+    name: str | None = Field(None, description="run name (default: the log directory's name)")
+    mode: str = Field("online", description="online | offline (no network; sync later with `wandb sync`)")
+
+
+class LoggerConfig(Section):
+    log_dir: str = Field("runs/default", description="metrics.jsonl, TensorBoard events, rollouts, resolved config")
+    wandb_enabled: bool = Field(False, description="log to Weights & Biases (needs `pip install wandb`)")
+    tensorboard_enabled: bool = Field(True, description="write TensorBoard events")
+    wandb: WandbConfig = Field(default_factory=WandbConfig, description="W&B settings")
+    rollouts_period: int = Field(10, description="write sampled rollouts to rollouts/step_N.jsonl every N steps")
+    monitor_gpus: bool = Field(True, description="NeMo RL compatibility; GPU memory is logged when on a GPU")
+
+
+class CheckpointConfig(Section):
+    enabled: bool = Field(True, description="save checkpoints")
+    checkpoint_dir: str = Field("runs/default/checkpoints", description="where; an existing one is resumed from")
+    save_period: int = Field(10, description="save every N steps (and at the end)")
+    keep_top_k: int = Field(3, description="keep the last K checkpoints")
+
+
+class ClusterConfig(Section):
+    gpus_per_node: int = Field(1, description="GPUs per node (>1 launches torchrun)")
+    num_nodes: int = Field(1, description="nodes")
+
+
+class WarmupConfig(Section):
+    sft_steps: int = Field(0, description="supervised steps on reference solutions before GRPO (builtin tasks)")
+    lr: float = Field(3e-3, description="learning rate of the supervised warm-up")
+    batch_size: int = Field(32, description="examples per warm-up step")
+
+
+class MasterConfig(Section):
+    policy: PolicyConfig = Field(default_factory=PolicyConfig, description="the model and how it trains")
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="the algorithm")
+    loss_fn: LossConfig = Field(default_factory=LossConfig, description="the clipped policy-gradient loss")
+    data: DataConfig = Field(default_factory=DataConfig, description="training and validation problems")
+    prompt: PromptConfig = Field(default_factory=PromptConfig, description="how problems are posed")
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="the reward")
+    env: EnvConfig = Field(default_factory=EnvConfig, description="environments (the sandbox)")
+    logger: LoggerConfig = Field(default_factory=LoggerConfig, description="logging")
+    checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig, description="checkpoints and resume")
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="GPUs and nodes")
+    warmup: WarmupConfig = Field(default_factory=WarmupConfig, description="supervised warm-up (builtin default)")
+    offline: bool = Field(False, description="never touch the network (models and data must be local or cached)")
