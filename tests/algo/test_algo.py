@@ -1,0 +1,114 @@
+"""Advantages and loss with values worked out by hand in the comments."""
+
+import math
+
+import pytest
+import torch
+
+from execrl.algo import ADVANTAGES, LossTerms, informative_groups, policy_loss
+
+T = torch.tensor
+
+
+def test_group_normalized_advantages():
+    r = T([[1.0, 0.0, 0.0, 1.0]])  # mean 0.5; unbiased std = sqrt(4 * 0.25 / 3) = 0.57735
+    a = ADVANTAGES["grpo"](r, torch.ones_like(r, dtype=torch.bool), use_leave_one_out_baseline=False)
+    assert a == pytest.approx(T([[0.8660, -0.8660, -0.8660, 0.8660]]), abs=1e-4)  # 0.5 / 0.57735
+
+
+def test_leave_one_out_baseline():
+    r = T([[1.0, 0.0, 0.0, 0.0]])
+    a = ADVANTAGES["grpo"](r, torch.ones_like(r, dtype=torch.bool), normalize_rewards=False)
+    # sample 0: 1 - mean(0, 0, 0) = 1; others: 0 - mean(1, 0, 0) = -1/3
+    assert a == pytest.approx(T([[1.0, -1 / 3, -1 / 3, -1 / 3]]))
+
+
+def test_invalid_samples_are_left_out_and_get_zero():
+    r = T([[1.0, 0.0, 5.0]])
+    valid = T([[True, True, False]])
+    a = ADVANTAGES["grpo"](r, valid, normalize_rewards=False, use_leave_one_out_baseline=False)
+    assert a == pytest.approx(T([[0.5, -0.5, 0.0]]))  # mean of the two valid = 0.5; the 5.0 is ignored
+    lone = ADVANTAGES["grpo"](T([[3.0, 1.0]]), T([[True, False]]))
+    assert lone.tolist() == [[0.0, 0.0]]  # a group of one valid sample has no baseline
+
+
+def test_dr_grpo_does_not_divide_by_std():
+    r = T([[2.0, 0.0]])
+    assert ADVANTAGES["dr_grpo"](r, torch.ones_like(r, dtype=torch.bool)).tolist() == [[1.0, -1.0]]
+
+
+def test_equal_rewards_give_zero_advantage_and_are_not_informative():
+    r = T([[1.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
+    ok = torch.ones_like(r, dtype=torch.bool)
+    assert ADVANTAGES["grpo"](r, ok)[0].tolist() == [0.0, 0.0, 0.0]
+    assert informative_groups(r, ok).tolist() == [False, True]
+
+
+def terms(logp, old, adv, mask=None, **kw):
+    logp = T(logp, requires_grad=True)
+    return LossTerms(logp, T(old), T(adv), T(mask) if mask is not None else torch.ones_like(logp), **kw)
+
+
+def test_on_policy_loss_is_minus_mean_advantage_and_its_gradient():
+    t = terms([[-1.0, -2.0], [-0.5, -0.5]], [[-1.0, -2.0], [-0.5, -0.5]], [1.0, -2.0])
+    loss, m = policy_loss(t, num_tokens=4, num_seqs=2)
+    # ratio = 1 everywhere: per-token loss = -A: (-1 -1 +2 +2) / 4 = 0.5
+    assert loss.item() == pytest.approx(0.5) and m["clip_frac"].item() == 0.0
+    loss.backward()
+    assert t.logprobs.grad.tolist() == [[-0.25, -0.25], [0.5, 0.5]]  # d(-ratio * A / 4)/dlogp = -A / 4
+
+
+def test_clipping_is_asymmetric():
+    # one token, A = +1, ratio e^0.5 = 1.6487: clipped at 1 + 0.28 = 1.28 (clip-higher), not 1.2
+    t = terms([[0.5]], [[0.0]], [1.0])
+    loss, m = policy_loss(t, num_tokens=1, num_seqs=1, clip_low=0.2, clip_high=0.28)
+    assert loss.item() == pytest.approx(-1.28) and m["clip_frac"].item() == 1.0
+    loss.backward()
+    assert t.logprobs.grad.item() == 0.0  # clipped: no gradient
+    # A = -1, ratio e^-0.5 = 0.6065 < 0.8: min(-0.6065, -0.8) = -0.8 -> loss 0.8
+    loss, _ = policy_loss(terms([[-0.5]], [[0.0]], [-1.0]), num_tokens=1, num_seqs=1)
+    assert loss.item() == pytest.approx(0.8)
+
+
+def test_dual_clip_bounds_negative_advantages():
+    # A = -1, ratio e^2 = 7.389: min(-7.389, -1.2) = -7.389; dual clip c = 3 -> max(-7.389, -3) = -3 -> loss 3
+    loss, _ = policy_loss(terms([[2.0]], [[0.0]], [-1.0]), num_tokens=1, num_seqs=1, dual_clip=3.0)
+    assert loss.item() == pytest.approx(3.0)
+
+
+def test_token_versus_sequence_level_aggregation():
+    # seq 0 has 3 tokens with loss -1 each (A = 1), seq 1 has 1 token with loss 2 (A = -2)
+    t = terms([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], [[0.0] * 3, [0.0] * 3], [1.0, -2.0], mask=[[1, 1, 1], [1, 0, 0]])
+    token, _ = policy_loss(t, num_tokens=4, num_seqs=2)
+    assert token.item() == pytest.approx((-3 + 2) / 4)
+    seq, _ = policy_loss(t, num_tokens=4, num_seqs=2, token_level=False)
+    assert seq.item() == pytest.approx((-1 + 2) / 2)
+    dr, _ = policy_loss(t, num_tokens=4, num_seqs=2, constant_normalizer=10)
+    assert dr.item() == pytest.approx((-3 + 2) / (10 * 2))
+
+
+def test_micro_batches_sum_to_the_full_batch():
+    torch.manual_seed(0)
+    logp, old, adv = torch.randn(4, 5), torch.randn(4, 5), torch.randn(4)
+    mask = (torch.rand(4, 5) > 0.3).float()
+    n = mask.sum().item()
+    full, _ = policy_loss(LossTerms(logp, old, adv, mask), num_tokens=n, num_seqs=4)
+    parts = sum(policy_loss(LossTerms(logp[i:i + 2], old[i:i + 2], adv[i:i + 2], mask[i:i + 2]), num_tokens=n,
+                            num_seqs=4)[0] for i in (0, 2))
+    assert parts.item() == pytest.approx(full.item())
+
+
+def test_kl_penalties():
+    # logp = -1, ref = -2: delta = ref - logp = -1. k3 = e^-1 + 1 - 1 = 0.3679; k1 = -delta = 1
+    t = terms([[-1.0]], [[-1.0]], [0.0], ref_logprobs=T([[-2.0]]))
+    k3, m = policy_loss(t, num_tokens=1, num_seqs=1, kl_coef=0.5, kl_type="k3")
+    assert k3.item() == pytest.approx(0.5 * math.exp(-1)) and m["kl"].item() == pytest.approx(math.exp(-1))
+    k1, _ = policy_loss(t, num_tokens=1, num_seqs=1, kl_coef=0.5, kl_type="k1")
+    assert k1.item() == pytest.approx(0.5)
+
+
+def test_importance_sampling_correction_is_truncated():
+    # old = 0, sampler = -1: weight e^1 = 2.718, capped at 2. On-policy ratio 1, A = 1: loss = -1 * 2
+    t = terms([[0.0]], [[0.0]], [1.0], sampler_logprobs=T([[-1.0]]))
+    loss, _ = policy_loss(t, num_tokens=1, num_seqs=1, is_correction=True, is_cap=2.0)
+    assert loss.item() == pytest.approx(-2.0)
