@@ -13,6 +13,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"execrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    t = sub.add_parser("train", help="GRPO training (no config: the built-in CPU default)")
+    t.add_argument("config", nargs="?", default=None, help="YAML config (defaults: inheritance, ${a.b} references)")
+    t.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. grpo.max_num_steps=10")
+    t.add_argument("--dry-run", action="store_true", help="print the resolved config and the batch arithmetic")
+
     g = sub.add_parser("grade", help="run programs from a JSONL file against their tests in the sandbox")
     g.add_argument("input", help="JSONL rows: {id, code, language?, tests, timeout_s?, memory_mb?}")
     g.add_argument("--out", required=True, help="where to write one result row per input row (JSONL)")
@@ -45,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--out", default="results/eval", help="directory for results.jsonl and summary.json")
 
     args = parser.parse_args(argv)
+    if args.command == "train":
+        return run_train(args)
     if args.command == "grade":
         from execrl.grade import run_grade
 
@@ -52,6 +59,39 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "eval":
         return run_eval(args)
     return 2
+
+
+def run_train(args) -> int:
+    from rich.console import Console
+
+    from execrl.config import ConfigError, load_config, plan, to_yaml
+
+    err = Console(stderr=True)
+    if args.config and "=" in args.config:  # `execrl train key=value ...` with the built-in default
+        args.overrides, args.config = [args.config, *args.overrides], None
+    try:
+        cfg = load_config(args.config, args.overrides)
+        batch_plan = plan(cfg)
+    except ConfigError as e:
+        err.print(f"[red]config error:[/] {e}")
+        return 2
+    if args.dry_run:
+        print(to_yaml(cfg))
+        print("# batch arithmetic")
+        print(batch_plan.describe(cfg))
+        return 0
+    from execrl.models import ModelNotFound
+    from execrl.tasks import DatasetError
+    from execrl.trainer.loop import train
+
+    try:
+        train(cfg)
+    except (ModelNotFound, DatasetError, ValueError, NotImplementedError, RuntimeError) as e:
+        err.print(f"[red]error:[/] {e}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
 
 
 def run_eval(args) -> int:

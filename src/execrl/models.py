@@ -31,8 +31,16 @@ def pick_dtype(device: torch.device, dtype: str = "auto") -> torch.dtype:
     return torch.float32
 
 
-def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto", offline: bool | None = None):
-    """(model, tokenizer) in eval mode on the device; `name` is a hub id or a directory in HF format."""
+def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto", offline: bool | None = None,
+                             tokenizer: str | None = None, seed: int = 0):
+    """(model, tokenizer) in eval mode on the device; `name` is a hub id, a directory in HF format, or
+    builtin:tiny-coder (built here, seeded)."""
+    if name == "builtin:tiny-coder":
+        from execrl.builtin import tokenizer_corpus
+
+        tok = build_tokenizer(tokenizer_corpus(), vocab_size=259)
+        dev = pick_device(device)
+        return build_tiny_model(tok, hidden=128, layers=2, heads=4, seed=seed).to(dev, pick_dtype(dev, dtype)), tok
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -43,7 +51,7 @@ def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto
         raise ModelNotFound(f"{local} is not a model directory (no config.json); pass an HF-format directory")
     dev = pick_device(device)
     try:
-        tok = AutoTokenizer.from_pretrained(str(local) if local.exists() else name, local_files_only=offline)
+        tok = AutoTokenizer.from_pretrained(tokenizer or (str(local) if local.exists() else name), local_files_only=offline)
         model = AutoModelForCausalLM.from_pretrained(str(local) if local.exists() else name, dtype=pick_dtype(dev, dtype),
                                                      local_files_only=offline)
     except OSError as e:
@@ -62,7 +70,8 @@ CHAT_TEMPLATE = (
 
 
 def build_tokenizer(corpus: list[str], vocab_size: int = 384):
-    """A small byte-level BPE tokenizer with a ChatML template, trained here on `corpus` (no download)."""
+    """A small byte-level BPE tokenizer with a ChatML template, trained here on `corpus` (no download).
+    A vocab_size of 259 (the 256 bytes + 3 specials) learns no merges: one token per byte."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -89,10 +98,10 @@ def build_tiny_model(tokenizer, hidden: int = 64, layers: int = 2, heads: int = 
     return Qwen2ForCausalLM(cfg)
 
 
-def save_tiny(directory: str | Path, corpus: list[str], **model_kwargs) -> Path:
+def save_tiny(directory: str | Path, corpus: list[str], vocab_size: int = 384, **model_kwargs) -> Path:
     """Build a tiny tokenizer + model and save both in HF format (loadable by from_pretrained)."""
     directory = Path(directory)
-    tok = build_tokenizer(corpus)
+    tok = build_tokenizer(corpus, vocab_size)
     model = build_tiny_model(tok, **model_kwargs)
     model.save_pretrained(directory)
     tok.save_pretrained(directory)

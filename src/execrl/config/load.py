@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from execrl.config.schema import MasterConfig
 
 CONFIG_DIRS = [Path(__file__).resolve().parents[3] / "configs"]  # the repo's shipped configs
+BUILTIN_DEFAULT = Path(__file__).with_name("builtin_default.yaml")  # `execrl train` with no config
 _REF = re.compile(r"\$\{([^}]+)\}")
 
 
@@ -23,7 +24,8 @@ class ConfigError(ValueError):
 
 
 def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterConfig:
-    tree = _read(Path(path), []) if path else {}
+    """The config at `path` (the built-in default when None) with `key=value` overrides applied."""
+    tree = _read(Path(path) if path else BUILTIN_DEFAULT, [])
     for item in overrides:
         _override(tree, item)
     return validate(_interpolate(tree))
@@ -70,7 +72,17 @@ def _override(tree: dict, item: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ConfigError(f"override {key}: {part} is not a section")
-    node[leaf] = yaml.safe_load(raw) if raw.strip() else None
+    node[leaf] = _number_or_self(yaml.safe_load(raw)) if raw.strip() else None
+
+
+def _number_or_self(value):
+    """YAML 1.1 reads 1e-5 as a string; a researcher typing lr=1e-5 means the number."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _lookup(tree: dict, dotted: str):

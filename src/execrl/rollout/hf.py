@@ -1,0 +1,62 @@
+"""Sampling with transformers `generate`: prompts as token ids in, completions as token ids out (never re-tokenized)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Completion:
+    ids: list[int]  # the sampled tokens, up to and including EOS
+    text: str
+    truncated: bool  # hit max_new_tokens without EOS or a stop string
+
+
+@torch.no_grad()
+def hf_generate(model, tokenizer, prompts: list[list[int]], num_samples: int, max_new_tokens: int,
+                temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None,
+                stop_strings: list[str] | None = None, batch_size: int = 64, on_batch=None) -> list[list[Completion]]:
+    """For each prompt, `num_samples` completions (greedy when temperature is 0)."""
+    device = next(model.parameters()).device
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    per_batch = max(1, batch_size // num_samples)
+    sampled = temperature > 0
+    out: list[list[Completion]] = []
+    for start in range(0, len(prompts), per_batch):
+        chunk = prompts[start:start + per_batch]
+        width = max(map(len, chunk))
+        ids = torch.full((len(chunk), width), pad, dtype=torch.long)  # [P, W], left-padded
+        attn = torch.zeros_like(ids)
+        for i, p in enumerate(chunk):
+            ids[i, width - len(p):] = torch.tensor(p)
+            attn[i, width - len(p):] = 1
+        gen = model.generate(input_ids=ids.to(device), attention_mask=attn.to(device), do_sample=sampled,
+                             temperature=temperature if sampled else None, top_p=top_p if sampled else None,
+                             top_k=(top_k or 0) if sampled else None, max_new_tokens=max_new_tokens,
+                             num_return_sequences=num_samples, pad_token_id=pad, eos_token_id=eos,
+                             stop_strings=stop_strings, tokenizer=tokenizer if stop_strings else None)
+        new = gen[:, width:].tolist()  # [P * num_samples, <= max_new_tokens]
+        for i in range(len(chunk)):
+            out.append([_cut(row, tokenizer, eos, pad, max_new_tokens, stop_strings)
+                        for row in new[i * num_samples:(i + 1) * num_samples]])
+        if on_batch is not None:
+            on_batch(len(chunk))
+    return out
+
+
+def _cut(row: list[int], tokenizer, eos: int, pad: int, max_new_tokens: int, stop_strings) -> Completion:
+    end, truncated = len(row), True
+    for j, t in enumerate(row):
+        if t == eos:
+            end, truncated = j + 1, False
+            break
+        if t == pad and pad != eos:
+            end, truncated = j, False
+            break
+    ids = row[:end]
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    if truncated and stop_strings and any(text.endswith(s) for s in stop_strings):
+        truncated = False
+    return Completion(ids, text, truncated and len(ids) >= max_new_tokens)

@@ -1,0 +1,144 @@
+"""`execrl train`: the GRPO loop. Each line of `train` is a named step; the algorithm lives in execrl.algo."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from contextlib import contextmanager
+
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from execrl.config import MasterConfig
+from execrl.eval.run import grade_samples, is_correct, outcome
+from execrl.trainer import checkpoint
+from execrl.trainer.rollouts import grade_and_score, sample_rollouts
+from execrl.trainer.setup import Run, build_run, console
+from execrl.trainer.step import advantages, build_batch, optimize, score_tokens
+from execrl.trainer.warmup import sft_warmup
+
+MAX_NAN_STEPS = 3
+
+
+def train(cfg: MasterConfig) -> Run:
+    run = build_run(cfg)
+    try:
+        if run.step == 0 and cfg.warmup.sft_steps:
+            warm_up(run)
+        if run.step == 0 and cfg.grpo.val_at_start:
+            validate(run)
+        with progress(run) as bar:
+            while run.step < cfg.grpo.max_num_steps:
+                times: dict[str, float] = {}
+                problems = run.sampler.next(cfg.grpo.num_prompts_per_step)
+                with timed(times, "generate"):
+                    rollouts = sample_rollouts(run.model, run.tokenizer, problems, cfg,
+                                               cfg.grpo.num_generations_per_prompt, cfg.policy.generation.temperature)
+                with timed(times, "grade"):
+                    grade_and_score(rollouts, run.grader, cfg)
+                with timed(times, "train"):
+                    metrics = train_step(run, rollouts)
+                run.step += 1
+                log_step(run, rollouts, metrics, times, bar)
+                if cfg.grpo.val_period and run.step % cfg.grpo.val_period == 0:
+                    validate(run)
+                if cfg.checkpointing.enabled and run.step % cfg.checkpointing.save_period == 0:
+                    save(run)
+        if cfg.checkpointing.enabled and run.last_saved != run.step:
+            save(run)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: saving a checkpoint before exiting[/]")
+        if cfg.checkpointing.enabled and run.step > max(run.last_saved, 0):
+            save(run)
+        raise
+    finally:
+        run.close()
+    return run
+
+
+def train_step(run: Run, rollouts) -> dict:
+    cfg = run.cfg
+    adv, rewards, valid = advantages(rollouts, cfg)
+    batch = build_batch(rollouts, adv, run.tokenizer.pad_token_id, cfg.grpo.overlong_filtering)
+    batch.old_logprobs = score_tokens(run.model, batch, cfg.policy.logprob_batch_size)
+    if run.ref_model is not None:
+        batch.ref_logprobs = score_tokens(run.ref_model, batch, cfg.policy.logprob_batch_size)
+    stats = optimize(run.model, run.optimizer, run.scheduler, batch, cfg, run.plan)
+    run.nan_streak = run.nan_streak + 1 if stats["skipped_steps"] else 0
+    if stats["skipped_steps"]:
+        console.print(f"[yellow]step {run.step + 1}: non-finite loss or gradient, optimizer step skipped[/]")
+    if run.nan_streak >= MAX_NAN_STEPS:
+        raise RuntimeError(f"{MAX_NAN_STEPS} steps in a row had a NaN/inf loss: lower policy.optimizer.kwargs.lr, "
+                           "check the rewards, or resume from the last checkpoint")
+    stats["valid_frac"] = valid.float().mean().item()
+    return stats
+
+
+def warm_up(run: Run) -> None:
+    n = run.cfg.warmup.sft_steps
+    console.print(f"supervised warm-up: {n} steps on reference solutions")
+    loss = sft_warmup(run.model, run.tokenizer, run.sampler.problems, run.references, run.cfg)
+    console.print(f"warm-up done, loss {loss:.3f}")
+
+
+def validate(run: Run) -> float:
+    """pass@1 of greedy completions on the validation problems."""
+    if not run.val_problems:
+        return float("nan")
+    rollouts = sample_rollouts(run.model, run.tokenizer, run.val_problems, run.cfg, 1, 0.0)
+    grade_samples(rollouts.samples, run.grader)
+    valid = [s for s in rollouts.samples if s.valid]
+    score = sum(is_correct(s) for s in valid) / max(len(valid), 1)
+    run.logger.log(run.step, {"eval/pass@1": score, "eval/num_problems": len(valid)})
+    console.print(f"step {run.step}: eval pass@1 = {score:.3f} on {len(valid)} problems")
+    return score
+
+
+def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
+    valid = [r for r in rollouts.rewards if r.valid]
+    n = len(rollouts.samples)
+    metrics = {f"train/{k}": v for k, v in stats.items()}
+    metrics["train/reward_mean"] = sum(r.total for r in valid) / max(len(valid), 1)
+    metrics["train/completion_len_mean"] = sum(len(c.ids) for c in rollouts.completions) / n
+    metrics["train/truncated_frac"] = sum(c.truncated for c in rollouts.completions) / n
+    metrics["train/lr"] = run.scheduler.get_last_lr()[0]
+    for name in {k for r in valid for k in r.parts}:
+        metrics[f"train/reward/{name}"] = sum(r.parts[name] for r in valid) / max(len(valid), 1)
+    for verdict, count in Counter(outcome(s) for s in rollouts.samples).items():
+        metrics[f"train/verdict/{verdict}"] = count / n
+    metrics.update({f"time/{k}": v for k, v in times.items()})
+    if torch.cuda.is_available():
+        metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    run.logger.log(run.step, metrics)
+    every = run.cfg.logger.rollouts_period
+    if every and run.step % every == 0:
+        prompts = run.tokenizer.batch_decode(rollouts.prompt_ids[:: rollouts.group_size])
+        run.logger.rollouts(run.step, [
+            {"prompt": prompts[i // rollouts.group_size], "completion": s.completion, "code": s.extracted.code,
+             "verdict": outcome(s), "reward": r.total, "parts": r.parts}
+            for i, (s, r) in enumerate(zip(rollouts.samples, rollouts.rewards))])
+    bar.update(bar.task_ids[0], completed=run.step,
+               description=f"step {run.step}  reward {metrics['train/reward_mean']:.3f}  "
+                           f"{sum(times.values()):.1f}s/step")
+
+
+def save(run: Run) -> None:
+    path = checkpoint.save(run.cfg.checkpointing.checkpoint_dir, run.step, run.model, run.tokenizer, run.optimizer,
+                           run.scheduler, {"sampler": run.sampler.state_dict()}, run.cfg.checkpointing.keep_top_k)
+    run.last_saved = run.step
+    console.print(f"checkpoint: {path}")
+
+
+@contextmanager
+def timed(times: dict, key: str):
+    t = time.perf_counter()
+    yield
+    times[key] = time.perf_counter() - t
+
+
+def progress(run: Run) -> Progress:
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=console, transient=False)
+    bar.add_task(f"step {run.step}", total=run.cfg.grpo.max_num_steps, completed=run.step)
+    return bar
+

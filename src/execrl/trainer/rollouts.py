@@ -1,0 +1,49 @@
+"""One step's rollouts: G completions per prompt, graded in the sandbox, scored by the reward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from execrl.extract import extract
+from execrl.prompts import build_messages, render
+from execrl.rewards import Reward, Sample, score
+from execrl.rollout.hf import Completion, hf_generate
+from execrl.sandbox import Grader
+from execrl.tasks import Problem
+
+
+@dataclass
+class Rollouts:
+    prompt_ids: list[list[int]]  # [num_samples] (each prompt repeated G times, groups contiguous)
+    completions: list[Completion]  # [num_samples]
+    samples: list[Sample]
+    rewards: list[Reward]
+    group_size: int
+
+
+def prompt_ids(problems: list[Problem], tokenizer, cfg) -> list[list[int]]:
+    texts = [render(build_messages(p, cfg.prompt), tokenizer) for p in problems]
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+def sample_rollouts(model, tokenizer, problems: list[Problem], cfg, group_size: int, temperature: float) -> Rollouts:
+    gen = cfg.policy.generation
+    prompts = prompt_ids(problems, tokenizer, cfg)
+    outs = hf_generate(model, tokenizer, prompts, group_size, gen.max_new_tokens, temperature, gen.top_p, gen.top_k,
+                       gen.stop_strings, cfg.policy.generation_batch_size)
+    samples, flat_prompts, flat = [], [], []
+    for problem, prompt, group in zip(problems, prompts, outs):
+        for c in group:
+            extracted = extract(c.text, cfg.prompt.answer_format, cfg.prompt.code_style, problem.language,
+                                want_code=problem.kind == "code")
+            samples.append(Sample(problem, c.text, extracted, num_tokens=len(c.ids), max_tokens=gen.max_new_tokens))
+            flat_prompts.append(prompt)
+            flat.append(c)
+    return Rollouts(flat_prompts, flat, samples, [], group_size)
+
+
+def grade_and_score(rollouts: Rollouts, grader: Grader, cfg) -> None:
+    from execrl.eval.run import grade_samples
+
+    grade_samples(rollouts.samples, grader)
+    rollouts.rewards = [score(s, cfg.reward) for s in rollouts.samples]

@@ -1,0 +1,103 @@
+"""Everything a training run holds, built once from the config (and resumed from the latest checkpoint)."""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from dataclasses import dataclass, field
+
+import torch
+from rich.console import Console
+
+from execrl.config import BatchPlan, MasterConfig, plan, to_yaml
+from execrl.models import load_model_and_tokenizer
+from execrl.sandbox import Grader, Limits
+from execrl.tasks import Problem
+from execrl.trainer import checkpoint
+from execrl.trainer.data import ProblemSampler, load_data
+from execrl.trainer.metrics import MetricsLogger
+
+console = Console(stderr=True)
+
+
+@dataclass
+class Run:
+    cfg: MasterConfig
+    plan: BatchPlan
+    model: torch.nn.Module
+    tokenizer: object
+    ref_model: torch.nn.Module | None
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    sampler: ProblemSampler
+    val_problems: list[Problem]
+    references: dict[str, str]
+    grader: Grader
+    logger: MetricsLogger
+    step: int = 0
+    resumed_from: str | None = None
+    last_saved: int = -1
+    nan_streak: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def close(self) -> None:
+        self.grader.close()
+        self.logger.close()
+
+
+def build_run(cfg: MasterConfig) -> Run:
+    batch_plan = plan(cfg)
+    if cfg.cluster.gpus_per_node * cfg.cluster.num_nodes > 1:
+        raise NotImplementedError("multi-GPU training is not available yet: set cluster.gpus_per_node=1")
+    if cfg.grpo.max_rollout_turns != 1 or cfg.grpo.async_grpo.enabled:
+        raise NotImplementedError("multi-turn and async GRPO are not available yet: set grpo.max_rollout_turns=1 "
+                                  "and grpo.async_grpo.enabled=false")
+    random.seed(cfg.grpo.seed)
+    torch.manual_seed(cfg.grpo.seed)
+    model, tok = load_model_and_tokenizer(cfg.policy.model_name, cfg.policy.device, cfg.policy.precision,
+                                          offline=cfg.offline or None, tokenizer=cfg.policy.tokenizer.name
+                                          if cfg.policy.tokenizer.name != cfg.policy.model_name else None,
+                                          seed=cfg.grpo.seed)
+    if cfg.policy.tokenizer.chat_template:
+        tok.chat_template = cfg.policy.tokenizer.chat_template
+    if cfg.policy.activation_checkpointing:
+        model.gradient_checkpointing_enable()
+    train, val, refs = load_data(cfg)
+    opt = make_optimizer(model, cfg)
+    warm = cfg.policy.scheduler.warmup_steps
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+    run = Run(cfg, batch_plan, model, tok, None, opt, sched, ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle),
+              val, refs, Grader(cfg.env.code.num_workers, Limits(timeout_s=cfg.env.code.timeout_s,
+                                                                 memory_mb=cfg.env.code.memory_mb)),
+              MetricsLogger(cfg))
+    (run.logger.dir / "config.yaml").write_text(to_yaml(cfg))
+    found = checkpoint.latest(cfg.checkpointing.checkpoint_dir) if cfg.checkpointing.enabled else None
+    if found is not None:
+        state = checkpoint.load(found, model, opt, sched)
+        run.step, run.resumed_from, run.last_saved = state["step"], str(found), state["step"]
+        run.sampler.load_state_dict(state["sampler"])
+        console.print(f"resumed from {found} (step {run.step})")
+    if cfg.loss_fn.reference_policy_kl_penalty > 0:
+        run.ref_model = copy.deepcopy(model).eval().requires_grad_(False)  # the policy as the run started
+    return run
+
+
+def make_optimizer(model, cfg: MasterConfig) -> torch.optim.Optimizer:
+    name = cfg.policy.optimizer.name
+    if name.lower() not in ("torch.optim.adamw", "adamw"):
+        raise ValueError(f"policy.optimizer.name {name!r}: only torch.optim.AdamW is supported")
+    kwargs = {k: _number(k, v) for k, v in cfg.policy.optimizer.kwargs.items()}
+    if "betas" in kwargs:
+        kwargs["betas"] = tuple(kwargs["betas"])
+    kwargs.pop("foreach", None), kwargs.pop("fused", None)
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], **kwargs)
+
+
+def _number(key: str, value):
+    if isinstance(value, str):  # YAML 1.1 reads 1e-5 as a string
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(f"policy.optimizer.kwargs.{key}: {value!r} is not a number") from None
+    return value
