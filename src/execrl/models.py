@@ -35,6 +35,9 @@ def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto
                              tokenizer: str | None = None, seed: int = 0):
     """(model, tokenizer) in eval mode on the device; `name` is a hub id, a directory in HF format, or
     builtin:tiny-coder (built here, seeded)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no per-shard bars in training logs
     if name == "builtin:tiny-coder":
         from execrl.builtin import tokenizer_corpus
 
@@ -42,9 +45,7 @@ def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto
         dev = pick_device(device)
         return build_tiny_model(tok, hidden=128, layers=2, heads=4, seed=seed).to(dev, pick_dtype(dev, dtype)), tok
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
     offline = offline if offline is not None else os.environ.get("HF_HUB_OFFLINE") == "1"
     local = Path(name).expanduser()
     if local.exists() and not (local / "config.json").is_file():

@@ -22,6 +22,9 @@ MAX_NAN_STEPS = 3
 
 def train(cfg: MasterConfig) -> Run:
     run = build_run(cfg)
+    if run.step >= cfg.grpo.max_num_steps:
+        console.print(f"[yellow]{run.resumed_from} is already at step {run.step} = grpo.max_num_steps: nothing to do. "
+                      "Raise grpo.max_num_steps to go on, or set a new checkpointing.checkpoint_dir.[/]")
     try:
         if run.step == 0 and cfg.warmup.sft_steps:
             warm_up(run)
@@ -46,6 +49,7 @@ def train(cfg: MasterConfig) -> Run:
                     save(run)
         if cfg.checkpointing.enabled and run.last_saved != run.step:
             save(run)
+        summarize(run)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted: saving a checkpoint before exiting[/]")
         if cfg.checkpointing.enabled and run.step > max(run.last_saved, 0):
@@ -120,6 +124,22 @@ def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
     bar.update(bar.task_ids[0], completed=run.step,
                description=f"step {run.step}  reward {metrics['train/reward_mean']:.3f}  "
                            f"{sum(times.values()):.1f}s/step")
+
+
+def summarize(run: Run) -> None:
+    """The run's learning in two lines, from metrics.jsonl (so a resumed run reports all of it)."""
+    import json
+
+    rows = [json.loads(line) for line in (run.logger.dir / "metrics.jsonl").read_text().splitlines()]
+    rewards = [r["train/reward_mean"] for r in rows if "train/reward_mean" in r]
+    evals = [(r["step"], r["eval/pass@1"]) for r in rows if "eval/pass@1" in r]
+    if len(rewards) >= 2:
+        k = min(5, len(rewards) // 2)
+        console.print(f"train reward, mean of the first {k} steps -> last {k}: "
+                      f"{sum(rewards[:k]) / k:.3f} -> {sum(rewards[-k:]) / k:.3f}")
+    if len(evals) >= 2:
+        console.print(f"eval pass@1: {evals[0][1]:.3f} (step {evals[0][0]}) -> {evals[-1][1]:.3f} (step {evals[-1][0]})")
+    console.print(f"logs: {run.logger.dir}  checkpoints: {run.cfg.checkpointing.checkpoint_dir}")
 
 
 def save(run: Run) -> None:

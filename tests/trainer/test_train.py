@@ -1,0 +1,107 @@
+"""`execrl train` end to end on CPU: resume is bit-exact, checkpoints load with transformers, NaN steps stop the run,
+a local HF model directory trains, and (slow tier) the built-in default learns."""
+
+import json
+
+import pytest
+import torch
+
+from execrl.config import load_config
+from execrl.trainer.loop import train
+
+SMALL = ["grpo.num_prompts_per_step=4", "grpo.num_generations_per_prompt=4", "policy.train_global_batch_size=8",
+         "policy.train_micro_batch_size=4", "policy.logprob_batch_size=8", "policy.generation_batch_size=16",
+         "warmup.sft_steps=20", "grpo.val_period=2", "grpo.max_val_samples=8", "grpo.val_at_start=false",
+         "checkpointing.save_period=2", "logger.tensorboard_enabled=false", "env.code.num_workers=2"]
+
+
+def run(tmp_path, name, *overrides):
+    d = tmp_path / name
+    cfg = load_config(None, [*SMALL, f"logger.log_dir={d}", f"checkpointing.checkpoint_dir={d}/ckpt", *overrides])
+    return train(cfg), d
+
+
+def metrics(d):
+    return [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_resume_is_bit_identical(tmp_path):
+    straight, d1 = run(tmp_path, "straight", "grpo.max_num_steps=4")
+    first, d2 = run(tmp_path, "resumed", "grpo.max_num_steps=2")
+    second, _ = run(tmp_path, "resumed", "grpo.max_num_steps=4")  # the same command again, further: resumes
+    assert second.resumed_from.endswith("step_000002")
+    a, b = straight.model.state_dict(), second.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    drop = ("time/",)
+    strip = [{k: v for k, v in m.items() if not k.startswith(drop)} for m in metrics(d1)]
+    assert strip == [{k: v for k, v in m.items() if not k.startswith(drop)} for m in metrics(d2)]
+
+
+def test_run_directory_has_config_metrics_rollouts_and_loadable_checkpoints(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _, d = run(tmp_path, "r", "grpo.max_num_steps=2", "logger.rollouts_period=1", "checkpointing.keep_top_k=1")
+    assert (d / "config.yaml").is_file() and (d / "rollouts" / "step_000002.jsonl").is_file()
+    keys = set().union(*metrics(d))
+    for k in ("train/reward_mean", "train/loss", "train/kl", "train/clip_frac", "train/entropy", "train/grad_norm",
+              "train/completion_len_mean", "train/reward/test_pass_fraction", "time/generate", "time/grade",
+              "time/train", "eval/pass@1"):
+        assert k in keys, k
+    assert any(k.startswith("train/verdict/") for k in keys)
+    (ckpt,) = sorted((d / "ckpt").iterdir())  # keep_top_k=1
+    model = AutoModelForCausalLM.from_pretrained(ckpt / "policy")
+    tok = AutoTokenizer.from_pretrained(ckpt / "policy")
+    assert model.config.model_type == "qwen2" and tok.eos_token == "<|im_end|>"
+
+
+def test_repeated_nan_steps_are_skipped_then_stop_the_run(tmp_path, monkeypatch):
+    import execrl.trainer.step as step
+
+    real, seen = step.policy_loss, {}
+
+    def nan_loss(*args, **kwargs):  # the loss goes non-finite (as a diverging run's would)
+        loss, m = real(*args, **kwargs)
+        return loss * float("nan"), m
+
+    real_optimize = step.optimize
+
+    def watch(model, *args, **kwargs):
+        seen.setdefault("before", {k: v.clone() for k, v in model.state_dict().items()})
+        seen["model"] = model
+        return real_optimize(model, *args, **kwargs)
+
+    monkeypatch.setattr(step, "policy_loss", nan_loss)
+    monkeypatch.setattr("execrl.trainer.loop.optimize", watch)
+    with pytest.raises(RuntimeError, match="3 steps in a row had a NaN/inf loss"):
+        run(tmp_path, "nan", "grpo.max_num_steps=6", "checkpointing.enabled=false")
+    after = seen["model"].state_dict()  # a skipped step is never applied: no weight moved
+    assert all(torch.equal(seen["before"][k], after[k]) for k in after)
+
+
+def test_trains_a_local_model_directory_on_mbpp(tmp_path, tiny_model_dir):
+    from ..conftest import shared_data
+
+    shared_data("mbpp")
+    trained, d = run(tmp_path, "mbpp", f"policy.model_name={tiny_model_dir}", "data.train.dataset_name=mbpp",
+                     "data.train.split_validation_size=0.02", "warmup.sft_steps=0", "grpo.max_num_steps=1",
+                     "policy.generation.max_new_tokens=16")
+    assert trained.step == 1 and len(trained.val_problems) == 7  # 2% of the 374 train problems, held out
+    assert metrics(d)[0]["train/verdict/no_code"] >= 0
+
+
+def test_evaluation_splits_cannot_be_trained_on(tmp_path):
+    from execrl.tasks import DatasetError
+
+    with pytest.raises(DatasetError, match="evaluation split"):
+        run(tmp_path, "bad", "data.train.dataset_name=mbpp", "data.train.split=test", "grpo.max_num_steps=1")
+
+
+@pytest.mark.slow
+def test_the_builtin_default_learns(tmp_path):
+    cfg = load_config(None, [f"logger.log_dir={tmp_path}", f"checkpointing.checkpoint_dir={tmp_path}/ckpt"])
+    train(cfg)
+    rows = metrics(tmp_path)
+    rewards = [r["train/reward_mean"] for r in rows if "train/reward_mean" in r]
+    evals = [r["eval/pass@1"] for r in rows if "eval/pass@1" in r]
+    assert sum(rewards[-5:]) / 5 - sum(rewards[:5]) / 5 >= 0.15
+    assert evals[-1] - evals[0] >= 0.10
