@@ -4,7 +4,7 @@ cluster.*), so its GRPO configs load unchanged."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,7 +28,7 @@ class VllmConfig(Section):
 
 
 class GenerationConfig(Section):
-    backend: str = Field("transformers", description="rollout backend: transformers (the reference)")
+    backend: Literal["transformers"] = Field("transformers", description="rollout backend: transformers (the reference)")
     max_new_tokens: int = Field(512, description="tokens generated per turn at most")
     temperature: float = Field(1.0, description="sampling temperature for rollouts")
     top_p: float = Field(1.0, description="nucleus sampling threshold")
@@ -71,7 +71,6 @@ class AsyncGRPOConfig(Section):
 
 class DynamicSamplingConfig(Section):
     enabled: bool = Field(False, description="drop groups whose rewards are all equal (no learning signal)")
-    max_refills: int = Field(0, description="sample this many extra batches to refill dropped groups")
 
 
 class GRPOConfig(Section):

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from execrl.config import BatchPlan, MasterConfig, plan, to_yaml
 from execrl.models import load_model_and_tokenizer
+from execrl.prompts import drop_long_prompts
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import Problem
 from execrl.trainer import checkpoint
@@ -64,6 +65,7 @@ def build_run(cfg: MasterConfig) -> Run:
     if cfg.policy.activation_checkpointing:
         model.gradient_checkpointing_enable()
     train, val, refs = load_data(cfg)
+    train, val = drop_long(train, tok, cfg), drop_long(val, tok, cfg)
     opt = make_optimizer(model, cfg)
     warm = cfg.policy.scheduler.warmup_steps
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
@@ -81,6 +83,18 @@ def build_run(cfg: MasterConfig) -> Run:
     if cfg.loss_fn.reference_policy_kl_penalty > 0:
         run.ref_model = copy.deepcopy(model).eval().requires_grad_(False)  # the policy as the run started
     return run
+
+
+def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig) -> list[Problem]:
+    """Prompts that leave room for max_new_tokens (long prompts are the classic OOM), with a count of the rest."""
+    limit = cfg.data.max_input_seq_length or cfg.policy.max_total_sequence_length - cfg.policy.generation.max_new_tokens
+    if limit <= 0:
+        raise ValueError(f"policy.max_total_sequence_length ({cfg.policy.max_total_sequence_length}) leaves no room for "
+                         f"a prompt beside policy.generation.max_new_tokens ({cfg.policy.generation.max_new_tokens})")
+    kept, dropped = drop_long_prompts(problems, tokenizer, cfg.prompt, limit)
+    if dropped:
+        console.print(f"[yellow]dropped {dropped} of {len(problems)} problems whose prompt is over {limit} tokens[/]")
+    return kept
 
 
 def make_optimizer(model, cfg: MasterConfig) -> torch.optim.Optimizer:
