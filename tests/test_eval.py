@@ -69,10 +69,17 @@ def test_eval_completions_that_carry_their_own_tests_and_answers(tmp_path):
 
 
 def test_eval_errors_are_one_clear_line(tmp_path):
-    proc = run("--model", tmp_path / "nowhere", "--dataset", "gsm8k", "--limit", 1, "--out", tmp_path / "o")
+    (tmp_path / "one.jsonl").write_text(json.dumps({"prompt": "1+1?", "answer": "2"}))
+    proc = run("--model", tmp_path / "nowhere", "--dataset", "jsonl", "--data-path", tmp_path / "one.jsonl",
+               "--out", tmp_path / "o")
     assert proc.returncode == 2 and "cannot load model" in proc.stderr and "Traceback" not in proc.stderr
     (tmp_path / "c.jsonl").write_text(json.dumps({"problem_id": "mbpp/99999", "completion": "x"}))
-    proc = run("--completions", tmp_path / "c.jsonl", "--dataset", "mbpp", "--split", "test", "--out", tmp_path / "o")
-    assert proc.returncode == 2 and "not in the dataset" in proc.stderr
     proc = run("--completions", tmp_path / "c.jsonl", "--samples", 1, "--k", "5", "--out", tmp_path / "o")
     assert proc.returncode == 2 and "--k values" in proc.stderr
+
+
+def test_completions_for_unknown_problems_are_one_clear_line(tmp_path):
+    shared_data("mbpp")
+    (tmp_path / "c.jsonl").write_text(json.dumps({"problem_id": "mbpp/99999", "completion": "x"}))
+    proc = run("--completions", tmp_path / "c.jsonl", "--dataset", "mbpp", "--split", "test", "--out", tmp_path / "o")
+    assert proc.returncode == 2 and "not in the dataset" in proc.stderr and "Traceback" not in proc.stderr

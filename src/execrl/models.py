@@ -48,6 +48,8 @@ def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto
 
     offline = offline if offline is not None else os.environ.get("HF_HUB_OFFLINE") == "1"
     local = Path(name).expanduser()
+    if not local.exists() and (name.startswith(("/", ".", "~")) or name.count("/") > 1):
+        raise ModelNotFound(f"cannot load model {name!r}: no such directory (a hub id looks like org/name)")
     if local.exists() and not (local / "config.json").is_file():
         raise ModelNotFound(f"{local} is not a model directory (no config.json); pass an HF-format directory")
     dev = pick_device(device)
@@ -55,7 +57,7 @@ def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto
         tok = AutoTokenizer.from_pretrained(tokenizer or (str(local) if local.exists() else name), local_files_only=offline)
         model = AutoModelForCausalLM.from_pretrained(str(local) if local.exists() else name, dtype=pick_dtype(dev, dtype),
                                                      local_files_only=offline)
-    except OSError as e:
+    except (OSError, ValueError) as e:  # transformers versions differ in which one a bad id raises
         where = "it is not in the local cache and offline mode is on" if offline else "it could not be downloaded"
         raise ModelNotFound(f"cannot load model {name!r}: {where} ({str(e).splitlines()[0]}). Pass a local directory "
                             "with config.json and weights, or run online once to cache it.") from None

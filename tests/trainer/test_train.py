@@ -9,7 +9,7 @@ import torch
 from execrl.config import load_config
 from execrl.trainer.loop import train
 
-SMALL = ["grpo.num_prompts_per_step=4", "grpo.num_generations_per_prompt=4", "policy.train_global_batch_size=8",
+SMALL = ["policy.device=cpu", "grpo.num_prompts_per_step=4", "grpo.num_generations_per_prompt=4", "policy.train_global_batch_size=8",
          "policy.train_micro_batch_size=4", "policy.logprob_batch_size=8", "policy.generation_batch_size=16",
          "warmup.sft_steps=20", "grpo.val_period=2", "grpo.max_val_samples=8", "grpo.val_at_start=false",
          "checkpointing.save_period=2", "logger.tensorboard_enabled=false", "env.code.num_workers=2"]
