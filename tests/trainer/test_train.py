@@ -111,3 +111,11 @@ def test_the_builtin_default_learns(tmp_path):
     evals = [r["eval/pass@1"] for r in rows if "eval/pass@1" in r]
     assert sum(rewards[-5:]) / 5 - sum(rewards[:5]) / 5 >= 0.15
     assert evals[-1] - evals[0] >= 0.10
+
+
+def test_wandb_offline_needs_no_network(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    _, d = run(tmp_path, "wb", "grpo.max_num_steps=1", "checkpointing.enabled=false", "logger.wandb_enabled=true",
+               "logger.wandb.mode=offline")
+    assert list((d / "wandb").glob("offline-run-*"))
