@@ -44,7 +44,7 @@ def read_rows(path: str) -> list[tuple[int, dict | None, str | None]]:
     return out
 
 
-def prepare(n: int, row: dict, base: Limits) -> tuple:
+def prepare(row: dict, base: Limits) -> tuple:
     """A grading job for one row, or TestSpecError/KeyError with a message that names the line."""
     if not isinstance(row.get("code"), str):
         raise TestSpecError("'code' must be a string holding the program")
@@ -75,7 +75,7 @@ def run_grade(args) -> int:
     for n, row, problem in rows:
         if problem is None:
             try:
-                jobs.append((n, prepare(n, row, base)))
+                jobs.append((n, prepare(row, base)))
                 continue
             except (TestSpecError, KeyError) as e:
                 problem = f"line {n}: {str(e).strip(chr(39))}"

@@ -23,6 +23,7 @@ from execrl.tasks.problem import DatasetError, read_rows
 
 err = Console(stderr=True)
 NO_CODE = "no_code"
+CORRECT = ("pass", "correct")  # the outcomes that count for pass@k
 
 
 @dataclass
@@ -91,7 +92,7 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     with Grader(num_workers=cfg.workers, limits=Limits(timeout_s=cfg.timeout_s)) as grader, _bar() as bar:
         task = bar.add_task("grading", total=sum(s.extracted.code is not None and s.problem.kind == "code" for s in samples))
         grade_samples(samples, grader, progress=lambda: bar.advance(task))
-    return summarize(cfg, samples, texts)
+    return summarize(cfg, samples)
 
 
 def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[Problem]):
@@ -135,7 +136,7 @@ def read_completions(path: str, problems: list[Problem]):
     return list(grouped.values())
 
 
-def summarize(cfg: EvalConfig, samples: list[Sample], texts) -> dict:
+def summarize(cfg: EvalConfig, samples: list[Sample]) -> dict:
     per_problem: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
         per_problem[s.problem.id].append(s)
@@ -144,13 +145,14 @@ def summarize(cfg: EvalConfig, samples: list[Sample], texts) -> dict:
     counts, outcomes, invalid = [], Counter(), 0
     with open(out_dir / "results.jsonl", "w") as f:
         for pid, group in per_problem.items():
-            valid = [s for s in group if s.valid]
-            c = sum(is_correct(s) for s in valid)
+            outs = [outcome(s) for s in group]  # once per sample: math answers are verified here
+            valid = [o for s, o in zip(group, outs) if s.valid]
+            c = sum(o in CORRECT for o in valid)
             invalid += len(group) - len(valid)
             counts.append((len(valid), c))
-            outcomes.update(outcome(s) for s in group)
+            outcomes.update(outs)
             f.write(json.dumps({"id": pid, "samples": len(group), "valid": len(valid), "correct": c,
-                                "outcomes": [outcome(s) for s in group],
+                                "outcomes": outs,
                                 "completions": [s.completion for s in group]}) + "\n")
     summary = {"dataset": cfg.dataset, "split": cfg.split, "problems": len(per_problem), "samples": len(samples),
                "invalid_samples": invalid, "outcomes": dict(outcomes)}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from execrl.rewards import Sample, component
-from execrl.sandbox import Verdict
+from execrl.sandbox import StdioTests, Verdict
 
 V = Verdict
 
@@ -33,7 +33,7 @@ def execution_tiers(sample: Sample, with_output: float = 1.0, without_output: fl
         return syntax_error
     if any(t.verdict in (V.RUNTIME_ERROR, V.TIMEOUT, V.MEMORY, V.OUTPUT_LIMIT) for t in r.tests):
         return crash
-    returns_values = sample.problem.tests is not None and not hasattr(sample.problem.tests, "compare")
+    returns_values = sample.problem.tests is not None and not isinstance(sample.problem.tests, StdioTests)
     return with_output if returns_values or any(t.stdout_bytes for t in r.tests) else without_output
 
 

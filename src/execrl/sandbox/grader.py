@@ -175,7 +175,8 @@ def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, l
     if any(st.get("phase") == "compile" for st in served["status"]):
         return [TestResult(V.SYNTAX_ERROR, error="SyntaxError")] * n, _text(err)
     program_failure = _execution_verdict(served, err, lim, cpu_limit=lim.timeout_s * n, stopped=True)
-    tests = [TestResult(V.RUNTIME_ERROR, detail="the program ended before this test")] * n
+    unreached = TestResult(V.RUNTIME_ERROR, detail="the program ended before this test")
+    tests = [unreached] * n
     if lines and "setup" in lines[0]:
         tests = [TestResult(V(lines[0]["setup"]), detail=lines[0].get("msg", ""))] * n
     for line in lines:
@@ -183,8 +184,8 @@ def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, l
             msg = line.get("msg", "")
             error = msg.split(":", 1)[0] if line["verdict"] in ("runtime_error", "memory") else ""
             tests[line["test"]] = TestResult(V(line["verdict"]), detail=msg, error=error)
-    if check["killed_at_deadline"]:
-        tests = [t if t.verdict != V.RUNTIME_ERROR or t.detail else TestResult(V.TIMEOUT) for t in tests]
+    if check["killed_at_deadline"]:  # the checker ran out of time: the tests it never reached timed out
+        tests = [TestResult(V.TIMEOUT, detail="the checker ran out of time") if t is unreached else t for t in tests]
     if any(line.get("verdict") == "timeout" for line in lines):
         first = next(line["test"] for line in lines if line.get("verdict") == "timeout")
         tests[first + 1:] = [TestResult(V.TIMEOUT, detail="not run after an earlier timeout")] * (n - first - 1)

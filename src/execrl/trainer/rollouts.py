@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from execrl.eval.run import grade_samples
 from execrl.extract import extract
 from execrl.prompts import build_messages, render
 from execrl.rewards import Reward, Sample, score
@@ -43,7 +44,5 @@ def sample_rollouts(model, tokenizer, problems: list[Problem], cfg, group_size: 
 
 
 def grade_and_score(rollouts: Rollouts, grader: Grader, cfg) -> None:
-    from execrl.eval.run import grade_samples
-
     grade_samples(rollouts.samples, grader)
     rollouts.rewards = [score(s, cfg.reward) for s in rollouts.samples]

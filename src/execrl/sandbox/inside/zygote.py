@@ -144,7 +144,7 @@ class Zygote:
         out = _read(paths["out"], lim["output_mb"] << 20)
         err = _read(paths["err"], 8192)
         status_lines = _read(paths["status"], lim["output_mb"] << 20).decode("utf-8", "replace").splitlines()
-        res["status"] = [json.loads(s) for s in status_lines if s.startswith("{") and _is_json(s)]
+        res["status"] = [st for st in map(_json_or_none, status_lines) if isinstance(st, dict)]
         res["stdout_bytes"] = os.path.getsize(paths["out"])
         res["stderr_bytes"] = os.path.getsize(paths["err"])
         return res, [out, err]
@@ -270,12 +270,11 @@ def _read(path: str, cap: int) -> bytes:
         return b""
 
 
-def _is_json(s: str) -> bool:
+def _json_or_none(s: str):
     try:
-        json.loads(s)
-        return True
-    except ValueError:
-        return False
+        return json.loads(s)
+    except ValueError:  # a child killed mid-write leaves a torn last line
+        return None
 
 
 def _wipe(path: str) -> None:
