@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--top-p", type=float, default=1.0)
     e.add_argument("--max-new-tokens", type=int, default=512)
     e.add_argument("--batch-size", type=int, default=16, help="sequences generated at once")
+    e.add_argument("--backend", default="execrl", choices=["execrl", "transformers"],
+                   help="generation: the execrl engine (default) or transformers' generate")
     e.add_argument("--answer-format", default="code", help="code | reasoning | think")
     e.add_argument("--code-style", default="fence", help="fence (```python) | tags (<code>) | auto")
     e.add_argument("--system-prompt", default=None)
@@ -111,7 +113,7 @@ def run_eval(args) -> int:
         cfg = EvalConfig(dataset=args.dataset, split=args.split, data_path=args.data_path, limit=args.limit,
                          max_tests=args.max_tests,
                          samples=args.samples, ks=ks, temperature=temperature, top_p=args.top_p,
-                         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.seed,
+                         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, backend=args.backend, seed=args.seed,
                          out=args.out, workers=args.workers, timeout_s=args.timeout,
                          prompt=PromptConfig(system_prompt=args.system_prompt, answer_format=args.answer_format,
                                              code_style=args.code_style))

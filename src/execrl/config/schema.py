@@ -28,7 +28,13 @@ class VllmConfig(Section):
 
 
 class GenerationConfig(Section):
-    backend: Literal["transformers"] = Field("transformers", description="rollout backend: transformers (the reference)")
+    backend: Literal["execrl", "transformers"] = Field(
+        "execrl", description="rollout backend: execrl (the built-in engine: static KV cache, CUDA graphs, the "
+        "trainer's own weights) | transformers (generate, the reference)")
+    cuda_graphs: bool = Field(True, description="execrl engine on a GPU: replay each decode step as a CUDA graph")
+    sync_every: int = Field(8, ge=1, description="execrl engine: decode steps between looks at the state from the host "
+                                                 "(finished sequences, stop strings, refilling free slots)")
+    ignore_eos: bool = Field(False, description="benchmarks only: always generate max_new_tokens")
     max_new_tokens: int = Field(512, description="tokens generated per turn at most")
     temperature: float = Field(1.0, description="sampling temperature for rollouts")
     top_p: float = Field(1.0, description="nucleus sampling threshold")

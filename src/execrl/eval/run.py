@@ -40,6 +40,7 @@ class EvalConfig:
     max_new_tokens: int = 512
     max_prompt_tokens: int = 2048
     batch_size: int = 16
+    backend: str = "execrl"  # execrl | transformers
     seed: int = 0
     out: str = "results/eval"
     workers: int = 0
@@ -109,7 +110,7 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     with _bar() as bar:
         task = bar.add_task("sampling", total=len(prompts))
         outs = generate(model, tok, prompts, cfg.samples, cfg.max_new_tokens, cfg.temperature, cfg.top_p,
-                        cfg.batch_size, cfg.seed, on_batch=lambda n: bar.advance(task, n))
+                        cfg.batch_size, cfg.backend, cfg.seed, on_batch=lambda n: bar.advance(task, n))
     return list(zip(problems, outs))
 
 

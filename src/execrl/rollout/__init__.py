@@ -1,1 +1,38 @@
-"""Rollout generation. hf.py is the reference backend (transformers `generate`); a faster engine comes next."""
+"""Rollout generation: token ids in, Completions out. The execrl engine (engine.py) is the default; transformers'
+`generate` (hf.py) is kept as the reference backend. Both sit behind one `generate` call."""
+
+from __future__ import annotations
+
+from execrl.rollout.completion import Completion
+from execrl.rollout.decoder import UnsupportedModel
+from execrl.rollout.engine import RolloutEngine
+from execrl.rollout.hf import hf_generate
+from execrl.rollout.sampling import SamplingParams
+
+BACKENDS = ("execrl", "transformers")
+
+
+class HFGenerator:
+    """transformers `generate`, batch by batch (the reference backend)."""
+
+    def __init__(self, model, tokenizer, batch_size: int):
+        self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
+
+    def generate(self, prompts, num_samples, max_new_tokens, params: SamplingParams, stop_strings=None, on_batch=None):
+        return hf_generate(self.model, self.tokenizer, prompts, num_samples, max_new_tokens, params.temperature,
+                           params.top_p, params.top_k, stop_strings, self.batch_size, on_batch,
+                           params.ignore_eos)
+
+
+def build_generator(model, tokenizer, backend: str, slots: int, max_len: int, cuda_graphs: bool = True,
+                    sync_every: int = 8):
+    """The rollout backend by name; the engine's cache has `slots` sequences of up to `max_len` tokens."""
+    if backend == "transformers":
+        return HFGenerator(model, tokenizer, slots)
+    if backend != "execrl":
+        raise ValueError(f"generation backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    return RolloutEngine(model, tokenizer, slots, max_len, cuda_graphs=cuda_graphs, sync_every=sync_every)
+
+
+__all__ = ["BACKENDS", "Completion", "HFGenerator", "RolloutEngine", "SamplingParams", "UnsupportedModel",
+           "build_generator", "hf_generate"]

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-
-@dataclass
-class Completion:
-    ids: list[int]  # the sampled tokens, up to and including EOS
-    text: str
-    truncated: bool  # hit max_new_tokens without EOS or a stop string
+from execrl.rollout.completion import Completion
 
 
 @torch.no_grad()
 def hf_generate(model, tokenizer, prompts: list[list[int]], num_samples: int, max_new_tokens: int,
                 temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None,
-                stop_strings: list[str] | None = None, batch_size: int = 64, on_batch=None) -> list[list[Completion]]:
+                stop_strings: list[str] | None = None, batch_size: int = 64, on_batch=None,
+                ignore_eos: bool = False) -> list[list[Completion]]:
     """For each prompt, `num_samples` completions (greedy when temperature is 0)."""
     device = next(model.parameters()).device
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
@@ -36,7 +30,8 @@ def hf_generate(model, tokenizer, prompts: list[list[int]], num_samples: int, ma
                              temperature=temperature if sampled else None, top_p=top_p if sampled else None,
                              top_k=(top_k or 0) if sampled else None, max_new_tokens=max_new_tokens,
                              num_return_sequences=num_samples, pad_token_id=pad, eos_token_id=eos,
-                             stop_strings=stop_strings, tokenizer=tokenizer if stop_strings else None)
+                             stop_strings=stop_strings, tokenizer=tokenizer if stop_strings else None,
+                             min_new_tokens=max_new_tokens if ignore_eos else None)
         new = gen[:, width:].tolist()  # [P * num_samples, <= max_new_tokens]
         for i in range(len(chunk)):
             out.append([_cut(row, tokenizer, eos, pad, max_new_tokens, stop_strings)

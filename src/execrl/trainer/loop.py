@@ -35,7 +35,7 @@ def train(cfg: MasterConfig) -> Run:
                 times: dict[str, float] = {}
                 problems = run.sampler.next(cfg.grpo.num_prompts_per_step)
                 with timed(times, "generate"):
-                    rollouts = sample_rollouts(run.model, run.tokenizer, problems, cfg,
+                    rollouts = sample_rollouts(run.generator, run.tokenizer, problems, cfg,
                                                cfg.grpo.num_generations_per_prompt, cfg.policy.generation.temperature)
                 with timed(times, "grade"):
                     grade_and_score(rollouts, run.grader, cfg)
@@ -64,9 +64,11 @@ def train_step(run: Run, rollouts) -> dict:
     cfg = run.cfg
     adv, rewards, valid = advantages(rollouts, cfg)
     batch = build_batch(rollouts, adv, run.tokenizer.pad_token_id, cfg.grpo.overlong_filtering)
-    batch.old_logprobs = score_tokens(run.model, batch, cfg.policy.logprob_batch_size)
+    temperature = cfg.policy.generation.temperature or 1.0
+    if run.plan.optimizer_steps_per_rollout > 1:  # later optimizer steps need the sampling-time logprobs
+        batch.old_logprobs = score_tokens(run.model, batch, cfg.policy.logprob_batch_size, temperature)
     if run.ref_model is not None:
-        batch.ref_logprobs = score_tokens(run.ref_model, batch, cfg.policy.logprob_batch_size)
+        batch.ref_logprobs = score_tokens(run.ref_model, batch, cfg.policy.logprob_batch_size, temperature)
     stats = optimize(run.model, run.optimizer, run.scheduler, batch, cfg, run.plan)
     run.nan_streak = run.nan_streak + 1 if stats["skipped_steps"] else 0
     if stats["skipped_steps"]:
@@ -89,7 +91,7 @@ def validate(run: Run) -> float:
     """pass@1 of greedy completions on the validation problems."""
     if not run.val_problems:
         return float("nan")
-    rollouts = sample_rollouts(run.model, run.tokenizer, run.val_problems, run.cfg, 1, 0.0)
+    rollouts = sample_rollouts(run.generator, run.tokenizer, run.val_problems, run.cfg, 1, 0.0)
     grade_samples(rollouts.samples, run.grader)
     valid = [s for s in rollouts.samples if s.valid]
     score = sum(is_correct(s) for s in valid) / max(len(valid), 1)

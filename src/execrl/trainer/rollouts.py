@@ -8,7 +8,7 @@ from execrl.eval.run import grade_samples
 from execrl.extract import extract
 from execrl.prompts import build_messages, render
 from execrl.rewards import Reward, Sample, score
-from execrl.rollout.hf import Completion, hf_generate
+from execrl.rollout import Completion, SamplingParams
 from execrl.sandbox import Grader
 from execrl.tasks import Problem
 
@@ -27,11 +27,12 @@ def prompt_ids(problems: list[Problem], tokenizer, cfg) -> list[list[int]]:
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
-def sample_rollouts(model, tokenizer, problems: list[Problem], cfg, group_size: int, temperature: float) -> Rollouts:
+def sample_rollouts(generator, tokenizer, problems: list[Problem], cfg, group_size: int, temperature: float) -> Rollouts:
     gen = cfg.policy.generation
     prompts = prompt_ids(problems, tokenizer, cfg)
-    outs = hf_generate(model, tokenizer, prompts, group_size, gen.max_new_tokens, temperature, gen.top_p, gen.top_k,
-                       gen.stop_strings, cfg.policy.generation_batch_size)
+    params = SamplingParams(temperature, gen.top_p if temperature else 1.0, gen.top_k if temperature else None,
+                            gen.ignore_eos)
+    outs = generator.generate(prompts, group_size, gen.max_new_tokens, params, gen.stop_strings)
     samples, flat_prompts, flat = [], [], []
     for problem, prompt, group in zip(problems, prompts, outs):
         for c in group:

@@ -13,6 +13,7 @@ from rich.console import Console
 from execrl.config import BatchPlan, MasterConfig, plan, to_yaml
 from execrl.models import load_model_and_tokenizer
 from execrl.prompts import drop_long_prompts
+from execrl.rollout import build_generator
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import Problem
 from execrl.trainer import checkpoint
@@ -28,6 +29,7 @@ class Run:
     plan: BatchPlan
     model: torch.nn.Module
     tokenizer: object
+    generator: object  # the rollout backend, holding the model (execrl engine: and its KV cache)
     ref_model: torch.nn.Module | None
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
@@ -69,7 +71,10 @@ def build_run(cfg: MasterConfig) -> Run:
     opt = make_optimizer(model, cfg)
     warm = cfg.policy.scheduler.warmup_steps
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
-    run = Run(cfg, batch_plan, model, tok, None, opt, sched, ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle),
+    gen = cfg.policy.generation
+    generator = build_generator(model, tok, gen.backend, min(cfg.policy.generation_batch_size, batch_plan.samples_per_step),
+                                cfg.policy.max_total_sequence_length, gen.cuda_graphs, gen.sync_every)
+    run = Run(cfg, batch_plan, model, tok, generator, None, opt, sched, ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle),
               val, refs, Grader(cfg.env.code.num_workers, Limits(timeout_s=cfg.env.code.timeout_s,
                                                                  memory_mb=cfg.env.code.memory_mb)),
               MetricsLogger(cfg))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from execrl.algo import ADVANTAGES, LossTerms, informative_groups, policy_loss
+from execrl.algo.logprobs import token_logprobs_from_hidden
 from execrl.config import BatchPlan, MasterConfig
 from execrl.trainer.rollouts import Rollouts
 
@@ -18,7 +19,7 @@ class TrainBatch:
     attention_mask: torch.Tensor  # [N, L]
     loss_mask: torch.Tensor  # [N, L-1] 1 where the next token is one the model sampled (and counts)
     advantages: torch.Tensor  # [N]
-    old_logprobs: torch.Tensor | None = None  # [N, L-1]
+    old_logprobs: torch.Tensor | None = None  # [N, L-1]; None: on-policy, the current logprobs detached
     ref_logprobs: torch.Tensor | None = None  # [N, L-1]
 
 
@@ -48,27 +49,54 @@ def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_fil
     return TrainBatch(ids, attn, mask, adv)
 
 
-def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """log pi(token_{t+1} | tokens_<=t) and the entropy at each position: ([B, L-1], [B, L-1])."""
-    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]  # [B, L-1, V]
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    picked = logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # [B, L-1]
-    with torch.no_grad():
-        entropy = -(logp.exp() * logp).sum(-1)  # [B, L-1]
-    return picked, entropy
+def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, select: torch.Tensor,
+                   temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(token_{t+1} | tokens_<=t) under softmax(logits / temperature), and its entropy, at the positions in
+    `select` [B, L-1] (zeros elsewhere): ([B, L-1], [B, L-1]). The LM head runs only there, in chunks."""
+    select = select.bool()
+    targets = ids[:, 1:][select]  # [N]
+    head = model.get_output_embeddings()
+    if getattr(head, "bias", None) is None and getattr(model.config, "final_logit_softcapping", None) is None:
+        hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state  # [B, L, d]
+        logp, entropy = token_logprobs_from_hidden(hidden[:, :-1][select], head.weight, targets, temperature)  # [N]
+    else:  # heads with a bias or soft-capping: the model's own logits
+        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1][select].float() / temperature
+        all_logp = torch.log_softmax(logits, -1)  # [N, V]
+        logp = all_logp.gather(-1, targets[:, None])[:, 0]
+        entropy = -(all_logp.exp() * all_logp).sum(-1).detach()
+    zeros = torch.zeros(select.shape, dtype=torch.float32, device=ids.device)
+    return zeros.masked_scatter(select, logp), zeros.masked_scatter(select, entropy)
+
+
+def micro_batches(batch: TrainBatch, rows: range, micro: int) -> list[list[int]]:
+    """Rows of similar length together (any split gives the same gradient: normalizers are global)."""
+    lengths = batch.attention_mask.sum(1)
+    order = sorted(rows, key=lambda i: int(lengths[i]))
+    return [order[i:i + micro] for i in range(0, len(order), micro)]
+
+
+def take(batch: TrainBatch, rows: list[int], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids, attention, loss mask, row index) of some rows, trimmed to their longest sequence, on the device."""
+    idx = torch.tensor(rows)
+    width = int(batch.attention_mask[idx].sum(1).max())
+    return (batch.input_ids[idx, :width].to(device), batch.attention_mask[idx, :width].to(device),
+            batch.loss_mask[idx, :width - 1].to(device), idx)
 
 
 @torch.no_grad()
-def score_tokens(model, batch: TrainBatch, micro: int) -> torch.Tensor:
+def score_tokens(model, batch: TrainBatch, micro: int, temperature: float) -> torch.Tensor:
     device = next(model.parameters()).device
-    parts = [token_logprobs(model, batch.input_ids[i:i + micro].to(device), batch.attention_mask[i:i + micro].to(device))[0]
-             for i in range(0, len(batch.input_ids), micro)]
-    return torch.cat(parts).cpu()
+    out = torch.zeros_like(batch.loss_mask)
+    for rows in micro_batches(batch, range(len(batch.input_ids)), micro):
+        ids, attn, mask, idx = take(batch, rows, device)
+        out[idx, :mask.shape[1]] = token_logprobs(model, ids, attn, mask > 0, temperature)[0].cpu()
+    return out
 
 
 def optimize(model, optimizer, scheduler, batch: TrainBatch, cfg: MasterConfig, plan: BatchPlan) -> dict:
     """One or more optimizer steps over the batch (whole groups each), micro-batched with gradient accumulation."""
     device, loss_cfg = next(model.parameters()).device, cfg.loss_fn
+    temperature = cfg.policy.generation.temperature or 1.0
     stats = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0, "skipped_steps": 0}
     model.train()
     for start in range(0, len(batch.input_ids), plan.global_batch):
@@ -76,13 +104,14 @@ def optimize(model, optimizer, scheduler, batch: TrainBatch, cfg: MasterConfig, 
         num_tokens, num_seqs = batch.loss_mask[rows].sum().item(), float(plan.global_batch)
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0
-        for m in range(start, min(start + plan.global_batch, len(batch.input_ids)), plan.micro_batch):
-            sl = slice(m, min(m + plan.micro_batch, start + plan.global_batch))
-            ids, attn = batch.input_ids[sl].to(device), batch.attention_mask[sl].to(device)
-            logp, entropy = token_logprobs(model, ids, attn)
-            mask = batch.loss_mask[sl].to(device)
-            terms = LossTerms(logp, batch.old_logprobs[sl].to(device), batch.advantages[sl].to(device), mask,
-                              None if batch.ref_logprobs is None else batch.ref_logprobs[sl].to(device))
+        for part in micro_batches(batch, range(start, min(start + plan.global_batch, len(batch.input_ids))),
+                                  plan.micro_batch):
+            ids, attn, mask, idx = take(batch, part, device)
+            logp, entropy = token_logprobs(model, ids, attn, mask > 0, temperature)
+            width = mask.shape[1]
+            old = logp.detach() if batch.old_logprobs is None else batch.old_logprobs[idx, :width].to(device)
+            terms = LossTerms(logp, old, batch.advantages[idx].to(device), mask,
+                              None if batch.ref_logprobs is None else batch.ref_logprobs[idx, :width].to(device))
             loss, metrics = policy_loss(terms, num_tokens=num_tokens, num_seqs=num_seqs, clip_low=loss_cfg.ratio_clip_min,
                                         clip_high=loss_cfg.ratio_clip_max, dual_clip=loss_cfg.ratio_clip_c,
                                         kl_coef=loss_cfg.reference_policy_kl_penalty, kl_type=loss_cfg.reference_policy_kl_type,

@@ -1,0 +1,117 @@
+"""A decoder forward over a transformers model's *own* modules with a static KV cache: prefill of new prompts into
+cache slots, and one decode step for every slot. No weight is copied; the engine calls the trainer's nn.Linear,
+RMSNorm and MLP modules, so an optimizer step is seen by the next rollout with no synchronization.
+
+Shapes: S cache slots, L = max_len positions per slot, H query heads, Hkv key/value heads, G = H / Hkv, D head dim.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED = ("qwen2", "qwen3", "llama")
+
+
+class UnsupportedModel(ValueError):
+    pass
+
+
+def check_supported(model) -> None:
+    """Raise UnsupportedModel with the fix when the engine cannot run this architecture."""
+    cfg = model.config
+    kind = getattr(cfg, "model_type", "?")
+    fix = "set policy.generation.backend=transformers to use transformers' generate instead"
+    if kind not in SUPPORTED:
+        raise UnsupportedModel(f"the execrl rollout engine supports {', '.join(SUPPORTED)} models, not {kind!r}: {fix}")
+    if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
+        raise UnsupportedModel(f"sliding-window attention layers are not supported by the execrl engine: {fix}")
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding as transformers applies it (halves rotated). x [B, heads, T, D], cos/sin [B, 1, T, D]."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+class CachedDecoder:
+    def __init__(self, model, slots: int, max_len: int):
+        check_supported(model)
+        cfg, base = model.config, model.model
+        self.layers, self.embed, self.norm, self.head = base.layers, base.embed_tokens, base.norm, model.lm_head
+        attn = self.layers[0].self_attn
+        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim, self.scale = attn.head_dim, attn.scaling
+        self.slots, self.max_len = slots, max_len
+        weight = self.embed.weight
+        shape = (slots, self.kv_heads, max_len, self.head_dim)
+        self.k = [torch.zeros(shape, dtype=weight.dtype, device=weight.device) for _ in self.layers]
+        self.v = [torch.zeros_like(k) for k in self.k]
+        with torch.no_grad():
+            cos, sin = base.rotary_emb(self.k[0], torch.arange(max_len, device=weight.device)[None])  # [1, L, D]
+        self.cos, self.sin = cos[0], sin[0]  # [L, D] in the model's dtype, as transformers computes them
+        self.rows = torch.arange(slots, device=weight.device)  # [S]
+        self.positions = torch.arange(max_len, device=weight.device)  # [L]
+
+    def cache_bytes(self) -> int:
+        return 2 * sum(k.numel() * k.element_size() for k in self.k)
+
+    def _layer(self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend) -> torch.Tensor:
+        layer = self.layers[i]
+        a = layer.self_attn
+        h = layer.input_layernorm(x)  # [B, T, d]
+        b, t, _ = h.shape
+        q = a.q_proj(h).view(b, t, -1, self.head_dim)
+        k = a.k_proj(h).view(b, t, -1, self.head_dim)
+        v = a.v_proj(h).view(b, t, -1, self.head_dim)
+        if hasattr(a, "q_norm"):  # Qwen3 normalizes queries and keys per head
+            q, k = a.q_norm(q), a.k_norm(k)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, D]
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        out = attend(i, q, k, v)  # [B, H, T, D]
+        x = x + a.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+        return x + layer.mlp(layer.post_attention_layernorm(x))
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(x))
+
+    def prefill(self, tokens: torch.Tensor, lengths: torch.Tensor, slots: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        """Run P right-padded prompts tokens [P, T] (true lengths [P]) once and write their keys/values into cache
+        `slots` [N], slot n taking prompt `source[n]`: a prompt's G samples share one prefill. Returns the
+        last-position logits [P, V]."""
+        p, t = tokens.shape
+        cos, sin = self.cos[:t][None, None], self.sin[:t][None, None]  # [1, 1, T, D]
+
+        def attend(i, q, k, v):  # causal attention over the prompt itself; right padding never reaches real tokens
+            self.k[i][slots, :, :t] = k[source]
+            self.v[i][slots, :, :t] = v[source]
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale,
+                                                  enable_gqa=self.heads != self.kv_heads)
+
+        x = self.embed(tokens)  # [P, T, d]
+        for i in range(len(self.layers)):
+            x = self._layer(i, x, cos, sin, attend)
+        last = x[torch.arange(p, device=x.device), lengths - 1]  # [P, d]
+        return self.logits(last)
+
+    def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int) -> torch.Tensor:
+        """One token for every slot: tokens [S] at positions pos [S]. Keys/values are written at pos, attention
+        reads positions [0, window) masked to <= pos. Returns logits [S, V]. Shapes are static (CUDA-graph safe)."""
+        s = tokens.shape[0]
+        cos, sin = self.cos[pos][:, None, None], self.sin[pos][:, None, None]  # [S, 1, 1, D]
+        visible = (self.positions[:window][None] <= pos[:, None])[:, None, None]  # [S, 1, 1, W]
+        g = self.heads // self.kv_heads
+
+        def attend(i, q, k, v):  # q [S, H, 1, D]; k, v [S, Hkv, 1, D]
+            kc, vc = self.k[i], self.v[i]
+            kc[self.rows, :, pos] = k[:, :, 0]
+            vc[self.rows, :, pos] = v[:, :, 0]
+            # the G query heads of one kv head act as G query rows over the same keys: plain attention, no repeat
+            out = F.scaled_dot_product_attention(q.reshape(s, self.kv_heads, g, self.head_dim), kc[:, :, :window],
+                                                 vc[:, :, :window], attn_mask=visible, scale=self.scale)
+            return out.reshape(s, self.heads, 1, self.head_dim)
+
+        x = self.embed(tokens[:, None])  # [S, 1, d]
+        for i in range(len(self.layers)):
+            x = self._layer(i, x, cos, sin, attend)
+        return self.logits(x[:, 0])

@@ -1,0 +1,199 @@
+"""The execrl rollout engine: continuous batching over static KV-cache slots, run with the trainer's own weights.
+
+Each prompt is prefilled once and its keys/values copied into the slots of its G samples; every decode step
+advances all slots at once (a CUDA graph per attention-window size on GPUs, eager on CPU: the same code), samples
+on the device, and the host looks at the state only every `sync_every` steps: then finished slots are collected,
+stop strings are checked, and free slots are refilled from waiting requests.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+
+from execrl.rollout.completion import Completion, eos_ids
+from execrl.rollout.decoder import CachedDecoder
+from execrl.rollout.sampling import SamplingParams, sample
+
+
+class RolloutEngine:
+    def __init__(self, model, tokenizer, slots: int, max_len: int, cuda_graphs: bool = True, sync_every: int = 8,
+                 prefill_tokens: int = 32768):
+        self.tokenizer, self.sync_every, self.prefill_tokens = tokenizer, max(1, sync_every), prefill_tokens
+        self.dec = CachedDecoder(model, slots, max_len)
+        dev = self.dec.rows.device
+        self.graphs_on = cuda_graphs and dev.type == "cuda"
+        self.eos_list = eos_ids(model, tokenizer)
+        self.eos = torch.tensor(self.eos_list, device=dev)  # [E]
+        z = dict(dtype=torch.long, device=dev)
+        self.tokens, self.pos, self.n_gen = (torch.zeros(slots, **z) for _ in range(3))  # [S] each
+        self.limit = torch.ones(slots, **z)  # [S] tokens this slot may generate
+        self.active = torch.zeros(slots, dtype=torch.bool, device=dev)  # [S]
+        self.out_tok = torch.zeros(slots, max_len, **z)  # [S, L] sampled tokens, by index within the completion
+        self.out_lp = torch.zeros(slots, max_len, dtype=torch.float32, device=dev)  # [S, L] their logprobs
+        self.graphs: dict = {}
+        self.pool = None
+
+    @property
+    def slots(self) -> int:
+        return self.dec.slots
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int, params: SamplingParams,
+                 stop_strings: list[str] | None = None, on_batch=None) -> list[list[Completion]]:
+        """For each prompt (token ids), `num_samples` completions; results do not depend on the number of slots
+        except through floating-point batch effects."""
+        max_len = self.dec.max_len
+        for p in prompts:
+            if not 0 < len(p) < max_len:
+                raise ValueError(f"a prompt of {len(p)} tokens leaves no room to generate within {max_len} tokens: "
+                                 "raise policy.max_total_sequence_length or lower data.max_input_seq_length")
+        queue = deque((i, j) for i in range(len(prompts)) for j in range(num_samples))
+        results: list[list[Completion | None]] = [[None] * num_samples for _ in prompts]
+        pending = [num_samples] * len(prompts)
+        owner: list[tuple[int, int] | None] = [None] * self.slots
+        start = [0] * self.slots  # prompt length per slot
+        limit, n_gen = [0] * self.slots, [0] * self.slots
+        while queue or any(o is not None for o in owner):
+            free = [s for s in range(self.slots) if owner[s] is None]
+            if free and queue:
+                take = [queue.popleft() for _ in range(min(len(free), len(queue)))]
+                for s, (i, j) in zip(free, take):
+                    owner[s], start[s], n_gen[s] = (i, j), len(prompts[i]), 1
+                    limit[s] = min(max_new_tokens, max_len - len(prompts[i]))
+                self._admit(take, free[:len(take)], prompts, [limit[s] for s in free[:len(take)]], params)
+            live = [s for s in range(self.slots) if owner[s] is not None]
+            steps = min(self.sync_every, max(limit[s] - n_gen[s] for s in live))
+            if steps > 0:
+                window = self._window(max(start[s] + n_gen[s] for s in live) + steps)
+                for _ in range(steps):
+                    self._step(window, params)
+            active, counts = torch.stack([self.active.long(), self.n_gen]).cpu().tolist()  # the one host sync
+            for s in live:
+                n_gen[s] = counts[s]
+            check = [s for s in live if not active[s] or stop_strings]
+            if not check:
+                continue
+            width = max(counts[s] for s in check)
+            idx = torch.tensor(check, device=self.out_tok.device)
+            toks, lps = self.out_tok[idx, :width].tolist(), self.out_lp[idx, :width].tolist()
+            stopped = []
+            for s, row, lp in zip(check, toks, lps):
+                n = counts[s]
+                cut = first_stop(self.tokenizer, row[:n], stop_strings) if stop_strings else None
+                if cut is None and active[s]:
+                    continue
+                if active[s]:
+                    stopped.append(s)
+                i, j = owner[s]
+                results[i][j] = self._completion(row[:cut or n], lp[:cut or n], cut is not None, params)
+                owner[s] = None
+                pending[i] -= 1
+                if pending[i] == 0 and on_batch is not None:
+                    on_batch(1)
+            if stopped:
+                self.active[torch.tensor(stopped, device=self.active.device)] = False
+        return results  # type: ignore[return-value]
+
+    def _completion(self, ids: list[int], lps: list[float], stopped: bool, params: SamplingParams) -> Completion:
+        ended = stopped or (not params.ignore_eos and bool(ids) and ids[-1] in self.eos_list)
+        return Completion(ids, self.tokenizer.decode(ids, skip_special_tokens=True), not ended, lps)
+
+    def _admit(self, take: list[tuple[int, int]], slots: list[int], prompts: list[list[int]], limits: list[int],
+               params: SamplingParams) -> None:
+        """Prefill each distinct prompt once (in chunks of ~prefill_tokens), fill its samples' slots, sample token 1."""
+        order = list(dict.fromkeys(i for i, _ in take))
+        chunks, chunk = [], []
+        for i in order:
+            if chunk and (len(chunk) + 1) * max(len(prompts[k]) for k in chunk + [i]) > self.prefill_tokens:
+                chunks.append(chunk)
+                chunk = []
+            chunk.append(i)
+        chunks.append(chunk)
+        dev = self.out_tok.device
+        for chunk in chunks:
+            where = {i: n for n, i in enumerate(chunk)}
+            mine = [(s, where[i], lim) for s, (i, _), lim in zip(slots, take, limits) if i in where]
+            width = max(len(prompts[i]) for i in chunk)
+            tokens = torch.zeros(len(chunk), width, dtype=torch.long)  # [P, T], right-padded
+            for n, i in enumerate(chunk):
+                tokens[n, :len(prompts[i])] = torch.tensor(prompts[i])
+            lengths = torch.tensor([len(prompts[i]) for i in chunk], device=dev)  # [P]
+            slot = torch.tensor([m[0] for m in mine], device=dev)  # [N]
+            source = torch.tensor([m[1] for m in mine], device=dev)  # [N]
+            logits = self.dec.prefill(tokens.to(dev), lengths, slot, source)  # [P, V]
+            tok, lp = sample(logits[source], params)  # [N]: each sample draws its own first token
+            lim = torch.tensor([m[2] for m in mine], device=dev)
+            self.tokens[slot], self.pos[slot], self.limit[slot] = tok, lengths[source], lim
+            self.n_gen[slot] = 1
+            self.out_tok[slot, 0], self.out_lp[slot, 0] = tok, lp
+            ended = self._is_eos(tok) if not params.ignore_eos else torch.zeros_like(tok, dtype=torch.bool)
+            self.active[slot] = (lim > 1) & ~ended
+
+    def _is_eos(self, tok: torch.Tensor) -> torch.Tensor:
+        return (tok[:, None] == self.eos[None]).any(-1)
+
+    def _window(self, needed: int) -> int:
+        """Attention reads a power-of-two window of positions (>= 64) or the whole cache: few graphs, little waste."""
+        w = 64
+        while w < needed:
+            w *= 2
+        return min(w, self.dec.max_len)
+
+    def _body(self, window: int, params: SamplingParams) -> None:
+        """One decode step for every slot; all state stays on the device."""
+        logits = self.dec.decode(self.tokens, self.pos, window)  # [S, V]
+        tok, lp = sample(logits, params)  # [S], [S]
+        rows, act = self.dec.rows, self.active
+        col = self.n_gen.clamp(max=self.dec.max_len - 1)
+        self.out_tok[rows, col] = torch.where(act, tok, self.out_tok[rows, col])
+        self.out_lp[rows, col] = torch.where(act, lp, self.out_lp[rows, col])
+        n = self.n_gen + act.long()
+        done = n >= self.limit
+        if not params.ignore_eos:
+            done = done | self._is_eos(tok)
+        self.n_gen.copy_(n)
+        self.pos.copy_((self.pos + act.long()).clamp(max=self.dec.max_len - 1))
+        self.tokens.copy_(tok)
+        self.active.copy_(act & ~done)
+
+    def _step(self, window: int, params: SamplingParams) -> None:
+        if not self.graphs_on:
+            self._body(window, params)
+            return
+        graph = self.graphs.get((window, params))
+        if graph is None:
+            graph = self.graphs[(window, params)] = self._capture(window, params)
+        graph.replay()
+
+    def _capture(self, window: int, params: SamplingParams):
+        state = [self.tokens, self.pos, self.n_gen, self.active]
+        saved = [t.clone() for t in state]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up run (lazy kernel and workspace init), then undo its state change
+            self._body(window, params)
+        torch.cuda.current_stream().wait_stream(side)
+        for t, old in zip(state, saved):
+            t.copy_(old)
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):  # recorded, not run
+            self._body(window, params)
+        return graph
+
+
+def first_stop(tokenizer, ids: list[int], stop_strings: list[str]) -> int | None:
+    """The number of leading tokens whose text first contains a stop string (None: no stop string yet)."""
+    if not any(s in tokenizer.decode(ids, skip_special_tokens=True) for s in stop_strings):
+        return None
+    lo, hi = 1, len(ids)  # the shortest prefix containing a stop string: the predicate is monotone in the length
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if any(s in tokenizer.decode(ids[:mid], skip_special_tokens=True) for s in stop_strings):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

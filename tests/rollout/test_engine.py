@@ -1,0 +1,128 @@
+"""The rollout engine against transformers on a tiny Qwen2 (CPU, fp32, the same code path as on a GPU minus the
+CUDA graphs): greedy tokens equal, logprobs equal a recomputed forward pass, stop strings cut where transformers
+cuts, refilling slots changes nothing, EOS and context limits end sequences."""
+
+import pytest
+import torch
+
+from execrl.builtin import tokenizer_corpus
+from execrl.models import build_tiny_model, build_tokenizer
+from execrl.rollout import RolloutEngine, SamplingParams, UnsupportedModel, hf_generate
+from execrl.rollout.sampling import sample
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tok = build_tokenizer(tokenizer_corpus(), vocab_size=384)
+    model = build_tiny_model(tok, hidden=64, layers=2, heads=4, seed=0).eval()  # 4 query heads over 2 kv heads
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # larger random weights than the init: varied text instead of one token repeated
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.15)
+    return model, tok
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny):
+    _, tok = tiny
+    texts = ["Read two integers and print their sum.", "hi", "def f(x):\n    return", "print the maximum of a and b, " * 3]
+    return [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+def recomputed_logprobs(model, prompt, ids, temperature=1.0):
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1:-1].float() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
+
+
+def test_greedy_equals_transformers_token_for_token(tiny, prompts):
+    model, tok = tiny
+    ref = hf_generate(model, tok, prompts, 1, 48, temperature=0.0)
+    out = RolloutEngine(model, tok, slots=3, max_len=256, sync_every=5).generate(prompts, 2, 48, GREEDY)
+    for r, o in zip(ref, out):
+        assert len(r[0].ids) > 10
+        assert o[0].ids == o[1].ids == r[0].ids
+        assert o[0].text == r[0].text and o[0].truncated == r[0].truncated
+
+
+def test_logprobs_match_a_recomputed_forward_pass(tiny, prompts):
+    model, tok = tiny
+    torch.manual_seed(0)
+    out = RolloutEngine(model, tok, slots=4, max_len=256).generate(prompts, 2, 32, SamplingParams(temperature=0.7))
+    for prompt, group in zip(prompts, out):
+        for c in group:
+            assert len(c.logprobs) == len(c.ids)
+            torch.testing.assert_close(torch.tensor(c.logprobs), recomputed_logprobs(model, prompt, c.ids, 0.7),
+                                       atol=1e-4, rtol=1e-4)
+
+
+def test_refilling_slots_gives_the_same_results_as_one_at_a_time(tiny, prompts):
+    model, tok = tiny
+    together = RolloutEngine(model, tok, slots=2, max_len=256, sync_every=3).generate(prompts, 3, 40, GREEDY)
+    for prompt, group in zip(prompts, together):
+        alone = RolloutEngine(model, tok, slots=1, max_len=256).generate([prompt], 1, 40, GREEDY)[0][0]
+        assert all(c.ids == alone.ids for c in group)
+        torch.testing.assert_close(torch.tensor(group[0].logprobs), torch.tensor(alone.logprobs))
+
+
+def test_stop_strings_cut_where_transformers_cuts(tiny, prompts):
+    model, tok = tiny
+    full = RolloutEngine(model, tok, slots=4, max_len=256).generate(prompts[:1], 1, 48, GREEDY)[0][0]
+    at = next(i for i in range(8, len(full.text)) if full.text[i:i + 3].isascii() and full.text[i:i + 3].isalpha())
+    stop = full.text[at:at + 3]  # a string the greedy text reaches part-way
+    ref = hf_generate(model, tok, prompts[:1], 1, 48, temperature=0.0, stop_strings=[stop])[0][0]
+    got = RolloutEngine(model, tok, slots=4, max_len=256, sync_every=7).generate(prompts[:1], 1, 48, GREEDY,
+                                                                                stop_strings=[stop])[0][0]
+    assert got.ids == ref.ids == full.ids[:len(got.ids)] and len(got.ids) < len(full.ids)
+    assert stop in got.text and stop not in tok.decode(got.ids[:-1], skip_special_tokens=True)
+    assert not got.truncated
+
+
+def test_eos_ends_a_sequence_and_the_context_limit_truncates(tiny, prompts):
+    model, tok = tiny
+    full = RolloutEngine(model, tok, slots=2, max_len=256).generate(prompts[:1], 1, 40, GREEDY)[0][0]
+    engine = RolloutEngine(model, tok, slots=2, max_len=256)
+    engine.eos_list = [full.ids[5]]  # pretend the 6th greedy token is an end-of-sequence token
+    engine.eos = torch.tensor(engine.eos_list)
+    ended = engine.generate(prompts[:1], 1, 40, GREEDY)[0][0]
+    assert ended.ids == full.ids[:full.ids.index(full.ids[5]) + 1] and not ended.truncated
+    forced = engine.generate(prompts[:1], 1, 40, SamplingParams(temperature=0.0, ignore_eos=True))[0][0]
+    assert forced.ids == full.ids and forced.truncated
+    short = RolloutEngine(model, tok, slots=2, max_len=len(prompts[0]) + 7).generate(prompts[:1], 1, 40, GREEDY)[0][0]
+    assert short.ids == full.ids[:7] and short.truncated
+    with pytest.raises(ValueError, match="max_total_sequence_length"):
+        RolloutEngine(model, tok, slots=2, max_len=len(prompts[3])).generate(prompts[3:], 1, 4, GREEDY)
+
+
+def test_sampling_follows_the_distribution_and_its_filters():
+    torch.manual_seed(0)
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0]]).repeat(20000, 1)
+    tokens, logp = sample(logits, SamplingParams(temperature=0.8))
+    freq = torch.bincount(tokens, minlength=5).float() / len(tokens)
+    torch.testing.assert_close(freq, torch.softmax(logits[0] / 0.8, -1), atol=0.01, rtol=0)
+    torch.testing.assert_close(logp, torch.log_softmax(logits / 0.8, -1).gather(-1, tokens[:, None])[:, 0])
+    top2, _ = sample(logits, SamplingParams(temperature=1.0, top_k=2))
+    assert set(top2.tolist()) == {0, 1}
+    nucleus, _ = sample(logits, SamplingParams(temperature=1.0, top_p=0.6))  # p = .53, .20, ...: two tokens
+    assert set(nucleus.tolist()) == {0, 1}
+    assert set(sample(logits, SamplingParams(temperature=1.0, top_p=0.01))[0].tolist()) == {0}
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=0.0)
+
+
+def test_top_k_one_is_greedy(tiny, prompts):
+    model, tok = tiny
+    engine = RolloutEngine(model, tok, slots=4, max_len=256)
+    assert ([c.ids for g in engine.generate(prompts, 1, 24, SamplingParams(temperature=1.0, top_k=1)) for c in g]
+            == [c.ids for g in engine.generate(prompts, 1, 24, GREEDY) for c in g])
+
+
+def test_unsupported_architectures_name_the_fix():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
+    with pytest.raises(UnsupportedModel, match="backend=transformers"):
+        RolloutEngine(model, None, slots=1, max_len=16)
