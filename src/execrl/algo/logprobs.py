@@ -2,18 +2,57 @@
 
 The LM head is applied chunk by chunk; each chunk's logits live only inside the loop (forward) and are recomputed
 in backward, so peak memory is one chunk of logits instead of the whole batch's (8 x 1024 tokens x 152K vocab in
-fp32 is 5 GB). Logits are divided by the sampling temperature, so these are the probabilities the sampler used.
+fp32 is 5 GB). The per-chunk math (log-sum-exp, entropy, gradient) is compiled into fused kernels on GPUs, so each
+chunk's logits are read once or twice instead of once per operation. Logits are divided by the sampling
+temperature, so these are the probabilities the sampler used.
 """
 
 from __future__ import annotations
 
 import torch
 
-CHUNK_ELEMENTS = 2**28  # fp32 logits per chunk: 1 GiB
+CHUNK_ELEMENTS = 2**28  # logits per chunk
 
 
 def chunk_rows(vocab: int) -> int:
     return max(128, CHUNK_ELEMENTS // vocab)
+
+
+def _stats(logits: torch.Tensor, targets: torch.Tensor, temperature: float):
+    """logits [c, V] -> log-sum-exp [c], logprob of the target [c], entropy [c] (fp32)."""
+    z = logits.float() / temperature
+    lse = torch.logsumexp(z, -1)
+    picked = z.gather(-1, targets[:, None])[:, 0] - lse
+    entropy = lse - (torch.exp(z - lse[:, None]) * z).sum(-1)
+    return lse, picked, entropy
+
+
+def _grad(logits: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor, g: torch.Tensor, temperature: float):
+    """d(sum g * logprob)/d logits: (onehot(target) - softmax) * g / temperature, in the logits' dtype [c, V]."""
+    z = logits.float() / temperature
+    onehot = torch.arange(z.shape[-1], device=z.device)[None] == targets[:, None]
+    return ((onehot.float() - torch.exp(z - lse[:, None])) * (g / temperature)[:, None]).to(logits.dtype)
+
+
+_fused: dict = {}
+
+
+def _kernel(fn, cuda: bool):
+    """The function compiled (on GPUs, once per process) or as written (CPU; or when compilation is unavailable)."""
+    if not cuda:
+        return fn
+    if fn not in _fused:
+        compiled = torch.compile(fn, dynamic=True)
+
+        def run(*args):
+            try:
+                return compiled(*args)
+            except Exception:  # noqa: BLE001 - no working compiler here: the eager function gives the same numbers
+                _fused[fn] = fn
+                return fn(*args)
+
+        _fused[fn] = run
+    return _fused[fn]
 
 
 class _TokenLogprobs(torch.autograd.Function):
@@ -21,15 +60,11 @@ class _TokenLogprobs(torch.autograd.Function):
     def forward(ctx, hidden, weight, targets, temperature: float, rows: int):
         # hidden [N, d], weight [V, d], targets [N] -> logprobs [N] (fp32), entropy [N] (fp32, no gradient)
         n = hidden.shape[0]
-        logp = torch.empty(n, dtype=torch.float32, device=hidden.device)
-        entropy = torch.empty_like(logp)
-        lse = torch.empty_like(logp)
+        lse, logp, entropy = (torch.empty(n, dtype=torch.float32, device=hidden.device) for _ in range(3))
+        stats = _kernel(_stats, hidden.is_cuda)
         for i in range(0, n, rows):
-            logits = (hidden[i:i + rows] @ weight.T).float() / temperature  # [c, V]
-            lse[i:i + rows] = torch.logsumexp(logits, -1)
-            logp[i:i + rows] = logits.gather(-1, targets[i:i + rows, None])[:, 0] - lse[i:i + rows]
-            probs = torch.softmax(logits, -1)
-            entropy[i:i + rows] = lse[i:i + rows] - (probs * logits).sum(-1)
+            lse[i:i + rows], logp[i:i + rows], entropy[i:i + rows] = stats(hidden[i:i + rows] @ weight.T,
+                                                                          targets[i:i + rows], temperature)
         ctx.save_for_backward(hidden, weight, targets, lse)
         ctx.temperature, ctx.rows = temperature, rows
         ctx.mark_non_differentiable(entropy)
@@ -38,19 +73,16 @@ class _TokenLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_logp, _grad_entropy):
         hidden, weight, targets, lse = ctx.saved_tensors
-        t, rows = ctx.temperature, ctx.rows
+        rows, grad_of = ctx.rows, _kernel(_grad, hidden.is_cuda)
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = None
         if ctx.needs_input_grad[1]:  # accumulated over chunks in fp32 when there are several
             grad_weight = torch.zeros(weight.shape, dtype=torch.float32 if hidden.shape[0] > rows else weight.dtype,
                                       device=weight.device)
         for i in range(0, hidden.shape[0], rows):
-            h, g = hidden[i:i + rows], grad_logp[i:i + rows]  # [c, d], [c]
-            logits = (h @ weight.T).float() / t  # [c, V]
-            # d logp / d logits = onehot(target) - softmax; the temperature divides once more
-            grad = torch.exp(logits - lse[i:i + rows, None]).mul_(-g[:, None])
-            grad.scatter_add_(-1, targets[i:i + rows, None], g[:, None])
-            grad = grad.div_(t).to(hidden.dtype)  # [c, V]
+            h = hidden[i:i + rows]  # [c, d]
+            grad = grad_of(h @ weight.T, lse[i:i + rows], targets[i:i + rows], grad_logp[i:i + rows].float(),
+                           ctx.temperature)  # [c, V]
             if grad_hidden is not None:
                 grad_hidden[i:i + rows] = grad @ weight
             if grad_weight is not None:

@@ -25,13 +25,14 @@ class HFGenerator:
 
 
 def build_generator(model, tokenizer, backend: str, slots: int, max_len: int, cuda_graphs: bool = True,
-                    sync_every: int = 8):
+                    sync_every: int = 16, compile: bool = False):
     """The rollout backend by name; the engine's cache has `slots` sequences of up to `max_len` tokens."""
     if backend == "transformers":
         return HFGenerator(model, tokenizer, slots)
     if backend != "execrl":
         raise ValueError(f"generation backend {backend!r}: choose one of {', '.join(BACKENDS)}")
-    return RolloutEngine(model, tokenizer, slots, max_len, cuda_graphs=cuda_graphs, sync_every=sync_every)
+    return RolloutEngine(model, tokenizer, slots, max_len, cuda_graphs=cuda_graphs, sync_every=sync_every,
+                         compile=compile)
 
 
 __all__ = ["BACKENDS", "Completion", "HFGenerator", "RolloutEngine", "SamplingParams", "UnsupportedModel",

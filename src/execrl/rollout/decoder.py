@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from execrl.rollout.fuse import joined
+
 SUPPORTED = ("qwen2", "qwen3", "llama")
 
 
@@ -26,6 +28,11 @@ def check_supported(model) -> None:
         raise UnsupportedModel(f"the execrl rollout engine supports {', '.join(SUPPORTED)} models, not {kind!r}: {fix}")
     if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
         raise UnsupportedModel(f"sliding-window attention layers are not supported by the execrl engine: {fix}")
+
+
+def rms_norm(module, x: torch.Tensor) -> torch.Tensor:
+    """A transformers RMSNorm module's function as one fused op (its own code is seven kernels in decode)."""
+    return F.rms_norm(x, module.weight.shape, module.weight, getattr(module, "variance_epsilon", 1e-6))
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -50,6 +57,12 @@ class CachedDecoder:
         with torch.no_grad():
             cos, sin = base.rotary_emb(self.k[0], torch.arange(max_len, device=weight.device)[None])  # [1, L, D]
         self.cos, self.sin = cos[0], sin[0]  # [L, D] in the model's dtype, as transformers computes them
+        silu = getattr(cfg, "hidden_act", None) == "silu"
+        self.qkv = [(joined([l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj]),
+                     joined([l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj], "bias"),
+                     l.self_attn.q_proj.bias is not None) for l in self.layers]
+        self.gate_up = [joined([l.mlp.gate_proj, l.mlp.up_proj]) if silu and l.mlp.gate_proj.bias is None else None
+                        for l in self.layers]
         self.rows = torch.arange(slots, device=weight.device)  # [S]
         self.positions = torch.arange(max_len, device=weight.device)  # [L]
 
@@ -59,21 +72,29 @@ class CachedDecoder:
     def _layer(self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend) -> torch.Tensor:
         layer = self.layers[i]
         a = layer.self_attn
-        h = layer.input_layernorm(x)  # [B, T, d]
+        h = rms_norm(layer.input_layernorm, x)  # [B, T, d]
         b, t, _ = h.shape
-        q = a.q_proj(h).view(b, t, -1, self.head_dim)
-        k = a.k_proj(h).view(b, t, -1, self.head_dim)
-        v = a.v_proj(h).view(b, t, -1, self.head_dim)
+        weight, bias, has_bias = self.qkv[i]
+        if weight is not None and (bias is not None or not has_bias):  # one GEMM (see fuse.py)
+            q, k, v = F.linear(h, weight, bias).split([a.q_proj.out_features, a.k_proj.out_features,
+                                                       a.v_proj.out_features], -1)
+        else:
+            q, k, v = a.q_proj(h), a.k_proj(h), a.v_proj(h)
+        q, k, v = (z.view(b, t, -1, self.head_dim) for z in (q, k, v))
         if hasattr(a, "q_norm"):  # Qwen3 normalizes queries and keys per head
-            q, k = a.q_norm(q), a.k_norm(k)
+            q, k = rms_norm(a.q_norm, q), rms_norm(a.k_norm, k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, D]
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         out = attend(i, q, k, v)  # [B, H, T, D]
         x = x + a.o_proj(out.transpose(1, 2).reshape(b, t, -1))
-        return x + layer.mlp(layer.post_attention_layernorm(x))
+        h = rms_norm(layer.post_attention_layernorm, x)
+        if self.gate_up[i] is None:
+            return x + layer.mlp(h)
+        gate, up = F.linear(h, self.gate_up[i]).chunk(2, -1)
+        return x + layer.mlp.down_proj(F.silu(gate) * up)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.norm(x))
+        return self.head(rms_norm(self.norm, x))
 
     def prefill(self, tokens: torch.Tensor, lengths: torch.Tensor, slots: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
         """Run P right-padded prompts tokens [P, T] (true lengths [P]) once and write their keys/values into cache

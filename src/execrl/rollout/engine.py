@@ -18,12 +18,14 @@ from execrl.rollout.sampling import SamplingParams, sample
 
 
 class RolloutEngine:
-    def __init__(self, model, tokenizer, slots: int, max_len: int, cuda_graphs: bool = True, sync_every: int = 8,
-                 prefill_tokens: int = 32768):
+    def __init__(self, model, tokenizer, slots: int, max_len: int, cuda_graphs: bool = True, sync_every: int = 16,
+                 prefill_tokens: int = 32768, compile: bool = False):
         self.tokenizer, self.sync_every, self.prefill_tokens = tokenizer, max(1, sync_every), prefill_tokens
         self.dec = CachedDecoder(model, slots, max_len)
         dev = self.dec.rows.device
         self.graphs_on = cuda_graphs and dev.type == "cuda"
+        self.compiled = compile and dev.type == "cuda"  # fuses the small ops; one window (one compilation)
+        self.body = compiled(self._body) if self.compiled else self._body
         self.eos_list = eos_ids(model, tokenizer)
         self.eos = torch.tensor(self.eos_list, device=dev)  # [E]
         z = dict(dtype=torch.long, device=dev)
@@ -136,7 +138,7 @@ class RolloutEngine:
 
     def _window(self, needed: int) -> int:
         """Attention reads a power-of-two window of positions (>= 64) or the whole cache: few graphs, little waste."""
-        w = 64
+        w = self.dec.max_len if self.compiled else 64
         while w < needed:
             w *= 2
         return min(w, self.dec.max_len)
@@ -160,7 +162,7 @@ class RolloutEngine:
 
     def _step(self, window: int, params: SamplingParams) -> None:
         if not self.graphs_on:
-            self._body(window, params)
+            self.body(window, params)
             return
         graph = self.graphs.get((window, params))
         if graph is None:
@@ -173,7 +175,7 @@ class RolloutEngine:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up run (lazy kernel and workspace init), then undo its state change
-            self._body(window, params)
+            self.body(window, params)
         torch.cuda.current_stream().wait_stream(side)
         for t, old in zip(state, saved):
             t.copy_(old)
@@ -181,8 +183,20 @@ class RolloutEngine:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):  # recorded, not run
-            self._body(window, params)
+            self.body(window, params)
         return graph
+
+
+def compiled(fn):
+    """torch.compile, falling back to eager (with torch's warning) where a compiler is missing or fails."""
+    eager_fallback()
+    return torch.compile(fn, dynamic=False)
+
+
+def eager_fallback() -> None:
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.suppress_errors = True
 
 
 def first_stop(tokenizer, ids: list[int], stop_strings: list[str]) -> int | None:

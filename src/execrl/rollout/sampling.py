@@ -27,9 +27,8 @@ def sample(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, 
     logits = logits.float()
     if params.temperature == 0:
         tokens = logits.argmax(-1)  # [B]
-        return tokens, _picked(torch.log_softmax(logits, -1), tokens)
+        return tokens, _picked(logits, tokens)
     scaled = logits / params.temperature  # [B, V]
-    logp = torch.log_softmax(scaled, -1)
     kept = scaled
     if params.top_k is not None and params.top_k < scaled.shape[-1]:
         kth = torch.topk(scaled, params.top_k, dim=-1).values[:, -1:]  # [B, 1]
@@ -43,8 +42,9 @@ def sample(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, 
     # Gumbel-max: argmax(logits - log E), E ~ Exp(1), samples from softmax(kept) without a host round trip
     noise = torch.empty_like(kept).exponential_()
     tokens = (kept - noise.log()).argmax(-1)
-    return tokens, _picked(logp, tokens)
+    return tokens, _picked(scaled, tokens)
 
 
-def _picked(logp: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    return logp.gather(-1, tokens[:, None])[:, 0]
+def _picked(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[token] without writing the whole log-softmax: [B, V], [B] -> [B]."""
+    return logits.gather(-1, tokens[:, None])[:, 0] - torch.logsumexp(logits, -1)

@@ -14,6 +14,8 @@ from execrl.config import BatchPlan, MasterConfig, plan, to_yaml
 from execrl.models import load_model_and_tokenizer
 from execrl.prompts import drop_long_prompts
 from execrl.rollout import build_generator
+from execrl.rollout.engine import eager_fallback
+from execrl.rollout.fuse import fuse_projections
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import Problem
 from execrl.trainer import checkpoint
@@ -66,14 +68,20 @@ def build_run(cfg: MasterConfig) -> Run:
         tok.chat_template = cfg.policy.tokenizer.chat_template
     if cfg.policy.activation_checkpointing:
         model.gradient_checkpointing_enable()
+    if cfg.policy.torch_compile and next(model.parameters()).is_cuda:
+        eager_fallback()  # where compilation fails, eager (with torch's warning)
+        for layer in model.get_decoder().layers:
+            layer.compile()  # the engine calls the layers' submodules, so rollouts are unaffected
     train, val, refs = load_data(cfg)
     train, val = drop_long(train, tok, cfg), drop_long(val, tok, cfg)
+    if cfg.policy.generation.backend == "execrl":
+        fuse_projections(model)  # the engine's wide GEMMs; parameters stay separate views (before the optimizer)
     opt = make_optimizer(model, cfg)
     warm = cfg.policy.scheduler.warmup_steps
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
     gen = cfg.policy.generation
     generator = build_generator(model, tok, gen.backend, min(cfg.policy.generation_batch_size, batch_plan.samples_per_step),
-                                cfg.policy.max_total_sequence_length, gen.cuda_graphs, gen.sync_every)
+                                cfg.policy.max_total_sequence_length, gen.cuda_graphs, gen.sync_every, gen.compile)
     run = Run(cfg, batch_plan, model, tok, generator, None, opt, sched, ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle),
               val, refs, Grader(cfg.env.code.num_workers, Limits(timeout_s=cfg.env.code.timeout_s,
                                                                  memory_mb=cfg.env.code.memory_mb)),

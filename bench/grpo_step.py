@@ -1,0 +1,297 @@
+"""Rollout, training and end-to-end GRPO-step throughput, each beside its baseline measured in the same run.
+
+    python bench/grpo_step.py                      # all sections, both architectures
+    python bench/grpo_step.py --sections rollout --archs qwen2.5-0.5b
+Sections:
+  rollout  256 prompts x (128 + 256) tokens, forced to full length: the execrl engine vs transformers `generate`
+  check    the engine at 0.5B in bf16 against transformers: greedy choices and logprobs (teacher-forced)
+  train    forward + backward of per-token logprobs, 8 x 1024 tokens: chunked LM head vs full fp32 log-softmax; MFU
+  step     `execrl train` steps, 16 prompts x 8 samples, ~128-token prompts, 256 new tokens forced: engine vs
+           the transformers backend
+Random-init weights of the real architectures with their real vocabulary (throughput does not depend on weight
+values); prompts come from a byte-level tokenizer whose ids are a subset of that vocabulary. MFU uses the dense
+bf16 peak of an H100/H200 (989 TFLOP/s); the FLOPs are 6 x (matmul parameters) per token plus causal attention.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ARCHS = {  # hidden, layers, heads, kv heads, intermediate (the Qwen2.5 configs; vocabulary 151,936, tied head)
+    "qwen2.5-0.5b": (896, 24, 14, 2, 4864),
+    "qwen2.5-1.5b": (1536, 28, 12, 2, 8960),
+    "tiny": (64, 2, 4, 2, 128),  # a smoke test of this script on a CPU
+}
+VOCAB, PEAK = 151936, 989e12
+
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def build(arch: str, device=DEVICE):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from execrl.builtin import tokenizer_corpus
+    from execrl.models import build_tokenizer
+
+    hidden, layers, heads, kv, inter = ARCHS[arch]
+    tok = build_tokenizer(tokenizer_corpus(), vocab_size=259)
+    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=True,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, max_position_embeddings=32768)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(cfg).to(device, torch.bfloat16).eval()
+    return model, tok
+
+
+def matmul_params(model) -> int:
+    c = model.config
+    d, hd = c.hidden_size, c.hidden_size // c.num_attention_heads
+    attn = d * (c.num_attention_heads + 2 * c.num_key_value_heads) * hd + c.num_attention_heads * hd * d
+    return c.num_hidden_layers * (attn + 3 * d * c.intermediate_size) + c.vocab_size * d
+
+
+def train_flops(model, batch: int, seq: int) -> float:
+    c = model.config
+    attention = 6 * c.num_hidden_layers * seq * c.hidden_size  # causal: QK^T and AV over seq/2 keys on average, x3
+    return batch * seq * (6 * matmul_params(model) + attention)
+
+
+def timed(fn):
+    sync()
+    t = time.perf_counter()
+    out = fn()
+    sync()
+    return out, time.perf_counter() - t
+
+
+def peak_gib() -> float:
+    return torch.cuda.max_memory_allocated() / 2**30 if DEVICE == "cuda" else 0.0
+
+
+def fresh_peak():
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def section_rollout(arch: str, rows: list, compile_engine: bool):
+    from execrl.rollout import RolloutEngine, SamplingParams, hf_generate
+
+    model, tok = build(arch)
+    n, plen, new = 256, 128, 256
+    g = torch.Generator().manual_seed(0)
+    prompts = torch.randint(3, 259, (n, plen), generator=g).tolist()
+    params = SamplingParams(temperature=1.0, ignore_eos=True)
+    variants = [("execrl engine", {"compile": True}), ("execrl engine, not compiled", {})]
+    if compile_engine:  # also without CUDA graphs
+        variants.append(("execrl engine, no CUDA graphs", {"cuda_graphs": False}))
+    speeds = {}
+    for name, kwargs in variants:
+        fresh_peak()
+        engine = RolloutEngine(model, tok, slots=n, max_len=plen + new, **kwargs)
+        _, first = timed(lambda: engine.generate(prompts, 1, new, params))  # captures the CUDA graphs
+        outs, t = timed(lambda: engine.generate(prompts, 1, new, params))
+        made = sum(len(c.ids) for grp in outs for c in grp)
+        speeds[name] = made / t
+        rows.append([arch, name, f"{made / t:,.0f}", f"{t:.2f}", f"{peak_gib():.1f}", f"first call {first:.2f}s"])
+        del engine
+    made = speeds["execrl engine"]
+    fresh_peak()
+    outs, t_hf = timed(lambda: hf_generate(model, tok, prompts, 1, new, 1.0, batch_size=n, ignore_eos=True))
+    made_hf = sum(len(c.ids) for grp in outs for c in grp)
+    rows.append([arch, "transformers generate", f"{made_hf / t_hf:,.0f}", f"{t_hf:.2f}", f"{peak_gib():.1f}",
+                 f"engine = {made / (made_hf / t_hf):.1f}x"])
+    # the GRPO shape: 32 prompts x 8 samples, each prompt prefilled once
+    fresh_peak()
+    engine = RolloutEngine(model, tok, slots=n, max_len=plen + new)
+    engine.generate(prompts[:32], 8, new, params)
+    outs, t = timed(lambda: engine.generate(prompts[:32], 8, new, params))
+    made = sum(len(c.ids) for grp in outs for c in grp)
+    rows.append([arch, "execrl engine, 32 prompts x 8", f"{made / t:,.0f}", f"{t:.2f}", f"{peak_gib():.1f}", ""])
+
+
+def section_check(arch: str, rows: list):
+    from execrl.rollout import RolloutEngine, SamplingParams, hf_generate
+
+    model, tok = build(arch)
+    g = torch.Generator().manual_seed(1)
+    prompts = torch.randint(3, 259, (32, 64), generator=g).tolist()
+    engine = RolloutEngine(model, tok, slots=64, max_len=256)
+    for temp in (0.0, 1.0):
+        outs = [grp[0] for grp in engine.generate(prompts, 1, 64, SamplingParams(temp, ignore_eos=True))]
+        argmax_agree, gaps, lp_diff = 0, [], []
+        seq = torch.tensor([p + c.ids for p, c in zip(prompts, outs)], device=DEVICE)
+        with torch.no_grad():
+            logits = model(seq).logits[:, 63:-1].float()  # [32, 64, V] positions predicting the completion
+        logp = torch.log_softmax(logits / (temp or 1.0), -1)
+        chosen = torch.tensor([c.ids for c in outs], device=DEVICE)
+        picked = logp.gather(-1, chosen[..., None])[..., 0]
+        lp_diff = (picked - torch.tensor([c.logprobs for c in outs], device=DEVICE)).abs()
+        if temp == 0:
+            best = logits.max(-1).values
+            gap = best - logits.gather(-1, chosen[..., None])[..., 0]
+            argmax_agree = (gap == 0).float().mean().item()
+            ref = [grp[0].ids for grp in hf_generate(model, tok, prompts, 1, 64, 0.0, batch_size=32, ignore_eos=True)]
+            same = sum(a == b.ids for a, b in zip(ref, outs))
+            first_diff = [next((i for i, (x, y) in enumerate(zip(a, b.ids)) if x != y), 64) for a, b in zip(ref, outs)]
+            rows.append([arch, "greedy", f"{argmax_agree:.4f}", f"{gap.max().item():.4f}",
+                         f"{lp_diff.max().item():.4f}", f"{lp_diff.mean().item():.5f}",
+                         f"{same}/32 identical to generate; first difference at token {statistics.median(first_diff):.0f} "
+                         "(median)"])
+        else:
+            rows.append([arch, "sampled, T=1", "", "", f"{lp_diff.max().item():.4f}", f"{lp_diff.mean().item():.5f}", ""])
+
+
+def section_train(arch: str, rows: list, compile_layers: bool):
+    from execrl.trainer.step import token_logprobs
+
+    model, _ = build(arch)
+    model.train()
+    batch, seq = 8, 1024
+    ids = torch.randint(3, 259, (batch, seq), device=DEVICE)
+    attn = torch.ones_like(ids)
+    select = torch.ones(batch, seq - 1, dtype=torch.bool, device=DEVICE)
+    adv = torch.randn(batch, 1, device=DEVICE)
+    flops = train_flops(model, batch, seq)
+
+    def ours():
+        logp, _ = token_logprobs(model, ids, attn, select)
+        (logp * adv).mean().backward()
+
+    def full_fp32():  # what the trainer did before: the whole batch's logits in fp32
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+        logp = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
+        (logp * adv).mean().backward()
+
+    variants = [("full fp32 log-softmax (before)", full_fp32), ("chunked LM head", ours)]
+    if compile_layers:
+        def compiled():
+            if not getattr(model, "_bench_compiled", False):
+                for layer in model.model.layers:
+                    layer.compile()
+                model._bench_compiled = True
+            ours()
+        variants.append(("chunked + compiled layers (execrl default)", compiled))
+    for name, fn in variants:
+        fresh_peak()
+        try:
+            for _ in range(2):
+                fn()
+                model.zero_grad(set_to_none=True)
+            times = []
+            for _ in range(5):
+                _, t = timed(fn)
+                times.append(t)
+                model.zero_grad(set_to_none=True)
+        except torch.OutOfMemoryError:
+            rows.append([arch, name, "OOM", "", "", ""])
+            continue
+        t = statistics.median(times)
+        rows.append([arch, name, f"{batch * seq / t:,.0f}", f"{t * 1000:.0f}", f"{flops / t / PEAK:.1%}",
+                     f"{peak_gib():.1f}"])
+
+
+def section_step(arch: str, rows: list, backends: list[str], steps: int, compile_all: bool, micro: int):
+    from transformers import Qwen2Config  # noqa: F401  (transformers import before the trainer's, for clarity)
+
+    from execrl.builtin import arith_problem
+    from execrl.config import load_config
+    from execrl.trainer.loop import train
+
+    model, tok = build(arch, device="cpu")
+    work = Path(tempfile.mkdtemp())
+    model.save_pretrained(work / "model")
+    tok.save_pretrained(work / "model")
+    del model
+    import random
+
+    from execrl.prompts import PromptConfig, build_messages, render
+
+    problem, _ = arith_problem(random.Random(0), 0, "train")
+    base = len(tok(render(build_messages(problem, PromptConfig()), tok), add_special_tokens=False)["input_ids"])
+    system = ("You are a careful programmer. " * 20)[:max(1, 128 - base - 12)]  # prompts of about 128 tokens
+    for backend in backends:
+        n_steps = steps if backend == "execrl" else 2
+        overrides = [f"policy.model_name={work / 'model'}", f"grpo.max_num_steps={n_steps}", "warmup.sft_steps=0",
+                     "grpo.num_prompts_per_step=16", "grpo.num_generations_per_prompt=8",
+                     "policy.train_global_batch_size=128", f"policy.train_micro_batch_size={micro}",
+                     "policy.logprob_batch_size=32", "policy.generation_batch_size=128",
+                     "policy.max_total_sequence_length=400", "policy.generation.max_new_tokens=256",
+                     "policy.generation.ignore_eos=true", f"policy.generation.backend={backend}",
+                     f"prompt.system_prompt={system}", "grpo.val_period=0", "grpo.val_at_start=false",
+                     "checkpointing.enabled=false", "logger.tensorboard_enabled=false",
+                     f"logger.log_dir={work / backend}", "policy.optimizer.kwargs.lr=1e-6"]
+        if not compile_all or backend != "execrl":
+            overrides += ["policy.torch_compile=false", "policy.generation.compile=false"]
+        fresh_peak()
+        train(load_config(None, overrides))
+        ms = [json.loads(x) for x in (work / backend / "metrics.jsonl").read_text().splitlines()]
+        warm = ms[1:] or ms
+        med = {k: statistics.median(m[k] for m in warm) for k in ("time/generate", "time/grade", "time/train")}
+        total = sum(med.values())
+        tokens = statistics.median(m["train/completion_len_mean"] for m in warm) * 128
+        rows.append([arch, backend, f"{total:.2f}", f"{med['time/generate']:.2f}", f"{med['time/grade']:.2f}",
+                     f"{med['time/train']:.2f}", f"{tokens / med['time/generate']:,.0f}", f"{peak_gib():.1f}",
+                     f"{len(warm)} steps" + (", compiled" if compile_all and backend == "execrl" else "")])
+
+
+def table(title: str, header: list[str], rows: list) -> None:
+    print(f"\n{title}\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+    for r in rows:
+        print("| " + " | ".join(str(x) for x in r) + " |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sections", default="rollout,check,train,step")
+    ap.add_argument("--archs", default="qwen2.5-0.5b,qwen2.5-1.5b")
+    ap.add_argument("--step-backends", default="execrl,transformers")
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--micro", type=int, default=32, help="step section: policy.train_micro_batch_size")
+    ap.add_argument("--no-compile", dest="compile", action="store_false",
+                    help="step section: the engine and training layers not compiled; rollout section: fewer variants")
+    args = ap.parse_args()
+    sections, archs = args.sections.split(","), args.archs.split(",")
+    print(f"{torch.cuda.get_device_name() if DEVICE == 'cuda' else 'cpu'}, torch {torch.__version__}, "
+          f"transformers {__import__('transformers').__version__}")
+    if "rollout" in sections:
+        rows = []
+        for arch in archs:
+            section_rollout(arch, rows, args.compile)
+        table("Rollouts: 256 sequences x (128 prompt + 256 new) tokens, T=1", ["arch", "backend", "new tok/s", "s",
+              "peak GiB", "note"], rows)
+    if "check" in sections:
+        rows = []
+        section_check("qwen2.5-0.5b" if DEVICE == "cuda" else archs[0], rows)
+        table("Engine vs transformers in bf16 (teacher-forced over the engine's tokens)",
+              ["arch", "mode", "engine token = argmax", "max logit gap", "max |dlogprob|", "mean |dlogprob|", "note"], rows)
+    if "train" in sections:
+        rows = []
+        for arch in archs:
+            section_train(arch, rows, args.compile)
+        table("Forward + backward of per-token logprobs, 8 x 1024 tokens", ["arch", "variant", "tok/s", "ms", "MFU",
+              "peak GiB"], rows)
+    if "step" in sections:
+        rows = []
+        for arch in archs:
+            section_step(arch, rows, args.step_backends.split(",") if arch == archs[0] else ["execrl"], args.steps,
+                         args.compile, args.micro)
+        table("GRPO step (execrl train): 16 prompts x 8, ~128 + 256 tokens", ["arch", "backend", "step s", "generate s",
+              "grade s", "train s", "gen tok/s", "peak GiB", "note"], rows)
+
+
+if __name__ == "__main__":
+    main()

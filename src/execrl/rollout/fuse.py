@@ -1,0 +1,46 @@
+"""One matrix for each layer's q/k/v projections and one for its gate/up projections, with no second copy.
+
+Decode multiplies a few hundred rows by every weight: five small GEMMs per layer cost far more than two wide ones.
+`fuse_projections` moves each group's weights into one tensor and makes the model's parameters *views* of it, so
+the trainer still sees (and the optimizer updates in place) the usual separate parameters, while the engine reads
+the same memory as one matrix. Call it before building the optimizer."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def _rehome(linears: list[nn.Linear], name: str) -> None:
+    parts = [getattr(m, name) for m in linears]
+    if any(p is None for p in parts):
+        return
+    joined = torch.cat([p.detach() for p in parts])  # [sum of rows, ...]: the only storage from now on
+    start = 0
+    for m, p in zip(linears, parts):
+        setattr(m, name, nn.Parameter(joined[start:start + p.shape[0]], requires_grad=p.requires_grad))
+        start += p.shape[0]
+
+
+def fuse_projections(model) -> None:
+    for layer in model.get_decoder().layers:
+        a, mlp = layer.self_attn, layer.mlp
+        for group in ([a.q_proj, a.k_proj, a.v_proj], [mlp.gate_proj, mlp.up_proj]):
+            _rehome(group, "weight")
+            _rehome(group, "bias")
+
+
+def joined(linears: list[nn.Linear], name: str = "weight") -> torch.Tensor | None:
+    """The group's parameters as one tensor when they are adjacent views of one storage (after fuse_projections)."""
+    parts = [getattr(m, name) for m in linears]
+    if any(p is None for p in parts):
+        return None
+    first = parts[0]
+    at = first.storage_offset()
+    for p in parts:
+        if p.untyped_storage().data_ptr() != first.untyped_storage().data_ptr() or p.storage_offset() != at \
+                or not p.is_contiguous():
+            return None
+        at += p.numel()
+    rows = sum(p.shape[0] for p in parts)
+    return first.detach().new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (rows, *first.shape[1:]))
