@@ -45,6 +45,7 @@ def build(arch: str, device=DEVICE):
 
     from execrl.builtin import tokenizer_corpus
     from execrl.models import build_tokenizer
+    from execrl.rollout.fuse import fuse_projections
 
     hidden, layers, heads, kv, inter = ARCHS[arch]
     tok = build_tokenizer(tokenizer_corpus(), vocab_size=259)
@@ -53,6 +54,7 @@ def build(arch: str, device=DEVICE):
                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, max_position_embeddings=32768)
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(cfg).to(device, torch.bfloat16).eval()
+    fuse_projections(model)  # as the trainer does with the execrl backend (same values, shared storage)
     return model, tok
 
 
@@ -116,7 +118,7 @@ def section_rollout(arch: str, rows: list, compile_engine: bool):
                  f"engine = {made / (made_hf / t_hf):.1f}x"])
     # the GRPO shape: 32 prompts x 8 samples, each prompt prefilled once
     fresh_peak()
-    engine = RolloutEngine(model, tok, slots=n, max_len=plen + new)
+    engine = RolloutEngine(model, tok, slots=n, max_len=plen + new, compile=True)
     engine.generate(prompts[:32], 8, new, params)
     outs, t = timed(lambda: engine.generate(prompts[:32], 8, new, params))
     made = sum(len(c.ids) for grp in outs for c in grp)
@@ -243,7 +245,7 @@ def section_step(arch: str, rows: list, backends: list[str], steps: int, compile
         med = {k: statistics.median(m[k] for m in warm) for k in ("time/generate", "time/grade", "time/train")}
         total = sum(med.values())
         tokens = statistics.median(m["train/completion_len_mean"] for m in warm) * 128
-        rows.append([arch, backend, f"{total:.2f}", f"{med['time/generate']:.2f}", f"{med['time/grade']:.2f}",
+        rows.append([arch, f"{backend}, micro-batch {micro}", f"{total:.2f}", f"{med['time/generate']:.2f}", f"{med['time/grade']:.2f}",
                      f"{med['time/train']:.2f}", f"{tokens / med['time/generate']:,.0f}", f"{peak_gib():.1f}",
                      f"{len(warm)} steps" + (", compiled" if compile_all and backend == "execrl" else "")])
 
@@ -260,7 +262,8 @@ def main() -> None:
     ap.add_argument("--archs", default="qwen2.5-0.5b,qwen2.5-1.5b")
     ap.add_argument("--step-backends", default="execrl,transformers")
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--micro", type=int, default=32, help="step section: policy.train_micro_batch_size")
+    ap.add_argument("--micro", type=int, default=None,
+                    help="step section: policy.train_micro_batch_size (default 128 at 0.5B, 32 above)")
     ap.add_argument("--no-compile", dest="compile", action="store_false",
                     help="step section: the engine and training layers not compiled; rollout section: fewer variants")
     args = ap.parse_args()
@@ -288,7 +291,7 @@ def main() -> None:
         rows = []
         for arch in archs:
             section_step(arch, rows, args.step_backends.split(",") if arch == archs[0] else ["execrl"], args.steps,
-                         args.compile, args.micro)
+                         args.compile, args.micro or (128 if arch == "qwen2.5-0.5b" else 32))
         table("GRPO step (execrl train): 16 prompts x 8, ~128 + 256 tokens", ["arch", "backend", "step s", "generate s",
               "grade s", "train s", "gen tok/s", "peak GiB", "note"], rows)
 

@@ -126,3 +126,26 @@ def test_unsupported_architectures_name_the_fix():
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
     with pytest.raises(UnsupportedModel, match="backend=transformers"):
         RolloutEngine(model, None, slots=1, max_len=16)
+
+
+def test_fused_projections_are_views_the_optimizer_updates_in_place(tiny, prompts):
+    import copy
+
+    from execrl.rollout.fuse import fuse_projections, joined
+
+    model, tok = copy.deepcopy(tiny[0]), tiny[1]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    greedy = RolloutEngine(model, tok, slots=2, max_len=128).generate(prompts[:2], 1, 16, GREEDY)
+    fuse_projections(model)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    engine = RolloutEngine(model, tok, slots=2, max_len=128)
+    a = model.model.layers[0].self_attn
+    qkv = engine.dec.qkv[0][0]
+    assert qkv is not None and engine.dec.gate_up[0] is not None
+    assert [c.ids for g in engine.generate(prompts[:2], 1, 16, GREEDY) for c in g] == [c.ids for g in greedy for c in g]
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.tensor([prompts[0]])).logits.sum().backward()
+    opt.step()
+    assert not torch.equal(a.k_proj.weight, before["model.layers.0.self_attn.k_proj.weight"])
+    assert torch.equal(qkv, torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))  # the engine sees it
+    assert joined([a.q_proj, a.k_proj, a.v_proj]).data_ptr() == qkv.data_ptr()

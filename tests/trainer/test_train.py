@@ -119,3 +119,9 @@ def test_wandb_offline_needs_no_network(tmp_path, monkeypatch):
     _, d = run(tmp_path, "wb", "grpo.max_num_steps=1", "checkpointing.enabled=false", "logger.wandb_enabled=true",
                "logger.wandb.mode=offline")
     assert list((d / "wandb").glob("offline-run-*"))
+
+
+def test_the_transformers_reference_backend_still_trains(tmp_path):
+    result, d = run(tmp_path, "hf", "policy.generation.backend=transformers", "grpo.max_num_steps=1",
+                    "checkpointing.enabled=false", "warmup.sft_steps=0", "grpo.val_period=0")
+    assert result.step == 1 and "train/loss" in metrics(d)[0]
