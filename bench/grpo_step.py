@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import tempfile
 import time
@@ -134,7 +135,6 @@ def section_check(arch: str, rows: list):
     engine = RolloutEngine(model, tok, slots=64, max_len=256)
     for temp in (0.0, 1.0):
         outs = [grp[0] for grp in engine.generate(prompts, 1, 64, SamplingParams(temp, ignore_eos=True))]
-        argmax_agree, gaps, lp_diff = 0, [], []
         seq = torch.tensor([p + c.ids for p, c in zip(prompts, outs)], device=DEVICE)
         with torch.no_grad():
             logits = model(seq).logits[:, 63:-1].float()  # [32, 64, V] positions predicting the completion
@@ -207,10 +207,9 @@ def section_train(arch: str, rows: list, compile_layers: bool):
 
 
 def section_step(arch: str, rows: list, backends: list[str], steps: int, compile_all: bool, micro: int):
-    from transformers import Qwen2Config  # noqa: F401  (transformers import before the trainer's, for clarity)
-
     from execrl.builtin import arith_problem
     from execrl.config import load_config
+    from execrl.prompts import PromptConfig, build_messages, render
     from execrl.trainer.loop import train
 
     model, tok = build(arch, device="cpu")
@@ -218,10 +217,6 @@ def section_step(arch: str, rows: list, backends: list[str], steps: int, compile
     model.save_pretrained(work / "model")
     tok.save_pretrained(work / "model")
     del model
-    import random
-
-    from execrl.prompts import PromptConfig, build_messages, render
-
     problem, _ = arith_problem(random.Random(0), 0, "train")
     base = len(tok(render(build_messages(problem, PromptConfig()), tok), add_special_tokens=False)["input_ids"])
     system = ("You are a careful programmer. " * 20)[:max(1, 128 - base - 12)]  # prompts of about 128 tokens

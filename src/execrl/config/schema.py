@@ -99,7 +99,8 @@ class GRPOConfig(Section):
     val_period: int = Field(10, description="evaluate every N steps (0: never)")
     val_at_start: bool = Field(False, description="evaluate before the first step")
     max_val_samples: int = Field(256, description="validation problems at most")
-    val_batch_size: int = Field(64, description="validation prompts generated at once")
+    val_batch_size: int = Field(64, description="accepted for NeMo RL configs; validation generates with the "
+                                                "policy.generation_batch_size slots of training")
     seed: int = Field(42, description="seed for data order, sampling and initialisation")
     async_grpo: AsyncGRPOConfig = Field(default_factory=AsyncGRPOConfig, description="asynchronous GRPO")
 

@@ -17,5 +17,5 @@ def generate(model, tokenizer, prompts: list[str], num_samples: int, max_new_tok
     slots = min(batch_size, len(ids) * num_samples)
     generator = build_generator(model, tokenizer, backend, slots, max(map(len, ids)) + max_new_tokens)
     outs = generator.generate(ids, num_samples, max_new_tokens,
-                              SamplingParams(temperature, top_p if temperature else 1.0), on_batch=on_batch)
+                              SamplingParams(temperature, top_p), on_batch=on_batch)
     return [[(c.text, len(c.ids)) for c in group] for group in outs]

@@ -41,6 +41,15 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
+def _fused_qkv(attn) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """The layer's q/k/v weight and bias as one matrix and vector, when fuse_projections made them so."""
+    group = [attn.q_proj, attn.k_proj, attn.v_proj]
+    weight, bias = joined(group), joined(group, "bias")
+    if weight is None or (bias is None and attn.q_proj.bias is not None):
+        return None
+    return weight, bias
+
+
 class CachedDecoder:
     def __init__(self, model, slots: int, max_len: int):
         check_supported(model)
@@ -58,25 +67,19 @@ class CachedDecoder:
             cos, sin = base.rotary_emb(self.k[0], torch.arange(max_len, device=weight.device)[None])  # [1, L, D]
         self.cos, self.sin = cos[0], sin[0]  # [L, D] in the model's dtype, as transformers computes them
         silu = getattr(cfg, "hidden_act", None) == "silu"
-        self.qkv = [(joined([l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj]),
-                     joined([l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj], "bias"),
-                     l.self_attn.q_proj.bias is not None) for l in self.layers]
+        self.qkv = [_fused_qkv(l.self_attn) for l in self.layers]  # (weight, bias) or None
         self.gate_up = [joined([l.mlp.gate_proj, l.mlp.up_proj]) if silu and l.mlp.gate_proj.bias is None else None
                         for l in self.layers]
         self.rows = torch.arange(slots, device=weight.device)  # [S]
         self.positions = torch.arange(max_len, device=weight.device)  # [L]
-
-    def cache_bytes(self) -> int:
-        return 2 * sum(k.numel() * k.element_size() for k in self.k)
 
     def _layer(self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend) -> torch.Tensor:
         layer = self.layers[i]
         a = layer.self_attn
         h = rms_norm(layer.input_layernorm, x)  # [B, T, d]
         b, t, _ = h.shape
-        weight, bias, has_bias = self.qkv[i]
-        if weight is not None and (bias is not None or not has_bias):  # one GEMM (see fuse.py)
-            q, k, v = F.linear(h, weight, bias).split([a.q_proj.out_features, a.k_proj.out_features,
+        if self.qkv[i] is not None:  # one GEMM (see fuse.py)
+            q, k, v = F.linear(h, *self.qkv[i]).split([a.q_proj.out_features, a.k_proj.out_features,
                                                        a.v_proj.out_features], -1)
         else:
             q, k, v = a.q_proj(h), a.k_proj(h), a.v_proj(h)

@@ -138,7 +138,9 @@ class RolloutEngine:
 
     def _window(self, needed: int) -> int:
         """Attention reads a power-of-two window of positions (>= 64) or the whole cache: few graphs, little waste."""
-        w = self.dec.max_len if self.compiled else 64
+        if self.compiled:  # a compiled step is specialized to one window: the whole cache
+            return self.dec.max_len
+        w = 64
         while w < needed:
             w *= 2
         return min(w, self.dec.max_len)

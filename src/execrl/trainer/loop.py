@@ -14,7 +14,7 @@ from execrl.eval.run import grade_samples, is_correct, outcome
 from execrl.trainer import checkpoint
 from execrl.trainer.rollouts import grade_and_score, sample_rollouts
 from execrl.trainer.setup import Run, build_run, console
-from execrl.trainer.step import advantages, build_batch, optimize, score_tokens
+from execrl.trainer.step import advantages, build_batch, optimize, score_tokens, scoring_temperature
 from execrl.trainer.warmup import sft_warmup
 
 MAX_NAN_STEPS = 3
@@ -64,7 +64,7 @@ def train_step(run: Run, rollouts) -> dict:
     cfg = run.cfg
     adv, rewards, valid = advantages(rollouts, cfg)
     batch = build_batch(rollouts, adv, run.tokenizer.pad_token_id, cfg.grpo.overlong_filtering)
-    temperature = cfg.policy.generation.temperature or 1.0
+    temperature = scoring_temperature(cfg)
     if run.plan.optimizer_steps_per_rollout > 1:  # later optimizer steps need the sampling-time logprobs
         batch.old_logprobs = score_tokens(run.model, batch, cfg.policy.logprob_batch_size, temperature)
     if run.ref_model is not None:

@@ -30,8 +30,7 @@ def prompt_ids(problems: list[Problem], tokenizer, cfg) -> list[list[int]]:
 def sample_rollouts(generator, tokenizer, problems: list[Problem], cfg, group_size: int, temperature: float) -> Rollouts:
     gen = cfg.policy.generation
     prompts = prompt_ids(problems, tokenizer, cfg)
-    params = SamplingParams(temperature, gen.top_p if temperature else 1.0, gen.top_k if temperature else None,
-                            gen.ignore_eos)
+    params = SamplingParams(temperature, gen.top_p, gen.top_k, gen.ignore_eos)  # greedy ignores top-p/top-k
     outs = generator.generate(prompts, group_size, gen.max_new_tokens, params, gen.stop_strings)
     samples, flat_prompts, flat = [], [], []
     for problem, prompt, group in zip(problems, prompts, outs):

@@ -49,6 +49,11 @@ def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_fil
     return TrainBatch(ids, attn, mask, adv)
 
 
+def scoring_temperature(cfg: MasterConfig) -> float:
+    """The temperature the trainer scores with: the sampler's (1 for greedy sampling)."""
+    return cfg.policy.generation.temperature or 1.0
+
+
 def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, select: torch.Tensor,
                    temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """log pi(token_{t+1} | tokens_<=t) under softmax(logits / temperature), and its entropy, at the positions in
@@ -96,7 +101,7 @@ def score_tokens(model, batch: TrainBatch, micro: int, temperature: float) -> to
 def optimize(model, optimizer, scheduler, batch: TrainBatch, cfg: MasterConfig, plan: BatchPlan) -> dict:
     """One or more optimizer steps over the batch (whole groups each), micro-batched with gradient accumulation."""
     device, loss_cfg = next(model.parameters()).device, cfg.loss_fn
-    temperature = cfg.policy.generation.temperature or 1.0
+    temperature = scoring_temperature(cfg)
     stats = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0, "skipped_steps": 0}
     model.train()
     for start in range(0, len(batch.input_ids), plan.global_batch):
