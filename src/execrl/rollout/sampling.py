@@ -1,4 +1,8 @@
-"""Token sampling on the device, with no host synchronization (so it can live inside a CUDA graph)."""
+"""Token sampling on the device, with no host synchronization (so it can live inside a CUDA graph).
+
+The randomness is keyed, not drawn from a generator's stream: the noise for token t of a request comes from a hash of
+(the request's key, t, the vocabulary index). So a sample does not depend on which slot it ran in, what else was in
+the batch, or which rank generated it: one process and N processes draw the same samples for the same prompts."""
 
 from __future__ import annotations
 
@@ -19,8 +23,43 @@ class SamplingParams:
             raise ValueError(f"sampling needs temperature >= 0, 0 < top_p <= 1 and top_k >= 1 (or null), got {self}")
 
 
-def sample(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [B, V] -> (tokens [B], logprobs [B]).
+MASK32 = 0xFFFFFFFF
+
+
+def _mul32(h, c: int):
+    """(h * c) mod 2**32 for h < 2**32, without int64 overflow (works on ints and int64 tensors alike)."""
+    lo, hi = c & 0xFFFF, c >> 16
+    return (h * lo + (((h * hi) & 0xFFFF) << 16)) & MASK32
+
+
+def mix32(h):
+    """MurmurHash3's 32-bit finalizer: a bijection of [0, 2**32) that scatters every input bit (ints or tensors)."""
+    h = h & MASK32
+    h = _mul32(h ^ (h >> 16), 0x85EBCA6B)
+    h = _mul32(h ^ (h >> 13), 0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def request_key(seed: int, sample_index: int) -> int:
+    """The key of sample j of a prompt whose seed is `seed` (any int)."""
+    return mix32(mix32(seed & MASK32) ^ mix32((seed >> 32) & MASK32) ^ mix32(sample_index + 0x9E3779B9))
+
+
+def token_keys(keys: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Per-row keys of the token at `index` (position within the completion): [B], [B] -> [B] (int64)."""
+    return mix32(keys ^ mix32(index + 0x632BE5AB))
+
+
+def gumbel(keys: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Gumbel(0, 1) noise [B, V] that is a pure function of the row keys [B] and the column index."""
+    cols = mix32(torch.arange(vocab, device=keys.device, dtype=torch.long) * 2 + 1)  # [V]
+    bits = mix32(keys[:, None] ^ cols[None]) >> 8  # [B, V], 24 random bits
+    u = (bits.float() + 0.5) * 2.0**-24  # in (0, 1)
+    return -torch.log(-torch.log(u))
+
+
+def sample(logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [B, V], keys [B] (see token_keys; None: fresh keys from torch's generator) -> (tokens [B], logprobs [B]).
 
     The logprob is that of the chosen token under softmax(logits / temperature) before top-k/top-p filtering
     (temperature 1 when greedy): the same distribution the trainer scores with, so the two can be compared."""
@@ -39,9 +78,9 @@ def sample(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, 
         before = torch.cumsum(probs, -1) - probs  # mass of the strictly likelier tokens
         ordered = ordered.masked_fill(before >= params.top_p, float("-inf"))  # the likeliest token always stays
         kept = torch.full_like(kept, float("-inf")).scatter(-1, order, ordered)
-    # Gumbel-max: argmax(logits - log E), E ~ Exp(1), samples from softmax(kept) without a host round trip
-    noise = torch.empty_like(kept).exponential_()
-    tokens = (kept - noise.log()).argmax(-1)
+    if keys is None:
+        keys = torch.randint(0, 2**32, (kept.shape[0],), device=kept.device)
+    tokens = (kept + gumbel(keys, kept.shape[-1])).argmax(-1)  # Gumbel-max: a sample of softmax(kept)
     return tokens, _picked(scaled, tokens)
 
 

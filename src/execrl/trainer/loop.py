@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from execrl.config import MasterConfig
 from execrl.eval.run import grade_samples, is_correct, outcome
 from execrl.trainer import checkpoint
-from execrl.trainer.rollouts import grade_and_score, sample_rollouts
+from execrl.trainer.rollouts import grade_and_score, prompt_seeds, sample_rollouts
 from execrl.trainer.setup import Run, build_run, console
 from execrl.trainer.step import advantages, build_batch, optimize, score_tokens, scoring_temperature
 from execrl.trainer.warmup import sft_warmup
@@ -36,7 +36,8 @@ def train(cfg: MasterConfig) -> Run:
                 problems = run.sampler.next(cfg.grpo.num_prompts_per_step)
                 with timed(times, "generate"):
                     rollouts = sample_rollouts(run.generator, run.tokenizer, problems, cfg,
-                                               cfg.grpo.num_generations_per_prompt, cfg.policy.generation.temperature)
+                                               cfg.grpo.num_generations_per_prompt, cfg.policy.generation.temperature,
+                                               prompt_seeds(cfg.grpo.seed, run.step, len(problems)))
                 with timed(times, "grade"):
                     grade_and_score(rollouts, run.grader, cfg)
                 with timed(times, "train"):

@@ -9,6 +9,7 @@ from execrl.extract import extract
 from execrl.prompts import build_messages, render
 from execrl.rewards import Reward, Sample, score
 from execrl.rollout import Completion, SamplingParams
+from execrl.rollout.sampling import mix32
 from execrl.sandbox import Grader
 from execrl.tasks import Problem
 
@@ -27,11 +28,19 @@ def prompt_ids(problems: list[Problem], tokenizer, cfg) -> list[list[int]]:
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
-def sample_rollouts(generator, tokenizer, problems: list[Problem], cfg, group_size: int, temperature: float) -> Rollouts:
+def prompt_seeds(seed: int, step: int, num_prompts: int, first: int = 0) -> list[int]:
+    """Sampling seeds of a step's prompts by their index in the step's global batch: the same samples whichever
+    process generates them."""
+    base = mix32(mix32(seed) ^ mix32(step + 0x51ED27))
+    return [mix32(base ^ mix32(first + i)) for i in range(num_prompts)]
+
+
+def sample_rollouts(generator, tokenizer, problems: list[Problem], cfg, group_size: int, temperature: float,
+                    seeds: list[int] | None = None) -> Rollouts:
     gen = cfg.policy.generation
     prompts = prompt_ids(problems, tokenizer, cfg)
     params = SamplingParams(temperature, gen.top_p, gen.top_k, gen.ignore_eos)  # greedy ignores top-p/top-k
-    outs = generator.generate(prompts, group_size, gen.max_new_tokens, params, gen.stop_strings)
+    outs = generator.generate(prompts, group_size, gen.max_new_tokens, params, gen.stop_strings, seeds=seeds)
     samples, flat_prompts, flat = [], [], []
     for problem, prompt, group in zip(problems, prompts, outs):
         for c in group:
