@@ -11,6 +11,7 @@ import torch
 from rich.console import Console
 
 from execrl.config import BatchPlan, MasterConfig, plan, to_yaml
+from execrl.envs import check_turns
 from execrl.models import load_model_and_tokenizer
 from execrl.prompts import drop_long_prompts
 from execrl.rollout import build_generator
@@ -55,9 +56,9 @@ def build_run(cfg: MasterConfig) -> Run:
     batch_plan = plan(cfg)
     if cfg.cluster.gpus_per_node * cfg.cluster.num_nodes > 1:
         raise NotImplementedError("multi-GPU training is not available yet: set cluster.gpus_per_node=1")
-    if cfg.grpo.max_rollout_turns != 1 or cfg.grpo.async_grpo.enabled:
-        raise NotImplementedError("multi-turn and async GRPO are not available yet: set grpo.max_rollout_turns=1 "
-                                  "and grpo.async_grpo.enabled=false")
+    if cfg.grpo.async_grpo.enabled:
+        raise NotImplementedError("async GRPO is not available yet: set grpo.async_grpo.enabled=false")
+    check_turns(cfg)
     random.seed(cfg.grpo.seed)
     torch.manual_seed(cfg.grpo.seed)
     model, tok = load_model_and_tokenizer(cfg.policy.model_name, cfg.policy.device, cfg.policy.precision,
