@@ -11,10 +11,15 @@ def test_run_returns_stdout_and_passes(grader):
     assert (r.verdict, r.stdout, r.stderr) == (V.PASS, "6\nxxx\n", "")
 
 
-def test_run_shows_the_traceback_of_an_exception(grader):
-    r = grader.run("print('before')\nx = {}\nx['missing']")
+def test_run_shows_the_traceback_of_an_exception_without_the_sandbox_frames(grader):
+    r = grader.run("import json\nprint('before')\ndef f(x):\n    return x['missing']\nf({})")
     assert r.verdict == V.RUNTIME_ERROR and r.stdout == "before\n"
-    assert "Traceback" in r.stderr and "KeyError: 'missing'" in r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and lines[-1] == "KeyError: 'missing'"
+    assert [line.split(",")[1:] for line in lines if line.startswith("  File")] == [[" line 5", " in <module>"],
+                                                                                   [" line 4", " in f"]]
+    library = grader.run("import json\njson.loads('{')").stderr  # frames of library code stay
+    assert "json/decoder.py" in library and "execrl" not in library
 
 
 def test_run_syntax_errors_and_timeouts(grader):

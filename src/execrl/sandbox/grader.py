@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
+from execrl.sandbox import inside
 from execrl.sandbox.compare import outputs_match, values_match
 from execrl.sandbox.inside.protocol import decode, encode
 from execrl.sandbox.languages import Language, get_language
@@ -77,7 +79,7 @@ class RunResult:
 
     verdict: Verdict  # pass: it ran to the end and exited 0; otherwise why not (runtime_error, timeout, ...)
     stdout: str
-    stderr: str  # the traceback, for a program that raised (its last 8 KiB)
+    stderr: str  # the traceback, for a program that raised (its last 8 KiB; the sandbox's own frames left out)
 
 
 OUTPUT_PREVIEW = 1000  # characters of a failed test's output kept in TestResult.output
@@ -160,7 +162,24 @@ def _run_on(w: Worker, code: str, stdin: str, lang: Language, lim: Limits) -> Ru
     stdout, err = out
     if any(st.get("phase") == "compile" for st in r["status"]):
         return RunResult(V.SYNTAX_ERROR, _text(stdout), _text(err))
-    return RunResult(_execution_verdict(r, err, lim, cpu_limit=lim.timeout_s) or V.PASS, _text(stdout), _text(err))
+    return RunResult(_execution_verdict(r, err, lim, cpu_limit=lim.timeout_s) or V.PASS, _text(stdout),
+                     _program_frames(_text(err)))
+
+
+_INSIDE = os.path.dirname(os.path.abspath(inside.__file__))
+
+
+def _program_frames(stderr: str) -> str:
+    """A Python traceback without the frames of the sandbox's own code (the child that exec'd the program)."""
+    out, skip = [], False
+    for line in stderr.splitlines(keepends=True):
+        if line.startswith('  File "'):
+            skip = line[8:].startswith(_INSIDE + os.sep)
+        elif not line.startswith("    "):
+            skip = False
+        if not skip:
+            out.append(line)
+    return "".join(out)
 
 
 def _grade_on(w: Worker, code: str, spec: TestSpec, lang: Language, lim: Limits) -> ProgramResult:
