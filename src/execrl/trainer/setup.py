@@ -11,9 +11,8 @@ import torch
 from rich.console import Console
 
 from execrl.config import BatchPlan, MasterConfig, plan, to_yaml
-from execrl.envs import check_turns
+from execrl.envs import check_turns, make_env
 from execrl.models import load_model_and_tokenizer
-from execrl.prompts import drop_long_prompts
 from execrl.rollout import build_generator
 from execrl.rollout.engine import eager_fallback
 from execrl.rollout.fuse import fuse_projections
@@ -22,6 +21,7 @@ from execrl.tasks import Problem
 from execrl.trainer import checkpoint
 from execrl.trainer.data import ProblemSampler, load_data
 from execrl.trainer.metrics import MetricsLogger
+from execrl.trainer.rollouts import encode
 
 console = Console(stderr=True)
 
@@ -105,7 +105,9 @@ def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig) -> list[Pro
     if limit <= 0:
         raise ValueError(f"policy.max_total_sequence_length ({cfg.policy.max_total_sequence_length}) leaves no room for "
                          f"a prompt beside policy.generation.max_new_tokens ({cfg.policy.generation.max_new_tokens})")
-    kept, dropped = drop_long_prompts(problems, tokenizer, cfg.prompt, limit)
+    env = make_env(cfg, None)  # the prompt as the episode's environment poses it
+    kept = [p for p in problems if len(encode(env.reset(p), tokenizer)) <= limit]
+    dropped = len(problems) - len(kept)
     if dropped:
         console.print(f"[yellow]dropped {dropped} of {len(problems)} problems whose prompt is over {limit} tokens[/]")
     return kept
