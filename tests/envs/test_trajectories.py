@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from execrl.config import load_config
+from execrl.prompts import build_messages
 from execrl.rollout import RolloutEngine
 from execrl.sandbox import AssertTests
 from execrl.tasks import Problem
@@ -56,10 +57,7 @@ def policy(one_thread):
     rows, tokenizers = [], {}
     for template, (role, turns) in SCRIPTS.items():
         tok = tokenizers[template] = qwen_like_tokenizer(template)
-        env_messages = load_config(None, ["prompt.add_instructions=false"]).prompt
-        from execrl.prompts import build_messages
-
-        ids = encode(build_messages(ADD, env_messages), tok)
+        ids = encode(build_messages(ADD, load_config(None, ["prompt.add_instructions=false"]).prompt), tok)
         labels = [-100] * len(ids)
         for i, turn in enumerate(turns):
             sampled = tok(turn, add_special_tokens=False)["input_ids"]

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from execrl.rewards import Reward, Sample
+from execrl.eval.run import grade_samples
+from execrl.rewards import Reward, Sample, score
 from execrl.tasks import Problem
 
 
@@ -43,9 +44,6 @@ class Environment(Protocol):
 
 def final_step(sample: Sample, grader, reward_cfg) -> Step:
     """The episode's end: the sample's code graded against all of the problem's tests, then scored."""
-    from execrl.eval.run import grade_samples
-    from execrl.rewards import score
-
     grade_samples([sample], grader)
     return Step(done=True, reward=score(sample, reward_cfg), sample=sample)
 

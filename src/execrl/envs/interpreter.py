@@ -45,8 +45,8 @@ class InterpreterEnv:
 
     def reset(self, problem: Problem) -> list[dict]:
         if problem.kind != "code":
-            raise ValueError(f"env.multi_turn.kind=interpreter needs code problems, and {problem.id} is {problem.kind}: "
-                             "use env.multi_turn.kind=single_turn for math")
+            raise ValueError(f"env.multi_turn.kind=interpreter needs code problems, and {problem.id} is "
+                             f"{problem.kind}: use env.multi_turn.kind=single_turn for math")
         self.problem, self.turns, self.cells, self.last_code, self.last_text = problem, 0, [], None, ""
         return build_messages(problem, self.cfg.prompt, self.instructions())
 
@@ -70,7 +70,8 @@ class InterpreterEnv:
     def _run(self, cell: str) -> Step:
         marker = f"__cell_{secrets.token_hex(8)}__"
         history = self.cells if self.mt.stateful else []
-        split = f"print({marker!r}, flush=True); __import__('sys').stderr.write({marker!r}); __import__('sys').stderr.flush()"
+        split = (f"print({marker!r}, flush=True); __import__('sys').stderr.write({marker!r}); "
+                 "__import__('sys').stderr.flush()")
         program = "\n".join([*history, split, cell]) if history else cell
         result = self.grader.run(program, language=self.problem.language)
         ok = result.verdict == Verdict.PASS
@@ -110,8 +111,9 @@ class InterpreterEnv:
         return None
 
     def _final(self, text: str, code: str | None, format_ok: bool, num_tokens: int) -> Step:
-        sample = Sample(self.problem, text, Extracted(text, format_ok and code is not None, code),
-                        num_tokens=num_tokens, max_tokens=self.cfg.policy.generation.max_new_tokens)
+        extracted = Extracted(text, format_ok and code is not None, code)
+        sample = Sample(self.problem, text, extracted, num_tokens=num_tokens,
+                        max_tokens=self.cfg.policy.generation.max_new_tokens, turns=self.turns)
         return final_step(sample, self.grader, self.cfg.reward)
 
 

@@ -22,7 +22,8 @@ class SingleTurnEnv:
 
     def step(self, assistant_text: str, num_tokens: int = 0) -> Step:
         p, prompt = self.problem, self.cfg.prompt
-        extracted = extract(assistant_text, prompt.answer_format, prompt.code_style, p.language, want_code=p.kind == "code")
+        extracted = extract(assistant_text, prompt.answer_format, prompt.code_style, p.language,
+                            want_code=p.kind == "code")
         sample = Sample(p, assistant_text, extracted, num_tokens=num_tokens,
                         max_tokens=self.cfg.policy.generation.max_new_tokens)
         return final_step(sample, self.grader, self.cfg.reward)

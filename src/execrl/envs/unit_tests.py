@@ -56,7 +56,8 @@ class UnitTestsEnv:
         if public.verdict == V.INFRA_ERROR:
             return Step([self._say("(the sandbox failed to run the tests, through no fault of the code: submit "
                                    "it again)")], tool_call=True)
-        return Step([self._say(feedback(self.public, public, self.mt.max_output_chars))], tool_call=True, tool_error=True)
+        said = feedback(self.public, public, self.mt.max_output_chars)
+        return Step([self._say(said)], tool_call=True, tool_error=True)
 
     def finish(self) -> Step:
         return self._final(0, False)
@@ -68,7 +69,7 @@ class UnitTestsEnv:
         """Graded on the last code the model wrote (format_ok: the last turn held it, in the asked format)."""
         extracted = Extracted(self.last_text, format_ok, self.last_code)
         sample = Sample(self.problem, self.last_text, extracted, num_tokens=num_tokens,
-                        max_tokens=self.cfg.policy.generation.max_new_tokens)
+                        max_tokens=self.cfg.policy.generation.max_new_tokens, turns=self.turns)
         return final_step(sample, self.grader, self.cfg.reward)
 
 
@@ -96,7 +97,10 @@ def feedback(spec: TestSpec, result: ProgramResult, max_chars: int) -> str:
     lines = [f"{len(failed)} of {len(result.tests)} tests failed."]
     for i in failed:
         t = result.tests[i]
-        got = (t.detail or "the assertion failed") if t.verdict == V.FAIL else f"{t.verdict.value}: {t.detail}".strip(": ")
+        if t.verdict == V.FAIL:
+            got = t.detail or "the assertion failed"
+        else:
+            got = f"{t.verdict.value}: {t.detail}".strip(": ")
         if isinstance(spec, StdioTests):
             got = t.output if t.verdict == V.FAIL else got
             lines += [f"input: {_short(spec.inputs[i])}", f"expected: {_short(spec.outputs[i])}", f"got: {_short(got)}"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from execrl.envs import Environment, Segment, Step, Trajectory, TurnRenderer, make_env
 from execrl.eval.run import outcome
-from execrl.prompts import build_messages, render
+from execrl.prompts import render
 from execrl.rewards import Reward, Sample
 from execrl.rollout import Completion, SamplingParams
 from execrl.sandbox import Grader
@@ -58,11 +58,6 @@ class Rollouts:
     @property
     def rewards(self) -> list[Reward]:
         return [e.reward for e in self.episodes]
-
-
-def prompt_ids(problems: list[Problem], tokenizer, cfg) -> list[list[int]]:
-    """Single-turn prompts as token ids (the supervised warm-up's)."""
-    return [encode(build_messages(p, cfg.prompt), tokenizer) for p in problems]
 
 
 def encode(messages: list[dict], tokenizer) -> list[int]:

@@ -38,7 +38,7 @@ class Run:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     sampler: ProblemSampler
     val_problems: list[Problem]
-    references: dict[str, str]
+    references: dict[str, list[dict]]  # warm-up: the model's turns (and the environment's) after each prompt
     grader: Grader
     logger: MetricsLogger
     step: int = 0
