@@ -38,4 +38,3 @@ def overlong_penalty(sample: Sample, buffer_tokens: int = 256) -> float:
     if sample.num_tokens <= start:
         return 0.0
     return max(-1.0, (start - sample.num_tokens) / buffer_tokens)
-
