@@ -86,7 +86,7 @@ def warm_up(run: Run) -> None:
 
 
 def validate(run: Run) -> float:
-    """pass@1 of greedy completions on the validation problems."""
+    """pass@1 of greedy episodes on the validation problems (their final submissions)."""
     if not run.val_problems:
         return float("nan")
     rollouts = run_episodes(run.generator, run.tokenizer, run.grader, run.val_problems, run.cfg, 1, 0.0)
