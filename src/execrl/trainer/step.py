@@ -21,6 +21,8 @@ class TrainBatch:
     advantages: torch.Tensor  # [N]
     old_logprobs: torch.Tensor | None = None  # [N, L-1]; None: on-policy, the current logprobs detached
     ref_logprobs: torch.Tensor | None = None  # [N, L-1]
+    sampler_logprobs: torch.Tensor | None = None  # [N, L-1] the sampler's logprob where loss_mask is 1 (0 elsewhere;
+                                                  # None: the rollout backend gives none)
 
 
 def advantages(rollouts: Rollouts, cfg: MasterConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -36,17 +38,23 @@ def advantages(rollouts: Rollouts, cfg: MasterConfig) -> tuple[torch.Tensor, tor
 
 
 def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_filtering: bool) -> TrainBatch:
-    seqs = [p + c.ids for p, c in zip(rollouts.prompt_ids, rollouts.completions)]
-    width = max(map(len, seqs))
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    """Right-padded trajectories; the loss mask comes from each trajectory (1 on the model's tokens only)."""
+    trajs = rollouts.trajectories
+    width = max(map(len, trajs))
+    ids = torch.full((len(trajs), width), pad_id, dtype=torch.long)
     attn = torch.zeros_like(ids)
-    mask = torch.zeros(len(seqs), width - 1)
-    for i, (p, c) in enumerate(zip(rollouts.prompt_ids, rollouts.completions)):
-        ids[i, :len(p) + len(c.ids)] = torch.tensor(p + c.ids)
-        attn[i, :len(p) + len(c.ids)] = 1
-        if not (overlong_filtering and c.truncated):
-            mask[i, len(p) - 1:len(p) - 1 + len(c.ids)] = 1.0  # position t predicts token t + 1
-    return TrainBatch(ids, attn, mask, adv)
+    mask = torch.zeros(len(trajs), width - 1)
+    logprobs = [t.sampler_logprobs for t in trajs]
+    sampler = torch.zeros(len(trajs), width - 1) if all(lp is not None for lp in logprobs) else None
+    for i, t in enumerate(trajs):
+        p, n = len(t.prompt_ids), len(t) - len(t.prompt_ids)
+        ids[i, :p + n] = torch.tensor(t.ids)
+        attn[i, :p + n] = 1
+        if not (overlong_filtering and t.truncated):
+            mask[i, p - 1:p - 1 + n] = torch.tensor(t.loss_mask, dtype=torch.float)  # position t predicts token t + 1
+        if sampler is not None:
+            sampler[i, p - 1:p - 1 + n] = torch.tensor(logprobs[i])
+    return TrainBatch(ids, attn, mask, adv, sampler_logprobs=sampler)
 
 
 def scoring_temperature(cfg: MasterConfig) -> float:
