@@ -89,8 +89,8 @@ class Recording:
     def __init__(self, engine):
         self.engine, self.calls = engine, []
 
-    def generate(self, prompts, num_samples, *args):
-        outs = self.engine.generate(prompts, num_samples, *args)
+    def generate(self, prompts, num_samples, *args, **kwargs):
+        outs = self.engine.generate(prompts, num_samples, *args, **kwargs)
         self.calls.append([(p, c) for p, group in zip(prompts, outs) for c in group])
         return outs
 
