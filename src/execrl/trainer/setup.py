@@ -21,6 +21,7 @@ from execrl.tasks import Problem
 from execrl.trainer import checkpoint
 from execrl.trainer.data import ProblemSampler, load_data
 from execrl.trainer.metrics import MetricsLogger
+from execrl.trainer.pipeline import RolloutPipeline, build_pipeline, check_async
 
 console = Console(stderr=True)
 
@@ -40,6 +41,7 @@ class Run:
     references: dict[str, str]
     grader: Grader
     logger: MetricsLogger
+    pipeline: RolloutPipeline | None = None  # each step's rollouts (generated ahead with async GRPO)
     step: int = 0
     resumed_from: str | None = None
     last_saved: int = -1
@@ -47,6 +49,8 @@ class Run:
     started: float = field(default_factory=time.monotonic)
 
     def close(self) -> None:
+        if self.pipeline is not None:
+            self.pipeline.close()
         self.grader.close()
         self.logger.close()
 
@@ -55,9 +59,9 @@ def build_run(cfg: MasterConfig) -> Run:
     batch_plan = plan(cfg)
     if cfg.cluster.gpus_per_node * cfg.cluster.num_nodes > 1:
         raise NotImplementedError("multi-GPU training is not available yet: set cluster.gpus_per_node=1")
-    if cfg.grpo.max_rollout_turns != 1 or cfg.grpo.async_grpo.enabled:
-        raise NotImplementedError("multi-turn and async GRPO are not available yet: set grpo.max_rollout_turns=1 "
-                                  "and grpo.async_grpo.enabled=false")
+    if cfg.grpo.max_rollout_turns != 1:
+        raise NotImplementedError("multi-turn GRPO is not available yet: set grpo.max_rollout_turns=1")
+    check_async(cfg)
     random.seed(cfg.grpo.seed)
     torch.manual_seed(cfg.grpo.seed)
     model, tok = load_model_and_tokenizer(cfg.policy.model_name, cfg.policy.device, cfg.policy.precision,
@@ -93,6 +97,7 @@ def build_run(cfg: MasterConfig) -> Run:
         run.step, run.resumed_from, run.last_saved = state["step"], str(found), state["step"]
         run.sampler.load_state_dict(state["sampler"])
         console.print(f"resumed from {found} (step {run.step})")
+    run.pipeline = build_pipeline(cfg, generator, tok, run.grader, run.sampler)
     if cfg.loss_fn.reference_policy_kl_penalty > 0:
         run.ref_model = copy.deepcopy(model).eval().requires_grad_(False)  # the policy as the run started
     return run
