@@ -46,6 +46,8 @@ class InFlight:
 
 
 class RolloutPipeline:
+    """A queue of batches in flight (generated, being graded), `lookahead` of them kept beyond the one trained next."""
+
     def __init__(self, generate: Callable[[list[Problem]], Rollouts], grade: Callable[[Rollouts], None],
                  sampler: ProblemSampler, num_prompts: int, lookahead: int, max_age: int):
         self.generate, self.grade, self.sampler, self.num_prompts = generate, grade, sampler, num_prompts
@@ -54,8 +56,8 @@ class RolloutPipeline:
         self.grading = ThreadPoolExecutor(1, thread_name_prefix="execrl-grading")
 
     def next(self, version: int, times: dict[str, float], more: bool = True) -> tuple[Rollouts, dict[str, float]]:
-        """The graded, scored rollouts to train on with the weights of `version`, and their metrics; adds this
-        step's `generate`, `grade`, `grade_wait` and `grade_overlapped` seconds to `times`. `more`: another step
+        """The graded, scored rollouts to train on with the weights of `version`, and their metrics; sets this
+        step's `generate`, `grade`, `grade_wait` and `grade_overlapped` seconds in `times`. `more`: another step
         follows (so its rollouts may be generated ahead)."""
         times["generate"] = 0.0
         stale = []
@@ -91,8 +93,8 @@ class RolloutPipeline:
         return dict(self.queue[0].position) if self.queue else self.sampler.state_dict()
 
     def close(self) -> None:
-        for f in self.queue:
-            f.graded.cancel()
+        for batch in self.queue:
+            batch.graded.cancel()
         self.grading.shutdown(wait=True, cancel_futures=True)
 
 
