@@ -34,11 +34,11 @@ def train(cfg: MasterConfig) -> Run:
             while run.step < cfg.grpo.max_num_steps:
                 times: dict[str, float] = {}
                 with timed(times, "step"):
-                    rollouts, ages = run.pipeline.next(run.step, times, more=run.step + 1 < cfg.grpo.max_num_steps)
+                    rollouts, staleness = run.pipeline.next(run.step, times, more=run.step + 1 < cfg.grpo.max_num_steps)
                     with timed(times, "train"):
                         metrics = train_step(run, rollouts)
                 run.step += 1
-                log_step(run, rollouts, metrics | ages, times, bar)
+                log_step(run, rollouts, metrics | staleness, times, bar)
                 if cfg.grpo.val_period and run.step % cfg.grpo.val_period == 0:
                     validate(run)
                 if cfg.checkpointing.enabled and run.step % cfg.checkpointing.save_period == 0:
