@@ -81,8 +81,7 @@ def measure(name: str, mode: str, overrides: list[str], log_dir: Path, steps: in
 
     tokens = med("train/completion_len_mean") * samples
     out = {k: med(k) for k in ("time/step", "time/generate", "time/grade", "time/grade_wait", "time/train",
-                               "time/grade_overlapped", "train/trajectory_age_mean", "train/logprob_mismatch",
-                               "train/reward_mean")}
+                               "time/grade_overlapped", "train/trajectory_age_mean", "train/logprob_mismatch")}
     rows.append([name, mode, f"{out['time/step']:.3f}", f"{out['time/generate']:.3f}", f"{out['time/grade']:.3f}",
                  f"{out['time/grade_wait']:.3f}", f"{out['time/train']:.3f}", f"{out['time/grade_overlapped']:.3f}",
                  f"{tokens / out['time/generate']:,.0f}" if out["time/generate"] > 0 else "",

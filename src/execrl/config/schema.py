@@ -121,8 +121,8 @@ class LossConfig(Section):
     use_importance_sampling_correction: bool | None = Field(
         None, description="weight each token's loss by pi_trainer/pi_sampler (the sampler's logprobs: the behaviour "
         "policy), truncated; null: on with async GRPO, off otherwise; needs the execrl engine")
-    truncated_importance_sampling_ratio: float | None = Field(2.0, description="cap for the importance weight "
-                                                              "(null: no cap)")
+    truncated_importance_sampling_ratio: float | None = Field(2.0, gt=0, description="cap for the importance weight "
+                                                                     "(null: no cap)")
 
 
 class DatasetConfig(Section):
