@@ -106,3 +106,12 @@ def test_config_errors_name_the_fix():
         RewardConfig(components=[{"name": "test_pass_fractoin"}])
     with pytest.raises(ValidationError, match="has no parameter"):
         RewardConfig(components=[{"name": "repetition_penalty", "ngrams": 3}])
+
+
+
+def test_turn_discounted_pass_fraction():
+    three_of_four = result(V.PASS, V.PASS, V.PASS, V.FAIL)
+    assert parts(sample(res=three_of_four), "turn_discounted_pass_fraction").total == 0.75
+    assert parts(sample(res=three_of_four, turns=3), {"name": "turn_discounted_pass_fraction", "discount": 0.5}
+                 ).total == 0.75 * 0.25
+    assert parts(sample(turns=2), "turn_discounted_pass_fraction").total == 0.0  # no code: nothing to discount

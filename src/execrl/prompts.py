@@ -40,11 +40,12 @@ def instruction(kind: str, cfg: PromptConfig) -> str:
     return _FORMAT[cfg.answer_format].format(what=what, lower=lower)
 
 
-def build_messages(problem: Problem, cfg: PromptConfig) -> list[dict]:
+def build_messages(problem: Problem, cfg: PromptConfig, how: str | None = None) -> list[dict]:
+    """The problem's messages with the format instruction (`how`, or the answer format's own) and system prompt."""
     messages = [dict(m) for m in problem.messages]
     if cfg.add_instructions and not problem.metadata.get("own_instructions"):
         last = next(m for m in reversed(messages) if m["role"] == "user")
-        last["content"] = f"{last['content'].rstrip()}\n\n{instruction(problem.kind, cfg)}"
+        last["content"] = f"{last['content'].rstrip()}\n\n{how or instruction(problem.kind, cfg)}"
     if cfg.system_prompt and messages[0]["role"] != "system":
         messages.insert(0, {"role": "system", "content": cfg.system_prompt})
     return messages

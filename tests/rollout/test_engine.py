@@ -149,3 +149,27 @@ def test_fused_projections_are_views_the_optimizer_updates_in_place(tiny, prompt
     assert not torch.equal(a.k_proj.weight, before["model.layers.0.self_attn.k_proj.weight"])
     assert torch.equal(qkv, torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))  # the engine sees it
     assert joined([a.q_proj, a.k_proj, a.v_proj]).data_ptr() == qkv.data_ptr()
+
+
+def test_samples_depend_on_their_seed_not_on_slots_or_batch(tiny, prompts):
+    """Keyed noise: a prompt's samples are the same alone or in a batch, in 2 slots or 5 (what makes a run on N
+    processes draw the samples of a run on one)."""
+    model, tok = tiny
+    params = SamplingParams(temperature=1.0)
+    seeds = [11, 22, 33, 44]
+    batch = RolloutEngine(model, tok, slots=5, max_len=256, sync_every=4).generate(prompts, 3, 24, params, seeds=seeds)
+    alone = RolloutEngine(model, tok, slots=2, max_len=256).generate(prompts[2:3], 3, 24, params, seeds=seeds[2:3])[0]
+    assert [c.ids for c in alone] == [c.ids for c in batch[2]]
+    assert len({tuple(c.ids) for g in batch for c in g}) == 12  # different prompts and samples: different draws
+    other = RolloutEngine(model, tok, slots=5, max_len=256).generate(prompts, 3, 24, params, seeds=[1, 2, 3, 4])
+    assert [c.ids for c in other[0]] != [c.ids for c in batch[0]]
+
+
+def test_keyed_noise_is_uniform_enough_to_sample_from():
+    from execrl.rollout.sampling import request_key, token_keys
+
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0]]).repeat(20000, 1)
+    keys = token_keys(torch.full((20000,), request_key(7, 0)), torch.arange(20000))  # one request, 20000 positions
+    tokens, _ = sample(logits, SamplingParams(temperature=1.0), keys)
+    freq = torch.bincount(tokens, minlength=5).float() / len(tokens)
+    torch.testing.assert_close(freq, torch.softmax(logits[0], -1), atol=0.01, rtol=0)

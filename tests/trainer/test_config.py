@@ -16,7 +16,8 @@ def cli(*args):
                           text=True, timeout=120)
 
 
-@pytest.mark.parametrize("name", ["grpo_math_1B.yaml", "grpo_code_2gpu_test.yaml", "grpo_code_8gpu_production.yaml"])
+@pytest.mark.parametrize("name", ["grpo_math_1B.yaml", "grpo_code_2gpu_test.yaml", "grpo_code_8gpu_production.yaml",
+                                  "grpo_mbpp_multiturn_cpu.yaml", "grpo_arith_feedback_cpu.yaml"])
 def test_shipped_and_seed_configs_dry_run(name):
     proc = cli(CONFIGS / name, "--dry-run")
     assert proc.returncode == 0, proc.stderr

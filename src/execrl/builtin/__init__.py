@@ -39,6 +39,30 @@ def arith_problem(rng: random.Random, index: int, split: str, num_tests: int = 4
     return problem, f"```python\na, b = map(int, input().split())\nprint({OPS[op]})\n```"
 
 
+def feedback_episode(problem: Problem, reference: str, rng: random.Random, cfg) -> list[dict]:
+    """A warm-up reference for the unit-test feedback environment: a first attempt with another operation, the
+    environment's feedback on it, then the right program. Only the right program is trained on (the wrong one is
+    context), so the warm-up teaches using feedback, never making mistakes; a wrong operation that happens to
+    pass the public tests gives the plain reference instead."""
+    from execrl.envs.unit_tests import feedback
+    from execrl.sandbox import ProgramResult, TestResult, Verdict
+    from execrl.sandbox.spec import truncate_tests
+
+    wrong = rng.choice([op for op in OPS if op != problem.metadata["op"]])
+    public = truncate_tests(problem.tests, cfg.env.multi_turn.public_tests)
+    tests = []
+    for inp, out in zip(public.inputs, public.outputs):
+        a, b = map(int, inp.split())
+        got = f"{eval(OPS[wrong], {'a': a, 'b': b, 'max': max, 'min': min, 'abs': abs})}\n"  # noqa: S307
+        tests.append(TestResult(Verdict.PASS) if got == out else TestResult(Verdict.FAIL, output=got))
+    if all(t.verdict == Verdict.PASS for t in tests):
+        return [{"role": "assistant", "content": reference}]
+    said = feedback(public, ProgramResult(Verdict.FAIL, tests), cfg.env.multi_turn.max_output_chars)
+    attempt = f"```python\na, b = map(int, input().split())\nprint({OPS[wrong]})\n```"
+    return [{"role": "assistant", "content": attempt, "train": False},
+            {"role": cfg.env.multi_turn.observation_role, "content": said}, {"role": "assistant", "content": reference}]
+
+
 def arith_problems(split: str, count: int, seed: int) -> list[tuple[Problem, str]]:
     rng = random.Random(f"{split}-{seed}")  # train and validation come from different streams
     return [arith_problem(rng, i, split) for i in range(count)]

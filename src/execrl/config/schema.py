@@ -97,7 +97,8 @@ class GRPOConfig(Section):
     advantage: str = Field("grpo", description="advantage estimator: grpo | dr_grpo")
     normalize_rewards: bool = Field(True, description="divide advantages by the group's reward std")
     use_leave_one_out_baseline: bool = Field(True, description="baseline = mean of the other G-1 rewards")
-    max_rollout_turns: int = Field(1, description="turns per episode (>1: multi-turn)")
+    max_rollout_turns: int = Field(1, ge=1, description="model turns per episode at most (>1: multi-turn, with "
+                                                        "env.multi_turn.kind interpreter or unit_tests)")
     overlong_filtering: bool = Field(False, description="exclude truncated completions from the loss")
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig, description="DAPO")
     val_period: int = Field(10, description="evaluate every N steps (0: never)")
@@ -154,8 +155,27 @@ class CodeEnvConfig(Section):
     memory_mb: int = Field(1024, description="memory limit per program")
 
 
+class MultiTurnConfig(Section):
+    kind: Literal["single_turn", "interpreter", "unit_tests"] = Field(
+        "single_turn", description="single_turn (one answer, graded) | interpreter (the model runs code cells and "
+        "reads their output, then submits) | unit_tests (the model submits, is told which public tests fail, "
+        "refines); the reward always comes from all the tests at the end")
+    observation_role: Literal["tool", "user"] = Field("tool", description="the role of the environment's messages "
+                                                                          "in the chat template")
+    stateful: bool = Field(True, description="interpreter: later cells see earlier definitions, like a notebook "
+                                             "(earlier successful cells are replayed)")
+    max_output_chars: int = Field(1000, ge=16, description="interpreter output and test feedback are cut to this "
+                                                           "many characters, with a visible marker")
+    final_tag: str = Field("answer", pattern=r"^[A-Za-z_][\w-]*$", description="interpreter: the final submission "
+                           "goes inside <final_tag></final_tag> and ends the episode")
+    public_tests: int = Field(1, ge=1, description="unit_tests: how many of a problem's tests (the first ones) the "
+                                                   "feedback may show")
+
+
 class EnvConfig(Section):
     code: CodeEnvConfig = Field(default_factory=CodeEnvConfig, description="the code environment")
+    multi_turn: MultiTurnConfig = Field(default_factory=MultiTurnConfig, description="the episode's environment "
+                                        "(turns: grpo.max_rollout_turns; code style: prompt.code_style)")
 
 
 class WandbConfig(Section):

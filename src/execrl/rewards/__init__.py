@@ -41,6 +41,7 @@ class Sample:
     result: ProgramResult | None = None  # code problems whose code was found and graded
     num_tokens: int = 0  # completion length in tokens
     max_tokens: int = 0  # the generation limit it was sampled under
+    turns: int = 1  # model turns the episode took (multi-turn environments)
 
     @property
     def valid(self) -> bool:

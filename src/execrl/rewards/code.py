@@ -15,6 +15,14 @@ def test_pass_fraction(sample: Sample) -> float:
     return r.passed / r.total if r is not None and r.total else 0.0
 
 
+@component("turn_discounted_pass_fraction")
+def turn_discounted_pass_fraction(sample: Sample, discount: float = 0.5) -> float:
+    """test_pass_fraction times `discount` for each model turn after the first (multi-turn episodes): a fix after
+    feedback is worth less than a right first answer, and never less than giving up (an additive per-turn penalty
+    would pay a policy to end episodes early with broken output)."""
+    return test_pass_fraction(sample) * discount ** (sample.turns - 1)
+
+
 @component("all_tests_pass")
 def all_tests_pass(sample: Sample) -> float:
     """1 when every test passes: the binary reward, or the perfect-solution bonus beside test_pass_fraction."""

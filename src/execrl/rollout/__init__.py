@@ -18,7 +18,9 @@ class HFGenerator:
     def __init__(self, model, tokenizer, batch_size: int):
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
 
-    def generate(self, prompts, num_samples, max_new_tokens, params: SamplingParams, stop_strings=None, on_batch=None):
+    def generate(self, prompts, num_samples, max_new_tokens, params: SamplingParams, stop_strings=None, on_batch=None,
+                 seeds=None):
+        """`seeds` is accepted for the common interface; transformers samples from torch's global generator."""
         return hf_generate(self.model, self.tokenizer, prompts, num_samples, max_new_tokens, params.temperature,
                            params.top_p, params.top_k, stop_strings, self.batch_size, on_batch,
                            params.ignore_eos)

@@ -14,7 +14,7 @@ import torch
 
 from execrl.rollout.completion import Completion, eos_ids
 from execrl.rollout.decoder import CachedDecoder
-from execrl.rollout.sampling import SamplingParams, sample
+from execrl.rollout.sampling import SamplingParams, request_key, sample, token_keys
 
 
 class RolloutEngine:
@@ -24,12 +24,13 @@ class RolloutEngine:
         self.dec = CachedDecoder(model, slots, max_len)
         dev = self.dec.rows.device
         self.graphs_on = cuda_graphs and dev.type == "cuda"
-        self.compiled = compile and dev.type == "cuda"  # fuses the small ops; one window (one compilation)
+        self.compiled = compile and dev.type == "cuda"  # fuses the small ops (two compilations: see compiled())
         self.body = compiled(self._body) if self.compiled else self._body
         self.eos_list = eos_ids(model, tokenizer)
         self.eos = torch.tensor(self.eos_list, device=dev)  # [E]
         z = dict(dtype=torch.long, device=dev)
         self.tokens, self.pos, self.n_gen = (torch.zeros(slots, **z) for _ in range(3))  # [S] each
+        self.keys = torch.zeros(slots, dtype=torch.int32, device=dev)  # [S] each slot's sampling-noise key
         self.limit = torch.ones(slots, **z)  # [S] tokens this slot may generate
         self.active = torch.zeros(slots, dtype=torch.bool, device=dev)  # [S]
         self.out_tok = torch.zeros(slots, max_len, **z)  # [S, L] sampled tokens, by index within the completion
@@ -43,14 +44,21 @@ class RolloutEngine:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int, params: SamplingParams,
-                 stop_strings: list[str] | None = None, on_batch=None) -> list[list[Completion]]:
-        """For each prompt (token ids), `num_samples` completions; results do not depend on the number of slots
-        except through floating-point batch effects."""
+                 stop_strings: list[str] | None = None, on_batch=None, seeds: list[int] | None = None
+                 ) -> list[list[Completion]]:
+        """For each prompt (token ids), `num_samples` completions. Sample j of prompt i draws its noise from
+        (seeds[i], j) (None: seeds from torch's generator), so results do not depend on the slots, the rest of the
+        batch or the rank, except through floating-point batch effects on the logits."""
         max_len = self.dec.max_len
         for p in prompts:
             if not 0 < len(p) < max_len:
                 raise ValueError(f"a prompt of {len(p)} tokens leaves no room to generate within {max_len} tokens: "
                                  "raise policy.max_total_sequence_length or lower data.max_input_seq_length")
+        if seeds is None:
+            seeds = torch.randint(0, 2**62, (len(prompts),)).tolist()
+        elif len(seeds) != len(prompts):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        keys = [[request_key(seed, j) for j in range(num_samples)] for seed in seeds]
         queue = deque((i, j) for i in range(len(prompts)) for j in range(num_samples))
         results: list[list[Completion | None]] = [[None] * num_samples for _ in prompts]
         pending = [num_samples] * len(prompts)
@@ -64,6 +72,8 @@ class RolloutEngine:
                 for s, (i, j) in zip(free, take):
                     owner[s], start[s], n_gen[s] = (i, j), len(prompts[i]), 1
                     limit[s] = min(max_new_tokens, max_len - len(prompts[i]))
+                self.keys[torch.tensor(free[:len(take)], device=self.keys.device)] = torch.tensor(
+                    [keys[i][j] for i, j in take], dtype=torch.int32, device=self.keys.device)
                 self._admit(take, free[:len(take)], prompts, [limit[s] for s in free[:len(take)]], params)
             live = [s for s in range(self.slots) if owner[s] is not None]
             steps = min(self.sync_every, max(limit[s] - n_gen[s] for s in live))
@@ -125,7 +135,7 @@ class RolloutEngine:
             slot = torch.tensor([m[0] for m in mine], device=dev)  # [N]
             source = torch.tensor([m[1] for m in mine], device=dev)  # [N]
             logits = self.dec.prefill(tokens.to(dev), lengths, slot, source)  # [P, V]
-            tok, lp = sample(logits[source], params)  # [N]: each sample draws its own first token
+            tok, lp = sample(logits[source], params, token_keys(self.keys[slot], torch.zeros_like(slot)))  # [N]
             lim = torch.tensor([m[2] for m in mine], device=dev)
             self.tokens[slot], self.pos[slot], self.limit[slot] = tok, lengths[source], lim
             self.n_gen[slot] = 1
@@ -138,8 +148,6 @@ class RolloutEngine:
 
     def _window(self, needed: int) -> int:
         """Attention reads a power-of-two window of positions (>= 64) or the whole cache: few graphs, little waste."""
-        if self.compiled:  # a compiled step is specialized to one window: the whole cache
-            return self.dec.max_len
         w = 64
         while w < needed:
             w *= 2
@@ -148,7 +156,7 @@ class RolloutEngine:
     def _body(self, window: int, params: SamplingParams) -> None:
         """One decode step for every slot; all state stays on the device."""
         logits = self.dec.decode(self.tokens, self.pos, window)  # [S, V]
-        tok, lp = sample(logits, params)  # [S], [S]
+        tok, lp = sample(logits, params, token_keys(self.keys, self.n_gen))  # [S], [S]: token n_gen of each
         rows, act = self.dec.rows, self.active
         col = self.n_gen.clamp(max=self.dec.max_len - 1)
         self.out_tok[rows, col] = torch.where(act, tok, self.out_tok[rows, col])
@@ -190,9 +198,16 @@ class RolloutEngine:
 
 
 def compiled(fn):
-    """torch.compile, falling back to eager (with torch's warning) where a compiler is missing or fails."""
+    """torch.compile, falling back to eager (with torch's warning) where a compiler is missing or fails. Shapes are
+    static except the attention window: the first window compiles a specialized step, the second a step generic in
+    the window that serves every later one (automatic dynamic shapes), so attention reads only the positions in use."""
+    import torch._dynamo.config as dynamo_config
+
     eager_fallback()
-    return torch.compile(fn, dynamic=False)
+    for name in ("recompile_limit", "cache_size_limit"):  # each engine compiles its own step (its `self` is guarded)
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), 64))
+    return torch.compile(fn)
 
 
 def eager_fallback() -> None:

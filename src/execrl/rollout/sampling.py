@@ -1,4 +1,8 @@
-"""Token sampling on the device, with no host synchronization (so it can live inside a CUDA graph)."""
+"""Token sampling on the device, with no host synchronization (so it can live inside a CUDA graph).
+
+The randomness is keyed, not drawn from a generator's stream: the noise for token t of a request comes from a hash of
+(the request's key, t, the vocabulary index). So a sample does not depend on which slot it ran in, what else was in
+the batch, or which rank generated it: one process and N processes draw the same samples for the same prompts."""
 
 from __future__ import annotations
 
@@ -19,8 +23,52 @@ class SamplingParams:
             raise ValueError(f"sampling needs temperature >= 0, 0 < top_p <= 1 and top_k >= 1 (or null), got {self}")
 
 
-def sample(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [B, V] -> (tokens [B], logprobs [B]).
+MASK32 = 0xFFFFFFFF
+MIX = (0x85EBCA6B, 0xC2B2AE35)  # MurmurHash3's finalizer constants
+
+
+def mix32(h: int) -> int:
+    """MurmurHash3's 32-bit finalizer, a bijection of [0, 2**32) that scatters every input bit (host side)."""
+    h &= MASK32
+    h = ((h ^ (h >> 16)) * MIX[0]) & MASK32
+    h = ((h ^ (h >> 13)) * MIX[1]) & MASK32
+    return h ^ (h >> 16)
+
+
+def _signed(c: int) -> int:
+    return c - 2**32 if c >= 2**31 else c
+
+
+def mix32_(h: torch.Tensor) -> torch.Tensor:
+    """mix32 on int32 tensors (the same bits): 32-bit multiplies wrap, shifts are made logical by masking. Native
+    32-bit integer work on a GPU, where 64-bit multiplies cost several instructions each."""
+    h = h ^ ((h >> 16) & 0xFFFF)
+    h = h * _signed(MIX[0])
+    h = h ^ ((h >> 13) & 0x7FFFF)
+    h = h * _signed(MIX[1])
+    return h ^ ((h >> 16) & 0xFFFF)
+
+
+def request_key(seed: int, sample_index: int) -> int:
+    """The key of sample j of a prompt whose seed is `seed` (any int), as an int32 value."""
+    return _signed(mix32(mix32(seed & MASK32) ^ mix32((seed >> 32) & MASK32) ^ mix32(sample_index + 0x9E3779B9)))
+
+
+def token_keys(keys: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Per-row keys of the token at `index` (its position within the completion): [B], [B] -> [B] int32."""
+    return mix32_(keys.int() ^ mix32_(index.int() + 0x632BE5AB))
+
+
+def gumbel(keys: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Gumbel(0, 1) noise [B, V], a pure function of the row keys [B] (int32) and the column index."""
+    cols = mix32_(torch.arange(vocab, device=keys.device, dtype=torch.int32) * 2 + 1)  # [V]
+    bits = (mix32_(keys[:, None] ^ cols[None]) >> 8) & 0xFFFFFF  # [B, V], 24 random bits
+    u = (bits.float() + 0.5) * 2.0**-24  # in (0, 1)
+    return -torch.log(-torch.log(u))
+
+
+def sample(logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [B, V], keys [B] (see token_keys; None: fresh keys from torch's generator) -> (tokens [B], logprobs [B]).
 
     The logprob is that of the chosen token under softmax(logits / temperature) before top-k/top-p filtering
     (temperature 1 when greedy): the same distribution the trainer scores with, so the two can be compared."""
@@ -39,9 +87,9 @@ def sample(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, 
         before = torch.cumsum(probs, -1) - probs  # mass of the strictly likelier tokens
         ordered = ordered.masked_fill(before >= params.top_p, float("-inf"))  # the likeliest token always stays
         kept = torch.full_like(kept, float("-inf")).scatter(-1, order, ordered)
-    # Gumbel-max: argmax(logits - log E), E ~ Exp(1), samples from softmax(kept) without a host round trip
-    noise = torch.empty_like(kept).exponential_()
-    tokens = (kept - noise.log()).argmax(-1)
+    if keys is None:
+        keys = torch.randint(-2**31, 2**31, (kept.shape[0],), device=kept.device, dtype=torch.int32)
+    tokens = (kept + gumbel(keys, kept.shape[-1])).argmax(-1)  # Gumbel-max: a sample of softmax(kept)
     return tokens, _picked(scaled, tokens)
 
 

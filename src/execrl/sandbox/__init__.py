@@ -28,7 +28,7 @@ own). Without bubblewrap or user namespaces (a warning says so, once, loudly), n
 defences apply: no network or filesystem isolation, and RLIMIT_NPROC does not bind a root grader.
 """
 
-from execrl.sandbox.grader import Grader, Limits, ProgramResult, TestResult, program_verdict
+from execrl.sandbox.grader import Grader, Limits, ProgramResult, RunResult, TestResult, program_verdict
 from execrl.sandbox.languages import LANGUAGES, Language, get_language, load_languages
 from execrl.sandbox.spec import (
     AssertTests,
@@ -43,7 +43,7 @@ from execrl.sandbox.spec import (
 )
 
 __all__ = [
-    "Grader", "Limits", "ProgramResult", "TestResult", "program_verdict", "LANGUAGES", "Language",
+    "Grader", "Limits", "ProgramResult", "RunResult", "TestResult", "program_verdict", "LANGUAGES", "Language",
     "get_language", "load_languages", "TestSpec", "TestSpecError", "Verdict", "parse_tests", "split_test_script",
     "AssertTests", "CallTests", "CheckTests", "StdioTests",
 ]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
+from execrl.sandbox import inside
 from execrl.sandbox.compare import outputs_match, values_match
 from execrl.sandbox.inside.protocol import decode, encode
 from execrl.sandbox.languages import Language, get_language
@@ -46,6 +48,7 @@ class TestResult:
     detail: str = ""
     error: str = ""  # the exception class that ended the program, e.g. "NameError" (Python only)
     stdout_bytes: int = 0
+    output: str = ""  # a failed stdin/stdout or call test: what the program printed or returned (its start)
 
 
 @dataclass
@@ -68,6 +71,18 @@ class ProgramResult:
         if self.stderr:
             d["stderr"] = self.stderr
         return d
+
+
+@dataclass
+class RunResult:
+    """One run of a program with no tests (a code-interpreter cell)."""
+
+    verdict: Verdict  # pass: it ran to the end and exited 0; otherwise why not (runtime_error, timeout, ...)
+    stdout: str
+    stderr: str  # the traceback, for a program that raised (its last 8 KiB; the sandbox's own frames left out)
+
+
+OUTPUT_PREVIEW = 1000  # characters of a failed test's output kept in TestResult.output
 
 
 def program_verdict(tests: list[TestResult]) -> Verdict:
@@ -96,6 +111,15 @@ class Grader:
             return ProgramResult(V.INFRA_ERROR, [TestResult(V.INFRA_ERROR, detail=str(e)[:500])] * num_tests(spec),
                                  stderr=str(e)[-2000:])
 
+    def run(self, code: str, stdin: str = "", language: str = "python", limits: Limits | None = None) -> RunResult:
+        """Run a program once, with no tests, under the same sandbox and limits: its stdout, stderr and verdict."""
+        lang, lim = get_language(language), limits or self.limits
+        try:
+            with self.pool.worker() as w:
+                return _run_on(w, code, stdin, lang, lim)
+        except WorkerDied as e:
+            return RunResult(V.INFRA_ERROR, "", str(e)[-2000:])
+
     def grade_many(self, jobs: list[tuple], on_done=None) -> list[ProgramResult]:
         """jobs: (code, tests, language, limits) tuples; results come back in the same order."""
         def one(job):
@@ -117,12 +141,52 @@ class Grader:
         self.close()
 
 
+def _program(lang: Language, lim: Limits) -> dict:
+    return {"file": lang.file, "python": lang.fork_python, "compile": list(lang.compile) or None,
+            "run": list(lang.run), "limits": asdict(lim)}
+
+
+def _per_test_wall(lim: Limits) -> float:
+    return max(2 * lim.timeout_s, lim.timeout_s + 1) + 5
+
+
+def _run_on(w: Worker, code: str, stdin: str, lang: Language, lim: Limits) -> RunResult:
+    run = dict(_program(lang, lim), op="run", mode="stdio", tests=[{}], stop_after_timeout=True)
+    blobs = [code.encode("utf-8", "surrogatepass"), stdin.encode("utf-8", "surrogatepass")]
+    reply, out = w.runner.request(run, blobs, timeout=_per_test_wall(lim) + 3 * lim.compile_timeout_s + 30)
+    if "compile" in reply:
+        _check_infra(reply["compile"])
+        return RunResult(V.SYNTAX_ERROR, "", _text(out[1]))
+    (r,) = reply["results"]
+    _check_infra(r)
+    stdout, err = out
+    if any(st.get("phase") == "compile" for st in r["status"]):
+        return RunResult(V.SYNTAX_ERROR, _text(stdout), _text(err))
+    return RunResult(_execution_verdict(r, err, lim, cpu_limit=lim.timeout_s) or V.PASS, _text(stdout),
+                     _program_frames(_text(err)))
+
+
+_INSIDE = os.path.dirname(os.path.abspath(inside.__file__))
+
+
+def _program_frames(stderr: str) -> str:
+    """A Python traceback without the frames of the sandbox's own code (the child that exec'd the program)."""
+    out, skip = [], False
+    for line in stderr.splitlines(keepends=True):
+        if line.startswith('  File "'):
+            skip = line[8:].startswith(_INSIDE + os.sep)
+        elif not line.startswith("    "):
+            skip = False
+        if not skip:
+            out.append(line)
+    return "".join(out)
+
+
 def _grade_on(w: Worker, code: str, spec: TestSpec, lang: Language, lim: Limits) -> ProgramResult:
-    n, limits = num_tests(spec), asdict(lim)
+    n = num_tests(spec)
     source = code.encode("utf-8", "surrogatepass")
-    program = {"file": lang.file, "python": lang.fork_python, "compile": list(lang.compile) or None,
-               "run": list(lang.run), "limits": limits}
-    per_test_wall = max(2 * lim.timeout_s, lim.timeout_s + 1) + 5
+    program = _program(lang, lim)
+    per_test_wall = _per_test_wall(lim)
     if isinstance(spec, (AssertTests, CheckTests)):
         tests, stderr = _grade_with_checker(w, program, source, spec, n, lim, per_test_wall)
         return ProgramResult(program_verdict(tests), tests, stderr[-2000:])
@@ -205,6 +269,8 @@ def _judge(r: dict, stdout: bytes, err: bytes, spec, i: int, lim: Limits) -> Tes
         t.verdict, t.detail = failure, _text(err)[-300:]
     elif isinstance(spec, StdioTests):
         t.verdict = V.PASS if outputs_match(spec.outputs[i], stdout, spec.compare) else V.FAIL
+        if t.verdict == V.FAIL:
+            t.output = _text(stdout[:OUTPUT_PREVIEW * 4])[:OUTPUT_PREVIEW]
     else:
         if "value" not in status:
             t.verdict, t.detail = V.FAIL, "returned a value that is not plain data"
@@ -214,6 +280,8 @@ def _judge(r: dict, stdout: bytes, err: bytes, spec, i: int, lim: Limits) -> Tes
             except (ValueError, TypeError, KeyError):
                 value = _NOT_A_VALUE
             t.verdict = V.PASS if values_match(spec.outputs[i], value) else V.FAIL
+            if t.verdict == V.FAIL:
+                t.output = repr(value)[:OUTPUT_PREVIEW]
     return t
 
 

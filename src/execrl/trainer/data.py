@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from execrl.builtin import BUILTIN_TASKS, arith_problems
+from execrl.builtin import BUILTIN_TASKS, arith_problems, feedback_episode
 from execrl.config import MasterConfig
 from execrl.tasks import DATASETS, DatasetError, Problem, check_trainable, load_problems
 
@@ -20,13 +20,17 @@ def dataset_key(name: str) -> str:
                        f"{list(BUILTIN_TASKS)}) or hub id")
 
 
-def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str, str]]:
-    """(train problems, validation problems, reference completions for warm-up by problem id)."""
+def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str, list[dict]]]:
+    """(train problems, validation problems, reference turns for warm-up by problem id)."""
     d, g = cfg.data, cfg.grpo
     if d.train.dataset_name == "builtin:arith-code":
         train = arith_problems("train", 4096, g.seed)
         val = arith_problems("validation", g.max_val_samples, g.seed)
-        return [p for p, _ in train], [p for p, _ in val], {p.id: ref for p, ref in train}
+        refs = {p.id: [{"role": "assistant", "content": ref}] for p, ref in train}
+        if cfg.env.multi_turn.kind == "unit_tests":  # half of them: a wrong first attempt, its feedback, the fix
+            rng = random.Random(g.seed)
+            refs.update({p.id: feedback_episode(p, ref, rng, cfg) for p, ref in train[1::2]})
+        return [p for p, _ in train], [p for p, _ in val], refs
     key = dataset_key(d.train.dataset_name)
     check_trainable(key, d.train.split)
     train, _ = load_problems(key, d.train.split, d.train.path, d.train.max_tests, **d.train.options)

@@ -10,9 +10,9 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from execrl.config import MasterConfig
-from execrl.eval.run import grade_samples, is_correct, outcome
+from execrl.eval.run import is_correct, outcome
 from execrl.trainer import checkpoint
-from execrl.trainer.rollouts import sample_rollouts
+from execrl.trainer.rollouts import episode_metrics, rollout_rows, run_episodes
 from execrl.trainer.setup import Run, build_run, console
 from execrl.trainer.step import advantages, build_batch, optimize, score_tokens, scoring_temperature
 from execrl.trainer.warmup import sft_warmup
@@ -84,11 +84,10 @@ def warm_up(run: Run) -> None:
 
 
 def validate(run: Run) -> float:
-    """pass@1 of greedy completions on the validation problems."""
+    """pass@1 of greedy episodes on the validation problems (their final submissions)."""
     if not run.val_problems:
         return float("nan")
-    rollouts = sample_rollouts(run.generator, run.tokenizer, run.val_problems, run.cfg, 1, 0.0)
-    grade_samples(rollouts.samples, run.grader)
+    rollouts = run_episodes(run.generator, run.tokenizer, run.grader, run.val_problems, run.cfg, 1, 0.0)
     valid = [s for s in rollouts.samples if s.valid]
     score = sum(is_correct(s) for s in valid) / max(len(valid), 1)
     run.logger.log(run.step, {"eval/pass@1": score, "eval/num_problems": len(valid)})
@@ -101,8 +100,9 @@ def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
     n = len(rollouts.samples)
     metrics = {f"train/{k}": v for k, v in stats.items()}
     metrics["train/reward_mean"] = sum(r.total for r in valid) / max(len(valid), 1)
-    metrics["train/completion_len_mean"] = sum(len(c.ids) for c in rollouts.completions) / n
-    metrics["train/truncated_frac"] = sum(c.truncated for c in rollouts.completions) / n
+    metrics["train/completion_len_mean"] = sum(t.num_sampled for t in rollouts.trajectories) / n  # model tokens
+    metrics["train/truncated_frac"] = sum(t.truncated for t in rollouts.trajectories) / n
+    metrics.update(episode_metrics(rollouts))
     metrics["train/lr"] = run.scheduler.get_last_lr()[0]
     for name in {k for r in valid for k in r.parts}:
         metrics[f"train/reward/{name}"] = sum(r.parts[name] for r in valid) / max(len(valid), 1)
@@ -114,11 +114,7 @@ def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
     run.logger.log(run.step, metrics)
     every = run.cfg.logger.rollouts_period
     if every and run.step % every == 0:
-        prompts = run.tokenizer.batch_decode(rollouts.prompt_ids[:: rollouts.group_size])
-        run.logger.rollouts(run.step, [
-            {"prompt": prompts[i // rollouts.group_size], "completion": s.completion, "code": s.extracted.code,
-             "verdict": outcome(s), "reward": r.total, "parts": r.parts}
-            for i, (s, r) in enumerate(zip(rollouts.samples, rollouts.rewards))])
+        run.logger.rollouts(run.step, rollout_rows(rollouts, run.tokenizer))
     bar.update(bar.task_ids[0], completed=run.step,
                description=f"step {run.step}  reward {metrics['train/reward_mean']:.3f}  "
                            f"{times['step']:.1f}s/step")

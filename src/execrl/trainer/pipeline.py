@@ -8,7 +8,9 @@ thread. With `grpo.async_grpo.enabled`, each step of the loop is
     2. wait for *this* step's rollouts: graded while the GPU trained on the last step and generated (1)
     3. train on them (the loop): sampled by version k-1, so one step old
 
-and grading costs the step only what (1) and training leave uncovered. Sync GRPO is the same code with nothing
+and grading costs the step only what (1) and training leave uncovered. In a multi-turn episode the environments'
+answers to earlier turns are needed for the next turn, so they run within (1); the answers to the last turn (the
+final grading) run in the thread. Sync GRPO is the same code with nothing
 generated ahead: generate, grade (waited for at once), train.
 
 Every batch carries its version (the training step whose weights sampled it); one older than
@@ -33,7 +35,7 @@ from typing import Callable
 from execrl.config import ConfigError, MasterConfig
 from execrl.tasks import Problem
 from execrl.trainer.data import ProblemSampler
-from execrl.trainer.rollouts import Rollouts, grade_and_score, sample_rollouts
+from execrl.trainer.rollouts import Rollouts, finish_episodes, prompt_seeds, start_episodes
 
 
 @dataclass
@@ -41,6 +43,7 @@ class InFlight:
     problems: list[Problem]
     position: dict  # the sampler's state before these problems were drawn
     version: int  # the training step whose weights sampled them
+    step: int  # the training step they were drawn for (keys their sampling noise)
     rollouts: Rollouts
     graded: Future  # -> seconds spent grading and scoring
 
@@ -48,7 +51,7 @@ class InFlight:
 class RolloutPipeline:
     """A queue of batches in flight (generated, being graded), `lookahead` of them kept beyond the one trained next."""
 
-    def __init__(self, generate: Callable[[list[Problem]], Rollouts], grade: Callable[[Rollouts], None],
+    def __init__(self, generate: Callable[[list[Problem], int], Rollouts], grade: Callable[[Rollouts], None],
                  sampler: ProblemSampler, num_prompts: int, lookahead: int, max_age: int):
         self.generate, self.grade, self.sampler, self.num_prompts = generate, grade, sampler, num_prompts
         self.lookahead, self.max_age = lookahead, max_age
@@ -64,24 +67,25 @@ class RolloutPipeline:
         while self.queue and version - self.queue[0].version > self.max_age:
             stale.append(self.queue.popleft())
             stale[-1].graded.cancel()  # a grading already under way finishes; its result is not used
-        self.queue.extendleft(reversed([self._launch(s.problems, s.position, version, times) for s in stale]))
+        self.queue.extendleft(reversed([self._launch(s.problems, s.position, version, s.step, times) for s in stale]))
         while not self.queue or (more and len(self.queue) <= self.lookahead):
             position = self.sampler.state_dict()
-            self.queue.append(self._launch(self.sampler.next(self.num_prompts), position, version, times))
+            self.queue.append(self._launch(self.sampler.next(self.num_prompts), position, version,
+                                           version + len(self.queue), times))
         head = self.queue.popleft()
         t = time.perf_counter()
-        times["grade"] = head.graded.result()
+        in_thread = head.graded.result()  # the environments' answers to the last model turn
         times["grade_wait"] = time.perf_counter() - t
-        times["grade_overlapped"] = max(times["grade"] - times["grade_wait"], 0.0)
+        times["grade"] = head.rollouts.times["grade"]  # ... and to earlier turns (multi-turn), in the loop's thread
+        times["grade_overlapped"] = max(in_thread - times["grade_wait"], 0.0)
         assert version - head.version <= self.max_age
         return head.rollouts, {"trajectory_age_mean": float(version - head.version),
                                "dropped_stale": float(sum(len(s.rollouts.samples) for s in stale))}
 
-    def _launch(self, problems: list[Problem], position: dict, version: int, times: dict) -> InFlight:
-        t = time.perf_counter()
-        rollouts = self.generate(problems)
-        times["generate"] += time.perf_counter() - t
-        return InFlight(problems, position, version, rollouts, self.grading.submit(self._grade, rollouts))
+    def _launch(self, problems: list[Problem], position: dict, version: int, step: int, times: dict) -> InFlight:
+        rollouts = self.generate(problems, step)  # up to the last model turn (earlier turns' environments included)
+        times["generate"] += rollouts.times["generate"]
+        return InFlight(problems, position, version, step, rollouts, self.grading.submit(self._grade, rollouts))
 
     def _grade(self, rollouts: Rollouts) -> float:
         t = time.perf_counter()
@@ -102,12 +106,12 @@ def build_pipeline(cfg: MasterConfig, generator, tokenizer, grader, sampler: Pro
     """Rollouts of the configured shape; ahead by one step with async GRPO (call check_async(cfg) first)."""
     g, a = cfg.grpo, cfg.grpo.async_grpo
 
-    def generate(problems: list[Problem]) -> Rollouts:
-        return sample_rollouts(generator, tokenizer, problems, cfg, g.num_generations_per_prompt,
-                               cfg.policy.generation.temperature)
+    def generate(problems: list[Problem], step: int) -> Rollouts:
+        return start_episodes(generator, tokenizer, grader, problems, cfg, g.num_generations_per_prompt,
+                              cfg.policy.generation.temperature, prompt_seeds(g.seed, step, len(problems)))
 
     def grade(rollouts: Rollouts) -> None:
-        grade_and_score(rollouts, grader, cfg)
+        finish_episodes(rollouts, tokenizer, grader, cfg)
 
     return RolloutPipeline(generate, grade, sampler, g.num_prompts_per_step, lookahead=1 if a.enabled else 0,
                            max_age=a.max_trajectory_age_steps if a.enabled else 0)

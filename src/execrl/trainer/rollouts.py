@@ -1,48 +1,196 @@
-"""One step's rollouts: G completions per prompt, graded in the sandbox, scored by the reward."""
+"""One step's rollouts: G episodes per problem, run through their environments in batches, turn by turn.
+
+Episodes advance together: each turn, one generate call for every live episode (the first turn prefills each
+prompt once for its G samples; later turns send each episode's whole trajectory), then every live environment
+steps at once (their sandbox calls run in parallel), and finished episodes drop out. Trajectories are token ids
+throughout: the sampler's tokens for the model's turns, the chat template's tokens for the environment's turns
+(execrl.envs.chat), never a re-tokenized conversation. An episode whose next environment turn would not fit in
+policy.max_total_sequence_length, or whose model turn ran out of tokens, ends there, marked truncated.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
-from execrl.eval.run import grade_samples
-from execrl.extract import extract
-from execrl.prompts import build_messages, render
-from execrl.rewards import Reward, Sample, score
+from execrl.envs import Environment, Segment, Step, Trajectory, TurnRenderer, make_env
+from execrl.eval.run import outcome
+from execrl.prompts import render
+from execrl.rewards import Reward, Sample
 from execrl.rollout import Completion, SamplingParams
+from execrl.rollout.sampling import mix32, request_key
 from execrl.sandbox import Grader
 from execrl.tasks import Problem
 
 
 @dataclass
+class Episode:
+    problem: Problem
+    env: Environment
+    messages: list[dict]  # the conversation as text, for logs (the trainer uses `trajectory`)
+    trajectory: Trajectory
+    sample: Sample | None = None  # when done: the graded final submission
+    reward: Reward | None = None  # when done
+    turns: int = 0  # model turns taken
+    tool_calls: int = 0
+    tool_errors: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.reward is not None
+
+
+@dataclass
 class Rollouts:
-    prompt_ids: list[list[int]]  # [num_samples] (each prompt repeated G times, groups contiguous)
-    completions: list[Completion]  # [num_samples]
-    samples: list[Sample]
-    rewards: list[Reward]
+    episodes: list[Episode]  # [num_samples]: each problem's G episodes contiguous
     group_size: int
+    times: dict[str, float] = field(default_factory=dict)  # seconds spent generating and in the environments
+    pending: list[tuple[Episode, Completion]] = field(default_factory=list)  # model turns not yet answered
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        return [e.trajectory for e in self.episodes]
+
+    @property
+    def samples(self) -> list[Sample]:
+        return [e.sample for e in self.episodes]
+
+    @property
+    def rewards(self) -> list[Reward]:
+        return [e.reward for e in self.episodes]
 
 
-def prompt_ids(problems: list[Problem], tokenizer, cfg) -> list[list[int]]:
-    texts = [render(build_messages(p, cfg.prompt), tokenizer) for p in problems]
-    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+def encode(messages: list[dict], tokenizer) -> list[int]:
+    return tokenizer(render(messages, tokenizer), add_special_tokens=False)["input_ids"]
 
 
-def sample_rollouts(generator, tokenizer, problems: list[Problem], cfg, group_size: int, temperature: float) -> Rollouts:
-    gen = cfg.policy.generation
-    prompts = prompt_ids(problems, tokenizer, cfg)
+def prompt_seeds(seed: int, step: int, num_prompts: int, first: int = 0) -> list[int]:
+    """Sampling seeds of a step's prompts by their index in the step's global batch: the same samples whichever
+    process generates them."""
+    base = mix32(mix32(seed) ^ mix32(step + 0x51ED27))
+    return [mix32(base ^ mix32(first + i)) for i in range(num_prompts)]
+
+
+def run_episodes(generator, tokenizer, grader: Grader, problems: list[Problem], cfg, group_size: int,
+                 temperature: float, seeds: list[int] | None = None) -> Rollouts:
+    """Each problem's `group_size` episodes, run to their end and scored."""
+    rollouts = start_episodes(generator, tokenizer, grader, problems, cfg, group_size, temperature, seeds)
+    finish_episodes(rollouts, tokenizer, grader, cfg)
+    return rollouts
+
+
+def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem], cfg, group_size: int,
+                   temperature: float, seeds: list[int] | None = None) -> Rollouts:
+    """Episodes run up to their last model turn: the environments' answers to it (for a single-turn task, all
+    of the grading) are left in `pending` for finish_episodes, which may run in another thread (async GRPO).
+    `seeds`: one per problem (see prompt_seeds); a later turn of sample j is keyed by (seed, j, turn)."""
+    gen, turns = cfg.policy.generation, cfg.grpo.max_rollout_turns
     params = SamplingParams(temperature, gen.top_p, gen.top_k, gen.ignore_eos)  # greedy ignores top-p/top-k
-    outs = generator.generate(prompts, group_size, gen.max_new_tokens, params, gen.stop_strings)
-    samples, flat_prompts, flat = [], [], []
-    for problem, prompt, group in zip(problems, prompts, outs):
-        for c in group:
-            extracted = extract(c.text, cfg.prompt.answer_format, cfg.prompt.code_style, problem.language,
-                                want_code=problem.kind == "code")
-            samples.append(Sample(problem, c.text, extracted, num_tokens=len(c.ids), max_tokens=gen.max_new_tokens))
-            flat_prompts.append(prompt)
-            flat.append(c)
-    return Rollouts(flat_prompts, flat, samples, [], group_size)
+    episodes, prompts = [], []
+    for problem in problems:
+        envs = [make_env(cfg, grader) for _ in range(group_size)]
+        messages = [env.reset(problem) for env in envs]
+        prompts.append(encode(messages[0], tokenizer))  # the G episodes of a problem share their prompt
+        episodes += [Episode(problem, env, m, Trajectory(prompts[-1])) for env, m in zip(envs, messages)]
+    stop = (gen.stop_strings or []) + episodes[0].env.stop_strings or None
+    rollouts = Rollouts(episodes, group_size, {"generate": 0.0, "grade": 0.0})
+    for turn in range(turns):
+        live = [e for e in episodes if not e.done]
+        if not live:
+            break
+        start = time.perf_counter()
+        if turn == 0:  # each prompt prefilled once for its G samples
+            outs = [c for g in generator.generate(prompts, group_size, gen.max_new_tokens, params, stop, seeds=seeds)
+                    for c in g]
+        else:
+            turn_seeds = None if seeds is None else [
+                mix32(request_key(seeds[i // group_size], i % group_size) ^ mix32(turn))
+                for i, e in enumerate(episodes) if not e.done]
+            outs = [g[0] for g in generator.generate([e.trajectory.ids for e in live], 1, gen.max_new_tokens,
+                                                     params, stop, seeds=turn_seeds)]
+        rollouts.times["generate"] += time.perf_counter() - start
+        outs = [fit(c, cfg.policy.max_total_sequence_length - len(e.trajectory), tokenizer) for e, c in zip(live, outs)]
+        rollouts.pending = list(zip(live, outs))
+        if turn < turns - 1:
+            finish_episodes(rollouts, tokenizer, grader, cfg, last=False)
+    return rollouts
 
 
-def grade_and_score(rollouts: Rollouts, grader: Grader, cfg) -> None:
-    grade_samples(rollouts.samples, grader)
-    rollouts.rewards = [score(s, cfg.reward) for s in rollouts.samples]
+def finish_episodes(rollouts: Rollouts, tokenizer, grader: Grader, cfg, last: bool = True) -> None:
+    """The environments answer the pending model turns (each turn's sandbox calls in parallel); episodes that
+    must end early are scored as they stand, and with `last`, so is every episode still open."""
+    start = time.perf_counter()
+    renderer = TurnRenderer(tokenizer) if cfg.env.multi_turn.kind != "single_turn" else None
+    live, outs = [e for e, _ in rollouts.pending], [c for _, c in rollouts.pending]
+    with ThreadPoolExecutor(max(1, grader.pool.num_workers)) as pool:
+        steps = list(pool.map(lambda ec: ec[0].env.step(ec[1].text, len(ec[1].ids)), rollouts.pending))
+        cut = [e for e, c, s in zip(live, outs, steps)
+               if not advance(e, c, s, renderer, cfg.policy.max_total_sequence_length)]
+        if last:  # environments that do not count turns end with the budget
+            cut = [e for e in rollouts.episodes if not e.done]
+        for e, s in zip(cut, pool.map(lambda e: e.env.finish(), cut)):
+            end(e, s)
+    rollouts.pending = []
+    rollouts.times["grade"] += time.perf_counter() - start
+
+
+def fit(c: Completion, room: int, tokenizer) -> Completion:
+    """The completion cut to the room left in the context (the engine stops there itself; transformers may not)."""
+    if len(c.ids) <= room:
+        return c
+    ids = c.ids[:room]
+    return Completion(ids, tokenizer.decode(ids, skip_special_tokens=True), True,
+                      None if c.logprobs is None else c.logprobs[:room])
+
+
+def advance(e: Episode, c: Completion, step: Step, renderer: TurnRenderer | None, max_len: int) -> bool:
+    """Add a model turn and the environment's answer to the episode. False: the episode must end early (a model
+    turn ran out of tokens, or the environment's turn does not fit): the environment then scores it as it stands."""
+    e.turns += 1
+    e.tool_calls += step.tool_call
+    e.tool_errors += step.tool_error
+    e.messages.append({"role": "assistant", "content": c.text})
+    e.trajectory.segments.append(Segment(c.ids, True, c.logprobs))
+    e.trajectory.truncated = c.truncated
+    if step.done:
+        end(e, step)
+        return True
+    if c.truncated:
+        return False
+    env_ids = renderer.env_turn(step.observation, c.ids[-1] if c.ids else None)
+    if len(e.trajectory) + len(env_ids) >= max_len:  # no room for it and a model token after it: never cut it
+        e.trajectory.truncated = True
+        return False
+    e.trajectory.segments.append(Segment(env_ids, False))
+    e.messages += step.observation
+    return True
+
+
+def end(e: Episode, step: Step) -> None:
+    e.sample, e.reward = step.sample, step.reward
+
+
+def episode_metrics(rollouts: Rollouts) -> dict[str, float]:
+    """Turns, tool calls and tool errors per episode, and the mean reward of the episodes that took n turns."""
+    eps, n = rollouts.episodes, len(rollouts.episodes)
+    metrics = {"train/turns_mean": sum(e.turns for e in eps) / n,
+               "train/tool_calls_mean": sum(e.tool_calls for e in eps) / n,
+               "train/tool_errors_mean": sum(e.tool_errors for e in eps) / n}
+    by_turns = defaultdict(list)
+    for e in eps:
+        if e.reward.valid:
+            by_turns[e.turns].append(e.reward.total)
+    for turns, rewards in sorted(by_turns.items()):
+        metrics[f"train/reward_by_turns/{turns}"] = sum(rewards) / len(rewards)
+    return metrics
+
+
+def rollout_rows(rollouts: Rollouts, tokenizer) -> list[dict]:
+    """One row per episode: the whole conversation, and the exact text the trainer saw after the prompt."""
+    return [{"problem": e.problem.id, "prompt": tokenizer.decode(e.trajectory.prompt_ids),
+             "completion": tokenizer.decode(e.trajectory.completion_ids), "messages": e.messages,
+             "code": e.sample.extracted.code, "verdict": outcome(e.sample), "reward": e.reward.total,
+             "parts": e.reward.parts, "turns": e.turns, "tool_calls": e.tool_calls, "tool_errors": e.tool_errors,
+             "truncated": e.trajectory.truncated} for e in rollouts.episodes]

@@ -11,8 +11,8 @@ import torch
 from rich.console import Console
 
 from execrl.config import BatchPlan, MasterConfig, plan, to_yaml
+from execrl.envs import check_turns, make_env
 from execrl.models import load_model_and_tokenizer
-from execrl.prompts import drop_long_prompts
 from execrl.rollout import build_generator
 from execrl.rollout.engine import eager_fallback
 from execrl.rollout.fuse import fuse_projections
@@ -22,6 +22,7 @@ from execrl.trainer import checkpoint
 from execrl.trainer.data import ProblemSampler, load_data
 from execrl.trainer.metrics import MetricsLogger
 from execrl.trainer.pipeline import RolloutPipeline, build_pipeline, check_async
+from execrl.trainer.rollouts import encode
 
 console = Console(stderr=True)
 
@@ -38,7 +39,7 @@ class Run:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     sampler: ProblemSampler
     val_problems: list[Problem]
-    references: dict[str, str]
+    references: dict[str, list[dict]]  # warm-up: the model's turns (and the environment's) after each prompt
     grader: Grader
     logger: MetricsLogger
     pipeline: RolloutPipeline | None = None  # each step's rollouts (generated ahead with async GRPO)
@@ -59,9 +60,8 @@ def build_run(cfg: MasterConfig) -> Run:
     batch_plan = plan(cfg)
     if cfg.cluster.gpus_per_node * cfg.cluster.num_nodes > 1:
         raise NotImplementedError("multi-GPU training is not available yet: set cluster.gpus_per_node=1")
-    if cfg.grpo.max_rollout_turns != 1:
-        raise NotImplementedError("multi-turn GRPO is not available yet: set grpo.max_rollout_turns=1")
     check_async(cfg)
+    check_turns(cfg)
     random.seed(cfg.grpo.seed)
     torch.manual_seed(cfg.grpo.seed)
     model, tok = load_model_and_tokenizer(cfg.policy.model_name, cfg.policy.device, cfg.policy.precision,
@@ -109,7 +109,9 @@ def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig) -> list[Pro
     if limit <= 0:
         raise ValueError(f"policy.max_total_sequence_length ({cfg.policy.max_total_sequence_length}) leaves no room for "
                          f"a prompt beside policy.generation.max_new_tokens ({cfg.policy.generation.max_new_tokens})")
-    kept, dropped = drop_long_prompts(problems, tokenizer, cfg.prompt, limit)
+    env = make_env(cfg, None)  # the prompt as the episode's environment poses it
+    kept = [p for p in problems if len(encode(env.reset(p), tokenizer)) <= limit]
+    dropped = len(problems) - len(kept)
     if dropped:
         console.print(f"[yellow]dropped {dropped} of {len(problems)} problems whose prompt is over {limit} tokens[/]")
     return kept

@@ -21,7 +21,8 @@ class TrainBatch:
     advantages: torch.Tensor  # [N]
     old_logprobs: torch.Tensor | None = None  # [N, L-1] proximal policy; None: the current logprobs detached
     ref_logprobs: torch.Tensor | None = None  # [N, L-1]
-    sampler_logprobs: torch.Tensor | None = None  # [N, L-1] behaviour policy: the engine's, at sampling time
+    sampler_logprobs: torch.Tensor | None = None  # [N, L-1] behaviour policy: the engine's logprob of each sampled
+                                                  # token where loss_mask is 1 (None: the backend gives none)
 
 
 def advantages(rollouts: Rollouts, cfg: MasterConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -37,20 +38,23 @@ def advantages(rollouts: Rollouts, cfg: MasterConfig) -> tuple[torch.Tensor, tor
 
 
 def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_filtering: bool) -> TrainBatch:
-    seqs = [p + c.ids for p, c in zip(rollouts.prompt_ids, rollouts.completions)]
-    width = max(map(len, seqs))
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    """Right-padded trajectories; the loss mask comes from each trajectory (1 on the model's tokens only)."""
+    trajs = rollouts.trajectories
+    width = max(map(len, trajs))
+    ids = torch.full((len(trajs), width), pad_id, dtype=torch.long)
     attn = torch.zeros_like(ids)
-    mask = torch.zeros(len(seqs), width - 1)
-    sampled = torch.zeros_like(mask) if all(c.logprobs is not None for c in rollouts.completions) else None
-    for i, (p, c) in enumerate(zip(rollouts.prompt_ids, rollouts.completions)):
-        ids[i, :len(p) + len(c.ids)] = torch.tensor(p + c.ids)
-        attn[i, :len(p) + len(c.ids)] = 1
-        if not (overlong_filtering and c.truncated):
-            mask[i, len(p) - 1:len(p) - 1 + len(c.ids)] = 1.0  # position t predicts token t + 1
-        if sampled is not None:
-            sampled[i, len(p) - 1:len(p) - 1 + len(c.ids)] = torch.tensor(c.logprobs)
-    return TrainBatch(ids, attn, mask, adv, sampler_logprobs=sampled)
+    mask = torch.zeros(len(trajs), width - 1)
+    logprobs = [t.sampler_logprobs for t in trajs]
+    sampler = torch.zeros(len(trajs), width - 1) if all(lp is not None for lp in logprobs) else None
+    for i, t in enumerate(trajs):
+        p, n = len(t.prompt_ids), len(t) - len(t.prompt_ids)
+        ids[i, :p + n] = torch.tensor(t.ids)
+        attn[i, :p + n] = 1
+        if not (overlong_filtering and t.truncated):
+            mask[i, p - 1:p - 1 + n] = torch.tensor(t.loss_mask, dtype=torch.float)  # position t predicts token t + 1
+        if sampler is not None:
+            sampler[i, p - 1:p - 1 + n] = torch.tensor(logprobs[i])
+    return TrainBatch(ids, attn, mask, adv, sampler_logprobs=sampler)
 
 
 def scoring_temperature(cfg: MasterConfig) -> float:

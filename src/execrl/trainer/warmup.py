@@ -1,5 +1,7 @@
 """Supervised warm-up on reference completions (the built-in default's first few seconds): cross-entropy on the
-completion tokens only."""
+model's turns only. A reference is the conversation after the prompt: the model's turns (trained on unless marked
+`"train": False`) and the environment's (context), the latter as token deltas of the chat template, exactly as in
+rollouts."""
 
 from __future__ import annotations
 
@@ -7,31 +9,45 @@ import random
 
 import torch
 
+from execrl.envs import TurnRenderer, make_env
 from execrl.tasks import Problem
-from execrl.trainer.rollouts import prompt_ids
+from execrl.trainer.rollouts import encode
 
 
-def sft_warmup(model, tokenizer, problems: list[Problem], references: dict[str, str], cfg, on_step=None) -> float:
+def reference_ids(prompt: list[int], turns: list[dict], tokenizer) -> tuple[list[int], list[int]]:
+    """(token ids, labels) of a prompt and its reference turns; labels are -100 where nothing is learned."""
+    ids, labels = list(prompt), [-100] * len(prompt)
+    for m in turns:
+        if m["role"] == "assistant":
+            new = tokenizer(m["content"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+            learn = new if m.get("train", True) else [-100] * len(new)
+        else:
+            new = TurnRenderer(tokenizer).env_turn([m], ids[-1])
+            learn = [-100] * len(new)
+        ids, labels = ids + new, labels + learn
+    return ids, labels
+
+
+def sft_warmup(model, tokenizer, problems: list[Problem], references: dict[str, list[dict]], cfg,
+               on_step=None) -> float:
     w = cfg.warmup
     rng = random.Random(cfg.grpo.seed)
     usable = [p for p in problems if p.id in references]
     device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=w.lr)
-    eos = tokenizer.eos_token_id
+    env = make_env(cfg, None)  # the prompt as the episode's environment poses it
     loss_value = float("nan")
     model.train()
     for step in range(w.sft_steps):
         batch = rng.sample(usable, min(w.batch_size, len(usable)))
-        prompts = prompt_ids(batch, tokenizer, cfg)
-        targets = [tokenizer(references[p.id], add_special_tokens=False)["input_ids"] + [eos] for p in batch]
-        width = max(len(p) + len(t) for p, t in zip(prompts, targets))
+        rows = [reference_ids(encode(env.reset(p), tokenizer), references[p.id], tokenizer) for p in batch]
+        width = max(len(ids) for ids, _ in rows)
         ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)
         labels = torch.full_like(ids, -100)
-        for i, (p, t) in enumerate(zip(prompts, targets)):
-            ids[i, :len(p) + len(t)] = torch.tensor(p + t)
-            labels[i, len(p):len(p) + len(t)] = torch.tensor(t)  # loss on the completion only
-        loss = model(input_ids=ids.to(device), attention_mask=(labels != -100).to(device) | (ids != tokenizer.pad_token_id).to(device),
-                     labels=labels.to(device)).loss
+        attn = torch.zeros_like(ids)
+        for i, (row, learn) in enumerate(rows):
+            ids[i, :len(row)], labels[i, :len(row)], attn[i, :len(row)] = torch.tensor(row), torch.tensor(learn), 1
+        loss = model(input_ids=ids.to(device), attention_mask=attn.to(device), labels=labels.to(device)).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

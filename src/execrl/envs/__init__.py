@@ -1,0 +1,30 @@
+"""Environments: what an episode is. `reset(problem) -> messages`, then `step(assistant_text) -> Step` until done
+(base.py). Single-turn code and math tasks are environments of one step, so the trainer has one path; the code
+interpreter and unit-test feedback environments take up to `grpo.max_rollout_turns` model turns."""
+
+from __future__ import annotations
+
+from execrl.envs.base import Environment, Step
+from execrl.envs.chat import ChatTemplateError, TurnRenderer
+from execrl.envs.interpreter import InterpreterEnv
+from execrl.envs.single_turn import SingleTurnEnv
+from execrl.envs.trajectory import Segment, Trajectory
+from execrl.envs.unit_tests import UnitTestsEnv
+
+ENVIRONMENTS = {"single_turn": SingleTurnEnv, "interpreter": InterpreterEnv, "unit_tests": UnitTestsEnv}
+
+
+def make_env(cfg, grader) -> Environment:
+    """A fresh environment for one episode, of the kind `env.multi_turn.kind` names."""
+    return ENVIRONMENTS[cfg.env.multi_turn.kind](cfg, grader)
+
+
+def check_turns(cfg) -> None:
+    """A multi-turn budget needs a multi-turn environment (and the other way round it is allowed: one turn)."""
+    if cfg.grpo.max_rollout_turns > 1 and cfg.env.multi_turn.kind == "single_turn":
+        raise ValueError(f"grpo.max_rollout_turns={cfg.grpo.max_rollout_turns} needs a multi-turn environment: set "
+                         "env.multi_turn.kind=interpreter or unit_tests (or grpo.max_rollout_turns=1)")
+
+
+__all__ = ["ENVIRONMENTS", "ChatTemplateError", "Environment", "InterpreterEnv", "Segment", "SingleTurnEnv", "Step",
+           "Trajectory", "TurnRenderer", "UnitTestsEnv", "check_turns", "make_env"]

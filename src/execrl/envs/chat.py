@@ -1,0 +1,59 @@
+"""Environment turns as token ids, through the tokenizer's chat template, without re-tokenizing the conversation.
+
+Re-rendering a whole conversation and tokenizing it again is how multi-turn trainers ship masking bugs: the text
+of a model turn can tokenize differently from the tokens that were sampled, and templates of thinking models drop
+the <think> part of earlier turns, so the trainer would score tokens the model never produced. Here only the
+*delta* an environment turn adds is rendered and tokenized: the template renders a stand-in conversation up to
+the end of an assistant message's content, then the same conversation with the environment's messages and the
+next generation prompt; the difference is the environment's turn. It starts with whatever closes the assistant
+message (e.g. `<|im_end|>\\n`), since generation stopped at a stop string rather than at the end-of-turn token; when
+the model did end its turn with that token, the part it already produced is left out.
+"""
+
+from __future__ import annotations
+
+
+class ChatTemplateError(ValueError):
+    """The tokenizer's chat template cannot be split into per-turn deltas; the message says what to do."""
+
+
+_STANDINS = (("Stand-in question?", "Stand-in answer."), ("Another question", "another answer"))
+
+
+class TurnRenderer:
+    def __init__(self, tokenizer):
+        if not getattr(tokenizer, "chat_template", None):
+            raise ChatTemplateError("multi-turn environments render their turns with the tokenizer's chat template, "
+                                    "and this tokenizer has none: set policy.tokenizer.chat_template")
+        self.tokenizer = tokenizer
+
+    def delta_text(self, messages: list[dict]) -> str:
+        """The text the chat template adds after an assistant message's content for `messages` and the next
+        generation prompt; the same whatever came before (checked on two stand-in conversations)."""
+        deltas = set()
+        for question, answer in _STANDINS:
+            head = self._render([{"role": "user", "content": question}], True) + answer
+            full = self._render([{"role": "user", "content": question}, {"role": "assistant", "content": answer},
+                                 *messages], True)
+            if not full.startswith(head):
+                raise ChatTemplateError(
+                    "the chat template does not render an assistant message as its generation prompt followed by "
+                    f"its content, so environment turns cannot be appended token by token (got {full[:200]!r}); "
+                    "set policy.tokenizer.chat_template to one that does (e.g. a ChatML template)")
+            deltas.add(full[len(head):])
+        if len(deltas) != 1:
+            raise ChatTemplateError("the chat template renders an environment turn differently depending on the "
+                                    "conversation before it; set policy.tokenizer.chat_template to one that does not")
+        return deltas.pop()
+
+    def env_turn(self, messages: list[dict], last_sampled: int | None) -> list[int]:
+        """Token ids of the environment's turn, to follow the model's turn that ended with token `last_sampled`."""
+        text = self.delta_text(messages)
+        if last_sampled is not None:
+            closer = self.tokenizer.decode([last_sampled])
+            if closer and text.startswith(closer) and last_sampled in self.tokenizer.all_special_ids:
+                text = text[len(closer):]  # the model closed its turn itself (e.g. <|im_end|>)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _render(self, messages: list[dict], generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)

@@ -1,0 +1,122 @@
+"""The code interpreter: the model runs code cells, reads what they print, and submits a final solution.
+
+A turn that ends with a code cell (`<code>...</code>` or a ```python block, by `prompt.code_style`; generation
+stops at the closing tag or fence) runs it in the sandbox, and the output (stdout, then the traceback if it
+raised; cut to `env.multi_turn.max_output_chars` with a marker) comes back as the environment's message. Errors
+and timeouts are shown to the model and counted as tool errors. The episode ends with a final submission inside
+`<answer>...</answer>` (`env.multi_turn.final_tag`), with a turn that ends without a cell (the model's last
+word), or when `grpo.max_rollout_turns` run out; the reward comes from the problem's hidden tests, run on the
+submission (or, with none, on the last code the model wrote). The submission must be a complete program.
+
+State (`env.multi_turn.stateful`): the sandbox starts a fresh process per program, so a notebook is imitated by
+replaying the episode's earlier cells that ran without error before the new one and showing only the new cell's
+output (a marker printed between them splits the streams). Replayed cells count towards the time limit, line
+numbers in tracebacks count them too, and a cell that failed half-way leaves nothing behind (unlike a notebook).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+from execrl.envs.base import CELL_ENDS, Step, final_step, truncate
+from execrl.extract import Extracted, extract, fenced_blocks
+from execrl.prompts import build_messages
+from execrl.rewards import Sample
+from execrl.sandbox import Verdict
+from execrl.tasks import Problem
+
+_WHERE = {"tags": "inside <code></code> tags", "fence": "in a ```python code block",
+          "auto": "in a ```python code block"}
+
+
+class InterpreterEnv:
+    def __init__(self, cfg, grader):
+        self.cfg, self.grader, self.mt = cfg, grader, cfg.env.multi_turn
+        self.style = cfg.prompt.code_style
+        self.final_open, self.final_close = f"<{self.mt.final_tag}>", f"</{self.mt.final_tag}>"
+        self.stop_strings = CELL_ENDS[self.style] + [self.final_close]
+
+    def instructions(self) -> str:
+        where, tag = _WHERE[self.style], self.mt.final_tag
+        memory = " Each cell sees what the earlier ones defined." if self.mt.stateful else ""
+        return (f"You can run Python code: write it {where} and you will see what it prints.{memory} "
+                f"When you are done, give your complete solution inside <{tag}></{tag}>.")
+
+    def reset(self, problem: Problem) -> list[dict]:
+        if problem.kind != "code":
+            raise ValueError(f"env.multi_turn.kind=interpreter needs code problems, and {problem.id} is "
+                             f"{problem.kind}: use env.multi_turn.kind=single_turn for math")
+        self.problem, self.turns, self.cells, self.last_code, self.last_text = problem, 0, [], None, ""
+        return build_messages(problem, self.cfg.prompt, self.instructions())
+
+    def step(self, assistant_text: str, num_tokens: int = 0) -> Step:
+        self.turns, self.last_text = self.turns + 1, assistant_text
+        submitted = self._submission(assistant_text)
+        if submitted is not None:
+            return self._final(assistant_text, submitted, True, num_tokens)
+        cell = self._cell(assistant_text)
+        if cell is None:  # the model ended its turn without running anything: its last word
+            return self._final(assistant_text, extract(assistant_text, "code", self.style).code or self.last_code,
+                               False, num_tokens)
+        self.last_code = cell
+        if self.turns >= self.cfg.grpo.max_rollout_turns:
+            return self._final(assistant_text, cell, False, num_tokens)
+        return self._run(cell)
+
+    def finish(self) -> Step:
+        return self._final(self.last_text, self.last_code, False, 0)
+
+    def _run(self, cell: str) -> Step:
+        marker = f"__cell_{secrets.token_hex(8)}__"
+        history = self.cells if self.mt.stateful else []
+        split = (f"print({marker!r}, flush=True); __import__('sys').stderr.write({marker!r}); "
+                 "__import__('sys').stderr.flush()")
+        program = "\n".join([*history, split, cell]) if history else cell
+        result = self.grader.run(program, language=self.problem.language)
+        ok = result.verdict == Verdict.PASS
+        if ok:
+            self.cells.append(cell)
+        out = _after(result.stdout, marker + "\n") if history else result.stdout
+        err = _after(result.stderr, marker) if history else result.stderr
+        if result.verdict == Verdict.INFRA_ERROR:
+            text, error = "(the sandbox failed to run this cell, through no fault of the code: run it again)", False
+        else:
+            text, error = out + (err if not ok else ""), not ok
+            if result.verdict in (Verdict.TIMEOUT, Verdict.MEMORY, Verdict.OUTPUT_LIMIT):
+                text += f"\n[{result.verdict.value}: the cell was stopped]"
+        text = truncate(text, self.mt.max_output_chars) if text.strip() else "(no output)"
+        return Step([{"role": self.mt.observation_role, "content": text}], tool_call=True, tool_error=error)
+
+    def _submission(self, text: str) -> str | None:
+        """The code after the final tag, or None when the turn has no final tag."""
+        at = text.rfind(self.final_open)
+        if at < 0:
+            return None
+        body = text[at + len(self.final_open):].split(self.final_close)[0]
+        found = extract(body, "code", "auto").code
+        return found if found is not None else (body.strip("\n") if body.strip() else None)
+
+    def _cell(self, text: str) -> str | None:
+        """The code of the cell the turn ends with (generation stopped at its closing tag or fence), if any."""
+        end = text.rstrip()
+        if self.style in ("tags", "auto") and end.endswith("</code>"):
+            m = list(re.finditer(r"<code>(.*?)</code>", end, re.S))
+            if m and m[-1].end() == len(end):
+                return m[-1].group(1).strip("\n") or None
+        if self.style in ("fence", "auto") and end.endswith("```"):
+            blocks = fenced_blocks(end)
+            if blocks and blocks[-1][2]:
+                return blocks[-1][1] or None
+        return None
+
+    def _final(self, text: str, code: str | None, format_ok: bool, num_tokens: int) -> Step:
+        extracted = Extracted(text, format_ok and code is not None, code)
+        sample = Sample(self.problem, text, extracted, num_tokens=num_tokens,
+                        max_tokens=self.cfg.policy.generation.max_new_tokens, turns=self.turns)
+        return final_step(sample, self.grader, self.cfg.reward)
+
+
+def _after(stream: str, marker: str) -> str:
+    """What the new cell wrote: the part of the stream after the marker (all of it if the marker never came)."""
+    return stream.split(marker, 1)[1] if marker in stream else stream

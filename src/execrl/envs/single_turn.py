@@ -1,0 +1,32 @@
+"""Single-turn code and math: one answer, graded in the sandbox (code) or checked (math), then scored. An episode of
+one step, so the trainer has one path for every task."""
+
+from __future__ import annotations
+
+from execrl.envs.base import Step, final_step
+from execrl.extract import extract
+from execrl.prompts import build_messages
+from execrl.rewards import Sample
+from execrl.tasks import Problem
+
+
+class SingleTurnEnv:
+    def __init__(self, cfg, grader):
+        self.cfg, self.grader = cfg, grader
+        self.stop_strings: list[str] = []
+        self.problem: Problem | None = None
+
+    def reset(self, problem: Problem) -> list[dict]:
+        self.problem = problem
+        return build_messages(problem, self.cfg.prompt)
+
+    def step(self, assistant_text: str, num_tokens: int = 0) -> Step:
+        p, prompt = self.problem, self.cfg.prompt
+        extracted = extract(assistant_text, prompt.answer_format, prompt.code_style, p.language,
+                            want_code=p.kind == "code")
+        sample = Sample(p, assistant_text, extracted, num_tokens=num_tokens,
+                        max_tokens=self.cfg.policy.generation.max_new_tokens)
+        return final_step(sample, self.grader, self.cfg.reward)
+
+    def finish(self) -> Step:
+        raise AssertionError("a single-turn episode always ends at its first step")

@@ -1,0 +1,120 @@
+"""Unit-test feedback: the model submits a program, is told which of the public tests fail (input, expected, what
+it got), and refines. The public tests are the first `env.multi_turn.public_tests` of the problem's tests; the
+episode ends when they all pass, or when `grpo.max_rollout_turns` run out, and the reward comes from all of the
+problem's tests, run on the last submission.
+
+For the assert form the feedback shows each failing assert and the value its left side had: a public
+`assert f(x) == y` is graded as `__got = f(x)` then `assert __got == y, repr(__got)` (the same test, in the
+checker sandbox, whose failure message is the value). Other asserts show the assert and its error.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+
+from execrl.envs.base import CELL_ENDS, Step, final_step, truncate
+from execrl.extract import Extracted, extract
+from execrl.prompts import build_messages
+from execrl.rewards import Sample
+from execrl.sandbox import AssertTests, CallTests, CheckTests, ProgramResult, StdioTests, TestSpec, Verdict
+from execrl.sandbox.spec import truncate_tests
+from execrl.tasks import Problem
+
+V = Verdict
+
+
+class UnitTestsEnv:
+    def __init__(self, cfg, grader):
+        self.cfg, self.grader, self.mt = cfg, grader, cfg.env.multi_turn
+        self.stop_strings = CELL_ENDS[cfg.prompt.code_style]
+
+    def reset(self, problem: Problem) -> list[dict]:
+        if problem.kind != "code" or problem.tests is None:
+            raise ValueError(f"env.multi_turn.kind=unit_tests needs code problems with tests, and {problem.id} is "
+                             f"{problem.kind}: use env.multi_turn.kind=single_turn for math")
+        self.problem, self.turns, self.last_code, self.last_text = problem, 0, None, ""
+        self.public = truncate_tests(problem.tests, self.mt.public_tests)
+        self.probes = with_probes(self.public)
+        return build_messages(problem, self.cfg.prompt)
+
+    def step(self, assistant_text: str, num_tokens: int = 0) -> Step:
+        self.turns, self.last_text = self.turns + 1, assistant_text
+        p, prompt = self.problem, self.cfg.prompt
+        extracted = extract(assistant_text, prompt.answer_format, prompt.code_style, p.language)
+        last_turn = self.turns >= self.cfg.grpo.max_rollout_turns
+        if extracted.code is None:
+            if last_turn:
+                return self._final(num_tokens, False)
+            return Step([self._say("No code found. Write your whole solution in one code block.")])
+        self.last_code = extracted.code
+        if last_turn:
+            return self._final(num_tokens, extracted.format_ok)
+        public = self.grader.grade(self.last_code, self.probes, p.language)
+        if public.verdict == V.PASS:
+            return self._final(num_tokens, extracted.format_ok)
+        if public.verdict == V.INFRA_ERROR:
+            return Step([self._say("(the sandbox failed to run the tests, through no fault of the code: submit "
+                                   "it again)")], tool_call=True)
+        said = feedback(self.public, public, self.mt.max_output_chars)
+        return Step([self._say(said)], tool_call=True, tool_error=True)
+
+    def finish(self) -> Step:
+        return self._final(0, False)
+
+    def _say(self, text: str) -> dict:
+        return {"role": self.mt.observation_role, "content": text}
+
+    def _final(self, num_tokens: int, format_ok: bool) -> Step:
+        """Graded on the last code the model wrote (format_ok: the last turn held it, in the asked format)."""
+        extracted = Extracted(self.last_text, format_ok, self.last_code)
+        sample = Sample(self.problem, self.last_text, extracted, num_tokens=num_tokens,
+                        max_tokens=self.cfg.policy.generation.max_new_tokens, turns=self.turns)
+        return final_step(sample, self.grader, self.cfg.reward)
+
+
+def with_probes(spec: TestSpec) -> TestSpec:
+    """Asserts of the form `assert left == right` rewritten to report `left`'s value when they fail."""
+    if not isinstance(spec, AssertTests):
+        return spec
+    return AssertTests([_probe(a) for a in spec.asserts], spec.setup)
+
+
+def _probe(snippet: str) -> str:
+    tree = ast.parse(snippet)
+    last = tree.body[-1] if tree.body else None
+    if not (isinstance(last, ast.Assert) and last.msg is None and isinstance(last.test, ast.Compare)
+            and len(last.test.ops) == 1 and isinstance(last.test.ops[0], ast.Eq)):
+        return snippet
+    left, right = ast.unparse(last.test.left), ast.unparse(last.test.comparators[0])
+    before = "".join(snippet.splitlines(keepends=True)[:last.lineno - 1])
+    return f"{before}__got = {left}\nassert __got == ({right}), repr(__got)"
+
+
+def feedback(spec: TestSpec, result: ProgramResult, max_chars: int) -> str:
+    """Which public tests failed, each with its input, the expected answer and what the program gave."""
+    failed = [i for i, t in enumerate(result.tests) if t.verdict != V.PASS]
+    lines = [f"{len(failed)} of {len(result.tests)} tests failed."]
+    for i in failed:
+        t = result.tests[i]
+        if t.verdict == V.FAIL:
+            got = t.detail or "the assertion failed"
+        else:
+            got = f"{t.verdict.value}: {t.detail}".strip(": ")
+        if isinstance(spec, StdioTests):
+            got = t.output if t.verdict == V.FAIL else got
+            lines += [f"input: {_short(spec.inputs[i])}", f"expected: {_short(spec.outputs[i])}", f"got: {_short(got)}"]
+        elif isinstance(spec, CallTests):
+            got = t.output if t.verdict == V.FAIL else got
+            lines += [f"call: {spec.fn_name}({', '.join(json.dumps(a) for a in spec.args[i])})",
+                      f"expected: {json.dumps(spec.outputs[i])}", f"got: {_short(got)}"]
+        elif isinstance(spec, AssertTests):
+            lines += [f"test: {_short(spec.asserts[i])}", f"got: {_short(got)}"]
+        elif isinstance(spec, CheckTests):
+            lines += [f"the check of {spec.entry_point} failed: {_short(got)}"]
+    return truncate("\n".join(lines + ["Fix the code and submit the whole solution again."]), max_chars)
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = text.strip("\n")
+    return text if len(text) <= limit else text[:limit] + " ..."

@@ -1,0 +1,59 @@
+"""Environment turns rendered through the real Qwen2.5 and Qwen3 chat templates as deltas: the delta is what the
+template adds, whatever came before; appended to a model turn it reproduces the template's rendering of the whole
+conversation (Qwen2.5); a template that cannot be split says so."""
+
+import random
+
+import pytest
+
+from execrl.envs import ChatTemplateError, TurnRenderer
+
+IM_END = "<|im_end|>"
+
+
+def random_text(rng: random.Random, n: int) -> str:
+    alphabet = "abc xyz 0123456789 \n\t()[]{}:=+-*/'\"#<>_.,é→"
+    return "".join(rng.choice(alphabet) for _ in range(n)) + rng.choice(["", "<think>\nhm\n</think>\n"])
+
+
+@pytest.mark.parametrize("role", ["tool", "user"])
+def test_deltas_rebuild_the_qwen25_rendering_of_random_conversations(qwen25_tok, role):
+    tok, rng = qwen25_tok, random.Random(0)
+    renderer = TurnRenderer(tok)
+    for _ in range(20):
+        conv = [{"role": "user", "content": random_text(rng, 40)}]
+        ids = tok(tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=True),
+                  add_special_tokens=False)["input_ids"]
+        for turn in range(rng.randint(1, 4)):
+            text = random_text(rng, rng.randint(1, 60))
+            ended = rng.random() < 0.5  # the model closed its turn itself, or stopped at a stop string
+            sampled = tok(text, add_special_tokens=False)["input_ids"] + ([tok.eos_token_id] if ended else [])
+            ids += sampled
+            conv.append({"role": "assistant", "content": text})
+            obs = [{"role": role, "content": random_text(rng, rng.randint(0, 50))}]
+            env = renderer.env_turn(obs, sampled[-1])
+            assert tok.decode(env).startswith("\n" if ended else IM_END)  # the model's turn is closed exactly once
+            ids += env
+            conv += obs
+        expected = tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
+        assert tok.decode(ids) == expected
+
+
+def test_the_delta_does_not_depend_on_the_conversation_before_it(qwen3_tok):
+    renderer = TurnRenderer(qwen3_tok)
+    obs = [{"role": "tool", "content": "42"}]
+    assert renderer.delta_text(obs) == (f"{IM_END}\n<|im_start|>user\n<tool_response>\n42\n</tool_response>{IM_END}\n"
+                                        "<|im_start|>assistant\n")
+
+
+def test_a_template_that_cannot_be_split_names_the_fix(qwen25_tok):
+    import copy
+
+    tok = copy.deepcopy(qwen25_tok)
+    tok.chat_template = ("{% for m in messages %}{{ m['role'] | capitalize }}: {{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}ASSISTANT: {% endif %}")
+    with pytest.raises(ChatTemplateError, match="policy.tokenizer.chat_template"):
+        TurnRenderer(tok).env_turn([{"role": "tool", "content": "1"}], None)
+    tok.chat_template = None
+    with pytest.raises(ChatTemplateError, match="has none"):
+        TurnRenderer(tok)

@@ -1,0 +1,98 @@
+"""The code interpreter environment on the real sandbox: cells run and show their output, state carries over (or
+not), errors and timeouts are shown and counted, long output is cut with a marker, and the final submission is
+graded on the hidden tests."""
+
+import pytest
+
+from execrl.config import load_config
+from execrl.envs import InterpreterEnv
+from execrl.sandbox import AssertTests, Verdict
+from execrl.tasks import Problem
+
+ADD = Problem("t/add", [{"role": "user", "content": "Write add(a, b)."}], "code",
+              tests=AssertTests(["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]))
+
+
+def env(grader, *overrides):
+    cfg = load_config(None, ["env.multi_turn.kind=interpreter", "grpo.max_rollout_turns=6", "prompt.code_style=tags",
+                             "env.multi_turn.max_output_chars=200", *overrides])
+    e = InterpreterEnv(cfg, grader)
+    return e, e.reset(ADD)
+
+
+def test_the_prompt_explains_the_interpreter(grader):
+    e, messages = env(grader)
+    assert "<code></code>" in messages[-1]["content"] and "<answer></answer>" in messages[-1]["content"]
+    assert e.stop_strings == ["</code>", "</answer>"]
+
+
+def test_cells_run_and_later_cells_see_earlier_definitions(grader):
+    e, _ = env(grader)
+    first = e.step("Let me try.\n<code>\nx = 6 * 7\nprint('first', x)\n</code>")
+    assert first.observation == [{"role": "tool", "content": "first 42\n"}] and not first.done
+    assert first.tool_call and not first.tool_error
+    second = e.step("<code>\nprint(x + 1)\n</code>")
+    assert second.observation[0]["content"] == "43\n"  # the replayed first cell's output is not shown again
+
+
+def test_stateless_cells_do_not_share_definitions(grader):
+    e, _ = env(grader, "env.multi_turn.stateful=false", "env.multi_turn.observation_role=user")
+    e.step("<code>\nx = 1\n</code>")
+    step = e.step("<code>\nprint(x)\n</code>")
+    assert step.observation[0]["role"] == "user"
+    assert "NameError: name 'x' is not defined" in step.observation[0]["content"] and step.tool_error
+
+
+def test_errors_and_timeouts_are_shown_and_counted_and_failed_cells_are_not_replayed(grader):
+    e, _ = env(grader)
+    e.step("<code>\ny = 2\n</code>")
+    crash = e.step("<code>\nprint('partial')\ny = 100\n1 / 0\n</code>")
+    text = crash.observation[0]["content"]
+    assert text.startswith("partial\n") and "ZeroDivisionError" in text and crash.tool_error
+    assert e.step("<code>\nprint(y)\n</code>").observation[0]["content"] == "2\n"
+    slow = e.step("<code>\nwhile True:\n    pass\n</code>")
+    assert "[timeout: the cell was stopped]" in slow.observation[0]["content"] and slow.tool_error
+    silent = e.step("<code>\nz = 1\n</code>")
+    assert silent.observation[0]["content"] == "(no output)" and not silent.tool_error
+
+
+def test_long_output_is_cut_with_a_visible_marker(grader):
+    e, _ = env(grader)
+    text = e.step("<code>\nprint('a' * 5000)\n</code>").observation[0]["content"]
+    assert text == "a" * 200 + "\n... [truncated 4801 chars]"
+
+
+def test_the_final_answer_is_graded_on_the_hidden_tests(grader):
+    e, _ = env(grader)
+    e.step("<code>\ndef add(a, b):\n    return a + b\nprint(add(1, 2))\n</code>")
+    final = e.step("It works.\n<answer>\n```python\ndef add(a, b):\n    return a + b\n```\n")  # stopped at the fence
+    assert final.done and not final.observation and final.sample.result.verdict == Verdict.PASS
+    assert final.reward.total == 1.0 and final.sample.extracted.format_ok
+
+
+def test_when_turns_run_out_the_last_cell_is_graded(grader):
+    e, _ = env(grader, "grpo.max_rollout_turns=2")
+    e.step("<code>\ndef add(a, b):\n    return a - b\n</code>")
+    last = e.step("<code>\ndef add(a, b):\n    return b + a\n</code>")
+    assert last.done and not last.tool_call and last.reward.total == 1.0
+
+
+def test_a_turn_without_a_cell_is_the_final_word(grader):
+    e, _ = env(grader)
+    e.step("<code>\ndef add(a, b):\n    return a * b\n</code>")
+    done = e.step("I am done.")
+    assert done.done and done.sample.extracted.code == "def add(a, b):\n    return a * b"  # the last code written
+    assert done.reward.total == 0.0 and done.sample.result.passed == 0
+
+
+@pytest.mark.parametrize("style", ["fence", "auto"])
+def test_fenced_cells(grader, style):
+    e, messages = env(grader, f"prompt.code_style={style}")
+    assert "\n```\n" in e.stop_strings and "```python" in messages[-1]["content"]
+    assert e.step("Try:\n```python\nprint(2 + 2)\n```\n").observation[0]["content"] == "4\n"
+
+
+def test_math_problems_are_refused_with_the_fix(grader):
+    e, _ = env(grader)
+    with pytest.raises(ValueError, match="single_turn"):
+        e.reset(Problem("m/1", [{"role": "user", "content": "1+1?"}], "math", answer="2"))

@@ -1,0 +1,71 @@
+"""The unit-test feedback environment on the real sandbox: failing public tests come back with their input,
+expected answer and what the program gave; the episode ends when the public tests pass or turns run out, and the
+reward comes from all the tests."""
+
+from execrl.builtin import arith_problem
+from execrl.config import load_config
+from execrl.envs import UnitTestsEnv
+from execrl.envs.unit_tests import with_probes
+from execrl.sandbox import AssertTests, CallTests, StdioTests
+from execrl.tasks import Problem
+
+SQUARES = Problem("t/sq", [{"role": "user", "content": "Write square(x)."}], "code",
+                  tests=AssertTests(["assert square(2) == 4", "assert square(-3) == 9", "assert square(0) == 0"]))
+
+
+def env(grader, problem, *overrides):
+    cfg = load_config(None, ["env.multi_turn.kind=unit_tests", "grpo.max_rollout_turns=3", *overrides])
+    e = UnitTestsEnv(cfg, grader)
+    return e, e.reset(problem)
+
+
+def test_failing_asserts_show_the_value_the_program_gave(grader):
+    e, messages = env(grader, SQUARES, "env.multi_turn.public_tests=2")
+    assert "```python" in messages[-1]["content"] and e.stop_strings == ["\n```\n"]
+    step = e.step("```python\ndef square(x):\n    return x * 2\n```\n")
+    assert not step.done and step.tool_call and step.tool_error
+    assert step.observation[0]["content"] == ("1 of 2 tests failed.\ntest: assert square(-3) == 9\ngot: -6\n"
+                                              "Fix the code and submit the whole solution again.")
+
+
+def test_passing_the_public_tests_ends_the_episode_graded_on_all_tests(grader):
+    e, _ = env(grader, SQUARES)
+    step = e.step("```python\ndef square(x):\n    return abs(x) * 2 if x > 0 else x * x\n```")
+    assert step.done and not step.observation  # square(2) == 4 passes; the hidden tests are graded too
+    assert step.sample.result.passed == 3 and step.reward.total == 1.0
+    e, _ = env(grader, SQUARES)
+    step = e.step("```python\ndef square(x):\n    return 2 * x\n```")
+    assert step.done and step.sample.result.passed == 2 and abs(step.reward.total - 2 / 3) < 1e-9
+
+
+def test_stdio_feedback_shows_input_expected_and_output(grader):
+    import random
+
+    problem, _ = arith_problem(random.Random(3), 0, "t")
+    e, _ = env(grader, problem, "env.multi_turn.observation_role=user")
+    step = e.step("```python\na, b = map(int, input().split())\nprint(a * 1000 + b)\n```")
+    inp, out = problem.tests.inputs[0], problem.tests.outputs[0]
+    a, b = map(int, inp.split())
+    assert step.observation == [{"role": "user", "content": f"1 of 1 tests failed.\ninput: {inp.strip()}\n"
+                                 f"expected: {out.strip()}\ngot: {a * 1000 + b}\n"
+                                 "Fix the code and submit the whole solution again."}]
+
+
+def test_no_code_is_said_and_the_last_turn_grades_the_last_code(grader):
+    e, _ = env(grader, SQUARES)
+    crash = e.step("```python\ndef square(x):\n    return x ** 2 / 0\n```")
+    assert "got: runtime_error: ZeroDivisionError" in crash.observation[0]["content"]
+    nothing = e.step("Hmm.")
+    assert nothing.observation[0]["content"].startswith("No code found") and not nothing.tool_call
+    last = e.step("Still thinking.")  # the third turn of three: the last code written is graded
+    assert last.done and last.sample.extracted.code == "def square(x):\n    return x ** 2 / 0"
+    assert last.reward.total == 0.0
+
+
+def test_probes_keep_other_asserts_and_forms_as_they_are():
+    tests = AssertTests(["x = 3\nassert f(x, [1]) == (4, 'a')", "assert f(1)", "assert f(2) == 1, 'msg'"])
+    probed = with_probes(tests)
+    assert probed.asserts == ["x = 3\n__got = f(x, [1])\nassert __got == ((4, 'a')), repr(__got)", "assert f(1)",
+                              "assert f(2) == 1, 'msg'"]
+    call = CallTests("f", [[1]], [2])
+    assert with_probes(call) is call and with_probes(StdioTests(["1"], ["1"])).inputs == ["1"]

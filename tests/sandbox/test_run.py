@@ -1,0 +1,44 @@
+"""`Grader.run`: one program, no tests (a code-interpreter cell): stdout, stderr and a verdict, in the same sandbox;
+and a failed stdin/stdout or call test says what the program printed or returned (unit-test feedback)."""
+
+from execrl.sandbox import Limits, Verdict
+
+V = Verdict
+
+
+def test_run_returns_stdout_and_passes(grader):
+    r = grader.run("import sys\nprint(sum(map(int, sys.stdin.read().split())))\nprint('x' * 3)", stdin="1 2 3\n")
+    assert (r.verdict, r.stdout, r.stderr) == (V.PASS, "6\nxxx\n", "")
+
+
+def test_run_shows_the_traceback_of_an_exception_without_the_sandbox_frames(grader):
+    r = grader.run("import json\nprint('before')\ndef f(x):\n    return x['missing']\nf({})")
+    assert r.verdict == V.RUNTIME_ERROR and r.stdout == "before\n"
+    lines = r.stderr.splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and lines[-1] == "KeyError: 'missing'"
+    assert [line.split(",")[1:] for line in lines if line.startswith("  File")] == [[" line 5", " in <module>"],
+                                                                                   [" line 4", " in f"]]
+    library = grader.run("import json\njson.loads('{')").stderr  # frames of library code stay
+    assert "json/decoder.py" in library and "execrl" not in library
+
+
+def test_run_syntax_errors_and_timeouts(grader):
+    bad = grader.run("def f(:\n    pass")
+    assert bad.verdict == V.SYNTAX_ERROR and "SyntaxError" in bad.stderr
+    slow = grader.run("while True:\n    pass", limits=Limits(timeout_s=0.5, memory_mb=512))
+    assert slow.verdict == V.TIMEOUT
+
+
+def test_run_keeps_the_sandbox(grader):
+    r = grader.run("import os\nprint(os.environ.get('EXECRL_TEST_SECRET'))\nopen('left', 'w').write('x')")
+    assert r.verdict == V.PASS and r.stdout == "None\n"  # the grader's environment is not visible
+    again = grader.run("import os\nprint(os.path.exists('left'))")
+    assert again.stdout == "False\n"  # nothing persists from one run to the next
+
+
+def test_failed_stdio_and_call_tests_carry_the_output(grader):
+    r = grader.grade("print(int(input()) * 2)", {"inputs": ["2\n", "3\n"], "outputs": ["4\n", "9\n"]})
+    assert [t.verdict for t in r.tests] == [V.PASS, V.FAIL]
+    assert r.tests[0].output == "" and r.tests[1].output == "6\n"
+    call = grader.grade("def f(x):\n    return [x, x]", {"fn_name": "f", "inputs": ["1", "2"], "outputs": ["[1, 1]", "3"]})
+    assert [t.verdict for t in call.tests] == [V.PASS, V.FAIL] and call.tests[1].output == "[2, 2]"

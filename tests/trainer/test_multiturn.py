@@ -1,0 +1,90 @@
+"""Multi-turn GRPO end to end on CPU, with the real engine and sandbox: the unit-test feedback environment on the
+built-in task (after a short warm-up many first answers fail the public test or hold no code, so episodes take a
+second turn), and the shipped MBPP interpreter config. The batch the trainer builds holds exactly the sampled
+tokens at its loss mask; metrics.jsonl has the episode metrics; rollout rows show whole episodes."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from execrl.config import load_config
+from execrl.trainer.loop import train
+
+from .test_train import SMALL, metrics
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def test_a_unit_test_feedback_run_trains_with_masks_on_the_model_tokens_only(tmp_path, monkeypatch):
+    import execrl.trainer.loop as loop
+
+    seen = []
+
+    def build_batch(rollouts, *args):  # the real one, watched
+        batch = real(rollouts, *args)
+        seen.append((rollouts, batch))
+        return batch
+
+    real = loop.build_batch
+    monkeypatch.setattr(loop, "build_batch", build_batch)
+    cfg = load_config(None, [*SMALL, f"logger.log_dir={tmp_path}", f"checkpointing.checkpoint_dir={tmp_path}/ckpt",
+                             "grpo.max_num_steps=2", "grpo.max_rollout_turns=2", "env.multi_turn.kind=unit_tests",
+                             "env.multi_turn.observation_role=user", "policy.max_total_sequence_length=384",
+                             "logger.rollouts_period=1", "checkpointing.enabled=false", "grpo.val_period=0",
+                             "policy.generation.max_new_tokens=48"])
+    run = train(cfg)
+    assert run.step == 2
+    rows = [m for m in metrics(tmp_path) if "train/loss" in m]
+    for m in rows:
+        assert 1.0 <= m["train/turns_mean"] <= 2.0 and m["train/tool_calls_mean"] >= m["train/tool_errors_mean"]
+        turns = [int(k.rsplit("/", 1)[1]) for k in m if k.startswith("train/reward_by_turns/")]
+        assert turns and set(turns) <= {1, 2} and 0.0 <= m["train/truncated_frac"] <= 1.0
+    assert any(m["train/turns_mean"] > 1.0 for m in rows)  # some first programs failed and were tried again
+    two_turns = 0
+    for rollouts, batch in seen:
+        for i, (e, t) in enumerate(zip(rollouts.episodes, rollouts.trajectories)):
+            at = batch.loss_mask[i] > 0
+            assert batch.input_ids[i, :len(t)].tolist() == t.ids
+            assert batch.input_ids[i, 1:][at].tolist() == t.sampled_ids  # the model's tokens, and only those
+            if e.turns == 2:
+                two_turns += 1
+                env_text = run.tokenizer.decode(t.segments[1].ids)  # the failing public test, or "no code"
+                assert ("tests failed" in env_text or "No code found" in env_text) and not t.segments[1].sampled
+                assert env_text.endswith("<|im_start|>assistant\n")
+                assert batch.loss_mask[i].sum() == t.num_sampled == len(t.segments[0].ids) + len(t.segments[2].ids)
+    assert two_turns
+    episode = next(json.loads(line) for line in (tmp_path / "rollouts" / "step_000002.jsonl").read_text().splitlines()
+                   if json.loads(line)["turns"] == 2)  # a whole episode: both turns and the feedback between them
+    assert [m["role"] for m in episode["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert episode["messages"][2]["content"] in episode["completion"]
+
+
+def test_the_mbpp_interpreter_config_runs(tmp_path):
+    from ..conftest import shared_data
+
+    shared_data("mbpp")
+    cfg = load_config(str(CONFIGS / "grpo_mbpp_multiturn_cpu.yaml"),
+                      [f"logger.log_dir={tmp_path}", "checkpointing.enabled=false", "grpo.max_num_steps=1",
+                       "logger.tensorboard_enabled=false", "env.code.num_workers=2"])
+    assert train(cfg).step == 1
+    (m,) = metrics(tmp_path)
+    assert m["train/turns_mean"] >= 1.0 and "train/tool_errors_mean" in m and "train/reward_by_turns/1" in m
+
+
+def test_a_turn_budget_needs_a_multi_turn_environment(tmp_path):
+    cfg = load_config(None, [*SMALL, f"logger.log_dir={tmp_path}", "grpo.max_rollout_turns=3"])
+    with pytest.raises(ValueError, match="env.multi_turn.kind=interpreter or unit_tests"):
+        train(cfg)
+
+
+def test_async_multi_turn_runs_earlier_turns_ahead_and_grades_the_last_in_the_background(tmp_path):
+    cfg = load_config(None, [*SMALL, f"logger.log_dir={tmp_path}", "checkpointing.enabled=false", "grpo.val_period=0",
+                             "grpo.max_num_steps=3", "grpo.max_rollout_turns=2", "env.multi_turn.kind=unit_tests",
+                             "env.multi_turn.observation_role=user", "policy.max_total_sequence_length=384",
+                             "policy.generation.max_new_tokens=48", "grpo.async_grpo.enabled=true"])
+    assert train(cfg).step == 3
+    rows = metrics(tmp_path)
+    assert [m["train/trajectory_age_mean"] for m in rows] == [0.0, 1.0, 1.0]
+    assert all(1.0 <= m["train/turns_mean"] <= 2.0 and m["time/grade"] > 0 for m in rows)
+    assert any(m["train/turns_mean"] > 1.0 for m in rows) and all("train/is_weight" in m for m in rows)
