@@ -112,3 +112,29 @@ def test_importance_sampling_correction_is_truncated():
     t = terms([[0.0]], [[0.0]], [1.0], sampler_logprobs=T([[-1.0]]))
     loss, _ = policy_loss(t, num_tokens=1, num_seqs=1, is_correction=True, is_cap=2.0)
     assert loss.item() == pytest.approx(-2.0)
+
+
+def test_importance_weight_is_proximal_over_behaviour_and_its_diagnostics():
+    # two tokens, A = 1, on the proximal policy (logp = old). old - sampler = [0.5, 0]:
+    # weights e^0.5 = 1.6487 -> capped at 1.5, and e^0 = 1; loss = -(1.5 + 1) / 2 = -1.25
+    t = terms([[0.0, -1.0]], [[0.0, -1.0]], [1.0], sampler_logprobs=T([[-0.5, -1.0]]))
+    loss, m = policy_loss(t, num_tokens=2, num_seqs=1, is_correction=True, is_cap=1.5)
+    assert loss.item() == pytest.approx(-1.25)
+    loss.backward()
+    assert t.logprobs.grad[0].tolist() == pytest.approx([-0.75, -0.5])  # -A * w / 2: the weight is a constant
+    assert m["logprob_mismatch"].item() == pytest.approx(0.25)  # (|0.5| + 0) / 2
+    assert m["sampler_kl"].item() == pytest.approx((math.exp(0.5) - 1.5) / 2)  # k3: (e^0.5 - 1 - 0.5 + 0) / 2
+    assert m["is_weight"].item() == pytest.approx(1.25) and m["is_truncated_frac"].item() == 0.5
+    # the same batch without the correction: plain GRPO, -(1 + 1) / 2, the diagnostics unchanged
+    off, m_off = policy_loss(terms([[0.0, -1.0]], [[0.0, -1.0]], [1.0], sampler_logprobs=T([[-0.5, -1.0]])),
+                             num_tokens=2, num_seqs=1, is_correction=False, is_cap=1.5)
+    assert off.item() == pytest.approx(-1.0) and m_off["logprob_mismatch"].item() == pytest.approx(0.25)
+
+
+def test_importance_weight_below_one_is_kept_and_masked_tokens_cannot_overflow():
+    # token 0: the sampler liked it more than the proximal policy: weight e^-1 = 0.3679 (never raised to 1).
+    # token 1 is masked out, its sampler logprob absurd (e^200 overflows float32): it must not turn the loss to NaN
+    t = terms([[-1.0, 0.0]], [[-1.0, 0.0]], [2.0], mask=[[1.0, 0.0]], sampler_logprobs=T([[0.0, -200.0]]))
+    loss, m = policy_loss(t, num_tokens=1, num_seqs=1, is_correction=True, is_cap=None)
+    assert loss.item() == pytest.approx(-2.0 * math.exp(-1.0))
+    assert m["is_weight"].item() == pytest.approx(math.exp(-1.0)) and m["is_truncated_frac"].item() == 0.0

@@ -76,3 +76,15 @@ def test_a_turn_budget_needs_a_multi_turn_environment(tmp_path):
     cfg = load_config(None, [*SMALL, f"logger.log_dir={tmp_path}", "grpo.max_rollout_turns=3"])
     with pytest.raises(ValueError, match="env.multi_turn.kind=interpreter or unit_tests"):
         train(cfg)
+
+
+def test_async_multi_turn_runs_earlier_turns_ahead_and_grades_the_last_in_the_background(tmp_path):
+    cfg = load_config(None, [*SMALL, f"logger.log_dir={tmp_path}", "checkpointing.enabled=false", "grpo.val_period=0",
+                             "grpo.max_num_steps=3", "grpo.max_rollout_turns=2", "env.multi_turn.kind=unit_tests",
+                             "env.multi_turn.observation_role=user", "policy.max_total_sequence_length=384",
+                             "policy.generation.max_new_tokens=48", "grpo.async_grpo.enabled=true"])
+    assert train(cfg).step == 3
+    rows = metrics(tmp_path)
+    assert [m["train/trajectory_age_mean"] for m in rows] == [0.0, 1.0, 1.0]
+    assert all(1.0 <= m["train/turns_mean"] <= 2.0 and m["time/grade"] > 0 for m in rows)
+    assert any(m["train/turns_mean"] > 1.0 for m in rows) and all("train/is_weight" in m for m in rows)

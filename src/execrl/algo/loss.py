@@ -1,11 +1,22 @@
 """The clipped policy-gradient loss (PPO/GRPO), with asymmetric clipping (DAPO clip-higher), optional dual clip,
 KL to a reference model (k1 or k3), and truncated importance-sampling correction for off-policy samples.
 
+Three policies meet here (decoupled PPO, Hilton et al. 2021; the truncated weight of Yao et al. 2025):
+  behaviour  pi_sampler: the rollout engine's logprobs, from the weights that sampled (one step old with async
+             GRPO) in the engine's own numerics (e.g. bf16 kernels)
+  proximal   pi_old: the trainer's logprobs under the weights at the start of this training step; the PPO ratio
+             pi_theta / pi_old and its clip keep each step close to it
+  current    pi_theta: the weights being optimized
+Tokens were drawn from pi_sampler, not pi_old, so each token's surrogate is weighted by pi_old / pi_sampler,
+truncated at a cap (bounded variance, at the price of a small bias), and detached: it reweights samples, it is not
+optimized. With sampler == old (on-policy, exact numerics) the weight is 1 and this is plain GRPO.
+
 Normalizers are global: the caller passes the token and sequence counts of the *whole* optimizer batch, so
 that gradient accumulation over micro-batches (or ranks) gives the same gradient as one big batch."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -14,11 +25,11 @@ import torch
 @dataclass
 class LossTerms:
     logprobs: torch.Tensor  # [B, T] log pi_theta(token), with grad
-    old_logprobs: torch.Tensor  # [B, T] log pi_old(token) under the trainer's weights at sampling time
+    old_logprobs: torch.Tensor  # [B, T] log pi_old(token): the proximal policy, the trainer at this step's start
     advantages: torch.Tensor  # [B]
     mask: torch.Tensor  # [B, T] 1.0 on tokens that count (the model's own, not truncated-and-filtered)
     ref_logprobs: torch.Tensor | None = None  # [B, T] reference model, for the KL penalty
-    sampler_logprobs: torch.Tensor | None = None  # [B, T] the rollout engine's own logprobs (IS correction)
+    sampler_logprobs: torch.Tensor | None = None  # [B, T] log pi_sampler(token): the behaviour policy
 
 
 def policy_loss(t: LossTerms, *, num_tokens: float, num_seqs: float, clip_low: float = 0.2, clip_high: float = 0.2,
@@ -36,9 +47,12 @@ def policy_loss(t: LossTerms, *, num_tokens: float, num_seqs: float, clip_low: f
     if dual_clip is not None:  # bound how far a negative-advantage token can push
         surrogate = torch.where(adv < 0, torch.maximum(surrogate, dual_clip * adv), surrogate)
     per_token = -surrogate
-    if is_correction and t.sampler_logprobs is not None:
-        weight = torch.exp(t.old_logprobs - t.sampler_logprobs).detach()  # [B, T]
-        per_token = per_token * (weight.clamp(max=is_cap) if is_cap else weight)
+    log_w = None
+    if t.sampler_logprobs is not None:
+        log_w = ((t.old_logprobs - t.sampler_logprobs) * mask).detach()  # [B, T] log(pi_old / pi_sampler); 0 off-mask
+        weight = torch.exp(log_w).clamp(max=is_cap) if is_cap else torch.exp(log_w)
+        if is_correction:
+            per_token = per_token * weight
     kl = torch.zeros_like(per_token)
     if kl_coef and t.ref_logprobs is not None:
         delta = t.ref_logprobs - t.logprobs  # [B, T]
@@ -53,6 +67,12 @@ def policy_loss(t: LossTerms, *, num_tokens: float, num_seqs: float, clip_low: f
             "ratio_mean": (ratio * mask).sum() / n,
             "tokens": mask.sum(),
         }
+        if log_w is not None:  # how far the behaviour policy is from the proximal one (logged, corrected or not)
+            truncated = log_w > math.log(is_cap) if is_cap else torch.zeros_like(mask, dtype=torch.bool)
+            metrics["logprob_mismatch"] = (log_w.abs() * mask).sum() / n  # mean |log pi_old - log pi_sampler|
+            metrics["sampler_kl"] = ((torch.exp(log_w) - 1.0 - log_w) * mask).sum() / n  # k3 of KL(sampler || old)
+            metrics["is_weight"] = (weight * mask).sum() / n  # after truncation
+            metrics["is_truncated_frac"] = (truncated.float() * mask).sum() / n
     return loss, metrics
 
 

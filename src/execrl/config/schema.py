@@ -77,8 +77,12 @@ class PolicyConfig(Section):
 
 
 class AsyncGRPOConfig(Section):
-    enabled: bool = Field(False, description="generate the next step's rollouts while this step trains")
-    max_trajectory_age_steps: int = Field(1, description="drop rollouts sampled more than this many steps ago")
+    enabled: bool = Field(False, description="generate the next step's rollouts before training this step's, and "
+                          "grade them in a background thread while the GPU trains: rollouts are one step old, "
+                          "corrected with the sampler's logprobs (execrl engine only)")
+    max_trajectory_age_steps: int = Field(1, ge=0, description="train on no rollout sampled more than this many "
+                                          "training steps earlier (older ones are dropped and their prompts "
+                                          "regenerated); at least 1 with async")
 
 
 class DynamicSamplingConfig(Section):
@@ -115,8 +119,11 @@ class LossConfig(Section):
     token_level_loss: bool = Field(True, description="mean over all tokens of the batch (false: per sequence first)")
     constant_normalizer: int | None = Field(None, description="Dr.GRPO: divide token sums by this, not token counts")
     use_on_policy_kl_approximation: bool = Field(False, description="NeMo RL compatibility; unused on-policy")
-    use_importance_sampling_correction: bool = Field(False, description="weight by pi_train/pi_sampler (off-policy)")
-    truncated_importance_sampling_ratio: float | None = Field(2.0, description="cap for the importance weight")
+    use_importance_sampling_correction: bool | None = Field(
+        None, description="weight each token's loss by pi_trainer/pi_sampler (the sampler's logprobs: the behaviour "
+        "policy), truncated; null: on with async GRPO, off otherwise; needs the execrl engine")
+    truncated_importance_sampling_ratio: float | None = Field(2.0, gt=0, description="cap for the importance weight "
+                                                                     "(null: no cap)")
 
 
 class DatasetConfig(Section):

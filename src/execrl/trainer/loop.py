@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from execrl.config import MasterConfig
 from execrl.eval.run import is_correct, outcome
 from execrl.trainer import checkpoint
-from execrl.trainer.rollouts import episode_metrics, prompt_seeds, rollout_rows, run_episodes
+from execrl.trainer.rollouts import episode_metrics, rollout_rows, run_episodes
 from execrl.trainer.setup import Run, build_run, console
 from execrl.trainer.step import advantages, build_batch, optimize, score_tokens, scoring_temperature
 from execrl.trainer.warmup import sft_warmup
@@ -33,15 +33,12 @@ def train(cfg: MasterConfig) -> Run:
         with progress(run) as bar:
             while run.step < cfg.grpo.max_num_steps:
                 times: dict[str, float] = {}
-                problems = run.sampler.next(cfg.grpo.num_prompts_per_step)
-                rollouts = run_episodes(run.generator, run.tokenizer, run.grader, problems, cfg,
-                                        cfg.grpo.num_generations_per_prompt, cfg.policy.generation.temperature,
-                                        prompt_seeds(cfg.grpo.seed, run.step, len(problems)))
-                times.update(rollouts.times)  # generate, grade
-                with timed(times, "train"):
-                    metrics = train_step(run, rollouts)
+                with timed(times, "step"):
+                    rollouts, staleness = run.pipeline.next(run.step, times, more=run.step + 1 < cfg.grpo.max_num_steps)
+                    with timed(times, "train"):
+                        metrics = train_step(run, rollouts)
                 run.step += 1
-                log_step(run, rollouts, metrics, times, bar)
+                log_step(run, rollouts, metrics | staleness, times, bar)
                 if cfg.grpo.val_period and run.step % cfg.grpo.val_period == 0:
                     validate(run)
                 if cfg.checkpointing.enabled and run.step % cfg.checkpointing.save_period == 0:
@@ -64,7 +61,7 @@ def train_step(run: Run, rollouts) -> dict:
     adv, rewards, valid = advantages(rollouts, cfg)
     batch = build_batch(rollouts, adv, run.tokenizer.pad_token_id, cfg.grpo.overlong_filtering)
     temperature = scoring_temperature(cfg)
-    if run.plan.optimizer_steps_per_rollout > 1:  # later optimizer steps need the sampling-time logprobs
+    if run.plan.optimizer_steps_per_rollout > 1:  # later optimizer steps need the logprobs as this step began
         batch.old_logprobs = score_tokens(run.model, batch, cfg.policy.logprob_batch_size, temperature)
     if run.ref_model is not None:
         batch.ref_logprobs = score_tokens(run.ref_model, batch, cfg.policy.logprob_batch_size, temperature)
@@ -120,7 +117,7 @@ def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
         run.logger.rollouts(run.step, rollout_rows(rollouts, run.tokenizer))
     bar.update(bar.task_ids[0], completed=run.step,
                description=f"step {run.step}  reward {metrics['train/reward_mean']:.3f}  "
-                           f"{sum(times.values()):.1f}s/step")
+                           f"{times['step']:.1f}s/step")
 
 
 def summarize(run: Run) -> None:
@@ -141,7 +138,7 @@ def summarize(run: Run) -> None:
 
 def save(run: Run) -> None:
     path = checkpoint.save(run.cfg.checkpointing.checkpoint_dir, run.step, run.model, run.tokenizer, run.optimizer,
-                           run.scheduler, {"sampler": run.sampler.state_dict()}, run.cfg.checkpointing.keep_top_k)
+                           run.scheduler, {"sampler": run.pipeline.data_position()}, run.cfg.checkpointing.keep_top_k)
     run.last_saved = run.step
     console.print(f"checkpoint: {path}")
 

@@ -47,6 +47,7 @@ class Rollouts:
     episodes: list[Episode]  # [num_samples]: each problem's G episodes contiguous
     group_size: int
     times: dict[str, float] = field(default_factory=dict)  # seconds spent generating and in the environments
+    pending: list[tuple[Episode, Completion]] = field(default_factory=list)  # model turns not yet answered
 
     @property
     def trajectories(self) -> list[Trajectory]:
@@ -74,10 +75,19 @@ def prompt_seeds(seed: int, step: int, num_prompts: int, first: int = 0) -> list
 
 def run_episodes(generator, tokenizer, grader: Grader, problems: list[Problem], cfg, group_size: int,
                  temperature: float, seeds: list[int] | None = None) -> Rollouts:
-    """`seeds`: one per problem (see prompt_seeds); a later turn of sample j is keyed by (seed, j, turn)."""
-    gen, max_len = cfg.policy.generation, cfg.policy.max_total_sequence_length
+    """Each problem's `group_size` episodes, run to their end and scored."""
+    rollouts = start_episodes(generator, tokenizer, grader, problems, cfg, group_size, temperature, seeds)
+    finish_episodes(rollouts, tokenizer, grader, cfg)
+    return rollouts
+
+
+def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem], cfg, group_size: int,
+                   temperature: float, seeds: list[int] | None = None) -> Rollouts:
+    """Episodes run up to their last model turn: the environments' answers to it (for a single-turn task, all
+    of the grading) are left in `pending` for finish_episodes, which may run in another thread (async GRPO).
+    `seeds`: one per problem (see prompt_seeds); a later turn of sample j is keyed by (seed, j, turn)."""
+    gen, turns = cfg.policy.generation, cfg.grpo.max_rollout_turns
     params = SamplingParams(temperature, gen.top_p, gen.top_k, gen.ignore_eos)  # greedy ignores top-p/top-k
-    renderer = TurnRenderer(tokenizer) if cfg.env.multi_turn.kind != "single_turn" else None
     episodes, prompts = [], []
     for problem in problems:
         envs = [make_env(cfg, grader) for _ in range(group_size)]
@@ -85,34 +95,45 @@ def run_episodes(generator, tokenizer, grader: Grader, problems: list[Problem], 
         prompts.append(encode(messages[0], tokenizer))  # the G episodes of a problem share their prompt
         episodes += [Episode(problem, env, m, Trajectory(prompts[-1])) for env, m in zip(envs, messages)]
     stop = (gen.stop_strings or []) + episodes[0].env.stop_strings or None
-    times = {"generate": 0.0, "grade": 0.0}
+    rollouts = Rollouts(episodes, group_size, {"generate": 0.0, "grade": 0.0})
+    for turn in range(turns):
+        live = [e for e in episodes if not e.done]
+        if not live:
+            break
+        start = time.perf_counter()
+        if turn == 0:  # each prompt prefilled once for its G samples
+            outs = [c for g in generator.generate(prompts, group_size, gen.max_new_tokens, params, stop, seeds=seeds)
+                    for c in g]
+        else:
+            turn_seeds = None if seeds is None else [
+                mix32(request_key(seeds[i // group_size], i % group_size) ^ mix32(turn))
+                for i, e in enumerate(episodes) if not e.done]
+            outs = [g[0] for g in generator.generate([e.trajectory.ids for e in live], 1, gen.max_new_tokens,
+                                                     params, stop, seeds=turn_seeds)]
+        rollouts.times["generate"] += time.perf_counter() - start
+        outs = [fit(c, cfg.policy.max_total_sequence_length - len(e.trajectory), tokenizer) for e, c in zip(live, outs)]
+        rollouts.pending = list(zip(live, outs))
+        if turn < turns - 1:
+            finish_episodes(rollouts, tokenizer, grader, cfg, last=False)
+    return rollouts
+
+
+def finish_episodes(rollouts: Rollouts, tokenizer, grader: Grader, cfg, last: bool = True) -> None:
+    """The environments answer the pending model turns (each turn's sandbox calls in parallel); episodes that
+    must end early are scored as they stand, and with `last`, so is every episode still open."""
+    start = time.perf_counter()
+    renderer = TurnRenderer(tokenizer) if cfg.env.multi_turn.kind != "single_turn" else None
+    live, outs = [e for e, _ in rollouts.pending], [c for _, c in rollouts.pending]
     with ThreadPoolExecutor(max(1, grader.pool.num_workers)) as pool:
-        for turn in range(cfg.grpo.max_rollout_turns):
-            live = [e for e in episodes if not e.done]
-            if not live:
-                break
-            start = time.perf_counter()
-            if turn == 0:  # each prompt prefilled once for its G samples
-                outs = [c for g in generator.generate(prompts, group_size, gen.max_new_tokens, params, stop, seeds=seeds)
-                        for c in g]
-            else:
-                turn_seeds = None if seeds is None else [
-                    mix32(request_key(seeds[i // group_size], i % group_size) ^ mix32(turn))
-                    for i, e in enumerate(episodes) if not e.done]
-                outs = [g[0] for g in generator.generate([e.trajectory.ids for e in live], 1, gen.max_new_tokens,
-                                                         params, stop, seeds=turn_seeds)]
-            times["generate"] += time.perf_counter() - start
-            start = time.perf_counter()
-            outs = [fit(c, max_len - len(e.trajectory), tokenizer) for e, c in zip(live, outs)]
-            steps = list(pool.map(lambda ec: ec[0].env.step(ec[1].text, len(ec[1].ids)), zip(live, outs)))
-            cut = [e for e, c, s in zip(live, outs, steps) if not advance(e, c, s, renderer, max_len)]
-            for e, s in zip(cut, pool.map(lambda e: e.env.finish(), cut)):
-                end(e, s)
-            times["grade"] += time.perf_counter() - start
-        left = [e for e in episodes if not e.done]  # environments that do not count turns end with the budget
-        for e, s in zip(left, pool.map(lambda e: e.env.finish(), left)):
+        steps = list(pool.map(lambda ec: ec[0].env.step(ec[1].text, len(ec[1].ids)), rollouts.pending))
+        cut = [e for e, c, s in zip(live, outs, steps)
+               if not advance(e, c, s, renderer, cfg.policy.max_total_sequence_length)]
+        if last:  # environments that do not count turns end with the budget
+            cut = [e for e in rollouts.episodes if not e.done]
+        for e, s in zip(cut, pool.map(lambda e: e.env.finish(), cut)):
             end(e, s)
-    return Rollouts(episodes, group_size, times)
+    rollouts.pending = []
+    rollouts.times["grade"] += time.perf_counter() - start
 
 
 def fit(c: Completion, room: int, tokenizer) -> Completion:

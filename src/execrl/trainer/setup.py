@@ -21,6 +21,7 @@ from execrl.tasks import Problem
 from execrl.trainer import checkpoint
 from execrl.trainer.data import ProblemSampler, load_data
 from execrl.trainer.metrics import MetricsLogger
+from execrl.trainer.pipeline import RolloutPipeline, build_pipeline, check_async
 from execrl.trainer.rollouts import encode
 
 console = Console(stderr=True)
@@ -41,6 +42,7 @@ class Run:
     references: dict[str, list[dict]]  # warm-up: the model's turns (and the environment's) after each prompt
     grader: Grader
     logger: MetricsLogger
+    pipeline: RolloutPipeline | None = None  # each step's rollouts (generated ahead with async GRPO)
     step: int = 0
     resumed_from: str | None = None
     last_saved: int = -1
@@ -48,6 +50,8 @@ class Run:
     started: float = field(default_factory=time.monotonic)
 
     def close(self) -> None:
+        if self.pipeline is not None:
+            self.pipeline.close()
         self.grader.close()
         self.logger.close()
 
@@ -56,8 +60,7 @@ def build_run(cfg: MasterConfig) -> Run:
     batch_plan = plan(cfg)
     if cfg.cluster.gpus_per_node * cfg.cluster.num_nodes > 1:
         raise NotImplementedError("multi-GPU training is not available yet: set cluster.gpus_per_node=1")
-    if cfg.grpo.async_grpo.enabled:
-        raise NotImplementedError("async GRPO is not available yet: set grpo.async_grpo.enabled=false")
+    check_async(cfg)
     check_turns(cfg)
     random.seed(cfg.grpo.seed)
     torch.manual_seed(cfg.grpo.seed)
@@ -94,6 +97,7 @@ def build_run(cfg: MasterConfig) -> Run:
         run.step, run.resumed_from, run.last_saved = state["step"], str(found), state["step"]
         run.sampler.load_state_dict(state["sampler"])
         console.print(f"resumed from {found} (step {run.step})")
+    run.pipeline = build_pipeline(cfg, generator, tok, run.grader, run.sampler)
     if cfg.loss_fn.reference_policy_kl_penalty > 0:
         run.ref_model = copy.deepcopy(model).eval().requires_grad_(False)  # the policy as the run started
     return run

@@ -19,10 +19,10 @@ class TrainBatch:
     attention_mask: torch.Tensor  # [N, L]
     loss_mask: torch.Tensor  # [N, L-1] 1 where the next token is one the model sampled (and counts)
     advantages: torch.Tensor  # [N]
-    old_logprobs: torch.Tensor | None = None  # [N, L-1]; None: on-policy, the current logprobs detached
+    old_logprobs: torch.Tensor | None = None  # [N, L-1] proximal policy; None: the current logprobs detached
     ref_logprobs: torch.Tensor | None = None  # [N, L-1]
-    sampler_logprobs: torch.Tensor | None = None  # [N, L-1] the sampler's logprob where loss_mask is 1 (0 elsewhere;
-                                                  # None: the rollout backend gives none)
+    sampler_logprobs: torch.Tensor | None = None  # [N, L-1] behaviour policy: the engine's logprob of each sampled
+                                                  # token where loss_mask is 1 (None: the backend gives none)
 
 
 def advantages(rollouts: Rollouts, cfg: MasterConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -60,6 +60,12 @@ def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_fil
 def scoring_temperature(cfg: MasterConfig) -> float:
     """The temperature the trainer scores with: the sampler's (1 for greedy sampling)."""
     return cfg.policy.generation.temperature or 1.0
+
+
+def importance_correction(cfg: MasterConfig) -> bool:
+    """Whether the loss weights tokens by pi_old / pi_sampler: as configured, else on exactly when async."""
+    on = cfg.loss_fn.use_importance_sampling_correction
+    return cfg.grpo.async_grpo.enabled if on is None else on
 
 
 def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, select: torch.Tensor,
@@ -109,8 +115,12 @@ def score_tokens(model, batch: TrainBatch, micro: int, temperature: float) -> to
 def optimize(model, optimizer, scheduler, batch: TrainBatch, cfg: MasterConfig, plan: BatchPlan) -> dict:
     """One or more optimizer steps over the batch (whole groups each), micro-batched with gradient accumulation."""
     device, loss_cfg = next(model.parameters()).device, cfg.loss_fn
-    temperature = scoring_temperature(cfg)
+    temperature, correct = scoring_temperature(cfg), importance_correction(cfg)
     stats = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0, "skipped_steps": 0}
+    averaged = ("clip_frac", "kl")  # token means, over the whole batch
+    if batch.sampler_logprobs is not None:  # the engine against the trainer, logged every step (async or not)
+        averaged += ("logprob_mismatch", "sampler_kl", "is_weight", "is_truncated_frac")
+        stats.update(dict.fromkeys(averaged[2:], 0.0))
     model.train()
     for start in range(0, len(batch.input_ids), plan.global_batch):
         rows = slice(start, start + plan.global_batch)
@@ -122,17 +132,20 @@ def optimize(model, optimizer, scheduler, batch: TrainBatch, cfg: MasterConfig, 
             ids, attn, mask, idx = take(batch, part, device)
             logp, entropy = token_logprobs(model, ids, attn, mask > 0, temperature)
             width = mask.shape[1]
+            # the proximal policy: the weights as this step began (one optimizer step: the current ones, detached)
             old = logp.detach() if batch.old_logprobs is None else batch.old_logprobs[idx, :width].to(device)
             terms = LossTerms(logp, old, batch.advantages[idx].to(device), mask,
-                              None if batch.ref_logprobs is None else batch.ref_logprobs[idx, :width].to(device))
+                              None if batch.ref_logprobs is None else batch.ref_logprobs[idx, :width].to(device),
+                              None if batch.sampler_logprobs is None else batch.sampler_logprobs[idx, :width].to(device))
             loss, metrics = policy_loss(terms, num_tokens=num_tokens, num_seqs=num_seqs, clip_low=loss_cfg.ratio_clip_min,
                                         clip_high=loss_cfg.ratio_clip_max, dual_clip=loss_cfg.ratio_clip_c,
                                         kl_coef=loss_cfg.reference_policy_kl_penalty, kl_type=loss_cfg.reference_policy_kl_type,
-                                        token_level=loss_cfg.token_level_loss, constant_normalizer=loss_cfg.constant_normalizer)
+                                        token_level=loss_cfg.token_level_loss, constant_normalizer=loss_cfg.constant_normalizer,
+                                        is_correction=correct, is_cap=loss_cfg.truncated_importance_sampling_ratio)
             loss.backward()
             step_loss += loss.item()
             share = mask.sum().item() / max(num_tokens, 1.0)
-            for k in ("clip_frac", "kl"):
+            for k in averaged:
                 stats[k] += metrics[k].item() * share / plan.optimizer_steps_per_rollout
             stats["entropy"] += (entropy * mask).sum().item() / max(num_tokens, 1.0) / plan.optimizer_steps_per_rollout
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.policy.max_grad_norm).item()

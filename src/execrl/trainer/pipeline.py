@@ -1,0 +1,137 @@
+"""Where each step's rollouts come from: generated, graded and scored, one step ahead when async GRPO is on.
+
+The engine generates with the trainer's own weights (no copy), so on one device generation and training take
+turns on the GPU; what runs beside them is the CPU side: sandbox grading and reward scoring, in a background
+thread. With `grpo.async_grpo.enabled`, each step of the loop is
+
+    1. generate the *next* step's rollouts with the current weights (version k); a thread starts grading them
+    2. wait for *this* step's rollouts: graded while the GPU trained on the last step and generated (1)
+    3. train on them (the loop): sampled by version k-1, so one step old
+
+and grading costs the step only what (1) and training leave uncovered. In a multi-turn episode the environments'
+answers to earlier turns are needed for the next turn, so they run within (1); the answers to the last turn (the
+final grading) run in the thread. Sync GRPO is the same code with nothing
+generated ahead: generate, grade (waited for at once), train.
+
+Every batch carries its version (the training step whose weights sampled it); one older than
+`grpo.async_grpo.max_trajectory_age_steps` steps when its turn comes is dropped, counted, and its prompts are
+generated again with the current weights. Ahead by one step, a batch is never older than that bound (which async
+requires to be >= 1); the check keeps the bound a guarantee rather than a property of the schedule. Off-policy
+batches are corrected in the loss with the sampler's logprobs (see execrl.algo.loss).
+
+Checkpoints store the data position of the oldest batch not yet trained on. After a resume the prompts that were
+in flight are drawn again and generated with the restored weights: no prompt is skipped or repeated, and a resumed
+run is reproducible, but it is not bit-identical to an uninterrupted async run (its first batch is on-policy).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+from execrl.config import ConfigError, MasterConfig
+from execrl.tasks import Problem
+from execrl.trainer.data import ProblemSampler
+from execrl.trainer.rollouts import Rollouts, finish_episodes, prompt_seeds, start_episodes
+
+
+@dataclass
+class InFlight:
+    problems: list[Problem]
+    position: dict  # the sampler's state before these problems were drawn
+    version: int  # the training step whose weights sampled them
+    step: int  # the training step they were drawn for (keys their sampling noise)
+    rollouts: Rollouts
+    graded: Future  # -> seconds spent grading and scoring
+
+
+class RolloutPipeline:
+    """A queue of batches in flight (generated, being graded), `lookahead` of them kept beyond the one trained next."""
+
+    def __init__(self, generate: Callable[[list[Problem], int], Rollouts], grade: Callable[[Rollouts], None],
+                 sampler: ProblemSampler, num_prompts: int, lookahead: int, max_age: int):
+        self.generate, self.grade, self.sampler, self.num_prompts = generate, grade, sampler, num_prompts
+        self.lookahead, self.max_age = lookahead, max_age
+        self.queue: deque[InFlight] = deque()
+        self.grading = ThreadPoolExecutor(1, thread_name_prefix="execrl-grading")
+
+    def next(self, version: int, times: dict[str, float], more: bool = True) -> tuple[Rollouts, dict[str, float]]:
+        """The graded, scored rollouts to train on with the weights of `version`, and their metrics; sets this
+        step's `generate`, `grade`, `grade_wait` and `grade_overlapped` seconds in `times`. `more`: another step
+        follows (so its rollouts may be generated ahead)."""
+        times["generate"] = 0.0
+        stale = []
+        while self.queue and version - self.queue[0].version > self.max_age:
+            stale.append(self.queue.popleft())
+            stale[-1].graded.cancel()  # a grading already under way finishes; its result is not used
+        self.queue.extendleft(reversed([self._launch(s.problems, s.position, version, s.step, times) for s in stale]))
+        while not self.queue or (more and len(self.queue) <= self.lookahead):
+            position = self.sampler.state_dict()
+            self.queue.append(self._launch(self.sampler.next(self.num_prompts), position, version,
+                                           version + len(self.queue), times))
+        head = self.queue.popleft()
+        t = time.perf_counter()
+        in_thread = head.graded.result()  # the environments' answers to the last model turn
+        times["grade_wait"] = time.perf_counter() - t
+        times["grade"] = head.rollouts.times["grade"]  # ... and to earlier turns (multi-turn), in the loop's thread
+        times["grade_overlapped"] = max(in_thread - times["grade_wait"], 0.0)
+        assert version - head.version <= self.max_age
+        return head.rollouts, {"trajectory_age_mean": float(version - head.version),
+                               "dropped_stale": float(sum(len(s.rollouts.samples) for s in stale))}
+
+    def _launch(self, problems: list[Problem], position: dict, version: int, step: int, times: dict) -> InFlight:
+        rollouts = self.generate(problems, step)  # up to the last model turn (earlier turns' environments included)
+        times["generate"] += rollouts.times["generate"]
+        return InFlight(problems, position, version, step, rollouts, self.grading.submit(self._grade, rollouts))
+
+    def _grade(self, rollouts: Rollouts) -> float:
+        t = time.perf_counter()
+        self.grade(rollouts)
+        return time.perf_counter() - t
+
+    def data_position(self) -> dict:
+        """The sampler state to checkpoint: that of the oldest batch not yet trained on (in flight ones are redone)."""
+        return dict(self.queue[0].position) if self.queue else self.sampler.state_dict()
+
+    def close(self) -> None:
+        for batch in self.queue:
+            batch.graded.cancel()
+        self.grading.shutdown(wait=True, cancel_futures=True)
+
+
+def build_pipeline(cfg: MasterConfig, generator, tokenizer, grader, sampler: ProblemSampler) -> RolloutPipeline:
+    """Rollouts of the configured shape; ahead by one step with async GRPO (call check_async(cfg) first)."""
+    g, a = cfg.grpo, cfg.grpo.async_grpo
+
+    def generate(problems: list[Problem], step: int) -> Rollouts:
+        return start_episodes(generator, tokenizer, grader, problems, cfg, g.num_generations_per_prompt,
+                              cfg.policy.generation.temperature, prompt_seeds(g.seed, step, len(problems)))
+
+    def grade(rollouts: Rollouts) -> None:
+        finish_episodes(rollouts, tokenizer, grader, cfg)
+
+    return RolloutPipeline(generate, grade, sampler, g.num_prompts_per_step, lookahead=1 if a.enabled else 0,
+                           max_age=a.max_trajectory_age_steps if a.enabled else 0)
+
+
+def check_async(cfg: MasterConfig) -> None:
+    """Settings async GRPO and the importance-sampling correction cannot work with, each with its fix."""
+    a, engine = cfg.grpo.async_grpo, cfg.policy.generation.backend == "execrl"
+    if cfg.loss_fn.use_importance_sampling_correction and not engine:
+        raise ConfigError("loss_fn.use_importance_sampling_correction needs the sampler's logprobs, which only the "
+                          "execrl engine returns: set policy.generation.backend=execrl")
+    if not a.enabled:
+        return
+    if not engine:
+        raise ConfigError("grpo.async_grpo needs the sampler's logprobs for its off-policy correction, which only the "
+                          "execrl engine returns: set policy.generation.backend=execrl")
+    if a.max_trajectory_age_steps < 1:
+        raise ConfigError("grpo.async_grpo trains on rollouts sampled one step earlier: set "
+                          "grpo.async_grpo.max_trajectory_age_steps >= 1 (or grpo.async_grpo.enabled=false)")
+    if cfg.loss_fn.use_importance_sampling_correction is False:
+        raise ConfigError("grpo.async_grpo trains on rollouts of an older policy, which the loss must correct with "
+                          "the sampler's logprobs: set loss_fn.use_importance_sampling_correction=true (or leave it "
+                          "unset: on with async)")
