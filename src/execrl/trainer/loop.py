@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from execrl.config import MasterConfig
 from execrl.eval.run import grade_samples, is_correct, outcome
 from execrl.trainer import checkpoint
+from execrl.trainer import distributed as dist
 from execrl.trainer.rollouts import grade_and_score, prompt_seeds, sample_rollouts
 from execrl.trainer.setup import Run, build_run, console
 from execrl.trainer.step import advantages, build_batch, optimize, score_tokens, scoring_temperature
@@ -33,11 +34,14 @@ def train(cfg: MasterConfig) -> Run:
         with progress(run) as bar:
             while run.step < cfg.grpo.max_num_steps:
                 times: dict[str, float] = {}
-                problems = run.sampler.next(cfg.grpo.num_prompts_per_step)
+                problems = run.sampler.next(cfg.grpo.num_prompts_per_step)  # the same on every rank
+                seeds = prompt_seeds(cfg.grpo.seed, run.step, len(problems))
+                per_batch = run.plan.global_batch // cfg.grpo.num_generations_per_prompt  # prompts per optimizer step
+                problems, seeds = dist.this_rank(problems, per_batch), dist.this_rank(seeds, per_batch)
                 with timed(times, "generate"):
                     rollouts = sample_rollouts(run.generator, run.tokenizer, problems, cfg,
                                                cfg.grpo.num_generations_per_prompt, cfg.policy.generation.temperature,
-                                               prompt_seeds(cfg.grpo.seed, run.step, len(problems)))
+                                               seeds)
                 with timed(times, "grade"):
                     grade_and_score(rollouts, run.grader, cfg)
                 with timed(times, "train"):
@@ -77,7 +81,8 @@ def train_step(run: Run, rollouts) -> dict:
     if run.nan_streak >= MAX_NAN_STEPS:
         raise RuntimeError(f"{MAX_NAN_STEPS} steps in a row had a NaN/inf loss: lower policy.optimizer.kwargs.lr, "
                            "check the rewards, or resume from the last checkpoint")
-    stats["valid_frac"] = valid.float().mean().item()
+    num_valid, num_samples = dist.sum_floats(valid.sum().item(), valid.numel())
+    stats["valid_frac"] = num_valid / num_samples
     return stats
 
 
@@ -92,27 +97,30 @@ def validate(run: Run) -> float:
     """pass@1 of greedy completions on the validation problems."""
     if not run.val_problems:
         return float("nan")
-    rollouts = sample_rollouts(run.generator, run.tokenizer, run.val_problems, run.cfg, 1, 0.0)
+    rollouts = sample_rollouts(run.generator, run.tokenizer, dist.this_rank(run.val_problems), run.cfg, 1, 0.0)
     grade_samples(rollouts.samples, run.grader)
     valid = [s for s in rollouts.samples if s.valid]
-    score = sum(is_correct(s) for s in valid) / max(len(valid), 1)
-    run.logger.log(run.step, {"eval/pass@1": score, "eval/num_problems": len(valid)})
-    console.print(f"step {run.step}: eval pass@1 = {score:.3f} on {len(valid)} problems")
+    num_correct, num_valid = dist.sum_floats(sum(is_correct(s) for s in valid), len(valid))
+    score = num_correct / max(num_valid, 1)
+    run.logger.log(run.step, {"eval/pass@1": score, "eval/num_problems": num_valid})
+    console.print(f"step {run.step}: eval pass@1 = {score:.3f} on {num_valid:.0f} problems")
     return score
 
 
 def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
     valid = [r for r in rollouts.rewards if r.valid]
-    n = len(rollouts.samples)
+    sums = {"valid": len(valid), "samples": len(rollouts.samples), "reward_mean": sum(r.total for r in valid),
+            "completion_len_mean": sum(len(c.ids) for c in rollouts.completions),
+            "truncated_frac": sum(c.truncated for c in rollouts.completions)}
+    for r in valid:
+        for name, part in r.parts.items():
+            sums[f"reward/{name}"] = sums.get(f"reward/{name}", 0.0) + part
+    sums.update({f"verdict/{v}": count for v, count in Counter(outcome(s) for s in rollouts.samples).items()})
+    sums = dist.sum_dicts(sums)  # over all ranks' rollouts; then the means
+    num_valid, n = max(sums.pop("valid"), 1), sums.pop("samples")
     metrics = {f"train/{k}": v for k, v in stats.items()}
-    metrics["train/reward_mean"] = sum(r.total for r in valid) / max(len(valid), 1)
-    metrics["train/completion_len_mean"] = sum(len(c.ids) for c in rollouts.completions) / n
-    metrics["train/truncated_frac"] = sum(c.truncated for c in rollouts.completions) / n
+    metrics.update({f"train/{k}": v / (num_valid if k.startswith("reward") else n) for k, v in sums.items()})
     metrics["train/lr"] = run.scheduler.get_last_lr()[0]
-    for name in {k for r in valid for k in r.parts}:
-        metrics[f"train/reward/{name}"] = sum(r.parts[name] for r in valid) / max(len(valid), 1)
-    for verdict, count in Counter(outcome(s) for s in rollouts.samples).items():
-        metrics[f"train/verdict/{verdict}"] = count / n
     metrics.update({f"time/{k}": v for k, v in times.items()})
     if torch.cuda.is_available():
         metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -120,10 +128,10 @@ def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
     every = run.cfg.logger.rollouts_period
     if every and run.step % every == 0:
         prompts = run.tokenizer.batch_decode(rollouts.prompt_ids[:: rollouts.group_size])
-        run.logger.rollouts(run.step, [
+        run.logger.rollouts(run.step, dist.gather_lists([
             {"prompt": prompts[i // rollouts.group_size], "completion": s.completion, "code": s.extracted.code,
              "verdict": outcome(s), "reward": r.total, "parts": r.parts}
-            for i, (s, r) in enumerate(zip(rollouts.samples, rollouts.rewards))])
+            for i, (s, r) in enumerate(zip(rollouts.samples, rollouts.rewards))]))
     bar.update(bar.task_ids[0], completed=run.step,
                description=f"step {run.step}  reward {metrics['train/reward_mean']:.3f}  "
                            f"{sum(times.values()):.1f}s/step")
@@ -133,6 +141,8 @@ def summarize(run: Run) -> None:
     """The run's learning in two lines, from metrics.jsonl (so a resumed run reports all of it)."""
     import json
 
+    if not dist.is_main():  # its console is quiet, and multi-node ranks may not see rank 0's files
+        return
     rows = [json.loads(line) for line in (run.logger.dir / "metrics.jsonl").read_text().splitlines()]
     rewards = [r["train/reward_mean"] for r in rows if "train/reward_mean" in r]
     evals = [(r["step"], r["eval/pass@1"]) for r in rows if "eval/pass@1" in r]
