@@ -93,7 +93,7 @@ def run_train(args) -> int:
         if cfg.cluster.num_nodes > 1:
             print(launch)
             return 0
-        err.print(f"launching: {launch}")
+        print(f"launching: {launch}", file=sys.stderr, flush=True)  # unwrapped: one line to copy
         try:
             return subprocess.call(launch_command(cfg.cluster.gpus_per_node, 1, train_argv(args)))
         except KeyboardInterrupt:

@@ -192,13 +192,17 @@ def sum_dicts(values: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def gather_lists(items: list) -> list:
-    """The concatenation, in rank order, of every rank's list (on every rank)."""
+def gather_lists(items: list, per_batch: int | None = None) -> list:
+    """Every rank's list, back in the order of the full list that `this_rank(full, per_batch)` split (on every
+    rank)."""
     if world_size() == 1:
         return items
     everyone: list = [None] * world_size()
     dist.all_gather_object(everyone, items)
-    return [x for part in everyone for x in part]
+    if per_batch is None:
+        return [x for part in everyone for x in part]
+    part = per_batch // world_size()
+    return [x for start in range(0, len(items), part) for mine in everyone for x in mine[start:start + part]]
 
 
 def from_main(value):
@@ -230,7 +234,13 @@ def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tupl
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=world_size() > 1)
-    return get_model_state_dict(model, options=options), get_optimizer_state_dict(model, optimizer, options=options)
+    weights = get_model_state_dict(model, options=options)
+    first: dict[int, str] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):  # a tied head: one tensor, as in the model,
+        if id(param) in first and name in weights:  # so that HF saves it once, as from one process
+            weights[name] = weights[first[id(param)]]
+        first.setdefault(id(param), name)
+    return weights, get_optimizer_state_dict(model, optimizer, options=options)
 
 
 def load_full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, weights: dict,

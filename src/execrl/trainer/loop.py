@@ -131,7 +131,7 @@ def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
         run.logger.rollouts(run.step, dist.gather_lists([
             {"prompt": prompts[i // rollouts.group_size], "completion": s.completion, "code": s.extracted.code,
              "verdict": outcome(s), "reward": r.total, "parts": r.parts}
-            for i, (s, r) in enumerate(zip(rollouts.samples, rollouts.rewards))]))
+            for i, (s, r) in enumerate(zip(rollouts.samples, rollouts.rewards))], run.plan.global_batch))
     bar.update(bar.task_ids[0], completed=run.step,
                description=f"step {run.step}  reward {metrics['train/reward_mean']:.3f}  "
                            f"{sum(times.values()):.1f}s/step")
