@@ -85,7 +85,13 @@ def sandbox_workers(per_node: int) -> int:
 
 
 def shard(model: torch.nn.Module | None) -> torch.nn.Module | None:
-    """FSDP2: each decoder layer its own unit (all-gathered just before it runs), then the root. In place; returns it."""
+    """FSDP2: each decoder layer its own unit, then the root (embeddings, final norm, LM head). In place; returns it.
+
+    At rest the weights, gradients and optimizer state are sharded. A rollout phase needs the full weights on every
+    GPU anyway (the engine runs on them), so the other phases keep them gathered as long as they last too: a scoring
+    pass gathers once (`full_weights`), and an optimizer step gathers at its first micro-batch, accumulates whole
+    gradients and reduce-scatters them after its last backward (`reduce_after_backward`), instead of gathering
+    twice and reducing once per micro-batch."""
     if model is None or world_size() == 1:
         return model
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
@@ -94,8 +100,8 @@ def shard(model: torch.nn.Module | None) -> torch.nn.Module | None:
     # on GPUs: compute in the weights' own dtype (bf16), but sum gradients over ranks in fp32
     mp = MixedPrecisionPolicy(reduce_dtype=torch.float32) if param.is_cuda else MixedPrecisionPolicy()
     for layer in model.get_decoder().layers:
-        fully_shard(layer, mp_policy=mp)
-    # the root stays gathered after forward: the trainer uses the LM head's weight after it (trainer/step.py)
+        fully_shard(layer, mp_policy=mp, reshard_after_forward=False)
+    # (the root must stay gathered after forward anyway: the trainer uses the LM head's weight after it, step.py)
     fully_shard(model, mp_policy=mp, reshard_after_forward=False)
     for module in model.modules():
         if isinstance(module, FSDPModule):
@@ -126,6 +132,14 @@ def full_weights(model: torch.nn.Module):
     finally:
         for u in units:
             u.reshard()
+
+
+def reduce_after_backward(model: torch.nn.Module, last: bool) -> None:
+    """Call before each micro-batch's backward: the gradients of an optimizer step's micro-batches accumulate
+    gathered, and are reduced over ranks (and the weights resharded) only after the last one."""
+    if world_size() > 1:
+        model.set_requires_gradient_sync(last)
+        model.set_reshard_after_backward(last)
 
 
 class FullWeights:
