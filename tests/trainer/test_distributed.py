@@ -114,6 +114,13 @@ def test_dry_run_prints_the_torchrun_command(capsys):
     assert "--nnodes 2 --node-rank NODE_RANK --rdzv-backend c10d --rdzv-endpoint HOST:PORT" in out
 
 
+def test_prompts_that_do_not_split_over_the_gpus_are_refused():
+    from execrl.config import ConfigError, plan
+
+    with pytest.raises(ConfigError, match="make grpo.num_prompts_per_step .* multiples of 2"):
+        plan(load_config(None, ["cluster.gpus_per_node=2", "grpo.num_prompts_per_step=3"]))
+
+
 def test_a_process_count_that_does_not_match_the_config_is_refused(tmp_path):
     with pytest.raises(ValueError, match="execrl train CONFIG"):
         train(load_config(None, [*FAST, "cluster.gpus_per_node=2", f"logger.log_dir={tmp_path}"]))
@@ -123,6 +130,8 @@ def test_two_gloo_processes_equal_one_and_resume_across_world_sizes(tmp_path):
     one = one_process(tmp_path / "one", FAST)
     two = two_processes(tmp_path / "two", FAST)
     assert_same_run(one, two, steps=2)
+    exported = json.loads((two / "ckpt" / "step_000002" / "policy" / "config.json").read_text())
+    assert exported["architectures"] == ["Qwen2ForCausalLM"]  # not FSDP's wrapper class: vLLM reads this
     # resume from step 1: two processes' checkpoint in one process, and one's in two
     for name, source, run in (("two_then_one", two, one_process), ("one_then_two", one, two_processes)):
         (tmp_path / name / "ckpt").mkdir(parents=True)
@@ -138,3 +147,30 @@ def test_two_gloo_processes_equal_one_on_the_builtin_task(tmp_path):
     two = two_processes(tmp_path / "two", REAL)
     assert_same_run(one, two, steps=3)
     assert max(r.get("train/reward_mean", 0) for r in metrics(one)) > 0.1  # a real learning signal
+
+
+@pytest.mark.gpu
+def test_engine_graphs_follow_weights_that_moved_after_reset_graphs():
+    """What a sharded model's rollout phase does to the engine: the gathered weights land in new memory (with new
+    values after an optimizer step); after reset_graphs the CUDA-graph engine samples what an eager one does."""
+    from execrl.builtin import tokenizer_corpus
+    from execrl.models import build_tiny_model, build_tokenizer
+    from execrl.rollout import RolloutEngine, SamplingParams
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    tok = build_tokenizer(tokenizer_corpus(), vocab_size=384)
+    model = build_tiny_model(tok, hidden=64, layers=2, heads=4, seed=0).cuda().eval()
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in ["Read two integers.", "def f(x):"]]
+    greedy = SamplingParams(temperature=0.0)
+    graphed = RolloutEngine(model, tok, slots=4, max_len=128, cuda_graphs=True)
+    before = graphed.generate(prompts, 2, 32, greedy)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():  # new memory, new values (the old storage is freed and may be reused)
+            p.data = torch.randn(p.shape, generator=g, device="cuda") * 0.15
+    graphed.reset_graphs()
+    after = graphed.generate(prompts, 2, 32, greedy)
+    eager = RolloutEngine(model, tok, slots=4, max_len=128, cuda_graphs=False).generate(prompts, 2, 32, greedy)
+    assert [c.ids for grp in after for c in grp] == [c.ids for grp in eager for c in grp]
+    assert [c.ids for grp in after for c in grp] != [c.ids for grp in before for c in grp]

@@ -107,9 +107,10 @@ def shard(model: torch.nn.Module | None) -> torch.nn.Module | None:
         if isinstance(module, FSDPModule):
             # FSDP averages gradients over ranks by default. Ours must be summed: each rank's loss is already its
             # share of the *global* mean (divided by the token count of the whole optimizer batch, summed over
-            # ranks: trainer/step.py), so the sum is the one-process gradient. Plain sums also work on gloo.
+            # ranks: trainer/step.py), so the sum is the one-process gradient.
             module.set_gradient_divide_factor(1.0)
-            module.set_force_sum_reduction_for_comms(True)
+            if hasattr(module, "set_force_sum_reduction_for_comms"):  # a plain SUM (gloo has no pre-scaled sum)
+                module.set_force_sum_reduction_for_comms(True)
     return model
 
 
@@ -121,8 +122,9 @@ def _fsdp_modules(model: torch.nn.Module) -> list:
 
 @contextmanager
 def full_weights(model: torch.nn.Module):
-    """Every FSDP unit unsharded at once for the block (a rollout phase): the rollout engine calls the layers'
-    submodules directly, so FSDP's forward hooks, which would gather each layer's weights, never fire."""
+    """Every FSDP unit gathered at once for the block (a rollout phase, a scoring pass), resharded after it. The
+    rollout engine calls the layers' submodules directly, so FSDP's forward hooks, which would gather each layer's
+    weights, never fire; and a scoring pass then gathers once, not once per micro-batch."""
     units = _fsdp_modules(model) if world_size() > 1 else []
     for handle in [u.unshard(async_op=True) for u in units]:  # all all-gathers in flight, then wait for each
         if handle is not None:
@@ -265,7 +267,8 @@ def load_full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | N
 
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=world_size() > 1, strict=False)
     missing, unexpected = set_model_state_dict(model, weights, options=options)
-    if is_main() and (unexpected or any(not k.endswith("lm_head.weight") for k in missing)):
+    mismatch = unexpected or [k for k in missing if not k.endswith("lm_head.weight")]
+    if from_main(bool(mismatch) and is_main()):  # every rank stops, not only the one that can tell
         raise RuntimeError(f"the checkpoint does not match the model: missing {missing}, unexpected {unexpected}")
     if optimizer is not None:
         set_optimizer_state_dict(model, optimizer, optim_state or {}, options=options)
