@@ -66,7 +66,7 @@ def build_model(arch: str, directory: Path) -> Path:
         tok = build_tokenizer(tokenizer_corpus(), vocab_size=259)  # byte ids, a subset of the real vocabulary
         cfg = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
                           num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=True,
-                          rope_theta=1e6, rms_norm_eps=1e-6, max_position_embeddings=32768,
+                          rms_norm_eps=1e-6, max_position_embeddings=32768,
                           eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
         torch.manual_seed(0)
         with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
@@ -76,6 +76,7 @@ def build_model(arch: str, directory: Path) -> Path:
         tok.save_pretrained(tmp)
         tmp.rename(target)
         del model
+        free_memory()
     dist.barrier()
     return target
 
@@ -118,6 +119,14 @@ def config(args, model_dir: Path, log_dir: str, num_prompts: int, global_batch: 
     return load_config(str(SEED_CONFIG), [*overrides, *extra])
 
 
+def free_memory() -> None:
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def peak_gib() -> float:
     return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
 
@@ -144,6 +153,7 @@ def part_timing(args, model_dir: Path) -> dict:
     rows = [json.loads(line) for line in (Path(log_dir) / "metrics.jsonl").read_text().splitlines()] \
         if dist.is_main() else []
     del run
+    free_memory()
     timed = [r for r in rows if r["step"] > args.warmup]
     med = {k: statistics.median(r[f"time/{k}"] for r in timed) for k in ("generate", "grade", "train")} if timed else {}
     samples = num_prompts * cfg.grpo.num_generations_per_prompt

@@ -94,15 +94,14 @@ def shard(model: torch.nn.Module | None) -> torch.nn.Module | None:
     twice and reducing once per micro-batch."""
     if model is None or world_size() == 1:
         return model
-    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import FSDPModule, fully_shard
 
-    param = next(model.parameters())
-    # on GPUs: compute in the weights' own dtype (bf16), but sum gradients over ranks in fp32
-    mp = MixedPrecisionPolicy(reduce_dtype=torch.float32) if param.is_cuda else MixedPrecisionPolicy()
+    # No mixed-precision policy: weights, gradients and their sums over ranks stay in the weights' dtype (bf16 on
+    # GPUs), as on one GPU; fp32 reductions would need whole fp32 gradients during a step (2x the model's memory).
     for layer in model.get_decoder().layers:
-        fully_shard(layer, mp_policy=mp, reshard_after_forward=False)
+        fully_shard(layer, reshard_after_forward=False)
     # (the root must stay gathered after forward anyway: the trainer uses the LM head's weight after it, step.py)
-    fully_shard(model, mp_policy=mp, reshard_after_forward=False)
+    fully_shard(model, reshard_after_forward=False)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             # FSDP averages gradients over ranks by default. Ours must be summed: each rank's loss is already its
