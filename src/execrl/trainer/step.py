@@ -111,9 +111,10 @@ def take(batch: TrainBatch, rows: list[int], device) -> tuple[torch.Tensor, torc
 def score_tokens(model, batch: TrainBatch, micro: int, temperature: float) -> torch.Tensor:
     device = next(model.parameters()).device
     out = torch.zeros_like(batch.loss_mask)
-    for rows in micro_batches(batch, range(len(batch.input_ids)), micro):
-        ids, attn, mask, idx = take(batch, rows, device)
-        out[idx, :mask.shape[1]] = token_logprobs(model, ids, attn, mask > 0, temperature)[0].cpu()
+    with dist.full_weights(model):  # a sharded model: gathered once for all micro-batches
+        for rows in micro_batches(batch, range(len(batch.input_ids)), micro):
+            ids, attn, mask, idx = take(batch, rows, device)
+            out[idx, :mask.shape[1]] = token_logprobs(model, ids, attn, mask > 0, temperature)[0].cpu()
     return out
 
 
@@ -131,8 +132,9 @@ def optimize(model, optimizer, scheduler, batch: TrainBatch, cfg: MasterConfig, 
         num_seqs = float(plan.global_batch)
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0
-        for part in micro_batches(batch, range(start, min(start + plan.per_gpu_batch, len(batch.input_ids))),
-                                  plan.micro_batch):
+        parts = micro_batches(batch, range(start, min(start + plan.per_gpu_batch, len(batch.input_ids))),
+                              plan.micro_batch)
+        for i, part in enumerate(parts):
             ids, attn, mask, idx = take(batch, part, device)
             logp, entropy = token_logprobs(model, ids, attn, mask > 0, temperature)
             width = mask.shape[1]
@@ -143,6 +145,7 @@ def optimize(model, optimizer, scheduler, batch: TrainBatch, cfg: MasterConfig, 
                                         clip_high=loss_cfg.ratio_clip_max, dual_clip=loss_cfg.ratio_clip_c,
                                         kl_coef=loss_cfg.reference_policy_kl_penalty, kl_type=loss_cfg.reference_policy_kl_type,
                                         token_level=loss_cfg.token_level_loss, constant_normalizer=loss_cfg.constant_normalizer)
+            dist.reduce_after_backward(model, last=i == len(parts) - 1)
             loss.backward()
             step_loss += loss.item()
             share = mask.sum().item() / max(num_tokens, 1.0)
