@@ -159,7 +159,8 @@ def part_timing(args, model_dir: Path) -> dict:
     samples = num_prompts * cfg.grpo.num_generations_per_prompt
     tokens = statistics.median(r["train/completion_len_mean"] for r in timed) * samples if timed else 0
     step_s = sum(med.values())
-    return {"gpus": world, "prompts": num_prompts, "samples": samples, "step_s": step_s, **{f"{k}_s": v for k, v in med.items()},
+    return {"gpus": world, "prompts": num_prompts, "samples": samples, "step_s": step_s,
+            **{f"{k}_s": v for k, v in med.items()},
             "tokens_per_step": tokens, "gen_tok_s": tokens / med["generate"] if timed else 0,
             "step_tok_s": tokens / step_s if timed else 0, "peak_gib_per_rank": peaks, "wall_s": wall,
             "steps": [{"step": r["step"], "s": sum(r[f"time/{k}"] for k in ("generate", "grade", "train")),
@@ -259,7 +260,8 @@ def report(results: list[dict]) -> None:
               *keys], rows)
     elif losses:
         table(f"Losses on the fixed data ({losses[0]['gpus']} GPU(s))", ["step", "loss", "grad_norm", "entropy", "kl"],
-              [[x["step"], *(f"{x[k]:.6g}" for k in ("loss", "grad_norm", "entropy", "kl"))] for x in losses[0]["losses"]])
+              [[x["step"], *(f"{x[k]:.6g}" for k in ("loss", "grad_norm", "entropy", "kl"))]
+               for x in losses[0]["losses"]])
 
 
 def main() -> None:
@@ -294,7 +296,8 @@ def main() -> None:
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     if args.arch != "tiny" and not torch.cuda.is_available():
         sys.exit("this architecture needs GPUs: use --arch tiny on a CPU")
-    say(f"{dist.world_size()} x {device}, torch {torch.__version__}, transformers {__import__('transformers').__version__}")
+    say(f"{dist.world_size()} x {device}, torch {torch.__version__}, "
+        f"transformers {__import__('transformers').__version__}")
     model_dir = build_model(args.arch, Path(args.model_dir))
     parts = args.parts.split(",")
     result = {"arch": args.arch, "device": device, "gpus": dist.world_size(), "new_tokens": args.new_tokens,
@@ -308,7 +311,8 @@ def main() -> None:
         out = Path(args.out or f"scale-{dist.world_size()}gpu.json")
         out.write_text(json.dumps(result, indent=1))
         say(f"wrote {out}")
-        baseline = [json.loads(Path(args.baseline).read_text())] if args.baseline and Path(args.baseline).is_file() else []
+        found = args.baseline and Path(args.baseline).is_file()
+        baseline = [json.loads(Path(args.baseline).read_text())] if found else []
         report(baseline + [result])
     dist.close()
 

@@ -100,9 +100,8 @@ def run_train(args) -> int:
             return 130
     from execrl.models import ModelNotFound
     from execrl.tasks import DatasetError
-    from execrl.trainer.loop import train
-
     from execrl.trainer import distributed
+    from execrl.trainer.loop import train
 
     try:
         train(cfg)

@@ -39,7 +39,8 @@ def one_process(directory: Path, overrides: list[str]) -> Path:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as torchrun gives each of its processes: the CI machine's cores are few and shared
     try:
-        train(load_config(None, [*overrides, f"logger.log_dir={directory}", f"checkpointing.checkpoint_dir={directory}/ckpt"]))
+        train(load_config(None, [*overrides, f"logger.log_dir={directory}",
+                                 f"checkpointing.checkpoint_dir={directory}/ckpt"]))
     finally:
         torch.set_num_threads(threads)
     return directory

@@ -58,8 +58,8 @@ def build_run(cfg: MasterConfig) -> Run:
     console.quiet = not dist.is_main()  # one rank speaks for all
     if dist.world_size() != batch_plan.num_gpus:
         raise ValueError(f"{dist.world_size()} training process(es) but cluster.num_nodes x cluster.gpus_per_node = "
-                         f"{batch_plan.num_gpus}: start multi-GPU runs with `execrl train CONFIG` (it launches torchrun) "
-                         "or set cluster.gpus_per_node to the number of processes per node")
+                         f"{batch_plan.num_gpus}: start multi-GPU runs with `execrl train CONFIG` (it launches "
+                         "torchrun) or set cluster.gpus_per_node to the number of processes per node")
     if cfg.grpo.max_rollout_turns != 1 or cfg.grpo.async_grpo.enabled:
         raise NotImplementedError("multi-turn and async GRPO are not available yet: set grpo.max_rollout_turns=1 "
                                   "and grpo.async_grpo.enabled=false")
@@ -93,9 +93,11 @@ def build_run(cfg: MasterConfig) -> Run:
     gen = cfg.policy.generation
     slots = min(cfg.policy.generation_batch_size, batch_plan.samples_per_step // dist.world_size())
     with dist.full_weights(model):  # the engine reads the full weights' layout
-        generator = dist.for_rollouts(build_generator(model, tok, gen.backend, slots, cfg.policy.max_total_sequence_length,
-                                                      gen.cuda_graphs, gen.sync_every, gen.compile), model)
-    run = Run(cfg, batch_plan, model, tok, generator, ref, opt, sched, ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle),
+        generator = build_generator(model, tok, gen.backend, slots, cfg.policy.max_total_sequence_length,
+                                    gen.cuda_graphs, gen.sync_every, gen.compile)
+    generator = dist.for_rollouts(generator, model)
+    run = Run(cfg, batch_plan, model, tok, generator, ref, opt, sched,
+              ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle),
               val, refs, Grader(dist.sandbox_workers(cfg.env.code.num_workers),
                                 Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb)),
               MetricsLogger(cfg, write=dist.is_main()))

@@ -35,7 +35,7 @@ def sft_warmup(model, tokenizer, problems: list[Problem], references: dict[str, 
                      labels=labels.to(device)).loss  # the mean over this rank's target tokens
         num_targets = float((labels[:, 1:] != -100).sum())
         (all_targets,) = dist.sum_floats(num_targets)
-        loss = loss * (num_targets / all_targets)  # this rank's share of the mean over all ranks' (gradients are summed)
+        loss = loss * (num_targets / all_targets)  # its share of the mean over all ranks (gradients are summed)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
