@@ -1,11 +1,14 @@
 """Where a decode step's GPU time goes: the top kernels of the execrl engine (eager and compiled, no CUDA graphs,
-so each kernel is visible), plus the step time with graphs.
+so each kernel is visible), and a breakdown of a whole `generate` call with graphs (prefill, one decode step per
+attention window, host bookkeeping).
 
-    python bench/profile_engine.py --arch qwen2.5-0.5b
+    python bench/profile_engine.py --arch qwen2.5-0.5b --slots 256
+    python bench/profile_engine.py --arch qwen2.5-0.5b --slots 128 --variants breakdown
 """
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -16,6 +19,57 @@ from grpo_step import build  # noqa: E402
 
 from execrl.rollout import RolloutEngine, SamplingParams  # noqa: E402
 
+PROMPT, NEW = 128, 256
+
+
+def kernels(engine, params, window: int, top: int, label: str) -> None:
+    engine.active.fill_(True)
+    engine.limit.fill_(10_000)
+    for _ in range(3):
+        engine._step(window, params)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(16):
+            engine._step(window, params)
+        torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
+    total = sum(e.self_device_time_total for e in events) / 16
+    print(f"\n{label}, window {window}: {total / 1000:.3f} ms of GPU kernel time per decode step, "
+          f"{sum(e.count for e in events) / 16:.0f} kernels per step", flush=True)
+    for e in sorted(events, key=lambda e: -e.self_device_time_total)[:top]:
+        print(f"{e.self_device_time_total / 16 / 1000:8.3f} ms {e.count // 16:5d}x  {e.key[:110]}")
+
+
+def seconds(fn, repeat: int = 1) -> float:
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / repeat
+
+
+def breakdown(engine, prompts, params) -> None:
+    """A generate call's wall time against its parts: prefill alone, and graph replays of one step per window."""
+    engine.generate(prompts, 1, NEW, params)  # compile and capture every window
+    total = seconds(lambda: engine.generate(prompts, 1, NEW, params))
+    prefill = seconds(lambda: engine.generate(prompts, 1, 1, params))
+    engine.generate(prompts, 1, 1, params)
+    engine.active.fill_(True)
+    engine.limit.fill_(10_000)
+    steps, parts = 0.0, []
+    for lo, window in ((0, 128), (128, 256), (256, 384)):
+        if window > engine.dec.max_len:
+            break
+        per = seconds(lambda: engine._step(window, params), repeat=32)
+        n = max(0, min(PROMPT + NEW, window) - max(PROMPT, lo))  # decode steps whose window this is
+        steps += n * per
+        parts.append(f"window {window}: {per * 1000:.3f} ms/step x {n}")
+    made = len(prompts) * NEW
+    print(f"\nbreakdown, {len(prompts)} slots: generate {total:.3f} s ({made / total:,.0f} tok/s) = prefill {prefill:.3f} s"
+          f" + decode steps {steps:.3f} s (replayed back to back: {'; '.join(parts)}) + other "
+          f"{total - prefill - steps:.3f} s (host syncs, bookkeeping)", flush=True)
+
 
 @torch.no_grad()
 def main() -> None:
@@ -23,32 +77,23 @@ def main() -> None:
     ap.add_argument("--arch", default="qwen2.5-0.5b")
     ap.add_argument("--slots", type=int, default=256)
     ap.add_argument("--rows", type=int, default=18)
-    ap.add_argument("--variants", default="eager,compiled")
+    ap.add_argument("--windows", default="384")
+    ap.add_argument("--variants", default="eager,compiled", help="eager, compiled (kernel tables), breakdown")
     args = ap.parse_args()
     model, tok = build(args.arch)
     params = SamplingParams(1.0, ignore_eos=True)
-    prompts = torch.randint(3, 259, (args.slots, 128)).tolist()
-    variants = {"eager": {"cuda_graphs": False}, "compiled": {"cuda_graphs": False, "compile": True}}
+    prompts = torch.randint(3, 259, (args.slots, PROMPT)).tolist()
+    variants = {"eager": {"cuda_graphs": False}, "compiled": {"cuda_graphs": False, "compile": True},
+                "breakdown": {"compile": True}}
     for name in args.variants.split(","):
-        kwargs = variants[name]
-        engine = RolloutEngine(model, tok, slots=args.slots, max_len=384, **kwargs)
+        engine = RolloutEngine(model, tok, slots=args.slots, max_len=PROMPT + NEW, **variants[name])
+        if name == "breakdown":
+            breakdown(engine, prompts, params)
+            continue
         engine.generate(prompts, 1, 40, params)  # warm-up (and compilation)
         engine.generate(prompts, 1, 1, params)  # prefill: every slot holds a prompt
-        engine.active.fill_(True)
-        engine.limit.fill_(10_000)
-        for _ in range(3):
-            engine._step(384, params)
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(16):
-                engine._step(384, params)
-            torch.cuda.synchronize()
-        events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
-        total = sum(e.self_device_time_total for e in events) / 16
-        print(f"\n{args.arch} {name}: {total / 1000:.2f} ms of GPU kernel time per decode step, "
-              f"{sum(e.count for e in events) / 16:.0f} kernels per step")
-        for e in sorted(events, key=lambda e: -e.self_device_time_total)[:args.rows]:
-            print(f"{e.self_device_time_total / 16 / 1000:8.3f} ms {e.count // 16:5d}x  {e.key[:110]}")
+        for window in map(int, args.windows.split(",")):
+            kernels(engine, params, window, args.rows, f"{args.arch} {name}, {args.slots} slots")
         del engine
 
 

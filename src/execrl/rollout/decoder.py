@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from execrl.rollout.attention import decode_attention
 from execrl.rollout.fuse import joined
 
 SUPPORTED = ("qwen2", "qwen3", "llama")
@@ -71,7 +72,6 @@ class CachedDecoder:
         self.gate_up = [joined([l.mlp.gate_proj, l.mlp.up_proj]) if silu and l.mlp.gate_proj.bias is None else None
                         for l in self.layers]
         self.rows = torch.arange(slots, device=weight.device)  # [S]
-        self.positions = torch.arange(max_len, device=weight.device)  # [L]
 
     def _layer(self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend) -> torch.Tensor:
         layer = self.layers[i]
@@ -120,19 +120,17 @@ class CachedDecoder:
 
     def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int) -> torch.Tensor:
         """One token for every slot: tokens [S] at positions pos [S]. Keys/values are written at pos, attention
-        reads positions [0, window) masked to <= pos. Returns logits [S, V]. Shapes are static (CUDA-graph safe)."""
+        reads each slot's positions <= pos, all within [0, window). Returns logits [S, V]. Shapes are static (CUDA-graph safe)."""
         s = tokens.shape[0]
         cos, sin = self.cos[pos][:, None, None], self.sin[pos][:, None, None]  # [S, 1, 1, D]
-        visible = (self.positions[:window][None] <= pos[:, None])[:, None, None]  # [S, 1, 1, W]
         g = self.heads // self.kv_heads
 
         def attend(i, q, k, v):  # q [S, H, 1, D]; k, v [S, Hkv, 1, D]
             kc, vc = self.k[i], self.v[i]
             kc[self.rows, :, pos] = k[:, :, 0]
             vc[self.rows, :, pos] = v[:, :, 0]
-            # the G query heads of one kv head act as G query rows over the same keys: plain attention, no repeat
-            out = F.scaled_dot_product_attention(q.reshape(s, self.kv_heads, g, self.head_dim), kc[:, :, :window],
-                                                 vc[:, :, :window], attn_mask=visible, scale=self.scale)
+            # the G query heads of one kv head act as G query rows over the same keys: no repeat of the cache
+            out = decode_attention(q.reshape(s, self.kv_heads, g, self.head_dim), kc, vc, pos, window, self.scale)
             return out.reshape(s, self.heads, 1, self.head_dim)
 
         x = self.embed(tokens[:, None])  # [S, 1, d]

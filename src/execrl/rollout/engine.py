@@ -24,13 +24,13 @@ class RolloutEngine:
         self.dec = CachedDecoder(model, slots, max_len)
         dev = self.dec.rows.device
         self.graphs_on = cuda_graphs and dev.type == "cuda"
-        self.compiled = compile and dev.type == "cuda"  # fuses the small ops; one window (one compilation)
+        self.compiled = compile and dev.type == "cuda"  # fuses the small ops (two compilations: see compiled())
         self.body = compiled(self._body) if self.compiled else self._body
         self.eos_list = eos_ids(model, tokenizer)
         self.eos = torch.tensor(self.eos_list, device=dev)  # [E]
         z = dict(dtype=torch.long, device=dev)
         self.tokens, self.pos, self.n_gen = (torch.zeros(slots, **z) for _ in range(3))  # [S] each
-        self.keys = torch.zeros(slots, **z)  # [S] the sampling-noise key of each slot's request
+        self.keys = torch.zeros(slots, dtype=torch.int32, device=dev)  # [S] each slot's sampling-noise key
         self.limit = torch.ones(slots, **z)  # [S] tokens this slot may generate
         self.active = torch.zeros(slots, dtype=torch.bool, device=dev)  # [S]
         self.out_tok = torch.zeros(slots, max_len, **z)  # [S, L] sampled tokens, by index within the completion
@@ -78,7 +78,7 @@ class RolloutEngine:
                     owner[s], start[s], n_gen[s] = (i, j), len(prompts[i]), 1
                     limit[s] = min(max_new_tokens, max_len - len(prompts[i]))
                 self.keys[torch.tensor(free[:len(take)], device=self.keys.device)] = torch.tensor(
-                    [keys[i][j] for i, j in take], device=self.keys.device)
+                    [keys[i][j] for i, j in take], dtype=torch.int32, device=self.keys.device)
                 self._admit(take, free[:len(take)], prompts, [limit[s] for s in free[:len(take)]], params)
             live = [s for s in range(self.slots) if owner[s] is not None]
             steps = min(self.sync_every, max(limit[s] - n_gen[s] for s in live))
@@ -153,8 +153,6 @@ class RolloutEngine:
 
     def _window(self, needed: int) -> int:
         """Attention reads a power-of-two window of positions (>= 64) or the whole cache: few graphs, little waste."""
-        if self.compiled:  # a compiled step is specialized to one window: the whole cache
-            return self.dec.max_len
         w = 64
         while w < needed:
             w *= 2
@@ -205,9 +203,16 @@ class RolloutEngine:
 
 
 def compiled(fn):
-    """torch.compile, falling back to eager (with torch's warning) where a compiler is missing or fails."""
+    """torch.compile, falling back to eager (with torch's warning) where a compiler is missing or fails. Shapes are
+    static except the attention window: the first window compiles a specialized step, the second a step generic in
+    the window that serves every later one (automatic dynamic shapes), so attention reads only the positions in use."""
+    import torch._dynamo.config as dynamo_config
+
     eager_fallback()
-    return torch.compile(fn, dynamic=False)
+    for name in ("recompile_limit", "cache_size_limit"):  # each engine compiles its own step (its `self` is guarded)
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), 64))
+    return torch.compile(fn)
 
 
 def eager_fallback() -> None:

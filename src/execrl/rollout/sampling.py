@@ -24,36 +24,45 @@ class SamplingParams:
 
 
 MASK32 = 0xFFFFFFFF
+MIX = (0x85EBCA6B, 0xC2B2AE35)  # MurmurHash3's finalizer constants
 
 
-def _mul32(h, c: int):
-    """(h * c) mod 2**32 for h < 2**32, without int64 overflow (works on ints and int64 tensors alike)."""
-    lo, hi = c & 0xFFFF, c >> 16
-    return (h * lo + (((h * hi) & 0xFFFF) << 16)) & MASK32
-
-
-def mix32(h):
-    """MurmurHash3's 32-bit finalizer: a bijection of [0, 2**32) that scatters every input bit (ints or tensors)."""
-    h = h & MASK32
-    h = _mul32(h ^ (h >> 16), 0x85EBCA6B)
-    h = _mul32(h ^ (h >> 13), 0xC2B2AE35)
+def mix32(h: int) -> int:
+    """MurmurHash3's 32-bit finalizer, a bijection of [0, 2**32) that scatters every input bit (host side)."""
+    h &= MASK32
+    h = ((h ^ (h >> 16)) * MIX[0]) & MASK32
+    h = ((h ^ (h >> 13)) * MIX[1]) & MASK32
     return h ^ (h >> 16)
 
 
+def _signed(c: int) -> int:
+    return c - 2**32 if c >= 2**31 else c
+
+
+def mix32_(h: torch.Tensor) -> torch.Tensor:
+    """mix32 on int32 tensors (the same bits): 32-bit multiplies wrap, shifts are made logical by masking. Native
+    32-bit integer work on a GPU, where 64-bit multiplies cost several instructions each."""
+    h = h ^ ((h >> 16) & 0xFFFF)
+    h = h * _signed(MIX[0])
+    h = h ^ ((h >> 13) & 0x7FFFF)
+    h = h * _signed(MIX[1])
+    return h ^ ((h >> 16) & 0xFFFF)
+
+
 def request_key(seed: int, sample_index: int) -> int:
-    """The key of sample j of a prompt whose seed is `seed` (any int)."""
-    return mix32(mix32(seed & MASK32) ^ mix32((seed >> 32) & MASK32) ^ mix32(sample_index + 0x9E3779B9))
+    """The key of sample j of a prompt whose seed is `seed` (any int), as an int32 value."""
+    return _signed(mix32(mix32(seed & MASK32) ^ mix32((seed >> 32) & MASK32) ^ mix32(sample_index + 0x9E3779B9)))
 
 
 def token_keys(keys: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Per-row keys of the token at `index` (position within the completion): [B], [B] -> [B] (int64)."""
-    return mix32(keys ^ mix32(index + 0x632BE5AB))
+    """Per-row keys of the token at `index` (its position within the completion): [B], [B] -> [B] int32."""
+    return mix32_(keys.int() ^ mix32_(index.int() + 0x632BE5AB))
 
 
 def gumbel(keys: torch.Tensor, vocab: int) -> torch.Tensor:
-    """Gumbel(0, 1) noise [B, V] that is a pure function of the row keys [B] and the column index."""
-    cols = mix32(torch.arange(vocab, device=keys.device, dtype=torch.long) * 2 + 1)  # [V]
-    bits = mix32(keys[:, None] ^ cols[None]) >> 8  # [B, V], 24 random bits
+    """Gumbel(0, 1) noise [B, V], a pure function of the row keys [B] (int32) and the column index."""
+    cols = mix32_(torch.arange(vocab, device=keys.device, dtype=torch.int32) * 2 + 1)  # [V]
+    bits = (mix32_(keys[:, None] ^ cols[None]) >> 8) & 0xFFFFFF  # [B, V], 24 random bits
     u = (bits.float() + 0.5) * 2.0**-24  # in (0, 1)
     return -torch.log(-torch.log(u))
 
@@ -79,7 +88,7 @@ def sample(logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor | No
         ordered = ordered.masked_fill(before >= params.top_p, float("-inf"))  # the likeliest token always stays
         kept = torch.full_like(kept, float("-inf")).scatter(-1, order, ordered)
     if keys is None:
-        keys = torch.randint(0, 2**32, (kept.shape[0],), device=kept.device)
+        keys = torch.randint(-2**31, 2**31, (kept.shape[0],), device=kept.device, dtype=torch.int32)
     tokens = (kept + gumbel(keys, kept.shape[-1])).argmax(-1)  # Gumbel-max: a sample of softmax(kept)
     return tokens, _picked(scaled, tokens)
 
