@@ -16,6 +16,7 @@ bf16 peak of an H100/H200 (989 TFLOP/s); the FLOPs are 6 x (matmul parameters) p
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import statistics
@@ -85,6 +86,7 @@ def peak_gib() -> float:
 
 
 def fresh_peak():
+    gc.collect()  # the previous run's model and caches
     if DEVICE == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
@@ -222,6 +224,7 @@ def section_step(arch: str, rows: list, backends: list[str], steps: int, compile
     system = ("You are a careful programmer. " * 20)[:max(1, 128 - base - 12)]  # prompts of about 128 tokens
     for backend in backends:
         n_steps = steps if backend == "execrl" else 2
+        micro = micro if backend == "execrl" else min(micro, 32)  # transformers' generate leaves less room
         overrides = [f"policy.model_name={work / 'model'}", f"grpo.max_num_steps={n_steps}", "warmup.sft_steps=0",
                      "grpo.num_prompts_per_step=16", "grpo.num_generations_per_prompt=8",
                      "policy.train_global_batch_size=128", f"policy.train_micro_batch_size={micro}",

@@ -77,23 +77,64 @@ def run_train(args) -> int:
     except ConfigError as e:
         err.print(f"[red]config error:[/] {e}")
         return 2
+    launch = multi_gpu_launch(cfg, args)
     if args.dry_run:
         print(to_yaml(cfg))
         print("# batch arithmetic")
         print(batch_plan.describe(cfg))
+        if launch:
+            print(f"# launched as\n{launch}")
         return 0
+    if launch:  # this process starts torchrun, whose processes run this same command
+        import subprocess
+
+        from execrl.trainer.distributed import launch_command
+
+        if cfg.cluster.num_nodes > 1:
+            print(launch)
+            return 0
+        print(f"launching: {launch}", file=sys.stderr, flush=True)  # unwrapped: one line to copy
+        try:
+            return subprocess.call(launch_command(cfg.cluster.gpus_per_node, 1, train_argv(args)))
+        except KeyboardInterrupt:
+            return 130
     from execrl.models import ModelNotFound
     from execrl.tasks import DatasetError
+    from execrl.trainer import distributed
     from execrl.trainer.loop import train
 
     try:
         train(cfg)
     except (ModelNotFound, DatasetError, ValueError, NotImplementedError, RuntimeError) as e:
-        err.print(f"[red]error:[/] {e}")
+        err.print(f"[red]error:[/] {e}" + (f" (rank {distributed.rank()})" if distributed.world_size() > 1 else ""))
         return 2
     except KeyboardInterrupt:
         return 130
+    finally:
+        distributed.close()
     return 0
+
+
+def train_argv(args) -> list[str]:
+    """`train` and its arguments as given (less --dry-run): what each torchrun process runs."""
+    return ["train", *([args.config] if args.config else []), *args.overrides]
+
+
+def multi_gpu_launch(cfg, args) -> str | None:
+    """The torchrun command that runs this training on cluster.gpus_per_node processes per node (on each node,
+    filling in NODE_RANK and HOST:PORT, for num_nodes > 1); None for one process or when already inside torchrun."""
+    import os
+
+    from execrl.trainer.distributed import launch_command, show
+
+    c = cfg.cluster
+    if c.gpus_per_node * c.num_nodes == 1 or "WORLD_SIZE" in os.environ:
+        return None
+    text = show(launch_command(c.gpus_per_node, c.num_nodes, train_argv(args)))
+    if c.num_nodes > 1:
+        text = (f"# on each of the {c.num_nodes} nodes, with NODE_RANK = 0..{c.num_nodes - 1} and HOST:PORT = a "
+                f"reachable address of node 0 and a free port there (the checkpoint directory must be shared):\n{text}")
+    return text
 
 
 def run_eval(args) -> int:

@@ -55,7 +55,9 @@ def plan(cfg: MasterConfig) -> BatchPlan:
         raise ConfigError(f"samples per step ({samples}) must be a multiple of policy.train_global_batch_size "
                           f"({global_batch}), e.g. {samples} or {samples // max(1, samples // global_batch)}")
     if global_batch % gpus or (global_batch // gpus) % group and gpus > 1:
-        raise ConfigError(f"the global batch ({global_batch}) must split into whole groups of {group} over {gpus} GPUs")
+        raise ConfigError(f"the global batch ({global_batch} samples = {global_batch // group} prompts x {group}) must "
+                          f"split into whole groups over {gpus} GPUs: make grpo.num_prompts_per_step and "
+                          f"policy.train_global_batch_size / {group} multiples of {gpus}")
     per_gpu = global_batch // gpus
     micro = min(p.train_micro_batch_size, per_gpu)
     return BatchPlan(gpus, samples, global_batch, samples // global_batch, per_gpu, micro, -(-per_gpu // micro),

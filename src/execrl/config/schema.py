@@ -149,7 +149,8 @@ class DataConfig(Section):
 
 
 class CodeEnvConfig(Section):
-    num_workers: int = Field(0, description="sandbox workers (0: one per CPU core)")
+    num_workers: int = Field(0, description="sandbox workers per node, shared out among its ranks (0: one per CPU "
+                                              "core)")
     terminate_on_evaluation: bool = Field(True, description="single-turn: the episode ends when the code is graded")
     timeout_s: float = Field(2.0, description="CPU seconds per test")
     memory_mb: int = Field(1024, description="memory limit per program")
@@ -201,8 +202,9 @@ class CheckpointConfig(Section):
 
 
 class ClusterConfig(Section):
-    gpus_per_node: int = Field(1, description="GPUs per node (>1 launches torchrun)")
-    num_nodes: int = Field(1, description="nodes")
+    gpus_per_node: int = Field(1, description="GPUs per node: one training process each (>1: `execrl train` starts "
+                                              "torchrun; on CPU, gloo processes)")
+    num_nodes: int = Field(1, description="nodes (>1: `execrl train` prints the torchrun command to run on each)")
 
 
 class WarmupConfig(Section):

@@ -42,6 +42,11 @@ class RolloutEngine:
     def slots(self) -> int:
         return self.dec.slots
 
+    def reset_graphs(self) -> None:
+        """Forget the captured CUDA graphs (they are captured again on use; compiled code is kept): needed when the
+        weights move to new memory, as a sharded model's gathered weights do in every rollout phase."""
+        self.graphs.clear()
+
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int, params: SamplingParams,
                  stop_strings: list[str] | None = None, on_batch=None, seeds: list[int] | None = None

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
 from contextlib import contextmanager
 
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from execrl.config import MasterConfig
-from execrl.eval.run import is_correct, outcome
+from execrl.eval.run import is_correct
 from execrl.trainer import checkpoint
-from execrl.trainer.rollouts import episode_metrics, rollout_rows, run_episodes
+from execrl.trainer import distributed as dist
+from execrl.trainer.rollouts import episode_sums, rollout_rows, run_episodes
 from execrl.trainer.setup import Run, build_run, console
 from execrl.trainer.step import advantages, build_batch, optimize, score_tokens, scoring_temperature
 from execrl.trainer.warmup import sft_warmup
@@ -72,7 +72,8 @@ def train_step(run: Run, rollouts) -> dict:
     if run.nan_streak >= MAX_NAN_STEPS:
         raise RuntimeError(f"{MAX_NAN_STEPS} steps in a row had a NaN/inf loss: lower policy.optimizer.kwargs.lr, "
                            "check the rewards, or resume from the last checkpoint")
-    stats["valid_frac"] = valid.float().mean().item()
+    num_valid, num_samples = dist.sum_floats(valid.sum().item(), valid.numel())
+    stats["valid_frac"] = num_valid / num_samples
     return stats
 
 
@@ -87,34 +88,28 @@ def validate(run: Run) -> float:
     """pass@1 of greedy episodes on the validation problems (their final submissions)."""
     if not run.val_problems:
         return float("nan")
-    rollouts = run_episodes(run.generator, run.tokenizer, run.grader, run.val_problems, run.cfg, 1, 0.0)
+    rollouts = run_episodes(run.generator, run.tokenizer, run.grader, dist.this_rank(run.val_problems), run.cfg, 1, 0.0)
     valid = [s for s in rollouts.samples if s.valid]
-    score = sum(is_correct(s) for s in valid) / max(len(valid), 1)
-    run.logger.log(run.step, {"eval/pass@1": score, "eval/num_problems": len(valid)})
-    console.print(f"step {run.step}: eval pass@1 = {score:.3f} on {len(valid)} problems")
+    num_correct, num_valid = dist.sum_floats(sum(is_correct(s) for s in valid), len(valid))
+    score = num_correct / max(num_valid, 1)
+    run.logger.log(run.step, {"eval/pass@1": score, "eval/num_problems": num_valid})
+    console.print(f"step {run.step}: eval pass@1 = {score:.3f} on {num_valid:.0f} problems")
     return score
 
 
 def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
-    valid = [r for r in rollouts.rewards if r.valid]
-    n = len(rollouts.samples)
-    metrics = {f"train/{k}": v for k, v in stats.items()}
-    metrics["train/reward_mean"] = sum(r.total for r in valid) / max(len(valid), 1)
-    metrics["train/completion_len_mean"] = sum(t.num_sampled for t in rollouts.trajectories) / n  # model tokens
-    metrics["train/truncated_frac"] = sum(t.truncated for t in rollouts.trajectories) / n
-    metrics.update(episode_metrics(rollouts))
+    pairs = episode_sums(rollouts)  # summed over all ranks' episodes, then the means
+    sums = dist.sum_dicts({**{k: s for k, (s, _) in pairs.items()}, **{f"{k}#n": n for k, (_, n) in pairs.items()}})
+    metrics = {f"train/{k}": v for k, v in stats.items()}  # already global
+    metrics.update({f"train/{k}": v / max(sums[f"{k}#n"], 1) for k, v in sums.items() if not k.endswith("#n")})
     metrics["train/lr"] = run.scheduler.get_last_lr()[0]
-    for name in {k for r in valid for k in r.parts}:
-        metrics[f"train/reward/{name}"] = sum(r.parts[name] for r in valid) / max(len(valid), 1)
-    for verdict, count in Counter(outcome(s) for s in rollouts.samples).items():
-        metrics[f"train/verdict/{verdict}"] = count / n
     metrics.update({f"time/{k}": v for k, v in times.items()})
     if torch.cuda.is_available():
         metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     run.logger.log(run.step, metrics)
     every = run.cfg.logger.rollouts_period
     if every and run.step % every == 0:
-        run.logger.rollouts(run.step, rollout_rows(rollouts, run.tokenizer))
+        run.logger.rollouts(run.step, dist.gather_lists(rollout_rows(rollouts, run.tokenizer), run.plan.global_batch))
     bar.update(bar.task_ids[0], completed=run.step,
                description=f"step {run.step}  reward {metrics['train/reward_mean']:.3f}  "
                            f"{times['step']:.1f}s/step")
@@ -124,6 +119,8 @@ def summarize(run: Run) -> None:
     """The run's learning in two lines, from metrics.jsonl (so a resumed run reports all of it)."""
     import json
 
+    if not dist.is_main():  # its console is quiet, and multi-node ranks may not see rank 0's files
+        return
     rows = [json.loads(line) for line in (run.logger.dir / "metrics.jsonl").read_text().splitlines()]
     rewards = [r["train/reward_mean"] for r in rows if "train/reward_mean" in r]
     evals = [(r["step"], r["eval/pass@1"]) for r in rows if "eval/pass@1" in r]

@@ -9,11 +9,14 @@ from execrl.config import MasterConfig
 
 
 class MetricsLogger:
-    def __init__(self, cfg: MasterConfig):
+    def __init__(self, cfg: MasterConfig, write: bool = True):
+        """write=False: a logger that writes nothing (the ranks other than 0, whose metrics reach rank 0's summed)."""
         self.dir = Path(cfg.logger.log_dir)
+        self.jsonl = self.tb = self.wandb = None
+        if not write:
+            return
         self.dir.mkdir(parents=True, exist_ok=True)
         self.jsonl = open(self.dir / "metrics.jsonl", "a")
-        self.tb = self.wandb = None
         if cfg.logger.tensorboard_enabled:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -28,6 +31,8 @@ class MetricsLogger:
                                     config=cfg.model_dump(mode="json"), resume="allow")
 
     def log(self, step: int, metrics: dict) -> None:
+        if self.jsonl is None:
+            return
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
         self.jsonl.write(json.dumps({"step": step, **clean}) + "\n")
         self.jsonl.flush()
@@ -39,12 +44,15 @@ class MetricsLogger:
             self.wandb.log(clean, step=step)
 
     def rollouts(self, step: int, rows: list[dict]) -> None:
+        if self.jsonl is None:
+            return
         path = self.dir / "rollouts" / f"step_{step:06d}.jsonl"
         path.parent.mkdir(exist_ok=True)
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     def close(self) -> None:
-        self.jsonl.close()
+        if self.jsonl is not None:
+            self.jsonl.close()
         if self.tb is not None:
             self.tb.close()
         if self.wandb is not None:

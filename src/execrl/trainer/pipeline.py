@@ -32,8 +32,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
-from execrl.config import ConfigError, MasterConfig
+from execrl.config import BatchPlan, ConfigError, MasterConfig
 from execrl.tasks import Problem
+from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler
 from execrl.trainer.rollouts import Rollouts, finish_episodes, prompt_seeds, start_episodes
 
@@ -80,7 +81,7 @@ class RolloutPipeline:
         times["grade_overlapped"] = max(in_thread - times["grade_wait"], 0.0)
         assert version - head.version <= self.max_age
         return head.rollouts, {"trajectory_age_mean": float(version - head.version),
-                               "dropped_stale": float(sum(len(s.rollouts.samples) for s in stale))}
+                               "dropped_stale": float(sum(len(s.rollouts.samples) for s in stale) * dist.world_size())}
 
     def _launch(self, problems: list[Problem], position: dict, version: int, step: int, times: dict) -> InFlight:
         rollouts = self.generate(problems, step)  # up to the last model turn (earlier turns' environments included)
@@ -102,13 +103,18 @@ class RolloutPipeline:
         self.grading.shutdown(wait=True, cancel_futures=True)
 
 
-def build_pipeline(cfg: MasterConfig, generator, tokenizer, grader, sampler: ProblemSampler) -> RolloutPipeline:
-    """Rollouts of the configured shape; ahead by one step with async GRPO (call check_async(cfg) first)."""
+def build_pipeline(cfg: MasterConfig, plan: BatchPlan, generator, tokenizer, grader,
+                   sampler: ProblemSampler) -> RolloutPipeline:
+    """Rollouts of the configured shape; ahead by one step with async GRPO (call check_async(cfg) first). Every
+    rank draws the same prompts and runs its share of them (whole groups, the same share of each optimizer batch)."""
     g, a = cfg.grpo, cfg.grpo.async_grpo
+    per_batch = plan.global_batch // g.num_generations_per_prompt  # prompts per optimizer step
 
     def generate(problems: list[Problem], step: int) -> Rollouts:
+        seeds = prompt_seeds(g.seed, step, len(problems))  # by the prompt's place in the global batch
+        problems, seeds = dist.this_rank(problems, per_batch), dist.this_rank(seeds, per_batch)
         return start_episodes(generator, tokenizer, grader, problems, cfg, g.num_generations_per_prompt,
-                              cfg.policy.generation.temperature, prompt_seeds(g.seed, step, len(problems)))
+                              cfg.policy.generation.temperature, seeds)
 
     def grade(rollouts: Rollouts) -> None:
         finish_episodes(rollouts, tokenizer, grader, cfg)

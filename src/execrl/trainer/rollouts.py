@@ -11,8 +11,9 @@ policy.max_total_sequence_length, or whose model turn ran out of tokens, ends th
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from execrl.envs import Environment, Segment, Step, Trajectory, TurnRenderer, make_env
@@ -96,25 +97,28 @@ def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem]
         episodes += [Episode(problem, env, m, Trajectory(prompts[-1])) for env, m in zip(envs, messages)]
     stop = (gen.stop_strings or []) + episodes[0].env.stop_strings or None
     rollouts = Rollouts(episodes, group_size, {"generate": 0.0, "grade": 0.0})
-    for turn in range(turns):
-        live = [e for e in episodes if not e.done]
-        if not live:
-            break
-        start = time.perf_counter()
-        if turn == 0:  # each prompt prefilled once for its G samples
-            outs = [c for g in generator.generate(prompts, group_size, gen.max_new_tokens, params, stop, seeds=seeds)
-                    for c in g]
-        else:
-            turn_seeds = None if seeds is None else [
-                mix32(request_key(seeds[i // group_size], i % group_size) ^ mix32(turn))
-                for i, e in enumerate(episodes) if not e.done]
-            outs = [g[0] for g in generator.generate([e.trajectory.ids for e in live], 1, gen.max_new_tokens,
-                                                     params, stop, seeds=turn_seeds)]
-        rollouts.times["generate"] += time.perf_counter() - start
-        outs = [fit(c, cfg.policy.max_total_sequence_length - len(e.trajectory), tokenizer) for e, c in zip(live, outs)]
-        rollouts.pending = list(zip(live, outs))
-        if turn < turns - 1:
-            finish_episodes(rollouts, tokenizer, grader, cfg, last=False)
+    phase = getattr(generator, "phase", None)  # a sharded model's weights: gathered once for every turn
+    with phase() if phase else nullcontext():
+        for turn in range(turns):
+            live = [e for e in episodes if not e.done]
+            if not live:
+                break
+            start = time.perf_counter()
+            if turn == 0:  # each prompt prefilled once for its G samples
+                outs = [c for g in generator.generate(prompts, group_size, gen.max_new_tokens, params, stop,
+                                                      seeds=seeds) for c in g]
+            else:
+                turn_seeds = None if seeds is None else [
+                    mix32(request_key(seeds[i // group_size], i % group_size) ^ mix32(turn))
+                    for i, e in enumerate(episodes) if not e.done]
+                outs = [g[0] for g in generator.generate([e.trajectory.ids for e in live], 1, gen.max_new_tokens,
+                                                         params, stop, seeds=turn_seeds)]
+            rollouts.times["generate"] += time.perf_counter() - start
+            room = cfg.policy.max_total_sequence_length
+            outs = [fit(c, room - len(e.trajectory), tokenizer) for e, c in zip(live, outs)]
+            rollouts.pending = list(zip(live, outs))
+            if turn < turns - 1:
+                finish_episodes(rollouts, tokenizer, grader, cfg, last=False)
     return rollouts
 
 
@@ -172,19 +176,26 @@ def end(e: Episode, step: Step) -> None:
     e.sample, e.reward = step.sample, step.reward
 
 
-def episode_metrics(rollouts: Rollouts) -> dict[str, float]:
-    """Turns, tool calls and tool errors per episode, and the mean reward of the episodes that took n turns."""
-    eps, n = rollouts.episodes, len(rollouts.episodes)
-    metrics = {"train/turns_mean": sum(e.turns for e in eps) / n,
-               "train/tool_calls_mean": sum(e.tool_calls for e in eps) / n,
-               "train/tool_errors_mean": sum(e.tool_errors for e in eps) / n}
-    by_turns = defaultdict(list)
-    for e in eps:
-        if e.reward.valid:
-            by_turns[e.turns].append(e.reward.total)
-    for turns, rewards in sorted(by_turns.items()):
-        metrics[f"train/reward_by_turns/{turns}"] = sum(rewards) / len(rewards)
-    return metrics
+def episode_sums(rollouts: Rollouts) -> dict[str, tuple[float, int]]:
+    """Each per-episode metric as (sum, count) over these episodes, so that the means of several processes' episodes
+    follow from the summed pairs: rewards over valid episodes (the sandbox answered), the rest over all; turns, tool
+    calls and errors per episode, and the mean reward of the episodes that took n turns."""
+    eps = rollouts.episodes
+    valid = [e for e in eps if e.reward.valid]
+    sums = {"reward_mean": (sum(e.reward.total for e in valid), len(valid)),
+            "completion_len_mean": (sum(e.trajectory.num_sampled for e in eps), len(eps)),  # the model's tokens
+            "truncated_frac": (sum(e.trajectory.truncated for e in eps), len(eps)),
+            "turns_mean": (sum(e.turns for e in eps), len(eps)),
+            "tool_calls_mean": (sum(e.tool_calls for e in eps), len(eps)),
+            "tool_errors_mean": (sum(e.tool_errors for e in eps), len(eps))}
+    parts = defaultdict(lambda: (0.0, 0))
+    for e in valid:
+        for name, value in [*(("reward/" + k, v) for k, v in e.reward.parts.items()),
+                            (f"reward_by_turns/{e.turns}", e.reward.total)]:
+            parts[name] = (parts[name][0] + value, parts[name][1] + 1)
+    for verdict, count in Counter(outcome(e.sample) for e in eps).items():
+        parts[f"verdict/{verdict}"] = (count, len(eps))
+    return sums | dict(sorted(parts.items()))
 
 
 def rollout_rows(rollouts: Rollouts, tokenizer) -> list[dict]:

@@ -19,6 +19,7 @@ from execrl.rollout.fuse import fuse_projections
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import Problem
 from execrl.trainer import checkpoint
+from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler, load_data
 from execrl.trainer.metrics import MetricsLogger
 from execrl.trainer.pipeline import RolloutPipeline, build_pipeline, check_async
@@ -58,8 +59,12 @@ class Run:
 
 def build_run(cfg: MasterConfig) -> Run:
     batch_plan = plan(cfg)
-    if cfg.cluster.gpus_per_node * cfg.cluster.num_nodes > 1:
-        raise NotImplementedError("multi-GPU training is not available yet: set cluster.gpus_per_node=1")
+    dist.init(cfg.policy.device)
+    console.quiet = not dist.is_main()  # one rank speaks for all
+    if dist.world_size() != batch_plan.num_gpus:
+        raise ValueError(f"{dist.world_size()} training process(es) but cluster.num_nodes x cluster.gpus_per_node = "
+                         f"{batch_plan.num_gpus}: start multi-GPU runs with `execrl train CONFIG` (it launches "
+                         "torchrun) or set cluster.gpus_per_node to the number of processes per node")
     check_async(cfg)
     check_turns(cfg)
     random.seed(cfg.grpo.seed)
@@ -70,36 +75,45 @@ def build_run(cfg: MasterConfig) -> Run:
                                           seed=cfg.grpo.seed)
     if cfg.policy.tokenizer.chat_template:
         tok.chat_template = cfg.policy.tokenizer.chat_template
+    ref = None
+    if cfg.loss_fn.reference_policy_kl_penalty > 0:  # the policy as the run started (a resumed run keeps it)
+        ref = copy.deepcopy(model).eval().requires_grad_(False)
     if cfg.policy.activation_checkpointing:
         model.gradient_checkpointing_enable()
     if cfg.policy.torch_compile and next(model.parameters()).is_cuda:
         eager_fallback()  # where compilation fails, eager (with torch's warning)
-        for layer in model.get_decoder().layers:
+        for layer in [*model.get_decoder().layers, *(ref.get_decoder().layers if ref is not None else [])]:
             layer.compile()  # the engine calls the layers' submodules, so rollouts are unaffected
     train, val, refs = load_data(cfg)
     train, val = drop_long(train, tok, cfg), drop_long(val, tok, cfg)
-    if cfg.policy.generation.backend == "execrl":
-        fuse_projections(model)  # the engine's wide GEMMs; parameters stay separate views (before the optimizer)
+    if cfg.policy.generation.backend == "execrl" and dist.world_size() == 1:
+        # the engine's wide GEMMs; parameters stay separate views (before the optimizer). Not when sharded: FSDP
+        # shards each parameter on its own, and the engine then uses the separate projections
+        fuse_projections(model)
+    model, ref = dist.shard(model), dist.shard(ref)
     opt = make_optimizer(model, cfg)
     warm = cfg.policy.scheduler.warmup_steps
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
     gen = cfg.policy.generation
-    generator = build_generator(model, tok, gen.backend, min(cfg.policy.generation_batch_size, batch_plan.samples_per_step),
-                                cfg.policy.max_total_sequence_length, gen.cuda_graphs, gen.sync_every, gen.compile)
-    run = Run(cfg, batch_plan, model, tok, generator, None, opt, sched, ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle),
-              val, refs, Grader(cfg.env.code.num_workers, Limits(timeout_s=cfg.env.code.timeout_s,
-                                                                 memory_mb=cfg.env.code.memory_mb)),
-              MetricsLogger(cfg))
-    (run.logger.dir / "config.yaml").write_text(to_yaml(cfg))
+    slots = min(cfg.policy.generation_batch_size, batch_plan.samples_per_step // dist.world_size())
+    with dist.full_weights(model):  # the engine reads the full weights' layout
+        generator = build_generator(model, tok, gen.backend, slots, cfg.policy.max_total_sequence_length,
+                                    gen.cuda_graphs, gen.sync_every, gen.compile)
+    generator = dist.for_rollouts(generator, model)
+    run = Run(cfg, batch_plan, model, tok, generator, ref, opt, sched,
+              ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle),
+              val, refs, Grader(dist.sandbox_workers(cfg.env.code.num_workers),
+                                Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb)),
+              MetricsLogger(cfg, write=dist.is_main()))
+    if dist.is_main():
+        (run.logger.dir / "config.yaml").write_text(to_yaml(cfg))
     found = checkpoint.latest(cfg.checkpointing.checkpoint_dir) if cfg.checkpointing.enabled else None
     if found is not None:
         state = checkpoint.load(found, model, opt, sched)
         run.step, run.resumed_from, run.last_saved = state["step"], str(found), state["step"]
         run.sampler.load_state_dict(state["sampler"])
         console.print(f"resumed from {found} (step {run.step})")
-    run.pipeline = build_pipeline(cfg, generator, tok, run.grader, run.sampler)
-    if cfg.loss_fn.reference_policy_kl_penalty > 0:
-        run.ref_model = copy.deepcopy(model).eval().requires_grad_(False)  # the policy as the run started
+    run.pipeline = build_pipeline(cfg, batch_plan, generator, tok, run.grader, run.sampler)
     return run
 
 

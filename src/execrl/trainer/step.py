@@ -10,6 +10,7 @@ import torch
 from execrl.algo import ADVANTAGES, LossTerms, informative_groups, policy_loss
 from execrl.algo.logprobs import token_logprobs_from_hidden
 from execrl.config import BatchPlan, MasterConfig
+from execrl.trainer import distributed as dist
 from execrl.trainer.rollouts import Rollouts
 
 
@@ -76,7 +77,7 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, select: torch.T
     targets = ids[:, 1:][select]  # [N]
     head = model.get_output_embeddings()
     if getattr(head, "bias", None) is None and getattr(model.config, "final_logit_softcapping", None) is None:
-        hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state  # [B, L, d]
+        hidden = final_hidden(model, ids, attn)  # [B, L, d]
         logp, entropy = token_logprobs_from_hidden(hidden[:, :-1][select], head.weight, targets, temperature)  # [N]
     else:  # heads with a bias or soft-capping: the model's own logits
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1][select].float() / temperature
@@ -85,6 +86,24 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, select: torch.T
         entropy = -(all_logp.exp() * all_logp).sum(-1).detach()
     zeros = torch.zeros(select.shape, dtype=torch.float32, device=ids.device)
     return zeros.masked_scatter(select, logp), zeros.masked_scatter(select, entropy)
+
+
+def final_hidden(model, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    """The decoder's output after the final norm [B, L, d], from the model's own forward with the LM head applied at
+    no position. Through forward, not the decoder alone, because FSDP hooks forward: a sharded model gathers its
+    embeddings, final norm and head there (and keeps them gathered for the head's use and the backward)."""
+    out = {}
+
+    def keep(_module, _args, output) -> None:  # returns None: the output goes on unchanged
+        out["hidden"] = output.last_hidden_state
+
+    hook = model.get_decoder().register_forward_hook(keep)
+    try:
+        model(input_ids=ids, attention_mask=attn, use_cache=False,
+              logits_to_keep=torch.empty(0, dtype=torch.long, device=ids.device))
+    finally:
+        hook.remove()
+    return out["hidden"]
 
 
 def micro_batches(batch: TrainBatch, rows: range, micro: int) -> list[list[int]]:
@@ -106,9 +125,10 @@ def take(batch: TrainBatch, rows: list[int], device) -> tuple[torch.Tensor, torc
 def score_tokens(model, batch: TrainBatch, micro: int, temperature: float) -> torch.Tensor:
     device = next(model.parameters()).device
     out = torch.zeros_like(batch.loss_mask)
-    for rows in micro_batches(batch, range(len(batch.input_ids)), micro):
-        ids, attn, mask, idx = take(batch, rows, device)
-        out[idx, :mask.shape[1]] = token_logprobs(model, ids, attn, mask > 0, temperature)[0].cpu()
+    with dist.full_weights(model):  # a sharded model: gathered once for all micro-batches
+        for rows in micro_batches(batch, range(len(batch.input_ids)), micro):
+            ids, attn, mask, idx = take(batch, rows, device)
+            out[idx, :mask.shape[1]] = token_logprobs(model, ids, attn, mask > 0, temperature)[0].cpu()
     return out
 
 
@@ -122,13 +142,17 @@ def optimize(model, optimizer, scheduler, batch: TrainBatch, cfg: MasterConfig, 
         averaged += ("logprob_mismatch", "sampler_kl", "is_weight", "is_truncated_frac")
         stats.update(dict.fromkeys(averaged[2:], 0.0))
     model.train()
-    for start in range(0, len(batch.input_ids), plan.global_batch):
-        rows = slice(start, start + plan.global_batch)
-        num_tokens, num_seqs = batch.loss_mask[rows].sum().item(), float(plan.global_batch)
+    for start in range(0, len(batch.input_ids), plan.per_gpu_batch):  # this rank's rows of one optimizer batch
+        rows = slice(start, start + plan.per_gpu_batch)
+        # The normalizers are those of the whole optimizer batch, over all ranks: each rank's loss is then its share
+        # of the global mean, and the gradients summed over ranks are the one-process gradient.
+        (num_tokens,) = dist.sum_floats(batch.loss_mask[rows].sum().item())
+        num_seqs = float(plan.global_batch)
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0
-        for part in micro_batches(batch, range(start, min(start + plan.global_batch, len(batch.input_ids))),
-                                  plan.micro_batch):
+        parts = micro_batches(batch, range(start, min(start + plan.per_gpu_batch, len(batch.input_ids))),
+                              plan.micro_batch)
+        for i, part in enumerate(parts):
             ids, attn, mask, idx = take(batch, part, device)
             logp, entropy = token_logprobs(model, ids, attn, mask > 0, temperature)
             width = mask.shape[1]
@@ -142,13 +166,15 @@ def optimize(model, optimizer, scheduler, batch: TrainBatch, cfg: MasterConfig, 
                                         kl_coef=loss_cfg.reference_policy_kl_penalty, kl_type=loss_cfg.reference_policy_kl_type,
                                         token_level=loss_cfg.token_level_loss, constant_normalizer=loss_cfg.constant_normalizer,
                                         is_correction=correct, is_cap=loss_cfg.truncated_importance_sampling_ratio)
+            dist.reduce_after_backward(model, last=i == len(parts) - 1)
             loss.backward()
             step_loss += loss.item()
             share = mask.sum().item() / max(num_tokens, 1.0)
             for k in averaged:
                 stats[k] += metrics[k].item() * share / plan.optimizer_steps_per_rollout
             stats["entropy"] += (entropy * mask).sum().item() / max(num_tokens, 1.0) / plan.optimizer_steps_per_rollout
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.policy.max_grad_norm).item()
+        grad_norm = dist.total_norm(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.policy.max_grad_norm))
+        (step_loss,) = dist.sum_floats(step_loss)  # the whole batch's loss, so every rank skips (or not) alike
         if not (math.isfinite(grad_norm) and math.isfinite(step_loss)):
             optimizer.zero_grad(set_to_none=True)  # a NaN/inf step is skipped, never applied
             stats["skipped_steps"] += 1
@@ -158,4 +184,6 @@ def optimize(model, optimizer, scheduler, batch: TrainBatch, cfg: MasterConfig, 
         stats["loss"] += step_loss / plan.optimizer_steps_per_rollout
         stats["grad_norm"] += grad_norm / plan.optimizer_steps_per_rollout
     model.eval()
+    summed = (*averaged, "entropy")  # each rank's part of a global token mean
+    stats.update(zip(summed, dist.sum_floats(*(stats[k] for k in summed))))
     return stats

@@ -11,6 +11,7 @@ import torch
 
 from execrl.envs import TurnRenderer, make_env
 from execrl.tasks import Problem
+from execrl.trainer import distributed as dist
 from execrl.trainer.rollouts import encode
 
 
@@ -39,7 +40,7 @@ def sft_warmup(model, tokenizer, problems: list[Problem], references: dict[str, 
     loss_value = float("nan")
     model.train()
     for step in range(w.sft_steps):
-        batch = rng.sample(usable, min(w.batch_size, len(usable)))
+        batch = dist.this_rank(rng.sample(usable, min(w.batch_size, len(usable))))  # every rank draws the same batch
         rows = [reference_ids(encode(env.reset(p), tokenizer), references[p.id], tokenizer) for p in batch]
         width = max(len(ids) for ids, _ in rows)
         ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)
@@ -47,11 +48,14 @@ def sft_warmup(model, tokenizer, problems: list[Problem], references: dict[str, 
         attn = torch.zeros_like(ids)
         for i, (row, learn) in enumerate(rows):
             ids[i, :len(row)], labels[i, :len(row)], attn[i, :len(row)] = torch.tensor(row), torch.tensor(learn), 1
-        loss = model(input_ids=ids.to(device), attention_mask=attn.to(device), labels=labels.to(device)).loss
+        loss = model(input_ids=ids.to(device), attention_mask=attn.to(device), labels=labels.to(device)).loss  # the mean over this rank's target tokens
+        num_targets = float((labels[:, 1:] != -100).sum())
+        (all_targets,) = dist.sum_floats(num_targets)
+        loss = loss * (num_targets / all_targets)  # its share of the mean over all ranks (gradients are summed)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        loss_value = loss.item()
+        (loss_value,) = dist.sum_floats(loss.item())
         if on_step is not None:
             on_step(step, loss_value)
     model.eval()

@@ -1,0 +1,321 @@
+"""Multi-GPU GRPO: weak scaling of `execrl train` over 1, 2, 4 ... GPUs, and 1-GPU vs N-GPU losses on the same data.
+
+    python bench/scale.py --out scale-1.json                                          # 1 GPU
+    torchrun --standalone --nproc-per-node 2 bench/scale.py --out scale-2.json --baseline scale-1.json
+    python bench/scale.py --compare scale-1.json scale-2.json                         # the tables again, no GPU
+
+The workload is the seed's 2-GPU test config (configs/grpo_code_2gpu_test.yaml: G = 8, micro-batches of 2, KL to a
+reference model) with the Qwen2.5-Coder-1.5B architecture, random-init (throughput does not depend on the weights),
+on the built-in code task's prompts padded to ~128 tokens, every completion forced to --new-tokens (ignore_eos).
+Each run has two parts, in one process (compiled code is reused):
+  timing  weak scaling: --prompts-per-gpu prompts x 8 per GPU per step, through `execrl train`'s loop (rollouts,
+          grading, the FSDP2 optimizer step); the first --warmup steps (compilation) are left out of the medians.
+  losses  the first --loss-steps steps on data that is the same for any number of GPUs (--loss-prompts x 8 fixed
+          random completions and rewards per step, two optimizer steps each), through the trainer's own train_step:
+          loss, grad norm, entropy and KL per step, to compare a 1-GPU and an N-GPU run (bf16: equal within rounding).
+Rank 0 prints a table and writes --out (JSON); with --baseline (a 1-GPU run's JSON) also the scaling efficiency and
+the loss comparison. --arch tiny runs the same code on CPU (gloo) as a smoke test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+try:
+    import execrl  # noqa: F401
+except ImportError:  # run from a checkout without installing
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+ARCHS = {  # hidden, layers, heads, kv heads, intermediate, vocabulary; tied head (the Qwen2.5-Coder configs)
+    "qwen2.5-coder-1.5b": (1536, 28, 12, 2, 8960, 151936),
+    "qwen2.5-coder-0.5b": (896, 24, 14, 2, 4864, 151936),
+    "tiny": (64, 2, 4, 2, 128, 512),  # a smoke test of this script on a CPU
+}
+SEED_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo_code_2gpu_test.yaml"
+
+
+def say(*parts) -> None:
+    from execrl.trainer import distributed as dist
+
+    if dist.is_main():
+        print("[scale]", *parts, flush=True)
+
+
+def build_model(arch: str, directory: Path) -> Path:
+    """The architecture with random weights (seeded: the same on every run) and a byte-level tokenizer, saved once."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from execrl.builtin import tokenizer_corpus
+    from execrl.models import build_tokenizer
+    from execrl.trainer import distributed as dist
+
+    target = directory / arch
+    if dist.is_main() and not (target / "config.json").is_file():
+        say(f"building a random-init {arch} in {target}")
+        hidden, layers, heads, kv, inter, vocab = ARCHS[arch]
+        tok = build_tokenizer(tokenizer_corpus(), vocab_size=259)  # byte ids, a subset of the real vocabulary
+        cfg = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                          num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=True,
+                          rms_norm_eps=1e-6, max_position_embeddings=32768,
+                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        torch.manual_seed(0)
+        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+            model = Qwen2ForCausalLM(cfg).to(torch.bfloat16 if torch.cuda.is_available() else torch.float32)
+        tmp = target.with_name(f".tmp-{arch}-{os.getpid()}")
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        tmp.rename(target)
+        del model
+        free_memory()
+    dist.barrier()
+    return target
+
+
+def padding_prompt(model_dir: Path, prompt_tokens: int) -> str:
+    """A system prompt that brings the built-in task's prompts to about `prompt_tokens` tokens."""
+    from transformers import AutoTokenizer
+
+    from execrl.builtin import arith_problem
+    from execrl.prompts import PromptConfig, build_messages, render
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    problem, _ = arith_problem(random.Random(0), 0, "train")
+    base = len(tok(render(build_messages(problem, PromptConfig()), tok), add_special_tokens=False)["input_ids"])
+    return ("You are a careful programmer. " * 64)[:max(1, prompt_tokens - base - 12)]
+
+
+def config(args, model_dir: Path, log_dir: str, num_prompts: int, global_batch: int, steps: int, compile_: bool,
+           extra: tuple[str, ...] = ()):
+    from execrl.config import load_config
+    from execrl.trainer import distributed as dist
+
+    overrides = [
+        f"policy.model_name={model_dir}", "data.train.dataset_name=builtin:arith-code",
+        "data.train.split_validation_size=0", f"grpo.num_prompts_per_step={num_prompts}",
+        f"policy.train_global_batch_size={global_batch}", f"grpo.max_num_steps={steps}",
+        f"policy.max_total_sequence_length={args.prompt_tokens + args.new_tokens + 32}",
+        f"policy.generation.max_new_tokens={args.new_tokens}", "policy.generation.ignore_eos=true",
+        f"prompt.system_prompt={padding_prompt(model_dir, args.prompt_tokens)}", "grpo.val_period=0",
+        "checkpointing.enabled=false", "logger.tensorboard_enabled=false", f"logger.log_dir={log_dir}",
+        "logger.rollouts_period=0", f"cluster.gpus_per_node={dist.world_size()}", "cluster.num_nodes=1",
+        "offline=true",
+    ]
+    if args.micro:
+        overrides += [f"policy.train_micro_batch_size={args.micro}", f"policy.logprob_batch_size={args.micro}"]
+    if not compile_:
+        overrides += ["policy.torch_compile=false", "policy.generation.compile=false"]
+    if not torch.cuda.is_available():
+        overrides += ["policy.device=cpu"]
+    return load_config(str(SEED_CONFIG), [*overrides, *extra])
+
+
+def free_memory() -> None:
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def peak_gib() -> float:
+    return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
+
+
+def part_timing(args, model_dir: Path) -> dict:
+    """Weak scaling: `execrl train` with --prompts-per-gpu prompts per GPU; medians over the steps after --warmup."""
+    from execrl.trainer import distributed as dist
+    from execrl.trainer.loop import train
+
+    world = dist.world_size()
+    num_prompts = args.prompts_per_gpu * world
+    log_dir = dist.from_main(tempfile.mkdtemp(prefix="execrl-scale-"))
+    steps = args.warmup + args.steps
+    cfg = config(args, model_dir, log_dir, num_prompts, 256, steps, args.compile)  # 256: the seed's global batch
+    say(f"timing: {steps} steps of {num_prompts} prompts x {cfg.grpo.num_generations_per_prompt} on {world} "
+        f"process(es), {args.new_tokens} new tokens, micro-batch {cfg.policy.train_micro_batch_size}, "
+        f"compiled={args.compile} (the first {args.warmup} steps compile)")
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    t = time.perf_counter()
+    run = train(cfg)
+    wall = time.perf_counter() - t
+    peaks = dist.gather_lists([round(peak_gib(), 2)])
+    rows = [json.loads(line) for line in (Path(log_dir) / "metrics.jsonl").read_text().splitlines()] \
+        if dist.is_main() else []
+    del run
+    free_memory()
+    timed = [r for r in rows if r["step"] > args.warmup]
+    med = {k: statistics.median(r[f"time/{k}"] for r in timed) for k in ("generate", "grade", "train")} if timed else {}
+    samples = num_prompts * cfg.grpo.num_generations_per_prompt
+    tokens = statistics.median(r["train/completion_len_mean"] for r in timed) * samples if timed else 0
+    step_s = sum(med.values())
+    return {"gpus": world, "prompts": num_prompts, "samples": samples, "step_s": step_s,
+            **{f"{k}_s": v for k, v in med.items()},
+            "tokens_per_step": tokens, "gen_tok_s": tokens / med["generate"] if timed else 0,
+            "step_tok_s": tokens / step_s if timed else 0, "peak_gib_per_rank": peaks, "wall_s": wall,
+            "steps": [{"step": r["step"], "s": sum(r[f"time/{k}"] for k in ("generate", "grade", "train")),
+                       "loss": r["train/loss"], "grad_norm": r["train/grad_norm"]} for r in rows]}
+
+
+def fixed_rollouts(step: int, num_prompts: int, group: int, prompts: list[list[int]], new_tokens: int, per_batch: int):
+    """This rank's share of a step's global batch of fixed random completions (lengths new/4..new) and rewards:
+    generated whole on every rank from (step) alone, so it is the same data on any number of GPUs."""
+    from execrl.rewards import Reward
+    from execrl.rollout import Completion
+    from execrl.trainer import distributed as dist
+    from execrl.trainer.rollouts import Rollouts
+
+    g = torch.Generator().manual_seed(1000 + step)
+    groups = []
+    for i in range(num_prompts):
+        lengths = torch.randint(new_tokens // 4, new_tokens + 1, (group,), generator=g).tolist()
+        comps = [Completion(torch.randint(3, 259, (n,), generator=g).tolist(), "", n == new_tokens) for n in lengths]
+        rewards = (torch.randint(0, 5, (group,), generator=g) / 4).tolist()
+        groups.append((prompts[i % len(prompts)], comps, rewards))
+    mine = dist.this_rank(groups, per_batch)
+    return Rollouts([p for p, comps, _ in mine for _ in comps], [c for _, comps, _ in mine for c in comps], [],
+                    [Reward(r) for _, _, rewards in mine for r in rewards], group)
+
+
+def part_losses(args, model_dir: Path) -> list[dict]:
+    """The trainer's train_step on fixed data: --loss-prompts x 8 per step (two optimizer steps), any world size."""
+    from execrl.trainer import distributed as dist
+    from execrl.trainer.loop import train_step
+    from execrl.trainer.rollouts import prompt_ids
+    from execrl.trainer.setup import build_run
+
+    samples = args.loss_prompts * 8
+    cfg = config(args, model_dir, dist.from_main(tempfile.mkdtemp(prefix="execrl-scale-")), args.loss_prompts,
+                 samples // 2, args.loss_steps, compile_=False, extra=(f"policy.optimizer.kwargs.lr={args.loss_lr}",))
+    group = cfg.grpo.num_generations_per_prompt
+    say(f"losses: {args.loss_steps} steps of {args.loss_prompts} x {group} fixed samples (2 optimizer steps each) "
+        f"on {dist.world_size()} process(es)")
+    run = build_run(cfg)
+    prompts = prompt_ids(run.sampler.problems[:args.loss_prompts], run.tokenizer, cfg)
+    out = []
+    try:
+        for step in range(1, args.loss_steps + 1):
+            rollouts = fixed_rollouts(step, args.loss_prompts, group, prompts, args.new_tokens, samples // 2 // group)
+            stats = train_step(run, rollouts)
+            run.step = step
+            out.append({"step": step, **{k: stats[k] for k in ("loss", "grad_norm", "entropy", "kl", "clip_frac")}})
+            say(f"  step {step}: " + "  ".join(f"{k} {v:.6g}" for k, v in out[-1].items() if k != "step"))
+    finally:
+        run.close()
+    return out
+
+
+def table(title: str, header: list[str], rows: list[list]) -> None:
+    print(f"\n{title}\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+    for r in rows:
+        print("| " + " | ".join(str(x) for x in r) + " |")
+    sys.stdout.flush()
+
+
+def report(results: list[dict]) -> None:
+    """Tables from one or more runs' JSON; the first is the baseline (1 GPU) for efficiency and loss differences."""
+    base = results[0]
+    rows = []
+    for r in results:
+        t = r.get("timing")
+        if not t:
+            continue
+        eff = base["timing"]["step_s"] / t["step_s"] if t["step_s"] and base.get("timing") else float("nan")
+        rows.append([t["gpus"], f"{t['prompts']} x {t['samples'] // t['prompts']}", f"{t['step_s']:.2f}",
+                     f"{t['generate_s']:.2f}", f"{t['grade_s']:.2f}", f"{t['train_s']:.2f}", f"{t['gen_tok_s']:,.0f}",
+                     f"{t['step_tok_s']:,.0f}", f"{t['step_tok_s'] / t['gpus']:,.0f}", f"{eff:.1%}",
+                     "/".join(f"{p:.1f}" for p in t["peak_gib_per_rank"])])
+    for r in results:
+        if r.get("timing"):
+            print(f"{r['gpus']} GPU(s), rank 0, per step: " + "  ".join(
+                f"{x['step']}: {x['s']:.2f} s loss {x['loss']:.4g}" for x in r["timing"]["steps"]))
+    if rows:
+        table(f"Weak scaling ({base.get('device', '?')}, {base.get('arch', '?')}, {base.get('new_tokens', '?')} new "
+              "tokens; medians after warm-up)",
+              ["GPUs", "prompts x G", "step s", "generate s", "grade s", "train s", "gen tok/s", "step tok/s",
+               "step tok/s per GPU", "efficiency vs first", "peak GiB per rank"], rows)
+    losses = [r for r in results if r.get("losses")]
+    if len(losses) >= 2:
+        keys = ("loss", "grad_norm", "entropy", "kl")
+        rows = []
+        for i, first in enumerate(losses[0]["losses"]):
+            for other in losses[1:]:
+                if i >= len(other["losses"]):
+                    continue
+                o = other["losses"][i]
+                rows.append([first["step"], f"{losses[0]['gpus']} vs {other['gpus']}",
+                             *(f"{first[k]:.5g} / {o[k]:.5g} ({abs(o[k] - first[k]) / max(abs(first[k]), 1e-12):.1e})"
+                               for k in keys)])
+        table("Same data on different numbers of GPUs: value / value (relative difference)", ["step", "GPUs",
+              *keys], rows)
+    elif losses:
+        table(f"Losses on the fixed data ({losses[0]['gpus']} GPU(s))", ["step", "loss", "grad_norm", "entropy", "kl"],
+              [[x["step"], *(f"{x[k]:.6g}" for k in ("loss", "grad_norm", "entropy", "kl"))]
+               for x in losses[0]["losses"]])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arch", default="qwen2.5-coder-1.5b", choices=sorted(ARCHS))
+    ap.add_argument("--prompts-per-gpu", type=int, default=8, help="timing: prompts per GPU per step (x 8 samples)")
+    ap.add_argument("--new-tokens", type=int, default=256, help="tokens generated per completion (forced)")
+    ap.add_argument("--prompt-tokens", type=int, default=128, help="prompt length, about")
+    ap.add_argument("--warmup", type=int, default=2, help="timing: first steps left out (compilation)")
+    ap.add_argument("--steps", type=int, default=3, help="timing: steps measured after the warm-up")
+    ap.add_argument("--micro", type=int, default=None, help="micro-batch size for training and scoring (default: "
+                                                            "the seed config's, 2)")
+    ap.add_argument("--no-compile", dest="compile", action="store_false", help="timing: eager training and engine")
+    ap.add_argument("--loss-steps", type=int, default=3, help="losses: steps on fixed data (0: skip the part)")
+    ap.add_argument("--loss-prompts", type=int, default=16, help="losses: global prompts per step (x 8 samples)")
+    ap.add_argument("--loss-lr", type=float, default=1e-4, help="losses: learning rate (large enough that later "
+                                                                "steps show the earlier updates)")
+    ap.add_argument("--parts", default="timing,losses", help="which parts to run")
+    ap.add_argument("--model-dir", default=os.path.join(tempfile.gettempdir(), "execrl-scale-models"),
+                    help="where the random-init model is saved (and found by later runs)")
+    ap.add_argument("--out", default=None, help="JSON of this run (default: scale-<N>gpu.json)")
+    ap.add_argument("--baseline", default=None, help="a 1-GPU run's JSON: print efficiency and loss differences")
+    ap.add_argument("--compare", nargs="+", default=None, metavar="JSON", help="only print the tables of these runs")
+    args = ap.parse_args()
+    if args.compare:
+        report([json.loads(Path(p).read_text()) for p in args.compare])
+        return
+
+    from execrl.trainer import distributed as dist
+
+    dist.init("auto")
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    if args.arch != "tiny" and not torch.cuda.is_available():
+        sys.exit("this architecture needs GPUs: use --arch tiny on a CPU")
+    say(f"{dist.world_size()} x {device}, torch {torch.__version__}, "
+        f"transformers {__import__('transformers').__version__}")
+    model_dir = build_model(args.arch, Path(args.model_dir))
+    parts = args.parts.split(",")
+    result = {"arch": args.arch, "device": device, "gpus": dist.world_size(), "new_tokens": args.new_tokens,
+              "torch": torch.__version__}
+    if "timing" in parts and args.steps > 0:
+        result["timing"] = part_timing(args, model_dir)
+        say(f"timing done: {result['timing']['step_s']:.2f} s/step")
+    if "losses" in parts and args.loss_steps > 0:
+        result["losses"] = part_losses(args, model_dir)
+    if dist.is_main():
+        out = Path(args.out or f"scale-{dist.world_size()}gpu.json")
+        out.write_text(json.dumps(result, indent=1))
+        say(f"wrote {out}")
+        found = args.baseline and Path(args.baseline).is_file()
+        baseline = [json.loads(Path(args.baseline).read_text())] if found else []
+        report(baseline + [result])
+    dist.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""Multi-GPU training's code path on CPU: `execrl train cluster.gpus_per_node=2` launches torchrun with two gloo
+processes (FSDP2 shards, rank shares of prompts, sums over ranks, full checkpoints), and its run must equal the
+one-process run of the same config: the same samples (sampling noise is keyed by prompt, not by rank or batch), the
+same rewards, and losses, gradient norms and final weights equal up to float summation order. A checkpoint written by
+two processes resumes in one, and the other way round."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import execrl
+from execrl.config import load_config
+from execrl.trainer.loop import train
+
+# 4 prompts x 4 samples per step, 2 optimizer steps per rollout (so ranks take a part of each optimizer batch),
+# micro-batches of 2 (gradient accumulation), a KL term (a sharded reference model), and validation split over ranks
+BASE = ["policy.device=cpu", "grpo.num_prompts_per_step=4", "grpo.num_generations_per_prompt=4",
+        "policy.train_global_batch_size=8", "policy.train_micro_batch_size=2", "policy.logprob_batch_size=4",
+        "policy.generation_batch_size=16", "grpo.val_at_start=false", "grpo.max_val_samples=8",
+        "loss_fn.reference_policy_kl_penalty=0.01", "logger.tensorboard_enabled=false", "logger.rollouts_period=1",
+        "env.code.num_workers=2", "checkpointing.save_period=1"]
+# no warm-up: a reward that a random model's samples vary in (their length), so every step has a gradient
+FAST = [*BASE, "warmup.sft_steps=0", "grpo.max_num_steps=2", "grpo.val_period=2",
+        "reward.components=[{name: overlong_penalty, buffer_tokens: 56}]"]
+# the built-in task's real reward from the sandbox, after the supervised warm-up
+REAL = [*BASE, "warmup.sft_steps=80", "grpo.max_num_steps=3", "grpo.val_period=3"]
+
+SAMPLED = ("train/reward_mean", "train/completion_len_mean", "train/truncated_frac", "eval/pass@1", "eval/num_problems")
+LEARNED = ("train/loss", "train/kl", "train/entropy", "train/grad_norm", "train/clip_frac", "train/valid_frac")
+
+
+def one_process(directory: Path, overrides: list[str]) -> Path:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as torchrun gives each of its processes: the CI machine's cores are few and shared
+    try:
+        train(load_config(None, [*overrides, f"logger.log_dir={directory}",
+                                 f"checkpointing.checkpoint_dir={directory}/ckpt"]))
+    finally:
+        torch.set_num_threads(threads)
+    return directory
+
+
+def two_processes(directory: Path, overrides: list[str]) -> Path:
+    """Through the command line, which starts torchrun itself."""
+    src = str(Path(execrl.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    env.pop("WORLD_SIZE", None)
+    done = subprocess.run([sys.executable, "-m", "execrl.cli", "train", *overrides, f"logger.log_dir={directory}",
+                           f"checkpointing.checkpoint_dir={directory}/ckpt", "cluster.gpus_per_node=2"],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert "launching: " in done.stderr and "--nproc-per-node 2" in done.stderr
+    return directory
+
+
+def metrics(d: Path) -> list[dict]:
+    return [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+
+
+def weights(d: Path, step: int) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(d / "ckpt" / f"step_{step:06d}" / "policy" / "model.safetensors")
+
+
+def initial_weights() -> dict[str, torch.Tensor]:
+    from execrl.models import load_model_and_tokenizer
+
+    cfg = load_config(None, [])
+    model, _ = load_model_and_tokenizer(cfg.policy.model_name, "cpu", "float32", seed=cfg.grpo.seed)
+    return model.state_dict()
+
+
+def assert_same_run(a: Path, b: Path, steps: int, first: int = 1) -> None:
+    def by_step(d):
+        return {(r["step"], "eval/pass@1" in r): r for r in metrics(d) if r["step"] >= first}
+
+    rows_a, rows_b = by_step(a), by_step(b)
+    assert rows_a.keys() == rows_b.keys()
+    for key, ra in rows_a.items():
+        rb = rows_b[key]
+        for k in SAMPLED:  # the same samples, graded the same (means of sums over ranks: exact but for rounding)
+            assert (k in ra) == (k in rb), (key, k)
+            if k in ra:
+                assert rb[k] == pytest.approx(ra[k], rel=1e-12), (key, k)
+        assert {k for k in ra if "verdict/" in k} == {k for k in rb if "verdict/" in k}
+        for k in LEARNED:  # the same numbers but for float summation order (per micro-batch, per rank)
+            if k in ra:
+                assert rb[k] == pytest.approx(ra[k], rel=1e-4, abs=1e-6), (ra["step"], k)
+    for step in range(first, steps + 1):
+        assert (a / "rollouts" / f"step_{step:06d}.jsonl").read_text() == \
+               (b / "rollouts" / f"step_{step:06d}.jsonl").read_text()
+    wa, wb, w0 = weights(a, steps), weights(b, steps), initial_weights()
+    assert sorted(wa) == sorted(wb)  # the same HF checkpoint (a tied head saved once)
+    apart = sum(((wa[k] - wb[k]) ** 2).sum() for k in wa) ** 0.5
+    moved = sum(((wa[k] - w0[k]) ** 2).sum() for k in wa) ** 0.5
+    assert moved > 0.01 and apart / moved < 1e-3, (float(apart), float(moved))  # Adam amplifies float noise a little
+
+
+def test_dry_run_prints_the_torchrun_command(capsys):
+    from execrl.cli import main
+
+    assert main(["train", str(Path(__file__).parents[2] / "configs/grpo_code_2gpu_test.yaml"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "-m torch.distributed.run --nproc-per-node 2 --standalone -m execrl.cli train" in out
+    assert main(["train", "cluster.gpus_per_node=8", "cluster.num_nodes=2", "grpo.num_prompts_per_step=16",
+                 "policy.train_global_batch_size=128", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "--nnodes 2 --node-rank NODE_RANK --rdzv-backend c10d --rdzv-endpoint HOST:PORT" in out
+
+
+def test_prompts_that_do_not_split_over_the_gpus_are_refused():
+    from execrl.config import ConfigError, plan
+
+    with pytest.raises(ConfigError, match="make grpo.num_prompts_per_step .* multiples of 2"):
+        plan(load_config(None, ["cluster.gpus_per_node=2", "grpo.num_prompts_per_step=3"]))
+
+
+def test_a_process_count_that_does_not_match_the_config_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="execrl train CONFIG"):
+        train(load_config(None, [*FAST, "cluster.gpus_per_node=2", f"logger.log_dir={tmp_path}"]))
+
+
+def test_two_gloo_processes_equal_one_and_resume_across_world_sizes(tmp_path):
+    one = one_process(tmp_path / "one", FAST)
+    two = two_processes(tmp_path / "two", FAST)
+    assert_same_run(one, two, steps=2)
+    exported = json.loads((two / "ckpt" / "step_000002" / "policy" / "config.json").read_text())
+    assert exported["architectures"] == ["Qwen2ForCausalLM"]  # not FSDP's wrapper class: vLLM reads this
+    # resume from step 1: two processes' checkpoint in one process, and one's in two
+    for name, source, run in (("two_then_one", two, one_process), ("one_then_two", one, two_processes)):
+        (tmp_path / name / "ckpt").mkdir(parents=True)
+        shutil.copytree(source / "ckpt" / "step_000001", tmp_path / name / "ckpt" / "step_000001")
+        resumed = run(tmp_path / name, FAST)
+        assert [r["step"] for r in metrics(resumed)] == [2, 2]  # only step 2 and its evaluation ran
+        assert_same_run(one, resumed, steps=2, first=2)
+
+
+def test_async_multi_turn_on_two_gloo_processes_equals_one(tmp_path):
+    """Episodes of two turns (the unit-test environment answers a random model's first turn, which holds no code),
+    generated one step ahead and corrected with the sampler's logprobs: the same run on two processes as on one."""
+    overrides = [*FAST, "grpo.max_num_steps=3", "grpo.val_period=3", "grpo.async_grpo.enabled=true",
+                 "grpo.max_rollout_turns=2", "env.multi_turn.kind=unit_tests", "env.multi_turn.observation_role=user",
+                 "policy.generation.max_new_tokens=32", "policy.max_total_sequence_length=320"]
+    one = one_process(tmp_path / "one", overrides)
+    two = two_processes(tmp_path / "two", overrides)
+    assert_same_run(one, two, steps=3)
+    rows = [r for r in metrics(two) if "train/loss" in r]
+    assert [r["train/trajectory_age_mean"] for r in rows] == [0.0, 1.0, 1.0]
+    assert all(r["train/turns_mean"] > 1.0 and r["train/is_weight"] > 0 for r in rows)
+    for k in ("train/turns_mean", "train/tool_calls_mean", "train/logprob_mismatch", "train/is_weight"):
+        # (the mismatch of a step that trains on fresh samples is float noise, about 1e-7: absolute tolerance)
+        assert [r[k] for r in rows] == pytest.approx([r[k] for r in metrics(one) if "train/loss" in r], rel=1e-4,
+                                                     abs=1e-5)
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_equal_one_on_the_builtin_task(tmp_path):
+    one = one_process(tmp_path / "one", REAL)
+    two = two_processes(tmp_path / "two", REAL)
+    assert_same_run(one, two, steps=3)
+    assert max(r.get("train/reward_mean", 0) for r in metrics(one)) > 0.1  # a real learning signal
+
+
+@pytest.mark.gpu
+def test_engine_graphs_follow_weights_that_moved_after_reset_graphs():
+    """What a sharded model's rollout phase does to the engine: the gathered weights land in new memory (with new
+    values after an optimizer step); after reset_graphs the CUDA-graph engine samples what an eager one does."""
+    from execrl.builtin import tokenizer_corpus
+    from execrl.models import build_tiny_model, build_tokenizer
+    from execrl.rollout import RolloutEngine, SamplingParams
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    tok = build_tokenizer(tokenizer_corpus(), vocab_size=384)
+    model = build_tiny_model(tok, hidden=64, layers=2, heads=4, seed=0).cuda().eval()
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in ["Read two integers.", "def f(x):"]]
+    greedy = SamplingParams(temperature=0.0)
+    graphed = RolloutEngine(model, tok, slots=4, max_len=128, cuda_graphs=True)
+    before = graphed.generate(prompts, 2, 32, greedy)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():  # new memory, new values (the old storage is freed and may be reused)
+            p.data = torch.randn(p.shape, generator=g, device="cuda") * 0.15
+    graphed.reset_graphs()
+    after = graphed.generate(prompts, 2, 32, greedy)
+    eager = RolloutEngine(model, tok, slots=4, max_len=128, cuda_graphs=False).generate(prompts, 2, 32, greedy)
+    assert [c.ids for grp in after for c in grp] == [c.ids for grp in eager for c in grp]
+    assert [c.ids for grp in after for c in grp] != [c.ids for grp in before for c in grp]
