@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import sys
 import tempfile
@@ -28,7 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grpo_step import ARCHS, DEVICE, build, fresh_peak, peak_gib, table  # noqa: E402
+from grpo_step import ARCHS, DEVICE, fresh_peak, peak_gib, save_arch, table  # noqa: E402
 
 COMMON = ["grpo.val_period=0", "grpo.val_at_start=false", "checkpointing.enabled=false",
           "logger.tensorboard_enabled=false", "logger.rollouts_period=0"]
@@ -36,16 +35,7 @@ COMMON = ["grpo.val_period=0", "grpo.val_at_start=false", "checkpointing.enabled
 
 def arch_workload(arch: str, work: Path, new_tokens: int, micro: int, compile_all: bool) -> list[str]:
     """grpo_step.py's step section, execrl backend (random weights saved as an HF directory)."""
-    from execrl.builtin import arith_problem
-    from execrl.prompts import PromptConfig, build_messages, render
-
-    model, tok = build(arch, device="cpu")
-    model.save_pretrained(work / "model")
-    tok.save_pretrained(work / "model")
-    del model
-    problem, _ = arith_problem(random.Random(0), 0, "train")
-    base = len(tok(render(build_messages(problem, PromptConfig()), tok), add_special_tokens=False)["input_ids"])
-    system = ("You are a careful programmer. " * 20)[:max(1, 128 - base - 12)]  # prompts of about 128 tokens
+    system = save_arch(arch, work)
     overrides = [f"policy.model_name={work / 'model'}", "warmup.sft_steps=0", f"policy.train_micro_batch_size={micro}",
                  "policy.logprob_batch_size=32", f"policy.max_total_sequence_length={144 + new_tokens}",
                  f"policy.generation.max_new_tokens={new_tokens}", "policy.generation.ignore_eos=true",

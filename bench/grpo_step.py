@@ -208,23 +208,30 @@ def section_train(arch: str, rows: list, compile_layers: bool):
                      f"{peak_gib():.1f}"])
 
 
-def section_step(arch: str, rows: list, backends: list[str], steps: int, compile_all: bool, micro: int):
+def save_arch(arch: str, work: Path) -> str:
+    """Random-init weights of the architecture and its tokenizer saved as an HF directory, work/model; returns a
+    system prompt that pads the built-in task's prompts to about 128 tokens."""
     from execrl.builtin import arith_problem
-    from execrl.config import load_config
     from execrl.prompts import PromptConfig, build_messages, render
-    from execrl.trainer.loop import train
 
     model, tok = build(arch, device="cpu")
-    work = Path(tempfile.mkdtemp())
     model.save_pretrained(work / "model")
     tok.save_pretrained(work / "model")
     del model
     problem, _ = arith_problem(random.Random(0), 0, "train")
     base = len(tok(render(build_messages(problem, PromptConfig()), tok), add_special_tokens=False)["input_ids"])
-    system = ("You are a careful programmer. " * 20)[:max(1, 128 - base - 12)]  # prompts of about 128 tokens
+    return ("You are a careful programmer. " * 20)[:max(1, 128 - base - 12)]
+
+
+def section_step(arch: str, rows: list, backends: list[str], steps: int, compile_all: bool, micro_execrl: int):
+    from execrl.config import load_config
+    from execrl.trainer.loop import train
+
+    work = Path(tempfile.mkdtemp())
+    system = save_arch(arch, work)
     for backend in backends:
         n_steps = steps if backend == "execrl" else 2
-        micro = micro if backend == "execrl" else min(micro, 32)  # transformers' generate leaves less room
+        micro = micro_execrl if backend == "execrl" else min(micro_execrl, 32)  # transformers' generate takes room
         overrides = [f"policy.model_name={work / 'model'}", f"grpo.max_num_steps={n_steps}", "warmup.sft_steps=0",
                      "grpo.num_prompts_per_step=16", "grpo.num_generations_per_prompt=8",
                      "policy.train_global_batch_size=128", f"policy.train_micro_batch_size={micro}",

@@ -58,7 +58,8 @@ def test_a_rollout_older_than_the_bound_is_dropped_and_its_prompts_regenerated(t
         assert info == {"trajectory_age_mean": 0.0, "dropped_stale": 0.0} and len(r.pipeline.queue) == 1
         ahead = r.pipeline.queue[0]  # sampled by version 0, for step 1
         assert ahead.version == 0 and prompts(ahead.rollouts) != prompts(first)
-        assert r.pipeline.data_position() == {"epoch": 0, "pos": 4}  # the in-flight batch's prompts start at 4
+        assert r.pipeline.data_position(1) == {"epoch": 0, "pos": 4}  # after step 1: the batch in flight, from 4
+        assert r.pipeline.data_position(0) == {"epoch": 0, "pos": 0}  # Ctrl-C during step 1: the batch it trains
         kept, info = r.pipeline.next(2, times)  # two versions later: at the bound, still trained on
         assert kept is ahead.rollouts and info["trajectory_age_mean"] == 2.0
         ahead = r.pipeline.queue[0]

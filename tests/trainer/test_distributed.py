@@ -147,7 +147,8 @@ def test_async_multi_turn_on_two_gloo_processes_equals_one(tmp_path):
     generated one step ahead and corrected with the sampler's logprobs: the same run on two processes as on one."""
     overrides = [*FAST, "grpo.max_num_steps=3", "grpo.val_period=3", "grpo.async_grpo.enabled=true",
                  "grpo.max_rollout_turns=2", "env.multi_turn.kind=unit_tests", "env.multi_turn.observation_role=user",
-                 "policy.generation.max_new_tokens=32", "policy.max_total_sequence_length=320"]
+                 "policy.generation.max_new_tokens=32", "policy.max_total_sequence_length=320",
+                 "grpo.max_val_samples=1"]  # one validation problem: a rank without any still joins the gathering
     one = one_process(tmp_path / "one", overrides)
     two = two_processes(tmp_path / "two", overrides)
     assert_same_run(one, two, steps=3)
@@ -158,6 +159,35 @@ def test_async_multi_turn_on_two_gloo_processes_equals_one(tmp_path):
         # (the mismatch of a step that trains on fresh samples is float noise, about 1e-7: absolute tolerance)
         assert [r[k] for r in rows] == pytest.approx([r[k] for r in metrics(one) if "train/loss" in r], rel=1e-4,
                                                      abs=1e-5)
+
+
+def test_episode_metrics_of_two_processes_add_up_to_those_of_their_episodes_together():
+    """Each process logs sums and counts, added over processes: a verdict that one process never saw must still count
+    that process's episodes in its denominator (else 8 passes on one and 8 failures on the other read 1.0 and 1.0)."""
+    from execrl.envs import Trajectory
+    from execrl.extract import Extracted
+    from execrl.rewards import Reward, Sample
+    from execrl.sandbox import ProgramResult, StdioTests, TestResult, Verdict
+    from execrl.tasks import Problem
+    from execrl.trainer.rollouts import Episode, Rollouts, episode_means, episode_sums
+
+    problem = Problem("p", [{"role": "user", "content": "x"}], "code", tests=StdioTests(["1\n"], ["1\n"]))
+
+    def episodes(verdict: Verdict, reward: float, turns: int, n: int) -> Rollouts:
+        result = ProgramResult(verdict, [TestResult(verdict)])
+        return Rollouts([Episode(problem, None, [], Trajectory([1]), Sample(problem, "", Extracted("", True, "c"), result),
+                                 Reward(reward), turns) for _ in range(n)], 1)
+
+    ranks = [episodes(Verdict.PASS, 1.0, 1, 8), episodes(Verdict.FAIL, 0.0, 2, 8)]
+    summed: dict[str, float] = {}
+    for d in map(episode_sums, ranks):  # as dist.sum_dicts adds them
+        for k, v in d.items():
+            summed[k] = summed.get(k, 0.0) + v
+    together = episode_means(episode_sums(Rollouts(ranks[0].episodes + ranks[1].episodes, 1)))
+    assert episode_means(summed) == together
+    assert together["verdict/pass"] == together["verdict/fail"] == 0.5 and together["verdict/timeout"] == 0.0
+    assert together["reward_mean"] == 0.5 and together["turns_mean"] == 1.5
+    assert together["reward_by_turns/1"] == 1.0 and together["reward_by_turns/2"] == 0.0
 
 
 @pytest.mark.slow

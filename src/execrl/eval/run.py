@@ -74,6 +74,9 @@ def is_correct(sample: Sample) -> bool:
     return sample.result is not None and sample.result.verdict == Verdict.PASS
 
 
+OUTCOMES = {"math": ("correct", "wrong"), "code": (*(v.value for v in Verdict), NO_CODE)}  # what outcome() returns
+
+
 def outcome(sample: Sample) -> str:
     if sample.problem.kind == "math":
         return "correct" if is_correct(sample) else "wrong"

@@ -12,7 +12,7 @@ from execrl.config import MasterConfig
 from execrl.eval.run import is_correct
 from execrl.trainer import checkpoint
 from execrl.trainer import distributed as dist
-from execrl.trainer.rollouts import episode_sums, rollout_rows, run_episodes
+from execrl.trainer.rollouts import episode_means, episode_sums, rollout_rows, run_episodes
 from execrl.trainer.setup import Run, build_run, console
 from execrl.trainer.step import advantages, build_batch, optimize, score_tokens, scoring_temperature
 from execrl.trainer.warmup import sft_warmup
@@ -47,9 +47,7 @@ def train(cfg: MasterConfig) -> Run:
             save(run)
         summarize(run)
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted: saving a checkpoint before exiting[/]")
-        if cfg.checkpointing.enabled and run.step > max(run.last_saved, 0):
-            save(run)
+        save_on_interrupt(run)
         raise
     finally:
         run.close()
@@ -98,10 +96,8 @@ def validate(run: Run) -> float:
 
 
 def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
-    pairs = episode_sums(rollouts)  # summed over all ranks' episodes, then the means
-    sums = dist.sum_dicts({**{k: s for k, (s, _) in pairs.items()}, **{f"{k}#n": n for k, (_, n) in pairs.items()}})
     metrics = {f"train/{k}": v for k, v in stats.items()}  # already global
-    metrics.update({f"train/{k}": v / max(sums[f"{k}#n"], 1) for k, v in sums.items() if not k.endswith("#n")})
+    metrics.update({f"train/{k}": v for k, v in episode_means(dist.sum_dicts(episode_sums(rollouts))).items()})
     metrics["train/lr"] = run.scheduler.get_last_lr()[0]
     metrics.update({f"time/{k}": v for k, v in times.items()})
     if torch.cuda.is_available():
@@ -133,9 +129,20 @@ def summarize(run: Run) -> None:
     console.print(f"logs: {run.logger.dir}  checkpoints: {run.cfg.checkpointing.checkpoint_dir}")
 
 
+def save_on_interrupt(run: Run) -> None:
+    """Ctrl-C: a checkpoint of the steps done; resuming trains the interrupted step's batch again."""
+    if dist.world_size() > 1:  # each process was stopped somewhere else: a collective save could hang
+        last = f"step {run.last_saved}" if run.last_saved >= 0 else "none"
+        console.print(f"[yellow]interrupted: not saved (several processes); the last checkpoint: {last}[/]")
+    elif run.cfg.checkpointing.enabled and run.step > max(run.last_saved, 0):
+        console.print("[yellow]interrupted: saving a checkpoint before exiting[/]")
+        save(run)
+
+
 def save(run: Run) -> None:
+    data = {"sampler": run.pipeline.data_position(run.step)}
     path = checkpoint.save(run.cfg.checkpointing.checkpoint_dir, run.step, run.model, run.tokenizer, run.optimizer,
-                           run.scheduler, {"sampler": run.pipeline.data_position()}, run.cfg.checkpointing.keep_top_k)
+                           run.scheduler, data, run.cfg.checkpointing.keep_top_k)
     run.last_saved = run.step
     console.print(f"checkpoint: {path}")
 

@@ -57,6 +57,7 @@ class RolloutPipeline:
         self.generate, self.grade, self.sampler, self.num_prompts = generate, grade, sampler, num_prompts
         self.lookahead, self.max_age = lookahead, max_age
         self.queue: deque[InFlight] = deque()
+        self.training: InFlight | None = None  # the batch handed out last (trained at its step)
         self.grading = ThreadPoolExecutor(1, thread_name_prefix="execrl-grading")
 
     def next(self, version: int, times: dict[str, float], more: bool = True) -> tuple[Rollouts, dict[str, float]]:
@@ -73,7 +74,7 @@ class RolloutPipeline:
             position = self.sampler.state_dict()
             self.queue.append(self._launch(self.sampler.next(self.num_prompts), position, version,
                                            version + len(self.queue), times))
-        head = self.queue.popleft()
+        head = self.training = self.queue.popleft()
         t = time.perf_counter()
         in_thread = head.graded.result()  # the environments' answers to the last model turn
         times["grade_wait"] = time.perf_counter() - t
@@ -93,9 +94,11 @@ class RolloutPipeline:
         self.grade(rollouts)
         return time.perf_counter() - t
 
-    def data_position(self) -> dict:
-        """The sampler state to checkpoint: that of the oldest batch not yet trained on (in flight ones are redone)."""
-        return dict(self.queue[0].position) if self.queue else self.sampler.state_dict()
+    def data_position(self, step: int) -> dict:
+        """The sampler state to checkpoint at `step` (steps done): that of the oldest batch not yet trained on, the
+        one being trained included (a checkpoint on Ctrl-C in the middle of a step); batches in flight are redone."""
+        pending = [b for b in (self.training, *self.queue) if b is not None and b.step >= step]
+        return dict(pending[0].position) if pending else self.sampler.state_dict()
 
     def close(self) -> None:
         for batch in self.queue:

@@ -17,7 +17,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from execrl.envs import Environment, Segment, Step, Trajectory, TurnRenderer, make_env
-from execrl.eval.run import outcome
+from execrl.eval.run import OUTCOMES, outcome
 from execrl.prompts import render
 from execrl.rewards import Reward, Sample
 from execrl.rollout import Completion, SamplingParams
@@ -95,7 +95,8 @@ def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem]
         messages = [env.reset(problem) for env in envs]
         prompts.append(encode(messages[0], tokenizer))  # the G episodes of a problem share their prompt
         episodes += [Episode(problem, env, m, Trajectory(prompts[-1])) for env, m in zip(envs, messages)]
-    stop = (gen.stop_strings or []) + episodes[0].env.stop_strings or None
+    # (a rank may have no problems, e.g. of a small validation set: it still joins the weights' gathering below)
+    stop = (gen.stop_strings or []) + (episodes[0].env.stop_strings if episodes else []) or None
     rollouts = Rollouts(episodes, group_size, {"generate": 0.0, "grade": 0.0})
     phase = getattr(generator, "phase", None)  # a sharded model's weights: gathered once for every turn
     with phase() if phase else nullcontext():
@@ -176,10 +177,11 @@ def end(e: Episode, step: Step) -> None:
     e.sample, e.reward = step.sample, step.reward
 
 
-def episode_sums(rollouts: Rollouts) -> dict[str, tuple[float, int]]:
-    """Each per-episode metric as (sum, count) over these episodes, so that the means of several processes' episodes
-    follow from the summed pairs: rewards over valid episodes (the sandbox answered), the rest over all; turns, tool
-    calls and errors per episode, and the mean reward of the episodes that took n turns."""
+def episode_sums(rollouts: Rollouts) -> dict[str, float]:
+    """Each per-episode metric's sum over these episodes (key k) and the number of episodes it is over (key k#n), so
+    that several processes' dicts add up (a missing key counting 0) to those of all their episodes: see
+    episode_means. Rewards over valid episodes (the sandbox answered), the rest over all; turns, tool calls and
+    errors per episode, the mean reward of the episodes that took n turns, and the fraction of each verdict."""
     eps = rollouts.episodes
     valid = [e for e in eps if e.reward.valid]
     sums = {"reward_mean": (sum(e.reward.total for e in valid), len(valid)),
@@ -193,9 +195,18 @@ def episode_sums(rollouts: Rollouts) -> dict[str, tuple[float, int]]:
         for name, value in [*(("reward/" + k, v) for k, v in e.reward.parts.items()),
                             (f"reward_by_turns/{e.turns}", e.reward.total)]:
             parts[name] = (parts[name][0] + value, parts[name][1] + 1)
-    for verdict, count in Counter(outcome(e.sample) for e in eps).items():
-        parts[f"verdict/{verdict}"] = (count, len(eps))
-    return sums | dict(sorted(parts.items()))
+    # every outcome of the episodes' kinds of task, seen or not: then each process's count of episodes enters every
+    # fraction's denominator (and the curves have no gaps)
+    counts = Counter(outcome(e.sample) for e in eps)
+    for verdict in {o for kind in {e.problem.kind for e in eps} for o in OUTCOMES[kind]}:
+        parts[f"verdict/{verdict}"] = (counts[verdict], len(eps))
+    pairs = sums | dict(sorted(parts.items()))
+    return {k: s for k, (s, _) in pairs.items()} | {f"{k}#n": float(n) for k, (_, n) in pairs.items()}
+
+
+def episode_means(sums: dict[str, float]) -> dict[str, float]:
+    """The metrics' means from episode_sums (of one process's episodes, or summed over processes)."""
+    return {k: v / max(sums[f"{k}#n"], 1) for k, v in sums.items() if not k.endswith("#n")}
 
 
 def rollout_rows(rollouts: Rollouts, tokenizer) -> list[dict]:

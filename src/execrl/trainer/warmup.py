@@ -38,6 +38,10 @@ def sft_warmup(model, tokenizer, problems: list[Problem], references: dict[str, 
     opt = torch.optim.AdamW(model.parameters(), lr=w.lr)
     env = make_env(cfg, None)  # the prompt as the episode's environment poses it
     loss_value = float("nan")
+    if w.sft_steps and min(w.batch_size, len(usable)) < dist.world_size():
+        raise ValueError(f"the warm-up needs an example per process in each batch: warmup.batch_size is {w.batch_size}, "
+                         f"{len(usable)} training problems have reference solutions, {dist.world_size()} processes. "
+                         f"Raise warmup.batch_size, or set warmup.sft_steps=0")
     model.train()
     for step in range(w.sft_steps):
         batch = dist.this_rank(rng.sample(usable, min(w.batch_size, len(usable))))  # every rank draws the same batch
