@@ -170,28 +170,29 @@ def part_timing(args, model_dir: Path) -> dict:
 def fixed_rollouts(step: int, num_prompts: int, group: int, prompts: list[list[int]], new_tokens: int, per_batch: int):
     """This rank's share of a step's global batch of fixed random completions (lengths new/4..new) and rewards:
     generated whole on every rank from (step) alone, so it is the same data on any number of GPUs."""
+    from execrl.envs import Segment, Trajectory
     from execrl.rewards import Reward
-    from execrl.rollout import Completion
     from execrl.trainer import distributed as dist
-    from execrl.trainer.rollouts import Rollouts
+    from execrl.trainer.rollouts import Episode, Rollouts
 
     g = torch.Generator().manual_seed(1000 + step)
     groups = []
     for i in range(num_prompts):
         lengths = torch.randint(new_tokens // 4, new_tokens + 1, (group,), generator=g).tolist()
-        comps = [Completion(torch.randint(3, 259, (n,), generator=g).tolist(), "", n == new_tokens) for n in lengths]
+        completions = [torch.randint(3, 259, (n,), generator=g).tolist() for n in lengths]
         rewards = (torch.randint(0, 5, (group,), generator=g) / 4).tolist()
-        groups.append((prompts[i % len(prompts)], comps, rewards))
-    mine = dist.this_rank(groups, per_batch)
-    return Rollouts([p for p, comps, _ in mine for _ in comps], [c for _, comps, _ in mine for c in comps], [],
-                    [Reward(r) for _, _, rewards in mine for r in rewards], group)
+        groups.append([Episode(None, None, [], Trajectory(prompts[i % len(prompts)], [Segment(ids, True)],
+                                                          len(ids) == new_tokens), reward=Reward(r), turns=1)
+                       for ids, r in zip(completions, rewards)])
+    return Rollouts([e for episodes in dist.this_rank(groups, per_batch) for e in episodes], group)
 
 
 def part_losses(args, model_dir: Path) -> list[dict]:
     """The trainer's train_step on fixed data: --loss-prompts x 8 per step (two optimizer steps), any world size."""
     from execrl.trainer import distributed as dist
     from execrl.trainer.loop import train_step
-    from execrl.trainer.rollouts import prompt_ids
+    from execrl.envs import make_env
+    from execrl.trainer.rollouts import encode
     from execrl.trainer.setup import build_run
 
     samples = args.loss_prompts * 8
@@ -201,7 +202,8 @@ def part_losses(args, model_dir: Path) -> list[dict]:
     say(f"losses: {args.loss_steps} steps of {args.loss_prompts} x {group} fixed samples (2 optimizer steps each) "
         f"on {dist.world_size()} process(es)")
     run = build_run(cfg)
-    prompts = prompt_ids(run.sampler.problems[:args.loss_prompts], run.tokenizer, cfg)
+    env = make_env(cfg, None)
+    prompts = [encode(env.reset(p), run.tokenizer) for p in run.sampler.problems[:args.loss_prompts]]
     out = []
     try:
         for step in range(1, args.loss_steps + 1):

@@ -1,0 +1,37 @@
+"""The benchmarks' CPU smoke runs (slow tier): they run on GPUs in another session than the one that changes the
+trainer, so a change that breaks one must show here first."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str, timeout: int = 600) -> str:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_scale_bench_runs_on_cpu(tmp_path):
+    out = tmp_path / "scale-1.json"
+    run("bench/scale.py", "--arch", "tiny", "--prompts-per-gpu", "2", "--new-tokens", "16", "--warmup", "1",
+        "--steps", "1", "--loss-steps", "2", "--loss-prompts", "2", "--out", str(out))
+    result = json.loads(out.read_text())
+    assert result["timing"]["step_s"] > 0 and len(result["losses"]) == 2
+    assert "Weak scaling" in run("bench/scale.py", "--compare", str(out), str(out))
+
+
+@pytest.mark.slow
+def test_async_bench_runs_on_cpu():
+    out = run("bench/async_step.py", "--arch", "tiny", "--new-tokens", "16", "--prompts", "4", "--generations", "4",
+              "--steps", "3", "--workloads", "arch")
+    assert "| tiny, 16 new forced | sync |" in out and "| tiny, 16 new forced | async |" in out
+    assert "async saves" in out
