@@ -3,14 +3,20 @@
     python bench/scale.py --out scale-1.json                                          # 1 GPU
     torchrun --standalone --nproc-per-node 2 bench/scale.py --out scale-2.json --baseline scale-1.json
     python bench/scale.py --compare scale-1.json scale-2.json                         # the tables again, no GPU
+    # the 8-GPU production config (async, 3 turns of unit-test feedback, G = 16) against 4 GPUs:
+    torchrun --standalone --nproc-per-node 4 bench/scale.py --config configs/grpo_code_8gpu_production.yaml \
+        --arch qwen2.5-coder-7b --ending --prompts-per-gpu 4 --micro 4 --warmup 2 --steps 20 --parts timing \
+        --out prod-4.json
+    torchrun --standalone --nproc-per-node 8 bench/scale.py ... --out prod-8.json --baseline prod-4.json
 
-The workload is the seed's 2-GPU test config (configs/grpo_code_2gpu_test.yaml: G = 8, micro-batches of 2, KL to a
-reference model) with the Qwen2.5-Coder-1.5B architecture, random-init (throughput does not depend on the weights),
-on the built-in code task's prompts padded to ~128 tokens, every completion forced to --new-tokens (ignore_eos).
+The workload is --config, by default the seed's 2-GPU test config (configs/grpo_code_2gpu_test.yaml: G = 8,
+micro-batches of 2, KL to a reference model), with the Qwen2.5-Coder-1.5B architecture by default, random-init (throughput does not depend on the weights),
+on the built-in code task's prompts padded to ~128 tokens, every completion forced to --new-tokens (ignore_eos), or
+with --ending, up to --new-tokens per turn (a random model whose turns end by themselves: see build_model).
 Each run has two parts, in one process (compiled code is reused):
-  timing  weak scaling: --prompts-per-gpu prompts x 8 per GPU per step, through `execrl train`'s loop (rollouts,
+  timing  weak scaling: --prompts-per-gpu prompts x G per GPU per step, through `execrl train`'s loop (rollouts,
           grading, the FSDP2 optimizer step); the first --warmup steps (compilation) are left out of the medians.
-  losses  the first --loss-steps steps on data that is the same for any number of GPUs (--loss-prompts x 8 fixed
+  losses  the first --loss-steps steps on data that is the same for any number of GPUs (--loss-prompts x G fixed
           random completions and rewards per step, two optimizer steps each), through the trainer's own train_step:
           loss, grad norm, entropy and KL per step, to compare a 1-GPU and an N-GPU run (bf16: equal within rounding).
 Rank 0 prints a table and writes --out (JSON); with --baseline (a 1-GPU run's JSON) also the scaling efficiency and
@@ -39,6 +45,7 @@ except ImportError:  # run from a checkout without installing
 ARCHS = {  # hidden, layers, heads, kv heads, intermediate, vocabulary; tied head (the Qwen2.5-Coder configs)
     "qwen2.5-coder-1.5b": (1536, 28, 12, 2, 8960, 151936),
     "qwen2.5-coder-0.5b": (896, 24, 14, 2, 4864, 151936),
+    "qwen2.5-coder-7b": (3584, 28, 28, 4, 18944, 152064),  # the 8-GPU production config's
     "tiny": (64, 2, 4, 2, 128, 512),  # a smoke test of this script on a CPU
 }
 SEED_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo_code_2gpu_test.yaml"
@@ -51,15 +58,18 @@ def say(*parts) -> None:
         print("[scale]", *parts, flush=True)
 
 
-def build_model(arch: str, directory: Path) -> Path:
-    """The architecture with random weights (seeded: the same on every run) and a byte-level tokenizer, saved once."""
+def build_model(arch: str, directory: Path, ending: bool = False) -> Path:
+    """The architecture with random weights (seeded: the same on every run) and a byte-level tokenizer, saved once.
+
+    `ending`: a random model whose turns end by themselves, so that episodes take several turns (forced lengths end
+    every turn truncated, which ends the episode): see end_turns. Compute is unchanged."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from execrl.builtin import tokenizer_corpus
     from execrl.models import build_tokenizer
     from execrl.trainer import distributed as dist
 
-    target = directory / arch
+    target = directory / (arch + ("-ending" if ending else ""))
     if dist.is_main() and not (target / "config.json").is_file():
         say(f"building a random-init {arch} in {target}")
         hidden, layers, heads, kv, inter, vocab = ARCHS[arch]
@@ -71,6 +81,8 @@ def build_model(arch: str, directory: Path) -> Path:
         torch.manual_seed(0)
         with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
             model = Qwen2ForCausalLM(cfg).to(torch.bfloat16 if torch.cuda.is_available() else torch.float32)
+            if ending:
+                say(f"EOS's embedding row scaled {end_turns(model, tok.eos_token_id):.1f}x")
         tmp = target.with_name(f".tmp-{arch}-{os.getpid()}")
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
@@ -79,6 +91,24 @@ def build_model(arch: str, directory: Path) -> Path:
         free_memory()
     dist.barrier()
     return target
+
+
+@torch.no_grad()
+def end_turns(model, eos: int, rate: float = 1 / 200) -> float:
+    """Scale EOS's embedding row (tied to the head) so that the random model samples EOS at about `rate` of the
+    positions of random text (at T = 1). Its own text differs from random text, so the rate in generation differs:
+    the tiny CPU model under the production config (3 turns, 256 tokens each) took 1.9-2.0 turns per episode."""
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (8, 128), generator=torch.Generator().manual_seed(0)).to(model.device)
+    logits = model(ids).logits.float().flatten(0, 1)  # [positions, vocab]
+    z, rest = logits[:, eos].clone(), logits.clone()
+    rest[:, eos] = float("-inf")
+    rest = torch.logsumexp(rest, -1)  # [positions]
+    scales = torch.logspace(0, 3, 200, device=z.device)  # [200]
+    p = torch.sigmoid(scales[:, None] * z[None] - rest[None]).mean(1)  # P(EOS) per scale, mean over positions
+    k = float(scales[(p - rate).abs().argmin()])
+    model.get_input_embeddings().weight[eos] *= k
+    return k
 
 
 def padding_prompt(model_dir: Path, prompt_tokens: int) -> str:
@@ -94,29 +124,33 @@ def padding_prompt(model_dir: Path, prompt_tokens: int) -> str:
     return ("You are a careful programmer. " * 64)[:max(1, prompt_tokens - base - 12)]
 
 
-def config(args, model_dir: Path, log_dir: str, num_prompts: int, global_batch: int, steps: int, compile_: bool,
-           extra: tuple[str, ...] = ()):
+def config(args, model_dir: Path, log_dir: str, num_prompts: int, global_batch: int | None, steps: int,
+           compile_: bool, extra: tuple[str, ...] = ()):
+    """--config (the seed's 2-GPU config by default) on the built-in task's prompts, random weights, forced lengths.
+    global_batch None: the config's (capped at a step's samples)."""
     from execrl.config import load_config
     from execrl.trainer import distributed as dist
 
     overrides = [
         f"policy.model_name={model_dir}", "data.train.dataset_name=builtin:arith-code",
         "data.train.split_validation_size=0", f"grpo.num_prompts_per_step={num_prompts}",
-        f"policy.train_global_batch_size={global_batch}", f"grpo.max_num_steps={steps}",
+        f"grpo.max_num_steps={steps}",
         f"policy.max_total_sequence_length={args.prompt_tokens + args.new_tokens + 32}",
-        f"policy.generation.max_new_tokens={args.new_tokens}", "policy.generation.ignore_eos=true",
+        f"policy.generation.max_new_tokens={args.new_tokens}", f"policy.generation.ignore_eos={not args.ending}",
         f"prompt.system_prompt={padding_prompt(model_dir, args.prompt_tokens)}", "grpo.val_period=0",
         "checkpointing.enabled=false", "logger.tensorboard_enabled=false", f"logger.log_dir={log_dir}",
         "logger.rollouts_period=0", f"cluster.gpus_per_node={dist.world_size()}", "cluster.num_nodes=1",
         "offline=true",
     ]
+    if global_batch is not None:
+        overrides += [f"policy.train_global_batch_size={global_batch}"]
     if args.micro:
         overrides += [f"policy.train_micro_batch_size={args.micro}", f"policy.logprob_batch_size={args.micro}"]
     if not compile_:
         overrides += ["policy.torch_compile=false", "policy.generation.compile=false"]
     if not torch.cuda.is_available():
         overrides += ["policy.device=cpu"]
-    return load_config(str(SEED_CONFIG), [*overrides, *extra])
+    return load_config(args.config, [*overrides, *extra])
 
 
 def free_memory() -> None:
@@ -140,7 +174,7 @@ def part_timing(args, model_dir: Path) -> dict:
     num_prompts = args.prompts_per_gpu * world
     log_dir = dist.from_main(tempfile.mkdtemp(prefix="execrl-scale-"))
     steps = args.warmup + args.steps
-    cfg = config(args, model_dir, log_dir, num_prompts, 256, steps, args.compile)  # 256: the seed's global batch
+    cfg = config(args, model_dir, log_dir, num_prompts, None, steps, args.compile)
     say(f"timing: {steps} steps of {num_prompts} prompts x {cfg.grpo.num_generations_per_prompt} on {world} "
         f"process(es), {args.new_tokens} new tokens, micro-batch {cfg.policy.train_micro_batch_size}, "
         f"compiled={args.compile} (the first {args.warmup} steps compile)")
@@ -158,11 +192,13 @@ def part_timing(args, model_dir: Path) -> dict:
     med = {k: statistics.median(r[f"time/{k}"] for r in timed) for k in ("generate", "grade", "train")} if timed else {}
     samples = num_prompts * cfg.grpo.num_generations_per_prompt
     tokens = statistics.median(r["train/completion_len_mean"] for r in timed) * samples if timed else 0
-    step_s = sum(med.values())
+    step_s = statistics.median(r["time/step"] for r in timed) if timed else 0.0  # async: grading overlaps
     return {"gpus": world, "prompts": num_prompts, "samples": samples, "step_s": step_s,
             **{f"{k}_s": v for k, v in med.items()},
             "tokens_per_step": tokens, "gen_tok_s": tokens / med["generate"] if timed else 0,
             "step_tok_s": tokens / step_s if timed else 0, "peak_gib_per_rank": peaks, "wall_s": wall,
+            "turns_mean": statistics.median(r["train/turns_mean"] for r in timed) if timed else 0,
+            "age_mean": statistics.median(r["train/trajectory_age_mean"] for r in timed) if timed else 0,
             "steps": [{"step": r["step"], "s": sum(r[f"time/{k}"] for k in ("generate", "grade", "train")),
                        "loss": r["train/loss"], "grad_norm": r["train/grad_norm"]} for r in rows]}
 
@@ -188,17 +224,18 @@ def fixed_rollouts(step: int, num_prompts: int, group: int, prompts: list[list[i
 
 
 def part_losses(args, model_dir: Path) -> list[dict]:
-    """The trainer's train_step on fixed data: --loss-prompts x 8 per step (two optimizer steps), any world size."""
+    """The trainer's train_step on fixed data: --loss-prompts x G per step (two optimizer steps), any world size."""
+    from execrl.config import load_config
+    from execrl.envs import make_env
     from execrl.trainer import distributed as dist
     from execrl.trainer.loop import train_step
-    from execrl.envs import make_env
     from execrl.trainer.rollouts import encode
     from execrl.trainer.setup import build_run
 
-    samples = args.loss_prompts * 8
+    group = load_config(args.config).grpo.num_generations_per_prompt
+    samples = args.loss_prompts * group
     cfg = config(args, model_dir, dist.from_main(tempfile.mkdtemp(prefix="execrl-scale-")), args.loss_prompts,
                  samples // 2, args.loss_steps, compile_=False, extra=(f"policy.optimizer.kwargs.lr={args.loss_lr}",))
-    group = cfg.grpo.num_generations_per_prompt
     say(f"losses: {args.loss_steps} steps of {args.loss_prompts} x {group} fixed samples (2 optimizer steps each) "
         f"on {dist.world_size()} process(es)")
     run = build_run(cfg)
@@ -236,7 +273,8 @@ def report(results: list[dict]) -> None:
         rows.append([t["gpus"], f"{t['prompts']} x {t['samples'] // t['prompts']}", f"{t['step_s']:.2f}",
                      f"{t['generate_s']:.2f}", f"{t['grade_s']:.2f}", f"{t['train_s']:.2f}", f"{t['gen_tok_s']:,.0f}",
                      f"{t['step_tok_s']:,.0f}", f"{t['step_tok_s'] / t['gpus']:,.0f}", f"{eff:.1%}",
-                     "/".join(f"{p:.1f}" for p in t["peak_gib_per_rank"])])
+                     "/".join(f"{p:.1f}" for p in t["peak_gib_per_rank"]), f"{t.get('turns_mean', 1):.2f}",
+                     f"{t.get('age_mean', 0):.0f}"])
     for r in results:
         if r.get("timing"):
             print(f"{r['gpus']} GPU(s), rank 0, per step: " + "  ".join(
@@ -245,7 +283,7 @@ def report(results: list[dict]) -> None:
         table(f"Weak scaling ({base.get('device', '?')}, {base.get('arch', '?')}, {base.get('new_tokens', '?')} new "
               "tokens; medians after warm-up)",
               ["GPUs", "prompts x G", "step s", "generate s", "grade s", "train s", "gen tok/s", "step tok/s",
-               "step tok/s per GPU", "efficiency vs first", "peak GiB per rank"], rows)
+               "step tok/s per GPU", "efficiency vs first", "peak GiB per rank", "turns", "age"], rows)
     losses = [r for r in results if r.get("losses")]
     if len(losses) >= 2:
         keys = ("loss", "grad_norm", "entropy", "kl")
@@ -268,8 +306,12 @@ def report(results: list[dict]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default=str(SEED_CONFIG), help="the run's config (default: the seed's 2-GPU test "
+                                                                "config; configs/grpo_code_8gpu_production.yaml: "
+                                                                "async, 3 turns)")
     ap.add_argument("--arch", default="qwen2.5-coder-1.5b", choices=sorted(ARCHS))
-    ap.add_argument("--prompts-per-gpu", type=int, default=8, help="timing: prompts per GPU per step (x 8 samples)")
+    ap.add_argument("--prompts-per-gpu", type=int, default=8, help="timing: prompts per GPU per step (x the config's "
+                                                                   "generations per prompt)")
     ap.add_argument("--new-tokens", type=int, default=256, help="tokens generated per completion (forced)")
     ap.add_argument("--prompt-tokens", type=int, default=128, help="prompt length, about")
     ap.add_argument("--warmup", type=int, default=2, help="timing: first steps left out (compilation)")
@@ -277,8 +319,10 @@ def main() -> None:
     ap.add_argument("--micro", type=int, default=None, help="micro-batch size for training and scoring (default: "
                                                             "the seed config's, 2)")
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="timing: eager training and engine")
+    ap.add_argument("--ending", action="store_true", help="turns end by themselves (EOS), not forced to --new-tokens "
+                                                          "(multi-turn configs: episodes then take several turns)")
     ap.add_argument("--loss-steps", type=int, default=3, help="losses: steps on fixed data (0: skip the part)")
-    ap.add_argument("--loss-prompts", type=int, default=16, help="losses: global prompts per step (x 8 samples)")
+    ap.add_argument("--loss-prompts", type=int, default=16, help="losses: global prompts per step (x G samples)")
     ap.add_argument("--loss-lr", type=float, default=1e-4, help="losses: learning rate (large enough that later "
                                                                 "steps show the earlier updates)")
     ap.add_argument("--parts", default="timing,losses", help="which parts to run")
@@ -300,7 +344,7 @@ def main() -> None:
         sys.exit("this architecture needs GPUs: use --arch tiny on a CPU")
     say(f"{dist.world_size()} x {device}, torch {torch.__version__}, "
         f"transformers {__import__('transformers').__version__}")
-    model_dir = build_model(args.arch, Path(args.model_dir))
+    model_dir = build_model(args.arch, Path(args.model_dir), ending=args.ending)
     parts = args.parts.split(",")
     result = {"arch": args.arch, "device": device, "gpus": dist.world_size(), "new_tokens": args.new_tokens,
               "torch": torch.__version__}

@@ -27,6 +27,12 @@ def test_scale_bench_runs_on_cpu(tmp_path):
     result = json.loads(out.read_text())
     assert result["timing"]["step_s"] > 0 and len(result["losses"]) == 2
     assert "Weak scaling" in run("bench/scale.py", "--compare", str(out), str(out))
+    # the production config's shape: async, G = 16, up to 3 turns that end by themselves
+    run("bench/scale.py", "--config", "configs/grpo_code_8gpu_production.yaml", "--arch", "tiny", "--ending",
+        "--prompts-per-gpu", "1", "--new-tokens", "64", "--warmup", "1", "--steps", "2", "--parts", "timing",
+        "--micro", "4", "--model-dir", str(tmp_path / "models"), "--out", str(out))
+    timing = json.loads(out.read_text())["timing"]
+    assert timing["samples"] == 16 and timing["turns_mean"] > 1.0 and timing["age_mean"] == 1.0
 
 
 @pytest.mark.slow

@@ -68,13 +68,18 @@ def run_train(args) -> int:
 
     from execrl.config import ConfigError, load_config, plan, to_yaml
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     if args.config and "=" in args.config:  # `execrl train key=value ...` with the built-in default
         args.overrides, args.config = [args.config, *args.overrides], None
+    from execrl.envs import check_turns
+    from execrl.trainer.pipeline import check_async
+
     try:
         cfg = load_config(args.config, args.overrides)
         batch_plan = plan(cfg)
-    except ConfigError as e:
+        check_async(cfg)  # before torchrun starts N processes that would each stop on it
+        check_turns(cfg)
+    except (ConfigError, ValueError) as e:
         err.print(f"[red]config error:[/] {e}")
         return 2
     launch = multi_gpu_launch(cfg, args)
@@ -160,7 +165,7 @@ def run_eval(args) -> int:
                                              code_style=args.code_style))
         evaluate(cfg, model_name=args.model, completions=args.completions)
     except (ValueError, DatasetError, ModelNotFound, TestSpecError) as e:
-        Console(stderr=True).print(f"[red]error:[/] {e}")
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {e}")
         return 2
     return 0
 

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from execrl.sandbox import Grader, Limits, TestSpecError, Verdict, get_language, load_languages, parse_tests
 
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 class UnusableInput(Exception):

@@ -24,6 +24,14 @@ def test_shipped_and_seed_configs_dry_run(name):
     assert "samples per step" in proc.stdout and "micro-batches per optimizer step" in proc.stdout
 
 
+def test_settings_the_trainer_refuses_are_refused_before_launching():
+    proc = cli(CONFIGS / "grpo_code_8gpu_production.yaml", "env.multi_turn.kind=single_turn", "--dry-run")
+    assert proc.returncode == 2 and "config error" in proc.stderr and "env.multi_turn.kind=interpreter" in proc.stderr
+    assert "launched as" not in proc.stdout
+    proc = cli("grpo.async_grpo.enabled=true", "policy.generation.backend=transformers", "--dry-run")
+    assert proc.returncode == 2 and "set policy.generation.backend=execrl" in proc.stderr
+
+
 def test_seed_2gpu_config_resolves_as_written():
     cfg = load_config(str(CONFIGS / "grpo_code_2gpu_test.yaml"))
     assert cfg.policy.tokenizer.name == "Qwen/Qwen2.5-Coder-1.5B-Instruct"  # ${policy.model_name}

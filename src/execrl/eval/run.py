@@ -21,7 +21,7 @@ from execrl.sandbox import Grader, Limits, Verdict, parse_tests
 from execrl.tasks import Problem, load_problems
 from execrl.tasks.problem import DatasetError, read_rows
 
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 NO_CODE = "no_code"
 CORRECT = ("pass", "correct")  # the outcomes that count for pass@k
 

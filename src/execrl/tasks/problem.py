@@ -11,7 +11,7 @@ from rich.console import Console
 
 from execrl.sandbox import TestSpec
 
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 @dataclass

@@ -25,7 +25,7 @@ from execrl.trainer.metrics import MetricsLogger
 from execrl.trainer.pipeline import RolloutPipeline, build_pipeline, check_async
 from execrl.trainer.rollouts import encode
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 
 
 @dataclass
