@@ -42,11 +42,11 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-ARCHS = {  # hidden, layers, heads, kv heads, intermediate, vocabulary; tied head (the Qwen2.5-Coder configs)
-    "qwen2.5-coder-1.5b": (1536, 28, 12, 2, 8960, 151936),
-    "qwen2.5-coder-0.5b": (896, 24, 14, 2, 4864, 151936),
-    "qwen2.5-coder-7b": (3584, 28, 28, 4, 18944, 152064),  # the 8-GPU production config's
-    "tiny": (64, 2, 4, 2, 128, 512),  # a smoke test of this script on a CPU
+ARCHS = {  # hidden, layers, heads, kv heads, intermediate, vocabulary, tied head (as the Qwen2.5-Coder configs)
+    "qwen2.5-coder-1.5b": (1536, 28, 12, 2, 8960, 151936, True),
+    "qwen2.5-coder-0.5b": (896, 24, 14, 2, 4864, 151936, True),
+    "qwen2.5-coder-7b": (3584, 28, 28, 4, 18944, 152064, False),  # the 8-GPU production config's
+    "tiny": (64, 2, 4, 2, 128, 512, True),  # a smoke test of this script on a CPU
 }
 SEED_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo_code_2gpu_test.yaml"
 
@@ -72,10 +72,10 @@ def build_model(arch: str, directory: Path, ending: bool = False) -> Path:
     target = directory / (arch + ("-ending" if ending else ""))
     if dist.is_main() and not (target / "config.json").is_file():
         say(f"building a random-init {arch} in {target}")
-        hidden, layers, heads, kv, inter, vocab = ARCHS[arch]
+        hidden, layers, heads, kv, inter, vocab, tied = ARCHS[arch]
         tok = build_tokenizer(tokenizer_corpus(), vocab_size=259)  # byte ids, a subset of the real vocabulary
         cfg = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                          num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=True,
+                          num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=tied,
                           rms_norm_eps=1e-6, max_position_embeddings=32768,
                           eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
         torch.manual_seed(0)
@@ -95,11 +95,12 @@ def build_model(arch: str, directory: Path, ending: bool = False) -> Path:
 
 @torch.no_grad()
 def end_turns(model, eos: int, rate: float = 1 / 200) -> float:
-    """Scale EOS's embedding row (tied to the head) so that the random model samples EOS at about `rate` of the
-    positions of random text (at T = 1). Its own text differs from random text, so the rate in generation differs:
-    the tiny CPU model under the production config (3 turns, 256 tokens each) took 1.9-2.0 turns per episode."""
+    """Scale EOS's row of the LM head (and so its input embedding too, if tied) so that the random model samples EOS
+    at about `rate` of the positions of random text (at T = 1); its own text differs, so the rate in generation does
+    too. Returns the scale."""
     vocab = model.config.vocab_size
-    ids = torch.randint(0, vocab, (8, 128), generator=torch.Generator().manual_seed(0)).to(model.device)
+    ids = torch.randint(0, vocab, (8, 128), generator=torch.Generator().manual_seed(0), device="cpu")
+    ids = ids.to(next(model.parameters()).device)
     logits = model(ids).logits.float().flatten(0, 1)  # [positions, vocab]
     z, rest = logits[:, eos].clone(), logits.clone()
     rest[:, eos] = float("-inf")
@@ -107,7 +108,7 @@ def end_turns(model, eos: int, rate: float = 1 / 200) -> float:
     scales = torch.logspace(0, 3, 200, device=z.device)  # [200]
     p = torch.sigmoid(scales[:, None] * z[None] - rest[None]).mean(1)  # P(EOS) per scale, mean over positions
     k = float(scales[(p - rate).abs().argmin()])
-    model.get_input_embeddings().weight[eos] *= k
+    model.get_output_embeddings().weight[eos] *= k
     return k
 
 
@@ -126,16 +127,19 @@ def padding_prompt(model_dir: Path, prompt_tokens: int) -> str:
 
 def config(args, model_dir: Path, log_dir: str, num_prompts: int, global_batch: int | None, steps: int,
            compile_: bool, extra: tuple[str, ...] = ()):
-    """--config (the seed's 2-GPU config by default) on the built-in task's prompts, random weights, forced lengths.
-    global_batch None: the config's (capped at a step's samples)."""
+    """--config (the seed's 2-GPU config by default) on the built-in task's prompts, random weights, completions of
+    --new-tokens per turn (forced, or at most with --ending), a context long enough for every turn the config allows
+    (an environment turn of the built-in task's feedback is about 80 tokens). global_batch None: the config's
+    (capped at a step's samples)."""
     from execrl.config import load_config
     from execrl.trainer import distributed as dist
 
+    turns = load_config(args.config).grpo.max_rollout_turns
     overrides = [
         f"policy.model_name={model_dir}", "data.train.dataset_name=builtin:arith-code",
         "data.train.split_validation_size=0", f"grpo.num_prompts_per_step={num_prompts}",
         f"grpo.max_num_steps={steps}",
-        f"policy.max_total_sequence_length={args.prompt_tokens + args.new_tokens + 32}",
+        f"policy.max_total_sequence_length={args.prompt_tokens + turns * args.new_tokens + (turns - 1) * 160 + 32}",
         f"policy.generation.max_new_tokens={args.new_tokens}", f"policy.generation.ignore_eos={not args.ending}",
         f"prompt.system_prompt={padding_prompt(model_dir, args.prompt_tokens)}", "grpo.val_period=0",
         "checkpointing.enabled=false", "logger.tensorboard_enabled=false", f"logger.log_dir={log_dir}",
@@ -312,12 +316,13 @@ def main() -> None:
     ap.add_argument("--arch", default="qwen2.5-coder-1.5b", choices=sorted(ARCHS))
     ap.add_argument("--prompts-per-gpu", type=int, default=8, help="timing: prompts per GPU per step (x the config's "
                                                                    "generations per prompt)")
-    ap.add_argument("--new-tokens", type=int, default=256, help="tokens generated per completion (forced)")
+    ap.add_argument("--new-tokens", type=int, default=256,
+                    help="tokens generated per turn (forced; at most, with --ending)")
     ap.add_argument("--prompt-tokens", type=int, default=128, help="prompt length, about")
     ap.add_argument("--warmup", type=int, default=2, help="timing: first steps left out (compilation)")
     ap.add_argument("--steps", type=int, default=3, help="timing: steps measured after the warm-up")
     ap.add_argument("--micro", type=int, default=None, help="micro-batch size for training and scoring (default: "
-                                                            "the seed config's, 2)")
+                                                            "--config's)")
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="timing: eager training and engine")
     ap.add_argument("--ending", action="store_true", help="turns end by themselves (EOS), not forced to --new-tokens "
                                                           "(multi-turn configs: episodes then take several turns)")

@@ -73,6 +73,27 @@ def test_a_rollout_older_than_the_bound_is_dropped_and_its_prompts_regenerated(t
         r.close()
 
 
+@pytest.mark.parametrize("enabled", [False, True])
+def test_a_checkpoint_on_ctrl_c_during_generation_starts_at_the_batch_not_yet_trained(tmp_path, enabled):
+    cfg = load_config(None, [*ASYNC, "warmup.sft_steps=0", "checkpointing.enabled=false", f"logger.log_dir={tmp_path}",
+                             f"grpo.async_grpo.enabled={enabled}"])
+    r = build_run(cfg)
+    try:
+        r.pipeline.next(0, {})  # step 1's batch (prompts 0-3), and with async step 2's (4-7)
+        generate = r.pipeline.generate
+
+        def interrupted(*args):
+            raise KeyboardInterrupt
+
+        r.pipeline.generate = interrupted
+        with pytest.raises(KeyboardInterrupt):
+            r.pipeline.next(1, {})  # step 2 begins: its batch (sync) or step 3's (async) is being generated
+        assert r.pipeline.data_position(1) == {"epoch": 0, "pos": 4}  # step 1 done: step 2's prompts come next
+        r.pipeline.generate = generate
+    finally:
+        r.close()
+
+
 def test_checkpoint_keeps_the_prompts_in_flight_and_resume_regenerates_them(tmp_path):
     straight, d = run(tmp_path, "a", "grpo.max_num_steps=3", "checkpointing.save_period=2",
                       "checkpointing.keep_top_k=5", "logger.rollouts_period=1")

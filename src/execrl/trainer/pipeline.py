@@ -58,6 +58,7 @@ class RolloutPipeline:
         self.lookahead, self.max_age = lookahead, max_age
         self.queue: deque[InFlight] = deque()
         self.training: InFlight | None = None  # the batch handed out last (trained at its step)
+        self.launching: tuple[int, dict] | None = None  # (step, position) of batches being generated, not yet queued
         self.grading = ThreadPoolExecutor(1, thread_name_prefix="execrl-grading")
 
     def next(self, version: int, times: dict[str, float], more: bool = True) -> tuple[Rollouts, dict[str, float]]:
@@ -69,11 +70,15 @@ class RolloutPipeline:
         while self.queue and version - self.queue[0].version > self.max_age:
             stale.append(self.queue.popleft())
             stale[-1].graded.cancel()  # a grading already under way finishes; its result is not used
-        self.queue.extendleft(reversed([self._launch(s.problems, s.position, version, s.step, times) for s in stale]))
+        if stale:  # (until all of them are back in the queue, a checkpoint starts at the first)
+            self.launching = (stale[0].step, stale[0].position)
+            self.queue.extendleft(reversed([self._launch(s.problems, s.position, version, s.step, times)
+                                            for s in stale]))
         while not self.queue or (more and len(self.queue) <= self.lookahead):
-            position = self.sampler.state_dict()
-            self.queue.append(self._launch(self.sampler.next(self.num_prompts), position, version,
-                                           version + len(self.queue), times))
+            position, step = self.sampler.state_dict(), version + len(self.queue)
+            self.launching = (step, position)  # before the sampler moves on
+            self.queue.append(self._launch(self.sampler.next(self.num_prompts), position, version, step, times))
+        self.launching = None
         head = self.training = self.queue.popleft()
         t = time.perf_counter()
         in_thread = head.graded.result()  # the environments' answers to the last model turn
@@ -97,8 +102,11 @@ class RolloutPipeline:
     def data_position(self, step: int) -> dict:
         """The sampler state to checkpoint at `step` (steps done): that of the oldest batch not yet trained on, the
         one being trained included (a checkpoint on Ctrl-C in the middle of a step); batches in flight are redone."""
-        pending = [b for b in (self.training, *self.queue) if b is not None and b.step >= step]
-        return dict(pending[0].position) if pending else self.sampler.state_dict()
+        batches = [(b.step, b.position) for b in (self.training, *self.queue) if b is not None]
+        if self.launching:  # Ctrl-C while a batch was being generated
+            batches.append(self.launching)
+        pending = [(s, p) for s, p in batches if s >= step]  # the earliest: the later ones were drawn after it
+        return dict(min(pending, key=lambda sp: sp[0])[1]) if pending else self.sampler.state_dict()
 
     def close(self) -> None:
         for batch in self.queue:
