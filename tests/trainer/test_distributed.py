@@ -172,22 +172,31 @@ def test_episode_metrics_of_two_processes_add_up_to_those_of_their_episodes_toge
     from execrl.trainer.rollouts import Episode, Rollouts, episode_means, episode_sums
 
     problem = Problem("p", [{"role": "user", "content": "x"}], "code", tests=StdioTests(["1\n"], ["1\n"]))
+    math = Problem("m", [{"role": "user", "content": "x"}], "math", answer="72")
 
     def episodes(verdict: Verdict, reward: float, turns: int, n: int) -> Rollouts:
         result = ProgramResult(verdict, [TestResult(verdict)])
         return Rollouts([Episode(problem, None, [], Trajectory([1]), Sample(problem, "", Extracted("", True, "c"), result),
                                  Reward(reward), turns) for _ in range(n)], 1)
 
+    def summed(ranks: list[Rollouts], kinds=None) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for d in (episode_sums(r, kinds) for r in ranks):  # as dist.sum_dicts adds them
+            for k, v in d.items():
+                out[k] = out.get(k, 0.0) + v
+        return episode_means(out)
+
     ranks = [episodes(Verdict.PASS, 1.0, 1, 8), episodes(Verdict.FAIL, 0.0, 2, 8)]
-    summed: dict[str, float] = {}
-    for d in map(episode_sums, ranks):  # as dist.sum_dicts adds them
-        for k, v in d.items():
-            summed[k] = summed.get(k, 0.0) + v
     together = episode_means(episode_sums(Rollouts(ranks[0].episodes + ranks[1].episodes, 1)))
-    assert episode_means(summed) == together
+    assert summed(ranks) == together
     assert together["verdict/pass"] == together["verdict/fail"] == 0.5 and together["verdict/timeout"] == 0.0
     assert together["reward_mean"] == 0.5 and together["turns_mean"] == 1.5
     assert together["reward_by_turns/1"] == 1.0 and together["reward_by_turns/2"] == 0.0
+    # a dataset of both kinds, one process holding only code problems, the other only math: the dataset's kinds
+    right = Rollouts([Episode(math, None, [], Trajectory([1]), Sample(math, "72", Extracted("72", True)), Reward(1.0), 1)
+                      for _ in range(8)], 1)
+    mixed = summed([ranks[0], right], {"code", "math"})
+    assert mixed["verdict/pass"] == mixed["verdict/correct"] == 0.5 and mixed["verdict/wrong"] == 0.0
 
 
 @pytest.mark.slow

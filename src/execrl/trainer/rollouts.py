@@ -177,11 +177,12 @@ def end(e: Episode, step: Step) -> None:
     e.sample, e.reward = step.sample, step.reward
 
 
-def episode_sums(rollouts: Rollouts) -> dict[str, float]:
+def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str, float]:
     """Each per-episode metric's sum over these episodes (key k) and the number of episodes it is over (key k#n), so
     that several processes' dicts add up (a missing key counting 0) to those of all their episodes: see
     episode_means. Rewards over valid episodes (the sandbox answered), the rest over all; turns, tool calls and
-    errors per episode, the mean reward of the episodes that took n turns, and the fraction of each verdict."""
+    errors per episode, the mean reward of the episodes that took n turns, and the fraction of each verdict of the
+    `kinds` of task (default: those of these episodes; pass the dataset's when processes may hold different ones)."""
     eps = rollouts.episodes
     valid = [e for e in eps if e.reward.valid]
     sums = {"reward_mean": (sum(e.reward.total for e in valid), len(valid)),
@@ -195,10 +196,10 @@ def episode_sums(rollouts: Rollouts) -> dict[str, float]:
         for name, value in [*(("reward/" + k, v) for k, v in e.reward.parts.items()),
                             (f"reward_by_turns/{e.turns}", e.reward.total)]:
             parts[name] = (parts[name][0] + value, parts[name][1] + 1)
-    # every outcome of the episodes' kinds of task, seen or not: then each process's count of episodes enters every
-    # fraction's denominator (and the curves have no gaps)
+    # every outcome of the kinds of task, seen or not: then each process's count of episodes enters every fraction's
+    # denominator (and the curves have no gaps)
     counts = Counter(outcome(e.sample) for e in eps)
-    for verdict in {o for kind in {e.problem.kind for e in eps} for o in OUTCOMES[kind]}:
+    for verdict in {o for kind in kinds or {e.problem.kind for e in eps} for o in OUTCOMES[kind]}:
         parts[f"verdict/{verdict}"] = (counts[verdict], len(eps))
     pairs = sums | dict(sorted(parts.items()))
     return {k: s for k, (s, _) in pairs.items()} | {f"{k}#n": float(n) for k, (_, n) in pairs.items()}
