@@ -208,19 +208,24 @@ def section_train(arch: str, rows: list, compile_layers: bool):
                      f"{peak_gib():.1f}"])
 
 
-def save_arch(arch: str, work: Path) -> str:
-    """Random-init weights of the architecture and its tokenizer saved as an HF directory, work/model; returns a
-    system prompt that pads the built-in task's prompts to about 128 tokens."""
+def padding_prompt(tok, prompt_tokens: int = 128) -> str:
+    """A system prompt that brings the built-in task's prompts to about `prompt_tokens` tokens."""
     from execrl.builtin import arith_problem
     from execrl.prompts import PromptConfig, build_messages, render
 
+    problem, _ = arith_problem(random.Random(0), 0, "train")
+    base = len(tok(render(build_messages(problem, PromptConfig()), tok), add_special_tokens=False)["input_ids"])
+    return ("You are a careful programmer. " * 64)[:max(1, prompt_tokens - base - 12)]
+
+
+def save_arch(arch: str, work: Path) -> str:
+    """Random-init weights of the architecture and its tokenizer saved as an HF directory, work/model; returns a
+    system prompt that pads the built-in task's prompts to about 128 tokens."""
     model, tok = build(arch, device="cpu")
     model.save_pretrained(work / "model")
     tok.save_pretrained(work / "model")
     del model
-    problem, _ = arith_problem(random.Random(0), 0, "train")
-    base = len(tok(render(build_messages(problem, PromptConfig()), tok), add_special_tokens=False)["input_ids"])
-    return ("You are a careful programmer. " * 20)[:max(1, 128 - base - 12)]
+    return padding_prompt(tok)
 
 
 def section_step(arch: str, rows: list, backends: list[str], steps: int, compile_all: bool, micro_execrl: int):

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -41,6 +40,8 @@ try:
     import execrl  # noqa: F401
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grpo_step import padding_prompt  # noqa: E402
 
 ARCHS = {  # hidden, layers, heads, kv heads, intermediate, vocabulary, tied head (as the Qwen2.5-Coder configs)
     "qwen2.5-coder-1.5b": (1536, 28, 12, 2, 8960, 151936, True),
@@ -112,25 +113,14 @@ def end_turns(model, eos: int, rate: float = 1 / 200) -> float:
     return k
 
 
-def padding_prompt(model_dir: Path, prompt_tokens: int) -> str:
-    """A system prompt that brings the built-in task's prompts to about `prompt_tokens` tokens."""
-    from transformers import AutoTokenizer
-
-    from execrl.builtin import arith_problem
-    from execrl.prompts import PromptConfig, build_messages, render
-
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    problem, _ = arith_problem(random.Random(0), 0, "train")
-    base = len(tok(render(build_messages(problem, PromptConfig()), tok), add_special_tokens=False)["input_ids"])
-    return ("You are a careful programmer. " * 64)[:max(1, prompt_tokens - base - 12)]
-
-
 def config(args, model_dir: Path, log_dir: str, num_prompts: int, global_batch: int | None, steps: int,
            compile_: bool, extra: tuple[str, ...] = ()):
     """--config (the seed's 2-GPU config by default) on the built-in task's prompts, random weights, completions of
     --new-tokens per turn (forced, or at most with --ending), a context long enough for every turn the config allows
     (an environment turn of the built-in task's feedback is about 80 tokens). global_batch None: the config's
     (capped at a step's samples)."""
+    from transformers import AutoTokenizer
+
     from execrl.config import load_config
     from execrl.trainer import distributed as dist
 
@@ -141,7 +131,8 @@ def config(args, model_dir: Path, log_dir: str, num_prompts: int, global_batch: 
         f"grpo.max_num_steps={steps}",
         f"policy.max_total_sequence_length={args.prompt_tokens + turns * args.new_tokens + (turns - 1) * 160 + 32}",
         f"policy.generation.max_new_tokens={args.new_tokens}", f"policy.generation.ignore_eos={not args.ending}",
-        f"prompt.system_prompt={padding_prompt(model_dir, args.prompt_tokens)}", "grpo.val_period=0",
+        f"prompt.system_prompt={padding_prompt(AutoTokenizer.from_pretrained(model_dir), args.prompt_tokens)}",
+        "grpo.val_period=0",
         "checkpointing.enabled=false", "logger.tensorboard_enabled=false", f"logger.log_dir={log_dir}",
         "logger.rollouts_period=0", f"cluster.gpus_per_node={dist.world_size()}", "cluster.num_nodes=1",
         "offline=true",

@@ -128,12 +128,10 @@ def train_argv(args) -> list[str]:
 def multi_gpu_launch(cfg, args) -> str | None:
     """The torchrun command that runs this training on cluster.gpus_per_node processes per node (on each node,
     filling in NODE_RANK and HOST:PORT, for num_nodes > 1); None for one process or when already inside torchrun."""
-    import os
-
-    from execrl.trainer.distributed import launch_command, show
+    from execrl.trainer.distributed import launch_command, launched, show
 
     c = cfg.cluster
-    if c.gpus_per_node * c.num_nodes == 1 or "WORLD_SIZE" in os.environ:
+    if c.gpus_per_node * c.num_nodes == 1 or launched():
         return None
     text = show(launch_command(c.gpus_per_node, c.num_nodes, train_argv(args)))
     if c.num_nodes > 1:

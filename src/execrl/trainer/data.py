@@ -56,6 +56,7 @@ class ProblemSampler:
         if not problems:
             raise DatasetError("no training problems")
         self.problems, self.seed, self.shuffle = problems, seed, shuffle
+        self.kinds = {p.kind for p in problems}  # code, math: the verdicts every step's metrics report
         self.epoch, self.pos = 0, 0
         self._order = self._make_order()
 

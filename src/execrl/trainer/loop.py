@@ -97,7 +97,7 @@ def validate(run: Run) -> float:
 
 def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
     metrics = {f"train/{k}": v for k, v in stats.items()}  # already global
-    sums = dist.sum_dicts(episode_sums(rollouts, {p.kind for p in run.sampler.problems}))  # over all processes
+    sums = dist.sum_dicts(episode_sums(rollouts, run.sampler.kinds))  # over all processes
     metrics.update({f"train/{k}": v for k, v in episode_means(sums).items()})
     metrics["train/lr"] = run.scheduler.get_last_lr()[0]
     metrics.update({f"time/{k}": v for k, v in times.items()})

@@ -52,7 +52,8 @@ def sft_warmup(model, tokenizer, problems: list[Problem], references: dict[str, 
         attn = torch.zeros_like(ids)
         for i, (row, learn) in enumerate(rows):
             ids[i, :len(row)], labels[i, :len(row)], attn[i, :len(row)] = torch.tensor(row), torch.tensor(learn), 1
-        loss = model(input_ids=ids.to(device), attention_mask=attn.to(device), labels=labels.to(device)).loss  # the mean over this rank's target tokens
+        # the mean over this rank's target tokens
+        loss = model(input_ids=ids.to(device), attention_mask=attn.to(device), labels=labels.to(device)).loss
         num_targets = float((labels[:, 1:] != -100).sum())
         (all_targets,) = dist.sum_floats(num_targets)
         loss = loss * (num_targets / all_targets)  # its share of the mean over all ranks (gradients are summed)
