@@ -81,6 +81,12 @@ def timed(fn):
     return out, time.perf_counter() - t
 
 
+def median_of(n: int, fn):
+    """fn's output and its median time over n calls."""
+    runs = [timed(fn) for _ in range(n)]
+    return runs[0][0], statistics.median(t for _, t in runs)
+
+
 def peak_gib() -> float:
     return torch.cuda.max_memory_allocated() / 2**30 if DEVICE == "cuda" else 0.0
 
@@ -108,7 +114,7 @@ def section_rollout(arch: str, rows: list, compile_engine: bool):
         fresh_peak()
         engine = RolloutEngine(model, tok, slots=n, max_len=plen + new, **kwargs)
         _, first = timed(lambda: engine.generate(prompts, 1, new, params))  # captures the CUDA graphs
-        outs, t = timed(lambda: engine.generate(prompts, 1, new, params))
+        outs, t = median_of(3, lambda: engine.generate(prompts, 1, new, params))
         made = sum(len(c.ids) for grp in outs for c in grp)
         speeds[name] = made / t
         rows.append([arch, name, f"{made / t:,.0f}", f"{t:.2f}", f"{peak_gib():.1f}", f"first call {first:.2f}s"])
@@ -123,7 +129,7 @@ def section_rollout(arch: str, rows: list, compile_engine: bool):
     fresh_peak()
     engine = RolloutEngine(model, tok, slots=n, max_len=plen + new, compile=True)
     engine.generate(prompts[:32], 8, new, params)
-    outs, t = timed(lambda: engine.generate(prompts[:32], 8, new, params))
+    outs, t = median_of(3, lambda: engine.generate(prompts[:32], 8, new, params))
     made = sum(len(c.ids) for grp in outs for c in grp)
     rows.append([arch, "execrl engine, 32 prompts x 8", f"{made / t:,.0f}", f"{t:.2f}", f"{peak_gib():.1f}", ""])
 

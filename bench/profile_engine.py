@@ -1,9 +1,9 @@
 """Where a decode step's GPU time goes: the top kernels of the execrl engine (eager and compiled, no CUDA graphs,
-so each kernel is visible), and a breakdown of a whole `generate` call with graphs (prefill, one decode step per
-attention window, host bookkeeping).
+so each kernel is visible), those of a prefill, and a breakdown of a whole `generate` call with graphs (prefill,
+one decode step per attention window, host bookkeeping).
 
     python bench/profile_engine.py --arch qwen2.5-0.5b --slots 256
-    python bench/profile_engine.py --arch qwen2.5-0.5b --slots 128 --variants breakdown
+    python bench/profile_engine.py --arch qwen2.5-0.5b --slots 128 --variants prefill,breakdown
 """
 
 import argparse
@@ -15,7 +15,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).parent))
-from grpo_step import build  # noqa: E402
+from grpo_step import VOCAB, build  # noqa: E402
 
 from execrl.rollout import RolloutEngine, SamplingParams  # noqa: E402
 
@@ -25,19 +25,24 @@ PROMPT, NEW = 128, 256
 def kernels(engine, params, window: int, top: int, label: str) -> None:
     engine.active.fill_(True)
     engine.limit.fill_(10_000)
+    table(lambda: engine._step(window, params), 16, top, f"{label}, window {window}", "decode step")
+
+
+def table(fn, repeat: int, top: int, label: str, unit: str) -> None:
+    """The top GPU kernels of fn, per call."""
     for _ in range(3):
-        engine._step(window, params)
+        fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(16):
-            engine._step(window, params)
+        for _ in range(repeat):
+            fn()
         torch.cuda.synchronize()
     events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
-    total = sum(e.self_device_time_total for e in events) / 16
-    print(f"\n{label}, window {window}: {total / 1000:.3f} ms of GPU kernel time per decode step, "
-          f"{sum(e.count for e in events) / 16:.0f} kernels per step", flush=True)
+    total = sum(e.self_device_time_total for e in events) / repeat
+    print(f"\n{label}: {total / 1000:.3f} ms of GPU kernel time per {unit}, "
+          f"{sum(e.count for e in events) / repeat:.0f} kernels per {unit}", flush=True)
     for e in sorted(events, key=lambda e: -e.self_device_time_total)[:top]:
-        print(f"{e.self_device_time_total / 16 / 1000:8.3f} ms {e.count // 16:5d}x  {e.key[:110]}")
+        print(f"{e.self_device_time_total / repeat / 1000:8.3f} ms {e.count // repeat:5d}x  {e.key[:110]}")
 
 
 def seconds(fn, repeat: int = 1) -> float:
@@ -47,6 +52,31 @@ def seconds(fn, repeat: int = 1) -> float:
         fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - t) / repeat
+
+
+def sampling(slots: int) -> None:
+    """One sampling of [slots, V] bf16 logits at temperature 1: torch ops compiled (as they were in the decode
+    step) against the one-pass kernel, in a few tilings (rows per program, columns per block, warps)."""
+    from execrl.rollout import fused_sampling
+    from execrl.rollout.sampling import sample, sample_torch
+
+    logits = torch.randn(slots, VOCAB, device="cuda").to(torch.bfloat16)
+    keys = torch.arange(slots, device="cuda", dtype=torch.int32)
+    params = SamplingParams(1.0)
+    step = torch.compile(lambda x, k: sample_torch(x, params, k))
+    step(logits, keys)
+    base = seconds(lambda: step(logits, keys), repeat=100) * 1000
+    want = sample(logits, params, keys)[0]
+    fused = torch.compile(lambda x, k: sample(x, params, k))  # the kernel reads its tiling at each call
+    default = (fused_sampling.ROWS, fused_sampling.BLOCK, fused_sampling.WARPS)
+    print(f"\nsampling {slots} x {VOCAB:,} logits: torch ops, compiled {base:.3f} ms", flush=True)
+    for tiling in (default, (1, 512, 4), (1, 2048, 8), (2, 512, 4), (2, 1024, 8), (4, 256, 4)):
+        fused_sampling.ROWS, fused_sampling.BLOCK, fused_sampling.WARPS = tiling
+        assert torch.equal(fused(logits, keys)[0], want)
+        ms = seconds(lambda: fused(logits, keys), repeat=100) * 1000
+        print(f"  one-pass kernel, rows {tiling[0]}, block {tiling[1]}, warps {tiling[2]}{' (default)' * (tiling == default)}:"
+              f" {ms:.3f} ms ({base / ms:.2f}x)", flush=True)
+    fused_sampling.ROWS, fused_sampling.BLOCK, fused_sampling.WARPS = default
 
 
 def breakdown(engine, prompts, params) -> None:
@@ -78,17 +108,25 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=256)
     ap.add_argument("--rows", type=int, default=18)
     ap.add_argument("--windows", default="384")
-    ap.add_argument("--variants", default="eager,compiled", help="eager, compiled (kernel tables), breakdown")
+    ap.add_argument("--variants", default="eager,compiled",
+                    help="eager, compiled (decode-step kernel tables), prefill (its kernel table), sampling, breakdown")
     args = ap.parse_args()
     model, tok = build(args.arch)
     params = SamplingParams(1.0, ignore_eos=True)
     prompts = torch.randint(3, 259, (args.slots, PROMPT)).tolist()
     variants = {"eager": {"cuda_graphs": False}, "compiled": {"cuda_graphs": False, "compile": True},
-                "breakdown": {"compile": True}}
+                "breakdown": {"compile": True}, "prefill": {"compile": True}}
     for name in args.variants.split(","):
+        if name == "sampling":
+            sampling(args.slots)
+            continue
         engine = RolloutEngine(model, tok, slots=args.slots, max_len=PROMPT + NEW, **variants[name])
         if name == "breakdown":
             breakdown(engine, prompts, params)
+            continue
+        if name == "prefill":  # every prompt prefilled and its first token sampled
+            table(lambda: engine.generate(prompts, 1, 1, params), 2, args.rows,
+                  f"{args.arch} prefill of {len(prompts)} x {PROMPT} tokens", "prefill")
             continue
         engine.generate(prompts, 1, 40, params)  # warm-up (and compilation)
         engine.generate(prompts, 1, 1, params)  # prefill: every slot holds a prompt

@@ -42,6 +42,12 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
+def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up from the joined [..., 2I] gate/up projection -> [..., I]."""
+    gate, up = gate_up.chunk(2, -1)
+    return F.silu(gate) * up
+
+
 def _fused_qkv(attn) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """The layer's q/k/v weight and bias as one matrix and vector, when fuse_projections made them so."""
     group = [attn.q_proj, attn.k_proj, attn.v_proj]
@@ -72,8 +78,17 @@ class CachedDecoder:
         self.gate_up = [joined([l.mlp.gate_proj, l.mlp.up_proj]) if silu and l.mlp.gate_proj.bias is None else None
                         for l in self.layers]
         self.rows = torch.arange(slots, device=weight.device)  # [S]
+        self.prefill_ops = (rotate, swiglu)  # the elementwise work of prefill; decode's is compiled with its step
 
-    def _layer(self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend) -> torch.Tensor:
+    def compile_prefill(self, compiler) -> None:
+        """Fuse prefill's elementwise ops (rotary, silu * mul: a few passes over [tokens, 2I] in eager mode) with
+        `compiler` (engine.compiled): specialized to the first shapes, then generic in those that change (batch and
+        prompt width; the model's dimensions stay constants, so the index math stays cheap)."""
+        self.prefill_ops = tuple(compiler(fn) for fn in (rotate, swiglu))
+
+    def _layer(self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend,
+               ops=(rotate, swiglu)) -> torch.Tensor:
+        rope, swi = ops
         layer = self.layers[i]
         a = layer.self_attn
         h = rms_norm(layer.input_layernorm, x)  # [B, T, d]
@@ -87,14 +102,13 @@ class CachedDecoder:
         if hasattr(a, "q_norm"):  # Qwen3 normalizes queries and keys per head
             q, k = rms_norm(a.q_norm, q), rms_norm(a.k_norm, k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, D]
-        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
         out = attend(i, q, k, v)  # [B, H, T, D]
         x = x + a.o_proj(out.transpose(1, 2).reshape(b, t, -1))
         h = rms_norm(layer.post_attention_layernorm, x)
         if self.gate_up[i] is None:
             return x + layer.mlp(h)
-        gate, up = F.linear(h, self.gate_up[i]).chunk(2, -1)
-        return x + layer.mlp.down_proj(F.silu(gate) * up)
+        return x + layer.mlp.down_proj(swi(F.linear(h, self.gate_up[i])))
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(rms_norm(self.norm, x))
@@ -114,7 +128,7 @@ class CachedDecoder:
 
         x = self.embed(tokens)  # [P, T, d]
         for i in range(len(self.layers)):
-            x = self._layer(i, x, cos, sin, attend)
+            x = self._layer(i, x, cos, sin, attend, self.prefill_ops)
         last = x[torch.arange(p, device=x.device), lengths - 1]  # [P, d]
         return self.logits(last)
 

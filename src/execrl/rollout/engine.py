@@ -26,6 +26,8 @@ class RolloutEngine:
         self.graphs_on = cuda_graphs and dev.type == "cuda"
         self.compiled = compile and dev.type == "cuda"  # fuses the small ops (two compilations: see compiled())
         self.body = compiled(self._body) if self.compiled else self._body
+        if self.compiled:
+            self.dec.compile_prefill(compiled)
         self.eos_list = eos_ids(model, tokenizer)
         self.eos = torch.tensor(self.eos_list, device=dev)  # [E]
         z = dict(dtype=torch.long, device=dev)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from execrl.rollout import fused_sampling
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -72,6 +74,15 @@ def sample(logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor | No
 
     The logprob is that of the chosen token under softmax(logits / temperature) before top-k/top-p filtering
     (temperature 1 when greedy): the same distribution the trainer scores with, so the two can be compared."""
+    if keys is None and params.temperature > 0:
+        keys = torch.randint(-2**31, 2**31, (logits.shape[0],), device=logits.device, dtype=torch.int32)
+    if params.top_k is None and params.top_p == 1.0 and fused_sampling.supported(logits):
+        return fused_sampling.sample_plain(logits, params.temperature, keys)  # one pass over the logits on a GPU
+    return sample_torch(logits, params, keys)
+
+
+def sample_torch(logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """sample() in torch ops, on any device and with any filter (keys: None only when greedy)."""
     logits = logits.float()
     if params.temperature == 0:
         tokens = logits.argmax(-1)  # [B]
@@ -87,8 +98,6 @@ def sample(logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor | No
         before = torch.cumsum(probs, -1) - probs  # mass of the strictly likelier tokens
         ordered = ordered.masked_fill(before >= params.top_p, float("-inf"))  # the likeliest token always stays
         kept = torch.full_like(kept, float("-inf")).scatter(-1, order, ordered)
-    if keys is None:
-        keys = torch.randint(-2**31, 2**31, (kept.shape[0],), device=kept.device, dtype=torch.int32)
     tokens = (kept + gumbel(keys, kept.shape[-1])).argmax(-1)  # Gumbel-max: a sample of softmax(kept)
     return tokens, _picked(scaled, tokens)
 

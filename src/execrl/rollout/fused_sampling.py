@@ -1,0 +1,117 @@
+"""Sampling without top-k/top-p in one pass over the logits (GPU, Triton): Gumbel-max choice and log-sum-exp together.
+
+`sampling.sample_torch` does the same with torch ops: compiled, the noise, the argmax and the log-sum-exp walk the
+[B, V] logits in several reductions of one program per row. Here each row is cut into chunks of CHUNK columns; one
+program per (ROWS rows, chunk) computes each row's running max, sum of exponentials and best noisy score with its
+column over the chunk (the column's half of the noise hash once for its ROWS rows), and a few [B, chunks] torch
+ops combine them. The noise is sampling.gumbel's, bit for bit in its integer hash.
+
+Shapes: B rows, V vocabulary, P = ceil(V / CHUNK) chunks per row.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU installs: sampling.sample's torch path
+    triton = None
+
+ROWS, CHUNK, BLOCK, WARPS = 1, 4096, 1024, 4  # within noise of the best in profile_engine.py's sweep (H100)
+
+
+def supported(logits: torch.Tensor) -> bool:
+    return triton is not None and logits.is_cuda and logits.dim() == 2
+
+
+if triton is not None:
+    @triton.jit
+    def _mix(h):
+        """sampling.mix32_ on an int32 block: MurmurHash3's finalizer (multiplies wrap; shifts masked to logical)."""
+        h = h ^ ((h >> 16) & 0xFFFF)
+        h = h * -2048144789  # 0x85EBCA6B as int32
+        h = h ^ ((h >> 13) & 0x7FFFF)
+        h = h * -1028477387  # 0xC2B2AE35 as int32
+        return h ^ ((h >> 16) & 0xFFFF)
+
+    @triton.jit
+    def _partials_kernel(logits_ptr, keys_ptr, max_ptr, sum_ptr, best_ptr, arg_ptr, rows, vocab, row_stride,
+                         temperature, parts, NOISE: tl.constexpr, SCALE: tl.constexpr, ROWS: tl.constexpr,
+                         CHUNK: tl.constexpr, BLOCK: tl.constexpr):
+        """Program (r, part): rows [r * ROWS, (r + 1) * ROWS) x columns [part * CHUNK, (part + 1) * CHUNK)."""
+        row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # [R]
+        part = tl.program_id(1)
+        live = row < rows
+        key = tl.load(keys_ptr + row, mask=live, other=0)  # [R]
+        m = tl.full([ROWS, BLOCK], float("-inf"), tl.float32)  # per lane: running max of the scaled logits
+        total = tl.zeros([ROWS, BLOCK], tl.float32)  # running sum of exp(scaled - m)
+        best = tl.full([ROWS, BLOCK], float("-inf"), tl.float32)  # best noisy score, and its column
+        arg = tl.zeros([ROWS, BLOCK], tl.int32)
+        for start in range(0, CHUNK, BLOCK):
+            cols = part * CHUNK + start + tl.arange(0, BLOCK)  # [K]
+            inside = live[:, None] & (cols < vocab)[None, :]  # [R, K]
+            x = tl.load(logits_ptr + row[:, None] * row_stride + cols[None, :], mask=inside, other=float("-inf"))
+            x = x.to(tl.float32)
+            if SCALE:
+                x = x / temperature
+            m_new = tl.maximum(m, x)
+            base = tl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
+            total = total * tl.exp(m - base) + tl.exp(x - base)
+            m = m_new
+            score = x
+            if NOISE:  # the column's hash once for the R rows, then each row's
+                bits = (_mix(key[:, None] ^ _mix(cols * 2 + 1)[None, :]) >> 8) & 0xFFFFFF  # 24 random bits
+                u = (bits.to(tl.float32) + 0.5) * (1.0 / 16777216.0)
+                score = x - tl.log(-tl.log(u))
+            score = tl.where(inside, score, float("-inf"))
+            better = score > best  # strict: the earlier column wins a tie, as torch.argmax
+            best = tl.where(better, score, best)
+            arg = tl.where(better, cols[None, :], arg)
+        top = tl.max(m, 1)  # [R]
+        safe = tl.where(top == float("-inf"), 0.0, top)
+        out = row * parts + part
+        tl.store(max_ptr + out, top, mask=live)
+        tl.store(sum_ptr + out, tl.sum(total * tl.exp(m - safe[:, None]), 1), mask=live)
+        winner = tl.max(best, 1)
+        tl.store(best_ptr + out, winner, mask=live)
+        tl.store(arg_ptr + out, tl.min(tl.where(best == winner[:, None], arg, 2147483647), 1), mask=live)
+
+    @torch.library.custom_op("execrl::sampling_partials", mutates_args=())
+    def _partials(logits: torch.Tensor, keys: torch.Tensor, temperature: float, noise: bool
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """An opaque operator (torch.compile and CUDA graphs take it as it is): per (row, chunk) max, sum of exps,
+        best score and its column, each [B, P]."""
+        b, v = logits.shape
+        parts = triton.cdiv(v, CHUNK)
+        f = dict(dtype=torch.float32, device=logits.device)
+        top, total, best = (torch.empty(b, parts, **f) for _ in range(3))
+        arg = torch.empty(b, parts, dtype=torch.int32, device=logits.device)
+        _partials_kernel[(triton.cdiv(b, ROWS), parts)](
+            logits, keys, top, total, best, arg, b, v, logits.stride(0), temperature, parts, NOISE=noise,
+            SCALE=temperature != 1.0, ROWS=ROWS, CHUNK=CHUNK, BLOCK=BLOCK, num_warps=WARPS)
+        return top, total, best, arg
+
+    @_partials.register_fake
+    def _(logits, keys, temperature, noise):
+        b, v = logits.shape
+        shape = (b, -(-v // CHUNK))
+        f = [logits.new_empty(shape, dtype=torch.float32) for _ in range(3)]
+        return f[0], f[1], f[2], logits.new_empty(shape, dtype=torch.int32)
+
+
+def sample_plain(logits: torch.Tensor, temperature: float, keys: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [B, V] (any float dtype, rows contiguous), keys [B] int32 (ignored when greedy) -> (tokens [B],
+    logprobs [B]): sampling.sample for top_k None and top_p 1. temperature 0 is greedy (logprobs at temperature 1)."""
+    noise = temperature > 0
+    t = temperature if noise else 1.0
+    if keys is None:
+        keys = torch.zeros(logits.shape[0], dtype=torch.int32, device=logits.device)
+    top, total, best, arg = _partials(logits.contiguous(), keys.int(), t, noise)  # [B, P] each
+    peak = top.max(-1, keepdim=True).values  # [B, 1]
+    lse = peak[:, 0] + torch.log((total * torch.exp(top - peak)).sum(-1))  # [B]
+    tokens = arg.gather(-1, best.argmax(-1, keepdim=True))[:, 0].long()  # [B]: the first chunk's winner on a tie
+    picked = logits.gather(-1, tokens[:, None])[:, 0].float() / t
+    return tokens, picked - lse

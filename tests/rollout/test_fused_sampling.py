@@ -1,0 +1,48 @@
+"""The one-pass Triton sampling kernel against sampling.sample_torch (GPU only: `pytest -m gpu`)."""
+
+import pytest
+import torch
+
+from execrl.rollout import fused_sampling
+from execrl.rollout.sampling import SamplingParams, sample, sample_torch, token_keys
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _cuda():
+    if not torch.cuda.is_available() or fused_sampling.triton is None:
+        pytest.skip("needs a CUDA device and Triton")
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
+@pytest.mark.parametrize("rows,vocab", [(256, 151936), (3, 5000), (1, 4096)])
+def test_kernel_matches_torch(temperature, rows, vocab):
+    g = torch.Generator(device="cuda").manual_seed(rows + vocab)
+    logits = (torch.randn(rows, vocab, device="cuda", generator=g) * 4).to(torch.bfloat16)
+    keys = token_keys(torch.randint(-2**31, 2**31, (rows,), device="cuda", dtype=torch.int32, generator=g),
+                      torch.arange(rows, device="cuda"))
+    params = SamplingParams(temperature=temperature)
+    tok, lp = fused_sampling.sample_plain(logits, temperature, keys)
+    ref_tok, ref_lp = sample_torch(logits, params, keys if temperature > 0 else None)
+    agree = (tok == ref_tok).float().mean().item()
+    assert agree >= (0.99 if rows > 100 else 1.0)  # log() of the noise may differ in the last ulp: rare flips
+    same = tok == ref_tok
+    torch.testing.assert_close(lp[same], ref_lp[same], atol=1e-4, rtol=0)
+    # the dispatcher takes the kernel for these parameters, the torch path for filtered sampling
+    assert torch.equal(sample(logits, params, keys)[0], tok)
+
+
+def test_kernel_under_compile_and_graph():
+    logits = torch.randn(64, 151936, device="cuda").to(torch.bfloat16)
+    keys = torch.arange(64, device="cuda", dtype=torch.int32)
+    params = SamplingParams(temperature=1.0)
+    want = sample(logits, params, keys)
+    step = torch.compile(lambda x, k: sample(x, params, k))
+    got = step(logits, keys)
+    assert torch.equal(got[0], want[0])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = sample(logits, params, keys)
+    graph.replay()
+    assert torch.equal(out[0], want[0])
