@@ -29,7 +29,7 @@ def test_kernel_matches_torch(temperature, rows, vocab):
     assert agree >= (0.99 if rows > 100 else 1.0)  # log() of the noise may differ in the last ulp: rare flips
     same = tok == ref_tok
     torch.testing.assert_close(lp[same], ref_lp[same], atol=1e-4, rtol=0)
-    # the dispatcher takes the kernel for these parameters, the torch path for filtered sampling
+    # without top-k/top-p the dispatcher takes the kernel
     assert torch.equal(sample(logits, params, keys)[0], tok)
 
 
