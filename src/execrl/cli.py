@@ -146,7 +146,7 @@ def run_eval(args) -> int:
     from execrl.eval.run import EvalConfig, evaluate
     from execrl.models import ModelNotFound
     from execrl.prompts import PromptConfig
-    from execrl.sandbox import TestSpecError
+    from execrl.sandbox import SandboxFailing, SandboxUnusable, TestSpecError
     from execrl.tasks import DatasetError
 
     try:
@@ -162,7 +162,7 @@ def run_eval(args) -> int:
                          prompt=PromptConfig(system_prompt=args.system_prompt, answer_format=args.answer_format,
                                              code_style=args.code_style))
         evaluate(cfg, model_name=args.model, completions=args.completions)
-    except (ValueError, DatasetError, ModelNotFound, TestSpecError) as e:
+    except (ValueError, DatasetError, ModelNotFound, TestSpecError, SandboxUnusable, SandboxFailing) as e:
         Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {e}")
         return 2
     return 0

@@ -11,7 +11,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from execrl.sandbox import Grader, Limits, TestSpecError, Verdict, get_language, load_languages, parse_tests
+from execrl.sandbox import (
+    Grader,
+    Limits,
+    SandboxUnusable,
+    StdioTests,
+    TestSpecError,
+    Verdict,
+    get_language,
+    load_languages,
+    parse_tests,
+)
 
 err = Console(stderr=True, soft_wrap=True)
 
@@ -21,27 +31,37 @@ class UnusableInput(Exception):
 
 
 def read_rows(path: str) -> list[tuple[int, dict | None, str | None]]:
-    """(line number, row, error) for each non-blank line; a bad row has row None and an error naming the fix."""
+    """(line number, row, error) for each non-blank line; a bad row (not UTF-8, not JSON, nested past reason) has row
+    None and an error naming the line, and the others are graded."""
     p = Path(path)
     if not p.is_file():
         raise UnusableInput(f"{path}: no such file")
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UnusableInput(f"{path}: cannot read it as UTF-8 text ({e})") from None
+        lines = p.read_bytes().splitlines()
+    except OSError as e:
+        raise UnusableInput(f"{path}: cannot read it ({e})") from None
     out = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
+    for n, raw in enumerate(lines, 1):
+        if not raw.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            out.append((n, None, f"line {n}: not UTF-8 text (byte {e.start + 1})"))
+            continue
         except json.JSONDecodeError as e:
             out.append((n, None, f"line {n}: not valid JSON ({e.msg} at column {e.colno})"))
+            continue
+        except RecursionError:
+            out.append((n, None, f"line {n}: JSON nested too deeply to read"))
             continue
         out.append((n, row, None) if isinstance(row, dict) else (n, None, f"line {n}: expected a JSON object"))
     if not out:
         raise UnusableInput(f"{path}: no rows (expected JSONL: one JSON object per line)")
     return out
+
+
+LIMIT_RANGES = {"timeout_s": (0.001, 3600.0), "memory_mb": (16, 1 << 20)}  # what a row may ask for
 
 
 def prepare(row: dict, base: Limits) -> tuple:
@@ -51,13 +71,18 @@ def prepare(row: dict, base: Limits) -> tuple:
     if "tests" not in row:
         raise TestSpecError("no 'tests': see the test forms in `execrl.sandbox.spec`")
     spec = parse_tests(row["tests"])
-    language = row.get("language", "python")
-    get_language(language)
-    overrides = {k: row[k] for k in ("timeout_s", "memory_mb") if row.get(k) is not None}
-    if any(not isinstance(v, (int, float)) or v <= 0 for v in overrides.values()):
-        raise TestSpecError("timeout_s and memory_mb must be positive numbers")
-    if "memory_mb" in overrides:
-        overrides["memory_mb"] = int(overrides["memory_mb"])
+    language = row.get("language")
+    language = "python" if language is None and "language" not in row else language
+    if not get_language(language).fork_python and not isinstance(spec, StdioTests):
+        raise TestSpecError(f"{language} programs take stdin/stdout tests only")
+    overrides = {}
+    for key, (low, high) in LIMIT_RANGES.items():
+        v = row.get(key)
+        if v is None:
+            continue
+        if type(v) not in (int, float) or not low <= v <= high:  # NaN fails both comparisons
+            raise TestSpecError(f"{key} must be a number from {low:g} to {high:g}, got {v!r}")
+        overrides[key] = int(v) if key == "memory_mb" else float(v)
     return (row["code"], spec, language, dataclasses.replace(base, **overrides))
 
 
@@ -83,8 +108,13 @@ def run_grade(args) -> int:
         results[n] = {"id": (row or {}).get("id", n), "error": problem}
         verdicts["invalid row"] += 1
     columns = [TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
-    with Grader(num_workers=args.workers, limits=base) as grader, \
-            Progress(*columns, console=err, disable=args.quiet, transient=False) as bar:
+    languages = tuple(sorted({get_language(job[2]).name for _, job in jobs})) or ("python",)
+    try:
+        grader = Grader(num_workers=args.workers, limits=base, languages=languages)
+    except SandboxUnusable as e:
+        err.print(f"[red]error:[/] {e}")
+        return 2
+    with grader, Progress(*columns, console=err, disable=args.quiet, transient=False) as bar:
         task = bar.add_task("grading", total=len(jobs))
         graded = grader.grade_many([job for _, job in jobs], on_done=lambda _: bar.advance(task))
     by_line = {n: row for n, row, _ in rows}

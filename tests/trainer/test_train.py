@@ -127,3 +127,22 @@ def test_the_transformers_reference_backend_still_trains(tmp_path):
     result, d = run(tmp_path, "hf", "policy.generation.backend=transformers", "grpo.max_num_steps=1",
                     "checkpointing.enabled=false", "warmup.sft_steps=0", "grpo.val_period=0")
     assert result.step == 1 and "train/loss" in metrics(d)[0]
+
+
+def test_a_failing_sandbox_refuses_at_start_and_stops_a_run(tmp_path, monkeypatch):
+    """A sandbox that cannot run the interpreter (e.g. a venv it cannot see) stops `execrl train` before any work,
+    with the fix; one that starts failing mid-run stops the run instead of training on nothing."""
+    import execrl.sandbox.grader as grader_module
+    from execrl.sandbox import Grader, SandboxFailing, SandboxUnusable
+    from execrl.sandbox.pool import WorkerDied
+
+    def dead(*args, **kwargs):
+        raise WorkerDied("runner sandbox failed; its output: bwrap: execvp /tmp/x/.venv/bin/python: No such file")
+
+    monkeypatch.setattr(grader_module, "_grade_on", dead)
+    with pytest.raises(SandboxUnusable, match="execvp.*Fix: "):
+        run(tmp_path, "refused", "grpo.max_num_steps=1", "warmup.sft_steps=0")
+    assert not (tmp_path / "refused" / "ckpt").exists()
+    monkeypatch.setattr(Grader, "self_test", lambda self, languages: None)  # it passed; the sandbox fails later
+    with pytest.raises(SandboxFailing, match=r"step 1: (\d+) of \1 programs graded \(100%\) ended infra_error.*execvp"):
+        run(tmp_path, "stopped", "grpo.max_num_steps=3")  # warmed up: it writes programs

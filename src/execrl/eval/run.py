@@ -17,7 +17,7 @@ from execrl.extract import extract
 from execrl.prompts import PromptConfig, build_messages, drop_long_prompts, render
 from execrl.rewards import Sample
 from execrl.rewards.math_answers import math_correct
-from execrl.sandbox import Grader, Limits, Verdict, parse_tests
+from execrl.sandbox import Grader, Limits, Verdict, check_infra_share, parse_tests
 from execrl.tasks import Problem, load_problems
 from execrl.tasks.problem import DatasetError, read_rows
 
@@ -93,9 +93,16 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     samples = [Sample(p, text, extract(text, cfg.prompt.answer_format, cfg.prompt.code_style, p.language,
                                        want_code=p.kind == "code"), num_tokens=n, max_tokens=cfg.max_new_tokens)
                for p, outs in texts for text, n in outs]
-    with Grader(num_workers=cfg.workers, limits=Limits(timeout_s=cfg.timeout_s)) as grader, _bar() as bar:
+    languages = tuple(sorted({p.language for p, _ in texts if p.kind == "code"})) or ("python",)
+    with Grader(num_workers=cfg.workers, limits=Limits(timeout_s=cfg.timeout_s), languages=languages) as grader, \
+            _bar() as bar:
         task = bar.add_task("grading", total=sum(s.extracted.code is not None and s.problem.kind == "code" for s in samples))
         grade_samples(samples, grader, progress=lambda: bar.advance(task))
+    infra = [s for s in samples if not s.valid]
+    line = check_infra_share(len(infra), sum(s.result is not None for s in samples), "execrl eval",
+                             infra[0].result.stderr if infra else "")
+    if line is not None:
+        err.print(f"[bold red]WARNING: {line}[/]")
     return summarize(cfg, samples)
 
 

@@ -1,34 +1,57 @@
 """execrl.sandbox: run model-written code against tests, in processes of its own, and say what happened.
 
-Defends against (each has an adversarial test in tests/sandbox/):
+Defends against (each has an adversarial test in tests/sandbox/; test_attacks.py pairs each class of attack with
+the legitimate idiom it must not break):
 - running forever: busy loops (also ones that ignore catchable signals or swallow exceptions), long C-level
-  computations, sleeping: RLIMIT_CPU and a wall-clock SIGKILL of every process the program started;
-- memory: huge and growing allocations (hard RLIMIT_AS); raising its own rlimits (hard limits, no
-  capabilities);
-- floods on stdout or stderr and filling the disk (RLIMIT_FSIZE, a size-capped private tmpfs);
+  computations, sleeping: RLIMIT_CPU per process, the CPU time of *all* the program's processes (children it never
+  waited for included) measured every 10 ms and at the end, and a wall-clock SIGKILL of every process it started;
+- memory: the program as a whole (the proportional set sizes of all its processes plus what it keeps in its tmpfs,
+  sampled every 10 ms), and a hard RLIMIT_AS per process; raising its own rlimits (hard limits, no capabilities);
+- floods on stdout or stderr and filling the disk (RLIMIT_FSIZE; size-capped tmpfs; output read back capped, and
+  one test's output at a time);
 - fork bombs and double-forked daemons (RLIMIT_NPROC on a uid of the sandbox's own; after every test the
   zygote, PID 1 of the sandbox's PID namespace, SIGKILLs every other process in it), killing its parent or
   kill(-1) (PID 1 of a namespace cannot be killed from inside, and other uids are out of reach);
-- network access (empty network namespace); reading the grader's environment (cleared) or its files (home
-  directories, /run and /mnt are hidden; the system is read-only); writing outside its directory;
-- anything persisting from one program to the next (processes killed, every writable directory wiped);
+- network access and host sockets (empty network namespace; no host path with a socket exists inside);
+- reading anything it should not: the filesystem is an allowlist (isolation.py): the system's program and library
+  directories, a few files of /etc, the interpreter, its venv and each language's tools, read-only; the program's
+  own tmpfs at /tmp and /dev/shm. Training data, the grader's input file, home directories and the checkout are
+  not there. The grader's environment is cleared;
+- anything persisting from one program to the next: processes killed, /tmp and /dev/shm wiped, and a seccomp filter
+  (inside/seccomp.py) refuses SysV IPC, POSIX message queues, keyrings and new user namespaces;
 - faking a pass in the assert, check and call forms (see inside/checker.py): the program's process never sees the tests or the
   expected values. Asserts and check functions run in a second sandbox, in which every name the tests use
   but do not define is a stub that calls into the program's process and gets back plain data only (numbers,
   strings, lists, tuples, dicts, sets, None, bool). So exiting with code 0 before the tests run (sys.exit,
   os._exit, atexit, sys.excepthook), objects that lie in `__eq__`, walking frames, patching modules,
   builtins or serializers, and printing pass markers all leave the tests failing; stdin/stdout outputs are
-  compared in the grading process.
+  compared in the grading process. A non-plain result has no equality, hash, order or identity in the tests;
+- declaring its own infra_error or crashing the grader: everything a program writes (stdout, status lines, RPC
+  replies, return values of any size or depth) is parsed as hostile input, and whatever goes wrong with it is the
+  program's verdict. infra_error comes only from our own set-up, reported on a channel closed before the program
+  runs, or from a sandbox process that died.
 
-Does not defend against: kernel exploits and side channels (timing, cache); reading files that are readable
-to every user on the host (the system is visible read-only: secrets belong in files only their owner can
-read, or outside the host); CPU contention slowing other workers (time is measured in CPU seconds where it
-can be); SysV IPC objects when the sandbox shares an IPC namespace with nothing else (each worker has its
-own). Without bubblewrap or user namespaces (a warning says so, once, loudly), none of the namespace
-defences apply: no network or filesystem isolation, and RLIMIT_NPROC does not bind a root grader.
+Does not defend against: kernel exploits and side channels (timing, cache); reading what is inside the allowlist
+(the system's directories and the Python installation are visible read-only: keep secrets elsewhere); CPU
+contention slowing other workers (time is measured in CPU seconds where it can be); memory bursts shorter than the
+10 ms sampling (bounded by RLIMIT_AS per process). In bwrap-user mode (the grader is not root) the program runs as
+the grader's uid inside its user namespace: the namespaces, the allowlist and the seccomp filter still hold, but
+RLIMIT_NPROC counts all the user's processes and the program can write the zygote's /tmp. Without bubblewrap or
+user namespaces (a warning says so, once, loudly), none of the namespace defences apply: no network or
+filesystem isolation, and RLIMIT_NPROC does not bind a root grader.
 """
 
-from execrl.sandbox.grader import Grader, Limits, ProgramResult, RunResult, TestResult, program_verdict
+from execrl.sandbox.grader import (
+    Grader,
+    Limits,
+    ProgramResult,
+    RunResult,
+    SandboxFailing,
+    SandboxUnusable,
+    TestResult,
+    check_infra_share,
+    program_verdict,
+)
 from execrl.sandbox.languages import LANGUAGES, Language, get_language, load_languages
 from execrl.sandbox.spec import (
     AssertTests,
@@ -43,7 +66,7 @@ from execrl.sandbox.spec import (
 )
 
 __all__ = [
-    "Grader", "Limits", "ProgramResult", "RunResult", "TestResult", "program_verdict", "LANGUAGES", "Language",
+    "Grader", "Limits", "ProgramResult", "SandboxUnusable", "SandboxFailing", "check_infra_share", "RunResult", "TestResult", "program_verdict", "LANGUAGES", "Language",
     "get_language", "load_languages", "TestSpec", "TestSpecError", "Verdict", "parse_tests", "split_test_script",
     "AssertTests", "CallTests", "CheckTests", "StdioTests",
 ]

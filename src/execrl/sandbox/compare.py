@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
+
+# what counts as a number token in tolerance mode: plain decimal notation only (float() also takes "1_0", "inf",
+# "nan", and surrounding unicode whitespace, none of which a judge would read as a number)
+NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+ASCII_SPACE = " \t\f\v"  # a line's trailing blanks; unicode separators such as \x1f are characters like any other
 
 
 @dataclass(frozen=True)
@@ -23,11 +29,17 @@ class CompareOptions:
         opts = cls(**d)
         if opts.mode not in ("lines", "exact"):
             raise TestSpecError(f"compare.mode must be 'lines' or 'exact', got {opts.mode!r}")
+        for name in ("float_rel", "float_abs"):
+            v = getattr(opts, name)
+            if type(v) not in (int, float) or not 0 <= v < math.inf:
+                raise TestSpecError(f"compare.{name} must be a finite number >= 0, got {v!r}")
+        if type(opts.case_fold) is not bool:
+            raise TestSpecError(f"compare.case_fold must be true or false, got {opts.case_fold!r}")
         return opts
 
 
 def _lines(text: str) -> list[str]:
-    lines = [line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+    lines = [line.rstrip(ASCII_SPACE) for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
     while lines and not lines[-1]:
         lines.pop()
     return lines
@@ -36,11 +48,10 @@ def _lines(text: str) -> list[str]:
 def _token_equal(a: str, b: str, opts: CompareOptions) -> bool:
     if a == b:
         return True
-    try:
-        x, y = float(a), float(b)
-    except ValueError:
+    if not (NUMBER.fullmatch(a) and NUMBER.fullmatch(b)):
         return False
-    return math.isclose(x, y, rel_tol=opts.float_rel, abs_tol=opts.float_abs)
+    x, y = float(a), float(b)  # a token of 400 digits is inf here: equal only to itself, compared above
+    return math.isfinite(x) and math.isfinite(y) and math.isclose(x, y, rel_tol=opts.float_rel, abs_tol=opts.float_abs)
 
 
 def outputs_match(expected: str, actual: bytes, opts: CompareOptions = CompareOptions()) -> bool:
@@ -55,10 +66,14 @@ def outputs_match(expected: str, actual: bytes, opts: CompareOptions = CompareOp
     if opts.float_rel <= 0 and opts.float_abs <= 0:
         return want == have
     for w, h in zip(want, have):
-        wt, ht = w.split(), h.split()
+        wt, ht = _ascii_split(w), _ascii_split(h)
         if len(wt) != len(ht) or not all(_token_equal(a, b, opts) for a, b in zip(wt, ht)):
             return False
     return True
+
+
+def _ascii_split(line: str) -> list[str]:
+    return [t for t in re.split(r"[ \t\f\v]+", line) if t]
 
 
 def values_match(expected, actual, float_rel: float = 1e-9, float_abs: float = 0.0) -> bool:
@@ -68,7 +83,10 @@ def values_match(expected, actual, float_rel: float = 1e-9, float_abs: float = 0
     if isinstance(expected, dict) and isinstance(actual, dict):
         return expected.keys() == actual.keys() and all(values_match(expected[k], actual[k], float_rel, float_abs) for k in expected)
     if type(expected) is float or type(actual) is float:
-        if type(expected) is bool or type(actual) is bool or not isinstance(actual, (int, float)) or not isinstance(expected, (int, float)):
+        if type(expected) not in (int, float) or type(actual) not in (int, float):
+            return False  # bools are not numbers here
+        try:
+            return math.isclose(expected, actual, rel_tol=float_rel, abs_tol=float_abs)
+        except OverflowError:  # an int beyond float range: close to no float
             return False
-        return math.isclose(expected, actual, rel_tol=float_rel, abs_tol=float_abs)
     return type(expected) is type(actual) and expected == actual

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
+import sys
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
-from execrl.sandbox import inside
 from execrl.sandbox.compare import outputs_match, values_match
 from execrl.sandbox.inside.protocol import decode, encode
 from execrl.sandbox.languages import Language, get_language
@@ -26,6 +27,32 @@ from execrl.sandbox.spec import (
 )
 
 V = Verdict
+
+
+class SandboxUnusable(RuntimeError):
+    """The sandbox cannot run programs of a language on this machine; the message says how to fix it."""
+
+
+class SandboxFailing(RuntimeError):
+    """Too many programs ended infra_error: the sandbox, not the model, is failing; going on would train on nothing."""
+
+
+INFRA_WARN, INFRA_STOP = 0.05, 0.5  # shares of a batch's graded samples
+
+
+def check_infra_share(num_infra: float, num_samples: float, where: str, example: str = "") -> str | None:
+    """None while the sandbox is healthy; a warning line above INFRA_WARN of the samples; SandboxFailing above
+    INFRA_STOP. `example`: one infra_error's message, which usually names the cause."""
+    share = num_infra / max(num_samples, 1)
+    if share <= INFRA_WARN:
+        return None
+    cause = f" First error: {' '.join(example.split())[:300]}" if example else ""
+    line = (f"{where}: {num_infra:.0f} of {num_samples:.0f} programs graded ({share:.0%}) ended infra_error: the sandbox "
+            f"failed, not the model, and those samples are left out of rewards and scores.{cause}")
+    if share > INFRA_STOP:
+        raise SandboxFailing(line + " Stopping: fix the sandbox (run `execrl grade` on a small file to see it fail), "
+                             "then resume.")
+    return line
 
 
 @dataclass(frozen=True)
@@ -94,9 +121,37 @@ def program_verdict(tests: list[TestResult]) -> Verdict:
 class Grader:
     """Grades programs in warm sandboxes. Thread-safe; `grade_many` runs one program per worker at a time."""
 
-    def __init__(self, num_workers: int = 0, limits: Limits = Limits(), pool: WorkerPool | None = None):
+    def __init__(self, num_workers: int = 0, limits: Limits = Limits(), pool: WorkerPool | None = None,
+                 languages: tuple[str, ...] = ("python",), self_test: bool = True):
+        """languages: those the programs will be in; each must work in the sandbox before anything is graded (the
+        self-test runs a hello-world of each and raises SandboxUnusable, with the fix, if one does not)."""
         self.limits = limits
-        self.pool = pool or WorkerPool(num_workers)
+        langs = [get_language(name) for name in languages]
+        self.pool = pool or WorkerPool(num_workers, tools=tuple(t for lang in langs for t in lang.tools))
+        if self_test:
+            try:
+                self.self_test(langs)
+            except BaseException:
+                self.close()
+                raise
+
+    def self_test(self, languages: list[Language]) -> None:
+        for lang in languages:
+            missing = [t for t in lang.tools if shutil.which(t) is None]
+            if missing:
+                raise SandboxUnusable(f"{lang.name} programs need {', '.join(missing)}, which is not installed here: "
+                                      f"install it, or leave {lang.name} rows out")
+            if not lang.hello:
+                continue
+            lim = replace(self.limits, timeout_s=max(self.limits.timeout_s, 10.0), memory_mb=max(self.limits.memory_mb, 512))
+            result = self.grade(lang.hello, StdioTests([""], ["hello\n"]), lang.name, lim)
+            if result.verdict != V.PASS:
+                why = (result.stderr or (result.tests[0].detail if result.tests else "") or result.verdict.value)
+                why = " ".join(why.split())[-300:]
+                raise SandboxUnusable(
+                    f"the sandbox cannot run a {lang.name} hello-world ({result.verdict.value}: {why}). Fix: make "
+                    f"{sys.prefix} and the interpreter it comes from readable by other users, or run with "
+                    "EXECRL_SANDBOX=none to grade without isolation (unsafe; see README, Threat model)")
 
     def grade(self, code: str, tests: TestSpec | dict | str, language: str = "python",
               limits: Limits | None = None) -> ProgramResult:
@@ -153,28 +208,37 @@ def _per_test_wall(lim: Limits) -> float:
 def _run_on(w: Worker, code: str, stdin: str, lang: Language, lim: Limits) -> RunResult:
     run = dict(_program(lang, lim), op="run", mode="stdio", tests=[{}], stop_after_timeout=True)
     blobs = [code.encode("utf-8", "surrogatepass"), stdin.encode("utf-8", "surrogatepass")]
-    reply, out = w.runner.request(run, blobs, timeout=_per_test_wall(lim) + 3 * lim.compile_timeout_s + 30)
-    if "compile" in reply:
-        _check_infra(reply["compile"])
-        return RunResult(V.SYNTAX_ERROR, "", _text(out[1]))
-    (r,) = reply["results"]
+    w.runner.send(run, blobs)
+    results = list(_results(w, _per_test_wall(lim) + 3 * lim.compile_timeout_s + 30))
+    if not results or "compile" in results[0][0]:
+        compiled = results[0] if results else ({}, [b"", b""])
+        _check_infra(compiled[0].get("compile", {}))
+        return RunResult(V.SYNTAX_ERROR, "", _text(compiled[1][1]))
+    r, (stdout, err) = results[0][0]["result"], results[0][1]
     _check_infra(r)
-    stdout, err = out
-    if any(st.get("phase") == "compile" for st in r["status"]):
+    if _status(r).get("phase") == "compile":
         return RunResult(V.SYNTAX_ERROR, _text(stdout), _text(err))
     return RunResult(_execution_verdict(r, err, lim, cpu_limit=lim.timeout_s) or V.PASS, _text(stdout),
-                     _program_frames(_text(err)))
+                     _program_frames(_text(err), w.inside_dir))
 
 
-_INSIDE = os.path.dirname(os.path.abspath(inside.__file__))
+def _results(w: Worker, timeout: float):
+    """The runner's replies to a "run": one (reply, [stdout, stderr]) per test as each ends, or one compile failure."""
+    while True:
+        reply, out = w.runner.receive(timeout)
+        if "done" in reply:
+            return
+        yield reply, out
+        if "compile" in reply:
+            return
 
 
-def _program_frames(stderr: str) -> str:
+def _program_frames(stderr: str, inside_dir: str) -> str:
     """A Python traceback without the frames of the sandbox's own code (the child that exec'd the program)."""
     out, skip = [], False
     for line in stderr.splitlines(keepends=True):
         if line.startswith('  File "'):
-            skip = line[8:].startswith(_INSIDE + os.sep)
+            skip = line[8:].startswith(inside_dir + os.sep)
         elif not line.startswith("    "):
             skip = False
         if not skip:
@@ -197,16 +261,15 @@ def _grade_on(w: Worker, code: str, spec: TestSpec, lang: Language, lim: Limits)
     else:
         run.update(mode="call", fn_name=spec.fn_name, tests=[{"args": encode(a)} for a in spec.args])
         blobs = [source] + [b""] * n
-    reply, out = w.runner.request(run, blobs, timeout=n * per_test_wall + 3 * lim.compile_timeout_s + 30)
-    if "compile" in reply:
-        _check_infra(reply["compile"])
-        detail = _text(out[1])
-        return ProgramResult(V.SYNTAX_ERROR, [TestResult(V.SYNTAX_ERROR, detail=detail[:300], error="SyntaxError")] * n,
-                             detail[-2000:])
+    w.runner.send(run, blobs)
     tests, stderr = [], ""
-    for i, r in enumerate(reply["results"]):
-        stdout, err = out[2 * i], out[2 * i + 1]
-        tests.append(_judge(r, stdout, err, spec, i, lim))
+    for reply, (stdout, err) in _results(w, n * per_test_wall + 3 * lim.compile_timeout_s + 30):
+        if "compile" in reply:
+            _check_infra(reply["compile"])
+            detail = _text(err)
+            return ProgramResult(V.SYNTAX_ERROR, [TestResult(V.SYNTAX_ERROR, detail=detail[:300], error="SyntaxError")] * n,
+                                 detail[-2000:])
+        tests.append(_judge(reply["result"], stdout, err, spec, len(tests), lim))
         if tests[-1].verdict != V.PASS and not stderr:
             stderr = _text(err)
     if tests and tests[-1].verdict == V.SYNTAX_ERROR:
@@ -236,7 +299,7 @@ def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, l
     _check_infra(check)
     _check_infra(served)
     lines = check["status"]
-    if any(st.get("phase") == "compile" for st in served["status"]):
+    if _status(served).get("phase") == "compile":
         return [TestResult(V.SYNTAX_ERROR, error="SyntaxError")] * n, _text(err)
     program_failure = _execution_verdict(served, err, lim, cpu_limit=lim.timeout_s * n, stopped=True)
     unreached = TestResult(V.RUNTIME_ERROR, detail="the program ended before this test")
@@ -246,9 +309,9 @@ def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, l
     for line in lines:
         if "test" in line:
             msg = line.get("msg", "")
-            error = msg.split(":", 1)[0] if line["verdict"] in ("runtime_error", "memory") else ""
+            error = msg.split(":", 1)[0][:100] if line["verdict"] in ("runtime_error", "memory") else ""
             tests[line["test"]] = TestResult(V(line["verdict"]), detail=msg, error=error)
-    if check["killed_at_deadline"]:  # the checker ran out of time: the tests it never reached timed out
+    if check["killed_for"]:  # the checker ran out of time: the tests it never reached timed out
         tests = [TestResult(V.TIMEOUT, detail="the checker ran out of time") if t is unreached else t for t in tests]
     if any(line.get("verdict") == "timeout" for line in lines):
         first = next(line["test"] for line in lines if line.get("verdict") == "timeout")
@@ -259,11 +322,12 @@ def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, l
 
 
 def _judge(r: dict, stdout: bytes, err: bytes, spec, i: int, lim: Limits) -> TestResult:
-    status = r["status"][0] if r["status"] else {}
-    t = TestResult(V.PASS, cpu_s=r["cpu_s"], wall_s=r["wall_s"], error=status.get("exc", ""), stdout_bytes=r["stdout_bytes"])
     _check_infra(r)
+    status = _status(r)
+    t = TestResult(V.PASS, cpu_s=r["cpu_s"], wall_s=r["wall_s"], error=_short(status.get("exc")),
+                   stdout_bytes=r["stdout_bytes"])
     failure = _execution_verdict(r, err, lim, cpu_limit=lim.timeout_s)
-    if any(st.get("phase") == "compile" for st in r["status"]):
+    if status.get("phase") == "compile":
         t.verdict, t.detail = V.SYNTAX_ERROR, _text(err)[-300:]
     elif failure is not None:
         t.verdict, t.detail = failure, _text(err)[-300:]
@@ -272,27 +336,46 @@ def _judge(r: dict, stdout: bytes, err: bytes, spec, i: int, lim: Limits) -> Tes
         if t.verdict == V.FAIL:
             t.output = _text(stdout[:OUTPUT_PREVIEW * 4])[:OUTPUT_PREVIEW]
     else:
-        if "value" not in status:
+        try:  # the value is the program's: whatever is wrong with it fails the test, and never reaches our caller
+            value = decode(status["value"])
+        except (KeyError, ValueError):
             t.verdict, t.detail = V.FAIL, "returned a value that is not plain data"
-        else:
-            try:
-                value = decode(status["value"])
-            except (ValueError, TypeError, KeyError):
-                value = _NOT_A_VALUE
-            t.verdict = V.PASS if values_match(spec.outputs[i], value) else V.FAIL
-            if t.verdict == V.FAIL:
-                t.output = repr(value)[:OUTPUT_PREVIEW]
+            return t
+        t.verdict = V.PASS if values_match(spec.outputs[i], value) else V.FAIL
+        if t.verdict == V.FAIL:
+            t.output = preview(value)
     return t
 
 
-_NOT_A_VALUE = object()
+def preview(value) -> str:
+    """The start of repr(value), for any plain value (huge integers too, which repr refuses past 4,300 digits)."""
+    if type(value) is int and value.bit_length() > 4000:
+        return f"<an integer of {value.bit_length()} bits>"
+    if type(value) in (list, tuple, set, frozenset, dict):
+        try:
+            return repr(value)[:OUTPUT_PREVIEW]
+        except ValueError:
+            return f"<a {type(value).__name__} of {len(value)} items>"
+    return repr(value)[:OUTPUT_PREVIEW]
+
+
+def _status(r: dict) -> dict:
+    """The child's last status line: written by our code as the program ended, or forged by the program (then it
+    is as good as the program's own output)."""
+    return r["status"][-1] if r["status"] else {}
+
+
+def _short(x) -> str:
+    return x[:100] if isinstance(x, str) else ""
 
 
 def _execution_verdict(r: dict, err: bytes, lim: Limits, cpu_limit: float, stopped: bool = False) -> Verdict | None:
     """Why a process did not finish normally, or None if it did."""
-    status = r["status"][0] if r["status"] else {}
+    status = _status(r)
     code = r["exit"]
-    if r["killed_at_deadline"] or r["cpu_s"] > cpu_limit or code == -signal.SIGXCPU:
+    if r["killed_for"] == "memory":
+        return V.MEMORY
+    if r["killed_for"] in ("deadline", "cpu") or r["cpu_s"] > cpu_limit or code == -signal.SIGXCPU:
         return V.TIMEOUT
     if status.get("exc") == "MemoryError" or b"std::bad_alloc" in err:
         return V.MEMORY
@@ -306,9 +389,9 @@ def _execution_verdict(r: dict, err: bytes, lim: Limits, cpu_limit: float, stopp
 
 
 def _check_infra(r: dict) -> None:
-    for line in r.get("status", []):
-        if "infra" in line:
-            raise WorkerDied(f"sandbox set-up failed: {line['infra']}")
+    """Our set-up of a child failed (reported on a channel the program never holds): the sandbox's fault."""
+    if r.get("setup_error"):
+        raise WorkerDied(f"sandbox set-up failed: {r['setup_error']}")
 
 
 def _text(b: bytes) -> str:

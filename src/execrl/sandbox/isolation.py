@@ -2,10 +2,17 @@
 
 Modes (EXECRL_SANDBOX=... forces one, for tests and odd hosts):
   bwrap-root  the grader is root: no user namespace; the zygote keeps CAP_SETUID/SETGID/KILL/CHOWN/
-              DAC_OVERRIDE/FOWNER only, and every child runs as a uid of its own (rlimits such as
+              DAC_OVERRIDE/FOWNER/SYS_PTRACE only, and every child runs as a uid of its own (rlimits such as
               RLIMIT_NPROC apply, signals and /proc of other uids are out of reach)
   bwrap-user  the grader is not root: an unprivileged user namespace, no capabilities at all
   none        no namespaces (no working bwrap): rlimits, sessions and kill-everything cleanup only
+
+The filesystem is an allowlist, the same in both bwrap modes: the system's program directories (/usr and the
+/bin, /lib... links or directories), a few files of /etc that programs and the dynamic linker read, the Python
+installation and virtual environment the grader runs from (wherever they are: /tmp, a home directory, a conda
+env), the directories of the libraries the interpreter links and of each configured language's tools, all
+read-only; the sandbox's own code at /.execrl; and empty size-capped tmpfs at /tmp and /dev/shm for the program.
+Nothing else of the host exists inside: not the training data, not the grader's input file, not /run's sockets.
 """
 
 from __future__ import annotations
@@ -19,11 +26,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-SANDBOX_DIR = str(Path(__file__).parent)
-# The zygote imports only the stdlib-only `inside` package, not execrl (whose imports every fork would pay for);
-# its directory leaves sys.path before any program runs, so programs cannot import our modules by accident.
-LAUNCH = (f"import sys; sys.path.insert(0, {SANDBOX_DIR!r}); from inside.zygote import main; "
-          f"sys.path.remove({SANDBOX_DIR!r}); main()")
+SANDBOX_DIR = str(Path(__file__).parent)  # holds `inside`, the stdlib-only code that runs in the sandbox
+INSIDE_MOUNT = "/.execrl"  # where SANDBOX_DIR/inside is bound in the sandbox (the checkout itself is not)
 SANDBOX_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": "/tmp/prog",
@@ -34,8 +38,18 @@ SANDBOX_ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
 }
-ROOT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
-HIDDEN = ("/root", "/home", "/run", "/var/run", "/mnt", "/media")  # other users' files, host sockets
+ROOT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER",
+             "CAP_SYS_PTRACE")  # SYS_PTRACE: the zygote reads its programs' memory use (smaps_rollup) as root
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "timezone", "passwd", "group",
+             "nsswitch.conf", "os-release", "hosts", "host.conf", "mime.types")
+
+
+def launch(inside_parent: str) -> str:
+    """The zygote's start-up line: it imports only the stdlib-only `inside` package, not execrl (whose imports every
+    fork would pay for); the directory leaves sys.path before any program runs."""
+    return (f"import sys; sys.path.insert(0, {inside_parent!r}); from inside.zygote import main; "
+            f"sys.path.remove({inside_parent!r}); main()")
 
 
 @dataclass(frozen=True)
@@ -44,27 +58,28 @@ class Isolation:
     bwrap: str | None = None
     reason: str = ""
 
-    def command(self, role: str, uid: int, ctrl_fd: int, tmpfs_mb: int, root: str = "/tmp") -> list[str]:
-        worker = [sys.executable, "-I", "-B", "-c", LAUNCH, role, str(uid), str(ctrl_fd)]
+    @property
+    def inside_dir(self) -> str:
+        """Where the `inside` package is, as the sandbox's processes see it (tracebacks name this path)."""
+        return os.path.join(SANDBOX_DIR if self.mode == "none" else INSIDE_MOUNT, "inside")
+
+    def command(self, role: str, uid: int, ctrl_fd: int, tmpfs_mb: int, root: str = "/tmp",
+                tools: tuple[str, ...] = ()) -> list[str]:
+        """`tools`: commands the programs run (compilers, interpreters of other languages), bound read-only."""
+        parent = os.path.dirname(self.inside_dir)
+        worker = [sys.executable, "-I", "-B", "-c", launch(parent), role, str(uid), str(ctrl_fd)]
         if self.mode == "none":
             return worker + [root]  # a private temporary directory of the grader's
-        args = [self.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        # the zygote's files and the program's directory are separate tmpfs: a full disk cannot eat the output
-        args += ["--size", str(tmpfs_mb << 20), "--tmpfs", "/tmp", "--size", str(tmpfs_mb << 20), "--tmpfs", "/tmp/prog"]
-        hidden = [h for h in dict.fromkeys([*HIDDEN, os.path.expanduser("~")]) if os.path.isdir(h) and not os.path.islink(h)]
-        for h in hidden:
-            args += ["--tmpfs", h]
-        for keep in _needed_paths():
-            under = [h for h in hidden if keep == h or keep.startswith(h + "/")]
-            if under:  # bwrap would make the directories between h and keep 0700: make them 0755 first
-                parts = Path(keep).relative_to(under[0]).parts[:-1]
-                for k in range(1, len(parts) + 1):
-                    args += ["--perms", "0755", "--dir", str(Path(under[0], *parts[:k]))]
-                args += ["--ro-bind", keep, keep]
+        size = str(tmpfs_mb << 20)
+        args = [self.bwrap, *system_mounts(), "--dev", "/dev", "--proc", "/proc"]
+        args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp", "--perms", "1777", "--size", size, "--tmpfs",
+                 "/dev/shm", "--ro-bind", os.path.join(SANDBOX_DIR, "inside"), os.path.join(INSIDE_MOUNT, "inside")]
+        args += bind_read_only(tool_paths(tools))
         args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         args += ["--as-pid-1", "--die-with-parent", "--new-session", "--chdir", "/tmp", "--clearenv"]
         for k, v in SANDBOX_ENV.items():
             args += ["--setenv", k, v]
+        args += ["--setenv", "EXECRL_KEEP", ":".join(tool_paths(tools))]  # the zygote's wipe leaves these alone
         if self.mode == "bwrap-root":
             args += ["--cap-drop", "ALL"] + [x for cap in ROOT_CAPS for x in ("--cap-add", cap)]
         else:
@@ -72,13 +87,77 @@ class Isolation:
         return args + ["--", *worker]
 
 
-def _needed_paths() -> list[str]:
-    """Where the interpreter, its libraries and execrl live: bound back if they sit under a hidden dir."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, SANDBOX_DIR}
-    paths.add(str(Path(os.path.realpath(sys.executable)).parent.parent))
-    paths.update(p for p in sys.path if p and os.path.exists(p))
-    out = sorted({os.path.realpath(p) for p in paths} | paths)
-    return [p for p in out if os.path.exists(p)]
+def system_mounts() -> list[str]:
+    """The system's program and library directories (kept as links where the host has links), and /etc's few files."""
+    args: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    etc = [f"/etc/{name}" for name in ETC_FILES] + sorted(str(p) for p in Path("/etc").glob("python3*"))
+    for path in etc:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
+@functools.cache
+def tool_paths(tools: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Directories outside the system's that the sandbox needs: the interpreter's installation and environment,
+    the libraries it links, and each tool's installation (its bin/ directory's parent, else its directory)."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(os.path.realpath(sys.executable)).parent.parent)}
+    paths.update(_linked_library_dirs(os.path.realpath(sys.executable)))
+    for tool in tools:
+        found = shutil.which(tool) if "/" not in tool else tool
+        if found:
+            for exe in {found, os.path.realpath(found)}:
+                d = os.path.dirname(exe)
+                paths.add(os.path.dirname(d) if os.path.basename(d) == "bin" else d)
+                paths.update(_linked_library_dirs(exe))
+    real = {os.path.realpath(p) for p in paths} | paths
+    keep = sorted(p for p in real if os.path.isdir(p) and not _under(p, SYSTEM_DIRS) and p != "/")
+    return tuple(p for p in keep if not _under(p, [q for q in keep if q != p]))  # outermost only
+
+
+def bind_read_only(paths, bound=SYSTEM_DIRS) -> list[str]:
+    """--ro-bind each path at its own place, first making the directories above it that no mount provides (0755:
+    bwrap would make them 0700, which a program's uid cannot pass). /tmp is an empty tmpfs by then."""
+    args: list[str] = []
+    made, bound = {"/tmp"}, list(bound)
+    for path in paths:
+        parts = Path(path).parts
+        for k in range(2, len(parts)):
+            d = str(Path(*parts[:k]))
+            if d not in made and not _under(d, bound):
+                args += ["--perms", "0755", "--dir", d]
+                made.add(d)
+        args += ["--ro-bind", path, path]
+        bound.append(path)
+    return args
+
+
+def _under(path: str, tops) -> bool:
+    return any(path == t or path.startswith(t.rstrip("/") + "/") for t in tops)
+
+
+def _linked_library_dirs(exe: str) -> set[str]:
+    """Directories of the shared libraries `exe` links (from ldd; none where ldd is missing or fails)."""
+    ldd = shutil.which("ldd")
+    if ldd is None:
+        return set()
+    try:
+        out = subprocess.run([ldd, exe], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    dirs = set()
+    for line in out.splitlines():
+        target = line.split("=>", 1)[1].strip().split(" (")[0] if "=>" in line else line.strip().split(" (")[0]
+        if target.startswith("/"):
+            dirs.add(os.path.dirname(os.path.realpath(target)))
+    return dirs
 
 
 def _find_bwrap() -> str | None:

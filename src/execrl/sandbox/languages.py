@@ -3,7 +3,10 @@
 Placeholders: {file} the source file, {exe} a path for the compiled binary, {dir} the program's directory.
 Python is run by forking the sandbox's warm interpreter (no interpreter start per test); every other
 language is compiled once per program (if it has a compile command) and exec'd once per test.
-Add one from YAML, e.g. for Q where its binary exists:  q: {file: main.q, run: [q, "{file}"]}
+Add one from YAML, e.g. for Q where its binary exists:
+    q: {file: main.q, run: [q, "{file}"], hello: 'show "hello"'}
+`hello` is a program printing hello: the grader's start-up self-test runs it in the real sandbox (without one,
+it checks only that the commands exist).
 """
 
 from __future__ import annotations
@@ -20,16 +23,25 @@ class Language:
     run: tuple[str, ...] = ()
     compile: tuple[str, ...] = ()
     fork_python: bool = False  # run in the warm Python interpreter instead of exec'ing `run`
+    hello: str = ""  # a program that prints "hello" (the self-test)
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        """The commands this language runs (not the program's own binary)."""
+        return tuple(cmd[0] for cmd in (self.compile, self.run) if cmd and "{" not in cmd[0])
 
 
 LANGUAGES: dict[str, Language] = {
-    "python": Language("python", "main.py", fork_python=True),
-    "cpp": Language("cpp", "main.cpp", run=("{exe}",), compile=("g++", "-O2", "-std=c++17", "-o", "{exe}", "{file}")),
+    "python": Language("python", "main.py", fork_python=True, hello='print("hello")'),
+    "cpp": Language("cpp", "main.cpp", run=("{exe}",), compile=("g++", "-O2", "-std=c++17", "-o", "{exe}", "{file}"),
+                    hello='#include <cstdio>\nint main() { std::puts("hello"); }\n'),
 }
 ALIASES = {"python3": "python", "py": "python", "c++": "cpp", "cxx": "cpp"}
 
 
 def get_language(name: str) -> Language:
+    if not isinstance(name, str):
+        raise KeyError(f"language must be a string naming one of {sorted(LANGUAGES)}, got {name!r}")
     key = ALIASES.get(name.lower(), name.lower())
     if key not in LANGUAGES:
         raise KeyError(f"unknown language {name!r}: known are {sorted(LANGUAGES)}; add one with --languages FILE.yaml")
@@ -45,4 +57,5 @@ def load_languages(path: str) -> None:
     for name, entry in table.items():
         if not isinstance(entry, dict) or "file" not in entry or "run" not in entry:
             raise ValueError(f"{path}: language {name!r} needs 'file' and 'run' (and optionally 'compile')")
-        LANGUAGES[name.lower()] = Language(name.lower(), entry["file"], tuple(entry["run"]), tuple(entry.get("compile", ())))
+        LANGUAGES[name.lower()] = Language(name.lower(), entry["file"], tuple(entry["run"]),
+                                           tuple(entry.get("compile", ())), hello=entry.get("hello", ""))

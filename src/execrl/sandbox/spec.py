@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from execrl.sandbox.compare import CompareOptions
+from execrl.sandbox.inside.protocol import MAX_DEPTH
 
 
 class Verdict(str, Enum):
@@ -94,6 +95,8 @@ def parse_tests(obj) -> TestSpec:
             obj = json.loads(obj)
         except json.JSONDecodeError as e:
             raise TestSpecError(f"tests is a string but not JSON: {e}") from None
+        except RecursionError:
+            raise TestSpecError("tests is JSON nested too deeply to read") from None
     if not isinstance(obj, dict):
         raise TestSpecError(f"tests must be an object, got {type(obj).__name__}")
     keys = set(obj)
@@ -119,7 +122,10 @@ def parse_tests(obj) -> TestSpec:
         unknown = keys - {"inputs", "outputs", "compare", "fn_name"}
         if unknown:
             raise TestSpecError(f"unknown keys in stdin/stdout tests: {sorted(unknown)}")
-        return StdioTests(inputs, outputs, CompareOptions.from_dict(obj.get("compare") or {}))
+        compare = obj.get("compare") or {}
+        if not isinstance(compare, dict):
+            raise TestSpecError("tests.compare must be an object: {mode, float_rel, float_abs, case_fold}")
+        return StdioTests(inputs, outputs, CompareOptions.from_dict(compare))
     raise TestSpecError(
         f"unknown test form with keys {sorted(keys)}: expected inputs+outputs (stdin/stdout), "
         "fn_name+inputs+outputs (call), asserts (+setup) or check+entry_point"
@@ -148,6 +154,8 @@ def split_test_script(script: str) -> AssertTests:
 
 
 def _call_tests(obj: dict, inputs: list[str], outputs: list[str]) -> CallTests:
+    if not isinstance(obj["fn_name"], str) or not obj["fn_name"].isidentifier():
+        raise TestSpecError(f"tests.fn_name must name a function, got {obj['fn_name']!r}")
     fmt = obj.get("args_format", "lines")
     if fmt not in ("lines", "list"):
         raise TestSpecError(f"args_format must be 'lines' or 'list', got {fmt!r}")
@@ -173,7 +181,25 @@ def _big_int(digits: str) -> int:
 
 
 def _json(text: str):
-    return json.loads(text, parse_int=_big_int)
+    try:
+        value = json.loads(text, parse_int=_big_int)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    _check_depth(value)
+    return value
+
+
+def _check_depth(value) -> None:
+    """Arguments and expected values nested deeper than the sandbox's plain data can carry are the row's error."""
+    todo = [(value, 0)]
+    while todo:
+        v, depth = todo.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"nested more than {MAX_DEPTH} deep")
+        if isinstance(v, list):
+            todo.extend((x, depth + 1) for x in v)
+        elif isinstance(v, dict):
+            todo.extend((x, depth + 1) for x in v.values())
 
 
 def _need_str(obj: dict, key: str) -> str:

@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from execrl.config import MasterConfig
 from execrl.eval.run import is_correct
+from execrl.sandbox import check_infra_share
 from execrl.trainer import checkpoint
 from execrl.trainer import distributed as dist
 from execrl.trainer.rollouts import episode_means, episode_sums, rollout_rows, run_episodes
@@ -88,6 +89,7 @@ def validate(run: Run) -> float:
         return float("nan")
     rollouts = run_episodes(run.generator, run.tokenizer, run.grader, dist.this_rank(run.val_problems), run.cfg, 1, 0.0)
     valid = [s for s in rollouts.samples if s.valid]
+    check_sandbox(run, rollouts.episodes, f"eval at step {run.step}")
     num_correct, num_valid = dist.sum_floats(sum(is_correct(s) for s in valid), len(valid))
     score = num_correct / max(num_valid, 1)
     run.logger.log(run.step, {"eval/pass@1": score, "eval/num_problems": num_valid})
@@ -104,12 +106,25 @@ def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
     if torch.cuda.is_available():
         metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     run.logger.log(run.step, metrics)
+    check_sandbox(run, rollouts.episodes, f"step {run.step}")
     every = run.cfg.logger.rollouts_period
     if every and run.step % every == 0:
         run.logger.rollouts(run.step, dist.gather_lists(rollout_rows(rollouts, run.tokenizer), run.plan.global_batch))
     bar.update(bar.task_ids[0], completed=run.step,
                description=f"step {run.step}  reward {metrics['train/reward_mean']:.3f}  "
                            f"{times['step']:.1f}s/step")
+
+
+def check_sandbox(run: Run, episodes, where: str) -> None:
+    """A loud line when the sandbox fails on more than 5% of the programs sent to it; the run stops above 50% (it
+    never trains on nothing for hours). Every process sees the same global counts, so all stop together."""
+    sent = [e.sample for e in episodes if e.sample.result is not None]
+    failed = [s for s in sent if not s.valid]
+    num_infra, num_sent = dist.sum_floats(len(failed), len(sent))
+    example = failed[0].result.stderr or failed[0].result.tests[0].detail if failed and failed[0].result.tests else ""
+    line = check_infra_share(num_infra, num_sent, where, example)
+    if line is not None:
+        console.print(f"[bold red]WARNING: {line}[/]")
 
 
 def summarize(run: Run) -> None:

@@ -103,7 +103,8 @@ def build_run(cfg: MasterConfig) -> Run:
     run = Run(cfg, batch_plan, model, tok, generator, ref, opt, sched,
               ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle),
               val, refs, Grader(dist.sandbox_workers(cfg.env.code.num_workers),
-                                Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb)),
+                                Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb),
+                                languages=languages(train + val)),
               MetricsLogger(cfg, write=dist.is_main()))
     if dist.is_main():
         (run.logger.dir / "config.yaml").write_text(to_yaml(cfg))
@@ -115,6 +116,11 @@ def build_run(cfg: MasterConfig) -> Run:
         console.print(f"resumed from {found} (step {run.step})")
     run.pipeline = build_pipeline(cfg, batch_plan, generator, tok, run.grader, run.sampler)
     return run
+
+
+def languages(problems: list[Problem]) -> tuple[str, ...]:
+    """The languages of the code problems: the grader checks each works in the sandbox before training starts."""
+    return tuple(sorted({p.language for p in problems if p.kind == "code"})) or ("python",)
 
 
 def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig) -> list[Problem]:

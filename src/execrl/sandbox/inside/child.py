@@ -14,9 +14,13 @@ import socket
 import sys
 import traceback
 
+from . import seccomp
 from .protocol import decode, encode, recv_msg, send_msg
 
-STATUS_FD, RPC_FD = 3, 4
+# fds of a child: 0-2 stdin/stdout/stderr, STATUS_FD its status line, RPC_FD the checker's channel (assert and check
+# forms), REPORT_FD where a failure of our own set-up is reported: it is closed before the program runs (or on exec),
+# so nothing a program does can claim to be the sandbox's failure
+STATUS_FD, RPC_FD, REPORT_FD = 3, 4, 5
 
 def _set_limits(lim: dict, cpu_s: float) -> None:
     mb = 1024 * 1024
@@ -39,15 +43,48 @@ def _drop_privileges(uid: int) -> None:
 
 
 def child_setup(lim: dict, cpu_s: float, uid: int, fds: dict[int, int], cwd: str) -> None:
-    """In the forked child: own session, fds in place, everything else closed, limits, then the uid."""
+    """In the forked child: own session, fds in place, everything else closed, limits, the uid, the seccomp filter."""
     os.setsid()
     high = {target: os.dup2(fd, 200 + target) for target, fd in fds.items()}  # no source is overwritten early
     for target, fd in high.items():
         os.dup2(fd, target)
+    for fd in range(max(fds) + 1):
+        if fd not in fds:
+            _close(fd)
     os.closerange(max(fds) + 1, 1 << 16)
     os.chdir(cwd)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the zygote leaves SIGINT at SIG_DFL (see zygote.py)
     _set_limits(lim, cpu_s)
     _drop_privileges(uid)
+    import ctypes
+
+    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: the zygote may read this process's memory use
+    seccomp.install()
+
+
+def setup_done() -> None:
+    """From here on the program runs: nothing it does can reach the set-up report."""
+    global _REPORTING
+    _REPORTING = False
+    _close(REPORT_FD)
+
+
+_REPORTING = True
+
+
+def report_setup_failure(message: str) -> None:
+    if _REPORTING:
+        try:
+            os.write(REPORT_FD, message.encode("utf-8", "replace")[:4000])
+        except OSError:
+            pass
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def text_stream(fd: int, mode: str, errors: str) -> io.TextIOWrapper:
@@ -101,6 +138,7 @@ class _CompileError(Exception):
 def python_child(job: dict) -> None:
     """Runs in the forked child; never returns."""
 
+    setup_done()
     sys.set_int_max_str_digits(0)  # integers beyond 4,300 digits are legitimate
     sys.argv = [job["src"]]
     std_streams()
@@ -138,11 +176,16 @@ def python_child(job: dict) -> None:
         pass
     for stream in {id(s): s for s in (sys.stdout, sys.__stdout__, sys.stderr, sys.__stderr__)}.values():
         try:
-            stream.flush()
+            if not getattr(stream, "closed", False):  # a program may close stdout when it is done with it
+                stream.flush()
         except BaseException as e:  # noqa: BLE001
             status.setdefault("exc", type(e).__name__)
             code = code or 1
-    write_status(status)
+    try:
+        write_status(status)
+    except BaseException:  # noqa: BLE001 - e.g. a return value nested too deeply for JSON: not plain data
+        write_status({"exc": "TypeError", "msg": "the return value is not plain data"})
+        code = code or 1
     os._exit(code & 0xFF)
 
 
@@ -171,10 +214,20 @@ def _serve(g: dict) -> None:
             obj = getattr(obj, attr)
         return obj
 
-    def arg(tagged: dict):  # a handle, or an attribute of one, passed back by the test
+    def arg(tagged: dict):  # a handle, an attribute of one, or test code to build here, passed by the test
         if "handle" in tagged:
             return handles[tagged["handle"]]
+        if "source" in tagged:
+            src, name, env = tagged["source"]
+            scope = dict(g)
+            scope.update((k, decode(v, arg)) for k, v in env)  # the tests' names it uses (values, modules, functions)
+            if name is None:
+                return eval(src, scope)  # noqa: S307 - the tests' own lambda, run in the program's sandbox
+            exec(src, scope)  # noqa: S102
+            return scope[name]
         return resolve(tagged["ref"][0], tagged["ref"][1])
+
+    asks = {"bool": bool, "len": len, "list": list, "str": str}
     while True:
         try:
             req, _, _ = recv_msg(sock, max_header=1 << 24)
@@ -189,6 +242,8 @@ def _serve(g: dict) -> None:
             obj = resolve(req["target"], attrs)
             if req["op"] == "call":
                 obj = obj(*decode(req["args"], arg), **decode(req["kwargs"], arg))
+            elif req["op"] in asks:  # the program's own answer, as plain data
+                obj = asks[req["op"]](obj)
             elif callable(obj):  # "get" of a function or class: the checker makes a stub for it
                 send_msg(sock, {"callable": True})
                 continue
@@ -202,6 +257,7 @@ def _serve(g: dict) -> None:
 
 
 def exec_child(job: dict) -> None:
-    for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these; a compiled program should not
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):  # Python ignores these; a compiled program should not
         signal.signal(sig, signal.SIG_DFL)
+    os.set_inheritable(REPORT_FD, False)  # closes on a successful exec; a failed one raises, and is reported
     os.execve(job["argv"][0], job["argv"], dict(os.environ))

@@ -66,10 +66,13 @@ def _downcast(v, base):
     return base(base.__iter__(v))
 
 
+MAX_DEPTH = 200  # plain data nested deeper than this is refused both ways (deeper would exhaust the recursion limit)
+
+
 def encode(v, other=None, depth: int = 0):
     """Plain data -> JSON-able tagged form. Anything else goes to `other(v)` (a handle), or raises TypeError."""
-    if depth > 10_000:
-        raise TypeError("value nested too deeply")
+    if depth > MAX_DEPTH:
+        raise TypeError(f"value nested more than {MAX_DEPTH} deep")
     t = type(v)
     if v is None or t is bool or t is str:
         return v
@@ -89,6 +92,8 @@ def encode(v, other=None, depth: int = 0):
         return {"bytes": v.hex()}
     if t is complex:
         return {"complex": [encode(v.real), encode(v.imag)]}
+    if t is range:
+        return {"range": [v.start, v.stop, v.step]}
     if t is type and _TYPES.get(v.__name__) is v:
         return {"type": v.__name__}
     for base in _BASES:
@@ -102,33 +107,48 @@ def encode(v, other=None, depth: int = 0):
     raise TypeError(f"returned a {t.__name__}, which is not plain data")
 
 
-def decode(obj, make_handle=None):
-    """Inverse of encode. `make_handle(key)` builds the object that stands for a remote handle."""
+def decode(obj, make_handle=None, depth: int = 0):
+    """Inverse of encode. `make_handle(key)` builds the object that stands for a remote handle. Input that encode
+    cannot have made (it may come from a program) raises ValueError, whatever is wrong with it."""
+    try:
+        return _decode(obj, make_handle, depth)
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001 - TypeError, OverflowError, RecursionError... all mean malformed
+        raise ValueError(f"malformed plain-data value ({type(e).__name__})") from None
+
+
+def _decode(obj, make_handle, depth: int):
+    if depth > MAX_DEPTH:
+        raise ValueError(f"value nested more than {MAX_DEPTH} deep")
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
+    d = depth + 1
     if isinstance(obj, list):
-        return [decode(x, make_handle) for x in obj]
+        return [_decode(x, make_handle, d) for x in obj]
     if not isinstance(obj, dict) or len(obj) != 1:
         raise ValueError("malformed plain-data value")
     (tag, val), = obj.items()
-    if tag == "int":
+    if tag == "int" and isinstance(val, str):
         return int(val, 16)
-    if tag == "float":
+    if tag == "float" and val in ("inf", "-inf", "nan"):
         return float(val)
-    if tag == "tuple":
-        return tuple(decode(x, make_handle) for x in val)
-    if tag == "set":
-        return {decode(x, make_handle) for x in val}
-    if tag == "frozenset":
-        return frozenset(decode(x, make_handle) for x in val)
-    if tag == "dict":
-        return {decode(k, make_handle): decode(x, make_handle) for k, x in val}
-    if tag == "bytes":
+    if tag in ("tuple", "set", "frozenset") and isinstance(val, list):
+        items = [_decode(x, make_handle, d) for x in val]
+        return tuple(items) if tag == "tuple" else set(items) if tag == "set" else frozenset(items)
+    if tag == "dict" and isinstance(val, list):
+        return {_decode(k, make_handle, d): _decode(x, make_handle, d) for k, x in val}
+    if tag == "bytes" and isinstance(val, str):
         return bytes.fromhex(val)
-    if tag == "complex":
-        return complex(decode(val[0]), decode(val[1]))
+    if tag == "complex" and isinstance(val, list) and len(val) == 2:
+        parts = [_decode(x, None, d) for x in val]
+        if not all(type(x) in (int, float) for x in parts):
+            raise ValueError("malformed complex value")
+        return complex(*parts)
     if tag == "type" and val in _TYPES:
         return _TYPES[val]
-    if tag in ("handle", "ref") and make_handle is not None:
+    if tag == "range" and isinstance(val, list) and len(val) == 3 and all(type(x) is int for x in val):
+        return range(*val)
+    if tag in ("handle", "ref", "source") and make_handle is not None:
         return make_handle(obj)
     raise ValueError(f"unknown plain-data tag {tag!r}")

@@ -10,27 +10,32 @@ and reaps them; after every program it wipes every directory a program could wri
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import resource
 import select
 import shutil
 import signal
 import socket
+import stat
 import sys
 import time
 import traceback
 
 from . import child
 from .checker import checker_child
-from .child import RPC_FD, STATUS_FD, child_setup, exec_child, python_child, write_status
+from .child import REPORT_FD, RPC_FD, STATUS_FD, child_setup, exec_child, python_child, report_setup_failure
 from .protocol import decode, recv_msg, send_msg
 
 # Not imported here: threading and random. Their at-fork handlers would add ~0.75 ms to every test's fork;
 # a program that uses threads imports threading itself.
 
-ROOT = "/tmp"  # the sandbox's private tmpfs (a fresh temporary directory when there are no namespaces)
-ZYGOTE_DIR = "/tmp/.zygote"  # stdin/stdout/status files; made unreadable to children where uids differ
-PROGRAM_DIR = "/tmp/prog"  # the program's private writable directory, wiped between programs
+ROOT = "/tmp"  # the program's writable tmpfs (a fresh temporary directory when there are no namespaces)
+PROGRAM_DIR = "/tmp/prog"  # the program's own directory (its source, its binary), wiped between programs
+KEEP: list[str] = []  # read-only binds under ROOT (an interpreter or venv kept in /tmp): never wiped
+POLL_S = 0.01  # how often a running program's processes are measured against the CPU and memory limits
+STATUS_CAP = 1 << 20  # bytes of a child's status lines read back (one line of JSON per child, a few from the checker)
 
 
 class Zygote:
@@ -38,16 +43,17 @@ class Zygote:
         self.role, self.uid, self.ctrl = role, uid, ctrl
         child.build_streams()
         self.is_init = os.getpid() == 1
-        os.makedirs(ZYGOTE_DIR, mode=0o700, exist_ok=True)
         if ROOT != "/tmp" and uid >= 0:
             os.chmod(ROOT, 0o711)  # no namespaces: the program's uid must reach ROOT/prog
-        try:  # children of other uids must not read our memory (test data) through /proc
+        try:  # children of other uids must not read our memory through /proc
             import ctypes
 
             ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
             ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back to us
         except (OSError, AttributeError):
             pass
+        self.clock = os.sysconf("SC_CLK_TCK")
+        self.page = os.sysconf("SC_PAGE_SIZE")
         self.reset()
 
     # -- cleanup
@@ -105,26 +111,41 @@ class Zygote:
     def reset(self) -> None:
         """Kill everything and delete every file a program could have written: nothing carries over."""
         self.kill_all()
-        for top in (ROOT, PROGRAM_DIR, "/dev/shm") if self.is_init else (ROOT, PROGRAM_DIR):
-            for name in os.listdir(top) if os.path.isdir(top) else []:
-                if os.path.join(top, name) not in (ZYGOTE_DIR, PROGRAM_DIR):
-                    _wipe(os.path.join(top, name))
-        os.makedirs(PROGRAM_DIR, exist_ok=True)  # in the sandbox: a tmpfs of its own, mounted by bwrap
+        for top in (ROOT, "/dev/shm") if self.is_init else (ROOT,):
+            _wipe_except(top, KEEP)
+        os.makedirs(PROGRAM_DIR, exist_ok=True)
         os.chmod(PROGRAM_DIR, 0o700)
         if self.uid >= 0 and os.geteuid() == 0:
             os.chown(PROGRAM_DIR, self.uid, self.uid)
 
+    # -- measuring a running program: all of its processes, not only the one we forked
+    def _usage(self) -> tuple[float, int]:
+        """CPU seconds of the program's live processes (with the children they reaped) and their memory in bytes:
+        proportional set sizes (shared pages counted once), plus what it keeps in the sandbox's tmpfs."""
+        cpu, mem = 0.0, 0
+        for pid in self._others():
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                cpu += sum(int(x) for x in fields[11:15]) / self.clock  # utime stime cutime cstime
+                mem += _pss(pid, self.page)
+            except (OSError, ValueError, IndexError):  # gone meanwhile
+                continue
+        if self.is_init:
+            for top in (ROOT, "/dev/shm"):
+                st = os.statvfs(top)
+                mem += (st.f_blocks - st.f_bfree) * st.f_frsize
+        return cpu, mem
+
     # -- one child
     def spawn(self, target, job: dict, lim: dict, stdin: bytes = b"", cpu_s: float = 1.0, wall_s: float = 2.0,
               rpc_fd: int | None = None, uid: int | None = None, until_stop: bool = False) -> tuple[dict, list]:
-        paths = {k: os.path.join(ZYGOTE_DIR, k) for k in ("in", "out", "err", "status")}
-        with open(paths["in"], "wb") as f:
-            f.write(stdin)
-        fds = {0: os.open(paths["in"], os.O_RDONLY)}
-        for target_fd, name in ((1, "out"), (2, "err"), (STATUS_FD, "status")):
-            fds[target_fd] = os.open(paths[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        if rpc_fd is not None:
-            fds[RPC_FD] = rpc_fd
+        """Run `target(job)` in a forked child under the limits; its result and [stdout, stderr]. Its files are memfds
+        (on no filesystem a program can reach, and reopenable as /dev/stdout by any uid)."""
+        files = {0: _memfd("stdin", stdin), 1: _memfd("stdout"), 2: _memfd("stderr"), STATUS_FD: _memfd("status")}
+        report_r, report_w = os.pipe()
+        fds = {**files, REPORT_FD: report_w, **({RPC_FD: rpc_fd} if rpc_fd is not None else {})}
+        cpu_before = _reaped_cpu()
         start = time.monotonic()
         sys.stdout.flush()  # a child must not inherit (and later flush) buffered output of ours
         sys.stderr.flush()
@@ -134,38 +155,57 @@ class Zygote:
                 child_setup(lim, cpu_s, self.uid if uid is None else uid, fds, PROGRAM_DIR)
                 target(job)
             except BaseException as e:  # noqa: BLE001 - the sandbox's own failure, not the program's
-                write_status({"infra": f"{type(e).__name__}: {e}"})
+                report_setup_failure(f"{type(e).__name__}: {e}")
             finally:
                 os._exit(125)
-        for fd in set(fds.values()):
-            os.close(fd)
-        res = self._wait(pid, start, wall_s, until_stop)
-        self.kill_all()
-        out = _read(paths["out"], lim["output_mb"] << 20)
-        err = _read(paths["err"], 8192)
-        status_lines = _read(paths["status"], lim["output_mb"] << 20).decode("utf-8", "replace").splitlines()
-        res["status"] = [st for st in map(_json_or_none, status_lines) if isinstance(st, dict)]
-        res["stdout_bytes"] = os.path.getsize(paths["out"])
-        res["stderr_bytes"] = os.path.getsize(paths["err"])
+        os.close(report_w)
+        if rpc_fd is not None:  # the child's alone now: when it ends, the other side sees EOF at once
+            os.close(rpc_fd)
+        try:
+            res = self._wait(pid, start, wall_s, until_stop, cpu_s, lim["memory_mb"] << 20, cpu_before)
+            self.kill_all()
+            res["cpu_s"] = round(_reaped_cpu() - cpu_before, 4)  # every process of the program, reaped by now
+            report = _read(report_r, 4000)
+            if report:
+                res["setup_error"] = report.decode("utf-8", "replace")
+            out, err = _read(files[1], lim["output_mb"] << 20), _read(files[2], 8192)
+            res["status"] = _status_lines(_read(files[STATUS_FD], STATUS_CAP))
+            res["stdout_bytes"], res["stderr_bytes"] = os.fstat(files[1]).st_size, os.fstat(files[2]).st_size
+        finally:
+            for fd in (*files.values(), report_r):
+                os.close(fd)
         return res, [out, err]
 
-    def _wait(self, pid: int, start: float, wall_s: float, until_stop: bool) -> dict:
-        """Wait for the child, SIGKILL it at the wall deadline; with until_stop also wait for the grader's stop."""
+    def _wait(self, pid: int, start: float, wall_s: float, until_stop: bool, cpu_s: float, memory: int,
+              cpu_before: float) -> dict:
+        """Wait for the child; SIGKILL it at the wall deadline, or when all its processes together pass the CPU or
+        memory limit; with until_stop also wait for the grader's stop."""
         pidfd = os.pidfd_open(pid)
-        deadline, killed, waited, stopped = start + wall_s, False, None, not until_stop
+        deadline, killed, waited, stopped = start + wall_s, None, None, not until_stop
         try:
             while waited is None or not stopped:
                 watch = ([pidfd] if waited is None else []) + ([] if stopped else [self.ctrl])
-                timeout = None if waited is not None else max(0.0, deadline - time.monotonic())
+                timeout = None if waited is not None else max(0.0, min(deadline - time.monotonic(), POLL_S))
                 ready = select.select(watch, [], [], timeout)[0]
                 if self.ctrl in ready:
                     recv_msg(self.ctrl)  # the grader's "stop": the checker is done with this program
                     stopped = True
-                if waited is None and (pidfd not in ready) and (self.ctrl in ready or not ready):
-                    killed = killed or not ready
-                    os.kill(pid, signal.SIGKILL)
+                if waited is not None:
+                    continue
+                if pidfd in ready:
                     waited = os.wait4(pid, 0)
-                elif pidfd in ready:
+                    continue
+                if not ready:
+                    if time.monotonic() >= deadline:
+                        killed = "deadline"
+                    else:
+                        cpu, mem = self._usage()
+                        if mem > memory:
+                            killed = "memory"
+                        elif cpu + _reaped_cpu() - cpu_before > cpu_s + 0.05:
+                            killed = "cpu"
+                if killed or self.ctrl in ready:
+                    os.kill(pid, signal.SIGKILL)
                     waited = os.wait4(pid, 0)
         finally:
             os.close(pidfd)
@@ -174,9 +214,9 @@ class Zygote:
         return {
             "exit": os.waitstatus_to_exitcode(status),
             "wall_s": round(wall, 4),
-            "cpu_s": round(rusage.ru_utime + rusage.ru_stime, 4),
             "max_rss_kb": rusage.ru_maxrss,
-            "killed_at_deadline": killed,
+            "killed_at_deadline": killed == "deadline",
+            "killed_for": killed,
         }
 
     # -- operations
@@ -192,14 +232,15 @@ class Zygote:
         lim = dict(h["limits"], memory_mb=h["limits"]["compile_memory_mb"])
         t = h["limits"]["compile_timeout_s"]
         res, pair = self.spawn(exec_child, {"argv": _argv(h["compile"], self.src)}, lim, cpu_s=t, wall_s=2 * t)
-        return (res, pair) if res["exit"] != 0 or res["killed_at_deadline"] else None
+        return (res, pair) if res["exit"] != 0 or res["killed_for"] or "setup_error" in res else None
 
     def op_run(self, h: dict, blobs: list[bytes], fds) -> tuple[dict, list]:
-        """Compile once, then one child per test; stops early after a syntax error (or a timeout, if asked)."""
+        """Compile once, then one child per test, each result sent as soon as it is known (a program's output is
+        never held for more than one test); stops early after a syntax error (or a timeout, if asked)."""
         failed = self._prepare(h, blobs[0])
         if failed is not None:
             return {"compile": failed[0]}, failed[1]
-        lim, results, out_blobs = h["limits"], [], []
+        lim, num_run = h["limits"], 0
         cpu, wall = lim["timeout_s"], max(2 * lim["timeout_s"], lim["timeout_s"] + 1)
         for i, test in enumerate(h["tests"]):
             if h.get("python"):
@@ -210,13 +251,14 @@ class Zygote:
             else:
                 job, target = {"argv": _argv(h["run"], self.src)}, exec_child
             res, pair = self.spawn(target, job, lim, stdin=blobs[i + 1], cpu_s=cpu, wall_s=wall)
-            results.append(res)
-            out_blobs += pair
-            if any(st.get("phase") == "compile" for st in res["status"]):
+            send_msg(self.ctrl, {"result": res}, pair)
+            num_run += 1
+            last = res["status"][-1] if res["status"] else {}
+            if last.get("phase") == "compile" or "setup_error" in res:
                 break
             if h.get("stop_after_timeout") and _timed_out(res, cpu):
                 break
-        return {"results": results}, out_blobs
+        return {"done": num_run}, []
 
     def op_serve(self, h: dict, blobs, fds) -> tuple[dict, list]:
         """One child runs the program, then answers the checker's calls until the grader says stop."""
@@ -224,13 +266,13 @@ class Zygote:
         lim, n = h["limits"], max(1, h["num_tests"])
         cpu, wall = lim["timeout_s"] * n, (2 * lim["timeout_s"] + 1) * n + 1
         job = {"mode": "serve", "src": self.src}
-        return self.spawn(python_child, job, lim, cpu_s=cpu, wall_s=wall, rpc_fd=fds[0], until_stop=True)
+        return self.spawn(python_child, job, lim, cpu_s=cpu, wall_s=wall, rpc_fd=fds.pop(0), until_stop=True)
 
     def op_check(self, h: dict, blobs, fds) -> tuple[dict, list]:
         lim, n = h["limits"], max(1, len(h["job"]["snippets"]))
         wall = (2 * lim["timeout_s"] + 1) * n + 10
         checker_lim = dict(lim, memory_mb=max(lim["memory_mb"], 1024), nproc=max(lim["nproc"], 16))
-        return self.spawn(checker_child, h["job"], checker_lim, cpu_s=wall, wall_s=wall, rpc_fd=fds[0])
+        return self.spawn(checker_child, h["job"], checker_lim, cpu_s=wall, wall_s=wall, rpc_fd=fds.pop(0))
 
     def serve_forever(self) -> None:
         ops = {"run": self.op_run, "serve": self.op_serve, "check": self.op_check}
@@ -244,7 +286,7 @@ class Zygote:
             except Exception as e:  # noqa: BLE001 - reported to the grader as infra_error, never as a verdict
                 reply, out = {"infra_error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}, []
             finally:
-                for fd in fds:
+                for fd in fds:  # those no child took
                     _close(fd)
                 self.reset()  # nothing of this program outlives its grading
             send_msg(self.ctrl, reply, out)
@@ -259,22 +301,81 @@ def _argv(template: list[str], src: str) -> list[str]:
 
 
 def _timed_out(res: dict, cpu_s: float) -> bool:
-    return res["killed_at_deadline"] or res["cpu_s"] > cpu_s or res["exit"] in (-signal.SIGXCPU, -signal.SIGKILL)
+    return bool(res["killed_for"]) and res["killed_for"] != "memory" or res["cpu_s"] > cpu_s \
+        or res["exit"] in (-signal.SIGXCPU, -signal.SIGKILL)
 
 
-def _read(path: str, cap: int) -> bytes:
+def _memfd(name: str, content: bytes = b"") -> int:
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)  # no MFD_ALLOW_SEALING: a program cannot seal its output
+    if name != "stdin":  # appends, as to a pipe: output through a reopened /dev/stdout keeps what came before
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+    if content:
+        os.write(fd, content)
+        os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _read(fd: int, cap: int) -> bytes:
+    """Up to `cap` bytes from the start of a file (a memfd) or the whole of a pipe."""
+    chunks, got = [], 0
+    while got < cap:
+        try:
+            b = os.pread(fd, min(cap - got, 1 << 24), got) if _is_file(fd) else os.read(fd, cap - got)
+        except OSError:
+            break
+        if not b:
+            break
+        chunks.append(b)
+        got += len(b)
+    return b"".join(chunks)
+
+
+def _is_file(fd: int) -> bool:
+    return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
+def _status_lines(raw: bytes) -> list[dict]:
+    """A child's status lines (JSON objects). What the program wrote there is the program's: malformed, torn or
+    absurdly nested lines are dropped, never an error of ours."""
+    out = []
+    for line in raw.decode("utf-8", "replace").splitlines():
+        try:
+            st = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(st, dict):
+            out.append(st)
+    return out
+
+
+def _reaped_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _pss(pid: int, page: int) -> int:
+    """Proportional set size in bytes (smaps_rollup), else the resident size (statm)."""
     try:
-        with open(path, "rb") as f:
-            return f.read(cap)
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
     except OSError:
-        return b""
+        pass
+    with open(f"/proc/{pid}/statm", "rb") as f:
+        return int(f.read().split()[1]) * page
 
 
-def _json_or_none(s: str):
-    try:
-        return json.loads(s)
-    except ValueError:  # a child killed mid-write leaves a torn last line
-        return None
+def _wipe_except(top: str, keep: list[str]) -> None:
+    """Delete everything in `top` but the paths in `keep` (and the directories that lead to them)."""
+    for name in os.listdir(top) if os.path.isdir(top) else []:
+        path = os.path.join(top, name)
+        if path in keep:
+            continue
+        if any(k.startswith(path + "/") for k in keep):
+            _wipe_except(path, keep)
+        else:
+            _wipe(path)
 
 
 def _wipe(path: str) -> None:
@@ -303,13 +404,17 @@ def _close(fd: int) -> None:
 
 
 def main() -> None:
-    global ROOT, ZYGOTE_DIR, PROGRAM_DIR
+    global ROOT, PROGRAM_DIR, KEEP
     role, uid, fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     if len(sys.argv) > 4:
         ROOT = sys.argv[4]
-        ZYGOTE_DIR, PROGRAM_DIR = os.path.join(ROOT, ".zygote"), os.path.join(ROOT, "prog")
+        PROGRAM_DIR = os.path.join(ROOT, "prog")
+    KEEP = [p for p in os.environ.get("EXECRL_KEEP", "").split(":") if p.startswith(ROOT + "/")]
     ctrl = socket.socket(fileno=fd)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    # SIGINT at SIG_DFL, not Python's handler: as PID 1 of the namespace the kernel then drops it when a program
+    # sends it (a handler would let a program raise KeyboardInterrupt in here)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     Zygote(role, uid, ctrl).serve_forever()
 
 

@@ -1,0 +1,89 @@
+"""A seccomp filter every sandboxed child installs on itself before the program runs (inherited by its children and
+kept across exec). It refuses the kernel objects that outlive a process or escape its limits:
+
+  SysV IPC (shm, semaphores, message queues), POSIX message queues   would carry state from one program to the next
+                                                                     and hold host memory after the program ended
+  kernel keyrings (add_key, request_key, keyctl)                     the same, across sandboxes and worker restarts
+  new user namespaces (unshare or clone with CLONE_NEWUSER)          a tmpfs mounted there escapes the disk quota
+  clone3 (ENOSYS: libc falls back to clone, whose flags can be read)
+  io_uring, perf_event_open, bpf, userfaultfd                        kernel attack surface no program needs
+  system calls of another ABI (i386 int 0x80, x32)                   would bypass the numbers above
+
+multiprocessing, threads, subprocesses and shared memory through /dev/shm (POSIX shm_open, named semaphores) are
+unaffected. Where the machine is neither x86_64 nor aarch64, no filter is installed (`supported()` says so).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import platform
+import struct
+
+CLONE_NEWUSER = 0x10000000
+# per architecture: AUDIT_ARCH value, refused calls, unshare, clone, clone3
+_TABLES = {
+    "x86_64": (0xC000003E, (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220,  # SysV shm, sem, msg
+                            240, 241, 242, 243, 244, 245,  # mq_*
+                            248, 249, 250,  # add_key, request_key, keyctl
+                            298, 321, 323, 425, 426, 427),  # perf_event_open, bpf, userfaultfd, io_uring_*
+               272, 56, 435),
+    "aarch64": (0xC00000B7, (180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197,
+                             217, 218, 219, 241, 280, 282, 425, 426, 427),
+                272, 220, 435),
+}
+_ALLOW = 0x7FFF0000
+_ERRNO = 0x00050000
+_LD_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+
+
+def _ins(code: int, jt: int, jf: int, k: int) -> bytes:
+    return struct.pack("HBBI", code, jt, jf, k)
+
+
+def build() -> bytes | None:
+    """The BPF program for this machine's architecture, or None where there is no table for it."""
+    table = _TABLES.get(platform.machine())
+    if table is None:
+        return None
+    arch, refused, nr_unshare, nr_clone, nr_clone3 = table
+    deny, nosys = _ERRNO | errno.EPERM, _ERRNO | errno.ENOSYS
+    prog = [_ins(_LD_ABS, 0, 0, 4)]  # seccomp_data.arch
+    prog.append(_ins(_JEQ, 1, 0, arch))
+    prog.append(_ins(_RET, 0, 0, nosys))  # another ABI
+    prog.append(_ins(_LD_ABS, 0, 0, 0))  # seccomp_data.nr
+    if arch == 0xC000003E:
+        prog += [_ins(_JGE, 0, 1, 0x40000000), _ins(_RET, 0, 0, nosys)]  # x32
+    for nr in refused:
+        prog += [_ins(_JEQ, 0, 1, nr), _ins(_RET, 0, 0, deny)]
+    prog += [_ins(_JEQ, 0, 1, nr_clone3), _ins(_RET, 0, 0, nosys)]
+    for nr in (nr_unshare, nr_clone):  # flags are the first argument of both (low 32 bits at offset 16)
+        prog += [_ins(_JEQ, 0, 3, nr), _ins(_LD_ABS, 0, 0, 16), _ins(_JSET, 0, 1, CLONE_NEWUSER),
+                 _ins(_RET, 0, 0, deny)]
+        if nr == nr_unshare:
+            prog.append(_ins(_LD_ABS, 0, 0, 0))  # reload nr for the clone check
+    prog.append(_ins(_RET, 0, 0, _ALLOW))
+    return b"".join(prog)
+
+
+_PROGRAM = build()
+
+
+def supported() -> bool:
+    return _PROGRAM is not None
+
+
+def install() -> None:
+    """Install the filter on this process (after no_new_privs). Raises OSError if the kernel refuses it."""
+    if _PROGRAM is None:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    prog = Fprog(len(_PROGRAM) // 8, _PROGRAM)
+    if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")

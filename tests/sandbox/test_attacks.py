@@ -1,0 +1,319 @@
+"""Attacks on the grader itself, by class, each beside the legitimate idiom it must not break. A wrong program may
+fail, time out or crash; it may never pass, hang or crash grading, call its failure infra_error, see what it should
+not, or leave anything for the next program."""
+
+import os
+import socket
+import threading
+
+import pytest
+
+from execrl.sandbox import Grader, Limits, Verdict
+from execrl.sandbox.isolation import detect
+
+from .conftest import FAST, ONE
+from .test_threats import graded_quickly
+
+V = Verdict
+namespaces = pytest.mark.skipif(detect().mode == "none", reason="needs bubblewrap namespaces")
+CALL_F = {"fn_name": "f", "inputs": ["1"], "outputs": ["2"]}
+FLOAT_F = {"fn_name": "f", "inputs": ["1"], "outputs": ["2.5"]}
+
+
+# --- 1. values that made our own code raise: a verdict comes back, and the worker goes on ----------------------
+
+@pytest.mark.parametrize("code, tests", [
+    ("def f(x):\n    return 10**5000", CALL_F),  # repr() refuses it
+    ("def f(x):\n    return 10**400", FLOAT_F),  # math.isclose overflows
+    ("def f(x):\n    v = []\n    for _ in range(700):\n        v = [v]\n    return v", CALL_F),
+    ("def f(x):\n    d = {}\n    for _ in range(700):\n        d = {'k': d}\n    return d", CALL_F),
+    ("import os\nos.write(3, b'{\"value\": {\"tuple\": 5}}\\n')\nos._exit(0)\ndef f(x): pass", CALL_F),
+    ("import os\nos.write(3, b'{\"value\": {\"int\": \"zz\"}}\\n')\nos._exit(0)\ndef f(x): pass", CALL_F),
+    ("import os\nos.write(3, b'{\"value\": {\"dict\": [[[1], 2]]}}\\n')\nos._exit(0)\ndef f(x): pass", CALL_F),
+    ("import os\nos.write(3, b'{\"value\": {\"complex\": [\"a\", 1]}}\\n')\nos._exit(0)\ndef f(x): pass", CALL_F),
+], ids=["5000-digit int", "10**400 vs float", "700-deep list", "700-deep dict", "forged tuple", "forged int",
+        "forged dict key", "forged complex"])
+def test_wrong_values_fail_and_grading_goes_on(solo, code, tests):
+    r = graded_quickly(solo, code, tests)
+    assert r.verdict in (V.FAIL, V.RUNTIME_ERROR), r.to_dict()
+    assert solo.grade("def f(x):\n    return 2", CALL_F).verdict == V.PASS  # the one worker is still there
+
+
+def test_an_exception_in_the_grading_process_does_not_lose_the_worker(solo, monkeypatch):
+    import execrl.sandbox.grader as grader_module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(grader_module, "_judge", broken)
+    with pytest.raises(RuntimeError):
+        solo.grade("def f(x):\n    return 2", CALL_F)
+    monkeypatch.undo()
+    done = []
+    t = threading.Thread(target=lambda: done.append(solo.grade("def f(x):\n    return 2", CALL_F)))
+    t.start()
+    t.join(30)
+    assert done and done[0].verdict == V.PASS, "the next grade() must not block on a lost worker"
+
+
+# --- 2. a program cannot declare its own infra_error --------------------------------------------------------
+
+FORGERIES = {
+    "status line": "import os\nos.write(3, b'{\"infra\": \"x\", \"setup_error\": \"x\"}\\n')\nos._exit(1)\n",
+    "every fd": "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'{\"infra\": \"x\"}\\n' * 3)\n"
+                "    except OSError:\n        pass\nraise SystemExit(1)\n",
+    "deep JSON status": "import os\nos.write(3, b'[' * 100000 + b'\\n')\nos._exit(1)\n",
+    "SIGINT to the zygote": "import os, signal\nos.kill(1, signal.SIGINT)\nos.kill(os.getppid(), signal.SIGINT)\n",
+}
+
+
+@pytest.mark.parametrize("form", [ONE, CALL_F], ids=["stdio", "call"])
+@pytest.mark.parametrize("name", list(FORGERIES))
+def test_forged_infra_error_is_the_programs_failure(solo, name, form):
+    code = FORGERIES[name] + "def f(x):\n    return 0\n"
+    r = graded_quickly(solo, code, form)
+    assert r.verdict not in (V.PASS, V.INFRA_ERROR), r.to_dict()
+
+
+RPC_FORGERIES = {
+    "garbage": "import os\nos.write(4, b'\\x00\\x00\\x00\\x05hello')\n",
+    "deep JSON": "import os, struct\nh = b'[' * 100000\nos.write(4, struct.pack('>I', len(h)) + h)\n",
+    "a reply with an error": "import os, struct, json\nh = json.dumps({'infra_error': 'x', 'setup': 'infra_error'}).encode()\n"
+                             "os.write(4, struct.pack('>I', len(h)) + h)\n",
+    "closing the channel": "import os\nos.close(4)\n",
+}
+
+
+@pytest.mark.parametrize("form", [{"asserts": ["assert add(1, 2) == 3"]},
+                                  {"asserts": ["assert add(1, 2) == 3"], "setup": "x = add(0, 0)"},
+                                  {"check": "def check(c):\n    assert c(1, 2) == 3\n", "entry_point": "add"}],
+                         ids=["asserts", "asserts+setup", "check"])
+@pytest.mark.parametrize("name", list(RPC_FORGERIES))
+def test_forged_replies_to_the_checker_are_the_programs_failure(solo, name, form):
+    code = RPC_FORGERIES[name] + "def add(a, b):\n    return a + b\n"
+    r = graded_quickly(solo, code, form)
+    assert r.verdict not in (V.PASS, V.INFRA_ERROR), r.to_dict()
+
+
+def test_the_last_status_line_counts_not_a_forged_first_one(grader):
+    code = "import os\nos.write(3, b'{\"value\": 2}\\n')\ndef f(x):\n    return 3\n"
+    assert graded_quickly(grader, code, CALL_F).verdict == V.FAIL
+
+
+# --- 3. nothing of the host is readable but what the language needs ---------------------------------------------
+
+@namespaces
+def test_files_outside_the_allowlist_do_not_exist(grader, tmp_path):
+    secret = tmp_path / "expected_outputs.jsonl"
+    secret.write_text("42\n")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    shared = os.path.join(os.path.dirname(repo), "shared")
+    paths = [str(secret), os.path.join(repo, "README.md"), os.path.join(repo, "tests"), shared, "/var", "/opt",
+             "/srv", "/etc/shadow", "/etc/hostname", "/run", "/home", os.path.expanduser("~/.bash_history")]
+    code = (f"import os\nseen = [p for p in {paths!r} if os.path.exists(p)]\n"
+            "print('ok' if not seen else seen)")
+    r = graded_quickly(grader, code)
+    assert r.verdict == V.PASS, r.tests[0].output
+
+
+def test_the_language_still_has_what_it_needs(grader):
+    code = ("import json, sqlite3, decimal, ssl, ctypes, numpy, tempfile, locale, zoneinfo, time\n"
+            "p = tempfile.NamedTemporaryFile(delete=False); p.write(b'x'); p.close()\n"
+            "print('ok' if open(p.name, 'rb').read() == b'x' and time.strftime('%Z') else 'no')")
+    assert graded_quickly(grader, code).verdict == V.PASS
+
+
+@namespaces
+def test_host_unix_sockets_are_unreachable(grader, tmp_path):
+    path = str(tmp_path / "host.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen()
+    try:
+        code = (f"import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({path!r})\n    print('reached')\n"
+                "except OSError:\n    print('ok')")
+        assert graded_quickly(grader, code).verdict == V.PASS
+    finally:
+        server.close()
+
+
+# --- 4. no state crosses programs: SysV IPC, POSIX message queues, keyrings ---------------------------------
+
+LIBC = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+LEAVE = {
+    "sysv shm": LIBC + "print(libc.shmget(4242, 4096, 0o1666))",
+    "sysv msg": LIBC + "print(libc.msgget(4242, 0o1666))",
+    "sysv sem": LIBC + "print(libc.semget(4242, 1, 0o1666))",
+    "posix mq": LIBC + "import ctypes.util\nrt = ctypes.CDLL(ctypes.util.find_library('rt') or None, use_errno=True)\n"
+                       "print(rt.mq_open(b'/execrl', 0o100 | 2, 0o666, None))",
+    "keyring": LIBC + "print(libc.syscall({'x86_64': 248, 'aarch64': 217}[__import__('platform').machine()], b'user', "
+                      "b'answer', b'42', 2, 0xfffffffc))",
+}
+
+
+@pytest.mark.parametrize("kind", list(LEAVE))
+def test_kernel_objects_that_outlive_a_program_cannot_be_made(grader, kind):
+    r = grader.run(LEAVE[kind])
+    assert r.verdict == V.PASS and r.stdout.strip() == "-1", (r.stdout, r.stderr)
+
+
+def test_a_later_program_finds_nothing_the_earlier_left(solo):
+    leave = LIBC + ("sid = libc.shmget(777, 4096, 0o1666)\n"
+                    "if sid >= 0:\n    libc.shmat.restype = ctypes.c_void_p\n"
+                    "    ctypes.memmove(libc.shmat(sid, None, 0), b'ok', 2)\n"
+                    "open('/dev/shm/answer', 'w').write('ok')\nopen('/tmp/answer', 'w').write('ok')\nprint('ok')")
+    assert solo.grade(leave, ONE).verdict == V.PASS
+    find = LIBC + ("import os\nfound = [p for p in ('/dev/shm/answer', '/tmp/answer') if os.path.exists(p)]\n"
+                   "sid = libc.shmget(777, 4096, 0o666)\nprint('ok' if sid < 0 and not found else 'left: %s %s' % (sid, found))")
+    assert solo.grade(find, ONE).verdict == V.PASS
+
+
+@namespaces
+def test_no_user_namespace_of_its_own(grader):
+    code = LIBC + "print('ok' if libc.unshare(0x10000000) != 0 else 'unshared')"  # CLONE_NEWUSER
+    assert graded_quickly(grader, code).verdict == V.PASS
+
+
+# --- 5. limits hold for the program as a whole --------------------------------------------------------------
+
+def test_memory_is_limited_across_forked_children():
+    # 4 processes of 300 MB each, every one under the 512 MB address-space limit of a process (a time limit that
+    # page faults on a loaded machine cannot reach first)
+    code = ("import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n        break\n"
+            "block = b'x' * (300 << 20)\ntime.sleep(2)\nprint('ok')")
+    with Grader(1, Limits(timeout_s=5.0, memory_mb=512)) as g:
+        r = graded_quickly(g, code)
+    assert r.verdict == V.MEMORY, r.to_dict()
+
+
+def test_cpu_of_children_never_waited_for_counts(solo):
+    code = ("import os, time\nfor _ in range(2):\n    if os.fork() == 0:\n        while True:\n            pass\n"
+            "time.sleep(1.6)\nprint('ok')")  # 1.6 s of wall under FAST's 2 s kill; the children burn ~3 CPU-s
+    r = graded_quickly(solo, code)
+    assert r.verdict == V.TIMEOUT, r.to_dict()
+
+
+def test_output_of_many_tests_is_not_held_at_once(solo):
+    """40 tests of ~3.5 MB of output each: the grading process holds one test's output at a time."""
+    import tracemalloc
+
+    tests = {"inputs": ["\n"] * 40, "outputs": ["x\n"] * 40}
+    tracemalloc.start()
+    r = solo.grade("import sys\nsys.stdout.write('y' * (3500 << 10))", tests)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert r.verdict == V.FAIL and r.total == 40
+    assert peak < 40 << 20, f"peak {peak >> 20} MB"
+
+
+# --- 6. comparison and handle tricks ----------------------------------------------------------------------------
+
+OBJ = "class A:\n    def __len__(self):\n        return 0\ndef f(x):\n    return A()\n"  # a falsy object
+
+
+@pytest.mark.parametrize("test", ["assert f(1)", "assert f(1) != 5", "assert f(1) is not None", "assert not (f(1) == 3)",
+                                  "assert f(1) is not f(2)", "assert {f(1): 1}"])
+def test_a_program_object_is_not_a_value(grader, test):
+    r = graded_quickly(grader, OBJ, {"asserts": [test]})
+    assert r.verdict != V.PASS, r.to_dict()
+
+
+@pytest.mark.parametrize("expected, printed, ok", [
+    ("10", "1_0", False), ("3 4", "3\x1f4", False), ("5", "5\x1f", False), ("inf", "1e999", False),
+    ("nan", "nan", True), ("1.5 2", "1.50000001 2", True), ("10", "10.0", True), ("7", " +7.0", True),
+])
+def test_tolerance_mode_reads_only_plain_numbers(grader, expected, printed, ok):
+    tests = {"inputs": ["\n"], "outputs": [expected + "\n"], "compare": {"float_rel": 1e-6}}
+    r = grader.grade(f"import sys\nsys.stdout.write({printed!r} + '\\n')", tests)
+    assert (r.verdict == V.PASS) == ok, (expected, printed, r.to_dict())
+
+
+# --- legitimate idioms of the same ground ------------------------------------------------------------------
+
+@pytest.mark.parametrize("code", [
+    "from multiprocessing import Pool\nif __name__ == '__main__':\n    with Pool(2) as p:\n"
+    "        print('ok' if p.map(abs, [-1, -2]) == [1, 2] else 'no')",
+    "from multiprocessing import Process, Queue\ndef w(q):\n    q.put('ok')\nif __name__ == '__main__':\n"
+    "    q = Queue()\n    p = Process(target=w, args=(q,))\n    p.start()\n    print(q.get())\n    p.join()",
+    "from concurrent.futures import ProcessPoolExecutor\nif __name__ == '__main__':\n"
+    "    with ProcessPoolExecutor(2) as ex:\n        print('ok' if list(ex.map(abs, [-3])) == [3] else 'no')",
+    "from multiprocessing import shared_memory\nm = shared_memory.SharedMemory(create=True, size=8)\nm.buf[:2] = b'ok'\n"
+    "print(bytes(m.buf[:2]).decode())\nm.close()\nm.unlink()",
+    "with open('/dev/stdout', 'w') as f:\n    f.write('ok\\n')",
+    "import sys\nprint('ok')\nsys.stdout.close()",
+    "import sys\nsys.stdout.write('o')\nsys.stdout.flush()\nopen('/dev/stdout', 'a').write('k\\n')",
+    "import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', 'print(\"ok\")'], capture_output=True, "
+    "text=True).stdout.strip())",
+    "import tempfile, os\nd = tempfile.mkdtemp()\nopen(os.path.join(d, 'f'), 'w').write('ok')\n"
+    "print(open(os.path.join(d, 'f')).read())",
+    "import threading\nout = []\nt = threading.Thread(target=out.append, args=('ok',))\nt.start()\nt.join()\nprint(out[0])",
+])
+def test_legitimate_processes_and_streams_work(grader, code):
+    r = graded_quickly(grader, code)
+    assert r.verdict == V.PASS, (r.to_dict(), r.tests[0].output, r.stderr)
+
+
+FUNCTIONAL = "def apply(xs, fn):\n    return [x for x in xs if fn(x)]\ndef total(r):\n    return sum(r)\n" \
+             "def gen(n):\n    return (i * i for i in range(n))\nclass Stack:\n    def __init__(self):\n" \
+             "        self.items = []\n    def push(self, x):\n        self.items.append(x)\n    def size(self):\n" \
+             "        return len(self.items)\n    def __len__(self):\n        return len(self.items)\n"
+
+
+@pytest.mark.parametrize("test", [
+    "assert apply([1, 2, 3], lambda x: x > 1) == [2, 3]",
+    "assert apply([1, 2, 3], lambda x: (x %\n    2 == 1)) == [1, 3]",
+    "def even(x):\n    return x % 2 == 0\nassert apply([1, 2, 3, 4], even) == [2, 4]",
+    "assert apply([0, 1, 2], bool) == [1, 2]",
+    "import math\nassert apply([1, 4, 5], lambda x: math.sqrt(x) == int(math.sqrt(x))) == [1, 4]",
+    "assert total(range(5)) == 10",
+    "assert list(gen(4)) == [0, 1, 4, 9]",
+    "s = Stack()\ns.push(1)\ns.push(2)\nassert s.size() == 2 and len(s) == 2",
+    "assert f'{apply([1], lambda x: True)}' == '[1]'",
+    "limit = 2\ndef big(x):\n    return x > limit\nassert apply([1, 2, 3], big) == [3]",
+])
+def test_test_arguments_that_are_code_reach_the_program(grader, test):
+    r = graded_quickly(grader, FUNCTIONAL, {"asserts": [test]})
+    assert r.verdict == V.PASS, r.to_dict()
+
+
+# --- 8. malformed rows are the row's error, not the run's ------------------------------------------------------
+
+@pytest.mark.parametrize("tests", [
+    {"fn_name": "f", "inputs": ["[" * 5000 + "]" * 5000], "outputs": ["1"]},
+    {"fn_name": "f", "inputs": ["1"], "outputs": ["[" * 100000 + "]" * 100000]},
+    {"fn_name": ["f"], "inputs": ["1"], "outputs": ["1"]},
+    {"inputs": ["1"], "outputs": ["1"], "compare": {"float_rel": "x"}},
+    {"inputs": ["1"], "outputs": ["1"], "compare": {"float_abs": float("inf")}},
+    {"inputs": ["1"], "outputs": ["1"], "compare": "lines"},
+    "[" * 100000,
+])
+def test_malformed_tests_are_refused_before_anything_runs(grader, tests):
+    from execrl.sandbox import TestSpecError
+
+    with pytest.raises(TestSpecError):
+        grader.grade("print(1)", tests)
+
+
+def test_the_self_test_refuses_with_the_fix_when_hello_world_fails():
+    from execrl.sandbox import SandboxUnusable
+    from execrl.sandbox.languages import Language
+
+    with Grader(1, FAST, self_test=False) as grader, pytest.raises(SandboxUnusable, match="Fix: "):
+        grader.self_test([Language("python", "main.py", fork_python=True, hello="print('goodbye')")])
+
+
+@pytest.mark.parametrize("limits", [Limits(timeout_s=1.0, memory_mb=256, output_mb=1)])
+def test_a_tight_memory_limit_is_the_programs_not_ours(limits):
+    with Grader(1, limits) as g:
+        r = g.grade("x = b'x' * (400 << 20)\nprint('ok')", ONE)
+    assert r.verdict == V.MEMORY, r.to_dict()
+
+
+def test_no_capabilities_left_to_the_program(grader):
+    code = ("caps = [l for l in open('/proc/self/status') if l.startswith(('CapEff', 'CapPrm', 'NoNewPrivs', 'Seccomp:'))]\n"
+            "vals = {l.split(':')[0]: l.split()[1] for l in caps}\n"
+            "ok = int(vals['CapEff'], 16) == 0 and int(vals['CapPrm'], 16) == 0 and vals['NoNewPrivs'] == '1'\n"
+            "print('ok' if ok else vals)")
+    r = graded_quickly(grader, code)
+    assert r.verdict == V.PASS, r.tests[0].output
+
