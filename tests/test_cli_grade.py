@@ -38,3 +38,35 @@ def test_grade_writes_one_row_per_input_and_reports_bad_rows(tmp_path):
 def test_grade_on_a_missing_file_says_so(tmp_path):
     proc = run("grade", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o.jsonl"))
     assert proc.returncode == 2 and "no such file" in proc.stderr
+
+
+def test_malformed_rows_are_errors_of_their_own_line_and_the_rest_grade(tmp_path):
+    ok = {"code": "print(int(input()) * 2)", "tests": {"inputs": ["2\n"], "outputs": ["4\n"]}}
+    lines = [
+        json.dumps({"id": "first", **ok}).encode(),
+        b'{"id": "latin1", "code": "print(\xe9)", "tests": {"inputs": [""], "outputs": [""]}}',  # not UTF-8
+        b"[" * 100_000 + b"]" * 100_000,
+        json.dumps({"id": "null-language", "language": None, **ok}).encode(),
+        json.dumps({"id": "inf-memory", "memory_mb": float("inf"), **ok}).encode(),  # json writes Infinity
+        json.dumps({"id": "huge-timeout", "timeout_s": 1e300, **ok}).encode(),
+        json.dumps({"id": "string-timeout", "timeout_s": "5", **ok}).encode(),
+        json.dumps({"id": "bool-memory", "memory_mb": True, **ok}).encode(),
+        json.dumps({"id": "deep-args", "code": "def f(x): return 1",
+                    "tests": {"fn_name": "f", "inputs": ["[" * 3000 + "]" * 3000], "outputs": ["1"]}}).encode(),
+        json.dumps({"id": "cpp-asserts", "language": "cpp", "code": "int main(){}",
+                    "tests": {"asserts": ["assert True"]}}).encode(),
+        json.dumps({"id": "last", **ok}).encode(),
+    ]
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"\n".join(lines) + b"\n")
+    out = tmp_path / "out.jsonl"
+    proc = run("grade", str(src), "--out", str(out), "--workers", "2")
+    assert proc.returncode == 0, proc.stderr
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(got) == len(lines)
+    assert got[0]["verdict"] == "pass" and got[-1]["verdict"] == "pass"
+    errors = [g.get("error", "") for g in got[1:-1]]
+    assert all(e.startswith(f"line {n}:") for n, e in enumerate(errors, 2)), errors
+    assert "UTF-8" in errors[0] and "nested" in errors[1] and "language" in errors[2]
+    assert "memory_mb" in errors[3] and "timeout_s" in errors[4] and "timeout_s" in errors[5]
+    assert "memory_mb" in errors[6] and "nested" in errors[7] and "stdin/stdout" in errors[8]

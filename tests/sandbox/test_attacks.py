@@ -109,8 +109,12 @@ def test_files_outside_the_allowlist_do_not_exist(grader, tmp_path):
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     shared = os.path.join(os.path.dirname(repo), "shared")
     paths = [str(secret), os.path.join(repo, "README.md"), os.path.join(repo, "tests"), shared, "/var", "/opt",
-             "/srv", "/etc/shadow", "/etc/hostname", "/run", "/home", os.path.expanduser("~/.bash_history")]
-    code = (f"import os\nseen = [p for p in {paths!r} if os.path.exists(p)]\n"
+             "/srv", "/etc/shadow", "/etc/hostname", "/run", os.path.expanduser("~/.bash_history")]
+    # the directories above a bound venv (e.g. /home/alice/execrl above .venv) hold that one path and nothing else
+    code = (f"import os, sys\nseen = [p for p in {paths!r} if os.path.exists(p)]\n"
+            "d = sys.prefix\nwhile d != '/':\n    up = os.path.dirname(d)\n"
+            "    if up != '/' and os.listdir(up) != [os.path.basename(d)] and not up.startswith(('/usr', '/tmp')):\n"
+            "        seen.append((up, os.listdir(up)))\n    d = up\n"
             "print('ok' if not seen else seen)")
     r = graded_quickly(grader, code)
     assert r.verdict == V.PASS, r.tests[0].output
@@ -120,7 +124,8 @@ def test_the_language_still_has_what_it_needs(grader):
     code = ("import json, sqlite3, decimal, ssl, ctypes, numpy, tempfile, locale, zoneinfo, time\n"
             "p = tempfile.NamedTemporaryFile(delete=False); p.write(b'x'); p.close()\n"
             "print('ok' if open(p.name, 'rb').read() == b'x' and time.strftime('%Z') else 'no')")
-    assert graded_quickly(grader, code).verdict == V.PASS
+    r = grader.grade(code, ONE, limits=Limits(timeout_s=5.0, memory_mb=1024))  # cold imports on a busy machine
+    assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
 
 
 @namespaces

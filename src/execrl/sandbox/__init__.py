@@ -35,8 +35,9 @@ Does not defend against: kernel exploits and side channels (timing, cache); read
 (the system's directories and the Python installation are visible read-only: keep secrets elsewhere); CPU
 contention slowing other workers (time is measured in CPU seconds where it can be); memory bursts shorter than the
 10 ms sampling (bounded by RLIMIT_AS per process). In bwrap-user mode (the grader is not root) the program runs as
-the grader's uid inside its user namespace: the namespaces, the allowlist and the seccomp filter still hold, but
-RLIMIT_NPROC counts all the user's processes and the program can write the zygote's /tmp. Without bubblewrap or
+the grader's uid inside its user namespace, with no uid per sandbox: the namespaces, the allowlist and the seccomp
+filter still hold, and the zygote is out of reach as the namespace's init (signals without a handler dropped, not
+dumpable). Without bubblewrap or
 user namespaces (a warning says so, once, loudly), none of the namespace defences apply: no network or
 filesystem isolation, and RLIMIT_NPROC does not bind a root grader.
 """

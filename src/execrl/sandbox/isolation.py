@@ -75,6 +75,7 @@ class Isolation:
         args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp", "--perms", "1777", "--size", size, "--tmpfs",
                  "/dev/shm", "--ro-bind", os.path.join(SANDBOX_DIR, "inside"), os.path.join(INSIDE_MOUNT, "inside")]
         args += bind_read_only(tool_paths(tools))
+        args += ["--remount-ro", "/"]  # the sandbox's root (with the directories made above) read-only: no state there
         args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         args += ["--as-pid-1", "--die-with-parent", "--new-session", "--chdir", "/tmp", "--clearenv"]
         for k, v in SANDBOX_ENV.items():

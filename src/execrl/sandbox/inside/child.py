@@ -43,7 +43,8 @@ def _drop_privileges(uid: int) -> None:
 
 
 def child_setup(lim: dict, cpu_s: float, uid: int, fds: dict[int, int], cwd: str) -> None:
-    """In the forked child: own session, fds in place, everything else closed, limits, the uid, the seccomp filter."""
+    """In the forked child: own session, fds in place, everything else closed, limits, the uid. (The seccomp filter
+    is the zygote's, installed once and inherited.)"""
     os.setsid()
     high = {target: os.dup2(fd, 200 + target) for target, fd in fds.items()}  # no source is overwritten early
     for target, fd in high.items():
@@ -56,10 +57,7 @@ def child_setup(lim: dict, cpu_s: float, uid: int, fds: dict[int, int], cwd: str
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the zygote leaves SIGINT at SIG_DFL (see zygote.py)
     _set_limits(lim, cpu_s)
     _drop_privileges(uid)
-    import ctypes
-
-    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: the zygote may read this process's memory use
-    seccomp.install()
+    seccomp.LIBC.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: the zygote may read this process's memory use
 
 
 def setup_done() -> None:

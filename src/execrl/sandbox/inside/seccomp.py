@@ -1,5 +1,5 @@
-"""A seccomp filter every sandboxed child installs on itself before the program runs (inherited by its children and
-kept across exec). It refuses the kernel objects that outlive a process or escape its limits:
+"""A seccomp filter the zygote installs on itself at start, so that every child it forks, the program's processes and
+what they exec inherit it (a filter cannot be removed). It refuses the kernel objects that outlive a process or escape its limits:
 
   SysV IPC (shm, semaphores, message queues), POSIX message queues   would carry state from one program to the next
                                                                      and hold host memory after the program ended
@@ -66,7 +66,13 @@ def build() -> bytes | None:
     return b"".join(prog)
 
 
+class _Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+
 _PROGRAM = build()
+_FPROG = _Fprog(len(_PROGRAM) // 8, _PROGRAM) if _PROGRAM is not None else None
+LIBC = ctypes.CDLL(None, use_errno=True)  # made once in the zygote: every forked child inherits it
 
 
 def supported() -> bool:
@@ -75,15 +81,9 @@ def supported() -> bool:
 
 def install() -> None:
     """Install the filter on this process (after no_new_privs). Raises OSError if the kernel refuses it."""
-    if _PROGRAM is None:
+    if _FPROG is None:
         return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+    if LIBC.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-
-    class Fprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
-
-    prog = Fprog(len(_PROGRAM) // 8, _PROGRAM)
-    if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    if LIBC.prctl(22, 2, ctypes.byref(_FPROG), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")

@@ -23,7 +23,7 @@ import sys
 import time
 import traceback
 
-from . import child
+from . import child, seccomp
 from .checker import checker_child
 from .child import REPORT_FD, RPC_FD, STATUS_FD, child_setup, exec_child, python_child, report_setup_failure
 from .protocol import decode, recv_msg, send_msg
@@ -55,6 +55,7 @@ class Zygote:
         self.clock = os.sysconf("SC_CLK_TCK")
         self.page = os.sysconf("SC_PAGE_SIZE")
         self.reset()
+        seccomp.install()  # once, here: every child inherits it (the zygote itself needs none of what it refuses)
 
     # -- cleanup
     def kill_all(self) -> None:
