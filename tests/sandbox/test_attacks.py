@@ -2,6 +2,7 @@
 fail, time out or crash; it may never pass, hang or crash grading, call its failure infra_error, see what it should
 not, or leave anything for the next program."""
 
+import json
 import os
 import socket
 import threading
@@ -322,3 +323,9 @@ def test_no_capabilities_left_to_the_program(grader):
     r = graded_quickly(grader, code)
     assert r.verdict == V.PASS, r.tests[0].output
 
+
+
+def test_a_large_return_value_comes_back_whole(grader):
+    n = 200_000  # ~1.4 MB of JSON: a LeetCode-sized answer
+    tests = {"fn_name": "f", "inputs": [str(n)], "outputs": [json.dumps(list(range(n)))]}
+    assert grader.grade("def f(n):\n    return list(range(n))", tests).verdict == V.PASS

@@ -35,7 +35,6 @@ ROOT = "/tmp"  # the program's writable tmpfs (a fresh temporary directory when 
 PROGRAM_DIR = "/tmp/prog"  # the program's own directory (its source, its binary), wiped between programs
 KEEP: list[str] = []  # read-only binds under ROOT (an interpreter or venv kept in /tmp): never wiped
 POLL_S = 0.01  # how often a running program's processes are measured against the CPU and memory limits
-STATUS_CAP = 1 << 20  # bytes of a child's status lines read back (one line of JSON per child, a few from the checker)
 
 
 class Zygote:
@@ -170,7 +169,7 @@ class Zygote:
             if report:
                 res["setup_error"] = report.decode("utf-8", "replace")
             out, err = _read(files[1], lim["output_mb"] << 20), _read(files[2], 8192)
-            res["status"] = _status_lines(_read(files[STATUS_FD], STATUS_CAP))
+            res["status"] = _status_lines(_read(files[STATUS_FD], lim["output_mb"] << 20))  # a return value's size
             res["stdout_bytes"], res["stderr_bytes"] = os.fstat(files[1]).st_size, os.fstat(files[2]).st_size
         finally:
             for fd in (*files.values(), report_r):
