@@ -51,7 +51,7 @@ def child_setup(lim: dict, cpu_s: float, uid: int, fds: dict[int, int], cwd: str
         os.dup2(fd, target)
     for fd in range(max(fds) + 1):
         if fd not in fds:
-            _close(fd)
+            close_quietly(fd)
     os.closerange(max(fds) + 1, 1 << 16)
     os.chdir(cwd)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the zygote leaves SIGINT at SIG_DFL (see zygote.py)
@@ -64,7 +64,7 @@ def setup_done() -> None:
     """From here on the program runs: nothing it does can reach the set-up report."""
     global _REPORTING
     _REPORTING = False
-    _close(REPORT_FD)
+    close_quietly(REPORT_FD)
 
 
 _REPORTING = True
@@ -78,7 +78,7 @@ def report_setup_failure(message: str) -> None:
             pass
 
 
-def _close(fd: int) -> None:
+def close_quietly(fd: int) -> None:
     try:
         os.close(fd)
     except OSError:

@@ -25,7 +25,16 @@ import traceback
 
 from . import child, seccomp
 from .checker import checker_child
-from .child import REPORT_FD, RPC_FD, STATUS_FD, child_setup, exec_child, python_child, report_setup_failure
+from .child import (
+    REPORT_FD,
+    RPC_FD,
+    STATUS_FD,
+    child_setup,
+    close_quietly,
+    exec_child,
+    python_child,
+    report_setup_failure,
+)
 from .protocol import decode, recv_msg, send_msg
 
 # Not imported here: threading and random. Their at-fork handlers would add ~0.75 ms to every test's fork;
@@ -44,13 +53,8 @@ class Zygote:
         self.is_init = os.getpid() == 1
         if ROOT != "/tmp" and uid >= 0:
             os.chmod(ROOT, 0o711)  # no namespaces: the program's uid must reach ROOT/prog
-        try:  # children of other uids must not read our memory through /proc
-            import ctypes
-
-            ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-            ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back to us
-        except (OSError, AttributeError):
-            pass
+        seccomp.LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE: programs must not read our memory through /proc
+        seccomp.LIBC.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back to us
         self.clock = os.sysconf("SC_CLK_TCK")
         self.page = os.sysconf("SC_PAGE_SIZE")
         self.reset()
@@ -215,8 +219,7 @@ class Zygote:
             "exit": os.waitstatus_to_exitcode(status),
             "wall_s": round(wall, 4),
             "max_rss_kb": rusage.ru_maxrss,
-            "killed_at_deadline": killed == "deadline",
-            "killed_for": killed,
+            "killed_for": killed,  # None, or "deadline", "cpu", "memory": why we ended it
         }
 
     # -- operations
@@ -287,7 +290,7 @@ class Zygote:
                 reply, out = {"infra_error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}, []
             finally:
                 for fd in fds:  # those no child took
-                    _close(fd)
+                    close_quietly(fd)
                 self.reset()  # nothing of this program outlives its grading
             send_msg(self.ctrl, reply, out)
 
@@ -394,13 +397,6 @@ def _wipe(path: str) -> None:
             os.unlink(path)
         except OSError:
             pass
-
-
-def _close(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
 
 
 def main() -> None:
