@@ -67,10 +67,10 @@ def test_repeated_nan_steps_are_skipped_then_stop_the_run(tmp_path, monkeypatch)
 
     real_optimize = step.optimize
 
-    def watch(model, *args, **kwargs):
-        seen.setdefault("before", {k: v.clone() for k, v in model.state_dict().items()})
-        seen["model"] = model
-        return real_optimize(model, *args, **kwargs)
+    def watch(weights, *args, **kwargs):
+        seen.setdefault("before", {k: v.clone() for k, v in weights.master.state_dict().items()})
+        seen["model"] = weights.master
+        return real_optimize(weights, *args, **kwargs)
 
     monkeypatch.setattr(step, "policy_loss", nan_loss)
     monkeypatch.setattr("execrl.trainer.loop.optimize", watch)

@@ -6,6 +6,7 @@ gathers a sharded model's), so a run resumes on any number of GPUs."""
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from pathlib import Path
@@ -17,8 +18,10 @@ from execrl.trainer import distributed as dist
 PREFIX = "step_"
 
 
-def save(directory: str | Path, step: int, model, tokenizer, optimizer, scheduler, extra: dict, keep: int) -> Path:
-    """Every rank calls it (gathering the full state is collective); rank 0 writes."""
+def save(directory: str | Path, step: int, model, tokenizer, optimizer, scheduler, extra: dict, keep: int,
+         serve_dtype: torch.dtype | None = None) -> Path:
+    """Every rank calls it (gathering the full state is collective); rank 0 writes. `policy/` holds the master
+    weights as they are (fp32 with mixed precision); its config.json names `serve_dtype`, the dtype to serve in."""
     root = Path(directory)
     final = root / f"{PREFIX}{step:06d}"
     weights, optim_state = dist.full_state(model, optimizer)
@@ -27,6 +30,8 @@ def save(directory: str | Path, step: int, model, tokenizer, optimizer, schedule
         tmp = root / f".tmp-{PREFIX}{step:06d}"
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp / "policy", state_dict=weights)
+        if serve_dtype is not None:
+            _name_dtype(tmp / "policy" / "config.json", serve_dtype)
         tokenizer.save_pretrained(tmp / "policy")
         torch.save(optim_state, tmp / "optimizer.pt")
         torch.save({"scheduler": scheduler.state_dict(), "step": step, "torch_rng": torch.get_rng_state(),
@@ -39,6 +44,14 @@ def save(directory: str | Path, step: int, model, tokenizer, optimizer, schedule
             shutil.rmtree(old, ignore_errors=True)
     dist.barrier()  # no rank goes on (or exits) before the checkpoint is complete
     return final
+
+
+def _name_dtype(config_path: Path, dtype: torch.dtype) -> None:
+    config = json.loads(config_path.read_text())
+    for key in ("dtype", "torch_dtype"):  # transformers 5 writes dtype; 4.x torch_dtype
+        if key in config:
+            config[key] = str(dtype).split(".")[1]
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def latest(directory: str | Path) -> Path | None:

@@ -84,7 +84,7 @@ def sandbox_workers(per_node: int) -> int:
 # Sharding
 
 
-def shard(model: torch.nn.Module | None) -> torch.nn.Module | None:
+def shard(model: torch.nn.Module | None, compute_dtype: torch.dtype | None = None) -> torch.nn.Module | None:
     """FSDP2: each decoder layer its own unit, then the root (embeddings, final norm, LM head). In place; returns it.
 
     At rest the weights, gradients and optimizer state are sharded. A rollout phase needs the full weights on every
@@ -94,14 +94,17 @@ def shard(model: torch.nn.Module | None) -> torch.nn.Module | None:
     twice and reducing once per micro-batch."""
     if model is None or world_size() == 1:
         return model
-    from torch.distributed.fsdp import FSDPModule, fully_shard
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-    # No mixed-precision policy: weights, gradients and their sums over ranks stay in the weights' dtype (bf16 on
-    # GPUs), as on one GPU; fp32 reductions would need whole fp32 gradients during a step (2x the model's memory).
+    # Mixed precision (trainer/precision.py): the sharded fp32 parameters are the master weights, gathered in the
+    # compute dtype for forward and backward; gradients are reduced and kept in fp32.
+    dtype = next(model.parameters()).dtype
+    mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=dtype) \
+        if compute_dtype is not None and compute_dtype != dtype else MixedPrecisionPolicy()
     for layer in model.get_decoder().layers:
-        fully_shard(layer, reshard_after_forward=False)
+        fully_shard(layer, reshard_after_forward=False, mp_policy=mp)
     # (the root must stay gathered after forward anyway: the trainer uses the LM head's weight after it, step.py)
-    fully_shard(model, reshard_after_forward=False)
+    fully_shard(model, reshard_after_forward=False, mp_policy=mp)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             # FSDP averages gradients over ranks by default. Ours must be summed: each rank's loss is already its

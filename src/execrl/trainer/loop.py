@@ -61,10 +61,10 @@ def train_step(run: Run, rollouts) -> dict:
     batch = build_batch(rollouts, adv, run.tokenizer.pad_token_id, cfg.grpo.overlong_filtering)
     temperature = scoring_temperature(cfg)
     if run.plan.optimizer_steps_per_rollout > 1:  # later optimizer steps need the logprobs as this step began
-        batch.old_logprobs = score_tokens(run.model, batch, cfg.policy.logprob_batch_size, temperature)
+        batch.old_logprobs = score_tokens(run.weights.compute, batch, cfg.policy.logprob_batch_size, temperature)
     if run.ref_model is not None:
         batch.ref_logprobs = score_tokens(run.ref_model, batch, cfg.policy.logprob_batch_size, temperature)
-    stats = optimize(run.model, run.optimizer, run.scheduler, batch, cfg, run.plan)
+    stats = optimize(run.weights, run.optimizer, run.scheduler, batch, cfg, run.plan)
     run.nan_streak = run.nan_streak + 1 if stats["skipped_steps"] else 0
     if stats["skipped_steps"]:
         console.print(f"[yellow]step {run.step + 1}: non-finite loss or gradient, optimizer step skipped[/]")
@@ -79,7 +79,7 @@ def train_step(run: Run, rollouts) -> dict:
 def warm_up(run: Run) -> None:
     n = run.cfg.warmup.sft_steps
     console.print(f"supervised warm-up: {n} steps on reference solutions")
-    loss = sft_warmup(run.model, run.tokenizer, run.sampler.problems, run.references, run.cfg)
+    loss = sft_warmup(run.weights, run.tokenizer, run.sampler.problems, run.references, run.cfg)
     console.print(f"warm-up done, loss {loss:.3f}")
 
 
@@ -158,7 +158,7 @@ def save_on_interrupt(run: Run) -> None:
 def save(run: Run) -> None:
     data = {"sampler": run.pipeline.data_position(run.step)}
     path = checkpoint.save(run.cfg.checkpointing.checkpoint_dir, run.step, run.model, run.tokenizer, run.optimizer,
-                           run.scheduler, data, run.cfg.checkpointing.keep_top_k)
+                           run.scheduler, data, run.cfg.checkpointing.keep_top_k, run.weights.compute_dtype)
     run.last_saved = run.step
     console.print(f"checkpoint: {path}")
 

@@ -12,13 +12,13 @@ from rich.console import Console
 
 from execrl.config import BatchPlan, MasterConfig, plan, to_yaml
 from execrl.envs import check_turns, make_env
-from execrl.models import load_model_and_tokenizer
+from execrl.models import load_model_and_tokenizer, pick_device
 from execrl.rollout import build_generator
 from execrl.rollout.engine import eager_fallback
 from execrl.rollout.fuse import fuse_projections
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import Problem
-from execrl.trainer import checkpoint
+from execrl.trainer import checkpoint, precision
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler, load_data
 from execrl.trainer.metrics import MetricsLogger
@@ -32,7 +32,7 @@ console = Console(stderr=True, soft_wrap=True)
 class Run:
     cfg: MasterConfig
     plan: BatchPlan
-    model: torch.nn.Module
+    weights: precision.Weights  # master (optimizer, checkpoints) and compute (forward passes, rollouts)
     tokenizer: object
     generator: object  # the rollout backend, holding the model (execrl engine: and its KV cache)
     ref_model: torch.nn.Module | None
@@ -49,6 +49,11 @@ class Run:
     last_saved: int = -1
     nan_streak: int = 0
     started: float = field(default_factory=time.monotonic)
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The master model: what the optimizer updates and checkpoints save."""
+        return self.weights.master
 
     def close(self) -> None:
         if self.pipeline is not None:
@@ -69,38 +74,45 @@ def build_run(cfg: MasterConfig) -> Run:
     check_turns(cfg)
     random.seed(cfg.grpo.seed)
     torch.manual_seed(cfg.grpo.seed)
-    model, tok = load_model_and_tokenizer(cfg.policy.model_name, cfg.policy.device, cfg.policy.precision,
+    master_dtype, compute_dtype = precision.dtypes(cfg.policy.precision, pick_device(cfg.policy.device))
+    model, tok = load_model_and_tokenizer(cfg.policy.model_name, cfg.policy.device, str(master_dtype).split(".")[1],
                                           offline=cfg.offline or None, tokenizer=cfg.policy.tokenizer.name
                                           if cfg.policy.tokenizer.name != cfg.policy.model_name else None,
                                           seed=cfg.grpo.seed)
     if cfg.policy.tokenizer.chat_template:
         tok.chat_template = cfg.policy.tokenizer.chat_template
+    weights = precision.build(model, compute_dtype, sharded=dist.world_size() > 1)
+    compute = weights.compute  # every forward (training, scoring, rollouts) runs on it
     ref = None
     if cfg.loss_fn.reference_policy_kl_penalty > 0:  # the policy as the run started (a resumed run keeps it)
-        ref = copy.deepcopy(model).eval().requires_grad_(False)
+        ref = copy.deepcopy(compute).eval().requires_grad_(False)
     if cfg.policy.activation_checkpointing:
-        model.gradient_checkpointing_enable()
-    if cfg.policy.torch_compile and next(model.parameters()).is_cuda:
+        compute.gradient_checkpointing_enable()
+    if cfg.policy.torch_compile and next(compute.parameters()).is_cuda:
         eager_fallback()  # where compilation fails, eager (with torch's warning)
-        for layer in [*model.get_decoder().layers, *(ref.get_decoder().layers if ref is not None else [])]:
+        for layer in [*compute.get_decoder().layers, *(ref.get_decoder().layers if ref is not None else [])]:
             layer.compile()  # the engine calls the layers' submodules, so rollouts are unaffected
     train, val, refs = load_data(cfg)
     train, val = drop_long(train, tok, cfg), drop_long(val, tok, cfg)
     if cfg.policy.generation.backend == "execrl" and dist.world_size() == 1:
         # the engine's wide GEMMs; parameters stay separate views (before the optimizer). Not when sharded: FSDP
         # shards each parameter on its own, and the engine then uses the separate projections
-        fuse_projections(model)
-    model, ref = dist.shard(model), dist.shard(ref)
+        fuse_projections(compute)
+    if weights.separate:
+        weights = precision.Weights(model, compute, compute_dtype)  # re-paired: fusing made new parameters
+    model, ref = dist.shard(model, compute_dtype), dist.shard(ref, compute_dtype)
     opt = make_optimizer(model, cfg)
     warm = cfg.policy.scheduler.warmup_steps
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
     gen = cfg.policy.generation
     slots = min(cfg.policy.generation_batch_size, batch_plan.samples_per_step // dist.world_size())
+    if not weights.separate:
+        weights = precision.Weights(model, model, compute_dtype)  # (sharding wrapped the module)
     with dist.full_weights(model):  # the engine reads the full weights' layout
-        generator = build_generator(model, tok, gen.backend, slots, cfg.policy.max_total_sequence_length,
+        generator = build_generator(weights.compute, tok, gen.backend, slots, cfg.policy.max_total_sequence_length,
                                     gen.cuda_graphs, gen.sync_every, gen.compile)
     generator = dist.for_rollouts(generator, model)
-    run = Run(cfg, batch_plan, model, tok, generator, ref, opt, sched,
+    run = Run(cfg, batch_plan, weights, tok, generator, ref, opt, sched,
               ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle),
               val, refs, Grader(dist.sandbox_workers(cfg.env.code.num_workers),
                                 Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb),
@@ -111,6 +123,7 @@ def build_run(cfg: MasterConfig) -> Run:
     found = checkpoint.latest(cfg.checkpointing.checkpoint_dir) if cfg.checkpointing.enabled else None
     if found is not None:
         state = checkpoint.load(found, model, opt, sched)
+        weights.refresh()
         run.step, run.resumed_from, run.last_saved = state["step"], str(found), state["step"]
         run.sampler.load_state_dict(state["sampler"])
         console.print(f"resumed from {found} (step {run.step})")

@@ -11,6 +11,7 @@ from execrl.algo import ADVANTAGES, LossTerms, informative_groups, policy_loss
 from execrl.algo.logprobs import token_logprobs_from_hidden
 from execrl.config import BatchPlan, MasterConfig
 from execrl.trainer import distributed as dist
+from execrl.trainer.precision import Weights
 from execrl.trainer.rollouts import Rollouts
 
 
@@ -132,8 +133,10 @@ def score_tokens(model, batch: TrainBatch, micro: int, temperature: float) -> to
     return out
 
 
-def optimize(model, optimizer, scheduler, batch: TrainBatch, cfg: MasterConfig, plan: BatchPlan) -> dict:
-    """One or more optimizer steps over the batch (whole groups each), micro-batched with gradient accumulation."""
+def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: MasterConfig, plan: BatchPlan) -> dict:
+    """One or more optimizer steps over the batch (whole groups each), micro-batched with gradient accumulation:
+    forward and backward on the compute model, gradients accumulated and applied in the master's dtype."""
+    model = weights.compute
     device, loss_cfg = next(model.parameters()).device, cfg.loss_fn
     temperature, correct = scoring_temperature(cfg), importance_correction(cfg)
     stats = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0, "skipped_steps": 0}
@@ -168,18 +171,20 @@ def optimize(model, optimizer, scheduler, batch: TrainBatch, cfg: MasterConfig, 
                                         is_correction=correct, is_cap=loss_cfg.truncated_importance_sampling_ratio)
             dist.reduce_after_backward(model, last=i == len(parts) - 1)
             loss.backward()
+            weights.accumulate_grads()
             step_loss += loss.item()
             share = mask.sum().item() / max(num_tokens, 1.0)
             for k in averaged:
                 stats[k] += metrics[k].item() * share / plan.optimizer_steps_per_rollout
             stats["entropy"] += (entropy * mask).sum().item() / max(num_tokens, 1.0) / plan.optimizer_steps_per_rollout
-        grad_norm = dist.total_norm(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.policy.max_grad_norm))
+        grad_norm = dist.total_norm(torch.nn.utils.clip_grad_norm_(weights.master.parameters(), cfg.policy.max_grad_norm))
         (step_loss,) = dist.sum_floats(step_loss)  # the whole batch's loss, so every rank skips (or not) alike
         if not (math.isfinite(grad_norm) and math.isfinite(step_loss)):
             optimizer.zero_grad(set_to_none=True)  # a NaN/inf step is skipped, never applied
             stats["skipped_steps"] += 1
             continue
         optimizer.step()
+        weights.refresh()
         scheduler.step()
         stats["loss"] += step_loss / plan.optimizer_steps_per_rollout
         stats["grad_norm"] += grad_norm / plan.optimizer_steps_per_rollout

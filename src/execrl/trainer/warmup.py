@@ -12,6 +12,7 @@ import torch
 from execrl.envs import TurnRenderer, make_env
 from execrl.tasks import Problem
 from execrl.trainer import distributed as dist
+from execrl.trainer.precision import Weights
 from execrl.trainer.rollouts import encode
 
 
@@ -29,13 +30,14 @@ def reference_ids(prompt: list[int], turns: list[dict], tokenizer) -> tuple[list
     return ids, labels
 
 
-def sft_warmup(model, tokenizer, problems: list[Problem], references: dict[str, list[dict]], cfg,
+def sft_warmup(weights: Weights, tokenizer, problems: list[Problem], references: dict[str, list[dict]], cfg,
                on_step=None) -> float:
     w = cfg.warmup
     rng = random.Random(cfg.grpo.seed)
     usable = [p for p in problems if p.id in references]
+    model = weights.compute  # forward and backward; the master's optimizer applies the fp32 gradients
     device = next(model.parameters()).device
-    opt = torch.optim.AdamW(model.parameters(), lr=w.lr)
+    opt = torch.optim.AdamW(weights.master.parameters(), lr=w.lr)
     env = make_env(cfg, None)  # the prompt as the episode's environment poses it
     loss_value = float("nan")
     if w.sft_steps and min(w.batch_size, len(usable)) < dist.world_size():
@@ -59,7 +61,9 @@ def sft_warmup(model, tokenizer, problems: list[Problem], references: dict[str, 
         loss = loss * (num_targets / all_targets)  # its share of the mean over all ranks (gradients are summed)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        weights.accumulate_grads()
         opt.step()
+        weights.refresh()
         (loss_value,) = dist.sum_floats(loss.item())
         if on_step is not None:
             on_step(step, loss_value)

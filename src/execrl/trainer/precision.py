@@ -1,0 +1,80 @@
+"""Mixed precision as NeMo RL means `policy.precision: bfloat16`: bf16 compute, fp32 master weights, fp32 gradient
+accumulation and fp32 optimizer state.
+
+Why: an AdamW update is about `lr` in size. Stored in bf16 (8 bits of mantissa) a weight moves only when the update
+exceeds half a bf16 step of it, so at lr 1e-6 almost no weight moves at all; accumulating gradients over many
+micro-batches in bf16 loses more. Here:
+
+  master   the fp32 model: the optimizer's parameters and state, gradients accumulated in fp32, what checkpoints save
+  compute  a bf16 copy of it: every forward and backward (the trainer's and the rollout engine's), so training runs
+           at bf16 speed; after each backward its gradients are added into the master's in fp32 and freed, and
+           after each optimizer step the master's weights are copied into it (the engine's CUDA graphs keep working:
+           the copy writes into the same tensors).
+
+Costs over pure bf16, per parameter: 4 bytes of fp32 master, 4 of fp32 gradient, and Adam's two moments in fp32
+(8 instead of 4): 18 bytes plus a transient bf16 gradient, against 8. Under FSDP2 (several processes) the same
+arrangement is FSDP's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): sharded fp32 parameters are the
+master, gathered in bf16 for compute, gradients reduced in fp32 (trainer/distributed.py); master and compute are
+then one module. With fp32 (the CPU default) master and compute are one module too and nothing here does anything.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+PURE_LOW_PRECISION = False  # True: no fp32 master (the pre-issue-18 behaviour, kept only for bench/precision.py)
+
+
+class Weights:
+    """The model as the optimizer sees it (master) and as forward passes use it (compute)."""
+
+    def __init__(self, master: torch.nn.Module, compute: torch.nn.Module, compute_dtype: torch.dtype):
+        self.master, self.compute, self.compute_dtype = master, compute, compute_dtype
+        self._pairs = []
+        if compute is not master:
+            names = [n for n, _ in master.named_parameters()]
+            assert names == [n for n, _ in compute.named_parameters()], "master and compute models differ"
+            self._pairs = [(m, c) for (_, m), (_, c) in zip(master.named_parameters(), compute.named_parameters())]
+
+    @property
+    def separate(self) -> bool:
+        return bool(self._pairs)
+
+    @torch.no_grad()
+    def accumulate_grads(self) -> None:
+        """After a backward of the compute model: its gradients, added to the master's in fp32, then freed."""
+        for m, c in self._pairs:
+            if c.grad is None:
+                continue
+            if m.grad is None:
+                m.grad = c.grad.to(m.dtype)
+            else:
+                m.grad.add_(c.grad)
+            c.grad = None
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """After an optimizer step (or loading a checkpoint): the master's weights into the compute copy."""
+        for m, c in self._pairs:
+            c.copy_(m)
+
+
+def dtypes(precision: str, device: torch.device) -> tuple[torch.dtype, torch.dtype]:
+    """(master, compute) dtypes for policy.precision on this device."""
+    from execrl.models import pick_dtype
+
+    if precision in ("float16", "fp16"):
+        raise ValueError("policy.precision float16 needs loss scaling, which execrl does not do: use bfloat16 "
+                         "(or float32)")
+    compute = pick_dtype(device, precision)
+    master = compute if PURE_LOW_PRECISION else torch.float32
+    return master, compute
+
+
+def build(master: torch.nn.Module, compute_dtype: torch.dtype, sharded: bool) -> Weights:
+    """The compute copy of a master model (none where they are one: fp32, or FSDP's mixed precision when sharded)."""
+    if sharded or next(master.parameters()).dtype == compute_dtype:
+        return Weights(master, master, compute_dtype)
+    return Weights(master, copy.deepcopy(master).to(compute_dtype), compute_dtype)
