@@ -234,13 +234,18 @@ def save_arch(arch: str, work: Path) -> str:
     return padding_prompt(tok)
 
 
-def section_step(arch: str, rows: list, backends: list[str], steps: int, compile_all: bool, micro_execrl: int):
+def section_step(arch: str, rows: list, backends: list[str], steps: int, compile_all: bool, micro_execrl: int,
+                 pure_too: bool = False):
+    """pure_too: also the execrl step in pure bf16 (no fp32 master: execrl before issue 18), for its time and memory."""
     from execrl.config import load_config
+    from execrl.trainer import precision
     from execrl.trainer.loop import train
 
     work = Path(tempfile.mkdtemp())
     system = save_arch(arch, work)
-    for backend in backends:
+    for backend in [*backends, *(["execrl (pure bf16)"] if pure_too else [])]:
+        precision.PURE_LOW_PRECISION = backend == "execrl (pure bf16)"
+        label, backend = backend, backend.split()[0]
         n_steps = steps if backend == "execrl" else 2
         micro = micro_execrl if backend == "execrl" else min(micro_execrl, 32)  # transformers' generate takes room
         overrides = [f"policy.model_name={work / 'model'}", f"grpo.max_num_steps={n_steps}", "warmup.sft_steps=0",
@@ -251,19 +256,20 @@ def section_step(arch: str, rows: list, backends: list[str], steps: int, compile
                      "policy.generation.ignore_eos=true", f"policy.generation.backend={backend}",
                      f"prompt.system_prompt={system}", "grpo.val_period=0", "grpo.val_at_start=false",
                      "checkpointing.enabled=false", "logger.tensorboard_enabled=false",
-                     f"logger.log_dir={work / backend}", "policy.optimizer.kwargs.lr=1e-6"]
+                     f"logger.log_dir={work / label.replace(' ', '_')}", "policy.optimizer.kwargs.lr=1e-6"]
         if not compile_all or backend != "execrl":
             overrides += ["policy.torch_compile=false", "policy.generation.compile=false"]
         fresh_peak()
         train(load_config(None, overrides))
-        ms = [json.loads(x) for x in (work / backend / "metrics.jsonl").read_text().splitlines()]
+        ms = [json.loads(x) for x in (work / label.replace(' ', '_') / "metrics.jsonl").read_text().splitlines()]
         warm = ms[1:] or ms
         med = {k: statistics.median(m[k] for m in warm) for k in ("time/generate", "time/grade", "time/train")}
         total = sum(med.values())
         tokens = statistics.median(m["train/completion_len_mean"] for m in warm) * 128
-        rows.append([arch, f"{backend}, micro-batch {micro}", f"{total:.2f}", f"{med['time/generate']:.2f}", f"{med['time/grade']:.2f}",
+        rows.append([arch, f"{label}, micro-batch {micro}", f"{total:.2f}", f"{med['time/generate']:.2f}", f"{med['time/grade']:.2f}",
                      f"{med['time/train']:.2f}", f"{tokens / med['time/generate']:,.0f}", f"{peak_gib():.1f}",
                      f"{len(warm)} steps" + (", compiled" if compile_all and backend == "execrl" else "")])
+    precision.PURE_LOW_PRECISION = False
 
 
 def table(title: str, header: list[str], rows: list) -> None:
@@ -278,6 +284,8 @@ def main() -> None:
     ap.add_argument("--archs", default="qwen2.5-0.5b,qwen2.5-1.5b")
     ap.add_argument("--step-backends", default="execrl,transformers")
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--pure-bf16-too", action="store_true",
+                    help="step section: also the step without fp32 master weights (before issue 18)")
     ap.add_argument("--micro", type=int, default=None,
                     help="step section: policy.train_micro_batch_size (default 128 at 0.5B, 32 above)")
     ap.add_argument("--no-compile", dest="compile", action="store_false",
@@ -307,7 +315,7 @@ def main() -> None:
         rows = []
         for arch in archs:
             section_step(arch, rows, args.step_backends.split(",") if arch == archs[0] else ["execrl"], args.steps,
-                         args.compile, args.micro or (128 if arch == "qwen2.5-0.5b" else 32))
+                         args.compile, args.micro or (128 if arch == "qwen2.5-0.5b" else 32), args.pure_bf16_too)
         table("GRPO step (execrl train): 16 prompts x 8, ~128 + 256 tokens", ["arch", "backend", "step s", "generate s",
               "grade s", "train s", "gen tok/s", "peak GiB", "note"], rows)
 
