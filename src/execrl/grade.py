@@ -52,6 +52,9 @@ def read_rows(path: str) -> list[tuple[int, dict | None, str | None]]:
         except json.JSONDecodeError as e:
             out.append((n, None, f"line {n}: not valid JSON ({e.msg} at column {e.colno})"))
             continue
+        except ValueError as e:  # e.g. an integer of more digits than Python converts
+            out.append((n, None, f"line {n}: cannot read its JSON ({e})"[:300]))
+            continue
         except RecursionError:
             out.append((n, None, f"line {n}: JSON nested too deeply to read"))
             continue

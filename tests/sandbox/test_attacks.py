@@ -329,3 +329,63 @@ def test_a_large_return_value_comes_back_whole(grader):
     n = 200_000  # ~1.4 MB of JSON: a LeetCode-sized answer
     tests = {"fn_name": "f", "inputs": [str(n)], "outputs": [json.dumps(list(range(n)))]}
     assert grader.grade("def f(n):\n    return list(range(n))", tests).verdict == V.PASS
+
+
+# --- found by a review (each failed before its fix) ---------------------------------------------------------
+
+@pytest.mark.parametrize("code, tests", [
+    ("import os\nos.chdir('/tmp')\nfor i in range(1500):\n    os.mkdir('a')\n    os.chdir('a')\nprint('ok')", ONE),
+    ("import os\nfor d in range(950, 1000):\n    os.write(3, b'{\"x\": ' + b'[' * d + b']' * d + b'}\\n')\nprint('ok')",
+     ONE),
+    ("import os\nos.write(3, b'{}\\n' * 2_000_000)\ndef f(x):\n    return 2", CALL_F),
+    ("class R:\n    def __len__(self):\n        return 0\n    def __str__(self):\n        raise ValueError('boom')\n"
+     "def f(x):\n    return R()", {"asserts": ["r = f(1)\nassert len(r) == 2, r"]}),
+], ids=["1500-deep directories", "status nested to the stack's edge", "millions of status lines",
+        "an unprintable object in an assert message"])
+def test_more_ways_to_claim_infra_error_fail(solo, code, tests):
+    r = graded_quickly(solo, code, tests, limit_s=60)
+    assert r.verdict != V.INFRA_ERROR
+    assert solo.grade("def f(x):\n    return 2", CALL_F).verdict == V.PASS
+
+
+def test_tolerance_mode_is_linear_and_ascii(grader):
+    import time
+
+    tests = {"inputs": ["\n"], "outputs": ["3\n"], "compare": {"float_rel": 1e-6}}
+    t = time.monotonic()
+    assert grader.grade("print('1' * 200000 + 'x')", tests).verdict == V.FAIL
+    assert time.monotonic() - t < 5
+    assert grader.grade("print('\\uff13')", tests).verdict == V.FAIL  # a fullwidth 3 is not the digit 3
+
+
+def test_memory_held_in_memfds_counts():
+    code = ("import os, time\nfds = []\nfor i in range(200):\n    fd = os.memfd_create('x')\n"
+            "    os.posix_fallocate(fd, 0, 4 << 20)\n    fds.append(fd)\ntime.sleep(1)\nprint('ok')")
+    with Grader(1, Limits(timeout_s=5.0, memory_mb=512)) as g:
+        assert graded_quickly(g, code).verdict == V.MEMORY
+
+
+def test_test_functions_run_in_the_checker_and_their_data_stays_there(grader):
+    peek = "def apply(xs, fn):\n    return fn.__globals__.get('want') or list(fn.__code__.co_consts)\n"
+    r = grader.grade(peek, {"asserts": ["want = [1, 3]\nassert apply([1, 2, 3], lambda x: x in want) == want",
+                                        "assert apply([1, 2, 3], lambda x: x in (1, 3)) == [1, 3]"]})
+    assert r.passed == 0, r.to_dict()
+
+
+@pytest.mark.parametrize("test", [
+    "assert make(3).n == 3",
+    "node = make(3)\nassert node.n == 3 and node.child.n == 2 and node.child.child.child is None",
+    "to_list = lambda node: [node.n] + to_list(node.child) if node else []\nassert to_list(make(2)) == [2, 1]",
+])
+def test_plain_attributes_of_program_objects_are_values(grader, test):
+    code = ("class Node:\n    def __init__(self, n, child):\n        self.n, self.child = n, child\n"
+            "def make(n):\n    return Node(n, make(n - 1) if n > 1 else None)\n")
+    r = graded_quickly(grader, code, {"asserts": [test]})
+    assert r.verdict == V.PASS, r.to_dict()
+
+
+def test_dataset_errors_in_check_code_are_the_rows():
+    from execrl.sandbox import TestSpecError, parse_tests
+
+    with pytest.raises(TestSpecError, match="tests.check"):
+        parse_tests({"check": "def check(c)\n    assert c(1) == 2\n", "entry_point": "f"})

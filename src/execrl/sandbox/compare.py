@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 # what counts as a number token in tolerance mode: plain decimal notation only (float() also takes "1_0", "inf",
 # "nan", and surrounding unicode whitespace, none of which a judge would read as a number)
-NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # linear: no ambiguous split
 ASCII_SPACE = " \t\f\v"  # a line's trailing blanks; unicode separators such as \x1f are characters like any other
 
 

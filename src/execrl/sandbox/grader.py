@@ -259,7 +259,10 @@ def _grade_on(w: Worker, code: str, spec: TestSpec, lang: Language, lim: Limits)
         run.update(mode="stdio", tests=[{}] * n)
         blobs = [source] + [s.encode("utf-8", "surrogatepass") for s in spec.inputs]
     else:
-        run.update(mode="call", fn_name=spec.fn_name, tests=[{"args": encode(a)} for a in spec.args])
+        try:
+            run.update(mode="call", fn_name=spec.fn_name, tests=[{"args": encode(a)} for a in spec.args])
+        except (TypeError, ValueError) as e:  # a CallTests built by hand, around parse_tests' checks
+            raise TestSpecError(f"call test arguments that cannot be sent: {e}") from None
         blobs = [source] + [b""] * n
     w.runner.send(run, blobs)
     tests, stderr = [], ""

@@ -36,7 +36,7 @@ class SandboxProcess:
     """One zygote in its own sandbox, spoken to over a unix socket."""
 
     def __init__(self, iso: Isolation, role: str, uid: int, tmpfs_mb: int, tools: tuple[str, ...] = ()):
-        self.role = role
+        self.role, self.retired = role, False
         parent, child = socket.socketpair()
         self.root = tempfile.mkdtemp(prefix="execrl-sbx-") if iso.mode == "none" else "/tmp"
         self.log = tempfile.TemporaryFile()
@@ -65,6 +65,8 @@ class SandboxProcess:
             raise WorkerDied(f"{self.role} sandbox failed ({type(e).__name__}: {e}){self._log_tail()}") from None
         if "infra_error" in reply:
             raise WorkerDied(f"{self.role} sandbox error: {reply['infra_error']}\n{reply.get('trace', '')}")
+        if "recycle" in reply:  # the program's verdict stands; this sandbox is not used again
+            self.retired = True
         return reply, out
 
     def _log_tail(self) -> str:
@@ -95,6 +97,10 @@ class Worker:
         if self._checker is None:
             self._checker = self.spawn("checker", self.uid + 1 if self.uid >= 0 else -1)
         return self._checker
+
+    @property
+    def retired(self) -> bool:
+        return self.runner.retired or (self._checker is not None and self._checker.retired)
 
     def close(self) -> None:
         self.runner.close()
@@ -151,6 +157,10 @@ class WorkerPool:
             if not self._closed:
                 self._start(i)
             raise
+        if w.retired:  # it could not clean up after a program: a fresh one takes its place
+            w.close()
+            if not self._closed:
+                self._start(i)
         else:
             self._idle.put((i, w))
 

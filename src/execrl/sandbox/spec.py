@@ -93,8 +93,8 @@ def parse_tests(obj) -> TestSpec:
     if isinstance(obj, str):
         try:
             obj = json.loads(obj)
-        except json.JSONDecodeError as e:
-            raise TestSpecError(f"tests is a string but not JSON: {e}") from None
+        except ValueError as e:  # not JSON, or an integer of more digits than Python converts
+            raise TestSpecError(f"tests is a string but not JSON: {e}"[:300]) from None
         except RecursionError:
             raise TestSpecError("tests is JSON nested too deeply to read") from None
     if not isinstance(obj, dict):
@@ -103,6 +103,9 @@ def parse_tests(obj) -> TestSpec:
     if "check" in keys:
         _need_str(obj, "check")
         _need_str(obj, "entry_point")
+        _python_syntax(obj["check"], "tests.check")
+        if not obj["entry_point"].isidentifier():
+            raise TestSpecError(f"tests.entry_point must name a function, got {obj['entry_point']!r}")
         return CheckTests(obj["check"], obj["entry_point"])
     if "asserts" in keys:
         asserts = _need_str_list(obj, "asserts")
@@ -194,8 +197,8 @@ def _check_depth(value) -> None:
     todo = [(value, 0)]
     while todo:
         v, depth = todo.pop()
-        if depth > MAX_DEPTH:
-            raise ValueError(f"nested more than {MAX_DEPTH} deep")
+        if depth > MAX_DEPTH - 2:  # (arguments travel inside a list of arguments)
+            raise ValueError(f"nested more than {MAX_DEPTH - 2} deep")
         if isinstance(v, list):
             todo.extend((x, depth + 1) for x in v)
         elif isinstance(v, dict):
@@ -220,5 +223,5 @@ def _need_str_list(obj: dict, key: str) -> list[str]:
 def _python_syntax(code: str, where: str) -> None:
     try:
         compile(code, where, "exec")
-    except SyntaxError as e:
-        raise TestSpecError(f"{where} is not valid Python: {e}") from None
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as e:  # ValueError: NUL bytes; the others: absurd
+        raise TestSpecError(f"{where} is not valid Python: {type(e).__name__}: {e}"[:300]) from None

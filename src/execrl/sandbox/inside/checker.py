@@ -9,9 +9,8 @@ import builtins
 import os
 import socket
 import sys
-import textwrap
 
-from .child import RPC_FD, std_streams, write_status
+from .child import RPC_FD, setup_done, std_streams, write_status
 from .protocol import decode, encode, recv_msg, send_msg
 
 
@@ -40,10 +39,13 @@ class _Rpc:
         try:
             send_msg(self.sock, req)
             reply, _, _ = recv_msg(self.sock)
+            while isinstance(reply, dict) and "callback" in reply:  # the program calls a function of the tests'
+                send_msg(self.sock, _run_callback(reply, self._handle))
+                reply, _, _ = recv_msg(self.sock)
         except socket.timeout:
             raise RemoteTimeout() from None
         except (EOFError, OSError, ValueError, RecursionError) as e:
-            raise RemoteGone(str(e)[:200]) from None
+            raise RemoteGone(_text(e)[:200]) from None
         try:  # the reply is the program's to write: anything malformed is its error, never ours
             if "error" in reply:
                 kind = str(reply["error"])[:100]
@@ -82,10 +84,11 @@ class Remote:
     def __init__(self, rpc: _Rpc, target: tuple, attrs: tuple):
         self._rpc, self._target, self._attrs = rpc, target, attrs
 
-    def __getattr__(self, name: str) -> Remote:
+    def __getattr__(self, name: str):
+        """The attribute's value as plain data (`node.val`), or a stand-in for a method or a non-plain object."""
         if name.startswith("__"):
             raise AttributeError(name)
-        return Remote(self._rpc, self._target, self._attrs + (name,))
+        return self._rpc.request({"op": "get", "target": list(self._target), "attrs": [*self._attrs, name]})
 
     def __setattr__(self, name: str, value) -> None:
         if name in Remote.__slots__:
@@ -114,7 +117,7 @@ class Remote:
             value = self._ask("len")
         except RemoteError as e:  # no len() in the program: a TypeError here too (list() then just iterates)
             if e.kind == "TypeError":
-                raise TypeError(str(e)) from None
+                raise TypeError(_text(e)) from None
             raise
         if type(value) is not int:
             raise TypeError("the program's object has no plain length")
@@ -144,9 +147,6 @@ class Remote:
     __neg__ = __abs__ = __int__ = __float__ = __index__ = _opaque("converted")
 
 
-_TEST_GLOBALS: dict = {}  # the tests' namespace (checker_child's), where a passed function finds its free names
-
-
 def _plain_operand(v):
     """`x is y` and `x is not y` with a program object on either side: refused as == is (identity of a stand-in
     object says nothing about the program's value)."""
@@ -155,43 +155,44 @@ def _plain_operand(v):
     return v
 
 
+_CALLBACKS: dict[int, object] = {}  # functions the tests passed to the program, by key: they run here, never there
+
+
 def _remote_arg(v) -> dict:
-    """Arguments sent to the program: plain data, program objects it handed out before, and test code it can rebuild
-    on its side (lambdas and functions defined by the tests, builtins such as `len`): the tests' source, never an
-    expected value."""
+    """Arguments sent to the program: plain data, program objects it handed out before, and functions (the tests'
+    lambdas and functions, builtins such as `len`), which stay here: the program gets a stand-in that calls back, and
+    sees only the plain results, never the function's code or the test's data it uses."""
     if isinstance(v, Remote):
         return {"ref": [list(v._target), list(v._attrs)]}
-    if type(v) is type(sys):  # a module the tests imported
-        return {"source": [f"__import__({v.__name__!r}, fromlist=['_'])", None, []]}
-    source = getattr(v, "__execrl_source__", None) if callable(v) else None
-    if isinstance(source, list):  # [an expression, None] or [a def statement, its name], and the tests' names it uses
-        src, name = source
-        env = [[k, encode(_TEST_GLOBALS[k], _remote_arg)] for k in sorted(_free_names(src)[0] - {name})
-               if k in _TEST_GLOBALS]
-        return {"source": [src, name, env]}
-    if getattr(builtins, getattr(v, "__name__", ""), None) is v:
-        return {"source": [v.__name__, None, []]}
-    module, qualname = getattr(v, "__module__", None), getattr(v, "__qualname__", "")
-    if callable(v) and module and module in sys.modules and module != "__test__" and "<" not in qualname:
-        return {"source": [f"__import__({module!r}, fromlist=['_']).{qualname}", None, []]}
-    raise TypeError(f"a test passed a {type(v).__name__} to the program; only plain data and the tests' own "
-                    "functions can cross")
+    if callable(v):
+        key = len(_CALLBACKS) + 1
+        _CALLBACKS[key] = v
+        return {"callback": key}
+    raise TypeError(f"a test passed a {type(v).__name__} to the program; only plain data and functions can cross")
 
 
-class _CarrySource(ast.NodeTransformer):
-    """Rewrites test code so that the functions it defines know their source (they can then be rebuilt in the
-    program's process when a test passes them), and `is` comparisons refuse program objects."""
+def _run_callback(request: dict, make_handle) -> dict:
+    """The program called a test's function: run it here on the plain arguments; its plain result, or its error."""
+    try:
+        fn = _CALLBACKS[request["callback"]]
+        args, kwargs = decode(request.get("args", []), make_handle), decode(request.get("kwargs", {}), make_handle)
+        return {"value": encode(fn(*args, **kwargs), _remote_arg)}
+    except (RemoteTimeout, RemoteGone):
+        raise
+    except BaseException as e:  # noqa: BLE001 - the function's error goes back to the program
+        return {"error": type(e).__name__, "msg": _text(e)[:300]}
 
-    def __init__(self, code: str):
-        self.code = code
 
-    def visit_Lambda(self, node: ast.Lambda):
-        self.generic_visit(node)
-        src = ast.get_source_segment(self.code, node)
-        if src is None:
-            return node
-        return ast.copy_location(ast.Call(ast.Name("__execrl_with_source__", ast.Load()),
-                                          [node, ast.Constant(f"({src})"), ast.Constant(None)], []), node)
+def _text(e: BaseException) -> str:
+    """str(e), for any exception: a program's object in an assert message can make str() raise or call back."""
+    try:
+        return str(e)
+    except BaseException:  # noqa: BLE001
+        return f"<{type(e).__name__} with an unprintable message>"
+
+
+class _GuardIdentity(ast.NodeTransformer):
+    """Rewrites test code so that `is` and `is not` refuse program objects (_plain_operand)."""
 
     def visit_Compare(self, node: ast.Compare):
         self.generic_visit(node)
@@ -201,32 +202,9 @@ class _CarrySource(ast.NodeTransformer):
             node.comparators = [ast.Call(guard, [c], []) for c in node.comparators]
         return node
 
-    def generic_visit(self, node):
-        super().generic_visit(node)
-        for field in ("body", "orelse", "finalbody"):
-            stmts = getattr(node, field, None)
-            if isinstance(stmts, list) and any(isinstance(x, ast.FunctionDef) for x in stmts):
-                setattr(node, field, self._annotate(stmts))
-        return node
-
-    def _annotate(self, stmts: list) -> list:
-        out = []
-        for stmt in stmts:
-            out.append(stmt)
-            src = ast.get_source_segment(self.code, stmt, padded=True) if isinstance(stmt, ast.FunctionDef) else None
-            if src is not None and not stmt.decorator_list:
-                setter = ast.parse(f"{stmt.name}.__execrl_source__ = {[textwrap.dedent(src), stmt.name]!r}").body[0]
-                out.append(ast.copy_location(setter, stmt))
-        return out
-
-
-def _with_source(fn, src: str, name: str | None):
-    fn.__execrl_source__ = [src, name]
-    return fn
-
 
 def compile_test(code: str, name: str):
-    tree = ast.fix_missing_locations(_CarrySource(code).visit(ast.parse(code)))
+    tree = ast.fix_missing_locations(_GuardIdentity().visit(ast.parse(code)))
     return compile(tree, name, "exec")
 
 
@@ -265,12 +243,11 @@ def _bind_remote(g: dict, rpc: _Rpc, names: list[str]) -> list[str]:
 def checker_child(job: dict) -> None:
     """Runs trusted test code against the program over RPC; one status line per test; never returns."""
 
+    setup_done()  # from here on nothing is a set-up failure of ours: it talks to the program
     sys.set_int_max_str_digits(0)
     std_streams()
     rpc = _Rpc(socket.socket(fileno=RPC_FD), job["call_timeout_s"])
-    g = _TEST_GLOBALS
-    g.update({"__name__": "__test__", "__builtins__": builtins, "__execrl_with_source__": _with_source,
-              "__execrl_plain__": _plain_operand})
+    g = {"__name__": "__test__", "__builtins__": builtins, "__execrl_plain__": _plain_operand}
     snippets = job["snippets"]
     entry = job.get("entry_point")
     try:
@@ -288,7 +265,7 @@ def checker_child(job: dict) -> None:
         os._exit(0)
     except BaseException as e:  # noqa: BLE001 - the program may have caused it (a name it lacks, a value it
         # returned): never infra_error, which a program could then claim for itself
-        write_status({"setup": "runtime_error", "msg": f"the tests' set-up failed: {type(e).__name__}: {e}"[:300]})
+        write_status({"setup": "runtime_error", "msg": f"the tests' set-up failed: {type(e).__name__}: {_text(e)}"[:300]})
         os._exit(0)
     if job.get("check"):
         snippets = [job["check"] + f"\n\ncheck({entry})\n"]
@@ -297,15 +274,15 @@ def checker_child(job: dict) -> None:
         try:
             exec(compile_test(snippet, f"<test {i}>"), g)
         except AssertionError as e:
-            verdict, msg = "fail", str(e)[:200]
+            verdict, msg = "fail", _text(e)[:200]
         except RemoteTimeout:
             verdict = "timeout"
         except NameError as e:
-            verdict, msg = "runtime_error", str(e)[:300]
+            verdict, msg = "runtime_error", _text(e)[:300]
         except (RemoteError, RemoteGone) as e:
-            verdict, msg = ("memory" if "MemoryError" in str(e) else "runtime_error"), str(e)[:300]
+            verdict, msg = ("memory" if getattr(e, "kind", "") == "MemoryError" else "runtime_error"), _text(e)[:300]
         except BaseException as e:  # noqa: BLE001 - e.g. a TypeError on a wrong return type: a failed test
-            verdict, msg = "fail", f"{type(e).__name__}: {e}"[:300]
+            verdict, msg = "fail", f"{type(e).__name__}: {_text(e)}"[:300]
         write_status({"test": i, "verdict": verdict, "msg": msg})
         if verdict == "timeout":
             break

@@ -149,6 +149,6 @@ def _decode(obj, make_handle, depth: int):
         return _TYPES[val]
     if tag == "range" and isinstance(val, list) and len(val) == 3 and all(type(x) is int for x in val):
         return range(*val)
-    if tag in ("handle", "ref", "source") and make_handle is not None:
+    if tag in ("handle", "ref", "callback") and make_handle is not None:
         return make_handle(obj)
     raise ValueError(f"unknown plain-data tag {tag!r}")

@@ -35,7 +35,7 @@ from .child import (
     python_child,
     report_setup_failure,
 )
-from .protocol import decode, recv_msg, send_msg
+from .protocol import MAX_DEPTH, decode, recv_msg, send_msg
 
 # Not imported here: threading and random. Their at-fork handlers would add ~0.75 ms to every test's fork;
 # a program that uses threads imports threading itself.
@@ -115,6 +115,7 @@ class Zygote:
     def reset(self) -> None:
         """Kill everything and delete every file a program could have written: nothing carries over."""
         self.kill_all()
+        _collect_unix_sockets()
         for top in (ROOT, "/dev/shm") if self.is_init else (ROOT,):
             _wipe_except(top, KEEP)
         os.makedirs(PROGRAM_DIR, exist_ok=True)
@@ -126,15 +127,17 @@ class Zygote:
     def _usage(self) -> tuple[float, int]:
         """CPU seconds of the program's live processes (with the children they reaped) and their memory in bytes:
         proportional set sizes (shared pages counted once), plus what it keeps in the sandbox's tmpfs."""
-        cpu, mem = 0.0, 0
+        cpu, mem, memfds = 0.0, 0, {}
         for pid in self._others():
             try:
                 with open(f"/proc/{pid}/stat", "rb") as f:
                     fields = f.read().rsplit(b")", 1)[1].split()
                 cpu += sum(int(x) for x in fields[11:15]) / self.clock  # utime stime cutime cstime
                 mem += _pss(pid, self.page)
+                memfds.update(_memfds(pid))
             except (OSError, ValueError, IndexError):  # gone meanwhile
                 continue
+        mem += sum(memfds.values())
         if self.is_init:
             for top in (ROOT, "/dev/shm"):
                 st = os.statvfs(top)
@@ -173,7 +176,8 @@ class Zygote:
             if report:
                 res["setup_error"] = report.decode("utf-8", "replace")
             out, err = _read(files[1], lim["output_mb"] << 20), _read(files[2], 8192)
-            res["status"] = _status_lines(_read(files[STATUS_FD], lim["output_mb"] << 20))  # a return value's size
+            raw = _read(files[STATUS_FD], lim["output_mb"] << 20)  # a return value's size
+            res["status"] = _status_lines(raw, last_only=target is not checker_child)
             res["stdout_bytes"], res["stderr_bytes"] = os.fstat(files[1]).st_size, os.fstat(files[2]).st_size
         finally:
             for fd in (*files.values(), report_r):
@@ -291,8 +295,13 @@ class Zygote:
             finally:
                 for fd in fds:  # those no child took
                     close_quietly(fd)
+            try:
                 self.reset()  # nothing of this program outlives its grading
+            except Exception as e:  # noqa: BLE001 - what the program left could not be cleaned: its verdict stands,
+                reply["recycle"] = f"{type(e).__name__}: {e}"  # and the grader replaces this sandbox
             send_msg(self.ctrl, reply, out)
+            if "recycle" in reply:
+                return
 
 
 def _argv(template: list[str], src: str) -> list[str]:
@@ -337,18 +346,36 @@ def _is_file(fd: int) -> bool:
     return stat.S_ISREG(os.fstat(fd).st_mode)
 
 
-def _status_lines(raw: bytes) -> list[dict]:
-    """A child's status lines (JSON objects). What the program wrote there is the program's: malformed, torn or
-    absurdly nested lines are dropped, never an error of ours."""
+def _status_lines(raw: bytes, last_only: bool) -> list[dict]:
+    """A child's status lines (JSON objects). A program's child writes one, at its end, and whatever the program
+    wrote there itself is the program's: malformed, torn or absurdly nested lines are dropped, never an error of
+    ours, and only the last good one of the last few lines is kept (the checker's lines, one per test, are all
+    ours)."""
+    lines = raw.decode("utf-8", "replace").splitlines()
     out = []
-    for line in raw.decode("utf-8", "replace").splitlines():
+    for line in reversed(lines[-16:]) if last_only else lines:
         try:
             st = json.loads(line)
         except (ValueError, RecursionError):
             continue
-        if isinstance(st, dict):
+        if isinstance(st, dict) and _depth_at_most(st, 2 * MAX_DEPTH + 8):
             out.append(st)
+            if last_only:
+                break
     return out
+
+
+def _depth_at_most(value, limit: int) -> bool:
+    todo = [(value, 0)]
+    while todo:
+        v, d = todo.pop()
+        if d > limit:
+            return False
+        if isinstance(v, dict):
+            todo.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            todo.extend((x, d + 1) for x in v)
+    return True
 
 
 def _reaped_cpu() -> float:
@@ -369,6 +396,27 @@ def _pss(pid: int, page: int) -> int:
         return int(f.read().split()[1]) * page
 
 
+def _collect_unix_sockets() -> None:
+    """Closing a unix socket while others are in flight (a socket sent over itself with SCM_RIGHTS outlives its
+    process, name and all, in the worker's network namespace) sets off the kernel's collection of such cycles."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    a.close()
+    b.close()
+
+
+def _memfds(pid: int) -> dict:
+    """The memfds a process holds open, {(dev, inode): bytes allocated}: their pages are in no set size until mapped."""
+    out = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+                out[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+        except OSError:
+            continue
+    return out
+
+
 def _wipe_except(top: str, keep: list[str]) -> None:
     """Delete everything in `top` but the paths in `keep` (and the directories that lead to them)."""
     for name in os.listdir(top) if os.path.isdir(top) else []:
@@ -382,16 +430,22 @@ def _wipe_except(top: str, keep: list[str]) -> None:
 
 
 def _wipe(path: str) -> None:
-    """rm -rf that also gets through directories a program made unreadable (chmod 000)."""
+    """rm -rf that also gets through directories a program made unreadable (chmod 000) and trees nested too deep for
+    Python's recursive walk (coreutils' rm and chmod walk iteratively)."""
     if os.path.isdir(path) and not os.path.islink(path):
-        os.chmod(path, 0o700)
-        for dirpath, dirnames, _ in os.walk(path):
-            for d in dirnames:
-                try:
-                    os.chmod(os.path.join(dirpath, d), 0o700, follow_symlinks=False)
-                except OSError:
-                    pass
-        shutil.rmtree(path, ignore_errors=True)
+        try:
+            os.chmod(path, 0o700)
+            for dirpath, dirnames, _ in os.walk(path):
+                for d in dirnames:
+                    try:
+                        os.chmod(os.path.join(dirpath, d), 0o700, follow_symlinks=False)
+                    except OSError:
+                        pass
+            shutil.rmtree(path)
+        except (RecursionError, OSError):
+            for argv in (["chmod", "-R", "u+rwx", path], ["rm", "-rf", "--one-file-system", path]):
+                pid = os.posix_spawnp(argv[0], argv, {"PATH": "/usr/bin:/bin"})
+                os.waitpid(pid, 0)
     else:
         try:
             os.unlink(path)
