@@ -138,3 +138,61 @@ def test_importance_weight_below_one_is_kept_and_masked_tokens_cannot_overflow()
     loss, m = policy_loss(t, num_tokens=1, num_seqs=1, is_correction=True, is_cap=None)
     assert loss.item() == pytest.approx(-2.0 * math.exp(-1.0))
     assert m["is_weight"].item() == pytest.approx(math.exp(-1.0)) and m["is_truncated_frac"].item() == 0.0
+
+
+# --- the same keys give NeMo RL's numbers (issue 18) ------------------------------------------------------------
+
+def test_leave_one_out_with_normalization_divides_by_the_others_std():
+    # one success in 16. NeMo RL: the success's baseline and std are those of the 15 others (all 0): baseline 0, std
+    # 0, so it is not divided: A = 1. A failure's others are 14 zeros and one 1: mean 1/15, unbiased variance
+    # (14 (1/15)^2 + (14/15)^2) / 14 = 1/15: A = (0 - 1/15) / sqrt(1/15) = -1/sqrt(15) = -0.2582
+    r = T([[1.0] + [0.0] * 15])
+    a = ADVANTAGES["grpo"](r, torch.ones_like(r, dtype=torch.bool))
+    assert a[0, 0].item() == pytest.approx(1.0)
+    assert a[0, 1:] == pytest.approx(torch.full((15,), -1 / math.sqrt(15)), abs=1e-5)
+    # without leave-one-out: mean 1/16, unbiased std sqrt((15/256 + 225/256) / 15) = 1/4: 3.75 and -0.25
+    b = ADVANTAGES["grpo"](r, torch.ones_like(r, dtype=torch.bool), use_leave_one_out_baseline=False)
+    assert b[0, 0].item() == pytest.approx(3.75, abs=1e-4) and b[0, 1].item() == pytest.approx(-0.25, abs=1e-5)
+
+
+@pytest.mark.parametrize("value", [0.7, 0.9, 0.1, 1 / 3])
+def test_a_group_of_equal_rewards_gets_exactly_zero_and_counts_as_flat(value):
+    r = torch.full((1, 16), value)
+    ok = torch.ones_like(r, dtype=torch.bool)
+    for name in ("grpo", "dr_grpo"):
+        for loo in (True, False):
+            assert ADVANTAGES[name](r, ok, use_leave_one_out_baseline=loo).abs().max().item() == 0.0
+    assert informative_groups(r, ok).tolist() == [False]
+
+
+def test_kl_estimators_and_clamps_as_nemo():
+    from execrl.algo.loss import kl_penalty
+
+    # r = ref - logp = -1: k1 = 1, k2 = 1/2, k3 = e^-1 - 1 + 1 = 0.3679
+    logp, ref = T([[-1.0]]), T([[-2.0]])
+    assert kl_penalty(logp, ref, "k1").item() == pytest.approx(1.0)
+    assert kl_penalty(logp, ref, "k2").item() == pytest.approx(0.5)
+    assert kl_penalty(logp, ref, "k3").item() == pytest.approx(math.exp(-1))
+    # r = 30: clamped to 20 first (k3 = e^20 - 21), then the estimate to 10
+    far = kl_penalty(T([[-31.0]]), T([[-1.0]]), "k3", input_clamp=20.0, output_clamp=10.0)
+    assert far.item() == 10.0
+    assert kl_penalty(T([[-31.0]]), T([[-1.0]]), "k3", input_clamp=20.0).item() == pytest.approx(math.exp(20) - 21)
+    with pytest.raises(ValueError, match="k1, k2 or k3"):
+        kl_penalty(logp, ref, "k4")
+
+
+def test_clip_fraction_counts_only_where_the_clip_is_active():
+    # ratios e^0.5 = 1.65 and e^-0.5 = 0.61, each with a positive and a negative advantage; band [0.8, 1.2]:
+    # active only for 1.65 with A > 0 (high) and 0.61 with A < 0 (low): 2 of 4 tokens, one each side
+    t = terms([[0.5], [0.5], [-0.5], [-0.5]], [[0.0]] * 4, [1.0, -1.0, 1.0, -1.0])
+    _, m = policy_loss(t, num_tokens=4, num_seqs=4)
+    assert m["clip_frac"].item() == 0.5 and m["clip_frac_high"].item() == 0.25 and m["clip_frac_low"].item() == 0.25
+
+
+def test_config_refuses_what_nemo_refuses():
+    from execrl.config import ConfigError, load_config
+
+    for bad in ("loss_fn.reference_policy_kl_type=k4", "loss_fn.ratio_clip_c=1.0", "loss_fn.ratio_clip_c=0.5"):
+        with pytest.raises(ConfigError):
+            load_config(None, [bad])
+    assert load_config(None, ["loss_fn.reference_policy_kl_type=k2"]).loss_fn.reference_policy_kl_type == "k2"

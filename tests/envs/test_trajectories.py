@@ -178,3 +178,12 @@ def test_a_model_turn_cut_by_the_context_ends_the_episode_truncated(policy, grad
     for e in rollouts.episodes:
         assert e.trajectory.truncated and e.turns == 1 and e.trajectory.num_sampled == 6 and len(e.trajectory) == limit
         assert e.sample.extracted.code is None and e.reward.total == 0.0
+
+
+def test_a_sample_the_sandbox_failed_on_has_no_loss_tokens(policy, grader):
+    """infra_error samples get advantage 0 and are out of every normalizer (token count and sequence count)."""
+    rollouts, _, tok, _ = episodes(policy, grader, "qwen2_5_instruct.jinja", [ADD], 4, 1.0)
+    rollouts.rewards[1].total = None  # as the sandbox failing on it leaves it
+    batch = build_batch(rollouts, torch.zeros(4), tok.pad_token_id, overlong_filtering=False)
+    assert batch.loss_mask[1].sum() == 0
+    assert all(batch.loss_mask[i].sum() > 0 for i in (0, 2, 3))

@@ -15,37 +15,51 @@ def register(name: str):
     return wrap
 
 
-def _group_stats(rewards: torch.Tensor, valid: torch.Tensor):
-    v = valid.float()  # [num_groups, G]
-    n = v.sum(1, keepdim=True)  # [num_groups, 1]
-    total = (rewards * v).sum(1, keepdim=True)  # [num_groups, 1]
-    mean = total / n.clamp(min=1)
-    var = (((rewards - mean) * v) ** 2).sum(1, keepdim=True) / (n - 1).clamp(min=1)  # unbiased, like torch.std
-    return v, n, total, mean, var.sqrt()
+def flat_groups(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Groups whose valid rewards are all exactly equal (or that have fewer than 2 valid samples): no learning signal.
+    Decided by comparison, not by a standard deviation that rounding leaves at 1e-8. [num_groups, G] -> [num_groups]"""
+    big = torch.finfo(rewards.dtype).max
+    high = torch.where(valid, rewards, -big).max(1).values
+    low = torch.where(valid, rewards, big).min(1).values
+    return (high == low) | (valid.sum(1) < 2)
+
+
+def baseline_and_std(rewards: torch.Tensor, valid: torch.Tensor, leave_one_out: bool):
+    """Per sample, NeMo RL's baseline and standard deviation: over the group's valid samples, or with leave-one-out
+    over the *other* valid samples (both the mean and the unbiased std). [num_groups, G] -> two [num_groups, G]."""
+    g = rewards.shape[1]
+    counts = valid.float().unsqueeze(1).expand(-1, g, -1)  # [num_groups, i, j]: whether j counts for sample i
+    if leave_one_out:
+        counts = counts * (1.0 - torch.eye(g, dtype=counts.dtype))
+    n = counts.sum(-1)  # [num_groups, G]
+    baseline = (counts * rewards.unsqueeze(1)).sum(-1) / n.clamp(min=1)
+    spread = (rewards.unsqueeze(1) - baseline.unsqueeze(-1)) * counts  # [num_groups, i, j]
+    var = (spread ** 2).sum(-1) / (n - 1).clamp(min=1)
+    return baseline, torch.where(n > 1, var.sqrt(), torch.zeros_like(var))
 
 
 @register("grpo")
 def grpo(rewards: torch.Tensor, valid: torch.Tensor, normalize_rewards: bool = True,
          use_leave_one_out_baseline: bool = True, eps: float = 1e-6) -> torch.Tensor:
-    """A_i = (r_i - baseline_i) / (std + eps): baseline the group mean, or the mean of the *other* samples (LOO).
-    rewards, valid: [num_groups, G] -> advantages [num_groups, G]."""
-    v, n, total, mean, std = _group_stats(rewards, valid)
-    baseline = (total - rewards * v) / (n - 1).clamp(min=1) if use_leave_one_out_baseline else mean
+    """A_i = r_i - baseline_i, divided by (std_i + eps) where std_i > 0 (NeMo RL: a zero std leaves A_i undivided).
+    Flat groups and invalid samples get exactly 0. rewards, valid: [num_groups, G] -> advantages [num_groups, G]."""
+    baseline, std = baseline_and_std(rewards, valid, use_leave_one_out_baseline)
     adv = rewards - baseline  # [num_groups, G]
     if normalize_rewards:
-        adv = adv / (std + eps)
-    return torch.where(valid & (n > 1), adv, torch.zeros_like(adv))
+        adv = torch.where(std > 0, adv / (std + eps), adv)
+    keep = valid & ~flat_groups(rewards, valid).unsqueeze(1)
+    return torch.where(keep, adv, torch.zeros_like(adv))
 
 
 @register("dr_grpo")
 def dr_grpo(rewards: torch.Tensor, valid: torch.Tensor, **_) -> torch.Tensor:
     """Dr. GRPO: A_i = r_i - mean(r), no division by the std (pair with loss_fn.constant_normalizer)."""
-    v, n, _, mean, _ = _group_stats(rewards, valid)
-    return torch.where(valid & (n > 1), rewards - mean, torch.zeros_like(rewards))
+    baseline, _ = baseline_and_std(rewards, valid, leave_one_out=False)
+    keep = valid & ~flat_groups(rewards, valid).unsqueeze(1)
+    return torch.where(keep, rewards - baseline, torch.zeros_like(rewards))
 
 
 def informative_groups(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """DAPO dynamic sampling: groups whose valid rewards are not all equal (the others carry no gradient).
     [num_groups, G] -> [num_groups] bool."""
-    _, n, _, _, std = _group_stats(rewards, valid)
-    return ((std > 0) & (n > 1)).squeeze(1)
+    return ~flat_groups(rewards, valid)

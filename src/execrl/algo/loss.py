@@ -32,8 +32,28 @@ class LossTerms:
     sampler_logprobs: torch.Tensor | None = None  # [B, T] log pi_sampler(token): the behaviour policy
 
 
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kl_type: str, input_clamp: float | None = None,
+               output_clamp: float | None = None) -> torch.Tensor:
+    """Per-token estimate of KL(pi || ref) from r = log ref - log pi [B, T], as NeMo RL computes it: k1 = -r (unbiased,
+    zero expected gradient), k2 = r^2 / 2, k3 = e^r - 1 - r (Schulman 2020); r clamped to +-input_clamp and the
+    estimate to +-output_clamp where given."""
+    log_r = ref_logprobs - logprobs
+    if input_clamp is not None:
+        log_r = log_r.clamp(-input_clamp, input_clamp)
+    if kl_type == "k1":
+        kl = -log_r
+    elif kl_type == "k2":
+        kl = log_r.square() / 2
+    elif kl_type == "k3":
+        kl = torch.exp(log_r) - 1.0 - log_r
+    else:
+        raise ValueError(f"KL type {kl_type!r}: use k1, k2 or k3")
+    return kl.clamp(-output_clamp, output_clamp) if output_clamp is not None else kl
+
+
 def policy_loss(t: LossTerms, *, num_tokens: float, num_seqs: float, clip_low: float = 0.2, clip_high: float = 0.2,
-                dual_clip: float | None = None, kl_coef: float = 0.0, kl_type: str = "k3", token_level: bool = True,
+                dual_clip: float | None = None, kl_coef: float = 0.0, kl_type: str = "k3",
+                kl_input_clamp: float | None = None, kl_output_clamp: float | None = None, token_level: bool = True,
                 constant_normalizer: int | None = None, is_correction: bool = False,
                 is_cap: float | None = 2.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss of one micro-batch, scaled so that summing over the optimizer batch gives its mean. Returns (loss, metrics)."""
@@ -55,14 +75,19 @@ def policy_loss(t: LossTerms, *, num_tokens: float, num_seqs: float, clip_low: f
             per_token = per_token * weight
     kl = torch.zeros_like(per_token)
     if kl_coef and t.ref_logprobs is not None:
-        delta = t.ref_logprobs - t.logprobs  # [B, T]
-        kl = torch.exp(delta) - delta - 1.0 if kl_type == "k3" else -delta
+        kl = kl_penalty(t.logprobs, t.ref_logprobs, kl_type, kl_input_clamp, kl_output_clamp)  # [B, T]
         per_token = per_token + kl_coef * kl
     loss = aggregate(per_token, mask, num_tokens, num_seqs, token_level, constant_normalizer)
     with torch.no_grad():
         n = mask.sum().clamp(min=1)
+        # where the clip is active (the clipped term is the minimum, so the token has no gradient): above the band
+        # with a positive advantage, below it with a negative one
+        high = (ratio > 1.0 + clip_high) & (adv > 0)
+        low = (ratio < 1.0 - clip_low) & (adv < 0)
         metrics = {
-            "clip_frac": ((unclipped != clipped).float() * mask).sum() / n,
+            "clip_frac": ((high | low).float() * mask).sum() / n,
+            "clip_frac_high": (high.float() * mask).sum() / n,
+            "clip_frac_low": (low.float() * mask).sum() / n,
             "kl": (kl * mask).sum() / n,
             "ratio_mean": (ratio * mask).sum() / n,
             "tokens": mask.sum(),

@@ -64,7 +64,8 @@ class PolicyConfig(Section):
     train_micro_batch_size: int = Field(4, description="samples per forward/backward pass on one GPU")
     logprob_batch_size: int = Field(4, description="samples per forward pass when computing logprobs")
     generation_batch_size: int = Field(64, description="sequences generated at once on one GPU")
-    precision: str = Field("auto", description="auto (bf16 on GPUs that have it, fp32 on CPU) | bfloat16 | float32")
+    precision: str = Field("auto", description="bfloat16: mixed precision (bf16 compute, fp32 master weights, gradients "
+                           "and optimizer state) | float32 | auto (bfloat16 on GPUs that have it, float32 on CPU)")
     device: str = Field("auto", description="auto | cpu | cuda")
     torch_compile: bool = Field(True, description="GPU: torch.compile each decoder layer for training (fused norms, "
                                                   "rotary and activations; compiling takes a minute at the start; "
@@ -112,10 +113,16 @@ class GRPOConfig(Section):
 
 class LossConfig(Section):
     reference_policy_kl_penalty: float = Field(0.0, description="KL-to-reference coefficient (0: no reference model)")
-    reference_policy_kl_type: str = Field("k3", description="KL estimator: k1 | k3")
+    reference_policy_kl_type: Literal["k1", "k2", "k3"] = Field(
+        "k3", description="KL estimator, as NeMo RL: k1 = -r, k2 = r^2/2, k3 = e^r - 1 - r, r = log ref - log pi")
+    kl_input_clamp_value: float | None = Field(20.0, gt=0, description="clamp r to +-this before the estimate "
+                                                                       "(NeMo RL's default; null: none)")
+    kl_output_clamp_value: float | None = Field(10.0, gt=0, description="clamp the per-token KL estimate to +-this "
+                                                                        "(NeMo RL's default; null: none)")
     ratio_clip_min: float = Field(0.2, description="PPO clip below: ratio >= 1 - this")
     ratio_clip_max: float = Field(0.2, description="PPO clip above: ratio <= 1 + this (larger: DAPO clip-higher)")
-    ratio_clip_c: float | None = Field(None, description="dual-clip bound for negative advantages (null: off)")
+    ratio_clip_c: float | None = Field(None, gt=1, description="dual-clip bound for negative advantages, > 1 "
+                                                               "(null: off)")
     token_level_loss: bool = Field(True, description="mean over all tokens of the batch (false: per sequence first)")
     constant_normalizer: int | None = Field(None, description="Dr.GRPO: divide token sums by this, not token counts")
     use_on_policy_kl_approximation: bool = Field(False, description="NeMo RL compatibility; unused on-policy")

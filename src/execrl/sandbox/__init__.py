@@ -34,7 +34,10 @@ the legitimate idiom it must not break):
 Does not defend against: kernel exploits and side channels (timing, cache); reading what is inside the allowlist
 (the system's directories and the Python installation are visible read-only: keep secrets elsewhere); CPU
 contention slowing other workers (time is measured in CPU seconds where it can be); memory bursts shorter than the
-10 ms sampling (bounded by RLIMIT_AS per process). In bwrap-user mode (the grader is not root) the program runs as
+10 ms sampling (bounded by RLIMIT_AS per process); CPU of automatically reaped children that each lived under 10 ms
+(bounded by the wall-clock limit); two counters that outlive a program on its worker (the PID namespace's next
+PID; abstract unix socket names left in flight until the kernel collects them, which a socket closed after every
+program sets off). In bwrap-user mode (the grader is not root) the program runs as
 the grader's uid inside its user namespace, with no uid per sandbox: the namespaces, the allowlist and the seccomp
 filter still hold, and the zygote is out of reach as the namespace's init (signals without a handler dropped, not
 dumpable). Without bubblewrap or

@@ -48,11 +48,14 @@ def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_fil
     mask = torch.zeros(len(trajs), width - 1)
     logprobs = [t.sampler_logprobs for t in trajs]
     sampler = torch.zeros(len(trajs), width - 1) if all(lp is not None for lp in logprobs) else None
+    valid = [r.valid for r in rollouts.rewards]
     for i, t in enumerate(trajs):
         p, n = len(t.prompt_ids), len(t) - len(t.prompt_ids)
         ids[i, :p + n] = torch.tensor(t.ids)
         attn[i, :p + n] = 1
-        if not (overlong_filtering and t.truncated):
+        # no loss tokens for a sample the sandbox failed on (it is in no normalizer either), nor, with overlong
+        # filtering, for a truncated one
+        if valid[i] and not (overlong_filtering and t.truncated):
             mask[i, p - 1:p - 1 + n] = torch.tensor(t.loss_mask, dtype=torch.float)  # position t predicts token t + 1
         if sampler is not None:
             sampler[i, p - 1:p - 1 + n] = torch.tensor(logprobs[i])
@@ -139,18 +142,20 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
     model = weights.compute
     device, loss_cfg = next(model.parameters()).device, cfg.loss_fn
     temperature, correct = scoring_temperature(cfg), importance_correction(cfg)
-    stats = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0, "skipped_steps": 0}
-    averaged = ("clip_frac", "kl")  # token means, over the whole batch
+    stats = {"loss": 0.0, "clip_frac": 0.0, "clip_frac_high": 0.0, "clip_frac_low": 0.0, "kl": 0.0, "entropy": 0.0,
+             "grad_norm": 0.0, "skipped_steps": 0}
+    averaged = ("clip_frac", "clip_frac_high", "clip_frac_low", "kl")  # token means, over the whole batch
     if batch.sampler_logprobs is not None:  # the engine against the trainer, logged every step (async or not)
         averaged += ("logprob_mismatch", "sampler_kl", "is_weight", "is_truncated_frac")
-        stats.update(dict.fromkeys(averaged[2:], 0.0))
+        stats.update(dict.fromkeys(averaged[4:], 0.0))
     model.train()
     for start in range(0, len(batch.input_ids), plan.per_gpu_batch):  # this rank's rows of one optimizer batch
         rows = slice(start, start + plan.per_gpu_batch)
         # The normalizers are those of the whole optimizer batch, over all ranks: each rank's loss is then its share
         # of the global mean, and the gradients summed over ranks are the one-process gradient.
-        (num_tokens,) = dist.sum_floats(batch.loss_mask[rows].sum().item())
-        num_seqs = float(plan.global_batch)
+        # sequences: those with loss tokens (as NeMo RL's valid sequences: not infra_error, not overlong-filtered)
+        num_tokens, num_seqs = dist.sum_floats(batch.loss_mask[rows].sum().item(),
+                                               (batch.loss_mask[rows].sum(1) > 0).sum().item())
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0
         parts = micro_batches(batch, range(start, min(start + plan.per_gpu_batch, len(batch.input_ids))),
@@ -167,6 +172,8 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
             loss, metrics = policy_loss(terms, num_tokens=num_tokens, num_seqs=num_seqs, clip_low=loss_cfg.ratio_clip_min,
                                         clip_high=loss_cfg.ratio_clip_max, dual_clip=loss_cfg.ratio_clip_c,
                                         kl_coef=loss_cfg.reference_policy_kl_penalty, kl_type=loss_cfg.reference_policy_kl_type,
+                                        kl_input_clamp=loss_cfg.kl_input_clamp_value,
+                                        kl_output_clamp=loss_cfg.kl_output_clamp_value,
                                         token_level=loss_cfg.token_level_loss, constant_normalizer=loss_cfg.constant_normalizer,
                                         is_correction=correct, is_cap=loss_cfg.truncated_importance_sampling_ratio)
             dist.reduce_after_backward(model, last=i == len(parts) - 1)
