@@ -1,7 +1,9 @@
-"""Does bf16 training learn? The built-in task (`execrl train`'s default) with a model larger than the CPU default,
-the same seed and a small learning rate, trained three ways: fp32; bf16 mixed precision (policy.precision=bfloat16:
-fp32 master weights, bf16 compute); and pure bf16 (weights, gradients and AdamW state all bf16: execrl before
-issue 18, kept only here). Prints one table of train reward and greedy eval pass@1.
+"""Does bf16 training learn? The built-in task (`execrl train`'s default) with a model larger than the CPU default:
+one supervised warm-up in fp32 (the default 80 steps, saved), then from those same weights, with the same seed and a
+small learning rate, GRPO three ways: fp32; bf16 mixed precision (policy.precision=bfloat16: fp32 master weights,
+bf16 compute); and pure bf16 (weights, gradients and AdamW state all bf16: execrl before issue 18, kept only here).
+Prints one table of train reward and greedy eval pass@1. (Warming up each run on its own would compare warm-ups:
+from random weights at the warm-up's large learning rate, runs diverge from any difference in rounding.)
 
     python bench/precision.py                     # on a GPU: hidden 512, 4 layers, 100 steps at lr 1e-5
     python bench/precision.py --hidden 128 --layers 2 --steps 4 --device cpu   # a smoke run
@@ -32,21 +34,28 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--set", nargs="*", default=[], help="more key=value overrides for every run")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="execrl-precision-"))
     tok = build_tokenizer(tokenizer_corpus(), vocab_size=259)
     build_tiny_model(tok, hidden=args.hidden, layers=args.layers, heads=max(4, args.hidden // 64), seed=0) \
         .save_pretrained(work / "model")
     tok.save_pretrained(work / "model")
+    warm = [f"policy.model_name={work / 'model'}", "policy.precision=float32", f"policy.device={args.device}",
+            "grpo.max_num_steps=0", f"checkpointing.checkpoint_dir={work / 'warm'}", f"logger.log_dir={work / 'warm'}",
+            "logger.tensorboard_enabled=false", *args.set]
+    train(load_config(None, warm))
+    start = work / "warm" / "step_000000" / "policy"
     rows = []
     for mode in args.modes.split(","):
         dtype, pure = MODES[mode]
         precision.PURE_LOW_PRECISION = pure
         log = work / mode.split()[0] / mode.replace(" ", "_").replace("(", "").replace(")", "")
-        overrides = [f"policy.model_name={work / 'model'}", f"policy.precision={dtype}", f"policy.device={args.device}",
+        overrides = [f"policy.model_name={start}", "warmup.sft_steps=0", f"policy.precision={dtype}",
+                     f"policy.device={args.device}", "grpo.val_at_start=true",
                      f"grpo.max_num_steps={args.steps}", f"policy.optimizer.kwargs.lr={args.lr}",
                      f"grpo.val_period={max(1, args.steps // 4)}", "checkpointing.enabled=false",
-                     "logger.tensorboard_enabled=false", f"logger.log_dir={log}"]
+                     "logger.tensorboard_enabled=false", f"logger.log_dir={log}", *args.set]
         t = time.perf_counter()
         train(load_config(None, overrides))
         seconds = time.perf_counter() - t
@@ -54,13 +63,14 @@ def main() -> None:
         rewards = [m["train/reward_mean"] for m in metrics if "train/reward_mean" in m]
         evals = [f"{m['eval/pass@1']:.3f}" for m in metrics if "eval/pass@1" in m]
         k = min(10, len(rewards) // 2 or 1)
+        mismatch = [m["train/logprob_mismatch"] for m in metrics if "train/logprob_mismatch" in m]
         rows.append([mode, f"{statistics.mean(rewards[:k]):.3f}", f"{statistics.mean(rewards[-k:]):.3f}",
-                     " -> ".join(evals), f"{seconds:.0f}"])
+                     " -> ".join(evals), f"{statistics.mean(mismatch):.4f}" if mismatch else "", f"{seconds:.0f}"])
     precision.PURE_LOW_PRECISION = False
     print(f"\nBuilt-in task, Qwen2 hidden {args.hidden} x {args.layers} layers, {args.steps} GRPO steps at lr {args.lr} "
-          f"(after the default 80-step warm-up), seed 0")
+          f"from one fp32 warm-up (the default 80 steps), seed 0")
     header = ["precision", f"train reward, first {k} steps", f"last {k} steps", "eval pass@1 (every "
-              f"{max(1, args.steps // 4)} steps)", "s"]
+              f"{max(1, args.steps // 4)} steps)", "engine vs trainer logprob mismatch", "s"]
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for r in rows:
         print("| " + " | ".join(r) + " |")

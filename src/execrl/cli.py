@@ -71,6 +71,7 @@ def run_train(args) -> int:
     err = Console(stderr=True, soft_wrap=True)
     if args.config and "=" in args.config:  # `execrl train key=value ...` with the built-in default
         args.overrides, args.config = [args.config, *args.overrides], None
+    from execrl.config.compat import check_supported, no_effect_note
     from execrl.envs import check_turns
     from execrl.trainer.pipeline import check_async
 
@@ -79,10 +80,14 @@ def run_train(args) -> int:
         batch_plan = plan(cfg)
         check_async(cfg)  # before torchrun starts N processes that would each stop on it
         check_turns(cfg)
+        check_supported(cfg)
     except (ConfigError, ValueError) as e:
         err.print(f"[red]config error:[/] {e}")
         return 2
     launch = multi_gpu_launch(cfg, args)
+    note = no_effect_note(cfg)
+    if note:
+        err.print(note)
     if args.dry_run:
         print(to_yaml(cfg))
         print("# batch arithmetic")

@@ -196,3 +196,31 @@ def test_config_refuses_what_nemo_refuses():
         with pytest.raises(ConfigError):
             load_config(None, [bad])
     assert load_config(None, ["loss_fn.reference_policy_kl_type=k2"]).loss_fn.reference_policy_kl_type == "k2"
+
+
+def test_icepop_drops_tokens_outside_the_band_and_tis_cuts():
+    from execrl.algo.loss import importance_weight
+
+    # weights e^-1 = 0.37, 1, e^1 = 2.72 against the band [0.5, 2]
+    log_w = T([[-1.0, 0.0, 1.0]])
+    ice, out = importance_weight(log_w, "icepop", 2.0, 0.5)
+    assert ice.tolist() == [[0.0, 1.0, 0.0]] and out.tolist() == [[True, False, True]]
+    tis, _ = importance_weight(log_w, "tis", 2.0, None)
+    assert tis[0].tolist() == pytest.approx([math.exp(-1), 1.0, 2.0])
+    none, _ = importance_weight(log_w, "tis", None, None)  # NeMo RL's default: no bound
+    assert none[0, 2].item() == pytest.approx(math.e)
+
+
+def test_importance_correction_with_top_k_or_top_p_is_refused_and_nemo_defaults_hold():
+    from execrl.config import ConfigError, load_config
+    from execrl.trainer.pipeline import check_async
+
+    assert load_config(None, []).loss_fn.truncated_importance_sampling_ratio is None
+    for bad in (["grpo.async_grpo.enabled=true", "policy.generation.top_k=20"],
+                ["loss_fn.use_importance_sampling_correction=true", "policy.generation.top_p=0.9"],
+                ["loss_fn.truncated_importance_sampling_type=icepop", "loss_fn.truncated_importance_sampling_ratio=2"]):
+        with pytest.raises(ConfigError):
+            check_async(load_config(None, bad))
+    with pytest.raises(ConfigError):
+        load_config(None, ["loss_fn.truncated_importance_sampling_type=seq-mask-tis"])
+    check_async(load_config(None, ["policy.generation.top_k=20"]))  # on-policy without correction: fine

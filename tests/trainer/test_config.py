@@ -91,3 +91,45 @@ def test_every_field_has_a_description():
                 if isinstance(cand, type) and issubclass(cand, BaseModel) and cand.__module__.startswith("execrl.config"):
                     walk(cand)
     walk(MasterConfig)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("grpo.use_dynamic_sampling=true", "not implemented"),
+    ("loss_fn.use_on_policy_kl_approximation=true", "not implemented"),
+    ("env.code.terminate_on_evaluation=false", "interpreter"),
+])
+def test_nemo_keys_that_would_change_the_math_are_refused(override, message):
+    from execrl.config.compat import check_supported
+
+    with pytest.raises(ConfigError, match=message):
+        check_supported(load_config(None, [override]))
+
+
+def test_nemo_keys_with_no_effect_are_named_in_one_note():
+    from execrl.config.compat import no_effect_note
+
+    assert no_effect_note(load_config(None, [])) is None
+    note = no_effect_note(load_config(None, ["grpo.val_batch_size=8", "logger.monitor_gpus=false"]))
+    assert note.startswith("note: accepted, with no effect here: grpo.val_batch_size") and "monitor_gpus" in note
+    proc = subprocess.run([sys.executable, "-m", "execrl.cli", "train", "grpo.val_batch_size=8", "--dry-run"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "grpo.val_batch_size" in proc.stderr
+
+
+def test_max_num_epochs_ends_training_first(tmp_path):
+    from .test_train import run
+
+    # 8 problems, 4 prompts a step: an epoch is 2 steps, so 2 epochs end the run at step 4, not 50
+    rows = [{"id": str(i), "prompt": f"Print {i}.", "tests": {"inputs": [""], "outputs": [f"{i}\n"]}} for i in range(8)]
+    data = tmp_path / "tiny.jsonl"
+    data.write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
+    r, d = run(tmp_path, "epochs", "grpo.max_num_steps=50", "grpo.max_num_epochs=2", "data.train.dataset_name=jsonl",
+               f"data.train.path={data}", "warmup.sft_steps=0", "grpo.val_period=0", "checkpointing.enabled=false")
+    assert r.step == 4  # 8 problems / 4 prompts a step = 2 steps an epoch, 2 epochs
+
+
+def test_env_name_is_checked_against_the_dataset(tmp_path):
+    from .test_train import run
+
+    with pytest.raises(ValueError, match="env_name is 'math'"):
+        run(tmp_path, "env", "data.default.env_name=math", "grpo.max_num_steps=1", "warmup.sft_steps=0")

@@ -1,5 +1,5 @@
 """The clipped policy-gradient loss (PPO/GRPO), with asymmetric clipping (DAPO clip-higher), optional dual clip,
-KL to a reference model (k1 or k3), and truncated importance-sampling correction for off-policy samples.
+KL to a reference model (k1, k2 or k3), and truncated importance-sampling correction for off-policy samples.
 
 Three policies meet here (decoupled PPO, Hilton et al. 2021; the truncated weight of Yao et al. 2025):
   behaviour  pi_sampler: the rollout engine's logprobs, from the weights that sampled (one step old with async
@@ -55,7 +55,8 @@ def policy_loss(t: LossTerms, *, num_tokens: float, num_seqs: float, clip_low: f
                 dual_clip: float | None = None, kl_coef: float = 0.0, kl_type: str = "k3",
                 kl_input_clamp: float | None = None, kl_output_clamp: float | None = None, token_level: bool = True,
                 constant_normalizer: int | None = None, is_correction: bool = False,
-                is_cap: float | None = 2.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                is_cap: float | None = None, is_min: float | None = None,
+                is_type: str = "tis") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss of one micro-batch, scaled so that summing over the optimizer batch gives its mean. Returns (loss, metrics)."""
     mask = t.mask.float()
     log_ratio = t.logprobs - t.old_logprobs  # [B, T]
@@ -70,7 +71,7 @@ def policy_loss(t: LossTerms, *, num_tokens: float, num_seqs: float, clip_low: f
     log_w = None
     if t.sampler_logprobs is not None:
         log_w = ((t.old_logprobs - t.sampler_logprobs) * mask).detach()  # [B, T] log(pi_old / pi_sampler); 0 off-mask
-        weight = torch.exp(log_w).clamp(max=is_cap) if is_cap else torch.exp(log_w)
+        weight, truncated = importance_weight(log_w, is_type, is_cap, is_min)
         if is_correction:
             per_token = per_token * weight
     kl = torch.zeros_like(per_token)
@@ -93,12 +94,24 @@ def policy_loss(t: LossTerms, *, num_tokens: float, num_seqs: float, clip_low: f
             "tokens": mask.sum(),
         }
         if log_w is not None:  # how far the behaviour policy is from the proximal one (logged, corrected or not)
-            truncated = log_w > math.log(is_cap) if is_cap else torch.zeros_like(mask, dtype=torch.bool)
             metrics["logprob_mismatch"] = (log_w.abs() * mask).sum() / n  # mean |log pi_old - log pi_sampler|
             metrics["sampler_kl"] = ((torch.exp(log_w) - 1.0 - log_w) * mask).sum() / n  # k3 of KL(sampler || old)
             metrics["is_weight"] = (weight * mask).sum() / n  # after truncation
             metrics["is_truncated_frac"] = (truncated.float() * mask).sum() / n
     return loss, metrics
+
+
+def importance_weight(log_w: torch.Tensor, kind: str, high: float | None, low: float | None):
+    """pi_old / pi_sampler per token, truncated as NeMo RL does: tis cuts weights above `high` to it; icepop drops the
+    tokens whose weight is outside [low, high] (weight 0). Returns (weight, outside) [B, T]."""
+    w = torch.exp(log_w)
+    above = log_w > math.log(high) if high else torch.zeros_like(w, dtype=torch.bool)
+    if kind == "tis":
+        return (w.clamp(max=high) if high else w), above
+    if kind == "icepop":
+        outside = above | (log_w < math.log(low)) if low else above
+        return torch.where(outside, torch.zeros_like(w), w), outside
+    raise ValueError(f"truncated importance sampling type {kind!r}: use tis or icepop")
 
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, num_tokens: float, num_seqs: float, token_level: bool,

@@ -86,27 +86,27 @@ class AsyncGRPOConfig(Section):
                                           "regenerated); at least 1 with async")
 
 
-class DynamicSamplingConfig(Section):
-    enabled: bool = Field(False, description="drop groups whose rewards are all equal (no learning signal)")
-
-
 class GRPOConfig(Section):
     num_prompts_per_step: int = Field(32, description="prompts sampled per step")
     num_generations_per_prompt: int = Field(16, description="completions per prompt: the group size G")
     max_num_steps: int = Field(1000, description="training steps (one rollout batch each)")
-    max_num_epochs: int = Field(1000, description="passes over the training set at most")
+    max_num_epochs: int = Field(1000, ge=1, description="passes over the training set at most: training stops at "
+                                                          "whichever of this and max_num_steps comes first")
     advantage: str = Field("grpo", description="advantage estimator: grpo | dr_grpo")
     normalize_rewards: bool = Field(True, description="divide advantages by the group's reward std")
     use_leave_one_out_baseline: bool = Field(True, description="baseline = mean of the other G-1 rewards")
     max_rollout_turns: int = Field(1, ge=1, description="model turns per episode at most (>1: multi-turn, with "
                                                         "env.multi_turn.kind interpreter or unit_tests)")
     overlong_filtering: bool = Field(False, description="exclude truncated completions from the loss")
-    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig, description="DAPO")
+    use_dynamic_sampling: bool = Field(False, description="DAPO dynamic sampling: not implemented, refused when true "
+                                                         "(groups of equal rewards get advantage 0 anyway)")
+    dynamic_sampling_max_gen_batches: int = Field(10, description="NeMo RL: with dynamic sampling only")
+    batch_multiplier: float = Field(1.0, description="NeMo RL: with dynamic sampling only")
     val_period: int = Field(10, description="evaluate every N steps (0: never)")
     val_at_start: bool = Field(False, description="evaluate before the first step")
     max_val_samples: int = Field(256, description="validation problems at most")
-    val_batch_size: int = Field(64, description="accepted for NeMo RL configs; validation generates with the "
-                                                "policy.generation_batch_size slots of training")
+    val_batch_size: int = Field(64, description="accepted for NeMo RL configs, no effect: validation generates with "
+                                                "the policy.generation_batch_size slots of training")
     seed: int = Field(42, description="seed for data order, sampling and initialisation")
     async_grpo: AsyncGRPOConfig = Field(default_factory=AsyncGRPOConfig, description="asynchronous GRPO")
 
@@ -129,8 +129,13 @@ class LossConfig(Section):
     use_importance_sampling_correction: bool | None = Field(
         None, description="weight each token's loss by pi_trainer/pi_sampler (the sampler's logprobs: the behaviour "
         "policy), truncated; null: on with async GRPO, off otherwise; needs the execrl engine")
-    truncated_importance_sampling_ratio: float | None = Field(2.0, gt=0, description="cap for the importance weight "
-                                                                     "(null: no cap)")
+    truncated_importance_sampling_ratio: float | None = Field(
+        None, gt=0, description="upper bound for the importance weight, as in NeMo RL (null: none)")
+    truncated_importance_sampling_type: Literal["tis", "icepop"] = Field(
+        "tis", description="tis: weights above the bound are cut to it; icepop: tokens whose weight is outside "
+        "[ratio_min, ratio] leave the loss (NeMo RL's seq-mask-tis is not implemented)")
+    truncated_importance_sampling_ratio_min: float | None = Field(
+        None, gt=0, description="lower bound for icepop (needed with it)")
 
 
 class DatasetConfig(Section):
@@ -144,7 +149,9 @@ class DatasetConfig(Section):
 
 class DataDefaults(Section):
     processor: str = Field("auto", description="NeMo RL name of the row processor; execrl picks it from the dataset")
-    env_name: str = Field("auto", description="NeMo RL name of the environment: code | math | auto")
+    env_name: Literal["auto", "code", "math"] = Field(
+        "auto", description="NeMo RL name of the environment: code | math (checked against the dataset's problems) | "
+        "auto")
 
 
 class DataConfig(Section):

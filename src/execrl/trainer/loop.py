@@ -23,19 +23,23 @@ MAX_NAN_STEPS = 3
 
 def train(cfg: MasterConfig) -> Run:
     run = build_run(cfg)
-    if run.step >= cfg.grpo.max_num_steps:
-        console.print(f"[yellow]{run.resumed_from} is already at step {run.step} = grpo.max_num_steps: nothing to do. "
-                      "Raise grpo.max_num_steps to go on, or set a new checkpointing.checkpoint_dir.[/]")
+    if run.max_steps < cfg.grpo.max_num_steps:
+        console.print(f"grpo.max_num_epochs={cfg.grpo.max_num_epochs} passes over the training problems end the run "
+                      f"at step {run.max_steps} (before grpo.max_num_steps={cfg.grpo.max_num_steps})")
+    if run.step >= run.max_steps:
+        console.print(f"[yellow]{run.resumed_from} is already at step {run.step}, the last: nothing to do. "
+                      "Raise grpo.max_num_steps (or max_num_epochs) to go on, or set a new "
+                      "checkpointing.checkpoint_dir.[/]")
     try:
         if run.step == 0 and cfg.warmup.sft_steps:
             warm_up(run)
         if run.step == 0 and cfg.grpo.val_at_start:
             validate(run)
         with progress(run) as bar:
-            while run.step < cfg.grpo.max_num_steps:
+            while run.step < run.max_steps:
                 times: dict[str, float] = {}
                 with timed(times, "step"):
-                    rollouts, staleness = run.pipeline.next(run.step, times, more=run.step + 1 < cfg.grpo.max_num_steps)
+                    rollouts, staleness = run.pipeline.next(run.step, times, more=run.step + 1 < run.max_steps)
                     with timed(times, "train"):
                         metrics = train_step(run, rollouts)
                 run.step += 1
@@ -173,6 +177,6 @@ def timed(times: dict, key: str):
 def progress(run: Run) -> Progress:
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=console, transient=False)
-    bar.add_task(f"step {run.step}", total=run.cfg.grpo.max_num_steps, completed=run.step)
+    bar.add_task(f"step {run.step}", total=run.max_steps, completed=run.step)
     return bar
 

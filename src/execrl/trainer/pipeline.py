@@ -140,6 +140,21 @@ def check_async(cfg: MasterConfig) -> None:
     if cfg.loss_fn.use_importance_sampling_correction and not engine:
         raise ConfigError("loss_fn.use_importance_sampling_correction needs the sampler's logprobs, which only the "
                           "execrl engine returns: set policy.generation.backend=execrl")
+    g, lf = cfg.policy.generation, cfg.loss_fn
+    correcting = lf.use_importance_sampling_correction or (lf.use_importance_sampling_correction is None and a.enabled)
+    if correcting and (g.top_k is not None or g.top_p < 1.0):
+        # the engine's logprobs are those of softmax(logits / T) before the filter, as the trainer scores them: the
+        # importance weight would then ignore that the tokens came from the filtered distribution
+        raise ConfigError("the importance-sampling correction (async GRPO, or loss_fn.use_importance_sampling_"
+                          "correction) would ignore top-k/top-p filtering: set policy.generation.top_k=null and "
+                          "policy.generation.top_p=1.0")
+    if lf.truncated_importance_sampling_type == "icepop" and None in (lf.truncated_importance_sampling_ratio,
+                                                                       lf.truncated_importance_sampling_ratio_min):
+        raise ConfigError("loss_fn.truncated_importance_sampling_type icepop keeps tokens whose weight is within "
+                          "[truncated_importance_sampling_ratio_min, truncated_importance_sampling_ratio]: set both")
+    if lf.truncated_importance_sampling_ratio is not None and lf.use_importance_sampling_correction is False:
+        raise ConfigError("loss_fn.truncated_importance_sampling_ratio caps the importance-sampling correction, which "
+                          "is off: set loss_fn.use_importance_sampling_correction=true, or the ratio to null")
     if not a.enabled:
         return
     if not engine:

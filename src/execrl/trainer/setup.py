@@ -11,6 +11,7 @@ import torch
 from rich.console import Console
 
 from execrl.config import BatchPlan, MasterConfig, plan, to_yaml
+from execrl.config.compat import check_supported
 from execrl.envs import check_turns, make_env
 from execrl.models import load_model_and_tokenizer, pick_device
 from execrl.rollout import build_generator
@@ -44,6 +45,7 @@ class Run:
     grader: Grader
     logger: MetricsLogger
     pipeline: RolloutPipeline | None = None  # each step's rollouts (generated ahead with async GRPO)
+    max_steps: int = 0  # grpo.max_num_steps, or fewer where grpo.max_num_epochs passes over the data come first
     step: int = 0
     resumed_from: str | None = None
     last_saved: int = -1
@@ -72,6 +74,7 @@ def build_run(cfg: MasterConfig) -> Run:
                          "torchrun) or set cluster.gpus_per_node to the number of processes per node")
     check_async(cfg)
     check_turns(cfg)
+    check_supported(cfg)
     random.seed(cfg.grpo.seed)
     torch.manual_seed(cfg.grpo.seed)
     master_dtype, compute_dtype = precision.dtypes(cfg.policy.precision, pick_device(cfg.policy.device))
@@ -93,6 +96,11 @@ def build_run(cfg: MasterConfig) -> Run:
         for layer in [*compute.get_decoder().layers, *(ref.get_decoder().layers if ref is not None else [])]:
             layer.compile()  # the engine calls the layers' submodules, so rollouts are unaffected
     train, val, refs = load_data(cfg)
+    named = cfg.data.default.env_name
+    if named != "auto" and {p.kind for p in train + val} - {named}:
+        raise ValueError(f"data.default.env_name is {named!r} but the dataset's problems are "
+                         f"{sorted({p.kind for p in train + val})}: set it to auto (execrl grades each problem by "
+                         "its kind) or use a {named} dataset")
     train, val = drop_long(train, tok, cfg), drop_long(val, tok, cfg)
     if cfg.policy.generation.backend == "execrl" and dist.world_size() == 1:
         # the engine's wide GEMMs; parameters stay separate views (before the optimizer). Not when sharded: FSDP
@@ -128,6 +136,8 @@ def build_run(cfg: MasterConfig) -> Run:
         run.sampler.load_state_dict(state["sampler"])
         console.print(f"resumed from {found} (step {run.step})")
     run.pipeline = build_pipeline(cfg, batch_plan, generator, tok, run.grader, run.sampler)
+    steps_per_epoch = -(-len(train) // cfg.grpo.num_prompts_per_step)
+    run.max_steps = min(cfg.grpo.max_num_steps, cfg.grpo.max_num_epochs * steps_per_epoch)
     return run
 
 

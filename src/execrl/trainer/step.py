@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from execrl.algo import ADVANTAGES, LossTerms, informative_groups, policy_loss
+from execrl.algo import ADVANTAGES, LossTerms, policy_loss
 from execrl.algo.logprobs import token_logprobs_from_hidden
 from execrl.config import BatchPlan, MasterConfig
 from execrl.trainer import distributed as dist
@@ -28,14 +28,12 @@ class TrainBatch:
 
 
 def advantages(rollouts: Rollouts, cfg: MasterConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(advantages [N], rewards [num_groups, G], valid [num_groups, G]); dynamic sampling zeroes flat groups."""
+    """(advantages [N], rewards [num_groups, G], valid [num_groups, G]); flat groups get 0."""
     g = rollouts.group_size
     rewards = torch.tensor([r.total if r.valid else 0.0 for r in rollouts.rewards]).view(-1, g)
     valid = torch.tensor([r.valid for r in rollouts.rewards]).view(-1, g)
     adv = ADVANTAGES[cfg.grpo.advantage](rewards, valid, normalize_rewards=cfg.grpo.normalize_rewards,
                                          use_leave_one_out_baseline=cfg.grpo.use_leave_one_out_baseline)
-    if cfg.grpo.dynamic_sampling.enabled:
-        adv = adv * informative_groups(rewards, valid).unsqueeze(1)
     return adv.reshape(-1), rewards, valid
 
 
@@ -175,7 +173,9 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
                                         kl_input_clamp=loss_cfg.kl_input_clamp_value,
                                         kl_output_clamp=loss_cfg.kl_output_clamp_value,
                                         token_level=loss_cfg.token_level_loss, constant_normalizer=loss_cfg.constant_normalizer,
-                                        is_correction=correct, is_cap=loss_cfg.truncated_importance_sampling_ratio)
+                                        is_correction=correct, is_cap=loss_cfg.truncated_importance_sampling_ratio,
+                                        is_min=loss_cfg.truncated_importance_sampling_ratio_min,
+                                        is_type=loss_cfg.truncated_importance_sampling_type)
             dist.reduce_after_backward(model, last=i == len(parts) - 1)
             loss.backward()
             weights.accumulate_grads()

@@ -1,0 +1,51 @@
+"""NeMo RL keys that execrl does not act on: refused where they would change the math, listed in one start-up note
+where they change only speed or infrastructure (or, for data processors, what execrl decides from the dataset)."""
+
+from __future__ import annotations
+
+from execrl.config.load import ConfigError
+from execrl.config.schema import MasterConfig
+
+# key -> why it has no effect here
+NO_EFFECT = {
+    "grpo.val_batch_size": "validation generates with the training slots (policy.generation_batch_size)",
+    "logger.monitor_gpus": "GPU memory is logged on GPUs regardless (memory/peak_gib)",
+    "policy.generation.vllm_cfg": "the execrl engine reserves its KV cache itself",
+    "grpo.dynamic_sampling_max_gen_batches": "only with grpo.use_dynamic_sampling",
+    "grpo.batch_multiplier": "only with grpo.use_dynamic_sampling",
+    "data.default.processor": "execrl formats prompts from prompt.* and the dataset's rows",
+}
+
+
+def check_supported(cfg: MasterConfig) -> None:
+    """Refuse, with the fix, settings that would change the algorithm in ways execrl does not implement."""
+    if cfg.grpo.use_dynamic_sampling:
+        raise ConfigError("grpo.use_dynamic_sampling (DAPO: generate more until the batch holds only groups with "
+                          "different rewards) is not implemented; groups of equal rewards get advantage 0 as it is: "
+                          "set grpo.use_dynamic_sampling=false")
+    if cfg.loss_fn.use_on_policy_kl_approximation:
+        raise ConfigError("loss_fn.use_on_policy_kl_approximation (the KL weighted by pi/pi_old) is not implemented: "
+                          "set it to false")
+    multi = cfg.env.multi_turn.kind == "interpreter" and cfg.grpo.max_rollout_turns > 1
+    if not cfg.env.code.terminate_on_evaluation and not multi:
+        raise ConfigError("env.code.terminate_on_evaluation=false (episodes go on after the code runs) is execrl's "
+                          "code interpreter: set env.multi_turn.kind=interpreter and grpo.max_rollout_turns > 1, or "
+                          "terminate_on_evaluation=true")
+
+
+def no_effect_note(cfg: MasterConfig) -> str | None:
+    """One line naming the keys this config sets (to other than their defaults) that change nothing here."""
+    default = MasterConfig()
+    seen = []
+    for key in NO_EFFECT:
+        if _get(cfg, key) != _get(default, key):
+            seen.append(key)
+    if not seen:
+        return None
+    return "note: accepted, with no effect here: " + "; ".join(f"{k} ({NO_EFFECT[k]})" for k in seen)
+
+
+def _get(obj, dotted: str):
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
