@@ -73,8 +73,9 @@ def dtypes(precision: str, device: torch.device) -> tuple[torch.dtype, torch.dty
     return master, compute
 
 
-def build(master: torch.nn.Module, compute_dtype: torch.dtype, sharded: bool) -> Weights:
-    """The compute copy of a master model (none where they are one: fp32, or FSDP's mixed precision when sharded)."""
+def compute_model(master: torch.nn.Module, compute_dtype: torch.dtype, sharded: bool) -> torch.nn.Module:
+    """The model forward passes run on: a copy of the master in the compute dtype, or the master itself where they
+    are one (fp32; or sharded, where FSDP's mixed precision casts)."""
     if sharded or next(master.parameters()).dtype == compute_dtype:
-        return Weights(master, master, compute_dtype)
-    return Weights(master, copy.deepcopy(master).to(compute_dtype), compute_dtype)
+        return master
+    return copy.deepcopy(master).to(compute_dtype)

@@ -84,8 +84,7 @@ def build_run(cfg: MasterConfig) -> Run:
                                           seed=cfg.grpo.seed)
     if cfg.policy.tokenizer.chat_template:
         tok.chat_template = cfg.policy.tokenizer.chat_template
-    weights = precision.build(model, compute_dtype, sharded=dist.world_size() > 1)
-    compute = weights.compute  # every forward (training, scoring, rollouts) runs on it
+    compute = precision.compute_model(model, compute_dtype, sharded=dist.world_size() > 1)  # every forward runs on it
     ref = None
     if cfg.loss_fn.reference_policy_kl_penalty > 0:  # the policy as the run started (a resumed run keeps it)
         ref = copy.deepcopy(compute).eval().requires_grad_(False)
@@ -100,22 +99,19 @@ def build_run(cfg: MasterConfig) -> Run:
     if named != "auto" and {p.kind for p in train + val} - {named}:
         raise ValueError(f"data.default.env_name is {named!r} but the dataset's problems are "
                          f"{sorted({p.kind for p in train + val})}: set it to auto (execrl grades each problem by "
-                         "its kind) or use a {named} dataset")
+                         f"its kind) or use a {named} dataset")
     train, val = drop_long(train, tok, cfg), drop_long(val, tok, cfg)
     if cfg.policy.generation.backend == "execrl" and dist.world_size() == 1:
         # the engine's wide GEMMs; parameters stay separate views (before the optimizer). Not when sharded: FSDP
         # shards each parameter on its own, and the engine then uses the separate projections
         fuse_projections(compute)
-    if weights.separate:
-        weights = precision.Weights(model, compute, compute_dtype)  # re-paired: fusing made new parameters
-    model, ref = dist.shard(model, compute_dtype), dist.shard(ref, compute_dtype)
+    model, ref = dist.shard(model, compute_dtype), dist.shard(ref, compute_dtype)  # in place: compute is model still
+    weights = precision.Weights(model, compute, compute_dtype)
     opt = make_optimizer(model, cfg)
     warm = cfg.policy.scheduler.warmup_steps
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
     gen = cfg.policy.generation
     slots = min(cfg.policy.generation_batch_size, batch_plan.samples_per_step // dist.world_size())
-    if not weights.separate:
-        weights = precision.Weights(model, model, compute_dtype)  # (sharding wrapped the module)
     with dist.full_weights(model):  # the engine reads the full weights' layout
         generator = build_generator(weights.compute, tok, gen.backend, slots, cfg.policy.max_total_sequence_length,
                                     gen.cuda_graphs, gen.sync_every, gen.compile)
