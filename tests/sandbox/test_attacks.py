@@ -324,7 +324,6 @@ def test_no_capabilities_left_to_the_program(grader):
     assert r.verdict == V.PASS, r.tests[0].output
 
 
-
 def test_a_large_return_value_comes_back_whole(grader):
     n = 200_000  # ~1.4 MB of JSON: a LeetCode-sized answer
     tests = {"fn_name": "f", "inputs": [str(n)], "outputs": [json.dumps(list(range(n)))]}
