@@ -375,6 +375,7 @@ def test_test_functions_run_in_the_checker_and_their_data_stays_there(grader):
     "assert make(3).n == 3",
     "node = make(3)\nassert node.n == 3 and node.child.n == 2 and node.child.child.child is None",
     "to_list = lambda node: [node.n] + to_list(node.child) if node else []\nassert to_list(make(2)) == [2, 1]",
+    "node = make(1)\nassert hasattr(node, 'n') and not hasattr(node, 'missing') and getattr(node, 'x', 7) == 7",
 ])
 def test_plain_attributes_of_program_objects_are_values(grader, test):
     code = ("class Node:\n    def __init__(self, n, child):\n        self.n, self.child = n, child\n"

@@ -88,7 +88,12 @@ class Remote:
         """The attribute's value as plain data (`node.val`), or a stand-in for a method or a non-plain object."""
         if name.startswith("__"):
             raise AttributeError(name)
-        return self._rpc.request({"op": "get", "target": list(self._target), "attrs": [*self._attrs, name]})
+        try:
+            return self._rpc.request({"op": "get", "target": list(self._target), "attrs": [*self._attrs, name]})
+        except RemoteError as e:  # as Python's own: hasattr() and getattr(x, name, default) work on program objects
+            if e.kind == "AttributeError":
+                raise AttributeError(_text(e)) from None
+            raise
 
     def __setattr__(self, name: str, value) -> None:
         if name in Remote.__slots__:
