@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from execrl.algo import ADVANTAGES, LossTerms, informative_groups, policy_loss
+from execrl.algo import ADVANTAGES, LossTerms, flat_groups, policy_loss
 
 T = torch.tensor
 
@@ -41,7 +41,7 @@ def test_equal_rewards_give_zero_advantage_and_are_not_informative():
     r = T([[1.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
     ok = torch.ones_like(r, dtype=torch.bool)
     assert ADVANTAGES["grpo"](r, ok)[0].tolist() == [0.0, 0.0, 0.0]
-    assert informative_groups(r, ok).tolist() == [False, True]
+    assert flat_groups(r, ok).tolist() == [True, False]
 
 
 def terms(logp, old, adv, mask=None, **kw):
@@ -162,7 +162,7 @@ def test_a_group_of_equal_rewards_gets_exactly_zero_and_counts_as_flat(value):
     for name in ("grpo", "dr_grpo"):
         for loo in (True, False):
             assert ADVANTAGES[name](r, ok, use_leave_one_out_baseline=loo).abs().max().item() == 0.0
-    assert informative_groups(r, ok).tolist() == [False]
+    assert flat_groups(r, ok).tolist() == [True]
 
 
 def test_kl_estimators_and_clamps_as_nemo():

@@ -58,8 +58,3 @@ def dr_grpo(rewards: torch.Tensor, valid: torch.Tensor, **_) -> torch.Tensor:
     keep = valid & ~flat_groups(rewards, valid).unsqueeze(1)
     return torch.where(keep, rewards - baseline, torch.zeros_like(rewards))
 
-
-def informative_groups(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """DAPO dynamic sampling: groups whose valid rewards are not all equal (the others carry no gradient).
-    [num_groups, G] -> [num_groups] bool."""
-    return ~flat_groups(rewards, valid)

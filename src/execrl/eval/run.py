@@ -15,7 +15,7 @@ from rich.table import Table
 from execrl.eval.passk import mean_pass_at_k
 from execrl.extract import extract
 from execrl.prompts import PromptConfig, build_messages, drop_long_prompts, render
-from execrl.rewards import Sample
+from execrl.rewards import Sample, sandbox_failures
 from execrl.rewards.math_answers import math_correct
 from execrl.sandbox import Grader, Limits, Verdict, check_infra_share, parse_tests
 from execrl.tasks import Problem, load_problems
@@ -98,9 +98,8 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
             _bar() as bar:
         task = bar.add_task("grading", total=sum(s.extracted.code is not None and s.problem.kind == "code" for s in samples))
         grade_samples(samples, grader, progress=lambda: bar.advance(task))
-    infra = [s for s in samples if not s.valid]
-    line = check_infra_share(len(infra), sum(s.result is not None for s in samples), "execrl eval",
-                             infra[0].result.stderr if infra else "")
+    num_infra, num_sent, example = sandbox_failures(samples)
+    line = check_infra_share(num_infra, num_sent, "execrl eval", example)
     if line is not None:
         err.print(f"[bold red]WARNING: {line}[/]")
     return summarize(cfg, samples)

@@ -48,6 +48,15 @@ class Sample:
         return self.result is None or self.result.verdict != Verdict.INFRA_ERROR
 
 
+def sandbox_failures(samples: list[Sample]) -> tuple[int, int, str]:
+    """(programs the sandbox failed on, programs sent to it, the first failure's message, which names the cause)."""
+    sent = [s for s in samples if s.result is not None]
+    failed = [s for s in sent if not s.valid]
+    first = failed[0].result if failed else None
+    example = (first.stderr or (first.tests[0].detail if first.tests else "")) if first else ""
+    return len(failed), len(sent), example
+
+
 @dataclass
 class Reward:
     total: float | None  # None: invalid sample

@@ -47,10 +47,6 @@ class SandboxProcess:
         child.close()
         self.sock = parent
 
-    def request(self, header: dict, blobs=(), fds=(), timeout: float = 60.0) -> tuple[dict, list[bytes]]:
-        self.send(header, blobs, fds)
-        return self.receive(timeout)
-
     def send(self, header: dict, blobs=(), fds=()) -> None:
         try:
             send_msg(self.sock, header, blobs, fds)
@@ -153,16 +149,17 @@ class WorkerPool:
         try:
             yield w
         except BaseException:
-            w.close()
-            if not self._closed:
-                self._start(i)
+            self._replace(i, w)
             raise
         if w.retired:  # it could not clean up after a program: a fresh one takes its place
-            w.close()
-            if not self._closed:
-                self._start(i)
+            self._replace(i, w)
         else:
             self._idle.put((i, w))
+
+    def _replace(self, i: int, w: Worker) -> None:
+        w.close()
+        if not self._closed:
+            self._start(i)
 
     def close(self) -> None:
         self._closed = True

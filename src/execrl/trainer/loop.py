@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from execrl.config import MasterConfig
 from execrl.eval.run import is_correct
+from execrl.rewards import sandbox_failures
 from execrl.sandbox import check_infra_share
 from execrl.trainer import checkpoint
 from execrl.trainer import distributed as dist
@@ -122,10 +123,8 @@ def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
 def check_sandbox(run: Run, episodes, where: str) -> None:
     """A loud line when the sandbox fails on more than 5% of the programs sent to it; the run stops above 50% (it
     never trains on nothing for hours). Every process sees the same global counts, so all stop together."""
-    sent = [e.sample for e in episodes if e.sample.result is not None]
-    failed = [s for s in sent if not s.valid]
-    num_infra, num_sent = dist.sum_floats(len(failed), len(sent))
-    example = failed[0].result.stderr or failed[0].result.tests[0].detail if failed and failed[0].result.tests else ""
+    num_infra, num_sent, example = sandbox_failures([e.sample for e in episodes])
+    num_infra, num_sent = dist.sum_floats(num_infra, num_sent)
     line = check_infra_share(num_infra, num_sent, where, example)
     if line is not None:
         console.print(f"[bold red]WARNING: {line}[/]")

@@ -24,7 +24,7 @@ import copy
 
 import torch
 
-PURE_LOW_PRECISION = False  # True: no fp32 master (the pre-issue-18 behaviour, kept only for bench/precision.py)
+PURE_LOW_PRECISION = False  # True: no fp32 master (the pre-issue-18 behaviour, kept only for the benchmarks)
 
 
 class Weights:
@@ -37,10 +37,6 @@ class Weights:
             names = [n for n, _ in master.named_parameters()]
             assert names == [n for n, _ in compute.named_parameters()], "master and compute models differ"
             self._pairs = [(m, c) for (_, m), (_, c) in zip(master.named_parameters(), compute.named_parameters())]
-
-    @property
-    def separate(self) -> bool:
-        return bool(self._pairs)
 
     @torch.no_grad()
     def accumulate_grads(self) -> None:

@@ -108,37 +108,29 @@ class Remote:
         req["args"], req["kwargs"] = encode(list(args), _remote_arg), encode(kwargs, _remote_arg)
         return self._rpc.request(req)
 
-    def _ask(self, op: str):
-        return self._rpc.request({"op": op, "target": list(self._target), "attrs": list(self._attrs)})
+    def _ask(self, op: str, kind: type, what: str):
+        """The program's own answer to bool(), len(), list() or str() of its object, which must be a plain `kind`."""
+        value = self._rpc.request({"op": op, "target": list(self._target), "attrs": list(self._attrs)})
+        if type(value) is not kind:
+            raise TypeError(f"the program's object has no plain {what}")
+        return value
 
     def __bool__(self) -> bool:
-        value = self._ask("bool")
-        if type(value) is not bool:
-            raise TypeError("the program's object has no plain truth value")
-        return value
+        return self._ask("bool", bool, "truth value")
 
     def __len__(self) -> int:
         try:
-            value = self._ask("len")
+            return self._ask("len", int, "length")
         except RemoteError as e:  # no len() in the program: a TypeError here too (list() then just iterates)
             if e.kind == "TypeError":
                 raise TypeError(_text(e)) from None
             raise
-        if type(value) is not int:
-            raise TypeError("the program's object has no plain length")
-        return value
 
     def __iter__(self):
-        value = self._ask("list")
-        if type(value) is not list:
-            raise TypeError("the program's object does not iterate to plain data")
-        return iter(value)
+        return iter(self._ask("list", list, "iteration to a list"))
 
     def __str__(self) -> str:
-        value = self._ask("str")
-        if type(value) is not str:
-            raise TypeError("the program's object has no plain str")
-        return value
+        return self._ask("str", str, "str")
 
     def __repr__(self) -> str:
         return f"<program object {'.'.join(map(str, self._target[1:] + self._attrs))}>"
