@@ -107,6 +107,18 @@ def test_kl_penalties():
     assert k1.item() == pytest.approx(0.5)
 
 
+def test_on_policy_kl_approximation_weights_the_kl_by_current_over_sampler():
+    # logp = -1, ref = -2, sampler = -1.5: w = e^0.5 (a constant), k3 = e^-1; d k3 / d logp = 1 - e^-1
+    t = terms([[-1.0]], [[-1.0]], [0.0], ref_logprobs=T([[-2.0]]), sampler_logprobs=T([[-1.5]]))
+    loss, _ = policy_loss(t, num_tokens=1, num_seqs=1, kl_coef=0.5, kl_type="k3", kl_on_policy=True)
+    assert loss.item() == pytest.approx(0.5 * math.exp(0.5) * math.exp(-1))
+    loss.backward()
+    assert t.logprobs.grad.item() == pytest.approx(0.5 * math.exp(0.5) * (1 - math.exp(-1)))
+    plain, _ = policy_loss(terms([[-1.0]], [[-1.0]], [0.0], ref_logprobs=T([[-2.0]]), sampler_logprobs=T([[-1.5]])),
+                           num_tokens=1, num_seqs=1, kl_coef=0.5, kl_type="k3")
+    assert plain.item() == pytest.approx(0.5 * math.exp(-1))
+
+
 def test_importance_sampling_correction_is_truncated():
     # old = 0, sampler = -1: weight e^1 = 2.718, capped at 2. On-policy ratio 1, A = 1: loss = -1 * 2
     t = terms([[0.0]], [[0.0]], [1.0], sampler_logprobs=T([[-1.0]]))

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from execrl.config import ConfigError, load_config, plan
 
@@ -94,15 +95,14 @@ def test_every_field_has_a_description():
 
 
 @pytest.mark.parametrize("override, message", [
-    ("grpo.use_dynamic_sampling=true", "not implemented"),
-    ("loss_fn.use_on_policy_kl_approximation=true", "not implemented"),
+    ("loss_fn.use_on_policy_kl_approximation=true policy.generation.backend=transformers", "execrl engine"),
     ("env.code.terminate_on_evaluation=false", "interpreter"),
 ])
 def test_nemo_keys_that_would_change_the_math_are_refused(override, message):
     from execrl.config.compat import check_supported
 
     with pytest.raises(ConfigError, match=message):
-        check_supported(load_config(None, [override]))
+        check_supported(load_config(None, override.split()))
 
 
 def test_nemo_keys_with_no_effect_are_named_in_one_note():
@@ -133,3 +133,16 @@ def test_env_name_is_checked_against_the_dataset(tmp_path):
 
     with pytest.raises(ValueError, match="env_name is 'math'"):
         run(tmp_path, "env", "data.default.env_name=math", "grpo.max_num_steps=1", "warmup.sft_steps=0")
+
+
+def test_on_policy_kl_approximation_changes_the_update(tmp_path):
+    """Two optimizer steps per rollout: in the second the policy has moved from the sampler, so the KL's weight
+    pi / pi_sampler is not 1 and the key must change the weights (on the first it is 1 up to float noise)."""
+    from .test_train import run
+
+    common = ["grpo.max_num_steps=1", "warmup.sft_steps=0", "grpo.val_period=0", "checkpointing.enabled=false",
+              "loss_fn.reference_policy_kl_penalty=0.5", "reward.components=[{name: overlong_penalty, weight: 1.0}]"]
+    on, _ = run(tmp_path, "on", *common, "loss_fn.use_on_policy_kl_approximation=true")
+    off, _ = run(tmp_path, "off", *common)
+    a, b = on.model.state_dict(), off.model.state_dict()
+    assert not all(torch.equal(a[k], b[k]) for k in a)

@@ -232,3 +232,19 @@ def test_engine_graphs_follow_weights_that_moved_after_reset_graphs():
     eager = RolloutEngine(model, tok, slots=4, max_len=128, cuda_graphs=False).generate(prompts, 2, 32, greedy)
     assert [c.ids for grp in after for c in grp] == [c.ids for grp in eager for c in grp]
     assert [c.ids for grp in after for c in grp] != [c.ids for grp in before for c in grp]
+
+
+def test_dynamic_sampling_on_two_gloo_processes(tmp_path):
+    """Each process fills its share of informative groups from its part of every round (of 2 prompts: one each); all
+    run the same rounds, until both have their 2 groups."""
+    overrides = [*FAST, "grpo.use_dynamic_sampling=true", "grpo.batch_multiplier=0.5", "grpo.val_period=0"]
+    two = two_processes(tmp_path / "two", overrides)
+    rows = metrics(two)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["train/dynamic_sampling_rounds"] >= 2 and r["train/valid_frac"] == 1.0 for r in rows)
+    assert all(0 < r["train/dynamic_sampling_informative_frac"] <= 1 for r in rows)
+    for step in (1, 2):  # every trained group is informative (its rewards differ), 4 of them in all
+        groups = {}
+        for row in map(json.loads, (two / "rollouts" / f"step_{step:06d}.jsonl").read_text().splitlines()):
+            groups.setdefault(row["problem"], []).append(row["reward"])
+        assert sum(len(r) for r in groups.values()) == 16 and all(len(set(r)) > 1 for r in groups.values())

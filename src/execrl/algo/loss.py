@@ -55,9 +55,12 @@ def policy_loss(t: LossTerms, *, num_tokens: float, num_seqs: float, clip_low: f
                 dual_clip: float | None = None, kl_coef: float = 0.0, kl_type: str = "k3",
                 kl_input_clamp: float | None = None, kl_output_clamp: float | None = None, token_level: bool = True,
                 constant_normalizer: int | None = None, is_correction: bool = False,
-                is_cap: float | None = None, is_min: float | None = None,
-                is_type: str = "tis") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Loss of one micro-batch, scaled so that summing over the optimizer batch gives its mean. Returns (loss, metrics)."""
+                is_cap: float | None = None, is_min: float | None = None, is_type: str = "tis",
+                kl_on_policy: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Loss of one micro-batch, scaled so that summing over the optimizer batch gives its mean. Returns (loss, metrics).
+    kl_on_policy (NeMo RL's use_on_policy_kl_approximation): each token's KL estimate is weighted by
+    pi_theta / pi_sampler (detached), which makes it an estimate of KL(pi_theta || ref) under the current policy
+    although the tokens were drawn by the sampler."""
     mask = t.mask.float()
     log_ratio = t.logprobs - t.old_logprobs  # [B, T]
     ratio = torch.exp(log_ratio)
@@ -77,6 +80,11 @@ def policy_loss(t: LossTerms, *, num_tokens: float, num_seqs: float, clip_low: f
     kl = torch.zeros_like(per_token)
     if kl_coef and t.ref_logprobs is not None:
         kl = kl_penalty(t.logprobs, t.ref_logprobs, kl_type, kl_input_clamp, kl_output_clamp)  # [B, T]
+        if kl_on_policy:
+            if t.sampler_logprobs is None:
+                raise ValueError("the on-policy KL approximation needs the sampler's logprobs")
+            w = torch.exp((t.logprobs - t.sampler_logprobs) * mask).detach()  # [B, T] pi_theta / pi_sampler; 1 off-mask
+            kl = kl * torch.nan_to_num(w, nan=0.0, posinf=0.0, neginf=0.0)  # as NeMo RL: an overflowed weight is 0
         per_token = per_token + kl_coef * kl
     loss = aggregate(per_token, mask, num_tokens, num_seqs, token_level, constant_normalizer)
     with torch.no_grad():

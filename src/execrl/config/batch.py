@@ -33,6 +33,11 @@ class BatchPlan:
             f"{self.micro_batches_per_optimizer_step} (gradient accumulation)",
             f"training steps: {g.max_num_steps}; samples generated in all: {g.max_num_steps * self.samples_per_step}",
         ]
+        if g.use_dynamic_sampling:
+            per_round = max(1, round(g.num_prompts_per_step * g.batch_multiplier))
+            lines[-1] = (f"training steps: {g.max_num_steps}; dynamic sampling: each step generates rounds of "
+                         f"{per_round} prompts x {g.num_generations_per_prompt} until {g.num_prompts_per_step} groups "
+                         f"with differing rewards are found, {g.dynamic_sampling_max_gen_batches} rounds at most")
         return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
 

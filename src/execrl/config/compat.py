@@ -6,26 +6,27 @@ from __future__ import annotations
 from execrl.config.load import ConfigError
 from execrl.config.schema import MasterConfig
 
+# keys read only with grpo.use_dynamic_sampling
+DYNAMIC_ONLY = ("grpo.dynamic_sampling_max_gen_batches", "grpo.batch_multiplier")
+
 # key -> why it has no effect here
 NO_EFFECT = {
     "grpo.val_batch_size": "validation generates with the training slots (policy.generation_batch_size)",
     "logger.monitor_gpus": "GPU memory is logged on GPUs regardless (memory/peak_gib)",
     "policy.generation.vllm_cfg": "the execrl engine reserves its KV cache itself",
-    "grpo.dynamic_sampling_max_gen_batches": "only with grpo.use_dynamic_sampling",
-    "grpo.batch_multiplier": "only with grpo.use_dynamic_sampling",
+    **{key: "only with grpo.use_dynamic_sampling" for key in DYNAMIC_ONLY},
     "data.default.processor": "execrl formats prompts from prompt.* and the dataset's rows",
 }
 
 
 def check_supported(cfg: MasterConfig) -> None:
     """Refuse, with the fix, settings that would change the algorithm in ways execrl does not implement."""
-    if cfg.grpo.use_dynamic_sampling:
-        raise ConfigError("grpo.use_dynamic_sampling (DAPO: generate more until the batch holds only groups with "
-                          "different rewards) is not implemented; groups of equal rewards get advantage 0 as it is: "
-                          "set grpo.use_dynamic_sampling=false")
-    if cfg.loss_fn.use_on_policy_kl_approximation:
-        raise ConfigError("loss_fn.use_on_policy_kl_approximation (the KL weighted by pi/pi_old) is not implemented: "
-                          "set it to false")
+    if cfg.grpo.use_dynamic_sampling and cfg.grpo.async_grpo.enabled:
+        raise ConfigError("grpo.use_dynamic_sampling is not implemented with async GRPO (its later rounds would have "
+                          "to wait for grading): set grpo.async_grpo.enabled=false, or grpo.use_dynamic_sampling=false")
+    if cfg.loss_fn.use_on_policy_kl_approximation and cfg.policy.generation.backend != "execrl":
+        raise ConfigError("loss_fn.use_on_policy_kl_approximation weights the KL by pi / pi_sampler, with the sampler's "
+                          "logprobs, which only the execrl engine returns: set policy.generation.backend=execrl")
     multi = cfg.env.multi_turn.kind == "interpreter" and cfg.grpo.max_rollout_turns > 1
     if not cfg.env.code.terminate_on_evaluation and not multi:
         raise ConfigError("env.code.terminate_on_evaluation=false (episodes go on after the code runs) is execrl's "
@@ -38,6 +39,8 @@ def no_effect_note(cfg: MasterConfig) -> str | None:
     default = MasterConfig()
     seen = []
     for key in NO_EFFECT:
+        if key in DYNAMIC_ONLY and cfg.grpo.use_dynamic_sampling:
+            continue
         if _get(cfg, key) != _get(default, key):
             seen.append(key)
     if not seen:

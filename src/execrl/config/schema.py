@@ -98,10 +98,13 @@ class GRPOConfig(Section):
     max_rollout_turns: int = Field(1, ge=1, description="model turns per episode at most (>1: multi-turn, with "
                                                         "env.multi_turn.kind interpreter or unit_tests)")
     overlong_filtering: bool = Field(False, description="exclude truncated completions from the loss")
-    use_dynamic_sampling: bool = Field(False, description="DAPO dynamic sampling: not implemented, refused when true "
-                                                         "(groups of equal rewards get advantage 0 anyway)")
-    dynamic_sampling_max_gen_batches: int = Field(10, description="NeMo RL: with dynamic sampling only")
-    batch_multiplier: float = Field(1.0, description="NeMo RL: with dynamic sampling only")
+    use_dynamic_sampling: bool = Field(False, description="DAPO dynamic sampling: train only on groups whose rewards "
+                                       "differ, generating more rounds of prompts until the step has "
+                                       "num_prompts_per_step of them (sync GRPO)")
+    dynamic_sampling_max_gen_batches: int = Field(10, ge=1, description="dynamic sampling: generation rounds per step "
+                                                  "at most; the run stops with an error if they do not fill the batch")
+    batch_multiplier: float = Field(1.0, gt=0, description="dynamic sampling: prompts drawn per round = this x "
+                                    "num_prompts_per_step")
     val_period: int = Field(10, description="evaluate every N steps (0: never)")
     val_at_start: bool = Field(False, description="evaluate before the first step")
     max_val_samples: int = Field(256, description="validation problems at most")
@@ -125,7 +128,9 @@ class LossConfig(Section):
                                                                "(null: off)")
     token_level_loss: bool = Field(True, description="mean over all tokens of the batch (false: per sequence first)")
     constant_normalizer: int | None = Field(None, description="Dr.GRPO: divide token sums by this, not token counts")
-    use_on_policy_kl_approximation: bool = Field(False, description="NeMo RL compatibility; unused on-policy")
+    use_on_policy_kl_approximation: bool = Field(False, description="weight each token's KL estimate by pi / "
+                                                 "pi_sampler (as NeMo RL: the KL of the current policy, estimated "
+                                                 "from the sampler's tokens); needs the execrl engine")
     use_importance_sampling_correction: bool | None = Field(
         None, description="weight each token's loss by pi_trainer/pi_sampler (the sampler's logprobs: the behaviour "
         "policy), truncated; null: on with async GRPO, off otherwise; needs the execrl engine")

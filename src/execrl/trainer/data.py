@@ -76,6 +76,11 @@ class ProblemSampler:
             self.pos += 1
         return out
 
+    @property
+    def passes(self) -> float:
+        """Passes over the problems drawn so far (1.5: one epoch and half of the next)."""
+        return self.epoch + self.pos / len(self.problems)
+
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "pos": self.pos}
 

@@ -37,7 +37,7 @@ def train(cfg: MasterConfig) -> Run:
         if run.step == 0 and cfg.grpo.val_at_start:
             validate(run)
         with progress(run) as bar:
-            while run.step < run.max_steps:
+            while run.step < run.max_steps and not epochs_done(run):
                 times: dict[str, float] = {}
                 with timed(times, "step"):
                     rollouts, staleness = run.pipeline.next(run.step, times, more=run.step + 1 < run.max_steps)
@@ -58,6 +58,17 @@ def train(cfg: MasterConfig) -> Run:
     finally:
         run.close()
     return run
+
+
+def epochs_done(run: Run) -> bool:
+    """Dynamic sampling draws a varying number of prompts per step: its grpo.max_num_epochs bound is checked here
+    (otherwise it is in run.max_steps)."""
+    g = run.cfg.grpo
+    if not (g.use_dynamic_sampling and run.sampler.passes >= g.max_num_epochs):
+        return False
+    console.print(f"grpo.max_num_epochs={g.max_num_epochs} passes over the training problems end the run at step "
+                  f"{run.step}")
+    return True
 
 
 def train_step(run: Run, rollouts) -> dict:
@@ -111,7 +122,7 @@ def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
     if torch.cuda.is_available():
         metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     run.logger.log(run.step, metrics)
-    check_sandbox(run, rollouts.episodes, f"step {run.step}")
+    check_sandbox(run, rollouts.generated, f"step {run.step}")
     every = run.cfg.logger.rollouts_period
     if every and run.step % every == 0:
         run.logger.rollouts(run.step, dist.gather_lists(rollout_rows(rollouts, run.tokenizer), run.plan.global_batch))

@@ -19,6 +19,13 @@ generated again with the current weights. Ahead by one step, a batch is never ol
 requires to be >= 1); the check keeps the bound a guarantee rather than a property of the schedule. Off-policy
 batches are corrected in the loss with the sampler's logprobs (see execrl.algo.loss).
 
+With `grpo.use_dynamic_sampling` (DAPO; sync GRPO only), a step's batch holds only groups whose rewards differ:
+after a round of `batch_multiplier` x num_prompts_per_step prompts is generated and graded, flat groups are set aside
+(kept for the step's metrics, not trained on), and further rounds are generated with the same weights until every
+process holds its share of num_prompts_per_step informative groups (informative groups beyond it are set aside
+too), for at most `dynamic_sampling_max_gen_batches` rounds. Each process fills its own share from its own part of
+each round, so all processes run the same number of rounds.
+
 Checkpoints store the data position of the oldest batch not yet trained on. After a resume the prompts that were
 in flight are drawn again and generated with the restored weights: no prompt is skipped or repeated, and a resumed
 run is reproducible, but it is not bit-identical to an uninterrupted async run (its first batch is on-policy).
@@ -32,11 +39,23 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
+from execrl.algo.advantages import flat_groups
 from execrl.config import BatchPlan, ConfigError, MasterConfig
 from execrl.tasks import Problem
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler
-from execrl.trainer.rollouts import Rollouts, finish_episodes, prompt_seeds, start_episodes
+from execrl.trainer.rollouts import Episode, Rollouts, finish_episodes, prompt_seeds, start_episodes
+
+
+class DynamicSamplingExhausted(RuntimeError):
+    """Dynamic sampling generated its last allowed round and the batch still lacks groups whose rewards differ."""
+
+
+@dataclass(frozen=True)
+class DynamicSampling:
+    round_prompts: int  # prompts drawn per generation round
+    max_rounds: int
+    groups: int  # informative groups this process trains on per step
 
 
 @dataclass
@@ -52,10 +71,12 @@ class InFlight:
 class RolloutPipeline:
     """A queue of batches in flight (generated, being graded), `lookahead` of them kept beyond the one trained next."""
 
-    def __init__(self, generate: Callable[[list[Problem], int], Rollouts], grade: Callable[[Rollouts], None],
-                 sampler: ProblemSampler, num_prompts: int, lookahead: int, max_age: int):
+    def __init__(self, generate: Callable[[list[Problem], int, int], Rollouts], grade: Callable[[Rollouts], None],
+                 sampler: ProblemSampler, num_prompts: int, lookahead: int, max_age: int,
+                 dynamic: DynamicSampling | None = None):
         self.generate, self.grade, self.sampler, self.num_prompts = generate, grade, sampler, num_prompts
-        self.lookahead, self.max_age = lookahead, max_age
+        self.lookahead, self.max_age, self.dynamic = lookahead, max_age, dynamic
+        self.draw = dynamic.round_prompts if dynamic else num_prompts  # prompts drawn per batch generated
         self.queue: deque[InFlight] = deque()
         self.training: InFlight | None = None  # the batch handed out last (trained at its step)
         self.launching: tuple[int, dict] | None = None  # (step, position) of batches being generated, not yet queued
@@ -77,7 +98,7 @@ class RolloutPipeline:
         while not self.queue or (more and len(self.queue) <= self.lookahead):
             position, step = self.sampler.state_dict(), version + len(self.queue)
             self.launching = (step, position)  # before the sampler moves on
-            self.queue.append(self._launch(self.sampler.next(self.num_prompts), position, version, step, times))
+            self.queue.append(self._launch(self.sampler.next(self.draw), position, version, step, times))
         self.launching = None
         head = self.training = self.queue.popleft()
         t = time.perf_counter()
@@ -86,11 +107,47 @@ class RolloutPipeline:
         times["grade"] = head.rollouts.times["grade"]  # ... and to earlier turns (multi-turn), in the loop's thread
         times["grade_overlapped"] = max(in_thread - times["grade_wait"], 0.0)
         assert version - head.version <= self.max_age
-        return head.rollouts, {"trajectory_age_mean": float(version - head.version),
-                               "dropped_stale": float(sum(len(s.rollouts.samples) for s in stale) * dist.world_size())}
+        info = {"trajectory_age_mean": float(version - head.version),
+                "dropped_stale": float(sum(len(s.rollouts.samples) for s in stale) * dist.world_size())}
+        if self.dynamic is None:
+            return head.rollouts, info
+        rollouts, filled = self._fill(head, version, times)
+        times["grade"] = rollouts.times["grade"]
+        return rollouts, info | filled
 
-    def _launch(self, problems: list[Problem], position: dict, version: int, step: int, times: dict) -> InFlight:
-        rollouts = self.generate(problems, step)  # up to the last model turn (earlier turns' environments included)
+    def _fill(self, head: InFlight, version: int, times: dict) -> tuple[Rollouts, dict[str, float]]:
+        """Dynamic sampling: this process's share of informative groups, from as many rounds as every process needs
+        (the first round is `head`); the rest of what was generated is in the result's `dropped`."""
+        want, rounds = self.dynamic.groups, [head.rollouts]
+        kept, dropped = informative(head.rollouts)
+        while dist.sum_floats(float(len(kept) < want))[0]:  # any process still short: all generate another round
+            if len(rounds) == self.dynamic.max_rounds:
+                have = dist.sum_floats(float(min(len(kept), want)))[0]
+                raise DynamicSamplingExhausted(
+                    f"dynamic sampling: {len(rounds)} rounds of {self.draw} prompts gave {have:.0f} of the "
+                    f"{self.num_prompts} groups with differing rewards a step needs (most groups get the same reward "
+                    "for every answer: the problems are too easy or too hard for the model). Raise "
+                    "grpo.dynamic_sampling_max_gen_batches or grpo.batch_multiplier, or check the rewards, or set "
+                    "grpo.use_dynamic_sampling=false")
+            more = self._launch(self.sampler.next(self.draw), head.position, version, head.step, times,
+                                first=len(rounds) * self.draw)
+            more.graded.result()
+            rounds.append(more.rollouts)
+            k, d = informative(more.rollouts)
+            kept, dropped = kept + k, dropped + d
+        episodes = [e for group in kept[:want] for e in group]
+        dropped += [e for group in kept[want:] for e in group]
+        together = Rollouts(episodes, head.rollouts.group_size, dropped=dropped,
+                            times={k: sum(r.times[k] for r in rounds) for k in ("generate", "grade")})
+        num_kept, num_groups = dist.sum_floats(len(kept), sum(len(r.episodes) for r in rounds) / together.group_size)
+        return together, {"dynamic_sampling_rounds": float(len(rounds)),
+                          "dynamic_sampling_informative_frac": num_kept / max(num_groups, 1),
+                          "dynamic_sampling_surplus_groups": num_kept - self.num_prompts}
+
+    def _launch(self, problems: list[Problem], position: dict, version: int, step: int, times: dict,
+                first: int = 0) -> InFlight:
+        """`first`: the index of problems[0] among the prompts drawn for `step` (it keys their sampling noise)."""
+        rollouts = self.generate(problems, step, first)  # up to the last model turn (earlier turns' envs included)
         times["generate"] += rollouts.times["generate"]
         return InFlight(problems, position, version, step, rollouts, self.grading.submit(self._grade, rollouts))
 
@@ -120,10 +177,15 @@ def build_pipeline(cfg: MasterConfig, plan: BatchPlan, generator, tokenizer, gra
     rank draws the same prompts and runs its share of them (whole groups, the same share of each optimizer batch)."""
     g, a = cfg.grpo, cfg.grpo.async_grpo
     per_batch = plan.global_batch // g.num_generations_per_prompt  # prompts per optimizer step
+    dynamic = None
+    if g.use_dynamic_sampling:
+        dynamic = DynamicSampling(max(1, round(g.num_prompts_per_step * g.batch_multiplier)),
+                                  g.dynamic_sampling_max_gen_batches, g.num_prompts_per_step // dist.world_size())
 
-    def generate(problems: list[Problem], step: int) -> Rollouts:
-        seeds = prompt_seeds(g.seed, step, len(problems))  # by the prompt's place in the global batch
-        problems, seeds = dist.this_rank(problems, per_batch), dist.this_rank(seeds, per_batch)
+    def generate(problems: list[Problem], step: int, first: int) -> Rollouts:
+        seeds = prompt_seeds(g.seed, step, len(problems), first)  # by the prompt's place among the step's prompts
+        split = None if dynamic else per_batch  # (dynamic sampling: each process fills its share from its part)
+        problems, seeds = dist.this_rank(problems, split), dist.this_rank(seeds, split)
         return start_episodes(generator, tokenizer, grader, problems, cfg, g.num_generations_per_prompt,
                               cfg.policy.generation.temperature, seeds)
 
@@ -131,7 +193,15 @@ def build_pipeline(cfg: MasterConfig, plan: BatchPlan, generator, tokenizer, gra
         finish_episodes(rollouts, tokenizer, grader, cfg)
 
     return RolloutPipeline(generate, grade, sampler, g.num_prompts_per_step, lookahead=1 if a.enabled else 0,
-                           max_age=a.max_trajectory_age_steps if a.enabled else 0)
+                           max_age=a.max_trajectory_age_steps if a.enabled else 0, dynamic=dynamic)
+
+
+def informative(rollouts: Rollouts) -> tuple[list[list[Episode]], list[Episode]]:
+    """(the groups whose valid rewards differ, each a list of its G episodes; the episodes of the other groups)."""
+    g = rollouts.group_size
+    flat = flat_groups(*rollouts.reward_table()).tolist()
+    groups = [rollouts.episodes[i * g:(i + 1) * g] for i in range(len(flat))]
+    return [x for x, f in zip(groups, flat) if not f], [e for x, f in zip(groups, flat) if f for e in x]
 
 
 def check_async(cfg: MasterConfig) -> None:

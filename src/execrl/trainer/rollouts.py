@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
+import torch
+
 from execrl.envs import Environment, Segment, Step, Trajectory, TurnRenderer, make_env
 from execrl.eval.run import OUTCOMES, outcome
 from execrl.prompts import render
@@ -49,6 +51,12 @@ class Rollouts:
     group_size: int
     times: dict[str, float] = field(default_factory=dict)  # seconds spent generating and in the environments
     pending: list[tuple[Episode, Completion]] = field(default_factory=list)  # model turns not yet answered
+    dropped: list[Episode] = field(default_factory=list)  # generated for the step, not trained on (dynamic sampling)
+
+    @property
+    def generated(self) -> list[Episode]:
+        """Every episode generated for the step: those trained on, then those dropped."""
+        return self.episodes + self.dropped
 
     @property
     def trajectories(self) -> list[Trajectory]:
@@ -61,6 +69,12 @@ class Rollouts:
     @property
     def rewards(self) -> list[Reward]:
         return [e.reward for e in self.episodes]
+
+    def reward_table(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rewards, valid), each [num_groups, G]: a sample the sandbox failed on is invalid, its reward 0."""
+        rewards = torch.tensor([r.total if r.valid else 0.0 for r in self.rewards]).view(-1, self.group_size)
+        valid = torch.tensor([r.valid for r in self.rewards]).view(-1, self.group_size)
+        return rewards, valid
 
 
 def encode(messages: list[dict], tokenizer) -> list[int]:
@@ -178,12 +192,12 @@ def end(e: Episode, step: Step) -> None:
 
 
 def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str, float]:
-    """Each per-episode metric's sum over these episodes (key k) and the number of episodes it is over (key k#n), so
+    """Each per-episode metric's sum over the episodes generated (key k) and the number of episodes it is over (key k#n), so
     that several processes' dicts add up (a missing key counting 0) to those of all their episodes: see
     episode_means. Rewards over valid episodes (the sandbox answered), the rest over all; turns, tool calls and
     errors per episode, the mean reward of the episodes that took n turns, and the fraction of each verdict of the
     `kinds` of task (default: those of these episodes; pass the dataset's when processes may hold different ones)."""
-    eps = rollouts.episodes
+    eps = rollouts.generated
     valid = [e for e in eps if e.reward.valid]
     sums = {"reward_mean": (sum(e.reward.total for e in valid), len(valid)),
             "completion_len_mean": (sum(e.trajectory.num_sampled for e in eps), len(eps)),  # the model's tokens

@@ -133,7 +133,9 @@ def build_run(cfg: MasterConfig) -> Run:
         console.print(f"resumed from {found} (step {run.step})")
     run.pipeline = build_pipeline(cfg, batch_plan, generator, tok, run.grader, run.sampler)
     steps_per_epoch = -(-len(train) // cfg.grpo.num_prompts_per_step)
-    run.max_steps = min(cfg.grpo.max_num_steps, cfg.grpo.max_num_epochs * steps_per_epoch)
+    run.max_steps = cfg.grpo.max_num_steps
+    if not cfg.grpo.use_dynamic_sampling:  # (which draws a varying number of prompts per step: the loop checks)
+        run.max_steps = min(run.max_steps, cfg.grpo.max_num_epochs * steps_per_epoch)
     return run
 
 

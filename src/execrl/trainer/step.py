@@ -29,9 +29,7 @@ class TrainBatch:
 
 def advantages(rollouts: Rollouts, cfg: MasterConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(advantages [N], rewards [num_groups, G], valid [num_groups, G]); flat groups get 0."""
-    g = rollouts.group_size
-    rewards = torch.tensor([r.total if r.valid else 0.0 for r in rollouts.rewards]).view(-1, g)
-    valid = torch.tensor([r.valid for r in rollouts.rewards]).view(-1, g)
+    rewards, valid = rollouts.reward_table()
     adv = ADVANTAGES[cfg.grpo.advantage](rewards, valid, normalize_rewards=cfg.grpo.normalize_rewards,
                                          use_leave_one_out_baseline=cfg.grpo.use_leave_one_out_baseline)
     return adv.reshape(-1), rewards, valid
@@ -175,7 +173,8 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
                                         token_level=loss_cfg.token_level_loss, constant_normalizer=loss_cfg.constant_normalizer,
                                         is_correction=correct, is_cap=loss_cfg.truncated_importance_sampling_ratio,
                                         is_min=loss_cfg.truncated_importance_sampling_ratio_min,
-                                        is_type=loss_cfg.truncated_importance_sampling_type)
+                                        is_type=loss_cfg.truncated_importance_sampling_type,
+                                        kl_on_policy=loss_cfg.use_on_policy_kl_approximation)
             dist.reduce_after_backward(model, last=i == len(parts) - 1)
             loss.backward()
             weights.accumulate_grads()

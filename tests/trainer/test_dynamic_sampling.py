@@ -1,0 +1,129 @@
+"""DAPO dynamic sampling (grpo.use_dynamic_sampling): a step trains only on groups whose rewards differ, generating
+more rounds until it has num_prompts_per_step of them; the loss is normalized over their tokens only; rounds, the
+share of informative groups and the surplus are logged; a step that cannot be filled stops with the fix."""
+
+import json
+
+import pytest
+import torch
+
+from execrl.config import ConfigError, load_config
+from execrl.envs import Segment, Trajectory
+from execrl.rewards import Reward
+from execrl.tasks import Problem
+from execrl.trainer.data import ProblemSampler
+from execrl.trainer.pipeline import DynamicSampling, DynamicSamplingExhausted, RolloutPipeline, informative
+from execrl.trainer.rollouts import Episode, Rollouts
+from execrl.trainer.step import advantages, build_batch
+
+from .test_train import run as train_run
+
+G = 4
+# the rewards each problem's group gets: flat (all equal), informative, or with sandbox failures (None)
+REWARDS = {"flat0": [0.0] * G, "flat1": [1.0] * G, "mixed": [0.0, 1.0, 0.0, 0.0], "half": [1.0, 1.0, 0.0, 0.0],
+           "one_valid": [1.0, None, None, None], "infra_mixed": [0.0, None, 1.0, 1.0]}
+
+
+def fake_rollouts(problems: list[Problem]) -> Rollouts:
+    eps = [Episode(p, None, [], Trajectory([1], [Segment([2], True)]), None, Reward(r)) for p in problems for r in REWARDS[p.id]]
+    return Rollouts(eps, G, {"generate": 1.0, "grade": 0.5})
+
+
+def pipeline(order: list[str], num_prompts: int, round_prompts: int, max_rounds: int):
+    problems = [Problem(i, [{"role": "user", "content": i}], "math", answer="1") for i in order]
+    sampler = ProblemSampler(problems, seed=0, shuffle=False)
+    drawn = []
+
+    def generate(ps, step, first):
+        drawn.append((step, first, [p.id for p in ps]))
+        return fake_rollouts(ps)
+
+    pipe = RolloutPipeline(generate, lambda r: None, sampler, num_prompts, 0, 0,
+                           DynamicSampling(round_prompts, max_rounds, num_prompts))
+    return pipe, drawn
+
+
+def ids(episodes):
+    return [e.problem.id for e in episodes[::G]]
+
+
+def test_flat_groups_and_groups_with_fewer_than_two_valid_answers_are_not_informative():
+    kept, dropped = informative(fake_rollouts([Problem(i, [], "math", answer="1") for i in REWARDS]))
+    assert [g[0].problem.id for g in kept] == ["mixed", "half", "infra_mixed"]
+    assert ids(dropped) == ["flat0", "flat1", "one_valid"]
+
+
+def test_rounds_are_generated_until_the_batch_holds_only_informative_groups():
+    pipe, drawn = pipeline(["flat0", "mixed", "flat1", "half", "one_valid", "flat0", "infra_mixed", "mixed"], 3, 2, 10)
+    times = {}
+    rollouts, info = pipe.next(0, times)
+    # rounds of 2 prompts: [flat0 mixed] [flat1 half] [one_valid flat0] [infra_mixed mixed] -> 3 informative needed
+    assert drawn == [(0, 0, ["flat0", "mixed"]), (0, 2, ["flat1", "half"]), (0, 4, ["one_valid", "flat0"]),
+                     (0, 6, ["infra_mixed", "mixed"])]  # each round's prompts keyed by their place in the step
+    assert ids(rollouts.episodes) == ["mixed", "half", "infra_mixed"]
+    assert ids(rollouts.dropped) == ["flat0", "flat1", "one_valid", "flat0", "mixed"]  # the surplus last
+    assert info["dynamic_sampling_rounds"] == 4 and info["dynamic_sampling_surplus_groups"] == 1
+    assert info["dynamic_sampling_informative_frac"] == 4 / 8
+    assert times["generate"] == 4.0 and times["grade"] == 2.0  # every round's time counts
+    assert pipe.data_position(0) == {"epoch": 0, "pos": 0}  # Ctrl-C during the step: all its rounds are redone
+    assert pipe.data_position(1) == {"epoch": 0, "pos": 8} and pipe.sampler.passes == 1.0  # after it: all drawn
+
+
+def test_a_step_that_cannot_be_filled_stops_with_the_fix():
+    pipe, drawn = pipeline(["flat0", "flat1", "flat0", "mixed", "flat1", "flat0"], 2, 2, 3)
+    with pytest.raises(DynamicSamplingExhausted, match="3 rounds of 2 prompts gave 1 of the 2 groups.*"
+                                                       "dynamic_sampling_max_gen_batches"):
+        pipe.next(0, {})
+    assert len(drawn) == 3
+
+
+def test_the_loss_is_normalized_over_the_kept_groups_tokens_only():
+    """Training on the filled batch is training on the informative groups alone: flat groups' tokens enter no
+    denominator (with dynamic sampling off they would, with advantage 0)."""
+    cfg = load_config(None, ["grpo.num_generations_per_prompt=4"])
+    pipe, _ = pipeline(["flat0", "mixed", "half", "flat1"], 2, 4, 1)
+    rollouts, _ = pipe.next(0, {})
+    adv, _, _ = advantages(rollouts, cfg)
+    batch = build_batch(rollouts, adv, 0, False)
+    assert batch.loss_mask.sum() == 2 * G  # one sampled token per sample of the 2 kept groups
+    everything = Rollouts(rollouts.generated, G)
+    assert build_batch(everything, advantages(everything, cfg)[0], 0, False).loss_mask.sum() == 4 * G
+
+
+def test_config_dynamic_sampling_keys():
+    from execrl.config.compat import check_supported, no_effect_note
+
+    with pytest.raises(ConfigError, match="async GRPO"):
+        check_supported(load_config(None, ["grpo.use_dynamic_sampling=true", "grpo.async_grpo.enabled=true"]))
+    check_supported(load_config(None, ["grpo.use_dynamic_sampling=true"]))
+    assert "batch_multiplier" in no_effect_note(load_config(None, ["grpo.batch_multiplier=2"]))
+    assert no_effect_note(load_config(None, ["grpo.use_dynamic_sampling=true", "grpo.batch_multiplier=2"])) is None
+    with pytest.raises(ConfigError):
+        load_config(None, ["grpo.dynamic_sampling_max_gen_batches=0"])
+
+
+def test_training_with_dynamic_sampling_logs_its_rounds_and_changes_the_update(tmp_path):
+    on, d_on = train_run(tmp_path, "on", "grpo.max_num_steps=2", "grpo.val_period=0", "checkpointing.enabled=false",
+                         "grpo.use_dynamic_sampling=true", "grpo.batch_multiplier=1.5", "warmup.sft_steps=80")
+    off, _ = train_run(tmp_path, "off", "grpo.max_num_steps=2", "grpo.val_period=0", "checkpointing.enabled=false",
+                       "warmup.sft_steps=80")
+    rows = [json.loads(line) for line in (d_on / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["train/dynamic_sampling_rounds"] >= 1 and r["train/dynamic_sampling_surplus_groups"] >= 0
+               for r in rows)
+    assert all(0 < r["train/dynamic_sampling_informative_frac"] <= 1 for r in rows)
+    trained = on.pipeline.training.rollouts  # the first round of the last step
+    assert len(trained.episodes) == 6 * G  # 1.5 x 4 prompts a round
+    a, b = on.model.state_dict(), off.model.state_dict()
+    assert not all(torch.equal(a[k], b[k]) for k in a)  # the key does something
+
+
+def test_max_num_epochs_counts_every_prompt_drawn(tmp_path):
+    """8 problems, rounds of 2 x 4 prompts: the first step draws a whole epoch, which ends a 1-epoch run there."""
+    rows = [{"id": str(i), "prompt": f"Print {i}.", "tests": {"inputs": [""], "outputs": [f"{i}\n"]}} for i in range(8)]
+    data = tmp_path / "tiny.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r, _ = train_run(tmp_path, "epochs", "grpo.max_num_steps=50", "grpo.max_num_epochs=1", "data.train.dataset_name=jsonl",
+                     f"data.train.path={data}", "warmup.sft_steps=0", "grpo.val_period=0", "checkpointing.enabled=false",
+                     "grpo.use_dynamic_sampling=true", "grpo.batch_multiplier=2",
+                     "reward.components=[{name: overlong_penalty, weight: 1.0}]")  # rewards that differ in a group
+    assert r.step == 1 and r.sampler.passes == 1.0
