@@ -128,11 +128,18 @@ def test_max_num_epochs_ends_training_first(tmp_path):
     assert r.step == 4  # 8 problems / 4 prompts a step = 2 steps an epoch, 2 epochs
 
 
-def test_env_name_is_checked_against_the_dataset(tmp_path):
+def test_env_name_and_processor_are_checked_against_the_dataset(tmp_path):
+    from execrl.config.compat import check_dataset_names
+
     from .test_train import run
 
     with pytest.raises(ValueError, match="env_name is 'math'"):
         run(tmp_path, "env", "data.default.env_name=math", "grpo.max_num_steps=1", "warmup.sft_steps=0")
+    with pytest.raises(ConfigError, match="processor is 'math_hf_data_processor'.*auto"):
+        check_dataset_names(load_config(None, ["data.default.processor=math_hf_data_processor"]), {"code"})
+    check_dataset_names(load_config(None, ["data.default.processor=code_hf_data_processor"]), {"code"})
+    with pytest.raises(ConfigError, match="processor"):  # a NeMo RL processor execrl has no counterpart of
+        load_config(None, ["data.default.processor=helpsteer3_data_processor"])
 
 
 def test_on_policy_kl_approximation_changes_the_update(tmp_path):

@@ -15,7 +15,6 @@ NO_EFFECT = {
     "logger.monitor_gpus": "GPU memory is logged on GPUs regardless (memory/peak_gib)",
     "policy.generation.vllm_cfg": "the execrl engine reserves its KV cache itself",
     **{key: "only with grpo.use_dynamic_sampling" for key in DYNAMIC_ONLY},
-    "data.default.processor": "execrl formats prompts from prompt.* and the dataset's rows",
 }
 
 
@@ -32,6 +31,17 @@ def check_supported(cfg: MasterConfig) -> None:
         raise ConfigError("env.code.terminate_on_evaluation=false (episodes go on after the code runs) is execrl's "
                           "code interpreter: set env.multi_turn.kind=interpreter and grpo.max_rollout_turns > 1, or "
                           "terminate_on_evaluation=true")
+
+
+def check_dataset_names(cfg: MasterConfig, kinds: set[str]) -> None:
+    """data.default.env_name and processor, NeMo RL's names for how rows are read and graded, must fit the kinds of
+    problem (code, math) the training and validation data hold: execrl grades each problem by its kind."""
+    d = cfg.data.default
+    for key, named in (("env_name", d.env_name), ("processor", d.processor)):
+        kind = named.split("_")[0]  # code | math (env_name's values, and the processors' prefixes)
+        if named != "auto" and kinds - {kind}:
+            raise ConfigError(f"data.default.{key} is {named!r} but the dataset's problems are {sorted(kinds)}: set "
+                              f"it to auto (execrl grades each problem by its kind) or use a {kind} dataset")
 
 
 def no_effect_note(cfg: MasterConfig) -> str | None:

@@ -153,7 +153,10 @@ class DatasetConfig(Section):
 
 
 class DataDefaults(Section):
-    processor: str = Field("auto", description="NeMo RL name of the row processor; execrl picks it from the dataset")
+    processor: Literal["auto", "math_hf_data_processor", "math_data_processor", "code_hf_data_processor",
+                       "code_data_processor"] = Field(
+        "auto", description="NeMo RL name of the row processor: a math or code one (checked against the dataset's "
+        "problems; execrl reads each dataset's rows itself and poses them with prompt.*) | auto")
     env_name: Literal["auto", "code", "math"] = Field(
         "auto", description="NeMo RL name of the environment: code | math (checked against the dataset's problems) | "
         "auto")

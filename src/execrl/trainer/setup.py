@@ -11,7 +11,7 @@ import torch
 from rich.console import Console
 
 from execrl.config import BatchPlan, MasterConfig, plan, to_yaml
-from execrl.config.compat import check_supported
+from execrl.config.compat import check_dataset_names, check_supported
 from execrl.envs import check_turns, make_env
 from execrl.models import load_model_and_tokenizer, pick_device
 from execrl.rollout import build_generator
@@ -95,11 +95,7 @@ def build_run(cfg: MasterConfig) -> Run:
         for layer in [*compute.get_decoder().layers, *(ref.get_decoder().layers if ref is not None else [])]:
             layer.compile()  # the engine calls the layers' submodules, so rollouts are unaffected
     train, val, refs = load_data(cfg)
-    named = cfg.data.default.env_name
-    if named != "auto" and {p.kind for p in train + val} - {named}:
-        raise ValueError(f"data.default.env_name is {named!r} but the dataset's problems are "
-                         f"{sorted({p.kind for p in train + val})}: set it to auto (execrl grades each problem by "
-                         f"its kind) or use a {named} dataset")
+    check_dataset_names(cfg, {p.kind for p in train + val})
     train, val = drop_long(train, tok, cfg), drop_long(val, tok, cfg)
     if cfg.policy.generation.backend == "execrl" and dist.world_size() == 1:
         # the engine's wide GEMMs; parameters stay separate views (before the optimizer). Not when sharded: FSDP
