@@ -18,20 +18,16 @@ for several steps (on CPU, sync first then async showed async 0.6 s/step faster;
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import statistics
-import sys
 import tempfile
 import traceback
 from pathlib import Path
 
 import torch
+from common import ARCHS, NO_COMPILE, QUIET, device_name, fresh_peak, peak_gib, read_metrics, save_arch, table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grpo_step import ARCHS, DEVICE, fresh_peak, peak_gib, save_arch, table  # noqa: E402
-
-COMMON = ["grpo.val_period=0", "grpo.val_at_start=false", "checkpointing.enabled=false",
-          "logger.tensorboard_enabled=false", "logger.rollouts_period=0"]
+COMMON = [*QUIET, "logger.rollouts_period=0"]
 
 
 def arch_workload(arch: str, work: Path, new_tokens: int, micro: int, compile_all: bool) -> list[str]:
@@ -41,12 +37,12 @@ def arch_workload(arch: str, work: Path, new_tokens: int, micro: int, compile_al
                  "policy.logprob_batch_size=32", f"policy.max_total_sequence_length={144 + new_tokens}",
                  f"policy.generation.max_new_tokens={new_tokens}", "policy.generation.ignore_eos=true",
                  f"prompt.system_prompt={system}", "policy.optimizer.kwargs.lr=1e-6"]
-    return overrides + ([] if compile_all else ["policy.torch_compile=false", "policy.generation.compile=false"])
+    return overrides + ([] if compile_all else NO_COMPILE)
 
 
 def tiny_coder_workload() -> list[str]:
     """The built-in default, warmed up so that it writes programs (fp32, as verified on CPU; too small to compile)."""
-    return ["policy.precision=float32", "policy.torch_compile=false", "policy.generation.compile=false"]
+    return ["policy.precision=float32", *NO_COMPILE]
 
 
 def measure(name: str, mode: str, overrides: list[str], log_dir: Path, steps: int, samples: int,
@@ -63,8 +59,7 @@ def measure(name: str, mode: str, overrides: list[str], log_dir: Path, steps: in
         traceback.print_exc()
         rows.append([name, mode, f"failed: {type(e).__name__}: {str(e)[:120]}"] + [""] * 10)
         return None
-    ms = [json.loads(x) for x in (log_dir / "metrics.jsonl").read_text().splitlines()]
-    ms = [m for m in ms if "time/step" in m]
+    ms = [m for m in read_metrics(log_dir) if "time/step" in m]
     steady = ms[1:-1] or ms
 
     def med(k: str) -> float:
@@ -94,8 +89,7 @@ def main() -> None:
     ap.add_argument("--no-compile", dest="compile", action="store_false",
                     help="arch workload: neither the engine's step nor the training layers compiled")
     args = ap.parse_args()
-    print(f"{torch.cuda.get_device_name() if DEVICE == 'cuda' else 'cpu'}, torch {torch.__version__}, "
-          f"{__import__('os').cpu_count()} CPUs", flush=True)
+    print(f"{device_name()}, torch {torch.__version__}, {os.cpu_count()} CPUs", flush=True)
     work = Path(tempfile.mkdtemp())
     rows, saved = [], []
     samples = args.prompts * args.generations

@@ -16,48 +16,27 @@ bf16 peak of an H100/H200 (989 TFLOP/s); the FLOPs are 6 x (matmul parameters) p
 from __future__ import annotations
 
 import argparse
-import gc
-import json
-import random
 import statistics
 import tempfile
-import time
+from functools import partial
 from pathlib import Path
 
 import torch
+from common import (
+    DEVICE,
+    NO_COMPILE,
+    QUIET,
+    build,
+    device_name,
+    fresh_peak,
+    peak_gib,
+    read_metrics,
+    save_arch,
+    table,
+    timed,
+)
 
-ARCHS = {  # hidden, layers, heads, kv heads, intermediate (the Qwen2.5 configs; vocabulary 151,936, tied head)
-    "qwen2.5-0.5b": (896, 24, 14, 2, 4864),
-    "qwen2.5-1.5b": (1536, 28, 12, 2, 8960),
-    "tiny": (64, 2, 4, 2, 128),  # a smoke test of this script on a CPU
-}
-VOCAB, PEAK = 151936, 989e12
-
-
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def sync():
-    if DEVICE == "cuda":
-        torch.cuda.synchronize()
-
-
-def build(arch: str, device=DEVICE):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from execrl.builtin import tokenizer_corpus
-    from execrl.models import build_tokenizer
-    from execrl.rollout.fuse import fuse_projections
-
-    hidden, layers, heads, kv, inter = ARCHS[arch]
-    tok = build_tokenizer(tokenizer_corpus(), vocab_size=259)
-    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                      num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=True,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, max_position_embeddings=32768)
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(cfg).to(device, torch.bfloat16).eval()
-    fuse_projections(model)  # as the trainer does with the execrl backend (same values, shared storage)
-    return model, tok
+PEAK = 989e12  # dense bf16 FLOP/s of an H100/H200
 
 
 def matmul_params(model) -> int:
@@ -73,29 +52,10 @@ def train_flops(model, batch: int, seq: int) -> float:
     return batch * seq * (6 * matmul_params(model) + attention)
 
 
-def timed(fn):
-    sync()
-    t = time.perf_counter()
-    out = fn()
-    sync()
-    return out, time.perf_counter() - t
-
-
 def median_of(n: int, fn):
     """fn's output and its median time over n calls."""
     runs = [timed(fn) for _ in range(n)]
     return runs[0][0], statistics.median(t for _, t in runs)
-
-
-def peak_gib() -> float:
-    return torch.cuda.max_memory_allocated() / 2**30 if DEVICE == "cuda" else 0.0
-
-
-def fresh_peak():
-    gc.collect()  # the previous run's model and caches
-    if DEVICE == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
 
 
 def section_rollout(arch: str, rows: list, compile_engine: bool):
@@ -113,8 +73,9 @@ def section_rollout(arch: str, rows: list, compile_engine: bool):
     for name, kwargs in variants:
         fresh_peak()
         engine = RolloutEngine(model, tok, slots=n, max_len=plen + new, **kwargs)
-        _, first = timed(lambda: engine.generate(prompts, 1, new, params))  # captures the CUDA graphs
-        outs, t = median_of(3, lambda: engine.generate(prompts, 1, new, params))
+        run = partial(engine.generate, prompts, 1, new, params)
+        _, first = timed(run)  # captures the CUDA graphs
+        outs, t = median_of(3, run)
         made = sum(len(c.ids) for grp in outs for c in grp)
         speeds[name] = made / t
         rows.append([arch, name, f"{made / t:,.0f}", f"{t:.2f}", f"{peak_gib():.1f}", f"first call {first:.2f}s"])
@@ -214,26 +175,6 @@ def section_train(arch: str, rows: list, compile_layers: bool):
                      f"{peak_gib():.1f}"])
 
 
-def padding_prompt(tok, prompt_tokens: int = 128) -> str:
-    """A system prompt that brings the built-in task's prompts to about `prompt_tokens` tokens."""
-    from execrl.builtin import arith_problem
-    from execrl.prompts import PromptConfig, build_messages, render
-
-    problem, _ = arith_problem(random.Random(0), 0, "train")
-    base = len(tok(render(build_messages(problem, PromptConfig()), tok), add_special_tokens=False)["input_ids"])
-    return ("You are a careful programmer. " * 64)[:max(1, prompt_tokens - base - 12)]
-
-
-def save_arch(arch: str, work: Path) -> str:
-    """Random-init weights of the architecture and its tokenizer saved as an HF directory, work/model; returns a
-    system prompt that pads the built-in task's prompts to about 128 tokens."""
-    model, tok = build(arch, device="cpu")
-    model.save_pretrained(work / "model")
-    tok.save_pretrained(work / "model")
-    del model
-    return padding_prompt(tok)
-
-
 def section_step(arch: str, rows: list, backends: list[str], steps: int, compile_all: bool, micro_execrl: int,
                  pure_too: bool = False):
     """pure_too: also the execrl step in pure bf16 (no fp32 master: execrl before issue 18), for its time and memory."""
@@ -248,20 +189,20 @@ def section_step(arch: str, rows: list, backends: list[str], steps: int, compile
         label, backend = backend, backend.split()[0]
         n_steps = steps if backend == "execrl" else 2
         micro = micro_execrl if backend == "execrl" else min(micro_execrl, 32)  # transformers' generate takes room
+        log_dir = work / label.replace(" ", "_")
         overrides = [f"policy.model_name={work / 'model'}", f"grpo.max_num_steps={n_steps}", "warmup.sft_steps=0",
                      "grpo.num_prompts_per_step=16", "grpo.num_generations_per_prompt=8",
                      "policy.train_global_batch_size=128", f"policy.train_micro_batch_size={micro}",
                      "policy.logprob_batch_size=32", "policy.generation_batch_size=128",
                      "policy.max_total_sequence_length=400", "policy.generation.max_new_tokens=256",
                      "policy.generation.ignore_eos=true", f"policy.generation.backend={backend}",
-                     f"prompt.system_prompt={system}", "grpo.val_period=0", "grpo.val_at_start=false",
-                     "checkpointing.enabled=false", "logger.tensorboard_enabled=false",
-                     f"logger.log_dir={work / label.replace(' ', '_')}", "policy.optimizer.kwargs.lr=1e-6"]
+                     f"prompt.system_prompt={system}", *QUIET, f"logger.log_dir={log_dir}",
+                     "policy.optimizer.kwargs.lr=1e-6"]
         if not compile_all or backend != "execrl":
-            overrides += ["policy.torch_compile=false", "policy.generation.compile=false"]
+            overrides += NO_COMPILE
         fresh_peak()
         train(load_config(None, overrides))
-        ms = [json.loads(x) for x in (work / label.replace(' ', '_') / "metrics.jsonl").read_text().splitlines()]
+        ms = read_metrics(log_dir)
         warm = ms[1:] or ms
         med = {k: statistics.median(m[k] for m in warm) for k in ("time/generate", "time/grade", "time/train")}
         total = sum(med.values())
@@ -270,12 +211,6 @@ def section_step(arch: str, rows: list, backends: list[str], steps: int, compile
                      f"{med['time/train']:.2f}", f"{tokens / med['time/generate']:,.0f}", f"{peak_gib():.1f}",
                      f"{len(warm)} steps" + (", compiled" if compile_all and backend == "execrl" else "")])
     precision.PURE_LOW_PRECISION = False
-
-
-def table(title: str, header: list[str], rows: list) -> None:
-    print(f"\n{title}\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
-    for r in rows:
-        print("| " + " | ".join(str(x) for x in r) + " |")
 
 
 def main() -> None:
@@ -292,7 +227,7 @@ def main() -> None:
                     help="step section: the engine and training layers not compiled; rollout section: fewer variants")
     args = ap.parse_args()
     sections, archs = args.sections.split(","), args.archs.split(",")
-    print(f"{torch.cuda.get_device_name() if DEVICE == 'cuda' else 'cpu'}, torch {torch.__version__}, "
+    print(f"{device_name()}, torch {torch.__version__}, "
           f"transformers {__import__('transformers').__version__}")
     if "rollout" in sections:
         rows = []

@@ -10,16 +10,15 @@ from random weights at the warm-up's large learning rate, runs diverge from any 
 """
 
 import argparse
-import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from execrl.builtin import tokenizer_corpus
+from common import byte_tokenizer, read_metrics, table
+
 from execrl.config import load_config
-from execrl.models import build_tiny_model, build_tokenizer
+from execrl.models import build_tiny_model
 from execrl.trainer import precision
 from execrl.trainer.loop import train
 
@@ -37,7 +36,7 @@ def main() -> None:
     ap.add_argument("--set", nargs="*", default=[], help="more key=value overrides for every run")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="execrl-precision-"))
-    tok = build_tokenizer(tokenizer_corpus(), vocab_size=259)
+    tok = byte_tokenizer()
     build_tiny_model(tok, hidden=args.hidden, layers=args.layers, heads=max(4, args.hidden // 64), seed=0) \
         .save_pretrained(work / "model")
     tok.save_pretrained(work / "model")
@@ -59,7 +58,7 @@ def main() -> None:
         t = time.perf_counter()
         train(load_config(None, overrides))
         seconds = time.perf_counter() - t
-        metrics = [json.loads(x) for x in (log / "metrics.jsonl").read_text().splitlines()]
+        metrics = read_metrics(log)
         rewards = [m["train/reward_mean"] for m in metrics if "train/reward_mean" in m]
         evals = [f"{m['eval/pass@1']:.3f}" for m in metrics if "eval/pass@1" in m]
         k = min(10, len(rewards) // 2 or 1)
@@ -67,14 +66,10 @@ def main() -> None:
         rows.append([mode, f"{statistics.mean(rewards[:k]):.3f}", f"{statistics.mean(rewards[-k:]):.3f}",
                      " -> ".join(evals), f"{statistics.mean(mismatch):.4f}" if mismatch else "", f"{seconds:.0f}"])
     precision.PURE_LOW_PRECISION = False
-    print(f"\nBuilt-in task, Qwen2 hidden {args.hidden} x {args.layers} layers, {args.steps} GRPO steps at lr {args.lr} "
-          f"from one fp32 warm-up (the default 80 steps), seed 0")
-    header = ["precision", f"train reward, first {k} steps", f"last {k} steps", "eval pass@1 (every "
-              f"{max(1, args.steps // 4)} steps)", "engine vs trainer logprob mismatch", "s"]
-    print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
-    for r in rows:
-        print("| " + " | ".join(r) + " |")
-    sys.stdout.flush()
+    table(f"Built-in task, Qwen2 hidden {args.hidden} x {args.layers} layers, {args.steps} GRPO steps at lr {args.lr} "
+          "from one fp32 warm-up (the default 80 steps), seed 0",
+          ["precision", f"train reward, first {k} steps", f"last {k} steps", "eval pass@1 (every "
+           f"{max(1, args.steps // 4)} steps)", "engine vs trainer logprob mismatch", "s"], rows)
 
 
 if __name__ == "__main__":

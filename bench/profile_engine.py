@@ -7,17 +7,13 @@ one decode step per attention window, host bookkeeping).
 """
 
 import argparse
-import sys
-import time
-from pathlib import Path
+from functools import partial
 
 import torch
+from common import ARCHS, build, timed
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).parent))
-from grpo_step import VOCAB, build  # noqa: E402
-
-from execrl.rollout import RolloutEngine, SamplingParams  # noqa: E402
+from execrl.rollout import RolloutEngine, SamplingParams
 
 PROMPT, NEW = 128, 256
 
@@ -25,10 +21,10 @@ PROMPT, NEW = 128, 256
 def kernels(engine, params, window: int, top: int, label: str) -> None:
     engine.active.fill_(True)
     engine.limit.fill_(10_000)
-    table(lambda: engine._step(window, params), 16, top, f"{label}, window {window}", "decode step")
+    top_kernels(partial(engine._step, window, params), 16, top, f"{label}, window {window}", "decode step")
 
 
-def table(fn, repeat: int, top: int, label: str, unit: str) -> None:
+def top_kernels(fn, repeat: int, top: int, label: str, unit: str) -> None:
     """The top GPU kernels of fn, per call."""
     for _ in range(3):
         fn()
@@ -45,35 +41,26 @@ def table(fn, repeat: int, top: int, label: str, unit: str) -> None:
         print(f"{e.self_device_time_total / repeat / 1000:8.3f} ms {e.count // repeat:5d}x  {e.key[:110]}")
 
 
-def seconds(fn, repeat: int = 1) -> float:
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(repeat):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / repeat
-
-
-def sampling(slots: int) -> None:
+def sampling(slots: int, vocab: int) -> None:
     """One sampling of [slots, V] bf16 logits at temperature 1: torch ops compiled (as they were in the decode
     step) against the one-pass kernel, in a few tilings (rows per program, columns per block, warps)."""
     from execrl.rollout import fused_sampling
     from execrl.rollout.sampling import sample, sample_torch
 
-    logits = torch.randn(slots, VOCAB, device="cuda").to(torch.bfloat16)
+    logits = torch.randn(slots, vocab, device="cuda").to(torch.bfloat16)
     keys = torch.arange(slots, device="cuda", dtype=torch.int32)
     params = SamplingParams(1.0)
     step = torch.compile(lambda x, k: sample_torch(x, params, k))
     step(logits, keys)
-    base = seconds(lambda: step(logits, keys), repeat=100) * 1000
+    base = timed(lambda: step(logits, keys), 100)[1] * 1000
     want = sample(logits, params, keys)[0]
     fused = torch.compile(lambda x, k: sample(x, params, k))  # the kernel reads its tiling at each call
     default = (fused_sampling.ROWS, fused_sampling.BLOCK, fused_sampling.WARPS)
-    print(f"\nsampling {slots} x {VOCAB:,} logits: torch ops, compiled {base:.3f} ms", flush=True)
+    print(f"\nsampling {slots} x {vocab:,} logits: torch ops, compiled {base:.3f} ms", flush=True)
     for tiling in (default, (1, 512, 4), (1, 2048, 8), (2, 512, 4), (2, 1024, 8), (4, 256, 4)):
         fused_sampling.ROWS, fused_sampling.BLOCK, fused_sampling.WARPS = tiling
         assert torch.equal(fused(logits, keys)[0], want)
-        ms = seconds(lambda: fused(logits, keys), repeat=100) * 1000
+        ms = timed(lambda: fused(logits, keys), 100)[1] * 1000
         print(f"  one-pass kernel, rows {tiling[0]}, block {tiling[1]}, warps {tiling[2]}{' (default)' * (tiling == default)}:"
               f" {ms:.3f} ms ({base / ms:.2f}x)", flush=True)
     fused_sampling.ROWS, fused_sampling.BLOCK, fused_sampling.WARPS = default
@@ -82,8 +69,8 @@ def sampling(slots: int) -> None:
 def breakdown(engine, prompts, params) -> None:
     """A generate call's wall time against its parts: prefill alone, and graph replays of one step per window."""
     engine.generate(prompts, 1, NEW, params)  # compile and capture every window
-    total = seconds(lambda: engine.generate(prompts, 1, NEW, params))
-    prefill = seconds(lambda: engine.generate(prompts, 1, 1, params))
+    total = timed(lambda: engine.generate(prompts, 1, NEW, params))[1]
+    prefill = timed(lambda: engine.generate(prompts, 1, 1, params))[1]
     engine.generate(prompts, 1, 1, params)
     engine.active.fill_(True)
     engine.limit.fill_(10_000)
@@ -91,7 +78,7 @@ def breakdown(engine, prompts, params) -> None:
     for lo, window in ((0, 128), (128, 256), (256, 384)):
         if window > engine.dec.max_len:
             break
-        per = seconds(lambda: engine._step(window, params), repeat=32)
+        per = timed(partial(engine._step, window, params), 32)[1]
         n = max(0, min(PROMPT + NEW, window) - max(PROMPT, lo))  # decode steps whose window this is
         steps += n * per
         parts.append(f"window {window}: {per * 1000:.3f} ms/step x {n}")
@@ -118,15 +105,15 @@ def main() -> None:
                 "breakdown": {"compile": True}, "prefill": {"compile": True}}
     for name in args.variants.split(","):
         if name == "sampling":
-            sampling(args.slots)
+            sampling(args.slots, ARCHS[args.arch].vocab)
             continue
         engine = RolloutEngine(model, tok, slots=args.slots, max_len=PROMPT + NEW, **variants[name])
         if name == "breakdown":
             breakdown(engine, prompts, params)
             continue
         if name == "prefill":  # every prompt prefilled and its first token sampled
-            table(lambda: engine.generate(prompts, 1, 1, params), 2, args.rows,
-                  f"{args.arch} prefill of {len(prompts)} x {PROMPT} tokens", "prefill")
+            top_kernels(partial(engine.generate, prompts, 1, 1, params), 2, args.rows,
+                        f"{args.arch} prefill of {len(prompts)} x {PROMPT} tokens", "prefill")
             continue
         engine.generate(prompts, 1, 40, params)  # warm-up (and compilation)
         engine.generate(prompts, 1, 1, params)  # prefill: every slot holds a prompt

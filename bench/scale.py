@@ -35,20 +35,21 @@ import time
 from pathlib import Path
 
 import torch
+from common import (
+    ARCHS,
+    DEVICE,
+    NO_COMPILE,
+    byte_tokenizer,
+    device_name,
+    free_memory,
+    fresh_peak,
+    padding_prompt,
+    peak_gib,
+    qwen2_config,
+    read_metrics,
+    table,
+)
 
-try:
-    import execrl  # noqa: F401
-except ImportError:  # run from a checkout without installing
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grpo_step import padding_prompt  # noqa: E402
-
-ARCHS = {  # hidden, layers, heads, kv heads, intermediate, vocabulary, tied head (as the Qwen2.5-Coder configs)
-    "qwen2.5-coder-1.5b": (1536, 28, 12, 2, 8960, 151936, True),
-    "qwen2.5-coder-0.5b": (896, 24, 14, 2, 4864, 151936, True),
-    "qwen2.5-coder-7b": (3584, 28, 28, 4, 18944, 152064, False),  # the 8-GPU production config's
-    "tiny": (64, 2, 4, 2, 128, 512, True),  # a smoke test of this script on a CPU
-}
 SEED_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo_code_2gpu_test.yaml"
 
 
@@ -64,24 +65,18 @@ def build_model(arch: str, directory: Path, ending: bool = False) -> Path:
 
     `ending`: a random model whose turns end by themselves, so that episodes take several turns (forced lengths end
     every turn truncated, which ends the episode): see end_turns. Compute is unchanged."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
-    from execrl.builtin import tokenizer_corpus
-    from execrl.models import build_tokenizer
     from execrl.trainer import distributed as dist
 
     target = directory / (arch + ("-ending" if ending else ""))
     if dist.is_main() and not (target / "config.json").is_file():
         say(f"building a random-init {arch} in {target}")
-        hidden, layers, heads, kv, inter, vocab, tied = ARCHS[arch]
-        tok = build_tokenizer(tokenizer_corpus(), vocab_size=259)  # byte ids, a subset of the real vocabulary
-        cfg = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                          num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=tied,
-                          rms_norm_eps=1e-6, max_position_embeddings=32768,
-                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        tok = byte_tokenizer()  # byte ids, a subset of the real vocabulary
+        cfg = qwen2_config(arch, tok)
         torch.manual_seed(0)
-        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-            model = Qwen2ForCausalLM(cfg).to(torch.bfloat16 if torch.cuda.is_available() else torch.float32)
+        with torch.device(DEVICE):
+            model = Qwen2ForCausalLM(cfg).to(torch.bfloat16 if DEVICE == "cuda" else torch.float32)
             if ending:
                 say(f"EOS's embedding row scaled {end_turns(model, tok.eos_token_id):.1f}x")
         tmp = target.with_name(f".tmp-{arch}-{os.getpid()}")
@@ -142,22 +137,10 @@ def config(args, model_dir: Path, log_dir: str, num_prompts: int, global_batch: 
     if args.micro:
         overrides += [f"policy.train_micro_batch_size={args.micro}", f"policy.logprob_batch_size={args.micro}"]
     if not compile_:
-        overrides += ["policy.torch_compile=false", "policy.generation.compile=false"]
-    if not torch.cuda.is_available():
+        overrides += NO_COMPILE
+    if DEVICE == "cpu":
         overrides += ["policy.device=cpu"]
     return load_config(args.config, [*overrides, *extra])
-
-
-def free_memory() -> None:
-    import gc
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def peak_gib() -> float:
-    return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
 
 
 def part_timing(args, model_dir: Path) -> dict:
@@ -173,14 +156,12 @@ def part_timing(args, model_dir: Path) -> dict:
     say(f"timing: {steps} steps of {num_prompts} prompts x {cfg.grpo.num_generations_per_prompt} on {world} "
         f"process(es), {args.new_tokens} new tokens, micro-batch {cfg.policy.train_micro_batch_size}, "
         f"compiled={args.compile} (the first {args.warmup} steps compile)")
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
+    fresh_peak()
     t = time.perf_counter()
     run = train(cfg)
     wall = time.perf_counter() - t
     peaks = dist.gather_lists([round(peak_gib(), 2)])
-    rows = [json.loads(line) for line in (Path(log_dir) / "metrics.jsonl").read_text().splitlines()] \
-        if dist.is_main() else []
+    rows = read_metrics(log_dir) if dist.is_main() else []
     del run
     free_memory()
     timed = [r for r in rows if r["step"] > args.warmup]
@@ -247,13 +228,6 @@ def part_losses(args, model_dir: Path) -> list[dict]:
     finally:
         run.close()
     return out
-
-
-def table(title: str, header: list[str], rows: list[list]) -> None:
-    print(f"\n{title}\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
-    for r in rows:
-        print("| " + " | ".join(str(x) for x in r) + " |")
-    sys.stdout.flush()
 
 
 def report(results: list[dict]) -> None:
@@ -335,8 +309,8 @@ def main() -> None:
     from execrl.trainer import distributed as dist
 
     dist.init("auto")
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    if args.arch != "tiny" and not torch.cuda.is_available():
+    device = device_name()
+    if args.arch != "tiny" and DEVICE == "cpu":
         sys.exit("this architecture needs GPUs: use --arch tiny on a CPU")
     say(f"{dist.world_size()} x {device}, torch {torch.__version__}, "
         f"transformers {__import__('transformers').__version__}")

@@ -7,17 +7,12 @@ an HF model directory, bf16 on GPUs that have it, transformers generation, the s
 """
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 
 import torch
-
-ARCHS = {  # hidden, layers, heads, kv heads, intermediate (the Qwen2.5 configs)
-    "qwen2.5-0.5b": (896, 24, 14, 2, 4864),
-    "qwen2.5-1.5b": (1536, 28, 12, 2, 8960),
-}
+from common import ARCHS, QUIET, byte_tokenizer, device_name, qwen2_config, read_metrics
 
 
 def main() -> None:
@@ -28,34 +23,26 @@ def main() -> None:
     ap.add_argument("--generations", type=int, default=8)
     args = ap.parse_args()
 
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
-    from execrl.builtin import tokenizer_corpus
     from execrl.config import load_config
-    from execrl.models import build_tokenizer
     from execrl.trainer.loop import train
 
-    hidden, layers, heads, kv, inter = ARCHS[args.arch]
-    tok = build_tokenizer(tokenizer_corpus(), vocab_size=259)
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                      num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=True,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    tok = byte_tokenizer()
     work = Path(tempfile.mkdtemp())
-    Qwen2ForCausalLM(cfg).save_pretrained(work / "model")
+    Qwen2ForCausalLM(qwen2_config(args.arch, tok, vocab=len(tok))).save_pretrained(work / "model")
     tok.save_pretrained(work / "model")
     n = args.prompts * args.generations
     overrides = [f"policy.model_name={work / 'model'}", f"grpo.max_num_steps={args.steps}", "warmup.sft_steps=0",
                  f"grpo.num_prompts_per_step={args.prompts}", f"grpo.num_generations_per_prompt={args.generations}",
                  f"policy.train_global_batch_size={n}", "policy.train_micro_batch_size=16", "policy.logprob_batch_size=32",
-                 f"policy.generation_batch_size={n}", "grpo.val_period=0", "grpo.val_at_start=false",
-                 "checkpointing.enabled=false", "logger.tensorboard_enabled=false", f"logger.log_dir={work / 'run'}",
+                 f"policy.generation_batch_size={n}", *QUIET, f"logger.log_dir={work / 'run'}",
                  "policy.optimizer.kwargs.lr=1e-6"]
     start = time.perf_counter()
     train(load_config(None, overrides))
     total = time.perf_counter() - start
-    rows = [json.loads(x) for x in (work / "run" / "metrics.jsonl").read_text().splitlines()]
-    dev = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    print(f"\n{args.arch} on {dev}, torch {torch.__version__}, {args.prompts} x {args.generations} samples/step")
+    rows = read_metrics(work / "run")
+    print(f"\n{args.arch} on {device_name()}, torch {torch.__version__}, {args.prompts} x {args.generations} samples/step")
     print(f"{'step':>4} {'generate s':>11} {'grade s':>8} {'train s':>8} {'gen tok/s':>10} {'peak GiB':>9}")
     for r in rows:
         tokens = r["train/completion_len_mean"] * n

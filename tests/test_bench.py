@@ -20,6 +20,13 @@ def run(*args: str, timeout: int = 600) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "bench").glob("*.py") if p.name != "common.py"))
+def test_bench_script_starts(script):
+    """Every script imports (bench/common.py as a sibling, execrl) and parses its flags."""
+    assert "usage:" in run(f"bench/{script}", "--help")
+
+
+@pytest.mark.slow
 def test_scale_bench_runs_on_cpu(tmp_path):
     out = tmp_path / "scale-1.json"
     run("bench/scale.py", "--arch", "tiny", "--prompts-per-gpu", "2", "--new-tokens", "16", "--warmup", "1",

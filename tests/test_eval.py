@@ -83,3 +83,18 @@ def test_completions_for_unknown_problems_are_one_clear_line(tmp_path):
     (tmp_path / "c.jsonl").write_text(json.dumps({"problem_id": "mbpp/99999", "completion": "x"}))
     proc = run("--completions", tmp_path / "c.jsonl", "--dataset", "mbpp", "--split", "test", "--out", tmp_path / "o")
     assert proc.returncode == 2 and "not in the dataset" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_eval_scores_the_built_in_task_like_any_registered_dataset(tmp_path):
+    from execrl.tasks import load_problems
+
+    problems, _ = load_problems("builtin:arith-code", "validation", count=3)
+    completions = [(problems[0].id, problems[0].metadata["wrong_attempts"][0]["content"])]  # another operation's
+    completions += [(p.id, p.metadata["reference_completion"]) for p in problems[1:]]
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(json.dumps({"problem_id": p, "completion": c}) for p, c in completions))
+    proc = run("--completions", path, "--dataset", "builtin:arith-code", "--split", "validation", "--limit", 3,
+               "--out", tmp_path / "o")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["problems"] == 3 and summary["outcomes"] == {"pass": 2, "fail": 1}

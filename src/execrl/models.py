@@ -31,17 +31,19 @@ def pick_dtype(device: torch.device, dtype: str = "auto") -> torch.dtype:
     return torch.float32
 
 
+TINY_CODER = "builtin:tiny-coder"  # built here: a 2-layer Qwen2 with a byte-level tokenizer (the built-in default's)
+BYTE_VOCAB = 259  # 256 bytes + 3 special tokens: a BPE tokenizer of this size learns no merges
+
+
 def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto", offline: bool | None = None,
                              tokenizer: str | None = None, seed: int = 0):
     """(model, tokenizer) in eval mode on the device; `name` is a hub id, a directory in HF format, or
-    builtin:tiny-coder (built here, seeded)."""
+    TINY_CODER (built here, seeded)."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no per-shard bars in training logs
-    if name == "builtin:tiny-coder":
-        from execrl.builtin import tokenizer_corpus
-
-        tok = build_tokenizer(tokenizer_corpus(), vocab_size=259)
+    if name == TINY_CODER:
+        tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
         dev = pick_device(device)
         return build_tiny_model(tok, hidden=128, layers=2, heads=4, seed=seed).to(dev, pick_dtype(dev, dtype)), tok
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -74,7 +76,7 @@ CHAT_TEMPLATE = (
 
 def build_tokenizer(corpus: list[str], vocab_size: int = 384):
     """A small byte-level BPE tokenizer with a ChatML template, trained here on `corpus` (no download).
-    A vocab_size of 259 (the 256 bytes + 3 specials) learns no merges: one token per byte."""
+    With vocab_size BYTE_VOCAB it learns no merges, whatever the corpus: one token per byte."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 

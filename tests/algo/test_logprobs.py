@@ -45,11 +45,11 @@ def test_gradcheck():
 
 
 def test_trainer_logprobs_equal_the_models_own_logits():
-    from execrl.builtin import tokenizer_corpus
     from execrl.models import build_tiny_model, build_tokenizer
+    from execrl.tasks.arith import corpus
     from execrl.trainer.step import token_logprobs
 
-    tok = build_tokenizer(tokenizer_corpus(), vocab_size=300)
+    tok = build_tokenizer(corpus(), vocab_size=300)
     model = build_tiny_model(tok, hidden=32, layers=2, heads=4, seed=0)
     ids = torch.randint(3, 300, (3, 12))
     attn = torch.ones_like(ids)

@@ -24,7 +24,7 @@ def test_deltas_rebuild_the_qwen25_rendering_of_random_conversations(qwen25_tok,
         conv = [{"role": "user", "content": random_text(rng, 40)}]
         ids = tok(tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=True),
                   add_special_tokens=False)["input_ids"]
-        for turn in range(rng.randint(1, 4)):
+        for _ in range(rng.randint(1, 4)):
             text = random_text(rng, rng.randint(1, 60))
             ended = rng.random() < 0.5  # the model closed its turn itself, or stopped at a stop string
             sampled = tok(text, add_special_tokens=False)["input_ids"] + ([tok.eos_token_id] if ended else [])

@@ -2,12 +2,11 @@
 expected answer and what the program gave; the episode ends when the public tests pass or turns run out, and the
 reward comes from all the tests."""
 
-from execrl.builtin import arith_problem
 from execrl.config import load_config
 from execrl.envs import UnitTestsEnv
 from execrl.envs.unit_tests import with_probes
 from execrl.sandbox import AssertTests, CallTests, StdioTests
-from execrl.tasks import Problem
+from execrl.tasks import Problem, arith
 
 SQUARES = Problem("t/sq", [{"role": "user", "content": "Write square(x)."}], "code",
                   tests=AssertTests(["assert square(2) == 4", "assert square(-3) == 9", "assert square(0) == 0"]))
@@ -41,7 +40,7 @@ def test_passing_the_public_tests_ends_the_episode_graded_on_all_tests(grader):
 def test_stdio_feedback_shows_input_expected_and_output(grader):
     import random
 
-    problem, _ = arith_problem(random.Random(3), 0, "t")
+    problem = arith.problem(random.Random(3), 0, "t")
     e, _ = env(grader, problem, "env.multi_turn.observation_role=user")
     step = e.step("```python\na, b = map(int, input().split())\nprint(a * 1000 + b)\n```")
     inp, out = problem.tests.inputs[0], problem.tests.outputs[0]

@@ -5,17 +5,17 @@ cuts, refilling slots changes nothing, EOS and context limits end sequences."""
 import pytest
 import torch
 
-from execrl.builtin import tokenizer_corpus
 from execrl.models import build_tiny_model, build_tokenizer
 from execrl.rollout import RolloutEngine, SamplingParams, UnsupportedModel, hf_generate
 from execrl.rollout.sampling import sample
+from execrl.tasks.arith import corpus
 
 GREEDY = SamplingParams(temperature=0.0)
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    tok = build_tokenizer(tokenizer_corpus(), vocab_size=384)
+    tok = build_tokenizer(corpus(), vocab_size=384)
     model = build_tiny_model(tok, hidden=64, layers=2, heads=4, seed=0).eval()  # 4 query heads over 2 kv heads
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():  # larger random weights than the init: varied text instead of one token repeated

@@ -211,13 +211,13 @@ def test_two_gloo_processes_equal_one_on_the_builtin_task(tmp_path):
 def test_engine_graphs_follow_weights_that_moved_after_reset_graphs():
     """What a sharded model's rollout phase does to the engine: the gathered weights land in new memory (with new
     values after an optimizer step); after reset_graphs the CUDA-graph engine samples what an eager one does."""
-    from execrl.builtin import tokenizer_corpus
     from execrl.models import build_tiny_model, build_tokenizer
     from execrl.rollout import RolloutEngine, SamplingParams
+    from execrl.tasks.arith import corpus
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    tok = build_tokenizer(tokenizer_corpus(), vocab_size=384)
+    tok = build_tokenizer(corpus(), vocab_size=384)
     model = build_tiny_model(tok, hidden=64, layers=2, heads=4, seed=0).cuda().eval()
     prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in ["Read two integers.", "def f(x):"]]
     greedy = SamplingParams(temperature=0.0)

@@ -164,7 +164,8 @@ class DataDefaults(Section):
 
 class DataConfig(Section):
     train: DatasetConfig = Field(default_factory=DatasetConfig, description="the training problems")
-    validation: DatasetConfig | None = Field(None, description="validation problems (null: held out from train)")
+    validation: DatasetConfig | None = Field(None, description="validation problems (null: held out from train, see "
+                                                  "split_validation_size; a generated dataset's own validation split)")
     default: DataDefaults = Field(default_factory=DataDefaults, description="NeMo RL defaults block")
     max_input_seq_length: int | None = Field(None, description="drop prompts longer than this (null: total - new)")
     shuffle: bool = Field(True, description="shuffle training problems each epoch")

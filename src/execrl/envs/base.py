@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from execrl.eval.run import grade_samples
-from execrl.rewards import Reward, Sample, score
+from execrl.rewards import Reward, Sample, grade_samples, score
 from execrl.tasks import Problem
 
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import torch
+
+from execrl.rollout import SamplingParams, build_generator
+
 
 def generate(model, tokenizer, prompts: list[str], num_samples: int, max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, batch_size: int = 8, backend: str = "execrl", seed: int = 0,
              on_batch=None) -> list[list[tuple[str, int]]]:
-    import torch
-
-    from execrl.rollout import SamplingParams, build_generator
-
     torch.manual_seed(seed)
     ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     if not ids:

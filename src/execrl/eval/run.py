@@ -15,15 +15,12 @@ from rich.table import Table
 from execrl.eval.passk import mean_pass_at_k
 from execrl.extract import extract
 from execrl.prompts import PromptConfig, build_messages, drop_long_prompts, render
-from execrl.rewards import Sample, sandbox_failures
-from execrl.rewards.math_answers import math_correct
-from execrl.sandbox import Grader, Limits, Verdict, check_infra_share, parse_tests
+from execrl.rewards import CORRECT, Sample, grade_samples, outcome, sandbox_failures
+from execrl.sandbox import Grader, Limits, check_infra_share, parse_tests
 from execrl.tasks import Problem, load_problems
 from execrl.tasks.problem import DatasetError, read_rows
 
 err = Console(stderr=True, soft_wrap=True)
-NO_CODE = "no_code"
-CORRECT = ("pass", "correct")  # the outcomes that count for pass@k
 
 
 @dataclass
@@ -46,41 +43,6 @@ class EvalConfig:
     workers: int = 0
     timeout_s: float = 5.0
     prompt: PromptConfig = field(default_factory=PromptConfig)
-
-
-def grade_samples(samples: list[Sample], grader: Grader, progress=None) -> None:
-    """Fill in each code sample's grading result (in parallel); math samples need no sandbox."""
-    jobs, owners = [], []
-    for s in samples:
-        if s.problem.kind == "code" and s.extracted.code is not None:
-            jobs.append((_program(s.problem, s.extracted.code), s.problem.tests, s.problem.language, None))
-            owners.append(s)
-    results = grader.grade_many(jobs, on_done=(lambda _: progress()) if progress else None)
-    for s, r in zip(owners, results):
-        s.result = r
-
-
-def _program(problem: Problem, code: str) -> str:
-    """HumanEval-style problems: a completion that does not define the entry point continues the prompt."""
-    entry, prefix = problem.metadata.get("entry_point"), problem.metadata.get("code_prefix")
-    if entry and prefix and f"def {entry}" not in code:
-        return prefix + code
-    return code
-
-
-def is_correct(sample: Sample) -> bool:
-    if sample.problem.kind == "math":
-        return math_correct(sample) == 1.0
-    return sample.result is not None and sample.result.verdict == Verdict.PASS
-
-
-OUTCOMES = {"math": ("correct", "wrong"), "code": (*(v.value for v in Verdict), NO_CODE)}  # what outcome() returns
-
-
-def outcome(sample: Sample) -> str:
-    if sample.problem.kind == "math":
-        return "correct" if is_correct(sample) else "wrong"
-    return sample.result.verdict.value if sample.result is not None else NO_CODE
 
 
 def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | None = None) -> dict:
@@ -106,6 +68,7 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
 
 
 def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[Problem]):
+    # torch and transformers load only here: grading a file of completions needs neither
     from execrl.eval.generate import generate
     from execrl.models import load_model_and_tokenizer
 

@@ -6,7 +6,7 @@ import logging
 from fractions import Fraction
 
 from execrl.extract import math_answer
-from execrl.rewards import Sample, component
+from execrl.rewards.base import Sample, component
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns on every call made off the main thread
 MAX_ANSWER_CHARS = 200  # sympy on adversarial text can run for minutes: long answers get the numeric check only

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from execrl.rewards import Sample, component
+from execrl.rewards.base import Sample, component
 
 
 @component("format")

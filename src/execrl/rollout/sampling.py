@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from execrl.rollout import fused_sampling
+import execrl.rollout.fused_sampling as fused_sampling
 
 
 @dataclass(frozen=True)

@@ -19,24 +19,6 @@ class CompareOptions:
     float_abs: float = 0.0
     case_fold: bool = False
 
-    @classmethod
-    def from_dict(cls, d: dict) -> CompareOptions:
-        from execrl.sandbox.spec import TestSpecError
-
-        unknown = set(d) - {"mode", "float_rel", "float_abs", "case_fold"}
-        if unknown:
-            raise TestSpecError(f"unknown compare options {sorted(unknown)}: use mode, float_rel, float_abs, case_fold")
-        opts = cls(**d)
-        if opts.mode not in ("lines", "exact"):
-            raise TestSpecError(f"compare.mode must be 'lines' or 'exact', got {opts.mode!r}")
-        for name in ("float_rel", "float_abs"):
-            v = getattr(opts, name)
-            if type(v) not in (int, float) or not 0 <= v < math.inf:
-                raise TestSpecError(f"compare.{name} must be a finite number >= 0, got {v!r}")
-        if type(opts.case_fold) is not bool:
-            raise TestSpecError(f"compare.case_fold must be true or false, got {opts.case_fold!r}")
-        return opts
-
 
 def _lines(text: str) -> list[str]:
     lines = [line.rstrip(ASCII_SPACE) for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import decimal
 import json
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -38,6 +39,23 @@ class TestSpecError(ValueError):
     """A test specification that cannot be graded (the dataset's fault, reported before anything runs)."""
 
     __test__ = False  # not a pytest class
+
+
+def compare_options(d: dict) -> CompareOptions:
+    """A test row's `compare` settings, checked."""
+    unknown = set(d) - {"mode", "float_rel", "float_abs", "case_fold"}
+    if unknown:
+        raise TestSpecError(f"unknown compare options {sorted(unknown)}: use mode, float_rel, float_abs, case_fold")
+    opts = CompareOptions(**d)
+    if opts.mode not in ("lines", "exact"):
+        raise TestSpecError(f"compare.mode must be 'lines' or 'exact', got {opts.mode!r}")
+    for name in ("float_rel", "float_abs"):
+        v = getattr(opts, name)
+        if type(v) not in (int, float) or not 0 <= v < math.inf:
+            raise TestSpecError(f"compare.{name} must be a finite number >= 0, got {v!r}")
+    if type(opts.case_fold) is not bool:
+        raise TestSpecError(f"compare.case_fold must be true or false, got {opts.case_fold!r}")
+    return opts
 
 
 @dataclass(frozen=True)
@@ -128,7 +146,7 @@ def parse_tests(obj) -> TestSpec:
         compare = obj.get("compare") or {}
         if not isinstance(compare, dict):
             raise TestSpecError("tests.compare must be an object: {mode, float_rel, float_abs, case_fold}")
-        return StdioTests(inputs, outputs, CompareOptions.from_dict(compare))
+        return StdioTests(inputs, outputs, compare_options(compare))
     raise TestSpecError(
         f"unknown test form with keys {sorted(keys)}: expected inputs+outputs (stdin/stdout), "
         "fn_name+inputs+outputs (call), asserts (+setup) or check+entry_point"

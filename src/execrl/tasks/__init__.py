@@ -9,90 +9,9 @@ Evaluation splits are marked: `check_trainable` refuses to train on them.
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
-
-from execrl.sandbox.spec import truncate_tests
+# the loaders register themselves (each imports the registry, not this package)
+from execrl.tasks import arith, generic, gsm8k, humaneval, leetcode, mbpp, nemotron_code  # noqa: F401
 from execrl.tasks.problem import DatasetError, Problem, RowReport, read_rows
-
-
-@dataclass(frozen=True)
-class DatasetInfo:
-    name: str
-    load: Callable  # (path: Path | None, split: str, **options) -> list[Problem], filling a RowReport
-    data_dir: str  # folder name under a data directory
-    hub_id: str | None
-    splits: tuple[str, ...]
-    eval_only: tuple[str, ...]  # splits that must never be trained on
-
-
-DATASETS: dict[str, DatasetInfo] = {}
-
-
-def register(name: str, data_dir: str, splits: tuple[str, ...], eval_only: tuple[str, ...] = (), hub_id: str | None = None):
-    def wrap(fn):
-        DATASETS[name] = DatasetInfo(name, fn, data_dir, hub_id, splits, eval_only)
-        return fn
-    return wrap
-
-
-def find_path(info: DatasetInfo, path: str | None) -> Path | None:
-    if path:
-        p = Path(path).expanduser()
-        if not p.exists():
-            raise DatasetError(f"{info.name}: {p} does not exist")
-        return p
-    candidates = [Path(os.environ["EXECRL_DATA_DIR"]) / info.data_dir] if os.environ.get("EXECRL_DATA_DIR") else []
-    candidates.append(Path(__file__).resolve().parents[3].parent / "shared" / "data" / info.data_dir)
-    return next((c for c in candidates if c.exists()), None)
-
-
-def load_problems(name: str, split: str = "train", path: str | None = None, max_tests: int = 0,
-                  **options) -> tuple[list[Problem], RowReport]:
-    """Problems of one split; `max_tests` > 0 keeps at most that many tests per code problem (the first ones)."""
-    if name not in DATASETS:
-        raise DatasetError(f"unknown dataset {name!r}: known are {sorted(DATASETS)} (or 'jsonl' with a field mapping)")
-    info = DATASETS[name]
-    if info.splits and split not in info.splits:
-        raise DatasetError(f"{name} has no split {split!r}: use one of {list(info.splits)}")
-    report = RowReport(f"{name}/{split}")
-    local = find_path(info, path)
-    if local is None and info.hub_id is None:
-        raise DatasetError(f"{name}: no local copy found; pass its path (data.path=...) or set EXECRL_DATA_DIR")
-    problems = info.load(local, split, report=report, hub_id=info.hub_id, **options)
-    for p in problems:
-        p.metadata.setdefault("dataset", name)
-        p.metadata.setdefault("split", split)
-        if max_tests and p.tests is not None:
-            p.tests = truncate_tests(p.tests, max_tests)
-    report.print()
-    if not problems:
-        raise DatasetError(f"{name}/{split}: no usable problems (skipped {report.skipped})")
-    return problems, report
-
-
-def check_trainable(name: str, split: str) -> None:
-    info = DATASETS.get(name)
-    if info is not None and (split in info.eval_only or "*" in info.eval_only):
-        raise DatasetError(f"{name}/{split} is an evaluation split: never train on it (use one of "
-                           f"{[s for s in info.splits if s not in info.eval_only] or 'another dataset'})")
-
-
-def hub_rows(hub_id: str, split: str, config: str | None = None) -> list[dict]:
-    try:
-        import datasets
-    except ImportError:
-        raise DatasetError(f"no local copy, and loading {hub_id} from the hub needs `pip install datasets` and a "
-                           "network; or pass the path of a local copy") from None
-    try:
-        return list(datasets.load_dataset(hub_id, config, split=split))
-    except Exception as e:  # noqa: BLE001 - offline, unknown id, ...: one clear message
-        raise DatasetError(f"could not load {hub_id} ({split}) from the hub: {e}; pass a local path instead") from None
-
-
-# the loaders register themselves
-from execrl.tasks import generic, gsm8k, humaneval, leetcode, mbpp, nemotron_code  # noqa: E402,F401
+from execrl.tasks.registry import DATASETS, check_trainable, load_problems
 
 __all__ = ["DATASETS", "DatasetError", "Problem", "RowReport", "check_trainable", "load_problems", "read_rows"]

@@ -4,8 +4,8 @@ A row with tests is a code problem, a row with an answer a math problem; the pro
 from __future__ import annotations
 
 from execrl.sandbox import TestSpecError, parse_tests
-from execrl.tasks import register
 from execrl.tasks.problem import DatasetError, Problem, read_rows
+from execrl.tasks.registry import register
 
 DEFAULT_FIELDS = {"prompt": "prompt", "tests": "tests", "answer": "answer", "id": "id", "language": "language"}
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from execrl.tasks import hub_rows, register
 from execrl.tasks.problem import Problem, read_rows
+from execrl.tasks.registry import hub_rows, register
 
 
 @register("gsm8k", data_dir="gsm8k", splits=("train", "test"), eval_only=("test",), hub_id="openai/gsm8k")

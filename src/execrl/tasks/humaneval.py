@@ -5,8 +5,8 @@ of the prompt."""
 from __future__ import annotations
 
 from execrl.sandbox import CheckTests
-from execrl.tasks import register
 from execrl.tasks.problem import Problem, read_rows
+from execrl.tasks.registry import register
 
 
 @register("humaneval", data_dir="humaneval", splits=("test",), eval_only=("*",), hub_id=None)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from execrl.sandbox import TestSpecError
 from execrl.sandbox.spec import split_test_script
-from execrl.tasks import register
 from execrl.tasks.problem import Problem, read_rows
+from execrl.tasks.registry import register
 
 
 @register("leetcode", data_dir="leetcode_contest", splits=("test",), eval_only=("*",))

@@ -5,8 +5,8 @@ first test, so the function name is known."""
 from __future__ import annotations
 
 from execrl.sandbox import AssertTests
-from execrl.tasks import register
 from execrl.tasks.problem import DatasetError, Problem, read_rows
+from execrl.tasks.registry import register
 
 SPLITS = {"prompt": range(1, 11), "test": range(11, 511), "validation": range(511, 601), "train": range(601, 975)}
 

@@ -4,8 +4,8 @@ for a ```python block), `verifier_metadata.unit_tests.{inputs, outputs, fn_name?
 from __future__ import annotations
 
 from execrl.sandbox import TestSpecError, parse_tests
-from execrl.tasks import hub_rows, register
 from execrl.tasks.problem import Problem, read_rows
+from execrl.tasks.registry import hub_rows, register
 
 HUB = "nvidia/Nemotron-RL-coding-competitive_coding"
 

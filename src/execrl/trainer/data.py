@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import random
 
-from execrl.builtin import BUILTIN_TASKS, arith_problems, feedback_episode
 from execrl.config import MasterConfig
+from execrl.config.schema import DatasetConfig
 from execrl.tasks import DATASETS, DatasetError, Problem, check_trainable, load_problems
+from execrl.trainer.warmup import feedback_reference
 
 
 def dataset_key(name: str) -> str:
@@ -16,27 +17,27 @@ def dataset_key(name: str) -> str:
     for key, info in DATASETS.items():
         if info.hub_id and info.hub_id.lower() == name.lower():
             return key
-    raise DatasetError(f"data.train.dataset_name {name!r}: not a known dataset ({sorted(DATASETS)}, "
-                       f"{list(BUILTIN_TASKS)}) or hub id")
+    raise DatasetError(f"data.train.dataset_name {name!r}: not a known dataset ({sorted(DATASETS)}) or hub id")
+
+
+def load_split(d: DatasetConfig, seed: int) -> list[Problem]:
+    """One configured split's problems; a generated dataset is seeded by grpo.seed unless its options say otherwise."""
+    key = dataset_key(d.dataset_name)
+    options = ({"seed": seed} if DATASETS[key].data_dir is None else {}) | d.options
+    return load_problems(key, d.split, d.path, d.max_tests, **options)[0]
 
 
 def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str, list[dict]]]:
-    """(train problems, validation problems, reference turns for warm-up by problem id)."""
+    """(train problems, validation problems, reference turns for warm-up by problem id: those of the problems that
+    carry a reference completion, and with the unit-test environment every other one of them a wrong first attempt,
+    the feedback on it and the fix)."""
     d, g = cfg.data, cfg.grpo
-    if d.train.dataset_name == "builtin:arith-code":
-        train = arith_problems("train", 4096, g.seed)
-        val = arith_problems("validation", g.max_val_samples, g.seed)
-        refs = {p.id: [{"role": "assistant", "content": ref}] for p, ref in train}
-        if cfg.env.multi_turn.kind == "unit_tests":  # half of them: a wrong first attempt, its feedback, the fix
-            rng = random.Random(g.seed)
-            refs.update({p.id: feedback_episode(p, ref, rng, cfg) for p, ref in train[1::2]})
-        return [p for p, _ in train], [p for p, _ in val], refs
-    key = dataset_key(d.train.dataset_name)
-    check_trainable(key, d.train.split)
-    train, _ = load_problems(key, d.train.split, d.train.path, d.train.max_tests, **d.train.options)
+    check_trainable(dataset_key(d.train.dataset_name), d.train.split)
+    train = load_split(d.train, g.seed)
     if d.validation is not None:
-        val, _ = load_problems(dataset_key(d.validation.dataset_name), d.validation.split, d.validation.path,
-                               d.validation.max_tests, **d.validation.options)
+        val = load_split(d.validation, g.seed)
+    elif DATASETS[dataset_key(d.train.dataset_name)].data_dir is None:  # generated: a stream of its own is held out
+        val = load_split(d.train.model_copy(update={"split": "validation"}), g.seed)
     elif d.train.split_validation_size > 0:
         order = list(range(len(train)))
         random.Random(g.seed).shuffle(order)
@@ -46,7 +47,12 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
         train = [p for i, p in enumerate(train) if i not in held]
     else:
         val = []
-    return train, val[: g.max_val_samples], {}
+    refs = {p.id: [{"role": "assistant", "content": p.metadata["reference_completion"]}]
+            for p in train if "reference_completion" in p.metadata}
+    if cfg.env.multi_turn.kind == "unit_tests":
+        rng = random.Random(g.seed)
+        refs.update({p.id: feedback_reference(p, rng, cfg) for p in train[1::2] if "wrong_attempts" in p.metadata})
+    return train, val[: g.max_val_samples], refs
 
 
 class ProblemSampler:

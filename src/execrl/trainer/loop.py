@@ -9,8 +9,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from execrl.config import MasterConfig
-from execrl.eval.run import is_correct
-from execrl.rewards import sandbox_failures
+from execrl.rewards import is_correct, sandbox_failures
 from execrl.sandbox import check_infra_share
 from execrl.trainer import checkpoint
 from execrl.trainer import distributed as dist

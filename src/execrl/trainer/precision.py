@@ -24,6 +24,8 @@ import copy
 
 import torch
 
+from execrl.models import pick_dtype
+
 PURE_LOW_PRECISION = False  # True: no fp32 master (the pre-issue-18 behaviour, kept only for the benchmarks)
 
 
@@ -59,8 +61,6 @@ class Weights:
 
 def dtypes(precision: str, device: torch.device) -> tuple[torch.dtype, torch.dtype]:
     """(master, compute) dtypes for policy.precision on this device."""
-    from execrl.models import pick_dtype
-
     if precision in ("float16", "fp16"):
         raise ValueError("policy.precision float16 needs loss scaling, which execrl does not do: use bfloat16 "
                          "(or float32)")

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 import torch
 
 from execrl.envs import Environment, Segment, Step, Trajectory, TurnRenderer, make_env
-from execrl.eval.run import OUTCOMES, outcome
 from execrl.prompts import render
-from execrl.rewards import Reward, Sample
+from execrl.rewards import OUTCOMES, Reward, Sample, outcome
 from execrl.rollout import Completion, SamplingParams
 from execrl.rollout.sampling import mix32, request_key
 from execrl.sandbox import Grader

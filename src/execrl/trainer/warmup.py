@@ -10,10 +10,31 @@ import random
 import torch
 
 from execrl.envs import TurnRenderer, make_env
+from execrl.envs.unit_tests import feedback
+from execrl.sandbox import ProgramResult, TestResult, Verdict
+from execrl.sandbox.spec import truncate_tests
 from execrl.tasks import Problem
 from execrl.trainer import distributed as dist
 from execrl.trainer.precision import Weights
 from execrl.trainer.rollouts import encode
+
+
+def feedback_reference(problem: Problem, rng: random.Random, cfg) -> list[dict]:
+    """A warm-up reference for the unit-test feedback environment, from a problem that carries `wrong_attempts`
+    (programs with their outputs on its tests) and a `reference_completion`: one wrong attempt, the environment's
+    feedback on its public tests, then the right program. Only the right program is trained on (the wrong one is
+    context), so the warm-up teaches using feedback, never making mistakes; a wrong attempt that passes the public
+    tests gives the plain reference instead."""
+    reference = {"role": "assistant", "content": problem.metadata["reference_completion"]}
+    wrong = rng.choice(problem.metadata["wrong_attempts"])
+    public = truncate_tests(problem.tests, cfg.env.multi_turn.public_tests)
+    tests = [TestResult(Verdict.PASS) if got == out else TestResult(Verdict.FAIL, output=got)
+             for got, out in zip(wrong["outputs"], public.outputs)]
+    if all(t.verdict == Verdict.PASS for t in tests):
+        return [reference]
+    said = feedback(public, ProgramResult(Verdict.FAIL, tests), cfg.env.multi_turn.max_output_chars)
+    return [{"role": "assistant", "content": wrong["content"], "train": False},
+            {"role": cfg.env.multi_turn.observation_role, "content": said}, reference]
 
 
 def reference_ids(prompt: list[int], turns: list[dict], tokenizer) -> tuple[list[int], list[int]]:

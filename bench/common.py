@@ -1,0 +1,138 @@
+"""What the benchmarks share: the architectures, a random-init model of one, timing, peak memory, the run's metrics
+and the markdown table. A script imports it as `from common import ...`: Python puts the script's own directory
+(bench/) first on sys.path."""
+
+from __future__ import annotations
+
+import gc
+import json
+import random
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+
+class Arch(NamedTuple):
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+    tied: bool  # LM head tied to the input embedding
+
+
+ARCHS = {  # the Qwen2.5 and Qwen2.5-Coder configs (at 0.5B and 1.5B the Coder models have the same shapes)
+    "qwen2.5-0.5b": Arch(896, 24, 14, 2, 4864, 151936, True),
+    "qwen2.5-1.5b": Arch(1536, 28, 12, 2, 8960, 151936, True),
+    "qwen2.5-coder-0.5b": Arch(896, 24, 14, 2, 4864, 151936, True),
+    "qwen2.5-coder-1.5b": Arch(1536, 28, 12, 2, 8960, 151936, True),
+    "qwen2.5-coder-7b": Arch(3584, 28, 28, 4, 18944, 152064, False),  # the 8-GPU production config's
+    "tiny": Arch(64, 2, 4, 2, 128, 512, True),  # a smoke test of the scripts on a CPU
+}
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# `execrl train` overrides: no evaluation, checkpoints or TensorBoard; nothing compiled
+QUIET = ["grpo.val_period=0", "grpo.val_at_start=false", "checkpointing.enabled=false",
+         "logger.tensorboard_enabled=false"]
+NO_COMPILE = ["policy.torch_compile=false", "policy.generation.compile=false"]
+
+
+def device_name() -> str:
+    return torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"
+
+
+def sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, repeat: int = 1):
+    """fn's (last) output and its wall time per call, the device synchronized before and after."""
+    sync()
+    t = time.perf_counter()
+    for _ in range(repeat):
+        out = fn()
+    sync()
+    return out, (time.perf_counter() - t) / repeat
+
+
+def free_memory() -> None:
+    gc.collect()  # the previous run's model and caches
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+
+
+def fresh_peak() -> None:
+    free_memory()
+    if DEVICE == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_gib() -> float:
+    return torch.cuda.max_memory_allocated() / 2**30 if DEVICE == "cuda" else 0.0
+
+
+def byte_tokenizer():
+    """The built-in task's byte-level tokenizer (259 ids: a subset of every architecture's vocabulary)."""
+    from execrl.models import BYTE_VOCAB, build_tokenizer
+
+    return build_tokenizer([], vocab_size=BYTE_VOCAB)
+
+
+def qwen2_config(arch: str, tok, vocab: int | None = None):
+    """The architecture's Qwen2Config (vocab: another vocabulary size than the architecture's)."""
+    from transformers import Qwen2Config
+
+    a = ARCHS[arch]
+    return Qwen2Config(vocab_size=vocab or a.vocab, hidden_size=a.hidden, intermediate_size=a.intermediate,
+                       num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
+                       tie_word_embeddings=a.tied, rms_norm_eps=1e-6, max_position_embeddings=32768,
+                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+
+
+def build(arch: str, device=DEVICE):
+    """Random-init weights (seed 0) of the architecture in bf16 with fused projections, and the byte tokenizer."""
+    from transformers import Qwen2ForCausalLM
+
+    from execrl.rollout.fuse import fuse_projections
+
+    tok = byte_tokenizer()
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(qwen2_config(arch, tok)).to(device, torch.bfloat16).eval()
+    fuse_projections(model)  # as the trainer does with the execrl backend (same values, shared storage)
+    return model, tok
+
+
+def padding_prompt(tok, prompt_tokens: int = 128) -> str:
+    """A system prompt that brings the built-in task's prompts to about `prompt_tokens` tokens."""
+    from execrl.prompts import PromptConfig, build_messages, render
+    from execrl.tasks import arith
+
+    problem = arith.problem(random.Random(0), 0, "train")
+    base = len(tok(render(build_messages(problem, PromptConfig()), tok), add_special_tokens=False)["input_ids"])
+    return ("You are a careful programmer. " * 64)[:max(1, prompt_tokens - base - 12)]
+
+
+def save_arch(arch: str, work: Path) -> str:
+    """Random-init weights of the architecture and its tokenizer saved as an HF directory, work/model; returns a
+    system prompt that pads the built-in task's prompts to about 128 tokens."""
+    model, tok = build(arch, device="cpu")
+    model.save_pretrained(work / "model")
+    tok.save_pretrained(work / "model")
+    del model
+    return padding_prompt(tok)
+
+
+def read_metrics(log_dir) -> list[dict]:
+    """A run's logger.log_dir/metrics.jsonl, one dict per line."""
+    return [json.loads(x) for x in (Path(log_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def table(title: str, header: list[str], rows: list) -> None:
+    """A markdown table under a title line."""
+    print(f"\n{title}\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+    for r in rows:
+        print("| " + " | ".join(str(x) for x in r) + " |")
+    print(end="", flush=True)

@@ -1,0 +1,47 @@
+"""The grading rules, shared by training, its environments and `execrl eval`: which samples the sandbox runs, what
+counts as correct, and the outcome each sample is reported under."""
+
+from __future__ import annotations
+
+from execrl.rewards.base import Sample
+from execrl.rewards.math_answers import math_correct
+from execrl.sandbox import Grader, Verdict
+from execrl.tasks import Problem
+
+NO_CODE = "no_code"
+CORRECT = ("pass", "correct")  # the outcomes that count for pass@k
+
+
+def grade_samples(samples: list[Sample], grader: Grader, progress=None) -> None:
+    """Fill in each code sample's grading result (in parallel); math samples need no sandbox."""
+    jobs, owners = [], []
+    for s in samples:
+        if s.problem.kind == "code" and s.extracted.code is not None:
+            jobs.append((_program(s.problem, s.extracted.code), s.problem.tests, s.problem.language, None))
+            owners.append(s)
+    results = grader.grade_many(jobs, on_done=(lambda _: progress()) if progress else None)
+    for s, r in zip(owners, results):
+        s.result = r
+
+
+def _program(problem: Problem, code: str) -> str:
+    """HumanEval-style problems: a completion that does not define the entry point continues the prompt."""
+    entry, prefix = problem.metadata.get("entry_point"), problem.metadata.get("code_prefix")
+    if entry and prefix and f"def {entry}" not in code:
+        return prefix + code
+    return code
+
+
+def is_correct(sample: Sample) -> bool:
+    if sample.problem.kind == "math":
+        return math_correct(sample) == 1.0
+    return sample.result is not None and sample.result.verdict == Verdict.PASS
+
+
+OUTCOMES = {"math": ("correct", "wrong"), "code": (*(v.value for v in Verdict), NO_CODE)}  # what outcome() returns
+
+
+def outcome(sample: Sample) -> str:
+    if sample.problem.kind == "math":
+        return "correct" if is_correct(sample) else "wrong"
+    return sample.result.verdict.value if sample.result is not None else NO_CODE

@@ -1,0 +1,79 @@
+"""The built-in task of `execrl train`'s default: generated problems a tiny model can learn on a laptop CPU in minutes.
+
+A tiny model cannot write code from nothing, so the default is honest about it: a 2-layer Qwen2 with a byte-level
+tokenizer (builtin:tiny-coder, execrl.models) gets a few seconds of supervised warm-up on the reference solutions
+each problem carries, which teach it the answer format of a programmatically generated task ("Read two integers a
+and b from standard input and print their maximum.", six operations, three phrasings, four stdin/stdout tests with
+fresh numbers per problem); GRPO then trains it on fresh instances, rewarded by running its programs in the real
+sandbox against the real expected outputs. Right after the warm-up it writes well-formed programs but often
+computes the wrong operation; GRPO's reward is what fixes that.
+
+Each problem's metadata holds its reference completion (`reference_completion`) and, for the warm-up of the
+unit-test feedback environment, the programs of the other operations with their outputs on its tests
+(`wrong_attempts`).
+"""
+
+from __future__ import annotations
+
+import random
+
+from execrl.sandbox import StdioTests
+from execrl.tasks.problem import DatasetError, Problem
+from execrl.tasks.registry import register
+
+OPS = {"sum": "a + b", "difference": "a - b", "product": "a * b", "maximum": "max(a, b)",
+       "minimum": "min(a, b)", "absolute difference": "abs(a - b)"}
+PHRASES = ["Write a Python program that reads two integers from one line and prints their {op}.",
+           "Read two integers a and b from standard input and print their {op}.",
+           "Given two integers on a line, output their {op}."]
+COUNTS = {"train": 4096, "validation": 256}  # problems per split unless `count` says otherwise
+
+
+@register("builtin:arith-code", data_dir=None, splits=tuple(COUNTS))
+def load(path, split, report, count: int | None = None, seed: int = 42, **_):
+    """`count` problems of the split (train and validation come from different streams of `seed`; the trainer passes
+    grpo.seed): the first n of a split are the same whatever the count."""
+    if path is not None:
+        raise DatasetError("builtin:arith-code is generated: it reads no files (drop data.path)")
+    rng = random.Random(f"{split}-{seed}")
+    return [problem(rng, i, split) for i in range(COUNTS[split] if count is None else count)]
+
+
+def problem(rng: random.Random, index: int, split: str, num_tests: int = 4) -> Problem:
+    """One problem: an operation, a phrasing, fresh test numbers."""
+    op = rng.choice(list(OPS))
+    prompt = rng.choice(PHRASES).format(op=op)
+    inputs = []
+    for _ in range(num_tests):
+        a, b = rng.randint(-50, 99), rng.randint(-50, 99)
+        inputs.append(f"{a} {b}\n")
+    wrong = [{"content": program(other), "outputs": outputs(other, inputs)} for other in OPS if other != op]
+    return Problem(f"arith/{split}/{index}", [{"role": "user", "content": prompt}], "code",
+                   tests=StdioTests(inputs, outputs(op, inputs)),
+                   metadata={"own_instructions": True, "op": op, "reference_completion": program(op),
+                             "wrong_attempts": wrong})
+
+
+def program(op: str) -> str:
+    return f"```python\na, b = map(int, input().split())\nprint({OPS[op]})\n```"
+
+
+def outputs(op: str, inputs: list[str]) -> list[str]:
+    """What the program of `op` prints for each input line."""
+    out = []
+    for line in inputs:
+        a, b = map(int, line.split())
+        out.append(f"{eval(OPS[op], {'a': a, 'b': b, 'max': max, 'min': min, 'abs': abs})}\n")  # noqa: S307
+    return out
+
+
+def corpus(num_problems: int = 300) -> list[str]:
+    """Text of the task (prompts and solutions) and of the chat template: for training small BPE tokenizers in tests."""
+    rng = random.Random(0)
+    texts = []
+    for i in range(num_problems):
+        p = problem(rng, i, "corpus")
+        texts.append(p.messages[0]["content"] + "\n" + p.metadata["reference_completion"])
+    texts.append("<|im_start|>system user assistant<|im_end|>\n0123456789 +-*/()[]{}:;,.'\"=<>_#!?abcdefghijklmnopq"
+                 "rstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    return texts
