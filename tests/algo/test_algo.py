@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from execrl.algo import ADVANTAGES, LossTerms, flat_groups, policy_loss
+from execrl.config.schema import LossConfig
 
 T = torch.tensor
 
@@ -51,7 +52,7 @@ def terms(logp, old, adv, mask=None, **kw):
 
 def test_on_policy_loss_is_minus_mean_advantage_and_its_gradient():
     t = terms([[-1.0, -2.0], [-0.5, -0.5]], [[-1.0, -2.0], [-0.5, -0.5]], [1.0, -2.0])
-    loss, m = policy_loss(t, num_tokens=4, num_seqs=2)
+    loss, m = policy_loss(t, LossConfig(), num_tokens=4, num_seqs=2)
     # ratio = 1 everywhere: per-token loss = -A: (-1 -1 +2 +2) / 4 = 0.5
     assert loss.item() == pytest.approx(0.5) and m["clip_frac"].item() == 0.0
     loss.backward()
@@ -61,29 +62,29 @@ def test_on_policy_loss_is_minus_mean_advantage_and_its_gradient():
 def test_clipping_is_asymmetric():
     # one token, A = +1, ratio e^0.5 = 1.6487: clipped at 1 + 0.28 = 1.28 (clip-higher), not 1.2
     t = terms([[0.5]], [[0.0]], [1.0])
-    loss, m = policy_loss(t, num_tokens=1, num_seqs=1, clip_low=0.2, clip_high=0.28)
+    loss, m = policy_loss(t, LossConfig(ratio_clip_min=0.2, ratio_clip_max=0.28), num_tokens=1, num_seqs=1)
     assert loss.item() == pytest.approx(-1.28) and m["clip_frac"].item() == 1.0
     loss.backward()
     assert t.logprobs.grad.item() == 0.0  # clipped: no gradient
     # A = -1, ratio e^-0.5 = 0.6065 < 0.8: min(-0.6065, -0.8) = -0.8 -> loss 0.8
-    loss, _ = policy_loss(terms([[-0.5]], [[0.0]], [-1.0]), num_tokens=1, num_seqs=1)
+    loss, _ = policy_loss(terms([[-0.5]], [[0.0]], [-1.0]), LossConfig(), num_tokens=1, num_seqs=1)
     assert loss.item() == pytest.approx(0.8)
 
 
 def test_dual_clip_bounds_negative_advantages():
     # A = -1, ratio e^2 = 7.389: min(-7.389, -1.2) = -7.389; dual clip c = 3 -> max(-7.389, -3) = -3 -> loss 3
-    loss, _ = policy_loss(terms([[2.0]], [[0.0]], [-1.0]), num_tokens=1, num_seqs=1, dual_clip=3.0)
+    loss, _ = policy_loss(terms([[2.0]], [[0.0]], [-1.0]), LossConfig(ratio_clip_c=3.0), num_tokens=1, num_seqs=1)
     assert loss.item() == pytest.approx(3.0)
 
 
 def test_token_versus_sequence_level_aggregation():
     # seq 0 has 3 tokens with loss -1 each (A = 1), seq 1 has 1 token with loss 2 (A = -2)
     t = terms([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], [[0.0] * 3, [0.0] * 3], [1.0, -2.0], mask=[[1, 1, 1], [1, 0, 0]])
-    token, _ = policy_loss(t, num_tokens=4, num_seqs=2)
+    token, _ = policy_loss(t, LossConfig(), num_tokens=4, num_seqs=2)
     assert token.item() == pytest.approx((-3 + 2) / 4)
-    seq, _ = policy_loss(t, num_tokens=4, num_seqs=2, token_level=False)
+    seq, _ = policy_loss(t, LossConfig(token_level_loss=False), num_tokens=4, num_seqs=2)
     assert seq.item() == pytest.approx((-1 + 2) / 2)
-    dr, _ = policy_loss(t, num_tokens=4, num_seqs=2, constant_normalizer=10)
+    dr, _ = policy_loss(t, LossConfig(constant_normalizer=10), num_tokens=4, num_seqs=2)
     assert dr.item() == pytest.approx((-3 + 2) / (10 * 2))
 
 
@@ -92,37 +93,41 @@ def test_micro_batches_sum_to_the_full_batch():
     logp, old, adv = torch.randn(4, 5), torch.randn(4, 5), torch.randn(4)
     mask = (torch.rand(4, 5) > 0.3).float()
     n = mask.sum().item()
-    full, _ = policy_loss(LossTerms(logp, old, adv, mask), num_tokens=n, num_seqs=4)
-    parts = sum(policy_loss(LossTerms(logp[i:i + 2], old[i:i + 2], adv[i:i + 2], mask[i:i + 2]), num_tokens=n,
-                            num_seqs=4)[0] for i in (0, 2))
+    full, _ = policy_loss(LossTerms(logp, old, adv, mask), LossConfig(), num_tokens=n, num_seqs=4)
+    parts = sum(policy_loss(LossTerms(logp[i:i + 2], old[i:i + 2], adv[i:i + 2], mask[i:i + 2]), LossConfig(),
+                            num_tokens=n, num_seqs=4)[0] for i in (0, 2))
     assert parts.item() == pytest.approx(full.item())
 
 
 def test_kl_penalties():
     # logp = -1, ref = -2: delta = ref - logp = -1. k3 = e^-1 + 1 - 1 = 0.3679; k1 = -delta = 1
     t = terms([[-1.0]], [[-1.0]], [0.0], ref_logprobs=T([[-2.0]]))
-    k3, m = policy_loss(t, num_tokens=1, num_seqs=1, kl_coef=0.5, kl_type="k3")
+    k3, m = policy_loss(t, LossConfig(reference_policy_kl_penalty=0.5, reference_policy_kl_type="k3"), num_tokens=1,
+                        num_seqs=1)
     assert k3.item() == pytest.approx(0.5 * math.exp(-1)) and m["kl"].item() == pytest.approx(math.exp(-1))
-    k1, _ = policy_loss(t, num_tokens=1, num_seqs=1, kl_coef=0.5, kl_type="k1")
+    k1, _ = policy_loss(t, LossConfig(reference_policy_kl_penalty=0.5, reference_policy_kl_type="k1"), num_tokens=1,
+                        num_seqs=1)
     assert k1.item() == pytest.approx(0.5)
 
 
 def test_on_policy_kl_approximation_weights_the_kl_by_current_over_sampler():
     # logp = -1, ref = -2, sampler = -1.5: w = e^0.5 (a constant), k3 = e^-1; d k3 / d logp = 1 - e^-1
     t = terms([[-1.0]], [[-1.0]], [0.0], ref_logprobs=T([[-2.0]]), sampler_logprobs=T([[-1.5]]))
-    loss, _ = policy_loss(t, num_tokens=1, num_seqs=1, kl_coef=0.5, kl_type="k3", kl_on_policy=True)
+    kl = LossConfig(reference_policy_kl_penalty=0.5, reference_policy_kl_type="k3")
+    loss, _ = policy_loss(t, kl.model_copy(update={"use_on_policy_kl_approximation": True}), num_tokens=1, num_seqs=1)
     assert loss.item() == pytest.approx(0.5 * math.exp(0.5) * math.exp(-1))
     loss.backward()
     assert t.logprobs.grad.item() == pytest.approx(0.5 * math.exp(0.5) * (1 - math.exp(-1)))
     plain, _ = policy_loss(terms([[-1.0]], [[-1.0]], [0.0], ref_logprobs=T([[-2.0]]), sampler_logprobs=T([[-1.5]])),
-                           num_tokens=1, num_seqs=1, kl_coef=0.5, kl_type="k3")
+                           kl, num_tokens=1, num_seqs=1)
     assert plain.item() == pytest.approx(0.5 * math.exp(-1))
 
 
 def test_importance_sampling_correction_is_truncated():
     # old = 0, sampler = -1: weight e^1 = 2.718, capped at 2. On-policy ratio 1, A = 1: loss = -1 * 2
     t = terms([[0.0]], [[0.0]], [1.0], sampler_logprobs=T([[-1.0]]))
-    loss, _ = policy_loss(t, num_tokens=1, num_seqs=1, is_correction=True, is_cap=2.0)
+    loss, _ = policy_loss(t, LossConfig(truncated_importance_sampling_ratio=2.0), num_tokens=1, num_seqs=1,
+                          is_correction=True)
     assert loss.item() == pytest.approx(-2.0)
 
 
@@ -130,7 +135,8 @@ def test_importance_weight_is_proximal_over_behaviour_and_its_diagnostics():
     # two tokens, A = 1, on the proximal policy (logp = old). old - sampler = [0.5, 0]:
     # weights e^0.5 = 1.6487 -> capped at 1.5, and e^0 = 1; loss = -(1.5 + 1) / 2 = -1.25
     t = terms([[0.0, -1.0]], [[0.0, -1.0]], [1.0], sampler_logprobs=T([[-0.5, -1.0]]))
-    loss, m = policy_loss(t, num_tokens=2, num_seqs=1, is_correction=True, is_cap=1.5)
+    loss, m = policy_loss(t, LossConfig(truncated_importance_sampling_ratio=1.5), num_tokens=2, num_seqs=1,
+                          is_correction=True)
     assert loss.item() == pytest.approx(-1.25)
     loss.backward()
     assert t.logprobs.grad[0].tolist() == pytest.approx([-0.75, -0.5])  # -A * w / 2: the weight is a constant
@@ -139,7 +145,8 @@ def test_importance_weight_is_proximal_over_behaviour_and_its_diagnostics():
     assert m["is_weight"].item() == pytest.approx(1.25) and m["is_truncated_frac"].item() == 0.5
     # the same batch without the correction: plain GRPO, -(1 + 1) / 2, the diagnostics unchanged
     off, m_off = policy_loss(terms([[0.0, -1.0]], [[0.0, -1.0]], [1.0], sampler_logprobs=T([[-0.5, -1.0]])),
-                             num_tokens=2, num_seqs=1, is_correction=False, is_cap=1.5)
+                             LossConfig(truncated_importance_sampling_ratio=1.5), num_tokens=2, num_seqs=1,
+                             is_correction=False)
     assert off.item() == pytest.approx(-1.0) and m_off["logprob_mismatch"].item() == pytest.approx(0.25)
 
 
@@ -147,7 +154,7 @@ def test_importance_weight_below_one_is_kept_and_masked_tokens_cannot_overflow()
     # token 0: the sampler liked it more than the proximal policy: weight e^-1 = 0.3679 (never raised to 1).
     # token 1 is masked out, its sampler logprob absurd (e^200 overflows float32): it must not turn the loss to NaN
     t = terms([[-1.0, 0.0]], [[-1.0, 0.0]], [2.0], mask=[[1.0, 0.0]], sampler_logprobs=T([[0.0, -200.0]]))
-    loss, m = policy_loss(t, num_tokens=1, num_seqs=1, is_correction=True, is_cap=None)
+    loss, m = policy_loss(t, LossConfig(truncated_importance_sampling_ratio=None), num_tokens=1, num_seqs=1, is_correction=True)
     assert loss.item() == pytest.approx(-2.0 * math.exp(-1.0))
     assert m["is_weight"].item() == pytest.approx(math.exp(-1.0)) and m["is_truncated_frac"].item() == 0.0
 
@@ -197,7 +204,7 @@ def test_clip_fraction_counts_only_where_the_clip_is_active():
     # ratios e^0.5 = 1.65 and e^-0.5 = 0.61, each with a positive and a negative advantage; band [0.8, 1.2]:
     # active only for 1.65 with A > 0 (high) and 0.61 with A < 0 (low): 2 of 4 tokens, one each side
     t = terms([[0.5], [0.5], [-0.5], [-0.5]], [[0.0]] * 4, [1.0, -1.0, 1.0, -1.0])
-    _, m = policy_loss(t, num_tokens=4, num_seqs=4)
+    _, m = policy_loss(t, LossConfig(), num_tokens=4, num_seqs=4)
     assert m["clip_frac"].item() == 0.5 and m["clip_frac_high"].item() == 0.25 and m["clip_frac_low"].item() == 0.25
 
 

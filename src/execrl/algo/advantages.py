@@ -27,10 +27,10 @@ def flat_groups(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 def baseline_and_std(rewards: torch.Tensor, valid: torch.Tensor, leave_one_out: bool):
     """Per sample, NeMo RL's baseline and standard deviation: over the group's valid samples, or with leave-one-out
     over the *other* valid samples (both the mean and the unbiased std). [num_groups, G] -> two [num_groups, G]."""
-    g = rewards.shape[1]
-    counts = valid.float().unsqueeze(1).expand(-1, g, -1)  # [num_groups, i, j]: whether j counts for sample i
+    size = rewards.shape[1]  # G
+    counts = valid.float().unsqueeze(1).expand(-1, size, -1)  # [num_groups, i, j]: whether j counts for sample i
     if leave_one_out:
-        counts = counts * (1.0 - torch.eye(g, dtype=counts.dtype))
+        counts = counts * (1.0 - torch.eye(size, dtype=counts.dtype))
     n = counts.sum(-1)  # [num_groups, G]
     baseline = (counts * rewards.unsqueeze(1)).sum(-1) / n.clamp(min=1)
     spread = (rewards.unsqueeze(1) - baseline.unsqueeze(-1)) * counts  # [num_groups, i, j]

@@ -27,11 +27,12 @@ def _stats(logits: torch.Tensor, targets: torch.Tensor, temperature: float):
     return lse, picked, entropy
 
 
-def _grad(logits: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor, g: torch.Tensor, temperature: float):
+def _grad(logits: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor, grad_out: torch.Tensor,
+          temperature: float):
     """d(sum g * logprob)/d logits: (onehot(target) - softmax) * g / temperature, in the logits' dtype [c, V]."""
     z = logits.float() / temperature
     onehot = torch.arange(z.shape[-1], device=z.device)[None] == targets[:, None]
-    return ((onehot.float() - torch.exp(z - lse[:, None])) * (g / temperature)[:, None]).to(logits.dtype)
+    return ((onehot.float() - torch.exp(z - lse[:, None])) * (grad_out / temperature)[:, None]).to(logits.dtype)
 
 
 _fused: dict = {}

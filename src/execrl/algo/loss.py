@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from execrl.config.schema import LossConfig
+
 
 @dataclass
 class LossTerms:
@@ -51,48 +53,49 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kl_type: str,
     return kl.clamp(-output_clamp, output_clamp) if output_clamp is not None else kl
 
 
-def policy_loss(t: LossTerms, *, num_tokens: float, num_seqs: float, clip_low: float = 0.2, clip_high: float = 0.2,
-                dual_clip: float | None = None, kl_coef: float = 0.0, kl_type: str = "k3",
-                kl_input_clamp: float | None = None, kl_output_clamp: float | None = None, token_level: bool = True,
-                constant_normalizer: int | None = None, is_correction: bool = False,
-                is_cap: float | None = None, is_min: float | None = None, is_type: str = "tis",
-                kl_on_policy: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def policy_loss(t: LossTerms, cfg: LossConfig, *, num_tokens: float, num_seqs: float,
+                is_correction: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss of one micro-batch, scaled so that summing over the optimizer batch gives its mean. Returns (loss, metrics).
-    kl_on_policy (NeMo RL's use_on_policy_kl_approximation): each token's KL estimate is weighted by
-    pi_theta / pi_sampler (detached), which makes it an estimate of KL(pi_theta || ref) under the current policy
-    although the tokens were drawn by the sampler."""
+    `cfg` is the run's loss_fn section, read here key by key under its own names; `is_correction`: whether tokens are
+    weighted by pi_old / pi_sampler (loss_fn.use_importance_sampling_correction as resolved for the run: see
+    execrl.trainer.step.importance_correction). With use_on_policy_kl_approximation each token's KL estimate is
+    weighted by pi_theta / pi_sampler (detached), an estimate of KL(pi_theta || ref) under the current policy although
+    the tokens were drawn by the sampler."""
     mask = t.mask.float()
     log_ratio = t.logprobs - t.old_logprobs  # [B, T]
     ratio = torch.exp(log_ratio)
     adv = t.advantages.unsqueeze(1)  # [B, 1]
     unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
+    clipped = torch.clamp(ratio, 1.0 - cfg.ratio_clip_min, 1.0 + cfg.ratio_clip_max) * adv
     surrogate = torch.minimum(unclipped, clipped)  # [B, T]
-    if dual_clip is not None:  # bound how far a negative-advantage token can push
-        surrogate = torch.where(adv < 0, torch.maximum(surrogate, dual_clip * adv), surrogate)
+    if cfg.ratio_clip_c is not None:  # dual clip: bound how far a negative-advantage token can push
+        surrogate = torch.where(adv < 0, torch.maximum(surrogate, cfg.ratio_clip_c * adv), surrogate)
     per_token = -surrogate
     log_w = None
     if t.sampler_logprobs is not None:
         log_w = ((t.old_logprobs - t.sampler_logprobs) * mask).detach()  # [B, T] log(pi_old / pi_sampler); 0 off-mask
-        weight, truncated = importance_weight(log_w, is_type, is_cap, is_min)
+        weight, truncated = importance_weight(log_w, cfg.truncated_importance_sampling_type,
+                                              cfg.truncated_importance_sampling_ratio,
+                                              cfg.truncated_importance_sampling_ratio_min)
         if is_correction:
             per_token = per_token * weight
     kl = torch.zeros_like(per_token)
-    if kl_coef and t.ref_logprobs is not None:
-        kl = kl_penalty(t.logprobs, t.ref_logprobs, kl_type, kl_input_clamp, kl_output_clamp)  # [B, T]
-        if kl_on_policy:
+    if cfg.reference_policy_kl_penalty and t.ref_logprobs is not None:
+        kl = kl_penalty(t.logprobs, t.ref_logprobs, cfg.reference_policy_kl_type, cfg.kl_input_clamp_value,
+                        cfg.kl_output_clamp_value)  # [B, T]
+        if cfg.use_on_policy_kl_approximation:
             if t.sampler_logprobs is None:
                 raise ValueError("the on-policy KL approximation needs the sampler's logprobs")
             w = torch.exp((t.logprobs - t.sampler_logprobs) * mask).detach()  # [B, T] pi_theta / pi_sampler; 1 off-mask
             kl = kl * torch.nan_to_num(w, nan=0.0, posinf=0.0, neginf=0.0)  # as NeMo RL: an overflowed weight is 0
-        per_token = per_token + kl_coef * kl
-    loss = aggregate(per_token, mask, num_tokens, num_seqs, token_level, constant_normalizer)
+        per_token = per_token + cfg.reference_policy_kl_penalty * kl
+    loss = aggregate(per_token, mask, num_tokens, num_seqs, cfg.token_level_loss, cfg.constant_normalizer)
     with torch.no_grad():
         n = mask.sum().clamp(min=1)
         # where the clip is active (the clipped term is the minimum, so the token has no gradient): above the band
         # with a positive advantage, below it with a negative one
-        high = (ratio > 1.0 + clip_high) & (adv > 0)
-        low = (ratio < 1.0 - clip_low) & (adv < 0)
+        high = (ratio > 1.0 + cfg.ratio_clip_max) & (adv > 0)
+        low = (ratio < 1.0 - cfg.ratio_clip_min) & (adv < 0)
         metrics = {
             "clip_frac": ((high | low).float() * mask).sum() / n,
             "clip_frac_high": (high.float() * mask).sum() / n,

@@ -11,8 +11,10 @@ from execrl.config.schema import MasterConfig
 @dataclass(frozen=True)
 class BatchPlan:
     num_gpus: int
+    group_size: int  # grpo.num_generations_per_prompt: the G samples of one prompt
     samples_per_step: int  # prompts x generations
     global_batch: int  # samples per optimizer step (all GPUs)
+    prompts_per_optimizer_step: int  # global_batch / group_size: whole groups
     optimizer_steps_per_rollout: int
     per_gpu_batch: int  # samples per optimizer step on one GPU
     micro_batch: int
@@ -20,32 +22,32 @@ class BatchPlan:
     notes: tuple[str, ...] = ()
 
     def describe(self, cfg: MasterConfig) -> str:
-        g = cfg.grpo
+        grpo = cfg.grpo
         lines = [
-            f"prompts per step x generations = samples per step: {g.num_prompts_per_step} x "
-            f"{g.num_generations_per_prompt} = {self.samples_per_step}",
+            f"prompts per step x generations = samples per step: {grpo.num_prompts_per_step} x "
+            f"{self.group_size} = {self.samples_per_step}",
             f"samples per optimizer step (global batch): {self.global_batch} "
-            f"= {self.global_batch // g.num_generations_per_prompt} whole groups",
+            f"= {self.prompts_per_optimizer_step} whole groups",
             f"optimizer steps per rollout: {self.samples_per_step} / {self.global_batch} = {self.optimizer_steps_per_rollout}",
             f"GPUs: {cfg.cluster.num_nodes} node(s) x {cfg.cluster.gpus_per_node} = {self.num_gpus}; per GPU per "
             f"optimizer step: {self.per_gpu_batch} samples",
             f"micro-batches per optimizer step per GPU: ceil({self.per_gpu_batch} / {self.micro_batch}) = "
             f"{self.micro_batches_per_optimizer_step} (gradient accumulation)",
-            f"training steps: {g.max_num_steps}; samples generated in all: {g.max_num_steps * self.samples_per_step}",
+            f"training steps: {grpo.max_num_steps}; samples generated in all: {grpo.max_num_steps * self.samples_per_step}",
         ]
-        if g.use_dynamic_sampling:
-            per_round = max(1, round(g.num_prompts_per_step * g.batch_multiplier))
-            lines[-1] = (f"training steps: {g.max_num_steps}; dynamic sampling: each step generates rounds of "
-                         f"{per_round} prompts x {g.num_generations_per_prompt} until {g.num_prompts_per_step} groups "
-                         f"with differing rewards are found, {g.dynamic_sampling_max_gen_batches} rounds at most")
+        if grpo.use_dynamic_sampling:
+            per_round = max(1, round(grpo.num_prompts_per_step * grpo.batch_multiplier))
+            lines[-1] = (f"training steps: {grpo.max_num_steps}; dynamic sampling: each step generates rounds of "
+                         f"{per_round} prompts x {self.group_size} until {grpo.num_prompts_per_step} groups with "
+                         f"differing rewards are found, {grpo.dynamic_sampling_max_gen_batches} rounds at most")
         return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
 
 def plan(cfg: MasterConfig) -> BatchPlan:
-    g, p = cfg.grpo, cfg.policy
+    grpo, p = cfg.grpo, cfg.policy
     gpus = cfg.cluster.gpus_per_node * cfg.cluster.num_nodes
-    group, samples = g.num_generations_per_prompt, g.num_prompts_per_step * g.num_generations_per_prompt
-    if min(g.num_prompts_per_step, group, p.train_global_batch_size, p.train_micro_batch_size, gpus) < 1:
+    group_size, samples = grpo.num_generations_per_prompt, grpo.num_prompts_per_step * grpo.num_generations_per_prompt
+    if min(grpo.num_prompts_per_step, group_size, p.train_global_batch_size, p.train_micro_batch_size, gpus) < 1:
         raise ConfigError("batch sizes, generations and GPU counts must all be at least 1")
     notes = []
     global_batch = p.train_global_batch_size
@@ -53,17 +55,18 @@ def plan(cfg: MasterConfig) -> BatchPlan:
         notes.append(f"policy.train_global_batch_size {global_batch} > {samples} samples per step: one optimizer "
                      f"step per rollout, over all {samples} samples")
         global_batch = samples
-    if global_batch % group:
+    if global_batch % group_size:
         raise ConfigError(f"policy.train_global_batch_size {global_batch} must be a multiple of "
-                          f"grpo.num_generations_per_prompt {group}: groups are never split across optimizer steps")
+                          f"grpo.num_generations_per_prompt {group_size}: groups are never split across optimizer "
+                          "steps")
     if samples % global_batch:
         raise ConfigError(f"samples per step ({samples}) must be a multiple of policy.train_global_batch_size "
                           f"({global_batch}), e.g. {samples} or {samples // max(1, samples // global_batch)}")
-    if global_batch % gpus or (global_batch // gpus) % group and gpus > 1:
-        raise ConfigError(f"the global batch ({global_batch} samples = {global_batch // group} prompts x {group}) must "
-                          f"split into whole groups over {gpus} GPUs: make grpo.num_prompts_per_step and "
-                          f"policy.train_global_batch_size / {group} multiples of {gpus}")
+    if global_batch % gpus or (global_batch // gpus) % group_size and gpus > 1:
+        raise ConfigError(f"the global batch ({global_batch} samples = {global_batch // group_size} prompts x "
+                          f"{group_size}) must split into whole groups over {gpus} GPUs: make grpo.num_prompts_per_step and "
+                          f"policy.train_global_batch_size / {group_size} multiples of {gpus}")
     per_gpu = global_batch // gpus
     micro = min(p.train_micro_batch_size, per_gpu)
-    return BatchPlan(gpus, samples, global_batch, samples // global_batch, per_gpu, micro, -(-per_gpu // micro),
-                     tuple(notes))
+    return BatchPlan(gpus, group_size, samples, global_batch, global_batch // group_size, samples // global_batch,
+                     per_gpu, micro, -(-per_gpu // micro), tuple(notes))

@@ -9,12 +9,50 @@ stop strings are checked, and free slots are refilled from waiting requests.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import torch
 
 from execrl.rollout.completion import Completion, eos_ids
 from execrl.rollout.decoder import CachedDecoder
 from execrl.rollout.sampling import SamplingParams, request_key, sample, token_keys
+
+
+@dataclass
+class Slot:
+    """What a busy slot is generating, as the host knows it (updated at each host sync)."""
+    request: tuple[int, int]  # (prompt i, sample j)
+    prompt_len: int
+    limit: int  # tokens it may generate
+    generated: int = 1  # tokens generated at the last sync (the prefill samples the first)
+
+
+class Call:
+    """One generate call's requests: waiting ones, and the results as they come in."""
+
+    def __init__(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int, params: SamplingParams,
+                 stop_strings: list[str] | None, on_batch, seeds: list[int] | None, max_len: int):
+        for p in prompts:
+            if not 0 < len(p) < max_len:
+                raise ValueError(f"a prompt of {len(p)} tokens leaves no room to generate within {max_len} tokens: "
+                                 "raise policy.max_total_sequence_length or lower data.max_input_seq_length")
+        if seeds is None:
+            seeds = torch.randint(0, 2**62, (len(prompts),)).tolist()
+        elif len(seeds) != len(prompts):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        self.prompts, self.max_new_tokens, self.params = prompts, max_new_tokens, params
+        self.stop_strings, self.on_batch = stop_strings, on_batch
+        self.keys = [[request_key(seed, j) for j in range(num_samples)] for seed in seeds]
+        self.waiting = deque((i, j) for i in range(len(prompts)) for j in range(num_samples))
+        self.results: list[list[Completion | None]] = [[None] * num_samples for _ in prompts]
+        self.pending = [num_samples] * len(prompts)  # completions each prompt still waits for
+
+    def finish(self, request: tuple[int, int], completion: Completion) -> None:
+        i, j = request
+        self.results[i][j] = completion
+        self.pending[i] -= 1
+        if self.pending[i] == 0 and self.on_batch is not None:
+            self.on_batch(1)
 
 
 class RolloutEngine:
@@ -56,71 +94,63 @@ class RolloutEngine:
         """For each prompt (token ids), `num_samples` completions. Sample j of prompt i draws its noise from
         (seeds[i], j) (None: seeds from torch's generator), so results do not depend on the slots, the rest of the
         batch or the rank, except through floating-point batch effects on the logits."""
-        max_len = self.dec.max_len
-        for p in prompts:
-            if not 0 < len(p) < max_len:
-                raise ValueError(f"a prompt of {len(p)} tokens leaves no room to generate within {max_len} tokens: "
-                                 "raise policy.max_total_sequence_length or lower data.max_input_seq_length")
-        if seeds is None:
-            seeds = torch.randint(0, 2**62, (len(prompts),)).tolist()
-        elif len(seeds) != len(prompts):
-            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
-        keys = [[request_key(seed, j) for j in range(num_samples)] for seed in seeds]
-        queue = deque((i, j) for i in range(len(prompts)) for j in range(num_samples))
-        results: list[list[Completion | None]] = [[None] * num_samples for _ in prompts]
-        pending = [num_samples] * len(prompts)
-        owner: list[tuple[int, int] | None] = [None] * self.slots
-        start = [0] * self.slots  # prompt length per slot
-        limit, n_gen = [0] * self.slots, [0] * self.slots
-        while queue or any(o is not None for o in owner):
-            free = [s for s in range(self.slots) if owner[s] is None]
-            if free and queue:
-                take = [queue.popleft() for _ in range(min(len(free), len(queue)))]
-                for s, (i, j) in zip(free, take):
-                    owner[s], start[s], n_gen[s] = (i, j), len(prompts[i]), 1
-                    limit[s] = min(max_new_tokens, max_len - len(prompts[i]))
-                self.keys[torch.tensor(free[:len(take)], device=self.keys.device)] = torch.tensor(
-                    [keys[i][j] for i, j in take], dtype=torch.int32, device=self.keys.device)
-                self._admit(take, free[:len(take)], prompts, [limit[s] for s in free[:len(take)]], params)
-            live = [s for s in range(self.slots) if owner[s] is not None]
-            steps = min(self.sync_every, max(limit[s] - n_gen[s] for s in live))
-            if steps > 0:
-                window = self._window(max(start[s] + n_gen[s] for s in live) + steps)
-                for _ in range(steps):
-                    self._step(window, params)
-            active, counts = torch.stack([self.active.long(), self.n_gen]).cpu().tolist()  # the one host sync
-            for s in live:
-                n_gen[s] = counts[s]
-            check = [s for s in live if not active[s] or stop_strings]
-            if not check:
+        call = Call(prompts, num_samples, max_new_tokens, params, stop_strings, on_batch, seeds, self.dec.max_len)
+        busy: dict[int, Slot] = {}  # slot index -> what it is generating
+        while call.waiting or busy:
+            self._admit(call, busy)  # free slots take waiting requests: prefill, first token
+            self._decode(call, busy)  # up to sync_every steps of every slot, on the device
+            self._harvest(call, busy)  # the one host sync: finished and stopped slots hand in their completions
+        return call.results  # type: ignore[return-value]
+
+    def _admit(self, call: Call, busy: dict[int, Slot]) -> None:
+        free = [s for s in range(self.slots) if s not in busy]
+        take = [call.waiting.popleft() for _ in range(min(len(free), len(call.waiting)))]
+        if not take:
+            return
+        slots = free[:len(take)]
+        for s, (i, j) in zip(slots, take):
+            prompt_len = len(call.prompts[i])
+            busy[s] = Slot((i, j), prompt_len, min(call.max_new_tokens, self.dec.max_len - prompt_len))
+        self.keys[torch.tensor(slots, device=self.keys.device)] = torch.tensor(
+            [call.keys[i][j] for i, j in take], dtype=torch.int32, device=self.keys.device)
+        self._prefill(take, slots, call.prompts, [busy[s].limit for s in slots], call.params)
+
+    def _decode(self, call: Call, busy: dict[int, Slot]) -> None:
+        steps = min(self.sync_every, max(slot.limit - slot.generated for slot in busy.values()))
+        if steps > 0:
+            window = self._window(max(slot.prompt_len + slot.generated for slot in busy.values()) + steps)
+            for _ in range(steps):
+                self._step(window, call.params)
+
+    def _harvest(self, call: Call, busy: dict[int, Slot]) -> None:
+        active, counts = torch.stack([self.active.long(), self.n_gen]).cpu().tolist()  # the one host sync
+        for s, slot in busy.items():
+            slot.generated = counts[s]
+        check = [s for s in sorted(busy) if not active[s] or call.stop_strings]
+        if not check:
+            return
+        width = max(counts[s] for s in check)
+        idx = torch.tensor(check, device=self.out_tok.device)
+        toks, lps = self.out_tok[idx, :width].tolist(), self.out_lp[idx, :width].tolist()
+        stopped = []
+        for s, row, lp in zip(check, toks, lps):
+            n = counts[s]
+            cut = first_stop(self.tokenizer, row[:n], call.stop_strings) if call.stop_strings else None
+            if cut is None and active[s]:
                 continue
-            width = max(counts[s] for s in check)
-            idx = torch.tensor(check, device=self.out_tok.device)
-            toks, lps = self.out_tok[idx, :width].tolist(), self.out_lp[idx, :width].tolist()
-            stopped = []
-            for s, row, lp in zip(check, toks, lps):
-                n = counts[s]
-                cut = first_stop(self.tokenizer, row[:n], stop_strings) if stop_strings else None
-                if cut is None and active[s]:
-                    continue
-                if active[s]:
-                    stopped.append(s)
-                i, j = owner[s]
-                results[i][j] = self._completion(row[:cut or n], lp[:cut or n], cut is not None, params)
-                owner[s] = None
-                pending[i] -= 1
-                if pending[i] == 0 and on_batch is not None:
-                    on_batch(1)
-            if stopped:
-                self.active[torch.tensor(stopped, device=self.active.device)] = False
-        return results  # type: ignore[return-value]
+            if active[s]:
+                stopped.append(s)
+            call.finish(busy.pop(s).request, self._completion(row[:cut or n], lp[:cut or n], cut is not None,
+                                                              call.params))
+        if stopped:
+            self.active[torch.tensor(stopped, device=self.active.device)] = False
 
     def _completion(self, ids: list[int], lps: list[float], stopped: bool, params: SamplingParams) -> Completion:
         ended = stopped or (not params.ignore_eos and bool(ids) and ids[-1] in self.eos_list)
         return Completion(ids, self.tokenizer.decode(ids, skip_special_tokens=True), not ended, lps)
 
-    def _admit(self, take: list[tuple[int, int]], slots: list[int], prompts: list[list[int]], limits: list[int],
-               params: SamplingParams) -> None:
+    def _prefill(self, take: list[tuple[int, int]], slots: list[int], prompts: list[list[int]], limits: list[int],
+                 params: SamplingParams) -> None:
         """Prefill each distinct prompt once (in chunks of ~prefill_tokens), fill its samples' slots, sample token 1."""
         order = list(dict.fromkeys(i for i, _ in take))
         chunks, chunk = [], []

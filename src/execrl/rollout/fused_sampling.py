@@ -103,15 +103,15 @@ if triton is not None:
 
 def sample_plain(logits: torch.Tensor, temperature: float, keys: torch.Tensor | None
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [B, V] (any float dtype, rows contiguous), keys [B] int32 (ignored when greedy) -> (tokens [B],
-    logprobs [B]): sampling.sample for top_k None and top_p 1. temperature 0 is greedy (logprobs at temperature 1)."""
-    noise = temperature > 0
-    t = temperature if noise else 1.0
+    """logits [B, V] (any float dtype, rows contiguous), keys [B] int32 (None: greedy) -> (tokens [B], logprobs [B]
+    under softmax(logits / temperature)): sampling.sample for top_k None and top_p 1, which passes its scoring
+    temperature."""
+    noise = keys is not None
     if keys is None:
         keys = torch.zeros(logits.shape[0], dtype=torch.int32, device=logits.device)
-    top, total, best, arg = _partials(logits.contiguous(), keys.int(), t, noise)  # [B, P] each
+    top, total, best, arg = _partials(logits.contiguous(), keys.int(), temperature, noise)  # [B, P] each
     peak = top.max(-1, keepdim=True).values  # [B, 1]
     lse = peak[:, 0] + torch.log((total * torch.exp(top - peak)).sum(-1))  # [B]
     tokens = arg.gather(-1, best.argmax(-1, keepdim=True))[:, 0].long()  # [B]: the first chunk's winner on a tie
-    picked = logits.gather(-1, tokens[:, None])[:, 0].float() / t
+    picked = logits.gather(-1, tokens[:, None])[:, 0].float() / temperature
     return tokens, picked - lse

@@ -69,25 +69,33 @@ def gumbel(keys: torch.Tensor, vocab: int) -> torch.Tensor:
     return -torch.log(-torch.log(u))
 
 
+def scoring_temperature(temperature: float) -> float:
+    """The temperature of the distribution logprobs are reported under, by the sampler and the trainer alike: the
+    sampling temperature, and 1 for greedy decoding (temperature 0)."""
+    return temperature if temperature > 0 else 1.0
+
+
 def sample(logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [B, V], keys [B] (see token_keys; None: fresh keys from torch's generator) -> (tokens [B], logprobs [B]).
 
-    The logprob is that of the chosen token under softmax(logits / temperature) before top-k/top-p filtering
-    (temperature 1 when greedy): the same distribution the trainer scores with, so the two can be compared."""
+    The logprob is that of the chosen token under softmax(logits / scoring_temperature) before top-k/top-p
+    filtering: the same distribution the trainer scores with, so the two can be compared."""
     if keys is None and params.temperature > 0:
         keys = torch.randint(-2**31, 2**31, (logits.shape[0],), device=logits.device, dtype=torch.int32)
     if params.top_k is None and params.top_p == 1.0 and fused_sampling.supported(logits):
-        return fused_sampling.sample_plain(logits, params.temperature, keys)  # one pass over the logits on a GPU
+        # one pass over the logits on a GPU
+        return fused_sampling.sample_plain(logits, scoring_temperature(params.temperature),
+                                           keys if params.temperature > 0 else None)
     return sample_torch(logits, params, keys)
 
 
 def sample_torch(logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """sample() in torch ops, on any device and with any filter (keys: None only when greedy)."""
     logits = logits.float()
+    scaled = logits / scoring_temperature(params.temperature)  # [B, V]
     if params.temperature == 0:
         tokens = logits.argmax(-1)  # [B]
-        return tokens, _picked(logits, tokens)
-    scaled = logits / params.temperature  # [B, V]
+        return tokens, _picked(scaled, tokens)
     kept = scaled
     if params.top_k is not None and params.top_k < scaled.shape[-1]:
         kth = torch.topk(scaled, params.top_k, dim=-1).values[:, -1:]  # [B, 1]

@@ -31,17 +31,17 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
     """(train problems, validation problems, reference turns for warm-up by problem id: those of the problems that
     carry a reference completion, and with the unit-test environment every other one of them a wrong first attempt,
     the feedback on it and the fix)."""
-    d, g = cfg.data, cfg.grpo
-    check_trainable(dataset_key(d.train.dataset_name), d.train.split)
-    train = load_split(d.train, g.seed)
-    if d.validation is not None:
-        val = load_split(d.validation, g.seed)
-    elif DATASETS[dataset_key(d.train.dataset_name)].data_dir is None:  # generated: a stream of its own is held out
-        val = load_split(d.train.model_copy(update={"split": "validation"}), g.seed)
-    elif d.train.split_validation_size > 0:
+    data, seed = cfg.data, cfg.grpo.seed
+    check_trainable(dataset_key(data.train.dataset_name), data.train.split)
+    train = load_split(data.train, seed)
+    if data.validation is not None:
+        val = load_split(data.validation, seed)
+    elif DATASETS[dataset_key(data.train.dataset_name)].data_dir is None:  # generated: a stream of its own is held out
+        val = load_split(data.train.model_copy(update={"split": "validation"}), seed)
+    elif data.train.split_validation_size > 0:
         order = list(range(len(train)))
-        random.Random(g.seed).shuffle(order)
-        cut = max(1, int(len(train) * d.train.split_validation_size))
+        random.Random(seed).shuffle(order)
+        cut = max(1, int(len(train) * data.train.split_validation_size))
         held = set(order[:cut])
         val = [p for i, p in enumerate(train) if i in held]
         train = [p for i, p in enumerate(train) if i not in held]
@@ -50,9 +50,9 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
     refs = {p.id: [{"role": "assistant", "content": p.metadata["reference_completion"]}]
             for p in train if "reference_completion" in p.metadata}
     if cfg.env.multi_turn.kind == "unit_tests":
-        rng = random.Random(g.seed)
+        rng = random.Random(seed)
         refs.update({p.id: feedback_reference(p, rng, cfg) for p in train[1::2] if "wrong_attempts" in p.metadata})
-    return train, val[: g.max_val_samples], refs
+    return train, val[: cfg.grpo.max_val_samples], refs
 
 
 class ProblemSampler:

@@ -10,12 +10,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from execrl.config import MasterConfig
 from execrl.rewards import is_correct, sandbox_failures
+from execrl.rollout.sampling import scoring_temperature
 from execrl.sandbox import check_infra_share
 from execrl.trainer import checkpoint
 from execrl.trainer import distributed as dist
 from execrl.trainer.rollouts import episode_means, episode_sums, rollout_rows, run_episodes
 from execrl.trainer.setup import Run, build_run, console
-from execrl.trainer.step import advantages, build_batch, optimize, score_tokens, scoring_temperature
+from execrl.trainer.step import advantages, build_batch, optimize, score_tokens
 from execrl.trainer.warmup import sft_warmup
 
 MAX_NAN_STEPS = 3
@@ -62,10 +63,10 @@ def train(cfg: MasterConfig) -> Run:
 def epochs_done(run: Run) -> bool:
     """Dynamic sampling draws a varying number of prompts per step: its grpo.max_num_epochs bound is checked here
     (otherwise it is in run.max_steps)."""
-    g = run.cfg.grpo
-    if not (g.use_dynamic_sampling and run.sampler.passes >= g.max_num_epochs):
+    grpo = run.cfg.grpo
+    if not (grpo.use_dynamic_sampling and run.sampler.passes >= grpo.max_num_epochs):
         return False
-    console.print(f"grpo.max_num_epochs={g.max_num_epochs} passes over the training problems end the run at step "
+    console.print(f"grpo.max_num_epochs={grpo.max_num_epochs} passes over the training problems end the run at step "
                   f"{run.step}")
     return True
 
@@ -74,7 +75,7 @@ def train_step(run: Run, rollouts) -> dict:
     cfg = run.cfg
     adv, rewards, valid = advantages(rollouts, cfg)
     batch = build_batch(rollouts, adv, run.tokenizer.pad_token_id, cfg.grpo.overlong_filtering)
-    temperature = scoring_temperature(cfg)
+    temperature = scoring_temperature(cfg.policy.generation.temperature)
     if run.plan.optimizer_steps_per_rollout > 1:  # later optimizer steps need the logprobs as this step began
         batch.old_logprobs = score_tokens(run.weights.compute, batch, cfg.policy.logprob_batch_size, temperature)
     if run.ref_model is not None:

@@ -175,32 +175,31 @@ def build_pipeline(cfg: MasterConfig, plan: BatchPlan, generator, tokenizer, gra
                    sampler: ProblemSampler) -> RolloutPipeline:
     """Rollouts of the configured shape; ahead by one step with async GRPO (call check_async(cfg) first). Every
     rank draws the same prompts and runs its share of them (whole groups, the same share of each optimizer batch)."""
-    g, a = cfg.grpo, cfg.grpo.async_grpo
-    per_batch = plan.global_batch // g.num_generations_per_prompt  # prompts per optimizer step
+    grpo, a = cfg.grpo, cfg.grpo.async_grpo
     dynamic = None
-    if g.use_dynamic_sampling:
-        dynamic = DynamicSampling(max(1, round(g.num_prompts_per_step * g.batch_multiplier)),
-                                  g.dynamic_sampling_max_gen_batches, g.num_prompts_per_step // dist.world_size())
+    if grpo.use_dynamic_sampling:
+        dynamic = DynamicSampling(max(1, round(grpo.num_prompts_per_step * grpo.batch_multiplier)),
+                                  grpo.dynamic_sampling_max_gen_batches, grpo.num_prompts_per_step // dist.world_size())
 
     def generate(problems: list[Problem], step: int, first: int) -> Rollouts:
-        seeds = prompt_seeds(g.seed, step, len(problems), first)  # by the prompt's place among the step's prompts
-        split = None if dynamic else per_batch  # (dynamic sampling: each process fills its share from its part)
+        seeds = prompt_seeds(grpo.seed, step, len(problems), first)  # by the prompt's place among the step's prompts
+        split = None if dynamic else plan.prompts_per_optimizer_step  # (dynamic sampling: each process fills its share from its part)
         problems, seeds = dist.this_rank(problems, split), dist.this_rank(seeds, split)
-        return start_episodes(generator, tokenizer, grader, problems, cfg, g.num_generations_per_prompt,
+        return start_episodes(generator, tokenizer, grader, problems, cfg, plan.group_size,
                               cfg.policy.generation.temperature, seeds)
 
     def grade(rollouts: Rollouts) -> None:
         finish_episodes(rollouts, tokenizer, grader, cfg)
 
-    return RolloutPipeline(generate, grade, sampler, g.num_prompts_per_step, lookahead=1 if a.enabled else 0,
+    return RolloutPipeline(generate, grade, sampler, grpo.num_prompts_per_step, lookahead=1 if a.enabled else 0,
                            max_age=a.max_trajectory_age_steps if a.enabled else 0, dynamic=dynamic)
 
 
 def informative(rollouts: Rollouts) -> tuple[list[list[Episode]], list[Episode]]:
     """(the groups whose valid rewards differ, each a list of its G episodes; the episodes of the other groups)."""
-    g = rollouts.group_size
+    size = rollouts.group_size
     flat = flat_groups(*rollouts.reward_table()).tolist()
-    groups = [rollouts.episodes[i * g:(i + 1) * g] for i in range(len(flat))]
+    groups = [rollouts.episodes[i * size:(i + 1) * size] for i in range(len(flat))]
     return [x for x, f in zip(groups, flat) if not f], [e for x, f in zip(groups, flat) if f for e in x]
 
 
@@ -210,9 +209,9 @@ def check_async(cfg: MasterConfig) -> None:
     if cfg.loss_fn.use_importance_sampling_correction and not engine:
         raise ConfigError("loss_fn.use_importance_sampling_correction needs the sampler's logprobs, which only the "
                           "execrl engine returns: set policy.generation.backend=execrl")
-    g, lf = cfg.policy.generation, cfg.loss_fn
+    gen, lf = cfg.policy.generation, cfg.loss_fn
     correcting = lf.use_importance_sampling_correction or (lf.use_importance_sampling_correction is None and a.enabled)
-    if correcting and (g.top_k is not None or g.top_p < 1.0):
+    if correcting and (gen.top_k is not None or gen.top_p < 1.0):
         # the engine's logprobs are those of softmax(logits / T) before the filter, as the trainer scores them: the
         # importance weight would then ignore that the tokens came from the filtered distribution
         raise ConfigError("the importance-sampling correction (async GRPO, or loss_fn.use_importance_sampling_"

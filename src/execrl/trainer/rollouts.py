@@ -119,13 +119,13 @@ def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem]
                 break
             start = time.perf_counter()
             if turn == 0:  # each prompt prefilled once for its G samples
-                outs = [c for g in generator.generate(prompts, group_size, gen.max_new_tokens, params, stop,
-                                                      seeds=seeds) for c in g]
+                outs = [c for group in generator.generate(prompts, group_size, gen.max_new_tokens, params, stop,
+                                                          seeds=seeds) for c in group]
             else:
                 turn_seeds = None if seeds is None else [
                     mix32(request_key(seeds[i // group_size], i % group_size) ^ mix32(turn))
                     for i, e in enumerate(episodes) if not e.done]
-                outs = [g[0] for g in generator.generate([e.trajectory.ids for e in live], 1, gen.max_new_tokens,
+                outs = [group[0] for group in generator.generate([e.trajectory.ids for e in live], 1, gen.max_new_tokens,
                                                          params, stop, seeds=turn_seeds)]
             rollouts.times["generate"] += time.perf_counter() - start
             room = cfg.policy.max_total_sequence_length

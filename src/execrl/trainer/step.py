@@ -10,6 +10,7 @@ import torch
 from execrl.algo import ADVANTAGES, LossTerms, policy_loss
 from execrl.algo.logprobs import token_logprobs_from_hidden
 from execrl.config import BatchPlan, MasterConfig
+from execrl.rollout.sampling import scoring_temperature
 from execrl.trainer import distributed as dist
 from execrl.trainer.precision import Weights
 from execrl.trainer.rollouts import Rollouts
@@ -56,11 +57,6 @@ def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_fil
         if sampler is not None:
             sampler[i, p - 1:p - 1 + n] = torch.tensor(logprobs[i])
     return TrainBatch(ids, attn, mask, adv, sampler_logprobs=sampler)
-
-
-def scoring_temperature(cfg: MasterConfig) -> float:
-    """The temperature the trainer scores with: the sampler's (1 for greedy sampling)."""
-    return cfg.policy.generation.temperature or 1.0
 
 
 def importance_correction(cfg: MasterConfig) -> bool:
@@ -137,7 +133,7 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
     forward and backward on the compute model, gradients accumulated and applied in the master's dtype."""
     model = weights.compute
     device, loss_cfg = next(model.parameters()).device, cfg.loss_fn
-    temperature, correct = scoring_temperature(cfg), importance_correction(cfg)
+    temperature, correct = scoring_temperature(cfg.policy.generation.temperature), importance_correction(cfg)
     stats = {"loss": 0.0, "clip_frac": 0.0, "clip_frac_high": 0.0, "clip_frac_low": 0.0, "kl": 0.0, "entropy": 0.0,
              "grad_norm": 0.0, "skipped_steps": 0}
     averaged = ("clip_frac", "clip_frac_high", "clip_frac_low", "kl")  # token means, over the whole batch
@@ -165,16 +161,7 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
             terms = LossTerms(logp, old, batch.advantages[idx].to(device), mask,
                               None if batch.ref_logprobs is None else batch.ref_logprobs[idx, :width].to(device),
                               None if batch.sampler_logprobs is None else batch.sampler_logprobs[idx, :width].to(device))
-            loss, metrics = policy_loss(terms, num_tokens=num_tokens, num_seqs=num_seqs, clip_low=loss_cfg.ratio_clip_min,
-                                        clip_high=loss_cfg.ratio_clip_max, dual_clip=loss_cfg.ratio_clip_c,
-                                        kl_coef=loss_cfg.reference_policy_kl_penalty, kl_type=loss_cfg.reference_policy_kl_type,
-                                        kl_input_clamp=loss_cfg.kl_input_clamp_value,
-                                        kl_output_clamp=loss_cfg.kl_output_clamp_value,
-                                        token_level=loss_cfg.token_level_loss, constant_normalizer=loss_cfg.constant_normalizer,
-                                        is_correction=correct, is_cap=loss_cfg.truncated_importance_sampling_ratio,
-                                        is_min=loss_cfg.truncated_importance_sampling_ratio_min,
-                                        is_type=loss_cfg.truncated_importance_sampling_type,
-                                        kl_on_policy=loss_cfg.use_on_policy_kl_approximation)
+            loss, metrics = policy_loss(terms, loss_cfg, num_tokens=num_tokens, num_seqs=num_seqs, is_correction=correct)
             dist.reduce_after_backward(model, last=i == len(parts) - 1)
             loss.backward()
             weights.accumulate_grads()
