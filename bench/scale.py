@@ -220,7 +220,8 @@ def part_losses(args, model_dir: Path) -> list[dict]:
     out = []
     try:
         for step in range(1, args.loss_steps + 1):
-            rollouts = fixed_rollouts(step, args.loss_prompts, group, prompts, args.new_tokens, samples // 2 // group)
+            rollouts = fixed_rollouts(step, args.loss_prompts, group, prompts, args.new_tokens,
+                                      run.plan.prompts_per_optimizer_step)
             stats = train_step(run, rollouts)
             run.step = step
             out.append({"step": step, **{k: stats[k] for k in ("loss", "grad_norm", "entropy", "kl", "clip_frac")}})
