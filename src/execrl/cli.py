@@ -4,8 +4,22 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from execrl import __version__
+
+
+def number(kind: type, low: float, inclusive: bool = True):
+    """An argparse type: a `kind` number >= low (> low when not inclusive), refused with the flag's name otherwise."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from None
+        if value < low or (value == low and not inclusive) or value != value:
+            raise argparse.ArgumentTypeError(f"must be {'>=' if inclusive else '>'} {low:g}, got {text}")
+        return value
+    return parse
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,9 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("grade", help="run programs from a JSONL file against their tests in the sandbox")
     g.add_argument("input", help="JSONL rows: {id, code, language?, tests, timeout_s?, memory_mb?}")
     g.add_argument("--out", required=True, help="where to write one result row per input row (JSONL)")
-    g.add_argument("--timeout", type=float, default=None, help="seconds of CPU per test (default 2)")
-    g.add_argument("--memory-mb", type=int, default=None, help="address-space limit per program (default 1024)")
-    g.add_argument("--workers", type=int, default=0, help="sandbox workers (default: one per CPU core)")
+    g.add_argument("--timeout", type=number(float, 0, inclusive=False), default=None,
+                   help="seconds of CPU per test (default 2)")
+    g.add_argument("--memory-mb", type=number(int, 16), default=None, help="memory limit per program (default 1024)")
+    g.add_argument("--workers", type=number(int, 1), default=0, help="sandbox workers (default: one per CPU core)")
     g.add_argument("--languages", default=None, help="YAML file adding languages: {name: {file, run, compile?}}")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -33,23 +48,28 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--dataset", default="mbpp", help="gsm8k | mbpp | nemotron_code | leetcode | humaneval | jsonl")
     e.add_argument("--split", default="test", help="dataset split (default test)")
     e.add_argument("--data-path", default=None, help="file or directory of the dataset (default: found locally)")
-    e.add_argument("--limit", type=int, default=None, help="only the first N problems")
-    e.add_argument("--samples", type=int, default=1, help="completions per problem (n of pass@k)")
-    e.add_argument("--max-tests", type=int, default=0, help="grade at most this many tests per problem (0: all)")
+    e.add_argument("--limit", type=number(int, 1), default=None, help="only the first N problems (default: all)")
+    e.add_argument("--samples", type=number(int, 1), default=1, help="completions per problem (n of pass@k; default 1)")
+    e.add_argument("--max-tests", type=number(int, 0), default=0,
+                   help="grade at most this many tests per problem (default 0: all)")
     e.add_argument("--k", default="1", help="comma-separated k values, e.g. 1,5,10")
-    e.add_argument("--temperature", type=float, default=None, help="0 = greedy (default: 0 for 1 sample, else 0.8)")
-    e.add_argument("--top-p", type=float, default=1.0)
-    e.add_argument("--max-new-tokens", type=int, default=512)
-    e.add_argument("--batch-size", type=int, default=16, help="sequences generated at once")
+    e.add_argument("--temperature", type=number(float, 0), default=None,
+                   help="sampling temperature, 0 = greedy (default: 0 for 1 sample, else 0.8)")
+    e.add_argument("--top-p", type=number(float, 0, inclusive=False), default=1.0,
+                   help="nucleus sampling threshold, in (0, 1] (default 1: off)")
+    e.add_argument("--max-new-tokens", type=number(int, 1), default=512, help="tokens per completion at most (default 512)")
+    e.add_argument("--batch-size", type=number(int, 1), default=16, help="sequences generated at once (default 16)")
     e.add_argument("--backend", default="execrl", choices=["execrl", "transformers"],
                    help="generation: the execrl engine (default) or transformers' generate")
     e.add_argument("--answer-format", default="code", help="code | reasoning | think")
     e.add_argument("--code-style", default="fence", help="fence (```python) | tags (<code>) | auto")
-    e.add_argument("--system-prompt", default=None)
-    e.add_argument("--timeout", type=float, default=5.0, help="sandbox CPU seconds per test")
-    e.add_argument("--workers", type=int, default=0, help="sandbox workers (default: one per CPU core)")
-    e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--out", default="results/eval", help="directory for results.jsonl and summary.json")
+    e.add_argument("--system-prompt", default=None, help="system prompt (default: none)")
+    e.add_argument("--timeout", type=number(float, 0, inclusive=False), default=5.0,
+                   help="sandbox CPU seconds per test (default 5)")
+    e.add_argument("--workers", type=number(int, 1), default=0, help="sandbox workers (default: one per CPU core)")
+    e.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    e.add_argument("--out", default="results/eval",
+                   help="directory for results.jsonl and summary.json (default results/eval)")
 
     args = parser.parse_args(argv)
     if args.command == "train":
@@ -66,21 +86,16 @@ def main(argv: list[str] | None = None) -> int:
 def run_train(args) -> int:
     from rich.console import Console
 
-    from execrl.config import ConfigError, load_config, plan, to_yaml
+    from execrl.config import ConfigError, load_config, to_yaml
 
     err = Console(stderr=True, soft_wrap=True)
     if args.config and "=" in args.config:  # `execrl train key=value ...` with the built-in default
         args.overrides, args.config = [args.config, *args.overrides], None
-    from execrl.config.compat import check_supported, no_effect_note
-    from execrl.envs import check_turns
-    from execrl.trainer.pipeline import check_async
+    from execrl.config.checks import no_effect_note, validate
 
     try:
         cfg = load_config(args.config, args.overrides)
-        batch_plan = plan(cfg)
-        check_async(cfg)  # before torchrun starts N processes that would each stop on it
-        check_turns(cfg)
-        check_supported(cfg)
+        batch_plan = validate(cfg)  # every check, before torchrun starts N processes that would each stop on it
     except (ConfigError, ValueError) as e:
         err.print(f"[red]config error:[/] {e}")
         return 2
@@ -155,6 +170,10 @@ def run_eval(args) -> int:
     from execrl.tasks import DatasetError
 
     try:
+        if Path(args.out).exists() and not Path(args.out).is_dir():
+            raise ValueError(f"--out {args.out} is a file: it names the directory for results.jsonl and summary.json")
+        if args.top_p > 1:
+            raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
         ks = tuple(sorted({int(k) for k in args.k.split(",") if k.strip()}))
         if not ks or min(ks) < 1 or max(ks) > args.samples:
             raise ValueError(f"--k values must be between 1 and --samples ({args.samples}), got {args.k!r}")

@@ -90,6 +90,14 @@ def prepare(row: dict, base: Limits) -> tuple:
 
 
 def run_grade(args) -> int:
+    out = Path(args.out)
+    if out.is_dir():
+        err.print(f"[red]error:[/] --out {args.out} is a directory: name the JSONL file to write, e.g. {out / 'results.jsonl'}")
+        return 2
+    if out.exists() and Path(args.input).exists() and out.resolve() == Path(args.input).resolve():
+        err.print(f"[red]error:[/] --out {args.out} is the input file: writing the results there would overwrite it; "
+                  "name another file")
+        return 2
     if args.languages:
         load_languages(args.languages)
     base = Limits()

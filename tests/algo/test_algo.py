@@ -232,7 +232,7 @@ def test_icepop_drops_tokens_outside_the_band_and_tis_cuts():
 
 def test_importance_correction_with_top_k_or_top_p_is_refused_and_nemo_defaults_hold():
     from execrl.config import ConfigError, load_config
-    from execrl.trainer.pipeline import check_async
+    from execrl.config.checks import check_async
 
     assert load_config(None, []).loss_fn.truncated_importance_sampling_ratio is None
     for bad in (["grpo.async_grpo.enabled=true", "policy.generation.top_k=20"],

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from execrl.config import ConfigError, load_config
+from execrl.config.checks import check_async
 from execrl.trainer.loop import train
-from execrl.trainer.pipeline import check_async
 from execrl.trainer.setup import build_run
 
 from .test_train import SMALL, metrics

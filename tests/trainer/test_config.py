@@ -99,14 +99,14 @@ def test_every_field_has_a_description():
     ("env.code.terminate_on_evaluation=false", "interpreter"),
 ])
 def test_nemo_keys_that_would_change_the_math_are_refused(override, message):
-    from execrl.config.compat import check_supported
+    from execrl.config.checks import check_supported
 
     with pytest.raises(ConfigError, match=message):
         check_supported(load_config(None, override.split()))
 
 
 def test_nemo_keys_with_no_effect_are_named_in_one_note():
-    from execrl.config.compat import no_effect_note
+    from execrl.config.checks import no_effect_note
 
     assert no_effect_note(load_config(None, [])) is None
     note = no_effect_note(load_config(None, ["grpo.val_batch_size=8", "logger.monitor_gpus=false"]))
@@ -129,7 +129,7 @@ def test_max_num_epochs_ends_training_first(tmp_path):
 
 
 def test_env_name_and_processor_are_checked_against_the_dataset(tmp_path):
-    from execrl.config.compat import check_dataset_names
+    from execrl.config.checks import check_dataset_names
 
     from .test_train import run
 

@@ -91,7 +91,7 @@ def test_the_loss_is_normalized_over_the_kept_groups_tokens_only():
 
 
 def test_config_dynamic_sampling_keys():
-    from execrl.config.compat import check_supported, no_effect_note
+    from execrl.config.checks import check_supported, no_effect_note
 
     with pytest.raises(ConfigError, match="async GRPO"):
         check_supported(load_config(None, ["grpo.use_dynamic_sampling=true", "grpo.async_grpo.enabled=true"]))

@@ -39,6 +39,9 @@ def _find(name: str, near: Path | None) -> Path:
 
 
 def _read(path: Path, chain: list[Path]) -> dict:
+    if path.is_dir():
+        yamls = sorted(p.name for p in path.glob("*.yaml"))[:3]
+        raise ConfigError(f"{path} is a directory: pass a YAML config file" + (f", e.g. {path / yamls[0]}" if yamls else ""))
     path = path if path.is_file() else _find(str(path), None)
     if path.resolve() in chain:
         raise ConfigError(f"{path}: `defaults` loop through {' -> '.join(map(str, chain))}")

@@ -38,10 +38,10 @@ class GenerationConfig(Section):
                                             "kernels; compiling takes half a minute at the start; falls back to eager "
                                             "where compilation fails)")
     ignore_eos: bool = Field(False, description="benchmarks only: always generate max_new_tokens")
-    max_new_tokens: int = Field(512, description="tokens generated per turn at most")
-    temperature: float = Field(1.0, description="sampling temperature for rollouts")
-    top_p: float = Field(1.0, description="nucleus sampling threshold")
-    top_k: int | None = Field(None, description="sample among the k likeliest tokens only (null: all)")
+    max_new_tokens: int = Field(512, ge=1, description="tokens generated per turn at most")
+    temperature: float = Field(1.0, ge=0, description="sampling temperature for rollouts")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling threshold")
+    top_k: int | None = Field(None, ge=1, description="sample among the k likeliest tokens only (null: all)")
     stop_strings: list[str] | None = Field(None, description="generation stops after any of these strings")
     vllm_cfg: VllmConfig = Field(default_factory=VllmConfig, description="settings read by the vLLM backend")
 
@@ -53,17 +53,17 @@ class OptimizerConfig(Section):
 
 
 class SchedulerConfig(Section):
-    warmup_steps: int = Field(0, description="optimizer steps of linear learning-rate warm-up from 0")
+    warmup_steps: int = Field(0, ge=0, description="optimizer steps of linear learning-rate warm-up from 0")
 
 
 class PolicyConfig(Section):
     model_name: str = Field("builtin:tiny-coder", description="hub id, HF directory, or builtin:tiny-coder")
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig, description="tokenizer settings")
-    max_total_sequence_length: int = Field(1024, description="prompt + completion tokens at most")
-    train_global_batch_size: int = Field(64, description="samples per optimizer step, over all GPUs")
-    train_micro_batch_size: int = Field(4, description="samples per forward/backward pass on one GPU")
-    logprob_batch_size: int = Field(4, description="samples per forward pass when computing logprobs")
-    generation_batch_size: int = Field(64, description="sequences generated at once on one GPU")
+    max_total_sequence_length: int = Field(1024, ge=2, description="prompt + completion tokens at most")
+    train_global_batch_size: int = Field(64, ge=1, description="samples per optimizer step, over all GPUs")
+    train_micro_batch_size: int = Field(4, ge=1, description="samples per forward/backward pass on one GPU")
+    logprob_batch_size: int = Field(4, ge=1, description="samples per forward pass when computing logprobs")
+    generation_batch_size: int = Field(64, ge=1, description="sequences generated at once on one GPU")
     precision: str = Field("auto", description="bfloat16: mixed precision (bf16 compute, fp32 master weights, gradients "
                            "and optimizer state) | float32 | auto (bfloat16 on GPUs that have it, float32 on CPU)")
     device: str = Field("auto", description="auto | cpu | cuda")
@@ -71,7 +71,7 @@ class PolicyConfig(Section):
                                                   "rotary and activations; compiling takes a minute at the start; "
                                                   "falls back to eager where compilation fails)")
     activation_checkpointing: bool = Field(False, description="recompute activations in backward to save memory")
-    max_grad_norm: float = Field(1.0, description="gradient clipping by global norm")
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping by global norm")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="the optimizer")
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig, description="the learning-rate schedule")
     generation: GenerationConfig = Field(default_factory=GenerationConfig, description="rollout sampling")
@@ -87,9 +87,9 @@ class AsyncGRPOConfig(Section):
 
 
 class GRPOConfig(Section):
-    num_prompts_per_step: int = Field(32, description="prompts sampled per step")
-    num_generations_per_prompt: int = Field(16, description="completions per prompt: the group size G")
-    max_num_steps: int = Field(1000, description="training steps (one rollout batch each)")
+    num_prompts_per_step: int = Field(32, ge=1, description="prompts sampled per step")
+    num_generations_per_prompt: int = Field(16, ge=1, description="completions per prompt: the group size G")
+    max_num_steps: int = Field(1000, ge=1, description="training steps (one rollout batch each)")
     max_num_epochs: int = Field(1000, ge=1, description="passes over the training set at most: training stops at "
                                                           "whichever of this and max_num_steps comes first")
     advantage: str = Field("grpo", description="advantage estimator: grpo | dr_grpo")
@@ -105,29 +105,29 @@ class GRPOConfig(Section):
                                                   "at most; the run stops with an error if they do not fill the batch")
     batch_multiplier: float = Field(1.0, gt=0, description="dynamic sampling: prompts drawn per round = this x "
                                     "num_prompts_per_step")
-    val_period: int = Field(10, description="evaluate every N steps (0: never)")
+    val_period: int = Field(10, ge=0, description="evaluate every N steps (0: never)")
     val_at_start: bool = Field(False, description="evaluate before the first step")
-    max_val_samples: int = Field(256, description="validation problems at most")
-    val_batch_size: int = Field(64, description="accepted for NeMo RL configs, no effect: validation generates with "
+    max_val_samples: int = Field(256, ge=0, description="validation problems at most")
+    val_batch_size: int = Field(64, ge=1, description="accepted for NeMo RL configs, no effect: validation generates with "
                                                 "the policy.generation_batch_size slots of training")
     seed: int = Field(42, description="seed for data order, sampling and initialisation")
     async_grpo: AsyncGRPOConfig = Field(default_factory=AsyncGRPOConfig, description="asynchronous GRPO")
 
 
 class LossConfig(Section):
-    reference_policy_kl_penalty: float = Field(0.0, description="KL-to-reference coefficient (0: no reference model)")
+    reference_policy_kl_penalty: float = Field(0.0, ge=0, description="KL-to-reference coefficient (0: no reference model)")
     reference_policy_kl_type: Literal["k1", "k2", "k3"] = Field(
         "k3", description="KL estimator, as NeMo RL: k1 = -r, k2 = r^2/2, k3 = e^r - 1 - r, r = log ref - log pi")
     kl_input_clamp_value: float | None = Field(20.0, gt=0, description="clamp r to +-this before the estimate "
                                                                        "(NeMo RL's default; null: none)")
     kl_output_clamp_value: float | None = Field(10.0, gt=0, description="clamp the per-token KL estimate to +-this "
                                                                         "(NeMo RL's default; null: none)")
-    ratio_clip_min: float = Field(0.2, description="PPO clip below: ratio >= 1 - this")
-    ratio_clip_max: float = Field(0.2, description="PPO clip above: ratio <= 1 + this (larger: DAPO clip-higher)")
+    ratio_clip_min: float = Field(0.2, ge=0, lt=1, description="PPO clip below: ratio >= 1 - this")
+    ratio_clip_max: float = Field(0.2, ge=0, description="PPO clip above: ratio <= 1 + this (larger: DAPO clip-higher)")
     ratio_clip_c: float | None = Field(None, gt=1, description="dual-clip bound for negative advantages, > 1 "
                                                                "(null: off)")
     token_level_loss: bool = Field(True, description="mean over all tokens of the batch (false: per sequence first)")
-    constant_normalizer: int | None = Field(None, description="Dr.GRPO: divide token sums by this, not token counts")
+    constant_normalizer: int | None = Field(None, ge=1, description="Dr.GRPO: divide token sums by this, not token counts")
     use_on_policy_kl_approximation: bool = Field(False, description="weight each token's KL estimate by pi / "
                                                  "pi_sampler (as NeMo RL: the KL of the current policy, estimated "
                                                  "from the sampler's tokens); needs the execrl engine")
@@ -147,8 +147,8 @@ class DatasetConfig(Section):
     dataset_name: str = Field("builtin:arith-code", description="gsm8k | mbpp | nemotron_code | jsonl | builtin:arith-code | hub id")
     split: str = Field("train", description="split to read")
     path: str | None = Field(None, description="local file or directory (default: found in the data directories)")
-    split_validation_size: float = Field(0.0, description="share of the train split held out for validation")
-    max_tests: int = Field(0, description="grade at most this many tests per problem (0: all)")
+    split_validation_size: float = Field(0.0, ge=0, lt=1, description="share of the train split held out for validation")
+    max_tests: int = Field(0, ge=0, description="grade at most this many tests per problem (0: all)")
     options: dict[str, Any] = Field(default_factory=dict, description="loader options, e.g. variant, fields")
 
 
@@ -167,16 +167,16 @@ class DataConfig(Section):
     validation: DatasetConfig | None = Field(None, description="validation problems (null: held out from train, see "
                                                   "split_validation_size; a generated dataset's own validation split)")
     default: DataDefaults = Field(default_factory=DataDefaults, description="NeMo RL defaults block")
-    max_input_seq_length: int | None = Field(None, description="drop prompts longer than this (null: total - new)")
+    max_input_seq_length: int | None = Field(None, ge=1, description="drop prompts longer than this (null: total - new)")
     shuffle: bool = Field(True, description="shuffle training problems each epoch")
 
 
 class CodeEnvConfig(Section):
-    num_workers: int = Field(0, description="sandbox workers per node, shared out among its ranks (0: one per CPU "
+    num_workers: int = Field(0, ge=0, description="sandbox workers per node, shared out among its ranks (0: one per CPU "
                                               "core)")
     terminate_on_evaluation: bool = Field(True, description="single-turn: the episode ends when the code is graded")
-    timeout_s: float = Field(2.0, description="CPU seconds per test")
-    memory_mb: int = Field(1024, description="memory limit per program")
+    timeout_s: float = Field(2.0, gt=0, description="CPU seconds per test")
+    memory_mb: int = Field(1024, ge=16, description="memory limit per program")
 
 
 class MultiTurnConfig(Section):
@@ -213,27 +213,27 @@ class LoggerConfig(Section):
     wandb_enabled: bool = Field(False, description="log to Weights & Biases (needs `pip install wandb`)")
     tensorboard_enabled: bool = Field(True, description="write TensorBoard events")
     wandb: WandbConfig = Field(default_factory=WandbConfig, description="W&B settings")
-    rollouts_period: int = Field(10, description="write sampled rollouts to rollouts/step_N.jsonl every N steps")
+    rollouts_period: int = Field(10, ge=0, description="write sampled rollouts to rollouts/step_N.jsonl every N steps")
     monitor_gpus: bool = Field(True, description="NeMo RL compatibility; GPU memory is logged when on a GPU")
 
 
 class CheckpointConfig(Section):
     enabled: bool = Field(True, description="save checkpoints")
     checkpoint_dir: str = Field("runs/default/checkpoints", description="where; an existing one is resumed from")
-    save_period: int = Field(10, description="save every N steps (and at the end)")
-    keep_top_k: int = Field(3, description="keep the last K checkpoints")
+    save_period: int = Field(10, ge=1, description="save every N steps (and at the end)")
+    keep_top_k: int = Field(3, ge=1, description="keep the last K checkpoints")
 
 
 class ClusterConfig(Section):
-    gpus_per_node: int = Field(1, description="GPUs per node: one training process each (>1: `execrl train` starts "
+    gpus_per_node: int = Field(1, ge=1, description="GPUs per node: one training process each (>1: `execrl train` starts "
                                               "torchrun; on CPU, gloo processes)")
-    num_nodes: int = Field(1, description="nodes (>1: `execrl train` prints the torchrun command to run on each)")
+    num_nodes: int = Field(1, ge=1, description="nodes (>1: `execrl train` prints the torchrun command to run on each)")
 
 
 class WarmupConfig(Section):
-    sft_steps: int = Field(0, description="supervised steps on reference solutions before GRPO (builtin tasks)")
-    lr: float = Field(3e-3, description="learning rate of the supervised warm-up")
-    batch_size: int = Field(32, description="examples per warm-up step")
+    sft_steps: int = Field(0, ge=0, description="supervised steps on reference solutions before GRPO (builtin tasks)")
+    lr: float = Field(3e-3, gt=0, description="learning rate of the supervised warm-up")
+    batch_size: int = Field(32, ge=1, description="examples per warm-up step")
 
 
 class MasterConfig(Section):

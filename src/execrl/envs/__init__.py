@@ -19,12 +19,5 @@ def make_env(cfg, grader) -> Environment:
     return ENVIRONMENTS[cfg.env.multi_turn.kind](cfg, grader)
 
 
-def check_turns(cfg) -> None:
-    """A multi-turn budget needs a multi-turn environment (and the other way round it is allowed: one turn)."""
-    if cfg.grpo.max_rollout_turns > 1 and cfg.env.multi_turn.kind == "single_turn":
-        raise ValueError(f"grpo.max_rollout_turns={cfg.grpo.max_rollout_turns} needs a multi-turn environment: set "
-                         "env.multi_turn.kind=interpreter or unit_tests (or grpo.max_rollout_turns=1)")
-
-
 __all__ = ["ENVIRONMENTS", "ChatTemplateError", "Environment", "InterpreterEnv", "Segment", "SingleTurnEnv", "Step",
-           "Trajectory", "TurnRenderer", "UnitTestsEnv", "check_turns", "make_env"]
+           "Trajectory", "TurnRenderer", "UnitTestsEnv", "make_env"]

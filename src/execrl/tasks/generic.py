@@ -13,7 +13,8 @@ DEFAULT_FIELDS = {"prompt": "prompt", "tests": "tests", "answer": "answer", "id"
 @register("jsonl", data_dir="", splits=())
 def load(path, split, report, fields: dict | None = None, **_):
     if path is None or not path.is_file():
-        raise DatasetError("the jsonl dataset needs data path=FILE (JSONL, JSON list or parquet)")
+        raise DatasetError("the jsonl dataset needs a file (JSONL, JSON list or parquet): execrl train "
+                           "data.train.path=FILE, execrl eval --data-path FILE")
     unknown = set(fields or {}) - set(DEFAULT_FIELDS)
     if unknown:
         raise DatasetError(f"unknown field mapping keys {sorted(unknown)}: use {sorted(DEFAULT_FIELDS)}")

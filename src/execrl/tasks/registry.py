@@ -55,7 +55,8 @@ def load_problems(name: str, split: str = "train", path: str | None = None, max_
     report = RowReport(f"{name}/{split}")
     local = find_path(info, path)
     if local is None and info.hub_id is None and info.data_dir is not None:
-        raise DatasetError(f"{name}: no local copy found; pass its path (data.path=...) or set EXECRL_DATA_DIR")
+        raise DatasetError(f"{name}: no local copy found; pass its path (execrl train: data.train.path=...; execrl eval: "
+                           "--data-path ...) or set EXECRL_DATA_DIR")
     problems = info.load(local, split, report=report, hub_id=info.hub_id, **options)
     for p in problems:
         p.metadata.setdefault("dataset", name)

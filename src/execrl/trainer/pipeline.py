@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from execrl.algo.advantages import flat_groups
-from execrl.config import BatchPlan, ConfigError, MasterConfig
+from execrl.config import BatchPlan, MasterConfig
 from execrl.tasks import Problem
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler
@@ -173,7 +173,7 @@ class RolloutPipeline:
 
 def build_pipeline(cfg: MasterConfig, plan: BatchPlan, generator, tokenizer, grader,
                    sampler: ProblemSampler) -> RolloutPipeline:
-    """Rollouts of the configured shape; ahead by one step with async GRPO (call check_async(cfg) first). Every
+    """Rollouts of the configured shape; ahead by one step with async GRPO (config.checks.validate(cfg) first). Every
     rank draws the same prompts and runs its share of them (whole groups, the same share of each optimizer batch)."""
     grpo, a = cfg.grpo, cfg.grpo.async_grpo
     dynamic = None
@@ -201,38 +201,3 @@ def informative(rollouts: Rollouts) -> tuple[list[list[Episode]], list[Episode]]
     flat = flat_groups(*rollouts.reward_table()).tolist()
     groups = [rollouts.episodes[i * size:(i + 1) * size] for i in range(len(flat))]
     return [x for x, f in zip(groups, flat) if not f], [e for x, f in zip(groups, flat) if f for e in x]
-
-
-def check_async(cfg: MasterConfig) -> None:
-    """Settings async GRPO and the importance-sampling correction cannot work with, each with its fix."""
-    a, engine = cfg.grpo.async_grpo, cfg.policy.generation.backend == "execrl"
-    if cfg.loss_fn.use_importance_sampling_correction and not engine:
-        raise ConfigError("loss_fn.use_importance_sampling_correction needs the sampler's logprobs, which only the "
-                          "execrl engine returns: set policy.generation.backend=execrl")
-    gen, lf = cfg.policy.generation, cfg.loss_fn
-    correcting = lf.use_importance_sampling_correction or (lf.use_importance_sampling_correction is None and a.enabled)
-    if correcting and (gen.top_k is not None or gen.top_p < 1.0):
-        # the engine's logprobs are those of softmax(logits / T) before the filter, as the trainer scores them: the
-        # importance weight would then ignore that the tokens came from the filtered distribution
-        raise ConfigError("the importance-sampling correction (async GRPO, or loss_fn.use_importance_sampling_"
-                          "correction) would ignore top-k/top-p filtering: set policy.generation.top_k=null and "
-                          "policy.generation.top_p=1.0")
-    if lf.truncated_importance_sampling_type == "icepop" and None in (lf.truncated_importance_sampling_ratio,
-                                                                       lf.truncated_importance_sampling_ratio_min):
-        raise ConfigError("loss_fn.truncated_importance_sampling_type icepop keeps tokens whose weight is within "
-                          "[truncated_importance_sampling_ratio_min, truncated_importance_sampling_ratio]: set both")
-    if lf.truncated_importance_sampling_ratio is not None and lf.use_importance_sampling_correction is False:
-        raise ConfigError("loss_fn.truncated_importance_sampling_ratio caps the importance-sampling correction, which "
-                          "is off: set loss_fn.use_importance_sampling_correction=true, or the ratio to null")
-    if not a.enabled:
-        return
-    if not engine:
-        raise ConfigError("grpo.async_grpo needs the sampler's logprobs for its off-policy correction, which only the "
-                          "execrl engine returns: set policy.generation.backend=execrl")
-    if a.max_trajectory_age_steps < 1:
-        raise ConfigError("grpo.async_grpo trains on rollouts sampled one step earlier: set "
-                          "grpo.async_grpo.max_trajectory_age_steps >= 1 (or grpo.async_grpo.enabled=false)")
-    if cfg.loss_fn.use_importance_sampling_correction is False:
-        raise ConfigError("grpo.async_grpo trains on rollouts of an older policy, which the loss must correct with "
-                          "the sampler's logprobs: set loss_fn.use_importance_sampling_correction=true (or leave it "
-                          "unset: on with async)")

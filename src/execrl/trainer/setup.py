@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 import torch
 from rich.console import Console
 
-from execrl.config import BatchPlan, MasterConfig, plan, to_yaml
-from execrl.config.compat import check_dataset_names, check_supported
-from execrl.envs import check_turns, make_env
+from execrl.config import BatchPlan, MasterConfig, to_yaml
+from execrl.config.checks import check_dataset_names, prompt_limit, validate
+from execrl.envs import make_env
 from execrl.models import load_model_and_tokenizer, pick_device
 from execrl.rollout import build_generator
 from execrl.rollout.engine import eager_fallback
@@ -23,7 +23,7 @@ from execrl.trainer import checkpoint, precision
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler, load_data
 from execrl.trainer.metrics import MetricsLogger
-from execrl.trainer.pipeline import RolloutPipeline, build_pipeline, check_async
+from execrl.trainer.pipeline import RolloutPipeline, build_pipeline
 from execrl.trainer.rollouts import encode
 
 console = Console(stderr=True, soft_wrap=True)
@@ -65,16 +65,13 @@ class Run:
 
 
 def build_run(cfg: MasterConfig) -> Run:
-    batch_plan = plan(cfg)
+    batch_plan = validate(cfg)  # (execrl train ran it before starting; here for train() called from Python)
     dist.init(cfg.policy.device)
     console.quiet = not dist.is_main()  # one rank speaks for all
     if dist.world_size() != batch_plan.num_gpus:
         raise ValueError(f"{dist.world_size()} training process(es) but cluster.num_nodes x cluster.gpus_per_node = "
                          f"{batch_plan.num_gpus}: start multi-GPU runs with `execrl train CONFIG` (it launches "
                          "torchrun) or set cluster.gpus_per_node to the number of processes per node")
-    check_async(cfg)
-    check_turns(cfg)
-    check_supported(cfg)
     random.seed(cfg.grpo.seed)
     torch.manual_seed(cfg.grpo.seed)
     master_dtype, compute_dtype = precision.dtypes(cfg.policy.precision, pick_device(cfg.policy.device))
@@ -141,11 +138,8 @@ def languages(problems: list[Problem]) -> tuple[str, ...]:
 
 
 def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig) -> list[Problem]:
-    """Prompts that leave room for max_new_tokens (long prompts are the classic OOM), with a count of the rest."""
-    limit = cfg.data.max_input_seq_length or cfg.policy.max_total_sequence_length - cfg.policy.generation.max_new_tokens
-    if limit <= 0:
-        raise ValueError(f"policy.max_total_sequence_length ({cfg.policy.max_total_sequence_length}) leaves no room for "
-                         f"a prompt beside policy.generation.max_new_tokens ({cfg.policy.generation.max_new_tokens})")
+    """Prompts of at most prompt_limit(cfg) tokens (long prompts are the classic OOM), with a count of the rest."""
+    limit = prompt_limit(cfg)
     env = make_env(cfg, None)  # the prompt as the episode's environment poses it
     kept = [p for p in problems if len(encode(env.reset(p), tokenizer)) <= limit]
     dropped = len(problems) - len(kept)

@@ -1,0 +1,153 @@
+"""Every check of a config, in one place, run before any work (`execrl train --dry-run` runs them all): the batch
+arithmetic, settings that cannot work together, NeMo RL keys execrl does not act on (refused where they would change
+the math, listed in one start-up note where they change only speed or infrastructure), and what the machine must
+have. Each error names its fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from execrl.config.batch import BatchPlan, plan
+from execrl.config.load import ConfigError
+from execrl.config.schema import MasterConfig
+
+# keys read only with grpo.use_dynamic_sampling
+DYNAMIC_ONLY = ("grpo.dynamic_sampling_max_gen_batches", "grpo.batch_multiplier")
+
+# key -> why it has no effect here
+NO_EFFECT = {
+    "grpo.val_batch_size": "validation generates with the training slots (policy.generation_batch_size)",
+    "logger.monitor_gpus": "GPU memory is logged on GPUs regardless (memory/peak_gib)",
+    "policy.generation.vllm_cfg": "the execrl engine reserves its KV cache itself",
+    **{key: "only with grpo.use_dynamic_sampling" for key in DYNAMIC_ONLY},
+}
+
+
+def validate(cfg: MasterConfig) -> BatchPlan:
+    """All the checks that need no data and no model; returns the batch arithmetic."""
+    batch_plan = plan(cfg)
+    check_lengths(cfg)
+    check_turns(cfg)
+    check_async(cfg)
+    check_supported(cfg)
+    check_machine(cfg)
+    return batch_plan
+
+
+def prompt_limit(cfg: MasterConfig) -> int:
+    """Tokens a prompt may have: data.max_input_seq_length, else what leaves room for max_new_tokens. A
+    max_new_tokens of the whole context or more is NeMo RL's idiom for "until the context is full": prompts are then
+    kept while they leave room to generate, and each completion gets the room its prompt leaves."""
+    total, new = cfg.policy.max_total_sequence_length, cfg.policy.generation.max_new_tokens
+    if cfg.data.max_input_seq_length is not None:
+        return cfg.data.max_input_seq_length
+    return total - new if new < total else total - 1
+
+
+def check_lengths(cfg: MasterConfig) -> None:
+    total = cfg.policy.max_total_sequence_length
+    if cfg.data.max_input_seq_length is not None and cfg.data.max_input_seq_length >= total:
+        raise ConfigError(f"data.max_input_seq_length ({cfg.data.max_input_seq_length}) leaves no room to generate "
+                          f"within policy.max_total_sequence_length ({total}): lower it, or set it to null")
+
+
+def check_turns(cfg: MasterConfig) -> None:
+    """A multi-turn budget needs a multi-turn environment (and the other way round it is allowed: one turn)."""
+    if cfg.grpo.max_rollout_turns > 1 and cfg.env.multi_turn.kind == "single_turn":
+        raise ConfigError(f"grpo.max_rollout_turns={cfg.grpo.max_rollout_turns} needs a multi-turn environment: set "
+                          "env.multi_turn.kind=interpreter or unit_tests (or grpo.max_rollout_turns=1)")
+
+
+def check_machine(cfg: MasterConfig) -> None:
+    """What this machine must have for the run: the device asked for, and directories where files are not."""
+    if cfg.policy.device.startswith("cuda"):
+        import torch  # (only here: the other checks run without it)
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"policy.device={cfg.policy.device} but no CUDA GPU is visible here: set "
+                              "policy.device=auto (a GPU when there is one, else the CPU) or cpu")
+    for key, where in (("logger.log_dir", cfg.logger.log_dir), ("checkpointing.checkpoint_dir",
+                                                                 cfg.checkpointing.checkpoint_dir)):
+        if Path(where).exists() and not Path(where).is_dir():
+            raise ConfigError(f"{key}={where} is a file, not a directory: name a directory (it is created)")
+
+
+def check_async(cfg: MasterConfig) -> None:
+    """Settings async GRPO and the importance-sampling correction cannot work with, each with its fix."""
+    a, engine = cfg.grpo.async_grpo, cfg.policy.generation.backend == "execrl"
+    if cfg.loss_fn.use_importance_sampling_correction and not engine:
+        raise ConfigError("loss_fn.use_importance_sampling_correction needs the sampler's logprobs, which only the "
+                          "execrl engine returns: set policy.generation.backend=execrl")
+    gen, lf = cfg.policy.generation, cfg.loss_fn
+    correcting = lf.use_importance_sampling_correction or (lf.use_importance_sampling_correction is None and a.enabled)
+    if correcting and (gen.top_k is not None or gen.top_p < 1.0):
+        # the engine's logprobs are those of softmax(logits / T) before the filter, as the trainer scores them: the
+        # importance weight would then ignore that the tokens came from the filtered distribution
+        raise ConfigError("the importance-sampling correction (async GRPO, or loss_fn.use_importance_sampling_"
+                          "correction) would ignore top-k/top-p filtering: set policy.generation.top_k=null and "
+                          "policy.generation.top_p=1.0")
+    if lf.truncated_importance_sampling_type == "icepop" and None in (lf.truncated_importance_sampling_ratio,
+                                                                       lf.truncated_importance_sampling_ratio_min):
+        raise ConfigError("loss_fn.truncated_importance_sampling_type icepop keeps tokens whose weight is within "
+                          "[truncated_importance_sampling_ratio_min, truncated_importance_sampling_ratio]: set both")
+    if lf.truncated_importance_sampling_ratio is not None and lf.use_importance_sampling_correction is False:
+        raise ConfigError("loss_fn.truncated_importance_sampling_ratio caps the importance-sampling correction, which "
+                          "is off: set loss_fn.use_importance_sampling_correction=true, or the ratio to null")
+    if not a.enabled:
+        return
+    if not engine:
+        raise ConfigError("grpo.async_grpo needs the sampler's logprobs for its off-policy correction, which only the "
+                          "execrl engine returns: set policy.generation.backend=execrl")
+    if a.max_trajectory_age_steps < 1:
+        raise ConfigError("grpo.async_grpo trains on rollouts sampled one step earlier: set "
+                          "grpo.async_grpo.max_trajectory_age_steps >= 1 (or grpo.async_grpo.enabled=false)")
+    if cfg.loss_fn.use_importance_sampling_correction is False:
+        raise ConfigError("grpo.async_grpo trains on rollouts of an older policy, which the loss must correct with "
+                          "the sampler's logprobs: set loss_fn.use_importance_sampling_correction=true (or leave it "
+                          "unset: on with async)")
+
+
+def check_supported(cfg: MasterConfig) -> None:
+    """Refuse, with the fix, settings that would change the algorithm in ways execrl does not implement."""
+    if cfg.grpo.use_dynamic_sampling and cfg.grpo.async_grpo.enabled:
+        raise ConfigError("grpo.use_dynamic_sampling is not implemented with async GRPO (its later rounds would have "
+                          "to wait for grading): set grpo.async_grpo.enabled=false, or grpo.use_dynamic_sampling=false")
+    if cfg.loss_fn.use_on_policy_kl_approximation and cfg.policy.generation.backend != "execrl":
+        raise ConfigError("loss_fn.use_on_policy_kl_approximation weights the KL by pi / pi_sampler, with the sampler's "
+                          "logprobs, which only the execrl engine returns: set policy.generation.backend=execrl")
+    multi = cfg.env.multi_turn.kind == "interpreter" and cfg.grpo.max_rollout_turns > 1
+    if not cfg.env.code.terminate_on_evaluation and not multi:
+        raise ConfigError("env.code.terminate_on_evaluation=false (episodes go on after the code runs) is execrl's "
+                          "code interpreter: set env.multi_turn.kind=interpreter and grpo.max_rollout_turns > 1, or "
+                          "terminate_on_evaluation=true")
+
+
+def check_dataset_names(cfg: MasterConfig, kinds: set[str]) -> None:
+    """data.default.env_name and processor, NeMo RL's names for how rows are read and graded, must fit the kinds of
+    problem (code, math) the training and validation data hold: execrl grades each problem by its kind."""
+    d = cfg.data.default
+    for key, named in (("env_name", d.env_name), ("processor", d.processor)):
+        kind = named.split("_")[0]  # code | math (env_name's values, and the processors' prefixes)
+        if named != "auto" and kinds - {kind}:
+            raise ConfigError(f"data.default.{key} is {named!r} but the dataset's problems are {sorted(kinds)}: set "
+                              f"it to auto (execrl grades each problem by its kind) or use a {kind} dataset")
+
+
+def no_effect_note(cfg: MasterConfig) -> str | None:
+    """One line naming the keys this config sets (to other than their defaults) that change nothing here."""
+    default = MasterConfig()
+    seen = []
+    for key in NO_EFFECT:
+        if key in DYNAMIC_ONLY and cfg.grpo.use_dynamic_sampling:
+            continue
+        if _get(cfg, key) != _get(default, key):
+            seen.append(key)
+    if not seen:
+        return None
+    return "note: accepted, with no effect here: " + "; ".join(f"{k} ({NO_EFFECT[k]})" for k in seen)
+
+
+def _get(obj, dotted: str):
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj

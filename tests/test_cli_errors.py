@@ -1,0 +1,93 @@
+"""A careless user gets one clear line naming the fix and a non-zero exit, before any work, and nothing is
+overwritten: bad flags, bad config values, files where directories go and the other way round."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def execrl(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "execrl.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=300, cwd=cwd)
+
+
+ROW = '{"id": "a", "code": "print(1)", "tests": {"inputs": [""], "outputs": ["1\\n"]}}\n'
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--timeout", "-1"], "argument --timeout: must be > 0, got -1"),
+    (["--timeout", "0"], "argument --timeout: must be > 0, got 0"),
+    (["--memory-mb", "-5"], "argument --memory-mb: must be >= 16, got -5"),
+    (["--workers", "0"], "argument --workers: must be >= 1, got 0"),
+    (["--timeout", "abc"], "argument --timeout: 'abc' is not a number"),
+])
+def test_grade_refuses_bad_numbers(tmp_path, flags, message):
+    (tmp_path / "in.jsonl").write_text(ROW)
+    proc = execrl("grade", tmp_path / "in.jsonl", "--out", tmp_path / "out.jsonl", *flags)
+    assert proc.returncode == 2 and message in proc.stderr and not (tmp_path / "out.jsonl").exists()
+
+
+def test_grade_never_writes_over_its_input_or_into_a_directory(tmp_path):
+    data = tmp_path / "in.jsonl"
+    data.write_text(ROW)
+    same = execrl("grade", data, "--out", data)
+    assert same.returncode == 2 and "is the input file" in same.stderr and data.read_text() == ROW
+    folder = execrl("grade", data, "--out", tmp_path)
+    assert folder.returncode == 2 and "is a directory" in folder.stderr and "Traceback" not in folder.stderr
+
+
+@pytest.mark.parametrize("override, message", [
+    ("grpo.max_num_steps=-5", "grpo.max_num_steps: Input should be greater than or equal to 1"),
+    ("env.code.timeout_s=-1", "env.code.timeout_s: Input should be greater than 0"),
+    ("policy.generation_batch_size=0", "policy.generation_batch_size: Input should be greater than or equal to 1"),
+    ("data.max_input_seq_length=192", "leaves no room to generate"),
+    ("policy.device=cuda", "no CUDA GPU is visible"),
+])
+def test_train_refuses_bad_values_in_one_line_before_any_work(tmp_path, override, message):
+    if override == "policy.device=cuda" and __import__("torch").cuda.is_available():
+        pytest.skip("a GPU is visible")
+    proc = execrl("train", override, f"logger.log_dir={tmp_path}/run", f"checkpointing.checkpoint_dir={tmp_path}/ck")
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "ck").exists()
+
+
+def test_train_refuses_a_file_as_a_directory_and_a_directory_as_the_config(tmp_path):
+    (tmp_path / "file").write_text("x")
+    proc = execrl("train", f"logger.log_dir={tmp_path / 'file'}", "--dry-run")
+    assert proc.returncode == 2 and "is a file, not a directory" in proc.stderr
+    proc = execrl("train", tmp_path, "--dry-run")
+    assert proc.returncode == 2 and "is a directory" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--batch-size", "0"], "argument --batch-size: must be >= 1, got 0"),
+    (["--samples", "0"], "argument --samples: must be >= 1, got 0"),
+    (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
+])
+def test_eval_refuses_bad_numbers(tmp_path, flags, message):
+    proc = execrl("eval", "--model", "builtin:tiny-coder", "--out", tmp_path / "o", *flags)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_eval_refuses_a_file_as_its_output_directory(tmp_path):
+    (tmp_path / "o").write_text("keep me")
+    proc = execrl("eval", "--model", "builtin:tiny-coder", "--out", tmp_path / "o")
+    assert proc.returncode == 2 and "is a file" in proc.stderr and (tmp_path / "o").read_text() == "keep me"
+
+
+def test_max_new_tokens_of_the_whole_context_means_up_to_the_context_as_in_nemo(tmp_path):
+    """NeMo RL's configs set max_new_tokens: ${policy.max_total_sequence_length}: prompts are kept and each
+    completion gets the room its prompt leaves."""
+    from execrl.config import load_config
+    from execrl.trainer.loop import train
+
+    cfg = load_config(None, ["policy.generation.max_new_tokens=${policy.max_total_sequence_length}",
+                             "grpo.max_num_steps=1", "warmup.sft_steps=0", "grpo.val_period=0", "grpo.val_at_start=false",
+                             "checkpointing.enabled=false", f"logger.log_dir={tmp_path}", "logger.tensorboard_enabled=false",
+                             "grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=2",
+                             "policy.train_global_batch_size=4", "env.code.num_workers=2"])
+    run = train(cfg)
+    assert run.step == 1 and len(run.sampler.problems) == 4096  # no prompt dropped
+    lengths = [len(t) for t in run.pipeline.training.rollouts.trajectories]
+    assert max(lengths) <= cfg.policy.max_total_sequence_length
