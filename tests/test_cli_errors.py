@@ -91,3 +91,13 @@ def test_max_new_tokens_of_the_whole_context_means_up_to_the_context_as_in_nemo(
     assert run.step == 1 and len(run.sampler.problems) == 4096  # no prompt dropped
     lengths = [len(t) for t in run.pipeline.training.rollouts.trajectories]
     assert max(lengths) <= cfg.policy.max_total_sequence_length
+
+
+def test_a_model_that_cannot_be_had_stops_before_torchrun_starts(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    proc = execrl("train", "policy.model_name=nobody/no-such-model", "cluster.gpus_per_node=2",
+                  f"logger.log_dir={tmp_path}/run", f"checkpointing.checkpoint_dir={tmp_path}/ck")
+    assert proc.returncode == 2 and "not in the local hub cache and offline mode is on" in proc.stderr
+    assert "launching" not in proc.stderr and "Traceback" not in proc.stderr and not (tmp_path / "ck").exists()
+    proc = execrl("train", f"policy.model_name={tmp_path}/missing", f"logger.log_dir={tmp_path}/run")
+    assert proc.returncode == 2 and "no such directory" in proc.stderr

@@ -27,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"execrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    t = sub.add_parser("train", help="GRPO training (no config: the built-in CPU default)")
+    t = sub.add_parser("train", help="GRPO training (no config: the built-in CPU default)",
+                       description="GRPO training. Re-running the same command resumes from the last checkpoint in "
+                                   "checkpointing.checkpoint_dir (a new directory starts afresh).")
     t.add_argument("config", nargs="?", default=None, help="YAML config (defaults: inheritance, ${a.b} references)")
     t.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. grpo.max_num_steps=10")
     t.add_argument("--dry-run", action="store_true", help="print the resolved config and the batch arithmetic")
@@ -91,7 +93,7 @@ def run_train(args) -> int:
     err = Console(stderr=True, soft_wrap=True)
     if args.config and "=" in args.config:  # `execrl train key=value ...` with the built-in default
         args.overrides, args.config = [args.config, *args.overrides], None
-    from execrl.config.checks import no_effect_note, validate
+    from execrl.config.checks import check_model, no_effect_note, validate
 
     try:
         cfg = load_config(args.config, args.overrides)
@@ -110,6 +112,11 @@ def run_train(args) -> int:
         if launch:
             print(f"# launched as\n{launch}")
         return 0
+    try:
+        check_model(cfg)  # before loading anything, and before torchrun starts a process per GPU
+    except ConfigError as e:
+        err.print(f"[red]error:[/] {e}")
+        return 2
     if launch:  # this process starts torchrun, whose processes run this same command
         import subprocess
 

@@ -146,3 +146,40 @@ def test_a_failing_sandbox_refuses_at_start_and_stops_a_run(tmp_path, monkeypatc
     monkeypatch.setattr(Grader, "self_test", lambda self, languages: None)  # it passed; the sandbox fails later
     with pytest.raises(SandboxFailing, match=r"step 1: (\d+) of \1 programs graded \(100%\) ended infra_error.*execvp"):
         run(tmp_path, "stopped", "grpo.max_num_steps=3")  # warmed up: it writes programs
+
+
+def test_a_run_resumed_after_a_hard_kill_has_the_records_of_one_that_never_stopped(tmp_path):
+    """Killed after step 4 was logged but before its checkpoint: the resumed run does steps 3-4 again, and its
+    metrics.jsonl must read as the uninterrupted run's (no duplicate rows), TensorBoard's later events purged."""
+    import shutil
+
+    straight, d1 = run(tmp_path, "straight", "grpo.max_num_steps=4", "logger.tensorboard_enabled=true")
+    killed, d2 = run(tmp_path, "killed", "grpo.max_num_steps=4", "logger.tensorboard_enabled=true")
+    shutil.rmtree(d2 / "ckpt" / "step_000004")  # as if killed before this checkpoint was written
+    resumed, _ = run(tmp_path, "killed", "grpo.max_num_steps=4", "logger.tensorboard_enabled=true")
+    assert resumed.resumed_from.endswith("step_000002")
+    strip = [{k: v for k, v in m.items() if not k.startswith("time/")} for m in metrics(d1)]
+    assert strip == [{k: v for k, v in m.items() if not k.startswith("time/")} for m in metrics(d2)]
+
+
+def test_ctrl_c_finishes_the_step_saves_and_exits_130(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    d = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "execrl.cli", "train", *SMALL, "grpo.max_num_steps=50",
+                             "checkpointing.save_period=100", f"logger.log_dir={d}",
+                             f"checkpointing.checkpoint_dir={d}/ckpt"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not ((d / "metrics.jsonl").exists() and (d / "metrics.jsonl").read_text()):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-2000:]
+    assert "stopping after this step" in err
+    steps = [r["step"] for r in metrics(d) if "train/loss" in r]
+    saved = sorted(p.name for p in (d / "ckpt").iterdir())
+    assert 1 <= steps[-1] < 50 and saved == [f"step_{steps[-1]:06d}"]  # the last step done, saved

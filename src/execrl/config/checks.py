@@ -72,6 +72,32 @@ def check_machine(cfg: MasterConfig) -> None:
             raise ConfigError(f"{key}={where} is a file, not a directory: name a directory (it is created)")
 
 
+def check_model(cfg: MasterConfig) -> None:
+    """The policy can be loaded: built in, a local directory, in the hub cache, or on a hub that answers (within
+    seconds: not after minutes of retries, and before torchrun starts a process per GPU that would each fail). Not
+    part of validate(): --dry-run works without the model."""
+    import os
+
+    name = cfg.policy.model_name
+    if name.startswith("builtin:") or Path(name).expanduser().is_dir():
+        return
+    if name.startswith(("/", ".", "~")) or name.count("/") != 1:
+        raise ConfigError(f"policy.model_name {name!r}: no such directory (a hub id looks like org/name)")
+    import huggingface_hub
+
+    if isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str):
+        return
+    if cfg.offline or os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise ConfigError(f"policy.model_name {name!r} is not in the local hub cache and offline mode is on: pass a "
+                          "local HF-format directory, or run online once to cache it")
+    try:
+        huggingface_hub.model_info(name, timeout=10)
+    except Exception as e:  # noqa: BLE001 - unreachable, unknown id, gated: one line either way
+        raise ConfigError(f"policy.model_name {name!r}: not in the local hub cache, and the hub did not give it "
+                          f"({type(e).__name__}: {str(e).splitlines()[0][:160]}): pass a local HF-format directory, "
+                          "or run where the hub is reachable") from None
+
+
 def check_async(cfg: MasterConfig) -> None:
     """Settings async GRPO and the importance-sampling correction cannot work with, each with its fix."""
     a, engine = cfg.grpo.async_grpo, cfg.policy.generation.backend == "execrl"

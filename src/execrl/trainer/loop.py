@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from contextlib import contextmanager
 
@@ -36,8 +38,8 @@ def train(cfg: MasterConfig) -> Run:
             warm_up(run)
         if run.step == 0 and cfg.grpo.val_at_start:
             validate(run)
-        with progress(run) as bar:
-            while run.step < run.max_steps and not epochs_done(run):
+        with progress(run) as bar, CtrlC() as ctrl_c:
+            while run.step < run.max_steps and not epochs_done(run) and not ctrl_c.stop():
                 times: dict[str, float] = {}
                 with timed(times, "step"):
                     rollouts, staleness = run.pipeline.next(run.step, times, more=run.step + 1 < run.max_steps)
@@ -52,12 +54,41 @@ def train(cfg: MasterConfig) -> Run:
         if cfg.checkpointing.enabled and run.last_saved != run.step:
             save(run)
         summarize(run)
+        if ctrl_c.asked:
+            raise KeyboardInterrupt
     except KeyboardInterrupt:
         save_on_interrupt(run)
         raise
     finally:
         run.close()
     return run
+
+
+class CtrlC:
+    """The first Ctrl-C asks the run to stop after the step under way, with a checkpoint (every process at the same
+    step); a second one stops at once. A flag rather than an exception, so it cannot be lost (an exception raised
+    inside a __del__ or a thread is only printed)."""
+
+    def __init__(self):
+        self.asked, self.previous = False, None
+
+    def __enter__(self) -> CtrlC:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def _handle(self, signum, frame) -> None:
+        if self.asked:
+            raise KeyboardInterrupt
+        self.asked = True
+        console.print("[yellow]Ctrl-C: stopping after this step, with a checkpoint (Ctrl-C again: at once)[/]")
+
+    def stop(self) -> bool:
+        return dist.sum_floats(float(self.asked))[0] > 0  # asked on any process
 
 
 def epochs_done(run: Run) -> bool:

@@ -10,25 +10,39 @@ from execrl.config import MasterConfig
 
 class MetricsLogger:
     def __init__(self, cfg: MasterConfig, write: bool = True):
-        """write=False: a logger that writes nothing (the ranks other than 0, whose metrics reach rank 0's summed)."""
-        self.dir = Path(cfg.logger.log_dir)
+        """write=False: a logger that writes nothing (the ranks other than 0, whose metrics reach rank 0's summed).
+        Nothing is opened until start()."""
+        self.cfg, self.write, self.dir = cfg, write, Path(cfg.logger.log_dir)
         self.jsonl = self.tb = self.wandb = None
-        if not write:
-            return
+
+    def start(self, step: int) -> int:
+        """Open the sinks for a run that starts after `step` steps (0: from the beginning). The records of steps after
+        it (an interrupted run's steps that are done again) are removed, so that the run reads as if it had never
+        stopped: metrics.jsonl keeps its rows up to `step` (none for a run from the beginning), TensorBoard purges
+        its later events. Returns the number of rows removed."""
+        if not self.write:
+            return 0
+        cfg = self.cfg
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.jsonl = open(self.dir / "metrics.jsonl", "a")
+        path = self.dir / "metrics.jsonl"
+        old = path.read_text().splitlines() if path.exists() else []
+        kept = [line for line in old if step > 0 and json.loads(line).get("step", 0) <= step]
+        path.write_text("".join(line + "\n" for line in kept))
+        self.jsonl = open(path, "a")
         if cfg.logger.tensorboard_enabled:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(str(self.dir / "tensorboard"))
+            self.tb = SummaryWriter(str(self.dir / "tensorboard"), purge_step=step + 1)  # hides later events
         if cfg.logger.wandb_enabled:
             try:
                 import wandb
             except ImportError:
-                raise RuntimeError("logger.wandb_enabled needs `pip install wandb` (or set logger.wandb_enabled=false)") from None
+                raise RuntimeError("logger.wandb_enabled needs `pip install wandb` (or set "
+                                   "logger.wandb_enabled=false)") from None
             w = cfg.logger.wandb
             self.wandb = wandb.init(project=w.project, name=w.name or self.dir.name, mode=w.mode, dir=str(self.dir),
                                     config=cfg.model_dump(mode="json"), resume="allow")
+        return len(old) - len(kept)
 
     def log(self, step: int, metrics: dict) -> None:
         if self.jsonl is None:

@@ -115,8 +115,6 @@ def build_run(cfg: MasterConfig) -> Run:
                                 Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb),
                                 languages=languages(train + val)),
               MetricsLogger(cfg, write=dist.is_main()))
-    if dist.is_main():
-        (run.logger.dir / "config.yaml").write_text(to_yaml(cfg))
     found = checkpoint.latest(cfg.checkpointing.checkpoint_dir) if cfg.checkpointing.enabled else None
     if found is not None:
         state = checkpoint.load(found, model, opt, sched)
@@ -124,6 +122,12 @@ def build_run(cfg: MasterConfig) -> Run:
         run.step, run.resumed_from, run.last_saved = state["step"], str(found), state["step"]
         run.sampler.load_state_dict(state["sampler"])
         console.print(f"resumed from {found} (step {run.step})")
+    removed = run.logger.start(run.step)
+    if dist.is_main():
+        (run.logger.dir / "config.yaml").write_text(to_yaml(cfg))
+    if removed:
+        console.print(f"{run.logger.dir / 'metrics.jsonl'}: {removed} rows of steps after {run.step} removed (they are "
+                      "done again)")
     run.pipeline = build_pipeline(cfg, batch_plan, generator, tok, run.grader, run.sampler)
     steps_per_epoch = -(-len(train) // cfg.grpo.num_prompts_per_step)
     run.max_steps = cfg.grpo.max_num_steps
