@@ -153,3 +153,22 @@ def test_on_policy_kl_approximation_changes_the_update(tmp_path):
     off, _ = run(tmp_path, "off", *common)
     a, b = on.model.state_dict(), off.model.state_dict()
     assert not all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_configs_load_as_nemo_rl_loads_them(tmp_path):
+    """OmegaConf: `defaults` as a list of files next to the including one (here in another folder), NeMo RL's
+    resolvers (${mul:...}), relative interpolation (${.x}), and 1e-8 read as a number."""
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "a.yaml").write_text("grpo:\n  num_prompts_per_step: 4\n  num_generations_per_prompt: 4\n")
+    (tmp_path / "base" / "b.yaml").write_text("policy:\n  optimizer:\n    kwargs: {lr: 1e-6, eps: 1e-8}\n")
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "r.yaml").write_text(
+        "defaults: [../base/a.yaml, ../base/b.yaml]\n"
+        "policy:\n  train_global_batch_size: ${mul:${grpo.num_prompts_per_step},${grpo.num_generations_per_prompt}}\n"
+        "  generation:\n    temperature: 0.7\n    top_p: ${.temperature}\n")
+    cfg = load_config(str(tmp_path / "recipes" / "r.yaml"), ["++grpo.max_num_steps=3"])
+    assert cfg.policy.train_global_batch_size == 16 and cfg.policy.generation.top_p == 0.7
+    assert cfg.policy.optimizer.kwargs["lr"] == 1e-6 and cfg.policy.optimizer.kwargs["eps"] == 1e-8
+    assert cfg.grpo.max_num_steps == 3 and cfg.grpo.num_prompts_per_step == 4
+    with pytest.raises(ConfigError, match="cannot resolve"):
+        load_config(None, ["policy.model_name=${nowhere.at_all}"])

@@ -1,22 +1,32 @@
-"""YAML -> MasterConfig: `defaults:` inheritance, ${a.b} interpolation, dotted key=value overrides, and errors that
-name the fix (an unknown key suggests the closest valid one)."""
+"""YAML -> MasterConfig, loaded as NeMo RL loads its configs: OmegaConf, `defaults:` inheritance (a file or a list,
+found next to the including file), interpolations (${a.b}, relative ${.x}, NeMo's resolvers such as ${mul:a,b}),
+dotted key=value overrides; then the pydantic schema validates, with errors that name the fix (an unknown key
+suggests the closest valid one). A ${a.b} of a key the file does not set reads the schema's default."""
 
 from __future__ import annotations
 
-import copy
 import difflib
-import re
 import typing
 from pathlib import Path
 
+import omegaconf
 import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
 from execrl.config.schema import MasterConfig
 
 CONFIG_DIRS = [Path(__file__).resolve().parents[3] / "configs"]  # the repo's shipped configs
 BUILTIN_DEFAULT = Path(__file__).with_name("builtin_default.yaml")  # `execrl train` with no config
-_REF = re.compile(r"\$\{([^}]+)\}")
+
+# NeMo RL's resolvers, as its configs use them: ${mul:a,b}, ${div:a,b}, ${max:a,b}
+RESOLVERS = {"mul": lambda a, b: a * b, "div": lambda a, b: a / b, "max": lambda *a: max(a), "min": lambda *a: min(a)}
+
+
+# OmegaConf 2.4 renamed register_new_resolver to register_resolver (which in 2.3 is the legacy, string-only one)
+_register = (OmegaConf.register_resolver if tuple(map(int, omegaconf.__version__.split(".")[:2])) >= (2, 4)
+             else OmegaConf.register_new_resolver)
 
 
 class ConfigError(ValueError):
@@ -25,10 +35,18 @@ class ConfigError(ValueError):
 
 def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterConfig:
     """The config at `path` (the built-in default when None) with `key=value` overrides applied."""
-    tree = _read(Path(path) if path else BUILTIN_DEFAULT, [])
-    for item in overrides:
-        _override(tree, item)
-    return validate(_interpolate(tree))
+    for name, fn in RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            _register(name, fn)
+    schema = OmegaConf.create(MasterConfig().model_dump(mode="json"))  # what an interpolation of an unset key reads
+    try:
+        tree = OmegaConf.merge(schema, _read(Path(path) if path else BUILTIN_DEFAULT, []))
+        for item in overrides:
+            _override(tree, item)
+        plain = OmegaConf.to_container(tree, resolve=True)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"cannot resolve the config: {str(e).splitlines()[0]}") from None
+    return validate(plain)
 
 
 def _find(name: str, near: Path | None) -> Path:
@@ -38,44 +56,40 @@ def _find(name: str, near: Path | None) -> Path:
     raise ConfigError(f"config file {name!r} not found (looked next to the including file, in ./ and in configs/)")
 
 
-def _read(path: Path, chain: list[Path]) -> dict:
+def _read(path: Path, chain: list[Path]) -> DictConfig:
     if path.is_dir():
-        yamls = sorted(p.name for p in path.glob("*.yaml"))[:3]
+        yamls = sorted(p.name for p in path.glob("*.yaml"))
         raise ConfigError(f"{path} is a directory: pass a YAML config file" + (f", e.g. {path / yamls[0]}" if yamls else ""))
     path = path if path.is_file() else _find(str(path), None)
     if path.resolve() in chain:
         raise ConfigError(f"{path}: `defaults` loop through {' -> '.join(map(str, chain))}")
     try:
-        tree = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from None
-    if not isinstance(tree, dict):
+        tree = OmegaConf.load(path)
+    except (yaml.YAMLError, OmegaConfBaseException) as e:
+        raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(tree, DictConfig):
         raise ConfigError(f"{path}: expected a mapping of sections (policy:, grpo:, ...)")
     parents = tree.pop("defaults", None) or []
-    merged: dict = {}
+    merged = OmegaConf.create()
     for parent in [parents] if isinstance(parents, str) else parents:
-        merged = _merge(merged, _read(_find(parent, path.parent), [*chain, path.resolve()]))
-    return _merge(merged, tree)
+        merged = OmegaConf.merge(merged, _read(_find(str(parent), path.parent), [*chain, path.resolve()]))
+    return OmegaConf.merge(merged, tree)
 
 
-def _merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
-    return out
-
-
-def _override(tree: dict, item: str) -> None:
+def _override(tree: DictConfig, item: str) -> None:
     if "=" not in item:
         raise ConfigError(f"override {item!r} is not key=value (e.g. grpo.num_prompts_per_step=8)")
     key, raw = item.split("=", 1)
+    key = key.strip().lstrip("+")  # Hydra's ++key=value (add or override) means the same here
     node = tree
-    *parents, leaf = key.strip().split(".")
-    for part in parents:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
+    for part in key.split(".")[:-1]:
+        node = node.get(part) if isinstance(node, DictConfig) else None
+        if node is not None and not isinstance(node, DictConfig):
             raise ConfigError(f"override {key}: {part} is not a section")
-    node[leaf] = _number_or_self(yaml.safe_load(raw)) if raw.strip() else None
+        if node is None:
+            break
+    OmegaConf.update(tree, key, _number_or_self(yaml.safe_load(raw)) if raw.strip() else None, merge=False,
+                     force_add=True)
 
 
 def _number_or_self(value):
@@ -86,40 +100,6 @@ def _number_or_self(value):
         except ValueError:
             return value
     return value
-
-
-def _lookup(tree: dict, dotted: str):
-    node = tree
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _default_of(dotted)
-        node = node[part]
-    return node
-
-
-def _default_of(dotted: str):
-    node = MasterConfig()
-    for part in dotted.split("."):
-        if not hasattr(node, part):
-            raise ConfigError(f"${{{dotted}}} refers to a key that does not exist")
-        node = getattr(node, part)
-    return node
-
-
-def _interpolate(tree, root=None, depth: int = 0):
-    root = tree if root is None else root
-    if depth > 20:
-        raise ConfigError("${...} references nest too deeply (a loop?)")
-    if isinstance(tree, dict):
-        return {k: _interpolate(v, root, depth) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_interpolate(v, root, depth) for v in tree]
-    if isinstance(tree, str) and "${" in tree:
-        whole = _REF.fullmatch(tree)
-        if whole:
-            return _interpolate(_lookup(root, whole.group(1)), root, depth + 1)
-        return _REF.sub(lambda m: str(_interpolate(_lookup(root, m.group(1)), root, depth + 1)), tree)
-    return tree
 
 
 def validate(tree: dict) -> MasterConfig:
