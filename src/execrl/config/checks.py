@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from execrl.config.batch import BatchPlan, plan
-from execrl.config.load import ConfigError
+from execrl.config.errors import ConfigError
 from execrl.config.schema import MasterConfig
 
 # keys read only with grpo.use_dynamic_sampling
@@ -160,7 +160,8 @@ def check_dataset_names(cfg: MasterConfig, kinds: set[str]) -> None:
 
 
 def no_effect_note(cfg: MasterConfig) -> str | None:
-    """One line naming the keys this config sets (to other than their defaults) that change nothing here."""
+    """A line naming the keys this config sets (to other than their defaults) that change nothing here, and one naming
+    the NeMo RL keys read as execrl settings (None: neither)."""
     default = MasterConfig()
     seen = []
     for key in NO_EFFECT:
@@ -168,9 +169,13 @@ def no_effect_note(cfg: MasterConfig) -> str | None:
             continue
         if _get(cfg, key) != _get(default, key):
             seen.append(key)
-    if not seen:
-        return None
-    return "note: accepted, with no effect here: " + "; ".join(f"{k} ({NO_EFFECT[k]})" for k in seen)
+    why = {k: NO_EFFECT[k] for k in seen} | cfg._nemo_ignored
+    lines = []
+    if cfg._nemo_mapped:
+        lines.append("note: NeMo RL keys read as: " + "; ".join(f"{k} -> {v}" for k, v in cfg._nemo_mapped.items()))
+    if why:
+        lines.append("note: accepted, with no effect here: " + "; ".join(f"{k} ({r})" for k, r in why.items()))
+    return "\n".join(lines) or None
 
 
 def _get(obj, dotted: str):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import typing
 from pathlib import Path
+from typing import Any
 
 import omegaconf
 import yaml
@@ -15,6 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
+from execrl.config.errors import ConfigError
+from execrl.config.nemo import adapt
 from execrl.config.schema import MasterConfig
 
 CONFIG_DIRS = [Path(__file__).resolve().parents[3] / "configs"]  # the repo's shipped configs
@@ -27,10 +30,6 @@ RESOLVERS = {"mul": lambda a, b: a * b, "div": lambda a, b: a / b, "max": lambda
 # OmegaConf 2.4 renamed register_new_resolver to register_resolver (which in 2.3 is the legacy, string-only one)
 _register = (OmegaConf.register_resolver if tuple(map(int, omegaconf.__version__.split(".")[:2])) >= (2, 4)
              else OmegaConf.register_new_resolver)
-
-
-class ConfigError(ValueError):
-    """A config that cannot be used; the message names the key and the fix."""
 
 
 def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterConfig:
@@ -46,7 +45,26 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
         plain = OmegaConf.to_container(tree, resolve=True)
     except OmegaConfBaseException as e:
         raise ConfigError(f"cannot resolve the config: {str(e).splitlines()[0]}") from None
-    return validate(plain)
+    plain, ignored, mapped = adapt(plain, _known)
+    cfg = validate(plain)
+    cfg._nemo_ignored, cfg._nemo_mapped = ignored, mapped
+    return cfg
+
+
+def _known(key: str) -> bool:
+    """Whether the schema has this dotted key (any key under a free-form dict such as optimizer.kwargs)."""
+    model: Any = MasterConfig
+    for part in key.split("."):
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return model is dict  # under a dict field: any key
+        field = model.model_fields.get(part)
+        if field is None:
+            return False
+        kinds = [field.annotation, *typing.get_args(field.annotation)]
+        models = [k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)]
+        dicts = [k for k in kinds if k is dict or typing.get_origin(k) is dict]
+        model = models[0] if models else (dict if dicts else None)
+    return True
 
 
 def _find(name: str, near: Path | None) -> Path:

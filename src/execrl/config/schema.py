@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from execrl.prompts import PromptConfig
 from execrl.rewards import RewardConfig
@@ -237,6 +237,8 @@ class WarmupConfig(Section):
 
 
 class MasterConfig(Section):
+    _nemo_ignored: dict[str, str] = PrivateAttr(default_factory=dict)  # NeMo RL keys dropped on loading -> why
+    _nemo_mapped: dict[str, str] = PrivateAttr(default_factory=dict)  # NeMo RL keys -> the execrl setting they became
     policy: PolicyConfig = Field(default_factory=PolicyConfig, description="the model and how it trains")
     grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="the algorithm")
     loss_fn: LossConfig = Field(default_factory=LossConfig, description="the clipped policy-gradient loss")

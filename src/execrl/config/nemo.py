@@ -1,0 +1,144 @@
+"""NeMo RL's own config keys, as execrl reads them. A NeMo RL GRPO config is execrl's schema plus keys for NeMo's
+machinery; each of those is here, in one of three tables:
+
+  MAPPED   a NeMo name for an execrl setting (moved there, or its value translated)
+  IGNORED  changes only speed, memory or infrastructure here (dropped, named in one start-up note)
+  REFUSED  a feature execrl does not have, when it is on (one line naming it)
+
+A key in none of them is an unknown key (the schema's error names the closest valid one). Sections are matched by
+prefix: an entry "policy.dynamic_batching" covers every key under it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from execrl.config.errors import ConfigError
+
+# NeMo key -> (execrl key, value translation)
+MAPPED: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "policy.dtensor_cfg.activation_checkpointing": ("policy.activation_checkpointing", bool),
+    "policy.automodel_cfg.activation_checkpointing": ("policy.activation_checkpointing", bool),
+    # the execrl engine generates in place of vLLM (refused below for other backends)
+    "policy.generation.backend": ("policy.generation.backend", lambda v: "execrl" if v == "vllm" else v),
+}
+
+# NeMo key or section -> why it changes nothing here
+IGNORED: dict[str, str] = {
+    "policy.dtensor_cfg": "FSDP2 settings: execrl shards with FSDP2 over cluster.gpus_per_node itself",
+    "policy.automodel_cfg": "FSDP2 settings: execrl shards with FSDP2 over cluster.gpus_per_node itself",
+    "policy.megatron_cfg": "Megatron settings (off)",
+    "policy.dynamic_batching": "micro-batch packing by tokens (the loss is normalized over the whole batch)",
+    "policy.sequence_packing": "micro-batch packing by tokens (the loss is normalized over the whole batch)",
+    "policy.make_sequence_length_divisible_by": "padding for tensor parallelism",
+    "policy.logprob_chunk_size": "execrl chunks the LM head itself",
+    "policy.offload_optimizer_for_logprob": "memory offloading",
+    "policy.refit_buffer_size_gb": "weight transfer to vLLM (the engine uses the trainer's weights)",
+    "policy.generation.vllm_cfg": "vLLM settings (the execrl engine reserves its KV cache itself)",
+    "policy.generation.vllm_kwargs": "vLLM settings (the execrl engine reserves its KV cache itself)",
+    "policy.generation.colocated": "generation shares the training GPUs (colocated), as in execrl",
+    "policy.generation.model_name": "NeMo RL overwrites it with policy.model_name",
+    "policy.generation.pad_token_id": "taken from the tokenizer",
+    "policy.generation.mcore_generation_config": "Megatron generation settings (off)",
+    "policy.generation.port_range_low": "vLLM server ports",
+    "policy.generation.port_range_high": "vLLM server ports",
+    "policy.generation.refit_transport": "weight transfer to vLLM",
+    "policy.generation.refit_cfg": "weight transfer to vLLM",
+    "policy.optimizer.kwargs.foreach": "AdamW implementation choice",
+    "policy.optimizer.kwargs.fused": "AdamW implementation choice",
+    "data.num_workers": "data-loader processes",
+    "checkpointing.metric_name": "execrl keeps the last keep_top_k checkpoints, not the best by a validation metric",
+    "checkpointing.higher_is_better": "execrl keeps the last keep_top_k checkpoints, not the best by a validation metric",
+    "checkpointing.model_save_format": "execrl saves safetensors",
+    "checkpointing.save_consolidated": "execrl saves full (consolidated) HF weights",
+    "logger.num_val_samples_to_print": "execrl writes rollouts to rollouts/step_N.jsonl (logger.rollouts_period)",
+    "logger.gpu_monitoring": "GPU memory is logged on GPUs (memory/peak_gib)",
+    "logger.tensorboard": "TensorBoard writes under log_dir/tensorboard",
+    "logger.mlflow": "MLflow settings (mlflow_enabled must be false)",
+    "logger.swanlab": "SwanLab settings (swanlab_enabled must be false)",
+    "cluster.master_port_range_low": "torchrun picks the port",
+    "cluster.master_port_range_high": "torchrun picks the port",
+    "cluster.segment_size": "Ray placement",
+    "grpo.async_grpo.max_generation_failures": "vLLM server retries",
+    "grpo.calculate_advantages_on_gpu": "where the advantages are computed",
+    "grpo.skip_reference_policy_logprobs_calculation": "execrl computes reference logprobs only with a KL penalty",
+    "loss_fn.metrics_level": "which metrics are logged",
+    "loss_fn.enable_torch_compile": "execrl compiles the decoder layers itself (policy.torch_compile)",
+}
+
+
+def _on(v) -> bool:
+    return bool(v) and v not in ("false", "False")
+
+
+# NeMo key -> (is the feature on?, the line saying what is missing)
+REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "policy.megatron_cfg.enabled": (_on, "Megatron-backed training is not implemented in execrl: use NeMo RL's DTensor "
+                                         "path (policy.megatron_cfg.enabled=false, policy.dtensor_cfg.enabled=true)"),
+    "policy.generation.colocated.enabled": (lambda v: v is False, "non-colocated generation (separate generation "
+                                            "GPUs) is not implemented: execrl generates on the training GPUs; set "
+                                            "policy.generation.colocated.enabled=true"),
+    "policy.generation.backend": (lambda v: v not in ("vllm", "execrl", "transformers"),
+                                  "generation backends other than vLLM are not implemented: set "
+                                  "policy.generation.backend=vllm (execrl's engine stands in for it)"),
+    "policy.generation.vllm_cfg.precision": (lambda v: "fp8" in str(v), "fp8 rollouts are not implemented: set "
+                                             "policy.generation.vllm_cfg.precision=${policy.precision}"),
+    "policy.generation.vllm_cfg.kv_cache_dtype": (lambda v: "fp8" in str(v), "an fp8 KV cache is not implemented: "
+                                                  "set policy.generation.vllm_cfg.kv_cache_dtype=auto"),
+    "policy.dtensor_cfg.lora_cfg.enabled": (_on, "LoRA is not implemented yet: set "
+                                                 "policy.dtensor_cfg.lora_cfg.enabled=false"),
+    "policy.automodel_cfg.lora_cfg.enabled": (_on, "LoRA is not implemented yet: set "
+                                                   "policy.automodel_cfg.lora_cfg.enabled=false"),
+    "policy.draft.enabled": (_on, "draft-model (eagle3) co-training is not implemented: set policy.draft.enabled=false"),
+    "logger.mlflow_enabled": (_on, "MLflow logging is not implemented: set logger.mlflow_enabled=false (TensorBoard "
+                                   "and W&B are)"),
+    "logger.swanlab_enabled": (_on, "SwanLab logging is not implemented: set logger.swanlab_enabled=false (TensorBoard "
+                                    "and W&B are)"),
+}
+
+
+def adapt(tree: dict, known: Callable[[str], bool]) -> tuple[dict, dict[str, str], dict[str, str]]:
+    """A resolved config tree with NeMo RL's own keys translated: (the tree for execrl's schema, {ignored key or
+    section: why}, {mapped key: what it became}). `known(key)`: whether execrl's schema has the key. Raises
+    ConfigError naming a refused feature."""
+    leaves = dict(_leaves(tree))
+    for key, (on, why) in REFUSED.items():
+        if key in leaves and on(leaves[key]):
+            raise ConfigError(why)
+    out: dict = {}
+    ignored: dict[str, str] = {}
+    mapped: dict[str, str] = {}
+    for key, value in leaves.items():
+        section = next((k for k in IGNORED if key == k or key.startswith(k + ".")), None)
+        if key in MAPPED:
+            target, translate = MAPPED[key]
+            _put(out, target, translate(value))
+            if (target, translate(value)) != (key, value):
+                mapped[key] = f"{target}={translate(value)}"
+        elif key in IGNORED:  # a key of its own (a section only covers what the schema does not have)
+            ignored[key] = IGNORED[key]
+        elif known(key):
+            _put(out, key, value)
+        elif section is not None:
+            ignored[section] = IGNORED[section]
+        elif key in REFUSED:
+            ignored[key] = "off"
+        else:
+            _put(out, key, value)  # unknown: the schema's error names the closest valid key
+    return out, ignored, mapped
+
+
+def _leaves(tree: dict, prefix: str = ""):
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            yield from _leaves(v, key + ".")
+        else:
+            yield key, v
+
+
+def _put(tree: dict, dotted: str, value) -> None:
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        tree = tree.setdefault(part, {})
+    tree[leaf] = value
