@@ -25,6 +25,9 @@ class PromptConfig(BaseModel):
     answer_format: str = Field("code", description="code | reasoning (<reasoning>/<answer>) | think (<think> first)")
     code_style: str = Field("fence", description="where code goes: fence (```python), tags (<code>), auto (either)")
     add_instructions: bool = Field(True, description="append a one-line format instruction to each prompt")
+    template: str | None = Field(None, description="a format string whose {} is replaced by the problem's text "
+                                 "(NeMo RL's prompt_file; {{ }} for literal braces), used instead of the format "
+                                 "instruction (null: none)")
 
     def model_post_init(self, _) -> None:
         if self.answer_format not in ANSWER_FORMATS:
@@ -43,7 +46,10 @@ def instruction(kind: str, cfg: PromptConfig) -> str:
 def build_messages(problem: Problem, cfg: PromptConfig, how: str | None = None) -> list[dict]:
     """The problem's messages with the format instruction (`how`, or the answer format's own) and system prompt."""
     messages = [dict(m) for m in problem.messages]
-    if cfg.add_instructions and not problem.metadata.get("own_instructions"):
+    if cfg.template is not None:  # as NeMo RL's processors apply a prompt file: the whole instruction
+        last = next(m for m in reversed(messages) if m["role"] == "user")
+        last["content"] = cfg.template.format(last["content"])
+    elif cfg.add_instructions and not problem.metadata.get("own_instructions"):
         last = next(m for m in reversed(messages) if m["role"] == "user")
         last["content"] = f"{last['content'].rstrip()}\n\n{how or instruction(problem.kind, cfg)}"
     if cfg.system_prompt and messages[0]["role"] != "system":

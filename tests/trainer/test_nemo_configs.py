@@ -138,3 +138,34 @@ def test_features_execrl_lacks_are_refused_in_one_line(tmp_path, override, messa
 def test_a_key_nobody_knows_is_still_an_error_naming_the_closest(tmp_path):
     with pytest.raises(ConfigError, match="did you mean policy.max_total_sequence_length"):
         load_config(str(write(tmp_path)), ["policy.max_total_sequence_lenght=8"])
+
+
+def test_nemo_data_and_env_sections(tmp_path):
+    """NeMo RL's data section: prompt and system-prompt files (read into prompt.template / prompt.system_prompt),
+    data_path, the split seed (must be grpo.seed), env.math; the older flat data.dataset_name."""
+    (tmp_path / "cot.txt").write_text("Solve it. Put the answer in \\\\boxed{{}}.\n{}\n")
+    (tmp_path / "system.txt").write_text("You are careful.")
+    (tmp_path / "r.yaml").write_text(
+        "grpo: {seed: 7}\n"
+        f"data:\n  train:\n    dataset_name: gsm8k\n    data_path: {tmp_path}\n    seed: ${{grpo.seed}}\n"
+        f"  default:\n    prompt_file: {tmp_path / 'cot.txt'}\n    system_prompt_file: {tmp_path / 'system.txt'}\n"
+        "    processor: math_hf_data_processor\n    env_name: math\n"
+        "env:\n  math: {num_workers: 8, math_verify_impl: hf_math_verify}\n")
+    cfg = load_config(str(tmp_path / "r.yaml"))
+    assert cfg.prompt.template == "Solve it. Put the answer in \\\\boxed{{}}.\n{}\n"
+    assert cfg.prompt.system_prompt == "You are careful." and cfg.data.train.path == str(tmp_path)
+    from execrl.prompts import build_messages
+    from execrl.tasks import Problem
+
+    messages = build_messages(Problem("p", [{"role": "user", "content": "2+2? {x}"}], "math", answer="4"), cfg.prompt)
+    assert messages == [{"role": "system", "content": "You are careful."},
+                        {"role": "user", "content": "Solve it. Put the answer in \\\\boxed{}.\n2+2? {x}\n"}]
+    assert "env.math.num_workers" in no_effect_note(cfg) and "data.train.seed" in no_effect_note(cfg)
+    with pytest.raises(ConfigError, match="differs from grpo.seed"):
+        load_config(str(tmp_path / "r.yaml"), ["data.train.seed=3"])
+    with pytest.raises(ConfigError, match="math_verify_impl other than hf_math_verify"):
+        load_config(str(tmp_path / "r.yaml"), ["env.math.math_verify_impl=dapo_math_verify"])
+    with pytest.raises(ConfigError, match="cannot read it"):
+        load_config(str(tmp_path / "r.yaml"), ["data.default.prompt_file=examples/prompts/cot.txt"])
+    flat = load_config(None, ["++data.dataset_name=mbpp"])  # NeMo RL's older flat data section
+    assert flat.data.train.dataset_name == "mbpp"

@@ -11,12 +11,35 @@ prefix: an entry "policy.dynamic_batching" covers every key under it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 from execrl.config.errors import ConfigError
 
+
+def _file_text(key: str):
+    """A translation that reads the file a NeMo RL key names (its prompt files) into the setting's text."""
+    def read(path):
+        if path is None:
+            return None
+        try:
+            return Path(path).expanduser().read_text()
+        except OSError as e:
+            raise ConfigError(f"{key}={path}: cannot read it ({e.strerror}); NeMo RL's paths are relative to the "
+                              "directory you run in: copy the file there, or give its full path") from None
+    return read
+
+
 # NeMo key -> (execrl key, value translation)
 MAPPED: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    # NeMo RL's data section: its names for the training and validation sets and their prompt files
+    "data.dataset_name": ("data.train.dataset_name", str),  # (NeMo RL's older, flat data section)
+    "data.train.data_path": ("data.train.path", str),
+    "data.validation.data_path": ("data.validation.path", str),
+    **{f"{section}prompt_file": ("prompt.template", _file_text(f"{section}prompt_file"))
+       for section in ("data.", "data.default.", "data.train.")},
+    **{f"{section}system_prompt_file": ("prompt.system_prompt", _file_text(f"{section}system_prompt_file"))
+       for section in ("data.", "data.default.", "data.train.")},
     "policy.dtensor_cfg.activation_checkpointing": ("policy.activation_checkpointing", bool),
     "policy.automodel_cfg.activation_checkpointing": ("policy.activation_checkpointing", bool),
     # the execrl engine generates in place of vLLM (refused below for other backends)
@@ -47,8 +70,12 @@ IGNORED: dict[str, str] = {
     "policy.optimizer.kwargs.foreach": "AdamW implementation choice",
     "policy.optimizer.kwargs.fused": "AdamW implementation choice",
     "data.num_workers": "data-loader processes",
-    "checkpointing.metric_name": "execrl keeps the last keep_top_k checkpoints, not the best by a validation metric",
-    "checkpointing.higher_is_better": "execrl keeps the last keep_top_k checkpoints, not the best by a validation metric",
+    "data.train.seed": "the train/validation split is seeded by grpo.seed, the same value",
+    "data.validation.seed": "the train/validation split is seeded by grpo.seed, the same value",
+    "env.math.num_workers": "math answers are checked in the trainer's process (no workers)",
+    "env.math.math_verify_impl": "execrl checks math answers with math-verify (NeMo RL's hf_math_verify)",
+    "checkpointing.metric_name": "execrl keeps the last keep_top_k checkpoints, not the best by a metric",
+    "checkpointing.higher_is_better": "execrl keeps the last keep_top_k checkpoints, not the best by a metric",
     "checkpointing.model_save_format": "execrl saves safetensors",
     "checkpointing.save_consolidated": "execrl saves full (consolidated) HF weights",
     "logger.num_val_samples_to_print": "execrl writes rollouts to rollouts/step_N.jsonl (logger.rollouts_period)",
@@ -87,9 +114,13 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
                                                   "set policy.generation.vllm_cfg.kv_cache_dtype=auto"),
     "policy.dtensor_cfg.lora_cfg.enabled": (_on, "LoRA is not implemented yet: set "
                                                  "policy.dtensor_cfg.lora_cfg.enabled=false"),
-    "policy.automodel_cfg.lora_cfg.enabled": (_on, "LoRA is not implemented yet: set "
-                                                   "policy.automodel_cfg.lora_cfg.enabled=false"),
-    "policy.draft.enabled": (_on, "draft-model (eagle3) co-training is not implemented: set policy.draft.enabled=false"),
+    "policy.automodel_cfg.lora_cfg.enabled": (_on, "LoRA is not implemented yet: set policy.automodel_cfg."
+                                                   "lora_cfg.enabled=false"),
+    "policy.draft.enabled": (_on, "draft-model (eagle3) co-training is not implemented: set "
+                                  "policy.draft.enabled=false"),
+    "env.math.math_verify_impl": (lambda v: v not in (None, "hf_math_verify"),
+                                  "env.math.math_verify_impl other than hf_math_verify (e.g. DAPO's verifier) is not "
+                                  "implemented: execrl checks math answers with math-verify; set it to hf_math_verify"),
     "logger.mlflow_enabled": (_on, "MLflow logging is not implemented: set logger.mlflow_enabled=false (TensorBoard "
                                    "and W&B are)"),
     "logger.swanlab_enabled": (_on, "SwanLab logging is not implemented: set logger.swanlab_enabled=false (TensorBoard "
@@ -105,16 +136,25 @@ def adapt(tree: dict, known: Callable[[str], bool]) -> tuple[dict, dict[str, str
     for key, (on, why) in REFUSED.items():
         if key in leaves and on(leaves[key]):
             raise ConfigError(why)
+    for key in ("data.train.seed", "data.validation.seed"):  # NeMo RL's train/validation split seed
+        if key in leaves and leaves[key] != leaves.get("grpo.seed", leaves[key]):
+            raise ConfigError(f"{key}={leaves[key]} differs from grpo.seed={leaves['grpo.seed']}: execrl seeds the "
+                              f"split with grpo.seed; set {key}=${{grpo.seed}} (NeMo RL's default)")
     out: dict = {}
     ignored: dict[str, str] = {}
     mapped: dict[str, str] = {}
+    later: list[tuple[str, Any]] = []  # mapped values, put last: they win over the schema's defaults of their keys
     for key, value in leaves.items():
         section = next((k for k in IGNORED if key == k or key.startswith(k + ".")), None)
         if key in MAPPED:
             target, translate = MAPPED[key]
-            _put(out, target, translate(value))
-            if (target, translate(value)) != (key, value):
-                mapped[key] = f"{target}={translate(value)}"
+            if value is None:
+                continue  # e.g. a null prompt file: the setting stays as configured
+            later.append((target, translate(value)))
+            if later[-1] != (key, value):
+                text = str(later[-1][1])
+                shown = text if len(text) < 60 and "\n" not in text else f"(the file's {len(text)} characters)"
+                mapped[key] = f"{target}={shown}"
         elif key in IGNORED:  # a key of its own (a section only covers what the schema does not have)
             ignored[key] = IGNORED[key]
         elif known(key):
@@ -125,6 +165,8 @@ def adapt(tree: dict, known: Callable[[str], bool]) -> tuple[dict, dict[str, str
             ignored[key] = "off"
         else:
             _put(out, key, value)  # unknown: the schema's error names the closest valid key
+    for target, value in later:
+        _put(out, target, value)
     return out, ignored, mapped
 
 
