@@ -124,6 +124,8 @@ def test_a_nemo_style_config_loads_with_its_machinery_named_in_one_note(tmp_path
     ("policy.dtensor_cfg.lora_cfg.enabled=true", "LoRA is not implemented"),
     ("policy.generation.vllm_cfg.precision=fp8", "fp8 rollouts"),
     ("logger.mlflow_enabled=true", "MLflow logging is not implemented"),
+    ("policy.scheduler=[{name: torch.optim.lr_scheduler.LinearLR, kwargs: {start_factor: 0.1}}, {milestones: [50]}]",
+     "NeMo RL's torch schedulers"),
     ("policy.dtensor_cfg.no_such_key=1", None),  # a section NeMo owns: ignored with it
 ])
 def test_features_execrl_lacks_are_refused_in_one_line(tmp_path, override, message):
@@ -169,3 +171,31 @@ def test_nemo_data_and_env_sections(tmp_path):
         load_config(str(tmp_path / "r.yaml"), ["data.default.prompt_file=examples/prompts/cot.txt"])
     flat = load_config(None, ["++data.dataset_name=mbpp"])  # NeMo RL's older flat data section
     assert flat.data.train.dataset_name == "mbpp"
+
+
+def test_dapo_reward_shaping_becomes_the_overlong_penalty_component(tmp_path):
+    cfg = load_config(None, ["++grpo.reward_shaping.enabled=true", "++grpo.reward_shaping.overlong_buffer_length=128",
+                             "++grpo.reward_shaping.overlong_buffer_penalty=1.0",
+                             "++grpo.reward_shaping.max_response_length=${policy.max_total_sequence_length}"])
+    shaping = cfg.reward.components[-1]
+    assert shaping.name == "overlong_penalty" and shaping.weight == 1.0
+    assert shaping.params == {"buffer_tokens": 128, "max_tokens": cfg.policy.max_total_sequence_length}
+    from execrl.rewards import Sample
+    from execrl.rewards.text import overlong_penalty
+
+    # NeMo RL: min(-(len - (max_len - buffer)) / buffer * penalty, 0); max_len 192, buffer 128: len 128 -> -0.5
+    assert overlong_penalty(Sample(None, "", None, num_tokens=128, max_tokens=64), 128, 192) == -0.5
+    off = load_config(None, ["++grpo.reward_shaping.enabled=false", "++grpo.reward_shaping.overlong_buffer_length=128"])
+    assert [c.name for c in off.reward.components] == ["test_pass_fraction"]
+    with pytest.raises(ConfigError, match="stop_properly_penalty_coef"):
+        load_config(None, ["++grpo.reward_shaping.stop_properly_penalty_coef=0.5"])
+
+
+def test_val_at_end_validates_after_the_last_step(tmp_path):
+    from execrl.trainer.loop import train
+
+    from .test_train import SMALL, metrics
+
+    train(load_config(None, [*SMALL, "grpo.max_num_steps=3", "grpo.val_period=2", "grpo.val_at_end=true",
+                             "warmup.sft_steps=0", "checkpointing.enabled=false", f"logger.log_dir={tmp_path}"]))
+    assert [r["step"] for r in metrics(tmp_path) if "eval/pass@1" in r] == [2, 3]

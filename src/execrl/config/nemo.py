@@ -70,6 +70,7 @@ IGNORED: dict[str, str] = {
     "policy.optimizer.kwargs.foreach": "AdamW implementation choice",
     "policy.optimizer.kwargs.fused": "AdamW implementation choice",
     "data.num_workers": "data-loader processes",
+    "grpo.reward_shaping": "off",
     "data.train.seed": "the train/validation split is seeded by grpo.seed, the same value",
     "data.validation.seed": "the train/validation split is seeded by grpo.seed, the same value",
     "env.math.num_workers": "math answers are checked in the trainer's process (no workers)",
@@ -121,6 +122,9 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "env.math.math_verify_impl": (lambda v: v not in (None, "hf_math_verify"),
                                   "env.math.math_verify_impl other than hf_math_verify (e.g. DAPO's verifier) is not "
                                   "implemented: execrl checks math answers with math-verify; set it to hf_math_verify"),
+    "grpo.reward_shaping.stop_properly_penalty_coef": (lambda v: v is not None, "grpo.reward_shaping."
+                                                       "stop_properly_penalty_coef (scaling the reward of truncated "
+                                                       "samples) is not implemented: set it to null"),
     "logger.mlflow_enabled": (_on, "MLflow logging is not implemented: set logger.mlflow_enabled=false (TensorBoard "
                                    "and W&B are)"),
     "logger.swanlab_enabled": (_on, "SwanLab logging is not implemented: set logger.swanlab_enabled=false (TensorBoard "
@@ -136,6 +140,10 @@ def adapt(tree: dict, known: Callable[[str], bool]) -> tuple[dict, dict[str, str
     for key, (on, why) in REFUSED.items():
         if key in leaves and on(leaves[key]):
             raise ConfigError(why)
+    if isinstance(leaves.get("policy.scheduler"), list) or "policy.scheduler.name" in leaves:
+        raise ConfigError("policy.scheduler as NeMo RL's torch schedulers (a list for SequentialLR, or one {name, "
+                          "kwargs}) is not implemented yet: use policy.scheduler.warmup_steps (a linear warm-up from "
+                          "0 over that many optimizer steps, then constant)")
     for key in ("data.train.seed", "data.validation.seed"):  # NeMo RL's train/validation split seed
         if key in leaves and leaves[key] != leaves.get("grpo.seed", leaves[key]):
             raise ConfigError(f"{key}={leaves[key]} differs from grpo.seed={leaves['grpo.seed']}: execrl seeds the "
@@ -167,6 +175,14 @@ def adapt(tree: dict, known: Callable[[str], bool]) -> tuple[dict, dict[str, str
             _put(out, key, value)  # unknown: the schema's error names the closest valid key
     for target, value in later:
         _put(out, target, value)
+    if _on(leaves.get("grpo.reward_shaping.enabled")):  # DAPO's overlong penalty, added to the reward
+        shaping = {"name": "overlong_penalty",
+                   "weight": float(leaves.get("grpo.reward_shaping.overlong_buffer_penalty", 1)),
+                   "buffer_tokens": int(leaves["grpo.reward_shaping.overlong_buffer_length"]),
+                   "max_tokens": int(leaves["grpo.reward_shaping.max_response_length"])}
+        out.setdefault("reward", {}).setdefault("components", []).append(shaping)
+        mapped["grpo.reward_shaping"] = f"reward.components += {shaping}"
+        ignored.pop("grpo.reward_shaping", None)
     return out, ignored, mapped
 
 

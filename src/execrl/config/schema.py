@@ -107,6 +107,7 @@ class GRPOConfig(Section):
                                     "num_prompts_per_step")
     val_period: int = Field(10, ge=0, description="evaluate every N steps (0: never)")
     val_at_start: bool = Field(False, description="evaluate before the first step")
+    val_at_end: bool = Field(False, description="evaluate after the last step (if val_period did not just)")
     max_val_samples: int = Field(256, ge=0, description="validation problems at most")
     val_batch_size: int = Field(64, ge=1, description="accepted for NeMo RL configs, no effect: validation generates with "
                                                 "the policy.generation_batch_size slots of training")

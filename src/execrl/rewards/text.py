@@ -30,11 +30,13 @@ def repetition_penalty(sample: Sample, ngram: int = 4, min_lines: int = 4) -> fl
 
 
 @component("overlong_penalty")
-def overlong_penalty(sample: Sample, buffer_tokens: int = 256) -> float:
-    """DAPO's soft overlong penalty: 0 up to max_tokens - buffer, then linearly down to -1 at max_tokens."""
-    if sample.max_tokens <= 0:
+def overlong_penalty(sample: Sample, buffer_tokens: int = 256, max_tokens: int | None = None) -> float:
+    """DAPO's soft overlong penalty: 0 up to max_tokens - buffer, then linearly down to -1 at max_tokens (default: the
+    generation limit the sample was drawn under; NeMo RL's reward_shaping.max_response_length)."""
+    limit = sample.max_tokens if max_tokens is None else max_tokens
+    if limit <= 0:
         return 0.0
-    start = sample.max_tokens - buffer_tokens
+    start = limit - buffer_tokens
     if sample.num_tokens <= start:
         return 0.0
     return max(-1.0, (start - sample.num_tokens) / buffer_tokens)

@@ -51,6 +51,9 @@ def train(cfg: MasterConfig) -> Run:
                     validate(run)
                 if cfg.checkpointing.enabled and run.step % cfg.checkpointing.save_period == 0:
                     save(run)
+        just_validated = cfg.grpo.val_period and run.step % cfg.grpo.val_period == 0
+        if cfg.grpo.val_at_end and run.step > 0 and not just_validated:
+            validate(run)
         if cfg.checkpointing.enabled and run.last_saved != run.step:
             save(run)
         summarize(run)
