@@ -15,6 +15,8 @@ class BatchPlan:
     samples_per_step: int  # prompts x generations
     global_batch: int  # samples per optimizer step (all GPUs)
     prompts_per_optimizer_step: int  # global_batch / group_size: whole groups
+    prompts_per_round: int  # prompts drawn per generation round: num_prompts_per_step, or with dynamic sampling
+                            # that x batch_multiplier (at least 1)
     optimizer_steps_per_rollout: int
     per_gpu_batch: int  # samples per optimizer step on one GPU
     micro_batch: int
@@ -28,18 +30,21 @@ class BatchPlan:
             f"{self.group_size} = {self.samples_per_step}",
             f"samples per optimizer step (global batch): {self.global_batch} "
             f"= {self.prompts_per_optimizer_step} whole groups",
-            f"optimizer steps per rollout: {self.samples_per_step} / {self.global_batch} = {self.optimizer_steps_per_rollout}",
+            f"optimizer steps per rollout: {self.samples_per_step} / {self.global_batch} = "
+            f"{self.optimizer_steps_per_rollout}",
             f"GPUs: {cfg.cluster.num_nodes} node(s) x {cfg.cluster.gpus_per_node} = {self.num_gpus}; per GPU per "
             f"optimizer step: {self.per_gpu_batch} samples",
             f"micro-batches per optimizer step per GPU: ceil({self.per_gpu_batch} / {self.micro_batch}) = "
             f"{self.micro_batches_per_optimizer_step} (gradient accumulation)",
-            f"training steps: {grpo.max_num_steps}; samples generated in all: {grpo.max_num_steps * self.samples_per_step}",
         ]
         if grpo.use_dynamic_sampling:
-            per_round = max(1, round(grpo.num_prompts_per_step * grpo.batch_multiplier))
-            lines[-1] = (f"training steps: {grpo.max_num_steps}; dynamic sampling: each step generates rounds of "
-                         f"{per_round} prompts x {self.group_size} until {grpo.num_prompts_per_step} groups with "
-                         f"differing rewards are found, {grpo.dynamic_sampling_max_gen_batches} rounds at most")
+            lines.append(f"training steps: {grpo.max_num_steps}; dynamic sampling: each step generates rounds of "
+                         f"{self.prompts_per_round} prompts x {self.group_size} until {grpo.num_prompts_per_step} "
+                         f"groups with differing rewards are found, {grpo.dynamic_sampling_max_gen_batches} rounds at "
+                         "most")
+        else:
+            lines.append(f"training steps: {grpo.max_num_steps}; samples generated in all: "
+                         f"{grpo.max_num_steps * self.samples_per_step}")
         return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
 
@@ -64,9 +69,12 @@ def plan(cfg: MasterConfig) -> BatchPlan:
                           f"({global_batch}), e.g. {samples} or {samples // max(1, samples // global_batch)}")
     if global_batch % gpus or (global_batch // gpus) % group_size and gpus > 1:
         raise ConfigError(f"the global batch ({global_batch} samples = {global_batch // group_size} prompts x "
-                          f"{group_size}) must split into whole groups over {gpus} GPUs: make grpo.num_prompts_per_step and "
-                          f"policy.train_global_batch_size / {group_size} multiples of {gpus}")
+                          f"{group_size}) must split into whole groups over {gpus} GPUs: make "
+                          f"grpo.num_prompts_per_step and policy.train_global_batch_size / {group_size} multiples of "
+                          f"{gpus}")
     per_gpu = global_batch // gpus
     micro = min(p.train_micro_batch_size, per_gpu)
-    return BatchPlan(gpus, group_size, samples, global_batch, global_batch // group_size, samples // global_batch,
-                     per_gpu, micro, -(-per_gpu // micro), tuple(notes))
+    per_round = max(1, round(grpo.num_prompts_per_step * grpo.batch_multiplier)) if grpo.use_dynamic_sampling \
+        else grpo.num_prompts_per_step
+    return BatchPlan(gpus, group_size, samples, global_batch, global_batch // group_size, per_round,
+                     samples // global_batch, per_gpu, micro, -(-per_gpu // micro), tuple(notes))

@@ -139,8 +139,9 @@ def check_supported(cfg: MasterConfig) -> None:
         raise ConfigError("grpo.use_dynamic_sampling is not implemented with async GRPO (its later rounds would have "
                           "to wait for grading): set grpo.async_grpo.enabled=false, or grpo.use_dynamic_sampling=false")
     if cfg.loss_fn.use_on_policy_kl_approximation and cfg.policy.generation.backend != "execrl":
-        raise ConfigError("loss_fn.use_on_policy_kl_approximation weights the KL by pi / pi_sampler, with the sampler's "
-                          "logprobs, which only the execrl engine returns: set policy.generation.backend=execrl")
+        raise ConfigError("loss_fn.use_on_policy_kl_approximation weights the KL by pi / pi_sampler, with the "
+                          "sampler's logprobs, which only the execrl engine returns: set "
+                          "policy.generation.backend=execrl")
     multi = cfg.env.multi_turn.kind == "interpreter" and cfg.grpo.max_rollout_turns > 1
     if not cfg.env.code.terminate_on_evaluation and not multi:
         raise ConfigError("env.code.terminate_on_evaluation=false (episodes go on after the code runs) is execrl's "

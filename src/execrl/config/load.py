@@ -51,20 +51,31 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
     return cfg
 
 
-def _known(key: str) -> bool:
-    """Whether the schema has this dotted key (any key under a free-form dict such as optimizer.kwargs)."""
-    model: Any = MasterConfig
-    for part in key.split("."):
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return model is dict  # under a dict field: any key
-        field = model.model_fields.get(part)
+_LEAF = object()  # a plain value in the schema (no keys below it)
+
+
+def _schema_at(parts: list[str]) -> Any:
+    """What the schema holds at a dotted path: a section's model class, `dict` (a free-form dict field such as
+    optimizer.kwargs, or a key under one), _LEAF (a plain value), or None (no such key)."""
+    node: Any = MasterConfig
+    for part in parts:
+        if node is dict:
+            return dict
+        if node is _LEAF or node is None:
+            return None
+        field = node.model_fields.get(part)
         if field is None:
-            return False
+            return None
         kinds = [field.annotation, *typing.get_args(field.annotation)]
         models = [k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)]
-        dicts = [k for k in kinds if k is dict or typing.get_origin(k) is dict]
-        model = models[0] if models else (dict if dicts else None)
-    return True
+        free = any(k is dict or typing.get_origin(k) is dict for k in kinds)
+        node = models[0] if models else dict if free else _LEAF
+    return node
+
+
+def _known(key: str) -> bool:
+    """Whether the schema has this dotted key (any key under a free-form dict such as optimizer.kwargs)."""
+    return _schema_at(key.split(".")) is not None
 
 
 def _find(name: str, near: Path | None) -> Path:
@@ -77,7 +88,8 @@ def _find(name: str, near: Path | None) -> Path:
 def _read(path: Path, chain: list[Path]) -> DictConfig:
     if path.is_dir():
         yamls = sorted(p.name for p in path.glob("*.yaml"))
-        raise ConfigError(f"{path} is a directory: pass a YAML config file" + (f", e.g. {path / yamls[0]}" if yamls else ""))
+        example = f", e.g. {path / yamls[0]}" if yamls else ""
+        raise ConfigError(f"{path} is a directory: pass a YAML config file{example}")
     path = path if path.is_file() else _find(str(path), None)
     if path.resolve() in chain:
         raise ConfigError(f"{path}: `defaults` loop through {' -> '.join(map(str, chain))}")
@@ -139,16 +151,8 @@ def _explain(err: dict) -> str:
 
 
 def _fields_at(loc: list[str]) -> list[str]:
-    model: type[BaseModel] = MasterConfig
-    for part in loc:
-        field = model.model_fields.get(part)
-        if field is None:
-            return []
-        inner = [a for a in typing.get_args(field.annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
-        model = inner[0] if inner else field.annotation
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return []
-    return list(model.model_fields)
+    node = _schema_at(loc)
+    return list(node.model_fields) if isinstance(node, type) and issubclass(node, BaseModel) else []
 
 
 def to_yaml(cfg: MasterConfig) -> str:

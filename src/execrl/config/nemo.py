@@ -176,6 +176,11 @@ def adapt(tree: dict, known: Callable[[str], bool]) -> tuple[dict, dict[str, str
     for target, value in later:
         _put(out, target, value)
     if _on(leaves.get("grpo.reward_shaping.enabled")):  # DAPO's overlong penalty, added to the reward
+        missing = [f"grpo.reward_shaping.{k}" for k in ("overlong_buffer_length", "max_response_length")
+                   if f"grpo.reward_shaping.{k}" not in leaves]
+        if missing:
+            raise ConfigError(f"grpo.reward_shaping.enabled needs {' and '.join(missing)} (NeMo RL's base config: "
+                              "128 and ${policy.max_total_sequence_length})")
         shaping = {"name": "overlong_penalty",
                    "weight": float(leaves.get("grpo.reward_shaping.overlong_buffer_penalty", 1)),
                    "buffer_tokens": int(leaves["grpo.reward_shaping.overlong_buffer_length"]),

@@ -20,6 +20,11 @@ class DatasetInfo:
     splits: tuple[str, ...]
     eval_only: tuple[str, ...]  # splits that must never be trained on
 
+    @property
+    def generated(self) -> bool:
+        """Made by its loader (seeded), not read from files."""
+        return self.data_dir is None
+
 
 DATASETS: dict[str, DatasetInfo] = {}
 
@@ -37,7 +42,7 @@ def find_path(info: DatasetInfo, path: str | None) -> Path | None:
         if not p.exists():
             raise DatasetError(f"{info.name}: {p} does not exist")
         return p
-    if info.data_dir is None:  # generated
+    if info.generated:
         return None
     candidates = [Path(os.environ["EXECRL_DATA_DIR"]) / info.data_dir] if os.environ.get("EXECRL_DATA_DIR") else []
     candidates.append(Path(__file__).resolve().parents[3].parent / "shared" / "data" / info.data_dir)
@@ -54,7 +59,7 @@ def load_problems(name: str, split: str = "train", path: str | None = None, max_
         raise DatasetError(f"{name} has no split {split!r}: use one of {list(info.splits)}")
     report = RowReport(f"{name}/{split}")
     local = find_path(info, path)
-    if local is None and info.hub_id is None and info.data_dir is not None:
+    if local is None and info.hub_id is None and not info.generated:
         raise DatasetError(f"{name}: no local copy found; pass its path (execrl train: data.train.path=...; execrl eval: "
                            "--data-path ...) or set EXECRL_DATA_DIR")
     problems = info.load(local, split, report=report, hub_id=info.hub_id, **options)

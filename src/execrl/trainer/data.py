@@ -23,7 +23,7 @@ def dataset_key(name: str) -> str:
 def load_split(d: DatasetConfig, seed: int) -> list[Problem]:
     """One configured split's problems; a generated dataset is seeded by grpo.seed unless its options say otherwise."""
     key = dataset_key(d.dataset_name)
-    options = ({"seed": seed} if DATASETS[key].data_dir is None else {}) | d.options
+    options = ({"seed": seed} if DATASETS[key].generated else {}) | d.options
     return load_problems(key, d.split, d.path, d.max_tests, **options)[0]
 
 
@@ -36,7 +36,7 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
     train = load_split(data.train, seed)
     if data.validation is not None:
         val = load_split(data.validation, seed)
-    elif DATASETS[dataset_key(data.train.dataset_name)].data_dir is None:  # generated: a stream of its own is held out
+    elif DATASETS[dataset_key(data.train.dataset_name)].generated:  # a stream of its own is held out
         val = load_split(data.train.model_copy(update={"split": "validation"}), seed)
     elif data.train.split_validation_size > 0:
         order = list(range(len(train)))

@@ -26,7 +26,7 @@ class MetricsLogger:
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / "metrics.jsonl"
         old = path.read_text().splitlines() if path.exists() else []
-        kept = [line for line in old if step > 0 and json.loads(line).get("step", 0) <= step]
+        kept = [line for line in old if json.loads(line).get("step", 0) <= step] if step > 0 else []
         path.write_text("".join(line + "\n" for line in kept))
         self.jsonl = open(path, "a")
         if cfg.logger.tensorboard_enabled:

@@ -178,8 +178,8 @@ def build_pipeline(cfg: MasterConfig, plan: BatchPlan, generator, tokenizer, gra
     grpo, a = cfg.grpo, cfg.grpo.async_grpo
     dynamic = None
     if grpo.use_dynamic_sampling:
-        dynamic = DynamicSampling(max(1, round(grpo.num_prompts_per_step * grpo.batch_multiplier)),
-                                  grpo.dynamic_sampling_max_gen_batches, grpo.num_prompts_per_step // dist.world_size())
+        dynamic = DynamicSampling(plan.prompts_per_round, grpo.dynamic_sampling_max_gen_batches,
+                                  grpo.num_prompts_per_step // dist.world_size())
 
     def generate(problems: list[Problem], step: int, first: int) -> Rollouts:
         seeds = prompt_seeds(grpo.seed, step, len(problems), first)  # by the prompt's place among the step's prompts
