@@ -41,7 +41,7 @@ def test_grade_never_writes_over_its_input_or_into_a_directory(tmp_path):
     ("grpo.max_num_steps=-5", "grpo.max_num_steps: Input should be greater than or equal to 1"),
     ("env.code.timeout_s=-1", "env.code.timeout_s: Input should be greater than 0"),
     ("policy.generation_batch_size=0", "policy.generation_batch_size: Input should be greater than or equal to 1"),
-    ("data.max_input_seq_length=192", "leaves no room to generate"),
+    ("data.max_input_seq_length=100000", "is over policy.max_total_sequence_length"),
     ("policy.device=cuda", "no CUDA GPU is visible"),
 ])
 def test_train_refuses_bad_values_in_one_line_before_any_work(tmp_path, override, message):

@@ -115,3 +115,29 @@ def test_turn_discounted_pass_fraction():
     assert parts(sample(res=three_of_four, turns=3), {"name": "turn_discounted_pass_fraction", "discount": 0.5}
                  ).total == 0.75 * 0.25
     assert parts(sample(turns=2), "turn_discounted_pass_fraction").total == 0.0  # no code: nothing to discount
+
+
+@pytest.mark.parametrize("response, reference, expected", [
+    ("so it is 34.\nAnswer: 34", "34", True),
+    ("Answer: \\frac12", "\\frac{1}{2}", True),  # TeX shorthand braced
+    ("Answer: 1,000 dollars", "1000", True),  # units dropped, digit commas dropped
+    ("Answer: $x = 5$", "5", True),  # the text after the last '='
+    ("Answer: 35", "34", False),
+    ("The answer is \\boxed{34}.", "34", False),  # no 'Answer:' line
+    ("Answer: 34\n" + "x" * 400, "34", False),  # the line is not in the last 300 characters
+    ("answer : 12\nAnswer: 34", "34", True),  # the last one counts
+])
+def test_dapo_math_verify(response, reference, expected):
+    from execrl.rewards.math_answers import VERIFIER
+
+    problem = Problem("m", [{"role": "user", "content": "x"}], "math", answer=reference,
+                      metadata={VERIFIER: "dapo_math_verify"})
+    assert parts(sample(response, problem=problem), "math_correct").total == float(expected)
+
+
+def test_a_math_problem_has_one_test_its_answer():
+    """test_pass_fraction and all_tests_pass score a math problem by its answer (a math dataset under the default
+    reward is never scored 0 for want of code)."""
+    right, wrong = sample(r"\boxed{72}", problem=MATH), sample(r"\boxed{71}", problem=MATH)
+    for component in ("test_pass_fraction", "all_tests_pass"):
+        assert parts(right, component).total == 1.0 and parts(wrong, component).total == 0.0

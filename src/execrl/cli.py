@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_train(args) -> int:
     from rich.console import Console
+    from rich.markup import escape
 
     from execrl.config import ConfigError, load_config, to_yaml
 
@@ -99,12 +100,12 @@ def run_train(args) -> int:
         cfg = load_config(args.config, args.overrides)
         batch_plan = validate(cfg)  # every check, before torchrun starts N processes that would each stop on it
     except (ConfigError, ValueError) as e:
-        err.print(f"[red]config error:[/] {e}")
+        err.print(f"[red]config error:[/] {escape(str(e))}")
         return 2
     launch = multi_gpu_launch(cfg, args)
     note = no_effect_note(cfg)
     if note:
-        err.print(note)
+        err.print(escape(note))
     if args.dry_run:
         print(to_yaml(cfg))
         print("# batch arithmetic")
@@ -115,7 +116,7 @@ def run_train(args) -> int:
     try:
         check_model(cfg)  # before loading anything, and before torchrun starts a process per GPU
     except ConfigError as e:
-        err.print(f"[red]error:[/] {e}")
+        err.print(f"[red]error:[/] {escape(str(e))}")
         return 2
     if launch:  # this process starts torchrun, whose processes run this same command
         import subprocess
@@ -138,7 +139,7 @@ def run_train(args) -> int:
     try:
         train(cfg)
     except (ModelNotFound, DatasetError, ValueError, NotImplementedError, RuntimeError) as e:
-        err.print(f"[red]error:[/] {e}" + (f" (rank {distributed.rank()})" if distributed.world_size() > 1 else ""))
+        err.print(f"[red]error:[/] {escape(str(e))}" + (f" (rank {distributed.rank()})" if distributed.world_size() > 1 else ""))
         return 2
     except KeyboardInterrupt:
         return 130
@@ -169,6 +170,7 @@ def multi_gpu_launch(cfg, args) -> str | None:
 
 def run_eval(args) -> int:
     from rich.console import Console
+    from rich.markup import escape
 
     from execrl.eval.run import EvalConfig, evaluate
     from execrl.models import ModelNotFound
@@ -194,7 +196,7 @@ def run_eval(args) -> int:
                                              code_style=args.code_style))
         evaluate(cfg, model_name=args.model, completions=args.completions)
     except (ValueError, DatasetError, ModelNotFound, TestSpecError, SandboxUnusable, SandboxFailing) as e:
-        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {e}")
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(str(e))}")
         return 2
     return 0
 

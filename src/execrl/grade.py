@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -105,7 +106,7 @@ def run_grade(args) -> int:
     try:
         rows = read_rows(args.input)
     except UnusableInput as e:
-        err.print(f"[red]error:[/] {e}")
+        err.print(f"[red]error:[/] {escape(str(e))}")
         return 2
     jobs, results, verdicts = [], {}, Counter()
     for n, row, problem in rows:
@@ -123,7 +124,7 @@ def run_grade(args) -> int:
     try:
         grader = Grader(num_workers=args.workers, limits=base, languages=languages)
     except SandboxUnusable as e:
-        err.print(f"[red]error:[/] {e}")
+        err.print(f"[red]error:[/] {escape(str(e))}")
         return 2
     with grader, Progress(*columns, console=err, disable=args.quiet, transient=False) as bar:
         task = bar.add_task("grading", total=len(jobs))

@@ -12,6 +12,11 @@ from pathlib import Path
 import torch
 
 
+def looks_like_path(name: str) -> bool:
+    """Whether a model name can only be a directory (a hub id is `name` or `org/name`)."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1
+
+
 class ModelNotFound(RuntimeError):
     """The model id or directory cannot be loaded; the message says what to do."""
 
@@ -36,9 +41,9 @@ BYTE_VOCAB = 259  # 256 bytes + 3 special tokens: a BPE tokenizer of this size l
 
 
 def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto", offline: bool | None = None,
-                             tokenizer: str | None = None, seed: int = 0):
+                             tokenizer: str | None = None, seed: int = 0, config_overrides: dict | None = None):
     """(model, tokenizer) in eval mode on the device; `name` is a hub id, a directory in HF format, or
-    TINY_CODER (built here, seeded)."""
+    TINY_CODER (built here, seeded); `config_overrides` replace values of the model's HF config.json."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no per-shard bars in training logs
@@ -50,7 +55,7 @@ def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto
 
     offline = offline if offline is not None else os.environ.get("HF_HUB_OFFLINE") == "1"
     local = Path(name).expanduser()
-    if not local.exists() and (name.startswith(("/", ".", "~")) or name.count("/") > 1):
+    if not local.exists() and looks_like_path(name):
         raise ModelNotFound(f"cannot load model {name!r}: no such directory (a hub id looks like org/name)")
     if local.exists() and not (local / "config.json").is_file():
         raise ModelNotFound(f"{local} is not a model directory (no config.json); pass an HF-format directory")
@@ -58,7 +63,7 @@ def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto
     try:
         tok = AutoTokenizer.from_pretrained(tokenizer or (str(local) if local.exists() else name), local_files_only=offline)
         model = AutoModelForCausalLM.from_pretrained(str(local) if local.exists() else name, dtype=pick_dtype(dev, dtype),
-                                                     local_files_only=offline)
+                                                     local_files_only=offline, **config_overrides or {})
     except (OSError, ValueError) as e:  # transformers versions differ in which one a bad id raises
         where = "it is not in the local cache and offline mode is on" if offline else "it could not be downloaded"
         raise ModelNotFound(f"cannot load model {name!r}: {where} ({str(e).splitlines()[0]}). Pass a local directory "

@@ -57,10 +57,19 @@ def build_messages(problem: Problem, cfg: PromptConfig, how: str | None = None) 
     return messages
 
 
+TEMPLATE_KWARGS = "execrl_chat_template_kwargs"  # a tokenizer attribute: policy.tokenizer.chat_template_kwargs
+
+
+def apply_template(tokenizer, messages: list[dict], generation_prompt: bool = True) -> str:
+    """The chat template's text, with the run's chat_template_kwargs (e.g. enable_thinking) when it set them."""
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt,
+                                         **getattr(tokenizer, TEMPLATE_KWARGS, None) or {})
+
+
 def render(messages: list[dict], tokenizer) -> str:
     """The tokenizer's chat template when it has one; otherwise a plain 'Role: text' transcript."""
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return apply_template(tokenizer, messages)
     turns = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
     return "\n\n".join(turns) + "\n\nAssistant:"
 

@@ -243,3 +243,63 @@ def test_importance_correction_with_top_k_or_top_p_is_refused_and_nemo_defaults_
     with pytest.raises(ConfigError):
         load_config(None, ["loss_fn.truncated_importance_sampling_type=seq-mask-tis"])
     check_async(load_config(None, ["policy.generation.top_k=20"]))  # on-policy without correction: fine
+
+
+def test_gspo_clips_one_ratio_per_sequence():
+    # one sequence, A = 1, token log-ratios 0.5 and -0.1 (mean 0.2): ratio e^0.2 = 1.2214 for both tokens, clipped to
+    # 1.2 -> per token min(1.2214, 1.2) = 1.2 -> loss -1.2 (sequence mean); token-level ratios would give
+    # min(e^0.5, 1.2) = 1.2 and e^-0.1 = 0.905 -> -(1.2 + 0.905) / 2
+    cfg = LossConfig(sequence_level_importance_ratios=True, token_level_loss=False)
+    t = terms([[0.5, -0.1]], [[0.0, 0.0]], [1.0])
+    loss, m = policy_loss(t, cfg, num_tokens=2, num_seqs=1)
+    assert loss.item() == pytest.approx(-1.2) and m["clip_frac"].item() == 1.0
+    token, _ = policy_loss(t, LossConfig(token_level_loss=False), num_tokens=2, num_seqs=1)
+    assert token.item() == pytest.approx(-(1.2 + math.exp(-0.1)) / 2)
+    # below the clip (mean log-ratio 0.1): loss = -e^mean, and d mean / d logp_i = 1/2 -> each token's gradient is
+    # -e^0.1 / 2: the ratio depends on both tokens
+    logp = T([[0.3, -0.1]], requires_grad=True)
+    loss, _ = policy_loss(LossTerms(logp, T([[0.0, 0.0]]), T([1.0]), T([[1.0, 1.0]])), cfg, num_tokens=2, num_seqs=1)
+    loss.backward()
+    assert logp.grad.tolist()[0] == pytest.approx([-math.exp(0.1) / 2] * 2)
+    # the importance weight of a sequence: pi_old / pi_sampler of the whole sequence (sum of the log differences)
+    w = terms([[0.0, 0.0]], [[0.0, 0.0]], [1.0], sampler_logprobs=T([[-0.2, 0.1]]))
+    loss, m = policy_loss(w, cfg, num_tokens=2, num_seqs=1, is_correction=True)
+    assert m["is_weight"].item() == pytest.approx(math.exp(0.1)) and loss.item() == pytest.approx(-math.exp(0.1))
+
+
+def test_force_on_policy_ratio_disable_ppo_ratio_and_cispo():
+    # old log-probs far away (ratio e^2): forced to 1, unclipped -> loss -A, gradient -A per token / tokens
+    logp = T([[2.0, 0.0]], requires_grad=True)
+    t = LossTerms(logp, T([[0.0, 0.0]]), T([1.0]), T([[1.0, 1.0]]))
+    loss, m = policy_loss(t, LossConfig(force_on_policy_ratio=True), num_tokens=2, num_seqs=1)
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.0) and logp.grad.tolist()[0] == pytest.approx([-0.5, -0.5])
+    assert m["clip_frac"].item() == 0.0
+    # REINFORCE: -A log pi; A = 2, log pi = -1 and -3 -> -(2 * -1 + 2 * -3) / 2 = 4
+    loss, _ = policy_loss(terms([[-1.0, -3.0]], [[0.0, 0.0]], [2.0]), LossConfig(disable_ppo_ratio=True),
+                          num_tokens=2, num_seqs=1)
+    assert loss.item() == pytest.approx(4.0)
+    # CISPO: -A * clip(ratio).detach() * log pi; log pi = -1, old -1.5 (ratio e^0.5 = 1.65, clipped to 1.2):
+    # loss -(1.2 * -1) = 1.2, gradient -1.2 (the ratio carries none)
+    logp = T([[-1.0]], requires_grad=True)
+    loss, _ = policy_loss(LossTerms(logp, T([[-1.5]]), T([1.0]), T([[1.0]])), LossConfig(use_cispo=True),
+                          num_tokens=1, num_seqs=1)
+    loss.backward()
+    assert loss.item() == pytest.approx(1.2) and logp.grad.item() == pytest.approx(-1.2)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["loss_fn.sequence_level_importance_ratios=true"], "token_level_loss=false"),
+    (["loss_fn.use_cispo=true", "loss_fn.disable_ppo_ratio=true"], "disable_ppo_ratio=false"),
+    (["loss_fn.force_on_policy_ratio=true", "policy.train_global_batch_size=8", "grpo.num_prompts_per_step=4",
+      "grpo.num_generations_per_prompt=4"], "train_global_batch_size=16"),
+    (["++loss_fn.use_kl_in_reward=true"], "REINFORCE"),
+    (["++loss_fn.positive_example_nll_weight=0.1"], "VAPO"),
+])
+def test_loss_variants_refuse_what_they_cannot_do(overrides, message):
+    from execrl.config import ConfigError, load_config
+    from execrl.config.checks import validate
+
+    with pytest.raises(ConfigError, match=message):
+        validate(load_config(None, overrides))
+    assert load_config(None, ["++loss_fn.use_kl_in_reward=false", "++loss_fn.positive_example_nll_weight=0.0"])

@@ -10,7 +10,7 @@ import torch
 
 from execrl.config import load_config
 from execrl.prompts import build_messages
-from execrl.rollout import RolloutEngine
+from execrl.rollout import RolloutEngine, SamplingParams
 from execrl.sandbox import AssertTests
 from execrl.tasks import Problem
 from execrl.trainer.rollouts import encode, run_episodes
@@ -100,7 +100,9 @@ def episodes(policy, grader, template, problems, group, temperature, *overrides)
     tok, cfg = tokenizers[template], config(template, *overrides)
     engine = Recording(RolloutEngine(model, tok, slots=8, max_len=cfg.policy.max_total_sequence_length))
     torch.manual_seed(0)
-    return run_episodes(engine, tok, grader, problems, cfg, group, temperature), engine, tok, cfg
+    gen = cfg.policy.generation
+    return run_episodes(engine, tok, grader, problems, cfg, group, SamplingParams(temperature, gen.top_p, gen.top_k)), \
+        engine, tok, cfg
 
 
 @pytest.mark.parametrize("template", list(SCRIPTS))

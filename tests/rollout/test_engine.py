@@ -173,3 +173,16 @@ def test_keyed_noise_is_uniform_enough_to_sample_from():
     tokens, _ = sample(logits, SamplingParams(temperature=1.0), keys)
     freq = torch.bincount(tokens, minlength=5).float() / len(tokens)
     torch.testing.assert_close(freq, torch.softmax(logits[0], -1), atol=0.01, rtol=0)
+
+
+def test_stop_token_ids_end_a_sequence_in_both_backends(tiny, prompts):
+    """policy.generation.stop_token_ids: the sequence ends after the first of them, as at an EOS token."""
+    from execrl.rollout import build_generator
+
+    model, tok = tiny
+    full = RolloutEngine(model, tok, slots=2, max_len=256).generate(prompts[:1], 1, 40, GREEDY)[0][0]
+    stop = full.ids[5]
+    for backend in ("execrl", "transformers"):
+        gen = build_generator(model, tok, backend, 2, 256, cuda_graphs=False, stop_token_ids=[stop])
+        ended = gen.generate(prompts[:1], 1, 40, GREEDY)[0][0]
+        assert ended.ids == full.ids[:full.ids.index(stop) + 1] and not ended.truncated, backend

@@ -115,11 +115,20 @@ def test_dry_run_prints_the_torchrun_command(capsys):
     assert "--nnodes 2 --node-rank NODE_RANK --rdzv-backend c10d --rdzv-endpoint HOST:PORT" in out
 
 
-def test_prompts_that_do_not_split_over_the_gpus_are_refused():
-    from execrl.config import ConfigError, plan
+def test_groups_that_do_not_split_evenly_over_the_gpus_are_shared_unevenly():
+    from execrl.config import plan
 
-    with pytest.raises(ConfigError, match="make grpo.num_prompts_per_step .* multiples of 2"):
-        plan(load_config(None, ["cluster.gpus_per_node=2", "grpo.num_prompts_per_step=3"]))
+    batch = plan(load_config(None, ["cluster.gpus_per_node=8", "cluster.num_nodes=4", "grpo.num_prompts_per_step=64",
+                                    "grpo.num_generations_per_prompt=32", "policy.train_global_batch_size=512"]))
+    assert batch.per_gpu_batch == 32 and batch.optimizer_steps_per_rollout == 4  # 16 groups a step over 32 GPUs
+    assert any("16 GPU(s) train on 0 group(s) and 16 on 1" in n for n in batch.notes)
+
+
+def test_more_gpus_than_groups_train_as_one_process(tmp_path):
+    """2 optimizer steps of one group each over 2 processes: one trains on each group, the other idles in step (as
+    FSDP needs); the run equals the one-process run."""
+    overrides = [*FAST, "grpo.num_prompts_per_step=2", "policy.train_global_batch_size=4"]
+    assert_same_run(one_process(tmp_path / "one", overrides), two_processes(tmp_path / "two", overrides), steps=2)
 
 
 def test_a_process_count_that_does_not_match_the_config_is_refused(tmp_path):

@@ -3,11 +3,12 @@ for NeMo's machinery mapped or named in one note; the features execrl lacks are 
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from execrl.config import ConfigError, load_config
-from execrl.config.checks import no_effect_note
+from execrl.config.checks import no_effect_note, validate
 
 # the shape of a NeMo RL GRPO config's policy, checkpointing, logger and cluster sections (values as NeMo's examples)
 NEMO_STYLE = """
@@ -125,7 +126,11 @@ def test_a_nemo_style_config_loads_with_its_machinery_named_in_one_note(tmp_path
     ("policy.generation.vllm_cfg.precision=fp8", "fp8 rollouts"),
     ("logger.mlflow_enabled=true", "MLflow logging is not implemented"),
     ("policy.scheduler=[{name: torch.optim.lr_scheduler.LinearLR, kwargs: {start_factor: 0.1}}, {milestones: [50]}]",
-     "NeMo RL's torch schedulers"),
+     None),  # one scheduler, its milestones unused
+    ("policy.scheduler=[{name: torch.optim.lr_scheduler.LinearLR}, {name: torch.optim.lr_scheduler.ConstantLR}]",
+     "2 schedulers need one {milestones"),
+    ("policy.scheduler={name: torch.optim.lr_scheduler.LambdaLR, kwargs: {}}", "not a scheduler execrl builds"),
+    ("policy.scheduler={name: my_module.MyScheduler}", "not a scheduler execrl builds"),
     ("policy.dtensor_cfg.no_such_key=1", None),  # a section NeMo owns: ignored with it
 ])
 def test_features_execrl_lacks_are_refused_in_one_line(tmp_path, override, message):
@@ -134,7 +139,7 @@ def test_features_execrl_lacks_are_refused_in_one_line(tmp_path, override, messa
         load_config(str(path), [override])
         return
     with pytest.raises(ConfigError, match=message):
-        load_config(str(path), [override])
+        validate(load_config(str(path), [override]))
 
 
 def test_a_key_nobody_knows_is_still_an_error_naming_the_closest(tmp_path):
@@ -151,7 +156,7 @@ def test_nemo_data_and_env_sections(tmp_path):
         "grpo: {seed: 7}\n"
         f"data:\n  train:\n    dataset_name: gsm8k\n    data_path: {tmp_path}\n    seed: ${{grpo.seed}}\n"
         f"  default:\n    prompt_file: {tmp_path / 'cot.txt'}\n    system_prompt_file: {tmp_path / 'system.txt'}\n"
-        "    processor: math_hf_data_processor\n    env_name: math\n"
+        "    processor: math_data_processor\n    env_name: math\n"
         "env:\n  math: {num_workers: 8, math_verify_impl: hf_math_verify}\n")
     cfg = load_config(str(tmp_path / "r.yaml"))
     assert cfg.prompt.template == "Solve it. Put the answer in \\\\boxed{{}}.\n{}\n"
@@ -165,12 +170,69 @@ def test_nemo_data_and_env_sections(tmp_path):
     assert "env.math.num_workers" in no_effect_note(cfg) and "data.train.seed" in no_effect_note(cfg)
     with pytest.raises(ConfigError, match="differs from grpo.seed"):
         load_config(str(tmp_path / "r.yaml"), ["data.train.seed=3"])
-    with pytest.raises(ConfigError, match="math_verify_impl other than hf_math_verify"):
-        load_config(str(tmp_path / "r.yaml"), ["env.math.math_verify_impl=dapo_math_verify"])
-    with pytest.raises(ConfigError, match="cannot read it"):
+    dapo = load_config(str(tmp_path / "r.yaml"), ["env.math.math_verify_impl=dapo_math_verify"])
+    assert dapo.env.math.math_verify_impl == "dapo_math_verify"
+    with pytest.raises(ConfigError, match="env.math.math_verify_impl: Input should be"):
+        load_config(str(tmp_path / "r.yaml"), ["env.math.math_verify_impl=my_verifier"])
+    with pytest.raises(ConfigError, match="no such file in the directory you run in or above the config file"):
         load_config(str(tmp_path / "r.yaml"), ["data.default.prompt_file=examples/prompts/cot.txt"])
+    # as NeMo RL, its default processor poses the problem alone: the system prompt file is named as unused
+    hf = load_config(str(tmp_path / "r.yaml"), ["data.default.processor=math_hf_data_processor"])
+    assert hf.prompt.system_prompt is None and "adds no system prompt" in no_effect_note(hf)
     flat = load_config(None, ["++data.dataset_name=mbpp"])  # NeMo RL's older flat data section
     assert flat.data.train.dataset_name == "mbpp"
+
+
+def test_nemo_dataset_lists_defaults_and_prompt_files_of_a_checkout(tmp_path):
+    """A NeMo RL checkout's layout: examples/configs/x.yaml overrides its base's data section (`_override_`) with
+    lists of datasets; examples/prompts/cot.txt is found from anywhere; per-dataset prompts must agree."""
+    configs, prompts = tmp_path / "nemo" / "examples" / "configs", tmp_path / "nemo" / "examples" / "prompts"
+    configs.mkdir(parents=True), prompts.mkdir(parents=True)
+    (prompts / "cot.txt").write_text("Think. {}")
+    (configs / "base.yaml").write_text(
+        "grpo: {seed: 42}\ndata:\n  train:\n    dataset_name: OpenMathInstruct-2\n    split_validation_size: 0.05\n"
+        "    seed: ${grpo.seed}\n  validation: null\n  default: {prompt_file: examples/prompts/cot.txt, "
+        "system_prompt_file: null, processor: math_hf_data_processor, env_name: math}\n")
+    (configs / "multi.yaml").write_text(
+        "defaults: base.yaml\ndata:\n  _override_: true\n  train:\n    - dataset_name: OpenMathInstruct-2\n"
+        "      split_validation_size: 0.05\n      seed: ${grpo.seed}\n    - dataset_name: DeepScaler\n  validation:\n"
+        "    - {dataset_name: AIME2024, repeat: 16}\n    - dataset_name: DAPOMathAIME2024\n"
+        "  default: {prompt_file: examples/prompts/cot.txt, processor: math_hf_data_processor, env_name: math}\n")
+    cfg = load_config(str(configs / "multi.yaml"))  # (run from the test's directory, not the checkout)
+    assert [d.dataset_name for d in cfg.data.train_sets] == ["OpenMathInstruct-2", "DeepScaler"]
+    assert [(d.dataset_name, d.repeat) for d in cfg.data.validation_sets] == [("AIME2024", 16), ("DAPOMathAIME2024", 1)]
+    assert cfg.prompt.template == "Think. {}" and cfg.data.train_sets[0].split_name == "train_1M"
+    validate(cfg)
+    with pytest.raises(ConfigError, match="different prompt_files"):
+        load_config(str(configs / "multi.yaml"), ["data.validation.1.prompt_file=null"])
+    with pytest.raises(ConfigError, match=r"data.train\[1\]: AIME2024/train is an evaluation split"):
+        validate(load_config(str(configs / "multi.yaml"), ["data.train.1.dataset_name=AIME2024"]))
+    with pytest.raises(ConfigError, match="did you mean 'DeepScaler'"):
+        validate(load_config(str(configs / "multi.yaml"), ["data.train.1.dataset_name=Deepscaler"]))
+    (configs / "merged.yaml").write_text("defaults: base.yaml\ndata:\n  train:\n    - dataset_name: DeepScaler\n")
+    with pytest.raises(ConfigError, match="needs `_override_: true`"):
+        load_config(str(configs / "merged.yaml"))
+
+
+def test_nemo_datasets_load_local_copies_in_their_own_fields(tmp_path):
+    """The NeMo RL names read NeMo RL's fields (DAPO: prompt[0].content and reward_model.ground_truth, verbatim),
+    from a local copy; a validation set's repeat poses each problem that many times."""
+    import json
+
+    from execrl.trainer.data import load_data
+
+    (tmp_path / "dapo").mkdir()
+    rows = [{"prompt": [{"role": "user", "content": f"Solve {i}. Answer: $Answer"}],
+             "reward_model": {"ground_truth": str(i)}} for i in range(4)] + [{"prompt": []}]
+    (tmp_path / "dapo" / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    (tmp_path / "aime.jsonl").write_text("\n".join(json.dumps({"problem": f"P{i}", "answer": 100 + i})
+                                                   for i in range(2)))
+    cfg = load_config(None, [f"data.train={{dataset_name: DAPOMath17K, path: {tmp_path / 'dapo'}}}",
+                             f"data.validation={{dataset_name: AIME2024, path: {tmp_path / 'aime.jsonl'}, repeat: 3}}"])
+    train, val, _ = load_data(cfg)
+    assert [(p.messages[0]["content"], p.answer, p.kind) for p in train[:2]] == [
+        ("Solve 0. Answer: $Answer", "0", "math"), ("Solve 1. Answer: $Answer", "1", "math")]
+    assert len(train) == 4 and [p.answer for p in val] == ["100"] * 3 + ["101"] * 3
 
 
 def test_dapo_reward_shaping_becomes_the_overlong_penalty_component(tmp_path):
@@ -199,3 +261,119 @@ def test_val_at_end_validates_after_the_last_step(tmp_path):
     train(load_config(None, [*SMALL, "grpo.max_num_steps=3", "grpo.val_period=2", "grpo.val_at_end=true",
                              "warmup.sft_steps=0", "checkpointing.enabled=false", f"logger.log_dir={tmp_path}"]))
     assert [r["step"] for r in metrics(tmp_path) if "eval/pass@1" in r] == [2, 3]
+
+
+def test_nemo_schedulers_step_once_per_grpo_step(tmp_path):
+    """NeMo RL's list (SequentialLR) counts GRPO steps, not optimizer steps: here 2 optimizer steps per GRPO step, and
+    the warm-up of 2 iterations ends after the second GRPO step."""
+    from execrl.trainer.loop import train
+
+    from .test_train import SMALL, metrics
+
+    linear = "{name: torch.optim.lr_scheduler.LinearLR, kwargs: {start_factor: 0.5, end_factor: 1.0, total_iters: 2}}"
+    constant = "{name: torch.optim.lr_scheduler.ConstantLR, kwargs: {factor: 1.0, total_iters: 10000000000}}"
+    cfg = load_config(None, [*SMALL, "grpo.max_num_steps=3", "grpo.val_period=0", "warmup.sft_steps=0",
+                             "policy.optimizer.kwargs.lr=1e-4", f"policy.scheduler=[{linear}, {constant}, "
+                             "{milestones: [2]}]", "checkpointing.enabled=false", f"logger.log_dir={tmp_path}"])
+    assert cfg.policy.train_global_batch_size * 2 == cfg.grpo.num_prompts_per_step * cfg.grpo.num_generations_per_prompt
+    run = train(cfg)
+    assert [r["train/lr"] for r in metrics(tmp_path) if "train/lr" in r] == pytest.approx([0.75e-4, 1e-4, 1e-4])
+    assert run.optimizer.param_groups[0]["lr"] == pytest.approx(1e-4)
+    with pytest.raises(ConfigError, match="unexpected keyword argument 'bogus'"):
+        validate(load_config(None, ["policy.scheduler={name: torch.optim.lr_scheduler.StepLR, kwargs: {bogus: 1}}"]))
+
+
+def test_reward_scaling_maps_the_reward_before_the_overlong_penalty_is_added():
+    """NeMo RL (DAPO's recipe): clamp to [0, 1], map onto [-1, 1], then add the overlong penalty."""
+    from execrl.rewards import score
+
+    from ..test_rewards import V, result, sample
+
+    cfg = load_config(None, ["++grpo.reward_scaling.enabled=true", "++grpo.reward_scaling.source_min=0.0",
+                             "++grpo.reward_scaling.source_max=1.0", "++grpo.reward_scaling.target_min=-1.0",
+                             "++grpo.reward_scaling.target_max=1.0", "++grpo.reward_shaping.enabled=true",
+                             "++grpo.reward_shaping.overlong_buffer_length=128",
+                             "++grpo.reward_shaping.max_response_length=192"])
+    half = result(V.PASS, V.PASS, V.FAIL, V.FAIL)  # test_pass_fraction 0.5
+    assert score(sample(res=half, num_tokens=10), cfg.reward).total == 0.0  # 0.5 -> 0 on [-1, 1]
+    assert score(sample(res=result(*[V.FAIL] * 4), num_tokens=10), cfg.reward).total == -1.0
+    # all pass (1 -> 1), then the penalty of 128 tokens (buffer from 64): -0.5, added after the scaling
+    assert score(sample(res=result(*[V.PASS] * 4), num_tokens=128), cfg.reward).total == 0.5
+    with pytest.raises(ConfigError, match="source_max"):
+        load_config(None, ["++grpo.reward_scaling.enabled=true", "++grpo.reward_scaling.source_max=0.0"])
+
+
+def test_checkpoint_must_save_by_stops_with_a_checkpoint_that_resumes(tmp_path):
+    """NeMo RL's deadline (DD:HH:MM:SS of training): the run stops, with a checkpoint, before a step would end after
+    it; the same command without it resumes there."""
+    from execrl.trainer.loop import train
+
+    from .test_train import SMALL
+
+    base = [*SMALL, "grpo.max_num_steps=3", "grpo.val_period=0", "warmup.sft_steps=0", f"logger.log_dir={tmp_path}",
+            f"checkpointing.checkpoint_dir={tmp_path}/ckpt"]
+    stopped = train(load_config(None, [*base, "checkpointing.checkpoint_must_save_by=0:0:0:0"]))
+    assert stopped.step == 1 and (tmp_path / "ckpt" / "step_000001").is_dir()
+    resumed = train(load_config(None, base))
+    assert resumed.resumed_from.endswith("step_000001") and resumed.step == 3
+    with pytest.raises(ConfigError, match="checkpoint_must_save_by"):
+        load_config(None, ["checkpointing.checkpoint_must_save_by=3 hours"])
+
+
+NEMO = Path(__file__).parents[1] / "assets" / "nemo_rl"
+NEMO_CONFIGS = sorted(NEMO.glob("*/examples/configs/**/*.yaml"))
+MISSING = {  # what a config needs that execrl does not have, read from the config itself -> the refusal names it
+    "megatron": "Megatron-backed training", "non-colocated": "non-colocated generation", "backend": "generation "
+    "backends other than vLLM", "reward_model": "reward-model environments", "sliding_puzzle": "sliding-puzzle"}
+
+
+def needs(tree: dict) -> str | None:
+    policy, env = tree.get("policy") or {}, tree.get("env") or {}
+    gen = policy.get("generation") or {}
+    if (policy.get("megatron_cfg") or {}).get("enabled"):
+        return "megatron"
+    if (gen.get("colocated") or {}).get("enabled") is False:
+        return "non-colocated"
+    if gen.get("backend") not in (None, "vllm"):
+        return "backend"
+    return next((k for k in ("reward_model", "sliding_puzzle") if any(k in name for name in env)), None)
+
+
+@pytest.mark.parametrize("path", NEMO_CONFIGS, ids=lambda p: str(p.relative_to(NEMO)))
+def test_every_nemo_rl_grpo_config_dry_runs_or_names_what_it_needs(path, tmp_path, monkeypatch):
+    """NeMo RL's own configs, unchanged, from another directory than its checkout: those on its DTensor path with
+    colocated generation validate (batch arithmetic included); the others are refused in one line naming the
+    feature."""
+    from omegaconf import OmegaConf
+
+    from execrl.config.load import _read
+
+    monkeypatch.chdir(tmp_path)
+    missing = needs(OmegaConf.to_container(_read(path, []), resolve=False))
+    if missing is None:
+        validate(load_config(str(path)))
+        return
+    with pytest.raises(ConfigError) as refused:
+        validate(load_config(str(path)))
+    assert MISSING[missing] in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_the_nemo_rl_corpus_covers_each_era_and_each_refusal():
+    assert len(NEMO_CONFIGS) >= 40 and {p.relative_to(NEMO).parts[0] for p in NEMO_CONFIGS} == {
+        "eraA_06f6343", "eraB_029c68f", "eraC_b26cfeb", "eraD_faad805"}
+    from omegaconf import OmegaConf
+
+    from execrl.config.load import _read
+
+    kinds = [needs(OmegaConf.to_container(_read(p, []), resolve=False)) for p in NEMO_CONFIGS]
+    assert set(kinds) == {None, *MISSING} and kinds.count(None) >= 25
+
+
+def test_a_nemo_rl_recipe_dry_runs_from_the_command_line(tmp_path):
+    recipe = NEMO / "eraC_b26cfeb/examples/configs/recipes/llm/dapo-qwen2.5-7b.yaml"
+    proc = subprocess.run([sys.executable, "-m", "execrl.cli", "train", str(recipe), "--dry-run"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "note: NeMo RL keys read as:" in proc.stderr and "reward.components += {'name': 'overlong_penalty'" in \
+        proc.stderr and "grpo.reward_scaling.target_min -> reward.scaling.target_min=-1.0" in proc.stderr
+    assert "dataset_name: DAPOMath17K" in proc.stdout and "math_verify_impl: dapo_math_verify" in proc.stdout

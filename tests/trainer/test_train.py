@@ -98,9 +98,9 @@ def test_long_prompts_are_dropped_with_a_count(tmp_path, capsys):
 
 
 def test_evaluation_splits_cannot_be_trained_on(tmp_path):
-    from execrl.tasks import DatasetError
+    from execrl.config import ConfigError
 
-    with pytest.raises(DatasetError, match="evaluation split"):
+    with pytest.raises(ConfigError, match="data.train: mbpp/test is an evaluation split"):  # before any work
         run(tmp_path, "bad", "data.train.dataset_name=mbpp", "data.train.split=test", "grpo.max_num_steps=1")
 
 

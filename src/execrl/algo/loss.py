@@ -62,19 +62,21 @@ def policy_loss(t: LossTerms, cfg: LossConfig, *, num_tokens: float, num_seqs: f
     weighted by pi_theta / pi_sampler (detached), an estimate of KL(pi_theta || ref) under the current policy although
     the tokens were drawn by the sampler."""
     mask = t.mask.float()
-    log_ratio = t.logprobs - t.old_logprobs  # [B, T]
-    ratio = torch.exp(log_ratio)
     adv = t.advantages.unsqueeze(1)  # [B, 1]
-    unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1.0 - cfg.ratio_clip_min, 1.0 + cfg.ratio_clip_max) * adv
-    surrogate = torch.minimum(unclipped, clipped)  # [B, T]
+    ratio, clamped = ratios(t, cfg, mask)  # [B, T] each
+    if cfg.use_cispo:  # CISPO: REINFORCE on log pi, weighted by the clipped ratio (detached)
+        surrogate = clamped.detach() * t.logprobs * adv
+    else:
+        surrogate = torch.minimum(ratio * adv, clamped * adv)  # [B, T]
     if cfg.ratio_clip_c is not None:  # dual clip: bound how far a negative-advantage token can push
         surrogate = torch.where(adv < 0, torch.maximum(surrogate, cfg.ratio_clip_c * adv), surrogate)
     per_token = -surrogate
     log_w = None
     if t.sampler_logprobs is not None:
         log_w = ((t.old_logprobs - t.sampler_logprobs) * mask).detach()  # [B, T] log(pi_old / pi_sampler); 0 off-mask
-        weight, truncated = importance_weight(log_w, cfg.truncated_importance_sampling_type,
+        if cfg.sequence_level_importance_ratios:  # GSPO: one weight per sequence, of its whole probability
+            log_w = log_w.sum(1, keepdim=True).expand_as(log_w) * mask
+        weight, truncated = importance_weight(log_w, cfg.truncated_importance_sampling_type or "tis",
                                               cfg.truncated_importance_sampling_ratio,
                                               cfg.truncated_importance_sampling_ratio_min)
         if is_correction:
@@ -94,14 +96,15 @@ def policy_loss(t: LossTerms, cfg: LossConfig, *, num_tokens: float, num_seqs: f
         n = mask.sum().clamp(min=1)
         # where the clip is active (the clipped term is the minimum, so the token has no gradient): above the band
         # with a positive advantage, below it with a negative one
-        high = (ratio > 1.0 + cfg.ratio_clip_max) & (adv > 0)
-        low = (ratio < 1.0 - cfg.ratio_clip_min) & (adv < 0)
+        clipping = not (cfg.force_on_policy_ratio or cfg.disable_ppo_ratio)
+        high = (ratio > 1.0 + cfg.ratio_clip_max) & (adv > 0) & clipping
+        low = (ratio < 1.0 - cfg.ratio_clip_min) & (adv < 0) & clipping
         metrics = {
             "clip_frac": ((high | low).float() * mask).sum() / n,
             "clip_frac_high": (high.float() * mask).sum() / n,
             "clip_frac_low": (low.float() * mask).sum() / n,
             "kl": (kl * mask).sum() / n,
-            "ratio_mean": (ratio * mask).sum() / n,
+            "ratio_mean": (ratio * mask).sum() / n if clipping else torch.ones(()),
             "tokens": mask.sum(),
         }
         if log_w is not None:  # how far the behaviour policy is from the proximal one (logged, corrected or not)
@@ -110,6 +113,24 @@ def policy_loss(t: LossTerms, cfg: LossConfig, *, num_tokens: float, num_seqs: f
             metrics["is_weight"] = (weight * mask).sum() / n  # after truncation
             metrics["is_truncated_frac"] = (truncated.float() * mask).sum() / n
     return loss, metrics
+
+
+def ratios(t: LossTerms, cfg: LossConfig, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The PPO ratio pi_theta / pi_old and its clipped value [B, T], as NeMo RL's variants make them:
+    force_on_policy_ratio  1 with the gradient of log pi_theta, unclipped
+    disable_ppo_ratio      log pi_theta itself (the surrogate is REINFORCE's A log pi)
+    sequence-level (GSPO)  exp(mean over the sequence's tokens of log pi_theta - log pi_old), for every token"""
+    if cfg.force_on_policy_ratio:
+        one = torch.exp(t.logprobs - t.logprobs.detach())
+        return one, one
+    if cfg.disable_ppo_ratio:
+        return t.logprobs, t.logprobs
+    log_ratio = t.logprobs - t.old_logprobs  # [B, T]
+    if cfg.sequence_level_importance_ratios:
+        mean = (log_ratio * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1)  # [B, 1]
+        log_ratio = mean.expand_as(log_ratio)
+    ratio = torch.exp(log_ratio)
+    return ratio, torch.clamp(ratio, 1.0 - cfg.ratio_clip_min, 1.0 + cfg.ratio_clip_max)
 
 
 def importance_weight(log_w: torch.Tensor, kind: str, high: float | None, low: float | None):

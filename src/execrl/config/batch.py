@@ -18,7 +18,7 @@ class BatchPlan:
     prompts_per_round: int  # prompts drawn per generation round: num_prompts_per_step, or with dynamic sampling
                             # that x batch_multiplier (at least 1)
     optimizer_steps_per_rollout: int
-    per_gpu_batch: int  # samples per optimizer step on one GPU
+    per_gpu_batch: int  # samples per optimizer step on one GPU (the most: groups may not split evenly over GPUs)
     micro_batch: int
     micro_batches_per_optimizer_step: int  # gradient accumulation on one GPU
     notes: tuple[str, ...] = ()
@@ -67,12 +67,14 @@ def plan(cfg: MasterConfig) -> BatchPlan:
     if samples % global_batch:
         raise ConfigError(f"samples per step ({samples}) must be a multiple of policy.train_global_batch_size "
                           f"({global_batch}), e.g. {samples} or {samples // max(1, samples // global_batch)}")
-    if global_batch % gpus or (global_batch // gpus) % group_size and gpus > 1:
-        raise ConfigError(f"the global batch ({global_batch} samples = {global_batch // group_size} prompts x "
-                          f"{group_size}) must split into whole groups over {gpus} GPUs: make "
-                          f"grpo.num_prompts_per_step and policy.train_global_batch_size / {group_size} multiples of "
-                          f"{gpus}")
-    per_gpu = global_batch // gpus
+    groups = global_batch // group_size  # per optimizer step
+    if groups % gpus:  # each GPU trains on whole groups, so some on one more than others (or on none)
+        few, many = groups // gpus, groups // gpus + 1
+        notes.append(f"the {groups} groups of an optimizer step do not split evenly over {gpus} GPUs: "
+                     f"{gpus - groups % gpus} GPU(s) train on {few} group(s) and {groups % gpus} on {many} (a group "
+                     "stays on one GPU; the gradient is the same, the work is uneven: for even work make "
+                     f"policy.train_global_batch_size / {group_size} a multiple of {gpus})")
+    per_gpu = -(-groups // gpus) * group_size  # the most samples a GPU trains on per optimizer step
     micro = min(p.train_micro_batch_size, per_gpu)
     per_round = max(1, round(grpo.num_prompts_per_step * grpo.batch_multiplier)) if grpo.use_dynamic_sampling \
         else grpo.num_prompts_per_step

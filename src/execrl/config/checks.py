@@ -10,6 +10,7 @@ from pathlib import Path
 from execrl.config.batch import BatchPlan, plan
 from execrl.config.errors import ConfigError
 from execrl.config.schema import MasterConfig
+from execrl.tasks.registry import DatasetError, check_trainable, dataset_key
 
 # keys read only with grpo.use_dynamic_sampling
 DYNAMIC_ONLY = ("grpo.dynamic_sampling_max_gen_batches", "grpo.batch_multiplier")
@@ -31,24 +32,29 @@ def validate(cfg: MasterConfig) -> BatchPlan:
     check_async(cfg)
     check_supported(cfg)
     check_machine(cfg)
+    check_scheduler(cfg)
+    check_loss(cfg, batch_plan)
+    check_datasets(cfg)
     return batch_plan
 
 
 def prompt_limit(cfg: MasterConfig) -> int:
-    """Tokens a prompt may have: data.max_input_seq_length, else what leaves room for max_new_tokens. A
-    max_new_tokens of the whole context or more is NeMo RL's idiom for "until the context is full": prompts are then
-    kept while they leave room to generate, and each completion gets the room its prompt leaves."""
+    """Tokens a prompt may have: data.max_input_seq_length (at most the context less one token), else what leaves
+    room for max_new_tokens. As in NeMo RL, each completion is cut where the context ends (its prompt leaves it less
+    room than max_new_tokens): a max_new_tokens of the whole context or more is NeMo RL's idiom for "until the
+    context is full", and a max_input_seq_length of the whole context its idiom for "no limit but the context"."""
     total, new = cfg.policy.max_total_sequence_length, cfg.policy.generation.max_new_tokens
     if cfg.data.max_input_seq_length is not None:
-        return cfg.data.max_input_seq_length
+        return min(cfg.data.max_input_seq_length, total - 1)
     return total - new if new < total else total - 1
 
 
 def check_lengths(cfg: MasterConfig) -> None:
     total = cfg.policy.max_total_sequence_length
-    if cfg.data.max_input_seq_length is not None and cfg.data.max_input_seq_length >= total:
-        raise ConfigError(f"data.max_input_seq_length ({cfg.data.max_input_seq_length}) leaves no room to generate "
-                          f"within policy.max_total_sequence_length ({total}): lower it, or set it to null")
+    if cfg.data.max_input_seq_length is not None and cfg.data.max_input_seq_length > total:
+        raise ConfigError(f"data.max_input_seq_length ({cfg.data.max_input_seq_length}) is over "
+                          f"policy.max_total_sequence_length ({total}), the whole context: lower it to at most that, "
+                          "or set it to null")
 
 
 def check_turns(cfg: MasterConfig) -> None:
@@ -72,16 +78,57 @@ def check_machine(cfg: MasterConfig) -> None:
             raise ConfigError(f"{key}={where} is a file, not a directory: name a directory (it is created)")
 
 
+def check_datasets(cfg: MasterConfig) -> None:
+    """Every dataset named is one execrl reads, and no training split is an evaluation one (before any download)."""
+    for where, sets, given in (("data.train", cfg.data.train_sets, cfg.data.train),
+                               ("data.validation", cfg.data.validation_sets, cfg.data.validation)):
+        for i, d in enumerate(sets):
+            key = f"{where}[{i}]" if isinstance(given, list) else where
+            try:
+                split = d.split_name
+                if where == "data.train":
+                    check_trainable(dataset_key(d.dataset_name), split)
+            except DatasetError as e:
+                raise ConfigError(f"{key}: {e}") from None
+
+
+def check_loss(cfg: MasterConfig, batch_plan: BatchPlan) -> None:
+    """The loss variants' preconditions, as NeMo RL asserts them."""
+    lf = cfg.loss_fn
+    if lf.sequence_level_importance_ratios and lf.token_level_loss:
+        raise ConfigError("loss_fn.sequence_level_importance_ratios (GSPO) averages each sequence first: set "
+                          "loss_fn.token_level_loss=false")
+    if lf.use_cispo:
+        clash = [k for k in ("disable_ppo_ratio", "force_on_policy_ratio", "sequence_level_importance_ratios")
+                 if getattr(lf, k)]
+        if clash:
+            raise ConfigError(f"loss_fn.use_cispo weights each token by its own clipped ratio: set loss_fn.{clash[0]}"
+                              "=false (or use_cispo=false)")
+    if lf.force_on_policy_ratio and batch_plan.optimizer_steps_per_rollout != 1:
+        raise ConfigError(f"loss_fn.force_on_policy_ratio is right only for one optimizer step per GRPO step, here "
+                          f"{batch_plan.optimizer_steps_per_rollout}: set policy.train_global_batch_size="
+                          f"{batch_plan.samples_per_step} (grpo.num_prompts_per_step x num_generations_per_prompt)")
+
+
+def check_scheduler(cfg: MasterConfig) -> None:
+    """The learning-rate schedule builds (its kwargs are those of its torch class)."""
+    import torch  # (only here: the other checks run without it)
+
+    cfg.policy.scheduler.build(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0))
+
+
 def check_model(cfg: MasterConfig) -> None:
     """The policy can be loaded: built in, a local directory, in the hub cache, or on a hub that answers (within
     seconds: not after minutes of retries, and before torchrun starts a process per GPU that would each fail). Not
     part of validate(): --dry-run works without the model."""
     import os
 
+    from execrl.models import looks_like_path
+
     name = cfg.policy.model_name
     if name.startswith("builtin:") or Path(name).expanduser().is_dir():
         return
-    if name.startswith(("/", ".", "~")) or name.count("/") != 1:
+    if looks_like_path(name):
         raise ConfigError(f"policy.model_name {name!r}: no such directory (a hub id looks like org/name)")
     import huggingface_hub
 
@@ -142,6 +189,9 @@ def check_supported(cfg: MasterConfig) -> None:
         raise ConfigError("loss_fn.use_on_policy_kl_approximation weights the KL by pi / pi_sampler, with the "
                           "sampler's logprobs, which only the execrl engine returns: set "
                           "policy.generation.backend=execrl")
+    if cfg.policy.hf_config_overrides and cfg.policy.model_name.startswith("builtin:"):
+        raise ConfigError(f"policy.hf_config_overrides change a hub or local model's config.json; "
+                          f"{cfg.policy.model_name} is built here: set them to {{}}")
     multi = cfg.env.multi_turn.kind == "interpreter" and cfg.grpo.max_rollout_turns > 1
     if not cfg.env.code.terminate_on_evaluation and not multi:
         raise ConfigError("env.code.terminate_on_evaluation=false (episodes go on after the code runs) is execrl's "

@@ -6,18 +6,20 @@ suggests the closest valid one). A ${a.b} of a key the file does not set reads t
 from __future__ import annotations
 
 import difflib
+import re
 import typing
 from pathlib import Path
 from typing import Any
 
 import omegaconf
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
 from execrl.config.errors import ConfigError
 from execrl.config.nemo import adapt
+from execrl.config.schedule import TAGS
 from execrl.config.schema import MasterConfig
 
 CONFIG_DIRS = [Path(__file__).resolve().parents[3] / "configs"]  # the repo's shipped configs
@@ -37,18 +39,33 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
     for name, fn in RESOLVERS.items():
         if not OmegaConf.has_resolver(name):
             _register(name, fn)
-    schema = OmegaConf.create(MasterConfig().model_dump(mode="json"))  # what an interpolation of an unset key reads
+    defaults = MasterConfig().model_dump(mode="json")  # what an interpolation of an unset key reads
+    del defaults["policy"]["scheduler"]  # one of several forms: the file's own replaces it, never merges into it
     try:
-        tree = OmegaConf.merge(schema, _read(Path(path) if path else BUILTIN_DEFAULT, []))
+        given = _read(Path(path) if path else BUILTIN_DEFAULT, [])
+        tree = OmegaConf.merge(OmegaConf.create(_under(defaults, given)), given)
         for item in overrides:
             _override(tree, item)
         plain = OmegaConf.to_container(tree, resolve=True)
     except OmegaConfBaseException as e:
         raise ConfigError(f"cannot resolve the config: {str(e).splitlines()[0]}") from None
-    plain, ignored, mapped = adapt(plain, _known)
+    plain, ignored, mapped = adapt(plain, _known, Path(path).resolve().parent if path else None)
     cfg = validate(plain)
     cfg._nemo_ignored, cfg._nemo_mapped = ignored, mapped
     return cfg
+
+
+def _under(defaults: dict, tree: DictConfig) -> dict:
+    """The schema's defaults less the sections the file gives in another shape (a list of datasets where the schema
+    has one): the file's replaces them."""
+    out = {}
+    for key, value in defaults.items():
+        given = tree.get(key) if key in tree else None
+        if isinstance(value, dict) and isinstance(given, DictConfig):
+            out[key] = _under(value, given)
+        elif not (isinstance(value, dict) and key in tree and given is not None):
+            out[key] = value
+    return out
 
 
 _LEAF = object()  # a plain value in the schema (no keys below it)
@@ -66,11 +83,16 @@ def _schema_at(parts: list[str]) -> Any:
         field = node.model_fields.get(part)
         if field is None:
             return None
-        kinds = [field.annotation, *typing.get_args(field.annotation)]
+        kinds = [_bare(k) for k in (field.annotation, *typing.get_args(field.annotation))]
         models = [k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)]
         free = any(k is dict or typing.get_origin(k) is dict for k in kinds)
         node = models[0] if models else dict if free else _LEAF
     return node
+
+
+def _bare(kind: Any) -> Any:
+    """A type without its Annotated[...] metadata (the members of a tagged union)."""
+    return typing.get_args(kind)[0] if typing.get_origin(kind) is typing.Annotated else kind
 
 
 def _known(key: str) -> bool:
@@ -102,19 +124,39 @@ def _read(path: Path, chain: list[Path]) -> DictConfig:
     parents = tree.pop("defaults", None) or []
     merged = OmegaConf.create()
     for parent in [parents] if isinstance(parents, str) else parents:
-        merged = OmegaConf.merge(merged, _read(_find(str(parent), path.parent), [*chain, path.resolve()]))
-    return OmegaConf.merge(merged, tree)
+        merged = _merge(merged, _read(_find(str(parent), path.parent), [*chain, path.resolve()]), path)
+    return _merge(merged, tree, path)
+
+
+def _merge(base: DictConfig, tree: DictConfig, path: Path) -> DictConfig:
+    """`tree` over `base`, as NeMo RL merges a config over its defaults: a top-level section marked `_override_: true`
+    replaces the inherited one instead of merging into it."""
+    for key in list(tree):
+        section = tree.get(key)
+        if isinstance(section, DictConfig) and section.pop("_override_", False) and key in base:
+            base.pop(key)
+    try:
+        return OmegaConf.merge(base, tree)
+    except (OmegaConfBaseException, TypeError) as e:
+        raise ConfigError(f"{path}: cannot merge it over its defaults ({str(e).splitlines()[0]}): a section given "
+                          "in another shape (a list where the defaults have a mapping) needs `_override_: true`"
+                          ) from None
 
 
 def _override(tree: DictConfig, item: str) -> None:
     if "=" not in item:
         raise ConfigError(f"override {item!r} is not key=value (e.g. grpo.num_prompts_per_step=8)")
     key, raw = item.split("=", 1)
-    key = key.strip().lstrip("+")  # Hydra's ++key=value (add or override) means the same here
+    key = re.sub(r"\[(\d+)\]", r".\1", key.strip().lstrip("+"))  # Hydra's ++key=value adds or overrides; x[1] = x.1
     node = tree
     for part in key.split(".")[:-1]:
-        node = node.get(part) if isinstance(node, DictConfig) else None
-        if node is not None and not isinstance(node, DictConfig):
+        if isinstance(node, ListConfig):  # an entry of a list (e.g. data.train.1.dataset_name)
+            node = node[int(part)] if part.isdigit() and int(part) < len(node) else None
+            if node is None:
+                raise ConfigError(f"override {key}: {part} is not an index of that list")
+        else:
+            node = node.get(part) if isinstance(node, DictConfig) else None
+        if node is not None and not isinstance(node, (DictConfig, ListConfig)):
             raise ConfigError(f"override {key}: {part} is not a section")
         if node is None:
             break
@@ -140,7 +182,7 @@ def validate(tree: dict) -> MasterConfig:
 
 
 def _explain(err: dict) -> str:
-    loc = [str(x) for x in err["loc"]]
+    loc = [str(x) for x in err["loc"] if x not in TAGS]
     key = ".".join(loc)
     if err["type"] == "extra_forbidden":
         valid = _fields_at(loc[:-1])

@@ -15,35 +15,46 @@ from pathlib import Path
 from typing import Any, Callable
 
 from execrl.config.errors import ConfigError
+from execrl.config.nemo_data import adapt_data
 
 
 def _file_text(key: str):
-    """A translation that reads the file a NeMo RL key names (its prompt files) into the setting's text."""
-    def read(path):
+    """A translation that reads the file a NeMo RL key names (its prompt files) into the setting's text. NeMo RL runs
+    from its checkout, so a relative path is looked for in the directory you run in, then in each folder above the
+    config file (a NeMo RL checkout's examples/configs/... finds examples/prompts/...)."""
+    def read(path, config_dir: Path | None):
         if path is None:
             return None
-        try:
-            return Path(path).expanduser().read_text()
-        except OSError as e:
-            raise ConfigError(f"{key}={path}: cannot read it ({e.strerror}); NeMo RL's paths are relative to the "
-                              "directory you run in: copy the file there, or give its full path") from None
+        given = Path(path).expanduser()
+        tried = [given] if given.is_absolute() else [Path.cwd() / given, *(
+            d / given for d in ([config_dir, *config_dir.parents] if config_dir else []))]
+        found = next((p for p in tried if p.is_file()), None)
+        if found is None:
+            raise ConfigError(f"{key}={path}: no such file in the directory you run in or above the config file: "
+                              "run where NeMo RL's relative paths hold (its checkout), or give the file's full path")
+        return found.read_text()
     return read
 
 
+def _value(fn: Callable[[Any], Any]):
+    """A translation of the value alone."""
+    return lambda value, config_dir: fn(value)
+
+
 # NeMo key -> (execrl key, value translation)
-MAPPED: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    # NeMo RL's data section: its names for the training and validation sets and their prompt files
-    "data.dataset_name": ("data.train.dataset_name", str),  # (NeMo RL's older, flat data section)
-    "data.train.data_path": ("data.train.path", str),
-    "data.validation.data_path": ("data.validation.path", str),
-    **{f"{section}prompt_file": ("prompt.template", _file_text(f"{section}prompt_file"))
-       for section in ("data.", "data.default.", "data.train.")},
-    **{f"{section}system_prompt_file": ("prompt.system_prompt", _file_text(f"{section}system_prompt_file"))
-       for section in ("data.", "data.default.", "data.train.")},
-    "policy.dtensor_cfg.activation_checkpointing": ("policy.activation_checkpointing", bool),
-    "policy.automodel_cfg.activation_checkpointing": ("policy.activation_checkpointing", bool),
+MAPPED: dict[str, tuple[str, Callable[[Any, Path | None], Any]]] = {
+    # NeMo RL's prompt files, read into the prompt (config/nemo_data.py puts every layout's into data.default)
+    "data.default.prompt_file": ("prompt.template", _file_text("data.default.prompt_file")),
+    "data.default.system_prompt_file": ("prompt.system_prompt", _file_text("data.default.system_prompt_file")),
+    **{f"grpo.reward_scaling.{k}": (f"reward.scaling.{k}", _value(lambda v: v))  # (as NeMo RL: before reward_shaping)
+       for k in ("enabled", "source_min", "source_max", "target_min", "target_max")},
+    # NeMo RL's advantage estimator section (its name must be grpo: refused below otherwise)
+    "grpo.adv_estimator.normalize_rewards": ("grpo.normalize_rewards", _value(lambda v: v)),
+    "grpo.adv_estimator.use_leave_one_out_baseline": ("grpo.use_leave_one_out_baseline", _value(lambda v: v)),
+    "policy.dtensor_cfg.activation_checkpointing": ("policy.activation_checkpointing", _value(bool)),
+    "policy.automodel_cfg.activation_checkpointing": ("policy.activation_checkpointing", _value(bool)),
     # the execrl engine generates in place of vLLM (refused below for other backends)
-    "policy.generation.backend": ("policy.generation.backend", lambda v: "execrl" if v == "vllm" else v),
+    "policy.generation.backend": ("policy.generation.backend", _value(lambda v: "execrl" if v == "vllm" else v)),
 }
 
 # NeMo key or section -> why it changes nothing here
@@ -71,10 +82,7 @@ IGNORED: dict[str, str] = {
     "policy.optimizer.kwargs.fused": "AdamW implementation choice",
     "data.num_workers": "data-loader processes",
     "grpo.reward_shaping": "off",
-    "data.train.seed": "the train/validation split is seeded by grpo.seed, the same value",
-    "data.validation.seed": "the train/validation split is seeded by grpo.seed, the same value",
     "env.math.num_workers": "math answers are checked in the trainer's process (no workers)",
-    "env.math.math_verify_impl": "execrl checks math answers with math-verify (NeMo RL's hf_math_verify)",
     "checkpointing.metric_name": "execrl keeps the last keep_top_k checkpoints, not the best by a metric",
     "checkpointing.higher_is_better": "execrl keeps the last keep_top_k checkpoints, not the best by a metric",
     "checkpointing.model_save_format": "execrl saves safetensors",
@@ -92,6 +100,20 @@ IGNORED: dict[str, str] = {
     "grpo.skip_reference_policy_logprobs_calculation": "execrl computes reference logprobs only with a KL penalty",
     "loss_fn.metrics_level": "which metrics are logged",
     "loss_fn.enable_torch_compile": "execrl compiles the decoder layers itself (policy.torch_compile)",
+    "grpo.adv_estimator": "settings of NeMo RL's other advantage estimators (this one is grpo)",
+    "policy.tokenizer.use_fastokens": "a faster tokenizer implementation",
+    "policy.worker_extension_cls_fqn": "NeMo RL's worker classes",
+    "policy.generation.worker_extension_cls_fqn": "vLLM worker classes",
+    "policy.generation.real_quant_export_cpu_offload": "quantized weight export to vLLM",
+    "policy.draft": "draft-model settings (off)",
+    "policy.megatron_recipe": "Megatron settings (off)",
+    "logger.wandb.log_nemo_gym_full_result_tables": "NeMo-Gym tables",
+    "checkpointing.load_replay_buffer": "async GRPO's replay buffer: execrl regenerates the in-flight step on resume",
+    "checkpointing.save_optimizer": "execrl always saves the optimizer, so that a resume is exact",
+    "checkpointing.save_data_plane": "NeMo RL's data plane (off)",
+    "data_plane": "NeMo RL's data plane (off)",
+    "reward_penalties": "NeMo-Gym reward penalties (off)",
+    "telemetry": "NeMo RL's telemetry",
 }
 
 
@@ -119,12 +141,51 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
                                                    "lora_cfg.enabled=false"),
     "policy.draft.enabled": (_on, "draft-model (eagle3) co-training is not implemented: set "
                                   "policy.draft.enabled=false"),
-    "env.math.math_verify_impl": (lambda v: v not in (None, "hf_math_verify"),
-                                  "env.math.math_verify_impl other than hf_math_verify (e.g. DAPO's verifier) is not "
-                                  "implemented: execrl checks math answers with math-verify; set it to hf_math_verify"),
     "grpo.reward_shaping.stop_properly_penalty_coef": (lambda v: v is not None, "grpo.reward_shaping."
                                                        "stop_properly_penalty_coef (scaling the reward of truncated "
                                                        "samples) is not implemented: set it to null"),
+    "loss_fn.use_kl_in_reward": (_on, "loss_fn.use_kl_in_reward (REINFORCE++: the KL moves into the advantage) is not "
+                                      "implemented: set it to false"),
+    "loss_fn.positive_example_nll_weight": (lambda v: v not in (None, 0, 0.0), "loss_fn.positive_example_nll_weight "
+                                            "(VAPO's NLL on correct samples) is not implemented: set it to 0.0"),
+    "loss_fn.seq_logprob_error_in_loss": (_on, "loss_fn.seq_logprob_error_in_loss (NeMo RL's Megatron path) is not "
+                                               "implemented: set it to false"),
+    "policy.tokenizer.is_tokenizer_processor": (_on, "multimodal processors (policy.tokenizer.is_tokenizer_processor) "
+                                                     "are not implemented: set it to false"),
+    "policy.tokenizer.tokenizer_kwargs": (bool, "policy.tokenizer.tokenizer_kwargs are not passed to the tokenizer here: "
+                                                "set them to null"),
+    "grpo.adv_estimator.name": (lambda v: v != "grpo", "advantage estimators other than grpo (e.g. REINFORCE++) are "
+                                                       "not implemented: set grpo.adv_estimator.name=grpo"),
+    "grpo.val_num_generations_per_prompt": (lambda v: v not in (None, 1), "validation samples one completion per "
+                                            "prompt here: set grpo.val_num_generations_per_prompt=1, and measure "
+                                            "pass@k with `execrl eval --samples K`"),
+    "grpo.stop_at_validation_metric": (lambda v: v is not None, "stopping at a validation metric is not implemented: "
+                                                                "set grpo.stop_at_validation_metric=null"),
+    "grpo.stop_at_validation_threshold": (lambda v: v is not None, "stopping at a validation metric is not "
+                                                                   "implemented: set grpo.stop_at_validation_threshold"
+                                                                   "=null"),
+    "grpo.seq_logprob_error_threshold": (lambda v: v is not None, "grpo.seq_logprob_error_threshold (masking "
+                                         "samples whose sampler and trainer logprobs differ) is not implemented: set "
+                                         "it to null"),
+    "grpo.invalid_tool_call_advantage": (lambda v: v is not None, "grpo.invalid_tool_call_advantage (NeMo-Gym tool "
+                                                                  "calls) is not implemented: set it to null"),
+    "grpo.malformed_thinking_advantage": (lambda v: v is not None, "grpo.malformed_thinking_advantage is not "
+                                                                   "implemented: set it to null"),
+    "grpo.async_grpo.in_flight_weight_updates": (_on, "in-flight weight updates are not implemented: set "
+                                                      "grpo.async_grpo.in_flight_weight_updates=false"),
+    "grpo.async_grpo.recompute_kv_cache_after_weight_updates": (_on, "in-flight weight updates are not implemented: "
+                                                                     "set grpo.async_grpo.recompute_kv_cache_after_"
+                                                                     "weight_updates=false"),
+    "data.use_multiple_dataloader": (_on, "one data loader per dataset is not implemented (execrl draws from all of "
+                                          "them together): set data.use_multiple_dataloader=false"),
+    "data.add_system_prompt": (_on, "data.add_system_prompt is not implemented: set prompt.system_prompt instead"),
+    "data_plane.enabled": (_on, "NeMo RL's data plane is not implemented: set data_plane.enabled=false"),
+    "reward_penalties": (_on, "NeMo-Gym reward penalties are not implemented: set the reward_penalties to false"),
+    "on_policy_distillation": (lambda v: v is not None, "on-policy distillation is not implemented: set "
+                                                        "on_policy_distillation: null"),
+    "env.sliding_puzzle_game": (lambda v: True, "the sliding-puzzle environment is not implemented: execrl's "
+                                                "environments are code and math (env.code, env.multi_turn)"),
+    "env.reward_model": (lambda v: True, "reward-model environments are not implemented yet"),
     "logger.mlflow_enabled": (_on, "MLflow logging is not implemented: set logger.mlflow_enabled=false (TensorBoard "
                                    "and W&B are)"),
     "logger.swanlab_enabled": (_on, "SwanLab logging is not implemented: set logger.swanlab_enabled=false (TensorBoard "
@@ -132,33 +193,31 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def adapt(tree: dict, known: Callable[[str], bool]) -> tuple[dict, dict[str, str], dict[str, str]]:
+def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = None,
+          ) -> tuple[dict, dict[str, str], dict[str, str]]:
     """A resolved config tree with NeMo RL's own keys translated: (the tree for execrl's schema, {ignored key or
-    section: why}, {mapped key: what it became}). `known(key)`: whether execrl's schema has the key. Raises
-    ConfigError naming a refused feature."""
+    section: why}, {mapped key: what it became}). `known(key)`: whether execrl's schema has the key; `config_dir`: the
+    config file's folder (where relative file paths are also looked for). Raises ConfigError naming a refused
+    feature."""
+    ignored, mapped = adapt_data(tree["data"], tree.get("grpo", {}).get("seed")) if isinstance(
+        tree.get("data"), dict) else ({}, {})
     leaves = dict(_leaves(tree))
-    for key, (on, why) in REFUSED.items():
-        if key in leaves and on(leaves[key]):
+    if not _on(leaves.get("grpo.reward_scaling.enabled")):  # its settings say nothing while it is off
+        leaves = {k: v for k, v in leaves.items() if not k.startswith("grpo.reward_scaling.")}
+        if "grpo.reward_scaling" in tree.get("grpo", {}):
+            ignored["grpo.reward_scaling"] = "off"
+    for refused, (on, why) in REFUSED.items():  # in the table's order: the most basic missing feature first
+        if any(on(value) for key, value in leaves.items() if _section_of(key, REFUSED) == refused):
             raise ConfigError(why)
-    if isinstance(leaves.get("policy.scheduler"), list) or "policy.scheduler.name" in leaves:
-        raise ConfigError("policy.scheduler as NeMo RL's torch schedulers (a list for SequentialLR, or one {name, "
-                          "kwargs}) is not implemented yet: use policy.scheduler.warmup_steps (a linear warm-up from "
-                          "0 over that many optimizer steps, then constant)")
-    for key in ("data.train.seed", "data.validation.seed"):  # NeMo RL's train/validation split seed
-        if key in leaves and leaves[key] != leaves.get("grpo.seed", leaves[key]):
-            raise ConfigError(f"{key}={leaves[key]} differs from grpo.seed={leaves['grpo.seed']}: execrl seeds the "
-                              f"split with grpo.seed; set {key}=${{grpo.seed}} (NeMo RL's default)")
     out: dict = {}
-    ignored: dict[str, str] = {}
-    mapped: dict[str, str] = {}
     later: list[tuple[str, Any]] = []  # mapped values, put last: they win over the schema's defaults of their keys
     for key, value in leaves.items():
-        section = next((k for k in IGNORED if key == k or key.startswith(k + ".")), None)
+        section = _section_of(key, IGNORED)
         if key in MAPPED:
             target, translate = MAPPED[key]
             if value is None:
                 continue  # e.g. a null prompt file: the setting stays as configured
-            later.append((target, translate(value)))
+            later.append((target, translate(value, config_dir)))
             if later[-1] != (key, value):
                 text = str(later[-1][1])
                 shown = text if len(text) < 60 and "\n" not in text else f"(the file's {len(text)} characters)"
@@ -169,8 +228,8 @@ def adapt(tree: dict, known: Callable[[str], bool]) -> tuple[dict, dict[str, str
             _put(out, key, value)
         elif section is not None:
             ignored[section] = IGNORED[section]
-        elif key in REFUSED:
-            ignored[key] = "off"
+        elif _section_of(key, REFUSED) is not None:
+            ignored[_section_of(key, REFUSED)] = "off"
         else:
             _put(out, key, value)  # unknown: the schema's error names the closest valid key
     for target, value in later:
@@ -181,7 +240,7 @@ def adapt(tree: dict, known: Callable[[str], bool]) -> tuple[dict, dict[str, str
         if missing:
             raise ConfigError(f"grpo.reward_shaping.enabled needs {' and '.join(missing)} (NeMo RL's base config: "
                               "128 and ${policy.max_total_sequence_length})")
-        shaping = {"name": "overlong_penalty",
+        shaping = {"name": "overlong_penalty", "scaled": False,  # NeMo RL adds it after grpo.reward_scaling
                    "weight": float(leaves.get("grpo.reward_shaping.overlong_buffer_penalty", 1)),
                    "buffer_tokens": int(leaves["grpo.reward_shaping.overlong_buffer_length"]),
                    "max_tokens": int(leaves["grpo.reward_shaping.max_response_length"])}
@@ -189,6 +248,11 @@ def adapt(tree: dict, known: Callable[[str], bool]) -> tuple[dict, dict[str, str
         mapped["grpo.reward_shaping"] = f"reward.components += {shaping}"
         ignored.pop("grpo.reward_shaping", None)
     return out, ignored, mapped
+
+
+def _section_of(key: str, table: dict) -> str | None:
+    """The entry of `table` that is `key` or a section above it (the longest), if any."""
+    return max((k for k in table if key == k or key.startswith(k + ".")), key=len, default=None)
 
 
 def _leaves(tree: dict, prefix: str = ""):

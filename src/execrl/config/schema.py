@@ -6,19 +6,20 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import Field, PrivateAttr
 
+from execrl.config.schedule import Schedule, WarmupSchedule
+from execrl.config.section import Section
 from execrl.prompts import PromptConfig
 from execrl.rewards import RewardConfig
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+from execrl.tasks.registry import DATASETS, dataset_key
 
 
 class TokenizerConfig(Section):
     name: str | None = Field(None, description="tokenizer id or directory; null: the model's own")
     chat_template: str | None = Field(None, description="a Jinja chat template to use instead of the tokenizer's")
+    chat_template_kwargs: dict[str, Any] | None = Field(None, description="passed to the chat template, e.g. "
+                                                        "{enable_thinking: false}")
 
 
 class VllmConfig(Section):
@@ -43,6 +44,12 @@ class GenerationConfig(Section):
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling threshold")
     top_k: int | None = Field(None, ge=1, description="sample among the k likeliest tokens only (null: all)")
     stop_strings: list[str] | None = Field(None, description="generation stops after any of these strings")
+    stop_token_ids: list[int] | None = Field(None, description="generation stops after any of these tokens (besides "
+                                             "the model's EOS tokens)")
+    val_temperature: float = Field(0.0, ge=0, description="validation's sampling temperature (0: greedy; NeMo RL's "
+                                   "configs set ${.temperature})")
+    val_top_p: float = Field(1.0, gt=0, le=1, description="validation's nucleus sampling threshold")
+    val_top_k: int | None = Field(None, ge=1, description="validation samples among the k likeliest tokens only")
     vllm_cfg: VllmConfig = Field(default_factory=VllmConfig, description="settings read by the vLLM backend")
 
 
@@ -52,13 +59,11 @@ class OptimizerConfig(Section):
                                                             "eps": 1e-8}, description="passed to the optimizer")
 
 
-class SchedulerConfig(Section):
-    warmup_steps: int = Field(0, ge=0, description="optimizer steps of linear learning-rate warm-up from 0")
-
-
 class PolicyConfig(Section):
     model_name: str = Field("builtin:tiny-coder", description="hub id, HF directory, or builtin:tiny-coder")
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig, description="tokenizer settings")
+    hf_config_overrides: dict[str, Any] = Field(default_factory=dict, description="values replacing those of the "
+                                                "model's config.json when it loads (a hub or local model)")
     max_total_sequence_length: int = Field(1024, ge=2, description="prompt + completion tokens at most")
     train_global_batch_size: int = Field(64, ge=1, description="samples per optimizer step, over all GPUs")
     train_micro_batch_size: int = Field(4, ge=1, description="samples per forward/backward pass on one GPU")
@@ -73,7 +78,9 @@ class PolicyConfig(Section):
     activation_checkpointing: bool = Field(False, description="recompute activations in backward to save memory")
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping by global norm")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="the optimizer")
-    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig, description="the learning-rate schedule")
+    scheduler: Schedule = Field(default_factory=WarmupSchedule, description="the learning-rate schedule: "
+                                "{warmup_steps: N} (per optimizer step), or NeMo RL's torch schedulers (per GRPO "
+                                "step): {name, kwargs}, a list of them with {milestones: [...]}, or null (constant)")
     generation: GenerationConfig = Field(default_factory=GenerationConfig, description="rollout sampling")
 
 
@@ -98,6 +105,10 @@ class GRPOConfig(Section):
     max_rollout_turns: int = Field(1, ge=1, description="model turns per episode at most (>1: multi-turn, with "
                                                         "env.multi_turn.kind interpreter or unit_tests)")
     overlong_filtering: bool = Field(False, description="exclude truncated completions from the loss")
+    advantage_clip_low: float | None = Field(None, le=0, description="advantages below are raised to this (null: "
+                                             "no bound)")
+    advantage_clip_high: float | None = Field(None, ge=0, description="advantages above are cut to this (null: no "
+                                              "bound)")
     use_dynamic_sampling: bool = Field(False, description="DAPO dynamic sampling: train only on groups whose rewards "
                                        "differ, generating more rounds of prompts until the step has "
                                        "num_prompts_per_step of them (sync GRPO)")
@@ -107,6 +118,7 @@ class GRPOConfig(Section):
                                     "num_prompts_per_step")
     val_period: int = Field(10, ge=0, description="evaluate every N steps (0: never)")
     val_at_start: bool = Field(False, description="evaluate before the first step")
+    val_start_at: int = Field(-1, description="the first step val_period may validate at (-1: from the start)")
     val_at_end: bool = Field(False, description="evaluate after the last step (if val_period did not just)")
     max_val_samples: int = Field(256, ge=0, description="validation problems at most")
     val_batch_size: int = Field(64, ge=1, description="accepted for NeMo RL configs, no effect: validation generates with "
@@ -128,6 +140,15 @@ class LossConfig(Section):
     ratio_clip_c: float | None = Field(None, gt=1, description="dual-clip bound for negative advantages, > 1 "
                                                                "(null: off)")
     token_level_loss: bool = Field(True, description="mean over all tokens of the batch (false: per sequence first)")
+    sequence_level_importance_ratios: bool = Field(
+        False, description="GSPO: one ratio per sequence, exp of the mean token log-ratio, clipped as a whole (and "
+        "the importance-sampling weight of the whole sequence); needs token_level_loss: false")
+    force_on_policy_ratio: bool = Field(False, description="the ratio is 1 (with log pi's gradient) and unclipped: "
+                                        "needs one optimizer step per GRPO step (train_global_batch_size = prompts x "
+                                        "generations)")
+    disable_ppo_ratio: bool = Field(False, description="no ratio: the loss is REINFORCE's -A log pi")
+    use_cispo: bool = Field(False, description="CISPO: -A log pi weighted by the clipped ratio, detached (not with "
+                            "the three keys above)")
     constant_normalizer: int | None = Field(None, ge=1, description="Dr.GRPO: divide token sums by this, not token counts")
     use_on_policy_kl_approximation: bool = Field(False, description="weight each token's KL estimate by pi / "
                                                  "pi_sampler (as NeMo RL: the KL of the current policy, estimated "
@@ -137,20 +158,33 @@ class LossConfig(Section):
         "policy), truncated; null: on with async GRPO, off otherwise; needs the execrl engine")
     truncated_importance_sampling_ratio: float | None = Field(
         None, gt=0, description="upper bound for the importance weight, as in NeMo RL (null: none)")
-    truncated_importance_sampling_type: Literal["tis", "icepop"] = Field(
-        "tis", description="tis: weights above the bound are cut to it; icepop: tokens whose weight is outside "
-        "[ratio_min, ratio] leave the loss (NeMo RL's seq-mask-tis is not implemented)")
+    truncated_importance_sampling_type: Literal["tis", "icepop"] | None = Field(
+        None, description="tis (also null): weights above the bound are cut to it; icepop: tokens whose weight is "
+        "outside [ratio_min, ratio] leave the loss (NeMo RL's seq-mask-tis is not implemented)")
     truncated_importance_sampling_ratio_min: float | None = Field(
         None, gt=0, description="lower bound for icepop (needed with it)")
 
 
 class DatasetConfig(Section):
-    dataset_name: str = Field("builtin:arith-code", description="gsm8k | mbpp | nemotron_code | jsonl | builtin:arith-code | hub id")
-    split: str = Field("train", description="split to read")
+    dataset_name: str = Field("builtin:arith-code", description="gsm8k | mbpp | nemotron_code | jsonl | "
+                              "builtin:arith-code | NeMo RL's names (OpenMathInstruct-2, DeepScaler, DAPOMath17K, "
+                              "AIME2024, ResponseDataset, ...) | a hub id of one of these")
+    split: str | None = Field(None, description="split to read (null: the dataset's training split, e.g. "
+                              "OpenMathInstruct-2's train_1M as in NeMo RL)")
     path: str | None = Field(None, description="local file or directory (default: found in the data directories)")
     split_validation_size: float = Field(0.0, ge=0, lt=1, description="share of the train split held out for validation")
     max_tests: int = Field(0, ge=0, description="grade at most this many tests per problem (0: all)")
+    repeat: int = Field(1, ge=1, description="each problem this many times (NeMo RL's AIME validation: 16, a mean "
+                                             "over 16 samples)")
+    input_key: str | None = Field(None, description="ResponseDataset: the row field with the problem (null: input)")
+    output_key: str | None = Field(None, description="ResponseDataset: the row field with the answer (null: output)")
     options: dict[str, Any] = Field(default_factory=dict, description="loader options, e.g. variant, fields")
+
+    @property
+    def split_name(self) -> str:
+        """The split read: its own, else the dataset's default (train for most). Raises DatasetError for an unknown
+        dataset."""
+        return self.split or DATASETS[dataset_key(self.dataset_name)].default_split or "train"
 
 
 class DataDefaults(Section):
@@ -164,11 +198,22 @@ class DataDefaults(Section):
 
 
 class DataConfig(Section):
-    train: DatasetConfig = Field(default_factory=DatasetConfig, description="the training problems")
-    validation: DatasetConfig | None = Field(None, description="validation problems (null: held out from train, see "
-                                                  "split_validation_size; a generated dataset's own validation split)")
+    train: DatasetConfig | list[DatasetConfig] = Field(default_factory=DatasetConfig, description="the training "
+                                                       "problems (a list: all of their problems, as NeMo RL's)")
+    validation: DatasetConfig | list[DatasetConfig] | None = Field(
+        None, description="validation problems, besides those held out of each training set by its "
+        "split_validation_size (null: those only; a generated dataset's own validation split)")
     default: DataDefaults = Field(default_factory=DataDefaults, description="NeMo RL defaults block")
     max_input_seq_length: int | None = Field(None, ge=1, description="drop prompts longer than this (null: total - new)")
+
+    @property
+    def train_sets(self) -> list[DatasetConfig]:
+        return self.train if isinstance(self.train, list) else [self.train]
+
+    @property
+    def validation_sets(self) -> list[DatasetConfig]:
+        return [] if self.validation is None else self.validation if isinstance(self.validation, list) else [
+            self.validation]
     shuffle: bool = Field(True, description="shuffle training problems each epoch")
 
 
@@ -197,8 +242,16 @@ class MultiTurnConfig(Section):
                                                    "feedback may show")
 
 
+class MathEnvConfig(Section):
+    math_verify_impl: Literal["hf_math_verify", "dapo_math_verify"] = Field(
+        "hf_math_verify", description="how a math answer is checked: hf_math_verify (the final answer, \\boxed{} or "
+        "the last number, against the reference with math-verify) | dapo_math_verify (DAPO's: the last 'Answer:' "
+        "line, Minerva-normalized, must equal the reference)")
+
+
 class EnvConfig(Section):
     code: CodeEnvConfig = Field(default_factory=CodeEnvConfig, description="the code environment")
+    math: MathEnvConfig = Field(default_factory=MathEnvConfig, description="the math environment")
     multi_turn: MultiTurnConfig = Field(default_factory=MultiTurnConfig, description="the episode's environment "
                                         "(turns: grpo.max_rollout_turns; code style: prompt.code_style)")
 
@@ -223,6 +276,17 @@ class CheckpointConfig(Section):
     checkpoint_dir: str = Field("runs/default/checkpoints", description="where; an existing one is resumed from")
     save_period: int = Field(10, ge=1, description="save every N steps (and at the end)")
     keep_top_k: int = Field(3, ge=1, description="keep the last K checkpoints")
+    checkpoint_must_save_by: str | None = Field(
+        None, pattern=r"^\d+:\d+:\d+:\d+$", description="DD:HH:MM:SS of training after which no step may end (a "
+        "job's time limit less start-up): the run stops with a checkpoint before a step would end later (null: none)")
+
+    @property
+    def deadline_s(self) -> float | None:
+        """checkpoint_must_save_by in seconds (None: none)."""
+        if self.checkpoint_must_save_by is None:
+            return None
+        days, hours, minutes, seconds = map(int, self.checkpoint_must_save_by.split(":"))
+        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 class ClusterConfig(Section):

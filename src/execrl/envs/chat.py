@@ -12,6 +12,8 @@ the model did end its turn with that token, the part it already produced is left
 
 from __future__ import annotations
 
+from execrl.prompts import apply_template
+
 
 class ChatTemplateError(ValueError):
     """The tokenizer's chat template cannot be split into per-turn deltas; the message says what to do."""
@@ -56,4 +58,4 @@ class TurnRenderer:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def _render(self, messages: list[dict], generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+        return apply_template(self.tokenizer, messages, generation_prompt)

@@ -64,6 +64,8 @@ class ComponentConfig(BaseModel):
     model_config = ConfigDict(extra="allow")
     name: str = Field(description="a registered component, e.g. test_pass_fraction")
     weight: float = Field(1.0, description="multiplies the component's value in the sum")
+    scaled: bool = Field(True, description="part of the sum reward.scaling maps (false: added after it, as NeMo RL "
+                                           "adds its overlong penalty to the scaled reward)")
 
     @model_validator(mode="after")
     def _known(self):
@@ -82,16 +84,46 @@ class ComponentConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
-class RewardConfig(BaseModel):
-    """The reward: a weighted sum of components."""
+class RewardScaling(BaseModel):
+    """NeMo RL's grpo.reward_scaling: the reward clamped to [source_min, source_max], then mapped linearly onto
+    [target_min, target_max]."""
 
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = Field(False, description="scale the reward")
+    source_min: float = Field(0.0, description="rewards below are clamped to this; it maps to target_min")
+    source_max: float = Field(1.0, description="rewards above are clamped to this; it maps to target_max")
+    target_min: float = Field(0.0, description="what source_min becomes")
+    target_max: float = Field(1.0, description="what source_max becomes")
+
+    @model_validator(mode="after")
+    def _range(self):
+        if self.source_max <= self.source_min:
+            raise ValueError(f"source_max ({self.source_max}) must be above source_min ({self.source_min})")
+        return self
+
+    def __call__(self, r: float) -> float:
+        if not self.enabled:
+            return r
+        clamped = min(max(r, self.source_min), self.source_max)
+        return self.target_min + (clamped - self.source_min) / (self.source_max - self.source_min) * (
+            self.target_max - self.target_min)
+
+
+class RewardConfig(BaseModel):
+    """The reward: a weighted sum of components, optionally scaled."""
+
+    model_config = ConfigDict(extra="forbid")
     components: list[ComponentConfig] = Field(
         default_factory=lambda: [ComponentConfig(name="test_pass_fraction")],
         description="reward components and their weights; their weighted sum is the reward")
+    scaling: RewardScaling = Field(default_factory=RewardScaling, description="maps the weighted sum of the scaled "
+                                   "components onto another range (NeMo RL's grpo.reward_scaling)")
 
 
 def score(sample: Sample, cfg: RewardConfig) -> Reward:
     if not sample.valid:
         return Reward(None)
     parts = {c.name: float(COMPONENTS[c.name](sample, **c.params)) for c in cfg.components}
-    return Reward(sum(c.weight * parts[c.name] for c in cfg.components), parts)
+    scaled = sum(c.weight * parts[c.name] for c in cfg.components if c.scaled)
+    added = sum(c.weight * parts[c.name] for c in cfg.components if not c.scaled)
+    return Reward(cfg.scaling(scaled) + added, parts)

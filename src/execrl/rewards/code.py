@@ -1,8 +1,10 @@
-"""Rewards from running the code against its tests."""
+"""Rewards from running the code against its tests. A math problem has one test, its answer: test_pass_fraction and
+all_tests_pass are then math_correct, so that a math dataset is never scored 0 for want of code."""
 
 from __future__ import annotations
 
 from execrl.rewards.base import Sample, component
+from execrl.rewards.math_answers import math_correct
 from execrl.sandbox import StdioTests, Verdict
 
 V = Verdict
@@ -11,6 +13,8 @@ V = Verdict
 @component("test_pass_fraction")
 def test_pass_fraction(sample: Sample) -> float:
     """Fraction of tests passed (0 when no code was found)."""
+    if sample.problem.kind == "math":
+        return math_correct(sample)
     r = sample.result
     return r.passed / r.total if r is not None and r.total else 0.0
 
@@ -26,6 +30,8 @@ def turn_discounted_pass_fraction(sample: Sample, discount: float = 0.5) -> floa
 @component("all_tests_pass")
 def all_tests_pass(sample: Sample) -> float:
     """1 when every test passes: the binary reward, or the perfect-solution bonus beside test_pass_fraction."""
+    if sample.problem.kind == "math":
+        return math_correct(sample)
     return 1.0 if sample.result is not None and sample.result.verdict == V.PASS else 0.0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from fractions import Fraction
 
 from execrl.extract import math_answer
@@ -37,9 +38,56 @@ def answers_match(predicted: str | None, reference: str) -> bool:
     return bool(gold and guess and verify(gold, guess, timeout_seconds=None))
 
 
+VERIFIER = "math_verify_impl"  # a problem's metadata key: how its answer is checked (env.math.math_verify_impl)
+
+
 @component("math_correct")
 def math_correct(sample: Sample) -> float:
-    """1 when the final answer (\\boxed{}, after ####, or the last number) equals the reference."""
+    """1 when the final answer equals the reference: by default (hf_math_verify) the answer in \\boxed{}, after ####,
+    or the last number, compared with math-verify; with dapo_math_verify, DAPO's 'Answer:' line (dapo_correct)."""
     if sample.problem.answer is None:
         return 0.0
+    if sample.problem.metadata.get(VERIFIER) == "dapo_math_verify":
+        return 1.0 if dapo_correct(sample.completion, sample.problem.answer) else 0.0
     return 1.0 if answers_match(math_answer(sample.extracted.answer), sample.problem.answer) else 0.0
+
+
+# DAPO's answer check (verl's math_dapo, which NeMo RL's dapo_math_verify follows): the last "Answer: ..." line of the
+# response's tail, normalized as in Minerva (Lewkowycz et al. 2022, appendix D), must equal the normalized reference.
+DAPO_TAIL = 300  # characters of the response read: the answer line is at its end
+DAPO_ANSWER = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")
+# Minerva's normalization: (text, replacement) pairs in order, then text removed wherever it appears
+MINERVA_REPLACE = [("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), ("\\ ", ""), (" ", ""), ("mbox", "text"),
+                   (",\\text{and}", ","), ("\\text{and}", ","), ("\\text{m}", "\\text{}")]
+MINERVA_REMOVE = ["square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots", "sue",
+                  "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters", "meals",
+                  "edges", "students", "childrentickets", "multiples", "\\text{s}", "\\text{.}", "\\text{\ns}",
+                  "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}", "\\mathrm{th}", "^\\circ", "^{\\circ}", "\\;",
+                  ",\\!", "{,}", '"', "\\dots"]
+# regex rewrites, in order: keep the first $...$ span's content, unwrap \text{} \textbf{} \overline{} \boxed{},
+# then brace TeX shorthand (\frac12 -> \frac{1}{2}, \sqrt2 -> \sqrt{2})
+MINERVA_REWRITE = [(r"(.*?)(\$)(.*?)(\$)(.*)", "$\\3$"), (r"(\\text\{)(.*?)(\})", "\\2"),
+                   (r"(\\textbf\{)(.*?)(\})", "\\2"), (r"(\\overline\{)(.*?)(\})", "\\2"), (r"(\\boxed\{)(.*)(\})", "\\2"),
+                   (r"(frac)([^{])(.)", "frac{\\2}{\\3}"), (r"(sqrt)([^{])", "sqrt{\\2}")]
+
+
+def minerva_normal_form(answer: str) -> str:
+    """An answer as Minerva compares answers: the text after the last '=', units and TeX decoration dropped."""
+    text = answer.split("=")[-1]
+    for old, new in MINERVA_REPLACE:
+        text = text.replace(old, new)
+    for unit in MINERVA_REMOVE:
+        text = text.replace(unit, "")
+    for pattern, repl in MINERVA_REWRITE:
+        text = re.sub(pattern, repl, text)
+    text = text.replace("$", "")
+    if text.replace(",", "").isdigit():
+        text = text.replace(",", "")
+    return text.strip()
+
+
+def dapo_correct(response: str, reference: str) -> bool:
+    """NeMo RL's dapo_math_verify: the last 'Answer: x' in the response's last 300 characters, in Minerva's normal
+    form, equals the reference's (a response without one is wrong)."""
+    found = DAPO_ANSWER.findall(response[-DAPO_TAIL:])
+    return bool(found) and minerva_normal_form(found[-1]) == minerva_normal_form(reference)

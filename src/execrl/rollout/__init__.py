@@ -15,26 +15,27 @@ BACKENDS = ("execrl", "transformers")
 class HFGenerator:
     """transformers `generate`, batch by batch (the reference backend)."""
 
-    def __init__(self, model, tokenizer, batch_size: int):
-        self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
+    def __init__(self, model, tokenizer, batch_size: int, stop_token_ids: list[int] | None = None):
+        self.model, self.tokenizer, self.batch_size, self.stop_token_ids = model, tokenizer, batch_size, stop_token_ids
 
     def generate(self, prompts, num_samples, max_new_tokens, params: SamplingParams, stop_strings=None, on_batch=None,
                  seeds=None):
         """`seeds` is accepted for the common interface; transformers samples from torch's global generator."""
         return hf_generate(self.model, self.tokenizer, prompts, num_samples, max_new_tokens, params.temperature,
                            params.top_p, params.top_k, stop_strings, self.batch_size, on_batch,
-                           params.ignore_eos)
+                           params.ignore_eos, self.stop_token_ids)
 
 
 def build_generator(model, tokenizer, backend: str, slots: int, max_len: int, cuda_graphs: bool = True,
-                    sync_every: int = 16, compile: bool = False):
-    """The rollout backend by name; the engine's cache has `slots` sequences of up to `max_len` tokens."""
+                    sync_every: int = 16, compile: bool = False, stop_token_ids: list[int] | None = None):
+    """The rollout backend by name; the engine's cache has `slots` sequences of up to `max_len` tokens; generation
+    ends at the model's EOS tokens and `stop_token_ids`."""
     if backend == "transformers":
-        return HFGenerator(model, tokenizer, slots)
+        return HFGenerator(model, tokenizer, slots, stop_token_ids)
     if backend != "execrl":
         raise ValueError(f"generation backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     return RolloutEngine(model, tokenizer, slots, max_len, cuda_graphs=cuda_graphs, sync_every=sync_every,
-                         compile=compile)
+                         compile=compile, stop_token_ids=stop_token_ids)
 
 
 __all__ = ["BACKENDS", "Completion", "HFGenerator", "RolloutEngine", "SamplingParams", "UnsupportedModel",

@@ -57,7 +57,7 @@ class Call:
 
 class RolloutEngine:
     def __init__(self, model, tokenizer, slots: int, max_len: int, cuda_graphs: bool = True, sync_every: int = 16,
-                 prefill_tokens: int = 32768, compile: bool = False):
+                 prefill_tokens: int = 32768, compile: bool = False, stop_token_ids: list[int] | None = None):
         self.tokenizer, self.sync_every, self.prefill_tokens = tokenizer, max(1, sync_every), prefill_tokens
         self.dec = CachedDecoder(model, slots, max_len)
         dev = self.dec.rows.device
@@ -66,7 +66,7 @@ class RolloutEngine:
         self.body = compiled(self._body) if self.compiled else self._body
         if self.compiled:
             self.dec.compile_prefill(compiled)
-        self.eos_list = eos_ids(model, tokenizer)
+        self.eos_list = sorted(set(eos_ids(model, tokenizer)) | set(stop_token_ids or []))  # each ends a sequence
         self.eos = torch.tensor(self.eos_list, device=dev)  # [E]
         z = dict(dtype=torch.long, device=dev)
         self.tokens, self.pos, self.n_gen = (torch.zeros(slots, **z) for _ in range(3))  # [S] each

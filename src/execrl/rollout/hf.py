@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import torch
 
-from execrl.rollout.completion import Completion
+from execrl.rollout.completion import Completion, eos_ids
 
 
 @torch.no_grad()
 def hf_generate(model, tokenizer, prompts: list[list[int]], num_samples: int, max_new_tokens: int,
                 temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None,
                 stop_strings: list[str] | None = None, batch_size: int = 64, on_batch=None,
-                ignore_eos: bool = False) -> list[list[Completion]]:
-    """For each prompt, `num_samples` completions (greedy when temperature is 0)."""
+                ignore_eos: bool = False, stop_token_ids: list[int] | None = None) -> list[list[Completion]]:
+    """For each prompt, `num_samples` completions (greedy when temperature is 0); generation ends at any EOS token
+    of the model or of `stop_token_ids`."""
     device = next(model.parameters()).device
-    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    pad, eos = tokenizer.pad_token_id, sorted(set(eos_ids(model, tokenizer)) | set(stop_token_ids or []))
     per_batch = max(1, batch_size // num_samples)
     sampled = temperature > 0
     out: list[list[Completion]] = []
@@ -41,13 +42,13 @@ def hf_generate(model, tokenizer, prompts: list[list[int]], num_samples: int, ma
     return out
 
 
-def _cut(row: list[int], tokenizer, eos: int, pad: int, max_new_tokens: int, stop_strings) -> Completion:
+def _cut(row: list[int], tokenizer, eos: list[int], pad: int, max_new_tokens: int, stop_strings) -> Completion:
     end, truncated = len(row), True
     for j, t in enumerate(row):
-        if t == eos:
+        if t in eos:
             end, truncated = j + 1, False
             break
-        if t == pad and pad != eos:
+        if t == pad and pad not in eos:
             end, truncated = j, False
             break
     ids = row[:end]

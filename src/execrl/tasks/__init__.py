@@ -10,8 +10,8 @@ Evaluation splits are marked: `check_trainable` refuses to train on them.
 from __future__ import annotations
 
 # the loaders register themselves (each imports the registry, not this package)
-from execrl.tasks import arith, generic, gsm8k, humaneval, leetcode, mbpp, nemotron_code  # noqa: F401
+from execrl.tasks import arith, generic, gsm8k, humaneval, leetcode, mbpp, nemo_math, nemotron_code  # noqa: F401
 from execrl.tasks.problem import DatasetError, Problem, RowReport, read_rows
-from execrl.tasks.registry import DATASETS, check_trainable, load_problems
+from execrl.tasks.registry import DATASETS, check_trainable, dataset_key, load_problems
 
-__all__ = ["DATASETS", "DatasetError", "Problem", "RowReport", "check_trainable", "load_problems", "read_rows"]
+__all__ = ["DATASETS", "DatasetError", "Problem", "RowReport", "check_trainable", "dataset_key", "load_problems", "read_rows"]

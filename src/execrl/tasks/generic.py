@@ -39,3 +39,13 @@ def load(path, split, report, fields: dict | None = None, **_):
         else:
             report.skip(rid, f"neither {f['tests']!r} nor {f['answer']!r}")
     return problems
+
+
+@register("ResponseDataset", data_dir="", splits=())
+def load_responses(path, split, report, input_key: str | None = None, output_key: str | None = None, **_):
+    """NeMo RL's ResponseDataset: a local file whose rows hold the problem under input_key (default "input") and the
+    answer under output_key (default "output")."""
+    if path is None or not path.is_file():
+        raise DatasetError("NeMo RL's ResponseDataset reads a local file here: set data.train.data_path (or "
+                           "data.train.path) to a JSONL, JSON list or parquet file")
+    return load(path, split, report, fields={"prompt": input_key or "input", "answer": output_key or "output"})

@@ -6,6 +6,7 @@ from execrl.tasks.problem import Problem, read_rows
 from execrl.tasks.registry import hub_rows, register
 
 
+@register("GSM8K", data_dir="gsm8k", splits=("train", "test"), eval_only=("test",), hub_id="openai/gsm8k")  # NeMo RL's
 @register("gsm8k", data_dir="gsm8k", splits=("train", "test"), eval_only=("test",), hub_id="openai/gsm8k")
 def load(path, split, report, hub_id=None, **_):
     if path is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ class DatasetInfo:
     hub_id: str | None
     splits: tuple[str, ...]
     eval_only: tuple[str, ...]  # splits that must never be trained on
+    default_split: str | None = None  # read when none is named (None: train)
 
     @property
     def generated(self) -> bool:
@@ -29,9 +31,10 @@ class DatasetInfo:
 DATASETS: dict[str, DatasetInfo] = {}
 
 
-def register(name: str, data_dir: str | None, splits: tuple[str, ...], eval_only: tuple[str, ...] = (), hub_id: str | None = None):
+def register(name: str, data_dir: str | None, splits: tuple[str, ...], eval_only: tuple[str, ...] = (),
+             hub_id: str | None = None, default_split: str | None = None):
     def wrap(fn):
-        DATASETS[name] = DatasetInfo(name, fn, data_dir, hub_id, splits, eval_only)
+        DATASETS[name] = DatasetInfo(name, fn, data_dir, hub_id, splits, eval_only, default_split)
         return fn
     return wrap
 
@@ -74,11 +77,23 @@ def load_problems(name: str, split: str = "train", path: str | None = None, max_
     return problems, report
 
 
+def dataset_key(name: str) -> str:
+    """The registered loader of a dataset name or hub id (e.g. nvidia/Nemotron-RL-coding-competitive_coding)."""
+    if name in DATASETS:
+        return name
+    for key, info in DATASETS.items():
+        if info.hub_id and info.hub_id.lower() == name.lower():
+            return key
+    close = difflib.get_close_matches(name, DATASETS, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise DatasetError(f"dataset_name {name!r}{hint}: not a known dataset or its hub id; known: {sorted(DATASETS)}")
+
+
 def check_trainable(name: str, split: str) -> None:
     info = DATASETS.get(name)
     if info is not None and (split in info.eval_only or "*" in info.eval_only):
         raise DatasetError(f"{name}/{split} is an evaluation split: never train on it (use one of "
-                           f"{[s for s in info.splits if s not in info.eval_only] or 'another dataset'})")
+                           f"{[s for s in info.splits if s not in info.eval_only and '*' not in info.eval_only] or 'another dataset'})")
 
 
 def hub_rows(hub_id: str, split: str, config: str | None = None) -> list[dict]:

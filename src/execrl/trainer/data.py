@@ -6,47 +6,51 @@ import random
 
 from execrl.config import MasterConfig
 from execrl.config.schema import DatasetConfig
-from execrl.tasks import DATASETS, DatasetError, Problem, check_trainable, load_problems
+from execrl.rewards.math_answers import VERIFIER
+from execrl.tasks import DATASETS, DatasetError, Problem, check_trainable, dataset_key, load_problems
 from execrl.trainer.warmup import feedback_reference
 
 
-def dataset_key(name: str) -> str:
-    """A registered loader for a dataset name or hub id (e.g. nvidia/Nemotron-RL-coding-competitive_coding)."""
-    if name in DATASETS:
-        return name
-    for key, info in DATASETS.items():
-        if info.hub_id and info.hub_id.lower() == name.lower():
-            return key
-    raise DatasetError(f"data.train.dataset_name {name!r}: not a known dataset ({sorted(DATASETS)}) or hub id")
-
-
 def load_split(d: DatasetConfig, seed: int) -> list[Problem]:
-    """One configured split's problems; a generated dataset is seeded by grpo.seed unless its options say otherwise."""
+    """One configured split's problems, each `repeat` times; a generated dataset is seeded by grpo.seed unless its
+    options say otherwise."""
     key = dataset_key(d.dataset_name)
-    options = ({"seed": seed} if DATASETS[key].generated else {}) | d.options
-    return load_problems(key, d.split, d.path, d.max_tests, **options)[0]
+    options = ({"seed": seed} if DATASETS[key].generated else {}) | {
+        k: v for k, v in (("input_key", d.input_key), ("output_key", d.output_key)) if v is not None} | d.options
+    problems = load_problems(key, d.split_name, d.path, d.max_tests, **options)[0]
+    return [p for p in problems for _ in range(d.repeat)]
+
+
+def hold_out(problems: list[Problem], share: float, seed: int) -> tuple[list[Problem], list[Problem]]:
+    """(kept, held out): a seeded share of the problems, at least one."""
+    order = list(range(len(problems)))
+    random.Random(seed).shuffle(order)
+    held = set(order[:max(1, int(len(problems) * share))])
+    return [p for i, p in enumerate(problems) if i not in held], [p for i, p in enumerate(problems) if i in held]
 
 
 def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str, list[dict]]]:
     """(train problems, validation problems, reference turns for warm-up by problem id: those of the problems that
     carry a reference completion, and with the unit-test environment every other one of them a wrong first attempt,
-    the feedback on it and the fix)."""
+    the feedback on it and the fix). As NeMo RL: the training sets' problems together; validation = what each one
+    holds out (split_validation_size) and the data.validation sets."""
     data, seed = cfg.data, cfg.grpo.seed
-    check_trainable(dataset_key(data.train.dataset_name), data.train.split)
-    train = load_split(data.train, seed)
-    if data.validation is not None:
-        val = load_split(data.validation, seed)
-    elif DATASETS[dataset_key(data.train.dataset_name)].generated:  # a stream of its own is held out
-        val = load_split(data.train.model_copy(update={"split": "validation"}), seed)
-    elif data.train.split_validation_size > 0:
-        order = list(range(len(train)))
-        random.Random(seed).shuffle(order)
-        cut = max(1, int(len(train) * data.train.split_validation_size))
-        held = set(order[:cut])
-        val = [p for i, p in enumerate(train) if i in held]
-        train = [p for i, p in enumerate(train) if i not in held]
-    else:
-        val = []
+    trains, vals = data.train_sets, data.validation_sets
+    train, val = [], []
+    for d in trains:
+        check_trainable(dataset_key(d.dataset_name), d.split_name)
+        problems = load_split(d, seed)
+        if d.split_validation_size > 0:
+            problems, held = hold_out(problems, d.split_validation_size, seed)
+            val += held
+        elif DATASETS[dataset_key(d.dataset_name)].generated and not vals:  # a stream of its own is held out
+            val += load_split(d.model_copy(update={"split": "validation"}), seed)
+        train += problems
+    for d in vals:
+        val += load_split(d, seed)
+    for p in train + val:
+        if p.kind == "math":
+            p.metadata[VERIFIER] = cfg.env.math.math_verify_impl
     refs = {p.id: [{"role": "assistant", "content": p.metadata["reference_completion"]}]
             for p in train if "reference_completion" in p.metadata}
     if cfg.env.multi_turn.kind == "unit_tests":

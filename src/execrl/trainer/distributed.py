@@ -187,15 +187,22 @@ def for_rollouts(generator, model: torch.nn.Module):
 def this_rank(items: list, per_batch: int | None = None) -> list:
     """This rank's items of a list every rank holds in full. With `per_batch` (the prompts of one optimizer step),
     each batch is split into contiguous parts, rank r taking part r of every batch: then optimizer step k sees the
-    same global samples on any number of ranks. Without it, one contiguous part (sizes may differ by one)."""
+    same global samples on any number of ranks. Without it, one contiguous part. Parts differ in size by one at most
+    (a batch smaller than the ranks leaves some of them none)."""
     n, r = world_size(), rank()
     if n == 1:
         return items
     if per_batch is None:
         return items[r * len(items) // n:(r + 1) * len(items) // n]
-    assert per_batch % n == 0 and len(items) % per_batch == 0, (len(items), per_batch, n)  # checked by config.plan
-    part = per_batch // n
-    return [x for start in range(0, len(items), per_batch) for x in items[start + r * part:start + (r + 1) * part]]
+    assert len(items) % per_batch == 0, (len(items), per_batch)  # checked by config.plan
+    return [x for start in range(0, len(items), per_batch)
+            for x in items[start + r * per_batch // n:start + (r + 1) * per_batch // n]]
+
+
+def share(total: int) -> int:
+    """The size of this rank's part of `total` items (as this_rank splits them)."""
+    n, r = world_size(), rank()
+    return (r + 1) * total // n - r * total // n
 
 
 def _device() -> torch.device:
@@ -224,17 +231,19 @@ def sum_dicts(values: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def gather_lists(items: list, per_batch: int | None = None) -> list:
+def gather_lists(items: list, per_batch: int | None = None, unit: int = 1) -> list:
     """Every rank's list, back in the order of the full list that `this_rank(full, per_batch)` split (on every
-    rank)."""
+    rank), each of whose items became `unit` items here (a prompt's group of samples)."""
     if world_size() == 1:
         return items
     everyone: list = [None] * world_size()
     dist.all_gather_object(everyone, items)
     if per_batch is None:
         return [x for part in everyone for x in part]
-    part = per_batch // world_size()
-    return [x for start in range(0, len(items), part) for mine in everyone for x in mine[start:start + part]]
+    n = world_size()
+    parts = [((r + 1) * per_batch // n - r * per_batch // n) * unit for r in range(n)]  # each rank's, per batch
+    batches = sum(map(len, everyone)) // (per_batch * unit)
+    return [x for k in range(batches) for mine, part in zip(everyone, parts) for x in mine[k * part:(k + 1) * part]]
 
 
 def from_main(value):

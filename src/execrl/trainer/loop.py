@@ -16,7 +16,7 @@ from execrl.rollout.sampling import scoring_temperature
 from execrl.sandbox import check_infra_share
 from execrl.trainer import checkpoint
 from execrl.trainer import distributed as dist
-from execrl.trainer.rollouts import episode_means, episode_sums, rollout_rows, run_episodes
+from execrl.trainer.rollouts import episode_means, episode_sums, rollout_rows, run_episodes, sampling
 from execrl.trainer.setup import Run, build_run, console
 from execrl.trainer.step import advantages, build_batch, optimize, score_tokens
 from execrl.trainer.warmup import sft_warmup
@@ -38,8 +38,9 @@ def train(cfg: MasterConfig) -> Run:
             warm_up(run)
         if run.step == 0 and cfg.grpo.val_at_start:
             validate(run)
+        begun, late = time.monotonic(), False
         with progress(run) as bar, CtrlC() as ctrl_c:
-            while run.step < run.max_steps and not epochs_done(run) and not ctrl_c.stop():
+            while run.step < run.max_steps and not epochs_done(run) and not ctrl_c.stop() and not late:
                 times: dict[str, float] = {}
                 with timed(times, "step"):
                     rollouts, staleness = run.pipeline.next(run.step, times, more=run.step + 1 < run.max_steps)
@@ -47,12 +48,16 @@ def train(cfg: MasterConfig) -> Run:
                         metrics = train_step(run, rollouts)
                 run.step += 1
                 log_step(run, rollouts, metrics | staleness, times, bar)
-                if cfg.grpo.val_period and run.step % cfg.grpo.val_period == 0:
+                if periodic_validation(cfg, run.step):
                     validate(run)
                 if cfg.checkpointing.enabled and run.step % cfg.checkpointing.save_period == 0:
                     save(run)
-        just_validated = cfg.grpo.val_period and run.step % cfg.grpo.val_period == 0
-        if cfg.grpo.val_at_end and run.step > 0 and not just_validated:
+                late = out_of_time(cfg, time.monotonic() - begun, times["step"])
+        if late:
+            console.print(f"checkpointing.checkpoint_must_save_by={cfg.checkpointing.checkpoint_must_save_by}: "
+                          f"another step would end after it, so the run stops at step {run.step}"
+                          + (" with a checkpoint (the same command resumes)" if cfg.checkpointing.enabled else ""))
+        if cfg.grpo.val_at_end and not late and run.step > 0 and not periodic_validation(cfg, run.step):
             validate(run)
         if cfg.checkpointing.enabled and run.last_saved != run.step:
             save(run)
@@ -114,7 +119,10 @@ def train_step(run: Run, rollouts) -> dict:
         batch.old_logprobs = score_tokens(run.weights.compute, batch, cfg.policy.logprob_batch_size, temperature)
     if run.ref_model is not None:
         batch.ref_logprobs = score_tokens(run.ref_model, batch, cfg.policy.logprob_batch_size, temperature)
-    stats = optimize(run.weights, run.optimizer, run.scheduler, batch, cfg, run.plan)
+    per_step = cfg.policy.scheduler.per_grpo_step  # NeMo RL's torch schedulers count GRPO steps
+    stats = optimize(run.weights, run.optimizer, None if per_step else run.scheduler, batch, cfg, run.plan)
+    if per_step:
+        run.scheduler.step()
     run.nan_streak = run.nan_streak + 1 if stats["skipped_steps"] else 0
     if stats["skipped_steps"]:
         console.print(f"[yellow]step {run.step + 1}: non-finite loss or gradient, optimizer step skipped[/]")
@@ -133,11 +141,26 @@ def warm_up(run: Run) -> None:
     console.print(f"warm-up done, loss {loss:.3f}")
 
 
+def out_of_time(cfg, elapsed: float, step_seconds: float) -> bool:
+    """Whether another step (as long as the last) would end after checkpointing.checkpoint_must_save_by, counted from
+    the first step; every process gets the main one's answer."""
+    limit = cfg.checkpointing.deadline_s
+    return limit is not None and dist.from_main(elapsed + step_seconds >= limit)
+
+
+def periodic_validation(cfg, step: int) -> bool:
+    """Whether step `step` validates: every grpo.val_period steps, from grpo.val_start_at on."""
+    g = cfg.grpo
+    return bool(g.val_period) and step % g.val_period == 0 and step >= g.val_start_at
+
+
 def validate(run: Run) -> float:
-    """pass@1 of greedy episodes on the validation problems (their final submissions)."""
+    """pass@1 on the validation problems (their final submissions), sampled with policy.generation.val_* (greedy by
+    default)."""
     if not run.val_problems:
         return float("nan")
-    rollouts = run_episodes(run.generator, run.tokenizer, run.grader, dist.this_rank(run.val_problems), run.cfg, 1, 0.0)
+    rollouts = run_episodes(run.generator, run.tokenizer, run.grader, dist.this_rank(run.val_problems), run.cfg, 1,
+                            sampling(run.cfg, validation=True))
     valid = [s for s in rollouts.samples if s.valid]
     check_sandbox(run, rollouts.episodes, f"eval at step {run.step}")
     num_correct, num_valid = dist.sum_floats(sum(is_correct(s) for s in valid), len(valid))
@@ -159,7 +182,8 @@ def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
     check_sandbox(run, rollouts.generated, f"step {run.step}")
     every = run.cfg.logger.rollouts_period
     if every and run.step % every == 0:
-        run.logger.rollouts(run.step, dist.gather_lists(rollout_rows(rollouts, run.tokenizer), run.plan.global_batch))
+        run.logger.rollouts(run.step, dist.gather_lists(rollout_rows(rollouts, run.tokenizer),
+                                                           run.plan.prompts_per_optimizer_step, run.plan.group_size))
     bar.update(bar.task_ids[0], completed=run.step,
                description=f"step {run.step}  reward {metrics['train/reward_mean']:.3f}  "
                            f"{times['step']:.1f}s/step")

@@ -44,7 +44,7 @@ from execrl.config import BatchPlan, MasterConfig
 from execrl.tasks import Problem
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler
-from execrl.trainer.rollouts import Episode, Rollouts, finish_episodes, prompt_seeds, start_episodes
+from execrl.trainer.rollouts import Episode, Rollouts, finish_episodes, prompt_seeds, sampling, start_episodes
 
 
 class DynamicSamplingExhausted(RuntimeError):
@@ -179,14 +179,13 @@ def build_pipeline(cfg: MasterConfig, plan: BatchPlan, generator, tokenizer, gra
     dynamic = None
     if grpo.use_dynamic_sampling:
         dynamic = DynamicSampling(plan.prompts_per_round, grpo.dynamic_sampling_max_gen_batches,
-                                  grpo.num_prompts_per_step // dist.world_size())
+                                  plan.optimizer_steps_per_rollout * dist.share(plan.prompts_per_optimizer_step))
 
     def generate(problems: list[Problem], step: int, first: int) -> Rollouts:
         seeds = prompt_seeds(grpo.seed, step, len(problems), first)  # by the prompt's place among the step's prompts
         split = None if dynamic else plan.prompts_per_optimizer_step  # (dynamic sampling: each process fills its share from its part)
         problems, seeds = dist.this_rank(problems, split), dist.this_rank(seeds, split)
-        return start_episodes(generator, tokenizer, grader, problems, cfg, plan.group_size,
-                              cfg.policy.generation.temperature, seeds)
+        return start_episodes(generator, tokenizer, grader, problems, cfg, plan.group_size, sampling(cfg), seeds)
 
     def grade(rollouts: Rollouts) -> None:
         finish_episodes(rollouts, tokenizer, grader, cfg)

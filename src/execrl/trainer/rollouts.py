@@ -71,9 +71,9 @@ class Rollouts:
 
     def reward_table(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(rewards, valid), each [num_groups, G]: a sample the sandbox failed on is invalid, its reward 0."""
-        rewards = torch.tensor([r.total if r.valid else 0.0 for r in self.rewards]).view(-1, self.group_size)
-        valid = torch.tensor([r.valid for r in self.rewards]).view(-1, self.group_size)
-        return rewards, valid
+        rewards = torch.tensor([r.total if r.valid else 0.0 for r in self.rewards], dtype=torch.float32)
+        valid = torch.tensor([r.valid for r in self.rewards], dtype=torch.bool)  # (typed: a rank may hold none)
+        return rewards.view(-1, self.group_size), valid.view(-1, self.group_size)
 
 
 def encode(messages: list[dict], tokenizer) -> list[int]:
@@ -87,21 +87,28 @@ def prompt_seeds(seed: int, step: int, num_prompts: int, first: int = 0) -> list
     return [mix32(base ^ mix32(first + i)) for i in range(num_prompts)]
 
 
+def sampling(cfg, validation: bool = False) -> SamplingParams:
+    """How rollouts sample: policy.generation's temperature, top_p, top_k (validation: its val_* ones)."""
+    gen = cfg.policy.generation
+    if validation:
+        return SamplingParams(gen.val_temperature, gen.val_top_p, gen.val_top_k)
+    return SamplingParams(gen.temperature, gen.top_p, gen.top_k, gen.ignore_eos)  # greedy ignores top-p/top-k
+
+
 def run_episodes(generator, tokenizer, grader: Grader, problems: list[Problem], cfg, group_size: int,
-                 temperature: float, seeds: list[int] | None = None) -> Rollouts:
+                 params: SamplingParams, seeds: list[int] | None = None) -> Rollouts:
     """Each problem's `group_size` episodes, run to their end and scored."""
-    rollouts = start_episodes(generator, tokenizer, grader, problems, cfg, group_size, temperature, seeds)
+    rollouts = start_episodes(generator, tokenizer, grader, problems, cfg, group_size, params, seeds)
     finish_episodes(rollouts, tokenizer, grader, cfg)
     return rollouts
 
 
 def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem], cfg, group_size: int,
-                   temperature: float, seeds: list[int] | None = None) -> Rollouts:
+                   params: SamplingParams, seeds: list[int] | None = None) -> Rollouts:
     """Episodes run up to their last model turn: the environments' answers to it (for a single-turn task, all
     of the grading) are left in `pending` for finish_episodes, which may run in another thread (async GRPO).
     `seeds`: one per problem (see prompt_seeds); a later turn of sample j is keyed by (seed, j, turn)."""
     gen, turns = cfg.policy.generation, cfg.grpo.max_rollout_turns
-    params = SamplingParams(temperature, gen.top_p, gen.top_k, gen.ignore_eos)  # greedy ignores top-p/top-k
     episodes, prompts = [], []
     for problem in problems:
         envs = [make_env(cfg, grader) for _ in range(group_size)]

@@ -14,6 +14,7 @@ from execrl.config import BatchPlan, MasterConfig, to_yaml
 from execrl.config.checks import check_dataset_names, prompt_limit, validate
 from execrl.envs import make_env
 from execrl.models import load_model_and_tokenizer, pick_device
+from execrl.prompts import TEMPLATE_KWARGS
 from execrl.rollout import build_generator
 from execrl.rollout.engine import eager_fallback
 from execrl.rollout.fuse import fuse_projections
@@ -78,9 +79,10 @@ def build_run(cfg: MasterConfig) -> Run:
     model, tok = load_model_and_tokenizer(cfg.policy.model_name, cfg.policy.device, str(master_dtype).split(".")[1],
                                           offline=cfg.offline or None, tokenizer=cfg.policy.tokenizer.name
                                           if cfg.policy.tokenizer.name != cfg.policy.model_name else None,
-                                          seed=cfg.grpo.seed)
+                                          seed=cfg.grpo.seed, config_overrides=cfg.policy.hf_config_overrides)
     if cfg.policy.tokenizer.chat_template:
         tok.chat_template = cfg.policy.tokenizer.chat_template
+    setattr(tok, TEMPLATE_KWARGS, cfg.policy.tokenizer.chat_template_kwargs)
     compute = precision.compute_model(model, compute_dtype, sharded=dist.world_size() > 1)  # every forward runs on it
     ref = None
     if cfg.loss_fn.reference_policy_kl_penalty > 0:  # the policy as the run started (a resumed run keeps it)
@@ -101,13 +103,12 @@ def build_run(cfg: MasterConfig) -> Run:
     model, ref = dist.shard(model, compute_dtype), dist.shard(ref, compute_dtype)  # in place: compute is model still
     weights = precision.Weights(model, compute, compute_dtype)
     opt = make_optimizer(model, cfg)
-    warm = cfg.policy.scheduler.warmup_steps
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+    sched = cfg.policy.scheduler.build(opt)
     gen = cfg.policy.generation
     slots = min(cfg.policy.generation_batch_size, batch_plan.samples_per_step // dist.world_size())
     with dist.full_weights(model):  # the engine reads the full weights' layout
         generator = build_generator(weights.compute, tok, gen.backend, slots, cfg.policy.max_total_sequence_length,
-                                    gen.cuda_graphs, gen.sync_every, gen.compile)
+                                    gen.cuda_graphs, gen.sync_every, gen.compile, gen.stop_token_ids)
     generator = dist.for_rollouts(generator, model)
     run = Run(cfg, batch_plan, weights, tok, generator, ref, opt, sched,
               ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle),

@@ -33,13 +33,15 @@ def advantages(rollouts: Rollouts, cfg: MasterConfig) -> tuple[torch.Tensor, tor
     rewards, valid = rollouts.reward_table()
     adv = ADVANTAGES[cfg.grpo.advantage](rewards, valid, normalize_rewards=cfg.grpo.normalize_rewards,
                                          use_leave_one_out_baseline=cfg.grpo.use_leave_one_out_baseline)
+    if cfg.grpo.advantage_clip_low is not None or cfg.grpo.advantage_clip_high is not None:
+        adv = adv.clamp(cfg.grpo.advantage_clip_low, cfg.grpo.advantage_clip_high)
     return adv.reshape(-1), rewards, valid
 
 
 def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_filtering: bool) -> TrainBatch:
     """Right-padded trajectories; the loss mask comes from each trajectory (1 on the model's tokens only)."""
     trajs = rollouts.trajectories
-    width = max(map(len, trajs))
+    width = max(map(len, trajs), default=2)  # (a rank may hold no samples: more GPUs than groups)
     ids = torch.full((len(trajs), width), pad_id, dtype=torch.long)
     attn = torch.zeros_like(ids)
     mask = torch.zeros(len(trajs), width - 1)
@@ -117,6 +119,14 @@ def take(batch: TrainBatch, rows: list[int], device) -> tuple[torch.Tensor, torc
             batch.loss_mask[idx, :width - 1].to(device), idx)
 
 
+def idle_pass(model, device) -> None:
+    """A forward and backward through every parameter that add nothing to any gradient: what a rank with fewer
+    micro-batches than another runs in their place."""
+    ids = torch.zeros(1, 2, dtype=torch.long, device=device)
+    logp, _ = token_logprobs(model, ids, torch.ones_like(ids), torch.ones(1, 1, device=device))
+    (logp.sum() * 0.0).backward()
+
+
 @torch.no_grad()
 def score_tokens(model, batch: TrainBatch, micro: int, temperature: float) -> torch.Tensor:
     device = next(model.parameters()).device
@@ -130,7 +140,8 @@ def score_tokens(model, batch: TrainBatch, micro: int, temperature: float) -> to
 
 def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: MasterConfig, plan: BatchPlan) -> dict:
     """One or more optimizer steps over the batch (whole groups each), micro-batched with gradient accumulation:
-    forward and backward on the compute model, gradients accumulated and applied in the master's dtype."""
+    forward and backward on the compute model, gradients accumulated and applied in the master's dtype; `scheduler`
+    steps after each optimizer step (None: not here)."""
     model = weights.compute
     device, loss_cfg = next(model.parameters()).device, cfg.loss_fn
     temperature, correct = scoring_temperature(cfg.policy.generation.temperature), importance_correction(cfg)
@@ -141,19 +152,27 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
         averaged += ("logprob_mismatch", "sampler_kl", "is_weight", "is_truncated_frac")
         stats.update(dict.fromkeys(averaged[4:], 0.0))
     model.train()
-    for start in range(0, len(batch.input_ids), plan.per_gpu_batch):  # this rank's rows of one optimizer batch
-        rows = slice(start, start + plan.per_gpu_batch)
+    steps = plan.optimizer_steps_per_rollout
+    mine = len(batch.input_ids) // steps  # this rank's rows of each optimizer batch: whole groups, maybe none
+    for k in range(steps):
+        rows = range(k * mine, (k + 1) * mine)
         # The normalizers are those of the whole optimizer batch, over all ranks: each rank's loss is then its share
         # of the global mean, and the gradients summed over ranks are the one-process gradient.
         # sequences: those with loss tokens (as NeMo RL's valid sequences: not infra_error, not overlong-filtered)
-        num_tokens, num_seqs = dist.sum_floats(batch.loss_mask[rows].sum().item(),
-                                               (batch.loss_mask[rows].sum(1) > 0).sum().item())
+        own = batch.loss_mask[rows.start:rows.stop]
+        num_tokens, num_seqs = dist.sum_floats(own.sum().item(), (own.sum(1) > 0).sum().item())
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0
-        parts = micro_batches(batch, range(start, min(start + plan.per_gpu_batch, len(batch.input_ids))),
-                              plan.micro_batch)
-        for i, part in enumerate(parts):
-            ids, attn, mask, idx = take(batch, part, device)
+        parts = micro_batches(batch, rows, plan.micro_batch)
+        # every rank makes as many passes (FSDP gathers and reduces in them): one with fewer groups idles in step
+        passes = plan.micro_batches_per_optimizer_step if dist.world_size() > 1 else len(parts)
+        for i in range(passes):
+            dist.reduce_after_backward(model, last=i == passes - 1)
+            if i >= len(parts):
+                idle_pass(model, device)
+                weights.accumulate_grads()
+                continue
+            ids, attn, mask, idx = take(batch, parts[i], device)
             logp, entropy = token_logprobs(model, ids, attn, mask > 0, temperature)
             width = mask.shape[1]
             # the proximal policy: the weights as this step began (one optimizer step: the current ones, detached)
@@ -162,14 +181,13 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
                               None if batch.ref_logprobs is None else batch.ref_logprobs[idx, :width].to(device),
                               None if batch.sampler_logprobs is None else batch.sampler_logprobs[idx, :width].to(device))
             loss, metrics = policy_loss(terms, loss_cfg, num_tokens=num_tokens, num_seqs=num_seqs, is_correction=correct)
-            dist.reduce_after_backward(model, last=i == len(parts) - 1)
             loss.backward()
             weights.accumulate_grads()
             step_loss += loss.item()
             share = mask.sum().item() / max(num_tokens, 1.0)
-            for k in averaged:
-                stats[k] += metrics[k].item() * share / plan.optimizer_steps_per_rollout
-            stats["entropy"] += (entropy * mask).sum().item() / max(num_tokens, 1.0) / plan.optimizer_steps_per_rollout
+            for name in averaged:
+                stats[name] += metrics[name].item() * share / steps
+            stats["entropy"] += (entropy * mask).sum().item() / max(num_tokens, 1.0) / steps
         grad_norm = dist.total_norm(torch.nn.utils.clip_grad_norm_(weights.master.parameters(), cfg.policy.max_grad_norm))
         (step_loss,) = dist.sum_floats(step_loss)  # the whole batch's loss, so every rank skips (or not) alike
         if not (math.isfinite(grad_norm) and math.isfinite(step_loss)):
@@ -178,9 +196,10 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
             continue
         optimizer.step()
         weights.refresh()
-        scheduler.step()
-        stats["loss"] += step_loss / plan.optimizer_steps_per_rollout
-        stats["grad_norm"] += grad_norm / plan.optimizer_steps_per_rollout
+        if scheduler is not None:  # (None: the caller steps it once per GRPO step)
+            scheduler.step()
+        stats["loss"] += step_loss / steps
+        stats["grad_norm"] += grad_norm / steps
     model.eval()
     summed = (*averaged, "entropy")  # each rank's part of a global token mean
     stats.update(zip(summed, dist.sum_floats(*(stats[k] for k in summed))))
