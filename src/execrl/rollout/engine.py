@@ -84,8 +84,13 @@ class RolloutEngine:
 
     def reset_graphs(self) -> None:
         """Forget the captured CUDA graphs (they are captured again on use; compiled code is kept): needed when the
-        weights move to new memory, as a sharded model's gathered weights do in every rollout phase."""
+        weights move to new memory, as a sharded model's gathered weights do in every rollout phase. Their memory pool
+        goes with them: capturing into a pool whose graphs were all freed trips an internal assert of torch's
+        allocator."""
+        if self.graphs and torch.cuda.is_available():
+            torch.cuda.synchronize()
         self.graphs.clear()
+        self.pool = None
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int, params: SamplingParams,
