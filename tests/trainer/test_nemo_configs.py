@@ -1,6 +1,7 @@
 """NeMo RL's own config keys: a GRPO config written for NeMo RL's DTensor path with colocated vLLM loads, its keys
 for NeMo's machinery mapped or named in one note; the features execrl lacks are refused in one line each."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -324,7 +325,8 @@ NEMO = Path(__file__).parents[1] / "assets" / "nemo_rl"
 NEMO_CONFIGS = sorted(NEMO.glob("*/examples/configs/**/*.yaml"))
 MISSING = {  # what a config needs that execrl does not have, read from the config itself -> the refusal names it
     "megatron": "Megatron-backed training", "non-colocated": "non-colocated generation", "backend": "generation "
-    "backends other than vLLM", "reward_model": "reward-model environments", "sliding_puzzle": "sliding-puzzle"}
+    "backends other than vLLM", "reward_model": "reward-model environments", "sliding_puzzle": "sliding-puzzle",
+    "env_cls": "custom math environment classes", "router_replay": "router replay"}
 
 
 def needs(tree: dict) -> str | None:
@@ -336,7 +338,17 @@ def needs(tree: dict) -> str | None:
         return "non-colocated"
     if gen.get("backend") not in (None, "vllm"):
         return "backend"
+    if (policy.get("router_replay") or {}).get("enabled"):
+        return "router_replay"
+    if (env.get("math") or {}).get("env_cls"):
+        return "env_cls"
     return next((k for k in ("reward_model", "sliding_puzzle") if any(k in name for name in env)), None)
+
+
+def with_its_environment(path: Path, monkeypatch) -> None:
+    """Environment variables the config reads (${oc.env:NAME}), set as a user running it would have them."""
+    for name in re.findall(r"\$\{oc\.env:(\w+)", path.read_text()):
+        monkeypatch.setenv(name, "org/model")
 
 
 @pytest.mark.parametrize("path", NEMO_CONFIGS, ids=lambda p: str(p.relative_to(NEMO)))
@@ -349,6 +361,7 @@ def test_every_nemo_rl_grpo_config_dry_runs_or_names_what_it_needs(path, tmp_pat
     from execrl.config.load import _read
 
     monkeypatch.chdir(tmp_path)
+    with_its_environment(path, monkeypatch)
     missing = needs(OmegaConf.to_container(_read(path, []), resolve=False))
     if missing is None:
         validate(load_config(str(path)))
@@ -359,14 +372,14 @@ def test_every_nemo_rl_grpo_config_dry_runs_or_names_what_it_needs(path, tmp_pat
 
 
 def test_the_nemo_rl_corpus_covers_each_era_and_each_refusal():
-    assert len(NEMO_CONFIGS) >= 40 and {p.relative_to(NEMO).parts[0] for p in NEMO_CONFIGS} == {
-        "eraA_06f6343", "eraB_029c68f", "eraC_b26cfeb", "eraD_faad805"}
+    assert len(NEMO_CONFIGS) >= 60 and {p.relative_to(NEMO).parts[0][:4] for p in NEMO_CONFIGS} == {
+        "eraA", "eraB", "eraC", "eraD", "eraE", "eraF"}
     from omegaconf import OmegaConf
 
     from execrl.config.load import _read
 
     kinds = [needs(OmegaConf.to_container(_read(p, []), resolve=False)) for p in NEMO_CONFIGS]
-    assert set(kinds) == {None, *MISSING} and kinds.count(None) >= 25
+    assert set(kinds) == {None, *MISSING} and kinds.count(None) >= 40
 
 
 def test_a_nemo_rl_recipe_dry_runs_from_the_command_line(tmp_path):

@@ -68,3 +68,21 @@ def test_hf_config_overrides_change_the_loaded_config(tiny_model_dir):
     assert model.config.attention_dropout == 0.25
     with pytest.raises(ConfigError, match="built here"):
         validate(load_config(None, ["policy.hf_config_overrides={attention_dropout: 0.25}"]))
+
+
+def test_validation_with_several_samples_reports_their_mean_and_pass_at_k(tmp_path):
+    """grpo.val_num_generations_per_prompt = k: k samples of each validation problem at val_temperature; pass@1 is
+    their mean, pass@k the chance one of k is right (here, from exactly k: whether any is)."""
+    from execrl.config import ConfigError
+    from execrl.config.checks import validate
+
+    base = [*SMALL, "grpo.max_num_steps=1", "grpo.val_period=1", "grpo.max_val_samples=6", "warmup.sft_steps=20",
+            "checkpointing.enabled=false", f"logger.log_dir={tmp_path}"]
+    train(load_config(None, [*base, "grpo.val_num_generations_per_prompt=4",
+                             "policy.generation.val_temperature=1.0", "logger.rollouts_period=0"]))
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "eval/pass@1" in r]
+    assert len(evals) == 1 and evals[0]["eval/num_problems"] == 6
+    assert evals[0]["eval/pass@1"] <= evals[0]["eval/pass@4"] <= 1.0
+    with pytest.raises(ConfigError, match="val_temperature > 0"):
+        validate(load_config(None, ["grpo.val_num_generations_per_prompt=4"]))

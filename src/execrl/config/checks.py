@@ -189,6 +189,10 @@ def check_supported(cfg: MasterConfig) -> None:
         raise ConfigError("loss_fn.use_on_policy_kl_approximation weights the KL by pi / pi_sampler, with the "
                           "sampler's logprobs, which only the execrl engine returns: set "
                           "policy.generation.backend=execrl")
+    if cfg.grpo.val_num_generations_per_prompt > 1 and cfg.policy.generation.val_temperature == 0:
+        raise ConfigError(f"grpo.val_num_generations_per_prompt={cfg.grpo.val_num_generations_per_prompt} greedy "
+                          "samples would all be the same: set policy.generation.val_temperature > 0 (NeMo RL's "
+                          "configs: ${policy.generation.temperature})")
     if cfg.policy.hf_config_overrides and cfg.policy.model_name.startswith("builtin:"):
         raise ConfigError(f"policy.hf_config_overrides change a hub or local model's config.json; "
                           f"{cfg.policy.model_name} is built here: set them to {{}}")

@@ -78,6 +78,7 @@ IGNORED: dict[str, str] = {
     "policy.generation.port_range_high": "vLLM server ports",
     "policy.generation.refit_transport": "weight transfer to vLLM",
     "policy.generation.refit_cfg": "weight transfer to vLLM",
+    "policy.generation.delta_compression": "weight transfer to vLLM",
     "policy.optimizer.kwargs.foreach": "AdamW implementation choice",
     "policy.optimizer.kwargs.fused": "AdamW implementation choice",
     "data.num_workers": "data-loader processes",
@@ -88,6 +89,9 @@ IGNORED: dict[str, str] = {
     "checkpointing.model_save_format": "execrl saves safetensors",
     "checkpointing.save_consolidated": "execrl saves full (consolidated) HF weights",
     "logger.num_val_samples_to_print": "execrl writes rollouts to rollouts/step_N.jsonl (logger.rollouts_period)",
+    "logger.num_train_samples_to_print": "execrl writes rollouts to rollouts/step_N.jsonl (logger.rollouts_period)",
+    "data.filter_overlong_prompts": "execrl leaves out prompts over data.max_input_seq_length (NeMo RL, when false, "
+                                    "truncates them and leaves them out of the loss)",
     "logger.gpu_monitoring": "GPU memory is logged on GPUs (memory/peak_gib)",
     "logger.tensorboard": "TensorBoard writes under log_dir/tensorboard",
     "logger.mlflow": "MLflow settings (mlflow_enabled must be false)",
@@ -107,6 +111,15 @@ IGNORED: dict[str, str] = {
     "policy.generation.real_quant_export_cpu_offload": "quantized weight export to vLLM",
     "policy.draft": "draft-model settings (off)",
     "policy.megatron_recipe": "Megatron settings (off)",
+    # keys some NeMo RL recipes carry that NeMo RL itself does not read (named, so that nobody thinks they act)
+    "policy.lr": "NeMo RL does not read it either: the learning rate is policy.optimizer.kwargs.lr",
+    "policy.min_lr": "NeMo RL does not read it either: the schedule is policy.scheduler",
+    "policy.weight_decay": "NeMo RL does not read it either: it is policy.optimizer.kwargs.weight_decay",
+    "policy.activation_checkpointing_enabled": "NeMo RL does not read it either: it is "
+                                               "policy.dtensor_cfg.activation_checkpointing",
+    "policy.fsdp_offload_enabled": "NeMo RL does not read it either (memory offloading)",
+    "policy.pipeline_model_parallel_size": "NeMo RL does not read it either (parallelism)",
+    "policy.tensor_model_parallel_size": "NeMo RL does not read it either (parallelism)",
     "logger.wandb.log_nemo_gym_full_result_tables": "NeMo-Gym tables",
     "checkpointing.load_replay_buffer": "async GRPO's replay buffer: execrl regenerates the in-flight step on resume",
     "checkpointing.save_optimizer": "execrl always saves the optimizer, so that a resume is exact",
@@ -156,9 +169,6 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
                                                 "set them to null"),
     "grpo.adv_estimator.name": (lambda v: v != "grpo", "advantage estimators other than grpo (e.g. REINFORCE++) are "
                                                        "not implemented: set grpo.adv_estimator.name=grpo"),
-    "grpo.val_num_generations_per_prompt": (lambda v: v not in (None, 1), "validation samples one completion per "
-                                            "prompt here: set grpo.val_num_generations_per_prompt=1, and measure "
-                                            "pass@k with `execrl eval --samples K`"),
     "grpo.stop_at_validation_metric": (lambda v: v is not None, "stopping at a validation metric is not implemented: "
                                                                 "set grpo.stop_at_validation_metric=null"),
     "grpo.stop_at_validation_threshold": (lambda v: v is not None, "stopping at a validation metric is not "
@@ -186,6 +196,12 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "env.sliding_puzzle_game": (lambda v: True, "the sliding-puzzle environment is not implemented: execrl's "
                                                 "environments are code and math (env.code, env.multi_turn)"),
     "env.reward_model": (lambda v: True, "reward-model environments are not implemented yet"),
+    "policy.router_replay.enabled": (_on, "router replay (a mixture-of-experts model trained with the experts its "
+                                          "generation chose) is not implemented: set policy.router_replay.enabled="
+                                          "false"),
+    "env.math.env_cls": (lambda v: v is not None, "custom math environment classes (env.math.env_cls) are not "
+                                                  "implemented: remove the key to grade with execrl's math "
+                                                  "environment (env.math.math_verify_impl)"),
     "logger.mlflow_enabled": (_on, "MLflow logging is not implemented: set logger.mlflow_enabled=false (TensorBoard "
                                    "and W&B are)"),
     "logger.swanlab_enabled": (_on, "SwanLab logging is not implemented: set logger.swanlab_enabled=false (TensorBoard "

@@ -121,6 +121,9 @@ class GRPOConfig(Section):
     val_start_at: int = Field(-1, description="the first step val_period may validate at (-1: from the start)")
     val_at_end: bool = Field(False, description="evaluate after the last step (if val_period did not just)")
     max_val_samples: int = Field(256, ge=0, description="validation problems at most")
+    val_num_generations_per_prompt: int = Field(1, ge=1, description="validation samples per problem: pass@1 is "
+                                                "their mean, and with k > 1 pass@k is logged too (needs "
+                                                "policy.generation.val_temperature > 0)")
     val_batch_size: int = Field(64, ge=1, description="accepted for NeMo RL configs, no effect: validation generates with "
                                                 "the policy.generation_batch_size slots of training")
     seed: int = Field(42, description="seed for data order, sampling and initialisation")

@@ -40,16 +40,23 @@ def _rows(path: Path | None, split: str, hub_id: str, configs: tuple[str | None,
 
 
 def _math(name: str, hub_id: str, splits: tuple[str, ...], problem: Callable, answer: Callable, *,
-          configs: tuple[str | None, ...] = (None,), eval_only: tuple[str, ...] = ()):
-    """(the first of `splits` is the one read when none is named, as NeMo RL's class reads it)"""
-    """Register a NeMo RL math dataset: rows -> (problem text, reference answer)."""
+          configs: tuple[str | None, ...] = (None,), eval_only: tuple[str, ...] = (), deduplicate: bool = False):
+    """Register a NeMo RL math dataset: rows -> (problem text, reference answer). The first of `splits` is the one
+    read when none is named, as NeMo RL's class reads it; with `deduplicate` a problem text seen before is left out,
+    and one seen with another answer is an error."""
     def load(path, split, report, hub_id=hub_id, **_):
-        problems = []
+        problems, seen = [], {}
         for i, row in enumerate(_rows(path, split, hub_id, configs)):
             text, gold = problem(row), answer(row)
             if not isinstance(text, str) or not text.strip() or gold is None or str(gold).strip() == "":
                 report.skip(i, "no problem text or no answer")
                 continue
+            if deduplicate and text in seen:
+                if seen[text] != str(gold):
+                    raise DatasetError(f"{name}: row {i} repeats an earlier problem with another answer "
+                                       f"({seen[text]!r} then {str(gold)!r})")
+                continue
+            seen[text] = str(gold)
             problems.append(Problem(f"{name}/{split}/{i}", [{"role": "user", "content": text}], "math",
                                     answer=str(gold)))
         return problems
@@ -66,6 +73,8 @@ _math("DAPOMath17K", "BytedTsinghua-SIA/DAPO-Math-17k", ("train",), _field("prom
       _field("reward_model", "ground_truth"))
 _math("DAPOMathAIME2024", "BytedTsinghua-SIA/AIME-2024", ("train",), _field("prompt", 0, "content"),
       _field("reward_model", "ground_truth"), eval_only=("*",))
+_math("DAPOMathAIME2024Deduplicated", "BytedTsinghua-SIA/AIME-2024", ("train",), _field("prompt", 0, "content"),
+      _field("reward_model", "ground_truth"), eval_only=("*",), deduplicate=True)  # (its rows repeat each problem)
 _math("AIME2024", "HuggingFaceH4/aime_2024", ("train",), _field("problem"), _field("answer"), eval_only=("*",))
 _math("AIME2025", "opencompass/AIME2025", ("test",), _field("question"), _field("answer"),
       configs=("AIME2025-I", "AIME2025-II"), eval_only=("*",))

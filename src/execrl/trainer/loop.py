@@ -11,12 +11,13 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from execrl.config import MasterConfig
+from execrl.eval.passk import pass_at_k
 from execrl.rewards import is_correct, sandbox_failures
 from execrl.rollout.sampling import scoring_temperature
 from execrl.sandbox import check_infra_share
 from execrl.trainer import checkpoint
 from execrl.trainer import distributed as dist
-from execrl.trainer.rollouts import episode_means, episode_sums, rollout_rows, run_episodes, sampling
+from execrl.trainer.rollouts import episode_means, episode_sums, prompt_seeds, rollout_rows, run_episodes, sampling
 from execrl.trainer.setup import Run, build_run, console
 from execrl.trainer.step import advantages, build_batch, optimize, score_tokens
 from execrl.trainer.warmup import sft_warmup
@@ -156,17 +157,27 @@ def periodic_validation(cfg, step: int) -> bool:
 
 def validate(run: Run) -> float:
     """pass@1 on the validation problems (their final submissions), sampled with policy.generation.val_* (greedy by
-    default)."""
+    default); with grpo.val_num_generations_per_prompt = k > 1, the mean over k samples of each problem, and pass@k."""
     if not run.val_problems:
         return float("nan")
-    rollouts = run_episodes(run.generator, run.tokenizer, run.grader, dist.this_rank(run.val_problems), run.cfg, 1,
-                            sampling(run.cfg, validation=True))
-    valid = [s for s in rollouts.samples if s.valid]
+    k = run.cfg.grpo.val_num_generations_per_prompt
+    seeds = prompt_seeds(run.cfg.grpo.seed, -1 - run.step, len(run.val_problems))  # (a stream apart from training's)
+    rollouts = run_episodes(run.generator, run.tokenizer, run.grader, dist.this_rank(run.val_problems), run.cfg, k,
+                            sampling(run.cfg, validation=True), dist.this_rank(seeds))
     check_sandbox(run, rollouts.episodes, f"eval at step {run.step}")
-    num_correct, num_valid = dist.sum_floats(sum(is_correct(s) for s in valid), len(valid))
+    groups = [rollouts.samples[i:i + k] for i in range(0, len(rollouts.samples), k)]
+    counts = [(sum(s.valid for s in g), sum(s.valid and is_correct(s) for s in g)) for g in groups]  # (n, c)
+    at_k = sum(pass_at_k(n, c, k) for n, c in counts if n >= k)
+    num_correct, num_valid, num_problems, sum_at_k, num_at_k = dist.sum_floats(
+        sum(c for _, c in counts), sum(n for n, _ in counts), sum(n > 0 for n, _ in counts), at_k,
+        sum(n >= k for n, _ in counts))
     score = num_correct / max(num_valid, 1)
-    run.logger.log(run.step, {"eval/pass@1": score, "eval/num_problems": num_valid})
-    console.print(f"step {run.step}: eval pass@1 = {score:.3f} on {num_valid:.0f} problems")
+    metrics = {"eval/pass@1": score, "eval/num_problems": num_problems}
+    if k > 1:
+        metrics[f"eval/pass@{k}"] = sum_at_k / max(num_at_k, 1)
+    run.logger.log(run.step, metrics)
+    console.print(f"step {run.step}: eval " + ", ".join(f"{name[5:]} = {v:.3f}" for name, v in metrics.items()
+                                                        if "pass@" in name) + f" on {num_problems:.0f} problems")
     return score
 
 
