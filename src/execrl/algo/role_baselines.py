@@ -1,0 +1,30 @@
+"""SPIRAL's role-conditioned advantage estimation (Liu et al. 2025): in self-play one policy plays both roles of a
+zero-sum game, whose returns differ by role (the first player of TicTacToe wins more often), so each (game, role)
+keeps its own baseline, an exponential moving average of that role's returns; a trajectory's advantage is its return
+less its role's baseline. The baselines are state: they go into checkpoints."""
+
+from __future__ import annotations
+
+
+class RoleBaselines:
+    def __init__(self, decay: float = 0.95):
+        if not 0.0 <= decay < 1.0:
+            raise ValueError(f"the baselines' decay must be in [0, 1), got {decay}")
+        self.decay = decay
+        self.values: dict[str, float] = {}  # "game/role" -> baseline (0 before any return)
+
+    def advantages(self, game: str, role: str, returns: list[float]) -> list[float]:
+        """Advantages of one batch of a role's returns: the baseline first moves towards their mean,
+        b <- decay * b + (1 - decay) * mean(returns), then A_i = R_i - b."""
+        if not returns:
+            return []
+        key = f"{game}/{role}"
+        b = self.decay * self.values.get(key, 0.0) + (1.0 - self.decay) * sum(returns) / len(returns)
+        self.values[key] = b
+        return [r - b for r in returns]
+
+    def state_dict(self) -> dict:
+        return {"decay": self.decay, "values": dict(self.values)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.decay, self.values = state["decay"], dict(state["values"])

@@ -1,0 +1,49 @@
+"""TicTacToe: X (player 0) and O take turns on a 3 x 3 board, cells numbered 1-9 row by row; three in a row wins."""
+
+from __future__ import annotations
+
+import random
+
+LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
+MARKS = ("X", "O")
+
+
+class TicTacToe:
+    name = "tictactoe"
+    roles = MARKS
+
+    def initial(self, rng: random.Random) -> tuple[str, ...]:
+        return ("",) * 9  # the cells, "" empty
+
+    def to_move(self, board: tuple[str, ...]) -> int:
+        return sum(c != "" for c in board) % 2
+
+    def winner(self, board: tuple[str, ...]) -> int | None:
+        for a, b, c in LINES:
+            if board[a] and board[a] == board[b] == board[c]:
+                return MARKS.index(board[a])
+        return None
+
+    def legal_moves(self, board: tuple[str, ...]) -> list[str]:
+        return [] if self.is_over(board) else [str(i + 1) for i, c in enumerate(board) if c == ""]
+
+    def play(self, board: tuple[str, ...], move: str) -> tuple[str, ...]:
+        i = int(move) - 1
+        if board[i] or self.is_over(board):
+            raise ValueError(f"illegal TicTacToe move {move!r}")
+        return board[:i] + (MARKS[self.to_move(board)],) + board[i + 1:]
+
+    def is_over(self, board: tuple[str, ...]) -> bool:
+        return self.winner(board) is not None or all(board)
+
+    def returns(self, board: tuple[str, ...]) -> tuple[float, float]:
+        w = self.winner(board)
+        return (0.0, 0.0) if w is None else (1.0, -1.0) if w == 0 else (-1.0, 1.0)
+
+    def render(self, board: tuple[str, ...], player: int) -> str:
+        rows = [" | ".join(board[r * 3 + c] or str(r * 3 + c + 1) for c in range(3)) for r in range(3)]
+        text = (f"TicTacToe. You play {MARKS[player]}; three in a row wins. Empty cells show their number.\n"
+                + "\n".join(rows))
+        if not self.is_over(board) and self.to_move(board) == player:
+            text += f"\nYour move. Legal moves: {', '.join(self.legal_moves(board))}"
+        return text
