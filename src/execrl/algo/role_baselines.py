@@ -13,14 +13,19 @@ class RoleBaselines:
         self.decay = decay
         self.values: dict[str, float] = {}  # "game/role" -> baseline (0 before any return)
 
+    def update(self, game: str, role: str, mean_return: float) -> float:
+        """The role's baseline after a batch whose returns averaged `mean_return`:
+        b <- decay * b + (1 - decay) * mean_return."""
+        key = f"{game}/{role}"
+        self.values[key] = self.decay * self.values.get(key, 0.0) + (1.0 - self.decay) * mean_return
+        return self.values[key]
+
     def advantages(self, game: str, role: str, returns: list[float]) -> list[float]:
-        """Advantages of one batch of a role's returns: the baseline first moves towards their mean,
-        b <- decay * b + (1 - decay) * mean(returns), then A_i = R_i - b."""
+        """Advantages of one batch of a role's returns: the baseline first moves towards their mean, then
+        A_i = R_i - b."""
         if not returns:
             return []
-        key = f"{game}/{role}"
-        b = self.decay * self.values.get(key, 0.0) + (1.0 - self.decay) * sum(returns) / len(returns)
-        self.values[key] = b
+        b = self.update(game, role, sum(returns) / len(returns))
         return [r - b for r in returns]
 
     def state_dict(self) -> dict:

@@ -189,6 +189,12 @@ def check_supported(cfg: MasterConfig) -> None:
         raise ConfigError("loss_fn.use_on_policy_kl_approximation weights the KL by pi / pi_sampler, with the "
                           "sampler's logprobs, which only the execrl engine returns: set "
                           "policy.generation.backend=execrl")
+    game = cfg.env.multi_turn.kind == "game"
+    if cfg.grpo.advantage == "rae" and not game:
+        raise ConfigError("grpo.advantage=rae (role-conditioned baselines) is for self-play: set "
+                          "env.multi_turn.kind=game with data.train.dataset_name=selfplay:<game>")
+    if game and cfg.grpo.num_generations_per_prompt != 2:
+        raise ConfigError("self-play plays each match with its two seats: set grpo.num_generations_per_prompt=2")
     if cfg.grpo.val_num_generations_per_prompt > 1 and cfg.policy.generation.val_temperature == 0:
         raise ConfigError(f"grpo.val_num_generations_per_prompt={cfg.grpo.val_num_generations_per_prompt} greedy "
                           "samples would all be the same: set policy.generation.val_temperature > 0 (NeMo RL's "

@@ -99,7 +99,10 @@ class GRPOConfig(Section):
     max_num_steps: int = Field(1000, ge=1, description="training steps (one rollout batch each)")
     max_num_epochs: int = Field(1000, ge=1, description="passes over the training set at most: training stops at "
                                                           "whichever of this and max_num_steps comes first")
-    advantage: str = Field("grpo", description="advantage estimator: grpo | dr_grpo")
+    advantage: Literal["grpo", "dr_grpo", "rae"] = Field("grpo", description="advantage estimator: grpo | dr_grpo | rae (self-play: SPIRAL's "
+                           "role-conditioned baselines, a moving average of each game and role's returns)")
+    role_baseline_decay: float = Field(0.95, ge=0, lt=1, description="rae: each step's baseline = decay x the last + "
+                                       "(1 - decay) x the step's mean return of that game and role")
     normalize_rewards: bool = Field(True, description="divide advantages by the group's reward std")
     use_leave_one_out_baseline: bool = Field(True, description="baseline = mean of the other G-1 rewards")
     max_rollout_turns: int = Field(1, ge=1, description="model turns per episode at most (>1: multi-turn, with "
@@ -229,10 +232,11 @@ class CodeEnvConfig(Section):
 
 
 class MultiTurnConfig(Section):
-    kind: Literal["single_turn", "interpreter", "unit_tests"] = Field(
+    kind: Literal["single_turn", "interpreter", "unit_tests", "game"] = Field(
         "single_turn", description="single_turn (one answer, graded) | interpreter (the model runs code cells and "
         "reads their output, then submits) | unit_tests (the model submits, is told which public tests fail, "
-        "refines); the reward always comes from all the tests at the end")
+        "refines); the reward always comes from all the tests at the end | game (self-play: each seat of a "
+        "two-player game's match an episode, data.train.dataset_name=selfplay:<game>)")
     observation_role: Literal["tool", "user"] = Field("tool", description="the role of the environment's messages "
                                                                           "in the chat template")
     stateful: bool = Field(True, description="interpreter: later cells see earlier definitions, like a notebook "
@@ -252,8 +256,15 @@ class MathEnvConfig(Section):
         "line, Minerva-normalized, must equal the reference)")
 
 
+class GameEnvConfig(Section):
+    illegal_move_penalty: float = Field(1.0, ge=0, description="a seat whose answer holds no legal move loses the "
+                                        "match by this much (its opponent wins as much)")
+
+
 class EnvConfig(Section):
     code: CodeEnvConfig = Field(default_factory=CodeEnvConfig, description="the code environment")
+    game: GameEnvConfig = Field(default_factory=GameEnvConfig, description="self-play games (env.multi_turn.kind="
+                                "game)")
     math: MathEnvConfig = Field(default_factory=MathEnvConfig, description="the math environment")
     multi_turn: MultiTurnConfig = Field(default_factory=MultiTurnConfig, description="the episode's environment "
                                         "(turns: grpo.max_rollout_turns; code style: prompt.code_style)")

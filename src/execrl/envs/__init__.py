@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from execrl.envs.base import Environment, Step
 from execrl.envs.chat import ChatTemplateError, TurnRenderer
+from execrl.envs.game import GameSeat, seats
 from execrl.envs.interpreter import InterpreterEnv
 from execrl.envs.single_turn import SingleTurnEnv
 from execrl.envs.trajectory import Segment, Trajectory
 from execrl.envs.unit_tests import UnitTestsEnv
 
-ENVIRONMENTS = {"single_turn": SingleTurnEnv, "interpreter": InterpreterEnv, "unit_tests": UnitTestsEnv}
+ENVIRONMENTS = {"single_turn": SingleTurnEnv, "interpreter": InterpreterEnv, "unit_tests": UnitTestsEnv,
+                "game": GameSeat}
 
 
 def make_env(cfg, grader) -> Environment:
@@ -19,5 +21,12 @@ def make_env(cfg, grader) -> Environment:
     return ENVIRONMENTS[cfg.env.multi_turn.kind](cfg, grader)
 
 
-__all__ = ["ENVIRONMENTS", "ChatTemplateError", "Environment", "InterpreterEnv", "Segment", "SingleTurnEnv", "Step",
-           "Trajectory", "TurnRenderer", "UnitTestsEnv", "make_env"]
+def make_envs(cfg, grader, problem, n: int) -> list[Environment]:
+    """The environments of a problem's n episodes: n fresh ones, or for a game the seats of its match(es)."""
+    if problem.kind == "game":
+        return seats(cfg, problem, n)
+    return [make_env(cfg, grader) for _ in range(n)]
+
+
+__all__ = ["ENVIRONMENTS", "ChatTemplateError", "Environment", "GameSeat", "InterpreterEnv", "Segment", "SingleTurnEnv",
+           "Step", "Trajectory", "TurnRenderer", "UnitTestsEnv", "make_env", "make_envs"]

@@ -33,15 +33,20 @@ def _program(problem: Problem, code: str) -> str:
 
 
 def is_correct(sample: Sample) -> bool:
+    if sample.problem.kind == "game":
+        return sample.outcome == "win"
     if sample.problem.kind == "math":
         return math_correct(sample) == 1.0
     return sample.result is not None and sample.result.verdict == Verdict.PASS
 
 
-OUTCOMES = {"math": ("correct", "wrong"), "code": (*(v.value for v in Verdict), NO_CODE)}  # what outcome() returns
+OUTCOMES = {"math": ("correct", "wrong"), "code": (*(v.value for v in Verdict), NO_CODE),
+            "game": ("win", "draw", "loss", "illegal")}  # what outcome() returns
 
 
 def outcome(sample: Sample) -> str:
+    if sample.outcome is not None:
+        return sample.outcome
     if sample.problem.kind == "math":
         return "correct" if is_correct(sample) else "wrong"
     return sample.result.verdict.value if sample.result is not None else NO_CODE

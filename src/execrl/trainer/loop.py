@@ -113,7 +113,7 @@ def epochs_done(run: Run) -> bool:
 
 def train_step(run: Run, rollouts) -> dict:
     cfg = run.cfg
-    adv, rewards, valid = advantages(rollouts, cfg)
+    adv, rewards, valid = advantages(rollouts, cfg, run.baselines)
     batch = build_batch(rollouts, adv, run.tokenizer.pad_token_id, cfg.grpo.overlong_filtering)
     temperature = scoring_temperature(cfg.policy.generation.temperature)
     if run.plan.optimizer_steps_per_rollout > 1:  # later optimizer steps need the logprobs as this step began
@@ -175,6 +175,8 @@ def validate(run: Run) -> float:
     metrics = {"eval/pass@1": score, "eval/num_problems": num_problems}
     if k > 1:
         metrics[f"eval/pass@{k}"] = sum_at_k / max(num_at_k, 1)
+    games = episode_means(dist.sum_dicts(episode_sums(rollouts)))  # (self-play: rates against each fixed player)
+    metrics.update({f"eval/{name}": v for name, v in games.items() if "_rate_vs_" in name})
     run.logger.log(run.step, metrics)
     console.print(f"step {run.step}: eval " + ", ".join(f"{name[5:]} = {v:.3f}" for name, v in metrics.items()
                                                         if "pass@" in name) + f" on {num_problems:.0f} problems")
@@ -185,6 +187,7 @@ def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
     metrics = {f"train/{k}": v for k, v in stats.items()}  # already global
     sums = dist.sum_dicts(episode_sums(rollouts, run.sampler.kinds))  # over all processes
     metrics.update({f"train/{k}": v for k, v in episode_means(sums).items()})
+    metrics.update({f"train/{key}/baseline": b for key, b in run.baselines.values.items()})  # self-play
     metrics["train/lr"] = run.scheduler.get_last_lr()[0]
     metrics.update({f"time/{k}": v for k, v in times.items()})
     if torch.cuda.is_available():
@@ -239,7 +242,7 @@ def save_on_interrupt(run: Run) -> None:
 
 
 def save(run: Run) -> None:
-    data = {"sampler": run.pipeline.data_position(run.step)}
+    data = {"sampler": run.pipeline.data_position(run.step), "role_baselines": run.baselines.state_dict()}
     path = checkpoint.save(run.cfg.checkpointing.checkpoint_dir, run.step, run.model, run.tokenizer, run.optimizer,
                            run.scheduler, data, run.cfg.checkpointing.keep_top_k, run.weights.compute_dtype)
     run.last_saved = run.step

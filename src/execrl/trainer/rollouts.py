@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from execrl.envs import Environment, Segment, Step, Trajectory, TurnRenderer, make_env
+from execrl.envs import Environment, Segment, Step, Trajectory, TurnRenderer, make_envs
+from execrl.games import GAMES
 from execrl.prompts import render
 from execrl.rewards import OUTCOMES, Reward, Sample, outcome
 from execrl.rollout import Completion, SamplingParams
@@ -111,27 +112,44 @@ def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem]
     gen, turns = cfg.policy.generation, cfg.grpo.max_rollout_turns
     episodes, prompts = [], []
     for problem in problems:
-        envs = [make_env(cfg, grader) for _ in range(group_size)]
+        envs = make_envs(cfg, grader, problem, group_size)
         messages = [env.reset(problem) for env in envs]
-        prompts.append(encode(messages[0], tokenizer))  # the G episodes of a problem share their prompt
-        episodes += [Episode(problem, env, m, Trajectory(prompts[-1])) for env, m in zip(envs, messages)]
+        prompts.append(encode(messages[0], tokenizer))  # the G episodes of a problem share their prompt (not a game's)
+        episodes += [Episode(problem, env, m, Trajectory(encode(m, tokenizer) if m != messages[0] else prompts[-1]))
+                     for env, m in zip(envs, messages)]
+    renderer = TurnRenderer(tokenizer) if cfg.env.multi_turn.kind != "single_turn" else None
     # (a rank may have no problems, e.g. of a small validation set: it still joins the weights' gathering below)
     stop = (gen.stop_strings or []) + (episodes[0].env.stop_strings if episodes else []) or None
     rollouts = Rollouts(episodes, group_size, {"generate": 0.0, "grade": 0.0})
     phase = getattr(generator, "phase", None)  # a sharded model's weights: gathered once for every turn
     with phase() if phase else nullcontext():
         for turn in range(turns):
-            live = [e for e in episodes if not e.done]
+            live = [e for e in episodes if not e.done and getattr(e.env, "ready", True)]  # (a game: the seats to move)
             if not live:
                 break
+            for e in live:  # what changed since the episode last looked (a game: the opponent's move)
+                news = e.env.observe() if hasattr(e.env, "observe") else []
+                if news:
+                    take_news(e, news, renderer, tokenizer)
+            # no room left for a model token (a game's seat: for a whole answer): the episode ends as it stands
+            full = [e for e in live if len(e.trajectory) + (gen.max_new_tokens if getattr(e.env, "whole_answers", False)
+                                                             else 0) >= cfg.policy.max_total_sequence_length]
+            for e in full:
+                e.trajectory.truncated = True
+                end(e, e.env.finish())
+            live = [e for e in live if not e.done]
+            if not live:
+                continue
             start = time.perf_counter()
-            if turn == 0:  # each prompt prefilled once for its G samples
+            if turn == 0 and len(live) == len(episodes) and all(len(e.trajectory) == len(e.trajectory.prompt_ids)
+                                                               for e in live):  # each prompt prefilled once for its G
                 outs = [c for group in generator.generate(prompts, group_size, gen.max_new_tokens, params, stop,
                                                           seeds=seeds) for c in group]
             else:
+                moving = {id(e) for e in live}
                 turn_seeds = None if seeds is None else [
                     mix32(request_key(seeds[i // group_size], i % group_size) ^ mix32(turn))
-                    for i, e in enumerate(episodes) if not e.done]
+                    for i, e in enumerate(episodes) if id(e) in moving]
                 outs = [group[0] for group in generator.generate([e.trajectory.ids for e in live], 1, gen.max_new_tokens,
                                                          params, stop, seeds=turn_seeds)]
             rollouts.times["generate"] += time.perf_counter() - start
@@ -161,6 +179,18 @@ def finish_episodes(rollouts: Rollouts, tokenizer, grader: Grader, cfg, last: bo
     rollouts.times["grade"] += time.perf_counter() - start
 
 
+def take_news(e: Episode, news: list[dict], renderer: TurnRenderer, tokenizer) -> None:
+    """Messages for an episode before its next turn: its prompt, if it has not had a turn yet; else an environment
+    turn after its last one."""
+    e.messages += news
+    if e.turns == 0:
+        e.messages = news
+        e.trajectory = Trajectory(encode(news, tokenizer))
+        return
+    last = e.trajectory.segments[-1].ids if e.trajectory.segments else []
+    e.trajectory.segments.append(Segment(renderer.env_turn(news, last[-1] if last else None), False))
+
+
 def fit(c: Completion, room: int, tokenizer) -> Completion:
     """The completion cut to the room left in the context (the engine stops there itself; transformers may not)."""
     if len(c.ids) <= room:
@@ -184,6 +214,8 @@ def advance(e: Episode, c: Completion, step: Step, renderer: TurnRenderer | None
         return True
     if c.truncated:
         return False
+    if not step.observation:  # nothing to say yet (a game: the opponent is to move)
+        return True
     env_ids = renderer.env_turn(step.observation, c.ids[-1] if c.ids else None)
     if len(e.trajectory) + len(env_ids) >= max_len:  # no room for it and a model token after it: never cut it
         e.trajectory.truncated = True
@@ -214,7 +246,7 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
     parts = defaultdict(lambda: (0.0, 0))
     for e in valid:
         for name, value in [*(("reward/" + k, v) for k, v in e.reward.parts.items()),
-                            (f"reward_by_turns/{e.turns}", e.reward.total)]:
+                            (f"reward_by_turns/{e.turns}", e.reward.total), *game_parts(e)]:
             parts[name] = (parts[name][0] + value, parts[name][1] + 1)
     # every outcome of the kinds of task, seen or not: then each process's count of episodes enters every fraction's
     # denominator (and the curves have no gaps)
@@ -223,6 +255,20 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
         parts[f"verdict/{verdict}"] = (counts[verdict], len(eps))
     pairs = sums | dict(sorted(parts.items()))
     return {k: s for k, (s, _) in pairs.items()} | {f"{k}#n": float(n) for k, (_, n) in pairs.items()}
+
+
+def game_parts(e: Episode) -> list[tuple[str, float]]:
+    """A self-play episode's metrics by game and role (its return, a forfeit, the moves it made) and, against a
+    fixed opponent, by game and opponent (win, draw, loss, forfeit: each a rate)."""
+    if e.problem.kind != "game":
+        return []
+    game, opponent = e.problem.metadata["game"], e.problem.metadata.get("opponent")
+    if opponent is not None:
+        return [(f"{game}/{kind}_rate_vs_{opponent}", float(outcome(e.sample) == kind))
+                for kind in ("win", "draw", "loss", "illegal")]
+    role = f"{game}/{GAMES[game].roles[e.env.seat]}"
+    return [(f"{role}/reward_mean", e.reward.total), (f"{role}/illegal_rate", float(outcome(e.sample) == "illegal")),
+            (f"{role}/moves_mean", float(e.turns))]
 
 
 def episode_means(sums: dict[str, float]) -> dict[str, float]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from rich.console import Console
 
+from execrl.algo.role_baselines import RoleBaselines
 from execrl.config import BatchPlan, MasterConfig, to_yaml
 from execrl.config.checks import check_dataset_names, prompt_limit, validate
 from execrl.envs import make_env
@@ -52,6 +53,7 @@ class Run:
     last_saved: int = -1
     nan_streak: int = 0
     started: float = field(default_factory=time.monotonic)
+    baselines: RoleBaselines = field(default_factory=RoleBaselines)  # self-play's role baselines (grpo.advantage rae)
 
     @property
     def model(self) -> torch.nn.Module:
@@ -116,12 +118,15 @@ def build_run(cfg: MasterConfig) -> Run:
                                 Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb),
                                 languages=languages(train + val)),
               MetricsLogger(cfg, write=dist.is_main()))
+    run.baselines = RoleBaselines(cfg.grpo.role_baseline_decay)
     found = checkpoint.latest(cfg.checkpointing.checkpoint_dir) if cfg.checkpointing.enabled else None
     if found is not None:
         state = checkpoint.load(found, model, opt, sched)
         weights.refresh()
         run.step, run.resumed_from, run.last_saved = state["step"], str(found), state["step"]
         run.sampler.load_state_dict(state["sampler"])
+        if "role_baselines" in state:
+            run.baselines.load_state_dict(state["role_baselines"])
         console.print(f"resumed from {found} (step {run.step})")
     removed = run.logger.start(run.step)
     if dist.is_main():

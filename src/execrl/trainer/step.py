@@ -9,7 +9,9 @@ import torch
 
 from execrl.algo import ADVANTAGES, LossTerms, policy_loss
 from execrl.algo.logprobs import token_logprobs_from_hidden
+from execrl.algo.role_baselines import RoleBaselines
 from execrl.config import BatchPlan, MasterConfig
+from execrl.games import GAMES
 from execrl.rollout.sampling import scoring_temperature
 from execrl.trainer import distributed as dist
 from execrl.trainer.precision import Weights
@@ -28,14 +30,39 @@ class TrainBatch:
                                                   # token where loss_mask is 1 (None: the backend gives none)
 
 
-def advantages(rollouts: Rollouts, cfg: MasterConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(advantages [N], rewards [num_groups, G], valid [num_groups, G]); flat groups get 0."""
+def advantages(rollouts: Rollouts, cfg: MasterConfig, baselines: RoleBaselines | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(advantages [N], rewards [num_groups, G], valid [num_groups, G]); flat groups get 0. With grpo.advantage rae
+    (self-play), each episode's return less its game and role's baseline, which moves with this batch first."""
     rewards, valid = rollouts.reward_table()
-    adv = ADVANTAGES[cfg.grpo.advantage](rewards, valid, normalize_rewards=cfg.grpo.normalize_rewards,
-                                         use_leave_one_out_baseline=cfg.grpo.use_leave_one_out_baseline)
+    if cfg.grpo.advantage == "rae":
+        adv = role_advantages(rollouts, baselines).view_as(rewards)
+    else:
+        adv = ADVANTAGES[cfg.grpo.advantage](rewards, valid, normalize_rewards=cfg.grpo.normalize_rewards,
+                                             use_leave_one_out_baseline=cfg.grpo.use_leave_one_out_baseline)
     if cfg.grpo.advantage_clip_low is not None or cfg.grpo.advantage_clip_high is not None:
         adv = adv.clamp(cfg.grpo.advantage_clip_low, cfg.grpo.advantage_clip_high)
     return adv.reshape(-1), rewards, valid
+
+
+def role_of(episode) -> tuple[str, str]:
+    """(game, role) of a self-play episode: its seat in the match (its place in the group of 2, or the seat it
+    plays against a fixed opponent)."""
+    game = GAMES[episode.problem.metadata["game"]]
+    return game.name, game.roles[episode.env.seat]
+
+
+def role_advantages(rollouts: Rollouts, baselines: RoleBaselines) -> torch.Tensor:
+    """Each episode's return less its (game, role)'s baseline, moved first towards the batch's mean return of that
+    role over all processes. [N]"""
+    keys = [(g.name, r) for g in GAMES.values() for r in g.roles]
+    mine = [role_of(e) for e in rollouts.episodes]
+    returns = [e.reward.total if e.reward.valid else 0.0 for e in rollouts.episodes]
+    sums = dist.sum_floats(*[sum(r for k, r in zip(mine, returns) if k == key) for key in keys],
+                           *[float(sum(k == key for k in mine)) for key in keys])
+    base = {key: baselines.update(*key, total / n) for key, total, n in zip(keys, sums[:len(keys)], sums[len(keys):])
+            if n}
+    return torch.tensor([r - base[k] for k, r in zip(mine, returns)], dtype=torch.float32)
 
 
 def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_filtering: bool) -> TrainBatch:

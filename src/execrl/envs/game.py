@@ -1,0 +1,124 @@
+"""Self-play games as environments: a match of a two-player game (execrl.games) is two episodes, one per seat,
+sharing the match. Each seat's trajectory holds its own turns (trained on) and, as observation tokens, the game as
+its side sees it after the opponent's move. The episode runner generates for a seat only when it is `ready` (its
+turn) and first hands it the news since it last looked (`observe`). An answer with no legal move loses the match for
+that seat (`env.game.illegal_move_penalty`) and ends it for both; so does running out of turns (a draw).
+
+A problem names the match: metadata {game, seed} and, to evaluate against a fixed player, {opponent: random |
+minimax, seat}: the opponent then moves inside `step`, and the policy's seat is ready at each of its turns. A seat of
+its own (no match given) also plays the problem's `warmup_opening` first: the supervised warm-up's positions."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from execrl.envs.base import Step
+from execrl.extract import Extracted
+from execrl.games import GAMES, PLAYERS, forfeit, parse_move, prompt
+from execrl.rewards import Reward, Sample
+from execrl.tasks import Problem
+
+
+@dataclass
+class Match:
+    """One game between two seats; `returns` once it is over (by the rules, a forfeit, or out of turns)."""
+    game: object
+    state: object
+    rng: random.Random  # the scripted opponent's choices
+    returns: tuple[float, float] | None = None
+    illegal: int | None = None  # the seat that forfeited
+    moves: int = 0
+    seen: list[int] = field(default_factory=lambda: [0, 0])  # per seat: the move count when it last saw the game
+
+    @classmethod
+    def of(cls, problem: Problem) -> Match:
+        game, rng = GAMES[problem.metadata["game"]], random.Random(problem.metadata["seed"])
+        return cls(game, game.initial(rng), rng)
+
+    def over(self) -> bool:
+        return self.returns is not None
+
+    def move(self, seat: int, move: str | None, penalty: float) -> None:
+        if move is None:
+            self.returns, self.illegal = forfeit(seat, penalty), seat
+            return
+        self.state, self.moves = self.game.play(self.state, move), self.moves + 1
+        if self.game.is_over(self.state):
+            self.returns = self.game.returns(self.state)
+
+    def view(self, seat: int) -> list[dict]:
+        self.seen[seat] = self.moves
+        return [{"role": "user", "content": prompt(self.game, self.state, seat)}]
+
+
+class GameSeat:
+    """One seat of a match: the environment of one player's episode."""
+
+    whole_answers = True  # a seat whose context cannot hold a whole answer ends there (a draw), not cut (a forfeit)
+
+    def __init__(self, cfg, grader=None, match: Match | None = None, seat: int | None = None):
+        self.cfg, self.match, self.seat = cfg, match, seat
+        self.stop_strings: list[str] = []
+        self.problem: Problem | None = None
+        self.opponent: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether this seat is to move now."""
+        m = self.match
+        return not m.over() and m.game.to_move(m.state) == self.seat
+
+    def reset(self, problem: Problem) -> list[dict]:
+        self.problem, self.opponent = problem, problem.metadata.get("opponent")
+        if self.match is None:  # a seat of its own: against a fixed opponent, or a warm-up position
+            self.match = Match.of(problem)
+            for move in problem.metadata.get("warmup_opening", []):
+                self.match.move(self.match.game.to_move(self.match.state), move, 0.0)
+            self.seat = problem.metadata.get("seat", self.match.game.to_move(self.match.state))
+        self._opponent_moves()
+        return self.match.view(self.seat)
+
+    def observe(self) -> list[dict]:
+        """The game as this seat sees it now, if it changed since it last looked (the opponent moved)."""
+        return self.match.view(self.seat) if self.match.seen[self.seat] != self.match.moves else []
+
+    def step(self, assistant_text: str, num_tokens: int = 0) -> Step:
+        m = self.match
+        m.move(self.seat, parse_move(assistant_text, m.game.legal_moves(m.state)), self.cfg.env.game.illegal_move_penalty)
+        m.seen[self.seat] = m.moves
+        self._opponent_moves()
+        if m.over():
+            return self._end(assistant_text, num_tokens)
+        return Step(observation=self.observe())  # (self-play: nothing yet, the opponent's move comes by observe)
+
+    def finish(self) -> Step:
+        """The episode ends without another move of this seat's: the match is over (the other seat ended it), or the
+        turns ran out (a draw)."""
+        if not self.match.over():
+            self.match.returns = (0.0, 0.0)
+        return self._end("", 0)
+
+    def _opponent_moves(self) -> None:
+        m = self.match
+        while self.opponent is not None and not m.over() and m.game.to_move(m.state) != self.seat:
+            m.move(1 - self.seat, PLAYERS[self.opponent](m.game, m.state, m.rng), 0.0)
+
+    def _end(self, text: str, num_tokens: int) -> Step:
+        m, mine = self.match, self.match.returns[self.seat]
+        verdict = "illegal" if m.illegal == self.seat else "win" if mine > 0 else "loss" if mine < 0 else "draw"
+        sample = Sample(self.problem, text, Extracted(text, True), num_tokens=num_tokens,
+                        max_tokens=self.cfg.policy.generation.max_new_tokens, outcome=verdict)
+        return Step(done=True, reward=Reward(mine, {"return": mine}), sample=sample)
+
+
+def seats(cfg, problem: Problem, n: int) -> list[GameSeat]:
+    """The environments of a problem's n episodes: against a fixed opponent, n matches of one seat each; in
+    self-play (n = 2), the two seats of one match."""
+    if problem.metadata.get("opponent") is not None:
+        return [GameSeat(cfg) for _ in range(n)]
+    if n != 2:
+        raise ValueError(f"self-play plays each match with its two seats: set grpo.num_generations_per_prompt=2 "
+                         f"(got {n})")
+    match = Match.of(problem)
+    return [GameSeat(cfg, match=match, seat=0), GameSeat(cfg, match=match, seat=1)]

@@ -1,0 +1,180 @@
+"""Self-play episodes: a match's two seats take turns through the episode runner, each seeing the game from its side;
+each seat's trajectory trains on its own moves only (the opponent's appear in observation tokens); role baselines
+give the advantages and survive a resume; evaluation against fixed players reports rates by opponent."""
+
+import json
+import re
+
+import pytest
+import torch
+
+from execrl.algo.role_baselines import RoleBaselines
+from execrl.config import load_config
+from execrl.models import BYTE_VOCAB, build_tokenizer
+from execrl.rollout import Completion, SamplingParams
+from execrl.sandbox import Grader, Limits
+from execrl.tasks import load_problems
+from execrl.trainer.rollouts import run_episodes
+from execrl.trainer.step import role_advantages
+
+GAME = ["env.multi_turn.kind=game", "grpo.max_rollout_turns=9", "grpo.num_generations_per_prompt=2",
+        "data.train.dataset_name=selfplay:tictactoe", "policy.max_total_sequence_length=2048",
+        "env.multi_turn.observation_role=user"]
+
+
+class FirstLegal:
+    """A player behind the generator's interface: it answers each prompt with the first legal move the prompt lists
+    (the real runner, tokenizer and environments around it; only the model is replaced, by a known player)."""
+
+    def __init__(self, tok):
+        self.tok, self.seen = tok, []
+
+    def generate(self, prompts, num_samples, max_new_tokens, params, stop_strings=None, on_batch=None, seeds=None):
+        out = []
+        for ids in prompts:
+            text = self.tok.decode(ids)
+            self.seen.append(text)
+            move = text.rsplit("Legal moves: ", 1)[1].split("\n")[0].split(", ")[0]
+            answer = self.tok(f"Move: {move}", add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id]
+            out.append([Completion(answer, f"Move: {move}", False) for _ in range(num_samples)])
+        return out
+
+
+@pytest.fixture(scope="module")
+def match():
+    tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
+    cfg = load_config(None, GAME)
+    problems, _ = load_problems("selfplay:tictactoe", "train", count=1)
+    with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as grader:
+        player = FirstLegal(tok)
+        rollouts = run_episodes(player, tok, grader, problems, cfg, 2, SamplingParams(1.0))
+    return rollouts, player, tok
+
+
+def test_the_seats_take_turns_and_the_match_ends_for_both(match):
+    rollouts, player, _ = match
+    x, o = rollouts.episodes
+    # first legal move each time: X 1, O 2, X 3, O 4, X 5, O 6, X 7: X wins on the 3-5-7 diagonal
+    assert [e.turns for e in (x, o)] == [4, 3] and len(player.seen) == 7
+    assert (x.reward.total, o.reward.total) == (1.0, -1.0)
+    assert (x.sample.outcome, o.sample.outcome) == ("win", "loss")
+    assert "You play O" in player.seen[1] and "1 | 2 | 3" not in player.seen[1].split("You play O")[1]  # X took 1
+    assert "X | 2 | 3" in player.seen[1] and "X | O | 3" in player.seen[2]  # each sees the other's move
+
+
+def test_a_seat_trains_on_its_own_moves_only(match):
+    rollouts, _, tok = match
+    x, o = rollouts.episodes
+    for e, moves in ((x, ["1", "3", "5", "7"]), (o, ["2", "4", "6"])):
+        traj = e.trajectory
+        own = [tok.decode(s.ids) for s in traj.segments if s.sampled]
+        assert [t.replace("<|im_end|>", "").strip() for t in own] == [f"Move: {m}" for m in moves]
+        observed = tok.decode([t for s in traj.segments if not s.sampled for t in s.ids])
+        assert not re.search(r"Move: \d", observed) and "You play" in observed  # the opponent's moves: as boards
+        mask = traj.loss_mask
+        assert sum(mask) == sum(len(s.ids) for s in traj.segments if s.sampled) < len(mask)
+
+
+def test_role_advantages_follow_the_moving_baselines(match):
+    rollouts, _, _ = match
+    baselines = RoleBaselines(decay=0.5)
+    # X won (+1): b_X = 0.5 * 0 + 0.5 * 1 = 0.5, A = 0.5; O lost: b_O = -0.5, A = -0.5
+    assert role_advantages(rollouts, baselines).tolist() == [0.5, -0.5]
+    assert baselines.values == {"tictactoe/X": 0.5, "tictactoe/O": -0.5}
+    assert role_advantages(rollouts, baselines).tolist() == [0.25, -0.25]  # b_X = 0.75
+
+
+def test_an_illegal_answer_forfeits_the_match():
+    tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
+    cfg = load_config(None, [*GAME, "env.game.illegal_move_penalty=0.5"])
+    problems, _ = load_problems("selfplay:tictactoe", "train", count=1)
+
+    class Babbler(FirstLegal):
+        def generate(self, prompts, num_samples, *args, **kwargs):
+            return [[Completion(tok("I pass", add_special_tokens=False)["input_ids"], "I pass", False)]
+                    for _ in prompts]
+
+    with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as grader:
+        rollouts = run_episodes(Babbler(tok), tok, grader, problems, cfg, 2, SamplingParams(1.0))
+    x, o = rollouts.episodes
+    assert (x.sample.outcome, x.reward.total, o.sample.outcome, o.reward.total) == ("illegal", -0.5, "win", 0.5)
+    assert o.turns == 0  # the match ended before O's turn
+
+
+def test_validation_matches_are_against_fixed_players_in_both_seats():
+    problems, _ = load_problems("selfplay:tictactoe", "validation", count=4)
+    assert [(p.metadata["opponent"], p.metadata["seat"]) for p in problems] == [
+        ("random", 0), ("minimax", 0), ("random", 1), ("minimax", 1), ("random", 0), ("minimax", 0), ("random", 1),
+        ("minimax", 1)]  # interleaved: grpo.max_val_samples keeps both opponents and both seats
+
+
+def test_self_play_trains_logs_role_metrics_and_resumes_its_baselines(tmp_path):
+    from execrl.trainer.loop import train
+
+    base = ["policy.device=cpu", "configs/spiral_tictactoe_cpu.yaml"]
+    args = ["grpo.num_prompts_per_step=4", "policy.train_global_batch_size=8", "policy.train_micro_batch_size=8",
+            "policy.logprob_batch_size=8", "policy.generation_batch_size=8", "grpo.val_period=2",
+            "grpo.max_val_samples=4", "grpo.val_at_start=false", "warmup.sft_steps=2", "checkpointing.save_period=1",
+            "logger.tensorboard_enabled=false", f"logger.log_dir={tmp_path}", f"checkpointing.checkpoint_dir={tmp_path}/ck"]
+    from pathlib import Path
+
+    config = str(Path(__file__).parents[2] / base[1])
+    first = train(load_config(config, [*args, "grpo.max_num_steps=1"]))
+    state = torch.load(tmp_path / "ck" / "step_000001" / "trainer_state.pt", weights_only=False)
+    assert state["role_baselines"]["values"] == first.baselines.values and set(first.baselines.values) == {
+        "tictactoe/X", "tictactoe/O"}
+    resumed = train(load_config(config, [*args, "grpo.max_num_steps=2"]))
+    assert resumed.resumed_from.endswith("step_000001")
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    step2 = next(r for r in rows if r["step"] == 2 and "train/loss" in r)
+    assert {"train/tictactoe/X/reward_mean", "train/tictactoe/O/reward_mean", "train/tictactoe/X/baseline",
+            "train/tictactoe/O/baseline"} <= set(step2)
+    evals = [r for r in rows if "eval/pass@1" in r]
+    assert evals and all({"eval/tictactoe/win_rate_vs_random", "eval/tictactoe/draw_rate_vs_random",
+                          "eval/tictactoe/win_rate_vs_minimax"} <= set(r) for r in evals)
+    # the resumed step moved the baselines from the saved ones: b = 0.95 b1 + 0.05 mean(step 2's returns)
+    x2 = step2["train/tictactoe/X/reward_mean"]
+    assert resumed.baselines.values["tictactoe/X"] == pytest.approx(0.95 * state["role_baselines"]["values"][
+        "tictactoe/X"] + 0.05 * x2)
+
+
+def test_self_play_settings_that_cannot_work_are_refused():
+    from execrl.config import ConfigError
+    from execrl.config.checks import validate
+
+    with pytest.raises(ConfigError, match="rae .* is for self-play"):
+        validate(load_config(None, ["grpo.advantage=rae"]))
+    with pytest.raises(ConfigError, match="num_generations_per_prompt=2"):
+        validate(load_config(None, [*GAME, "grpo.num_generations_per_prompt=4"]))
+    validate(load_config(None, [*GAME, "grpo.advantage=rae"]))
+
+
+@pytest.mark.parametrize("game", ["tictactoe", "kuhn_poker", "negotiation"])
+def test_warm_up_positions_pose_a_legal_move_from_the_list(game):
+    """The supervised warm-up's examples: a seat of its own plays the problem's opening, and the reference is a
+    legal move there."""
+    from execrl.envs.game import GameSeat
+    from execrl.games import GAMES, parse_move
+
+    cfg = load_config(None, GAME)
+    problems, _ = load_problems(f"selfplay:{game}", "train", count=30)
+    assert any(p.metadata["warmup_opening"] for p in problems)
+    for p in problems:
+        seat = GameSeat(cfg)
+        view = seat.reset(p)[0]["content"]
+        legal = GAMES[game].legal_moves(seat.match.state)
+        assert seat.match.moves == len(p.metadata["warmup_opening"]) and seat.ready
+        assert parse_move(p.metadata["reference_completion"], legal) in legal
+        assert "Your move." in view
+
+
+def test_a_seat_whose_context_is_full_ends_the_match_as_a_draw():
+    tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
+    cfg = load_config(None, [*GAME, "policy.max_total_sequence_length=700", "policy.generation.max_new_tokens=8"])
+    problems, _ = load_problems("selfplay:tictactoe", "train", count=1)
+    with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as grader:
+        rollouts = run_episodes(FirstLegal(tok), tok, grader, problems, cfg, 2, SamplingParams(1.0))
+    x, o = rollouts.episodes
+    assert any(e.trajectory.truncated for e in (x, o))
+    assert (x.sample.outcome, o.sample.outcome) == ("draw", "draw") and x.turns + o.turns < 7
+    assert all(len(e.trajectory) <= 700 for e in (x, o))
