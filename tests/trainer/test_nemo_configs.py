@@ -302,6 +302,8 @@ def test_reward_scaling_maps_the_reward_before_the_overlong_penalty_is_added():
     assert score(sample(res=result(*[V.PASS] * 4), num_tokens=128), cfg.reward).total == 0.5
     with pytest.raises(ConfigError, match="source_max"):
         load_config(None, ["++grpo.reward_scaling.enabled=true", "++grpo.reward_scaling.source_max=0.0"])
+    off = load_config(None, ["++grpo.reward_scaling.enabled=false", "++grpo.reward_scaling.target_min=-1.0"])
+    assert not off.reward.scaling.enabled and "grpo.reward_scaling (off)" in no_effect_note(off)
 
 
 def test_checkpoint_must_save_by_stops_with_a_checkpoint_that_resumes(tmp_path):

@@ -220,7 +220,7 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
     leaves = dict(_leaves(tree))
     if not _on(leaves.get("grpo.reward_scaling.enabled")):  # its settings say nothing while it is off
         leaves = {k: v for k, v in leaves.items() if not k.startswith("grpo.reward_scaling.")}
-        if "grpo.reward_scaling" in tree.get("grpo", {}):
+        if "reward_scaling" in (tree.get("grpo") or {}):
             ignored["grpo.reward_scaling"] = "off"
     for refused, (on, why) in REFUSED.items():  # in the table's order: the most basic missing feature first
         if any(on(value) for key, value in leaves.items() if _section_of(key, REFUSED) == refused):
