@@ -222,8 +222,9 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
         leaves = {k: v for k, v in leaves.items() if not k.startswith("grpo.reward_scaling.")}
         if "reward_scaling" in (tree.get("grpo") or {}):
             ignored["grpo.reward_scaling"] = "off"
+    refused_at = {key: _section_of(key, REFUSED) for key in leaves}  # the REFUSED entry each key falls under
     for refused, (on, why) in REFUSED.items():  # in the table's order: the most basic missing feature first
-        if any(on(value) for key, value in leaves.items() if _section_of(key, REFUSED) == refused):
+        if any(on(leaves[key]) for key, entry in refused_at.items() if entry == refused):
             raise ConfigError(why)
     out: dict = {}
     later: list[tuple[str, Any]] = []  # mapped values, put last: they win over the schema's defaults of their keys
@@ -244,8 +245,8 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
             _put(out, key, value)
         elif section is not None:
             ignored[section] = IGNORED[section]
-        elif _section_of(key, REFUSED) is not None:
-            ignored[_section_of(key, REFUSED)] = "off"
+        elif refused_at[key] is not None:
+            ignored[refused_at[key]] = "off"
         else:
             _put(out, key, value)  # unknown: the schema's error names the closest valid key
     for target, value in later:

@@ -64,6 +64,11 @@ class GameSeat:
         self.opponent: str | None = None
 
     @property
+    def role(self) -> tuple[str, str]:
+        """(game, role): e.g. ("tictactoe", "X"), what the role baselines and metrics are kept by."""
+        return self.match.game.name, self.match.game.roles[self.seat]
+
+    @property
     def ready(self) -> bool:
         """Whether this seat is to move now."""
         m = self.match

@@ -189,20 +189,27 @@ def this_rank(items: list, per_batch: int | None = None) -> list:
     each batch is split into contiguous parts, rank r taking part r of every batch: then optimizer step k sees the
     same global samples on any number of ranks. Without it, one contiguous part. Parts differ in size by one at most
     (a batch smaller than the ranks leaves some of them none)."""
-    n, r = world_size(), rank()
-    if n == 1:
+    if world_size() == 1:
         return items
     if per_batch is None:
-        return items[r * len(items) // n:(r + 1) * len(items) // n]
+        a, b = part(len(items))
+        return items[a:b]
     assert len(items) % per_batch == 0, (len(items), per_batch)  # checked by config.plan
-    return [x for start in range(0, len(items), per_batch)
-            for x in items[start + r * per_batch // n:start + (r + 1) * per_batch // n]]
+    a, b = part(per_batch)
+    return [x for start in range(0, len(items), per_batch) for x in items[start + a:start + b]]
+
+
+def part(total: int, r: int | None = None) -> tuple[int, int]:
+    """[start, stop) of rank r's part (this rank's by default) of `total` items split contiguously over the ranks,
+    the parts' sizes differing by one at most."""
+    n, r = world_size(), rank() if r is None else r
+    return r * total // n, (r + 1) * total // n
 
 
 def share(total: int) -> int:
     """The size of this rank's part of `total` items (as this_rank splits them)."""
-    n, r = world_size(), rank()
-    return (r + 1) * total // n - r * total // n
+    a, b = part(total)
+    return b - a
 
 
 def _device() -> torch.device:
@@ -239,11 +246,10 @@ def gather_lists(items: list, per_batch: int | None = None, unit: int = 1) -> li
     everyone: list = [None] * world_size()
     dist.all_gather_object(everyone, items)
     if per_batch is None:
-        return [x for part in everyone for x in part]
-    n = world_size()
-    parts = [((r + 1) * per_batch // n - r * per_batch // n) * unit for r in range(n)]  # each rank's, per batch
+        return [x for theirs in everyone for x in theirs]
+    sizes = [(b - a) * unit for a, b in (part(per_batch, r) for r in range(world_size()))]  # each rank's, per batch
     batches = sum(map(len, everyone)) // (per_batch * unit)
-    return [x for k in range(batches) for mine, part in zip(everyone, parts) for x in mine[k * part:(k + 1) * part]]
+    return [x for k in range(batches) for mine, size in zip(everyone, sizes) for x in mine[k * size:(k + 1) * size]]
 
 
 def from_main(value):

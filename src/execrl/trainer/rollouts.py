@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 import torch
 
 from execrl.envs import Environment, Segment, Step, Trajectory, TurnRenderer, make_envs
-from execrl.games import GAMES
 from execrl.prompts import render
 from execrl.rewards import OUTCOMES, Reward, Sample, outcome
 from execrl.rollout import Completion, SamplingParams
@@ -141,8 +140,8 @@ def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem]
             if not live:
                 continue
             start = time.perf_counter()
-            if turn == 0 and len(live) == len(episodes) and all(len(e.trajectory) == len(e.trajectory.prompt_ids)
-                                                               for e in live):  # each prompt prefilled once for its G
+            if turn == 0 and len(live) == len(episodes) and all(  # each prompt prefilled once for its G samples
+                    e.trajectory.prompt_ids is prompts[i // group_size] for i, e in enumerate(episodes)):
                 outs = [c for group in generator.generate(prompts, group_size, gen.max_new_tokens, params, stop,
                                                           seeds=seeds) for c in group]
             else:
@@ -182,11 +181,11 @@ def finish_episodes(rollouts: Rollouts, tokenizer, grader: Grader, cfg, last: bo
 def take_news(e: Episode, news: list[dict], renderer: TurnRenderer, tokenizer) -> None:
     """Messages for an episode before its next turn: its prompt, if it has not had a turn yet; else an environment
     turn after its last one."""
-    e.messages += news
     if e.turns == 0:
         e.messages = news
         e.trajectory = Trajectory(encode(news, tokenizer))
         return
+    e.messages += news
     last = e.trajectory.segments[-1].ids if e.trajectory.segments else []
     e.trajectory.segments.append(Segment(renderer.env_turn(news, last[-1] if last else None), False))
 
@@ -266,7 +265,7 @@ def game_parts(e: Episode) -> list[tuple[str, float]]:
     if opponent is not None:
         return [(f"{game}/{kind}_rate_vs_{opponent}", float(outcome(e.sample) == kind))
                 for kind in ("win", "draw", "loss", "illegal")]
-    role = f"{game}/{GAMES[game].roles[e.env.seat]}"
+    role = "/".join(e.env.role)
     return [(f"{role}/reward_mean", e.reward.total), (f"{role}/illegal_rate", float(outcome(e.sample) == "illegal")),
             (f"{role}/moves_mean", float(e.turns))]
 

@@ -117,8 +117,7 @@ def build_run(cfg: MasterConfig) -> Run:
               val, refs, Grader(dist.sandbox_workers(cfg.env.code.num_workers),
                                 Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb),
                                 languages=languages(train + val)),
-              MetricsLogger(cfg, write=dist.is_main()))
-    run.baselines = RoleBaselines(cfg.grpo.role_baseline_decay)
+              MetricsLogger(cfg, write=dist.is_main()), baselines=RoleBaselines(cfg.grpo.role_baseline_decay))
     found = checkpoint.latest(cfg.checkpointing.checkpoint_dir) if cfg.checkpointing.enabled else None
     if found is not None:
         state = checkpoint.load(found, model, opt, sched)

@@ -45,18 +45,11 @@ def advantages(rollouts: Rollouts, cfg: MasterConfig, baselines: RoleBaselines |
     return adv.reshape(-1), rewards, valid
 
 
-def role_of(episode) -> tuple[str, str]:
-    """(game, role) of a self-play episode: its seat in the match (its place in the group of 2, or the seat it
-    plays against a fixed opponent)."""
-    game = GAMES[episode.problem.metadata["game"]]
-    return game.name, game.roles[episode.env.seat]
-
-
 def role_advantages(rollouts: Rollouts, baselines: RoleBaselines) -> torch.Tensor:
     """Each episode's return less its (game, role)'s baseline, moved first towards the batch's mean return of that
     role over all processes. [N]"""
     keys = [(g.name, r) for g in GAMES.values() for r in g.roles]
-    mine = [role_of(e) for e in rollouts.episodes]
+    mine = [e.env.role for e in rollouts.episodes]
     returns = [e.reward.total if e.reward.valid else 0.0 for e in rollouts.episodes]
     sums = dist.sum_floats(*[sum(r for k, r in zip(mine, returns) if k == key) for key in keys],
                            *[float(sum(k == key for k in mine)) for key in keys])
