@@ -23,7 +23,7 @@ GAME = ["env.multi_turn.kind=game", "grpo.max_rollout_turns=9", "grpo.num_genera
 
 
 class FirstLegal:
-    """A player behind the generator's interface: it answers each prompt with the first legal move the prompt lists
+    """A player behind the generator's interface: it answers each prompt with the lowest legal cell the prompt lists
     (the real runner, tokenizer and environments around it; only the model is replaced, by a known player)."""
 
     def __init__(self, tok):
@@ -34,7 +34,7 @@ class FirstLegal:
         for ids in prompts:
             text = self.tok.decode(ids)
             self.seen.append(text)
-            move = text.rsplit("Legal moves: ", 1)[1].split("\n")[0].split(", ")[0]
+            move = min(text.rsplit("Legal moves: ", 1)[1].split("<|im_end|>")[0].split(", "), key=int)  # (scrambled)
             answer = self.tok(f"Move: {move}", add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id]
             out.append([Completion(answer, f"Move: {move}", False) for _ in range(num_samples)])
         return out
@@ -58,8 +58,9 @@ def test_the_seats_take_turns_and_the_match_ends_for_both(match):
     assert [e.turns for e in (x, o)] == [4, 3] and len(player.seen) == 7
     assert (x.reward.total, o.reward.total) == (1.0, -1.0)
     assert (x.sample.outcome, o.sample.outcome) == ("win", "loss")
-    assert "You play O" in player.seen[1] and "1 | 2 | 3" not in player.seen[1].split("You play O")[1]  # X took 1
-    assert "X | 2 | 3" in player.seen[1] and "X | O | 3" in player.seen[2]  # each sees the other's move
+    assert "you play O" in player.seen[1] and "1 2 3" not in player.seen[1].split("you play O")[1]  # X took 1
+    assert "X 2 3\n" in player.seen[1] and "X O 3\n" in player.seen[2]  # each sees the other's move
+    assert player.seen[2].count("TicTacToe") == 1  # the rules once, in the prompt
 
 
 def test_a_seat_trains_on_its_own_moves_only(match):
@@ -70,7 +71,7 @@ def test_a_seat_trains_on_its_own_moves_only(match):
         own = [tok.decode(s.ids) for s in traj.segments if s.sampled]
         assert [t.replace("<|im_end|>", "").strip() for t in own] == [f"Move: {m}" for m in moves]
         observed = tok.decode([t for s in traj.segments if not s.sampled for t in s.ids])
-        assert not re.search(r"Move: \d", observed) and "You play" in observed  # the opponent's moves: as boards
+        assert not re.search(r"Move: \d", observed) and "Legal moves" in observed  # the opponent's moves: as boards
         mask = traj.loss_mask
         assert sum(mask) == sum(len(s.ids) for s in traj.segments if s.sampled) < len(mask)
 
@@ -97,8 +98,9 @@ def test_an_illegal_answer_forfeits_the_match():
     with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as grader:
         rollouts = run_episodes(Babbler(tok), tok, grader, problems, cfg, 2, SamplingParams(1.0))
     x, o = rollouts.episodes
-    assert (x.sample.outcome, x.reward.total, o.sample.outcome, o.reward.total) == ("illegal", -0.5, "win", 0.5)
-    assert o.turns == 0  # the match ended before O's turn
+    assert (x.sample.outcome, x.reward.total, o.sample.outcome, o.reward.total) == ("illegal", -0.5, "unplayed", 0.5)
+    assert o.turns == 0  # the match ended before O's turn: O's return is in no baseline (it has nothing to train)
+    assert role_advantages(rollouts, RoleBaselines(0.5)).tolist() == [-0.25, 0.0]
 
 
 def test_validation_matches_are_against_fixed_players_in_both_seats():
@@ -114,7 +116,7 @@ def test_self_play_trains_logs_role_metrics_and_resumes_its_baselines(tmp_path):
     base = ["policy.device=cpu", "configs/spiral_tictactoe_cpu.yaml"]
     args = ["grpo.num_prompts_per_step=4", "policy.train_global_batch_size=8", "policy.train_micro_batch_size=8",
             "policy.logprob_batch_size=8", "policy.generation_batch_size=8", "grpo.val_period=2",
-            "grpo.max_val_samples=4", "grpo.val_at_start=false", "warmup.sft_steps=2", "checkpointing.save_period=1",
+            "grpo.max_val_samples=4", "grpo.val_at_start=false", "warmup.sft_steps=30", "checkpointing.save_period=1",
             "logger.tensorboard_enabled=false", f"logger.log_dir={tmp_path}", f"checkpointing.checkpoint_dir={tmp_path}/ck"]
     from pathlib import Path
 
@@ -136,6 +138,12 @@ def test_self_play_trains_logs_role_metrics_and_resumes_its_baselines(tmp_path):
     x2 = step2["train/tictactoe/X/reward_mean"]
     assert resumed.baselines.values["tictactoe/X"] == pytest.approx(0.95 * state["role_baselines"]["values"][
         "tictactoe/X"] + 0.05 * x2)
+    # against a fixed model: the checkpoint just saved (its policy/ in HF format), loaded as the frozen opponent
+    other = [a.replace(str(tmp_path), str(tmp_path / "vs")) for a in args]
+    vs = train(load_config(config, [*other, "grpo.max_num_steps=1", "env.game.opponent=model",
+                                    f"env.game.opponent_model={tmp_path}/ck/step_000001"]))
+    assert vs.opponent is not None and vs.opponent.refresh_steps is None and vs.step == 1
+    assert all(torch.equal(a, b.to(a.dtype)) for a, b in zip(vs.opponent.model.parameters(), first.model.parameters()))
 
 
 def test_self_play_settings_that_cannot_work_are_refused():
@@ -150,31 +158,102 @@ def test_self_play_settings_that_cannot_work_are_refused():
 
 
 @pytest.mark.parametrize("game", ["tictactoe", "kuhn_poker", "negotiation"])
-def test_warm_up_positions_pose_a_legal_move_from_the_list(game):
-    """The supervised warm-up's examples: a seat of its own plays the problem's opening, and the reference is a
-    legal move there."""
+def test_warm_up_matches_are_legal_games_seen_from_one_seat(game):
+    """The supervised warm-up's examples: a seat of its own plays the problem's opening, then the reference is the
+    rest of a legal match from its side: its moves (in the answer format), and after each but the last the game as
+    it sees it then, exactly as its environment would show it."""
     from execrl.envs.game import GameSeat
-    from execrl.games import GAMES, parse_move
+    from execrl.games import GAMES, parse_move, prompt
 
     cfg = load_config(None, GAME)
     problems, _ = load_problems(f"selfplay:{game}", "train", count=30)
-    assert any(p.metadata["warmup_opening"] for p in problems)
+    assert {bool(p.metadata["warmup_opening"]) for p in problems} == {True, False}  # both seats
+    g = GAMES[game]
     for p in problems:
         seat = GameSeat(cfg)
-        view = seat.reset(p)[0]["content"]
-        legal = GAMES[game].legal_moves(seat.match.state)
-        assert seat.match.moves == len(p.metadata["warmup_opening"]) and seat.ready
-        assert parse_move(p.metadata["reference_completion"], legal) in legal
-        assert "Your move." in view
+        assert "Your move" in seat.reset(p)[0]["content"] and seat.ready
+        state, me, turns = seat.match.state, seat.seat, p.metadata["reference_turns"]
+        assert [t["role"] for t in turns] == ["assistant", "user"] * (len(turns) // 2) + ["assistant"]
+        for t in turns:
+            if t["role"] == "assistant":
+                state = g.play(state, parse_move(t["content"], g.legal_moves(state)))  # (raises if not legal)
+            else:  # the board after one of the opponent's legal moves, as the environment words it
+                state = next(s for m in g.legal_moves(state) if prompt(
+                    g, (s := g.play(state, m)), me, False, p.metadata["seed"]) == t["content"])
+                assert g.to_move(state) == me
 
 
 def test_a_seat_whose_context_is_full_ends_the_match_as_a_draw():
     tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
-    cfg = load_config(None, [*GAME, "policy.max_total_sequence_length=700", "policy.generation.max_new_tokens=8"])
+    cfg = load_config(None, [*GAME, "policy.max_total_sequence_length=300", "policy.generation.max_new_tokens=8"])
     problems, _ = load_problems("selfplay:tictactoe", "train", count=1)
     with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as grader:
         rollouts = run_episodes(FirstLegal(tok), tok, grader, problems, cfg, 2, SamplingParams(1.0))
     x, o = rollouts.episodes
     assert any(e.trajectory.truncated for e in (x, o))
     assert (x.sample.outcome, o.sample.outcome) == ("draw", "draw") and x.turns + o.turns < 7
-    assert all(len(e.trajectory) <= 700 for e in (x, o))
+    assert all(len(e.trajectory) <= 300 for e in (x, o))
+
+
+def test_a_frozen_opponent_plays_its_seats_untrained_and_in_no_baseline():
+    """env.game.opponent=snapshot|model: one seat of each match is the opponent's: its turns come from the opponent's
+    generator, reach its trajectory as context only, and count in no baseline or role metric; the policy takes the
+    roles of env.game.policy_roles in turn."""
+    from execrl.trainer.rollouts import game_parts
+
+    tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
+    cfg = load_config(None, [*GAME, "env.game.opponent=snapshot"])
+    problems, _ = load_problems("selfplay:tictactoe", "train", count=6)
+    policy, opponent = FirstLegal(tok), FirstLegal(tok)
+    with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as grader:
+        rollouts = run_episodes(policy, tok, grader, problems, cfg, 2, SamplingParams(1.0), opponent=opponent)
+    eps = rollouts.episodes
+    frozen = [e.env.frozen for e in eps]
+    assert all(a != b for a, b in zip(frozen[::2], frozen[1::2]))  # one frozen seat per match
+    assert {e.env.seat for e in eps if not e.env.frozen} == {0, 1}  # the policy plays both roles, in turn
+    assert len(policy.seen) + len(opponent.seen) == sum(e.turns for e in eps)
+    assert len(opponent.seen) == sum(e.turns for e in eps if e.env.frozen) > 0
+    for e in eps:
+        assert (sum(e.trajectory.loss_mask) == 0) == (e.env.frozen or e.turns == 0)
+        assert (game_parts(e) == []) == (e.env.frozen or e.sample.outcome == "unplayed")
+    adv = role_advantages(rollouts, RoleBaselines(0.5))
+    assert all(a == 0.0 for a, e in zip(adv.tolist(), eps) if e.env.frozen)
+    only_o = load_config(None, [*GAME, "env.game.opponent=snapshot", "env.game.policy_roles=[O]"])
+    with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as grader:
+        rollouts = run_episodes(policy, tok, grader, problems, only_o, 2, SamplingParams(1.0), opponent=opponent)
+    assert {e.env.role[1] for e in rollouts.episodes if not e.env.frozen} == {"O"}
+
+
+def test_opponent_settings_are_each_read_or_refused():
+    from execrl.config import ConfigError
+    from execrl.config.checks import validate
+
+    for wrong, message in [(["env.game.opponent=model"], "set env.game.opponent_model"),
+                           (["env.game.opponent_model=/x"], "read with env.game.opponent=model only"),
+                           (["env.game.opponent_refresh_steps=5"], "refreshes a snapshot opponent"),
+                           (["env.game.policy_roles=[X]"], "the policy plays every role"),
+                           (["env.game.opponent=snapshot", "env.game.policy_roles=[writer]"], "roles are"),]:
+        with pytest.raises(ConfigError, match=message):
+            validate(load_config(None, [*GAME, "grpo.advantage=rae", *wrong]))
+    validate(load_config(None, [*GAME, "env.game.opponent=snapshot", "env.game.opponent_refresh_steps=5"]))
+
+
+def test_a_snapshot_opponent_takes_the_policys_weights_every_n_steps():
+    from execrl.models import build_tiny_model
+    from execrl.trainer.opponent import build_opponent
+
+    tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
+    policy = build_tiny_model(tok, seed=0)
+    cfg = load_config(None, [*GAME, "env.game.opponent=snapshot", "env.game.opponent_refresh_steps=3",
+                             "policy.generation.backend=transformers"])
+    opp = build_opponent(cfg, policy, tok, slots=4)
+    same = lambda: all(torch.equal(a, b) for a, b in zip(opp.model.parameters(), policy.parameters()))  # noqa: E731
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(1.0)
+    assert not same() and opp.refresh(5, policy) and same()  # the first step a run takes (here: a resumed one)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(1.0)
+    assert not opp.refresh(7, policy) and not same() and opp.refresh(9, policy) and same()
+    assert not any(p.requires_grad for p in opp.model.parameters())

@@ -195,6 +195,7 @@ def check_supported(cfg: MasterConfig) -> None:
                           "env.multi_turn.kind=game with data.train.dataset_name=selfplay:<game>")
     if game and cfg.grpo.num_generations_per_prompt != 2:
         raise ConfigError("self-play plays each match with its two seats: set grpo.num_generations_per_prompt=2")
+    check_opponent(cfg, game)
     if cfg.grpo.val_num_generations_per_prompt > 1 and cfg.policy.generation.val_temperature == 0:
         raise ConfigError(f"grpo.val_num_generations_per_prompt={cfg.grpo.val_num_generations_per_prompt} greedy "
                           "samples would all be the same: set policy.generation.val_temperature > 0 (NeMo RL's "
@@ -207,6 +208,32 @@ def check_supported(cfg: MasterConfig) -> None:
         raise ConfigError("env.code.terminate_on_evaluation=false (episodes go on after the code runs) is execrl's "
                           "code interpreter: set env.multi_turn.kind=interpreter and grpo.max_rollout_turns > 1, or "
                           "terminate_on_evaluation=true")
+
+
+def check_opponent(cfg: MasterConfig, game: bool) -> None:
+    """env.game's opponent settings: each one only where it does something."""
+    g = cfg.env.game
+    if g.opponent != "self" and not game:
+        raise ConfigError(f"env.game.opponent={g.opponent} plays the other seat of a self-play match: set "
+                          "env.multi_turn.kind=game, or env.game.opponent=self")
+    if (g.opponent == "model") != (g.opponent_model is not None):
+        raise ConfigError("env.game.opponent=model plays a fixed model: set env.game.opponent_model to its directory"
+                          if g.opponent == "model" else f"env.game.opponent_model is read with env.game.opponent=model "
+                          f"only (it is {g.opponent}): set opponent=model, or drop opponent_model")
+    if g.opponent_refresh_steps is not None and g.opponent != "snapshot":
+        raise ConfigError(f"env.game.opponent_refresh_steps refreshes a snapshot opponent (env.game.opponent is "
+                          f"{g.opponent}): set opponent=snapshot, or drop it")
+    if g.policy_roles is not None and g.opponent == "self":
+        raise ConfigError("env.game.policy_roles: with env.game.opponent=self the policy plays every role; set "
+                          "opponent=snapshot or model, or drop policy_roles")
+    if g.policy_roles is not None:
+        from execrl.games import GAMES
+        names = {d.dataset_name.split(":", 1)[1] for d in cfg.data.train_sets if d.dataset_name.startswith("selfplay:")}
+        for name in names & set(GAMES):
+            wrong = [r for r in g.policy_roles if r not in GAMES[name].roles]
+            if wrong or not g.policy_roles:
+                raise ConfigError(f"env.game.policy_roles={g.policy_roles}: {name}'s roles are "
+                                  f"{list(GAMES[name].roles)}")
 
 
 def check_dataset_names(cfg: MasterConfig, kinds: set[str]) -> None:

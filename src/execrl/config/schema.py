@@ -258,7 +258,19 @@ class MathEnvConfig(Section):
 
 class GameEnvConfig(Section):
     illegal_move_penalty: float = Field(1.0, ge=0, description="a seat whose answer holds no legal move loses the "
-                                        "match by this much (its opponent wins as much)")
+                                        "match by this much (its opponent wins as much; the code game: the writer's "
+                                        "invalid program, the predictor gets 0)")
+    max_program_chars: int = Field(1000, ge=1, description="the code game: a longer program is not valid")
+    max_output_chars: int = Field(300, ge=1, description="the code game: a program printing more is not valid")
+    opponent: Literal["self", "snapshot", "model"] = Field(
+        "self", description="who plays the other seat: self (the policy plays and trains both) | snapshot (a frozen "
+        "copy of the policy, refreshed every opponent_refresh_steps) | model (a fixed model: opponent_model)")
+    opponent_refresh_steps: int | None = Field(None, ge=1, description="opponent snapshot: steps between refreshes "
+                                               "(null: 10)")
+    opponent_model: str | None = Field(None, description="opponent model: a directory in HF format or an execrl "
+                                       "checkpoint (its policy/), with the policy's tokenizer")
+    policy_roles: list[str] | None = Field(None, description="against a frozen opponent: the roles the policy plays "
+                                           "and trains, one per match in turn (null: all of the game's)")
 
 
 class EnvConfig(Section):

@@ -16,16 +16,21 @@ ENVIRONMENTS = {"single_turn": SingleTurnEnv, "interpreter": InterpreterEnv, "un
                 "game": GameSeat}
 
 
-def make_env(cfg, grader) -> Environment:
-    """A fresh environment for one episode, of the kind `env.multi_turn.kind` names."""
-    return ENVIRONMENTS[cfg.env.multi_turn.kind](cfg, grader)
+def make_env(cfg, grader, problem=None) -> Environment:
+    """A fresh environment for one episode (of `problem`), of the kind `env.multi_turn.kind` names; beside self-play,
+    a code or math problem's is single-turn (e.g. MBPP, evaluated while a game trains)."""
+    kind = cfg.env.multi_turn.kind
+    if kind == "game" and problem is not None and problem.kind != "game":
+        kind = "single_turn"
+    return ENVIRONMENTS[kind](cfg, grader)
 
 
-def make_envs(cfg, grader, problem, n: int) -> list[Environment]:
-    """The environments of a problem's n episodes: n fresh ones, or for a game the seats of its match(es)."""
+def make_envs(cfg, grader, problem, n: int, frozen: bool = False) -> list[Environment]:
+    """The environments of a problem's n episodes: n fresh ones, or for a game the seats of its match(es) (`frozen`:
+    one seat of each self-play match is the frozen opponent's)."""
     if problem.kind == "game":
-        return seats(cfg, problem, n)
-    return [make_env(cfg, grader) for _ in range(n)]
+        return seats(cfg, grader, problem, n, frozen)
+    return [make_env(cfg, grader, problem) for _ in range(n)]
 
 
 __all__ = ["ENVIRONMENTS", "ChatTemplateError", "Environment", "GameSeat", "InterpreterEnv", "Segment", "SingleTurnEnv",

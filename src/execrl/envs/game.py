@@ -2,11 +2,14 @@
 sharing the match. Each seat's trajectory holds its own turns (trained on) and, as observation tokens, the game as
 its side sees it after the opponent's move. The episode runner generates for a seat only when it is `ready` (its
 turn) and first hands it the news since it last looked (`observe`). An answer with no legal move loses the match for
-that seat (`env.game.illegal_move_penalty`) and ends it for both; so does running out of turns (a draw).
+that seat (`env.game.illegal_move_penalty`) and ends it for both; so does running out of turns (a draw). A game of
+free-text moves reads them itself (the code game: the writer's program, run in the sandbox by `_output`).
 
 A problem names the match: metadata {game, seed} and, to evaluate against a fixed player, {opponent: random |
 minimax, seat}: the opponent then moves inside `step`, and the policy's seat is ready at each of its turns. A seat of
-its own (no match given) also plays the problem's `warmup_opening` first: the supervised warm-up's positions."""
+its own (no match given) also plays the problem's `warmup_opening` first: the supervised warm-up's positions. With a
+frozen opponent (env.game.opponent: snapshot | model) one seat of each self-play match is `frozen`: the runner has
+the opponent's generator play it, and it is not trained on."""
 
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from execrl.envs.base import Step
 from execrl.extract import Extracted
 from execrl.games import GAMES, PLAYERS, forfeit, parse_move, prompt
 from execrl.rewards import Reward, Sample
+from execrl.sandbox import Limits
+from execrl.sandbox.repeat import repeatable_output
 from execrl.tasks import Problem
 
 
@@ -26,30 +31,34 @@ class Match:
     game: object
     state: object
     rng: random.Random  # the scripted opponent's choices
+    salt: int = 0  # the order of a list of moves the game scrambles (the match's seed)
     returns: tuple[float, float] | None = None
     illegal: int | None = None  # the seat that forfeited
     moves: int = 0
     seen: list[int] = field(default_factory=lambda: [0, 0])  # per seat: the move count when it last saw the game
+    played: list[int] = field(default_factory=lambda: [0, 0])  # per seat: the moves it made
 
     @classmethod
     def of(cls, problem: Problem) -> Match:
         game, rng = GAMES[problem.metadata["game"]], random.Random(problem.metadata["seed"])
-        return cls(game, game.initial(rng), rng)
+        return cls(game, game.initial(rng), rng, salt=problem.metadata["seed"])
 
     def over(self) -> bool:
         return self.returns is not None
 
-    def move(self, seat: int, move: str | None, penalty: float) -> None:
+    def move(self, seat: int, move, penalty: float) -> None:
         if move is None:
-            self.returns, self.illegal = forfeit(seat, penalty), seat
+            self.returns, self.illegal = getattr(self.game, "forfeit", forfeit)(seat, penalty), seat
             return
         self.state, self.moves = self.game.play(self.state, move), self.moves + 1
+        self.played[seat] += 1
         if self.game.is_over(self.state):
             self.returns = self.game.returns(self.state)
 
     def view(self, seat: int) -> list[dict]:
+        """The game as `seat` sees it now (with the rules, until its first move: its prompt)."""
         self.seen[seat] = self.moves
-        return [{"role": "user", "content": prompt(self.game, self.state, seat)}]
+        return [{"role": "user", "content": prompt(self.game, self.state, seat, not self.played[seat], self.salt)}]
 
 
 class GameSeat:
@@ -57,8 +66,11 @@ class GameSeat:
 
     whole_answers = True  # a seat whose context cannot hold a whole answer ends there (a draw), not cut (a forfeit)
 
-    def __init__(self, cfg, grader=None, match: Match | None = None, seat: int | None = None):
-        self.cfg, self.match, self.seat = cfg, match, seat
+    def __init__(self, cfg, grader=None, match: Match | None = None, seat: int | None = None, frozen: bool = False):
+        self.cfg, self.grader, self.match, self.seat = cfg, grader, match, seat
+        self.frozen = frozen  # played by the frozen opponent (env.game.opponent): not trained, in no baseline
+        self.rejected: str | None = None  # (a free-text game) why its move was not valid: see CodeGame.REJECTIONS
+        self.program: str | None = None  # (the code game) the writer's program
         self.stop_strings: list[str] = []
         self.problem: Problem | None = None
         self.opponent: str | None = None
@@ -90,12 +102,29 @@ class GameSeat:
 
     def step(self, assistant_text: str, num_tokens: int = 0) -> Step:
         m = self.match
-        m.move(self.seat, parse_move(assistant_text, m.game.legal_moves(m.state)), self.cfg.env.game.illegal_move_penalty)
+        m.move(self.seat, self.read(assistant_text), self.cfg.env.game.illegal_move_penalty)
         m.seen[self.seat] = m.moves
         self._opponent_moves()
         if m.over():
             return self._end(assistant_text, num_tokens)
         return Step(observation=self.observe())  # (self-play: nothing yet, the opponent's move comes by observe)
+
+    def read(self, text: str):
+        """The move in an answer (None: no legal one): a `Move:` line, or a free-text game's own reading (the code
+        game's program, run in the sandbox: execrl.sandbox.repeat)."""
+        m = self.match
+        if not hasattr(m.game, "read"):
+            return parse_move(text, m.game.legal_moves(m.state))
+        move = m.game.read(m.state, text, self._output)
+        self.rejected = self.rejected or ("no_program" if move is None else None)
+        return move
+
+    def _output(self, program: str) -> str | None:
+        g, code = self.cfg.env.game, self.cfg.env.code
+        ran = repeatable_output(self.grader, program, Limits(timeout_s=code.timeout_s, memory_mb=code.memory_mb),
+                                g.max_program_chars, g.max_output_chars)
+        self.program, self.rejected = program, None if ran.output is not None else ran.why
+        return ran.output
 
     def finish(self) -> Step:
         """The episode ends without another move of this seat's: the match is over (the other seat ended it), or the
@@ -111,19 +140,23 @@ class GameSeat:
 
     def _end(self, text: str, num_tokens: int) -> Step:
         m, mine = self.match, self.match.returns[self.seat]
-        verdict = "illegal" if m.illegal == self.seat else "win" if mine > 0 else "loss" if mine < 0 else "draw"
-        sample = Sample(self.problem, text, Extracted(text, True), num_tokens=num_tokens,
+        verdict = ("illegal" if m.illegal == self.seat else "unplayed" if not m.played[self.seat] else
+                   "win" if mine > 0 else "loss" if mine < 0 else "draw")
+        sample = Sample(self.problem, text, Extracted(text, True, self.program), num_tokens=num_tokens,
                         max_tokens=self.cfg.policy.generation.max_new_tokens, outcome=verdict)
         return Step(done=True, reward=Reward(mine, {"return": mine}), sample=sample)
 
 
-def seats(cfg, problem: Problem, n: int) -> list[GameSeat]:
+def seats(cfg, grader, problem: Problem, n: int, frozen: bool = False) -> list[GameSeat]:
     """The environments of a problem's n episodes: against a fixed opponent, n matches of one seat each; in
-    self-play (n = 2), the two seats of one match."""
+    self-play (n = 2), the two seats of one match, one of them the frozen opponent's with `frozen`: the policy takes
+    the seats of env.game.policy_roles in turn, by the match's seed."""
     if problem.metadata.get("opponent") is not None:
-        return [GameSeat(cfg) for _ in range(n)]
+        return [GameSeat(cfg, grader) for _ in range(n)]
     if n != 2:
         raise ValueError(f"self-play plays each match with its two seats: set grpo.num_generations_per_prompt=2 "
                          f"(got {n})")
     match = Match.of(problem)
-    return [GameSeat(cfg, match=match, seat=0), GameSeat(cfg, match=match, seat=1)]
+    mine = [i for i, role in enumerate(match.game.roles) if role in (cfg.env.game.policy_roles or match.game.roles)]
+    policy = mine[problem.metadata["seed"] % len(mine)] if frozen else None
+    return [GameSeat(cfg, grader, match, i, frozen=frozen and i != policy) for i in (0, 1)]

@@ -34,8 +34,12 @@ class Game(Protocol):
     def returns(self, state) -> tuple[float, float]:
         """Each player's return once the game is over: +1 a win, -1 a loss, 0 a draw (zero-sum)."""
 
-    def render(self, state, player: int) -> str:
-        """What `player` sees of the game (its private information only), with its legal moves when it is to move."""
+    def rules(self, state, player: int) -> str:
+        """What `player` is told once, at its first view: the game, its side, what it alone knows from the start."""
+
+    def render(self, state, player: int, salt: int = 0) -> str:
+        """The game now as `player` sees it (its private information only), ending with its legal moves when it is to
+        move (`salt`, the match's: the order of a list a game scrambles)."""
 
 
 def parse_move(text: str, legal: list[str]) -> str | None:
@@ -52,6 +56,10 @@ def forfeit(player: int, penalty: float = 1.0) -> tuple[float, float]:
     return (-penalty, penalty) if player == 0 else (penalty, -penalty)
 
 
-def prompt(game: Game, state, player: int) -> str:
-    """The message posing `player`'s turn: the game from its side, and the answer format."""
-    return f"{game.render(state, player)}\n\n{FORMAT}"
+def prompt(game: Game, state, player: int, first: bool = True, salt: int = 0) -> str:
+    """The message posing `player`'s turn: at its first view the rules and the answer format, then the game from its
+    side (later views: that alone, the earlier ones being in its context), its legal moves last."""
+    now, rules = game.render(state, player, salt), game.rules(state, player)
+    if not hasattr(game, "read"):  # (a game of free-text moves states its own format in its rules)
+        rules += f" {FORMAT}"
+    return f"{rules}\n{now}" if first else now

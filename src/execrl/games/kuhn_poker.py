@@ -49,10 +49,13 @@ class KuhnPoker:
         high = 0 if CARDS.index(hand.cards[0]) > CARDS.index(hand.cards[1]) else 1
         return (stake, -stake) if high == 0 else (-stake, stake)
 
-    def render(self, hand: Hand, player: int) -> str:
+    def rules(self, hand: Hand, player: int) -> str:
+        return (f"Kuhn poker (cards J < Q < K, one each; both anted 1 chip; a bet or call is 1 more; the higher card "
+                f"wins unless someone folds). Your card: {hand.cards[player]}.")
+
+    def render(self, hand: Hand, player: int, salt: int = 0) -> str:
         said = "; ".join(f"{'you' if i % 2 == player else 'opponent'}: {m}" for i, m in enumerate(hand.history))
-        text = (f"Kuhn poker (cards J < Q < K, one each; both anted 1 chip; a bet or call is 1 more). Your card: "
-                f"{hand.cards[player]}. So far: {said or 'nothing'}.")
+        text = f"So far: {said or 'nothing'}."
         if not self.is_over(hand) and self.to_move(hand) == player:
             text += f"\nYour move. Legal moves: {', '.join(self.legal_moves(hand))}"
         return text

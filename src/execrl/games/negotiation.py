@@ -75,17 +75,19 @@ class Negotiation:
         a, b = self.gain(table, 0), self.gain(table, 1)
         return (0.0, 0.0) if a == b else (1.0, -1.0) if a > b else (-1.0, 1.0)
 
-    def render(self, table: Table, player: int) -> str:
-        v, h = table.values[player], table.holdings[player]
-        text = (f"Negotiation, turn {table.turn + 1} of {MAX_TURNS}. You hold {h[0]} wood and {h[1]} gold; to you a "
-                f"wood is worth {v[0]} and a gold {v[1]} (the opponent values them privately). Whoever gains more "
-                f"value by the end wins.")
+    def rules(self, table: Table, player: int) -> str:
+        v = table.values[player]
+        return (f"Negotiation, {MAX_TURNS} turns: to you a wood is worth {v[0]} and a gold {v[1]} (the opponent values "
+                f"them privately); whoever gains more value by the end wins.")
+
+    def render(self, table: Table, player: int, salt: int = 0) -> str:
+        h = table.holdings[player]
+        text = f"Turn {table.turn + 1} of {MAX_TURNS}. You hold {h[0]} wood and {h[1]} gold."
         if table.offer is not None:
             who = "You" if table.offer[0] == player else "The opponent"
             text += f" {who} proposed: {table.offer[1]}."
         if not self.is_over(table) and self.to_move(table) == player:
             moves = self.legal_moves(table)
-            text += f"\nYour move. Legal moves: {', '.join(moves) if len(moves) <= 4 else 'give A X for B Y'}"
-            if table.offer is None:
-                text += " (A, B in 1-3; X, Y wood or gold; you must hold what you give)"
+            hint = " (A, B in 1-3; X, Y wood or gold; you must hold what you give)" if table.offer is None else ""
+            text += f"\nYour move{hint}. Legal moves: {', '.join(moves) if len(moves) <= 4 else 'give A X for B Y'}"
         return text

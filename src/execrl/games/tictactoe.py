@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import zlib
 
 LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
 MARKS = ("X", "O")
@@ -40,10 +41,18 @@ class TicTacToe:
         w = self.winner(board)
         return (0.0, 0.0) if w is None else (1.0, -1.0) if w == 0 else (-1.0, 1.0)
 
-    def render(self, board: tuple[str, ...], player: int) -> str:
-        rows = [" | ".join(board[r * 3 + c] or str(r * 3 + c + 1) for c in range(3)) for r in range(3)]
-        text = (f"TicTacToe. You play {MARKS[player]}; three in a row wins. Empty cells show their number.\n"
-                + "\n".join(rows))
+    def rules(self, board: tuple[str, ...], player: int) -> str:
+        return f"TicTacToe: you play {MARKS[player]}; three in a row wins; empty cells show their number."
+
+    def listed(self, board: tuple[str, ...], salt: int = 0) -> list[str]:
+        """The legal moves in the order the rendering lists them: scrambled by the position and the match's salt (so
+        that no place in the list is a better move than another, and matches differ)."""
+        moves = self.legal_moves(board)
+        random.Random(zlib.crc32("".join(c or "." for c in board).encode()) ^ salt).shuffle(moves)
+        return moves
+
+    def render(self, board: tuple[str, ...], player: int, salt: int = 0) -> str:
+        text = "\n".join(" ".join(board[r * 3 + c] or str(r * 3 + c + 1) for c in range(3)) for r in range(3))
         if not self.is_over(board) and self.to_move(board) == player:
-            text += f"\nYour move. Legal moves: {', '.join(self.legal_moves(board))}"
+            text += f"\nYour move. Legal moves: {', '.join(self.listed(board, salt))}"
         return text

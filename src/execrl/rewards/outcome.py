@@ -41,7 +41,7 @@ def is_correct(sample: Sample) -> bool:
 
 
 OUTCOMES = {"math": ("correct", "wrong"), "code": (*(v.value for v in Verdict), NO_CODE),
-            "game": ("win", "draw", "loss", "illegal")}  # what outcome() returns
+            "game": ("win", "draw", "loss", "illegal", "unplayed")}  # what outcome() returns
 
 
 def outcome(sample: Sample) -> str:

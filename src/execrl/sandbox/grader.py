@@ -7,7 +7,9 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 
 from execrl.sandbox.compare import outputs_match, values_match
@@ -126,6 +128,7 @@ class Grader:
         """languages: those the programs will be in; each must work in the sandbox before anything is graded (the
         self-test runs a hello-world of each and raises SandboxUnusable, with the fix, if one does not)."""
         self.limits = limits
+        self._apart = threading.Lock()
         langs = [get_language(name) for name in languages]
         self.pool = pool or WorkerPool(num_workers, tools=tuple(t for lang in langs for t in lang.tools))
         if self_test:
@@ -174,6 +177,19 @@ class Grader:
                 return _run_on(w, code, stdin, lang, lim)
         except WorkerDied as e:
             return RunResult(V.INFRA_ERROR, "", str(e)[-2000:])
+
+    def run_apart(self, codes: list[str], language: str = "python", limits: Limits | None = None) -> list[RunResult]:
+        """Each program run once as `run` does, on workers of their own as far as the pool has them (programs that
+        must not share a warm interpreter's hash seed, memory layout or process ids: execrl.sandbox.repeat)."""
+        lang, lim = get_language(language), limits or self.limits
+        try:
+            with ExitStack() as lent:
+                with self._apart:  # (one caller gathering workers at a time: two callers never wait on each other)
+                    workers = [lent.enter_context(self.pool.worker())
+                               for _ in range(max(1, min(len(codes), self.pool.num_workers)))]
+                return [_run_on(workers[i % len(workers)], code, "", lang, lim) for i, code in enumerate(codes)]
+        except WorkerDied as e:
+            return [RunResult(V.INFRA_ERROR, "", str(e)[-2000:]) for _ in codes]
 
     def grade_many(self, jobs: list[tuple], on_done=None) -> list[ProgramResult]:
         """jobs: (code, tests, language, limits) tuples; results come back in the same order."""

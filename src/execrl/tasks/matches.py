@@ -1,13 +1,16 @@
 """Self-play's problems: matches of a two-player game (execrl.games), generated from a seed. `selfplay:<game>` train
-split: matches the policy plays against itself (two seats each: grpo.num_generations_per_prompt = 2); validation
-split: matches against fixed players (random, and for TicTacToe the perfect minimax player), `count` against each,
-the policy taking each seat in turn. Problems of kind "game"; the environment is env.multi_turn.kind=game (execrl.envs.game)."""
+split: matches the policy plays against itself (two seats each: grpo.num_generations_per_prompt = 2), each with a
+warm-up match from one seat's side (warmup_game); validation split: matches against fixed players (random, and for
+TicTacToe the perfect minimax player), `count` against each, the policy taking each seat in turn (the code game has
+none: evaluate it on code, e.g. data.validation: mbpp). Problems of kind "game"; the environment is
+env.multi_turn.kind=game (execrl.envs.game)."""
 
 from __future__ import annotations
 
 import random
 
-from execrl.games import GAMES
+from execrl.games import GAMES, prompt
+from execrl.games.code_game import EXAMPLES, answer
 from execrl.tasks.problem import DatasetError, Problem
 from execrl.tasks.registry import register
 
@@ -15,20 +18,38 @@ COUNTS = {"train": 10_000, "validation": 64}  # matches per split unless `count`
 # matches, more than a CPU run plays; the sampler starts over after them)
 
 
-def warmup_position(game: str, seed: int) -> tuple[list[str], str]:
-    """A position for the supervised warm-up (a few random legal moves into the match) and a random legal move there
-    in the answer format: it teaches the format and which moves are legal, not which are good. (The first legal move
-    instead taught the tiny model one cell whatever the board.)"""
+def warmup_game(game: str, seed: int) -> tuple[list[str], list[dict]]:
+    """A whole match for the supervised warm-up, both players moving at random among the legal moves: (the opening:
+    the moves before the warm-up's seat first moves, its first view; the conversation after that view: the seat's
+    moves in the answer format, each but the last followed by the game as it sees it after the opponent's reply).
+    It teaches the format and which moves are legal at every stage of a match, with the earlier boards in the context
+    as in self-play, not which moves are good. The move is the last the game lists where it lists them in a
+    scrambled order (TicTacToe, by match and position: a copy from a fixed place before the answer, which the tiny
+    model learns in 150-300 steps, and a random legal move all the same), else a random legal one. (A random move
+    from the whole list, or from its last three, was not learned in 300-400 steps.) The code game: the brief's
+    example program, written (the writer) or predicted (the predictor)."""
     g, rng = GAMES[game], random.Random(seed ^ 0x5EED)
-    state, opening = g.initial(random.Random(seed)), []
-    for _ in range(rng.randrange(0, 5)):
-        if g.is_over(state) or len(g.legal_moves(state)) < 2:
-            break
+    state = g.initial(random.Random(seed))
+    seat = rng.randrange(2)
+    if game == "code_game":  # the brief's example program, written or predicted
+        _, program, output = next(e for e in EXAMPLES if e[0] == state.brief)
+        return ([(program, output)] if seat else []), [{"role": "assistant", "content": answer(seat, program, output)}]
+    opening: list[str] = []
+    while not g.is_over(state) and g.to_move(state) != seat:
         opening.append(rng.choice(g.legal_moves(state)))
         state = g.play(state, opening[-1])
-    if g.is_over(state):  # (a game that ended in the opening: the warm-up poses its first move instead)
-        opening, state = [], g.initial(random.Random(seed))
-    return opening, f"Move: {rng.choice(g.legal_moves(state))}"
+    turns: list[dict] = []
+    news = False  # whether the opponent moved since the seat last saw the game
+    while not g.is_over(state):
+        if g.to_move(state) != seat:
+            state, news = g.play(state, rng.choice(g.legal_moves(state))), True
+            continue
+        if news and turns:
+            turns.append({"role": "user", "content": prompt(g, state, seat, first=False, salt=seed)})
+        move, news = (g.listed(state, seed)[-1] if hasattr(g, "listed") else rng.choice(g.legal_moves(state))), False
+        turns.append({"role": "assistant", "content": f"Move: {move}"})
+        state = g.play(state, move)
+    return opening, turns
 
 
 def _register(game: str) -> None:
@@ -38,14 +59,16 @@ def _register(game: str) -> None:
         if path is not None:
             raise DatasetError(f"selfplay:{game} is generated: it reads no files (drop data.path)")
         rng, n = random.Random(f"{game}-{split}-{seed}"), COUNTS[split] if count is None else count
-        if split == "train":  # (with a warm-up position and a legal move there: see warmup_position)
+        if split == "train":  # (with a warm-up match: see warmup_game)
             problems = []
             for i in range(n):
                 seed = rng.getrandbits(32)
-                opening, move = warmup_position(game, seed)
+                opening, turns = warmup_game(game, seed)
                 problems.append(Problem(f"{game}/train/{i}", [], "game", metadata={
-                    "game": game, "seed": seed, "warmup_opening": opening, "reference_completion": move}))
+                    "game": game, "seed": seed, "warmup_opening": opening, "reference_turns": turns}))
             return problems
+        if game == "code_game":  # (no fixed player to evaluate against: evaluate on code, data.validation)
+            return []
         against = opponents or (["random", "minimax"] if game == "tictactoe" else ["random"])
         # interleaved (by opponent, then seat), so that grpo.max_val_samples keeps them balanced
         return [Problem(f"{game}/vs_{o}/{i}", [], "game", metadata={"game": game, "seed": rng.getrandbits(32),

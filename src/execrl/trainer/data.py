@@ -31,8 +31,8 @@ def hold_out(problems: list[Problem], share: float, seed: int) -> tuple[list[Pro
 
 def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str, list[dict]]]:
     """(train problems, validation problems, reference turns for warm-up by problem id: those of the problems that
-    carry a reference completion, and with the unit-test environment every other one of them a wrong first attempt,
-    the feedback on it and the fix). As NeMo RL: the training sets' problems together; validation = what each one
+    carry a reference completion (self-play: a whole match from one seat), and with the unit-test environment every
+    other one of them a wrong first attempt, the feedback on it and the fix). As NeMo RL: the training sets' problems together; validation = what each one
     holds out (split_validation_size) and the data.validation sets."""
     data, seed = cfg.data, cfg.grpo.seed
     trains, vals = data.train_sets, data.validation_sets
@@ -51,8 +51,9 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
     for p in train + val:
         if p.kind == "math":
             p.metadata[VERIFIER] = cfg.env.math.math_verify_impl
-    refs = {p.id: [{"role": "assistant", "content": p.metadata["reference_completion"]}]
-            for p in train if "reference_completion" in p.metadata}
+    refs = {p.id: p.metadata["reference_turns"] for p in train if "reference_turns" in p.metadata}  # (self-play)
+    refs.update({p.id: [{"role": "assistant", "content": p.metadata["reference_completion"]}]
+                 for p in train if "reference_completion" in p.metadata})
     if cfg.env.multi_turn.kind == "unit_tests":
         rng = random.Random(seed)
         refs.update({p.id: feedback_reference(p, rng, cfg) for p in train[1::2] if "wrong_attempts" in p.metadata})

@@ -44,6 +44,8 @@ def train(cfg: MasterConfig) -> Run:
             while run.step < run.max_steps and not epochs_done(run) and not ctrl_c.stop() and not late:
                 times: dict[str, float] = {}
                 with timed(times, "step"):
+                    if run.opponent is not None:  # (a snapshot opponent: the policy's weights every N steps)
+                        run.opponent.refresh(run.step, run.weights.compute)
                     rollouts, staleness = run.pipeline.next(run.step, times, more=run.step + 1 < run.max_steps)
                     with timed(times, "train"):
                         metrics = train_step(run, rollouts)

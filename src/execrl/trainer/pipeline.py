@@ -172,7 +172,7 @@ class RolloutPipeline:
 
 
 def build_pipeline(cfg: MasterConfig, plan: BatchPlan, generator, tokenizer, grader,
-                   sampler: ProblemSampler) -> RolloutPipeline:
+                   sampler: ProblemSampler, opponent=None) -> RolloutPipeline:
     """Rollouts of the configured shape; ahead by one step with async GRPO (config.checks.validate(cfg) first). Every
     rank draws the same prompts and runs its share of them (whole groups, the same share of each optimizer batch)."""
     grpo, a = cfg.grpo, cfg.grpo.async_grpo
@@ -185,7 +185,8 @@ def build_pipeline(cfg: MasterConfig, plan: BatchPlan, generator, tokenizer, gra
         seeds = prompt_seeds(grpo.seed, step, len(problems), first)  # by the prompt's place among the step's prompts
         split = None if dynamic else plan.prompts_per_optimizer_step  # (dynamic sampling: each process fills its share from its part)
         problems, seeds = dist.this_rank(problems, split), dist.this_rank(seeds, split)
-        return start_episodes(generator, tokenizer, grader, problems, cfg, plan.group_size, sampling(cfg), seeds)
+        return start_episodes(generator, tokenizer, grader, problems, cfg, plan.group_size, sampling(cfg), seeds,
+                              opponent)
 
     def grade(rollouts: Rollouts) -> None:
         finish_episodes(rollouts, tokenizer, grader, cfg)

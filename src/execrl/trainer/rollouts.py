@@ -96,22 +96,23 @@ def sampling(cfg, validation: bool = False) -> SamplingParams:
 
 
 def run_episodes(generator, tokenizer, grader: Grader, problems: list[Problem], cfg, group_size: int,
-                 params: SamplingParams, seeds: list[int] | None = None) -> Rollouts:
+                 params: SamplingParams, seeds: list[int] | None = None, opponent=None) -> Rollouts:
     """Each problem's `group_size` episodes, run to their end and scored."""
-    rollouts = start_episodes(generator, tokenizer, grader, problems, cfg, group_size, params, seeds)
+    rollouts = start_episodes(generator, tokenizer, grader, problems, cfg, group_size, params, seeds, opponent)
     finish_episodes(rollouts, tokenizer, grader, cfg)
     return rollouts
 
 
 def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem], cfg, group_size: int,
-                   params: SamplingParams, seeds: list[int] | None = None) -> Rollouts:
+                   params: SamplingParams, seeds: list[int] | None = None, opponent=None) -> Rollouts:
     """Episodes run up to their last model turn: the environments' answers to it (for a single-turn task, all
     of the grading) are left in `pending` for finish_episodes, which may run in another thread (async GRPO).
-    `seeds`: one per problem (see prompt_seeds); a later turn of sample j is keyed by (seed, j, turn)."""
+    `seeds`: one per problem (see prompt_seeds); a later turn of sample j is keyed by (seed, j, turn). `opponent`:
+    the generator of self-play's frozen seats (execrl.trainer.opponent)."""
     gen, turns = cfg.policy.generation, cfg.grpo.max_rollout_turns
     episodes, prompts = [], []
     for problem in problems:
-        envs = make_envs(cfg, grader, problem, group_size)
+        envs = make_envs(cfg, grader, problem, group_size, frozen=opponent is not None)
         messages = [env.reset(problem) for env in envs]
         prompts.append(encode(messages[0], tokenizer))  # the G episodes of a problem share their prompt (not a game's)
         episodes += [Episode(problem, env, m, Trajectory(encode(m, tokenizer) if m != messages[0] else prompts[-1]))
@@ -126,13 +127,12 @@ def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem]
             live = [e for e in episodes if not e.done and getattr(e.env, "ready", True)]  # (a game: the seats to move)
             if not live:
                 break
-            for e in live:  # what changed since the episode last looked (a game: the opponent's move)
-                news = e.env.observe() if hasattr(e.env, "observe") else []
-                if news:
-                    take_news(e, news, renderer, tokenizer)
-            # no room left for a model token (a game's seat: for a whole answer): the episode ends as it stands
-            full = [e for e in live if len(e.trajectory) + (gen.max_new_tokens if getattr(e.env, "whole_answers", False)
-                                                             else 0) >= cfg.policy.max_total_sequence_length]
+            # what changed since each episode last looked (a game: the opponent's move); an episode without room
+            # left for it and a model token (a game's seat: a whole answer) ends as it stands
+            room = {id(e): cfg.policy.max_total_sequence_length - (
+                gen.max_new_tokens if getattr(e.env, "whole_answers", False) else 1) for e in live}
+            full = [e for e in live if not take_news(e, e.env.observe() if hasattr(e.env, "observe") else [],
+                                                     renderer, tokenizer, room[id(e)])]
             for e in full:
                 e.trajectory.truncated = True
                 end(e, e.env.finish())
@@ -145,12 +145,14 @@ def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem]
                 outs = [c for group in generator.generate(prompts, group_size, gen.max_new_tokens, params, stop,
                                                           seeds=seeds) for c in group]
             else:
-                moving = {id(e) for e in live}
-                turn_seeds = None if seeds is None else [
-                    mix32(request_key(seeds[i // group_size], i % group_size) ^ mix32(turn))
-                    for i, e in enumerate(episodes) if id(e) in moving]
-                outs = [group[0] for group in generator.generate([e.trajectory.ids for e in live], 1, gen.max_new_tokens,
-                                                         params, stop, seeds=turn_seeds)]
+                key = {id(e): mix32(request_key(seeds[i // group_size], i % group_size) ^ mix32(turn))
+                       for i, e in enumerate(episodes)} if seeds is not None else None
+                got = {}
+                for player, eps in players(live, generator, opponent):
+                    done = player.generate([e.trajectory.ids for e in eps], 1, gen.max_new_tokens, params, stop,
+                                           seeds=None if key is None else [key[id(e)] for e in eps])
+                    got.update({id(e): group[0] for e, group in zip(eps, done)})
+                outs = [got[id(e)] for e in live]
             rollouts.times["generate"] += time.perf_counter() - start
             room = cfg.policy.max_total_sequence_length
             outs = [fit(c, room - len(e.trajectory), tokenizer) for e, c in zip(live, outs)]
@@ -178,16 +180,27 @@ def finish_episodes(rollouts: Rollouts, tokenizer, grader: Grader, cfg, last: bo
     rollouts.times["grade"] += time.perf_counter() - start
 
 
-def take_news(e: Episode, news: list[dict], renderer: TurnRenderer, tokenizer) -> None:
+def players(live: list[Episode], generator, opponent) -> list[tuple[object, list[Episode]]]:
+    """(generator, its episodes) for a turn: the policy's, and the frozen opponent's seats (not trained on)."""
+    theirs = [e for e in live if getattr(e.env, "frozen", False)]  # (only where an opponent is given: make_envs)
+    mine = [e for e in live if not getattr(e.env, "frozen", False)]
+    return [(g, eps) for g, eps in ((generator, mine), (opponent, theirs)) if eps]
+
+
+def take_news(e: Episode, news: list[dict], renderer: TurnRenderer, tokenizer, room: int) -> bool:
     """Messages for an episode before its next turn: its prompt, if it has not had a turn yet; else an environment
-    turn after its last one."""
-    if e.turns == 0:
+    turn after its last one. False (and nothing added): the trajectory would then be longer than `room`."""
+    if e.turns == 0 and news:
         e.messages = news
         e.trajectory = Trajectory(encode(news, tokenizer))
-        return
-    e.messages += news
-    last = e.trajectory.segments[-1].ids if e.trajectory.segments else []
-    e.trajectory.segments.append(Segment(renderer.env_turn(news, last[-1] if last else None), False))
+    elif news:
+        last = e.trajectory.segments[-1].ids if e.trajectory.segments else []
+        ids = renderer.env_turn(news, last[-1] if last else None)
+        if len(e.trajectory) + len(ids) > room:
+            return False
+        e.messages += news
+        e.trajectory.segments.append(Segment(ids, False))
+    return len(e.trajectory) <= room
 
 
 def fit(c: Completion, room: int, tokenizer) -> Completion:
@@ -206,7 +219,8 @@ def advance(e: Episode, c: Completion, step: Step, renderer: TurnRenderer | None
     e.tool_calls += step.tool_call
     e.tool_errors += step.tool_error
     e.messages.append({"role": "assistant", "content": c.text})
-    e.trajectory.segments.append(Segment(c.ids, True, c.logprobs))
+    trained = not getattr(e.env, "frozen", False)  # (a frozen opponent's turns: context, never trained on)
+    e.trajectory.segments.append(Segment(c.ids, trained, c.logprobs if trained else None))
     e.trajectory.truncated = c.truncated
     if step.done:
         end(e, step)
@@ -257,17 +271,21 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
 
 
 def game_parts(e: Episode) -> list[tuple[str, float]]:
-    """A self-play episode's metrics by game and role (its return, a forfeit, the moves it made) and, against a
-    fixed opponent, by game and opponent (win, draw, loss, forfeit: each a rate)."""
+    """A self-play episode's metrics by game and role (its return, win and forfeit rates, the moves it made, and the
+    game's own: the code game's valid-program rate and prediction accuracy), over the episodes in which the seat
+    played; against a fixed opponent, by game and opponent (win, draw, loss, forfeit: each a rate)."""
     if e.problem.kind != "game":
         return []
-    game, opponent = e.problem.metadata["game"], e.problem.metadata.get("opponent")
+    game, opponent, verdict = e.problem.metadata["game"], e.problem.metadata.get("opponent"), outcome(e.sample)
     if opponent is not None:
-        return [(f"{game}/{kind}_rate_vs_{opponent}", float(outcome(e.sample) == kind))
-                for kind in ("win", "draw", "loss", "illegal")]
+        return [(f"{game}/{kind}_rate_vs_{opponent}", float(verdict == kind)) for kind in ("win", "draw", "loss", "illegal")]
+    if verdict == "unplayed" or e.env.frozen:  # (the other seat ended the match before this one moved; the frozen
+        return []                              # opponent's seat)
     role = "/".join(e.env.role)
-    return [(f"{role}/reward_mean", e.reward.total), (f"{role}/illegal_rate", float(outcome(e.sample) == "illegal")),
-            (f"{role}/moves_mean", float(e.turns))]
+    own = getattr(e.env.match.game, "seat_metrics", lambda *_: [])(verdict, e.env.seat, e.env.rejected)
+    return [(f"{role}/reward_mean", e.reward.total), (f"{role}/win_rate", float(verdict == "win")),
+            (f"{role}/illegal_rate", float(verdict == "illegal")), (f"{role}/moves_mean", float(e.turns)),
+            *((f"{role}/{name}", value) for name, value in own)]
 
 
 def episode_means(sums: dict[str, float]) -> dict[str, float]:

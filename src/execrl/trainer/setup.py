@@ -25,6 +25,7 @@ from execrl.trainer import checkpoint, precision
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler, load_data
 from execrl.trainer.metrics import MetricsLogger
+from execrl.trainer.opponent import Opponent, build_opponent
 from execrl.trainer.pipeline import RolloutPipeline, build_pipeline
 from execrl.trainer.rollouts import encode
 
@@ -54,6 +55,7 @@ class Run:
     nan_streak: int = 0
     started: float = field(default_factory=time.monotonic)
     baselines: RoleBaselines = field(default_factory=RoleBaselines)  # self-play's role baselines (grpo.advantage rae)
+    opponent: Opponent | None = None  # self-play's frozen opponent (env.game.opponent)
 
     @property
     def model(self) -> torch.nn.Module:
@@ -133,7 +135,9 @@ def build_run(cfg: MasterConfig) -> Run:
     if removed:
         console.print(f"{run.logger.dir / 'metrics.jsonl'}: {removed} rows of steps after {run.step} removed (they are "
                       "done again)")
-    run.pipeline = build_pipeline(cfg, batch_plan, generator, tok, run.grader, run.sampler)
+    run.opponent = build_opponent(cfg, weights.compute, tok, slots)
+    run.pipeline = build_pipeline(cfg, batch_plan, generator, tok, run.grader, run.sampler,
+                                  run.opponent.generator if run.opponent else None)
     steps_per_epoch = -(-len(train) // cfg.grpo.num_prompts_per_step)
     run.max_steps = cfg.grpo.max_num_steps
     if not cfg.grpo.use_dynamic_sampling:  # (which draws a varying number of prompts per step: the loop checks)
@@ -149,8 +153,7 @@ def languages(problems: list[Problem]) -> tuple[str, ...]:
 def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig) -> list[Problem]:
     """Prompts of at most prompt_limit(cfg) tokens (long prompts are the classic OOM), with a count of the rest."""
     limit = prompt_limit(cfg)
-    env = make_env(cfg, None)  # the prompt as the episode's environment poses it
-    kept = [p for p in problems if len(encode(env.reset(p), tokenizer)) <= limit]
+    kept = [p for p in problems if len(encode(make_env(cfg, None, p).reset(p), tokenizer)) <= limit]
     dropped = len(problems) - len(kept)
     if dropped:
         console.print(f"[yellow]dropped {dropped} of {len(problems)} problems whose prompt is over {limit} tokens[/]")

@@ -47,15 +47,16 @@ def advantages(rollouts: Rollouts, cfg: MasterConfig, baselines: RoleBaselines |
 
 def role_advantages(rollouts: Rollouts, baselines: RoleBaselines) -> torch.Tensor:
     """Each episode's return less its (game, role)'s baseline, moved first towards the batch's mean return of that
-    role over all processes. [N]"""
+    role over all processes, of the episodes in which the policy played (the others, a seat that never moved or the
+    frozen opponent's, have no tokens to train: 0). [N]"""
     keys = [(g.name, r) for g in GAMES.values() for r in g.roles]
-    mine = [e.env.role for e in rollouts.episodes]
+    mine = [e.env.role if e.turns and not e.env.frozen else None for e in rollouts.episodes]
     returns = [e.reward.total if e.reward.valid else 0.0 for e in rollouts.episodes]
     sums = dist.sum_floats(*[sum(r for k, r in zip(mine, returns) if k == key) for key in keys],
                            *[float(sum(k == key for k in mine)) for key in keys])
     base = {key: baselines.update(*key, total / n) for key, total, n in zip(keys, sums[:len(keys)], sums[len(keys):])
             if n}
-    return torch.tensor([r - base[k] for k, r in zip(mine, returns)], dtype=torch.float32)
+    return torch.tensor([r - base[k] if k else 0.0 for k, r in zip(mine, returns)], dtype=torch.float32)
 
 
 def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_filtering: bool) -> TrainBatch:

@@ -59,7 +59,6 @@ def sft_warmup(weights: Weights, tokenizer, problems: list[Problem], references:
     model = weights.compute  # forward and backward; the master's optimizer applies the fp32 gradients
     device = next(model.parameters()).device
     opt = torch.optim.AdamW(weights.master.parameters(), lr=w.lr)
-    env = make_env(cfg, None)  # the prompt as the episode's environment poses it
     loss_value = float("nan")
     if w.sft_steps and min(w.batch_size, len(usable)) < dist.world_size():
         raise ValueError(f"the warm-up needs an example per process in each batch: warmup.batch_size is {w.batch_size}, "
@@ -68,7 +67,8 @@ def sft_warmup(weights: Weights, tokenizer, problems: list[Problem], references:
     model.train()
     for step in range(w.sft_steps):
         batch = dist.this_rank(rng.sample(usable, min(w.batch_size, len(usable))))  # every rank draws the same batch
-        rows = [reference_ids(encode(env.reset(p), tokenizer), references[p.id], tokenizer) for p in batch]
+        rows = [reference_ids(encode(make_env(cfg, None, p).reset(p), tokenizer), references[p.id], tokenizer)
+                for p in batch]  # (the prompt as the episode's environment poses it)
         width = max(len(ids) for ids, _ in rows)
         ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)
         labels = torch.full_like(ids, -100)

@@ -1,0 +1,62 @@
+"""Self-play's frozen opponent (env.game.opponent): the player of the seats the policy does not take, with an engine
+of its own. `snapshot`: a copy of the policy, refreshed every env.game.opponent_refresh_steps steps (and at the first
+step a run takes: after the warm-up, or after a resume); `model`: a fixed model loaded once (env.game.opponent_model:
+a directory in HF format, or an execrl checkpoint, whose policy/ is one). Its turns reach the trajectories as
+context only (execrl.trainer.rollouts.players) and its seats are in no baseline. One process only: a sharded policy
+would need the snapshot gathered on every rank."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+from execrl.config import ConfigError
+from execrl.models import load_model_and_tokenizer
+from execrl.rollout import build_generator
+from execrl.rollout.fuse import fuse_projections
+from execrl.trainer import distributed as dist
+
+
+class Opponent:
+    def __init__(self, model: torch.nn.Module, generator, refresh_steps: int | None):
+        self.model, self.generator, self.refresh_steps = model, generator, refresh_steps
+        self.refreshed_at: int | None = None
+
+    @torch.no_grad()
+    def refresh(self, step: int, policy: torch.nn.Module) -> bool:
+        """A snapshot opponent takes the policy's weights (in place: the engine keeps its buffers) at the run's first
+        step and every refresh_steps after; True when it did."""
+        if self.refresh_steps is None or (self.refreshed_at is not None and step % self.refresh_steps):
+            return False
+        for mine, theirs in zip(self.model.parameters(), policy.parameters(), strict=True):
+            mine.copy_(theirs)
+        self.refreshed_at = step
+        return True
+
+
+def build_opponent(cfg, policy: torch.nn.Module, tokenizer, slots: int) -> Opponent | None:
+    g, gen = cfg.env.game, cfg.policy.generation
+    if g.opponent == "self":
+        return None
+    if dist.world_size() > 1:
+        raise ConfigError(f"env.game.opponent={g.opponent} runs in one process: launch without torchrun, or set "
+                          "env.game.opponent=self")
+    if g.opponent == "snapshot":
+        model = copy.deepcopy(policy)
+    else:
+        path = Path(g.opponent_model).expanduser()
+        path = path / "policy" if (path / "policy" / "config.json").is_file() else path
+        param = next(policy.parameters())
+        model, _ = load_model_and_tokenizer(str(path), device=str(param.device), dtype=str(param.dtype)[6:])
+        if model.config.vocab_size < len(tokenizer):
+            raise ConfigError(f"env.game.opponent_model {path}: its vocabulary ({model.config.vocab_size}) is smaller "
+                              f"than the policy's tokenizer's ({len(tokenizer)}): the opponent must share the "
+                              "policy's tokenizer")
+        if gen.backend == "execrl":
+            fuse_projections(model)
+    model.eval().requires_grad_(False)
+    generator = build_generator(model, tokenizer, gen.backend, slots, cfg.policy.max_total_sequence_length,
+                                gen.cuda_graphs, gen.sync_every, gen.compile, gen.stop_token_ids)
+    return Opponent(model, generator, (g.opponent_refresh_steps or 10) if g.opponent == "snapshot" else None)

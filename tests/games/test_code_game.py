@@ -1,0 +1,122 @@
+"""The adversarial code game: its rules, the sandbox's guard against outputs unpredictable by construction (a program
+runs twice with other seeds and clocks, on other workers; output that differs is rejected), and whole rounds through
+the episode runner (the writer's program reaches the predictor; rewards by the user's table)."""
+
+import pytest
+
+from execrl.config import load_config
+from execrl.games import CodeGame
+from execrl.games.code_game import EXAMPLES, Round, answer, prediction_of, same_output
+from execrl.models import BYTE_VOCAB, build_tokenizer
+from execrl.rollout import Completion, SamplingParams
+from execrl.sandbox import Grader, Limits
+from execrl.sandbox.repeat import repeatable_output
+from execrl.tasks import load_problems
+from execrl.trainer.rollouts import game_parts, run_episodes
+
+
+@pytest.fixture(scope="module")
+def grader():
+    with Grader(num_workers=2, limits=Limits(timeout_s=1.0, memory_mb=512)) as g:
+        yield g
+
+
+def test_rules_and_the_reward_table():
+    g = CodeGame()
+    assert same_output("1 2  \n3\n\n", "1 2\n3") and same_output("a\r\nb\n", "a\nb") and not same_output(" 1", "1")
+    assert prediction_of("I think:\n```\n42\n```") == "42" and prediction_of("  42 \n") == "42"
+    rnd = Round("a loop")
+    assert g.to_move(rnd) == 0
+    assert g.read(rnd, "no code here", run=lambda p: "x") is None  # no program: a forfeit
+    assert g.read(rnd, "```python\nprint(1)\n```", run=lambda p: None) is None  # the sandbox rejected it
+    move = g.read(rnd, "```python\nprint(1)\n```", run=lambda p: "1\n")
+    written = g.play(rnd, move)
+    assert g.to_move(written) == 1 and "print(1)" in g.render(written, 1)
+    right, wrong = g.play(written, g.read(written, "```\n1\n```", None)), g.play(written, "2")
+    assert g.returns(right) == (-1.0, 1.0) and g.returns(wrong) == (1.0, -1.0)  # writer +1 iff the prediction is wrong
+    assert g.forfeit(0, 1.0) == (-1.0, 0.0)  # an invalid program: the writer loses, the predictor did not play
+    assert "writer" in g.rules(rnd, 0) and "predictor" in g.rules(rnd, 1) and "Move:" not in g.rules(rnd, 0)
+
+
+def test_the_warm_up_examples_print_what_they_say(grader):
+    for brief, program, output in EXAMPLES:
+        ran = repeatable_output(grader, program)
+        assert (ran.why, ran.output) == ("ok", output), brief
+        assert prediction_of(answer(1, program, output)) == output.rstrip("\n")
+
+
+@pytest.mark.parametrize("program", [
+    "import random\nprint(random.random())",
+    "import random\nprint(random.choice('abcdefghijklmnop'))",
+    "import time\nprint(int(time.time()))",
+    "import datetime\nprint(datetime.date.today().year)",
+    "from datetime import datetime\nprint(datetime.now().hour)",
+    "import time\nprint(time.strftime('%Y-%m-%d'))",
+    "import os\nprint(os.getpid())",
+    "import os\nprint(os.urandom(4).hex())",
+    "print(id(object()))",
+    "print(hash('abc'))",
+    "print(list({'apple', 'banana', 'cherry', 'date', 'elderberry'}))",
+    "print(open('/proc/uptime').read())",
+])
+def test_output_that_depends_on_what_the_predictor_cannot_know_is_rejected(grader, program):
+    assert repeatable_output(grader, program).why == "differs"
+
+
+def test_programs_that_fail_or_print_nothing_or_too_much_are_rejected(grader):
+    assert repeatable_output(grader, "print(sum(range(10)))").output == "45\n"
+    assert repeatable_output(grader, "from __future__ import annotations\nprint('ok')").output == "ok\n"
+    assert repeatable_output(grader, "import random\nrandom.seed(3)\nprint(random.random())").why == "ok"  # its own seed
+    assert repeatable_output(grader, "print(1)\n1 / 0").verdict == "runtime_error"
+    assert repeatable_output(grader, "x = (").why == "failed"  # (compiled under the prelude: a runtime error there)
+    assert repeatable_output(grader, "while True:\n    pass").verdict == "timeout"
+    assert repeatable_output(grader, "x = 1").why == "no_output"
+    assert repeatable_output(grader, "print('   ')").why == "no_output"
+    assert repeatable_output(grader, "print('a' * 1000)", max_output_chars=300).why == "too_much_output"
+    assert repeatable_output(grader, "print(1)" + " " * 50, max_program_chars=20).why == "too_long"
+
+
+class Scripted:
+    """Answers by role, read from the prompt: the writer's program, then the predictor's guess (the real runner,
+    tokenizer, environments and sandbox around it)."""
+
+    def __init__(self, tok, program: str, guess: str):
+        self.tok, self.program, self.guess, self.seen = tok, program, guess, []
+
+    def generate(self, prompts, num_samples, max_new_tokens, params, stop_strings=None, on_batch=None, seeds=None):
+        out = []
+        for ids in prompts:
+            text = self.tok.decode(ids)
+            self.seen.append(text)
+            reply = (f"```python\n{self.program}\n```" if "you are the writer" in text.rsplit("<|im_start|>user", 1)[1]
+                     else f"```\n{self.guess}\n```")
+            answer_ids = self.tok(reply, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id]
+            out.append([Completion(answer_ids, reply, False) for _ in range(num_samples)])
+        return out
+
+
+@pytest.mark.parametrize("program,guess,returns,outcomes", [
+    ("print(6 * 7)", "42", (-1.0, 1.0), ("loss", "win")),  # predicted: the predictor wins
+    ("print(6 * 7)", "41", (1.0, -1.0), ("win", "loss")),  # missed: the writer wins
+    ("import random\nprint(random.random())", "0.5", (-1.0, 0.0), ("illegal", "unplayed")),  # rejected
+])
+def test_a_round_through_the_episode_runner(grader, program, guess, returns, outcomes):
+    tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
+    cfg = load_config(None, ["env.multi_turn.kind=game", "grpo.max_rollout_turns=2", "grpo.num_generations_per_prompt=2",
+                             "data.train.dataset_name=selfplay:code_game", "policy.max_total_sequence_length=1024",
+                             "env.multi_turn.observation_role=user", "policy.generation.max_new_tokens=64"])
+    problems, _ = load_problems("selfplay:code_game", "train", count=1)
+    player = Scripted(tok, program, guess)
+    rollouts = run_episodes(player, tok, grader, problems, cfg, 2, SamplingParams(1.0))
+    writer, predictor = rollouts.episodes
+    assert (writer.reward.total, predictor.reward.total) == returns
+    assert (writer.sample.outcome, predictor.sample.outcome) == outcomes
+    parts = dict(game_parts(writer))  # the writer's metrics: why its program was rejected, if it was
+    assert parts["code_game/writer/valid_program_rate"] == float(outcomes[0] != "illegal")
+    assert parts["code_game/writer/rejected_differs_rate"] == float(outcomes[0] == "illegal")
+    assert writer.sample.extracted.code == program  # (in the rollouts' rows)
+    if outcomes[1] != "unplayed":
+        assert len(player.seen) == 2 and program in player.seen[1]  # the predictor reads the writer's program
+        assert predictor.turns == 1 and sum(predictor.trajectory.loss_mask) > 0
+    else:
+        assert len(player.seen) == 1 and predictor.turns == 0
