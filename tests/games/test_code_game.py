@@ -120,3 +120,17 @@ def test_a_round_through_the_episode_runner(grader, program, guess, returns, out
         assert predictor.turns == 1 and sum(predictor.trajectory.loss_mask) > 0
     else:
         assert len(player.seen) == 1 and predictor.turns == 0
+
+
+def test_the_code_game_has_no_validation_split_of_its_own():
+    """No fixed player to evaluate the code game against: without data.validation a run has no evaluation (with it,
+    e.g. MBPP, code problems are evaluated single-turn)."""
+    from execrl.tasks import DatasetError
+    from execrl.trainer.data import load_data
+
+    cfg = load_config(None, ["env.multi_turn.kind=game", "grpo.num_generations_per_prompt=2",
+                             "data.train.dataset_name=selfplay:code_game", "data.train.options.count=4"])
+    train, val, refs = load_data(cfg)
+    assert len(train) == 4 and val == [] and set(refs) == {p.id for p in train}
+    with pytest.raises(DatasetError, match="split"):
+        load_problems("selfplay:code_game", "validation")

@@ -53,7 +53,7 @@ def warmup_game(game: str, seed: int) -> tuple[list[str], list[dict]]:
 
 
 def _register(game: str) -> None:
-    @register(f"selfplay:{game}", data_dir=None, splits=tuple(COUNTS))
+    @register(f"selfplay:{game}", data_dir=None, splits=("train",) if game == "code_game" else tuple(COUNTS))
     def load(path, split, report, count: int | None = None, seed: int = 42, opponents: list[str] | None = None, **_):
         """`count` matches (validation: per opponent); seeds from a stream of `seed` per split."""
         if path is not None:
@@ -67,8 +67,6 @@ def _register(game: str) -> None:
                 problems.append(Problem(f"{game}/train/{i}", [], "game", metadata={
                     "game": game, "seed": seed, "warmup_opening": opening, "reference_turns": turns}))
             return problems
-        if game == "code_game":  # (no fixed player to evaluate against: evaluate on code, data.validation)
-            return []
         against = opponents or (["random", "minimax"] if game == "tictactoe" else ["random"])
         # interleaved (by opponent, then seat), so that grpo.max_val_samples keeps them balanced
         return [Problem(f"{game}/vs_{o}/{i}", [], "game", metadata={"game": game, "seed": rng.getrandbits(32),

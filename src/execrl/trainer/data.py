@@ -38,12 +38,13 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
     trains, vals = data.train_sets, data.validation_sets
     train, val = [], []
     for d in trains:
-        check_trainable(dataset_key(d.dataset_name), d.split_name)
+        info = DATASETS[dataset_key(d.dataset_name)]
+        check_trainable(info.name, d.split_name)
         problems = load_split(d, seed)
         if d.split_validation_size > 0:
             problems, held = hold_out(problems, d.split_validation_size, seed)
             val += held
-        elif DATASETS[dataset_key(d.dataset_name)].generated and not vals:  # a stream of its own is held out
+        elif info.generated and "validation" in info.splits and not vals:  # a stream of its own is held out
             val += load_split(d.model_copy(update={"split": "validation"}), seed)
         train += problems
     for d in vals:
