@@ -115,13 +115,16 @@ def test_move_lines_match_legal_moves_in_any_case_and_spacing():
 
 
 def test_role_baselines_are_moving_averages_per_game_and_role():
-    rb = RoleBaselines(decay=0.9)
+    rb = RoleBaselines(decay=0.9)  # (the advantages are A = R - b: see tests/games/test_selfplay.py's role_advantages)
     # X: returns 1, 1, -1 (mean 1/3): b = 0.9 * 0 + 0.1 * 1/3 = 1/30; A = R - 1/30
-    assert rb.advantages("tictactoe", "X", [1.0, 1.0, -1.0]) == pytest.approx([29 / 30, 29 / 30, -31 / 30])
+    b = rb.update("tictactoe", "X", 1 / 3)
+    assert [r - b for r in (1.0, 1.0, -1.0)] == pytest.approx([29 / 30, 29 / 30, -31 / 30])
     # O, its own baseline: returns -1, -1 (mean -1): b = -0.1
-    assert rb.advantages("tictactoe", "O", [-1.0, -1.0]) == pytest.approx([-0.9, -0.9])
+    b = rb.update("tictactoe", "O", -1.0)
+    assert [r - b for r in (-1.0, -1.0)] == pytest.approx([-0.9, -0.9])
     # X again, mean 1: b = 0.9 * 1/30 + 0.1 = 0.13
-    assert rb.advantages("tictactoe", "X", [1.0]) == pytest.approx([0.87])
+    b = rb.update("tictactoe", "X", 1.0)
+    assert [r - b for r in (1.0,)] == pytest.approx([0.87])
     restored = RoleBaselines()
     restored.load_state_dict(rb.state_dict())
     assert restored.values == pytest.approx({"tictactoe/X": 0.13, "tictactoe/O": -0.1}) and restored.decay == 0.9

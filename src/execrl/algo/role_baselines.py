@@ -1,7 +1,8 @@
 """SPIRAL's role-conditioned advantage estimation (Liu et al. 2025): in self-play one policy plays both roles of a
 zero-sum game, whose returns differ by role (the first player of TicTacToe wins more often), so each (game, role)
 keeps its own baseline, an exponential moving average of that role's returns; a trajectory's advantage is its return
-less its role's baseline. The baselines are state: they go into checkpoints."""
+less its role's baseline (execrl.trainer.step.role_advantages, with the means over all processes). The
+baselines are state: they go into checkpoints."""
 
 from __future__ import annotations
 
@@ -19,14 +20,6 @@ class RoleBaselines:
         key = f"{game}/{role}"
         self.values[key] = self.decay * self.values.get(key, 0.0) + (1.0 - self.decay) * mean_return
         return self.values[key]
-
-    def advantages(self, game: str, role: str, returns: list[float]) -> list[float]:
-        """Advantages of one batch of a role's returns: the baseline first moves towards their mean, then
-        A_i = R_i - b."""
-        if not returns:
-            return []
-        b = self.update(game, role, sum(returns) / len(returns))
-        return [r - b for r in returns]
 
     def state_dict(self) -> dict:
         return {"decay": self.decay, "values": dict(self.values)}

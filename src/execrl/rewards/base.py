@@ -33,7 +33,7 @@ class Sample:
     num_tokens: int = 0  # completion length in tokens
     max_tokens: int = 0  # the generation limit it was sampled under
     turns: int = 1  # model turns the episode took (multi-turn environments)
-    outcome: str | None = None  # set where the environment decides it: a game's win, draw, loss or illegal
+    outcome: str | None = None  # set where the environment decides it: a game's win, draw, loss, illegal or unplayed
 
     @property
     def valid(self) -> bool:

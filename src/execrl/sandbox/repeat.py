@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from execrl.sandbox.grader import Grader, Limits
+from execrl.sandbox.spec import Verdict
 
 RUNS = ((1, 1_000_012_345), (2, 1_700_054_321))  # (random's seed, the stopped clock in epoch seconds) per run
 
@@ -77,7 +78,7 @@ def repeatable_output(grader: Grader, program: str, limits: Limits | None = None
         return Repeated(None, "too_long")
     runs = grader.run_apart([PRELUDE.format(seed=seed, now=now, source=program) for seed, now in RUNS],
                             limits=limits)
-    failed = next((r for r in runs if r.verdict.value != "pass"), None)
+    failed = next((r for r in runs if r.verdict != Verdict.PASS), None)
     if failed is not None:
         return Repeated(None, "failed", failed.verdict.value)
     first = runs[0].stdout
