@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--quiet", action="store_true", help="no progress bar")
 
     e = sub.add_parser("eval", help="evaluate a model (or a file of completions) on a dataset: pass@k")
-    e.add_argument("--model", help="hub id or local HF-format directory (e.g. a checkpoint of ours)")
+    e.add_argument("--model", help="hub id or local HF-format directory (e.g. a checkpoint of ours: its policy/, a "
+                   "LoRA run's adapter included)")
     e.add_argument("--completions", help="JSONL of completions made elsewhere: {problem_id, completion}; no model")
     e.add_argument("--dataset", default="mbpp", help="gsm8k | mbpp | nemotron_code | leetcode | humaneval | jsonl")
     e.add_argument("--split", default="test", help="dataset split (default test)")

@@ -55,6 +55,8 @@ def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto
 
     offline = offline if offline is not None else os.environ.get("HF_HUB_OFFLINE") == "1"
     local = Path(name).expanduser()
+    if (local / "adapter_config.json").is_file():  # a LoRA adapter (a LoRA run's checkpoint): on its base, merged
+        return _load_adapter(local, device, dtype, offline, tokenizer)
     if not local.exists() and looks_like_path(name):
         raise ModelNotFound(f"cannot load model {name!r}: no such directory (a hub id looks like org/name)")
     if local.exists() and not (local / "config.json").is_file():
@@ -71,6 +73,24 @@ def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return model.to(dev).eval(), tok
+
+
+def _load_adapter(directory: Path, device: str, dtype: str, offline: bool, tokenizer: str | None):
+    """A peft LoRA adapter directory: its base model (base_model_name_or_path) with the adapter merged in."""
+    import json
+
+    base = json.loads((directory / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ModelNotFound(f"{directory}/adapter_config.json names no base_model_name_or_path: load the base model "
+                            "and the adapter yourself (peft.PeftModel.from_pretrained)")
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise ModelNotFound(f"{directory} is a LoRA adapter: loading it needs peft (pip install peft)") from None
+    has_tokenizer = (directory / "tokenizer_config.json").is_file()
+    model, tok = load_model_and_tokenizer(base, device, dtype, offline,
+                                          tokenizer or (str(directory) if has_tokenizer else None))
+    return PeftModel.from_pretrained(model, str(directory)).merge_and_unload().eval(), tok
 
 
 CHAT_TEMPLATE = (

@@ -123,7 +123,8 @@ def test_a_nemo_style_config_loads_with_its_machinery_named_in_one_note(tmp_path
     ("policy.megatron_cfg.enabled=true", "Megatron-backed training is not implemented"),
     ("policy.generation.colocated.enabled=false", "non-colocated generation"),
     ("policy.generation.backend=sglang", "generation backends other than vLLM"),
-    ("policy.dtensor_cfg.lora_cfg.enabled=true", "LoRA is not implemented"),
+    ("policy.dtensor_cfg.lora_cfg.enabled=true", None),  # read as policy.lora (tests/lora)
+    ("policy.dtensor_cfg.lora_cfg={enabled: true, dropout: 0.1}", "dropout_position=post"),
     ("policy.generation.vllm_cfg.precision=fp8", "fp8 rollouts"),
     ("logger.mlflow_enabled=true", "MLflow logging is not implemented"),
     ("policy.scheduler=[{name: torch.optim.lr_scheduler.LinearLR, kwargs: {start_factor: 0.1}}, {milestones: [50]}]",

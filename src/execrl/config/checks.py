@@ -35,7 +35,26 @@ def validate(cfg: MasterConfig) -> BatchPlan:
     check_scheduler(cfg)
     check_loss(cfg, batch_plan)
     check_datasets(cfg)
+    check_lora(cfg)
     return batch_plan
+
+
+def check_lora(cfg: MasterConfig) -> None:
+    """policy.lora's settings: only while it is on, and only as peft can do them."""
+    lora = cfg.policy.lora
+    if not lora.enabled:
+        default = type(lora)()
+        changed = sorted(k for k in type(lora).model_fields if getattr(lora, k) != getattr(default, k))
+        if changed:
+            raise ConfigError(f"policy.lora.{changed[0]} is set but LoRA is off: set policy.lora.enabled=true, or "
+                              "remove it")
+        return
+    if lora.dropout and lora.dropout_position == "post":
+        raise ConfigError("policy.lora.dropout_position=post (dropout on the adapter's output) is not what peft does: "
+                          "set policy.lora.dropout_position=pre (dropout on its input), or dropout=0")
+    if lora.match_all_linear and lora.target_modules:
+        raise ConfigError("policy.lora.match_all_linear=true adapts every linear layer, so target_modules would do "
+                          "nothing: set match_all_linear=false to pick target_modules, or target_modules=[]")
 
 
 def prompt_limit(cfg: MasterConfig) -> int:

@@ -53,6 +53,11 @@ MAPPED: dict[str, tuple[str, Callable[[Any, Path | None], Any]]] = {
     "grpo.adv_estimator.use_leave_one_out_baseline": ("grpo.use_leave_one_out_baseline", _value(lambda v: v)),
     "policy.dtensor_cfg.activation_checkpointing": ("policy.activation_checkpointing", _value(bool)),
     "policy.automodel_cfg.activation_checkpointing": ("policy.activation_checkpointing", _value(bool)),
+    # NeMo RL's LoRA (Automodel's PeftConfig) is policy.lora (only while it is enabled: adapt() drops it otherwise)
+    **{f"policy.{section}.lora_cfg.{k}": (f"policy.lora.{k}", _value(lambda v: v))
+       for section in ("dtensor_cfg", "automodel_cfg")
+       for k in ("enabled", "dim", "alpha", "dropout", "dropout_position", "lora_A_init", "target_modules",
+                 "exclude_modules", "match_all_linear")},
     # the execrl engine generates in place of vLLM (refused below for other backends)
     "policy.generation.backend": ("policy.generation.backend", _value(lambda v: "execrl" if v == "vllm" else v)),
 }
@@ -62,6 +67,8 @@ IGNORED: dict[str, str] = {
     "policy.dtensor_cfg": "FSDP2 settings: execrl shards with FSDP2 over cluster.gpus_per_node itself",
     "policy.automodel_cfg": "FSDP2 settings: execrl shards with FSDP2 over cluster.gpus_per_node itself",
     "policy.megatron_cfg": "Megatron settings (off)",
+    "policy.dtensor_cfg.lora_cfg.use_triton": "a Triton kernel for the LoRA matmuls (speed)",
+    "policy.automodel_cfg.lora_cfg.use_triton": "a Triton kernel for the LoRA matmuls (speed)",
     "policy.dynamic_batching": "micro-batch packing by tokens (the loss is normalized over the whole batch)",
     "policy.sequence_packing": "micro-batch packing by tokens (the loss is normalized over the whole batch)",
     "policy.make_sequence_length_divisible_by": "padding for tensor parallelism",
@@ -148,10 +155,6 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
                                              "policy.generation.vllm_cfg.precision=${policy.precision}"),
     "policy.generation.vllm_cfg.kv_cache_dtype": (lambda v: "fp8" in str(v), "an fp8 KV cache is not implemented: "
                                                   "set policy.generation.vllm_cfg.kv_cache_dtype=auto"),
-    "policy.dtensor_cfg.lora_cfg.enabled": (_on, "LoRA is not implemented yet: set "
-                                                 "policy.dtensor_cfg.lora_cfg.enabled=false"),
-    "policy.automodel_cfg.lora_cfg.enabled": (_on, "LoRA is not implemented yet: set policy.automodel_cfg."
-                                                   "lora_cfg.enabled=false"),
     "policy.draft.enabled": (_on, "draft-model (eagle3) co-training is not implemented: set "
                                   "policy.draft.enabled=false"),
     "grpo.reward_shaping.stop_properly_penalty_coef": (lambda v: v is not None, "grpo.reward_shaping."
@@ -222,6 +225,10 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
         leaves = {k: v for k, v in leaves.items() if not k.startswith("grpo.reward_scaling.")}
         if "reward_scaling" in (tree.get("grpo") or {}):
             ignored["grpo.reward_scaling"] = "off"
+    for section in ("policy.dtensor_cfg.lora_cfg", "policy.automodel_cfg.lora_cfg"):
+        if not _on(leaves.get(f"{section}.enabled")) and any(k.startswith(section + ".") for k in leaves):
+            leaves = {k: v for k, v in leaves.items() if not k.startswith(section + ".")}  # (as above)
+            ignored[section] = "off"
     refused_at = {key: _section_of(key, REFUSED) for key in leaves}  # the REFUSED entry each key falls under
     for refused, (on, why) in REFUSED.items():  # in the table's order: the most basic missing feature first
         if any(on(leaves[key]) for key, entry in refused_at.items() if entry == refused):

@@ -59,6 +59,27 @@ class OptimizerConfig(Section):
                                                             "eps": 1e-8}, description="passed to the optimizer")
 
 
+class LoraConfig(Section):
+    enabled: bool = Field(False, description="train low-rank adapters (peft) on the frozen model instead of all of it")
+    dim: int = Field(8, ge=1, description="the adapters' rank r")
+    alpha: float = Field(32, gt=0, description="scale: the adapter adds alpha / dim * B A x")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input (training only)")
+    dropout_position: Literal["pre", "post"] = Field("post", description="NeMo RL's: where dropout applies; peft "
+                                                     "applies it before the adapter (pre): post is refused with "
+                                                     "dropout > 0")
+    lora_A_init: Literal["xavier", "uniform"] = Field("xavier", description="A's initialisation: xavier (normal), or "
+                                                      "uniform (kaiming-uniform, as nn.Linear's); B starts at zero")
+    target_modules: list[str] = Field(default_factory=list, description="layers to adapt: names (q_proj) or "
+                                      "wildcard patterns on full names (*.mlp.*); with match_all_linear=false")
+    exclude_modules: list[str] = Field(default_factory=list, description="layers not to adapt (names or patterns)")
+    match_all_linear: bool = Field(True, description="adapt every linear layer of the decoder (not the LM head)")
+    save_merged: bool = Field(False, description="checkpoints also hold the merged model (HF format, merged/)")
+
+    @property
+    def scaling(self) -> float:
+        return self.alpha / self.dim
+
+
 class PolicyConfig(Section):
     model_name: str = Field("builtin:tiny-coder", description="hub id, HF directory, or builtin:tiny-coder")
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig, description="tokenizer settings")
@@ -82,6 +103,8 @@ class PolicyConfig(Section):
                                 "{warmup_steps: N} (per optimizer step), or NeMo RL's torch schedulers (per GRPO "
                                 "step): {name, kwargs}, a list of them with {milestones: [...]}, or null (constant)")
     generation: GenerationConfig = Field(default_factory=GenerationConfig, description="rollout sampling")
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA: train adapters, the model frozen "
+                             "(NeMo RL: policy.dtensor_cfg.lora_cfg)")
 
 
 class AsyncGRPOConfig(Section):

@@ -27,15 +27,16 @@ class HFGenerator:
 
 
 def build_generator(model, tokenizer, backend: str, slots: int, max_len: int, cuda_graphs: bool = True,
-                    sync_every: int = 16, compile: bool = False, stop_token_ids: list[int] | None = None):
+                    sync_every: int = 16, compile: bool = False, stop_token_ids: list[int] | None = None,
+                    merge_adapters: bool = False):
     """The rollout backend by name; the engine's cache has `slots` sequences of up to `max_len` tokens; generation
-    ends at the model's EOS tokens and `stop_token_ids`."""
+    ends at the model's EOS tokens and `stop_token_ids`; `merge_adapters`: LoRA's merge mode (decoder.py)."""
     if backend == "transformers":
         return HFGenerator(model, tokenizer, slots, stop_token_ids)
     if backend != "execrl":
         raise ValueError(f"generation backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     return RolloutEngine(model, tokenizer, slots, max_len, cuda_graphs=cuda_graphs, sync_every=sync_every,
-                         compile=compile, stop_token_ids=stop_token_ids)
+                         compile=compile, stop_token_ids=stop_token_ids, merge_adapters=merge_adapters)
 
 
 __all__ = ["BACKENDS", "Completion", "HFGenerator", "RolloutEngine", "SamplingParams", "UnsupportedModel",

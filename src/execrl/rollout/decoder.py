@@ -1,15 +1,20 @@
 """A decoder forward over a transformers model's *own* modules with a static KV cache: prefill of new prompts into
 cache slots, and one decode step for every slot. No weight is copied; the engine calls the trainer's nn.Linear,
-RMSNorm and MLP modules, so an optimizer step is seen by the next rollout with no synchronization.
+RMSNorm and MLP modules, so an optimizer step is seen by the next rollout with no synchronization. With LoRA it adds
+each projection group's low-rank path to the frozen base's output (rollout/adapters.py: no merged copy).
 
 Shapes: S cache slots, L = max_len positions per slot, H query heads, Hkv key/value heads, G = H / Hkv, D head dim.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 
+from execrl.lora import base_layer
+from execrl.rollout.adapters import layer_adapters
 from execrl.rollout.attention import decode_attention
 from execrl.rollout.fuse import joined
 
@@ -58,7 +63,7 @@ def _fused_qkv(attn) -> tuple[torch.Tensor, torch.Tensor | None] | None:
 
 
 class CachedDecoder:
-    def __init__(self, model, slots: int, max_len: int):
+    def __init__(self, model, slots: int, max_len: int, merge_adapters: bool = False):
         check_supported(model)
         cfg, base = model.config, model.model
         self.layers, self.embed, self.norm, self.head = base.layers, base.embed_tokens, base.norm, model.lm_head
@@ -77,6 +82,11 @@ class CachedDecoder:
         self.qkv = [_fused_qkv(l.self_attn) for l in self.layers]  # (weight, bias) or None
         self.gate_up = [joined([l.mlp.gate_proj, l.mlp.up_proj]) if silu and l.mlp.gate_proj.bias is None else None
                         for l in self.layers]
+        self.adapters = layer_adapters(self.layers, weight.dtype)  # LoRA: per layer, its groups' A and B (or None)
+        # LoRA, merge mode: the adapters merged into the base weights for each generate call (adapters_merged)
+        self.merge = merge_adapters and all(self._base_weights(i)[name] is not None for i, ad in
+                                            enumerate(self.adapters) if ad for name, g in ad.groups.items() if g)
+        self._saved: list[torch.Tensor] | None = None  # merge mode: the adapted base weights' bytes, on the host
         self.rows = torch.arange(slots, device=weight.device)  # [S]
         self.prefill_ops = (rotate, swiglu)  # the elementwise work of prefill; decode's is compiled with its step
 
@@ -93,22 +103,79 @@ class CachedDecoder:
         a = layer.self_attn
         h = rms_norm(layer.input_layernorm, x)  # [B, T, d]
         b, t, _ = h.shape
+        ad = None if self.merge else self.adapters[i]  # (merge mode: the weights hold the adapters)
+        group = [base_layer(m) for m in (a.q_proj, a.k_proj, a.v_proj)]
+        sizes = [m.out_features for m in group]
         if self.qkv[i] is not None:  # one GEMM (see fuse.py)
-            q, k, v = F.linear(h, *self.qkv[i]).split([a.q_proj.out_features, a.k_proj.out_features,
-                                                       a.v_proj.out_features], -1)
+            q, k, v = (F.linear(h, *self.qkv[i]) if ad is None else ad.add("qkv", h, F.linear(h, *self.qkv[i]))
+                       ).split(sizes, -1)
+        elif ad is None:
+            q, k, v = (m(h) for m in group)
         else:
-            q, k, v = a.q_proj(h), a.k_proj(h), a.v_proj(h)
+            q, k, v = ad.add("qkv", h, torch.cat([m(h) for m in group], -1)).split(sizes, -1)
         q, k, v = (z.view(b, t, -1, self.head_dim) for z in (q, k, v))
         if hasattr(a, "q_norm"):  # Qwen3 normalizes queries and keys per head
             q, k = rms_norm(a.q_norm, q), rms_norm(a.k_norm, k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, D]
         q, k = rope(q, cos, sin), rope(k, cos, sin)
-        out = attend(i, q, k, v)  # [B, H, T, D]
-        x = x + a.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+        out = attend(i, q, k, v).transpose(1, 2).reshape(b, t, -1)  # [B, T, H D]
+        o = base_layer(a.o_proj)(out)
+        x = x + (o if ad is None else ad.add("o", out, o))
         h = rms_norm(layer.post_attention_layernorm, x)
-        if self.gate_up[i] is None:
-            return x + layer.mlp(h)
-        return x + layer.mlp.down_proj(swi(F.linear(h, self.gate_up[i])))
+        mlp = layer.mlp
+        if ad is None and self.gate_up[i] is None:
+            return x + mlp(h)
+        if self.gate_up[i] is not None:
+            gate_up = F.linear(h, self.gate_up[i])
+        else:
+            gate_up = torch.cat([base_layer(mlp.gate_proj)(h), base_layer(mlp.up_proj)(h)], -1)
+        if ad is not None:
+            gate_up = ad.add("gate_up", h, gate_up)
+        if self.gate_up[i] is not None:
+            z = swi(gate_up)
+        else:
+            gate, up = gate_up.chunk(2, -1)
+            z = mlp.act_fn(gate) * up
+        down = base_layer(mlp.down_proj)(z)
+        return x + (down if ad is None else ad.add("down", z, down))
+
+    def _base_weights(self, i: int) -> dict[str, torch.Tensor | None]:
+        """Layer i's base weight of each projection group, as one tensor (None where a group is not one)."""
+        a, mlp = self.layers[i].self_attn, self.layers[i].mlp
+        return {"qkv": self.qkv[i][0] if self.qkv[i] is not None else None, "o": base_layer(a.o_proj).weight,
+                "gate_up": self.gate_up[i], "down": base_layer(mlp.down_proj).weight}
+
+    @contextmanager
+    def adapters_merged(self):
+        """Merge mode (LoRA, sync GRPO on one process): for the block, each group's base weight W holds
+        W + B A (its adapters: one addmm per group), so decoding runs at the speed of a model without adapters;
+        after it W's exact bytes are put back from a host copy taken at the first call (W - B A would round: in
+        bf16 the base would drift a little at every step). Nothing else may use the weights meanwhile: async GRPO
+        trains while rollouts run, so it uses the low-rank path instead."""
+        if not self.merge:
+            yield
+            return
+        targets = [(self._base_weights(i)[name], g) for i, ad in enumerate(self.adapters) if ad
+                   for name, g in ad.groups.items() if g]
+        if self._saved is None:  # (the first call: after any warm-up, which trains the base)
+            self._saved = [w.detach().to("cpu", copy=True) for w, _ in targets]
+            if targets and targets[0][0].is_cuda:
+                self._saved = [t.pin_memory() for t in self._saved]
+        with torch.no_grad():
+            for w, g in targets:
+                w.addmm_(g.b, g.a)  # [out, n r] @ [n r, in]
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for (w, _), saved in zip(targets, self._saved):
+                    w.copy_(saved, non_blocking=True)
+
+    def refresh_adapters(self) -> None:
+        """LoRA: the adapters' current weights into the engine's buffers (each generate call, before anything)."""
+        for ad in self.adapters:
+            if ad is not None:
+                ad.refresh()
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(rms_norm(self.norm, x))

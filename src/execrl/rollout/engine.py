@@ -57,9 +57,10 @@ class Call:
 
 class RolloutEngine:
     def __init__(self, model, tokenizer, slots: int, max_len: int, cuda_graphs: bool = True, sync_every: int = 16,
-                 prefill_tokens: int = 32768, compile: bool = False, stop_token_ids: list[int] | None = None):
+                 prefill_tokens: int = 32768, compile: bool = False, stop_token_ids: list[int] | None = None,
+                 merge_adapters: bool = False):
         self.tokenizer, self.sync_every, self.prefill_tokens = tokenizer, max(1, sync_every), prefill_tokens
-        self.dec = CachedDecoder(model, slots, max_len)
+        self.dec = CachedDecoder(model, slots, max_len, merge_adapters)  # (LoRA: decoder.adapters_merged)
         dev = self.dec.rows.device
         self.graphs_on = cuda_graphs and dev.type == "cuda"
         self.compiled = compile and dev.type == "cuda"  # fuses the small ops (two compilations: see compiled())
@@ -99,12 +100,14 @@ class RolloutEngine:
         """For each prompt (token ids), `num_samples` completions. Sample j of prompt i draws its noise from
         (seeds[i], j) (None: seeds from torch's generator), so results do not depend on the slots, the rest of the
         batch or the rank, except through floating-point batch effects on the logits."""
+        self.dec.refresh_adapters()  # (LoRA: the adapters as they are now)
         call = Call(prompts, num_samples, max_new_tokens, params, stop_strings, on_batch, seeds, self.dec.max_len)
         busy: dict[int, Slot] = {}  # slot index -> what it is generating
-        while call.waiting or busy:
-            self._admit(call, busy)  # free slots take waiting requests: prefill, first token
-            self._decode(call, busy)  # up to sync_every steps of every slot, on the device
-            self._harvest(call, busy)  # the one host sync: finished and stopped slots hand in their completions
+        with self.dec.adapters_merged():
+            while call.waiting or busy:
+                self._admit(call, busy)  # free slots take waiting requests: prefill, first token
+                self._decode(call, busy)  # up to sync_every steps of every slot, on the device
+                self._harvest(call, busy)  # the one host sync: finished and stopped slots hand in their completions
         return call.results  # type: ignore[return-value]
 
     def _admit(self, call: Call, busy: dict[int, Slot]) -> None:

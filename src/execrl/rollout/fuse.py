@@ -3,15 +3,19 @@
 Decode multiplies a few hundred rows by every weight: five small GEMMs per layer cost far more than two wide ones.
 `fuse_projections` moves each group's weights into one tensor and makes the model's parameters *views* of it, so
 the trainer still sees (and the optimizer updates in place) the usual separate parameters, while the engine reads
-the same memory as one matrix. Call it before building the optimizer."""
+the same memory as one matrix. Call it before building the optimizer. With LoRA the base layers are fused (the
+adapters stay apart: the engine adds their low-rank path itself, execrl.lora)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from execrl.lora import base_layer
+
 
 def _rehome(linears: list[nn.Linear], name: str) -> None:
+    linears = [base_layer(m) for m in linears]
     parts = [getattr(m, name) for m in linears]
     if any(p is None for p in parts):
         return
@@ -31,8 +35,9 @@ def fuse_projections(model) -> None:
 
 
 def joined(linears: list[nn.Linear], name: str = "weight") -> torch.Tensor | None:
-    """The group's parameters as one tensor when they are adjacent views of one storage (after fuse_projections)."""
-    parts = [getattr(m, name) for m in linears]
+    """The group's parameters as one tensor when they are adjacent views of one storage (after fuse_projections); of
+    the base layers, with LoRA."""
+    parts = [getattr(base_layer(m), name) for m in linears]
     if any(p is None for p in parts):
         return None
     first = parts[0]

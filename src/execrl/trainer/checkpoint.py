@@ -2,7 +2,12 @@
 plus optimizer, scheduler, RNG states and data position, written atomically; the last K are kept.
 
 States are full and keyed by parameter name whatever the number of ranks that wrote them (trainer/distributed.py
-gathers a sharded model's), so a run resumes on any number of GPUs."""
+gathers a sharded model's), so a run resumes on any number of GPUs.
+
+With LoRA (policy.lora) `policy/` holds the adapter in peft's format (adapter_config.json, adapter_model.safetensors:
+PeftModel.from_pretrained loads it) and, with policy.lora.save_merged, `merged/` the merged model in HF format. The
+adapter's base_model_name_or_path is the model the run started from, or, where the run made its own base (the
+built-in model, a supervised warm-up), `base/` beside the checkpoints, written once (save_base)."""
 
 from __future__ import annotations
 
@@ -13,25 +18,36 @@ from pathlib import Path
 
 import torch
 
+from execrl import lora as lora_state
 from execrl.trainer import distributed as dist
 
 PREFIX = "step_"
+BASE = "base"  # a LoRA run's own base model, beside the checkpoints
 
 
 def save(directory: str | Path, step: int, model, tokenizer, optimizer, scheduler, extra: dict, keep: int,
-         serve_dtype: torch.dtype | None = None) -> Path:
+         serve_dtype: torch.dtype | None = None, lora=None) -> Path:
     """Every rank calls it (gathering the full state is collective); rank 0 writes. `policy/` holds the master
-    weights as they are (fp32 with mixed precision); its config.json names `serve_dtype`, the dtype to serve in."""
+    weights as they are (fp32 with mixed precision); its config.json names `serve_dtype`, the dtype to serve in.
+    `lora`: a LoRA run's Adapter (what its policy/ holds instead)."""
     root = Path(directory)
     final = root / f"{PREFIX}{step:06d}"
-    weights, optim_state = dist.full_state(model, optimizer)
+    merged = lora is not None and lora.save_merged
+    weights, optim_state = dist.full_state(model, optimizer, trained_only=lora is not None and not merged)
     if dist.is_main():
         root.mkdir(parents=True, exist_ok=True)
         tmp = root / f".tmp-{PREFIX}{step:06d}"
         shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp / "policy", state_dict=weights)
-        if serve_dtype is not None:
-            _name_dtype(tmp / "policy" / "config.json", serve_dtype)
+        if lora is None:
+            model.save_pretrained(tmp / "policy", state_dict=weights)
+            if serve_dtype is not None:
+                _name_dtype(tmp / "policy" / "config.json", serve_dtype)
+        else:
+            lora.write(tmp / "policy", weights)
+            if merged:
+                model.save_pretrained(tmp / "merged", state_dict=lora_state.merged_state(weights, lora.scaling,
+                                                                                          serve_dtype))
+                tokenizer.save_pretrained(tmp / "merged")
         tokenizer.save_pretrained(tmp / "policy")
         torch.save(optim_state, tmp / "optimizer.pt")
         torch.save({"scheduler": scheduler.state_dict(), "step": step, "torch_rng": torch.get_rng_state(),
@@ -60,19 +76,43 @@ def latest(directory: str | Path) -> Path | None:
     return dist.from_main(found[-1] if found else None)
 
 
-def load_weights(path: Path) -> dict:
-    """The policy's tensors from a checkpoint, on rank 0 ({} elsewhere: they are broadcast from rank 0)."""
+def load_weights(path: Path, sub: str = "policy") -> dict:
+    """The policy's tensors from a checkpoint (or the adapter's, in a LoRA run), on rank 0 ({} elsewhere: they are
+    broadcast from rank 0)."""
     from safetensors.torch import load_file
 
     weights = {}
-    for f in sorted((path / "policy").glob("*.safetensors")) if dist.is_main() else []:
+    for f in sorted((path / sub).glob("*.safetensors")) if dist.is_main() else []:
         weights.update(load_file(f))
     return weights
 
 
-def load(path: Path, model, optimizer, scheduler) -> dict:
+def save_base(directory: str | Path, model, tokenizer) -> Path:
+    """A LoRA run's own base model (HF format), for its adapters' base_model_name_or_path; every rank calls it."""
+    path = Path(directory) / BASE
+    weights, _ = dist.full_state(model, None)
+    if dist.is_main():
+        tmp = path.with_name(f".tmp-{BASE}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp, state_dict=lora_state.base_state(weights))
+        tokenizer.save_pretrained(tmp)
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
+    dist.barrier()
+    return path.resolve()
+
+
+def load(path: Path, model, optimizer, scheduler, lora: bool = False) -> dict:
     optim_state = torch.load(path / "optimizer.pt", weights_only=False) if dist.is_main() else {}
-    dist.load_full_state(model, optimizer, load_weights(path), optim_state)
+    if not lora:
+        dist.load_full_state(model, optimizer, load_weights(path), optim_state)
+    else:  # the run's own base (if it made one), then the adapters
+        base = path.parent / BASE
+        if (base / "config.json").is_file():
+            dist.load_full_state(model, None, lora_state.to_model_names(load_weights(base, ""), model), None,
+                                 part="frozen")
+        dist.load_full_state(model, optimizer, lora_state.from_adapter_state(load_weights(path)), optim_state,
+                             part="trainable")
     state = torch.load(path / "trainer_state.pt", weights_only=False)
     scheduler.load_state_dict(state["scheduler"])
     torch.set_rng_state(state["torch_rng"])

@@ -98,9 +98,12 @@ def shard(model: torch.nn.Module | None, compute_dtype: torch.dtype | None = Non
 
     # Mixed precision (trainer/precision.py): the sharded fp32 parameters are the master weights, gathered in the
     # compute dtype for forward and backward; gradients are reduced and kept in fp32.
-    dtype = next(model.parameters()).dtype
-    mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=dtype) \
-        if compute_dtype is not None and compute_dtype != dtype else MixedPrecisionPolicy()
+    # With LoRA the base is in the compute dtype already and only the (fp32) adapters are trained: gathered in the
+    # compute dtype too, their gradients reduced in fp32.
+    dtypes = {p.dtype for p in model.parameters()}
+    trained = {p.dtype for p in model.parameters() if p.requires_grad}
+    mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=max(trained, key=lambda d: d.itemsize)) \
+        if compute_dtype is not None and dtypes != {compute_dtype} else MixedPrecisionPolicy()
     for layer in model.get_decoder().layers:
         fully_shard(layer, reshard_after_forward=False, mp_policy=mp)
     # (the root must stay gathered after forward anyway: the trainer uses the LM head's weight after it, step.py)
@@ -276,29 +279,35 @@ def barrier() -> None:
 # Checkpoint state: full, keyed by parameter name, the same on any number of ranks
 
 
-def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
-    """(model state, optimizer state), full and on the CPU: on rank 0 (every rank must call it; the others get {})."""
+def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trained_only: bool = False,
+               ) -> tuple[dict, dict]:
+    """(model state, optimizer state), full and on the CPU: on rank 0 (every rank must call it; the others get {}).
+    `trained_only`: the trainable parameters alone (LoRA: the adapters, not the frozen base)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
-    options = StateDictOptions(full_state_dict=True, cpu_offload=world_size() > 1)
+    options = StateDictOptions(full_state_dict=True, cpu_offload=world_size() > 1, ignore_frozen_params=trained_only)
     weights = get_model_state_dict(model, options=options)
     first: dict[int, str] = {}
     for name, param in model.named_parameters(remove_duplicate=False):  # a tied head: one tensor, as in the model,
-        if id(param) in first and name in weights:  # so that HF saves it once, as from one process
+        if id(param) in first and name in weights and first[id(param)] in weights:  # so that HF saves it once
             weights[name] = weights[first[id(param)]]
         first.setdefault(id(param), name)
-    return weights, get_optimizer_state_dict(model, optimizer, options=options)
+    return weights, get_optimizer_state_dict(model, optimizer, options=options) if optimizer is not None else {}
 
 
 def load_full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, weights: dict,
-                    optim_state: dict | None) -> None:
+                    optim_state: dict | None, part: str = "all") -> None:
     """Load full state dicts (read by rank 0 only; the others pass {}) into a model sharded over any number of ranks.
-    A tied LM head may be absent from `weights` (HF checkpoints leave it out)."""
+    A tied LM head may be absent from `weights` (HF checkpoints leave it out). `part`: which parameters `weights`
+    holds: all, or (LoRA) only the trainable ones (the adapters) or only the frozen ones (the base)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=world_size() > 1, strict=False)
     missing, unexpected = set_model_state_dict(model, weights, options=options)
-    mismatch = unexpected or [k for k in missing if not k.endswith("lm_head.weight")]
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    elsewhere = {"all": set(), "trainable": {n for n, _ in model.named_parameters()} - trainable,
+                 "frozen": trainable}[part]  # the parameters `weights` is not meant to hold
+    mismatch = unexpected or [k for k in missing if not k.endswith("lm_head.weight") and k not in elsewhere]
     if from_main(bool(mismatch) and is_main()):  # every rank stops, not only the one that can tell
         raise RuntimeError(f"the checkpoint does not match the model: missing {missing}, unexpected {unexpected}")
     if optimizer is not None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from execrl.config import MasterConfig
 from execrl.eval.passk import pass_at_k
+from execrl.lora import base_only, base_trainable
 from execrl.rewards import is_correct, sandbox_failures
 from execrl.rollout.sampling import scoring_temperature
 from execrl.sandbox import check_infra_share
@@ -37,6 +38,8 @@ def train(cfg: MasterConfig) -> Run:
     try:
         if run.step == 0 and cfg.warmup.sft_steps:
             warm_up(run)
+        if run.step == 0 and run.lora is not None and run.lora.own_base and cfg.checkpointing.enabled:
+            checkpoint.save_base(cfg.checkpointing.checkpoint_dir, run.model, run.tokenizer)  # (the adapters' base)
         if run.step == 0 and cfg.grpo.val_at_start:
             validate(run)
         begun, late = time.monotonic(), False
@@ -122,6 +125,9 @@ def train_step(run: Run, rollouts) -> dict:
         batch.old_logprobs = score_tokens(run.weights.compute, batch, cfg.policy.logprob_batch_size, temperature)
     if run.ref_model is not None:
         batch.ref_logprobs = score_tokens(run.ref_model, batch, cfg.policy.logprob_batch_size, temperature)
+    elif run.lora is not None and cfg.loss_fn.reference_policy_kl_penalty > 0:  # the base: the adapters off
+        with base_only(run.lora.peft_model):
+            batch.ref_logprobs = score_tokens(run.weights.compute, batch, cfg.policy.logprob_batch_size, temperature)
     per_step = cfg.policy.scheduler.per_grpo_step  # NeMo RL's torch schedulers count GRPO steps
     stats = optimize(run.weights, run.optimizer, None if per_step else run.scheduler, batch, cfg, run.plan)
     if per_step:
@@ -140,7 +146,9 @@ def train_step(run: Run, rollouts) -> dict:
 def warm_up(run: Run) -> None:
     n = run.cfg.warmup.sft_steps
     console.print(f"supervised warm-up: {n} steps on reference solutions")
-    loss = sft_warmup(run.weights, run.tokenizer, run.sampler.problems, run.references, run.cfg)
+    lora = run.lora is not None  # (the warm-up trains the base, which the adapters start from)
+    with base_trainable(run.weights.master, run.weights.compute) if lora else nullcontext():
+        loss = sft_warmup(run.weights, run.tokenizer, run.sampler.problems, run.references, run.cfg)
     console.print(f"warm-up done, loss {loss:.3f}")
 
 
@@ -246,7 +254,7 @@ def save_on_interrupt(run: Run) -> None:
 def save(run: Run) -> None:
     data = {"sampler": run.pipeline.data_position(run.step), "role_baselines": run.baselines.state_dict()}
     path = checkpoint.save(run.cfg.checkpointing.checkpoint_dir, run.step, run.model, run.tokenizer, run.optimizer,
-                           run.scheduler, data, run.cfg.checkpointing.keep_top_k, run.weights.compute_dtype)
+                           run.scheduler, data, run.cfg.checkpointing.keep_top_k, run.weights.compute_dtype, run.lora)
     run.last_saved = run.step
     console.print(f"checkpoint: {path}")
 

@@ -16,6 +16,10 @@ Costs over pure bf16, per parameter: 4 bytes of fp32 master, 4 of fp32 gradient,
 arrangement is FSDP's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): sharded fp32 parameters are the
 master, gathered in bf16 for compute, gradients reduced in fp32 (trainer/distributed.py); master and compute are
 then one module. With fp32 (the CPU default) master and compute are one module too and nothing here does anything.
+
+With LoRA (execrl.lora) only the adapters train: compute is the model with bf16 adapters over its frozen bf16 base,
+and master a second model that shares that base (the same tensors: no copy) and holds fp32 copies of the adapters
+(`lora_master`). Under FSDP2 the adapters are fp32 in the one model, gathered in bf16 like the rest.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ class Weights:
         if compute is not master:
             names = [n for n, _ in master.named_parameters()]
             assert names == [n for n, _ in compute.named_parameters()], "master and compute models differ"
-            self._pairs = [(m, c) for (_, m), (_, c) in zip(master.named_parameters(), compute.named_parameters())]
+            self._pairs = [(m, c) for (_, m), (_, c) in zip(master.named_parameters(), compute.named_parameters())
+                           if m is not c]  # (LoRA: the base is one set of tensors)
 
     @torch.no_grad()
     def accumulate_grads(self) -> None:
@@ -75,3 +80,15 @@ def compute_model(master: torch.nn.Module, compute_dtype: torch.dtype, sharded: 
     if sharded or next(master.parameters()).dtype == compute_dtype:
         return master
     return copy.deepcopy(master).to(compute_dtype)
+
+
+def lora_master(compute: torch.nn.Module) -> torch.nn.Module:
+    """The master of a LoRA model in mixed precision: the same modules, sharing compute's frozen parameters (the base,
+    not copied), with fp32 copies of its trainable ones (the adapters)."""
+    shared = {id(p): p for p in compute.parameters() if not p.requires_grad}
+    master = copy.deepcopy(compute, memo=shared)
+    with torch.no_grad():
+        for p in master.parameters():
+            if p.requires_grad:
+                p.data = p.data.float()
+    return master

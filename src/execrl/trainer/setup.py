@@ -6,6 +6,7 @@ import copy
 import random
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from rich.console import Console
@@ -14,7 +15,8 @@ from execrl.algo.role_baselines import RoleBaselines
 from execrl.config import BatchPlan, MasterConfig, to_yaml
 from execrl.config.checks import check_dataset_names, prompt_limit, validate
 from execrl.envs import make_env
-from execrl.models import load_model_and_tokenizer, pick_device
+from execrl.lora import Adapter, apply_lora
+from execrl.models import TINY_CODER, load_model_and_tokenizer, pick_device
 from execrl.prompts import TEMPLATE_KWARGS
 from execrl.rollout import build_generator
 from execrl.rollout.engine import eager_fallback
@@ -56,6 +58,7 @@ class Run:
     started: float = field(default_factory=time.monotonic)
     baselines: RoleBaselines = field(default_factory=RoleBaselines)  # self-play's role baselines (grpo.advantage rae)
     opponent: Opponent | None = None  # self-play's frozen opponent (env.game.opponent)
+    lora: Adapter | None = None  # with policy.lora: the peft model around `model` and the base it adapts
 
     @property
     def model(self) -> torch.nn.Module:
@@ -80,19 +83,34 @@ def build_run(cfg: MasterConfig) -> Run:
     random.seed(cfg.grpo.seed)
     torch.manual_seed(cfg.grpo.seed)
     master_dtype, compute_dtype = precision.dtypes(cfg.policy.precision, pick_device(cfg.policy.device))
-    model, tok = load_model_and_tokenizer(cfg.policy.model_name, cfg.policy.device, str(master_dtype).split(".")[1],
+    lora = cfg.policy.lora.enabled  # the frozen base in the compute dtype alone; the adapters (fp32) are the master
+    load_dtype = compute_dtype if lora else master_dtype
+    model, tok = load_model_and_tokenizer(cfg.policy.model_name, cfg.policy.device, str(load_dtype).split(".")[1],
                                           offline=cfg.offline or None, tokenizer=cfg.policy.tokenizer.name
                                           if cfg.policy.tokenizer.name != cfg.policy.model_name else None,
                                           seed=cfg.grpo.seed, config_overrides=cfg.policy.hf_config_overrides)
     if cfg.policy.tokenizer.chat_template:
         tok.chat_template = cfg.policy.tokenizer.chat_template
     setattr(tok, TEMPLATE_KWARGS, cfg.policy.tokenizer.chat_template_kwargs)
-    compute = precision.compute_model(model, compute_dtype, sharded=dist.world_size() > 1)  # every forward runs on it
+    sharded = dist.world_size() > 1
+    # LoRA: fp32 adapters, unless they are the bf16 compute copy of a mixed-precision run (its master: below)
+    split_master = lora and not sharded and compute_dtype != master_dtype
+    peft_model = apply_lora(model, cfg.policy.lora, cfg.grpo.seed, fp32=not split_master) if lora else None
+    compute = precision.compute_model(model, compute_dtype, sharded=sharded)  # every forward runs on it
     ref = None
-    if cfg.loss_fn.reference_policy_kl_penalty > 0:  # the policy as the run started (a resumed run keeps it)
+    if cfg.loss_fn.reference_policy_kl_penalty > 0 and not lora:  # the policy as the run started (a resumed run
+        # keeps it); with LoRA the base itself, adapters off (execrl.lora.base_only)
         ref = copy.deepcopy(compute).eval().requires_grad_(False)
+    if cfg.policy.generation.backend == "execrl" and dist.world_size() == 1:
+        # the engine's wide GEMMs; parameters stay separate views (before the optimizer). Not when sharded: FSDP
+        # shards each parameter on its own, and the engine then uses the separate projections
+        fuse_projections(compute)
+    if split_master:  # (after fusing, before compiling: the master shares the fused base)
+        model = precision.lora_master(compute)
     if cfg.policy.activation_checkpointing:
         compute.gradient_checkpointing_enable()
+        if lora:  # (the frozen embeddings give checkpointed layers no input that needs a gradient)
+            compute.enable_input_require_grads()
     if cfg.policy.torch_compile and next(compute.parameters()).is_cuda:
         eager_fallback()  # where compilation fails, eager (with torch's warning)
         for layer in [*compute.get_decoder().layers, *(ref.get_decoder().layers if ref is not None else [])]:
@@ -100,10 +118,6 @@ def build_run(cfg: MasterConfig) -> Run:
     train, val, refs = load_data(cfg)
     check_dataset_names(cfg, {p.kind for p in train + val})
     train, val = drop_long(train, tok, cfg), drop_long(val, tok, cfg)
-    if cfg.policy.generation.backend == "execrl" and dist.world_size() == 1:
-        # the engine's wide GEMMs; parameters stay separate views (before the optimizer). Not when sharded: FSDP
-        # shards each parameter on its own, and the engine then uses the separate projections
-        fuse_projections(compute)
     model, ref = dist.shard(model, compute_dtype), dist.shard(ref, compute_dtype)  # in place: compute is model still
     weights = precision.Weights(model, compute, compute_dtype)
     opt = make_optimizer(model, cfg)
@@ -111,18 +125,21 @@ def build_run(cfg: MasterConfig) -> Run:
     gen = cfg.policy.generation
     slots = min(cfg.policy.generation_batch_size, batch_plan.samples_per_step // dist.world_size())
     with dist.full_weights(model):  # the engine reads the full weights' layout
+        # LoRA: generate from merged weights where nothing trains meanwhile (sync, one process; rollout/decoder.py)
+        merge = lora and not cfg.grpo.async_grpo.enabled and dist.world_size() == 1
         generator = build_generator(weights.compute, tok, gen.backend, slots, cfg.policy.max_total_sequence_length,
-                                    gen.cuda_graphs, gen.sync_every, gen.compile, gen.stop_token_ids)
+                                    gen.cuda_graphs, gen.sync_every, gen.compile, gen.stop_token_ids, merge)
     generator = dist.for_rollouts(generator, model)
     run = Run(cfg, batch_plan, weights, tok, generator, ref, opt, sched,
               ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle),
               val, refs, Grader(dist.sandbox_workers(cfg.env.code.num_workers),
                                 Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb),
                                 languages=languages(train + val)),
-              MetricsLogger(cfg, write=dist.is_main()), baselines=RoleBaselines(cfg.grpo.role_baseline_decay))
+              MetricsLogger(cfg, write=dist.is_main()), baselines=RoleBaselines(cfg.grpo.role_baseline_decay),
+              lora=adapter(cfg, peft_model))
     found = checkpoint.latest(cfg.checkpointing.checkpoint_dir) if cfg.checkpointing.enabled else None
     if found is not None:
-        state = checkpoint.load(found, model, opt, sched)
+        state = checkpoint.load(found, model, opt, sched, lora=lora)
         weights.refresh()
         run.step, run.resumed_from, run.last_saved = state["step"], str(found), state["step"]
         run.sampler.load_state_dict(state["sampler"])
@@ -143,6 +160,19 @@ def build_run(cfg: MasterConfig) -> Run:
     if not cfg.grpo.use_dynamic_sampling:  # (which draws a varying number of prompts per step: the loop checks)
         run.max_steps = min(run.max_steps, cfg.grpo.max_num_epochs * steps_per_epoch)
     return run
+
+
+def adapter(cfg: MasterConfig, peft_model) -> Adapter | None:
+    """A LoRA run's adapter: its base is the model it started from, or the run's own (checkpoint.save_base) where
+    the run makes it (the built-in model, built here; a supervised warm-up, which trains it)."""
+    if peft_model is None:
+        return None
+    name = cfg.policy.model_name
+    own = name == TINY_CODER or cfg.warmup.sft_steps > 0
+    local = Path(name).expanduser()
+    base = Path(cfg.checkpointing.checkpoint_dir, checkpoint.BASE).resolve() if own else \
+        local.resolve() if local.exists() else name
+    return Adapter(peft_model, str(base), cfg.policy.lora.save_merged, own_base=own)
 
 
 def languages(problems: list[Problem]) -> tuple[str, ...]:

@@ -58,7 +58,7 @@ def sft_warmup(weights: Weights, tokenizer, problems: list[Problem], references:
     usable = [p for p in problems if p.id in references]
     model = weights.compute  # forward and backward; the master's optimizer applies the fp32 gradients
     device = next(model.parameters()).device
-    opt = torch.optim.AdamW(weights.master.parameters(), lr=w.lr)
+    opt = torch.optim.AdamW([p for p in weights.master.parameters() if p.requires_grad], lr=w.lr)
     loss_value = float("nan")
     if w.sft_steps and min(w.batch_size, len(usable)) < dist.world_size():
         raise ValueError(f"the warm-up needs an example per process in each batch: warmup.batch_size is {w.batch_size}, "

@@ -1,0 +1,162 @@
+"""LoRA (execrl.lora): which layers are adapted, the engine's low-rank path against peft's forward, the reference
+policy as the base with adapters off, and the adapter's files as peft reads them."""
+
+import pytest
+import torch
+
+from execrl.config.schema import LoraConfig
+from execrl.lora import (
+    adapted,
+    adapter_state,
+    apply_lora,
+    base_only,
+    base_state,
+    from_adapter_state,
+    merged_state,
+    target_names,
+    to_model_names,
+)
+from execrl.models import build_tiny_model, build_tokenizer
+from execrl.rollout import RolloutEngine, SamplingParams
+from execrl.rollout.fuse import fuse_projections
+from execrl.tasks.arith import corpus
+
+
+def tiny(seed=0):
+    tok = build_tokenizer(corpus(), vocab_size=384)
+    model = build_tiny_model(tok, hidden=64, layers=2, heads=4, seed=seed).eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # larger random weights than the init: varied text
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.15)
+    return model, tok
+
+
+def randomize_adapters(model, scale=0.3):
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for m in adapted(model):
+            b = m.lora_B["default"].weight
+            b.copy_(torch.randn(b.shape, generator=g) * scale)  # (B starts at zero: the policy would be the base)
+
+
+def logprobs(model, ids):
+    with torch.no_grad():
+        return torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1].float(), -1).gather(
+            -1, torch.tensor(ids[1:])[:, None])[:, 0]
+
+
+def test_layers_chosen_as_nemo_rl_names_them():
+    model, _ = tiny()
+    every = target_names(model, LoraConfig())  # match_all_linear: the decoder's linear layers, not the LM head
+    assert len(every) == 2 * 7 and not any("lm_head" in n for n in every)
+    some = target_names(model, LoraConfig(match_all_linear=False, target_modules=["q_proj", "*.mlp.*"],
+                                          exclude_modules=["*.1.mlp.down_proj"]))
+    assert some == sorted(["model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.q_proj",
+                           "model.layers.0.mlp.down_proj", *[f"model.layers.{i}.mlp.{p}" for i in (0, 1)
+                                                               for p in ("gate_proj", "up_proj")]])
+    with pytest.raises(ValueError, match="match_all_linear=false"):
+        target_names(model, LoraConfig(target_modules=["q_proj"]))
+    with pytest.raises(ValueError, match="names no linear layer"):
+        target_names(model, LoraConfig(match_all_linear=False, target_modules=["qproj"]))
+    with pytest.raises(ValueError, match="LM head"):
+        target_names(model, LoraConfig(match_all_linear=False, target_modules=["lm_head"]))
+    with pytest.raises(ValueError, match="targets no layer"):
+        target_names(model, LoraConfig(exclude_modules=["*"]))
+
+
+def test_adapters_start_at_zero_and_only_they_train():
+    model, _ = tiny()
+    ids = list(range(5, 40))
+    before = logprobs(model, ids)
+    apply_lora(model, LoraConfig(dim=4, alpha=8))
+    torch.testing.assert_close(logprobs(model, ids), before)  # B = 0: the policy starts as the base
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+@pytest.mark.parametrize("fused, merge", [(False, False), (True, False), (True, True)])
+def test_engine_generates_with_the_adapters_and_reports_their_logprobs(fused, merge):
+    """The low-rank path (async GRPO's) and merge mode (sync: W + B A for the call, then W's exact bytes back)."""
+    model, tok = tiny()
+    peft_model = apply_lora(model, LoraConfig(dim=4, alpha=8))
+    randomize_adapters(model)
+    if fused:
+        fuse_projections(model)  # the base layers' q/k/v and gate/up joined; the adapters added on top
+    base = {n: p.detach().clone() for n, p in model.named_parameters() if ".lora_" not in n}
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in ["Read two integers.", "def f(x):"]]
+    torch.manual_seed(0)
+    engine = RolloutEngine(model, tok, slots=4, max_len=128, merge_adapters=merge)
+    assert engine.dec.merge == merge
+    out = engine.generate(prompts, 2, 24, SamplingParams(temperature=1.0))
+    assert all(torch.equal(p, base[n]) for n, p in model.named_parameters() if ".lora_" not in n)
+    for prompt, group in zip(prompts, out):
+        for c in group:
+            got = torch.tensor(c.logprobs)
+            torch.testing.assert_close(got, logprobs(model, prompt + c.ids)[len(prompt) - 1:], atol=1e-4, rtol=1e-4)
+            with base_only(peft_model):  # the reference (adapters off) is a different distribution
+                assert (logprobs(model, prompt + c.ids)[len(prompt) - 1:] - got).abs().max() > 1e-2
+
+
+def test_engine_uses_the_adapters_even_while_the_trainer_has_them_off():
+    model, tok = tiny()
+    peft_model = apply_lora(model, LoraConfig(dim=4, alpha=8))
+    randomize_adapters(model)
+    prompt = tok("Read two integers.", add_special_tokens=False)["input_ids"]
+    greedy = SamplingParams(temperature=0.0)
+    on = RolloutEngine(model, tok, slots=1, max_len=128).generate([prompt], 1, 16, greedy)[0][0]
+    with base_only(peft_model):  # (async GRPO: rollouts are generated while the reference is scored)
+        during = RolloutEngine(model, tok, slots=1, max_len=128).generate([prompt], 1, 16, greedy)[0][0]
+    assert during.ids == on.ids
+
+
+def test_reference_is_the_base_model():
+    model, _ = tiny()
+    base, _ = tiny()
+    peft_model = apply_lora(model, LoraConfig(dim=4, alpha=8))
+    randomize_adapters(model)
+    ids = list(range(5, 40))
+    with base_only(peft_model):
+        torch.testing.assert_close(logprobs(model, ids), logprobs(base, ids))
+    assert (logprobs(model, ids) - logprobs(base, ids)).abs().max() > 1e-2
+
+
+def test_state_names_round_trip_and_the_merged_model_equals_the_adapted_one():
+    model, tok = tiny()
+    apply_lora(model, LoraConfig(dim=4, alpha=8))
+    randomize_adapters(model)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    adapters = adapter_state(state)
+    assert all(k.startswith("base_model.model.model.layers.") and ".default." not in k for k in adapters)
+    assert from_adapter_state(adapters).keys() == {k for k in state if ".lora_" in k}
+    base = base_state(state)
+    assert "model.layers.0.self_attn.q_proj.weight" in base and not any("lora" in k or "base_layer" in k for k in base)
+    assert to_model_names(base, model).keys() == {k for k in state if ".lora_" not in k}
+    plain, _ = tiny()
+    plain.load_state_dict(merged_state(state, scaling=8 / 4), strict=False)  # (the tied LM head)
+    ids = list(range(5, 40))
+    torch.testing.assert_close(logprobs(plain, ids), logprobs(model, ids), atol=1e-5, rtol=1e-5)
+
+
+def test_nemo_rl_lora_cfg_is_read_as_policy_lora():
+    from pathlib import Path
+
+    from execrl.config import ConfigError, load_config
+    from execrl.config.checks import no_effect_note, validate
+
+    nemo = Path(__file__).parents[1] / "assets" / "nemo_rl" / "eraF_ad3472a" / "examples" / "configs" / "grpo_math_1B.yaml"
+    off = load_config(str(nemo))  # NeMo RL's own config: lora_cfg present, disabled
+    validate(off)
+    assert not off.policy.lora.enabled and "policy.dtensor_cfg.lora_cfg (off)" in no_effect_note(off)
+    on = load_config(str(nemo), ["policy.dtensor_cfg.lora_cfg.enabled=true", "policy.dtensor_cfg.lora_cfg.dim=16"])
+    validate(on)
+    lora = on.policy.lora
+    assert (lora.enabled, lora.dim, lora.alpha, lora.match_all_linear, lora.lora_A_init, lora.target_modules) == \
+        (True, 16, 32, True, "xavier", [])
+    assert "use_triton" in no_effect_note(on)
+    with pytest.raises(ConfigError, match="LoRA is off"):
+        validate(load_config(None, ["policy.lora.dim=16"]))
+    with pytest.raises(ConfigError, match="match_all_linear=false"):
+        validate(load_config(None, ["policy.lora.enabled=true", "policy.lora.target_modules=[q_proj]"]))

@@ -1,0 +1,67 @@
+"""`execrl train` with LoRA on CPU: only the adapters move, the checkpoint's adapter loads with peft (offline, on the
+run's own base), the merged model equals it, and resume is bit-exact (adapters, their optimizer state)."""
+
+import json
+
+import torch
+
+from execrl.lora import to_model_names
+from execrl.models import load_model_and_tokenizer
+from tests.trainer.test_train import run
+
+LORA = ["policy.lora.enabled=true", "policy.lora.dim=4", "policy.optimizer.kwargs.lr=1e-3"]
+
+
+def test_only_the_adapters_train_and_the_checkpoint_loads_with_peft(tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    r, d = run(tmp_path, "r", *LORA, "grpo.max_num_steps=2", "policy.lora.save_merged=true",
+               "loss_fn.reference_policy_kl_penalty=0.01")
+    assert r.ref_model is None  # the reference is the base with the adapters off
+    base_dir = d / "ckpt" / "base"
+    base = AutoModelForCausalLM.from_pretrained(base_dir)  # the warm-up's model, saved once beside the checkpoints
+    state = r.model.state_dict()
+    for k, v in to_model_names(base.state_dict(), r.model).items():
+        torch.testing.assert_close(state[k], v)
+    ckpt = sorted((d / "ckpt").glob("step_*"))[-1]
+    config = json.loads((ckpt / "policy" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(base_dir.resolve()) and config["r"] == 4
+    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(config["base_model_name_or_path"]),
+                                       ckpt / "policy")
+    merged = AutoModelForCausalLM.from_pretrained(ckpt / "merged")
+    evaluated, _ = load_model_and_tokenizer(str(ckpt / "policy"), "cpu", "float32")  # (execrl eval, an opponent)
+    ids = torch.arange(5, 60)[None]
+    with torch.no_grad():
+        ours = r.model(ids).logits
+        assert (ours - base(ids).logits).abs().max() > 1e-4  # the adapters learned something
+        torch.testing.assert_close(loaded(ids).logits, ours, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(merged(ids).logits, ours, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(evaluated(ids).logits, ours, atol=1e-4, rtol=1e-4)
+    rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if "train/kl" in x]
+    assert rows and all(m["train/logprob_mismatch"] < 1e-4 for m in rows)  # engine (low-rank path) = trainer
+
+
+def test_resume_restores_the_adapters_and_their_optimizer(tmp_path):
+    straight, _ = run(tmp_path, "straight", *LORA, "grpo.max_num_steps=4")
+    run(tmp_path, "resumed", *LORA, "grpo.max_num_steps=2")
+    second, _ = run(tmp_path, "resumed", *LORA, "grpo.max_num_steps=4")
+    assert second.resumed_from.endswith("step_000002")
+    a, b = straight.model.state_dict(), second.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_mixed_precision_keeps_fp32_adapters_over_one_shared_bf16_base(tmp_path):
+    r, _ = run(tmp_path, "bf16", *LORA, "grpo.max_num_steps=2", "policy.precision=bfloat16",
+               "policy.activation_checkpointing=true", "warmup.sft_steps=0",  # a reward that varies without it:
+               "reward.components=[{name: overlong_penalty, buffer_tokens: 56}]")
+    master, compute = r.weights.master, r.weights.compute
+    assert master is not compute
+    pairs = list(zip(master.named_parameters(), compute.named_parameters()))
+    for (name, m), (_, c) in pairs:
+        if ".lora_" in name:
+            assert m.dtype == torch.float32 and c.dtype == torch.bfloat16 and m.requires_grad
+            torch.testing.assert_close(m.to(torch.bfloat16), c, atol=0, rtol=0)  # refreshed after each step
+        else:
+            assert m is c and c.dtype == torch.bfloat16  # the base: one set of tensors
+    assert sum(m.abs().sum() for (n, m), _ in pairs if "lora_B" in n) > 0  # the adapters moved
