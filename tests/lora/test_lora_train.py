@@ -5,8 +5,11 @@ import json
 
 import torch
 
+from execrl.config import load_config
 from execrl.lora import to_model_names
 from execrl.models import load_model_and_tokenizer
+from execrl.trainer.opponent import build_opponent
+from tests.games.test_selfplay import GAME
 from tests.trainer.test_train import run
 
 LORA = ["policy.lora.enabled=true", "policy.lora.dim=4", "policy.optimizer.kwargs.lr=1e-3"]
@@ -38,6 +41,11 @@ def test_only_the_adapters_train_and_the_checkpoint_loads_with_peft(tmp_path):
         torch.testing.assert_close(loaded(ids).logits, ours, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(merged(ids).logits, ours, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(evaluated(ids).logits, ours, atol=1e-4, rtol=1e-4)
+    # a LoRA checkpoint as self-play's fixed opponent (env.game.opponent_model: the step directory)
+    cfg = load_config(None, [*GAME, "env.game.opponent=model", f"env.game.opponent_model={ckpt}"])
+    opponent = build_opponent(cfg, r.weights.compute, r.tokenizer, slots=4)
+    with torch.no_grad():
+        torch.testing.assert_close(opponent.model(ids).logits, ours, atol=1e-4, rtol=1e-4)
     rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if "train/kl" in x]
     assert rows and all(m["train/logprob_mismatch"] < 1e-4 for m in rows)  # engine (low-rank path) = trainer
 

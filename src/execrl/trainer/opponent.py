@@ -47,7 +47,8 @@ def build_opponent(cfg, policy: torch.nn.Module, tokenizer, slots: int) -> Oppon
         model = copy.deepcopy(policy)
     else:
         path = Path(g.opponent_model).expanduser()
-        path = path / "policy" if (path / "policy" / "config.json").is_file() else path
+        checkpoint = any((path / "policy" / f).is_file() for f in ("config.json", "adapter_config.json"))
+        path = path / "policy" if checkpoint else path  # (a checkpoint of ours: its policy, a LoRA adapter included)
         param = next(policy.parameters())
         model, _ = load_model_and_tokenizer(str(path), device=str(param.device), dtype=str(param.dtype)[6:])
         if model.config.vocab_size < len(tokenizer):
