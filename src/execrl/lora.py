@@ -2,13 +2,14 @@
 linear layers, the base weights frozen.
 
 One model, three views of it:
-  the policy      base + s * B A on every adapted layer (peft's own forward, in training; the engine's own
-                  low-rank path in rollouts, rollout/adapters.py: no merged copy of the weights)
+  the policy      base + s * B A on every adapted layer: peft's own forward in training; in rollouts the engine's
+                  (rollout/decoder.py: B A merged into the base for each generate call, whose exact bytes come back
+                  after it, or, while the trainer runs beside rollouts, the low-rank path added: rollout/adapters.py)
   the reference   the base alone (`base_only`: peft's adapters switched off), for the KL term: no second model
   checkpoints     the adapter in peft's format (PeftModel.from_pretrained loads it), and on request the merged model
 
-The adapters are kept in fp32 whatever the base's dtype (peft's autocast), so they are their own master weights:
-with a bf16 base nothing needs an fp32 copy but the adapters and their optimizer state.
+The base is never copied. The adapters are fp32 (CPU; under FSDP2, gathered in bf16), or, in a bf16 mixed-precision
+run, bf16 in the model every forward uses, with fp32 master copies (trainer/precision.lora_master).
 """
 
 from __future__ import annotations
@@ -195,6 +196,3 @@ class Adapter:
         config.inference_mode = True
         config.save_pretrained(str(directory))
 
-
-def is_adapter_dir(path: str | Path) -> bool:
-    return (Path(path).expanduser() / "adapter_config.json").is_file()
