@@ -24,20 +24,21 @@ import torch
 from common import NO_COMPILE, QUIET, build, device_name, fresh_peak, peak_gib, read_metrics, save_arch, table, timed
 
 LORA = ["policy.lora.enabled=true", "policy.lora.dim=16", "policy.lora.alpha=32"]
+TRAININGS = {"full": ("full fine-tuning", []), "lora": ("LoRA r=16, all linear", LORA)}
 
 
-def section_step(arch: str, rows: list, steps: int, compile_all: bool) -> None:
+def section_step(arch: str, rows: list, steps: int, compile_all: bool, trainings: list[str], micro: int) -> None:
     from execrl.config import load_config
     from execrl.trainer.loop import train
 
     work = Path(tempfile.mkdtemp())
     system = save_arch(arch, work)
-    for label, extra in (("full fine-tuning", []), ("LoRA r=16, all linear", LORA)):
+    for label, extra in (TRAININGS[k] for k in trainings):
         log_dir = work / label.split()[0]
         overrides = [f"policy.model_name={work / 'model'}", f"grpo.max_num_steps={steps}", "warmup.sft_steps=0",
                      "grpo.num_prompts_per_step=16", "grpo.num_generations_per_prompt=8",
-                     "policy.train_global_batch_size=128", "policy.train_micro_batch_size=32",
-                     "policy.logprob_batch_size=32", "policy.generation_batch_size=128",
+                     "policy.train_global_batch_size=128", f"policy.train_micro_batch_size={micro}",
+                     f"policy.logprob_batch_size={micro}", "policy.generation_batch_size=128",
                      "policy.max_total_sequence_length=400", "policy.generation.max_new_tokens=256",
                      "policy.generation.ignore_eos=true", "policy.precision=bfloat16",
                      f"prompt.system_prompt={system}", *QUIET, f"logger.log_dir={log_dir}",
@@ -99,6 +100,8 @@ def main() -> None:
     ap.add_argument("--archs", default="qwen2.5-1.5b")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--trainings", default="full,lora", help="step section: full, lora or both")
+    ap.add_argument("--micro", type=int, default=32, help="step section: policy.train_micro_batch_size")
     args = ap.parse_args()
     print(f"device: {device_name()}, torch {torch.__version__}")
     for section in args.sections.split(","):
@@ -107,11 +110,11 @@ def main() -> None:
             if section == "rollout":
                 section_rollout(arch, rows)
             else:
-                section_step(arch, rows, args.steps, not args.no_compile)
+                section_step(arch, rows, args.steps, not args.no_compile, args.trainings.split(","), args.micro)
         if section == "rollout":
             table("engine, 256 x (128 + 256) tokens, bf16", ["arch", "weights", "tokens/s", "s", "peak GiB"], rows)
         else:
-            table("execrl train steps, 16 x 8 samples, 256 new tokens, bf16",
+            table(f"execrl train steps, 16 x 8 samples, 256 new tokens, bf16, micro-batch {args.micro}",
                   ["arch", "training", "trainable", "s/step", "generate s", "train s", "peak GiB",
                    "engine-trainer logprob mismatch", "note"], rows)
 
