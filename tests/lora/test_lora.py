@@ -160,3 +160,25 @@ def test_nemo_rl_lora_cfg_is_read_as_policy_lora():
         validate(load_config(None, ["policy.lora.dim=16"]))
     with pytest.raises(ConfigError, match="match_all_linear=false"):
         validate(load_config(None, ["policy.lora.enabled=true", "policy.lora.target_modules=[q_proj]"]))
+
+
+def test_a_snapshot_opponent_copies_the_adapters_and_shares_the_frozen_base():
+    from execrl.config import load_config
+    from execrl.trainer.opponent import build_opponent
+    from tests.games.test_selfplay import GAME
+
+    model, tok = tiny()
+    apply_lora(model, LoraConfig(dim=4, alpha=8))
+    fuse_projections(model)
+    opp = build_opponent(load_config(None, [*GAME, "env.game.opponent=snapshot"]), model, tok, slots=4)
+    pairs = list(zip(model.named_parameters(), opp.model.parameters()))
+    assert all((m is o) == (".lora_" not in n) for (n, m), o in pairs)  # one base, two sets of adapters
+    randomize_adapters(model)  # the policy learns; the snapshot keeps its adapters until it is refreshed
+    ids = list(range(5, 40))
+    assert (logprobs(opp.model, ids) - logprobs(model, ids)).abs().max() > 1e-2
+    assert opp.refresh(0, model)
+    torch.testing.assert_close(logprobs(opp.model, ids), logprobs(model, ids))
+    prompt = tok("Read two integers.", add_special_tokens=False)["input_ids"]
+    greedy = SamplingParams(temperature=0.0)
+    ours = RolloutEngine(model, tok, slots=1, max_len=128, merge_adapters=True).generate([prompt], 1, 16, greedy)
+    assert opp.generator.generate([prompt], 1, 16, greedy)[0][0].ids == ours[0][0].ids

@@ -31,7 +31,8 @@ class Opponent:
         if self.refresh_steps is None or (self.refreshed_at is not None and step % self.refresh_steps):
             return False
         for mine, theirs in zip(self.model.parameters(), policy.parameters(), strict=True):
-            mine.copy_(theirs)
+            if mine is not theirs:  # (LoRA: the frozen base is shared)
+                mine.copy_(theirs)
         self.refreshed_at = step
         return True
 
@@ -43,8 +44,8 @@ def build_opponent(cfg, policy: torch.nn.Module, tokenizer, slots: int) -> Oppon
     if dist.world_size() > 1:
         raise ConfigError(f"env.game.opponent={g.opponent} runs in one process: launch without torchrun, or set "
                           "env.game.opponent=self")
-    if g.opponent == "snapshot":
-        model = copy.deepcopy(policy)
+    if g.opponent == "snapshot":  # (LoRA: a copy of the adapters over the policy's own frozen base, not a second base)
+        model = copy.deepcopy(policy, memo={id(p): p for p in policy.parameters() if not p.requires_grad})
     else:
         path = Path(g.opponent_model).expanduser()
         checkpoint = any((path / "policy" / f).is_file() for f in ("config.json", "adapter_config.json"))
