@@ -8,6 +8,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
@@ -178,16 +179,23 @@ class Grader:
         except WorkerDied as e:
             return RunResult(V.INFRA_ERROR, "", str(e)[-2000:])
 
-    def run_apart(self, codes: list[str], language: str = "python", limits: Limits | None = None) -> list[RunResult]:
-        """Each program run once as `run` does, on workers of their own as far as the pool has them (programs that
-        must not share a warm interpreter's hash seed, memory layout or process ids: execrl.sandbox.repeat)."""
+    def run_apart(self, codes: list[str], language: str = "python", limits: Limits | None = None,
+                  gap_s: float = 0.0) -> list[RunResult]:
+        """Each program run once as `run` does, one after the other with `gap_s` seconds between, on workers of their
+        own as far as the pool has them (programs that must not share a warm interpreter's hash seed, memory layout
+        or process ids, or read a clock at the same tick: execrl.sandbox.repeat)."""
         lang, lim = get_language(language), limits or self.limits
         try:
             with ExitStack() as lent:
                 with self._apart:  # (one caller gathering workers at a time: two callers never wait on each other)
                     workers = [lent.enter_context(self.pool.worker())
                                for _ in range(max(1, min(len(codes), self.pool.num_workers)))]
-                return [_run_on(workers[i % len(workers)], code, "", lang, lim) for i, code in enumerate(codes)]
+                results = []
+                for i, code in enumerate(codes):
+                    if i and gap_s:
+                        time.sleep(gap_s)
+                    results.append(_run_on(workers[i % len(workers)], code, "", lang, lim))
+                return results
         except WorkerDied as e:
             return [RunResult(V.INFRA_ERROR, "", str(e)[-2000:]) for _ in codes]
 

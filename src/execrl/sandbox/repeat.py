@@ -70,6 +70,9 @@ class Repeated:
     verdict: str = "pass"  # the failing run's (runtime_error, timeout, ...)
 
 
+GAP_S = 0.03  # between the two runs: clocks the prelude cannot stop (/proc/uptime ticks every 10 ms) move on
+
+
 def repeatable_output(grader: Grader, program: str, limits: Limits | None = None, max_program_chars: int = 2000,
                       max_output_chars: int = 500) -> Repeated:
     """The program's output if it runs to the end, prints something (at most max_output_chars) and prints the same
@@ -77,7 +80,7 @@ def repeatable_output(grader: Grader, program: str, limits: Limits | None = None
     if len(program) > max_program_chars:
         return Repeated(None, "too_long")
     runs = grader.run_apart([PRELUDE.format(seed=seed, now=now, source=program) for seed, now in RUNS],
-                            limits=limits)
+                            limits=limits, gap_s=GAP_S)
     failed = next((r for r in runs if r.verdict != Verdict.PASS), None)
     if failed is not None:
         return Repeated(None, "failed", failed.verdict.value)
