@@ -101,8 +101,9 @@ def shard(model: torch.nn.Module | None, compute_dtype: torch.dtype | None = Non
     # With LoRA the base is in the compute dtype already and only the (fp32) adapters are trained: gathered in the
     # compute dtype too, their gradients reduced in fp32.
     dtypes = {p.dtype for p in model.parameters()}
-    trained = {p.dtype for p in model.parameters() if p.requires_grad}
-    mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=max(trained, key=lambda d: d.itemsize)) \
+    trained = {p.dtype for p in model.parameters() if p.requires_grad} or dtypes  # (a frozen reference: none)
+    reduce = max(trained, key=lambda d: d.itemsize)
+    mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce) \
         if compute_dtype is not None and dtypes != {compute_dtype} else MixedPrecisionPolicy()
     for layer in model.get_decoder().layers:
         fully_shard(layer, reshard_after_forward=False, mp_policy=mp)
