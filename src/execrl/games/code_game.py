@@ -73,6 +73,13 @@ def prediction_of(text: str) -> str:
 class CodeGame:
     name = "code_game"
     roles = ("writer", "predictor")
+    fixed_players = False  # no fixed player to measure it against: no validation matches (evaluate on code instead)
+
+    def warmup(self, state: Round, seat: int) -> tuple[list, list[dict]]:
+        """The supervised warm-up's reference for `seat` (tasks/matches.warmup_game): the brief's example program,
+        written (the writer) or predicted (the predictor, the writer's move being its opening)."""
+        _, program, output = next(e for e in EXAMPLES if e[0] == state.brief)
+        return ([(program, output)] if seat else []), [{"role": "assistant", "content": answer(seat, program, output)}]
 
     def initial(self, rng: random.Random) -> Round:
         return Round(rng.choice(BRIEFS))

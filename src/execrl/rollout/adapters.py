@@ -3,10 +3,11 @@
 A decoder layer's projections come in groups that the engine computes as one output: q/k/v, o, gate/up, down. For
 a group with adapters, its A matrices are stacked, [n r, in], and its B matrices (the scale s = alpha / r folded
 in) form one block-diagonal matrix, [sum of outs, n r], zero where a projection has no adapter. The group's
-low-rank path is then (x A^T) B^T, added to the base output by the second GEMM itself (addmm). The buffers are in
-the model's compute dtype and are filled from the trainer's fp32 adapters at the start of each generate call
-(`refresh`: a few small copies), so an optimizer step is seen by the next rollout, and the trainer may switch its
-adapters off (the reference policy) while rollouts go on.
+low-rank path is then (x A^T) B^T, added to the base output by the second GEMM itself (addmm); in merge mode
+(decoder.adapters_merged) B A is added into the base weight instead. The buffers are in the model's compute dtype and
+are filled from the trainer's adapters at the start of each generate call (`refresh`: a few small copies), so an
+optimizer step is seen by the next rollout, and the trainer may switch its adapters off (the reference policy) while
+rollouts go on.
 
 Shapes: x [..., in]; A [n r, in]; B [out, n r]; y [..., out].
 """
@@ -22,11 +23,10 @@ class GroupAdapters:
     """The adapters of one projection group (e.g. a layer's q, k, v)."""
 
     def __init__(self, modules: list[torch.nn.Module], dtype: torch.dtype):
-        self.modules = modules
-        self.adapted = [m for m in modules if is_adapted(m)]
+        adapted = [m for m in modules if is_adapted(m)]
         outs = [base_layer(m).out_features for m in modules]
-        a0 = self.adapted[0].lora_A[ADAPTER].weight
-        ranks = [m.lora_A[ADAPTER].weight.shape[0] for m in self.adapted]
+        a0 = adapted[0].lora_A[ADAPTER].weight
+        ranks = [m.lora_A[ADAPTER].weight.shape[0] for m in adapted]
         self.a = torch.zeros(sum(ranks), a0.shape[1], dtype=dtype, device=a0.device)  # [n r, in]
         self.b = torch.zeros(sum(outs), sum(ranks), dtype=dtype, device=a0.device)  # [out, n r] block-diagonal
         self._blocks = []  # (module, rows of b, columns of b / rows of a)

@@ -1,7 +1,8 @@
 """A decoder forward over a transformers model's *own* modules with a static KV cache: prefill of new prompts into
 cache slots, and one decode step for every slot. No weight is copied; the engine calls the trainer's nn.Linear,
-RMSNorm and MLP modules, so an optimizer step is seen by the next rollout with no synchronization. With LoRA it adds
-each projection group's low-rank path to the frozen base's output (rollout/adapters.py: no merged copy).
+RMSNorm and MLP modules, so an optimizer step is seen by the next rollout with no synchronization. With LoRA it
+merges the adapters into the base weights for each generate call (`adapters_merged`), or adds each projection
+group's low-rank path to the frozen base's output (rollout/adapters.py); neither keeps a merged copy.
 
 Shapes: S cache slots, L = max_len positions per slot, H query heads, Hkv key/value heads, G = H / Hkv, D head dim.
 """
@@ -122,18 +123,16 @@ class CachedDecoder:
         o = base_layer(a.o_proj)(out)
         x = x + (o if ad is None else ad.add("o", out, o))
         h = rms_norm(layer.post_attention_layernorm, x)
-        mlp = layer.mlp
-        if ad is None and self.gate_up[i] is None:
+        mlp, fused = layer.mlp, self.gate_up[i] is not None
+        if ad is None and not fused:
             return x + mlp(h)
-        if self.gate_up[i] is not None:
-            gate_up = F.linear(h, self.gate_up[i])
-        else:
-            gate_up = torch.cat([base_layer(mlp.gate_proj)(h), base_layer(mlp.up_proj)(h)], -1)
+        gate_up = F.linear(h, self.gate_up[i]) if fused else torch.cat(
+            [base_layer(mlp.gate_proj)(h), base_layer(mlp.up_proj)(h)], -1)  # [B, T, 2I]
         if ad is not None:
             gate_up = ad.add("gate_up", h, gate_up)
-        if self.gate_up[i] is not None:
+        if fused:
             z = swi(gate_up)
-        else:
+        else:  # (an MLP not fused: its own activation)
             gate, up = gate_up.chunk(2, -1)
             z = mlp.act_fn(gate) * up
         down = base_layer(mlp.down_proj)(z)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 
 from execrl.games import GAMES, prompt
-from execrl.games.code_game import EXAMPLES, answer
 from execrl.tasks.problem import DatasetError, Problem
 from execrl.tasks.registry import register
 
@@ -31,9 +30,8 @@ def warmup_game(game: str, seed: int) -> tuple[list[str], list[dict]]:
     g, rng = GAMES[game], random.Random(seed ^ 0x5EED)
     state = g.initial(random.Random(seed))
     seat = rng.randrange(2)
-    if game == "code_game":  # the brief's example program, written or predicted
-        _, program, output = next(e for e in EXAMPLES if e[0] == state.brief)
-        return ([(program, output)] if seat else []), [{"role": "assistant", "content": answer(seat, program, output)}]
+    if hasattr(g, "warmup"):  # a game of free-text moves gives its own (the code game: the brief's example)
+        return g.warmup(state, seat)
     opening: list[str] = []
     while not g.is_over(state) and g.to_move(state) != seat:
         opening.append(rng.choice(g.legal_moves(state)))
@@ -53,7 +51,9 @@ def warmup_game(game: str, seed: int) -> tuple[list[str], list[dict]]:
 
 
 def _register(game: str) -> None:
-    @register(f"selfplay:{game}", data_dir=None, splits=("train",) if game == "code_game" else tuple(COUNTS))
+    splits = tuple(COUNTS) if getattr(GAMES[game], "fixed_players", True) else ("train",)
+
+    @register(f"selfplay:{game}", data_dir=None, splits=splits)
     def load(path, split, report, count: int | None = None, seed: int = 42, opponents: list[str] | None = None, **_):
         """`count` matches (validation: per opponent); seeds from a stream of `seed` per split."""
         if path is not None:
