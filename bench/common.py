@@ -125,6 +125,17 @@ def save_arch(arch: str, work: Path) -> str:
     return padding_prompt(tok)
 
 
+def step_overrides(model_dir: Path, steps: int, micro: int, system: str, log_dir: Path) -> list[str]:
+    """`execrl train` overrides of the benchmarks' GRPO step: 16 prompts x 8 samples, ~128-token prompts (`system`
+    pads them), 256 new tokens forced, bf16 mixed precision, one optimizer step per GRPO step, no warm-up."""
+    return [f"policy.model_name={model_dir}", f"grpo.max_num_steps={steps}", "warmup.sft_steps=0",
+            "grpo.num_prompts_per_step=16", "grpo.num_generations_per_prompt=8", "policy.train_global_batch_size=128",
+            f"policy.train_micro_batch_size={micro}", f"policy.logprob_batch_size={micro}",
+            "policy.generation_batch_size=128", "policy.max_total_sequence_length=400",
+            "policy.generation.max_new_tokens=256", "policy.generation.ignore_eos=true", "policy.precision=bfloat16",
+            f"prompt.system_prompt={system}", *QUIET, f"logger.log_dir={log_dir}", "policy.optimizer.kwargs.lr=1e-6"]
+
+
 def read_metrics(log_dir) -> list[dict]:
     """A run's logger.log_dir/metrics.jsonl, one dict per line."""
     return [json.loads(x) for x in (Path(log_dir) / "metrics.jsonl").read_text().splitlines()]

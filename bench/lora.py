@@ -21,7 +21,18 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from common import NO_COMPILE, QUIET, build, device_name, fresh_peak, peak_gib, read_metrics, save_arch, table, timed
+from common import (
+    NO_COMPILE,
+    build,
+    device_name,
+    fresh_peak,
+    peak_gib,
+    read_metrics,
+    save_arch,
+    step_overrides,
+    table,
+    timed,
+)
 
 LORA = ["policy.lora.enabled=true", "policy.lora.dim=16", "policy.lora.alpha=32"]
 TRAININGS = {"full": ("full fine-tuning", []), "lora": ("LoRA r=16, all linear", LORA)}
@@ -35,14 +46,8 @@ def section_step(arch: str, rows: list, steps: int, compile_all: bool, trainings
     system = save_arch(arch, work)
     for label, extra in (TRAININGS[k] for k in trainings):
         log_dir = work / label.split()[0]
-        overrides = [f"policy.model_name={work / 'model'}", f"grpo.max_num_steps={steps}", "warmup.sft_steps=0",
-                     "grpo.num_prompts_per_step=16", "grpo.num_generations_per_prompt=8",
-                     "policy.train_global_batch_size=128", f"policy.train_micro_batch_size={micro}",
-                     f"policy.logprob_batch_size={micro}", "policy.generation_batch_size=128",
-                     "policy.max_total_sequence_length=400", "policy.generation.max_new_tokens=256",
-                     "policy.generation.ignore_eos=true", "policy.precision=bfloat16",
-                     f"prompt.system_prompt={system}", *QUIET, f"logger.log_dir={log_dir}",
-                     "policy.optimizer.kwargs.lr=1e-6", *extra, *([] if compile_all else NO_COMPILE)]
+        overrides = [*step_overrides(work / "model", steps, micro, system, log_dir), *extra,
+                     *([] if compile_all else NO_COMPILE)]
         fresh_peak()
         run = train(load_config(None, overrides))
         trainable = sum(p.numel() for p in run.model.parameters() if p.requires_grad)

@@ -48,3 +48,10 @@ def test_async_bench_runs_on_cpu():
               "--steps", "3", "--workloads", "arch")
     assert "| tiny, 16 new forced | sync |" in out and "| tiny, 16 new forced | async |" in out
     assert "async saves" in out
+
+
+@pytest.mark.slow
+def test_reward_model_bench_runs_on_cpu():
+    out = run("bench/reward_model.py", "--arch", "tiny", "--rm", "tiny", "--steps", "2", "--no-compile")
+    assert "| tiny | 128 x ~400 tokens, batches of 32 |" in out
+    assert "| tiny | unit tests |" in out and "| tiny | unit tests + 0.1 x reward model (tiny) |" in out

@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="sandbox CPU seconds per test (default 5)")
     e.add_argument("--workers", type=number(int, 1), default=0, help="sandbox workers (default: one per CPU core)")
     e.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    e.add_argument("--reward-model", default=None, help="also report this reward model's mean score (a Bradley-Terry "
+                   "sequence-classification model: hub id or HF directory; builtin:arith-judge)")
+    e.add_argument("--reward-model-batch-size", type=number(int, 1), default=8,
+                   help="conversations the reward model reads at once (default 8)")
     e.add_argument("--out", default="results/eval",
                    help="directory for results.jsonl and summary.json (default results/eval)")
 
@@ -192,7 +196,8 @@ def run_eval(args) -> int:
                          max_tests=args.max_tests,
                          samples=args.samples, ks=ks, temperature=temperature, top_p=args.top_p,
                          max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, backend=args.backend, seed=args.seed,
-                         out=args.out, workers=args.workers, timeout_s=args.timeout,
+                         out=args.out, workers=args.workers, timeout_s=args.timeout, reward_model=args.reward_model,
+                         reward_model_batch_size=args.reward_model_batch_size,
                          prompt=PromptConfig(system_prompt=args.system_prompt, answer_format=args.answer_format,
                                              code_style=args.code_style))
         evaluate(cfg, model_name=args.model, completions=args.completions)

@@ -51,12 +51,23 @@ def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto
         tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
         dev = pick_device(device)
         return build_tiny_model(tok, hidden=128, layers=2, heads=4, seed=seed).to(dev, pick_dtype(dev, dtype)), tok
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     offline = offline if offline is not None else os.environ.get("HF_HUB_OFFLINE") == "1"
     local = Path(name).expanduser()
     if (local / "adapter_config.json").is_file():  # a LoRA adapter (a LoRA run's checkpoint): on its base, merged
         return _load_adapter(local, device, dtype, offline, tokenizer)
+    return load_pretrained(AutoModelForCausalLM, name, device, dtype, offline, tokenizer, config_overrides)
+
+
+def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "auto", offline: bool | None = None,
+                    tokenizer: str | None = None, config_overrides: dict | None = None):
+    """(model, tokenizer) of a hub id or HF directory, as `auto_class` (e.g. AutoModelForCausalLM) loads it, in eval
+    mode on the device; one error naming the fix where it cannot be loaded."""
+    from transformers import AutoTokenizer
+
+    offline = offline if offline is not None else os.environ.get("HF_HUB_OFFLINE") == "1"
+    local = Path(name).expanduser()
     if not local.exists() and looks_like_path(name):
         raise ModelNotFound(f"cannot load model {name!r}: no such directory (a hub id looks like org/name)")
     if local.exists() and not (local / "config.json").is_file():
@@ -64,8 +75,8 @@ def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto
     dev = pick_device(device)
     try:
         tok = AutoTokenizer.from_pretrained(tokenizer or (str(local) if local.exists() else name), local_files_only=offline)
-        model = AutoModelForCausalLM.from_pretrained(str(local) if local.exists() else name, dtype=pick_dtype(dev, dtype),
-                                                     local_files_only=offline, **config_overrides or {})
+        model = auto_class.from_pretrained(str(local) if local.exists() else name, dtype=pick_dtype(dev, dtype),
+                                           local_files_only=offline, **config_overrides or {})
     except (OSError, ValueError) as e:  # transformers versions differ in which one a bad id raises
         where = "it is not in the local cache and offline mode is on" if offline else "it could not be downloaded"
         raise ModelNotFound(f"cannot load model {name!r}: {where} ({str(e).splitlines()[0]}). Pass a local directory "
@@ -116,16 +127,18 @@ def build_tokenizer(corpus: list[str], vocab_size: int = 384):
                                    bos_token=None, chat_template=CHAT_TEMPLATE)
 
 
-def build_tiny_model(tokenizer, hidden: int = 64, layers: int = 2, heads: int = 4, seed: int = 0):
-    """A randomly initialised 2-layer Qwen2 (the real architecture, tiny) matching the tokenizer."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def build_tiny_model(tokenizer, hidden: int = 64, layers: int = 2, heads: int = 4, seed: int = 0,
+                     reward_head: bool = False):
+    """A randomly initialised 2-layer Qwen2 (the real architecture, tiny) matching the tokenizer; `reward_head`: a
+    sequence-classification model with one output (a Bradley-Terry reward model's shape) instead of the LM head."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2ForSequenceClassification
 
     torch.manual_seed(seed)
     cfg = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 2,
                       num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads // 2,
-                      max_position_embeddings=2048, tie_word_embeddings=True,
+                      max_position_embeddings=2048, tie_word_embeddings=not reward_head, num_labels=1,
                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
-    return Qwen2ForCausalLM(cfg)
+    return Qwen2ForSequenceClassification(cfg) if reward_head else Qwen2ForCausalLM(cfg)
 
 
 def save_tiny(directory: str | Path, corpus: list[str], vocab_size: int = 384, **model_kwargs) -> Path:

@@ -36,7 +36,39 @@ def validate(cfg: MasterConfig) -> BatchPlan:
     check_loss(cfg, batch_plan)
     check_datasets(cfg)
     check_lora(cfg)
+    check_reward_model(cfg)
     return batch_plan
+
+
+def check_reward_model(cfg: MasterConfig) -> None:
+    """env.reward_model is loaded exactly where a reward component reads it, and only as a Bradley-Terry model."""
+    rm, judged = cfg.env.reward_model, cfg.reward.judged
+    if cfg.data.default.env_name == "reward_model" and not judged:
+        raise ConfigError("data.default.env_name=reward_model makes the reward model's score the reward, but "
+                          "reward.components has no reward_model component: add {name: reward_model} to them (or "
+                          "drop reward.components: the default's test_pass_fraction becomes reward_model)")
+    if judged and not rm.enabled:
+        raise ConfigError("the reward component reward_model reads a reward model, but env.reward_model is off: set "
+                          "env.reward_model.enabled=true and env.reward_model.model_name (or drop the component)")
+    if rm.enabled and not judged:
+        raise ConfigError("env.reward_model is enabled but no reward component reads it: add {name: reward_model, "
+                          "weight: ...} to reward.components, or set data.default.env_name=reward_model (its score "
+                          "alone), or env.reward_model.enabled=false")
+    for c in cfg.reward.components:
+        if c.name == "reward_model" and c.params.get("transform", "raw") not in ("raw", "sigmoid"):
+            raise ConfigError(f"reward component reward_model: transform={c.params['transform']!r}; it is raw (the "
+                              "score) or sigmoid (the score mapped into (0, 1))")
+    if not rm.enabled:
+        return
+    if rm.model_name is None:
+        raise ConfigError("env.reward_model.model_name is not set: name a sequence-classification reward model (a hub "
+                          "id or an HF directory), or builtin:arith-judge for the built-in task")
+    if not rm.reward_model_cfg.enabled:
+        raise ConfigError("env.reward_model.reward_model_cfg.enabled=false: the reward-model environment always loads "
+                          "its model as a reward model (as NeMo RL's); set it to true")
+    if cfg.env.multi_turn.kind == "game":
+        raise ConfigError("self-play games are scored by their outcome, not by reward components: a reward model "
+                          "has nothing to score there (set env.reward_model.enabled=false)")
 
 
 def check_lora(cfg: MasterConfig) -> None:
@@ -260,10 +292,12 @@ def check_dataset_names(cfg: MasterConfig, kinds: set[str]) -> None:
     problem (code, math) the training and validation data hold: execrl grades each problem by its kind."""
     d = cfg.data.default
     for key, named in (("env_name", d.env_name), ("processor", d.processor)):
-        kind = named.split("_")[0]  # code | math (env_name's values, and the processors' prefixes)
-        if named != "auto" and kinds - {kind}:
+        # code | math (env_name's values, and the processors' prefixes); the reward model reads either
+        fits = {"code", "math"} if named == "reward_model" else {named.split("_")[0]}
+        if named != "auto" and kinds - fits:
             raise ConfigError(f"data.default.{key} is {named!r} but the dataset's problems are {sorted(kinds)}: set "
-                              f"it to auto (execrl grades each problem by its kind) or use a {kind} dataset")
+                              f"it to auto (execrl grades each problem by its kind) or use a {' or '.join(sorted(fits))} "
+                              "dataset")
 
 
 def no_effect_note(cfg: MasterConfig) -> str | None:

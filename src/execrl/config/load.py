@@ -101,10 +101,11 @@ def _known(key: str) -> bool:
 
 
 def _find(name: str, near: Path | None) -> Path:
-    for base in ([near] if near else []) + [Path.cwd(), Path.cwd() / "configs", *CONFIG_DIRS]:
+    for base in ([near] if near else []) + [Path.cwd(), Path.cwd() / "configs", *CONFIG_DIRS, BUILTIN_DEFAULT.parent]:
         if (base / name).is_file():
             return base / name
-    raise ConfigError(f"config file {name!r} not found (looked next to the including file, in ./ and in configs/)")
+    raise ConfigError(f"config file {name!r} not found (looked next to the including file, in ./ and in configs/; "
+                      f"{BUILTIN_DEFAULT.name} is the built-in default)")
 
 
 def _read(path: Path, chain: list[Path]) -> DictConfig:

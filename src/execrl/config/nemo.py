@@ -134,6 +134,13 @@ IGNORED: dict[str, str] = {
     "data_plane": "NeMo RL's data plane (off)",
     "reward_penalties": "NeMo-Gym reward penalties (off)",
     "telemetry": "NeMo RL's telemetry",
+    "env.reward_model.resources": "the reward model runs on the training GPUs, a copy in each training process",
+    "env.reward_model.dtensor_cfg": "the reward model is not sharded: a copy in each training process",
+    "env.reward_model.dynamic_batching": "the reward model batches conversations of similar lengths itself",
+    "env.reward_model.sequence_packing": "the reward model batches conversations of similar lengths itself",
+    "env.reward_model.logprob_batch_size": "the reward model reads env.reward_model.batch_size conversations at once",
+    "env.reward_model.max_grad_norm": "the reward model is not trained",
+    "env.reward_model.generation": "the reward model does not generate",
 }
 
 
@@ -198,7 +205,9 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
                                                         "on_policy_distillation: null"),
     "env.sliding_puzzle_game": (lambda v: True, "the sliding-puzzle environment is not implemented: execrl's "
                                                 "environments are code and math (env.code, env.multi_turn)"),
-    "env.reward_model": (lambda v: True, "reward-model environments are not implemented yet"),
+    "env.reward_model.checkpoint_path": (lambda v: v is not None, "env.reward_model.checkpoint_path (weights from a "
+                                         "NeMo RL checkpoint) is not read here: set env.reward_model.model_name to a "
+                                         "directory in HF format instead, and checkpoint_path=null"),
     "policy.router_replay.enabled": (_on, "router replay (a mixture-of-experts model trained with the experts its "
                                           "generation chose) is not implemented: set policy.router_replay.enabled="
                                           "false"),
@@ -225,8 +234,12 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
         leaves = {k: v for k, v in leaves.items() if not k.startswith("grpo.reward_scaling.")}
         if "reward_scaling" in (tree.get("grpo") or {}):
             ignored["grpo.reward_scaling"] = "off"
-    for section in ("policy.dtensor_cfg.lora_cfg", "policy.automodel_cfg.lora_cfg"):
-        if not _on(leaves.get(f"{section}.enabled")) and any(k.startswith(section + ".") for k in leaves):
+    # NeMo RL's reward-model environment scores where data.default.env_name names it (run_grpo.py), or every task
+    # where the section is enabled (run_grpo_rm.py, which ignores env_name)
+    judged = _on(leaves.get("env.reward_model.enabled")) or leaves.get("data.default.env_name") == "reward_model"
+    for section in ("policy.dtensor_cfg.lora_cfg", "policy.automodel_cfg.lora_cfg", "env.reward_model"):
+        on = judged if section == "env.reward_model" else _on(leaves.get(f"{section}.enabled"))
+        if not on and any(k.startswith(section + ".") for k in leaves):
             leaves = {k: v for k, v in leaves.items() if not k.startswith(section + ".")}  # (as above)
             ignored[section] = "off"
     refused_at = {key: _section_of(key, REFUSED) for key in leaves}  # the REFUSED entry each key falls under
@@ -258,6 +271,12 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
             _put(out, key, value)  # unknown: the schema's error names the closest valid key
     for target, value in later:
         _put(out, target, value)
+    reads = any(isinstance(c, dict) and c.get("name") == "reward_model" for c in leaves.get("reward.components") or [])
+    if judged and not reads:  # the reward model's score is the reward (where no component of execrl's reads it)
+        for key, value in (("data.default.env_name", "reward_model"), ("env.reward_model.enabled", True)):
+            if leaves.get(key) != value:
+                _put(out, key, value)
+                mapped[key] = f"{key}={value} (NeMo RL's reward-model environment scores every task)"
     if _on(leaves.get("grpo.reward_shaping.enabled")):  # DAPO's overlong penalty, added to the reward
         missing = [f"grpo.reward_shaping.{k}" for k in ("overlong_buffer_length", "max_response_length")
                    if f"grpo.reward_shaping.{k}" not in leaves]

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, model_validator
 
 from execrl.config.schedule import Schedule, WarmupSchedule
 from execrl.config.section import Section
 from execrl.prompts import PromptConfig
-from execrl.rewards import RewardConfig
+from execrl.rewards.base import ComponentConfig, RewardConfig
 from execrl.tasks.registry import DATASETS, dataset_key
 
 
@@ -221,9 +221,10 @@ class DataDefaults(Section):
                        "code_data_processor"] = Field(
         "auto", description="NeMo RL name of the row processor: a math or code one (checked against the dataset's "
         "problems; execrl reads each dataset's rows itself and poses them with prompt.*) | auto")
-    env_name: Literal["auto", "code", "math"] = Field(
+    env_name: Literal["auto", "code", "math", "reward_model"] = Field(
         "auto", description="NeMo RL name of the environment: code | math (checked against the dataset's problems) | "
-        "auto")
+        "reward_model (env.reward_model's score replaces the verifier's: each test_pass_fraction component becomes a "
+        "reward_model one) | auto")
 
 
 class DataConfig(Section):
@@ -296,6 +297,31 @@ class GameEnvConfig(Section):
                                            "and trains, one per match in turn (null: all of the game's)")
 
 
+class RewardModelTypeConfig(Section):
+    enabled: bool = Field(True, description="NeMo RL's: the model is a reward model (its reward-model environment "
+                          "always loads one)")
+    reward_model_type: Literal["bradley_terry"] = Field("bradley_terry", description="bradley_terry: one logit per "
+                                                        "conversation, the score")
+
+
+class RewardModelConfig(Section):
+    enabled: bool = Field(False, description="load a learned reward model (NeMo RL's env.reward_model): its score of "
+                          "each finished conversation is the reward component reward_model")
+    model_name: str | None = Field(None, description="a sequence-classification model with one output: hub id, HF "
+                                   "directory, or builtin:arith-judge (a tiny one trained at start-up on the built-in "
+                                   "task's preferences)")
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig, description="its tokenizer (null name: the "
+                                       "model's own) and chat template")
+    precision: Literal["auto", "bfloat16", "bf16", "float16", "fp16", "float32", "fp32"] = Field(
+        "auto", description="its weights' dtype: bfloat16 | float16 | float32 | auto (bfloat16 on GPUs that have it, "
+        "float32 on CPU)")
+    batch_size: int = Field(8, ge=1, description="conversations per forward pass")
+    max_model_len: int | None = Field(None, ge=2, description="tokens it reads at most: a longer conversation keeps "
+                                      "its last ones (null: the model's max_position_embeddings)")
+    reward_model_cfg: RewardModelTypeConfig = Field(default_factory=RewardModelTypeConfig,
+                                                    description="NeMo RL's: the kind of reward model")
+
+
 class EnvConfig(Section):
     code: CodeEnvConfig = Field(default_factory=CodeEnvConfig, description="the code environment")
     game: GameEnvConfig = Field(default_factory=GameEnvConfig, description="self-play games (env.multi_turn.kind="
@@ -303,6 +329,8 @@ class EnvConfig(Section):
     math: MathEnvConfig = Field(default_factory=MathEnvConfig, description="the math environment")
     multi_turn: MultiTurnConfig = Field(default_factory=MultiTurnConfig, description="the episode's environment "
                                         "(turns: grpo.max_rollout_turns; code style: prompt.code_style)")
+    reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig, description="a learned reward model "
+                                            "scoring conversations (reward component reward_model)")
 
 
 class WandbConfig(Section):
@@ -365,3 +393,13 @@ class MasterConfig(Section):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="GPUs and nodes")
     warmup: WarmupConfig = Field(default_factory=WarmupConfig, description="supervised warm-up (builtin default)")
     offline: bool = Field(False, description="never touch the network (models and data must be local or cached)")
+
+    @model_validator(mode="after")
+    def _reward_model_env(self):
+        """NeMo RL's data.default.env_name=reward_model: the reward model's score replaces the verifier's reward (each
+        test_pass_fraction component, the default's, becomes a reward_model one of its weight; others, such as
+        NeMo RL's overlong penalty, stay)."""
+        if self.data.default.env_name == "reward_model":
+            self.reward.components = [ComponentConfig(name="reward_model", weight=c.weight, scaled=c.scaled)
+                                      if c.name == "test_pass_fraction" else c for c in self.reward.components]
+        return self

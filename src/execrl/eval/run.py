@@ -42,6 +42,8 @@ class EvalConfig:
     out: str = "results/eval"
     workers: int = 0
     timeout_s: float = 5.0
+    reward_model: str | None = None  # a reward model whose mean score is reported too
+    reward_model_batch_size: int = 8
     prompt: PromptConfig = field(default_factory=PromptConfig)
 
 
@@ -64,7 +66,24 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     line = check_infra_share(num_infra, num_sent, "execrl eval", example)
     if line is not None:
         err.print(f"[bold red]WARNING: {line}[/]")
+    if cfg.reward_model:
+        judge_samples(cfg, samples)
     return summarize(cfg, samples)
+
+
+def judge_samples(cfg: EvalConfig, samples: list[Sample]) -> None:
+    """Each valid sample's rm_score: the reward model's score of its conversation (the prompt as posed, the
+    completion)."""
+    from execrl.config.schema import RewardModelConfig
+    from execrl.rewards.reward_model import load_reward_model
+
+    rm = load_reward_model(RewardModelConfig(enabled=True, model_name=cfg.reward_model,
+                                             batch_size=cfg.reward_model_batch_size), prompt=cfg.prompt, seed=cfg.seed)
+    valid = [s for s in samples if s.valid]
+    conversations = [[*(build_messages(s.problem, cfg.prompt) if s.problem.messages else []),
+                      {"role": "assistant", "content": s.completion}] for s in valid]
+    for s, value in zip(valid, rm(conversations)):
+        s.rm_score = value
 
 
 def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[Problem]):
@@ -124,11 +143,17 @@ def summarize(cfg: EvalConfig, samples: list[Sample]) -> dict:
             invalid += len(group) - len(valid)
             counts.append((len(valid), c))
             outcomes.update(outs)
-            f.write(json.dumps({"id": pid, "samples": len(group), "valid": len(valid), "correct": c,
-                                "outcomes": outs,
-                                "completions": [s.completion for s in group]}) + "\n")
+            row = {"id": pid, "samples": len(group), "valid": len(valid), "correct": c, "outcomes": outs,
+                   "completions": [s.completion for s in group]}
+            if cfg.reward_model:
+                row["reward_model_scores"] = [s.rm_score for s in group]  # (null: the sandbox failed on it)
+            f.write(json.dumps(row) + "\n")
     summary = {"dataset": cfg.dataset, "split": cfg.split, "problems": len(per_problem), "samples": len(samples),
                "invalid_samples": invalid, "outcomes": dict(outcomes)}
+    judged = [s.rm_score for s in samples if s.rm_score is not None]
+    if cfg.reward_model:
+        summary["reward_model"] = cfg.reward_model
+        summary["reward_model_mean"] = sum(judged) / len(judged) if judged else None
     for k in cfg.ks:
         value, left_out = mean_pass_at_k(counts, k)
         summary[f"pass@{k}"] = None if math.isnan(value) else value
@@ -148,6 +173,9 @@ def _print(summary: dict, cfg: EvalConfig, out_dir: Path) -> None:
         v = summary[f"pass@{k}"]
         table.add_row(f"pass@{k}" + (" (accuracy)" if k == 1 and cfg.dataset == "gsm8k" else ""),
                       "n/a" if v is None else f"{v:.4f}")
+    if cfg.reward_model:
+        v = summary["reward_model_mean"]
+        table.add_row("reward model mean score", "n/a" if v is None else f"{v:.4f}")
     for name, n in sorted(summary["outcomes"].items(), key=lambda x: -x[1]):
         table.add_row(f"  {name}", str(n))
     if summary["invalid_samples"]:

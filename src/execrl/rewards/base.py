@@ -34,6 +34,7 @@ class Sample:
     max_tokens: int = 0  # the generation limit it was sampled under
     turns: int = 1  # model turns the episode took (multi-turn environments)
     outcome: str | None = None  # set where the environment decides it: a game's win, draw, loss, illegal or unplayed
+    rm_score: float | None = None  # the reward model's score of the episode's conversation (env.reward_model)
 
     @property
     def valid(self) -> bool:
@@ -51,8 +52,9 @@ def sandbox_failures(samples: list[Sample]) -> tuple[int, int, str]:
 
 @dataclass
 class Reward:
-    total: float | None  # None: invalid sample
+    total: float | None  # None: invalid sample, or not scored yet (pending)
     parts: dict[str, float] = field(default_factory=dict)
+    pending: bool = False  # waits for the reward model's score (execrl.rewards.learned.judge)
 
     @property
     def valid(self) -> bool:
@@ -120,10 +122,17 @@ class RewardConfig(BaseModel):
     scaling: RewardScaling = Field(default_factory=RewardScaling, description="maps the weighted sum of the scaled "
                                    "components onto another range (NeMo RL's grpo.reward_scaling)")
 
+    @property
+    def judged(self) -> bool:
+        """Whether a component reads the reward model's score."""
+        return any(c.name == "reward_model" for c in self.components)
+
 
 def score(sample: Sample, cfg: RewardConfig) -> Reward:
     if not sample.valid:
         return Reward(None)
+    if cfg.judged and sample.rm_score is None:
+        return Reward(None, pending=True)  # scored again once the reward model has read the whole batch
     parts = {c.name: float(COMPONENTS[c.name](sample, **c.params)) for c in cfg.components}
     scaled = sum(c.weight * parts[c.name] for c in cfg.components if c.scaled)
     added = sum(c.weight * parts[c.name] for c in cfg.components if not c.scaled)

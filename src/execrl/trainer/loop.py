@@ -173,7 +173,7 @@ def validate(run: Run) -> float:
     k = run.cfg.grpo.val_num_generations_per_prompt
     seeds = prompt_seeds(run.cfg.grpo.seed, -1 - run.step, len(run.val_problems))  # (a stream apart from training's)
     rollouts = run_episodes(run.generator, run.tokenizer, run.grader, dist.this_rank(run.val_problems), run.cfg, k,
-                            sampling(run.cfg, validation=True), dist.this_rank(seeds))
+                            sampling(run.cfg, validation=True), dist.this_rank(seeds), judge=run.judge)
     check_sandbox(run, rollouts.episodes, f"eval at step {run.step}")
     groups = [rollouts.samples[i:i + k] for i in range(0, len(rollouts.samples), k)]
     counts = [(sum(s.valid for s in g), sum(s.valid and is_correct(s) for s in g)) for g in groups]  # (n, c)
@@ -187,9 +187,12 @@ def validate(run: Run) -> float:
         metrics[f"eval/pass@{k}"] = sum_at_k / max(num_at_k, 1)
     games = episode_means(dist.sum_dicts(episode_sums(rollouts)))  # (self-play: rates against each fixed player)
     metrics.update({f"eval/{name}": v for name, v in games.items() if "_rate_vs_" in name})
+    if "reward_model_score" in games:  # the reward model's mean (raw) score (env.reward_model)
+        metrics["eval/reward_model_mean"] = games["reward_model_score"]
     run.logger.log(run.step, metrics)
     console.print(f"step {run.step}: eval " + ", ".join(f"{name[5:]} = {v:.3f}" for name, v in metrics.items()
-                                                        if "pass@" in name) + f" on {num_problems:.0f} problems")
+                                                        if "pass@" in name or "reward_model" in name)
+                  + f" on {num_problems:.0f} problems")
     return score
 
 

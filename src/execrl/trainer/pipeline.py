@@ -105,6 +105,8 @@ class RolloutPipeline:
         in_thread = head.graded.result()  # the environments' answers to the last model turn
         times["grade_wait"] = time.perf_counter() - t
         times["grade"] = head.rollouts.times["grade"]  # ... and to earlier turns (multi-turn), in the loop's thread
+        if "reward_model" in head.rollouts.times:  # (the reward model's reading, after grading)
+            times["reward_model"] = head.rollouts.times["reward_model"]
         times["grade_overlapped"] = max(in_thread - times["grade_wait"], 0.0)
         assert version - head.version <= self.max_age
         info = {"trajectory_age_mean": float(version - head.version),
@@ -112,7 +114,7 @@ class RolloutPipeline:
         if self.dynamic is None:
             return head.rollouts, info
         rollouts, filled = self._fill(head, version, times)
-        times["grade"] = rollouts.times["grade"]
+        times.update({k: rollouts.times[k] for k in ("grade", "reward_model") if k in rollouts.times})
         return rollouts, info | filled
 
     def _fill(self, head: InFlight, version: int, times: dict) -> tuple[Rollouts, dict[str, float]]:
@@ -138,7 +140,7 @@ class RolloutPipeline:
         episodes = [e for group in kept[:want] for e in group]
         dropped += [e for group in kept[want:] for e in group]
         together = Rollouts(episodes, head.rollouts.group_size, dropped=dropped,
-                            times={k: sum(r.times[k] for r in rounds) for k in ("generate", "grade")})
+                            times={k: sum(r.times.get(k, 0.0) for r in rounds) for k in head.rollouts.times})
         num_kept, num_groups = dist.sum_floats(len(kept), sum(len(r.episodes) for r in rounds) / together.group_size)
         return together, {"dynamic_sampling_rounds": float(len(rounds)),
                           "dynamic_sampling_informative_frac": num_kept / max(num_groups, 1),
@@ -172,7 +174,7 @@ class RolloutPipeline:
 
 
 def build_pipeline(cfg: MasterConfig, plan: BatchPlan, generator, tokenizer, grader,
-                   sampler: ProblemSampler, opponent=None) -> RolloutPipeline:
+                   sampler: ProblemSampler, opponent=None, judge=None) -> RolloutPipeline:
     """Rollouts of the configured shape; ahead by one step with async GRPO (config.checks.validate(cfg) first). Every
     rank draws the same prompts and runs its share of them (whole groups, the same share of each optimizer batch)."""
     grpo, a = cfg.grpo, cfg.grpo.async_grpo
@@ -186,10 +188,10 @@ def build_pipeline(cfg: MasterConfig, plan: BatchPlan, generator, tokenizer, gra
         split = None if dynamic else plan.prompts_per_optimizer_step  # (dynamic sampling: each process fills its share from its part)
         problems, seeds = dist.this_rank(problems, split), dist.this_rank(seeds, split)
         return start_episodes(generator, tokenizer, grader, problems, cfg, plan.group_size, sampling(cfg), seeds,
-                              opponent)
+                              opponent, judge)
 
     def grade(rollouts: Rollouts) -> None:
-        finish_episodes(rollouts, tokenizer, grader, cfg)
+        finish_episodes(rollouts, tokenizer, grader, cfg, judge=judge)
 
     return RolloutPipeline(generate, grade, sampler, grpo.num_prompts_per_step, lookahead=1 if a.enabled else 0,
                            max_age=a.max_trajectory_age_steps if a.enabled else 0, dynamic=dynamic)

@@ -21,6 +21,7 @@ import torch
 from execrl.envs import Environment, Segment, Step, Trajectory, TurnRenderer, make_envs
 from execrl.prompts import render
 from execrl.rewards import OUTCOMES, Reward, Sample, outcome
+from execrl.rewards import judge as score_with
 from execrl.rollout import Completion, SamplingParams
 from execrl.rollout.sampling import mix32, request_key
 from execrl.sandbox import Grader
@@ -96,19 +97,20 @@ def sampling(cfg, validation: bool = False) -> SamplingParams:
 
 
 def run_episodes(generator, tokenizer, grader: Grader, problems: list[Problem], cfg, group_size: int,
-                 params: SamplingParams, seeds: list[int] | None = None, opponent=None) -> Rollouts:
+                 params: SamplingParams, seeds: list[int] | None = None, opponent=None, judge=None) -> Rollouts:
     """Each problem's `group_size` episodes, run to their end and scored."""
-    rollouts = start_episodes(generator, tokenizer, grader, problems, cfg, group_size, params, seeds, opponent)
-    finish_episodes(rollouts, tokenizer, grader, cfg)
+    rollouts = start_episodes(generator, tokenizer, grader, problems, cfg, group_size, params, seeds, opponent, judge)
+    finish_episodes(rollouts, tokenizer, grader, cfg, judge=judge)
     return rollouts
 
 
 def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem], cfg, group_size: int,
-                   params: SamplingParams, seeds: list[int] | None = None, opponent=None) -> Rollouts:
+                   params: SamplingParams, seeds: list[int] | None = None, opponent=None, judge=None) -> Rollouts:
     """Episodes run up to their last model turn: the environments' answers to it (for a single-turn task, all
     of the grading) are left in `pending` for finish_episodes, which may run in another thread (async GRPO).
     `seeds`: one per problem (see prompt_seeds); a later turn of sample j is keyed by (seed, j, turn). `opponent`:
-    the generator of self-play's frozen seats (execrl.trainer.opponent)."""
+    the generator of self-play's frozen seats (execrl.trainer.opponent). `judge`: the reward model
+    (execrl.rewards.reward_model), where the reward reads one."""
     gen, turns = cfg.policy.generation, cfg.grpo.max_rollout_turns
     episodes, prompts = [], []
     for problem in problems:
@@ -158,13 +160,14 @@ def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem]
             outs = [fit(c, room - len(e.trajectory), tokenizer) for e, c in zip(live, outs)]
             rollouts.pending = list(zip(live, outs))
             if turn < turns - 1:
-                finish_episodes(rollouts, tokenizer, grader, cfg, last=False)
+                finish_episodes(rollouts, tokenizer, grader, cfg, last=False, judge=judge)
     return rollouts
 
 
-def finish_episodes(rollouts: Rollouts, tokenizer, grader: Grader, cfg, last: bool = True) -> None:
+def finish_episodes(rollouts: Rollouts, tokenizer, grader: Grader, cfg, last: bool = True, judge=None) -> None:
     """The environments answer the pending model turns (each turn's sandbox calls in parallel); episodes that
-    must end early are scored as they stand, and with `last`, so is every episode still open."""
+    must end early are scored as they stand, and with `last`, so is every episode still open. Episodes that ended
+    with their reward waiting for the reward model (`judge`) are then scored together."""
     start = time.perf_counter()
     renderer = TurnRenderer(tokenizer) if cfg.env.multi_turn.kind != "single_turn" else None
     live, outs = [e for e, _ in rollouts.pending], [c for _, c in rollouts.pending]
@@ -178,6 +181,14 @@ def finish_episodes(rollouts: Rollouts, tokenizer, grader: Grader, cfg, last: bo
             end(e, s)
     rollouts.pending = []
     rollouts.times["grade"] += time.perf_counter() - start
+    waiting = [e for e in rollouts.episodes if e.done and e.reward.pending]
+    if waiting:
+        if judge is None:
+            raise RuntimeError("the reward reads a reward model (component reward_model) but none was given")
+        start = time.perf_counter()
+        for e, reward in zip(waiting, score_with(judge, [(e.messages, e.sample) for e in waiting], cfg.reward)):
+            e.reward = reward
+        rollouts.times["reward_model"] = rollouts.times.get("reward_model", 0.0) + time.perf_counter() - start
 
 
 def players(live: list[Episode], generator, opponent) -> list[tuple[object, list[Episode]]]:
@@ -246,7 +257,8 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
     """Each per-episode metric's sum over the episodes generated (key k) and the number of episodes it is over (key k#n), so
     that several processes' dicts add up (a missing key counting 0) to those of all their episodes: see
     episode_means. Rewards over valid episodes (the sandbox answered), the rest over all; turns, tool calls and
-    errors per episode, the mean reward of the episodes that took n turns, and the fraction of each verdict of the
+    errors per episode, the mean reward of the episodes that took n turns, the reward model's raw score (whatever its
+    component makes of it), and the fraction of each verdict of the
     `kinds` of task (default: those of these episodes; pass the dataset's when processes may hold different ones)."""
     eps = rollouts.generated
     valid = [e for e in eps if e.reward.valid]
@@ -258,8 +270,9 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
             "tool_errors_mean": (sum(e.tool_errors for e in eps), len(eps))}
     parts = defaultdict(lambda: (0.0, 0))
     for e in valid:
+        judged = [("reward_model_score", e.sample.rm_score)] if e.sample.rm_score is not None else []
         for name, value in [*(("reward/" + k, v) for k, v in e.reward.parts.items()),
-                            (f"reward_by_turns/{e.turns}", e.reward.total), *game_parts(e)]:
+                            (f"reward_by_turns/{e.turns}", e.reward.total), *game_parts(e), *judged]:
             parts[name] = (parts[name][0] + value, parts[name][1] + 1)
     # every outcome of the kinds of task, seen or not: then each process's count of episodes enters every fraction's
     # denominator (and the curves have no gaps)

@@ -18,6 +18,7 @@ from execrl.envs import make_env
 from execrl.lora import Adapter, apply_lora
 from execrl.models import TINY_CODER, load_model_and_tokenizer, pick_device
 from execrl.prompts import TEMPLATE_KWARGS
+from execrl.rewards.reward_model import RewardModel, load_reward_model
 from execrl.rollout import build_generator
 from execrl.rollout.engine import eager_fallback
 from execrl.rollout.fuse import fuse_projections
@@ -59,6 +60,7 @@ class Run:
     baselines: RoleBaselines = field(default_factory=RoleBaselines)  # self-play's role baselines (grpo.advantage rae)
     opponent: Opponent | None = None  # self-play's frozen opponent (env.game.opponent)
     lora: Adapter | None = None  # with policy.lora: the peft model around `model` and the base it adapts
+    judge: RewardModel | None = None  # env.reward_model: scores finished conversations (reward component reward_model)
 
     @property
     def model(self) -> torch.nn.Module:
@@ -153,8 +155,16 @@ def build_run(cfg: MasterConfig) -> Run:
         console.print(f"{run.logger.dir / 'metrics.jsonl'}: {removed} rows of steps after {run.step} removed (they are "
                       "done again)")
     run.opponent = build_opponent(cfg, weights.compute, tok, slots)
+    if cfg.env.reward_model.enabled:
+        if cfg.grpo.use_leave_one_out_baseline and cfg.grpo.normalize_rewards:
+            console.print("[yellow]note: a reward model's scores are continuous: in a group whose other answers score "
+                          "almost alike, the leave-one-out std (NeMo RL's) is near 0 and divides that answer's "
+                          "advantage into the thousands; set grpo.use_leave_one_out_baseline=false (the group's std) "
+                          "if train/loss jumps[/]")
+        run.judge = load_reward_model(cfg.env.reward_model, cfg.policy.device, cfg.offline or None, cfg.prompt,
+                                      cfg.grpo.seed)
     run.pipeline = build_pipeline(cfg, batch_plan, generator, tok, run.grader, run.sampler,
-                                  run.opponent.generator if run.opponent else None)
+                                  run.opponent.generator if run.opponent else None, run.judge)
     steps_per_epoch = -(-len(train) // cfg.grpo.num_prompts_per_step)
     run.max_steps = cfg.grpo.max_num_steps
     if not cfg.grpo.use_dynamic_sampling:  # (which draws a varying number of prompts per step: the loop checks)

@@ -1,0 +1,92 @@
+"""A learned reward model (env.reward_model): a Hugging Face sequence-classification model with one output, as
+NeMo RL's Bradley-Terry reward models (e.g. Skywork-Reward-V2), scoring whole conversations rendered with its own
+chat template. It runs in the trainer's process on the training device (each process holds a copy), in inference
+mode, in batches of similar lengths."""
+
+from __future__ import annotations
+
+import torch
+
+from execrl.models import ModelNotFound, load_pretrained, pick_device
+
+ARITH_JUDGE = "builtin:arith-judge"  # trained at start-up on the built-in task's preferences (rewards/bradley_terry.py)
+
+
+class RewardModel:
+    """conversations (lists of messages) -> one score each."""
+
+    def __init__(self, model, tokenizer, batch_size: int = 8, max_len: int | None = None,
+                 template_kwargs: dict | None = None):
+        if not getattr(tokenizer, "chat_template", None):
+            raise ModelNotFound("the reward model's tokenizer has no chat template: set "
+                                "env.reward_model.tokenizer.chat_template (a Jinja template) or name a tokenizer that "
+                                "has one (env.reward_model.tokenizer.name)")
+        if model.config.num_labels != 1:
+            raise ModelNotFound(f"the reward model has {model.config.num_labels} outputs: a Bradley-Terry reward model "
+                                "(reward_model_type bradley_terry) has one, its score")
+        self.model, self.tokenizer, self.batch_size = model.eval(), tokenizer, batch_size
+        self.max_len = max_len or getattr(model.config, "max_position_embeddings", None) or 4096
+        self.template_kwargs = template_kwargs or {}
+        self.truncated = 0  # conversations read from their end only (longer than max_len), in all calls so far
+
+    def encode(self, messages: list[dict]) -> list[int]:
+        """The conversation's tokens as its chat template renders it (a BOS first where the tokenizer has one)."""
+        text = self.tokenizer.apply_chat_template([{"role": m["role"], "content": m["content"]} for m in messages],
+                                                  tokenize=False, add_generation_prompt=False, **self.template_kwargs)
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        bos = self.tokenizer.bos_token_id
+        return [bos, *ids] if bos is not None and ids[:1] != [bos] else ids
+
+    @torch.inference_mode()
+    def __call__(self, conversations: list[list[dict]]) -> list[float]:
+        """One score per conversation. Equal conversations are read once, so they score exactly alike (a group's
+        equal answers: padded differently, their scores would differ in the last bits, and a group's standard
+        deviation of 1e-7 would scale its advantages by millions)."""
+        seqs = [tuple(self.encode(m)) for m in conversations]
+        distinct = list(dict.fromkeys(seqs))
+        self.truncated += sum(len(s) > self.max_len for s in distinct)
+        cut = [list(s[-self.max_len:]) for s in distinct]  # the end: where the response it judges is
+        order = sorted(range(len(cut)), key=lambda i: len(cut[i]))  # batches of similar lengths: little padding
+        scores = [0.0] * len(cut)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            for i, value in zip(chunk, self.forward([cut[i] for i in chunk]).tolist()):
+                scores[i] = value
+        at = {s: i for i, s in enumerate(distinct)}
+        return [scores[at[s]] for s in seqs]
+
+    def forward(self, seqs: list[list[int]]) -> torch.Tensor:
+        """[B] scores of token sequences (right-padded here)."""
+        device = next(self.model.parameters()).device
+        lengths = torch.tensor([len(s) for s in seqs], device=device)  # [B]
+        ids = torch.full((len(seqs), int(lengths.max())), self.tokenizer.pad_token_id, dtype=torch.long)
+        for row, s in enumerate(seqs):
+            ids[row, :len(s)] = torch.tensor(s)
+        ids = ids.to(device)  # [B, T]
+        mask = torch.arange(ids.shape[1], device=device)[None] < lengths[:, None]  # [B, T]
+        if hasattr(self.model, "score"):  # a decoder's head reads each sequence's last token (found by length here,
+            # not by looking for the pad token, which may also be a real token such as the EOS)
+            hidden = self.model.base_model(input_ids=ids, attention_mask=mask.long()).last_hidden_state  # [B, T, H]
+            last = hidden[torch.arange(len(seqs), device=device), lengths - 1]  # [B, H]
+            return self.model.score(last)[:, 0].float()
+        return self.model(input_ids=ids, attention_mask=mask.long()).logits[:, 0].float()  # (an encoder's own pooling)
+
+
+def load_reward_model(cfg, device: str = "auto", offline: bool | None = None, prompt=None, seed: int = 0) -> RewardModel:
+    """env.reward_model's model on the device. `prompt` and `seed`: the built-in judge's (it is trained on the
+    conversations the run's prompts make)."""
+    dev = pick_device(device)
+    if cfg.model_name == ARITH_JUDGE:
+        from execrl.rewards.bradley_terry import arith_judge
+
+        model, tok = arith_judge(prompt, seed, dev)
+    else:
+        from transformers import AutoModelForSequenceClassification
+
+        model, tok = load_pretrained(AutoModelForSequenceClassification, cfg.model_name, str(dev), cfg.precision,
+                                     offline, cfg.tokenizer.name if cfg.tokenizer.name != cfg.model_name else None)
+    if cfg.tokenizer.chat_template:
+        tok.chat_template = cfg.tokenizer.chat_template
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tok.pad_token_id
+    return RewardModel(model, tok, cfg.batch_size, cfg.max_model_len, cfg.tokenizer.chat_template_kwargs)
