@@ -78,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--out", default="results/eval",
                    help="directory for results.jsonl and summary.json (default results/eval)")
 
+    r = sub.add_parser("report", help="one self-contained HTML page of runs: curves overlaid, config differences, "
+                       "a rollout browser (opens offline)")
+    r.add_argument("runs", nargs="+", help="run directories (logger.log_dir: metrics.jsonl, config.yaml, rollouts/)")
+    r.add_argument("--out", default=None, help="the HTML file (default: RUN_DIR/report.html for one run, else "
+                   "report.html here)")
+
     args = parser.parse_args(argv)
     if args.command == "train":
         return run_train(args)
@@ -87,7 +93,25 @@ def main(argv: list[str] | None = None) -> int:
         return run_grade(args)
     if args.command == "eval":
         return run_eval(args)
+    if args.command == "report":
+        return run_report(args)
     return 2
+
+
+def run_report(args) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from execrl.report import write_report
+
+    out = args.out or (Path(args.runs[0]) / "report.html" if len(args.runs) == 1 else Path("report.html"))
+    try:
+        written = write_report(args.runs, out)
+    except (FileNotFoundError, OSError, ValueError) as e:
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(str(e))}")
+        return 2
+    print(f"report: {written} ({written.stat().st_size / 2**20:.1f} MiB; open it in a browser, no network needed)")
+    return 0
 
 
 def run_train(args) -> int:

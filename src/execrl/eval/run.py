@@ -78,7 +78,7 @@ def judge_samples(cfg: EvalConfig, samples: list[Sample]) -> None:
     from execrl.rewards.reward_model import load_reward_model
 
     rm = load_reward_model(RewardModelConfig(enabled=True, model_name=cfg.reward_model,
-                                             batch_size=cfg.reward_model_batch_size), prompt=cfg.prompt, seed=cfg.seed)
+                                             batch_size=cfg.reward_model_batch_size), prompt=cfg.prompt)
     valid = [s for s in samples if s.valid]
     conversations = [[*(build_messages(s.problem, cfg.prompt) if s.problem.messages else []),
                       {"role": "assistant", "content": s.completion}] for s in valid]

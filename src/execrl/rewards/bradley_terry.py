@@ -5,6 +5,7 @@ means something a policy can raise: how right and well formed the program looks,
 
 from __future__ import annotations
 
+import os
 import random
 import time
 
@@ -96,7 +97,7 @@ def arith_judge(prompt, seed: int, device: torch.device, steps: int = 450):
     pairs = arith_pairs(prompt, 4096, seed)
     train, held_out = pairs[:-256], pairs[-256:]
     loss = train_pairs(rm, train, steps, lr=3e-3, batch_size=32, seed=seed)
-    Console(stderr=True).print(f"built-in reward model builtin:arith-judge: {steps} Bradley-Terry steps on the built-in "
+    Console(stderr=True, quiet=os.environ.get("RANK", "0") != "0").print(f"built-in reward model builtin:arith-judge: {steps} Bradley-Terry steps on the built-in "
                                f"task's preferences in {time.perf_counter() - start:.0f} s, loss {loss:.3f}, held-out "
                                f"preference accuracy {accuracy(rm, held_out):.3f}")
     return rm.model, tok

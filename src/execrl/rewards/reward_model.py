@@ -72,14 +72,14 @@ class RewardModel:
         return self.model(input_ids=ids, attention_mask=mask.long()).logits[:, 0].float()  # (an encoder's own pooling)
 
 
-def load_reward_model(cfg, device: str = "auto", offline: bool | None = None, prompt=None, seed: int = 0) -> RewardModel:
-    """env.reward_model's model on the device. `prompt` and `seed`: the built-in judge's (it is trained on the
-    conversations the run's prompts make)."""
+def load_reward_model(cfg, device: str = "auto", offline: bool | None = None, prompt=None) -> RewardModel:
+    """env.reward_model's model on the device. `prompt`: the built-in judge's (it is trained on the conversations the
+    run's prompts make; always from seed 0, so that training and `execrl eval` read the same judge)."""
     dev = pick_device(device)
     if cfg.model_name == ARITH_JUDGE:
         from execrl.rewards.bradley_terry import arith_judge
 
-        model, tok = arith_judge(prompt, seed, dev)
+        model, tok = arith_judge(prompt, 0, dev)
     else:
         from transformers import AutoModelForSequenceClassification
 

@@ -190,6 +190,7 @@ def validate(run: Run) -> float:
     if "reward_model_score" in games:  # the reward model's mean (raw) score (env.reward_model)
         metrics["eval/reward_model_mean"] = games["reward_model_score"]
     run.logger.log(run.step, metrics)
+    write_report(run)
     console.print(f"step {run.step}: eval " + ", ".join(f"{name[5:]} = {v:.3f}" for name, v in metrics.items()
                                                         if "pass@" in name or "reward_model" in name)
                   + f" on {num_problems:.0f} problems")
@@ -199,7 +200,11 @@ def validate(run: Run) -> float:
 def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
     metrics = {f"train/{k}": v for k, v in stats.items()}  # already global
     sums = dist.sum_dicts(episode_sums(rollouts, run.sampler.kinds))  # over all processes
-    metrics.update({f"train/{k}": v for k, v in episode_means(sums).items()})
+    means = episode_means(sums)
+    metrics.update({f"train/{k}": v for k, v in means.items() if k != "reward_sq_mean"})
+    metrics["train/reward_std"] = max(means["reward_sq_mean"] - means["reward_mean"] ** 2, 0.0) ** 0.5
+    if times.get("generate"):  # the model's tokens sampled per second of generation (all processes)
+        metrics["perf/tokens_per_s"] = sums["completion_len_mean"] / times["generate"]
     metrics.update({f"train/{key}/baseline": b for key, b in run.baselines.values.items()})  # self-play
     metrics["train/lr"] = run.scheduler.get_last_lr()[0]
     metrics.update({f"time/{k}": v for k, v in times.items()})
@@ -241,7 +246,23 @@ def summarize(run: Run) -> None:
                       f"{sum(rewards[:k]) / k:.3f} -> {sum(rewards[-k:]) / k:.3f}")
     if len(evals) >= 2:
         console.print(f"eval pass@1: {evals[0][1]:.3f} (step {evals[0][0]}) -> {evals[-1][1]:.3f} (step {evals[-1][0]})")
-    console.print(f"logs: {run.logger.dir}  checkpoints: {run.cfg.checkpointing.checkpoint_dir}")
+    written = write_report(run)
+    console.print(f"logs: {run.logger.dir}  checkpoints: {run.cfg.checkpointing.checkpoint_dir}"
+                  + (f"  report: {written}" if written else ""))
+
+
+def write_report(run: Run):
+    """The run's report (log_dir/report.html, execrl.report), from the main process; a failure to write it is said
+    and the run goes on."""
+    if not dist.is_main() or run.logger.jsonl is None:
+        return None
+    from execrl.report import write_report as write
+
+    try:
+        return write([run.logger.dir], run.logger.dir / "report.html")
+    except Exception as e:  # noqa: BLE001 (the report is not worth a run)
+        console.print(f"[yellow]the run report could not be written: {type(e).__name__}: {e}[/]")
+        return None
 
 
 def save_on_interrupt(run: Run) -> None:

@@ -263,6 +263,7 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
     eps = rollouts.generated
     valid = [e for e in eps if e.reward.valid]
     sums = {"reward_mean": (sum(e.reward.total for e in valid), len(valid)),
+            "reward_sq_mean": (sum(e.reward.total ** 2 for e in valid), len(valid)),  # (for the std: log_step)
             "completion_len_mean": (sum(e.trajectory.num_sampled for e in eps), len(eps)),  # the model's tokens
             "truncated_frac": (sum(e.trajectory.truncated for e in eps), len(eps)),
             "turns_mean": (sum(e.turns for e in eps), len(eps)),
@@ -307,9 +308,12 @@ def episode_means(sums: dict[str, float]) -> dict[str, float]:
 
 
 def rollout_rows(rollouts: Rollouts, tokenizer) -> list[dict]:
-    """One row per episode: the whole conversation, and the exact text the trainer saw after the prompt."""
+    """One row per episode: the whole conversation, the exact text the trainer saw after the prompt, the verdict of
+    each test."""
     return [{"problem": e.problem.id, "prompt": tokenizer.decode(e.trajectory.prompt_ids),
              "completion": tokenizer.decode(e.trajectory.completion_ids), "messages": e.messages,
              "code": e.sample.extracted.code, "verdict": outcome(e.sample), "reward": e.reward.total,
              "parts": e.reward.parts, "turns": e.turns, "tool_calls": e.tool_calls, "tool_errors": e.tool_errors,
-             "truncated": e.trajectory.truncated} for e in rollouts.episodes]
+             "truncated": e.trajectory.truncated,
+             "tests": [t.verdict.value for t in e.sample.result.tests] if e.sample.result is not None else []}
+            for e in rollouts.episodes]

@@ -161,8 +161,7 @@ def build_run(cfg: MasterConfig) -> Run:
                           "almost alike, the leave-one-out std (NeMo RL's) is near 0 and divides that answer's "
                           "advantage into the thousands; set grpo.use_leave_one_out_baseline=false (the group's std) "
                           "if train/loss jumps[/]")
-        run.judge = load_reward_model(cfg.env.reward_model, cfg.policy.device, cfg.offline or None, cfg.prompt,
-                                      cfg.grpo.seed)
+        run.judge = load_reward_model(cfg.env.reward_model, cfg.policy.device, cfg.offline or None, cfg.prompt)
     run.pipeline = build_pipeline(cfg, batch_plan, generator, tok, run.grader, run.sampler,
                                   run.opponent.generator if run.opponent else None, run.judge)
     steps_per_epoch = -(-len(train) // cfg.grpo.num_prompts_per_step)

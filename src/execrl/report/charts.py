@@ -1,0 +1,109 @@
+"""The report's curves as Plotly figures (plain JSON: plotly.js draws them in the page): one per chart, each run's
+series overlaid; stacked shares (verdicts, time per phase) get one chart per run."""
+
+from __future__ import annotations
+
+from execrl.report.runs import RunData
+
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
+
+# (chart id, title, y axis, the metric keys: exact, or a prefix ending in "/" or "@"); drawn where a run has one
+LINES = [
+    ("eval", "Evaluation: pass@k", "pass@k", ["eval/pass@"]),
+    ("eval-other", "Evaluation: other metrics", "", ["eval/"]),
+    ("loss", "Loss", "loss", ["train/loss"]),
+    ("kl", "KL", "KL", ["train/kl", "train/sampler_kl"]),
+    ("entropy", "Entropy", "nats per token", ["train/entropy"]),
+    ("clip", "Clip fractions", "fraction of tokens", ["train/clip_frac", "train/clip_frac_low", "train/clip_frac_high"]),
+    ("length", "Completion length", "tokens", ["train/completion_len_mean"]),
+    ("components", "Reward components", "mean value", ["train/reward/", "train/reward_model_score"]),
+    ("tokens", "Generation throughput", "tokens/s", ["perf/tokens_per_s"]),
+    ("grad", "Gradient norm", "norm (before clipping)", ["train/grad_norm"]),
+]
+STACKS = [("verdicts", "Verdict shares", "share of samples", "train/verdict/"),
+          ("phases", "Time per phase", "seconds", "time/")]
+PHASES = ("time/generate", "time/grade", "time/reward_model", "time/train")  # the parts of a step (not its total)
+EVAL_SKIP = ("eval/num_problems",)
+OWN_CHART = ("eval/pass@",)  # keys drawn in a chart of their own (not among "eval/"'s others)
+
+
+def figures(runs: list[RunData]) -> list[dict]:
+    """[{id, title, figure}] in the page's order: the train reward (mean and its spread), the line charts, the stacks."""
+    out = [f for f in [reward_figure(runs)] if f]
+    for chart, title, axis, keys in LINES:
+        traces = [trace for i, run in enumerate(runs) for trace in _lines(run, i, keys, len(runs) > 1)]
+        if traces:
+            out.append({"id": chart, "title": title, "figure": _figure(traces, title, axis)})
+    for chart, title, axis, prefix in STACKS:
+        for i, run in enumerate(runs):
+            traces = _stack(run, prefix)
+            if traces:
+                named = f"{title}: {run.name}" if len(runs) > 1 else title
+                out.append({"id": f"{chart}-{i}", "title": named, "figure": _figure(traces, named, axis)})
+    return out
+
+
+def series(run: RunData, key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of one metric over a run (the last value a step logged)."""
+    at = {m["step"]: m[key] for m in run.metrics if key in m and isinstance(m[key], (int, float))}
+    steps = sorted(at)
+    return steps, [at[s] for s in steps]
+
+
+def keys_of(run: RunData, wanted: list[str]) -> list[str]:
+    present = sorted({k for m in run.metrics for k in m})
+    keys = []
+    for w in wanted:
+        if w.endswith(("/", "@")):
+            keys += [k for k in present if k.startswith(w) and not (w == "eval/" and k.startswith(OWN_CHART))]
+        elif w in present:
+            keys.append(w)
+    return [k for k in dict.fromkeys(keys) if k not in EVAL_SKIP]
+
+
+def reward_figure(runs: list[RunData]) -> dict | None:
+    traces = []
+    for i, run in enumerate(runs):
+        steps, mean = series(run, "train/reward_mean")
+        if not steps:
+            continue
+        color = PALETTE[i % len(PALETTE)]
+        _, std = series(run, "train/reward_std")
+        if len(std) == len(mean):  # the spread: mean +- std, a band under the line
+            traces.append({"x": steps + steps[::-1], "y": [m + s for m, s in zip(mean, std)]
+                           + [m - s for m, s in zip(mean, std)][::-1], "fill": "toself", "fillcolor": color,
+                           "opacity": 0.15, "line": {"width": 0}, "hoverinfo": "skip", "showlegend": False,
+                           "type": "scatter", "mode": "lines", "name": f"{run.name} spread"})
+        traces.append({"x": steps, "y": mean, "type": "scatter", "mode": "lines", "line": {"color": color},
+                       "name": f"{run.name}: reward (mean, band: +- std)" if len(runs) > 1 else "reward (mean, band: +- std)"})
+    title = "Train reward"
+    return {"id": "reward", "title": title, "figure": _figure(traces, title, "reward")} if traces else None
+
+
+def _lines(run: RunData, index: int, wanted: list[str], several: bool) -> list[dict]:
+    traces = []
+    for j, key in enumerate(keys_of(run, wanted)):
+        steps, values = series(run, key)
+        dash = ["solid", "dash", "dot", "dashdot"][j % 4]
+        traces.append({"x": steps, "y": values, "type": "scatter", "mode": "lines+markers" if len(steps) < 30 else "lines",
+                       "name": f"{run.name}: {key}" if several else key,
+                       "line": {"color": PALETTE[(index if several else j) % len(PALETTE)], "dash": dash if several else "solid"}})
+    return traces
+
+
+def _stack(run: RunData, prefix: str) -> list[dict]:
+    keys = [k for k in keys_of(run, [prefix]) if prefix != "time/" or k in PHASES]
+    traces = []
+    for j, key in enumerate(keys):
+        steps, values = series(run, key)
+        if any(values):
+            traces.append({"x": steps, "y": values, "type": "scatter", "mode": "lines", "stackgroup": "one",
+                           "name": key[len(prefix):], "line": {"color": PALETTE[j % len(PALETTE)]}})
+    return traces
+
+
+def _figure(traces: list[dict], title: str, axis: str) -> dict:
+    return {"data": traces, "layout": {"title": {"text": title}, "xaxis": {"title": {"text": "step"}, "gridcolor": "#eee"},
+                                       "yaxis": {"title": {"text": axis}, "gridcolor": "#eee"}, "margin": {"l": 60, "r": 20, "t": 50, "b": 60},
+                                       "legend": {"orientation": "h", "y": -0.3}, "height": 360,
+                                       "plot_bgcolor": "#fff", "paper_bgcolor": "#fff"}}

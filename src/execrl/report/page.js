@@ -1,0 +1,118 @@
+// execrl report: draws the charts (plotly.js, inlined above) and runs the rollout browser. No network.
+// The URL hash can preset the browser's filters: #run=NAME&step=N&verdict=pass&rmin=0&rmax=1&text=...
+"use strict";
+const DATA = JSON.parse(document.getElementById("report-data").textContent);
+const $ = (id) => document.getElementById(id);
+const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+
+// ---- charts ----------------------------------------------------------------------------------------------------
+function drawCharts() {
+  const holder = $("charts");
+  const drawn = DATA.charts.map((chart) => {
+    const box = document.createElement("div");
+    box.className = "chart";
+    box.innerHTML = `<div class="plot" id="plot-${esc(chart.id)}"></div><div class="export">` +
+      `<button data-format="png">PNG</button><button data-format="svg">SVG</button></div>`;
+    holder.appendChild(box);
+    const plot = box.querySelector(".plot");
+    box.querySelectorAll("button").forEach((b) => b.addEventListener("click", () =>
+      Plotly.downloadImage(plot, {format: b.dataset.format, filename: chart.id, width: 900, height: 500})));
+    return Plotly.newPlot(plot, chart.figure.data, chart.figure.layout, {responsive: true, displaylogo: false})
+      .then(() => plot);
+  });
+  return Promise.all(drawn).then((plots) => {
+    // what a test reads: how many charts were drawn, and how many show no line at all
+    const blank = plots.filter((p) => !Array.from(p.querySelectorAll(".scatterlayer path.js-line, .scatterlayer path.js-fill"))
+      .some((path) => (path.getAttribute("d") || "").length > 10)).length;
+    document.body.dataset.chartsRendered = String(plots.length);
+    document.body.dataset.chartsBlank = String(blank);
+  });
+}
+
+// ---- rollout browser ---------------------------------------------------------------------------------------------
+const KEYWORDS = new Set(("and as assert async await break class continue def del elif else except False finally for from " +
+  "global if import in is lambda None nonlocal not or pass raise return True try while with yield print").split(" "));
+
+function highlight(code) {  // Python, roughly: comments, strings, numbers, keywords
+  const out = [];
+  const re = /(#[^\n]*)|("""[\s\S]*?"""|'''[\s\S]*?'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*')|(\b\d+(?:\.\d+)?\b)|([A-Za-z_]\w*)|([\s\S])/g;
+  let m;
+  while ((m = re.exec(code)) !== null) {
+    if (m[1]) out.push(`<span class="com">${esc(m[1])}</span>`);
+    else if (m[2]) out.push(`<span class="str">${esc(m[2])}</span>`);
+    else if (m[3]) out.push(`<span class="num">${esc(m[3])}</span>`);
+    else if (m[4]) out.push(KEYWORDS.has(m[4]) ? `<span class="kw">${esc(m[4])}</span>` : esc(m[4]));
+    else out.push(esc(m[5]));
+  }
+  return out.join("");
+}
+
+function rowsOf(run, step) {
+  return ((DATA.rollouts[run] || {})[step]) || [];
+}
+
+function fillSelect(select, values, keep) {
+  select.innerHTML = values.map((v) => `<option value="${esc(v)}">${esc(v)}</option>`).join("");
+  if (keep !== undefined && values.includes(keep)) select.value = keep;
+}
+
+function refreshSteps(keep) {
+  const steps = Object.keys(DATA.rollouts[$("run").value] || {}).sort((a, b) => Number(a) - Number(b));
+  fillSelect($("step"), steps, keep);
+  if (keep === undefined && steps.length) $("step").value = steps[steps.length - 1];
+  const verdicts = new Set();
+  Object.values(DATA.rollouts[$("run").value] || {}).forEach((rows) => rows.forEach((r) => verdicts.add(r.verdict)));
+  const chosen = $("verdict").value;
+  $("verdict").innerHTML = `<option value="">all</option>` +
+    Array.from(verdicts).sort().map((v) => `<option value="${esc(v)}">${esc(v)}</option>`).join("");
+  if (verdicts.has(chosen)) $("verdict").value = chosen;
+}
+
+function matches(r) {
+  const verdict = $("verdict").value, text = $("text").value.toLowerCase();
+  const lo = $("rmin").value === "" ? -Infinity : Number($("rmin").value);
+  const hi = $("rmax").value === "" ? Infinity : Number($("rmax").value);
+  const reward = r.reward === null ? NaN : r.reward;
+  if (verdict && r.verdict !== verdict) return false;
+  if ((lo > -Infinity || hi < Infinity) && !(reward >= lo && reward <= hi)) return false;
+  if (text && !(String(r.prompt) + String(r.completion)).toLowerCase().includes(text)) return false;
+  return true;
+}
+
+function rowHtml(r, i) {
+  const reward = r.reward === null ? "invalid" : Number(r.reward).toFixed(3);
+  const turns = (r.messages || []).map((m) =>
+    `<div class="turn"><div class="role">${esc(m.role)}</div><pre>${esc(m.content)}</pre></div>`).join("");
+  const tests = (r.tests || []).map((t, j) => `<span class="verdict ${esc(t)}" title="test ${j + 1}">${j + 1}: ${esc(t)}</span>`).join("");
+  const parts = Object.entries(r.parts || {}).map(([k, v]) => `<tr><td>${esc(k)}</td><td>${Number(v).toFixed(4)}</td></tr>`).join("");
+  return `<details class="row" data-verdict="${esc(r.verdict)}" data-reward="${esc(reward)}">` +
+    `<summary><span class="verdict ${esc(r.verdict)}">${esc(r.verdict)}</span><span>reward ${reward}</span>` +
+    `<span>${esc(r.problem)}</span><span>${r.turns > 1 ? esc(r.turns) + " turns" : ""}${r.truncated ? " truncated" : ""}</span></summary>` +
+    `<div class="body"><h4>Conversation${r.turns > 1 ? " (turn by turn)" : ""}</h4>${turns}` +
+    (r.code ? `<h4>Extracted code</h4><pre class="code">${highlight(r.code)}</pre>` : "<h4>No code extracted</h4>") +
+    (tests ? `<h4>Tests</h4><div class="tests">${tests}</div>` : "") +
+    (parts ? `<h4>Reward breakdown</h4><table class="parts"><tr><th>component</th><th>value</th></tr>${parts}</table>` : "") +
+    `<h4>Completion as the trainer saw it</h4><pre>${esc(r.completion)}</pre></div></details>`;
+}
+
+function refreshRows() {
+  const all = rowsOf($("run").value, $("step").value);
+  const shown = all.filter(matches);
+  $("rows").innerHTML = shown.map(rowHtml).join("");
+  $("count").textContent = `${shown.length} of ${all.length} rollouts`;
+  document.body.dataset.rowsShown = String(shown.length);
+}
+
+function startBrowser() {
+  const preset = Object.fromEntries(new URLSearchParams(location.hash.slice(1)));
+  fillSelect($("run"), DATA.runs, preset.run);
+  refreshSteps(preset.step);
+  for (const key of ["verdict", "rmin", "rmax", "text"]) if (preset[key] !== undefined) $(key).value = preset[key];
+  $("run").addEventListener("change", () => { refreshSteps(); refreshRows(); });
+  for (const key of ["step", "verdict"]) $(key).addEventListener("change", refreshRows);
+  for (const key of ["rmin", "rmax", "text"]) $(key).addEventListener("input", refreshRows);
+  refreshRows();
+}
+
+startBrowser();
+drawCharts().catch((e) => { document.body.dataset.chartsError = String(e); console.error(e); });

@@ -1,0 +1,65 @@
+"""The page: plotly.js (from the plotly package, inlined: the file opens offline), the figures and rollouts as JSON,
+and a small script of ours (page.js) that draws the charts and runs the rollout browser."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from execrl.report.charts import figures
+from execrl.report.runs import RunData, config_differences, load_run, unique_names
+
+HERE = Path(__file__).parent
+MAX_ROWS_PER_STEP = 256  # rollouts per logged step in the browser (the first ones: whole groups)
+
+
+def write_report(run_dirs: list[str | Path], out: str | Path) -> Path:
+    """Write the report of these run directories to `out` (one self-contained HTML file); returns its path."""
+    paths = [Path(d) for d in run_dirs]
+    runs = [load_run(p, n) for p, n in zip(paths, unique_names(paths))]
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(render(runs))
+    tmp.replace(out)  # (a reader never sees half a page)
+    return out
+
+
+def render(runs: list[RunData]) -> str:
+    from plotly.offline import get_plotlyjs
+
+    data = {"runs": [r.name for r in runs], "charts": figures(runs),
+            "rollouts": {r.name: {str(step): rows[:MAX_ROWS_PER_STEP] for step, rows in sorted(r.rollouts.items())}
+                         for r in runs}}
+    differences = config_differences(runs) if len(runs) > 1 else []
+    title = "execrl report: " + ", ".join(r.name for r in runs)
+    return (HERE / "page.html").read_text().format(
+        title=html.escape(title), css=(HERE / "page.css").read_text(), summary=_summary(runs, differences),
+        plotly=get_plotlyjs(), data=_script_json(data), js=(HERE / "page.js").read_text())
+
+
+def _summary(runs: list[RunData], differences: list[tuple[str, list]]) -> str:
+    """The runs' headline numbers, and their config differences (several runs)."""
+    rows = []
+    for r in runs:
+        evals = [m for m in r.metrics if "eval/pass@1" in m]
+        train = [m for m in r.metrics if "train/reward_mean" in m]
+        first, last = (evals[0]["eval/pass@1"], evals[-1]["eval/pass@1"]) if evals else (None, None)
+        rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in (
+            r.name, r.config.get("policy", {}).get("model_name", "?"), len(train),
+            "-" if first is None else f"{first:.3f} -> {last:.3f}",
+            "-" if not train else f"{train[-1]['train/reward_mean']:.3f}")) + "</tr>")
+    table = ("<table class='summary'><tr><th>run</th><th>model</th><th>steps</th><th>eval pass@1 (first -> last)</th>"
+             "<th>last train reward</th></tr>" + "".join(rows) + "</table>")
+    if differences:
+        head = "".join(f"<th>{html.escape(r.name)}</th>" for r in runs)
+        body = "".join("<tr><td><code>" + html.escape(k) + "</code></td>" + "".join(
+            f"<td>{html.escape(json.dumps(v))}</td>" for v in values) + "</tr>" for k, values in differences)
+        table += f"<h3>Config differences</h3><table class='diff'><tr><th>key</th>{head}</tr>{body}</table>"
+    return table
+
+
+def _script_json(value) -> str:
+    """JSON safe inside a <script> element (no '</' can close it)."""
+    return json.dumps(value).replace("</", "<\\/")

@@ -1,0 +1,63 @@
+"""What a run directory holds, read for the report: its resolved config, its metrics by step, its rollouts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+
+@dataclass
+class RunData:
+    name: str
+    path: Path
+    config: dict
+    metrics: list[dict]  # metrics.jsonl's rows, in order (a step may have a train row and an eval row)
+    rollouts: dict[int, list[dict]] = field(default_factory=dict)  # step -> rollouts/step_N.jsonl's rows
+
+
+def load_run(path: str | Path, name: str | None = None) -> RunData:
+    """A run directory (logger.log_dir). Raises FileNotFoundError naming what is missing; a line that is not JSON (a run
+    killed mid-write) is skipped."""
+    path = Path(path)
+    if not (path / "metrics.jsonl").is_file():
+        raise FileNotFoundError(f"{path} is not a run directory: it has no metrics.jsonl (pass logger.log_dir of a run)")
+    config = yaml.safe_load((path / "config.yaml").read_text()) if (path / "config.yaml").is_file() else {}
+    rollouts = {int(f.stem.split("_")[-1]): _rows(f) for f in sorted((path / "rollouts").glob("step_*.jsonl"))}
+    return RunData(name or path.resolve().name, path, config or {}, _rows(path / "metrics.jsonl"), rollouts)
+
+
+def _rows(path: Path) -> list[dict]:
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def config_differences(runs: list[RunData]) -> list[tuple[str, list]]:
+    """(dotted key, each run's value) for every config key whose values differ between the runs (logging and
+    checkpoint paths left out: every run has its own)."""
+    flat = [dict(_flatten(r.config)) for r in runs]
+    keys = sorted(set().union(*flat)) if flat else []
+    skip = ("logger.log_dir", "checkpointing.checkpoint_dir", "logger.wandb.name")
+    return [(k, [f.get(k) for f in flat]) for k in keys
+            if k not in skip and len({json.dumps(f.get(k), sort_keys=True) for f in flat}) > 1]
+
+
+def _flatten(tree: dict, prefix: str = ""):
+    for k, v in tree.items():
+        if isinstance(v, dict) and v:
+            yield from _flatten(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def unique_names(paths: list[Path]) -> list[str]:
+    """Each run's name: its directory's, with its parent's where two runs share one."""
+    names = [p.resolve().name for p in paths]
+    return [f"{p.resolve().parent.name}/{n}" if names.count(n) > 1 else n for p, n in zip(paths, names)]
