@@ -4,6 +4,7 @@ the report written by the runs themselves."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -89,12 +90,14 @@ def console_errors(log: str) -> list[str]:
 
 def test_the_page_in_headless_chromium(two_runs, tmp_path):
     page = write_report(list(two_runs), tmp_path / "report.html")
-    dom, log = open_page(page)
+    dom, log = open_page(page, "#check=export")
     assert not console_errors(log), console_errors(log)
     body = dom[dom.index("<body"):dom.index(">", dom.index("<body"))]
     charts = len(figures([load_run(p) for p in two_runs]))
     assert f'data-charts-rendered="{charts}"' in body and 'data-charts-blank="0"' in body, body
     assert "data-charts-error" not in body
+    export = dict(re.findall(r'data-export-(png|svg)="(\d+)"', body))  # every chart's PNG and SVG, made in the page
+    assert int(export["png"]) > 5000 and int(export["svg"]) > 5000, body
     rows = [json.loads(x) for x in sorted((two_runs[0] / "rollouts").glob("*.jsonl"))[-1].read_text().splitlines()]
     for verdict in sorted({r["verdict"] for r in rows})[:2]:  # the filter, preset from the address: that verdict only
         dom, log = open_page(page, f"#run=lr_low&verdict={verdict}")

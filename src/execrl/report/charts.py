@@ -103,7 +103,7 @@ def _stack(run: RunData, prefix: str) -> list[dict]:
 
 
 def _figure(traces: list[dict], title: str, axis: str) -> dict:
-    return {"data": traces, "layout": {"title": {"text": title}, "xaxis": {"title": {"text": "step"}, "gridcolor": "#eee"},
+    return {"data": traces, "layout": {"title": {"text": title, "x": 0.02, "xanchor": "left"}, "xaxis": {"title": {"text": "step"}, "gridcolor": "#eee"},
                                        "yaxis": {"title": {"text": axis}, "gridcolor": "#eee"}, "margin": {"l": 60, "r": 20, "t": 50, "b": 60},
                                        "legend": {"orientation": "h", "y": -0.3}, "height": 360,
                                        "plot_bgcolor": "#fff", "paper_bgcolor": "#fff"}}

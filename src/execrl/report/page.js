@@ -1,5 +1,7 @@
 // execrl report: draws the charts (plotly.js, inlined above) and runs the rollout browser. No network.
-// The URL hash can preset the browser's filters: #run=NAME&step=N&verdict=pass&rmin=0&rmax=1&text=...
+// The URL hash can preset the browser's filters: #run=NAME&step=N&verdict=pass&rmin=0&rmax=1&text=...&open=N (the
+// first N rollouts shown unfolded), and check=export makes each chart's PNG and SVG once (their sizes land in the
+// page's body, for tests)
 "use strict";
 const DATA = JSON.parse(document.getElementById("report-data").textContent);
 const $ = (id) => document.getElementById(id);
@@ -112,7 +114,20 @@ function startBrowser() {
   for (const key of ["step", "verdict"]) $(key).addEventListener("change", refreshRows);
   for (const key of ["rmin", "rmax", "text"]) $(key).addEventListener("input", refreshRows);
   refreshRows();
+  document.querySelectorAll("#rows details").forEach((d, i) => { if (i < Number(preset.open || 0)) d.open = true; });
+}
+
+function checkExport() {
+  const plots = Array.from(document.querySelectorAll("#charts .plot"));
+  const sizes = (format) => Promise.all(plots.map((p) => Plotly.toImage(p, {format: format, width: 900, height: 500})
+    .then((url) => url.length)));
+  return Promise.all([sizes("png"), sizes("svg")]).then(([png, svg]) => {
+    document.body.dataset.exportPng = String(Math.min(...png));
+    document.body.dataset.exportSvg = String(Math.min(...svg));
+  });
 }
 
 startBrowser();
-drawCharts().catch((e) => { document.body.dataset.chartsError = String(e); console.error(e); });
+drawCharts()
+  .then(() => (new URLSearchParams(location.hash.slice(1)).get("check") === "export" ? checkExport() : null))
+  .catch((e) => { document.body.dataset.chartsError = String(e); console.error(e); });
