@@ -41,6 +41,24 @@ def test_each_run_writes_its_report_and_the_command_overlays_several(two_runs, t
     assert bad.returncode == 2 and "no metrics.jsonl" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_a_long_runs_page_keeps_the_first_and_latest_rollouts_and_cuts_long_texts(tmp_path, monkeypatch):
+    from execrl.report import runs as report_runs
+
+    (tmp_path / "rollouts").mkdir()
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "train/reward_mean": 0.5}\n{"step": 2, "trai')  # (killed)
+    long = "x" * 30
+    for step in range(10, 100, 10):
+        (tmp_path / "rollouts" / f"step_{step:06d}.jsonl").write_text(json.dumps(
+            {"completion": long, "messages": [{"role": "user", "content": long}], "reward": 1.0}) + "\n")
+    monkeypatch.setattr(report_runs, "MAX_ROLLOUT_STEPS", 4)
+    monkeypatch.setattr(report_runs, "MAX_TEXT", 10)
+    run = report_runs.load_run(tmp_path)
+    assert sorted(run.rollouts) == [10, 70, 80, 90] and len(run.metrics) == 1
+    row = run.rollouts[90][0]
+    assert row["completion"].startswith("x" * 10 + "\n... [20 more") and row["messages"][0]["content"] == row["completion"]
+    assert row["reward"] == 1.0
+
+
 def test_config_differences_and_the_curves(two_runs):
     runs = [load_run(p) for p in two_runs]
     diff = dict(config_differences(runs))

@@ -18,15 +18,32 @@ class RunData:
     rollouts: dict[int, list[dict]] = field(default_factory=dict)  # step -> rollouts/step_N.jsonl's rows
 
 
+MAX_ROLLOUT_STEPS = 20  # logged steps whose rollouts the report holds: the first and the latest ones
+MAX_TEXT = 20_000  # characters of one prompt, completion or message in the report (the rest cut, with a marker)
+
+
 def load_run(path: str | Path, name: str | None = None) -> RunData:
     """A run directory (logger.log_dir). Raises FileNotFoundError naming what is missing; a line that is not JSON (a run
-    killed mid-write) is skipped."""
+    killed mid-write) is skipped. Rollouts: those of MAX_ROLLOUT_STEPS logged steps (the first, then the latest), their
+    long texts cut to MAX_TEXT characters, so that a long run's page stays small."""
     path = Path(path)
     if not (path / "metrics.jsonl").is_file():
         raise FileNotFoundError(f"{path} is not a run directory: it has no metrics.jsonl (pass logger.log_dir of a run)")
     config = yaml.safe_load((path / "config.yaml").read_text()) if (path / "config.yaml").is_file() else {}
-    rollouts = {int(f.stem.split("_")[-1]): _rows(f) for f in sorted((path / "rollouts").glob("step_*.jsonl"))}
+    files = sorted((path / "rollouts").glob("step_*.jsonl"), key=lambda f: int(f.stem.split("_")[-1]))
+    files = files[:1] + files[1:][-(MAX_ROLLOUT_STEPS - 1):]
+    rollouts = {int(f.stem.split("_")[-1]): [_cut(r) for r in _rows(f)] for f in files}
     return RunData(name or path.resolve().name, path, config or {}, _rows(path / "metrics.jsonl"), rollouts)
+
+
+def _cut(row: dict) -> dict:
+    def cut(text):
+        return text if not isinstance(text, str) or len(text) <= MAX_TEXT else \
+            f"{text[:MAX_TEXT]}\n... [{len(text) - MAX_TEXT} more characters in the run's rollouts file]"
+    out = {k: cut(v) for k, v in row.items()}
+    if isinstance(row.get("messages"), list):
+        out["messages"] = [{**m, "content": cut(m.get("content"))} if isinstance(m, dict) else m for m in row["messages"]]
+    return out
 
 
 def _rows(path: Path) -> list[dict]:
