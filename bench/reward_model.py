@@ -86,7 +86,7 @@ def section_step(arch: str, rm: str, rows: list, steps: int, compile_all: bool) 
 
 def section_score(rm: str, rows: list) -> None:
     from execrl.config.schema import RewardModelConfig
-    from execrl.rewards.reward_model import load_reward_model
+    from execrl.rewards.judges import load_reward_model
 
     work = Path(tempfile.mkdtemp())
     rm_dir = save_rm(rm, work)

@@ -59,6 +59,11 @@ def check_reward_model(cfg: MasterConfig) -> None:
             raise ConfigError(f"reward component reward_model: transform={c.params['transform']!r}; it is raw (the "
                               "score) or sigmoid (the score mapped into (0, 1))")
     if not rm.enabled:
+        default = type(rm)()
+        changed = sorted(k for k in type(rm).model_fields if getattr(rm, k) != getattr(default, k))
+        if changed:
+            raise ConfigError(f"env.reward_model.{changed[0]} is set but the reward model is off: set "
+                              "env.reward_model.enabled=true (and a reward_model component), or remove it")
         return
     if rm.model_name is None:
         raise ConfigError("env.reward_model.model_name is not set: name a sequence-classification reward model (a hub "

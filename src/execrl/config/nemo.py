@@ -239,8 +239,11 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
     judged = _on(leaves.get("env.reward_model.enabled")) or leaves.get("data.default.env_name") == "reward_model"
     for section in ("policy.dtensor_cfg.lora_cfg", "policy.automodel_cfg.lora_cfg", "env.reward_model"):
         on = judged if section == "env.reward_model" else _on(leaves.get(f"{section}.enabled"))
-        if not on and any(k.startswith(section + ".") for k in leaves):
-            leaves = {k: v for k, v in leaves.items() if not k.startswith(section + ".")}  # (as above)
+        # (as above) NeMo RL's keys of a section that is off; execrl's own keys stay (a setting of one while it is
+        # off is refused by config.checks)
+        off = [k for k in leaves if k.startswith(section + ".") and not (section == "env.reward_model" and known(k))]
+        if not on and off:
+            leaves = {k: v for k, v in leaves.items() if k not in off}
             ignored[section] = "off"
     refused_at = {key: _section_of(key, REFUSED) for key in leaves}  # the REFUSED entry each key falls under
     for refused, (on, why) in REFUSED.items():  # in the table's order: the most basic missing feature first

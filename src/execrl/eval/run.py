@@ -75,7 +75,7 @@ def judge_samples(cfg: EvalConfig, samples: list[Sample]) -> None:
     """Each valid sample's rm_score: the reward model's score of its conversation (the prompt as posed, the
     completion)."""
     from execrl.config.schema import RewardModelConfig
-    from execrl.rewards.reward_model import load_reward_model
+    from execrl.rewards.judges import load_reward_model
 
     rm = load_reward_model(RewardModelConfig(enabled=True, model_name=cfg.reward_model,
                                              batch_size=cfg.reward_model_batch_size), prompt=cfg.prompt)

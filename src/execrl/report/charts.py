@@ -17,7 +17,7 @@ LINES = [
     ("clip", "Clip fractions", "fraction of tokens", ["train/clip_frac", "train/clip_frac_low", "train/clip_frac_high"]),
     ("length", "Completion length", "tokens", ["train/completion_len_mean"]),
     ("components", "Reward components", "mean value", ["train/reward/", "train/reward_model_score"]),
-    ("tokens", "Generation throughput", "tokens/s", ["perf/tokens_per_s"]),
+    ("tokens", "Generation throughput", "tokens/s", ["time/tokens_per_s"]),
     ("grad", "Gradient norm", "norm (before clipping)", ["train/grad_norm"]),
 ]
 STACKS = [("verdicts", "Verdict shares", "share of samples", "train/verdict/"),

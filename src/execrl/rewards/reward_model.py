@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from execrl.models import ModelNotFound, load_pretrained, pick_device
-
-ARITH_JUDGE = "builtin:arith-judge"  # trained at start-up on the built-in task's preferences (rewards/bradley_terry.py)
+from execrl.models import ModelNotFound
 
 
 class RewardModel:
@@ -70,23 +68,3 @@ class RewardModel:
             last = hidden[torch.arange(len(seqs), device=device), lengths - 1]  # [B, H]
             return self.model.score(last)[:, 0].float()
         return self.model(input_ids=ids, attention_mask=mask.long()).logits[:, 0].float()  # (an encoder's own pooling)
-
-
-def load_reward_model(cfg, device: str = "auto", offline: bool | None = None, prompt=None) -> RewardModel:
-    """env.reward_model's model on the device. `prompt`: the built-in judge's (it is trained on the conversations the
-    run's prompts make; always from seed 0, so that training and `execrl eval` read the same judge)."""
-    dev = pick_device(device)
-    if cfg.model_name == ARITH_JUDGE:
-        from execrl.rewards.bradley_terry import arith_judge
-
-        model, tok = arith_judge(prompt, 0, dev)
-    else:
-        from transformers import AutoModelForSequenceClassification
-
-        model, tok = load_pretrained(AutoModelForSequenceClassification, cfg.model_name, str(dev), cfg.precision,
-                                     offline, cfg.tokenizer.name if cfg.tokenizer.name != cfg.model_name else None)
-    if cfg.tokenizer.chat_template:
-        tok.chat_template = cfg.tokenizer.chat_template
-    if model.config.pad_token_id is None:
-        model.config.pad_token_id = tok.pad_token_id
-    return RewardModel(model, tok, cfg.batch_size, cfg.max_model_len, cfg.tokenizer.chat_template_kwargs)

@@ -204,7 +204,7 @@ def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
     metrics.update({f"train/{k}": v for k, v in means.items() if k != "reward_sq_mean"})
     metrics["train/reward_std"] = max(means["reward_sq_mean"] - means["reward_mean"] ** 2, 0.0) ** 0.5
     if times.get("generate"):  # the model's tokens sampled per second of generation (all processes)
-        metrics["perf/tokens_per_s"] = sums["completion_len_mean"] / times["generate"]
+        metrics["time/tokens_per_s"] = sums["completion_len_mean"] / times["generate"]
     metrics.update({f"train/{key}/baseline": b for key, b in run.baselines.values.items()})  # self-play
     metrics["train/lr"] = run.scheduler.get_last_lr()[0]
     metrics.update({f"time/{k}": v for k, v in times.items()})

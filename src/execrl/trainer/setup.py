@@ -18,7 +18,8 @@ from execrl.envs import make_env
 from execrl.lora import Adapter, apply_lora
 from execrl.models import TINY_CODER, load_model_and_tokenizer, pick_device
 from execrl.prompts import TEMPLATE_KWARGS
-from execrl.rewards.reward_model import RewardModel, load_reward_model
+from execrl.rewards.judges import load_reward_model
+from execrl.rewards.reward_model import RewardModel
 from execrl.rollout import build_generator
 from execrl.rollout.engine import eager_fallback
 from execrl.rollout.fuse import fuse_projections
