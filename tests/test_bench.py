@@ -55,3 +55,11 @@ def test_reward_model_bench_runs_on_cpu():
     out = run("bench/reward_model.py", "--arch", "tiny", "--rm", "tiny", "--steps", "2", "--no-compile")
     assert "| tiny | 128 x ~400 tokens, batches of 32 |" in out
     assert "| tiny | unit tests |" in out and "| tiny | unit tests + 0.1 x reward model (tiny) |" in out
+
+
+@pytest.mark.slow
+def test_guided_masks_bench_runs_on_cpu(tmp_path):
+    pytest.importorskip("llguidance")
+    pytest.importorskip("xgrammar")
+    out = run("bench/guided_masks.py", "--vocab", "2000", "--batch", "4", "--tokens", "8", "--cache", str(tmp_path))
+    assert "| llguidance | regex |" in out and "| xgrammar | grammar |" in out
