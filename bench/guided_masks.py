@@ -71,14 +71,15 @@ def build_tokenizer(vocab: int, cache: Path):
 class Llguidance:
     name = "llguidance"
 
-    def __init__(self, hf_tok):
+    def __init__(self, hf_tok, threads: int | None = None):
         import llguidance
         import llguidance.hf
         import llguidance.torch
 
         self.lib, self.lt = llguidance, llguidance.torch
         self.tok = llguidance.hf.from_tokenizer(hf_tok)
-        self.executor = llguidance.LLExecutor()
+        self.executor = llguidance.LLExecutor(num_threads=threads)  # (None: 80% of the cores, up to 32)
+        self.threads = threads
 
     def compile(self, kind: str):
         m = self.lib.LLMatcher
@@ -104,13 +105,14 @@ class Llguidance:
 class Xgrammar:
     name = "xgrammar"
 
-    def __init__(self, hf_tok):
+    def __init__(self, hf_tok, threads: int | None = None):
         import xgrammar
 
         self.lib = xgrammar
         info = xgrammar.TokenizerInfo.from_huggingface(hf_tok, vocab_size=len(hf_tok))
         self.compiler = xgrammar.GrammarCompiler(info, cache_enabled=False)
-        self.batch = xgrammar.BatchGrammarMatcher()
+        self.batch = xgrammar.BatchGrammarMatcher(threads or "auto")  # ("auto": half the cores)
+        self.threads = threads
 
     def compile(self, kind: str):
         return {"regex": lambda: self.compiler.compile_regex(REGEX), "json": lambda: self.compiler.compile_json_schema(
@@ -159,7 +161,7 @@ def run(lib, kind: str, batch: int, tokens: int, vocab: int, step_ms: float, see
     fills.sort()
     p95 = fills[int(0.95 * (len(fills) - 1))]
     within = sum(f <= step_ms for f in fills) / len(fills)
-    return [lib.name, kind, f"{compile_ms:.1f}", f"{statistics.mean(fills):.2f}", f"{p95:.2f}", f"{within:.0%}",
+    return [lib.name, str(lib.threads or "default"), kind, f"{compile_ms:.1f}", f"{statistics.mean(fills):.2f}", f"{p95:.2f}", f"{within:.0%}",
             str(len(fills))]
 
 
@@ -173,6 +175,9 @@ def main() -> None:
                     "on an H100, 256 / 113K tokens/s)")
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "execrl-bench"))
     ap.add_argument("--libs", default="llguidance,xgrammar")
+    ap.add_argument("--kinds", default="regex,json,grammar")
+    ap.add_argument("--threads", default="default", help="comma-separated thread counts for the batch fills "
+                    "(default: each library's own)")
     args = ap.parse_args()
     t = time.perf_counter()
     tok = build_tokenizer(args.vocab, Path(args.cache))
@@ -181,13 +186,14 @@ def main() -> None:
     libs = {"llguidance": Llguidance, "xgrammar": Xgrammar}
     rows = []
     for name in args.libs.split(","):
-        lib = libs[name](tok)
-        for kind in ("regex", "json", "grammar"):
-            rows.append(run(lib, kind, args.batch, args.tokens, len(tok), args.step_ms))
-            print(" | ".join(rows[-1]), flush=True)
+        for threads in args.threads.split(","):
+            lib = libs[name](tok, None if threads == "default" else int(threads))
+            for kind in args.kinds.split(","):
+                rows.append(run(lib, kind, args.batch, args.tokens, len(tok), args.step_ms))
+                print(" | ".join(rows[-1]), flush=True)
     print(f"\nmasks for {args.batch} sequences x up to {args.tokens} tokens, vocabulary {len(tok)}")
-    print("| library | constraint | compile ms | batch fill ms (mean) | p95 ms | steps within "
-          f"{args.step_ms:g} ms | steps |\n|---|---|---:|---:|---:|---:|---:|")
+    print("| library | threads | constraint | compile ms | batch fill ms (mean) | p95 ms | steps within "
+          f"{args.step_ms:g} ms | steps |\n|---|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
 
