@@ -62,4 +62,4 @@ def test_guided_masks_bench_runs_on_cpu(tmp_path):
     pytest.importorskip("llguidance")
     pytest.importorskip("xgrammar")
     out = run("bench/guided_masks.py", "--vocab", "2000", "--batch", "4", "--tokens", "8", "--cache", str(tmp_path))
-    assert "| llguidance | regex |" in out and "| xgrammar | grammar |" in out
+    assert "| llguidance | default | regex |" in out and "| xgrammar | default | grammar |" in out
