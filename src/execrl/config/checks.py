@@ -59,11 +59,8 @@ def check_reward_model(cfg: MasterConfig) -> None:
             raise ConfigError(f"reward component reward_model: transform={c.params['transform']!r}; it is raw (the "
                               "score) or sigmoid (the score mapped into (0, 1))")
     if not rm.enabled:
-        default = type(rm)()
-        changed = sorted(k for k in type(rm).model_fields if getattr(rm, k) != getattr(default, k))
-        if changed:
-            raise ConfigError(f"env.reward_model.{changed[0]} is set but the reward model is off: set "
-                              "env.reward_model.enabled=true (and a reward_model component), or remove it")
+        refuse_settings_while_off(rm, "env.reward_model", "the reward model is off: set env.reward_model.enabled=true "
+                                  "(and a reward_model component), or remove it")
         return
     if rm.model_name is None:
         raise ConfigError("env.reward_model.model_name is not set: name a sequence-classification reward model (a hub "
@@ -76,15 +73,19 @@ def check_reward_model(cfg: MasterConfig) -> None:
                           "has nothing to score there (set env.reward_model.enabled=false)")
 
 
+def refuse_settings_while_off(section, prefix: str, why: str) -> None:
+    """A section that is off, with a setting changed from its default (which would do nothing): refused."""
+    default = type(section)()
+    changed = sorted(k for k in type(section).model_fields if getattr(section, k) != getattr(default, k))
+    if changed:
+        raise ConfigError(f"{prefix}.{changed[0]} is set but {why}")
+
+
 def check_lora(cfg: MasterConfig) -> None:
     """policy.lora's settings: only while it is on, and only as peft can do them."""
     lora = cfg.policy.lora
     if not lora.enabled:
-        default = type(lora)()
-        changed = sorted(k for k in type(lora).model_fields if getattr(lora, k) != getattr(default, k))
-        if changed:
-            raise ConfigError(f"policy.lora.{changed[0]} is set but LoRA is off: set policy.lora.enabled=true, or "
-                              "remove it")
+        refuse_settings_while_off(lora, "policy.lora", "LoRA is off: set policy.lora.enabled=true, or remove it")
         return
     if lora.dropout and lora.dropout_position == "post":
         raise ConfigError("policy.lora.dropout_position=post (dropout on the adapter's output) is not what peft does: "
