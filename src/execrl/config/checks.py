@@ -54,10 +54,6 @@ def check_reward_model(cfg: MasterConfig) -> None:
         raise ConfigError("env.reward_model is enabled but no reward component reads it: add {name: reward_model, "
                           "weight: ...} to reward.components, or set data.default.env_name=reward_model (its score "
                           "alone), or env.reward_model.enabled=false")
-    for c in cfg.reward.components:
-        if c.name == "reward_model" and c.params.get("transform", "raw") not in ("raw", "sigmoid"):
-            raise ConfigError(f"reward component reward_model: transform={c.params['transform']!r}; it is raw (the "
-                              "score) or sigmoid (the score mapped into (0, 1))")
     if not rm.enabled:
         refuse_settings_while_off(rm, "env.reward_model", "the reward model is off: set env.reward_model.enabled=true "
                                   "(and a reward_model component), or remove it")

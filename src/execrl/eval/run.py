@@ -76,14 +76,12 @@ def judge_samples(cfg: EvalConfig, samples: list[Sample]) -> None:
     completion)."""
     from execrl.config.schema import RewardModelConfig
     from execrl.rewards.judges import load_reward_model
+    from execrl.rewards.learned import fill_scores
 
     rm = load_reward_model(RewardModelConfig(enabled=True, model_name=cfg.reward_model,
                                              batch_size=cfg.reward_model_batch_size), prompt=cfg.prompt)
-    valid = [s for s in samples if s.valid]
-    conversations = [[*(build_messages(s.problem, cfg.prompt) if s.problem.messages else []),
-                      {"role": "assistant", "content": s.completion}] for s in valid]
-    for s, value in zip(valid, rm(conversations)):
-        s.rm_score = value
+    fill_scores(rm, [([*(build_messages(s.problem, cfg.prompt) if s.problem.messages else []),
+                       {"role": "assistant", "content": s.completion}], s) for s in samples])
 
 
 def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[Problem]):
@@ -150,8 +148,8 @@ def summarize(cfg: EvalConfig, samples: list[Sample]) -> dict:
             f.write(json.dumps(row) + "\n")
     summary = {"dataset": cfg.dataset, "split": cfg.split, "problems": len(per_problem), "samples": len(samples),
                "invalid_samples": invalid, "outcomes": dict(outcomes)}
-    judged = [s.rm_score for s in samples if s.rm_score is not None]
     if cfg.reward_model:
+        judged = [s.rm_score for s in samples if s.rm_score is not None]
         summary["reward_model"] = cfg.reward_model
         summary["reward_model_mean"] = sum(judged) / len(judged) if judged else None
     for k in cfg.ks:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import typing
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -80,6 +81,11 @@ class ComponentConfig(BaseModel):
         unknown = set(self.params) - allowed
         if unknown:
             raise ValueError(f"reward component {self.name} has no parameter(s) {sorted(unknown)}; it takes {sorted(allowed)}")
+        hints = typing.get_type_hints(COMPONENTS[self.name])
+        for key, value in self.params.items():  # a parameter of named choices (Literal) takes one of them
+            choices = typing.get_args(hints.get(key)) if typing.get_origin(hints.get(key)) is typing.Literal else ()
+            if choices and value not in choices:
+                raise ValueError(f"reward component {self.name}: {key}={value!r} is not one of {list(choices)}")
         return self
 
     @property

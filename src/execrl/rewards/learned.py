@@ -21,16 +21,20 @@ def reward_model(sample: Sample, transform: Literal["raw", "sigmoid"] = "raw", o
         return 0.0
     if transform == "sigmoid":
         return 1.0 / (1.0 + math.exp(-max(min(sample.rm_score, 60.0), -60.0)))
-    if transform != "raw":
-        raise ValueError(f"reward_model's transform is raw or sigmoid, not {transform!r}")
-    return sample.rm_score
+    return sample.rm_score  # (raw: the config allows no other transform)
 
 
-def judge(scorer, items: list[tuple[list[dict], Sample]], cfg: RewardConfig) -> list[Reward]:
-    """The rewards of (conversation, sample) pairs, scored with `scorer` (a RewardModel: conversations -> scores) in
-    one batched pass over the valid samples, whose rm_score it fills in. A sample the sandbox failed on stays
-    invalid and is not read."""
+def fill_scores(scorer, items: list[tuple[list[dict], Sample]]) -> None:
+    """Each valid sample's rm_score: `scorer` (a RewardModel: conversations -> scores) reads the conversations of
+    (conversation, sample) pairs in one batched pass. A sample the sandbox failed on is not read (its score stays
+    None)."""
     valid = [(messages, s) for messages, s in items if s.valid]
     for (_, s), value in zip(valid, scorer([messages for messages, _ in valid])):
         s.rm_score = float(value)
+
+
+def judge(scorer, items: list[tuple[list[dict], Sample]], cfg: RewardConfig) -> list[Reward]:
+    """The rewards of (conversation, sample) pairs, scored once `scorer` has read them (fill_scores): a sample the
+    sandbox failed on stays invalid."""
+    fill_scores(scorer, items)
     return [score(s, cfg) for _, s in items]
