@@ -46,3 +46,21 @@ def test_kernel_under_compile_and_graph():
         out = sample(logits, params, keys)
     graph.replay()
     assert torch.equal(out[0], want[0])
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_masked_kernel_matches_torch_and_keeps_to_the_mask(temperature):
+    from execrl.guided import pack
+
+    g = torch.Generator(device="cuda").manual_seed(7)
+    logits = (torch.randn(256, 151936, device="cuda", generator=g) * 4).to(torch.bfloat16)
+    allowed = torch.rand(256, 151936, device="cuda", generator=g) < 0.01
+    keys = token_keys(torch.arange(256, device="cuda", dtype=torch.int32), torch.zeros(256, device="cuda"))
+    params = SamplingParams(temperature=temperature)
+    tok, lp = sample(logits, params, keys if temperature > 0 else None, pack(allowed))
+    assert allowed[torch.arange(256, device="cuda"), tok].all()
+    ref_tok, ref_lp = sample_torch(logits.masked_fill(~allowed, float("-inf")), params,
+                                   keys if temperature > 0 else None)
+    same = tok == ref_tok
+    assert same.float().mean().item() >= 0.99
+    torch.testing.assert_close(lp[same], ref_lp[same], atol=1e-4, rtol=0)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from execrl.guided import unpack
+
 CHUNK_ELEMENTS = 2**28  # logits per chunk
 
 
@@ -18,19 +20,26 @@ def chunk_rows(vocab: int) -> int:
     return max(128, CHUNK_ELEMENTS // vocab)
 
 
-def _stats(logits: torch.Tensor, targets: torch.Tensor, temperature: float):
-    """logits [c, V] -> log-sum-exp [c], logprob of the target [c], entropy [c] (fp32)."""
+def _scaled(logits: torch.Tensor, temperature: float, allowed: torch.Tensor | None) -> torch.Tensor:
+    """logits [c, V] / temperature in fp32, -inf where the allowed bitmask [c, W] (guided decoding) has no bit."""
     z = logits.float() / temperature
+    return z if allowed is None else z.masked_fill(~unpack(allowed, z.shape[-1]), float("-inf"))
+
+
+def _stats(logits: torch.Tensor, targets: torch.Tensor, temperature: float, allowed: torch.Tensor | None = None):
+    """logits [c, V], allowed [c, W] or None -> log-sum-exp [c], logprob of the target [c], entropy [c] (fp32), of
+    the distribution restricted to the allowed tokens."""
+    z = _scaled(logits, temperature, allowed)
     lse = torch.logsumexp(z, -1)
     picked = z.gather(-1, targets[:, None])[:, 0] - lse
-    entropy = lse - (torch.exp(z - lse[:, None]) * z).sum(-1)
+    entropy = lse - (torch.exp(z - lse[:, None]) * z.clamp_min(torch.finfo(z.dtype).min)).sum(-1)  # (0 * -inf: 0)
     return lse, picked, entropy
 
 
 def _grad(logits: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor, grad_out: torch.Tensor,
-          temperature: float):
+          temperature: float, allowed: torch.Tensor | None = None):
     """d(sum g * logprob)/d logits: (onehot(target) - softmax) * g / temperature, in the logits' dtype [c, V]."""
-    z = logits.float() / temperature
+    z = _scaled(logits, temperature, allowed)
     onehot = torch.arange(z.shape[-1], device=z.device)[None] == targets[:, None]
     return ((onehot.float() - torch.exp(z - lse[:, None])) * (grad_out / temperature)[:, None]).to(logits.dtype)
 
@@ -58,22 +67,24 @@ def _kernel(fn, cuda: bool):
 
 class _TokenLogprobs(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature: float, rows: int):
-        # hidden [N, d], weight [V, d], targets [N] -> logprobs [N] (fp32), entropy [N] (fp32, no gradient)
+    def forward(ctx, hidden, weight, targets, temperature: float, rows: int, allowed):
+        # hidden [N, d], weight [V, d], targets [N], allowed [N, W] or None -> logprobs [N] (fp32), entropy [N]
+        # (fp32, no gradient)
         n = hidden.shape[0]
         lse, logp, entropy = (torch.empty(n, dtype=torch.float32, device=hidden.device) for _ in range(3))
         stats = _kernel(_stats, hidden.is_cuda)
         for i in range(0, n, rows):
-            lse[i:i + rows], logp[i:i + rows], entropy[i:i + rows] = stats(hidden[i:i + rows] @ weight.T,
-                                                                          targets[i:i + rows], temperature)
-        ctx.save_for_backward(hidden, weight, targets, lse)
+            lse[i:i + rows], logp[i:i + rows], entropy[i:i + rows] = stats(
+                hidden[i:i + rows] @ weight.T, targets[i:i + rows], temperature,
+                None if allowed is None else allowed[i:i + rows])
+        ctx.save_for_backward(hidden, weight, targets, lse, allowed)
         ctx.temperature, ctx.rows = temperature, rows
         ctx.mark_non_differentiable(entropy)
         return logp, entropy
 
     @staticmethod
     def backward(ctx, grad_logp, _grad_entropy):
-        hidden, weight, targets, lse = ctx.saved_tensors
+        hidden, weight, targets, lse, allowed = ctx.saved_tensors
         rows, grad_of = ctx.rows, _kernel(_grad, hidden.is_cuda)
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = None
@@ -83,18 +94,21 @@ class _TokenLogprobs(torch.autograd.Function):
         for i in range(0, hidden.shape[0], rows):
             h = hidden[i:i + rows]  # [c, d]
             grad = grad_of(h @ weight.T, lse[i:i + rows], targets[i:i + rows], grad_logp[i:i + rows].float(),
-                           ctx.temperature)  # [c, V]
+                           ctx.temperature, None if allowed is None else allowed[i:i + rows])  # [c, V]
             if grad_hidden is not None:
                 grad_hidden[i:i + rows] = grad @ weight
             if grad_weight is not None:
                 grad_weight += (grad.T @ h).to(grad_weight.dtype)
         if grad_weight is not None:
             grad_weight = grad_weight.to(weight.dtype)
-        return grad_hidden, grad_weight, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None
 
 
 def token_logprobs_from_hidden(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                               temperature: float = 1.0, rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """hidden [N, d] (the final-norm output), weight [V, d] (the LM head), targets [N] ->
-    (log softmax(h W^T / temperature)[target] [N], entropy of that distribution [N]); fp32, gradient to the first."""
-    return _TokenLogprobs.apply(hidden, weight, targets, float(temperature), rows or chunk_rows(weight.shape[0]))
+                               temperature: float = 1.0, rows: int | None = None, allowed: torch.Tensor | None = None
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """hidden [N, d] (the final-norm output), weight [V, d] (the LM head), targets [N], allowed [N, W] int32 bitmasks
+    (guided decoding: the tokens the sampler could take; None: all) -> (log softmax(h W^T / temperature)[target]
+    over the allowed tokens [N], entropy of that distribution [N]); fp32, gradient to the first."""
+    return _TokenLogprobs.apply(hidden, weight, targets, float(temperature), rows or chunk_rows(weight.shape[0]),
+                                allowed)

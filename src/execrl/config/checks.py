@@ -10,6 +10,7 @@ from pathlib import Path
 from execrl.config.batch import BatchPlan, plan
 from execrl.config.errors import ConfigError
 from execrl.config.schema import MasterConfig
+from execrl.guided import ConstraintError, grammar_text
 from execrl.tasks.registry import DatasetError, check_trainable, dataset_key
 
 # keys read only with grpo.use_dynamic_sampling
@@ -37,7 +38,31 @@ def validate(cfg: MasterConfig) -> BatchPlan:
     check_datasets(cfg)
     check_lora(cfg)
     check_reward_model(cfg)
+    check_guided(cfg)
     return batch_plan
+
+
+def check_guided(cfg: MasterConfig) -> None:
+    """policy.generation.guided_decoding: the execrl engine, and a constraint llguidance compiles."""
+    gen = cfg.policy.generation
+    per_turn = gen.guided_decoding_per_turn
+    if per_turn is not None and gen.guided_decoding is not None:
+        raise ConfigError("policy.generation.guided_decoding_per_turn replaces guided_decoding: set one of them (the "
+                          "same constraint on every turn: guided_decoding alone)")
+    if per_turn is not None and not per_turn:
+        raise ConfigError("policy.generation.guided_decoding_per_turn is empty: give one entry per turn (null: free), "
+                          "or drop it")
+    named = {"policy.generation.guided_decoding": gen.guided_decoding} if per_turn is None else {
+        f"policy.generation.guided_decoding_per_turn[{i}]": c for i, c in enumerate(per_turn)}
+    named = {k: c for k, c in named.items() if c is not None}
+    if named and gen.backend != "execrl":
+        raise ConfigError(f"{next(iter(named))} needs the execrl engine (it masks tokens in its sampling step): set "
+                          "policy.generation.backend=execrl")
+    for key, c in named.items():
+        try:
+            grammar_text(*c.constraint)
+        except ConstraintError as e:
+            raise ConfigError(f"{key}: {e}") from None
 
 
 def check_reward_model(cfg: MasterConfig) -> None:

@@ -28,6 +28,27 @@ class VllmConfig(Section):
     tensor_parallel_size: int = Field(1, description="vLLM backend only: GPUs per vLLM instance")
 
 
+class GuidedDecodingConfig(Section):
+    regex: str | None = Field(None, description="every completion matches this regular expression")
+    json_schema: dict[str, Any] | str | None = Field(None, description="every completion is a JSON value of this "
+                                                     "schema (an object, or its JSON text)")
+    grammar: str | None = Field(None, description="every completion is a sentence of this Lark grammar (start rule "
+                                "`start`)")
+
+    @model_validator(mode="after")
+    def _one(self):
+        set_ = [k for k in ("regex", "json_schema", "grammar") if getattr(self, k) is not None]
+        if len(set_) != 1:
+            raise ValueError(f"policy.generation.guided_decoding takes exactly one of regex, json_schema, grammar "
+                             f"(got {', '.join(set_) or 'none'})")
+        return self
+
+    @property
+    def constraint(self) -> tuple[str, Any]:
+        """(kind, value) as execrl.guided reads it."""
+        return next((k, getattr(self, k)) for k in ("regex", "json_schema", "grammar") if getattr(self, k) is not None)
+
+
 class GenerationConfig(Section):
     backend: Literal["execrl", "transformers"] = Field(
         "execrl", description="rollout backend: execrl (the built-in engine: static KV cache, CUDA graphs, the "
@@ -51,6 +72,12 @@ class GenerationConfig(Section):
     val_top_p: float = Field(1.0, gt=0, le=1, description="validation's nucleus sampling threshold")
     val_top_k: int | None = Field(None, ge=1, description="validation samples among the k likeliest tokens only")
     vllm_cfg: VllmConfig = Field(default_factory=VllmConfig, description="settings read by the vLLM backend")
+    guided_decoding: GuidedDecodingConfig | None = Field(
+        None, description="execrl engine: constrain every model turn to a regex, JSON schema or Lark grammar (masks "
+        "from llguidance, applied in sampling; logprobs and training under the masked distribution)")
+    guided_decoding_per_turn: list[GuidedDecodingConfig | None] | None = Field(
+        None, description="multi-turn: model turn i keeps to entry i (null: free), the last entry to every later "
+        "turn; replaces guided_decoding")
 
 
 class OptimizerConfig(Section):

@@ -13,6 +13,7 @@ class Segment:
     ids: list[int]
     sampled: bool  # True: the model's tokens (loss mask 1); False: the environment's (loss mask 0)
     logprobs: list[float] | None = None  # sampled: the sampler's logprob of each token (None: the backend gave none)
+    guide: object | None = None  # sampled under guided decoding: its execrl.guided.Guide (the trainer's masks)
 
 
 @dataclass

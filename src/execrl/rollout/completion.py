@@ -11,6 +11,7 @@ class Completion:
     text: str
     truncated: bool  # hit max_new_tokens (or the context) without EOS or a stop string
     logprobs: list[float] | None = None  # the sampler's logprob of each token in ids (engine backend)
+    guide: object | None = None  # the execrl.guided.Guide the tokens were sampled under (guided decoding)
 
 
 def eos_ids(model, tokenizer) -> list[int]:

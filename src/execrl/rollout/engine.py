@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
+from execrl.guided import Guides
 from execrl.rollout.completion import Completion, eos_ids
 from execrl.rollout.decoder import CachedDecoder
+from execrl.rollout.masks import SlotMasks
 from execrl.rollout.sampling import SamplingParams, request_key, sample, token_keys
 
 
@@ -31,7 +33,7 @@ class Call:
     """One generate call's requests: waiting ones, and the results as they come in."""
 
     def __init__(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int, params: SamplingParams,
-                 stop_strings: list[str] | None, on_batch, seeds: list[int] | None, max_len: int):
+                 stop_strings: list[str] | None, on_batch, seeds: list[int] | None, max_len: int, guides=None):
         for p in prompts:
             if not 0 < len(p) < max_len:
                 raise ValueError(f"a prompt of {len(p)} tokens leaves no room to generate within {max_len} tokens: "
@@ -40,6 +42,9 @@ class Call:
             seeds = torch.randint(0, 2**62, (len(prompts),)).tolist()
         elif len(seeds) != len(prompts):
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        if guides is not None and len(guides) != len(prompts):
+            raise ValueError(f"{len(guides)} constraints for {len(prompts)} prompts")
+        self.guides = guides if guides is not None and any(g is not None for g in guides) else None
         self.prompts, self.max_new_tokens, self.params = prompts, max_new_tokens, params
         self.stop_strings, self.on_batch = stop_strings, on_batch
         self.keys = [[request_key(seed, j) for j in range(num_samples)] for seed in seeds]
@@ -65,6 +70,8 @@ class RolloutEngine:
         self.graphs_on = cuda_graphs and dev.type == "cuda"
         self.compiled = compile and dev.type == "cuda"  # fuses the small ops (two compilations: see compiled())
         self.body = compiled(self._body) if self.compiled else self._body
+        self.forward = compiled(self._forward) if self.compiled else self._forward
+        self.guided_sample = compiled(self._guided_sample) if self.compiled else self._guided_sample
         if self.compiled:
             self.dec.compile_prefill(compiled)
         self.eos_list = sorted(set(eos_ids(model, tokenizer)) | set(stop_token_ids or []))  # each ends a sequence
@@ -78,10 +85,22 @@ class RolloutEngine:
         self.out_lp = torch.zeros(slots, max_len, dtype=torch.float32, device=dev)  # [S, L] their logprobs
         self.graphs: dict = {}
         self.pool = None
+        self.constraints = SlotMasks(slots, self.dec.head.weight.shape[0], dev)  # guided decoding: matchers, masks
+        self._guides = None
+        self.logits: torch.Tensor | None = None  # [S, V] guided decoding: a step's logits between its two halves
+        self.host_state = torch.zeros(2, slots, dtype=torch.long, pin_memory=dev.type == "cuda")  # tokens, active
+        self.copied = torch.cuda.Event() if dev.type == "cuda" else None
 
     @property
     def slots(self) -> int:
         return self.dec.slots
+
+    @property
+    def guides(self):
+        """Guided decoding's constraints compiled for this engine's tokenizer, vocabulary and end tokens."""
+        if self._guides is None:
+            self._guides = Guides(self.tokenizer, self.constraints.vocab, self.eos_list)
+        return self._guides
 
     def reset_graphs(self) -> None:
         """Forget the captured CUDA graphs (they are captured again on use; compiled code is kept): needed when the
@@ -95,13 +114,16 @@ class RolloutEngine:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int, params: SamplingParams,
-                 stop_strings: list[str] | None = None, on_batch=None, seeds: list[int] | None = None
-                 ) -> list[list[Completion]]:
+                 stop_strings: list[str] | None = None, on_batch=None, seeds: list[int] | None = None,
+                 guides: list | None = None) -> list[list[Completion]]:
         """For each prompt (token ids), `num_samples` completions. Sample j of prompt i draws its noise from
         (seeds[i], j) (None: seeds from torch's generator), so results do not depend on the slots, the rest of the
-        batch or the rank, except through floating-point batch effects on the logits."""
+        batch or the rank, except through floating-point batch effects on the logits. `guides`: per prompt, the
+        execrl.guided.Guide its completions keep to (None: free), their logprobs then those of the masked
+        distribution."""
         self.dec.refresh_adapters()  # (LoRA: the adapters as they are now)
-        call = Call(prompts, num_samples, max_new_tokens, params, stop_strings, on_batch, seeds, self.dec.max_len)
+        call = Call(prompts, num_samples, max_new_tokens, params, stop_strings, on_batch, seeds, self.dec.max_len,
+                    guides)
         busy: dict[int, Slot] = {}  # slot index -> what it is generating
         with self.dec.adapters_merged():
             while call.waiting or busy:
@@ -119,6 +141,9 @@ class RolloutEngine:
         for s, (i, j) in zip(slots, take):
             prompt_len = len(call.prompts[i])
             busy[s] = Slot((i, j), prompt_len, min(call.max_new_tokens, self.dec.max_len - prompt_len))
+            self.constraints.assign(s, call.guides[i] if call.guides else None)
+        if call.guides:
+            self.constraints.refresh(slots)  # the masks of their first tokens
         self.keys[torch.tensor(slots, device=self.keys.device)] = torch.tensor(
             [call.keys[i][j] for i, j in take], dtype=torch.int32, device=self.keys.device)
         self._prefill(take, slots, call.prompts, [busy[s].limit for s in slots], call.params)
@@ -128,7 +153,10 @@ class RolloutEngine:
         if steps > 0:
             window = self._window(max(slot.prompt_len + slot.generated for slot in busy.values()) + steps)
             for _ in range(steps):
-                self._step(window, call.params)
+                if call.guides:
+                    self._guided_step(window, call.params, busy)
+                else:
+                    self._step(window, call.params)
 
     def _harvest(self, call: Call, busy: dict[int, Slot]) -> None:
         active, counts = torch.stack([self.active.long(), self.n_gen]).cpu().tolist()  # the one host sync
@@ -148,14 +176,17 @@ class RolloutEngine:
                 continue
             if active[s]:
                 stopped.append(s)
-            call.finish(busy.pop(s).request, self._completion(row[:cut or n], lp[:cut or n], cut is not None,
-                                                              call.params))
+            request = busy.pop(s).request
+            guide = call.guides[request[0]] if call.guides else None
+            self.constraints.release(s)
+            call.finish(request, self._completion(row[:cut or n], lp[:cut or n], cut is not None, call.params, guide))
         if stopped:
             self.active[torch.tensor(stopped, device=self.active.device)] = False
 
-    def _completion(self, ids: list[int], lps: list[float], stopped: bool, params: SamplingParams) -> Completion:
+    def _completion(self, ids: list[int], lps: list[float], stopped: bool, params: SamplingParams, guide=None
+                    ) -> Completion:
         ended = stopped or (not params.ignore_eos and bool(ids) and ids[-1] in self.eos_list)
-        return Completion(ids, self.tokenizer.decode(ids, skip_special_tokens=True), not ended, lps)
+        return Completion(ids, self.tokenizer.decode(ids, skip_special_tokens=True), not ended, lps, guide)
 
     def _prefill(self, take: list[tuple[int, int]], slots: list[int], prompts: list[list[int]], limits: list[int],
                  params: SamplingParams) -> None:
@@ -180,7 +211,8 @@ class RolloutEngine:
             slot = torch.tensor([m[0] for m in mine], device=dev)  # [N]
             source = torch.tensor([m[1] for m in mine], device=dev)  # [N]
             logits = self.dec.prefill(tokens.to(dev), lengths, slot, source)  # [P, V]
-            tok, lp = sample(logits[source], params, token_keys(self.keys[slot], torch.zeros_like(slot)))  # [N]
+            bitmask = self.constraints.bitmask(slot) if self.constraints.any() else None  # [N, W] or None
+            tok, lp = sample(logits[source], params, token_keys(self.keys[slot], torch.zeros_like(slot)), bitmask)
             lim = torch.tensor([m[2] for m in mine], device=dev)
             self.tokens[slot], self.pos[slot], self.limit[slot] = tok, lengths[source], lim
             self.n_gen[slot] = 1
@@ -200,8 +232,19 @@ class RolloutEngine:
 
     def _body(self, window: int, params: SamplingParams) -> None:
         """One decode step for every slot; all state stays on the device."""
-        logits = self.dec.decode(self.tokens, self.pos, window)  # [S, V]
-        tok, lp = sample(logits, params, token_keys(self.keys, self.n_gen))  # [S], [S]: token n_gen of each
+        self._sample(self.dec.decode(self.tokens, self.pos, window), params, None)
+
+    def _forward(self, window: int) -> None:
+        """Guided decoding's first half of a step: the logits into a fixed buffer, while the host makes the masks."""
+        self.logits.copy_(self.dec.decode(self.tokens, self.pos, window))
+
+    def _guided_sample(self, params: SamplingParams) -> None:
+        """... and its second half: sampling under the masks the host wrote meanwhile."""
+        self._sample(self.logits, params, self.constraints.bitmask())
+
+    def _sample(self, logits: torch.Tensor, params: SamplingParams, bitmask: torch.Tensor | None) -> None:
+        """logits [S, V] (bitmask [S, W] or None) -> each active slot's next token, its logprob, and the state."""
+        tok, lp = sample(logits, params, token_keys(self.keys, self.n_gen), bitmask)  # [S], [S]: token n_gen of each
         rows, act = self.dec.rows, self.active
         col = self.n_gen.clamp(max=self.dec.max_len - 1)
         self.out_tok[rows, col] = torch.where(act, tok, self.out_tok[rows, col])
@@ -216,21 +259,45 @@ class RolloutEngine:
         self.active.copy_(act & ~done)
 
     def _step(self, window: int, params: SamplingParams) -> None:
+        self._run((window, params), lambda: self.body(window, params))
+
+    def _guided_step(self, window: int, params: SamplingParams, busy: dict[int, Slot]) -> None:
+        """A decode step under constraints. The last tokens go to the host ahead of this step's forward, so the host
+        advances the matchers and makes the masks while the device runs the forward; sampling then reads them."""
+        if self.logits is None:
+            self.logits = torch.empty(self.slots, self.constraints.vocab, dtype=self.dec.head.weight.dtype,
+                                      device=self.tokens.device)
+        state = torch.stack([self.tokens, self.active.long()])
+        if self.tokens.is_cuda:
+            self.host_state.copy_(state, non_blocking=True)
+            self.copied.record()
+        else:
+            self.host_state.copy_(state)
+        self._run(("forward", window), lambda: self.forward(window))
+        if self.tokens.is_cuda:
+            self.copied.synchronize()
+        tokens, active = self.host_state.tolist()
+        live = [s for s in busy if active[s]]
+        self.constraints.refresh(live, [tokens[s] for s in live])
+        self._run(("sample", params), lambda: self.guided_sample(params))
+
+    def _run(self, key, fn) -> None:
+        """fn, as a CUDA graph (captured on first use under `key`) where graphs are on."""
         if not self.graphs_on:
-            self.body(window, params)
+            fn()
             return
-        graph = self.graphs.get((window, params))
+        graph = self.graphs.get(key)
         if graph is None:
-            graph = self.graphs[(window, params)] = self._capture(window, params)
+            graph = self.graphs[key] = self._capture(fn)
         graph.replay()
 
-    def _capture(self, window: int, params: SamplingParams):
+    def _capture(self, fn):
         state = [self.tokens, self.pos, self.n_gen, self.active]
         saved = [t.clone() for t in state]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up run (lazy kernel and workspace init), then undo its state change
-            self.body(window, params)
+            fn()
         torch.cuda.current_stream().wait_stream(side)
         for t, old in zip(state, saved):
             t.copy_(old)
@@ -238,7 +305,7 @@ class RolloutEngine:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):  # recorded, not run
-            self.body(window, params)
+            fn()
         return graph
 
 

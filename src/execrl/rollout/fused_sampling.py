@@ -37,10 +37,11 @@ if triton is not None:
         return h ^ ((h >> 16) & 0xFFFF)
 
     @triton.jit
-    def _partials_kernel(logits_ptr, keys_ptr, max_ptr, sum_ptr, best_ptr, arg_ptr, rows, vocab, row_stride,
-                         temperature, parts, NOISE: tl.constexpr, SCALE: tl.constexpr, ROWS: tl.constexpr,
-                         CHUNK: tl.constexpr, BLOCK: tl.constexpr):
-        """Program (r, part): rows [r * ROWS, (r + 1) * ROWS) x columns [part * CHUNK, (part + 1) * CHUNK)."""
+    def _partials_kernel(logits_ptr, keys_ptr, mask_ptr, max_ptr, sum_ptr, best_ptr, arg_ptr, rows, vocab, row_stride,
+                         words, temperature, parts, NOISE: tl.constexpr, SCALE: tl.constexpr, MASK: tl.constexpr,
+                         ROWS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
+        """Program (r, part): rows [r * ROWS, (r + 1) * ROWS) x columns [part * CHUNK, (part + 1) * CHUNK). MASK:
+        a column counts only where its bit is set in the row's packed mask (guided decoding)."""
         row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # [R]
         part = tl.program_id(1)
         live = row < rows
@@ -54,6 +55,9 @@ if triton is not None:
             inside = live[:, None] & (cols < vocab)[None, :]  # [R, K]
             x = tl.load(logits_ptr + row[:, None] * row_stride + cols[None, :], mask=inside, other=float("-inf"))
             x = x.to(tl.float32)
+            if MASK:  # bit (col % 32) of word (col // 32) of the row's mask
+                word = tl.load(mask_ptr + row[:, None] * words + (cols // 32)[None, :], mask=inside, other=0)
+                x = tl.where(((word >> (cols % 32)[None, :]) & 1) != 0, x, float("-inf"))
             if SCALE:
                 x = x / temperature
             m_new = tl.maximum(m, x)
@@ -63,7 +67,7 @@ if triton is not None:
             score = x
             if NOISE:  # the column's hash once for the R rows, then each row's
                 bits = (_mix(key[:, None] ^ _mix(cols * 2 + 1)[None, :]) >> 8) & 0xFFFFFF  # 24 random bits
-                u = (bits.to(tl.float32) + 0.5) * (1.0 / 16777216.0)
+                u = tl.minimum((bits.to(tl.float32) + 0.5) * (1.0 / 16777216.0), 0.99999994)  # sampling.uniform
                 score = x - tl.log(-tl.log(u))
             score = tl.where(inside, score, float("-inf"))
             better = score > best  # strict: the earlier column wins a tie, as torch.argmax
@@ -79,37 +83,42 @@ if triton is not None:
         tl.store(arg_ptr + out, tl.min(tl.where(best == winner[:, None], arg, 2147483647), 1), mask=live)
 
     @torch.library.custom_op("execrl::sampling_partials", mutates_args=())
-    def _partials(logits: torch.Tensor, keys: torch.Tensor, temperature: float, noise: bool
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _partials(logits: torch.Tensor, keys: torch.Tensor, bitmask: torch.Tensor, temperature: float, noise: bool,
+                  masked: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """An opaque operator (torch.compile and CUDA graphs take it as it is): per (row, chunk) max, sum of exps,
-        best score and its column, each [B, P]."""
+        best score and its column, each [B, P]; `masked`: over the columns the bitmask [B, W] allows only."""
         b, v = logits.shape
         parts = triton.cdiv(v, CHUNK)
         f = dict(dtype=torch.float32, device=logits.device)
         top, total, best = (torch.empty(b, parts, **f) for _ in range(3))
         arg = torch.empty(b, parts, dtype=torch.int32, device=logits.device)
         _partials_kernel[(triton.cdiv(b, ROWS), parts)](
-            logits, keys, top, total, best, arg, b, v, logits.stride(0), temperature, parts, NOISE=noise,
-            SCALE=temperature != 1.0, ROWS=ROWS, CHUNK=CHUNK, BLOCK=BLOCK, num_warps=WARPS)
+            logits, keys, bitmask, top, total, best, arg, b, v, logits.stride(0), bitmask.shape[-1], temperature,
+            parts, NOISE=noise, SCALE=temperature != 1.0, MASK=masked, ROWS=ROWS, CHUNK=CHUNK, BLOCK=BLOCK,
+            num_warps=WARPS)
         return top, total, best, arg
 
     @_partials.register_fake
-    def _(logits, keys, temperature, noise):
+    def _(logits, keys, bitmask, temperature, noise, masked):
         b, v = logits.shape
         shape = (b, -(-v // CHUNK))
         f = [logits.new_empty(shape, dtype=torch.float32) for _ in range(3)]
         return f[0], f[1], f[2], logits.new_empty(shape, dtype=torch.int32)
 
 
-def sample_plain(logits: torch.Tensor, temperature: float, keys: torch.Tensor | None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [B, V] (any float dtype, rows contiguous), keys [B] int32 (None: greedy) -> (tokens [B], logprobs [B]
-    under softmax(logits / temperature)): sampling.sample for top_k None and top_p 1, which passes its scoring
-    temperature."""
+def sample_plain(logits: torch.Tensor, temperature: float, keys: torch.Tensor | None,
+                 bitmask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [B, V] (any float dtype, rows contiguous), keys [B] int32 (None: greedy), bitmask [B, W] int32 (guided
+    decoding: the allowed tokens; None: all) -> (tokens [B], logprobs [B] under softmax(logits / temperature) over the
+    allowed tokens): sampling.sample for top_k None and top_p 1, which passes its scoring temperature."""
     noise = keys is not None
     if keys is None:
         keys = torch.zeros(logits.shape[0], dtype=torch.int32, device=logits.device)
-    top, total, best, arg = _partials(logits.contiguous(), keys.int(), temperature, noise)  # [B, P] each
+    masked = bitmask is not None
+    if bitmask is None:
+        bitmask = keys[:, None]  # (never read)
+    top, total, best, arg = _partials(logits.contiguous(), keys.int(), bitmask.contiguous(), temperature, noise,
+                                      masked)  # [B, P] each
     peak = top.max(-1, keepdim=True).values  # [B, 1]
     lse = peak[:, 0] + torch.log((total * torch.exp(top - peak)).sum(-1))  # [B]
     tokens = arg.gather(-1, best.argmax(-1, keepdim=True))[:, 0].long()  # [B]: the first chunk's winner on a tie

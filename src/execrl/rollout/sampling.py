@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 import execrl.rollout.fused_sampling as fused_sampling
+from execrl.guided import unpack
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,17 @@ def gumbel(keys: torch.Tensor, vocab: int) -> torch.Tensor:
     """Gumbel(0, 1) noise [B, V], a pure function of the row keys [B] (int32) and the column index."""
     cols = mix32_(torch.arange(vocab, device=keys.device, dtype=torch.int32) * 2 + 1)  # [V]
     bits = (mix32_(keys[:, None] ^ cols[None]) >> 8) & 0xFFFFFF  # [B, V], 24 random bits
-    u = (bits.float() + 0.5) * 2.0**-24  # in (0, 1)
-    return -torch.log(-torch.log(u))
+    return -torch.log(-torch.log(uniform(bits)))
+
+
+U_MAX = 1.0 - 2.0**-24  # the largest float32 below 1
+
+
+def uniform(bits: torch.Tensor) -> torch.Tensor:
+    """24 random bits -> a float32 in (0, 1). Unclamped, (bits + 0.5) / 2**24 rounds to exactly 1.0 for the largest
+    bits, whose Gumbel noise is then +inf: that token wins whatever its logit (one draw in 2**24 per vocabulary entry,
+    about 1% of the tokens sampled over a 152K vocabulary), and a masked-out one (-inf + inf = NaN) wins the argmax."""
+    return ((bits.float() + 0.5) * 2.0**-24).clamp(max=U_MAX)
 
 
 def scoring_temperature(temperature: float) -> float:
@@ -75,17 +85,23 @@ def scoring_temperature(temperature: float) -> float:
     return temperature if temperature > 0 else 1.0
 
 
-def sample(logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [B, V], keys [B] (see token_keys; None: fresh keys from torch's generator) -> (tokens [B], logprobs [B]).
+def sample(logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor | None = None,
+           bitmask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [B, V], keys [B] (see token_keys; None: fresh keys from torch's generator), bitmask [B, W] int32 (guided
+    decoding: the tokens each row may take, packed as execrl.guided makes them; None: all) -> (tokens [B], logprobs
+    [B]).
 
-    The logprob is that of the chosen token under softmax(logits / scoring_temperature) before top-k/top-p
-    filtering: the same distribution the trainer scores with, so the two can be compared."""
+    The logprob is that of the chosen token under softmax(logits / scoring_temperature) restricted to the allowed
+    tokens, before top-k/top-p filtering: the same distribution the trainer scores with, so the two can be compared.
+    With the same keys, a masked sample is the unmasked one whenever that one is allowed (Gumbel-max)."""
     if keys is None and params.temperature > 0:
         keys = torch.randint(-2**31, 2**31, (logits.shape[0],), device=logits.device, dtype=torch.int32)
     if params.top_k is None and params.top_p == 1.0 and fused_sampling.supported(logits):
-        # one pass over the logits on a GPU
+        # one pass over the logits on a GPU (the mask read in the same pass)
         return fused_sampling.sample_plain(logits, scoring_temperature(params.temperature),
-                                           keys if params.temperature > 0 else None)
+                                           keys if params.temperature > 0 else None, bitmask)
+    if bitmask is not None:
+        logits = logits.masked_fill(~unpack(bitmask, logits.shape[-1]), float("-inf"))
     return sample_torch(logits, params, keys)
 
 

@@ -179,6 +179,10 @@ class FullWeights:
         with self.phase():
             return self.inner.generate(*args, **kwargs)
 
+    @property
+    def guides(self):
+        return self.inner.guides
+
 
 def for_rollouts(generator, model: torch.nn.Module):
     return FullWeights(generator, model) if world_size() > 1 else generator

@@ -144,15 +144,17 @@ def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem]
             start = time.perf_counter()
             if turn == 0 and len(live) == len(episodes) and all(  # each prompt prefilled once for its G samples
                     e.trajectory.prompt_ids is prompts[i // group_size] for i, e in enumerate(episodes)):
+                guides = [guide_for(episodes[i * group_size], generator, gen) for i in range(len(prompts))]
                 outs = [c for group in generator.generate(prompts, group_size, gen.max_new_tokens, params, stop,
-                                                          seeds=seeds) for c in group]
+                                                          seeds=seeds, guides=guides) for c in group]
             else:
                 key = {id(e): mix32(request_key(seeds[i // group_size], i % group_size) ^ mix32(turn))
                        for i, e in enumerate(episodes)} if seeds is not None else None
                 got = {}
                 for player, eps in players(live, generator, opponent):
                     done = player.generate([e.trajectory.ids for e in eps], 1, gen.max_new_tokens, params, stop,
-                                           seeds=None if key is None else [key[id(e)] for e in eps])
+                                           seeds=None if key is None else [key[id(e)] for e in eps],
+                                           guides=[guide_for(e, player, gen) for e in eps])
                     got.update({id(e): group[0] for e, group in zip(eps, done)})
                 outs = [got[id(e)] for e in live]
             rollouts.times["generate"] += time.perf_counter() - start
@@ -162,6 +164,18 @@ def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem]
             if turn < turns - 1:
                 finish_episodes(rollouts, tokenizer, grader, cfg, last=False, judge=judge)
     return rollouts
+
+
+def guide_for(e: Episode, generator, gen):
+    """The constraint of the episode's next model turn (guided decoding), compiled for the generator: the
+    environment's for this turn where it sets one (`constraint`: (kind, value)), else policy.generation's for the
+    turn (guided_decoding_per_turn, else guided_decoding), else None."""
+    constraint = getattr(e.env, "constraint", None)
+    if constraint is None:
+        per_turn = gen.guided_decoding_per_turn
+        chosen = per_turn[min(e.turns, len(per_turn) - 1)] if per_turn else gen.guided_decoding
+        constraint = None if chosen is None else chosen.constraint
+    return None if constraint is None else generator.guides.get(*constraint)
 
 
 def finish_episodes(rollouts: Rollouts, tokenizer, grader: Grader, cfg, last: bool = True, judge=None) -> None:
@@ -220,7 +234,7 @@ def fit(c: Completion, room: int, tokenizer) -> Completion:
         return c
     ids = c.ids[:room]
     return Completion(ids, tokenizer.decode(ids, skip_special_tokens=True), True,
-                      None if c.logprobs is None else c.logprobs[:room])
+                      None if c.logprobs is None else c.logprobs[:room], c.guide)
 
 
 def advance(e: Episode, c: Completion, step: Step, renderer: TurnRenderer | None, max_len: int) -> bool:
@@ -231,7 +245,8 @@ def advance(e: Episode, c: Completion, step: Step, renderer: TurnRenderer | None
     e.tool_errors += step.tool_error
     e.messages.append({"role": "assistant", "content": c.text})
     trained = not getattr(e.env, "frozen", False)  # (a frozen opponent's turns: context, never trained on)
-    e.trajectory.segments.append(Segment(c.ids, trained, c.logprobs if trained else None))
+    e.trajectory.segments.append(Segment(c.ids, trained, c.logprobs if trained else None,
+                                         c.guide if trained else None))
     e.trajectory.truncated = c.truncated
     if step.done:
         end(e, step)

@@ -12,6 +12,7 @@ from execrl.algo.logprobs import token_logprobs_from_hidden
 from execrl.algo.role_baselines import RoleBaselines
 from execrl.config import BatchPlan, MasterConfig
 from execrl.games import GAMES
+from execrl.guided import unpack
 from execrl.rollout.sampling import scoring_temperature
 from execrl.trainer import distributed as dist
 from execrl.trainer.precision import Weights
@@ -28,6 +29,8 @@ class TrainBatch:
     ref_logprobs: torch.Tensor | None = None  # [N, L-1]
     sampler_logprobs: torch.Tensor | None = None  # [N, L-1] behaviour policy: the engine's logprob of each sampled
                                                   # token where loss_mask is 1 (None: the backend gives none)
+    guided: dict[int, list[tuple[int, torch.Tensor]]] | None = None  # guided decoding: row -> (first position,
+    # the masks [n, W] its sampler used there) for each of its constrained turns; scored under the same masks
 
 
 def advantages(rollouts: Rollouts, cfg: MasterConfig, baselines: RoleBaselines | None = None
@@ -69,7 +72,13 @@ def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_fil
     logprobs = [t.sampler_logprobs for t in trajs]
     sampler = torch.zeros(len(trajs), width - 1) if all(lp is not None for lp in logprobs) else None
     valid = [r.valid for r in rollouts.rewards]
+    guided: dict[int, list[tuple[int, torch.Tensor]]] = {}
     for i, t in enumerate(trajs):
+        at = len(t.prompt_ids) - 1
+        for seg in t.segments:
+            if seg.sampled and seg.guide is not None:
+                guided.setdefault(i, []).append((at, seg.guide.masks(seg.ids)))
+            at += len(seg.ids)
         p, n = len(t.prompt_ids), len(t) - len(t.prompt_ids)
         ids[i, :p + n] = torch.tensor(t.ids)
         attn[i, :p + n] = 1
@@ -79,7 +88,7 @@ def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_fil
             mask[i, p - 1:p - 1 + n] = torch.tensor(t.loss_mask, dtype=torch.float)  # position t predicts token t + 1
         if sampler is not None:
             sampler[i, p - 1:p - 1 + n] = torch.tensor(logprobs[i])
-    return TrainBatch(ids, attn, mask, adv, sampler_logprobs=sampler)
+    return TrainBatch(ids, attn, mask, adv, sampler_logprobs=sampler, guided=guided or None)
 
 
 def importance_correction(cfg: MasterConfig) -> bool:
@@ -89,20 +98,25 @@ def importance_correction(cfg: MasterConfig) -> bool:
 
 
 def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, select: torch.Tensor,
-                   temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+                   temperature: float = 1.0, allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """log pi(token_{t+1} | tokens_<=t) under softmax(logits / temperature), and its entropy, at the positions in
-    `select` [B, L-1] (zeros elsewhere): ([B, L-1], [B, L-1]). The LM head runs only there, in chunks."""
+    `select` [B, L-1] (zeros elsewhere): ([B, L-1], [B, L-1]). The LM head runs only there, in chunks. `allowed`
+    [B, L-1, W] (guided decoding's bitmasks): the distribution restricted to the tokens the sampler allowed."""
     select = select.bool()
     targets = ids[:, 1:][select]  # [N]
+    allowed = None if allowed is None else allowed[select]  # [N, W]
     head = model.get_output_embeddings()
     if getattr(head, "bias", None) is None and getattr(model.config, "final_logit_softcapping", None) is None:
         hidden = final_hidden(model, ids, attn)  # [B, L, d]
-        logp, entropy = token_logprobs_from_hidden(hidden[:, :-1][select], head.weight, targets, temperature)  # [N]
+        logp, entropy = token_logprobs_from_hidden(hidden[:, :-1][select], head.weight, targets, temperature,
+                                                   allowed=allowed)  # [N]
     else:  # heads with a bias or soft-capping: the model's own logits
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1][select].float() / temperature
+        if allowed is not None:
+            logits = logits.masked_fill(~unpack(allowed, logits.shape[-1]), float("-inf"))
         all_logp = torch.log_softmax(logits, -1)  # [N, V]
         logp = all_logp.gather(-1, targets[:, None])[:, 0]
-        entropy = -(all_logp.exp() * all_logp).sum(-1).detach()
+        entropy = -(all_logp.exp() * all_logp.clamp_min(torch.finfo(all_logp.dtype).min)).sum(-1).detach()
     zeros = torch.zeros(select.shape, dtype=torch.float32, device=ids.device)
     return zeros.masked_scatter(select, logp), zeros.masked_scatter(select, entropy)
 
@@ -132,12 +146,22 @@ def micro_batches(batch: TrainBatch, rows: range, micro: int) -> list[list[int]]
     return [order[i:i + micro] for i in range(0, len(order), micro)]
 
 
-def take(batch: TrainBatch, rows: list[int], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(ids, attention, loss mask, row index) of some rows, trimmed to their longest sequence, on the device."""
+def take(batch: TrainBatch, rows: list[int], device
+         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(ids, attention, loss mask, row index, guided decoding's masks [b, width-1, W] or None) of some rows, trimmed
+    to their longest sequence, on the device."""
     idx = torch.tensor(rows)
     width = int(batch.attention_mask[idx].sum(1).max())
+    allowed = None
+    if batch.guided and any(r in batch.guided for r in rows):
+        words = next(iter(batch.guided.values()))[0][1].shape[1]
+        allowed = torch.full((len(rows), width - 1, words), -1, dtype=torch.int32)
+        for n, r in enumerate(rows):
+            for at, masks in batch.guided.get(r, []):
+                allowed[n, at:at + len(masks)] = masks
+        allowed = allowed.to(device)
     return (batch.input_ids[idx, :width].to(device), batch.attention_mask[idx, :width].to(device),
-            batch.loss_mask[idx, :width - 1].to(device), idx)
+            batch.loss_mask[idx, :width - 1].to(device), idx, allowed)
 
 
 def idle_pass(model, device) -> None:
@@ -154,8 +178,8 @@ def score_tokens(model, batch: TrainBatch, micro: int, temperature: float) -> to
     out = torch.zeros_like(batch.loss_mask)
     with dist.full_weights(model):  # a sharded model: gathered once for all micro-batches
         for rows in micro_batches(batch, range(len(batch.input_ids)), micro):
-            ids, attn, mask, idx = take(batch, rows, device)
-            out[idx, :mask.shape[1]] = token_logprobs(model, ids, attn, mask > 0, temperature)[0].cpu()
+            ids, attn, mask, idx, allowed = take(batch, rows, device)
+            out[idx, :mask.shape[1]] = token_logprobs(model, ids, attn, mask > 0, temperature, allowed)[0].cpu()
     return out
 
 
@@ -193,8 +217,8 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
                 idle_pass(model, device)
                 weights.accumulate_grads()
                 continue
-            ids, attn, mask, idx = take(batch, parts[i], device)
-            logp, entropy = token_logprobs(model, ids, attn, mask > 0, temperature)
+            ids, attn, mask, idx, allowed = take(batch, parts[i], device)
+            logp, entropy = token_logprobs(model, ids, attn, mask > 0, temperature, allowed)
             width = mask.shape[1]
             # the proximal policy: the weights as this step began (one optimizer step: the current ones, detached)
             old = logp.detach() if batch.old_logprobs is None else batch.old_logprobs[idx, :width].to(device)

@@ -1,0 +1,133 @@
+"""Constraints on what the model may write: a regex, a JSON schema or a Lark grammar, compiled by llguidance into
+matchers that say, before each token, which tokens keep the text inside the constraint (a packed bitmask).
+
+Why llguidance, not xgrammar (bench/guided_masks.py; tables in bench/README.md): it compiles a constraint in
+milliseconds (a task may bring its own schema at no cost; xgrammar took 0.4-0.8 s per JSON schema), a mask costs
+about the same whatever the constraint (xgrammar's JSON-schema masks were uneven: p95 81-171 ms for a batch), and it
+reads Lark grammars, in which "a <think> block, then one fenced python block" is a few lines.
+
+Shapes: V the model's vocabulary (its logits' width), W = ceil(V / 32) int32 words per mask; bit t of a mask (word
+t // 32, bit t % 32) is set when token t is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+KINDS = ("regex", "json_schema", "grammar")
+
+
+class ConstraintError(ValueError):
+    """A constraint llguidance cannot compile (the message says why)."""
+
+
+def grammar_text(kind: str, value) -> str:
+    """llguidance's form of a constraint (kind: regex | json_schema | grammar (Lark)); ConstraintError if invalid."""
+    import llguidance
+
+    if kind == "regex":
+        text = llguidance.LLMatcher.grammar_from_regex(value)
+    elif kind == "json_schema":
+        schema = value if isinstance(value, str) else json.dumps(value)
+        try:
+            # compact: no whitespace between tokens (flexible whitespace lets a sampler pad forever); a schema's own
+            # "x-guidance" options say otherwise
+            text = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
+        except Exception as e:  # noqa: BLE001 - llguidance raises for a schema it cannot read
+            raise ConstraintError(f"the JSON schema does not compile: {e}") from None
+    elif kind == "grammar":
+        text = llguidance.LLMatcher.grammar_from_lark(value)
+    else:
+        raise ConstraintError(f"constraint kind {kind!r}: choose one of {', '.join(KINDS)}")
+    error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(text)
+    if error:
+        raise ConstraintError(f"the {kind} does not compile: {messages[0]}")
+    return text
+
+
+class Guide:
+    """One constraint bound to a tokenizer: matchers for new sequences, and the masks of a given sequence."""
+
+    def __init__(self, name: str, text: str, tokenizer, words: int, eos_ids: list[int]):
+        self.name, self.text, self.tokenizer, self.words, self.eos_ids = name, text, tokenizer, words, eos_ids
+
+    def matcher(self):
+        import llguidance
+
+        m = llguidance.LLMatcher(self.tokenizer, self.text, log_level=0)
+        if m.is_error():
+            raise ConstraintError(f"constraint {self.name}: {m.get_error()}")
+        return m
+
+    def masks(self, ids: list[int]) -> torch.Tensor:
+        """The mask before each of `ids` as the sampler saw it (the trainer scores the same distribution): [n, W]
+        int32. A token the constraint did not allow (it cannot have been sampled under it) is an error."""
+
+        m, out = self.matcher(), torch.full((len(ids), self.words), -1, dtype=torch.int32)
+        for i, t in enumerate(ids):
+            self.fill(m, out, i)
+            if not (out[i, t >> 5] >> (t & 31)) & 1:
+                raise ConstraintError(f"token {t} at {i} is outside constraint {self.name}")
+            if not m.is_stopped():
+                m.consume_token(t)
+        return out
+
+    def fill(self, matcher, bitmask: torch.Tensor, row: int) -> None:
+        """bitmask[row] <- what may follow in the matcher's state: the constraint's tokens, or only the end of the
+        sequence once the constraint is complete."""
+        import llguidance.torch as lt
+
+        if matcher.is_stopped():
+            bitmask[row] = 0
+            for t in self.eos_ids:
+                bitmask[row, t >> 5] |= _bit(t & 31)
+        else:
+            lt.fill_next_token_bitmask(matcher, bitmask, row)
+
+
+def _bit(b: int) -> int:
+    return (1 << b) - 2**32 if b == 31 else 1 << b
+
+
+# Token sets llguidance computes once per tokenizer and then allows whole wherever a lexeme admits every string of
+# them (its "slices"): besides its defaults (JSON strings, whitespace), the free text of code formats: the body of a
+# fenced block, and of a tagged block such as <think>.
+CODE_SLICES = [r"[^`]+", r"[^<]+"]
+
+
+class Guides:
+    """Guides for one tokenizer and vocabulary, compiled once per constraint."""
+
+    def __init__(self, hf_tokenizer, vocab: int, eos_ids: list[int], slices: list[str] | None = None):
+        import llguidance
+        import llguidance.hf
+
+        self.vocab, self.words, self.eos_ids = vocab, -(-vocab // 32), list(eos_ids)
+        slices = llguidance.LLTokenizer.general_slices() + CODE_SLICES if slices is None else slices
+        self.tokenizer = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab, eos_token=list(eos_ids),
+                                                      slices=slices)
+        self._made: dict[tuple[str, str], Guide] = {}
+
+    def get(self, kind: str, value) -> Guide:
+        key = (kind, value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+        if key not in self._made:
+            self._made[key] = Guide(f"{kind} {key[1][:60]!r}", grammar_text(kind, value), self.tokenizer, self.words,
+                                    self.eos_ids)
+        return self._made[key]
+
+
+def unpack(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[n, W] int32 -> [n, V] bool: which tokens each mask allows (on the masks' device)."""
+    cols = torch.arange(vocab, device=bitmask.device)
+    return ((bitmask[:, cols >> 5] >> (cols & 31).to(torch.int32)) & 1).bool()
+
+
+def pack(allowed: torch.Tensor) -> torch.Tensor:
+    """[n, V] bool -> [n, W] int32, unpack's inverse."""
+    n, vocab = allowed.shape
+    bits = torch.zeros(n, -(-vocab // 32) * 32, dtype=torch.int64, device=allowed.device)
+    bits[:, :vocab] = allowed.long()
+    words = (bits.view(n, -1, 32) << torch.arange(32, device=allowed.device)).sum(-1)  # [n, W] in [0, 2**32)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
