@@ -62,6 +62,8 @@ def test_every_sample_keeps_to_its_constraint_with_the_trainers_logprobs(tiny, k
     out = engine.generate(prompts, 8, 160, SamplingParams(temperature=1.0), guides=[guide] * 3, seeds=[1, 2, 3])
     texts = [c.text for group in out for c in group]
     assert len(set(texts)) > 8  # (samples, not one answer forced through)
+    again = engine.generate(prompts, 8, 160, SamplingParams(temperature=1.0), guides=[guide] * 3, seeds=[1, 2, 3])
+    assert [c.text for group in again for c in group] == texts  # (a second call: the same samples)
     for prompt, group in zip(prompts, out):
         for c in group:
             assert not c.truncated and c.ids[-1] in engine.eos_list, c.text
@@ -81,6 +83,8 @@ def test_greedy_and_unconstrained_neighbours(tiny):
     mixed = engine.generate(prompts, 3, 24, params, guides=[guide, None, None], seeds=[5, 6, 7])
     alone = engine.generate(prompts[1:], 3, 24, params, seeds=[6, 7])
     assert all(re.fullmatch(r"Move: [1-9]", c.text) for c in mixed[0])
+    again = engine.generate(prompts, 3, 24, params, guides=[guide, None, None], seeds=[5, 6, 7])
+    assert [[c.ids for c in g] for g in again] == [[c.ids for c in g] for g in mixed]
     assert [[c.ids for c in g] for g in mixed[1:]] == [[c.ids for c in g] for g in alone]
     assert all(c.guide is None for g in mixed[1:] for c in g)
 

@@ -12,7 +12,10 @@ t // 32, bit t % 32) is set when token t is allowed.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -54,12 +57,22 @@ class Guide:
         self.name, self.text, self.tokenizer, self.words, self.eos_ids = name, text, tokenizer, words, eos_ids
 
     def matcher(self):
+        """A matcher at the start of the constraint."""
+        return self.matchers(1)[0]
+
+    def matchers(self, n: int) -> list:
+        """n matchers at the start of the constraint, built in parallel (each takes about a millisecond, without the
+        GIL; llguidance's reset() of a used matcher and its deep_copy() were no substitute: a reset one that had
+        completed a JSON value gave wrong masks, copies filled their masks several times slower)."""
         import llguidance
 
-        m = llguidance.LLMatcher(self.tokenizer, self.text, log_level=0)
-        if m.is_error():
-            raise ConstraintError(f"constraint {self.name}: {m.get_error()}")
-        return m
+        def build(_):
+            return llguidance.LLMatcher(self.tokenizer, self.text, log_level=0)
+
+        made = [build(0)] if n == 1 else list(_builders().map(build, range(n)))
+        if made and made[0].is_error():
+            raise ConstraintError(f"constraint {self.name}: {made[0].get_error()}")
+        return made
 
     def masks(self, ids: list[int]) -> torch.Tensor:
         """The mask before each of `ids` as the sampler saw it (the trainer scores the same distribution): [n, W]
@@ -95,6 +108,11 @@ def _bit(b: int) -> int:
 # them (its "slices"): besides its defaults (JSON strings, whitespace), the free text of code formats: the body of a
 # fenced block, and of a tagged block such as <think>.
 CODE_SLICES = [r"[^`]+", r"[^<]+"]
+
+
+@functools.cache
+def _builders() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max(1, min(16, (os.cpu_count() or 2) - 1)), thread_name_prefix="execrl-matchers")
 
 
 class Guides:

@@ -141,8 +141,8 @@ class RolloutEngine:
         for s, (i, j) in zip(slots, take):
             prompt_len = len(call.prompts[i])
             busy[s] = Slot((i, j), prompt_len, min(call.max_new_tokens, self.dec.max_len - prompt_len))
-            self.constraints.assign(s, call.guides[i] if call.guides else None)
         if call.guides:
+            self.constraints.assign(slots, [call.guides[i] for i, _ in take])
             self.constraints.refresh(slots)  # the masks of their first tokens
         self.keys[torch.tensor(slots, device=self.keys.device)] = torch.tensor(
             [call.keys[i][j] for i, j in take], dtype=torch.int32, device=self.keys.device)

@@ -35,13 +35,18 @@ class SlotMasks:
                                    pin_memory=self.device.type == "cuda")
             self.masks = torch.full((self.slots, words), -1, dtype=torch.int32, device=self.device)
 
-    def assign(self, slot: int, guide) -> None:
-        """A new request in `slot`, constrained by `guide` (None: free)."""
-        self.matchers[slot] = None if guide is None else (guide, guide.matcher())
-        if guide is not None:
+    def assign(self, slots: list[int], guides: list) -> None:
+        """New requests in `slots`, each constrained by its guide (None: free)."""
+        for guide in {id(g): g for g in guides if g is not None}.values():
             self._buffers(guide.words)
-        if self.host is not None:
-            self.host[slot] = -1
+            mine = [s for s, g in zip(slots, guides) if g is guide]
+            for s, m in zip(mine, guide.matchers(len(mine))):
+                self.matchers[s] = (guide, m)
+        for s, g in zip(slots, guides):
+            if g is None:
+                self.matchers[s] = None
+            if self.host is not None:
+                self.host[s] = -1
 
     def any(self) -> bool:
         return any(m is not None for m in self.matchers)
