@@ -63,3 +63,10 @@ def test_guided_masks_bench_runs_on_cpu(tmp_path):
     pytest.importorskip("xgrammar")
     out = run("bench/guided_masks.py", "--vocab", "2000", "--batch", "4", "--tokens", "8", "--cache", str(tmp_path))
     assert "| llguidance | default | regex |" in out and "| xgrammar | default | grammar |" in out
+
+
+@pytest.mark.slow
+def test_guided_rollout_bench_runs_on_cpu(tmp_path):
+    out = run("bench/guided_rollout.py", "--arch", "tiny", "--slots", "4", "--new", "8", "--vocab", "500", "--cache",
+              str(tmp_path), "--repeat", "1")
+    assert "| free |" in out and "| masks all ones (engine alone) |" in out and "| json |" in out

@@ -144,9 +144,9 @@ def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem]
             start = time.perf_counter()
             if turn == 0 and len(live) == len(episodes) and all(  # each prompt prefilled once for its G samples
                     e.trajectory.prompt_ids is prompts[i // group_size] for i, e in enumerate(episodes)):
-                guides = [guide_for(episodes[i * group_size], generator, gen) for i in range(len(prompts))]
+                guides = constrained([guide_for(episodes[i * group_size], generator, gen) for i in range(len(prompts))])
                 outs = [c for group in generator.generate(prompts, group_size, gen.max_new_tokens, params, stop,
-                                                          seeds=seeds, guides=guides) for c in group]
+                                                          seeds=seeds, **guides) for c in group]
             else:
                 key = {id(e): mix32(request_key(seeds[i // group_size], i % group_size) ^ mix32(turn))
                        for i, e in enumerate(episodes)} if seeds is not None else None
@@ -154,7 +154,7 @@ def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem]
                 for player, eps in players(live, generator, opponent):
                     done = player.generate([e.trajectory.ids for e in eps], 1, gen.max_new_tokens, params, stop,
                                            seeds=None if key is None else [key[id(e)] for e in eps],
-                                           guides=[guide_for(e, player, gen) for e in eps])
+                                           **constrained([guide_for(e, player, gen) for e in eps]))
                     got.update({id(e): group[0] for e, group in zip(eps, done)})
                 outs = [got[id(e)] for e in live]
             rollouts.times["generate"] += time.perf_counter() - start
@@ -176,6 +176,12 @@ def guide_for(e: Episode, generator, gen):
         chosen = per_turn[min(e.turns, len(per_turn) - 1)] if per_turn else gen.guided_decoding
         constraint = None if chosen is None else chosen.constraint
     return None if constraint is None else generator.guides.get(*constraint)
+
+
+def constrained(guides: list) -> dict:
+    """generate's `guides` argument where any request is constrained (a generator without guided decoding is then
+    never asked for it)."""
+    return {"guides": guides} if any(g is not None for g in guides) else {}
 
 
 def finish_episodes(rollouts: Rollouts, tokenizer, grader: Grader, cfg, last: bool = True, judge=None) -> None:
