@@ -98,3 +98,24 @@ def test_eval_scores_the_built_in_task_like_any_registered_dataset(tmp_path):
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["problems"] == 3 and summary["outcomes"] == {"pass": 2, "fail": 1}
+
+
+def test_eval_with_guided_decoding_keeps_every_completion_to_the_grammar(tiny_model_dir, tmp_path):
+    import re
+
+    grammar = tmp_path / "block.lark"
+    grammar.write_text('start: "```python\\nprint(" /[0-9]{1,3}/ ")\\n```"\n')
+    out = tmp_path / "out"
+    proc = run("--model", tiny_model_dir, "--dataset", "builtin:arith-code", "--split", "validation", "--limit", 4,
+               "--samples", 2, "--temperature", 1.0, "--k", "1", "--max-new-tokens", 48, "--guided-grammar", grammar,
+               "--out", out, "--workers", 2)
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    texts = [c if isinstance(c, str) else c["completion"] for r in rows for c in r["completions"]]
+    assert len(texts) == 8 and all(re.fullmatch(r"```python\nprint\([0-9]{1,3}\)\n```", t) for t in texts), texts
+    bad = run("--model", tiny_model_dir, "--dataset", "builtin:arith-code", "--split", "validation", "--limit", 1,
+              "--guided-regex", "(unclosed", "--out", tmp_path / "o2")
+    assert bad.returncode == 2 and "regex does not compile" in bad.stderr and "Traceback" not in bad.stderr
+    bad = run("--model", tiny_model_dir, "--dataset", "builtin:arith-code", "--split", "validation", "--limit", 1,
+              "--guided-json", "{not json", "--out", tmp_path / "o3")
+    assert bad.returncode == 2 and "--guided-json" in bad.stderr

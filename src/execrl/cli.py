@@ -75,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
                    "sequence-classification model: hub id or HF directory; builtin:arith-judge)")
     e.add_argument("--reward-model-batch-size", type=number(int, 1), default=8,
                    help="conversations the reward model reads at once (default 8)")
+    guided = e.add_mutually_exclusive_group()
+    guided.add_argument("--guided-regex", default=None, help="guided decoding: every completion matches this regex")
+    guided.add_argument("--guided-json", default=None, help="guided decoding: every completion is a JSON value of this "
+                        "schema (a file, or the schema's JSON text)")
+    guided.add_argument("--guided-grammar", default=None, help="guided decoding: every completion is a sentence of "
+                        "this Lark grammar (a file, or the grammar's text; start rule `start`)")
     e.add_argument("--out", default="results/eval",
                    help="directory for results.jsonl and summary.json (default results/eval)")
 
@@ -197,6 +203,24 @@ def multi_gpu_launch(cfg, args) -> str | None:
     return text
 
 
+def eval_constraint(args) -> tuple[str, object] | None:
+    """execrl eval's --guided-* flag as (kind, value): a file's contents where the value names a file."""
+    import json
+
+    kind, value = next(((k, v) for k, v in (("regex", args.guided_regex), ("json_schema", args.guided_json),
+                                            ("grammar", args.guided_grammar)) if v is not None), (None, None))
+    if kind is None:
+        return None
+    if kind != "regex" and Path(value).is_file():
+        value = Path(value).read_text()
+    if kind == "json_schema":
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--guided-json: neither a file nor a JSON schema ({e})") from None
+    return kind, value
+
+
 def run_eval(args) -> int:
     from rich.console import Console
     from rich.markup import escape
@@ -216,12 +240,13 @@ def run_eval(args) -> int:
         if not ks or min(ks) < 1 or max(ks) > args.samples:
             raise ValueError(f"--k values must be between 1 and --samples ({args.samples}), got {args.k!r}")
         temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 0.8)
+        guided = eval_constraint(args)
         cfg = EvalConfig(dataset=args.dataset, split=args.split, data_path=args.data_path, limit=args.limit,
                          max_tests=args.max_tests,
                          samples=args.samples, ks=ks, temperature=temperature, top_p=args.top_p,
                          max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, backend=args.backend, seed=args.seed,
                          out=args.out, workers=args.workers, timeout_s=args.timeout, reward_model=args.reward_model,
-                         reward_model_batch_size=args.reward_model_batch_size,
+                         reward_model_batch_size=args.reward_model_batch_size, guided=guided,
                          prompt=PromptConfig(system_prompt=args.system_prompt, answer_format=args.answer_format,
                                              code_style=args.code_style))
         evaluate(cfg, model_name=args.model, completions=args.completions)

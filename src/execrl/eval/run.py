@@ -7,6 +7,7 @@ import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -44,6 +45,7 @@ class EvalConfig:
     timeout_s: float = 5.0
     reward_model: str | None = None  # a reward model whose mean score is reported too
     reward_model_batch_size: int = 8
+    guided: tuple[str, Any] | None = None  # guided decoding: (regex | json_schema | grammar, its value)
     prompt: PromptConfig = field(default_factory=PromptConfig)
 
 
@@ -99,7 +101,8 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     with _bar() as bar:
         task = bar.add_task("sampling", total=len(prompts))
         outs = generate(model, tok, prompts, cfg.samples, cfg.max_new_tokens, cfg.temperature, cfg.top_p,
-                        cfg.batch_size, cfg.backend, cfg.seed, on_batch=lambda n: bar.advance(task, n))
+                        cfg.batch_size, cfg.backend, cfg.seed, on_batch=lambda n: bar.advance(task, n),
+                        guided=cfg.guided)
     return list(zip(problems, outs))
 
 
