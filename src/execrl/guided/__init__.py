@@ -1,5 +1,5 @@
 """Guided decoding: constraints (regex, JSON schema, Lark grammar) the sampler keeps every token inside."""
 
-from execrl.guided.constraints import KINDS, ConstraintError, Guide, Guides, grammar_text, pack, unpack
+from execrl.guided.constraints import KINDS, ConstraintError, Guide, Guides, grammar_text, masks_of, pack, unpack
 
-__all__ = ["KINDS", "ConstraintError", "Guide", "Guides", "grammar_text", "pack", "unpack"]
+__all__ = ["KINDS", "ConstraintError", "Guide", "Guides", "grammar_text", "masks_of", "pack", "unpack"]

@@ -77,7 +77,6 @@ class Guide:
     def masks(self, ids: list[int]) -> torch.Tensor:
         """The mask before each of `ids` as the sampler saw it (the trainer scores the same distribution): [n, W]
         int32. A token the constraint did not allow (it cannot have been sampled under it) is an error."""
-
         m, out = self.matcher(), torch.full((len(ids), self.words), -1, dtype=torch.int32)
         for i, t in enumerate(ids):
             self.fill(m, out, i)
@@ -113,6 +112,11 @@ CODE_SLICES = [r"[^`]+", r"[^<]+"]
 @functools.cache
 def _builders() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max(1, min(16, (os.cpu_count() or 2) - 1)), thread_name_prefix="execrl-matchers")
+
+
+def masks_of(turns: list[tuple[Guide, list[int]]]) -> list[torch.Tensor]:
+    """Guide.masks of many (guide, ids) turns, in parallel threads (llguidance fills a mask without the GIL)."""
+    return list(_builders().map(lambda turn: turn[0].masks(turn[1]), turns))
 
 
 class Guides:

@@ -12,7 +12,7 @@ from execrl.algo.logprobs import token_logprobs_from_hidden
 from execrl.algo.role_baselines import RoleBaselines
 from execrl.config import BatchPlan, MasterConfig
 from execrl.games import GAMES
-from execrl.guided import unpack
+from execrl.guided import masks_of, unpack
 from execrl.rollout.sampling import scoring_temperature
 from execrl.trainer import distributed as dist
 from execrl.trainer.precision import Weights
@@ -72,12 +72,12 @@ def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_fil
     logprobs = [t.sampler_logprobs for t in trajs]
     sampler = torch.zeros(len(trajs), width - 1) if all(lp is not None for lp in logprobs) else None
     valid = [r.valid for r in rollouts.rewards]
-    guided: dict[int, list[tuple[int, torch.Tensor]]] = {}
+    turns = []  # guided decoding: (row, first position, segment) of each constrained turn
     for i, t in enumerate(trajs):
         at = len(t.prompt_ids) - 1
         for seg in t.segments:
             if seg.sampled and seg.guide is not None:
-                guided.setdefault(i, []).append((at, seg.guide.masks(seg.ids)))
+                turns.append((i, at, seg))
             at += len(seg.ids)
         p, n = len(t.prompt_ids), len(t) - len(t.prompt_ids)
         ids[i, :p + n] = torch.tensor(t.ids)
@@ -88,6 +88,9 @@ def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_fil
             mask[i, p - 1:p - 1 + n] = torch.tensor(t.loss_mask, dtype=torch.float)  # position t predicts token t + 1
         if sampler is not None:
             sampler[i, p - 1:p - 1 + n] = torch.tensor(logprobs[i])
+    guided: dict[int, list[tuple[int, torch.Tensor]]] = {}
+    for (i, at, _), masks in zip(turns, masks_of([(seg.guide, seg.ids) for _, _, seg in turns])):
+        guided.setdefault(i, []).append((at, masks))
     return TrainBatch(ids, attn, mask, adv, sampler_logprobs=sampler, guided=guided or None)
 
 
