@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from execrl.guided import unpack
+from execrl.guided import restrict
 
 CHUNK_ELEMENTS = 2**28  # logits per chunk
 
@@ -23,7 +23,7 @@ def chunk_rows(vocab: int) -> int:
 def _scaled(logits: torch.Tensor, temperature: float, allowed: torch.Tensor | None) -> torch.Tensor:
     """logits [c, V] / temperature in fp32, -inf where the allowed bitmask [c, W] (guided decoding) has no bit."""
     z = logits.float() / temperature
-    return z if allowed is None else z.masked_fill(~unpack(allowed, z.shape[-1]), float("-inf"))
+    return z if allowed is None else restrict(z, allowed)
 
 
 def _stats(logits: torch.Tensor, targets: torch.Tensor, temperature: float, allowed: torch.Tensor | None = None):

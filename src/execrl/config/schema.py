@@ -10,6 +10,7 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from execrl.config.schedule import Schedule, WarmupSchedule
 from execrl.config.section import Section
+from execrl.guided import KINDS
 from execrl.prompts import PromptConfig
 from execrl.rewards.base import ComponentConfig, RewardConfig
 from execrl.tasks.registry import DATASETS, dataset_key
@@ -37,16 +38,17 @@ class GuidedDecodingConfig(Section):
 
     @model_validator(mode="after")
     def _one(self):
-        set_ = [k for k in ("regex", "json_schema", "grammar") if getattr(self, k) is not None]
-        if len(set_) != 1:
-            raise ValueError(f"policy.generation.guided_decoding takes exactly one of regex, json_schema, grammar "
-                             f"(got {', '.join(set_) or 'none'})")
+        given = [k for k in KINDS if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"policy.generation.guided_decoding takes exactly one of {', '.join(KINDS)} "
+                             f"(got {', '.join(given) or 'none'})")
         return self
 
     @property
     def constraint(self) -> tuple[str, Any]:
-        """(kind, value) as execrl.guided reads it."""
-        return next((k, getattr(self, k)) for k in ("regex", "json_schema", "grammar") if getattr(self, k) is not None)
+        """(kind, value) as execrl.guided reads it (exactly one is set: _one)."""
+        kind = next(k for k in KINDS if getattr(self, k) is not None)
+        return kind, getattr(self, kind)
 
 
 class GenerationConfig(Section):

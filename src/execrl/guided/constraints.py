@@ -146,6 +146,11 @@ def unpack(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
     return ((bitmask[:, cols >> 5] >> (cols & 31).to(torch.int32)) & 1).bool()
 
 
+def restrict(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
+    """logits [n, V] with -inf wherever the bitmask [n, W] allows no token: the masked distribution's logits."""
+    return logits.masked_fill(~unpack(bitmask, logits.shape[-1]), float("-inf"))
+
+
 def pack(allowed: torch.Tensor) -> torch.Tensor:
     """[n, V] bool -> [n, W] int32, unpack's inverse."""
     n, vocab = allowed.shape

@@ -18,12 +18,12 @@ NO_GUIDES = "guided decoding needs the execrl engine: set policy.generation.back
 class HFGenerator:
     """transformers `generate`, batch by batch (the reference backend)."""
 
+    def __init__(self, model, tokenizer, batch_size: int, stop_token_ids: list[int] | None = None):
+        self.model, self.tokenizer, self.batch_size, self.stop_token_ids = model, tokenizer, batch_size, stop_token_ids
+
     @property
     def guides(self):
         raise ValueError(NO_GUIDES)
-
-    def __init__(self, model, tokenizer, batch_size: int, stop_token_ids: list[int] | None = None):
-        self.model, self.tokenizer, self.batch_size, self.stop_token_ids = model, tokenizer, batch_size, stop_token_ids
 
     def generate(self, prompts, num_samples, max_new_tokens, params: SamplingParams, stop_strings=None, on_batch=None,
                  seeds=None, guides=None):

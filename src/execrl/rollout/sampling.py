@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 import execrl.rollout.fused_sampling as fused_sampling
-from execrl.guided import unpack
+from execrl.guided import restrict
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def sample(logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor | No
         return fused_sampling.sample_plain(logits, scoring_temperature(params.temperature),
                                            keys if params.temperature > 0 else None, bitmask)
     if bitmask is not None:
-        logits = logits.masked_fill(~unpack(bitmask, logits.shape[-1]), float("-inf"))
+        logits = restrict(logits, bitmask)
     return sample_torch(logits, params, keys)
 
 

@@ -12,7 +12,7 @@ from execrl.algo.logprobs import token_logprobs_from_hidden
 from execrl.algo.role_baselines import RoleBaselines
 from execrl.config import BatchPlan, MasterConfig
 from execrl.games import GAMES
-from execrl.guided import masks_of, unpack
+from execrl.guided import masks_of, restrict
 from execrl.rollout.sampling import scoring_temperature
 from execrl.trainer import distributed as dist
 from execrl.trainer.precision import Weights
@@ -116,7 +116,7 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, select: torch.T
     else:  # heads with a bias or soft-capping: the model's own logits
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1][select].float() / temperature
         if allowed is not None:
-            logits = logits.masked_fill(~unpack(allowed, logits.shape[-1]), float("-inf"))
+            logits = restrict(logits, allowed)
         all_logp = torch.log_softmax(logits, -1)  # [N, V]
         logp = all_logp.gather(-1, targets[:, None])[:, 0]
         entropy = -(all_logp.exp() * all_logp.clamp_min(torch.finfo(all_logp.dtype).min)).sum(-1).detach()
