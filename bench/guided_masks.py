@@ -30,10 +30,12 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
                                             "tests": {"type": "array", "items": {"type": "integer"}, "maxItems": 8},
                                             "passed": {"type": "boolean"}},
           "required": ["name", "tests", "passed"], "additionalProperties": False}
+# free text up to a closing string: llguidance's lazy rules that end at their stop string (a greedy lexeme such as
+# /([^<]|<[^\/])*/ takes the "<" of "</think>" as its own and then fails at the "/": the block could never close)
 LARK = r'''
-start: "<think>" THINK "</think>\n```python\n" CODE "\n```"
-THINK: /([^<]|<[^\/])*/
-CODE: /([^`]|`[^`]|``[^`])*/
+start: "<think>" think "\n```python\n" code
+think[stop="</think>"]: /(.|\n)*/
+code[stop="\n```"]: /(.|\n)*/
 '''
 EBNF = r'''
 root ::= "<think>" think "</think>\n```python\n" code "\n```"

@@ -116,8 +116,9 @@ def test_self_play_trains_logs_role_metrics_and_resumes_its_baselines(tmp_path):
     base = ["policy.device=cpu", "configs/spiral_tictactoe_cpu.yaml"]
     args = ["grpo.num_prompts_per_step=4", "policy.train_global_batch_size=8", "policy.train_micro_batch_size=8",
             "policy.logprob_batch_size=8", "policy.generation_batch_size=8", "grpo.val_period=2",
-            "grpo.max_val_samples=4", "grpo.val_at_start=false", "warmup.sft_steps=30", "checkpointing.save_period=1",
-            "logger.tensorboard_enabled=false", f"logger.log_dir={tmp_path}", f"checkpointing.checkpoint_dir={tmp_path}/ck"]
+            "grpo.max_val_samples=4", "data.validation=null", "grpo.val_at_start=false", "warmup.sft_steps=30",
+            "checkpointing.save_period=1", "logger.tensorboard_enabled=false", f"logger.log_dir={tmp_path}",
+            f"checkpointing.checkpoint_dir={tmp_path}/ck"]  # (the validation split's own order: both opponents)
     from pathlib import Path
 
     config = str(Path(__file__).parents[2] / base[1])
@@ -134,6 +135,9 @@ def test_self_play_trains_logs_role_metrics_and_resumes_its_baselines(tmp_path):
     evals = [r for r in rows if "eval/pass@1" in r]
     assert evals and all({"eval/tictactoe/win_rate_vs_random", "eval/tictactoe/draw_rate_vs_random",
                           "eval/tictactoe/win_rate_vs_minimax"} <= set(r) for r in evals)
+    # the config holds the moves to the legal cells (env.game.guided_moves): none illegal, in training or evaluation
+    assert all(r[k] == 0.0 for r in rows for k in r if k.endswith("illegal_rate") or "illegal_rate_vs" in k)
+    assert any("train/tictactoe/X/illegal_rate" in r for r in rows)
     # the resumed step moved the baselines from the saved ones: b = 0.95 b1 + 0.05 mean(step 2's returns)
     x2 = step2["train/tictactoe/X/reward_mean"]
     assert resumed.baselines.values["tictactoe/X"] == pytest.approx(0.95 * state["role_baselines"]["values"][
@@ -236,6 +240,35 @@ def test_opponent_settings_are_each_read_or_refused():
         with pytest.raises(ConfigError, match=message):
             validate(load_config(None, [*GAME, "grpo.advantage=rae", *wrong]))
     validate(load_config(None, [*GAME, "env.game.opponent=snapshot", "env.game.opponent_refresh_steps=5"]))
+
+
+def test_guided_moves_are_a_regex_of_the_legal_moves_and_refused_where_they_cannot_work():
+    from execrl.config import ConfigError
+    from execrl.config.checks import validate
+    from execrl.envs.game import GameSeat
+
+    cfg = load_config(None, [*GAME, "env.game.guided_moves=true"])
+    validate(cfg)
+    problems, _ = load_problems("selfplay:tictactoe", "validation", count=1)
+    seat = GameSeat(cfg)
+    seat.reset(problems[0])  # against the random player, as X: the empty board
+    assert seat.constraint == ("regex", "Move: (1|2|3|4|5|6|7|8|9)")
+    seat.step("Move: 5")  # ... and the random player answers
+    kind, regex = seat.constraint
+    assert sorted(regex[len("Move: ("):-1].split("|")) == seat.match.game.legal_moves(seat.match.state)
+    assert len(seat.match.game.legal_moves(seat.match.state)) == 7
+    assert GameSeat(load_config(None, GAME)).constraint is None  # off by default
+    poker, _ = load_problems("selfplay:kuhn_poker", "validation", count=1)
+    seat = GameSeat(load_config(None, [*GAME, "data.train.dataset_name=selfplay:kuhn_poker",
+                                       "env.game.guided_moves=true"]))
+    seat.reset(poker[0])
+    assert seat.constraint[1] in ("Move: (check|bet)", "Move: (call|fold)", "Move: (bet|check)", "Move: (fold|call)")
+    for wrong, message in [(["data.train.dataset_name=selfplay:code_game"], "code_game: free-text moves"),
+                           (["env.multi_turn.kind=single_turn", "grpo.max_rollout_turns=1",
+                             "data.train.dataset_name=builtin:arith-code"], "set env.multi_turn.kind=game"),
+                           (["policy.generation.backend=transformers"], "backend=execrl")]:
+        with pytest.raises(ConfigError, match=message):
+            validate(load_config(None, [*GAME, "env.game.guided_moves=true", *wrong]))
 
 
 def test_a_snapshot_opponent_takes_the_policys_weights_every_n_steps():

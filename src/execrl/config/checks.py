@@ -304,9 +304,18 @@ def check_opponent(cfg: MasterConfig, game: bool) -> None:
     if g.policy_roles is not None and g.opponent == "self":
         raise ConfigError("env.game.policy_roles: with env.game.opponent=self the policy plays every role; set "
                           "opponent=snapshot or model, or drop policy_roles")
+    from execrl.games import GAMES
+    names = {d.dataset_name.split(":", 1)[1] for d in cfg.data.train_sets if d.dataset_name.startswith("selfplay:")}
+    if g.guided_moves:
+        free = sorted(n for n in names & set(GAMES) if hasattr(GAMES[n], "read"))
+        if not game or free:
+            raise ConfigError("env.game.guided_moves holds a self-play game's moves to its legal ones: set "
+                              "env.multi_turn.kind=game with a game of listed moves" +
+                              (f" ({', '.join(free)}: free-text moves)" if free else "") + ", or drop guided_moves")
+        if cfg.policy.generation.backend != "execrl":
+            raise ConfigError("env.game.guided_moves masks the moves in the execrl engine's sampling step: set "
+                              "policy.generation.backend=execrl")
     if g.policy_roles is not None:
-        from execrl.games import GAMES
-        names = {d.dataset_name.split(":", 1)[1] for d in cfg.data.train_sets if d.dataset_name.startswith("selfplay:")}
         for name in names & set(GAMES):
             wrong = [r for r in g.policy_roles if r not in GAMES[name].roles]
             if wrong or not g.policy_roles:

@@ -324,6 +324,9 @@ class GameEnvConfig(Section):
                                        "checkpoint (its policy/), with the policy's tokenizer")
     policy_roles: list[str] | None = Field(None, description="against a frozen opponent: the roles the policy plays "
                                            "and trains, one per match in turn (null: all of the game's)")
+    guided_moves: bool = Field(False, description="hold each answer to `Move: <a legal move>` by guided decoding (in "
+                               "training and evaluation): an illegal move cannot be made, RL learns which legal move "
+                               "to make; the execrl engine, games of listed moves (not the code game)")
 
 
 class RewardModelTypeConfig(Section):

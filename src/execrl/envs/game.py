@@ -14,6 +14,7 @@ the opponent's generator play it, and it is not trained on."""
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 
 from execrl.envs.base import Step
@@ -85,6 +86,15 @@ class GameSeat:
         """Whether this seat is to move now."""
         m = self.match
         return not m.over() and m.game.to_move(m.state) == self.seat
+
+    @property
+    def constraint(self) -> tuple[str, str] | None:
+        """With env.game.guided_moves, this seat's next answer held to `Move: <one of its legal moves>` (a regex for
+        guided decoding: execrl.trainer.rollouts.guide_for), else None."""
+        m = self.match
+        if not self.cfg.env.game.guided_moves or m is None or m.over() or hasattr(m.game, "read"):
+            return None
+        return "regex", "Move: (" + "|".join(re.escape(move) for move in m.game.legal_moves(m.state)) + ")"
 
     def reset(self, problem: Problem) -> list[dict]:
         self.problem, self.opponent = problem, problem.metadata.get("opponent")
