@@ -82,8 +82,9 @@ class Guide:
             self.fill(m, out, i)
             if not (out[i, t >> 5] >> (t & 31)) & 1:
                 raise ConstraintError(f"token {t} at {i} is outside constraint {self.name}")
-            if not m.is_stopped():
-                m.consume_token(t)
+            if not m.is_stopped() and not m.consume_token(t):
+                raise ConstraintError(f"token {t} at {i} does not continue constraint {self.name}: "
+                                      f"{m.get_error()[:300]}")
         return out
 
     def fill(self, matcher, bitmask: torch.Tensor, row: int) -> None:
