@@ -30,12 +30,24 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
                                             "tests": {"type": "array", "items": {"type": "integer"}, "maxItems": 8},
                                             "passed": {"type": "boolean"}},
           "required": ["name", "tests", "passed"], "additionalProperties": False}
-# free text up to a closing string: llguidance's lazy rules that end at their stop string (a greedy lexeme such as
-# /([^<]|<[^\/])*/ takes the "<" of "</think>" as its own and then fails at the "/": the block could never close)
+# free text up to a closing string, as terminals that are whole at every point of the text (so that llguidance's
+# slices cover them: a token of [^<]+ or [^`]+ is allowed whole inside them): the text without the closing string's
+# first character, and that character followed by another (a think block holds no "</", a code block no "```"). A
+# greedy terminal such as /([^<]|<[^\/])*/ takes the "<" of "</think>" for itself and the block can never close;
+# llguidance's lazy rules (LARK_STOP) close properly but their masks are not covered by the slices.
 LARK = r'''
+start: "<think>" think "</think>\n```python\n" code "```"
+think: (TEXT | LT)*
+code: (CODE | TICKS)*
+TEXT: /[^<]+/
+LT: /<[^\/]/
+CODE: /[^`]+/
+TICKS: /`[^`]|``[^`]/
+'''
+LARK_STOP = r'''
 start: "<think>" think "\n```python\n" code
 think[stop="</think>"]: /(.|\n)*/
-code[stop="\n```"]: /(.|\n)*/
+code[stop="```"]: /(.|\n)*/
 '''
 EBNF = r'''
 root ::= "<think>" think "</think>\n```python\n" code "\n```"

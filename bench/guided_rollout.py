@@ -23,13 +23,14 @@ from pathlib import Path
 import llguidance.torch as lt
 import torch
 from common import ARCHS, build, device_name, sync, table
-from guided_masks import LARK, REGEX, SCHEMA, build_tokenizer
+from guided_masks import LARK, LARK_STOP, REGEX, SCHEMA, build_tokenizer
 
 import execrl.rollout.masks as masks
 from execrl.guided import Guides
 from execrl.rollout import RolloutEngine, SamplingParams
 
-CONSTRAINTS = {"grammar": ("grammar", LARK), "regex": ("regex", REGEX), "json": ("json_schema", SCHEMA)}
+CONSTRAINTS = {"grammar": ("grammar", LARK), "grammar-stop": ("grammar", LARK_STOP), "regex": ("regex", REGEX),
+               "json": ("json_schema", SCHEMA)}
 
 
 def timed_generate(engine, prompts, new, params, guides, repeat):
@@ -53,7 +54,7 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--vocab", type=int, default=151000, help="the BPE vocabulary's size (<= the architecture's)")
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "execrl-bench"), help="where the tokenizer is kept")
-    ap.add_argument("--kinds", default="engine,grammar,regex,json", help="engine: the guided path with masks all "
+    ap.add_argument("--kinds", default="engine,grammar,grammar-stop,regex,json", help="engine: the guided path with masks all "
                     "ones and no matcher work (what the engine itself adds)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--no-compile", action="store_true")
