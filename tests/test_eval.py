@@ -119,3 +119,24 @@ def test_eval_with_guided_decoding_keeps_every_completion_to_the_grammar(tiny_mo
     bad = run("--model", tiny_model_dir, "--dataset", "builtin:arith-code", "--split", "validation", "--limit", 1,
               "--guided-json", "{not json", "--out", tmp_path / "o3")
     assert bad.returncode == 2 and "--guided-json" in bad.stderr
+
+
+def test_eval_keeps_each_row_to_its_own_constraint(tiny_model_dir, tmp_path):
+    import re
+
+    rows = [{"id": "digits", "prompt": "How many?", "answer": "12", "guided_decoding": {"regex": "[0-9]{1,3}"}},
+            {"id": "yesno", "prompt": "Is it?", "answer": "yes", "guided_decoding": {"regex": "(yes|no)"}},
+            {"id": "broken", "prompt": "?", "answer": "1", "guided_decoding": {"regex": "(unclosed"}}]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    out = tmp_path / "out"
+    proc = run("--model", tiny_model_dir, "--dataset", "jsonl", "--data-path", data, "--samples", 3,
+               "--temperature", 1.0, "--k", "1", "--max-new-tokens", 16, "--out", out, "--workers", 1)
+    assert proc.returncode == 0, proc.stderr
+    assert "unusable guided_decoding" in proc.stdout + proc.stderr  # the broken row, reported and skipped
+    got = {r["problem_id"] if "problem_id" in r else r["id"]: [c if isinstance(c, str) else c["completion"]
+                                                               for c in r["completions"]]
+           for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    assert set(got) == {"digits", "yesno"}
+    assert all(re.fullmatch("[0-9]{1,3}", t) for t in got["digits"]) and all(
+        re.fullmatch("(yes|no)", t) for t in got["yesno"]), got

@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--reward-model-batch-size", type=number(int, 1), default=8,
                    help="conversations the reward model reads at once (default 8)")
     guided = e.add_mutually_exclusive_group()
-    guided.add_argument("--guided-regex", default=None, help="guided decoding: every completion matches this regex")
+    guided.add_argument("--guided-regex", default=None, help="guided decoding: every completion matches this regex "
+                        "(a jsonl row's own guided_decoding field takes its place for that row)")
     guided.add_argument("--guided-json", default=None, help="guided decoding: every completion is a JSON value of this "
                         "schema (a file, or the schema's JSON text)")
     guided.add_argument("--guided-grammar", default=None, help="guided decoding: every completion is a sentence of "

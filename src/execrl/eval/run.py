@@ -102,7 +102,7 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
         task = bar.add_task("sampling", total=len(prompts))
         outs = generate(model, tok, prompts, cfg.samples, cfg.max_new_tokens, cfg.temperature, cfg.top_p,
                         cfg.batch_size, cfg.backend, cfg.seed, on_batch=lambda n: bar.advance(task, n),
-                        guided=cfg.guided)
+                        guided=[p.metadata.get("guided_decoding", cfg.guided) for p in problems])
     return list(zip(problems, outs))
 
 

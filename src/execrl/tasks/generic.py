@@ -1,13 +1,19 @@
 """Any JSONL/JSON/parquet file, with a field mapping: `fields: {prompt: question, tests: tests, answer: answer, id: id}`.
-A row with tests is a code problem, a row with an answer a math problem; the prompt may be a string or messages."""
+A row with tests is a code problem, a row with an answer a math problem; the prompt may be a string or messages. A
+row may hold its own guided-decoding constraint (field `guided_decoding`: {regex | json_schema | grammar: value}, as
+policy.generation.guided_decoding): its completions keep to it, in training and in `execrl eval`."""
 
 from __future__ import annotations
+
+import functools
+import json
 
 from execrl.sandbox import TestSpecError, parse_tests
 from execrl.tasks.problem import DatasetError, Problem, read_rows
 from execrl.tasks.registry import register
 
-DEFAULT_FIELDS = {"prompt": "prompt", "tests": "tests", "answer": "answer", "id": "id", "language": "language"}
+DEFAULT_FIELDS = {"prompt": "prompt", "tests": "tests", "answer": "answer", "id": "id", "language": "language",
+                  "guided_decoding": "guided_decoding"}
 
 
 @register("jsonl", data_dir="", splits=())
@@ -27,18 +33,48 @@ def load(path, split, report, fields: dict | None = None, **_):
         if not isinstance(messages, list) or not messages:
             report.skip(rid, f"no prompt in field {f['prompt']!r}")
             continue
+        metadata = {}
+        if row.get(f["guided_decoding"]) is not None:
+            try:
+                metadata["guided_decoding"] = row_constraint(row[f["guided_decoding"]])
+            except ValueError as e:  # (execrl.guided.ConstraintError)
+                report.skip(rid, f"unusable {f['guided_decoding']} ({str(e).splitlines()[0]})")
+                continue
         if row.get(f["tests"]) is not None:
             try:
                 spec = parse_tests(row[f["tests"]])
             except TestSpecError as e:
                 report.skip(rid, f"unusable tests ({str(e).split(':')[0]})")
                 continue
-            problems.append(Problem(str(rid), messages, "code", tests=spec, language=row.get(f["language"]) or "python"))
+            problems.append(Problem(str(rid), messages, "code", tests=spec, language=row.get(f["language"]) or "python",
+                                    metadata=metadata))
         elif row.get(f["answer"]) is not None:
-            problems.append(Problem(str(rid), messages, "math", answer=str(row[f["answer"]])))
+            problems.append(Problem(str(rid), messages, "math", answer=str(row[f["answer"]]), metadata=metadata))
         else:
             report.skip(rid, f"neither {f['tests']!r} nor {f['answer']!r}")
     return problems
+
+
+def row_constraint(value) -> tuple[str, object]:
+    """A row's guided_decoding ({kind: value}, exactly one of execrl.guided.KINDS) as (kind, value); ConstraintError,
+    saying why, if it is malformed or does not compile."""
+    from execrl.guided import KINDS, ConstraintError  # (torch: only for files that use it)
+
+    if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in KINDS:
+        raise ConstraintError(f"give exactly one of {', '.join(KINDS)}, e.g. {{\"regex\": \"(yes|no)\"}}")
+    kind, given = next(iter(value.items()))
+    if not isinstance(given, str) and not (kind == "json_schema" and isinstance(given, dict)):
+        raise ConstraintError(f"{kind} is {'text or an object' if kind == 'json_schema' else 'text'}")
+    _compiles(kind, given if isinstance(given, str) else json.dumps(given, sort_keys=True))
+    return kind, given
+
+
+@functools.lru_cache(maxsize=256)
+def _compiles(kind: str, text: str) -> None:
+    """grammar_text's check, once per distinct constraint (rows often share one)."""
+    from execrl.guided import grammar_text
+
+    grammar_text(kind, text)
 
 
 @register("ResponseDataset", data_dir="", splits=())

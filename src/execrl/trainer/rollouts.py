@@ -168,9 +168,10 @@ def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem]
 
 def guide_for(e: Episode, generator, gen):
     """The constraint of the episode's next model turn (guided decoding), compiled for the generator: the
-    environment's for this turn where it sets one (`constraint`: (kind, value)), else policy.generation's for the
-    turn (guided_decoding_per_turn, else guided_decoding), else None."""
-    constraint = getattr(e.env, "constraint", None)
+    environment's for this turn where it sets one (`constraint`: (kind, value)), else its problem's (a dataset row's
+    guided_decoding, on every turn), else policy.generation's for the turn (guided_decoding_per_turn, else
+    guided_decoding), else None."""
+    constraint = getattr(e.env, "constraint", None) or e.problem.metadata.get("guided_decoding")
     if constraint is None:
         per_turn = gen.guided_decoding_per_turn
         chosen = per_turn[min(e.turns, len(per_turn) - 1)] if per_turn else gen.guided_decoding
