@@ -142,3 +142,25 @@ def test_a_token_outside_the_constraint_is_an_error_when_masks_are_recomputed(ti
     guide = engine.guides.get("regex", r"Move: [1-9]")
     with pytest.raises(ConstraintError, match="outside"):
         guide.masks(tok("Move: x", add_special_tokens=False)["input_ids"])
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_with_graphs_every_sample_keeps_to_its_constraint(tiny):
+    """The GPU path: CUDA graphs, the masks copied on their own stream beside the forward, the fused kernel reading
+    them; each sample keeps to its constraint (the engine raises on a token its matcher refuses) and its logprobs are
+    the trainer's, computed on the CPU under the recomputed masks."""
+    import copy
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    model, tok, _, prompts = tiny
+    gpu = RolloutEngine(copy.deepcopy(model).to("cuda"), tok, slots=6, max_len=256, sync_every=4, cuda_graphs=True)
+    for kind, value, check in [("grammar", LARK, lambda t: re.fullmatch(
+            r"<think>[^<]*</think>\n```python\n[^`]*\n```", t)), ("json_schema", SCHEMA, json.loads)]:
+        guide = gpu.guides.get(kind, value)
+        out = gpu.generate(prompts, 8, 160, SamplingParams(temperature=1.0), guides=[guide] * 3, seeds=[1, 2, 3])
+        for prompt, group in zip(prompts, out):
+            for c in group:
+                assert check(c.text), c.text
+                torch.testing.assert_close(torch.tensor(c.logprobs), trainer_logprobs(model, prompt, c, 1.0),
+                                           atol=2e-3, rtol=2e-3)
