@@ -8,9 +8,9 @@ sampling keys, tokens/s and the ratio (issue 23's target: a grammar at >= 85% of
 Random-init weights of the architecture; the vocabulary is bench/guided_masks.py's byte-level BPE of `vocab` tokens
 (trained here on Python sources; no tokenizer can be downloaded), so masks cost what they cost on a real code model's
 vocabulary. Every sequence generates `new` tokens (EOS ignored; once a constraint is complete its mask allows only
-EOS). Reported per constraint: tokens/s free and guided, their ratio, and the host's mask work per decode step (the
-matchers advanced by the last tokens and the next masks filled: what the engine overlaps with the step's forward).
-Each guided sample is checked against its constraint (its masks recomputed as the trainer does). The row "masks all
+EOS). Reported per constraint: tokens/s free and guided, their ratio, the host's wait for the masks per decode step
+(from handing out the jobs to sending the masks: the engine overlaps it with the step's forward) and the share of
+slot-steps held (a slot whose mask was late sits the step out), per token made. Each guided sample is checked against its constraint (its masks recomputed as the trainer does). The row "masks all
 ones" runs the guided path with no matcher work: what the engine's split step and masked sampling cost alone.
 """
 
@@ -20,7 +20,6 @@ import argparse
 import time
 from pathlib import Path
 
-import llguidance.torch as lt
 import torch
 from common import ARCHS, build, device_name, sync, table
 from guided_masks import LARK, LARK_STOP, REGEX, SCHEMA, build_tokenizer
@@ -76,21 +75,16 @@ def main() -> None:
     params = SamplingParams(temperature=1.0, ignore_eos=True)
     tokens = args.slots * args.new
 
-    host = {"s": 0.0, "n": 0, "fill": 0.0}
-    advance, fill = masks.SlotMasks.advance, lt.fill_next_token_bitmask_par
+    host = {"s": 0.0, "n": 0}
+    start, settle = masks.SlotMasks.start, masks.SlotMasks.settle
 
-    def timed_advance(self, *a, **k):  # the host's mask work of a step, watched
-        start = time.perf_counter()
-        advance(self, *a, **k)
-        host["s"] += time.perf_counter() - start
+    def timed_settle(self, *a, **k):  # the host's wait for the masks of a step (past the forward's end: a stall)
+        begin = time.perf_counter()
+        settle(self, *a, **k)
+        host["s"] += time.perf_counter() - begin
         host["n"] += 1
 
-    def timed_fill(*a, **k):  # ... and its parallel mask fill alone (the rest: advancing the matchers)
-        start = time.perf_counter()
-        fill(*a, **k)
-        host["fill"] += time.perf_counter() - start
-
-    masks.SlotMasks.advance, lt.fill_next_token_bitmask_par = timed_advance, timed_fill
+    masks.SlotMasks.settle = timed_settle
     free_s, _ = timed_generate(engine, prompts, args.new, params, None, args.repeat)
     rows = [["free", f"{tokens / free_s:,.0f}", "1.00", "-", "-", f"{free_s / args.new * 1e3:.2f}"]]
     slices_note = ""
@@ -101,23 +95,23 @@ def main() -> None:
         slices_note = " (llguidance's slices)"
     for kind in args.kinds.split(","):
         guide = engine.guides.get(*CONSTRAINTS["grammar" if kind == "engine" else kind])
-        host.update(s=0.0, n=0, fill=0.0)
         if kind == "engine":  # the engine's own cost: masks all ones, no matcher work (the guided path otherwise)
-            masks.SlotMasks.advance = lambda self, *a, **k: None
+            masks.SlotMasks.start = lambda self, *a, **k: None
+        host.update(s=0.0, n=0)
+        held = engine.constraints.held
         guided_s, out = timed_generate(engine, prompts, args.new, params, [guide] * args.slots, args.repeat)
-        masks.SlotMasks.advance = timed_advance
-        if kind == "engine":
-            rows.append(["masks all ones (engine alone)", f"{tokens / guided_s:,.0f}", f"{free_s / guided_s:.2f}",
-                         "-", "-", f"{guided_s / args.new * 1e3:.2f}"])
-            continue
-        per_step, fill_ms = (host[k] / max(host["n"], 1) * 1e3 for k in ("s", "fill"))
-        for group in out[:16]:  # (raises if a token is outside the constraint)
-            guide.masks(group[0].ids)
-        rows.append([kind + slices_note, f"{tokens / guided_s:,.0f}", f"{free_s / guided_s:.2f}", f"{per_step:.2f}",
-                     f"{fill_ms:.2f}", f"{guided_s / args.new * 1e3:.2f}"])
+        masks.SlotMasks.start = start
+        held = (engine.constraints.held - held) / (args.repeat + 1) / tokens  # slot-steps held per token made
+        wait_ms = host["s"] / max(host["n"], 1) * 1e3
+        name = "masks all ones (engine alone)" if kind == "engine" else kind + slices_note
+        if kind != "engine":
+            for group in out[:16]:  # (raises if a token is outside the constraint)
+                guide.masks(group[0].ids)
+        rows.append([name, f"{tokens / guided_s:,.0f}", f"{free_s / guided_s:.2f}", f"{wait_ms:.2f}",
+                     f"{held:.1%}", f"{guided_s / args.new * 1e3:.2f}"])
     table(f"{args.arch}, {args.slots} x ({args.prompt} + {args.new}) tokens, vocabulary {len(tok):,}, {device_name()}, "
           f"torch {torch.__version__}{', no compile' if args.no_compile else ''}",
-          ["constraint", "tokens/s", "of free", "host ms/step", "of which mask fill", "step ms"], rows)
+          ["constraint", "tokens/s", "of free", "mask wait ms/step", "slots held", "step ms"], rows)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,24 @@ def test_every_sample_keeps_to_its_constraint_with_the_trainers_logprobs(tiny, k
                                        atol=2e-5, rtol=2e-5)
 
 
+def test_slots_whose_masks_are_late_sit_steps_out_and_sample_what_they_would_have(tiny, monkeypatch):
+    """A mask not written when the step's forward ends holds its slot, not the step: the slot samples nothing and runs
+    the same position next step. Held at random steps (the deadline met at once, or after one look), every sample,
+    its logprobs and the number of steps' worth of tokens are those of a run that waited for every mask."""
+    model, tok, engine, prompts = tiny
+    guide = engine.guides.get("grammar", LARK)
+    params = SamplingParams(temperature=1.0)
+    waited = engine.generate(prompts, 4, 120, params, guides=[guide] * 3, seeds=[4, 5, 6])
+    looks = iter(range(10**9))
+    monkeypatch.setattr(engine, "mask_deadline", lambda: next(looks) % 3 != 0)
+    before = engine.constraints.held
+    late = engine.generate(prompts, 4, 120, params, guides=[guide] * 3, seeds=[4, 5, 6])
+    assert engine.constraints.held > before  # (slots were held)
+    for a, b in zip((c for g in waited for c in g), (c for g in late for c in g)):
+        assert a.ids == b.ids and a.text == b.text
+        torch.testing.assert_close(torch.tensor(b.logprobs), torch.tensor(a.logprobs), atol=1e-5, rtol=1e-5)
+
+
 def test_greedy_and_unconstrained_neighbours(tiny):
     """Greedy keeps to the constraint too; a free request in the same call samples exactly what it samples alone."""
     model, tok, engine, prompts = tiny
@@ -127,6 +145,43 @@ def test_masked_logprobs_and_their_gradient_equal_a_dense_masked_log_softmax():
     g2 = torch.autograd.grad(ref.sum(), (hidden, weight))
     for a, b in zip(g1, g2):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("kind,value", [("regex", r"```python\n([^`]|`[^`])*\n```"), ("json_schema", SCHEMA),
+                                        ("grammar", LARK)])
+def test_the_engines_c_matchers_give_the_python_matchers_masks(tiny, kind, value):
+    """The engine's mask threads run llguidance's C matchers (execrl.rollout.maskpool), the trainer its Python ones:
+    along random walks, every mask is the same bits, and each completes at the same token."""
+    import ctypes
+    import random
+
+    import llguidance.torch as lt
+
+    from execrl.rollout import maskpool
+
+    _, tok, engine, _ = tiny
+    guide = engine.guides.get(kind, value)
+    native, c = maskpool.native(engine.guides), maskpool.llg()
+    rng, a, b = random.Random(7), *(torch.empty(1, guide.words, dtype=torch.int32) for _ in range(2))
+    steps = 0
+    for _ in range(6):
+        mine, ref = native.matcher(guide.text), guide.matcher()
+        consume, mask, stopped = (getattr(c, n) for n in ("llg_matcher_consume_token", "llg_matcher_compute_mask_into",
+                                                          "llg_matcher_is_stopped"))
+        stopped.restype = ctypes.c_bool
+        for _ in range(60):
+            assert bool(stopped(ctypes.c_void_p(mine))) == ref.is_stopped()
+            if ref.is_stopped():
+                break
+            assert mask(ctypes.c_void_p(mine), ctypes.c_void_p(a.data_ptr()), ctypes.c_size_t(guide.words * 4)) == 0
+            lt.fill_next_token_bitmask(ref, b, 0)
+            assert torch.equal(a, b)
+            allowed = unpack(b, engine.guides.vocab)[0].nonzero()[:, 0].tolist()
+            token = allowed[rng.randrange(len(allowed))]
+            assert consume(ctypes.c_void_p(mine), ctypes.c_uint32(token)) == 0 and ref.consume_token(token)
+            steps += 1
+        maskpool.free(mine)
+    assert steps > 60
 
 
 def test_a_constraint_that_does_not_compile_is_refused_with_its_reason(tiny):

@@ -93,11 +93,15 @@ class Guide:
         import llguidance.torch as lt
 
         if matcher.is_stopped():
-            bitmask[row] = 0
-            for t in self.eos_ids:
-                bitmask[row, t >> 5] |= _bit(t & 31)
+            self.fill_end(bitmask, row)
         else:
             lt.fill_next_token_bitmask(matcher, bitmask, row)
+
+    def fill_end(self, bitmask: torch.Tensor, row: int) -> None:
+        """bitmask[row] <- only the end of the sequence (a complete constraint)."""
+        bitmask[row] = 0
+        for t in self.eos_ids:
+            bitmask[row, t >> 5] |= _bit(t & 31)
 
 
 def _bit(b: int) -> int:
@@ -117,7 +121,12 @@ def _builders() -> ThreadPoolExecutor:
 
 def masks_of(turns: list[tuple[Guide, list[int]]]) -> list[torch.Tensor]:
     """Guide.masks of many (guide, ids) turns, in parallel threads (llguidance fills a mask without the GIL)."""
-    return list(_builders().map(lambda turn: turn[0].masks(turn[1]), turns))
+    return parallel(lambda turn: turn[0].masks(turn[1]), turns)
+
+
+def parallel(fn, items) -> list:
+    """fn over items in threads (for work that drops the GIL: llguidance's)."""
+    return list(_builders().map(fn, items))
 
 
 class Guides:
@@ -132,12 +141,14 @@ class Guides:
         self.tokenizer = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab, eos_token=list(eos_ids),
                                                       slices=slices)
         self._made: dict[tuple[str, str], Guide] = {}
+        self.hf_tokenizer, self.slices = hf_tokenizer, slices  # (the engine's C tokenizer: execrl.rollout.maskpool)
 
     def get(self, kind: str, value) -> Guide:
         key = (kind, value if isinstance(value, str) else json.dumps(value, sort_keys=True))
         if key not in self._made:
             self._made[key] = Guide(f"{kind} {key[1][:60]!r}", grammar_text(kind, value), self.tokenizer, self.words,
                                     self.eos_ids)
+            self._made[key].guides = self  # (its C matchers: execrl.rollout.maskpool)
         return self._made[key]
 
 

@@ -8,6 +8,7 @@ stop strings are checked, and free slots are refilled from waiting requests.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -18,6 +19,8 @@ from execrl.rollout.completion import Completion, eos_ids
 from execrl.rollout.decoder import CachedDecoder
 from execrl.rollout.masks import SlotMasks
 from execrl.rollout.sampling import SamplingParams, request_key, sample, token_keys
+
+MASK_COPY_MS = 0.25  # guided decoding: the masks' copy to the device and the sampling's launch (H100, 256 x 151K)
 
 
 @dataclass
@@ -90,6 +93,11 @@ class RolloutEngine:
         self.logits: torch.Tensor | None = None  # [S, V] guided decoding: a step's logits between its two halves
         self.host_state = torch.zeros(2, slots, dtype=torch.long, pin_memory=dev.type == "cuda")  # tokens, active
         self.copied = torch.cuda.Event() if dev.type == "cuda" else None
+        # guided decoding on a GPU: each step's forward timed (two pairs of events, one per step in turn), and the
+        # host's deadline for the masks: the forward's end less the masks' copy (MASK_COPY_MS)
+        self.timing = [[torch.cuda.Event(enable_timing=True) for _ in range(2)] for _ in range(2)] \
+            if dev.type == "cuda" else None
+        self.forward_ms, self.steps_timed, self.deadline_at, self.forwarded = 0.0, 0, float("inf"), None
 
     @property
     def slots(self) -> int:
@@ -154,7 +162,7 @@ class RolloutEngine:
             window = self._window(max(slot.prompt_len + slot.generated for slot in busy.values()) + steps)
             for _ in range(steps):
                 if call.guides:
-                    self._guided_step(window, call.params, busy)
+                    self._guided_step(window, call.params)
                 else:
                     self._step(window, call.params)
 
@@ -240,12 +248,14 @@ class RolloutEngine:
 
     def _guided_sample(self, params: SamplingParams) -> None:
         """... and its second half: sampling under the masks the host wrote meanwhile."""
-        self._sample(self.logits, params, self.constraints.bitmask())
+        self._sample(self.logits, params, self.constraints.bitmask(), self.constraints.hold)
 
-    def _sample(self, logits: torch.Tensor, params: SamplingParams, bitmask: torch.Tensor | None) -> None:
-        """logits [S, V] (bitmask [S, W] or None) -> each active slot's next token, its logprob, and the state."""
+    def _sample(self, logits: torch.Tensor, params: SamplingParams, bitmask: torch.Tensor | None,
+                hold: torch.Tensor | None = None) -> None:
+        """logits [S, V] (bitmask [S, W] or None) -> each active slot's next token, its logprob, and the state. Slots
+        `hold` [S] (guided decoding: their masks were late) sample nothing and run the same position again next step."""
         tok, lp = sample(logits, params, token_keys(self.keys, self.n_gen), bitmask)  # [S], [S]: token n_gen of each
-        rows, act = self.dec.rows, self.active
+        rows, act = self.dec.rows, self.active if hold is None else self.active & ~hold
         col = self.n_gen.clamp(max=self.dec.max_len - 1)
         self.out_tok[rows, col] = torch.where(act, tok, self.out_tok[rows, col])
         self.out_lp[rows, col] = torch.where(act, lp, self.out_lp[rows, col])
@@ -255,15 +265,21 @@ class RolloutEngine:
             done = done | self._is_eos(tok)
         self.n_gen.copy_(n)
         self.pos.copy_((self.pos + act.long()).clamp(max=self.dec.max_len - 1))
-        self.tokens.copy_(tok)
-        self.active.copy_(act & ~done)
+        if hold is None:
+            self.tokens.copy_(tok)
+            self.active.copy_(act & ~done)
+        else:
+            self.tokens.copy_(torch.where(act, tok, self.tokens))
+            self.active.copy_(self.active & ~(act & done))
 
     def _step(self, window: int, params: SamplingParams) -> None:
         self._run((window, params), lambda: self.body(window, params))
 
-    def _guided_step(self, window: int, params: SamplingParams, busy: dict[int, Slot]) -> None:
-        """A decode step under constraints. The last tokens go to the host ahead of this step's forward, so the host
-        advances the matchers and makes the masks while the device runs the forward; sampling then reads them."""
+    def _guided_step(self, window: int, params: SamplingParams) -> None:
+        """A decode step under constraints. The last tokens go to the host ahead of this step's forward, so the
+        host's workers advance the matchers and write the masks while the device runs the forward; sampling then
+        reads them. On a GPU the host waits for the masks only until the forward is about done (_plan_deadline): the
+        slots whose masks are late sit this step out (SlotMasks)."""
         if self.logits is None:
             self.logits = torch.empty(self.slots, self.constraints.vocab, dtype=self.dec.head.weight.dtype,
                                       device=self.tokens.device)
@@ -271,15 +287,36 @@ class RolloutEngine:
         if self.tokens.is_cuda:
             self.host_state.copy_(state, non_blocking=True)
             self.copied.record()
+            begin, end = self.timing[self.steps_timed % 2]
+            begin.record()
         else:
             self.host_state.copy_(state)
         self._run(("forward", window), lambda: self.forward(window))
         if self.tokens.is_cuda:
-            self.copied.synchronize()
-        tokens, active = self.host_state.tolist()
-        live = [s for s in busy if active[s]]
-        self.constraints.refresh(live, [tokens[s] for s in live])
+            end.record()
+            self.copied.synchronize()  # (this step's forward starts now on the device)
+            self._plan_deadline(end)
+        self.constraints.start(self.host_state[0], self.host_state[1].bool())  # (an active slot is a busy one)
+        self.constraints.settle(self.mask_deadline)
         self._run(("sample", params), lambda: self.guided_sample(params))
+
+    def _plan_deadline(self, forwarded) -> None:
+        """When the host stops waiting for this step's masks: the forward's expected end (the last steps' mean time,
+        read off the previous step's events, done by now) less the time the masks' copy takes, so that sampling
+        follows the forward at once; or the forward's end as it happens, whichever is first."""
+        self.forwarded = forwarded
+        if self.steps_timed:
+            begin, end = self.timing[(self.steps_timed - 1) % 2]
+            ms = begin.elapsed_time(end)
+            self.forward_ms = ms if self.steps_timed == 1 else 0.9 * self.forward_ms + 0.1 * ms
+        self.steps_timed += 1
+        self.deadline_at = time.perf_counter() + max(0.0, self.forward_ms - MASK_COPY_MS) / 1e3 \
+            if self.steps_timed > 1 else float("inf")
+
+    def mask_deadline(self) -> bool:
+        """Whether the host stops waiting for late masks (see _plan_deadline); never on a CPU, where the forward ran
+        before the host got here (tests replace it to hold slots on a CPU too)."""
+        return self.timing is not None and (time.perf_counter() >= self.deadline_at or self.forwarded.query())
 
     def _run(self, key, fn) -> None:
         """fn, as a CUDA graph (captured on first use under `key`) where graphs are on."""

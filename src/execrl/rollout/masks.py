@@ -1,38 +1,45 @@
 """The engine's side of guided decoding: each constrained slot's matcher, and the masks of the next token.
 
-Before each decode step the host reads the token each constrained slot sampled last, advances its matcher by it and
-writes the slot's next mask into a buffer the step reads on the device (an unconstrained slot's row allows every
-token). Sampling then draws from the masked, renormalized distribution and reports logprobs under it
-(execrl.rollout.sampling), which is also what the trainer scores (execrl.guided.Guide.masks).
+At each decode step the host reads the token each constrained slot sampled last and hands the slot to the mask
+threads (execrl.rollout.maskpool): they advance the slot's matcher by it and write the slot's next mask into a
+buffer the step reads on the device (an unconstrained slot's row allows every token), while the device runs the
+step's forward. A mask not ready when the forward ends does not hold the step: its slot is held instead (it samples
+nothing this step and runs the same position again next step, when its mask is ready), so one slow mask costs one
+slot one step, not every slot. Sampling draws from the masked, renormalized distribution and reports logprobs under
+it (execrl.rollout.sampling), which is also what the trainer scores (execrl.guided.Guide.masks). A held slot's
+sample is the one it would have drawn: same logits, same key.
 
 Shapes: S slots, W int32 words per mask (execrl.guided).
 """
 
 from __future__ import annotations
 
-import os
+import time
+from collections.abc import Callable
 
 import torch
+
+from execrl.guided.constraints import ConstraintError, parallel
+from execrl.rollout import maskpool
+
+PENDING, WRITTEN, COMPLETE, FAILED = 0, 1, 2, -1  # a slot's job state, as the mask threads store it
 
 
 class SlotMasks:
     def __init__(self, slots: int, vocab: int, device: torch.device):
         self.slots, self.vocab, self.device = slots, vocab, device
-        self.matchers: list = [None] * slots  # slot -> (guide, matcher) while a constrained request holds it
-        self.ended: set[int] = set()  # slots whose constraint is complete, their rows written (the end only)
+        self.matchers: list = [None] * slots  # slot -> (guide, C matcher) while a constrained request holds it
+        self.retired: dict[int, int] = {}  # slot -> the C matcher of its last request, freed once its job is done
+        self.held = 0  # slot-steps held so far (slots whose mask was late), for benchmarks
+        self.state = torch.full((slots,), WRITTEN, dtype=torch.int32)  # [S] each slot's job state (see above)
+        self.handle = torch.zeros(slots, dtype=torch.int64)  # [S] each slot's C matcher (0: none)
+        self.ended = torch.zeros(slots, dtype=torch.bool)  # [S] the constraint is complete, the end-only row written
         self.host: torch.Tensor | None = None  # [S, W] masks as the host writes them (pinned on GPUs)
         self.masks: torch.Tensor | None = None  # [S, W] on the device: what the decode step reads
-        self._executor = None
+        pin = device.type == "cuda"
+        self.hold_host = torch.zeros(slots, dtype=torch.bool, pin_memory=pin)  # [S] slots that sit this step out
+        self.hold = torch.zeros(slots, dtype=torch.bool, device=device)  # [S] ... as the step reads it
         self.stream = self.ready = None  # (GPUs) the masks' copy stream, and its copy's event
-
-    @property
-    def executor(self):
-        if self._executor is None:
-            import llguidance
-
-            # every core: the calling thread waits for them (llguidance's default: 80% of the cores, up to 32)
-            self._executor = llguidance.LLExecutor(max(1, min(32, os.cpu_count() or 1)))
-        return self._executor
 
     def _buffers(self, words: int) -> None:
         if self.host is None or self.host.shape[1] != words:
@@ -42,15 +49,26 @@ class SlotMasks:
 
     def assign(self, slots: list[int], guides: list) -> None:
         """New requests in `slots`, each constrained by its guide (None: free)."""
+        self._drain(slots)
+        for s in slots:
+            if s in self.retired:
+                maskpool.free(self.retired.pop(s))
         for guide in {id(g): g for g in guides if g is not None}.values():
             self._buffers(guide.words)
             mine = [s for s, g in zip(slots, guides) if g is guide]
-            for s, m in zip(mine, guide.matchers(len(mine))):
+            native = maskpool.native(guide.guides)
+            try:
+                made = parallel(native.matcher, [guide.text] * len(mine))
+            except RuntimeError as e:
+                raise ConstraintError(f"constraint {guide.name}: {e}") from None
+            for s, m in zip(mine, made):
                 self.matchers[s] = (guide, m)
-        self.ended.difference_update(slots)
+                self.handle[s] = m
+        self.ended[slots] = False
         for s, g in zip(slots, guides):
             if g is None:
                 self.matchers[s] = None
+                self.handle[s] = 0
         if self.host is not None:
             self.host[slots] = -1
 
@@ -61,56 +79,83 @@ class SlotMasks:
         """[S or len(rows), W] int32 on the device: the tokens each slot may sample next."""
         return self.masks if rows is None else self.masks[rows]
 
-    def refresh(self, slots: list[int], tokens: list[int] | None = None) -> None:
-        """Advance the constrained ones of `slots` by their last sampled token (`tokens`, one per slot; None: they
-        sampled nothing yet), then write their next masks and send them to the device."""
-        self.advance(slots, tokens)
+    def refresh(self, slots: list[int]) -> None:
+        """The first masks of new requests in `slots`, written and sent (between decode steps: which slots the next
+        step holds is settle()'s to say)."""
+        new = torch.zeros(self.slots, dtype=torch.bool)
+        new[slots] = True
+        self.start(torch.full((self.slots,), -1, dtype=torch.long), new)
+        self._wait(None)
         self.send()
 
-    def advance(self, slots: list[int], tokens: list[int] | None = None) -> None:
-        """refresh's host work: the matchers advanced and the masks written, both in llguidance's threads (without
-        the GIL)."""
-        import llguidance.torch as lt
+    def start(self, tokens: torch.Tensor, live: torch.Tensor) -> None:
+        """Hand the mask threads the constrained `live` slots ([S] bool) that sampled a token last step (`tokens`
+        [S], -1: none yet): their matchers advance by it and write their next masks. A slot held last step keeps the
+        job it has (its token did not change). Tensor work only: a few microseconds, whatever the slots."""
+        go = live & (self.handle != 0) & ~self.ended & (self.state != PENDING) & (~self.hold_host | (tokens < 0))
+        idx = go.nonzero()[:, 0]
+        if not len(idx):
+            return
+        self.state[idx] = PENDING
+        row = self.host.shape[1] * 4
+        jobs = torch.stack([self.handle[idx], tokens[idx], self.host.data_ptr() + idx * row,
+                            self.state.data_ptr() + 4 * idx], 1)  # [n, 4] int64: maskpool.c's job_t each
+        maskpool.pool(row).submit(jobs)
 
-        mine = [s for s in slots if self.matchers[s] is not None]
-        if tokens is not None:
-            last = dict(zip(slots, tokens))
-            moving = [s for s in mine if not self.matchers[s][1].is_stopped()]
-            ok = lt.consume_token_par(self.executor, [(self.matchers[s][1], last[s]) for s in moving]) if moving else []
-            if not all(ok):
-                s = next(s for s, good in zip(moving, ok) if not good)
-                guide, matcher = self.matchers[s]
-                hint = " (an end id that is also ordinary text in this vocabulary?)" if last[s] in guide.eos_ids else ""
-                raise RuntimeError(f"guided decoding: sampled token {last[s]} does not continue its constraint{hint}: "
-                                   f"{matcher.get_error()[:300]}")
-        parallel = []
-        for s in mine:
+    def settle(self, deadline: Callable[[], bool] | None = None) -> None:
+        """Wait for the mask threads until every job is done or `deadline()` is true (None: every job), hold the
+        slots whose masks are not written, and send the masks to the device."""
+        late = self._wait(deadline)
+        self.hold_host.copy_(late)
+        self.held += int(late.sum())
+        self.send()
+
+    def _wait(self, deadline: Callable[[], bool] | None) -> torch.Tensor:
+        """Until no job is pending or the deadline, then one look at the states (a job done after it counts as late):
+        the slots whose constraint completed get the end-only row, a matcher that refused its token is an error; the
+        slots still pending ([S] bool) are returned."""
+        while bool((self.state == PENDING).any()) and not (deadline is not None and deadline()):
+            time.sleep(0)
+        states = self.state.clone()
+        for s in (states == FAILED).nonzero()[:, 0].tolist():
+            self.state[s] = WRITTEN
             guide, matcher = self.matchers[s]
-            if not matcher.is_stopped():
-                parallel.append((matcher, s))
-            elif s not in self.ended:  # only the end of the sequence may follow, from now on
-                guide.fill(matcher, self.host, s)
-                self.ended.add(s)
-        if parallel:
-            lt.fill_next_token_bitmask_par(self.executor, parallel, self.host)
+            raise RuntimeError(f"guided decoding: a token sampled under {guide.name} does not continue it: "
+                               f"{maskpool.error_of(matcher)[:300]}")
+        for s in (states == COMPLETE).nonzero()[:, 0].tolist():
+            self.state[s] = WRITTEN
+            self.matchers[s][0].fill_end(self.host, s)  # only the end of the sequence may follow, from now on
+            self.ended[s] = True
+        return states == PENDING
+
+    def _drain(self, slots) -> None:
+        """Wait for the jobs of `slots` still with the mask threads (a slot's row is not reused under a running
+        job)."""
+        while any(self.state[s] == PENDING for s in slots):
+            time.sleep(0)
 
     def send(self) -> None:
-        """The masks to the device. On a GPU the copy runs on a stream of its own, beside the step's forward (which
-        the host's work overlaps), and the current stream waits for it before what it runs next (the sampling). The
-        host synchronized with the last step that read the masks before it wrote these, so the copy waits for
-        nothing."""
+        """The masks and hold flags to the device. On a GPU the copy runs on a stream of its own, beside the step's
+        forward, and the current stream waits for it before what it runs next (the sampling). The host synchronized
+        with the last step that read them before it wrote these, so the copy waits for nothing."""
         if self.masks is None:
             return
         if self.device.type != "cuda":
             self.masks.copy_(self.host)
+            self.hold.copy_(self.hold_host)
             return
         if self.stream is None:
             self.stream, self.ready = torch.cuda.Stream(self.device), torch.cuda.Event()
         with torch.cuda.stream(self.stream):
             self.masks.copy_(self.host, non_blocking=True)
+            self.hold.copy_(self.hold_host, non_blocking=True)
             self.ready.record()
         torch.cuda.current_stream().wait_event(self.ready)
 
     def release(self, slot: int) -> None:
+        if self.matchers[slot] is not None:
+            self.retired[slot] = self.matchers[slot][1]
         self.matchers[slot] = None
-        self.ended.discard(slot)
+        self.handle[slot] = 0
+        self.ended[slot] = False
+        self.hold_host[slot] = False
