@@ -296,7 +296,7 @@ class RolloutEngine:
             end.record()
             self.copied.synchronize()  # (this step's forward starts now on the device)
             self._plan_deadline(end)
-        self.constraints.start(self.host_state[0], self.host_state[1].bool())  # (an active slot is a busy one)
+        self.constraints.start(self.host_state[0], self.host_state[1])  # (an active slot is a busy one)
         self.constraints.settle(self.mask_deadline)
         self._run(("sample", params), lambda: self.guided_sample(params))
 

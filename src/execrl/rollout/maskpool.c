@@ -30,13 +30,12 @@ typedef struct {
     job_t *ring;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int quit, nthreads;
+    int quit, nthreads, spins;
     pthread_t *threads;
 } pool_t;
 
-/* Spin a while for the next job before sleeping: a decode step hands out jobs every few milliseconds, and waking a
-   sleeping thread can cost more than a mask (on the GPU machine's sandboxed host). */
-#define SPINS 100000
+/* Threads spin a while (spins pauses) for the next job before sleeping: a decode step hands out jobs every few
+   milliseconds, and waking a sleeping thread can cost more than a mask (on the GPU machine's sandboxed host). */
 #if defined(__x86_64__) || defined(__i386__)
 #define RELAX() __builtin_ia32_pause()
 #elif defined(__aarch64__)
@@ -48,7 +47,7 @@ typedef struct {
 static void *run(void *arg) {
     pool_t *p = arg;
     for (;;) {
-        for (int i = 0; i < SPINS && __atomic_load_n(&p->head, __ATOMIC_RELAXED) ==
+        for (int i = 0; i < p->spins && __atomic_load_n(&p->head, __ATOMIC_RELAXED) ==
                                          __atomic_load_n(&p->tail, __ATOMIC_RELAXED); i++)
             RELAX();
         pthread_mutex_lock(&p->mu);
@@ -72,9 +71,10 @@ static void *run(void *arg) {
     }
 }
 
-pool_t *maskpool_new(int nthreads, size_t cap, consume_fn consume, mask_fn mask, stopped_fn stopped,
+pool_t *maskpool_new(int nthreads, int spins, size_t cap, consume_fn consume, mask_fn mask, stopped_fn stopped,
                      size_t mask_bytes) {
     pool_t *p = calloc(1, sizeof(pool_t));
+    p->spins = spins;
     p->consume = consume;
     p->mask = mask;
     p->stopped = stopped;
@@ -90,19 +90,30 @@ pool_t *maskpool_new(int nthreads, size_t cap, consume_fn consume, mask_fn mask,
     return p;
 }
 
-/* Queue n jobs; 0 when they do not fit (more jobs in flight than the ring holds). */
-int maskpool_submit(pool_t *p, const job_t *jobs, size_t n) {
+/* A decode step's jobs, one per slot s < n that is live, has a matcher (handle[s] != 0), is not complete
+   (ended[s] == 0), has no job in flight (state[s] != 0) and sampled a token last step (not held[s], or token < 0:
+   its first mask); its mask goes to rows + s * mask_bytes. Returns the number of jobs, or -1 when they do not fit. */
+int maskpool_step(pool_t *p, size_t n, const int64_t *handle, const int64_t *tokens, const int64_t *live,
+                  const uint8_t *ended, int32_t *state, const uint8_t *held, char *rows) {
     pthread_mutex_lock(&p->mu);
-    if (p->tail - p->head + n > p->cap) {
-        pthread_mutex_unlock(&p->mu);
-        return 0;
+    size_t count = 0;
+    for (size_t s = 0; s < n; s++) {
+        if (!live[s] || !handle[s] || ended[s] || __atomic_load_n(&state[s], __ATOMIC_ACQUIRE) == 0 ||
+            (held[s] && tokens[s] >= 0))
+            continue;
+        if (p->tail - p->head + count + 1 > p->cap) {
+            pthread_mutex_unlock(&p->mu);
+            return -1;
+        }
+        state[s] = 0;
+        job_t job = {(void *)handle[s], tokens[s], (uint32_t *)(rows + s * p->mask_bytes), &state[s]};
+        p->ring[(p->tail + count++) % p->cap] = job;
     }
-    for (size_t i = 0; i < n; i++)
-        p->ring[(p->tail + i) % p->cap] = jobs[i];
-    __atomic_store_n(&p->tail, p->tail + n, __ATOMIC_RELAXED);
-    pthread_cond_broadcast(&p->cv);
+    __atomic_store_n(&p->tail, p->tail + count, __ATOMIC_RELEASE);
+    if (count)
+        pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    return 1;
+    return (int)count;
 }
 
 int maskpool_threads(pool_t *p) { return p->nthreads; }

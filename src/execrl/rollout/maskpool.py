@@ -23,7 +23,11 @@ import weakref
 from copy import copy
 from pathlib import Path
 
+from execrl.guided.constraints import parallel
+
 SOURCE = Path(__file__).with_name("maskpool.c")
+IDLE_GRAMMARS = 64  # grammars whose finished matchers are kept for reuse
+SPINS = 100_000  # pauses an idle mask thread spins for the next job before sleeping (a few milliseconds)
 P = ctypes.c_void_p
 
 
@@ -52,6 +56,8 @@ def llg() -> ctypes.CDLL:
             ("llg_new_matcher", P, [P, ctypes.c_char_p, ctypes.c_char_p]),
             ("llg_matcher_get_error", ctypes.c_char_p, [P]),
             ("llg_matcher_get_mask_byte_size", ctypes.c_size_t, [P]),
+            ("llg_matcher_reset", ctypes.c_int32, [P]),
+            ("llg_matcher_is_error", ctypes.c_bool, [P]),
             ("llg_free_matcher", None, [P])]:
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
@@ -80,9 +86,9 @@ def pool_library() -> ctypes.CDLL:
         os.replace(part, built)
     lib = ctypes.CDLL(str(built))
     lib.maskpool_new.restype = P
-    lib.maskpool_new.argtypes = [ctypes.c_int, ctypes.c_size_t, P, P, P, ctypes.c_size_t]
-    lib.maskpool_submit.restype = ctypes.c_int
-    lib.maskpool_submit.argtypes = [P, P, ctypes.c_size_t]
+    lib.maskpool_new.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_size_t, P, P, P, ctypes.c_size_t]
+    lib.maskpool_step.restype = ctypes.c_int
+    lib.maskpool_step.argtypes = [P, ctypes.c_size_t] + [P] * 7
     lib.maskpool_threads.argtypes = [P]
     return lib
 
@@ -96,15 +102,19 @@ class Pool:
         fn = [ctypes.cast(getattr(c, name), P) for name in
               ("llg_matcher_consume_token", "llg_matcher_compute_mask_into", "llg_matcher_is_stopped")]
         self.lib, self.capacity = lib, capacity
-        self.pool = lib.maskpool_new(threads, capacity, *fn, mask_bytes)
+        spins = SPINS if threads >= 4 else 0  # (where cores are few, a spinning thread takes one from the forward)
+        self.pool = lib.maskpool_new(threads, spins, capacity, *fn, mask_bytes)
         if lib.maskpool_threads(self.pool) < 1:
             raise RuntimeError("guided decoding: no mask thread could be started")
 
-    def submit(self, jobs) -> None:
-        """jobs: [n, 4] int64 tensor, a Job a row: (matcher, token or -1, destination address, state address)."""
-        jobs = jobs.contiguous()
-        if not self.lib.maskpool_submit(self.pool, jobs.data_ptr(), len(jobs)):
+    def step(self, handle, tokens, live, ended, state, held, rows) -> int:
+        """The jobs of a decode step (maskpool.c's maskpool_step): [S] tensors handle, tokens, live (int64), ended,
+        held (bool), state (int32), rows [S, W] int32; the number of jobs handed out."""
+        n = self.lib.maskpool_step(self.pool, len(handle), *(t.data_ptr() for t in (handle, tokens, live, ended,
+                                                                                     state, held, rows)))
+        if n < 0:
             raise RuntimeError(f"guided decoding: more than {self.capacity} mask jobs in flight")
+        return n
 
 
 @functools.cache
@@ -153,9 +163,10 @@ class NativeGuides:
         c.llg_constraint_init_set_defaults(self.init, self.tokenizer)
         ctypes.c_uint32.from_buffer(self.init, 8).value = 0  # log_buffer_level
         ctypes.c_uint32.from_buffer(self.init, 12).value = 0  # log_stderr_level
+        self.idle: dict[str, list[int]] = {}  # grammar -> reset matchers waiting for a request (least recent first)
 
     def matcher(self, grammar: str) -> int:
-        """A C matcher at the start of `grammar` (llguidance's JSON form, execrl.guided.Guide.text)."""
+        """A new C matcher at the start of `grammar` (llguidance's JSON form, execrl.guided.Guide.text)."""
         c = llg()
         m = c.llg_new_matcher(self.init, b"llguidance", grammar.encode())
         error = c.llg_matcher_get_error(m)
@@ -164,11 +175,33 @@ class NativeGuides:
             raise RuntimeError(f"llguidance's C matcher: {error.decode(errors='replace')[:500]}")
         return m
 
+    def matchers(self, grammar: str, n: int) -> list[int]:
+        """n matchers at the start of `grammar`: finished ones reset (recycle()) first, new ones for the rest (in
+        parallel threads: about a millisecond each)."""
+        idle = self.idle.pop(grammar, [])
+        if idle:
+            self.idle[grammar] = idle  # (now the most recently used)
+        mine = [idle.pop() for _ in range(min(n, len(idle)))]
+        return mine + parallel(self.matcher, [grammar] * (n - len(mine)))
+
+    def recycle(self, grammar: str, matcher: int) -> None:
+        """A finished matcher, reset to its start for a later request of the same grammar: its lexer keeps what it
+        built on the way (a fresh matcher builds it again, a few milliseconds per state the whole vocabulary is walked
+        from: 256 fresh matchers entering a fenced block together cost a second of CPU). One that cannot be reset (a
+        grammar with max_tokens or stop= lexemes) is freed; so are the idle matchers of all but the IDLE_GRAMMARS
+        grammars used last."""
+        c = llg()
+        if c.llg_matcher_reset(matcher) != 0 or c.llg_matcher_is_error(matcher):
+            c.llg_free_matcher(matcher)
+            return
+        self.idle.setdefault(grammar, []).append(matcher)
+        while len(self.idle) > IDLE_GRAMMARS:
+            for m in self.idle.pop(next(iter(self.idle))):
+                c.llg_free_matcher(m)
+
 
 def error_of(matcher: int) -> str:
     error = llg().llg_matcher_get_error(matcher)
     return error.decode(errors="replace") if error else "no error recorded"
 
 
-def free(matcher: int) -> None:
-    llg().llg_free_matcher(matcher)

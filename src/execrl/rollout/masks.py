@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from execrl.guided.constraints import ConstraintError, parallel
+from execrl.guided.constraints import ConstraintError
 from execrl.rollout import maskpool
 
 PENDING, WRITTEN, COMPLETE, FAILED = 0, 1, 2, -1  # a slot's job state, as the mask threads store it
@@ -29,8 +29,10 @@ class SlotMasks:
     def __init__(self, slots: int, vocab: int, device: torch.device):
         self.slots, self.vocab, self.device = slots, vocab, device
         self.matchers: list = [None] * slots  # slot -> (guide, C matcher) while a constrained request holds it
-        self.retired: dict[int, int] = {}  # slot -> the C matcher of its last request, freed once its job is done
+        self.retired: dict[int, tuple] = {}  # slot -> (guide, C matcher) of its last request, recycled once its job is done
         self.held = 0  # slot-steps held so far (slots whose mask was late), for benchmarks
+        self.live = 0  # slots in the current step
+        self.hold_share = 0.5  # the most of a step's slots the deadline may hold (more: wait on)
         self.state = torch.full((slots,), WRITTEN, dtype=torch.int32)  # [S] each slot's job state (see above)
         self.handle = torch.zeros(slots, dtype=torch.int64)  # [S] each slot's C matcher (0: none)
         self.ended = torch.zeros(slots, dtype=torch.bool)  # [S] the constraint is complete, the end-only row written
@@ -52,13 +54,13 @@ class SlotMasks:
         self._drain(slots)
         for s in slots:
             if s in self.retired:
-                maskpool.free(self.retired.pop(s))
+                guide, m = self.retired.pop(s)
+                maskpool.native(guide.guides).recycle(guide.text, m)
         for guide in {id(g): g for g in guides if g is not None}.values():
             self._buffers(guide.words)
             mine = [s for s, g in zip(slots, guides) if g is guide]
-            native = maskpool.native(guide.guides)
             try:
-                made = parallel(native.matcher, [guide.text] * len(mine))
+                made = maskpool.native(guide.guides).matchers(guide.text, len(mine))
             except RuntimeError as e:
                 raise ConstraintError(f"constraint {guide.name}: {e}") from None
             for s, m in zip(mine, made):
@@ -82,29 +84,26 @@ class SlotMasks:
     def refresh(self, slots: list[int]) -> None:
         """The first masks of new requests in `slots`, written and sent (between decode steps: which slots the next
         step holds is settle()'s to say)."""
-        new = torch.zeros(self.slots, dtype=torch.bool)
-        new[slots] = True
-        self.start(torch.full((self.slots,), -1, dtype=torch.long), new)
+        new = torch.zeros(self.slots, dtype=torch.int64)
+        new[slots] = 1
+        self.start(torch.full((self.slots,), -1, dtype=torch.int64), new)
         self._wait(None)
         self.send()
 
     def start(self, tokens: torch.Tensor, live: torch.Tensor) -> None:
-        """Hand the mask threads the constrained `live` slots ([S] bool) that sampled a token last step (`tokens`
-        [S], -1: none yet): their matchers advance by it and write their next masks. A slot held last step keeps the
-        job it has (its token did not change). Tensor work only: a few microseconds, whatever the slots."""
-        go = live & (self.handle != 0) & ~self.ended & (self.state != PENDING) & (~self.hold_host | (tokens < 0))
-        idx = go.nonzero()[:, 0]
-        if not len(idx):
-            return
-        self.state[idx] = PENDING
-        row = self.host.shape[1] * 4
-        jobs = torch.stack([self.handle[idx], tokens[idx], self.host.data_ptr() + idx * row,
-                            self.state.data_ptr() + 4 * idx], 1)  # [n, 4] int64: maskpool.c's job_t each
-        maskpool.pool(row).submit(jobs)
+        """Hand the mask threads the constrained `live` slots ([S] int64, nonzero: live) that sampled a token last
+        step (`tokens` [S] int64, -1: none yet): their matchers advance by it and write their next masks. A slot held
+        last step keeps the job it has (its token did not change). One call into the pool, whatever the slots."""
+        if self.host is not None:
+            maskpool.pool(self.host.shape[1] * 4).step(self.handle, tokens, live, self.ended, self.state,
+                                                       self.hold_host, self.host)
+            self.live = int(live.sum())
 
     def settle(self, deadline: Callable[[], bool] | None = None) -> None:
-        """Wait for the mask threads until every job is done or `deadline()` is true (None: every job), hold the
-        slots whose masks are not written, and send the masks to the device."""
+        """Wait for the mask threads until every job is done or `deadline()` is true (None: every job) with at most
+        `hold_share` of the step's slots still pending (a step in which most slots sat out would be mostly wasted: when all the
+        slots meet a slow state together, or at the end of a batch, when the last few remain), hold the slots whose
+        masks are not written, and send the masks to the device."""
         late = self._wait(deadline)
         self.hold_host.copy_(late)
         self.held += int(late.sum())
@@ -114,7 +113,8 @@ class SlotMasks:
         """Until no job is pending or the deadline, then one look at the states (a job done after it counts as late):
         the slots whose constraint completed get the end-only row, a matcher that refused its token is an error; the
         slots still pending ([S] bool) are returned."""
-        while bool((self.state == PENDING).any()) and not (deadline is not None and deadline()):
+        while (pending := int((self.state == PENDING).sum())) and not (
+                deadline is not None and pending <= self.hold_share * self.live and deadline()):
             time.sleep(0)
         states = self.state.clone()
         for s in (states == FAILED).nonzero()[:, 0].tolist():
@@ -154,7 +154,7 @@ class SlotMasks:
 
     def release(self, slot: int) -> None:
         if self.matchers[slot] is not None:
-            self.retired[slot] = self.matchers[slot][1]
+            self.retired[slot] = self.matchers[slot]
         self.matchers[slot] = None
         self.handle[slot] = 0
         self.ended[slot] = False
