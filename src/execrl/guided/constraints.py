@@ -69,7 +69,7 @@ class Guide:
         def build(_):
             return llguidance.LLMatcher(self.tokenizer, self.text, log_level=0)
 
-        made = [build(0)] if n == 1 else list(_builders().map(build, range(n)))
+        made = [build(0)] if n == 1 else parallel(build, range(n))
         if made and made[0].is_error():
             raise ConstraintError(f"constraint {self.name}: {made[0].get_error()}")
         return made

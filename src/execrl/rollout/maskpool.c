@@ -30,7 +30,7 @@ typedef struct {
     job_t *ring;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int quit, nthreads, spins;
+    int nthreads, spins;
     pthread_t *threads;
 } pool_t;
 
@@ -51,12 +51,8 @@ static void *run(void *arg) {
                                          __atomic_load_n(&p->tail, __ATOMIC_RELAXED); i++)
             RELAX();
         pthread_mutex_lock(&p->mu);
-        while (p->head == p->tail && !p->quit)
+        while (p->head == p->tail)
             pthread_cond_wait(&p->cv, &p->mu);
-        if (p->quit) {
-            pthread_mutex_unlock(&p->mu);
-            return NULL;
-        }
         job_t job = p->ring[p->head % p->cap];
         __atomic_store_n(&p->head, p->head + 1, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&p->mu);

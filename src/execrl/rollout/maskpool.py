@@ -55,7 +55,6 @@ def llg() -> ctypes.CDLL:
             ("llg_constraint_init_set_defaults", None, [P, P]),
             ("llg_new_matcher", P, [P, ctypes.c_char_p, ctypes.c_char_p]),
             ("llg_matcher_get_error", ctypes.c_char_p, [P]),
-            ("llg_matcher_get_mask_byte_size", ctypes.c_size_t, [P]),
             ("llg_matcher_reset", ctypes.c_int32, [P]),
             ("llg_matcher_is_error", ctypes.c_bool, [P]),
             ("llg_free_matcher", None, [P])]:

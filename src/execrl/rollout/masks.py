@@ -29,9 +29,10 @@ class SlotMasks:
     def __init__(self, slots: int, vocab: int, device: torch.device):
         self.slots, self.vocab, self.device = slots, vocab, device
         self.matchers: list = [None] * slots  # slot -> (guide, C matcher) while a constrained request holds it
-        self.retired: dict[int, tuple] = {}  # slot -> (guide, C matcher) of its last request, recycled once its job is done
+        self.retired: dict[int, tuple] = {}  # slot -> (guide, C matcher) of its last request, recycled after its job
         self.held = 0  # slot-steps held so far (slots whose mask was late), for benchmarks
         self.live = 0  # slots in the current step
+        self.tokens: torch.Tensor | None = None  # [S] the tokens the current jobs advance by (a held slot's: unchanged)
         self.hold_share = 0.5  # the most of a step's slots the deadline may hold (more: wait on)
         self.state = torch.full((slots,), WRITTEN, dtype=torch.int32)  # [S] each slot's job state (see above)
         self.handle = torch.zeros(slots, dtype=torch.int64)  # [S] each slot's C matcher (0: none)
@@ -97,13 +98,13 @@ class SlotMasks:
         if self.host is not None:
             maskpool.pool(self.host.shape[1] * 4).step(self.handle, tokens, live, self.ended, self.state,
                                                        self.hold_host, self.host)
-            self.live = int(live.sum())
+            self.live, self.tokens = int(live.sum()), tokens
 
     def settle(self, deadline: Callable[[], bool] | None = None) -> None:
         """Wait for the mask threads until every job is done or `deadline()` is true (None: every job) with at most
-        `hold_share` of the step's slots still pending (a step in which most slots sat out would be mostly wasted: when all the
-        slots meet a slow state together, or at the end of a batch, when the last few remain), hold the slots whose
-        masks are not written, and send the masks to the device."""
+        `hold_share` of the step's slots still pending (a step in which most slots sat out would be mostly wasted:
+        when all the slots meet a slow state together, or at the end of a batch, when the last few remain), hold the
+        slots whose masks are not written, and send the masks to the device."""
         late = self._wait(deadline)
         self.hold_host.copy_(late)
         self.held += int(late.sum())
@@ -120,7 +121,9 @@ class SlotMasks:
         for s in (states == FAILED).nonzero()[:, 0].tolist():
             self.state[s] = WRITTEN
             guide, matcher = self.matchers[s]
-            raise RuntimeError(f"guided decoding: a token sampled under {guide.name} does not continue it: "
+            token = int(self.tokens[s])
+            hint = " (an end id that is also ordinary text in this vocabulary?)" if token in guide.eos_ids else ""
+            raise RuntimeError(f"guided decoding: sampled token {token} does not continue {guide.name}{hint}: "
                                f"{maskpool.error_of(matcher)[:300]}")
         for s in (states == COMPLETE).nonzero()[:, 0].tolist():
             self.state[s] = WRITTEN
@@ -131,7 +134,7 @@ class SlotMasks:
     def _drain(self, slots) -> None:
         """Wait for the jobs of `slots` still with the mask threads (a slot's row is not reused under a running
         job)."""
-        while any(self.state[s] == PENDING for s in slots):
+        while bool((self.state[slots] == PENDING).any()):
             time.sleep(0)
 
     def send(self) -> None:
