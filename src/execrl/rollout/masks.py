@@ -67,7 +67,7 @@ class SlotMasks:
             for s, m in zip(mine, made):
                 self.matchers[s] = (guide, m)
                 self.handle[s] = m
-        self.ended[slots] = False
+        self.ended[slots] = self.hold_host[slots] = False  # (a new request's first job is never a held one)
         for s, g in zip(slots, guides):
             if g is None:
                 self.matchers[s] = None
