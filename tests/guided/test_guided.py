@@ -81,11 +81,11 @@ def test_slots_whose_masks_are_late_sit_steps_out_and_sample_what_they_would_hav
     guide = engine.guides.get("grammar", LARK)
     params = SamplingParams(temperature=1.0)
     waited = engine.generate(prompts, 4, 120, params, guides=[guide] * 3, seeds=[4, 5, 6])
-    c, gen, wait = engine.constraints, torch.Generator().manual_seed(0), engine.constraints._wait
-    monkeypatch.setattr(c, "_wait", lambda deadline: wait(deadline) | (torch.rand(c.slots, generator=gen) < 0.5))
-    before = c.held
+    masks, gen, wait = engine.constraints, torch.Generator().manual_seed(0), engine.constraints._wait
+    monkeypatch.setattr(masks, "_wait", lambda deadline: wait(deadline) | (torch.rand(masks.slots, generator=gen) < 0.5))
+    before = masks.held
     late = engine.generate(prompts, 4, 120, params, guides=[guide] * 3, seeds=[4, 5, 6])
-    assert c.held > before  # (slots were held)
+    assert masks.held > before  # (slots were held)
     for a, b in zip((c for g in waited for c in g), (c for g in late for c in g)):
         assert a.ids == b.ids and a.text == b.text
         torch.testing.assert_close(torch.tensor(b.logprobs), torch.tensor(a.logprobs), atol=1e-5, rtol=1e-5)
@@ -221,4 +221,3 @@ def test_on_a_gpu_with_graphs_every_sample_keeps_to_its_constraint(tiny):
                 assert check(c.text), c.text
                 torch.testing.assert_close(torch.tensor(c.logprobs), trainer_logprobs(model, prompt, c, 1.0),
                                            atol=2e-3, rtol=2e-3)
-
