@@ -82,7 +82,8 @@ def test_slots_whose_masks_are_late_sit_steps_out_and_sample_what_they_would_hav
     params = SamplingParams(temperature=1.0)
     waited = engine.generate(prompts, 4, 120, params, guides=[guide] * 3, seeds=[4, 5, 6])
     masks, gen, wait = engine.constraints, torch.Generator().manual_seed(0), engine.constraints._wait
-    monkeypatch.setattr(masks, "_wait", lambda deadline: wait(deadline) | (torch.rand(masks.slots, generator=gen) < 0.5))
+    monkeypatch.setattr(masks, "_wait",
+                        lambda deadline: wait(deadline) | (torch.rand(masks.slots, generator=gen) < 0.5))
     before = masks.held
     late = engine.generate(prompts, 4, 120, params, guides=[guide] * 3, seeds=[4, 5, 6])
     assert masks.held > before  # (slots were held)
