@@ -64,7 +64,8 @@ def main() -> None:
                     "ones and no matcher work (what the engine itself adds)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--default-slices", action="store_true", help="llguidance's default slices only")
+    ap.add_argument("--default-slices", action="store_true", help="llguidance's own slices for every kind "
+                    "(execrl gives regexes and grammars its code slices instead, execrl.guided.slices_for)")
     args = ap.parse_args()
 
     tok = build_tokenizer(args.vocab, Path(args.cache))
@@ -95,7 +96,7 @@ def main() -> None:
     free_s, _, _ = timed_generate(engine, prompts, args.new, params, None, args.repeat)
     rows = [["free", f"{tokens / free_s:,.0f}", "1.00", "-", "-", "-", f"{free_s / args.new * 1e3:.2f}"]]
     slices_note = ""
-    if args.default_slices:  # llguidance's own slices only, without execrl's code ones
+    if args.default_slices:  # llguidance's own slices for every kind (as before execrl chose them per kind)
         import llguidance
 
         engine._guides = Guides(tok, engine.constraints.vocab, engine.eos_list, llguidance.LLTokenizer.general_slices())

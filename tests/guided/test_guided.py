@@ -163,7 +163,7 @@ def test_the_engines_c_matchers_give_the_python_matchers_masks(tiny, kind, value
 
     _, tok, engine, _ = tiny
     guide = engine.guides.get(kind, value)
-    native, c = maskpool.native(engine.guides), maskpool.llg()
+    native, c = maskpool.native(guide), maskpool.llg()
     rng, a, b = random.Random(7), *(torch.empty(1, guide.words, dtype=torch.int32) for _ in range(2))
     steps = completed = 0
     for _ in range(8):
@@ -185,6 +185,36 @@ def test_the_engines_c_matchers_give_the_python_matchers_masks(tiny, kind, value
             steps += 1
         native.recycle(guide.text, mine)
     assert steps > 60 and completed > 0
+
+
+@pytest.mark.parametrize("kind,value", [("regex", r"```python\n([^`]|`[^`]|``[^`])*\n```"), ("json_schema", SCHEMA),
+                                        ("grammar", LARK)])
+def test_each_kind_gets_its_slices_and_slices_do_not_change_a_mask(tiny, kind, value):
+    """Slices only spare llguidance walking tokens it allows whole: a JSON schema's guide takes llguidance's string
+    slices and the code ones, a regex's or a grammar's the code ones only, and along random walks its masks are those
+    of a guide built with the other kind's slices (and with none)."""
+    import random
+
+    import llguidance
+
+    from execrl.guided import CODE_SLICES, Guides
+
+    _, tok, engine, _ = tiny
+    guide = engine.guides.get(kind, value)
+    strings = llguidance.LLTokenizer.general_slices()
+    assert list(guide.slices) == (strings + CODE_SLICES if kind == "json_schema" else CODE_SLICES)
+    others = [Guides(tok, engine.guides.vocab, engine.guides.eos_ids, slices=s).get(kind, value)
+              for s in ([], CODE_SLICES if kind == "json_schema" else strings + CODE_SLICES)]
+    assert all(o.slices != guide.slices for o in others)
+    rng, mask = random.Random(3), torch.empty(1, guide.words, dtype=torch.int32)
+    for _ in range(6):
+        ids, m = [], guide.matcher()
+        while not m.is_stopped() and len(ids) < 40:
+            guide.fill(m, mask, 0)
+            ids.append(rng.choice(unpack(mask, engine.guides.vocab)[0].nonzero()[:, 0].tolist()))
+            assert m.consume_token(ids[-1])
+        for other in others:
+            assert torch.equal(other.masks(ids), guide.masks(ids))
 
 
 def test_a_constraint_that_does_not_compile_is_refused_with_its_reason(tiny):

@@ -1,6 +1,7 @@
 """Guided decoding: constraints (regex, JSON schema, Lark grammar) the sampler keeps every token inside."""
 
 from execrl.guided.constraints import (
+    CODE_SLICES,
     KINDS,
     ConstraintError,
     Guide,
@@ -12,4 +13,5 @@ from execrl.guided.constraints import (
     unpack,
 )
 
-__all__ = ["KINDS", "ConstraintError", "Guide", "Guides", "grammar_text", "masks_of", "pack", "restrict", "unpack"]
+__all__ = ["CODE_SLICES", "KINDS", "ConstraintError", "Guide", "Guides", "grammar_text", "masks_of", "pack", "restrict",
+           "unpack"]

@@ -121,15 +121,17 @@ def pool(mask_bytes: int) -> Pool:
     return Pool(mask_bytes)
 
 
-_natives: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_natives: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Guides -> {slices: NativeGuides}
 
 
-def native(guides) -> NativeGuides:
-    """The C side of an execrl.guided.Guides (made on first use)."""
-    if guides not in _natives:
-        _natives[guides] = NativeGuides(guides.hf_tokenizer, guides.vocab, guides.eos_ids, guides.slices,
-                                        guides.tokenizer)
-    return _natives[guides]
+def native(guide) -> NativeGuides:
+    """The C side of an execrl.guided.Guide: its Guides' tokenizer with its slices (made on first use)."""
+    made = _natives.setdefault(guide.guides, {})
+    if guide.slices not in made:
+        guides = guide.guides
+        made[guide.slices] = NativeGuides(guides.hf_tokenizer, guides.vocab, guides.eos_ids, list(guide.slices),
+                                          guide.tokenizer)
+    return made[guide.slices]
 
 
 class NativeGuides:

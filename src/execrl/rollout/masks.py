@@ -56,12 +56,12 @@ class SlotMasks:
         for s in slots:
             if s in self.retired:
                 guide, m = self.retired.pop(s)
-                maskpool.native(guide.guides).recycle(guide.text, m)
+                maskpool.native(guide).recycle(guide.text, m)
         for guide in {id(g): g for g in guides if g is not None}.values():
             self._buffers(guide.words)
             mine = [s for s, g in zip(slots, guides) if g is guide]
             try:
-                made = maskpool.native(guide.guides).matchers(guide.text, len(mine))
+                made = maskpool.native(guide).matchers(guide.text, len(mine))
             except RuntimeError as e:
                 raise ConstraintError(f"constraint {guide.name}: {e}") from None
             for s, m in zip(mine, made):
