@@ -145,7 +145,8 @@ class Guides:
 
     def __init__(self, hf_tokenizer, vocab: int, eos_ids: list[int], slices: list[str] | None = None):
         self.vocab, self.words, self.eos_ids = vocab, -(-vocab // 32), list(eos_ids)
-        self.hf_tokenizer, self.slices = hf_tokenizer, slices  # (the engine's C tokenizers: execrl.rollout.maskpool)
+        self.hf_tokenizer = hf_tokenizer  # (also read by the engine's C tokenizers: execrl.rollout.maskpool)
+        self.slices = slices  # None: each kind's own (slices_for)
         self._tokenizers: dict[tuple[str, ...], object] = {}
         self._made: dict[tuple[str, str], Guide] = {}
 
