@@ -11,8 +11,9 @@ vocabulary. Every sequence generates `new` tokens (EOS ignored; once a constrain
 EOS). Reported per constraint: tokens/s free and guided, their ratio, the host's wait for the masks per decode step
 (from handing out the jobs to sending the masks: the engine overlaps it with the step's forward) and the share of
 slot-steps held (a slot whose mask was late sits the step out), per token made: the best of --repeat calls after a
-first one, whose matchers they reuse (as a training run's later steps do); "first call": that first call's ratio,
-new matchers building their lexers as they go. Each guided sample is checked against its constraint (its masks recomputed as the trainer does). The row "masks all
+first one, whose matchers they reuse (as a training run's later steps do), against the best of --repeat free calls
+made just before them (so that a machine's drift over the run does not enter the ratio); "first call": that first
+call's ratio, new matchers building their lexers as they go. Each guided sample is checked against its constraint (its masks recomputed as the trainer does). The row "masks all
 ones" runs the guided path with no matcher work: what the engine's split step and masked sampling cost alone.
 """
 
@@ -102,6 +103,7 @@ def main() -> None:
         engine._guides = Guides(tok, engine.constraints.vocab, engine.eos_list, llguidance.LLTokenizer.general_slices())
         slices_note = " (llguidance's slices)"
     for kind in args.kinds.split(","):
+        free_s = timed_generate(engine, prompts, args.new, params, None, args.repeat)[0]  # (the free rate just before)
         guide = engine.guides.get(*CONSTRAINTS["grammar" if kind == "engine" else kind])
         if kind == "engine":  # the engine's own cost: masks all ones, no matcher work (the guided path otherwise)
             masks.SlotMasks.start = lambda self, *a, **k: None

@@ -92,6 +92,27 @@ def test_slots_whose_masks_are_late_sit_steps_out_and_sample_what_they_would_hav
         torch.testing.assert_close(torch.tensor(b.logprobs), torch.tensor(a.logprobs), atol=1e-5, rtol=1e-5)
 
 
+def test_slots_that_consumed_the_same_tokens_share_one_mask(tiny):
+    """Slots whose matchers consumed the same tokens of one constraint are in one state: the mask threads compute
+    its mask once and copy it to the others (maskpool.c's groups). Six greedy samples of one prompt walk together:
+    one mask per step, not six, and each sample is the one a lone request makes, with the trainer's logprobs."""
+    from execrl.rollout import maskpool
+
+    model, tok, engine, prompts = tiny
+    guide = engine.guides.get("grammar", LARK)
+    params = SamplingParams(temperature=0.0)
+    alone = engine.generate(prompts[2:], 1, 80, params, guides=[guide])[0][0]
+    pool = maskpool.pool(guide.words * 4)
+    jobs, computed = pool.counts()
+    out = engine.generate(prompts[2:], engine.slots, 80, params, guides=[guide])[0]
+    jobs, computed = (now - before for now, before in zip(pool.counts(), (jobs, computed)))
+    assert jobs >= engine.slots * len(alone.ids) and computed <= jobs // engine.slots
+    for c in out:
+        assert c.ids == alone.ids and re.fullmatch(r"<think>[^<]*</think>\n```python\n[^`]*\n```", c.text), c.text
+        torch.testing.assert_close(torch.tensor(c.logprobs), trainer_logprobs(model, prompts[2], c, 1.0),
+                                   atol=2e-5, rtol=2e-5)
+
+
 def test_greedy_and_unconstrained_neighbours(tiny):
     """Greedy keeps to the constraint too; a free request in the same call samples exactly what it samples alone."""
     model, tok, engine, prompts = tiny

@@ -90,14 +90,13 @@ class RolloutEngine:
         self.pool = None
         self.constraints = SlotMasks(slots, self.dec.head.weight.shape[0], dev)  # guided decoding: matchers, masks
         self._guides = None
-        self.logits: torch.Tensor | None = None  # [S, V] guided decoding: a step's logits between its two halves
         self.host_state = torch.zeros(2, slots, dtype=torch.long, pin_memory=dev.type == "cuda")  # tokens, active
         self.copied = torch.cuda.Event() if dev.type == "cuda" else None
         # guided decoding on a GPU: each step's forward timed (two pairs of events, one per step in turn), and the
         # host's deadline for the masks: the forward's end less the masks' copy (MASK_COPY_MS)
         self.timing = [[torch.cuda.Event(enable_timing=True) for _ in range(2)] for _ in range(2)] \
             if dev.type == "cuda" else None
-        self.forward_ms, self.steps_timed, self.deadline_at, self.forwarded = 0.0, 0, float("inf"), None
+        self.forward_ms, self.steps_timed, self.deadline_at = 0.0, 0, float("inf")
 
     @property
     def slots(self) -> int:
@@ -242,13 +241,13 @@ class RolloutEngine:
         """One decode step for every slot; all state stays on the device."""
         self._sample(self.dec.decode(self.tokens, self.pos, window), params, None)
 
-    def _forward(self, window: int) -> None:
-        """Guided decoding's first half of a step: the logits into a fixed buffer, while the host makes the masks."""
-        self.logits.copy_(self.dec.decode(self.tokens, self.pos, window))
+    def _forward(self, window: int) -> torch.Tensor:
+        """Guided decoding's first half of a step: the logits [S, V], while the host makes the masks."""
+        return self.dec.decode(self.tokens, self.pos, window)
 
-    def _guided_sample(self, params: SamplingParams) -> None:
+    def _guided_sample(self, logits: torch.Tensor, params: SamplingParams) -> None:
         """... and its second half: sampling under the masks the host wrote meanwhile."""
-        self._sample(self.logits, params, self.constraints.bitmask(), self.constraints.hold)
+        self._sample(logits, params, self.constraints.bitmask(), self.constraints.hold)
 
     def _sample(self, logits: torch.Tensor, params: SamplingParams, bitmask: torch.Tensor | None,
                 hold: torch.Tensor | None = None) -> None:
@@ -280,9 +279,6 @@ class RolloutEngine:
         host's workers advance the matchers and write the masks while the device runs the forward; sampling then
         reads them. On a GPU the host waits for the masks only until the forward is about done (_plan_deadline): the
         slots whose masks are late sit this step out (SlotMasks)."""
-        if self.logits is None:
-            self.logits = torch.empty(self.slots, self.constraints.vocab, dtype=self.dec.head.weight.dtype,
-                                      device=self.tokens.device)
         state = torch.stack([self.tokens, self.active.long()])
         if self.tokens.is_cuda:
             self.host_state.copy_(state, non_blocking=True)
@@ -291,20 +287,19 @@ class RolloutEngine:
             begin.record()
         else:
             self.host_state.copy_(state)
-        self._run(("forward", window), lambda: self.forward(window))
+        logits = self._run(("forward", window), lambda: self.forward(window))  # (a graph's: its static output)
         if self.tokens.is_cuda:
             end.record()
             self.copied.synchronize()  # (this step's forward starts now on the device)
-            self._plan_deadline(end)
+            self._plan_deadline()
         self.constraints.start(self.host_state[0], self.host_state[1])  # (an active slot is a busy one)
-        self.constraints.settle(self.mask_deadline)
-        self._run(("sample", params), lambda: self.guided_sample(params))
+        self.constraints.settle(self.mask_deadline())
+        self._run(("sample", params, window), lambda: self.guided_sample(logits, params))
 
-    def _plan_deadline(self, forwarded) -> None:
+    def _plan_deadline(self) -> None:
         """When the host stops waiting for this step's masks: the forward's expected end (the last steps' mean time,
         read off the previous step's events, done by now) less the time the masks' copy takes, so that sampling
-        follows the forward at once; or the forward's end as it happens, whichever is first."""
-        self.forwarded = forwarded
+        follows the forward at once."""
         if self.steps_timed:
             begin, end = self.timing[(self.steps_timed - 1) % 2]
             ms = begin.elapsed_time(end)
@@ -313,20 +308,22 @@ class RolloutEngine:
         self.deadline_at = time.perf_counter() + max(0.0, self.forward_ms - MASK_COPY_MS) / 1e3 \
             if self.steps_timed > 1 else float("inf")
 
-    def mask_deadline(self) -> bool:
-        """Whether the host stops waiting for late masks (see _plan_deadline); never on a CPU, where the forward ran
-        before the host got here (tests replace it to hold slots on a CPU too)."""
-        return self.timing is not None and (time.perf_counter() >= self.deadline_at or self.forwarded.query())
+    def mask_deadline(self) -> float | None:
+        """When the host stops waiting for late masks (time.perf_counter; see _plan_deadline); None on a CPU, where
+        the forward ran before the host got here."""
+        return self.deadline_at if self.timing is not None else None
 
-    def _run(self, key, fn) -> None:
-        """fn, as a CUDA graph (captured on first use under `key`) where graphs are on."""
+    def _run(self, key, fn):
+        """fn, as a CUDA graph (captured on first use under `key`) where graphs are on; its result (a graph's: the
+        tensors its capture returned, which each replay rewrites in place, so a graph that reads them is keyed by the
+        graph that writes them)."""
         if not self.graphs_on:
-            fn()
-            return
-        graph = self.graphs.get(key)
-        if graph is None:
-            graph = self.graphs[key] = self._capture(fn)
-        graph.replay()
+            return fn()
+        entry = self.graphs.get(key)
+        if entry is None:
+            entry = self.graphs[key] = self._capture(fn)
+        entry[0].replay()
+        return entry[1]
 
     def _capture(self, fn):
         state = [self.tokens, self.pos, self.n_gen, self.active]
@@ -342,8 +339,8 @@ class RolloutEngine:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):  # recorded, not run
-            fn()
-        return graph
+            out = fn()
+        return graph, out
 
 
 def compiled(fn):

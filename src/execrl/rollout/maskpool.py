@@ -87,8 +87,11 @@ def pool_library() -> ctypes.CDLL:
     lib.maskpool_new.restype = P
     lib.maskpool_new.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_size_t, P, P, P, ctypes.c_size_t]
     lib.maskpool_step.restype = ctypes.c_int
-    lib.maskpool_step.argtypes = [P, ctypes.c_size_t] + [P] * 7
+    lib.maskpool_step.argtypes = [P, ctypes.c_size_t] + [P] * 8
     lib.maskpool_threads.argtypes = [P]
+    lib.maskpool_counts.argtypes = [P, P]
+    lib.maskpool_wait.restype = ctypes.c_int
+    lib.maskpool_wait.argtypes = [ctypes.c_size_t, P, P, ctypes.c_double, ctypes.c_double, P, P]
     return lib
 
 
@@ -106,14 +109,20 @@ class Pool:
         if lib.maskpool_threads(self.pool) < 1:
             raise RuntimeError("guided decoding: no mask thread could be started")
 
-    def step(self, handle, tokens, live, ended, state, held, rows) -> int:
-        """The jobs of a decode step (maskpool.c's maskpool_step): [S] tensors handle, tokens, live (int64), ended,
-        held (bool), state (int32), rows [S, W] int32; the number of jobs handed out."""
-        n = self.lib.maskpool_step(self.pool, len(handle), *(t.data_ptr() for t in (handle, tokens, live, ended,
-                                                                                     state, held, rows)))
+    def step(self, handle, tokens, live, ends, state, held, rows, keys) -> int:
+        """The jobs of a decode step (maskpool.c's maskpool_step): [S] tensors handle, tokens, live, ends (row
+        addresses), keys (int64), held (bool), state (int32), rows [S, W] int32; the number of jobs handed out."""
+        n = self.lib.maskpool_step(self.pool, len(handle), *(t.data_ptr() for t in (handle, tokens, live, ends,
+                                                                                     state, held, rows, keys)))
         if n < 0:
             raise RuntimeError(f"guided decoding: more than {self.capacity} mask jobs in flight")
         return n
+
+    def counts(self) -> tuple[int, int]:
+        """(jobs done, masks computed) so far: a group's followers compute none (maskpool.c)."""
+        out = (ctypes.c_int64 * 2)()
+        self.lib.maskpool_counts(self.pool, out)
+        return out[0], out[1]
 
 
 @functools.cache
@@ -136,6 +145,12 @@ def native(guide) -> NativeGuides:
 
 class NativeGuides:
     """llguidance's C tokenizer for a Guides' vocabulary, and C matchers of its constraints."""
+
+    def key(self, grammar: str) -> int:
+        """The key a request of `grammar` starts from (maskpool.c: slots of equal keys share their masks): one per
+        (tokenizer, slices, grammar) in this process."""
+        return int.from_bytes(hashlib.blake2b(f"{id(self)}\0{grammar}".encode(), digest_size=8).digest(), "little",
+                              signed=True)
 
     def __init__(self, hf_tokenizer, vocab: int, eos_ids: list[int], slices: list[str], py_tokenizer):
         c = llg()

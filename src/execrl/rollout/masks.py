@@ -7,15 +7,18 @@ step's forward. A mask not ready when the forward ends does not hold the step: i
 nothing this step and runs the same position again next step, when its mask is ready), so one slow mask costs one
 slot one step, not every slot. Sampling draws from the masked, renormalized distribution and reports logprobs under
 it (execrl.rollout.sampling), which is also what the trainer scores (execrl.guided.Guide.masks). A held slot's
-sample is the one it would have drawn: same logits, same key.
+sample is the one it would have drawn: same logits, same key. Slots that consumed the same tokens of one constraint
+share one mask computation (maskpool.c's groups: a batch's samples start in one state and walk a constraint's fixed
+text together), and the wait for the masks runs in C too (maskpool_wait), so that little host work lies between the
+deadline and the sampling's launch.
 
 Shapes: S slots, W int32 words per mask (execrl.guided).
 """
 
 from __future__ import annotations
 
+import ctypes
 import time
-from collections.abc import Callable
 
 import torch
 
@@ -31,12 +34,15 @@ class SlotMasks:
         self.matchers: list = [None] * slots  # slot -> (guide, C matcher) while a constrained request holds it
         self.retired: dict[int, tuple] = {}  # slot -> (guide, C matcher) of its last request, recycled after its job
         self.held = 0  # slot-steps held so far (slots whose mask was late), for benchmarks
-        self.live = 0  # slots in the current step
+        self.late = 0  # slots held this step
         self.tokens: torch.Tensor | None = None  # [S] the tokens the current jobs advance by (a held slot's: unchanged)
+        self.live = torch.zeros(slots, dtype=torch.int64)  # [S] the slots of the current step (nonzero: live)
         self.hold_share = 0.5  # the most of a step's slots the deadline may hold (more: wait on)
         self.state = torch.full((slots,), WRITTEN, dtype=torch.int32)  # [S] each slot's job state (see above)
         self.handle = torch.zeros(slots, dtype=torch.int64)  # [S] each slot's C matcher (0: none)
-        self.ended = torch.zeros(slots, dtype=torch.bool)  # [S] the constraint is complete, the end-only row written
+        self.keys = torch.zeros(slots, dtype=torch.int64)  # [S] its constraint and tokens so far, hashed (maskpool.c)
+        self.ends = torch.zeros(slots, dtype=torch.int64)  # [S] the address of its end-only row (end_row)
+        self.end_rows: dict[tuple, torch.Tensor] = {}  # (W, end ids) -> [W] the mask allowing only the end
         self.host: torch.Tensor | None = None  # [S, W] masks as the host writes them (pinned on GPUs)
         self.masks: torch.Tensor | None = None  # [S, W] on the device: what the decode step reads
         pin = device.type == "cuda"
@@ -50,9 +56,19 @@ class SlotMasks:
                                    pin_memory=self.device.type == "cuda")
             self.masks = torch.full((self.slots, words), -1, dtype=torch.int32, device=self.device)
 
+    def end_row(self, guide) -> torch.Tensor:
+        """[W] int32: the mask of a complete constraint (only the end of the sequence), which its slot's job writes."""
+        key = (guide.words, tuple(guide.eos_ids))
+        if key not in self.end_rows:
+            row = torch.zeros(1, guide.words, dtype=torch.int32)
+            guide.fill_end(row, 0)
+            self.end_rows[key] = row[0]
+        return self.end_rows[key]
+
     def assign(self, slots: list[int], guides: list) -> None:
         """New requests in `slots`, each constrained by its guide (None: free)."""
         self._drain(slots)
+        self.state[slots] = WRITTEN
         for s in slots:
             if s in self.retired:
                 guide, m = self.retired.pop(s)
@@ -67,7 +83,9 @@ class SlotMasks:
             for s, m in zip(mine, made):
                 self.matchers[s] = (guide, m)
                 self.handle[s] = m
-        self.ended[slots] = self.hold_host[slots] = False  # (a new request's first job is never a held one)
+            self.keys[mine] = maskpool.native(guide).key(guide.text)
+            self.ends[mine] = self.end_row(guide).data_ptr()
+        self.hold_host[slots] = False  # (a new request's first job is never a held one)
         for s, g in zip(slots, guides):
             if g is None:
                 self.matchers[s] = None
@@ -88,7 +106,9 @@ class SlotMasks:
         new = torch.zeros(self.slots, dtype=torch.int64)
         new[slots] = 1
         self.start(torch.full((self.slots,), -1, dtype=torch.int64), new)
-        self._wait(None)
+        self._drain(slots)  # (the other slots' hold flags stay: a held slot keeps its job at the next step)
+        if bool((self.state[slots] == FAILED).any()):
+            self._failed()
         self.send()
 
     def start(self, tokens: torch.Tensor, live: torch.Tensor) -> None:
@@ -96,40 +116,47 @@ class SlotMasks:
         step (`tokens` [S] int64, -1: none yet): their matchers advance by it and write their next masks. A slot held
         last step keeps the job it has (its token did not change). One call into the pool, whatever the slots."""
         if self.host is not None:
-            maskpool.pool(self.host.shape[1] * 4).step(self.handle, tokens, live, self.ended, self.state,
-                                                       self.hold_host, self.host)
-            self.live, self.tokens = int(live.sum()), tokens
+            maskpool.pool(self.host.shape[1] * 4).step(self.handle, tokens, live, self.ends, self.state,
+                                                       self.hold_host, self.host, self.keys)
+            self.live, self.tokens = live, tokens
 
-    def settle(self, deadline: Callable[[], bool] | None = None) -> None:
-        """Wait for the mask threads until every job is done or `deadline()` is true (None: every job) with at most
-        `hold_share` of the step's slots still pending (a step in which most slots sat out would be mostly wasted:
-        when all the slots meet a slow state together, or at the end of a batch, when the last few remain), hold the
-        slots whose masks are not written, and send the masks to the device."""
+    def settle(self, deadline: float | None = None) -> None:
+        """Wait for the mask threads until every job is done or the clock (time.perf_counter) passes `deadline`
+        (None: every job) with at most `hold_share` of the step's slots still pending (a step in which most slots sat
+        out would be mostly wasted: when all the slots meet a slow state together, or at the end of a batch, when the
+        last few remain), hold the slots whose masks are not written, and send the masks to the device."""
         late = self._wait(deadline)
-        self.hold_host.copy_(late)
-        self.held += int(late.sum())
+        if late is not self.hold_host:  # (a test's stand-in for the wait)
+            self.hold_host.copy_(late)
+            self.late = int(late.sum())
+        self.held += self.late
         self.send()
 
-    def _wait(self, deadline: Callable[[], bool] | None) -> torch.Tensor:
-        """Until no job is pending or the deadline, then one look at the states (a job done after it counts as late):
-        the slots whose constraint completed get the end-only row, a matcher that refused its token is an error; the
-        slots still pending ([S] bool) are returned."""
-        while (pending := int((self.state == PENDING).sum())) and not (
-                deadline is not None and pending <= self.hold_share * self.live and deadline()):
-            time.sleep(0)
-        states = self.state.clone()
-        for s in (states == FAILED).nonzero()[:, 0].tolist():
-            self.state[s] = WRITTEN
-            guide, matcher = self.matchers[s]
-            token = int(self.tokens[s])
-            hint = " (an end id that is also ordinary text in this vocabulary?)" if token in guide.eos_ids else ""
-            raise RuntimeError(f"guided decoding: sampled token {token} does not continue {guide.name}{hint}: "
-                               f"{maskpool.error_of(matcher)[:300]}")
-        for s in (states == COMPLETE).nonzero()[:, 0].tolist():
-            self.state[s] = WRITTEN
-            self.matchers[s][0].fill_end(self.host, s)  # only the end of the sequence may follow, from now on
-            self.ended[s] = True
-        return states == PENDING
+    def _wait(self, deadline: float | None) -> torch.Tensor:
+        """The wait (maskpool.c's maskpool_wait, which marks the late slots in hold_host); a job done after it counts
+        as late. A matcher that refused its token is an error. Returns hold_host ([S] bool: the late slots)."""
+        if self.host is None:
+            self.late = 0
+            return self.hold_host
+        failed = ctypes.c_int(0)
+        self.late = maskpool.pool_library().maskpool_wait(
+            self.slots, self.state.data_ptr(), self.live.data_ptr(), -1.0 if deadline is None else deadline,
+            self.hold_share, self.hold_host.data_ptr(), ctypes.byref(failed))
+        if failed.value:
+            self._failed()
+        return self.hold_host
+
+    def _failed(self) -> None:
+        """The error of a slot whose matcher refused its token (or failed to write a mask)."""
+        s = int((self.state == FAILED).nonzero()[0, 0])
+        self.state[s] = WRITTEN
+        guide, matcher = self.matchers[s]
+        token = int(self.tokens[s])
+        if token < 0:
+            raise RuntimeError(f"guided decoding: {guide.name} gave no first mask: {maskpool.error_of(matcher)[:300]}")
+        hint = " (an end id that is also ordinary text in this vocabulary?)" if token in guide.eos_ids else ""
+        raise RuntimeError(f"guided decoding: sampled token {token} does not continue {guide.name}{hint}: "
+                           f"{maskpool.error_of(matcher)[:300]}")
 
     def _drain(self, slots) -> None:
         """Wait for the jobs of `slots` still with the mask threads (a slot's row is not reused under a running
@@ -160,5 +187,4 @@ class SlotMasks:
             self.retired[slot] = self.matchers[slot]
         self.matchers[slot] = None
         self.handle[slot] = 0
-        self.ended[slot] = False
         self.hold_host[slot] = False
