@@ -113,6 +113,36 @@ def test_slots_that_consumed_the_same_tokens_share_one_mask(tiny):
                                    atol=2e-5, rtol=2e-5)
 
 
+def test_a_discarded_engine_frees_its_c_matchers_and_tokenizer(tiny, monkeypatch):
+    """The engine's C matchers (and the C tokenizer of its constraints) are freed when the engine and its guides go:
+    a process that builds engines over and over (an evaluation each epoch) does not grow."""
+    import gc
+    import weakref
+
+    from execrl.rollout import maskpool
+
+    model, tok, _, prompts = tiny
+    while gc.collect():  # (other tests' engines first)
+        pass
+    lib, made, freed, tokenizers = maskpool.llg(), set(), set(), []
+    new, free, free_tok = lib.llg_new_matcher, lib.llg_free_matcher, lib.llg_free_tokenizer
+    monkeypatch.setattr(lib, "llg_new_matcher", lambda *a: made.add(m := new(*a)) or m)
+    monkeypatch.setattr(lib, "llg_free_matcher", lambda m: freed.add(m) or free(m))
+    monkeypatch.setattr(lib, "llg_free_tokenizer", lambda t: tokenizers.append(t) or free_tok(t))
+    engine = RolloutEngine(model, tok, slots=4, max_len=128, sync_every=4)
+    guide = engine.guides.get("regex", r"(yes|no), [a-z]{1,6}\.")
+    for seed in (1, 2):  # (the second call reuses the first's matchers)
+        out = engine.generate(prompts[:2], 3, 32, SamplingParams(temperature=1.0), guides=[guide] * 2, seeds=[seed, 3])
+        assert all(re.fullmatch(r"(yes|no), [a-z]{1,6}\.", c.text) for g in out for c in g)
+    assert made and not made & freed and not tokenizers
+    alive, tokenizer = weakref.ref(engine), maskpool.native(guide).tokenizer
+    del engine, guide, out
+    while gc.collect():  # (the engine's cycles; its matchers' callback then lets its guides' cycles go)
+        pass
+    assert alive() is None, [type(r) for r in gc.get_referrers(alive())]
+    assert made <= freed and tokenizer in tokenizers
+
+
 def test_greedy_and_unconstrained_neighbours(tiny):
     """Greedy keeps to the constraint too; a free request in the same call samples exactly what it samples alone."""
     model, tok, engine, prompts = tiny

@@ -57,7 +57,8 @@ def llg() -> ctypes.CDLL:
             ("llg_matcher_get_error", ctypes.c_char_p, [P]),
             ("llg_matcher_reset", ctypes.c_int32, [P]),
             ("llg_matcher_is_error", ctypes.c_bool, [P]),
-            ("llg_free_matcher", None, [P])]:
+            ("llg_free_matcher", None, [P]),
+            ("llg_free_tokenizer", None, [P])]:
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
     return lib
@@ -180,6 +181,9 @@ class NativeGuides:
         ctypes.c_uint32.from_buffer(self.init, 8).value = 0  # log_buffer_level
         ctypes.c_uint32.from_buffer(self.init, 12).value = 0  # log_stderr_level
         self.idle: dict[str, list[int]] = {}  # grammar -> reset matchers waiting for a request (least recent first)
+        # freed with this object (at the interpreter's exit the process's memory goes anyway); matchers still in use
+        # keep what they need of the tokenizer (llguidance counts its references)
+        weakref.finalize(self, _free_native, self.tokenizer, self.idle).atexit = False
 
     def matcher(self, grammar: str) -> int:
         """A new C matcher at the start of `grammar` (llguidance's JSON form, execrl.guided.Guide.text)."""
@@ -214,6 +218,15 @@ class NativeGuides:
         while len(self.idle) > IDLE_GRAMMARS:
             for m in self.idle.pop(next(iter(self.idle))):
                 c.llg_free_matcher(m)
+
+
+def _free_native(tokenizer: int, idle: dict[str, list[int]]) -> None:
+    c = llg()
+    for matchers in idle.values():
+        for m in matchers:
+            c.llg_free_matcher(m)
+    idle.clear()
+    c.llg_free_tokenizer(tokenizer)
 
 
 def error_of(matcher: int) -> str:

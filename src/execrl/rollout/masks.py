@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+import weakref
 
 import torch
 
@@ -49,6 +50,9 @@ class SlotMasks:
         self.hold_host = torch.zeros(slots, dtype=torch.bool, pin_memory=pin)  # [S] slots that sit this step out
         self.hold = torch.zeros(slots, dtype=torch.bool, device=device)  # [S] ... as the step reads it
         self.stream = self.ready = None  # (GPUs) the masks' copy stream, and its copy's event
+        # a discarded engine's C matchers are freed once no job uses them (the callback keeps the attributes, rows and
+        # states the jobs write, alive until then)
+        weakref.finalize(self, _free_matchers, self.__dict__).atexit = False
 
     def _buffers(self, words: int) -> None:
         if self.host is None or self.host.shape[1] != words:
@@ -188,3 +192,14 @@ class SlotMasks:
         self.matchers[slot] = None
         self.handle[slot] = 0
         self.hold_host[slot] = False
+
+
+def _free_matchers(attributes: dict) -> None:
+    """A discarded SlotMasks' C matchers (its attributes), freed once no job uses them; not recycled: their guides
+    often go with the engine."""
+    while bool((attributes["state"] == PENDING).any()):
+        time.sleep(0)
+    for entry in [m for m in attributes["matchers"] if m is not None] + list(attributes["retired"].values()):
+        maskpool.llg().llg_free_matcher(entry[1])
+    attributes["matchers"][:] = [None] * len(attributes["matchers"])
+    attributes["retired"].clear()
