@@ -287,7 +287,8 @@ class RolloutEngine:
             begin.record()
         else:
             self.host_state.copy_(state)
-        logits = self._run(("forward", window), lambda: self.forward(window))  # (a graph's: its static output)
+        # on a GPU the forward graph's own output (no copy; each window's graph keeps its [S, V] logits)
+        logits = self._run(("forward", window), lambda: self.forward(window))
         if self.tokens.is_cuda:
             end.record()
             self.copied.synchronize()  # (this step's forward starts now on the device)
