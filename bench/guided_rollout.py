@@ -13,8 +13,9 @@ EOS). Reported per constraint: tokens/s free and guided, their ratio, the host's
 slot-steps held (a slot whose mask was late sits the step out), per token made: the best of --repeat calls after a
 first one, whose matchers they reuse (as a training run's later steps do), against the best of --repeat free calls
 made just before them (so that a machine's drift over the run does not enter the ratio); "first call": that first
-call's ratio, new matchers building their lexers as they go. Each guided sample is checked against its constraint (its masks recomputed as the trainer does). The row "masks all
-ones" runs the guided path with no matcher work: what the engine's split step and masked sampling cost alone.
+call's ratio, new matchers building their lexers as they go. Each guided sample is checked against its constraint
+(its masks recomputed as the trainer does). The row "masks all ones" runs the guided path with no matcher work: what
+the engine's split step and masked sampling cost alone.
 """
 
 from __future__ import annotations

@@ -147,12 +147,6 @@ def native(guide) -> NativeGuides:
 class NativeGuides:
     """llguidance's C tokenizer for a Guides' vocabulary, and C matchers of its constraints."""
 
-    def key(self, grammar: str) -> int:
-        """The key a request of `grammar` starts from (maskpool.c: slots of equal keys share their masks): one per
-        (tokenizer, slices, grammar) in this process."""
-        return int.from_bytes(hashlib.blake2b(f"{id(self)}\0{grammar}".encode(), digest_size=8).digest(), "little",
-                              signed=True)
-
     def __init__(self, hf_tokenizer, vocab: int, eos_ids: list[int], slices: list[str], py_tokenizer):
         c = llg()
         backend = copy(hf_tokenizer.backend_tokenizer)  # as llguidance.hf.from_tokenizer reads it
@@ -184,6 +178,12 @@ class NativeGuides:
         # freed with this object (at the interpreter's exit the process's memory goes anyway); matchers still in use
         # keep what they need of the tokenizer (llguidance counts its references)
         weakref.finalize(self, _free_native, self.tokenizer, self.idle).atexit = False
+
+    def key(self, grammar: str) -> int:
+        """The key a request of `grammar` starts from (maskpool.c: slots of equal keys share their masks): one per
+        (tokenizer, slices, grammar) in this process."""
+        return int.from_bytes(hashlib.blake2b(f"{id(self)}\0{grammar}".encode(), digest_size=8).digest(), "little",
+                              signed=True)
 
     def matcher(self, grammar: str) -> int:
         """A new C matcher at the start of `grammar` (llguidance's JSON form, execrl.guided.Guide.text)."""

@@ -79,15 +79,15 @@ class SlotMasks:
                 maskpool.native(guide).recycle(guide.text, m)
         for guide in {id(g): g for g in guides if g is not None}.values():
             self._buffers(guide.words)
-            mine = [s for s, g in zip(slots, guides) if g is guide]
+            mine, native = [s for s, g in zip(slots, guides) if g is guide], maskpool.native(guide)
             try:
-                made = maskpool.native(guide).matchers(guide.text, len(mine))
+                made = native.matchers(guide.text, len(mine))
             except RuntimeError as e:
                 raise ConstraintError(f"constraint {guide.name}: {e}") from None
             for s, m in zip(mine, made):
                 self.matchers[s] = (guide, m)
                 self.handle[s] = m
-            self.keys[mine] = maskpool.native(guide).key(guide.text)
+            self.keys[mine] = native.key(guide.text)
             self.ends[mine] = self.end_row(guide).data_ptr()
         self.hold_host[slots] = False  # (a new request's first job is never a held one)
         for s, g in zip(slots, guides):
