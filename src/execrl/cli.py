@@ -130,7 +130,7 @@ def run_train(args) -> int:
     err = Console(stderr=True, soft_wrap=True)
     if args.config and "=" in args.config:  # `execrl train key=value ...` with the built-in default
         args.overrides, args.config = [args.config, *args.overrides], None
-    from execrl.config.checks import check_model, no_effect_note, validate
+    from execrl.config.checks import check_model, differences_note, no_effect_note, validate
 
     try:
         cfg = load_config(args.config, args.overrides)
@@ -139,9 +139,9 @@ def run_train(args) -> int:
         err.print(f"[red]config error:[/] {escape(str(e))}")
         return 2
     launch = multi_gpu_launch(cfg, args)
-    note = no_effect_note(cfg)
-    if note:
-        err.print(escape(note))
+    for note in (no_effect_note(cfg), differences_note(cfg)):
+        if note:
+            err.print(escape(note))
     if args.dry_run:
         print(to_yaml(cfg))
         print("# batch arithmetic")

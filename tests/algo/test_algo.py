@@ -111,13 +111,14 @@ def test_kl_penalties():
 
 
 def test_on_policy_kl_approximation_weights_the_kl_by_current_over_sampler():
-    # logp = -1, ref = -2, sampler = -1.5: w = e^0.5 (a constant), k3 = e^-1; d k3 / d logp = 1 - e^-1
+    # logp = -1, ref = -2, sampler = -1.5: w = e^(logp - sampler) = e^0.5, k3 = e^-1; d k3 / d logp = 1 - e^-1 and
+    # d w / d logp = w (NeMo RL: not detached): d (w k3) / d logp = w (k3 + 1 - e^-1) = w
     t = terms([[-1.0]], [[-1.0]], [0.0], ref_logprobs=T([[-2.0]]), sampler_logprobs=T([[-1.5]]))
     kl = LossConfig(reference_policy_kl_penalty=0.5, reference_policy_kl_type="k3")
     loss, _ = policy_loss(t, kl.model_copy(update={"use_on_policy_kl_approximation": True}), num_tokens=1, num_seqs=1)
     assert loss.item() == pytest.approx(0.5 * math.exp(0.5) * math.exp(-1))
     loss.backward()
-    assert t.logprobs.grad.item() == pytest.approx(0.5 * math.exp(0.5) * (1 - math.exp(-1)))
+    assert t.logprobs.grad.item() == pytest.approx(0.5 * math.exp(0.5))
     plain, _ = policy_loss(terms([[-1.0]], [[-1.0]], [0.0], ref_logprobs=T([[-2.0]]), sampler_logprobs=T([[-1.5]])),
                            kl, num_tokens=1, num_seqs=1)
     assert plain.item() == pytest.approx(0.5 * math.exp(-1))
@@ -221,12 +222,14 @@ def test_icepop_drops_tokens_outside_the_band_and_tis_cuts():
     from execrl.algo.loss import importance_weight
 
     # weights e^-1 = 0.37, 1, e^1 = 2.72 against the band [0.5, 2]
-    log_w = T([[-1.0, 0.0, 1.0]])
-    ice, out = importance_weight(log_w, "icepop", 2.0, 0.5)
+    w = torch.exp(T([[-1.0, 0.0, 1.0]]))
+    ice, out = importance_weight(w, "icepop", 2.0, 0.5)
     assert ice.tolist() == [[0.0, 1.0, 0.0]] and out.tolist() == [[True, False, True]]
-    tis, _ = importance_weight(log_w, "tis", 2.0, None)
+    tis, _ = importance_weight(w, "tis", 2.0, None)
     assert tis[0].tolist() == pytest.approx([math.exp(-1), 1.0, 2.0])
-    none, _ = importance_weight(log_w, "tis", None, None)  # NeMo RL's default: no bound
+    tis_min, out = importance_weight(w, "tis", 2.0, 0.5)  # NeMo RL: tis clamps to [ratio_min, ratio]
+    assert tis_min[0].tolist() == pytest.approx([0.5, 1.0, 2.0]) and out.tolist() == [[True, False, True]]
+    none, _ = importance_weight(w, "tis", None, None)  # NeMo RL's default: no bound
     assert none[0, 2].item() == pytest.approx(math.e)
 
 

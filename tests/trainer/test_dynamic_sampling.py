@@ -19,6 +19,7 @@ from execrl.trainer.step import advantages, build_batch
 from .test_train import run as train_run
 
 G = 4
+DS = ("grpo.use_dynamic_sampling=true", "grpo.use_leave_one_out_baseline=false")  # (NeMo RL's DAPO recipes)
 # the rewards each problem's group gets: flat (all equal), informative, or with sandbox failures (None)
 REWARDS = {"flat0": [0.0] * G, "flat1": [1.0] * G, "mixed": [0.0, 1.0, 0.0, 0.0], "half": [1.0, 1.0, 0.0, 0.0],
            "one_valid": [1.0, None, None, None], "infra_mixed": [0.0, None, 1.0, 1.0]}
@@ -94,17 +95,50 @@ def test_config_dynamic_sampling_keys():
     from execrl.config.checks import check_supported, no_effect_note
 
     with pytest.raises(ConfigError, match="async GRPO"):
-        check_supported(load_config(None, ["grpo.use_dynamic_sampling=true", "grpo.async_grpo.enabled=true"]))
-    check_supported(load_config(None, ["grpo.use_dynamic_sampling=true"]))
+        check_supported(load_config(None, [*DS, "grpo.async_grpo.enabled=true"]))
+    check_supported(load_config(None, [*DS]))
     assert "batch_multiplier" in no_effect_note(load_config(None, ["grpo.batch_multiplier=2"]))
-    assert no_effect_note(load_config(None, ["grpo.use_dynamic_sampling=true", "grpo.batch_multiplier=2"])) is None
+    assert no_effect_note(load_config(None, [*DS, "grpo.batch_multiplier=2"])) is None
     with pytest.raises(ConfigError):
         load_config(None, ["grpo.dynamic_sampling_max_gen_batches=0"])
 
 
+def test_dynamic_sampling_counts_rounds_and_prompts_as_nemo_rl():
+    """NeMo RL draws int(num_prompts_per_step x batch_multiplier) prompts a round (16 x 1.3: 20, not 21) and allows
+    dynamic_sampling_max_gen_batches + 1 rounds; with leave-one-out it filters single samples (execrl: refused)."""
+    from execrl.config import plan
+    from execrl.config.checks import check_supported
+
+    cfg = load_config(None, [*DS, "grpo.num_prompts_per_step=16", "grpo.batch_multiplier=1.3",
+                             "policy.train_global_batch_size=128"])
+    assert plan(cfg).prompts_per_round == 20
+    assert "11 rounds at most" in plan(load_config(None, [*DS])).describe(load_config(None, [*DS]))
+    with pytest.raises(ConfigError, match="use_leave_one_out_baseline=false"):
+        check_supported(load_config(None, ["grpo.use_dynamic_sampling=true"]))
+    pipe, drawn = pipeline(["flat0", "flat1", "flat0", "mixed"], 1, 1, 3 + 1)  # max_gen_batches 3: a 4th round
+    rollouts, info = pipe.next(0, {})
+    assert ids(rollouts.episodes) == ["mixed"] and info["dynamic_sampling_rounds"] == 4
+
+
+def test_dynamic_sampling_decides_on_the_reward_before_shaping_and_normalizes_by_its_std():
+    """NeMo RL: a group whose task rewards are equal is flat even where the overlong penalty makes the totals differ;
+    a kept group's advantages are its shaped rewards less their mean, divided by the std of the unshaped ones."""
+    shaped = [Reward(1.0 - p, shaping=-p) for p in (0.0, 0.5, 0.0, 0.25)]  # all pass, two of them overlong
+    mixed = [Reward(r - p, shaping=-p) for r, p in ((1.0, 0.0), (0.0, 0.0), (1.0, 0.5), (0.0, 0.0))]
+    groups = [Problem(i, [], "math", answer="1") for i in ("penalized", "mixed")]
+    eps = [Episode(p, None, [], Trajectory([1], [Segment([2], True)]), None, r)
+           for p, rs in zip(groups, (shaped, mixed)) for r in rs]
+    kept, dropped = informative(Rollouts(eps, G))
+    assert [g[0].problem.id for g in kept] == ["mixed"] and ids(dropped) == ["penalized"]
+    cfg = load_config(None, [*DS, "grpo.num_generations_per_prompt=4"])
+    adv, _, _ = advantages(Rollouts(eps[G:], G), cfg)
+    # shaped [1, 0, 0.5, 0]: mean 0.375; unshaped [1, 0, 1, 0]: unbiased std sqrt(1/3) = 0.57735
+    assert adv.tolist() == pytest.approx([(r - 0.375) / (0.57735027 + 1e-6) for r in (1.0, 0.0, 0.5, 0.0)], abs=1e-5)
+
+
 def test_training_with_dynamic_sampling_logs_its_rounds_and_changes_the_update(tmp_path):
     on, d_on = train_run(tmp_path, "on", "grpo.max_num_steps=2", "grpo.val_period=0", "checkpointing.enabled=false",
-                         "grpo.use_dynamic_sampling=true", "grpo.batch_multiplier=1.5", "warmup.sft_steps=80")
+                         *DS, "grpo.batch_multiplier=1.5", "warmup.sft_steps=80")
     off, _ = train_run(tmp_path, "off", "grpo.max_num_steps=2", "grpo.val_period=0", "checkpointing.enabled=false",
                        "warmup.sft_steps=80")
     rows = [json.loads(line) for line in (d_on / "metrics.jsonl").read_text().splitlines()]
@@ -124,6 +158,6 @@ def test_max_num_epochs_counts_every_prompt_drawn(tmp_path):
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     r, _ = train_run(tmp_path, "epochs", "grpo.max_num_steps=50", "grpo.max_num_epochs=1", "data.train.dataset_name=jsonl",
                      f"data.train.path={data}", "warmup.sft_steps=0", "grpo.val_period=0", "checkpointing.enabled=false",
-                     "grpo.use_dynamic_sampling=true", "grpo.batch_multiplier=2",
+                     *DS, "grpo.batch_multiplier=2",
                      "reward.components=[{name: overlong_penalty, weight: 1.0}]")  # rewards that differ in a group
     assert r.step == 1 and r.sampler.passes == 1.0

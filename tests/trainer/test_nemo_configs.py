@@ -243,12 +243,32 @@ def test_dapo_reward_shaping_becomes_the_overlong_penalty_component(tmp_path):
                              "++grpo.reward_shaping.max_response_length=${policy.max_total_sequence_length}"])
     shaping = cfg.reward.components[-1]
     assert shaping.name == "overlong_penalty" and shaping.weight == 1.0
-    assert shaping.params == {"buffer_tokens": 128, "max_tokens": cfg.policy.max_total_sequence_length}
+    assert shaping.params == {"buffer_tokens": 128, "max_tokens": cfg.policy.max_total_sequence_length,
+                              "floor": False}
     from execrl.rewards import Sample
+    from execrl.rewards.base import RewardConfig, score
     from execrl.rewards.text import overlong_penalty
 
     # NeMo RL: min(-(len - (max_len - buffer)) / buffer * penalty, 0); max_len 192, buffer 128: len 128 -> -0.5
     assert overlong_penalty(Sample(None, "", None, num_tokens=128, max_tokens=64), 128, 192) == -0.5
+    # past max_response_length NeMo RL has no floor: buffer 4, penalty 0.5, max 10, reward 1, 12 tokens:
+    # 1 + min(-(12 - 6) / 4 * 0.5, 0) = 0.25 (DAPO's paper, execrl's own component by default: floored at -0.5)
+    nemo = load_config(None, ["++grpo.reward_shaping.enabled=true", "++grpo.reward_shaping.overlong_buffer_length=4",
+                              "++grpo.reward_shaping.overlong_buffer_penalty=0.5",
+                              "++grpo.reward_shaping.max_response_length=10"])
+    from execrl.sandbox import Verdict
+    from execrl.sandbox.grader import ProgramResult, TestResult
+    from execrl.tasks import Problem
+
+    passed = ProgramResult(Verdict.PASS, [TestResult(Verdict.PASS)] * 4)  # every test passed: reward 1
+    long = Sample(Problem("p", [], "code"), "", None, result=passed, num_tokens=12, max_tokens=10)
+    assert score(long, nemo.reward).total == pytest.approx(0.25)
+    floored = RewardConfig(components=[{"name": "test_pass_fraction"}, {"name": "overlong_penalty", "weight": 0.5,
+                                        "scaled": False, "buffer_tokens": 4, "max_tokens": 10}])
+    assert score(long, floored).total == pytest.approx(0.5)
+    with pytest.raises(ConfigError, match="overlong_buffer_penalty"):  # NeMo RL raises without it
+        load_config(None, ["++grpo.reward_shaping.enabled=true", "++grpo.reward_shaping.overlong_buffer_length=4",
+                           "++grpo.reward_shaping.max_response_length=10"])
     off = load_config(None, ["++grpo.reward_shaping.enabled=false", "++grpo.reward_shaping.overlong_buffer_length=128"])
     assert [c.name for c in off.reward.components] == ["test_pass_fraction"]
     with pytest.raises(ConfigError, match="stop_properly_penalty_coef"):
@@ -295,6 +315,7 @@ def test_reward_scaling_maps_the_reward_before_the_overlong_penalty_is_added():
                              "++grpo.reward_scaling.source_max=1.0", "++grpo.reward_scaling.target_min=-1.0",
                              "++grpo.reward_scaling.target_max=1.0", "++grpo.reward_shaping.enabled=true",
                              "++grpo.reward_shaping.overlong_buffer_length=128",
+                             "++grpo.reward_shaping.overlong_buffer_penalty=1.0",
                              "++grpo.reward_shaping.max_response_length=192"])
     half = result(V.PASS, V.PASS, V.FAIL, V.FAIL)  # test_pass_fraction 0.5
     assert score(sample(res=half, num_tokens=10), cfg.reward).total == 0.0  # 0.5 -> 0 on [-1, 1]

@@ -24,26 +24,44 @@ def flat_groups(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return (high == low) | (valid.sum(1) < 2)
 
 
-def baseline_and_std(rewards: torch.Tensor, valid: torch.Tensor, leave_one_out: bool):
+def baseline_and_std(rewards: torch.Tensor, valid: torch.Tensor, leave_one_out: bool,
+                     std_rewards: torch.Tensor | None = None):
     """Per sample, NeMo RL's baseline and standard deviation: over the group's valid samples, or with leave-one-out
-    over the *other* valid samples (both the mean and the unbiased std). [num_groups, G] -> two [num_groups, G]."""
+    over the *other* valid samples (both the mean and the unbiased std). [num_groups, G] -> two [num_groups, G].
+    std_rewards [num_groups, G]: the std is taken of these instead (NeMo RL's dynamic sampling: the unshaped rewards).
+
+    The std is exact where NeMo RL's is not: two passes in float64 (NeMo's E[r^2] - E[r]^2 in float32 loses the
+    difference of close rewards), and exactly 0 where the samples it is taken over are all equal, decided by
+    comparison (their mean, rounded, leaves a std of ~1e-8 that would divide an advantage into ~1e5)."""
     size = rewards.shape[1]  # G
-    counts = valid.float().unsqueeze(1).expand(-1, size, -1)  # [num_groups, i, j]: whether j counts for sample i
+    r = rewards.double()
+    counts = valid.unsqueeze(1).expand(-1, size, -1)  # [num_groups, i, j]: whether j counts for sample i
     if leave_one_out:
-        counts = counts * (1.0 - torch.eye(size, dtype=counts.dtype))
+        counts = counts & ~torch.eye(size, dtype=torch.bool, device=rewards.device)
     n = counts.sum(-1)  # [num_groups, G]
-    baseline = (counts * rewards.unsqueeze(1)).sum(-1) / n.clamp(min=1)
-    spread = (rewards.unsqueeze(1) - baseline.unsqueeze(-1)) * counts  # [num_groups, i, j]
-    var = (spread ** 2).sum(-1) / (n - 1).clamp(min=1)
-    return baseline, torch.where(n > 1, var.sqrt(), torch.zeros_like(var))
+    w = counts.double()
+    baseline = (w * r.unsqueeze(1)).sum(-1) / n.clamp(min=1)
+    if std_rewards is not None:
+        r = std_rewards.double()
+        centre = (w * r.unsqueeze(1)).sum(-1) / n.clamp(min=1)
+    else:
+        centre = baseline
+    spread = (r.unsqueeze(1) - centre.unsqueeze(-1)) * w  # [num_groups, i, j]
+    std = ((spread ** 2).sum(-1) / (n - 1).clamp(min=1)).sqrt()
+    big = torch.finfo(r.dtype).max
+    high = torch.where(counts, r.unsqueeze(1), -big).amax(-1)  # [num_groups, G]: the largest reward counted for i
+    low = torch.where(counts, r.unsqueeze(1), big).amin(-1)
+    std = torch.where((n > 1) & (high != low), std, torch.zeros_like(std))
+    return baseline.to(rewards.dtype), std.to(rewards.dtype)
 
 
 @register("grpo")
 def grpo(rewards: torch.Tensor, valid: torch.Tensor, normalize_rewards: bool = True,
-         use_leave_one_out_baseline: bool = True, eps: float = 1e-6) -> torch.Tensor:
+         use_leave_one_out_baseline: bool = True, eps: float = 1e-6, std_rewards: torch.Tensor | None = None
+         ) -> torch.Tensor:
     """A_i = r_i - baseline_i, divided by (std_i + eps) where std_i > 0 (NeMo RL: a zero std leaves A_i undivided).
     Flat groups and invalid samples get exactly 0. rewards, valid: [num_groups, G] -> advantages [num_groups, G]."""
-    baseline, std = baseline_and_std(rewards, valid, use_leave_one_out_baseline)
+    baseline, std = baseline_and_std(rewards, valid, use_leave_one_out_baseline, std_rewards)
     adv = rewards - baseline  # [num_groups, G]
     if normalize_rewards:
         adv = torch.where(std > 0, adv / (std + eps), adv)

@@ -16,7 +16,6 @@ that gradient accumulation over micro-batches (or ranks) gives the same gradient
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -35,13 +34,16 @@ class LossTerms:
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kl_type: str, input_clamp: float | None = None,
-               output_clamp: float | None = None) -> torch.Tensor:
-    """Per-token estimate of KL(pi || ref) from r = log ref - log pi [B, T], as NeMo RL computes it: k1 = -r (unbiased,
-    zero expected gradient), k2 = r^2 / 2, k3 = e^r - 1 - r (Schulman 2020); r clamped to +-input_clamp and the
-    estimate to +-output_clamp where given."""
+               output_clamp: float | None = None, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-token estimate of KL(pi || ref) from r = log ref - log pi [B, T], as NeMo RL's calculate_kl: k1 = -r,
+    k2 = r^2 / 2, k3 = e^r - 1 - r (Schulman 2020); r clamped to +-input_clamp, the estimate multiplied by `weights`
+    [B, T] (detached where the input clamp acts, so the clamp stops both gradients), then clamped to +-output_clamp."""
     log_r = ref_logprobs - logprobs
     if input_clamp is not None:
-        log_r = log_r.clamp(-input_clamp, input_clamp)
+        clamped = log_r.clamp(-input_clamp, input_clamp)
+        if weights is not None:
+            weights = torch.where(log_r == clamped, weights, weights.detach())
+        log_r = clamped
     if kl_type == "k1":
         kl = -log_r
     elif kl_type == "k2":
@@ -50,7 +52,23 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kl_type: str,
         kl = torch.exp(log_r) - 1.0 - log_r
     else:
         raise ValueError(f"KL type {kl_type!r}: use k1, k2 or k3")
+    if weights is not None:
+        kl = weights * kl
     return kl.clamp(-output_clamp, output_clamp) if output_clamp is not None else kl
+
+
+def kl_weights(t: LossTerms, mask: torch.Tensor, on_policy_approximation: bool) -> torch.Tensor:
+    """The weight of each token's KL estimate [B, T], whose gradient makes the KL term's expected gradient that of
+    KL(pi_theta || ref) (the tokens come from the policy being optimized: the score-function term, as NeMo RL since
+    2026). Plain: exp(log pi - sg(log pi)), 1 in value. On-policy approximation: pi_theta / pi_sampler, not detached
+    (the tokens were drawn by the sampler). An overflowed weight is 0, as NeMo RL's; 1 off the mask."""
+    if on_policy_approximation:
+        if t.sampler_logprobs is None:
+            raise ValueError("the on-policy KL approximation needs the sampler's logprobs")
+        w = torch.exp((t.logprobs - t.sampler_logprobs) * mask)
+    else:
+        w = torch.exp(t.logprobs - t.logprobs.detach())
+    return torch.nan_to_num(w, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def policy_loss(t: LossTerms, cfg: LossConfig, *, num_tokens: float, num_seqs: float,
@@ -58,9 +76,7 @@ def policy_loss(t: LossTerms, cfg: LossConfig, *, num_tokens: float, num_seqs: f
     """Loss of one micro-batch, scaled so that summing over the optimizer batch gives its mean. Returns (loss, metrics).
     `cfg` is the run's loss_fn section, read here key by key under its own names; `is_correction`: whether tokens are
     weighted by pi_old / pi_sampler (loss_fn.use_importance_sampling_correction as resolved for the run: see
-    execrl.trainer.step.importance_correction). With use_on_policy_kl_approximation each token's KL estimate is
-    weighted by pi_theta / pi_sampler (detached), an estimate of KL(pi_theta || ref) under the current policy although
-    the tokens were drawn by the sampler."""
+    execrl.trainer.step.importance_correction). Each token's KL estimate is weighted as kl_weights says."""
     mask = t.mask.float()
     adv = t.advantages.unsqueeze(1)  # [B, 1]
     ratio, clamped = ratios(t, cfg, mask)  # [B, T] each
@@ -71,12 +87,15 @@ def policy_loss(t: LossTerms, cfg: LossConfig, *, num_tokens: float, num_seqs: f
     if cfg.ratio_clip_c is not None:  # dual clip: bound how far a negative-advantage token can push
         surrogate = torch.where(adv < 0, torch.maximum(surrogate, cfg.ratio_clip_c * adv), surrogate)
     per_token = -surrogate
-    log_w = None
+    log_w = seq_weight = None
     if t.sampler_logprobs is not None:
         log_w = ((t.old_logprobs - t.sampler_logprobs) * mask).detach()  # [B, T] log(pi_old / pi_sampler); 0 off-mask
         if cfg.sequence_level_importance_ratios:  # GSPO: one weight per sequence, of its whole probability
-            log_w = log_w.sum(1, keepdim=True).expand_as(log_w) * mask
-        weight, truncated = importance_weight(log_w, cfg.truncated_importance_sampling_type or "tis",
+            seq_weight = overflow_to_zero(torch.exp(log_w.sum(1, keepdim=True)))  # [B, 1]
+            raw = seq_weight.expand_as(log_w)
+        else:
+            raw = overflow_to_zero(torch.exp(log_w))  # [B, T]
+        weight, truncated = importance_weight(raw, cfg.truncated_importance_sampling_type or "tis",
                                               cfg.truncated_importance_sampling_ratio,
                                               cfg.truncated_importance_sampling_ratio_min)
         if is_correction:
@@ -84,12 +103,7 @@ def policy_loss(t: LossTerms, cfg: LossConfig, *, num_tokens: float, num_seqs: f
     kl = torch.zeros_like(per_token)
     if cfg.reference_policy_kl_penalty and t.ref_logprobs is not None:
         kl = kl_penalty(t.logprobs, t.ref_logprobs, cfg.reference_policy_kl_type, cfg.kl_input_clamp_value,
-                        cfg.kl_output_clamp_value)  # [B, T]
-        if cfg.use_on_policy_kl_approximation:
-            if t.sampler_logprobs is None:
-                raise ValueError("the on-policy KL approximation needs the sampler's logprobs")
-            w = torch.exp((t.logprobs - t.sampler_logprobs) * mask).detach()  # [B, T] pi_theta / pi_sampler; 1 off-mask
-            kl = kl * torch.nan_to_num(w, nan=0.0, posinf=0.0, neginf=0.0)  # as NeMo RL: an overflowed weight is 0
+                        cfg.kl_output_clamp_value, kl_weights(t, mask, cfg.use_on_policy_kl_approximation))  # [B, T]
         per_token = per_token + cfg.reference_policy_kl_penalty * kl
     loss = aggregate(per_token, mask, num_tokens, num_seqs, cfg.token_level_loss, cfg.constant_normalizer)
     with torch.no_grad():
@@ -110,7 +124,11 @@ def policy_loss(t: LossTerms, cfg: LossConfig, *, num_tokens: float, num_seqs: f
         if log_w is not None:  # how far the behaviour policy is from the proximal one (logged, corrected or not)
             metrics["logprob_mismatch"] = (log_w.abs() * mask).sum() / n  # mean |log pi_old - log pi_sampler|
             metrics["sampler_kl"] = ((torch.exp(log_w) - 1.0 - log_w) * mask).sum() / n  # k3 of KL(sampler || old)
-            metrics["is_weight"] = (weight * mask).sum() / n  # after truncation
+            if seq_weight is None:
+                metrics["is_weight"] = (weight * mask).sum() / n  # after truncation, a token mean
+            else:  # GSPO: a mean over the sequences with loss tokens, as NeMo RL's sampling_importance_ratio
+                has = mask.sum(1) > 0
+                metrics["is_weight"] = weight[:, 0][has].sum() / has.sum().clamp(min=1)
             metrics["is_truncated_frac"] = (truncated.float() * mask).sum() / n
     return loss, metrics
 
@@ -133,15 +151,21 @@ def ratios(t: LossTerms, cfg: LossConfig, mask: torch.Tensor) -> tuple[torch.Ten
     return ratio, torch.clamp(ratio, 1.0 - cfg.ratio_clip_min, 1.0 + cfg.ratio_clip_max)
 
 
-def importance_weight(log_w: torch.Tensor, kind: str, high: float | None, low: float | None):
-    """pi_old / pi_sampler per token, truncated as NeMo RL does: tis cuts weights above `high` to it; icepop drops the
-    tokens whose weight is outside [low, high] (weight 0). Returns (weight, outside) [B, T]."""
-    w = torch.exp(log_w)
-    above = log_w > math.log(high) if high else torch.zeros_like(w, dtype=torch.bool)
+def overflow_to_zero(w: torch.Tensor) -> torch.Tensor:
+    """An importance weight that overflowed (inf, or nan) is 0, as NeMo RL's: the token or sequence leaves the loss."""
+    return torch.nan_to_num(w, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def importance_weight(w: torch.Tensor, kind: str, high: float | None, low: float | None):
+    """pi_old / pi_sampler per token [B, T], truncated as NeMo RL does: tis clamps the weights to [low (0 if null),
+    high]; icepop drops the tokens whose weight is outside [low, high] (weight 0). Returns (weight, outside)."""
+    if high is None:  # no truncation (a low bound without a high one is refused by the config)
+        return w, torch.zeros_like(w, dtype=torch.bool)
+    floor = low or 0.0
+    outside = (w > high) | (w < floor)
     if kind == "tis":
-        return (w.clamp(max=high) if high else w), above
+        return w.clamp(min=floor, max=high), outside
     if kind == "icepop":
-        outside = above | (log_w < math.log(low)) if low else above
         return torch.where(outside, torch.zeros_like(w), w), outside
     raise ValueError(f"truncated importance sampling type {kind!r}: use tis or icepop")
 

@@ -40,8 +40,8 @@ class BatchPlan:
         if grpo.use_dynamic_sampling:
             lines.append(f"training steps: {grpo.max_num_steps}; dynamic sampling: each step generates rounds of "
                          f"{self.prompts_per_round} prompts x {self.group_size} until {grpo.num_prompts_per_step} "
-                         f"groups with differing rewards are found, {grpo.dynamic_sampling_max_gen_batches} rounds at "
-                         "most")
+                         f"groups with differing rewards are found, {grpo.dynamic_sampling_max_gen_batches + 1} rounds "
+                         "at most (dynamic_sampling_max_gen_batches + 1, as NeMo RL counts)")
         else:
             lines.append(f"training steps: {grpo.max_num_steps}; samples generated in all: "
                          f"{grpo.max_num_steps * self.samples_per_step}")
@@ -76,7 +76,8 @@ def plan(cfg: MasterConfig) -> BatchPlan:
                      f"policy.train_global_batch_size / {group_size} a multiple of {gpus})")
     per_gpu = -(-groups // gpus) * group_size  # the most samples a GPU trains on per optimizer step
     micro = min(p.train_micro_batch_size, per_gpu)
-    per_round = max(1, round(grpo.num_prompts_per_step * grpo.batch_multiplier)) if grpo.use_dynamic_sampling \
+    # prompts per round: NeMo RL's int(num_prompts_per_step x batch_multiplier), truncated (16 x 1.3: 20)
+    per_round = max(1, int(grpo.num_prompts_per_step * grpo.batch_multiplier)) if grpo.use_dynamic_sampling \
         else grpo.num_prompts_per_step
     return BatchPlan(gpus, group_size, samples, global_batch, global_batch // group_size, per_round,
                      samples // global_batch, per_gpu, micro, -(-per_gpu // micro), tuple(notes))

@@ -182,6 +182,12 @@ def check_loss(cfg: MasterConfig, batch_plan: BatchPlan) -> None:
         if clash:
             raise ConfigError(f"loss_fn.use_cispo weights each token by its own clipped ratio: set loss_fn.{clash[0]}"
                               "=false (or use_cispo=false)")
+        if lf.ratio_clip_c is not None:
+            raise ConfigError("loss_fn.use_cispo has no dual clip (NeMo RL refuses ratio_clip_c with it): set "
+                              "loss_fn.ratio_clip_c=null (or use_cispo=false)")
+        if not lf.token_level_loss:
+            raise ConfigError("loss_fn.use_cispo is a token-level loss (as NeMo RL requires): set "
+                              "loss_fn.token_level_loss=true (or use_cispo=false)")
     if lf.force_on_policy_ratio and batch_plan.optimizer_steps_per_rollout != 1:
         raise ConfigError(f"loss_fn.force_on_policy_ratio is right only for one optimizer step per GRPO step, here "
                           f"{batch_plan.optimizer_steps_per_rollout}: set policy.train_global_batch_size="
@@ -223,6 +229,31 @@ def check_model(cfg: MasterConfig) -> None:
                           "or run where the hub is reachable") from None
 
 
+def check_truncation(cfg: MasterConfig, correcting: bool) -> None:
+    """The truncated importance-sampling keys, as NeMo RL asserts them: a type needs the correction and a ratio, a
+    ratio needs a type, and ratio_min is at most the ratio."""
+    lf = cfg.loss_fn
+    kind, high, low = (lf.truncated_importance_sampling_type, lf.truncated_importance_sampling_ratio,
+                       lf.truncated_importance_sampling_ratio_min)
+    if (kind is not None or high is not None) and not correcting:
+        key = "type" if kind is not None else "ratio"
+        raise ConfigError(f"loss_fn.truncated_importance_sampling_{key} truncates the importance-sampling correction, "
+                          "which is off: set loss_fn.use_importance_sampling_correction=true (or the truncation keys "
+                          "to null)")
+    if high is not None and kind is None and "loss_fn.truncated_importance_sampling_type" in cfg._written:
+        raise ConfigError("loss_fn.truncated_importance_sampling_ratio needs a type (NeMo RL refuses it without one): "
+                          "set loss_fn.truncated_importance_sampling_type=tis (weights cut to the ratio) or icepop")
+    if kind is not None and high is None:
+        raise ConfigError(f"loss_fn.truncated_importance_sampling_type {kind} needs its bound: set "
+                          "loss_fn.truncated_importance_sampling_ratio (e.g. 2.0)")
+    if kind == "icepop" and low is None:
+        raise ConfigError("loss_fn.truncated_importance_sampling_type icepop keeps tokens whose weight is within "
+                          "[truncated_importance_sampling_ratio_min, truncated_importance_sampling_ratio]: set both")
+    if high is not None and low is not None and low > high:
+        raise ConfigError(f"loss_fn.truncated_importance_sampling_ratio_min ({low}) is above "
+                          f"truncated_importance_sampling_ratio ({high}): set it to at most the ratio")
+
+
 def check_async(cfg: MasterConfig) -> None:
     """Settings async GRPO and the importance-sampling correction cannot work with, each with its fix."""
     a, engine = cfg.grpo.async_grpo, cfg.policy.generation.backend == "execrl"
@@ -237,13 +268,7 @@ def check_async(cfg: MasterConfig) -> None:
         raise ConfigError("the importance-sampling correction (async GRPO, or loss_fn.use_importance_sampling_"
                           "correction) would ignore top-k/top-p filtering: set policy.generation.top_k=null and "
                           "policy.generation.top_p=1.0")
-    if lf.truncated_importance_sampling_type == "icepop" and None in (lf.truncated_importance_sampling_ratio,
-                                                                       lf.truncated_importance_sampling_ratio_min):
-        raise ConfigError("loss_fn.truncated_importance_sampling_type icepop keeps tokens whose weight is within "
-                          "[truncated_importance_sampling_ratio_min, truncated_importance_sampling_ratio]: set both")
-    if lf.truncated_importance_sampling_ratio is not None and lf.use_importance_sampling_correction is False:
-        raise ConfigError("loss_fn.truncated_importance_sampling_ratio caps the importance-sampling correction, which "
-                          "is off: set loss_fn.use_importance_sampling_correction=true, or the ratio to null")
+    check_truncation(cfg, correcting)
     if not a.enabled:
         return
     if not engine:
@@ -260,6 +285,11 @@ def check_async(cfg: MasterConfig) -> None:
 
 def check_supported(cfg: MasterConfig) -> None:
     """Refuse, with the fix, settings that would change the algorithm in ways execrl does not implement."""
+    if cfg.grpo.use_dynamic_sampling and cfg.grpo.use_leave_one_out_baseline and cfg.grpo.advantage == "grpo":
+        raise ConfigError("grpo.use_dynamic_sampling with grpo.use_leave_one_out_baseline: NeMo RL then filters single "
+                          "samples by the std of the others (dropping a group's lone success) where execrl keeps "
+                          "groups whole, as DAPO does: set grpo.use_leave_one_out_baseline=false (as NeMo RL's DAPO "
+                          "recipes do)")
     if cfg.grpo.use_dynamic_sampling and cfg.grpo.async_grpo.enabled:
         raise ConfigError("grpo.use_dynamic_sampling is not implemented with async GRPO (its later rounds would have "
                           "to wait for grading): set grpo.async_grpo.enabled=false, or grpo.use_dynamic_sampling=false")
@@ -353,6 +383,29 @@ def no_effect_note(cfg: MasterConfig) -> str | None:
     if why:
         lines.append("note: accepted, with no effect here: " + "; ".join(f"{k} ({r})" for k, r in why.items()))
     return "\n".join(lines) or None
+
+
+def differences_note(cfg: MasterConfig) -> str | None:
+    """A line naming the deliberate differences from NeMo RL's current code that this config touches (README: "NeMo
+    RL's algorithm keys"); None: none."""
+    differences = nemo_differences(cfg)
+    return ("note: where execrl's numbers differ from NeMo RL's on purpose: " + "; ".join(differences)) \
+        if differences else None
+
+
+def nemo_differences(cfg: MasterConfig) -> list[str]:
+    """The deliberate differences from NeMo RL's current code that this config touches, one phrase each."""
+    lf, grpo, out = cfg.loss_fn, cfg.grpo, []
+    if grpo.normalize_rewards and grpo.advantage == "grpo":
+        out.append("grpo.normalize_rewards divides by the exact std of the rewards (NeMo RL's E[r^2] - E[r]^2 in "
+                   "float32 loses the difference of close rewards)")
+    if grpo.use_dynamic_sampling:
+        out.append("grpo.use_dynamic_sampling decides that a group's rewards differ by comparing them (NeMo RL keeps a "
+                   "group of equal fractional rewards whose float32 std rounds above 0)")
+    if lf.truncated_importance_sampling_ratio is not None and lf.truncated_importance_sampling_type is None:
+        out.append("loss_fn.truncated_importance_sampling_ratio without a type is read as tis, as NeMo RL did before "
+                   "the type key existed (its current code refuses it)")
+    return out
 
 
 def _get(obj, dotted: str):

@@ -47,12 +47,21 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
         for item in overrides:
             _override(tree, item)
         plain = OmegaConf.to_container(tree, resolve=True)
+        written = set(_dotted(OmegaConf.to_container(given, resolve=False)))
+        written |= {item.split("=", 1)[0].lstrip("+") for item in overrides}
     except OmegaConfBaseException as e:
         raise ConfigError(f"cannot resolve the config: {str(e).splitlines()[0]}") from None
     plain, ignored, mapped = adapt(plain, _known, Path(path).resolve().parent if path else None)
     cfg = validate(plain)
-    cfg._nemo_ignored, cfg._nemo_mapped = ignored, mapped
+    cfg._nemo_ignored, cfg._nemo_mapped, cfg._written = ignored, mapped, written
     return cfg
+
+
+def _dotted(tree, prefix: str = ""):
+    """The dotted keys a config file (with its defaults chain) writes, sections included."""
+    for k, v in tree.items() if isinstance(tree, dict) else ():
+        yield f"{prefix}{k}"
+        yield from _dotted(v, f"{prefix}{k}.")
 
 
 def _under(defaults: dict, tree: DictConfig) -> dict:

@@ -281,15 +281,18 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
                 _put(out, key, value)
                 mapped[key] = f"{key}={value} (NeMo RL's reward-model environment scores every task)"
     if _on(leaves.get("grpo.reward_shaping.enabled")):  # DAPO's overlong penalty, added to the reward
-        missing = [f"grpo.reward_shaping.{k}" for k in ("overlong_buffer_length", "max_response_length")
-                   if f"grpo.reward_shaping.{k}" not in leaves]
-        if missing:
-            raise ConfigError(f"grpo.reward_shaping.enabled needs {' and '.join(missing)} (NeMo RL's base config: "
-                              "128 and ${policy.max_total_sequence_length})")
+        keys = ("overlong_buffer_length", "overlong_buffer_penalty", "max_response_length")
+        missing = [f"grpo.reward_shaping.{k}" for k in keys if leaves.get(f"grpo.reward_shaping.{k}") is None]
+        if missing:  # (NeMo RL raises on the first step)
+            raise ConfigError(f"grpo.reward_shaping.enabled needs {' and '.join(missing)} (NeMo RL's DAPO "
+                              "recipes: 4096, 1.0 and ${policy.max_total_sequence_length})")
+        if float(leaves["grpo.reward_shaping.overlong_buffer_penalty"]) < 0:
+            raise ConfigError("grpo.reward_shaping.overlong_buffer_penalty must be >= 0 (as NeMo RL asserts)")
         shaping = {"name": "overlong_penalty", "scaled": False,  # NeMo RL adds it after grpo.reward_scaling
-                   "weight": float(leaves.get("grpo.reward_shaping.overlong_buffer_penalty", 1)),
+                   "weight": float(leaves["grpo.reward_shaping.overlong_buffer_penalty"]),
                    "buffer_tokens": int(leaves["grpo.reward_shaping.overlong_buffer_length"]),
-                   "max_tokens": int(leaves["grpo.reward_shaping.max_response_length"])}
+                   "max_tokens": int(leaves["grpo.reward_shaping.max_response_length"]),
+                   "floor": False}  # NeMo RL's penalty goes on down past max_response_length
         out.setdefault("reward", {}).setdefault("components", []).append(shaping)
         mapped["grpo.reward_shaping"] = f"reward.components += {shaping}"
         ignored.pop("grpo.reward_shaping", None)

@@ -168,9 +168,10 @@ class GRPOConfig(Section):
                                        "differ, generating more rounds of prompts until the step has "
                                        "num_prompts_per_step of them (sync GRPO)")
     dynamic_sampling_max_gen_batches: int = Field(10, ge=1, description="dynamic sampling: generation rounds per step "
-                                                  "at most; the run stops with an error if they do not fill the batch")
+                                                  "at most, less one (NeMo RL's count: 10 allows 11 rounds); the run "
+                                                  "stops with an error if they do not fill the batch")
     batch_multiplier: float = Field(1.0, gt=0, description="dynamic sampling: prompts drawn per round = this x "
-                                    "num_prompts_per_step")
+                                    "num_prompts_per_step, truncated (NeMo RL's int(): 16 x 1.3 = 20)")
     val_period: int = Field(10, ge=0, description="evaluate every N steps (0: never)")
     val_at_start: bool = Field(False, description="evaluate before the first step")
     val_start_at: int = Field(-1, description="the first step val_period may validate at (-1: from the start)")
@@ -413,6 +414,7 @@ class WarmupConfig(Section):
 class MasterConfig(Section):
     _nemo_ignored: dict[str, str] = PrivateAttr(default_factory=dict)  # NeMo RL keys dropped on loading -> why
     _nemo_mapped: dict[str, str] = PrivateAttr(default_factory=dict)  # NeMo RL keys -> the execrl setting they became
+    _written: set[str] = PrivateAttr(default_factory=set)  # the dotted keys the config file and overrides wrote
     policy: PolicyConfig = Field(default_factory=PolicyConfig, description="the model and how it trains")
     grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="the algorithm")
     loss_fn: LossConfig = Field(default_factory=LossConfig, description="the clipped policy-gradient loss")

@@ -56,6 +56,12 @@ class Reward:
     total: float | None  # None: invalid sample, or not scored yet (pending)
     parts: dict[str, float] = field(default_factory=dict)
     pending: bool = False  # waits for the reward model's score (execrl.rewards.learned.judge)
+    shaping: float = 0.0  # the part of total from components added after the scaling (NeMo RL's reward shaping)
+
+    @property
+    def unshaped(self) -> float | None:
+        """The reward before shaping (NeMo RL's unshaped_total_reward: dynamic sampling decides on it)."""
+        return None if self.total is None else self.total - self.shaping
 
     @property
     def valid(self) -> bool:
@@ -142,4 +148,4 @@ def score(sample: Sample, cfg: RewardConfig) -> Reward:
     parts = {c.name: float(COMPONENTS[c.name](sample, **c.params)) for c in cfg.components}
     scaled = sum(c.weight * parts[c.name] for c in cfg.components if c.scaled)
     added = sum(c.weight * parts[c.name] for c in cfg.components if not c.scaled)
-    return Reward(cfg.scaling(scaled) + added, parts)
+    return Reward(cfg.scaling(scaled) + added, parts, shaping=added)

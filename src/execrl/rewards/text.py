@@ -30,13 +30,16 @@ def repetition_penalty(sample: Sample, ngram: int = 4, min_lines: int = 4) -> fl
 
 
 @component("overlong_penalty")
-def overlong_penalty(sample: Sample, buffer_tokens: int = 256, max_tokens: int | None = None) -> float:
+def overlong_penalty(sample: Sample, buffer_tokens: int = 256, max_tokens: int | None = None,
+                     floor: bool = True) -> float:
     """DAPO's soft overlong penalty: 0 up to max_tokens - buffer, then linearly down to -1 at max_tokens (default: the
-    generation limit the sample was drawn under; NeMo RL's reward_shaping.max_response_length)."""
+    generation limit the sample was drawn under; NeMo RL's reward_shaping.max_response_length). floor: never below -1,
+    the DAPO paper's form (false: on down past max_tokens, as NeMo RL's reward_shaping)."""
     limit = sample.max_tokens if max_tokens is None else max_tokens
     if limit <= 0:
         return 0.0
     start = limit - buffer_tokens
     if sample.num_tokens <= start:
         return 0.0
-    return max(-1.0, (start - sample.num_tokens) / buffer_tokens)
+    penalty = (start - sample.num_tokens) / buffer_tokens
+    return max(-1.0, penalty) if floor else penalty

@@ -23,7 +23,7 @@ With `grpo.use_dynamic_sampling` (DAPO; sync GRPO only), a step's batch holds on
 after a round of `batch_multiplier` x num_prompts_per_step prompts is generated and graded, flat groups are set aside
 (kept for the step's metrics, not trained on), and further rounds are generated with the same weights until every
 process holds its share of num_prompts_per_step informative groups (informative groups beyond it are set aside
-too), for at most `dynamic_sampling_max_gen_batches` rounds. Each process fills its own share from its own part of
+too), for at most `dynamic_sampling_max_gen_batches` + 1 rounds (NeMo RL's count). Each process fills its own share from its own part of
 each round, so all processes run the same number of rounds.
 
 Checkpoints store the data position of the oldest batch not yet trained on. After a resume the prompts that were
@@ -123,7 +123,7 @@ class RolloutPipeline:
         want, rounds = self.dynamic.groups, [head.rollouts]
         kept, dropped = informative(head.rollouts)
         while dist.sum_floats(float(len(kept) < want))[0]:  # any process still short: all generate another round
-            if len(rounds) == self.dynamic.max_rounds:
+            if len(rounds) == self.dynamic.max_rounds:  # (dynamic_sampling_max_gen_batches + 1, as NeMo RL counts)
                 have = dist.sum_floats(float(min(len(kept), want)))[0]
                 raise DynamicSamplingExhausted(
                     f"dynamic sampling: {len(rounds)} rounds of {self.draw} prompts gave {have:.0f} of the "
@@ -180,7 +180,7 @@ def build_pipeline(cfg: MasterConfig, plan: BatchPlan, generator, tokenizer, gra
     grpo, a = cfg.grpo, cfg.grpo.async_grpo
     dynamic = None
     if grpo.use_dynamic_sampling:
-        dynamic = DynamicSampling(plan.prompts_per_round, grpo.dynamic_sampling_max_gen_batches,
+        dynamic = DynamicSampling(plan.prompts_per_round, grpo.dynamic_sampling_max_gen_batches + 1,
                                   plan.optimizer_steps_per_rollout * dist.share(plan.prompts_per_optimizer_step))
 
     def generate(problems: list[Problem], step: int, first: int) -> Rollouts:
@@ -198,8 +198,10 @@ def build_pipeline(cfg: MasterConfig, plan: BatchPlan, generator, tokenizer, gra
 
 
 def informative(rollouts: Rollouts) -> tuple[list[list[Episode]], list[Episode]]:
-    """(the groups whose valid rewards differ, each a list of its G episodes; the episodes of the other groups)."""
+    """(the groups whose valid rewards differ, each a list of its G episodes; the episodes of the other groups).
+    Decided on the rewards before shaping, as NeMo RL's (an overlong penalty alone does not make a group
+    informative)."""
     size = rollouts.group_size
-    flat = flat_groups(*rollouts.reward_table()).tolist()
+    flat = flat_groups(*rollouts.reward_table(unshaped=True)).tolist()
     groups = [rollouts.episodes[i * size:(i + 1) * size] for i in range(len(flat))]
     return [x for x, f in zip(groups, flat) if not f], [e for x, f in zip(groups, flat) if f for e in x]

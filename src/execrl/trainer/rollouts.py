@@ -70,9 +70,11 @@ class Rollouts:
     def rewards(self) -> list[Reward]:
         return [e.reward for e in self.episodes]
 
-    def reward_table(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(rewards, valid), each [num_groups, G]: a sample the sandbox failed on is invalid, its reward 0."""
-        rewards = torch.tensor([r.total if r.valid else 0.0 for r in self.rewards], dtype=torch.float32)
+    def reward_table(self, unshaped: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rewards, valid), each [num_groups, G]: a sample the sandbox failed on is invalid, its reward 0. unshaped:
+        the rewards before the components added after the scaling (NeMo RL's reward shaping)."""
+        rewards = torch.tensor([(r.unshaped if unshaped else r.total) if r.valid else 0.0 for r in self.rewards],
+                               dtype=torch.float32)
         valid = torch.tensor([r.valid for r in self.rewards], dtype=torch.bool)  # (typed: a rank may hold none)
         return rewards.view(-1, self.group_size), valid.view(-1, self.group_size)
 

@@ -31,6 +31,8 @@ class TrainBatch:
                                                   # token where loss_mask is 1 (None: the backend gives none)
     guided: dict[int, list[tuple[int, torch.Tensor]]] | None = None  # guided decoding: row -> (first position,
     # the masks [n, W] its sampler used there) for each of its constrained turns; scored under the same masks
+    kept: torch.Tensor | None = None  # [N] bool: the samples in the loss (NeMo RL's sample_mask): valid, not
+    # overlong-filtered; None: those with loss tokens
 
 
 def advantages(rollouts: Rollouts, cfg: MasterConfig, baselines: RoleBaselines | None = None
@@ -41,8 +43,11 @@ def advantages(rollouts: Rollouts, cfg: MasterConfig, baselines: RoleBaselines |
     if cfg.grpo.advantage == "rae":
         adv = role_advantages(rollouts, baselines).view_as(rewards)
     else:
+        # NeMo RL: with dynamic sampling the std that normalizes is that of the rewards before shaping
+        raw = rollouts.reward_table(unshaped=True)[0] if cfg.grpo.use_dynamic_sampling else None
         adv = ADVANTAGES[cfg.grpo.advantage](rewards, valid, normalize_rewards=cfg.grpo.normalize_rewards,
-                                             use_leave_one_out_baseline=cfg.grpo.use_leave_one_out_baseline)
+                                             use_leave_one_out_baseline=cfg.grpo.use_leave_one_out_baseline,
+                                             std_rewards=raw)
     if cfg.grpo.advantage_clip_low is not None or cfg.grpo.advantage_clip_high is not None:
         adv = adv.clamp(cfg.grpo.advantage_clip_low, cfg.grpo.advantage_clip_high)
     return adv.reshape(-1), rewards, valid
@@ -91,7 +96,9 @@ def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_fil
     guided: dict[int, list[tuple[int, torch.Tensor]]] = {}
     for (i, at, _), masks in zip(turns, masks_of([(seg.guide, seg.ids) for _, _, seg in turns])):
         guided.setdefault(i, []).append((at, masks))
-    return TrainBatch(ids, attn, mask, adv, sampler_logprobs=sampler, guided=guided or None)
+    kept = torch.tensor([bool(v and not (overlong_filtering and t.truncated)) for v, t in zip(valid, trajs)],
+                        dtype=torch.bool)
+    return TrainBatch(ids, attn, mask, adv, sampler_logprobs=sampler, guided=guided or None, kept=kept)
 
 
 def importance_correction(cfg: MasterConfig) -> bool:
@@ -206,9 +213,10 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
         rows = range(k * mine, (k + 1) * mine)
         # The normalizers are those of the whole optimizer batch, over all ranks: each rank's loss is then its share
         # of the global mean, and the gradients summed over ranks are the one-process gradient.
-        # sequences: those with loss tokens (as NeMo RL's valid sequences: not infra_error, not overlong-filtered)
+        # sequences: NeMo RL's valid ones (not infra_error, not overlong-filtered), with loss tokens or not
         own = batch.loss_mask[rows.start:rows.stop]
-        num_tokens, num_seqs = dist.sum_floats(own.sum().item(), (own.sum(1) > 0).sum().item())
+        kept = (own.sum(1) > 0) if batch.kept is None else batch.kept[rows.start:rows.stop]
+        num_tokens, num_seqs = dist.sum_floats(own.sum().item(), kept.sum().item())
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0
         parts = micro_batches(batch, rows, plan.micro_batch)

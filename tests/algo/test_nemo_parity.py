@@ -1,0 +1,171 @@
+"""The same key gives the same number as NeMo RL's current code (its main branch of 2026-08-22), worked by hand in the
+comments; where NeMo RL is numerically wrong (its E[r^2] - E[r]^2 std) execrl's exact value, named in the README."""
+
+import math
+
+import pytest
+import torch
+
+from execrl.algo import ADVANTAGES, LossTerms, policy_loss
+from execrl.config import ConfigError, load_config
+from execrl.config.checks import nemo_differences, validate
+from execrl.config.schema import LossConfig
+
+T = torch.tensor
+
+
+def grpo(rewards, **kw):
+    r = T([rewards])
+    return ADVANTAGES["grpo"](r, torch.ones_like(r, dtype=torch.bool), **kw)[0]
+
+
+# --- 1. advantages: no division by a rounding-error std ---------------------------------------------------------
+
+def test_leave_one_out_others_all_equal_is_decided_by_comparison():
+    # G = 8, [0, .2 x 7]: the first sample's others are all 0.2: baseline 0.2, std 0 -> undivided: -0.2 (NeMo RL).
+    # Each 0.2's others are 0 and six 0.2: mean 1.2/7, unbiased std 0.075593 -> (0.2 - 0.171429) / 0.075593 = 0.37796
+    a = grpo([0.0] + [0.2] * 7)
+    assert a[0].item() == pytest.approx(-0.2) and a[1:] == pytest.approx(torch.full((7,), 0.37796), abs=1e-4)
+    assert grpo([0.0, 0.9, 0.9, 0.9])[0].item() == pytest.approx(-0.9)  # G = 4 (was -838,770)
+
+
+@pytest.mark.parametrize("group", [4, 8, 16])
+def test_no_pass_fraction_gives_a_huge_advantage(group):
+    """Every reward of the form k/3, k/4, k/5, k/7, k/10 (a pass fraction), alone against G-1 equal others."""
+    for denominator in (3, 4, 5, 7, 10):
+        for k in range(1, denominator):
+            for lone, rest in ((0.0, k / denominator), (k / denominator, 0.0), (1.0, k / denominator)):
+                a = grpo([lone] + [rest] * (group - 1))
+                assert a[0].item() == pytest.approx(lone - rest, abs=1e-6)  # undivided
+                assert a.abs().max().item() < math.sqrt(group) + 1e-3, (lone, rest, a)
+
+
+def test_close_rewards_get_the_exact_std():
+    # [0.83615, 0.83691] without leave-one-out: mean 0.83653, differences +-0.00038, unbiased std 0.00038 sqrt(2) =
+    # 0.000537: +-0.00038 / (0.000537 + 1e-6) = +-0.7058 (NeMo RL's E[r^2] - E[r]^2 in float32 gives +-0.6355)
+    a = grpo([0.83615, 0.83691], use_leave_one_out_baseline=False)
+    assert a.tolist() == pytest.approx([-0.7058, 0.7058], abs=2e-4)
+
+
+def test_guided_format_config_trains_with_bounded_advantages():
+    """configs/guided_format_cpu.yaml's reward (0.1 weights) trained with loss -45,621 at step 1: its groups of
+    fractional rewards, each with one sample off, now give advantages of order 1."""
+    for lone, rest in ((0.9, 1.0), (1.0, 0.9), (0.3, 0.4), (0.0, 0.1)):
+        a = grpo([lone] + [rest] * 7)
+        assert a.abs().max().item() < 3.0
+
+
+# --- 2. the loss: KL gradients, the on-policy approximation, truncation ----------------------------------------
+
+def one_token(logp=-1.0, old=None, adv=0.0, **kw):
+    lp = T([[logp]], requires_grad=True)
+    return lp, LossTerms(lp, T([[logp if old is None else old]]), T([adv]), T([[1.0]]), **kw)
+
+
+@pytest.mark.parametrize("kind, loss, grad", [("k3", math.exp(-0.5) - 0.5, 0.5), ("k1", 0.5, 1.5),
+                                              ("k2", 0.125, 0.625)])
+def test_kl_gradient_is_that_of_kl_pi_ref(kind, loss, grad):
+    # beta 1, A 0, log pi -1, log ref -1.5: r = -0.5. The estimate is multiplied by exp(lp - sg(lp)) (1 in value), whose
+    # gradient adds the estimate itself: k3 = e^r - 1 - r = 0.1065, d/dlp = 1 - e^r = 0.3935 -> 0.5; k1 = 0.5, d/dlp 1
+    # -> 1.5; k2 = r^2/2 = 0.125, d/dlp = -r = 0.5 -> 0.625 (NeMo RL; the loss values are unchanged)
+    lp, t = one_token(ref_logprobs=T([[-1.5]]))
+    out, _ = policy_loss(t, LossConfig(reference_policy_kl_penalty=1.0, reference_policy_kl_type=kind),
+                         num_tokens=1, num_seqs=1)
+    out.backward()
+    assert out.item() == pytest.approx(loss) and lp.grad.item() == pytest.approx(grad)
+
+
+def test_on_policy_kl_weight_is_applied_before_the_output_clamp_and_carries_gradient():
+    # log pi -1, ref 2 (r = 3, k3 = e^3 - 4 = 16.09), sampler -1.5: w = e^0.5 = 1.6487, w k3 = 26.5 -> clamped to 10:
+    # loss 10, gradient 0 (the clamp stops both); execrl's old order (clamp, then a detached weight) gave 16.389
+    lp, t = one_token(ref_logprobs=T([[2.0]]), sampler_logprobs=T([[-1.5]]))
+    cfg = LossConfig(reference_policy_kl_penalty=1.0, use_on_policy_kl_approximation=True)
+    out, _ = policy_loss(t, cfg, num_tokens=1, num_seqs=1)
+    out.backward()
+    assert out.item() == pytest.approx(10.0) and lp.grad.item() == 0.0
+    # the input clamp: r = 25 is cut to 20; the weight is then detached too (gradient of the clamped estimate only: 0)
+    lp, t = one_token(ref_logprobs=T([[24.0]]), sampler_logprobs=T([[-1.0]]))
+    out, _ = policy_loss(t, cfg.model_copy(update={"kl_output_clamp_value": None}), num_tokens=1, num_seqs=1)
+    out.backward()
+    assert out.item() == pytest.approx(math.exp(20) - 21, rel=1e-5) and lp.grad.item() == 0.0
+
+
+def test_tis_clamps_to_ratio_min():
+    # one token, A 1, on the proximal policy, weight pi_old / pi_sampler = e^-1.5 = 0.2231: tis with ratio_min 0.5
+    # raises it to 0.5 (NeMo RL): loss -0.5, where ignoring the minimum gave -0.2231
+    _, t = one_token(logp=-1.5, adv=1.0, sampler_logprobs=T([[0.0]]))
+    cfg = LossConfig(truncated_importance_sampling_type="tis", truncated_importance_sampling_ratio=2.0,
+                     truncated_importance_sampling_ratio_min=0.5)
+    out, m = policy_loss(t, cfg, num_tokens=1, num_seqs=1, is_correction=True)
+    assert out.item() == pytest.approx(-0.5) and m["is_truncated_frac"].item() == 1.0
+
+
+def test_gspo_overflowed_weight_is_zero_and_diagnostics_are_per_token():
+    cfg = LossConfig(sequence_level_importance_ratios=True, token_level_loss=False,
+                     truncated_importance_sampling_type="tis", truncated_importance_sampling_ratio=2.0)
+    # a sequence whose summed log-weight overflows float32 (100 tokens x 1.0 -> e^100): NeMo RL's weight 0, so the
+    # sequence's loss and gradient are 0 (a cap would have given it weight 2)
+    lp = torch.zeros(1, 100, requires_grad=True)
+    t = LossTerms(lp, torch.zeros(1, 100), T([1.0]), torch.ones(1, 100), sampler_logprobs=torch.full((1, 100), -1.0))
+    out, _ = policy_loss(t, cfg, num_tokens=100, num_seqs=1, is_correction=True)
+    out.backward()
+    assert out.item() == 0.0 and lp.grad.abs().max().item() == 0.0
+    # ten tokens each off by 0.1: the mismatch is 0.1 a token and the sampler's KL (k3) e^0.1 - 1.1 = 0.00517 a token;
+    # the weight of the sequence is e^(10 x 0.1) = e, cut to 2, a mean over sequences
+    t = LossTerms(torch.zeros(1, 10), torch.zeros(1, 10), T([1.0]), torch.ones(1, 10),
+                  sampler_logprobs=torch.full((1, 10), -0.1))
+    _, m = policy_loss(t, cfg, num_tokens=10, num_seqs=1, is_correction=True)
+    assert m["logprob_mismatch"].item() == pytest.approx(0.1)
+    assert m["sampler_kl"].item() == pytest.approx(math.exp(0.1) - 1.1, rel=1e-4)
+    assert m["is_weight"].item() == pytest.approx(2.0)
+
+
+def test_sequence_level_loss_counts_kept_samples_without_loss_tokens():
+    """token_level_loss false: NeMo RL divides by its valid sequences (sample_mask), loss tokens or not."""
+    from execrl.envs import Segment, Trajectory
+    from execrl.rewards import Reward
+    from execrl.tasks import Problem
+    from execrl.trainer.rollouts import Episode, Rollouts
+    from execrl.trainer.step import build_batch
+
+    p = Problem("p", [], "math", answer="1")
+    trajs = [Trajectory([1], [Segment([2], True)]), Trajectory([1], [Segment([3], False)])]  # the second: no tokens
+    eps = [Episode(p, None, [], tr, None, Reward(r)) for tr, r in zip(trajs, (1.0, 0.0))]
+    batch = build_batch(Rollouts(eps, 2), T([1.0, -1.0]), 0, False)
+    assert batch.kept.tolist() == [True, True] and batch.loss_mask.sum(1).tolist() == [1.0, 0.0]
+    # the first sample's per-token loss -1 (A 1, ratio 1), over the 2 kept sequences: -0.5 (not -1)
+    _, t = one_token(logp=0.0, adv=1.0)
+    t = LossTerms(T([[0.0], [0.0]]), T([[0.0], [0.0]]), T([1.0, -1.0]), batch.loss_mask)
+    out, _ = policy_loss(t, LossConfig(token_level_loss=False), num_tokens=1, num_seqs=float(batch.kept.sum()))
+    assert out.item() == pytest.approx(-0.5)
+
+
+# --- 2. configs NeMo RL refuses ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("overrides, fix", [
+    (["loss_fn.use_cispo=true", "loss_fn.ratio_clip_c=3"], "ratio_clip_c=null"),
+    (["loss_fn.use_cispo=true", "loss_fn.token_level_loss=false"], "token_level_loss=true"),
+    (["loss_fn.truncated_importance_sampling_type=tis", "loss_fn.truncated_importance_sampling_ratio=2"],
+     "use_importance_sampling_correction=true"),
+    (["loss_fn.use_importance_sampling_correction=true", "loss_fn.truncated_importance_sampling_type=null",
+      "loss_fn.truncated_importance_sampling_ratio=2"], "truncated_importance_sampling_type=tis"),
+    (["loss_fn.use_importance_sampling_correction=true", "loss_fn.truncated_importance_sampling_type=tis",
+      "loss_fn.truncated_importance_sampling_ratio=2", "loss_fn.truncated_importance_sampling_ratio_min=3"],
+     "at most the ratio"),
+    (["loss_fn.use_importance_sampling_correction=true", "loss_fn.truncated_importance_sampling_type=tis"],
+     "truncated_importance_sampling_ratio"),
+])
+def test_configs_nemo_rl_refuses_are_refused(overrides, fix):
+    with pytest.raises(ConfigError, match=fix):
+        validate(load_config(None, overrides))
+
+
+def test_a_ratio_without_a_type_from_an_older_nemo_config_is_tis_and_named():
+    """NeMo RL configs from before the type key (eraC's DAPO recipes) set only the ratio: read as tis, as that NeMo
+    did, and named in the start-up note."""
+    cfg = load_config(None, ["loss_fn.use_importance_sampling_correction=true",
+                             "loss_fn.truncated_importance_sampling_ratio=2"])
+    validate(cfg)
+    assert any("read as tis" in d for d in nemo_differences(cfg))
+    assert any("exact std" in d for d in nemo_differences(cfg))
+    assert not any("tis" in d for d in nemo_differences(load_config(None, [])))
