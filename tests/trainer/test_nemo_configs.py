@@ -396,8 +396,8 @@ def test_every_nemo_rl_grpo_config_dry_runs_or_names_what_it_needs(path, tmp_pat
 
 
 def test_the_nemo_rl_corpus_covers_each_era_and_each_refusal():
-    assert len(NEMO_CONFIGS) >= 60 and {p.relative_to(NEMO).parts[0][:4] for p in NEMO_CONFIGS} == {
-        "eraA", "eraB", "eraC", "eraD", "eraE", "eraF"}
+    assert len(NEMO_CONFIGS) >= 77 and {p.relative_to(NEMO).parts[0][:4] for p in NEMO_CONFIGS} == {
+        "eraA", "eraB", "eraC", "eraD", "eraE", "eraF", "eraG"}
     from omegaconf import OmegaConf
 
     from execrl.config.load import _read
@@ -414,3 +414,40 @@ def test_a_nemo_rl_recipe_dry_runs_from_the_command_line(tmp_path):
     assert "note: NeMo RL keys read as:" in proc.stderr and "reward.components += {'name': 'overlong_penalty'" in \
         proc.stderr and "grpo.reward_scaling.target_min -> reward.scaling.target_min=-1.0" in proc.stderr
     assert "dataset_name: DAPOMath17K" in proc.stdout and "math_verify_impl: dapo_math_verify" in proc.stdout
+
+
+ERA_G = NEMO / "eraG_7ea279a" / "examples" / "configs"
+
+
+def test_nemo_rl_newest_configs_never_validate_and_move_data_as_they_like(tmp_path, monkeypatch):
+    """NeMo RL's main of 2026-08-22: val_period -1 is its 'never'; data_plane (TransferQueue) moves batches between its
+    workers and changes no number; a reward model's policy-like keys are the settings of a model that is not trained;
+    a dataloader key read only with use_multiple_dataloader is named, not refused."""
+    monkeypatch.chdir(tmp_path)
+    smoke = load_config(str(ERA_G / "grpo_smoke.yaml"))
+    assert smoke.grpo.val_period == -1
+    from execrl.trainer.loop import periodic_validation
+
+    assert not any(periodic_validation(smoke, step) for step in range(0, 50))
+    tq = load_config(str(ERA_G / "recipes/llm/grpo-deepscaler-1.5b-8K-tq_simple.yaml"))
+    validate(tq)
+    assert "data_plane" in no_effect_note(tq)
+    rm = load_config(str(ERA_G / "grpo_rm_1B.yaml"))
+    validate(rm)
+    note = no_effect_note(rm)
+    assert "env.reward_model.processor" in note and "env.reward_model.offload_optimizer_for_logprob" in note
+    many = load_config(str(ERA_G / "grpo_multiple_datasets.yaml"))
+    assert "data.num_prompts_per_dataloader" in no_effect_note(many)
+
+
+def test_a_megatron_recipe_is_refused_as_megatron_even_where_an_environment_variable_is_unset(tmp_path, monkeypatch):
+    """A recipe interpolating ${oc.env:HF_HOME}, run where HF_HOME is unset: the refusal names Megatron (what the user
+    must change), not the variable."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HF_HOME", raising=False)
+    with pytest.raises(ConfigError, match="Megatron-backed training"):
+        load_config(str(ERA_G / "recipes/llm/grpo-qwen3-1.7b-1n8g-megatron-super-swe1.yaml"))
+    bad = tmp_path / "needs_env.yaml"
+    bad.write_text("defaults: " + str(ERA_G / "grpo_math_1B.yaml") + "\npolicy:\n  model_name: ${oc.env:HF_HOME}/m\n")
+    with pytest.raises(ConfigError, match="HF_HOME"):  # nothing refused: the missing variable is the message
+        load_config(str(bad))

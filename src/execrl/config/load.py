@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
 from execrl.config.errors import ConfigError
-from execrl.config.nemo import adapt
+from execrl.config.nemo import adapt, refuse_unresolved
 from execrl.config.schedule import TAGS
 from execrl.config.schema import MasterConfig
 
@@ -41,6 +41,7 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
             _register(name, fn)
     defaults = MasterConfig().model_dump(mode="json")  # what an interpolation of an unset key reads
     del defaults["policy"]["scheduler"]  # one of several forms: the file's own replaces it, never merges into it
+    tree = None
     try:
         given = _read(Path(path) if path else BUILTIN_DEFAULT, [])
         tree = OmegaConf.merge(OmegaConf.create(_under(defaults, given)), given)
@@ -50,6 +51,8 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
         written = set(_dotted(OmegaConf.to_container(given, resolve=False)))
         written |= {item.split("=", 1)[0].lstrip("+") for item in overrides}
     except OmegaConfBaseException as e:
+        if isinstance(tree, DictConfig):  # a feature the config turns on and execrl refuses says more
+            refuse_unresolved(OmegaConf.to_container(tree, resolve=False))
         raise ConfigError(f"cannot resolve the config: {str(e).splitlines()[0]}") from None
     plain, ignored, mapped = adapt(plain, _known, Path(path).resolve().parent if path else None)
     cfg = validate(plain)

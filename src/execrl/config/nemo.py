@@ -131,7 +131,8 @@ IGNORED: dict[str, str] = {
     "checkpointing.load_replay_buffer": "async GRPO's replay buffer: execrl regenerates the in-flight step on resume",
     "checkpointing.save_optimizer": "execrl always saves the optimizer, so that a resume is exact",
     "checkpointing.save_data_plane": "NeMo RL's data plane (off)",
-    "data_plane": "NeMo RL's data plane (off)",
+    "data_plane": "NeMo RL's data plane (TransferQueue: how batches move between its workers; execrl's stay in "
+                  "the training process)",
     "reward_penalties": "NeMo-Gym reward penalties (off)",
     "telemetry": "NeMo RL's telemetry",
     "env.reward_model.resources": "the reward model runs on the training GPUs, a copy in each training process",
@@ -141,6 +142,16 @@ IGNORED: dict[str, str] = {
     "env.reward_model.logprob_batch_size": "the reward model reads env.reward_model.batch_size conversations at once",
     "env.reward_model.max_grad_norm": "the reward model is not trained",
     "env.reward_model.generation": "the reward model does not generate",
+    "env.reward_model.processor": "the reward model reads each conversation as execrl renders it (its tokenizer's "
+                                  "chat template)",
+    **{f"env.reward_model.{k}": "the reward model is not trained (a policy's setting)"
+       for k in ("offload_optimizer_for_logprob", "optimizer", "scheduler", "train_global_batch_size",
+                 "train_micro_batch_size", "refit_buffer_size_gb")},
+    **{f"env.reward_model.{k}": "execrl chunks and pads the reward model's batches itself"
+       for k in ("make_sequence_length_divisible_by", "logprob_chunk_size")},
+    "env.reward_model.megatron_cfg": "Megatron settings (the reward model runs in PyTorch)",
+    **{f"data.{k}": "only with data.use_multiple_dataloader (one loader per dataset: not implemented, refused when "
+                    "on)" for k in ("num_prompts_per_dataloader", "custom_dataloader")},
 }
 
 
@@ -199,7 +210,6 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "data.use_multiple_dataloader": (_on, "one data loader per dataset is not implemented (execrl draws from all of "
                                           "them together): set data.use_multiple_dataloader=false"),
     "data.add_system_prompt": (_on, "data.add_system_prompt is not implemented: set prompt.system_prompt instead"),
-    "data_plane.enabled": (_on, "NeMo RL's data plane is not implemented: set data_plane.enabled=false"),
     "reward_penalties": (_on, "NeMo-Gym reward penalties are not implemented: set the reward_penalties to false"),
     "on_policy_distillation": (lambda v: v is not None, "on-policy distillation is not implemented: set "
                                                         "on_policy_distillation: null"),
@@ -219,6 +229,16 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "logger.swanlab_enabled": (_on, "SwanLab logging is not implemented: set logger.swanlab_enabled=false (TensorBoard "
                                     "and W&B are)"),
 }
+
+
+def refuse_unresolved(tree: dict) -> None:
+    """For a config that does not resolve (e.g. `${oc.env:HF_HOME}` unset): raises the refusal of a feature it turns
+    on with a literal value (Megatron, ...), which says more than the missing variable; returns if there is none."""
+    leaves = {k: v for k, v in _leaves(tree) if not (isinstance(v, str) and "${" in v)}
+    refused_at = {key: _section_of(key, REFUSED) for key in leaves}
+    for refused, (on, why) in REFUSED.items():
+        if any(on(leaves[key]) for key, entry in refused_at.items() if entry == refused):
+            raise ConfigError(why)
 
 
 def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = None,

@@ -172,7 +172,7 @@ class GRPOConfig(Section):
                                                   "stops with an error if they do not fill the batch")
     batch_multiplier: float = Field(1.0, gt=0, description="dynamic sampling: prompts drawn per round = this x "
                                     "num_prompts_per_step, truncated (NeMo RL's int(): 16 x 1.3 = 20)")
-    val_period: int = Field(10, ge=0, description="evaluate every N steps (0: never)")
+    val_period: int = Field(10, ge=-1, description="evaluate every N steps (0 or -1, NeMo RL's never: never)")
     val_at_start: bool = Field(False, description="evaluate before the first step")
     val_start_at: int = Field(-1, description="the first step val_period may validate at (-1: from the start)")
     val_at_end: bool = Field(False, description="evaluate after the last step (if val_period did not just)")

@@ -162,7 +162,7 @@ def out_of_time(cfg, elapsed: float, step_seconds: float) -> bool:
 def periodic_validation(cfg, step: int) -> bool:
     """Whether step `step` validates: every grpo.val_period steps, from grpo.val_start_at on."""
     g = cfg.grpo
-    return bool(g.val_period) and step % g.val_period == 0 and step >= g.val_start_at
+    return g.val_period > 0 and step % g.val_period == 0 and step >= g.val_start_at
 
 
 def validate(run: Run) -> float:
