@@ -233,19 +233,23 @@ def test_icepop_drops_tokens_outside_the_band_and_tis_cuts():
     assert none[0, 2].item() == pytest.approx(math.e)
 
 
-def test_importance_correction_with_top_k_or_top_p_is_refused_and_nemo_defaults_hold():
+def test_importance_correction_with_top_k_or_top_p_runs_and_nemo_defaults_hold():
+    """The sampler reports and the trainer scores the filtered distribution (NeMo RL's processed logprobs), so the
+    correction is consistent with top-k/top-p; seq-mask-tis is refused, icepop needs both bounds."""
     from execrl.config import ConfigError, load_config
     from execrl.config.checks import check_async
 
     assert load_config(None, []).loss_fn.truncated_importance_sampling_ratio is None
-    for bad in (["grpo.async_grpo.enabled=true", "policy.generation.top_k=20"],
-                ["loss_fn.use_importance_sampling_correction=true", "policy.generation.top_p=0.9"],
-                ["loss_fn.truncated_importance_sampling_type=icepop", "loss_fn.truncated_importance_sampling_ratio=2"]):
-        with pytest.raises(ConfigError):
-            check_async(load_config(None, bad))
+    for fine in (["grpo.async_grpo.enabled=true", "policy.generation.top_k=20"],
+                 ["loss_fn.use_importance_sampling_correction=true", "policy.generation.top_p=0.9"]):
+        check_async(load_config(None, fine))
+    with pytest.raises(ConfigError):
+        check_async(load_config(None, ["loss_fn.use_importance_sampling_correction=true",
+                                       "loss_fn.truncated_importance_sampling_type=icepop",
+                                       "loss_fn.truncated_importance_sampling_ratio=2"]))
     with pytest.raises(ConfigError):
         load_config(None, ["loss_fn.truncated_importance_sampling_type=seq-mask-tis"])
-    check_async(load_config(None, ["policy.generation.top_k=20"]))  # on-policy without correction: fine
+    check_async(load_config(None, ["policy.generation.top_k=20"]))
 
 
 def test_gspo_clips_one_ratio_per_sequence():

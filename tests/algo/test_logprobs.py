@@ -56,7 +56,7 @@ def test_trainer_logprobs_equal_the_models_own_logits():
     attn[2, 9:] = 0  # right padding
     select = torch.zeros(3, 11, dtype=torch.bool)
     select[:, 4:8] = True
-    logp, entropy = token_logprobs(model, ids, attn, select, temperature=0.7)
+    logp, entropy, _ = token_logprobs(model, ids, attn, select, temperature=0.7)
     full = torch.log_softmax(model(input_ids=ids, attention_mask=attn).logits[:, :-1].float() / 0.7, -1)
     want = full.gather(-1, ids[:, 1:, None])[..., 0]
     torch.testing.assert_close(logp[select], want[select])

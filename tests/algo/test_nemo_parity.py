@@ -169,3 +169,35 @@ def test_a_ratio_without_a_type_from_an_older_nemo_config_is_tis_and_named():
     assert any("read as tis" in d for d in nemo_differences(cfg))
     assert any("exact std" in d for d in nemo_differences(cfg))
     assert not any("tis" in d for d in nemo_differences(load_config(None, [])))
+
+
+# --- 2. top-k / top-p: scored under the filtered, renormalized distribution ---------------------------------------
+
+def test_top_k_scores_the_filtered_distribution_in_the_trainer_and_the_sampler():
+    from execrl.algo.logprobs import token_logprobs_from_hidden
+    from execrl.rollout.sampling import SamplingParams, sample
+
+    # logits [2, 1.5, .3, -.5, -1, -2], token 1, top_k 2: log softmax over {2, 1.5} = 1.5 - log(e^2 + e^1.5) = -0.9741
+    # (the unfiltered softmax gave -1.1624)
+    logits = T([[2.0, 1.5, 0.3, -0.5, -1.0, -2.0]])
+    eye = torch.eye(6)
+    logp, _ = token_logprobs_from_hidden(logits, eye, T([1]), top=(2, 1.0))
+    assert logp.item() == pytest.approx(-0.9741, abs=1e-4)
+    assert token_logprobs_from_hidden(logits, eye, T([1]))[0].item() == pytest.approx(-1.1624, abs=1e-4)
+    # top_p 0.7: the likeliest holds e^2 / sum = 0.4967 < 0.7, so 1.5 stays; after them 0.798 >= 0.7: the rest go
+    assert token_logprobs_from_hidden(logits, eye, T([1]), top=(None, 0.7))[0].item() == pytest.approx(-0.9741, abs=1e-4)
+    # the sampler reports the same number for the token it drew from the same filter
+    keys = torch.arange(64, dtype=torch.int32)
+    tokens, reported = sample(logits.expand(64, -1), SamplingParams(1.0, top_k=2), keys)
+    assert set(tokens.tolist()) == {0, 1}
+    assert reported[tokens == 1] == pytest.approx(torch.full(((tokens == 1).sum(),), -0.9741), abs=1e-4)
+
+
+def test_the_kl_reads_the_unfiltered_current_logprobs():
+    # filtered log pi -0.9741 (the PPO ratio's), unfiltered -1.1624 (the KL's, against the unfiltered reference -1.5):
+    # k1 = log pi - log ref = 0.3376, not 0.5259
+    t = LossTerms(T([[-0.9741]], requires_grad=True), T([[-0.9741]]), T([0.0]), T([[1.0]]), ref_logprobs=T([[-1.5]]),
+                  unfiltered_logprobs=T([[-1.1624]], requires_grad=True))
+    out, _ = policy_loss(t, LossConfig(reference_policy_kl_penalty=1.0, reference_policy_kl_type="k1"),
+                         num_tokens=1, num_seqs=1)
+    assert out.item() == pytest.approx(0.3376, abs=1e-4)

@@ -152,7 +152,7 @@ def test_the_batch_holds_the_sampled_tokens_and_their_logprobs_at_the_mask(polic
         sampled_logprobs = [lp for s in t.segments if s.sampled for lp in s.logprobs]
         assert batch.sampler_logprobs[i][at].tolist() == pytest.approx(sampled_logprobs)
         assert (batch.sampler_logprobs[i][~at] == 0).all()
-    logp, _ = token_logprobs(policy[0], batch.input_ids, batch.attention_mask, batch.loss_mask > 0, 1.0)
+    logp, _, _ = token_logprobs(policy[0], batch.input_ids, batch.attention_mask, batch.loss_mask > 0, 1.0)
     torch.testing.assert_close(logp, batch.sampler_logprobs, atol=2e-4, rtol=1e-4)  # the trainer scores them
 
 

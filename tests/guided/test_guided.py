@@ -46,7 +46,7 @@ def trainer_logprobs(model, prompt, c, temperature):
     allowed = torch.full((1, ids.shape[1] - 1, c.guide.words), -1, dtype=torch.int32)
     allowed[0, len(prompt) - 1:] = c.guide.masks(c.ids)
     with torch.no_grad():
-        logp, _ = token_logprobs(model, ids, torch.ones_like(ids), select, temperature, allowed)
+        logp, _, _ = token_logprobs(model, ids, torch.ones_like(ids), select, temperature, allowed)
     return logp[0, len(prompt) - 1:]
 
 

@@ -20,16 +20,37 @@ def chunk_rows(vocab: int) -> int:
     return max(128, CHUNK_ELEMENTS // vocab)
 
 
-def _scaled(logits: torch.Tensor, temperature: float, allowed: torch.Tensor | None) -> torch.Tensor:
-    """logits [c, V] / temperature in fp32, -inf where the allowed bitmask [c, W] (guided decoding) has no bit."""
+def top_k_top_p(scaled: torch.Tensor, top_k: int | None, top_p: float) -> torch.Tensor:
+    """The sampler's filter: scaled logits [B, V] -> the same with -inf outside the top_k likeliest (ties kept) and
+    then outside the nucleus (the tokens whose strictly likelier tokens hold less than top_p of the mass: the
+    likeliest always stays), as vLLM and NeMo RL filter. top_k None and top_p 1: unchanged."""
+    kept = scaled
+    if top_k is not None and top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, top_k, dim=-1).values[:, -1:]  # [B, 1]
+        kept = kept.masked_fill(kept < kth, float("-inf"))
+    if top_p < 1.0:
+        ordered, order = torch.sort(kept, dim=-1, descending=True)  # [B, V]
+        probs = torch.softmax(ordered, -1)
+        before = torch.cumsum(probs, -1) - probs  # mass of the strictly likelier tokens
+        ordered = ordered.masked_fill(before >= top_p, float("-inf"))
+        kept = torch.full_like(kept, float("-inf")).scatter(-1, order, ordered)
+    return kept
+
+
+def _scaled(logits: torch.Tensor, temperature: float, allowed: torch.Tensor | None,
+            top: tuple[int | None, float] | None = None) -> torch.Tensor:
+    """logits [c, V] / temperature in fp32, -inf where the allowed bitmask [c, W] (guided decoding) has no bit and,
+    with top = (top_k, top_p), outside the sampler's filter."""
     z = logits.float() / temperature
-    return z if allowed is None else restrict(z, allowed)
+    z = z if allowed is None else restrict(z, allowed)
+    return z if top is None else top_k_top_p(z, *top)
 
 
-def _stats(logits: torch.Tensor, targets: torch.Tensor, temperature: float, allowed: torch.Tensor | None = None):
+def _stats(logits: torch.Tensor, targets: torch.Tensor, temperature: float, allowed: torch.Tensor | None = None,
+           top: tuple[int | None, float] | None = None):
     """logits [c, V], allowed [c, W] or None -> log-sum-exp [c], logprob of the target [c], entropy [c] (fp32), of
-    the distribution restricted to the allowed tokens."""
-    z = _scaled(logits, temperature, allowed)
+    the distribution restricted to the allowed tokens (and filtered by top = (top_k, top_p))."""
+    z = _scaled(logits, temperature, allowed, top)
     lse = torch.logsumexp(z, -1)
     picked = z.gather(-1, targets[:, None])[:, 0] - lse
     entropy = lse - (torch.exp(z - lse[:, None]) * z.clamp_min(torch.finfo(z.dtype).min)).sum(-1)  # (0 * -inf: 0)
@@ -37,9 +58,10 @@ def _stats(logits: torch.Tensor, targets: torch.Tensor, temperature: float, allo
 
 
 def _grad(logits: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor, grad_out: torch.Tensor,
-          temperature: float, allowed: torch.Tensor | None = None):
-    """d(sum g * logprob)/d logits: (onehot(target) - softmax) * g / temperature, in the logits' dtype [c, V]."""
-    z = _scaled(logits, temperature, allowed)
+          temperature: float, allowed: torch.Tensor | None = None, top: tuple[int | None, float] | None = None):
+    """d(sum g * logprob)/d logits: (onehot(target) - softmax) * g / temperature, in the logits' dtype [c, V] (0 for
+    the tokens a filter removed: their softmax is 0 and they are never the target)."""
+    z = _scaled(logits, temperature, allowed, top)
     onehot = torch.arange(z.shape[-1], device=z.device)[None] == targets[:, None]
     return ((onehot.float() - torch.exp(z - lse[:, None])) * (grad_out / temperature)[:, None]).to(logits.dtype)
 
@@ -67,7 +89,7 @@ def _kernel(fn, cuda: bool):
 
 class _TokenLogprobs(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature: float, rows: int, allowed):
+    def forward(ctx, hidden, weight, targets, temperature: float, rows: int, allowed, top):
         # hidden [N, d], weight [V, d], targets [N], allowed [N, W] or None -> logprobs [N] (fp32), entropy [N]
         # (fp32, no gradient)
         n = hidden.shape[0]
@@ -76,9 +98,9 @@ class _TokenLogprobs(torch.autograd.Function):
         for i in range(0, n, rows):
             lse[i:i + rows], logp[i:i + rows], entropy[i:i + rows] = stats(
                 hidden[i:i + rows] @ weight.T, targets[i:i + rows], temperature,
-                None if allowed is None else allowed[i:i + rows])
+                None if allowed is None else allowed[i:i + rows], top)
         ctx.save_for_backward(hidden, weight, targets, lse, allowed)
-        ctx.temperature, ctx.rows = temperature, rows
+        ctx.temperature, ctx.rows, ctx.top = temperature, rows, top
         ctx.mark_non_differentiable(entropy)
         return logp, entropy
 
@@ -94,21 +116,22 @@ class _TokenLogprobs(torch.autograd.Function):
         for i in range(0, hidden.shape[0], rows):
             h = hidden[i:i + rows]  # [c, d]
             grad = grad_of(h @ weight.T, lse[i:i + rows], targets[i:i + rows], grad_logp[i:i + rows].float(),
-                           ctx.temperature, None if allowed is None else allowed[i:i + rows])  # [c, V]
+                           ctx.temperature, None if allowed is None else allowed[i:i + rows], ctx.top)  # [c, V]
             if grad_hidden is not None:
                 grad_hidden[i:i + rows] = grad @ weight
             if grad_weight is not None:
                 grad_weight += (grad.T @ h).to(grad_weight.dtype)
         if grad_weight is not None:
             grad_weight = grad_weight.to(weight.dtype)
-        return grad_hidden, grad_weight, None, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None, None
 
 
 def token_logprobs_from_hidden(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                               temperature: float = 1.0, rows: int | None = None, allowed: torch.Tensor | None = None
-                               ) -> tuple[torch.Tensor, torch.Tensor]:
+                               temperature: float = 1.0, rows: int | None = None, allowed: torch.Tensor | None = None,
+                               top: tuple[int | None, float] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """hidden [N, d] (the final-norm output), weight [V, d] (the LM head), targets [N], allowed [N, W] int32 bitmasks
-    (guided decoding: the tokens the sampler could take; None: all) -> (log softmax(h W^T / temperature)[target]
-    over the allowed tokens [N], entropy of that distribution [N]); fp32, gradient to the first."""
+    (guided decoding: the tokens the sampler could take; None: all), top (top_k, top_p): the sampler's filter (None:
+    none) -> (log softmax(h W^T / temperature)[target] over the allowed, kept tokens [N], entropy of that
+    distribution [N]); fp32, gradient to the first."""
     return _TokenLogprobs.apply(hidden, weight, targets, float(temperature), rows or chunk_rows(weight.shape[0]),
-                                allowed)
+                                allowed, top)

@@ -31,6 +31,8 @@ class LossTerms:
     mask: torch.Tensor  # [B, T] 1.0 on tokens that count (the model's own, not truncated-and-filtered)
     ref_logprobs: torch.Tensor | None = None  # [B, T] reference model, for the KL penalty
     sampler_logprobs: torch.Tensor | None = None  # [B, T] log pi_sampler(token): the behaviour policy
+    unfiltered_logprobs: torch.Tensor | None = None  # [B, T] log pi_theta without the sampler's top-k/top-p filter
+    # (with grad), for the KL to the unfiltered reference (None: logprobs are unfiltered)
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kl_type: str, input_clamp: float | None = None,
@@ -57,7 +59,8 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kl_type: str,
     return kl.clamp(-output_clamp, output_clamp) if output_clamp is not None else kl
 
 
-def kl_weights(t: LossTerms, mask: torch.Tensor, on_policy_approximation: bool) -> torch.Tensor:
+def kl_weights(current: torch.Tensor, t: LossTerms, mask: torch.Tensor, on_policy_approximation: bool
+               ) -> torch.Tensor:
     """The weight of each token's KL estimate [B, T], whose gradient makes the KL term's expected gradient that of
     KL(pi_theta || ref) (the tokens come from the policy being optimized: the score-function term, as NeMo RL since
     2026). Plain: exp(log pi - sg(log pi)), 1 in value. On-policy approximation: pi_theta / pi_sampler, not detached
@@ -65,9 +68,9 @@ def kl_weights(t: LossTerms, mask: torch.Tensor, on_policy_approximation: bool) 
     if on_policy_approximation:
         if t.sampler_logprobs is None:
             raise ValueError("the on-policy KL approximation needs the sampler's logprobs")
-        w = torch.exp((t.logprobs - t.sampler_logprobs) * mask)
+        w = torch.exp((current - t.sampler_logprobs) * mask)
     else:
-        w = torch.exp(t.logprobs - t.logprobs.detach())
+        w = torch.exp(current - current.detach())
     return torch.nan_to_num(w, nan=0.0, posinf=0.0, neginf=0.0)
 
 
@@ -102,8 +105,9 @@ def policy_loss(t: LossTerms, cfg: LossConfig, *, num_tokens: float, num_seqs: f
             per_token = per_token * weight
     kl = torch.zeros_like(per_token)
     if cfg.reference_policy_kl_penalty and t.ref_logprobs is not None:
-        kl = kl_penalty(t.logprobs, t.ref_logprobs, cfg.reference_policy_kl_type, cfg.kl_input_clamp_value,
-                        cfg.kl_output_clamp_value, kl_weights(t, mask, cfg.use_on_policy_kl_approximation))  # [B, T]
+        current = t.logprobs if t.unfiltered_logprobs is None else t.unfiltered_logprobs  # NeMo RL: unfiltered
+        kl = kl_penalty(current, t.ref_logprobs, cfg.reference_policy_kl_type, cfg.kl_input_clamp_value,
+                        cfg.kl_output_clamp_value, kl_weights(current, t, mask, cfg.use_on_policy_kl_approximation))
         per_token = per_token + cfg.reference_policy_kl_penalty * kl
     loss = aggregate(per_token, mask, num_tokens, num_seqs, cfg.token_level_loss, cfg.constant_normalizer)
     with torch.no_grad():

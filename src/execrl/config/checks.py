@@ -260,14 +260,8 @@ def check_async(cfg: MasterConfig) -> None:
     if cfg.loss_fn.use_importance_sampling_correction and not engine:
         raise ConfigError("loss_fn.use_importance_sampling_correction needs the sampler's logprobs, which only the "
                           "execrl engine returns: set policy.generation.backend=execrl")
-    gen, lf = cfg.policy.generation, cfg.loss_fn
+    lf = cfg.loss_fn
     correcting = lf.use_importance_sampling_correction or (lf.use_importance_sampling_correction is None and a.enabled)
-    if correcting and (gen.top_k is not None or gen.top_p < 1.0):
-        # the engine's logprobs are those of softmax(logits / T) before the filter, as the trainer scores them: the
-        # importance weight would then ignore that the tokens came from the filtered distribution
-        raise ConfigError("the importance-sampling correction (async GRPO, or loss_fn.use_importance_sampling_"
-                          "correction) would ignore top-k/top-p filtering: set policy.generation.top_k=null and "
-                          "policy.generation.top_p=1.0")
     check_truncation(cfg, correcting)
     if not a.enabled:
         return

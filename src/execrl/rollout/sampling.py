@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 import execrl.rollout.fused_sampling as fused_sampling
+from execrl.algo.logprobs import top_k_top_p
 from execrl.guided import restrict
 
 
@@ -92,7 +93,8 @@ def sample(logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor | No
     [B]).
 
     The logprob is that of the chosen token under softmax(logits / scoring_temperature) restricted to the allowed
-    tokens, before top-k/top-p filtering: the same distribution the trainer scores with, so the two can be compared.
+    tokens and, when sampling, filtered by top-k/top-p and renormalized (vLLM's processed logprobs, as NeMo RL reads
+    them): the distribution the token was drawn from, which the trainer scores too (step.sampler_filter).
     With the same keys, a masked sample is the unmasked one whenever that one is allowed (Gumbel-max)."""
     if keys is None and params.temperature > 0:
         keys = torch.randint(-2**31, 2**31, (logits.shape[0],), device=logits.device, dtype=torch.int32)
@@ -112,18 +114,9 @@ def sample_torch(logits: torch.Tensor, params: SamplingParams, keys: torch.Tenso
     if params.temperature == 0:
         tokens = logits.argmax(-1)  # [B]
         return tokens, _picked(scaled, tokens)
-    kept = scaled
-    if params.top_k is not None and params.top_k < scaled.shape[-1]:
-        kth = torch.topk(scaled, params.top_k, dim=-1).values[:, -1:]  # [B, 1]
-        kept = kept.masked_fill(kept < kth, float("-inf"))
-    if params.top_p < 1.0:
-        ordered, order = torch.sort(kept, dim=-1, descending=True)  # [B, V]
-        probs = torch.softmax(ordered, -1)
-        before = torch.cumsum(probs, -1) - probs  # mass of the strictly likelier tokens
-        ordered = ordered.masked_fill(before >= params.top_p, float("-inf"))  # the likeliest token always stays
-        kept = torch.full_like(kept, float("-inf")).scatter(-1, order, ordered)
+    kept = top_k_top_p(scaled, params.top_k, params.top_p)  # [B, V]
     tokens = (kept + gumbel(keys, kept.shape[-1])).argmax(-1)  # Gumbel-max: a sample of softmax(kept)
-    return tokens, _picked(scaled, tokens)
+    return tokens, _picked(kept, tokens)
 
 
 def _picked(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

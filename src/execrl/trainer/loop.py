@@ -20,7 +20,7 @@ from execrl.trainer import checkpoint
 from execrl.trainer import distributed as dist
 from execrl.trainer.rollouts import episode_means, episode_sums, prompt_seeds, rollout_rows, run_episodes, sampling
 from execrl.trainer.setup import Run, build_run, console
-from execrl.trainer.step import advantages, build_batch, optimize, score_tokens
+from execrl.trainer.step import advantages, build_batch, optimize, sampler_filter, score_tokens
 from execrl.trainer.warmup import sft_warmup
 
 MAX_NAN_STEPS = 3
@@ -122,7 +122,8 @@ def train_step(run: Run, rollouts) -> dict:
     batch = build_batch(rollouts, adv, run.tokenizer.pad_token_id, cfg.grpo.overlong_filtering)
     temperature = scoring_temperature(cfg.policy.generation.temperature)
     if run.plan.optimizer_steps_per_rollout > 1:  # later optimizer steps need the logprobs as this step began
-        batch.old_logprobs = score_tokens(run.weights.compute, batch, cfg.policy.logprob_batch_size, temperature)
+        batch.old_logprobs = score_tokens(run.weights.compute, batch, cfg.policy.logprob_batch_size, temperature,
+                                          sampler_filter(cfg))
     if run.ref_model is not None:
         batch.ref_logprobs = score_tokens(run.ref_model, batch, cfg.policy.logprob_batch_size, temperature)
     elif run.lora is not None and cfg.loss_fn.reference_policy_kl_penalty > 0:  # the base: the adapters off

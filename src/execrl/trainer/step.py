@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from execrl.algo import ADVANTAGES, LossTerms, policy_loss
-from execrl.algo.logprobs import token_logprobs_from_hidden
+from execrl.algo.logprobs import token_logprobs_from_hidden, top_k_top_p
 from execrl.algo.role_baselines import RoleBaselines
 from execrl.config import BatchPlan, MasterConfig
 from execrl.games import GAMES
@@ -107,28 +107,46 @@ def importance_correction(cfg: MasterConfig) -> bool:
     return cfg.grpo.async_grpo.enabled if on is None else on
 
 
-def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, select: torch.Tensor,
-                   temperature: float = 1.0, allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """log pi(token_{t+1} | tokens_<=t) under softmax(logits / temperature), and its entropy, at the positions in
-    `select` [B, L-1] (zeros elsewhere): ([B, L-1], [B, L-1]). The LM head runs only there, in chunks. `allowed`
-    [B, L-1, W] (guided decoding's bitmasks): the distribution restricted to the tokens the sampler allowed."""
+def sampler_filter(cfg: MasterConfig) -> tuple[int | None, float] | None:
+    """(top_k, top_p) of the training rollouts' sampler, under which the trainer scores tokens as NeMo RL does (the
+    filtered, renormalized distribution); None: no filter (or greedy rollouts, which are not filtered)."""
+    gen = cfg.policy.generation
+    if gen.temperature == 0 or (gen.top_k is None and gen.top_p >= 1.0):
+        return None
+    return gen.top_k, gen.top_p
+
+
+def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, select: torch.Tensor, temperature: float = 1.0,
+                   allowed: torch.Tensor | None = None, top: tuple[int | None, float] | None = None,
+                   unfiltered: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """log pi(token_{t+1} | tokens_<=t) under softmax(logits / temperature), its entropy, and (with `unfiltered`) the
+    logprob without the top filter, at the positions in `select` [B, L-1] (zeros elsewhere): three [B, L-1] (the last
+    None unless asked for). The LM head runs only there, in chunks. `allowed` [B, L-1, W] (guided decoding's
+    bitmasks): the distribution restricted to the tokens the sampler allowed; `top` (top_k, top_p): filtered by the
+    sampler's filter and renormalized."""
     select = select.bool()
     targets = ids[:, 1:][select]  # [N]
     allowed = None if allowed is None else allowed[select]  # [N, W]
     head = model.get_output_embeddings()
+    raw = None
     if getattr(head, "bias", None) is None and getattr(model.config, "final_logit_softcapping", None) is None:
-        hidden = final_hidden(model, ids, attn)  # [B, L, d]
-        logp, entropy = token_logprobs_from_hidden(hidden[:, :-1][select], head.weight, targets, temperature,
-                                                   allowed=allowed)  # [N]
+        hidden = final_hidden(model, ids, attn)[:, :-1][select]  # [N, d]
+        logp, entropy = token_logprobs_from_hidden(hidden, head.weight, targets, temperature, allowed=allowed,
+                                                   top=top)  # [N]
+        if unfiltered:
+            raw = token_logprobs_from_hidden(hidden, head.weight, targets, temperature, allowed=allowed)[0]
     else:  # heads with a bias or soft-capping: the model's own logits
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1][select].float() / temperature
         if allowed is not None:
             logits = restrict(logits, allowed)
-        all_logp = torch.log_softmax(logits, -1)  # [N, V]
+        all_logp = torch.log_softmax(logits if top is None else top_k_top_p(logits, *top), -1)  # [N, V]
         logp = all_logp.gather(-1, targets[:, None])[:, 0]
         entropy = -(all_logp.exp() * all_logp.clamp_min(torch.finfo(all_logp.dtype).min)).sum(-1).detach()
+        if unfiltered:
+            raw = torch.log_softmax(logits, -1).gather(-1, targets[:, None])[:, 0]
     zeros = torch.zeros(select.shape, dtype=torch.float32, device=ids.device)
-    return zeros.masked_scatter(select, logp), zeros.masked_scatter(select, entropy)
+    spread = None if raw is None else zeros.masked_scatter(select, raw)
+    return zeros.masked_scatter(select, logp), zeros.masked_scatter(select, entropy), spread
 
 
 def final_hidden(model, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
@@ -178,18 +196,20 @@ def idle_pass(model, device) -> None:
     """A forward and backward through every parameter that add nothing to any gradient: what a rank with fewer
     micro-batches than another runs in their place."""
     ids = torch.zeros(1, 2, dtype=torch.long, device=device)
-    logp, _ = token_logprobs(model, ids, torch.ones_like(ids), torch.ones(1, 1, device=device))
+    logp, _, _ = token_logprobs(model, ids, torch.ones_like(ids), torch.ones(1, 1, device=device))
     (logp.sum() * 0.0).backward()
 
 
 @torch.no_grad()
-def score_tokens(model, batch: TrainBatch, micro: int, temperature: float) -> torch.Tensor:
+def score_tokens(model, batch: TrainBatch, micro: int, temperature: float,
+                 top: tuple[int | None, float] | None = None) -> torch.Tensor:
+    """Each token's logprob [N, L-1] (no gradient), under the sampler's filter `top` (None: unfiltered)."""
     device = next(model.parameters()).device
     out = torch.zeros_like(batch.loss_mask)
     with dist.full_weights(model):  # a sharded model: gathered once for all micro-batches
         for rows in micro_batches(batch, range(len(batch.input_ids)), micro):
             ids, attn, mask, idx, allowed = take(batch, rows, device)
-            out[idx, :mask.shape[1]] = token_logprobs(model, ids, attn, mask > 0, temperature, allowed)[0].cpu()
+            out[idx, :mask.shape[1]] = token_logprobs(model, ids, attn, mask > 0, temperature, allowed, top)[0].cpu()
     return out
 
 
@@ -200,6 +220,8 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
     model = weights.compute
     device, loss_cfg = next(model.parameters()).device, cfg.loss_fn
     temperature, correct = scoring_temperature(cfg.policy.generation.temperature), importance_correction(cfg)
+    top = sampler_filter(cfg)  # (the reference's logprobs are unfiltered: the KL reads the current ones unfiltered too)
+    kl = top is not None and cfg.loss_fn.reference_policy_kl_penalty > 0 and batch.ref_logprobs is not None
     stats = {"loss": 0.0, "clip_frac": 0.0, "clip_frac_high": 0.0, "clip_frac_low": 0.0, "kl": 0.0, "entropy": 0.0,
              "grad_norm": 0.0, "skipped_steps": 0}
     averaged = ("clip_frac", "clip_frac_high", "clip_frac_low", "kl")  # token means, over the whole batch
@@ -229,13 +251,14 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
                 weights.accumulate_grads()
                 continue
             ids, attn, mask, idx, allowed = take(batch, parts[i], device)
-            logp, entropy = token_logprobs(model, ids, attn, mask > 0, temperature, allowed)
+            logp, entropy, raw = token_logprobs(model, ids, attn, mask > 0, temperature, allowed, top, unfiltered=kl)
             width = mask.shape[1]
             # the proximal policy: the weights as this step began (one optimizer step: the current ones, detached)
             old = logp.detach() if batch.old_logprobs is None else batch.old_logprobs[idx, :width].to(device)
             terms = LossTerms(logp, old, batch.advantages[idx].to(device), mask,
                               None if batch.ref_logprobs is None else batch.ref_logprobs[idx, :width].to(device),
-                              None if batch.sampler_logprobs is None else batch.sampler_logprobs[idx, :width].to(device))
+                              None if batch.sampler_logprobs is None else batch.sampler_logprobs[idx, :width].to(device),
+                              unfiltered_logprobs=raw)
             loss, metrics = policy_loss(terms, loss_cfg, num_tokens=num_tokens, num_seqs=num_seqs, is_correction=correct)
             loss.backward()
             weights.accumulate_grads()
