@@ -349,7 +349,7 @@ NEMO = Path(__file__).parents[1] / "assets" / "nemo_rl"
 NEMO_CONFIGS = sorted(NEMO.glob("*/examples/configs/**/*.yaml"))
 MISSING = {  # what a config needs that execrl does not have, read from the config itself -> the refusal names it
     "megatron": "Megatron-backed training", "non-colocated": "non-colocated generation", "backend": "generation "
-    "backends other than vLLM", "sliding_puzzle": "sliding-puzzle",
+    "backends other than vLLM",
     "env_cls": "custom math environment classes", "router_replay": "router replay"}
 
 
@@ -366,7 +366,7 @@ def needs(tree: dict) -> str | None:
         return "router_replay"
     if (env.get("math") or {}).get("env_cls"):
         return "env_cls"
-    return "sliding_puzzle" if any("sliding_puzzle" in name for name in env) else None
+    return None
 
 
 def with_its_environment(path: Path, monkeypatch) -> None:

@@ -213,8 +213,6 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "reward_penalties": (_on, "NeMo-Gym reward penalties are not implemented: set the reward_penalties to false"),
     "on_policy_distillation": (lambda v: v is not None, "on-policy distillation is not implemented: set "
                                                         "on_policy_distillation: null"),
-    "env.sliding_puzzle_game": (lambda v: True, "the sliding-puzzle environment is not implemented: execrl's "
-                                                "environments are code and math (env.code, env.multi_turn)"),
     "env.reward_model.checkpoint_path": (lambda v: v is not None, "env.reward_model.checkpoint_path (weights from a "
                                          "NeMo RL checkpoint) is not read here: set env.reward_model.model_name to a "
                                          "directory in HF format instead, and checkpoint_path=null"),
@@ -229,6 +227,34 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "logger.swanlab_enabled": (_on, "SwanLab logging is not implemented: set logger.swanlab_enabled=false (TensorBoard "
                                     "and W&B are)"),
 }
+
+
+def sliding_puzzle(tree: dict) -> str | None:
+    """NeMo RL's sliding-puzzle config (env.sliding_puzzle_game, run by its run_grpo_sliding_puzzle.py): in place, the
+    environment becomes execrl's (env.multi_turn.kind sliding_puzzle, its max_moves, the board after a move told as a
+    user message), and the problems the generated dataset `sliding_puzzle` with its game_config and grpo.seed, for
+    training and max_val_samples for validation, as that script makes them (it reads no data.train or validation).
+    Returns why the config's own datasets are not read (None: not a sliding-puzzle config)."""
+    env = tree.get("env") or {}
+    game = env.pop("sliding_puzzle_game", None)
+    if game is None:
+        return None
+    cfg = (game or {}).get("cfg") or {}
+    options = {k: v for k, v in (cfg.get("game_config") or {}).items() if k in ("size", "shuffle_moves")}
+    options["seed"] = (tree.get("grpo") or {}).get("seed", 42)
+    multi = env.setdefault("multi_turn", {})
+    multi.update(kind="sliding_puzzle", observation_role="user")
+    if cfg.get("max_moves") is not None:
+        env.setdefault("sliding_puzzle", {})["max_moves"] = cfg["max_moves"]
+    data = tree.setdefault("data", {})
+    for key in [k for k in data if k not in ("shuffle", "max_input_seq_length", "add_system_prompt", "default")]:
+        data.pop(key)
+    data["default"] = {"env_name": "auto", "processor": "auto"}  # (no prompt file: the puzzle poses itself)
+    count = (tree.get("grpo") or {}).get("max_val_samples")
+    data["train"] = {"dataset_name": "sliding_puzzle", "options": options}
+    data["validation"] = {"dataset_name": "sliding_puzzle", "split": "validation",
+                          "options": options | ({"count": count} if count else {})}
+    return "the problems are the generated sliding_puzzle dataset, as NeMo RL's script makes them"
 
 
 def refuse_unresolved(tree: dict) -> None:
@@ -247,8 +273,11 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
     section: why}, {mapped key: what it became}). `known(key)`: whether execrl's schema has the key; `config_dir`: the
     config file's folder (where relative file paths are also looked for). Raises ConfigError naming a refused
     feature."""
+    puzzle = sliding_puzzle(tree)
     ignored, mapped = adapt_data(tree["data"], tree.get("grpo", {}).get("seed")) if isinstance(
         tree.get("data"), dict) else ({}, {})
+    if puzzle:
+        ignored["data.train"] = ignored["data.validation"] = puzzle
     leaves = dict(_leaves(tree))
     if not _on(leaves.get("grpo.reward_scaling.enabled")):  # its settings say nothing while it is off
         leaves = {k: v for k, v in leaves.items() if not k.startswith("grpo.reward_scaling.")}

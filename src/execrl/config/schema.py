@@ -286,11 +286,12 @@ class CodeEnvConfig(Section):
 
 
 class MultiTurnConfig(Section):
-    kind: Literal["single_turn", "interpreter", "unit_tests", "game"] = Field(
+    kind: Literal["single_turn", "interpreter", "unit_tests", "game", "sliding_puzzle"] = Field(
         "single_turn", description="single_turn (one answer, graded) | interpreter (the model runs code cells and "
         "reads their output, then submits) | unit_tests (the model submits, is told which public tests fail, "
         "refines); the reward always comes from all the tests at the end | game (self-play: each seat of a "
-        "two-player game's match an episode, data.train.dataset_name=selfplay:<game>)")
+        "two-player game's match an episode, data.train.dataset_name=selfplay:<game>) | sliding_puzzle (NeMo RL's: "
+        "one action a turn, reward 1 when solved; data.train.dataset_name=sliding_puzzle)")
     observation_role: Literal["tool", "user"] = Field("tool", description="the role of the environment's messages "
                                                                           "in the chat template")
     stateful: bool = Field(True, description="interpreter: later cells see earlier definitions, like a notebook "
@@ -330,6 +331,11 @@ class GameEnvConfig(Section):
                                "to make; the execrl engine, games of listed moves (not the code game)")
 
 
+class SlidingPuzzleEnvConfig(Section):
+    max_moves: int = Field(30, ge=1, description="actions an episode may take (view and answers without one do not "
+                           "count); the next answer ends it unsolved (NeMo RL's env.sliding_puzzle_game.cfg.max_moves)")
+
+
 class RewardModelTypeConfig(Section):
     enabled: bool = Field(True, description="NeMo RL's: the model is a reward model (its reward-model environment "
                           "always loads one)")
@@ -360,6 +366,8 @@ class EnvConfig(Section):
     game: GameEnvConfig = Field(default_factory=GameEnvConfig, description="self-play games (env.multi_turn.kind="
                                 "game)")
     math: MathEnvConfig = Field(default_factory=MathEnvConfig, description="the math environment")
+    sliding_puzzle: SlidingPuzzleEnvConfig = Field(default_factory=SlidingPuzzleEnvConfig, description="the sliding "
+                                                   "puzzle (env.multi_turn.kind=sliding_puzzle)")
     multi_turn: MultiTurnConfig = Field(default_factory=MultiTurnConfig, description="the episode's environment "
                                         "(turns: grpo.max_rollout_turns; code style: prompt.code_style)")
     reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig, description="a learned reward model "

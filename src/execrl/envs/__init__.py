@@ -8,19 +8,22 @@ from execrl.envs.base import Environment, Step
 from execrl.envs.chat import ChatTemplateError, TurnRenderer
 from execrl.envs.game import GameSeat, seats
 from execrl.envs.interpreter import InterpreterEnv
+from execrl.envs.puzzle import SlidingPuzzleEnv
 from execrl.envs.single_turn import SingleTurnEnv
 from execrl.envs.trajectory import Segment, Trajectory
 from execrl.envs.unit_tests import UnitTestsEnv
 
 ENVIRONMENTS = {"single_turn": SingleTurnEnv, "interpreter": InterpreterEnv, "unit_tests": UnitTestsEnv,
-                "game": GameSeat}
+                "game": GameSeat, "sliding_puzzle": SlidingPuzzleEnv}
 
 
 def make_env(cfg, grader, problem=None) -> Environment:
     """A fresh environment for one episode (of `problem`), of the kind `env.multi_turn.kind` names; beside self-play,
     a code or math problem's is single-turn (e.g. MBPP, evaluated while a game trains)."""
     kind = cfg.env.multi_turn.kind
-    if kind == "game" and problem is not None and problem.kind != "game":
+    if problem is not None and problem.kind == "puzzle":
+        kind = "sliding_puzzle"
+    elif kind in ("game", "sliding_puzzle") and problem is not None and problem.kind not in ("game", "puzzle"):
         kind = "single_turn"
     return ENVIRONMENTS[kind](cfg, grader)
 
@@ -33,5 +36,6 @@ def make_envs(cfg, grader, problem, n: int, frozen: bool = False) -> list[Enviro
     return [make_env(cfg, grader, problem) for _ in range(n)]
 
 
-__all__ = ["ENVIRONMENTS", "ChatTemplateError", "Environment", "GameSeat", "InterpreterEnv", "Segment", "SingleTurnEnv",
+__all__ = ["ENVIRONMENTS", "ChatTemplateError", "Environment", "GameSeat", "InterpreterEnv", "Segment",
+           "SingleTurnEnv", "SlidingPuzzleEnv",
            "Step", "Trajectory", "TurnRenderer", "UnitTestsEnv", "make_env", "make_envs"]

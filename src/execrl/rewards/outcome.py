@@ -35,13 +35,15 @@ def _program(problem: Problem, code: str) -> str:
 def is_correct(sample: Sample) -> bool:
     if sample.problem.kind == "game":
         return sample.outcome == "win"
+    if sample.problem.kind == "puzzle":
+        return sample.outcome == "solved"
     if sample.problem.kind == "math":
         return math_correct(sample) == 1.0
     return sample.result is not None and sample.result.verdict == Verdict.PASS
 
 
 OUTCOMES = {"math": ("correct", "wrong"), "code": (*(v.value for v in Verdict), NO_CODE),
-            "game": ("win", "draw", "loss", "illegal", "unplayed")}  # what outcome() returns
+            "game": ("win", "draw", "loss", "illegal", "unplayed"), "puzzle": ("solved", "unsolved")}  # what outcome() returns
 
 
 def outcome(sample: Sample) -> str:
