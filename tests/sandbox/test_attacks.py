@@ -389,3 +389,24 @@ def test_dataset_errors_in_check_code_are_the_rows():
 
     with pytest.raises(TestSpecError, match="tests.check"):
         parse_tests({"check": "def check(c)\n    assert c(1) == 2\n", "entry_point": "f"})
+
+
+# --- 9. tolerance only where the expected value is a float ------------------------------------------------------
+
+@pytest.mark.parametrize("expected, returned", [
+    ("4500000001500000000", "4.5000000015e18"), ("6", "5.999999999999999"), ("6", "6.000000000000001"),
+    ("[1, 2]", "[1, 2.0000000000000004]"), ('{"a": 3}', '{"a": 2.9999999999999996}'),
+])
+def test_an_int_is_not_matched_by_a_float_near_it(grader, expected, returned):
+    tests = {"fn_name": "f", "inputs": ["0"], "outputs": [expected]}
+    r = graded_quickly(grader, f"def f(x):\n    return {returned}\n", tests)
+    assert r.verdict == V.FAIL, (expected, returned, r.to_dict())
+
+
+@pytest.mark.parametrize("expected, printed", [
+    ("4500000001500000001", "4500000001500000000"), ("6", "5.9999999"), ("6", "6.0000001"), ("1 2", "1 2.0000001"),
+])
+def test_tolerance_mode_matches_an_expected_integer_exactly(grader, expected, printed):
+    tests = {"inputs": ["\n"], "outputs": [expected + "\n"], "compare": {"float_rel": 1e-6}}
+    r = grader.grade(f"print({printed!r})", tests)
+    assert r.verdict == V.FAIL, (expected, printed, r.to_dict())

@@ -71,3 +71,22 @@ def test_cpp_deep_recursion_and_fast_io(grader):
             "int main(){std::ios::sync_with_stdio(false);int n;std::cin>>n;std::cout<<d(n)<<'\\n';}\n")
     r = grader.grade(code, stdio(["1000000\n"], ["1000000\n"]), language="cpp")
     assert r.verdict == V.PASS, r.stderr
+
+
+@pytest.mark.parametrize("expected, returned", [
+    ("2.5", "2.5000000000001"), ("6", "6.0"), ("0.3", "0.1 + 0.2"), ("[1.5, 2]", "(1.5000000000001, 2)"),
+    ("4500000001500000000", "4500000001500000000"), ("3.0", "3"),
+])
+def test_call_results_within_a_floats_tolerance_pass(grader, expected, returned):
+    tests = {"fn_name": "f", "inputs": ["0"], "outputs": [expected]}
+    r = grader.grade(f"def f(x):\n    return {returned}\n", tests)
+    assert r.verdict == V.PASS, (expected, returned, r.to_dict())
+
+
+@pytest.mark.parametrize("expected, printed", [
+    ("10", "10.0"), ("-0", "0"), ("4500000001500000000", "4.5000000015e18"), ("0.333333", "0.3333333333"),
+    ("2.0", "1.9999999999"), ("1 2.5", "1.000 2.5000001"),
+])
+def test_tolerance_mode_passes_equal_values_and_floats_within_it(grader, expected, printed):
+    tests = {"inputs": ["\n"], "outputs": [expected + "\n"], "compare": {"float_rel": 1e-6}}
+    assert grader.grade(f"print({printed!r})", tests).verdict == V.PASS, (expected, printed)
