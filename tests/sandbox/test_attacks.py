@@ -410,3 +410,52 @@ def test_tolerance_mode_matches_an_expected_integer_exactly(grader, expected, pr
     tests = {"inputs": ["\n"], "outputs": [expected + "\n"], "compare": {"float_rel": 1e-6}}
     r = grader.grade(f"print({printed!r})", tests)
     assert r.verdict == V.FAIL, (expected, printed, r.to_dict())
+
+
+# --- 10. nothing a row or a program's answer holds stalls or stops the grader ----------------------------------
+
+P61 = 2**61 - 1  # ints equal mod this share one hash
+
+
+def _forged_answer(tagged_items: str) -> str:
+    """A call-form program whose status line (its return value) is forged: `tagged_items` builds the tagged value."""
+    return ("import os, json\nP = 2**61 - 1\n" f"value = {tagged_items}\n"
+            "os.write(3, json.dumps({'value': value}).encode() + b'\\n')\nos._exit(0)\ndef f(x): pass\n")
+
+
+@pytest.mark.parametrize("value", [
+    "{'set': [{'int': hex(k * P)} for k in range(1, 100_000)]}",
+    "{'frozenset': [{'tuple': [{'int': hex(k * P)}]} for k in range(1, 60_000)]}",
+    "{'dict': [[{'int': hex(k * P)}, 1] for k in range(1, 100_000)]}",
+    "[{'dict': [[{'int': hex(k * P)}, 1] for k in range(1, 100_000)]}]",
+], ids=["set", "frozenset of tuples", "dict keys", "dict in a list"])
+def test_colliding_values_in_an_answer_are_decoded_in_linear_time(solo, value):
+    import time
+
+    start = time.monotonic()
+    r = solo.grade(_forged_answer(value), {"fn_name": "f", "inputs": ["1"], "outputs": ['{"a": 1}']})
+    assert r.verdict == V.FAIL, r.to_dict()
+    assert time.monotonic() - start < 10
+
+
+def test_a_million_digit_integer_in_a_row_is_refused_at_once():
+    import time
+
+    from execrl.sandbox import TestSpecError, parse_tests
+
+    for digits in (100_001, 1_000_000):
+        start = time.monotonic()
+        with pytest.raises(TestSpecError, match="digits"):
+            parse_tests({"fn_name": "f", "inputs": ["1"], "outputs": ["7" * digits]})
+        with pytest.raises(TestSpecError, match="digits"):
+            parse_tests({"fn_name": "f", "inputs": ["[" + ", ".join(["7" * 5000] * (digits // 5000 + 1)) + "]"],
+                         "outputs": ["1"]})
+        assert time.monotonic() - start < 2
+
+
+def test_a_300_mb_program_is_its_own_failure_not_ours(solo):
+    code = "print('ok')\n" + "#" * (300 << 20)
+    r = solo.grade(code, ONE)
+    assert r.verdict == V.RUNTIME_ERROR and "larger than" in r.tests[0].detail, r.to_dict()
+    assert solo.run(code).verdict == V.RUNTIME_ERROR
+    assert solo.grade("print('ok')", ONE).verdict == V.PASS

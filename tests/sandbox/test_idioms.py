@@ -90,3 +90,24 @@ def test_call_results_within_a_floats_tolerance_pass(grader, expected, returned)
 def test_tolerance_mode_passes_equal_values_and_floats_within_it(grader, expected, printed):
     tests = {"inputs": ["\n"], "outputs": [expected + "\n"], "compare": {"float_rel": 1e-6}}
     assert grader.grade(f"print({printed!r})", tests).verdict == V.PASS, (expected, printed)
+
+
+@pytest.mark.parametrize("returned, expected", [
+    ("{'a': 1, 'b': [1, 2]}", '{"b": [1, 2], "a": 1}'),
+    ("[{'x': 1.5}, {}]", '[{"x": 1.5000000001}, {}]'),
+    ("{'k': {'n': (1, 2)}}", '{"k": {"n": [1, 2]}}'),
+])
+def test_dicts_returned_match_in_any_order(grader, returned, expected):
+    tests = {"fn_name": "f", "inputs": ["0"], "outputs": [expected]}
+    assert grader.grade(f"def f(x):\n    return {returned}\n", tests).verdict == V.PASS
+
+
+def test_sets_returned_match_a_set_expected_by_the_api(grader):
+    from execrl.sandbox import CallTests
+
+    r = grader.grade("def f(x):\n    return {3, 2, 1}\n", CallTests("f", [[0]], [{1, 2, 3}]))
+    assert r.verdict == V.PASS
+    r = grader.grade("def f(x):\n    return frozenset({3, (1, 2)})\n", CallTests("f", [[0]], [frozenset({(1, 2), 3})]))
+    assert r.verdict == V.PASS
+    r = grader.grade("def f(x):\n    return {1, 2}\n", CallTests("f", [[0]], [{1, 2, 3}]))
+    assert r.verdict == V.FAIL

@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal
 
+from execrl.sandbox.inside.protocol import Unhashed
+
 # what counts as a number token in tolerance mode: plain decimal notation only (float() also takes "1_0", "inf",
 # "nan", and surrounding unicode whitespace, none of which a judge would read as a number)
 NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # linear: no ambiguous split
@@ -66,9 +68,12 @@ def _ascii_split(line: str) -> list[str]:
 
 def values_match(expected, actual, float_rel: float = 1e-9, float_abs: float = 0.0) -> bool:
     """Call-based results: tuples equal lists (JSON has no tuple). The tolerance applies where the expected value is
-    a float; an expected int is matched exactly (6.0 is 6, 5.999999999999999 is not)."""
+    a float; an expected int is matched exactly (6.0 is 6, 5.999999999999999 is not). A program's sets and dicts come
+    as Unhashed, matched against the expected ones without hashing into a table of the program's values."""
     if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)):
         return len(expected) == len(actual) and all(values_match(e, a, float_rel, float_abs) for e, a in zip(expected, actual))
+    if isinstance(actual, Unhashed):
+        return _unhashed_match(expected, actual, float_rel, float_abs)
     if isinstance(expected, dict) and isinstance(actual, dict):
         return expected.keys() == actual.keys() and all(values_match(expected[k], actual[k], float_rel, float_abs) for k in expected)
     if type(expected) is int and type(actual) is float:
@@ -81,3 +86,24 @@ def values_match(expected, actual, float_rel: float = 1e-9, float_abs: float = 0
         except OverflowError:  # an int beyond float range: close to no float
             return False
     return type(expected) is type(actual) and expected == actual
+
+
+def _unhashed_match(expected, actual: Unhashed, float_rel: float, float_abs: float) -> bool:
+    """Each of the program's items (a dict's keys) found in the expected set or dict, each expected one matched once:
+    lookups of the program's values in a table of the expected values only, linear in the items."""
+    if type(expected).__name__ != actual.kind or len(expected) != len(actual.items):
+        return False
+    index = {k: i for i, k in enumerate(expected)}
+    matched = bytearray(len(index))
+    for item in actual.items:
+        key = item[0] if actual.kind == "dict" else item
+        try:
+            i = index.get(key)
+        except TypeError:  # an unhashable key: equal to no expected one
+            return False
+        if i is None or matched[i]:
+            return False
+        matched[i] = 1
+        if actual.kind == "dict" and not values_match(expected[key], item[1], float_rel, float_abs):
+            return False
+    return True

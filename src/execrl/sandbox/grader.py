@@ -113,6 +113,15 @@ class RunResult:
 
 
 OUTPUT_PREVIEW = 1000  # characters of a failed test's output kept in TestResult.output
+MAX_PROGRAM_MB = 16  # a program's source is written to its sandbox's tmpfs: a larger one is refused unrun
+
+
+def program_too_large(code: str) -> str:
+    """Why a program is too large to run ("" if it is not), without encoding more than MAX_PROGRAM_MB of it."""
+    limit = MAX_PROGRAM_MB << 20
+    if len(code) > limit or len(code.encode("utf-8", "surrogatepass")) > limit:
+        return f"the program is larger than {MAX_PROGRAM_MB} MiB"
+    return ""
 
 
 def program_verdict(tests: list[TestResult]) -> Verdict:
@@ -163,6 +172,10 @@ class Grader:
         lang, lim = get_language(language), limits or self.limits
         if not lang.fork_python and not isinstance(spec, StdioTests):
             raise TestSpecError(f"{type(spec).__name__} need Python; {lang.name} programs take stdin/stdout tests")
+        too_large = program_too_large(code)
+        if too_large:
+            return ProgramResult(V.RUNTIME_ERROR, [TestResult(V.RUNTIME_ERROR, detail=too_large)] * num_tests(spec),
+                                 stderr=too_large)
         try:
             with self.pool.worker() as w:
                 return _grade_on(w, code, spec, lang, lim)
@@ -173,6 +186,8 @@ class Grader:
     def run(self, code: str, stdin: str = "", language: str = "python", limits: Limits | None = None) -> RunResult:
         """Run a program once, with no tests, under the same sandbox and limits: its stdout, stderr and verdict."""
         lang, lim = get_language(language), limits or self.limits
+        if program_too_large(code):
+            return RunResult(V.RUNTIME_ERROR, "", program_too_large(code))
         try:
             with self.pool.worker() as w:
                 return _run_on(w, code, stdin, lang, lim)
@@ -194,7 +209,9 @@ class Grader:
                 for i, code in enumerate(codes):
                     if i and gap_s:
                         time.sleep(gap_s)
-                    results.append(_run_on(workers[i % len(workers)], code, "", lang, lim))
+                    too_large = program_too_large(code)
+                    results.append(RunResult(V.RUNTIME_ERROR, "", too_large) if too_large
+                                   else _run_on(workers[i % len(workers)], code, "", lang, lim))
                 return results
         except WorkerDied as e:
             return [RunResult(V.INFRA_ERROR, "", str(e)[-2000:]) for _ in codes]
@@ -364,7 +381,7 @@ def _judge(r: dict, stdout: bytes, err: bytes, spec, i: int, lim: Limits) -> Tes
             t.output = _text(stdout[:OUTPUT_PREVIEW * 4])[:OUTPUT_PREVIEW]
     else:
         try:  # the value is the program's: whatever is wrong with it fails the test, and never reaches our caller
-            value = decode(status["value"])
+            value = decode(status["value"], hashed=False)
         except (KeyError, ValueError):
             t.verdict, t.detail = V.FAIL, "returned a value that is not plain data"
             return t
@@ -378,12 +395,10 @@ def preview(value) -> str:
     """The start of repr(value), for any plain value (huge integers too, which repr refuses past 4,300 digits)."""
     if type(value) is int and value.bit_length() > 4000:
         return f"<an integer of {value.bit_length()} bits>"
-    if type(value) in (list, tuple, set, frozenset, dict):
-        try:
-            return repr(value)[:OUTPUT_PREVIEW]
-        except ValueError:
-            return f"<a {type(value).__name__} of {len(value)} items>"
-    return repr(value)[:OUTPUT_PREVIEW]
+    try:
+        return repr(value)[:OUTPUT_PREVIEW]
+    except ValueError:
+        return f"<a {type(value).__name__} holding an integer of more than 4,300 digits>"
 
 
 def _status(r: dict) -> dict:
