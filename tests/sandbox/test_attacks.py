@@ -459,3 +459,65 @@ def test_a_300_mb_program_is_its_own_failure_not_ours(solo):
     assert r.verdict == V.RUNTIME_ERROR and "larger than" in r.tests[0].detail, r.to_dict()
     assert solo.run(code).verdict == V.RUNTIME_ERROR
     assert solo.grade("print('ok')", ONE).verdict == V.PASS
+
+
+# --- 11. infra_error is ours alone: what a program writes, or does to its own files, is its verdict ---------------
+
+def test_a_status_line_that_grows_in_transit_is_the_programs_failure():
+    """12 MB of 0xff bytes in a status field or a forged return value: each byte would travel as a 6-byte escape."""
+    junk = "b'\\xff' * (12 << 20)"
+    exc = f"import os\nos.write(3, b'{{\"exc\": \"' + {junk} + b'\"}}\\n')\nos._exit(1)\ndef f(x):\n    return 2\n"
+    value = f"import os\nos.write(3, b'{{\"value\": \"' + {junk} + b'\"}}\\n')\nos._exit(0)\ndef f(x):\n    return 2\n"
+    with Grader(1, Limits(timeout_s=2.0, memory_mb=512, output_mb=16)) as g:
+        for code, form, verdict in ((exc, ONE, V.RUNTIME_ERROR), (exc, CALL_F, V.RUNTIME_ERROR),
+                                    (value, CALL_F, V.FAIL)):
+            r = g.grade(code, form)
+            assert r.verdict == verdict, r.to_dict()
+        assert g.grade("def f(x):\n    return 2", CALL_F).verdict == V.PASS
+
+
+def test_a_reply_that_cannot_be_read_back_is_the_programs_failure(monkeypatch):
+    import execrl.sandbox.pool as pool
+
+    monkeypatch.setattr(pool, "MAX_REPLY", 2000)  # a reply of ~3 kB: its 500-character message escaped
+    with Grader(1, FAST) as g:
+        for form in (ONE, CALL_F, {"asserts": ["assert f(1) == 2"]}):
+            r = g.grade("def f(x):\n    raise ValueError('\\xff' * 500)\nf(1)\n", form)
+            assert r.verdict == V.RUNTIME_ERROR, r.to_dict()
+        assert g.grade("def f(x):\n    return 2", CALL_F).verdict == V.PASS
+
+
+SELF_HARM = {
+    "deletes its source": "os.remove(__file__)",
+    "chmods its source": "os.chmod(__file__, 0)",
+    "replaces its source with a directory": "os.remove(__file__)\nos.mkdir(__file__)",
+    "renames its directory": "import tempfile\nos.rename('/tmp/prog', tempfile.mktemp())",
+    "chmods its directory": "os.chmod('/tmp/prog', 0)",
+    "replaces its directory with a link": "import shutil\nshutil.rmtree('/tmp/prog')\nos.symlink('/usr', '/tmp/prog')",
+}
+THREE = {"inputs": ["\n"] * 3, "outputs": ["ok\n"] * 3}
+
+
+@pytest.mark.parametrize("harm", list(SELF_HARM))
+def test_a_program_that_breaks_its_own_files_breaks_no_later_test(solo, harm):
+    r = graded_quickly(solo, f"import os\n{SELF_HARM[harm]}\nprint('ok')\n", THREE)
+    assert r.verdict == V.PASS, r.to_dict()
+    assert solo.grade("print('ok')", ONE).verdict == V.PASS
+
+
+@pytest.mark.parametrize("harm", ['remove("/tmp/prog/main.bin")', 'chmod("/tmp/prog/main.bin", 0)',
+                                  'rename("/tmp/prog", "/tmp/elsewhere")', 'chmod("/tmp/prog", 0)'])
+def test_a_binary_that_breaks_itself_breaks_no_later_test(solo, harm):
+    code = f"#include <cstdio>\n#include <sys/stat.h>\nint main() {{ {harm}; puts(\"ok\"); }}\n"
+    r = solo.grade(code, THREE, language="cpp")
+    assert r.verdict == V.PASS, r.to_dict()
+
+
+def test_files_that_cannot_be_restored_are_the_programs_failure(solo):
+    fill = ("import os\nos.remove(__file__)\ni = 0\ntry:\n    while True:\n"
+            "        with open('/tmp/fill%d' % i, 'wb') as f:\n            f.write(b'x' * (2 << 20))\n        i += 1\n"
+            "except OSError:\n    pass\nprint('ok')\n")
+    r = graded_quickly(solo, fill, THREE)
+    assert [t.verdict for t in r.tests] == [V.PASS, V.RUNTIME_ERROR, V.RUNTIME_ERROR], r.to_dict()
+    assert "restored" in r.tests[1].detail
+    assert solo.grade("print('ok')", ONE).verdict == V.PASS

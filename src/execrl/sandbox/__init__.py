@@ -27,9 +27,12 @@ the legitimate idiom it must not break):
   builtins or serializers, and printing pass markers all leave the tests failing; stdin/stdout outputs are
   compared in the grading process. A non-plain result has no equality, hash, order or identity in the tests;
 - declaring its own infra_error or crashing the grader: everything a program writes (stdout, status lines, RPC
-  replies, return values of any size or depth) is parsed as hostile input, and whatever goes wrong with it is the
-  program's verdict. infra_error comes only from our own set-up, reported on a channel closed before the program
-  runs, or from a sandbox process that died.
+  replies, return values of any size or depth) is parsed as hostile input, in linear time, and whatever goes wrong
+  with it is the program's verdict: only known status fields come back, each capped, and a reply that cannot be read
+  back is the program's runtime_error. infra_error comes only from our own set-up, reported on a channel closed
+  before the program runs, or from a sandbox process that died; each test's set-up does not depend on what earlier
+  tests wrote (the program's directory and files are put back before each test, or the test is the program's
+  failure).
 
 Does not defend against: kernel exploits and side channels (timing, cache); reading what is inside the allowlist
 (the system's directories and the Python installation are visible read-only: keep secrets elsewhere); CPU

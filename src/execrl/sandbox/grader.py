@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -16,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from execrl.sandbox.compare import outputs_match, values_match
 from execrl.sandbox.inside.protocol import decode, encode
 from execrl.sandbox.languages import Language, get_language
-from execrl.sandbox.pool import Worker, WorkerDied, WorkerPool
+from execrl.sandbox.pool import ReplyUnreadable, Worker, WorkerDied, WorkerPool
 from execrl.sandbox.spec import (
     AssertTests,
     CallTests,
@@ -250,12 +251,15 @@ def _run_on(w: Worker, code: str, stdin: str, lang: Language, lim: Limits) -> Ru
     run = dict(_program(lang, lim), op="run", mode="stdio", tests=[{}], stop_after_timeout=True)
     blobs = [code.encode("utf-8", "surrogatepass"), stdin.encode("utf-8", "surrogatepass")]
     w.runner.send(run, blobs)
-    results = list(_results(w, _per_test_wall(lim) + 3 * lim.compile_timeout_s + 30))
+    try:
+        results = list(_results(w, _per_test_wall(lim) + 3 * lim.compile_timeout_s + 30))
+    except ReplyUnreadable as e:
+        return RunResult(V.RUNTIME_ERROR, "", _unreadable(e))
     if not results or "compile" in results[0][0]:
         compiled = results[0] if results else ({}, [b"", b""])
         _check_infra(compiled[0].get("compile", {}))
         return RunResult(V.SYNTAX_ERROR, "", _text(compiled[1][1]))
-    r, (stdout, err) = results[0][0]["result"], results[0][1]
+    r, (stdout, err, _) = results[0][0]["result"], results[0][1]
     _check_infra(r)
     if _status(r).get("phase") == "compile":
         return RunResult(V.SYNTAX_ERROR, _text(stdout), _text(err))
@@ -264,7 +268,8 @@ def _run_on(w: Worker, code: str, stdin: str, lang: Language, lim: Limits) -> Ru
 
 
 def _results(w: Worker, timeout: float):
-    """The runner's replies to a "run": one (reply, [stdout, stderr]) per test as each ends, or one compile failure."""
+    """The runner's replies to a "run": one (reply, [stdout, stderr, value]) per test as each ends, or one compile
+    failure. ReplyUnreadable: the rest is lost (the program's failure)."""
     while True:
         reply, out = w.runner.receive(timeout)
         if "done" in reply:
@@ -307,19 +312,27 @@ def _grade_on(w: Worker, code: str, spec: TestSpec, lang: Language, lim: Limits)
         blobs = [source] + [b""] * n
     w.runner.send(run, blobs)
     tests, stderr = [], ""
-    for reply, (stdout, err) in _results(w, n * per_test_wall + 3 * lim.compile_timeout_s + 30):
-        if "compile" in reply:
-            _check_infra(reply["compile"])
-            detail = _text(err)
-            return ProgramResult(V.SYNTAX_ERROR, [TestResult(V.SYNTAX_ERROR, detail=detail[:300], error="SyntaxError")] * n,
-                                 detail[-2000:])
-        tests.append(_judge(reply["result"], stdout, err, spec, len(tests), lim))
-        if tests[-1].verdict != V.PASS and not stderr:
-            stderr = _text(err)
+    rest = TestResult(V.TIMEOUT, detail="not run after an earlier timeout")  # the tests the runner stopped before
+    try:
+        for reply, (stdout, err, value) in _results(w, n * per_test_wall + 3 * lim.compile_timeout_s + 30):
+            if "compile" in reply:
+                _check_infra(reply["compile"])
+                detail = _text(err)
+                return ProgramResult(V.SYNTAX_ERROR, [TestResult(V.SYNTAX_ERROR, detail=detail[:300],
+                                                                 error="SyntaxError")] * n, detail[-2000:])
+            tests.append(_judge(reply["result"], stdout, err, value, spec, len(tests), lim))
+            if tests[-1].verdict != V.PASS and not stderr:
+                stderr = _text(err)
+    except ReplyUnreadable as e:
+        rest = TestResult(V.RUNTIME_ERROR, detail=_unreadable(e))
     if tests and tests[-1].verdict == V.SYNTAX_ERROR:
         return ProgramResult(V.SYNTAX_ERROR, [tests[-1]] * n, stderr[-2000:])
-    tests += [TestResult(V.TIMEOUT, detail="not run after an earlier timeout")] * (n - len(tests))
+    tests += [rest] * (n - len(tests))
     return ProgramResult(program_verdict(tests), tests, stderr[-2000:])
+
+
+def _unreadable(e: ReplyUnreadable) -> str:
+    return f"the program's result could not be carried back ({e})"[:300]
 
 
 def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, lim: Limits, per_test_wall: float):
@@ -337,9 +350,12 @@ def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, l
     finally:
         ours.close()
         theirs.close()
-    check, _ = w.checker.receive(timeout=n * per_test_wall + 60)
-    w.runner.send({"op": "stop"})
-    served, (_, err) = w.runner.receive(timeout=60)
+    try:
+        check, _ = w.checker.receive(timeout=n * per_test_wall + 60)
+        w.runner.send({"op": "stop"})
+        served, (_, err, _) = w.runner.receive(timeout=60)
+    except ReplyUnreadable as e:
+        return [TestResult(V.RUNTIME_ERROR, detail=_unreadable(e))] * n, ""
     _check_infra(check)
     _check_infra(served)
     lines = check["status"]
@@ -365,7 +381,7 @@ def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, l
     return tests, _text(err)
 
 
-def _judge(r: dict, stdout: bytes, err: bytes, spec, i: int, lim: Limits) -> TestResult:
+def _judge(r: dict, stdout: bytes, err: bytes, value_json: bytes, spec, i: int, lim: Limits) -> TestResult:
     _check_infra(r)
     status = _status(r)
     t = TestResult(V.PASS, cpu_s=r["cpu_s"], wall_s=r["wall_s"], error=_short(status.get("exc")),
@@ -381,8 +397,8 @@ def _judge(r: dict, stdout: bytes, err: bytes, spec, i: int, lim: Limits) -> Tes
             t.output = _text(stdout[:OUTPUT_PREVIEW * 4])[:OUTPUT_PREVIEW]
     else:
         try:  # the value is the program's: whatever is wrong with it fails the test, and never reaches our caller
-            value = decode(status["value"], hashed=False)
-        except (KeyError, ValueError):
+            value = decode(json.loads(value_json.decode("utf-8", "surrogatepass")), hashed=False)
+        except (ValueError, RecursionError):  # none (b""), or not JSON, or not plain data
             t.verdict, t.detail = V.FAIL, "returned a value that is not plain data"
             return t
         t.verdict = V.PASS if values_match(spec.outputs[i], value) else V.FAIL

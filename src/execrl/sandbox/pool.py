@@ -32,6 +32,14 @@ class WorkerDied(RuntimeError):
     """The sandbox process itself failed: the program being graded is reported as infra_error."""
 
 
+class ReplyUnreadable(WorkerDied):
+    """A sandbox's reply about a program could not be read back (too large, malformed): the program's failure, since
+    only what it wrote can make one so; the sandbox, its conversation out of step, is retired."""
+
+
+MAX_REPLY = 1 << 26  # bytes of a reply's header (its known fields; outputs and return values travel as blobs)
+
+
 class SandboxProcess:
     """One zygote in its own sandbox, spoken to over a unix socket."""
 
@@ -56,9 +64,12 @@ class SandboxProcess:
     def receive(self, timeout: float) -> tuple[dict, list[bytes]]:
         try:
             self.sock.settimeout(timeout)
-            reply, out, _ = recv_msg(self.sock)
-        except (OSError, EOFError, ValueError, RecursionError) as e:  # socket.timeout is an OSError
+            reply, out, _ = recv_msg(self.sock, max_header=MAX_REPLY)
+        except (OSError, EOFError) as e:  # socket.timeout is an OSError
             raise WorkerDied(f"{self.role} sandbox failed ({type(e).__name__}: {e}){self._log_tail()}") from None
+        except (ValueError, RecursionError) as e:
+            self.retired = True
+            raise ReplyUnreadable(f"{type(e).__name__}: {e}"[:200]) from None
         if "infra_error" in reply:
             raise WorkerDied(f"{self.role} sandbox error: {reply['infra_error']}\n{reply.get('trace', '')}")
         if "recycle" in reply:  # the program's verdict stands; this sandbox is not used again
