@@ -217,8 +217,8 @@ def test_output_of_many_tests_is_not_held_at_once(solo):
 OBJ = "class A:\n    def __len__(self):\n        return 0\ndef f(x):\n    return A()\n"  # a falsy object
 
 
-@pytest.mark.parametrize("test", ["assert f(1)", "assert f(1) != 5", "assert f(1) is not None", "assert not (f(1) == 3)",
-                                  "assert f(1) is not f(2)", "assert {f(1): 1}"])
+@pytest.mark.parametrize("test", ["assert f(1)", "assert f(1) != 5", "assert not (f(1) == 3)", "assert f(1) is not f(2)",
+                                  "x = f(2)\nassert f(1) is not x", "assert {f(1): 1}"])
 def test_a_program_object_is_not_a_value(grader, test):
     r = graded_quickly(grader, OBJ, {"asserts": [test]})
     assert r.verdict != V.PASS, r.to_dict()
@@ -521,3 +521,15 @@ def test_files_that_cannot_be_restored_are_the_programs_failure(solo):
     assert [t.verdict for t in r.tests] == [V.PASS, V.RUNTIME_ERROR, V.RUNTIME_ERROR], r.to_dict()
     assert "restored" in r.tests[1].detail
     assert solo.grade("print('ok')", ONE).verdict == V.PASS
+
+
+# --- 12. the program's exceptions reach the tests as its own classes, but cannot end a test's iteration early --------
+
+@pytest.mark.parametrize("test", [
+    "assert all(map(f, [1, 2]))", "assert list(zip(map(f, [1]), [1])) == []", "assert f(1) == 2",
+    "assert [y for y in map(f, [1, 2])] == []",
+])
+def test_a_programs_stop_iteration_or_assertion_does_not_pass_a_test(grader, test):
+    for raised in ("StopIteration", "AssertionError", "ValueError"):
+        r = graded_quickly(grader, f"def f(x):\n    raise {raised}\n", {"asserts": [test]})
+        assert r.verdict == V.RUNTIME_ERROR, (raised, test, r.to_dict())

@@ -262,6 +262,6 @@ def _need_str_list(obj: dict, key: str) -> list[str]:
 
 def _python_syntax(code: str, where: str) -> None:
     try:
-        compile(code, where, "exec")
+        compile(code, where, "exec", dont_inherit=True)
     except (SyntaxError, ValueError, MemoryError, RecursionError) as e:  # ValueError: NUL bytes; the others: absurd
         raise TestSpecError(f"{where} is not valid Python: {type(e).__name__}: {e}"[:300]) from None
