@@ -494,6 +494,7 @@ SELF_HARM = {
     "renames its directory": "import tempfile\nos.rename('/tmp/prog', tempfile.mktemp())",
     "chmods its directory": "os.chmod('/tmp/prog', 0)",
     "replaces its directory with a link": "import shutil\nshutil.rmtree('/tmp/prog')\nos.symlink('/usr', '/tmp/prog')",
+    "chmods /tmp": "try:\n    os.chmod('/tmp', 0)\nexcept OSError:  # refused where /tmp is not the program's own\n    pass",
 }
 THREE = {"inputs": ["\n"] * 3, "outputs": ["ok\n"] * 3}
 
@@ -503,6 +504,19 @@ def test_a_program_that_breaks_its_own_files_breaks_no_later_test(solo, harm):
     r = graded_quickly(solo, f"import os\n{SELF_HARM[harm]}\nprint('ok')\n", THREE)
     assert r.verdict == V.PASS, r.to_dict()
     assert solo.grade("print('ok')", ONE).verdict == V.PASS
+
+
+@namespaces
+@pytest.mark.parametrize("harm", ["chmods /tmp", "renames its directory", "deletes its source"])
+def test_in_bwrap_user_mode_too(harm):
+    """Without root the program's uid is the sandbox's own, and /tmp is its to chmod."""
+    from execrl.sandbox.isolation import Isolation
+    from execrl.sandbox.pool import WorkerPool
+
+    with Grader(limits=FAST, pool=WorkerPool(1, isolation=Isolation("bwrap-user", detect().bwrap))) as g:
+        r = graded_quickly(g, f"import os\n{SELF_HARM[harm]}\nprint('ok')\n", THREE)
+        assert r.verdict == V.PASS, r.to_dict()
+        assert g.grade("print('ok')", ONE).verdict == V.PASS
 
 
 @pytest.mark.parametrize("harm", ['remove("/tmp/prog/main.bin")', 'chmod("/tmp/prog/main.bin", 0)',
