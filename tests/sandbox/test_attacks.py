@@ -487,21 +487,21 @@ def test_a_reply_that_cannot_be_read_back_is_the_programs_failure(monkeypatch):
         assert g.grade("def f(x):\n    return 2", CALL_F).verdict == V.PASS
 
 
+HOME = "import os\nd = os.path.dirname(os.path.abspath(__file__))\n"  # the program's directory (in any mode)
 SELF_HARM = {
     "deletes its source": "os.remove(__file__)",
     "chmods its source": "os.chmod(__file__, 0)",
     "replaces its source with a directory": "os.remove(__file__)\nos.mkdir(__file__)",
-    "renames its directory": "import tempfile\nos.rename('/tmp/prog', tempfile.mktemp())",
-    "chmods its directory": "os.chmod('/tmp/prog', 0)",
-    "replaces its directory with a link": "import shutil\nshutil.rmtree('/tmp/prog')\nos.symlink('/usr', '/tmp/prog')",
-    "chmods /tmp": "try:\n    os.chmod('/tmp', 0)\nexcept OSError:  # refused where /tmp is not the program's own\n    pass",
+    "renames its directory": "os.rename(d, d + '-%d' % os.getpid())",
+    "chmods its directory": "os.chmod(d, 0)",
+    "replaces its directory with a link": "import shutil\nshutil.rmtree(d)\nos.symlink('/usr', d)",
 }
 THREE = {"inputs": ["\n"] * 3, "outputs": ["ok\n"] * 3}
 
 
 @pytest.mark.parametrize("harm", list(SELF_HARM))
 def test_a_program_that_breaks_its_own_files_breaks_no_later_test(solo, harm):
-    r = graded_quickly(solo, f"import os\n{SELF_HARM[harm]}\nprint('ok')\n", THREE)
+    r = graded_quickly(solo, f"{HOME}{SELF_HARM[harm]}\nprint('ok')\n", THREE)
     assert r.verdict == V.PASS, r.to_dict()
     assert solo.grade("print('ok')", ONE).verdict == V.PASS
 
@@ -509,24 +509,27 @@ def test_a_program_that_breaks_its_own_files_breaks_no_later_test(solo, harm):
 @namespaces
 @pytest.mark.parametrize("harm", ["chmods /tmp", "renames its directory", "deletes its source"])
 def test_in_bwrap_user_mode_too(harm):
-    """Without root the program's uid is the sandbox's own, and /tmp is its to chmod."""
+    """Without root the program's uid is the sandbox's own, and its /tmp (a tmpfs of its own) is its to chmod."""
     from execrl.sandbox.isolation import Isolation
     from execrl.sandbox.pool import WorkerPool
 
+    code = HOME + ("os.chmod('/tmp', 0)" if harm == "chmods /tmp" else SELF_HARM[harm]) + "\nprint('ok')\n"
     with Grader(limits=FAST, pool=WorkerPool(1, isolation=Isolation("bwrap-user", detect().bwrap))) as g:
-        r = graded_quickly(g, f"import os\n{SELF_HARM[harm]}\nprint('ok')\n", THREE)
+        r = graded_quickly(g, code, THREE)
         assert r.verdict == V.PASS, r.to_dict()
         assert g.grade("print('ok')", ONE).verdict == V.PASS
 
 
-@pytest.mark.parametrize("harm", ['remove("/tmp/prog/main.bin")', 'chmod("/tmp/prog/main.bin", 0)',
-                                  'rename("/tmp/prog", "/tmp/elsewhere")', 'chmod("/tmp/prog", 0)'])
+@pytest.mark.parametrize("harm", ['remove("main.bin")', 'chmod("main.bin", 0)', 'chmod(d, 0)',
+                                  'rename(d, (std::string(d) + "-" + std::to_string(getpid())).c_str())'])
 def test_a_binary_that_breaks_itself_breaks_no_later_test(solo, harm):
-    code = f"#include <cstdio>\n#include <sys/stat.h>\nint main() {{ {harm}; puts(\"ok\"); }}\n"
+    code = ("#include <cstdio>\n#include <string>\n#include <sys/stat.h>\n#include <unistd.h>\n"
+            f"int main() {{ char d[4096]; if (!getcwd(d, sizeof d)) return 1; {harm}; puts(\"ok\"); }}\n")
     r = solo.grade(code, THREE, language="cpp")
     assert r.verdict == V.PASS, r.to_dict()
 
 
+@namespaces  # (without namespaces the program's /tmp is the host's)
 def test_files_that_cannot_be_restored_are_the_programs_failure(solo):
     fill = ("import os\nos.remove(__file__)\ni = 0\ntry:\n    while True:\n"
             "        with open('/tmp/fill%d' % i, 'wb') as f:\n            f.write(b'x' * (2 << 20))\n        i += 1\n"

@@ -119,7 +119,7 @@ def test_non_ascii_answers_and_files_of_its_own_across_tests(grader):
     unit = "héllo wörld ✓ \U0001f600"
     tests = {"fn_name": "f", "inputs": ["0"], "outputs": [json.dumps(unit * 20000)]}
     assert grader.grade(f"def f(x):\n    return {unit!r} * 20000\n", tests).verdict == V.PASS
-    code = ("import os\nopen('notes.txt', 'a').write('x')\nos.makedirs('/tmp/cache', exist_ok=True)\n"
+    code = ("import os\nopen('notes.txt', 'a').write('x')\nos.makedirs('cache', exist_ok=True)\n"
             "print('ok' if os.path.getsize('notes.txt') >= 1 and os.path.exists(__file__) else 'no')")
     assert grader.grade(code, stdio(["\n"] * 3, ["ok\n"] * 3)).verdict == V.PASS
 
