@@ -550,3 +550,53 @@ def test_a_programs_stop_iteration_or_assertion_does_not_pass_a_test(grader, tes
     for raised in ("StopIteration", "AssertionError", "ValueError"):
         r = graded_quickly(grader, f"def f(x):\n    raise {raised}\n", {"asserts": [test]})
         assert r.verdict == V.RUNTIME_ERROR, (raised, test, r.to_dict())
+
+
+# --- 13. the allowlist stays narrow: a language's tool brings itself, into its own language's sandboxes ----------
+
+def _shell_language(name: str, tool) -> None:
+    """A language whose programs are shell scripts, run by `tool` (a script that execs /bin/sh on the program)."""
+    from execrl.sandbox.languages import LANGUAGES, Language
+
+    tool.parent.mkdir(parents=True, exist_ok=True)
+    tool.write_text('#!/bin/sh\nexec /bin/sh "$1"\n')
+    tool.chmod(0o755)
+    LANGUAGES[name] = Language(name, "main.sh", run=(str(tool), "{file}"), hello="echo hello")
+
+
+@namespaces
+def test_a_tool_in_a_home_directory_brings_itself_not_the_home(tmp_path, monkeypatch):
+    from execrl.sandbox.languages import LANGUAGES
+
+    home = tmp_path / "alice"
+    monkeypatch.setenv("HOME", str(home))
+    tool = home / "bin" / "alicesh"
+    _shell_language("alicesh", tool)
+    (home / "secret.txt").write_text("42\n")
+    try:
+        with Grader(1, FAST, languages=("python", "alicesh")) as g:
+            seen = f"for p in {home}/secret.txt {home}/bin/other; do test -e $p && echo $p; done; echo ok"
+            (home / "bin" / "other").write_text("x")
+            r = g.grade(seen, ONE, language="alicesh")
+            assert r.verdict == V.PASS, (r.to_dict(), r.tests[0].output)
+            r = g.grade(f"import os\nprint('ok' if not os.path.exists({str(tool)!r}) else 'seen')", ONE)
+            assert r.verdict == V.PASS, r.tests[0].output  # a Python program's sandbox has no such tool
+    finally:
+        LANGUAGES.pop("alicesh", None)
+
+
+@namespaces
+def test_a_tool_in_an_installation_of_its_own_still_has_it(tmp_path):
+    from execrl.sandbox.languages import LANGUAGES
+
+    tool = tmp_path / "opt" / "toolsh" / "bin" / "toolsh"
+    _shell_language("toolsh", tool)
+    (tmp_path / "opt" / "toolsh" / "share").mkdir()
+    (tmp_path / "opt" / "toolsh" / "share" / "data").write_text("ok\n")
+    try:
+        with Grader(1, FAST, languages=("toolsh",)) as g:
+            r = g.grade(f"cat {tmp_path}/opt/toolsh/share/data", ONE, language="toolsh")
+            assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
+            assert g.grade("import sys\nprint('ok')", ONE).verdict == V.PASS
+    finally:
+        LANGUAGES.pop("toolsh", None)

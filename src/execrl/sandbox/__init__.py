@@ -14,9 +14,10 @@ the legitimate idiom it must not break):
   kill(-1) (PID 1 of a namespace cannot be killed from inside, and other uids are out of reach);
 - network access and host sockets (empty network namespace; no host path with a socket exists inside);
 - reading anything it should not: the filesystem is an allowlist (isolation.py): the system's program and library
-  directories, a few files of /etc, the interpreter, its venv and each language's tools, read-only; the program's
-  own tmpfs at /tmp and /dev/shm. Training data, the grader's input file, home directories and the checkout are
-  not there. The grader's environment is cleared;
+  directories, a few files of /etc, the interpreter and its venv, read-only, and only where a program of that
+  language runs, a language's tools (their own installation, or the tool and the libraries it links alone); the
+  program's own tmpfs at /tmp and /dev/shm. Training data, the grader's input file, home directories and the
+  checkout are not there. The grader's environment is cleared;
 - anything persisting from one program to the next: processes killed, /tmp and /dev/shm wiped, and a seccomp filter
   (inside/seccomp.py) refuses SysV IPC, POSIX message queues, keyrings and new user namespaces;
 - faking a pass in the assert, check and call forms (see inside/checker.py): the program's process never sees the tests or the

