@@ -405,6 +405,7 @@ def test_an_int_is_not_matched_by_a_float_near_it(grader, expected, returned):
 
 @pytest.mark.parametrize("expected, printed", [
     ("4500000001500000001", "4500000001500000000"), ("6", "5.9999999"), ("6", "6.0000001"), ("1 2", "1 2.0000001"),
+    ("1", "1e99999999999999999999"), ("1", "10e-99999999999999999999"),
 ])
 def test_tolerance_mode_matches_an_expected_integer_exactly(grader, expected, printed):
     tests = {"inputs": ["\n"], "outputs": [expected + "\n"], "compare": {"float_rel": 1e-6}}

@@ -39,7 +39,10 @@ def _token_equal(a: str, b: str, opts: CompareOptions) -> bool:
     if not (NUMBER.fullmatch(a) and NUMBER.fullmatch(b)):
         return False
     if INTEGER.fullmatch(a):  # exact decimal values (linear in the digits): "10.0" is 10, "9.9999999" is not
-        return Decimal(a) == Decimal(b)
+        try:
+            return Decimal(a) == Decimal(b)
+        except ArithmeticError:  # an exponent beyond Decimal's range (1e99999999999999999999): equal to no integer
+            return False
     x, y = float(a), float(b)  # a token of 400 digits is inf here: equal only to itself, compared above
     return math.isfinite(x) and math.isfinite(y) and math.isclose(x, y, rel_tol=opts.float_rel, abs_tol=opts.float_abs)
 
