@@ -101,7 +101,8 @@ def prepare(row: dict, base: Limits) -> tuple:
 def run_grade(args) -> int:
     out = Path(args.out)
     if out.is_dir():
-        say("error:", "red", f"--out {args.out} is a directory: name the JSONL file to write, e.g. {out / 'results.jsonl'}")
+        say("error:", "red", f"--out {args.out} is a directory: name the JSONL file to write, "
+                             f"e.g. {out / 'results.jsonl'}")
         return 2
     if out.exists() and Path(args.input).exists() and out.resolve() == Path(args.input).resolve():
         say("error:", "red", f"--out {args.out} is the input file: writing the results there would overwrite it; "

@@ -217,8 +217,8 @@ def test_output_of_many_tests_is_not_held_at_once(solo):
 OBJ = "class A:\n    def __len__(self):\n        return 0\ndef f(x):\n    return A()\n"  # a falsy object
 
 
-@pytest.mark.parametrize("test", ["assert f(1)", "assert f(1) != 5", "assert not (f(1) == 3)", "assert f(1) is not f(2)",
-                                  "x = f(2)\nassert f(1) is not x", "assert {f(1): 1}"])
+@pytest.mark.parametrize("test", ["assert f(1)", "assert f(1) != 5", "assert not (f(1) == 3)",
+                                  "assert f(1) is not f(2)", "x = f(2)\nassert f(1) is not x", "assert {f(1): 1}"])
 def test_a_program_object_is_not_a_value(grader, test):
     r = graded_quickly(grader, OBJ, {"asserts": [test]})
     assert r.verdict != V.PASS, r.to_dict()

@@ -125,17 +125,21 @@ def test_non_ascii_answers_and_files_of_its_own_across_tests(grader):
 
 
 @pytest.mark.parametrize("code", [
-    "from multiprocessing import Pool\ndef sq(x):\n    return x * x\nif __name__ == '__main__':\n    with Pool(2) as p:\n"
+    "from multiprocessing import Pool\ndef sq(x):\n    return x * x\nif __name__ == '__main__':\n"
+    "    with Pool(2) as p:\n"
     "        print('ok' if list(p.imap(sq, range(4))) == [0, 1, 4, 9] else 'no')",
     "from concurrent.futures import ProcessPoolExecutor\ndef sq(x):\n    return x * x\nif __name__ == '__main__':\n"
     "    with ProcessPoolExecutor(2) as ex:\n        print('ok' if list(ex.map(sq, [3])) == [9] else 'no')",
     "from dataclasses import dataclass\nfrom multiprocessing import Process, Queue\n@dataclass\nclass P:\n    x: int\n"
     "def w(q):\n    q.put(P(1))\nif __name__ == '__main__':\n    q = Queue()\n    pr = Process(target=w, args=(q,))\n"
     "    pr.start()\n    print('ok' if q.get() == P(1) else 'no')\n    pr.join()",
-    "from dataclasses import dataclass, fields\nfrom typing import ClassVar\n@dataclass\nclass C:\n    n: ClassVar[int] = 3\n"
-    "    x: int = 0\nprint('ok' if [f.name for f in fields(C)] == ['x'] and C(5).n == 3 else 'no')",
-    "import pickle, sys\nclass T:\n    pass\nprint('ok' if type(pickle.loads(pickle.dumps(T()))) is T and sys.modules[__name__] else 'no')",
-    "def f(x: 'undefined name') -> int:\n    return 1\nprint('ok' if f.__annotations__['x'] == 'undefined name' else 'no')",
+    "from dataclasses import dataclass, fields\nfrom typing import ClassVar\n@dataclass\nclass C:\n"
+    "    n: ClassVar[int] = 3\n    x: int = 0\n"
+    "print('ok' if [f.name for f in fields(C)] == ['x'] and C(5).n == 3 else 'no')",
+    "import pickle, sys\nclass T:\n    pass\n"
+    "print('ok' if type(pickle.loads(pickle.dumps(T()))) is T and sys.modules[__name__] else 'no')",
+    "def f(x: 'undefined name') -> int:\n    return 1\n"
+    "print('ok' if f.__annotations__['x'] == 'undefined name' else 'no')",
 ], ids=["Pool.imap", "ProcessPoolExecutor", "Queue of dataclasses", "dataclass ClassVar", "pickle", "annotations"])
 def test_the_program_is_its_own_main_module(grader, code):
     r = grader.grade(code, ONE, limits=Limits(timeout_s=5.0, memory_mb=1024))

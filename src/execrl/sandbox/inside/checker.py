@@ -21,6 +21,9 @@ class RemoteError(Exception):
 
     kind = ""  # the program's exception class, e.g. "TypeError"
 
+    def __str__(self) -> str:  # the message as given, also where the builtin class would quote it (KeyError)
+        return str(self.args[0]) if self.args else ""
+
 
 _NOT_MAPPED = (StopIteration, StopAsyncIteration)  # a call's StopIteration would end a test's map() or zip() early
 _ERRORS: dict[str, type] = {}

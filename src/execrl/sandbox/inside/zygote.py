@@ -56,7 +56,9 @@ class Zygote:
             os.chmod(ROOT, 0o711)  # no namespaces: the program's uid must reach ROOT/prog
         seccomp.LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE: programs must not read our memory through /proc
         seccomp.LIBC.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back to us
-        self.root_mode = stat.S_IMODE(os.stat(ROOT).st_mode)
+        tops = (ROOT, "/dev/shm") if self.is_init else (ROOT,)  # the program's tmpfs, and their modes
+        self.tops = {top: stat.S_IMODE(os.stat(top).st_mode) for top in tops}
+        self.root_mode = self.tops[ROOT]
         self.clock = os.sysconf("SC_CLK_TCK")
         self.page = os.sysconf("SC_PAGE_SIZE")
         self.reset()
@@ -118,7 +120,8 @@ class Zygote:
         """Kill everything and delete every file a program could have written: nothing carries over."""
         self.kill_all()
         _collect_unix_sockets()
-        for top in (ROOT, "/dev/shm") if self.is_init else (ROOT,):
+        for top, mode in self.tops.items():
+            os.chmod(top, mode)  # (a program may have made its own tmpfs unreadable)
             _wipe_except(top, KEEP)
         os.makedirs(PROGRAM_DIR, exist_ok=True)
         os.chmod(PROGRAM_DIR, 0o700)
