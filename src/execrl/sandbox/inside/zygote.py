@@ -58,7 +58,6 @@ class Zygote:
         seccomp.LIBC.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back to us
         tops = (ROOT, "/dev/shm") if self.is_init else (ROOT,)  # the program's tmpfs, and their modes
         self.tops = {top: stat.S_IMODE(os.stat(top).st_mode) for top in tops}
-        self.root_mode = self.tops[ROOT]
         self.clock = os.sysconf("SC_CLK_TCK")
         self.page = os.sysconf("SC_PAGE_SIZE")
         self.reset()
@@ -259,7 +258,7 @@ class Zygote:
         renamed, chmod'ed or rewrote them): every test starts from the same set-up, whatever the one before did.
         "" when done, else why not (the program's doing: e.g. its files filled the tmpfs)."""
         try:
-            for d, mode in ((ROOT, self.root_mode), (PROGRAM_DIR, 0o700)):
+            for d, mode in ((ROOT, self.tops[ROOT]), (PROGRAM_DIR, 0o700)):
                 if _signature(d) is None or not stat.S_ISDIR(_signature(d)[1]):
                     _wipe(d)
                     os.mkdir(d)
