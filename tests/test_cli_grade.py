@@ -70,3 +70,28 @@ def test_malformed_rows_are_errors_of_their_own_line_and_the_rest_grade(tmp_path
     assert "UTF-8" in errors[0] and "nested" in errors[1] and "language" in errors[2]
     assert "memory_mb" in errors[3] and "timeout_s" in errors[4] and "timeout_s" in errors[5]
     assert "memory_mb" in errors[6] and "nested" in errors[7] and "stdin/stdout" in errors[8]
+
+
+def test_nothing_a_row_holds_stops_the_file(tmp_path):
+    """Markup-like text in any field a message quotes, a huge integer, a huge program: each its own row's error."""
+    ok = {"code": "print(int(input()) * 2)", "tests": {"inputs": ["2\n"], "outputs": ["4\n"]}}
+    bad = [
+        {**ok, "language": "[/]"},
+        {**ok, "language": "[bold red]x[/bold red] [link=file:///etc/passwd]y[/link]"},
+        {**ok, "tests": {"inputs": ["2\n"], "outputs": ["4\n"], "[/]": 1}},
+        {"code": "def f(x): return x", "tests": {"fn_name": "[/]", "inputs": ["1"], "outputs": ["1"]}},
+        {**ok, "tests": {"inputs": ["2\n"], "outputs": ["4\n"], "compare": {"[/]": 1, "float_rel": 0}}},
+        {"code": "def f(x): return x", "tests": {"fn_name": "f", "inputs": ["1"], "outputs": ["7" * 1_000_000]}},
+        {"code": "print(4)\n" + "#" * (17 << 20), "tests": ok["tests"]},
+    ]
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in [ok, *bad, ok]) + "\n")
+    out = tmp_path / "out.jsonl"
+    proc = run("grade", str(src), "--out", str(out), "--workers", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert got[0]["verdict"] == "pass" and got[-1]["verdict"] == "pass"
+    errors = [g.get("error", "") for g in got[1:-1]]
+    assert all(e.startswith(f"line {n}:") for n, e in enumerate(errors, 2)), errors
+    assert "[/]" in errors[0] and "[link=file:///etc/passwd]" in proc.stderr and "[/]" in errors[2]
+    assert "digits" in errors[5] and "larger than" in errors[6]

@@ -8,9 +8,9 @@ from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from execrl.sandbox import (
     Grader,
@@ -23,8 +23,14 @@ from execrl.sandbox import (
     load_languages,
     parse_tests,
 )
+from execrl.sandbox.grader import program_too_large
 
 err = Console(stderr=True, soft_wrap=True)
+
+
+def say(label: str, style: str, message: str) -> None:
+    """One line on stderr: a coloured label, then the message as plain text, never markup (rows and paths write it)."""
+    err.print(Text.assemble((label, style), " ", message))
 
 
 class UnusableInput(Exception):
@@ -72,6 +78,8 @@ def prepare(row: dict, base: Limits) -> tuple:
     """A grading job for one row, or TestSpecError/KeyError with a message that names the line."""
     if not isinstance(row.get("code"), str):
         raise TestSpecError("'code' must be a string holding the program")
+    if program_too_large(row["code"]):
+        raise TestSpecError(program_too_large(row["code"]))
     if "tests" not in row:
         raise TestSpecError("no 'tests': see the test forms in `execrl.sandbox.spec`")
     spec = parse_tests(row["tests"])
@@ -93,11 +101,12 @@ def prepare(row: dict, base: Limits) -> tuple:
 def run_grade(args) -> int:
     out = Path(args.out)
     if out.is_dir():
-        err.print(f"[red]error:[/] --out {args.out} is a directory: name the JSONL file to write, e.g. {out / 'results.jsonl'}")
+        say("error:", "red", f"--out {args.out} is a directory: name the JSONL file to write, "
+                             f"e.g. {out / 'results.jsonl'}")
         return 2
     if out.exists() and Path(args.input).exists() and out.resolve() == Path(args.input).resolve():
-        err.print(f"[red]error:[/] --out {args.out} is the input file: writing the results there would overwrite it; "
-                  "name another file")
+        say("error:", "red", f"--out {args.out} is the input file: writing the results there would overwrite it; "
+            "name another file")
         return 2
     if args.languages:
         load_languages(args.languages)
@@ -106,7 +115,7 @@ def run_grade(args) -> int:
     try:
         rows = read_rows(args.input)
     except UnusableInput as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
+        say("error:", "red", str(e))
         return 2
     jobs, results, verdicts = [], {}, Counter()
     for n, row, problem in rows:
@@ -115,8 +124,8 @@ def run_grade(args) -> int:
                 jobs.append((n, prepare(row, base)))
                 continue
             except (TestSpecError, KeyError) as e:
-                problem = f"line {n}: {str(e).strip(chr(39))}"
-        err.print(f"[yellow]skipped[/] {problem}")
+                problem = f"line {n}: {e.args[0] if isinstance(e, KeyError) and e.args else e}"
+        say("skipped", "yellow", problem)
         results[n] = {"id": (row or {}).get("id", n), "error": problem}
         verdicts["invalid row"] += 1
     columns = [TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
@@ -124,7 +133,7 @@ def run_grade(args) -> int:
     try:
         grader = Grader(num_workers=args.workers, limits=base, languages=languages)
     except SandboxUnusable as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
+        say("error:", "red", str(e))
         return 2
     with grader, Progress(*columns, console=err, disable=args.quiet, transient=False) as bar:
         task = bar.add_task("grading", total=len(jobs))
@@ -137,7 +146,7 @@ def run_grade(args) -> int:
     with open(args.out, "w", encoding="utf-8") as f:
         for n, _, _ in rows:
             f.write(json.dumps(results[n]) + "\n")
-    table = Table(caption=f"{len(rows)} rows -> {args.out}")
+    table = Table(caption=Text(f"{len(rows)} rows -> {args.out}"))
     table.add_column("verdict")
     table.add_column("programs", justify="right")
     table.add_column("share", justify="right")

@@ -217,8 +217,8 @@ def test_output_of_many_tests_is_not_held_at_once(solo):
 OBJ = "class A:\n    def __len__(self):\n        return 0\ndef f(x):\n    return A()\n"  # a falsy object
 
 
-@pytest.mark.parametrize("test", ["assert f(1)", "assert f(1) != 5", "assert f(1) is not None", "assert not (f(1) == 3)",
-                                  "assert f(1) is not f(2)", "assert {f(1): 1}"])
+@pytest.mark.parametrize("test", ["assert f(1)", "assert f(1) != 5", "assert not (f(1) == 3)",
+                                  "assert f(1) is not f(2)", "x = f(2)\nassert f(1) is not x", "assert {f(1): 1}"])
 def test_a_program_object_is_not_a_value(grader, test):
     r = graded_quickly(grader, OBJ, {"asserts": [test]})
     assert r.verdict != V.PASS, r.to_dict()
@@ -389,3 +389,215 @@ def test_dataset_errors_in_check_code_are_the_rows():
 
     with pytest.raises(TestSpecError, match="tests.check"):
         parse_tests({"check": "def check(c)\n    assert c(1) == 2\n", "entry_point": "f"})
+
+
+# --- 9. tolerance only where the expected value is a float ------------------------------------------------------
+
+@pytest.mark.parametrize("expected, returned", [
+    ("4500000001500000000", "4.5000000015e18"), ("6", "5.999999999999999"), ("6", "6.000000000000001"),
+    ("[1, 2]", "[1, 2.0000000000000004]"), ('{"a": 3}', '{"a": 2.9999999999999996}'),
+])
+def test_an_int_is_not_matched_by_a_float_near_it(grader, expected, returned):
+    tests = {"fn_name": "f", "inputs": ["0"], "outputs": [expected]}
+    r = graded_quickly(grader, f"def f(x):\n    return {returned}\n", tests)
+    assert r.verdict == V.FAIL, (expected, returned, r.to_dict())
+
+
+@pytest.mark.parametrize("expected, printed", [
+    ("4500000001500000001", "4500000001500000000"), ("6", "5.9999999"), ("6", "6.0000001"), ("1 2", "1 2.0000001"),
+    ("1", "1e99999999999999999999"), ("1", "10e-99999999999999999999"),
+])
+def test_tolerance_mode_matches_an_expected_integer_exactly(grader, expected, printed):
+    tests = {"inputs": ["\n"], "outputs": [expected + "\n"], "compare": {"float_rel": 1e-6}}
+    r = grader.grade(f"print({printed!r})", tests)
+    assert r.verdict == V.FAIL, (expected, printed, r.to_dict())
+
+
+# --- 10. nothing a row or a program's answer holds stalls or stops the grader ----------------------------------
+
+P61 = 2**61 - 1  # ints equal mod this share one hash
+
+
+def _forged_answer(tagged_items: str) -> str:
+    """A call-form program whose status line (its return value) is forged: `tagged_items` builds the tagged value."""
+    return ("import os, json\nP = 2**61 - 1\n" f"value = {tagged_items}\n"
+            "os.write(3, json.dumps({'value': value}).encode() + b'\\n')\nos._exit(0)\ndef f(x): pass\n")
+
+
+@pytest.mark.parametrize("value", [
+    "{'set': [{'int': hex(k * P)} for k in range(1, 100_000)]}",
+    "{'frozenset': [{'tuple': [{'int': hex(k * P)}]} for k in range(1, 60_000)]}",
+    "{'dict': [[{'int': hex(k * P)}, 1] for k in range(1, 100_000)]}",
+    "[{'dict': [[{'int': hex(k * P)}, 1] for k in range(1, 100_000)]}]",
+], ids=["set", "frozenset of tuples", "dict keys", "dict in a list"])
+def test_colliding_values_in_an_answer_are_decoded_in_linear_time(solo, value):
+    import time
+
+    start = time.monotonic()
+    r = solo.grade(_forged_answer(value), {"fn_name": "f", "inputs": ["1"], "outputs": ['{"a": 1}']})
+    assert r.verdict == V.FAIL, r.to_dict()
+    assert time.monotonic() - start < 10
+
+
+def test_a_million_digit_integer_in_a_row_is_refused_at_once():
+    import time
+
+    from execrl.sandbox import TestSpecError, parse_tests
+
+    for digits in (100_001, 1_000_000):
+        start = time.monotonic()
+        with pytest.raises(TestSpecError, match="digits"):
+            parse_tests({"fn_name": "f", "inputs": ["1"], "outputs": ["7" * digits]})
+        with pytest.raises(TestSpecError, match="digits"):
+            parse_tests({"fn_name": "f", "inputs": ["[" + ", ".join(["7" * 5000] * (digits // 5000 + 1)) + "]"],
+                         "outputs": ["1"]})
+        assert time.monotonic() - start < 2
+
+
+def test_a_300_mb_program_is_its_own_failure_not_ours(solo):
+    code = "print('ok')\n" + "#" * (300 << 20)
+    r = solo.grade(code, ONE)
+    assert r.verdict == V.RUNTIME_ERROR and "larger than" in r.tests[0].detail, r.to_dict()
+    assert solo.run(code).verdict == V.RUNTIME_ERROR
+    assert solo.grade("print('ok')", ONE).verdict == V.PASS
+
+
+# --- 11. infra_error is ours alone: what a program writes, or does to its own files, is its verdict ---------------
+
+def test_a_status_line_that_grows_in_transit_is_the_programs_failure():
+    """12 MB of 0xff bytes in a status field or a forged return value: each byte would travel as a 6-byte escape."""
+    junk = "b'\\xff' * (12 << 20)"
+    exc = f"import os\nos.write(3, b'{{\"exc\": \"' + {junk} + b'\"}}\\n')\nos._exit(1)\ndef f(x):\n    return 2\n"
+    value = f"import os\nos.write(3, b'{{\"value\": \"' + {junk} + b'\"}}\\n')\nos._exit(0)\ndef f(x):\n    return 2\n"
+    with Grader(1, Limits(timeout_s=2.0, memory_mb=512, output_mb=16)) as g:
+        for code, form, verdict in ((exc, ONE, V.RUNTIME_ERROR), (exc, CALL_F, V.RUNTIME_ERROR),
+                                    (value, CALL_F, V.FAIL)):
+            r = g.grade(code, form)
+            assert r.verdict == verdict, r.to_dict()
+        assert g.grade("def f(x):\n    return 2", CALL_F).verdict == V.PASS
+
+
+def test_a_reply_that_cannot_be_read_back_is_the_programs_failure(monkeypatch):
+    import execrl.sandbox.pool as pool
+
+    monkeypatch.setattr(pool, "MAX_REPLY", 2000)  # a reply of ~3 kB: its 500-character message escaped
+    with Grader(1, FAST) as g:
+        for form in (ONE, CALL_F, {"asserts": ["assert f(1) == 2"]}):
+            r = g.grade("def f(x):\n    raise ValueError('\\xff' * 500)\nf(1)\n", form)
+            assert r.verdict == V.RUNTIME_ERROR, r.to_dict()
+        assert g.grade("def f(x):\n    return 2", CALL_F).verdict == V.PASS
+
+
+HOME = "import os\nd = os.path.dirname(os.path.abspath(__file__))\n"  # the program's directory (in any mode)
+SELF_HARM = {
+    "deletes its source": "os.remove(__file__)",
+    "chmods its source": "os.chmod(__file__, 0)",
+    "replaces its source with a directory": "os.remove(__file__)\nos.mkdir(__file__)",
+    "renames its directory": "os.rename(d, d + '-%d' % os.getpid())",
+    "chmods its directory": "os.chmod(d, 0)",
+    "replaces its directory with a link": "import shutil\nshutil.rmtree(d)\nos.symlink('/usr', d)",
+}
+THREE = {"inputs": ["\n"] * 3, "outputs": ["ok\n"] * 3}
+
+
+@pytest.mark.parametrize("harm", list(SELF_HARM))
+def test_a_program_that_breaks_its_own_files_breaks_no_later_test(solo, harm):
+    r = graded_quickly(solo, f"{HOME}{SELF_HARM[harm]}\nprint('ok')\n", THREE)
+    assert r.verdict == V.PASS, r.to_dict()
+    assert solo.grade("print('ok')", ONE).verdict == V.PASS
+
+
+@namespaces
+@pytest.mark.parametrize("harm", ["chmods /tmp", "renames its directory", "deletes its source"])
+def test_in_bwrap_user_mode_too(harm):
+    """Without root the program's uid is the sandbox's own, and its /tmp (a tmpfs of its own) is its to chmod."""
+    from execrl.sandbox.isolation import Isolation
+    from execrl.sandbox.pool import WorkerPool
+
+    code = HOME + ("os.chmod('/tmp', 0)" if harm == "chmods /tmp" else SELF_HARM[harm]) + "\nprint('ok')\n"
+    with Grader(limits=FAST, pool=WorkerPool(1, isolation=Isolation("bwrap-user", detect().bwrap))) as g:
+        r = graded_quickly(g, code, THREE)
+        assert r.verdict == V.PASS, r.to_dict()
+        assert g.grade("print('ok')", ONE).verdict == V.PASS
+
+
+@pytest.mark.parametrize("harm", ['remove("main.bin")', 'chmod("main.bin", 0)', 'chmod(d, 0)',
+                                  'rename(d, (std::string(d) + "-" + std::to_string(getpid())).c_str())'])
+def test_a_binary_that_breaks_itself_breaks_no_later_test(solo, harm):
+    code = ("#include <cstdio>\n#include <string>\n#include <sys/stat.h>\n#include <unistd.h>\n"
+            f"int main() {{ char d[4096]; if (!getcwd(d, sizeof d)) return 1; {harm}; puts(\"ok\"); }}\n")
+    r = solo.grade(code, THREE, language="cpp")
+    assert r.verdict == V.PASS, r.to_dict()
+
+
+@namespaces  # (without namespaces the program's /tmp is the host's)
+def test_files_that_cannot_be_restored_are_the_programs_failure(solo):
+    fill = ("import os\nos.remove(__file__)\ni = 0\ntry:\n    while True:\n"
+            "        with open('/tmp/fill%d' % i, 'wb') as f:\n            f.write(b'x' * (2 << 20))\n        i += 1\n"
+            "except OSError:\n    pass\nprint('ok')\n")
+    r = graded_quickly(solo, fill, THREE)
+    assert [t.verdict for t in r.tests] == [V.PASS, V.RUNTIME_ERROR, V.RUNTIME_ERROR], r.to_dict()
+    assert "restored" in r.tests[1].detail
+    assert solo.grade("print('ok')", ONE).verdict == V.PASS
+
+
+# --- 12. the program's exceptions reach the tests as its own classes, but cannot end a test's iteration early --------
+
+@pytest.mark.parametrize("test", [
+    "assert all(map(f, [1, 2]))", "assert list(zip(map(f, [1]), [1])) == []", "assert f(1) == 2",
+    "assert [y for y in map(f, [1, 2])] == []",
+])
+def test_a_programs_stop_iteration_or_assertion_does_not_pass_a_test(grader, test):
+    for raised in ("StopIteration", "AssertionError", "ValueError"):
+        r = graded_quickly(grader, f"def f(x):\n    raise {raised}\n", {"asserts": [test]})
+        assert r.verdict == V.RUNTIME_ERROR, (raised, test, r.to_dict())
+
+
+# --- 13. the allowlist stays narrow: a language's tool brings itself, into its own language's sandboxes ----------
+
+def _shell_language(name: str, tool) -> None:
+    """A language whose programs are shell scripts, run by `tool` (a script that execs /bin/sh on the program)."""
+    from execrl.sandbox.languages import LANGUAGES, Language
+
+    tool.parent.mkdir(parents=True, exist_ok=True)
+    tool.write_text('#!/bin/sh\nexec /bin/sh "$1"\n')
+    tool.chmod(0o755)
+    LANGUAGES[name] = Language(name, "main.sh", run=(str(tool), "{file}"), hello="echo hello")
+
+
+@namespaces
+def test_a_tool_in_a_home_directory_brings_itself_not_the_home(tmp_path, monkeypatch):
+    from execrl.sandbox.languages import LANGUAGES
+
+    home = tmp_path / "alice"
+    monkeypatch.setenv("HOME", str(home))
+    tool = home / "bin" / "alicesh"
+    _shell_language("alicesh", tool)
+    (home / "secret.txt").write_text("42\n")
+    try:
+        with Grader(1, FAST, languages=("python", "alicesh")) as g:
+            seen = f"for p in {home}/secret.txt {home}/bin/other; do test -e $p && echo $p; done; echo ok"
+            (home / "bin" / "other").write_text("x")
+            r = g.grade(seen, ONE, language="alicesh")
+            assert r.verdict == V.PASS, (r.to_dict(), r.tests[0].output)
+            r = g.grade(f"import os\nprint('ok' if not os.path.exists({str(tool)!r}) else 'seen')", ONE)
+            assert r.verdict == V.PASS, r.tests[0].output  # a Python program's sandbox has no such tool
+    finally:
+        LANGUAGES.pop("alicesh", None)
+
+
+@namespaces
+def test_a_tool_in_an_installation_of_its_own_still_has_it(tmp_path):
+    from execrl.sandbox.languages import LANGUAGES
+
+    tool = tmp_path / "opt" / "toolsh" / "bin" / "toolsh"
+    _shell_language("toolsh", tool)
+    (tmp_path / "opt" / "toolsh" / "share").mkdir()
+    (tmp_path / "opt" / "toolsh" / "share" / "data").write_text("ok\n")
+    try:
+        with Grader(1, FAST, languages=("toolsh",)) as g:
+            r = g.grade(f"cat {tmp_path}/opt/toolsh/share/data", ONE, language="toolsh")
+            assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
+            assert g.grade("import sys\nprint('ok')", ONE).verdict == V.PASS
+    finally:
+        LANGUAGES.pop("toolsh", None)

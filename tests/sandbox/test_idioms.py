@@ -71,3 +71,100 @@ def test_cpp_deep_recursion_and_fast_io(grader):
             "int main(){std::ios::sync_with_stdio(false);int n;std::cin>>n;std::cout<<d(n)<<'\\n';}\n")
     r = grader.grade(code, stdio(["1000000\n"], ["1000000\n"]), language="cpp")
     assert r.verdict == V.PASS, r.stderr
+
+
+@pytest.mark.parametrize("expected, returned", [
+    ("2.5", "2.5000000000001"), ("6", "6.0"), ("0.3", "0.1 + 0.2"), ("[1.5, 2]", "(1.5000000000001, 2)"),
+    ("4500000001500000000", "4500000001500000000"), ("3.0", "3"),
+])
+def test_call_results_within_a_floats_tolerance_pass(grader, expected, returned):
+    tests = {"fn_name": "f", "inputs": ["0"], "outputs": [expected]}
+    r = grader.grade(f"def f(x):\n    return {returned}\n", tests)
+    assert r.verdict == V.PASS, (expected, returned, r.to_dict())
+
+
+@pytest.mark.parametrize("expected, printed", [
+    ("10", "10.0"), ("-0", "0"), ("4500000001500000000", "4.5000000015e18"), ("0.333333", "0.3333333333"),
+    ("2.0", "1.9999999999"), ("1 2.5", "1.000 2.5000001"),
+])
+def test_tolerance_mode_passes_equal_values_and_floats_within_it(grader, expected, printed):
+    tests = {"inputs": ["\n"], "outputs": [expected + "\n"], "compare": {"float_rel": 1e-6}}
+    assert grader.grade(f"print({printed!r})", tests).verdict == V.PASS, (expected, printed)
+
+
+@pytest.mark.parametrize("returned, expected", [
+    ("{'a': 1, 'b': [1, 2]}", '{"b": [1, 2], "a": 1}'),
+    ("[{'x': 1.5}, {}]", '[{"x": 1.5000000001}, {}]'),
+    ("{'k': {'n': (1, 2)}}", '{"k": {"n": [1, 2]}}'),
+])
+def test_dicts_returned_match_in_any_order(grader, returned, expected):
+    tests = {"fn_name": "f", "inputs": ["0"], "outputs": [expected]}
+    assert grader.grade(f"def f(x):\n    return {returned}\n", tests).verdict == V.PASS
+
+
+def test_sets_returned_match_a_set_expected_by_the_api(grader):
+    from execrl.sandbox import CallTests
+
+    r = grader.grade("def f(x):\n    return {3, 2, 1}\n", CallTests("f", [[0]], [{1, 2, 3}]))
+    assert r.verdict == V.PASS
+    r = grader.grade("def f(x):\n    return frozenset({3, (1, 2)})\n", CallTests("f", [[0]], [frozenset({(1, 2), 3})]))
+    assert r.verdict == V.PASS
+    r = grader.grade("def f(x):\n    return {1, 2}\n", CallTests("f", [[0]], [{1, 2, 3}]))
+    assert r.verdict == V.FAIL
+
+
+def test_non_ascii_answers_and_files_of_its_own_across_tests(grader):
+    import json
+
+    unit = "héllo wörld ✓ \U0001f600"
+    tests = {"fn_name": "f", "inputs": ["0"], "outputs": [json.dumps(unit * 20000)]}
+    assert grader.grade(f"def f(x):\n    return {unit!r} * 20000\n", tests).verdict == V.PASS
+    code = ("import os\nopen('notes.txt', 'a').write('x')\nos.makedirs('cache', exist_ok=True)\n"
+            "print('ok' if os.path.getsize('notes.txt') >= 1 and os.path.exists(__file__) else 'no')")
+    assert grader.grade(code, stdio(["\n"] * 3, ["ok\n"] * 3)).verdict == V.PASS
+
+
+@pytest.mark.parametrize("code", [
+    "from multiprocessing import Pool\ndef sq(x):\n    return x * x\nif __name__ == '__main__':\n"
+    "    with Pool(2) as p:\n"
+    "        print('ok' if list(p.imap(sq, range(4))) == [0, 1, 4, 9] else 'no')",
+    "from concurrent.futures import ProcessPoolExecutor\ndef sq(x):\n    return x * x\nif __name__ == '__main__':\n"
+    "    with ProcessPoolExecutor(2) as ex:\n        print('ok' if list(ex.map(sq, [3])) == [9] else 'no')",
+    "from dataclasses import dataclass\nfrom multiprocessing import Process, Queue\n@dataclass\nclass P:\n    x: int\n"
+    "def w(q):\n    q.put(P(1))\nif __name__ == '__main__':\n    q = Queue()\n    pr = Process(target=w, args=(q,))\n"
+    "    pr.start()\n    print('ok' if q.get() == P(1) else 'no')\n    pr.join()",
+    "from dataclasses import dataclass, fields\nfrom typing import ClassVar\n@dataclass\nclass C:\n"
+    "    n: ClassVar[int] = 3\n    x: int = 0\n"
+    "print('ok' if [f.name for f in fields(C)] == ['x'] and C(5).n == 3 else 'no')",
+    "import pickle, sys\nclass T:\n    pass\n"
+    "print('ok' if type(pickle.loads(pickle.dumps(T()))) is T and sys.modules[__name__] else 'no')",
+    "def f(x: 'undefined name') -> int:\n    return 1\n"
+    "print('ok' if f.__annotations__['x'] == 'undefined name' else 'no')",
+], ids=["Pool.imap", "ProcessPoolExecutor", "Queue of dataclasses", "dataclass ClassVar", "pickle", "annotations"])
+def test_the_program_is_its_own_main_module(grader, code):
+    r = grader.grade(code, ONE, limits=Limits(timeout_s=5.0, memory_mb=1024))
+    assert r.verdict == V.PASS, (r.tests[0].output, r.stderr)
+
+
+DATACLASSES = ("from dataclasses import dataclass, field\nfrom typing import ClassVar\n@dataclass\nclass P:\n"
+               "    x: int\n    tags: list = field(default_factory=list)\n    kind: ClassVar[str] = 'p'\n"
+               "def make(x):\n    return P(x)\ndef norm(x):\n    return P(x).x + len(P(x).tags)\n"
+               "def check(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x\n"
+               "def gen(n):\n    yield from range(n)\n")
+
+
+@pytest.mark.parametrize("test", [
+    "assert make(2).x == 2 and make(2).tags == [] and make(2).kind == 'p'",
+    "assert make(1) is not None",
+    "p = make(1)\nassert p is not None and not (p is None)",
+    "try:\n    check(-1)\nexcept ValueError as e:\n    assert 'negative' in str(e)\nelse:\n    assert False",
+    "import contextlib\n@contextlib.contextmanager\ndef raises(kind):\n    try:\n        yield\n    except kind:\n"
+    "        return\n    raise AssertionError('did not raise')\nwith raises(ValueError):\n    check(-5)",
+    "g = gen(3)\nassert next(g) == 0 and next(g) == 1 and next(g) == 2 and next(g, 'end') == 'end'",
+    "from dataclasses import dataclass\n@dataclass\nclass Want:\n    x: int\nassert Want(make(4).x) == Want(4)",
+])
+def test_tests_on_dataclasses_exceptions_and_generators(grader, test):
+    r = grader.grade(DATACLASSES, {"asserts": [test]})
+    assert r.verdict == V.PASS, (r.to_dict(), r.tests[0].detail)
+    r = grader.grade(DATACLASSES, {"fn_name": "norm", "inputs": ["3"], "outputs": ["3"]})
+    assert r.verdict == V.PASS, r.stderr

@@ -14,9 +14,10 @@ the legitimate idiom it must not break):
   kill(-1) (PID 1 of a namespace cannot be killed from inside, and other uids are out of reach);
 - network access and host sockets (empty network namespace; no host path with a socket exists inside);
 - reading anything it should not: the filesystem is an allowlist (isolation.py): the system's program and library
-  directories, a few files of /etc, the interpreter, its venv and each language's tools, read-only; the program's
-  own tmpfs at /tmp and /dev/shm. Training data, the grader's input file, home directories and the checkout are
-  not there. The grader's environment is cleared;
+  directories, a few files of /etc, the interpreter and its venv, read-only, and only where a program of that
+  language runs, a language's tools (their own installation, or the tool and the libraries it links alone); the
+  program's own tmpfs at /tmp and /dev/shm. Training data, the grader's input file, home directories and the
+  checkout are not there. The grader's environment is cleared;
 - anything persisting from one program to the next: processes killed, /tmp and /dev/shm wiped, and a seccomp filter
   (inside/seccomp.py) refuses SysV IPC, POSIX message queues, keyrings and new user namespaces;
 - faking a pass in the assert, check and call forms (see inside/checker.py): the program's process never sees the tests or the
@@ -27,9 +28,12 @@ the legitimate idiom it must not break):
   builtins or serializers, and printing pass markers all leave the tests failing; stdin/stdout outputs are
   compared in the grading process. A non-plain result has no equality, hash, order or identity in the tests;
 - declaring its own infra_error or crashing the grader: everything a program writes (stdout, status lines, RPC
-  replies, return values of any size or depth) is parsed as hostile input, and whatever goes wrong with it is the
-  program's verdict. infra_error comes only from our own set-up, reported on a channel closed before the program
-  runs, or from a sandbox process that died.
+  replies, return values of any size or depth) is parsed as hostile input, in linear time, and whatever goes wrong
+  with it is the program's verdict: only known status fields come back, each capped, and a reply that cannot be read
+  back is the program's runtime_error. infra_error comes only from our own set-up, reported on a channel closed
+  before the program runs, or from a sandbox process that died; each test's set-up does not depend on what earlier
+  tests wrote (the program's directory and files are put back before each test, or the test is the program's
+  failure).
 
 Does not defend against: kernel exploits and side channels (timing, cache); reading what is inside the allowlist
 (the system's directories and the Python installation are visible read-only: keep secrets elsewhere); CPU

@@ -5,17 +5,22 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal
+
+from execrl.sandbox.inside.protocol import Unhashed
 
 # what counts as a number token in tolerance mode: plain decimal notation only (float() also takes "1_0", "inf",
 # "nan", and surrounding unicode whitespace, none of which a judge would read as a number)
 NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # linear: no ambiguous split
+INTEGER = re.compile(r"[+-]?[0-9]+")  # an expected token written as an integer: no tolerance, an exact value
 ASCII_SPACE = " \t\f\v"  # a line's trailing blanks; unicode separators such as \x1f are characters like any other
 
 
 @dataclass(frozen=True)
 class CompareOptions:
     mode: str = "lines"  # "lines": line by line after stripping trailing whitespace and trailing blank lines
-    float_rel: float = 0.0  # with either tolerance > 0, tokens that both parse as numbers compare as floats
+    float_rel: float = 0.0  # with either tolerance > 0, tokens that both parse as numbers compare as numbers: within
+    # the tolerance where the expected token is a float (a '.' or an exponent), exactly where it is an integer
     float_abs: float = 0.0
     case_fold: bool = False
 
@@ -28,10 +33,16 @@ def _lines(text: str) -> list[str]:
 
 
 def _token_equal(a: str, b: str, opts: CompareOptions) -> bool:
+    """Expected token `a`, printed token `b`."""
     if a == b:
         return True
     if not (NUMBER.fullmatch(a) and NUMBER.fullmatch(b)):
         return False
+    if INTEGER.fullmatch(a):  # exact decimal values (linear in the digits): "10.0" is 10, "9.9999999" is not
+        try:
+            return Decimal(a) == Decimal(b)
+        except ArithmeticError:  # an exponent beyond Decimal's range (1e99999999999999999999): equal to no integer
+            return False
     x, y = float(a), float(b)  # a token of 400 digits is inf here: equal only to itself, compared above
     return math.isfinite(x) and math.isfinite(y) and math.isclose(x, y, rel_tol=opts.float_rel, abs_tol=opts.float_abs)
 
@@ -59,16 +70,43 @@ def _ascii_split(line: str) -> list[str]:
 
 
 def values_match(expected, actual, float_rel: float = 1e-9, float_abs: float = 0.0) -> bool:
-    """Call-based results: tuples equal lists (JSON has no tuple); floats within a tight tolerance."""
+    """Call-based results: tuples equal lists (JSON has no tuple). The tolerance applies where the expected value is
+    a float; an expected int is matched exactly (6.0 is 6, 5.999999999999999 is not). A program's sets and dicts come
+    as Unhashed, matched against the expected ones without hashing into a table of the program's values."""
     if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)):
         return len(expected) == len(actual) and all(values_match(e, a, float_rel, float_abs) for e, a in zip(expected, actual))
+    if isinstance(actual, Unhashed):
+        return _unhashed_match(expected, actual, float_rel, float_abs)
     if isinstance(expected, dict) and isinstance(actual, dict):
         return expected.keys() == actual.keys() and all(values_match(expected[k], actual[k], float_rel, float_abs) for k in expected)
-    if type(expected) is float or type(actual) is float:
-        if type(expected) not in (int, float) or type(actual) not in (int, float):
+    if type(expected) is int and type(actual) is float:
+        return actual == expected  # exact, as Python compares an int with a float
+    if type(expected) is float:
+        if type(actual) not in (int, float):
             return False  # bools are not numbers here
         try:
             return math.isclose(expected, actual, rel_tol=float_rel, abs_tol=float_abs)
         except OverflowError:  # an int beyond float range: close to no float
             return False
     return type(expected) is type(actual) and expected == actual
+
+
+def _unhashed_match(expected, actual: Unhashed, float_rel: float, float_abs: float) -> bool:
+    """Each of the program's items (a dict's keys) found in the expected set or dict, each expected one matched once:
+    lookups of the program's values in a table of the expected values only, linear in the items."""
+    if type(expected).__name__ != actual.kind or len(expected) != len(actual.items):
+        return False
+    index = {k: i for i, k in enumerate(expected)}
+    matched = bytearray(len(index))
+    for item in actual.items:
+        key = item[0] if actual.kind == "dict" else item
+        try:
+            i = index.get(key)
+        except TypeError:  # an unhashable key: equal to no expected one
+            return False
+        if i is None or matched[i]:
+            return False
+        matched[i] = 1
+        if actual.kind == "dict" and not values_match(expected[key], item[1], float_rel, float_abs):
+            return False
+    return True

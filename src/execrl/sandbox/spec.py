@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import decimal
 import json
 import math
 from dataclasses import dataclass, field
@@ -180,30 +179,53 @@ def _call_tests(obj: dict, inputs: list[str], outputs: list[str]) -> CallTests:
     fmt = obj.get("args_format", "lines")
     if fmt not in ("lines", "list"):
         raise TestSpecError(f"args_format must be 'lines' or 'list', got {fmt!r}")
-    args, expected = [], []
+    args, expected, big_ints = [], [], _BigInts()
     for i, (inp, out) in enumerate(zip(inputs, outputs)):
         try:
             if fmt == "lines":
-                args.append([_json(line) for line in inp.splitlines() if line.strip()])
+                args.append([_json(line, big_ints) for line in inp.splitlines() if line.strip()])
             else:
-                a = _json(inp)
+                a = _json(inp, big_ints)
                 if not isinstance(a, list):
                     raise ValueError("with args_format 'list' each input must be a JSON list of arguments")
                 args.append(a)
-            expected.append(_json(out))
+            expected.append(_json(out, big_ints))
         except ValueError as e:
             raise TestSpecError(f"call test {i}: input or output is not JSON ({e})") from None
     return CallTests(obj["fn_name"], args, expected)
 
 
-def _big_int(digits: str) -> int:
-    """JSON integers of any length (Python refuses str -> int beyond 4,300 digits; Decimal has no such limit)."""
-    return int(digits) if len(digits) < 4000 else int(decimal.Decimal(digits))
+MAX_INT_DIGITS = 100_000  # digits of all the integers beyond 4,000 digits in one row's call tests, together
 
 
-def _json(text: str):
+class _BigInts:
+    """json's parse_int for one row: integers of any length up to the row's budget of MAX_INT_DIGITS (Python refuses
+    str -> int beyond 4,300 digits, and converts in time quadratic in the digits: a row may not make us spend that)."""
+
+    def __init__(self):
+        self.left = MAX_INT_DIGITS
+
+    def __call__(self, text: str) -> int:
+        if len(text) < 4000:
+            return int(text)
+        self.left -= len(text)
+        if self.left < 0:
+            raise ValueError(f"integers of more than {MAX_INT_DIGITS} digits in all")
+        digits = text.lstrip("-")
+        return -_from_digits(digits) if len(digits) < len(text) else _from_digits(digits)
+
+
+def _from_digits(digits: str) -> int:
+    """int(digits) of any length, by halves (each int() call stays under Python's 4,300-digit limit)."""
+    if len(digits) <= 3000:
+        return int(digits)
+    k = len(digits) // 2
+    return _from_digits(digits[:-k]) * 10**k + _from_digits(digits[-k:])
+
+
+def _json(text: str, big_ints=None):
     try:
-        value = json.loads(text, parse_int=_big_int)
+        value = json.loads(text, parse_int=big_ints or _BigInts())
     except RecursionError:
         raise ValueError("nested too deeply") from None
     _check_depth(value)
@@ -240,6 +262,6 @@ def _need_str_list(obj: dict, key: str) -> list[str]:
 
 def _python_syntax(code: str, where: str) -> None:
     try:
-        compile(code, where, "exec")
+        compile(code, where, "exec", dont_inherit=True)
     except (SyntaxError, ValueError, MemoryError, RecursionError) as e:  # ValueError: NUL bytes; the others: absurd
         raise TestSpecError(f"{where} is not valid Python: {type(e).__name__}: {e}"[:300]) from None

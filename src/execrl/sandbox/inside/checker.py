@@ -9,17 +9,42 @@ import builtins
 import os
 import socket
 import sys
+import types
 
 from .child import RPC_FD, setup_done, std_streams, write_status
 from .protocol import decode, encode, recv_msg, send_msg
 
 
 class RemoteError(Exception):
-    """The program raised while a test called it."""
+    """The program raised while a test called it. Where the program's exception is a builtin one, what a test gets is
+    also an instance of that builtin class (remote_error), so `except ValueError` and pytest.raises work."""
 
-    def __init__(self, message: str, kind: str = ""):
-        super().__init__(message)
-        self.kind = kind  # the program's exception class, e.g. "TypeError"
+    kind = ""  # the program's exception class, e.g. "TypeError"
+
+    def __str__(self) -> str:  # the message as given, also where the builtin class would quote it (KeyError)
+        return str(self.args[0]) if self.args else ""
+
+
+_NOT_MAPPED = (StopIteration, StopAsyncIteration)  # a call's StopIteration would end a test's map() or zip() early
+_ERRORS: dict[str, type] = {}
+
+
+def remote_error(kind: str, message: str) -> RemoteError:
+    """The exception a test sees for the program's `kind`: a RemoteError, and an instance of the builtin class of that
+    name when there is one (an Exception, not StopIteration)."""
+    if kind not in _ERRORS:
+        base = getattr(builtins, kind, None)
+        cls = RemoteError
+        if isinstance(base, type) and issubclass(base, Exception) and not issubclass(base, _NOT_MAPPED):
+            try:
+                cls = type(kind, (RemoteError, base), {})
+                cls(message)
+            except Exception:  # noqa: BLE001 - a class that takes other arguments (UnicodeError...) or none
+                cls = RemoteError
+        _ERRORS[kind] = cls
+    e = _ERRORS[kind](message)
+    e.kind = kind
+    return e
 
 
 class RemoteTimeout(Exception):
@@ -49,7 +74,7 @@ class _Rpc:
         try:  # the reply is the program's to write: anything malformed is its error, never ours
             if "error" in reply:
                 kind = str(reply["error"])[:100]
-                raise RemoteError(f"{kind}: {str(reply.get('msg', ''))[:300]}", kind)
+                raise remote_error(kind, f"{kind}: {str(reply.get('msg', ''))[:300]}")
             if reply.get("callable") is True:
                 return Remote(self, tuple(req["target"]), tuple(req.get("attrs", ())))
             return decode(reply["value"], self._handle)
@@ -76,8 +101,9 @@ class Remote:
     """Stands for a function, class or object that lives in the program's process. Tests may call it, read and set
     its attributes, and pass it back to the program; what comes back is plain data. It has no equality, hash or
     ordering (a stand-in's would say nothing of the program's value, and the program's __eq__ could lie), and `is`
-    against it is refused too (_plain_operand); its truth (`assert re.search(...)` in MBPP), length, iteration
-    (list(gen)) and str are the program's own answers, plain data, as good as a plain return value."""
+    against it is refused too (_plain_operand), but for `is None` and `is not None` (the program's None comes back as
+    None, never as a stand-in); its truth (`assert re.search(...)` in MBPP), length, iteration (list(gen)), next()
+    and str are the program's own answers, plain data, as good as a plain return value."""
 
     __slots__ = ("_rpc", "_target", "_attrs")
 
@@ -128,6 +154,15 @@ class Remote:
 
     def __iter__(self):
         return iter(self._ask("list", list, "iteration to a list"))
+
+    def __next__(self):
+        """next() of the program's iterator or generator: its next item, as plain data or a stand-in."""
+        try:
+            return self._rpc.request({"op": "next", "target": list(self._target), "attrs": list(self._attrs)})
+        except RemoteError as e:
+            if e.kind == "StopIteration":
+                raise StopIteration from None
+            raise
 
     def __str__(self) -> str:
         return self._ask("str", str, "str")
@@ -189,20 +224,28 @@ def _text(e: BaseException) -> str:
 
 
 class _GuardIdentity(ast.NodeTransformer):
-    """Rewrites test code so that `is` and `is not` refuse program objects (_plain_operand)."""
+    """Rewrites test code so that `is` and `is not` refuse program objects (_plain_operand), except against a literal
+    None, True, False or Ellipsis, whose answer a stand-in gives right."""
 
     def visit_Compare(self, node: ast.Compare):
         self.generic_visit(node)
-        if any(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops):
-            guard = ast.Name("__execrl_plain__", ast.Load())
-            node.left = ast.Call(guard, [node.left], [])
-            node.comparators = [ast.Call(guard, [c], []) for c in node.comparators]
+        operands, guarded = [node.left, *node.comparators], set()
+        for i, op in enumerate(node.ops):
+            if isinstance(op, (ast.Is, ast.IsNot)):
+                guarded.update(j for j, other in ((i, i + 1), (i + 1, i)) if not _singleton(operands[other]))
+        guard = ast.Name("__execrl_plain__", ast.Load())
+        operands = [ast.Call(guard, [x], []) if j in guarded else x for j, x in enumerate(operands)]
+        node.left, node.comparators = operands[0], operands[1:]
         return node
+
+
+def _singleton(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and any(node.value is v for v in (None, True, False, ...))
 
 
 def compile_test(code: str, name: str):
     tree = ast.fix_missing_locations(_GuardIdentity().visit(ast.parse(code)))
-    return compile(tree, name, "exec")
+    return compile(tree, name, "exec", dont_inherit=True)  # none of our own __future__ flags
 
 
 def _free_names(code: str) -> tuple[set[str], set[str]]:
@@ -244,7 +287,10 @@ def checker_child(job: dict) -> None:
     sys.set_int_max_str_digits(0)
     std_streams()
     rpc = _Rpc(socket.socket(fileno=RPC_FD), job["call_timeout_s"])
-    g = {"__name__": "__test__", "__builtins__": builtins, "__execrl_plain__": _plain_operand}
+    module = types.ModuleType("__test__")  # in sys.modules, as the tests' own classes (dataclasses) expect
+    sys.modules["__test__"] = module
+    g = module.__dict__
+    g.update(__builtins__=builtins, __execrl_plain__=_plain_operand)
     snippets = job["snippets"]
     entry = job.get("entry_point")
     try:
@@ -270,14 +316,14 @@ def checker_child(job: dict) -> None:
         verdict, msg = "pass", ""
         try:
             exec(compile_test(snippet, f"<test {i}>"), g)
-        except AssertionError as e:
-            verdict, msg = "fail", _text(e)[:200]
         except RemoteTimeout:
             verdict = "timeout"
+        except (RemoteError, RemoteGone) as e:  # (before AssertionError: the program's own is its runtime error)
+            verdict, msg = ("memory" if getattr(e, "kind", "") == "MemoryError" else "runtime_error"), _text(e)[:300]
+        except AssertionError as e:
+            verdict, msg = "fail", _text(e)[:200]
         except NameError as e:
             verdict, msg = "runtime_error", _text(e)[:300]
-        except (RemoteError, RemoteGone) as e:
-            verdict, msg = ("memory" if getattr(e, "kind", "") == "MemoryError" else "runtime_error"), _text(e)[:300]
         except BaseException as e:  # noqa: BLE001 - e.g. a TypeError on a wrong return type: a failed test
             verdict, msg = "fail", f"{type(e).__name__}: {_text(e)}"[:300]
         write_status({"test": i, "verdict": verdict, "msg": msg})

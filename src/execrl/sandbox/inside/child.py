@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 import traceback
+import types
 
 from . import seccomp
 from .protocol import decode, encode, recv_msg, send_msg
@@ -116,17 +117,21 @@ def write_status(status: dict) -> None:
 
 
 def _python_program(src_path: str, name: str) -> dict:
-    """Exec the program as a module called `name`; returns its globals. Exceptions propagate."""
+    """Exec the program as the module `name`, in sys.modules as plain Python has its main module (pickle, dataclasses
+    and multiprocessing look its classes and functions up there), compiled with none of our own __future__ flags;
+    returns its globals. Exceptions propagate."""
 
     with open(src_path, "rb") as f:
         source = f.read()
     try:
-        code = compile(source, src_path, "exec")
+        code = compile(source, src_path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as e:  # ValueError: NUL bytes in the source
         raise _CompileError(f"{type(e).__name__}: {e}") from None
-    g = {"__name__": name, "__builtins__": builtins, "__file__": src_path}
-    exec(code, g)
-    return g
+    module = types.ModuleType(name)
+    module.__file__, module.__builtins__ = src_path, builtins
+    sys.modules[name] = module
+    exec(code, module.__dict__)
+    return module.__dict__
 
 
 class _CompileError(Exception):
@@ -228,7 +233,7 @@ def _serve(g: dict) -> None:
             return decode(reply["value"], arg)
         return call
 
-    asks = {"bool": bool, "len": len, "list": list, "str": str}
+    asks = {"bool": bool, "len": len, "list": list, "str": str, "next": next}
     while True:
         try:
             req, _, _ = recv_msg(sock, max_header=1 << 24)

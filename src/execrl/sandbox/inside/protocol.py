@@ -107,25 +107,43 @@ def encode(v, other=None, depth: int = 0):
     raise TypeError(f"returned a {t.__name__}, which is not plain data")
 
 
-def decode(obj, make_handle=None, depth: int = 0):
-    """Inverse of encode. `make_handle(key)` builds the object that stands for a remote handle. Input that encode
-    cannot have made (it may come from a program) raises ValueError, whatever is wrong with it."""
+class Unhashed:
+    """A set, frozenset or dict as a program sent it, decoded with hashed=False: its items (a dict's as (key, value)
+    pairs) in a list, never hashed. The grader compares these without building a set or dict of a program's values
+    (integers equal mod 2**61 - 1 share one hash: a set of many such would take time quadratic in their number)."""
+
+    __slots__ = ("kind", "items")
+
+    def __init__(self, kind: str, items: list):
+        self.kind, self.items = kind, items
+
+    def __repr__(self) -> str:
+        if self.kind == "dict":
+            return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in self.items) + "}"
+        inner = ", ".join(map(repr, self.items))
+        return f"{{{inner}}}" if self.kind == "set" and self.items else f"{self.kind}({{{inner}}})"
+
+
+def decode(obj, make_handle=None, depth: int = 0, hashed: bool = True):
+    """Inverse of encode. `make_handle(key)` builds the object that stands for a remote handle; hashed=False leaves
+    sets and dicts as Unhashed. Input that encode cannot have made (it may come from a program) raises ValueError,
+    whatever is wrong with it."""
     try:
-        return _decode(obj, make_handle, depth)
+        return _decode(obj, make_handle, depth, hashed)
     except ValueError:
         raise
     except Exception as e:  # noqa: BLE001 - TypeError, OverflowError, RecursionError... all mean malformed
         raise ValueError(f"malformed plain-data value ({type(e).__name__})") from None
 
 
-def _decode(obj, make_handle, depth: int):
+def _decode(obj, make_handle, depth: int, hashed: bool = True):
     if depth > MAX_DEPTH:
         raise ValueError(f"value nested more than {MAX_DEPTH} deep")
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     d = depth + 1
     if isinstance(obj, list):
-        return [_decode(x, make_handle, d) for x in obj]
+        return [_decode(x, make_handle, d, hashed) for x in obj]
     if not isinstance(obj, dict) or len(obj) != 1:
         raise ValueError("malformed plain-data value")
     (tag, val), = obj.items()
@@ -134,10 +152,13 @@ def _decode(obj, make_handle, depth: int):
     if tag == "float" and val in ("inf", "-inf", "nan"):
         return float(val)
     if tag in ("tuple", "set", "frozenset") and isinstance(val, list):
-        items = [_decode(x, make_handle, d) for x in val]
-        return tuple(items) if tag == "tuple" else set(items) if tag == "set" else frozenset(items)
+        items = [_decode(x, make_handle, d, hashed) for x in val]
+        if tag == "tuple":
+            return tuple(items)
+        return (set(items) if tag == "set" else frozenset(items)) if hashed else Unhashed(tag, items)
     if tag == "dict" and isinstance(val, list):
-        return {_decode(k, make_handle, d): _decode(x, make_handle, d) for k, x in val}
+        pairs = [(_decode(k, make_handle, d, hashed), _decode(x, make_handle, d, hashed)) for k, x in val]
+        return dict(pairs) if hashed else Unhashed("dict", pairs)
     if tag == "bytes" and isinstance(val, str):
         return bytes.fromhex(val)
     if tag == "complex" and isinstance(val, list) and len(val) == 2:

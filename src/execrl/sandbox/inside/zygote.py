@@ -42,6 +42,7 @@ from .protocol import MAX_DEPTH, decode, recv_msg, send_msg
 
 ROOT = "/tmp"  # the program's writable tmpfs (a fresh temporary directory when there are no namespaces)
 PROGRAM_DIR = "/tmp/prog"  # the program's own directory (its source, its binary), wiped between programs
+EXE = "main.bin"  # a compiled program's binary in PROGRAM_DIR ({exe} in a language's commands)
 KEEP: list[str] = []  # read-only binds under ROOT (an interpreter or venv kept in /tmp): never wiped
 POLL_S = 0.01  # how often a running program's processes are measured against the CPU and memory limits
 
@@ -55,6 +56,8 @@ class Zygote:
             os.chmod(ROOT, 0o711)  # no namespaces: the program's uid must reach ROOT/prog
         seccomp.LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE: programs must not read our memory through /proc
         seccomp.LIBC.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back to us
+        tops = (ROOT, "/dev/shm") if self.is_init else (ROOT,)  # the program's tmpfs, and their modes
+        self.tops = {top: stat.S_IMODE(os.stat(top).st_mode) for top in tops}
         self.clock = os.sysconf("SC_CLK_TCK")
         self.page = os.sysconf("SC_PAGE_SIZE")
         self.reset()
@@ -116,7 +119,8 @@ class Zygote:
         """Kill everything and delete every file a program could have written: nothing carries over."""
         self.kill_all()
         _collect_unix_sockets()
-        for top in (ROOT, "/dev/shm") if self.is_init else (ROOT,):
+        for top, mode in self.tops.items():
+            os.chmod(top, mode)  # (a program may have made its own tmpfs unreadable)
             _wipe_except(top, KEEP)
         os.makedirs(PROGRAM_DIR, exist_ok=True)
         os.chmod(PROGRAM_DIR, 0o700)
@@ -177,12 +181,12 @@ class Zygote:
                 res["setup_error"] = report.decode("utf-8", "replace")
             out, err = _read(files[1], lim["output_mb"] << 20), _read(files[2], 8192)
             raw = _read(files[STATUS_FD], lim["output_mb"] << 20)  # a return value's size
-            res["status"] = _status_lines(raw, last_only=target is not checker_child)
+            res["status"], value = _carry_status(raw, checker=target is checker_child)
             res["stdout_bytes"], res["stderr_bytes"] = os.fstat(files[1]).st_size, os.fstat(files[2]).st_size
         finally:
             for fd in (*files.values(), report_r):
                 os.close(fd)
-        return res, [out, err]
+        return res, [out, err, value]
 
     def _wait(self, pid: int, start: float, wall_s: float, until_stop: bool, cpu_s: float, memory: int,
               cpu_before: float) -> dict:
@@ -228,18 +232,57 @@ class Zygote:
 
     # -- operations
     def _prepare(self, h: dict, source: bytes) -> tuple[dict, list] | None:
-        """Write the program into its fresh directory and compile it; a failed compile's result, or None."""
+        """Write the program into its fresh directory and compile it; a failed compile's result, or None. What it
+        leaves (the source, the binary) is kept, for _restore_program."""
         self.src = os.path.join(PROGRAM_DIR, h["file"])
         with open(self.src, "wb") as f:
             f.write(source)
         if self.uid >= 0 and os.geteuid() == 0:
             os.chown(self.src, self.uid, self.uid)
-        if not h.get("compile"):
-            return None
-        lim = dict(h["limits"], memory_mb=h["limits"]["compile_memory_mb"])
-        t = h["limits"]["compile_timeout_s"]
-        res, pair = self.spawn(exec_child, {"argv": _argv(h["compile"], self.src)}, lim, cpu_s=t, wall_s=2 * t)
-        return (res, pair) if res["exit"] != 0 or res["killed_for"] or "setup_error" in res else None
+        self.kept = {self.src: (source, None)}
+        if h.get("compile"):
+            lim = dict(h["limits"], memory_mb=h["limits"]["compile_memory_mb"])
+            t = h["limits"]["compile_timeout_s"]
+            res, pair = self.spawn(exec_child, {"argv": _argv(h["compile"], self.src)}, lim, cpu_s=t, wall_s=2 * t)
+            if res["exit"] != 0 or res["killed_for"] or "setup_error" in res:
+                return res, pair
+        exe = os.path.join(PROGRAM_DIR, EXE)
+        if _signature(exe) is not None and stat.S_ISREG(_signature(exe)[1]):
+            with open(exe, "rb") as f:
+                self.kept[exe] = (f.read(), None)
+        self._restore_program()  # (records what each kept file looks like now)
+        return None
+
+    def _restore_program(self) -> str:
+        """Put the program's directories and files back as _prepare left them wherever a test changed them (deleted,
+        renamed, chmod'ed or rewrote them): every test starts from the same set-up, whatever the one before did.
+        "" when done, else why not (the program's doing: e.g. its files filled the tmpfs)."""
+        try:
+            for d, mode in ((ROOT, self.tops[ROOT]), (PROGRAM_DIR, 0o700)):
+                if _signature(d) is None or not stat.S_ISDIR(_signature(d)[1]):
+                    _wipe(d)
+                    os.mkdir(d)
+                if stat.S_IMODE(os.lstat(d).st_mode) != mode:
+                    os.chmod(d, mode)
+            if self.uid >= 0 and os.geteuid() == 0 and os.lstat(PROGRAM_DIR).st_uid != self.uid:
+                os.chown(PROGRAM_DIR, self.uid, self.uid)
+            for path, (data, seen) in self.kept.items():
+                now = _signature(path)
+                if seen is not None and now != seen:
+                    self._rewrite(path, data, stat.S_IMODE(seen[1]))
+                    now = _signature(path)
+                self.kept[path] = (data, now)
+        except OSError as e:
+            return f"the program's files could not be restored for this test ({type(e).__name__}: {e})"
+        return ""
+
+    def _rewrite(self, path: str, data: bytes, mode: int) -> None:
+        _wipe(path)
+        with open(path, "wb") as f:
+            f.write(data)
+        os.chmod(path, mode)
+        if self.uid >= 0 and os.geteuid() == 0:
+            os.chown(path, self.uid, self.uid)
 
     def op_run(self, h: dict, blobs: list[bytes], fds) -> tuple[dict, list]:
         """Compile once, then one child per test, each result sent as soon as it is known (a program's output is
@@ -257,7 +300,11 @@ class Zygote:
                 target = python_child
             else:
                 job, target = {"argv": _argv(h["run"], self.src)}, exec_child
-            res, pair = self.spawn(target, job, lim, stdin=blobs[i + 1], cpu_s=cpu, wall_s=wall)
+            broken = self._restore_program() if i else ""
+            if broken:  # charged to the program, whose files it was: this test fails unrun
+                res, pair = _unrun(broken), [b"", broken.encode(), b""]
+            else:
+                res, pair = self.spawn(target, job, lim, stdin=blobs[i + 1], cpu_s=cpu, wall_s=wall)
             send_msg(self.ctrl, {"result": res}, pair)
             num_run += 1
             last = res["status"][-1] if res["status"] else {}
@@ -304,12 +351,27 @@ class Zygote:
                 return
 
 
+def _signature(path: str) -> tuple | None:
+    """What changes whenever a file or directory is deleted, replaced, renamed, chmod'ed or written (ctime)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mode, st.st_uid, st.st_size, st.st_ctime_ns
+
+
 def _argv(template: list[str], src: str) -> list[str]:
-    exe = os.path.join(PROGRAM_DIR, "main.bin")
+    exe = os.path.join(PROGRAM_DIR, EXE)
     argv = [a.format(file=src, exe=exe, dir=PROGRAM_DIR) for a in template]
     if "/" not in argv[0]:
         argv[0] = shutil.which(argv[0]) or argv[0]
     return argv
+
+
+def _unrun(why: str) -> dict:
+    """The result of a test that could not start because of what the program did before it: a runtime error."""
+    return {"exit": 1, "wall_s": 0.0, "cpu_s": 0.0, "max_rss_kb": 0, "killed_for": None, "stdout_bytes": 0,
+            "stderr_bytes": len(why), "status": [{"exc": "OSError", "msg": why[:500]}]}
 
 
 def _timed_out(res: dict, cpu_s: float) -> bool:
@@ -344,6 +406,39 @@ def _read(fd: int, cap: int) -> bytes:
 
 def _is_file(fd: int) -> bool:
     return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
+PROGRAM_STATUS = {"exc": 100, "msg": 500}  # the text fields of a program child's status, with their caps (characters)
+CHECKER_STATUS = {"msg": 300}
+VERDICTS = ("pass", "fail", "timeout", "memory", "runtime_error")
+
+
+def _carry_status(raw: bytes, checker: bool) -> tuple[list[dict], bytes]:
+    """What of a child's status lines goes back to the grader: known fields only, each capped, so that the reply
+    stays small whatever the program wrote; a program's return value travels as a blob of its own (b"" for none).
+    Never raises: a status that cannot be carried back is the program's failure."""
+    try:
+        if checker:
+            return [_known(st, CHECKER_STATUS) for st in _status_lines(raw, last_only=False)], b""
+        lines = _status_lines(raw, last_only=True)
+        status = _known(lines[0], PROGRAM_STATUS) if lines else {}
+        if lines and "value" in lines[0]:
+            return [status], json.dumps(lines[0]["value"], ensure_ascii=False).encode("utf-8", "surrogatepass")
+        return [status] if lines else [], b""
+    except Exception:  # noqa: BLE001 - e.g. a value json cannot write back: not plain data
+        return [{"exc": "TypeError", "msg": "the program's status or return value could not be read"}], b""
+
+
+def _known(st: dict, text_caps: dict) -> dict:
+    """A status line's known fields: capped text, a compile phase, a checker's test index, verdict and set-up."""
+    out = {k: st[k][:cap] for k, cap in text_caps.items() if isinstance(st.get(k), str)}
+    if st.get("phase") == "compile":
+        out["phase"] = "compile"
+    if type(st.get("test")) is int and st.get("verdict") in VERDICTS:
+        out["test"], out["verdict"] = st["test"], st["verdict"]
+    if st.get("setup") in VERDICTS:
+        out["setup"] = st["setup"]
+    return out
 
 
 def _status_lines(raw: bytes, last_only: bool) -> list[dict]:
