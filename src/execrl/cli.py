@@ -91,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", default=None, help="the HTML file (default: RUN_DIR/report.html for one run, else "
                    "report.html here)")
 
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "train" and all("=" in a and not a.startswith("-") for a in rest):
+        args.overrides += rest  # key=value overrides after a flag (`execrl train cfg.yaml --dry-run a.b=1`)
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "train":
         return run_train(args)
     if args.command == "grade":

@@ -28,6 +28,7 @@ NO_EFFECT = {
 def validate(cfg: MasterConfig) -> BatchPlan:
     """All the checks that need no data and no model; returns the batch arithmetic."""
     batch_plan = plan(cfg)
+    check_learnable(cfg)
     check_lengths(cfg)
     check_turns(cfg)
     check_async(cfg)
@@ -40,6 +41,30 @@ def validate(cfg: MasterConfig) -> BatchPlan:
     check_reward_model(cfg)
     check_guided(cfg)
     return batch_plan
+
+
+def check_learnable(cfg: MasterConfig) -> None:
+    """Settings under which every group's rewards are equal, so that every advantage, loss and gradient is 0."""
+    grpo, gen = cfg.grpo, cfg.policy.generation
+    if grpo.num_generations_per_prompt < 2 and grpo.advantage != "rae":
+        raise ConfigError("grpo.num_generations_per_prompt=1: a group of one answer has no baseline to beat, so every "
+                          "advantage is 0 and nothing is learned: set grpo.num_generations_per_prompt >= 2 (NeMo RL's "
+                          "recipes: 8 or 16)")
+    if gen.temperature == 0:
+        raise ConfigError("policy.generation.temperature=0 samples every answer of a group alike (greedy), so every "
+                          "advantage is 0 and nothing is learned: set policy.generation.temperature > 0 (e.g. 1.0); "
+                          "validation samples with policy.generation.val_temperature (0: greedy)")
+    if optimizer_lr(cfg) is not None and optimizer_lr(cfg) <= 0:
+        raise ConfigError(f"policy.optimizer.kwargs.lr={optimizer_lr(cfg)}: the learning rate must be > 0 (e.g. "
+                          "5e-6, NeMo RL's)")
+
+
+def optimizer_lr(cfg: MasterConfig) -> float | None:
+    lr = cfg.policy.optimizer.kwargs.get("lr")
+    try:
+        return None if lr is None else float(lr)
+    except (TypeError, ValueError):
+        raise ConfigError(f"policy.optimizer.kwargs.lr={lr!r} is not a number (e.g. 5e-6)") from None
 
 
 def check_guided(cfg: MasterConfig) -> None:

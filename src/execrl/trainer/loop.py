@@ -10,6 +10,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from execrl.algo.advantages import flat_groups
 from execrl.config import MasterConfig
 from execrl.eval.passk import pass_at_k
 from execrl.lora import base_only, base_trainable
@@ -24,6 +25,7 @@ from execrl.trainer.step import advantages, build_batch, optimize, sampler_filte
 from execrl.trainer.warmup import sft_warmup
 
 MAX_NAN_STEPS = 3
+FLAT_WARNING_STEPS = 3  # steps in a row with every group flat before the run says it learns nothing
 
 
 def train(cfg: MasterConfig) -> Run:
@@ -141,6 +143,14 @@ def train_step(run: Run, rollouts) -> dict:
                            "check the rewards, or resume from the last checkpoint")
     num_valid, num_samples = dist.sum_floats(valid.sum().item(), valid.numel())
     stats["valid_frac"] = num_valid / num_samples
+    num_flat, num_groups = dist.sum_floats(flat_groups(rewards, valid).sum().item(), len(rewards))
+    stats["flat_group_frac"] = num_flat / max(num_groups, 1)  # groups whose rewards are all equal: no signal
+    run.flat_streak = run.flat_streak + 1 if num_groups and num_flat == num_groups else 0
+    if run.flat_streak == FLAT_WARNING_STEPS:
+        console.print(f"[yellow]warning: for {FLAT_WARNING_STEPS} steps every group's rewards were all equal "
+                      "(train/flat_group_frac 1.0): the loss and its gradient are 0 and nothing is learned. The "
+                      "problems may be too hard or too easy for the model, or the reward may not score this "
+                      "dataset (reward.components); see the rollouts in the log directory[/]")
     return stats
 
 

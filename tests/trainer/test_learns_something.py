@@ -1,0 +1,34 @@
+"""A run that cannot learn says so (issue 40): settings under which every advantage is 0 are refused before any work,
+naming the key, and a run whose every group is flat logs it (train/flat_group_frac) and warns."""
+
+import subprocess
+import sys
+
+import pytest
+
+from .test_train import metrics, run
+
+
+@pytest.mark.parametrize("override, message", [
+    ("grpo.num_generations_per_prompt=1", "set grpo.num_generations_per_prompt >= 2"),
+    ("policy.generation.temperature=0", "set policy.generation.temperature > 0"),
+    ("policy.optimizer.kwargs.lr=-1e-3", "policy.optimizer.kwargs.lr=-0.001: the learning rate must be > 0"),
+])
+def test_settings_that_cannot_learn_are_refused_by_dry_run(tmp_path, override, message):
+    proc = subprocess.run([sys.executable, "-m", "execrl.cli", "train", override, "--dry-run",
+                           f"logger.log_dir={tmp_path}/run"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_flat_groups_are_logged_and_a_run_of_nothing_but_flat_groups_warns(tmp_path, capsys):
+    # a reward every answer earns alike (no answer is long enough to be penalized): every group flat
+    _, d = run(tmp_path, "flat", "grpo.max_num_steps=3", "grpo.val_period=0", "checkpointing.enabled=false",
+               "warmup.sft_steps=0", "reward.components=[{name: overlong_penalty, buffer_tokens: 1, max_tokens: 4096}]")
+    fracs = [r["train/flat_group_frac"] for r in metrics(d) if "train/flat_group_frac" in r]
+    assert fracs == [1.0, 1.0, 1.0]
+    shown = capsys.readouterr()
+    assert "every group's rewards were all equal" in (shown.out + shown.err).replace("\n", " ")
+    _, d = run(tmp_path, "signal", "grpo.max_num_steps=2", "grpo.val_period=0", "checkpointing.enabled=false",
+               "warmup.sft_steps=80")  # (after the warm-up, some answers pass and some do not)
+    assert min(r["train/flat_group_frac"] for r in metrics(d) if "train/flat_group_frac" in r) < 1.0
