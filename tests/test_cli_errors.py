@@ -101,3 +101,32 @@ def test_a_model_that_cannot_be_had_stops_before_torchrun_starts(tmp_path, monke
     assert "launching" not in proc.stderr and "Traceback" not in proc.stderr and not (tmp_path / "ck").exists()
     proc = execrl("train", f"policy.model_name={tmp_path}/missing", f"logger.log_dir={tmp_path}/run")
     assert proc.returncode == 2 and "no such directory" in proc.stderr
+
+
+@pytest.mark.parametrize("where", ["/sys/execrl-results", "a-file/results"])
+def test_an_unwritable_out_fails_before_any_work(tmp_path, where):
+    """Nothing is sampled or graded for results that could not be written (issue 40): one line, exit 2, at once."""
+    (tmp_path / "a-file").write_text("x")
+    out = where if where.startswith("/") else tmp_path / where
+    (tmp_path / "in.jsonl").write_text(ROW)
+    proc = execrl("grade", tmp_path / "in.jsonl", "--out", f"{out}/out.jsonl", "--quiet")
+    assert proc.returncode == 2 and "is not writable here" in proc.stderr and "Traceback" not in proc.stderr
+    proc = execrl("eval", "--model", "builtin:tiny-coder", "--dataset", "mbpp", "--out", out)
+    assert proc.returncode == 2 and "is not writable here" in proc.stderr and "Traceback" not in proc.stderr
+    assert "sampling" not in proc.stderr.lower() and (tmp_path / "a-file").read_text() == "x"
+
+
+def test_a_second_run_into_a_run_directory_in_use_stops_at_once_naming_the_holder(tmp_path):
+    """Two `execrl train` into one log_dir (issue 40): the second says who holds it and writes nothing there."""
+    from execrl.trainer.lock import RunLock
+
+    held = RunLock({"logger.log_dir": str(tmp_path / "run")})
+    try:
+        proc = execrl("train", f"logger.log_dir={tmp_path / 'run'}", f"checkpointing.checkpoint_dir={tmp_path}/ck",
+                      "grpo.max_num_steps=1")
+        assert proc.returncode == 2 and "is in use by another run (pid" in proc.stderr
+        assert "logger.log_dir" in proc.stderr and not (tmp_path / "run" / "metrics.jsonl").exists()
+        assert not (tmp_path / "ck").exists()  # nothing locked or made past the refusal
+    finally:
+        held.release()
+    RunLock({"logger.log_dir": str(tmp_path / "run")}).release()  # free again once the holder is done

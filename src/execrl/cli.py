@@ -231,6 +231,7 @@ def run_eval(args) -> int:
     from rich.markup import escape
 
     from execrl.eval.run import EvalConfig, evaluate
+    from execrl.writable import unwritable
     from execrl.models import ModelNotFound
     from execrl.prompts import PromptConfig
     from execrl.sandbox import SandboxFailing, SandboxUnusable, TestSpecError
@@ -239,6 +240,8 @@ def run_eval(args) -> int:
     try:
         if Path(args.out).exists() and not Path(args.out).is_dir():
             raise ValueError(f"--out {args.out} is a file: it names the directory for results.jsonl and summary.json")
+        if why := unwritable(args.out):
+            raise ValueError(f"--out {args.out}: {why}: name a directory you can write")
         if args.top_p > 1:
             raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
         ks = tuple(sorted({int(k) for k in args.k.split(",") if k.strip()}))

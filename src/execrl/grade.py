@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import json
 from collections import Counter
 from pathlib import Path
@@ -12,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from execrl.writable import unwritable
 from execrl.sandbox import (
     Grader,
     Limits,
@@ -107,6 +109,11 @@ def run_grade(args) -> int:
     if out.exists() and Path(args.input).exists() and out.resolve() == Path(args.input).resolve():
         say("error:", "red", f"--out {args.out} is the input file: writing the results there would overwrite it; "
             "name another file")
+        return 2
+    why = unwritable(out.parent) or (f"{out} cannot be written (its permissions)" if out.exists()
+                                     and not os.access(out, os.W_OK) else None)
+    if why:
+        say("error:", "red", f"--out {args.out}: {why}: name a file in a directory you can write")
         return 2
     if args.languages:
         load_languages(args.languages)

@@ -28,6 +28,7 @@ from execrl.tasks import Problem
 from execrl.trainer import checkpoint, precision
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler, load_data
+from execrl.trainer.lock import RunLock
 from execrl.trainer.metrics import MetricsLogger
 from execrl.trainer.opponent import Opponent, build_opponent
 from execrl.trainer.pipeline import RolloutPipeline, build_pipeline
@@ -63,6 +64,7 @@ class Run:
     opponent: Opponent | None = None  # self-play's frozen opponent (env.game.opponent)
     lora: Adapter | None = None  # with policy.lora: the peft model around `model` and the base it adapts
     judge: RewardModel | None = None  # env.reward_model: scores finished conversations (reward component reward_model)
+    lock: RunLock | None = None  # the run directories, held while the run runs (the main process's)
 
     @property
     def model(self) -> torch.nn.Module:
@@ -74,12 +76,24 @@ class Run:
             self.pipeline.close()
         self.grader.close()
         self.logger.close()
+        if self.lock is not None:
+            self.lock.release()
+
+
+def run_directories(cfg: MasterConfig) -> dict[str, str]:
+    """The directories a run writes, by the key naming each (the checkpoints' only when it saves them elsewhere)."""
+    dirs = {"logger.log_dir": cfg.logger.log_dir}
+    ckpt = cfg.checkpointing.checkpoint_dir
+    if cfg.checkpointing.enabled and Path(ckpt).expanduser().resolve() != Path(cfg.logger.log_dir).expanduser().resolve():
+        dirs["checkpointing.checkpoint_dir"] = ckpt
+    return dirs
 
 
 def build_run(cfg: MasterConfig) -> Run:
     batch_plan = validate(cfg)  # (execrl train ran it before starting; here for train() called from Python)
     dist.init(cfg.policy.device)
     console.quiet = not dist.is_main()  # one rank speaks for all
+    lock = RunLock(run_directories(cfg)) if dist.is_main() else None  # before any work
     if dist.world_size() != batch_plan.num_gpus:
         raise ValueError(f"{dist.world_size()} training process(es) but cluster.num_nodes x cluster.gpus_per_node = "
                          f"{batch_plan.num_gpus}: start multi-GPU runs with `execrl train CONFIG` (it launches "
@@ -140,7 +154,7 @@ def build_run(cfg: MasterConfig) -> Run:
                                 Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb),
                                 languages=languages(train + val)),
               MetricsLogger(cfg, write=dist.is_main()), baselines=RoleBaselines(cfg.grpo.role_baseline_decay),
-              lora=adapter(cfg, peft_model))
+              lora=adapter(cfg, peft_model), lock=lock)
     found = checkpoint.latest(cfg.checkpointing.checkpoint_dir) if cfg.checkpointing.enabled else None
     if found is not None:
         state = checkpoint.load(found, model, opt, sched, lora=lora)

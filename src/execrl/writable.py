@@ -1,0 +1,21 @@
+"""Where results go must take them before any work is done: a directory is made (with its parents) and a file is
+written to it and removed, so that an unwritable --out fails in one line before sampling or grading, not after."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def unwritable(directory: str | Path) -> str | None:
+    """Why files cannot be written in `directory` (made if missing), or None when they can."""
+    d = Path(directory).expanduser()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=d, prefix=".execrl-write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return f"{d} is not writable here ({e.strerror or type(e).__name__})"
+    return None
