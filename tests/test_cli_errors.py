@@ -130,3 +130,26 @@ def test_a_second_run_into_a_run_directory_in_use_stops_at_once_naming_the_holde
     finally:
         held.release()
     RunLock({"logger.log_dir": str(tmp_path / "run")}).release()  # free again once the holder is done
+
+
+@pytest.mark.parametrize("args, message", [
+    (["configs/grpo_math_1B.yaml", "data.train.dataset_name=mbpp", "data.train.split=train"],
+     "math_correct scores math answers only, but the training problems (mbpp) are code"),
+    (["data.train.path=README.md"], "data.train.path=README.md: builtin:arith-code is generated and reads no files"),
+])
+def test_configs_that_would_train_on_nothing_are_refused_by_dry_run(args, message):
+    """(issue 40) The base math config pointed at MBPP keeps a reward that scores every program 0; a path given to a
+    generated dataset was accepted by --dry-run and refused by the run."""
+    root = __import__("pathlib").Path(__file__).parents[1]
+    proc = execrl("train", *args, "--dry-run", cwd=root)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_every_training_problem_dropped_for_length_is_an_error_naming_the_keys(tmp_path):
+    long_prompt = "Write a program that prints the word hello. " * 10
+    (tmp_path / "mine.jsonl").write_text(__import__("json").dumps(
+        {"id": "a", "prompt": long_prompt, "tests": {"inputs": [""], "outputs": ["hello\n"]}}) + "\n")
+    proc = execrl("train", "data.train.dataset_name=jsonl", f"data.train.path={tmp_path / 'mine.jsonl'}",
+                  f"logger.log_dir={tmp_path}/run", "checkpointing.enabled=false", "grpo.max_num_steps=1")
+    assert proc.returncode == 2 and "1 of 1 problems have a prompt over 128 tokens" in proc.stderr
+    assert "raise policy.max_total_sequence_length" in proc.stderr and "warm-up" not in proc.stderr

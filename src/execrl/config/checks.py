@@ -11,7 +11,8 @@ from execrl.config.batch import BatchPlan, plan
 from execrl.config.errors import ConfigError
 from execrl.config.schema import MasterConfig
 from execrl.guided import ConstraintError, grammar_text
-from execrl.tasks.registry import DatasetError, check_trainable, dataset_key
+from execrl.rewards.base import SCORES
+from execrl.tasks.registry import DATASETS, DatasetError, check_trainable, dataset_key
 
 # keys read only with grpo.use_dynamic_sampling
 DYNAMIC_ONLY = ("grpo.dynamic_sampling_max_gen_batches", "grpo.batch_multiplier")
@@ -193,6 +194,24 @@ def check_datasets(cfg: MasterConfig) -> None:
                     check_trainable(dataset_key(d.dataset_name), split)
             except DatasetError as e:
                 raise ConfigError(f"{key}: {e}") from None
+            if d.path is not None and DATASETS[dataset_key(d.dataset_name)].generated:
+                raise ConfigError(f"{key}.path={d.path}: {d.dataset_name} is generated and reads no files: drop "
+                                  f"{key}.path, or read your file with {key}.dataset_name=jsonl")
+    kinds = {DATASETS[dataset_key(d.dataset_name)].kind for d in cfg.data.train_sets}
+    check_reward_fits(cfg, kinds - {None})
+
+
+def check_reward_fits(cfg: MasterConfig, kinds: set[str]) -> None:
+    """No reward component is blind to the training problems' kind (math_correct on programs would give every answer
+    the same reward, and nothing would be learned). `kinds`: of the training problems (those known)."""
+    for c in cfg.reward.components:
+        blind = sorted(kinds & {"code", "math"} - set(SCORES.get(c.name, kinds)))
+        if blind:
+            names = ", ".join(d.dataset_name for d in cfg.data.train_sets)
+            raise ConfigError(f"reward.components: {c.name} scores {' and '.join(SCORES[c.name])} answers only, but "
+                              f"the training problems ({names}) are {' and '.join(blind)}: every answer would get the "
+                              "same reward from it. Use test_pass_fraction (a program's tests, a math answer's "
+                              "check), e.g. reward.components=[{name: test_pass_fraction}]")
 
 
 def check_loss(cfg: MasterConfig, batch_plan: BatchPlan) -> None:
@@ -372,10 +391,11 @@ def check_opponent(cfg: MasterConfig, game: bool) -> None:
                                   f"{list(GAMES[name].roles)}")
 
 
-def check_dataset_names(cfg: MasterConfig, kinds: set[str]) -> None:
+def check_dataset_names(cfg: MasterConfig, kinds: set[str], train_kinds: set[str] | None = None) -> None:
     """data.default.env_name and processor, NeMo RL's names for how rows are read and graded, must fit the kinds of
     problem (code, math) the training and validation data hold: execrl grades each problem by its kind."""
     d = cfg.data.default
+    check_reward_fits(cfg, train_kinds or set())
     for key, named in (("env_name", d.env_name), ("processor", d.processor)):
         # code | math (env_name's values, and the processors' prefixes); the reward model reads either
         fits = {"code", "math"} if named == "reward_model" else {named.split("_")[0]}

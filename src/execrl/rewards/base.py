@@ -17,10 +17,16 @@ from execrl.tasks import Problem
 COMPONENTS: dict = {}
 
 
-def component(name: str):
-    """Register a reward component: fn(sample, **params) -> float."""
+SCORES: dict[str, tuple[str, ...]] = {}  # component -> the kinds of problem it scores (absent: any)
+
+
+def component(name: str, scores: tuple[str, ...] | None = None):
+    """Register a reward component: fn(sample, **params) -> float. `scores`: the kinds of problem (code, math) it
+    gives a signal on; on others it is the same for every answer (None: any kind)."""
     def wrap(fn):
         COMPONENTS[name] = fn
+        if scores is not None:
+            SCORES[name] = scores
         return fn
     return wrap
 

@@ -35,7 +35,7 @@ def all_tests_pass(sample: Sample) -> float:
     return 1.0 if sample.result is not None and sample.result.verdict == V.PASS else 0.0
 
 
-@component("execution_tiers")
+@component("execution_tiers", scores=("code",))
 def execution_tiers(sample: Sample, with_output: float = 1.0, without_output: float = 0.5, syntax_error: float = -0.5,
                     crash: float = -1.0, no_code: float = -1.0) -> float:
     """Graded by how far the code got: ran and printed (or returned values) / ran silently / did not parse /
@@ -51,7 +51,7 @@ def execution_tiers(sample: Sample, with_output: float = 1.0, without_output: fl
     return with_output if returns_values or any(t.stdout_bytes for t in r.tests) else without_output
 
 
-@component("error_penalty")
+@component("error_penalty", scores=("code",))
 def error_penalty(sample: Sample, classes: tuple[str, ...] = ("SyntaxError", "NameError", "ImportError",
                                                               "ModuleNotFoundError", "AttributeError", "TypeError"),
                   penalty: float = -1.0) -> float:

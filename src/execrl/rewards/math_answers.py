@@ -41,7 +41,7 @@ def answers_match(predicted: str | None, reference: str) -> bool:
 VERIFIER = "math_verify_impl"  # a problem's metadata key: how its answer is checked (env.math.math_verify_impl)
 
 
-@component("math_correct")
+@component("math_correct", scores=("math",))
 def math_correct(sample: Sample) -> float:
     """1 when the final answer equals the reference: by default (hf_math_verify) the answer in \\boxed{}, after ####,
     or the last number, compared with math-verify; with dapo_math_verify, DAPO's 'Answer:' line (dapo_correct)."""

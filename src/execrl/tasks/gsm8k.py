@@ -6,8 +6,10 @@ from execrl.tasks.problem import Problem, read_rows
 from execrl.tasks.registry import hub_rows, register
 
 
-@register("GSM8K", data_dir="gsm8k", splits=("train", "test"), eval_only=("test",), hub_id="openai/gsm8k")  # NeMo RL's
-@register("gsm8k", data_dir="gsm8k", splits=("train", "test"), eval_only=("test",), hub_id="openai/gsm8k")
+@register("GSM8K", data_dir="gsm8k", splits=("train", "test"), eval_only=("test",), hub_id="openai/gsm8k",
+          kind="math")  # NeMo RL's
+@register("gsm8k", data_dir="gsm8k", splits=("train", "test"), eval_only=("test",), hub_id="openai/gsm8k",
+          kind="math")
 def load(path, split, report, hub_id=None, **_):
     if path is None:
         rows = hub_rows(hub_id, split, config="main")

@@ -9,7 +9,7 @@ from execrl.tasks.problem import Problem, read_rows
 from execrl.tasks.registry import register
 
 
-@register("humaneval", data_dir="humaneval", splits=("test",), eval_only=("*",), hub_id=None)
+@register("humaneval", data_dir="humaneval", splits=("test",), eval_only=("*",), hub_id=None, kind="code")
 def load(path, split, report, **_):
     files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
     problems = []

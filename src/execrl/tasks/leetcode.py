@@ -9,7 +9,7 @@ from execrl.tasks.problem import Problem, read_rows
 from execrl.tasks.registry import register
 
 
-@register("leetcode", data_dir="leetcode_contest", splits=("test",), eval_only=("*",))
+@register("leetcode", data_dir="leetcode_contest", splits=("test",), eval_only=("*",), kind="code")
 def load(path, split, report, **_):
     files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
     problems = []

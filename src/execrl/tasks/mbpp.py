@@ -11,7 +11,7 @@ from execrl.tasks.registry import register
 SPLITS = {"prompt": range(1, 11), "test": range(11, 511), "validation": range(511, 601), "train": range(601, 975)}
 
 
-@register("mbpp", data_dir="mbpp", splits=tuple(SPLITS), eval_only=("test",))
+@register("mbpp", data_dir="mbpp", splits=tuple(SPLITS), eval_only=("test",), kind="code")
 def load(path, split, report, variant: str = "original", **_):
     if variant not in ("original", "sanitized"):
         raise DatasetError(f"mbpp variant must be 'original' or 'sanitized', got {variant!r}")

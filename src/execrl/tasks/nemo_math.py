@@ -60,7 +60,8 @@ def _math(name: str, hub_id: str, splits: tuple[str, ...], problem: Callable, an
             problems.append(Problem(f"{name}/{split}/{i}", [{"role": "user", "content": text}], "math",
                                     answer=str(gold)))
         return problems
-    register(name, data_dir=name, splits=splits, eval_only=eval_only, hub_id=hub_id, default_split=splits[0])(load)
+    register(name, data_dir=name, splits=splits, eval_only=eval_only, hub_id=hub_id, default_split=splits[0],
+             kind="math")(load)
 
 
 _math("OpenMathInstruct-2", "nvidia/OpenMathInstruct-2", ("train_1M", "train", "train_2M", "train_5M"),

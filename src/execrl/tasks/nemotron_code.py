@@ -10,7 +10,7 @@ from execrl.tasks.registry import hub_rows, register
 HUB = "nvidia/Nemotron-RL-coding-competitive_coding"
 
 
-@register("nemotron_code", data_dir="nemotron_code_examples", splits=(), hub_id=HUB)
+@register("nemotron_code", data_dir="nemotron_code_examples", splits=(), hub_id=HUB, kind="code")
 def load(path, split, report, hub_id=None, **_):
     if path is None:
         rows = hub_rows(hub_id, split)

@@ -14,12 +14,12 @@ from execrl.tasks.registry import register
 COUNTS = {"train": 10_000, "validation": 64}
 
 
-@register("sliding_puzzle", data_dir=None, splits=tuple(COUNTS))
+@register("sliding_puzzle", data_dir=None, splits=tuple(COUNTS), kind="puzzle")
 def load(path, split, report, count: int | None = None, seed: int = 42, size: int = 3, shuffle_moves: int = 10,
          **_) -> list[Problem]:
     """`count` puzzles of the split (validation: a stream of its own, never the training puzzles' seeds)."""
     if path is not None:
-        raise DatasetError("sliding_puzzle is generated: it reads no files (drop data.path)")
+        raise DatasetError("sliding_puzzle is generated: it reads no files (drop its path, or name your file's dataset jsonl)")
     if size < 2 or shuffle_moves < 1:
         raise DatasetError(f"sliding_puzzle needs size >= 2 and shuffle_moves >= 1 (got {size}, {shuffle_moves})")
     rng = random.Random(seed ^ zlib.crc32(split.encode()))

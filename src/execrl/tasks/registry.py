@@ -21,6 +21,7 @@ class DatasetInfo:
     splits: tuple[str, ...]
     eval_only: tuple[str, ...]  # splits that must never be trained on
     default_split: str | None = None  # read when none is named (None: train)
+    kind: str | None = None  # the kind of every problem (code, math, game, puzzle); None: read from the rows
 
     @property
     def generated(self) -> bool:
@@ -32,9 +33,9 @@ DATASETS: dict[str, DatasetInfo] = {}
 
 
 def register(name: str, data_dir: str | None, splits: tuple[str, ...], eval_only: tuple[str, ...] = (),
-             hub_id: str | None = None, default_split: str | None = None):
+             hub_id: str | None = None, default_split: str | None = None, kind: str | None = None):
     def wrap(fn):
-        DATASETS[name] = DatasetInfo(name, fn, data_dir, hub_id, splits, eval_only, default_split)
+        DATASETS[name] = DatasetInfo(name, fn, data_dir, hub_id, splits, eval_only, default_split, kind)
         return fn
     return wrap
 

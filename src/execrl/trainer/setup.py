@@ -134,8 +134,8 @@ def build_run(cfg: MasterConfig) -> Run:
         for layer in [*compute.get_decoder().layers, *(ref.get_decoder().layers if ref is not None else [])]:
             layer.compile()  # the engine calls the layers' submodules, so rollouts are unaffected
     train, val, refs = load_data(cfg)
-    check_dataset_names(cfg, {p.kind for p in train + val})
-    train, val = drop_long(train, tok, cfg), drop_long(val, tok, cfg)
+    check_dataset_names(cfg, {p.kind for p in train + val}, {p.kind for p in train})
+    train, val = drop_long(train, tok, cfg), drop_long(val, tok, cfg, "data.validation")
     model, ref = dist.shard(model, compute_dtype), dist.shard(ref, compute_dtype)  # in place: compute is model still
     weights = precision.Weights(model, compute, compute_dtype)
     opt = make_optimizer(model, cfg)
@@ -205,13 +205,25 @@ def languages(problems: list[Problem]) -> tuple[str, ...]:
     return tuple(sorted({p.language for p in problems if p.kind == "code"})) or ("python",)
 
 
-def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig) -> list[Problem]:
-    """Prompts of at most prompt_limit(cfg) tokens (long prompts are the classic OOM), with a count of the rest."""
+def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig, where: str = "data.train") -> list[Problem]:
+    """Prompts of at most prompt_limit(cfg) tokens (long prompts are the classic OOM), with a count of the rest that
+    names the keys setting the limit; every training problem dropped is an error."""
     limit = prompt_limit(cfg)
-    kept = [p for p in problems if len(encode(make_env(cfg, None, p).reset(p), tokenizer)) <= limit]
+    lengths = [len(encode(make_env(cfg, None, p).reset(p), tokenizer)) for p in problems]
+    kept = [p for p, n in zip(problems, lengths) if n <= limit]
     dropped = len(problems) - len(kept)
-    if dropped:
-        console.print(f"[yellow]dropped {dropped} of {len(problems)} problems whose prompt is over {limit} tokens[/]")
+    if not dropped:
+        return kept
+    p = cfg.policy
+    keys = ("data.max_input_seq_length" if cfg.data.max_input_seq_length is not None else
+            f"policy.max_total_sequence_length ({p.max_total_sequence_length}) less "
+            f"policy.generation.max_new_tokens ({p.generation.max_new_tokens})")
+    say = (f"{where}: {dropped} of {len(problems)} problems have a prompt over {limit} tokens (the longest "
+           f"{max(lengths)}), the limit set by {keys}")
+    if not kept and where == "data.train":
+        raise ValueError(f"{say}: nothing is left to train on; raise policy.max_total_sequence_length (or lower "
+                         "policy.generation.max_new_tokens, or set data.max_input_seq_length)")
+    console.print(f"[yellow]dropped: {say}[/]")
     return kept
 
 
