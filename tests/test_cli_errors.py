@@ -153,3 +153,22 @@ def test_every_training_problem_dropped_for_length_is_an_error_naming_the_keys(t
                   f"logger.log_dir={tmp_path}/run", "checkpointing.enabled=false", "grpo.max_num_steps=1")
     assert proc.returncode == 2 and "1 of 1 problems have a prompt over 128 tokens" in proc.stderr
     assert "raise policy.max_total_sequence_length" in proc.stderr and "warm-up" not in proc.stderr
+
+
+@pytest.mark.parametrize("text, message", [
+    ("grpo:\n\tmax_num_steps: 3\n", ":2:1: not valid YAML: a tab in the indentation"),
+    ("grpo:\n  max_num_steps: [3\n", "(while parsing a flow sequence at line 2)"),
+])
+def test_a_yaml_error_names_its_line(tmp_path, text, message):
+    (tmp_path / "c.yaml").write_text(text)
+    proc = execrl("train", tmp_path / "c.yaml", "--dry-run")
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_eval_on_a_checkpoint_or_run_directory_points_at_the_model_inside(tmp_path):
+    model = tmp_path / "run" / "checkpoints" / "step_000010" / "policy"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    for given in (model.parent, model.parent.parent, tmp_path / "run"):
+        proc = execrl("eval", "--model", given, "--out", tmp_path / "o", "--limit", "1")
+        assert proc.returncode == 2 and f"pass" in proc.stderr and str(model) in proc.stderr.replace("\n", "")

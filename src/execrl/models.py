@@ -21,6 +21,20 @@ class ModelNotFound(RuntimeError):
     """The model id or directory cannot be loaded; the message says what to do."""
 
 
+def inside_hint(directory: Path) -> str:
+    """What to pass instead of a directory that holds a model below it: an execrl checkpoint's policy/, or the
+    latest step of a checkpoint directory."""
+    if (directory / "policy" / "config.json").is_file() or (directory / "policy" / "adapter_config.json").is_file():
+        return f"it is an execrl checkpoint: pass its model, {directory / 'policy'}"
+    steps = sorted(p for p in directory.glob("step_*/policy") if p.is_dir())
+    if steps:
+        return f"it holds execrl checkpoints: pass one's model, e.g. the latest, {steps[-1]}"
+    runs = sorted(p for p in directory.glob("checkpoints/step_*/policy") if p.is_dir())
+    if runs:
+        return f"it is an execrl run directory: pass a checkpoint's model, e.g. the latest, {runs[-1]}"
+    return "pass an HF-format directory"
+
+
 def pick_device(device: str = "auto") -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -71,7 +85,7 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
     if not local.exists() and looks_like_path(name):
         raise ModelNotFound(f"cannot load model {name!r}: no such directory (a hub id looks like org/name)")
     if local.exists() and not (local / "config.json").is_file():
-        raise ModelNotFound(f"{local} is not a model directory (no config.json); pass an HF-format directory")
+        raise ModelNotFound(f"{local} is not a model directory (no config.json); {inside_hint(local)}")
     dev = pick_device(device)
     try:
         tok = AutoTokenizer.from_pretrained(tokenizer or (str(local) if local.exists() else name), local_files_only=offline)

@@ -131,7 +131,7 @@ def _read(path: Path, chain: list[Path]) -> DictConfig:
     try:
         tree = OmegaConf.load(path)
     except (yaml.YAMLError, OmegaConfBaseException) as e:
-        raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        raise ConfigError(yaml_error(path, e)) from None
     if not isinstance(tree, DictConfig):
         raise ConfigError(f"{path}: expected a mapping of sections (policy:, grpo:, ...)")
     parents = tree.pop("defaults", None) or []
@@ -139,6 +139,23 @@ def _read(path: Path, chain: list[Path]) -> DictConfig:
     for parent in [parents] if isinstance(parents, str) else parents:
         merged = _merge(merged, _read(_find(str(parent), path.parent), [*chain, path.resolve()]), path)
     return _merge(merged, tree, path)
+
+
+def yaml_error(path: Path, e: Exception) -> str:
+    """One line: where the YAML is wrong (line and column, as an editor counts them) and what is wrong; a tab in the
+    indentation is named, YAML's most common surprise."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    what = getattr(e, "problem", None) or str(e).splitlines()[0]
+    text = path.read_text(errors="replace").splitlines()
+    line = text[mark.line] if mark is not None and mark.line < len(text) else ""
+    if "\t" in line[:len(line) - len(line.lstrip())] or ("\t" in what if isinstance(what, str) else False):
+        return f"{where}: not valid YAML: a tab in the indentation (YAML indents with spaces only): replace it by spaces"
+    shown = f": {line.strip()[:80]!r}" if line.strip() else ""
+    opened = getattr(e, "context_mark", None)
+    if opened is not None and mark is not None and opened.line != mark.line:
+        shown += f" ({e.context} at line {opened.line + 1})"
+    return f"{where}: not valid YAML ({what}){shown}"
 
 
 def _merge(base: DictConfig, tree: DictConfig, path: Path) -> DictConfig:
