@@ -120,3 +120,31 @@ def load(path: Path, model, optimizer, scheduler, lora: bool = False) -> dict:
     if state.get("cuda_rng") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda_rng"])
     return state
+
+
+# keys a resumed run may change: how long it runs, when it validates, logs and saves, and how its work is batched
+# and run (none of them changes what a step computes)
+RESUMABLE = ("grpo.max_num_steps", "grpo.max_num_epochs", "grpo.val_", "grpo.max_val_samples", "logger.",
+             "checkpointing.", "env.code.num_workers", "policy.generation_batch_size", "policy.logprob_batch_size",
+             "policy.train_micro_batch_size", "policy.torch_compile", "policy.activation_checkpointing",
+             "policy.generation.cuda_graphs", "policy.generation.compile", "policy.generation.sync_every",
+             "policy.generation.val_", "policy.device", "data.validation", "offline")
+
+
+def config_changes(saved: dict, now: dict) -> tuple[list[str], list[str]]:
+    """The differences between the config a checkpoint was trained with and the resuming run's, each as
+    'key: old -> new': (those that apply from the resumed step, those that cannot: the checkpoint's optimizer,
+    schedule, data position and weights were made under the old values)."""
+    old, new = dict(_flat(saved)), dict(_flat(now))
+    changed = [k for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
+    said = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed]
+    applied = [s for k, s in zip(changed, said) if k.startswith(RESUMABLE)]
+    return applied, [s for k, s in zip(changed, said) if not k.startswith(RESUMABLE)]
+
+
+def _flat(tree, prefix: str = ""):
+    for k, v in tree.items():
+        if isinstance(v, dict) and v:
+            yield from _flat(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v

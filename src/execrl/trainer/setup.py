@@ -80,6 +80,22 @@ class Run:
             self.lock.release()
 
 
+def resumable(cfg: MasterConfig, state: dict, found: Path) -> None:
+    """A resumed run's config against its checkpoint's: changes that cannot apply (the learning rate, which the
+    checkpoint's optimizer and schedule hold; the model, the data, the algorithm) stop it before it writes anything;
+    the others are named."""
+    if "config" not in state:  # (a checkpoint from before configs were saved in it)
+        return
+    applied, refused = checkpoint.config_changes(state["config"], cfg.model_dump(mode="json"))
+    if refused:
+        shown = "; ".join(refused[:6]) + (f"; and {len(refused) - 6} more" if len(refused) > 6 else "")
+        raise ValueError(f"{found} was trained with another config, and resuming it cannot apply {shown}: set those "
+                         "back to the checkpoint's values, or start a new run (another checkpointing.checkpoint_dir "
+                         "and logger.log_dir)")
+    if applied:
+        console.print(f"resuming {found} with changes that apply from step {state['step']} on: " + "; ".join(applied))
+
+
 def run_directories(cfg: MasterConfig) -> dict[str, str]:
     """The directories a run writes, by the key naming each (the checkpoints' only when it saves them elsewhere)."""
     dirs = {"logger.log_dir": cfg.logger.log_dir}
@@ -158,6 +174,7 @@ def build_run(cfg: MasterConfig) -> Run:
     found = checkpoint.latest(cfg.checkpointing.checkpoint_dir) if cfg.checkpointing.enabled else None
     if found is not None:
         state = checkpoint.load(found, model, opt, sched, lora=lora)
+        resumable(cfg, state, found)
         weights.refresh()
         run.step, run.resumed_from, run.last_saved = state["step"], str(found), state["step"]
         run.sampler.load_state_dict(state["sampler"])
