@@ -110,7 +110,7 @@ def test_validation_matches_are_against_fixed_players_in_both_seats():
         ("minimax", 1)]  # interleaved: grpo.max_val_samples keeps both opponents and both seats
 
 
-def test_self_play_trains_logs_role_metrics_and_resumes_its_baselines(tmp_path):
+def test_self_play_trains_logs_role_metrics_and_resumes_its_baselines(tmp_path, capsys):
     from execrl.trainer.loop import train
 
     base = ["policy.device=cpu", "configs/spiral_tictactoe_cpu.yaml"]
@@ -134,7 +134,14 @@ def test_self_play_trains_logs_role_metrics_and_resumes_its_baselines(tmp_path):
             "train/tictactoe/O/baseline"} <= set(step2)
     evals = [r for r in rows if "eval/pass@1" in r]
     assert evals and all({"eval/tictactoe/win_rate_vs_random", "eval/tictactoe/draw_rate_vs_random",
-                          "eval/tictactoe/win_rate_vs_minimax"} <= set(r) for r in evals)
+                          "eval/tictactoe/win_rate_vs_minimax", "eval/tictactoe/X/win_rate_vs_random",
+                          "eval/tictactoe/O/win_rate_vs_random"} <= set(r) for r in evals)
+    # what the console says is what self-play is about: win rates (by role), not a pass@1 or a zero-sum reward
+    said = capsys.readouterr()
+    said = "".join((said.out + said.err).split())  # (the console wraps lines where it likes)
+    assert "step2:evaltictactoe/win_rate_vs_minimax=" in said and "tictactoe/X/win_rate_vs_random=" in said
+    assert "matches" in said and "pass@1" not in said
+    assert "tictactoe/X/winrate,meanofthefirst" in said and "trainreward" not in said
     # the config holds the moves to the legal cells (env.game.guided_moves): none illegal, in training or evaluation
     assert all(r[k] == 0.0 for r in rows for k in r if k.endswith("illegal_rate") or "illegal_rate_vs" in k)
     assert any("train/tictactoe/X/illegal_rate" in r for r in rows)

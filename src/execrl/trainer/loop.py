@@ -202,9 +202,11 @@ def validate(run: Run) -> float:
         metrics["eval/reward_model_mean"] = games["reward_model_score"]
     run.logger.log(run.step, metrics)
     write_report(run)
-    console.print(f"step {run.step}: eval " + ", ".join(f"{name[5:]} = {v:.3f}" for name, v in metrics.items()
-                                                        if "pass@" in name or "reward_model" in name)
-                  + f" on {num_problems:.0f} problems")
+    games = dict(sorted(((name[5:], v) for name, v in metrics.items() if "win_rate_vs_" in name),
+                        key=lambda kv: (kv[0].count("/"), kv[0])))  # self-play: the rates that matter, by role last
+    shown = games or {name[5:]: v for name, v in metrics.items() if "pass@" in name or "reward_model" in name}
+    console.print(f"step {run.step}: eval " + ", ".join(f"{name} = {v:.3f}" for name, v in shown.items())
+                  + (f" over {num_problems:.0f} matches" if games else f" on {num_problems:.0f} problems"))
     return score
 
 
@@ -249,14 +251,22 @@ def summarize(run: Run) -> None:
     if not dist.is_main():  # its console is quiet, and multi-node ranks may not see rank 0's files
         return
     rows = [json.loads(line) for line in (run.logger.dir / "metrics.jsonl").read_text().splitlines()]
-    rewards = [r["train/reward_mean"] for r in rows if "train/reward_mean" in r]
-    evals = [(r["step"], r["eval/pass@1"]) for r in rows if "eval/pass@1" in r]
-    if len(rewards) >= 2:
-        k = min(5, len(rewards) // 2)
-        console.print(f"train reward, mean of the first {k} steps -> last {k}: "
-                      f"{sum(rewards[:k]) / k:.3f} -> {sum(rewards[-k:]) / k:.3f}")
-    if len(evals) >= 2:
-        console.print(f"eval pass@1: {evals[0][1]:.3f} (step {evals[0][0]}) -> {evals[-1][1]:.3f} (step {evals[-1][0]})")
+    selfplay = run.sampler.kinds == {"game"}  # (zero-sum: the reward's mean says nothing; the win rates do)
+    keys = sorted({k for r in rows for k in r})
+    shown = [k for k in keys if k.startswith("train/") and k.endswith("/win_rate")] if selfplay else [
+        "train/reward_mean"]
+    for key in shown:
+        values = [r[key] for r in rows if key in r]
+        if len(values) >= 2:
+            k = min(5, len(values) // 2)
+            console.print(f"{key[6:].replace('_', ' ').replace('reward mean', 'train reward')}, mean of the first {k} "
+                          f"steps -> last {k}: {sum(values[:k]) / k:.3f} -> {sum(values[-k:]) / k:.3f}")
+    evals = [k for k in keys if k.startswith("eval/") and "win_rate_vs_" in k] if selfplay else ["eval/pass@1"]
+    for key in evals:
+        points = [(r["step"], r[key]) for r in rows if key in r]
+        if len(points) >= 2:
+            console.print(f"{key}: {points[0][1]:.3f} (step {points[0][0]}) -> {points[-1][1]:.3f} "
+                          f"(step {points[-1][0]})")
     written = write_report(run)
     console.print(f"logs: {run.logger.dir}  checkpoints: {run.cfg.checkpointing.checkpoint_dir}"
                   + (f"  report: {written}" if written else ""))

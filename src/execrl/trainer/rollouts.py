@@ -315,8 +315,11 @@ def game_parts(e: Episode) -> list[tuple[str, float]]:
     if e.problem.kind != "game":
         return []
     game, opponent, verdict = e.problem.metadata["game"], e.problem.metadata.get("opponent"), outcome(e.sample)
-    if opponent is not None:
-        return [(f"{game}/{kind}_rate_vs_{opponent}", float(verdict == kind)) for kind in ("win", "draw", "loss", "illegal")]
+    if opponent is not None:  # (and the win rate by the role the policy played)
+        role = e.env.match.game.roles[e.env.seat]
+        return [*((f"{game}/{kind}_rate_vs_{opponent}", float(verdict == kind)) for kind in ("win", "draw", "loss",
+                                                                                             "illegal")),
+                (f"{game}/{role}/win_rate_vs_{opponent}", float(verdict == "win"))]
     if verdict == "unplayed" or e.env.frozen:  # (the other seat ended the match before this one moved; the frozen
         return []                              # opponent's seat)
     role = "/".join(e.env.role)
