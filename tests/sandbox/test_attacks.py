@@ -601,3 +601,100 @@ def test_a_tool_in_an_installation_of_its_own_still_has_it(tmp_path):
             assert g.grade("import sys\nprint('ok')", ONE).verdict == V.PASS
     finally:
         LANGUAGES.pop("toolsh", None)
+
+
+# --- no state crosses programs on a worker: its network and its PID counter ---------------------------------
+
+# each program leaves what it can in the worker's network and PID namespaces, and passes
+LEAVE_BEHIND = {
+    "TIME_WAIT sockets": "import socket\nfor _ in range(3):\n    s = socket.socket()\n    s.bind(('127.0.0.1', 0))\n"
+                         "    s.listen()\n    c = socket.create_connection(s.getsockname())\n    a, _ = s.accept()\n"
+                         "    c.close()\n    a.close()\n    s.close()\nprint('ok')",  # the client closes first
+    "loopback counters": "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                         "s.bind(('127.0.0.1', 0))\nfor _ in range(37):\n    s.sendto(b'x' * 42, s.getsockname())\n"
+                         "print('ok')",
+    "PID counter": "import os\nfor _ in range(37):\n    if os.fork() == 0:\n        os._exit(0)\n    os.wait()\n"
+                   "print('ok')",
+    "abstract socket": "import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind(b'\\0answer-42')\n"
+                       "a, b = socket.socketpair()\nimport array\na.sendmsg([b'x'], [(socket.SOL_SOCKET, "
+                       "socket.SCM_RIGHTS, array.array('i', [s.fileno(), a.fileno()]))])\nprint('ok')",
+}
+# what a later program on the same worker reads of them: the same whatever ran before it
+READ_BACK = ("import os\nnet = {}\nfor name in ('tcp', 'tcp6', 'udp', 'udp6', 'unix'):\n    try:\n"
+             "        net[name] = open('/proc/net/' + name).read().count('\\n') - 1\n    except OSError:\n"
+             "        net[name] = None\n"
+             "lo = [l.split()[1:] for l in open('/proc/net/dev') if l.strip().startswith('lo:')]\n"
+             "pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+             "child = os.fork()\nif child == 0:\n    os._exit(0)\nos.wait()\n"
+             "print(os.getpid(), child, pids, open('/proc/loadavg').read().split()[-1], lo, net)")
+
+
+def _bwrap_user_pool():
+    from execrl.sandbox.isolation import Isolation
+    from execrl.sandbox.pool import WorkerPool
+
+    return WorkerPool(1, isolation=Isolation("bwrap-user", detect().bwrap))
+
+
+LEAVE_IN_FORMS = LEAVE_BEHIND["TIME_WAIT sockets"].replace("print('ok')", "") + \
+    LEAVE_BEHIND["PID counter"].replace("print('ok')", "") + "def f(x):\n    return 2\n"
+FORMS = {"stdio": ONE, "assert form": {"asserts": ["assert f(1) == 2"]}, "call form": CALL_F}
+
+
+@namespaces
+@pytest.mark.parametrize("mode", ["default", "bwrap-user"])
+@pytest.mark.parametrize("name, form", [(name, "stdio") for name in LEAVE_BEHIND] +
+                         [("TIME_WAIT sockets and PID counter", "assert form"),
+                          ("TIME_WAIT sockets and PID counter", "call form")])
+def test_a_program_leaves_nothing_in_the_network_or_pid_counter(mode, name, form):
+    """A later program reads the same network state and PIDs whatever the one before it did on the same worker."""
+    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
+    with Grader(1, FAST, pool=pool) as g:
+        fresh = g.run(READ_BACK)
+        assert fresh.verdict == V.PASS, fresh.stderr
+        code = LEAVE_BEHIND[name] if form == "stdio" else LEAVE_IN_FORMS
+        assert graded_quickly(g, code, FORMS[form]).verdict == V.PASS
+        after = g.run(READ_BACK)
+        assert after.verdict == V.PASS and after.stdout == fresh.stdout, (fresh.stdout, after.stdout)
+
+
+@namespaces
+@pytest.mark.parametrize("mode", ["default", "bwrap-user"])
+def test_a_loopback_server_within_the_program_still_works(mode):
+    code = ("import socket, threading\nfrom multiprocessing import Process, Queue\n"
+            "srv = socket.socket()\nsrv.bind(('127.0.0.1', 0))\nsrv.listen()\n"
+            "def serve():\n    for _ in range(2):\n        c, _ = srv.accept()\n        c.sendall(c.recv(16).upper())\n"
+            "        c.close()\n"
+            "def ask(q, addr):\n    with socket.create_connection(addr) as c:\n        c.sendall(b'ok')\n"
+            "        q.put(c.recv(16))\n"
+            "if __name__ == '__main__':\n    threading.Thread(target=serve, daemon=True).start()\n    q = Queue()\n"
+            "    p = Process(target=ask, args=(q, srv.getsockname()))\n    p.start()\n    got = q.get()\n    p.join()\n"
+            "    with socket.create_connection(srv.getsockname()) as c:\n        c.sendall(b'k')\n"
+            "        got += c.recv(16)\n"
+            "    u = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n    u.bind(('::1', 0))\n"
+            "    u.sendto(b'', u.getsockname())\n    u.recv(1)\n"
+            "    print('ok' if got == b'OKK' else got)")
+    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
+    with Grader(1, FAST, pool=pool) as g:
+        for _ in range(2):  # and again on the same worker, in the next program's namespaces
+            r = graded_quickly(g, code)
+            assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
+
+
+@namespaces
+def test_no_capability_of_the_zygote_reaches_the_program_in_bwrap_user_mode():
+    """The zygote holds CAP_SYS_ADMIN and CAP_NET_ADMIN of its user namespace (for the per-program namespaces); the
+    program, the same uid there, holds none, and cannot unshare, mount or reconfigure its network."""
+    code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "caps = {l.split(':')[0]: int(l.split()[1], 16)\n"
+            "        for l in open('/proc/self/status') if l.startswith('Cap')}\n"
+            "os.mkdir('/tmp/m')\n"
+            "done = [libc.unshare(0x40000000) == 0, libc.mount(b'none', b'/tmp/m', b'tmpfs', 0, None) == 0]\n"
+            "print('ok' if not any(done) and not caps['CapEff'] and not caps['CapPrm'] and not caps['CapAmb'] "
+            "else (done, caps))")
+    with Grader(1, FAST, pool=_bwrap_user_pool()) as g:
+        r = graded_quickly(g, code)
+        assert r.verdict == V.PASS, r.tests[0].output
+        r = g.run("import subprocess\nprint(subprocess.run(['cat', '/proc/self/status'], capture_output=True, "
+                  "text=True).stdout)")  # nor through exec
+        assert "CapEff:\t0000000000000000" in r.stdout and "CapPrm:\t0000000000000000" in r.stdout, r.stdout

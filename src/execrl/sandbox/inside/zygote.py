@@ -5,11 +5,15 @@ socket on the fd named in argv. Roles:
            check forms). It never receives expected outputs or test code.
   checker  runs trusted test code in a forked child (see checker.py); the model's code never runs here.
 After every child it SIGKILLs every other process in its namespace (as PID 1 it cannot be killed from inside)
-and reaps them; after every program it wipes every directory a program could write.
+and reaps them; after every program it wipes every directory a program could write, moves itself into a fresh
+network namespace (loopback up: no packet counters, TIME_WAIT sockets or abstract socket names of the last
+program) and resets its PID namespace's counter (the next program's first process is PID 2, whatever the last one
+forked).
 """
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import json
 import os
@@ -19,6 +23,7 @@ import shutil
 import signal
 import socket
 import stat
+import struct
 import sys
 import time
 import traceback
@@ -60,6 +65,7 @@ class Zygote:
         self.tops = {top: stat.S_IMODE(os.stat(top).st_mode) for top in tops}
         self.clock = os.sysconf("SC_CLK_TCK")
         self.page = os.sysconf("SC_PAGE_SIZE")
+        self.last_pid = _open_last_pid() if self.is_init else None  # (no namespaces: no PID namespace to reset)
         self.reset()
         seccomp.install()  # once, here: every child inherits it (the zygote itself needs none of what it refuses)
 
@@ -126,6 +132,16 @@ class Zygote:
         os.chmod(PROGRAM_DIR, 0o700)
         if self.uid >= 0 and os.geteuid() == 0:
             os.chown(PROGRAM_DIR, self.uid, self.uid)
+        if self.is_init:
+            self.fresh_namespaces()
+
+    def fresh_namespaces(self) -> None:
+        """The next program starts where the first one did: in a network namespace of its own (the last one's goes
+        with its last socket) with loopback up, and with the PID counter back at 1 (only we are alive now)."""
+        _check(seccomp.LIBC.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", IFF_UP | IFF_RUNNING))
+        os.pwrite(self.last_pid, b"1", 0)
 
     # -- measuring a running program: all of its processes, not only the one we forked
     def _usage(self) -> tuple[float, int]:
@@ -349,6 +365,31 @@ class Zygote:
             send_msg(self.ctrl, reply, out)
             if "recycle" in reply:
                 return
+
+
+CLONE_NEWNET, SIOCSIFFLAGS, IFF_UP, IFF_RUNNING = 0x40000000, 0x8914, 0x1, 0x40
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MNT_DETACH = 0x2, 0x4, 0x8, 0x2
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _open_last_pid() -> int:
+    """A writable fd (close-on-exec, and closed in every child) on our PID namespace's ns_last_pid. The sandbox's
+    /proc has /proc/sys read-only, so it comes from a proc of our own, mounted for a moment in our tmpfs."""
+    mnt = os.path.join(ROOT, ".execrl-proc")
+    os.mkdir(mnt, 0o700)
+    try:
+        _check(seccomp.LIBC.mount(b"proc", mnt.encode(), b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount proc")
+        try:
+            return os.open(os.path.join(mnt, "sys/kernel/ns_last_pid"), os.O_WRONLY | os.O_CLOEXEC)
+        finally:
+            _check(seccomp.LIBC.umount2(mnt.encode(), MNT_DETACH), "umount proc")
+    finally:
+        os.rmdir(mnt)
 
 
 def _signature(path: str) -> tuple | None:
