@@ -603,7 +603,7 @@ def test_a_tool_in_an_installation_of_its_own_still_has_it(tmp_path):
         LANGUAGES.pop("toolsh", None)
 
 
-# --- no state crosses programs on a worker: its network and its PID counter ---------------------------------
+# --- no state crosses programs on a worker: its network, PID and inode counters ------------------------------
 
 # each program leaves what it can in the worker's network and PID namespaces, and passes
 LEAVE_BEHIND = {
@@ -615,6 +615,8 @@ LEAVE_BEHIND = {
                          "print('ok')",
     "PID counter": "import os\nfor _ in range(37):\n    if os.fork() == 0:\n        os._exit(0)\n    os.wait()\n"
                    "print('ok')",
+    "tmpfs inode numbers": "import os\nfor d in ('/tmp', '/dev/shm'):\n    for i in range(37):\n"
+                           "        open(os.path.join(d, 'f%d' % i), 'w').close()\nprint('ok')",
     "abstract socket": "import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind(b'\\0answer-42')\n"
                        "a, b = socket.socketpair()\nimport array\na.sendmsg([b'x'], [(socket.SOL_SOCKET, "
                        "socket.SCM_RIGHTS, array.array('i', [s.fileno(), a.fileno()]))])\nprint('ok')",
@@ -626,7 +628,8 @@ READ_BACK = ("import os\nnet = {}\nfor name in ('tcp', 'tcp6', 'udp', 'udp6', 'u
              "lo = [l.split()[1:] for l in open('/proc/net/dev') if l.strip().startswith('lo:')]\n"
              "pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
              "child = os.fork()\nif child == 0:\n    os._exit(0)\nos.wait()\n"
-             "print(os.getpid(), child, pids, open('/proc/loadavg').read().split()[-1], lo, net)")
+             "import tempfile\nino = [os.stat(tempfile.mkstemp(dir=d)[1]).st_ino for d in ('/tmp', '/dev/shm')]\n"
+             "print(os.getpid(), child, pids, open('/proc/loadavg').read().split()[-1], lo, net, ino)")
 
 
 def _bwrap_user_pool():
@@ -647,7 +650,8 @@ FORMS = {"stdio": ONE, "assert form": {"asserts": ["assert f(1) == 2"]}, "call f
                          [("TIME_WAIT sockets and PID counter", "assert form"),
                           ("TIME_WAIT sockets and PID counter", "call form")])
 def test_a_program_leaves_nothing_in_the_network_or_pid_counter(mode, name, form):
-    """A later program reads the same network state and PIDs whatever the one before it did on the same worker."""
+    """A later program reads the same network state, PIDs and inode numbers whatever the one before it did on the
+    same worker."""
     pool = _bwrap_user_pool() if mode == "bwrap-user" else None
     with Grader(1, FAST, pool=pool) as g:
         fresh = g.run(READ_BACK)

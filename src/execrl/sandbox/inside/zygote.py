@@ -5,10 +5,10 @@ socket on the fd named in argv. Roles:
            check forms). It never receives expected outputs or test code.
   checker  runs trusted test code in a forked child (see checker.py); the model's code never runs here.
 After every child it SIGKILLs every other process in its namespace (as PID 1 it cannot be killed from inside)
-and reaps them; after every program it wipes every directory a program could write, moves itself into a fresh
-network namespace (loopback up: no packet counters, TIME_WAIT sockets or abstract socket names of the last
-program) and resets its PID namespace's counter (the next program's first process is PID 2, whatever the last one
-forked).
+and reaps them. After every program it mounts fresh tmpfs over the program's /tmp and /dev/shm (wipes them instead
+where the interpreter or a tool is bound inside), moves itself into a fresh network namespace (loopback up: no
+packet counters, TIME_WAIT sockets or abstract socket names of the last program) and resets its PID namespace's
+counter (the next program's first process is PID 2, whatever the last one forked).
 """
 
 from __future__ import annotations
@@ -63,6 +63,11 @@ class Zygote:
         seccomp.LIBC.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back to us
         tops = (ROOT, "/dev/shm") if self.is_init else (ROOT,)  # the program's tmpfs, and their modes
         self.tops = {top: stat.S_IMODE(os.stat(top).st_mode) for top in tops}
+        # a fresh tmpfs of the same size for each program, where nothing of ours is bound inside it (else it is wiped)
+        self.fresh = {top: os.statvfs(top).f_blocks * os.statvfs(top).f_frsize for top in tops
+                      if self.is_init and not any(k.startswith(top + "/") for k in KEEP)}
+        if self.fresh:
+            os.chdir("/")  # (our cwd would keep a replaced tmpfs, and what the program left in it, alive)
         self.clock = os.sysconf("SC_CLK_TCK")
         self.page = os.sysconf("SC_PAGE_SIZE")
         self.last_pid = _open_last_pid() if self.is_init else None  # (no namespaces: no PID namespace to reset)
@@ -126,6 +131,12 @@ class Zygote:
         self.kill_all()
         _collect_unix_sockets()
         for top, mode in self.tops.items():
+            if top in self.fresh:  # its files, and its inode numbers (a counter per tmpfs), go with it
+                _check(seccomp.LIBC.umount2(top.encode(), MNT_DETACH), f"umount {top}")
+                options = f"mode={mode:o},size={self.fresh[top]}".encode()
+                _check(seccomp.LIBC.mount(b"tmpfs", top.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options),
+                       f"mount tmpfs on {top}")
+                continue
             os.chmod(top, mode)  # (a program may have made its own tmpfs unreadable)
             _wipe_except(top, KEEP)
         os.makedirs(PROGRAM_DIR, exist_ok=True)
