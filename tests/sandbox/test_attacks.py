@@ -617,6 +617,10 @@ LEAVE_BEHIND = {
                    "print('ok')",
     "tmpfs inode numbers": "import os\nfor d in ('/tmp', '/dev/shm'):\n    for i in range(37):\n"
                            "        open(os.path.join(d, 'f%d' % i), 'w').close()\nprint('ok')",
+    "unroutable sends": "import socket\nfor _ in range(37):\n    for fam, to in ((socket.AF_INET, ('10.9.9.9', 9)),"
+                        " (socket.AF_INET6, ('2001:db8::1', 9, 0, 0))):\n"
+                        "        try:\n            socket.socket(fam, socket.SOCK_DGRAM).sendto(b'x', to)\n"
+                        "        except OSError:\n            pass\nprint('ok')",  # no packet: only counters move
     "abstract socket": "import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind(b'\\0answer-42')\n"
                        "a, b = socket.socketpair()\nimport array\na.sendmsg([b'x'], [(socket.SOL_SOCKET, "
                        "socket.SCM_RIGHTS, array.array('i', [s.fileno(), a.fileno()]))])\nprint('ok')",
@@ -628,8 +632,9 @@ READ_BACK = ("import os\nnet = {}\nfor name in ('tcp', 'tcp6', 'udp', 'udp6', 'u
              "lo = [l.split()[1:] for l in open('/proc/net/dev') if l.strip().startswith('lo:')]\n"
              "pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
              "child = os.fork()\nif child == 0:\n    os._exit(0)\nos.wait()\n"
+             "mib = {n: open('/proc/net/' + n).read() for n in ('snmp', 'snmp6', 'netstat', 'sockstat', 'sockstat6')}\n"
              "import tempfile\nino = [os.stat(tempfile.mkstemp(dir=d)[1]).st_ino for d in ('/tmp', '/dev/shm')]\n"
-             "print(os.getpid(), child, pids, open('/proc/loadavg').read().split()[-1], lo, net, ino)")
+             "print(os.getpid(), child, pids, open('/proc/loadavg').read().split()[-1], lo, net, ino, mib)")
 
 
 def _bwrap_user_pool():

@@ -71,6 +71,7 @@ class Zygote:
         self.clock = os.sysconf("SC_CLK_TCK")
         self.page = os.sysconf("SC_PAGE_SIZE")
         self.last_pid = _open_last_pid() if self.is_init else None  # (no namespaces: no PID namespace to reset)
+        self.net_seen: bytes | None = None  # what our network namespace read as when it was new (_net_state)
         self.reset()
         seccomp.install()  # once, here: every child inherits it (the zygote itself needs none of what it refuses)
 
@@ -147,11 +148,15 @@ class Zygote:
             self.fresh_namespaces()
 
     def fresh_namespaces(self) -> None:
-        """The next program starts where the first one did: in a network namespace of its own (the last one's goes
-        with its last socket) with loopback up, and with the PID counter back at 1 (only we are alive now)."""
-        _check(seccomp.LIBC.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", IFF_UP | IFF_RUNNING))
+        """The next program starts where the first one did: with the PID counter back at 1 (only we are alive now),
+        and in a network namespace as new: a fresh one (loopback up; the last one goes with its last socket) unless
+        the one we are in reads exactly as it did when it was new (no socket left in it, no packet, no counter
+        moved: a program that never used the network changed nothing there, and a new one costs ~0.5 ms)."""
+        if _net_state() != self.net_seen:
+            _check(seccomp.LIBC.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", IFF_UP | IFF_RUNNING))
+            self.net_seen = _net_state()
         os.pwrite(self.last_pid, b"1", 0)
 
     # -- measuring a running program: all of its processes, not only the one we forked
@@ -380,6 +385,26 @@ class Zygote:
 
 CLONE_NEWNET, SIOCSIFFLAGS, IFF_UP, IFF_RUNNING = 0x40000000, 0x8914, 0x1, 0x40
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MNT_DETACH = 0x2, 0x4, 0x8, 0x2
+
+
+# Everything of a network namespace that a process without capabilities can change and a later one could read: its
+# sockets (unix ones, abstract names and those in flight, in /proc/net/unix; TCP, UDP, RAW and TIME_WAIT counts in
+# sockstat), loopback's packet counters (any packet sent), and the IP, ICMP, TCP and UDP counters (v4 and v6: a send
+# with no route moves one without a packet).
+NET_STATE = ("/proc/self/net/unix", "/proc/self/net/sockstat", "/proc/self/net/sockstat6", "/proc/self/net/dev",
+             "/proc/self/net/snmp", "/proc/self/net/snmp6", "/proc/self/net/netstat")
+
+
+def _net_state() -> bytes:
+    out = []
+    for path in NET_STATE:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            while chunk := os.read(fd, 1 << 16):
+                out.append(chunk)
+        finally:
+            os.close(fd)
+    return b"".join(out)
 
 
 def _check(ret: int, what: str) -> None:
