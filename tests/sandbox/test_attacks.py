@@ -364,6 +364,26 @@ def test_memory_held_in_memfds_counts():
         assert graded_quickly(g, code).verdict == V.MEMORY
 
 
+@namespaces  # (without namespaces the program's /tmp is the host's, not measured)
+@pytest.mark.parametrize("top", ["/tmp", "/dev/shm"])
+def test_memory_held_in_extended_attributes_on_its_tmpfs_counts(top):
+    """Extended attributes on files of the program's tmpfs are kernel memory in no process: ~1 GB of them under a
+    512 MB limit is its memory verdict, not a pass."""
+    code = (f"import os, time\nv = b'x' * 60000\nfor i in range(4500):\n    p = '{top}/x%d' % i\n"
+            "    open(p, 'w').close()\n    for k in range(4):\n        os.setxattr(p, 'user.k%d' % k, v)\n"
+            "time.sleep(1)\nprint('ok')")
+    with Grader(1, Limits(timeout_s=5.0, memory_mb=512)) as g:
+        assert graded_quickly(g, code).verdict == V.MEMORY
+
+
+def test_extended_attributes_and_many_files_in_tmp_still_work(grader):
+    code = ("import os, tempfile\nd = tempfile.mkdtemp()\nfor i in range(3000):\n"
+            "    open(os.path.join(d, str(i)), 'w').write('x')\n"
+            "p = os.path.join(d, '0')\nos.setxattr(p, 'user.tag', b'ok')\nprint(os.getxattr(p, 'user.tag').decode())")
+    r = graded_quickly(grader, code)
+    assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
+
+
 def test_test_functions_run_in_the_checker_and_their_data_stays_there(grader):
     peek = "def apply(xs, fn):\n    return fn.__globals__.get('want') or list(fn.__code__.co_consts)\n"
     r = grader.grade(peek, {"asserts": ["want = [1, 3]\nassert apply([1, 2, 3], lambda x: x in want) == want",

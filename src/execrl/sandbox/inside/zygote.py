@@ -162,7 +162,8 @@ class Zygote:
     # -- measuring a running program: all of its processes, not only the one we forked
     def _usage(self) -> tuple[float, int]:
         """CPU seconds of the program's live processes (with the children they reaped) and their memory in bytes:
-        proportional set sizes (shared pages counted once), plus what it keeps in the sandbox's tmpfs."""
+        proportional set sizes (shared pages counted once), plus what it keeps in the sandbox's tmpfs (files, inodes
+        and extended attributes)."""
         cpu, mem, memfds = 0.0, 0, {}
         for pid in self._others():
             try:
@@ -177,7 +178,9 @@ class Zygote:
         if self.is_init:
             for top in (ROOT, "/dev/shm"):
                 st = os.statvfs(top)
-                mem += (st.f_blocks - st.f_bfree) * st.f_frsize
+                # its files' pages, and the kernel memory of its inodes and extended attributes: tmpfs counts both in
+                # "inode space", 1 KiB an inode plus each xattr's size, which statfs reports in free 1 KiB inodes
+                mem += (st.f_blocks - st.f_bfree) * st.f_frsize + (st.f_files - st.f_ffree) * 1024
         return cpu, mem
 
     # -- one child
