@@ -199,6 +199,30 @@ def test_cpu_of_children_never_waited_for_counts(solo):
     assert r.verdict == V.TIMEOUT, r.to_dict()
 
 
+AUTO_REAPED = ("import os, signal, time\nsignal.signal(signal.SIGCHLD, signal.SIG_IGN)\nfor _ in range(3):\n"
+               "    r, w = os.pipe()\n    if os.fork() == 0:\n        t = time.process_time()\n"
+               "        while time.process_time() - t < 0.3:\n            pass\n        os._exit(0)\n"
+               "    os.close(w)\n    os.read(r, 1)\nprint('ok')")  # each child ends before the next starts
+
+
+@pytest.mark.skipif(detect().mode != "bwrap-root", reason="the exit log needs CAP_SYS_PACCT (a root grader)")
+def test_cpu_of_children_the_kernel_reaps_counts():
+    """Children of a parent that ignores SIGCHLD are reaped by the kernel, and their time reaches no parent's
+    rusage: the zygote's exit log counts them (0.9 s, one child alive at a time, never 0.3 s at once)."""
+    with Grader(1, Limits(timeout_s=5.0)) as g:
+        r = graded_quickly(g, AUTO_REAPED)
+        assert r.verdict == V.PASS and r.tests[0].cpu_s >= 0.75, r.to_dict()
+    with Grader(1, Limits(timeout_s=0.6)) as g:
+        assert graded_quickly(g, AUTO_REAPED).verdict == V.TIMEOUT
+
+
+def test_ignoring_sigchld_with_short_children_still_passes(solo):
+    code = ("import os, signal\nsignal.signal(signal.SIGCHLD, signal.SIG_IGN)\nfor _ in range(20):\n"
+            "    if os.fork() == 0:\n        os._exit(0)\nprint('ok')")
+    r = graded_quickly(solo, code)
+    assert r.verdict == V.PASS and r.tests[0].cpu_s < 0.5, r.to_dict()
+
+
 def test_output_of_many_tests_is_not_held_at_once(solo):
     """40 tests of ~3.5 MB of output each: the grading process holds one test's output at a time."""
     import tracemalloc

@@ -2,9 +2,9 @@
 
 Modes (EXECRL_SANDBOX=... forces one, for tests and odd hosts):
   bwrap-root  the grader is root: no user namespace; the zygote keeps CAP_SETUID/SETGID/KILL/CHOWN/
-              DAC_OVERRIDE/FOWNER/SYS_PTRACE/SYS_ADMIN/NET_ADMIN only, and every child runs as a uid of its own
-              with no capabilities (rlimits such as RLIMIT_NPROC apply, signals and /proc of other uids are out of
-              reach)
+              DAC_OVERRIDE/FOWNER/SYS_PTRACE/SYS_PACCT/SYS_ADMIN/NET_ADMIN only, and every child runs as a uid of
+              its own with no capabilities (rlimits such as RLIMIT_NPROC apply, signals and /proc of other uids are
+              out of reach)
   bwrap-user  the grader is not root: an unprivileged user namespace in which the zygote is uid 0 with
               CAP_SYS_ADMIN/NET_ADMIN of that namespace only; its children drop every capability
 In both, the zygote uses SYS_ADMIN and NET_ADMIN for one thing: a fresh network namespace (loopback up) and a reset
@@ -44,8 +44,9 @@ SANDBOX_ENV = {
     "MKL_NUM_THREADS": "1",
 }
 NS_CAPS = ("CAP_SYS_ADMIN", "CAP_NET_ADMIN")  # the zygote's per-program network namespace and PID counter
+# SYS_PTRACE: the zygote reads its programs' memory use (smaps_rollup) as root; SYS_PACCT: its exit log (acct)
 ROOT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER",
-             "CAP_SYS_PTRACE", *NS_CAPS)  # SYS_PTRACE: the zygote reads its programs' memory use (smaps_rollup) as root
+             "CAP_SYS_PTRACE", "CAP_SYS_PACCT", *NS_CAPS)
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "timezone", "passwd", "group",
              "nsswitch.conf", "os-release", "hosts", "host.conf", "mime.types")

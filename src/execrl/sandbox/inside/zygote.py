@@ -72,6 +72,7 @@ class Zygote:
         self.page = os.sysconf("SC_PAGE_SIZE")
         self.last_pid = _open_last_pid() if self.is_init else None  # (no namespaces: no PID namespace to reset)
         self.net_seen: bytes | None = None  # what our network namespace read as when it was new (_net_state)
+        self.exits = ExitLog.open() if self.is_init else None  # None where the kernel refuses it (bwrap-user mode)
         self.reset()
         seccomp.install()  # once, here: every child inherits it (the zygote itself needs none of what it refuses)
 
@@ -160,15 +161,16 @@ class Zygote:
         os.pwrite(self.last_pid, b"1", 0)
 
     # -- measuring a running program: all of its processes, not only the one we forked
-    def _usage(self) -> tuple[float, int]:
-        """CPU seconds of the program's live processes (with the children they reaped) and their memory in bytes:
-        proportional set sizes (shared pages counted once), plus what it keeps in the sandbox's tmpfs (files, inodes
-        and extended attributes)."""
-        cpu, mem, memfds = 0.0, 0, {}
+    def _usage(self) -> tuple[float, float, int]:
+        """CPU seconds of the program's live processes, their own and with the children they reaped, and their memory
+        in bytes: proportional set sizes (shared pages counted once), plus what it keeps in the sandbox's tmpfs (files,
+        inodes and extended attributes)."""
+        own, cpu, mem, memfds = 0.0, 0.0, 0, {}
         for pid in self._others():
             try:
                 with open(f"/proc/{pid}/stat", "rb") as f:
                     fields = f.read().rsplit(b")", 1)[1].split()
+                own += sum(int(x) for x in fields[11:13]) / self.clock  # utime stime
                 cpu += sum(int(x) for x in fields[11:15]) / self.clock  # utime stime cutime cstime
                 mem += _pss(pid, self.page)
                 memfds.update(_memfds(pid))
@@ -181,7 +183,14 @@ class Zygote:
                 # its files' pages, and the kernel memory of its inodes and extended attributes: tmpfs counts both in
                 # "inode space", 1 KiB an inode plus each xattr's size, which statfs reports in free 1 KiB inodes
                 mem += (st.f_blocks - st.f_bfree) * st.f_frsize + (st.f_files - st.f_ffree) * 1024
-        return cpu, mem
+        return own, cpu, mem
+
+    def _cpu_spent(self, cpu_before: float, live_own: float = 0.0, live: float = 0.0) -> float:
+        """CPU seconds of the program's processes since cpu_before: those we or their parents reaped (our children's
+        rusage, exact), or, where more, the own times of every process that ended (the exit log: also those the kernel
+        reaped for a parent that ignores SIGCHLD, whose time reaches no parent), plus those still alive."""
+        reaped = _reaped_cpu() - cpu_before + live
+        return reaped if self.exits is None else max(reaped, self.exits.total() + live_own)
 
     # -- one child
     def spawn(self, target, job: dict, lim: dict, stdin: bytes = b"", cpu_s: float = 1.0, wall_s: float = 2.0,
@@ -192,6 +201,8 @@ class Zygote:
         report_r, report_w = os.pipe()
         fds = {**files, REPORT_FD: report_w, **({RPC_FD: rpc_fd} if rpc_fd is not None else {})}
         cpu_before = _reaped_cpu()
+        if self.exits is not None:
+            self.exits.restart()  # what ended before this child (our own helpers) is not its
         start = time.monotonic()
         sys.stdout.flush()  # a child must not inherit (and later flush) buffered output of ours
         sys.stderr.flush()
@@ -210,7 +221,7 @@ class Zygote:
         try:
             res = self._wait(pid, start, wall_s, until_stop, cpu_s, lim["memory_mb"] << 20, cpu_before)
             self.kill_all()
-            res["cpu_s"] = round(_reaped_cpu() - cpu_before, 4)  # every process of the program, reaped by now
+            res["cpu_s"] = round(self._cpu_spent(cpu_before), 4)  # every process of the program, ended by now
             report = _read(report_r, 4000)
             if report:
                 res["setup_error"] = report.decode("utf-8", "replace")
@@ -246,10 +257,10 @@ class Zygote:
                     if time.monotonic() >= deadline:
                         killed = "deadline"
                     else:
-                        cpu, mem = self._usage()
+                        own, cpu, mem = self._usage()
                         if mem > memory:
                             killed = "memory"
-                        elif cpu + _reaped_cpu() - cpu_before > cpu_s + 0.05:
+                        elif self._cpu_spent(cpu_before, own, cpu) > cpu_s + 0.05:
                             killed = "cpu"
                 if killed or self.ctrl in ready:
                     os.kill(pid, signal.SIGKILL)
@@ -429,6 +440,53 @@ def _open_last_pid() -> int:
             _check(seccomp.LIBC.umount2(mnt.encode(), MNT_DETACH), "umount proc")
     finally:
         os.rmdir(mnt)
+
+
+class ExitLog:
+    """BSD process accounting for our PID namespace: every process in it writes its own CPU time here as it ends,
+    however it is reaped (by a wait, by us, or by the kernel for a parent that ignores SIGCHLD). The file is on the
+    sandbox's first /tmp, unlinked at once and unmounted at our first reset: no program can reach it. Needs
+    CAP_SYS_PACCT of the host (bwrap-root mode)."""
+
+    RECORD = 64  # struct acct_v3
+    AHZ = 100  # its times' unit: 1/100 s, each process's rounded down
+
+    def __init__(self, fd: int):
+        self.fd, self.seen, self.spent = fd, 0, 0.0
+
+    @classmethod
+    def open(cls) -> ExitLog | None:
+        path = os.path.join(ROOT, ".execrl-exits")
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            _check(seccomp.LIBC.acct(path.encode()), "acct")
+        except OSError:
+            os.close(fd)
+            return None
+        finally:
+            os.unlink(path)
+        return cls(fd)
+
+    def restart(self) -> None:
+        self.seen, self.spent = os.fstat(self.fd).st_size, 0.0
+        if self.seen > 1 << 20:  # (a whole record at a time: the kernel appends each in one write)
+            os.truncate(f"/proc/self/fd/{self.fd}", 0)
+            self.seen = 0
+
+    def total(self) -> float:
+        """CPU seconds of the processes that ended since restart()."""
+        data = os.pread(self.fd, 1 << 24, self.seen)
+        data = data[: len(data) - len(data) % self.RECORD]
+        for off in range(0, len(data), self.RECORD):
+            utime, stime = struct.unpack_from("=HH", data, off + 32)  # comp_t ac_utime, ac_stime
+            self.spent += (_comp_t(utime) + _comp_t(stime)) / self.AHZ
+        self.seen += len(data)
+        return self.spent
+
+
+def _comp_t(c: int) -> int:
+    """A comp_t's value: 13 bits of mantissa, 3 bits of base-8 exponent."""
+    return (c & 0x1FFF) << (3 * (c >> 13))
 
 
 def _signature(path: str) -> tuple | None:
