@@ -397,6 +397,29 @@ def test_memory_held_in_memfds_counts(code):
         assert r.verdict in (V.MEMORY, V.RUNTIME_ERROR), r.to_dict()
 
 
+# ~320 MB queued in unix socket pairs of 4 processes (2 MB each at most), none of it in any process's memory
+SOCKET_BUFFERS = ("import os, socket, time\nkids = [os.fork() for _ in range(2)]\npairs = []\nfor _ in range(40):\n"
+                  "    a, b = socket.socketpair()\n    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)\n"
+                  "    a.setblocking(False)\n    try:\n        while True:\n            a.send(b'x' * 65536)\n"
+                  "    except BlockingIOError:\n        pass\n    pairs.append((a, b))\ntime.sleep(1.5)\n"
+                  "if all(kids):\n    print('ok')")
+
+
+@namespaces  # (sock_diag counts the sockets of the sandbox's own network namespace)
+def test_memory_held_in_unix_socket_buffers_counts():
+    with Grader(1, Limits(timeout_s=5.0, memory_mb=256)) as g:
+        r = graded_quickly(g, SOCKET_BUFFERS)
+        assert r.verdict == V.MEMORY, r.to_dict()
+
+
+def test_unix_sockets_with_data_in_flight_still_work(grader):
+    code = ("import socket, os\na, b = socket.socketpair()\nif os.fork() == 0:\n    a.sendall(b'x' * (1 << 20))\n"
+            "    os._exit(0)\ngot = 0\nwhile got < 1 << 20:\n    got += len(b.recv(1 << 16))\nos.wait()\n"
+            "print('ok' if got == 1 << 20 else got)")
+    r = graded_quickly(grader, code)
+    assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
+
+
 def test_a_program_that_falls_back_from_memfds_to_files_passes(grader):
     code = ("import os, tempfile\ntry:\n    fd = os.memfd_create('buf')\nexcept OSError:\n"
             "    f = tempfile.TemporaryFile()\n    fd = f.fileno()\n"

@@ -72,6 +72,7 @@ class Zygote:
         self.page = os.sysconf("SC_PAGE_SIZE")
         self.last_pid = _open_last_pid() if self.is_init else None  # (no namespaces: no PID namespace to reset)
         self.net_seen: bytes | None = None  # what our network namespace read as when it was new (_net_state)
+        self.diag: socket.socket | None = None  # our sock_diag socket in that namespace (_unix_socket_memory)
         self.exits = ExitLog.open() if self.is_init else None  # None where the kernel refuses it (bwrap-user mode)
         self.reset()
         seccomp.install()  # once, here: every child inherits it (the zygote itself needs none of what it refuses)
@@ -154,9 +155,14 @@ class Zygote:
         the one we are in reads exactly as it did when it was new (no socket left in it, no packet, no counter
         moved: a program that never used the network changed nothing there, and a new one costs ~0.5 ms)."""
         if _net_state() != self.net_seen:
+            if self.diag is not None:
+                self.diag.close()
             _check(seccomp.LIBC.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", IFF_UP | IFF_RUNNING))
+            # one sock_diag socket per namespace, for its life: made and closed per sample, its slow release would
+            # show in the namespace's socket count (sockstat) when the next program looks
+            self.diag = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG)
             self.net_seen = _net_state()
         os.pwrite(self.last_pid, b"1", 0)
 
@@ -164,7 +170,7 @@ class Zygote:
     def _usage(self) -> tuple[float, float, int]:
         """CPU seconds of the program's live processes, their own and with the children they reaped, and their memory
         in bytes: proportional set sizes (shared pages counted once), plus what it keeps in the sandbox's tmpfs (files,
-        inodes and extended attributes)."""
+        inodes and extended attributes) and in the queues of its unix sockets."""
         own, cpu, mem, memfds = 0.0, 0.0, 0, {}
         for pid in self._others():
             try:
@@ -183,6 +189,7 @@ class Zygote:
                 # its files' pages, and the kernel memory of its inodes and extended attributes: tmpfs counts both in
                 # "inode space", 1 KiB an inode plus each xattr's size, which statfs reports in free 1 KiB inodes
                 mem += (st.f_blocks - st.f_bfree) * st.f_frsize + (st.f_files - st.f_ffree) * 1024
+            mem += _unix_socket_memory(self.diag)  # (our network namespace is the program's alone)
         return own, cpu, mem
 
     def _cpu_spent(self, cpu_before: float, live_own: float = 0.0, live: float = 0.0) -> float:
@@ -419,6 +426,38 @@ def _net_state() -> bytes:
         finally:
             os.close(fd)
     return b"".join(out)
+
+
+NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY, NLMSG_ERROR, NLMSG_DONE = 4, 20, 2, 3
+UDIAG_SHOW_MEMINFO, UNIX_DIAG_MEMINFO = 0x20, 5
+
+
+def _unix_socket_memory(nl: socket.socket) -> int:
+    """Bytes the kernel holds for the unix sockets of our network namespace (sock_diag's meminfo of each: what it
+    sent that is not yet read, and what it holds to read): memory in no process, which sockets sent into other
+    sockets keep even when no process has them. Raises OSError where sock_diag cannot be had."""
+    req = struct.pack("=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, 0, UDIAG_SHOW_MEMINFO, 0, 0)
+    total = 0
+    nl.send(struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, 0x301, 1, 0) + req)  # REQUEST | DUMP
+    while True:
+        data = nl.recv(1 << 16)
+        off = 0
+        while off + 16 <= len(data):
+            length, kind = struct.unpack_from("=IH", data, off)
+            if kind == NLMSG_DONE or length < 16:
+                return total
+            if kind == NLMSG_ERROR:
+                raise OSError(-struct.unpack_from("=i", data, off + 16)[0], "sock_diag refused")
+            attr, end = off + 16 + 16, off + length  # after nlmsghdr and unix_diag_msg
+            while attr + 4 <= end:
+                alen, atype = struct.unpack_from("=HH", data, attr)
+                if alen < 4:
+                    break
+                if atype == UNIX_DIAG_MEMINFO and alen >= 4 + 12:
+                    rmem, _, wmem = struct.unpack_from("=III", data, attr + 4)
+                    total += rmem + wmem
+                attr += (alen + 3) & ~3
+            off += (length + 3) & ~3
 
 
 def _check(ret: int, what: str) -> None:
