@@ -8,8 +8,9 @@ the legitimate idiom it must not break):
   measured every 10 ms and at the end, and a wall-clock SIGKILL of every process it started;
 - memory: the program as a whole (the proportional set sizes of all its processes, the memfds they hold, plus what
   it keeps in its tmpfs: files, inodes and extended attributes; sampled every 10 ms), and a hard RLIMIT_AS per
-  process; memfds sent into a socket and closed (programs get no memfds: memfd_create fails with ENOSYS); raising
-  its own rlimits (hard limits, no capabilities);
+  process; the queues of the unix sockets of its network namespace (sock_diag, sockets in flight included); memfds
+  sent into a socket and closed (programs get no memfds: memfd_create fails with ENOSYS); pipe buffers (the kernel's
+  per-user pipe limit); raising its own rlimits (hard limits, no capabilities);
 - floods on stdout or stderr and filling the disk (RLIMIT_FSIZE; size-capped tmpfs; output read back capped, and
   one test's output at a time);
 - fork bombs and double-forked daemons (RLIMIT_NPROC on a uid of the sandbox's own; after every test the
@@ -48,7 +49,8 @@ Does not defend against: kernel exploits and side channels (timing, cache); read
 contention slowing other workers (time is measured in CPU seconds where it can be); memory bursts shorter than the
 10 ms sampling (bounded by RLIMIT_AS per process); CPU of children the kernel reaped for a program that ignores
 SIGCHLD in bwrap-user mode (the exit log needs CAP_SYS_PACCT of a root grader; bounded by the wall-clock limit);
-kernel memory in no process and not in its tmpfs (unix-socket and pipe buffers): no cgroup accounts for it; counters the kernel keeps for the whole machine, which no namespace resets
+kernel memory elsewhere than its processes, tmpfs and unix sockets (pipe buffers up to the kernel's per-user limit,
+TCP and UDP buffers on loopback): no cgroup accounts for it; counters the kernel keeps for the whole machine, which no namespace resets
 (/proc/stat's count of forks, the inode numbers of pipes, sockets and memfds): a program reads in them what every
 process did, its worker's earlier programs included, blurred by all else the machine runs. The zygote keeps
 CAP_SYS_ADMIN and CAP_NET_ADMIN (in bwrap-user mode, of its own user namespace only) to make those namespaces and
