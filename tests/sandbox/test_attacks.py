@@ -791,3 +791,21 @@ def test_no_capability_of_the_zygote_reaches_the_program_in_bwrap_user_mode():
         r = g.run("import subprocess\nprint(subprocess.run(['cat', '/proc/self/status'], capture_output=True, "
                   "text=True).stdout)")  # nor through exec
         assert "CapEff:\t0000000000000000" in r.stdout and "CapPrm:\t0000000000000000" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("mode", ["default", "bwrap-user"] if detect().mode != "none" else ["default"])
+def test_a_program_that_spoils_its_streams_spoils_no_later_test(mode):
+    """The children's stdin, stdout, stderr and status are the zygote's memfds, emptied for each child: what a test
+    wrote into its stdin, a cleared O_APPEND, a chmod of stdout (its own file in bwrap-user mode) do not reach the
+    next test or program."""
+    code = ("import os, fcntl, sys\ndata = sys.stdin.read()\nos.pwrite(0, b'junk' * 1000, 0)\n"
+            "for fd in (1, 2, 3):\n    fcntl.fcntl(fd, fcntl.F_SETFL, 0)\n    try:\n        os.fchmod(fd, 0)\n"
+            "    except OSError:\n        pass\nos.write(2, b'e' * 100000)\nprint(data, end='')")
+    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
+    with Grader(1, FAST, pool=pool) as g:
+        r = graded_quickly(g, code, {"inputs": ["a\n", "b\n", "c\n"], "outputs": ["a\n", "b\n", "c\n"]})
+        assert r.verdict == V.PASS, r.to_dict()
+        after = ("import sys\nwith open('/dev/stdout', 'a') as f:\n    f.write(sys.stdin.read())\n"
+                 "def f(x):\n    return x + 1")
+        assert graded_quickly(g, after, {"inputs": ["z\n"], "outputs": ["z\n"]}).verdict == V.PASS
+        assert graded_quickly(g, after, CALL_F).verdict == V.PASS

@@ -61,9 +61,8 @@ def _drop_capabilities() -> None:
 
 
 def child_setup(lim: dict, cpu_s: float, uid: int, fds: dict[int, int], cwd: str) -> None:
-    """In the forked child: own session, fds in place, everything else closed, limits, the uid, no capabilities,
-    no memfds (seccomp.install_program_filter; the main seccomp filter is the zygote's, installed once and
-    inherited)."""
+    """In the forked child: own session, fds in place, everything else closed, limits, the uid, no capabilities.
+    (The seccomp filter is the zygote's, installed once and inherited.)"""
     os.setsid()
     high = {target: os.dup2(fd, 200 + target) for target, fd in fds.items()}  # no source is overwritten early
     for target, fd in high.items():
@@ -77,7 +76,6 @@ def child_setup(lim: dict, cpu_s: float, uid: int, fds: dict[int, int], cwd: str
     _set_limits(lim, cpu_s)
     _drop_privileges(uid)
     _drop_capabilities()
-    seccomp.install_program_filter()
     seccomp.LIBC.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: the zygote may read this process's memory use
 
 

@@ -75,6 +75,8 @@ class Zygote:
         self.diag: socket.socket | None = None  # our sock_diag socket in that namespace (_unix_socket_memory)
         self.exits = ExitLog.open() if self.is_init else None  # None where the kernel refuses it (bwrap-user mode)
         self.reset()
+        # the children's streams, made once and emptied for each child (_streams_for): the filter refuses memfds
+        self.streams = {0: _memfd("stdin"), 1: _memfd("stdout"), 2: _memfd("stderr"), STATUS_FD: _memfd("status")}
         seccomp.install()  # once, here: every child inherits it (the zygote itself needs none of what it refuses)
 
     # -- cleanup
@@ -204,7 +206,7 @@ class Zygote:
               rpc_fd: int | None = None, uid: int | None = None, until_stop: bool = False) -> tuple[dict, list]:
         """Run `target(job)` in a forked child under the limits; its result and [stdout, stderr]. Its files are memfds
         (on no filesystem a program can reach, and reopenable as /dev/stdout by any uid)."""
-        files = {0: _memfd("stdin", stdin), 1: _memfd("stdout"), 2: _memfd("stderr"), STATUS_FD: _memfd("status")}
+        files = self._streams_for(stdin)
         report_r, report_w = os.pipe()
         fds = {**files, REPORT_FD: report_w, **({RPC_FD: rpc_fd} if rpc_fd is not None else {})}
         cpu_before = _reaped_cpu()
@@ -237,9 +239,22 @@ class Zygote:
             res["status"], value = _carry_status(raw, checker=target is checker_child)
             res["stdout_bytes"], res["stderr_bytes"] = os.fstat(files[1]).st_size, os.fstat(files[2]).st_size
         finally:
-            for fd in (*files.values(), report_r):
-                os.close(fd)
+            os.close(report_r)
         return res, [out, err, value]
+
+    def _streams_for(self, stdin: bytes) -> dict[int, int]:
+        """The next child's stdin, stdout, stderr and status: our memfds emptied, with our mode and flags back (every
+        process of the last child is gone, but it may have fchmod'ed them or cleared O_APPEND on the file description
+        it shared with us), stdin holding `stdin`."""
+        for target, fd in self.streams.items():
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.fchmod(fd, 0o777)
+            fcntl.fcntl(fd, fcntl.F_SETFL, os.O_APPEND if target else 0)
+        if stdin:
+            os.write(self.streams[0], stdin)
+            os.lseek(self.streams[0], 0, os.SEEK_SET)
+        return dict(self.streams)
 
     def _wait(self, pid: int, start: float, wall_s: float, until_stop: bool, cpu_s: float, memory: int,
               cpu_before: float) -> dict:
@@ -556,14 +571,10 @@ def _timed_out(res: dict, cpu_s: float) -> bool:
         or res["exit"] in (-signal.SIGXCPU, -signal.SIGKILL)
 
 
-def _memfd(name: str, content: bytes = b"") -> int:
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)  # no MFD_ALLOW_SEALING: a program cannot seal its output
-    if name != "stdin":  # appends, as to a pipe: output through a reopened /dev/stdout keeps what came before
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
-    if content:
-        os.write(fd, content)
-        os.lseek(fd, 0, os.SEEK_SET)
-    return fd
+def _memfd(name: str) -> int:
+    """A stream of the children's (appends, as to a pipe, but for stdin: output through a reopened /dev/stdout keeps
+    what came before; _streams_for sets the flags)."""
+    return os.memfd_create(name, os.MFD_CLOEXEC)  # no MFD_ALLOW_SEALING: a program cannot seal its output
 
 
 def _read(fd: int, cap: int) -> bytes:
