@@ -499,8 +499,8 @@ def _open_last_pid() -> int:
 class ExitLog:
     """BSD process accounting for our PID namespace: every process in it writes its own CPU time here as it ends,
     however it is reaped (by a wait, by us, or by the kernel for a parent that ignores SIGCHLD). The file is on the
-    sandbox's first /tmp, unlinked at once and unmounted at our first reset: no program can reach it. Needs
-    CAP_SYS_PACCT of the host (bwrap-root mode)."""
+    sandbox's first /tmp, unlinked at once (and that tmpfs unmounted at our first reset, where /tmp is replaced per
+    program): no program can reach it. Needs CAP_SYS_PACCT of the host (bwrap-root mode)."""
 
     RECORD = 64  # struct acct_v3
     AHZ = 100  # its times' unit: 1/100 s, each process's rounded down
