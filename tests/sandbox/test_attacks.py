@@ -420,6 +420,32 @@ def test_unix_sockets_with_data_in_flight_still_work(grader):
     assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
 
 
+# ~1 GB queued in loopback TCP connections of 4 processes that never read them
+TCP_BUFFERS = ("import os, socket, time\nkids = [os.fork() for _ in range(2)]\nsrv = socket.socket()\n"
+               "srv.bind(('127.0.0.1', 0))\nsrv.listen(100)\nkeep = []\nfor _ in range(30):\n"
+               "    c = socket.create_connection(srv.getsockname())\n"
+               "    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)\n    a, _ = srv.accept()\n"
+               "    a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)\n    c.setblocking(False)\n"
+               "    try:\n        while True:\n            c.send(b'x' * 65536)\n    except BlockingIOError:\n"
+               "        pass\n    keep.append((c, a))\ntime.sleep(1.5)\nif all(kids):\n    print('ok')")
+
+
+@namespaces  # (the queues of the sandbox's own network namespace)
+def test_memory_held_in_tcp_buffers_counts():
+    with Grader(1, Limits(timeout_s=5.0, memory_mb=256)) as g:
+        r = graded_quickly(g, TCP_BUFFERS)
+        assert r.verdict == V.MEMORY, r.to_dict()
+
+
+def test_a_loopback_transfer_of_a_few_megabytes_still_works(grader):
+    code = ("import socket, os\nsrv = socket.socket()\nsrv.bind(('127.0.0.1', 0))\nsrv.listen()\n"
+            "if os.fork() == 0:\n    c = socket.create_connection(srv.getsockname())\n"
+            "    c.sendall(b'x' * (8 << 20))\n    c.close()\n    os._exit(0)\na, _ = srv.accept()\ngot = 0\n"
+            "while chunk := a.recv(1 << 16):\n    got += len(chunk)\nos.wait()\nprint('ok' if got == 8 << 20 else got)")
+    r = graded_quickly(grader, code)
+    assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
+
+
 def test_a_program_that_falls_back_from_memfds_to_files_passes(grader):
     code = ("import os, tempfile\ntry:\n    fd = os.memfd_create('buf')\nexcept OSError:\n"
             "    f = tempfile.TemporaryFile()\n    fd = f.fileno()\n"

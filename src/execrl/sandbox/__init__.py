@@ -8,7 +8,8 @@ the legitimate idiom it must not break):
   measured every 10 ms and at the end, and a wall-clock SIGKILL of every process it started;
 - memory: the program as a whole (the proportional set sizes of all its processes, the memfds they hold, plus what
   it keeps in its tmpfs: files, inodes and extended attributes; sampled every 10 ms), and a hard RLIMIT_AS per
-  process; the queues of the unix sockets of its network namespace (sock_diag, sockets in flight included); memfds
+  process; the queues of the sockets of its network namespace (unix ones by sock_diag, sockets in flight included;
+  TCP and UDP ones from /proc/net); memfds
   sent into a socket and closed (programs get no memfds: memfd_create fails with ENOSYS); pipe buffers (the kernel's
   per-user pipe limit); raising its own rlimits (hard limits, no capabilities);
 - floods on stdout or stderr and filling the disk (RLIMIT_FSIZE; size-capped tmpfs; output read back capped, and
@@ -49,19 +50,19 @@ Does not defend against: kernel exploits and side channels (timing, cache); read
 slowing other workers (time is measured in CPU seconds where it can be); memory bursts shorter than the 10 ms
 sampling (bounded by RLIMIT_AS per process); CPU of children the kernel reaped for a program that ignores SIGCHLD in
 bwrap-user mode (the exit log needs CAP_SYS_PACCT of a root grader; bounded by the wall-clock limit); kernel memory
-elsewhere than its processes, tmpfs and unix sockets (pipe buffers up to the kernel's per-user limit, TCP and UDP
-buffers on loopback): no cgroup accounts for it; counters the kernel keeps for the whole machine, which no namespace
-resets (/proc/stat's count of forks, the inode numbers of pipes, sockets and memfds): a program reads in them what
-every process did, its worker's earlier programs included, blurred by all else the machine runs. The zygote keeps
-CAP_SYS_ADMIN and CAP_NET_ADMIN (in bwrap-user mode, of its own user namespace only) to make those namespaces and
-mounts, and in bwrap-root mode CAP_SYS_PACCT for its exit log; every process of the program has no capabilities. In
-bwrap-user mode (the grader is not root) the program runs as the grader's uid inside its user namespace (uid 0
-there, as the zygote), with no uid per sandbox: the namespaces, the allowlist and the seccomp filter still hold, and
-the zygote is out of reach as the namespace's init (signals without a handler dropped, not dumpable, capabilities
-the program lacks). Forcing bwrap-user mode on a root grader (EXECRL_SANDBOX=bwrap-user) runs programs as the host's
-root user, for which the kernel does not enforce RLIMIT_NPROC: a fork bomb is not contained. Without bubblewrap or
-user namespaces (a warning says so, once, loudly), none of the namespace defences apply: no network or filesystem
-isolation, and RLIMIT_NPROC does not bind a root grader.
+elsewhere than its processes, tmpfs and sockets' queues (pipe buffers up to the kernel's per-user limit, a TCP
+queue's overhead beyond its data): no cgroup accounts for it; counters the kernel keeps for the whole machine, which
+no namespace resets (/proc/stat's count of forks, the inode numbers of pipes, sockets and memfds): a program reads
+in them what every process did, its worker's earlier programs included, blurred by all else the machine runs. The
+zygote keeps CAP_SYS_ADMIN and CAP_NET_ADMIN (in bwrap-user mode, of its own user namespace only) to make those
+namespaces and mounts, and in bwrap-root mode CAP_SYS_PACCT for its exit log; every process of the program has no
+capabilities. In bwrap-user mode (the grader is not root) the program runs as the grader's uid inside its user
+namespace (uid 0 there, as the zygote), with no uid per sandbox: the namespaces, the allowlist and the seccomp
+filter still hold, and the zygote is out of reach as the namespace's init (signals without a handler dropped, not
+dumpable, capabilities the program lacks). Forcing bwrap-user mode on a root grader (EXECRL_SANDBOX=bwrap-user) runs
+programs as the host's root user, for which the kernel does not enforce RLIMIT_NPROC: a fork bomb is not contained.
+Without bubblewrap or user namespaces (a warning says so, once, loudly), none of the namespace defences apply: no
+network or filesystem isolation, and RLIMIT_NPROC does not bind a root grader.
 """
 
 from execrl.sandbox.grader import (

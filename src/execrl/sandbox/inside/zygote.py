@@ -172,7 +172,7 @@ class Zygote:
     def _usage(self) -> tuple[float, float, int]:
         """CPU seconds of the program's live processes, their own and with the children they reaped, and their memory
         in bytes: proportional set sizes (shared pages counted once), plus what it keeps in the sandbox's tmpfs (files,
-        inodes and extended attributes) and in the queues of its unix sockets."""
+        inodes and extended attributes) and in the queues of its sockets."""
         own, cpu, mem, memfds = 0.0, 0.0, 0, {}
         for pid in self._others():
             try:
@@ -191,7 +191,7 @@ class Zygote:
                 # its files' pages, and the kernel memory of its inodes and extended attributes: tmpfs counts both in
                 # "inode space", 1 KiB an inode plus each xattr's size, which statfs reports in free 1 KiB inodes
                 mem += (st.f_blocks - st.f_bfree) * st.f_frsize + (st.f_files - st.f_ffree) * 1024
-            mem += _unix_socket_memory(self.diag)  # (our network namespace is the program's alone)
+            mem += _unix_socket_memory(self.diag) + _inet_queue_memory()  # (the namespace is the program's alone)
         return own, cpu, mem
 
     def _cpu_spent(self, cpu_before: float, live_own: float = 0.0, live: float = 0.0) -> float:
@@ -473,6 +473,25 @@ def _unix_socket_memory(nl: socket.socket) -> int:
                     total += rmem + wmem
                 attr += (alen + 3) & ~3
             off += (length + 3) & ~3
+
+
+INET_QUEUES = ("/proc/self/net/tcp", "/proc/self/net/tcp6", "/proc/self/net/udp", "/proc/self/net/udp6")
+
+
+def _inet_queue_memory() -> int:
+    """Bytes queued in the TCP and UDP sockets of our network namespace (each socket's send and receive queues as
+    /proc/net/tcp and udp give them: TCP's data bytes, UDP's buffer memory; a listening socket's are counts, not
+    bytes, and are left out)."""
+    total = 0
+    for path in INET_QUEUES:
+        with open(path, "rb") as f:
+            next(f, None)
+            for line in f:
+                fields = line.split()
+                if len(fields) > 4 and fields[3] != b"0A":  # TCP_LISTEN
+                    tx, _, rx = fields[4].partition(b":")
+                    total += int(tx, 16) + int(rx or b"0", 16)
+    return total
 
 
 def _check(ret: int, what: str) -> None:
