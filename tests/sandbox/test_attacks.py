@@ -199,6 +199,30 @@ def test_cpu_of_children_never_waited_for_counts(solo):
     assert r.verdict == V.TIMEOUT, r.to_dict()
 
 
+AUTO_REAPED = ("import os, signal, time\nsignal.signal(signal.SIGCHLD, signal.SIG_IGN)\nfor _ in range(3):\n"
+               "    r, w = os.pipe()\n    if os.fork() == 0:\n        t = time.process_time()\n"
+               "        while time.process_time() - t < 0.3:\n            pass\n        os._exit(0)\n"
+               "    os.close(w)\n    os.read(r, 1)\nprint('ok')")  # each child ends before the next starts
+
+
+@pytest.mark.skipif(detect().mode != "bwrap-root", reason="the exit log needs CAP_SYS_PACCT (a root grader)")
+def test_cpu_of_children_the_kernel_reaps_counts():
+    """Children of a parent that ignores SIGCHLD are reaped by the kernel, and their time reaches no parent's
+    rusage: the zygote's exit log counts them (0.9 s, one child alive at a time, never 0.3 s at once)."""
+    with Grader(1, Limits(timeout_s=5.0)) as g:
+        r = graded_quickly(g, AUTO_REAPED)
+        assert r.verdict == V.PASS and r.tests[0].cpu_s >= 0.75, r.to_dict()
+    with Grader(1, Limits(timeout_s=0.6)) as g:
+        assert graded_quickly(g, AUTO_REAPED).verdict == V.TIMEOUT
+
+
+def test_ignoring_sigchld_with_short_children_still_passes(solo):
+    code = ("import os, signal\nsignal.signal(signal.SIGCHLD, signal.SIG_IGN)\nfor _ in range(20):\n"
+            "    if os.fork() == 0:\n        os._exit(0)\nprint('ok')")
+    r = graded_quickly(solo, code)
+    assert r.verdict == V.PASS and r.tests[0].cpu_s < 0.5, r.to_dict()
+
+
 def test_output_of_many_tests_is_not_held_at_once(solo):
     """40 tests of ~3.5 MB of output each: the grading process holds one test's output at a time."""
     import tracemalloc
@@ -357,11 +381,97 @@ def test_tolerance_mode_is_linear_and_ascii(grader):
     assert grader.grade("print('\\uff13')", tests).verdict == V.FAIL  # a fullwidth 3 is not the digit 3
 
 
-def test_memory_held_in_memfds_counts():
-    code = ("import os, time\nfds = []\nfor i in range(200):\n    fd = os.memfd_create('x')\n"
-            "    os.posix_fallocate(fd, 0, 4 << 20)\n    fds.append(fd)\ntime.sleep(1)\nprint('ok')")
+MEMFDS_HELD = ("import os, time\nfds = []\nfor i in range(200):\n    fd = os.memfd_create('x')\n"
+               "    os.posix_fallocate(fd, 0, 4 << 20)\n    fds.append(fd)\ntime.sleep(1)\nprint('ok')")
+# 1 GB in memfds sent into a unix socket and closed: in no process's fd table or memory, on no tmpfs of the sandbox
+MEMFDS_IN_FLIGHT = ("import os, socket, time\na, b = socket.socketpair()\nfor i in range(250):\n"
+                    "    fd = os.memfd_create('x')\n    os.posix_fallocate(fd, 0, 4 << 20)\n"
+                    "    socket.send_fds(a, [b'x'], [fd])\n    os.close(fd)\ntime.sleep(1)\nprint('ok')")
+
+
+@pytest.mark.parametrize("code", [MEMFDS_HELD, MEMFDS_IN_FLIGHT], ids=["held", "in flight"])
+def test_memory_held_in_memfds_counts(code):
+    """memfds are refused to programs (ENOSYS); where they were not, ~1 GB of them passed under a 512 MB limit."""
+    with Grader(1, Limits(timeout_s=5.0, memory_mb=512)) as g:
+        r = graded_quickly(g, code)
+        assert r.verdict in (V.MEMORY, V.RUNTIME_ERROR), r.to_dict()
+
+
+# ~320 MB queued in unix socket pairs of 4 processes (2 MB each at most), none of it in any process's memory
+SOCKET_BUFFERS = ("import os, socket, time\nkids = [os.fork() for _ in range(2)]\npairs = []\nfor _ in range(40):\n"
+                  "    a, b = socket.socketpair()\n    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)\n"
+                  "    a.setblocking(False)\n    try:\n        while True:\n            a.send(b'x' * 65536)\n"
+                  "    except BlockingIOError:\n        pass\n    pairs.append((a, b))\ntime.sleep(1.5)\n"
+                  "if all(kids):\n    print('ok')")
+
+
+@namespaces  # (sock_diag counts the sockets of the sandbox's own network namespace)
+def test_memory_held_in_unix_socket_buffers_counts():
+    with Grader(1, Limits(timeout_s=5.0, memory_mb=256)) as g:
+        r = graded_quickly(g, SOCKET_BUFFERS)
+        assert r.verdict == V.MEMORY, r.to_dict()
+
+
+def test_unix_sockets_with_data_in_flight_still_work(grader):
+    code = ("import socket, os\na, b = socket.socketpair()\nif os.fork() == 0:\n    a.sendall(b'x' * (1 << 20))\n"
+            "    os._exit(0)\ngot = 0\nwhile got < 1 << 20:\n    got += len(b.recv(1 << 16))\nos.wait()\n"
+            "print('ok' if got == 1 << 20 else got)")
+    r = graded_quickly(grader, code)
+    assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
+
+
+# ~1 GB queued in loopback TCP connections of 4 processes that never read them
+TCP_BUFFERS = ("import os, socket, time\nkids = [os.fork() for _ in range(2)]\nsrv = socket.socket()\n"
+               "srv.bind(('127.0.0.1', 0))\nsrv.listen(100)\nkeep = []\nfor _ in range(30):\n"
+               "    c = socket.create_connection(srv.getsockname())\n"
+               "    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)\n    a, _ = srv.accept()\n"
+               "    a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)\n    c.setblocking(False)\n"
+               "    try:\n        while True:\n            c.send(b'x' * 65536)\n    except BlockingIOError:\n"
+               "        pass\n    keep.append((c, a))\ntime.sleep(1.5)\nif all(kids):\n    print('ok')")
+
+
+@namespaces  # (the queues of the sandbox's own network namespace)
+def test_memory_held_in_tcp_buffers_counts():
+    with Grader(1, Limits(timeout_s=5.0, memory_mb=256)) as g:
+        r = graded_quickly(g, TCP_BUFFERS)
+        assert r.verdict == V.MEMORY, r.to_dict()
+
+
+def test_a_loopback_transfer_of_a_few_megabytes_still_works(grader):
+    code = ("import socket, os\nsrv = socket.socket()\nsrv.bind(('127.0.0.1', 0))\nsrv.listen()\n"
+            "if os.fork() == 0:\n    c = socket.create_connection(srv.getsockname())\n"
+            "    c.sendall(b'x' * (8 << 20))\n    c.close()\n    os._exit(0)\na, _ = srv.accept()\ngot = 0\n"
+            "while chunk := a.recv(1 << 16):\n    got += len(chunk)\nos.wait()\nprint('ok' if got == 8 << 20 else got)")
+    r = graded_quickly(grader, code)
+    assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
+
+
+def test_a_program_that_falls_back_from_memfds_to_files_passes(grader):
+    code = ("import os, tempfile\ntry:\n    fd = os.memfd_create('buf')\nexcept OSError:\n"
+            "    f = tempfile.TemporaryFile()\n    fd = f.fileno()\n"
+            "os.write(fd, b'ok')\nprint(os.pread(fd, 2, 0).decode())")
+    r = graded_quickly(grader, code)
+    assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
+
+
+@namespaces  # (without namespaces the program's /tmp is the host's, not measured)
+@pytest.mark.parametrize("top", ["/tmp", "/dev/shm"])
+def test_memory_held_in_extended_attributes_on_its_tmpfs_counts(top):
+    """Extended attributes on files of the program's tmpfs are kernel memory in no process: ~1 GB of them under a
+    512 MB limit is its memory verdict, not a pass."""
+    code = (f"import os, time\nv = b'x' * 60000\nfor i in range(4500):\n    p = '{top}/x%d' % i\n"
+            "    open(p, 'w').close()\n    for k in range(4):\n        os.setxattr(p, 'user.k%d' % k, v)\n"
+            "time.sleep(1)\nprint('ok')")
     with Grader(1, Limits(timeout_s=5.0, memory_mb=512)) as g:
         assert graded_quickly(g, code).verdict == V.MEMORY
+
+
+def test_extended_attributes_and_many_files_in_tmp_still_work(grader):
+    code = ("import os, tempfile\nd = tempfile.mkdtemp()\nfor i in range(3000):\n"
+            "    open(os.path.join(d, str(i)), 'w').write('x')\n"
+            "p = os.path.join(d, '0')\nos.setxattr(p, 'user.tag', b'ok')\nprint(os.getxattr(p, 'user.tag').decode())")
+    r = graded_quickly(grader, code)
+    assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
 
 
 def test_test_functions_run_in_the_checker_and_their_data_stays_there(grader):
@@ -601,3 +711,127 @@ def test_a_tool_in_an_installation_of_its_own_still_has_it(tmp_path):
             assert g.grade("import sys\nprint('ok')", ONE).verdict == V.PASS
     finally:
         LANGUAGES.pop("toolsh", None)
+
+
+# --- no state crosses programs on a worker: its network, PID and inode counters ------------------------------
+
+# each program leaves what it can in the worker's network and PID namespaces, and passes
+LEAVE_BEHIND = {
+    "TIME_WAIT sockets": "import socket\nfor _ in range(3):\n    s = socket.socket()\n    s.bind(('127.0.0.1', 0))\n"
+                         "    s.listen()\n    c = socket.create_connection(s.getsockname())\n    a, _ = s.accept()\n"
+                         "    c.close()\n    a.close()\n    s.close()\nprint('ok')",  # the client closes first
+    "loopback counters": "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                         "s.bind(('127.0.0.1', 0))\nfor _ in range(37):\n    s.sendto(b'x' * 42, s.getsockname())\n"
+                         "print('ok')",
+    "PID counter": "import os\nfor _ in range(37):\n    if os.fork() == 0:\n        os._exit(0)\n    os.wait()\n"
+                   "print('ok')",
+    "tmpfs inode numbers": "import os\nfor d in ('/tmp', '/dev/shm'):\n    for i in range(37):\n"
+                           "        open(os.path.join(d, 'f%d' % i), 'w').close()\nprint('ok')",
+    "unroutable sends": "import socket\nfor _ in range(37):\n    for fam, to in ((socket.AF_INET, ('10.9.9.9', 9)),"
+                        " (socket.AF_INET6, ('2001:db8::1', 9, 0, 0))):\n"
+                        "        try:\n            socket.socket(fam, socket.SOCK_DGRAM).sendto(b'x', to)\n"
+                        "        except OSError:\n            pass\nprint('ok')",  # no packet: only counters move
+    "abstract socket": "import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind(b'\\0answer-42')\n"
+                       "a, b = socket.socketpair()\nimport array\na.sendmsg([b'x'], [(socket.SOL_SOCKET, "
+                       "socket.SCM_RIGHTS, array.array('i', [s.fileno(), a.fileno()]))])\nprint('ok')",
+}
+# what a later program on the same worker reads of them: the same whatever ran before it
+READ_BACK = ("import os\nnet = {}\nfor name in ('tcp', 'tcp6', 'udp', 'udp6', 'unix'):\n    try:\n"
+             "        net[name] = open('/proc/net/' + name).read().count('\\n') - 1\n    except OSError:\n"
+             "        net[name] = None\n"
+             "lo = [l.split()[1:] for l in open('/proc/net/dev') if l.strip().startswith('lo:')]\n"
+             "pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+             "child = os.fork()\nif child == 0:\n    os._exit(0)\nos.wait()\n"
+             "mib = {n: open('/proc/net/' + n).read() for n in ('snmp', 'snmp6', 'netstat', 'sockstat', 'sockstat6')}\n"
+             "import tempfile\nino = [os.stat(tempfile.mkstemp(dir=d)[1]).st_ino for d in ('/tmp', '/dev/shm')]\n"
+             "print(os.getpid(), child, pids, open('/proc/loadavg').read().split()[-1], lo, net, ino, mib)")
+
+
+def _bwrap_user_pool():
+    from execrl.sandbox.isolation import Isolation
+    from execrl.sandbox.pool import WorkerPool
+
+    return WorkerPool(1, isolation=Isolation("bwrap-user", detect().bwrap))
+
+
+LEAVE_IN_FORMS = LEAVE_BEHIND["TIME_WAIT sockets"].replace("print('ok')", "") + \
+    LEAVE_BEHIND["PID counter"].replace("print('ok')", "") + "def f(x):\n    return 2\n"
+FORMS = {"stdio": ONE, "assert form": {"asserts": ["assert f(1) == 2"]}, "call form": CALL_F}
+
+
+@namespaces
+@pytest.mark.parametrize("mode", ["default", "bwrap-user"])
+@pytest.mark.parametrize("name, form", [(name, "stdio") for name in LEAVE_BEHIND] +
+                         [("TIME_WAIT sockets and PID counter", "assert form"),
+                          ("TIME_WAIT sockets and PID counter", "call form")])
+def test_a_program_leaves_nothing_in_the_network_or_pid_counter(mode, name, form):
+    """A later program reads the same network state, PIDs and inode numbers whatever the one before it did on the
+    same worker."""
+    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
+    with Grader(1, FAST, pool=pool) as g:
+        fresh = g.run(READ_BACK)
+        assert fresh.verdict == V.PASS, fresh.stderr
+        code = LEAVE_BEHIND[name] if form == "stdio" else LEAVE_IN_FORMS
+        assert graded_quickly(g, code, FORMS[form]).verdict == V.PASS
+        after = g.run(READ_BACK)
+        assert after.verdict == V.PASS and after.stdout == fresh.stdout, (fresh.stdout, after.stdout)
+
+
+@namespaces
+@pytest.mark.parametrize("mode", ["default", "bwrap-user"])
+def test_a_loopback_server_within_the_program_still_works(mode):
+    code = ("import socket, threading\nfrom multiprocessing import Process, Queue\n"
+            "srv = socket.socket()\nsrv.bind(('127.0.0.1', 0))\nsrv.listen()\n"
+            "def serve():\n    for _ in range(2):\n        c, _ = srv.accept()\n        c.sendall(c.recv(16).upper())\n"
+            "        c.close()\n"
+            "def ask(q, addr):\n    with socket.create_connection(addr) as c:\n        c.sendall(b'ok')\n"
+            "        q.put(c.recv(16))\n"
+            "if __name__ == '__main__':\n    threading.Thread(target=serve, daemon=True).start()\n    q = Queue()\n"
+            "    p = Process(target=ask, args=(q, srv.getsockname()))\n    p.start()\n    got = q.get()\n    p.join()\n"
+            "    with socket.create_connection(srv.getsockname()) as c:\n        c.sendall(b'k')\n"
+            "        got += c.recv(16)\n"
+            "    u = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n    u.bind(('::1', 0))\n"
+            "    u.sendto(b'', u.getsockname())\n    u.recv(1)\n"
+            "    print('ok' if got == b'OKK' else got)")
+    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
+    with Grader(1, FAST, pool=pool) as g:
+        for _ in range(2):  # and again on the same worker, in the next program's namespaces
+            r = graded_quickly(g, code)
+            assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
+
+
+@namespaces
+def test_no_capability_of_the_zygote_reaches_the_program_in_bwrap_user_mode():
+    """The zygote holds CAP_SYS_ADMIN and CAP_NET_ADMIN of its user namespace (for the per-program namespaces); the
+    program, the same uid there, holds none, and cannot unshare, mount or reconfigure its network."""
+    code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "caps = {l.split(':')[0]: int(l.split()[1], 16)\n"
+            "        for l in open('/proc/self/status') if l.startswith('Cap')}\n"
+            "os.mkdir('/tmp/m')\n"
+            "done = [libc.unshare(0x40000000) == 0, libc.mount(b'none', b'/tmp/m', b'tmpfs', 0, None) == 0]\n"
+            "print('ok' if not any(done) and not caps['CapEff'] and not caps['CapPrm'] and not caps['CapAmb'] "
+            "else (done, caps))")
+    with Grader(1, FAST, pool=_bwrap_user_pool()) as g:
+        r = graded_quickly(g, code)
+        assert r.verdict == V.PASS, r.tests[0].output
+        r = g.run("import subprocess\nprint(subprocess.run(['cat', '/proc/self/status'], capture_output=True, "
+                  "text=True).stdout)")  # nor through exec
+        assert "CapEff:\t0000000000000000" in r.stdout and "CapPrm:\t0000000000000000" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("mode", ["default", "bwrap-user"] if detect().mode != "none" else ["default"])
+def test_a_program_that_spoils_its_streams_spoils_no_later_test(mode):
+    """The children's stdin, stdout, stderr and status are the zygote's memfds, emptied for each child: what a test
+    wrote into its stdin, a cleared O_APPEND, a chmod of stdout (its own file in bwrap-user mode) do not reach the
+    next test or program."""
+    code = ("import os, fcntl, sys\ndata = sys.stdin.read()\nos.pwrite(0, b'junk' * 1000, 0)\n"
+            "for fd in (1, 2, 3):\n    fcntl.fcntl(fd, fcntl.F_SETFL, 0)\n    try:\n        os.fchmod(fd, 0)\n"
+            "    except OSError:\n        pass\nos.write(2, b'e' * 100000)\nprint(data, end='')")
+    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
+    with Grader(1, FAST, pool=pool) as g:
+        r = graded_quickly(g, code, {"inputs": ["a\n", "b\n", "c\n"], "outputs": ["a\n", "b\n", "c\n"]})
+        assert r.verdict == V.PASS, r.to_dict()
+        after = ("import sys\nwith open('/dev/stdout', 'a') as f:\n    f.write(sys.stdin.read())\n"
+                 "def f(x):\n    return x + 1")
+        assert graded_quickly(g, after, {"inputs": ["z\n"], "outputs": ["z\n"]}).verdict == V.PASS
+        assert graded_quickly(g, after, CALL_F).verdict == V.PASS

@@ -4,21 +4,31 @@ Defends against (each has an adversarial test in tests/sandbox/; test_attacks.py
 the legitimate idiom it must not break):
 - running forever: busy loops (also ones that ignore catchable signals or swallow exceptions), long C-level
   computations, sleeping: RLIMIT_CPU per process, the CPU time of *all* the program's processes (children it never
-  waited for included) measured every 10 ms and at the end, and a wall-clock SIGKILL of every process it started;
-- memory: the program as a whole (the proportional set sizes of all its processes plus what it keeps in its tmpfs,
-  sampled every 10 ms), and a hard RLIMIT_AS per process; raising its own rlimits (hard limits, no capabilities);
+  waited for included, and in bwrap-root mode children the kernel reaped for it, from the zygote's exit log)
+  measured every 10 ms and at the end, and a wall-clock SIGKILL of every process it started;
+- memory: the program as a whole (the proportional set sizes of all its processes, the memfds they hold, plus what
+  it keeps in its tmpfs: files, inodes and extended attributes; sampled every 10 ms), and a hard RLIMIT_AS per
+  process; the queues of the sockets of its network namespace (unix ones by sock_diag, sockets in flight included;
+  TCP and UDP ones from /proc/net); memfds
+  sent into a socket and closed (programs get no memfds: memfd_create fails with ENOSYS); pipe buffers (the kernel's
+  per-user pipe limit); raising its own rlimits (hard limits, no capabilities);
 - floods on stdout or stderr and filling the disk (RLIMIT_FSIZE; size-capped tmpfs; output read back capped, and
   one test's output at a time);
 - fork bombs and double-forked daemons (RLIMIT_NPROC on a uid of the sandbox's own; after every test the
   zygote, PID 1 of the sandbox's PID namespace, SIGKILLs every other process in it), killing its parent or
   kill(-1) (PID 1 of a namespace cannot be killed from inside, and other uids are out of reach);
-- network access and host sockets (empty network namespace; no host path with a socket exists inside);
+- network access and host sockets (a network namespace with loopback only; no host path with a socket exists
+  inside);
 - reading anything it should not: the filesystem is an allowlist (isolation.py): the system's program and library
   directories, a few files of /etc, the interpreter and its venv, read-only, and only where a program of that
   language runs, a language's tools (their own installation, or the tool and the libraries it links alone); the
   program's own tmpfs at /tmp and /dev/shm. Training data, the grader's input file, home directories and the
   checkout are not there. The grader's environment is cleared;
-- anything persisting from one program to the next: processes killed, /tmp and /dev/shm wiped, and a seccomp filter
+- anything persisting from one program to the next: processes killed; /tmp and /dev/shm fresh tmpfs mounts (their
+  inode numbers too; wiped instead where the interpreter or a tool is bound inside /tmp); the PID namespace's
+  counter reset (a program's first process is PID 2, whatever earlier ones forked); a new network namespace
+  wherever the last program changed its own (a socket left, a packet on loopback, a moved IP/ICMP/TCP/UDP counter:
+  TIME_WAIT sockets, loopback counters and abstract socket names do not carry over); and a seccomp filter
   (inside/seccomp.py) refuses SysV IPC, POSIX message queues, keyrings and new user namespaces;
 - faking a pass in the assert, check and call forms (see inside/checker.py): the program's process never sees the tests or the
   expected values. Asserts and check functions run in a second sandbox, in which every name the tests use
@@ -36,17 +46,23 @@ the legitimate idiom it must not break):
   failure).
 
 Does not defend against: kernel exploits and side channels (timing, cache); reading what is inside the allowlist
-(the system's directories and the Python installation are visible read-only: keep secrets elsewhere); CPU
-contention slowing other workers (time is measured in CPU seconds where it can be); memory bursts shorter than the
-10 ms sampling (bounded by RLIMIT_AS per process); CPU of automatically reaped children that each lived under 10 ms
-(bounded by the wall-clock limit); two counters that outlive a program on its worker (the PID namespace's next
-PID; abstract unix socket names left in flight until the kernel collects them, which a socket closed after every
-program sets off). In bwrap-user mode (the grader is not root) the program runs as
-the grader's uid inside its user namespace, with no uid per sandbox: the namespaces, the allowlist and the seccomp
+(the system's directories and the Python installation are visible read-only: keep secrets elsewhere); CPU contention
+slowing other workers (time is measured in CPU seconds where it can be); memory bursts shorter than the 10 ms
+sampling (bounded by RLIMIT_AS per process); CPU of children the kernel reaped for a program that ignores SIGCHLD in
+bwrap-user mode (the exit log needs CAP_SYS_PACCT of a root grader; bounded by the wall-clock limit); kernel memory
+elsewhere than its processes, tmpfs and sockets' queues (pipe buffers up to the kernel's per-user limit, a TCP
+queue's overhead beyond its data): no cgroup accounts for it; counters the kernel keeps for the whole machine, which
+no namespace resets (/proc/stat's count of forks, the inode numbers of pipes, sockets and memfds): a program reads
+in them what every process did, its worker's earlier programs included, blurred by all else the machine runs. The
+zygote keeps CAP_SYS_ADMIN and CAP_NET_ADMIN (in bwrap-user mode, of its own user namespace only) to make those
+namespaces and mounts, and in bwrap-root mode CAP_SYS_PACCT for its exit log; every process of the program has no
+capabilities. In bwrap-user mode (the grader is not root) the program runs as the grader's uid inside its user
+namespace (uid 0 there, as the zygote), with no uid per sandbox: the namespaces, the allowlist and the seccomp
 filter still hold, and the zygote is out of reach as the namespace's init (signals without a handler dropped, not
-dumpable). Without bubblewrap or
-user namespaces (a warning says so, once, loudly), none of the namespace defences apply: no network or
-filesystem isolation, and RLIMIT_NPROC does not bind a root grader.
+dumpable, capabilities the program lacks). Forcing bwrap-user mode on a root grader (EXECRL_SANDBOX=bwrap-user) runs
+programs as the host's root user, for which the kernel does not enforce RLIMIT_NPROC: a fork bomb is not contained.
+Without bubblewrap or user namespaces (a warning says so, once, loudly), none of the namespace defences apply: no
+network or filesystem isolation, and RLIMIT_NPROC does not bind a root grader.
 """
 
 from execrl.sandbox.grader import (

@@ -2,9 +2,13 @@
 
 Modes (EXECRL_SANDBOX=... forces one, for tests and odd hosts):
   bwrap-root  the grader is root: no user namespace; the zygote keeps CAP_SETUID/SETGID/KILL/CHOWN/
-              DAC_OVERRIDE/FOWNER/SYS_PTRACE only, and every child runs as a uid of its own (rlimits such as
-              RLIMIT_NPROC apply, signals and /proc of other uids are out of reach)
-  bwrap-user  the grader is not root: an unprivileged user namespace, no capabilities at all
+              DAC_OVERRIDE/FOWNER/SYS_PTRACE/SYS_PACCT/SYS_ADMIN/NET_ADMIN only, and every child runs as a uid of
+              its own with no capabilities (rlimits such as RLIMIT_NPROC apply, signals and /proc of other uids are
+              out of reach)
+  bwrap-user  the grader is not root: an unprivileged user namespace in which the zygote is uid 0 with
+              CAP_SYS_ADMIN/NET_ADMIN of that namespace only; its children drop every capability
+In both, the zygote uses SYS_ADMIN and NET_ADMIN for one thing: a fresh network namespace (loopback up) and a reset
+PID counter for every program (zygote.Zygote.fresh_namespaces).
   none        no namespaces (no working bwrap): rlimits, sessions and kill-everything cleanup only
 
 The filesystem is an allowlist, the same in both bwrap modes: the system's program directories (/usr and the
@@ -39,8 +43,10 @@ SANDBOX_ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
 }
+NS_CAPS = ("CAP_SYS_ADMIN", "CAP_NET_ADMIN")  # the zygote's per-program network namespace and PID counter
+# SYS_PTRACE: the zygote reads its programs' memory use (smaps_rollup) as root; SYS_PACCT: its exit log (acct)
 ROOT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER",
-             "CAP_SYS_PTRACE")  # SYS_PTRACE: the zygote reads its programs' memory use (smaps_rollup) as root
+             "CAP_SYS_PTRACE", "CAP_SYS_PACCT", *NS_CAPS)
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "timezone", "passwd", "group",
              "nsswitch.conf", "os-release", "hosts", "host.conf", "mime.types")
@@ -85,7 +91,10 @@ class Isolation:
         if self.mode == "bwrap-root":
             args += ["--cap-drop", "ALL"] + [x for cap in ROOT_CAPS for x in ("--cap-add", cap)]
         else:
-            args += ["--unshare-user", "--cap-drop", "ALL"]
+            # uid 0 of its own user namespace (no nested one), so that the zygote's capabilities there cover the
+            # sandbox's mount namespace too (zygote._open_last_pid mounts a proc); its children drop them all
+            args += ["--unshare-user", "--uid", "0", "--gid", "0", "--cap-drop", "ALL"]
+            args += [x for cap in NS_CAPS for x in ("--cap-add", cap)]
         return args + ["--", *worker]
 
 

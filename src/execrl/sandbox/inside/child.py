@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import ctypes
 import io
 import json
 import math
@@ -43,9 +44,25 @@ def _drop_privileges(uid: int) -> None:
         os.setresuid(uid, uid, uid)  # leaving uid 0 clears every capability
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+_NO_CAPS = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: all empty (two 32-bit halves each)
+_CAP_HEADER = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+
+
+def _drop_capabilities() -> None:
+    """No capability left (the zygote's CAP_SYS_ADMIN and CAP_NET_ADMIN in bwrap-user mode, where the uid stays);
+    with no_new_privs set, exec cannot give them back."""
+    seccomp.LIBC.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+    if seccomp.LIBC.capset(ctypes.byref(_CAP_HEADER), _NO_CAPS) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+
+
 def child_setup(lim: dict, cpu_s: float, uid: int, fds: dict[int, int], cwd: str) -> None:
-    """In the forked child: own session, fds in place, everything else closed, limits, the uid. (The seccomp filter
-    is the zygote's, installed once and inherited.)"""
+    """In the forked child: own session, fds in place, everything else closed, limits, the uid, no capabilities.
+    (The seccomp filter is the zygote's, installed once and inherited.)"""
     os.setsid()
     high = {target: os.dup2(fd, 200 + target) for target, fd in fds.items()}  # no source is overwritten early
     for target, fd in high.items():
@@ -58,6 +75,7 @@ def child_setup(lim: dict, cpu_s: float, uid: int, fds: dict[int, int], cwd: str
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the zygote leaves SIGINT at SIG_DFL (see zygote.py)
     _set_limits(lim, cpu_s)
     _drop_privileges(uid)
+    _drop_capabilities()
     seccomp.LIBC.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: the zygote may read this process's memory use
 
 

@@ -8,6 +8,9 @@ what they exec inherit it (a filter cannot be removed). It refuses the kernel ob
   clone3 (ENOSYS: libc falls back to clone, whose flags can be read)
   io_uring, perf_event_open, bpf, userfaultfd                        kernel attack surface no program needs
   system calls of another ABI (i386 int 0x80, x32)                   would bypass the numbers above
+  memfd_create, memfd_secret (ENOSYS: libraries fall back to         a memfd sent into a unix socket and closed
+  files; the zygote makes its children's streams before it           holds memory in no process and on no
+  installs this filter)                                              filesystem the sandbox measures
 
 multiprocessing, threads, subprocesses and shared memory through /dev/shm (POSIX shm_open, named semaphores) are
 unaffected. Where the machine is neither x86_64 nor aarch64, no filter is installed (`supported()` says so).
@@ -21,16 +24,16 @@ import platform
 import struct
 
 CLONE_NEWUSER = 0x10000000
-# per architecture: AUDIT_ARCH value, refused calls, unshare, clone, clone3
+# per architecture: AUDIT_ARCH value, refused calls, unshare, clone, clone3, calls refused with ENOSYS
 _TABLES = {
     "x86_64": (0xC000003E, (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220,  # SysV shm, sem, msg
                             240, 241, 242, 243, 244, 245,  # mq_*
                             248, 249, 250,  # add_key, request_key, keyctl
                             298, 321, 323, 425, 426, 427),  # perf_event_open, bpf, userfaultfd, io_uring_*
-               272, 56, 435),
+               272, 56, 435, (319, 447)),  # memfd_create, memfd_secret (ENOSYS)
     "aarch64": (0xC00000B7, (180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197,
                              217, 218, 219, 241, 280, 282, 425, 426, 427),
-                272, 220, 435),
+                272, 220, 435, (279, 447)),
 }
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
@@ -46,7 +49,7 @@ def build() -> bytes | None:
     table = _TABLES.get(platform.machine())
     if table is None:
         return None
-    arch, refused, nr_unshare, nr_clone, nr_clone3 = table
+    arch, refused, nr_unshare, nr_clone, nr_clone3, nosys_calls = table
     deny, nosys = _ERRNO | errno.EPERM, _ERRNO | errno.ENOSYS
     prog = [_ins(_LD_ABS, 0, 0, 4)]  # seccomp_data.arch
     prog.append(_ins(_JEQ, 1, 0, arch))
@@ -56,7 +59,8 @@ def build() -> bytes | None:
         prog += [_ins(_JGE, 0, 1, 0x40000000), _ins(_RET, 0, 0, nosys)]  # x32
     for nr in refused:
         prog += [_ins(_JEQ, 0, 1, nr), _ins(_RET, 0, 0, deny)]
-    prog += [_ins(_JEQ, 0, 1, nr_clone3), _ins(_RET, 0, 0, nosys)]
+    for nr in (nr_clone3, *nosys_calls):
+        prog += [_ins(_JEQ, 0, 1, nr), _ins(_RET, 0, 0, nosys)]
     for nr in (nr_unshare, nr_clone):  # flags are the first argument of both (low 32 bits at offset 16)
         prog += [_ins(_JEQ, 0, 3, nr), _ins(_LD_ABS, 0, 0, 16), _ins(_JSET, 0, 1, CLONE_NEWUSER),
                  _ins(_RET, 0, 0, deny)]
@@ -87,3 +91,4 @@ def install() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
     if LIBC.prctl(22, 2, ctypes.byref(_FPROG), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+

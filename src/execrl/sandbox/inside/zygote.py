@@ -5,11 +5,15 @@ socket on the fd named in argv. Roles:
            check forms). It never receives expected outputs or test code.
   checker  runs trusted test code in a forked child (see checker.py); the model's code never runs here.
 After every child it SIGKILLs every other process in its namespace (as PID 1 it cannot be killed from inside)
-and reaps them; after every program it wipes every directory a program could write.
+and reaps them. After every program it mounts fresh tmpfs over the program's /tmp and /dev/shm (wipes them instead
+where the interpreter or a tool is bound inside), moves itself into a fresh network namespace (loopback up: no
+packet counters, TIME_WAIT sockets or abstract socket names of the last program) and resets its PID namespace's
+counter (the next program's first process is PID 2, whatever the last one forked).
 """
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import json
 import os
@@ -19,6 +23,7 @@ import shutil
 import signal
 import socket
 import stat
+import struct
 import sys
 import time
 import traceback
@@ -58,9 +63,20 @@ class Zygote:
         seccomp.LIBC.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back to us
         tops = (ROOT, "/dev/shm") if self.is_init else (ROOT,)  # the program's tmpfs, and their modes
         self.tops = {top: stat.S_IMODE(os.stat(top).st_mode) for top in tops}
+        # a fresh tmpfs of the same size for each program, where nothing of ours is bound inside it (else it is wiped)
+        self.fresh = {top: os.statvfs(top).f_blocks * os.statvfs(top).f_frsize for top in tops
+                      if self.is_init and not any(k.startswith(top + "/") for k in KEEP)}
+        if self.fresh:
+            os.chdir("/")  # (our cwd would keep a replaced tmpfs, and what the program left in it, alive)
         self.clock = os.sysconf("SC_CLK_TCK")
         self.page = os.sysconf("SC_PAGE_SIZE")
+        self.last_pid = _open_last_pid() if self.is_init else None  # (no namespaces: no PID namespace to reset)
+        self.net_seen: bytes | None = None  # what our network namespace read as when it was new (_net_state)
+        self.diag: socket.socket | None = None  # our sock_diag socket in that namespace (_unix_socket_memory)
+        self.exits = ExitLog.open() if self.is_init else None  # None where the kernel refuses it (bwrap-user mode)
         self.reset()
+        # the children's streams, made once and emptied for each child (_streams_for): the filter refuses memfds
+        self.streams = {0: _memfd("stdin"), 1: _memfd("stdout"), 2: _memfd("stderr"), STATUS_FD: _memfd("status")}
         seccomp.install()  # once, here: every child inherits it (the zygote itself needs none of what it refuses)
 
     # -- cleanup
@@ -120,22 +136,49 @@ class Zygote:
         self.kill_all()
         _collect_unix_sockets()
         for top, mode in self.tops.items():
+            if top in self.fresh:  # its files, and its inode numbers (a counter per tmpfs), go with it
+                _check(seccomp.LIBC.umount2(top.encode(), MNT_DETACH), f"umount {top}")
+                options = f"mode={mode:o},size={self.fresh[top]}".encode()
+                _check(seccomp.LIBC.mount(b"tmpfs", top.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options),
+                       f"mount tmpfs on {top}")
+                continue
             os.chmod(top, mode)  # (a program may have made its own tmpfs unreadable)
             _wipe_except(top, KEEP)
         os.makedirs(PROGRAM_DIR, exist_ok=True)
         os.chmod(PROGRAM_DIR, 0o700)
         if self.uid >= 0 and os.geteuid() == 0:
             os.chown(PROGRAM_DIR, self.uid, self.uid)
+        if self.is_init:
+            self.fresh_namespaces()
+
+    def fresh_namespaces(self) -> None:
+        """The next program starts where the first one did: with the PID counter back at 1 (only we are alive now),
+        and in a network namespace as new: a fresh one (loopback up; the last one goes with its last socket) unless
+        the one we are in reads exactly as it did when it was new (no socket left in it, no packet, no counter
+        moved: a program that never used the network changed nothing there, and a new one costs ~0.5 ms)."""
+        if _net_state() != self.net_seen:
+            if self.diag is not None:
+                self.diag.close()
+            _check(seccomp.LIBC.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", IFF_UP | IFF_RUNNING))
+            # one sock_diag socket per namespace, for its life: made and closed per sample, its slow release would
+            # show in the namespace's socket count (sockstat) when the next program looks
+            self.diag = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG)
+            self.net_seen = _net_state()
+        os.pwrite(self.last_pid, b"1", 0)
 
     # -- measuring a running program: all of its processes, not only the one we forked
-    def _usage(self) -> tuple[float, int]:
-        """CPU seconds of the program's live processes (with the children they reaped) and their memory in bytes:
-        proportional set sizes (shared pages counted once), plus what it keeps in the sandbox's tmpfs."""
-        cpu, mem, memfds = 0.0, 0, {}
+    def _usage(self) -> tuple[float, float, int]:
+        """CPU seconds of the program's live processes, their own and with the children they reaped, and their memory
+        in bytes: proportional set sizes (shared pages counted once), plus what it keeps in the sandbox's tmpfs (files,
+        inodes and extended attributes) and in the queues of its sockets."""
+        own, cpu, mem, memfds = 0.0, 0.0, 0, {}
         for pid in self._others():
             try:
                 with open(f"/proc/{pid}/stat", "rb") as f:
                     fields = f.read().rsplit(b")", 1)[1].split()
+                own += sum(int(x) for x in fields[11:13]) / self.clock  # utime stime
                 cpu += sum(int(x) for x in fields[11:15]) / self.clock  # utime stime cutime cstime
                 mem += _pss(pid, self.page)
                 memfds.update(_memfds(pid))
@@ -145,18 +188,30 @@ class Zygote:
         if self.is_init:
             for top in (ROOT, "/dev/shm"):
                 st = os.statvfs(top)
-                mem += (st.f_blocks - st.f_bfree) * st.f_frsize
-        return cpu, mem
+                # its files' pages, and the kernel memory of its inodes and extended attributes: tmpfs counts both in
+                # "inode space", 1 KiB an inode plus each xattr's size, which statfs reports in free 1 KiB inodes
+                mem += (st.f_blocks - st.f_bfree) * st.f_frsize + (st.f_files - st.f_ffree) * 1024
+            mem += _unix_socket_memory(self.diag) + _inet_queue_memory()  # (the namespace is the program's alone)
+        return own, cpu, mem
+
+    def _cpu_spent(self, cpu_before: float, live_own: float = 0.0, live: float = 0.0) -> float:
+        """CPU seconds of the program's processes since cpu_before: those we or their parents reaped (our children's
+        rusage, exact), or, where more, the own times of every process that ended (the exit log: also those the kernel
+        reaped for a parent that ignores SIGCHLD, whose time reaches no parent), plus those still alive."""
+        reaped = _reaped_cpu() - cpu_before + live
+        return reaped if self.exits is None else max(reaped, self.exits.total() + live_own)
 
     # -- one child
     def spawn(self, target, job: dict, lim: dict, stdin: bytes = b"", cpu_s: float = 1.0, wall_s: float = 2.0,
               rpc_fd: int | None = None, uid: int | None = None, until_stop: bool = False) -> tuple[dict, list]:
         """Run `target(job)` in a forked child under the limits; its result and [stdout, stderr]. Its files are memfds
         (on no filesystem a program can reach, and reopenable as /dev/stdout by any uid)."""
-        files = {0: _memfd("stdin", stdin), 1: _memfd("stdout"), 2: _memfd("stderr"), STATUS_FD: _memfd("status")}
+        files = self._streams_for(stdin)
         report_r, report_w = os.pipe()
         fds = {**files, REPORT_FD: report_w, **({RPC_FD: rpc_fd} if rpc_fd is not None else {})}
         cpu_before = _reaped_cpu()
+        if self.exits is not None:
+            self.exits.restart()  # what ended before this child (our own helpers) is not its
         start = time.monotonic()
         sys.stdout.flush()  # a child must not inherit (and later flush) buffered output of ours
         sys.stderr.flush()
@@ -175,7 +230,7 @@ class Zygote:
         try:
             res = self._wait(pid, start, wall_s, until_stop, cpu_s, lim["memory_mb"] << 20, cpu_before)
             self.kill_all()
-            res["cpu_s"] = round(_reaped_cpu() - cpu_before, 4)  # every process of the program, reaped by now
+            res["cpu_s"] = round(self._cpu_spent(cpu_before), 4)  # every process of the program, ended by now
             report = _read(report_r, 4000)
             if report:
                 res["setup_error"] = report.decode("utf-8", "replace")
@@ -184,9 +239,22 @@ class Zygote:
             res["status"], value = _carry_status(raw, checker=target is checker_child)
             res["stdout_bytes"], res["stderr_bytes"] = os.fstat(files[1]).st_size, os.fstat(files[2]).st_size
         finally:
-            for fd in (*files.values(), report_r):
-                os.close(fd)
+            os.close(report_r)
         return res, [out, err, value]
+
+    def _streams_for(self, stdin: bytes) -> dict[int, int]:
+        """The next child's stdin, stdout, stderr and status: our memfds emptied, with our mode and flags back (every
+        process of the last child is gone, but it may have fchmod'ed them or cleared O_APPEND on the file description
+        it shared with us), stdin holding `stdin`."""
+        for target, fd in self.streams.items():
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.fchmod(fd, 0o777)
+            fcntl.fcntl(fd, fcntl.F_SETFL, os.O_APPEND if target else 0)
+        if stdin:
+            os.write(self.streams[0], stdin)
+            os.lseek(self.streams[0], 0, os.SEEK_SET)
+        return dict(self.streams)
 
     def _wait(self, pid: int, start: float, wall_s: float, until_stop: bool, cpu_s: float, memory: int,
               cpu_before: float) -> dict:
@@ -211,10 +279,10 @@ class Zygote:
                     if time.monotonic() >= deadline:
                         killed = "deadline"
                     else:
-                        cpu, mem = self._usage()
+                        own, cpu, mem = self._usage()
                         if mem > memory:
                             killed = "memory"
-                        elif cpu + _reaped_cpu() - cpu_before > cpu_s + 0.05:
+                        elif self._cpu_spent(cpu_before, own, cpu) > cpu_s + 0.05:
                             killed = "cpu"
                 if killed or self.ctrl in ready:
                     os.kill(pid, signal.SIGKILL)
@@ -351,6 +419,149 @@ class Zygote:
                 return
 
 
+CLONE_NEWNET, SIOCSIFFLAGS, IFF_UP, IFF_RUNNING = 0x40000000, 0x8914, 0x1, 0x40
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MNT_DETACH = 0x2, 0x4, 0x8, 0x2
+
+
+# Everything of a network namespace that a process without capabilities can change and a later one could read: its
+# sockets (unix ones, abstract names and those in flight, in /proc/net/unix; TCP, UDP, RAW and TIME_WAIT counts in
+# sockstat), loopback's packet counters (any packet sent), and the IP, ICMP, TCP and UDP counters (v4 and v6: a send
+# with no route moves one without a packet).
+NET_STATE = ("/proc/self/net/unix", "/proc/self/net/sockstat", "/proc/self/net/sockstat6", "/proc/self/net/dev",
+             "/proc/self/net/snmp", "/proc/self/net/snmp6", "/proc/self/net/netstat")
+
+
+def _net_state() -> bytes:
+    out = []
+    for path in NET_STATE:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            while chunk := os.read(fd, 1 << 16):
+                out.append(chunk)
+        finally:
+            os.close(fd)
+    return b"".join(out)
+
+
+NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY, NLMSG_ERROR, NLMSG_DONE = 4, 20, 2, 3
+UDIAG_SHOW_MEMINFO, UNIX_DIAG_MEMINFO = 0x20, 5
+
+
+def _unix_socket_memory(nl: socket.socket) -> int:
+    """Bytes the kernel holds for the unix sockets of our network namespace (sock_diag's meminfo of each: what it
+    sent that is not yet read, and what it holds to read): memory in no process, which sockets sent into other
+    sockets keep even when no process has them. Raises OSError where sock_diag cannot be had."""
+    req = struct.pack("=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, 0, UDIAG_SHOW_MEMINFO, 0, 0)
+    total = 0
+    nl.send(struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, 0x301, 1, 0) + req)  # REQUEST | DUMP
+    while True:
+        data = nl.recv(1 << 16)
+        off = 0
+        while off + 16 <= len(data):
+            length, kind = struct.unpack_from("=IH", data, off)
+            if kind == NLMSG_DONE or length < 16:
+                return total
+            if kind == NLMSG_ERROR:
+                raise OSError(-struct.unpack_from("=i", data, off + 16)[0], "sock_diag refused")
+            attr, end = off + 16 + 16, off + length  # after nlmsghdr and unix_diag_msg
+            while attr + 4 <= end:
+                alen, atype = struct.unpack_from("=HH", data, attr)
+                if alen < 4:
+                    break
+                if atype == UNIX_DIAG_MEMINFO and alen >= 4 + 12:
+                    rmem, _, wmem = struct.unpack_from("=III", data, attr + 4)
+                    total += rmem + wmem
+                attr += (alen + 3) & ~3
+            off += (length + 3) & ~3
+
+
+INET_QUEUES = ("/proc/self/net/tcp", "/proc/self/net/tcp6", "/proc/self/net/udp", "/proc/self/net/udp6")
+
+
+def _inet_queue_memory() -> int:
+    """Bytes queued in the TCP and UDP sockets of our network namespace (each socket's send and receive queues as
+    /proc/net/tcp and udp give them: TCP's data bytes, UDP's buffer memory; a listening socket's are counts, not
+    bytes, and are left out)."""
+    total = 0
+    for path in INET_QUEUES:
+        with open(path, "rb") as f:
+            next(f, None)
+            for line in f:
+                fields = line.split()
+                if len(fields) > 4 and fields[3] != b"0A":  # TCP_LISTEN
+                    tx, _, rx = fields[4].partition(b":")
+                    total += int(tx, 16) + int(rx or b"0", 16)
+    return total
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _open_last_pid() -> int:
+    """A writable fd (close-on-exec, and closed in every child) on our PID namespace's ns_last_pid. The sandbox's
+    /proc has /proc/sys read-only, so it comes from a proc of our own, mounted for a moment in our tmpfs."""
+    mnt = os.path.join(ROOT, ".execrl-proc")
+    os.mkdir(mnt, 0o700)
+    try:
+        _check(seccomp.LIBC.mount(b"proc", mnt.encode(), b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount proc")
+        try:
+            return os.open(os.path.join(mnt, "sys/kernel/ns_last_pid"), os.O_WRONLY | os.O_CLOEXEC)
+        finally:
+            _check(seccomp.LIBC.umount2(mnt.encode(), MNT_DETACH), "umount proc")
+    finally:
+        os.rmdir(mnt)
+
+
+class ExitLog:
+    """BSD process accounting for our PID namespace: every process in it writes its own CPU time here as it ends,
+    however it is reaped (by a wait, by us, or by the kernel for a parent that ignores SIGCHLD). The file is on the
+    sandbox's first /tmp, unlinked at once (and that tmpfs unmounted at our first reset, where /tmp is replaced per
+    program): no program can reach it. Needs CAP_SYS_PACCT of the host (bwrap-root mode)."""
+
+    RECORD = 64  # struct acct_v3
+    AHZ = 100  # its times' unit: 1/100 s, each process's rounded down
+
+    def __init__(self, fd: int):
+        self.fd, self.seen, self.spent = fd, 0, 0.0
+
+    @classmethod
+    def open(cls) -> ExitLog | None:
+        path = os.path.join(ROOT, ".execrl-exits")
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            _check(seccomp.LIBC.acct(path.encode()), "acct")
+        except OSError:
+            os.close(fd)
+            return None
+        finally:
+            os.unlink(path)
+        return cls(fd)
+
+    def restart(self) -> None:
+        self.seen, self.spent = os.fstat(self.fd).st_size, 0.0
+        if self.seen > 1 << 20:  # (a whole record at a time: the kernel appends each in one write)
+            os.truncate(f"/proc/self/fd/{self.fd}", 0)
+            self.seen = 0
+
+    def total(self) -> float:
+        """CPU seconds of the processes that ended since restart()."""
+        data = os.pread(self.fd, 1 << 24, self.seen)
+        data = data[: len(data) - len(data) % self.RECORD]
+        for off in range(0, len(data), self.RECORD):
+            utime, stime = struct.unpack_from("=HH", data, off + 32)  # comp_t ac_utime, ac_stime
+            self.spent += (_comp_t(utime) + _comp_t(stime)) / self.AHZ
+        self.seen += len(data)
+        return self.spent
+
+
+def _comp_t(c: int) -> int:
+    """A comp_t's value: 13 bits of mantissa, 3 bits of base-8 exponent."""
+    return (c & 0x1FFF) << (3 * (c >> 13))
+
+
 def _signature(path: str) -> tuple | None:
     """What changes whenever a file or directory is deleted, replaced, renamed, chmod'ed or written (ctime)."""
     try:
@@ -379,14 +590,10 @@ def _timed_out(res: dict, cpu_s: float) -> bool:
         or res["exit"] in (-signal.SIGXCPU, -signal.SIGKILL)
 
 
-def _memfd(name: str, content: bytes = b"") -> int:
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)  # no MFD_ALLOW_SEALING: a program cannot seal its output
-    if name != "stdin":  # appends, as to a pipe: output through a reopened /dev/stdout keeps what came before
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
-    if content:
-        os.write(fd, content)
-        os.lseek(fd, 0, os.SEEK_SET)
-    return fd
+def _memfd(name: str) -> int:
+    """A stream of the children's (appends, as to a pipe, but for stdin: output through a reopened /dev/stdout keeps
+    what came before; _streams_for sets the flags)."""
+    return os.memfd_create(name, os.MFD_CLOEXEC)  # no MFD_ALLOW_SEALING: a program cannot seal its output
 
 
 def _read(fd: int, cap: int) -> bytes:
