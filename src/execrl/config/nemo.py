@@ -260,8 +260,12 @@ def sliding_puzzle(tree: dict) -> str | None:
 def refuse_unresolved(tree: dict) -> None:
     """For a config that does not resolve (e.g. `${oc.env:HF_HOME}` unset): raises the refusal of a feature it turns
     on with a literal value (Megatron, ...), which says more than the missing variable; returns if there is none."""
-    leaves = {k: v for k, v in _leaves(tree) if not (isinstance(v, str) and "${" in v)}
-    refused_at = {key: _section_of(key, REFUSED) for key in leaves}
+    refuse({k: v for k, v in _leaves(tree) if not (isinstance(v, str) and "${" in v)})
+
+
+def refuse(leaves: dict) -> None:
+    """Raises the refusal of the first feature (in REFUSED's order: the most basic first) these keys turn on."""
+    refused_at = {key: _section_of(key, REFUSED) for key in leaves}  # the REFUSED entry each key falls under
     for refused, (on, why) in REFUSED.items():
         if any(on(leaves[key]) for key, entry in refused_at.items() if entry == refused):
             raise ConfigError(why)
@@ -294,10 +298,8 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
         if not on and off:
             leaves = {k: v for k, v in leaves.items() if k not in off}
             ignored[section] = "off"
-    refused_at = {key: _section_of(key, REFUSED) for key in leaves}  # the REFUSED entry each key falls under
-    for refused, (on, why) in REFUSED.items():  # in the table's order: the most basic missing feature first
-        if any(on(leaves[key]) for key, entry in refused_at.items() if entry == refused):
-            raise ConfigError(why)
+    refuse(leaves)
+    refused_at = {key: _section_of(key, REFUSED) for key in leaves}  # (what is off of a refusable feature: ignored)
     out: dict = {}
     later: list[tuple[str, Any]] = []  # mapped values, put last: they win over the schema's defaults of their keys
     for key, value in leaves.items():
