@@ -265,7 +265,7 @@ def summarize(run: Run) -> None:
     for key in evals:
         points = [(r["step"], r[key]) for r in rows if key in r]
         if len(points) >= 2:
-            console.print(f"{key}: {points[0][1]:.3f} (step {points[0][0]}) -> {points[-1][1]:.3f} "
+            console.print(f"eval {key[5:]}: {points[0][1]:.3f} (step {points[0][0]}) -> {points[-1][1]:.3f} "
                           f"(step {points[-1][0]})")
     written = write_report(run)
     console.print(f"logs: {run.logger.dir}  checkpoints: {run.cfg.checkpointing.checkpoint_dir}"
