@@ -13,7 +13,15 @@ function drawCharts() {
   const drawn = DATA.charts.map((chart) => {
     const box = document.createElement("div");
     box.className = "chart";
-    box.innerHTML = `<div class="plot" id="plot-${esc(chart.id)}"></div><div class="export">` +
+    box.id = `chart-${chart.id}`;
+    // a chart's notes (a metric not active in the run, and why) above its plot; a chart of such metrics only: no plot
+    const notes = (chart.notes || []).map((n) => `<p class="note">${esc(n)}</p>`).join("");
+    if (!chart.figure) {
+      box.innerHTML = `<h3 class="chart-title">${esc(chart.title)}</h3>${notes}`;
+      holder.appendChild(box);
+      return null;
+    }
+    box.innerHTML = `${notes}<div class="plot" id="plot-${esc(chart.id)}"></div><div class="export">` +
       `<button data-format="png">PNG</button><button data-format="svg">SVG</button></div>`;
     holder.appendChild(box);
     const plot = box.querySelector(".plot");
@@ -22,7 +30,7 @@ function drawCharts() {
     return Plotly.newPlot(plot, chart.figure.data, chart.figure.layout, {responsive: true, displaylogo: false})
       .then(() => plot);
   });
-  return Promise.all(drawn).then((plots) => {
+  return Promise.all(drawn.filter((d) => d !== null)).then((plots) => {
     // what a test reads: how many charts were drawn, and how many show no line at all
     const blank = plots.filter((p) => !Array.from(p.querySelectorAll(".scatterlayer path.js-line, .scatterlayer path.js-fill"))
       .some((path) => (path.getAttribute("d") || "").length > 10)).length;
