@@ -199,3 +199,17 @@ def test_kl_and_clip_notes_follow_the_config(tmp_path):
                                                                     "disable_ppo_ratio": True}))
     assert set(inactive(off)) == {"train/kl", "train/clip_frac", "train/clip_frac_low", "train/clip_frac_high"}
     assert inactive(load_run(run_dir(tmp_path / "unknown", [(0.5, 0.1)]))) == {}  # no config: no claim
+
+
+def test_the_header_shows_the_train_rewards_first_and_last_means(short_run, tmp_path):
+    from execrl.report.page import render
+
+    values = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 0.0]  # the last step alone: 0.000
+    page = render([load_run(run_dir(tmp_path / "r", [(v, 0.1) for v in values]))])
+    assert "train reward, mean of the first k steps -> last k" in page and "last train reward" not in page
+    assert "<td>0.200 -&gt; 0.680 (k = 5)</td>" in page  # (0 + .1 + .2 + .3 + .4) / 5 -> (.7 + .8 + .9 + 1 + 0) / 5
+    three = render([load_run(run_dir(tmp_path / "three", [(0.2, 0.1), (0.4, 0.1), (0.9, 0.1)]))])
+    assert "<td>0.200 -&gt; 0.900 (k = 1)</td>" in three
+    real = load_run(short_run)
+    rewards = [m["train/reward_mean"] for m in real.metrics if "train/reward_mean" in m]
+    assert len(rewards) == 2 and f"<td>{rewards[0]:.3f} -&gt; {rewards[1]:.3f} (k = 1)</td>" in render([real])

@@ -49,15 +49,27 @@ def _summary(runs: list[RunData], differences: list[tuple[str, list]]) -> str:
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in (
             r.name, r.config.get("policy", {}).get("model_name", "?"), len(train),
             "-" if first is None else f"{first:.3f} -> {last:.3f}",
-            "-" if not train else f"{train[-1]['train/reward_mean']:.3f}")) + "</tr>")
+            train_reward([m["train/reward_mean"] for m in train]))) + "</tr>")
     table = ("<table class='summary'><tr><th>run</th><th>model</th><th>steps</th><th>eval pass@1 (first -> last)</th>"
-             "<th>last train reward</th></tr>" + "".join(rows) + "</table>")
+             "<th>train reward, mean of the first k steps -> last k (k = min(5, steps / 2))</th></tr>"
+             + "".join(rows) + "</table>")
     if differences:
         head = "".join(f"<th>{html.escape(r.name)}</th>" for r in runs)
         body = "".join("<tr><td><code>" + html.escape(k) + "</code></td>" + "".join(
             f"<td>{html.escape(json.dumps(v))}</td>" for v in values) + "</tr>" for k, values in differences)
         table += f"<h3>Config differences</h3><table class='diff'><tr><th>key</th>{head}</tr>{body}</table>"
     return table
+
+
+def train_reward(values: list[float]) -> str:
+    """The train reward's mean over the first k steps -> over the last k, k = min(5, steps // 2), as the CLI's
+    summary prints it (one step's reward is noisy); a run of one step: that step's."""
+    if not values:
+        return "-"
+    if len(values) < 2:
+        return f"{values[0]:.3f} (1 step)"
+    k = min(5, len(values) // 2)
+    return f"{sum(values[:k]) / k:.3f} -> {sum(values[-k:]) / k:.3f} (k = {k})"
 
 
 def _script_json(value) -> str:
