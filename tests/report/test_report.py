@@ -213,3 +213,16 @@ def test_the_header_shows_the_train_rewards_first_and_last_means(short_run, tmp_
     real = load_run(short_run)
     rewards = [m["train/reward_mean"] for m in real.metrics if "train/reward_mean" in m]
     assert len(rewards) == 2 and f"<td>{rewards[0]:.3f} -&gt; {rewards[1]:.3f} (k = 1)</td>" in render([real])
+
+
+def test_a_run_without_rollouts_says_when_they_are_written(short_run, tmp_path):
+    assert not (short_run / "rollouts").exists()
+    dom, log = open_page(write_report([short_run], tmp_path / "report.html"))
+    assert not console_errors(log), console_errors(log)
+    count = dom[dom.index('<span id="count">'):dom.index("</span>", dom.index('<span id="count">'))]
+    assert "0 of 0 rollouts" not in count
+    assert "logger.rollouts_period = 5 steps" in count and "this run ran 2 steps" in count, count
+    from execrl.report.page import no_rollouts_hint
+
+    assert "logger.rollouts_period is 0" in no_rollouts_hint(load_run(run_dir(tmp_path / "never", [(0.5, 0.1)],
+                                                                             logger={"rollouts_period": 0})))

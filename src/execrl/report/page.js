@@ -109,7 +109,8 @@ function refreshRows() {
   const all = rowsOf($("run").value, $("step").value);
   const shown = all.filter(matches);
   $("rows").innerHTML = shown.map(rowHtml).join("");
-  $("count").textContent = `${shown.length} of ${all.length} rollouts`;
+  const none = (DATA.no_rollouts || {})[$("run").value];  // (a run that wrote none: why, and the key to set)
+  $("count").textContent = none !== undefined ? none : `${shown.length} of ${all.length} rollouts`;
   document.body.dataset.rowsShown = String(shown.length);
 }
 

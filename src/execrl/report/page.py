@@ -31,7 +31,8 @@ def render(runs: list[RunData]) -> str:
 
     data = {"runs": [r.name for r in runs], "charts": figures(runs),
             "rollouts": {r.name: {str(step): rows[:MAX_ROWS_PER_STEP] for step, rows in sorted(r.rollouts.items())}
-                         for r in runs}}
+                         for r in runs},
+            "no_rollouts": {r.name: no_rollouts_hint(r) for r in runs if not r.rollouts}}
     differences = config_differences(runs) if len(runs) > 1 else []
     title = "execrl report: " + ", ".join(r.name for r in runs)
     return (HERE / "page.html").read_text().format(
@@ -70,6 +71,18 @@ def train_reward(values: list[float]) -> str:
         return f"{values[0]:.3f} (1 step)"
     k = min(5, len(values) // 2)
     return f"{sum(values[:k]) / k:.3f} -> {sum(values[-k:]) / k:.3f} (k = {k})"
+
+
+def no_rollouts_hint(run: RunData) -> str:
+    """Why a run's page has no rollouts: how often the run writes them (logger.rollouts_period), against its steps."""
+    every = (run.config.get("logger") or {}).get("rollouts_period")
+    steps = max((m["step"] for m in run.metrics if "train/reward_mean" in m), default=0)
+    if every is None:
+        return "no rollouts written (rollouts/step_N.jsonl): logger.rollouts_period sets every how many steps"
+    if every == 0:
+        return "no rollouts written: logger.rollouts_period is 0 (set logger.rollouts_period=N to write every N steps)"
+    return (f"no rollouts written yet: they are written every logger.rollouts_period = {every} steps (steps {every}, "
+            f"{2 * every}, ...) and this run ran {steps} steps; set logger.rollouts_period=1 to write every step")
 
 
 def _script_json(value) -> str:
