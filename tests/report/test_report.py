@@ -226,3 +226,25 @@ def test_a_run_without_rollouts_says_when_they_are_written(short_run, tmp_path):
 
     assert "logger.rollouts_period is 0" in no_rollouts_hint(load_run(run_dir(tmp_path / "never", [(0.5, 0.1)],
                                                                              logger={"rollouts_period": 0})))
+
+
+def test_truncated_rollouts_name_the_limit_that_cut_them(two_runs, tmp_path):
+    # the trainer's rows: `truncated` is the sampler's "no EOS or stop string within max_new_tokens (or the
+    # context)"; a completion that ended on EOS is never marked
+    for d in two_runs:
+        for f in (d / "rollouts").glob("*.jsonl"):
+            for row in map(json.loads, f.read_text().splitlines()):
+                assert not (row["truncated"] and row["completion"].endswith("<|im_end|>")), row
+    rows = [{"problem": "p1", "reward": 1.0, "verdict": "pass", "turns": 1, "truncated": True,
+             "completion": "```python\nprint(1)\n```", "messages": []},
+            {"problem": "p2", "reward": 1.0, "verdict": "pass", "turns": 1, "truncated": False,
+             "completion": "```python\nprint(2)\n```<|im_end|>", "messages": []}]
+    d = run_dir(tmp_path / "r", [(1.0, 0.0)], rows,
+                policy={"max_total_sequence_length": 192, "generation": {"max_new_tokens": 64}})
+    dom, log = open_page(write_report([d], tmp_path / "report.html"))
+    assert not console_errors(log), console_errors(log)
+    listed = dom[dom.index('<div id="rows">'):dom.index("</section>", dom.index('<div id="rows">'))]
+    summaries = re.findall(r"<summary>(.*?)</summary>", listed)
+    assert len(summaries) == 2 and ">truncated<" not in listed and " truncated<" not in listed
+    assert "p1" in summaries[0] and "cut at max_new_tokens (64)" in summaries[0]
+    assert "p2" in summaries[1] and "cut at" not in summaries[1]

@@ -32,7 +32,8 @@ def render(runs: list[RunData]) -> str:
     data = {"runs": [r.name for r in runs], "charts": figures(runs),
             "rollouts": {r.name: {str(step): rows[:MAX_ROWS_PER_STEP] for step, rows in sorted(r.rollouts.items())}
                          for r in runs},
-            "no_rollouts": {r.name: no_rollouts_hint(r) for r in runs if not r.rollouts}}
+            "no_rollouts": {r.name: no_rollouts_hint(r) for r in runs if not r.rollouts},
+            "limits": {r.name: length_limits(r) for r in runs}}
     differences = config_differences(runs) if len(runs) > 1 else []
     title = "execrl report: " + ", ".join(r.name for r in runs)
     return (HERE / "page.html").read_text().format(
@@ -71,6 +72,13 @@ def train_reward(values: list[float]) -> str:
         return f"{values[0]:.3f} (1 step)"
     k = min(5, len(values) // 2)
     return f"{sum(values[:k]) / k:.3f} -> {sum(values[-k:]) / k:.3f} (k = {k})"
+
+
+def length_limits(run: RunData) -> dict:
+    """The limits that cut a rollout (its row's `truncated`): tokens per model turn, and the episode's context."""
+    policy = run.config.get("policy") or {}
+    return {"max_new_tokens": (policy.get("generation") or {}).get("max_new_tokens", "?"),
+            "max_total_sequence_length": policy.get("max_total_sequence_length", "?")}
 
 
 def no_rollouts_hint(run: RunData) -> str:
