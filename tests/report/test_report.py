@@ -68,8 +68,9 @@ def test_config_differences_and_the_curves(two_runs):
                    "verdicts-1", "phases-0", "phases-1"):
         assert wanted in charts, sorted(charts)
     reward = charts["reward"]["figure"]["data"]
-    assert [t["name"] for t in reward if t.get("fill") is None] == ["lr_low: reward (mean, band: +- std)",
-                                                                     "lr_high: reward (mean, band: +- std)"]
+    names = [t["name"] for t in reward if t.get("fill") is None]
+    assert [n.split(":")[0] for n in names] == ["lr_low", "lr_high"]
+    assert all(n.split(": ", 1)[1].startswith("reward (mean; band: +- std within the rewards seen") for n in names)
     steps = [m["step"] for m in runs[0].metrics if "train/reward_mean" in m]
     line = next(t for t in reward if t["name"].startswith("lr_low") and t.get("fill") is None)
     assert line["x"] == steps and line["y"] == [m["train/reward_mean"] for m in runs[0].metrics if "train/reward_mean" in m]
@@ -111,7 +112,7 @@ def test_the_page_in_headless_chromium(two_runs, tmp_path):
     dom, log = open_page(page, "#check=export")
     assert not console_errors(log), console_errors(log)
     body = dom[dom.index("<body"):dom.index(">", dom.index("<body"))]
-    charts = len(figures([load_run(p) for p in two_runs]))
+    charts = sum(c["figure"] is not None for c in figures([load_run(p) for p in two_runs]))  # (not a note alone)
     assert f'data-charts-rendered="{charts}"' in body and 'data-charts-blank="0"' in body, body
     assert "data-charts-error" not in body
     export = dict(re.findall(r'data-export-(png|svg)="(\d+)"', body))  # every chart's PNG and SVG, made in the page
@@ -126,3 +127,124 @@ def test_the_page_in_headless_chromium(two_runs, tmp_path):
         assert listed.count(f'<details class="row" data-verdict="{verdict}"') == want
     dom, _ = open_page(page, "#run=lr_low&rmin=0.5&rmax=1")
     assert f'data-rows-shown="{sum(r["reward"] is not None and 0.5 <= r["reward"] <= 1 for r in rows)}"' in dom
+
+
+# ---- issue 40: what a first run's page shows --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    """A real run as a first try makes it: two steps, one optimizer step per rollout (the ratio is 1), no KL penalty,
+    no rollouts written (logger.rollouts_period 5 > 2 steps)."""
+    _, d = run(tmp_path_factory.mktemp("short"), "short", "grpo.max_num_steps=2", "grpo.val_period=0",
+               "policy.train_global_batch_size=16", "logger.rollouts_period=5", "loss_fn.reference_policy_kl_penalty=0")
+    return d
+
+
+def run_dir(path: Path, rewards: list[tuple[float, float]], rows: list[dict] | None = None, **config) -> Path:
+    """A run directory as a run writes it: metrics.jsonl (mean and std of the train reward per step), config.yaml,
+    and rollouts/step_000001.jsonl where `rows` are given."""
+    import yaml
+
+    path.mkdir(parents=True)
+    (path / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": i + 1, "train/reward_mean": m, "train/reward_std": s}) + "\n"
+        for i, (m, s) in enumerate(rewards)))
+    (path / "config.yaml").write_text(yaml.safe_dump(config))
+    if rows is not None:
+        (path / "rollouts").mkdir()
+        (path / "rollouts" / "step_000001.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_the_reward_band_stays_within_the_rewards_seen(two_runs, tmp_path):
+    rows = [{"problem": "p", "reward": r, "verdict": "pass" if r == 1 else "fail"} for r in (0.0, 0.0, 0.0, 1.0)]
+    d = run_dir(tmp_path / "r", [(0.25, 0.43), (0.1, 0.3), (0.9, 0.3)], rows)
+    (band, line), = [figures([load_run(d)])[0]["figure"]["data"]]
+    assert min(band["y"]) == 0.0 and max(band["y"]) == 1.0  # mean +- std would run from -0.2 to 1.2
+    assert "within the rewards seen, 0 to 1" in line["name"]
+    assert band["y"][:3] == pytest.approx([0.68, 0.4, 1.0]) and band["y"][3:] == pytest.approx([0.6, 0.0, 0.0])
+    for d in two_runs:  # real runs: the band within their rollouts' rewards
+        r = load_run(d)
+        seen = [row["reward"] for rows in r.rollouts.values() for row in rows if row["reward"] is not None]
+        band = next(t for t in figures([r])[0]["figure"]["data"] if t.get("fill"))
+        assert min(seen) - 1e-9 <= min(band["y"]) and max(band["y"]) <= max(seen) + 1e-9
+    alone = figures([load_run(run_dir(tmp_path / "none", [(0.1, 0.3)]))])[0]["figure"]["data"]
+    assert alone[1]["name"] == "reward (mean; band: +- std, no rollouts to bound it)"  # nothing to bound it: said
+
+
+def test_kl_and_clip_charts_say_when_the_config_makes_them_zero(short_run, two_runs):
+    charts = {c["id"]: c for c in figures([load_run(short_run)])}
+    assert charts["clip"]["figure"] is None  # every clip fraction is 0 by construction: a note, no flat chart
+    assert charts["clip"]["notes"] == ["train/clip_frac, train/clip_frac_low, train/clip_frac_high: not active in this "
+                                       "run (one optimizer step per rollout: policy.train_global_batch_size 16 >= 4 "
+                                       "prompts x 4 generations, so the ratio is 1)"]
+    assert charts["kl"]["notes"] == ["train/kl: not active in this run (loss_fn.reference_policy_kl_penalty is 0: no "
+                                     "KL penalty)"]
+    kl_lines = [t["name"] for t in (charts["kl"]["figure"] or {"data": []})["data"]]
+    assert "train/kl" not in kl_lines  # (train/sampler_kl, measured, stays)
+    both = {c["id"]: c for c in figures([load_run(p) for p in two_runs])}  # 2 optimizer steps per rollout: clipping
+    assert both["clip"]["figure"] is not None and both["clip"]["notes"] == []
+    assert any(t["name"].endswith("train/clip_frac") for t in both["clip"]["figure"]["data"])
+
+
+def test_kl_and_clip_notes_follow_the_config(tmp_path):
+    from execrl.report.charts import inactive
+
+    on = load_run(run_dir(tmp_path / "on", [(0.5, 0.1)],
+                          grpo={"num_prompts_per_step": 4, "num_generations_per_prompt": 4},
+                          policy={"train_global_batch_size": 8}, loss_fn={"reference_policy_kl_penalty": 0.01}))
+    assert inactive(on) == {}
+    off = load_run(run_dir(tmp_path / "off", [(0.5, 0.1)], loss_fn={"reference_policy_kl_penalty": 0,
+                                                                    "disable_ppo_ratio": True}))
+    assert set(inactive(off)) == {"train/kl", "train/clip_frac", "train/clip_frac_low", "train/clip_frac_high"}
+    assert inactive(load_run(run_dir(tmp_path / "unknown", [(0.5, 0.1)]))) == {}  # no config: no claim
+
+
+def test_the_header_shows_the_train_rewards_first_and_last_means(short_run, tmp_path):
+    from execrl.report.page import render
+
+    values = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 0.0]  # the last step alone: 0.000
+    page = render([load_run(run_dir(tmp_path / "r", [(v, 0.1) for v in values]))])
+    assert "train reward, mean of the first k steps -> last k" in page and "last train reward" not in page
+    assert "<td>0.200 -&gt; 0.680 (k = 5)</td>" in page  # (0 + .1 + .2 + .3 + .4) / 5 -> (.7 + .8 + .9 + 1 + 0) / 5
+    three = render([load_run(run_dir(tmp_path / "three", [(0.2, 0.1), (0.4, 0.1), (0.9, 0.1)]))])
+    assert "<td>0.200 -&gt; 0.900 (k = 1)</td>" in three
+    real = load_run(short_run)
+    rewards = [m["train/reward_mean"] for m in real.metrics if "train/reward_mean" in m]
+    assert len(rewards) == 2 and f"<td>{rewards[0]:.3f} -&gt; {rewards[1]:.3f} (k = 1)</td>" in render([real])
+
+
+def test_a_run_without_rollouts_says_when_they_are_written(short_run, tmp_path):
+    assert not (short_run / "rollouts").exists()
+    dom, log = open_page(write_report([short_run], tmp_path / "report.html"))
+    assert not console_errors(log), console_errors(log)
+    count = dom[dom.index('<span id="count">'):dom.index("</span>", dom.index('<span id="count">'))]
+    assert "0 of 0 rollouts" not in count
+    assert "logger.rollouts_period = 5 steps" in count and "this run ran 2 steps" in count, count
+    from execrl.report.page import no_rollouts_hint
+
+    assert "logger.rollouts_period is 0" in no_rollouts_hint(load_run(run_dir(tmp_path / "never", [(0.5, 0.1)],
+                                                                             logger={"rollouts_period": 0})))
+
+
+def test_truncated_rollouts_name_the_limit_that_cut_them(two_runs, tmp_path):
+    # the trainer's rows: `truncated` is the sampler's "no EOS or stop string within max_new_tokens (or the
+    # context)"; a completion that ended on EOS is never marked
+    for d in two_runs:
+        for f in (d / "rollouts").glob("*.jsonl"):
+            for row in map(json.loads, f.read_text().splitlines()):
+                assert not (row["truncated"] and row["completion"].endswith("<|im_end|>")), row
+    rows = [{"problem": "p1", "reward": 1.0, "verdict": "pass", "turns": 1, "truncated": True,
+             "completion": "```python\nprint(1)\n```", "messages": []},
+            {"problem": "p2", "reward": 1.0, "verdict": "pass", "turns": 1, "truncated": False,
+             "completion": "```python\nprint(2)\n```<|im_end|>", "messages": []}]
+    d = run_dir(tmp_path / "r", [(1.0, 0.0)], rows,
+                policy={"max_total_sequence_length": 192, "generation": {"max_new_tokens": 64}})
+    dom, log = open_page(write_report([d], tmp_path / "report.html"))
+    assert not console_errors(log), console_errors(log)
+    listed = dom[dom.index('<div id="rows">'):dom.index("</section>", dom.index('<div id="rows">'))]
+    summaries = re.findall(r"<summary>(.*?)</summary>", listed)
+    assert len(summaries) == 2 and ">truncated<" not in listed and " truncated<" not in listed
+    assert "p1" in summaries[0] and "cut at max_new_tokens (64)" in summaries[0]
+    assert "p2" in summaries[1] and "cut at" not in summaries[1]

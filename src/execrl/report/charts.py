@@ -30,16 +30,49 @@ OWN_CHART = ("eval/pass@",)  # keys drawn in a chart of their own (not among "ev
 def figures(runs: list[RunData]) -> list[dict]:
     """[{id, title, figure}] in the page's order: the train reward (mean and its spread), the line charts, the stacks."""
     out = [f for f in [reward_figure(runs)] if f]
+    several = len(runs) > 1
     for chart, title, axis, keys in LINES:
-        traces = [trace for i, run in enumerate(runs) for trace in _lines(run, i, keys, len(runs) > 1)]
-        if traces:
-            out.append({"id": chart, "title": title, "figure": _figure(traces, title, axis)})
+        traces, notes = [], []
+        for i, run in enumerate(runs):
+            present = keys_of(run, keys)
+            idle = {k: why for k, why in inactive(run).items() if k in present and not any(series(run, k)[1])}
+            traces += _lines(run, i, keys, several, skip=set(idle))
+            for why in dict.fromkeys(idle.values()):
+                named = ", ".join(k for k in idle if idle[k] == why)
+                notes.append(f"{run.name + ': ' if several else ''}{named}: not active in this run ({why})")
+        if traces or notes:  # (a chart whose every line is 0 by construction: its note alone, no figure)
+            out.append({"id": chart, "title": title, "figure": _figure(traces, title, axis) if traces else None,
+                        "notes": notes})
     for chart, title, axis, prefix in STACKS:
         for i, run in enumerate(runs):
             traces = _stack(run, prefix)
             if traces:
                 named = f"{title}: {run.name}" if len(runs) > 1 else title
                 out.append({"id": f"{chart}-{i}", "title": named, "figure": _figure(traces, named, axis)})
+    return out
+
+
+def inactive(run: RunData) -> dict[str, str]:
+    """The metric keys that the run's config makes 0 at every step, and why: no KL penalty (train/kl), and a ratio
+    that cannot be clipped (the clip fractions): no ratio, a ratio forced to 1, or one optimizer step per rollout
+    (the loss's ratio is then to the weights it is computed with: exactly 1). A key missing from the config: no
+    claim."""
+    loss, grpo, policy = (run.config.get(k) or {} for k in ("loss_fn", "grpo", "policy"))
+    out = {}
+    if loss.get("reference_policy_kl_penalty") == 0:
+        out["train/kl"] = "loss_fn.reference_policy_kl_penalty is 0: no KL penalty"
+    prompts, group = grpo.get("num_prompts_per_step"), grpo.get("num_generations_per_prompt")
+    batch = policy.get("train_global_batch_size")
+    why = None
+    if loss.get("disable_ppo_ratio"):
+        why = "loss_fn.disable_ppo_ratio: the loss has no ratio"
+    elif loss.get("force_on_policy_ratio"):
+        why = "loss_fn.force_on_policy_ratio: the ratio is 1"
+    elif all(isinstance(v, int) for v in (prompts, group, batch)) and batch >= prompts * group:
+        why = (f"one optimizer step per rollout: policy.train_global_batch_size {batch} >= {prompts} prompts x "
+               f"{group} generations, so the ratio is 1")
+    if why:
+        out.update(dict.fromkeys(("train/clip_frac", "train/clip_frac_low", "train/clip_frac_high"), why))
     return out
 
 
@@ -61,7 +94,20 @@ def keys_of(run: RunData, wanted: list[str]) -> list[str]:
     return [k for k in dict.fromkeys(keys) if k not in EVAL_SKIP]
 
 
+def reward_range(run: RunData) -> tuple[float, float] | None:
+    """(lowest, highest) reward the run's rollouts held by the report show, widened to every step's mean reward; None
+    where the report holds no rollout of the run."""
+    seen = [r["reward"] for rows in run.rollouts.values() for r in rows
+            if isinstance(r.get("reward"), (int, float)) and not isinstance(r.get("reward"), bool)]
+    if not seen:
+        return None
+    _, mean = series(run, "train/reward_mean")
+    return min(seen + mean), max(seen + mean)
+
+
 def reward_figure(runs: list[RunData]) -> dict | None:
+    """Each run's mean train reward, over a band of mean +- std cut to the rewards seen (reward_range): a reward in
+    [0, 1] never has a band below 0 or above 1. A run without rollouts in the report: the band uncut, and so named."""
     traces = []
     for i, run in enumerate(runs):
         steps, mean = series(run, "train/reward_mean")
@@ -69,20 +115,26 @@ def reward_figure(runs: list[RunData]) -> dict | None:
             continue
         color = PALETTE[i % len(PALETTE)]
         _, std = series(run, "train/reward_std")
-        if len(std) == len(mean):  # the spread: mean +- std, a band under the line
-            traces.append({"x": steps + steps[::-1], "y": [m + s for m, s in zip(mean, std)]
-                           + [m - s for m, s in zip(mean, std)][::-1], "fill": "toself", "fillcolor": color,
+        label = "reward (mean)"
+        if len(std) == len(mean):  # the spread: a band under the line
+            bounds = reward_range(run)
+            lo, hi = bounds if bounds else (float("-inf"), float("inf"))
+            upper = [min(m + s, hi) for m, s in zip(mean, std)]
+            lower = [max(m - s, lo) for m, s in zip(mean, std)]
+            traces.append({"x": steps + steps[::-1], "y": upper + lower[::-1], "fill": "toself", "fillcolor": color,
                            "opacity": 0.15, "line": {"width": 0}, "hoverinfo": "skip", "showlegend": False,
                            "type": "scatter", "mode": "lines", "name": f"{run.name} spread"})
+            label = (f"reward (mean; band: +- std within the rewards seen, {lo:.3g} to {hi:.3g})" if bounds
+                     else "reward (mean; band: +- std, no rollouts to bound it)")
         traces.append({"x": steps, "y": mean, "type": "scatter", "mode": "lines", "line": {"color": color},
-                       "name": f"{run.name}: reward (mean, band: +- std)" if len(runs) > 1 else "reward (mean, band: +- std)"})
+                       "name": f"{run.name}: {label}" if len(runs) > 1 else label})
     title = "Train reward"
     return {"id": "reward", "title": title, "figure": _figure(traces, title, "reward")} if traces else None
 
 
-def _lines(run: RunData, index: int, wanted: list[str], several: bool) -> list[dict]:
+def _lines(run: RunData, index: int, wanted: list[str], several: bool, skip: set[str] = frozenset()) -> list[dict]:
     traces = []
-    for j, key in enumerate(keys_of(run, wanted)):
+    for j, key in enumerate(k for k in keys_of(run, wanted) if k not in skip):
         steps, values = series(run, key)
         dash = ["solid", "dash", "dot", "dashdot"][j % 4]
         traces.append({"x": steps, "y": values, "type": "scatter", "mode": "lines+markers" if len(steps) < 30 else "lines",

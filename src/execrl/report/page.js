@@ -13,7 +13,15 @@ function drawCharts() {
   const drawn = DATA.charts.map((chart) => {
     const box = document.createElement("div");
     box.className = "chart";
-    box.innerHTML = `<div class="plot" id="plot-${esc(chart.id)}"></div><div class="export">` +
+    box.id = `chart-${chart.id}`;
+    // a chart's notes (a metric not active in the run, and why) above its plot; a chart of such metrics only: no plot
+    const notes = (chart.notes || []).map((n) => `<p class="note">${esc(n)}</p>`).join("");
+    if (!chart.figure) {
+      box.innerHTML = `<h3 class="chart-title">${esc(chart.title)}</h3>${notes}`;
+      holder.appendChild(box);
+      return null;
+    }
+    box.innerHTML = `${notes}<div class="plot" id="plot-${esc(chart.id)}"></div><div class="export">` +
       `<button data-format="png">PNG</button><button data-format="svg">SVG</button></div>`;
     holder.appendChild(box);
     const plot = box.querySelector(".plot");
@@ -22,7 +30,7 @@ function drawCharts() {
     return Plotly.newPlot(plot, chart.figure.data, chart.figure.layout, {responsive: true, displaylogo: false})
       .then(() => plot);
   });
-  return Promise.all(drawn).then((plots) => {
+  return Promise.all(drawn.filter((d) => d !== null)).then((plots) => {
     // what a test reads: how many charts were drawn, and how many show no line at all
     const blank = plots.filter((p) => !Array.from(p.querySelectorAll(".scatterlayer path.js-line, .scatterlayer path.js-fill"))
       .some((path) => (path.getAttribute("d") || "").length > 10)).length;
@@ -81,6 +89,18 @@ function matches(r) {
   return true;
 }
 
+function cutHtml(r) {
+  // the row's `truncated`: the episode ended at a length limit (a model turn reached max_new_tokens, or the context,
+  // before an EOS token or a stop string); named with the limit, since its answer may still be whole (and pass)
+  if (!r.truncated) return "";
+  const lim = (DATA.limits || {})[$("run").value] || {};
+  const label = r.turns > 1 ? `cut at the length limit (max_new_tokens ${lim.max_new_tokens}, context ` +
+    `${lim.max_total_sequence_length})` : `cut at max_new_tokens (${lim.max_new_tokens})`;
+  const why = `no EOS token or stop string within policy.generation.max_new_tokens = ${lim.max_new_tokens} tokens ` +
+    `(or policy.max_total_sequence_length = ${lim.max_total_sequence_length} for the episode): graded as it stands`;
+  return `<span class="cut" title="${esc(why)}">${esc(label)}</span>`;
+}
+
 function rowHtml(r, i) {
   const reward = r.reward === null ? "invalid" : Number(r.reward).toFixed(3);
   const turns = (r.messages || []).map((m) =>
@@ -89,7 +109,7 @@ function rowHtml(r, i) {
   const parts = Object.entries(r.parts || {}).map(([k, v]) => `<tr><td>${esc(k)}</td><td>${Number(v).toFixed(4)}</td></tr>`).join("");
   return `<details class="row" data-verdict="${esc(r.verdict)}" data-reward="${esc(reward)}">` +
     `<summary><span class="verdict ${esc(r.verdict)}">${esc(r.verdict)}</span><span>reward ${reward}</span>` +
-    `<span>${esc(r.problem)}</span><span>${r.turns > 1 ? esc(r.turns) + " turns" : ""}${r.truncated ? " truncated" : ""}</span></summary>` +
+    `<span>${esc(r.problem)}</span>${r.turns > 1 ? `<span>${esc(r.turns)} turns</span>` : ""}${cutHtml(r)}</summary>` +
     `<div class="body"><h4>Conversation${r.turns > 1 ? " (turn by turn)" : ""}</h4>${turns}` +
     (r.code ? `<h4>Extracted code</h4><pre class="code">${highlight(r.code)}</pre>` : "<h4>No code extracted</h4>") +
     (tests ? `<h4>Tests</h4><div class="tests">${tests}</div>` : "") +
@@ -101,7 +121,8 @@ function refreshRows() {
   const all = rowsOf($("run").value, $("step").value);
   const shown = all.filter(matches);
   $("rows").innerHTML = shown.map(rowHtml).join("");
-  $("count").textContent = `${shown.length} of ${all.length} rollouts`;
+  const none = (DATA.no_rollouts || {})[$("run").value];  // (a run that wrote none: why, and the key to set)
+  $("count").textContent = none !== undefined ? none : `${shown.length} of ${all.length} rollouts`;
   document.body.dataset.rowsShown = String(shown.length);
 }
 

@@ -31,7 +31,9 @@ def render(runs: list[RunData]) -> str:
 
     data = {"runs": [r.name for r in runs], "charts": figures(runs),
             "rollouts": {r.name: {str(step): rows[:MAX_ROWS_PER_STEP] for step, rows in sorted(r.rollouts.items())}
-                         for r in runs}}
+                         for r in runs},
+            "no_rollouts": {r.name: no_rollouts_hint(r) for r in runs if not r.rollouts},
+            "limits": {r.name: length_limits(r) for r in runs}}
     differences = config_differences(runs) if len(runs) > 1 else []
     title = "execrl report: " + ", ".join(r.name for r in runs)
     return (HERE / "page.html").read_text().format(
@@ -49,15 +51,46 @@ def _summary(runs: list[RunData], differences: list[tuple[str, list]]) -> str:
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in (
             r.name, r.config.get("policy", {}).get("model_name", "?"), len(train),
             "-" if first is None else f"{first:.3f} -> {last:.3f}",
-            "-" if not train else f"{train[-1]['train/reward_mean']:.3f}")) + "</tr>")
+            train_reward([m["train/reward_mean"] for m in train]))) + "</tr>")
     table = ("<table class='summary'><tr><th>run</th><th>model</th><th>steps</th><th>eval pass@1 (first -> last)</th>"
-             "<th>last train reward</th></tr>" + "".join(rows) + "</table>")
+             "<th>train reward, mean of the first k steps -> last k (k = min(5, steps / 2))</th></tr>"
+             + "".join(rows) + "</table>")
     if differences:
         head = "".join(f"<th>{html.escape(r.name)}</th>" for r in runs)
         body = "".join("<tr><td><code>" + html.escape(k) + "</code></td>" + "".join(
             f"<td>{html.escape(json.dumps(v))}</td>" for v in values) + "</tr>" for k, values in differences)
         table += f"<h3>Config differences</h3><table class='diff'><tr><th>key</th>{head}</tr>{body}</table>"
     return table
+
+
+def train_reward(values: list[float]) -> str:
+    """The train reward's mean over the first k steps -> over the last k, k = min(5, steps // 2), as the CLI's
+    summary prints it (one step's reward is noisy); a run of one step: that step's."""
+    if not values:
+        return "-"
+    if len(values) < 2:
+        return f"{values[0]:.3f} (1 step)"
+    k = min(5, len(values) // 2)
+    return f"{sum(values[:k]) / k:.3f} -> {sum(values[-k:]) / k:.3f} (k = {k})"
+
+
+def length_limits(run: RunData) -> dict:
+    """The limits that cut a rollout (its row's `truncated`): tokens per model turn, and the episode's context."""
+    policy = run.config.get("policy") or {}
+    return {"max_new_tokens": (policy.get("generation") or {}).get("max_new_tokens", "?"),
+            "max_total_sequence_length": policy.get("max_total_sequence_length", "?")}
+
+
+def no_rollouts_hint(run: RunData) -> str:
+    """Why a run's page has no rollouts: how often the run writes them (logger.rollouts_period), against its steps."""
+    every = (run.config.get("logger") or {}).get("rollouts_period")
+    steps = max((m["step"] for m in run.metrics if "train/reward_mean" in m), default=0)
+    if every is None:
+        return "no rollouts written (rollouts/step_N.jsonl): logger.rollouts_period sets every how many steps"
+    if every == 0:
+        return "no rollouts written: logger.rollouts_period is 0 (set logger.rollouts_period=N to write every N steps)"
+    return (f"no rollouts written yet: they are written every logger.rollouts_period = {every} steps (steps {every}, "
+            f"{2 * every}, ...) and this run ran {steps} steps; set logger.rollouts_period=1 to write every step")
 
 
 def _script_json(value) -> str:
