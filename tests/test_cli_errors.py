@@ -133,7 +133,8 @@ def test_a_second_run_into_a_run_directory_in_use_stops_at_once_naming_the_holde
 
 
 @pytest.mark.parametrize("args, message", [
-    (["configs/grpo_math_1B.yaml", "data.train.dataset_name=mbpp", "data.train.split=train"],
+    (["configs/grpo_math_1B.yaml", "data.train.dataset_name=mbpp", "data.train.split=train",
+      "reward.components=[{name: math_correct}]"],
      "math_correct scores math answers only, but the training problems (mbpp) are code"),
     (["data.train.path=README.md"], "data.train.path=README.md: builtin:arith-code is generated and reads no files"),
 ])
