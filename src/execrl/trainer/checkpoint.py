@@ -123,12 +123,12 @@ def load(path: Path, model, optimizer, scheduler, lora: bool = False) -> dict:
 
 
 # keys a resumed run may change: how long it runs, when it validates, logs and saves, and how its work is batched
-# and run (none of them changes what a step computes)
+# and run, on how many GPUs included (none of them changes what a step computes)
 RESUMABLE = ("grpo.max_num_steps", "grpo.max_num_epochs", "grpo.val_", "grpo.max_val_samples", "logger.",
              "checkpointing.", "env.code.num_workers", "policy.generation_batch_size", "policy.logprob_batch_size",
              "policy.train_micro_batch_size", "policy.torch_compile", "policy.activation_checkpointing",
              "policy.generation.cuda_graphs", "policy.generation.compile", "policy.generation.sync_every",
-             "policy.generation.val_", "policy.device", "data.validation", "offline")
+             "policy.generation.val_", "policy.device", "data.validation", "offline", "cluster.")
 
 
 def config_changes(saved: dict, now: dict) -> tuple[list[str], list[str]]:

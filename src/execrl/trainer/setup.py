@@ -97,11 +97,13 @@ def resumable(cfg: MasterConfig, state: dict, found: Path) -> None:
 
 
 def run_directories(cfg: MasterConfig) -> dict[str, str]:
-    """The directories a run writes, by the key naming each (the checkpoints' only when it saves them elsewhere)."""
+    """The directories to lock, by the key naming each: the log directory, and the checkpoints' where they already
+    exist outside it (where they do not, no other run is writing them; a refused run makes none)."""
+    log = Path(cfg.logger.log_dir).expanduser().resolve()
+    ckpt = Path(cfg.checkpointing.checkpoint_dir).expanduser().resolve()
     dirs = {"logger.log_dir": cfg.logger.log_dir}
-    ckpt = cfg.checkpointing.checkpoint_dir
-    if cfg.checkpointing.enabled and Path(ckpt).expanduser().resolve() != Path(cfg.logger.log_dir).expanduser().resolve():
-        dirs["checkpointing.checkpoint_dir"] = ckpt
+    if cfg.checkpointing.enabled and ckpt.is_dir() and log not in (ckpt, *ckpt.parents):
+        dirs["checkpointing.checkpoint_dir"] = cfg.checkpointing.checkpoint_dir
     return dirs
 
 
