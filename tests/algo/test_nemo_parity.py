@@ -185,7 +185,8 @@ def test_top_k_scores_the_filtered_distribution_in_the_trainer_and_the_sampler()
     assert logp.item() == pytest.approx(-0.9741, abs=1e-4)
     assert token_logprobs_from_hidden(logits, eye, T([1]))[0].item() == pytest.approx(-1.1624, abs=1e-4)
     # top_p 0.7: the likeliest holds e^2 / sum = 0.4967 < 0.7, so 1.5 stays; after them 0.798 >= 0.7: the rest go
-    assert token_logprobs_from_hidden(logits, eye, T([1]), top=(None, 0.7))[0].item() == pytest.approx(-0.9741, abs=1e-4)
+    nucleus = token_logprobs_from_hidden(logits, eye, T([1]), top=(None, 0.7))[0]
+    assert nucleus.item() == pytest.approx(-0.9741, abs=1e-4)
     # the sampler reports the same number for the token it drew from the same filter
     keys = torch.arange(64, dtype=torch.int32)
     tokens, reported = sample(logits.expand(64, -1), SamplingParams(1.0, top_k=2), keys)

@@ -246,7 +246,8 @@ def test_engine_graphs_follow_weights_that_moved_after_reset_graphs():
 def test_dynamic_sampling_on_two_gloo_processes(tmp_path):
     """Each process fills its share of informative groups from its part of every round (of 2 prompts: one each); all
     run the same rounds, until both have their 2 groups."""
-    overrides = [*FAST, "grpo.use_dynamic_sampling=true", "grpo.use_leave_one_out_baseline=false", "grpo.batch_multiplier=0.5", "grpo.val_period=0"]
+    overrides = [*FAST, "grpo.use_dynamic_sampling=true", "grpo.use_leave_one_out_baseline=false",
+                 "grpo.batch_multiplier=0.5", "grpo.val_period=0"]
     two = two_processes(tmp_path / "two", overrides)
     rows = metrics(two)
     assert [r["step"] for r in rows] == [1, 2]

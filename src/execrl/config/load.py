@@ -150,7 +150,8 @@ def yaml_error(path: Path, e: Exception) -> str:
     text = path.read_text(errors="replace").splitlines()
     line = text[mark.line] if mark is not None and mark.line < len(text) else ""
     if "\t" in line[:len(line) - len(line.lstrip())] or ("\t" in what if isinstance(what, str) else False):
-        return f"{where}: not valid YAML: a tab in the indentation (YAML indents with spaces only): replace it by spaces"
+        return (f"{where}: not valid YAML: a tab in the indentation (YAML indents with spaces only): replace it by "
+                "spaces")
     shown = f": {line.strip()[:80]!r}" if line.strip() else ""
     opened = getattr(e, "context_mark", None)
     if opened is not None and mark is not None and opened.line != mark.line:

@@ -43,7 +43,8 @@ def is_correct(sample: Sample) -> bool:
 
 
 OUTCOMES = {"math": ("correct", "wrong"), "code": (*(v.value for v in Verdict), NO_CODE),
-            "game": ("win", "draw", "loss", "illegal", "unplayed"), "puzzle": ("solved", "unsolved")}  # what outcome() returns
+            "game": ("win", "draw", "loss", "illegal", "unplayed"),
+            "puzzle": ("solved", "unsolved")}  # what outcome() returns
 
 
 def outcome(sample: Sample) -> str:

@@ -34,7 +34,8 @@ def load(path, split, report, count: int | None = None, seed: int = 42, **_):
     """`count` problems of the split (train and validation come from different streams of `seed`; the trainer passes
     grpo.seed): the first n of a split are the same whatever the count."""
     if path is not None:
-        raise DatasetError("builtin:arith-code is generated: it reads no files (drop its path, or name your file's dataset jsonl)")
+        raise DatasetError("builtin:arith-code is generated: it reads no files (drop its path, or name your file's dataset "
+                           "jsonl)")
     rng = random.Random(f"{split}-{seed}")
     return [problem(rng, i, split) for i in range(COUNTS[split] if count is None else count)]
 

@@ -57,7 +57,8 @@ def _register(game: str) -> None:
     def load(path, split, report, count: int | None = None, seed: int = 42, opponents: list[str] | None = None, **_):
         """`count` matches (validation: per opponent); seeds from a stream of `seed` per split."""
         if path is not None:
-            raise DatasetError(f"selfplay:{game} is generated: it reads no files (drop its path, or name your file's dataset jsonl)")
+            raise DatasetError(f"selfplay:{game} is generated: it reads no files (drop its path, or name your file's "
+                               "dataset jsonl)")
         rng, n = random.Random(f"{game}-{split}-{seed}"), COUNTS[split] if count is None else count
         if split == "train":  # (with a warm-up match: see warmup_game)
             problems = []

@@ -19,7 +19,8 @@ def load(path, split, report, count: int | None = None, seed: int = 42, size: in
          **_) -> list[Problem]:
     """`count` puzzles of the split (validation: a stream of its own, never the training puzzles' seeds)."""
     if path is not None:
-        raise DatasetError("sliding_puzzle is generated: it reads no files (drop its path, or name your file's dataset jsonl)")
+        raise DatasetError("sliding_puzzle is generated: it reads no files (drop its path, or name your file's dataset "
+                           "jsonl)")
     if size < 2 or shuffle_moves < 1:
         raise DatasetError(f"sliding_puzzle needs size >= 2 and shuffle_moves >= 1 (got {size}, {shuffle_moves})")
     rng = random.Random(seed ^ zlib.crc32(split.encode()))

@@ -23,8 +23,8 @@ With `grpo.use_dynamic_sampling` (DAPO; sync GRPO only), a step's batch holds on
 after a round of `batch_multiplier` x num_prompts_per_step prompts is generated and graded, flat groups are set aside
 (kept for the step's metrics, not trained on), and further rounds are generated with the same weights until every
 process holds its share of num_prompts_per_step informative groups (informative groups beyond it are set aside
-too), for at most `dynamic_sampling_max_gen_batches` + 1 rounds (NeMo RL's count). Each process fills its own share from its own part of
-each round, so all processes run the same number of rounds.
+too), for at most `dynamic_sampling_max_gen_batches` + 1 rounds (NeMo RL's count). Each process fills its own share
+from its own part of each round, so all processes run the same number of rounds.
 
 Checkpoints store the data position of the oldest batch not yet trained on. After a resume the prompts that were
 in flight are drawn again and generated with the restored weights: no prompt is skipped or repeated, and a resumed

@@ -257,8 +257,8 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
             old = logp.detach() if batch.old_logprobs is None else batch.old_logprobs[idx, :width].to(device)
             terms = LossTerms(logp, old, batch.advantages[idx].to(device), mask,
                               None if batch.ref_logprobs is None else batch.ref_logprobs[idx, :width].to(device),
-                              None if batch.sampler_logprobs is None else batch.sampler_logprobs[idx, :width].to(device),
-                              unfiltered_logprobs=raw)
+                              None if batch.sampler_logprobs is None
+                              else batch.sampler_logprobs[idx, :width].to(device), unfiltered_logprobs=raw)
             loss, metrics = policy_loss(terms, loss_cfg, num_tokens=num_tokens, num_seqs=num_seqs, is_correction=correct)
             loss.backward()
             weights.accumulate_grads()
