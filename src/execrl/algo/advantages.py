@@ -15,13 +15,17 @@ def register(name: str):
     return wrap
 
 
+def all_equal(values: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:
+    """Whether the counted values along the last dimension are all exactly equal, by comparison (a standard
+    deviation that rounding leaves at 1e-8 would say no); False where none is counted. [..., n] (broadcast) -> [...]"""
+    big = torch.finfo(values.dtype).max
+    return torch.where(counted, values, -big).amax(-1) == torch.where(counted, values, big).amin(-1)
+
+
 def flat_groups(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """Groups whose valid rewards are all exactly equal (or that have fewer than 2 valid samples): no learning signal.
-    Decided by comparison, not by a standard deviation that rounding leaves at 1e-8. [num_groups, G] -> [num_groups]"""
-    big = torch.finfo(rewards.dtype).max
-    high = torch.where(valid, rewards, -big).max(1).values
-    low = torch.where(valid, rewards, big).min(1).values
-    return (high == low) | (valid.sum(1) < 2)
+    [num_groups, G] -> [num_groups]"""
+    return all_equal(rewards, valid) | (valid.sum(1) < 2)
 
 
 def baseline_and_std(rewards: torch.Tensor, valid: torch.Tensor, leave_one_out: bool,
@@ -48,10 +52,7 @@ def baseline_and_std(rewards: torch.Tensor, valid: torch.Tensor, leave_one_out: 
         centre = baseline
     spread = (r.unsqueeze(1) - centre.unsqueeze(-1)) * w  # [num_groups, i, j]
     std = ((spread ** 2).sum(-1) / (n - 1).clamp(min=1)).sqrt()
-    big = torch.finfo(r.dtype).max
-    high = torch.where(counts, r.unsqueeze(1), -big).amax(-1)  # [num_groups, G]: the largest reward counted for i
-    low = torch.where(counts, r.unsqueeze(1), big).amin(-1)
-    std = torch.where((n > 1) & (high != low), std, torch.zeros_like(std))
+    std = torch.where((n > 1) & ~all_equal(r.unsqueeze(1), counts), std, torch.zeros_like(std))
     return baseline.to(rewards.dtype), std.to(rewards.dtype)
 
 

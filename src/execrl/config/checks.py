@@ -55,9 +55,9 @@ def check_learnable(cfg: MasterConfig) -> None:
         raise ConfigError("policy.generation.temperature=0 samples every answer of a group alike (greedy), so every "
                           "advantage is 0 and nothing is learned: set policy.generation.temperature > 0 (e.g. 1.0); "
                           "validation samples with policy.generation.val_temperature (0: greedy)")
-    if optimizer_lr(cfg) is not None and optimizer_lr(cfg) <= 0:
-        raise ConfigError(f"policy.optimizer.kwargs.lr={optimizer_lr(cfg)}: the learning rate must be > 0 (e.g. "
-                          "5e-6, NeMo RL's)")
+    lr = optimizer_lr(cfg)
+    if lr is not None and lr <= 0:
+        raise ConfigError(f"policy.optimizer.kwargs.lr={lr}: the learning rate must be > 0 (e.g. 5e-6, NeMo RL's)")
 
 
 def optimizer_lr(cfg: MasterConfig) -> float | None:
@@ -391,11 +391,10 @@ def check_opponent(cfg: MasterConfig, game: bool) -> None:
                                   f"{list(GAMES[name].roles)}")
 
 
-def check_dataset_names(cfg: MasterConfig, kinds: set[str], train_kinds: set[str] | None = None) -> None:
+def check_dataset_names(cfg: MasterConfig, kinds: set[str]) -> None:
     """data.default.env_name and processor, NeMo RL's names for how rows are read and graded, must fit the kinds of
     problem (code, math) the training and validation data hold: execrl grades each problem by its kind."""
     d = cfg.data.default
-    check_reward_fits(cfg, train_kinds or set())
     for key, named in (("env_name", d.env_name), ("processor", d.processor)):
         # code | math (env_name's values, and the processors' prefixes); the reward model reads either
         fits = {"code", "math"} if named == "reward_model" else {named.split("_")[0]}

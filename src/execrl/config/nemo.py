@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from execrl.config.errors import ConfigError
 from execrl.config.nemo_data import adapt_data
+from execrl.config.tree import dotted_leaves
 
 
 def _file_text(key: str):
@@ -260,7 +261,7 @@ def sliding_puzzle(tree: dict) -> str | None:
 def refuse_unresolved(tree: dict) -> None:
     """For a config that does not resolve (e.g. `${oc.env:HF_HOME}` unset): raises the refusal of a feature it turns
     on with a literal value (Megatron, ...), which says more than the missing variable; returns if there is none."""
-    refuse({k: v for k, v in _leaves(tree) if not (isinstance(v, str) and "${" in v)})
+    refuse({k: v for k, v in dotted_leaves(tree) if not (isinstance(v, str) and "${" in v)})
 
 
 def refuse(leaves: dict) -> None:
@@ -282,7 +283,7 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
         tree.get("data"), dict) else ({}, {})
     if puzzle:
         ignored["data.train"] = ignored["data.validation"] = puzzle
-    leaves = dict(_leaves(tree))
+    leaves = dict(dotted_leaves(tree))
     if not _on(leaves.get("grpo.reward_scaling.enabled")):  # its settings say nothing while it is off
         leaves = {k: v for k, v in leaves.items() if not k.startswith("grpo.reward_scaling.")}
         if "reward_scaling" in (tree.get("grpo") or {}):
@@ -353,15 +354,6 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
 def _section_of(key: str, table: dict) -> str | None:
     """The entry of `table` that is `key` or a section above it (the longest), if any."""
     return max((k for k in table if key == k or key.startswith(k + ".")), key=len, default=None)
-
-
-def _leaves(tree: dict, prefix: str = ""):
-    for k, v in tree.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            yield from _leaves(v, key + ".")
-        else:
-            yield key, v
 
 
 def _put(tree: dict, dotted: str, value) -> None:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from execrl.config.tree import dotted_leaves
+
 
 @dataclass
 class RunData:
@@ -59,19 +61,11 @@ def _rows(path: Path) -> list[dict]:
 def config_differences(runs: list[RunData]) -> list[tuple[str, list]]:
     """(dotted key, each run's value) for every config key whose values differ between the runs (logging and
     checkpoint paths left out: every run has its own)."""
-    flat = [dict(_flatten(r.config)) for r in runs]
+    flat = [dict(dotted_leaves(r.config)) for r in runs]
     keys = sorted(set().union(*flat)) if flat else []
     skip = ("logger.log_dir", "checkpointing.checkpoint_dir", "logger.wandb.name")
     return [(k, [f.get(k) for f in flat]) for k in keys
             if k not in skip and len({json.dumps(f.get(k), sort_keys=True) for f in flat}) > 1]
-
-
-def _flatten(tree: dict, prefix: str = ""):
-    for k, v in tree.items():
-        if isinstance(v, dict) and v:
-            yield from _flatten(v, f"{prefix}{k}.")
-        else:
-            yield f"{prefix}{k}", v
 
 
 def unique_names(paths: list[Path]) -> list[str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from execrl import lora as lora_state
+from execrl.config.tree import dotted_leaves
 from execrl.trainer import distributed as dist
 
 PREFIX = "step_"
@@ -135,16 +136,9 @@ def config_changes(saved: dict, now: dict) -> tuple[list[str], list[str]]:
     """The differences between the config a checkpoint was trained with and the resuming run's, each as
     'key: old -> new': (those that apply from the resumed step, those that cannot: the checkpoint's optimizer,
     schedule, data position and weights were made under the old values)."""
-    old, new = dict(_flat(saved)), dict(_flat(now))
+    old, new = dict(dotted_leaves(saved)), dict(dotted_leaves(now))
     changed = [k for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
     said = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed]
     applied = [s for k, s in zip(changed, said) if k.startswith(RESUMABLE)]
     return applied, [s for k, s in zip(changed, said) if not k.startswith(RESUMABLE)]
 
-
-def _flat(tree, prefix: str = ""):
-    for k, v in tree.items():
-        if isinstance(v, dict) and v:
-            yield from _flat(v, f"{prefix}{k}.")
-        else:
-            yield f"{prefix}{k}", v

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from execrl.algo.role_baselines import RoleBaselines
 from execrl.config import BatchPlan, MasterConfig, to_yaml
-from execrl.config.checks import check_dataset_names, prompt_limit, validate
+from execrl.config.checks import check_dataset_names, check_reward_fits, prompt_limit, validate
 from execrl.envs import make_env
 from execrl.lora import Adapter, apply_lora
 from execrl.models import TINY_CODER, load_model_and_tokenizer, pick_device
@@ -152,7 +152,8 @@ def build_run(cfg: MasterConfig) -> Run:
         for layer in [*compute.get_decoder().layers, *(ref.get_decoder().layers if ref is not None else [])]:
             layer.compile()  # the engine calls the layers' submodules, so rollouts are unaffected
     train, val, refs = load_data(cfg)
-    check_dataset_names(cfg, {p.kind for p in train + val}, {p.kind for p in train})
+    check_dataset_names(cfg, {p.kind for p in train + val})
+    check_reward_fits(cfg, {p.kind for p in train})  # (the kinds of rows read: a jsonl's known only now)
     train, val = drop_long(train, tok, cfg), drop_long(val, tok, cfg, "data.validation")
     model, ref = dist.shard(model, compute_dtype), dist.shard(ref, compute_dtype)  # in place: compute is model still
     weights = precision.Weights(model, compute, compute_dtype)

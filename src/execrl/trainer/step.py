@@ -76,7 +76,9 @@ def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_fil
     mask = torch.zeros(len(trajs), width - 1)
     logprobs = [t.sampler_logprobs for t in trajs]
     sampler = torch.zeros(len(trajs), width - 1) if all(lp is not None for lp in logprobs) else None
-    valid = [r.valid for r in rollouts.rewards]
+    # the samples in the loss: not those the sandbox failed on (in no normalizer either), nor, with overlong
+    # filtering, the truncated ones
+    kept = [r.valid and not (overlong_filtering and t.truncated) for r, t in zip(rollouts.rewards, trajs)]
     turns = []  # guided decoding: (row, first position, segment) of each constrained turn
     for i, t in enumerate(trajs):
         at = len(t.prompt_ids) - 1
@@ -87,18 +89,15 @@ def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_fil
         p, n = len(t.prompt_ids), len(t) - len(t.prompt_ids)
         ids[i, :p + n] = torch.tensor(t.ids)
         attn[i, :p + n] = 1
-        # no loss tokens for a sample the sandbox failed on (it is in no normalizer either), nor, with overlong
-        # filtering, for a truncated one
-        if valid[i] and not (overlong_filtering and t.truncated):
+        if kept[i]:
             mask[i, p - 1:p - 1 + n] = torch.tensor(t.loss_mask, dtype=torch.float)  # position t predicts token t + 1
         if sampler is not None:
             sampler[i, p - 1:p - 1 + n] = torch.tensor(logprobs[i])
     guided: dict[int, list[tuple[int, torch.Tensor]]] = {}
     for (i, at, _), masks in zip(turns, masks_of([(seg.guide, seg.ids) for _, _, seg in turns])):
         guided.setdefault(i, []).append((at, masks))
-    kept = torch.tensor([bool(v and not (overlong_filtering and t.truncated)) for v, t in zip(valid, trajs)],
-                        dtype=torch.bool)
-    return TrainBatch(ids, attn, mask, adv, sampler_logprobs=sampler, guided=guided or None, kept=kept)
+    return TrainBatch(ids, attn, mask, adv, sampler_logprobs=sampler, guided=guided or None,
+                      kept=torch.tensor(kept, dtype=torch.bool))
 
 
 def importance_correction(cfg: MasterConfig) -> bool:
