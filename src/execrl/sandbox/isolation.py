@@ -71,8 +71,9 @@ class Isolation:
         return os.path.join(SANDBOX_DIR if self.mode == "none" else INSIDE_MOUNT, "inside")
 
     def command(self, role: str, uid: int, ctrl_fd: int, tmpfs_mb: int, root: str = "/tmp",
-                tools: tuple[str, ...] = ()) -> list[str]:
-        """`tools`: commands the programs run (compilers, interpreters of other languages), bound read-only."""
+                tools: tuple[str, ...] = (), cgroup: str = "") -> list[str]:
+        """`tools`: commands the programs run (compilers, interpreters of other languages), bound read-only;
+        `cgroup`: the spec of the sandbox's cgroup (cgroups.SandboxCgroup.spec), for the zygote."""
         parent = os.path.dirname(self.inside_dir)
         worker = [sys.executable, "-I", "-B", "-c", launch(parent), role, str(uid), str(ctrl_fd)]
         if self.mode == "none":
@@ -88,6 +89,8 @@ class Isolation:
         for k, v in SANDBOX_ENV.items():
             args += ["--setenv", k, v]
         args += ["--setenv", "EXECRL_KEEP", ":".join(tool_paths(tools))]  # the zygote's wipe leaves these alone
+        if cgroup:
+            args += ["--setenv", "EXECRL_CGROUP", cgroup]
         if self.mode == "bwrap-root":
             args += ["--cap-drop", "ALL"] + [x for cap in ROOT_CAPS for x in ("--cap-add", cap)]
         else:

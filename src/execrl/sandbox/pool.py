@@ -13,6 +13,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
+from execrl.sandbox.cgroups import Accounting
+from execrl.sandbox.cgroups import detect as detect_accounting
 from execrl.sandbox.inside.protocol import recv_msg, send_msg
 from execrl.sandbox.isolation import SANDBOX_ENV, Isolation, detect, tool_needs
 
@@ -43,14 +45,19 @@ MAX_REPLY = 1 << 26  # bytes of a reply's header (its known fields; outputs and 
 class SandboxProcess:
     """One zygote in its own sandbox, spoken to over a unix socket."""
 
-    def __init__(self, iso: Isolation, role: str, uid: int, tmpfs_mb: int, tools: tuple[str, ...] = ()):
+    def __init__(self, iso: Isolation, role: str, uid: int, tmpfs_mb: int, tools: tuple[str, ...] = (),
+                 accounting: Accounting | None = None):
         self.role, self.retired = role, False
+        self.cgroup = accounting.make() if accounting is not None else None
+        spec = self.cgroup.spec() if self.cgroup is not None else ""
         parent, child = socket.socketpair()
         self.root = tempfile.mkdtemp(prefix="execrl-sbx-") if iso.mode == "none" else "/tmp"
         self.log = tempfile.TemporaryFile()
-        cmd = iso.command(role, uid, child.fileno(), tmpfs_mb, self.root, tools)
+        cmd = iso.command(role, uid, child.fileno(), tmpfs_mb, self.root, tools, spec)
         env = dict(SANDBOX_ENV, HOME=self.root) if iso.mode == "none" else SANDBOX_ENV
-        self.proc = subprocess.Popen(cmd, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
+        env = dict(env, EXECRL_CGROUP=spec) if spec and iso.mode == "none" else env
+        fds = (child.fileno(), *(self.cgroup.pass_fds() if self.cgroup is not None else ()))
+        self.proc = subprocess.Popen(cmd, pass_fds=fds, stdin=subprocess.DEVNULL,
                                      stdout=self.log, stderr=self.log, env=env, start_new_session=True)
         child.close()
         self.sock = parent
@@ -89,6 +96,8 @@ class SandboxProcess:
         except (OSError, subprocess.TimeoutExpired):
             pass
         self.log.close()
+        if self.cgroup is not None:
+            self.cgroup.close()
         if self.root != "/tmp":
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -132,10 +141,11 @@ class WorkerPool:
     """`with pool.worker() as w:` lends a warm worker; one that failed is replaced by a fresh one."""
 
     def __init__(self, num_workers: int = 0, tmpfs_mb: int = 256, isolation: Isolation | None = None,
-                 tools: tuple[str, ...] = ()):
+                 tools: tuple[str, ...] = (), accounting: Accounting | None = None):
         """tools: commands bound in every runner (a worker binds each language's own tools in a runner of their own,
-        Worker.use)."""
+        Worker.use); accounting: how the programs' memory and CPU are measured (default: cgroups.detect())."""
         self.iso = isolation or detect()
+        self.accounting = accounting or detect_accounting()
         self.tools = tuple(tools)
         self.num_workers = num_workers or os.cpu_count() or 1
         self.tmpfs_mb = tmpfs_mb
@@ -165,7 +175,8 @@ class WorkerPool:
 
     def _spawn(self, role: str, uid: int, tools: tuple[str, ...]) -> SandboxProcess:
         tools = self.tools + tuple(tools)
-        return self._spawner.submit(SandboxProcess, self.iso, role, uid, self.tmpfs_mb, tools).result()
+        return self._spawner.submit(SandboxProcess, self.iso, role, uid, self.tmpfs_mb, tools,
+                                    self.accounting).result()
 
     def _binds(self, tools: tuple[str, ...]) -> tuple[str, ...]:
         """What `tools` add to a runner's binds (none without namespaces, where nothing is bound)."""

@@ -60,9 +60,12 @@ def _drop_capabilities() -> None:
         raise OSError(ctypes.get_errno(), "capset failed")
 
 
-def child_setup(lim: dict, cpu_s: float, uid: int, fds: dict[int, int], cwd: str) -> None:
-    """In the forked child: own session, fds in place, everything else closed, limits, the uid, no capabilities.
-    (The seccomp filter is the zygote's, installed once and inherited.)"""
+def child_setup(lim: dict, cpu_s: float, uid: int, fds: dict[int, int], cwd: str, enter=None) -> None:
+    """In the forked child: into the program's cgroup (`enter`, where there is one), own session, fds in place,
+    everything else closed (the cgroup's too), limits, the uid, no capabilities. (The seccomp filter is the zygote's,
+    installed once and inherited.)"""
+    if enter is not None:
+        enter()
     os.setsid()
     high = {target: os.dup2(fd, 200 + target) for target, fd in fds.items()}  # no source is overwritten early
     for target, fd in high.items():

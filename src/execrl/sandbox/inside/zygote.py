@@ -29,6 +29,7 @@ import time
 import traceback
 
 from . import child, seccomp
+from .cgroup import Cgroup
 from .checker import checker_child
 from .child import (
     REPORT_FD,
@@ -53,8 +54,9 @@ POLL_S = 0.01  # how often a running program's processes are measured against th
 
 
 class Zygote:
-    def __init__(self, role: str, uid: int, ctrl: socket.socket):
+    def __init__(self, role: str, uid: int, ctrl: socket.socket, cgroup: Cgroup | None = None):
         self.role, self.uid, self.ctrl = role, uid, ctrl
+        self.cg = cgroup  # the program's cgroup (the kernel charges it), or None: we sample (_usage)
         child.build_streams()
         self.is_init = os.getpid() == 1
         if ROOT != "/tmp" and uid >= 0:
@@ -73,7 +75,8 @@ class Zygote:
         self.last_pid = _open_last_pid() if self.is_init else None  # (no namespaces: no PID namespace to reset)
         self.net_seen: bytes | None = None  # what our network namespace read as when it was new (_net_state)
         self.diag: socket.socket | None = None  # our sock_diag socket in that namespace (_unix_socket_memory)
-        self.exits = ExitLog.open() if self.is_init else None  # None where the kernel refuses it (bwrap-user mode)
+        # the exit log, where the kernel allows it (bwrap-root mode) and no cgroup charges reaped children's CPU
+        self.exits = ExitLog.open() if self.is_init and cgroup is None else None
         self.reset()
         # the children's streams, made once and emptied for each child (_streams_for): the filter refuses memfds
         self.streams = {0: _memfd("stdin"), 1: _memfd("stdout"), 2: _memfd("stderr"), STATUS_FD: _memfd("status")}
@@ -172,7 +175,10 @@ class Zygote:
     def _usage(self) -> tuple[float, float, int]:
         """CPU seconds of the program's live processes, their own and with the children they reaped, and their memory
         in bytes: proportional set sizes (shared pages counted once), plus what it keeps in the sandbox's tmpfs (files,
-        inodes and extended attributes) and in the queues of its sockets."""
+        inodes and extended attributes) and in the queues of its sockets. With a cgroup: the memory it charges (and
+        the TCP and UDP queues, which cgroup v1 does not charge); its CPU is read in _cpu_spent."""
+        if self.cg is not None:
+            return 0.0, 0.0, self.cg.memory() + (_inet_queue_memory() if self.cg.version == 1 else 0)
         own, cpu, mem, memfds = 0.0, 0.0, 0, {}
         for pid in self._others():
             try:
@@ -197,9 +203,15 @@ class Zygote:
     def _cpu_spent(self, cpu_before: float, live_own: float = 0.0, live: float = 0.0) -> float:
         """CPU seconds of the program's processes since cpu_before: those we or their parents reaped (our children's
         rusage, exact), or, where more, the own times of every process that ended (the exit log: also those the kernel
-        reaped for a parent that ignores SIGCHLD, whose time reaches no parent), plus those still alive."""
+        reaped for a parent that ignores SIGCHLD, whose time reaches no parent), plus those still alive. With a
+        cgroup: what the kernel charged it since cpu_before (_cpu_now), all of that."""
+        if self.cg is not None:
+            return self.cg.cpu_s() - cpu_before
         reaped = _reaped_cpu() - cpu_before + live
         return reaped if self.exits is None else max(reaped, self.exits.total() + live_own)
+
+    def _cpu_now(self) -> float:
+        return self.cg.cpu_s() if self.cg is not None else _reaped_cpu()
 
     # -- one child
     def spawn(self, target, job: dict, lim: dict, stdin: bytes = b"", cpu_s: float = 1.0, wall_s: float = 2.0,
@@ -209,7 +221,11 @@ class Zygote:
         files = self._streams_for(stdin)
         report_r, report_w = os.pipe()
         fds = {**files, REPORT_FD: report_w, **({RPC_FD: rpc_fd} if rpc_fd is not None else {})}
-        cpu_before = _reaped_cpu()
+        ooms = 0
+        if self.cg is not None:
+            self.cg.limit(lim["memory_mb"] << 20, lim["nproc"])
+            ooms = self.cg.oom_kills()
+        cpu_before = self._cpu_now()
         if self.exits is not None:
             self.exits.restart()  # what ended before this child (our own helpers) is not its
         start = time.monotonic()
@@ -218,7 +234,8 @@ class Zygote:
         pid = os.fork()
         if pid == 0:
             try:
-                child_setup(lim, cpu_s, self.uid if uid is None else uid, fds, PROGRAM_DIR)
+                child_setup(lim, cpu_s, self.uid if uid is None else uid, fds, PROGRAM_DIR,
+                            enter=None if self.cg is None else self.cg.enter)
                 target(job)
             except BaseException as e:  # noqa: BLE001 - the sandbox's own failure, not the program's
                 report_setup_failure(f"{type(e).__name__}: {e}")
@@ -230,6 +247,8 @@ class Zygote:
         try:
             res = self._wait(pid, start, wall_s, until_stop, cpu_s, lim["memory_mb"] << 20, cpu_before)
             self.kill_all()
+            if self.cg is not None and not res["killed_for"] and self.cg.oom_kills() > ooms:
+                res["killed_for"] = "memory"  # the kernel's OOM killer, at the cgroup's limit
             res["cpu_s"] = round(self._cpu_spent(cpu_before), 4)  # every process of the program, ended by now
             report = _read(report_r, 4000)
             if report:
@@ -763,11 +782,13 @@ def main() -> None:
         PROGRAM_DIR = os.path.join(ROOT, "prog")
     KEEP = [p for p in os.environ.get("EXECRL_KEEP", "").split(":") if p.startswith(ROOT + "/")]
     ctrl = socket.socket(fileno=fd)
+    spec = os.environ.pop("EXECRL_CGROUP", "")
+    cgroup = Cgroup(json.loads(spec)) if spec else None
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     # SIGINT at SIG_DFL, not Python's handler: as PID 1 of the namespace the kernel then drops it when a program
     # sends it (a handler would let a program raise KeyboardInterrupt in here)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    Zygote(role, uid, ctrl).serve_forever()
+    Zygote(role, uid, ctrl, cgroup).serve_forever()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,216 @@
+"""Memory, CPU and processes charged where the kernel accounts them: a cgroup per sandbox.
+
+The grader makes one cgroup per sandbox process (in every hierarchy it needs: memory, CPU usage, pids), opens the
+files the zygote needs and hands it their fds; the zygote's forked child writes "0" into `cgroup.procs` (itself) before
+anything of the program runs, so the program and everything it starts is charged there: its pages, its tmpfs files,
+and the kernel memory of its objects (pipe buffers, socket queues, extended attributes, memfds in flight), the CPU of
+every process (children the kernel reaped for it included), and a process count the kernel enforces for every uid,
+root too. The zygote stays outside, in the grader's cgroup: a program's OOM kill never reaches it.
+
+Where no cgroup can be had (a grader that is not root and has no delegated cgroup v2 subtree), the zygote samples the
+program's processes, tmpfs and sockets every 10 ms instead (zygote.Zygote._usage); `detect().describe()` names the
+mode in the start-up line, and EXECRL_ACCOUNTING=sampling forces it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+from dataclasses import dataclass
+
+PREFIX = "execrl-"  # our cgroups: execrl-<grader pid>-<n>
+
+
+@dataclass(frozen=True)
+class Accounting:
+    mode: str  # "cgroup2", "cgroup1" or "sampling"
+    dirs: tuple[tuple[str, str], ...] = ()  # (controller, directory our cgroups go in)
+    reason: str = ""  # why sampling
+
+    def describe(self) -> str:
+        if self.mode == "sampling":
+            return (f"memory and CPU sampled every 10 ms ({self.reason}; a grader that is root, or in a delegated "
+                    "cgroup v2 subtree, has them charged by the kernel)")
+        return f"memory, CPU and processes charged by the kernel (a {self.mode.replace('cgroup', 'cgroup v')} per sandbox)"
+
+    def make(self) -> SandboxCgroup | None:
+        return None if self.mode == "sampling" else SandboxCgroup(self)
+
+
+class SandboxCgroup:
+    """One sandbox's cgroup (a directory per hierarchy in v1) and the fds its zygote gets."""
+
+    _count = 0
+
+    def __init__(self, acct: Accounting):
+        SandboxCgroup._count += 1
+        name = f"{PREFIX}{os.getpid()}-{SandboxCgroup._count}"
+        self.version = 2 if acct.mode == "cgroup2" else 1
+        self.paths = {ctl: os.path.join(base, name) for ctl, base in acct.dirs}
+        self.fds: dict[str, int | list[int]] = {"procs": []}
+        try:
+            for path in dict.fromkeys(self.paths.values()):
+                os.mkdir(path, 0o700)
+                self.fds["procs"].append(os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
+            files = V2_FILES if self.version == 2 else V1_FILES
+            for key, (ctl, file, mode) in files.items():
+                self.fds[key] = os.open(os.path.join(self.paths[ctl], file), mode | os.O_CLOEXEC)
+            self._no_swap()
+        except OSError:
+            self.close()
+            raise
+
+    def _no_swap(self) -> None:
+        """Swap would let a program hold more than its limit: none (and on v2, an OOM kill takes the whole program)."""
+        settings = ({"memory.swap.max": "0", "memory.oom.group": "1"} if self.version == 2
+                    else {"memory.swappiness": "0"})
+        for file, value in settings.items():
+            try:
+                with open(os.path.join(self.paths["memory"], file), "w") as f:
+                    f.write(value)
+            except OSError:  # absent (no swap accounting): nothing to turn off
+                pass
+
+    def pass_fds(self) -> tuple[int, ...]:
+        return tuple(fd for v in self.fds.values() for fd in (v if isinstance(v, list) else [v]))
+
+    def spec(self) -> str:
+        """What the zygote reads (inside/cgroup.py): the version and the fds, as JSON."""
+        return json.dumps({"version": self.version, **self.fds})
+
+    def close(self) -> None:
+        """Close our fds and remove the cgroup (once the sandbox's processes are gone: retried for a second)."""
+        for fd in self.pass_fds():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.fds = {"procs": []}
+        for path in dict.fromkeys(self.paths.values()):
+            _remove(path)
+
+
+# key: (controller, file, open mode); the zygote knows them by key
+V2_FILES = {"limit": ("memory", "memory.max", os.O_WRONLY), "usage": ("memory", "memory.current", os.O_RDONLY),
+            "stat": ("memory", "memory.stat", os.O_RDONLY), "events": ("memory", "memory.events", os.O_RDONLY),
+            "cpu": ("memory", "cpu.stat", os.O_RDONLY), "pids": ("pids", "pids.max", os.O_WRONLY)}
+V1_FILES = {"limit": ("memory", "memory.limit_in_bytes", os.O_WRONLY),
+            "usage": ("memory", "memory.usage_in_bytes", os.O_RDONLY),
+            "stat": ("memory", "memory.stat", os.O_RDONLY), "events": ("memory", "memory.oom_control", os.O_RDONLY),
+            "cpu": ("cpuacct", "cpuacct.usage", os.O_RDONLY), "pids": ("pids", "pids.max", os.O_WRONLY)}
+
+
+def _remove(path: str) -> None:
+    for _ in range(100):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:  # EBUSY: its last processes are still exiting
+            time.sleep(0.01)
+
+
+@functools.cache
+def detect() -> Accounting:
+    """cgroup v2 where our cgroup can hand memory and pids to children, else cgroup v1's memory, cpuacct and pids
+    hierarchies where we can make cgroups in them, else sampling (EXECRL_ACCOUNTING=sampling forces it)."""
+    forced = os.environ.get("EXECRL_ACCOUNTING", "")
+    if forced not in ("", "cgroup", "sampling"):
+        raise ValueError(f"EXECRL_ACCOUNTING={forced!r}: use cgroup or sampling")
+    if forced == "sampling":
+        return Accounting("sampling", reason="EXECRL_ACCOUNTING=sampling")
+    reasons = []
+    for probe in (_v2, _v1):
+        acct, why = probe()
+        if acct is not None:
+            try:
+                SandboxCgroup(acct).close()  # can we make one, open its files and remove it?
+            except OSError as e:
+                reasons.append(f"{acct.mode}: {e.strerror or e}")
+                continue
+            _remove_stale(acct)
+            return acct
+        reasons.append(why)
+    if forced == "cgroup":
+        raise RuntimeError(f"EXECRL_ACCOUNTING=cgroup, but no cgroup can be had: {'; '.join(reasons)}")
+    return Accounting("sampling", reason="no writable cgroup: " + "; ".join(reasons))
+
+
+def _mounts() -> list[tuple[str, str, set[str]]]:
+    """(fstype, mount point, options) of the cgroup mounts."""
+    out = []
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 4 and parts[2] in ("cgroup", "cgroup2"):
+                out.append((parts[2], parts[1], set(parts[3].split(","))))
+    return out
+
+
+def _own_cgroups() -> dict[str, str]:
+    """Our cgroup path per v1 controller, and under "" the v2 one."""
+    out = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, ctls, path = line.rstrip("\n").split(":", 2)
+            for ctl in ctls.split(",") if ctls else [""]:
+                out[ctl] = path
+    return out
+
+
+def _v2() -> tuple[Accounting | None, str]:
+    mount = next((point for kind, point, _ in _mounts() if kind == "cgroup2"), None)
+    own = _own_cgroups().get("")
+    if mount is None or own is None:
+        return None, "cgroup2: not mounted"
+    base = os.path.join(mount, own.lstrip("/"))
+    try:
+        with open(os.path.join(base, "cgroup.controllers")) as f:
+            available = set(f.read().split())
+        with open(os.path.join(base, "cgroup.subtree_control")) as f:
+            enabled = set(f.read().split())
+        missing = {"memory", "pids"} - available
+        if missing:
+            return None, f"cgroup2: {', '.join(sorted(missing))} not available to our cgroup ({own})"
+        if not {"memory", "pids"} <= enabled:
+            with open(os.path.join(base, "cgroup.subtree_control"), "w") as f:
+                f.write("+memory +pids")
+    except OSError as e:
+        return None, f"cgroup2: cannot hand memory and pids to child cgroups of {own} ({e.strerror or e})"
+    return Accounting("cgroup2", (("memory", base), ("pids", base))), ""
+
+
+def _v1() -> tuple[Accounting | None, str]:
+    own = _own_cgroups()
+    dirs = []
+    for ctl in ("memory", "cpuacct", "pids"):
+        mount = next((point for kind, point, opts in _mounts() if kind == "cgroup" and ctl in opts), None)
+        if mount is None or ctl not in own:
+            return None, f"cgroup1: no {ctl} hierarchy"
+        dirs.append((ctl, os.path.join(mount, own[ctl].lstrip("/"))))
+    for ctl, path in dirs:
+        if not os.access(path, os.W_OK):
+            return None, f"cgroup1: {path} is not writable"
+    return Accounting("cgroup1", tuple(dirs)), ""
+
+
+def _remove_stale(acct: Accounting) -> None:
+    """Cgroups of graders that are gone (killed before they could remove theirs)."""
+    for _, base in acct.dirs:
+        try:
+            names = os.listdir(base)
+        except OSError:
+            continue
+        for name in names:
+            if not name.startswith(PREFIX):
+                continue
+            try:
+                pid = int(name[len(PREFIX):].split("-")[0])
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                _remove(os.path.join(base, name))
+            except (ValueError, PermissionError):
+                continue

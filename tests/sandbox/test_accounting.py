@@ -1,0 +1,128 @@
+"""Memory, CPU and processes charged where the kernel accounts them (a cgroup per sandbox), and the sampling that
+stands in where no cgroup can be had: each attack on accounting in every mode this machine has, beside what a
+legitimate program does."""
+
+import os
+
+import pytest
+
+from execrl.sandbox import Grader, Limits, Verdict
+from execrl.sandbox import cgroups
+from execrl.sandbox.isolation import Isolation, detect
+from execrl.sandbox.pool import WorkerPool
+
+from .test_attacks import AUTO_REAPED
+from .test_threats import graded_quickly
+
+V = Verdict
+KERNEL = cgroups.detect()
+SAMPLING = cgroups.Accounting("sampling", reason="forced by the test")
+MODES = [SAMPLING] + ([KERNEL] if KERNEL.mode != "sampling" else [])
+has_cgroup = pytest.mark.skipif(KERNEL.mode == "sampling", reason=f"no cgroup here: {KERNEL.reason}")
+namespaces = pytest.mark.skipif(detect().mode == "none", reason="needs bubblewrap namespaces")
+
+
+def grader(accounting, limits, isolation=None) -> Grader:
+    return Grader(limits=limits, pool=WorkerPool(1, accounting=accounting, isolation=isolation))
+
+
+def test_the_start_up_line_names_the_mode(monkeypatch):
+    assert "sampled every 10 ms" in SAMPLING.describe() and "forced by the test" in SAMPLING.describe()
+    if KERNEL.mode != "sampling":
+        assert "charged by the kernel" in KERNEL.describe() and KERNEL.mode[-1] in KERNEL.describe()
+    try:
+        monkeypatch.setenv("EXECRL_ACCOUNTING", "sampling")
+        cgroups.detect.cache_clear()
+        assert cgroups.detect().mode == "sampling" and "EXECRL_ACCOUNTING" in cgroups.detect().describe()
+        monkeypatch.setenv("EXECRL_ACCOUNTING", "cgroups")
+        cgroups.detect.cache_clear()
+        with pytest.raises(ValueError, match="use cgroup or sampling"):
+            cgroups.detect()
+    finally:
+        cgroups.detect.cache_clear()
+
+
+XATTRS = ("import os, time\nv = b'x' * 60000\nfor i in range(4500):\n    p = '/tmp/x%d' % i\n"
+          "    open(p, 'w').close()\n    for k in range(4):\n        os.setxattr(p, 'user.k%d' % k, v)\n"
+          "time.sleep(1)\nprint('ok')")
+TMPFS_FILE = "import time\nopen('/tmp/big', 'wb').write(b'x' * (700 << 20))\ntime.sleep(1)\nprint('ok')"
+FORKED = ("import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n        break\n"
+          "block = b'x' * (300 << 20)\ntime.sleep(2)\nprint('ok')")
+
+
+@namespaces
+@pytest.mark.parametrize("acct", MODES, ids=lambda a: a.mode)
+@pytest.mark.parametrize("code", [XATTRS, TMPFS_FILE, FORKED], ids=["xattrs", "tmpfs file", "forked children"])
+def test_memory_beyond_the_limit_is_the_memory_verdict(acct, code):
+    with grader(acct, Limits(timeout_s=5.0, memory_mb=512)) as g:
+        r = graded_quickly(g, code)
+        assert r.verdict == V.MEMORY, r.to_dict()
+        assert g.grade("print('ok')", {"inputs": ["\n"], "outputs": ["ok\n"]}).verdict == V.PASS  # same worker
+
+
+# ~64 MB of pipe buffers (the kernel's soft limit per user) beside 100 MB of the program's own, under 160 MB
+PIPES = ("import os, fcntl, time\nblock = bytearray(100 << 20)\nkeep = []\nfor _ in range(100):\n"
+         "    r, w = os.pipe()\n    try:\n        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20)\n    except OSError:\n"
+         "        pass\n    os.set_blocking(w, False)\n    try:\n        while True:\n            os.write(w, b'x' * 65536)\n"
+         "    except BlockingIOError:\n        pass\n    keep.append((r, w))\ntime.sleep(1)\nprint('ok')")
+
+
+@has_cgroup
+def test_pipe_buffers_count():
+    with grader(KERNEL, Limits(timeout_s=5.0, memory_mb=160)) as g:
+        r = graded_quickly(g, PIPES)
+        assert r.verdict in (V.MEMORY, V.RUNTIME_ERROR), r.to_dict()  # killed, or its write refused (ENOMEM)
+        fine = "import os\nr, w = os.pipe()\nos.write(w, b'x' * 60000)\nprint(len(os.read(r, 1 << 16)))"
+        assert g.grade(fine, {"inputs": ["\n"], "outputs": ["60000\n"]}).verdict == V.PASS
+
+
+USER_MODE = [detect().mode] + (["bwrap-user"] if detect().mode == "bwrap-root" else [])
+
+
+@has_cgroup
+@namespaces
+@pytest.mark.parametrize("mode", USER_MODE)
+def test_cpu_of_children_the_kernel_reaps_counts_in_every_mode(mode):
+    """In bwrap-user mode no exit log can be had: the cgroup charges the reaped children's 0.9 s all the same."""
+    iso = Isolation(mode, detect().bwrap)
+    with grader(KERNEL, Limits(timeout_s=5.0), iso) as g:
+        r = graded_quickly(g, AUTO_REAPED)
+        assert r.verdict == V.PASS and r.tests[0].cpu_s >= 0.75, r.to_dict()
+    with grader(KERNEL, Limits(timeout_s=0.6), iso) as g:
+        assert graded_quickly(g, AUTO_REAPED).verdict == V.TIMEOUT
+
+
+# forks up to 3000 sleeping children (bounded, so that a failure of this test cannot exhaust the host's PIDs)
+BOMB = ("import os, time\nn = 0\nfor _ in range(3000):\n    try:\n        if os.fork() == 0:\n            time.sleep(3)\n"
+        "            os._exit(0)\n        n += 1\n    except OSError:\n        break\nprint(n)")
+
+
+@has_cgroup
+@namespaces
+@pytest.mark.skipif(os.geteuid() != 0, reason="programs run as the host's root only under a root grader")
+def test_a_fork_bomb_is_contained_when_programs_run_as_root():
+    """EXECRL_SANDBOX=bwrap-user on a root grader runs programs as root, for which RLIMIT_NPROC does not hold: the
+    cgroup's pids.max does."""
+    with grader(KERNEL, Limits(timeout_s=5.0, nproc=64), Isolation("bwrap-user", detect().bwrap)) as g:
+        r = graded_quickly(g, BOMB, {"inputs": ["\n"], "outputs": ["x\n"]})
+        assert r.verdict == V.FAIL and 0 < int(r.tests[0].output) < 64, r.to_dict()
+
+
+@has_cgroup
+def test_the_program_gets_none_of_the_cgroups_files():
+    code = "import os\nprint(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))"
+    with grader(KERNEL, Limits()) as g:
+        r = g.run(code)
+    fds = [int(x) for x in r.stdout.strip().strip("[]").split(",")]
+    assert r.verdict == V.PASS and max(fds) <= 4, r.stdout  # 0-2, the status line, and listdir's own
+
+
+@has_cgroup
+def test_no_cgroup_is_left_behind():
+    with grader(KERNEL, Limits()) as g:
+        assert g.grade("print('ok')", {"inputs": ["\n"], "outputs": ["ok\n"]}).verdict == V.PASS
+        mine = [n for _, base in KERNEL.dirs for n in os.listdir(base) if n.startswith(f"execrl-{os.getpid()}-")]
+        assert mine
+    left = [n for _, base in KERNEL.dirs for n in os.listdir(base) if n.startswith(f"execrl-{os.getpid()}-")]
+    # (the session's shared graders of other test files may still hold theirs; this one's are gone)
+    assert not set(left) & set(mine), left
