@@ -142,6 +142,8 @@ def run_grade(args) -> int:
     except SandboxUnusable as e:
         say("error:", "red", str(e))
         return 2
+    if not args.quiet:
+        err.print(grader.describe(), markup=False, highlight=False)
     with grader, Progress(*columns, console=err, disable=args.quiet, transient=False) as bar:
         task = bar.add_task("grading", total=len(jobs))
         graded = grader.grade_many([job for _, job in jobs], on_done=lambda _: bar.advance(task))

@@ -5,6 +5,7 @@ not, or leave anything for the next program."""
 import json
 import os
 import socket
+import sys
 import threading
 
 import pytest
@@ -111,6 +112,8 @@ def test_files_outside_the_allowlist_do_not_exist(grader, tmp_path):
     shared = os.path.join(os.path.dirname(repo), "shared")
     paths = [str(secret), os.path.join(repo, "README.md"), os.path.join(repo, "tests"), shared, "/var", "/opt",
              "/srv", "/etc/shadow", "/etc/hostname", "/run", os.path.expanduser("~/.bash_history")]
+    venvs = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)} | {sys.prefix, sys.base_prefix}
+    paths = [p for p in paths if not any(v.startswith(p.rstrip("/") + "/") for v in venvs)]  # /opt above /opt/venv
     # the directories above a bound venv (e.g. /home/alice/execrl above .venv) hold that one path and nothing else
     code = (f"import os, sys\nseen = [p for p in {paths!r} if os.path.exists(p)]\n"
             "d = sys.prefix\nwhile d != '/':\n    up = os.path.dirname(d)\n"

@@ -62,6 +62,7 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     languages = tuple(sorted({p.language for p, _ in texts if p.kind == "code"})) or ("python",)
     with Grader(num_workers=cfg.workers, limits=Limits(timeout_s=cfg.timeout_s), languages=languages) as grader, \
             _bar() as bar:
+        err.print(grader.describe(), markup=False, highlight=False)
         task = bar.add_task("grading", total=sum(s.extracted.code is not None and s.problem.kind == "code" for s in samples))
         grade_samples(samples, grader, progress=lambda: bar.advance(task))
     num_infra, num_sent, example = sandbox_failures(samples)

@@ -6,12 +6,15 @@ the legitimate idiom it must not break):
   computations, sleeping: RLIMIT_CPU per process, the CPU time of *all* the program's processes (children it never
   waited for included, and in bwrap-root mode children the kernel reaped for it, from the zygote's exit log)
   measured every 10 ms and at the end, and a wall-clock SIGKILL of every process it started;
-- memory: the program as a whole (the proportional set sizes of all its processes, the memfds they hold, plus what
-  it keeps in its tmpfs: files, inodes and extended attributes; sampled every 10 ms), and a hard RLIMIT_AS per
-  process; the queues of the sockets of its network namespace (unix ones by sock_diag, sockets in flight included;
-  TCP and UDP ones from /proc/net); memfds
-  sent into a socket and closed (programs get no memfds: memfd_create fails with ENOSYS); pipe buffers (the kernel's
-  per-user pipe limit); raising its own rlimits (hard limits, no capabilities);
+- memory, CPU and processes, charged where the kernel accounts them (cgroups.py): a cgroup per sandbox, which the
+  program's first process enters before anything of it runs, holds its pages, its tmpfs files, the kernel memory of
+  its objects (pipe buffers, socket queues, xattrs, inodes; TCP and UDP queues, which cgroup v1 does not charge, are
+  added from /proc/net), the CPU of all its processes (those the kernel reaped included) and a pids.max that binds
+  every uid; the kernel enforces the memory limit (an OOM kill is the memory verdict). Where no cgroup can be had,
+  sampling every 10 ms stands in (the start-up line says which ran): the proportional set sizes of all its
+  processes, the memfds they hold, its tmpfs (files, inodes and extended attributes), the queues of its network
+  namespace's sockets (unix ones by sock_diag, TCP and UDP ones from /proc/net). In both: a hard RLIMIT_AS per
+  process, and no memfds (memfd_create fails with ENOSYS); no raising its own rlimits (hard limits, no capabilities);
 - floods on stdout or stderr and filling the disk (RLIMIT_FSIZE; size-capped tmpfs; output read back capped, and
   one test's output at a time);
 - fork bombs and double-forked daemons (RLIMIT_NPROC on a uid of the sandbox's own; after every test the
@@ -47,20 +50,21 @@ the legitimate idiom it must not break):
 
 Does not defend against: kernel exploits and side channels (timing, cache); reading what is inside the allowlist
 (the system's directories and the Python installation are visible read-only: keep secrets elsewhere); CPU contention
-slowing other workers (time is measured in CPU seconds where it can be); memory bursts shorter than the 10 ms
-sampling (bounded by RLIMIT_AS per process); CPU of children the kernel reaped for a program that ignores SIGCHLD in
-bwrap-user mode (the exit log needs CAP_SYS_PACCT of a root grader; bounded by the wall-clock limit); kernel memory
-elsewhere than its processes, tmpfs and sockets' queues (pipe buffers up to the kernel's per-user limit, a TCP
-queue's overhead beyond its data): no cgroup accounts for it; counters the kernel keeps for the whole machine, which
-no namespace resets (/proc/stat's count of forks, the inode numbers of pipes, sockets and memfds): a program reads
-in them what every process did, its worker's earlier programs included, blurred by all else the machine runs. The
-zygote keeps CAP_SYS_ADMIN and CAP_NET_ADMIN (in bwrap-user mode, of its own user namespace only) to make those
+slowing other workers (time is measured in CPU seconds where it can be); counters the kernel keeps for the whole
+machine, which no namespace resets (/proc/stat's count of forks, the inode numbers of pipes, sockets and memfds): a
+program reads in them what every process did, its worker's earlier programs included, blurred by all else the machine
+runs. In sampling mode only: memory bursts shorter than the 10 ms sampling (bounded by RLIMIT_AS per process); pipe
+buffers (up to the kernel's per-user limit) and other kernel memory outside its processes, tmpfs and sockets' queues;
+the CPU of children the kernel reaped for a program that ignores SIGCHLD in bwrap-user mode (the exit log needs
+CAP_SYS_PACCT of a root grader; bounded by the wall-clock limit); fork bombs of programs running as root (below).
+The zygote keeps CAP_SYS_ADMIN and CAP_NET_ADMIN (in bwrap-user mode, of its own user namespace only) to make those
 namespaces and mounts, and in bwrap-root mode CAP_SYS_PACCT for its exit log; every process of the program has no
 capabilities. In bwrap-user mode (the grader is not root) the program runs as the grader's uid inside its user
 namespace (uid 0 there, as the zygote), with no uid per sandbox: the namespaces, the allowlist and the seccomp
 filter still hold, and the zygote is out of reach as the namespace's init (signals without a handler dropped, not
 dumpable, capabilities the program lacks). Forcing bwrap-user mode on a root grader (EXECRL_SANDBOX=bwrap-user) runs
-programs as the host's root user, for which the kernel does not enforce RLIMIT_NPROC: a fork bomb is not contained.
+programs as the host's root user, for which the kernel does not enforce RLIMIT_NPROC: a fork bomb is contained only
+by a cgroup's pids.max (cgroup mode, where the hierarchy has pids).
 Without bubblewrap or user namespaces (a warning says so, once, loudly), none of the namespace defences apply: no
 network or filesystem isolation, and RLIMIT_NPROC does not bind a root grader.
 """

@@ -14,6 +14,7 @@ mode in the start-up line, and EXECRL_ACCOUNTING=sampling forces it.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -33,7 +34,8 @@ class Accounting:
         if self.mode == "sampling":
             return (f"memory and CPU sampled every 10 ms ({self.reason}; a grader that is root, or in a delegated "
                     "cgroup v2 subtree, has them charged by the kernel)")
-        return f"memory, CPU and processes charged by the kernel (a {self.mode.replace('cgroup', 'cgroup v')} per sandbox)"
+        what = "memory, CPU and processes" if "pids" in dict(self.dirs) else "memory and CPU (processes: RLIMIT_NPROC)"
+        return f"{what} charged by the kernel (a {self.mode.replace('cgroup', 'cgroup v')} per sandbox)"
 
     def make(self) -> SandboxCgroup | None:
         return None if self.mode == "sampling" else SandboxCgroup(self)
@@ -56,7 +58,8 @@ class SandboxCgroup:
                 self.fds["procs"].append(os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
             files = V2_FILES if self.version == 2 else V1_FILES
             for key, (ctl, file, mode) in files.items():
-                self.fds[key] = os.open(os.path.join(self.paths[ctl], file), mode | os.O_CLOEXEC)
+                if ctl in self.paths:  # (pids: where the hierarchy has them)
+                    self.fds[key] = os.open(os.path.join(self.paths[ctl], file), mode | os.O_CLOEXEC)
             self._no_swap()
         except OSError:
             self.close()
@@ -162,6 +165,9 @@ def _own_cgroups() -> dict[str, str]:
 
 
 def _v2() -> tuple[Accounting | None, str]:
+    """Our cgroup v2 hands memory (and pids, where it has them) to child cgroups: if it holds processes itself (the
+    kernel then refuses to, "no internal processes"), they move first into a leaf of their own, execrl-grader, as a
+    delegated subtree's manager does."""
     mount = next((point for kind, point, _ in _mounts() if kind == "cgroup2"), None)
     own = _own_cgroups().get("")
     if mount is None or own is None:
@@ -169,18 +175,38 @@ def _v2() -> tuple[Accounting | None, str]:
     base = os.path.join(mount, own.lstrip("/"))
     try:
         with open(os.path.join(base, "cgroup.controllers")) as f:
-            available = set(f.read().split())
-        with open(os.path.join(base, "cgroup.subtree_control")) as f:
-            enabled = set(f.read().split())
-        missing = {"memory", "pids"} - available
-        if missing:
-            return None, f"cgroup2: {', '.join(sorted(missing))} not available to our cgroup ({own})"
-        if not {"memory", "pids"} <= enabled:
-            with open(os.path.join(base, "cgroup.subtree_control"), "w") as f:
-                f.write("+memory +pids")
+            wanted = {"memory", "pids"} & set(f.read().split())
+        if "memory" not in wanted:
+            return None, f"cgroup2: no memory controller for our cgroup ({own})"
+        for _ in range(10):
+            with open(os.path.join(base, "cgroup.subtree_control")) as f:
+                if wanted <= set(f.read().split()):
+                    break
+            try:
+                with open(os.path.join(base, "cgroup.subtree_control"), "w") as f:
+                    f.write(" ".join("+" + c for c in sorted(wanted)))
+            except OSError as e:
+                if e.errno != errno.EBUSY:
+                    raise
+                _into_leaf(base)
+        else:
+            return None, f"cgroup2: the processes of {own} could not be moved into a leaf"
     except OSError as e:
-        return None, f"cgroup2: cannot hand memory and pids to child cgroups of {own} ({e.strerror or e})"
-    return Accounting("cgroup2", (("memory", base), ("pids", base))), ""
+        return None, f"cgroup2: cannot hand memory to child cgroups of {own} ({e.strerror or e})"
+    return Accounting("cgroup2", tuple((c, base) for c in ("memory", "pids") if c in wanted)), ""
+
+
+def _into_leaf(base: str) -> None:
+    leaf = os.path.join(base, PREFIX + "grader")
+    os.makedirs(leaf, exist_ok=True)
+    with open(os.path.join(base, "cgroup.procs")) as f:
+        pids = f.read().split()
+    for pid in pids:
+        try:
+            with open(os.path.join(leaf, "cgroup.procs"), "w") as f:
+                f.write(pid)
+        except OSError:  # gone meanwhile
+            continue
 
 
 def _v1() -> tuple[Accounting | None, str]:
@@ -189,6 +215,8 @@ def _v1() -> tuple[Accounting | None, str]:
     for ctl in ("memory", "cpuacct", "pids"):
         mount = next((point for kind, point, opts in _mounts() if kind == "cgroup" and ctl in opts), None)
         if mount is None or ctl not in own:
+            if ctl == "pids":  # optional: RLIMIT_NPROC then bounds processes
+                continue
             return None, f"cgroup1: no {ctl} hierarchy"
         dirs.append((ctl, os.path.join(mount, own[ctl].lstrip("/"))))
     for ctl, path in dirs:

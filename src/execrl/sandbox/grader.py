@@ -149,6 +149,11 @@ class Grader:
                 self.close()
                 raise
 
+    def describe(self) -> str:
+        """The start-up line: how programs are isolated, and how their memory and CPU are accounted."""
+        return (f"sandbox: {self.pool.iso.mode}, {self.pool.num_workers} workers; "
+                f"{self.pool.accounting.describe()}")
+
     def self_test(self, languages: list[Language]) -> None:
         for lang in languages:
             missing = [t for t in lang.tools if shutil.which(t) is None]

@@ -187,6 +187,7 @@ def build_run(cfg: MasterConfig) -> Run:
     removed = run.logger.start(run.step)
     if dist.is_main():
         (run.logger.dir / "config.yaml").write_text(to_yaml(cfg))
+        console.print(run.grader.describe(), markup=False, highlight=False)
     if removed:
         console.print(f"{run.logger.dir / 'metrics.jsonl'}: {removed} rows of steps after {run.step} removed (they are "
                       "done again)")

@@ -10,7 +10,7 @@ class Cgroup:
     def __init__(self, spec: dict):
         self.version = spec["version"]
         self.procs: list[int] = spec["procs"]
-        self.fds = {key: spec[key] for key in ("limit", "usage", "stat", "events", "cpu", "pids")}
+        self.fds = {key: spec[key] for key in ("limit", "usage", "stat", "events", "cpu", "pids") if key in spec}
         self.set_to: dict[str, int] = {}
 
     def own_fds(self) -> list[int]:
@@ -25,7 +25,7 @@ class Cgroup:
     def limit(self, memory: int, nproc: int) -> None:
         """The memory (bytes) and process count the kernel enforces for the next child."""
         for key, value in (("limit", memory), ("pids", nproc)):
-            if self.set_to.get(key) != value:
+            if key in self.fds and self.set_to.get(key) != value:
                 try:
                     os.write(self.fds[key], str(value).encode())
                 except OSError:  # a v1 limit below what is charged now (EBUSY): the sampled limit still holds
