@@ -172,4 +172,4 @@ def test_eval_on_a_checkpoint_or_run_directory_points_at_the_model_inside(tmp_pa
     (model / "config.json").write_text("{}")
     for given in (model.parent, model.parent.parent, tmp_path / "run"):
         proc = execrl("eval", "--model", given, "--out", tmp_path / "o", "--limit", "1")
-        assert proc.returncode == 2 and f"pass" in proc.stderr and str(model) in proc.stderr.replace("\n", "")
+        assert proc.returncode == 2 and "pass" in proc.stderr and str(model) in proc.stderr.replace("\n", "")

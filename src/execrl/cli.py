@@ -231,11 +231,11 @@ def run_eval(args) -> int:
     from rich.markup import escape
 
     from execrl.eval.run import EvalConfig, evaluate
-    from execrl.writable import unwritable
     from execrl.models import ModelNotFound
     from execrl.prompts import PromptConfig
     from execrl.sandbox import SandboxFailing, SandboxUnusable, TestSpecError
     from execrl.tasks import DatasetError
+    from execrl.writable import unwritable
 
     try:
         if Path(args.out).exists() and not Path(args.out).is_dir():

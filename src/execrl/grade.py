@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -13,7 +13,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from execrl.writable import unwritable
 from execrl.sandbox import (
     Grader,
     Limits,
@@ -26,6 +25,7 @@ from execrl.sandbox import (
     parse_tests,
 )
 from execrl.sandbox.grader import program_too_large
+from execrl.writable import unwritable
 
 err = Console(stderr=True, soft_wrap=True)
 

@@ -13,7 +13,7 @@ from execrl.prompts import build_messages
 from execrl.rollout import RolloutEngine, SamplingParams
 from execrl.sandbox import AssertTests
 from execrl.tasks import Problem
-from execrl.trainer.rollouts import encode, run_episodes
+from execrl.trainer.rollouts import EpisodeRunner, encode
 from execrl.trainer.step import build_batch, token_logprobs
 
 from .conftest import qwen_like_tokenizer
@@ -101,7 +101,8 @@ def episodes(policy, grader, template, problems, group, temperature, *overrides)
     engine = Recording(RolloutEngine(model, tok, slots=8, max_len=cfg.policy.max_total_sequence_length))
     torch.manual_seed(0)
     gen = cfg.policy.generation
-    return run_episodes(engine, tok, grader, problems, cfg, group, SamplingParams(temperature, gen.top_p, gen.top_k)), \
+    params = SamplingParams(temperature, gen.top_p, gen.top_k)
+    return EpisodeRunner(cfg, engine, tok, grader).run(problems, group, params), \
         engine, tok, cfg
 
 

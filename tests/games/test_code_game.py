@@ -12,7 +12,7 @@ from execrl.rollout import Completion, SamplingParams
 from execrl.sandbox import Grader, Limits
 from execrl.sandbox.repeat import repeatable_output
 from execrl.tasks import load_problems
-from execrl.trainer.rollouts import game_parts, run_episodes
+from execrl.trainer.rollouts import EpisodeRunner
 
 
 @pytest.fixture(scope="module")
@@ -110,11 +110,11 @@ def test_a_round_through_the_episode_runner(grader, program, guess, returns, out
                              "env.multi_turn.observation_role=user", "policy.generation.max_new_tokens=64"])
     problems, _ = load_problems("selfplay:code_game", "train", count=1)
     player = Scripted(tok, program, guess)
-    rollouts = run_episodes(player, tok, grader, problems, cfg, 2, SamplingParams(1.0))
+    rollouts = EpisodeRunner(cfg, player, tok, grader).run(problems, 2, SamplingParams(1.0))
     writer, predictor = rollouts.episodes
     assert (writer.reward.total, predictor.reward.total) == returns
     assert (writer.sample.outcome, predictor.sample.outcome) == outcomes
-    parts = dict(game_parts(writer))  # the writer's metrics: why its program was rejected, if it was
+    parts = dict(writer.env.metrics(writer.sample, writer.reward, writer.turns))  # the writer's metrics: why its program was rejected, if it was
     assert parts["code_game/writer/valid_program_rate"] == float(outcomes[0] != "illegal")
     assert parts["code_game/writer/rejected_differs_rate"] == float(outcomes[0] == "illegal")
     assert writer.sample.extracted.code == program  # (in the rollouts' rows)

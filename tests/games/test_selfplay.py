@@ -14,7 +14,7 @@ from execrl.models import BYTE_VOCAB, build_tokenizer
 from execrl.rollout import Completion, SamplingParams
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import load_problems
-from execrl.trainer.rollouts import run_episodes
+from execrl.trainer.rollouts import EpisodeRunner
 from execrl.trainer.step import role_advantages
 
 GAME = ["env.multi_turn.kind=game", "grpo.max_rollout_turns=9", "grpo.num_generations_per_prompt=2",
@@ -47,7 +47,7 @@ def match():
     problems, _ = load_problems("selfplay:tictactoe", "train", count=1)
     with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as grader:
         player = FirstLegal(tok)
-        rollouts = run_episodes(player, tok, grader, problems, cfg, 2, SamplingParams(1.0))
+        rollouts = EpisodeRunner(cfg, player, tok, grader).run(problems, 2, SamplingParams(1.0))
     return rollouts, player, tok
 
 
@@ -96,7 +96,7 @@ def test_an_illegal_answer_forfeits_the_match():
                     for _ in prompts]
 
     with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as grader:
-        rollouts = run_episodes(Babbler(tok), tok, grader, problems, cfg, 2, SamplingParams(1.0))
+        rollouts = EpisodeRunner(cfg, Babbler(tok), tok, grader).run(problems, 2, SamplingParams(1.0))
     x, o = rollouts.episodes
     assert (x.sample.outcome, x.reward.total, o.sample.outcome, o.reward.total) == ("illegal", -0.5, "unplayed", 0.5)
     assert o.turns == 0  # the match ended before O's turn: O's return is in no baseline (it has nothing to train)
@@ -199,7 +199,7 @@ def test_a_seat_whose_context_is_full_ends_the_match_as_a_draw():
     cfg = load_config(None, [*GAME, "policy.max_total_sequence_length=300", "policy.generation.max_new_tokens=8"])
     problems, _ = load_problems("selfplay:tictactoe", "train", count=1)
     with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as grader:
-        rollouts = run_episodes(FirstLegal(tok), tok, grader, problems, cfg, 2, SamplingParams(1.0))
+        rollouts = EpisodeRunner(cfg, FirstLegal(tok), tok, grader).run(problems, 2, SamplingParams(1.0))
     x, o = rollouts.episodes
     assert any(e.trajectory.truncated for e in (x, o))
     assert (x.sample.outcome, o.sample.outcome) == ("draw", "draw") and x.turns + o.turns < 7
@@ -210,14 +210,13 @@ def test_a_frozen_opponent_plays_its_seats_untrained_and_in_no_baseline():
     """env.game.opponent=snapshot|model: one seat of each match is the opponent's: its turns come from the opponent's
     generator, reach its trajectory as context only, and count in no baseline or role metric; the policy takes the
     roles of env.game.policy_roles in turn."""
-    from execrl.trainer.rollouts import game_parts
 
     tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
     cfg = load_config(None, [*GAME, "env.game.opponent=snapshot"])
     problems, _ = load_problems("selfplay:tictactoe", "train", count=6)
     policy, opponent = FirstLegal(tok), FirstLegal(tok)
     with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as grader:
-        rollouts = run_episodes(policy, tok, grader, problems, cfg, 2, SamplingParams(1.0), opponent=opponent)
+        rollouts = EpisodeRunner(cfg, policy, tok, grader, opponent=opponent).run(problems, 2, SamplingParams(1.0))
     eps = rollouts.episodes
     frozen = [e.env.frozen for e in eps]
     assert all(a != b for a, b in zip(frozen[::2], frozen[1::2]))  # one frozen seat per match
@@ -226,12 +225,12 @@ def test_a_frozen_opponent_plays_its_seats_untrained_and_in_no_baseline():
     assert len(opponent.seen) == sum(e.turns for e in eps if e.env.frozen) > 0
     for e in eps:
         assert (sum(e.trajectory.loss_mask) == 0) == (e.env.frozen or e.turns == 0)
-        assert (game_parts(e) == []) == (e.env.frozen or e.sample.outcome == "unplayed")
+        assert (e.env.metrics(e.sample, e.reward, e.turns) == []) == (e.env.frozen or e.sample.outcome == "unplayed")
     adv = role_advantages(rollouts, RoleBaselines(0.5))
     assert all(a == 0.0 for a, e in zip(adv.tolist(), eps) if e.env.frozen)
     only_o = load_config(None, [*GAME, "env.game.opponent=snapshot", "env.game.policy_roles=[O]"])
     with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as grader:
-        rollouts = run_episodes(policy, tok, grader, problems, only_o, 2, SamplingParams(1.0), opponent=opponent)
+        rollouts = EpisodeRunner(only_o, policy, tok, grader, opponent=opponent).run(problems, 2, SamplingParams(1.0))
     assert {e.env.role[1] for e in rollouts.episodes if not e.env.frozen} == {"O"}
 
 

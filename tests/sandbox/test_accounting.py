@@ -6,8 +6,7 @@ import os
 
 import pytest
 
-from execrl.sandbox import Grader, Limits, Verdict
-from execrl.sandbox import cgroups
+from execrl.sandbox import Grader, Limits, Verdict, cgroups
 from execrl.sandbox.isolation import Isolation, detect
 from execrl.sandbox.pool import WorkerPool
 

@@ -162,7 +162,15 @@ def check_lengths(cfg: MasterConfig) -> None:
 
 
 def check_turns(cfg: MasterConfig) -> None:
-    """A multi-turn budget needs a multi-turn environment (and the other way round it is allowed: one turn)."""
+    """The environment exists; a multi-turn budget needs a multi-turn environment (the other way round is allowed:
+    one turn)."""
+    from execrl.envs import environment_class  # (the environments import the config's users, not the other way)
+    from execrl.plugins import PluginError
+
+    try:
+        environment_class(cfg.env.multi_turn.kind)
+    except PluginError as e:
+        raise ConfigError(str(e)) from None
     if cfg.grpo.max_rollout_turns > 1 and cfg.env.multi_turn.kind == "single_turn":
         raise ConfigError(f"grpo.max_rollout_turns={cfg.grpo.max_rollout_turns} needs a multi-turn environment: set "
                           "env.multi_turn.kind=interpreter or unit_tests (or grpo.max_rollout_turns=1)")
@@ -375,7 +383,7 @@ def check_opponent(cfg: MasterConfig, game: bool) -> None:
     from execrl.games import GAMES
     names = {d.dataset_name.split(":", 1)[1] for d in cfg.data.train_sets if d.dataset_name.startswith("selfplay:")}
     if g.guided_moves:
-        free = sorted(n for n in names & set(GAMES) if hasattr(GAMES[n], "read"))
+        free = sorted(n for n in names & set(GAMES) if GAMES[n].free_text)
         if not game or free:
             raise ConfigError("env.game.guided_moves holds a self-play game's moves to its legal ones: set "
                               "env.multi_turn.kind=game with a game of listed moves" +

@@ -286,12 +286,13 @@ class CodeEnvConfig(Section):
 
 
 class MultiTurnConfig(Section):
-    kind: Literal["single_turn", "interpreter", "unit_tests", "game", "sliding_puzzle"] = Field(
+    kind: str = Field(
         "single_turn", description="single_turn (one answer, graded) | interpreter (the model runs code cells and "
         "reads their output, then submits) | unit_tests (the model submits, is told which public tests fail, "
         "refines); the reward always comes from all the tests at the end | game (self-play: each seat of a "
         "two-player game's match an episode, data.train.dataset_name=selfplay:<game>) | sliding_puzzle (NeMo RL's: "
-        "one action a turn, reward 1 when solved; data.train.dataset_name=sliding_puzzle)")
+        "one action a turn, reward 1 when solved; data.train.dataset_name=sliding_puzzle) | your own environment "
+        "class, as module:Class or path/to/file.py:Class (a subclass of execrl.envs.Environment)")
     observation_role: Literal["tool", "user"] = Field("tool", description="the role of the environment's messages "
                                                                           "in the chat template")
     stateful: bool = Field(True, description="interpreter: later cells see earlier definitions, like a notebook "

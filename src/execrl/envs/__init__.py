@@ -1,6 +1,7 @@
 """Environments: what an episode is. `reset(problem) -> messages`, then `step(assistant_text) -> Step` until done
 (base.py). Single-turn code and math tasks are environments of one step, so the trainer has one path; the code
-interpreter and unit-test feedback environments take up to `grpo.max_rollout_turns` model turns."""
+interpreter and unit-test feedback environments take up to `grpo.max_rollout_turns` model turns. Each is found by
+its name in `env.multi_turn.kind` (ENVIRONMENTS; `register` adds one), or a researcher's own by import path."""
 
 from __future__ import annotations
 
@@ -12,9 +13,37 @@ from execrl.envs.puzzle import SlidingPuzzleEnv
 from execrl.envs.single_turn import SingleTurnEnv
 from execrl.envs.trajectory import Segment, Trajectory
 from execrl.envs.unit_tests import UnitTestsEnv
+from execrl.plugins import PluginError, is_import_path, load_object
 
-ENVIRONMENTS = {"single_turn": SingleTurnEnv, "interpreter": InterpreterEnv, "unit_tests": UnitTestsEnv,
-                "game": GameSeat, "sliding_puzzle": SlidingPuzzleEnv}
+ENVIRONMENTS: dict[str, type[Environment]] = {
+    "single_turn": SingleTurnEnv, "interpreter": InterpreterEnv, "unit_tests": UnitTestsEnv, "game": GameSeat,
+    "sliding_puzzle": SlidingPuzzleEnv}
+
+
+def register(name: str):
+    """Class decorator: the environment of `env.multi_turn.kind: <name>`."""
+    def add(cls: type[Environment]) -> type[Environment]:
+        environment_class(cls, f"register({name!r})")
+        ENVIRONMENTS[name] = cls
+        return cls
+    return add
+
+
+def environment_class(kind, key: str = "env.multi_turn.kind") -> type[Environment]:
+    """The class `kind` names: a registered name, an import path (module:Class, path/to/file.py:Class), or the
+    class itself; it must subclass Environment (one clear error otherwise)."""
+    cls = kind
+    if isinstance(kind, str):
+        if kind in ENVIRONMENTS:
+            return ENVIRONMENTS[kind]
+        if not is_import_path(kind):
+            raise PluginError(f"{key}={kind!r}: use one of {', '.join(ENVIRONMENTS)}, or name your own class as "
+                              "module:Class or path/to/file.py:Class")
+        cls = load_object(kind, key)
+    if not (isinstance(cls, type) and issubclass(cls, Environment)):
+        raise PluginError(f"{key}={kind!r}: {cls!r} is not an environment class: subclass "
+                          "execrl.envs.Environment (see examples/countdown_env.py)")
+    return cls
 
 
 def make_env(cfg, grader, problem=None) -> Environment:
@@ -25,7 +54,7 @@ def make_env(cfg, grader, problem=None) -> Environment:
         kind = "sliding_puzzle"
     elif kind in ("game", "sliding_puzzle") and problem is not None and problem.kind not in ("game", "puzzle"):
         kind = "single_turn"
-    return ENVIRONMENTS[kind](cfg, grader)
+    return environment_class(kind)(cfg, grader)
 
 
 def make_envs(cfg, grader, problem, n: int, frozen: bool = False) -> list[Environment]:
@@ -37,5 +66,5 @@ def make_envs(cfg, grader, problem, n: int, frozen: bool = False) -> list[Enviro
 
 
 __all__ = ["ENVIRONMENTS", "ChatTemplateError", "Environment", "GameSeat", "InterpreterEnv", "Segment",
-           "SingleTurnEnv", "SlidingPuzzleEnv",
-           "Step", "Trajectory", "TurnRenderer", "UnitTestsEnv", "make_env", "make_envs"]
+           "SingleTurnEnv", "SlidingPuzzleEnv", "Step", "Trajectory", "TurnRenderer", "UnitTestsEnv",
+           "environment_class", "make_env", "make_envs", "register"]

@@ -17,10 +17,10 @@ import random
 import re
 from dataclasses import dataclass, field
 
-from execrl.envs.base import Step
+from execrl.envs.base import Environment, Step
 from execrl.extract import Extracted
-from execrl.games import GAMES, PLAYERS, forfeit, parse_move, prompt
-from execrl.rewards import Reward, Sample
+from execrl.games import GAMES, PLAYERS, Game, prompt
+from execrl.rewards import Reward, Sample, outcome
 from execrl.sandbox import Limits
 from execrl.sandbox.repeat import repeatable_output
 from execrl.tasks import Problem
@@ -29,7 +29,7 @@ from execrl.tasks import Problem
 @dataclass
 class Match:
     """One game between two seats; `returns` once it is over (by the rules, a forfeit, or out of turns)."""
-    game: object
+    game: Game
     state: object
     rng: random.Random  # the scripted opponent's choices
     salt: int = 0  # the order of a list of moves the game scrambles (the match's seed)
@@ -49,7 +49,7 @@ class Match:
 
     def move(self, seat: int, move, penalty: float) -> None:
         if move is None:
-            self.returns, self.illegal = getattr(self.game, "forfeit", forfeit)(seat, penalty), seat
+            self.returns, self.illegal = self.game.forfeit(seat, penalty), seat
             return
         self.state, self.moves = self.game.play(self.state, move), self.moves + 1
         self.played[seat] += 1
@@ -62,7 +62,7 @@ class Match:
         return [{"role": "user", "content": prompt(self.game, self.state, seat, not self.played[seat], self.salt)}]
 
 
-class GameSeat:
+class GameSeat(Environment):
     """One seat of a match: the environment of one player's episode."""
 
     whole_answers = True  # a seat whose context cannot hold a whole answer ends there (a draw), not cut (a forfeit)
@@ -92,7 +92,7 @@ class GameSeat:
         """With env.game.guided_moves, this seat's next answer held to `Move: <one of its legal moves>` (a regex for
         guided decoding: execrl.trainer.rollouts.guide_for), else None."""
         m = self.match
-        if not self.cfg.env.game.guided_moves or m is None or m.over() or hasattr(m.game, "read"):
+        if not self.cfg.env.game.guided_moves or m is None or m.over() or m.game.free_text:
             return None
         return "regex", "Move: (" + "|".join(re.escape(move) for move in m.game.legal_moves(m.state)) + ")"
 
@@ -123,9 +123,9 @@ class GameSeat:
         """The move in an answer (None: no legal one): a `Move:` line, or a free-text game's own reading (the code
         game's program, run in the sandbox: execrl.sandbox.repeat)."""
         m = self.match
-        if not hasattr(m.game, "read"):
-            return parse_move(text, m.game.legal_moves(m.state))
         move = m.game.read(m.state, text, self._output)
+        if not m.game.free_text:
+            return move
         self.rejected = self.rejected or ("no_program" if move is None else None)
         return move
 
@@ -135,6 +135,24 @@ class GameSeat:
                                 g.max_program_chars, g.max_output_chars)
         self.program, self.rejected = program, None if ran.output is not None else ran.why
         return ran.output
+
+    def metrics(self, sample: Sample, reward: Reward, turns: int) -> list[tuple[str, float]]:
+        """By game and role: the seat's return, win and forfeit rates, the moves it made, and the game's own (the code
+        game's valid-program rate and prediction accuracy), over the episodes in which the seat played; against a
+        fixed opponent, by game and opponent: win, draw, loss, forfeit (each a rate), and the win rate by role."""
+        game, verdict = self.problem.metadata["game"], outcome(sample)
+        if self.opponent is not None:
+            role = self.match.game.roles[self.seat]
+            return [*((f"{game}/{kind}_rate_vs_{self.opponent}", float(verdict == kind))
+                      for kind in ("win", "draw", "loss", "illegal")),
+                    (f"{game}/{role}/win_rate_vs_{self.opponent}", float(verdict == "win"))]
+        if verdict == "unplayed" or self.frozen:  # (the other seat ended the match before this one moved; the frozen
+            return []                             # opponent's seat)
+        role = "/".join(self.role)
+        own = self.match.game.seat_metrics(verdict, self.seat, self.rejected)
+        return [(f"{role}/reward_mean", reward.total), (f"{role}/win_rate", float(verdict == "win")),
+                (f"{role}/illegal_rate", float(verdict == "illegal")), (f"{role}/moves_mean", float(turns)),
+                *((f"{role}/{name}", value) for name, value in own)]
 
     def finish(self) -> Step:
         """The episode ends without another move of this seat's: the match is over (the other seat ended it), or the

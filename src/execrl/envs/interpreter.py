@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import secrets
 
-from execrl.envs.base import CELL_ENDS, Step, final_step, truncate
+from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, truncate
 from execrl.extract import Extracted, extract, fenced_blocks
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
@@ -30,7 +30,7 @@ _WHERE = {"tags": "inside <code></code> tags", "fence": "in a ```python code blo
           "auto": "in a ```python code block"}
 
 
-class InterpreterEnv:
+class InterpreterEnv(Environment):
     def __init__(self, cfg, grader):
         self.cfg, self.grader, self.mt = cfg, grader, cfg.env.multi_turn
         self.style = cfg.prompt.code_style

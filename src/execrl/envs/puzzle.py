@@ -6,7 +6,7 @@ answer ends the episode. The problem (metadata `grid`) comes from the generated 
 
 from __future__ import annotations
 
-from execrl.envs.base import Step
+from execrl.envs.base import Environment, Step
 from execrl.extract import Extracted
 from execrl.puzzles import Board, act, intro, render, solved
 from execrl.rewards import Reward, Sample
@@ -23,7 +23,7 @@ def last_action(text: str) -> str | None:
     return None if end == -1 else text[start + len("<action>"):end].strip()
 
 
-class SlidingPuzzleEnv:
+class SlidingPuzzleEnv(Environment):
     stop_strings = ["</action>"]
 
     def __init__(self, cfg, grader=None):

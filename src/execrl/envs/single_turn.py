@@ -3,14 +3,14 @@ one step, so the trainer has one path for every task."""
 
 from __future__ import annotations
 
-from execrl.envs.base import Step, final_step
+from execrl.envs.base import Environment, Step, final_step
 from execrl.extract import extract
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
 from execrl.tasks import Problem
 
 
-class SingleTurnEnv:
+class SingleTurnEnv(Environment):
     def __init__(self, cfg, grader):
         self.cfg, self.grader = cfg, grader
         self.stop_strings: list[str] = []

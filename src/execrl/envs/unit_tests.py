@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import json
 
-from execrl.envs.base import CELL_ENDS, Step, final_step, truncate
+from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, truncate
 from execrl.extract import Extracted, extract
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
@@ -24,7 +24,7 @@ from execrl.tasks import Problem
 V = Verdict
 
 
-class UnitTestsEnv:
+class UnitTestsEnv(Environment):
     def __init__(self, cfg, grader):
         self.cfg, self.grader, self.mt = cfg, grader, cfg.env.multi_turn
         self.stop_strings = CELL_ENDS[cfg.prompt.code_style]

@@ -7,39 +7,77 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any, Protocol
+from typing import Any
 
 MOVE = re.compile(r"(?im)^\s*move\s*:\s*(.+?)\s*$")  # a line "Move: <move>"
 FORMAT = "Answer with your move on its own line, as `Move: <move>`."
 
 
-class Game(Protocol):
+class Game:
+    """A game's rules (subclass it and add it to GAMES in execrl/games/__init__.py). The methods without a body here
+    must be written; the rest are hooks with the behaviour of a game of listed moves, which a game overrides where it
+    differs (the code game: free-text moves, its own forfeit and metrics, no fixed opponents)."""
+
     name: str
     roles: tuple[str, str]  # the names of players 0 and 1 (e.g. X and O)
+    free_text = False  # True: moves are free text that `read` makes sense of (no `Move:` line, no legal-move list)
+    opponents: tuple[str, ...] = ("random",)  # the fixed players (games/players.py) its validation matches are
+    # against; () for none (the policy is then evaluated on other data)
 
     def initial(self, rng: random.Random) -> Any:
         """A new game (cards dealt, values drawn: with `rng`)."""
+        raise NotImplementedError
 
     def to_move(self, state) -> int:
         """The player (0 or 1) whose turn it is."""
+        raise NotImplementedError
 
     def legal_moves(self, state) -> list[str]:
         """The moves the player to move may make, as they are to be written."""
+        raise NotImplementedError
 
-    def play(self, state, move: str):
-        """The state after the player to move makes `move` (one of legal_moves)."""
+    def play(self, state, move):
+        """The state after the player to move makes `move` (one of legal_moves, or what `read` returned)."""
+        raise NotImplementedError
 
-    def is_over(self, state) -> bool: ...
+    def is_over(self, state) -> bool:
+        raise NotImplementedError
 
     def returns(self, state) -> tuple[float, float]:
         """Each player's return once the game is over: +1 a win, -1 a loss, 0 a draw (zero-sum)."""
+        raise NotImplementedError
 
     def rules(self, state, player: int) -> str:
         """What `player` is told once, at its first view: the game, its side, what it alone knows from the start."""
+        raise NotImplementedError
 
     def render(self, state, player: int, salt: int = 0) -> str:
         """The game now as `player` sees it (its private information only), ending with its legal moves when it is to
         move (`salt`, the match's: the order of a list a game scrambles)."""
+        raise NotImplementedError
+
+    # -- hooks
+
+    def read(self, state, text: str, run) -> Any:
+        """The move in an answer, None if it has no legal one: its last `Move:` line. A free-text game reads its
+        own (`run(program)`: the program's output, run in the sandbox, or None)."""
+        return parse_move(text, self.legal_moves(state))
+
+    def forfeit(self, player: int, penalty: float) -> tuple[float, float]:
+        """The returns when `player` answers without a legal move."""
+        return forfeit(player, penalty)
+
+    def warmup_move(self, state, salt: int, rng: random.Random) -> str:
+        """The move of the supervised warm-up's player (tasks/matches.warmup_game): a random legal one."""
+        return rng.choice(self.legal_moves(state))
+
+    def warmup(self, state, seat: int) -> tuple[list, list[dict]] | None:
+        """A whole warm-up reference of the game's own (opening, conversation), or None: a random match is played."""
+        return None
+
+    def seat_metrics(self, verdict: str, player: int, rejected: str | None) -> list[tuple[str, float]]:
+        """The game's own metrics of one seat's episode, (name, value) each (logged by game and role)."""
+        return []
 
 
 def parse_move(text: str, legal: list[str]) -> str | None:
@@ -60,6 +98,6 @@ def prompt(game: Game, state, player: int, first: bool = True, salt: int = 0) ->
     """The message posing `player`'s turn: at its first view the rules and the answer format, then the game from its
     side (later views: that alone, the earlier ones being in its context), its legal moves last."""
     now, rules = game.render(state, player, salt), game.rules(state, player)
-    if not hasattr(game, "read"):  # (a game of free-text moves states its own format in its rules)
+    if not game.free_text:  # (a game of free-text moves states its own format in its rules)
         rules += f" {FORMAT}"
     return f"{rules}\n{now}" if first else now

@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass
 
 from execrl.extract import extract, fenced_blocks
+from execrl.games.base import Game
 
 # (brief, a program for it, what it prints): the supervised warm-up's examples of both roles (tests/games check the
 # outputs in the sandbox)
@@ -70,10 +71,11 @@ def prediction_of(text: str) -> str:
     return blocks[-1][1] if blocks else text.strip()
 
 
-class CodeGame:
+class CodeGame(Game):
     name = "code_game"
     roles = ("writer", "predictor")
-    fixed_players = False  # no fixed player to measure it against: no validation matches (evaluate on code instead)
+    free_text = True
+    opponents = ()  # no fixed player to measure it against: no validation matches (evaluate on code instead)
 
     def warmup(self, state: Round, seat: int) -> tuple[list, list[dict]]:
         """The supervised warm-up's reference for `seat` (tasks/matches.warmup_game): the brief's example program,

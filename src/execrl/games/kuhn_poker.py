@@ -7,6 +7,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from execrl.games.base import Game
+
 CARDS = ("J", "Q", "K")
 # history of actions -> the moves open to the player to move ("" : player 0's first action)
 OPEN = {"": ("check", "bet"), "check": ("check", "bet"), "bet": ("call", "fold"), "check bet": ("call", "fold")}
@@ -18,7 +20,7 @@ class Hand:
     history: tuple[str, ...] = ()
 
 
-class KuhnPoker:
+class KuhnPoker(Game):
     name = "kuhn_poker"
     roles = ("first", "second")
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from execrl.games.base import Game
+
 GOODS = ("wood", "gold")
 START = 5
 MAX_TURNS = 6
@@ -27,7 +29,7 @@ def _parse(offer: str) -> tuple[int, str, int, str]:
     return int(a), x, int(b), y
 
 
-class Negotiation:
+class Negotiation(Game):
     name = "negotiation"
     roles = ("first", "second")
 

@@ -219,7 +219,7 @@ def _v1() -> tuple[Accounting | None, str]:
                 continue
             return None, f"cgroup1: no {ctl} hierarchy"
         dirs.append((ctl, os.path.join(mount, own[ctl].lstrip("/"))))
-    for ctl, path in dirs:
+    for _, path in dirs:
         if not os.access(path, os.W_OK):
             return None, f"cgroup1: {path} is not writable"
     return Accounting("cgroup1", tuple(dirs)), ""

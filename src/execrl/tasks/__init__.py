@@ -10,8 +10,7 @@ Evaluation splits are marked: `check_trainable` refuses to train on them.
 from __future__ import annotations
 
 # the loaders register themselves (each imports the registry, not this package)
-from execrl.tasks import (arith, generic, gsm8k, humaneval, leetcode, matches, mbpp, nemo_math,  # noqa: F401
-                          nemotron_code, puzzles)
+from execrl.tasks import arith, generic, gsm8k, humaneval, leetcode, matches, mbpp, nemo_math, nemotron_code, puzzles  # noqa: F401
 from execrl.tasks.problem import DatasetError, Problem, RowReport, read_rows
 from execrl.tasks.registry import DATASETS, check_trainable, dataset_key, load_problems
 

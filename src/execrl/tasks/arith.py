@@ -29,15 +29,27 @@ PHRASES = ["Write a Python program that reads two integers from one line and pri
 COUNTS = {"train": 4096, "validation": 256}  # problems per split unless `count` says otherwise
 
 
+WARMUPS = ("solutions", "operations")
+
+
 @register("builtin:arith-code", data_dir=None, splits=tuple(COUNTS), kind="code")
-def load(path, split, report, count: int | None = None, seed: int = 42, **_):
+def load(path, split, report, count: int | None = None, seed: int = 42, warmup: str = "solutions", **_):
     """`count` problems of the split (train and validation come from different streams of `seed`; the trainer passes
-    grpo.seed): the first n of a split are the same whatever the count."""
+    grpo.seed): the first n of a split are the same whatever the count. `warmup` (data.train.options.warmup): what the
+    supervised warm-up shows for each problem: its solution, or a program of an operation drawn at random
+    ("operations": the format and the six operations are taught, not which one a prompt asks for: that is left for
+    the reward to teach)."""
     if path is not None:
         raise DatasetError("builtin:arith-code is generated: it reads no files (drop its path, or name your file's dataset "
                            "jsonl)")
-    rng = random.Random(f"{split}-{seed}")
-    return [problem(rng, i, split) for i in range(COUNTS[split] if count is None else count)]
+    if warmup not in WARMUPS:
+        raise DatasetError(f"builtin:arith-code: options.warmup={warmup!r}: use solutions or operations")
+    rng, drawn = random.Random(f"{split}-{seed}"), random.Random(f"{split}-{seed}-warmup")
+    problems = [problem(rng, i, split) for i in range(COUNTS[split] if count is None else count)]
+    if warmup == "operations":
+        for p in problems:
+            p.metadata["warmup_completion"] = program(drawn.choice(list(OPS)))
+    return problems
 
 
 def problem(rng: random.Random, index: int, split: str, num_tests: int = 4) -> Problem:

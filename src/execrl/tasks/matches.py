@@ -1,7 +1,7 @@
 """Self-play's problems: matches of a two-player game (execrl.games), generated from a seed. `selfplay:<game>` train
 split: matches the policy plays against itself (two seats each: grpo.num_generations_per_prompt = 2), each with a
 warm-up match from one seat's side (warmup_game); validation split: matches against fixed players (random, and for
-TicTacToe the perfect minimax player), `count` against each, the policy taking each seat in turn (the code game has
+TicTacToe the perfect minimax player: each game's `opponents`), `count` against each, the policy taking each seat in turn (the code game has
 none: evaluate it on code, e.g. data.validation: mbpp). Problems of kind "game"; the environment is
 env.multi_turn.kind=game (execrl.envs.game)."""
 
@@ -22,16 +22,15 @@ def warmup_game(game: str, seed: int) -> tuple[list[str], list[dict]]:
     the moves before the warm-up's seat first moves, its first view; the conversation after that view: the seat's
     moves in the answer format, each but the last followed by the game as it sees it after the opponent's reply).
     It teaches the format and which moves are legal at every stage of a match, with the earlier boards in the context
-    as in self-play, not which moves are good. The move is the last the game lists where it lists them in a
-    scrambled order (TicTacToe, by match and position: a copy from a fixed place before the answer, which the tiny
-    model learns in 150-300 steps, and a random legal move all the same), else a random legal one. (A random move
-    from the whole list, or from its last three, was not learned in 300-400 steps.) The code game: the brief's
-    example program, written (the writer) or predicted (the predictor)."""
+    as in self-play, not which moves are good. Each move is the game's `warmup_move` (a random legal one; TicTacToe:
+    the last it lists). The code game gives its own: the brief's example program, written (the writer) or predicted
+    (the predictor)."""
     g, rng = GAMES[game], random.Random(seed ^ 0x5EED)
     state = g.initial(random.Random(seed))
     seat = rng.randrange(2)
-    if hasattr(g, "warmup"):  # a game of free-text moves gives its own (the code game: the brief's example)
-        return g.warmup(state, seat)
+    own = g.warmup(state, seat)  # a game of free-text moves gives its own (the code game: the brief's example)
+    if own is not None:
+        return own
     opening: list[str] = []
     while not g.is_over(state) and g.to_move(state) != seat:
         opening.append(rng.choice(g.legal_moves(state)))
@@ -44,14 +43,14 @@ def warmup_game(game: str, seed: int) -> tuple[list[str], list[dict]]:
             continue
         if news and turns:
             turns.append({"role": "user", "content": prompt(g, state, seat, first=False, salt=seed)})
-        move, news = (g.listed(state, seed)[-1] if hasattr(g, "listed") else rng.choice(g.legal_moves(state))), False
+        move, news = g.warmup_move(state, seed, rng), False
         turns.append({"role": "assistant", "content": f"Move: {move}"})
         state = g.play(state, move)
     return opening, turns
 
 
 def _register(game: str) -> None:
-    splits = tuple(COUNTS) if getattr(GAMES[game], "fixed_players", True) else ("train",)
+    splits = tuple(COUNTS) if GAMES[game].opponents else ("train",)
 
     @register(f"selfplay:{game}", data_dir=None, splits=splits, kind="game")
     def load(path, split, report, count: int | None = None, seed: int = 42, opponents: list[str] | None = None, **_):
@@ -68,7 +67,7 @@ def _register(game: str) -> None:
                 problems.append(Problem(f"{game}/train/{i}", [], "game", metadata={
                     "game": game, "seed": seed, "warmup_opening": opening, "reference_turns": turns}))
             return problems
-        against = opponents or (["random", "minimax"] if game == "tictactoe" else ["random"])
+        against = opponents or list(GAMES[game].opponents)
         # interleaved (by opponent, then seat), so that grpo.max_val_samples keeps them balanced
         return [Problem(f"{game}/vs_{o}/{i}", [], "game", metadata={"game": game, "seed": rng.getrandbits(32),
                                                                     "opponent": o, "seat": i % 2})

@@ -53,7 +53,8 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
         if p.kind == "math":
             p.metadata[VERIFIER] = cfg.env.math.math_verify_impl
     refs = {p.id: p.metadata["reference_turns"] for p in train if "reference_turns" in p.metadata}  # (self-play)
-    refs.update({p.id: [{"role": "assistant", "content": p.metadata["reference_completion"]}]
+    refs.update({p.id: [{"role": "assistant", "content": p.metadata.get("warmup_completion",
+                                                                         p.metadata["reference_completion"])}]
                  for p in train if "reference_completion" in p.metadata})
     if cfg.env.multi_turn.kind == "unit_tests":
         rng = random.Random(seed)

@@ -6,6 +6,7 @@ import signal
 import threading
 import time
 from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -19,7 +20,7 @@ from execrl.rollout.sampling import scoring_temperature
 from execrl.sandbox import check_infra_share
 from execrl.trainer import checkpoint
 from execrl.trainer import distributed as dist
-from execrl.trainer.rollouts import episode_means, episode_sums, prompt_seeds, rollout_rows, run_episodes, sampling
+from execrl.trainer.rollouts import episode_means, episode_sums, prompt_seeds, rollout_rows, sampling
 from execrl.trainer.setup import Run, build_run, console
 from execrl.trainer.step import advantages, build_batch, optimize, sampler_filter, score_tokens
 from execrl.trainer.warmup import sft_warmup
@@ -183,8 +184,9 @@ def validate(run: Run) -> float:
         return float("nan")
     k = run.cfg.grpo.val_num_generations_per_prompt
     seeds = prompt_seeds(run.cfg.grpo.seed, -1 - run.step, len(run.val_problems))  # (a stream apart from training's)
-    rollouts = run_episodes(run.generator, run.tokenizer, run.grader, dist.this_rank(run.val_problems), run.cfg, k,
-                            sampling(run.cfg, validation=True), dist.this_rank(seeds), judge=run.judge)
+    evaluating = replace(run.episodes, opponent=None)  # (every seat the policy's: against fixed players)
+    rollouts = evaluating.run(dist.this_rank(run.val_problems), k, sampling(run.cfg, validation=True),
+                              dist.this_rank(seeds))
     check_sandbox(run, rollouts.episodes, f"eval at step {run.step}")
     groups = [rollouts.samples[i:i + k] for i in range(0, len(rollouts.samples), k)]
     counts = [(sum(s.valid for s in g), sum(s.valid and is_correct(s) for s in g)) for g in groups]  # (n, c)

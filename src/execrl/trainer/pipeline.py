@@ -44,7 +44,7 @@ from execrl.config import BatchPlan, MasterConfig
 from execrl.tasks import Problem
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler
-from execrl.trainer.rollouts import Episode, Rollouts, finish_episodes, prompt_seeds, sampling, start_episodes
+from execrl.trainer.rollouts import Episode, EpisodeRunner, Rollouts, prompt_seeds, sampling
 
 
 class DynamicSamplingExhausted(RuntimeError):
@@ -173,8 +173,8 @@ class RolloutPipeline:
         self.grading.shutdown(wait=True, cancel_futures=True)
 
 
-def build_pipeline(cfg: MasterConfig, plan: BatchPlan, generator, tokenizer, grader,
-                   sampler: ProblemSampler, opponent=None, judge=None) -> RolloutPipeline:
+def build_pipeline(cfg: MasterConfig, plan: BatchPlan, episodes: EpisodeRunner,
+                   sampler: ProblemSampler) -> RolloutPipeline:
     """Rollouts of the configured shape; ahead by one step with async GRPO (config.checks.validate(cfg) first). Every
     rank draws the same prompts and runs its share of them (whole groups, the same share of each optimizer batch)."""
     grpo, a = cfg.grpo, cfg.grpo.async_grpo
@@ -187,13 +187,9 @@ def build_pipeline(cfg: MasterConfig, plan: BatchPlan, generator, tokenizer, gra
         seeds = prompt_seeds(grpo.seed, step, len(problems), first)  # by the prompt's place among the step's prompts
         split = None if dynamic else plan.prompts_per_optimizer_step  # (dynamic sampling: each process fills its share from its part)
         problems, seeds = dist.this_rank(problems, split), dist.this_rank(seeds, split)
-        return start_episodes(generator, tokenizer, grader, problems, cfg, plan.group_size, sampling(cfg), seeds,
-                              opponent, judge)
+        return episodes.start(problems, plan.group_size, sampling(cfg), seeds)
 
-    def grade(rollouts: Rollouts) -> None:
-        finish_episodes(rollouts, tokenizer, grader, cfg, judge=judge)
-
-    return RolloutPipeline(generate, grade, sampler, grpo.num_prompts_per_step, lookahead=1 if a.enabled else 0,
+    return RolloutPipeline(generate, episodes.finish, sampler, grpo.num_prompts_per_step, lookahead=1 if a.enabled else 0,
                            max_age=a.max_trajectory_age_steps if a.enabled else 0, dynamic=dynamic)
 
 

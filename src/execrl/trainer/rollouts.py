@@ -98,74 +98,123 @@ def sampling(cfg, validation: bool = False) -> SamplingParams:
     return SamplingParams(gen.temperature, gen.top_p, gen.top_k, gen.ignore_eos)  # greedy ignores top-p/top-k
 
 
-def run_episodes(generator, tokenizer, grader: Grader, problems: list[Problem], cfg, group_size: int,
-                 params: SamplingParams, seeds: list[int] | None = None, opponent=None, judge=None) -> Rollouts:
-    """Each problem's `group_size` episodes, run to their end and scored."""
-    rollouts = start_episodes(generator, tokenizer, grader, problems, cfg, group_size, params, seeds, opponent, judge)
-    finish_episodes(rollouts, tokenizer, grader, cfg, judge=judge)
-    return rollouts
+@dataclass
+class EpisodeRunner:
+    """Runs episodes through their environments: what every call needs, held once. `opponent`: the generator of
+    self-play's frozen seats (execrl.trainer.opponent); `judge`: the reward model (execrl.rewards.reward_model),
+    where the reward reads one."""
 
+    cfg: object  # MasterConfig
+    generator: object
+    tokenizer: object
+    grader: Grader
+    opponent: object = None
+    judge: object = None
+    _renderer: TurnRenderer | None = field(default=None, init=False, repr=False)
 
-def start_episodes(generator, tokenizer, grader: Grader, problems: list[Problem], cfg, group_size: int,
-                   params: SamplingParams, seeds: list[int] | None = None, opponent=None, judge=None) -> Rollouts:
-    """Episodes run up to their last model turn: the environments' answers to it (for a single-turn task, all
-    of the grading) are left in `pending` for finish_episodes, which may run in another thread (async GRPO).
-    `seeds`: one per problem (see prompt_seeds); a later turn of sample j is keyed by (seed, j, turn). `opponent`:
-    the generator of self-play's frozen seats (execrl.trainer.opponent). `judge`: the reward model
-    (execrl.rewards.reward_model), where the reward reads one."""
-    gen, turns = cfg.policy.generation, cfg.grpo.max_rollout_turns
-    episodes, prompts = [], []
-    for problem in problems:
-        envs = make_envs(cfg, grader, problem, group_size, frozen=opponent is not None)
-        messages = [env.reset(problem) for env in envs]
-        prompts.append(encode(messages[0], tokenizer))  # the G episodes of a problem share their prompt (not a game's)
-        episodes += [Episode(problem, env, m, Trajectory(encode(m, tokenizer) if m != messages[0] else prompts[-1]))
-                     for env, m in zip(envs, messages)]
-    renderer = TurnRenderer(tokenizer) if cfg.env.multi_turn.kind != "single_turn" else None
-    # (a rank may have no problems, e.g. of a small validation set: it still joins the weights' gathering below)
-    stop = (gen.stop_strings or []) + (episodes[0].env.stop_strings if episodes else []) or None
-    rollouts = Rollouts(episodes, group_size, {"generate": 0.0, "grade": 0.0})
-    phase = getattr(generator, "phase", None)  # a sharded model's weights: gathered once for every turn
-    with phase() if phase else nullcontext():
-        for turn in range(turns):
-            live = [e for e in episodes if not e.done and getattr(e.env, "ready", True)]  # (a game: the seats to move)
-            if not live:
-                break
-            # what changed since each episode last looked (a game: the opponent's move); an episode without room
-            # left for it and a model token (a game's seat: a whole answer) ends as it stands
-            room = {id(e): cfg.policy.max_total_sequence_length - (
-                gen.max_new_tokens if getattr(e.env, "whole_answers", False) else 1) for e in live}
-            full = [e for e in live if not take_news(e, e.env.observe() if hasattr(e.env, "observe") else [],
-                                                     renderer, tokenizer, room[id(e)])]
-            for e in full:
-                e.trajectory.truncated = True
-                end(e, e.env.finish())
-            live = [e for e in live if not e.done]
-            if not live:
-                continue
+    @property
+    def renderer(self) -> TurnRenderer:
+        """Environment turns as token ids (made on first use: a single-turn task never needs a chat template)."""
+        if self._renderer is None:
+            self._renderer = TurnRenderer(self.tokenizer)
+        return self._renderer
+
+    def run(self, problems: list[Problem], group_size: int, params: SamplingParams,
+            seeds: list[int] | None = None) -> Rollouts:
+        """Each problem's `group_size` episodes, run to their end and scored."""
+        rollouts = self.start(problems, group_size, params, seeds)
+        self.finish(rollouts)
+        return rollouts
+
+    def start(self, problems: list[Problem], group_size: int, params: SamplingParams,
+              seeds: list[int] | None = None) -> Rollouts:
+        """Episodes run up to their last model turn: the environments' answers to it (for a single-turn task, all
+        of the grading) are left in `pending` for `finish`, which may run in another thread (async GRPO).
+        `seeds`: one per problem (see prompt_seeds); a later turn of sample j is keyed by (seed, j, turn)."""
+        cfg, tokenizer, generator = self.cfg, self.tokenizer, self.generator
+        gen, turns = cfg.policy.generation, cfg.grpo.max_rollout_turns
+        episodes, prompts = [], []
+        for problem in problems:
+            envs = make_envs(cfg, self.grader, problem, group_size, frozen=self.opponent is not None)
+            messages = [env.reset(problem) for env in envs]
+            prompts.append(encode(messages[0], tokenizer))  # the G episodes of a problem share their prompt
+            episodes += [Episode(problem, env, m, Trajectory(encode(m, tokenizer) if m != messages[0] else prompts[-1]))
+                         for env, m in zip(envs, messages)]
+        # (a rank may have no problems, e.g. of a small validation set: it still joins the weights' gathering below)
+        stop = (gen.stop_strings or []) + (episodes[0].env.stop_strings if episodes else []) or None
+        rollouts = Rollouts(episodes, group_size, {"generate": 0.0, "grade": 0.0})
+        with generator.phase() if hasattr(generator, "phase") else nullcontext():  # a sharded model: gathered once
+            for turn in range(turns):
+                live = [e for e in episodes if not e.done and e.env.ready]
+                if not live:
+                    break
+                # what changed since each episode last looked (a game: the opponent's move); an episode without room
+                # left for it and a model token (a game's seat: a whole answer) ends as it stands
+                room = {id(e): cfg.policy.max_total_sequence_length - (
+                    gen.max_new_tokens if e.env.whole_answers else 1) for e in live}
+                full = [e for e in live if not take_news(e, e.env.observe(), self, room[id(e)])]
+                for e in full:
+                    e.trajectory.truncated = True
+                    end(e, e.env.finish())
+                live = [e for e in live if not e.done]
+                if not live:
+                    continue
+                start = time.perf_counter()
+                if turn == 0 and len(live) == len(episodes) and all(  # each prompt prefilled once for its G samples
+                        e.trajectory.prompt_ids is prompts[i // group_size] for i, e in enumerate(episodes)):
+                    guides = constrained([guide_for(episodes[i * group_size], generator, gen)
+                                          for i in range(len(prompts))])
+                    outs = [c for group in generator.generate(prompts, group_size, gen.max_new_tokens, params, stop,
+                                                              seeds=seeds, **guides) for c in group]
+                else:
+                    outs = self._next_turns(live, episodes, turn, group_size, params, stop, seeds)
+                rollouts.times["generate"] += time.perf_counter() - start
+                room = cfg.policy.max_total_sequence_length
+                outs = [fit(c, room - len(e.trajectory), tokenizer) for e, c in zip(live, outs)]
+                rollouts.pending = list(zip(live, outs))
+                if turn < turns - 1:
+                    self.finish(rollouts, last=False)
+        return rollouts
+
+    def _next_turns(self, live: list[Episode], episodes: list[Episode], turn: int, group_size: int,
+                    params: SamplingParams, stop, seeds) -> list[Completion]:
+        """A later turn: each live episode's whole trajectory sent to the generator that plays it."""
+        gen = self.cfg.policy.generation
+        key = {id(e): mix32(request_key(seeds[i // group_size], i % group_size) ^ mix32(turn))
+               for i, e in enumerate(episodes)} if seeds is not None else None
+        got = {}
+        for player, eps in players(live, self.generator, self.opponent):
+            done = player.generate([e.trajectory.ids for e in eps], 1, gen.max_new_tokens, params, stop,
+                                   seeds=None if key is None else [key[id(e)] for e in eps],
+                                   **constrained([guide_for(e, player, gen) for e in eps]))
+            got.update({id(e): group[0] for e, group in zip(eps, done)})
+        return [got[id(e)] for e in live]
+
+    def finish(self, rollouts: Rollouts, last: bool = True) -> None:
+        """The environments answer the pending model turns (each turn's sandbox calls in parallel); episodes that
+        must end early are scored as they stand, and with `last`, so is every episode still open. Episodes that ended
+        with their reward waiting for the reward model (`judge`) are then scored together."""
+        start = time.perf_counter()
+        live, outs = [e for e, _ in rollouts.pending], [c for _, c in rollouts.pending]
+        with ThreadPoolExecutor(max(1, self.grader.pool.num_workers)) as pool:
+            steps = list(pool.map(lambda ec: ec[0].env.step(ec[1].text, len(ec[1].ids)), rollouts.pending))
+            cut = [e for e, c, s in zip(live, outs, steps)
+                   if not advance(e, c, s, self, self.cfg.policy.max_total_sequence_length)]
+            if last:  # environments that do not count turns end with the budget
+                cut = [e for e in rollouts.episodes if not e.done]
+            for e, s in zip(cut, pool.map(lambda e: e.env.finish(), cut)):
+                end(e, s)
+        rollouts.pending = []
+        rollouts.times["grade"] += time.perf_counter() - start
+        waiting = [e for e in rollouts.episodes if e.done and e.reward.pending]
+        if waiting:
+            if self.judge is None:
+                raise RuntimeError("the reward reads a reward model (component reward_model) but none was given")
             start = time.perf_counter()
-            if turn == 0 and len(live) == len(episodes) and all(  # each prompt prefilled once for its G samples
-                    e.trajectory.prompt_ids is prompts[i // group_size] for i, e in enumerate(episodes)):
-                guides = constrained([guide_for(episodes[i * group_size], generator, gen) for i in range(len(prompts))])
-                outs = [c for group in generator.generate(prompts, group_size, gen.max_new_tokens, params, stop,
-                                                          seeds=seeds, **guides) for c in group]
-            else:
-                key = {id(e): mix32(request_key(seeds[i // group_size], i % group_size) ^ mix32(turn))
-                       for i, e in enumerate(episodes)} if seeds is not None else None
-                got = {}
-                for player, eps in players(live, generator, opponent):
-                    done = player.generate([e.trajectory.ids for e in eps], 1, gen.max_new_tokens, params, stop,
-                                           seeds=None if key is None else [key[id(e)] for e in eps],
-                                           **constrained([guide_for(e, player, gen) for e in eps]))
-                    got.update({id(e): group[0] for e, group in zip(eps, done)})
-                outs = [got[id(e)] for e in live]
-            rollouts.times["generate"] += time.perf_counter() - start
-            room = cfg.policy.max_total_sequence_length
-            outs = [fit(c, room - len(e.trajectory), tokenizer) for e, c in zip(live, outs)]
-            rollouts.pending = list(zip(live, outs))
-            if turn < turns - 1:
-                finish_episodes(rollouts, tokenizer, grader, cfg, last=False, judge=judge)
-    return rollouts
+            scored = score_with(self.judge, [(e.messages, e.sample) for e in waiting], self.cfg.reward)
+            for e, reward in zip(waiting, scored):
+                e.reward = reward
+            rollouts.times["reward_model"] = rollouts.times.get("reward_model", 0.0) + time.perf_counter() - start
 
 
 def guide_for(e: Episode, generator, gen):
@@ -173,7 +222,7 @@ def guide_for(e: Episode, generator, gen):
     environment's for this turn where it sets one (`constraint`: (kind, value)), else its problem's (a dataset row's
     guided_decoding, on every turn), else policy.generation's for the turn (guided_decoding_per_turn, else
     guided_decoding), else None."""
-    constraint = getattr(e.env, "constraint", None) or e.problem.metadata.get("guided_decoding")
+    constraint = e.env.constraint or e.problem.metadata.get("guided_decoding")
     if constraint is None:
         per_turn = gen.guided_decoding_per_turn
         chosen = per_turn[min(e.turns, len(per_turn) - 1)] if per_turn else gen.guided_decoding
@@ -187,49 +236,22 @@ def constrained(guides: list) -> dict:
     return {"guides": guides} if any(g is not None for g in guides) else {}
 
 
-def finish_episodes(rollouts: Rollouts, tokenizer, grader: Grader, cfg, last: bool = True, judge=None) -> None:
-    """The environments answer the pending model turns (each turn's sandbox calls in parallel); episodes that
-    must end early are scored as they stand, and with `last`, so is every episode still open. Episodes that ended
-    with their reward waiting for the reward model (`judge`) are then scored together."""
-    start = time.perf_counter()
-    renderer = TurnRenderer(tokenizer) if cfg.env.multi_turn.kind != "single_turn" else None
-    live, outs = [e for e, _ in rollouts.pending], [c for _, c in rollouts.pending]
-    with ThreadPoolExecutor(max(1, grader.pool.num_workers)) as pool:
-        steps = list(pool.map(lambda ec: ec[0].env.step(ec[1].text, len(ec[1].ids)), rollouts.pending))
-        cut = [e for e, c, s in zip(live, outs, steps)
-               if not advance(e, c, s, renderer, cfg.policy.max_total_sequence_length)]
-        if last:  # environments that do not count turns end with the budget
-            cut = [e for e in rollouts.episodes if not e.done]
-        for e, s in zip(cut, pool.map(lambda e: e.env.finish(), cut)):
-            end(e, s)
-    rollouts.pending = []
-    rollouts.times["grade"] += time.perf_counter() - start
-    waiting = [e for e in rollouts.episodes if e.done and e.reward.pending]
-    if waiting:
-        if judge is None:
-            raise RuntimeError("the reward reads a reward model (component reward_model) but none was given")
-        start = time.perf_counter()
-        for e, reward in zip(waiting, score_with(judge, [(e.messages, e.sample) for e in waiting], cfg.reward)):
-            e.reward = reward
-        rollouts.times["reward_model"] = rollouts.times.get("reward_model", 0.0) + time.perf_counter() - start
-
-
 def players(live: list[Episode], generator, opponent) -> list[tuple[object, list[Episode]]]:
     """(generator, its episodes) for a turn: the policy's, and the frozen opponent's seats (not trained on)."""
-    theirs = [e for e in live if getattr(e.env, "frozen", False)]  # (only where an opponent is given: make_envs)
-    mine = [e for e in live if not getattr(e.env, "frozen", False)]
+    theirs = [e for e in live if e.env.frozen]  # (only where an opponent is given: make_envs)
+    mine = [e for e in live if not e.env.frozen]
     return [(g, eps) for g, eps in ((generator, mine), (opponent, theirs)) if eps]
 
 
-def take_news(e: Episode, news: list[dict], renderer: TurnRenderer, tokenizer, room: int) -> bool:
+def take_news(e: Episode, news: list[dict], runner: EpisodeRunner, room: int) -> bool:
     """Messages for an episode before its next turn: its prompt, if it has not had a turn yet; else an environment
     turn after its last one. False (and nothing added): the trajectory would then be longer than `room`."""
     if e.turns == 0 and news:
         e.messages = news
-        e.trajectory = Trajectory(encode(news, tokenizer))
+        e.trajectory = Trajectory(encode(news, runner.tokenizer))
     elif news:
         last = e.trajectory.segments[-1].ids if e.trajectory.segments else []
-        ids = renderer.env_turn(news, last[-1] if last else None)
+        ids = runner.renderer.env_turn(news, last[-1] if last else None)
         if len(e.trajectory) + len(ids) > room:
             return False
         e.messages += news
@@ -246,14 +268,14 @@ def fit(c: Completion, room: int, tokenizer) -> Completion:
                       None if c.logprobs is None else c.logprobs[:room], c.guide)
 
 
-def advance(e: Episode, c: Completion, step: Step, renderer: TurnRenderer | None, max_len: int) -> bool:
+def advance(e: Episode, c: Completion, step: Step, runner: EpisodeRunner, max_len: int) -> bool:
     """Add a model turn and the environment's answer to the episode. False: the episode must end early (a model
     turn ran out of tokens, or the environment's turn does not fit): the environment then scores it as it stands."""
     e.turns += 1
     e.tool_calls += step.tool_call
     e.tool_errors += step.tool_error
     e.messages.append({"role": "assistant", "content": c.text})
-    trained = not getattr(e.env, "frozen", False)  # (a frozen opponent's turns: context, never trained on)
+    trained = not e.env.frozen  # (a frozen opponent's turns: context, never trained on)
     e.trajectory.segments.append(Segment(c.ids, trained, c.logprobs if trained else None,
                                          c.guide if trained else None))
     e.trajectory.truncated = c.truncated
@@ -264,7 +286,7 @@ def advance(e: Episode, c: Completion, step: Step, renderer: TurnRenderer | None
         return False
     if not step.observation:  # nothing to say yet (a game: the opponent is to move)
         return True
-    env_ids = renderer.env_turn(step.observation, c.ids[-1] if c.ids else None)
+    env_ids = runner.renderer.env_turn(step.observation, c.ids[-1] if c.ids else None)
     if len(e.trajectory) + len(env_ids) >= max_len:  # no room for it and a model token after it: never cut it
         e.trajectory.truncated = True
         return False
@@ -281,8 +303,9 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
     """Each per-episode metric's sum over the episodes generated (key k) and the number of episodes it is over (key k#n), so
     that several processes' dicts add up (a missing key counting 0) to those of all their episodes: see
     episode_means. Rewards over valid episodes (the sandbox answered), the rest over all; turns, tool calls and
-    errors per episode, the mean reward of the episodes that took n turns, the reward model's raw score (whatever its
-    component makes of it), and the fraction of each verdict of the
+    errors per episode, the mean reward of the episodes that took n turns, the environment's own metrics (a game's by
+    game and role), the reward model's raw score (whatever its component makes of it), and the fraction of each
+    verdict of the
     `kinds` of task (default: those of these episodes; pass the dataset's when processes may hold different ones)."""
     eps = rollouts.generated
     valid = [e for e in eps if e.reward.valid]
@@ -297,7 +320,8 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
     for e in valid:
         judged = [("reward_model_score", e.sample.rm_score)] if e.sample.rm_score is not None else []
         for name, value in [*(("reward/" + k, v) for k, v in e.reward.parts.items()),
-                            (f"reward_by_turns/{e.turns}", e.reward.total), *game_parts(e), *judged]:
+                            (f"reward_by_turns/{e.turns}", e.reward.total),
+                            *e.env.metrics(e.sample, e.reward, e.turns), *judged]:
             parts[name] = (parts[name][0] + value, parts[name][1] + 1)
     # every outcome of the kinds of task, seen or not: then each process's count of episodes enters every fraction's
     # denominator (and the curves have no gaps)
@@ -306,27 +330,6 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
         parts[f"verdict/{verdict}"] = (counts[verdict], len(eps))
     pairs = sums | dict(sorted(parts.items()))
     return {k: s for k, (s, _) in pairs.items()} | {f"{k}#n": float(n) for k, (_, n) in pairs.items()}
-
-
-def game_parts(e: Episode) -> list[tuple[str, float]]:
-    """A self-play episode's metrics by game and role (its return, win and forfeit rates, the moves it made, and the
-    game's own: the code game's valid-program rate and prediction accuracy), over the episodes in which the seat
-    played; against a fixed opponent, by game and opponent (win, draw, loss, forfeit: each a rate)."""
-    if e.problem.kind != "game":
-        return []
-    game, opponent, verdict = e.problem.metadata["game"], e.problem.metadata.get("opponent"), outcome(e.sample)
-    if opponent is not None:  # (and the win rate by the role the policy played)
-        role = e.env.match.game.roles[e.env.seat]
-        return [*((f"{game}/{kind}_rate_vs_{opponent}", float(verdict == kind)) for kind in ("win", "draw", "loss",
-                                                                                             "illegal")),
-                (f"{game}/{role}/win_rate_vs_{opponent}", float(verdict == "win"))]
-    if verdict == "unplayed" or e.env.frozen:  # (the other seat ended the match before this one moved; the frozen
-        return []                              # opponent's seat)
-    role = "/".join(e.env.role)
-    own = getattr(e.env.match.game, "seat_metrics", lambda *_: [])(verdict, e.env.seat, e.env.rejected)
-    return [(f"{role}/reward_mean", e.reward.total), (f"{role}/win_rate", float(verdict == "win")),
-            (f"{role}/illegal_rate", float(verdict == "illegal")), (f"{role}/moves_mean", float(e.turns)),
-            *((f"{role}/{name}", value) for name, value in own)]
 
 
 def episode_means(sums: dict[str, float]) -> dict[str, float]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import random
 import time
 from dataclasses import dataclass, field
@@ -15,14 +14,11 @@ from execrl.algo.role_baselines import RoleBaselines
 from execrl.config import BatchPlan, MasterConfig, to_yaml
 from execrl.config.checks import check_dataset_names, check_reward_fits, prompt_limit, validate
 from execrl.envs import make_env
-from execrl.lora import Adapter, apply_lora
-from execrl.models import TINY_CODER, load_model_and_tokenizer, pick_device
-from execrl.prompts import TEMPLATE_KWARGS
+from execrl.lora import Adapter
+from execrl.models import TINY_CODER
 from execrl.rewards.judges import load_reward_model
 from execrl.rewards.reward_model import RewardModel
 from execrl.rollout import build_generator
-from execrl.rollout.engine import eager_fallback
-from execrl.rollout.fuse import fuse_projections
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import Problem
 from execrl.trainer import checkpoint, precision
@@ -32,7 +28,8 @@ from execrl.trainer.lock import RunLock
 from execrl.trainer.metrics import MetricsLogger
 from execrl.trainer.opponent import Opponent, build_opponent
 from execrl.trainer.pipeline import RolloutPipeline, build_pipeline
-from execrl.trainer.rollouts import encode
+from execrl.trainer.policy import build_policy
+from execrl.trainer.rollouts import EpisodeRunner, encode
 
 console = Console(stderr=True, soft_wrap=True)
 
@@ -65,6 +62,7 @@ class Run:
     lora: Adapter | None = None  # with policy.lora: the peft model around `model` and the base it adapts
     judge: RewardModel | None = None  # env.reward_model: scores finished conversations (reward component reward_model)
     lock: RunLock | None = None  # the run directories, held while the run runs (the main process's)
+    episodes: EpisodeRunner | None = None  # runs the environments' episodes with generator, grader, opponent, judge
 
     @property
     def model(self) -> torch.nn.Module:
@@ -108,77 +106,78 @@ def run_directories(cfg: MasterConfig) -> dict[str, str]:
 
 
 def build_run(cfg: MasterConfig) -> Run:
-    batch_plan = validate(cfg)  # (execrl train ran it before starting; here for train() called from Python)
+    """The run's parts, in the order they need each other."""
+    plan, lock = start(cfg)
+    policy = build_policy(cfg)
+    train, val, refs = training_data(cfg, policy.tokenizer)
+    optimizer = make_optimizer(policy.weights.master, cfg)
+    slots = min(cfg.policy.generation_batch_size, plan.samples_per_step // dist.world_size())
+    generator = rollout_generator(cfg, policy, slots)
+    grader = Grader(dist.sandbox_workers(cfg.env.code.num_workers),
+                    Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb),
+                    languages=languages(train + val))
+    run = Run(cfg, plan, policy.weights, policy.tokenizer, generator, policy.ref, optimizer,
+              cfg.policy.scheduler.build(optimizer), ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle), val, refs,
+              grader, MetricsLogger(cfg, write=dist.is_main()), baselines=RoleBaselines(cfg.grpo.role_baseline_decay),
+              lora=adapter(cfg, policy.peft_model), lock=lock)
+    resume(run)
+    run.opponent = build_opponent(cfg, policy.weights.compute, policy.tokenizer, slots)
+    run.judge = reward_model(cfg)
+    run.episodes = EpisodeRunner(cfg, generator, policy.tokenizer, grader,
+                                 run.opponent.generator if run.opponent else None, run.judge)
+    run.pipeline = build_pipeline(cfg, plan, run.episodes, run.sampler)
+    run.max_steps = cfg.grpo.max_num_steps
+    if not cfg.grpo.use_dynamic_sampling:  # (which draws a varying number of prompts per step: the loop checks)
+        run.max_steps = min(run.max_steps, cfg.grpo.max_num_epochs * -(-len(train) // cfg.grpo.num_prompts_per_step))
+    return run
+
+
+def start(cfg: MasterConfig) -> tuple[BatchPlan, RunLock | None]:
+    """The config checked (execrl train checked it before; here for train() called from Python), the processes
+    joined, the run's directories locked before any work, the seeds set."""
+    plan = validate(cfg)
     dist.init(cfg.policy.device)
     console.quiet = not dist.is_main()  # one rank speaks for all
-    lock = RunLock(run_directories(cfg)) if dist.is_main() else None  # before any work
-    if dist.world_size() != batch_plan.num_gpus:
+    lock = RunLock(run_directories(cfg)) if dist.is_main() else None
+    if dist.world_size() != plan.num_gpus:
         raise ValueError(f"{dist.world_size()} training process(es) but cluster.num_nodes x cluster.gpus_per_node = "
-                         f"{batch_plan.num_gpus}: start multi-GPU runs with `execrl train CONFIG` (it launches "
+                         f"{plan.num_gpus}: start multi-GPU runs with `execrl train CONFIG` (it launches "
                          "torchrun) or set cluster.gpus_per_node to the number of processes per node")
     random.seed(cfg.grpo.seed)
     torch.manual_seed(cfg.grpo.seed)
-    master_dtype, compute_dtype = precision.dtypes(cfg.policy.precision, pick_device(cfg.policy.device))
-    lora = cfg.policy.lora.enabled  # the frozen base in the compute dtype alone; the adapters (fp32) are the master
-    load_dtype = compute_dtype if lora else master_dtype
-    model, tok = load_model_and_tokenizer(cfg.policy.model_name, cfg.policy.device, str(load_dtype).split(".")[1],
-                                          offline=cfg.offline or None, tokenizer=cfg.policy.tokenizer.name
-                                          if cfg.policy.tokenizer.name != cfg.policy.model_name else None,
-                                          seed=cfg.grpo.seed, config_overrides=cfg.policy.hf_config_overrides)
-    if cfg.policy.tokenizer.chat_template:
-        tok.chat_template = cfg.policy.tokenizer.chat_template
-    setattr(tok, TEMPLATE_KWARGS, cfg.policy.tokenizer.chat_template_kwargs)
-    sharded = dist.world_size() > 1
-    # LoRA: fp32 adapters, unless they are the bf16 compute copy of a mixed-precision run (its master: below)
-    split_master = lora and not sharded and compute_dtype != master_dtype
-    peft_model = apply_lora(model, cfg.policy.lora, cfg.grpo.seed, fp32=not split_master) if lora else None
-    compute = precision.compute_model(model, compute_dtype, sharded=sharded)  # every forward runs on it
-    ref = None
-    if cfg.loss_fn.reference_policy_kl_penalty > 0 and not lora:  # the policy as the run started (a resumed run
-        # keeps it); with LoRA the base itself, adapters off (execrl.lora.base_only)
-        ref = copy.deepcopy(compute).eval().requires_grad_(False)
-    if cfg.policy.generation.backend == "execrl" and dist.world_size() == 1:
-        # the engine's wide GEMMs; parameters stay separate views (before the optimizer). Not when sharded: FSDP
-        # shards each parameter on its own, and the engine then uses the separate projections
-        fuse_projections(compute)
-    if split_master:  # (after fusing, before compiling: the master shares the fused base)
-        model = precision.lora_master(compute)
-    if cfg.policy.activation_checkpointing:
-        compute.gradient_checkpointing_enable()
-        if lora:  # (the frozen embeddings give checkpointed layers no input that needs a gradient)
-            compute.enable_input_require_grads()
-    if cfg.policy.torch_compile and next(compute.parameters()).is_cuda:
-        eager_fallback()  # where compilation fails, eager (with torch's warning)
-        for layer in [*compute.get_decoder().layers, *(ref.get_decoder().layers if ref is not None else [])]:
-            layer.compile()  # the engine calls the layers' submodules, so rollouts are unaffected
+    return plan, lock
+
+
+def training_data(cfg: MasterConfig, tokenizer) -> tuple[list[Problem], list[Problem], dict]:
+    """The training and validation problems (prompts over the limit dropped, with a count) and the warm-up's
+    references."""
     train, val, refs = load_data(cfg)
     check_dataset_names(cfg, {p.kind for p in train + val})
     check_reward_fits(cfg, {p.kind for p in train})  # (the kinds of rows read: a jsonl's known only now)
-    train, val = drop_long(train, tok, cfg), drop_long(val, tok, cfg, "data.validation")
-    model, ref = dist.shard(model, compute_dtype), dist.shard(ref, compute_dtype)  # in place: compute is model still
-    weights = precision.Weights(model, compute, compute_dtype)
-    opt = make_optimizer(model, cfg)
-    sched = cfg.policy.scheduler.build(opt)
-    gen = cfg.policy.generation
-    slots = min(cfg.policy.generation_batch_size, batch_plan.samples_per_step // dist.world_size())
-    with dist.full_weights(model):  # the engine reads the full weights' layout
+    return drop_long(train, tokenizer, cfg), drop_long(val, tokenizer, cfg, "data.validation"), refs
+
+
+def rollout_generator(cfg: MasterConfig, policy, slots: int):
+    """The rollout backend over the compute model (the execrl engine: `slots` sequences at once)."""
+    gen, lora = cfg.policy.generation, cfg.policy.lora.enabled
+    with dist.full_weights(policy.weights.master):  # the engine reads the full weights' layout
         # LoRA: generate from merged weights where nothing trains meanwhile (sync, one process; rollout/decoder.py)
         merge = lora and not cfg.grpo.async_grpo.enabled and dist.world_size() == 1
-        generator = build_generator(weights.compute, tok, gen.backend, slots, cfg.policy.max_total_sequence_length,
-                                    gen.cuda_graphs, gen.sync_every, gen.compile, gen.stop_token_ids, merge)
-    generator = dist.for_rollouts(generator, model)
-    run = Run(cfg, batch_plan, weights, tok, generator, ref, opt, sched,
-              ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle),
-              val, refs, Grader(dist.sandbox_workers(cfg.env.code.num_workers),
-                                Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb),
-                                languages=languages(train + val)),
-              MetricsLogger(cfg, write=dist.is_main()), baselines=RoleBaselines(cfg.grpo.role_baseline_decay),
-              lora=adapter(cfg, peft_model), lock=lock)
+        generator = build_generator(policy.weights.compute, policy.tokenizer, gen.backend, slots,
+                                    cfg.policy.max_total_sequence_length, gen.cuda_graphs, gen.sync_every,
+                                    gen.compile, gen.stop_token_ids, merge)
+    return dist.for_rollouts(generator, policy.weights.master)
+
+
+def resume(run: Run) -> None:
+    """The latest checkpoint, where there is one (its config compared with this one's first); the log directory
+    started at the run's step, this run's config written there."""
+    cfg = run.cfg
     found = checkpoint.latest(cfg.checkpointing.checkpoint_dir) if cfg.checkpointing.enabled else None
     if found is not None:
-        state = checkpoint.load(found, model, opt, sched, lora=lora)
+        state = checkpoint.load(found, run.model, run.optimizer, run.scheduler, lora=cfg.policy.lora.enabled)
         resumable(cfg, state, found)
-        weights.refresh()
+        run.weights.refresh()
         run.step, run.resumed_from, run.last_saved = state["step"], str(found), state["step"]
         run.sampler.load_state_dict(state["sampler"])
         if "role_baselines" in state:
@@ -191,21 +190,18 @@ def build_run(cfg: MasterConfig) -> Run:
     if removed:
         console.print(f"{run.logger.dir / 'metrics.jsonl'}: {removed} rows of steps after {run.step} removed (they are "
                       "done again)")
-    run.opponent = build_opponent(cfg, weights.compute, tok, slots)
-    if cfg.env.reward_model.enabled:
-        if cfg.grpo.use_leave_one_out_baseline and cfg.grpo.normalize_rewards:
-            console.print("[yellow]note: a reward model's scores are continuous: in a group whose other answers score "
-                          "almost alike, the leave-one-out std (NeMo RL's) is near 0 and divides that answer's "
-                          "advantage into the thousands; set grpo.use_leave_one_out_baseline=false (the group's std) "
-                          "if train/loss jumps[/]")
-        run.judge = load_reward_model(cfg.env.reward_model, cfg.policy.device, cfg.offline or None, cfg.prompt)
-    run.pipeline = build_pipeline(cfg, batch_plan, generator, tok, run.grader, run.sampler,
-                                  run.opponent.generator if run.opponent else None, run.judge)
-    steps_per_epoch = -(-len(train) // cfg.grpo.num_prompts_per_step)
-    run.max_steps = cfg.grpo.max_num_steps
-    if not cfg.grpo.use_dynamic_sampling:  # (which draws a varying number of prompts per step: the loop checks)
-        run.max_steps = min(run.max_steps, cfg.grpo.max_num_epochs * steps_per_epoch)
-    return run
+
+
+def reward_model(cfg: MasterConfig) -> RewardModel | None:
+    """env.reward_model's model, where it is on."""
+    if not cfg.env.reward_model.enabled:
+        return None
+    if cfg.grpo.use_leave_one_out_baseline and cfg.grpo.normalize_rewards:
+        console.print("[yellow]note: a reward model's scores are continuous: in a group whose other answers score "
+                      "almost alike, the leave-one-out std (NeMo RL's) is near 0 and divides that answer's "
+                      "advantage into the thousands; set grpo.use_leave_one_out_baseline=false (the group's std) "
+                      "if train/loss jumps[/]")
+    return load_reward_model(cfg.env.reward_model, cfg.policy.device, cfg.offline or None, cfg.prompt)
 
 
 def adapter(cfg: MasterConfig, peft_model) -> Adapter | None:

@@ -1,0 +1,90 @@
+"""The policy a run trains, built in one place: its parts depend on each other in this order, and only here.
+
+  1. weights and tokenizer       master dtype (LoRA: the frozen base in the compute dtype)
+  2. LoRA adapters               wrap the base before any copy is made of it
+  3. compute copy                every forward pass runs on it (the master itself where the dtypes agree)
+  4. reference model             a copy of the compute model as the run starts, before fusing (KL penalty)
+  5. fused projections           the engine's wide GEMMs, on the compute model (one process only)
+  6. LoRA master split           the fp32 adapters of a mixed-precision LoRA run, sharing the fused base
+  7. activation checkpointing
+  8. compiled layers             after fusing: the engine calls the compiled layers' submodules
+  9. sharding                    FSDP2 over the training processes (in place)
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+
+from execrl.config import MasterConfig
+from execrl.lora import apply_lora
+from execrl.models import load_model_and_tokenizer, pick_device
+from execrl.prompts import TEMPLATE_KWARGS
+from execrl.rollout.engine import eager_fallback
+from execrl.rollout.fuse import fuse_projections
+from execrl.trainer import distributed as dist
+from execrl.trainer import precision
+
+
+@dataclass
+class Policy:
+    weights: precision.Weights  # master (optimizer, checkpoints) and compute (forward passes, rollouts)
+    tokenizer: object
+    ref: torch.nn.Module | None  # the KL penalty's reference, where it has one
+    peft_model: object | None  # with policy.lora: the peft model around the base
+
+
+def build_policy(cfg: MasterConfig) -> Policy:
+    master_dtype, compute_dtype = precision.dtypes(cfg.policy.precision, pick_device(cfg.policy.device))
+    lora = cfg.policy.lora.enabled
+    model, tok = load_weights(cfg, compute_dtype if lora else master_dtype)
+    sharded = dist.world_size() > 1
+    # LoRA: fp32 adapters, unless they are the bf16 compute copy of a mixed-precision run (its master: step 6)
+    split_master = lora and not sharded and compute_dtype != master_dtype
+    peft_model = apply_lora(model, cfg.policy.lora, cfg.grpo.seed, fp32=not split_master) if lora else None
+    compute = precision.compute_model(model, compute_dtype, sharded=sharded)
+    ref = reference_model(cfg, compute)
+    if cfg.policy.generation.backend == "execrl" and not sharded:
+        # parameters stay separate views (before the optimizer); FSDP shards each parameter on its own, and the
+        # engine then uses the separate projections
+        fuse_projections(compute)
+    if split_master:
+        model = precision.lora_master(compute)
+    if cfg.policy.activation_checkpointing:
+        compute.gradient_checkpointing_enable()
+        if lora:  # the frozen embeddings give checkpointed layers no input that needs a gradient
+            compute.enable_input_require_grads()
+    if cfg.policy.torch_compile and next(compute.parameters()).is_cuda:
+        compile_layers(compute, ref)
+    model, ref = dist.shard(model, compute_dtype), dist.shard(ref, compute_dtype)  # in place: compute is model still
+    return Policy(precision.Weights(model, compute, compute_dtype), tok, ref, peft_model)
+
+
+def load_weights(cfg: MasterConfig, dtype: torch.dtype):
+    """The model (hub id, local directory or builtin) in `dtype`, and its tokenizer with the config's chat template."""
+    p = cfg.policy
+    model, tok = load_model_and_tokenizer(p.model_name, p.device, str(dtype).split(".")[1],
+                                          offline=cfg.offline or None,
+                                          tokenizer=p.tokenizer.name if p.tokenizer.name != p.model_name else None,
+                                          seed=cfg.grpo.seed, config_overrides=p.hf_config_overrides)
+    if p.tokenizer.chat_template:
+        tok.chat_template = p.tokenizer.chat_template
+    setattr(tok, TEMPLATE_KWARGS, p.tokenizer.chat_template_kwargs)
+    return model, tok
+
+
+def reference_model(cfg: MasterConfig, compute: torch.nn.Module) -> torch.nn.Module | None:
+    """The policy as the run starts (a resumed run keeps it), frozen; None without a KL penalty, and with LoRA, whose
+    reference is the base itself, adapters off (execrl.lora.base_only)."""
+    if cfg.loss_fn.reference_policy_kl_penalty > 0 and not cfg.policy.lora.enabled:
+        return copy.deepcopy(compute).eval().requires_grad_(False)
+    return None
+
+
+def compile_layers(compute: torch.nn.Module, ref: torch.nn.Module | None) -> None:
+    """torch.compile each decoder layer (eager where compilation fails, with torch's warning)."""
+    eager_fallback()
+    for layer in [*compute.get_decoder().layers, *(ref.get_decoder().layers if ref is not None else [])]:
+        layer.compile()

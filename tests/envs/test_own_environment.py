@@ -1,0 +1,71 @@
+"""An environment of one's own, named by import path: examples/second_chance_env.py runs through the real episode
+runner, tokenizer and sandbox (only the model is replaced, by a scripted one); bad names are one clear line."""
+
+from pathlib import Path
+
+import pytest
+
+from execrl.config import ConfigError, load_config
+from execrl.envs import Environment, environment_class, register
+from execrl.models import BYTE_VOCAB, build_tokenizer
+from execrl.plugins import PluginError
+from execrl.rollout import Completion, SamplingParams
+from execrl.sandbox import Grader, Limits
+from execrl.tasks import load_problems
+from execrl.trainer.rollouts import EpisodeRunner
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "second_chance_env.py"
+KIND = f"env.multi_turn.kind={EXAMPLE}:SecondChance"
+WRONG = "```python\nprint(0)\n```"
+
+
+class Scripted:
+    """Answers every first turn with a wrong program, every later one with the problem's reference program."""
+
+    def __init__(self, tok, problems):
+        self.tok, self.right = tok, {p.messages[0]["content"]: p.metadata["reference_completion"] for p in problems}
+
+    def generate(self, prompts, num_samples, max_new_tokens, params, stop_strings=None, seeds=None, **_):
+        out = []
+        for ids in prompts:
+            text = self.tok.decode(ids)
+            retry = "Try again." in text
+            answer = next(r for q, r in self.right.items() if q in text) if retry else WRONG
+            tokens = self.tok(answer, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id]
+            out.append([Completion(tokens, answer, False) for _ in range(num_samples)])
+        return out
+
+
+def test_the_example_environment_gives_a_second_chance():
+    cfg = load_config(None, [KIND, "grpo.max_rollout_turns=2", "env.multi_turn.observation_role=user",
+                             "policy.max_total_sequence_length=512"])
+    problems, _ = load_problems("builtin:arith-code", "train", count=2)
+    tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
+    with Grader(num_workers=1, limits=Limits(timeout_s=2.0, memory_mb=512)) as grader:
+        rollouts = EpisodeRunner(cfg, Scripted(tok, problems), tok, grader).run(problems, 2, SamplingParams(1.0))
+    assert [e.turns for e in rollouts.episodes] == [2, 2, 2, 2]
+    assert [e.reward.total for e in rollouts.episodes] == [1.0] * 4  # the second answer is the one scored
+    assert all("passed 0 of 4 tests" in e.messages[2]["content"] for e in rollouts.episodes)
+    assert all(e.tool_errors == 1 for e in rollouts.episodes)
+
+
+def test_the_import_path_passes_validation_and_bad_ones_are_one_line():
+    from execrl.config.checks import validate
+
+    validate(load_config(None, [KIND, "grpo.max_rollout_turns=2"]))
+    for kind, said in [(f"{EXAMPLE}:Nope", "has no 'Nope'"), ("no/such/file.py:X", "no such file"),
+                       ("no_such_module:X", "cannot import no_such_module"), ("interpretr", "use one of"),
+                       ("execrl.rewards:Reward", "not an environment class")]:
+        with pytest.raises(ConfigError, match=said):
+            validate(load_config(None, [f"env.multi_turn.kind={kind}", "grpo.max_rollout_turns=2"]))
+
+
+def test_registering_an_environment_by_name():
+    @register("always_one_test_env")
+    class AlwaysOne(Environment):
+        def reset(self, problem):
+            return [{"role": "user", "content": "hi"}]
+
+    assert environment_class("always_one_test_env") is AlwaysOne
+    with pytest.raises(PluginError, match="not an environment class"):
+        register("not_an_env")(int)
