@@ -15,7 +15,12 @@ from execrl.rollout import Completion, SamplingParams
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import load_problems
 from execrl.trainer.rollouts import EpisodeRunner
-from execrl.trainer.step import role_advantages
+from execrl.trainer.step import advantages
+
+def role_advantages(rollouts, baselines):
+    """The advantages of grpo.advantage rae, as the trainer computes them. [N]"""
+    return advantages(rollouts, load_config(None, [*GAME, "grpo.advantage=rae"]), baselines)[0]
+
 
 GAME = ["env.multi_turn.kind=game", "grpo.max_rollout_turns=9", "grpo.num_generations_per_prompt=2",
         "data.train.dataset_name=selfplay:tictactoe", "policy.max_total_sequence_length=2048",

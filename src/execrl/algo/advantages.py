@@ -1,5 +1,10 @@
 """Advantages from rewards, per group of G samples of one prompt. Invalid samples (sandbox failures) are left out
-of their group's baseline and statistics, and get advantage 0."""
+of their group's baseline and statistics, and get advantage 0.
+
+Every estimator is registered by name and called alike, `ADVANTAGES[name](rewards, valid, **options)` with
+rewards and valid [num_groups, G] -> advantages [num_groups, G]; each reads the options it needs
+(normalize_rewards, use_leave_one_out_baseline, std_rewards; self-play's rae: roles, all_roles, baselines,
+sum_over_processes) and ignores the rest."""
 
 from __future__ import annotations
 
@@ -58,8 +63,8 @@ def baseline_and_std(rewards: torch.Tensor, valid: torch.Tensor, leave_one_out: 
 
 @register("grpo")
 def grpo(rewards: torch.Tensor, valid: torch.Tensor, normalize_rewards: bool = True,
-         use_leave_one_out_baseline: bool = True, eps: float = 1e-6, std_rewards: torch.Tensor | None = None
-         ) -> torch.Tensor:
+         use_leave_one_out_baseline: bool = True, eps: float = 1e-6, std_rewards: torch.Tensor | None = None,
+         **_) -> torch.Tensor:
     """A_i = r_i - baseline_i, divided by (std_i + eps) where std_i > 0 (NeMo RL: a zero std leaves A_i undivided).
     Flat groups and invalid samples get exactly 0. rewards, valid: [num_groups, G] -> advantages [num_groups, G]."""
     baseline, std = baseline_and_std(rewards, valid, use_leave_one_out_baseline, std_rewards)

@@ -77,64 +77,101 @@ def kl_weights(current: torch.Tensor, t: LossTerms, mask: torch.Tensor, on_polic
 def policy_loss(t: LossTerms, cfg: LossConfig, *, num_tokens: float, num_seqs: float,
                 is_correction: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss of one micro-batch, scaled so that summing over the optimizer batch gives its mean. Returns (loss, metrics).
-    `cfg` is the run's loss_fn section, read here key by key under its own names; `is_correction`: whether tokens are
-    weighted by pi_old / pi_sampler (loss_fn.use_importance_sampling_correction as resolved for the run: see
-    execrl.trainer.step.importance_correction). Each token's KL estimate is weighted as kl_weights says."""
+    `cfg` is the run's loss_fn section, read under its own names by each piece below; `is_correction`: whether tokens
+    are weighted by pi_old / pi_sampler (loss_fn.use_importance_sampling_correction as resolved for the run: see
+    execrl.trainer.step.importance_correction)."""
     mask = t.mask.float()
     adv = t.advantages.unsqueeze(1)  # [B, 1]
     ratio, clamped = ratios(t, cfg, mask)  # [B, T] each
-    if cfg.use_cispo:  # CISPO: REINFORCE on log pi, weighted by the clipped ratio (detached)
-        surrogate = clamped.detach() * t.logprobs * adv
-    else:
-        surrogate = torch.minimum(ratio * adv, clamped * adv)  # [B, T]
-    if cfg.ratio_clip_c is not None:  # dual clip: bound how far a negative-advantage token can push
-        surrogate = torch.where(adv < 0, torch.maximum(surrogate, cfg.ratio_clip_c * adv), surrogate)
-    per_token = -surrogate
-    log_w = seq_weight = None
-    if t.sampler_logprobs is not None:
-        log_w = ((t.old_logprobs - t.sampler_logprobs) * mask).detach()  # [B, T] log(pi_old / pi_sampler); 0 off-mask
-        if cfg.sequence_level_importance_ratios:  # GSPO: one weight per sequence, of its whole probability
-            seq_weight = overflow_to_zero(torch.exp(log_w.sum(1, keepdim=True)))  # [B, 1]
-            raw = seq_weight.expand_as(log_w)
-        else:
-            raw = overflow_to_zero(torch.exp(log_w))  # [B, T]
-        weight, truncated = importance_weight(raw, cfg.truncated_importance_sampling_type or "tis",
-                                              cfg.truncated_importance_sampling_ratio,
-                                              cfg.truncated_importance_sampling_ratio_min)
-        if is_correction:
-            per_token = per_token * weight
-    kl = torch.zeros_like(per_token)
-    if cfg.reference_policy_kl_penalty and t.ref_logprobs is not None:
-        current = t.logprobs if t.unfiltered_logprobs is None else t.unfiltered_logprobs  # NeMo RL: unfiltered
-        kl = kl_penalty(current, t.ref_logprobs, cfg.reference_policy_kl_type, cfg.kl_input_clamp_value,
-                        cfg.kl_output_clamp_value, kl_weights(current, t, mask, cfg.use_on_policy_kl_approximation))
+    per_token = -surrogate(t, cfg, ratio, clamped, adv)  # [B, T]
+    sampler = sampler_weights(t, cfg, mask)
+    if sampler is not None and is_correction:
+        per_token = per_token * sampler.weight
+    kl = kl_term(t, cfg, mask)  # [B, T]
+    if kl is not None:
         per_token = per_token + cfg.reference_policy_kl_penalty * kl
     loss = aggregate(per_token, mask, num_tokens, num_seqs, cfg.token_level_loss, cfg.constant_normalizer)
-    with torch.no_grad():
-        n = mask.sum().clamp(min=1)
-        # where the clip is active (the clipped term is the minimum, so the token has no gradient): above the band
-        # with a positive advantage, below it with a negative one
-        clipping = not (cfg.force_on_policy_ratio or cfg.disable_ppo_ratio)
-        high = (ratio > 1.0 + cfg.ratio_clip_max) & (adv > 0) & clipping
-        low = (ratio < 1.0 - cfg.ratio_clip_min) & (adv < 0) & clipping
-        metrics = {
-            "clip_frac": ((high | low).float() * mask).sum() / n,
-            "clip_frac_high": (high.float() * mask).sum() / n,
-            "clip_frac_low": (low.float() * mask).sum() / n,
-            "kl": (kl * mask).sum() / n,
-            "ratio_mean": (ratio * mask).sum() / n if clipping else torch.ones(()),
-            "tokens": mask.sum(),
-        }
-        if log_w is not None:  # how far the behaviour policy is from the proximal one (logged, corrected or not)
-            metrics["logprob_mismatch"] = (log_w.abs() * mask).sum() / n  # mean |log pi_old - log pi_sampler|
-            metrics["sampler_kl"] = ((torch.exp(log_w) - 1.0 - log_w) * mask).sum() / n  # k3 of KL(sampler || old)
-            if seq_weight is None:
-                metrics["is_weight"] = (weight * mask).sum() / n  # after truncation, a token mean
-            else:  # GSPO: a mean over the sequences with loss tokens, as NeMo RL's sampling_importance_ratio
-                has = mask.sum(1) > 0
-                metrics["is_weight"] = weight[:, 0][has].sum() / has.sum().clamp(min=1)
-            metrics["is_truncated_frac"] = (truncated.float() * mask).sum() / n
-    return loss, metrics
+    return loss, loss_metrics(cfg, mask, adv, ratio, kl, sampler)
+
+
+def surrogate(t: LossTerms, cfg: LossConfig, ratio: torch.Tensor, clamped: torch.Tensor, adv: torch.Tensor
+              ) -> torch.Tensor:
+    """The objective per token [B, T]: PPO's clipped surrogate, or CISPO's REINFORCE on log pi weighted by the clipped
+    ratio (detached); with ratio_clip_c, dual clip (how far a negative-advantage token can push is bounded)."""
+    if cfg.use_cispo:
+        out = clamped.detach() * t.logprobs * adv
+    else:
+        out = torch.minimum(ratio * adv, clamped * adv)
+    if cfg.ratio_clip_c is not None:
+        out = torch.where(adv < 0, torch.maximum(out, cfg.ratio_clip_c * adv), out)
+    return out
+
+
+@dataclass
+class SamplerWeights:
+    """pi_old / pi_sampler, where the sampler's logprobs are known: the importance weights after truncation."""
+
+    log_w: torch.Tensor  # [B, T] log(pi_old / pi_sampler), detached; 0 off the mask
+    weight: torch.Tensor  # [B, T] truncated (GSPO: one per sequence, expanded)
+    truncated: torch.Tensor  # [B, T] bool: where truncation acted
+    per_sequence: bool  # GSPO
+
+
+def sampler_weights(t: LossTerms, cfg: LossConfig, mask: torch.Tensor) -> SamplerWeights | None:
+    """The weights of the importance-sampling correction (applied or only logged), None without sampler logprobs."""
+    if t.sampler_logprobs is None:
+        return None
+    log_w = ((t.old_logprobs - t.sampler_logprobs) * mask).detach()
+    if cfg.sequence_level_importance_ratios:  # GSPO: one weight per sequence, of its whole probability
+        raw = overflow_to_zero(torch.exp(log_w.sum(1, keepdim=True))).expand_as(log_w)  # [B, 1] -> [B, T]
+    else:
+        raw = overflow_to_zero(torch.exp(log_w))
+    weight, truncated = importance_weight(raw, cfg.truncated_importance_sampling_type or "tis",
+                                          cfg.truncated_importance_sampling_ratio,
+                                          cfg.truncated_importance_sampling_ratio_min)
+    return SamplerWeights(log_w, weight, truncated, cfg.sequence_level_importance_ratios)
+
+
+def kl_term(t: LossTerms, cfg: LossConfig, mask: torch.Tensor) -> torch.Tensor | None:
+    """Each token's estimate of KL(pi || ref) [B, T] (on the unfiltered logprobs, as NeMo RL's), weighted as
+    kl_weights says; None without a KL penalty."""
+    if not cfg.reference_policy_kl_penalty or t.ref_logprobs is None:
+        return None
+    current = t.logprobs if t.unfiltered_logprobs is None else t.unfiltered_logprobs
+    return kl_penalty(current, t.ref_logprobs, cfg.reference_policy_kl_type, cfg.kl_input_clamp_value,
+                      cfg.kl_output_clamp_value, kl_weights(current, t, mask, cfg.use_on_policy_kl_approximation))
+
+
+@torch.no_grad()
+def loss_metrics(cfg: LossConfig, mask: torch.Tensor, adv: torch.Tensor, ratio: torch.Tensor,
+                 kl: torch.Tensor | None, sampler: SamplerWeights | None) -> dict[str, torch.Tensor]:
+    """Token means over the mask: where the clip is active, the KL, the ratio; and how far the behaviour policy is from
+    the proximal one (logged whether corrected or not)."""
+    n = mask.sum().clamp(min=1)
+    # the clip is active where the clipped term is the minimum (the token has no gradient): above the band with a
+    # positive advantage, below it with a negative one
+    clipping = not (cfg.force_on_policy_ratio or cfg.disable_ppo_ratio)
+    high = (ratio > 1.0 + cfg.ratio_clip_max) & (adv > 0) & clipping
+    low = (ratio < 1.0 - cfg.ratio_clip_min) & (adv < 0) & clipping
+    metrics = {
+        "clip_frac": ((high | low).float() * mask).sum() / n,
+        "clip_frac_high": (high.float() * mask).sum() / n,
+        "clip_frac_low": (low.float() * mask).sum() / n,
+        "kl": (kl * mask).sum() / n if kl is not None else torch.zeros(()),
+        "ratio_mean": (ratio * mask).sum() / n if clipping else torch.ones(()),
+        "tokens": mask.sum(),
+    }
+    if sampler is not None:
+        log_w, weight = sampler.log_w, sampler.weight
+        metrics["logprob_mismatch"] = (log_w.abs() * mask).sum() / n  # mean |log pi_old - log pi_sampler|
+        metrics["sampler_kl"] = ((torch.exp(log_w) - 1.0 - log_w) * mask).sum() / n  # k3 of KL(sampler || old)
+        if not sampler.per_sequence:
+            metrics["is_weight"] = (weight * mask).sum() / n  # after truncation, a token mean
+        else:  # GSPO: a mean over the sequences with loss tokens, as NeMo RL's sampling_importance_ratio
+            has = mask.sum(1) > 0
+            metrics["is_weight"] = weight[:, 0][has].sum() / has.sum().clamp(min=1)
+        metrics["is_truncated_frac"] = (sampler.truncated.float() * mask).sum() / n
+    return metrics
 
 
 def ratios(t: LossTerms, cfg: LossConfig, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -61,11 +61,10 @@ def check_learnable(cfg: MasterConfig) -> None:
 
 
 def optimizer_lr(cfg: MasterConfig) -> float | None:
-    lr = cfg.policy.optimizer.kwargs.get("lr")
-    try:
-        return None if lr is None else float(lr)
-    except (TypeError, ValueError):
-        raise ConfigError(f"policy.optimizer.kwargs.lr={lr!r} is not a number (e.g. 5e-6)") from None
+    lr = cfg.policy.optimizer.kwargs.get("lr")  # (a number: the schema converts YAML's strings)
+    if lr is not None and not isinstance(lr, (int, float)):
+        raise ConfigError(f"policy.optimizer.kwargs.lr={lr!r} is not a number (e.g. 5e-6)")
+    return lr
 
 
 def check_guided(cfg: MasterConfig) -> None:

@@ -191,18 +191,8 @@ def _override(tree: DictConfig, item: str) -> None:
             raise ConfigError(f"override {key}: {part} is not a section")
         if node is None:
             break
-    OmegaConf.update(tree, key, _number_or_self(yaml.safe_load(raw)) if raw.strip() else None, merge=False,
+    OmegaConf.update(tree, key, yaml.safe_load(raw) if raw.strip() else None, merge=False,
                      force_add=True)
-
-
-def _number_or_self(value):
-    """YAML 1.1 reads 1e-5 as a string; a researcher typing lr=1e-5 means the number."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
 
 
 def validate(tree: dict) -> MasterConfig:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from execrl.config.schedule import Schedule, WarmupSchedule
 from execrl.config.section import Section
@@ -86,6 +86,20 @@ class OptimizerConfig(Section):
     name: str = Field("torch.optim.AdamW", description="optimizer class (AdamW)")
     kwargs: dict[str, Any] = Field(default_factory=lambda: {"lr": 5e-6, "weight_decay": 0.01, "betas": [0.9, 0.999],
                                                             "eps": 1e-8}, description="passed to the optimizer")
+
+    @field_validator("kwargs")
+    @classmethod
+    def _numbers(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """YAML 1.1 reads 1e-5 as a string: a number is meant (the one place this is read; a typed field's string
+        pydantic converts itself)."""
+        out = dict(kwargs)
+        for key, value in kwargs.items():
+            if isinstance(value, str):
+                try:
+                    out[key] = float(value)
+                except ValueError:
+                    raise ValueError(f"policy.optimizer.kwargs.{key}={value!r} is not a number (e.g. 5e-6)") from None
+        return out
 
 
 class LoraConfig(Section):

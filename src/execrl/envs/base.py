@@ -67,6 +67,11 @@ class Environment:
         return []
 
     @property
+    def role(self) -> tuple[str, str] | None:
+        """(game, role) of a self-play seat, whose baseline its advantage uses (grpo.advantage rae); else None."""
+        return None
+
+    @property
     def constraint(self) -> tuple[str, str] | None:
         """Guided decoding of the next model turn, as (kind, value) (e.g. ("regex", ...)), or None."""
         return None

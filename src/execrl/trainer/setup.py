@@ -248,17 +248,8 @@ def make_optimizer(model, cfg: MasterConfig) -> torch.optim.Optimizer:
     name = cfg.policy.optimizer.name
     if name.lower() not in ("torch.optim.adamw", "adamw"):
         raise ValueError(f"policy.optimizer.name {name!r}: only torch.optim.AdamW is supported")
-    kwargs = {k: _number(k, v) for k, v in cfg.policy.optimizer.kwargs.items()}
+    kwargs = dict(cfg.policy.optimizer.kwargs)
     if "betas" in kwargs:
         kwargs["betas"] = tuple(kwargs["betas"])
     kwargs.pop("foreach", None), kwargs.pop("fused", None)
     return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], **kwargs)
-
-
-def _number(key: str, value):
-    if isinstance(value, str):  # YAML 1.1 reads 1e-5 as a string
-        try:
-            return float(value)
-        except ValueError:
-            raise ValueError(f"policy.optimizer.kwargs.{key}: {value!r} is not a number") from None
-    return value

@@ -37,34 +37,20 @@ class TrainBatch:
 
 def advantages(rollouts: Rollouts, cfg: MasterConfig, baselines: RoleBaselines | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(advantages [N], rewards [num_groups, G], valid [num_groups, G]); flat groups get 0. With grpo.advantage rae
-    (self-play), each episode's return less its game and role's baseline, which moves with this batch first."""
+    """(advantages [N], rewards [num_groups, G], valid [num_groups, G]) by grpo.advantage's estimator; flat groups
+    get 0."""
     rewards, valid = rollouts.reward_table()
-    if cfg.grpo.advantage == "rae":
-        adv = role_advantages(rollouts, baselines).view_as(rewards)
-    else:
-        # NeMo RL: with dynamic sampling the std that normalizes is that of the rewards before shaping
-        raw = rollouts.reward_table(unshaped=True)[0] if cfg.grpo.use_dynamic_sampling else None
-        adv = ADVANTAGES[cfg.grpo.advantage](rewards, valid, normalize_rewards=cfg.grpo.normalize_rewards,
-                                             use_leave_one_out_baseline=cfg.grpo.use_leave_one_out_baseline,
-                                             std_rewards=raw)
+    # NeMo RL: with dynamic sampling the std that normalizes is that of the rewards before shaping
+    raw = rollouts.reward_table(unshaped=True)[0] if cfg.grpo.use_dynamic_sampling else None
+    adv = ADVANTAGES[cfg.grpo.advantage](
+        rewards, valid, normalize_rewards=cfg.grpo.normalize_rewards,
+        use_leave_one_out_baseline=cfg.grpo.use_leave_one_out_baseline, std_rewards=raw,
+        roles=[e.env.role if e.turns and not e.env.frozen else None for e in rollouts.episodes],
+        all_roles=[(g.name, r) for g in GAMES.values() for r in g.roles], baselines=baselines,
+        sum_over_processes=dist.sum_floats)
     if cfg.grpo.advantage_clip_low is not None or cfg.grpo.advantage_clip_high is not None:
         adv = adv.clamp(cfg.grpo.advantage_clip_low, cfg.grpo.advantage_clip_high)
     return adv.reshape(-1), rewards, valid
-
-
-def role_advantages(rollouts: Rollouts, baselines: RoleBaselines) -> torch.Tensor:
-    """Each episode's return less its (game, role)'s baseline, moved first towards the batch's mean return of that
-    role over all processes, of the episodes in which the policy played (the others, a seat that never moved or the
-    frozen opponent's, have no tokens to train: 0). [N]"""
-    keys = [(g.name, r) for g in GAMES.values() for r in g.roles]
-    mine = [e.env.role if e.turns and not e.env.frozen else None for e in rollouts.episodes]
-    returns = [e.reward.total if e.reward.valid else 0.0 for e in rollouts.episodes]
-    sums = dist.sum_floats(*[sum(r for k, r in zip(mine, returns) if k == key) for key in keys],
-                           *[float(sum(k == key for k in mine)) for key in keys])
-    base = {key: baselines.update(*key, total / n) for key, total, n in zip(keys, sums[:len(keys)], sums[len(keys):])
-            if n}
-    return torch.tensor([r - base[k] if k else 0.0 for k, r in zip(mine, returns)], dtype=torch.float32)
 
 
 def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_filtering: bool) -> TrainBatch:
