@@ -255,9 +255,9 @@ def eval_config(args):
         raise ValueError(f"--k values must be between 1 and --samples ({args.samples}), got {args.k!r}")
     temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 0.8)
     return EvalConfig(dataset=args.dataset, split=args.split, data_path=args.data_path, limit=args.limit,
-                      max_tests=args.max_tests,
-                      samples=args.samples, ks=ks, temperature=temperature, top_p=args.top_p,
-                      max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, backend=args.backend, seed=args.seed,
+                      max_tests=args.max_tests, samples=args.samples, ks=ks, temperature=temperature, top_p=args.top_p,
+                      max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, backend=args.backend,
+                      seed=args.seed,
                       out=args.out, workers=args.workers, timeout_s=args.timeout, reward_model=args.reward_model,
                       reward_model_batch_size=args.reward_model_batch_size, guided=eval_constraint(args),
                       prompt=PromptConfig(system_prompt=args.system_prompt, answer_format=args.answer_format,
