@@ -103,6 +103,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.overrides += rest  # key=value overrides after a flag (`execrl train cfg.yaml --dry-run a.b=1`)
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command == "train" and args.config and "=" in args.config:  # `execrl train key=value ...`: the default
+        args.overrides, args.config = [args.config, *args.overrides], None
     return args
 
 
@@ -144,8 +146,6 @@ def run_train(args) -> int:
     from execrl.config import ConfigError, load_config, to_yaml
 
     err = Console(stderr=True, soft_wrap=True)
-    if args.config and "=" in args.config:  # `execrl train key=value ...` with the built-in default
-        args.overrides, args.config = [args.config, *args.overrides], None
     from execrl.config.checks import check_model, differences_note, no_effect_note, validate
 
     try:
