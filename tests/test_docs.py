@@ -182,7 +182,7 @@ def parse(block: Block, argv: list[str], capsys):
 def test_the_docs_have_commands_and_configs():
     """The collection itself works: the README's set-up and quick start, and the guides' configs, are found."""
     assert len(of("train")) >= 20 and of("eval") and of("grade") and of("report")
-    assert len([b for b in ALL_BLOCKS if b.lang == "yaml"]) >= 15
+    assert len([b for b in ALL_BLOCKS if b.lang == "yaml"]) >= 10
     skipped = [b.where for b in ALL_BLOCKS if b.marker.startswith("skip")]
     assert len(skipped) <= 3, f"keep skips rare: {skipped}"
 
@@ -240,7 +240,7 @@ def test_scripts_named_exist_and_ci_runs_the_readmes_test_command():
     assert tests and all(t in ci for t in tests), f"the README's test command {tests} is not what .ci/run runs"
 
 
-def python(argv: list[str], cwd: Path, timeout: float = 280) -> subprocess.CompletedProcess:
+def python(argv: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
     """This interpreter on argv, with this checkout's execrl importable."""
     path = os.pathsep.join(filter(None, (str(ROOT / "src"), os.environ.get("PYTHONPATH"))))
     return subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=timeout, cwd=cwd,
@@ -391,6 +391,8 @@ def test_config_keys_named_in_the_prose_exist(path):
 
 # ---- the slow tier: CPU commands run
 
+SLOW_S = 900  # a slow check at most: the reward-model config trains its judge first (minutes on 2 busy cores)
+
 
 def short_run(argv: list[str], tmp_path: Path) -> list[str] | None:
     """The overrides that make a documented train command one short step in tmp_path, or None when it is not a CPU
@@ -402,15 +404,17 @@ def short_run(argv: list[str], tmp_path: Path) -> list[str] | None:
     group = cfg.grpo.num_generations_per_prompt
     return ["grpo.max_num_steps=1", "grpo.val_period=0", "grpo.val_at_start=false", "grpo.val_at_end=false",
             "grpo.num_prompts_per_step=2", f"policy.train_global_batch_size={2 * group}",
-            *(["warmup.sft_steps=2"] if cfg.warmup.sft_steps else []),
+            # a short warm-up, except where dynamic sampling needs the groups whose rewards differ that it makes
+            *(["warmup.sft_steps=2"] if cfg.warmup.sft_steps and not cfg.grpo.use_dynamic_sampling else []),
             f"logger.log_dir={tmp_path / 'run'}", f"checkpointing.checkpoint_dir={tmp_path / 'ck'}"]
 
 
 def execrl(argv: list[str]) -> subprocess.CompletedProcess:
-    return python(["-m", "execrl.cli", *argv], ROOT)
+    return python(["-m", "execrl.cli", *argv], ROOT, timeout=SLOW_S - 60)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(SLOW_S)
 @pytest.mark.parametrize("block, argv", of("train"), ids=ids(of("train")))
 def test_cpu_train_commands_run_a_step(block, argv, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
@@ -423,6 +427,7 @@ def test_cpu_train_commands_run_a_step(block, argv, monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(SLOW_S)
 @pytest.mark.parametrize("block, argv", of("eval"), ids=ids(of("eval")))
 def test_eval_commands_with_a_builtin_model_run(block, argv, tmp_path, capsys):
     args = parse(block, argv, capsys)
@@ -434,7 +439,8 @@ def test_eval_commands_with_a_builtin_model_run(block, argv, tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(SLOW_S)
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[b.where for b in PYTHON_BLOCKS])
 def test_python_blocks_run(block, tmp_path):
-    proc = python(["-c", block.text], tmp_path)
+    proc = python(["-c", block.text], tmp_path, timeout=SLOW_S - 60)
     assert proc.returncode == 0, f"{block.where}: {proc.stderr.strip()[-1500:]}"
