@@ -52,7 +52,6 @@ from execrl.tasks.registry import DATASETS, dataset_key
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-SHELLS = {"bash", "sh", "shell", "console", ""}
 MARKER = re.compile(r"^<!--\s*docs-test:\s*(.*?)\s*-->$")
 SECTIONS = ("policy", "grpo", "loss_fn", "data", "prompt", "reward", "env", "logger", "checkpointing", "cluster",
             "warmup")
