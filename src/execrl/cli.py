@@ -22,7 +22,8 @@ def number(kind: type, low: float, inclusive: bool = True):
     return parse
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The `execrl` command line: one subparser per job (the docs test checks each documented command against it)."""
     parser = argparse.ArgumentParser(prog="execrl", description="RL for code and math LMs with verifiable rewards")
     parser.add_argument("--version", action="version", version=f"execrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -91,11 +92,24 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", default=None, help="the HTML file (default: RUN_DIR/report.html for one run, else "
                    "report.html here)")
 
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The arguments as `main` reads them; a bad flag exits with argparse's one-line error."""
+    parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if args.command == "train" and all("=" in a and not a.startswith("-") for a in rest):
         args.overrides += rest  # key=value overrides after a flag (`execrl train cfg.yaml --dry-run a.b=1`)
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command == "train" and args.config and "=" in args.config:  # `execrl train key=value ...`: the default
+        args.overrides, args.config = [args.config, *args.overrides], None
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.command == "train":
         return run_train(args)
     if args.command == "grade":
@@ -132,8 +146,6 @@ def run_train(args) -> int:
     from execrl.config import ConfigError, load_config, to_yaml
 
     err = Console(stderr=True, soft_wrap=True)
-    if args.config and "=" in args.config:  # `execrl train key=value ...` with the built-in default
-        args.overrides, args.config = [args.config, *args.overrides], None
     from execrl.config.checks import check_model, differences_note, no_effect_note, validate
 
     try:
@@ -226,38 +238,43 @@ def eval_constraint(args) -> tuple[str, object] | None:
     return kind, value
 
 
+def eval_config(args):
+    """execrl eval's arguments as an EvalConfig, checked before any work (ValueError naming the flag); --out is made."""
+    from execrl.eval.run import EvalConfig
+    from execrl.prompts import PromptConfig
+    from execrl.writable import unwritable
+
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out} is a file: it names the directory for results.jsonl and summary.json")
+    if why := unwritable(args.out):
+        raise ValueError(f"--out {args.out}: {why}: name a directory you can write")
+    if args.top_p > 1:
+        raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
+    ks = tuple(sorted({int(k) for k in args.k.split(",") if k.strip()}))
+    if not ks or min(ks) < 1 or max(ks) > args.samples:
+        raise ValueError(f"--k values must be between 1 and --samples ({args.samples}), got {args.k!r}")
+    temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 0.8)
+    return EvalConfig(dataset=args.dataset, split=args.split, data_path=args.data_path, limit=args.limit,
+                      max_tests=args.max_tests, samples=args.samples, ks=ks, temperature=temperature, top_p=args.top_p,
+                      max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, backend=args.backend,
+                      seed=args.seed,
+                      out=args.out, workers=args.workers, timeout_s=args.timeout, reward_model=args.reward_model,
+                      reward_model_batch_size=args.reward_model_batch_size, guided=eval_constraint(args),
+                      prompt=PromptConfig(system_prompt=args.system_prompt, answer_format=args.answer_format,
+                                          code_style=args.code_style))
+
+
 def run_eval(args) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from execrl.eval.run import EvalConfig, evaluate
+    from execrl.eval.run import evaluate
     from execrl.models import ModelNotFound
-    from execrl.prompts import PromptConfig
     from execrl.sandbox import SandboxFailing, SandboxUnusable, TestSpecError
     from execrl.tasks import DatasetError
-    from execrl.writable import unwritable
 
     try:
-        if Path(args.out).exists() and not Path(args.out).is_dir():
-            raise ValueError(f"--out {args.out} is a file: it names the directory for results.jsonl and summary.json")
-        if why := unwritable(args.out):
-            raise ValueError(f"--out {args.out}: {why}: name a directory you can write")
-        if args.top_p > 1:
-            raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
-        ks = tuple(sorted({int(k) for k in args.k.split(",") if k.strip()}))
-        if not ks or min(ks) < 1 or max(ks) > args.samples:
-            raise ValueError(f"--k values must be between 1 and --samples ({args.samples}), got {args.k!r}")
-        temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 0.8)
-        guided = eval_constraint(args)
-        cfg = EvalConfig(dataset=args.dataset, split=args.split, data_path=args.data_path, limit=args.limit,
-                         max_tests=args.max_tests,
-                         samples=args.samples, ks=ks, temperature=temperature, top_p=args.top_p,
-                         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, backend=args.backend, seed=args.seed,
-                         out=args.out, workers=args.workers, timeout_s=args.timeout, reward_model=args.reward_model,
-                         reward_model_batch_size=args.reward_model_batch_size, guided=guided,
-                         prompt=PromptConfig(system_prompt=args.system_prompt, answer_format=args.answer_format,
-                                             code_style=args.code_style))
-        evaluate(cfg, model_name=args.model, completions=args.completions)
+        evaluate(eval_config(args), model_name=args.model, completions=args.completions)
     except (ValueError, DatasetError, ModelNotFound, TestSpecError, SandboxUnusable, SandboxFailing) as e:
         Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(str(e))}")
         return 2

@@ -1,5 +1,6 @@
 """The same key gives the same number as NeMo RL's current code (its main branch of 2026-08-22), worked by hand in the
-comments; where NeMo RL is numerically wrong (its E[r^2] - E[r]^2 std) execrl's exact value, named in the README."""
+comments; where NeMo RL is numerically wrong (its E[r^2] - E[r]^2 std) execrl's exact value, named in
+docs/configs.md."""
 
 import math
 

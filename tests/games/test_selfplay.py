@@ -17,6 +17,7 @@ from execrl.tasks import load_problems
 from execrl.trainer.rollouts import EpisodeRunner
 from execrl.trainer.step import advantages
 
+
 def role_advantages(rollouts, baselines):
     """The advantages of grpo.advantage rae, as the trainer computes them. [N]"""
     return advantages(rollouts, load_config(None, [*GAME, "grpo.advantage=rae"]), baselines)[0]

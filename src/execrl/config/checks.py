@@ -431,8 +431,8 @@ def no_effect_note(cfg: MasterConfig) -> str | None:
 
 
 def differences_note(cfg: MasterConfig) -> str | None:
-    """A line naming the deliberate differences from NeMo RL's current code that this config touches (README: "NeMo
-    RL's algorithm keys"); None: none."""
+    """A line naming the deliberate differences from NeMo RL's current code that this config touches
+    (docs/configs.md: "NeMo RL's algorithm keys"); None: none."""
     differences = nemo_differences(cfg)
     return ("note: where execrl's numbers differ from NeMo RL's on purpose: " + "; ".join(differences)) \
         if differences else None

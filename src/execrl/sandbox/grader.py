@@ -170,7 +170,7 @@ class Grader:
                 raise SandboxUnusable(
                     f"the sandbox cannot run a {lang.name} hello-world ({result.verdict.value}: {why}). Fix: make "
                     f"{sys.prefix} and the interpreter it comes from readable by other users, or run with "
-                    "EXECRL_SANDBOX=none to grade without isolation (unsafe; see README, Threat model)")
+                    "EXECRL_SANDBOX=none to grade without isolation (unsafe; see docs/sandbox.md, Threat model)")
 
     def grade(self, code: str, tests: TestSpec | dict | str, language: str = "python",
               limits: Limits | None = None) -> ProgramResult:
