@@ -220,9 +220,10 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "policy.router_replay.enabled": (_on, "router replay (a mixture-of-experts model trained with the experts its "
                                           "generation chose) is not implemented: set policy.router_replay.enabled="
                                           "false"),
-    "env.math.env_cls": (lambda v: v is not None, "custom math environment classes (env.math.env_cls) are not "
-                                                  "implemented: remove the key to grade with execrl's math "
-                                                  "environment (env.math.math_verify_impl)"),
+    "env.math.env_cls": (lambda v: v is not None, "NeMo RL's environment classes (env.math.env_cls: a Ray actor of "
+                                                  "NeMo RL's interface) do not run here: remove the key to grade with "
+                                                  "execrl's math environment, or write an execrl Environment and name "
+                                                  "it in env.multi_turn.kind (docs/environments.md)"),
     "logger.mlflow_enabled": (_on, "MLflow logging is not implemented: set logger.mlflow_enabled=false (TensorBoard "
                                    "and W&B are)"),
     "logger.swanlab_enabled": (_on, "SwanLab logging is not implemented: set logger.swanlab_enabled=false (TensorBoard "

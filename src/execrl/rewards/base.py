@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from execrl.extract import Extracted
+from execrl.plugins import PluginError, is_import_path, load_object
 from execrl.sandbox import ProgramResult, Verdict
 from execrl.tasks import Problem
 
@@ -29,6 +30,21 @@ def component(name: str, scores: tuple[str, ...] | None = None):
             SCORES[name] = scores
         return fn
     return wrap
+
+
+def own_component(spec: str):
+    """A researcher's reward function named by import path: fn(sample, **params) -> float, its parameters keywords
+    (checked like a built-in component's)."""
+    fn = load_object(spec, "reward.components name")
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = None
+    if not callable(fn) or not params or params[0].kind not in (params[0].POSITIONAL_ONLY,
+                                                                 params[0].POSITIONAL_OR_KEYWORD):
+        raise PluginError(f"reward component {spec}: not a function fn(sample, **params) -> float (its first "
+                          "parameter takes the sample: execrl.rewards.Sample)")
+    return fn
 
 
 @dataclass
@@ -78,13 +94,16 @@ class ComponentConfig(BaseModel):
     """One reward component: its name, weight, and its own parameters (e.g. ngram: 4)."""
 
     model_config = ConfigDict(extra="allow")
-    name: str = Field(description="a registered component, e.g. test_pass_fraction")
+    name: str = Field(description="a registered component, e.g. test_pass_fraction, or your own function as "
+                                  "module:function or path/to/file.py:function: fn(sample, **params) -> float")
     weight: float = Field(1.0, description="multiplies the component's value in the sum")
     scaled: bool = Field(True, description="part of the sum reward.scaling maps (false: added after it, as NeMo RL "
                                            "adds its overlong penalty to the scaled reward)")
 
     @model_validator(mode="after")
     def _known(self):
+        if self.name not in COMPONENTS and is_import_path(self.name):
+            COMPONENTS[self.name] = own_component(self.name)
         if self.name not in COMPONENTS:
             close = difflib.get_close_matches(self.name, COMPONENTS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""

@@ -29,26 +29,24 @@ PHRASES = ["Write a Python program that reads two integers from one line and pri
 COUNTS = {"train": 4096, "validation": 256}  # problems per split unless `count` says otherwise
 
 
-WARMUPS = ("solutions", "operations")
-
-
 @register("builtin:arith-code", data_dir=None, splits=tuple(COUNTS), kind="code")
-def load(path, split, report, count: int | None = None, seed: int = 42, warmup: str = "solutions", **_):
+def load(path, split, report, count: int | None = None, seed: int = 42, warmup_solutions: float = 1.0, **_):
     """`count` problems of the split (train and validation come from different streams of `seed`; the trainer passes
-    grpo.seed): the first n of a split are the same whatever the count. `warmup` (data.train.options.warmup): what the
-    supervised warm-up shows for each problem: its solution, or a program of an operation drawn at random
-    ("operations": the format and the six operations are taught, not which one a prompt asks for: that is left for
-    the reward to teach)."""
+    grpo.seed): the first n of a split are the same whatever the count. `warmup_solutions`
+    (data.train.options.warmup_solutions): the share of problems whose supervised warm-up reference is their own
+    solution; the others show a program of an operation drawn at random, so that the warm-up teaches the format and
+    the six operations, and which one a prompt asks for only in part: the reward teaches the rest."""
     if path is not None:
         raise DatasetError("builtin:arith-code is generated: it reads no files (drop its path, or name your file's dataset "
                            "jsonl)")
-    if warmup not in WARMUPS:
-        raise DatasetError(f"builtin:arith-code: options.warmup={warmup!r}: use solutions or operations")
+    if not 0.0 <= warmup_solutions <= 1.0:
+        raise DatasetError(f"builtin:arith-code: options.warmup_solutions={warmup_solutions!r}: use a share in [0, 1]")
     rng, drawn = random.Random(f"{split}-{seed}"), random.Random(f"{split}-{seed}-warmup")
     problems = [problem(rng, i, split) for i in range(COUNTS[split] if count is None else count)]
-    if warmup == "operations":
+    if warmup_solutions < 1.0:
         for p in problems:
-            p.metadata["warmup_completion"] = program(drawn.choice(list(OPS)))
+            if drawn.random() >= warmup_solutions:
+                p.metadata["warmup_completion"] = program(drawn.choice(list(OPS)))
     return problems
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import difflib
+import inspect
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from execrl.plugins import PluginError, is_import_path, load_object
 from execrl.sandbox.spec import truncate_tests
 from execrl.tasks.problem import DatasetError, Problem, RowReport
 
@@ -22,11 +24,12 @@ class DatasetInfo:
     eval_only: tuple[str, ...]  # splits that must never be trained on
     default_split: str | None = None  # read when none is named (None: train)
     kind: str | None = None  # the kind of every problem (code, math, game, puzzle); None: read from the rows
+    own: bool = False  # a researcher's loader, named by import path: it reads a path if given one, else makes its own
 
     @property
     def generated(self) -> bool:
         """Made by its loader (seeded), not read from files."""
-        return self.data_dir is None
+        return self.data_dir is None and not self.own
 
 
 DATASETS: dict[str, DatasetInfo] = {}
@@ -40,13 +43,42 @@ def register(name: str, data_dir: str | None, splits: tuple[str, ...], eval_only
     return wrap
 
 
+def own_dataset(spec: str) -> DatasetInfo:
+    """A researcher's loader named by import path (registered under it): fn(split, **options) -> list[Problem], given
+    the options it takes of seed (grpo.seed), path (data.*.path) and data.*.options."""
+    fn = load_object(spec, "dataset_name")
+    if not callable(fn):
+        raise DatasetError(f"dataset_name={spec!r}: not a function fn(split, **options) -> list[Problem]")
+    params = inspect.signature(fn).parameters
+    takes_all = any(p.kind == p.VAR_KEYWORD for p in params.values())
+
+    def load(path, split, report, hub_id=None, seed=None, **options):
+        unknown = [k for k in options if k not in params and not takes_all]  # data.*.options: each must be taken
+        if unknown:
+            raise DatasetError(f"{spec}: it takes no option(s) {unknown} (its parameters: {list(params)})")
+        if path is not None:
+            if "path" not in params and not takes_all:
+                raise DatasetError(f"{spec}: a path was given, but it takes no `path` parameter")
+            options["path"] = str(path)
+        if seed is not None and ("seed" in params or takes_all):
+            options["seed"] = seed
+        problems = fn(split, **options)
+        if not isinstance(problems, list) or not all(isinstance(p, Problem) for p in problems):
+            raise DatasetError(f"{spec}: it must return a list of execrl.tasks.Problem, got {type(problems).__name__}")
+        return problems
+
+    info = DatasetInfo(spec, load, None, None, (), (), own=True)
+    DATASETS[spec] = info
+    return info
+
+
 def find_path(info: DatasetInfo, path: str | None) -> Path | None:
     if path:
         p = Path(path).expanduser()
         if not p.exists():
             raise DatasetError(f"{info.name}: {p} does not exist")
         return p
-    if info.generated:
+    if info.generated or info.own:
         return None
     candidates = [Path(os.environ["EXECRL_DATA_DIR"]) / info.data_dir] if os.environ.get("EXECRL_DATA_DIR") else []
     candidates.append(Path(__file__).resolve().parents[3].parent / "shared" / "data" / info.data_dir)
@@ -63,7 +95,7 @@ def load_problems(name: str, split: str = "train", path: str | None = None, max_
         raise DatasetError(f"{name} has no split {split!r}: use one of {list(info.splits)}")
     report = RowReport(f"{name}/{split}")
     local = find_path(info, path)
-    if local is None and info.hub_id is None and not info.generated:
+    if local is None and info.hub_id is None and not info.generated and not info.own:
         raise DatasetError(f"{name}: no local copy found; pass its path (execrl train: data.train.path=...; execrl eval: "
                            "--data-path ...) or set EXECRL_DATA_DIR")
     problems = info.load(local, split, report=report, hub_id=info.hub_id, **options)
@@ -82,6 +114,11 @@ def dataset_key(name: str) -> str:
     """The registered loader of a dataset name or hub id (e.g. nvidia/Nemotron-RL-coding-competitive_coding)."""
     if name in DATASETS:
         return name
+    if is_import_path(name):
+        try:
+            return own_dataset(name).name
+        except PluginError as e:
+            raise DatasetError(str(e)) from None
     for key, info in DATASETS.items():
         if info.hub_id and info.hub_id.lower() == name.lower():
             return key

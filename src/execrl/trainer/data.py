@@ -15,7 +15,7 @@ def load_split(d: DatasetConfig, seed: int) -> list[Problem]:
     """One configured split's problems, each `repeat` times; a generated dataset is seeded by grpo.seed unless its
     options say otherwise."""
     key = dataset_key(d.dataset_name)
-    options = ({"seed": seed} if DATASETS[key].generated else {}) | {
+    options = ({"seed": seed} if DATASETS[key].generated or DATASETS[key].own else {}) | {
         k: v for k, v in (("input_key", d.input_key), ("output_key", d.output_key)) if v is not None} | d.options
     problems = load_problems(key, d.split_name, d.path, d.max_tests, **options)[0]
     return [p for p in problems for _ in range(d.repeat)]

@@ -1,0 +1,66 @@
+"""A researcher's own reward function and dataset loader, named by import path from files outside the package
+(examples/): they train-validate, score and load as built-in ones do; a bad path or signature is one clear line."""
+
+from pathlib import Path
+
+import pytest
+
+from execrl.config import ConfigError, load_config
+from execrl.config.checks import validate
+from execrl.extract import Extracted
+from execrl.rewards import Sample, score
+from execrl.tasks import DatasetError, Problem, load_problems
+from execrl.tasks.registry import dataset_key
+from execrl.trainer.data import load_data
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+REWARD = f"{EXAMPLES}/own_reward.py:brevity"
+DATASET = f"{EXAMPLES}/own_dataset.py:load"
+
+
+def components(*extra: str) -> str:
+    return "reward.components=[{name: test_pass_fraction, weight: 1.0}, " + ", ".join(extra) + "]"
+
+
+def test_an_own_reward_component_scores_with_its_parameters():
+    cfg = load_config(None, [components(f"{{name: '{REWARD}', weight: 0.5, max_chars: 10}}")])
+    validate(cfg)
+    p = Problem("p", [{"role": "user", "content": "q"}], "math", answer="1")
+    short, long = (Sample(p, text, Extracted(text, True)) for text in ("x" * 10, "x" * 15))
+    assert score(short, cfg.reward).parts[REWARD] == 1.0
+    assert score(long, cfg.reward).parts[REWARD] == 0.5
+
+
+@pytest.mark.parametrize("name, said", [
+    (f"{EXAMPLES}/own_reward.py:nothing", "has no 'nothing'"),
+    ("no_such_rewards:brevity", "cannot import no_such_rewards"),
+    (f"{EXAMPLES}/own_dataset.py:WORDS", "not a function fn\\(sample"),
+])
+def test_a_bad_reward_import_path_is_one_line(name, said):
+    with pytest.raises(ConfigError, match=said):
+        load_config(None, [components(f"{{name: '{name}'}}")])
+
+
+def test_an_own_rewards_parameters_are_checked():
+    with pytest.raises(ConfigError, match="has no parameter"):
+        load_config(None, [components(f"{{name: '{REWARD}', max_len: 3}}")])
+
+
+def test_an_own_dataset_loads_with_the_runs_seed_and_options():
+    cfg = load_config(None, [f"data.train.dataset_name={DATASET}", "data.train.options={count: 40}",
+                             f"data.validation.dataset_name={DATASET}", "data.validation.split=validation",
+                             "data.validation.options={count: 8}"])
+    validate(cfg)
+    train, val, _ = load_data(cfg)
+    assert len(train) == 40 and len(val) == 8 and train[0].tests is not None and train[0].kind == "code"
+    again, _ = load_problems(dataset_key(DATASET), "train", seed=cfg.grpo.seed, count=40)
+    assert [p.tests.inputs for p in again] == [p.tests.inputs for p in train]  # seeded by grpo.seed
+
+
+def test_a_bad_dataset_is_one_line():
+    with pytest.raises(DatasetError, match="takes no option"):
+        load_problems(dataset_key(DATASET), "train", colour="red")
+    with pytest.raises(DatasetError, match="takes no `path`"):
+        load_problems(dataset_key(DATASET), "train", path=str(EXAMPLES / "problems.jsonl"))
+    with pytest.raises(ConfigError, match="has no 'nope'"):
+        validate(load_config(None, [f"data.train.dataset_name={EXAMPLES}/own_dataset.py:nope"]))
