@@ -10,7 +10,8 @@ from execrl import __version__
 
 
 def number(kind: type, low: float, inclusive: bool = True):
-    """An argparse type: a `kind` number >= low (> low when not inclusive), refused with the flag's name otherwise."""
+    """An argparse type: a `kind` number >= low (> low when not inclusive), refused with the flag's
+    name otherwise."""
     def parse(text: str):
         try:
             value = kind(text)
@@ -23,7 +24,8 @@ def number(kind: type, low: float, inclusive: bool = True):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `execrl` command line: one subparser per job (the docs test checks each documented command against it)."""
+    """The `execrl` command line: one subparser per job (the docs test checks each documented
+    command against it)."""
     parser = argparse.ArgumentParser(prog="execrl", description="RL for code and math LMs with verifiable rewards")
     parser.add_argument("--version", action="version", version=f"execrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -206,8 +208,9 @@ def train_argv(args) -> list[str]:
 
 
 def multi_gpu_launch(cfg, args) -> str | None:
-    """The torchrun command that runs this training on cluster.gpus_per_node processes per node (on each node,
-    filling in NODE_RANK and HOST:PORT, for num_nodes > 1); None for one process or when already inside torchrun."""
+    """The torchrun command that runs this training on cluster.gpus_per_node processes per node (on
+    each node, filling in NODE_RANK and HOST:PORT, for num_nodes > 1); None for one process or when
+    already inside torchrun."""
     from execrl.trainer.distributed import launch_command, launched, show
 
     c = cfg.cluster
@@ -221,7 +224,8 @@ def multi_gpu_launch(cfg, args) -> str | None:
 
 
 def eval_constraint(args) -> tuple[str, object] | None:
-    """execrl eval's --guided-* flag as (kind, value): a file's contents where the value names a file."""
+    """execrl eval's --guided-* flag as (kind, value): a file's contents where the value names a
+    file."""
     import json
 
     kind, value = next(((k, v) for k, v in (("regex", args.guided_regex), ("json_schema", args.guided_json),
@@ -239,7 +243,8 @@ def eval_constraint(args) -> tuple[str, object] | None:
 
 
 def eval_config(args):
-    """execrl eval's arguments as an EvalConfig, checked before any work (ValueError naming the flag); --out is made."""
+    """execrl eval's arguments as an EvalConfig, checked before any work (ValueError naming the
+    flag); --out is made."""
     from execrl.eval.run import EvalConfig
     from execrl.prompts import PromptConfig
     from execrl.writable import unwritable

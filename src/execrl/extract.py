@@ -1,4 +1,5 @@
-"""Pull the answer out of a model's completion: the code to run, or the final answer of a math problem.
+"""Pull the answer out of a model's completion: the code to run, or the final answer of a math
+problem.
 
 Answer formats (`answer_format`):
   code       the completion is (or contains) a code block

@@ -1,4 +1,5 @@
-"""`execrl grade IN.jsonl --out OUT.jsonl`: grade a file of programs, with a progress bar and a summary."""
+"""`execrl grade IN.jsonl --out OUT.jsonl`: grade a file of programs, with a progress bar and a
+summary."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ err = Console(stderr=True, soft_wrap=True)
 
 
 def say(label: str, style: str, message: str) -> None:
-    """One line on stderr: a coloured label, then the message as plain text, never markup (rows and paths write it)."""
+    """One line on stderr: a coloured label, then the message as plain text, never markup (rows and
+    paths write it)."""
     err.print(Text.assemble((label, style), " ", message))
 
 
@@ -40,8 +42,8 @@ class UnusableInput(Exception):
 
 
 def read_rows(path: str) -> list[tuple[int, dict | None, str | None]]:
-    """(line number, row, error) for each non-blank line; a bad row (not UTF-8, not JSON, nested past reason) has row
-    None and an error naming the line, and the others are graded."""
+    """(line number, row, error) for each non-blank line; a bad row (not UTF-8, not JSON, nested
+    past reason) has row None and an error naming the line, and the others are graded."""
     p = Path(path)
     if not p.is_file():
         raise UnusableInput(f"{path}: no such file")

@@ -1,5 +1,5 @@
-"""LoRA (policy.lora, NeMo RL's policy.dtensor_cfg.lora_cfg), built on peft: low-rank adapters on the policy's
-linear layers, the base weights frozen.
+"""LoRA (policy.lora, NeMo RL's policy.dtensor_cfg.lora_cfg), built on peft: low-rank adapters on
+the policy's linear layers, the base weights frozen.
 
 One model, three views of it:
   the policy      base + s * B A on every adapted layer: peft's own forward in training; in rollouts the engine's
@@ -8,8 +8,9 @@ One model, three views of it:
   the reference   the base alone (`base_only`: peft's adapters switched off), for the KL term: no second model
   checkpoints     the adapter in peft's format (PeftModel.from_pretrained loads it), and on request the merged model
 
-The base is never copied. The adapters are fp32 (CPU; under FSDP2, gathered in bf16), or, in a bf16 mixed-precision
-run, bf16 in the model every forward uses, with fp32 master copies (trainer/precision.lora_master).
+The base is never copied. The adapters are fp32 (CPU; under FSDP2, gathered in bf16), or, in a bf16
+mixed-precision run, bf16 in the model every forward uses, with fp32 master copies
+(trainer/precision.lora_master).
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ ADAPTER = "default"  # peft's adapter name: the one adapter a run trains
 
 
 def target_names(model: nn.Module, cfg) -> list[str]:
-    """The full names of the linear layers policy.lora adapts: every linear layer of the decoder (match_all_linear:
-    not the LM head), or those target_modules names (a layer's own name, e.g. q_proj, or a wildcard pattern on its
-    full name, e.g. *.mlp.*), less those exclude_modules names. Raises ValueError naming the fix."""
+    """The full names of the linear layers policy.lora adapts: every linear layer of the decoder
+    (match_all_linear: not the LM head), or those target_modules names (a layer's own name, e.g.
+    q_proj, or a wildcard pattern on its full name, e.g. *.mlp.*), less those exclude_modules names.
+    Raises ValueError naming the fix."""
     if cfg.match_all_linear and cfg.target_modules:
         raise ValueError("policy.lora: match_all_linear=true adapts every linear layer, so target_modules "
                          f"{cfg.target_modules} would do nothing: set match_all_linear=false to pick target_modules")
@@ -60,9 +62,10 @@ def target_names(model: nn.Module, cfg) -> list[str]:
 
 
 def apply_lora(model: nn.Module, cfg, seed: int = 0, fp32: bool = True):
-    """The model with adapters on its target layers (in place: its linear layers become peft's LoRA layers); returns
-    the peft model. B starts at zero, so the policy starts as the base. `fp32`: the adapters in fp32 whatever the
-    base's dtype (else in the base's: a bf16 model's compute copy, trainer/precision.lora_master)."""
+    """The model with adapters on its target layers (in place: its linear layers become peft's LoRA
+    layers); returns the peft model. B starts at zero, so the policy starts as the base. `fp32`: the
+    adapters in fp32 whatever the base's dtype (else in the base's: a bf16 model's compute copy,
+    trainer/precision.lora_master)."""
     from peft import LoraConfig, get_peft_model
 
     if cfg.dropout and cfg.dropout_position == "post":
@@ -98,7 +101,8 @@ def base_layer(module: nn.Module) -> nn.Module:
 
 @contextmanager
 def base_only(peft_model):
-    """The adapters switched off (peft's forward): the model is the base, the reference policy of the KL term."""
+    """The adapters switched off (peft's forward): the model is the base, the reference policy of
+    the KL term."""
     if peft_model is None:
         yield
         return
@@ -108,9 +112,10 @@ def base_only(peft_model):
 
 @contextmanager
 def base_trainable(*models: nn.Module):
-    """The base trainable for the block, the adapters frozen (the built-in model's supervised warm-up, which stands
-    in for its pretraining: it makes the base, which the adapters then start from, B still zero). `models`: the
-    master and compute models (precision.py), which may share the base."""
+    """The base trainable for the block, the adapters frozen (the built-in model's supervised
+    warm-up, which stands in for its pretraining: it makes the base, which the adapters then start
+    from, B still zero). `models`: the master and compute models (precision.py), which may share the
+    base."""
     flags = {p: p.requires_grad for m in models for p in m.parameters()}
     for p in flags:
         p.requires_grad_(not flags[p])
@@ -148,7 +153,8 @@ def from_adapter_state(saved: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
 
 
 def merged_state(state: dict[str, torch.Tensor], scaling: float, dtype: torch.dtype | None = None) -> dict:
-    """The merged model's weights under HF names: W + s * B A for every adapted layer (computed in fp32)."""
+    """The merged model's weights under HF names: W + s * B A for every adapted layer (computed in
+    fp32)."""
     merged = base_state(state)
     for k in state:
         if k.endswith(f".lora_A.{ADAPTER}.weight"):
@@ -160,7 +166,8 @@ def merged_state(state: dict[str, torch.Tensor], scaling: float, dtype: torch.dt
 
 
 def to_model_names(hf_state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
-    """base_state's inverse: HF names -> the adapted model's (x.q_proj.weight -> x.q_proj.base_layer.weight)."""
+    """base_state's inverse: HF names -> the adapted model's (x.q_proj.weight ->
+    x.q_proj.base_layer.weight)."""
     names = {n for n, _ in model.named_parameters()}
     out = {}
     for k, v in hf_state.items():
@@ -172,7 +179,8 @@ def to_model_names(hf_state: dict[str, torch.Tensor], model: nn.Module) -> dict[
 
 @dataclass
 class Adapter:
-    """What a LoRA run's checkpoints need to write its adapter: the peft model's config, the base it adapts."""
+    """What a LoRA run's checkpoints need to write its adapter: the peft model's config, the base it
+    adapts."""
     peft_model: object
     base: str  # base_model_name_or_path: a hub id, or an absolute directory (the run's own base/, where it made one)
     save_merged: bool = False
@@ -184,8 +192,8 @@ class Adapter:
         return config.lora_alpha / config.r
 
     def write(self, directory: Path, weights: dict[str, torch.Tensor]) -> None:
-        """The adapter in peft's format, from the model's (full) state dict. Written here, not by peft's
-        save_pretrained, which may look the base model up on the hub."""
+        """The adapter in peft's format, from the model's (full) state dict. Written here, not by
+        peft's save_pretrained, which may look the base model up on the hub."""
         from safetensors.torch import save_file
 
         directory.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
-"""Loading a policy (a hub id or a local directory, e.g. a checkpoint of ours) and building tiny ones locally.
+"""Loading a policy (a hub id or a local directory, e.g. a checkpoint of ours) and building tiny
+ones locally.
 
-Nothing is downloaded when HF_HUB_OFFLINE=1 (or `offline=True`): a model that is not a local directory or
-already cached then fails with one message naming the fix.
+Nothing is downloaded when HF_HUB_OFFLINE=1 (or `offline=True`): a model that is not a local
+directory or already cached then fails with one message naming the fix.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ class ModelNotFound(RuntimeError):
 
 
 def inside_hint(directory: Path) -> str:
-    """What to pass instead of a directory that holds a model below it: an execrl checkpoint's policy/, or the
-    latest step of a checkpoint directory."""
+    """What to pass instead of a directory that holds a model below it: an execrl checkpoint's
+    policy/, or the latest step of a checkpoint directory."""
     if (directory / "policy" / "config.json").is_file() or (directory / "policy" / "adapter_config.json").is_file():
         return f"it is an execrl checkpoint: pass its model, {directory / 'policy'}"
     steps = sorted(p for p in directory.glob("step_*/policy") if p.is_dir())
@@ -56,8 +57,9 @@ BYTE_VOCAB = 259  # 256 bytes + 3 special tokens: a BPE tokenizer of this size l
 
 def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto", offline: bool | None = None,
                              tokenizer: str | None = None, seed: int = 0, config_overrides: dict | None = None):
-    """(model, tokenizer) in eval mode on the device; `name` is a hub id, a directory in HF format, or
-    TINY_CODER (built here, seeded); `config_overrides` replace values of the model's HF config.json."""
+    """(model, tokenizer) in eval mode on the device; `name` is a hub id, a directory in HF format,
+    or TINY_CODER (built here, seeded); `config_overrides` replace values of the model's HF
+    config.json."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no per-shard bars in training logs
@@ -76,8 +78,8 @@ def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto
 
 def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "auto", offline: bool | None = None,
                     tokenizer: str | None = None, config_overrides: dict | None = None):
-    """(model, tokenizer) of a hub id or HF directory, as `auto_class` (e.g. AutoModelForCausalLM) loads it, in eval
-    mode on the device; one error naming the fix where it cannot be loaded."""
+    """(model, tokenizer) of a hub id or HF directory, as `auto_class` (e.g. AutoModelForCausalLM)
+    loads it, in eval mode on the device; one error naming the fix where it cannot be loaded."""
     from transformers import AutoTokenizer
 
     offline = offline if offline is not None else os.environ.get("HF_HUB_OFFLINE") == "1"
@@ -101,7 +103,8 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
 
 
 def _load_adapter(directory: Path, device: str, dtype: str, offline: bool, tokenizer: str | None):
-    """A peft LoRA adapter directory: its base model (base_model_name_or_path) with the adapter merged in."""
+    """A peft LoRA adapter directory: its base model (base_model_name_or_path) with the adapter
+    merged in."""
     import json
 
     base = json.loads((directory / "adapter_config.json").read_text()).get("base_model_name_or_path")
@@ -125,8 +128,9 @@ CHAT_TEMPLATE = (
 
 
 def build_tokenizer(corpus: list[str], vocab_size: int = 384):
-    """A small byte-level BPE tokenizer with a ChatML template, trained here on `corpus` (no download).
-    With vocab_size BYTE_VOCAB it learns no merges, whatever the corpus: one token per byte."""
+    """A small byte-level BPE tokenizer with a ChatML template, trained here on `corpus` (no
+    download). With vocab_size BYTE_VOCAB it learns no merges, whatever the corpus: one token per
+    byte."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -143,8 +147,9 @@ def build_tokenizer(corpus: list[str], vocab_size: int = 384):
 
 def build_tiny_model(tokenizer, hidden: int = 64, layers: int = 2, heads: int = 4, seed: int = 0,
                      reward_head: bool = False):
-    """A randomly initialised 2-layer Qwen2 (the real architecture, tiny) matching the tokenizer; `reward_head`: a
-    sequence-classification model with one output (a Bradley-Terry reward model's shape) instead of the LM head."""
+    """A randomly initialised 2-layer Qwen2 (the real architecture, tiny) matching the tokenizer;
+    `reward_head`: a sequence-classification model with one output (a Bradley-Terry reward model's
+    shape) instead of the LM head."""
     from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2ForSequenceClassification
 
     torch.manual_seed(seed)

@@ -18,7 +18,8 @@ def is_import_path(name: str) -> bool:
 
 
 def load_object(spec: str, key: str):
-    """The object `spec` names (`module:name` or `file.py:name`); one clear error naming `key` otherwise."""
+    """The object `spec` names (`module:name` or `file.py:name`); one clear error naming `key`
+    otherwise."""
     where, _, attr = spec.rpartition(":")
     if not where or not attr:
         raise PluginError(f"{key}={spec!r}: name your code as module:name or path/to/file.py:name")

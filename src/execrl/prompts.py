@@ -1,4 +1,5 @@
-"""Turn a Problem into the text a model continues: system prompt, format instruction, chat template."""
+"""Turn a Problem into the text a model continues: system prompt, format instruction, chat
+template."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def instruction(kind: str, cfg: PromptConfig) -> str:
 
 
 def build_messages(problem: Problem, cfg: PromptConfig, how: str | None = None) -> list[dict]:
-    """The problem's messages with the format instruction (`how`, or the answer format's own) and system prompt."""
+    """The problem's messages with the format instruction (`how`, or the answer format's own) and
+    system prompt."""
     messages = [dict(m) for m in problem.messages]
     if cfg.template is not None:  # as NeMo RL's processors apply a prompt file: the whole instruction
         last = next(m for m in reversed(messages) if m["role"] == "user")
@@ -61,7 +63,8 @@ TEMPLATE_KWARGS = "execrl_chat_template_kwargs"  # a tokenizer attribute: policy
 
 
 def apply_template(tokenizer, messages: list[dict], generation_prompt: bool = True) -> str:
-    """The chat template's text, with the run's chat_template_kwargs (e.g. enable_thinking) when it set them."""
+    """The chat template's text, with the run's chat_template_kwargs (e.g. enable_thinking) when it
+    set them."""
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt,
                                          **getattr(tokenizer, TEMPLATE_KWARGS, None) or {})
 
@@ -75,6 +78,7 @@ def render(messages: list[dict], tokenizer) -> str:
 
 
 def drop_long_prompts(problems: list[Problem], tokenizer, cfg: PromptConfig, max_prompt_tokens: int):
-    """Problems whose rendered prompt fits, and how many were dropped (long prompts are the classic OOM)."""
+    """Problems whose rendered prompt fits, and how many were dropped (long prompts are the classic
+    OOM)."""
     kept = [p for p in problems if len(tokenizer(render(build_messages(p, cfg), tokenizer))["input_ids"]) <= max_prompt_tokens]
     return kept, len(problems) - len(kept)

@@ -1,5 +1,6 @@
-"""Where results go must take them before any work is done: a directory is made (with its parents) and a file is
-written to it and removed, so that an unwritable --out fails in one line before sampling or grading, not after."""
+"""Where results go must take them before any work is done: a directory is made (with its parents)
+and a file is written to it and removed, so that an unwritable --out fails in one line before
+sampling or grading, not after."""
 
 from __future__ import annotations
 

@@ -1,10 +1,12 @@
-"""Log-probabilities of chosen tokens from hidden states, without materializing the [tokens, vocab] fp32 logits.
+"""Log-probabilities of chosen tokens from hidden states, without materializing the [tokens, vocab]
+fp32 logits.
 
-The LM head is applied chunk by chunk; each chunk's logits live only inside the loop (forward) and are recomputed
-in backward, so peak memory is one chunk of logits instead of the whole batch's (8 x 1024 tokens x 152K vocab in
-fp32 is 5 GB). The per-chunk math (log-sum-exp, entropy, gradient) is compiled into fused kernels on GPUs, so each
-chunk's logits are read once or twice instead of once per operation. Logits are divided by the sampling
-temperature, so these are the probabilities the sampler used.
+The LM head is applied chunk by chunk; each chunk's logits live only inside the loop (forward) and
+are recomputed in backward, so peak memory is one chunk of logits instead of the whole batch's (8 x
+1024 tokens x 152K vocab in fp32 is 5 GB). The per-chunk math (log-sum-exp, entropy, gradient) is
+compiled into fused kernels on GPUs, so each chunk's logits are read once or twice instead of once
+per operation. Logits are divided by the sampling temperature, so these are the probabilities the
+sampler used.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ def chunk_rows(vocab: int) -> int:
 
 
 def top_k_top_p(scaled: torch.Tensor, top_k: int | None, top_p: float) -> torch.Tensor:
-    """The sampler's filter: scaled logits [B, V] -> the same with -inf outside the top_k likeliest (ties kept) and
-    then outside the nucleus (the tokens whose strictly likelier tokens hold less than top_p of the mass: the
-    likeliest always stays), as vLLM and NeMo RL filter. top_k None and top_p 1: unchanged."""
+    """The sampler's filter: scaled logits [B, V] -> the same with -inf outside the top_k likeliest
+    (ties kept) and then outside the nucleus (the tokens whose strictly likelier tokens hold less
+    than top_p of the mass: the likeliest always stays), as vLLM and NeMo RL filter. top_k None and
+    top_p 1: unchanged."""
     kept = scaled
     if top_k is not None and top_k < scaled.shape[-1]:
         kth = torch.topk(scaled, top_k, dim=-1).values[:, -1:]  # [B, 1]
@@ -39,8 +42,8 @@ def top_k_top_p(scaled: torch.Tensor, top_k: int | None, top_p: float) -> torch.
 
 def _scaled(logits: torch.Tensor, temperature: float, allowed: torch.Tensor | None,
             top: tuple[int | None, float] | None = None) -> torch.Tensor:
-    """logits [c, V] / temperature in fp32, -inf where the allowed bitmask [c, W] (guided decoding) has no bit and,
-    with top = (top_k, top_p), outside the sampler's filter."""
+    """logits [c, V] / temperature in fp32, -inf where the allowed bitmask [c, W] (guided decoding)
+    has no bit and, with top = (top_k, top_p), outside the sampler's filter."""
     z = logits.float() / temperature
     z = z if allowed is None else restrict(z, allowed)
     return z if top is None else top_k_top_p(z, *top)
@@ -48,8 +51,9 @@ def _scaled(logits: torch.Tensor, temperature: float, allowed: torch.Tensor | No
 
 def _stats(logits: torch.Tensor, targets: torch.Tensor, temperature: float, allowed: torch.Tensor | None = None,
            top: tuple[int | None, float] | None = None):
-    """logits [c, V], allowed [c, W] or None -> log-sum-exp [c], logprob of the target [c], entropy [c] (fp32), of
-    the distribution restricted to the allowed tokens (and filtered by top = (top_k, top_p))."""
+    """logits [c, V], allowed [c, W] or None -> log-sum-exp [c], logprob of the target [c], entropy
+    [c] (fp32), of the distribution restricted to the allowed tokens (and filtered by top = (top_k,
+    top_p))."""
     z = _scaled(logits, temperature, allowed, top)
     lse = torch.logsumexp(z, -1)
     picked = z.gather(-1, targets[:, None])[:, 0] - lse
@@ -59,8 +63,9 @@ def _stats(logits: torch.Tensor, targets: torch.Tensor, temperature: float, allo
 
 def _grad(logits: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor, grad_out: torch.Tensor,
           temperature: float, allowed: torch.Tensor | None = None, top: tuple[int | None, float] | None = None):
-    """d(sum g * logprob)/d logits: (onehot(target) - softmax) * g / temperature, in the logits' dtype [c, V] (0 for
-    the tokens a filter removed: their softmax is 0 and they are never the target)."""
+    """d(sum g * logprob)/d logits: (onehot(target) - softmax) * g / temperature, in the logits'
+    dtype [c, V] (0 for the tokens a filter removed: their softmax is 0 and they are never the
+    target)."""
     z = _scaled(logits, temperature, allowed, top)
     onehot = torch.arange(z.shape[-1], device=z.device)[None] == targets[:, None]
     return ((onehot.float() - torch.exp(z - lse[:, None])) * (grad_out / temperature)[:, None]).to(logits.dtype)
@@ -70,7 +75,8 @@ _fused: dict = {}
 
 
 def _kernel(fn, cuda: bool):
-    """The function compiled (on GPUs, once per process) or as written (CPU; or when compilation is unavailable)."""
+    """The function compiled (on GPUs, once per process) or as written (CPU; or when compilation is
+    unavailable)."""
     if not cuda:
         return fn
     if fn not in _fused:
@@ -90,8 +96,8 @@ def _kernel(fn, cuda: bool):
 class _TokenLogprobs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, targets, temperature: float, rows: int, allowed, top):
-        # hidden [N, d], weight [V, d], targets [N], allowed [N, W] or None -> logprobs [N] (fp32), entropy [N]
-        # (fp32, no gradient)
+        # hidden [N, d], weight [V, d], targets [N], allowed [N, W] or None -> logprobs [N] (fp32),
+        # entropy [N] (fp32, no gradient)
         n = hidden.shape[0]
         lse, logp, entropy = (torch.empty(n, dtype=torch.float32, device=hidden.device) for _ in range(3))
         stats = _kernel(_stats, hidden.is_cuda)
@@ -129,9 +135,9 @@ class _TokenLogprobs(torch.autograd.Function):
 def token_logprobs_from_hidden(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                                temperature: float = 1.0, rows: int | None = None, allowed: torch.Tensor | None = None,
                                top: tuple[int | None, float] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """hidden [N, d] (the final-norm output), weight [V, d] (the LM head), targets [N], allowed [N, W] int32 bitmasks
-    (guided decoding: the tokens the sampler could take; None: all), top (top_k, top_p): the sampler's filter (None:
-    none) -> (log softmax(h W^T / temperature)[target] over the allowed, kept tokens [N], entropy of that
-    distribution [N]); fp32, gradient to the first."""
+    """hidden [N, d] (the final-norm output), weight [V, d] (the LM head), targets [N], allowed [N,
+    W] int32 bitmasks (guided decoding: the tokens the sampler could take; None: all), top (top_k,
+    top_p): the sampler's filter (None: none) -> (log softmax(h W^T / temperature)[target] over the
+    allowed, kept tokens [N], entropy of that distribution [N]); fp32, gradient to the first."""
     return _TokenLogprobs.apply(hidden, weight, targets, float(temperature), rows or chunk_rows(weight.shape[0]),
                                 allowed, top)

@@ -1,5 +1,6 @@
-"""The clipped policy-gradient loss (PPO/GRPO), with asymmetric clipping (DAPO clip-higher), optional dual clip,
-KL to a reference model (k1, k2 or k3), and truncated importance-sampling correction for off-policy samples.
+"""The clipped policy-gradient loss (PPO/GRPO), with asymmetric clipping (DAPO clip-higher),
+optional dual clip, KL to a reference model (k1, k2 or k3), and truncated importance-sampling
+correction for off-policy samples.
 
 Three policies meet here (decoupled PPO, Hilton et al. 2021; the truncated weight of Yao et al. 2025):
   behaviour  pi_sampler: the rollout engine's logprobs, from the weights that sampled (one step old with async
@@ -11,8 +12,9 @@ Tokens were drawn from pi_sampler, not pi_old, so each token's surrogate is weig
 truncated at a cap (bounded variance, at the price of a small bias), and detached: it reweights samples, it is not
 optimized. With sampler == old (on-policy, exact numerics) the weight is 1 and this is plain GRPO.
 
-Normalizers are global: the caller passes the token and sequence counts of the *whole* optimizer batch, so
-that gradient accumulation over micro-batches (or ranks) gives the same gradient as one big batch."""
+Normalizers are global: the caller passes the token and sequence counts of the *whole* optimizer
+batch, so that gradient accumulation over micro-batches (or ranks) gives the same gradient as one
+big batch."""
 
 from __future__ import annotations
 
@@ -37,9 +39,10 @@ class LossTerms:
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kl_type: str, input_clamp: float | None = None,
                output_clamp: float | None = None, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-token estimate of KL(pi || ref) from r = log ref - log pi [B, T], as NeMo RL's calculate_kl: k1 = -r,
-    k2 = r^2 / 2, k3 = e^r - 1 - r (Schulman 2020); r clamped to +-input_clamp, the estimate multiplied by `weights`
-    [B, T] (detached where the input clamp acts, so the clamp stops both gradients), then clamped to +-output_clamp."""
+    """Per-token estimate of KL(pi || ref) from r = log ref - log pi [B, T], as NeMo RL's
+    calculate_kl: k1 = -r, k2 = r^2 / 2, k3 = e^r - 1 - r (Schulman 2020); r clamped to
+    +-input_clamp, the estimate multiplied by `weights` [B, T] (detached where the input clamp acts,
+    so the clamp stops both gradients), then clamped to +-output_clamp."""
     log_r = ref_logprobs - logprobs
     if input_clamp is not None:
         clamped = log_r.clamp(-input_clamp, input_clamp)
@@ -61,10 +64,11 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kl_type: str,
 
 def kl_weights(current: torch.Tensor, t: LossTerms, mask: torch.Tensor, on_policy_approximation: bool
                ) -> torch.Tensor:
-    """The weight of each token's KL estimate [B, T], whose gradient makes the KL term's expected gradient that of
-    KL(pi_theta || ref) (the tokens come from the policy being optimized: the score-function term, as NeMo RL since
-    2026). Plain: exp(log pi - sg(log pi)), 1 in value. On-policy approximation: pi_theta / pi_sampler, not detached
-    (the tokens were drawn by the sampler). An overflowed weight is 0, as NeMo RL's; 1 off the mask."""
+    """The weight of each token's KL estimate [B, T], whose gradient makes the KL term's expected
+    gradient that of KL(pi_theta || ref) (the tokens come from the policy being optimized: the
+    score-function term, as NeMo RL since 2026). Plain: exp(log pi - sg(log pi)), 1 in value.
+    On-policy approximation: pi_theta / pi_sampler, not detached (the tokens were drawn by the
+    sampler). An overflowed weight is 0, as NeMo RL's; 1 off the mask."""
     if on_policy_approximation:
         if t.sampler_logprobs is None:
             raise ValueError("the on-policy KL approximation needs the sampler's logprobs")
@@ -76,9 +80,10 @@ def kl_weights(current: torch.Tensor, t: LossTerms, mask: torch.Tensor, on_polic
 
 def policy_loss(t: LossTerms, cfg: LossConfig, *, num_tokens: float, num_seqs: float,
                 is_correction: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Loss of one micro-batch, scaled so that summing over the optimizer batch gives its mean. Returns (loss, metrics).
-    `cfg` is the run's loss_fn section, read under its own names by each piece below; `is_correction`: whether tokens
-    are weighted by pi_old / pi_sampler (loss_fn.use_importance_sampling_correction as resolved for the run: see
+    """Loss of one micro-batch, scaled so that summing over the optimizer batch gives its mean.
+    Returns (loss, metrics). `cfg` is the run's loss_fn section, read under its own names by each
+    piece below; `is_correction`: whether tokens are weighted by pi_old / pi_sampler
+    (loss_fn.use_importance_sampling_correction as resolved for the run: see
     execrl.trainer.step.importance_correction)."""
     mask = t.mask.float()
     adv = t.advantages.unsqueeze(1)  # [B, 1]
@@ -96,8 +101,9 @@ def policy_loss(t: LossTerms, cfg: LossConfig, *, num_tokens: float, num_seqs: f
 
 def surrogate(t: LossTerms, cfg: LossConfig, ratio: torch.Tensor, clamped: torch.Tensor, adv: torch.Tensor
               ) -> torch.Tensor:
-    """The objective per token [B, T]: PPO's clipped surrogate, or CISPO's REINFORCE on log pi weighted by the clipped
-    ratio (detached); with ratio_clip_c, dual clip (how far a negative-advantage token can push is bounded)."""
+    """The objective per token [B, T]: PPO's clipped surrogate, or CISPO's REINFORCE on log pi
+    weighted by the clipped ratio (detached); with ratio_clip_c, dual clip (how far a
+    negative-advantage token can push is bounded)."""
     if cfg.use_cispo:
         out = clamped.detach() * t.logprobs * adv
     else:
@@ -109,7 +115,8 @@ def surrogate(t: LossTerms, cfg: LossConfig, ratio: torch.Tensor, clamped: torch
 
 @dataclass
 class SamplerWeights:
-    """pi_old / pi_sampler, where the sampler's logprobs are known: the importance weights after truncation."""
+    """pi_old / pi_sampler, where the sampler's logprobs are known: the importance weights after
+    truncation."""
 
     log_w: torch.Tensor  # [B, T] log(pi_old / pi_sampler), detached; 0 off the mask
     weight: torch.Tensor  # [B, T] truncated (GSPO: one per sequence, expanded)
@@ -118,7 +125,8 @@ class SamplerWeights:
 
 
 def sampler_weights(t: LossTerms, cfg: LossConfig, mask: torch.Tensor) -> SamplerWeights | None:
-    """The weights of the importance-sampling correction (applied or only logged), None without sampler logprobs."""
+    """The weights of the importance-sampling correction (applied or only logged), None without
+    sampler logprobs."""
     if t.sampler_logprobs is None:
         return None
     log_w = ((t.old_logprobs - t.sampler_logprobs) * mask).detach()
@@ -133,8 +141,8 @@ def sampler_weights(t: LossTerms, cfg: LossConfig, mask: torch.Tensor) -> Sample
 
 
 def kl_term(t: LossTerms, cfg: LossConfig, mask: torch.Tensor) -> torch.Tensor | None:
-    """Each token's estimate of KL(pi || ref) [B, T] (on the unfiltered logprobs, as NeMo RL's), weighted as
-    kl_weights says; None without a KL penalty."""
+    """Each token's estimate of KL(pi || ref) [B, T] (on the unfiltered logprobs, as NeMo RL's),
+    weighted as kl_weights says; None without a KL penalty."""
     if not cfg.reference_policy_kl_penalty or t.ref_logprobs is None:
         return None
     current = t.logprobs if t.unfiltered_logprobs is None else t.unfiltered_logprobs
@@ -145,11 +153,11 @@ def kl_term(t: LossTerms, cfg: LossConfig, mask: torch.Tensor) -> torch.Tensor |
 @torch.no_grad()
 def loss_metrics(cfg: LossConfig, mask: torch.Tensor, adv: torch.Tensor, ratio: torch.Tensor,
                  kl: torch.Tensor | None, sampler: SamplerWeights | None) -> dict[str, torch.Tensor]:
-    """Token means over the mask: where the clip is active, the KL, the ratio; and how far the behaviour policy is from
-    the proximal one (logged whether corrected or not)."""
+    """Token means over the mask: where the clip is active, the KL, the ratio; and how far the
+    behaviour policy is from the proximal one (logged whether corrected or not)."""
     n = mask.sum().clamp(min=1)
-    # the clip is active where the clipped term is the minimum (the token has no gradient): above the band with a
-    # positive advantage, below it with a negative one
+    # the clip is active where the clipped term is the minimum (the token has no gradient): above
+    # the band with a positive advantage, below it with a negative one
     clipping = not (cfg.force_on_policy_ratio or cfg.disable_ppo_ratio)
     high = (ratio > 1.0 + cfg.ratio_clip_max) & (adv > 0) & clipping
     low = (ratio < 1.0 - cfg.ratio_clip_min) & (adv < 0) & clipping
@@ -193,13 +201,15 @@ def ratios(t: LossTerms, cfg: LossConfig, mask: torch.Tensor) -> tuple[torch.Ten
 
 
 def overflow_to_zero(w: torch.Tensor) -> torch.Tensor:
-    """An importance weight that overflowed (inf, or nan) is 0, as NeMo RL's: the token or sequence leaves the loss."""
+    """An importance weight that overflowed (inf, or nan) is 0, as NeMo RL's: the token or sequence
+    leaves the loss."""
     return torch.nan_to_num(w, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def importance_weight(w: torch.Tensor, kind: str, high: float | None, low: float | None):
-    """pi_old / pi_sampler per token [B, T], truncated as NeMo RL does: tis clamps the weights to [low (0 if null),
-    high]; icepop drops the tokens whose weight is outside [low, high] (weight 0). Returns (weight, outside)."""
+    """pi_old / pi_sampler per token [B, T], truncated as NeMo RL does: tis clamps the weights to
+    [low (0 if null), high]; icepop drops the tokens whose weight is outside [low, high] (weight 0).
+    Returns (weight, outside)."""
     if high is None:  # no truncation (a low bound without a high one is refused by the config)
         return w, torch.zeros_like(w, dtype=torch.bool)
     floor = low or 0.0
@@ -213,8 +223,9 @@ def importance_weight(w: torch.Tensor, kind: str, high: float | None, low: float
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, num_tokens: float, num_seqs: float, token_level: bool,
               constant_normalizer: int | None) -> torch.Tensor:
-    """token level: sum over all tokens / tokens in the optimizer batch; sequence level: each sequence's token mean,
-    summed / sequences in the optimizer batch; Dr.GRPO: sum / (constant x sequences)."""
+    """token level: sum over all tokens / tokens in the optimizer batch; sequence level: each
+    sequence's token mean, summed / sequences in the optimizer batch; Dr.GRPO: sum / (constant x
+    sequences)."""
     if constant_normalizer:
         return (per_token * mask).sum() / (constant_normalizer * num_seqs)
     if token_level:

@@ -1,8 +1,8 @@
-"""SPIRAL's role-conditioned advantage estimation (Liu et al. 2025): in self-play one policy plays both roles of a
-zero-sum game, whose returns differ by role (the first player of TicTacToe wins more often), so each (game, role)
-keeps its own baseline, an exponential moving average of that role's returns; a trajectory's advantage is its return
-less its role's baseline (`rae`, with the means over all processes). The baselines are state: they go into
-checkpoints."""
+"""SPIRAL's role-conditioned advantage estimation (Liu et al. 2025): in self-play one policy plays
+both roles of a zero-sum game, whose returns differ by role (the first player of TicTacToe wins more
+often), so each (game, role) keeps its own baseline, an exponential moving average of that role's
+returns; a trajectory's advantage is its return less its role's baseline (`rae`, with the means over
+all processes). The baselines are state: they go into checkpoints."""
 
 from __future__ import annotations
 
@@ -40,11 +40,11 @@ class RoleBaselines:
 def rae(rewards: torch.Tensor, valid: torch.Tensor, roles: Sequence[Role | None], all_roles: Sequence[Role],
         baselines: RoleBaselines, sum_over_processes: Callable[..., list[float]] = lambda *x: list(x),
         **_) -> torch.Tensor:
-    """Each episode's return less its (game, role)'s baseline, moved first towards the batch's mean return of that
-    role (its sums over all processes: `sum_over_processes`, called alike on every process with the sums of each of
-    `all_roles`). `roles`: per sample, the role the policy played, None where it has no tokens to train (a seat that
-    never moved, the frozen opponent's): advantage 0. An invalid sample's return is 0.
-    rewards, valid: [num_groups, G] -> [num_groups, G]"""
+    """Each episode's return less its (game, role)'s baseline, moved first towards the batch's mean
+    return of that role (its sums over all processes: `sum_over_processes`, called alike on every
+    process with the sums of each of `all_roles`). `roles`: per sample, the role the policy played,
+    None where it has no tokens to train (a seat that never moved, the frozen opponent's): advantage
+    0. An invalid sample's return is 0. rewards, valid: [num_groups, G] -> [num_groups, G]"""
     returns = torch.where(valid, rewards, torch.zeros_like(rewards)).reshape(-1).tolist()
     sums = sum_over_processes(*[sum(r for k, r in zip(roles, returns) if k == key) for key in all_roles],
                               *[float(sum(k == key for k in roles)) for key in all_roles])

@@ -1,4 +1,5 @@
-"""Configuration: the typed schema (schema.py), YAML loading (load.py), batch arithmetic (batch.py)."""
+"""Configuration: the typed schema (schema.py), YAML loading (load.py), batch arithmetic
+(batch.py)."""
 
 from execrl.config.batch import BatchPlan, plan
 from execrl.config.load import ConfigError, load_config, to_yaml, validate

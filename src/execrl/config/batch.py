@@ -76,7 +76,8 @@ def plan(cfg: MasterConfig) -> BatchPlan:
                      f"policy.train_global_batch_size / {group_size} a multiple of {gpus})")
     per_gpu = -(-groups // gpus) * group_size  # the most samples a GPU trains on per optimizer step
     micro = min(p.train_micro_batch_size, per_gpu)
-    # prompts per round: NeMo RL's int(num_prompts_per_step x batch_multiplier), truncated (16 x 1.3: 20)
+    # prompts per round: NeMo RL's int(num_prompts_per_step x batch_multiplier), truncated (16 x
+    # 1.3: 20)
     per_round = max(1, int(grpo.num_prompts_per_step * grpo.batch_multiplier)) if grpo.use_dynamic_sampling \
         else grpo.num_prompts_per_step
     return BatchPlan(gpus, group_size, samples, global_batch, global_batch // group_size, per_round,

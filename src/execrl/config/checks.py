@@ -1,7 +1,7 @@
-"""Every check of a config, in one place, run before any work (`execrl train --dry-run` runs them all): the batch
-arithmetic, settings that cannot work together, NeMo RL keys execrl does not act on (refused where they would change
-the math, listed in one start-up note where they change only speed or infrastructure), and what the machine must
-have. Each error names its fix."""
+"""Every check of a config, in one place, run before any work (`execrl train --dry-run` runs them
+all): the batch arithmetic, settings that cannot work together, NeMo RL keys execrl does not act on
+(refused where they would change the math, listed in one start-up note where they change only speed
+or infrastructure), and what the machine must have. Each error names its fix."""
 
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ def validate(cfg: MasterConfig) -> BatchPlan:
 
 
 def check_learnable(cfg: MasterConfig) -> None:
-    """Settings under which every group's rewards are equal, so that every advantage, loss and gradient is 0."""
+    """Settings under which every group's rewards are equal, so that every advantage, loss and
+    gradient is 0."""
     grpo, gen = cfg.grpo, cfg.policy.generation
     if grpo.num_generations_per_prompt < 2 and grpo.advantage != "rae":
         raise ConfigError("grpo.num_generations_per_prompt=1: a group of one answer has no baseline to beat, so every "
@@ -68,7 +69,8 @@ def optimizer_lr(cfg: MasterConfig) -> float | None:
 
 
 def check_guided(cfg: MasterConfig) -> None:
-    """policy.generation.guided_decoding: the execrl engine, and a constraint llguidance compiles."""
+    """policy.generation.guided_decoding: the execrl engine, and a constraint llguidance
+    compiles."""
     gen = cfg.policy.generation
     per_turn = gen.guided_decoding_per_turn
     if per_turn is not None and gen.guided_decoding is not None:
@@ -91,7 +93,8 @@ def check_guided(cfg: MasterConfig) -> None:
 
 
 def check_reward_model(cfg: MasterConfig) -> None:
-    """env.reward_model is loaded exactly where a reward component reads it, and only as a Bradley-Terry model."""
+    """env.reward_model is loaded exactly where a reward component reads it, and only as a
+    Bradley-Terry model."""
     rm, judged = cfg.env.reward_model, cfg.reward.judged
     if cfg.data.default.env_name == "reward_model" and not judged:
         raise ConfigError("data.default.env_name=reward_model makes the reward model's score the reward, but "
@@ -120,7 +123,8 @@ def check_reward_model(cfg: MasterConfig) -> None:
 
 
 def refuse_settings_while_off(section, prefix: str, why: str) -> None:
-    """A section that is off, with a setting changed from its default (which would do nothing): refused."""
+    """A section that is off, with a setting changed from its default (which would do nothing):
+    refused."""
     default = type(section)()
     changed = sorted(k for k in type(section).model_fields if getattr(section, k) != getattr(default, k))
     if changed:
@@ -142,10 +146,11 @@ def check_lora(cfg: MasterConfig) -> None:
 
 
 def prompt_limit(cfg: MasterConfig) -> int:
-    """Tokens a prompt may have: data.max_input_seq_length (at most the context less one token), else what leaves
-    room for max_new_tokens. As in NeMo RL, each completion is cut where the context ends (its prompt leaves it less
-    room than max_new_tokens): a max_new_tokens of the whole context or more is NeMo RL's idiom for "until the
-    context is full", and a max_input_seq_length of the whole context its idiom for "no limit but the context"."""
+    """Tokens a prompt may have: data.max_input_seq_length (at most the context less one token),
+    else what leaves room for max_new_tokens. As in NeMo RL, each completion is cut where the
+    context ends (its prompt leaves it less room than max_new_tokens): a max_new_tokens of the whole
+    context or more is NeMo RL's idiom for "until the context is full", and a max_input_seq_length
+    of the whole context its idiom for "no limit but the context"."""
     total, new = cfg.policy.max_total_sequence_length, cfg.policy.generation.max_new_tokens
     if cfg.data.max_input_seq_length is not None:
         return min(cfg.data.max_input_seq_length, total - 1)
@@ -161,8 +166,8 @@ def check_lengths(cfg: MasterConfig) -> None:
 
 
 def check_turns(cfg: MasterConfig) -> None:
-    """The environment exists; a multi-turn budget needs a multi-turn environment (the other way round is allowed:
-    one turn)."""
+    """The environment exists; a multi-turn budget needs a multi-turn environment (the other way
+    round is allowed: one turn)."""
     from execrl.envs import environment_class  # (the environments import the config's users, not the other way)
     from execrl.plugins import PluginError
 
@@ -176,7 +181,8 @@ def check_turns(cfg: MasterConfig) -> None:
 
 
 def check_machine(cfg: MasterConfig) -> None:
-    """What this machine must have for the run: the device asked for, and directories where files are not."""
+    """What this machine must have for the run: the device asked for, and directories where files
+    are not."""
     if cfg.policy.device.startswith("cuda"):
         import torch  # (only here: the other checks run without it)
 
@@ -190,7 +196,8 @@ def check_machine(cfg: MasterConfig) -> None:
 
 
 def check_datasets(cfg: MasterConfig) -> None:
-    """Every dataset named is one execrl reads, and no training split is an evaluation one (before any download)."""
+    """Every dataset named is one execrl reads, and no training split is an evaluation one (before
+    any download)."""
     for where, sets, given in (("data.train", cfg.data.train_sets, cfg.data.train),
                                ("data.validation", cfg.data.validation_sets, cfg.data.validation)):
         for i, d in enumerate(sets):
@@ -209,8 +216,9 @@ def check_datasets(cfg: MasterConfig) -> None:
 
 
 def check_reward_fits(cfg: MasterConfig, kinds: set[str]) -> None:
-    """No reward component is blind to the training problems' kind (math_correct on programs would give every answer
-    the same reward, and nothing would be learned). `kinds`: of the training problems (those known)."""
+    """No reward component is blind to the training problems' kind (math_correct on programs would
+    give every answer the same reward, and nothing would be learned). `kinds`: of the training
+    problems (those known)."""
     for c in cfg.reward.components:
         blind = sorted(kinds & {"code", "math"} - set(SCORES.get(c.name, kinds)))
         if blind:
@@ -253,9 +261,9 @@ def check_scheduler(cfg: MasterConfig) -> None:
 
 
 def check_model(cfg: MasterConfig) -> None:
-    """The policy can be loaded: built in, a local directory, in the hub cache, or on a hub that answers (within
-    seconds: not after minutes of retries, and before torchrun starts a process per GPU that would each fail). Not
-    part of validate(): --dry-run works without the model."""
+    """The policy can be loaded: built in, a local directory, in the hub cache, or on a hub that
+    answers (within seconds: not after minutes of retries, and before torchrun starts a process per
+    GPU that would each fail). Not part of validate(): --dry-run works without the model."""
     import os
 
     from execrl.models import looks_like_path
@@ -281,8 +289,8 @@ def check_model(cfg: MasterConfig) -> None:
 
 
 def check_truncation(cfg: MasterConfig, correcting: bool) -> None:
-    """The truncated importance-sampling keys, as NeMo RL asserts them: a type needs the correction and a ratio, a
-    ratio needs a type, and ratio_min is at most the ratio."""
+    """The truncated importance-sampling keys, as NeMo RL asserts them: a type needs the correction
+    and a ratio, a ratio needs a type, and ratio_min is at most the ratio."""
     lf = cfg.loss_fn
     kind, high, low = (lf.truncated_importance_sampling_type, lf.truncated_importance_sampling_ratio,
                        lf.truncated_importance_sampling_ratio_min)
@@ -306,7 +314,8 @@ def check_truncation(cfg: MasterConfig, correcting: bool) -> None:
 
 
 def check_async(cfg: MasterConfig) -> None:
-    """Settings async GRPO and the importance-sampling correction cannot work with, each with its fix."""
+    """Settings async GRPO and the importance-sampling correction cannot work with, each with its
+    fix."""
     a, engine = cfg.grpo.async_grpo, cfg.policy.generation.backend == "execrl"
     if cfg.loss_fn.use_importance_sampling_correction and not engine:
         raise ConfigError("loss_fn.use_importance_sampling_correction needs the sampler's logprobs, which only the "
@@ -329,7 +338,8 @@ def check_async(cfg: MasterConfig) -> None:
 
 
 def check_supported(cfg: MasterConfig) -> None:
-    """Refuse, with the fix, settings that would change the algorithm in ways execrl does not implement."""
+    """Refuse, with the fix, settings that would change the algorithm in ways execrl does not
+    implement."""
     if cfg.grpo.use_dynamic_sampling and cfg.grpo.use_leave_one_out_baseline and cfg.grpo.advantage == "grpo":
         raise ConfigError("grpo.use_dynamic_sampling with grpo.use_leave_one_out_baseline: NeMo RL then filters single "
                           "samples by the std of the others (dropping a group's lone success) where execrl keeps "
@@ -399,11 +409,13 @@ def check_opponent(cfg: MasterConfig, game: bool) -> None:
 
 
 def check_dataset_names(cfg: MasterConfig, kinds: set[str]) -> None:
-    """data.default.env_name and processor, NeMo RL's names for how rows are read and graded, must fit the kinds of
-    problem (code, math) the training and validation data hold: execrl grades each problem by its kind."""
+    """data.default.env_name and processor, NeMo RL's names for how rows are read and graded, must
+    fit the kinds of problem (code, math) the training and validation data hold: execrl grades each
+    problem by its kind."""
     d = cfg.data.default
     for key, named in (("env_name", d.env_name), ("processor", d.processor)):
-        # code | math (env_name's values, and the processors' prefixes); the reward model reads either
+        # code | math (env_name's values, and the processors' prefixes); the reward model reads
+        # either
         fits = {"code", "math"} if named == "reward_model" else {named.split("_")[0]}
         if named != "auto" and kinds - fits:
             raise ConfigError(f"data.default.{key} is {named!r} but the dataset's problems are {sorted(kinds)}: set "
@@ -412,8 +424,8 @@ def check_dataset_names(cfg: MasterConfig, kinds: set[str]) -> None:
 
 
 def no_effect_note(cfg: MasterConfig) -> str | None:
-    """A line naming the keys this config sets (to other than their defaults) that change nothing here, and one naming
-    the NeMo RL keys read as execrl settings (None: neither)."""
+    """A line naming the keys this config sets (to other than their defaults) that change nothing
+    here, and one naming the NeMo RL keys read as execrl settings (None: neither)."""
     default = MasterConfig()
     seen = []
     for key in NO_EFFECT:
@@ -439,7 +451,8 @@ def differences_note(cfg: MasterConfig) -> str | None:
 
 
 def nemo_differences(cfg: MasterConfig) -> list[str]:
-    """The deliberate differences from NeMo RL's current code that this config touches, one phrase each."""
+    """The deliberate differences from NeMo RL's current code that this config touches, one phrase
+    each."""
     lf, grpo, out = cfg.loss_fn, cfg.grpo, []
     if grpo.normalize_rewards and grpo.advantage == "grpo":
         out.append("grpo.normalize_rewards divides by the exact std of the rewards (NeMo RL's E[r^2] - E[r]^2 in "

@@ -1,7 +1,8 @@
-"""YAML -> MasterConfig, loaded as NeMo RL loads its configs: OmegaConf, `defaults:` inheritance (a file or a list,
-found next to the including file), interpolations (${a.b}, relative ${.x}, NeMo's resolvers such as ${mul:a,b}),
-dotted key=value overrides; then the pydantic schema validates, with errors that name the fix (an unknown key
-suggests the closest valid one). A ${a.b} of a key the file does not set reads the schema's default."""
+"""YAML -> MasterConfig, loaded as NeMo RL loads its configs: OmegaConf, `defaults:` inheritance (a
+file or a list, found next to the including file), interpolations (${a.b}, relative ${.x}, NeMo's
+resolvers such as ${mul:a,b}), dotted key=value overrides; then the pydantic schema validates, with
+errors that name the fix (an unknown key suggests the closest valid one). A ${a.b} of a key the file
+does not set reads the schema's default."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ BUILTIN_DEFAULT = Path(__file__).with_name("builtin_default.yaml")  # `execrl tr
 RESOLVERS = {"mul": lambda a, b: a * b, "div": lambda a, b: a / b, "max": lambda *a: max(a), "min": lambda *a: min(a)}
 
 
-# OmegaConf 2.4 renamed register_new_resolver to register_resolver (which in 2.3 is the legacy, string-only one)
+# OmegaConf 2.4 renamed register_new_resolver to register_resolver (which in 2.3 is the legacy,
+# string-only one)
 _register = (OmegaConf.register_resolver if tuple(map(int, omegaconf.__version__.split(".")[:2])) >= (2, 4)
              else OmegaConf.register_new_resolver)
 
@@ -68,8 +70,8 @@ def _dotted(tree, prefix: str = ""):
 
 
 def _under(defaults: dict, tree: DictConfig) -> dict:
-    """The schema's defaults less the sections the file gives in another shape (a list of datasets where the schema
-    has one): the file's replaces them."""
+    """The schema's defaults less the sections the file gives in another shape (a list of datasets
+    where the schema has one): the file's replaces them."""
     out = {}
     for key, value in defaults.items():
         given = tree.get(key) if key in tree else None
@@ -84,8 +86,9 @@ _LEAF = object()  # a plain value in the schema (no keys below it)
 
 
 def _schema_at(parts: list[str]) -> Any:
-    """What the schema holds at a dotted path: a section's model class, `dict` (a free-form dict field such as
-    optimizer.kwargs, or a key under one), _LEAF (a plain value), or None (no such key)."""
+    """What the schema holds at a dotted path: a section's model class, `dict` (a free-form dict
+    field such as optimizer.kwargs, or a key under one), _LEAF (a plain value), or None (no such
+    key)."""
     node: Any = MasterConfig
     for part in parts:
         if node is dict:
@@ -108,7 +111,8 @@ def _bare(kind: Any) -> Any:
 
 
 def _known(key: str) -> bool:
-    """Whether the schema has this dotted key (any key under a free-form dict such as optimizer.kwargs)."""
+    """Whether the schema has this dotted key (any key under a free-form dict such as
+    optimizer.kwargs)."""
     return _schema_at(key.split(".")) is not None
 
 
@@ -142,8 +146,8 @@ def _read(path: Path, chain: list[Path]) -> DictConfig:
 
 
 def yaml_error(path: Path, e: Exception) -> str:
-    """One line: where the YAML is wrong (line and column, as an editor counts them) and what is wrong; a tab in the
-    indentation is named, YAML's most common surprise."""
+    """One line: where the YAML is wrong (line and column, as an editor counts them) and what is
+    wrong; a tab in the indentation is named, YAML's most common surprise."""
     mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
     where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
     what = getattr(e, "problem", None) or str(e).splitlines()[0]
@@ -160,8 +164,8 @@ def yaml_error(path: Path, e: Exception) -> str:
 
 
 def _merge(base: DictConfig, tree: DictConfig, path: Path) -> DictConfig:
-    """`tree` over `base`, as NeMo RL merges a config over its defaults: a top-level section marked `_override_: true`
-    replaces the inherited one instead of merging into it."""
+    """`tree` over `base`, as NeMo RL merges a config over its defaults: a top-level section marked
+    `_override_: true` replaces the inherited one instead of merging into it."""
     for key in list(tree):
         section = tree.get(key)
         if isinstance(section, DictConfig) and section.pop("_override_", False) and key in base:

@@ -1,12 +1,12 @@
-"""NeMo RL's own config keys, as execrl reads them. A NeMo RL GRPO config is execrl's schema plus keys for NeMo's
-machinery; each of those is here, in one of three tables:
+"""NeMo RL's own config keys, as execrl reads them. A NeMo RL GRPO config is execrl's schema plus
+keys for NeMo's machinery; each of those is here, in one of three tables:
 
   MAPPED   a NeMo name for an execrl setting (moved there, or its value translated)
   IGNORED  changes only speed, memory or infrastructure here (dropped, named in one start-up note)
   REFUSED  a feature execrl does not have, when it is on (one line naming it)
 
-A key in none of them is an unknown key (the schema's error names the closest valid one). Sections are matched by
-prefix: an entry "policy.dynamic_batching" covers every key under it.
+A key in none of them is an unknown key (the schema's error names the closest valid one). Sections
+are matched by prefix: an entry "policy.dynamic_batching" covers every key under it.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from execrl.config.tree import dotted_leaves
 
 
 def _file_text(key: str):
-    """A translation that reads the file a NeMo RL key names (its prompt files) into the setting's text. NeMo RL runs
-    from its checkout, so a relative path is looked for in the directory you run in, then in each folder above the
-    config file (a NeMo RL checkout's examples/configs/... finds examples/prompts/...)."""
+    """A translation that reads the file a NeMo RL key names (its prompt files) into the setting's
+    text. NeMo RL runs from its checkout, so a relative path is looked for in the directory you run
+    in, then in each folder above the config file (a NeMo RL checkout's examples/configs/... finds
+    examples/prompts/...)."""
     def read(path, config_dir: Path | None):
         if path is None:
             return None
@@ -44,7 +45,8 @@ def _value(fn: Callable[[Any], Any]):
 
 # NeMo key -> (execrl key, value translation)
 MAPPED: dict[str, tuple[str, Callable[[Any, Path | None], Any]]] = {
-    # NeMo RL's prompt files, read into the prompt (config/nemo_data.py puts every layout's into data.default)
+    # NeMo RL's prompt files, read into the prompt (config/nemo_data.py puts every layout's into
+    # data.default)
     "data.default.prompt_file": ("prompt.template", _file_text("data.default.prompt_file")),
     "data.default.system_prompt_file": ("prompt.system_prompt", _file_text("data.default.system_prompt_file")),
     **{f"grpo.reward_scaling.{k}": (f"reward.scaling.{k}", _value(lambda v: v))  # (as NeMo RL: before reward_shaping)
@@ -54,7 +56,8 @@ MAPPED: dict[str, tuple[str, Callable[[Any, Path | None], Any]]] = {
     "grpo.adv_estimator.use_leave_one_out_baseline": ("grpo.use_leave_one_out_baseline", _value(lambda v: v)),
     "policy.dtensor_cfg.activation_checkpointing": ("policy.activation_checkpointing", _value(bool)),
     "policy.automodel_cfg.activation_checkpointing": ("policy.activation_checkpointing", _value(bool)),
-    # NeMo RL's LoRA (Automodel's PeftConfig) is policy.lora (only while it is enabled: adapt() drops it otherwise)
+    # NeMo RL's LoRA (Automodel's PeftConfig) is policy.lora (only while it is enabled: adapt()
+    # drops it otherwise)
     **{f"policy.{section}.lora_cfg.{k}": (f"policy.lora.{k}", _value(lambda v: v))
        for section in ("dtensor_cfg", "automodel_cfg")
        for k in ("enabled", "dim", "alpha", "dropout", "dropout_position", "lora_A_init", "target_modules",
@@ -119,7 +122,8 @@ IGNORED: dict[str, str] = {
     "policy.generation.real_quant_export_cpu_offload": "quantized weight export to vLLM",
     "policy.draft": "draft-model settings (off)",
     "policy.megatron_recipe": "Megatron settings (off)",
-    # keys some NeMo RL recipes carry that NeMo RL itself does not read (named, so that nobody thinks they act)
+    # keys some NeMo RL recipes carry that NeMo RL itself does not read (named, so that nobody
+    # thinks they act)
     "policy.lr": "NeMo RL does not read it either: the learning rate is policy.optimizer.kwargs.lr",
     "policy.min_lr": "NeMo RL does not read it either: the schedule is policy.scheduler",
     "policy.weight_decay": "NeMo RL does not read it either: it is policy.optimizer.kwargs.weight_decay",
@@ -232,11 +236,13 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 
 def sliding_puzzle(tree: dict) -> str | None:
-    """NeMo RL's sliding-puzzle config (env.sliding_puzzle_game, run by its run_grpo_sliding_puzzle.py): in place, the
-    environment becomes execrl's (env.multi_turn.kind sliding_puzzle, its max_moves, the board after a move told as a
-    user message), and the problems the generated dataset `sliding_puzzle` with its game_config and grpo.seed, for
-    training and max_val_samples for validation, as that script makes them (it reads no data.train or validation).
-    Returns why the config's own datasets are not read (None: not a sliding-puzzle config)."""
+    """NeMo RL's sliding-puzzle config (env.sliding_puzzle_game, run by its
+    run_grpo_sliding_puzzle.py): in place, the environment becomes execrl's (env.multi_turn.kind
+    sliding_puzzle, its max_moves, the board after a move told as a user message), and the problems
+    the generated dataset `sliding_puzzle` with its game_config and grpo.seed, for training and
+    max_val_samples for validation, as that script makes them (it reads no data.train or
+    validation). Returns why the config's own datasets are not read (None: not a sliding-puzzle
+    config)."""
     env = tree.get("env") or {}
     game = env.pop("sliding_puzzle_game", None)
     if game is None:
@@ -260,13 +266,15 @@ def sliding_puzzle(tree: dict) -> str | None:
 
 
 def refuse_unresolved(tree: dict) -> None:
-    """For a config that does not resolve (e.g. `${oc.env:HF_HOME}` unset): raises the refusal of a feature it turns
-    on with a literal value (Megatron, ...), which says more than the missing variable; returns if there is none."""
+    """For a config that does not resolve (e.g. `${oc.env:HF_HOME}` unset): raises the refusal of a
+    feature it turns on with a literal value (Megatron, ...), which says more than the missing
+    variable; returns if there is none."""
     refuse({k: v for k, v in dotted_leaves(tree) if not (isinstance(v, str) and "${" in v)})
 
 
 def refuse(leaves: dict) -> None:
-    """Raises the refusal of the first feature (in REFUSED's order: the most basic first) these keys turn on."""
+    """Raises the refusal of the first feature (in REFUSED's order: the most basic first) these keys
+    turn on."""
     refused_at = {key: _section_of(key, REFUSED) for key in leaves}  # the REFUSED entry each key falls under
     for refused, (on, why) in REFUSED.items():
         if any(on(leaves[key]) for key, entry in refused_at.items() if entry == refused):
@@ -275,10 +283,10 @@ def refuse(leaves: dict) -> None:
 
 def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = None,
           ) -> tuple[dict, dict[str, str], dict[str, str]]:
-    """A resolved config tree with NeMo RL's own keys translated: (the tree for execrl's schema, {ignored key or
-    section: why}, {mapped key: what it became}). `known(key)`: whether execrl's schema has the key; `config_dir`: the
-    config file's folder (where relative file paths are also looked for). Raises ConfigError naming a refused
-    feature."""
+    """A resolved config tree with NeMo RL's own keys translated: (the tree for execrl's schema,
+    {ignored key or section: why}, {mapped key: what it became}). `known(key)`: whether execrl's
+    schema has the key; `config_dir`: the config file's folder (where relative file paths are also
+    looked for). Raises ConfigError naming a refused feature."""
     puzzle = sliding_puzzle(tree)
     ignored, mapped = adapt_data(tree["data"], tree.get("grpo", {}).get("seed")) if isinstance(
         tree.get("data"), dict) else ({}, {})
@@ -289,13 +297,13 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
         leaves = {k: v for k, v in leaves.items() if not k.startswith("grpo.reward_scaling.")}
         if "reward_scaling" in (tree.get("grpo") or {}):
             ignored["grpo.reward_scaling"] = "off"
-    # NeMo RL's reward-model environment scores where data.default.env_name names it (run_grpo.py), or every task
-    # where the section is enabled (run_grpo_rm.py, which ignores env_name)
+    # NeMo RL's reward-model environment scores where data.default.env_name names it (run_grpo.py),
+    # or every task where the section is enabled (run_grpo_rm.py, which ignores env_name)
     judged = _on(leaves.get("env.reward_model.enabled")) or leaves.get("data.default.env_name") == "reward_model"
     for section in ("policy.dtensor_cfg.lora_cfg", "policy.automodel_cfg.lora_cfg", "env.reward_model"):
         on = judged if section == "env.reward_model" else _on(leaves.get(f"{section}.enabled"))
-        # (as above) NeMo RL's keys of a section that is off; execrl's own keys stay (a setting of one while it is
-        # off is refused by config.checks)
+        # (as above) NeMo RL's keys of a section that is off; execrl's own keys stay (a setting of
+        # one while it is off is refused by config.checks)
         off = [k for k in leaves if k.startswith(section + ".") and not (section == "env.reward_model" and known(k))]
         if not on and off:
             leaves = {k: v for k, v in leaves.items() if k not in off}

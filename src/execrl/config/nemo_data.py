@@ -3,10 +3,11 @@
   flat (2025)      data.dataset_name, data.prompt_file, ...: one dataset's keys directly under data
   train/default    data.train and data.validation (one dataset, or a list), each filled from data.default
 
-A dataset entry's keys are execrl's DatasetConfig keys, except data_path (-> path), seed (the split seed: must be
-grpo.seed, which seeds it here), download_dir (the hub cache is used). prompt_file, system_prompt_file, env_name and
-processor may differ per dataset in NeMo RL; execrl poses and grades every dataset alike, so they must agree (the
-entry's own value, else data.default's), and become data.default's, read as prompt.template etc."""
+A dataset entry's keys are execrl's DatasetConfig keys, except data_path (-> path), seed (the split
+seed: must be grpo.seed, which seeds it here), download_dir (the hub cache is used). prompt_file,
+system_prompt_file, env_name and processor may differ per dataset in NeMo RL; execrl poses and
+grades every dataset alike, so they must agree (the entry's own value, else data.default's), and
+become data.default's, read as prompt.template etc."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ FLAT_VALIDATION = {"val_data_path": "path", "val_split": "split"}
 
 
 def adapt_data(data: dict, grpo_seed) -> tuple[dict[str, str], dict[str, str]]:
-    """Rewrites `data` (a resolved tree, schema defaults merged under it) in execrl's layout, in place. Returns
-    ({ignored key: why}, {NeMo key: what it became})."""
+    """Rewrites `data` (a resolved tree, schema defaults merged under it) in execrl's layout, in
+    place. Returns ({ignored key: why}, {NeMo key: what it became})."""
     ignored: dict[str, str] = {}
     mapped: dict[str, str] = {}
     default = data.setdefault("default", {})

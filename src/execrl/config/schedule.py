@@ -4,7 +4,8 @@
   NeMo RL's  torch schedulers stepped once per GRPO step: one {name, kwargs}, or a list of them with a
              {milestones: [...]} entry (torch's SequentialLR), or null (constant)
 
-Only classes of torch.optim.lr_scheduler are built (NeMo RL imports any class path; its configs name only these)."""
+Only classes of torch.optim.lr_scheduler are built (NeMo RL imports any class path; its configs name
+only these)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from pydantic import Discriminator, Field, RootModel, Tag, field_validator, mode
 from execrl.config.errors import ConfigError
 from execrl.config.section import Section
 
-# torch schedulers a config cannot describe: they take functions, other schedulers, or a validation metric
+# torch schedulers a config cannot describe: they take functions, other schedulers, or a validation
+# metric
 UNBUILDABLE = {"LambdaLR", "MultiplicativeLR", "SequentialLR", "ChainedScheduler", "ReduceLROnPlateau"}
 PREFIX = "torch.optim.lr_scheduler."
 ENTRY, MARKS = "(scheduler entry)", "(milestones entry)"
@@ -67,7 +69,8 @@ def _entry_kind(v: Any) -> str:
 
 
 class SequentialSchedule(RootModel):
-    """NeMo RL's list: schedulers in order, with one {milestones: [...]} entry saying when each one hands over."""
+    """NeMo RL's list: schedulers in order, with one {milestones: [...]} entry saying when each one
+    hands over."""
     root: list[Annotated[Union[Annotated[TorchSchedule, Tag(ENTRY)], Annotated[Milestones, Tag(MARKS)]],
                          Discriminator(_entry_kind)]]
     per_grpo_step: ClassVar[bool] = True

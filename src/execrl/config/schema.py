@@ -1,6 +1,6 @@
-"""The one typed config schema. Every default lives here; YAML files and `key=value` overrides only override it.
-Names follow NeMo RL's where they exist (policy.*, grpo.*, loss_fn.*, data.*, env.*, logger.*, checkpointing.*,
-cluster.*), so its GRPO configs load unchanged."""
+"""The one typed config schema. Every default lives here; YAML files and `key=value` overrides only
+override it. Names follow NeMo RL's where they exist (policy.*, grpo.*, loss_fn.*, data.*, env.*,
+logger.*, checkpointing.*, cluster.*), so its GRPO configs load unchanged."""
 
 from __future__ import annotations
 
@@ -90,8 +90,8 @@ class OptimizerConfig(Section):
     @field_validator("kwargs")
     @classmethod
     def _numbers(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """YAML 1.1 reads 1e-5 as a string: a number is meant (the one place this is read; a typed field's string
-        pydantic converts itself)."""
+        """YAML 1.1 reads 1e-5 as a string: a number is meant (the one place this is read; a typed
+        field's string pydantic converts itself)."""
         out = dict(kwargs)
         for key, value in kwargs.items():
             if isinstance(value, str):
@@ -255,8 +255,8 @@ class DatasetConfig(Section):
 
     @property
     def split_name(self) -> str:
-        """The split read: its own, else the dataset's default (train for most). Raises DatasetError for an unknown
-        dataset."""
+        """The split read: its own, else the dataset's default (train for most). Raises DatasetError
+        for an unknown dataset."""
         return self.split or DATASETS[dataset_key(self.dataset_name)].default_split or "train"
 
 
@@ -453,9 +453,9 @@ class MasterConfig(Section):
 
     @model_validator(mode="after")
     def _reward_model_env(self):
-        """NeMo RL's data.default.env_name=reward_model: the reward model's score replaces the verifier's reward (each
-        test_pass_fraction component, the default's, becomes a reward_model one of its weight; others, such as
-        NeMo RL's overlong penalty, stay)."""
+        """NeMo RL's data.default.env_name=reward_model: the reward model's score replaces the
+        verifier's reward (each test_pass_fraction component, the default's, becomes a reward_model
+        one of its weight; others, such as NeMo RL's overlong penalty, stay)."""
         if self.data.default.env_name == "reward_model":
             self.reward.components = [ComponentConfig(name="reward_model", weight=c.weight, scaled=c.scaled)
                                       if c.name == "test_pass_fraction" else c for c in self.reward.components]

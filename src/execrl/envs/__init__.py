@@ -1,7 +1,8 @@
-"""Environments: what an episode is. `reset(problem) -> messages`, then `step(assistant_text) -> Step` until done
-(base.py). Single-turn code and math tasks are environments of one step, so the trainer has one path; the code
-interpreter and unit-test feedback environments take up to `grpo.max_rollout_turns` model turns. Each is found by
-its name in `env.multi_turn.kind` (ENVIRONMENTS; `register` adds one), or a researcher's own by import path."""
+"""Environments: what an episode is. `reset(problem) -> messages`, then `step(assistant_text) ->
+Step` until done (base.py). Single-turn code and math tasks are environments of one step, so the
+trainer has one path; the code interpreter and unit-test feedback environments take up to
+`grpo.max_rollout_turns` model turns. Each is found by its name in `env.multi_turn.kind`
+(ENVIRONMENTS; `register` adds one), or a researcher's own by import path."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ def register(name: str):
 
 
 def environment_class(kind, key: str = "env.multi_turn.kind") -> type[Environment]:
-    """The class `kind` names: a registered name, an import path (module:Class, path/to/file.py:Class), or the
-    class itself; it must subclass Environment (one clear error otherwise)."""
+    """The class `kind` names: a registered name, an import path (module:Class,
+    path/to/file.py:Class), or the class itself; it must subclass Environment (one clear error
+    otherwise)."""
     cls = kind
     if isinstance(kind, str):
         if kind in ENVIRONMENTS:
@@ -47,8 +49,9 @@ def environment_class(kind, key: str = "env.multi_turn.kind") -> type[Environmen
 
 
 def make_env(cfg, grader, problem=None) -> Environment:
-    """A fresh environment for one episode (of `problem`), of the kind `env.multi_turn.kind` names; beside self-play,
-    a code or math problem's is single-turn (e.g. MBPP, evaluated while a game trains)."""
+    """A fresh environment for one episode (of `problem`), of the kind `env.multi_turn.kind` names;
+    beside self-play, a code or math problem's is single-turn (e.g. MBPP, evaluated while a game
+    trains)."""
     kind = cfg.env.multi_turn.kind
     if problem is not None and problem.kind == "puzzle":
         kind = "sliding_puzzle"
@@ -58,8 +61,8 @@ def make_env(cfg, grader, problem=None) -> Environment:
 
 
 def make_envs(cfg, grader, problem, n: int, frozen: bool = False) -> list[Environment]:
-    """The environments of a problem's n episodes: n fresh ones, or for a game the seats of its match(es) (`frozen`:
-    one seat of each self-play match is the frozen opponent's)."""
+    """The environments of a problem's n episodes: n fresh ones, or for a game the seats of its
+    match(es) (`frozen`: one seat of each self-play match is the frozen opponent's)."""
     if problem.kind == "game":
         return seats(cfg, grader, problem, n, frozen)
     return [make_env(cfg, grader, problem) for _ in range(n)]

@@ -1,14 +1,16 @@
-"""The environment contract: `reset(problem) -> messages`, then `step(assistant_text) -> Step` until `done`.
+"""The environment contract: `reset(problem) -> messages`, then `step(assistant_text) -> Step` until
+`done`.
 
-An episode is a conversation. The environment poses the problem (`reset`), reads each of the model's turns
-(`step`) and answers with messages of its own (an interpreter's output, failing tests) until it is done, when it
-says what the episode earned. Environments deal in text only: the token ids the model is trained on are built
-by the episode runner (execrl.trainer.rollouts) from the sampler's tokens and the chat template, never by
-re-tokenizing this conversation.
+An episode is a conversation. The environment poses the problem (`reset`), reads each of the model's
+turns (`step`) and answers with messages of its own (an interpreter's output, failing tests) until
+it is done, when it says what the episode earned. Environments deal in text only: the token ids the
+model is trained on are built by the episode runner (execrl.trainer.rollouts) from the sampler's
+tokens and the chat template, never by re-tokenizing this conversation.
 
-A new environment subclasses `Environment`, writes `reset` and `step` (and `finish`, where an episode can be cut
-short), overrides the hooks it needs, and is registered by name (`register` in execrl.envs) or named by import path
-in `env.multi_turn.kind` (`my_envs:MyEnv`, `path/to/file.py:MyEnv`). examples/countdown_env.py is one.
+A new environment subclasses `Environment`, writes `reset` and `step` (and `finish`, where an
+episode can be cut short), overrides the hooks it needs, and is registered by name (`register` in
+execrl.envs) or named by import path in `env.multi_turn.kind` (`my_envs:MyEnv`,
+`path/to/file.py:MyEnv`). examples/countdown_env.py is one.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from execrl.tasks import Problem
 
 @dataclass
 class Step:
-    """What the environment says after one model turn: (observation, reward, done, info) of the usual protocol."""
+    """What the environment says after one model turn: (observation, reward, done, info) of the
+    usual protocol."""
 
     observation: list[dict] = field(default_factory=list)  # messages it adds (role, content); empty when done
     done: bool = False
@@ -32,9 +35,10 @@ class Step:
 
 
 class Environment:
-    """One episode's environment (a fresh one per episode). The runner calls `reset` once, then, while the episode is
-    not done and it is `ready`, hands it `observe()`'s news, samples the model's turn (stopping at `stop_strings`,
-    under `constraint`) and passes it to `step`; `finish` when the context or the turns run out."""
+    """One episode's environment (a fresh one per episode). The runner calls `reset` once, then,
+    while the episode is not done and it is `ready`, hands it `observe()`'s news, samples the
+    model's turn (stopping at `stop_strings`, under `constraint`) and passes it to `step`; `finish`
+    when the context or the turns run out."""
 
     stop_strings: list[str] = []  # generation stops after any of these (e.g. a closing </code>): the turn is over
     whole_answers = False  # True: an episode without room for a whole answer (max_new_tokens) ends as it stands
@@ -52,38 +56,44 @@ class Environment:
         raise NotImplementedError
 
     def finish(self) -> Step:
-        """The episode was cut short (the context or the turns ran out): score what the model submitted so far."""
+        """The episode was cut short (the context or the turns ran out): score what the model
+        submitted so far."""
         raise NotImplementedError(f"{type(self).__name__} cannot score an episode cut short: write its finish()")
 
     # -- hooks, with the behaviour of an episode that is the model's alone
 
     @property
     def ready(self) -> bool:
-        """Whether the model is to move now (a game: this seat's turn). An episode never ready waits for others."""
+        """Whether the model is to move now (a game: this seat's turn). An episode never ready waits
+        for others."""
         return True
 
     def observe(self) -> list[dict]:
-        """Messages since the model last moved that `step` did not return (a game: the opponent's move)."""
+        """Messages since the model last moved that `step` did not return (a game: the opponent's
+        move)."""
         return []
 
     @property
     def role(self) -> tuple[str, str] | None:
-        """(game, role) of a self-play seat, whose baseline its advantage uses (grpo.advantage rae); else None."""
+        """(game, role) of a self-play seat, whose baseline its advantage uses (grpo.advantage rae);
+        else None."""
         return None
 
     @property
     def constraint(self) -> tuple[str, str] | None:
-        """Guided decoding of the next model turn, as (kind, value) (e.g. ("regex", ...)), or None."""
+        """Guided decoding of the next model turn, as (kind, value) (e.g. ("regex", ...)), or
+        None."""
         return None
 
     def metrics(self, sample: Sample, reward: Reward, turns: int) -> list[tuple[str, float]]:
-        """The environment's own metrics of its finished episode, (name, value) each: each is logged as the mean over
-        the episodes that report it (`turns`: the model turns the episode took)."""
+        """The environment's own metrics of its finished episode, (name, value) each: each is logged
+        as the mean over the episodes that report it (`turns`: the model turns the episode took)."""
         return []
 
 
 def final_step(sample: Sample, grader, reward_cfg) -> Step:
-    """The episode's end: the sample's code graded against all of the problem's tests, then scored."""
+    """The episode's end: the sample's code graded against all of the problem's tests, then
+    scored."""
     grade_samples([sample], grader)
     return Step(done=True, reward=score(sample, reward_cfg), sample=sample)
 

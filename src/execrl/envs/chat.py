@@ -16,7 +16,8 @@ from execrl.prompts import apply_template
 
 
 class ChatTemplateError(ValueError):
-    """The tokenizer's chat template cannot be split into per-turn deltas; the message says what to do."""
+    """The tokenizer's chat template cannot be split into per-turn deltas; the message says what to
+    do."""
 
 
 _STANDINS = (("Stand-in question?", "Stand-in answer."), ("Another question", "another answer"))
@@ -30,8 +31,9 @@ class TurnRenderer:
         self.tokenizer = tokenizer
 
     def delta_text(self, messages: list[dict]) -> str:
-        """The text the chat template adds after an assistant message's content for `messages` and the next
-        generation prompt; the same whatever came before (checked on two stand-in conversations)."""
+        """The text the chat template adds after an assistant message's content for `messages` and
+        the next generation prompt; the same whatever came before (checked on two stand-in
+        conversations)."""
         deltas = set()
         for question, answer in _STANDINS:
             head = self._render([{"role": "user", "content": question}], True) + answer
@@ -49,7 +51,8 @@ class TurnRenderer:
         return deltas.pop()
 
     def env_turn(self, messages: list[dict], last_sampled: int | None) -> list[int]:
-        """Token ids of the environment's turn, to follow the model's turn that ended with token `last_sampled`."""
+        """Token ids of the environment's turn, to follow the model's turn that ended with token
+        `last_sampled`."""
         text = self.delta_text(messages)
         if last_sampled is not None:
             closer = self.tokenizer.decode([last_sampled])

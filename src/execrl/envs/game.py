@@ -1,15 +1,18 @@
-"""Self-play games as environments: a match of a two-player game (execrl.games) is two episodes, one per seat,
-sharing the match. Each seat's trajectory holds its own turns (trained on) and, as observation tokens, the game as
-its side sees it after the opponent's move. The episode runner generates for a seat only when it is `ready` (its
-turn) and first hands it the news since it last looked (`observe`). An answer with no legal move loses the match for
-that seat (`env.game.illegal_move_penalty`) and ends it for both; so does running out of turns (a draw). A game of
-free-text moves reads them itself (the code game: the writer's program, run in the sandbox by `_output`).
+"""Self-play games as environments: a match of a two-player game (execrl.games) is two episodes, one
+per seat, sharing the match. Each seat's trajectory holds its own turns (trained on) and, as
+observation tokens, the game as its side sees it after the opponent's move. The episode runner
+generates for a seat only when it is `ready` (its turn) and first hands it the news since it last
+looked (`observe`). An answer with no legal move loses the match for that seat
+(`env.game.illegal_move_penalty`) and ends it for both; so does running out of turns (a draw). A
+game of free-text moves reads them itself (the code game: the writer's program, run in the sandbox
+by `_output`).
 
-A problem names the match: metadata {game, seed} and, to evaluate against a fixed player, {opponent: random |
-minimax, seat}: the opponent then moves inside `step`, and the policy's seat is ready at each of its turns. A seat of
-its own (no match given) also plays the problem's `warmup_opening` first: the supervised warm-up's positions. With a
-frozen opponent (env.game.opponent: snapshot | model) one seat of each self-play match is `frozen`: the runner has
-the opponent's generator play it, and it is not trained on."""
+A problem names the match: metadata {game, seed} and, to evaluate against a fixed player, {opponent:
+random | minimax, seat}: the opponent then moves inside `step`, and the policy's seat is ready at
+each of its turns. A seat of its own (no match given) also plays the problem's `warmup_opening`
+first: the supervised warm-up's positions. With a frozen opponent (env.game.opponent: snapshot |
+model) one seat of each self-play match is `frozen`: the runner has the opponent's generator play
+it, and it is not trained on."""
 
 from __future__ import annotations
 
@@ -28,7 +31,8 @@ from execrl.tasks import Problem
 
 @dataclass
 class Match:
-    """One game between two seats; `returns` once it is over (by the rules, a forfeit, or out of turns)."""
+    """One game between two seats; `returns` once it is over (by the rules, a forfeit, or out of
+    turns)."""
     game: Game
     state: object
     rng: random.Random  # the scripted opponent's choices
@@ -78,7 +82,8 @@ class GameSeat(Environment):
 
     @property
     def role(self) -> tuple[str, str]:
-        """(game, role): e.g. ("tictactoe", "X"), what the role baselines and metrics are kept by."""
+        """(game, role): e.g. ("tictactoe", "X"), what the role baselines and metrics are kept
+        by."""
         return self.match.game.name, self.match.game.roles[self.seat]
 
     @property
@@ -89,8 +94,8 @@ class GameSeat(Environment):
 
     @property
     def constraint(self) -> tuple[str, str] | None:
-        """With env.game.guided_moves, this seat's next answer held to `Move: <one of its legal moves>` (a regex for
-        guided decoding: execrl.trainer.rollouts.guide_for), else None."""
+        """With env.game.guided_moves, this seat's next answer held to `Move: <one of its legal
+        moves>` (a regex for guided decoding: execrl.trainer.rollouts.guide_for), else None."""
         m = self.match
         if not self.cfg.env.game.guided_moves or m is None or m.over() or m.game.free_text:
             return None
@@ -107,7 +112,8 @@ class GameSeat(Environment):
         return self.match.view(self.seat)
 
     def observe(self) -> list[dict]:
-        """The game as this seat sees it now, if it changed since it last looked (the opponent moved)."""
+        """The game as this seat sees it now, if it changed since it last looked (the opponent
+        moved)."""
         return self.match.view(self.seat) if self.match.seen[self.seat] != self.match.moves else []
 
     def step(self, assistant_text: str, num_tokens: int = 0) -> Step:
@@ -120,8 +126,8 @@ class GameSeat(Environment):
         return Step(observation=self.observe())  # (self-play: nothing yet, the opponent's move comes by observe)
 
     def read(self, text: str):
-        """The move in an answer (None: no legal one): a `Move:` line, or a free-text game's own reading (the code
-        game's program, run in the sandbox: execrl.sandbox.repeat)."""
+        """The move in an answer (None: no legal one): a `Move:` line, or a free-text game's own
+        reading (the code game's program, run in the sandbox: execrl.sandbox.repeat)."""
         m = self.match
         move = m.game.read(m.state, text, self._output)
         if not m.game.free_text:
@@ -137,9 +143,10 @@ class GameSeat(Environment):
         return ran.output
 
     def metrics(self, sample: Sample, reward: Reward, turns: int) -> list[tuple[str, float]]:
-        """By game and role: the seat's return, win and forfeit rates, the moves it made, and the game's own (the code
-        game's valid-program rate and prediction accuracy), over the episodes in which the seat played; against a
-        fixed opponent, by game and opponent: win, draw, loss, forfeit (each a rate), and the win rate by role."""
+        """By game and role: the seat's return, win and forfeit rates, the moves it made, and the
+        game's own (the code game's valid-program rate and prediction accuracy), over the episodes
+        in which the seat played; against a fixed opponent, by game and opponent: win, draw, loss,
+        forfeit (each a rate), and the win rate by role."""
         game, verdict = self.problem.metadata["game"], outcome(sample)
         if self.opponent is not None:
             role = self.match.game.roles[self.seat]
@@ -155,8 +162,8 @@ class GameSeat(Environment):
                 *((f"{role}/{name}", value) for name, value in own)]
 
     def finish(self) -> Step:
-        """The episode ends without another move of this seat's: the match is over (the other seat ended it), or the
-        turns ran out (a draw)."""
+        """The episode ends without another move of this seat's: the match is over (the other seat
+        ended it), or the turns ran out (a draw)."""
         if not self.match.over():
             self.match.returns = (0.0, 0.0)
         return self._end("", 0)
@@ -176,9 +183,9 @@ class GameSeat(Environment):
 
 
 def seats(cfg, grader, problem: Problem, n: int, frozen: bool = False) -> list[GameSeat]:
-    """The environments of a problem's n episodes: against a fixed opponent, n matches of one seat each; in
-    self-play (n = 2), the two seats of one match, one of them the frozen opponent's with `frozen`: the policy takes
-    the seats of env.game.policy_roles in turn, by the match's seed."""
+    """The environments of a problem's n episodes: against a fixed opponent, n matches of one seat
+    each; in self-play (n = 2), the two seats of one match, one of them the frozen opponent's with
+    `frozen`: the policy takes the seats of env.game.policy_roles in turn, by the match's seed."""
     if problem.metadata.get("opponent") is not None:
         return [GameSeat(cfg, grader) for _ in range(n)]
     if n != 2:

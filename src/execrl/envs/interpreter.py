@@ -1,17 +1,20 @@
-"""The code interpreter: the model runs code cells, reads what they print, and submits a final solution.
+"""The code interpreter: the model runs code cells, reads what they print, and submits a final
+solution.
 
-A turn that ends with a code cell (`<code>...</code>` or a ```python block, by `prompt.code_style`; generation
-stops at the closing tag or fence) runs it in the sandbox, and the output (stdout, then the traceback if it
-raised; cut to `env.multi_turn.max_output_chars` with a marker) comes back as the environment's message. Errors
-and timeouts are shown to the model and counted as tool errors. The episode ends with a final submission inside
-`<answer>...</answer>` (`env.multi_turn.final_tag`), with a turn that ends without a cell (the model's last
-word), or when `grpo.max_rollout_turns` run out; the reward comes from the problem's hidden tests, run on the
-submission (or, with none, on the last code the model wrote). The submission must be a complete program.
+A turn that ends with a code cell (`<code>...</code>` or a ```python block, by `prompt.code_style`;
+generation stops at the closing tag or fence) runs it in the sandbox, and the output (stdout, then
+the traceback if it raised; cut to `env.multi_turn.max_output_chars` with a marker) comes back as
+the environment's message. Errors and timeouts are shown to the model and counted as tool errors.
+The episode ends with a final submission inside `<answer>...</answer>` (`env.multi_turn.final_tag`),
+with a turn that ends without a cell (the model's last word), or when `grpo.max_rollout_turns` run
+out; the reward comes from the problem's hidden tests, run on the submission (or, with none, on the
+last code the model wrote). The submission must be a complete program.
 
-State (`env.multi_turn.stateful`): the sandbox starts a fresh process per program, so a notebook is imitated by
-replaying the episode's earlier cells that ran without error before the new one and showing only the new cell's
-output (a marker printed between them splits the streams). Replayed cells count towards the time limit, line
-numbers in tracebacks count them too, and a cell that failed half-way leaves nothing behind (unlike a notebook).
+State (`env.multi_turn.stateful`): the sandbox starts a fresh process per program, so a notebook is
+imitated by replaying the episode's earlier cells that ran without error before the new one and
+showing only the new cell's output (a marker printed between them splits the streams). Replayed
+cells count towards the time limit, line numbers in tracebacks count them too, and a cell that
+failed half-way leaves nothing behind (unlike a notebook).
 """
 
 from __future__ import annotations
@@ -98,7 +101,8 @@ class InterpreterEnv(Environment):
         return found if found is not None else (body.strip("\n") if body.strip() else None)
 
     def _cell(self, text: str) -> str | None:
-        """The code of the cell the turn ends with (generation stopped at its closing tag or fence), if any."""
+        """The code of the cell the turn ends with (generation stopped at its closing tag or fence),
+        if any."""
         end = text.rstrip()
         if self.style in ("tags", "auto") and end.endswith("</code>"):
             m = list(re.finditer(r"<code>(.*?)</code>", end, re.S))
@@ -118,5 +122,6 @@ class InterpreterEnv(Environment):
 
 
 def _after(stream: str, marker: str) -> str:
-    """What the new cell wrote: the part of the stream after the marker (all of it if the marker never came)."""
+    """What the new cell wrote: the part of the stream after the marker (all of it if the marker
+    never came)."""
     return stream.split(marker, 1)[1] if marker in stream else stream

@@ -1,8 +1,9 @@
-"""The sliding puzzle as an environment (NeMo RL's `sliding_puzzle_game`): the model answers each turn with
-`<action>...</action>` (the last one counts); a move's reply is one line (the board is shown again only on `view`);
-reward 1 when a move solves the puzzle, which ends the episode, else 0. An answer with no action moves nothing and is
-not counted; any other action, possible or not, counts against env.sliding_puzzle.max_moves, after which the next
-answer ends the episode. The problem (metadata `grid`) comes from the generated dataset `sliding_puzzle`."""
+"""The sliding puzzle as an environment (NeMo RL's `sliding_puzzle_game`): the model answers each
+turn with `<action>...</action>` (the last one counts); a move's reply is one line (the board is
+shown again only on `view`); reward 1 when a move solves the puzzle, which ends the episode, else 0.
+An answer with no action moves nothing and is not counted; any other action, possible or not, counts
+against env.sliding_puzzle.max_moves, after which the next answer ends the episode. The problem
+(metadata `grid`) comes from the generated dataset `sliding_puzzle`."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ FORMAT_HINT = "Invalid response format no move made. Try <action></action> like 
 
 
 def last_action(text: str) -> str | None:
-    """The text of the last `<action>...</action>` (tags in any case), stripped; None if there is none."""
+    """The text of the last `<action>...</action>` (tags in any case), stripped; None if there is
+    none."""
     lower = text.lower()
     start = lower.rfind("<action>")
     end = lower.find("</action>", start + len("<action>")) if start != -1 else -1

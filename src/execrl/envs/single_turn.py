@@ -1,5 +1,5 @@
-"""Single-turn code and math: one answer, graded in the sandbox (code) or checked (math), then scored. An episode of
-one step, so the trainer has one path for every task."""
+"""Single-turn code and math: one answer, graded in the sandbox (code) or checked (math), then
+scored. An episode of one step, so the trainer has one path for every task."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""An episode as token ids: the prompt, then segments that are either the model's sampled tokens (trained on) or
-the environment's tokens (context only). Built token-in token-out: the sampler's ids are kept as they came, and an
-environment turn is tokenized on its own (execrl.envs.chat), so the tokens the trainer sees are exactly the
-tokens the model produced or was shown; nothing is re-tokenized."""
+"""An episode as token ids: the prompt, then segments that are either the model's sampled tokens
+(trained on) or the environment's tokens (context only). Built token-in token-out: the sampler's ids
+are kept as they came, and an environment turn is tokenized on its own (execrl.envs.chat), so the
+tokens the trainer sees are exactly the tokens the model produced or was shown; nothing is
+re-tokenized."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ class Trajectory:
 
     @property
     def sampler_logprobs(self) -> list[float] | None:
-        """[num completion tokens] the sampler's logprob at each model token, 0 at environment tokens."""
+        """[num completion tokens] the sampler's logprob at each model token, 0 at environment
+        tokens."""
         if any(s.sampled and s.logprobs is None for s in self.segments):
             return None
         return [lp for s in self.segments for lp in (s.logprobs if s.sampled else [0.0] * len(s.ids))]

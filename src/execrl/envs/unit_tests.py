@@ -1,11 +1,12 @@
-"""Unit-test feedback: the model submits a program, is told which of the public tests fail (input, expected, what
-it got), and refines. The public tests are the first `env.multi_turn.public_tests` of the problem's tests; the
-episode ends when they all pass, or when `grpo.max_rollout_turns` run out, and the reward comes from all of the
-problem's tests, run on the last submission.
+"""Unit-test feedback: the model submits a program, is told which of the public tests fail (input,
+expected, what it got), and refines. The public tests are the first `env.multi_turn.public_tests` of
+the problem's tests; the episode ends when they all pass, or when `grpo.max_rollout_turns` run out,
+and the reward comes from all of the problem's tests, run on the last submission.
 
 For the assert form the feedback shows each failing assert and the value its left side had: a public
-`assert f(x) == y` is graded as `__got = f(x)` then `assert __got == y, repr(__got)` (the same test, in the
-checker sandbox, whose failure message is the value). Other asserts show the assert and its error.
+`assert f(x) == y` is graded as `__got = f(x)` then `assert __got == y, repr(__got)` (the same test,
+in the checker sandbox, whose failure message is the value). Other asserts show the assert and its
+error.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ class UnitTestsEnv(Environment):
         return {"role": self.mt.observation_role, "content": text}
 
     def _final(self, num_tokens: int, format_ok: bool) -> Step:
-        """Graded on the last code the model wrote (format_ok: the last turn held it, in the asked format)."""
+        """Graded on the last code the model wrote (format_ok: the last turn held it, in the asked
+        format)."""
         extracted = Extracted(self.last_text, format_ok, self.last_code)
         sample = Sample(self.problem, self.last_text, extracted, num_tokens=num_tokens,
                         max_tokens=self.cfg.policy.generation.max_new_tokens, turns=self.turns)
@@ -74,7 +76,8 @@ class UnitTestsEnv(Environment):
 
 
 def with_probes(spec: TestSpec) -> TestSpec:
-    """Asserts of the form `assert left == right` rewritten to report `left`'s value when they fail."""
+    """Asserts of the form `assert left == right` rewritten to report `left`'s value when they
+    fail."""
     if not isinstance(spec, AssertTests):
         return spec
     return AssertTests([_probe(a) for a in spec.asserts], spec.setup)
@@ -92,7 +95,8 @@ def _probe(snippet: str) -> str:
 
 
 def feedback(spec: TestSpec, result: ProgramResult, max_chars: int) -> str:
-    """Which public tests failed, each with its input, the expected answer and what the program gave."""
+    """Which public tests failed, each with its input, the expected answer and what the program
+    gave."""
     failed = [i for i, t in enumerate(result.tests) if t.verdict != V.PASS]
     lines = [f"{len(failed)} of {len(result.tests)} tests failed."]
     for i in failed:

@@ -1,4 +1,5 @@
-"""Evaluation sampling: rendered prompts in, (text, token count) pairs out, through the rollout backend."""
+"""Evaluation sampling: rendered prompts in, (text, token count) pairs out, through the rollout
+backend."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from execrl.rollout import SamplingParams, build_generator
 def generate(model, tokenizer, prompts: list[str], num_samples: int, max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, batch_size: int = 8, backend: str = "execrl", seed: int = 0,
              on_batch=None, guided: tuple | list | None = None) -> list[list[tuple[str, int]]]:
-    """`guided`: (kind, value) of a constraint every completion keeps to (execrl.guided), or one such (or None) per
-    prompt, or None."""
+    """`guided`: (kind, value) of a constraint every completion keeps to (execrl.guided), or one
+    such (or None) per prompt, or None."""
     torch.manual_seed(seed)
     ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     if not ids:

@@ -1,5 +1,5 @@
-"""Unbiased pass@k (Chen et al. 2021): the chance that at least one of k samples drawn without replacement from
-n samples, c of them correct, is correct."""
+"""Unbiased pass@k (Chen et al. 2021): the chance that at least one of k samples drawn without
+replacement from n samples, c of them correct, is correct."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def mean_pass_at_k(counts: list[tuple[int, int]], k: int) -> tuple[float, int]:
-    """Mean pass@k over problems given (n valid samples, c correct); problems with n < k are left out and counted."""
+    """Mean pass@k over problems given (n valid samples, c correct); problems with n < k are left
+    out and counted."""
     values = [pass_at_k(n, c, k) for n, c in counts if n >= k]
     return (sum(values) / len(values) if values else float("nan")), len(counts) - len(values)

@@ -1,4 +1,5 @@
-"""`execrl eval`: a model (or a file of completions) on a dataset split -> per-problem results and pass@k."""
+"""`execrl eval`: a model (or a file of completions) on a dataset split -> per-problem results and
+pass@k."""
 
 from __future__ import annotations
 
@@ -75,8 +76,8 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
 
 
 def judge_samples(cfg: EvalConfig, samples: list[Sample]) -> None:
-    """Each valid sample's rm_score: the reward model's score of its conversation (the prompt as posed, the
-    completion)."""
+    """Each valid sample's rm_score: the reward model's score of its conversation (the prompt as
+    posed, the completion)."""
     from execrl.config.schema import RewardModelConfig
     from execrl.rewards.judges import load_reward_model
     from execrl.rewards.learned import fill_scores
@@ -108,7 +109,8 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
 
 
 def read_completions(path: str, problems: list[Problem]):
-    """Rows {"problem_id" (or "id"), "completion"}, or rows that carry their own "tests" / "answer"."""
+    """Rows {"problem_id" (or "id"), "completion"}, or rows that carry their own "tests" /
+    "answer"."""
     by_id = {p.id: p for p in problems}
     grouped: dict[str, tuple[Problem, list]] = {}
     for n, row in enumerate(read_rows(path), 1):

@@ -1,5 +1,5 @@
-"""Two-player zero-sum text games for self-play (SPIRAL), by name, and the opponents that evaluate a policy; the
-adversarial code game (writer against predictor) among them, its moves free text."""
+"""Two-player zero-sum text games for self-play (SPIRAL), by name, and the opponents that evaluate a
+policy; the adversarial code game (writer against predictor) among them, its moves free text."""
 
 from execrl.games.base import FORMAT, Game, forfeit, parse_move, prompt
 from execrl.games.code_game import CodeGame

@@ -1,12 +1,14 @@
-"""The adversarial code game: the writer (player 0), given a short brief, writes a small Python program that prints
-something; the predictor (player 1) reads the program and predicts its exact output. Writer +1 if the prediction is
-wrong, -1 if right; the predictor the opposite. A program that does not run to the end, times out, prints nothing,
-prints too much or prints differently from one run to the next loses for the writer (-penalty) and ends the round
-there: the predictor, which did not play, gets 0.
+"""The adversarial code game: the writer (player 0), given a short brief, writes a small Python
+program that prints something; the predictor (player 1) reads the program and predicts its exact
+output. Writer +1 if the prediction is wrong, -1 if right; the predictor the opposite. A program
+that does not run to the end, times out, prints nothing, prints too much or prints differently from
+one run to the next loses for the writer (-penalty) and ends the round there: the predictor, which
+did not play, gets 0.
 
-Unlike the other games, moves are free text (`read`): the writer's is the program with what it printed (running it
-is the environment's job: execrl.sandbox.repeat), the predictor's any text (the last fenced block, else the whole
-answer). Outputs are compared after stripping each line's trailing whitespace and the trailing blank lines."""
+Unlike the other games, moves are free text (`read`): the writer's is the program with what it
+printed (running it is the environment's job: execrl.sandbox.repeat), the predictor's any text (the
+last fenced block, else the whole answer). Outputs are compared after stripping each line's trailing
+whitespace and the trailing blank lines."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ from dataclasses import dataclass
 from execrl.extract import extract, fenced_blocks
 from execrl.games.base import Game
 
-# (brief, a program for it, what it prints): the supervised warm-up's examples of both roles (tests/games check the
-# outputs in the sandbox)
+# (brief, a program for it, what it prints): the supervised warm-up's examples of both roles
+# (tests/games check the outputs in the sandbox)
 EXAMPLES = (
     ("a loop that builds up a number", "n = 1\nfor i in range(1, 6):\n    n = n * 3 - i\nprint(n)", "64\n"),
     ("a string transformed character by character", "s = 'execrl'\nprint(''.join(chr(ord(c) + 1) for c in s))",
@@ -78,8 +80,9 @@ class CodeGame(Game):
     opponents = ()  # no fixed player to measure it against: no validation matches (evaluate on code instead)
 
     def warmup(self, state: Round, seat: int) -> tuple[list, list[dict]]:
-        """The supervised warm-up's reference for `seat` (tasks/matches.warmup_game): the brief's example program,
-        written (the writer) or predicted (the predictor, the writer's move being its opening)."""
+        """The supervised warm-up's reference for `seat` (tasks/matches.warmup_game): the brief's
+        example program, written (the writer) or predicted (the predictor, the writer's move being
+        its opening)."""
         _, program, output = next(e for e in EXAMPLES if e[0] == state.brief)
         return ([(program, output)] if seat else []), [{"role": "assistant", "content": answer(seat, program, output)}]
 
@@ -93,8 +96,9 @@ class CodeGame(Game):
         return []  # free text: see read
 
     def read(self, state: Round, text: str, run) -> tuple[str, str] | str | None:
-        """The move in an answer: the writer's (program, output), with `run(program)` the output it prints the same
-        in every run (None: no valid program, a forfeit); the predictor's prediction (any text)."""
+        """The move in an answer: the writer's (program, output), with `run(program)` the output it
+        prints the same in every run (None: no valid program, a forfeit); the predictor's prediction
+        (any text)."""
         if self.to_move(state) == 1:
             return prediction_of(text)
         program = extract(text, "code", "fence").code
@@ -116,15 +120,16 @@ class CodeGame(Game):
         return (-1.0, 1.0) if same_output(state.prediction, state.output) else (1.0, -1.0)
 
     def forfeit(self, player: int, penalty: float) -> tuple[float, float]:
-        """The writer's program is not valid: it loses, the predictor (which did not play) gets nothing."""
+        """The writer's program is not valid: it loses, the predictor (which did not play) gets
+        nothing."""
         return (-penalty, 0.0) if player == 0 else (penalty, -penalty)
 
     REJECTIONS = ("no_program", "too_long", "failed", "no_output", "too_much_output", "differs")  # why a writer's
     # program is not valid (execrl.sandbox.repeat): each a rate in the metrics
 
     def seat_metrics(self, verdict: str, player: int, rejected: str | None) -> list[tuple[str, float]]:
-        """The writer's valid-program rate and why its programs were rejected; the predictor's accuracy (its win
-        rate, by another name)."""
+        """The writer's valid-program rate and why its programs were rejected; the predictor's
+        accuracy (its win rate, by another name)."""
         if player == 1:
             return [("accuracy", float(verdict == "win"))]
         return [("valid_program_rate", float(verdict != "illegal")),

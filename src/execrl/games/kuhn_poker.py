@@ -1,6 +1,6 @@
-"""Kuhn poker: a deck of J < Q < K, one card each, one more unseen; both ante 1. Player 0 checks or bets 1; facing a
-bet a player calls or folds; after check-check or a call the higher card wins the pot. Returns are the chips won
-(+-1 or +-2), zero-sum."""
+"""Kuhn poker: a deck of J < Q < K, one card each, one more unseen; both ante 1. Player 0 checks or
+bets 1; facing a bet a player calls or folds; after check-check or a call the higher card wins the
+pot. Returns are the chips won (+-1 or +-2), zero-sum."""
 
 from __future__ import annotations
 

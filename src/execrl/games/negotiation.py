@@ -1,7 +1,8 @@
-"""A simple negotiation: both players hold 5 wood and 5 gold, each valuing a unit of each at private values of 1-5.
-Turns alternate, 6 at most: the player to move proposes a trade ("give 2 wood for 1 gold") or answers the one on the
-table ("accept", "reject"); an accepted trade moves the goods. At the end the player whose holdings gained more
-value (by its own values) wins (+1), the other loses; equal gains draw."""
+"""A simple negotiation: both players hold 5 wood and 5 gold, each valuing a unit of each at private
+values of 1-5. Turns alternate, 6 at most: the player to move proposes a trade ("give 2 wood for 1
+gold") or answers the one on the table ("accept", "reject"); an accepted trade moves the goods. At
+the end the player whose holdings gained more value (by its own values) wins (+1), the other loses;
+equal gains draw."""
 
 from __future__ import annotations
 

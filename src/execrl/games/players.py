@@ -1,5 +1,5 @@
-"""Opponents for evaluating a self-play policy: a uniformly random legal player, and for TicTacToe a perfect one
-(minimax over the whole game tree, cached: a few thousand positions)."""
+"""Opponents for evaluating a self-play policy: a uniformly random legal player, and for TicTacToe a
+perfect one (minimax over the whole game tree, cached: a few thousand positions)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ def random_player(game, state, rng: random.Random) -> str:
 
 @lru_cache(maxsize=None)
 def _value(board: tuple[str, ...]) -> float:
-    """The game's value for the player to move, with perfect play from here (+1 win, 0 draw, -1 loss)."""
+    """The game's value for the player to move, with perfect play from here (+1 win, 0 draw, -1
+    loss)."""
     game = TicTacToe()
     if game.is_over(board):
         r = game.returns(board)

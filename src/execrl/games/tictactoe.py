@@ -1,4 +1,5 @@
-"""TicTacToe: X (player 0) and O take turns on a 3 x 3 board, cells numbered 1-9 row by row; three in a row wins."""
+"""TicTacToe: X (player 0) and O take turns on a 3 x 3 board, cells numbered 1-9 row by row; three
+in a row wins."""
 
 from __future__ import annotations
 
@@ -48,15 +49,16 @@ class TicTacToe(Game):
         return f"TicTacToe: you play {MARKS[player]}; three in a row wins; empty cells show their number."
 
     def listed(self, board: tuple[str, ...], salt: int = 0) -> list[str]:
-        """The legal moves in the order the rendering lists them: scrambled by the position and the match's salt (so
-        that no place in the list is a better move than another, and matches differ)."""
+        """The legal moves in the order the rendering lists them: scrambled by the position and the
+        match's salt (so that no place in the list is a better move than another, and matches
+        differ)."""
         moves = self.legal_moves(board)
         random.Random(zlib.crc32("".join(c or "." for c in board).encode()) ^ salt).shuffle(moves)
         return moves
 
     def warmup_move(self, board: tuple[str, ...], salt: int, rng: random.Random) -> str:
-        """The last move the rendering lists: a copy from a fixed place, which the tiny model learns in 150-300 steps
-        (a random legal move all the same, the list being scrambled)."""
+        """The last move the rendering lists: a copy from a fixed place, which the tiny model learns
+        in 150-300 steps (a random legal move all the same, the list being scrambled)."""
         return self.listed(board, salt)[-1]
 
     def render(self, board: tuple[str, ...], player: int, salt: int = 0) -> str:

@@ -1,4 +1,5 @@
-"""Guided decoding: constraints (regex, JSON schema, Lark grammar) the sampler keeps every token inside."""
+"""Guided decoding: constraints (regex, JSON schema, Lark grammar) the sampler keeps every token
+inside."""
 
 from execrl.guided.constraints import (
     CODE_SLICES,

@@ -1,13 +1,15 @@
-"""Constraints on what the model may write: a regex, a JSON schema or a Lark grammar, compiled by llguidance into
-matchers that say, before each token, which tokens keep the text inside the constraint (a packed bitmask).
+"""Constraints on what the model may write: a regex, a JSON schema or a Lark grammar, compiled by
+llguidance into matchers that say, before each token, which tokens keep the text inside the
+constraint (a packed bitmask).
 
-Why llguidance, not xgrammar (bench/guided_masks.py; tables in bench/README.md): it compiles a constraint in
-milliseconds (a task may bring its own schema at no cost; xgrammar took 0.4-0.8 s per JSON schema), a mask costs
-about the same whatever the constraint (xgrammar's JSON-schema masks were uneven: p95 81-171 ms for a batch), and it
-reads Lark grammars, in which "a <think> block, then one fenced python block" is a few lines.
+Why llguidance, not xgrammar (bench/guided_masks.py; tables in bench/README.md): it compiles a
+constraint in milliseconds (a task may bring its own schema at no cost; xgrammar took 0.4-0.8 s per
+JSON schema), a mask costs about the same whatever the constraint (xgrammar's JSON-schema masks were
+uneven: p95 81-171 ms for a batch), and it reads Lark grammars, in which "a <think> block, then one
+fenced python block" is a few lines.
 
-Shapes: V the model's vocabulary (its logits' width), W = ceil(V / 32) int32 words per mask; bit t of a mask (word
-t // 32, bit t % 32) is set when token t is allowed.
+Shapes: V the model's vocabulary (its logits' width), W = ceil(V / 32) int32 words per mask; bit t
+of a mask (word t // 32, bit t % 32) is set when token t is allowed.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ class ConstraintError(ValueError):
 
 
 def grammar_text(kind: str, value) -> str:
-    """llguidance's form of a constraint (kind: regex | json_schema | grammar (Lark)); ConstraintError if invalid."""
+    """llguidance's form of a constraint (kind: regex | json_schema | grammar (Lark));
+    ConstraintError if invalid."""
     import llguidance
 
     if kind == "regex":
@@ -35,8 +38,8 @@ def grammar_text(kind: str, value) -> str:
     elif kind == "json_schema":
         schema = value if isinstance(value, str) else json.dumps(value)
         try:
-            # compact: no whitespace between tokens (flexible whitespace lets a sampler pad forever); a schema's own
-            # "x-guidance" options say otherwise
+            # compact: no whitespace between tokens (flexible whitespace lets a sampler pad
+            # forever); a schema's own "x-guidance" options say otherwise
             text = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
         except Exception as e:  # noqa: BLE001 - llguidance raises for a schema it cannot read
             raise ConstraintError(f"the JSON schema does not compile: {e}") from None
@@ -51,7 +54,8 @@ def grammar_text(kind: str, value) -> str:
 
 
 class Guide:
-    """One constraint bound to a tokenizer: matchers for new sequences, and the masks of a given sequence."""
+    """One constraint bound to a tokenizer: matchers for new sequences, and the masks of a given
+    sequence."""
 
     def __init__(self, name: str, text: str, tokenizer, words: int, eos_ids: list[int]):
         self.name, self.text, self.tokenizer, self.words, self.eos_ids = name, text, tokenizer, words, eos_ids
@@ -61,9 +65,10 @@ class Guide:
         return self.matchers(1)[0]
 
     def matchers(self, n: int) -> list:
-        """n matchers at the start of the constraint, built in parallel (each takes about a millisecond, without the
-        GIL; llguidance's reset() of a used matcher and its deep_copy() were no substitute: a reset one that had
-        completed a JSON value gave wrong masks, copies filled their masks several times slower)."""
+        """n matchers at the start of the constraint, built in parallel (each takes about a
+        millisecond, without the GIL; llguidance's reset() of a used matcher and its deep_copy()
+        were no substitute: a reset one that had completed a JSON value gave wrong masks, copies
+        filled their masks several times slower)."""
         import llguidance
 
         def build(_):
@@ -75,8 +80,9 @@ class Guide:
         return made
 
     def masks(self, ids: list[int]) -> torch.Tensor:
-        """The mask before each of `ids` as the sampler saw it (the trainer scores the same distribution): [n, W]
-        int32. A token the constraint did not allow (it cannot have been sampled under it) is an error."""
+        """The mask before each of `ids` as the sampler saw it (the trainer scores the same
+        distribution): [n, W] int32. A token the constraint did not allow (it cannot have been
+        sampled under it) is an error."""
         m, out = self.matcher(), torch.full((len(ids), self.words), -1, dtype=torch.int32)
         for i, t in enumerate(ids):
             self.fill(m, out, i)
@@ -88,8 +94,8 @@ class Guide:
         return out
 
     def fill(self, matcher, bitmask: torch.Tensor, row: int) -> None:
-        """bitmask[row] <- what may follow in the matcher's state: the constraint's tokens, or only the end of the
-        sequence once the constraint is complete."""
+        """bitmask[row] <- what may follow in the matcher's state: the constraint's tokens, or only
+        the end of the sequence once the constraint is complete."""
         import llguidance.torch as lt
 
         if matcher.is_stopped():
@@ -108,13 +114,14 @@ def _bit(b: int) -> int:
     return (1 << b) - 2**32 if b == 31 else 1 << b
 
 
-# Token sets llguidance computes once per tokenizer and then allows whole wherever a lexeme admits every string of
-# them (its "slices"; each token belongs to the first slice it matches, and a slice the state does not admit is walked
-# token by token). Chosen per constraint kind. A regex or a grammar gets the free text of code formats (CODE_SLICES:
-# the body of a fenced block, and of a tagged block such as <think>); with llguidance's JSON-string slices ahead of
-# them, as every kind had before, those claimed most tokens, a block's body does not admit them (they hold backticks
-# and "<"), and each mask there walked them: 4.2 ms against 0.03 ms on a 151,000-token vocabulary (bench/README.md).
-# A JSON schema keeps both, its strings' first.
+# Token sets llguidance computes once per tokenizer and then allows whole wherever a lexeme admits
+# every string of them (its "slices"; each token belongs to the first slice it matches, and a slice
+# the state does not admit is walked token by token). Chosen per constraint kind. A regex or a
+# grammar gets the free text of code formats (CODE_SLICES: the body of a fenced block, and of a
+# tagged block such as <think>); with llguidance's JSON-string slices ahead of them, as every kind
+# had before, those claimed most tokens, a block's body does not admit them (they hold backticks and
+# "<"), and each mask there walked them: 4.2 ms against 0.03 ms on a 151,000-token vocabulary
+# (bench/README.md). A JSON schema keeps both, its strings' first.
 CODE_SLICES = [r"[^`]+", r"[^<]+"]
 
 
@@ -130,7 +137,8 @@ def _builders() -> ThreadPoolExecutor:
 
 
 def masks_of(turns: list[tuple[Guide, list[int]]]) -> list[torch.Tensor]:
-    """Guide.masks of many (guide, ids) turns, in parallel threads (llguidance fills a mask without the GIL)."""
+    """Guide.masks of many (guide, ids) turns, in parallel threads (llguidance fills a mask without
+    the GIL)."""
     return parallel(lambda turn: turn[0].masks(turn[1]), turns)
 
 
@@ -140,8 +148,8 @@ def parallel(fn, items) -> list:
 
 
 class Guides:
-    """Guides for one tokenizer and vocabulary, compiled once per constraint, each with its kind's slices (or the
-    given ones, for every kind)."""
+    """Guides for one tokenizer and vocabulary, compiled once per constraint, each with its kind's
+    slices (or the given ones, for every kind)."""
 
     def __init__(self, hf_tokenizer, vocab: int, eos_ids: list[int], slices: list[str] | None = None):
         self.vocab, self.words, self.eos_ids = vocab, -(-vocab // 32), list(eos_ids)
@@ -177,7 +185,8 @@ def unpack(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
 
 
 def restrict(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
-    """logits [n, V] with -inf wherever the bitmask [n, W] allows no token: the masked distribution's logits."""
+    """logits [n, V] with -inf wherever the bitmask [n, W] allows no token: the masked
+    distribution's logits."""
     return logits.masked_fill(~unpack(bitmask, logits.shape[-1]), float("-inf"))
 
 

@@ -1,6 +1,7 @@
-"""The sliding puzzle, as NeMo RL's `sliding_puzzle` game plays it: an n x n grid of tiles 1..n^2-1 and one empty
-cell (0); a move slides a tile next to the empty cell into it; solved when the tiles read 1..n^2-1 row by row with
-the empty cell last. The texts the model reads are NeMo RL's, so that a policy trained there reads the same game."""
+"""The sliding puzzle, as NeMo RL's `sliding_puzzle` game plays it: an n x n grid of tiles 1..n^2-1
+and one empty cell (0); a move slides a tile next to the empty cell into it; solved when the tiles
+read 1..n^2-1 row by row with the empty cell last. The texts the model reads are NeMo RL's, so that
+a policy trained there reads the same game."""
 
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ def solved(board: Board) -> bool:
 
 
 def generate(rng: random.Random, size: int, shuffle_moves: int) -> Board:
-    """The solved board shuffled by `shuffle_moves` random slides of the empty cell (an odd number leaves it
-    unsolved: the empty cell ends on the other colour of the chessboard)."""
+    """The solved board shuffled by `shuffle_moves` random slides of the empty cell (an odd number
+    leaves it unsolved: the empty cell ends on the other colour of the chessboard)."""
     board = goal(size)
     for _ in range(shuffle_moves):
         r, c = board.empty
@@ -52,9 +53,9 @@ def generate(rng: random.Random, size: int, shuffle_moves: int) -> Board:
 
 
 def act(board: Board, action: str) -> tuple[Board, str]:
-    """One action: `up`/`down`/`left`/`right` (the tile beside the empty cell slides that way) or `slide row col`
-    (1-based; the tile must be next to the empty cell). -> (the board after it, the reply). A malformed or impossible
-    action leaves the board as it was."""
+    """One action: `up`/`down`/`left`/`right` (the tile beside the empty cell slides that way) or
+    `slide row col` (1-based; the tile must be next to the empty cell). -> (the board after it, the
+    reply). A malformed or impossible action leaves the board as it was."""
     er, ec = board.empty
     if action.startswith("slide "):
         try:
@@ -87,7 +88,8 @@ def render(board: Board) -> str:
 
 
 def intro(board: Board) -> str:
-    """The first message: the rules, the board, the answer format (NeMo RL's run_grpo_sliding_puzzle.py prompt)."""
+    """The first message: the rules, the board, the answer format (NeMo RL's
+    run_grpo_sliding_puzzle.py prompt)."""
     n = board.size
     return (f"\n===== SLIDING PUZZLE =====\nArrange the {n}x{n} grid by sliding tiles into the empty space.\n"
             f"- The goal is to arrange numbers from 1 to {n * n - 1} in order\n"

@@ -1,5 +1,6 @@
-"""The report's curves as Plotly figures (plain JSON: plotly.js draws them in the page): one per chart, each run's
-series overlaid; stacked shares (verdicts, time per phase) get one chart per run."""
+"""The report's curves as Plotly figures (plain JSON: plotly.js draws them in the page): one per
+chart, each run's series overlaid; stacked shares (verdicts, time per phase) get one chart per
+run."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from execrl.report.runs import RunData
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
 
-# (chart id, title, y axis, the metric keys: exact, or a prefix ending in "/" or "@"); drawn where a run has one
+# (chart id, title, y axis, the metric keys: exact, or a prefix ending in "/" or "@"); drawn where a
+# run has one
 LINES = [
     ("eval", "Evaluation: pass@k", "pass@k", ["eval/pass@"]),
     ("eval-other", "Evaluation: other metrics", "", ["eval/"]),
@@ -28,7 +30,8 @@ OWN_CHART = ("eval/pass@",)  # keys drawn in a chart of their own (not among "ev
 
 
 def figures(runs: list[RunData]) -> list[dict]:
-    """[{id, title, figure}] in the page's order: the train reward (mean and its spread), the line charts, the stacks."""
+    """[{id, title, figure}] in the page's order: the train reward (mean and its spread), the line
+    charts, the stacks."""
     out = [f for f in [reward_figure(runs)] if f]
     several = len(runs) > 1
     for chart, title, axis, keys in LINES:
@@ -53,10 +56,10 @@ def figures(runs: list[RunData]) -> list[dict]:
 
 
 def inactive(run: RunData) -> dict[str, str]:
-    """The metric keys that the run's config makes 0 at every step, and why: no KL penalty (train/kl), and a ratio
-    that cannot be clipped (the clip fractions): no ratio, a ratio forced to 1, or one optimizer step per rollout
-    (the loss's ratio is then to the weights it is computed with: exactly 1). A key missing from the config: no
-    claim."""
+    """The metric keys that the run's config makes 0 at every step, and why: no KL penalty
+    (train/kl), and a ratio that cannot be clipped (the clip fractions): no ratio, a ratio forced to
+    1, or one optimizer step per rollout (the loss's ratio is then to the weights it is computed
+    with: exactly 1). A key missing from the config: no claim."""
     loss, grpo, policy = (run.config.get(k) or {} for k in ("loss_fn", "grpo", "policy"))
     out = {}
     if loss.get("reference_policy_kl_penalty") == 0:
@@ -95,8 +98,8 @@ def keys_of(run: RunData, wanted: list[str]) -> list[str]:
 
 
 def reward_range(run: RunData) -> tuple[float, float] | None:
-    """(lowest, highest) reward the run's rollouts held by the report show, widened to every step's mean reward; None
-    where the report holds no rollout of the run."""
+    """(lowest, highest) reward the run's rollouts held by the report show, widened to every step's
+    mean reward; None where the report holds no rollout of the run."""
     seen = [r["reward"] for rows in run.rollouts.values() for r in rows
             if isinstance(r.get("reward"), (int, float)) and not isinstance(r.get("reward"), bool)]
     if not seen:
@@ -106,8 +109,9 @@ def reward_range(run: RunData) -> tuple[float, float] | None:
 
 
 def reward_figure(runs: list[RunData]) -> dict | None:
-    """Each run's mean train reward, over a band of mean +- std cut to the rewards seen (reward_range): a reward in
-    [0, 1] never has a band below 0 or above 1. A run without rollouts in the report: the band uncut, and so named."""
+    """Each run's mean train reward, over a band of mean +- std cut to the rewards seen
+    (reward_range): a reward in [0, 1] never has a band below 0 or above 1. A run without rollouts
+    in the report: the band uncut, and so named."""
     traces = []
     for i, run in enumerate(runs):
         steps, mean = series(run, "train/reward_mean")

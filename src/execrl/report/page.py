@@ -1,5 +1,6 @@
-"""The page: plotly.js (from the plotly package, inlined: the file opens offline), the figures and rollouts as JSON,
-and a small script of ours (page.js) that draws the charts and runs the rollout browser."""
+"""The page: plotly.js (from the plotly package, inlined: the file opens offline), the figures and
+rollouts as JSON, and a small script of ours (page.js) that draws the charts and runs the rollout
+browser."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ MAX_ROWS_PER_STEP = 256  # rollouts per logged step in the browser (the first on
 
 
 def write_report(run_dirs: list[str | Path], out: str | Path) -> Path:
-    """Write the report of these run directories to `out` (one self-contained HTML file); returns its path."""
+    """Write the report of these run directories to `out` (one self-contained HTML file); returns
+    its path."""
     paths = [Path(d) for d in run_dirs]
     runs = [load_run(p, n) for p, n in zip(paths, unique_names(paths))]
     out = Path(out)
@@ -64,8 +66,8 @@ def _summary(runs: list[RunData], differences: list[tuple[str, list]]) -> str:
 
 
 def train_reward(values: list[float]) -> str:
-    """The train reward's mean over the first k steps -> over the last k, k = min(5, steps // 2), as the CLI's
-    summary prints it (one step's reward is noisy); a run of one step: that step's."""
+    """The train reward's mean over the first k steps -> over the last k, k = min(5, steps // 2), as
+    the CLI's summary prints it (one step's reward is noisy); a run of one step: that step's."""
     if not values:
         return "-"
     if len(values) < 2:
@@ -75,14 +77,16 @@ def train_reward(values: list[float]) -> str:
 
 
 def length_limits(run: RunData) -> dict:
-    """The limits that cut a rollout (its row's `truncated`): tokens per model turn, and the episode's context."""
+    """The limits that cut a rollout (its row's `truncated`): tokens per model turn, and the
+    episode's context."""
     policy = run.config.get("policy") or {}
     return {"max_new_tokens": (policy.get("generation") or {}).get("max_new_tokens", "?"),
             "max_total_sequence_length": policy.get("max_total_sequence_length", "?")}
 
 
 def no_rollouts_hint(run: RunData) -> str:
-    """Why a run's page has no rollouts: how often the run writes them (logger.rollouts_period), against its steps."""
+    """Why a run's page has no rollouts: how often the run writes them (logger.rollouts_period),
+    against its steps."""
     every = (run.config.get("logger") or {}).get("rollouts_period")
     steps = max((m["step"] for m in run.metrics if "train/reward_mean" in m), default=0)
     if every is None:

@@ -1,4 +1,5 @@
-"""What a run directory holds, read for the report: its resolved config, its metrics by step, its rollouts."""
+"""What a run directory holds, read for the report: its resolved config, its metrics by step, its
+rollouts."""
 
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ MAX_TEXT = 20_000  # characters of one prompt, completion or message in the repo
 
 
 def load_run(path: str | Path, name: str | None = None) -> RunData:
-    """A run directory (logger.log_dir). Raises FileNotFoundError naming what is missing; a line that is not JSON (a run
-    killed mid-write) is skipped. Rollouts: those of MAX_ROLLOUT_STEPS logged steps (the first, then the latest), their
-    long texts cut to MAX_TEXT characters, so that a long run's page stays small."""
+    """A run directory (logger.log_dir). Raises FileNotFoundError naming what is missing; a line
+    that is not JSON (a run killed mid-write) is skipped. Rollouts: those of MAX_ROLLOUT_STEPS
+    logged steps (the first, then the latest), their long texts cut to MAX_TEXT characters, so that
+    a long run's page stays small."""
     path = Path(path)
     if not (path / "metrics.jsonl").is_file():
         raise FileNotFoundError(f"{path} is not a run directory: it has no metrics.jsonl (pass logger.log_dir of a run)")
@@ -59,8 +61,8 @@ def _rows(path: Path) -> list[dict]:
 
 
 def config_differences(runs: list[RunData]) -> list[tuple[str, list]]:
-    """(dotted key, each run's value) for every config key whose values differ between the runs (logging and
-    checkpoint paths left out: every run has its own)."""
+    """(dotted key, each run's value) for every config key whose values differ between the runs
+    (logging and checkpoint paths left out: every run has its own)."""
     flat = [dict(dotted_leaves(r.config)) for r in runs]
     keys = sorted(set().union(*flat)) if flat else []
     skip = ("logger.log_dir", "checkpointing.checkpoint_dir", "logger.wandb.name")

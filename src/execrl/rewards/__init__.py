@@ -1,4 +1,5 @@
-"""Rewards: pure functions of one sample (completion + verdict), combined as a weighted sum set in YAML:
+"""Rewards: pure functions of one sample (completion + verdict), combined as a weighted sum set in
+YAML:
 
     reward:
       components:
@@ -7,8 +8,9 @@
         - {name: repetition_penalty, weight: 0.2, ngram: 4}
         - {name: reward_model, weight: 0.1}              # a learned reward model's score (env.reward_model)
 
-A sample whose grading hit infra_error is invalid: it has no reward, and is left out of its group's baseline and of
-pass@k, never scored 0. Each component's value is logged separately (`Reward.parts`).
+A sample whose grading hit infra_error is invalid: it has no reward, and is left out of its group's
+baseline and of pass@k, never scored 0. Each component's value is logged separately
+(`Reward.parts`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""A sample (a completion, its extracted answer and verdict), the reward components' registry, and the weighted sum
-that scores a sample."""
+"""A sample (a completion, its extracted answer and verdict), the reward components' registry, and
+the weighted sum that scores a sample."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ SCORES: dict[str, tuple[str, ...]] = {}  # component -> the kinds of problem it 
 
 
 def component(name: str, scores: tuple[str, ...] | None = None):
-    """Register a reward component: fn(sample, **params) -> float. `scores`: the kinds of problem (code, math) it
-    gives a signal on; on others it is the same for every answer (None: any kind)."""
+    """Register a reward component: fn(sample, **params) -> float. `scores`: the kinds of problem
+    (code, math) it gives a signal on; on others it is the same for every answer (None: any
+    kind)."""
     def wrap(fn):
         COMPONENTS[name] = fn
         if scores is not None:
@@ -33,8 +34,8 @@ def component(name: str, scores: tuple[str, ...] | None = None):
 
 
 def own_component(spec: str):
-    """A researcher's reward function named by import path: fn(sample, **params) -> float, its parameters keywords
-    (checked like a built-in component's)."""
+    """A researcher's reward function named by import path: fn(sample, **params) -> float, its
+    parameters keywords (checked like a built-in component's)."""
     fn = load_object(spec, "reward.components name")
     try:
         params = list(inspect.signature(fn).parameters.values())
@@ -65,7 +66,8 @@ class Sample:
 
 
 def sandbox_failures(samples: list[Sample]) -> tuple[int, int, str]:
-    """(programs the sandbox failed on, programs sent to it, the first failure's message, which names the cause)."""
+    """(programs the sandbox failed on, programs sent to it, the first failure's message, which
+    names the cause)."""
     sent = [s for s in samples if s.result is not None]
     failed = [s for s in sent if not s.valid]
     first = failed[0].result if failed else None
@@ -82,7 +84,8 @@ class Reward:
 
     @property
     def unshaped(self) -> float | None:
-        """The reward before shaping (NeMo RL's unshaped_total_reward: dynamic sampling decides on it)."""
+        """The reward before shaping (NeMo RL's unshaped_total_reward: dynamic sampling decides on
+        it)."""
         return None if self.total is None else self.total - self.shaping
 
     @property
@@ -125,8 +128,8 @@ class ComponentConfig(BaseModel):
 
 
 class RewardScaling(BaseModel):
-    """NeMo RL's grpo.reward_scaling: the reward clamped to [source_min, source_max], then mapped linearly onto
-    [target_min, target_max]."""
+    """NeMo RL's grpo.reward_scaling: the reward clamped to [source_min, source_max], then mapped
+    linearly onto [target_min, target_max]."""
 
     model_config = ConfigDict(extra="forbid")
     enabled: bool = Field(False, description="scale the reward")

@@ -1,4 +1,5 @@
-"""Bradley-Terry reward models: the pairwise loss and a short training loop on (chosen, rejected) conversations."""
+"""Bradley-Terry reward models: the pairwise loss and a short training loop on (chosen, rejected)
+conversations."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ def bt_loss(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
 
 def train_pairs(rm: RewardModel, pairs: list[Pair], steps: int, lr: float = 1e-3, batch_size: int = 32,
                 seed: int = 0) -> float:
-    """AdamW steps on batches of pairs drawn from `pairs`, the learning rate decaying linearly to a tenth; returns the
-    last batch's loss."""
+    """AdamW steps on batches of pairs drawn from `pairs`, the learning rate decaying linearly to a
+    tenth; returns the last batch's loss."""
     encoded = [(rm.encode(c), rm.encode(r)) for c, r in pairs]
     rng = random.Random(seed)
     optimizer = torch.optim.AdamW(rm.model.parameters(), lr=lr, weight_decay=0.0)

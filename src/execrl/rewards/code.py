@@ -1,5 +1,6 @@
-"""Rewards from running the code against its tests. A math problem has one test, its answer: test_pass_fraction and
-all_tests_pass are then math_correct, so that a math dataset is never scored 0 for want of code."""
+"""Rewards from running the code against its tests. A math problem has one test, its answer:
+test_pass_fraction and all_tests_pass are then math_correct, so that a math dataset is never scored
+0 for want of code."""
 
 from __future__ import annotations
 
@@ -21,15 +22,17 @@ def test_pass_fraction(sample: Sample) -> float:
 
 @component("turn_discounted_pass_fraction")
 def turn_discounted_pass_fraction(sample: Sample, discount: float = 0.5) -> float:
-    """test_pass_fraction times `discount` for each model turn after the first (multi-turn episodes): a fix after
-    feedback is worth less than a right first answer, and never less than giving up (an additive per-turn penalty
-    would pay a policy to end episodes early with broken output)."""
+    """test_pass_fraction times `discount` for each model turn after the first (multi-turn
+    episodes): a fix after feedback is worth less than a right first answer, and never less than
+    giving up (an additive per-turn penalty would pay a policy to end episodes early with broken
+    output)."""
     return test_pass_fraction(sample) * discount ** (sample.turns - 1)
 
 
 @component("all_tests_pass")
 def all_tests_pass(sample: Sample) -> float:
-    """1 when every test passes: the binary reward, or the perfect-solution bonus beside test_pass_fraction."""
+    """1 when every test passes: the binary reward, or the perfect-solution bonus beside
+    test_pass_fraction."""
     if sample.problem.kind == "math":
         return math_correct(sample)
     return 1.0 if sample.result is not None and sample.result.verdict == V.PASS else 0.0
@@ -38,8 +41,8 @@ def all_tests_pass(sample: Sample) -> float:
 @component("execution_tiers", scores=("code",))
 def execution_tiers(sample: Sample, with_output: float = 1.0, without_output: float = 0.5, syntax_error: float = -0.5,
                     crash: float = -1.0, no_code: float = -1.0) -> float:
-    """Graded by how far the code got: ran and printed (or returned values) / ran silently / did not parse /
-    crashed or timed out. Correctness is not part of it: pair it with a test component."""
+    """Graded by how far the code got: ran and printed (or returned values) / ran silently / did not
+    parse / crashed or timed out. Correctness is not part of it: pair it with a test component."""
     r = sample.result
     if r is None:
         return no_code
@@ -55,7 +58,8 @@ def execution_tiers(sample: Sample, with_output: float = 1.0, without_output: fl
 def error_penalty(sample: Sample, classes: tuple[str, ...] = ("SyntaxError", "NameError", "ImportError",
                                                               "ModuleNotFoundError", "AttributeError", "TypeError"),
                   penalty: float = -1.0) -> float:
-    """`penalty` when any test failed with one of the chosen exception classes (hallucinated names, bad syntax)."""
+    """`penalty` when any test failed with one of the chosen exception classes (hallucinated names,
+    bad syntax)."""
     r = sample.result
     if r is None:
         return 0.0

@@ -1,7 +1,7 @@
-"""The reward model env.reward_model names: a hub id or HF directory, or builtin:arith-judge, the built-in task's judge,
-trained at start-up on its preferences (the program of the operation the prompt asks for over another operation's,
-or over a broken program): its score then means something a policy can raise, how right and well formed the program
-looks, read without running it."""
+"""The reward model env.reward_model names: a hub id or HF directory, or builtin:arith-judge, the
+built-in task's judge, trained at start-up on its preferences (the program of the operation the
+prompt asks for over another operation's, or over a broken program): its score then means something
+a policy can raise, how right and well formed the program looks, read without running it."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ ARITH_JUDGE = "builtin:arith-judge"
 
 
 def load_reward_model(cfg, device: str = "auto", offline: bool | None = None, prompt=None) -> RewardModel:
-    """env.reward_model's model on the device. `prompt`: the built-in judge's (it is trained on the conversations the
-    run's prompts make; always from seed 0, so that training and `execrl eval` read the same judge)."""
+    """env.reward_model's model on the device. `prompt`: the built-in judge's (it is trained on the
+    conversations the run's prompts make; always from seed 0, so that training and `execrl eval`
+    read the same judge)."""
     dev = pick_device(device)
     if cfg.model_name == ARITH_JUDGE:
         model, tok = arith_judge(prompt, 0, dev)
@@ -37,8 +38,9 @@ def load_reward_model(cfg, device: str = "auto", offline: bool | None = None, pr
 
 
 def arith_pairs(prompt, n: int, seed: int) -> list[Pair]:
-    """n preference pairs of builtin:arith-code problems (a stream of their own, apart from training's and
-    validation's), posed as `prompt` poses them: the reference program chosen, a wrong or broken one rejected."""
+    """n preference pairs of builtin:arith-code problems (a stream of their own, apart from
+    training's and validation's), posed as `prompt` poses them: the reference program chosen, a
+    wrong or broken one rejected."""
     from execrl.prompts import PromptConfig, build_messages
     from execrl.tasks.arith import problem
 
@@ -54,9 +56,9 @@ def arith_pairs(prompt, n: int, seed: int) -> list[Pair]:
 
 
 def _worse(right: str, p, rng: random.Random) -> str:
-    """A worse answer than `right`: another operation's program, or a broken program (the right one or a wrong one
-    cut short, or with one to four characters changed, inserted or deleted: a policy that wanders off the programs
-    it was shown finds no region the judge never saw)."""
+    """A worse answer than `right`: another operation's program, or a broken program (the right one
+    or a wrong one cut short, or with one to four characters changed, inserted or deleted: a policy
+    that wanders off the programs it was shown finds no region the judge never saw)."""
     wrong = rng.choice(p.metadata["wrong_attempts"])["content"]
     if rng.random() < 0.5:
         return wrong
@@ -70,9 +72,9 @@ def _worse(right: str, p, rng: random.Random) -> str:
 
 
 def arith_judge(prompt, seed: int, device: torch.device, steps: int = 450):
-    """(model, tokenizer) of builtin:arith-judge: a tiny Qwen2 reward model (the built-in policy's byte tokenizer, half
-    its width) trained `steps` steps on arith_pairs on the device (75 s on 2 CPU cores), its held-out accuracy
-    printed."""
+    """(model, tokenizer) of builtin:arith-judge: a tiny Qwen2 reward model (the built-in policy's
+    byte tokenizer, half its width) trained `steps` steps on arith_pairs on the device (75 s on 2
+    CPU cores), its held-out accuracy printed."""
     from rich.console import Console
 
     from execrl.models import BYTE_VOCAB, build_tiny_model, build_tokenizer

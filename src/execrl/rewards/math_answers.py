@@ -52,8 +52,9 @@ def math_correct(sample: Sample) -> float:
     return 1.0 if answers_match(math_answer(sample.extracted.answer), sample.problem.answer) else 0.0
 
 
-# DAPO's answer check (verl's math_dapo, which NeMo RL's dapo_math_verify follows): the last "Answer: ..." line of the
-# response's tail, normalized as in Minerva (Lewkowycz et al. 2022, appendix D), must equal the normalized reference.
+# DAPO's answer check (verl's math_dapo, which NeMo RL's dapo_math_verify follows): the last
+# "Answer: ..." line of the response's tail, normalized as in Minerva (Lewkowycz et al. 2022,
+# appendix D), must equal the normalized reference.
 DAPO_TAIL = 300  # characters of the response read: the answer line is at its end
 DAPO_ANSWER = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")
 # Minerva's normalization: (text, replacement) pairs in order, then text removed wherever it appears
@@ -64,15 +65,16 @@ MINERVA_REMOVE = ["square", "ways", "integers", "dollars", "mph", "inches", "hou
                   "edges", "students", "childrentickets", "multiples", "\\text{s}", "\\text{.}", "\\text{\ns}",
                   "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}", "\\mathrm{th}", "^\\circ", "^{\\circ}", "\\;",
                   ",\\!", "{,}", '"', "\\dots"]
-# regex rewrites, in order: keep the first $...$ span's content, unwrap \text{} \textbf{} \overline{} \boxed{},
-# then brace TeX shorthand (\frac12 -> \frac{1}{2}, \sqrt2 -> \sqrt{2})
+# regex rewrites, in order: keep the first $...$ span's content, unwrap \text{} \textbf{}
+# \overline{} \boxed{}, then brace TeX shorthand (\frac12 -> \frac{1}{2}, \sqrt2 -> \sqrt{2})
 MINERVA_REWRITE = [(r"(.*?)(\$)(.*?)(\$)(.*)", "$\\3$"), (r"(\\text\{)(.*?)(\})", "\\2"),
                    (r"(\\textbf\{)(.*?)(\})", "\\2"), (r"(\\overline\{)(.*?)(\})", "\\2"), (r"(\\boxed\{)(.*)(\})", "\\2"),
                    (r"(frac)([^{])(.)", "frac{\\2}{\\3}"), (r"(sqrt)([^{])", "sqrt{\\2}")]
 
 
 def minerva_normal_form(answer: str) -> str:
-    """An answer as Minerva compares answers: the text after the last '=', units and TeX decoration dropped."""
+    """An answer as Minerva compares answers: the text after the last '=', units and TeX decoration
+    dropped."""
     text = answer.split("=")[-1]
     for old, new in MINERVA_REPLACE:
         text = text.replace(old, new)
@@ -87,7 +89,7 @@ def minerva_normal_form(answer: str) -> str:
 
 
 def dapo_correct(response: str, reference: str) -> bool:
-    """NeMo RL's dapo_math_verify: the last 'Answer: x' in the response's last 300 characters, in Minerva's normal
-    form, equals the reference's (a response without one is wrong)."""
+    """NeMo RL's dapo_math_verify: the last 'Answer: x' in the response's last 300 characters, in
+    Minerva's normal form, equals the reference's (a response without one is wrong)."""
     found = DAPO_ANSWER.findall(response[-DAPO_TAIL:])
     return bool(found) and minerva_normal_form(found[-1]) == minerva_normal_form(reference)

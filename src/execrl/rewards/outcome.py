@@ -1,5 +1,5 @@
-"""The grading rules, shared by training, its environments and `execrl eval`: which samples the sandbox runs, what
-counts as correct, and the outcome each sample is reported under."""
+"""The grading rules, shared by training, its environments and `execrl eval`: which samples the
+sandbox runs, what counts as correct, and the outcome each sample is reported under."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def grade_samples(samples: list[Sample], grader: Grader, progress=None) -> None:
 
 
 def _program(problem: Problem, code: str) -> str:
-    """HumanEval-style problems: a completion that does not define the entry point continues the prompt."""
+    """HumanEval-style problems: a completion that does not define the entry point continues the
+    prompt."""
     entry, prefix = problem.metadata.get("entry_point"), problem.metadata.get("code_prefix")
     if entry and prefix and f"def {entry}" not in code:
         return prefix + code

@@ -1,7 +1,7 @@
-"""A learned reward model (env.reward_model): a Hugging Face sequence-classification model with one output, as
-NeMo RL's Bradley-Terry reward models (e.g. Skywork-Reward-V2), scoring whole conversations rendered with its own
-chat template. It runs in the trainer's process on the training device (each process holds a copy), in inference
-mode, in batches of similar lengths."""
+"""A learned reward model (env.reward_model): a Hugging Face sequence-classification model with one
+output, as NeMo RL's Bradley-Terry reward models (e.g. Skywork-Reward-V2), scoring whole
+conversations rendered with its own chat template. It runs in the trainer's process on the training
+device (each process holds a copy), in inference mode, in batches of similar lengths."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ class RewardModel:
         self.truncated = 0  # conversations read from their end only (longer than max_len), in all calls so far
 
     def encode(self, messages: list[dict]) -> list[int]:
-        """The conversation's tokens as its chat template renders it (a BOS first where the tokenizer has one)."""
+        """The conversation's tokens as its chat template renders it (a BOS first where the
+        tokenizer has one)."""
         text = self.tokenizer.apply_chat_template([{"role": m["role"], "content": m["content"]} for m in messages],
                                                   tokenize=False, add_generation_prompt=False, **self.template_kwargs)
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -37,9 +38,9 @@ class RewardModel:
 
     @torch.inference_mode()
     def __call__(self, conversations: list[list[dict]]) -> list[float]:
-        """One score per conversation. Equal conversations are read once, so they score exactly alike (a group's
-        equal answers: padded differently, their scores would differ in the last bits, and a group's standard
-        deviation of 1e-7 would scale its advantages by millions)."""
+        """One score per conversation. Equal conversations are read once, so they score exactly
+        alike (a group's equal answers: padded differently, their scores would differ in the last
+        bits, and a group's standard deviation of 1e-7 would scale its advantages by millions)."""
         seqs = [tuple(self.encode(m)) for m in conversations]
         distinct = list(dict.fromkeys(seqs))
         self.truncated += sum(len(s) > self.max_len for s in distinct)

@@ -1,5 +1,6 @@
-"""Rollout generation: token ids in, Completions out. The execrl engine (engine.py) is the default; transformers'
-`generate` (hf.py) is kept as the reference backend. Both sit behind one `generate` call."""
+"""Rollout generation: token ids in, Completions out. The execrl engine (engine.py) is the default;
+transformers' `generate` (hf.py) is kept as the reference backend. Both sit behind one `generate`
+call."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ class HFGenerator:
 
     def generate(self, prompts, num_samples, max_new_tokens, params: SamplingParams, stop_strings=None, on_batch=None,
                  seeds=None, guides=None):
-        """`seeds` is accepted for the common interface; transformers samples from torch's global generator."""
+        """`seeds` is accepted for the common interface; transformers samples from torch's global
+        generator."""
         if guides is not None and any(g is not None for g in guides):
             raise ValueError(NO_GUIDES)
         return hf_generate(self.model, self.tokenizer, prompts, num_samples, max_new_tokens, params.temperature,
@@ -38,8 +40,9 @@ class HFGenerator:
 def build_generator(model, tokenizer, backend: str, slots: int, max_len: int, cuda_graphs: bool = True,
                     sync_every: int = 16, compile: bool = False, stop_token_ids: list[int] | None = None,
                     merge_adapters: bool = False):
-    """The rollout backend by name; the engine's cache has `slots` sequences of up to `max_len` tokens; generation
-    ends at the model's EOS tokens and `stop_token_ids`; `merge_adapters`: LoRA's merge mode (decoder.py)."""
+    """The rollout backend by name; the engine's cache has `slots` sequences of up to `max_len`
+    tokens; generation ends at the model's EOS tokens and `stop_token_ids`; `merge_adapters`: LoRA's
+    merge mode (decoder.py)."""
     if backend == "transformers":
         return HFGenerator(model, tokenizer, slots, stop_token_ids)
     if backend != "execrl":

@@ -1,12 +1,14 @@
-"""LoRA adapters as the engine applies them: two GEMMs per projection group, not two per layer and a cast each.
+"""LoRA adapters as the engine applies them: two GEMMs per projection group, not two per layer and a
+cast each.
 
-A decoder layer's projections come in groups that the engine computes as one output: q/k/v, o, gate/up, down. For
-a group with adapters, its A matrices are stacked, [n r, in], and its B matrices (the scale s = alpha / r folded
-in) form one block-diagonal matrix, [sum of outs, n r], zero where a projection has no adapter. The group's
-low-rank path is then (x A^T) B^T, added to the base output by the second GEMM itself (addmm); in merge mode
-(decoder.adapters_merged) B A is added into the base weight instead. The buffers are in the model's compute dtype and
-are filled from the trainer's adapters at the start of each generate call (`refresh`: a few small copies), so an
-optimizer step is seen by the next rollout, and the trainer may switch its adapters off (the reference policy) while
+A decoder layer's projections come in groups that the engine computes as one output: q/k/v, o,
+gate/up, down. For a group with adapters, its A matrices are stacked, [n r, in], and its B matrices
+(the scale s = alpha / r folded in) form one block-diagonal matrix, [sum of outs, n r], zero where a
+projection has no adapter. The group's low-rank path is then (x A^T) B^T, added to the base output
+by the second GEMM itself (addmm); in merge mode (decoder.adapters_merged) B A is added into the
+base weight instead. The buffers are in the model's compute dtype and are filled from the trainer's
+adapters at the start of each generate call (`refresh`: a few small copies), so an optimizer step is
+seen by the next rollout, and the trainer may switch its adapters off (the reference policy) while
 rollouts go on.
 
 Shapes: x [..., in]; A [n r, in]; B [out, n r]; y [..., out].
@@ -41,7 +43,8 @@ class GroupAdapters:
 
     @torch.no_grad()
     def refresh(self) -> None:
-        """The trainer's current adapter weights into the buffers (in place: CUDA graphs keep reading them)."""
+        """The trainer's current adapter weights into the buffers (in place: CUDA graphs keep
+        reading them)."""
         for m, rows, cols in self._blocks:
             self.a[cols].copy_(m.lora_A[ADAPTER].weight)
             self.b[rows, cols].copy_(m.lora_B[ADAPTER].weight * m.scaling[ADAPTER])
@@ -74,5 +77,6 @@ class LayerAdapters:
 
 
 def layer_adapters(layers, dtype: torch.dtype) -> list[LayerAdapters | None]:
-    """Each layer's adapters (None for a layer without any: a model without LoRA has none at all)."""
+    """Each layer's adapters (None for a layer without any: a model without LoRA has none at
+    all)."""
     return [LayerAdapters(l, dtype) if any(is_adapted(m) for m in l.modules()) else None for l in layers]

@@ -1,12 +1,14 @@
 """Decode attention: one new query token per cache slot against that slot's cached keys and values.
 
-On a GPU this is a Triton kernel: one program per (slot, kv head) holds the G query heads that share the kv head as
-G rows of one tile, and walks that slot's positions [0, pos] only (a slot 40 tokens into its completion reads 40 +
-prompt positions, whatever the window), with an online softmax. Against the general attention kernels it reads
-about half the keys and values, and does no work on other rows' padding. Elsewhere (CPU, no Triton, an odd head
-size) the same function is scaled_dot_product_attention with a position mask.
+On a GPU this is a Triton kernel: one program per (slot, kv head) holds the G query heads that share
+the kv head as G rows of one tile, and walks that slot's positions [0, pos] only (a slot 40 tokens
+into its completion reads 40 + prompt positions, whatever the window), with an online softmax.
+Against the general attention kernels it reads about half the keys and values, and does no work on
+other rows' padding. Elsewhere (CPU, no Triton, an odd head size) the same function is
+scaled_dot_product_attention with a position mask.
 
-Shapes: S slots, Hkv kv heads, G query heads per kv head, W window (cache positions that may be read), D head dim.
+Shapes: S slots, Hkv kv heads, G query heads per kv head, W window (cache positions that may be
+read), D head dim.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ except ImportError:  # CPU installs: the reference path below
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, window: int,
               scale: float) -> torch.Tensor:
-    """q [S, Hkv, G, D], k/v [S, Hkv, L, D] (the cache), pos [S] -> [S, Hkv, G, D]: attention to positions <= pos."""
+    """q [S, Hkv, G, D], k/v [S, Hkv, L, D] (the cache), pos [S] -> [S, Hkv, G, D]: attention to
+    positions <= pos."""
     visible = (torch.arange(window, device=q.device)[None] <= pos[:, None])[:, None, None]  # [S, 1, 1, W]
     return F.scaled_dot_product_attention(q, k[:, :, :window], v[:, :, :window], attn_mask=visible, scale=scale)
 
@@ -36,7 +39,8 @@ def kernel_supported(q: torch.Tensor) -> bool:
 if triton is not None:
     @triton.jit
     def _block(q, k_base, v_base, start, end, sk_l, sv_l, scale, m, total, acc, d, BLOCK: tl.constexpr):
-        """One block of BLOCK positions from `start`: the online-softmax update of (m, total, acc)."""
+        """One block of BLOCK positions from `start`: the online-softmax update of (m, total,
+        acc)."""
         n = start + tl.arange(0, BLOCK)
         inside = n < end
         k = tl.load(k_base + n[:, None] * sk_l + d[None, :], mask=inside[:, None], other=0.0)  # [BLOCK, D]

@@ -15,7 +15,8 @@ class Completion:
 
 
 def eos_ids(model, tokenizer) -> list[int]:
-    """The tokenizer's EOS plus any the model's generation config lists (instruct models often have two)."""
+    """The tokenizer's EOS plus any the model's generation config lists (instruct models often have
+    two)."""
     found = [tokenizer.eos_token_id]
     gen = getattr(model, "generation_config", None)
     extra = getattr(gen, "eos_token_id", None) if gen is not None else None

@@ -1,10 +1,12 @@
-"""A decoder forward over a transformers model's *own* modules with a static KV cache: prefill of new prompts into
-cache slots, and one decode step for every slot. No weight is copied; the engine calls the trainer's nn.Linear,
-RMSNorm and MLP modules, so an optimizer step is seen by the next rollout with no synchronization. With LoRA it
-merges the adapters into the base weights for each generate call (`adapters_merged`), or adds each projection
-group's low-rank path to the frozen base's output (rollout/adapters.py); neither keeps a merged copy.
+"""A decoder forward over a transformers model's *own* modules with a static KV cache: prefill of
+new prompts into cache slots, and one decode step for every slot. No weight is copied; the engine
+calls the trainer's nn.Linear, RMSNorm and MLP modules, so an optimizer step is seen by the next
+rollout with no synchronization. With LoRA it merges the adapters into the base weights for each
+generate call (`adapters_merged`), or adds each projection group's low-rank path to the frozen
+base's output (rollout/adapters.py); neither keeps a merged copy.
 
-Shapes: S cache slots, L = max_len positions per slot, H query heads, Hkv key/value heads, G = H / Hkv, D head dim.
+Shapes: S cache slots, L = max_len positions per slot, H query heads, Hkv key/value heads, G = H /
+Hkv, D head dim.
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ def check_supported(model) -> None:
 
 
 def rms_norm(module, x: torch.Tensor) -> torch.Tensor:
-    """A transformers RMSNorm module's function as one fused op (its own code is seven kernels in decode)."""
+    """A transformers RMSNorm module's function as one fused op (its own code is seven kernels in
+    decode)."""
     return F.rms_norm(x, module.weight.shape, module.weight, getattr(module, "variance_epsilon", 1e-6))
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding as transformers applies it (halves rotated). x [B, heads, T, D], cos/sin [B, 1, T, D]."""
+    """Rotary embedding as transformers applies it (halves rotated). x [B, heads, T, D], cos/sin [B,
+    1, T, D]."""
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
@@ -55,7 +59,8 @@ def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
 
 
 def _fused_qkv(attn) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """The layer's q/k/v weight and bias as one matrix and vector, when fuse_projections made them so."""
+    """The layer's q/k/v weight and bias as one matrix and vector, when fuse_projections made them
+    so."""
     group = [attn.q_proj, attn.k_proj, attn.v_proj]
     weight, bias = joined(group), joined(group, "bias")
     if weight is None or (bias is None and attn.q_proj.bias is not None):
@@ -84,7 +89,8 @@ class CachedDecoder:
         self.gate_up = [joined([l.mlp.gate_proj, l.mlp.up_proj]) if silu and l.mlp.gate_proj.bias is None else None
                         for l in self.layers]
         self.adapters = layer_adapters(self.layers, weight.dtype)  # LoRA: per layer, its groups' A and B (or None)
-        # LoRA, merge mode: the adapters merged into the base weights for each generate call (adapters_merged)
+        # LoRA, merge mode: the adapters merged into the base weights for each generate call
+        # (adapters_merged)
         self.merge = merge_adapters and all(self._base_weights(i)[name] is not None for i, ad in
                                             enumerate(self.adapters) if ad for name, g in ad.groups.items() if g)
         self._saved: list[torch.Tensor] | None = None  # merge mode: the adapted base weights' bytes, on the host
@@ -92,9 +98,10 @@ class CachedDecoder:
         self.prefill_ops = (rotate, swiglu)  # the elementwise work of prefill; decode's is compiled with its step
 
     def compile_prefill(self, compiler) -> None:
-        """Fuse prefill's elementwise ops (rotary, silu * mul: a few passes over [tokens, 2I] in eager mode) with
-        `compiler` (engine.compiled): specialized to the first shapes, then generic in those that change (batch and
-        prompt width; the model's dimensions stay constants, so the index math stays cheap)."""
+        """Fuse prefill's elementwise ops (rotary, silu * mul: a few passes over [tokens, 2I] in
+        eager mode) with `compiler` (engine.compiled): specialized to the first shapes, then generic
+        in those that change (batch and prompt width; the model's dimensions stay constants, so the
+        index math stays cheap)."""
         self.prefill_ops = tuple(compiler(fn) for fn in (rotate, swiglu))
 
     def _layer(self, i: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend,
@@ -139,18 +146,20 @@ class CachedDecoder:
         return x + (down if ad is None else ad.add("down", z, down))
 
     def _base_weights(self, i: int) -> dict[str, torch.Tensor | None]:
-        """Layer i's base weight of each projection group, as one tensor (None where a group is not one)."""
+        """Layer i's base weight of each projection group, as one tensor (None where a group is not
+        one)."""
         a, mlp = self.layers[i].self_attn, self.layers[i].mlp
         return {"qkv": self.qkv[i][0] if self.qkv[i] is not None else None, "o": base_layer(a.o_proj).weight,
                 "gate_up": self.gate_up[i], "down": base_layer(mlp.down_proj).weight}
 
     @contextmanager
     def adapters_merged(self):
-        """Merge mode (LoRA, sync GRPO on one process): for the block, each group's base weight W holds
-        W + B A (its adapters: one addmm per group), so decoding runs at the speed of a model without adapters;
-        after it W's exact bytes are put back from a host copy taken at the first call (W - B A would round: in
-        bf16 the base would drift a little at every step). Nothing else may use the weights meanwhile: async GRPO
-        trains while rollouts run, so it uses the low-rank path instead."""
+        """Merge mode (LoRA, sync GRPO on one process): for the block, each group's base weight W
+        holds W + B A (its adapters: one addmm per group), so decoding runs at the speed of a model
+        without adapters; after it W's exact bytes are put back from a host copy taken at the first
+        call (W - B A would round: in bf16 the base would drift a little at every step). Nothing
+        else may use the weights meanwhile: async GRPO trains while rollouts run, so it uses the
+        low-rank path instead."""
         if not self.merge:
             yield
             return
@@ -171,7 +180,8 @@ class CachedDecoder:
                     w.copy_(saved, non_blocking=True)
 
     def refresh_adapters(self) -> None:
-        """LoRA: the adapters' current weights into the engine's buffers (each generate call, before anything)."""
+        """LoRA: the adapters' current weights into the engine's buffers (each generate call, before
+        anything)."""
         for ad in self.adapters:
             if ad is not None:
                 ad.refresh()
@@ -180,9 +190,9 @@ class CachedDecoder:
         return self.head(rms_norm(self.norm, x))
 
     def prefill(self, tokens: torch.Tensor, lengths: torch.Tensor, slots: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
-        """Run P right-padded prompts tokens [P, T] (true lengths [P]) once and write their keys/values into cache
-        `slots` [N], slot n taking prompt `source[n]`: a prompt's G samples share one prefill. Returns the
-        last-position logits [P, V]."""
+        """Run P right-padded prompts tokens [P, T] (true lengths [P]) once and write their
+        keys/values into cache `slots` [N], slot n taking prompt `source[n]`: a prompt's G samples
+        share one prefill. Returns the last-position logits [P, V]."""
         p, t = tokens.shape
         cos, sin = self.cos[:t][None, None], self.sin[:t][None, None]  # [1, 1, T, D]
 
@@ -199,8 +209,9 @@ class CachedDecoder:
         return self.logits(last)
 
     def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int) -> torch.Tensor:
-        """One token for every slot: tokens [S] at positions pos [S]. Keys/values are written at pos, attention
-        reads each slot's positions <= pos, all within [0, window). Returns logits [S, V]. Shapes are static (CUDA-graph safe)."""
+        """One token for every slot: tokens [S] at positions pos [S]. Keys/values are written at
+        pos, attention reads each slot's positions <= pos, all within [0, window). Returns logits
+        [S, V]. Shapes are static (CUDA-graph safe)."""
         s = tokens.shape[0]
         cos, sin = self.cos[pos][:, None, None], self.sin[pos][:, None, None]  # [S, 1, 1, D]
         g = self.heads // self.kv_heads
@@ -209,7 +220,8 @@ class CachedDecoder:
             kc, vc = self.k[i], self.v[i]
             kc[self.rows, :, pos] = k[:, :, 0]
             vc[self.rows, :, pos] = v[:, :, 0]
-            # the G query heads of one kv head act as G query rows over the same keys: no repeat of the cache
+            # the G query heads of one kv head act as G query rows over the same keys: no repeat of
+            # the cache
             out = decode_attention(q.reshape(s, self.kv_heads, g, self.head_dim), kc, vc, pos, window, self.scale)
             return out.reshape(s, self.heads, 1, self.head_dim)
 

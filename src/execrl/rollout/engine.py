@@ -1,9 +1,11 @@
-"""The execrl rollout engine: continuous batching over static KV-cache slots, run with the trainer's own weights.
+"""The execrl rollout engine: continuous batching over static KV-cache slots, run with the trainer's
+own weights.
 
-Each prompt is prefilled once and its keys/values copied into the slots of its G samples; every decode step
-advances all slots at once (a CUDA graph per attention-window size on GPUs, eager on CPU: the same code), samples
-on the device, and the host looks at the state only every `sync_every` steps: then finished slots are collected,
-stop strings are checked, and free slots are refilled from waiting requests.
+Each prompt is prefilled once and its keys/values copied into the slots of its G samples; every
+decode step advances all slots at once (a CUDA graph per attention-window size on GPUs, eager on
+CPU: the same code), samples on the device, and the host looks at the state only every `sync_every`
+steps: then finished slots are collected, stop strings are checked, and free slots are refilled from
+waiting requests.
 """
 
 from __future__ import annotations
@@ -92,8 +94,9 @@ class RolloutEngine:
         self._guides = None
         self.host_state = torch.zeros(2, slots, dtype=torch.long, pin_memory=dev.type == "cuda")  # tokens, active
         self.copied = torch.cuda.Event() if dev.type == "cuda" else None
-        # guided decoding on a GPU: each step's forward timed (two pairs of events, one per step in turn), and the
-        # host's deadline for the masks: the forward's end less the masks' copy (MASK_COPY_MS)
+        # guided decoding on a GPU: each step's forward timed (two pairs of events, one per step in
+        # turn), and the host's deadline for the masks: the forward's end less the masks' copy
+        # (MASK_COPY_MS)
         self.timing = [[torch.cuda.Event(enable_timing=True) for _ in range(2)] for _ in range(2)] \
             if dev.type == "cuda" else None
         self.forward_ms, self.steps_timed, self.deadline_at = 0.0, 0, float("inf")
@@ -104,16 +107,17 @@ class RolloutEngine:
 
     @property
     def guides(self):
-        """Guided decoding's constraints compiled for this engine's tokenizer, vocabulary and end tokens."""
+        """Guided decoding's constraints compiled for this engine's tokenizer, vocabulary and end
+        tokens."""
         if self._guides is None:
             self._guides = Guides(self.tokenizer, self.constraints.vocab, self.eos_list)
         return self._guides
 
     def reset_graphs(self) -> None:
-        """Forget the captured CUDA graphs (they are captured again on use; compiled code is kept): needed when the
-        weights move to new memory, as a sharded model's gathered weights do in every rollout phase. Their memory pool
-        goes with them: capturing into a pool whose graphs were all freed trips an internal assert of torch's
-        allocator."""
+        """Forget the captured CUDA graphs (they are captured again on use; compiled code is kept):
+        needed when the weights move to new memory, as a sharded model's gathered weights do in
+        every rollout phase. Their memory pool goes with them: capturing into a pool whose graphs
+        were all freed trips an internal assert of torch's allocator."""
         if self.graphs and torch.cuda.is_available():
             torch.cuda.synchronize()
         self.graphs.clear()
@@ -123,11 +127,11 @@ class RolloutEngine:
     def generate(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int, params: SamplingParams,
                  stop_strings: list[str] | None = None, on_batch=None, seeds: list[int] | None = None,
                  guides: list | None = None) -> list[list[Completion]]:
-        """For each prompt (token ids), `num_samples` completions. Sample j of prompt i draws its noise from
-        (seeds[i], j) (None: seeds from torch's generator), so results do not depend on the slots, the rest of the
-        batch or the rank, except through floating-point batch effects on the logits. `guides`: per prompt, the
-        execrl.guided.Guide its completions keep to (None: free), their logprobs then those of the masked
-        distribution."""
+        """For each prompt (token ids), `num_samples` completions. Sample j of prompt i draws its
+        noise from (seeds[i], j) (None: seeds from torch's generator), so results do not depend on
+        the slots, the rest of the batch or the rank, except through floating-point batch effects on
+        the logits. `guides`: per prompt, the execrl.guided.Guide its completions keep to (None:
+        free), their logprobs then those of the masked distribution."""
         self.dec.refresh_adapters()  # (LoRA: the adapters as they are now)
         call = Call(prompts, num_samples, max_new_tokens, params, stop_strings, on_batch, seeds, self.dec.max_len,
                     guides)
@@ -197,7 +201,8 @@ class RolloutEngine:
 
     def _prefill(self, take: list[tuple[int, int]], slots: list[int], prompts: list[list[int]], limits: list[int],
                  params: SamplingParams) -> None:
-        """Prefill each distinct prompt once (in chunks of ~prefill_tokens), fill its samples' slots, sample token 1."""
+        """Prefill each distinct prompt once (in chunks of ~prefill_tokens), fill its samples'
+        slots, sample token 1."""
         order = list(dict.fromkeys(i for i, _ in take))
         chunks, chunk = [], []
         for i in order:
@@ -231,7 +236,8 @@ class RolloutEngine:
         return (tok[:, None] == self.eos[None]).any(-1)
 
     def _window(self, needed: int) -> int:
-        """Attention reads a power-of-two window of positions (>= 64) or the whole cache: few graphs, little waste."""
+        """Attention reads a power-of-two window of positions (>= 64) or the whole cache: few
+        graphs, little waste."""
         w = 64
         while w < needed:
             w *= 2
@@ -242,7 +248,8 @@ class RolloutEngine:
         self._sample(self.dec.decode(self.tokens, self.pos, window), params, None)
 
     def _forward(self, window: int) -> torch.Tensor:
-        """Guided decoding's first half of a step: the logits [S, V], while the host makes the masks."""
+        """Guided decoding's first half of a step: the logits [S, V], while the host makes the
+        masks."""
         return self.dec.decode(self.tokens, self.pos, window)
 
     def _guided_sample(self, logits: torch.Tensor, params: SamplingParams) -> None:
@@ -251,8 +258,9 @@ class RolloutEngine:
 
     def _sample(self, logits: torch.Tensor, params: SamplingParams, bitmask: torch.Tensor | None,
                 hold: torch.Tensor | None = None) -> None:
-        """logits [S, V] (bitmask [S, W] or None) -> each active slot's next token, its logprob, and the state. Slots
-        `hold` [S] (guided decoding: their masks were late) sample nothing and run the same position again next step."""
+        """logits [S, V] (bitmask [S, W] or None) -> each active slot's next token, its logprob, and
+        the state. Slots `hold` [S] (guided decoding: their masks were late) sample nothing and run
+        the same position again next step."""
         tok, lp = sample(logits, params, token_keys(self.keys, self.n_gen), bitmask)  # [S], [S]: token n_gen of each
         rows, act = self.dec.rows, self.active if hold is None else self.active & ~hold
         col = self.n_gen.clamp(max=self.dec.max_len - 1)
@@ -275,10 +283,11 @@ class RolloutEngine:
         self._run((window, params), lambda: self.body(window, params))
 
     def _guided_step(self, window: int, params: SamplingParams) -> None:
-        """A decode step under constraints. The last tokens go to the host ahead of this step's forward, so the
-        host's workers advance the matchers and write the masks while the device runs the forward; sampling then
-        reads them. On a GPU the host waits for the masks only until the forward is about done (_plan_deadline): the
-        slots whose masks are late sit this step out (SlotMasks)."""
+        """A decode step under constraints. The last tokens go to the host ahead of this step's
+        forward, so the host's workers advance the matchers and write the masks while the device
+        runs the forward; sampling then reads them. On a GPU the host waits for the masks only until
+        the forward is about done (_plan_deadline): the slots whose masks are late sit this step out
+        (SlotMasks)."""
         state = torch.stack([self.tokens, self.active.long()])
         if self.tokens.is_cuda:
             self.host_state.copy_(state, non_blocking=True)
@@ -287,7 +296,8 @@ class RolloutEngine:
             begin.record()
         else:
             self.host_state.copy_(state)
-        # on a GPU the forward graph's own output (no copy; each window's graph keeps its [S, V] logits)
+        # on a GPU the forward graph's own output (no copy; each window's graph keeps its [S, V]
+        # logits)
         logits = self._run(("forward", window), lambda: self.forward(window))
         if self.tokens.is_cuda:
             end.record()
@@ -298,9 +308,9 @@ class RolloutEngine:
         self._run(("sample", params, window), lambda: self.guided_sample(logits, params))
 
     def _plan_deadline(self) -> None:
-        """When the host stops waiting for this step's masks: the forward's expected end (the last steps' mean time,
-        read off the previous step's events, done by now) less the time the masks' copy takes, so that sampling
-        follows the forward at once."""
+        """When the host stops waiting for this step's masks: the forward's expected end (the last
+        steps' mean time, read off the previous step's events, done by now) less the time the masks'
+        copy takes, so that sampling follows the forward at once."""
         if self.steps_timed:
             begin, end = self.timing[(self.steps_timed - 1) % 2]
             ms = begin.elapsed_time(end)
@@ -310,14 +320,14 @@ class RolloutEngine:
             if self.steps_timed > 1 else float("inf")
 
     def mask_deadline(self) -> float | None:
-        """When the host stops waiting for late masks (time.perf_counter; see _plan_deadline); None on a CPU, where
-        the forward ran before the host got here."""
+        """When the host stops waiting for late masks (time.perf_counter; see _plan_deadline); None
+        on a CPU, where the forward ran before the host got here."""
         return self.deadline_at if self.timing is not None else None
 
     def _run(self, key, fn):
-        """fn, as a CUDA graph (captured on first use under `key`) where graphs are on; its result (a graph's: the
-        tensors its capture returned, which each replay rewrites in place, so a graph that reads them is keyed by the
-        graph that writes them)."""
+        """fn, as a CUDA graph (captured on first use under `key`) where graphs are on; its result
+        (a graph's: the tensors its capture returned, which each replay rewrites in place, so a
+        graph that reads them is keyed by the graph that writes them)."""
         if not self.graphs_on:
             return fn()
         entry = self.graphs.get(key)
@@ -345,9 +355,10 @@ class RolloutEngine:
 
 
 def compiled(fn):
-    """torch.compile, falling back to eager (with torch's warning) where a compiler is missing or fails. Shapes are
-    static except the attention window: the first window compiles a specialized step, the second a step generic in
-    the window that serves every later one (automatic dynamic shapes), so attention reads only the positions in use."""
+    """torch.compile, falling back to eager (with torch's warning) where a compiler is missing or
+    fails. Shapes are static except the attention window: the first window compiles a specialized
+    step, the second a step generic in the window that serves every later one (automatic dynamic
+    shapes), so attention reads only the positions in use."""
     import torch._dynamo.config as dynamo_config
 
     eager_fallback()
@@ -364,7 +375,8 @@ def eager_fallback() -> None:
 
 
 def first_stop(tokenizer, ids: list[int], stop_strings: list[str]) -> int | None:
-    """The number of leading tokens whose text first contains a stop string (None: no stop string yet)."""
+    """The number of leading tokens whose text first contains a stop string (None: no stop string
+    yet)."""
     if not any(s in tokenizer.decode(ids, skip_special_tokens=True) for s in stop_strings):
         return None
     lo, hi = 1, len(ids)  # the shortest prefix containing a stop string: the predicate is monotone in the length

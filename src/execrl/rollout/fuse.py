@@ -1,10 +1,12 @@
-"""One matrix for each layer's q/k/v projections and one for its gate/up projections, with no second copy.
+"""One matrix for each layer's q/k/v projections and one for its gate/up projections, with no second
+copy.
 
-Decode multiplies a few hundred rows by every weight: five small GEMMs per layer cost far more than two wide ones.
-`fuse_projections` moves each group's weights into one tensor and makes the model's parameters *views* of it, so
-the trainer still sees (and the optimizer updates in place) the usual separate parameters, while the engine reads
-the same memory as one matrix. Call it before building the optimizer. With LoRA the base layers are fused (the
-adapters stay apart: the engine adds their low-rank path itself, execrl.lora)."""
+Decode multiplies a few hundred rows by every weight: five small GEMMs per layer cost far more than
+two wide ones. `fuse_projections` moves each group's weights into one tensor and makes the model's
+parameters *views* of it, so the trainer still sees (and the optimizer updates in place) the usual
+separate parameters, while the engine reads the same memory as one matrix. Call it before building
+the optimizer. With LoRA the base layers are fused (the adapters stay apart: the engine adds their
+low-rank path itself, execrl.lora)."""
 
 from __future__ import annotations
 
@@ -35,8 +37,8 @@ def fuse_projections(model) -> None:
 
 
 def joined(linears: list[nn.Linear], name: str = "weight") -> torch.Tensor | None:
-    """The group's parameters as one tensor when they are adjacent views of one storage (after fuse_projections); of
-    the base layers, with LoRA."""
+    """The group's parameters as one tensor when they are adjacent views of one storage (after
+    fuse_projections); of the base layers, with LoRA."""
     parts = [getattr(base_layer(m), name) for m in linears]
     if any(p is None for p in parts):
         return None

@@ -1,10 +1,12 @@
-"""Sampling without top-k/top-p in one pass over the logits (GPU, Triton): Gumbel-max choice and log-sum-exp together.
+"""Sampling without top-k/top-p in one pass over the logits (GPU, Triton): Gumbel-max choice and
+log-sum-exp together.
 
-`sampling.sample_torch` does the same with torch ops: compiled, the noise, the argmax and the log-sum-exp walk the
-[B, V] logits in several reductions of one program per row. Here each row is cut into chunks of CHUNK columns; one
-program per (ROWS rows, chunk) computes each row's running max, sum of exponentials and best noisy score with its
-column over the chunk (the column's half of the noise hash once for its ROWS rows), and a few [B, chunks] torch
-ops combine them. The noise is sampling.gumbel's, bit for bit in its integer hash.
+`sampling.sample_torch` does the same with torch ops: compiled, the noise, the argmax and the
+log-sum-exp walk the [B, V] logits in several reductions of one program per row. Here each row is
+cut into chunks of CHUNK columns; one program per (ROWS rows, chunk) computes each row's running
+max, sum of exponentials and best noisy score with its column over the chunk (the column's half of
+the noise hash once for its ROWS rows), and a few [B, chunks] torch ops combine them. The noise is
+sampling.gumbel's, bit for bit in its integer hash.
 
 Shapes: B rows, V vocabulary, P = ceil(V / CHUNK) chunks per row.
 """
@@ -29,7 +31,8 @@ def supported(logits: torch.Tensor) -> bool:
 if triton is not None:
     @triton.jit
     def _mix(h):
-        """sampling.mix32_ on an int32 block: MurmurHash3's finalizer (multiplies wrap; shifts masked to logical)."""
+        """sampling.mix32_ on an int32 block: MurmurHash3's finalizer (multiplies wrap; shifts
+        masked to logical)."""
         h = h ^ ((h >> 16) & 0xFFFF)
         h = h * -2048144789  # 0x85EBCA6B as int32
         h = h ^ ((h >> 13) & 0x7FFFF)
@@ -40,8 +43,9 @@ if triton is not None:
     def _partials_kernel(logits_ptr, keys_ptr, mask_ptr, max_ptr, sum_ptr, best_ptr, arg_ptr, rows, vocab, row_stride,
                          words, temperature, parts, NOISE: tl.constexpr, SCALE: tl.constexpr, MASK: tl.constexpr,
                          ROWS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
-        """Program (r, part): rows [r * ROWS, (r + 1) * ROWS) x columns [part * CHUNK, (part + 1) * CHUNK). MASK:
-        a column counts only where its bit is set in the row's packed mask (guided decoding)."""
+        """Program (r, part): rows [r * ROWS, (r + 1) * ROWS) x columns [part * CHUNK, (part + 1) *
+        CHUNK). MASK: a column counts only where its bit is set in the row's packed mask (guided
+        decoding)."""
         row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)  # [R]
         part = tl.program_id(1)
         live = row < rows
@@ -85,8 +89,9 @@ if triton is not None:
     @torch.library.custom_op("execrl::sampling_partials", mutates_args=())
     def _partials(logits: torch.Tensor, keys: torch.Tensor, bitmask: torch.Tensor, temperature: float, noise: bool,
                   masked: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """An opaque operator (torch.compile and CUDA graphs take it as it is): per (row, chunk) max, sum of exps,
-        best score and its column, each [B, P]; `masked`: over the columns the bitmask [B, W] allows only."""
+        """An opaque operator (torch.compile and CUDA graphs take it as it is): per (row, chunk)
+        max, sum of exps, best score and its column, each [B, P]; `masked`: over the columns the
+        bitmask [B, W] allows only."""
         b, v = logits.shape
         parts = triton.cdiv(v, CHUNK)
         f = dict(dtype=torch.float32, device=logits.device)
@@ -108,9 +113,10 @@ if triton is not None:
 
 def sample_plain(logits: torch.Tensor, temperature: float, keys: torch.Tensor | None,
                  bitmask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [B, V] (any float dtype, rows contiguous), keys [B] int32 (None: greedy), bitmask [B, W] int32 (guided
-    decoding: the allowed tokens; None: all) -> (tokens [B], logprobs [B] under softmax(logits / temperature) over the
-    allowed tokens): sampling.sample for top_k None and top_p 1, which passes its scoring temperature."""
+    """logits [B, V] (any float dtype, rows contiguous), keys [B] int32 (None: greedy), bitmask [B,
+    W] int32 (guided decoding: the allowed tokens; None: all) -> (tokens [B], logprobs [B] under
+    softmax(logits / temperature) over the allowed tokens): sampling.sample for top_k None and top_p
+    1, which passes its scoring temperature."""
     noise = keys is not None
     if keys is None:
         keys = torch.zeros(logits.shape[0], dtype=torch.int32, device=logits.device)

@@ -1,4 +1,5 @@
-"""Sampling with transformers `generate`: prompts as token ids in, completions as token ids out (never re-tokenized)."""
+"""Sampling with transformers `generate`: prompts as token ids in, completions as token ids out
+(never re-tokenized)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ def hf_generate(model, tokenizer, prompts: list[list[int]], num_samples: int, ma
                 temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None,
                 stop_strings: list[str] | None = None, batch_size: int = 64, on_batch=None,
                 ignore_eos: bool = False, stop_token_ids: list[int] | None = None) -> list[list[Completion]]:
-    """For each prompt, `num_samples` completions (greedy when temperature is 0); generation ends at any EOS token
-    of the model or of `stop_token_ids`."""
+    """For each prompt, `num_samples` completions (greedy when temperature is 0); generation ends at
+    any EOS token of the model or of `stop_token_ids`."""
     device = next(model.parameters()).device
     pad, eos = tokenizer.pad_token_id, sorted(set(eos_ids(model, tokenizer)) | set(stop_token_ids or []))
     per_batch = max(1, batch_size // num_samples)

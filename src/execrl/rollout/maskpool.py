@@ -1,15 +1,17 @@
-"""Guided decoding's mask work off the GIL: llguidance's C API (in the library its Python package ships) driven by
-a pool of native threads (maskpool.c, compiled once into the user's cache with the system's C compiler).
+"""Guided decoding's mask work off the GIL: llguidance's C API (in the library its Python package
+ships) driven by a pool of native threads (maskpool.c, compiled once into the user's cache with the
+system's C compiler).
 
-Why not Python threads: a decode step hands out one job per constrained slot (advance its matcher by the sampled
-token, write its next mask) and must not wait for a slow one; per-job Python threads pass the GIL to each other
-after every mask, and on the GPU machine's host that cost more than the masks (bench/README.md). llguidance's own
-parallel call waits for its slowest mask. The pool's threads take jobs one at a time and store each job's state
-after its mask, which the decode loop reads without a lock.
+Why not Python threads: a decode step hands out one job per constrained slot (advance its matcher by
+the sampled token, write its next mask) and must not wait for a slow one; per-job Python threads
+pass the GIL to each other after every mask, and on the GPU machine's host that cost more than the
+masks (bench/README.md). llguidance's own parallel call waits for its slowest mask. The pool's
+threads take jobs one at a time and store each job's state after its mask, which the decode loop
+reads without a lock.
 
-The matchers here are llguidance's C matchers, built from the same tokenizer JSON, vocabulary size, end tokens,
-slices and tokenize function as the Python ones the trainer uses (execrl.guided), so the masks are the same bits
-(tests/guided/test_guided.py compares them).
+The matchers here are llguidance's C matchers, built from the same tokenizer JSON, vocabulary size,
+end tokens, slices and tokenize function as the Python ones the trainer uses (execrl.guided), so the
+masks are the same bits (tests/guided/test_guided.py compares them).
 """
 
 from __future__ import annotations
@@ -97,7 +99,8 @@ def pool_library() -> ctypes.CDLL:
 
 
 class Pool:
-    """Native threads running mask jobs for masks of `mask_bytes` bytes (one pool per process and mask size)."""
+    """Native threads running mask jobs for masks of `mask_bytes` bytes (one pool per process and
+    mask size)."""
 
     def __init__(self, mask_bytes: int, capacity: int = 1 << 16):
         lib, c = pool_library(), llg()
@@ -111,8 +114,9 @@ class Pool:
             raise RuntimeError("guided decoding: no mask thread could be started")
 
     def step(self, handle, tokens, live, ends, state, held, rows, keys) -> int:
-        """The jobs of a decode step (maskpool.c's maskpool_step): [S] tensors handle, tokens, live, ends (row
-        addresses), keys (int64), held (bool), state (int32), rows [S, W] int32; the number of jobs handed out."""
+        """The jobs of a decode step (maskpool.c's maskpool_step): [S] tensors handle, tokens, live,
+        ends (row addresses), keys (int64), held (bool), state (int32), rows [S, W] int32; the
+        number of jobs handed out."""
         n = self.lib.maskpool_step(self.pool, len(handle), *(t.data_ptr() for t in (handle, tokens, live, ends,
                                                                                      state, held, rows, keys)))
         if n < 0:
@@ -135,7 +139,8 @@ _natives: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Guides -> {
 
 
 def native(guide) -> NativeGuides:
-    """The C side of an execrl.guided.Guide: its Guides' tokenizer with its slices (made on first use)."""
+    """The C side of an execrl.guided.Guide: its Guides' tokenizer with its slices (made on first
+    use)."""
     made = _natives.setdefault(guide.guides, {})
     if guide.slices not in made:
         guides = guide.guides
@@ -175,18 +180,20 @@ class NativeGuides:
         ctypes.c_uint32.from_buffer(self.init, 8).value = 0  # log_buffer_level
         ctypes.c_uint32.from_buffer(self.init, 12).value = 0  # log_stderr_level
         self.idle: dict[str, list[int]] = {}  # grammar -> reset matchers waiting for a request (least recent first)
-        # freed with this object (at the interpreter's exit the process's memory goes anyway); matchers still in use
-        # keep what they need of the tokenizer (llguidance counts its references)
+        # freed with this object (at the interpreter's exit the process's memory goes anyway);
+        # matchers still in use keep what they need of the tokenizer (llguidance counts its
+        # references)
         weakref.finalize(self, _free_native, self.tokenizer, self.idle).atexit = False
 
     def key(self, grammar: str) -> int:
-        """The key a request of `grammar` starts from (maskpool.c: slots of equal keys share their masks): one per
-        (tokenizer, slices, grammar) in this process."""
+        """The key a request of `grammar` starts from (maskpool.c: slots of equal keys share their
+        masks): one per (tokenizer, slices, grammar) in this process."""
         return int.from_bytes(hashlib.blake2b(f"{id(self)}\0{grammar}".encode(), digest_size=8).digest(), "little",
                               signed=True)
 
     def matcher(self, grammar: str) -> int:
-        """A new C matcher at the start of `grammar` (llguidance's JSON form, execrl.guided.Guide.text)."""
+        """A new C matcher at the start of `grammar` (llguidance's JSON form,
+        execrl.guided.Guide.text)."""
         c = llg()
         m = c.llg_new_matcher(self.init, b"llguidance", grammar.encode())
         error = c.llg_matcher_get_error(m)
@@ -196,8 +203,8 @@ class NativeGuides:
         return m
 
     def matchers(self, grammar: str, n: int) -> list[int]:
-        """n matchers at the start of `grammar`: finished ones reset (recycle()) first, new ones for the rest (in
-        parallel threads: about a millisecond each)."""
+        """n matchers at the start of `grammar`: finished ones reset (recycle()) first, new ones for
+        the rest (in parallel threads: about a millisecond each)."""
         idle = self.idle.pop(grammar, [])
         if idle:
             self.idle[grammar] = idle  # (now the most recently used)
@@ -205,11 +212,12 @@ class NativeGuides:
         return mine + parallel(self.matcher, [grammar] * (n - len(mine)))
 
     def recycle(self, grammar: str, matcher: int) -> None:
-        """A finished matcher, reset to its start for a later request of the same grammar: its lexer keeps what it
-        built on the way (a fresh matcher builds it again, a few milliseconds per state the whole vocabulary is walked
-        from: 256 fresh matchers entering a fenced block together cost a second of CPU). One that cannot be reset (a
-        grammar with max_tokens or stop= lexemes) is freed; so are the idle matchers of all but the IDLE_GRAMMARS
-        grammars used last."""
+        """A finished matcher, reset to its start for a later request of the same grammar: its lexer
+        keeps what it built on the way (a fresh matcher builds it again, a few milliseconds per
+        state the whole vocabulary is walked from: 256 fresh matchers entering a fenced block
+        together cost a second of CPU). One that cannot be reset (a grammar with max_tokens or stop=
+        lexemes) is freed; so are the idle matchers of all but the IDLE_GRAMMARS grammars used
+        last."""
         c = llg()
         if c.llg_matcher_reset(matcher) != 0 or c.llg_matcher_is_error(matcher):
             c.llg_free_matcher(matcher)

@@ -1,16 +1,18 @@
-"""The engine's side of guided decoding: each constrained slot's matcher, and the masks of the next token.
+"""The engine's side of guided decoding: each constrained slot's matcher, and the masks of the next
+token.
 
-At each decode step the host reads the token each constrained slot sampled last and hands the slot to the mask
-threads (execrl.rollout.maskpool): they advance the slot's matcher by it and write the slot's next mask into a
-buffer the step reads on the device (an unconstrained slot's row allows every token), while the device runs the
-step's forward. A mask not ready when the forward ends does not hold the step: its slot is held instead (it samples
-nothing this step and runs the same position again next step, when its mask is ready), so one slow mask costs one
-slot one step, not every slot. Sampling draws from the masked, renormalized distribution and reports logprobs under
-it (execrl.rollout.sampling), which is also what the trainer scores (execrl.guided.Guide.masks). A held slot's
-sample is the one it would have drawn: same logits, same key. Slots that consumed the same tokens of one constraint
-share one mask computation (maskpool.c's groups: a batch's samples start in one state and walk a constraint's fixed
-text together), and the wait for the masks runs in C too (maskpool_wait), so that little host work lies between the
-deadline and the sampling's launch.
+At each decode step the host reads the token each constrained slot sampled last and hands the slot
+to the mask threads (execrl.rollout.maskpool): they advance the slot's matcher by it and write the
+slot's next mask into a buffer the step reads on the device (an unconstrained slot's row allows
+every token), while the device runs the step's forward. A mask not ready when the forward ends does
+not hold the step: its slot is held instead (it samples nothing this step and runs the same position
+again next step, when its mask is ready), so one slow mask costs one slot one step, not every slot.
+Sampling draws from the masked, renormalized distribution and reports logprobs under it
+(execrl.rollout.sampling), which is also what the trainer scores (execrl.guided.Guide.masks). A held
+slot's sample is the one it would have drawn: same logits, same key. Slots that consumed the same
+tokens of one constraint share one mask computation (maskpool.c's groups: a batch's samples start in
+one state and walk a constraint's fixed text together), and the wait for the masks runs in C too
+(maskpool_wait), so that little host work lies between the deadline and the sampling's launch.
 
 Shapes: S slots, W int32 words per mask (execrl.guided).
 """
@@ -50,8 +52,8 @@ class SlotMasks:
         self.hold_host = torch.zeros(slots, dtype=torch.bool, pin_memory=pin)  # [S] slots that sit this step out
         self.hold = torch.zeros(slots, dtype=torch.bool, device=device)  # [S] ... as the step reads it
         self.stream = self.ready = None  # (GPUs) the masks' copy stream, and its copy's event
-        # a discarded engine's C matchers are freed once no job uses them (the callback keeps the attributes, rows and
-        # states the jobs write, alive until then)
+        # a discarded engine's C matchers are freed once no job uses them (the callback keeps the
+        # attributes, rows and states the jobs write, alive until then)
         weakref.finalize(self, _free_matchers, self.__dict__).atexit = False
 
     def _buffers(self, words: int) -> None:
@@ -61,7 +63,8 @@ class SlotMasks:
             self.masks = torch.full((self.slots, words), -1, dtype=torch.int32, device=self.device)
 
     def end_row(self, guide) -> torch.Tensor:
-        """[W] int32: the mask of a complete constraint (only the end of the sequence), which its slot's job writes."""
+        """[W] int32: the mask of a complete constraint (only the end of the sequence), which its
+        slot's job writes."""
         key = (guide.words, tuple(guide.eos_ids))
         if key not in self.end_rows:
             row = torch.zeros(1, guide.words, dtype=torch.int32)
@@ -105,8 +108,8 @@ class SlotMasks:
         return self.masks if rows is None else self.masks[rows]
 
     def refresh(self, slots: list[int]) -> None:
-        """The first masks of new requests in `slots`, written and sent (between decode steps: which slots the next
-        step holds is settle()'s to say)."""
+        """The first masks of new requests in `slots`, written and sent (between decode steps: which
+        slots the next step holds is settle()'s to say)."""
         new = torch.zeros(self.slots, dtype=torch.int64)
         new[slots] = 1
         self.start(torch.full((self.slots,), -1, dtype=torch.int64), new)
@@ -116,19 +119,21 @@ class SlotMasks:
         self.send()
 
     def start(self, tokens: torch.Tensor, live: torch.Tensor) -> None:
-        """Hand the mask threads the constrained `live` slots ([S] int64, nonzero: live) that sampled a token last
-        step (`tokens` [S] int64, -1: none yet): their matchers advance by it and write their next masks. A slot held
-        last step keeps the job it has (its token did not change). One call into the pool, whatever the slots."""
+        """Hand the mask threads the constrained `live` slots ([S] int64, nonzero: live) that
+        sampled a token last step (`tokens` [S] int64, -1: none yet): their matchers advance by it
+        and write their next masks. A slot held last step keeps the job it has (its token did not
+        change). One call into the pool, whatever the slots."""
         if self.host is not None:
             maskpool.pool(self.host.shape[1] * 4).step(self.handle, tokens, live, self.ends, self.state,
                                                        self.hold_host, self.host, self.keys)
             self.live, self.tokens = live, tokens
 
     def settle(self, deadline: float | None = None) -> None:
-        """Wait for the mask threads until every job is done or the clock (time.perf_counter) passes `deadline`
-        (None: every job) with at most `hold_share` of the step's slots still pending (a step in which most slots sat
-        out would be mostly wasted: when all the slots meet a slow state together, or at the end of a batch, when the
-        last few remain), hold the slots whose masks are not written, and send the masks to the device."""
+        """Wait for the mask threads until every job is done or the clock (time.perf_counter) passes
+        `deadline` (None: every job) with at most `hold_share` of the step's slots still pending (a
+        step in which most slots sat out would be mostly wasted: when all the slots meet a slow
+        state together, or at the end of a batch, when the last few remain), hold the slots whose
+        masks are not written, and send the masks to the device."""
         late = self._wait(deadline)
         if late is not self.hold_host:  # (a test's stand-in for the wait)
             self.hold_host.copy_(late)
@@ -137,8 +142,9 @@ class SlotMasks:
         self.send()
 
     def _wait(self, deadline: float | None) -> torch.Tensor:
-        """The wait (maskpool.c's maskpool_wait, which marks the late slots in hold_host); a job done after it counts
-        as late. A matcher that refused its token is an error. Returns hold_host ([S] bool: the late slots)."""
+        """The wait (maskpool.c's maskpool_wait, which marks the late slots in hold_host); a job
+        done after it counts as late. A matcher that refused its token is an error. Returns
+        hold_host ([S] bool: the late slots)."""
         if self.host is None:
             self.late = 0
             return self.hold_host
@@ -163,15 +169,16 @@ class SlotMasks:
                            f"{maskpool.error_of(matcher)[:300]}")
 
     def _drain(self, slots) -> None:
-        """Wait for the jobs of `slots` still with the mask threads (a slot's row is not reused under a running
-        job)."""
+        """Wait for the jobs of `slots` still with the mask threads (a slot's row is not reused
+        under a running job)."""
         while bool((self.state[slots] == PENDING).any()):
             time.sleep(0)
 
     def send(self) -> None:
-        """The masks and hold flags to the device. On a GPU the copy runs on a stream of its own, beside the step's
-        forward, and the current stream waits for it before what it runs next (the sampling). The host synchronized
-        with the last step that read them before it wrote these, so the copy waits for nothing."""
+        """The masks and hold flags to the device. On a GPU the copy runs on a stream of its own,
+        beside the step's forward, and the current stream waits for it before what it runs next (the
+        sampling). The host synchronized with the last step that read them before it wrote these, so
+        the copy waits for nothing."""
         if self.masks is None:
             return
         if self.device.type != "cuda":
@@ -195,8 +202,8 @@ class SlotMasks:
 
 
 def _free_matchers(attributes: dict) -> None:
-    """A discarded SlotMasks' C matchers (its attributes), freed once no job uses them; not recycled: their guides
-    often go with the engine."""
+    """A discarded SlotMasks' C matchers (its attributes), freed once no job uses them; not
+    recycled: their guides often go with the engine."""
     while bool((attributes["state"] == PENDING).any()):
         time.sleep(0)
     for entry in [m for m in attributes["matchers"] if m is not None] + list(attributes["retired"].values()):

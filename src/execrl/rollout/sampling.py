@@ -1,8 +1,9 @@
 """Token sampling on the device, with no host synchronization (so it can live inside a CUDA graph).
 
-The randomness is keyed, not drawn from a generator's stream: the noise for token t of a request comes from a hash of
-(the request's key, t, the vocabulary index). So a sample does not depend on which slot it ran in, what else was in
-the batch, or which rank generated it: one process and N processes draw the same samples for the same prompts."""
+The randomness is keyed, not drawn from a generator's stream: the noise for token t of a request
+comes from a hash of (the request's key, t, the vocabulary index). So a sample does not depend on
+which slot it ran in, what else was in the batch, or which rank generated it: one process and N
+processes draw the same samples for the same prompts."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ MIX = (0x85EBCA6B, 0xC2B2AE35)  # MurmurHash3's finalizer constants
 
 
 def mix32(h: int) -> int:
-    """MurmurHash3's 32-bit finalizer, a bijection of [0, 2**32) that scatters every input bit (host side)."""
+    """MurmurHash3's 32-bit finalizer, a bijection of [0, 2**32) that scatters every input bit (host
+    side)."""
     h &= MASK32
     h = ((h ^ (h >> 16)) * MIX[0]) & MASK32
     h = ((h ^ (h >> 13)) * MIX[1]) & MASK32
@@ -44,8 +46,9 @@ def _signed(c: int) -> int:
 
 
 def mix32_(h: torch.Tensor) -> torch.Tensor:
-    """mix32 on int32 tensors (the same bits): 32-bit multiplies wrap, shifts are made logical by masking. Native
-    32-bit integer work on a GPU, where 64-bit multiplies cost several instructions each."""
+    """mix32 on int32 tensors (the same bits): 32-bit multiplies wrap, shifts are made logical by
+    masking. Native 32-bit integer work on a GPU, where 64-bit multiplies cost several instructions
+    each."""
     h = h ^ ((h >> 16) & 0xFFFF)
     h = h * _signed(MIX[0])
     h = h ^ ((h >> 13) & 0x7FFFF)
@@ -59,12 +62,14 @@ def request_key(seed: int, sample_index: int) -> int:
 
 
 def token_keys(keys: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Per-row keys of the token at `index` (its position within the completion): [B], [B] -> [B] int32."""
+    """Per-row keys of the token at `index` (its position within the completion): [B], [B] -> [B]
+    int32."""
     return mix32_(keys.int() ^ mix32_(index.int() + 0x632BE5AB))
 
 
 def gumbel(keys: torch.Tensor, vocab: int) -> torch.Tensor:
-    """Gumbel(0, 1) noise [B, V], a pure function of the row keys [B] (int32) and the column index."""
+    """Gumbel(0, 1) noise [B, V], a pure function of the row keys [B] (int32) and the column
+    index."""
     cols = mix32_(torch.arange(vocab, device=keys.device, dtype=torch.int32) * 2 + 1)  # [V]
     bits = (mix32_(keys[:, None] ^ cols[None]) >> 8) & 0xFFFFFF  # [B, V], 24 random bits
     return -torch.log(-torch.log(uniform(bits)))
@@ -74,28 +79,30 @@ U_MAX = 1.0 - 2.0**-24  # the largest float32 below 1
 
 
 def uniform(bits: torch.Tensor) -> torch.Tensor:
-    """24 random bits -> a float32 in (0, 1). Unclamped, (bits + 0.5) / 2**24 rounds to exactly 1.0 for the largest
-    bits, whose Gumbel noise is then +inf: that token wins whatever its logit (one draw in 2**24 per vocabulary entry,
-    about 1% of the tokens sampled over a 152K vocabulary), and a masked-out one (-inf + inf = NaN) wins the argmax."""
+    """24 random bits -> a float32 in (0, 1). Unclamped, (bits + 0.5) / 2**24 rounds to exactly 1.0
+    for the largest bits, whose Gumbel noise is then +inf: that token wins whatever its logit (one
+    draw in 2**24 per vocabulary entry, about 1% of the tokens sampled over a 152K vocabulary), and
+    a masked-out one (-inf + inf = NaN) wins the argmax."""
     return ((bits.float() + 0.5) * 2.0**-24).clamp(max=U_MAX)
 
 
 def scoring_temperature(temperature: float) -> float:
-    """The temperature of the distribution logprobs are reported under, by the sampler and the trainer alike: the
-    sampling temperature, and 1 for greedy decoding (temperature 0)."""
+    """The temperature of the distribution logprobs are reported under, by the sampler and the
+    trainer alike: the sampling temperature, and 1 for greedy decoding (temperature 0)."""
     return temperature if temperature > 0 else 1.0
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor | None = None,
            bitmask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [B, V], keys [B] (see token_keys; None: fresh keys from torch's generator), bitmask [B, W] int32 (guided
-    decoding: the tokens each row may take, packed as execrl.guided makes them; None: all) -> (tokens [B], logprobs
-    [B]).
+    """logits [B, V], keys [B] (see token_keys; None: fresh keys from torch's generator), bitmask
+    [B, W] int32 (guided decoding: the tokens each row may take, packed as execrl.guided makes them;
+    None: all) -> (tokens [B], logprobs [B]).
 
-    The logprob is that of the chosen token under softmax(logits / scoring_temperature) restricted to the allowed
-    tokens and, when sampling, filtered by top-k/top-p and renormalized (vLLM's processed logprobs, as NeMo RL reads
-    them): the distribution the token was drawn from, which the trainer scores too (step.sampler_filter).
-    With the same keys, a masked sample is the unmasked one whenever that one is allowed (Gumbel-max)."""
+    The logprob is that of the chosen token under softmax(logits / scoring_temperature) restricted
+    to the allowed tokens and, when sampling, filtered by top-k/top-p and renormalized (vLLM's
+    processed logprobs, as NeMo RL reads them): the distribution the token was drawn from, which the
+    trainer scores too (step.sampler_filter). With the same keys, a masked sample is the unmasked
+    one whenever that one is allowed (Gumbel-max)."""
     if keys is None and params.temperature > 0:
         keys = torch.randint(-2**31, 2**31, (logits.shape[0],), device=logits.device, dtype=torch.int32)
     if params.top_k is None and params.top_p == 1.0 and fused_sampling.supported(logits):

@@ -1,4 +1,5 @@
-"""execrl.sandbox: run model-written code against tests, in processes of its own, and say what happened.
+"""execrl.sandbox: run model-written code against tests, in processes of its own, and say what
+happened.
 
 Defends against (each has an adversarial test in tests/sandbox/; test_attacks.py pairs each class of attack with
 the legitimate idiom it must not break):
@@ -48,25 +49,28 @@ the legitimate idiom it must not break):
   tests wrote (the program's directory and files are put back before each test, or the test is the program's
   failure).
 
-Does not defend against: kernel exploits and side channels (timing, cache); reading what is inside the allowlist
-(the system's directories and the Python installation are visible read-only: keep secrets elsewhere); CPU contention
-slowing other workers (time is measured in CPU seconds where it can be); counters the kernel keeps for the whole
-machine, which no namespace resets (/proc/stat's count of forks, the inode numbers of pipes, sockets and memfds): a
-program reads in them what every process did, its worker's earlier programs included, blurred by all else the machine
-runs. In sampling mode only: memory bursts shorter than the 10 ms sampling (bounded by RLIMIT_AS per process); pipe
-buffers (up to the kernel's per-user limit) and other kernel memory outside its processes, tmpfs and sockets' queues;
-the CPU of children the kernel reaped for a program that ignores SIGCHLD in bwrap-user mode (the exit log needs
-CAP_SYS_PACCT of a root grader; bounded by the wall-clock limit); fork bombs of programs running as root (below).
-The zygote keeps CAP_SYS_ADMIN and CAP_NET_ADMIN (in bwrap-user mode, of its own user namespace only) to make those
-namespaces and mounts, and in bwrap-root mode CAP_SYS_PACCT for its exit log; every process of the program has no
-capabilities. In bwrap-user mode (the grader is not root) the program runs as the grader's uid inside its user
-namespace (uid 0 there, as the zygote), with no uid per sandbox: the namespaces, the allowlist and the seccomp
-filter still hold, and the zygote is out of reach as the namespace's init (signals without a handler dropped, not
-dumpable, capabilities the program lacks). Forcing bwrap-user mode on a root grader (EXECRL_SANDBOX=bwrap-user) runs
-programs as the host's root user, for which the kernel does not enforce RLIMIT_NPROC: a fork bomb is contained only
-by a cgroup's pids.max (cgroup mode, where the hierarchy has pids).
-Without bubblewrap or user namespaces (a warning says so, once, loudly), none of the namespace defences apply: no
-network or filesystem isolation, and RLIMIT_NPROC does not bind a root grader.
+Does not defend against: kernel exploits and side channels (timing, cache); reading what is inside
+the allowlist (the system's directories and the Python installation are visible read-only: keep
+secrets elsewhere); CPU contention slowing other workers (time is measured in CPU seconds where it
+can be); counters the kernel keeps for the whole machine, which no namespace resets (/proc/stat's
+count of forks, the inode numbers of pipes, sockets and memfds): a program reads in them what every
+process did, its worker's earlier programs included, blurred by all else the machine runs. In
+sampling mode only: memory bursts shorter than the 10 ms sampling (bounded by RLIMIT_AS per
+process); pipe buffers (up to the kernel's per-user limit) and other kernel memory outside its
+processes, tmpfs and sockets' queues; the CPU of children the kernel reaped for a program that
+ignores SIGCHLD in bwrap-user mode (the exit log needs CAP_SYS_PACCT of a root grader; bounded by
+the wall-clock limit); fork bombs of programs running as root (below). The zygote keeps
+CAP_SYS_ADMIN and CAP_NET_ADMIN (in bwrap-user mode, of its own user namespace only) to make those
+namespaces and mounts, and in bwrap-root mode CAP_SYS_PACCT for its exit log; every process of the
+program has no capabilities. In bwrap-user mode (the grader is not root) the program runs as the
+grader's uid inside its user namespace (uid 0 there, as the zygote), with no uid per sandbox: the
+namespaces, the allowlist and the seccomp filter still hold, and the zygote is out of reach as the
+namespace's init (signals without a handler dropped, not dumpable, capabilities the program lacks).
+Forcing bwrap-user mode on a root grader (EXECRL_SANDBOX=bwrap-user) runs programs as the host's
+root user, for which the kernel does not enforce RLIMIT_NPROC: a fork bomb is contained only by a
+cgroup's pids.max (cgroup mode, where the hierarchy has pids). Without bubblewrap or user namespaces
+(a warning says so, once, loudly), none of the namespace defences apply: no network or filesystem
+isolation, and RLIMIT_NPROC does not bind a root grader.
 """
 
 from execrl.sandbox.grader import (

@@ -1,15 +1,17 @@
 """Memory, CPU and processes charged where the kernel accounts them: a cgroup per sandbox.
 
-The grader makes one cgroup per sandbox process (in every hierarchy it needs: memory, CPU usage, pids), opens the
-files the zygote needs and hands it their fds; the zygote's forked child writes "0" into `cgroup.procs` (itself) before
-anything of the program runs, so the program and everything it starts is charged there: its pages, its tmpfs files,
-and the kernel memory of its objects (pipe buffers, socket queues, extended attributes, memfds in flight), the CPU of
-every process (children the kernel reaped for it included), and a process count the kernel enforces for every uid,
-root too. The zygote stays outside, in the grader's cgroup: a program's OOM kill never reaches it.
+The grader makes one cgroup per sandbox process (in every hierarchy it needs: memory, CPU usage,
+pids), opens the files the zygote needs and hands it their fds; the zygote's forked child writes "0"
+into `cgroup.procs` (itself) before anything of the program runs, so the program and everything it
+starts is charged there: its pages, its tmpfs files, and the kernel memory of its objects (pipe
+buffers, socket queues, extended attributes, memfds in flight), the CPU of every process (children
+the kernel reaped for it included), and a process count the kernel enforces for every uid, root too.
+The zygote stays outside, in the grader's cgroup: a program's OOM kill never reaches it.
 
-Where no cgroup can be had (a grader that is not root and has no delegated cgroup v2 subtree), the zygote samples the
-program's processes, tmpfs and sockets every 10 ms instead (zygote.Zygote._usage); `detect().describe()` names the
-mode in the start-up line, and EXECRL_ACCOUNTING=sampling forces it.
+Where no cgroup can be had (a grader that is not root and has no delegated cgroup v2 subtree), the
+zygote samples the program's processes, tmpfs and sockets every 10 ms instead
+(zygote.Zygote._usage); `detect().describe()` names the mode in the start-up line, and
+EXECRL_ACCOUNTING=sampling forces it.
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ class SandboxCgroup:
             raise
 
     def _no_swap(self) -> None:
-        """Swap would let a program hold more than its limit: none (and on v2, an OOM kill takes the whole program)."""
+        """Swap would let a program hold more than its limit: none (and on v2, an OOM kill takes the
+        whole program)."""
         settings = ({"memory.swap.max": "0", "memory.oom.group": "1"} if self.version == 2
                     else {"memory.swappiness": "0"})
         for file, value in settings.items():
@@ -84,7 +87,8 @@ class SandboxCgroup:
         return json.dumps({"version": self.version, **self.fds})
 
     def close(self) -> None:
-        """Close our fds and remove the cgroup (once the sandbox's processes are gone: retried for a second)."""
+        """Close our fds and remove the cgroup (once the sandbox's processes are gone: retried for a
+        second)."""
         for fd in self.pass_fds():
             try:
                 os.close(fd)
@@ -118,8 +122,9 @@ def _remove(path: str) -> None:
 
 @functools.cache
 def detect() -> Accounting:
-    """cgroup v2 where our cgroup can hand memory and pids to children, else cgroup v1's memory, cpuacct and pids
-    hierarchies where we can make cgroups in them, else sampling (EXECRL_ACCOUNTING=sampling forces it)."""
+    """cgroup v2 where our cgroup can hand memory and pids to children, else cgroup v1's memory,
+    cpuacct and pids hierarchies where we can make cgroups in them, else sampling
+    (EXECRL_ACCOUNTING=sampling forces it)."""
     forced = os.environ.get("EXECRL_ACCOUNTING", "")
     if forced not in ("", "cgroup", "sampling"):
         raise ValueError(f"EXECRL_ACCOUNTING={forced!r}: use cgroup or sampling")
@@ -165,9 +170,9 @@ def _own_cgroups() -> dict[str, str]:
 
 
 def _v2() -> tuple[Accounting | None, str]:
-    """Our cgroup v2 hands memory (and pids, where it has them) to child cgroups: if it holds processes itself (the
-    kernel then refuses to, "no internal processes"), they move first into a leaf of their own, execrl-grader, as a
-    delegated subtree's manager does."""
+    """Our cgroup v2 hands memory (and pids, where it has them) to child cgroups: if it holds
+    processes itself (the kernel then refuses to, "no internal processes"), they move first into a
+    leaf of their own, execrl-grader, as a delegated subtree's manager does."""
     mount = next((point for kind, point, _ in _mounts() if kind == "cgroup2"), None)
     own = _own_cgroups().get("")
     if mount is None or own is None:

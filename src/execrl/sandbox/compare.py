@@ -9,8 +9,9 @@ from decimal import Decimal
 
 from execrl.sandbox.inside.protocol import Unhashed
 
-# what counts as a number token in tolerance mode: plain decimal notation only (float() also takes "1_0", "inf",
-# "nan", and surrounding unicode whitespace, none of which a judge would read as a number)
+# what counts as a number token in tolerance mode: plain decimal notation only (float() also takes
+# "1_0", "inf", "nan", and surrounding unicode whitespace, none of which a judge would read as a
+# number)
 NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # linear: no ambiguous split
 INTEGER = re.compile(r"[+-]?[0-9]+")  # an expected token written as an integer: no tolerance, an exact value
 ASCII_SPACE = " \t\f\v"  # a line's trailing blanks; unicode separators such as \x1f are characters like any other
@@ -20,7 +21,8 @@ ASCII_SPACE = " \t\f\v"  # a line's trailing blanks; unicode separators such as 
 class CompareOptions:
     mode: str = "lines"  # "lines": line by line after stripping trailing whitespace and trailing blank lines
     float_rel: float = 0.0  # with either tolerance > 0, tokens that both parse as numbers compare as numbers: within
-    # the tolerance where the expected token is a float (a '.' or an exponent), exactly where it is an integer
+    # the tolerance where the expected token is a float (a '.' or an exponent), exactly where it is
+    # an integer
     float_abs: float = 0.0
     case_fold: bool = False
 
@@ -70,9 +72,10 @@ def _ascii_split(line: str) -> list[str]:
 
 
 def values_match(expected, actual, float_rel: float = 1e-9, float_abs: float = 0.0) -> bool:
-    """Call-based results: tuples equal lists (JSON has no tuple). The tolerance applies where the expected value is
-    a float; an expected int is matched exactly (6.0 is 6, 5.999999999999999 is not). A program's sets and dicts come
-    as Unhashed, matched against the expected ones without hashing into a table of the program's values."""
+    """Call-based results: tuples equal lists (JSON has no tuple). The tolerance applies where the
+    expected value is a float; an expected int is matched exactly (6.0 is 6, 5.999999999999999 is
+    not). A program's sets and dicts come as Unhashed, matched against the expected ones without
+    hashing into a table of the program's values."""
     if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)):
         return len(expected) == len(actual) and all(values_match(e, a, float_rel, float_abs) for e, a in zip(expected, actual))
     if isinstance(actual, Unhashed):
@@ -92,8 +95,9 @@ def values_match(expected, actual, float_rel: float = 1e-9, float_abs: float = 0
 
 
 def _unhashed_match(expected, actual: Unhashed, float_rel: float, float_abs: float) -> bool:
-    """Each of the program's items (a dict's keys) found in the expected set or dict, each expected one matched once:
-    lookups of the program's values in a table of the expected values only, linear in the items."""
+    """Each of the program's items (a dict's keys) found in the expected set or dict, each expected
+    one matched once: lookups of the program's values in a table of the expected values only, linear
+    in the items."""
     if type(expected).__name__ != actual.kind or len(expected) != len(actual.items):
         return False
     index = {k: i for i, k in enumerate(expected)}

@@ -34,19 +34,22 @@ V = Verdict
 
 
 class SandboxUnusable(RuntimeError):
-    """The sandbox cannot run programs of a language on this machine; the message says how to fix it."""
+    """The sandbox cannot run programs of a language on this machine; the message says how to fix
+    it."""
 
 
 class SandboxFailing(RuntimeError):
-    """Too many programs ended infra_error: the sandbox, not the model, is failing; going on would train on nothing."""
+    """Too many programs ended infra_error: the sandbox, not the model, is failing; going on would
+    train on nothing."""
 
 
 INFRA_WARN, INFRA_STOP = 0.05, 0.5  # shares of a batch's graded samples
 
 
 def check_infra_share(num_infra: float, num_samples: float, where: str, example: str = "") -> str | None:
-    """None while the sandbox is healthy; a warning line above INFRA_WARN of the samples; SandboxFailing above
-    INFRA_STOP. `example`: one infra_error's message, which usually names the cause."""
+    """None while the sandbox is healthy; a warning line above INFRA_WARN of the samples;
+    SandboxFailing above INFRA_STOP. `example`: one infra_error's message, which usually names the
+    cause."""
     share = num_infra / max(num_samples, 1)
     if share <= INFRA_WARN:
         return None
@@ -118,7 +121,8 @@ MAX_PROGRAM_MB = 16  # a program's source is written to its sandbox's tmpfs: a l
 
 
 def program_too_large(code: str) -> str:
-    """Why a program is too large to run ("" if it is not), without encoding more than MAX_PROGRAM_MB of it."""
+    """Why a program is too large to run ("" if it is not), without encoding more than
+    MAX_PROGRAM_MB of it."""
     limit = MAX_PROGRAM_MB << 20
     if len(code) > limit or len(code.encode("utf-8", "surrogatepass")) > limit:
         return f"the program is larger than {MAX_PROGRAM_MB} MiB"
@@ -132,12 +136,14 @@ def program_verdict(tests: list[TestResult]) -> Verdict:
 
 
 class Grader:
-    """Grades programs in warm sandboxes. Thread-safe; `grade_many` runs one program per worker at a time."""
+    """Grades programs in warm sandboxes. Thread-safe; `grade_many` runs one program per worker at a
+    time."""
 
     def __init__(self, num_workers: int = 0, limits: Limits = Limits(), pool: WorkerPool | None = None,
                  languages: tuple[str, ...] = ("python",), self_test: bool = True):
-        """languages: those the programs will be in; each must work in the sandbox before anything is graded (the
-        self-test runs a hello-world of each and raises SandboxUnusable, with the fix, if one does not)."""
+        """languages: those the programs will be in; each must work in the sandbox before anything
+        is graded (the self-test runs a hello-world of each and raises SandboxUnusable, with the
+        fix, if one does not)."""
         self.limits = limits
         self._apart = threading.Lock()
         langs = [get_language(name) for name in languages]
@@ -150,7 +156,8 @@ class Grader:
                 raise
 
     def describe(self) -> str:
-        """The start-up line: how programs are isolated, and how their memory and CPU are accounted."""
+        """The start-up line: how programs are isolated, and how their memory and CPU are
+        accounted."""
         return (f"sandbox: {self.pool.iso.mode}, {self.pool.num_workers} workers; "
                 f"{self.pool.accounting.describe()}")
 
@@ -191,7 +198,8 @@ class Grader:
                                  stderr=str(e)[-2000:])
 
     def run(self, code: str, stdin: str = "", language: str = "python", limits: Limits | None = None) -> RunResult:
-        """Run a program once, with no tests, under the same sandbox and limits: its stdout, stderr and verdict."""
+        """Run a program once, with no tests, under the same sandbox and limits: its stdout, stderr
+        and verdict."""
         lang, lim = get_language(language), limits or self.limits
         if program_too_large(code):
             return RunResult(V.RUNTIME_ERROR, "", program_too_large(code))
@@ -204,9 +212,10 @@ class Grader:
 
     def run_apart(self, codes: list[str], language: str = "python", limits: Limits | None = None,
                   gap_s: float = 0.0) -> list[RunResult]:
-        """Each program run once as `run` does, one after the other with `gap_s` seconds between, on workers of their
-        own as far as the pool has them (programs that must not share a warm interpreter's hash seed, memory layout
-        or process ids, or read a clock at the same tick: execrl.sandbox.repeat)."""
+        """Each program run once as `run` does, one after the other with `gap_s` seconds between, on
+        workers of their own as far as the pool has them (programs that must not share a warm
+        interpreter's hash seed, memory layout or process ids, or read a clock at the same tick:
+        execrl.sandbox.repeat)."""
         lang, lim = get_language(language), limits or self.limits
         try:
             with ExitStack() as lent:
@@ -277,8 +286,8 @@ def _run_on(w: Worker, code: str, stdin: str, lang: Language, lim: Limits) -> Ru
 
 
 def _results(w: Worker, timeout: float):
-    """The runner's replies to a "run": one (reply, [stdout, stderr, value]) per test as each ends, or one compile
-    failure. ReplyUnreadable: the rest is lost (the program's failure)."""
+    """The runner's replies to a "run": one (reply, [stdout, stderr, value]) per test as each ends,
+    or one compile failure. ReplyUnreadable: the rest is lost (the program's failure)."""
     while True:
         reply, out = w.runner.receive(timeout)
         if "done" in reply:
@@ -289,7 +298,8 @@ def _results(w: Worker, timeout: float):
 
 
 def _program_frames(stderr: str, inside_dir: str) -> str:
-    """A Python traceback without the frames of the sandbox's own code (the child that exec'd the program)."""
+    """A Python traceback without the frames of the sandbox's own code (the child that exec'd the
+    program)."""
     out, skip = [], False
     for line in stderr.splitlines(keepends=True):
         if line.startswith('  File "'):
@@ -417,7 +427,8 @@ def _judge(r: dict, stdout: bytes, err: bytes, value_json: bytes, spec, i: int, 
 
 
 def preview(value) -> str:
-    """The start of repr(value), for any plain value (huge integers too, which repr refuses past 4,300 digits)."""
+    """The start of repr(value), for any plain value (huge integers too, which repr refuses past
+    4,300 digits)."""
     if type(value) is int and value.bit_length() > 4000:
         return f"<an integer of {value.bit_length()} bits>"
     try:
@@ -427,8 +438,8 @@ def preview(value) -> str:
 
 
 def _status(r: dict) -> dict:
-    """The child's last status line: written by our code as the program ended, or forged by the program (then it
-    is as good as the program's own output)."""
+    """The child's last status line: written by our code as the program ended, or forged by the
+    program (then it is as good as the program's own output)."""
     return r["status"][-1] if r["status"] else {}
 
 
@@ -456,7 +467,8 @@ def _execution_verdict(r: dict, err: bytes, lim: Limits, cpu_limit: float, stopp
 
 
 def _check_infra(r: dict) -> None:
-    """Our set-up of a child failed (reported on a channel the program never holds): the sandbox's fault."""
+    """Our set-up of a child failed (reported on a channel the program never holds): the sandbox's
+    fault."""
     if r.get("setup_error"):
         raise WorkerDied(f"sandbox set-up failed: {r['setup_error']}")
 

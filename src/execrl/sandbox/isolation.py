@@ -1,4 +1,5 @@
-"""How a worker's sandbox is started: bubblewrap with fresh namespaces, or plain processes as a loud fallback.
+"""How a worker's sandbox is started: bubblewrap with fresh namespaces, or plain processes as a loud
+fallback.
 
 Modes (EXECRL_SANDBOX=... forces one, for tests and odd hosts):
   bwrap-root  the grader is root: no user namespace; the zygote keeps CAP_SETUID/SETGID/KILL/CHOWN/
@@ -11,13 +12,14 @@ In both, the zygote uses SYS_ADMIN and NET_ADMIN for one thing: a fresh network 
 PID counter for every program (zygote.Zygote.fresh_namespaces).
   none        no namespaces (no working bwrap): rlimits, sessions and kill-everything cleanup only
 
-The filesystem is an allowlist, the same in both bwrap modes: the system's program directories (/usr and the
-/bin, /lib... links or directories), a few files of /etc that programs and the dynamic linker read, the Python
-installation and virtual environment the grader runs from (wherever they are: /tmp, a home directory, a conda
-env), the directories of the libraries the interpreter links, all read-only; in the sandboxes of a language whose
-tools live outside the system's directories, what those tools need (tool_needs), read-only too; the sandbox's own
-code at /.execrl; and empty size-capped tmpfs at /tmp and /dev/shm for the program.
-Nothing else of the host exists inside: not the training data, not the grader's input file, not /run's sockets.
+The filesystem is an allowlist, the same in both bwrap modes: the system's program directories (/usr
+and the /bin, /lib... links or directories), a few files of /etc that programs and the dynamic
+linker read, the Python installation and virtual environment the grader runs from (wherever they
+are: /tmp, a home directory, a conda env), the directories of the libraries the interpreter links,
+all read-only; in the sandboxes of a language whose tools live outside the system's directories,
+what those tools need (tool_needs), read-only too; the sandbox's own code at /.execrl; and empty
+size-capped tmpfs at /tmp and /dev/shm for the program. Nothing else of the host exists inside: not
+the training data, not the grader's input file, not /run's sockets.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ SANDBOX_ENV = {
     "MKL_NUM_THREADS": "1",
 }
 NS_CAPS = ("CAP_SYS_ADMIN", "CAP_NET_ADMIN")  # the zygote's per-program network namespace and PID counter
-# SYS_PTRACE: the zygote reads its programs' memory use (smaps_rollup) as root; SYS_PACCT: its exit log (acct)
+# SYS_PTRACE: the zygote reads its programs' memory use (smaps_rollup) as root; SYS_PACCT: its exit
+# log (acct)
 ROOT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER",
              "CAP_SYS_PTRACE", "CAP_SYS_PACCT", *NS_CAPS)
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -53,8 +56,9 @@ ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "local
 
 
 def launch(inside_parent: str) -> str:
-    """The zygote's start-up line: it imports only the stdlib-only `inside` package, not execrl (whose imports every
-    fork would pay for); the directory leaves sys.path before any program runs."""
+    """The zygote's start-up line: it imports only the stdlib-only `inside` package, not execrl
+    (whose imports every fork would pay for); the directory leaves sys.path before any program
+    runs."""
     return (f"import sys; sys.path.insert(0, {inside_parent!r}); from inside.zygote import main; "
             f"sys.path.remove({inside_parent!r}); main()")
 
@@ -67,13 +71,15 @@ class Isolation:
 
     @property
     def inside_dir(self) -> str:
-        """Where the `inside` package is, as the sandbox's processes see it (tracebacks name this path)."""
+        """Where the `inside` package is, as the sandbox's processes see it (tracebacks name this
+        path)."""
         return os.path.join(SANDBOX_DIR if self.mode == "none" else INSIDE_MOUNT, "inside")
 
     def command(self, role: str, uid: int, ctrl_fd: int, tmpfs_mb: int, root: str = "/tmp",
                 tools: tuple[str, ...] = (), cgroup: str = "") -> list[str]:
-        """`tools`: commands the programs run (compilers, interpreters of other languages), bound read-only;
-        `cgroup`: the spec of the sandbox's cgroup (cgroups.SandboxCgroup.spec), for the zygote."""
+        """`tools`: commands the programs run (compilers, interpreters of other languages), bound
+        read-only; `cgroup`: the spec of the sandbox's cgroup (cgroups.SandboxCgroup.spec), for the
+        zygote."""
         parent = os.path.dirname(self.inside_dir)
         worker = [sys.executable, "-I", "-B", "-c", launch(parent), role, str(uid), str(ctrl_fd)]
         if self.mode == "none":
@@ -94,15 +100,17 @@ class Isolation:
         if self.mode == "bwrap-root":
             args += ["--cap-drop", "ALL"] + [x for cap in ROOT_CAPS for x in ("--cap-add", cap)]
         else:
-            # uid 0 of its own user namespace (no nested one), so that the zygote's capabilities there cover the
-            # sandbox's mount namespace too (zygote._open_last_pid mounts a proc); its children drop them all
+            # uid 0 of its own user namespace (no nested one), so that the zygote's capabilities
+            # there cover the sandbox's mount namespace too (zygote._open_last_pid mounts a proc);
+            # its children drop them all
             args += ["--unshare-user", "--uid", "0", "--gid", "0", "--cap-drop", "ALL"]
             args += [x for cap in NS_CAPS for x in ("--cap-add", cap)]
         return args + ["--", *worker]
 
 
 def system_mounts() -> list[str]:
-    """The system's program and library directories (kept as links where the host has links), and /etc's few files."""
+    """The system's program and library directories (kept as links where the host has links), and
+    /etc's few files."""
     args: list[str] = []
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
@@ -120,8 +128,9 @@ def system_mounts() -> list[str]:
 
 @functools.cache
 def tool_paths(tools: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """Paths outside the system's directories that the sandbox binds: the interpreter's installation and environment
-    and the libraries it links, then what `tools` need (tool_needs). Outermost only."""
+    """Paths outside the system's directories that the sandbox binds: the interpreter's installation
+    and environment and the libraries it links, then what `tools` need (tool_needs). Outermost
+    only."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(os.path.realpath(sys.executable)).parent.parent)}
     paths.update(_linked_library_dirs(os.path.realpath(sys.executable)))
     paths = {os.path.realpath(p) for p in paths} | paths
@@ -132,9 +141,10 @@ def tool_paths(tools: tuple[str, ...] = ()) -> tuple[str, ...]:
 
 @functools.cache
 def tool_needs(tools: tuple[str, ...]) -> tuple[str, ...]:
-    """What a language's tools need outside the system's directories: a tool's own installation where it has one
-    (/opt/go for /opt/go/bin/go), else the tool's file alone, and the library files it links. Never a home
-    directory, nor one above it: a tool in ~/bin or ~/.local/bin brings itself, not the home it lives in."""
+    """What a language's tools need outside the system's directories: a tool's own installation
+    where it has one (/opt/go for /opt/go/bin/go), else the tool's file alone, and the library files
+    it links. Never a home directory, nor one above it: a tool in ~/bin or ~/.local/bin brings
+    itself, not the home it lives in."""
     paths: set[str] = set()
     for tool in tools:
         found = shutil.which(tool) if "/" not in tool else tool
@@ -149,8 +159,8 @@ def tool_needs(tools: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _own_installation(prefix: str) -> bool:
-    """Is `prefix` (the parent of a tool's bin/) an installation of its own, not a home directory, a directory above
-    one, or a home's shared prefix (~/.local)?"""
+    """Is `prefix` (the parent of a tool's bin/) an installation of its own, not a home directory, a
+    directory above one, or a home's shared prefix (~/.local)?"""
     if prefix == "/":
         return False
     for home in _homes():
@@ -160,7 +170,8 @@ def _own_installation(prefix: str) -> bool:
 
 
 def _homes() -> set[str]:
-    """Every user's home directory (from the password database and $HOME), as given and as real paths."""
+    """Every user's home directory (from the password database and $HOME), as given and as real
+    paths."""
     homes = {os.path.expanduser("~"), os.environ.get("HOME", "")}
     try:
         import pwd
@@ -173,8 +184,9 @@ def _homes() -> set[str]:
 
 
 def bind_read_only(paths, bound=SYSTEM_DIRS) -> list[str]:
-    """--ro-bind each path at its own place, first making the directories above it that no mount provides (0755:
-    bwrap would make them 0700, which a program's uid cannot pass). /tmp is an empty tmpfs by then."""
+    """--ro-bind each path at its own place, first making the directories above it that no mount
+    provides (0755: bwrap would make them 0700, which a program's uid cannot pass). /tmp is an empty
+    tmpfs by then."""
     args: list[str] = []
     made, bound = {"/tmp"}, list(bound)
     for path in paths:
@@ -194,13 +206,14 @@ def _under(path: str, tops) -> bool:
 
 
 def _linked_library_dirs(exe: str) -> set[str]:
-    """Directories of the shared libraries `exe` links (from ldd; none where ldd is missing or fails)."""
+    """Directories of the shared libraries `exe` links (from ldd; none where ldd is missing or
+    fails)."""
     return {os.path.dirname(os.path.realpath(lib)) for lib in _linked_libraries(exe)}
 
 
 def _linked_libraries(exe: str) -> set[str]:
-    """The shared library files `exe` links, as ldd names them and as real paths (none where ldd is missing or
-    fails)."""
+    """The shared library files `exe` links, as ldd names them and as real paths (none where ldd is
+    missing or fails)."""
     ldd = shutil.which("ldd")
     if ldd is None:
         return set()

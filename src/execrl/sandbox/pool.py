@@ -1,4 +1,5 @@
-"""Warm sandbox workers: each is a runner sandbox (the model's code) plus, on demand, a checker sandbox."""
+"""Warm sandbox workers: each is a runner sandbox (the model's code) plus, on demand, a checker
+sandbox."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from execrl.sandbox.isolation import SANDBOX_ENV, Isolation, detect, tool_needs
 
 
 def _world_readable() -> bool:
-    """Can another uid reach the interpreter and execrl without namespaces (every parent directory o+x)?"""
+    """Can another uid reach the interpreter and execrl without namespaces (every parent directory
+    o+x)?"""
     for path in (sys.base_prefix, sys.prefix, os.path.dirname(__file__)):
         p = os.path.realpath(path)
         while p != "/":
@@ -35,8 +37,9 @@ class WorkerDied(RuntimeError):
 
 
 class ReplyUnreadable(WorkerDied):
-    """A sandbox's reply about a program could not be read back (too large, malformed): the program's failure, since
-    only what it wrote can make one so; the sandbox, its conversation out of step, is retired."""
+    """A sandbox's reply about a program could not be read back (too large, malformed): the
+    program's failure, since only what it wrote can make one so; the sandbox, its conversation out
+    of step, is retired."""
 
 
 MAX_REPLY = 1 << 26  # bytes of a reply's header (its known fields; outputs and return values travel as blobs)
@@ -103,9 +106,10 @@ class SandboxProcess:
 
 
 class Worker:
-    """A runner sandbox per set of binds its programs' languages need (the plain one, for Python and every language
-    whose tools are in the system's directories, and one per language that needs more, started on first use), and a
-    checker sandbox, started on demand. Lent to one program at a time."""
+    """A runner sandbox per set of binds its programs' languages need (the plain one, for Python and
+    every language whose tools are in the system's directories, and one per language that needs
+    more, started on first use), and a checker sandbox, started on demand. Lent to one program at a
+    time."""
 
     def __init__(self, spawn, uid: int, inside_dir: str, binds=lambda tools: ()):
         self.spawn, self.uid, self.inside_dir, self.binds = spawn, uid, inside_dir, binds
@@ -114,7 +118,8 @@ class Worker:
         self._checker: SandboxProcess | None = None
 
     def use(self, tools: tuple[str, ...]) -> None:
-        """Make `runner` the sandbox for a program whose language runs `tools`: only it binds what they need."""
+        """Make `runner` the sandbox for a program whose language runs `tools`: only it binds what
+        they need."""
         key = self.binds(tools)
         if key not in self.runners:
             self.runners[key] = self.spawn("runner", self.uid, tools)
@@ -138,12 +143,14 @@ class Worker:
 
 
 class WorkerPool:
-    """`with pool.worker() as w:` lends a warm worker; one that failed is replaced by a fresh one."""
+    """`with pool.worker() as w:` lends a warm worker; one that failed is replaced by a fresh
+    one."""
 
     def __init__(self, num_workers: int = 0, tmpfs_mb: int = 256, isolation: Isolation | None = None,
                  tools: tuple[str, ...] = (), accounting: Accounting | None = None):
-        """tools: commands bound in every runner (a worker binds each language's own tools in a runner of their own,
-        Worker.use); accounting: how the programs' memory and CPU are measured (default: cgroups.detect())."""
+        """tools: commands bound in every runner (a worker binds each language's own tools in a
+        runner of their own, Worker.use); accounting: how the programs' memory and CPU are measured
+        (default: cgroups.detect())."""
         self.iso = isolation or detect()
         self.accounting = accounting or detect_accounting()
         self.tools = tuple(tools)
@@ -154,13 +161,15 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._all: dict[int, Worker] = {}
         self._closed = False
-        # bwrap's --die-with-parent fires when the *thread* that started it ends: one long-lived thread starts all
+        # bwrap's --die-with-parent fires when the *thread* that started it ends: one long-lived
+        # thread starts all
         self._spawner = ThreadPoolExecutor(1, thread_name_prefix="execrl-sandbox-spawner")
         for i in range(self.num_workers):
             self._start(i)
 
     def _start(self, i: int) -> None:
-        # a uid of its own per sandbox where we can switch uids (real root); else -1: run as ourselves
+        # a uid of its own per sandbox where we can switch uids (real root); else -1: run as
+        # ourselves
         can_switch = os.geteuid() == 0 and (self.iso.mode == "bwrap-root" or self.iso.mode == "none" and _world_readable())
         if os.geteuid() == 0 and not can_switch and self.iso.mode == "none" and "EXECRL_SANDBOX" not in os.environ:
             raise RuntimeError(
@@ -179,13 +188,15 @@ class WorkerPool:
                                     self.accounting).result()
 
     def _binds(self, tools: tuple[str, ...]) -> tuple[str, ...]:
-        """What `tools` add to a runner's binds (none without namespaces, where nothing is bound)."""
+        """What `tools` add to a runner's binds (none without namespaces, where nothing is
+        bound)."""
         return () if self.iso.mode == "none" else tool_needs(tuple(tools))
 
     @contextmanager
     def worker(self):
-        """A worker for one program. If anything goes wrong while it is lent (the sandbox died, or an exception in
-        the grading process left a conversation with it half done), it is replaced: never lost, never reused."""
+        """A worker for one program. If anything goes wrong while it is lent (the sandbox died, or
+        an exception in the grading process left a conversation with it half done), it is replaced:
+        never lost, never reused."""
         i, w = self._idle.get()
         try:
             yield w

@@ -1,15 +1,17 @@
-"""A program's output, if it is the same whatever it cannot know: the adversarial code game's guard against outputs
-unpredictable by construction (execrl.games.code_game).
+"""A program's output, if it is the same whatever it cannot know: the adversarial code game's guard
+against outputs unpredictable by construction (execrl.games.code_game).
 
-The program runs twice, each run on a worker of its own where the pool has two (so with its own hash seed, memory
-layout and process ids), under a prelude that seeds `random` and stops the clock (time.time, time_ns, localtime,
-gmtime, ctime, asctime, strftime, datetime.now/today/utcnow, date.today) at an instant of its own: 2001 in one run,
-2023 in the other, different seeds. Output that differs between the runs (it depends on the clock, randomness,
-process ids, addresses, hashing, /dev/urandom) rejects the program: the writer loses. Rejecting instead of only
-fixing these makes a seeded random number no easier a puzzle than the clock.
+The program runs twice, each run on a worker of its own where the pool has two (so with its own hash
+seed, memory layout and process ids), under a prelude that seeds `random` and stops the clock
+(time.time, time_ns, localtime, gmtime, ctime, asctime, strftime, datetime.now/today/utcnow,
+date.today) at an instant of its own: 2001 in one run, 2023 in the other, different seeds. Output
+that differs between the runs (it depends on the clock, randomness, process ids, addresses, hashing,
+/dev/urandom) rejects the program: the writer loses. Rejecting instead of only fixing these makes a
+seeded random number no easier a puzzle than the clock.
 
-Not caught: a program that restores the real clock (importlib.reload) or reads another slow counter (/proc/uptime)
-and prints it coarsely (the day), the same in both runs since they are seconds apart."""
+Not caught: a program that restores the real clock (importlib.reload) or reads another slow counter
+(/proc/uptime) and prints it coarsely (the day), the same in both runs since they are seconds
+apart."""
 
 from __future__ import annotations
 
@@ -75,8 +77,8 @@ GAP_S = 0.03  # between the two runs: clocks the prelude cannot stop (/proc/upti
 
 def repeatable_output(grader: Grader, program: str, limits: Limits | None = None, max_program_chars: int = 2000,
                       max_output_chars: int = 500) -> Repeated:
-    """The program's output if it runs to the end, prints something (at most max_output_chars) and prints the same
-    in both runs (see the module's docstring); else None and why not."""
+    """The program's output if it runs to the end, prints something (at most max_output_chars) and
+    prints the same in both runs (see the module's docstring); else None and why not."""
     if len(program) > max_program_chars:
         return Repeated(None, "too_long")
     runs = grader.run_apart([PRELUDE.format(seed=seed, now=now, source=program) for seed, now in RUNS],

@@ -9,7 +9,8 @@
                   statements, e.g. `test_input = {...}` then an assert, as the LeetCode rows do)
     check         {"check": str, "entry_point": str}   HumanEval: `check(entry_point)` is one test
 
-`compare` (stdin/stdout only): {"mode": "lines"|"exact", "float_rel": 0, "float_abs": 0, "case_fold": false}.
+`compare` (stdin/stdout only): {"mode": "lines"|"exact", "float_rel": 0, "float_abs": 0,
+"case_fold": false}.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ class Verdict(str, Enum):
 
 
 class TestSpecError(ValueError):
-    """A test specification that cannot be graded (the dataset's fault, reported before anything runs)."""
+    """A test specification that cannot be graded (the dataset's fault, reported before anything
+    runs)."""
 
     __test__ = False  # not a pytest class
 
@@ -95,7 +97,8 @@ def num_tests(spec: TestSpec) -> int:
 
 
 def truncate_tests(spec: TestSpec, max_tests: int) -> TestSpec:
-    """At most `max_tests` tests (the first ones): cheaper grading of problems with hundreds of tests."""
+    """At most `max_tests` tests (the first ones): cheaper grading of problems with hundreds of
+    tests."""
     if max_tests <= 0 or num_tests(spec) <= max_tests or isinstance(spec, CheckTests):
         return spec
     if isinstance(spec, StdioTests):
@@ -153,9 +156,10 @@ def parse_tests(obj) -> TestSpec:
 
 
 def split_test_script(script: str) -> AssertTests:
-    """A test script (e.g. a LeetCode row: `my_solution = Solution()`, then `test_input = ...; assert ...`
-    pairs) as one test per assert: each test is the statements since the previous assert, plus the assert.
-    Tests run in order in one namespace, so set-up before the first assert stays visible to the rest."""
+    """A test script (e.g. a LeetCode row: `my_solution = Solution()`, then `test_input = ...;
+    assert ...` pairs) as one test per assert: each test is the statements since the previous
+    assert, plus the assert. Tests run in order in one namespace, so set-up before the first assert
+    stays visible to the rest."""
     import ast
 
     try:
@@ -199,8 +203,9 @@ MAX_INT_DIGITS = 100_000  # digits of all the integers beyond 4,000 digits in on
 
 
 class _BigInts:
-    """json's parse_int for one row: integers of any length up to the row's budget of MAX_INT_DIGITS (Python refuses
-    str -> int beyond 4,300 digits, and converts in time quadratic in the digits: a row may not make us spend that)."""
+    """json's parse_int for one row: integers of any length up to the row's budget of MAX_INT_DIGITS
+    (Python refuses str -> int beyond 4,300 digits, and converts in time quadratic in the digits: a
+    row may not make us spend that)."""
 
     def __init__(self):
         self.left = MAX_INT_DIGITS
@@ -216,7 +221,8 @@ class _BigInts:
 
 
 def _from_digits(digits: str) -> int:
-    """int(digits) of any length, by halves (each int() call stays under Python's 4,300-digit limit)."""
+    """int(digits) of any length, by halves (each int() call stays under Python's 4,300-digit
+    limit)."""
     if len(digits) <= 3000:
         return int(digits)
     k = len(digits) // 2
@@ -233,7 +239,8 @@ def _json(text: str, big_ints=None):
 
 
 def _check_depth(value) -> None:
-    """Arguments and expected values nested deeper than the sandbox's plain data can carry are the row's error."""
+    """Arguments and expected values nested deeper than the sandbox's plain data can carry are the
+    row's error."""
     todo = [(value, 0)]
     while todo:
         v, depth = todo.pop()

@@ -2,9 +2,9 @@
 
     load_problems("mbpp", split="train", path="../shared/data/mbpp")  ->  (problems, RowReport)
 
-A name's `path` may be a file or a directory; with no path, $EXECRL_DATA_DIR/<dir> and the checkout's
-../shared/data/<dir> are tried, then the hub id through the `datasets` library (needs it installed, and a network).
-Evaluation splits are marked: `check_trainable` refuses to train on them.
+A name's `path` may be a file or a directory; with no path, $EXECRL_DATA_DIR/<dir> and the
+checkout's ../shared/data/<dir> are tried, then the hub id through the `datasets` library (needs it
+installed, and a network). Evaluation splits are marked: `check_trainable` refuses to train on them.
 """
 
 from __future__ import annotations

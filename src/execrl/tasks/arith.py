@@ -1,16 +1,18 @@
-"""The built-in task of `execrl train`'s default: generated problems a tiny model can learn on a laptop CPU in minutes.
+"""The built-in task of `execrl train`'s default: generated problems a tiny model can learn on a
+laptop CPU in minutes.
 
-A tiny model cannot write code from nothing, so the default is honest about it: a 2-layer Qwen2 with a byte-level
-tokenizer (builtin:tiny-coder, execrl.models) gets a few seconds of supervised warm-up on the reference solutions
-each problem carries, which teach it the answer format of a programmatically generated task ("Read two integers a
-and b from standard input and print their maximum.", six operations, three phrasings, four stdin/stdout tests with
-fresh numbers per problem); GRPO then trains it on fresh instances, rewarded by running its programs in the real
-sandbox against the real expected outputs. Right after the warm-up it writes well-formed programs but often
-computes the wrong operation; GRPO's reward is what fixes that.
+A tiny model cannot write code from nothing, so the default is honest about it: a 2-layer Qwen2 with
+a byte-level tokenizer (builtin:tiny-coder, execrl.models) gets a few seconds of supervised warm-up
+on the reference solutions each problem carries, which teach it the answer format of a
+programmatically generated task ("Read two integers a and b from standard input and print their
+maximum.", six operations, three phrasings, four stdin/stdout tests with fresh numbers per problem);
+GRPO then trains it on fresh instances, rewarded by running its programs in the real sandbox against
+the real expected outputs. Right after the warm-up it writes well-formed programs but often computes
+the wrong operation; GRPO's reward is what fixes that.
 
-Each problem's metadata holds its reference completion (`reference_completion`) and, for the warm-up of the
-unit-test feedback environment, the programs of the other operations with their outputs on its tests
-(`wrong_attempts`).
+Each problem's metadata holds its reference completion (`reference_completion`) and, for the warm-up
+of the unit-test feedback environment, the programs of the other operations with their outputs on
+its tests (`wrong_attempts`).
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ COUNTS = {"train": 4096, "validation": 256}  # problems per split unless `count`
 
 @register("builtin:arith-code", data_dir=None, splits=tuple(COUNTS), kind="code")
 def load(path, split, report, count: int | None = None, seed: int = 42, warmup_solutions: float = 1.0, **_):
-    """`count` problems of the split (train and validation come from different streams of `seed`; the trainer passes
-    grpo.seed): the first n of a split are the same whatever the count. `warmup_solutions`
-    (data.train.options.warmup_solutions): the share of problems whose supervised warm-up reference is their own
-    solution; the others show a program of an operation drawn at random, so that the warm-up teaches the format and
-    the six operations, and which one a prompt asks for only in part: the reward teaches the rest."""
+    """`count` problems of the split (train and validation come from different streams of `seed`;
+    the trainer passes grpo.seed): the first n of a split are the same whatever the count.
+    `warmup_solutions` (data.train.options.warmup_solutions): the share of problems whose supervised
+    warm-up reference is their own solution; the others show a program of an operation drawn at
+    random, so that the warm-up teaches the format and the six operations, and which one a prompt
+    asks for only in part: the reward teaches the rest."""
     if path is not None:
         raise DatasetError("builtin:arith-code is generated: it reads no files (drop its path, or name your file's dataset "
                            "jsonl)")
@@ -79,7 +82,8 @@ def outputs(op: str, inputs: list[str]) -> list[str]:
 
 
 def corpus(num_problems: int = 300) -> list[str]:
-    """Text of the task (prompts and solutions) and of the chat template: for training small BPE tokenizers in tests."""
+    """Text of the task (prompts and solutions) and of the chat template: for training small BPE
+    tokenizers in tests."""
     rng = random.Random(0)
     texts = []
     for i in range(num_problems):

@@ -1,7 +1,8 @@
-"""Any JSONL/JSON/parquet file, with a field mapping: `fields: {prompt: question, tests: tests, answer: answer, id: id}`.
-A row with tests is a code problem, a row with an answer a math problem; the prompt may be a string or messages. A
-row may hold its own guided-decoding constraint (field `guided_decoding`: {regex | json_schema | grammar: value}, as
-policy.generation.guided_decoding): its completions keep to it, in training and in `execrl eval`."""
+"""Any JSONL/JSON/parquet file, with a field mapping: `fields: {prompt: question, tests: tests,
+answer: answer, id: id}`. A row with tests is a code problem, a row with an answer a math problem;
+the prompt may be a string or messages. A row may hold its own guided-decoding constraint (field
+`guided_decoding`: {regex | json_schema | grammar: value}, as policy.generation.guided_decoding):
+its completions keep to it, in training and in `execrl eval`."""
 
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ def load(path, split, report, fields: dict | None = None, **_):
 
 
 def row_constraint(value) -> tuple[str, object]:
-    """A row's guided_decoding ({kind: value}, exactly one of execrl.guided.KINDS) as (kind, value); ConstraintError,
-    saying why, if it is malformed or does not compile."""
+    """A row's guided_decoding ({kind: value}, exactly one of execrl.guided.KINDS) as (kind, value);
+    ConstraintError, saying why, if it is malformed or does not compile."""
     from execrl.guided import KINDS, ConstraintError  # (torch: only for files that use it)
 
     if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in KINDS:
@@ -79,8 +80,8 @@ def _compiles(kind: str, text: str) -> None:
 
 @register("ResponseDataset", data_dir="", splits=())
 def load_responses(path, split, report, input_key: str | None = None, output_key: str | None = None, **_):
-    """NeMo RL's ResponseDataset: a local file whose rows hold the problem under input_key (default "input") and the
-    answer under output_key (default "output")."""
+    """NeMo RL's ResponseDataset: a local file whose rows hold the problem under input_key (default
+    "input") and the answer under output_key (default "output")."""
     if path is None or not path.is_file():
         raise DatasetError("NeMo RL's ResponseDataset reads a local file here: set data.train.data_path (or "
                            "data.train.path) to a JSONL, JSON list or parquet file")

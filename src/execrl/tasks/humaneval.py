@@ -1,6 +1,6 @@
-"""HumanEval form (bring your own copy): `prompt` (signature + docstring), `test` (a check function),
-`entry_point`. Evaluation only. A completion that does not define the entry point is graded as a continuation
-of the prompt."""
+"""HumanEval form (bring your own copy): `prompt` (signature + docstring), `test` (a check
+function), `entry_point`. Evaluation only. A completion that does not define the entry point is
+graded as a continuation of the prompt."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""LeetCode contest problems (DeepSeek-Coder's benchmark): a `class Solution` stub and a test script of asserts.
-Evaluation only: every split of it."""
+"""LeetCode contest problems (DeepSeek-Coder's benchmark): a `class Solution` stub and a test script
+of asserts. Evaluation only: every split of it."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-"""Self-play's problems: matches of a two-player game (execrl.games), generated from a seed. `selfplay:<game>` train
-split: matches the policy plays against itself (two seats each: grpo.num_generations_per_prompt = 2), each with a
-warm-up match from one seat's side (warmup_game); validation split: matches against fixed players (random, and for
-TicTacToe the perfect minimax player: each game's `opponents`), `count` against each, the policy taking each seat in turn (the code game has
-none: evaluate it on code, e.g. data.validation: mbpp). Problems of kind "game"; the environment is
-env.multi_turn.kind=game (execrl.envs.game)."""
+"""Self-play's problems: matches of a two-player game (execrl.games), generated from a seed.
+`selfplay:<game>` train split: matches the policy plays against itself (two seats each:
+grpo.num_generations_per_prompt = 2), each with a warm-up match from one seat's side (warmup_game);
+validation split: matches against fixed players (random, and for TicTacToe the perfect minimax
+player: each game's `opponents`), `count` against each, the policy taking each seat in turn (the
+code game has none: evaluate it on code, e.g. data.validation: mbpp). Problems of kind "game"; the
+environment is env.multi_turn.kind=game (execrl.envs.game)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ COUNTS = {"train": 10_000, "validation": 64}  # matches per split unless `count`
 
 
 def warmup_game(game: str, seed: int) -> tuple[list[str], list[dict]]:
-    """A whole match for the supervised warm-up, both players moving at random among the legal moves: (the opening:
-    the moves before the warm-up's seat first moves, its first view; the conversation after that view: the seat's
-    moves in the answer format, each but the last followed by the game as it sees it after the opponent's reply).
-    It teaches the format and which moves are legal at every stage of a match, with the earlier boards in the context
-    as in self-play, not which moves are good. Each move is the game's `warmup_move` (a random legal one; TicTacToe:
-    the last it lists). The code game gives its own: the brief's example program, written (the writer) or predicted
-    (the predictor)."""
+    """A whole match for the supervised warm-up, both players moving at random among the legal
+    moves: (the opening: the moves before the warm-up's seat first moves, its first view; the
+    conversation after that view: the seat's moves in the answer format, each but the last followed
+    by the game as it sees it after the opponent's reply). It teaches the format and which moves are
+    legal at every stage of a match, with the earlier boards in the context as in self-play, not
+    which moves are good. Each move is the game's `warmup_move` (a random legal one; TicTacToe: the
+    last it lists). The code game gives its own: the brief's example program, written (the writer)
+    or predicted (the predictor)."""
     g, rng = GAMES[game], random.Random(seed ^ 0x5EED)
     state = g.initial(random.Random(seed))
     seat = rng.randrange(2)

@@ -1,6 +1,6 @@
-"""MBPP: original (mbpp.jsonl) and sanitized (sanitized-mbpp.json) files, with the conventional splits by task_id:
-prompt 1-10, test 11-510 (evaluation only), validation 511-600, train 601-974. The prompt shows the problem and its
-first test, so the function name is known."""
+"""MBPP: original (mbpp.jsonl) and sanitized (sanitized-mbpp.json) files, with the conventional
+splits by task_id: prompt 1-10, test 11-510 (evaluation only), validation 511-600, train 601-974.
+The prompt shows the problem and its first test, so the function name is known."""
 
 from __future__ import annotations
 

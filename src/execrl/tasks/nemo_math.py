@@ -1,10 +1,12 @@
-"""NeMo RL's math datasets under NeMo RL's names (data.train.dataset_name: OpenMathInstruct-2, DAPOMath17K, ...), read
-as NeMo RL's classes read them: the same hub id and split, the problem and the reference answer from the same
-fields, nothing added or stripped (the prompt file is applied later, as prompt.template).
+"""NeMo RL's math datasets under NeMo RL's names (data.train.dataset_name: OpenMathInstruct-2,
+DAPOMath17K, ...), read as NeMo RL's classes read them: the same hub id and split, the problem and
+the reference answer from the same fields, nothing added or stripped (the prompt file is applied
+later, as prompt.template).
 
-A local copy is used where there is one (data.train.path, $EXECRL_DATA_DIR/<name>, ../shared/data/<name>: a file, or
-a folder with <split>.jsonl / .json / .parquet); otherwise the hub, through the `datasets` library. The AIME sets
-are for evaluation only, as they are in NeMo RL's configs (data.validation)."""
+A local copy is used where there is one (data.train.path, $EXECRL_DATA_DIR/<name>,
+../shared/data/<name>: a file, or a folder with <split>.jsonl / .json / .parquet); otherwise the
+hub, through the `datasets` library. The AIME sets are for evaluation only, as they are in NeMo RL's
+configs (data.validation)."""
 
 from __future__ import annotations
 
@@ -41,9 +43,9 @@ def _rows(path: Path | None, split: str, hub_id: str, configs: tuple[str | None,
 
 def _math(name: str, hub_id: str, splits: tuple[str, ...], problem: Callable, answer: Callable, *,
           configs: tuple[str | None, ...] = (None,), eval_only: tuple[str, ...] = (), deduplicate: bool = False):
-    """Register a NeMo RL math dataset: rows -> (problem text, reference answer). The first of `splits` is the one
-    read when none is named, as NeMo RL's class reads it; with `deduplicate` a problem text seen before is left out,
-    and one seen with another answer is an error."""
+    """Register a NeMo RL math dataset: rows -> (problem text, reference answer). The first of
+    `splits` is the one read when none is named, as NeMo RL's class reads it; with `deduplicate` a
+    problem text seen before is left out, and one seen with another answer is an error."""
     def load(path, split, report, hub_id=hub_id, **_):
         problems, seen = [], {}
         for i, row in enumerate(_rows(path, split, hub_id, configs)):

@@ -1,5 +1,6 @@
-"""Nemotron-RL competitive coding (NeMo-Gym format): `responses_create_params.input` is the prompt (it already asks
-for a ```python block), `verifier_metadata.unit_tests.{inputs, outputs, fn_name?}` the tests."""
+"""Nemotron-RL competitive coding (NeMo-Gym format): `responses_create_params.input` is the prompt
+(it already asks for a ```python block), `verifier_metadata.unit_tests.{inputs, outputs, fn_name?}`
+the tests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A problem to pose: prompt messages plus what grades the answer (tests for code, a reference for math)."""
+"""A problem to pose: prompt messages plus what grades the answer (tests for code, a reference for
+math)."""
 
 from __future__ import annotations
 
@@ -26,11 +27,13 @@ class Problem:
 
 
 class DatasetError(ValueError):
-    """A dataset that cannot be loaded at all (missing file, wrong format, unknown split): the message names the fix."""
+    """A dataset that cannot be loaded at all (missing file, wrong format, unknown split): the
+    message names the fix."""
 
 
 class RowReport:
-    """Counts the rows that cannot be used, by reason, with a few examples; printed once, never silent."""
+    """Counts the rows that cannot be used, by reason, with a few examples; printed once, never
+    silent."""
 
     def __init__(self, source: str):
         self.source, self.reasons, self.examples = source, Counter(), defaultdict(list)

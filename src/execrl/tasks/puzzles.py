@@ -1,6 +1,7 @@
-"""Sliding puzzles (execrl.puzzles), generated from a seed as NeMo RL's run_grpo_sliding_puzzle.py makes them: each
-of a random size from 2 to `size`, shuffled by an odd number of random slides from 1 to `shuffle_moves`. Problems of
-kind "puzzle"; the environment is env.multi_turn.kind=sliding_puzzle (execrl.envs.puzzle)."""
+"""Sliding puzzles (execrl.puzzles), generated from a seed as NeMo RL's run_grpo_sliding_puzzle.py
+makes them: each of a random size from 2 to `size`, shuffled by an odd number of random slides from
+1 to `shuffle_moves`. Problems of kind "puzzle"; the environment is
+env.multi_turn.kind=sliding_puzzle (execrl.envs.puzzle)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ COUNTS = {"train": 10_000, "validation": 64}
 @register("sliding_puzzle", data_dir=None, splits=tuple(COUNTS), kind="puzzle")
 def load(path, split, report, count: int | None = None, seed: int = 42, size: int = 3, shuffle_moves: int = 10,
          **_) -> list[Problem]:
-    """`count` puzzles of the split (validation: a stream of its own, never the training puzzles' seeds)."""
+    """`count` puzzles of the split (validation: a stream of its own, never the training puzzles'
+    seeds)."""
     if path is not None:
         raise DatasetError("sliding_puzzle is generated: it reads no files (drop its path, or name your file's dataset "
                            "jsonl)")

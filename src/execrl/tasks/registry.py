@@ -1,4 +1,5 @@
-"""The dataset registry: each loader registers its name, folder, splits and which splits are for evaluation only."""
+"""The dataset registry: each loader registers its name, folder, splits and which splits are for
+evaluation only."""
 
 from __future__ import annotations
 
@@ -44,8 +45,9 @@ def register(name: str, data_dir: str | None, splits: tuple[str, ...], eval_only
 
 
 def own_dataset(spec: str) -> DatasetInfo:
-    """A researcher's loader named by import path (registered under it): fn(split, **options) -> list[Problem], given
-    the options it takes of seed (grpo.seed), path (data.*.path) and data.*.options."""
+    """A researcher's loader named by import path (registered under it): fn(split, **options) ->
+    list[Problem], given the options it takes of seed (grpo.seed), path (data.*.path) and
+    data.*.options."""
     fn = load_object(spec, "dataset_name")
     if not callable(fn):
         raise DatasetError(f"dataset_name={spec!r}: not a function fn(split, **options) -> list[Problem]")
@@ -87,7 +89,8 @@ def find_path(info: DatasetInfo, path: str | None) -> Path | None:
 
 def load_problems(name: str, split: str = "train", path: str | None = None, max_tests: int = 0,
                   **options) -> tuple[list[Problem], RowReport]:
-    """Problems of one split; `max_tests` > 0 keeps at most that many tests per code problem (the first ones)."""
+    """Problems of one split; `max_tests` > 0 keeps at most that many tests per code problem (the
+    first ones)."""
     if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}: known are {sorted(DATASETS)} (or 'jsonl' with a field mapping)")
     info = DATASETS[name]
@@ -111,7 +114,8 @@ def load_problems(name: str, split: str = "train", path: str | None = None, max_
 
 
 def dataset_key(name: str) -> str:
-    """The registered loader of a dataset name or hub id (e.g. nvidia/Nemotron-RL-coding-competitive_coding)."""
+    """The registered loader of a dataset name or hub id (e.g.
+    nvidia/Nemotron-RL-coding-competitive_coding)."""
     if name in DATASETS:
         return name
     if is_import_path(name):

@@ -1,13 +1,15 @@
-"""Checkpoints: the policy in HF format (config.json, safetensors, tokenizer: loadable by from_pretrained and vLLM),
-plus optimizer, scheduler, RNG states and data position, written atomically; the last K are kept.
+"""Checkpoints: the policy in HF format (config.json, safetensors, tokenizer: loadable by
+from_pretrained and vLLM), plus optimizer, scheduler, RNG states and data position, written
+atomically; the last K are kept.
 
-States are full and keyed by parameter name whatever the number of ranks that wrote them (trainer/distributed.py
-gathers a sharded model's), so a run resumes on any number of GPUs.
+States are full and keyed by parameter name whatever the number of ranks that wrote them
+(trainer/distributed.py gathers a sharded model's), so a run resumes on any number of GPUs.
 
-With LoRA (policy.lora) `policy/` holds the adapter in peft's format (adapter_config.json, adapter_model.safetensors:
-PeftModel.from_pretrained loads it) and, with policy.lora.save_merged, `merged/` the merged model in HF format. The
-adapter's base_model_name_or_path is the model the run started from, or, where the run made its own base (the
-built-in model, a supervised warm-up), `base/` beside the checkpoints, written once (save_base)."""
+With LoRA (policy.lora) `policy/` holds the adapter in peft's format (adapter_config.json,
+adapter_model.safetensors: PeftModel.from_pretrained loads it) and, with policy.lora.save_merged,
+`merged/` the merged model in HF format. The adapter's base_model_name_or_path is the model the run
+started from, or, where the run made its own base (the built-in model, a supervised warm-up),
+`base/` beside the checkpoints, written once (save_base)."""
 
 from __future__ import annotations
 
@@ -28,9 +30,9 @@ BASE = "base"  # a LoRA run's own base model, beside the checkpoints
 
 def save(directory: str | Path, step: int, model, tokenizer, optimizer, scheduler, extra: dict, keep: int,
          serve_dtype: torch.dtype | None = None, lora=None) -> Path:
-    """Every rank calls it (gathering the full state is collective); rank 0 writes. `policy/` holds the master
-    weights as they are (fp32 with mixed precision); its config.json names `serve_dtype`, the dtype to serve in.
-    `lora`: a LoRA run's Adapter (what its policy/ holds instead)."""
+    """Every rank calls it (gathering the full state is collective); rank 0 writes. `policy/` holds
+    the master weights as they are (fp32 with mixed precision); its config.json names `serve_dtype`,
+    the dtype to serve in. `lora`: a LoRA run's Adapter (what its policy/ holds instead)."""
     root = Path(directory)
     final = root / f"{PREFIX}{step:06d}"
     merged = lora is not None and lora.save_merged
@@ -72,14 +74,15 @@ def _name_dtype(config_path: Path, dtype: torch.dtype) -> None:
 
 
 def latest(directory: str | Path) -> Path | None:
-    """The newest complete checkpoint, as rank 0 sees it (multi-node runs need a shared checkpoint directory)."""
+    """The newest complete checkpoint, as rank 0 sees it (multi-node runs need a shared checkpoint
+    directory)."""
     found = sorted(p for p in Path(directory).glob(f"{PREFIX}*") if (p / "trainer_state.pt").is_file())
     return dist.from_main(found[-1] if found else None)
 
 
 def load_weights(path: Path, sub: str = "policy") -> dict:
-    """The policy's tensors from a checkpoint (or the adapter's, in a LoRA run), on rank 0 ({} elsewhere: they are
-    broadcast from rank 0)."""
+    """The policy's tensors from a checkpoint (or the adapter's, in a LoRA run), on rank 0 ({}
+    elsewhere: they are broadcast from rank 0)."""
     from safetensors.torch import load_file
 
     weights = {}
@@ -89,7 +92,8 @@ def load_weights(path: Path, sub: str = "policy") -> dict:
 
 
 def save_base(directory: str | Path, model, tokenizer) -> Path:
-    """A LoRA run's own base model (HF format), for its adapters' base_model_name_or_path; every rank calls it."""
+    """A LoRA run's own base model (HF format), for its adapters' base_model_name_or_path; every
+    rank calls it."""
     path = Path(directory) / BASE
     weights, _ = dist.full_state(model, None)
     if dist.is_main():
@@ -123,8 +127,8 @@ def load(path: Path, model, optimizer, scheduler, lora: bool = False) -> dict:
     return state
 
 
-# keys a resumed run may change: how long it runs, when it validates, logs and saves, and how its work is batched
-# and run, on how many GPUs included (none of them changes what a step computes)
+# keys a resumed run may change: how long it runs, when it validates, logs and saves, and how its
+# work is batched and run, on how many GPUs included (none of them changes what a step computes)
 RESUMABLE = ("grpo.max_num_steps", "grpo.max_num_epochs", "grpo.val_", "grpo.max_val_samples", "logger.",
              "checkpointing.", "env.code.num_workers", "policy.generation_batch_size", "policy.logprob_batch_size",
              "policy.train_micro_batch_size", "policy.torch_compile", "policy.activation_checkpointing",
@@ -133,9 +137,9 @@ RESUMABLE = ("grpo.max_num_steps", "grpo.max_num_epochs", "grpo.val_", "grpo.max
 
 
 def config_changes(saved: dict, now: dict) -> tuple[list[str], list[str]]:
-    """The differences between the config a checkpoint was trained with and the resuming run's, each as
-    'key: old -> new': (those that apply from the resumed step, those that cannot: the checkpoint's optimizer,
-    schedule, data position and weights were made under the old values)."""
+    """The differences between the config a checkpoint was trained with and the resuming run's, each
+    as 'key: old -> new': (those that apply from the resumed step, those that cannot: the
+    checkpoint's optimizer, schedule, data position and weights were made under the old values)."""
     old, new = dict(dotted_leaves(saved)), dict(dotted_leaves(now))
     changed = [k for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
     said = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed]

@@ -12,8 +12,8 @@ from execrl.trainer.warmup import feedback_reference
 
 
 def load_split(d: DatasetConfig, seed: int) -> list[Problem]:
-    """One configured split's problems, each `repeat` times; a generated dataset is seeded by grpo.seed unless its
-    options say otherwise."""
+    """One configured split's problems, each `repeat` times; a generated dataset is seeded by
+    grpo.seed unless its options say otherwise."""
     key = dataset_key(d.dataset_name)
     options = ({"seed": seed} if DATASETS[key].generated or DATASETS[key].own else {}) | {
         k: v for k, v in (("input_key", d.input_key), ("output_key", d.output_key)) if v is not None} | d.options
@@ -30,10 +30,11 @@ def hold_out(problems: list[Problem], share: float, seed: int) -> tuple[list[Pro
 
 
 def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str, list[dict]]]:
-    """(train problems, validation problems, reference turns for warm-up by problem id: those of the problems that
-    carry a reference completion (self-play: a whole match from one seat), and with the unit-test environment every
-    other one of them a wrong first attempt, the feedback on it and the fix). As NeMo RL: the training sets' problems together; validation = what each one
-    holds out (split_validation_size) and the data.validation sets."""
+    """(train problems, validation problems, reference turns for warm-up by problem id: those of the
+    problems that carry a reference completion (self-play: a whole match from one seat), and with
+    the unit-test environment every other one of them a wrong first attempt, the feedback on it and
+    the fix). As NeMo RL: the training sets' problems together; validation = what each one holds out
+    (split_validation_size) and the data.validation sets."""
     data, seed = cfg.data, cfg.grpo.seed
     trains, vals = data.train_sets, data.validation_sets
     train, val = [], []
@@ -63,7 +64,8 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
 
 
 class ProblemSampler:
-    """Epochs of shuffled problems; its state (epoch, position) goes into checkpoints for exact resume."""
+    """Epochs of shuffled problems; its state (epoch, position) goes into checkpoints for exact
+    resume."""
 
     def __init__(self, problems: list[Problem], seed: int, shuffle: bool = True):
         if not problems:

@@ -44,8 +44,8 @@ def launched() -> bool:
 
 
 def init(device: str = "auto") -> None:
-    """Join torchrun's process group: NCCL on GPUs (one per rank, LOCAL_RANK), gloo on CPU. A no-op outside torchrun
-    and when already joined."""
+    """Join torchrun's process group: NCCL on GPUs (one per rank, LOCAL_RANK), gloo on CPU. A no-op
+    outside torchrun and when already joined."""
     if active() or not launched() or int(os.environ["WORLD_SIZE"]) == 1:
         return
     on_gpu = device != "cpu" and torch.cuda.is_available()
@@ -65,8 +65,9 @@ def close() -> None:
 
 
 def _take_my_cpus() -> None:
-    """Pin this rank (and the sandbox workers it forks, which inherit it) to its contiguous share of the node's CPUs,
-    so the ranks of a node grade side by side instead of competing for the same cores."""
+    """Pin this rank (and the sandbox workers it forks, which inherit it) to its contiguous share of
+    the node's CPUs, so the ranks of a node grade side by side instead of competing for the same
+    cores."""
     local, per_node = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     cpus = sorted(os.sched_getaffinity(0))
     share = cpus[local * len(cpus) // per_node:(local + 1) * len(cpus) // per_node] or [cpus[local % len(cpus)]]
@@ -85,21 +86,23 @@ def sandbox_workers(per_node: int) -> int:
 
 
 def shard(model: torch.nn.Module | None, compute_dtype: torch.dtype | None = None) -> torch.nn.Module | None:
-    """FSDP2: each decoder layer its own unit, then the root (embeddings, final norm, LM head). In place; returns it.
+    """FSDP2: each decoder layer its own unit, then the root (embeddings, final norm, LM head). In
+    place; returns it.
 
-    At rest the weights, gradients and optimizer state are sharded. A rollout phase needs the full weights on every
-    GPU anyway (the engine runs on them), so the other phases keep them gathered as long as they last too: a scoring
-    pass gathers once (`full_weights`), and an optimizer step gathers at its first micro-batch, accumulates whole
-    gradients and reduce-scatters them after its last backward (`reduce_after_backward`), instead of gathering
-    twice and reducing once per micro-batch."""
+    At rest the weights, gradients and optimizer state are sharded. A rollout phase needs the full
+    weights on every GPU anyway (the engine runs on them), so the other phases keep them gathered as
+    long as they last too: a scoring pass gathers once (`full_weights`), and an optimizer step
+    gathers at its first micro-batch, accumulates whole gradients and reduce-scatters them after its
+    last backward (`reduce_after_backward`), instead of gathering twice and reducing once per
+    micro-batch."""
     if model is None or world_size() == 1:
         return model
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-    # Mixed precision (trainer/precision.py): the sharded fp32 parameters are the master weights, gathered in the
-    # compute dtype for forward and backward; gradients are reduced and kept in fp32.
-    # With LoRA the base is in the compute dtype already and only the (fp32) adapters are trained: gathered in the
-    # compute dtype too, their gradients reduced in fp32.
+    # Mixed precision (trainer/precision.py): the sharded fp32 parameters are the master weights,
+    # gathered in the compute dtype for forward and backward; gradients are reduced and kept in
+    # fp32. With LoRA the base is in the compute dtype already and only the (fp32) adapters are
+    # trained: gathered in the compute dtype too, their gradients reduced in fp32.
     dtypes = {p.dtype for p in model.parameters()}
     trained = {p.dtype for p in model.parameters() if p.requires_grad} or dtypes  # (a frozen reference: none)
     reduce = max(trained, key=lambda d: d.itemsize)
@@ -107,13 +110,15 @@ def shard(model: torch.nn.Module | None, compute_dtype: torch.dtype | None = Non
         if compute_dtype is not None and dtypes != {compute_dtype} else MixedPrecisionPolicy()
     for layer in model.get_decoder().layers:
         fully_shard(layer, reshard_after_forward=False, mp_policy=mp)
-    # (the root must stay gathered after forward anyway: the trainer uses the LM head's weight after it, step.py)
+    # (the root must stay gathered after forward anyway: the trainer uses the LM head's weight after
+    # it, step.py)
     fully_shard(model, reshard_after_forward=False, mp_policy=mp)
     for module in model.modules():
         if isinstance(module, FSDPModule):
-            # FSDP averages gradients over ranks by default. Ours must be summed: each rank's loss is already its
-            # share of the *global* mean (divided by the token count of the whole optimizer batch, summed over
-            # ranks: trainer/step.py), so the sum is the one-process gradient.
+            # FSDP averages gradients over ranks by default. Ours must be summed: each rank's loss
+            # is already its share of the *global* mean (divided by the token count of the whole
+            # optimizer batch, summed over ranks: trainer/step.py), so the sum is the one-process
+            # gradient.
             module.set_gradient_divide_factor(1.0)
             if hasattr(module, "set_force_sum_reduction_for_comms"):  # a plain SUM (gloo has no pre-scaled sum)
                 module.set_force_sum_reduction_for_comms(True)
@@ -128,9 +133,10 @@ def _fsdp_modules(model: torch.nn.Module) -> list:
 
 @contextmanager
 def full_weights(model: torch.nn.Module):
-    """Every FSDP unit gathered at once for the block (a rollout phase, a scoring pass), resharded after it. The
-    rollout engine calls the layers' submodules directly, so FSDP's forward hooks, which would gather each layer's
-    weights, never fire; and a scoring pass then gathers once, not once per micro-batch."""
+    """Every FSDP unit gathered at once for the block (a rollout phase, a scoring pass), resharded
+    after it. The rollout engine calls the layers' submodules directly, so FSDP's forward hooks,
+    which would gather each layer's weights, never fire; and a scoring pass then gathers once, not
+    once per micro-batch."""
     units = _fsdp_modules(model) if world_size() > 1 else []
     for handle in [u.unshard(async_op=True) for u in units]:  # all all-gathers in flight, then wait for each
         if handle is not None:
@@ -143,20 +149,21 @@ def full_weights(model: torch.nn.Module):
 
 
 def reduce_after_backward(model: torch.nn.Module, last: bool) -> None:
-    """Call before each micro-batch's backward: the gradients of an optimizer step's micro-batches accumulate
-    gathered, and are reduced over ranks (and the weights resharded) only after the last one."""
+    """Call before each micro-batch's backward: the gradients of an optimizer step's micro-batches
+    accumulate gathered, and are reduced over ranks (and the weights resharded) only after the last
+    one."""
     if world_size() > 1:
         model.set_requires_gradient_sync(last)
         model.set_reshard_after_backward(last)
 
 
 class FullWeights:
-    """A rollout backend that runs on the full weights, gathered once per rollout phase: all the generate calls of
-    one (a call per turn; ranks may take different numbers of turns, as their episodes end at different turns), or
-    each call on its own outside a phase.
+    """A rollout backend that runs on the full weights, gathered once per rollout phase: all the
+    generate calls of one (a call per turn; ranks may take different numbers of turns, as their
+    episodes end at different turns), or each call on its own outside a phase.
 
-    The gathered weights live in fresh memory each phase, so the engine's CUDA graphs, which recorded the previous
-    phase's addresses, are dropped first (its compiled code is kept)."""
+    The gathered weights live in fresh memory each phase, so the engine's CUDA graphs, which
+    recorded the previous phase's addresses, are dropped first (its compiled code is kept)."""
 
     def __init__(self, generator, model: torch.nn.Module):
         self.inner, self.model, self.gathered = generator, model, False
@@ -193,10 +200,11 @@ def for_rollouts(generator, model: torch.nn.Module):
 
 
 def this_rank(items: list, per_batch: int | None = None) -> list:
-    """This rank's items of a list every rank holds in full. With `per_batch` (the prompts of one optimizer step),
-    each batch is split into contiguous parts, rank r taking part r of every batch: then optimizer step k sees the
-    same global samples on any number of ranks. Without it, one contiguous part. Parts differ in size by one at most
-    (a batch smaller than the ranks leaves some of them none)."""
+    """This rank's items of a list every rank holds in full. With `per_batch` (the prompts of one
+    optimizer step), each batch is split into contiguous parts, rank r taking part r of every batch:
+    then optimizer step k sees the same global samples on any number of ranks. Without it, one
+    contiguous part. Parts differ in size by one at most (a batch smaller than the ranks leaves some
+    of them none)."""
     if world_size() == 1:
         return items
     if per_batch is None:
@@ -208,8 +216,8 @@ def this_rank(items: list, per_batch: int | None = None) -> list:
 
 
 def part(total: int, r: int | None = None) -> tuple[int, int]:
-    """[start, stop) of rank r's part (this rank's by default) of `total` items split contiguously over the ranks,
-    the parts' sizes differing by one at most."""
+    """[start, stop) of rank r's part (this rank's by default) of `total` items split contiguously
+    over the ranks, the parts' sizes differing by one at most."""
     n, r = world_size(), rank() if r is None else r
     return r * total // n, (r + 1) * total // n
 
@@ -234,7 +242,8 @@ def sum_floats(*values: float) -> list[float]:
 
 
 def sum_dicts(values: dict[str, float]) -> dict[str, float]:
-    """Per-key sums over ranks, for dicts whose keys may differ between ranks (a missing key counts 0)."""
+    """Per-key sums over ranks, for dicts whose keys may differ between ranks (a missing key counts
+    0)."""
     if world_size() == 1:
         return dict(values)
     everyone: list = [None] * world_size()
@@ -247,8 +256,8 @@ def sum_dicts(values: dict[str, float]) -> dict[str, float]:
 
 
 def gather_lists(items: list, per_batch: int | None = None, unit: int = 1) -> list:
-    """Every rank's list, back in the order of the full list that `this_rank(full, per_batch)` split (on every
-    rank), each of whose items became `unit` items here (a prompt's group of samples)."""
+    """Every rank's list, back in the order of the full list that `this_rank(full, per_batch)` split
+    (on every rank), each of whose items became `unit` items here (a prompt's group of samples)."""
     if world_size() == 1:
         return items
     everyone: list = [None] * world_size()
@@ -270,8 +279,8 @@ def from_main(value):
 
 
 def total_norm(norm: torch.Tensor) -> float:
-    """A gradient norm as a float: clip_grad_norm_ over sharded (DTensor) gradients returns one already reduced over
-    ranks, as a DTensor."""
+    """A gradient norm as a float: clip_grad_norm_ over sharded (DTensor) gradients returns one
+    already reduced over ranks, as a DTensor."""
     return (norm.full_tensor() if hasattr(norm, "full_tensor") else norm).item()
 
 
@@ -286,8 +295,9 @@ def barrier() -> None:
 
 def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trained_only: bool = False,
                ) -> tuple[dict, dict]:
-    """(model state, optimizer state), full and on the CPU: on rank 0 (every rank must call it; the others get {}).
-    `trained_only`: the trainable parameters alone (LoRA: the adapters, not the frozen base)."""
+    """(model state, optimizer state), full and on the CPU: on rank 0 (every rank must call it; the
+    others get {}). `trained_only`: the trainable parameters alone (LoRA: the adapters, not the
+    frozen base)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=world_size() > 1, ignore_frozen_params=trained_only)
@@ -302,9 +312,10 @@ def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trained
 
 def load_full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, weights: dict,
                     optim_state: dict | None, part: str = "all") -> None:
-    """Load full state dicts (read by rank 0 only; the others pass {}) into a model sharded over any number of ranks.
-    A tied LM head may be absent from `weights` (HF checkpoints leave it out). `part`: which parameters `weights`
-    holds: all, or (LoRA) only the trainable ones (the adapters) or only the frozen ones (the base)."""
+    """Load full state dicts (read by rank 0 only; the others pass {}) into a model sharded over any
+    number of ranks. A tied LM head may be absent from `weights` (HF checkpoints leave it out).
+    `part`: which parameters `weights` holds: all, or (LoRA) only the trainable ones (the adapters)
+    or only the frozen ones (the base)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=world_size() > 1, strict=False)

@@ -1,7 +1,8 @@
-"""One run at a time in a run directory: `execrl train` holds an exclusive lock on logger.log_dir (and
-checkpointing.checkpoint_dir) while it runs, so a second run into the same place stops at once, saying who holds it,
-instead of writing every metric twice and racing the first run's checkpoints. The lock is the kernel's (flock): it
-goes with the process, so a killed run leaves nothing to clean up."""
+"""One run at a time in a run directory: `execrl train` holds an exclusive lock on logger.log_dir
+(and checkpointing.checkpoint_dir) while it runs, so a second run into the same place stops at once,
+saying who holds it, instead of writing every metric twice and racing the first run's checkpoints.
+The lock is the kernel's (flock): it goes with the process, so a killed run leaves nothing to clean
+up."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ class RunInUse(RuntimeError):
 
 class RunLock:
     def __init__(self, directories: dict[str, str]):
-        """directories: {the config key naming it: the directory}; each is made and locked, or RunInUse is raised
-        (naming the key, the holder and the way out) with nothing locked."""
+        """directories: {the config key naming it: the directory}; each is made and locked, or
+        RunInUse is raised (naming the key, the holder and the way out) with nothing locked."""
         self.files = []
         try:
             for key, where in directories.items():

@@ -1,4 +1,5 @@
-"""`execrl train`: the GRPO loop. Each line of `train` is a named step; the algorithm lives in execrl.algo."""
+"""`execrl train`: the GRPO loop. Each line of `train` is a named step; the algorithm lives in
+execrl.algo."""
 
 from __future__ import annotations
 
@@ -82,9 +83,9 @@ def train(cfg: MasterConfig) -> Run:
 
 
 class CtrlC:
-    """The first Ctrl-C asks the run to stop after the step under way, with a checkpoint (every process at the same
-    step); a second one stops at once. A flag rather than an exception, so it cannot be lost (an exception raised
-    inside a __del__ or a thread is only printed)."""
+    """The first Ctrl-C asks the run to stop after the step under way, with a checkpoint (every
+    process at the same step); a second one stops at once. A flag rather than an exception, so it
+    cannot be lost (an exception raised inside a __del__ or a thread is only printed)."""
 
     def __init__(self):
         self.asked, self.previous = False, None
@@ -109,8 +110,8 @@ class CtrlC:
 
 
 def epochs_done(run: Run) -> bool:
-    """Dynamic sampling draws a varying number of prompts per step: its grpo.max_num_epochs bound is checked here
-    (otherwise it is in run.max_steps)."""
+    """Dynamic sampling draws a varying number of prompts per step: its grpo.max_num_epochs bound is
+    checked here (otherwise it is in run.max_steps)."""
     grpo = run.cfg.grpo
     if not (grpo.use_dynamic_sampling and run.sampler.passes >= grpo.max_num_epochs):
         return False
@@ -165,8 +166,9 @@ def warm_up(run: Run) -> None:
 
 
 def out_of_time(cfg, elapsed: float, step_seconds: float) -> bool:
-    """Whether another step (as long as the last) would end after checkpointing.checkpoint_must_save_by, counted from
-    the first step; every process gets the main one's answer."""
+    """Whether another step (as long as the last) would end after
+    checkpointing.checkpoint_must_save_by, counted from the first step; every process gets the main
+    one's answer."""
     limit = cfg.checkpointing.deadline_s
     return limit is not None and dist.from_main(elapsed + step_seconds >= limit)
 
@@ -178,8 +180,9 @@ def periodic_validation(cfg, step: int) -> bool:
 
 
 def validate(run: Run) -> float:
-    """pass@1 on the validation problems (their final submissions), sampled with policy.generation.val_* (greedy by
-    default); with grpo.val_num_generations_per_prompt = k > 1, the mean over k samples of each problem, and pass@k."""
+    """pass@1 on the validation problems (their final submissions), sampled with
+    policy.generation.val_* (greedy by default); with grpo.val_num_generations_per_prompt = k > 1,
+    the mean over k samples of each problem, and pass@k."""
     if not run.val_problems:
         return float("nan")
     k = run.cfg.grpo.val_num_generations_per_prompt
@@ -237,8 +240,9 @@ def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
 
 
 def check_sandbox(run: Run, episodes, where: str) -> None:
-    """A loud line when the sandbox fails on more than 5% of the programs sent to it; the run stops above 50% (it
-    never trains on nothing for hours). Every process sees the same global counts, so all stop together."""
+    """A loud line when the sandbox fails on more than 5% of the programs sent to it; the run stops
+    above 50% (it never trains on nothing for hours). Every process sees the same global counts, so
+    all stop together."""
     num_infra, num_sent, example = sandbox_failures([e.sample for e in episodes])
     num_infra, num_sent = dist.sum_floats(num_infra, num_sent)
     line = check_infra_share(num_infra, num_sent, where, example)
@@ -275,8 +279,8 @@ def summarize(run: Run) -> None:
 
 
 def write_report(run: Run):
-    """The run's report (log_dir/report.html, execrl.report), from the main process; a failure to write it is said
-    and the run goes on."""
+    """The run's report (log_dir/report.html, execrl.report), from the main process; a failure to
+    write it is said and the run goes on."""
     if not dist.is_main() or run.logger.jsonl is None:
         return None
     from execrl.report import write_report as write
@@ -289,7 +293,8 @@ def write_report(run: Run):
 
 
 def save_on_interrupt(run: Run) -> None:
-    """Ctrl-C: a checkpoint of the steps done; resuming trains the interrupted step's batch again."""
+    """Ctrl-C: a checkpoint of the steps done; resuming trains the interrupted step's batch
+    again."""
     if dist.world_size() > 1:  # each process was stopped somewhere else: a collective save could hang
         last = f"step {run.last_saved}" if run.last_saved >= 0 else "none"
         console.print(f"[yellow]interrupted: not saved (several processes); the last checkpoint: {last}[/]")

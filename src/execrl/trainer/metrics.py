@@ -1,4 +1,5 @@
-"""Where metrics go: metrics.jsonl (always), TensorBoard (default), W&B (when enabled), and sampled rollouts."""
+"""Where metrics go: metrics.jsonl (always), TensorBoard (default), W&B (when enabled), and sampled
+rollouts."""
 
 from __future__ import annotations
 
@@ -10,16 +11,17 @@ from execrl.config import MasterConfig
 
 class MetricsLogger:
     def __init__(self, cfg: MasterConfig, write: bool = True):
-        """write=False: a logger that writes nothing (the ranks other than 0, whose metrics reach rank 0's summed).
-        Nothing is opened until start()."""
+        """write=False: a logger that writes nothing (the ranks other than 0, whose metrics reach
+        rank 0's summed). Nothing is opened until start()."""
         self.cfg, self.write, self.dir = cfg, write, Path(cfg.logger.log_dir)
         self.jsonl = self.tb = self.wandb = None
 
     def start(self, step: int) -> int:
-        """Open the sinks for a run that starts after `step` steps (0: from the beginning). The records of steps after
-        it (an interrupted run's steps that are done again) are removed, so that the run reads as if it had never
-        stopped: metrics.jsonl keeps its rows up to `step` (none for a run from the beginning), TensorBoard purges
-        its later events. Returns the number of rows removed."""
+        """Open the sinks for a run that starts after `step` steps (0: from the beginning). The
+        records of steps after it (an interrupted run's steps that are done again) are removed, so
+        that the run reads as if it had never stopped: metrics.jsonl keeps its rows up to `step`
+        (none for a run from the beginning), TensorBoard purges its later events. Returns the number
+        of rows removed."""
         if not self.write:
             return 0
         cfg = self.cfg

@@ -1,9 +1,10 @@
-"""Self-play's frozen opponent (env.game.opponent): the player of the seats the policy does not take, with an engine
-of its own. `snapshot`: a copy of the policy, refreshed every env.game.opponent_refresh_steps steps (and at the first
-step a run takes: after the warm-up, or after a resume); `model`: a fixed model loaded once (env.game.opponent_model:
-a directory in HF format, or an execrl checkpoint, whose policy/ is one). Its turns reach the trajectories as
-context only (execrl.trainer.rollouts.players) and its seats are in no baseline. One process only: a sharded policy
-would need the snapshot gathered on every rank."""
+"""Self-play's frozen opponent (env.game.opponent): the player of the seats the policy does not
+take, with an engine of its own. `snapshot`: a copy of the policy, refreshed every
+env.game.opponent_refresh_steps steps (and at the first step a run takes: after the warm-up, or
+after a resume); `model`: a fixed model loaded once (env.game.opponent_model: a directory in HF
+format, or an execrl checkpoint, whose policy/ is one). Its turns reach the trajectories as context
+only (execrl.trainer.rollouts.players) and its seats are in no baseline. One process only: a sharded
+policy would need the snapshot gathered on every rank."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ class Opponent:
 
     @torch.no_grad()
     def refresh(self, step: int, policy: torch.nn.Module) -> bool:
-        """A snapshot opponent takes the policy's weights (in place: the engine keeps its buffers) at the run's first
-        step and every refresh_steps after; True when it did."""
+        """A snapshot opponent takes the policy's weights (in place: the engine keeps its buffers)
+        at the run's first step and every refresh_steps after; True when it did."""
         if self.refresh_steps is None or (self.refreshed_at is not None and step % self.refresh_steps):
             return False
         for mine, theirs in zip(self.model.parameters(), policy.parameters(), strict=True):

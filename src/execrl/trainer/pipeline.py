@@ -1,34 +1,38 @@
-"""Where each step's rollouts come from: generated, graded and scored, one step ahead when async GRPO is on.
+"""Where each step's rollouts come from: generated, graded and scored, one step ahead when async
+GRPO is on.
 
-The engine generates with the trainer's own weights (no copy), so on one device generation and training take
-turns on the GPU; what runs beside them is the CPU side: sandbox grading and reward scoring, in a background
-thread. With `grpo.async_grpo.enabled`, each step of the loop is
+The engine generates with the trainer's own weights (no copy), so on one device generation and
+training take turns on the GPU; what runs beside them is the CPU side: sandbox grading and reward
+scoring, in a background thread. With `grpo.async_grpo.enabled`, each step of the loop is
 
     1. generate the *next* step's rollouts with the current weights (version k); a thread starts grading them
     2. wait for *this* step's rollouts: graded while the GPU trained on the last step and generated (1)
     3. train on them (the loop): sampled by version k-1, so one step old
 
-and grading costs the step only what (1) and training leave uncovered. In a multi-turn episode the environments'
-answers to earlier turns are needed for the next turn, so they run within (1); the answers to the last turn (the
-final grading) run in the thread. Sync GRPO is the same code with nothing
-generated ahead: generate, grade (waited for at once), train.
+and grading costs the step only what (1) and training leave uncovered. In a multi-turn episode the
+environments' answers to earlier turns are needed for the next turn, so they run within (1); the
+answers to the last turn (the final grading) run in the thread. Sync GRPO is the same code with
+nothing generated ahead: generate, grade (waited for at once), train.
 
 Every batch carries its version (the training step whose weights sampled it); one older than
-`grpo.async_grpo.max_trajectory_age_steps` steps when its turn comes is dropped, counted, and its prompts are
-generated again with the current weights. Ahead by one step, a batch is never older than that bound (which async
-requires to be >= 1); the check keeps the bound a guarantee rather than a property of the schedule. Off-policy
-batches are corrected in the loss with the sampler's logprobs (see execrl.algo.loss).
+`grpo.async_grpo.max_trajectory_age_steps` steps when its turn comes is dropped, counted, and its
+prompts are generated again with the current weights. Ahead by one step, a batch is never older than
+that bound (which async requires to be >= 1); the check keeps the bound a guarantee rather than a
+property of the schedule. Off-policy batches are corrected in the loss with the sampler's logprobs
+(see execrl.algo.loss).
 
-With `grpo.use_dynamic_sampling` (DAPO; sync GRPO only), a step's batch holds only groups whose rewards differ:
-after a round of `batch_multiplier` x num_prompts_per_step prompts is generated and graded, flat groups are set aside
-(kept for the step's metrics, not trained on), and further rounds are generated with the same weights until every
-process holds its share of num_prompts_per_step informative groups (informative groups beyond it are set aside
-too), for at most `dynamic_sampling_max_gen_batches` + 1 rounds (NeMo RL's count). Each process fills its own share
+With `grpo.use_dynamic_sampling` (DAPO; sync GRPO only), a step's batch holds only groups whose
+rewards differ: after a round of `batch_multiplier` x num_prompts_per_step prompts is generated and
+graded, flat groups are set aside (kept for the step's metrics, not trained on), and further rounds
+are generated with the same weights until every process holds its share of num_prompts_per_step
+informative groups (informative groups beyond it are set aside too), for at most
+`dynamic_sampling_max_gen_batches` + 1 rounds (NeMo RL's count). Each process fills its own share
 from its own part of each round, so all processes run the same number of rounds.
 
-Checkpoints store the data position of the oldest batch not yet trained on. After a resume the prompts that were
-in flight are drawn again and generated with the restored weights: no prompt is skipped or repeated, and a resumed
-run is reproducible, but it is not bit-identical to an uninterrupted async run (its first batch is on-policy).
+Checkpoints store the data position of the oldest batch not yet trained on. After a resume the
+prompts that were in flight are drawn again and generated with the restored weights: no prompt is
+skipped or repeated, and a resumed run is reproducible, but it is not bit-identical to an
+uninterrupted async run (its first batch is on-policy).
 """
 
 from __future__ import annotations
@@ -48,7 +52,8 @@ from execrl.trainer.rollouts import Episode, EpisodeRunner, Rollouts, prompt_see
 
 
 class DynamicSamplingExhausted(RuntimeError):
-    """Dynamic sampling generated its last allowed round and the batch still lacks groups whose rewards differ."""
+    """Dynamic sampling generated its last allowed round and the batch still lacks groups whose
+    rewards differ."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,8 @@ class InFlight:
 
 
 class RolloutPipeline:
-    """A queue of batches in flight (generated, being graded), `lookahead` of them kept beyond the one trained next."""
+    """A queue of batches in flight (generated, being graded), `lookahead` of them kept beyond the
+    one trained next."""
 
     def __init__(self, generate: Callable[[list[Problem], int, int], Rollouts], grade: Callable[[Rollouts], None],
                  sampler: ProblemSampler, num_prompts: int, lookahead: int, max_age: int,
@@ -83,9 +89,9 @@ class RolloutPipeline:
         self.grading = ThreadPoolExecutor(1, thread_name_prefix="execrl-grading")
 
     def next(self, version: int, times: dict[str, float], more: bool = True) -> tuple[Rollouts, dict[str, float]]:
-        """The graded, scored rollouts to train on with the weights of `version`, and their metrics; sets this
-        step's `generate`, `grade`, `grade_wait` and `grade_overlapped` seconds in `times`. `more`: another step
-        follows (so its rollouts may be generated ahead)."""
+        """The graded, scored rollouts to train on with the weights of `version`, and their metrics;
+        sets this step's `generate`, `grade`, `grade_wait` and `grade_overlapped` seconds in
+        `times`. `more`: another step follows (so its rollouts may be generated ahead)."""
         times["generate"] = 0.0
         stale = []
         while self.queue and version - self.queue[0].version > self.max_age:
@@ -118,8 +124,9 @@ class RolloutPipeline:
         return rollouts, info | filled
 
     def _fill(self, head: InFlight, version: int, times: dict) -> tuple[Rollouts, dict[str, float]]:
-        """Dynamic sampling: this process's share of informative groups, from as many rounds as every process needs
-        (the first round is `head`); the rest of what was generated is in the result's `dropped`."""
+        """Dynamic sampling: this process's share of informative groups, from as many rounds as
+        every process needs (the first round is `head`); the rest of what was generated is in the
+        result's `dropped`."""
         want, rounds = self.dynamic.groups, [head.rollouts]
         kept, dropped = informative(head.rollouts)
         while dist.sum_floats(float(len(kept) < want))[0]:  # any process still short: all generate another round
@@ -148,7 +155,8 @@ class RolloutPipeline:
 
     def _launch(self, problems: list[Problem], position: dict, version: int, step: int, times: dict,
                 first: int = 0) -> InFlight:
-        """`first`: the index of problems[0] among the prompts drawn for `step` (it keys their sampling noise)."""
+        """`first`: the index of problems[0] among the prompts drawn for `step` (it keys their
+        sampling noise)."""
         rollouts = self.generate(problems, step, first)  # up to the last model turn (earlier turns' envs included)
         times["generate"] += rollouts.times["generate"]
         return InFlight(problems, position, version, step, rollouts, self.grading.submit(self._grade, rollouts))
@@ -159,8 +167,9 @@ class RolloutPipeline:
         return time.perf_counter() - t
 
     def data_position(self, step: int) -> dict:
-        """The sampler state to checkpoint at `step` (steps done): that of the oldest batch not yet trained on, the
-        one being trained included (a checkpoint on Ctrl-C in the middle of a step); batches in flight are redone."""
+        """The sampler state to checkpoint at `step` (steps done): that of the oldest batch not yet
+        trained on, the one being trained included (a checkpoint on Ctrl-C in the middle of a step);
+        batches in flight are redone."""
         batches = [(b.step, b.position) for b in (self.training, *self.queue) if b is not None]
         if self.launching:  # Ctrl-C while a batch was being generated
             batches.append(self.launching)
@@ -175,8 +184,9 @@ class RolloutPipeline:
 
 def build_pipeline(cfg: MasterConfig, plan: BatchPlan, episodes: EpisodeRunner,
                    sampler: ProblemSampler) -> RolloutPipeline:
-    """Rollouts of the configured shape; ahead by one step with async GRPO (config.checks.validate(cfg) first). Every
-    rank draws the same prompts and runs its share of them (whole groups, the same share of each optimizer batch)."""
+    """Rollouts of the configured shape; ahead by one step with async GRPO
+    (config.checks.validate(cfg) first). Every rank draws the same prompts and runs its share of
+    them (whole groups, the same share of each optimizer batch)."""
     grpo, a = cfg.grpo, cfg.grpo.async_grpo
     dynamic = None
     if grpo.use_dynamic_sampling:
@@ -194,9 +204,9 @@ def build_pipeline(cfg: MasterConfig, plan: BatchPlan, episodes: EpisodeRunner,
 
 
 def informative(rollouts: Rollouts) -> tuple[list[list[Episode]], list[Episode]]:
-    """(the groups whose valid rewards differ, each a list of its G episodes; the episodes of the other groups).
-    Decided on the rewards before shaping, as NeMo RL's (an overlong penalty alone does not make a group
-    informative)."""
+    """(the groups whose valid rewards differ, each a list of its G episodes; the episodes of the
+    other groups). Decided on the rewards before shaping, as NeMo RL's (an overlong penalty alone
+    does not make a group informative)."""
     size = rollouts.group_size
     flat = flat_groups(*rollouts.reward_table(unshaped=True)).tolist()
     groups = [rollouts.episodes[i * size:(i + 1) * size] for i in range(len(flat))]

@@ -1,4 +1,5 @@
-"""The policy a run trains, built in one place: its parts depend on each other in this order, and only here.
+"""The policy a run trains, built in one place: its parts depend on each other in this order, and
+only here.
 
   1. weights and tokenizer       master dtype (LoRA: the frozen base in the compute dtype)
   2. LoRA adapters               wrap the base before any copy is made of it
@@ -41,14 +42,15 @@ def build_policy(cfg: MasterConfig) -> Policy:
     lora = cfg.policy.lora.enabled
     model, tok = load_weights(cfg, compute_dtype if lora else master_dtype)
     sharded = dist.world_size() > 1
-    # LoRA: fp32 adapters, unless they are the bf16 compute copy of a mixed-precision run (its master: step 6)
+    # LoRA: fp32 adapters, unless they are the bf16 compute copy of a mixed-precision run (its
+    # master: step 6)
     split_master = lora and not sharded and compute_dtype != master_dtype
     peft_model = apply_lora(model, cfg.policy.lora, cfg.grpo.seed, fp32=not split_master) if lora else None
     compute = precision.compute_model(model, compute_dtype, sharded=sharded)
     ref = reference_model(cfg, compute)
     if cfg.policy.generation.backend == "execrl" and not sharded:
-        # parameters stay separate views (before the optimizer); FSDP shards each parameter on its own, and the
-        # engine then uses the separate projections
+        # parameters stay separate views (before the optimizer); FSDP shards each parameter on its
+        # own, and the engine then uses the separate projections
         fuse_projections(compute)
     if split_master:
         model = precision.lora_master(compute)
@@ -63,7 +65,8 @@ def build_policy(cfg: MasterConfig) -> Policy:
 
 
 def load_weights(cfg: MasterConfig, dtype: torch.dtype):
-    """The model (hub id, local directory or builtin) in `dtype`, and its tokenizer with the config's chat template."""
+    """The model (hub id, local directory or builtin) in `dtype`, and its tokenizer with the
+    config's chat template."""
     p = cfg.policy
     model, tok = load_model_and_tokenizer(p.model_name, p.device, str(dtype).split(".")[1],
                                           offline=cfg.offline or None,
@@ -76,8 +79,8 @@ def load_weights(cfg: MasterConfig, dtype: torch.dtype):
 
 
 def reference_model(cfg: MasterConfig, compute: torch.nn.Module) -> torch.nn.Module | None:
-    """The policy as the run starts (a resumed run keeps it), frozen; None without a KL penalty, and with LoRA, whose
-    reference is the base itself, adapters off (execrl.lora.base_only)."""
+    """The policy as the run starts (a resumed run keeps it), frozen; None without a KL penalty, and
+    with LoRA, whose reference is the base itself, adapters off (execrl.lora.base_only)."""
     if cfg.loss_fn.reference_policy_kl_penalty > 0 and not cfg.policy.lora.enabled:
         return copy.deepcopy(compute).eval().requires_grad_(False)
     return None

@@ -1,9 +1,9 @@
-"""Mixed precision as NeMo RL means `policy.precision: bfloat16`: bf16 compute, fp32 master weights, fp32 gradient
-accumulation and fp32 optimizer state.
+"""Mixed precision as NeMo RL means `policy.precision: bfloat16`: bf16 compute, fp32 master weights,
+fp32 gradient accumulation and fp32 optimizer state.
 
-Why: an AdamW update is about `lr` in size. Stored in bf16 (8 bits of mantissa) a weight moves only when the update
-exceeds half a bf16 step of it, so at lr 1e-6 almost no weight moves at all; accumulating gradients over many
-micro-batches in bf16 loses more. Here:
+Why: an AdamW update is about `lr` in size. Stored in bf16 (8 bits of mantissa) a weight moves only
+when the update exceeds half a bf16 step of it, so at lr 1e-6 almost no weight moves at all;
+accumulating gradients over many micro-batches in bf16 loses more. Here:
 
   master   the fp32 model: the optimizer's parameters and state, gradients accumulated in fp32, what checkpoints save
   compute  a bf16 copy of it: every forward and backward (the trainer's and the rollout engine's), so training runs
@@ -11,15 +11,17 @@ micro-batches in bf16 loses more. Here:
            after each optimizer step the master's weights are copied into it (the engine's CUDA graphs keep working:
            the copy writes into the same tensors).
 
-Costs over pure bf16, per parameter: 4 bytes of fp32 master, 4 of fp32 gradient, and Adam's two moments in fp32
-(8 instead of 4): 18 bytes plus a transient bf16 gradient, against 8. Under FSDP2 (several processes) the same
-arrangement is FSDP's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): sharded fp32 parameters are the
-master, gathered in bf16 for compute, gradients reduced in fp32 (trainer/distributed.py); master and compute are
-then one module. With fp32 (the CPU default) master and compute are one module too and nothing here does anything.
+Costs over pure bf16, per parameter: 4 bytes of fp32 master, 4 of fp32 gradient, and Adam's two
+moments in fp32 (8 instead of 4): 18 bytes plus a transient bf16 gradient, against 8. Under FSDP2
+(several processes) the same arrangement is FSDP's MixedPrecisionPolicy(param_dtype=bf16,
+reduce_dtype=fp32): sharded fp32 parameters are the master, gathered in bf16 for compute, gradients
+reduced in fp32 (trainer/distributed.py); master and compute are then one module. With fp32 (the CPU
+default) master and compute are one module too and nothing here does anything.
 
-With LoRA (execrl.lora) only the adapters train: compute is the model with bf16 adapters over its frozen bf16 base,
-and master a second model that shares that base (the same tensors: no copy) and holds fp32 copies of the adapters
-(`lora_master`). Under FSDP2 the adapters are fp32 in the one model, gathered in bf16 like the rest.
+With LoRA (execrl.lora) only the adapters train: compute is the model with bf16 adapters over its
+frozen bf16 base, and master a second model that shares that base (the same tensors: no copy) and
+holds fp32 copies of the adapters (`lora_master`). Under FSDP2 the adapters are fp32 in the one
+model, gathered in bf16 like the rest.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ class Weights:
 
     @torch.no_grad()
     def accumulate_grads(self) -> None:
-        """After a backward of the compute model: its gradients, added to the master's in fp32, then freed."""
+        """After a backward of the compute model: its gradients, added to the master's in fp32, then
+        freed."""
         for m, c in self._pairs:
             if c.grad is None:
                 continue
@@ -59,7 +62,8 @@ class Weights:
 
     @torch.no_grad()
     def refresh(self) -> None:
-        """After an optimizer step (or loading a checkpoint): the master's weights into the compute copy."""
+        """After an optimizer step (or loading a checkpoint): the master's weights into the compute
+        copy."""
         for m, c in self._pairs:
             c.copy_(m)
 
@@ -75,16 +79,16 @@ def dtypes(precision: str, device: torch.device) -> tuple[torch.dtype, torch.dty
 
 
 def compute_model(master: torch.nn.Module, compute_dtype: torch.dtype, sharded: bool) -> torch.nn.Module:
-    """The model forward passes run on: a copy of the master in the compute dtype, or the master itself where they
-    are one (fp32; or sharded, where FSDP's mixed precision casts)."""
+    """The model forward passes run on: a copy of the master in the compute dtype, or the master
+    itself where they are one (fp32; or sharded, where FSDP's mixed precision casts)."""
     if sharded or next(master.parameters()).dtype == compute_dtype:
         return master
     return copy.deepcopy(master).to(compute_dtype)
 
 
 def lora_master(compute: torch.nn.Module) -> torch.nn.Module:
-    """The master of a LoRA model in mixed precision: the same modules, sharing compute's frozen parameters (the base,
-    not copied), with fp32 copies of its trainable ones (the adapters)."""
+    """The master of a LoRA model in mixed precision: the same modules, sharing compute's frozen
+    parameters (the base, not copied), with fp32 copies of its trainable ones (the adapters)."""
     shared = {id(p): p for p in compute.parameters() if not p.requires_grad}
     master = copy.deepcopy(compute, memo=shared)
     with torch.no_grad():

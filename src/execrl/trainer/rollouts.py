@@ -1,11 +1,14 @@
-"""One step's rollouts: G episodes per problem, run through their environments in batches, turn by turn.
+"""One step's rollouts: G episodes per problem, run through their environments in batches, turn by
+turn.
 
-Episodes advance together: each turn, one generate call for every live episode (the first turn prefills each
-prompt once for its G samples; later turns send each episode's whole trajectory), then every live environment
-steps at once (their sandbox calls run in parallel), and finished episodes drop out. Trajectories are token ids
-throughout: the sampler's tokens for the model's turns, the chat template's tokens for the environment's turns
-(execrl.envs.chat), never a re-tokenized conversation. An episode whose next environment turn would not fit in
-policy.max_total_sequence_length, or whose model turn ran out of tokens, ends there, marked truncated.
+Episodes advance together: each turn, one generate call for every live episode (the first turn
+prefills each prompt once for its G samples; later turns send each episode's whole trajectory), then
+every live environment steps at once (their sandbox calls run in parallel), and finished episodes
+drop out. Trajectories are token ids throughout: the sampler's tokens for the model's turns, the
+chat template's tokens for the environment's turns (execrl.envs.chat), never a re-tokenized
+conversation. An episode whose next environment turn would not fit in
+policy.max_total_sequence_length, or whose model turn ran out of tokens, ends there, marked
+truncated.
 """
 
 from __future__ import annotations
@@ -71,8 +74,9 @@ class Rollouts:
         return [e.reward for e in self.episodes]
 
     def reward_table(self, unshaped: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """(rewards, valid), each [num_groups, G]: a sample the sandbox failed on is invalid, its reward 0. unshaped:
-        the rewards before the components added after the scaling (NeMo RL's reward shaping)."""
+        """(rewards, valid), each [num_groups, G]: a sample the sandbox failed on is invalid, its
+        reward 0. unshaped: the rewards before the components added after the scaling (NeMo RL's
+        reward shaping)."""
         rewards = torch.tensor([(r.unshaped if unshaped else r.total) if r.valid else 0.0 for r in self.rewards],
                                dtype=torch.float32)
         valid = torch.tensor([r.valid for r in self.rewards], dtype=torch.bool)  # (typed: a rank may hold none)
@@ -84,14 +88,15 @@ def encode(messages: list[dict], tokenizer) -> list[int]:
 
 
 def prompt_seeds(seed: int, step: int, num_prompts: int, first: int = 0) -> list[int]:
-    """Sampling seeds of a step's prompts by their index in the step's global batch: the same samples whichever
-    process generates them."""
+    """Sampling seeds of a step's prompts by their index in the step's global batch: the same
+    samples whichever process generates them."""
     base = mix32(mix32(seed) ^ mix32(step + 0x51ED27))
     return [mix32(base ^ mix32(first + i)) for i in range(num_prompts)]
 
 
 def sampling(cfg, validation: bool = False) -> SamplingParams:
-    """How rollouts sample: policy.generation's temperature, top_p, top_k (validation: its val_* ones)."""
+    """How rollouts sample: policy.generation's temperature, top_p, top_k (validation: its val_*
+    ones)."""
     gen = cfg.policy.generation
     if validation:
         return SamplingParams(gen.val_temperature, gen.val_top_p, gen.val_top_k)
@@ -100,9 +105,9 @@ def sampling(cfg, validation: bool = False) -> SamplingParams:
 
 @dataclass
 class EpisodeRunner:
-    """Runs episodes through their environments: what every call needs, held once. `opponent`: the generator of
-    self-play's frozen seats (execrl.trainer.opponent); `judge`: the reward model (execrl.rewards.reward_model),
-    where the reward reads one."""
+    """Runs episodes through their environments: what every call needs, held once. `opponent`: the
+    generator of self-play's frozen seats (execrl.trainer.opponent); `judge`: the reward model
+    (execrl.rewards.reward_model), where the reward reads one."""
 
     cfg: object  # MasterConfig
     generator: object
@@ -114,7 +119,8 @@ class EpisodeRunner:
 
     @property
     def renderer(self) -> TurnRenderer:
-        """Environment turns as token ids (made on first use: a single-turn task never needs a chat template)."""
+        """Environment turns as token ids (made on first use: a single-turn task never needs a chat
+        template)."""
         if self._renderer is None:
             self._renderer = TurnRenderer(self.tokenizer)
         return self._renderer
@@ -128,9 +134,10 @@ class EpisodeRunner:
 
     def start(self, problems: list[Problem], group_size: int, params: SamplingParams,
               seeds: list[int] | None = None) -> Rollouts:
-        """Episodes run up to their last model turn: the environments' answers to it (for a single-turn task, all
-        of the grading) are left in `pending` for `finish`, which may run in another thread (async GRPO).
-        `seeds`: one per problem (see prompt_seeds); a later turn of sample j is keyed by (seed, j, turn)."""
+        """Episodes run up to their last model turn: the environments' answers to it (for a
+        single-turn task, all of the grading) are left in `pending` for `finish`, which may run in
+        another thread (async GRPO). `seeds`: one per problem (see prompt_seeds); a later turn of
+        sample j is keyed by (seed, j, turn)."""
         cfg, tokenizer, generator = self.cfg, self.tokenizer, self.generator
         gen, turns = cfg.policy.generation, cfg.grpo.max_rollout_turns
         episodes, prompts = [], []
@@ -140,7 +147,8 @@ class EpisodeRunner:
             prompts.append(encode(messages[0], tokenizer))  # the G episodes of a problem share their prompt
             episodes += [Episode(problem, env, m, Trajectory(encode(m, tokenizer) if m != messages[0] else prompts[-1]))
                          for env, m in zip(envs, messages)]
-        # (a rank may have no problems, e.g. of a small validation set: it still joins the weights' gathering below)
+        # (a rank may have no problems, e.g. of a small validation set: it still joins the weights'
+        # gathering below)
         stop = (gen.stop_strings or []) + (episodes[0].env.stop_strings if episodes else []) or None
         rollouts = Rollouts(episodes, group_size, {"generate": 0.0, "grade": 0.0})
         with generator.phase() if hasattr(generator, "phase") else nullcontext():  # a sharded model: gathered once
@@ -148,8 +156,9 @@ class EpisodeRunner:
                 live = [e for e in episodes if not e.done and e.env.ready]
                 if not live:
                     break
-                # what changed since each episode last looked (a game: the opponent's move); an episode without room
-                # left for it and a model token (a game's seat: a whole answer) ends as it stands
+                # what changed since each episode last looked (a game: the opponent's move); an
+                # episode without room left for it and a model token (a game's seat: a whole answer)
+                # ends as it stands
                 room = {id(e): cfg.policy.max_total_sequence_length - (
                     gen.max_new_tokens if e.env.whole_answers else 1) for e in live}
                 full = [e for e in live if not take_news(e, e.env.observe(), self, room[id(e)])]
@@ -178,7 +187,8 @@ class EpisodeRunner:
 
     def _next_turns(self, live: list[Episode], episodes: list[Episode], turn: int, group_size: int,
                     params: SamplingParams, stop, seeds) -> list[Completion]:
-        """A later turn: each live episode's whole trajectory sent to the generator that plays it."""
+        """A later turn: each live episode's whole trajectory sent to the generator that plays
+        it."""
         gen = self.cfg.policy.generation
         key = {id(e): mix32(request_key(seeds[i // group_size], i % group_size) ^ mix32(turn))
                for i, e in enumerate(episodes)} if seeds is not None else None
@@ -191,9 +201,10 @@ class EpisodeRunner:
         return [got[id(e)] for e in live]
 
     def finish(self, rollouts: Rollouts, last: bool = True) -> None:
-        """The environments answer the pending model turns (each turn's sandbox calls in parallel); episodes that
-        must end early are scored as they stand, and with `last`, so is every episode still open. Episodes that ended
-        with their reward waiting for the reward model (`judge`) are then scored together."""
+        """The environments answer the pending model turns (each turn's sandbox calls in parallel);
+        episodes that must end early are scored as they stand, and with `last`, so is every episode
+        still open. Episodes that ended with their reward waiting for the reward model (`judge`) are
+        then scored together."""
         start = time.perf_counter()
         live, outs = [e for e, _ in rollouts.pending], [c for _, c in rollouts.pending]
         with ThreadPoolExecutor(max(1, self.grader.pool.num_workers)) as pool:
@@ -218,10 +229,10 @@ class EpisodeRunner:
 
 
 def guide_for(e: Episode, generator, gen):
-    """The constraint of the episode's next model turn (guided decoding), compiled for the generator: the
-    environment's for this turn where it sets one (`constraint`: (kind, value)), else its problem's (a dataset row's
-    guided_decoding, on every turn), else policy.generation's for the turn (guided_decoding_per_turn, else
-    guided_decoding), else None."""
+    """The constraint of the episode's next model turn (guided decoding), compiled for the
+    generator: the environment's for this turn where it sets one (`constraint`: (kind, value)), else
+    its problem's (a dataset row's guided_decoding, on every turn), else policy.generation's for the
+    turn (guided_decoding_per_turn, else guided_decoding), else None."""
     constraint = e.env.constraint or e.problem.metadata.get("guided_decoding")
     if constraint is None:
         per_turn = gen.guided_decoding_per_turn
@@ -231,21 +242,23 @@ def guide_for(e: Episode, generator, gen):
 
 
 def constrained(guides: list) -> dict:
-    """generate's `guides` argument where any request is constrained (a generator without guided decoding is then
-    never asked for it)."""
+    """generate's `guides` argument where any request is constrained (a generator without guided
+    decoding is then never asked for it)."""
     return {"guides": guides} if any(g is not None for g in guides) else {}
 
 
 def players(live: list[Episode], generator, opponent) -> list[tuple[object, list[Episode]]]:
-    """(generator, its episodes) for a turn: the policy's, and the frozen opponent's seats (not trained on)."""
+    """(generator, its episodes) for a turn: the policy's, and the frozen opponent's seats (not
+    trained on)."""
     theirs = [e for e in live if e.env.frozen]  # (only where an opponent is given: make_envs)
     mine = [e for e in live if not e.env.frozen]
     return [(g, eps) for g, eps in ((generator, mine), (opponent, theirs)) if eps]
 
 
 def take_news(e: Episode, news: list[dict], runner: EpisodeRunner, room: int) -> bool:
-    """Messages for an episode before its next turn: its prompt, if it has not had a turn yet; else an environment
-    turn after its last one. False (and nothing added): the trajectory would then be longer than `room`."""
+    """Messages for an episode before its next turn: its prompt, if it has not had a turn yet; else
+    an environment turn after its last one. False (and nothing added): the trajectory would then be
+    longer than `room`."""
     if e.turns == 0 and news:
         e.messages = news
         e.trajectory = Trajectory(encode(news, runner.tokenizer))
@@ -260,7 +273,8 @@ def take_news(e: Episode, news: list[dict], runner: EpisodeRunner, room: int) ->
 
 
 def fit(c: Completion, room: int, tokenizer) -> Completion:
-    """The completion cut to the room left in the context (the engine stops there itself; transformers may not)."""
+    """The completion cut to the room left in the context (the engine stops there itself;
+    transformers may not)."""
     if len(c.ids) <= room:
         return c
     ids = c.ids[:room]
@@ -269,8 +283,9 @@ def fit(c: Completion, room: int, tokenizer) -> Completion:
 
 
 def advance(e: Episode, c: Completion, step: Step, runner: EpisodeRunner, max_len: int) -> bool:
-    """Add a model turn and the environment's answer to the episode. False: the episode must end early (a model
-    turn ran out of tokens, or the environment's turn does not fit): the environment then scores it as it stands."""
+    """Add a model turn and the environment's answer to the episode. False: the episode must end
+    early (a model turn ran out of tokens, or the environment's turn does not fit): the environment
+    then scores it as it stands."""
     e.turns += 1
     e.tool_calls += step.tool_call
     e.tool_errors += step.tool_error
@@ -300,13 +315,14 @@ def end(e: Episode, step: Step) -> None:
 
 
 def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str, float]:
-    """Each per-episode metric's sum over the episodes generated (key k) and the number of episodes it is over (key k#n), so
-    that several processes' dicts add up (a missing key counting 0) to those of all their episodes: see
-    episode_means. Rewards over valid episodes (the sandbox answered), the rest over all; turns, tool calls and
-    errors per episode, the mean reward of the episodes that took n turns, the environment's own metrics (a game's by
-    game and role), the reward model's raw score (whatever its component makes of it), and the fraction of each
-    verdict of the
-    `kinds` of task (default: those of these episodes; pass the dataset's when processes may hold different ones)."""
+    """Each per-episode metric's sum over the episodes generated (key k) and the number of episodes
+    it is over (key k#n), so that several processes' dicts add up (a missing key counting 0) to
+    those of all their episodes: see episode_means. Rewards over valid episodes (the sandbox
+    answered), the rest over all; turns, tool calls and errors per episode, the mean reward of the
+    episodes that took n turns, the environment's own metrics (a game's by game and role), the
+    reward model's raw score (whatever its component makes of it), and the fraction of each verdict
+    of the `kinds` of task (default: those of these episodes; pass the dataset's when processes may
+    hold different ones)."""
     eps = rollouts.generated
     valid = [e for e in eps if e.reward.valid]
     sums = {"reward_mean": (sum(e.reward.total for e in valid), len(valid)),
@@ -323,8 +339,8 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
                             (f"reward_by_turns/{e.turns}", e.reward.total),
                             *e.env.metrics(e.sample, e.reward, e.turns), *judged]:
             parts[name] = (parts[name][0] + value, parts[name][1] + 1)
-    # every outcome of the kinds of task, seen or not: then each process's count of episodes enters every fraction's
-    # denominator (and the curves have no gaps)
+    # every outcome of the kinds of task, seen or not: then each process's count of episodes enters
+    # every fraction's denominator (and the curves have no gaps)
     counts = Counter(outcome(e.sample) for e in eps)
     for verdict in {o for kind in kinds or {e.problem.kind for e in eps} for o in OUTCOMES[kind]}:
         parts[f"verdict/{verdict}"] = (counts[verdict], len(eps))
@@ -333,13 +349,14 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
 
 
 def episode_means(sums: dict[str, float]) -> dict[str, float]:
-    """The metrics' means from episode_sums (of one process's episodes, or summed over processes)."""
+    """The metrics' means from episode_sums (of one process's episodes, or summed over
+    processes)."""
     return {k: v / max(sums[f"{k}#n"], 1) for k, v in sums.items() if not k.endswith("#n")}
 
 
 def rollout_rows(rollouts: Rollouts, tokenizer) -> list[dict]:
-    """One row per episode: the whole conversation, the exact text the trainer saw after the prompt, the verdict of
-    each test."""
+    """One row per episode: the whole conversation, the exact text the trainer saw after the prompt,
+    the verdict of each test."""
     return [{"problem": e.problem.id, "prompt": tokenizer.decode(e.trajectory.prompt_ids),
              "completion": tokenizer.decode(e.trajectory.completion_ids), "messages": e.messages,
              "code": e.sample.extracted.code, "verdict": outcome(e.sample), "reward": e.reward.total,

@@ -1,4 +1,5 @@
-"""Everything a training run holds, built once from the config (and resumed from the latest checkpoint)."""
+"""Everything a training run holds, built once from the config (and resumed from the latest
+checkpoint)."""
 
 from __future__ import annotations
 
@@ -79,9 +80,9 @@ class Run:
 
 
 def resumable(cfg: MasterConfig, state: dict, found: Path) -> None:
-    """A resumed run's config against its checkpoint's: changes that cannot apply (the learning rate, which the
-    checkpoint's optimizer and schedule hold; the model, the data, the algorithm) stop it before it writes anything;
-    the others are named."""
+    """A resumed run's config against its checkpoint's: changes that cannot apply (the learning
+    rate, which the checkpoint's optimizer and schedule hold; the model, the data, the algorithm)
+    stop it before it writes anything; the others are named."""
     if "config" not in state:  # (a checkpoint from before configs were saved in it)
         return
     applied, refused = checkpoint.config_changes(state["config"], cfg.model_dump(mode="json"))
@@ -95,8 +96,9 @@ def resumable(cfg: MasterConfig, state: dict, found: Path) -> None:
 
 
 def run_directories(cfg: MasterConfig) -> dict[str, str]:
-    """The directories to lock, by the key naming each: the log directory, and the checkpoints' where they already
-    exist outside it (where they do not, no other run is writing them; a refused run makes none)."""
+    """The directories to lock, by the key naming each: the log directory, and the checkpoints'
+    where they already exist outside it (where they do not, no other run is writing them; a refused
+    run makes none)."""
     log = Path(cfg.logger.log_dir).expanduser().resolve()
     ckpt = Path(cfg.checkpointing.checkpoint_dir).expanduser().resolve()
     dirs = {"logger.log_dir": cfg.logger.log_dir}
@@ -133,8 +135,8 @@ def build_run(cfg: MasterConfig) -> Run:
 
 
 def start(cfg: MasterConfig) -> tuple[BatchPlan, RunLock | None]:
-    """The config checked (execrl train checked it before; here for train() called from Python), the processes
-    joined, the run's directories locked before any work, the seeds set."""
+    """The config checked (execrl train checked it before; here for train() called from Python), the
+    processes joined, the run's directories locked before any work, the seeds set."""
     plan = validate(cfg)
     dist.init(cfg.policy.device)
     console.quiet = not dist.is_main()  # one rank speaks for all
@@ -149,8 +151,8 @@ def start(cfg: MasterConfig) -> tuple[BatchPlan, RunLock | None]:
 
 
 def training_data(cfg: MasterConfig, tokenizer) -> tuple[list[Problem], list[Problem], dict]:
-    """The training and validation problems (prompts over the limit dropped, with a count) and the warm-up's
-    references."""
+    """The training and validation problems (prompts over the limit dropped, with a count) and the
+    warm-up's references."""
     train, val, refs = load_data(cfg)
     check_dataset_names(cfg, {p.kind for p in train + val})
     check_reward_fits(cfg, {p.kind for p in train})  # (the kinds of rows read: a jsonl's known only now)
@@ -161,7 +163,8 @@ def rollout_generator(cfg: MasterConfig, policy, slots: int):
     """The rollout backend over the compute model (the execrl engine: `slots` sequences at once)."""
     gen, lora = cfg.policy.generation, cfg.policy.lora.enabled
     with dist.full_weights(policy.weights.master):  # the engine reads the full weights' layout
-        # LoRA: generate from merged weights where nothing trains meanwhile (sync, one process; rollout/decoder.py)
+        # LoRA: generate from merged weights where nothing trains meanwhile (sync, one process;
+        # rollout/decoder.py)
         merge = lora and not cfg.grpo.async_grpo.enabled and dist.world_size() == 1
         generator = build_generator(policy.weights.compute, policy.tokenizer, gen.backend, slots,
                                     cfg.policy.max_total_sequence_length, gen.cuda_graphs, gen.sync_every,
@@ -170,8 +173,8 @@ def rollout_generator(cfg: MasterConfig, policy, slots: int):
 
 
 def resume(run: Run) -> None:
-    """The latest checkpoint, where there is one (its config compared with this one's first); the log directory
-    started at the run's step, this run's config written there."""
+    """The latest checkpoint, where there is one (its config compared with this one's first); the
+    log directory started at the run's step, this run's config written there."""
     cfg = run.cfg
     found = checkpoint.latest(cfg.checkpointing.checkpoint_dir) if cfg.checkpointing.enabled else None
     if found is not None:
@@ -205,8 +208,9 @@ def reward_model(cfg: MasterConfig) -> RewardModel | None:
 
 
 def adapter(cfg: MasterConfig, peft_model) -> Adapter | None:
-    """A LoRA run's adapter: its base is the model it started from, or the run's own (checkpoint.save_base) where
-    the run makes it (the built-in model, built here; a supervised warm-up, which trains it)."""
+    """A LoRA run's adapter: its base is the model it started from, or the run's own
+    (checkpoint.save_base) where the run makes it (the built-in model, built here; a supervised
+    warm-up, which trains it)."""
     if peft_model is None:
         return None
     name = cfg.policy.model_name
@@ -218,13 +222,15 @@ def adapter(cfg: MasterConfig, peft_model) -> Adapter | None:
 
 
 def languages(problems: list[Problem]) -> tuple[str, ...]:
-    """The languages of the code problems: the grader checks each works in the sandbox before training starts."""
+    """The languages of the code problems: the grader checks each works in the sandbox before
+    training starts."""
     return tuple(sorted({p.language for p in problems if p.kind == "code"})) or ("python",)
 
 
 def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig, where: str = "data.train") -> list[Problem]:
-    """Prompts of at most prompt_limit(cfg) tokens (long prompts are the classic OOM), with a count of the rest that
-    names the keys setting the limit; every training problem dropped is an error."""
+    """Prompts of at most prompt_limit(cfg) tokens (long prompts are the classic OOM), with a count
+    of the rest that names the keys setting the limit; every training problem dropped is an
+    error."""
     limit = prompt_limit(cfg)
     lengths = [len(encode(make_env(cfg, None, p).reset(p), tokenizer)) for p in problems]
     kept = [p for p, n in zip(problems, lengths) if n <= limit]

@@ -1,4 +1,5 @@
-"""From scored rollouts to an optimizer update: advantages, token log-probabilities, micro-batched loss."""
+"""From scored rollouts to an optimizer update: advantages, token log-probabilities, micro-batched
+loss."""
 
 from __future__ import annotations
 
@@ -28,17 +29,19 @@ class TrainBatch:
     old_logprobs: torch.Tensor | None = None  # [N, L-1] proximal policy; None: the current logprobs detached
     ref_logprobs: torch.Tensor | None = None  # [N, L-1]
     sampler_logprobs: torch.Tensor | None = None  # [N, L-1] behaviour policy: the engine's logprob of each sampled
-                                                  # token where loss_mask is 1 (None: the backend gives none)
+                                                  # token where loss_mask is 1 (None: the backend
+                                                  # gives none)
     guided: dict[int, list[tuple[int, torch.Tensor]]] | None = None  # guided decoding: row -> (first position,
-    # the masks [n, W] its sampler used there) for each of its constrained turns; scored under the same masks
+    # the masks [n, W] its sampler used there) for each of its constrained turns; scored under the
+    # same masks
     kept: torch.Tensor | None = None  # [N] bool: the samples in the loss (NeMo RL's sample_mask): valid, not
     # overlong-filtered; None: those with loss tokens
 
 
 def advantages(rollouts: Rollouts, cfg: MasterConfig, baselines: RoleBaselines | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(advantages [N], rewards [num_groups, G], valid [num_groups, G]) by grpo.advantage's estimator; flat groups
-    get 0."""
+    """(advantages [N], rewards [num_groups, G], valid [num_groups, G]) by grpo.advantage's
+    estimator; flat groups get 0."""
     rewards, valid = rollouts.reward_table()
     # NeMo RL: with dynamic sampling the std that normalizes is that of the rewards before shaping
     raw = rollouts.reward_table(unshaped=True)[0] if cfg.grpo.use_dynamic_sampling else None
@@ -54,7 +57,8 @@ def advantages(rollouts: Rollouts, cfg: MasterConfig, baselines: RoleBaselines |
 
 
 def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_filtering: bool) -> TrainBatch:
-    """Right-padded trajectories; the loss mask comes from each trajectory (1 on the model's tokens only)."""
+    """Right-padded trajectories; the loss mask comes from each trajectory (1 on the model's tokens
+    only)."""
     trajs = rollouts.trajectories
     width = max(map(len, trajs), default=2)  # (a rank may hold no samples: more GPUs than groups)
     ids = torch.full((len(trajs), width), pad_id, dtype=torch.long)
@@ -62,8 +66,8 @@ def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_fil
     mask = torch.zeros(len(trajs), width - 1)
     logprobs = [t.sampler_logprobs for t in trajs]
     sampler = torch.zeros(len(trajs), width - 1) if all(lp is not None for lp in logprobs) else None
-    # the samples in the loss: not those the sandbox failed on (in no normalizer either), nor, with overlong
-    # filtering, the truncated ones
+    # the samples in the loss: not those the sandbox failed on (in no normalizer either), nor, with
+    # overlong filtering, the truncated ones
     kept = [r.valid and not (overlong_filtering and t.truncated) for r, t in zip(rollouts.rewards, trajs)]
     turns = []  # guided decoding: (row, first position, segment) of each constrained turn
     for i, t in enumerate(trajs):
@@ -87,14 +91,16 @@ def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_fil
 
 
 def importance_correction(cfg: MasterConfig) -> bool:
-    """Whether the loss weights tokens by pi_old / pi_sampler: as configured, else on exactly when async."""
+    """Whether the loss weights tokens by pi_old / pi_sampler: as configured, else on exactly when
+    async."""
     on = cfg.loss_fn.use_importance_sampling_correction
     return cfg.grpo.async_grpo.enabled if on is None else on
 
 
 def sampler_filter(cfg: MasterConfig) -> tuple[int | None, float] | None:
-    """(top_k, top_p) of the training rollouts' sampler, under which the trainer scores tokens as NeMo RL does (the
-    filtered, renormalized distribution); None: no filter (or greedy rollouts, which are not filtered)."""
+    """(top_k, top_p) of the training rollouts' sampler, under which the trainer scores tokens as
+    NeMo RL does (the filtered, renormalized distribution); None: no filter (or greedy rollouts,
+    which are not filtered)."""
     gen = cfg.policy.generation
     if gen.temperature == 0 or (gen.top_k is None and gen.top_p >= 1.0):
         return None
@@ -104,11 +110,12 @@ def sampler_filter(cfg: MasterConfig) -> tuple[int | None, float] | None:
 def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, select: torch.Tensor, temperature: float = 1.0,
                    allowed: torch.Tensor | None = None, top: tuple[int | None, float] | None = None,
                    unfiltered: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """log pi(token_{t+1} | tokens_<=t) under softmax(logits / temperature), its entropy, and (with `unfiltered`) the
-    logprob without the top filter, at the positions in `select` [B, L-1] (zeros elsewhere): three [B, L-1] (the last
-    None unless asked for). The LM head runs only there, in chunks. `allowed` [B, L-1, W] (guided decoding's
-    bitmasks): the distribution restricted to the tokens the sampler allowed; `top` (top_k, top_p): filtered by the
-    sampler's filter and renormalized."""
+    """log pi(token_{t+1} | tokens_<=t) under softmax(logits / temperature), its entropy, and (with
+    `unfiltered`) the logprob without the top filter, at the positions in `select` [B, L-1] (zeros
+    elsewhere): three [B, L-1] (the last None unless asked for). The LM head runs only there, in
+    chunks. `allowed` [B, L-1, W] (guided decoding's bitmasks): the distribution restricted to the
+    tokens the sampler allowed; `top` (top_k, top_p): filtered by the sampler's filter and
+    renormalized."""
     select = select.bool()
     targets = ids[:, 1:][select]  # [N]
     allowed = None if allowed is None else allowed[select]  # [N, W]
@@ -135,9 +142,10 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, select: torch.T
 
 
 def final_hidden(model, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-    """The decoder's output after the final norm [B, L, d], from the model's own forward with the LM head applied at
-    no position. Through forward, not the decoder alone, because FSDP hooks forward: a sharded model gathers its
-    embeddings, final norm and head there (and keeps them gathered for the head's use and the backward)."""
+    """The decoder's output after the final norm [B, L, d], from the model's own forward with the LM
+    head applied at no position. Through forward, not the decoder alone, because FSDP hooks forward:
+    a sharded model gathers its embeddings, final norm and head there (and keeps them gathered for
+    the head's use and the backward)."""
     out = {}
 
     def keep(_module, _args, output) -> None:  # returns None: the output goes on unchanged
@@ -153,7 +161,8 @@ def final_hidden(model, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
 
 
 def micro_batches(batch: TrainBatch, rows: range, micro: int) -> list[list[int]]:
-    """Rows of similar length together (any split gives the same gradient: normalizers are global)."""
+    """Rows of similar length together (any split gives the same gradient: normalizers are
+    global)."""
     lengths = batch.attention_mask.sum(1)
     order = sorted(rows, key=lambda i: int(lengths[i]))
     return [order[i:i + micro] for i in range(0, len(order), micro)]
@@ -161,8 +170,8 @@ def micro_batches(batch: TrainBatch, rows: range, micro: int) -> list[list[int]]
 
 def take(batch: TrainBatch, rows: list[int], device
          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """(ids, attention, loss mask, row index, guided decoding's masks [b, width-1, W] or None) of some rows, trimmed
-    to their longest sequence, on the device."""
+    """(ids, attention, loss mask, row index, guided decoding's masks [b, width-1, W] or None) of
+    some rows, trimmed to their longest sequence, on the device."""
     idx = torch.tensor(rows)
     width = int(batch.attention_mask[idx].sum(1).max())
     allowed = None
@@ -178,8 +187,8 @@ def take(batch: TrainBatch, rows: list[int], device
 
 
 def idle_pass(model, device) -> None:
-    """A forward and backward through every parameter that add nothing to any gradient: what a rank with fewer
-    micro-batches than another runs in their place."""
+    """A forward and backward through every parameter that add nothing to any gradient: what a rank
+    with fewer micro-batches than another runs in their place."""
     ids = torch.zeros(1, 2, dtype=torch.long, device=device)
     logp, _, _ = token_logprobs(model, ids, torch.ones_like(ids), torch.ones(1, 1, device=device))
     (logp.sum() * 0.0).backward()
@@ -188,7 +197,8 @@ def idle_pass(model, device) -> None:
 @torch.no_grad()
 def score_tokens(model, batch: TrainBatch, micro: int, temperature: float,
                  top: tuple[int | None, float] | None = None) -> torch.Tensor:
-    """Each token's logprob [N, L-1] (no gradient), under the sampler's filter `top` (None: unfiltered)."""
+    """Each token's logprob [N, L-1] (no gradient), under the sampler's filter `top` (None:
+    unfiltered)."""
     device = next(model.parameters()).device
     out = torch.zeros_like(batch.loss_mask)
     with dist.full_weights(model):  # a sharded model: gathered once for all micro-batches
@@ -199,9 +209,9 @@ def score_tokens(model, batch: TrainBatch, micro: int, temperature: float,
 
 
 def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: MasterConfig, plan: BatchPlan) -> dict:
-    """One or more optimizer steps over the batch (whole groups each), micro-batched with gradient accumulation:
-    forward and backward on the compute model, gradients accumulated and applied in the master's dtype; `scheduler`
-    steps after each optimizer step (None: not here)."""
+    """One or more optimizer steps over the batch (whole groups each), micro-batched with gradient
+    accumulation: forward and backward on the compute model, gradients accumulated and applied in
+    the master's dtype; `scheduler` steps after each optimizer step (None: not here)."""
     model = weights.compute
     device, loss_cfg = next(model.parameters()).device, cfg.loss_fn
     temperature, correct = scoring_temperature(cfg.policy.generation.temperature), importance_correction(cfg)
@@ -218,16 +228,18 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
     mine = len(batch.input_ids) // steps  # this rank's rows of each optimizer batch: whole groups, maybe none
     for k in range(steps):
         rows = range(k * mine, (k + 1) * mine)
-        # The normalizers are those of the whole optimizer batch, over all ranks: each rank's loss is then its share
-        # of the global mean, and the gradients summed over ranks are the one-process gradient.
-        # sequences: NeMo RL's valid ones (not infra_error, not overlong-filtered), with loss tokens or not
+        # The normalizers are those of the whole optimizer batch, over all ranks: each rank's loss
+        # is then its share of the global mean, and the gradients summed over ranks are the
+        # one-process gradient. sequences: NeMo RL's valid ones (not infra_error, not
+        # overlong-filtered), with loss tokens or not
         own = batch.loss_mask[rows.start:rows.stop]
         kept = (own.sum(1) > 0) if batch.kept is None else batch.kept[rows.start:rows.stop]
         num_tokens, num_seqs = dist.sum_floats(own.sum().item(), kept.sum().item())
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0
         parts = micro_batches(batch, rows, plan.micro_batch)
-        # every rank makes as many passes (FSDP gathers and reduces in them): one with fewer groups idles in step
+        # every rank makes as many passes (FSDP gathers and reduces in them): one with fewer groups
+        # idles in step
         passes = plan.micro_batches_per_optimizer_step if dist.world_size() > 1 else len(parts)
         for i in range(passes):
             dist.reduce_after_backward(model, last=i == passes - 1)
@@ -238,7 +250,8 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
             ids, attn, mask, idx, allowed = take(batch, parts[i], device)
             logp, entropy, raw = token_logprobs(model, ids, attn, mask > 0, temperature, allowed, top, unfiltered=kl)
             width = mask.shape[1]
-            # the proximal policy: the weights as this step began (one optimizer step: the current ones, detached)
+            # the proximal policy: the weights as this step began (one optimizer step: the current
+            # ones, detached)
             old = logp.detach() if batch.old_logprobs is None else batch.old_logprobs[idx, :width].to(device)
             terms = LossTerms(logp, old, batch.advantages[idx].to(device), mask,
                               None if batch.ref_logprobs is None else batch.ref_logprobs[idx, :width].to(device),

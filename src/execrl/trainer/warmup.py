@@ -1,7 +1,7 @@
-"""Supervised warm-up on reference completions (the built-in default's first few seconds): cross-entropy on the
-model's turns only. A reference is the conversation after the prompt: the model's turns (trained on unless marked
-`"train": False`) and the environment's (context), the latter as token deltas of the chat template, exactly as in
-rollouts."""
+"""Supervised warm-up on reference completions (the built-in default's first few seconds):
+cross-entropy on the model's turns only. A reference is the conversation after the prompt: the
+model's turns (trained on unless marked `"train": False`) and the environment's (context), the
+latter as token deltas of the chat template, exactly as in rollouts."""
 
 from __future__ import annotations
 
@@ -20,11 +20,12 @@ from execrl.trainer.rollouts import encode
 
 
 def feedback_reference(problem: Problem, rng: random.Random, cfg) -> list[dict]:
-    """A warm-up reference for the unit-test feedback environment, from a problem that carries `wrong_attempts`
-    (programs with their outputs on its tests) and a `reference_completion`: one wrong attempt, the environment's
-    feedback on its public tests, then the right program. Only the right program is trained on (the wrong one is
-    context), so the warm-up teaches using feedback, never making mistakes; a wrong attempt that passes the public
-    tests gives the plain reference instead."""
+    """A warm-up reference for the unit-test feedback environment, from a problem that carries
+    `wrong_attempts` (programs with their outputs on its tests) and a `reference_completion`: one
+    wrong attempt, the environment's feedback on its public tests, then the right program. Only the
+    right program is trained on (the wrong one is context), so the warm-up teaches using feedback,
+    never making mistakes; a wrong attempt that passes the public tests gives the plain reference
+    instead."""
     reference = {"role": "assistant", "content": problem.metadata["reference_completion"]}
     wrong = rng.choice(problem.metadata["wrong_attempts"])
     public = truncate_tests(problem.tests, cfg.env.multi_turn.public_tests)
@@ -38,7 +39,8 @@ def feedback_reference(problem: Problem, rng: random.Random, cfg) -> list[dict]:
 
 
 def reference_ids(prompt: list[int], turns: list[dict], tokenizer) -> tuple[list[int], list[int]]:
-    """(token ids, labels) of a prompt and its reference turns; labels are -100 where nothing is learned."""
+    """(token ids, labels) of a prompt and its reference turns; labels are -100 where nothing is
+    learned."""
     ids, labels = list(prompt), [-100] * len(prompt)
     for m in turns:
         if m["role"] == "assistant":

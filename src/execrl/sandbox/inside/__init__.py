@@ -1,5 +1,5 @@
-"""What runs inside the sandbox. Standard library only, and nothing else of execrl: these processes fork once
-per test, so what they import is paid for on every fork.
+"""What runs inside the sandbox. Standard library only, and nothing else of execrl: these processes
+fork once per test, so what they import is paid for on every fork.
 
   zygote.py    the sandboxed process: a loop over the grader's requests, one forked child per test,
                cleanup of every process and file after each

@@ -1,5 +1,6 @@
-"""The zygote's side of its sandbox's cgroup (sandbox/cgroups.py made it and passed the fds of its files): a child
-enters it before the program runs; the zygote sets its limits per child and reads what the program used."""
+"""The zygote's side of its sandbox's cgroup (sandbox/cgroups.py made it and passed the fds of its
+files): a child enters it before the program runs; the zygote sets its limits per child and reads
+what the program used."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ class Cgroup:
         return [*self.procs, *self.fds.values()]
 
     def enter(self) -> None:
-        """In the forked child, before anything of the program: this process (and all it will start) into the
-        cgroup, in every hierarchy."""
+        """In the forked child, before anything of the program: this process (and all it will start)
+        into the cgroup, in every hierarchy."""
         for fd in self.procs:
             os.write(fd, b"0")
 
@@ -39,8 +40,8 @@ class Cgroup:
         return _field(self.fds["cpu"], "usage_usec") / 1e6
 
     def memory(self) -> int:
-        """Bytes charged to the program beyond the file cache it reads through (which the kernel reclaims at the
-        limit): its pages, its tmpfs files, and the kernel memory of its objects."""
+        """Bytes charged to the program beyond the file cache it reads through (which the kernel
+        reclaims at the limit): its pages, its tmpfs files, and the kernel memory of its objects."""
         file, shmem = (("cache", "shmem") if self.version == 1 else ("file", "shmem"))
         stat = _fields(self.fds["stat"])
         return int(_read(self.fds["usage"])) - stat.get(file, 0) + stat.get(shmem, 0)

@@ -1,6 +1,7 @@
-"""The checker child: trusted test code runs here, never the program. Every name the tests use but do not define
-is a stub that calls into the program's process and gets back plain data, so the program never sees a test or
-an expected value, and nothing it does can change how this process compares."""
+"""The checker child: trusted test code runs here, never the program. Every name the tests use but
+do not define is a stub that calls into the program's process and gets back plain data, so the
+program never sees a test or an expected value, and nothing it does can change how this process
+compares."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from .protocol import decode, encode, recv_msg, send_msg
 
 
 class RemoteError(Exception):
-    """The program raised while a test called it. Where the program's exception is a builtin one, what a test gets is
-    also an instance of that builtin class (remote_error), so `except ValueError` and pytest.raises work."""
+    """The program raised while a test called it. Where the program's exception is a builtin one,
+    what a test gets is also an instance of that builtin class (remote_error), so `except
+    ValueError` and pytest.raises work."""
 
     kind = ""  # the program's exception class, e.g. "TypeError"
 
@@ -30,8 +32,8 @@ _ERRORS: dict[str, type] = {}
 
 
 def remote_error(kind: str, message: str) -> RemoteError:
-    """The exception a test sees for the program's `kind`: a RemoteError, and an instance of the builtin class of that
-    name when there is one (an Exception, not StopIteration)."""
+    """The exception a test sees for the program's `kind`: a RemoteError, and an instance of the
+    builtin class of that name when there is one (an Exception, not StopIteration)."""
     if kind not in _ERRORS:
         base = getattr(builtins, kind, None)
         cls = RemoteError
@@ -98,12 +100,13 @@ def _opaque(what: str):
 
 
 class Remote:
-    """Stands for a function, class or object that lives in the program's process. Tests may call it, read and set
-    its attributes, and pass it back to the program; what comes back is plain data. It has no equality, hash or
-    ordering (a stand-in's would say nothing of the program's value, and the program's __eq__ could lie), and `is`
-    against it is refused too (_plain_operand), but for `is None` and `is not None` (the program's None comes back as
-    None, never as a stand-in); its truth (`assert re.search(...)` in MBPP), length, iteration (list(gen)), next()
-    and str are the program's own answers, plain data, as good as a plain return value."""
+    """Stands for a function, class or object that lives in the program's process. Tests may call
+    it, read and set its attributes, and pass it back to the program; what comes back is plain data.
+    It has no equality, hash or ordering (a stand-in's would say nothing of the program's value, and
+    the program's __eq__ could lie), and `is` against it is refused too (_plain_operand), but for
+    `is None` and `is not None` (the program's None comes back as None, never as a stand-in); its
+    truth (`assert re.search(...)` in MBPP), length, iteration (list(gen)), next() and str are the
+    program's own answers, plain data, as good as a plain return value."""
 
     __slots__ = ("_rpc", "_target", "_attrs")
 
@@ -111,7 +114,8 @@ class Remote:
         self._rpc, self._target, self._attrs = rpc, target, attrs
 
     def __getattr__(self, name: str):
-        """The attribute's value as plain data (`node.val`), or a stand-in for a method or a non-plain object."""
+        """The attribute's value as plain data (`node.val`), or a stand-in for a method or a
+        non-plain object."""
         if name.startswith("__"):
             raise AttributeError(name)
         try:
@@ -135,7 +139,8 @@ class Remote:
         return self._rpc.request(req)
 
     def _ask(self, op: str, kind: type, what: str):
-        """The program's own answer to bool(), len(), list() or str() of its object, which must be a plain `kind`."""
+        """The program's own answer to bool(), len(), list() or str() of its object, which must be a
+        plain `kind`."""
         value = self._rpc.request({"op": op, "target": list(self._target), "attrs": list(self._attrs)})
         if type(value) is not kind:
             raise TypeError(f"the program's object has no plain {what}")
@@ -156,7 +161,8 @@ class Remote:
         return iter(self._ask("list", list, "iteration to a list"))
 
     def __next__(self):
-        """next() of the program's iterator or generator: its next item, as plain data or a stand-in."""
+        """next() of the program's iterator or generator: its next item, as plain data or a
+        stand-in."""
         try:
             return self._rpc.request({"op": "next", "target": list(self._target), "attrs": list(self._attrs)})
         except RemoteError as e:
@@ -180,8 +186,8 @@ class Remote:
 
 
 def _plain_operand(v):
-    """`x is y` and `x is not y` with a program object on either side: refused as == is (identity of a stand-in
-    object says nothing about the program's value)."""
+    """`x is y` and `x is not y` with a program object on either side: refused as == is (identity of
+    a stand-in object says nothing about the program's value)."""
     if isinstance(v, Remote):
         raise TypeError(f"compared a program object ({v!r}) by identity: only plain data compares")
     return v
@@ -191,9 +197,10 @@ _CALLBACKS: dict[int, object] = {}  # functions the tests passed to the program,
 
 
 def _remote_arg(v) -> dict:
-    """Arguments sent to the program: plain data, program objects it handed out before, and functions (the tests'
-    lambdas and functions, builtins such as `len`), which stay here: the program gets a stand-in that calls back, and
-    sees only the plain results, never the function's code or the test's data it uses."""
+    """Arguments sent to the program: plain data, program objects it handed out before, and
+    functions (the tests' lambdas and functions, builtins such as `len`), which stay here: the
+    program gets a stand-in that calls back, and sees only the plain results, never the function's
+    code or the test's data it uses."""
     if isinstance(v, Remote):
         return {"ref": [list(v._target), list(v._attrs)]}
     if callable(v):
@@ -204,7 +211,8 @@ def _remote_arg(v) -> dict:
 
 
 def _run_callback(request: dict, make_handle) -> dict:
-    """The program called a test's function: run it here on the plain arguments; its plain result, or its error."""
+    """The program called a test's function: run it here on the plain arguments; its plain result,
+    or its error."""
     try:
         fn = _CALLBACKS[request["callback"]]
         args, kwargs = decode(request.get("args", []), make_handle), decode(request.get("kwargs", {}), make_handle)
@@ -216,7 +224,8 @@ def _run_callback(request: dict, make_handle) -> dict:
 
 
 def _text(e: BaseException) -> str:
-    """str(e), for any exception: a program's object in an assert message can make str() raise or call back."""
+    """str(e), for any exception: a program's object in an assert message can make str() raise or
+    call back."""
     try:
         return str(e)
     except BaseException:  # noqa: BLE001
@@ -224,8 +233,8 @@ def _text(e: BaseException) -> str:
 
 
 class _GuardIdentity(ast.NodeTransformer):
-    """Rewrites test code so that `is` and `is not` refuse program objects (_plain_operand), except against a literal
-    None, True, False or Ellipsis, whose answer a stand-in gives right."""
+    """Rewrites test code so that `is` and `is not` refuse program objects (_plain_operand), except
+    against a literal None, True, False or Ellipsis, whose answer a stand-in gives right."""
 
     def visit_Compare(self, node: ast.Compare):
         self.generic_visit(node)
@@ -281,7 +290,8 @@ def _bind_remote(g: dict, rpc: _Rpc, names: list[str]) -> list[str]:
 
 
 def checker_child(job: dict) -> None:
-    """Runs trusted test code against the program over RPC; one status line per test; never returns."""
+    """Runs trusted test code against the program over RPC; one status line per test; never
+    returns."""
 
     setup_done()  # from here on nothing is a set-up failure of ours: it talks to the program
     sys.set_int_max_str_digits(0)
@@ -298,9 +308,9 @@ def checker_child(job: dict) -> None:
         free, builtin_names = _free_names(every)
         bound = _bind_remote(g, rpc, sorted(free | ({entry} if entry else set())))
         if not bound and not entry:
-            # tests that call nothing of the program's but a builtin's name test the program's own `sum`
-            # (MBPP 126); otherwise a builtin the tests use stays the builtin, so a program cannot redefine
-            # `set` or `sorted` to make both sides of an assert agree
+            # tests that call nothing of the program's but a builtin's name test the program's own
+            # `sum` (MBPP 126); otherwise a builtin the tests use stays the builtin, so a program
+            # cannot redefine `set` or `sorted` to make both sides of an assert agree
             _bind_remote(g, rpc, sorted(builtin_names))
         exec(compile_test(job.get("setup", ""), "<setup>"), g)
     except RemoteTimeout:

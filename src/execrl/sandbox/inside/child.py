@@ -1,4 +1,5 @@
-"""The forked child of a runner zygote: set-up, then the program. Every function here runs in the child only."""
+"""The forked child of a runner zygote: set-up, then the program. Every function here runs in the
+child only."""
 
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ import types
 from . import seccomp
 from .protocol import decode, encode, recv_msg, send_msg
 
-# fds of a child: 0-2 stdin/stdout/stderr, STATUS_FD its status line, RPC_FD the checker's channel (assert and check
-# forms), REPORT_FD where a failure of our own set-up is reported: it is closed before the program runs (or on exec),
-# so nothing a program does can claim to be the sandbox's failure
+# fds of a child: 0-2 stdin/stdout/stderr, STATUS_FD its status line, RPC_FD the checker's channel
+# (assert and check forms), REPORT_FD where a failure of our own set-up is reported: it is closed
+# before the program runs (or on exec), so nothing a program does can claim to be the sandbox's
+# failure
 STATUS_FD, RPC_FD, REPORT_FD = 3, 4, 5
 
 def _set_limits(lim: dict, cpu_s: float) -> None:
@@ -53,17 +55,17 @@ _CAP_HEADER = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this pro
 
 
 def _drop_capabilities() -> None:
-    """No capability left (the zygote's CAP_SYS_ADMIN and CAP_NET_ADMIN in bwrap-user mode, where the uid stays);
-    with no_new_privs set, exec cannot give them back."""
+    """No capability left (the zygote's CAP_SYS_ADMIN and CAP_NET_ADMIN in bwrap-user mode, where
+    the uid stays); with no_new_privs set, exec cannot give them back."""
     seccomp.LIBC.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
     if seccomp.LIBC.capset(ctypes.byref(_CAP_HEADER), _NO_CAPS) != 0:
         raise OSError(ctypes.get_errno(), "capset failed")
 
 
 def child_setup(lim: dict, cpu_s: float, uid: int, fds: dict[int, int], cwd: str, enter=None) -> None:
-    """In the forked child: into the program's cgroup (`enter`, where there is one), own session, fds in place,
-    everything else closed (the cgroup's too), limits, the uid, no capabilities. (The seccomp filter is the zygote's,
-    installed once and inherited.)"""
+    """In the forked child: into the program's cgroup (`enter`, where there is one), own session,
+    fds in place, everything else closed (the cgroup's too), limits, the uid, no capabilities. (The
+    seccomp filter is the zygote's, installed once and inherited.)"""
     if enter is not None:
         enter()
     os.setsid()
@@ -113,8 +115,9 @@ def text_stream(fd: int, mode: str, errors: str) -> io.TextIOWrapper:
     return io.TextIOWrapper(buf, encoding="utf-8", errors=errors, line_buffering=(fd == 2))
 
 
-# The child's sys.stdin/stdout/stderr, built once by the zygote (which never uses them): each forked child gets
-# its own copy, bound to whatever files it has dup2'ed onto fds 0-2, without paying to build them per test.
+# The child's sys.stdin/stdout/stderr, built once by the zygote (which never uses them): each forked
+# child gets its own copy, bound to whatever files it has dup2'ed onto fds 0-2, without paying to
+# build them per test.
 _STREAMS: list = []
 
 
@@ -138,9 +141,9 @@ def write_status(status: dict) -> None:
 
 
 def _python_program(src_path: str, name: str) -> dict:
-    """Exec the program as the module `name`, in sys.modules as plain Python has its main module (pickle, dataclasses
-    and multiprocessing look its classes and functions up there), compiled with none of our own __future__ flags;
-    returns its globals. Exceptions propagate."""
+    """Exec the program as the module `name`, in sys.modules as plain Python has its main module
+    (pickle, dataclasses and multiprocessing look its classes and functions up there), compiled with
+    none of our own __future__ flags; returns its globals. Exceptions propagate."""
 
     with open(src_path, "rb") as f:
         source = f.read()
@@ -223,7 +226,8 @@ def _resolve_entry(g: dict, fn_name: str):
 
 
 def _serve(g: dict) -> None:
-    """Answer the checker's calls: each resolves a name or handle, calls it, returns plain data or a handle."""
+    """Answer the checker's calls: each resolves a name or handle, calls it, returns plain data or a
+    handle."""
     sock = socket.socket(fileno=RPC_FD)
     handles: dict = {}
 

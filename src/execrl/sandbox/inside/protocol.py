@@ -1,4 +1,5 @@
-"""Messages between the grader and the zygotes, and the plain data that crosses into and out of programs."""
+"""Messages between the grader and the zygotes, and the plain data that crosses into and out of
+programs."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import sys
 
 
 def send_msg(sock: socket.socket, header: dict, blobs=(), fds=()) -> None:
-    """One message: 4-byte length, JSON header (with blob lengths), raw blobs, then fds on one extra byte."""
+    """One message: 4-byte length, JSON header (with blob lengths), raw blobs, then fds on one extra
+    byte."""
     header = dict(header, blobs=[len(b) for b in blobs], nfds=len(fds))
     raw = json.dumps(header).encode()
     sock.sendall(struct.pack(">I", len(raw)) + raw + b"".join(blobs))
@@ -50,7 +52,8 @@ _TYPES = {t.__name__: t for t in (*_BASES, object, type(None))}  # types a test 
 
 
 def _downcast(v, base):
-    """The base-type data of a subclass instance, read through the base type's own methods (no overrides)."""
+    """The base-type data of a subclass instance, read through the base type's own methods (no
+    overrides)."""
     if base is int:
         return int.__int__(v)
     if base is float:
@@ -70,7 +73,8 @@ MAX_DEPTH = 200  # plain data nested deeper than this is refused both ways (deep
 
 
 def encode(v, other=None, depth: int = 0):
-    """Plain data -> JSON-able tagged form. Anything else goes to `other(v)` (a handle), or raises TypeError."""
+    """Plain data -> JSON-able tagged form. Anything else goes to `other(v)` (a handle), or raises
+    TypeError."""
     if depth > MAX_DEPTH:
         raise TypeError(f"value nested more than {MAX_DEPTH} deep")
     t = type(v)
@@ -108,9 +112,10 @@ def encode(v, other=None, depth: int = 0):
 
 
 class Unhashed:
-    """A set, frozenset or dict as a program sent it, decoded with hashed=False: its items (a dict's as (key, value)
-    pairs) in a list, never hashed. The grader compares these without building a set or dict of a program's values
-    (integers equal mod 2**61 - 1 share one hash: a set of many such would take time quadratic in their number)."""
+    """A set, frozenset or dict as a program sent it, decoded with hashed=False: its items (a dict's
+    as (key, value) pairs) in a list, never hashed. The grader compares these without building a set
+    or dict of a program's values (integers equal mod 2**61 - 1 share one hash: a set of many such
+    would take time quadratic in their number)."""
 
     __slots__ = ("kind", "items")
 
@@ -125,9 +130,9 @@ class Unhashed:
 
 
 def decode(obj, make_handle=None, depth: int = 0, hashed: bool = True):
-    """Inverse of encode. `make_handle(key)` builds the object that stands for a remote handle; hashed=False leaves
-    sets and dicts as Unhashed. Input that encode cannot have made (it may come from a program) raises ValueError,
-    whatever is wrong with it."""
+    """Inverse of encode. `make_handle(key)` builds the object that stands for a remote handle;
+    hashed=False leaves sets and dicts as Unhashed. Input that encode cannot have made (it may come
+    from a program) raises ValueError, whatever is wrong with it."""
     try:
         return _decode(obj, make_handle, depth, hashed)
     except ValueError:

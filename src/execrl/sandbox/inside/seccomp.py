@@ -1,5 +1,6 @@
-"""A seccomp filter the zygote installs on itself at start, so that every child it forks, the program's processes and
-what they exec inherit it (a filter cannot be removed). It refuses the kernel objects that outlive a process or escape its limits:
+"""A seccomp filter the zygote installs on itself at start, so that every child it forks, the
+program's processes and what they exec inherit it (a filter cannot be removed). It refuses the
+kernel objects that outlive a process or escape its limits:
 
   SysV IPC (shm, semaphores, message queues), POSIX message queues   would carry state from one program to the next
                                                                      and hold host memory after the program ended
@@ -12,8 +13,9 @@ what they exec inherit it (a filter cannot be removed). It refuses the kernel ob
   files; the zygote makes its children's streams before it           holds memory in no process and on no
   installs this filter)                                              filesystem the sandbox measures
 
-multiprocessing, threads, subprocesses and shared memory through /dev/shm (POSIX shm_open, named semaphores) are
-unaffected. Where the machine is neither x86_64 nor aarch64, no filter is installed (`supported()` says so).
+multiprocessing, threads, subprocesses and shared memory through /dev/shm (POSIX shm_open, named
+semaphores) are unaffected. Where the machine is neither x86_64 nor aarch64, no filter is installed
+(`supported()` says so).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import platform
 import struct
 
 CLONE_NEWUSER = 0x10000000
-# per architecture: AUDIT_ARCH value, refused calls, unshare, clone, clone3, calls refused with ENOSYS
+# per architecture: AUDIT_ARCH value, refused calls, unshare, clone, clone3, calls refused with
+# ENOSYS
 _TABLES = {
     "x86_64": (0xC000003E, (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220,  # SysV shm, sem, msg
                             240, 241, 242, 243, 244, 245,  # mq_*
@@ -84,7 +87,8 @@ def supported() -> bool:
 
 
 def install() -> None:
-    """Install the filter on this process (after no_new_privs). Raises OSError if the kernel refuses it."""
+    """Install the filter on this process (after no_new_privs). Raises OSError if the kernel refuses
+    it."""
     if _FPROG is None:
         return
     if LIBC.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS

@@ -43,8 +43,8 @@ from .child import (
 )
 from .protocol import MAX_DEPTH, decode, recv_msg, send_msg
 
-# Not imported here: threading and random. Their at-fork handlers would add ~0.75 ms to every test's fork;
-# a program that uses threads imports threading itself.
+# Not imported here: threading and random. Their at-fork handlers would add ~0.75 ms to every test's
+# fork; a program that uses threads imports threading itself.
 
 ROOT = "/tmp"  # the program's writable tmpfs (a fresh temporary directory when there are no namespaces)
 PROGRAM_DIR = "/tmp/prog"  # the program's own directory (its source, its binary), wiped between programs
@@ -65,7 +65,8 @@ class Zygote:
         seccomp.LIBC.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back to us
         tops = (ROOT, "/dev/shm") if self.is_init else (ROOT,)  # the program's tmpfs, and their modes
         self.tops = {top: stat.S_IMODE(os.stat(top).st_mode) for top in tops}
-        # a fresh tmpfs of the same size for each program, where nothing of ours is bound inside it (else it is wiped)
+        # a fresh tmpfs of the same size for each program, where nothing of ours is bound inside it
+        # (else it is wiped)
         self.fresh = {top: os.statvfs(top).f_blocks * os.statvfs(top).f_frsize for top in tops
                       if self.is_init and not any(k.startswith(top + "/") for k in KEEP)}
         if self.fresh:
@@ -75,10 +76,12 @@ class Zygote:
         self.last_pid = _open_last_pid() if self.is_init else None  # (no namespaces: no PID namespace to reset)
         self.net_seen: bytes | None = None  # what our network namespace read as when it was new (_net_state)
         self.diag: socket.socket | None = None  # our sock_diag socket in that namespace (_unix_socket_memory)
-        # the exit log, where the kernel allows it (bwrap-root mode) and no cgroup charges reaped children's CPU
+        # the exit log, where the kernel allows it (bwrap-root mode) and no cgroup charges reaped
+        # children's CPU
         self.exits = ExitLog.open() if self.is_init and cgroup is None else None
         self.reset()
-        # the children's streams, made once and emptied for each child (_streams_for): the filter refuses memfds
+        # the children's streams, made once and emptied for each child (_streams_for): the filter
+        # refuses memfds
         self.streams = {0: _memfd("stdin"), 1: _memfd("stdout"), 2: _memfd("stderr"), STATUS_FD: _memfd("status")}
         seccomp.install()  # once, here: every child inherits it (the zygote itself needs none of what it refuses)
 
@@ -135,7 +138,8 @@ class Zygote:
                     return
 
     def reset(self) -> None:
-        """Kill everything and delete every file a program could have written: nothing carries over."""
+        """Kill everything and delete every file a program could have written: nothing carries
+        over."""
         self.kill_all()
         _collect_unix_sockets()
         for top, mode in self.tops.items():
@@ -155,28 +159,31 @@ class Zygote:
             self.fresh_namespaces()
 
     def fresh_namespaces(self) -> None:
-        """The next program starts where the first one did: with the PID counter back at 1 (only we are alive now),
-        and in a network namespace as new: a fresh one (loopback up; the last one goes with its last socket) unless
-        the one we are in reads exactly as it did when it was new (no socket left in it, no packet, no counter
-        moved: a program that never used the network changed nothing there, and a new one costs ~0.5 ms)."""
+        """The next program starts where the first one did: with the PID counter back at 1 (only we
+        are alive now), and in a network namespace as new: a fresh one (loopback up; the last one
+        goes with its last socket) unless the one we are in reads exactly as it did when it was new
+        (no socket left in it, no packet, no counter moved: a program that never used the network
+        changed nothing there, and a new one costs ~0.5 ms)."""
         if _net_state() != self.net_seen:
             if self.diag is not None:
                 self.diag.close()
             _check(seccomp.LIBC.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", IFF_UP | IFF_RUNNING))
-            # one sock_diag socket per namespace, for its life: made and closed per sample, its slow release would
-            # show in the namespace's socket count (sockstat) when the next program looks
+            # one sock_diag socket per namespace, for its life: made and closed per sample, its slow
+            # release would show in the namespace's socket count (sockstat) when the next program
+            # looks
             self.diag = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG)
             self.net_seen = _net_state()
         os.pwrite(self.last_pid, b"1", 0)
 
     # -- measuring a running program: all of its processes, not only the one we forked
     def _usage(self) -> tuple[float, float, int]:
-        """CPU seconds of the program's live processes, their own and with the children they reaped, and their memory
-        in bytes: proportional set sizes (shared pages counted once), plus what it keeps in the sandbox's tmpfs (files,
-        inodes and extended attributes) and in the queues of its sockets. With a cgroup: the memory it charges (and
-        the TCP and UDP queues, which cgroup v1 does not charge); its CPU is read in _cpu_spent."""
+        """CPU seconds of the program's live processes, their own and with the children they reaped,
+        and their memory in bytes: proportional set sizes (shared pages counted once), plus what it
+        keeps in the sandbox's tmpfs (files, inodes and extended attributes) and in the queues of
+        its sockets. With a cgroup: the memory it charges (and the TCP and UDP queues, which cgroup
+        v1 does not charge); its CPU is read in _cpu_spent."""
         if self.cg is not None:
             return 0.0, 0.0, self.cg.memory() + (_inet_queue_memory() if self.cg.version == 1 else 0)
         own, cpu, mem, memfds = 0.0, 0.0, 0, {}
@@ -194,17 +201,19 @@ class Zygote:
         if self.is_init:
             for top in (ROOT, "/dev/shm"):
                 st = os.statvfs(top)
-                # its files' pages, and the kernel memory of its inodes and extended attributes: tmpfs counts both in
-                # "inode space", 1 KiB an inode plus each xattr's size, which statfs reports in free 1 KiB inodes
+                # its files' pages, and the kernel memory of its inodes and extended attributes:
+                # tmpfs counts both in "inode space", 1 KiB an inode plus each xattr's size, which
+                # statfs reports in free 1 KiB inodes
                 mem += (st.f_blocks - st.f_bfree) * st.f_frsize + (st.f_files - st.f_ffree) * 1024
             mem += _unix_socket_memory(self.diag) + _inet_queue_memory()  # (the namespace is the program's alone)
         return own, cpu, mem
 
     def _cpu_spent(self, cpu_before: float, live_own: float = 0.0, live: float = 0.0) -> float:
-        """CPU seconds of the program's processes since cpu_before: those we or their parents reaped (our children's
-        rusage, exact), or, where more, the own times of every process that ended (the exit log: also those the kernel
-        reaped for a parent that ignores SIGCHLD, whose time reaches no parent), plus those still alive. With a
-        cgroup: what the kernel charged it since cpu_before (_cpu_now), all of that."""
+        """CPU seconds of the program's processes since cpu_before: those we or their parents reaped
+        (our children's rusage, exact), or, where more, the own times of every process that ended
+        (the exit log: also those the kernel reaped for a parent that ignores SIGCHLD, whose time
+        reaches no parent), plus those still alive. With a cgroup: what the kernel charged it since
+        cpu_before (_cpu_now), all of that."""
         if self.cg is not None:
             return self.cg.cpu_s() - cpu_before
         reaped = _reaped_cpu() - cpu_before + live
@@ -216,8 +225,9 @@ class Zygote:
     # -- one child
     def spawn(self, target, job: dict, lim: dict, stdin: bytes = b"", cpu_s: float = 1.0, wall_s: float = 2.0,
               rpc_fd: int | None = None, uid: int | None = None, until_stop: bool = False) -> tuple[dict, list]:
-        """Run `target(job)` in a forked child under the limits; its result and [stdout, stderr]. Its files are memfds
-        (on no filesystem a program can reach, and reopenable as /dev/stdout by any uid)."""
+        """Run `target(job)` in a forked child under the limits; its result and [stdout, stderr].
+        Its files are memfds (on no filesystem a program can reach, and reopenable as /dev/stdout by
+        any uid)."""
         files = self._streams_for(stdin)
         report_r, report_w = os.pipe()
         fds = {**files, REPORT_FD: report_w, **({RPC_FD: rpc_fd} if rpc_fd is not None else {})}
@@ -262,9 +272,9 @@ class Zygote:
         return res, [out, err, value]
 
     def _streams_for(self, stdin: bytes) -> dict[int, int]:
-        """The next child's stdin, stdout, stderr and status: our memfds emptied, with our mode and flags back (every
-        process of the last child is gone, but it may have fchmod'ed them or cleared O_APPEND on the file description
-        it shared with us), stdin holding `stdin`."""
+        """The next child's stdin, stdout, stderr and status: our memfds emptied, with our mode and
+        flags back (every process of the last child is gone, but it may have fchmod'ed them or
+        cleared O_APPEND on the file description it shared with us), stdin holding `stdin`."""
         for target, fd in self.streams.items():
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
@@ -277,8 +287,8 @@ class Zygote:
 
     def _wait(self, pid: int, start: float, wall_s: float, until_stop: bool, cpu_s: float, memory: int,
               cpu_before: float) -> dict:
-        """Wait for the child; SIGKILL it at the wall deadline, or when all its processes together pass the CPU or
-        memory limit; with until_stop also wait for the grader's stop."""
+        """Wait for the child; SIGKILL it at the wall deadline, or when all its processes together
+        pass the CPU or memory limit; with until_stop also wait for the grader's stop."""
         pidfd = os.pidfd_open(pid)
         deadline, killed, waited, stopped = start + wall_s, None, None, not until_stop
         try:
@@ -319,8 +329,8 @@ class Zygote:
 
     # -- operations
     def _prepare(self, h: dict, source: bytes) -> tuple[dict, list] | None:
-        """Write the program into its fresh directory and compile it; a failed compile's result, or None. What it
-        leaves (the source, the binary) is kept, for _restore_program."""
+        """Write the program into its fresh directory and compile it; a failed compile's result, or
+        None. What it leaves (the source, the binary) is kept, for _restore_program."""
         self.src = os.path.join(PROGRAM_DIR, h["file"])
         with open(self.src, "wb") as f:
             f.write(source)
@@ -341,9 +351,10 @@ class Zygote:
         return None
 
     def _restore_program(self) -> str:
-        """Put the program's directories and files back as _prepare left them wherever a test changed them (deleted,
-        renamed, chmod'ed or rewrote them): every test starts from the same set-up, whatever the one before did.
-        "" when done, else why not (the program's doing: e.g. its files filled the tmpfs)."""
+        """Put the program's directories and files back as _prepare left them wherever a test
+        changed them (deleted, renamed, chmod'ed or rewrote them): every test starts from the same
+        set-up, whatever the one before did. "" when done, else why not (the program's doing: e.g.
+        its files filled the tmpfs)."""
         try:
             for d, mode in ((ROOT, self.tops[ROOT]), (PROGRAM_DIR, 0o700)):
                 if _signature(d) is None or not stat.S_ISDIR(_signature(d)[1]):
@@ -372,8 +383,9 @@ class Zygote:
             os.chown(path, self.uid, self.uid)
 
     def op_run(self, h: dict, blobs: list[bytes], fds) -> tuple[dict, list]:
-        """Compile once, then one child per test, each result sent as soon as it is known (a program's output is
-        never held for more than one test); stops early after a syntax error (or a timeout, if asked)."""
+        """Compile once, then one child per test, each result sent as soon as it is known (a
+        program's output is never held for more than one test); stops early after a syntax error (or
+        a timeout, if asked)."""
         failed = self._prepare(h, blobs[0])
         if failed is not None:
             return {"compile": failed[0]}, failed[1]
@@ -402,7 +414,8 @@ class Zygote:
         return {"done": num_run}, []
 
     def op_serve(self, h: dict, blobs, fds) -> tuple[dict, list]:
-        """One child runs the program, then answers the checker's calls until the grader says stop."""
+        """One child runs the program, then answers the checker's calls until the grader says
+        stop."""
         self._prepare(h, blobs[0])
         lim, n = h["limits"], max(1, h["num_tests"])
         cpu, wall = lim["timeout_s"] * n, (2 * lim["timeout_s"] + 1) * n + 1
@@ -442,10 +455,10 @@ CLONE_NEWNET, SIOCSIFFLAGS, IFF_UP, IFF_RUNNING = 0x40000000, 0x8914, 0x1, 0x40
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MNT_DETACH = 0x2, 0x4, 0x8, 0x2
 
 
-# Everything of a network namespace that a process without capabilities can change and a later one could read: its
-# sockets (unix ones, abstract names and those in flight, in /proc/net/unix; TCP, UDP, RAW and TIME_WAIT counts in
-# sockstat), loopback's packet counters (any packet sent), and the IP, ICMP, TCP and UDP counters (v4 and v6: a send
-# with no route moves one without a packet).
+# Everything of a network namespace that a process without capabilities can change and a later one
+# could read: its sockets (unix ones, abstract names and those in flight, in /proc/net/unix; TCP,
+# UDP, RAW and TIME_WAIT counts in sockstat), loopback's packet counters (any packet sent), and the
+# IP, ICMP, TCP and UDP counters (v4 and v6: a send with no route moves one without a packet).
 NET_STATE = ("/proc/self/net/unix", "/proc/self/net/sockstat", "/proc/self/net/sockstat6", "/proc/self/net/dev",
              "/proc/self/net/snmp", "/proc/self/net/snmp6", "/proc/self/net/netstat")
 
@@ -467,9 +480,10 @@ UDIAG_SHOW_MEMINFO, UNIX_DIAG_MEMINFO = 0x20, 5
 
 
 def _unix_socket_memory(nl: socket.socket) -> int:
-    """Bytes the kernel holds for the unix sockets of our network namespace (sock_diag's meminfo of each: what it
-    sent that is not yet read, and what it holds to read): memory in no process, which sockets sent into other
-    sockets keep even when no process has them. Raises OSError where sock_diag cannot be had."""
+    """Bytes the kernel holds for the unix sockets of our network namespace (sock_diag's meminfo of
+    each: what it sent that is not yet read, and what it holds to read): memory in no process, which
+    sockets sent into other sockets keep even when no process has them. Raises OSError where
+    sock_diag cannot be had."""
     req = struct.pack("=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, 0, UDIAG_SHOW_MEMINFO, 0, 0)
     total = 0
     nl.send(struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, 0x301, 1, 0) + req)  # REQUEST | DUMP
@@ -498,9 +512,9 @@ INET_QUEUES = ("/proc/self/net/tcp", "/proc/self/net/tcp6", "/proc/self/net/udp"
 
 
 def _inet_queue_memory() -> int:
-    """Bytes queued in the TCP and UDP sockets of our network namespace (each socket's send and receive queues as
-    /proc/net/tcp and udp give them: TCP's data bytes, UDP's buffer memory; a listening socket's are counts, not
-    bytes, and are left out)."""
+    """Bytes queued in the TCP and UDP sockets of our network namespace (each socket's send and
+    receive queues as /proc/net/tcp and udp give them: TCP's data bytes, UDP's buffer memory; a
+    listening socket's are counts, not bytes, and are left out)."""
     total = 0
     for path in INET_QUEUES:
         with open(path, "rb") as f:
@@ -520,8 +534,9 @@ def _check(ret: int, what: str) -> None:
 
 
 def _open_last_pid() -> int:
-    """A writable fd (close-on-exec, and closed in every child) on our PID namespace's ns_last_pid. The sandbox's
-    /proc has /proc/sys read-only, so it comes from a proc of our own, mounted for a moment in our tmpfs."""
+    """A writable fd (close-on-exec, and closed in every child) on our PID namespace's ns_last_pid.
+    The sandbox's /proc has /proc/sys read-only, so it comes from a proc of our own, mounted for a
+    moment in our tmpfs."""
     mnt = os.path.join(ROOT, ".execrl-proc")
     os.mkdir(mnt, 0o700)
     try:
@@ -535,10 +550,11 @@ def _open_last_pid() -> int:
 
 
 class ExitLog:
-    """BSD process accounting for our PID namespace: every process in it writes its own CPU time here as it ends,
-    however it is reaped (by a wait, by us, or by the kernel for a parent that ignores SIGCHLD). The file is on the
-    sandbox's first /tmp, unlinked at once (and that tmpfs unmounted at our first reset, where /tmp is replaced per
-    program): no program can reach it. Needs CAP_SYS_PACCT of the host (bwrap-root mode)."""
+    """BSD process accounting for our PID namespace: every process in it writes its own CPU time
+    here as it ends, however it is reaped (by a wait, by us, or by the kernel for a parent that
+    ignores SIGCHLD). The file is on the sandbox's first /tmp, unlinked at once (and that tmpfs
+    unmounted at our first reset, where /tmp is replaced per program): no program can reach it.
+    Needs CAP_SYS_PACCT of the host (bwrap-root mode)."""
 
     RECORD = 64  # struct acct_v3
     AHZ = 100  # its times' unit: 1/100 s, each process's rounded down
@@ -582,7 +598,8 @@ def _comp_t(c: int) -> int:
 
 
 def _signature(path: str) -> tuple | None:
-    """What changes whenever a file or directory is deleted, replaced, renamed, chmod'ed or written (ctime)."""
+    """What changes whenever a file or directory is deleted, replaced, renamed, chmod'ed or written
+    (ctime)."""
     try:
         st = os.lstat(path)
     except OSError:
@@ -599,7 +616,8 @@ def _argv(template: list[str], src: str) -> list[str]:
 
 
 def _unrun(why: str) -> dict:
-    """The result of a test that could not start because of what the program did before it: a runtime error."""
+    """The result of a test that could not start because of what the program did before it: a
+    runtime error."""
     return {"exit": 1, "wall_s": 0.0, "cpu_s": 0.0, "max_rss_kb": 0, "killed_for": None, "stdout_bytes": 0,
             "stderr_bytes": len(why), "status": [{"exc": "OSError", "msg": why[:500]}]}
 
@@ -610,8 +628,8 @@ def _timed_out(res: dict, cpu_s: float) -> bool:
 
 
 def _memfd(name: str) -> int:
-    """A stream of the children's (appends, as to a pipe, but for stdin: output through a reopened /dev/stdout keeps
-    what came before; _streams_for sets the flags)."""
+    """A stream of the children's (appends, as to a pipe, but for stdin: output through a reopened
+    /dev/stdout keeps what came before; _streams_for sets the flags)."""
     return os.memfd_create(name, os.MFD_CLOEXEC)  # no MFD_ALLOW_SEALING: a program cannot seal its output
 
 
@@ -640,9 +658,10 @@ VERDICTS = ("pass", "fail", "timeout", "memory", "runtime_error")
 
 
 def _carry_status(raw: bytes, checker: bool) -> tuple[list[dict], bytes]:
-    """What of a child's status lines goes back to the grader: known fields only, each capped, so that the reply
-    stays small whatever the program wrote; a program's return value travels as a blob of its own (b"" for none).
-    Never raises: a status that cannot be carried back is the program's failure."""
+    """What of a child's status lines goes back to the grader: known fields only, each capped, so
+    that the reply stays small whatever the program wrote; a program's return value travels as a
+    blob of its own (b"" for none). Never raises: a status that cannot be carried back is the
+    program's failure."""
     try:
         if checker:
             return [_known(st, CHECKER_STATUS) for st in _status_lines(raw, last_only=False)], b""
@@ -656,7 +675,8 @@ def _carry_status(raw: bytes, checker: bool) -> tuple[list[dict], bytes]:
 
 
 def _known(st: dict, text_caps: dict) -> dict:
-    """A status line's known fields: capped text, a compile phase, a checker's test index, verdict and set-up."""
+    """A status line's known fields: capped text, a compile phase, a checker's test index, verdict
+    and set-up."""
     out = {k: st[k][:cap] for k, cap in text_caps.items() if isinstance(st.get(k), str)}
     if st.get("phase") == "compile":
         out["phase"] = "compile"
@@ -668,10 +688,10 @@ def _known(st: dict, text_caps: dict) -> dict:
 
 
 def _status_lines(raw: bytes, last_only: bool) -> list[dict]:
-    """A child's status lines (JSON objects). A program's child writes one, at its end, and whatever the program
-    wrote there itself is the program's: malformed, torn or absurdly nested lines are dropped, never an error of
-    ours, and only the last good one of the last few lines is kept (the checker's lines, one per test, are all
-    ours)."""
+    """A child's status lines (JSON objects). A program's child writes one, at its end, and whatever
+    the program wrote there itself is the program's: malformed, torn or absurdly nested lines are
+    dropped, never an error of ours, and only the last good one of the last few lines is kept (the
+    checker's lines, one per test, are all ours)."""
     lines = raw.decode("utf-8", "replace").splitlines()
     out = []
     for line in reversed(lines[-16:]) if last_only else lines:
@@ -718,15 +738,17 @@ def _pss(pid: int, page: int) -> int:
 
 
 def _collect_unix_sockets() -> None:
-    """Closing a unix socket while others are in flight (a socket sent over itself with SCM_RIGHTS outlives its
-    process, name and all, in the worker's network namespace) sets off the kernel's collection of such cycles."""
+    """Closing a unix socket while others are in flight (a socket sent over itself with SCM_RIGHTS
+    outlives its process, name and all, in the worker's network namespace) sets off the kernel's
+    collection of such cycles."""
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     a.close()
     b.close()
 
 
 def _memfds(pid: int) -> dict:
-    """The memfds a process holds open, {(dev, inode): bytes allocated}: their pages are in no set size until mapped."""
+    """The memfds a process holds open, {(dev, inode): bytes allocated}: their pages are in no set
+    size until mapped."""
     out = {}
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
@@ -739,7 +761,8 @@ def _memfds(pid: int) -> dict:
 
 
 def _wipe_except(top: str, keep: list[str]) -> None:
-    """Delete everything in `top` but the paths in `keep` (and the directories that lead to them)."""
+    """Delete everything in `top` but the paths in `keep` (and the directories that lead to
+    them)."""
     for name in os.listdir(top) if os.path.isdir(top) else []:
         path = os.path.join(top, name)
         if path in keep:
@@ -751,8 +774,8 @@ def _wipe_except(top: str, keep: list[str]) -> None:
 
 
 def _wipe(path: str) -> None:
-    """rm -rf that also gets through directories a program made unreadable (chmod 000) and trees nested too deep for
-    Python's recursive walk (coreutils' rm and chmod walk iteratively)."""
+    """rm -rf that also gets through directories a program made unreadable (chmod 000) and trees
+    nested too deep for Python's recursive walk (coreutils' rm and chmod walk iteratively)."""
     if os.path.isdir(path) and not os.path.islink(path):
         try:
             os.chmod(path, 0o700)
@@ -785,8 +808,8 @@ def main() -> None:
     spec = os.environ.pop("EXECRL_CGROUP", "")
     cgroup = Cgroup(json.loads(spec)) if spec else None
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    # SIGINT at SIG_DFL, not Python's handler: as PID 1 of the namespace the kernel then drops it when a program
-    # sends it (a handler would let a program raise KeyboardInterrupt in here)
+    # SIGINT at SIG_DFL, not Python's handler: as PID 1 of the namespace the kernel then drops it
+    # when a program sends it (a handler would let a program raise KeyboardInterrupt in here)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     Zygote(role, uid, ctrl, cgroup).serve_forever()
 
