@@ -107,3 +107,22 @@ def test_max_tests_per_problem_keeps_the_first_ones():
     assert sorted(len(p.tests.inputs) for p in problems) == [1, 3, 10, 10, 10]
     full, _ = load_problems("nemotron_code", "train")
     assert problems[1].tests.inputs == full[1].tests.inputs[:len(problems[1].tests.inputs)]
+
+
+def test_the_arith_warm_up_share_of_solutions():
+    """options.warmup_solutions: 1 (the default) leaves the warm-up on each problem's solution; 0 shows a program of
+    a random operation for every problem; the problems themselves are the same whatever the share."""
+    from execrl.tasks import DatasetError, load_problems
+    from execrl.tasks.arith import OPS, program
+
+    plain, _ = load_problems("builtin:arith-code", "train", count=300)
+    none, _ = load_problems("builtin:arith-code", "train", count=300, warmup_solutions=0.0)
+    half, _ = load_problems("builtin:arith-code", "train", count=300, warmup_solutions=0.5)
+    assert all("warmup_completion" not in p.metadata for p in plain)
+    assert [p.tests.inputs for p in none] == [p.tests.inputs for p in plain]
+    assert all(p.metadata["warmup_completion"] in {program(op) for op in OPS} for p in none)
+    shown = {p.metadata["warmup_completion"] for p in none}
+    assert len(shown) == len(OPS)  # every operation, whatever the prompt asks
+    assert 100 < sum("warmup_completion" in p.metadata for p in half) < 200
+    with pytest.raises(DatasetError, match="warmup_solutions"):
+        load_problems("builtin:arith-code", "train", count=3, warmup_solutions=2)
