@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import torch
 
 from execrl.config import load_config
+from execrl.envs import Environment
 from execrl.eval.generate import generate
 from execrl.models import build_tiny_model, build_tokenizer
 from execrl.rollout import RolloutEngine
@@ -47,7 +48,7 @@ def test_training_and_eval_keep_each_prompt_to_its_rows_constraint():
     own = Problem("a", [{"role": "user", "content": "x"}], "math", answer="1",
                   metadata={"guided_decoding": ("regex", "(yes|no)")})
     plain = Problem("b", [{"role": "user", "content": "x"}], "math", answer="1")
-    episode = SimpleNamespace(env=object(), problem=own, turns=0)
+    episode = SimpleNamespace(env=Environment(None), problem=own, turns=0)
     assert guide_for(episode, engine, cfg.policy.generation).text == engine.guides.get("regex", "(yes|no)").text
     episode.problem = plain  # no constraint of its own: the config's
     assert guide_for(episode, engine, cfg.policy.generation).text == engine.guides.get("regex", "cfg").text

@@ -119,10 +119,12 @@ def test_the_program_gets_none_of_the_cgroups_files():
 
 @has_cgroup
 def test_no_cgroup_is_left_behind():
+    def ours() -> set[str]:
+        return {n for _, base in KERNEL.dirs for n in os.listdir(base) if n.startswith(f"execrl-{os.getpid()}-")}
+
+    before = ours()  # (other tests' graders of this session may hold theirs)
     with grader(KERNEL, Limits()) as g:
         assert g.grade("print('ok')", {"inputs": ["\n"], "outputs": ["ok\n"]}).verdict == V.PASS
-        mine = [n for _, base in KERNEL.dirs for n in os.listdir(base) if n.startswith(f"execrl-{os.getpid()}-")]
+        mine = ours() - before
         assert mine
-    left = [n for _, base in KERNEL.dirs for n in os.listdir(base) if n.startswith(f"execrl-{os.getpid()}-")]
-    # (the session's shared graders of other test files may still hold theirs; this one's are gone)
-    assert not set(left) & set(mine), left
+    assert not ours() & mine

@@ -173,7 +173,7 @@ def test_async_multi_turn_on_two_gloo_processes_equals_one(tmp_path):
 def test_episode_metrics_of_two_processes_add_up_to_those_of_their_episodes_together():
     """Each process logs sums and counts, added over processes: a verdict that one process never saw must still count
     that process's episodes in its denominator (else 8 passes on one and 8 failures on the other read 1.0 and 1.0)."""
-    from execrl.envs import Trajectory
+    from execrl.envs import Environment, Trajectory
     from execrl.extract import Extracted
     from execrl.rewards import Reward, Sample
     from execrl.sandbox import ProgramResult, StdioTests, TestResult, Verdict
@@ -185,7 +185,8 @@ def test_episode_metrics_of_two_processes_add_up_to_those_of_their_episodes_toge
 
     def episodes(verdict: Verdict, reward: float, turns: int, n: int) -> Rollouts:
         result = ProgramResult(verdict, [TestResult(verdict)])
-        return Rollouts([Episode(problem, None, [], Trajectory([1]), Sample(problem, "", Extracted("", True, "c"), result),
+        return Rollouts([Episode(problem, Environment(None), [], Trajectory([1]),
+                                 Sample(problem, "", Extracted("", True, "c"), result),
                                  Reward(reward), turns) for _ in range(n)], 1)
 
     def summed(ranks: list[Rollouts], kinds=None) -> dict[str, float]:
@@ -202,7 +203,8 @@ def test_episode_metrics_of_two_processes_add_up_to_those_of_their_episodes_toge
     assert together["reward_mean"] == 0.5 and together["turns_mean"] == 1.5
     assert together["reward_by_turns/1"] == 1.0 and together["reward_by_turns/2"] == 0.0
     # a dataset of both kinds, one process holding only code problems, the other only math: the dataset's kinds
-    right = Rollouts([Episode(math, None, [], Trajectory([1]), Sample(math, "72", Extracted("72", True)), Reward(1.0), 1)
+    right = Rollouts([Episode(math, Environment(None), [], Trajectory([1]),
+                              Sample(math, "72", Extracted("72", True)), Reward(1.0), 1)
                       for _ in range(8)], 1)
     mixed = summed([ranks[0], right], {"code", "math"})
     assert mixed["verdict/pass"] == mixed["verdict/correct"] == 0.5 and mixed["verdict/wrong"] == 0.0

@@ -35,6 +35,8 @@ def test_advantage_clip_bounds_the_advantages():
     # one group of 4, rewards 1, 0, 0, 0, leave-one-out: the first 1 - 0 (the others' std is 0: undivided); each
     # other (0 - 1/3) / std(1, 0, 0) = -1/3 / 0.577 = -0.577
     class Table:
+        episodes = ()  # (no environment: no self-play roles)
+
         def reward_table(self):
             return torch.tensor([[1.0, 0.0, 0.0, 0.0]]), torch.ones(1, 4, dtype=torch.bool)
 

@@ -91,14 +91,14 @@ class OptimizerConfig(Section):
     @classmethod
     def _numbers(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
         """YAML 1.1 reads 1e-5 as a string: a number is meant (the one place this is read; a typed
-        field's string pydantic converts itself)."""
+        field's string pydantic converts itself). Other strings stay (e.g. exp_avg_dtype)."""
         out = dict(kwargs)
         for key, value in kwargs.items():
             if isinstance(value, str):
                 try:
                     out[key] = float(value)
                 except ValueError:
-                    raise ValueError(f"policy.optimizer.kwargs.{key}={value!r} is not a number (e.g. 5e-6)") from None
+                    continue
         return out
 
 

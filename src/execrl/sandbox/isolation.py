@@ -35,6 +35,7 @@ from pathlib import Path
 
 SANDBOX_DIR = str(Path(__file__).parent)  # holds `inside`, the stdlib-only code that runs in the sandbox
 INSIDE_MOUNT = "/.execrl"  # where SANDBOX_DIR/inside is bound in the sandbox (the checkout itself is not)
+KEEP_HOLD = "/.execrl-keep"  # a second bind of each path kept inside /tmp, numbered as EXECRL_KEEP lists them
 SANDBOX_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": "/tmp/prog",
@@ -89,6 +90,10 @@ class Isolation:
         args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp", "--perms", "1777", "--size", size, "--tmpfs",
                  "/dev/shm", "--ro-bind", os.path.join(SANDBOX_DIR, "inside"), os.path.join(INSIDE_MOUNT, "inside")]
         args += bind_read_only(tool_paths(tools))
+        # what is bound inside /tmp (a checkout or venv there) is bound a second time outside it, for the zygote to
+        # bind again into each program's fresh /tmp
+        for i, path in enumerate(p for p in tool_paths(tools) if _under(p, ["/tmp"])):
+            args += ["--ro-bind", path, f"{KEEP_HOLD}/{i}"]
         args += ["--remount-ro", "/"]  # the sandbox's root (with the directories made above) read-only: no state there
         args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         args += ["--as-pid-1", "--die-with-parent", "--new-session", "--chdir", "/tmp", "--clearenv"]

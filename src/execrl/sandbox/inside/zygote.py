@@ -5,8 +5,8 @@ socket on the fd named in argv. Roles:
            check forms). It never receives expected outputs or test code.
   checker  runs trusted test code in a forked child (see checker.py); the model's code never runs here.
 After every child it SIGKILLs every other process in its namespace (as PID 1 it cannot be killed from inside)
-and reaps them. After every program it mounts fresh tmpfs over the program's /tmp and /dev/shm (wipes them instead
-where the interpreter or a tool is bound inside), moves itself into a fresh network namespace (loopback up: no
+and reaps them. After every program it mounts fresh tmpfs over the program's /tmp and /dev/shm (binding again
+what of ours is kept inside /tmp, an interpreter or a tool, from its second bind at KEEP_HOLD), moves itself into a fresh network namespace (loopback up: no
 packet counters, TIME_WAIT sockets or abstract socket names of the last program) and resets its PID namespace's
 counter (the next program's first process is PID 2, whatever the last one forked).
 """
@@ -49,7 +49,8 @@ from .protocol import MAX_DEPTH, decode, recv_msg, send_msg
 ROOT = "/tmp"  # the program's writable tmpfs (a fresh temporary directory when there are no namespaces)
 PROGRAM_DIR = "/tmp/prog"  # the program's own directory (its source, its binary), wiped between programs
 EXE = "main.bin"  # a compiled program's binary in PROGRAM_DIR ({exe} in a language's commands)
-KEEP: list[str] = []  # read-only binds under ROOT (an interpreter or venv kept in /tmp): never wiped
+KEEP: list[str] = []  # read-only binds under ROOT (an interpreter or venv kept in /tmp): bound again each time
+KEEP_HOLD = "/.execrl-keep"  # (isolation.KEEP_HOLD) KEEP's i-th path is bound at KEEP_HOLD/i too
 POLL_S = 0.01  # how often a running program's processes are measured against the CPU and memory limits
 
 
@@ -68,7 +69,8 @@ class Zygote:
         # a fresh tmpfs of the same size for each program, where nothing of ours is bound inside it
         # (else it is wiped)
         self.fresh = {top: os.statvfs(top).f_blocks * os.statvfs(top).f_frsize for top in tops
-                      if self.is_init and not any(k.startswith(top + "/") for k in KEEP)}
+                      if self.is_init and (top == "/tmp" and os.path.isdir(KEEP_HOLD)
+                                           or not any(k.startswith(top + "/") for k in KEEP))}
         if self.fresh:
             os.chdir("/")  # (our cwd would keep a replaced tmpfs, and what the program left in it, alive)
         self.clock = os.sysconf("SC_CLK_TCK")
@@ -148,6 +150,8 @@ class Zygote:
                 options = f"mode={mode:o},size={self.fresh[top]}".encode()
                 _check(seccomp.LIBC.mount(b"tmpfs", top.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options),
                        f"mount tmpfs on {top}")
+                if top == "/tmp":
+                    _bind_kept()
                 continue
             os.chmod(top, mode)  # (a program may have made its own tmpfs unreadable)
             _wipe_except(top, KEEP)
@@ -453,6 +457,26 @@ class Zygote:
 
 CLONE_NEWNET, SIOCSIFFLAGS, IFF_UP, IFF_RUNNING = 0x40000000, 0x8914, 0x1, 0x40
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MNT_DETACH = 0x2, 0x4, 0x8, 0x2
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 0x1, 0x20, 0x1000, 0x4000
+
+
+def _bind_kept() -> None:
+    """Into a fresh /tmp: what of ours lives inside it (KEEP), read-only, from its second bind, with the directories
+    above it (0755: a program's uid must pass them)."""
+    for i, path in enumerate(KEEP):
+        held = f"{KEEP_HOLD}/{i}"
+        parent = os.path.dirname(path)
+        os.makedirs(parent, exist_ok=True)
+        while parent != "/tmp":
+            os.chmod(parent, 0o755)
+            parent = os.path.dirname(parent)
+        if os.path.isdir(held):
+            os.makedirs(path, exist_ok=True)
+        else:
+            open(path, "ab").close()
+        _check(seccomp.LIBC.mount(held.encode(), path.encode(), None, MS_BIND | MS_REC, None), f"bind {path}")
+        _check(seccomp.LIBC.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                                  None), f"remount {path} read-only")
 
 
 # Everything of a network namespace that a process without capabilities can change and a later one
