@@ -29,7 +29,7 @@ the legitimate idiom it must not break):
   program's own tmpfs at /tmp and /dev/shm. Training data, the grader's input file, home directories and the
   checkout are not there. The grader's environment is cleared;
 - anything persisting from one program to the next: processes killed; /tmp and /dev/shm fresh tmpfs mounts (their
-  inode numbers too; wiped instead where the interpreter or a tool is bound inside /tmp); the PID namespace's
+  inode numbers too; an interpreter or tool kept inside /tmp is bound again, read-only, into each); the PID namespace's
   counter reset (a program's first process is PID 2, whatever earlier ones forked); a new network namespace
   wherever the last program changed its own (a socket left, a packet on loopback, a moved IP/ICMP/TCP/UDP counter:
   TIME_WAIT sockets, loopback counters and abstract socket names do not carry over); and a seccomp filter
