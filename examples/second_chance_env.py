@@ -3,7 +3,8 @@
 The model answers; if its program does not pass every test, it is told its verdict and answers once more, and that
 answer is scored (the reward components of `reward.components`, e.g. the pass fraction). Train with it by naming it:
 
-    execrl train env.multi_turn.kind=examples/second_chance_env.py:SecondChance grpo.max_rollout_turns=2
+    execrl train env.multi_turn.kind=examples/second_chance_env.py:SecondChance grpo.max_rollout_turns=2 \
+        policy.max_total_sequence_length=384
 
 A new environment subclasses `Environment`, writes `reset` and `step` (and `finish`, for an episode cut short when
 the context or the turns run out) and overrides only the hooks it needs (see execrl/envs/base.py).
