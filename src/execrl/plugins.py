@@ -25,8 +25,6 @@ def load_object(spec: str, key: str):
         raise PluginError(f"{key}={spec!r}: name your code as module:name or path/to/file.py:name")
     try:
         module = _load_file(where) if where.endswith(".py") else importlib.import_module(where)
-    except PluginError:
-        raise
     except ImportError as e:
         raise PluginError(f"{key}={spec!r}: cannot import {where} ({e}); put its directory on PYTHONPATH or name "
                           "the file, path/to/file.py:name") from None

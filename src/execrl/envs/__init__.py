@@ -44,7 +44,7 @@ def environment_class(kind, key: str = "env.multi_turn.kind") -> type[Environmen
         cls = load_object(kind, key)
     if not (isinstance(cls, type) and issubclass(cls, Environment)):
         raise PluginError(f"{key}={kind!r}: {cls!r} is not an environment class: subclass "
-                          "execrl.envs.Environment (see examples/countdown_env.py)")
+                          "execrl.envs.Environment (see examples/second_chance_env.py)")
     return cls
 
 

@@ -215,10 +215,10 @@ def _into_leaf(base: str) -> None:
 
 
 def _v1() -> tuple[Accounting | None, str]:
-    own = _own_cgroups()
+    own, mounts = _own_cgroups(), _mounts()
     dirs = []
     for ctl in ("memory", "cpuacct", "pids"):
-        mount = next((point for kind, point, opts in _mounts() if kind == "cgroup" and ctl in opts), None)
+        mount = next((point for kind, point, opts in mounts if kind == "cgroup" and ctl in opts), None)
         if mount is None or ctl not in own:
             if ctl == "pids":  # optional: RLIMIT_NPROC then bounds processes
                 continue

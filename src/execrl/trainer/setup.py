@@ -41,7 +41,6 @@ class Run:
     plan: BatchPlan
     weights: precision.Weights  # master (optimizer, checkpoints) and compute (forward passes, rollouts)
     tokenizer: object
-    generator: object  # the rollout backend, holding the model (execrl engine: and its KV cache)
     ref_model: torch.nn.Module | None
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
@@ -61,9 +60,13 @@ class Run:
     baselines: RoleBaselines = field(default_factory=RoleBaselines)  # self-play's role baselines (grpo.advantage rae)
     opponent: Opponent | None = None  # self-play's frozen opponent (env.game.opponent)
     lora: Adapter | None = None  # with policy.lora: the peft model around `model` and the base it adapts
-    judge: RewardModel | None = None  # env.reward_model: scores finished conversations (reward component reward_model)
     lock: RunLock | None = None  # the run directories, held while the run runs (the main process's)
     episodes: EpisodeRunner | None = None  # runs the environments' episodes with generator, grader, opponent, judge
+
+    @property
+    def judge(self) -> RewardModel | None:
+        """env.reward_model: scores finished conversations (reward component reward_model)."""
+        return self.episodes.judge if self.episodes is not None else None
 
     @property
     def model(self) -> torch.nn.Module:
@@ -118,15 +121,14 @@ def build_run(cfg: MasterConfig) -> Run:
     grader = Grader(dist.sandbox_workers(cfg.env.code.num_workers),
                     Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb),
                     languages=languages(train + val))
-    run = Run(cfg, plan, policy.weights, policy.tokenizer, generator, policy.ref, optimizer,
+    run = Run(cfg, plan, policy.weights, policy.tokenizer, policy.ref, optimizer,
               cfg.policy.scheduler.build(optimizer), ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle), val, refs,
               grader, MetricsLogger(cfg, write=dist.is_main()), baselines=RoleBaselines(cfg.grpo.role_baseline_decay),
               lora=adapter(cfg, policy.peft_model), lock=lock)
     resume(run)
     run.opponent = build_opponent(cfg, policy.weights.compute, policy.tokenizer, slots)
-    run.judge = reward_model(cfg)
     run.episodes = EpisodeRunner(cfg, generator, policy.tokenizer, grader,
-                                 run.opponent.generator if run.opponent else None, run.judge)
+                                 run.opponent.generator if run.opponent else None, reward_model(cfg))
     run.pipeline = build_pipeline(cfg, plan, run.episodes, run.sampler)
     run.max_steps = cfg.grpo.max_num_steps
     if not cfg.grpo.use_dynamic_sampling:  # (which draws a varying number of prompts per step: the loop checks)

@@ -14,9 +14,6 @@ class Cgroup:
         self.fds = {key: spec[key] for key in ("limit", "usage", "stat", "events", "cpu", "pids") if key in spec}
         self.set_to: dict[str, int] = {}
 
-    def own_fds(self) -> list[int]:
-        return [*self.procs, *self.fds.values()]
-
     def enter(self) -> None:
         """In the forked child, before anything of the program: this process (and all it will start)
         into the cgroup, in every hierarchy."""

@@ -6,9 +6,10 @@ socket on the fd named in argv. Roles:
   checker  runs trusted test code in a forked child (see checker.py); the model's code never runs here.
 After every child it SIGKILLs every other process in its namespace (as PID 1 it cannot be killed from inside)
 and reaps them. After every program it mounts fresh tmpfs over the program's /tmp and /dev/shm (binding again
-what of ours is kept inside /tmp, an interpreter or a tool, from its second bind at KEEP_HOLD), moves itself into a fresh network namespace (loopback up: no
-packet counters, TIME_WAIT sockets or abstract socket names of the last program) and resets its PID namespace's
-counter (the next program's first process is PID 2, whatever the last one forked).
+what of ours is kept inside /tmp, an interpreter or a tool, from its second bind at KEEP_HOLD), moves itself
+into a fresh network namespace (loopback up: no packet counters, TIME_WAIT sockets or abstract socket names of
+the last program) and resets its PID namespace's counter (the next program's first process is PID 2, whatever
+the last one forked).
 """
 
 from __future__ import annotations
