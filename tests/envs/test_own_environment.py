@@ -60,6 +60,20 @@ def test_the_import_path_passes_validation_and_bad_ones_are_one_line():
             validate(load_config(None, [f"env.multi_turn.kind={kind}", "grpo.max_rollout_turns=2"]))
 
 
+def test_nemo_rl_env_cls_names_an_execrl_environment_or_is_refused():
+    """NeMo RL's env_cls key: an execrl Environment by NeMo's dotted name or by import path becomes
+    env.multi_turn.kind; NeMo RL's own classes (Ray actors of another interface) are refused."""
+    for given, kind in [(f"{EXAMPLE}:SecondChance", f"{EXAMPLE}:SecondChance"),
+                        ("execrl.envs.interpreter.InterpreterEnv", "execrl.envs.interpreter:InterpreterEnv")]:
+        cfg = load_config(None, [f"env.math.env_cls={given}", "grpo.max_rollout_turns=2"])
+        assert cfg.env.multi_turn.kind == kind
+        assert environment_class(kind).__name__ in ("SecondChance", "InterpreterEnv")
+    for foreign in ("nemo_skills.training.nemo_rl.environments.math_environment.MathEnvironment",
+                    "execrl.rewards.Reward"):
+        with pytest.raises(ConfigError, match="env.math.env_cls names a class that is not an execrl Environment"):
+            load_config(None, [f"env.math.env_cls={foreign}"])
+
+
 def test_registering_an_environment_by_name():
     @register("always_one_test_env")
     class AlwaysOne(Environment):

@@ -350,7 +350,7 @@ NEMO_CONFIGS = sorted(NEMO.glob("*/examples/configs/**/*.yaml"))
 MISSING = {  # what a config needs that execrl does not have, read from the config itself -> the refusal names it
     "megatron": "Megatron-backed training", "non-colocated": "non-colocated generation", "backend": "generation "
     "backends other than vLLM",
-    "env_cls": "environment classes (env.math.env_cls", "router_replay": "router replay"}
+    "env_cls": "env.math.env_cls names a class that is not an execrl Environment", "router_replay": "router replay"}
 
 
 def needs(tree: dict) -> str | None:

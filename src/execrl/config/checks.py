@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from execrl.config import reward_model
 from execrl.config.batch import BatchPlan, plan
 from execrl.config.errors import ConfigError
 from execrl.config.schema import MasterConfig
@@ -95,18 +96,8 @@ def check_guided(cfg: MasterConfig) -> None:
 def check_reward_model(cfg: MasterConfig) -> None:
     """env.reward_model is loaded exactly where a reward component reads it, and only as a
     Bradley-Terry model."""
-    rm, judged = cfg.env.reward_model, cfg.reward.judged
-    if cfg.data.default.env_name == "reward_model" and not judged:
-        raise ConfigError("data.default.env_name=reward_model makes the reward model's score the reward, but "
-                          "reward.components has no reward_model component: add {name: reward_model} to them (or "
-                          "drop reward.components: the default's test_pass_fraction becomes reward_model)")
-    if judged and not rm.enabled:
-        raise ConfigError("the reward component reward_model reads a reward model, but env.reward_model is off: set "
-                          "env.reward_model.enabled=true and env.reward_model.model_name (or drop the component)")
-    if rm.enabled and not judged:
-        raise ConfigError("env.reward_model is enabled but no reward component reads it: add {name: reward_model, "
-                          "weight: ...} to reward.components, or set data.default.env_name=reward_model (its score "
-                          "alone), or env.reward_model.enabled=false")
+    rm = cfg.env.reward_model
+    reward_model.check(cfg)
     if not rm.enabled:
         refuse_settings_while_off(rm, "env.reward_model", "the reward model is off: set env.reward_model.enabled=true "
                                   "(and a reward_model component), or remove it")

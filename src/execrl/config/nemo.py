@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from execrl.config.errors import ConfigError
 from execrl.config.nemo_data import adapt_data
+from execrl.config.reward_model import from_nemo
 from execrl.config.tree import dotted_leaves
 
 
@@ -36,6 +37,27 @@ def _file_text(key: str):
                               "run where NeMo RL's relative paths hold (its checkout), or give the file's full path")
         return found.read_text()
     return read
+
+
+def _import_path(name: str) -> str:
+    """NeMo RL's dotted class name (package.module.Class) as execrl's module:Class; a module:Class
+    or file.py:Class stays."""
+    name = str(name)
+    return name if ":" in name else ":".join(name.rsplit(".", 1))
+
+
+def _foreign_environment(name) -> bool:
+    """Whether env_cls names anything but an execrl Environment subclass (NeMo RL's own environments
+    are Ray actors of another interface)."""
+    if name is None:
+        return False
+    from execrl.envs import environment_class  # (lazily: the environments import the config's users)
+    from execrl.plugins import PluginError
+    try:
+        environment_class(_import_path(name))
+    except PluginError:
+        return True
+    return False
 
 
 def _value(fn: Callable[[Any], Any]):
@@ -62,6 +84,9 @@ MAPPED: dict[str, tuple[str, Callable[[Any, Path | None], Any]]] = {
        for section in ("dtensor_cfg", "automodel_cfg")
        for k in ("enabled", "dim", "alpha", "dropout", "dropout_position", "lora_A_init", "target_modules",
                  "exclude_modules", "match_all_linear")},
+    # an environment class by import path, as NeMo RL's env_cls names one (refused below unless it
+    # is an execrl Environment)
+    **{f"env.{name}.env_cls": ("env.multi_turn.kind", _value(lambda v: _import_path(v))) for name in ("math", "code")},
     # the execrl engine generates in place of vLLM (refused below for other backends)
     "policy.generation.backend": ("policy.generation.backend", _value(lambda v: "execrl" if v == "vllm" else v)),
 }
@@ -224,10 +249,11 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "policy.router_replay.enabled": (_on, "router replay (a mixture-of-experts model trained with the experts its "
                                           "generation chose) is not implemented: set policy.router_replay.enabled="
                                           "false"),
-    "env.math.env_cls": (lambda v: v is not None, "NeMo RL's environment classes (env.math.env_cls: a Ray actor of "
-                                                  "NeMo RL's interface) do not run here: remove the key to grade with "
-                                                  "execrl's math environment, or write an execrl Environment and name "
-                                                  "it in env.multi_turn.kind (docs/environments.md)"),
+    **{f"env.{name}.env_cls": (_foreign_environment, f"env.{name}.env_cls names a class that is not an execrl "
+                                "Environment (NeMo RL's environments are Ray actors of another interface and do "
+                                "not run here): remove the key to grade with execrl's own environment, or name a "
+                                "subclass of execrl.envs.Environment, as package.module.Class or path/to/file.py:"
+                                "Class (docs/environments.md)") for name in ("math", "code")},
     "logger.mlflow_enabled": (_on, "MLflow logging is not implemented: set logger.mlflow_enabled=false (TensorBoard "
                                    "and W&B are)"),
     "logger.swanlab_enabled": (_on, "SwanLab logging is not implemented: set logger.swanlab_enabled=false (TensorBoard "
@@ -335,12 +361,9 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
             _put(out, key, value)  # unknown: the schema's error names the closest valid key
     for target, value in later:
         _put(out, target, value)
-    reads = any(isinstance(c, dict) and c.get("name") == "reward_model" for c in leaves.get("reward.components") or [])
-    if judged and not reads:  # the reward model's score is the reward (where no component of execrl's reads it)
-        for key, value in (("data.default.env_name", "reward_model"), ("env.reward_model.enabled", True)):
-            if leaves.get(key) != value:
-                _put(out, key, value)
-                mapped[key] = f"{key}={value} (NeMo RL's reward-model environment scores every task)"
+    for key, value in from_nemo(leaves, _on(leaves.get("env.reward_model.enabled"))).items():
+        _put(out, key, value)
+        mapped[key] = f"{key}={value} (NeMo RL's reward-model environment scores every task)"
     if _on(leaves.get("grpo.reward_shaping.enabled")):  # DAPO's overlong penalty, added to the reward
         keys = ("overlong_buffer_length", "overlong_buffer_penalty", "max_response_length")
         missing = [f"grpo.reward_shaping.{k}" for k in keys if leaves.get(f"grpo.reward_shaping.{k}") is None]

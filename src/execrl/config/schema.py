@@ -8,11 +8,12 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
+from execrl.config.reward_model import replace_verifier
 from execrl.config.schedule import Schedule, WarmupSchedule
 from execrl.config.section import Section
 from execrl.guided import KINDS
 from execrl.prompts import PromptConfig
-from execrl.rewards.base import ComponentConfig, RewardConfig
+from execrl.rewards.base import RewardConfig
 from execrl.tasks.registry import DATASETS, dataset_key
 
 
@@ -453,10 +454,7 @@ class MasterConfig(Section):
 
     @model_validator(mode="after")
     def _reward_model_env(self):
-        """NeMo RL's data.default.env_name=reward_model: the reward model's score replaces the
-        verifier's reward (each test_pass_fraction component, the default's, becomes a reward_model
-        one of its weight; others, such as NeMo RL's overlong penalty, stay)."""
-        if self.data.default.env_name == "reward_model":
-            self.reward.components = [ComponentConfig(name="reward_model", weight=c.weight, scaled=c.scaled)
-                                      if c.name == "test_pass_fraction" else c for c in self.reward.components]
+        """data.default.env_name=reward_model: the reward model's score replaces the verifier's
+        (config.reward_model holds the rule)."""
+        self.reward.components = replace_verifier(self.data.default.env_name, self.reward.components)
         return self
