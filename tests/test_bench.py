@@ -70,3 +70,10 @@ def test_guided_rollout_bench_runs_on_cpu(tmp_path):
     out = run("bench/guided_rollout.py", "--arch", "tiny", "--slots", "4", "--new", "8", "--vocab", "500", "--cache",
               str(tmp_path), "--repeat", "1")
     assert "| free |" in out and "| masks all ones (engine alone) |" in out and "| json |" in out
+
+
+@pytest.mark.slow
+def test_architectures_bench_runs_on_cpu():
+    out = run("bench/architectures.py", "--arch", "tiny", "--prompts", "4", "--new", "8", "--families", "gemma3",
+              "olmo2")
+    assert "| gemma3 | 1.0000 |" in out and "| olmo2 |" in out and "engine / generate" in out

@@ -20,6 +20,7 @@ def test_kernel_matches_masked_sdpa(slots, kv_heads, group, dim, window):
     pos = torch.randint(0, window, (slots,), device="cuda", generator=g)
     pos[0], pos[-1] = 0, window - 1  # one key, and the whole window
     assert kernel_supported(q)
-    got = decode_attention(q, k, v, pos, window, dim**-0.5)
-    want = reference(q.float(), k.float(), v.float(), pos, window, dim**-0.5)
-    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+    for sliding in (None, 1, 37, 70):  # (a sliding window: keys of positions in (pos - sliding, pos])
+        got = decode_attention(q, k, v, pos, window, dim**-0.5, sliding)
+        want = reference(q.float(), k.float(), v.float(), pos, window, dim**-0.5, sliding)
+        torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)

@@ -140,8 +140,8 @@ def test_fused_projections_are_views_the_optimizer_updates_in_place(tiny, prompt
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     engine = RolloutEngine(model, tok, slots=2, max_len=128)
     a = model.model.layers[0].self_attn
-    qkv = engine.dec.qkv[0][0]
-    assert qkv is not None and engine.dec.gate_up[0] is not None
+    qkv = engine.dec.fused[0]["qkv"][0]
+    assert qkv is not None and "gate_up" in engine.dec.fused[0]
     assert [c.ids for g in engine.generate(prompts[:2], 1, 16, GREEDY) for c in g] == [c.ids for g in greedy for c in g]
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
     model(torch.tensor([prompts[0]])).logits.sum().backward()

@@ -59,10 +59,7 @@ class GroupAdapters:
 class LayerAdapters:
     """A decoder layer's groups: qkv, o, gate_up, down (None where a group has no adapter)."""
 
-    def __init__(self, layer, dtype: torch.dtype):
-        a, mlp = layer.self_attn, layer.mlp
-        groups = {"qkv": [a.q_proj, a.k_proj, a.v_proj], "o": [a.o_proj], "gate_up": [mlp.gate_proj, mlp.up_proj],
-                  "down": [mlp.down_proj]}
+    def __init__(self, groups: dict[str, list[torch.nn.Module]], dtype: torch.dtype):
         self.groups = {name: GroupAdapters(ms, dtype) if any(is_adapted(m) for m in ms) else None
                        for name, ms in groups.items()}
 
@@ -76,7 +73,7 @@ class LayerAdapters:
         return y if g is None else g.add(x, y)
 
 
-def layer_adapters(layers, dtype: torch.dtype) -> list[LayerAdapters | None]:
-    """Each layer's adapters (None for a layer without any: a model without LoRA has none at
-    all)."""
-    return [LayerAdapters(l, dtype) if any(is_adapted(m) for m in l.modules()) else None for l in layers]
+def layer_adapters(groups: list[dict[str, list[torch.nn.Module]]], dtype: torch.dtype) -> list[LayerAdapters | None]:
+    """Each layer's adapters, from its projection groups (the architecture's): None for a layer
+    without any (a model without LoRA has none at all)."""
+    return [LayerAdapters(g, dtype) if any(is_adapted(m) for ms in g.values() for m in ms) else None for g in groups]

@@ -24,10 +24,14 @@ except ImportError:  # CPU installs: the reference path below
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, window: int,
-              scale: float) -> torch.Tensor:
+              scale: float, sliding: int | None = None) -> torch.Tensor:
     """q [S, Hkv, G, D], k/v [S, Hkv, L, D] (the cache), pos [S] -> [S, Hkv, G, D]: attention to
-    positions <= pos."""
-    visible = (torch.arange(window, device=q.device)[None] <= pos[:, None])[:, None, None]  # [S, 1, 1, W]
+    positions <= pos (and > pos - sliding, with a sliding window)."""
+    n = torch.arange(window, device=q.device)[None]  # [1, W]
+    visible = n <= pos[:, None]
+    if sliding is not None:
+        visible = visible & (n > pos[:, None] - sliding)
+    visible = visible[:, None, None]  # [S, 1, 1, W]
     return F.scaled_dot_product_attention(q, k[:, :, :window], v[:, :, :window], attn_mask=visible, scale=scale)
 
 
@@ -38,11 +42,11 @@ def kernel_supported(q: torch.Tensor) -> bool:
 
 if triton is not None:
     @triton.jit
-    def _block(q, k_base, v_base, start, end, sk_l, sv_l, scale, m, total, acc, d, BLOCK: tl.constexpr):
-        """One block of BLOCK positions from `start`: the online-softmax update of (m, total,
-        acc)."""
+    def _block(q, k_base, v_base, start, lo, end, sk_l, sv_l, scale, m, total, acc, d, BLOCK: tl.constexpr):
+        """One block of BLOCK positions from `start` (those in [lo, end)): the online-softmax update
+        of (m, total, acc)."""
         n = start + tl.arange(0, BLOCK)
-        inside = n < end
+        inside = (n < end) & (n >= lo)
         k = tl.load(k_base + n[:, None] * sk_l + d[None, :], mask=inside[:, None], other=0.0)  # [BLOCK, D]
         scores = tl.dot(q, tl.trans(k)) * scale  # [GP, BLOCK]
         scores = tl.where(inside[None, :], scores, float("-inf"))
@@ -55,44 +59,47 @@ if triton is not None:
         return m_new, total, acc
 
     @triton.jit
-    def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, window, scale,
+    def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, window, sliding, scale,
                        sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, so_s, so_h, so_g,
                        G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr):
         s, h = tl.program_id(0), tl.program_id(1)
         g, d = tl.arange(0, GP), tl.arange(0, D)
         q = tl.load(q_ptr + s * sq_s + h * sq_h + g[:, None] * sq_g + d[None, :], mask=g[:, None] < G, other=0.0)
-        end = tl.minimum(tl.load(pos_ptr + s) + 1, window)  # positions [0, end) are this slot's
+        p = tl.load(pos_ptr + s)
+        end = tl.minimum(p + 1, window)  # positions [lo, end) are this slot's
+        lo = tl.maximum(p + 1 - sliding, 0)  # (sliding = window: no sliding window)
         m = tl.full([GP], float("-inf"), tl.float32)  # running max of the scores, per query row
         total = tl.zeros([GP], tl.float32)  # running sum of exp(score - m)
         acc = tl.zeros([GP, D], tl.float32)  # running sum of exp(score - m) * value
         k_base, v_base = k_ptr + s * sk_s + h * sk_h, v_ptr + s * sv_s + h * sv_h
-        for start in range(0, end, BLOCK):  # this slot's positions only
-            m, total, acc = _block(q, k_base, v_base, start, end, sk_l, sv_l, scale, m, total, acc, d, BLOCK)
+        for start in range((lo // BLOCK) * BLOCK, end, BLOCK):  # this slot's positions only
+            m, total, acc = _block(q, k_base, v_base, start, lo, end, sk_l, sv_l, scale, m, total, acc, d, BLOCK)
         out = acc / total[:, None]
         tl.store(o_ptr + s * so_s + h * so_h + g[:, None] * so_g + d[None, :], out.to(o_ptr.dtype.element_ty),
                  mask=g[:, None] < G)
 
 
 @torch.library.custom_op("execrl::decode_attention", mutates_args=())
-def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, window: int,
+def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, window: int, sliding: int,
                scale: float) -> torch.Tensor:
     """The kernel as an opaque operator, so torch.compile and CUDA graphs take it as it is."""
     s, hkv, g, d = q.shape
     out = torch.empty_like(q)
     gp = max(16, triton.next_power_of_2(g))  # tl.dot needs 16 rows at least: the padding rows are masked
-    _decode_kernel[(s, hkv)](q, k, v, out, pos, window, scale, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+    _decode_kernel[(s, hkv)](q, k, v, out, pos, window, sliding, scale, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
                              *out.stride()[:3], G=g, GP=gp, D=d, BLOCK=64, num_warps=4)
     return out
 
 
 @_decode_op.register_fake
-def _(q, k, v, pos, window, scale):
+def _(q, k, v, pos, window, sliding, scale):
     return torch.empty_like(q)
 
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, window: int,
-                     scale: float) -> torch.Tensor:
-    """q [S, Hkv, G, D], k/v [S, Hkv, L, D] (last dim contiguous), pos [S] -> [S, Hkv, G, D]."""
+                     scale: float, sliding: int | None = None) -> torch.Tensor:
+    """q [S, Hkv, G, D], k/v [S, Hkv, L, D] (last dim contiguous), pos [S] -> [S, Hkv, G, D];
+    `sliding`: a key is seen while pos - its position < sliding (None: every position <= pos)."""
     if kernel_supported(q):
-        return _decode_op(q.contiguous(), k, v, pos, window, scale)
-    return reference(q, k, v, pos, window, scale)
+        return _decode_op(q.contiguous(), k, v, pos, window, window if sliding is None else sliding, scale)
+    return reference(q, k, v, pos, window, scale, sliding)

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from execrl.lora import base_layer
+from execrl.rollout.models import REGISTRY, architecture_of
 
 
 def _rehome(linears: list[nn.Linear], name: str) -> None:
@@ -29,11 +30,17 @@ def _rehome(linears: list[nn.Linear], name: str) -> None:
 
 
 def fuse_projections(model) -> None:
-    for layer in model.get_decoder().layers:
-        a, mlp = layer.self_attn, layer.mlp
-        for group in ([a.q_proj, a.k_proj, a.v_proj], [mlp.gate_proj, mlp.up_proj]):
-            _rehome(group, "weight")
-            _rehome(group, "bias")
+    """Each layer's q/k/v and gate/up groups (as the model's architecture names them) into one
+    tensor each; nothing for a family the engine does not run (it refuses the model itself)."""
+    if getattr(model.config, "model_type", None) not in REGISTRY:
+        return
+    arch = architecture_of(model)
+    for layer in arch.layers:
+        groups = arch.groups(layer)
+        for group in (groups["qkv"], groups["gate_up"]):
+            if len(group) > 1:
+                _rehome(group, "weight")
+                _rehome(group, "bias")
 
 
 def joined(linears: list[nn.Linear], name: str = "weight") -> torch.Tensor | None:

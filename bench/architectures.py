@@ -1,0 +1,143 @@
+"""Every model family the rollout engine runs, at one shape (Qwen2.5-0.5B's dimensions, random init, bf16): the
+engine against transformers on the same weights in the same run.
+
+    python bench/architectures.py                          # every family, both sections
+    python bench/architectures.py --families gemma3 olmo2 --sections check
+Sections:
+  check    greedy choices and logprobs against the HF forward (teacher-forced), and how many greedy completions
+           are identical to transformers' `generate`
+  rollout  P prompts x (128 + N) tokens forced to full length: the engine (compiled, CUDA graphs) vs `generate`
+Sliding windows are set below the sequence length (128 tokens) so that the windowed paths are the ones measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+from common import ARCHS, DEVICE, byte_tokenizer, device_name, fresh_peak, peak_gib, table, timed
+
+
+def family_config(family: str, arch: str, vocab: int, tok):
+    """The family's HF config at the architecture's dimensions (the tokenizer's special ids)."""
+    import transformers as tf
+
+    a = ARCHS[arch]
+    dims = dict(vocab_size=vocab, hidden_size=a.hidden, intermediate_size=a.intermediate, num_hidden_layers=a.layers,
+                num_attention_heads=a.heads, num_key_value_heads=a.kv_heads, max_position_embeddings=4096,
+                tie_word_embeddings=a.tied, eos_token_id=tok.eos_token_id, bos_token_id=None)
+    head = a.hidden // a.heads
+    window = ["sliding_attention"] * 5 + ["full_attention"]
+    return {
+        "llama": lambda: tf.LlamaConfig(**dims),
+        "qwen2": lambda: tf.Qwen2Config(**dims),
+        "qwen3": lambda: tf.Qwen3Config(head_dim=head, **dims),
+        "qwen3-sliding": lambda: tf.Qwen3Config(head_dim=head, use_sliding_window=True, sliding_window=128,
+                                                max_window_layers=a.layers // 2, **dims),
+        "mistral-sliding": lambda: tf.MistralConfig(sliding_window=128, **dims),
+        "granite": lambda: tf.GraniteConfig(embedding_multiplier=12.0, attention_multiplier=1 / head,
+                                            residual_multiplier=0.22, logits_scaling=8.0, **dims),
+        "olmo2": lambda: tf.Olmo2Config(**dims),
+        "phi3": lambda: tf.Phi3Config(pad_token_id=tok.pad_token_id, **dims),
+        "phi4-mini": lambda: tf.Phi3Config(pad_token_id=tok.pad_token_id, partial_rotary_factor=0.75, **dims),
+        "gemma3": lambda: tf.Gemma3TextConfig(head_dim=head, sliding_window=128, query_pre_attn_scalar=head,
+                                              layer_types=(window * a.layers)[:a.layers], **dims),
+    }[family]()
+
+
+FAMILIES = ["llama", "qwen2", "qwen3", "qwen3-sliding", "mistral-sliding", "granite", "olmo2", "phi3", "phi4-mini",
+            "gemma3"]
+
+
+def build(family: str, arch: str):
+    from transformers import AutoModelForCausalLM
+
+    from execrl.rollout.fuse import fuse_projections
+
+    tok = byte_tokenizer()
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(family_config(family, arch, ARCHS[arch].vocab, tok),
+                                             attn_implementation="sdpa").to(DEVICE, torch.bfloat16).eval()
+    fuse_projections(model)  # as the trainer does with the execrl backend
+    return model, tok
+
+
+def section_check(family: str, arch: str, rows: list) -> None:
+    from execrl.rollout import RolloutEngine, SamplingParams, hf_generate
+
+    model, tok = build(family, arch)
+    g = torch.Generator().manual_seed(1)
+    prompts = torch.randint(3, 259, (16, 160), generator=g).tolist()  # longer than the windows
+    engine = RolloutEngine(model, tok, slots=16, max_len=256)
+    outs = [grp[0] for grp in engine.generate(prompts, 1, 64, SamplingParams(0.0, ignore_eos=True))]
+    seq = torch.tensor([p + c.ids for p, c in zip(prompts, outs)], device=DEVICE)
+    with torch.no_grad():
+        logits = model(seq).logits[:, 159:-1].float()  # [16, 64, V]: the positions predicting the completion
+    chosen = torch.tensor([c.ids for c in outs], device=DEVICE)
+    gap = logits.max(-1).values - logits.gather(-1, chosen[..., None])[..., 0]
+    lp = torch.log_softmax(logits, -1).gather(-1, chosen[..., None])[..., 0]
+    lp_diff = (lp - torch.tensor([c.logprobs for c in outs], device=DEVICE)).abs()
+    ref = [grp[0].ids for grp in hf_generate(model, tok, prompts, 1, 64, 0.0, batch_size=16, ignore_eos=True)]
+    same = sum(a == b.ids for a, b in zip(ref, outs))
+    first = [next((i for i, (x, y) in enumerate(zip(a, b.ids)) if x != y), 64) for a, b in zip(ref, outs)]
+    rows.append([family, f"{(gap == 0).float().mean().item():.4f}", f"{gap.max().item():.3f}",
+                 f"{lp_diff.max().item():.4f}", f"{lp_diff.mean().item():.5f}",
+                 f"{same}/16 (first difference at token {statistics.median(first):.0f}, median)"])
+    del engine, model
+
+
+def section_rollout(family: str, arch: str, rows: list, prompts_n: int, new: int, baseline: bool) -> None:
+    from execrl.rollout import RolloutEngine, SamplingParams, hf_generate
+
+    model, tok = build(family, arch)
+    g = torch.Generator().manual_seed(0)
+    prompts = torch.randint(3, 259, (prompts_n, 128), generator=g).tolist()
+    params = SamplingParams(temperature=1.0, ignore_eos=True)
+    fresh_peak()
+    engine = RolloutEngine(model, tok, slots=prompts_n, max_len=128 + new, compile=DEVICE == "cuda")
+    _, first = timed(lambda: engine.generate(prompts, 1, new, params))  # compiles, captures the graphs
+    runs = [timed(lambda: engine.generate(prompts, 1, new, params)) for _ in range(3)]
+    t = statistics.median(r[1] for r in runs)
+    made = sum(len(c.ids) for grp in runs[0][0] for c in grp)
+    row = [family, f"{made / t:,.0f}", f"{t:.2f}", f"{first:.1f}", f"{peak_gib():.1f}"]
+    del engine
+    if baseline:
+        fresh_peak()
+        outs, t_hf = timed(lambda: hf_generate(model, tok, prompts, 1, new, 1.0, batch_size=prompts_n,
+                                                ignore_eos=True))
+        made_hf = sum(len(c.ids) for grp in outs for c in grp)
+        row += [f"{made_hf / t_hf:,.0f}", f"{made / t / (made_hf / t_hf):.1f}x"]
+    rows.append(row)
+    del model
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--families", nargs="+", default=FAMILIES, choices=FAMILIES)
+    ap.add_argument("--arch", default="qwen2.5-0.5b", choices=sorted(ARCHS), help="the dimensions")
+    ap.add_argument("--sections", nargs="+", default=["check", "rollout"], choices=["check", "rollout"])
+    ap.add_argument("--prompts", type=int, default=256)
+    ap.add_argument("--new", type=int, default=256)
+    ap.add_argument("--no-baseline", action="store_true", help="rollout: skip transformers' generate")
+    args = ap.parse_args()
+    print(f"device: {device_name()}, torch {torch.__version__}, dimensions of {args.arch}")
+    if "check" in args.sections:
+        rows = []
+        for f in args.families:
+            section_check(f, args.arch, rows)
+        table("Engine vs transformers, bf16, 16 prompts of 160 tokens + 64 greedy", [
+            "family", "argmax agreement", "max logit gap", "max |logprob diff|", "mean |logprob diff|",
+            "identical to generate"], rows)
+    if "rollout" in args.sections:
+        rows = []
+        for f in args.families:
+            section_rollout(f, args.arch, rows, args.prompts, args.new, not args.no_baseline)
+        table(f"Rollouts, {args.prompts} prompts x (128 + {args.new}) tokens, forced", [
+            "family", "engine tok/s", "s", "first call s", "peak GiB", *([] if args.no_baseline else
+                                                                          ["generate tok/s", "engine / generate"])],
+            rows)
+
+
+if __name__ == "__main__":
+    main()

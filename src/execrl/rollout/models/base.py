@@ -1,0 +1,92 @@
+"""What the engine needs to know of one model family, with Llama's answers as the defaults.
+
+The decoder (rollout/decoder.py) owns the cache, the attention and the GEMMs; an `Architecture` says
+where the family's weights are and in what order its layer applies them. A family file subclasses
+it and overrides only what differs from Llama (see qwen.py, gemma.py, ...), and registers itself
+for the `model_type`s of its HF configs.
+
+Projection groups: the linear layers whose outputs the engine computes as one GEMM (and LoRA adds
+its low-rank path to as one): qkv, o, gate_up, down. A family whose checkpoint already joins a
+group (Phi-3's qkv_proj, gate_up_proj) lists one module for it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from execrl.rollout.models.layers import rms_norm
+
+Sublayer = Callable[[torch.Tensor], torch.Tensor]  # [B, T, d] -> [B, T, d]
+
+
+class Architecture:
+    model_types: tuple[str, ...] = ()
+
+    def __init__(self, model):
+        self.model, self.cfg = model, model.config
+        base = model.model
+        self.layers, self.embed_tokens, self.final_norm, self.head = base.layers, base.embed_tokens, base.norm, \
+            model.lm_head
+        attn = self.layers[0].self_attn
+        self.heads, self.kv_heads = self.cfg.num_attention_heads, self.cfg.num_key_value_heads
+        self.head_dim, self.scale = attn.head_dim, attn.scaling
+
+    # -- where the weights are --
+    def groups(self, layer) -> dict[str, list[nn.Module]]:
+        a, m = layer.self_attn, layer.mlp
+        return {"qkv": [a.q_proj, a.k_proj, a.v_proj], "o": [a.o_proj], "gate_up": [m.gate_proj, m.up_proj],
+                "down": [m.down_proj]}
+
+    def qkv_sizes(self) -> list[int]:
+        """The widths of q, k and v in the joined qkv output."""
+        d = self.head_dim
+        return [self.heads * d, self.kv_heads * d, self.kv_heads * d]
+
+    def activation(self, layer) -> Callable[[torch.Tensor], torch.Tensor]:
+        return layer.mlp.act_fn
+
+    # -- per layer --
+    def sliding_window(self, i: int) -> int | None:
+        """Layer i's window (a key is seen while query - key < window), or None (full attention)."""
+        types = getattr(self.cfg, "layer_types", None)
+        if types is not None:
+            return self.cfg.sliding_window if types[i] == "sliding_attention" else None
+        return getattr(self.cfg, "sliding_window", None) if getattr(self.cfg, "use_sliding_window", True) else None
+
+    def rotary_tables(self, like: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's (cos, sin) [L, R] for `positions` [L], as transformers computes them."""
+        cos, sin = self.model.model.rotary_emb(like, positions[None])
+        return [(cos[0], sin[0])] * len(self.layers)
+
+    # -- the layer's order --
+    def norm(self, module, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(module, x)
+
+    def qk_norm(self, attn, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries and keys [B, T, heads, D] after their projection, before rotary (Llama: as they
+        are)."""
+        return q, k
+
+    def block(self, layer, x: torch.Tensor, attention: Sublayer, mlp: Sublayer) -> torch.Tensor:
+        """One decoder layer on the residual stream x [B, T, d] (pre-norm)."""
+        x = x + attention(self.norm(layer.input_layernorm, x))
+        return x + mlp(self.norm(layer.post_attention_layernorm, x))
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.embed_tokens(tokens)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(self.final_norm, x))
+
+
+REGISTRY: dict[str, type[Architecture]] = {}
+
+
+def register(cls: type[Architecture]) -> type[Architecture]:
+    """Class decorator: the family of each of `cls.model_types`."""
+    for kind in cls.model_types:
+        REGISTRY[kind] = cls
+    return cls
