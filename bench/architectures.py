@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from functools import partial
 
 import torch
 from common import ARCHS, DEVICE, byte_tokenizer, device_name, fresh_peak, peak_gib, table, timed
@@ -43,14 +44,20 @@ def family_config(family: str, arch: str, vocab: int, tok):
         "phi4-mini": lambda: tf.Phi3Config(pad_token_id=tok.pad_token_id, partial_rotary_factor=0.75, **dims),
         "gemma3": lambda: tf.Gemma3TextConfig(head_dim=head, sliding_window=128, query_pre_attn_scalar=head,
                                               layer_types=(window * a.layers)[:a.layers], **dims),
+        # mixtures of experts: Qwen3-30B-A3B's routing (128 experts, 8 a token) scaled to 64 experts of 512
+        "qwen3-moe": lambda: tf.Qwen3MoeConfig(head_dim=head, num_experts=64, num_experts_per_tok=8,
+                                               moe_intermediate_size=512, norm_topk_prob=True, **dims),
+        "mixtral": lambda: tf.MixtralConfig(num_local_experts=8, num_experts_per_tok=2, **dims),
+        "olmoe": lambda: tf.OlmoeConfig(num_experts=64, num_experts_per_tok=8,
+                                        **{**dims, "intermediate_size": 512}),
     }[family]()
 
 
 FAMILIES = ["llama", "qwen2", "qwen3", "qwen3-sliding", "mistral-sliding", "granite", "olmo2", "phi3", "phi4-mini",
-            "gemma3"]
+            "gemma3", "qwen3-moe", "mixtral", "olmoe"]
 
 
-def build(family: str, arch: str):
+def build(family: str, arch: str, dtype: torch.dtype = torch.bfloat16):
     from transformers import AutoModelForCausalLM
 
     from execrl.rollout.fuse import fuse_projections
@@ -58,15 +65,15 @@ def build(family: str, arch: str):
     tok = byte_tokenizer()
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(family_config(family, arch, ARCHS[arch].vocab, tok),
-                                             attn_implementation="sdpa").to(DEVICE, torch.bfloat16).eval()
+                                             attn_implementation="sdpa").to(DEVICE, dtype).eval()
     fuse_projections(model)  # as the trainer does with the execrl backend
     return model, tok
 
 
-def section_check(family: str, arch: str, rows: list) -> None:
+def section_check(family: str, arch: str, rows: list, dtype: torch.dtype) -> None:
     from execrl.rollout import RolloutEngine, SamplingParams, hf_generate
 
-    model, tok = build(family, arch)
+    model, tok = build(family, arch, dtype)
     g = torch.Generator().manual_seed(1)
     prompts = torch.randint(3, 259, (16, 160), generator=g).tolist()  # longer than the windows
     engine = RolloutEngine(model, tok, slots=16, max_len=256)
@@ -96,16 +103,17 @@ def section_rollout(family: str, arch: str, rows: list, prompts_n: int, new: int
     params = SamplingParams(temperature=1.0, ignore_eos=True)
     fresh_peak()
     engine = RolloutEngine(model, tok, slots=prompts_n, max_len=128 + new, compile=DEVICE == "cuda")
-    _, first = timed(lambda: engine.generate(prompts, 1, new, params))  # compiles, captures the graphs
-    runs = [timed(lambda: engine.generate(prompts, 1, new, params)) for _ in range(3)]
+    call = partial(engine.generate, prompts, 1, new, params)
+    _, first = timed(call)  # compiles, captures the graphs
+    runs = [timed(call) for _ in range(3)]
     t = statistics.median(r[1] for r in runs)
     made = sum(len(c.ids) for grp in runs[0][0] for c in grp)
     row = [family, f"{made / t:,.0f}", f"{t:.2f}", f"{first:.1f}", f"{peak_gib():.1f}"]
-    del engine
+    del call, engine
     if baseline:
         fresh_peak()
-        outs, t_hf = timed(lambda: hf_generate(model, tok, prompts, 1, new, 1.0, batch_size=prompts_n,
-                                                ignore_eos=True))
+        outs, t_hf = timed(partial(hf_generate, model, tok, prompts, 1, new, 1.0, batch_size=prompts_n,
+                                   ignore_eos=True))
         made_hf = sum(len(c.ids) for grp in outs for c in grp)
         row += [f"{made_hf / t_hf:,.0f}", f"{made / t / (made_hf / t_hf):.1f}x"]
     rows.append(row)
@@ -120,13 +128,14 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=256)
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--no-baseline", action="store_true", help="rollout: skip transformers' generate")
+    ap.add_argument("--check-dtype", default="bfloat16", choices=["bfloat16", "float32"])
     args = ap.parse_args()
     print(f"device: {device_name()}, torch {torch.__version__}, dimensions of {args.arch}")
     if "check" in args.sections:
         rows = []
         for f in args.families:
-            section_check(f, args.arch, rows)
-        table("Engine vs transformers, bf16, 16 prompts of 160 tokens + 64 greedy", [
+            section_check(f, args.arch, rows, getattr(torch, args.check_dtype))
+        table(f"Engine vs transformers, {args.check_dtype}, 16 prompts of 160 tokens + 64 greedy", [
             "family", "argmax agreement", "max logit gap", "max |logprob diff|", "mean |logprob diff|",
             "identical to generate"], rows)
     if "rollout" in args.sections:

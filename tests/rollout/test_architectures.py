@@ -21,10 +21,13 @@ def _configs():
         GraniteConfig,
         LlamaConfig,
         MistralConfig,
+        MixtralConfig,
         Olmo2Config,
+        OlmoeConfig,
         Phi3Config,
         Qwen2Config,
         Qwen3Config,
+        Qwen3MoeConfig,
     )
 
     return {
@@ -43,6 +46,12 @@ def _configs():
         "gemma3": lambda v: Gemma3TextConfig(vocab_size=v, head_dim=16, sliding_window=5, query_pre_attn_scalar=24,
                                              layer_types=["sliding_attention", "full_attention", "sliding_attention"],
                                              final_logit_softcapping=30.0, **SMALL),
+        "qwen3-moe": lambda v: Qwen3MoeConfig(vocab_size=v, head_dim=16, num_experts=8, num_experts_per_tok=2,
+                                              moe_intermediate_size=32, mlp_only_layers=[1], norm_topk_prob=True,
+                                              **SMALL),
+        "mixtral-sliding": lambda v: MixtralConfig(vocab_size=v, num_local_experts=4, num_experts_per_tok=2,
+                                                   sliding_window=6, **SMALL),
+        "olmoe": lambda v: OlmoeConfig(vocab_size=v, num_experts=8, num_experts_per_tok=3, **SMALL),
     }
 
 
@@ -62,7 +71,7 @@ def build(case, tok):
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():  # larger random weights than the init: varied text instead of one token repeated
         for name, p in model.named_parameters():
-            if p.dim() == 2:
+            if p.dim() >= 2:  # (the experts' weights are 3-D)
                 p.copy_(torch.randn(p.shape, generator=g) * 0.15)
             elif "norm" in name:  # non-trivial norm weights (Gemma's are offsets from 1)
                 p.copy_(torch.rand(p.shape, generator=g) * 0.5 + (0.0 if case == "gemma3" else 0.75))
@@ -100,14 +109,16 @@ def test_greedy_tokens_and_logprobs_equal_transformers(case, tok, prompts):
                                        atol=2e-4, rtol=2e-4)
 
 
-@pytest.mark.parametrize("case", ["qwen3", "phi3", "gemma3", "olmo2"])
+@pytest.mark.parametrize("case", ["qwen3", "phi3", "gemma3", "olmo2", "qwen3-moe"])
 @pytest.mark.parametrize("merge", [False, True])
 def test_lora_adapters_on_every_projection_group(case, merge, tok, prompts):
     from execrl.config.schema import LoraConfig
     from execrl.lora import apply_lora
 
     model = build(case, tok)
-    apply_lora(model, LoraConfig(enabled=True, dim=4, alpha=8, match_all_linear=True), seed=0)
+    targets = dict(match_all_linear=False, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]) if "moe" in case \
+        else dict(match_all_linear=True)  # (a mixture of experts: LoRA on attention; see the test below)
+    apply_lora(model, LoraConfig(enabled=True, dim=4, alpha=8, **targets), seed=0)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:
@@ -121,8 +132,48 @@ def test_lora_adapters_on_every_projection_group(case, merge, tok, prompts):
                                    atol=2e-4, rtol=2e-4)
 
 
+def test_lora_on_routed_experts_is_refused_with_the_fix(tok):
+    """peft adapts the experts' 3-D weights where the targets reach the MLP; the engine does not add those."""
+    from execrl.config.schema import LoraConfig
+    from execrl.lora import apply_lora
+
+    model = build("qwen3-moe", tok)
+    apply_lora(model, LoraConfig(enabled=True, dim=4, alpha=8, match_all_linear=True), seed=0)
+    with pytest.raises(UnsupportedModel, match="exclude_modules"):
+        RolloutEngine(model, tok, slots=1, max_len=64)
+
+
 def test_a_family_the_engine_does_not_run_names_the_fix(tok):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     with pytest.raises(UnsupportedModel, match="backend=transformers"):
         RolloutEngine(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)), tok, 1, 16)
+
+
+@pytest.mark.gpu
+def test_grouped_expert_gemms_match_one_expert_at_a_time():
+    """The GPU path (two grouped GEMMs over tokens sorted by expert) against the per-expert loop, on the same routing
+    in bf16 (routing itself is the router's: in bf16 its near-ties differ from float32's)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from execrl.rollout.models.layers import experts_grouped, experts_masked, experts_one_by_one, route
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    act = torch.nn.functional.silu
+    for n, d, e, i, k in [(300, 256, 16, 128, 4), (256, 896, 8, 4864, 2), (5, 256, 64, 128, 8)]:  # (5 x 8 < 64:
+        x, router, gate_up, down = (torch.randn(*s, device="cuda", generator=g).bfloat16() * 0.05  # idle experts)
+                                    for s in ((n, d), (e, d), (e, 2 * i, d), (e, d, i)))
+        weight, expert = route(x, router, k, True)
+        want = experts_one_by_one(x, weight, expert, gate_up, down, act)
+        for path in (experts_grouped, experts_masked):
+            torch.testing.assert_close(path(x, weight, expert, gate_up, down, act), want, atol=1e-2, rtol=1e-2)
+
+
+def test_the_masked_experts_equal_the_one_by_one_loop():
+    from execrl.rollout.models.layers import experts_masked, experts_one_by_one, route
+
+    g = torch.Generator().manual_seed(0)
+    x, router, gate_up, down = (torch.randn(*s, generator=g) for s in ((40, 32), (8, 32), (8, 48, 32), (8, 32, 24)))
+    weight, expert = route(x, router, 3, False)
+    torch.testing.assert_close(experts_masked(x, weight, expert, gate_up, down, torch.nn.functional.silu),
+                               experts_one_by_one(x, weight, expert, gate_up, down, torch.nn.functional.silu))

@@ -58,7 +58,7 @@ class CachedDecoder:
         self.table_of = [next(j for j, t in enumerate(self.tables) if t[0] is c) for c, _ in per_layer]
         self.windows = [arch.sliding_window(i) for i in range(len(self.layers))]  # None: full attention
         self.groups = [arch.groups(l) for l in self.layers]  # qkv, o, gate_up, down: each one GEMM
-        self.fused = [{name: f for name in ("qkv", "gate_up") if (f := _fused(g[name])) is not None}
+        self.fused = [{name: f for name in ("qkv", "gate_up") if name in g and (f := _fused(g[name])) is not None}
                       for g in self.groups]
         self.qkv_sizes = arch.qkv_sizes()
         self.adapters = layer_adapters(self.groups, weight.dtype)  # LoRA: per layer, its groups' A and B (or None)
@@ -105,6 +105,8 @@ class CachedDecoder:
             return linear("o", attend(i, q, k, v).transpose(1, 2).reshape(b, t, -1))  # [B, T, H D] -> [B, T, d]
 
         def mlp(h: torch.Tensor) -> torch.Tensor:
+            if arch.routed(layer):  # a mixture of experts: the router and the experts' grouped GEMMs
+                return arch.experts(layer, h)
             return linear("down", glu(linear("gate_up", h)))
 
         return arch.block(layer, x, attention, mlp)

@@ -37,7 +37,7 @@ def fuse_projections(model) -> None:
     arch = architecture_of(model)
     for layer in arch.layers:
         groups = arch.groups(layer)
-        for group in (groups["qkv"], groups["gate_up"]):
+        for group in (groups["qkv"], groups.get("gate_up", [])):
             if len(group) > 1:
                 _rehome(group, "weight")
                 _rehome(group, "bias")

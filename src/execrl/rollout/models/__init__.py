@@ -6,12 +6,8 @@ tests/rollout/test_architectures.py (a tiny random model of the family against t
 
 from __future__ import annotations
 
-from execrl.rollout.models import gemma3, granite, llama, olmo2, phi3, qwen3  # noqa: F401 (they register)
-from execrl.rollout.models.base import REGISTRY, Architecture
-
-
-class UnsupportedModel(ValueError):
-    pass
+from execrl.rollout.models import gemma3, granite, llama, moe, olmo2, phi3, qwen3  # noqa: F401 (they register)
+from execrl.rollout.models.base import REGISTRY, Architecture, UnsupportedModel
 
 
 def architecture_of(model) -> Architecture:

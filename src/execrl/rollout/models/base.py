@@ -2,7 +2,7 @@
 
 The decoder (rollout/decoder.py) owns the cache, the attention and the GEMMs; an `Architecture` says
 where the family's weights are and in what order its layer applies them. A family file subclasses
-it and overrides only what differs from Llama (see qwen.py, gemma.py, ...), and registers itself
+it and overrides only what differs from Llama (see qwen3.py, gemma3.py, moe.py, ...), and registers itself
 for the `model_type`s of its HF configs.
 
 Projection groups: the linear layers whose outputs the engine computes as one GEMM (and LoRA adds
@@ -18,6 +18,11 @@ import torch
 from torch import nn
 
 from execrl.rollout.models.layers import rms_norm
+
+
+class UnsupportedModel(ValueError):
+    """A model the engine cannot run; the message names the fix."""
+
 
 Sublayer = Callable[[torch.Tensor], torch.Tensor]  # [B, T, d] -> [B, T, d]
 
@@ -36,9 +41,21 @@ class Architecture:
 
     # -- where the weights are --
     def groups(self, layer) -> dict[str, list[nn.Module]]:
+        """The layer's projection groups (a layer of routed experts has no gate_up or down: `experts`
+        computes its MLP)."""
         a, m = layer.self_attn, layer.mlp
-        return {"qkv": [a.q_proj, a.k_proj, a.v_proj], "o": [a.o_proj], "gate_up": [m.gate_proj, m.up_proj],
-                "down": [m.down_proj]}
+        groups = {"qkv": [a.q_proj, a.k_proj, a.v_proj], "o": [a.o_proj]}
+        if not self.routed(layer):
+            groups.update(gate_up=[m.gate_proj, m.up_proj], down=[m.down_proj])
+        return groups
+
+    def routed(self, layer) -> bool:
+        """Whether the layer's MLP is a mixture of experts (moe.py)."""
+        return False
+
+    def experts(self, layer, h: torch.Tensor) -> torch.Tensor:
+        """A routed layer's MLP on h [B, T, d] (moe.py)."""
+        raise NotImplementedError
 
     def qkv_sizes(self) -> list[int]:
         """The widths of q, k and v in the joined qkv output."""

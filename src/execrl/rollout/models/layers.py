@@ -54,3 +54,69 @@ def causal_mask(t: int, sliding: int | None, device) -> torch.Tensor | None:
     i = torch.arange(t, device=device)
     d = i[:, None] - i[None]
     return (d >= 0) & (d < sliding)
+
+
+def route(x: torch.Tensor, router: torch.Tensor, top_k: int, normalize: bool,
+          weights_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's top-k experts by softmax(router logits) in float32, as transformers' routers
+    pick them: x [N, d], router [E, d] -> (weights [N, k], experts [N, k]); the weights renormalized
+    to sum 1 where `normalize`, in `weights_dtype` (None: x's)."""
+    probs = F.linear(x, router).float().softmax(-1)  # [N, E]
+    weight, expert = probs.topk(top_k, -1)
+    if normalize:
+        weight = weight / weight.sum(-1, keepdim=True)
+    return weight.to(weights_dtype or x.dtype), expert
+
+
+def experts_one_by_one(x, weight, expert, gate_up, down, act) -> torch.Tensor:
+    """The routed tokens of each expert in turn (CPU, and the reference): x [N, d], weight and
+    expert [N, k], gate_up [E, 2I, d], down [E, d, I] -> [N, d]."""
+    glu, out = gated(act), torch.zeros_like(x)
+    for e in range(gate_up.shape[0]):
+        rows, slot = (expert == e).nonzero(as_tuple=True)
+        if rows.numel():
+            y = F.linear(glu(F.linear(x[rows], gate_up[e])), down[e]) * weight[rows, slot, None]
+            out.index_add_(0, rows, y.to(x.dtype))
+    return out
+
+
+def experts_grouped(x, weight, expert, gate_up, down, act) -> torch.Tensor:
+    """The same as two grouped GEMMs (a GPU's bf16 path): the (token, expert) pairs sorted by expert,
+    each expert's rows one group. Static shapes, no host sync: CUDA-graph safe."""
+    n, k = expert.shape
+    flat = expert.reshape(-1)  # [N k]
+    order = flat.argsort(stable=True)
+    rows = order // k  # the token of each sorted pair
+    counts = torch.zeros(gate_up.shape[0], dtype=torch.int64, device=x.device).scatter_add_(
+        0, flat, torch.ones_like(flat))
+    ends = counts.cumsum(0).to(torch.int32)  # [E]: where each expert's rows end
+    h = torch._grouped_mm(x[rows], gate_up.transpose(-2, -1), offs=ends)  # [N k, 2I]
+    y = torch._grouped_mm(gated(act)(h), down.transpose(-2, -1), offs=ends)  # [N k, d]
+    y = y * weight.reshape(-1)[order, None]
+    return torch.zeros_like(x).index_add_(0, rows, y.to(x.dtype))
+
+
+def experts_masked(x, weight, expert, gate_up, down, act) -> torch.Tensor:
+    """The same with every expert on every token, weighted by its routing weight (0 where not
+    routed): E times the work, but static shapes with no grouped GEMM (a GPU in float32, where CUDA
+    graphs cannot take the one-by-one loop's data-dependent rows)."""
+    glu, out = gated(act), torch.zeros_like(x)
+    for e in range(gate_up.shape[0]):
+        w = (weight * (expert == e)).sum(-1, keepdim=True)  # [N, 1]
+        out = out + (F.linear(glu(F.linear(x, gate_up[e])), down[e]) * w).to(x.dtype)
+    return out
+
+
+def routed_experts(x: torch.Tensor, router: torch.Tensor, top_k: int, normalize: bool, gate_up: torch.Tensor,
+                   down: torch.Tensor, act, weights_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A mixture-of-experts MLP as transformers' sparse blocks compute it: route, then each token's
+    experts (gated MLPs) summed by weight. x [N, d] -> [N, d]; grouped GEMMs on a GPU in bf16 (every
+    expert masked in other dtypes there), one expert at a time elsewhere."""
+    weight, expert = route(x, router, top_k, normalize, weights_dtype)
+    if not x.is_cuda:
+        run = experts_one_by_one
+    elif x.dtype == torch.bfloat16 and hasattr(torch, "_grouped_mm"):
+        run = experts_grouped
+    else:
+        run = experts_masked
+    return run(x, weight, expert, gate_up, down, act)
