@@ -42,6 +42,7 @@ def family_config(family: str, arch: str, vocab: int, tok):
         "olmo2": lambda: tf.Olmo2Config(**dims),
         "phi3": lambda: tf.Phi3Config(pad_token_id=tok.pad_token_id, **dims),
         "phi4-mini": lambda: tf.Phi3Config(pad_token_id=tok.pad_token_id, partial_rotary_factor=0.75, **dims),
+        "starcoder2": lambda: tf.Starcoder2Config(sliding_window=128, **dims),
         "gemma3": lambda: tf.Gemma3TextConfig(head_dim=head, sliding_window=128, query_pre_attn_scalar=head,
                                               layer_types=(window * a.layers)[:a.layers], **dims),
         # mixtures of experts: Qwen3-30B-A3B's routing (128 experts, 8 a token) scaled to 64 experts of 512
@@ -54,7 +55,7 @@ def family_config(family: str, arch: str, vocab: int, tok):
 
 
 FAMILIES = ["llama", "qwen2", "qwen3", "qwen3-sliding", "mistral-sliding", "granite", "olmo2", "phi3", "phi4-mini",
-            "gemma3", "qwen3-moe", "mixtral", "olmoe"]
+            "gemma3", "starcoder2", "qwen3-moe", "mixtral", "olmoe"]
 
 
 def build(family: str, arch: str, dtype: torch.dtype = torch.bfloat16):

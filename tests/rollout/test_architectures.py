@@ -28,6 +28,7 @@ def _configs():
         Qwen2Config,
         Qwen3Config,
         Qwen3MoeConfig,
+        Starcoder2Config,
     )
 
     return {
@@ -51,6 +52,7 @@ def _configs():
                                               **SMALL),
         "mixtral-sliding": lambda v: MixtralConfig(vocab_size=v, num_local_experts=4, num_experts_per_tok=2,
                                                    sliding_window=6, **SMALL),
+        "starcoder2-sliding": lambda v: Starcoder2Config(vocab_size=v, sliding_window=6, **SMALL),
         "olmoe": lambda v: OlmoeConfig(vocab_size=v, num_experts=8, num_experts_per_tok=3, **SMALL),
     }
 
@@ -73,7 +75,7 @@ def build(case, tok):
         for name, p in model.named_parameters():
             if p.dim() >= 2:  # (the experts' weights are 3-D)
                 p.copy_(torch.randn(p.shape, generator=g) * 0.15)
-            elif "norm" in name:  # non-trivial norm weights (Gemma's are offsets from 1)
+            elif "norm" in name and name.endswith("weight"):  # non-trivial norm weights (Gemma's: offsets from 1)
                 p.copy_(torch.rand(p.shape, generator=g) * 0.5 + (0.0 if case == "gemma3" else 0.75))
     return model
 
@@ -109,7 +111,7 @@ def test_greedy_tokens_and_logprobs_equal_transformers(case, tok, prompts):
                                        atol=2e-4, rtol=2e-4)
 
 
-@pytest.mark.parametrize("case", ["qwen3", "phi3", "gemma3", "olmo2", "qwen3-moe"])
+@pytest.mark.parametrize("case", ["qwen3", "phi3", "gemma3", "olmo2", "qwen3-moe", "starcoder2-sliding"])
 @pytest.mark.parametrize("merge", [False, True])
 def test_lora_adapters_on_every_projection_group(case, merge, tok, prompts):
     from execrl.config.schema import LoraConfig
@@ -144,7 +146,7 @@ def test_lora_on_routed_experts_is_refused_with_the_fix(tok):
 
 
 def test_a_family_the_engine_does_not_run_names_the_fix(tok):
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2Config, GPT2LMHeadModel  # (GPT-2: learned positions, Conv1D projections)
 
     with pytest.raises(UnsupportedModel, match="backend=transformers"):
         RolloutEngine(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)), tok, 1, 16)

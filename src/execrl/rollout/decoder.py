@@ -68,7 +68,8 @@ class CachedDecoder:
                                             enumerate(self.adapters) if ad for name, g in ad.groups.items() if g)
         self._saved: list[torch.Tensor] | None = None  # merge mode: the adapted base weights' bytes, on the host
         self.rows = torch.arange(slots, device=weight.device)  # [S]
-        self.glu = gated(arch.activation(self.layers[0]))
+        self.act = arch.activation(self.layers[0])
+        self.glu = gated(self.act)
         self.prefill_ops = (rotate, self.glu)  # the elementwise work of prefill; decode's is compiled with its step
 
     def compile_prefill(self, compiler) -> None:
@@ -82,6 +83,7 @@ class CachedDecoder:
         """Layer i on x [B, T, d]: the architecture's order (arch.block) of its attention and MLP,
         each a few GEMMs of projection groups. `tables`: the distinct (cos, sin) at x's positions."""
         rope, glu = ops or (rotate, self.glu)
+        act = self.act
         layer, arch, groups, fused = self.layers[i], self.arch, self.groups[i], self.fused[i]
         ad = None if self.merge else self.adapters[i]  # (merge mode: the weights hold the adapters)
         cos, sin = tables[self.table_of[i]]
@@ -107,6 +109,8 @@ class CachedDecoder:
         def mlp(h: torch.Tensor) -> torch.Tensor:
             if arch.routed(layer):  # a mixture of experts: the router and the experts' grouped GEMMs
                 return arch.experts(layer, h)
+            if "up" in groups:  # an MLP without a gate (StarCoder2)
+                return linear("down", act(linear("up", h)))
             return linear("down", glu(linear("gate_up", h)))
 
         return arch.block(layer, x, attention, mlp)

@@ -6,7 +6,7 @@ tests/rollout/test_architectures.py (a tiny random model of the family against t
 
 from __future__ import annotations
 
-from execrl.rollout.models import gemma3, granite, llama, moe, olmo2, phi3, qwen3  # noqa: F401 (they register)
+from execrl.rollout.models import gemma3, granite, llama, moe, olmo2, phi3, qwen3, starcoder2  # noqa: F401 (register)
 from execrl.rollout.models.base import REGISTRY, Architecture, UnsupportedModel
 
 

@@ -6,8 +6,8 @@ it and overrides only what differs from Llama (see qwen3.py, gemma3.py, moe.py, 
 for the `model_type`s of its HF configs.
 
 Projection groups: the linear layers whose outputs the engine computes as one GEMM (and LoRA adds
-its low-rank path to as one): qkv, o, gate_up, down. A family whose checkpoint already joins a
-group (Phi-3's qkv_proj, gate_up_proj) lists one module for it.
+its low-rank path to as one): qkv, o, gate_up, down (an MLP without a gate: up, down). A family
+whose checkpoint already joins a group (Phi-3's qkv_proj, gate_up_proj) lists one module for it.
 """
 
 from __future__ import annotations
