@@ -77,3 +77,10 @@ def test_architectures_bench_runs_on_cpu():
     out = run("bench/architectures.py", "--arch", "tiny", "--prompts", "4", "--new", "8", "--families", "gemma3",
               "olmo2")
     assert "| gemma3 | 1.0000 |" in out and "| olmo2 |" in out and "engine / generate" in out
+
+
+@pytest.mark.slow
+def test_compare_rollouts_bench_runs_on_cpu():
+    out = run("bench/compare_rollouts.py", "--before", str(ROOT / "src"), "--arch", "tiny", "--prompts", "4", "--new",
+              "8", "--rounds", "1")
+    assert "| before |" in out and "| after (./src) |" in out and "failed" not in out
