@@ -260,3 +260,37 @@ def test_dynamic_sampling_on_two_gloo_processes(tmp_path):
         for row in map(json.loads, (two / "rollouts" / f"step_{step:06d}.jsonl").read_text().splitlines()):
             groups.setdefault(row["problem"], []).append(row["reward"])
         assert sum(len(r) for r in groups.values()) == 16 and all(len(set(r)) > 1 for r in groups.values())
+
+
+def test_a_mixture_of_experts_on_two_gloo_processes_equals_one(tmp_path):
+    """Qwen3-MoE (tiny, random): FSDP2 shards its experts' 3-D weights like any other parameter; two processes train
+    as one does (the same samples, losses and final weights up to summation order)."""
+    from execrl.models import build_tokenizer
+    from execrl.tasks.arith import corpus
+
+    from ..rollout.test_architectures import build
+
+    tok = build_tokenizer(corpus(), vocab_size=384)
+    build("qwen3-moe", tok).save_pretrained(tmp_path / "moe")
+    tok.save_pretrained(tmp_path / "moe")
+    overrides = [*FAST, f"policy.model_name={tmp_path / 'moe'}", "policy.generation.max_new_tokens=16",
+                 "reward.components=[{name: overlong_penalty, buffer_tokens: 14}]"]
+    one = one_process(tmp_path / "one", overrides)
+    two = two_processes(tmp_path / "two", overrides)
+    rows_one, rows_two = metrics(one), metrics(two)
+    assert [r["step"] for r in rows_one] == [r["step"] for r in rows_two]
+    for ra, rb in zip(rows_one, rows_two):
+        for k in SAMPLED:
+            assert rb.get(k) == pytest.approx(ra.get(k), rel=1e-12) if k in ra else k not in rb
+        for k in LEARNED:
+            if k in ra:
+                assert rb[k] == pytest.approx(ra[k], rel=1e-4, abs=1e-6), (ra["step"], k)
+    wa, wb = weights(one, 2), weights(two, 2)
+    experts = [k for k in wa if "experts" in k]
+    assert experts and sorted(wa) == sorted(wb)
+    from safetensors.torch import load_file
+
+    w0 = load_file(tmp_path / "moe" / "model.safetensors")
+    assert any(not torch.equal(wa[k], w0[k]) for k in experts)  # the experts trained
+    for k in experts:
+        torch.testing.assert_close(wa[k], wb[k], atol=1e-5, rtol=1e-4)

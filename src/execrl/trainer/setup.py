@@ -20,6 +20,7 @@ from execrl.models import TINY_CODER
 from execrl.rewards.judges import load_reward_model
 from execrl.rewards.reward_model import RewardModel
 from execrl.rollout import build_generator
+from execrl.rollout.models import architecture_of
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import Problem
 from execrl.trainer import checkpoint, precision
@@ -171,7 +172,27 @@ def rollout_generator(cfg: MasterConfig, policy, slots: int):
         generator = build_generator(policy.weights.compute, policy.tokenizer, gen.backend, slots,
                                     cfg.policy.max_total_sequence_length, gen.cuda_graphs, gen.sync_every,
                                     gen.compile, gen.stop_token_ids, merge)
+    for line in model_notes(policy.weights.compute, gen.backend):
+        console.print(line, markup=False, highlight=False)
     return dist.for_rollouts(generator, policy.weights.master)
+
+
+def model_notes(model, backend: str) -> list[str]:
+    """What the start-up says of the model: which path generates its rollouts, and what of its own
+    training recipe (a mixture of experts' router loss) the GRPO loss leaves out."""
+    c = model.config
+    kind = getattr(c, "model_type", "?")
+    if backend == "execrl":
+        arch = type(architecture_of(model))
+        lines = [f"rollouts: the execrl engine, {kind} ({arch.__name__} in {arch.__module__.replace('.', '/')}.py)"]
+    else:
+        lines = [f"rollouts: transformers' generate ({kind}; policy.generation.backend={backend})"]
+    if getattr(c, "output_router_logits", False):
+        lines.append(f"note: {kind}'s router load-balancing loss (output_router_logits, router_aux_loss_coef="
+                     f"{getattr(c, 'router_aux_loss_coef', None)}) is not added to the GRPO loss: its routers learn "
+                     "from the policy gradient alone (policy.hf_config_overrides: {output_router_logits: false} "
+                     "says so in the model's config)")
+    return lines
 
 
 def resume(run: Run) -> None:

@@ -123,10 +123,12 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, select: torch.T
     raw = None
     if getattr(head, "bias", None) is None and getattr(model.config, "final_logit_softcapping", None) is None:
         hidden = final_hidden(model, ids, attn)[:, :-1][select]  # [N, d]
-        logp, entropy = token_logprobs_from_hidden(hidden, head.weight, targets, temperature, allowed=allowed,
+        # (Granite divides its logits by logits_scaling: a temperature of its own)
+        scaled = temperature * (getattr(model.config, "logits_scaling", None) or 1.0)
+        logp, entropy = token_logprobs_from_hidden(hidden, head.weight, targets, scaled, allowed=allowed,
                                                    top=top)  # [N]
         if unfiltered:
-            raw = token_logprobs_from_hidden(hidden, head.weight, targets, temperature, allowed=allowed)[0]
+            raw = token_logprobs_from_hidden(hidden, head.weight, targets, scaled, allowed=allowed)[0]
     else:  # heads with a bias or soft-capping: the model's own logits
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1][select].float() / temperature
         if allowed is not None:
