@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -158,7 +159,7 @@ def run_train(args) -> int:
         return 2
     launch = multi_gpu_launch(cfg, args)
     for note in (no_effect_note(cfg), differences_note(cfg)):
-        if note:
+        if note and "LOCAL_RANK" not in os.environ:  # (torchrun's processes: the command that launched them said it)
             err.print(escape(note))
     if args.dry_run:
         print(to_yaml(cfg))

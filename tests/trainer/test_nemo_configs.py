@@ -451,3 +451,31 @@ def test_a_megatron_recipe_is_refused_as_megatron_even_where_an_environment_vari
     bad.write_text("defaults: " + str(ERA_G / "grpo_math_1B.yaml") + "\npolicy:\n  model_name: ${oc.env:HF_HOME}/m\n")
     with pytest.raises(ConfigError, match="HF_HOME"):  # nothing refused: the missing variable is the message
         load_config(str(bad))
+
+
+def test_nemo_rl_gemma3_recipe_trains_on_the_engine(tmp_path):
+    """NeMo RL's grpo-gemma3-1b-it recipe as written, with a tiny random Gemma 3 (text) in place of
+    google/gemma-3-1b-it, GSM8K from ../shared, one CPU process and a step's worth of batch: the engine generates
+    (its Gemma 3 file), not transformers' generate."""
+    from execrl.models import build_tokenizer
+    from execrl.tasks.arith import corpus
+    from execrl.trainer.loop import train
+
+    from ..conftest import shared_data
+    from ..rollout.test_architectures import build
+
+    shared_data("gsm8k")
+    tok = build_tokenizer(corpus(), vocab_size=384)
+    build("gemma3", tok).save_pretrained(tmp_path / "gemma")
+    tok.save_pretrained(tmp_path / "gemma")
+    recipe = NEMO / "eraA_06f6343/examples/configs/recipes/llm/grpo-gemma3-1b-it-1n8g-fsdp2tp1.yaml"
+    cfg = load_config(str(recipe), [
+        f"policy.model_name={tmp_path / 'gemma'}", f"policy.tokenizer.name={tmp_path / 'gemma'}",
+        "data.dataset_name=gsm8k", "cluster.gpus_per_node=1", "policy.device=cpu", "policy.precision=float32",
+        "grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=4", "policy.train_global_batch_size=8",
+        "policy.generation_batch_size=8", "grpo.max_num_steps=1", "grpo.max_val_samples=4",
+        "policy.generation.max_new_tokens=16", "logger.wandb_enabled=false", f"logger.log_dir={tmp_path / 'run'}",
+        f"checkpointing.checkpoint_dir={tmp_path / 'run/ckpt'}"])
+    assert cfg.policy.generation.backend == "execrl" and cfg.loss_fn.reference_policy_kl_penalty == 0.01
+    trained = train(cfg)
+    assert trained.step == 1 and trained.model.config.model_type == "gemma3_text"
