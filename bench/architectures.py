@@ -7,6 +7,8 @@ Sections:
   check    greedy choices and logprobs against the HF forward (teacher-forced), and how many greedy completions
            are identical to transformers' `generate`
   rollout  P prompts x (128 + N) tokens forced to full length: the engine (compiled, CUDA graphs) vs `generate`
+  step     `execrl train` GRPO steps on a saved random-init model of the family (16 prompts x 8, ~128-token
+           prompts, 256 new tokens forced, bf16 mixed precision): time per step and its phases
 Sliding windows are set below the sequence length (128 tokens) so that the windowed paths are the ones measured.
 """
 
@@ -121,11 +123,41 @@ def section_rollout(family: str, arch: str, rows: list, prompts_n: int, new: int
     del model
 
 
+def section_step(family: str, arch: str, rows: list, steps: int, micro: int) -> None:
+    import tempfile
+    from pathlib import Path
+
+    from common import padding_prompt, read_metrics, step_overrides
+
+    from execrl.config import load_config
+    from execrl.trainer.loop import train
+
+    work = Path(tempfile.mkdtemp())
+    tok = byte_tokenizer()
+    torch.manual_seed(0)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(family_config(family, arch, ARCHS[arch].vocab, tok))
+    model.save_pretrained(work / "model")
+    tok.save_pretrained(work / "model")
+    del model
+    fresh_peak()
+    overrides = step_overrides(work / "model", steps, micro, padding_prompt(tok), work / "run")
+    train(load_config(None, overrides))
+    warm = read_metrics(work / "run")[1:]
+    med = {k: statistics.median(m[k] for m in warm) for k in ("time/generate", "time/grade", "time/train")}
+    tokens = statistics.median(m["train/completion_len_mean"] for m in warm) * 128
+    rows.append([family, f"{sum(med.values()):.2f}", f"{med['time/generate']:.2f}", f"{med['time/train']:.2f}",
+                 f"{tokens / med['time/generate']:,.0f}", f"{peak_gib():.1f}", f"{len(warm)} steps after the first"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--families", nargs="+", default=FAMILIES, choices=FAMILIES)
     ap.add_argument("--arch", default="qwen2.5-0.5b", choices=sorted(ARCHS), help="the dimensions")
-    ap.add_argument("--sections", nargs="+", default=["check", "rollout"], choices=["check", "rollout"])
+    ap.add_argument("--sections", nargs="+", default=["check", "rollout"], choices=["check", "rollout", "step"])
+    ap.add_argument("--steps", type=int, default=4, help="step: GRPO steps (the first, which compiles, not counted)")
+    ap.add_argument("--micro", type=int, default=32, help="step: the training micro-batch")
     ap.add_argument("--prompts", type=int, default=256)
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--no-baseline", action="store_true", help="rollout: skip transformers' generate")
@@ -147,6 +179,12 @@ def main() -> None:
             "family", "engine tok/s", "s", "first call s", "peak GiB", *([] if args.no_baseline else
                                                                           ["generate tok/s", "engine / generate"])],
             rows)
+    if "step" in args.sections:
+        rows = []
+        for f in args.families:
+            section_step(f, args.arch, rows, args.steps, args.micro)
+        table("GRPO steps, 16 prompts x 8, 128 + 256 tokens forced, bf16 mixed precision", [
+            "family", "s/step", "generate s", "train s", "decode tok/s", "peak GiB", ""], rows)
 
 
 if __name__ == "__main__":
