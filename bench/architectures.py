@@ -45,6 +45,9 @@ def family_config(family: str, arch: str, vocab: int, tok):
         "phi3": lambda: tf.Phi3Config(pad_token_id=tok.pad_token_id, **dims),
         "phi4-mini": lambda: tf.Phi3Config(pad_token_id=tok.pad_token_id, partial_rotary_factor=0.75, **dims),
         "starcoder2": lambda: tf.Starcoder2Config(sliding_window=128, **dims),
+        # no file in rollout/models/: the engine's generic path (transformers' own layers over its cache)
+        "gpt-neox (generic)": lambda: tf.GPTNeoXConfig(**{k: v for k, v in dims.items() if k != "num_key_value_heads"}),
+        "qwen2 (generic)": lambda: tf.Qwen2Config(**dims),  # forced onto the generic path: its cost against the file
         "gemma3": lambda: tf.Gemma3TextConfig(head_dim=head, sliding_window=128, query_pre_attn_scalar=head,
                                               layer_types=(window * a.layers)[:a.layers], **dims),
         # mixtures of experts: Qwen3-30B-A3B's routing (128 experts, 8 a token) scaled to 64 experts of 512
@@ -57,7 +60,7 @@ def family_config(family: str, arch: str, vocab: int, tok):
 
 
 FAMILIES = ["llama", "qwen2", "qwen3", "qwen3-sliding", "mistral-sliding", "granite", "olmo2", "phi3", "phi4-mini",
-            "gemma3", "starcoder2", "qwen3-moe", "mixtral", "olmoe"]
+            "gemma3", "starcoder2", "qwen3-moe", "mixtral", "olmoe", "gpt-neox (generic)", "qwen2 (generic)"]
 
 
 def build(family: str, arch: str, dtype: torch.dtype = torch.bfloat16):
@@ -103,6 +106,12 @@ def section_rollout(family: str, arch: str, rows: list, prompts_n: int, new: int
     model, tok = build(family, arch)
     g = torch.Generator().manual_seed(0)
     prompts = torch.randint(3, 259, (prompts_n, 128), generator=g).tolist()
+    from execrl.rollout import engine as engine_module
+    from execrl.rollout.generic import GenericDecoder
+
+    make_decoder = engine_module.make_decoder
+    if family == "qwen2 (generic)":  # (a family with a file, forced onto the generic path for this measurement)
+        engine_module.make_decoder = lambda m, s, n, _: GenericDecoder(m, s, n)
     params = SamplingParams(temperature=1.0, ignore_eos=True)
     fresh_peak()
     engine = RolloutEngine(model, tok, slots=prompts_n, max_len=128 + new, compile=DEVICE == "cuda")
@@ -113,6 +122,7 @@ def section_rollout(family: str, arch: str, rows: list, prompts_n: int, new: int
     made = sum(len(c.ids) for grp in runs[0][0] for c in grp)
     row = [family, f"{made / t:,.0f}", f"{t:.2f}", f"{first:.1f}", f"{peak_gib():.1f}"]
     del call, engine
+    engine_module.make_decoder = make_decoder
     if baseline:
         fresh_peak()
         outs, t_hf = timed(partial(hf_generate, model, tok, prompts, 1, new, 1.0, batch_size=prompts_n,

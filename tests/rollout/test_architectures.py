@@ -109,6 +109,9 @@ def test_greedy_tokens_and_logprobs_equal_transformers(case, tok, prompts):
         for c in group:
             torch.testing.assert_close(torch.tensor(c.logprobs), recomputed(model, prompt, c.ids, 0.8),
                                        atol=2e-4, rtol=2e-4)
+    whole = [c.ids for g in engine.generate(prompts, 2, 24, SamplingParams(temperature=0.0)) for c in g]
+    engine.dec.prefill_logits_bytes = 1  # one prompt a prefill chunk
+    assert [c.ids for g in engine.generate(prompts, 2, 24, SamplingParams(temperature=0.0)) for c in g] == whole
 
 
 @pytest.mark.parametrize("case", ["qwen3", "phi3", "gemma3", "olmo2", "qwen3-moe", "starcoder2-sliding"])
@@ -145,11 +148,42 @@ def test_lora_on_routed_experts_is_refused_with_the_fix(tok):
         RolloutEngine(model, tok, slots=1, max_len=64)
 
 
-def test_a_family_the_engine_does_not_run_names_the_fix(tok):
-    from transformers import GPT2Config, GPT2LMHeadModel  # (GPT-2: learned positions, Conv1D projections)
+GENERIC = {  # families with no file in rollout/models/: transformers' own forward over the engine's cache
+    "gpt_neox": lambda v: __import__("transformers").GPTNeoXConfig(vocab_size=v, **{**SMALL, "num_key_value_heads": 4}),
+    "gpt2": lambda v: __import__("transformers").GPT2Config(vocab_size=v, n_embd=64, n_layer=2, n_head=4),
+    "stablelm": lambda v: __import__("transformers").StableLmConfig(vocab_size=v, **SMALL),
+    "gemma2-sliding": lambda v: __import__("transformers").Gemma2Config(vocab_size=v, head_dim=16, sliding_window=6,
+                                                                         **SMALL),
+}
 
-    with pytest.raises(UnsupportedModel, match="backend=transformers"):
-        RolloutEngine(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)), tok, 1, 16)
+
+@pytest.mark.parametrize("case", list(GENERIC))
+def test_the_generic_path_equals_transformers_for_a_family_without_a_file(case, tok, prompts):
+    from transformers import AutoModelForCausalLM
+
+    from execrl.rollout.generic import GenericDecoder
+
+    torch.manual_seed(0)
+    attn = "eager" if case.startswith("gemma2") else "sdpa"  # (Gemma 2 has no sdpa path in transformers)
+    model = AutoModelForCausalLM.from_config(GENERIC[case](len(tok)), attn_implementation=attn).eval()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.15)
+    ref = hf_generate(model, tok, prompts, 1, 24, temperature=0.0)
+    engine = RolloutEngine(model, tok, slots=2, max_len=128)  # (2 slots for 3 prompts: a slot is refilled)
+    assert isinstance(engine.dec, GenericDecoder)
+    assert sum(len(r[0].ids) for r in ref) > 24
+    for r, o in zip(ref, engine.generate(prompts, 1, 24, SamplingParams(temperature=0.0))):
+        r, o = r[0].ids, o[0].ids
+        assert o[:len(r)] == r and (len(o) == len(r) or o[len(r)] == tok.pad_token_id)
+    torch.manual_seed(0)
+    for prompt, group in zip(prompts, engine.generate(prompts, 2, 24, SamplingParams(temperature=0.8))):
+        for c in group:
+            torch.testing.assert_close(torch.tensor(c.logprobs), recomputed(model, prompt, c.ids, 0.8),
+                                       atol=2e-4, rtol=2e-4)
+
 
 
 @pytest.mark.gpu
@@ -179,3 +213,23 @@ def test_the_masked_experts_equal_the_one_by_one_loop():
     weight, expert = route(x, router, 3, False)
     torch.testing.assert_close(experts_masked(x, weight, expert, gate_up, down, torch.nn.functional.silu),
                                experts_one_by_one(x, weight, expert, gate_up, down, torch.nn.functional.silu))
+
+
+def test_the_generic_path_runs_lora_adapters_inside_the_model(tok, prompts):
+    from transformers import AutoModelForCausalLM
+
+    from execrl.config.schema import LoraConfig
+    from execrl.lora import apply_lora
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(GENERIC["gpt_neox"](len(tok))).eval()
+    apply_lora(model, LoraConfig(enabled=True, dim=4, alpha=8, match_all_linear=True), seed=0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn_like(p) * 0.1)
+    engine = RolloutEngine(model, tok, slots=2, max_len=128)
+    torch.manual_seed(0)
+    for prompt, group in zip(prompts, engine.generate(prompts, 1, 16, SamplingParams(temperature=0.8))):
+        torch.testing.assert_close(torch.tensor(group[0].logprobs), recomputed(model, prompt, group[0].ids, 0.8),
+                                   atol=2e-4, rtol=2e-4)

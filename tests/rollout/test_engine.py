@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from execrl.models import build_tiny_model, build_tokenizer
-from execrl.rollout import RolloutEngine, SamplingParams, UnsupportedModel, hf_generate
+from execrl.rollout import RolloutEngine, SamplingParams, hf_generate
 from execrl.rollout.sampling import sample
 from execrl.tasks.arith import corpus
 
@@ -118,14 +118,6 @@ def test_top_k_one_is_greedy(tiny, prompts):
     engine = RolloutEngine(model, tok, slots=4, max_len=256)
     assert ([c.ids for g in engine.generate(prompts, 1, 24, SamplingParams(temperature=1.0, top_k=1)) for c in g]
             == [c.ids for g in engine.generate(prompts, 1, 24, GREEDY) for c in g])
-
-
-def test_unsupported_architectures_name_the_fix():
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
-    with pytest.raises(UnsupportedModel, match="backend=transformers"):
-        RolloutEngine(model, None, slots=1, max_len=16)
 
 
 def test_fused_projections_are_views_the_optimizer_updates_in_place(tiny, prompts):

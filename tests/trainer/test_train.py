@@ -220,3 +220,23 @@ def test_a_mixture_of_experts_says_its_router_loss_is_left_out(tmp_path, capsys)
         "policy.generation.max_new_tokens=8")
     assert "router load-balancing loss (output_router_logits, router_aux_loss_coef=0.001) is not added" in \
         capsys.readouterr().err
+
+
+def test_a_family_without_a_file_trains_on_the_generic_path(tmp_path, capsys):
+    """GPT-NeoX has no file in rollout/models/: the engine runs transformers' own layers over its cache, and the
+    start-up line says so; the sampler's logprobs are the trainer's."""
+    from transformers import AutoModelForCausalLM
+
+    from execrl.models import build_tokenizer
+    from execrl.tasks.arith import corpus
+
+    from ..rollout.test_architectures import GENERIC
+
+    tok = build_tokenizer(corpus(), vocab_size=384)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(GENERIC["gpt_neox"](len(tok))).save_pretrained(tmp_path / "neox")
+    tok.save_pretrained(tmp_path / "neox")
+    trained, d = run(tmp_path, "run", f"policy.model_name={tmp_path / 'neox'}", "grpo.max_num_steps=1",
+                     "warmup.sft_steps=0", "policy.generation.max_new_tokens=16")
+    assert trained.step == 1 and metrics(d)[0]["train/logprob_mismatch"] < 1e-4
+    assert "rollouts: the execrl engine's generic path, gpt_neox" in capsys.readouterr().err

@@ -11,6 +11,7 @@ waiting requests.
 from __future__ import annotations
 
 import time
+import warnings
 from collections import deque
 from dataclasses import dataclass
 
@@ -19,7 +20,9 @@ import torch
 from execrl.guided import Guides
 from execrl.rollout.completion import Completion, eos_ids
 from execrl.rollout.decoder import CachedDecoder
+from execrl.rollout.generic import GenericDecoder
 from execrl.rollout.masks import SlotMasks
+from execrl.rollout.models import REGISTRY
 from execrl.rollout.sampling import SamplingParams, request_key, sample, token_keys
 
 MASK_COPY_MS = 0.25  # guided decoding: the masks' copy to the device and the sampling's launch (H100, 256 x 151K)
@@ -65,15 +68,24 @@ class Call:
             self.on_batch(1)
 
 
+def make_decoder(model, slots: int, max_len: int, merge_adapters: bool):
+    """A family with a file in rollout/models/: its CachedDecoder; any other causal LM: the generic
+    path (transformers' own forward over the engine's cache)."""
+    if getattr(model.config, "model_type", None) in REGISTRY:
+        return CachedDecoder(model, slots, max_len, merge_adapters)
+    return GenericDecoder(model, slots, max_len)
+
+
 class RolloutEngine:
     def __init__(self, model, tokenizer, slots: int, max_len: int, cuda_graphs: bool = True, sync_every: int = 16,
                  prefill_tokens: int = 32768, compile: bool = False, stop_token_ids: list[int] | None = None,
                  merge_adapters: bool = False):
         self.tokenizer, self.sync_every, self.prefill_tokens = tokenizer, max(1, sync_every), prefill_tokens
-        self.dec = CachedDecoder(model, slots, max_len, merge_adapters)  # (LoRA: decoder.adapters_merged)
+        self.dec = make_decoder(model, slots, max_len, merge_adapters)  # (LoRA: decoder.adapters_merged)
         dev = self.dec.rows.device
         self.graphs_on = cuda_graphs and dev.type == "cuda"
-        self.compiled = compile and dev.type == "cuda"  # fuses the small ops (two compilations: see compiled())
+        # fuses the small ops (two compilations: see compiled()); the generic path runs the model's own code
+        self.compiled = compile and dev.type == "cuda" and not isinstance(self.dec, GenericDecoder)
         self.body = compiled(self._body) if self.compiled else self._body
         self.forward = compiled(self._forward) if self.compiled else self._forward
         self.guided_sample = compiled(self._guided_sample) if self.compiled else self._guided_sample
@@ -332,7 +344,16 @@ class RolloutEngine:
             return fn()
         entry = self.graphs.get(key)
         if entry is None:
-            entry = self.graphs[key] = self._capture(fn)
+            try:
+                entry = self.graphs[key] = self._capture(fn)
+            except RuntimeError as e:  # the generic path: a model whose own code syncs with the host
+                if not isinstance(self.dec, GenericDecoder):
+                    raise
+                warnings.warn(f"the model's own forward cannot be captured as a CUDA graph ({str(e)[:120]}): "
+                              "decoding without graphs", stacklevel=2)
+                torch.cuda.synchronize()
+                self.graphs_on = False
+                return fn()
         entry[0].replay()
         return entry[1]
 

@@ -20,7 +20,7 @@ from execrl.models import TINY_CODER
 from execrl.rewards.judges import load_reward_model
 from execrl.rewards.reward_model import RewardModel
 from execrl.rollout import build_generator
-from execrl.rollout.models import architecture_of
+from execrl.rollout.models import REGISTRY, architecture_of
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import Problem
 from execrl.trainer import checkpoint, precision
@@ -182,9 +182,12 @@ def model_notes(model, backend: str) -> list[str]:
     training recipe (a mixture of experts' router loss) the GRPO loss leaves out."""
     c = model.config
     kind = getattr(c, "model_type", "?")
-    if backend == "execrl":
+    if backend == "execrl" and kind in REGISTRY:
         arch = type(architecture_of(model))
         lines = [f"rollouts: the execrl engine, {kind} ({arch.__name__} in {arch.__module__.replace('.', '/')}.py)"]
+    elif backend == "execrl":
+        lines = [f"rollouts: the execrl engine's generic path, {kind} (transformers' own layers over the engine's "
+                 "cache: no file for it in execrl/rollout/models/, whose families run faster)"]
     else:
         lines = [f"rollouts: transformers' generate ({kind}; policy.generation.backend={backend})"]
     if getattr(c, "output_router_logits", False):

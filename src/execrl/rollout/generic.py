@@ -1,0 +1,138 @@
+"""The engine's path for a model family without a file in rollout/models/: transformers' own forward
+drives the decode, over the engine's static cache, continuous batching and CUDA graphs (not
+`generate`).
+
+The model is called as transformers defines it (its embeddings, layers, norms and head, LoRA
+layers included), with three things of the engine's: `SlotCache`, a transformers Cache whose update
+writes each slot's new keys and values at that slot's own position; per-slot position ids; and the
+attention masks, built here (a slot sees its positions up to its own, within a sliding window where
+its config has one) and passed ready-made, so the model builds none. Slower than a family file (the
+model's own attention and unfused projections), faster than `generate` (no per-step cache growth, no
+padding of finished rows, graphs).
+
+Shapes: S slots, P prompts, T prompt width, L = max_len, W the decode window, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import warnings
+from contextlib import nullcontext
+
+import torch
+from transformers.cache_utils import Cache
+
+
+class SlotCache(Cache):
+    """Keys and values [S, Hkv, L, D] per layer (made at the first prefill, in the shapes the layer
+    gives: keys and values may differ). `prefill`: writes the prompts' keys at positions [0, T) of
+    their slots and returns them alone (attention over the prompt); else writes one position per
+    slot and returns the cache's first W positions."""
+
+    def __init__(self, layers: int, slots: int, max_len: int):
+        # (Cache.__init__ not called: its layers are transformers' own cache; the update here is ours)
+        self.k: list[torch.Tensor | None] = [None] * layers
+        self.v: list[torch.Tensor | None] = [None] * layers
+        self.slots, self.max_len, self.layers = slots, max_len, []
+        self.mode: tuple = ("decode", None, None, 0)
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        mode, a, b, w = self.mode
+        if self.k[layer_idx] is None:
+            self.k[layer_idx], self.v[layer_idx] = (
+                z.new_zeros(self.slots, z.shape[1], self.max_len, z.shape[3]) for z in (key_states, value_states))
+        kc, vc = self.k[layer_idx], self.v[layer_idx]
+        if mode == "prefill":  # a: the slots, b: each slot's prompt
+            t = key_states.shape[2]
+            kc[a, :, :t] = key_states[b]
+            vc[a, :, :t] = value_states[b]
+            return key_states, value_states
+        rows, pos = a, b  # one new position per slot
+        kc[rows, :, pos] = key_states[:, :, 0]
+        vc[rows, :, pos] = value_states[:, :, 0]
+        return kc[:, :, :w], vc[:, :, :w]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0
+
+    def __len__(self):
+        return len(self.k)
+
+    def get_mask_sizes(self, *args, **kwargs):
+        return self.max_len, 0
+
+    @property
+    def is_compileable(self) -> bool:
+        return True
+
+
+class GenericDecoder:
+    """The CachedDecoder interface (rollout/decoder.py) over transformers' forward."""
+
+    prefill_logits_bytes = 2**30  # a prefill chunk's logits at most (the model's head makes them at every position)
+
+    def __init__(self, model, slots: int, max_len: int, merge_adapters: bool = False):
+        cfg = model.config
+        self.model, self.slots, self.max_len, self.merge = model, slots, max_len, False
+        self.head = model.get_output_embeddings()
+        self.cache = SlotCache(cfg.num_hidden_layers, slots, max_len)
+        self.rows = torch.arange(slots, device=self.head.weight.device)
+        types = getattr(cfg, "layer_types", None)
+        self.window = getattr(cfg, "sliding_window", None) if (types and "sliding_attention" in types) or (
+            types is None and getattr(cfg, "use_sliding_window", True)) else None
+        self.types = sorted(set(types)) if types else None
+        # eager attention adds its mask to the scores (0 or the dtype's minimum); the others take booleans
+        self.additive = getattr(cfg, "_attn_implementation", None) == "eager"
+
+    def compile_prefill(self, compiler) -> None:
+        pass  # (the model's own code: nothing of ours to fuse)
+
+    def refresh_adapters(self) -> None:
+        pass  # (LoRA layers are inside the model's modules: its forward applies them)
+
+    def adapters_merged(self):
+        return nullcontext()
+
+    def _masks(self, visible: torch.Tensor, sliding: torch.Tensor | None):
+        """The ready-made masks: one [B, 1, Q, K] boolean, or one per layer type where the config has
+        them (transformers then takes them as they are)."""
+        if self.additive:
+            low = torch.finfo(self.head.weight.dtype).min
+            visible, sliding = (None if m is None else torch.zeros(m.shape, dtype=self.head.weight.dtype,
+                                                                    device=m.device).masked_fill(~m, low)
+                                for m in (visible, sliding))
+        if self.types is None:
+            return visible if self.window is None else sliding
+        return {t: sliding if t == "sliding_attention" else visible for t in self.types}
+
+    def _forward(self, ids, positions, masks):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # (past_key_values: renamed in later transformers)
+            out = self.model(input_ids=ids, position_ids=positions, attention_mask=masks, past_key_values=self.cache,
+                             use_cache=True)
+        return out.logits
+
+    def prefill(self, tokens: torch.Tensor, lengths: torch.Tensor, slots: torch.Tensor, source: torch.Tensor):
+        """As CachedDecoder.prefill. The model's own head makes logits at every position ([P, T, V]),
+        so prompts go through in chunks of about a GiB of logits."""
+        p, t = tokens.shape
+        dev = tokens.device
+        n = torch.arange(t, device=dev)
+        per_prompt = t * self.head.weight.shape[0] * self.head.weight.element_size()
+        chunk = max(1, min(p, self.prefill_logits_bytes // per_prompt))
+        out = []
+        for a in range(0, p, chunk):
+            b = min(p, a + chunk)
+            causal = (n[None, :] <= n[:, None])[None, None].expand(b - a, 1, t, t)  # [P', 1, T, T]
+            sliding = None if self.window is None else causal & (n[:, None] - n[None, :] < self.window)[None, None]
+            mine = (source >= a) & (source < b)  # the slots that take one of these prompts
+            self.cache.mode = ("prefill", slots[mine], source[mine] - a, 0)
+            logits = self._forward(tokens[a:b], n[None].expand(b - a, t), self._masks(causal, sliding))  # [P', T, V]
+            out.append(logits[torch.arange(b - a, device=dev), lengths[a:b] - 1])
+        return torch.cat(out)
+
+    def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int) -> torch.Tensor:
+        n = torch.arange(window, device=tokens.device)[None]  # [1, W]
+        visible = (n <= pos[:, None])[:, None, None]  # [S, 1, 1, W]
+        sliding = None if self.window is None else visible & (n > pos[:, None] - self.window)[:, None, None]
+        self.cache.mode = ("decode", self.rows, pos, window)
+        return self._forward(tokens[:, None], pos[:, None], self._masks(visible, sliding))[:, 0]
