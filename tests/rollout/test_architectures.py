@@ -92,6 +92,19 @@ def recomputed(model, prompt, ids, temperature):
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
 
 
+def assert_equals_transformers(engine, model, tok, prompts, ref):
+    """Greedy tokens equal `generate`'s (`ref`); sampled tokens' logprobs equal a recomputed forward's."""
+    assert sum(len(r[0].ids) for r in ref) > 24
+    for r, o in zip(ref, engine.generate(prompts, 1, 24, SamplingParams(temperature=0.0))):
+        r, o = r[0].ids, o[0].ids  # (where generate's row ends at a real token equal to the pad id, _cut ends it)
+        assert o[:len(r)] == r and (len(o) == len(r) or o[len(r)] == tok.pad_token_id)
+    torch.manual_seed(0)
+    for prompt, group in zip(prompts, engine.generate(prompts, 2, 24, SamplingParams(temperature=0.8))):
+        for c in group:
+            torch.testing.assert_close(torch.tensor(c.logprobs), recomputed(model, prompt, c.ids, 0.8),
+                                       atol=2e-4, rtol=2e-4)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_greedy_tokens_and_logprobs_equal_transformers(case, tok, prompts):
     model = build(case, tok)
@@ -99,16 +112,7 @@ def test_greedy_tokens_and_logprobs_equal_transformers(case, tok, prompts):
     ref = hf_generate(model, tok, prompts, 1, 24, temperature=0.0)
     fuse_projections(model)  # (as the trainer does before building its engine)
     engine = RolloutEngine(model, tok, slots=3, max_len=128)
-    greedy = engine.generate(prompts, 1, 24, SamplingParams(temperature=0.0))
-    assert sum(len(r[0].ids) for r in ref) > 24
-    for r, o in zip(ref, greedy):  # (where generate's row ends at a real token equal to the pad id, _cut ends it)
-        r, o = r[0].ids, o[0].ids
-        assert o[:len(r)] == r and (len(o) == len(r) or o[len(r)] == tok.pad_token_id)
-    torch.manual_seed(0)
-    for prompt, group in zip(prompts, engine.generate(prompts, 2, 24, SamplingParams(temperature=0.8))):
-        for c in group:
-            torch.testing.assert_close(torch.tensor(c.logprobs), recomputed(model, prompt, c.ids, 0.8),
-                                       atol=2e-4, rtol=2e-4)
+    assert_equals_transformers(engine, model, tok, prompts, ref)
     whole = [c.ids for g in engine.generate(prompts, 2, 24, SamplingParams(temperature=0.0)) for c in g]
     engine.dec.prefill_logits_bytes = 1  # one prompt a prefill chunk
     assert [c.ids for g in engine.generate(prompts, 2, 24, SamplingParams(temperature=0.0)) for c in g] == whole
@@ -174,15 +178,7 @@ def test_the_generic_path_equals_transformers_for_a_family_without_a_file(case, 
     ref = hf_generate(model, tok, prompts, 1, 24, temperature=0.0)
     engine = RolloutEngine(model, tok, slots=2, max_len=128)  # (2 slots for 3 prompts: a slot is refilled)
     assert isinstance(engine.dec, GenericDecoder)
-    assert sum(len(r[0].ids) for r in ref) > 24
-    for r, o in zip(ref, engine.generate(prompts, 1, 24, SamplingParams(temperature=0.0))):
-        r, o = r[0].ids, o[0].ids
-        assert o[:len(r)] == r and (len(o) == len(r) or o[len(r)] == tok.pad_token_id)
-    torch.manual_seed(0)
-    for prompt, group in zip(prompts, engine.generate(prompts, 2, 24, SamplingParams(temperature=0.8))):
-        for c in group:
-            torch.testing.assert_close(torch.tensor(c.logprobs), recomputed(model, prompt, c.ids, 0.8),
-                                       atol=2e-4, rtol=2e-4)
+    assert_equals_transformers(engine, model, tok, prompts, ref)
 
 
 
