@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--model", help="hub id or local HF-format directory (e.g. a checkpoint of ours: its policy/, a "
                    "LoRA run's adapter included)")
     e.add_argument("--completions", help="JSONL of completions made elsewhere: {problem_id, completion}; no model")
-    e.add_argument("--dataset", default="mbpp", help="gsm8k | mbpp | nemotron_code | leetcode | humaneval | jsonl")
+    e.add_argument("--dataset", default="mbpp", help="gsm8k | mbpp | nemotron_code | leetcode | humaneval | jsonl | "
+                   "builtin:arith-code | NeMo RL's dataset names (docs/getting-started.md#datasets)")
     e.add_argument("--split", default="test", help="dataset split (default test)")
     e.add_argument("--data-path", default=None, help="file or directory of the dataset (default: found locally)")
     e.add_argument("--limit", type=number(int, 1), default=None, help="only the first N problems (default: all)")
