@@ -2,11 +2,10 @@
 one process: the same samples and rewards, the same losses up to summation order, the same adapters; the frozen
 base sharded with them, the reference (adapters off) scored on the shards."""
 
-import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.trainer.test_distributed import FAST, LEARNED, SAMPLED, metrics, one_process, two_processes
+from tests.trainer.test_distributed import FAST, assert_same_metrics, one_process, two_processes
 
 LORA = [*FAST, "policy.lora.enabled=true", "policy.lora.dim=4", "policy.optimizer.kwargs.lr=1e-3"]
 
@@ -14,15 +13,7 @@ LORA = [*FAST, "policy.lora.enabled=true", "policy.lora.dim=4", "policy.optimize
 def test_lora_on_two_gloo_processes_equals_one(tmp_path):
     one = one_process(tmp_path / "one", LORA)
     two = two_processes(tmp_path / "two", LORA)
-    rows_one, rows_two = metrics(one), metrics(two)
-    assert [r["step"] for r in rows_one] == [r["step"] for r in rows_two]
-    for ra, rb in zip(rows_one, rows_two):
-        for k in SAMPLED:
-            if k in ra:
-                assert rb[k] == pytest.approx(ra[k], rel=1e-12), k
-        for k in LEARNED:
-            if k in ra:
-                assert rb[k] == pytest.approx(ra[k], rel=1e-4, abs=1e-6), k
+    assert_same_metrics(one, two)
     a, b = (load_file(d / "ckpt" / "step_000002" / "policy" / "adapter_model.safetensors") for d in (one, two))
     assert a.keys() == b.keys() and all(".lora_" in k for k in a)
     moved = sum((v ** 2).sum() for k, v in a.items() if "lora_B" in k) ** 0.5  # (B starts at zero)

@@ -80,6 +80,18 @@ def build(case, tok):
     return model
 
 
+def save_family(case, directory, **config):
+    """A tiny random model of the family (as build makes it, `config` set on its HF config) and the byte-level
+    tokenizer, saved as an HF directory: what a user's policy.model_name names. Returns the directory."""
+    tok = build_tokenizer(corpus(), vocab_size=384)
+    model = build(case, tok)
+    for key, value in config.items():
+        setattr(model.config, key, value)
+    model.save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return directory
+
+
 @pytest.fixture(scope="module")
 def prompts(tok):
     texts = ["Read two integers and print their sum.", "hi", "print the maximum of a and b, " * 2]

@@ -77,6 +77,21 @@ def initial_weights() -> dict[str, torch.Tensor]:
     return model.state_dict()
 
 
+def assert_same_metrics(a: Path, b: Path) -> None:
+    """Two runs' metrics.jsonl, row by row: the same steps, the same sampled figures (exact but for rounding) and
+    the same learned ones up to float summation order."""
+    rows_a, rows_b = metrics(a), metrics(b)
+    assert [r["step"] for r in rows_a] == [r["step"] for r in rows_b]
+    for ra, rb in zip(rows_a, rows_b):
+        for k in SAMPLED:
+            assert (k in ra) == (k in rb), (ra["step"], k)
+            if k in ra:
+                assert rb[k] == pytest.approx(ra[k], rel=1e-12), (ra["step"], k)
+        for k in LEARNED:
+            if k in ra:
+                assert rb[k] == pytest.approx(ra[k], rel=1e-4, abs=1e-6), (ra["step"], k)
+
+
 def assert_same_run(a: Path, b: Path, steps: int, first: int = 1) -> None:
     def by_step(d):
         return {(r["step"], "eval/pass@1" in r): r for r in metrics(d) if r["step"] >= first}
@@ -265,26 +280,14 @@ def test_dynamic_sampling_on_two_gloo_processes(tmp_path):
 def test_a_mixture_of_experts_on_two_gloo_processes_equals_one(tmp_path):
     """Qwen3-MoE (tiny, random): FSDP2 shards its experts' 3-D weights like any other parameter; two processes train
     as one does (the same samples, losses and final weights up to summation order)."""
-    from execrl.models import build_tokenizer
-    from execrl.tasks.arith import corpus
+    from ..rollout.test_architectures import save_family
 
-    from ..rollout.test_architectures import build
-
-    tok = build_tokenizer(corpus(), vocab_size=384)
-    build("qwen3-moe", tok).save_pretrained(tmp_path / "moe")
-    tok.save_pretrained(tmp_path / "moe")
+    save_family("qwen3-moe", tmp_path / "moe")
     overrides = [*FAST, f"policy.model_name={tmp_path / 'moe'}", "policy.generation.max_new_tokens=16",
                  "reward.components=[{name: overlong_penalty, buffer_tokens: 14}]"]
     one = one_process(tmp_path / "one", overrides)
     two = two_processes(tmp_path / "two", overrides)
-    rows_one, rows_two = metrics(one), metrics(two)
-    assert [r["step"] for r in rows_one] == [r["step"] for r in rows_two]
-    for ra, rb in zip(rows_one, rows_two):
-        for k in SAMPLED:
-            assert rb.get(k) == pytest.approx(ra.get(k), rel=1e-12) if k in ra else k not in rb
-        for k in LEARNED:
-            if k in ra:
-                assert rb[k] == pytest.approx(ra[k], rel=1e-4, abs=1e-6), (ra["step"], k)
+    assert_same_metrics(one, two)
     wa, wb = weights(one, 2), weights(two, 2)
     experts = [k for k in wa if "experts" in k]
     assert experts and sorted(wa) == sorted(wb)

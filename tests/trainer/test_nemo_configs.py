@@ -457,17 +457,13 @@ def test_nemo_rl_gemma3_recipe_trains_on_the_engine(tmp_path):
     """NeMo RL's grpo-gemma3-1b-it recipe as written, with a tiny random Gemma 3 (text) in place of
     google/gemma-3-1b-it, GSM8K from ../shared, one CPU process and a step's worth of batch: the engine generates
     (its Gemma 3 file), not transformers' generate."""
-    from execrl.models import build_tokenizer
-    from execrl.tasks.arith import corpus
     from execrl.trainer.loop import train
 
     from ..conftest import shared_data
-    from ..rollout.test_architectures import build
+    from ..rollout.test_architectures import save_family
 
     shared_data("gsm8k")
-    tok = build_tokenizer(corpus(), vocab_size=384)
-    build("gemma3", tok).save_pretrained(tmp_path / "gemma")
-    tok.save_pretrained(tmp_path / "gemma")
+    save_family("gemma3", tmp_path / "gemma")
     recipe = NEMO / "eraA_06f6343/examples/configs/recipes/llm/grpo-gemma3-1b-it-1n8g-fsdp2tp1.yaml"
     cfg = load_config(str(recipe), [
         f"policy.model_name={tmp_path / 'gemma'}", f"policy.tokenizer.name={tmp_path / 'gemma'}",

@@ -189,15 +189,10 @@ def test_ctrl_c_finishes_the_step_saves_and_exits_130(tmp_path):
 def test_a_local_model_of_another_family_trains_on_the_engine(tmp_path, family, capsys):
     """A saved HF directory of a family outside Qwen/Llama (tiny, random) runs a GRPO step with the execrl engine
     generating (fused projections, its own layer order) and the trainer's logprobs from the HF forward."""
-    from execrl.models import build_tokenizer
-    from execrl.tasks.arith import corpus
+    from ..rollout.test_architectures import save_family
 
-    from ..rollout.test_architectures import build
-
-    tok = build_tokenizer(corpus(), vocab_size=384)
-    build(family, tok).save_pretrained(tmp_path / family)
-    tok.save_pretrained(tmp_path / family)
-    trained, d = run(tmp_path, "run", f"policy.model_name={tmp_path / family}", "grpo.max_num_steps=1",
+    directory = save_family(family, tmp_path / family)
+    trained, d = run(tmp_path, "run", f"policy.model_name={directory}", "grpo.max_num_steps=1",
                      "warmup.sft_steps=0", "policy.generation.max_new_tokens=16")
     kind = {"gemma3": "gemma3_text", "qwen3-moe": "qwen3_moe"}.get(family, family)
     assert trained.step == 1 and trained.model.config.model_type == kind
@@ -206,17 +201,10 @@ def test_a_local_model_of_another_family_trains_on_the_engine(tmp_path, family, 
 
 
 def test_a_mixture_of_experts_says_its_router_loss_is_left_out(tmp_path, capsys):
-    from execrl.models import build_tokenizer
-    from execrl.tasks.arith import corpus
+    from ..rollout.test_architectures import save_family
 
-    from ..rollout.test_architectures import build
-
-    tok = build_tokenizer(corpus(), vocab_size=384)
-    model = build("qwen3-moe", tok)
-    model.config.output_router_logits = True
-    model.save_pretrained(tmp_path / "moe")
-    tok.save_pretrained(tmp_path / "moe")
-    run(tmp_path, "run", f"policy.model_name={tmp_path / 'moe'}", "grpo.max_num_steps=1", "warmup.sft_steps=0",
+    directory = save_family("qwen3-moe", tmp_path / "moe", output_router_logits=True)
+    run(tmp_path, "run", f"policy.model_name={directory}", "grpo.max_num_steps=1", "warmup.sft_steps=0",
         "policy.generation.max_new_tokens=8")
     assert "router load-balancing loss (output_router_logits, router_aux_loss_coef=0.001) is not added" in \
         capsys.readouterr().err

@@ -5,9 +5,9 @@ call."""
 from __future__ import annotations
 
 from execrl.rollout.completion import Completion
-from execrl.rollout.decoder import UnsupportedModel
 from execrl.rollout.engine import RolloutEngine
 from execrl.rollout.hf import hf_generate
+from execrl.rollout.models import UnsupportedModel
 from execrl.rollout.sampling import SamplingParams
 
 BACKENDS = ("execrl", "transformers")

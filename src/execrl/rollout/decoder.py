@@ -22,13 +22,8 @@ from execrl.lora import base_layer
 from execrl.rollout.adapters import layer_adapters
 from execrl.rollout.attention import decode_attention
 from execrl.rollout.fuse import joined
-from execrl.rollout.models import UnsupportedModel, architecture_of  # noqa: F401 (UnsupportedModel: re-exported)
+from execrl.rollout.models import architecture_of
 from execrl.rollout.models.layers import causal_mask, gated, rotate
-
-
-def check_supported(model) -> None:
-    """Raise UnsupportedModel with the fix when the engine cannot run this architecture."""
-    architecture_of(model)
 
 
 def _fused(group: list) -> tuple[torch.Tensor, torch.Tensor | None] | None:

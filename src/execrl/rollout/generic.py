@@ -21,6 +21,8 @@ from contextlib import nullcontext
 import torch
 from transformers.cache_utils import Cache
 
+from execrl.rollout.models.layers import sliding_window
+
 
 class SlotCache(Cache):
     """Keys and values [S, Hkv, L, D] per layer (made at the first prefill, in the shapes the layer
@@ -77,8 +79,8 @@ class GenericDecoder:
         self.cache = SlotCache(cfg.num_hidden_layers, slots, max_len)
         self.rows = torch.arange(slots, device=self.head.weight.device)
         types = getattr(cfg, "layer_types", None)
-        self.window = getattr(cfg, "sliding_window", None) if (types and "sliding_attention" in types) or (
-            types is None and getattr(cfg, "use_sliding_window", True)) else None
+        windows = (sliding_window(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.window = next((w for w in windows if w is not None), None)  # (its sliding layers': one size)
         self.types = sorted(set(types)) if types else None
         # eager attention adds its mask to the scores (0 or the dtype's minimum); the others take booleans
         self.additive = getattr(cfg, "_attn_implementation", None) == "eager"

@@ -20,7 +20,7 @@ from execrl.models import TINY_CODER
 from execrl.rewards.judges import load_reward_model
 from execrl.rewards.reward_model import RewardModel
 from execrl.rollout import build_generator
-from execrl.rollout.models import REGISTRY, architecture_of
+from execrl.rollout.models import REGISTRY
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import Problem
 from execrl.trainer import checkpoint, precision
@@ -183,7 +183,7 @@ def model_notes(model, backend: str) -> list[str]:
     c = model.config
     kind = getattr(c, "model_type", "?")
     if backend == "execrl" and kind in REGISTRY:
-        arch = type(architecture_of(model))
+        arch = REGISTRY[kind]
         lines = [f"rollouts: the execrl engine, {kind} ({arch.__name__} in {arch.__module__.replace('.', '/')}.py)"]
     elif backend == "execrl":
         lines = [f"rollouts: the execrl engine's generic path, {kind} (transformers' own layers over the engine's "

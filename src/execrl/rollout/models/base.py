@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from execrl.rollout.models.layers import rms_norm
+from execrl.rollout.models.layers import rms_norm, sliding_window
 
 
 class UnsupportedModel(ValueError):
@@ -68,10 +68,7 @@ class Architecture:
     # -- per layer --
     def sliding_window(self, i: int) -> int | None:
         """Layer i's window (a key is seen while query - key < window), or None (full attention)."""
-        types = getattr(self.cfg, "layer_types", None)
-        if types is not None:
-            return self.cfg.sliding_window if types[i] == "sliding_attention" else None
-        return getattr(self.cfg, "sliding_window", None) if getattr(self.cfg, "use_sliding_window", True) else None
+        return sliding_window(self.cfg, i)
 
     def rotary_tables(self, like: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each layer's (cos, sin) [L, R] for `positions` [L], as transformers computes them."""

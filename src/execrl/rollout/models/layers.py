@@ -37,6 +37,16 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return (x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin).type_as(x)
 
 
+def sliding_window(cfg, i: int) -> int | None:
+    """Layer i's window as a transformers config sets it (a key is seen while query - key < window),
+    or None (full attention): by its layer_types where it has them, else its sliding_window (unless
+    use_sliding_window is off)."""
+    types = getattr(cfg, "layer_types", None)
+    if types is not None:
+        return cfg.sliding_window if types[i] == "sliding_attention" else None
+    return getattr(cfg, "sliding_window", None) if getattr(cfg, "use_sliding_window", True) else None
+
+
 def gated(act):
     """act(gate) * up from the joined [..., 2I] gate/up output -> [..., I] (SwiGLU with SiLU,
     GeGLU with GELU)."""
