@@ -29,6 +29,7 @@ ARCHS = {  # the Qwen2.5 and Qwen2.5-Coder configs (at 0.5B and 1.5B the Coder m
     "qwen2.5-1.5b": Arch(1536, 28, 12, 2, 8960, 151936, True),
     "qwen2.5-coder-0.5b": Arch(896, 24, 14, 2, 4864, 151936, True),
     "qwen2.5-coder-1.5b": Arch(1536, 28, 12, 2, 8960, 151936, True),
+    "qwen2.5-3b": Arch(2048, 36, 16, 2, 11008, 151936, True),
     "qwen2.5-coder-7b": Arch(3584, 28, 28, 4, 18944, 152064, False),  # the 8-GPU production config's
     "tiny": Arch(64, 2, 4, 2, 128, 512, True),  # a smoke test of the scripts on a CPU
 }
@@ -92,15 +93,18 @@ def qwen2_config(arch: str, tok, vocab: int | None = None):
                        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
 
 
-def build(arch: str, device=DEVICE):
-    """Random-init weights (seed 0) of the architecture in bf16 with fused projections, and the byte tokenizer."""
+def build(arch: str, device=DEVICE, init: str = "cpu"):
+    """Random-init weights (seed 0, drawn on `init`) of the architecture in bf16 with fused projections, and the
+    byte tokenizer."""
     from transformers import Qwen2ForCausalLM
 
     from execrl.rollout.fuse import fuse_projections
 
     tok = byte_tokenizer()
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(qwen2_config(arch, tok)).to(device, torch.bfloat16).eval()
+    with torch.device(init):  # (a 7B model initialises in seconds on a GPU, minutes on a CPU)
+        model = Qwen2ForCausalLM(qwen2_config(arch, tok))
+    model = model.to(device, torch.bfloat16).eval()
     fuse_projections(model)  # as the trainer does with the execrl backend (same values, shared storage)
     return model, tok
 
@@ -115,10 +119,10 @@ def padding_prompt(tok, prompt_tokens: int = 128) -> str:
     return ("You are a careful programmer. " * 64)[:max(1, prompt_tokens - base - 12)]
 
 
-def save_arch(arch: str, work: Path) -> str:
-    """Random-init weights of the architecture and its tokenizer saved as an HF directory, work/model; returns a
-    system prompt that pads the built-in task's prompts to about 128 tokens."""
-    model, tok = build(arch, device="cpu")
+def save_arch(arch: str, work: Path, init: str = "cpu") -> str:
+    """Random-init weights of the architecture (drawn on `init`) and its tokenizer saved as an HF directory,
+    work/model; returns a system prompt that pads the built-in task's prompts to about 128 tokens."""
+    model, tok = build(arch, device=init, init=init)
     model.save_pretrained(work / "model")
     tok.save_pretrained(work / "model")
     del model

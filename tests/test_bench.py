@@ -84,3 +84,11 @@ def test_compare_rollouts_bench_runs_on_cpu():
     out = run("bench/compare_rollouts.py", "--before", str(ROOT / "src"), "--arch", "tiny", "--prompts", "4", "--new",
               "8", "--rounds", "1")
     assert "| before |" in out and "| after (./src) |" in out and "failed" not in out
+
+
+@pytest.mark.slow
+def test_memory_bench_runs_on_cpu():
+    out = run("bench/memory.py", "--runs", "tiny:full,tiny:dynamic,tiny:offload", "--new-tokens", "16", "--steps", "2",
+              "--micro", "4", "--no-compile")
+    assert "| tiny | full |" in out and "| tiny | dynamic |" in out
+    assert "policy.cpu_offload=false" in out  # refused on a CPU, said in its row

@@ -9,6 +9,37 @@ from execrl.config.schema import MasterConfig
 
 
 @dataclass(frozen=True)
+class Split:
+    """How a pass's rows become micro-batches: `sequences` at a time, or with a token budget as many
+    as fit in `tokens` padded tokens (each micro-batch's longest sequence, rounded up to `round_to`,
+    times its rows), sorted by length so that like lengths go together. A sequence longer than the
+    budget goes alone."""
+    sequences: int
+    tokens: int | None = None
+    round_to: int = 1
+
+    def parts(self, lengths: list[int], rows) -> list[list[int]]:
+        """The rows (indices into `lengths`, the sequences' lengths) in micro-batches."""
+        order = sorted(rows, key=lambda i: lengths[i])
+        if self.tokens is None:
+            return [order[i:i + self.sequences] for i in range(0, len(order), self.sequences)]
+        parts: list[list[int]] = []
+        for i in order:  # ascending: each row is the longest of its micro-batch so far
+            width = -(-lengths[i] // self.round_to) * self.round_to
+            if parts and parts[-1] and (len(parts[-1]) + 1) * width <= self.tokens:
+                parts[-1].append(i)
+            else:
+                parts.append([i])
+        return parts
+
+    def describe(self, what: str) -> str:
+        if self.tokens is None:
+            return f"{what}: {self.sequences} sequences each"
+        return (f"{what}: by tokens, at most {self.tokens} padded tokens each (lengths rounded up to "
+                f"{self.round_to}; the number of micro-batches varies with the samples' lengths)")
+
+
+@dataclass(frozen=True)
 class BatchPlan:
     num_gpus: int
     group_size: int  # grpo.num_generations_per_prompt: the G samples of one prompt
@@ -20,7 +51,9 @@ class BatchPlan:
     optimizer_steps_per_rollout: int
     per_gpu_batch: int  # samples per optimizer step on one GPU (the most: groups may not split evenly over GPUs)
     micro_batch: int
-    micro_batches_per_optimizer_step: int  # gradient accumulation on one GPU
+    micro_batches_per_optimizer_step: int  # gradient accumulation on one GPU (by count)
+    train_split: Split  # training's micro-batches
+    score_split: Split  # scoring passes' (logprobs without gradient)
     notes: tuple[str, ...] = ()
 
     def describe(self, cfg: MasterConfig) -> str:
@@ -34,9 +67,13 @@ class BatchPlan:
             f"{self.optimizer_steps_per_rollout}",
             f"GPUs: {cfg.cluster.num_nodes} node(s) x {cfg.cluster.gpus_per_node} = {self.num_gpus}; per GPU per "
             f"optimizer step: {self.per_gpu_batch} samples",
-            f"micro-batches per optimizer step per GPU: ceil({self.per_gpu_batch} / {self.micro_batch}) = "
-            f"{self.micro_batches_per_optimizer_step} (gradient accumulation)",
         ]
+        if self.train_split.tokens is None:
+            lines.append(f"micro-batches per optimizer step per GPU: ceil({self.per_gpu_batch} / {self.micro_batch}) = "
+                         f"{self.micro_batches_per_optimizer_step} (gradient accumulation)")
+        else:
+            lines += [self.train_split.describe("training micro-batches (policy.dynamic_batching)"),
+                      self.score_split.describe("scoring passes")]
         if grpo.use_dynamic_sampling:
             lines.append(f"training steps: {grpo.max_num_steps}; dynamic sampling: each step generates rounds of "
                          f"{self.prompts_per_round} prompts x {self.group_size} until {grpo.num_prompts_per_step} "
@@ -80,5 +117,13 @@ def plan(cfg: MasterConfig) -> BatchPlan:
     # 1.3: 20)
     per_round = max(1, int(grpo.num_prompts_per_step * grpo.batch_multiplier)) if grpo.use_dynamic_sampling \
         else grpo.num_prompts_per_step
+    dyn = p.dynamic_batching
+    train_split, score_split = Split(micro), Split(p.logprob_batch_size)
+    if dyn.enabled:  # NeMo RL's defaults: the budget of a full micro-batch of the longest sequences
+        train_split = Split(micro, dyn.train_mb_tokens or p.max_total_sequence_length * p.train_micro_batch_size,
+                            dyn.sequence_length_round)
+        score_split = Split(p.logprob_batch_size, dyn.logprob_mb_tokens
+                            or p.max_total_sequence_length * p.logprob_batch_size, dyn.sequence_length_round)
     return BatchPlan(gpus, group_size, samples, global_batch, global_batch // group_size, per_round,
-                     samples // global_batch, per_gpu, micro, -(-per_gpu // micro), tuple(notes))
+                     samples // global_batch, per_gpu, micro, -(-per_gpu // micro), train_split, score_split,
+                     tuple(notes))

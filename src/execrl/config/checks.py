@@ -40,6 +40,7 @@ def validate(cfg: MasterConfig) -> BatchPlan:
     check_loss(cfg, batch_plan)
     check_datasets(cfg)
     check_lora(cfg)
+    check_memory_options(cfg)
     check_reward_model(cfg)
     check_guided(cfg)
     return batch_plan
@@ -134,6 +135,31 @@ def check_lora(cfg: MasterConfig) -> None:
     if lora.match_all_linear and lora.target_modules:
         raise ConfigError("policy.lora.match_all_linear=true adapts every linear layer, so target_modules would do "
                           "nothing: set match_all_linear=false to pick target_modules, or target_modules=[]")
+
+
+def check_memory_options(cfg: MasterConfig) -> None:
+    """The optimizer class importable; policy.cpu_offload where it applies (one GPU, mixed
+    precision, all weights trained)."""
+    from execrl.trainer.optim import optimizer_class  # (imports torch)
+
+    try:
+        cls = optimizer_class(cfg.policy.optimizer.name)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    p = cfg.policy
+    if not p.cpu_offload:
+        return
+    why = None
+    if p.lora.enabled:
+        why = "with LoRA only the adapters train: their optimizer state is small"
+    elif cfg.cluster.gpus_per_node * cfg.cluster.num_nodes > 1:
+        why = "with several GPUs FSDP2 shards the master and its state instead (offloading them is not implemented)"
+    elif p.precision in ("float32", "fp32") or p.device == "cpu":
+        why = "on the CPU, or in float32, the master is the model itself: there is nothing to move"
+    elif cls.__name__ != "AdamW" or not cls.__module__.startswith("torch.optim"):
+        why = f"the host runs torch.optim.AdamW, not {cfg.policy.optimizer.name}"
+    if why:
+        raise ConfigError(f"policy.cpu_offload=true: {why}; set policy.cpu_offload=false")
 
 
 def prompt_limit(cfg: MasterConfig) -> int:

@@ -6,7 +6,7 @@ keys for NeMo's machinery; each of those is here, in one of three tables:
   REFUSED  a feature execrl does not have, when it is on (one line naming it)
 
 A key in none of them is an unknown key (the schema's error names the closest valid one). Sections
-are matched by prefix: an entry "policy.dynamic_batching" covers every key under it.
+are matched by prefix: an entry "policy.sequence_packing" covers every key under it.
 """
 
 from __future__ import annotations
@@ -78,6 +78,9 @@ MAPPED: dict[str, tuple[str, Callable[[Any, Path | None], Any]]] = {
     "grpo.adv_estimator.use_leave_one_out_baseline": ("grpo.use_leave_one_out_baseline", _value(lambda v: v)),
     "policy.dtensor_cfg.activation_checkpointing": ("policy.activation_checkpointing", _value(bool)),
     "policy.automodel_cfg.activation_checkpointing": ("policy.activation_checkpointing", _value(bool)),
+    # (NeMo RL's FSDP2 CPUOffloadPolicy also keeps the gradients on the host: trainer/offload.py)
+    "policy.dtensor_cfg.cpu_offload": ("policy.cpu_offload", _value(bool)),
+    "policy.automodel_cfg.cpu_offload": ("policy.cpu_offload", _value(bool)),
     # NeMo RL's LoRA (Automodel's PeftConfig) is policy.lora (only while it is enabled: adapt()
     # drops it otherwise)
     **{f"policy.{section}.lora_cfg.{k}": (f"policy.lora.{k}", _value(lambda v: v))
@@ -98,8 +101,9 @@ IGNORED: dict[str, str] = {
     "policy.megatron_cfg": "Megatron settings (off)",
     "policy.dtensor_cfg.lora_cfg.use_triton": "a Triton kernel for the LoRA matmuls (speed)",
     "policy.automodel_cfg.lora_cfg.use_triton": "a Triton kernel for the LoRA matmuls (speed)",
-    "policy.dynamic_batching": "micro-batch packing by tokens (the loss is normalized over the whole batch)",
-    "policy.sequence_packing": "micro-batch packing by tokens (the loss is normalized over the whole batch)",
+    "policy.sequence_packing": "several sequences packed into one row without padding (speed): execrl pads each "
+                               "micro-batch to its longest sequence; policy.dynamic_batching bounds micro-batches "
+                               "by tokens",
     "policy.make_sequence_length_divisible_by": "padding for tensor parallelism",
     "policy.logprob_chunk_size": "execrl chunks the LM head itself",
     "policy.offload_optimizer_for_logprob": "memory offloading",
@@ -359,6 +363,15 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
             ignored[refused_at[key]] = "off"
         else:
             _put(out, key, value)  # unknown: the schema's error names the closest valid key
+    if _on(leaves.get("policy.sequence_packing.enabled")) and not _on(leaves.get("policy.dynamic_batching.enabled")):
+        # NeMo RL's packing bounds each micro-batch by tokens; execrl pads instead of packing, within
+        # the same budget
+        budgets = {f"policy.dynamic_batching.{k}": leaves[f"policy.sequence_packing.{k}"]
+                   for k in ("train_mb_tokens", "logprob_mb_tokens") if leaves.get(f"policy.sequence_packing.{k}")}
+        later += [("policy.dynamic_batching.enabled", True), *budgets.items()]
+        mapped["policy.sequence_packing"] = ("policy.dynamic_batching (micro-batches within the same token budgets, "
+                                             "each padded to its longest sequence: execrl does not pack)")
+        ignored.pop("policy.sequence_packing", None)
     for target, value in later:
         _put(out, target, value)
     for key, value in from_nemo(leaves, _on(leaves.get("env.reward_model.enabled"))).items():

@@ -103,6 +103,17 @@ class OptimizerConfig(Section):
         return out
 
 
+class DynamicBatchingConfig(Section):
+    enabled: bool = Field(False, description="micro-batches by a token budget instead of a number of sequences: "
+                          "sequences of similar length together, as many as fit (NeMo RL's dynamic batching)")
+    train_mb_tokens: int | None = Field(None, ge=1, description="padded tokens per training micro-batch at most "
+                                        "(null: max_total_sequence_length x train_micro_batch_size)")
+    logprob_mb_tokens: int | None = Field(None, ge=1, description="padded tokens per scoring pass at most "
+                                          "(null: max_total_sequence_length x logprob_batch_size)")
+    sequence_length_round: int = Field(64, ge=1, description="each micro-batch's length counted rounded up to a "
+                                       "multiple of this")
+
+
 class LoraConfig(Section):
     enabled: bool = Field(False, description="train low-rank adapters (peft) on the frozen model instead of all of it")
     dim: int = Field(8, ge=1, description="the adapters' rank r")
@@ -141,7 +152,12 @@ class PolicyConfig(Section):
                                                   "rotary and activations; compiling takes a minute at the start; "
                                                   "falls back to eager where compilation fails)")
     activation_checkpointing: bool = Field(False, description="recompute activations in backward to save memory")
+    dynamic_batching: DynamicBatchingConfig = Field(default_factory=DynamicBatchingConfig, description="micro-batches "
+                                                    "by tokens (NeMo RL's keys)")
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping by global norm")
+    cpu_offload: bool = Field(False, description="the fp32 master weights and AdamW's state in host memory, the "
+                              "optimizer step on the CPU (one GPU, mixed precision; NeMo RL: "
+                              "policy.dtensor_cfg.cpu_offload)")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="the optimizer")
     scheduler: Schedule = Field(default_factory=WarmupSchedule, description="the learning-rate schedule: "
                                 "{warmup_steps: N} (per optimizer step), or NeMo RL's torch schedulers (per GRPO "

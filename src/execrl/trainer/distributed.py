@@ -241,6 +241,15 @@ def sum_floats(*values: float) -> list[float]:
     return t.tolist()
 
 
+def max_int(value: int) -> int:
+    """The largest of the ranks' values."""
+    if world_size() == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
 def sum_dicts(values: dict[str, float]) -> dict[str, float]:
     """Per-key sums over ranks, for dicts whose keys may differ between ranks (a missing key counts
     0)."""

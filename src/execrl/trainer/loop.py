@@ -19,7 +19,7 @@ from execrl.lora import base_only, base_trainable
 from execrl.rewards import is_correct, sandbox_failures
 from execrl.rollout.sampling import scoring_temperature
 from execrl.sandbox import check_infra_share
-from execrl.trainer import checkpoint
+from execrl.trainer import checkpoint, memory
 from execrl.trainer import distributed as dist
 from execrl.trainer.rollouts import episode_means, episode_sums, prompt_seeds, rollout_rows, sampling
 from execrl.trainer.setup import Run, build_run, console
@@ -31,7 +31,8 @@ FLAT_WARNING_STEPS = 3  # steps in a row with every group flat before the run sa
 
 
 def train(cfg: MasterConfig) -> Run:
-    run = build_run(cfg)
+    with memory.phase("loading the model", cfg):
+        run = build_run(cfg)
     if run.max_steps < cfg.grpo.max_num_steps:
         console.print(f"grpo.max_num_epochs={cfg.grpo.max_num_epochs} passes over the training problems end the run "
                       f"at step {run.max_steps} (before grpo.max_num_steps={cfg.grpo.max_num_steps})")
@@ -53,7 +54,8 @@ def train(cfg: MasterConfig) -> Run:
                 with timed(times, "step"):
                     if run.opponent is not None:  # (a snapshot opponent: the policy's weights every N steps)
                         run.opponent.refresh(run.step, run.weights.compute)
-                    rollouts, staleness = run.pipeline.next(run.step, times, more=run.step + 1 < run.max_steps)
+                    with memory.phase("generation", cfg):
+                        rollouts, staleness = run.pipeline.next(run.step, times, more=run.step + 1 < run.max_steps)
                     with timed(times, "train"):
                         metrics = train_step(run, rollouts)
                 run.step += 1
@@ -77,6 +79,8 @@ def train(cfg: MasterConfig) -> Run:
     except KeyboardInterrupt:
         save_on_interrupt(run)
         raise
+    except memory.OutOfMemory as e:
+        raise memory.OutOfMemory(e.phase, f"{e} {resume_note(run)}") from None
     finally:
         run.close()
     return run
@@ -125,14 +129,15 @@ def train_step(run: Run, rollouts) -> dict:
     adv, rewards, valid = advantages(rollouts, cfg, run.baselines)
     batch = build_batch(rollouts, adv, run.tokenizer.pad_token_id, cfg.grpo.overlong_filtering)
     temperature = scoring_temperature(cfg.policy.generation.temperature)
-    if run.plan.optimizer_steps_per_rollout > 1:  # later optimizer steps need the logprobs as this step began
-        batch.old_logprobs = score_tokens(run.weights.compute, batch, cfg.policy.logprob_batch_size, temperature,
-                                          sampler_filter(cfg))
-    if run.ref_model is not None:
-        batch.ref_logprobs = score_tokens(run.ref_model, batch, cfg.policy.logprob_batch_size, temperature)
-    elif run.lora is not None and cfg.loss_fn.reference_policy_kl_penalty > 0:  # the base: the adapters off
-        with base_only(run.lora.peft_model):
-            batch.ref_logprobs = score_tokens(run.weights.compute, batch, cfg.policy.logprob_batch_size, temperature)
+    with memory.phase("scoring", cfg):
+        if run.plan.optimizer_steps_per_rollout > 1:  # later optimizer steps need the logprobs as this step began
+            batch.old_logprobs = score_tokens(run.weights.compute, batch, run.plan.score_split, temperature,
+                                              sampler_filter(cfg))
+        if run.ref_model is not None:
+            batch.ref_logprobs = score_tokens(run.ref_model, batch, run.plan.score_split, temperature)
+        elif run.lora is not None and cfg.loss_fn.reference_policy_kl_penalty > 0:  # the base: the adapters off
+            with base_only(run.lora.peft_model):
+                batch.ref_logprobs = score_tokens(run.weights.compute, batch, run.plan.score_split, temperature)
     per_step = cfg.policy.scheduler.per_grpo_step  # NeMo RL's torch schedulers count GRPO steps
     stats = optimize(run.weights, run.optimizer, None if per_step else run.scheduler, batch, cfg, run.plan)
     if per_step:
@@ -161,7 +166,8 @@ def warm_up(run: Run) -> None:
     console.print(f"supervised warm-up: {n} steps on reference solutions")
     lora = run.lora is not None  # (the warm-up trains the base, which the adapters start from)
     with base_trainable(run.weights.master, run.weights.compute) if lora else nullcontext():
-        loss = sft_warmup(run.weights, run.tokenizer, run.sampler.problems, run.references, run.cfg)
+        with memory.phase("the warm-up", run.cfg):
+            loss = sft_warmup(run.weights, run.tokenizer, run.sampler.problems, run.references, run.cfg)
     console.print(f"warm-up done, loss {loss:.3f}")
 
 
@@ -188,8 +194,9 @@ def validate(run: Run) -> float:
     k = run.cfg.grpo.val_num_generations_per_prompt
     seeds = prompt_seeds(run.cfg.grpo.seed, -1 - run.step, len(run.val_problems))  # (a stream apart from training's)
     evaluating = replace(run.episodes, opponent=None)  # (every seat the policy's: against fixed players)
-    rollouts = evaluating.run(dist.this_rank(run.val_problems), k, sampling(run.cfg, validation=True),
-                              dist.this_rank(seeds))
+    with memory.phase("validation", run.cfg):
+        rollouts = evaluating.run(dist.this_rank(run.val_problems), k, sampling(run.cfg, validation=True),
+                                  dist.this_rank(seeds))
     check_sandbox(run, rollouts.episodes, f"eval at step {run.step}")
     groups = [rollouts.samples[i:i + k] for i in range(0, len(rollouts.samples), k)]
     counts = [(sum(s.valid for s in g), sum(s.valid and is_correct(s) for s in g)) for g in groups]  # (n, c)
@@ -301,6 +308,15 @@ def save_on_interrupt(run: Run) -> None:
     elif run.cfg.checkpointing.enabled and run.step > max(run.last_saved, 0):
         console.print("[yellow]interrupted: saving a checkpoint before exiting[/]")
         save(run)
+
+
+def resume_note(run: Run) -> str:
+    """Where the run can go on from after a failure: its last checkpoint (written whole, or not
+    at all)."""
+    found = checkpoint.latest(run.cfg.checkpointing.checkpoint_dir) if run.cfg.checkpointing.enabled else None
+    if found is None:
+        return "No checkpoint was written yet."
+    return f"The last checkpoint, {found}, is intact: the same command resumes from it."
 
 
 def save(run: Run) -> None:

@@ -3,7 +3,8 @@ only here.
 
   1. weights and tokenizer       master dtype (LoRA: the frozen base in the compute dtype)
   2. LoRA adapters               wrap the base before any copy is made of it
-  3. compute copy                every forward pass runs on it (the master itself where the dtypes agree)
+  3. compute copy                every forward pass runs on it (the master itself where the dtypes agree;
+                                 with policy.cpu_offload the master stays on the host, this on the GPU)
   4. reference model             a copy of the compute model as the run starts, before fusing (KL penalty)
   5. fused projections           the engine's wide GEMMs, on the compute model (one process only)
   6. LoRA master split           the fp32 adapters of a mixed-precision LoRA run, sharing the fused base
@@ -27,6 +28,7 @@ from execrl.rollout.engine import eager_fallback
 from execrl.rollout.fuse import fuse_projections
 from execrl.trainer import distributed as dist
 from execrl.trainer import precision
+from execrl.trainer.offload import OffloadedWeights
 
 
 @dataclass
@@ -38,15 +40,19 @@ class Policy:
 
 
 def build_policy(cfg: MasterConfig) -> Policy:
-    master_dtype, compute_dtype = precision.dtypes(cfg.policy.precision, pick_device(cfg.policy.device))
-    lora = cfg.policy.lora.enabled
-    model, tok = load_weights(cfg, compute_dtype if lora else master_dtype)
+    device = pick_device(cfg.policy.device)
+    master_dtype, compute_dtype = precision.dtypes(cfg.policy.precision, device)
+    lora, offload = cfg.policy.lora.enabled, cfg.policy.cpu_offload
+    if offload and (device.type != "cuda" or master_dtype == compute_dtype):
+        raise ValueError("policy.cpu_offload=true moves the fp32 master off the GPU, and this run has no GPU (or "
+                         "no separate master: float32): set policy.cpu_offload=false")
+    model, tok = load_weights(cfg, compute_dtype if lora else master_dtype, "cpu" if offload else None)
     sharded = dist.world_size() > 1
     # LoRA: fp32 adapters, unless they are the bf16 compute copy of a mixed-precision run (its
     # master: step 6)
     split_master = lora and not sharded and compute_dtype != master_dtype
     peft_model = apply_lora(model, cfg.policy.lora, cfg.grpo.seed, fp32=not split_master) if lora else None
-    compute = precision.compute_model(model, compute_dtype, sharded=sharded)
+    compute = precision.compute_model(model, compute_dtype, sharded=sharded, device=device if offload else None)
     ref = reference_model(cfg, compute)
     if cfg.policy.generation.backend == "execrl" and not sharded:
         # parameters stay separate views (before the optimizer); FSDP shards each parameter on its
@@ -61,14 +67,15 @@ def build_policy(cfg: MasterConfig) -> Policy:
     if cfg.policy.torch_compile and next(compute.parameters()).is_cuda:
         compile_layers(compute, ref)
     model, ref = dist.shard(model, compute_dtype), dist.shard(ref, compute_dtype)  # in place: compute is model still
-    return Policy(precision.Weights(model, compute, compute_dtype), tok, ref, peft_model)
+    weights = (OffloadedWeights if offload else precision.Weights)(model, compute, compute_dtype)
+    return Policy(weights, tok, ref, peft_model)
 
 
-def load_weights(cfg: MasterConfig, dtype: torch.dtype):
-    """The model (hub id, local directory or builtin) in `dtype`, and its tokenizer with the
-    config's chat template."""
+def load_weights(cfg: MasterConfig, dtype: torch.dtype, device: str | None = None):
+    """The model (hub id, local directory or builtin) in `dtype` (on `device`: policy.device's
+    unless given), and its tokenizer with the config's chat template."""
     p = cfg.policy
-    model, tok = load_model_and_tokenizer(p.model_name, p.device, str(dtype).split(".")[1],
+    model, tok = load_model_and_tokenizer(p.model_name, device or p.device, str(dtype).split(".")[1],
                                           offline=cfg.offline or None,
                                           tokenizer=p.tokenizer.name if p.tokenizer.name != p.model_name else None,
                                           seed=cfg.grpo.seed, config_overrides=p.hf_config_overrides)

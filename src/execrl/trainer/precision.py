@@ -46,19 +46,39 @@ class Weights:
             assert names == [n for n, _ in compute.named_parameters()], "master and compute models differ"
             self._pairs = [(m, c) for (_, m), (_, c) in zip(master.named_parameters(), compute.named_parameters())
                            if m is not c]  # (LoRA: the base is one set of tensors)
+        for i, (_, c) in enumerate(self._pairs):  # each gradient moves to the master as the backward makes it
+            c.register_post_accumulate_grad_hook(lambda c, i=i: self._take(i, c))
 
     @torch.no_grad()
+    def _take(self, i: int, c: torch.Tensor) -> None:
+        """Compute parameter i's gradient, added to its master's in fp32, then freed: at most one
+        parameter's compute-dtype gradient exists at a time (for a 7B model, 14 GiB fewer at the
+        backward's end)."""
+        m = self._pairs[i][0]
+        if m.grad is None:
+            m.grad = c.grad.to(m.dtype)
+        else:
+            m.grad.add_(c.grad)
+        c.grad = None
+
     def accumulate_grads(self) -> None:
-        """After a backward of the compute model: its gradients, added to the master's in fp32, then
-        freed."""
-        for m, c in self._pairs:
-            if c.grad is None:
-                continue
-            if m.grad is None:
-                m.grad = c.grad.to(m.dtype)
-            else:
-                m.grad.add_(c.grad)
-            c.grad = None
+        """After a backward of the compute model: any of its gradients not yet moved to the master
+        (the hooks move them as they come)."""
+        for i, (_, c) in enumerate(self._pairs):
+            if c.grad is not None:
+                self._take(i, c)
+
+    def zero_grad(self, optimizer) -> None:
+        optimizer.zero_grad(set_to_none=True)
+
+    def clip(self, max_norm: float) -> torch.Tensor:
+        """Clips the master's gradients to a global norm of `max_norm`; their norm before."""
+        return torch.nn.utils.clip_grad_norm_(self.master.parameters(), max_norm)
+
+    def step(self, optimizer) -> None:
+        """The optimizer's step, and the new weights into the compute copy."""
+        optimizer.step()
+        self.refresh()
 
     @torch.no_grad()
     def refresh(self) -> None:
@@ -78,12 +98,21 @@ def dtypes(precision: str, device: torch.device) -> tuple[torch.dtype, torch.dty
     return master, compute
 
 
-def compute_model(master: torch.nn.Module, compute_dtype: torch.dtype, sharded: bool) -> torch.nn.Module:
-    """The model forward passes run on: a copy of the master in the compute dtype, or the master
-    itself where they are one (fp32; or sharded, where FSDP's mixed precision casts)."""
-    if sharded or next(master.parameters()).dtype == compute_dtype:
+def compute_model(master: torch.nn.Module, compute_dtype: torch.dtype, sharded: bool,
+                  device: torch.device | None = None) -> torch.nn.Module:
+    """The model forward passes run on: a copy of the master in the compute dtype (on `device`:
+    the master's own unless given), or the master itself where they are one (fp32; or sharded,
+    where FSDP's mixed precision casts). Tensor by tensor: no second full-precision copy is made."""
+    here = next(master.parameters()).device
+    device = here if device is None else torch.device(device)
+    if sharded or (next(master.parameters()).dtype == compute_dtype and device == here):
         return master
-    return copy.deepcopy(master).to(compute_dtype)
+    memo: dict[int, torch.Tensor] = {}
+    for t in [*master.parameters(), *master.buffers()]:
+        if id(t) not in memo:  # (a tied head: one tensor, copied once)
+            new = t.detach().to(device, compute_dtype if t.is_floating_point() else t.dtype)
+            memo[id(t)] = torch.nn.Parameter(new, t.requires_grad) if isinstance(t, torch.nn.Parameter) else new
+    return copy.deepcopy(master, memo)
 
 
 def lora_master(compute: torch.nn.Module) -> torch.nn.Module:

@@ -29,6 +29,7 @@ from execrl.rollout import Completion, SamplingParams
 from execrl.rollout.sampling import mix32, request_key
 from execrl.sandbox import Grader
 from execrl.tasks import Problem
+from execrl.trainer import memory
 
 
 @dataclass
@@ -222,7 +223,8 @@ class EpisodeRunner:
             if self.judge is None:
                 raise RuntimeError("the reward reads a reward model (component reward_model) but none was given")
             start = time.perf_counter()
-            scored = score_with(self.judge, [(e.messages, e.sample) for e in waiting], self.cfg.reward)
+            with memory.phase("the reward model", self.cfg):
+                scored = score_with(self.judge, [(e.messages, e.sample) for e in waiting], self.cfg.reward)
             for e, reward in zip(waiting, scored):
                 e.reward = reward
             rollouts.times["reward_model"] = rollouts.times.get("reward_model", 0.0) + time.perf_counter() - start

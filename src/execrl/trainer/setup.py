@@ -16,7 +16,7 @@ from execrl.config import BatchPlan, MasterConfig, to_yaml
 from execrl.config.checks import check_dataset_names, check_reward_fits, prompt_limit, validate
 from execrl.envs import make_env
 from execrl.lora import Adapter
-from execrl.models import TINY_CODER
+from execrl.models import TINY_CODER, pick_device
 from execrl.rewards.judges import load_reward_model
 from execrl.rewards.reward_model import RewardModel
 from execrl.rollout import build_generator
@@ -27,8 +27,10 @@ from execrl.trainer import checkpoint, precision
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler, load_data
 from execrl.trainer.lock import RunLock
+from execrl.trainer.memory_plan import summary
 from execrl.trainer.metrics import MetricsLogger
 from execrl.trainer.opponent import Opponent, build_opponent
+from execrl.trainer.optim import make_optimizer
 from execrl.trainer.pipeline import RolloutPipeline, build_pipeline
 from execrl.trainer.policy import build_policy
 from execrl.trainer.rollouts import EpisodeRunner, encode
@@ -116,7 +118,7 @@ def build_run(cfg: MasterConfig) -> Run:
     plan, lock = start(cfg)
     policy = build_policy(cfg)
     train, val, refs = training_data(cfg, policy.tokenizer)
-    optimizer = make_optimizer(policy.weights.master, cfg)
+    optimizer = make_optimizer(policy.weights, cfg.policy.optimizer.name, cfg.policy.optimizer.kwargs)
     slots = min(cfg.policy.generation_batch_size, plan.samples_per_step // dist.world_size())
     generator = rollout_generator(cfg, policy, slots)
     grader = Grader(dist.sandbox_workers(cfg.env.code.num_workers),
@@ -148,6 +150,9 @@ def start(cfg: MasterConfig) -> tuple[BatchPlan, RunLock | None]:
         raise ValueError(f"{dist.world_size()} training process(es) but cluster.num_nodes x cluster.gpus_per_node = "
                          f"{plan.num_gpus}: start multi-GPU runs with `execrl train CONFIG` (it launches "
                          "torchrun) or set cluster.gpus_per_node to the number of processes per node")
+    if pick_device(cfg.policy.device).type == "cuda":  # what the GPU will hold, before anything loads
+        for line in summary(cfg, torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory):
+            console.print(line if "does not fit" not in line else f"[yellow]{line}[/]")
     random.seed(cfg.grpo.seed)
     torch.manual_seed(cfg.grpo.seed)
     return plan, lock
@@ -275,13 +280,3 @@ def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig, where: str 
     console.print(f"[yellow]dropped: {say}[/]")
     return kept
 
-
-def make_optimizer(model, cfg: MasterConfig) -> torch.optim.Optimizer:
-    name = cfg.policy.optimizer.name
-    if name.lower() not in ("torch.optim.adamw", "adamw"):
-        raise ValueError(f"policy.optimizer.name {name!r}: only torch.optim.AdamW is supported")
-    kwargs = dict(cfg.policy.optimizer.kwargs)
-    if "betas" in kwargs:
-        kwargs["betas"] = tuple(kwargs["betas"])
-    kwargs.pop("foreach", None), kwargs.pop("fused", None)
-    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], **kwargs)

@@ -12,10 +12,12 @@ from execrl.algo import ADVANTAGES, LossTerms, policy_loss
 from execrl.algo.logprobs import token_logprobs_from_hidden, top_k_top_p
 from execrl.algo.role_baselines import RoleBaselines
 from execrl.config import BatchPlan, MasterConfig
+from execrl.config.batch import Split
 from execrl.games import GAMES
 from execrl.guided import masks_of, restrict
 from execrl.rollout.sampling import scoring_temperature
 from execrl.trainer import distributed as dist
+from execrl.trainer import memory
 from execrl.trainer.precision import Weights
 from execrl.trainer.rollouts import Rollouts
 
@@ -162,12 +164,10 @@ def final_hidden(model, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
     return out["hidden"]
 
 
-def micro_batches(batch: TrainBatch, rows: range, micro: int) -> list[list[int]]:
-    """Rows of similar length together (any split gives the same gradient: normalizers are
-    global)."""
-    lengths = batch.attention_mask.sum(1)
-    order = sorted(rows, key=lambda i: int(lengths[i]))
-    return [order[i:i + micro] for i in range(0, len(order), micro)]
+def micro_batches(batch: TrainBatch, rows: range, split: Split) -> list[list[int]]:
+    """Rows of similar length together, by count or by tokens (any split gives the same gradient:
+    normalizers are global)."""
+    return split.parts(batch.attention_mask.sum(1).tolist(), rows)
 
 
 def take(batch: TrainBatch, rows: list[int], device
@@ -197,14 +197,14 @@ def idle_pass(model, device) -> None:
 
 
 @torch.no_grad()
-def score_tokens(model, batch: TrainBatch, micro: int, temperature: float,
+def score_tokens(model, batch: TrainBatch, split: Split, temperature: float,
                  top: tuple[int | None, float] | None = None) -> torch.Tensor:
     """Each token's logprob [N, L-1] (no gradient), under the sampler's filter `top` (None:
     unfiltered)."""
     device = next(model.parameters()).device
     out = torch.zeros_like(batch.loss_mask)
     with dist.full_weights(model):  # a sharded model: gathered once for all micro-batches
-        for rows in micro_batches(batch, range(len(batch.input_ids)), micro):
+        for rows in micro_batches(batch, range(len(batch.input_ids)), split):
             ids, attn, mask, idx, allowed = take(batch, rows, device)
             out[idx, :mask.shape[1]] = token_logprobs(model, ids, attn, mask > 0, temperature, allowed, top)[0].cpu()
     return out
@@ -237,44 +237,47 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
         own = batch.loss_mask[rows.start:rows.stop]
         kept = (own.sum(1) > 0) if batch.kept is None else batch.kept[rows.start:rows.stop]
         num_tokens, num_seqs = dist.sum_floats(own.sum().item(), kept.sum().item())
-        optimizer.zero_grad(set_to_none=True)
+        weights.zero_grad(optimizer)
         step_loss = 0.0
-        parts = micro_batches(batch, rows, plan.micro_batch)
+        parts = micro_batches(batch, rows, plan.train_split)
         # every rank makes as many passes (FSDP gathers and reduces in them): one with fewer groups
-        # idles in step
-        passes = plan.micro_batches_per_optimizer_step if dist.world_size() > 1 else len(parts)
+        # (or, by tokens, shorter samples) idles in step
+        passes = dist.max_int(len(parts))
         for i in range(passes):
             dist.reduce_after_backward(model, last=i == passes - 1)
             if i >= len(parts):
                 idle_pass(model, device)
                 weights.accumulate_grads()
                 continue
-            ids, attn, mask, idx, allowed = take(batch, parts[i], device)
-            logp, entropy, raw = token_logprobs(model, ids, attn, mask > 0, temperature, allowed, top, unfiltered=kl)
-            width = mask.shape[1]
-            # the proximal policy: the weights as this step began (one optimizer step: the current
-            # ones, detached)
-            old = logp.detach() if batch.old_logprobs is None else batch.old_logprobs[idx, :width].to(device)
-            terms = LossTerms(logp, old, batch.advantages[idx].to(device), mask,
-                              None if batch.ref_logprobs is None else batch.ref_logprobs[idx, :width].to(device),
-                              None if batch.sampler_logprobs is None
-                              else batch.sampler_logprobs[idx, :width].to(device), unfiltered_logprobs=raw)
-            loss, metrics = policy_loss(terms, loss_cfg, num_tokens=num_tokens, num_seqs=num_seqs, is_correction=correct)
-            loss.backward()
-            weights.accumulate_grads()
+            with memory.phase("training", cfg):
+                ids, attn, mask, idx, allowed = take(batch, parts[i], device)
+                logp, entropy, raw = token_logprobs(model, ids, attn, mask > 0, temperature, allowed, top,
+                                                    unfiltered=kl)
+                width = mask.shape[1]
+                # the proximal policy: the weights as this step began (one optimizer step: the
+                # current ones, detached)
+                old = logp.detach() if batch.old_logprobs is None else batch.old_logprobs[idx, :width].to(device)
+                terms = LossTerms(logp, old, batch.advantages[idx].to(device), mask,
+                                  None if batch.ref_logprobs is None else batch.ref_logprobs[idx, :width].to(device),
+                                  None if batch.sampler_logprobs is None
+                                  else batch.sampler_logprobs[idx, :width].to(device), unfiltered_logprobs=raw)
+                loss, metrics = policy_loss(terms, loss_cfg, num_tokens=num_tokens, num_seqs=num_seqs,
+                                            is_correction=correct)
+                loss.backward()
+                weights.accumulate_grads()
             step_loss += loss.item()
             share = mask.sum().item() / max(num_tokens, 1.0)
             for name in averaged:
                 stats[name] += metrics[name].item() * share / steps
             stats["entropy"] += (entropy * mask).sum().item() / max(num_tokens, 1.0) / steps
-        grad_norm = dist.total_norm(torch.nn.utils.clip_grad_norm_(weights.master.parameters(), cfg.policy.max_grad_norm))
+        grad_norm = dist.total_norm(weights.clip(cfg.policy.max_grad_norm))
         (step_loss,) = dist.sum_floats(step_loss)  # the whole batch's loss, so every rank skips (or not) alike
         if not (math.isfinite(grad_norm) and math.isfinite(step_loss)):
-            optimizer.zero_grad(set_to_none=True)  # a NaN/inf step is skipped, never applied
+            weights.zero_grad(optimizer)  # a NaN/inf step is skipped, never applied
             stats["skipped_steps"] += 1
             continue
-        optimizer.step()
-        weights.refresh()
+        with memory.phase("the optimizer step", cfg):
+            weights.step(optimizer)
         if scheduler is not None:  # (None: the caller steps it once per GRPO step)
             scheduler.step()
         stats["loss"] += step_loss / steps

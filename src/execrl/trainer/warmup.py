@@ -15,6 +15,7 @@ from execrl.sandbox import ProgramResult, TestResult, Verdict
 from execrl.sandbox.spec import truncate_tests
 from execrl.tasks import Problem
 from execrl.trainer import distributed as dist
+from execrl.trainer.optim import make_optimizer
 from execrl.trainer.precision import Weights
 from execrl.trainer.rollouts import encode
 
@@ -60,7 +61,7 @@ def sft_warmup(weights: Weights, tokenizer, problems: list[Problem], references:
     usable = [p for p in problems if p.id in references]
     model = weights.compute  # forward and backward; the master's optimizer applies the fp32 gradients
     device = next(model.parameters()).device
-    opt = torch.optim.AdamW([p for p in weights.master.parameters() if p.requires_grad], lr=w.lr)
+    opt = make_optimizer(weights, "torch.optim.AdamW", {}, lr=w.lr)
     loss_value = float("nan")
     if w.sft_steps and min(w.batch_size, len(usable)) < dist.world_size():
         raise ValueError(f"the warm-up needs an example per process in each batch: warmup.batch_size is {w.batch_size}, "
@@ -82,11 +83,10 @@ def sft_warmup(weights: Weights, tokenizer, problems: list[Problem], references:
         num_targets = float((labels[:, 1:] != -100).sum())
         (all_targets,) = dist.sum_floats(num_targets)
         loss = loss * (num_targets / all_targets)  # its share of the mean over all ranks (gradients are summed)
-        opt.zero_grad(set_to_none=True)
+        weights.zero_grad(opt)
         loss.backward()
         weights.accumulate_grads()
-        opt.step()
-        weights.refresh()
+        weights.step(opt)
         (loss_value,) = dist.sum_floats(loss.item())
         if on_step is not None:
             on_step(step, loss_value)

@@ -1,0 +1,116 @@
+"""Out of memory, said once: which phase of the run ran out, the peak it reached, and the two or
+three settings that make that phase smaller, with their values now. The run's checkpoints are
+written atomically, so the last one is whole whatever failed (the loop names it)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+
+from execrl.config import MasterConfig
+
+GiB = 1024 ** 3
+
+
+class OutOfMemory(RuntimeError):
+    """A phase ran out of memory; the message says what to change."""
+
+    def __init__(self, phase: str, message: str):
+        super().__init__(message)
+        self.phase = phase
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """A CUDA out-of-memory error, or the CPU allocator's (a RuntimeError of its own wording)."""
+    return isinstance(error, torch.OutOfMemoryError) or (
+        isinstance(error, RuntimeError) and "can't allocate memory" in str(error))
+
+
+@contextmanager
+def phase(name: str, cfg: MasterConfig):
+    """Turns an out-of-memory error inside into OutOfMemory naming `name` (one of ADVICE's)."""
+    try:
+        yield
+    except Exception as error:
+        if isinstance(error, OutOfMemory) or not out_of_memory(error):
+            raise
+        raise OutOfMemory(name, f"out of memory in {name}: {peak()}. To need less: "
+                          + "; ".join(ADVICE[name](cfg)) + ".") from None
+
+
+def peak() -> str:
+    """The peak the device reached, against its size."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return "host memory ran out (the CPU allocator)"
+    device = torch.cuda.current_device()
+    total = torch.cuda.get_device_properties(device).total_memory
+    return (f"peak {torch.cuda.max_memory_allocated(device) / GiB:.1f} GiB allocated by torch of "
+            f"{total / GiB:.1f} GiB on cuda:{device}")
+
+
+def _halve(key: str, value: int) -> str:
+    return f"{key}={max(1, value // 2)} (now {value})"
+
+
+def _generation(cfg: MasterConfig) -> list[str]:
+    p = cfg.policy
+    return [_halve("policy.generation_batch_size", p.generation_batch_size) + ": fewer sequences decoded at once, "
+            "a smaller KV cache",
+            _halve("policy.max_total_sequence_length", p.max_total_sequence_length) + " (or a smaller "
+            "policy.generation.max_new_tokens)"]
+
+
+def _scoring(cfg: MasterConfig) -> list[str]:
+    p = cfg.policy
+    if p.dynamic_batching.enabled:
+        budget = p.dynamic_batching.logprob_mb_tokens or p.max_total_sequence_length * p.logprob_batch_size
+        first = _halve("policy.dynamic_batching.logprob_mb_tokens", budget)
+    else:
+        first = _halve("policy.logprob_batch_size", p.logprob_batch_size)
+    return [first, "policy.dynamic_batching.enabled=true: micro-batches by tokens, so that long samples go fewer at "
+            "a time" if not p.dynamic_batching.enabled else "policy.max_total_sequence_length"]
+
+
+def _training(cfg: MasterConfig) -> list[str]:
+    p = cfg.policy
+    if p.dynamic_batching.enabled:
+        budget = p.dynamic_batching.train_mb_tokens or p.max_total_sequence_length * p.train_micro_batch_size
+        out = [_halve("policy.dynamic_batching.train_mb_tokens", budget)]
+    else:
+        out = [_halve("policy.train_micro_batch_size", p.train_micro_batch_size) + " (the same gradient: more "
+               "accumulation)"]
+    if not p.activation_checkpointing:
+        out.append("policy.activation_checkpointing=true (recompute activations in the backward)")
+    return out + _state(cfg)[:1]
+
+
+def _state(cfg: MasterConfig) -> list[str]:
+    """What shrinks the weights, gradients and optimizer state the run holds throughout."""
+    p, out = cfg.policy, []
+    if not p.lora.enabled and not p.cpu_offload:
+        out.append("policy.cpu_offload=true (the fp32 master weights and AdamW's state in host memory)")
+    if not p.lora.enabled:
+        out.append("policy.lora.enabled=true (train adapters: no full-size gradients or optimizer state)")
+    return out or ["a smaller model, or more GPUs (cluster.gpus_per_node: FSDP2 shards the weights and state)"]
+
+
+def _reward_model(cfg: MasterConfig) -> list[str]:
+    return [_halve("env.reward_model.batch_size", cfg.env.reward_model.batch_size),
+            "a smaller reward model (env.reward_model.model_name)"]
+
+
+def _warmup(cfg: MasterConfig) -> list[str]:
+    return [_halve("warmup.batch_size", cfg.warmup.batch_size), *_state(cfg)[:1]]
+
+
+ADVICE = {
+    "loading the model": _state,
+    "generation": _generation,
+    "validation": _generation,
+    "scoring": _scoring,
+    "training": _training,
+    "the optimizer step": _state,
+    "the reward model": _reward_model,
+    "the warm-up": _warmup,
+}

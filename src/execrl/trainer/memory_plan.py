@@ -1,0 +1,183 @@
+"""The memory plan: before anything loads, the peak one GPU will reach, by part, and when it does not
+fit the GPU, the settings that would. `execrl train --dry-run` and the start of a run print it.
+
+The model's shapes come from its config alone (an empty model on the meta device: no weights read).
+Bytes per part, on one GPU (P parameters, T trained ones, W processes):
+
+  weights         P x 2 (bf16 compute copy; fp32 on a CPU)
+  master          T x 4 (fp32; on the host with policy.cpu_offload; / W under FSDP2)
+  gradients       T x 4 (fp32; / W)
+  optimizer       T x 8 (AdamW's two fp32 moments; host with cpu_offload; / W)
+  reference       P x 2 (with a KL penalty, not with LoRA)
+  KV cache        slots x max_total_sequence_length x layers x 2 x kv_heads x head_dim x 2
+  activations     one micro-batch's tokens x (with activation checkpointing: layers x hidden x 2, each layer's
+                  input kept, + intermediate x 2, the recomputed layer's MLP; without: layers x (8 hidden +
+                  4 intermediate) x 2)
+  transients      the largest parameter's gradient in bf16 and fp32 (6 bytes per element), the LM head's
+                  logits chunk (1 GiB), with cpu_offload the staging chunk (the largest of 1 GiB and the
+                  largest parameter in fp32)
+
+The peak is the training phase's (every part) or generation's (no gradients or activations), the larger.
+The constants are fitted to measured peaks (bench/README.md, memory options); the plan is an estimate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from execrl.config import MasterConfig
+
+GiB = 1024 ** 3
+LOGITS_CHUNK = GiB  # the trainer's chunked LM head (algo/logprobs.py) and the engine's prefill logits
+
+
+@dataclass(frozen=True)
+class Shape:
+    params: int
+    largest: int  # elements of the largest parameter
+    layers: int
+    hidden: int
+    intermediate: int
+    kv_heads: int
+    head_dim: int
+    linear_in_out: int  # the decoder's linear layers' (in + out) summed: LoRA's parameters per unit of rank
+
+
+def shape_of(cfg: MasterConfig) -> Shape | None:
+    """The policy's shapes from its config (None where its config.json is not on this machine)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from execrl.models import BYTE_VOCAB, TINY_CODER, build_tiny_model, build_tokenizer
+
+    p = cfg.policy
+    if p.model_name == TINY_CODER:
+        with torch.device("meta"):
+            model = build_tiny_model(build_tokenizer([], vocab_size=BYTE_VOCAB), hidden=128, layers=2, heads=4)
+    else:
+        try:
+            config = AutoConfig.from_pretrained(p.model_name, local_files_only=True, **p.hf_config_overrides)
+        except (OSError, ValueError):
+            return None
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    c = getattr(model.config, "text_config", None) or model.config
+    heads = c.num_attention_heads
+    linears = [m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and ".layers." in name]
+    return Shape(params=sum(t.numel() for t in model.parameters()), largest=max(t.numel() for t in model.parameters()),
+                 layers=c.num_hidden_layers, hidden=c.hidden_size,
+                 intermediate=getattr(c, "intermediate_size", None) or 4 * c.hidden_size,
+                 kv_heads=getattr(c, "num_key_value_heads", None) or heads,
+                 head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads,
+                 linear_in_out=sum(m.in_features + m.out_features for m in linears))
+
+
+@dataclass
+class Plan:
+    parts: dict[str, float]  # bytes on one GPU, by part
+    host: float  # bytes in host memory (cpu_offload)
+    generation: float  # the generation phase's peak
+    training: float  # the training phase's peak
+
+    @property
+    def peak(self) -> float:
+        return max(self.generation, self.training)
+
+    def describe(self, gpu_bytes: float | None) -> str:
+        parts = ", ".join(f"{k} {v / GiB:.1f}" for k, v in self.parts.items() if v >= 0.05 * GiB)
+        text = f"memory plan, per GPU (GiB): {parts}; peak ~{self.peak / GiB:.1f} in " + (
+            "training" if self.training >= self.generation else "generation")
+        if self.host:
+            text += f"; host memory ~{self.host / GiB:.0f}"
+        if gpu_bytes:
+            text += f"; this GPU has {gpu_bytes / GiB:.1f}"
+        return text
+
+
+def plan(cfg: MasterConfig, shape: Shape, micro_tokens: int | None = None) -> Plan:
+    """The estimate for `cfg` on a model of `shape` (micro_tokens: a training micro-batch's padded
+    tokens; by default the config's budget, or micro-batch size x the longest sequence)."""
+    p, n = cfg.policy, gpus(cfg)
+    mixed = p.precision not in ("float32", "fp32") and p.device != "cpu"
+    cb = 2 if mixed else 4  # compute bytes per element
+    trained = p.lora.dim * shape.linear_in_out if p.lora.enabled else shape.params
+    offload = p.cpu_offload
+    state = trained * (4 if mixed else 0) + trained * 8  # master (mixed precision) + AdamW
+    samples = cfg.grpo.num_prompts_per_step * cfg.grpo.num_generations_per_prompt
+    slots = min(p.generation_batch_size, max(1, samples // n))
+    if micro_tokens is None:
+        d = p.dynamic_batching
+        micro_tokens = (d.train_mb_tokens or p.max_total_sequence_length * p.train_micro_batch_size) if d.enabled \
+            else min(p.train_micro_batch_size, samples // n or 1) * p.max_total_sequence_length
+    per_token = (shape.layers * shape.hidden + shape.intermediate) * cb if p.activation_checkpointing \
+        else shape.layers * (8 * shape.hidden + 4 * shape.intermediate) * cb
+    parts = {
+        "weights": shape.params * cb,
+        "master and AdamW": 0.0 if offload else state / n,
+        "gradients": trained * 4 / n,
+        "reference": shape.params * cb if cfg.loss_fn.reference_policy_kl_penalty > 0 and not p.lora.enabled else 0.0,
+        "KV cache": slots * p.max_total_sequence_length * shape.layers * 2 * shape.kv_heads * shape.head_dim * cb,
+        "activations": micro_tokens * per_token,
+        "transients": shape.largest * 6 + LOGITS_CHUNK + (max(GiB, shape.largest * 4) if offload else 0),
+    }
+    if cfg.env.reward_model.enabled:
+        parts["reward model"] = 0.0  # (its size is not read here)
+    resident = parts["weights"] + parts["master and AdamW"] + parts["reference"] + parts["KV cache"]
+    staging = 3 * max(GiB, shape.largest * 4)  # (trainer/offload.py's ring of gradient chunks)
+    return Plan(parts, host=state + staging if offload else 0.0,
+                generation=resident + LOGITS_CHUNK,
+                training=sum(parts.values()))
+
+
+def advice(cfg: MasterConfig, shape: Shape, gpu_bytes: float) -> list[str]:
+    """Up to two sets of settings that bring the plan's peak under 95% of the GPU's memory, the
+    cheapest first (none: it fits, or nothing here would make it)."""
+    tried = [{"policy.activation_checkpointing": True},
+             {"policy.activation_checkpointing": True, "policy.train_micro_batch_size": 1},
+             {"policy.activation_checkpointing": True, "policy.cpu_offload": True},
+             {"policy.activation_checkpointing": True, "policy.lora.enabled": True}]
+    out = []
+    for change in tried:
+        if all(_get(cfg, k) == v for k, v in change.items()) or (gpus(cfg) > 1 and "policy.cpu_offload" in change):
+            continue
+        changed = cfg.model_copy(deep=True)
+        for key, value in change.items():
+            section, name = key.rsplit(".", 1)
+            setattr(_get(changed, section), name, value)
+        peak = plan(changed, shape).peak
+        if peak <= 0.95 * gpu_bytes:
+            out.append(" ".join(f"{k}={str(v).lower()}" for k, v in change.items()) + f" (~{peak / GiB:.0f} GiB)")
+        if len(out) == 2:
+            break
+    return out
+
+
+def gpus(cfg: MasterConfig) -> int:
+    return cfg.cluster.gpus_per_node * cfg.cluster.num_nodes
+
+
+def _get(obj, dotted: str):
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def gpu_memory() -> float | None:
+    """This machine's first GPU's memory in bytes (None: no GPU)."""
+    import torch
+
+    return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
+
+
+def summary(cfg: MasterConfig, gpu_bytes: float | None) -> list[str]:
+    """The plan's lines for a run on a GPU of `gpu_bytes` (None: not known here), with the settings
+    that would make it fit where it does not; [] where the model's shapes are not on this machine."""
+    shape = shape_of(cfg)
+    if shape is None:
+        return []
+    estimate = plan(cfg, shape)
+    lines = [estimate.describe(gpu_bytes)]
+    if gpu_bytes and estimate.peak > 0.95 * gpu_bytes:
+        fixes = advice(cfg, shape, gpu_bytes)
+        lines.append("the plan does not fit this GPU: " + ("; or ".join(fixes) if fixes else
+                     "a smaller model, or more GPUs (cluster.gpus_per_node: FSDP2 shards the master and its state)"))
+    return lines

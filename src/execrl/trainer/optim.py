@@ -1,0 +1,44 @@
+"""The optimizer, by NeMo RL's `policy.optimizer.name` (a class by import path, as NeMo RL
+instantiates it) and `kwargs`: torch.optim.AdamW, or a low-memory one such as torchao's
+(torchao.optim.AdamW8bit: 8-bit moments; torchao.optim._AdamW with bf16_stochastic_round: bf16
+weights updated without a master copy). With policy.cpu_offload, AdamW on the host (trainer/offload.py)."""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from execrl.trainer.offload import OffloadedAdamW, OffloadedWeights
+from execrl.trainer.precision import Weights
+
+
+def optimizer_class(name: str) -> type:
+    """The class `name` names (AdamW alone also works); ValueError naming the fix otherwise."""
+    if name.lower() in ("adamw", "torch.optim.adamw"):
+        return torch.optim.AdamW
+    module, _, cls = name.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), cls) if module else None
+    except ImportError as e:
+        hint = " (pip install torchao)" if module.startswith("torchao") else ""
+        raise ValueError(f"policy.optimizer.name {name!r}: cannot import {module}{hint}: {e}") from None
+    if not (isinstance(found, type) and issubclass(found, torch.optim.Optimizer)):
+        raise ValueError(f"policy.optimizer.name {name!r} is not an optimizer class: name one by its import path, "
+                         "e.g. torch.optim.AdamW or torchao.optim.AdamW8bit")
+    return found
+
+
+def make_optimizer(weights: Weights, name: str, kwargs: dict, lr: float | None = None) -> torch.optim.Optimizer:
+    """The optimizer of the master's trainable parameters (`lr`: instead of the kwargs' one)."""
+    kwargs = dict(kwargs) | ({"lr": lr} if lr is not None else {})
+    if "betas" in kwargs:
+        kwargs["betas"] = tuple(kwargs["betas"])
+    kwargs.pop("foreach", None), kwargs.pop("fused", None)
+    cls = optimizer_class(name)
+    if isinstance(weights, OffloadedWeights):
+        if cls is not torch.optim.AdamW:
+            raise ValueError(f"policy.cpu_offload runs AdamW on the host: policy.optimizer.name {name!r} is not "
+                             "offloaded; set policy.optimizer.name=torch.optim.AdamW, or policy.cpu_offload=false")
+        return OffloadedAdamW(weights, **kwargs)
+    return cls([p for p in weights.master.parameters() if p.requires_grad], **kwargs)

@@ -1,0 +1,195 @@
+"""Memory: micro-batches by tokens (policy.dynamic_batching), an out-of-memory error that names its phase and the
+settings that shrink it with the last checkpoint intact, and policy.cpu_offload's refusals (its numerics: GPU tier)."""
+
+import json
+
+import pytest
+import torch
+
+from execrl.cli import main
+from execrl.config import load_config
+from execrl.config.batch import Split
+from execrl.config.checks import validate
+from execrl.config.errors import ConfigError
+
+from .test_train import SMALL, metrics, run
+
+
+def test_a_token_budget_packs_short_rows_together_and_a_long_one_alone():
+    lengths = [10, 300, 20, 30, 40, 12, 64]
+    parts = Split(4, tokens=128, round_to=16).parts(lengths, range(len(lengths)))
+    assert sorted(i for p in parts for i in p) == list(range(len(lengths)))  # every row once
+    for p in parts:  # within the budget (lengths rounded up to 16), unless one row alone is over it
+        width = max(-(-lengths[i] // 16) * 16 for i in p)
+        assert len(p) * width <= 128 or len(p) == 1
+    assert parts == [[0, 5, 2, 3], [4, 6], [1]]  # 10, 12, 20, 30: 4 x 32; 40, 64: 2 x 64; 300 alone
+    assert Split(3).parts(lengths, range(7)) == [[0, 5, 2], [3, 4, 6], [1]]  # by count: 3 at a time, by length
+
+
+def test_dynamic_batching_gives_the_gradient_of_fixed_micro_batches(tmp_path, monkeypatch):
+    seen = []
+    real = Split.parts
+    monkeypatch.setattr(Split, "parts", lambda self, lengths, rows: seen.append(self) or real(self, lengths, rows))
+    _, fixed = run(tmp_path, "fixed", "grpo.max_num_steps=2", "checkpointing.enabled=false")
+    seen.clear()
+    _, dyn = run(tmp_path, "dyn", "grpo.max_num_steps=2", "checkpointing.enabled=false",
+                 "policy.dynamic_batching.enabled=true", "policy.dynamic_batching.train_mb_tokens=256",
+                 "policy.dynamic_batching.sequence_length_round=16")
+    assert any(s.tokens == 256 for s in seen)
+    a, b = [m for m in metrics(fixed) if "train/loss" in m], [m for m in metrics(dyn) if "train/loss" in m]
+    for x, y in zip(a, b):  # the same samples and the same normalizers: the same step, up to summation order
+        for key in ("train/loss", "train/grad_norm", "train/reward_mean"):
+            assert y[key] == pytest.approx(x[key], rel=1e-4, abs=1e-6), key
+
+
+def test_nemo_rl_sequence_packing_becomes_micro_batches_within_its_token_budget(tmp_path):
+    cfg = load_config(None, ["policy.sequence_packing.enabled=true", "policy.sequence_packing.train_mb_tokens=2048",
+                             "policy.dtensor_cfg.cpu_offload=false"])
+    assert cfg.policy.dynamic_batching.enabled and cfg.policy.dynamic_batching.train_mb_tokens == 2048
+    plan = validate(cfg)
+    assert plan.train_split.tokens == 2048 and "by tokens, at most 2048" in plan.describe(cfg)
+
+
+def test_an_out_of_memory_names_its_phase_and_fixes_and_the_checkpoint_resumes(tmp_path, monkeypatch, capsys):
+    from execrl.trainer.precision import Weights
+
+    real, calls = Weights.step, []
+
+    def runs_out_in_step_3(self, optimizer):  # 2 optimizer steps per GRPO step: the 5th is step 3's first
+        calls.append(1)
+        if len(calls) == 5:
+            torch.empty(1 << 55, dtype=torch.uint8)  # the allocator refuses (32 PiB)
+        real(self, optimizer)
+
+    monkeypatch.setattr(Weights, "step", runs_out_in_step_3)
+    d = tmp_path / "oom"
+    args = ["train", *SMALL, "warmup.sft_steps=0", "grpo.max_num_steps=4", f"logger.log_dir={d}",
+            f"checkpointing.checkpoint_dir={d}/ckpt"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "out of memory in the optimizer step" in err and "Traceback" not in err
+    for fix in ("policy.cpu_offload=true", "policy.lora.enabled=true", "step_000002, is intact"):
+        assert fix in " ".join(err.split()), fix
+    assert sorted(p.name for p in (d / "ckpt").iterdir()) == ["step_000002"]  # no half-written step 3
+    monkeypatch.setattr(Weights, "step", real)
+    assert main(args) == 0  # the same command resumes from it
+    assert [m["step"] for m in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())
+            if "train/loss" in m][-2:] == [3, 4]
+
+
+def test_an_out_of_memory_in_training_names_the_micro_batch():
+    from execrl.trainer.memory import OutOfMemory, phase
+
+    cfg = load_config(None, ["policy.train_micro_batch_size=8"])
+    with pytest.raises(OutOfMemory) as e, phase("training", cfg):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    text = str(e.value)
+    assert "policy.train_micro_batch_size=4 (now 8)" in text and "policy.activation_checkpointing=true" in text
+    with pytest.raises(ValueError, match="not memory"), phase("training", cfg):  # other errors pass unchanged
+        raise ValueError("not memory")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["policy.lora.enabled=true"], "only the adapters train"),
+    (["cluster.gpus_per_node=2"], "FSDP2 shards the master"),
+    (["policy.precision=float32"], "nothing to move"),
+    (["policy.optimizer.name=torch.optim.Adam"], "the host runs torch.optim.AdamW"),
+])
+def test_cpu_offload_is_refused_where_it_cannot_apply(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(load_config(None, ["policy.cpu_offload=true", *overrides]))
+
+
+def test_cpu_offload_on_a_machine_without_a_gpu_says_so(tmp_path):
+    with pytest.raises(ValueError, match="set policy.cpu_offload=false"):
+        run(tmp_path, "off", "policy.cpu_offload=true", "policy.device=auto", "grpo.max_num_steps=1")
+
+
+def test_the_optimizer_is_named_by_import_path(tmp_path):
+    with pytest.raises(ConfigError, match="not an optimizer class"):
+        validate(load_config(None, ["policy.optimizer.name=torch.nn.Linear"]))
+    with pytest.raises(ConfigError, match="cannot import"):
+        validate(load_config(None, ["policy.optimizer.name=no_such_package.Adam"]))
+    trained, _ = run(tmp_path, "adam", "policy.optimizer.name=torch.optim.Adam", "grpo.max_num_steps=1",
+                     "warmup.sft_steps=0", "checkpointing.enabled=false")
+    assert type(trained.optimizer) is torch.optim.Adam
+
+
+@pytest.mark.gpu
+def test_cpu_offload_trains_as_the_master_on_the_gpu(tmp_path):
+    """The same GRPO step with the fp32 master and AdamW on the host (pinned, pipelined) as on the GPU: the same
+    weights after it, to the last bits the two AdamW kernels may round differently."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    gpu = ["policy.device=cuda", "policy.precision=bfloat16", "grpo.max_num_steps=1", "checkpointing.enabled=false",
+           "warmup.sft_steps=0",  # (20 warm-up steps at lr 2e-3 would grow the kernels' last-bit differences)
+           "policy.torch_compile=false", "policy.generation.compile=false"]
+    on_gpu, d1 = run(tmp_path, "gpu", *gpu)
+    offloaded, d2 = run(tmp_path, "host", *gpu, "policy.cpu_offload=true")
+    assert not next(offloaded.model.parameters()).is_cuda and next(offloaded.model.parameters()).is_pinned()
+    assert next(offloaded.weights.compute.parameters()).is_cuda
+    a, b = on_gpu.model.state_dict(), offloaded.model.state_dict()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k].cpu(), rtol=1e-5, atol=1e-6)
+    compute = dict(offloaded.weights.compute.named_parameters())
+    for name, p in offloaded.model.named_parameters():  # the compute copy holds the new weights
+        assert torch.equal(compute[name].float().cpu(), p.to(torch.bfloat16).float()), name
+    (x,), (y,) = [m for m in metrics(d1) if "train/loss" in m], [m for m in metrics(d2) if "train/loss" in m]
+    assert y["train/loss"] == pytest.approx(x["train/loss"], rel=1e-5)
+
+
+@pytest.mark.gpu
+def test_a_cuda_out_of_memory_in_training_is_one_message(tmp_path, capsys):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    torch.cuda.set_per_process_memory_fraction(2e-6)  # ~300 KB: a real CUDA OOM, in loading or generation
+    try:
+        code = main(["train", *SMALL, "policy.device=cuda", "policy.precision=bfloat16", "warmup.sft_steps=0",
+                     "grpo.max_num_steps=1", "policy.torch_compile=false",
+                     "policy.generation.compile=false", f"logger.log_dir={tmp_path}/r",
+                     f"checkpointing.checkpoint_dir={tmp_path}/r/ckpt"])
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "out of memory in" in err and "GiB allocated by torch" in err, err
+    assert "To need less: policy." in err and "Traceback" not in err
+
+
+def qwen7b_dir(tmp_path):
+    """A directory holding only Qwen2.5-Coder-7B's config.json: the plan reads shapes, no weights."""
+    from transformers import Qwen2Config
+
+    Qwen2Config(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False).save_pretrained(tmp_path / "7b")
+    return tmp_path / "7b"
+
+
+def test_the_memory_plan_of_a_7b_full_fine_tune_names_what_fits_an_80_gb_gpu(tmp_path):
+    from execrl.trainer.memory_plan import GiB, advice, plan, shape_of
+
+    step = ["grpo.num_prompts_per_step=16", "grpo.num_generations_per_prompt=8", "policy.generation_batch_size=128",
+            "policy.train_micro_batch_size=8", "policy.max_total_sequence_length=2192", "policy.precision=bfloat16",
+            f"policy.model_name={qwen7b_dir(tmp_path)}", "policy.device=cuda"]
+    cfg = load_config(None, step)
+    shape = shape_of(cfg)
+    assert 7.5e9 < shape.params < 7.7e9 and shape.layers == 28 and shape.kv_heads == 4
+    full = plan(cfg, shape)
+    assert full.parts["weights"] / GiB == pytest.approx(14.2, abs=0.1)  # 7.6B x 2 bytes
+    assert full.parts["master and AdamW"] / GiB == pytest.approx(85.1, abs=0.2)  # 12 bytes per parameter
+    assert full.parts["KV cache"] / GiB == pytest.approx(15.0, abs=0.1)  # 128 x 2192 x 28 x 2 x 4 x 128 x 2 bytes
+    fixes = advice(cfg, shape, 80e9)
+    assert full.peak > 80e9 and any("policy.cpu_offload=true" in f for f in fixes), fixes
+    offloaded = plan(load_config(None, [*step, "policy.cpu_offload=true", "policy.activation_checkpointing=true"]), shape)
+    assert offloaded.peak / GiB == pytest.approx(69.3, rel=0.15)  # measured on an H200 (bench/README.md)
+    assert offloaded.host / GiB == pytest.approx(95.3, rel=0.15)
+
+
+def test_dry_run_prints_the_memory_plan(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "execrl.cli", "train", "--dry-run", "policy.device=auto",
+                           f"policy.model_name={qwen7b_dir(tmp_path)}"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "# memory (an estimate, before anything loads)" in done.stdout
+    assert "memory plan, per GPU (GiB): weights 14.2" in done.stdout
