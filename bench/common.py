@@ -145,6 +145,17 @@ def read_metrics(log_dir) -> list[dict]:
     return [json.loads(x) for x in (Path(log_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
+def step_medians(log_dir) -> tuple[dict, int]:
+    """The medians of a run's step times and logprob mismatch over its steps after the first (the first alone if
+    there is one), and how many steps they are over."""
+    import statistics
+
+    ms = read_metrics(log_dir)
+    warm = ms[1:] or ms
+    return {k: statistics.median(m[k] for m in warm) for k in ("time/generate", "time/train", "time/step",
+                                                               "train/logprob_mismatch")}, len(warm)
+
+
 def table(title: str, header: list[str], rows: list) -> None:
     """A markdown table under a title line."""
     print(f"\n{title}\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))

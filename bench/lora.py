@@ -27,8 +27,8 @@ from common import (
     device_name,
     fresh_peak,
     peak_gib,
-    read_metrics,
     save_arch,
+    step_medians,
     step_overrides,
     table,
     timed,
@@ -53,13 +53,10 @@ def section_step(arch: str, rows: list, steps: int, compile_all: bool, trainings
         trainable = sum(p.numel() for p in run.model.parameters() if p.requires_grad)
         run.close()
         del run
-        ms = read_metrics(log_dir)
-        warm = ms[1:] or ms
-        med = {k: statistics.median(m[k] for m in warm) for k in ("time/generate", "time/train", "time/step",
-                                                                   "train/logprob_mismatch")}
+        med, count = step_medians(log_dir)
         rows.append([arch, label, f"{trainable / 1e6:,.1f}M", f"{med['time/step']:.2f}", f"{med['time/generate']:.2f}",
                      f"{med['time/train']:.2f}", f"{peak_gib():.1f}", f"{med['train/logprob_mismatch']:.4f}",
-                     f"{len(warm)} steps after the first"])
+                     f"{count} steps after the first"])
 
 
 def section_rollout(arch: str, rows: list) -> None:

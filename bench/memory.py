@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,8 +32,8 @@ from common import (
     fresh_peak,
     padding_prompt,
     peak_gib,
-    read_metrics,
     save_arch,
+    step_medians,
     step_overrides,
     table,
 )
@@ -65,14 +64,11 @@ def measure(arch: str, option: str, work: Path, system: str, steps: int, new_tok
                 " ".join(str(e).split())[:400]]
     run.close()
     del run
-    ms = read_metrics(log_dir)
-    warm = ms[1:] or ms
-    med = {k: statistics.median(m[k] for m in warm) for k in ("time/generate", "time/train", "time/step",
-                                                               "train/logprob_mismatch")}
+    med, count = step_medians(log_dir)
     host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB, the process's peak so far
     return [arch, option, f"{med['time/step']:.2f}", f"{med['time/generate']:.2f}", f"{med['time/train']:.2f}",
             f"{peak_gib():.1f}", f"{estimate:.1f}", f"{host:.1f}", f"{med['train/logprob_mismatch']:.5f}",
-            f"{len(warm)} steps after the first"]
+            f"{count} steps after the first"]
 
 
 def main() -> None:

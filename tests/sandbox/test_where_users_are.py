@@ -36,9 +36,9 @@ def make_venv(where: Path) -> Path:
     return python
 
 
-def grade_with(python: Path) -> str:
+def grade_with(python: Path, cwd: Path | None = None) -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("EXECRL_SANDBOX", "PYTHONPATH")}
-    proc = subprocess.run([str(python), "-c", GRADE], capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run([str(python), "-c", GRADE], capture_output=True, text=True, timeout=300, env=env, cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout.strip().splitlines()[-1]
 
@@ -64,3 +64,15 @@ def test_a_venv_in_a_home_directory_grades(tmp_path):
         assert out.startswith("pass pass pass"), out
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_an_interpreter_named_through_a_parent_directory_grades():
+    """`cd bench && ../.venv/bin/python script.py`: sys.executable then holds `bench/..`, a directory the sandbox does
+    not bind (bwrap could not start the interpreter)."""
+    root = Path(SRC).parent
+    here = Path(sys.executable)
+    if not here.is_relative_to(root):
+        pytest.skip("the interpreter is not in the checkout (no .venv beside it)")
+    out = grade_with(Path("..") / here.relative_to(root), cwd=root / "bench")
+    assert out.startswith("pass pass pass"), out

@@ -193,3 +193,19 @@ def test_dry_run_prints_the_memory_plan(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "# memory (an estimate, before anything loads)" in done.stdout
     assert "memory plan, per GPU (GiB): weights 14.2" in done.stdout
+
+
+def test_long_completions_get_fewer_engine_slots_where_the_kv_cache_would_not_fit(tmp_path):
+    from execrl.trainer.memory_plan import GiB, bounded_slots, plan, shape_of
+
+    long = ["grpo.num_prompts_per_step=16", "grpo.num_generations_per_prompt=8", "policy.generation_batch_size=128",
+            "policy.train_micro_batch_size=1", "policy.max_total_sequence_length=16512", "policy.precision=bfloat16",
+            f"policy.model_name={qwen7b_dir(tmp_path)}", "policy.device=cuda", "policy.cpu_offload=true",
+            "policy.activation_checkpointing=true"]
+    cfg = load_config(None, long)
+    assert plan(cfg, shape_of(cfg)).parts["KV cache"] / GiB == pytest.approx(112.9, abs=0.2)  # 128 x 16512 tokens
+    slots, note = bounded_slots(cfg, 128, 80e9)
+    assert 1 <= slots < 128 and f"KV cache: {slots} sequences decoded at once" in note
+    fewer = load_config(None, [*long, f"policy.generation_batch_size={slots}"])
+    assert plan(fewer, shape_of(fewer)).peak <= 0.9 * 80e9  # what is left fits
+    assert bounded_slots(cfg, 128, 200e9) == (128, None)  # a GPU with room: as asked

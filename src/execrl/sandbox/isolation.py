@@ -82,7 +82,9 @@ class Isolation:
         read-only; `cgroup`: the spec of the sandbox's cgroup (cgroups.SandboxCgroup.spec), for the
         zygote."""
         parent = os.path.dirname(self.inside_dir)
-        worker = [sys.executable, "-I", "-B", "-c", launch(parent), role, str(uid), str(ctrl_fd)]
+        # (normalized: an interpreter started as bench/../.venv/bin/python names a directory the
+        # sandbox does not bind; its symlinks stay, so that a virtual environment stays itself)
+        worker = [os.path.abspath(sys.executable), "-I", "-B", "-c", launch(parent), role, str(uid), str(ctrl_fd)]
         if self.mode == "none":
             return worker + [root]  # a private temporary directory of the grader's
         size = str(tmpfs_mb << 20)

@@ -161,6 +161,27 @@ def _get(obj, dotted: str):
     return obj
 
 
+def bounded_slots(cfg: MasterConfig, slots: int, gpu_bytes: float) -> tuple[int, str | None]:
+    """The engine's slots (sequences decoded at once) bounded so that the plan's KV cache fits beside
+    training's other parts in 90% of `gpu_bytes`: (slots, a note where fewer than asked). The KV
+    cache is sized slots x max_total_sequence_length, so long completions would otherwise need a
+    smaller policy.generation_batch_size by hand; continuous batching refills a slot as its sequence
+    ends, so fewer slots cost speed, not samples."""
+    shape = shape_of(cfg)
+    if shape is None:
+        return slots, None
+    estimate = plan(cfg, shape)
+    per_slot = estimate.parts["KV cache"] / max(1, min(cfg.policy.generation_batch_size, slots))
+    others = estimate.training - estimate.parts["KV cache"]
+    fit = int((0.9 * gpu_bytes - others) // per_slot) if per_slot else slots
+    if fit >= slots or fit < 1:
+        return slots, None
+    return fit, (f"KV cache: {fit} sequences decoded at once ({fit * per_slot / GiB:.1f} GiB for "
+                 f"{cfg.policy.max_total_sequence_length} tokens each), not {slots}: the memory plan leaves that "
+                 f"much beside training's {others / GiB:.1f} GiB on this {gpu_bytes / GiB:.0f} GiB GPU (slots are "
+                 "refilled as sequences end; policy.cpu_offload or activation checkpointing leave more)")
+
+
 def gpu_memory() -> float | None:
     """This machine's first GPU's memory in bytes (None: no GPU)."""
     import torch

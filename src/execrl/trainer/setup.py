@@ -27,7 +27,7 @@ from execrl.trainer import checkpoint, precision
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler, load_data
 from execrl.trainer.lock import RunLock
-from execrl.trainer.memory_plan import summary
+from execrl.trainer.memory_plan import bounded_slots, summary
 from execrl.trainer.metrics import MetricsLogger
 from execrl.trainer.opponent import Opponent, build_opponent
 from execrl.trainer.optim import make_optimizer
@@ -120,6 +120,10 @@ def build_run(cfg: MasterConfig) -> Run:
     train, val, refs = training_data(cfg, policy.tokenizer)
     optimizer = make_optimizer(policy.weights, cfg.policy.optimizer.name, cfg.policy.optimizer.kwargs)
     slots = min(cfg.policy.generation_batch_size, plan.samples_per_step // dist.world_size())
+    if cfg.policy.generation.backend == "execrl" and pick_device(cfg.policy.device).type == "cuda":
+        slots, note = bounded_slots(cfg, slots, torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+        if note:
+            console.print(note)
     generator = rollout_generator(cfg, policy, slots)
     grader = Grader(dist.sandbox_workers(cfg.env.code.num_workers),
                     Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb),
