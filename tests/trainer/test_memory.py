@@ -91,7 +91,6 @@ def test_an_out_of_memory_in_training_names_the_micro_batch():
 
 @pytest.mark.parametrize("overrides, message", [
     (["policy.lora.enabled=true"], "only the adapters train"),
-    (["cluster.gpus_per_node=2"], "FSDP2 shards the master"),
     (["policy.precision=float32"], "nothing to move"),
     (["policy.optimizer.name=torch.optim.Adam"], "the host runs torch.optim.AdamW"),
 ])
@@ -209,3 +208,20 @@ def test_long_completions_get_fewer_engine_slots_where_the_kv_cache_would_not_fi
     fewer = load_config(None, [*long, f"policy.generation_batch_size={slots}"])
     assert plan(fewer, shape_of(fewer)).peak <= 0.9 * 80e9  # what is left fits
     assert bounded_slots(cfg, 128, 200e9) == (128, None)  # a GPU with room: as asked
+
+
+def test_nemo_rl_recipes_with_offload_on_several_gpus_or_a_fused_adam_validate_and_name_the_difference():
+    from execrl.config.checks import nemo_differences
+    from execrl.trainer.optim import make_optimizer
+    from execrl.trainer.precision import Weights
+
+    cfg = load_config(None, ["policy.dtensor_cfg.cpu_offload=true", "cluster.gpus_per_node=8",
+                             "policy.optimizer.name=transformer_engine.pytorch.optimizers.fused_adam.FusedAdam",
+                             "policy.optimizer.kwargs.exp_avg_dtype=torch.bfloat16",
+                             "policy.optimizer.kwargs.master_weights=true"])
+    validate(cfg)
+    notes = " ".join(nemo_differences(cfg))
+    assert "runs as torch.optim.AdamW" in notes and "has no effect with several GPUs" in notes
+    model = torch.nn.Linear(2, 2)
+    assert type(make_optimizer(Weights(model, model, torch.float32), cfg.policy.optimizer.name,
+                               cfg.policy.optimizer.kwargs)) is torch.optim.AdamW

@@ -152,8 +152,6 @@ def check_memory_options(cfg: MasterConfig) -> None:
     why = None
     if p.lora.enabled:
         why = "with LoRA only the adapters train: their optimizer state is small"
-    elif cfg.cluster.gpus_per_node * cfg.cluster.num_nodes > 1:
-        why = "with several GPUs FSDP2 shards the master and its state instead (offloading them is not implemented)"
     elif p.precision in ("float32", "fp32") or p.device == "cpu":
         why = "on the CPU, or in float32, the master is the model itself: there is nothing to move"
     elif cls.__name__ != "AdamW" or not cls.__module__.startswith("torch.optim"):
@@ -477,6 +475,16 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
     if grpo.use_dynamic_sampling:
         out.append("grpo.use_dynamic_sampling decides that a group's rewards differ by comparing them (NeMo RL keeps a "
                    "group of equal fractional rewards whose float32 std rounds above 0)")
+    from execrl.trainer.optim import FUSED_ADAMW
+
+    if cfg.policy.optimizer.name in FUSED_ADAMW:
+        out.append(f"policy.optimizer.name {cfg.policy.optimizer.name} runs as torch.optim.AdamW (the same update; "
+                   "its moments and master weights in fp32: exp_avg_dtype, master_weights, store_param_remainders "
+                   "are not read)")
+    if cfg.policy.cpu_offload and cfg.cluster.gpus_per_node * cfg.cluster.num_nodes > 1:
+        out.append("policy.cpu_offload (NeMo RL: policy.dtensor_cfg.cpu_offload) has no effect with several GPUs: "
+                   "FSDP2 shards the master weights and AdamW's state over them instead (offloading them as well is "
+                   "not implemented)")
     if lf.truncated_importance_sampling_ratio is not None and lf.truncated_importance_sampling_type is None:
         out.append("loss_fn.truncated_importance_sampling_ratio without a type is read as tis, as NeMo RL did before "
                    "the type key existed (its current code refuses it)")

@@ -12,7 +12,8 @@ Numerically it is the same AdamW in fp32 (the CPU's fused kernel instead of the 
 
 NeMo RL's `policy.dtensor_cfg.cpu_offload` (FSDP2's CPUOffloadPolicy) also keeps the gradients on
 the host; here they stay on the GPU in fp32 so that gradient accumulation over micro-batches costs
-no PCIe traffic (one transfer per optimizer step)."""
+no PCIe traffic (one transfer per optimizer step). With several GPUs the setting has no effect: FSDP2
+shards the master and its state over them instead (named at start-up)."""
 
 from __future__ import annotations
 

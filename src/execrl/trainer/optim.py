@@ -12,10 +12,17 @@ import torch
 from execrl.trainer.offload import OffloadedAdamW, OffloadedWeights
 from execrl.trainer.precision import Weights
 
+# fused AdamW kernels of other libraries (NeMo RL's automodel recipes name Transformer Engine's): the same
+# update, run as torch.optim.AdamW; their own settings (bf16 moments, master copies) are not read
+FUSED_ADAMW = ("transformer_engine.pytorch.optimizers.fused_adam.FusedAdam",
+               "transformer_engine.pytorch.optimizers.FusedAdam", "apex.optimizers.FusedAdam")
+FUSED_ONLY = ("master_weights", "store_param_remainders", "exp_avg_dtype", "exp_avg_sq_dtype", "master_weight_dtype",
+              "capturable", "use_decoupled_grad", "set_grad_none", "adam_w_mode", "bias_correction")
+
 
 def optimizer_class(name: str) -> type:
     """The class `name` names (AdamW alone also works); ValueError naming the fix otherwise."""
-    if name.lower() in ("adamw", "torch.optim.adamw"):
+    if name.lower() in ("adamw", "torch.optim.adamw") or name in FUSED_ADAMW:
         return torch.optim.AdamW
     module, _, cls = name.rpartition(".")
     try:
@@ -35,6 +42,11 @@ def make_optimizer(weights: Weights, name: str, kwargs: dict, lr: float | None =
     if "betas" in kwargs:
         kwargs["betas"] = tuple(kwargs["betas"])
     kwargs.pop("foreach", None), kwargs.pop("fused", None)
+    if name in FUSED_ADAMW:
+        if kwargs.get("adam_w_mode") is False or kwargs.get("bias_correction") is False:
+            raise ValueError(f"policy.optimizer.name {name}: adam_w_mode=false or bias_correction=false is not "
+                             "AdamW; set policy.optimizer.name=torch.optim.Adam (L2 in the gradient) or remove them")
+        kwargs = {k: v for k, v in kwargs.items() if k not in FUSED_ONLY}
     cls = optimizer_class(name)
     if isinstance(weights, OffloadedWeights):
         if cls is not torch.optim.AdamW:

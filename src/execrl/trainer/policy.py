@@ -42,7 +42,8 @@ class Policy:
 def build_policy(cfg: MasterConfig) -> Policy:
     device = pick_device(cfg.policy.device)
     master_dtype, compute_dtype = precision.dtypes(cfg.policy.precision, device)
-    lora, offload = cfg.policy.lora.enabled, cfg.policy.cpu_offload
+    # (several GPUs: FSDP2 shards the master and its state instead; the start-up note says so)
+    lora, offload = cfg.policy.lora.enabled, cfg.policy.cpu_offload and dist.world_size() == 1
     if offload and (device.type != "cuda" or master_dtype == compute_dtype):
         raise ValueError("policy.cpu_offload=true moves the fp32 master off the GPU, and this run has no GPU (or "
                          "no separate master: float32): set policy.cpu_offload=false")
