@@ -167,11 +167,12 @@ def run_train(args) -> int:
         print("# batch arithmetic")
         print(batch_plan.describe(cfg))
         if cfg.policy.device != "cpu":
-            from execrl.trainer.memory_plan import gpu_memory, summary
+            from execrl.trainer.memory_plan import gpu_memory, shape_of, summary
 
             print("# memory (an estimate, before anything loads)")
-            print("\n".join(summary(cfg, gpu_memory()) or ["the model's config.json is not on this machine: no "
-                                                           "memory plan (it needs the model's shapes)"]))
+            lines = summary(cfg, shape_of(cfg), gpu_memory())
+            print("\n".join(lines or ["the model's config.json is not on this machine: no memory plan (it needs the "
+                                      "model's shapes)"]))
         if launch:
             print(f"# launched as\n{launch}")
         return 0

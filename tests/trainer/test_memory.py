@@ -203,11 +203,11 @@ def test_long_completions_get_fewer_engine_slots_where_the_kv_cache_would_not_fi
             "policy.activation_checkpointing=true"]
     cfg = load_config(None, long)
     assert plan(cfg, shape_of(cfg)).parts["KV cache"] / GiB == pytest.approx(112.9, abs=0.2)  # 128 x 16512 tokens
-    slots, note = bounded_slots(cfg, 128, 80e9)
+    slots, note = bounded_slots(cfg, shape_of(cfg), 128, 80e9)
     assert 1 <= slots < 128 and f"KV cache: {slots} sequences decoded at once" in note
     fewer = load_config(None, [*long, f"policy.generation_batch_size={slots}"])
     assert plan(fewer, shape_of(fewer)).peak <= 0.9 * 80e9  # what is left fits
-    assert bounded_slots(cfg, 128, 200e9) == (128, None)  # a GPU with room: as asked
+    assert bounded_slots(cfg, shape_of(cfg), 128, 200e9) == (128, None)  # a GPU with room: as asked
 
 
 def test_nemo_rl_recipes_with_offload_on_several_gpus_or_a_fused_adam_validate_and_name_the_difference():

@@ -11,6 +11,7 @@ from execrl.config import reward_model
 from execrl.config.batch import BatchPlan, plan
 from execrl.config.errors import ConfigError
 from execrl.config.schema import MasterConfig
+from execrl.config.tree import attribute
 from execrl.guided import ConstraintError, grammar_text
 from execrl.rewards.base import SCORES
 from execrl.tasks.registry import DATASETS, DatasetError, check_trainable, dataset_key
@@ -140,7 +141,9 @@ def check_lora(cfg: MasterConfig) -> None:
 def check_memory_options(cfg: MasterConfig) -> None:
     """The optimizer class importable; policy.cpu_offload where it applies (one GPU, mixed
     precision, all weights trained)."""
-    from execrl.trainer.optim import optimizer_class  # (imports torch)
+    import torch
+
+    from execrl.trainer.optim import optimizer_class
 
     try:
         cls = optimizer_class(cfg.policy.optimizer.name)
@@ -154,7 +157,7 @@ def check_memory_options(cfg: MasterConfig) -> None:
         why = "with LoRA only the adapters train: their optimizer state is small"
     elif p.precision in ("float32", "fp32") or p.device == "cpu":
         why = "on the CPU, or in float32, the master is the model itself: there is nothing to move"
-    elif cls.__name__ != "AdamW" or not cls.__module__.startswith("torch.optim"):
+    elif cls is not torch.optim.AdamW:
         why = f"the host runs torch.optim.AdamW, not {cfg.policy.optimizer.name}"
     if why:
         raise ConfigError(f"policy.cpu_offload=true: {why}; set policy.cpu_offload=false")
@@ -446,7 +449,7 @@ def no_effect_note(cfg: MasterConfig) -> str | None:
     for key in NO_EFFECT:
         if key in DYNAMIC_ONLY and cfg.grpo.use_dynamic_sampling:
             continue
-        if _get(cfg, key) != _get(default, key):
+        if attribute(cfg, key) != attribute(default, key):
             seen.append(key)
     why = {k: NO_EFFECT[k] for k in seen} | cfg._nemo_ignored
     lines = []
@@ -490,8 +493,3 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
                    "the type key existed (its current code refuses it)")
     return out
 
-
-def _get(obj, dotted: str):
-    for part in dotted.split("."):
-        obj = getattr(obj, part)
-    return obj

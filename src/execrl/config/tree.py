@@ -1,4 +1,4 @@
-"""Nested config dicts as dotted keys."""
+"""Nested configs as dotted keys."""
 
 from __future__ import annotations
 
@@ -11,3 +11,10 @@ def dotted_leaves(tree: dict, prefix: str = ""):
             yield from dotted_leaves(v, key + ".")
         else:
             yield key, v
+
+
+def attribute(obj, dotted: str):
+    """The value at a dotted key of a config object (policy.lora.enabled)."""
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import torch
 
 from execrl.config import MasterConfig
+from execrl.config.batch import plan as batch_plan
 
 GiB = 1024 ** 3
 
@@ -64,8 +65,7 @@ def _generation(cfg: MasterConfig) -> list[str]:
 def _scoring(cfg: MasterConfig) -> list[str]:
     p = cfg.policy
     if p.dynamic_batching.enabled:
-        budget = p.dynamic_batching.logprob_mb_tokens or p.max_total_sequence_length * p.logprob_batch_size
-        first = _halve("policy.dynamic_batching.logprob_mb_tokens", budget)
+        first = _halve("policy.dynamic_batching.logprob_mb_tokens", batch_plan(cfg).score_split.tokens)
     else:
         first = _halve("policy.logprob_batch_size", p.logprob_batch_size)
     return [first, "policy.dynamic_batching.enabled=true: micro-batches by tokens, so that long samples go fewer at "
@@ -75,8 +75,7 @@ def _scoring(cfg: MasterConfig) -> list[str]:
 def _training(cfg: MasterConfig) -> list[str]:
     p = cfg.policy
     if p.dynamic_batching.enabled:
-        budget = p.dynamic_batching.train_mb_tokens or p.max_total_sequence_length * p.train_micro_batch_size
-        out = [_halve("policy.dynamic_batching.train_mb_tokens", budget)]
+        out = [_halve("policy.dynamic_batching.train_mb_tokens", batch_plan(cfg).train_split.tokens)]
     else:
         out = [_halve("policy.train_micro_batch_size", p.train_micro_batch_size) + " (the same gradient: more "
                "accumulation)"]

@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from execrl.config import MasterConfig
+from execrl.config.batch import plan as batch_plan
+from execrl.config.tree import attribute
 
 GiB = 1024 ** 3
 LOGITS_CHUNK = GiB  # the trainer's chunked LM head (algo/logprobs.py) and the engine's prefill logits
@@ -93,9 +95,8 @@ class Plan:
         return text
 
 
-def plan(cfg: MasterConfig, shape: Shape, micro_tokens: int | None = None) -> Plan:
-    """The estimate for `cfg` on a model of `shape` (micro_tokens: a training micro-batch's padded
-    tokens; by default the config's budget, or micro-batch size x the longest sequence)."""
+def plan(cfg: MasterConfig, shape: Shape) -> Plan:
+    """The estimate for `cfg` on a model of `shape`."""
     p, n = cfg.policy, gpus(cfg)
     mixed = p.precision not in ("float32", "fp32") and p.device != "cpu"
     cb = 2 if mixed else 4  # compute bytes per element
@@ -104,10 +105,8 @@ def plan(cfg: MasterConfig, shape: Shape, micro_tokens: int | None = None) -> Pl
     state = trained * (4 if mixed else 0) + trained * 8  # master (mixed precision) + AdamW
     samples = cfg.grpo.num_prompts_per_step * cfg.grpo.num_generations_per_prompt
     slots = min(p.generation_batch_size, max(1, samples // n))
-    if micro_tokens is None:
-        d = p.dynamic_batching
-        micro_tokens = (d.train_mb_tokens or p.max_total_sequence_length * p.train_micro_batch_size) if d.enabled \
-            else min(p.train_micro_batch_size, samples // n or 1) * p.max_total_sequence_length
+    split = batch_plan(cfg).train_split  # a training micro-batch's padded tokens: its budget, or rows x the longest
+    micro_tokens = split.tokens or split.sequences * p.max_total_sequence_length
     per_token = (shape.layers * shape.hidden + shape.intermediate) * cb if p.activation_checkpointing \
         else shape.layers * (8 * shape.hidden + 4 * shape.intermediate) * cb
     parts = {
@@ -137,12 +136,12 @@ def advice(cfg: MasterConfig, shape: Shape, gpu_bytes: float) -> list[str]:
              {"policy.activation_checkpointing": True, "policy.lora.enabled": True}]
     out = []
     for change in tried:
-        if all(_get(cfg, k) == v for k, v in change.items()) or (gpus(cfg) > 1 and "policy.cpu_offload" in change):
+        if all(attribute(cfg, k) == v for k, v in change.items()) or (gpus(cfg) > 1 and "policy.cpu_offload" in change):
             continue
         changed = cfg.model_copy(deep=True)
         for key, value in change.items():
             section, name = key.rsplit(".", 1)
-            setattr(_get(changed, section), name, value)
+            setattr(attribute(changed, section), name, value)
         peak = plan(changed, shape).peak
         if peak <= 0.95 * gpu_bytes:
             out.append(" ".join(f"{k}={str(v).lower()}" for k, v in change.items()) + f" (~{peak / GiB:.0f} GiB)")
@@ -155,19 +154,12 @@ def gpus(cfg: MasterConfig) -> int:
     return cfg.cluster.gpus_per_node * cfg.cluster.num_nodes
 
 
-def _get(obj, dotted: str):
-    for part in dotted.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def bounded_slots(cfg: MasterConfig, slots: int, gpu_bytes: float) -> tuple[int, str | None]:
+def bounded_slots(cfg: MasterConfig, shape: Shape | None, slots: int, gpu_bytes: float) -> tuple[int, str | None]:
     """The engine's slots (sequences decoded at once) bounded so that the plan's KV cache fits beside
     training's other parts in 90% of `gpu_bytes`: (slots, a note where fewer than asked). The KV
     cache is sized slots x max_total_sequence_length, so long completions would otherwise need a
     smaller policy.generation_batch_size by hand; continuous batching refills a slot as its sequence
     ends, so fewer slots cost speed, not samples."""
-    shape = shape_of(cfg)
     if shape is None:
         return slots, None
     estimate = plan(cfg, shape)
@@ -183,16 +175,16 @@ def bounded_slots(cfg: MasterConfig, slots: int, gpu_bytes: float) -> tuple[int,
 
 
 def gpu_memory() -> float | None:
-    """This machine's first GPU's memory in bytes (None: no GPU)."""
+    """The memory of this process's GPU in bytes (None: no GPU)."""
     import torch
 
-    return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory if torch.cuda.is_available() \
+        else None
 
 
-def summary(cfg: MasterConfig, gpu_bytes: float | None) -> list[str]:
+def summary(cfg: MasterConfig, shape: Shape | None, gpu_bytes: float | None) -> list[str]:
     """The plan's lines for a run on a GPU of `gpu_bytes` (None: not known here), with the settings
-    that would make it fit where it does not; [] where the model's shapes are not on this machine."""
-    shape = shape_of(cfg)
+    that would make it fit where it does not; [] where the model's shapes are not known (shape_of)."""
     if shape is None:
         return []
     estimate = plan(cfg, shape)

@@ -85,10 +85,13 @@ class OffloadedAdamW(torch.optim.AdamW):
         self.weights = weights
         kwargs = {k: v for k, v in kwargs.items() if k not in ("fused", "foreach")}  # (the CPU's fused kernel)
         chunks: list[list[int]] = [[]]  # indices into weights._pairs
+        size = 0  # bytes of the last chunk
         for i, (m, _) in enumerate(weights._pairs):
-            if chunks[-1] and sum(weights._pairs[j][0].numel() for j in chunks[-1]) * 4 + m.numel() * 4 > chunk_bytes:
+            if chunks[-1] and size + m.numel() * 4 > chunk_bytes:
                 chunks.append([])
+                size = 0
             chunks[-1].append(i)
+            size += m.numel() * 4
         self.chunks = chunks
         super().__init__([{"params": [weights._pairs[i][0] for i in c]} for c in chunks], fused=True, **kwargs)
         largest = max(sum(weights._pairs[i][0].numel() for i in c) for c in chunks)

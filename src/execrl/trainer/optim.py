@@ -47,10 +47,6 @@ def make_optimizer(weights: Weights, name: str, kwargs: dict, lr: float | None =
             raise ValueError(f"policy.optimizer.name {name}: adam_w_mode=false or bias_correction=false is not "
                              "AdamW; set policy.optimizer.name=torch.optim.Adam (L2 in the gradient) or remove them")
         kwargs = {k: v for k, v in kwargs.items() if k not in FUSED_ONLY}
-    cls = optimizer_class(name)
-    if isinstance(weights, OffloadedWeights):
-        if cls is not torch.optim.AdamW:
-            raise ValueError(f"policy.cpu_offload runs AdamW on the host: policy.optimizer.name {name!r} is not "
-                             "offloaded; set policy.optimizer.name=torch.optim.AdamW, or policy.cpu_offload=false")
+    if isinstance(weights, OffloadedWeights):  # (config.checks allows AdamW alone with policy.cpu_offload)
         return OffloadedAdamW(weights, **kwargs)
-    return cls([p for p in weights.master.parameters() if p.requires_grad], **kwargs)
+    return optimizer_class(name)([p for p in weights.master.parameters() if p.requires_grad], **kwargs)

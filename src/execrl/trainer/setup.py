@@ -27,7 +27,7 @@ from execrl.trainer import checkpoint, precision
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler, load_data
 from execrl.trainer.lock import RunLock
-from execrl.trainer.memory_plan import bounded_slots, summary
+from execrl.trainer.memory_plan import bounded_slots, gpu_memory, shape_of, summary
 from execrl.trainer.metrics import MetricsLogger
 from execrl.trainer.opponent import Opponent, build_opponent
 from execrl.trainer.optim import make_optimizer
@@ -116,12 +116,16 @@ def run_directories(cfg: MasterConfig) -> dict[str, str]:
 def build_run(cfg: MasterConfig) -> Run:
     """The run's parts, in the order they need each other."""
     plan, lock = start(cfg)
+    gpu = gpu_memory() if pick_device(cfg.policy.device).type == "cuda" else None
+    shape = shape_of(cfg) if gpu else None
+    for line in summary(cfg, shape, gpu):  # what the GPU will hold, before anything loads
+        console.print(line if "does not fit" not in line else f"[yellow]{line}[/]")
     policy = build_policy(cfg)
     train, val, refs = training_data(cfg, policy.tokenizer)
     optimizer = make_optimizer(policy.weights, cfg.policy.optimizer.name, cfg.policy.optimizer.kwargs)
     slots = min(cfg.policy.generation_batch_size, plan.samples_per_step // dist.world_size())
-    if cfg.policy.generation.backend == "execrl" and pick_device(cfg.policy.device).type == "cuda":
-        slots, note = bounded_slots(cfg, slots, torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+    if cfg.policy.generation.backend == "execrl" and gpu:
+        slots, note = bounded_slots(cfg, shape, slots, gpu)
         if note:
             console.print(note)
     generator = rollout_generator(cfg, policy, slots)
@@ -154,9 +158,6 @@ def start(cfg: MasterConfig) -> tuple[BatchPlan, RunLock | None]:
         raise ValueError(f"{dist.world_size()} training process(es) but cluster.num_nodes x cluster.gpus_per_node = "
                          f"{plan.num_gpus}: start multi-GPU runs with `execrl train CONFIG` (it launches "
                          "torchrun) or set cluster.gpus_per_node to the number of processes per node")
-    if pick_device(cfg.policy.device).type == "cuda":  # what the GPU will hold, before anything loads
-        for line in summary(cfg, torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory):
-            console.print(line if "does not fit" not in line else f"[yellow]{line}[/]")
     random.seed(cfg.grpo.seed)
     torch.manual_seed(cfg.grpo.seed)
     return plan, lock
