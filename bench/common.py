@@ -129,15 +129,18 @@ def save_arch(arch: str, work: Path, init: str = "cpu") -> str:
     return padding_prompt(tok)
 
 
-def step_overrides(model_dir: Path, steps: int, micro: int, system: str, log_dir: Path) -> list[str]:
+def step_overrides(model_dir: Path, steps: int, micro: int, system: str, log_dir: Path,
+                   new_tokens: int = 256) -> list[str]:
     """`execrl train` overrides of the benchmarks' GRPO step: 16 prompts x 8 samples, ~128-token prompts (`system`
-    pads them), 256 new tokens forced, bf16 mixed precision, one optimizer step per GRPO step, no warm-up."""
+    pads them), `new_tokens` (256) new tokens forced, bf16 mixed precision, one optimizer step per GRPO step, no
+    warm-up."""
     return [f"policy.model_name={model_dir}", f"grpo.max_num_steps={steps}", "warmup.sft_steps=0",
             "grpo.num_prompts_per_step=16", "grpo.num_generations_per_prompt=8", "policy.train_global_batch_size=128",
             f"policy.train_micro_batch_size={micro}", f"policy.logprob_batch_size={micro}",
-            "policy.generation_batch_size=128", "policy.max_total_sequence_length=400",
-            "policy.generation.max_new_tokens=256", "policy.generation.ignore_eos=true", "policy.precision=bfloat16",
-            f"prompt.system_prompt={system}", *QUIET, f"logger.log_dir={log_dir}", "policy.optimizer.kwargs.lr=1e-6"]
+            "policy.generation_batch_size=128", f"policy.max_total_sequence_length={max(400, 144 + new_tokens)}",
+            f"policy.generation.max_new_tokens={new_tokens}", "policy.generation.ignore_eos=true",
+            "policy.precision=bfloat16", f"prompt.system_prompt={system}", *QUIET, f"logger.log_dir={log_dir}",
+            "policy.optimizer.kwargs.lr=1e-6"]
 
 
 def read_metrics(log_dir) -> list[dict]:

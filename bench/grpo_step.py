@@ -2,6 +2,7 @@
 
     python bench/grpo_step.py                      # all sections, both architectures
     python bench/grpo_step.py --sections rollout --archs qwen2.5-0.5b
+    python bench/grpo_step.py --archs tiny --prompts 16 --new-tokens 16 --steps 2 --micro 16 --no-compile  # CPU smoke
 Sections:
   rollout  256 prompts x (128 + 256) tokens, forced to full length: the execrl engine vs transformers `generate`
   check    the engine at 0.5B in bf16 against transformers: greedy choices and logprobs (teacher-forced)
@@ -11,6 +12,8 @@ Sections:
 Random-init weights of the real architectures with their real vocabulary (throughput does not depend on weight
 values); prompts come from a byte-level tokenizer whose ids are a subset of that vocabulary. MFU uses the dense
 bf16 peak of an H100/H200 (989 TFLOP/s); the FLOPs are 6 x (matmul parameters) per token plus causal attention.
+On a CPU the engine runs uncompiled and without CUDA graphs (both CUDA only): the rollout section's compiled rows say
+they need a GPU, and MFU is left blank.
 """
 
 from __future__ import annotations
@@ -58,11 +61,12 @@ def median_of(n: int, fn):
     return runs[0][0], statistics.median(t for _, t in runs)
 
 
-def section_rollout(arch: str, rows: list, compile_engine: bool):
+def section_rollout(arch: str, rows: list, compile_engine: bool, n: int = 256, new: int = 256):
+    """n sequences of 128 prompt + `new` tokens; the GRPO shape: n / 8 prompts x 8 samples."""
     from execrl.rollout import RolloutEngine, SamplingParams, hf_generate
 
     model, tok = build(arch)
-    n, plen, new = 256, 128, 256
+    plen = 128
     g = torch.Generator().manual_seed(0)
     prompts = torch.randint(3, 259, (n, plen), generator=g).tolist()
     params = SamplingParams(temperature=1.0, ignore_eos=True)
@@ -71,6 +75,10 @@ def section_rollout(arch: str, rows: list, compile_engine: bool):
         variants.append(("execrl engine, no CUDA graphs", {"cuda_graphs": False}))
     speeds = {}
     for name, kwargs in variants:
+        if DEVICE != "cuda" and name != "execrl engine, not compiled":  # (the engine compiles, and graphs, on CUDA)
+            rows.append([arch, name, "needs a GPU", "", "",
+                         f"compile and CUDA graphs are CUDA only, not run on {DEVICE}"])
+            continue
         fresh_peak()
         engine = RolloutEngine(model, tok, slots=n, max_len=plen + new, **kwargs)
         run = partial(engine.generate, prompts, 1, new, params)
@@ -80,19 +88,21 @@ def section_rollout(arch: str, rows: list, compile_engine: bool):
         speeds[name] = made / t
         rows.append([arch, name, f"{made / t:,.0f}", f"{t:.2f}", f"{peak_gib():.1f}", f"first call {first:.2f}s"])
         del engine
-    made = speeds["execrl engine"]
+    made = speeds.get("execrl engine", speeds["execrl engine, not compiled"])
     fresh_peak()
     outs, t_hf = timed(lambda: hf_generate(model, tok, prompts, 1, new, 1.0, batch_size=n, ignore_eos=True))
     made_hf = sum(len(c.ids) for grp in outs for c in grp)
     rows.append([arch, "transformers generate", f"{made_hf / t_hf:,.0f}", f"{t_hf:.2f}", f"{peak_gib():.1f}",
                  f"engine = {made / (made_hf / t_hf):.1f}x"])
-    # the GRPO shape: 32 prompts x 8 samples, each prompt prefilled once
+    # the GRPO shape: n / 8 prompts x 8 samples, each prompt prefilled once
     fresh_peak()
     engine = RolloutEngine(model, tok, slots=n, max_len=plen + new, compile=True)
-    engine.generate(prompts[:32], 8, new, params)
-    outs, t = median_of(3, lambda: engine.generate(prompts[:32], 8, new, params))
+    k = max(1, n // 8)
+    engine.generate(prompts[:k], 8, new, params)
+    outs, t = median_of(3, lambda: engine.generate(prompts[:k], 8, new, params))
     made = sum(len(c.ids) for grp in outs for c in grp)
-    rows.append([arch, "execrl engine, 32 prompts x 8", f"{made / t:,.0f}", f"{t:.2f}", f"{peak_gib():.1f}", ""])
+    rows.append([arch, f"execrl engine, {k} prompts x 8", f"{made / t:,.0f}", f"{t:.2f}", f"{peak_gib():.1f}",
+                 "" if engine.compiled else "not compiled"])
 
 
 def section_check(arch: str, rows: list):
@@ -139,7 +149,7 @@ def section_train(arch: str, rows: list, compile_layers: bool):
     flops = train_flops(model, batch, seq)
 
     def ours():
-        logp, _ = token_logprobs(model, ids, attn, select)
+        logp = token_logprobs(model, ids, attn, select)[0]
         (logp * adv).mean().backward()
 
     def full_fp32():  # what the trainer did before: the whole batch's logits in fp32
@@ -171,19 +181,21 @@ def section_train(arch: str, rows: list, compile_layers: bool):
             rows.append([arch, name, "OOM", "", "", ""])
             continue
         t = statistics.median(times)
-        rows.append([arch, name, f"{batch * seq / t:,.0f}", f"{t * 1000:.0f}", f"{flops / t / PEAK:.1%}",
-                     f"{peak_gib():.1f}"])
+        mfu = f"{flops / t / PEAK:.1%}" if DEVICE == "cuda" else ""  # (of a GPU's peak)
+        rows.append([arch, name, f"{batch * seq / t:,.0f}", f"{t * 1000:.0f}", mfu, f"{peak_gib():.1f}"])
 
 
 def section_step(arch: str, rows: list, backends: list[str], steps: int, compile_all: bool, micro_execrl: int,
-                 pure_too: bool = False):
-    """pure_too: also the execrl step in pure bf16 (no fp32 master: execrl before issue 18), for its time and memory."""
+                 pure_too: bool = False, new: int = 256):
+    """pure_too: also the execrl step in pure bf16 (no fp32 master: execrl before issue 18), for its time and memory;
+    `new`: the new tokens forced per sample."""
     from execrl.config import load_config
     from execrl.trainer import precision
     from execrl.trainer.loop import train
 
     work = Path(tempfile.mkdtemp())
     system = save_arch(arch, work)
+    compiled = compile_all and DEVICE == "cuda"  # (the trainer and the engine compile on CUDA only)
     for backend in [*backends, *(["execrl (pure bf16)"] if pure_too else [])]:
         precision.PURE_LOW_PRECISION = backend == "execrl (pure bf16)"
         label, backend = backend, backend.split()[0]
@@ -194,7 +206,8 @@ def section_step(arch: str, rows: list, backends: list[str], steps: int, compile
                      "grpo.num_prompts_per_step=16", "grpo.num_generations_per_prompt=8",
                      "policy.train_global_batch_size=128", f"policy.train_micro_batch_size={micro}",
                      "policy.logprob_batch_size=32", "policy.generation_batch_size=128",
-                     "policy.max_total_sequence_length=400", "policy.generation.max_new_tokens=256",
+                     f"policy.max_total_sequence_length={max(400, 144 + new)}",
+                     f"policy.generation.max_new_tokens={new}",
                      "policy.generation.ignore_eos=true", f"policy.generation.backend={backend}",
                      f"prompt.system_prompt={system}", *QUIET, f"logger.log_dir={log_dir}",
                      "policy.optimizer.kwargs.lr=1e-6"]
@@ -209,7 +222,7 @@ def section_step(arch: str, rows: list, backends: list[str], steps: int, compile
         tokens = statistics.median(m["train/completion_len_mean"] for m in warm) * 128
         rows.append([arch, f"{label}, micro-batch {micro}", f"{total:.2f}", f"{med['time/generate']:.2f}", f"{med['time/grade']:.2f}",
                      f"{med['time/train']:.2f}", f"{tokens / med['time/generate']:,.0f}", f"{peak_gib():.1f}",
-                     f"{len(warm)} steps" + (", compiled" if compile_all and backend == "execrl" else "")])
+                     f"{len(warm)} steps" + (", compiled" if compiled and backend == "execrl" else "")])
     precision.PURE_LOW_PRECISION = False
 
 
@@ -219,6 +232,8 @@ def main() -> None:
     ap.add_argument("--archs", default="qwen2.5-0.5b,qwen2.5-1.5b")
     ap.add_argument("--step-backends", default="execrl,transformers")
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--prompts", type=int, default=256, help="rollout section: sequences generated at once")
+    ap.add_argument("--new-tokens", type=int, default=256, help="rollout and step sections: new tokens forced")
     ap.add_argument("--pure-bf16-too", action="store_true",
                     help="step section: also the step without fp32 master weights (before issue 18)")
     ap.add_argument("--micro", type=int, default=None,
@@ -232,9 +247,9 @@ def main() -> None:
     if "rollout" in sections:
         rows = []
         for arch in archs:
-            section_rollout(arch, rows, args.compile)
-        table("Rollouts: 256 sequences x (128 prompt + 256 new) tokens, T=1", ["arch", "backend", "new tok/s", "s",
-              "peak GiB", "note"], rows)
+            section_rollout(arch, rows, args.compile, args.prompts, args.new_tokens)
+        table(f"Rollouts: {args.prompts} sequences x (128 prompt + {args.new_tokens} new) tokens, T=1",
+              ["arch", "backend", "new tok/s", "s", "peak GiB", "note"], rows)
     if "check" in sections:
         rows = []
         section_check("qwen2.5-0.5b" if DEVICE == "cuda" else archs[0], rows)
@@ -250,9 +265,10 @@ def main() -> None:
         rows = []
         for arch in archs:
             section_step(arch, rows, args.step_backends.split(",") if arch == archs[0] else ["execrl"], args.steps,
-                         args.compile, args.micro or (128 if arch == "qwen2.5-0.5b" else 32), args.pure_bf16_too)
-        table("GRPO step (execrl train): 16 prompts x 8, ~128 + 256 tokens", ["arch", "backend", "step s", "generate s",
-              "grade s", "train s", "gen tok/s", "peak GiB", "note"], rows)
+                         args.compile, args.micro or (128 if arch == "qwen2.5-0.5b" else 32), args.pure_bf16_too,
+                         args.new_tokens)
+        table(f"GRPO step (execrl train): 16 prompts x 8, ~128 + {args.new_tokens} tokens",
+              ["arch", "backend", "step s", "generate s", "grade s", "train s", "gen tok/s", "peak GiB", "note"], rows)
 
 
 if __name__ == "__main__":

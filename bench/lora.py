@@ -1,7 +1,7 @@
 """LoRA against full fine-tuning on a real architecture, each beside the other in the same run.
 
     python bench/lora.py                          # on a GPU: qwen2.5-1.5b, both sections
-    python bench/lora.py --archs tiny --steps 2 --no-compile   # a smoke run on a CPU
+    python bench/lora.py --archs tiny --steps 2 --prompts 16 --new-tokens 16 --micro 16 --no-compile   # CPU smoke
 Sections:
   step     `execrl train` steps, 16 prompts x 8 samples, ~128-token prompts, 256 new tokens forced, bf16: full
            fine-tuning (fp32 master weights and AdamW state) vs LoRA (rank 16 on every linear layer of the decoder,
@@ -9,7 +9,8 @@ Sections:
   rollout  the engine alone, 256 prompts x (128 + 256) tokens: the model without adapters vs the same model with
            adapters, generated from merged weights (merge mode: sync GRPO) and with the low-rank path added at every
            layer (async GRPO)
-Random-init weights of the real architecture with its real vocabulary; prompts from the byte-level tokenizer.
+Random-init weights of the real architecture with its real vocabulary; prompts from the byte-level tokenizer. On a
+CPU the engine runs uncompiled and without CUDA graphs (both CUDA only).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ LORA = ["policy.lora.enabled=true", "policy.lora.dim=16", "policy.lora.alpha=32"
 TRAININGS = {"full": ("full fine-tuning", []), "lora": ("LoRA r=16, all linear", LORA)}
 
 
-def section_step(arch: str, rows: list, steps: int, compile_all: bool, trainings: list[str], micro: int) -> None:
+def section_step(arch: str, rows: list, steps: int, compile_all: bool, trainings: list[str], micro: int,
+                 new: int = 256) -> None:
     from execrl.config import load_config
     from execrl.trainer.loop import train
 
@@ -46,7 +48,7 @@ def section_step(arch: str, rows: list, steps: int, compile_all: bool, trainings
     system = save_arch(arch, work)
     for label, extra in (TRAININGS[k] for k in trainings):
         log_dir = work / label.split()[0]
-        overrides = [*step_overrides(work / "model", steps, micro, system, log_dir), *extra,
+        overrides = [*step_overrides(work / "model", steps, micro, system, log_dir, new), *extra,
                      *([] if compile_all else NO_COMPILE)]
         fresh_peak()
         run = train(load_config(None, overrides))
@@ -54,19 +56,21 @@ def section_step(arch: str, rows: list, steps: int, compile_all: bool, trainings
         run.close()
         del run
         med, count = step_medians(log_dir)
-        rows.append([arch, label, f"{trainable / 1e6:,.1f}M", f"{med['time/step']:.2f}", f"{med['time/generate']:.2f}",
+        rows.append([arch, label, f"{trainable / 1e6:,.1f}M" if trainable >= 1e6 else f"{trainable / 1e3:,.1f}K",
+                     f"{med['time/step']:.2f}", f"{med['time/generate']:.2f}",
                      f"{med['time/train']:.2f}", f"{peak_gib():.1f}", f"{med['train/logprob_mismatch']:.4f}",
                      f"{count} steps after the first"])
 
 
-def section_rollout(arch: str, rows: list) -> None:
+def section_rollout(arch: str, rows: list, n: int = 256, new: int = 256) -> None:
+    """n sequences of 128 prompt + `new` tokens."""
     from types import SimpleNamespace
 
     from execrl.lora import adapted, apply_lora
     from execrl.rollout import RolloutEngine, SamplingParams
 
     model, tok = build(arch)
-    n, plen, new = 256, 128, 256
+    plen = 128
     prompts = torch.randint(3, 259, (n, plen), generator=torch.Generator().manual_seed(0)).tolist()
     params = SamplingParams(temperature=1.0, ignore_eos=True)
     speeds = {}
@@ -101,6 +105,8 @@ def main() -> None:
     ap.add_argument("--sections", default="rollout,step")
     ap.add_argument("--archs", default="qwen2.5-1.5b")
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--prompts", type=int, default=256, help="rollout section: sequences generated at once")
+    ap.add_argument("--new-tokens", type=int, default=256, help="both sections: new tokens forced per sequence")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--trainings", default="full,lora", help="step section: full, lora or both")
     ap.add_argument("--micro", type=int, default=32, help="step section: policy.train_micro_batch_size")
@@ -110,13 +116,15 @@ def main() -> None:
         rows: list = []
         for arch in args.archs.split(","):
             if section == "rollout":
-                section_rollout(arch, rows)
+                section_rollout(arch, rows, args.prompts, args.new_tokens)
             else:
-                section_step(arch, rows, args.steps, not args.no_compile, args.trainings.split(","), args.micro)
+                section_step(arch, rows, args.steps, not args.no_compile, args.trainings.split(","), args.micro,
+                             args.new_tokens)
         if section == "rollout":
-            table("engine, 256 x (128 + 256) tokens, bf16", ["arch", "weights", "tokens/s", "s", "peak GiB"], rows)
+            table(f"engine, {args.prompts} x (128 + {args.new_tokens}) tokens, bf16",
+                  ["arch", "weights", "tokens/s", "s", "peak GiB"], rows)
         else:
-            table(f"execrl train steps, 16 x 8 samples, 256 new tokens, bf16, micro-batch {args.micro}",
+            table(f"execrl train steps, 16 x 8 samples, {args.new_tokens} new tokens, bf16, micro-batch {args.micro}",
                   ["arch", "training", "trainable", "s/step", "generate s", "train s", "peak GiB",
                    "engine-trainer logprob mismatch", "note"], rows)
 

@@ -6,7 +6,10 @@ Prints one table of train reward and greedy eval pass@1. (Warming up each run on
 from random weights at the warm-up's large learning rate, runs diverge from any difference in rounding.)
 
     python bench/precision.py                     # on a GPU: hidden 512, 4 layers, 100 steps at lr 1e-5
-    python bench/precision.py --hidden 128 --layers 2 --steps 4 --device cpu   # a smoke run
+    python bench/precision.py --hidden 64 --layers 2 --steps 2 --warmup-steps 2 --device cpu   # a smoke run
+
+The warm-up runs alone (the run's set-up and its supervised warm-up, as `execrl train` starts, and the master weights
+saved): a run of no GRPO steps is not a valid config (grpo.max_num_steps >= 1).
 """
 
 import argparse
@@ -20,9 +23,23 @@ from common import byte_tokenizer, read_metrics, table
 from execrl.config import load_config
 from execrl.models import build_tiny_model
 from execrl.trainer import precision
-from execrl.trainer.loop import train
+from execrl.trainer.loop import train, warm_up
+from execrl.trainer.setup import build_run
 
 MODES = {"fp32": ("float32", False), "bf16 mixed": ("bfloat16", False), "pure bf16 (before)": ("bfloat16", True)}
+
+
+def warm_start(overrides: list[str], out: Path) -> int:
+    """The supervised warm-up alone: the run built from the config and warmed up as `execrl train` does before its
+    first GRPO step, its master weights and tokenizer saved in `out` (an HF model directory). Returns its steps."""
+    run = build_run(load_config(None, overrides))
+    try:
+        warm_up(run)
+        run.model.save_pretrained(out)
+        run.tokenizer.save_pretrained(out)
+    finally:
+        run.close()
+    return run.cfg.warmup.sft_steps
 
 
 def main() -> None:
@@ -31,6 +48,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--warmup-steps", type=int, default=None,
+                    help="supervised warm-up steps (default: the built-in config's warmup.sft_steps)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--set", nargs="*", default=[], help="more key=value overrides for every run")
@@ -41,10 +60,11 @@ def main() -> None:
         .save_pretrained(work / "model")
     tok.save_pretrained(work / "model")
     warm = [f"policy.model_name={work / 'model'}", "policy.precision=float32", f"policy.device={args.device}",
-            "grpo.max_num_steps=0", f"checkpointing.checkpoint_dir={work / 'warm'}", f"logger.log_dir={work / 'warm'}",
-            "logger.tensorboard_enabled=false", *args.set]
-    train(load_config(None, warm))
-    start = work / "warm" / "step_000000" / "policy"
+            *([f"warmup.sft_steps={args.warmup_steps}"] if args.warmup_steps is not None else []),
+            "checkpointing.enabled=false", f"logger.log_dir={work / 'warm'}", "logger.tensorboard_enabled=false",
+            *args.set]
+    start = work / "warm" / "policy"
+    sft_steps = warm_start(warm, start)
     rows = []
     for mode in args.modes.split(","):
         dtype, pure = MODES[mode]
@@ -67,7 +87,7 @@ def main() -> None:
                      " -> ".join(evals), f"{statistics.mean(mismatch):.4f}" if mismatch else "", f"{seconds:.0f}"])
     precision.PURE_LOW_PRECISION = False
     table(f"Built-in task, Qwen2 hidden {args.hidden} x {args.layers} layers, {args.steps} GRPO steps at lr {args.lr} "
-          "from one fp32 warm-up (the default 80 steps), seed 0",
+          f"from one fp32 warm-up ({sft_steps} steps), seed 0",
           ["precision", f"train reward, first {k} steps", f"last {k} steps", "eval pass@1 (every "
            f"{max(1, args.steps // 4)} steps)", "engine vs trainer logprob mismatch", "s"], rows)
 

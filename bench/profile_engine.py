@@ -4,13 +4,17 @@ one decode step per attention window, host bookkeeping).
 
     python bench/profile_engine.py --arch qwen2.5-0.5b --slots 256
     python bench/profile_engine.py --arch qwen2.5-0.5b --slots 128 --variants prefill,breakdown
+    python bench/profile_engine.py --arch tiny --slots 4 --variants eager,compiled,prefill,sampling,breakdown  # CPU
+
+On a CPU the tables are the top torch ops by their own CPU time, and the engine runs uncompiled (it compiles only on
+CUDA): the compiled and sampling (a Triton kernel) variants print a line saying they need a GPU.
 """
 
 import argparse
 from functools import partial
 
 import torch
-from common import ARCHS, build, timed
+from common import ARCHS, DEVICE, build, sync, timed
 from torch.profiler import ProfilerActivity, profile
 
 from execrl.rollout import RolloutEngine, SamplingParams
@@ -25,20 +29,26 @@ def kernels(engine, params, window: int, top: int, label: str) -> None:
 
 
 def top_kernels(fn, repeat: int, top: int, label: str, unit: str) -> None:
-    """The top GPU kernels of fn, per call."""
+    """The top GPU kernels of fn, per call (on a CPU: the top torch ops by their own CPU time)."""
+    gpu = DEVICE == "cuda"
     for _ in range(3):
         fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA if gpu else ProfilerActivity.CPU]) as prof:
         for _ in range(repeat):
             fn()
-        torch.cuda.synchronize()
-    events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
-    total = sum(e.self_device_time_total for e in events) / repeat
-    print(f"\n{label}: {total / 1000:.3f} ms of GPU kernel time per {unit}, "
-          f"{sum(e.count for e in events) / repeat:.0f} kernels per {unit}", flush=True)
-    for e in sorted(events, key=lambda e: -e.self_device_time_total)[:top]:
-        print(f"{e.self_device_time_total / repeat / 1000:8.3f} ms {e.count // repeat:5d}x  {e.key[:110]}")
+        sync()
+    events = [e for e in prof.key_averages() if e.device_type.name == ("CUDA" if gpu else "CPU")]
+
+    def self_us(e) -> float:
+        return e.self_device_time_total if gpu else e.self_cpu_time_total
+
+    total = sum(self_us(e) for e in events) / repeat
+    what, ops = ("GPU kernel time", "kernels") if gpu else ("CPU time in torch ops (their own)", "ops")
+    print(f"\n{label}: {total / 1000:.3f} ms of {what} per {unit}, "
+          f"{sum(e.count for e in events) / repeat:.0f} {ops} per {unit}", flush=True)
+    for e in sorted(events, key=lambda e: -self_us(e))[:top]:
+        print(f"{self_us(e) / repeat / 1000:8.3f} ms {e.count // repeat:5d}x  {e.key[:110]}")
 
 
 def sampling(slots: int, vocab: int) -> None:
@@ -105,9 +115,20 @@ def main() -> None:
                 "breakdown": {"compile": True}, "prefill": {"compile": True}}
     for name in args.variants.split(","):
         if name == "sampling":
-            sampling(args.slots, ARCHS[args.arch].vocab)
+            if DEVICE == "cuda":
+                sampling(args.slots, ARCHS[args.arch].vocab)
+            else:
+                print(f"\nsampling: needs a GPU (the one-pass kernel is Triton, CUDA only), not run on {DEVICE}",
+                      flush=True)
             continue
         engine = RolloutEngine(model, tok, slots=args.slots, max_len=PROMPT + NEW, **variants[name])
+        if variants[name].get("compile") and DEVICE != "cuda":
+            if name == "compiled":
+                print(f"\n{args.arch} compiled: needs a GPU (the engine compiles its step only on CUDA), not run on "
+                      f"{DEVICE}", flush=True)
+                continue
+            print(f"\n({name} on {DEVICE}: the engine uncompiled and without CUDA graphs, which are CUDA only)",
+                  flush=True)
         if name == "breakdown":
             breakdown(engine, prompts, params)
             continue

@@ -2,8 +2,10 @@
 values), on whatever device is there: step time, its parts, generated tokens/s and peak memory.
 
     python bench/train_smoke.py --arch qwen2.5-0.5b --steps 3
+    python bench/train_smoke.py --arch tiny --steps 2 --prompts 2 --generations 4   # a smoke run on a CPU
 The task is the built-in one (its byte tokenizer, so the vocabulary is small); everything else is the real path:
-an HF model directory, bf16 on GPUs that have it, transformers generation, the sandbox, the GRPO step.
+an HF model directory, bf16 on GPUs that have it, the default rollout backend (the execrl engine), the sandbox, the
+GRPO step.
 """
 
 import argparse

@@ -92,3 +92,71 @@ def test_memory_bench_runs_on_cpu():
               "--micro", "4", "--no-compile")
     assert "| tiny | full |" in out and "| tiny | dynamic |" in out
     assert "policy.cpu_offload=false" in out  # refused on a CPU, said in its row
+
+
+def table_rows(out: str, first: str) -> list[list[str]]:
+    """The cells of the markdown rows of `out` whose first cell is `first`."""
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in out.splitlines() if line.startswith("|")]
+    return [r for r in rows if r[0] == first]
+
+
+@pytest.mark.slow
+def test_grpo_step_bench_runs_on_cpu():
+    out = run("bench/grpo_step.py", "--archs", "tiny", "--prompts", "16", "--new-tokens", "16", "--steps", "2",
+              "--micro", "16", "--no-compile", "--pure-bf16-too")
+    assert "| tiny | execrl engine | needs a GPU |" in out  # compiled: CUDA only, said in its row
+    assert "| tiny | execrl engine, not compiled |" in out and "| tiny | transformers generate |" in out
+    assert "| tiny | execrl engine, 2 prompts x 8 |" in out
+    assert "| tiny | greedy | 1.0000 |" in out and "| tiny | sampled, T=1 |" in out
+    assert "| tiny | full fp32 log-softmax (before) |" in out and "| tiny | chunked LM head |" in out
+    steps = {r[1]: r for r in table_rows(out, "tiny") if "micro-batch" in r[1]}
+    assert set(steps) == {"execrl, micro-batch 16", "transformers, micro-batch 16",
+                          "execrl (pure bf16), micro-batch 16"}
+    assert all(float(r[2]) > 0 and r[-1] == "1 steps" for r in steps.values())
+
+
+@pytest.mark.slow
+def test_lora_bench_runs_on_cpu():
+    out = run("bench/lora.py", "--archs", "tiny", "--steps", "2", "--prompts", "16", "--new-tokens", "16", "--micro",
+              "16", "--no-compile")
+    assert "| tiny | no adapters |" in out
+    assert "| tiny | LoRA r=16 on every linear layer, merge mode (sync GRPO) |" in out
+    assert "| tiny | LoRA r=16 on every linear layer, low-rank path (async GRPO) |" in out
+    # trainable parameters: the whole tiny model, against rank 16 x (in + out) on its 2 x 7 linear layers
+    assert "| tiny | full fine-tuning | 107.1K |" in out and "| tiny | LoRA r=16, all linear | 32.8K |" in out
+
+
+@pytest.mark.slow
+def test_precision_bench_runs_on_cpu():
+    """The warm-up runs alone (a run of no GRPO steps is refused by the config: issue 45), then GRPO three ways."""
+    out = run("bench/precision.py", "--hidden", "64", "--layers", "2", "--steps", "2", "--warmup-steps", "2",
+              "--device", "cpu", "--set", "grpo.max_val_samples=16")
+    assert "from one fp32 warm-up (2 steps)" in out
+    for mode in ("fp32", "bf16 mixed", "pure bf16 (before)"):
+        (row,) = table_rows(out, mode)
+        assert row[3].count(" -> ") == 2  # greedy eval at steps 0, 1 and 2
+
+
+@pytest.mark.slow
+def test_profile_engine_bench_runs_on_cpu():
+    out = run("bench/profile_engine.py", "--arch", "tiny", "--slots", "4", "--rows", "5", "--variants",
+              "eager,compiled,prefill,sampling,breakdown")
+    assert "tiny eager, 4 slots, window 384: " in out and "CPU time in torch ops (their own) per decode step" in out
+    assert "tiny prefill of 4 x 128 tokens: " in out
+    assert "tiny compiled: needs a GPU" in out and "sampling: needs a GPU" in out
+    assert "breakdown, 4 slots: generate " in out
+
+
+@pytest.mark.slow
+def test_sandbox_bench_runs_on_cpu():
+    out = run("bench/sandbox.py", "--tests", "20", "--workers", "2")
+    assert "naive: python3 file per test, 2 threads" in out and "naive, interpreter binary, 2 threads" in out
+    assert "execrl, 1 test(s)/program, sampling" in out and "execrl, 10 test(s)/program, sampling" in out
+
+
+@pytest.mark.slow
+def test_train_smoke_bench_runs_on_cpu():
+    out = run("bench/train_smoke.py", "--arch", "tiny", "--steps", "2", "--prompts", "2", "--generations", "4")
+    assert "tiny on cpu" in out and "2 x 4 samples/step" in out
+    steps = [line.split() for line in out.splitlines() if line.split()[:1] in (["1"], ["2"])]
+    assert [s[0] for s in steps] == ["1", "2"] and all(float(s[4]) > 0 for s in steps)  # generated tok/s
