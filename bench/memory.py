@@ -9,6 +9,9 @@ Options (policy.* settings added to the step):
   offload    policy.cpu_offload: the fp32 master and AdamW state in pinned host memory, the step on the CPU
   dynamic    policy.dynamic_batching: micro-batches by tokens (--micro x the longest sequence)
   lora       policy.lora: rank-16 adapters on every linear layer of the decoder, the base frozen in bf16
+  adamw8bit  torchao's AdamW8bit: 8-bit moments over the fp32 master
+  sr         torchao's AdamW with bf16_stochastic_round: bf16 weights are their own master, bf16 moments
+  sr8bit     both: bf16 weights with stochastic rounding, 8-bit moments
 Each row also shows the memory plan's estimate of the peak (trainer/memory_plan.py), made from the config alone.
 The step: 16 prompts x 8 samples, ~128-token prompts, --new-tokens forced, bf16, activation checkpointing,
 --micro sequences per micro-batch; random-init weights of the real architecture, prompts from the byte tokenizer.
@@ -40,7 +43,11 @@ from common import (
 
 OPTIONS = {"full": [], "offload": ["policy.cpu_offload=true"],
            "dynamic": ["policy.dynamic_batching.enabled=true"],
-           "lora": ["policy.lora.enabled=true", "policy.lora.dim=16", "policy.lora.alpha=32"]}
+           "lora": ["policy.lora.enabled=true", "policy.lora.dim=16", "policy.lora.alpha=32"],
+           "adamw8bit": ["policy.optimizer.name=torchao.optim.AdamW8bit"],
+           "sr": ["policy.optimizer.name=torchao.optim._AdamW", "policy.optimizer.kwargs.bf16_stochastic_round=true"],
+           "sr8bit": ["policy.optimizer.name=torchao.optim.AdamW8bit",
+                      "policy.optimizer.kwargs.bf16_stochastic_round=true"]}
 
 
 def measure(arch: str, option: str, work: Path, system: str, steps: int, new_tokens: int, micro: int,

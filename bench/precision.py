@@ -26,7 +26,16 @@ from execrl.trainer import precision
 from execrl.trainer.loop import train, warm_up
 from execrl.trainer.setup import build_run
 
-MODES = {"fp32": ("float32", False), "bf16 mixed": ("bfloat16", False), "pure bf16 (before)": ("bfloat16", True)}
+TORCHAO_8BIT = "policy.optimizer.name=torchao.optim.AdamW8bit"
+ROUND = "policy.optimizer.kwargs.bf16_stochastic_round=true"
+# mode: (policy.precision, pure bf16, more overrides)
+MODES = {"fp32": ("float32", False, []), "bf16 mixed": ("bfloat16", False, []),
+         "pure bf16 (before)": ("bfloat16", True, []),
+         "bf16 mixed + cpu_offload": ("bfloat16", False, ["policy.cpu_offload=true"]),
+         "bf16 mixed + AdamW8bit": ("bfloat16", False, [TORCHAO_8BIT]),
+         "bf16 stochastic rounding": ("bfloat16", False, ["policy.optimizer.name=torchao.optim._AdamW", ROUND]),
+         "bf16 stochastic rounding + AdamW8bit": ("bfloat16", False, [TORCHAO_8BIT, ROUND])}
+DEFAULT_MODES = "fp32,bf16 mixed,pure bf16 (before)"
 
 
 def warm_start(overrides: list[str], out: Path) -> int:
@@ -51,7 +60,8 @@ def main() -> None:
     ap.add_argument("--warmup-steps", type=int, default=None,
                     help="supervised warm-up steps (default: the built-in config's warmup.sft_steps)")
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--modes", default=DEFAULT_MODES, help="comma-separated, of: " + ", ".join(MODES) +
+                    " (cpu_offload needs a GPU; AdamW8bit and stochastic rounding need torchao)")
     ap.add_argument("--set", nargs="*", default=[], help="more key=value overrides for every run")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="execrl-precision-"))
@@ -67,14 +77,14 @@ def main() -> None:
     sft_steps = warm_start(warm, start)
     rows = []
     for mode in args.modes.split(","):
-        dtype, pure = MODES[mode]
+        dtype, pure, more = MODES[mode]
         precision.PURE_LOW_PRECISION = pure
-        log = work / mode.split()[0] / mode.replace(" ", "_").replace("(", "").replace(")", "")
+        log = work / "runs" / "".join(c if c.isalnum() else "_" for c in mode)
         overrides = [f"policy.model_name={start}", "warmup.sft_steps=0", f"policy.precision={dtype}",
                      f"policy.device={args.device}", "grpo.val_at_start=true",
                      f"grpo.max_num_steps={args.steps}", f"policy.optimizer.kwargs.lr={args.lr}",
                      f"grpo.val_period={max(1, args.steps // 4)}", "checkpointing.enabled=false",
-                     "logger.tensorboard_enabled=false", f"logger.log_dir={log}", *args.set]
+                     "logger.tensorboard_enabled=false", f"logger.log_dir={log}", *more, *args.set]
         t = time.perf_counter()
         train(load_config(None, overrides))
         seconds = time.perf_counter() - t

@@ -181,6 +181,12 @@ def test_the_memory_plan_of_a_7b_full_fine_tune_names_what_fits_an_80_gb_gpu(tmp
     offloaded = plan(load_config(None, [*step, "policy.cpu_offload=true", "policy.activation_checkpointing=true"]), shape)
     assert offloaded.peak / GiB == pytest.approx(69.3, rel=0.15)  # measured on an H200 (bench/README.md)
     assert offloaded.host / GiB == pytest.approx(95.3, rel=0.15)
+    assert any("torchao.optim.AdamW8bit" in f and "bf16_stochastic_round=true" in f for f in fixes), fixes
+    rounded = plan(load_config(None, [*step, "policy.activation_checkpointing=true", "policy.optimizer.name=torchao.optim.AdamW8bit",
+                                      "policy.optimizer.kwargs.bf16_stochastic_round=true"]), shape)
+    assert rounded.parts["master and AdamW"] / GiB == pytest.approx(14.2, abs=0.1)  # 2 bytes of 8-bit moments, no master
+    assert rounded.parts["gradients"] / GiB == pytest.approx(14.2, abs=0.1)  # bf16
+    assert rounded.peak / GiB == pytest.approx(67.5, rel=0.15) and rounded.host == 0  # measured on an H100
 
 
 def test_dry_run_prints_the_memory_plan(tmp_path):
@@ -225,3 +231,71 @@ def test_nemo_rl_recipes_with_offload_on_several_gpus_or_a_fused_adam_validate_a
     model = torch.nn.Linear(2, 2)
     assert type(make_optimizer(Weights(model, model, torch.float32), cfg.policy.optimizer.name,
                                cfg.policy.optimizer.kwargs)) is torch.optim.AdamW
+
+
+SR = ["policy.optimizer.kwargs.bf16_stochastic_round=true"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ([], "takes no bf16_stochastic_round: name an optimizer that rounds"),  # torch's AdamW
+    (["policy.optimizer.name=torchao.optim._AdamW", "policy.precision=float32"], "set policy.precision=bfloat16"),
+    (["policy.optimizer.name=torchao.optim._AdamW", "policy.precision=bfloat16", "policy.cpu_offload=true"],
+     "with stochastic rounding there is none"),
+    (["policy.optimizer.name=torchao.optim._AdamW", "policy.precision=bfloat16", "policy.lora.enabled=true"],
+     "only the adapters train"),
+    (["policy.optimizer.name=torchao.optim._AdamW", "policy.precision=bfloat16", "cluster.gpus_per_node=2"],
+     "several GPUs"),
+])
+def test_stochastic_rounding_is_refused_where_it_cannot_apply(overrides, message):
+    pytest.importorskip("torchao")
+    with pytest.raises(ConfigError, match=message):
+        validate(load_config(None, [*SR, *overrides]))
+
+
+def test_stochastic_rounding_on_float32_weights_is_refused_at_start(tmp_path):
+    """policy.precision auto is float32 on a CPU: the run names the fix before any work."""
+    pytest.importorskip("torchao")
+    with pytest.raises(ValueError, match="this run's are float32 .*set policy.precision=bfloat16"):
+        run(tmp_path, "sr32", *SR, "policy.optimizer.name=torchao.optim._AdamW", "grpo.max_num_steps=1")
+
+
+def test_bf16_weights_with_stochastic_rounding_are_their_own_master_and_move_at_small_learning_rates(tmp_path):
+    """torchao's bf16_stochastic_round: no fp32 master (the compute model is the master); at a learning rate whose
+    updates are mostly under half a bf16 step, many more weights move than with plain bf16 AdamW, which rounds them
+    away; the checkpoint resumes."""
+    pytest.importorskip("torchao")
+    common = ["policy.precision=bfloat16", "grpo.max_num_steps=1", "warmup.sft_steps=3", "warmup.lr=3e-6",
+              "policy.optimizer.kwargs.weight_decay=0.0", "policy.generation.compile=false", "policy.torch_compile=false"]
+    # (the warm-up's cross-entropy moves the weights: an untrained model's GRPO groups are all flat)
+    rounded, _ = run(tmp_path, "sr", *common, *SR, "policy.optimizer.name=torchao.optim._AdamW")
+    w = rounded.weights
+    assert w.master is w.compute and next(w.master.parameters()).dtype == torch.bfloat16
+    from execrl.models import load_model_and_tokenizer
+
+    start, _ = load_model_and_tokenizer(load_config(None).policy.model_name, "cpu", "bfloat16", seed=1)  # at step 0
+    before = dict(start.named_parameters())
+    moved_sr = sum(int((p != before[n]).sum()) for n, p in rounded.model.named_parameters())
+    import execrl.trainer.precision as precision
+
+    precision.PURE_LOW_PRECISION = True  # the same update in plain bf16 AdamW: what stochastic rounding is for
+    try:
+        plain, _ = run(tmp_path, "plain", *common)
+    finally:
+        precision.PURE_LOW_PRECISION = False
+    moved_plain = sum(int((p != before[n]).sum()) for n, p in plain.model.named_parameters())
+    assert moved_sr > 3 * moved_plain, (moved_sr, moved_plain)
+    resumed, _ = run(tmp_path, "sr", *common, *SR, "policy.optimizer.name=torchao.optim._AdamW", "grpo.max_num_steps=2")
+    assert resumed.resumed_from.endswith("step_000001")
+
+
+def test_8bit_adamw_moments_train_and_resume(tmp_path):
+    """torchao's AdamW8bit over the fp32 master: its quantized moments are saved in the checkpoint and resumed."""
+    pytest.importorskip("torchao")
+    common = ["policy.optimizer.name=torchao.optim.AdamW8bit", "warmup.sft_steps=0", "checkpointing.save_period=1",
+              "policy.generation.compile=false"]
+    first, d = run(tmp_path, "8bit", *common, "grpo.max_num_steps=1")
+    state = first.optimizer.state[next(p for p in first.model.parameters() if p.numel() >= 4096)]
+    assert type(state["exp_avg"]).__name__ == "OptimState8bit"
+    second, _ = run(tmp_path, "8bit", *common, "grpo.max_num_steps=2")
+    assert second.resumed_from.endswith("step_000001")
+    assert [m["step"] for m in metrics(d) if "train/loss" in m] == [1, 2]

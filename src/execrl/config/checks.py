@@ -150,6 +150,8 @@ def check_memory_options(cfg: MasterConfig) -> None:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     p = cfg.policy
+    if p.optimizer.kwargs.get("bf16_stochastic_round"):
+        check_stochastic_round(cfg, cls)
     if not p.cpu_offload:
         return
     why = None
@@ -161,6 +163,32 @@ def check_memory_options(cfg: MasterConfig) -> None:
         why = f"the host runs torch.optim.AdamW, not {cfg.policy.optimizer.name}"
     if why:
         raise ConfigError(f"policy.cpu_offload=true: {why}; set policy.cpu_offload=false")
+
+
+def check_stochastic_round(cfg: MasterConfig, cls: type) -> None:
+    """bf16_stochastic_round (torchao's optimizers): bf16 weights are their own master, on one GPU
+    with every weight trained."""
+    import inspect
+
+    p, key = cfg.policy, "policy.optimizer.kwargs.bf16_stochastic_round=true"
+    why = None
+    if "bf16_stochastic_round" not in inspect.signature(cls).parameters:
+        why = (f"{p.optimizer.name} takes no bf16_stochastic_round: name an optimizer that rounds, "
+               "policy.optimizer.name=torchao.optim.AdamW8bit (8-bit moments) or torchao.optim._AdamW (bf16 moments)")
+    elif p.precision in ("float32", "fp32"):
+        why = "it rounds bf16 weights, and this run's are float32: set policy.precision=bfloat16"
+    elif p.cpu_offload:
+        why = "policy.cpu_offload moves an fp32 master to the host, and with stochastic rounding there is none"
+    elif p.lora.enabled:
+        why = "with LoRA only the adapters train: their fp32 master is small"
+    elif gpus_asked(cfg) > 1:
+        why = "with several GPUs it is not checked yet (FSDP2 shards an fp32 master and its state instead)"
+    if why:
+        raise ConfigError(f"{key}: {why}; or drop bf16_stochastic_round")
+
+
+def gpus_asked(cfg: MasterConfig) -> int:
+    return cfg.cluster.gpus_per_node * cfg.cluster.num_nodes
 
 
 def prompt_limit(cfg: MasterConfig) -> int:

@@ -16,5 +16,16 @@ def dotted_leaves(tree: dict, prefix: str = ""):
 def attribute(obj, dotted: str):
     """The value at a dotted key of a config object (policy.lora.enabled)."""
     for part in dotted.split("."):
-        obj = getattr(obj, part)
+        obj = obj.get(part) if isinstance(obj, dict) else getattr(obj, part)
     return obj
+
+
+def set_attribute(obj, dotted: str, value) -> None:
+    """Sets the value at a dotted key of a config object (a dict's item where the key is inside one,
+    as in policy.optimizer.kwargs.eps)."""
+    section, name = dotted.rsplit(".", 1)
+    parent = attribute(obj, section)
+    if isinstance(parent, dict):
+        parent[name] = value
+    else:
+        setattr(parent, name, value)

@@ -88,13 +88,26 @@ class Weights:
             c.copy_(m)
 
 
-def dtypes(precision: str, device: torch.device) -> tuple[torch.dtype, torch.dtype]:
-    """(master, compute) dtypes for policy.precision on this device."""
+def stochastic_round(cfg) -> bool:
+    """The optimizer rounds bf16 weights stochastically (torchao's bf16_stochastic_round): the bf16
+    model is its own master."""
+    return bool(cfg.policy.optimizer.kwargs.get("bf16_stochastic_round"))
+
+
+def dtypes(precision: str, device: torch.device, stochastic_round: bool = False) -> tuple[torch.dtype, torch.dtype]:
+    """(master, compute) dtypes for policy.precision on this device. `stochastic_round`: the
+    optimizer rounds its bf16 updates stochastically (torchao's bf16_stochastic_round), so that an
+    update smaller than half a bf16 step still moves a weight on average: no fp32 master then (the
+    bf16 model is the master)."""
     if precision in ("float16", "fp16"):
         raise ValueError("policy.precision float16 needs loss scaling, which execrl does not do: use bfloat16 "
                          "(or float32)")
     compute = pick_dtype(device, precision)
-    master = compute if PURE_LOW_PRECISION else torch.float32
+    if stochastic_round and compute != torch.bfloat16:
+        raise ValueError(f"policy.optimizer.kwargs.bf16_stochastic_round=true rounds bf16 weights, and this run's are "
+                         f"{str(compute).split('.')[1]} (policy.precision={precision} on {device.type}): set "
+                         "policy.precision=bfloat16 on a GPU, or drop bf16_stochastic_round")
+    master = compute if PURE_LOW_PRECISION or stochastic_round else torch.float32
     return master, compute
 
 

@@ -16,7 +16,7 @@ from execrl.sandbox.spec import truncate_tests
 from execrl.tasks import Problem
 from execrl.trainer import distributed as dist
 from execrl.trainer.optim import make_optimizer
-from execrl.trainer.precision import Weights
+from execrl.trainer.precision import Weights, stochastic_round
 from execrl.trainer.rollouts import encode
 
 
@@ -61,7 +61,11 @@ def sft_warmup(weights: Weights, tokenizer, problems: list[Problem], references:
     usable = [p for p in problems if p.id in references]
     model = weights.compute  # forward and backward; the master's optimizer applies the fp32 gradients
     device = next(model.parameters()).device
-    opt = make_optimizer(weights, "torch.optim.AdamW", {}, lr=w.lr)
+    # AdamW at the warm-up's rate; where the bf16 weights are their own master, the run's optimizer that
+    # rounds them stochastically (plain AdamW would round small updates away)
+    rounds = stochastic_round(cfg)
+    opt = make_optimizer(weights, cfg.policy.optimizer.name if rounds else "torch.optim.AdamW",
+                         {"bf16_stochastic_round": True} if rounds else {}, lr=w.lr)
     loss_value = float("nan")
     if w.sft_steps and min(w.batch_size, len(usable)) < dist.world_size():
         raise ValueError(f"the warm-up needs an example per process in each batch: warmup.batch_size is {w.batch_size}, "
