@@ -160,3 +160,10 @@ def test_train_smoke_bench_runs_on_cpu():
     assert "tiny on cpu" in out and "2 x 4 samples/step" in out
     steps = [line.split() for line in out.splitlines() if line.split()[:1] in (["1"], ["2"])]
     assert [s[0] for s in steps] == ["1", "2"] and all(float(s[4]) > 0 for s in steps)  # generated tok/s
+
+
+@pytest.mark.slow
+def test_logprob_mismatch_bench_runs_on_cpu():
+    out = run("bench/logprob_mismatch.py", "--archs", "tiny", "--prompts", "4", "--new", "16")
+    for pair in ("engine vs trainer (bf16)", "engine vs fp32", "trainer (bf16) vs fp32"):
+        assert f"| tiny | {pair} |" in out

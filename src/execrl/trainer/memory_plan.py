@@ -5,9 +5,11 @@ The model's shapes come from its config alone (an empty model on the meta device
 Bytes per part, on one GPU (P parameters, T trained ones, W processes):
 
   weights         P x 2 (bf16 compute copy; fp32 on a CPU)
-  master          T x 4 (fp32; on the host with policy.cpu_offload; / W under FSDP2)
-  gradients       T x 4 (fp32; / W)
-  optimizer       T x 8 (AdamW's two fp32 moments; host with cpu_offload; / W)
+  master          T x 4 (fp32; on the host with policy.cpu_offload; / W under FSDP2; none with
+                  bf16_stochastic_round, where the bf16 weights are their own master)
+  gradients       T x 4 (fp32; / W; bf16, 2, with bf16_stochastic_round)
+  optimizer       T x 8 (AdamW's two fp32 moments; host with cpu_offload; / W); torchao's AdamW8bit
+                  T x 2, AdamW4bit T x 1; bf16 moments T x 4 with bf16_stochastic_round
   reference       P x 2 (with a KL penalty, not with LoRA)
   KV cache        slots x max_total_sequence_length x layers x 2 x kv_heads x head_dim x 2
   activations     one micro-batch's tokens x (with activation checkpointing: layers x hidden x 2, each layer's
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 
 from execrl.config import MasterConfig
 from execrl.config.batch import plan as batch_plan
-from execrl.config.tree import attribute
+from execrl.config.tree import attribute, set_attribute
 
 GiB = 1024 ** 3
 LOGITS_CHUNK = GiB  # the trainer's chunked LM head (algo/logprobs.py) and the engine's prefill logits
@@ -49,12 +51,12 @@ def shape_of(cfg: MasterConfig) -> Shape | None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from execrl.models import BYTE_VOCAB, TINY_CODER, build_tiny_model, build_tokenizer
+    from execrl.models import TINY_CODERS, build_tiny_model, tiny_tokenizer
 
     p = cfg.policy
-    if p.model_name == TINY_CODER:
+    if p.model_name in TINY_CODERS:
         with torch.device("meta"):
-            model = build_tiny_model(build_tokenizer([], vocab_size=BYTE_VOCAB), hidden=128, layers=2, heads=4)
+            model = build_tiny_model(tiny_tokenizer(p.model_name), hidden=128, layers=2, heads=4)
     else:
         try:
             config = AutoConfig.from_pretrained(p.model_name, local_files_only=True, **p.hf_config_overrides)
@@ -102,7 +104,8 @@ def plan(cfg: MasterConfig, shape: Shape) -> Plan:
     cb = 2 if mixed else 4  # compute bytes per element
     trained = p.lora.dim * shape.linear_in_out if p.lora.enabled else shape.params
     offload = p.cpu_offload
-    state = trained * (4 if mixed else 0) + trained * 8  # master (mixed precision) + AdamW
+    master_b, moments_b, grad_b = state_bytes(cfg, mixed)
+    state = trained * (master_b + moments_b)  # master (mixed precision) + the optimizer's moments
     samples = cfg.grpo.num_prompts_per_step * cfg.grpo.num_generations_per_prompt
     slots = min(p.generation_batch_size, max(1, samples // n))
     split = batch_plan(cfg).train_split  # a training micro-batch's padded tokens: its budget, or rows x the longest
@@ -112,7 +115,7 @@ def plan(cfg: MasterConfig, shape: Shape) -> Plan:
     parts = {
         "weights": shape.params * cb,
         "master and AdamW": 0.0 if offload else state / n,
-        "gradients": trained * 4 / n,
+        "gradients": trained * grad_b / n,
         "reference": shape.params * cb if cfg.loss_fn.reference_policy_kl_penalty > 0 and not p.lora.enabled else 0.0,
         "KV cache": slots * p.max_total_sequence_length * shape.layers * 2 * shape.kv_heads * shape.head_dim * cb,
         "activations": micro_tokens * per_token,
@@ -127,24 +130,39 @@ def plan(cfg: MasterConfig, shape: Shape) -> Plan:
                 training=sum(parts.values()))
 
 
+def state_bytes(cfg: MasterConfig, mixed: bool) -> tuple[int, int, int]:
+    """Bytes per trained element of (the master copy, the optimizer's moments, the gradient):
+    AdamW's two moments in the master's dtype, torchao's AdamW8bit / AdamW4bit one or half a byte
+    each; with bf16_stochastic_round the bf16 model is its own master (bf16 gradients)."""
+    o = cfg.policy.optimizer
+    rounds = mixed and bool(o.kwargs.get("bf16_stochastic_round"))
+    master, grad = (0, 2) if rounds else (4 if mixed else 0, 4)
+    name = o.name.rsplit(".", 1)[-1]
+    moments = {"AdamW8bit": 2, "Adam8bit": 2, "AdamW4bit": 1, "Adam4bit": 1}.get(name, 2 * (2 if rounds else 4))
+    return master, moments, grad
+
+
 def advice(cfg: MasterConfig, shape: Shape, gpu_bytes: float) -> list[str]:
     """Up to two sets of settings that bring the plan's peak under 95% of the GPU's memory, the
     cheapest first (none: it fits, or nothing here would make it)."""
     tried = [{"policy.activation_checkpointing": True},
              {"policy.activation_checkpointing": True, "policy.train_micro_batch_size": 1},
              {"policy.activation_checkpointing": True, "policy.cpu_offload": True},
+             {"policy.activation_checkpointing": True, "policy.optimizer.name": "torchao.optim.AdamW8bit",
+              "policy.optimizer.kwargs.bf16_stochastic_round": True},
              {"policy.activation_checkpointing": True, "policy.lora.enabled": True}]
     out = []
     for change in tried:
-        if all(attribute(cfg, k) == v for k, v in change.items()) or (gpus(cfg) > 1 and "policy.cpu_offload" in change):
+        one_gpu_only = "policy.cpu_offload" in change or "policy.optimizer.name" in change
+        if all(attribute(cfg, k) == v for k, v in change.items()) or (gpus(cfg) > 1 and one_gpu_only):
             continue
         changed = cfg.model_copy(deep=True)
         for key, value in change.items():
-            section, name = key.rsplit(".", 1)
-            setattr(attribute(changed, section), name, value)
+            set_attribute(changed, key, value)
         peak = plan(changed, shape).peak
         if peak <= 0.95 * gpu_bytes:
-            out.append(" ".join(f"{k}={str(v).lower()}" for k, v in change.items()) + f" (~{peak / GiB:.0f} GiB)")
+            out.append(" ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in change.items())
+                       + f" (~{peak / GiB:.0f} GiB)")
         if len(out) == 2:
             break
     return out

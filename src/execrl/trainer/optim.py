@@ -6,7 +6,6 @@ weights updated without a master copy). With policy.cpu_offload, AdamW on the ho
 from __future__ import annotations
 
 import importlib
-import logging
 
 import torch
 
@@ -27,7 +26,7 @@ def optimizer_class(name: str) -> type:
         return torch.optim.AdamW
     module, _, cls = name.rpartition(".")
     try:
-        found = getattr(quiet_import(module), cls) if module else None
+        found = getattr(importlib.import_module(module), cls) if module else None
     except ImportError as e:
         hint = " (pip install torchao)" if module.startswith("torchao") else ""
         raise ValueError(f"policy.optimizer.name {name!r}: cannot import {module}{hint}: {e}") from None
@@ -35,21 +34,6 @@ def optimizer_class(name: str) -> type:
         raise ValueError(f"policy.optimizer.name {name!r} is not an optimizer class: name one by its import path, "
                          "e.g. torch.optim.AdamW or torchao.optim.AdamW8bit")
     return found
-
-
-def quiet_import(module: str):
-    """The module, imported without its import-time log lines (torchao names each of its compiled
-    extensions that does not match this torch build, and torch warns of its enum registrations:
-    neither matters to its optimizers)."""
-    loggers = [logging.getLogger(n) for n in ("torchao", "torch.utils._pytree")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        return importlib.import_module(module)
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
 
 
 def make_optimizer(weights: Weights, name: str, kwargs: dict, lr: float | None = None) -> torch.optim.Optimizer:
