@@ -52,19 +52,35 @@ def pick_dtype(device: torch.device, dtype: str = "auto") -> torch.dtype:
 
 
 TINY_CODER = "builtin:tiny-coder"  # built here: a 2-layer Qwen2 with a byte-level tokenizer (the built-in default's)
+TINY_CODER_BPE = "builtin:tiny-coder-bpe"  # the same model with a small BPE tokenizer of the built-in task's text
+TINY_CODERS = (TINY_CODER, TINY_CODER_BPE)
 BYTE_VOCAB = 259  # 256 bytes + 3 special tokens: a BPE tokenizer of this size learns no merges
+TASK_VOCAB = 384  # the BPE tokenizer's size: every word of the built-in task's prompts and programs is one token
+
+
+def tiny_tokenizer(name: str):
+    """The tokenizer of a built-in model: one token per byte (builtin:tiny-coder), or a BPE of
+    TASK_VOCAB tokens trained on the built-in task's text (builtin:tiny-coder-bpe), in which, as in
+    a real model's tokenizer, each word of the task is one token ("maximum", "minimum"): a 2-layer
+    model reading bytes must tell "maximum" from "minimum" by their second and third bytes, which
+    it learns slowly and unevenly across seeds. Deterministic: the same tokenizer on every machine."""
+    if name == TINY_CODER_BPE:
+        from execrl.tasks.arith import corpus
+
+        return build_tokenizer(corpus(), vocab_size=TASK_VOCAB)
+    return build_tokenizer([], vocab_size=BYTE_VOCAB)
 
 
 def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto", offline: bool | None = None,
                              tokenizer: str | None = None, seed: int = 0, config_overrides: dict | None = None):
     """(model, tokenizer) in eval mode on the device; `name` is a hub id, a directory in HF format,
-    or TINY_CODER (built here, seeded); `config_overrides` replace values of the model's HF
+    or a built-in tiny model (TINY_CODERS: built here, seeded); `config_overrides` replace values of the model's HF
     config.json."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no per-shard bars in training logs
-    if name == TINY_CODER:
-        tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
+    if name in TINY_CODERS:
+        tok = tiny_tokenizer(name)
         dev = pick_device(device)
         return build_tiny_model(tok, hidden=128, layers=2, heads=4, seed=seed).to(dev, pick_dtype(dev, dtype)), tok
     from transformers import AutoModelForCausalLM

@@ -126,3 +126,20 @@ def test_the_arith_warm_up_share_of_solutions():
     assert 100 < sum("warmup_completion" in p.metadata for p in half) < 200
     with pytest.raises(DatasetError, match="warmup_solutions"):
         load_problems("builtin:arith-code", "train", count=3, warmup_solutions=2)
+
+
+def test_the_arith_warm_up_hides_the_operations_it_is_told_to():
+    """options.warmup_hidden (the built-in default's [sum, product]): problems of those operations get a program of a
+    random operation as their warm-up reference, the others keep their own; an unknown operation is refused."""
+    from execrl.tasks import DatasetError, load_problems
+    from execrl.tasks.arith import OPS, program
+
+    hidden, _ = load_problems("builtin:arith-code", "train", count=600, warmup_hidden=["sum", "product"])
+    for p in hidden:
+        shown = p.metadata.get("warmup_completion")
+        assert (shown is not None) == (p.metadata["op"] in ("sum", "product"))
+    sums = [p.metadata["warmup_completion"] for p in hidden if p.metadata["op"] == "sum"]
+    assert {program(op) for op in OPS} == set(sums)  # every operation's program, its own included
+    assert sums.count(program("sum")) < len(sums) / 3
+    with pytest.raises(DatasetError, match="warmup_hidden names \\['modulo'\\]"):
+        load_problems("builtin:arith-code", "train", count=3, warmup_hidden=["modulo"])

@@ -116,6 +116,16 @@ def test_nemo_keys_with_no_effect_are_named_in_one_note():
     assert proc.returncode == 0 and "grpo.val_batch_size" in proc.stderr
 
 
+def test_a_builtin_datasets_option_left_behind_by_another_dataset_is_named_as_not_read():
+    """An option of the built-in task (data.train.options.warmup_hidden) kept in a config that names one's own JSONL in
+    its place: the note names it instead of the loader silently ignoring it."""
+    from execrl.config.checks import no_effect_note
+
+    note = no_effect_note(load_config(None, ["data.train.options.warmup_hidden=[sum]", "data.train.dataset_name=jsonl",
+                                             "data.train.path=examples/problems.jsonl"]))
+    assert "data.train.options.warmup_hidden (jsonl takes no such option: not read)" in note
+
+
 def test_max_num_epochs_ends_training_first(tmp_path):
     from .test_train import run
 

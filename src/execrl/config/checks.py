@@ -479,13 +479,38 @@ def no_effect_note(cfg: MasterConfig) -> str | None:
             continue
         if attribute(cfg, key) != attribute(default, key):
             seen.append(key)
-    why = {k: NO_EFFECT[k] for k in seen} | cfg._nemo_ignored
+    why = {k: NO_EFFECT[k] for k in seen} | cfg._nemo_ignored | unread_options(cfg)
     lines = []
     if cfg._nemo_mapped:
         lines.append("note: NeMo RL keys read as: " + "; ".join(f"{k} -> {v}" for k, v in cfg._nemo_mapped.items()))
     if why:
         lines.append("note: accepted, with no effect here: " + "; ".join(f"{k} ({r})" for k, r in why.items()))
     return "\n".join(lines) or None
+
+
+def unread_options(cfg: MasterConfig) -> dict[str, str]:
+    """data.*.options a built-in loader does not take (and so ignores): e.g. the built-in default's
+    warmup_hidden, kept when a user names another dataset in its place."""
+    import inspect
+
+    from execrl.tasks import DATASETS, dataset_key
+
+    out = {}
+    for section in ("train", "validation"):
+        value = getattr(cfg.data, section)
+        for i, d in enumerate(value if isinstance(value, list) else [value] if value is not None else []):
+            try:
+                info = DATASETS[dataset_key(d.dataset_name)]
+            except Exception:  # (an unknown dataset is refused elsewhere, with its own message)
+                continue
+            if info.own:
+                continue
+            takes = inspect.signature(info.load).parameters
+            where = f"data.{section}" + (f"[{i}]" if isinstance(value, list) else "")
+            for name in d.options:
+                if name not in takes:
+                    out[f"{where}.options.{name}"] = f"{d.dataset_name} takes no such option: not read"
+    return out
 
 
 def differences_note(cfg: MasterConfig) -> str | None:

@@ -136,7 +136,9 @@ class LoraConfig(Section):
 
 
 class PolicyConfig(Section):
-    model_name: str = Field("builtin:tiny-coder", description="hub id, HF directory, or builtin:tiny-coder")
+    model_name: str = Field("builtin:tiny-coder", description="hub id, HF directory, or a built-in tiny model: "
+                            "builtin:tiny-coder (the default's: a byte-level tokenizer) or builtin:tiny-coder-bpe (a BPE of the built-in "
+                            "task's text)")
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig, description="tokenizer settings")
     hf_config_overrides: dict[str, Any] = Field(default_factory=dict, description="values replacing those of the "
                                                 "model's config.json when it loads (a hub or local model)")

@@ -32,13 +32,16 @@ COUNTS = {"train": 4096, "validation": 256}  # problems per split unless `count`
 
 
 @register("builtin:arith-code", data_dir=None, splits=tuple(COUNTS), kind="code")
-def load(path, split, report, count: int | None = None, seed: int = 42, warmup_solutions: float = 1.0, **_):
+def load(path, split, report, count: int | None = None, seed: int = 42, warmup_solutions: float = 1.0,
+         warmup_hidden: list[str] | tuple[str, ...] = (), **_):
     """`count` problems of the split (train and validation come from different streams of `seed`;
     the trainer passes grpo.seed): the first n of a split are the same whatever the count.
     `warmup_solutions` (data.train.options.warmup_solutions): the share of problems whose supervised
     warm-up reference is their own solution; the others show a program of an operation drawn at
     random, so that the warm-up teaches the format and the six operations, and which one a prompt
-    asks for only in part: the reward teaches the rest."""
+    asks for only in part: the reward teaches the rest. `warmup_hidden` (a list of operations): the
+    problems of these operations show a program of a random operation, so that the warm-up teaches
+    the others and the reward must find these (bench/README.md has the attempts with both)."""
     if path is not None:
         raise DatasetError("builtin:arith-code is generated: it reads no files (drop its path, or name your file's dataset "
                            "jsonl)")
@@ -46,9 +49,13 @@ def load(path, split, report, count: int | None = None, seed: int = 42, warmup_s
         raise DatasetError(f"builtin:arith-code: options.warmup_solutions={warmup_solutions!r}: use a share in [0, 1]")
     rng, drawn = random.Random(f"{split}-{seed}"), random.Random(f"{split}-{seed}-warmup")
     problems = [problem(rng, i, split) for i in range(COUNTS[split] if count is None else count)]
-    if warmup_solutions < 1.0:
+    unknown = sorted(set(warmup_hidden) - set(OPS))
+    if unknown:
+        raise DatasetError(f"builtin:arith-code: options.warmup_hidden names {unknown}: name operations of "
+                           f"{sorted(OPS)}")
+    if warmup_solutions < 1.0 or warmup_hidden:
         for p in problems:
-            if drawn.random() >= warmup_solutions:
+            if drawn.random() >= warmup_solutions or p.metadata["op"] in warmup_hidden:
                 p.metadata["warmup_completion"] = program(drawn.choice(list(OPS)))
     return problems
 

@@ -16,7 +16,7 @@ from execrl.config import BatchPlan, MasterConfig, to_yaml
 from execrl.config.checks import check_dataset_names, check_reward_fits, prompt_limit, validate
 from execrl.envs import make_env
 from execrl.lora import Adapter
-from execrl.models import TINY_CODER, pick_device
+from execrl.models import TINY_CODERS, pick_device
 from execrl.rewards.judges import load_reward_model
 from execrl.rewards.reward_model import RewardModel
 from execrl.rollout import build_generator
@@ -250,7 +250,7 @@ def adapter(cfg: MasterConfig, peft_model) -> Adapter | None:
     if peft_model is None:
         return None
     name = cfg.policy.model_name
-    own = name == TINY_CODER or cfg.warmup.sft_steps > 0
+    own = name in TINY_CODERS or cfg.warmup.sft_steps > 0
     local = Path(name).expanduser()
     base = Path(cfg.checkpointing.checkpoint_dir, checkpoint.BASE).resolve() if own else \
         local.resolve() if local.exists() else name
