@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from contextlib import contextmanager
 from functools import partial
 
 import torch
@@ -48,6 +49,8 @@ def family_config(family: str, arch: str, vocab: int, tok):
         # no file in rollout/models/: the engine's generic path (transformers' own layers over its cache)
         "gpt-neox (generic)": lambda: tf.GPTNeoXConfig(**{k: v for k, v in dims.items() if k != "num_key_value_heads"}),
         "qwen2 (generic)": lambda: tf.Qwen2Config(**dims),  # forced onto the generic path: its cost against the file
+        # the same, its decode attention as transformers' SDPA does it (each key/value head copied per query head)
+        "qwen2 (generic repeat_kv)": lambda: tf.Qwen2Config(**dims),
         "gemma3": lambda: tf.Gemma3TextConfig(head_dim=head, sliding_window=128, query_pre_attn_scalar=head,
                                               layer_types=(window * a.layers)[:a.layers], **dims),
         # mixtures of experts: Qwen3-30B-A3B's routing (128 experts, 8 a token) scaled to 64 experts of 512
@@ -60,7 +63,8 @@ def family_config(family: str, arch: str, vocab: int, tok):
 
 
 FAMILIES = ["llama", "qwen2", "qwen3", "qwen3-sliding", "mistral-sliding", "granite", "olmo2", "phi3", "phi4-mini",
-            "gemma3", "starcoder2", "qwen3-moe", "mixtral", "olmoe", "gpt-neox (generic)", "qwen2 (generic)"]
+            "gemma3", "starcoder2", "qwen3-moe", "mixtral", "olmoe", "gpt-neox (generic)", "qwen2 (generic)",
+            "qwen2 (generic repeat_kv)"]
 
 
 def build(family: str, arch: str, dtype: torch.dtype = torch.bfloat16):
@@ -76,13 +80,38 @@ def build(family: str, arch: str, dtype: torch.dtype = torch.bfloat16):
     return model, tok
 
 
+@contextmanager
+def on_its_path(family: str):
+    """Engines made inside take the family's path: Qwen2 forced onto the generic path for the "qwen2 (generic...)"
+    rows (a family with a file, measured on the other path), with transformers' own SDPA decode attention for
+    "repeat_kv"."""
+    from execrl.rollout import engine as engine_module
+    from execrl.rollout.generic import GenericDecoder
+
+    make_decoder = engine_module.make_decoder
+
+    def generic(m, s, n, _):
+        dec = GenericDecoder(m, s, n)
+        if "repeat_kv" in family:
+            dec.grouped = []  # (each key/value head copied per query head, as transformers' SDPA does with a mask)
+        return dec
+
+    if family.startswith("qwen2 (generic"):
+        engine_module.make_decoder = generic
+    try:
+        yield
+    finally:
+        engine_module.make_decoder = make_decoder
+
+
 def section_check(family: str, arch: str, rows: list, dtype: torch.dtype) -> None:
     from execrl.rollout import RolloutEngine, SamplingParams, hf_generate
 
     model, tok = build(family, arch, dtype)
     g = torch.Generator().manual_seed(1)
     prompts = torch.randint(3, 259, (16, 160), generator=g).tolist()  # longer than the windows
-    engine = RolloutEngine(model, tok, slots=16, max_len=256)
+    with on_its_path(family):
+        engine = RolloutEngine(model, tok, slots=16, max_len=256)
     outs = [grp[0] for grp in engine.generate(prompts, 1, 64, SamplingParams(0.0, ignore_eos=True))]
     seq = torch.tensor([p + c.ids for p, c in zip(prompts, outs)], device=DEVICE)
     with torch.no_grad():
@@ -106,15 +135,10 @@ def section_rollout(family: str, arch: str, rows: list, prompts_n: int, new: int
     model, tok = build(family, arch)
     g = torch.Generator().manual_seed(0)
     prompts = torch.randint(3, 259, (prompts_n, 128), generator=g).tolist()
-    from execrl.rollout import engine as engine_module
-    from execrl.rollout.generic import GenericDecoder
-
-    make_decoder = engine_module.make_decoder
-    if family == "qwen2 (generic)":  # (a family with a file, forced onto the generic path for this measurement)
-        engine_module.make_decoder = lambda m, s, n, _: GenericDecoder(m, s, n)
     params = SamplingParams(temperature=1.0, ignore_eos=True)
     fresh_peak()
-    engine = RolloutEngine(model, tok, slots=prompts_n, max_len=128 + new, compile=DEVICE == "cuda")
+    with on_its_path(family):
+        engine = RolloutEngine(model, tok, slots=prompts_n, max_len=128 + new, compile=DEVICE == "cuda")
     call = partial(engine.generate, prompts, 1, new, params)
     _, first = timed(call)  # compiles, captures the graphs
     runs = [timed(call) for _ in range(3)]
@@ -122,7 +146,6 @@ def section_rollout(family: str, arch: str, rows: list, prompts_n: int, new: int
     made = sum(len(c.ids) for grp in runs[0][0] for c in grp)
     row = [family, f"{made / t:,.0f}", f"{t:.2f}", f"{first:.1f}", f"{peak_gib():.1f}"]
     del call, engine
-    engine_module.make_decoder = make_decoder
     if baseline:
         fresh_peak()
         outs, t_hf = timed(partial(hf_generate, model, tok, prompts, 1, new, 1.0, batch_size=prompts_n,

@@ -241,3 +241,23 @@ def test_the_generic_path_runs_lora_adapters_inside_the_model(tok, prompts):
     for prompt, group in zip(prompts, engine.generate(prompts, 1, 16, SamplingParams(temperature=0.8))):
         torch.testing.assert_close(torch.tensor(group[0].logprobs), recomputed(model, prompt, group[0].ids, 0.8),
                                    atol=2e-4, rtol=2e-4)
+
+
+def test_grouped_decode_attention_equals_transformers_sdpa():
+    """One new token per slot with grouped key/value heads: the query heads that share a head attend together, with
+    the slot masks, and give transformers' SDPA result (which copies each key/value head per query head)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from execrl.rollout.generic import grouped_decode_attention
+
+    g = torch.Generator().manual_seed(0)
+    s, hq, hk, w, d = 5, 8, 2, 40, 16
+    q, k, v = (torch.randn(*shape, generator=g) for shape in ((s, hq, 1, d), (s, hk, w, d), (s, hk, w, d)))
+    pos = torch.tensor([0, 7, 39, 20, 3])
+    mask = (torch.arange(w)[None] <= pos[:, None])[:, None, None]  # [S, 1, 1, W]
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal, module.training = hq // hk, True, False
+    got, _ = grouped_decode_attention(module, q, k, v, mask, scaling=d ** -0.5)
+    want, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=d ** -0.5)
+    assert got.shape == want.shape == (s, 1, hq, d)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -294,8 +294,8 @@ def test_8bit_adamw_moments_train_and_resume(tmp_path):
     common = ["policy.optimizer.name=torchao.optim.AdamW8bit", "warmup.sft_steps=0", "checkpointing.save_period=1",
               "policy.generation.compile=false"]
     first, d = run(tmp_path, "8bit", *common, "grpo.max_num_steps=1")
-    state = first.optimizer.state[next(p for p in first.model.parameters() if p.numel() >= 4096)]
-    assert type(state["exp_avg"]).__name__ == "OptimState8bit"
+    kinds = {type(first.optimizer.state[p]["exp_avg"]).__name__ for p in first.model.parameters()}
+    assert "OptimState8bit" in kinds  # (torchao keeps small tensors' moments, and those not in whole blocks, plain)
     second, _ = run(tmp_path, "8bit", *common, "grpo.max_num_steps=2")
     assert second.resumed_from.endswith("step_000001")
     assert [m["step"] for m in metrics(d) if "train/loss" in m] == [1, 2]

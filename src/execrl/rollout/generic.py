@@ -6,9 +6,11 @@ The model is called as transformers defines it (its embeddings, layers, norms an
 layers included), with three things of the engine's: `SlotCache`, a transformers Cache whose update
 writes each slot's new keys and values at that slot's own position; per-slot position ids; and the
 attention masks, built here (a slot sees its positions up to its own, within a sliding window where
-its config has one) and passed ready-made, so the model builds none. Slower than a family file (the
-model's own attention and unfused projections), faster than `generate` (no per-step cache growth, no
-padding of finished rows, graphs).
+its config has one) and passed ready-made, so the model builds none. Where the model's attention is
+transformers' SDPA, a decode step's attention with grouped key/value heads reads each head's cache
+once (grouped_decode_attention) instead of through transformers' copy per query head. Slower than a
+family file (the model's own attention and unfused projections), faster than `generate` (no
+per-step cache growth, no padding of finished rows, graphs).
 
 Shapes: S slots, P prompts, T prompt width, L = max_len, W the decode window, V vocabulary.
 """
@@ -19,9 +21,51 @@ import warnings
 from contextlib import nullcontext
 
 import torch
+from transformers import AttentionInterface
 from transformers.cache_utils import Cache
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from execrl.rollout.models.layers import sliding_window
+
+
+def grouped_decode_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
+                             is_causal=None, **kwargs):
+    """transformers' SDPA attention, except for one new token per slot with fewer key/value heads
+    than query heads (GQA): there the query heads that share a key/value head are that head's
+    queries (q [S, Hkv, G, D] against k, v [S, Hkv, W, D]), so the cache is read once per
+    key/value head instead of being copied G times (transformers' repeat_kv, which it does whenever
+    a mask is given on CUDA). The same sums; the mask [S, 1, 1, W] broadcasts over the group."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    s, hq, q_len, d = query.shape
+    hk = key.shape[1]
+    plain = q_len != 1 or hk == hq or dropout or any(kwargs.get(k) is not None for k in EXTRAS)
+    if plain:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    grouped = query.reshape(s, hk, hq // hk, d)  # query head i uses key/value head i // G, as in repeat_kv
+    out = torch.nn.functional.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask,
+                                                           scale=scaling)  # [S, Hkv, G, D]
+    return out.reshape(s, hq, 1, d).transpose(1, 2).contiguous(), None  # [S, 1, Hq, D], as transformers returns
+
+
+EXTRAS = ("softcap", "position_bias", "s_aux", "sinks")  # other attention terms: transformers' own function then
+GROUPED = "execrl_grouped_decode"
+
+
+AttentionInterface.register(GROUPED, grouped_decode_attention)
+AttentionMaskInterface.register(GROUPED, sdpa_mask)  # (its masks are SDPA's: the engine passes them ready-made)
+
+
+def sdpa_configs(config) -> list:
+    """The model's config and sub-configs whose attention is transformers' SDPA."""
+    found, stack = [], [config]
+    while stack:
+        c = stack.pop()
+        if getattr(c, "_attn_implementation_internal", None) == "sdpa":
+            found.append(c)
+        stack.extend(sub for key in getattr(c, "sub_configs", {}) if (sub := getattr(c, key, None)) is not None)
+    return found
 
 
 class SlotCache(Cache):
@@ -84,6 +128,7 @@ class GenericDecoder:
         self.types = sorted(set(types)) if types else None
         # eager attention adds its mask to the scores (0 or the dtype's minimum); the others take booleans
         self.additive = getattr(cfg, "_attn_implementation", None) == "eager"
+        self.grouped = sdpa_configs(cfg)  # their attention runs as grouped_decode_attention inside the engine
 
     def compile_prefill(self, compiler) -> None:
         pass  # (the model's own code: nothing of ours to fuse)
@@ -107,10 +152,16 @@ class GenericDecoder:
         return {t: sliding if t == "sliding_attention" else visible for t in self.types}
 
     def _forward(self, ids, positions, masks):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # (past_key_values: renamed in later transformers)
-            out = self.model(input_ids=ids, position_ids=positions, attention_mask=masks, past_key_values=self.cache,
-                             use_cache=True)
+        for c in self.grouped:  # (only while the engine runs the model: training keeps transformers' SDPA)
+            c._attn_implementation_internal = GROUPED
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # (past_key_values: renamed in later transformers)
+                out = self.model(input_ids=ids, position_ids=positions, attention_mask=masks,
+                                 past_key_values=self.cache, use_cache=True)
+        finally:
+            for c in self.grouped:
+                c._attn_implementation_internal = "sdpa"
         return out.logits
 
     def prefill(self, tokens: torch.Tensor, lengths: torch.Tensor, slots: torch.Tensor, source: torch.Tensor):
