@@ -106,7 +106,7 @@ def dtypes(precision: str, device: torch.device, stochastic_round: bool = False)
     if stochastic_round and compute != torch.bfloat16:
         raise ValueError(f"policy.optimizer.kwargs.bf16_stochastic_round=true rounds bf16 weights, and this run's are "
                          f"{str(compute).split('.')[1]} (policy.precision={precision} on {device.type}): set "
-                         "policy.precision=bfloat16 on a GPU, or drop bf16_stochastic_round")
+                         "policy.precision=bfloat16, or drop bf16_stochastic_round")
     master = compute if PURE_LOW_PRECISION or stochastic_round else torch.float32
     return master, compute
 
