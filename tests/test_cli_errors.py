@@ -171,5 +171,6 @@ def test_eval_on_a_checkpoint_or_run_directory_points_at_the_model_inside(tmp_pa
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
     for given in (model.parent, model.parent.parent, tmp_path / "run"):
-        proc = execrl("eval", "--model", given, "--out", tmp_path / "o", "--limit", "1")
+        proc = execrl("eval", "--model", given, "--dataset", "builtin:arith-code", "--split", "validation", "--out",
+                      tmp_path / "o", "--limit", "1")  # (a generated dataset: no data files needed)
         assert proc.returncode == 2 and "pass" in proc.stderr and str(model) in proc.stderr.replace("\n", "")
