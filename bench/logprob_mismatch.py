@@ -20,7 +20,7 @@ import argparse
 import copy
 
 import torch
-from common import ARCHS, DEVICE, build, device_name, table
+from common import DEVICE, build, device_name, table
 
 
 def score(model, seq: torch.Tensor, plen: int) -> torch.Tensor:

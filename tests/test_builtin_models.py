@@ -1,6 +1,6 @@
 """The built-in tiny models: a byte-level tokenizer, or a BPE of the built-in task's text."""
 
-from execrl.models import TINY_CODER, TINY_CODER_BPE, TASK_VOCAB, load_model_and_tokenizer
+from execrl.models import TASK_VOCAB, TINY_CODER, TINY_CODER_BPE, load_model_and_tokenizer
 
 
 def test_the_bpe_tiny_coder_reads_each_task_word_as_one_token_and_trains(tmp_path):

@@ -85,11 +85,16 @@ class BatchPlan:
         return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
 
+def gpus(cfg: MasterConfig) -> int:
+    """The GPUs (processes) the config asks for: cluster.gpus_per_node x cluster.num_nodes."""
+    return cfg.cluster.gpus_per_node * cfg.cluster.num_nodes
+
+
 def plan(cfg: MasterConfig) -> BatchPlan:
     grpo, p = cfg.grpo, cfg.policy
-    gpus = cfg.cluster.gpus_per_node * cfg.cluster.num_nodes
+    n_gpus = gpus(cfg)
     group_size, samples = grpo.num_generations_per_prompt, grpo.num_prompts_per_step * grpo.num_generations_per_prompt
-    if min(grpo.num_prompts_per_step, group_size, p.train_global_batch_size, p.train_micro_batch_size, gpus) < 1:
+    if min(grpo.num_prompts_per_step, group_size, p.train_global_batch_size, p.train_micro_batch_size, n_gpus) < 1:
         raise ConfigError("batch sizes, generations and GPU counts must all be at least 1")
     notes = []
     global_batch = p.train_global_batch_size
@@ -105,13 +110,13 @@ def plan(cfg: MasterConfig) -> BatchPlan:
         raise ConfigError(f"samples per step ({samples}) must be a multiple of policy.train_global_batch_size "
                           f"({global_batch}), e.g. {samples} or {samples // max(1, samples // global_batch)}")
     groups = global_batch // group_size  # per optimizer step
-    if groups % gpus:  # each GPU trains on whole groups, so some on one more than others (or on none)
-        few, many = groups // gpus, groups // gpus + 1
-        notes.append(f"the {groups} groups of an optimizer step do not split evenly over {gpus} GPUs: "
-                     f"{gpus - groups % gpus} GPU(s) train on {few} group(s) and {groups % gpus} on {many} (a group "
-                     "stays on one GPU; the gradient is the same, the work is uneven: for even work make "
-                     f"policy.train_global_batch_size / {group_size} a multiple of {gpus})")
-    per_gpu = -(-groups // gpus) * group_size  # the most samples a GPU trains on per optimizer step
+    if groups % n_gpus:  # each GPU trains on whole groups, so some on one more than others (or on none)
+        few, many = groups // n_gpus, groups // n_gpus + 1
+        notes.append(f"the {groups} groups of an optimizer step do not split evenly over {n_gpus} GPUs: "
+                     f"{n_gpus - groups % n_gpus} GPU(s) train on {few} group(s) and {groups % n_gpus} on {many} "
+                     "(a group stays on one GPU; the gradient is the same, the work is uneven: for even work make "
+                     f"policy.train_global_batch_size / {group_size} a multiple of {n_gpus})")
+    per_gpu = -(-groups // n_gpus) * group_size  # the most samples a GPU trains on per optimizer step
     micro = min(p.train_micro_batch_size, per_gpu)
     # prompts per round: NeMo RL's int(num_prompts_per_step x batch_multiplier), truncated (16 x
     # 1.3: 20)
@@ -124,6 +129,6 @@ def plan(cfg: MasterConfig) -> BatchPlan:
                             dyn.sequence_length_round)
         score_split = Split(p.logprob_batch_size, dyn.logprob_mb_tokens
                             or p.max_total_sequence_length * p.logprob_batch_size, dyn.sequence_length_round)
-    return BatchPlan(gpus, group_size, samples, global_batch, global_batch // group_size, per_round,
+    return BatchPlan(n_gpus, group_size, samples, global_batch, global_batch // group_size, per_round,
                      samples // global_batch, per_gpu, micro, -(-per_gpu // micro), train_split, score_split,
                      tuple(notes))

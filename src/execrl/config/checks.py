@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from execrl.config import reward_model
-from execrl.config.batch import BatchPlan, plan
+from execrl.config.batch import BatchPlan, gpus, plan
 from execrl.config.errors import ConfigError
 from execrl.config.schema import MasterConfig
 from execrl.config.tree import attribute
@@ -181,14 +181,10 @@ def check_stochastic_round(cfg: MasterConfig, cls: type) -> None:
         why = "policy.cpu_offload moves an fp32 master to the host, and with stochastic rounding there is none"
     elif p.lora.enabled:
         why = "with LoRA only the adapters train: their fp32 master is small"
-    elif gpus_asked(cfg) > 1:
+    elif gpus(cfg) > 1:
         why = "with several GPUs it is not checked yet (FSDP2 shards an fp32 master and its state instead)"
     if why:
         raise ConfigError(f"{key}: {why}; or drop bf16_stochastic_round")
-
-
-def gpus_asked(cfg: MasterConfig) -> int:
-    return cfg.cluster.gpus_per_node * cfg.cluster.num_nodes
 
 
 def prompt_limit(cfg: MasterConfig) -> int:
@@ -241,22 +237,28 @@ def check_machine(cfg: MasterConfig) -> None:
             raise ConfigError(f"{key}={where} is a file, not a directory: name a directory (it is created)")
 
 
-def check_datasets(cfg: MasterConfig) -> None:
-    """Every dataset named is one execrl reads, and no training split is an evaluation one (before
-    any download)."""
+def dataset_entries(cfg: MasterConfig):
+    """(key, dataset config) of every configured dataset, training ones first: data.train, or
+    data.train[i] where the config lists several."""
     for where, sets, given in (("data.train", cfg.data.train_sets, cfg.data.train),
                                ("data.validation", cfg.data.validation_sets, cfg.data.validation)):
         for i, d in enumerate(sets):
-            key = f"{where}[{i}]" if isinstance(given, list) else where
-            try:
-                split = d.split_name
-                if where == "data.train":
-                    check_trainable(dataset_key(d.dataset_name), split)
-            except DatasetError as e:
-                raise ConfigError(f"{key}: {e}") from None
-            if d.path is not None and DATASETS[dataset_key(d.dataset_name)].generated:
-                raise ConfigError(f"{key}.path={d.path}: {d.dataset_name} is generated and reads no files: drop "
-                                  f"{key}.path, or read your file with {key}.dataset_name=jsonl")
+            yield (f"{where}[{i}]" if isinstance(given, list) else where), d
+
+
+def check_datasets(cfg: MasterConfig) -> None:
+    """Every dataset named is one execrl reads, and no training split is an evaluation one (before
+    any download)."""
+    for key, d in dataset_entries(cfg):
+        try:
+            split = d.split_name
+            if key.startswith("data.train"):
+                check_trainable(dataset_key(d.dataset_name), split)
+        except DatasetError as e:
+            raise ConfigError(f"{key}: {e}") from None
+        if d.path is not None and DATASETS[dataset_key(d.dataset_name)].generated:
+            raise ConfigError(f"{key}.path={d.path}: {d.dataset_name} is generated and reads no files: drop "
+                              f"{key}.path, or read your file with {key}.dataset_name=jsonl")
     kinds = {DATASETS[dataset_key(d.dataset_name)].kind for d in cfg.data.train_sets}
     check_reward_fits(cfg, kinds - {None})
 
@@ -493,23 +495,18 @@ def unread_options(cfg: MasterConfig) -> dict[str, str]:
     warmup_hidden, kept when a user names another dataset in its place."""
     import inspect
 
-    from execrl.tasks import DATASETS, dataset_key
-
     out = {}
-    for section in ("train", "validation"):
-        value = getattr(cfg.data, section)
-        for i, d in enumerate(value if isinstance(value, list) else [value] if value is not None else []):
-            try:
-                info = DATASETS[dataset_key(d.dataset_name)]
-            except Exception:  # (an unknown dataset is refused elsewhere, with its own message)
-                continue
-            if info.own:
-                continue
-            takes = inspect.signature(info.load).parameters
-            where = f"data.{section}" + (f"[{i}]" if isinstance(value, list) else "")
-            for name in d.options:
-                if name not in takes:
-                    out[f"{where}.options.{name}"] = f"{d.dataset_name} takes no such option: not read"
+    for key, d in dataset_entries(cfg):
+        try:
+            info = DATASETS[dataset_key(d.dataset_name)]
+        except DatasetError:  # (an unknown dataset is refused elsewhere, with its own message)
+            continue
+        if info.own:
+            continue
+        takes = inspect.signature(info.load).parameters
+        for name in d.options:
+            if name not in takes:
+                out[f"{key}.options.{name}"] = f"{d.dataset_name} takes no such option: not read"
     return out
 
 
@@ -537,7 +534,7 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
         out.append(f"policy.optimizer.name {cfg.policy.optimizer.name} runs as torch.optim.AdamW (the same update; "
                    "its moments and master weights in fp32: exp_avg_dtype, master_weights, store_param_remainders "
                    "are not read)")
-    if cfg.policy.cpu_offload and cfg.cluster.gpus_per_node * cfg.cluster.num_nodes > 1:
+    if cfg.policy.cpu_offload and gpus(cfg) > 1:
         out.append("policy.cpu_offload (NeMo RL: policy.dtensor_cfg.cpu_offload) has no effect with several GPUs: "
                    "FSDP2 shards the master weights and AdamW's state over them instead (offloading them as well is "
                    "not implemented)")

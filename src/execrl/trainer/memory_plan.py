@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from execrl.config import MasterConfig
+from execrl.config.batch import gpus
 from execrl.config.batch import plan as batch_plan
 from execrl.config.tree import attribute, set_attribute
 
@@ -134,8 +135,10 @@ def state_bytes(cfg: MasterConfig, mixed: bool) -> tuple[int, int, int]:
     """Bytes per trained element of (the master copy, the optimizer's moments, the gradient):
     AdamW's two moments in the master's dtype, torchao's AdamW8bit / AdamW4bit one or half a byte
     each; with bf16_stochastic_round the bf16 model is its own master (bf16 gradients)."""
+    from execrl.trainer.precision import stochastic_round
+
     o = cfg.policy.optimizer
-    rounds = mixed and bool(o.kwargs.get("bf16_stochastic_round"))
+    rounds = mixed and stochastic_round(cfg)
     master, grad = (0, 2) if rounds else (4 if mixed else 0, 4)
     name = o.name.rsplit(".", 1)[-1]
     moments = {"AdamW8bit": 2, "Adam8bit": 2, "AdamW4bit": 1, "Adam4bit": 1}.get(name, 2 * (2 if rounds else 4))
@@ -166,10 +169,6 @@ def advice(cfg: MasterConfig, shape: Shape, gpu_bytes: float) -> list[str]:
         if len(out) == 2:
             break
     return out
-
-
-def gpus(cfg: MasterConfig) -> int:
-    return cfg.cluster.gpus_per_node * cfg.cluster.num_nodes
 
 
 def bounded_slots(cfg: MasterConfig, shape: Shape | None, slots: int, gpu_bytes: float) -> tuple[int, str | None]:

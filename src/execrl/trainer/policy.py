@@ -41,10 +41,11 @@ class Policy:
 
 def build_policy(cfg: MasterConfig) -> Policy:
     device = pick_device(cfg.policy.device)
-    if precision.stochastic_round(cfg) and dist.world_size() > 1:
+    rounds = precision.stochastic_round(cfg)
+    if rounds and dist.world_size() > 1:
         raise ValueError("policy.optimizer.kwargs.bf16_stochastic_round=true is not checked with several processes yet "
                          "(FSDP2 shards an fp32 master and its state instead): drop it")
-    master_dtype, compute_dtype = precision.dtypes(cfg.policy.precision, device, precision.stochastic_round(cfg))
+    master_dtype, compute_dtype = precision.dtypes(cfg.policy.precision, device, rounds)
     # (several GPUs: FSDP2 shards the master and its state instead; the start-up note says so)
     lora, offload = cfg.policy.lora.enabled, cfg.policy.cpu_offload and dist.world_size() == 1
     if offload and (device.type != "cuda" or master_dtype == compute_dtype):
