@@ -48,6 +48,7 @@ def family_config(family: str, arch: str, vocab: int, tok):
         "starcoder2": lambda: tf.Starcoder2Config(sliding_window=128, **dims),
         # no file in rollout/models/: the engine's generic path (transformers' own layers over its cache)
         "gpt-neox (generic)": lambda: tf.GPTNeoXConfig(**{k: v for k, v in dims.items() if k != "num_key_value_heads"}),
+        "gpt-neox (generic, not compiled)": lambda: family_config("gpt-neox (generic)", arch, vocab, tok),
         "qwen2 (generic)": lambda: tf.Qwen2Config(**dims),  # forced onto the generic path: its cost against the file
         # the same, its decode attention as transformers' SDPA does it (each key/value head copied per query head)
         "qwen2 (generic repeat_kv)": lambda: tf.Qwen2Config(**dims),
@@ -63,8 +64,8 @@ def family_config(family: str, arch: str, vocab: int, tok):
 
 
 FAMILIES = ["llama", "qwen2", "qwen3", "qwen3-sliding", "mistral-sliding", "granite", "olmo2", "phi3", "phi4-mini",
-            "gemma3", "starcoder2", "qwen3-moe", "mixtral", "olmoe", "gpt-neox (generic)", "qwen2 (generic)",
-            "qwen2 (generic repeat_kv)"]
+            "gemma3", "starcoder2", "qwen3-moe", "mixtral", "olmoe", "gpt-neox (generic)",
+            "gpt-neox (generic, not compiled)", "qwen2 (generic)", "qwen2 (generic repeat_kv)"]
 
 
 def build(family: str, arch: str, dtype: torch.dtype = torch.bfloat16):
@@ -104,6 +105,11 @@ def on_its_path(family: str):
         engine_module.make_decoder = make_decoder
 
 
+def compiles(family: str) -> bool:
+    """Whether the family's engine compiles its decode step, as a run's does on a GPU."""
+    return DEVICE == "cuda" and "not compiled" not in family
+
+
 def section_check(family: str, arch: str, rows: list, dtype: torch.dtype) -> None:
     from execrl.rollout import RolloutEngine, SamplingParams, hf_generate
 
@@ -111,7 +117,7 @@ def section_check(family: str, arch: str, rows: list, dtype: torch.dtype) -> Non
     g = torch.Generator().manual_seed(1)
     prompts = torch.randint(3, 259, (16, 160), generator=g).tolist()  # longer than the windows
     with on_its_path(family):
-        engine = RolloutEngine(model, tok, slots=16, max_len=256)
+        engine = RolloutEngine(model, tok, slots=16, max_len=256, compile=compiles(family))
     outs = [grp[0] for grp in engine.generate(prompts, 1, 64, SamplingParams(0.0, ignore_eos=True))]
     seq = torch.tensor([p + c.ids for p, c in zip(prompts, outs)], device=DEVICE)
     with torch.no_grad():
@@ -138,7 +144,7 @@ def section_rollout(family: str, arch: str, rows: list, prompts_n: int, new: int
     params = SamplingParams(temperature=1.0, ignore_eos=True)
     fresh_peak()
     with on_its_path(family):
-        engine = RolloutEngine(model, tok, slots=prompts_n, max_len=128 + new, compile=DEVICE == "cuda")
+        engine = RolloutEngine(model, tok, slots=prompts_n, max_len=128 + new, compile=compiles(family))
     call = partial(engine.generate, prompts, 1, new, params)
     _, first = timed(call)  # compiles, captures the graphs
     runs = [timed(call) for _ in range(3)]

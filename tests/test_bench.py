@@ -163,6 +163,14 @@ def test_train_smoke_bench_runs_on_cpu():
 
 
 @pytest.mark.slow
+def test_startup_bench_runs_on_cpu():
+    out = run("bench/startup.py", "--arch", "tiny", "--new-tokens", "16")
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
+    assert [r[0].strip() for r in rows] == ["1", "2"]
+    assert all(float(r[2]) >= float(r[3]) + float(r[4]) > 0 for r in rows)  # to step 1 >= import + build
+
+
+@pytest.mark.slow
 def test_logprob_mismatch_bench_runs_on_cpu():
     out = run("bench/logprob_mismatch.py", "--archs", "tiny", "--prompts", "4", "--new", "16")
     for pair in ("engine vs trainer (bf16)", "engine vs fp32", "trainer (bf16) vs fp32"):

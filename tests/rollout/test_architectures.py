@@ -223,6 +223,44 @@ def test_the_masked_experts_equal_the_one_by_one_loop():
                                experts_one_by_one(x, weight, expert, gate_up, down, torch.nn.functional.silu))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("syncs", [False, True], ids=["graphs", "a model whose code syncs"])
+def test_the_generic_path_on_a_gpu_compiled_and_in_graphs_equals_transformers(syncs, tok, prompts):
+    """On a GPU the generic path runs as a run's does (its decode step compiled, replayed as CUDA graphs) and its greedy
+    tokens are `generate`'s; a model whose own code reads a value back to the host cannot be captured: the engine
+    says so and decodes without graphs, with the same tokens."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    import warnings
+
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(GENERIC["gpt_neox"](len(tok)), attn_implementation="sdpa").eval()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.15)
+    model = model.cuda()
+    torch._dynamo.reset()  # (a fresh process's compiler: dynamo does not guard on hooks, and would reuse the last code)
+    if syncs:  # (a host read inside the forward, as some models' routing or bookkeeping does)
+        def host_read(module, args, out):
+            float((out[0] if isinstance(out, tuple) else out).sum())
+
+        model.gpt_neox.layers[0].register_forward_hook(host_read)
+    ref = hf_generate(model, tok, prompts, 1, 24, temperature=0.0)
+    engine = RolloutEngine(model, tok, slots=2, max_len=128, compile=True)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        outs = engine.generate(prompts, 1, 24, SamplingParams(temperature=0.0))
+    for r, o in zip(ref, outs):
+        r, o = r[0].ids, o[0].ids
+        assert o[:len(r)] == r and (len(o) == len(r) or o[len(r)] == tok.pad_token_id)
+    assert engine.graphs_on is not syncs
+    assert any("cannot be captured as a CUDA graph" in str(w.message) for w in said) is syncs
+
+
 def test_the_generic_path_runs_lora_adapters_inside_the_model(tok, prompts):
     from transformers import AutoModelForCausalLM
 

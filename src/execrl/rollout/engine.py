@@ -84,8 +84,8 @@ class RolloutEngine:
         self.dec = make_decoder(model, slots, max_len, merge_adapters)  # (LoRA: decoder.adapters_merged)
         dev = self.dec.rows.device
         self.graphs_on = cuda_graphs and dev.type == "cuda"
-        # fuses the small ops (two compilations: see compiled()); the generic path runs the model's own code
-        self.compiled = compile and dev.type == "cuda" and not isinstance(self.dec, GenericDecoder)
+        # fuses the small ops (two compilations: see compiled()); on the generic path the model's own code with them
+        self.compiled = compile and dev.type == "cuda"
         self.body = compiled(self._body) if self.compiled else self._body
         self.forward = compiled(self._forward) if self.compiled else self._forward
         self.guided_sample = compiled(self._guided_sample) if self.compiled else self._guided_sample

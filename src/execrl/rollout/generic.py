@@ -8,9 +8,10 @@ writes each slot's new keys and values at that slot's own position; per-slot pos
 attention masks, built here (a slot sees its positions up to its own, within a sliding window where
 its config has one) and passed ready-made, so the model builds none. Where the model's attention is
 transformers' SDPA, a decode step's attention with grouped key/value heads reads each head's cache
-once (grouped_decode_attention) instead of through transformers' copy per query head. Slower than a
-family file (the model's own attention and unfused projections), faster than `generate` (no
-per-step cache growth, no padding of finished rows, graphs).
+once (grouped_decode_attention) instead of through transformers' copy per query head. On a GPU the
+engine compiles the decode step with the model's code inside it, as it does a family file's.
+Slower than a family file (the model's own attention and unfused projections), faster than
+`generate` (no per-step cache growth, no padding of finished rows, graphs).
 
 Shapes: S slots, P prompts, T prompt width, L = max_len, W the decode window, V vocabulary.
 """

@@ -1,0 +1,112 @@
+"""Start-up: how long `execrl train` takes from a fresh process to the end of its first step, and where it goes, for
+a first start (empty compile caches) and a second start of the same config on the same machine (caches kept).
+
+    python bench/startup.py --arch qwen2.5-0.5b
+    python bench/startup.py --arch tiny --new-tokens 16   # a smoke run on a CPU
+Each start is its own process (`--child`), as a user's second `execrl train` is; both share one fresh
+TORCHINDUCTOR_CACHE_DIR. Columns: the interpreter to the end of step 1 (`to step 1`), importing execrl and
+transformers, building the run (model, optimizer, engine, sandbox), step 1's generate and train, the seconds torch.compile
+spent (dynamo and inductor, over the whole start), its inductor cache hits/misses, and the CUDA graphs captured.
+"""
+
+import time
+
+T0 = time.perf_counter()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+
+def child(args) -> None:
+    from common import read_metrics, step_overrides
+
+    from execrl.config import load_config
+    from execrl.rollout.engine import RolloutEngine
+    from execrl.trainer import loop
+    imported = time.perf_counter() - T0
+    import torch
+    from torch._dynamo import utils as dynamo_utils
+
+    times = {"build": 0.0, "captures": 0, "capture_s": 0.0}
+    build_run, capture = loop.build_run, RolloutEngine._capture
+
+    def timed_build(cfg):
+        t = time.perf_counter()
+        try:
+            return build_run(cfg)
+        finally:
+            times["build"] = time.perf_counter() - t
+
+    def timed_capture(self, fn):
+        t = time.perf_counter()
+        try:
+            return capture(self, fn)
+        finally:
+            times["captures"] += 1
+            times["capture_s"] += time.perf_counter() - t
+
+    loop.build_run, RolloutEngine._capture = timed_build, timed_capture
+    overrides = step_overrides(Path(args.model), 1, args.micro, args.system, Path(args.log_dir), args.new_tokens)
+    loop.train(load_config(None, overrides))
+    to_first = time.perf_counter() - T0
+    first = read_metrics(args.log_dir)[0]
+    counters = dynamo_utils.counters
+    print("STARTUP " + json.dumps({
+        "to_first_step": to_first, "import": imported, "build": times["build"],
+        "generate": first["time/generate"], "train": first["time/train"],
+        "compile_s": sum(dynamo_utils.compilation_time_metrics.get("_compile.compile_inner", [])),
+        "backend_s": sum(dynamo_utils.compilation_time_metrics.get("OutputGraph.call_user_compiler", [])),
+        "graphs": counters["stats"].get("unique_graphs", 0), "frames": counters["frames"].get("ok", 0),
+        "hits": counters["inductor"].get("fxgraph_cache_hit", 0), "misses": counters["inductor"].get("fxgraph_cache_miss", 0),
+        "captures": times["captures"], "capture_s": times["capture_s"], "torch": torch.__version__}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--arch", default="qwen2.5-0.5b")
+    ap.add_argument("--starts", type=int, default=2)
+    ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--micro", type=int, default=16)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
+    ap.add_argument("--log-dir", help=argparse.SUPPRESS)
+    ap.add_argument("--system", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(args)
+
+    from common import ARCHS, device_name, save_arch
+    if args.arch not in ARCHS:
+        raise SystemExit(f"--arch {args.arch}: one of {sorted(ARCHS)}")
+    work = Path(tempfile.mkdtemp())
+    system = save_arch(args.arch, work)
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(work / "inductor-cache"), TRITON_CACHE_DIR=str(work / "triton-cache"))
+    rows = []
+    for i in range(args.starts):
+        cmd = [sys.executable, __file__, "--child", "--model", str(work / "model"), "--log-dir", str(work / f"run{i}"),
+               "--system", system, "--new-tokens", str(args.new_tokens), "--micro", str(args.micro)]
+        t = time.perf_counter()
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t
+        line = [x for x in done.stdout.splitlines() if x.startswith("STARTUP ")]
+        if done.returncode or not line:
+            raise SystemExit(f"start {i + 1} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        rows.append((i + 1, wall, json.loads(line[0][len("STARTUP "):])))
+    print(f"\n{args.arch} on {device_name()}, torch {rows[0][2]['torch']}, 16 x 8 samples of ~128 + {args.new_tokens} "
+          "tokens, one step per start")
+    print("| start | process s | to step 1 s | import s | build s | generate s | train s | compile s (inductor) | frames / graphs | "
+          "cache hit/miss | CUDA graphs (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for i, wall, r in rows:
+        print(f"| {i} | {wall:.1f} | {r['to_first_step']:.1f} | {r['import']:.1f} | {r['build']:.1f} | "
+              f"{r['generate']:.1f} | {r['train']:.1f} | {r['compile_s']:.1f} ({r['backend_s']:.1f}) | {r['frames']} / {r['graphs']} | "
+              f"{r['hits']}/{r['misses']} | {r['captures']} ({r['capture_s']:.1f}) |")
+
+
+if __name__ == "__main__":
+    main()
