@@ -339,6 +339,11 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
             leaves = {k: v for k, v in leaves.items() if k not in off}
             ignored[section] = "off"
     refuse(leaves)
+    if "policy.optimizer" in leaves and leaves["policy.optimizer"] is None:  # (Megatron recipes: megatron_cfg's own)
+        raise ConfigError("policy.optimizer is null, as in NeMo RL's Megatron recipes (whose optimizer is "
+                          "policy.megatron_cfg.optimizer, not run here): give the DTensor path one, e.g. "
+                          "policy.optimizer.name=torch.optim.AdamW policy.optimizer.kwargs.lr=3e-7, or delete the "
+                          "null for execrl's default")
     refused_at = {key: _section_of(key, REFUSED) for key in leaves}  # (what is off of a refusable feature: ignored)
     out: dict = {}
     later: list[tuple[str, Any]] = []  # mapped values, put last: they win over the schema's defaults of their keys
