@@ -26,44 +26,30 @@ def child(args) -> None:
     from common import read_metrics, step_overrides
 
     from execrl.config import load_config
-    from execrl.rollout.engine import RolloutEngine
-    from execrl.trainer import loop
+    from execrl.trainer import loop, startup
     imported = time.perf_counter() - T0
     import torch
-    from torch._dynamo import utils as dynamo_utils
 
-    times = {"build": 0.0, "captures": 0, "capture_s": 0.0}
-    build_run, capture = loop.build_run, RolloutEngine._capture
+    built = {}
+    build_run = loop.build_run
 
     def timed_build(cfg):
         t = time.perf_counter()
         try:
             return build_run(cfg)
         finally:
-            times["build"] = time.perf_counter() - t
+            built["s"] = time.perf_counter() - t
 
-    def timed_capture(self, fn):
-        t = time.perf_counter()
-        try:
-            return capture(self, fn)
-        finally:
-            times["captures"] += 1
-            times["capture_s"] += time.perf_counter() - t
-
-    loop.build_run, RolloutEngine._capture = timed_build, timed_capture
+    loop.build_run = timed_build
     overrides = step_overrides(Path(args.model), 1, args.micro, args.system, Path(args.log_dir), args.new_tokens)
     loop.train(load_config(None, overrides))
     to_first = time.perf_counter() - T0
     first = read_metrics(args.log_dir)[0]
-    counters = dynamo_utils.counters
+    done = startup.so_far()  # (what the run's own start-up line reports)
     print("STARTUP " + json.dumps({
-        "to_first_step": to_first, "import": imported, "build": times["build"],
-        "generate": first["time/generate"], "train": first["time/train"],
-        "compile_s": sum(dynamo_utils.compilation_time_metrics.get("_compile.compile_inner", [])),
-        "backend_s": sum(dynamo_utils.compilation_time_metrics.get("OutputGraph.call_user_compiler", [])),
-        "graphs": counters["stats"].get("unique_graphs", 0), "frames": counters["frames"].get("ok", 0),
-        "hits": counters["inductor"].get("fxgraph_cache_hit", 0), "misses": counters["inductor"].get("fxgraph_cache_miss", 0),
-        "captures": times["captures"], "capture_s": times["capture_s"], "torch": torch.__version__}))
+        "to_first_step": to_first, "import": imported, "build": built["s"], "generate": first["time/generate"],
+        "train": first["time/train"], **done["compiled"], "captures": done["captured"]["graphs"],
+        "capture_s": done["captured"]["seconds"], "torch": torch.__version__}))
 
 
 def main() -> None:
@@ -97,14 +83,16 @@ def main() -> None:
         if done.returncode or not line:
             raise SystemExit(f"start {i + 1} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         rows.append((i + 1, wall, json.loads(line[0][len("STARTUP "):])))
+        said = [x for x in done.stderr.splitlines() if x.startswith("start-up:")]  # the run's own line
+        print(f"start {i + 1}: {said[0] if said else '(no start-up line: nothing compiled)'}")
     print(f"\n{args.arch} on {device_name()}, torch {rows[0][2]['torch']}, 16 x 8 samples of ~128 + {args.new_tokens} "
           "tokens, one step per start")
-    print("| start | process s | to step 1 s | import s | build s | generate s | train s | compile s (inductor) | frames / graphs | "
+    print("| start | process s | to step 1 s | import s | build s | generate s | train s | compile s | graphs | "
           "cache hit/miss | CUDA graphs (s) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for i, wall, r in rows:
         print(f"| {i} | {wall:.1f} | {r['to_first_step']:.1f} | {r['import']:.1f} | {r['build']:.1f} | "
-              f"{r['generate']:.1f} | {r['train']:.1f} | {r['compile_s']:.1f} ({r['backend_s']:.1f}) | {r['frames']} / {r['graphs']} | "
+              f"{r['generate']:.1f} | {r['train']:.1f} | {r['seconds']:.1f} | {r['graphs']} | "
               f"{r['hits']}/{r['misses']} | {r['captures']} ({r['capture_s']:.1f}) |")
 
 

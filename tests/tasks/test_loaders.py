@@ -143,3 +143,16 @@ def test_the_arith_warm_up_hides_the_operations_it_is_told_to():
     assert sums.count(program("sum")) < len(sums) / 3
     with pytest.raises(DatasetError, match="warmup_hidden names \\['modulo'\\]"):
         load_problems("builtin:arith-code", "train", count=3, warmup_hidden=["modulo"])
+
+
+def test_the_arith_expected_outputs_are_what_each_operations_program_prints():
+    """The tests' expected outputs come from plain functions (not eval of the program text, which cost a second of
+    every default start): each equals what the operation's program line computes."""
+    from execrl.tasks.arith import OPS, VALUE, outputs
+
+    inputs = ["3 7\n", "-50 99\n", "12 -4\n", "0 0\n"]
+    for op, expr in OPS.items():
+        want = [f"{eval(expr, {'a': a, 'b': b, 'max': max, 'min': min, 'abs': abs})}\n"  # noqa: S307
+                for a, b in (map(int, line.split()) for line in inputs)]
+        assert outputs(op, inputs) == want
+    assert set(VALUE) == set(OPS)

@@ -76,6 +76,9 @@ def make_decoder(model, slots: int, max_len: int, merge_adapters: bool):
     return GenericDecoder(model, slots, max_len)
 
 
+CAPTURED = {"graphs": 0, "seconds": 0.0}  # this process's CUDA graph captures (trainer/startup.py says them)
+
+
 class RolloutEngine:
     def __init__(self, model, tokenizer, slots: int, max_len: int, cuda_graphs: bool = True, sync_every: int = 16,
                  prefill_tokens: int = 32768, compile: bool = False, stop_token_ids: list[int] | None = None,
@@ -370,8 +373,11 @@ class RolloutEngine:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
+        began = time.perf_counter()
         with torch.cuda.graph(graph, pool=self.pool):  # recorded, not run
             out = fn()
+        CAPTURED["graphs"] += 1
+        CAPTURED["seconds"] += time.perf_counter() - began
         return graph, out
 
 

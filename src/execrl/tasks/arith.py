@@ -25,6 +25,8 @@ from execrl.tasks.registry import register
 
 OPS = {"sum": "a + b", "difference": "a - b", "product": "a * b", "maximum": "max(a, b)",
        "minimum": "min(a, b)", "absolute difference": "abs(a - b)"}
+VALUE = {"sum": lambda a, b: a + b, "difference": lambda a, b: a - b, "product": lambda a, b: a * b,
+         "maximum": max, "minimum": min, "absolute difference": lambda a, b: abs(a - b)}  # what OPS[op] prints
 PHRASES = ["Write a Python program that reads two integers from one line and prints their {op}.",
            "Read two integers a and b from standard input and print their {op}.",
            "Given two integers on a line, output their {op}."]
@@ -84,7 +86,7 @@ def outputs(op: str, inputs: list[str]) -> list[str]:
     out = []
     for line in inputs:
         a, b = map(int, line.split())
-        out.append(f"{eval(OPS[op], {'a': a, 'b': b, 'max': max, 'min': min, 'abs': abs})}\n")  # noqa: S307
+        out.append(f"{VALUE[op](a, b)}\n")
     return out
 
 

@@ -19,7 +19,7 @@ from execrl.lora import base_only, base_trainable
 from execrl.rewards import is_correct, sandbox_failures
 from execrl.rollout.sampling import scoring_temperature
 from execrl.sandbox import check_infra_share
-from execrl.trainer import checkpoint, memory
+from execrl.trainer import checkpoint, memory, startup
 from execrl.trainer import distributed as dist
 from execrl.trainer.rollouts import episode_means, episode_sums, prompt_seeds, rollout_rows, sampling
 from execrl.trainer.setup import Run, build_run, console
@@ -31,8 +31,10 @@ FLAT_WARNING_STEPS = 3  # steps in a row with every group flat before the run sa
 
 
 def train(cfg: MasterConfig) -> Run:
+    loading, before = time.monotonic(), startup.so_far()
     with memory.phase("loading the model", cfg):
         run = build_run(cfg)
+    load_s = time.monotonic() - loading
     if run.max_steps < cfg.grpo.max_num_steps:
         console.print(f"grpo.max_num_epochs={cfg.grpo.max_num_epochs} passes over the training problems end the run "
                       f"at step {run.max_steps} (before grpo.max_num_steps={cfg.grpo.max_num_steps})")
@@ -47,7 +49,7 @@ def train(cfg: MasterConfig) -> Run:
             checkpoint.save_base(cfg.checkpointing.checkpoint_dir, run.model, run.tokenizer)  # (the adapters' base)
         if run.step == 0 and cfg.grpo.val_at_start:
             validate(run)
-        begun, late = time.monotonic(), False
+        begun, late, first_step = time.monotonic(), False, run.step + 1
         with progress(run) as bar, CtrlC() as ctrl_c:
             while run.step < run.max_steps and not epochs_done(run) and not ctrl_c.stop() and not late:
                 times: dict[str, float] = {}
@@ -60,6 +62,8 @@ def train(cfg: MasterConfig) -> Run:
                         metrics = train_step(run, rollouts)
                 run.step += 1
                 log_step(run, rollouts, metrics | staleness, times, bar)
+                if run.step == first_step:  # what compiled, in how long (on GPUs)
+                    startup.say(load_s, times["step"], before)
                 if periodic_validation(cfg, run.step):
                     validate(run)
                 if cfg.checkpointing.enabled and run.step % cfg.checkpointing.save_period == 0:
