@@ -163,6 +163,15 @@ def test_train_smoke_bench_runs_on_cpu():
 
 
 @pytest.mark.slow
+def test_lengths_bench_runs_on_cpu():
+    out = run("bench/lengths.py", "--arch", "tiny", "--mean", "8", "--max", "24", "--samples", "32", "--slots", "8")
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith(("| a GRPO step |", "| refilled |"))]
+    assert [r[1].strip() for r in rows] == ["8", "32"]
+    for r in rows:
+        assert float(r[3].replace(",", "")) > 0 and 0 < float(r[6].strip(" %")) <= 100
+
+
+@pytest.mark.slow
 def test_startup_bench_runs_on_cpu():
     out = run("bench/startup.py", "--arch", "tiny", "--new-tokens", "16")
     rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]

@@ -97,6 +97,21 @@ def test_eos_ends_a_sequence_and_the_context_limit_truncates(tiny, prompts):
         RolloutEngine(model, tok, slots=2, max_len=len(prompts[3])).generate(prompts[3:], 1, 4, GREEDY)
 
 
+def test_each_prompt_may_have_its_own_token_budget(tiny, prompts):
+    """max_new_tokens per prompt (bench/lengths.py draws completion lengths this way): each completion ends at its
+    prompt's budget, in slots that are refilled as others end, with the tokens of one common budget up to there."""
+    model, tok = tiny
+    engine = RolloutEngine(model, tok, slots=2, max_len=256)
+    params = SamplingParams(temperature=0.0, ignore_eos=True)
+    budgets = [3, 17, 1, 5]
+    out = engine.generate(prompts, 2, budgets, params)
+    assert [[len(c.ids) for c in group] for group in out] == [[b, b] for b in budgets]
+    common = engine.generate(prompts, 1, 17, params)
+    assert all(group[0].ids == full[0].ids[:b] for group, full, b in zip(out, common, budgets))
+    with pytest.raises(ValueError, match="one budget >= 1 per prompt"):
+        engine.generate(prompts, 1, [4, 4], params)
+
+
 def test_sampling_follows_the_distribution_and_its_filters():
     torch.manual_seed(0)
     logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0]]).repeat(20000, 1)

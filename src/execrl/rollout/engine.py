@@ -40,8 +40,9 @@ class Slot:
 class Call:
     """One generate call's requests: waiting ones, and the results as they come in."""
 
-    def __init__(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int, params: SamplingParams,
-                 stop_strings: list[str] | None, on_batch, seeds: list[int] | None, max_len: int, guides=None):
+    def __init__(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int | list[int],
+                 params: SamplingParams, stop_strings: list[str] | None, on_batch, seeds: list[int] | None, max_len: int,
+                 guides=None):
         for p in prompts:
             if not 0 < len(p) < max_len:
                 raise ValueError(f"a prompt of {len(p)} tokens leaves no room to generate within {max_len} tokens: "
@@ -52,8 +53,12 @@ class Call:
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
         if guides is not None and len(guides) != len(prompts):
             raise ValueError(f"{len(guides)} constraints for {len(prompts)} prompts")
+        if isinstance(max_new_tokens, int):
+            max_new_tokens = [max_new_tokens] * len(prompts)
+        elif len(max_new_tokens) != len(prompts) or min(max_new_tokens, default=1) < 1:
+            raise ValueError(f"max_new_tokens: one budget >= 1 per prompt ({len(max_new_tokens)} for {len(prompts)})")
         self.guides = guides if guides is not None and any(g is not None for g in guides) else None
-        self.prompts, self.max_new_tokens, self.params = prompts, max_new_tokens, params
+        self.prompts, self.max_new_tokens, self.params = prompts, max_new_tokens, params  # (budgets per prompt)
         self.stop_strings, self.on_batch = stop_strings, on_batch
         self.keys = [[request_key(seed, j) for j in range(num_samples)] for seed in seeds]
         self.waiting = deque((i, j) for i in range(len(prompts)) for j in range(num_samples))
@@ -139,14 +144,15 @@ class RolloutEngine:
         self.pool = None
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int, params: SamplingParams,
+    def generate(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int | list[int], params: SamplingParams,
                  stop_strings: list[str] | None = None, on_batch=None, seeds: list[int] | None = None,
                  guides: list | None = None) -> list[list[Completion]]:
         """For each prompt (token ids), `num_samples` completions. Sample j of prompt i draws its
         noise from (seeds[i], j) (None: seeds from torch's generator), so results do not depend on
         the slots, the rest of the batch or the rank, except through floating-point batch effects on
         the logits. `guides`: per prompt, the execrl.guided.Guide its completions keep to (None:
-        free), their logprobs then those of the masked distribution."""
+        free), their logprobs then those of the masked distribution. `max_new_tokens`: one budget for
+        all, or one per prompt."""
         self.dec.refresh_adapters()  # (LoRA: the adapters as they are now)
         call = Call(prompts, num_samples, max_new_tokens, params, stop_strings, on_batch, seeds, self.dec.max_len,
                     guides)
@@ -166,7 +172,7 @@ class RolloutEngine:
         slots = free[:len(take)]
         for s, (i, j) in zip(slots, take):
             prompt_len = len(call.prompts[i])
-            busy[s] = Slot((i, j), prompt_len, min(call.max_new_tokens, self.dec.max_len - prompt_len))
+            busy[s] = Slot((i, j), prompt_len, min(call.max_new_tokens[i], self.dec.max_len - prompt_len))
         if call.guides:
             self.constraints.assign(slots, [call.guides[i] for i, _ in take])
             self.constraints.refresh(slots)  # the masks of their first tokens

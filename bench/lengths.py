@@ -1,0 +1,104 @@
+"""Realistic completion lengths: real runs do not force every sample to full length. Completions here end at lengths
+drawn from a log-normal (mean --mean, at most --max tokens, each sample its own budget), and the engine's figures are
+set beside the same samples forced to the mean length, measured in the same run:
+
+    python bench/lengths.py --arch qwen2.5-1.5b --mean 1024 --max 4096
+    python bench/lengths.py --arch tiny --mean 8 --max 24 --samples 32 --slots 8   # a smoke run on a CPU
+Reported per batch shape (a GRPO step's samples all in slots at once; more samples than slots, refilled as they end):
+tokens/s; the decode batch's fullness (generated tokens / (decode steps x slots)) against what batches run to their
+longest (no refill) would reach; and the training padding of the same sequences (128-token prompts + completions) in
+micro-batches of --micro: sorted by length as execrl's trainer does, in generation order, and by a token budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+
+import torch
+from common import ARCHS, build, device_name, timed
+
+from execrl.config.batch import Split
+from execrl.rollout import RolloutEngine, SamplingParams
+
+PROMPT = 128
+
+
+def draw_lengths(n: int, mean: float, most: int, seed: int = 0) -> list[int]:
+    """n log-normal lengths (sigma 1, the mean `mean` before the cap), between 1 and `most`."""
+    g = torch.Generator().manual_seed(seed)
+    sigma = 1.0
+    mu = math.log(mean) - sigma ** 2 / 2
+    drawn = torch.exp(mu + sigma * torch.randn(n, generator=g))
+    return [max(1, min(most, round(x))) for x in drawn.tolist()]
+
+
+def padding(lengths: list[int], parts: list[list[int]]) -> float:
+    """The share of padded positions when each micro-batch is padded to its longest sequence."""
+    padded = sum(len(p) * max(lengths[i] for i in p) for p in parts)
+    return 1 - sum(lengths) / padded
+
+
+def run(engine: RolloutEngine, prompts: list[list[int]], budgets: list[int]) -> tuple[float, int]:
+    """(seconds, decode steps) of one generate call, each prompt its own budget."""
+    steps = [0]
+    step = engine._step
+
+    def counted(*args):
+        steps[0] += 1
+        return step(*args)
+
+    engine._step = counted
+    try:
+        _, seconds = timed(lambda: engine.generate(prompts, 1, budgets, SamplingParams(1.0, ignore_eos=True)))
+    finally:
+        del engine._step
+    return seconds, steps[0]
+
+
+def static_fullness(lengths: list[int], slots: int) -> float:
+    """The decode batch's fullness where each batch of `slots` samples runs until its longest ends."""
+    batches = [lengths[i:i + slots] for i in range(0, len(lengths), slots)]
+    return sum(lengths) / (slots * sum(max(b) for b in batches))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--arch", default="qwen2.5-1.5b", choices=sorted(ARCHS))
+    ap.add_argument("--mean", type=int, default=1024)
+    ap.add_argument("--max", type=int, default=4096)
+    ap.add_argument("--samples", type=int, default=512, help="the refill case's samples (the step case: --slots)")
+    ap.add_argument("--slots", type=int, default=128, help="the engine's slots (a GRPO step of 16 x 8: 128)")
+    ap.add_argument("--micro", type=int, default=8, help="training micro-batch (sequences)")
+    args = ap.parse_args()
+
+    model, tok = build(args.arch)
+    engine = RolloutEngine(model, tok, slots=args.slots, max_len=PROMPT + args.max + 1, compile=device_name() != "cpu")
+    g = torch.Generator().manual_seed(0)
+    print(f"{args.arch} on {device_name()}, torch {torch.__version__}: {PROMPT}-token prompts, completions log-normal "
+          f"(mean {args.mean} before the cap of {args.max}), {args.slots} slots")
+    run(engine, torch.randint(3, 259, (args.slots, PROMPT), generator=g).tolist(), [min(64, args.max)] * args.slots)
+    print("| batch | samples | mean / median / max tokens | engine tok/s | forced to the mean, tok/s | ratio | decode "
+          "batch full | without refill | padding: sorted | in order | by tokens |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, n in (("a GRPO step", args.slots), ("refilled", args.samples)):
+        lengths = draw_lengths(n, args.mean, args.max, seed=n)
+        prompts = torch.randint(3, 259, (n, PROMPT), generator=g).tolist()
+        seconds, steps = run(engine, prompts, lengths)
+        mean = round(statistics.mean(lengths))
+        forced_s, _ = run(engine, prompts, [mean] * n)
+        rate, forced = sum(lengths) / seconds, mean * n / forced_s
+        seqs = [PROMPT + x for x in lengths]
+        rows = range(n)
+        budget = args.micro * (PROMPT + args.mean)
+        sorted_pad = padding(seqs, Split(args.micro).parts(seqs, rows))
+        in_order = padding(seqs, [list(rows[i:i + args.micro]) for i in range(0, n, args.micro)])
+        by_tokens = padding(seqs, Split(args.micro, tokens=budget).parts(seqs, rows))
+        print(f"| {name} | {n} | {mean} / {statistics.median(lengths):.0f} / {max(lengths)} | {rate:,.0f} | "
+              f"{forced:,.0f} | {rate / forced:.2f} | {sum(lengths) / (steps * args.slots):.0%} | "
+              f"{static_fullness(lengths, args.slots):.0%} | {sorted_pad:.0%} | {in_order:.0%} | {by_tokens:.0%} |")
+
+
+if __name__ == "__main__":
+    main()
