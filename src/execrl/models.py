@@ -51,8 +51,9 @@ def pick_dtype(device: torch.device, dtype: str = "auto") -> torch.dtype:
     return torch.float32
 
 
-TINY_CODER = "builtin:tiny-coder"  # built here: a 2-layer Qwen2 with a byte-level tokenizer (the built-in default's)
-TINY_CODER_BPE = "builtin:tiny-coder-bpe"  # the same model with a small BPE tokenizer of the built-in task's text
+TINY_CODER = "builtin:tiny-coder"  # built here: a 2-layer Qwen2 with a byte-level tokenizer
+TINY_CODER_BPE = "builtin:tiny-coder-bpe"  # the same model with a small BPE tokenizer of the built-in task's text (the
+# built-in default's)
 TINY_CODERS = (TINY_CODER, TINY_CODER_BPE)
 BYTE_VOCAB = 259  # 256 bytes + 3 special tokens: a BPE tokenizer of this size learns no merges
 TASK_VOCAB = 384  # the BPE tokenizer's size: every word of the built-in task's prompts and programs is one token

@@ -105,14 +105,16 @@ def test_evaluation_splits_cannot_be_trained_on(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_builtin_default_learns(tmp_path):
-    cfg = load_config(None, [f"logger.log_dir={tmp_path}", f"checkpointing.checkpoint_dir={tmp_path}/ckpt"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_builtin_default_learns_from_any_seed(tmp_path, seed):
+    cfg = load_config(None, [f"grpo.seed={seed}", f"logger.log_dir={tmp_path}",
+                             f"checkpointing.checkpoint_dir={tmp_path}/ckpt"])
     train(cfg)
     rows = metrics(tmp_path)
     rewards = [r["train/reward_mean"] for r in rows if "train/reward_mean" in r]
     evals = [r["eval/pass@1"] for r in rows if "eval/pass@1" in r]
     assert sum(rewards[-5:]) / 5 - sum(rewards[:5]) / 5 >= 0.15
-    assert evals[-1] - evals[0] >= 0.10
+    assert evals[-1] - evals[0] >= 0.15
 
 
 def test_wandb_offline_needs_no_network(tmp_path, monkeypatch):

@@ -2,7 +2,7 @@
 laptop CPU in minutes.
 
 A tiny model cannot write code from nothing, so the default is honest about it: a 2-layer Qwen2 with
-a byte-level tokenizer (builtin:tiny-coder, execrl.models) gets a few seconds of supervised warm-up
+a small BPE tokenizer of this task's text (builtin:tiny-coder-bpe, execrl.models) gets a few seconds of supervised warm-up
 on the reference solutions each problem carries, which teach it the answer format of a
 programmatically generated task ("Read two integers a and b from standard input and print their
 maximum.", six operations, three phrasings, four stdin/stdout tests with fresh numbers per problem);
