@@ -19,8 +19,9 @@ from execrl.config import load_config
 from execrl.trainer.loop import train
 
 # 4 prompts x 4 samples per step, 2 optimizer steps per rollout (so ranks take a part of each optimizer batch),
-# micro-batches of 2 (gradient accumulation), a KL term (a sharded reference model), and validation split over ranks
-BASE = ["policy.device=cpu", "grpo.num_prompts_per_step=4", "grpo.num_generations_per_prompt=4",
+# micro-batches of 2 (gradient accumulation), a KL term (a sharded reference model), and validation split over ranks;
+# the byte-level model (its random samples, and its 80-step warm-up, are what these runs were built on)
+BASE = ["policy.model_name=builtin:tiny-coder", "policy.device=cpu", "grpo.num_prompts_per_step=4", "grpo.num_generations_per_prompt=4",
         "policy.train_global_batch_size=8", "policy.train_micro_batch_size=2", "policy.logprob_batch_size=4",
         "policy.generation_batch_size=16", "grpo.val_at_start=false", "grpo.max_val_samples=8",
         "loss_fn.reference_policy_kl_penalty=0.01", "logger.tensorboard_enabled=false", "logger.rollouts_period=1",
@@ -72,7 +73,7 @@ def weights(d: Path, step: int) -> dict[str, torch.Tensor]:
 def initial_weights() -> dict[str, torch.Tensor]:
     from execrl.models import load_model_and_tokenizer
 
-    cfg = load_config(None, [])
+    cfg = load_config(None, BASE)
     model, _ = load_model_and_tokenizer(cfg.policy.model_name, "cpu", "float32", seed=cfg.grpo.seed)
     return model.state_dict()
 
