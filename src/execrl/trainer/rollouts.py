@@ -85,7 +85,14 @@ class Rollouts:
 
 
 def encode(messages: list[dict], tokenizer) -> list[int]:
-    return tokenizer(render(messages, tokenizer), add_special_tokens=False)["input_ids"]
+    return encode_all([messages], tokenizer)[0]
+
+
+def encode_all(conversations: list[list[dict]], tokenizer) -> list[list[int]]:
+    """The token ids of each conversation as the model sees it (its chat template), in one batch."""
+    if not conversations:
+        return []
+    return tokenizer([render(m, tokenizer) for m in conversations], add_special_tokens=False)["input_ids"]
 
 
 def prompt_seeds(seed: int, step: int, num_prompts: int, first: int = 0) -> list[int]:

@@ -17,7 +17,6 @@ from execrl.config.checks import check_dataset_names, check_reward_fits, prompt_
 from execrl.envs import make_env
 from execrl.lora import Adapter
 from execrl.models import TINY_CODERS, pick_device
-from execrl.prompts import render
 from execrl.rewards.judges import load_reward_model
 from execrl.rewards.reward_model import RewardModel
 from execrl.rollout import build_generator
@@ -34,7 +33,7 @@ from execrl.trainer.opponent import Opponent, build_opponent
 from execrl.trainer.optim import make_optimizer
 from execrl.trainer.pipeline import RolloutPipeline, build_pipeline
 from execrl.trainer.policy import build_policy
-from execrl.trainer.rollouts import EpisodeRunner
+from execrl.trainer.rollouts import EpisodeRunner, encode_all
 
 console = Console(stderr=True, soft_wrap=True)
 
@@ -269,8 +268,7 @@ def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig, where: str 
     of the rest that names the keys setting the limit; every training problem dropped is an
     error."""
     limit = prompt_limit(cfg)
-    texts = [render(make_env(cfg, None, p).reset(p), tokenizer) for p in problems]
-    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
+    lengths = [len(ids) for ids in encode_all([make_env(cfg, None, p).reset(p) for p in problems], tokenizer)]
     kept = [p for p, n in zip(problems, lengths) if n <= limit]
     dropped = len(problems) - len(kept)
     if not dropped:

@@ -6,19 +6,14 @@ nothing is said. (bench/startup.py measures a first and a second start.)"""
 
 from __future__ import annotations
 
-import os
-import tempfile
-
 from execrl.rollout.engine import CAPTURED
 
 
 def compiled_so_far() -> dict[str, float]:
     """torch.compile's work in this process so far: seconds, graphs, and inductor cache hits and
-    misses (torch's own counters; zeros where a torch version lacks them)."""
-    try:
-        from torch._dynamo import utils
-    except ImportError:
-        return {"seconds": 0.0, "graphs": 0, "hits": 0, "misses": 0}
+    misses (torch's own counters; zeros where a torch version lacks one)."""
+    from torch._dynamo import utils
+
     counters = getattr(utils, "counters", {})
     return {"seconds": sum(getattr(utils, "compilation_time_metrics", {}).get("_compile.compile_inner", [])),
             "graphs": counters.get("stats", {}).get("unique_graphs", 0),
@@ -27,13 +22,11 @@ def compiled_so_far() -> dict[str, float]:
 
 
 def cache_dir() -> str:
-    """Where inductor keeps its compiled kernels between processes."""
-    try:
-        from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
-        return inductor_cache_dir()
-    except ImportError:  # (its home in other torch versions)
-        user = os.environ.get("USER", "user")
-        return os.environ.get("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor_{user}"))
+    """Where inductor keeps its compiled kernels between processes (TORCHINDUCTOR_CACHE_DIR, or
+    torch's default under the temporary directory)."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
+
+    return inductor_cache_dir()
 
 
 def first_step_line(load_s: float, step_s: float, compiled: dict[str, float], captured: dict[str, float]) -> str | None:
