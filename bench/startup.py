@@ -4,7 +4,9 @@ a first start (empty compile caches) and a second start of the same config on th
     python bench/startup.py --arch qwen2.5-0.5b
     python bench/startup.py --arch tiny --new-tokens 16   # a smoke run on a CPU
 Each start is its own process (`--child`), as a user's second `execrl train` is; both share one fresh
-TORCHINDUCTOR_CACHE_DIR. Columns: the interpreter to the end of step 1 (`to step 1`), importing execrl and
+TORCHINDUCTOR_CACHE_DIR, and Python's bytecode cache (as an installed package has it; an image that sets
+PYTHONDONTWRITEBYTECODE would compile every module's source in every process). `--profile` adds where the build's
+seconds go, torch.compile's seconds per phase and the recompiles' reasons. Columns: the interpreter to the end of step 1 (`to step 1`), importing execrl and
 transformers, building the run (model, optimizer, engine, sandbox), step 1's generate and train, the seconds torch.compile
 spent (dynamo and inductor, over the whole start), its inductor cache hits/misses, and the CUDA graphs captured.
 """
@@ -40,10 +42,26 @@ def child(args) -> None:
         finally:
             built["s"] = time.perf_counter() - t
 
-    loop.build_run = timed_build
+    if args.profile:  # where the build's seconds go: the 25 costliest calls by cumulative time
+        import cProfile
+        import pstats
+
+        def profiled_build(cfg):
+            prof = cProfile.Profile()
+            try:
+                return prof.runcall(timed_build, cfg)
+            finally:
+                pstats.Stats(prof, stream=sys.stdout).sort_stats("cumulative").print_stats(25)
+
+        loop.build_run = profiled_build
+    else:
+        loop.build_run = timed_build
     overrides = step_overrides(Path(args.model), 1, args.micro, args.system, Path(args.log_dir), args.new_tokens)
     loop.train(load_config(None, overrides))
     to_first = time.perf_counter() - T0
+    if args.profile:  # dynamo's seconds per compiled function and phase
+        from torch._dynamo.utils import compile_times
+        print(compile_times(repr="str", aggregate=True))
     first = read_metrics(args.log_dir)[0]
     done = startup.so_far()  # (what the run's own start-up line reports)
     print("STARTUP " + json.dumps({
@@ -58,6 +76,8 @@ def main() -> None:
     ap.add_argument("--starts", type=int, default=2)
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--micro", type=int, default=16)
+    ap.add_argument("--profile", action="store_true", help="print each start's build profile, torch.compile's "
+                    "seconds per function and the recompiles' reasons")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--log-dir", help=argparse.SUPPRESS)
@@ -71,11 +91,16 @@ def main() -> None:
         raise SystemExit(f"--arch {args.arch}: one of {sorted(ARCHS)}")
     work = Path(tempfile.mkdtemp())
     system = save_arch(args.arch, work)
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(work / "inductor-cache"), TRITON_CACHE_DIR=str(work / "triton-cache"))
+    # Python's bytecode kept as an installed package has it (an image that sets PYTHONDONTWRITEBYTECODE compiles
+    # every module's source in every process), in work/ as the compile caches are
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(work / "inductor-cache"), TRITON_CACHE_DIR=str(work / "triton-cache"),
+               PYTHONPYCACHEPREFIX=str(work / "bytecode"), **({"TORCH_LOGS": "recompiles"} if args.profile else {}))
     rows = []
     for i in range(args.starts):
         cmd = [sys.executable, __file__, "--child", "--model", str(work / "model"), "--log-dir", str(work / f"run{i}"),
-               "--system", system, "--new-tokens", str(args.new_tokens), "--micro", str(args.micro)]
+               "--system", system, "--new-tokens", str(args.new_tokens), "--micro", str(args.micro),
+               *(["--profile"] if args.profile else [])]
         t = time.perf_counter()
         done = subprocess.run(cmd, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t
@@ -85,6 +110,9 @@ def main() -> None:
         rows.append((i + 1, wall, json.loads(line[0][len("STARTUP "):])))
         said = [x for x in done.stderr.splitlines() if x.startswith("start-up:")]  # the run's own line
         print(f"start {i + 1}: {said[0] if said else '(no start-up line: nothing compiled)'}")
+        if args.profile:
+            print(done.stdout[:done.stdout.index("STARTUP ")])
+            print("\n".join(x for x in done.stderr.splitlines() if "ecompil" in x or "triggered by" in x))
     print(f"\n{args.arch} on {device_name()}, torch {rows[0][2]['torch']}, 16 x 8 samples of ~128 + {args.new_tokens} "
           "tokens, one step per start")
     print("| start | process s | to step 1 s | import s | build s | generate s | train s | compile s | graphs | "

@@ -35,3 +35,48 @@ def test_a_compilation_counts_in_what_a_run_did_since_it_began():
     assert after["compiled"]["hits"] + after["compiled"]["misses"] > before["compiled"]["hits"] + \
         before["compiled"]["misses"]
     assert after["captured"] == before["captured"]  # (no CUDA graph on a CPU)
+
+
+def graphs() -> int:
+    return startup.compiled_so_far()["graphs"]
+
+
+def test_the_decode_step_compiles_once_for_every_attention_window():
+    """engine.compiled: the window is a symbol from the first compilation (it was specialized to the first window
+    and compiled again at the second: one more graph on every start)."""
+    from execrl.rollout.engine import compiled
+
+    x = torch.randn(4, 1024)
+
+    def step(window: int, scale: float) -> torch.Tensor:
+        return (x[:, :window] * scale).sum(-1)
+
+    fn = compiled(step)
+    before = graphs()
+    for w in (64, 128, 256, 512):
+        assert torch.allclose(fn(w, 2.0), step(w, 2.0))
+    assert graphs() - before == 1
+
+
+def test_the_trainers_layers_compile_once_per_mask_kind_over_micro_batch_shapes():
+    """policy.compile_layers: generic in batch and length from the first compilation; one graph with a padding mask
+    and one without (transformers passes none where nothing is padded), for micro-batches of other sizes and
+    lengths, forward and backward, with the eager layers' numbers."""
+    from execrl.models import build_tiny_model, tiny_tokenizer
+    from execrl.trainer.policy import compile_layers
+
+    tok = tiny_tokenizer("builtin:tiny-coder")
+    eager, model = build_tiny_model(tok, hidden=32, layers=1), build_tiny_model(tok, hidden=32, layers=1)
+    compile_layers(model, None)
+    before = graphs()
+    for b, t, padded in ((4, 37, True), (3, 52, True), (4, 41, False), (2, 60, False), (4, 70, True)):
+        ids = torch.randint(3, 200, (b, t))
+        mask = torch.ones(b, t, dtype=torch.long)
+        if padded:
+            mask[0, t - 5:] = 0
+        for m in (eager, model):
+            m.zero_grad()
+            m(input_ids=ids, attention_mask=mask).logits.float().logsumexp(-1).mul(mask).sum().backward()
+        got, want = model.model.layers[0].mlp.up_proj.weight.grad, eager.model.layers[0].mlp.up_proj.weight.grad
+        assert torch.allclose(got, want, atol=1e-4, rtol=1e-3)
+    assert graphs() - before == 2

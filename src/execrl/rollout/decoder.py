@@ -69,10 +69,9 @@ class CachedDecoder:
 
     def compile_prefill(self, compiler) -> None:
         """Fuse prefill's elementwise ops (rotary, act * mul: a few passes over [tokens, 2I] in
-        eager mode) with `compiler` (engine.compiled): specialized to the first shapes, then generic
-        in those that change (batch and prompt width; the model's dimensions stay constants, so the
-        index math stays cheap)."""
-        self.prefill_ops = tuple(compiler(fn) for fn in (rotate, self.glu))
+        eager mode) with `compiler` (engine.compiled), generic in the shapes from the first
+        compilation (batch and prompt width change from call to call)."""
+        self.prefill_ops = tuple(compiler(fn, dynamic=True) for fn in (rotate, self.glu))
 
     def _layer(self, i: int, x: torch.Tensor, tables: list, attend, ops=None) -> torch.Tensor:
         """Layer i on x [B, T, d]: the architecture's order (arch.block) of its attention and MLP,

@@ -92,7 +92,7 @@ class RolloutEngine:
         self.dec = make_decoder(model, slots, max_len, merge_adapters)  # (LoRA: decoder.adapters_merged)
         dev = self.dec.rows.device
         self.graphs_on = cuda_graphs and dev.type == "cuda"
-        # fuses the small ops (two compilations: see compiled()); on the generic path the model's own code with them
+        # fuses the small ops (see compiled()); on the generic path the model's own code with them
         self.compiled = compile and dev.type == "cuda"
         self.body = compiled(self._body) if self.compiled else self._body
         self.forward = compiled(self._forward) if self.compiled else self._forward
@@ -387,18 +387,26 @@ class RolloutEngine:
         return graph, out
 
 
-def compiled(fn):
+def compiled(fn, dynamic: bool | None = None):
     """torch.compile, falling back to eager (with torch's warning) where a compiler is missing or
-    fails. Shapes are static except the attention window: the first window compiles a specialized
-    step, the second a step generic in the window that serves every later one (automatic dynamic
-    shapes), so attention reads only the positions in use."""
+    fails. Shapes are static (`dynamic`: None) except the attention window, generic from the first
+    compilation (one step serves every window; attention reads only the positions in use)."""
     import torch._dynamo.config as dynamo_config
 
     eager_fallback()
     for name in ("recompile_limit", "cache_size_limit"):  # each engine compiles its own step (its `self` is guarded)
         if hasattr(dynamo_config, name):
             setattr(dynamo_config, name, max(getattr(dynamo_config, name), 64))
-    return torch.compile(fn)
+    dynamic_source("L['window']")
+    return torch.compile(fn, dynamic=dynamic)
+
+
+def dynamic_source(name: str) -> None:
+    """Compile the argument `name` (dynamo's source name) as a symbol from its first call, rather than
+    specialized to its first value and compiled again at the second."""
+    config = torch.compiler.config
+    if hasattr(config, "dynamic_sources") and name not in config.dynamic_sources.split(","):
+        config.dynamic_sources = ",".join(x for x in (config.dynamic_sources, name) if x)
 
 
 def eager_fallback() -> None:

@@ -99,7 +99,15 @@ def reference_model(cfg: MasterConfig, compute: torch.nn.Module) -> torch.nn.Mod
 
 
 def compile_layers(compute: torch.nn.Module, ref: torch.nn.Module | None) -> None:
-    """torch.compile each decoder layer (eager where compilation fails, with torch's warning)."""
+    """torch.compile each decoder layer (eager where compilation fails, with torch's warning):
+    generic in batch and length from the first compilation (micro-batches differ in both), with
+    inductor's fusing of the norms' mixed-order reductions not conditioned on the tokens in a
+    micro-batch (that condition guards each graph on its size: one more compilation when a longer
+    micro-batch crosses it)."""
+    import torch._inductor.config as inductor_config
+
     eager_fallback()
+    options = {"triton.mix_order_reduction_non_strict_mode": True} \
+        if hasattr(inductor_config.triton, "mix_order_reduction_non_strict_mode") else None
     for layer in [*compute.get_decoder().layers, *(ref.get_decoder().layers if ref is not None else [])]:
-        layer.compile()
+        layer.compile(dynamic=True, options=options)
