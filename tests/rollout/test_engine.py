@@ -112,6 +112,28 @@ def test_each_prompt_may_have_its_own_token_budget(tiny, prompts):
         engine.generate(prompts, 1, [4, 4], params)
 
 
+def test_an_ended_sample_stops_reading_its_cache_while_the_batch_goes_on(tiny, prompts):
+    """A slot whose sample ended attends to position 0 only until the batch's longest sample ends (it read its whole
+    cache on every step: with log-normal lengths most of a long step's attention reads); the samples still running
+    get the same tokens."""
+    model, tok = tiny
+    engine = RolloutEngine(model, tok, slots=4, max_len=256, sync_every=4)
+    seen, decode = [], engine.dec.decode
+
+    def spy(tokens, pos, window, reads):
+        seen.append((pos.clone(), reads.clone(), engine.active.clone()))
+        return decode(tokens, pos, window, reads)
+
+    engine.dec.decode = spy
+    params = SamplingParams(temperature=0.0, ignore_eos=True)
+    out = engine.generate(prompts, 1, [2, 30, 2, 2], params)
+    ended = [(pos, reads) for pos, reads, active in seen if not active.all()]
+    assert ended and all(torch.equal(reads, torch.where(active, pos, 0)) for pos, reads, active in seen)
+    assert all(int(reads[s]) == 0 < int(pos[s]) for pos, reads in ended[-1:] for s in (0, 2, 3))
+    alone = RolloutEngine(model, tok, slots=1, max_len=256).generate(prompts[1:2], 1, 30, params)
+    assert out[1][0].ids == alone[0][0].ids and len(alone[0][0].ids) == 30
+
+
 def test_sampling_follows_the_distribution_and_its_filters():
     torch.manual_seed(0)
     logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0]]).repeat(20000, 1)

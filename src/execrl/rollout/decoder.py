@@ -178,10 +178,12 @@ class CachedDecoder:
         last = x[torch.arange(p, device=x.device), lengths - 1]  # [P, d]
         return self.logits(last)
 
-    def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int) -> torch.Tensor:
+    def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int, reads: torch.Tensor) -> torch.Tensor:
         """One token for every slot: tokens [S] at positions pos [S]. Keys/values are written at
-        pos, attention reads each slot's positions <= pos (and > pos - its sliding window), all
-        within [0, window). Returns logits [S, V]. Shapes are static (CUDA-graph safe)."""
+        pos, attention reads each slot's positions <= reads [S] (pos; 0 for a slot whose sample
+        has ended, which would otherwise read its whole cache on every step until the batch ends)
+        and > reads - its sliding window, all within [0, window). Returns logits [S, V]. Shapes
+        are static (CUDA-graph safe)."""
         s = tokens.shape[0]
         tables = [(c[pos][:, None, None], s_[pos][:, None, None]) for c, s_ in self.tables]  # [S, 1, 1, R]
         g = self.heads // self.kv_heads
@@ -192,7 +194,7 @@ class CachedDecoder:
             vc[self.rows, :, pos] = v[:, :, 0]
             # the G query heads of one kv head act as G query rows over the same keys: no repeat of
             # the cache
-            out = decode_attention(q.reshape(s, self.kv_heads, g, self.head_dim), kc, vc, pos, window, self.scale,
+            out = decode_attention(q.reshape(s, self.kv_heads, g, self.head_dim), kc, vc, reads, window, self.scale,
                                    self.windows[i])
             return out.reshape(s, self.heads, 1, self.head_dim)
 

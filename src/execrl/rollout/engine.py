@@ -266,12 +266,17 @@ class RolloutEngine:
 
     def _body(self, window: int, params: SamplingParams) -> None:
         """One decode step for every slot; all state stays on the device."""
-        self._sample(self.dec.decode(self.tokens, self.pos, window), params, None)
+        self._sample(self._logits(window), params, None)
 
     def _forward(self, window: int) -> torch.Tensor:
         """Guided decoding's first half of a step: the logits [S, V], while the host makes the
         masks."""
-        return self.dec.decode(self.tokens, self.pos, window)
+        return self._logits(window)
+
+    def _logits(self, window: int) -> torch.Tensor:
+        """The decoder's step over every slot [S, V]; a slot whose sample has ended attends to
+        position 0 only (its tokens are not kept; its cache no longer matters)."""
+        return self.dec.decode(self.tokens, self.pos, window, torch.where(self.active, self.pos, 0))
 
     def _guided_sample(self, logits: torch.Tensor, params: SamplingParams) -> None:
         """... and its second half: sampling under the masks the host wrote meanwhile."""

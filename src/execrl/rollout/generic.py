@@ -184,9 +184,9 @@ class GenericDecoder:
             out.append(logits[torch.arange(b - a, device=dev), lengths[a:b] - 1])
         return torch.cat(out)
 
-    def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int) -> torch.Tensor:
+    def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int, reads: torch.Tensor) -> torch.Tensor:
         n = torch.arange(window, device=tokens.device)[None]  # [1, W]
-        visible = (n <= pos[:, None])[:, None, None]  # [S, 1, 1, W]
-        sliding = None if self.window is None else visible & (n > pos[:, None] - self.window)[:, None, None]
+        visible = (n <= reads[:, None])[:, None, None]  # [S, 1, 1, W]
+        sliding = None if self.window is None else visible & (n > reads[:, None] - self.window)[:, None, None]
         self.cache.mode = ("decode", self.rows, pos, window)
         return self._forward(tokens[:, None], pos[:, None], self._masks(visible, sliding))[:, 0]
