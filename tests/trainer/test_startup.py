@@ -80,3 +80,24 @@ def test_the_trainers_layers_compile_once_per_mask_kind_over_micro_batch_shapes(
         got, want = model.model.layers[0].mlp.up_proj.weight.grad, eager.model.layers[0].mlp.up_proj.weight.grad
         assert torch.allclose(got, want, atol=1e-4, rtol=1e-3)
     assert graphs() - before == 2
+
+
+def test_prefills_ops_compile_once_for_every_batch_and_width_with_the_model_dims_constant():
+    """decoder.compile_prefill: rotary and act * mul generic in batch, heads (queries and keys) and prompt width from
+    the first compilation (one graph each over three prefills of other shapes), the same numbers as eager; the
+    model's other dimensions stay constants (symbolic ones made these kernels 2-6x slower on a GPU:
+    bench/README.md)."""
+    from execrl.models import build_tiny_model, tiny_tokenizer
+    from execrl.rollout.engine import compiled, make_decoder
+
+    tok = tiny_tokenizer("builtin:tiny-coder")
+    model = build_tiny_model(tok, hidden=32, layers=2).eval()
+    eager, fused = make_decoder(model, 8, 64, False), make_decoder(model, 8, 64, False)
+    fused.compile_prefill(compiled)
+    before = graphs()
+    for p, t in ((2, 9), (3, 17), (4, 5)):
+        tokens = torch.randint(3, 200, (p, t))
+        args = (torch.full((p,), t), torch.arange(p), torch.arange(p))
+        with torch.no_grad():
+            torch.testing.assert_close(fused.prefill(tokens, *args), eager.prefill(tokens, *args))
+    assert graphs() - before == 2

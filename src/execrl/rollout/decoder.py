@@ -37,6 +37,15 @@ def _fused(group: list) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     return weight, bias
 
 
+def generic_in(x: torch.Tensor, *dims: int) -> torch.Tensor:
+    """x, with torch.compile told to compile these dims as symbols from the first call."""
+    from torch._dynamo import maybe_mark_dynamic
+
+    for d in dims:
+        maybe_mark_dynamic(x, d)
+    return x
+
+
 class CachedDecoder:
     def __init__(self, model, slots: int, max_len: int, merge_adapters: bool = False):
         self.arch = arch = architecture_of(model)
@@ -69,9 +78,18 @@ class CachedDecoder:
 
     def compile_prefill(self, compiler) -> None:
         """Fuse prefill's elementwise ops (rotary, act * mul: a few passes over [tokens, 2I] in
-        eager mode) with `compiler` (engine.compiled), generic in the shapes from the first
-        compilation (batch and prompt width change from call to call)."""
-        self.prefill_ops = tuple(compiler(fn, dynamic=True) for fn in (rotate, self.glu))
+        eager mode) with `compiler` (engine.compiled), generic from the first compilation in the
+        batch and prompt width, which change from call to call; the model's dimensions stay
+        constants (symbolic ones make the index math slow: bench/README.md)."""
+        rope, glu = compiler(rotate), compiler(self.glu)
+
+        def rope_any(x, cos, sin):  # x [B, H, T, D] (queries and keys: H differs), cos/sin [1, 1, T, R]
+            return rope(generic_in(x, 0, 1, 2), generic_in(cos, 2), generic_in(sin, 2))
+
+        def glu_any(h):  # h [B, T, 2I]
+            return glu(generic_in(h, 0, 1))
+
+        self.prefill_ops = (rope_any, glu_any)
 
     def _layer(self, i: int, x: torch.Tensor, tables: list, attend, ops=None) -> torch.Tensor:
         """Layer i on x [B, T, d]: the architecture's order (arch.block) of its attention and MLP,
