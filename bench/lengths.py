@@ -6,8 +6,10 @@ set beside the same samples forced to the mean length, measured in the same run:
     python bench/lengths.py --arch tiny --mean 8 --max 24 --samples 32 --slots 8   # a smoke run on a CPU
 Reported per batch shape (a GRPO step's samples all in slots at once; more samples than slots, refilled as they end):
 tokens/s; the decode batch's fullness (generated tokens / (decode steps x slots)) against what batches run to their
-longest (no refill) would reach; and the training padding of the same sequences (128-token prompts + completions) in
-micro-batches of --micro: sorted by length as execrl's trainer does, in generation order, and by a token budget.
+longest (no refill) would reach; the milliseconds per decode step (forced to the mean: in brackets); and the training
+padding of the same sequences (128-token prompts + completions) in micro-batches of --micro: sorted by length as
+execrl's trainer does, in generation order, and by a token budget. Then what a decode step costs with a sixteenth of
+the slots live (the tail of a real-length step) against all of them live.
 """
 
 from __future__ import annotations
@@ -80,14 +82,14 @@ def main() -> None:
           f"(mean {args.mean} before the cap of {args.max}), {args.slots} slots")
     run(engine, torch.randint(3, 259, (args.slots, PROMPT), generator=g).tolist(), [min(64, args.max)] * args.slots)
     print("| batch | samples | mean / median / max tokens | engine tok/s | forced to the mean, tok/s | ratio | decode "
-          "batch full | without refill | padding: sorted | in order | by tokens |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "batch full | without refill | ms per decode step (forced) | padding: sorted | in order | by tokens |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, n in (("a GRPO step", args.slots), ("refilled", args.samples)):
         lengths = draw_lengths(n, args.mean, args.max, seed=n)
         prompts = torch.randint(3, 259, (n, PROMPT), generator=g).tolist()
         seconds, steps = run(engine, prompts, lengths)
         mean = round(statistics.mean(lengths))
-        forced_s, _ = run(engine, prompts, [mean] * n)
+        forced_s, forced_steps = run(engine, prompts, [mean] * n)
         rate, forced = sum(lengths) / seconds, mean * n / forced_s
         seqs = [PROMPT + x for x in lengths]
         rows = range(n)
@@ -97,7 +99,16 @@ def main() -> None:
         by_tokens = padding(seqs, Split(args.micro, tokens=budget).parts(seqs, rows))
         print(f"| {name} | {n} | {mean} / {statistics.median(lengths):.0f} / {max(lengths)} | {rate:,.0f} | "
               f"{forced:,.0f} | {rate / forced:.2f} | {sum(lengths) / (steps * args.slots):.0%} | "
-              f"{static_fullness(lengths, args.slots):.0%} | {sorted_pad:.0%} | {in_order:.0%} | {by_tokens:.0%} |")
+              f"{static_fullness(lengths, args.slots):.0%} | {1e3 * seconds / steps:.2f} ({1e3 * forced_s / forced_steps:.2f})"
+              f" | {sorted_pad:.0%} | {in_order:.0%} | {by_tokens:.0%} |")
+    # what a decode step costs with few slots live: a few samples run to --max while the rest end after one token,
+    # against every slot running to --max (the tail of a real-length step, where the longest few decode alone)
+    few = max(1, args.slots // 16)
+    prompts = torch.randint(3, 259, (args.slots, PROMPT), generator=g).tolist()
+    tail_s, tail_steps = run(engine, prompts, [args.max] * few + [1] * (args.slots - few))
+    full_s, full_steps = run(engine, prompts, [args.max] * args.slots)
+    print(f"\nms per decode step to {args.max} tokens: {few} of {args.slots} slots live "
+          f"{1e3 * tail_s / tail_steps:.2f}, all {args.slots} live {1e3 * full_s / full_steps:.2f}")
 
 
 if __name__ == "__main__":

@@ -169,6 +169,8 @@ def test_lengths_bench_runs_on_cpu():
     assert [r[1].strip() for r in rows] == ["8", "32"]
     for r in rows:
         assert float(r[3].replace(",", "")) > 0 and 0 < float(r[6].strip(" %")) <= 100
+        assert float(r[8].split("(")[0]) > 0  # ms per decode step
+    assert "ms per decode step to 24 tokens: 1 of 8 slots live" in out
 
 
 @pytest.mark.slow
