@@ -6,9 +6,10 @@ a first start (empty compile caches) and a second start of the same config on th
 Each start is its own process (`--child`), as a user's second `execrl train` is; both share one fresh
 TORCHINDUCTOR_CACHE_DIR, and Python's bytecode cache (as an installed package has it; an image that sets
 PYTHONDONTWRITEBYTECODE would compile every module's source in every process). `--profile` adds where the build's
-seconds go, torch.compile's seconds per phase and the recompiles' reasons. Columns: the interpreter to the end of step 1 (`to step 1`), importing execrl and
-transformers, building the run (model, optimizer, engine, sandbox), step 1's generate and train, the seconds torch.compile
-spent (dynamo and inductor, over the whole start), its inductor cache hits/misses, and the CUDA graphs captured.
+seconds go, torch.compile's seconds per phase and the recompiles' reasons. Columns: the interpreter to the end of
+step 1 (`to step 1`), importing execrl and transformers, building the run (model, optimizer, engine, sandbox), step
+1's generate and train, the seconds torch.compile spent (dynamo and inductor, over the whole start), its inductor
+cache hits/misses, and the CUDA graphs captured.
 """
 
 import time

@@ -392,10 +392,10 @@ class RolloutEngine:
         return graph, out
 
 
-def compiled(fn, dynamic: bool | None = None):
+def compiled(fn):
     """torch.compile, falling back to eager (with torch's warning) where a compiler is missing or
-    fails. Shapes are static (`dynamic`: None) except the attention window, generic from the first
-    compilation (one step serves every window; attention reads only the positions in use)."""
+    fails. Shapes are static except the attention window, generic from the first compilation (one
+    step serves every window; attention reads only the positions in use)."""
     import torch._dynamo.config as dynamo_config
 
     eager_fallback()
@@ -403,7 +403,7 @@ def compiled(fn, dynamic: bool | None = None):
         if hasattr(dynamo_config, name):
             setattr(dynamo_config, name, max(getattr(dynamo_config, name), 64))
     dynamic_source("L['window']")
-    return torch.compile(fn, dynamic=dynamic)
+    return torch.compile(fn)
 
 
 def dynamic_source(name: str) -> None:
