@@ -4,7 +4,11 @@ one decode step per attention window, host bookkeeping).
 
     python bench/profile_engine.py --arch qwen2.5-0.5b --slots 256
     python bench/profile_engine.py --arch qwen2.5-0.5b --slots 128 --variants prefill,breakdown
+    python bench/profile_engine.py --arch qwen2.5-1.5b --slots 128 --variants compiled,whole,breakdown,breakdown-whole
     python bench/profile_engine.py --arch tiny --slots 4 --variants eager,compiled,prefill,sampling,breakdown  # CPU
+
+`whole` and `breakdown-whole`: the step compiled as one graph through every layer (as the engine did before it
+compiled one layer step that every layer runs), against which the default's kernels and rate compare.
 
 On a CPU the tables are the top torch ops by their own CPU time, and the engine runs uncompiled (it compiles only on
 CUDA): the compiled and sampling (a Triton kernel) variants print a line saying they need a GPU.
@@ -76,6 +80,16 @@ def sampling(slots: int, vocab: int) -> None:
     fused_sampling.ROWS, fused_sampling.BLOCK, fused_sampling.WARPS = default
 
 
+def whole_step(engine) -> None:
+    """The engine's decode step compiled whole (one graph, the layers unrolled) instead of per layer."""
+    from execrl.rollout.engine import compiled
+
+    dec = engine.dec
+    dec.decode_layer, dec.final_logits = dec._decode_layer, dec.logits
+    engine.sample_step = engine._sample
+    engine.body = compiled(engine._body)
+
+
 def breakdown(engine, prompts, params) -> None:
     """A generate call's wall time against its parts: prefill alone, and graph replays of one step per window."""
     engine.generate(prompts, 1, NEW, params)  # compile and capture every window
@@ -106,13 +120,15 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=18)
     ap.add_argument("--windows", default="384")
     ap.add_argument("--variants", default="eager,compiled",
-                    help="eager, compiled (decode-step kernel tables), prefill (its kernel table), sampling, breakdown")
+                    help="eager, compiled (decode-step kernel tables), whole (compiled as one graph), prefill (its "
+                    "kernel table), sampling, breakdown, breakdown-whole")
     args = ap.parse_args()
     model, tok = build(args.arch)
     params = SamplingParams(1.0, ignore_eos=True)
     prompts = torch.randint(3, 259, (args.slots, PROMPT)).tolist()
     variants = {"eager": {"cuda_graphs": False}, "compiled": {"cuda_graphs": False, "compile": True},
-                "breakdown": {"compile": True}, "prefill": {"compile": True}}
+                "whole": {"cuda_graphs": False, "compile": True}, "breakdown": {"compile": True},
+                "breakdown-whole": {"compile": True}, "prefill": {"compile": True}}
     for name in args.variants.split(","):
         if name == "sampling":
             if DEVICE == "cuda":
@@ -123,13 +139,16 @@ def main() -> None:
             continue
         engine = RolloutEngine(model, tok, slots=args.slots, max_len=PROMPT + NEW, **variants[name])
         if variants[name].get("compile") and DEVICE != "cuda":
-            if name == "compiled":
+            if name in ("compiled", "whole"):
                 print(f"\n{args.arch} compiled: needs a GPU (the engine compiles its step only on CUDA), not run on "
                       f"{DEVICE}", flush=True)
                 continue
             print(f"\n({name} on {DEVICE}: the engine uncompiled and without CUDA graphs, which are CUDA only)",
                   flush=True)
-        if name == "breakdown":
+        if name.endswith("whole") and DEVICE == "cuda":
+            whole_step(engine)
+        if name.startswith("breakdown"):
+            print(f"\n({name})", flush=True)
             breakdown(engine, prompts, params)
             continue
         if name == "prefill":  # every prompt prefilled and its first token sampled

@@ -153,6 +153,56 @@ def test_lora_adapters_on_every_projection_group(case, merge, tok, prompts):
                                    atol=2e-4, rtol=2e-4)
 
 
+def layer_graphs() -> int:
+    """How many compiled versions dynamo holds of the decode step's layer function."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    from execrl.rollout.decoder import CachedDecoder
+
+    return len(_debug_get_cache_entry_list(CachedDecoder._decode_layer.__code__))
+
+
+KINDS = {"qwen2": 1, "gemma3": 2, "phi3": 1, "qwen3-moe": 2, "mixtral-sliding": 1}  # sliding/full; routed/dense
+
+
+@pytest.mark.parametrize("case", list(KINDS))
+def test_the_compiled_decode_step_is_one_layer_every_layer_of_its_kind_runs(case, tok, prompts, monkeypatch):
+    """decoder.compile_decode (what a GPU engine does): dynamo compiles the layer step once per kind of layer, whatever
+    the number of layers and the attention window (64 and 128 positions here), and the tokens and logprobs are still
+    transformers'. With LoRA (its low-rank path), one version too. Mixtures of experts run their static-shape path
+    (a GPU's in float32: every expert, masked), as the CPU's loop over routed rows breaks the graph at each expert."""
+    from execrl.rollout.models import layers
+
+    monkeypatch.setattr(layers, "experts_one_by_one", layers.experts_masked)
+    from execrl.config.schema import LoraConfig
+    from execrl.lora import apply_lora
+    from execrl.rollout.engine import compiled
+
+    model = build(case, tok)
+    ref = hf_generate(model, tok, prompts, 1, 24, temperature=0.0)
+    fuse_projections(model)
+    engine = RolloutEngine(model, tok, slots=3, max_len=128)  # (on a CPU the engine compiles nothing itself)
+    torch._dynamo.reset()
+    engine.dec.compile_decode(compiled)
+    assert_equals_transformers(engine, model, tok, prompts, ref)
+    assert layer_graphs() == KINDS[case]
+    if case == "qwen2":
+        lora = build(case, tok)
+        apply_lora(lora, LoraConfig(enabled=True, dim=4, alpha=8, match_all_linear=True), seed=0)
+        with torch.no_grad():
+            for name, p in lora.named_parameters():
+                if "lora_B" in name:
+                    p.copy_(torch.randn_like(p) * 0.1)
+        engine = RolloutEngine(lora, tok, slots=2, max_len=128)
+        torch._dynamo.reset()
+        engine.dec.compile_decode(compiled)
+        torch.manual_seed(0)
+        for prompt, group in zip(prompts, engine.generate(prompts, 1, 16, SamplingParams(temperature=0.8))):
+            torch.testing.assert_close(torch.tensor(group[0].logprobs), recomputed(lora, prompt, group[0].ids, 0.8),
+                                       atol=2e-4, rtol=2e-4)
+        assert layer_graphs() == 1
+
+
 def test_lora_on_routed_experts_is_refused_with_the_fix(tok):
     """peft adapts the experts' 3-D weights where the targets reach the MLP; the engine does not add those."""
     from execrl.config.schema import LoraConfig
@@ -192,6 +242,25 @@ def test_the_generic_path_equals_transformers_for_a_family_without_a_file(case, 
     assert isinstance(engine.dec, GenericDecoder)
     assert_equals_transformers(engine, model, tok, prompts, ref)
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES)
+def test_the_compiled_engine_on_a_gpu_equals_transformers_with_one_layer_compiled_per_kind(case, tok, prompts):
+    """As a run on a GPU decodes (the layer step compiled, the step replayed as CUDA graphs), every family's greedy
+    tokens are `generate`'s, and dynamo holds one version of the layer step per kind of layer (sliding or full
+    attention, a routed or a dense MLP), not one per layer."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    model = build(case, tok).cuda()
+    ref = hf_generate(model, tok, prompts, 1, 24, temperature=0.0)
+    fuse_projections(model)
+    torch._dynamo.reset()
+    engine = RolloutEngine(model, tok, slots=3, max_len=128, compile=True)
+    for r, o in zip(ref, engine.generate(prompts, 1, 24, SamplingParams(temperature=0.0))):
+        r, o = r[0].ids, o[0].ids
+        assert o[:len(r)] == r and (len(o) == len(r) or o[len(r)] == tok.pad_token_id)
+    assert layer_graphs() == len({(p.sliding, p.routed) for p in engine.dec.parts})  # (3 layers, 1 or 2 kinds)
 
 
 @pytest.mark.gpu

@@ -14,12 +14,14 @@ Hkv, D head dim.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from execrl.lora import base_layer
-from execrl.rollout.adapters import layer_adapters
+from execrl.rollout.adapters import LayerAdapters, layer_adapters
 from execrl.rollout.attention import decode_attention
 from execrl.rollout.fuse import joined
 from execrl.rollout.models import architecture_of
@@ -44,6 +46,22 @@ def generic_in(x: torch.Tensor, *dims: int) -> torch.Tensor:
     for d in dims:
         maybe_mark_dynamic(x, d)
     return x
+
+
+@dataclass(eq=False)
+class LayerParts:
+    """What layer i's forward reads, as arguments rather than indices into per-layer lists: the compiled decode
+    step then traces and generates code for one layer that every layer of the same kind reuses (dynamo guards
+    on these values' kinds and shapes, not on which layer they belong to)."""
+    layer: nn.Module
+    groups: dict[str, list[nn.Module]]  # the projection groups: qkv, o, gate_up, down
+    fused: dict[str, tuple[torch.Tensor, torch.Tensor | None]]  # the groups computed as one GEMM (fuse.py)
+    adapters: LayerAdapters | None  # LoRA's low-rank paths (None: none, or merged into the weights)
+    k: torch.Tensor  # [S, Hkv, L, D] the layer's key cache
+    v: torch.Tensor  # [S, Hkv, L, D] its value cache
+    table: int  # which of the distinct rotary tables the layer uses
+    sliding: int | None  # its sliding window (None: full attention)
+    routed: bool  # its MLP is a mixture of experts (the architecture's answer: it may read the layer's index)
 
 
 class CachedDecoder:
@@ -75,6 +93,10 @@ class CachedDecoder:
         self.act = arch.activation(self.layers[0])
         self.glu = gated(self.act)
         self.prefill_ops = (rotate, self.glu)  # the elementwise work of prefill; decode's is compiled with its step
+        self.parts = [LayerParts(layer, self.groups[i], self.fused[i], None if self.merge else self.adapters[i],
+                                 self.k[i], self.v[i], self.table_of[i], self.windows[i], arch.routed(layer))
+                      for i, layer in enumerate(self.layers)]
+        self.decode_layer, self.final_logits = self._decode_layer, self.logits  # (compile_decode: compiled)
 
     def compile_prefill(self, compiler) -> None:
         """Fuse prefill's elementwise ops (rotary, act * mul: a few passes over [tokens, 2I] in
@@ -91,14 +113,21 @@ class CachedDecoder:
 
         self.prefill_ops = (rope_any, glu_any)
 
-    def _layer(self, i: int, x: torch.Tensor, tables: list, attend, ops=None) -> torch.Tensor:
-        """Layer i on x [B, T, d]: the architecture's order (arch.block) of its attention and MLP,
-        each a few GEMMs of projection groups. `tables`: the distinct (cos, sin) at x's positions."""
-        rope, glu = ops or (rotate, self.glu)
-        act = self.act
-        layer, arch, groups, fused = self.layers[i], self.arch, self.groups[i], self.fused[i]
-        ad = None if self.merge else self.adapters[i]  # (merge mode: the weights hold the adapters)
-        cos, sin = tables[self.table_of[i]]
+    def compile_decode(self, compiler) -> None:
+        """Compile decode's layer step with `compiler` (engine.compiled): one layer is traced and
+        generated, and every layer of the same kind (its sliding window, its projection groups'
+        shapes) runs that code; compiling the whole step would trace and generate every layer of the
+        unrolled model again (the most of a start-up's compilation at 24-28 layers)."""
+        self.decode_layer, self.final_logits = compiler(self._decode_layer), compiler(self.logits)
+
+    def _layer(self, part: LayerParts, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend,
+               ops=None) -> torch.Tensor:
+        """A layer on x [B, T, d]: the architecture's order (arch.block) of its attention and MLP,
+        each a few GEMMs of projection groups; cos, sin: its rotary table at x's positions;
+        attend(part, q, k, v) its attention."""
+        rope, glu = ops or (rotate, self.glu)  # (self.act and self.glu are read only where used: a routed layer's
+        # trace that also read them would be guarded on layer 0's activation module being its own)
+        arch, layer, groups, fused, ad = self.arch, part.layer, part.groups, part.fused, part.adapters
 
         def linear(name: str, h: torch.Tensor) -> torch.Tensor:  # a group's joined output, with its LoRA path
             modules = groups[name]
@@ -116,13 +145,13 @@ class CachedDecoder:
             q, k = arch.qk_norm(layer.self_attn, q, k)
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, D]
             q, k = rope(q, cos, sin), rope(k, cos, sin)
-            return linear("o", attend(i, q, k, v).transpose(1, 2).reshape(b, t, -1))  # [B, T, H D] -> [B, T, d]
+            return linear("o", attend(part, q, k, v).transpose(1, 2).reshape(b, t, -1))  # [B, T, H D] -> [B, T, d]
 
         def mlp(h: torch.Tensor) -> torch.Tensor:
-            if arch.routed(layer):  # a mixture of experts: the router and the experts' grouped GEMMs
+            if part.routed:  # a mixture of experts: the router and the experts' grouped GEMMs
                 return arch.experts(layer, h)
             if "up" in groups:  # an MLP without a gate (StarCoder2)
-                return linear("down", act(linear("up", h)))
+                return linear("down", self.act(linear("up", h)))
             return linear("down", glu(linear("gate_up", h)))
 
         return arch.block(layer, x, attention, mlp)
@@ -183,16 +212,16 @@ class CachedDecoder:
         tables = [(c[:t][None, None], s[:t][None, None]) for c, s in self.tables]  # [1, 1, T, R]
         masks = {w: causal_mask(t, w, tokens.device) for w in set(self.windows)}  # None: plain causal
 
-        def attend(i, q, k, v):  # causal attention over the prompt itself; right padding never reaches real tokens
-            self.k[i][slots, :, :t] = k[source]
-            self.v[i][slots, :, :t] = v[source]
-            mask = masks[self.windows[i]]
+        def attend(part, q, k, v):  # causal attention over the prompt itself; right padding never reaches real tokens
+            part.k[slots, :, :t] = k[source]
+            part.v[slots, :, :t] = v[source]
+            mask = masks[part.sliding]
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=self.scale,
                                                   enable_gqa=self.heads != self.kv_heads)
 
         x = self.arch.embed(tokens)  # [P, T, d]
-        for i in range(len(self.layers)):
-            x = self._layer(i, x, tables, attend, self.prefill_ops)
+        for part in self.parts:
+            x = self._layer(part, x, *tables[part.table], attend, self.prefill_ops)
         last = x[torch.arange(p, device=x.device), lengths - 1]  # [P, d]
         return self.logits(last)
 
@@ -202,21 +231,24 @@ class CachedDecoder:
         has ended, which would otherwise read its whole cache on every step until the batch ends)
         and > reads - its sliding window, all within [0, window). Returns logits [S, V]. Shapes
         are static (CUDA-graph safe)."""
-        s = tokens.shape[0]
-        tables = [(c[pos][:, None, None], s_[pos][:, None, None]) for c, s_ in self.tables]  # [S, 1, 1, R]
-        g = self.heads // self.kv_heads
+        tables = [(c[pos][:, None, None], s[pos][:, None, None]) for c, s in self.tables]  # [S, 1, 1, R]
+        x = self.arch.embed(tokens[:, None])  # [S, 1, d]
+        for part in self.parts:
+            x = self.decode_layer(part, x, *tables[part.table], pos, reads, window)
+        return self.final_logits(x[:, 0])
 
-        def attend(i, q, k, v):  # q [S, H, 1, D]; k, v [S, Hkv, 1, D]
-            kc, vc = self.k[i], self.v[i]
-            kc[self.rows, :, pos] = k[:, :, 0]
-            vc[self.rows, :, pos] = v[:, :, 0]
+    def _decode_layer(self, part: LayerParts, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                      pos: torch.Tensor, reads: torch.Tensor, window: int) -> torch.Tensor:
+        """One layer of a decode step (see decode): x [S, 1, d] -> [S, 1, d]."""
+        s, g = x.shape[0], self.heads // self.kv_heads
+
+        def attend(part, q, k, v):  # q [S, H, 1, D]; k, v [S, Hkv, 1, D]
+            part.k[self.rows, :, pos] = k[:, :, 0]
+            part.v[self.rows, :, pos] = v[:, :, 0]
             # the G query heads of one kv head act as G query rows over the same keys: no repeat of
             # the cache
-            out = decode_attention(q.reshape(s, self.kv_heads, g, self.head_dim), kc, vc, reads, window, self.scale,
-                                   self.windows[i])
+            out = decode_attention(q.reshape(s, self.kv_heads, g, self.head_dim), part.k, part.v, reads, window,
+                                   self.scale, part.sliding)
             return out.reshape(s, self.heads, 1, self.head_dim)
 
-        x = self.arch.embed(tokens[:, None])  # [S, 1, d]
-        for i in range(len(self.layers)):
-            x = self._layer(i, x, tables, attend)
-        return self.logits(x[:, 0])
+        return self._layer(part, x, cos, sin, attend)

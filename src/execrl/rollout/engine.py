@@ -92,13 +92,19 @@ class RolloutEngine:
         self.dec = make_decoder(model, slots, max_len, merge_adapters)  # (LoRA: decoder.adapters_merged)
         dev = self.dec.rows.device
         self.graphs_on = cuda_graphs and dev.type == "cuda"
-        # fuses the small ops (see compiled()); on the generic path the model's own code with them
+        # fuses the small ops (see compiled()): our decoder compiles one layer that all its layers run
+        # (and the head), the step's sampling is compiled here; on the generic path the whole step,
+        # the model's own code with it
         self.compiled = compile and dev.type == "cuda"
-        self.body = compiled(self._body) if self.compiled else self._body
-        self.forward = compiled(self._forward) if self.compiled else self._forward
+        per_layer = self.compiled and isinstance(self.dec, CachedDecoder)
+        whole = compiled if self.compiled and not per_layer else (lambda fn: fn)
+        self.body, self.forward = whole(self._body), whole(self._forward)
+        self.sample_step = compiled(self._sample) if per_layer else self._sample
         self.guided_sample = compiled(self._guided_sample) if self.compiled else self._guided_sample
         if self.compiled:
             self.dec.compile_prefill(compiled)
+        if per_layer:
+            self.dec.compile_decode(compiled)
         self.eos_list = sorted(set(eos_ids(model, tokenizer)) | set(stop_token_ids or []))  # each ends a sequence
         self.eos = torch.tensor(self.eos_list, device=dev)  # [E]
         z = dict(dtype=torch.long, device=dev)
@@ -266,7 +272,7 @@ class RolloutEngine:
 
     def _body(self, window: int, params: SamplingParams) -> None:
         """One decode step for every slot; all state stays on the device."""
-        self._sample(self._logits(window), params, None)
+        self.sample_step(self._logits(window), params, None)
 
     def _forward(self, window: int) -> torch.Tensor:
         """Guided decoding's first half of a step: the logits [S, V], while the host makes the
