@@ -63,12 +63,14 @@ def test_the_trainers_layers_compile_once_per_mask_kind_over_micro_batch_shapes(
     and one without (transformers passes none where nothing is padded), for micro-batches of other sizes and
     lengths, forward and backward, with the eager layers' numbers."""
     from execrl.models import build_tiny_model, tiny_tokenizer
+    from torch._dynamo.utils import counters
+
     from execrl.trainer.policy import compile_layers
 
     tok = tiny_tokenizer("builtin:tiny-coder")
     eager, model = build_tiny_model(tok, hidden=32, layers=1), build_tiny_model(tok, hidden=32, layers=1)
     compile_layers(model, None)
-    before = graphs()
+    before, aot_before = graphs(), dict(counters["aot_autograd"])
     for b, t, padded in ((4, 37, True), (3, 52, True), (4, 41, False), (2, 60, False), (4, 70, True)):
         ids = torch.randint(3, 200, (b, t))
         mask = torch.ones(b, t, dtype=torch.long)
@@ -80,6 +82,10 @@ def test_the_trainers_layers_compile_once_per_mask_kind_over_micro_batch_shapes(
         got, want = model.model.layers[0].mlp.up_proj.weight.grad, eager.model.layers[0].mlp.up_proj.weight.grad
         assert torch.allclose(got, want, atol=1e-4, rtol=1e-3)
     assert graphs() - before == 2
+    # each graph traced once: a float compiled as a symbol (the layer's scale, its norms' eps) made dynamo hand a
+    # graph to AOTAutograd, drop it and trace again with the float specialized (compiling.compile_settings)
+    aot = counters["aot_autograd"]
+    assert aot["total"] - aot_before.get("total", 0) == aot["ok"] - aot_before.get("ok", 0) == 2
 
 
 def test_prefills_ops_compile_once_for_every_batch_and_width_with_the_model_dims_constant():

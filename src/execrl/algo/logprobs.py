@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from execrl.compiling import compile_settings
 from execrl.guided import restrict
 
 CHUNK_ELEMENTS = 2**28  # logits per chunk
@@ -80,6 +81,7 @@ def _kernel(fn, cuda: bool):
     if not cuda:
         return fn
     if fn not in _fused:
+        compile_settings()
         compiled = torch.compile(fn, dynamic=True)
 
         def run(*args):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from execrl.compiling import compile_settings
 from execrl.guided import Guides
 from execrl.rollout.completion import Completion, eos_ids
 from execrl.rollout.decoder import CachedDecoder
@@ -404,7 +405,7 @@ def compiled(fn):
     step serves every window; attention reads only the positions in use)."""
     import torch._dynamo.config as dynamo_config
 
-    eager_fallback()
+    compile_settings()
     for name in ("recompile_limit", "cache_size_limit"):  # each engine compiles its own step (its `self` is guarded)
         if hasattr(dynamo_config, name):
             setattr(dynamo_config, name, max(getattr(dynamo_config, name), 64))
@@ -418,12 +419,6 @@ def dynamic_source(name: str) -> None:
     config = torch.compiler.config
     if hasattr(config, "dynamic_sources") and name not in config.dynamic_sources.split(","):
         config.dynamic_sources = ",".join(x for x in (config.dynamic_sources, name) if x)
-
-
-def eager_fallback() -> None:
-    import torch._dynamo.config as dynamo_config
-
-    dynamo_config.suppress_errors = True
 
 
 def first_stop(tokenizer, ids: list[int], stop_strings: list[str]) -> int | None:

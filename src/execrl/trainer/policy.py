@@ -24,7 +24,7 @@ from execrl.config import MasterConfig
 from execrl.lora import apply_lora
 from execrl.models import load_model_and_tokenizer, pick_device
 from execrl.prompts import TEMPLATE_KWARGS
-from execrl.rollout.engine import eager_fallback
+from execrl.compiling import compile_settings
 from execrl.rollout.fuse import fuse_projections
 from execrl.trainer import distributed as dist
 from execrl.trainer import precision
@@ -106,7 +106,7 @@ def compile_layers(compute: torch.nn.Module, ref: torch.nn.Module | None) -> Non
     micro-batch crosses it)."""
     import torch._inductor.config as inductor_config
 
-    eager_fallback()
+    compile_settings()
     options = {"triton.mix_order_reduction_non_strict_mode": True} \
         if hasattr(inductor_config.triton, "mix_order_reduction_non_strict_mode") else None
     for layer in [*compute.get_decoder().layers, *(ref.get_decoder().layers if ref is not None else [])]:

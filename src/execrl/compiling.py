@@ -1,0 +1,14 @@
+"""torch.compile's settings, the same for every part that compiles (the engine's steps, the trainer's
+layers, the logprob kernels)."""
+
+
+def compile_settings() -> None:
+    """Fall back to eager code (with torch's warning) where a compiler is missing or fails, and keep
+    Python floats constants (a module's scale or eps, a temperature): compiled as symbols (`dynamic=True`
+    does so) they make dynamo trace, hand the graph to AOTAutograd, drop it and trace again with them
+    specialized, a second trace per graph on every start, the first one never found in the compile
+    cache."""
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.suppress_errors = True
+    dynamo_config.specialize_float = True
