@@ -186,3 +186,9 @@ def test_logprob_mismatch_bench_runs_on_cpu():
     out = run("bench/logprob_mismatch.py", "--archs", "tiny", "--prompts", "4", "--new", "16")
     for pair in ("engine vs trainer (bf16)", "engine vs fp32", "trainer (bf16) vs fp32"):
         assert f"| tiny | {pair} |" in out
+
+
+@pytest.mark.slow
+def test_decode_attention_bench_runs_on_cpu():
+    out = run("bench/decode_attention.py", "--arch", "tiny", "--slots", "4", "--windows", "1024,2048")
+    assert "reference GB/s" in out and out.count("\n| 4 |") == 2

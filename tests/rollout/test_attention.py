@@ -24,3 +24,28 @@ def test_kernel_matches_masked_sdpa(slots, kv_heads, group, dim, window):
         got = decode_attention(q, k, v, pos, window, dim**-0.5, sliding)
         want = reference(q.float(), k.float(), v.float(), pos, window, dim**-0.5, sliding)
         torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("slots,kv_heads,group,dim,window", [(128, 2, 6, 128, 4096), (3, 1, 16, 128, 2000),
+                                                              (16, 2, 7, 64, 1024)])
+@pytest.mark.parametrize("splits", [None, 2, 5, 16])
+def test_split_positions_combine_to_masked_sdpa(slots, kv_heads, group, dim, window, splits, monkeypatch):
+    """Long windows split each slot's positions over several programs (None: as many as the engine picks), some of
+    them empty for a slot with few positions; the combined result is still the attention over all of them."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from execrl.rollout import attention
+
+    if splits is not None:
+        monkeypatch.setattr(attention, "splits_for", lambda *_: splits)
+    assert attention.splits_for(slots, kv_heads, window, torch.device("cuda")) > 1
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(slots, kv_heads, group, dim, device="cuda", dtype=torch.bfloat16, generator=g)
+    k, v = (torch.randn(slots, kv_heads, window + 16, dim, device="cuda", dtype=torch.bfloat16, generator=g)
+            for _ in range(2))
+    pos = torch.randint(0, window, (slots,), device="cuda", generator=g)
+    pos[0], pos[-1] = 0, window - 1
+    for sliding in (None, 1, 300):
+        got = decode_attention(q, k, v, pos, window, dim**-0.5, sliding)
+        want = reference(q.float(), k.float(), v.float(), pos, window, dim**-0.5, sliding)
+        torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)

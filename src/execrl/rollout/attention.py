@@ -79,6 +79,70 @@ if triton is not None:
                  mask=g[:, None] < G)
 
 
+    @triton.jit
+    def _split_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, pos_ptr, window, sliding, scale,
+                      sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l,
+                      G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
+        """Split j of a slot's positions (its blocks dealt out in SPLITS contiguous runs): the online
+        softmax's state (m, total, acc) over them, into the partials [S, Hkv, SPLITS, GP(, D)]."""
+        s, h, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        g, d = tl.arange(0, GP), tl.arange(0, D)
+        q = tl.load(q_ptr + s * sq_s + h * sq_h + g[:, None] * sq_g + d[None, :], mask=g[:, None] < G, other=0.0)
+        p = tl.load(pos_ptr + s)
+        end = tl.minimum(p + 1, window)
+        lo = tl.maximum(p + 1 - sliding, 0)
+        first = (lo // BLOCK) * BLOCK
+        per = tl.cdiv(tl.cdiv(end - first, BLOCK), SPLITS)  # blocks per split
+        begin = first + j * per * BLOCK
+        stop = tl.minimum(begin + per * BLOCK, end)
+        m = tl.full([GP], float("-inf"), tl.float32)
+        total = tl.zeros([GP], tl.float32)
+        acc = tl.zeros([GP, D], tl.float32)
+        k_base, v_base = k_ptr + s * sk_s + h * sk_h, v_ptr + s * sv_s + h * sv_h
+        for start in range(begin, stop, BLOCK):  # (none for a split past this slot's positions: m stays -inf)
+            m, total, acc = _block(q, k_base, v_base, start, lo, end, sk_l, sv_l, scale, m, total, acc, d, BLOCK)
+        at = (s * tl.num_programs(1) + h) * SPLITS + j
+        tl.store(m_ptr + at * GP + g, m)
+        tl.store(l_ptr + at * GP + g, total)
+        tl.store(acc_ptr + (at * GP + g[:, None]) * D + d[None, :], acc)
+
+    @triton.jit
+    def _combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, so_s, so_h, so_g,
+                        G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr, SP: tl.constexpr):
+        """The splits' states of one (slot, kv head) rescaled to their common max and summed: the
+        attention over all its positions."""
+        s, h = tl.program_id(0), tl.program_id(1)
+        j, g, d = tl.arange(0, SP), tl.arange(0, GP), tl.arange(0, D)
+        at = (s * tl.num_programs(1) + h) * SPLITS + j  # [SP]
+        real = j < SPLITS
+        m = tl.load(m_ptr + at[:, None] * GP + g[None, :], mask=real[:, None], other=float("-inf"))  # [SP, GP]
+        total = tl.load(l_ptr + at[:, None] * GP + g[None, :], mask=real[:, None], other=0.0)
+        top = tl.max(m, 0)  # [GP]: finite (split 0 holds the slot's first position)
+        w = tl.exp(m - top[None, :])  # [SP, GP]: 0 for an empty split
+        acc = tl.load(acc_ptr + (at[:, None, None] * GP + g[None, :, None]) * D + d[None, None, :],
+                      mask=real[:, None, None], other=0.0)  # [SP, GP, D]
+        out = tl.sum(acc * w[:, :, None], 0) / tl.sum(total * w, 0)[:, None]  # [GP, D]
+        tl.store(o_ptr + s * so_s + h * so_h + g[:, None] * so_g + d[None, :], out.to(o_ptr.dtype.element_ty),
+                 mask=g[:, None] < G)
+
+
+SPLIT_FROM = 1024  # a window of at least this many positions splits each slot's positions over several programs
+PROGRAMS_PER_SM = 4  # ... as many splits as bring the programs to this many per multiprocessor (at most MAX_SPLITS)
+MAX_SPLITS = 16
+_sms: dict = {}
+
+
+def splits_for(slots: int, kv_heads: int, window: int, device: torch.device) -> int:
+    """How many programs share one (slot, kv head)'s positions: 1 (no split) for short windows, else
+    enough to fill the GPU, each with 256 positions of the window at least."""
+    if window < SPLIT_FROM:
+        return 1
+    if device not in _sms:
+        _sms[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    want = triton.cdiv(PROGRAMS_PER_SM * _sms[device], slots * kv_heads)
+    return max(1, min(MAX_SPLITS, want, window // 256))
+
+
 @torch.library.custom_op("execrl::decode_attention", mutates_args=())
 def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, window: int, sliding: int,
                scale: float) -> torch.Tensor:
@@ -86,8 +150,18 @@ def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Ten
     s, hkv, g, d = q.shape
     out = torch.empty_like(q)
     gp = max(16, triton.next_power_of_2(g))  # tl.dot needs 16 rows at least: the padding rows are masked
-    _decode_kernel[(s, hkv)](q, k, v, out, pos, window, sliding, scale, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-                             *out.stride()[:3], G=g, GP=gp, D=d, BLOCK=64, num_warps=4)
+    splits = splits_for(s, hkv, window, q.device)
+    if splits == 1:
+        _decode_kernel[(s, hkv)](q, k, v, out, pos, window, sliding, scale, *q.stride()[:3], *k.stride()[:3],
+                                 *v.stride()[:3], *out.stride()[:3], G=g, GP=gp, D=d, BLOCK=64, num_warps=4)
+        return out
+    m = torch.empty(s, hkv, splits, gp, dtype=torch.float32, device=q.device)
+    total, acc = torch.empty_like(m), torch.empty(s, hkv, splits, gp, d, dtype=torch.float32, device=q.device)
+    _split_kernel[(s, hkv, splits)](q, k, v, m, total, acc, pos, window, sliding, scale, *q.stride()[:3],
+                                    *k.stride()[:3], *v.stride()[:3], G=g, GP=gp, D=d, BLOCK=64, SPLITS=splits,
+                                    num_warps=4)
+    _combine_kernel[(s, hkv)](m, total, acc, out, *out.stride()[:3], G=g, GP=gp, D=d, SPLITS=splits,
+                              SP=triton.next_power_of_2(splits), num_warps=4)
     return out
 
 
