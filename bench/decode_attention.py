@@ -3,7 +3,7 @@ positions split over several programs and combined (rollout/attention.py: split-
 read. Every slot reads its whole window (its last position is window - 1): a long trace's late steps.
 
     python bench/decode_attention.py --arch qwen2.5-1.5b
-    python bench/decode_attention.py --arch qwen2.5-1.5b --slots 128 --windows 4096 --splits 1,2,3,4,6,8,16
+    python bench/decode_attention.py --arch qwen2.5-1.5b --slots 8,16,32 --windows 8192,16384 --splits 1,2,4,8,auto
     python bench/decode_attention.py --arch tiny --slots 4 --windows 1024   # CPU: the reference path only
 
 `auto` is the split count the engine picks (attention.splits_for); the others are forced.
@@ -59,7 +59,7 @@ def main() -> None:
             read = 2 * k.numel() * k.element_size()
             if gpu:
                 seconds = [run(q, k, v, pos, window, None if s == "auto" else int(s)) for s in variants]
-                auto = f" (auto: {attention.splits_for(slots, hkv, window, q.device)})" if "auto" in variants else ""
+                auto = f" (auto: {attention.splits_for(slots, hkv, window)})" if "auto" in variants else ""
             else:
                 seconds = [timed(lambda: attention.reference(q, k, v, pos, window, dim**-0.5), 3)[1]]
                 auto = ""

@@ -4,7 +4,8 @@ On a GPU this is a Triton kernel: one program per (slot, kv head) holds the G qu
 the kv head as G rows of one tile, and walks that slot's positions [0, pos] only (a slot 40 tokens
 into its completion reads 40 + prompt positions, whatever the window), with an online softmax.
 Against the general attention kernels it reads about half the keys and values, and does no work on
-other rows' padding. Elsewhere (CPU, no Triton, an odd head size) the same function is
+other rows' padding. With few slots and long windows (splits_for) each slot's positions are split over
+several programs, whose softmax states a second kernel combines (split-K). Elsewhere (CPU, no Triton, an odd head size) the same function is
 scaled_dot_product_attention with a position mask.
 
 Shapes: S slots, Hkv kv heads, G query heads per kv head, W window (cache positions that may be
@@ -126,21 +127,17 @@ if triton is not None:
                  mask=g[:, None] < G)
 
 
-SPLIT_FROM = 1024  # a window of at least this many positions splits each slot's positions over several programs
-PROGRAMS_PER_SM = 4  # ... as many splits as bring the programs to this many per multiprocessor (at most MAX_SPLITS)
-MAX_SPLITS = 16
-_sms: dict = {}
+# Split only where it measured faster on an H200 (bench/README.md, `bench/decode_attention.py`): one program per
+# (slot, kv head) already reads 128-256 slots' keys at 3.8-4.4 TB/s, and splitting them cost up to 13% at 4K
+# positions; with 64 programs or fewer and 16K positions, 4 splits read 1.98x faster.
+SPLIT_FROM = 16384  # positions in the window
+SPLIT_PROGRAMS = 64  # (slot, kv head) pairs at most
+SPLITS = 4
 
 
-def splits_for(slots: int, kv_heads: int, window: int, device: torch.device) -> int:
-    """How many programs share one (slot, kv head)'s positions: 1 (no split) for short windows, else
-    enough to fill the GPU, each with 256 positions of the window at least."""
-    if window < SPLIT_FROM:
-        return 1
-    if device not in _sms:
-        _sms[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    want = triton.cdiv(PROGRAMS_PER_SM * _sms[device], slots * kv_heads)
-    return max(1, min(MAX_SPLITS, want, window // 256))
+def splits_for(slots: int, kv_heads: int, window: int) -> int:
+    """How many programs share one (slot, kv head)'s positions (1: no split)."""
+    return SPLITS if window >= SPLIT_FROM and slots * kv_heads <= SPLIT_PROGRAMS else 1
 
 
 @torch.library.custom_op("execrl::decode_attention", mutates_args=())
@@ -150,7 +147,7 @@ def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Ten
     s, hkv, g, d = q.shape
     out = torch.empty_like(q)
     gp = max(16, triton.next_power_of_2(g))  # tl.dot needs 16 rows at least: the padding rows are masked
-    splits = splits_for(s, hkv, window, q.device)
+    splits = splits_for(s, hkv, window)
     if splits == 1:
         _decode_kernel[(s, hkv)](q, k, v, out, pos, window, sliding, scale, *q.stride()[:3], *k.stride()[:3],
                                  *v.stride()[:3], *out.stride()[:3], G=g, GP=gp, D=d, BLOCK=64, num_warps=4)
