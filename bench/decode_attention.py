@@ -10,6 +10,7 @@ read. Every slot reads its whole window (its last position is window - 1): a lon
 """
 
 import argparse
+from functools import partial
 
 import torch
 from common import ARCHS, DEVICE, device_name, timed
@@ -23,7 +24,7 @@ def run(q, k, v, pos, window: int, splits: int | None) -> float:
     if splits is not None:
         attention.splits_for = lambda *_: splits
     try:
-        fn = lambda: attention.decode_attention(q, k, v, pos, window, q.shape[-1] ** -0.5)  # noqa: E731
+        fn = partial(attention.decode_attention, q, k, v, pos, window, q.shape[-1] ** -0.5)
         fn()
         return timed(fn, 50)[1]
     finally:
@@ -61,14 +62,12 @@ def main() -> None:
                 seconds = [run(q, k, v, pos, window, None if s == "auto" else int(s)) for s in variants]
                 auto = f" (auto: {attention.splits_for(slots, hkv, window)})" if "auto" in variants else ""
             else:
-                seconds = [timed(lambda: attention.reference(q, k, v, pos, window, dim**-0.5), 3)[1]]
+                seconds = [timed(partial(attention.reference, q, k, v, pos, window, dim**-0.5), 3)[1]]
                 auto = ""
             rates = [read / s / 1e9 for s in seconds]
             best = f"{max(rates) / rates[0]:.2f}x" if variants[0] == "1" else "-"
             print(f"| {slots} | {window} | {read / 1e6:,.0f} | " + " | ".join(f"{r:,.0f}" for r in rates)
                   + f" | {best}{auto} |", flush=True)
-            del q, k, v
-
 
 if __name__ == "__main__":
     main()

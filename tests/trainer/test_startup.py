@@ -62,9 +62,9 @@ def test_the_trainers_layers_compile_once_per_mask_kind_over_micro_batch_shapes(
     """policy.compile_layers: generic in batch and length from the first compilation; one graph with a padding mask
     and one without (transformers passes none where nothing is padded), for micro-batches of other sizes and
     lengths, forward and backward, with the eager layers' numbers."""
-    from execrl.models import build_tiny_model, tiny_tokenizer
     from torch._dynamo.utils import counters
 
+    from execrl.models import build_tiny_model, tiny_tokenizer
     from execrl.trainer.policy import compile_layers
 
     tok = tiny_tokenizer("builtin:tiny-coder")

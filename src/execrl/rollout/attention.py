@@ -5,8 +5,8 @@ the kv head as G rows of one tile, and walks that slot's positions [0, pos] only
 into its completion reads 40 + prompt positions, whatever the window), with an online softmax.
 Against the general attention kernels it reads about half the keys and values, and does no work on
 other rows' padding. With few slots and long windows (splits_for) each slot's positions are split over
-several programs, whose softmax states a second kernel combines (split-K). Elsewhere (CPU, no Triton, an odd head size) the same function is
-scaled_dot_product_attention with a position mask.
+several programs, whose softmax states a second kernel combines (split-K). Elsewhere (CPU, no Triton,
+an odd head size) the same function is scaled_dot_product_attention with a position mask.
 
 Shapes: S slots, Hkv kv heads, G query heads per kv head, W window (cache positions that may be
 read), D head dim.
@@ -78,7 +78,6 @@ if triton is not None:
         out = acc / total[:, None]
         tl.store(o_ptr + s * so_s + h * so_h + g[:, None] * so_g + d[None, :], out.to(o_ptr.dtype.element_ty),
                  mask=g[:, None] < G)
-
 
     @triton.jit
     def _split_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, pos_ptr, window, sliding, scale,

@@ -125,8 +125,8 @@ class CachedDecoder:
         """A layer on x [B, T, d]: the architecture's order (arch.block) of its attention and MLP,
         each a few GEMMs of projection groups; cos, sin: its rotary table at x's positions;
         attend(part, q, k, v) its attention."""
-        rope, glu = ops or (rotate, self.glu)  # (self.act and self.glu are read only where used: a routed layer's
-        # trace that also read them would be guarded on layer 0's activation module being its own)
+        rope, glu = ops or (rotate, self.glu)  # (self.act, layer 0's activation module, is read only where it is
+        # called: a routed layer's trace that read it would be guarded on it being that layer's own)
         arch, layer, groups, fused, ad = self.arch, part.layer, part.groups, part.fused, part.adapters
 
         def linear(name: str, h: torch.Tensor) -> torch.Tensor:  # a group's joined output, with its LoRA path

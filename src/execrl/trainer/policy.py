@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import torch
 
+from execrl.compiling import compile_settings
 from execrl.config import MasterConfig
 from execrl.lora import apply_lora
 from execrl.models import load_model_and_tokenizer, pick_device
 from execrl.prompts import TEMPLATE_KWARGS
-from execrl.compiling import compile_settings
 from execrl.rollout.fuse import fuse_projections
 from execrl.trainer import distributed as dist
 from execrl.trainer import precision
