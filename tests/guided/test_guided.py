@@ -143,6 +143,20 @@ def test_a_discarded_engine_frees_its_c_matchers_and_tokenizer(tiny, monkeypatch
     assert made <= freed and tokenizer in tokenizers
 
 
+def test_freeing_a_discarded_engines_matchers_inside_a_compile_trace_does_no_torch_op():
+    """The garbage collector may free an engine while torch.compile traces another engine's step: the matchers'
+    callback then runs under the trace's fake tensors, which took its torch ops and failed it (the trace failed in
+    turn, and that step ran uncompiled)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from execrl.rollout.masks import SlotMasks, _free_matchers
+
+    masks = SlotMasks(4, 100, torch.device("cpu"))
+    with FakeTensorMode():
+        _free_matchers(masks.__dict__)
+    assert masks.matchers == [None] * 4
+
+
 def test_greedy_and_unconstrained_neighbours(tiny):
     """Greedy keeps to the constraint too; a free request in the same call samples exactly what it samples alone."""
     model, tok, engine, prompts = tiny

@@ -46,7 +46,7 @@ def test_the_decode_step_compiles_once_for_every_attention_window():
     and compiled again at the second: one more graph on every start)."""
     from execrl.rollout.engine import compiled
 
-    x = torch.randn(4, 1024)
+    x = torch.randn(4, 1024, generator=torch.Generator().manual_seed(0))
 
     def step(window: int, scale: float) -> torch.Tensor:
         return (x[:, :window] * scale).sum(-1)
@@ -54,7 +54,7 @@ def test_the_decode_step_compiles_once_for_every_attention_window():
     fn = compiled(step)
     before = graphs()
     for w in (64, 128, 256, 512):
-        assert torch.allclose(fn(w, 2.0), step(w, 2.0))
+        assert torch.allclose(fn(w, 2.0), step(w, 2.0), rtol=1e-4, atol=1e-4)  # (sums in another order)
     assert graphs() - before == 1
 
 

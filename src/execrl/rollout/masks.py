@@ -42,6 +42,7 @@ class SlotMasks:
         self.live = torch.zeros(slots, dtype=torch.int64)  # [S] the slots of the current step (nonzero: live)
         self.hold_share = 0.5  # the most of a step's slots the deadline may hold (more: wait on)
         self.state = torch.full((slots,), WRITTEN, dtype=torch.int32)  # [S] each slot's job state (see above)
+        self.state_view = self.state.numpy()  # the same memory, for the finalizer (_free_matchers)
         self.handle = torch.zeros(slots, dtype=torch.int64)  # [S] each slot's C matcher (0: none)
         self.keys = torch.zeros(slots, dtype=torch.int64)  # [S] its constraint and tokens so far, hashed (maskpool.c)
         self.ends = torch.zeros(slots, dtype=torch.int64)  # [S] the address of its end-only row (end_row)
@@ -203,8 +204,10 @@ class SlotMasks:
 
 def _free_matchers(attributes: dict) -> None:
     """A discarded SlotMasks' C matchers (its attributes), freed once no job uses them; not
-    recycled: their guides often go with the engine."""
-    while bool((attributes["state"] == PENDING).any()):
+    recycled: their guides often go with the engine. No torch op here: the garbage collector may run
+    it in the middle of a torch.compile trace, whose fake tensors would take the op (the trace then
+    failed, and the function it compiled ran uncompiled)."""
+    while (attributes["state_view"] == PENDING).any():
         time.sleep(0)
     for entry in [m for m in attributes["matchers"] if m is not None] + list(attributes["retired"].values()):
         maskpool.llg().llg_free_matcher(entry[1])
