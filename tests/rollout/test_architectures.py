@@ -186,6 +186,11 @@ def test_the_compiled_decode_step_is_one_layer_every_layer_of_its_kind_runs(case
     engine.dec.compile_decode(compiled)
     assert_equals_transformers(engine, model, tok, prompts, ref)
     assert layer_graphs() == KINDS[case]
+    pos = torch.full((3,), 9)  # steps of a batch's tail (attention split by position): one more version, generic
+    with torch.no_grad():  # in the split (dynamo specializes an int of 1, the split of every other step)
+        for tail in (8, 16, 4):
+            engine.dec.decode(torch.full((3,), 5), pos, 128, pos, tail)
+    assert layer_graphs() == 2 * KINDS[case]
     if case == "qwen2":
         lora = build(case, tok)
         apply_lora(lora, LoraConfig(enabled=True, dim=4, alpha=8, match_all_linear=True), seed=0)

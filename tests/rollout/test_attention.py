@@ -51,3 +51,24 @@ def test_split_positions_combine_to_masked_sdpa(slots, kv_heads, group, dim, win
         got = decode_attention(q, k, v, pos, window, dim**-0.5, sliding)
         want = reference(q.float(), k.float(), v.float(), pos, window, dim**-0.5, sliding)
         torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+
+
+def test_a_batchs_tail_split_over_programs_matches_masked_sdpa():
+    """The tail of a batch: most slots ended (they read position 0), a few hold long samples; attention split by
+    position (tail) gives the same result as one program per slot."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from execrl.rollout.attention import tail_splits
+
+    slots, window = 128, 4096
+    tail = tail_splits(8, slots, window)
+    assert tail > 1 and tail_splits(17, slots, window) == 1 and tail_splits(8, slots, 512) == 1
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(slots, 2, 6, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    k, v = (torch.randn(slots, 2, window, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    pos = torch.zeros(slots, dtype=torch.long, device="cuda")
+    pos[::16] = torch.randint(1000, window, (8,), device="cuda", generator=g)
+    got = decode_attention(q, k, v, pos, window, 128**-0.5, None, tail)
+    torch.testing.assert_close(got, decode_attention(q, k, v, pos, window, 128**-0.5), atol=2e-2, rtol=2e-2)
+    want = reference(q.float(), k.float(), v.float(), pos, window, 128**-0.5)
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)

@@ -112,6 +112,30 @@ def test_each_prompt_may_have_its_own_token_budget(tiny, prompts):
         engine.generate(prompts, 1, [4, 4], params)
 
 
+def test_the_batchs_tail_splits_attention_by_position(tiny, prompts):
+    """Once few samples still run (at most an eighth of the slots) at a window of 1,024 positions or more, the engine
+    asks attention to split each slot's positions over programs (on a GPU: the long samples' caches read by many
+    programs instead of one each); before, and on the short windows, not. The tokens are the same as alone."""
+    from execrl.rollout.attention import tail_splits
+
+    model, tok = tiny
+    engine = RolloutEngine(model, tok, slots=8, max_len=1200, sync_every=16)
+    seen, decode = [], engine.dec.decode
+
+    def spy(tokens, pos, window, reads, tail):
+        seen.append((int(engine.active.sum()), window, tail))
+        return decode(tokens, pos, window, reads, tail)
+
+    engine.dec.decode = spy
+    params = SamplingParams(temperature=0.0, ignore_eos=True)
+    long = 1200 - len(prompts[1]) - 1
+    out = engine.generate([prompts[1]] + [prompts[0]] * 7, 1, [long] + [3] * 7, params)
+    assert all(tail == tail_splits(running, 8, window) for running, window, tail in seen)  # (running <= busy)
+    assert any(tail > 1 for _, _, tail in seen) and seen[0][2] == 1
+    alone = RolloutEngine(model, tok, slots=1, max_len=1200).generate([prompts[1]], 1, long, params)
+    assert out[0][0].ids == alone[0][0].ids
+
+
 def test_an_ended_sample_stops_reading_its_cache_while_the_batch_goes_on(tiny, prompts):
     """A slot whose sample ended attends to position 0 only until the batch's longest sample ends (it read its whole
     cache on every step: with log-normal lengths most of a long step's attention reads); the samples still running
@@ -120,9 +144,9 @@ def test_an_ended_sample_stops_reading_its_cache_while_the_batch_goes_on(tiny, p
     engine = RolloutEngine(model, tok, slots=4, max_len=256, sync_every=4)
     seen, decode = [], engine.dec.decode
 
-    def spy(tokens, pos, window, reads):
+    def spy(tokens, pos, window, reads, tail):
         seen.append((pos.clone(), reads.clone(), engine.active.clone()))
-        return decode(tokens, pos, window, reads)
+        return decode(tokens, pos, window, reads, tail)
 
     engine.dec.decode = spy
     params = SamplingParams(temperature=0.0, ignore_eos=True)

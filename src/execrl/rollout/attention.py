@@ -104,7 +104,8 @@ if triton is not None:
         at = (s * tl.num_programs(1) + h) * SPLITS + j
         tl.store(m_ptr + at * GP + g, m)
         tl.store(l_ptr + at * GP + g, total)
-        tl.store(acc_ptr + (at * GP + g[:, None]) * D + d[None, :], acc)
+        width = tl.where(begin < stop, D, 0)  # (an empty split's acc is never read: not written)
+        tl.store(acc_ptr + (at * GP + g[:, None]) * D + d[None, :], acc, mask=g[:, None] * 0 + d[None, :] < width)
 
     @triton.jit
     def _combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, so_s, so_h, so_g,
@@ -119,8 +120,9 @@ if triton is not None:
         total = tl.load(l_ptr + at[:, None] * GP + g[None, :], mask=real[:, None], other=0.0)
         top = tl.max(m, 0)  # [GP]: finite (split 0 holds the slot's first position)
         w = tl.exp(m - top[None, :])  # [SP, GP]: 0 for an empty split
+        used = real & (tl.max(total, 1) > 0)  # [SP]: the splits that held positions (the others wrote no acc)
         acc = tl.load(acc_ptr + (at[:, None, None] * GP + g[None, :, None]) * D + d[None, None, :],
-                      mask=real[:, None, None], other=0.0)  # [SP, GP, D]
+                      mask=used[:, None, None], other=0.0)  # [SP, GP, D]
         out = tl.sum(acc * w[:, :, None], 0) / tl.sum(total * w, 0)[:, None]  # [GP, D]
         tl.store(o_ptr + s * so_s + h * so_h + g[:, None] * so_g + d[None, :], out.to(o_ptr.dtype.element_ty),
                  mask=g[:, None] < G)
@@ -132,21 +134,37 @@ if triton is not None:
 SPLIT_FROM = 16384  # positions in the window
 SPLIT_PROGRAMS = 64  # (slot, kv head) pairs at most
 SPLITS = 4
+# The tail of a batch (tail_splits): few samples still running, each one program per kv head walking its long
+# cache at one multiprocessor's share of the bandwidth (~31 GB/s measured) while the rest of the GPU waits.
+TAIL_FROM = 1024  # positions in the window
+TAIL_SHARE = 8  # running samples at most 1/TAIL_SHARE of the slots
+TAIL_POSITIONS = 512  # positions per split, about
+MAX_SPLITS = 16
 
 
 def splits_for(slots: int, kv_heads: int, window: int) -> int:
-    """How many programs share one (slot, kv head)'s positions (1: no split)."""
+    """How many programs share one (slot, kv head)'s positions when every slot may read the whole
+    window (1: no split)."""
     return SPLITS if window >= SPLIT_FROM and slots * kv_heads <= SPLIT_PROGRAMS else 1
+
+
+def tail_splits(running: int, slots: int, window: int) -> int:
+    """How many programs share one slot's positions when only `running` of the `slots` still decode
+    (the others read one position each): 1 (no split) while the batch is full enough to fill the GPU,
+    or the window short."""
+    if window < TAIL_FROM or running * TAIL_SHARE > slots:
+        return 1
+    return min(MAX_SPLITS, window // TAIL_POSITIONS)
 
 
 @torch.library.custom_op("execrl::decode_attention", mutates_args=())
 def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, window: int, sliding: int,
-               scale: float) -> torch.Tensor:
+               scale: float, tail: int) -> torch.Tensor:
     """The kernel as an opaque operator, so torch.compile and CUDA graphs take it as it is."""
     s, hkv, g, d = q.shape
     out = torch.empty_like(q)
     gp = max(16, triton.next_power_of_2(g))  # tl.dot needs 16 rows at least: the padding rows are masked
-    splits = splits_for(s, hkv, window)
+    splits = max(tail, splits_for(s, hkv, window))
     if splits == 1:
         _decode_kernel[(s, hkv)](q, k, v, out, pos, window, sliding, scale, *q.stride()[:3], *k.stride()[:3],
                                  *v.stride()[:3], *out.stride()[:3], G=g, GP=gp, D=d, BLOCK=64, num_warps=4)
@@ -162,14 +180,15 @@ def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Ten
 
 
 @_decode_op.register_fake
-def _(q, k, v, pos, window, sliding, scale):
+def _(q, k, v, pos, window, sliding, scale, tail):
     return torch.empty_like(q)
 
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, window: int,
-                     scale: float, sliding: int | None = None) -> torch.Tensor:
+                     scale: float, sliding: int | None = None, tail: int = 1) -> torch.Tensor:
     """q [S, Hkv, G, D], k/v [S, Hkv, L, D] (last dim contiguous), pos [S] -> [S, Hkv, G, D];
-    `sliding`: a key is seen while pos - its position < sliding (None: every position <= pos)."""
+    `sliding`: a key is seen while pos - its position < sliding (None: every position <= pos);
+    `tail`: split each slot's positions over at least this many programs (tail_splits)."""
     if kernel_supported(q):
-        return _decode_op(q.contiguous(), k, v, pos, window, window if sliding is None else sliding, scale)
+        return _decode_op(q.contiguous(), k, v, pos, window, window if sliding is None else sliding, scale, tail)
     return reference(q, k, v, pos, window, scale, sliding)

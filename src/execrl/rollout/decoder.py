@@ -225,20 +225,22 @@ class CachedDecoder:
         last = x[torch.arange(p, device=x.device), lengths - 1]  # [P, d]
         return self.logits(last)
 
-    def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int, reads: torch.Tensor) -> torch.Tensor:
+    def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int, reads: torch.Tensor,
+               tail: int = 1) -> torch.Tensor:
         """One token for every slot: tokens [S] at positions pos [S]. Keys/values are written at
         pos, attention reads each slot's positions <= reads [S] (pos; 0 for a slot whose sample
         has ended, which would otherwise read its whole cache on every step until the batch ends)
-        and > reads - its sliding window, all within [0, window). Returns logits [S, V]. Shapes
-        are static (CUDA-graph safe)."""
+        and > reads - its sliding window, all within [0, window); `tail`: attention's split of each
+        slot's positions over programs (attention.tail_splits). Returns logits [S, V]. Shapes are
+        static (CUDA-graph safe)."""
         tables = [(c[pos][:, None, None], s[pos][:, None, None]) for c, s in self.tables]  # [S, 1, 1, R]
         x = self.arch.embed(tokens[:, None])  # [S, 1, d]
         for part in self.parts:
-            x = self.decode_layer(part, x, *tables[part.table], pos, reads, window)
+            x = self.decode_layer(part, x, *tables[part.table], pos, reads, window, tail)
         return self.final_logits(x[:, 0])
 
     def _decode_layer(self, part: LayerParts, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                      pos: torch.Tensor, reads: torch.Tensor, window: int) -> torch.Tensor:
+                      pos: torch.Tensor, reads: torch.Tensor, window: int, tail: int) -> torch.Tensor:
         """One layer of a decode step (see decode): x [S, 1, d] -> [S, 1, d]."""
         s, g = x.shape[0], self.heads // self.kv_heads
 
@@ -248,7 +250,7 @@ class CachedDecoder:
             # the G query heads of one kv head act as G query rows over the same keys: no repeat of
             # the cache
             out = decode_attention(q.reshape(s, self.kv_heads, g, self.head_dim), part.k, part.v, reads, window,
-                                   self.scale, part.sliding)
+                                   self.scale, part.sliding, tail)
             return out.reshape(s, self.heads, 1, self.head_dim)
 
         return self._layer(part, x, cos, sin, attend)

@@ -19,6 +19,7 @@ import torch
 
 from execrl.compiling import compile_settings
 from execrl.guided import Guides
+from execrl.rollout.attention import tail_splits
 from execrl.rollout.completion import Completion, eos_ids
 from execrl.rollout.decoder import CachedDecoder
 from execrl.rollout.generic import GenericDecoder
@@ -191,11 +192,12 @@ class RolloutEngine:
         steps = min(self.sync_every, max(slot.limit - slot.generated for slot in busy.values()))
         if steps > 0:
             window = self._window(max(slot.prompt_len + slot.generated for slot in busy.values()) + steps)
+            tail = self._tail(len(busy), window)
             for _ in range(steps):
                 if call.guides:
-                    self._guided_step(window, call.params)
+                    self._guided_step(window, call.params, tail)
                 else:
-                    self._step(window, call.params)
+                    self._step(window, call.params, tail)
 
     def _harvest(self, call: Call, busy: dict[int, Slot]) -> None:
         active, counts = torch.stack([self.active.long(), self.n_gen]).cpu().tolist()  # the one host sync
@@ -271,19 +273,24 @@ class RolloutEngine:
             w *= 2
         return min(w, self.dec.max_len)
 
-    def _body(self, window: int, params: SamplingParams) -> None:
-        """One decode step for every slot; all state stays on the device."""
-        self.sample_step(self._logits(window), params, None)
+    def _tail(self, running: int, window: int) -> int:
+        """Attention's split of each slot's positions for steps with `running` samples still
+        decoding (attention.tail_splits; 1 on the generic path, whose attention is transformers')."""
+        return tail_splits(running, self.slots, window) if isinstance(self.dec, CachedDecoder) else 1
 
-    def _forward(self, window: int) -> torch.Tensor:
+    def _body(self, window: int, params: SamplingParams, tail: int = 1) -> None:
+        """One decode step for every slot; all state stays on the device."""
+        self.sample_step(self._logits(window, tail), params, None)
+
+    def _forward(self, window: int, tail: int = 1) -> torch.Tensor:
         """Guided decoding's first half of a step: the logits [S, V], while the host makes the
         masks."""
-        return self._logits(window)
+        return self._logits(window, tail)
 
-    def _logits(self, window: int) -> torch.Tensor:
+    def _logits(self, window: int, tail: int = 1) -> torch.Tensor:
         """The decoder's step over every slot [S, V]; a slot whose sample has ended attends to
         position 0 only (its tokens are not kept; its cache no longer matters)."""
-        return self.dec.decode(self.tokens, self.pos, window, torch.where(self.active, self.pos, 0))
+        return self.dec.decode(self.tokens, self.pos, window, torch.where(self.active, self.pos, 0), tail)
 
     def _guided_sample(self, logits: torch.Tensor, params: SamplingParams) -> None:
         """... and its second half: sampling under the masks the host wrote meanwhile."""
@@ -312,10 +319,10 @@ class RolloutEngine:
             self.tokens.copy_(torch.where(act, tok, self.tokens))
             self.active.copy_(self.active & ~(act & done))
 
-    def _step(self, window: int, params: SamplingParams) -> None:
-        self._run((window, params), lambda: self.body(window, params))
+    def _step(self, window: int, params: SamplingParams, tail: int = 1) -> None:
+        self._run((window, params, tail), lambda: self.body(window, params, tail))
 
-    def _guided_step(self, window: int, params: SamplingParams) -> None:
+    def _guided_step(self, window: int, params: SamplingParams, tail: int = 1) -> None:
         """A decode step under constraints. The last tokens go to the host ahead of this step's
         forward, so the host's workers advance the matchers and write the masks while the device
         runs the forward; sampling then reads them. On a GPU the host waits for the masks only until
@@ -331,7 +338,7 @@ class RolloutEngine:
             self.host_state.copy_(state)
         # on a GPU the forward graph's own output (no copy; each window's graph keeps its [S, V]
         # logits)
-        logits = self._run(("forward", window), lambda: self.forward(window))
+        logits = self._run(("forward", window, tail), lambda: self.forward(window, tail))
         if self.tokens.is_cuda:
             end.record()
             self.copied.synchronize()  # (this step's forward starts now on the device)

@@ -184,7 +184,8 @@ class GenericDecoder:
             out.append(logits[torch.arange(b - a, device=dev), lengths[a:b] - 1])
         return torch.cat(out)
 
-    def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int, reads: torch.Tensor) -> torch.Tensor:
+    def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int, reads: torch.Tensor,
+               tail: int = 1) -> torch.Tensor:  # (tail: transformers' attention does not split)
         n = torch.arange(window, device=tokens.device)[None]  # [1, W]
         visible = (n <= reads[:, None])[:, None, None]  # [S, 1, 1, W]
         sliding = None if self.window is None else visible & (n > reads[:, None] - self.window)[:, None, None]
