@@ -345,7 +345,8 @@ class RolloutEngine:
             self._plan_deadline()
         self.constraints.start(self.host_state[0], self.host_state[1])  # (an active slot is a busy one)
         self.constraints.settle(self.mask_deadline())
-        self._run(("sample", params, window), lambda: self.guided_sample(logits, params))
+        # (keyed as its forward is: it reads that graph's logits)
+        self._run(("sample", params, window, tail), lambda: self.guided_sample(logits, params))
 
     def _plan_deadline(self) -> None:
         """When the host stops waiting for this step's masks: the forward's expected end (the last
