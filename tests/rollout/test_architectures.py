@@ -104,6 +104,20 @@ def recomputed(model, prompt, ids, temperature):
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
 
 
+def with_lora(model, **targets):
+    """The model with LoRA adapters (rank 4) on `targets` (default: every linear layer), their B matrices random
+    (peft starts them at 0: an adapter that changes nothing would test nothing)."""
+    from execrl.config.schema import LoraConfig
+    from execrl.lora import apply_lora
+
+    apply_lora(model, LoraConfig(enabled=True, dim=4, alpha=8, **(targets or dict(match_all_linear=True))), seed=0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn_like(p) * 0.1)
+    return model
+
+
 def assert_equals_transformers(engine, model, tok, prompts, ref):
     """Greedy tokens equal `generate`'s (`ref`); sampled tokens' logprobs equal a recomputed forward's."""
     assert sum(len(r[0].ids) for r in ref) > 24
@@ -133,17 +147,9 @@ def test_greedy_tokens_and_logprobs_equal_transformers(case, tok, prompts):
 @pytest.mark.parametrize("case", ["qwen3", "phi3", "gemma3", "olmo2", "qwen3-moe", "starcoder2-sliding"])
 @pytest.mark.parametrize("merge", [False, True])
 def test_lora_adapters_on_every_projection_group(case, merge, tok, prompts):
-    from execrl.config.schema import LoraConfig
-    from execrl.lora import apply_lora
-
-    model = build(case, tok)
     targets = dict(match_all_linear=False, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]) if "moe" in case \
-        else dict(match_all_linear=True)  # (a mixture of experts: LoRA on attention; see the test below)
-    apply_lora(model, LoraConfig(enabled=True, dim=4, alpha=8, **targets), seed=0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn_like(p) * 0.1)
+        else {}  # (a mixture of experts: LoRA on attention; see the test below)
+    model = with_lora(build(case, tok), **targets)
     fuse_projections(model)
     engine = RolloutEngine(model, tok, slots=2, max_len=128, merge_adapters=merge)
     assert engine.dec.merge == merge
@@ -174,8 +180,6 @@ def test_the_compiled_decode_step_is_one_layer_every_layer_of_its_kind_runs(case
     from execrl.rollout.models import layers
 
     monkeypatch.setattr(layers, "experts_one_by_one", layers.experts_masked)
-    from execrl.config.schema import LoraConfig
-    from execrl.lora import apply_lora
     from execrl.rollout.engine import compiled
 
     model = build(case, tok)
@@ -192,12 +196,7 @@ def test_the_compiled_decode_step_is_one_layer_every_layer_of_its_kind_runs(case
             engine.dec.decode(torch.full((3,), 5), pos, 128, pos, tail)
     assert layer_graphs() == 2 * KINDS[case]
     if case == "qwen2":
-        lora = build(case, tok)
-        apply_lora(lora, LoraConfig(enabled=True, dim=4, alpha=8, match_all_linear=True), seed=0)
-        with torch.no_grad():
-            for name, p in lora.named_parameters():
-                if "lora_B" in name:
-                    p.copy_(torch.randn_like(p) * 0.1)
+        lora = with_lora(build(case, tok))
         engine = RolloutEngine(lora, tok, slots=2, max_len=128)
         torch._dynamo.reset()
         engine.dec.compile_decode(compiled)
@@ -338,16 +337,9 @@ def test_the_generic_path_on_a_gpu_compiled_and_in_graphs_equals_transformers(sy
 def test_the_generic_path_runs_lora_adapters_inside_the_model(tok, prompts):
     from transformers import AutoModelForCausalLM
 
-    from execrl.config.schema import LoraConfig
-    from execrl.lora import apply_lora
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(GENERIC["gpt_neox"](len(tok))).eval()
-    apply_lora(model, LoraConfig(enabled=True, dim=4, alpha=8, match_all_linear=True), seed=0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn_like(p) * 0.1)
+    model = with_lora(AutoModelForCausalLM.from_config(GENERIC["gpt_neox"](len(tok))).eval())
     engine = RolloutEngine(model, tok, slots=2, max_len=128)
     torch.manual_seed(0)
     for prompt, group in zip(prompts, engine.generate(prompts, 1, 16, SamplingParams(temperature=0.8))):
