@@ -177,11 +177,10 @@ def test_the_compiled_decode_step_is_one_layer_every_layer_of_its_kind_runs(case
     the number of layers and the attention window (64 and 128 positions here), and the tokens and logprobs are still
     transformers'. With LoRA (its low-rank path), one version too. Mixtures of experts run their static-shape path
     (a GPU's in float32: every expert, masked), as the CPU's loop over routed rows breaks the graph at each expert."""
+    from execrl.rollout.engine import compiled
     from execrl.rollout.models import layers
 
     monkeypatch.setattr(layers, "experts_one_by_one", layers.experts_masked)
-    from execrl.rollout.engine import compiled
-
     model = build(case, tok)
     ref = hf_generate(model, tok, prompts, 1, 24, temperature=0.0)
     fuse_projections(model)
