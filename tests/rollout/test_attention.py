@@ -27,7 +27,7 @@ def test_kernel_matches_masked_sdpa(slots, kv_heads, group, dim, window):
 
 
 @pytest.mark.parametrize("slots,kv_heads,group,dim,window", [(128, 2, 6, 128, 4096), (3, 1, 16, 128, 2000),
-                                                              (16, 2, 7, 64, 16384)])
+                                                              (8, 4, 1, 256, 2048), (16, 2, 7, 64, 16384)])
 @pytest.mark.parametrize("splits", [None, 2, 5, 16])
 def test_split_positions_combine_to_masked_sdpa(slots, kv_heads, group, dim, window, splits, monkeypatch):
     """Each slot's positions split over several programs (None: as the engine picks, which splits only the last

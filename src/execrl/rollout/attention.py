@@ -84,7 +84,7 @@ if triton is not None:
                       sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l,
                       G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
         """Split j of a slot's positions (its blocks dealt out in SPLITS contiguous runs): the online
-        softmax's state (m, total, acc) over them, into the partials [S, Hkv, SPLITS, GP(, D)]."""
+        softmax's state (m, total, acc) over them, into the partials [S, Hkv, SPLITS, G(, D)]."""
         s, h, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         g, d = tl.arange(0, GP), tl.arange(0, D)
         q = tl.load(q_ptr + s * sq_s + h * sq_h + g[:, None] * sq_g + d[None, :], mask=g[:, None] < G, other=0.0)
@@ -101,31 +101,37 @@ if triton is not None:
         k_base, v_base = k_ptr + s * sk_s + h * sk_h, v_ptr + s * sv_s + h * sv_h
         for start in range(begin, stop, BLOCK):  # (none for a split past this slot's positions: m stays -inf)
             m, total, acc = _block(q, k_base, v_base, start, lo, end, sk_l, sv_l, scale, m, total, acc, d, BLOCK)
-        at = (s * tl.num_programs(1) + h) * SPLITS + j
-        tl.store(m_ptr + at * GP + g, m)
-        tl.store(l_ptr + at * GP + g, total)
+        at = (s * tl.num_programs(1) + h) * SPLITS + j  # partials hold the G real query rows only
+        real = g < G
+        tl.store(m_ptr + at * G + g, m, mask=real)
+        tl.store(l_ptr + at * G + g, total, mask=real)
         width = tl.where(begin < stop, D, 0)  # (an empty split's acc is never read: not written)
-        tl.store(acc_ptr + (at * GP + g[:, None]) * D + d[None, :], acc, mask=g[:, None] * 0 + d[None, :] < width)
+        tl.store(acc_ptr + (at * G + g[:, None]) * D + d[None, :], acc, mask=real[:, None] & (d[None, :] < width))
 
     @triton.jit
     def _combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, so_s, so_h, so_g,
                         G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr, SP: tl.constexpr):
         """The splits' states of one (slot, kv head) rescaled to their common max and summed: the
-        attention over all its positions."""
+        attention over all its positions. One split's [G, D] accumulator in registers at a time."""
         s, h = tl.program_id(0), tl.program_id(1)
         j, g, d = tl.arange(0, SP), tl.arange(0, GP), tl.arange(0, D)
-        at = (s * tl.num_programs(1) + h) * SPLITS + j  # [SP]
-        real = j < SPLITS
-        m = tl.load(m_ptr + at[:, None] * GP + g[None, :], mask=real[:, None], other=float("-inf"))  # [SP, GP]
-        total = tl.load(l_ptr + at[:, None] * GP + g[None, :], mask=real[:, None], other=0.0)
-        top = tl.max(m, 0)  # [GP]: finite (split 0 holds the slot's first position)
-        w = tl.exp(m - top[None, :])  # [SP, GP]: 0 for an empty split
-        used = real & (tl.max(total, 1) > 0)  # [SP]: the splits that held positions (the others wrote no acc)
-        acc = tl.load(acc_ptr + (at[:, None, None] * GP + g[None, :, None]) * D + d[None, None, :],
-                      mask=used[:, None, None], other=0.0)  # [SP, GP, D]
-        out = tl.sum(acc * w[:, :, None], 0) / tl.sum(total * w, 0)[:, None]  # [GP, D]
+        base = (s * tl.num_programs(1) + h) * SPLITS
+        real = g < G
+        every = tl.load(m_ptr + (base + j[:, None]) * G + g[None, :], mask=(j[:, None] < SPLITS) & real[None, :],
+                        other=float("-inf"))  # [SP, GP]
+        top = tl.max(every, 0)  # [GP]: finite on real rows (split 0 holds the slot's first position)
+        total = tl.zeros([GP], tl.float32)
+        acc = tl.zeros([GP, D], tl.float32)
+        for i in range(SPLITS):
+            m = tl.load(m_ptr + (base + i) * G + g, mask=real, other=float("-inf"))
+            part = tl.load(l_ptr + (base + i) * G + g, mask=real, other=0.0)
+            w = tl.where(part > 0, tl.exp(m - top), 0.0)  # [GP]: 0 for an empty split (its acc was not written)
+            total += part * w
+            acc += w[:, None] * tl.load(acc_ptr + ((base + i) * G + g[:, None]) * D + d[None, :],
+                                        mask=(real & (part > 0))[:, None], other=0.0)
+        out = acc / total[:, None]
         tl.store(o_ptr + s * so_s + h * so_h + g[:, None] * so_g + d[None, :], out.to(o_ptr.dtype.element_ty),
-                 mask=g[:, None] < G)
+                 mask=real[:, None])
 
 
 # Split only where it measured faster on an H200 (bench/README.md, `bench/decode_attention.py`): one program per
@@ -169,8 +175,8 @@ def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Ten
         _decode_kernel[(s, hkv)](q, k, v, out, pos, window, sliding, scale, *q.stride()[:3], *k.stride()[:3],
                                  *v.stride()[:3], *out.stride()[:3], G=g, GP=gp, D=d, BLOCK=64, num_warps=4)
         return out
-    m = torch.empty(s, hkv, splits, gp, dtype=torch.float32, device=q.device)
-    total, acc = torch.empty_like(m), torch.empty(s, hkv, splits, gp, d, dtype=torch.float32, device=q.device)
+    m = torch.empty(s, hkv, splits, g, dtype=torch.float32, device=q.device)
+    total, acc = torch.empty_like(m), torch.empty(s, hkv, splits, g, d, dtype=torch.float32, device=q.device)
     _split_kernel[(s, hkv, splits)](q, k, v, m, total, acc, pos, window, sliding, scale, *q.stride()[:3],
                                     *k.stride()[:3], *v.stride()[:3], G=g, GP=gp, D=d, BLOCK=64, SPLITS=splits,
                                     num_warps=4)
