@@ -60,21 +60,37 @@ if triton is not None:
         return m_new, total, acc
 
     @triton.jit
-    def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, window, sliding, scale,
-                       sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, so_s, so_h, so_g,
-                       G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr):
-        s, h = tl.program_id(0), tl.program_id(1)
+    def _states(q_ptr, k_ptr, v_ptr, pos_ptr, window, sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s,
+                sv_h, sv_l, s, h, j, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr,
+                SPLITS: tl.constexpr):
+        """The online softmax's state (m, total, acc) of slot s's queries of kv head h over run j of
+        its positions (its blocks dealt out in SPLITS contiguous runs; SPLITS = 1: all of them), and
+        the run's [begin, stop) (empty for a run past the slot's positions: m stays -inf)."""
         g, d = tl.arange(0, GP), tl.arange(0, D)
         q = tl.load(q_ptr + s * sq_s + h * sq_h + g[:, None] * sq_g + d[None, :], mask=g[:, None] < G, other=0.0)
         p = tl.load(pos_ptr + s)
         end = tl.minimum(p + 1, window)  # positions [lo, end) are this slot's
         lo = tl.maximum(p + 1 - sliding, 0)  # (sliding = window: no sliding window)
+        first = (lo // BLOCK) * BLOCK
+        per = tl.cdiv(tl.cdiv(end - first, BLOCK), SPLITS)  # blocks per run
+        begin = first + j * per * BLOCK
+        stop = tl.minimum(begin + per * BLOCK, end)
         m = tl.full([GP], float("-inf"), tl.float32)  # running max of the scores, per query row
         total = tl.zeros([GP], tl.float32)  # running sum of exp(score - m)
         acc = tl.zeros([GP, D], tl.float32)  # running sum of exp(score - m) * value
         k_base, v_base = k_ptr + s * sk_s + h * sk_h, v_ptr + s * sv_s + h * sv_h
-        for start in range((lo // BLOCK) * BLOCK, end, BLOCK):  # this slot's positions only
+        for start in range(begin, stop, BLOCK):  # this slot's positions only
             m, total, acc = _block(q, k_base, v_base, start, lo, end, sk_l, sv_l, scale, m, total, acc, d, BLOCK)
+        return m, total, acc, begin, stop
+
+    @triton.jit
+    def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, window, sliding, scale,
+                       sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, so_s, so_h, so_g,
+                       G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr):
+        s, h = tl.program_id(0), tl.program_id(1)
+        m, total, acc, _, _ = _states(q_ptr, k_ptr, v_ptr, pos_ptr, window, sliding, scale, sq_s, sq_h, sq_g, sk_s,
+                                      sk_h, sk_l, sv_s, sv_h, sv_l, s, h, 0, G, GP, D, BLOCK, 1)
+        g, d = tl.arange(0, GP), tl.arange(0, D)
         out = acc / total[:, None]
         tl.store(o_ptr + s * so_s + h * so_h + g[:, None] * so_g + d[None, :], out.to(o_ptr.dtype.element_ty),
                  mask=g[:, None] < G)
@@ -83,25 +99,13 @@ if triton is not None:
     def _split_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, pos_ptr, window, sliding, scale,
                       sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l,
                       G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
-        """Split j of a slot's positions (its blocks dealt out in SPLITS contiguous runs): the online
-        softmax's state (m, total, acc) over them, into the partials [S, Hkv, SPLITS, G(, D)]."""
+        """Run j of a slot's positions: its online softmax's state, into the partials [S, Hkv,
+        SPLITS, G(, D)] (the G real query rows only)."""
         s, h, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        m, total, acc, begin, stop = _states(q_ptr, k_ptr, v_ptr, pos_ptr, window, sliding, scale, sq_s, sq_h, sq_g,
+                                             sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, s, h, j, G, GP, D, BLOCK, SPLITS)
         g, d = tl.arange(0, GP), tl.arange(0, D)
-        q = tl.load(q_ptr + s * sq_s + h * sq_h + g[:, None] * sq_g + d[None, :], mask=g[:, None] < G, other=0.0)
-        p = tl.load(pos_ptr + s)
-        end = tl.minimum(p + 1, window)
-        lo = tl.maximum(p + 1 - sliding, 0)
-        first = (lo // BLOCK) * BLOCK
-        per = tl.cdiv(tl.cdiv(end - first, BLOCK), SPLITS)  # blocks per split
-        begin = first + j * per * BLOCK
-        stop = tl.minimum(begin + per * BLOCK, end)
-        m = tl.full([GP], float("-inf"), tl.float32)
-        total = tl.zeros([GP], tl.float32)
-        acc = tl.zeros([GP, D], tl.float32)
-        k_base, v_base = k_ptr + s * sk_s + h * sk_h, v_ptr + s * sv_s + h * sv_h
-        for start in range(begin, stop, BLOCK):  # (none for a split past this slot's positions: m stays -inf)
-            m, total, acc = _block(q, k_base, v_base, start, lo, end, sk_l, sv_l, scale, m, total, acc, d, BLOCK)
-        at = (s * tl.num_programs(1) + h) * SPLITS + j  # partials hold the G real query rows only
+        at = (s * tl.num_programs(1) + h) * SPLITS + j
         real = g < G
         tl.store(m_ptr + at * G + g, m, mask=real)
         tl.store(l_ptr + at * G + g, total, mask=real)
