@@ -1,4 +1,8 @@
-"""The built-in tiny models: a byte-level tokenizer, or a BPE of the built-in task's text."""
+"""The built-in tiny models: a byte-level tokenizer, or a BPE of the built-in task's text; a model directory's
+loading onto a GPU."""
+
+import pytest
+import torch
 
 from execrl.models import TASK_VOCAB, TINY_CODER, TINY_CODER_BPE, load_model_and_tokenizer
 
@@ -17,3 +21,15 @@ def test_the_bpe_tiny_coder_reads_each_task_word_as_one_token_and_trains(tmp_pat
     done, d = run(tmp_path, "bpe", f"policy.model_name={TINY_CODER_BPE}", "grpo.max_num_steps=1",
                   "checkpointing.enabled=false")
     assert done.step == 1 and (d / "metrics.jsonl").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_model_directory_is_read_straight_onto_the_gpu(tiny_model_dir):
+    on_host, _ = load_model_and_tokenizer(str(tiny_model_dir), "cpu", "bfloat16")
+    on_gpu, _ = load_model_and_tokenizer(str(tiny_model_dir), "cuda", "bfloat16")
+    assert {p.device.type for p in on_gpu.parameters()} == {"cuda"} and not on_gpu.training
+    host = on_host.state_dict()
+    assert all(torch.equal(t.cpu(), host[k]) for k, t in on_gpu.state_dict().items())
+    assert on_gpu.lm_head.weight.data_ptr() == on_gpu.model.embed_tokens.weight.data_ptr() \
+        or not on_gpu.config.tie_word_embeddings  # tied weights stay one tensor
