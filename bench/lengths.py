@@ -9,7 +9,8 @@ tokens/s; the decode batch's fullness (generated tokens / (decode steps x slots)
 longest (no refill) would reach; the milliseconds per decode step (forced to the mean: in brackets); and the training
 padding of the same sequences (128-token prompts + completions) in micro-batches of --micro: sorted by length as
 execrl's trainer does, in generation order, and by a token budget. Then what a decode step costs with a sixteenth of
-the slots live (the tail of a real-length step) against all of them live.
+the slots live (the tail of a real-length step) against all of them live, with the tail's positions unsplit and split
+in runs of --tail-positions.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 from common import ARCHS, build, device_name, timed
 
 from execrl.config.batch import Split
-from execrl.rollout import RolloutEngine, SamplingParams
+from execrl.rollout import RolloutEngine, SamplingParams, attention
 
 PROMPT = 128
 
@@ -43,7 +44,10 @@ def padding(lengths: list[int], parts: list[list[int]]) -> float:
 
 
 def run(engine: RolloutEngine, prompts: list[list[int]], budgets: list[int]) -> tuple[float, int]:
-    """(seconds, decode steps) of one generate call, each prompt its own budget."""
+    """(seconds, decode steps) of one generate call, each prompt its own budget; the same call run once before,
+    untimed, so that the graphs of every attention window and split it reaches are compiled and captured (a run
+    captures each once, at its first step that needs it)."""
+    engine.generate(prompts, 1, budgets, SamplingParams(1.0, ignore_eos=True))
     steps = [0]
     step = engine._step
 
@@ -72,6 +76,8 @@ def main() -> None:
     ap.add_argument("--max", type=int, default=4096)
     ap.add_argument("--samples", type=int, default=512, help="the refill case's samples (the step case: --slots)")
     ap.add_argument("--slots", type=int, default=128, help="the engine's slots (a GRPO step of 16 x 8: 128)")
+    ap.add_argument("--tail-positions", type=int, nargs="+", default=[0, 1024, 512, 256],
+                    help="the tail's positions per program to compare (0: the tail unsplit)")
     ap.add_argument("--micro", type=int, default=8, help="training micro-batch (sequences)")
     args = ap.parse_args()
 
@@ -80,7 +86,6 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     print(f"{args.arch} on {device_name()}, torch {torch.__version__}: {PROMPT}-token prompts, completions log-normal "
           f"(mean {args.mean} before the cap of {args.max}), {args.slots} slots")
-    run(engine, torch.randint(3, 259, (args.slots, PROMPT), generator=g).tolist(), [min(64, args.max)] * args.slots)
     print("| batch | samples | mean / median / max tokens | engine tok/s | forced to the mean, tok/s | ratio | decode "
           "batch full | without refill | ms per decode step (forced) | padding: sorted | in order | by tokens |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -102,14 +107,22 @@ def main() -> None:
               f"{static_fullness(lengths, args.slots):.0%} | {1e3 * seconds / steps:.2f} ({1e3 * forced_s / forced_steps:.2f})"
               f" | {sorted_pad:.0%} | {in_order:.0%} | {by_tokens:.0%} |")
     # what a decode step costs with few slots live: a few samples run to --max while the rest end after one token,
-    # against every slot running to --max (the tail of a real-length step, where the longest few decode alone)
+    # against every slot running to --max (the tail of a real-length step, where the longest few decode alone);
+    # the few-live case once per split of each slot's positions (attention.tail_splits): off, then the runs' lengths
     few = max(1, args.slots // 16)
     prompts = torch.randint(3, 259, (args.slots, PROMPT), generator=g).tolist()
-    tail_s, tail_steps = run(engine, prompts, [args.max] * few + [1] * (args.slots - few))
     full_s, full_steps = run(engine, prompts, [args.max] * args.slots)
-    print(f"\nms per decode step to {args.max} tokens: {few} of {args.slots} slots live "
-          f"{1e3 * tail_s / tail_steps:.2f}, all {args.slots} live {1e3 * full_s / full_steps:.2f}")
-
+    print(f"\nms per decode step to {args.max} tokens, all {args.slots} slots live: {1e3 * full_s / full_steps:.2f}; "
+          f"{few} of {args.slots} live, by the positions each program of the tail reads:")
+    chosen = (attention.TAIL_FROM, attention.TAIL_POSITIONS)
+    try:
+        for positions in args.tail_positions:
+            attention.TAIL_FROM, attention.TAIL_POSITIONS = (1 << 30, 1) if positions == 0 else (chosen[0], positions)
+            tail_s, tail_steps = run(engine, prompts, [args.max] * few + [1] * (args.slots - few))
+            name = "unsplit" if positions == 0 else f"{positions} positions"
+            print(f"  {name}{' (the default)' if positions == chosen[1] else ''}: {1e3 * tail_s / tail_steps:.2f}")
+    finally:
+        attention.TAIL_FROM, attention.TAIL_POSITIONS = chosen
 
 if __name__ == "__main__":
     main()

@@ -5,7 +5,11 @@ a first start (empty compile caches) and a second start of the same config on th
     python bench/startup.py --arch tiny --new-tokens 16   # a smoke run on a CPU
 Each start is its own process (`--child`), as a user's second `execrl train` is; both share one fresh
 TORCHINDUCTOR_CACHE_DIR, and Python's bytecode cache (as an installed package has it; an image that sets
-PYTHONDONTWRITEBYTECODE would compile every module's source in every process). `--profile` adds where the build's
+PYTHONDONTWRITEBYTECODE would compile every module's source in every process). Before them a start of the tiny
+model, with compile caches of its own, writes the bytecode of every module a start imports, as a first `execrl`
+command after installing does (`pip install` writes it, `uv pip install` does not): the first start is then the
+first of this config, its compile caches empty (`--fresh-install`: no such start, the first one writes the bytecode
+too). `--profile` adds where the build's
 seconds go, torch.compile's seconds per phase and the recompiles' reasons. Columns: the interpreter to the end of
 step 1 (`to step 1`), importing execrl and transformers, building the run (model, optimizer, engine, sandbox), step
 1's generate and train, the seconds torch.compile spent (dynamo and inductor, over the whole start), its inductor
@@ -79,6 +83,8 @@ def main() -> None:
     ap.add_argument("--micro", type=int, default=16)
     ap.add_argument("--profile", action="store_true", help="print each start's build profile, torch.compile's "
                     "seconds per function and the recompiles' reasons")
+    ap.add_argument("--fresh-install", action="store_true", help="no start of the tiny model before: the first start "
+                    "writes Python's bytecode too, as on a machine where nothing has run since `uv pip install`")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--log-dir", help=argparse.SUPPRESS)
@@ -95,25 +101,34 @@ def main() -> None:
     # Python's bytecode kept as an installed package has it (an image that sets PYTHONDONTWRITEBYTECODE compiles
     # every module's source in every process), in work/ as the compile caches are
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env.update(TORCHINDUCTOR_CACHE_DIR=str(work / "inductor-cache"), TRITON_CACHE_DIR=str(work / "triton-cache"),
-               PYTHONPYCACHEPREFIX=str(work / "bytecode"), **({"TORCH_LOGS": "recompiles"} if args.profile else {}))
-    rows = []
-    for i in range(args.starts):
-        cmd = [sys.executable, __file__, "--child", "--model", str(work / "model"), "--log-dir", str(work / f"run{i}"),
-               "--system", system, "--new-tokens", str(args.new_tokens), "--micro", str(args.micro),
+    env.update(PYTHONPYCACHEPREFIX=str(work / "bytecode"), **({"TORCH_LOGS": "recompiles"} if args.profile else {}))
+
+    def start(name: str, model: Path, log_dir: Path, system: str, caches: Path):
+        cmd = [sys.executable, __file__, "--child", "--model", str(model), "--log-dir", str(log_dir), "--system",
+               system, "--new-tokens", str(args.new_tokens), "--micro", str(args.micro),
                *(["--profile"] if args.profile else [])]
         t = time.perf_counter()
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        done = subprocess.run(cmd, capture_output=True, text=True, env={**env, "TORCHINDUCTOR_CACHE_DIR": str(
+            caches / "inductor-cache"), "TRITON_CACHE_DIR": str(caches / "triton-cache")})
         wall = time.perf_counter() - t
         line = [x for x in done.stdout.splitlines() if x.startswith("STARTUP ")]
         if done.returncode or not line:
-            raise SystemExit(f"start {i + 1} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-        rows.append((i + 1, wall, json.loads(line[0][len("STARTUP "):])))
+            raise SystemExit(f"start {name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         said = [x for x in done.stderr.splitlines() if x.startswith("start-up:")]  # the run's own line
-        print(f"start {i + 1}: {said[0] if said else '(no start-up line: nothing compiled)'}")
+        print(f"start {name}: {said[0] if said else '(no start-up line: nothing compiled)'}")
         if args.profile:
             print(done.stdout[:done.stdout.index("STARTUP ")])
             print("\n".join(x for x in done.stderr.splitlines() if "ecompil" in x or "triggered by" in x))
+        return name, wall, json.loads(line[0][len("STARTUP "):])
+
+    rows = []
+    if not args.fresh_install:  # the bytecode written by a start of another model, with its own compile caches
+        tiny = work / "bytecode-start"
+        rows.append(start("0: tiny model (writes the bytecode)", tiny / "model", tiny / "run", save_arch("tiny", tiny),
+                          tiny))
+    for i in range(args.starts):
+        rows.append(start(("first", "second")[i] if i < 2 else str(i + 1), work / "model", work / f"run{i}", system,
+                          work))
     print(f"\n{args.arch} on {device_name()}, torch {rows[0][2]['torch']}, 16 x 8 samples of ~128 + {args.new_tokens} "
           "tokens, one step per start")
     print("| start | process s | to step 1 s | import s | build s | generate s | train s | compile s | graphs | "

@@ -170,14 +170,19 @@ def test_lengths_bench_runs_on_cpu():
     for r in rows:
         assert float(r[3].replace(",", "")) > 0 and 0 < float(r[6].strip(" %")) <= 100
         assert float(r[8].split("(")[0]) > 0  # ms per decode step
-    assert "ms per decode step to 24 tokens: 1 of 8 slots live" in out
+    assert "ms per decode step to 24 tokens, all 8 slots live" in out
+    tails = [line.split(":") for line in out.splitlines() if line.startswith("  ") and "positions" in line
+             or line.startswith("  unsplit:")]
+    assert [t[0].strip() for t in tails] == ["unsplit", "1024 positions", "512 positions (the default)",
+                                             "256 positions"]
+    assert all(float(t[1]) > 0 for t in tails)
 
 
 @pytest.mark.slow
 def test_startup_bench_runs_on_cpu():
     out = run("bench/startup.py", "--arch", "tiny", "--new-tokens", "16")
-    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
-    assert [r[0].strip() for r in rows] == ["1", "2"]
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith(("| 0: ", "| first |", "| second |"))]
+    assert [r[0].strip() for r in rows] == ["0: tiny model (writes the bytecode)", "first", "second"]
     assert all(float(r[2]) >= float(r[3]) + float(r[4]) > 0 for r in rows)  # to step 1 >= import + build
 
 
