@@ -55,7 +55,8 @@ def test_the_warm_up_examples_print_what_they_say(grader):
     "import os\nprint(os.urandom(4).hex())",
     "print(id(object()))",
     "print(hash('abc'))",
-    "print(list({'apple', 'banana', 'cherry', 'date', 'elderberry'}))",
+    # (26 strings: two random hash seeds order a set of 5 the same way often enough to fail one run in tens)
+    "print(list(set('abcdefghijklmnopqrstuvwxyz')))",
     "print(open('/proc/uptime').read())",
 ])
 def test_output_that_depends_on_what_the_predictor_cannot_know_is_rejected(grader, program):
