@@ -124,5 +124,6 @@ def main() -> None:
     finally:
         attention.TAIL_FROM, attention.TAIL_POSITIONS = chosen
 
+
 if __name__ == "__main__":
     main()
