@@ -10,7 +10,8 @@ longest (no refill) would reach; the milliseconds per decode step (forced to the
 padding of the same sequences (128-token prompts + completions) in micro-batches of --micro: sorted by length as
 execrl's trainer does, in generation order, and by a token budget. Then what a decode step costs with a sixteenth of
 the slots live (the tail of a real-length step) against all of them live, with the tail's positions unsplit and split
-in runs of --tail-positions.
+in runs of --tail-positions; and what a step costs in engines of only as many slots as the tail has live samples (and
+2x, 4x), all live: the most that running a tail on fewer rows could gain.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=128, help="the engine's slots (a GRPO step of 16 x 8: 128)")
     ap.add_argument("--tail-positions", type=int, nargs="+", default=[0, 1024, 512, 256],
                     help="the tail's positions per program to compare (0: the tail unsplit)")
+    ap.add_argument("--rows", type=int, nargs="*", default=None,
+                    help="slots of the smaller engines compared with the tail (default: the tail's live samples x 1, 2, 4)")
     ap.add_argument("--micro", type=int, default=8, help="training micro-batch (sequences)")
     args = ap.parse_args()
 
@@ -123,6 +126,19 @@ def main() -> None:
             print(f"  {name}{' (the default)' if positions == chosen[1] else ''}: {1e3 * tail_s / tail_steps:.2f}")
     finally:
         attention.TAIL_FROM, attention.TAIL_POSITIONS = chosen
+    # the most a tail could gain from running on fewer rows: engines of `rows` slots, every slot live to --max, their
+    # positions split as the tail's are (TAIL_SHARE 1: split whatever the share of slots live)
+    print(f"ms per decode step to {args.max} tokens in an engine of fewer slots, all live, split as the tail is:")
+    share = attention.TAIL_SHARE
+    try:
+        attention.TAIL_SHARE = 1
+        for rows in args.rows or [few * 2 ** i for i in range(3) if few * 2 ** i < args.slots]:
+            small = RolloutEngine(model, tok, slots=rows, max_len=PROMPT + args.max + 1, compile=device_name() != "cpu")
+            rows_s, rows_steps = run(small, prompts[:rows], [args.max] * rows)
+            print(f"  {rows} slots: {1e3 * rows_s / rows_steps:.2f}")
+            del small
+    finally:
+        attention.TAIL_SHARE = share
 
 
 if __name__ == "__main__":

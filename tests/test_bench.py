@@ -176,6 +176,8 @@ def test_lengths_bench_runs_on_cpu():
     assert [t[0].strip() for t in tails] == ["unsplit", "1024 positions", "512 positions (the default)",
                                              "256 positions"]
     assert all(float(t[1]) > 0 for t in tails)
+    fewer = [line.split(":") for line in out.splitlines() if line.startswith("  ") and " slots:" in line]
+    assert [f[0].strip() for f in fewer] == ["1 slots", "2 slots", "4 slots"] and all(float(f[1]) > 0 for f in fewer)
 
 
 @pytest.mark.slow
