@@ -179,9 +179,11 @@ def part_timing(args, model_dir: Path) -> dict:
                        "loss": r["train/loss"], "grad_norm": r["train/grad_norm"]} for r in rows]}
 
 
-def fixed_rollouts(step: int, num_prompts: int, group: int, prompts: list[list[int]], new_tokens: int, per_batch: int):
+def fixed_rollouts(step: int, num_prompts: int, group: int, prompts: list[list[int]], new_tokens: int, per_batch: int,
+                   env):
     """This rank's share of a step's global batch of fixed random completions (lengths new/4..new) and rewards:
-    generated whole on every rank from (step) alone, so it is the same data on any number of GPUs."""
+    generated whole on every rank from (step) alone, so it is the same data on any number of GPUs; `env` the
+    episodes' environment (the trainer reads its role)."""
     from execrl.envs import Segment, Trajectory
     from execrl.rewards import Reward
     from execrl.trainer import distributed as dist
@@ -193,7 +195,7 @@ def fixed_rollouts(step: int, num_prompts: int, group: int, prompts: list[list[i
         lengths = torch.randint(new_tokens // 4, new_tokens + 1, (group,), generator=g).tolist()
         completions = [torch.randint(3, 259, (n,), generator=g).tolist() for n in lengths]
         rewards = (torch.randint(0, 5, (group,), generator=g) / 4).tolist()
-        groups.append([Episode(None, None, [], Trajectory(prompts[i % len(prompts)], [Segment(ids, True)],
+        groups.append([Episode(None, env, [], Trajectory(prompts[i % len(prompts)], [Segment(ids, True)],
                                                           len(ids) == new_tokens), reward=Reward(r), turns=1)
                        for ids, r in zip(completions, rewards)])
     return Rollouts([e for episodes in dist.this_rank(groups, per_batch) for e in episodes], group)
@@ -221,7 +223,7 @@ def part_losses(args, model_dir: Path) -> list[dict]:
     try:
         for step in range(1, args.loss_steps + 1):
             rollouts = fixed_rollouts(step, args.loss_prompts, group, prompts, args.new_tokens,
-                                      run.plan.prompts_per_optimizer_step)
+                                      run.plan.prompts_per_optimizer_step, env)
             stats = train_step(run, rollouts)
             run.step = step
             out.append({"step": step, **{k: stats[k] for k in ("loss", "grad_norm", "entropy", "kl", "clip_frac")}})
