@@ -181,6 +181,15 @@ def test_lengths_bench_runs_on_cpu():
 
 
 @pytest.mark.slow
+def test_stop_strings_bench_runs_on_cpu():
+    out = run("bench/stop_strings.py", "--arch", "tiny", "--slots", "8", "--new", "48", "--lengths", "16,64")
+    host = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith(("| 16 |", "| 64 |"))]
+    assert len(host) == 2 and all(float(r[1]) > 0 and float(r[2]) > 0 for r in host)
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith(("| no stop", "| stop string"))]
+    assert len(rows) == 3 and all(float(r[1].replace(",", "")) > 0 for r in rows)
+
+
+@pytest.mark.slow
 def test_startup_bench_runs_on_cpu():
     out = run("bench/startup.py", "--arch", "tiny", "--new-tokens", "16")
     rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith(("| 0: ", "| first |", "| second |"))]

@@ -81,6 +81,50 @@ def test_stop_strings_cut_where_transformers_cuts(tiny, prompts):
     assert not got.truncated
 
 
+def shortest_prefix_with(tok, ids, stops):
+    """The reference: the fewest leading tokens whose whole text holds a stop string."""
+    return next((k for k in range(1, len(ids) + 1)
+                 if any(s in tok.decode(ids[:k], skip_special_tokens=True) for s in stops)), None)
+
+
+@pytest.mark.parametrize("sync_every", [1, 2, 5, 16])
+def test_stop_strings_found_across_syncs_as_in_the_whole_text(tiny, prompts, sync_every):
+    """Each sync decodes only the tokens since the last one (and a lookback): a stop string that
+    began before them, or spans several tokens, is still cut where the whole text first holds it."""
+    model, tok = tiny
+    full = RolloutEngine(model, tok, slots=4, max_len=256).generate(prompts, 1, 64, GREEDY)
+    texts = [c[0].text for c in full]
+    stops = [[t[20:27]] for t in texts] + [[t[40:42], "zzzz"] for t in texts]  # multi-token and short ones
+    engine = RolloutEngine(model, tok, slots=3, max_len=256, sync_every=sync_every)
+    for stop in stops:
+        got = engine.generate(prompts, 1, 64, GREEDY, stop_strings=stop)
+        for want, c in zip(full, got):
+            cut = shortest_prefix_with(tok, want[0].ids, stop)
+            assert c[0].ids == want[0].ids[:cut or len(want[0].ids)], (stop, sync_every)
+            assert c[0].truncated == (cut is None and want[0].truncated)
+
+
+def test_a_stop_search_decodes_only_the_new_tokens_and_a_lookback():
+    from execrl.rollout.engine import first_stop, stop_lookback
+
+    class Counting:  # a tokenizer of one character per token that counts the tokens it decodes
+        decoded = 0
+
+        def decode(self, ids, skip_special_tokens=True):
+            Counting.decoded += len(ids)
+            return "".join(chr(97 + i) for i in ids)
+
+    ids = [i % 20 for i in range(3000)] + [25, 24, 23]  # ... "zyx" at the end
+    back = stop_lookback(["zyx"])
+    assert back == 2 * 3 + 16
+    known = 3000 - 16
+    window = ids[known - back:]
+    assert first_stop(Counting(), window, ["zyx"], back) + known - back == len(ids)
+    assert Counting.decoded < 20 * len(window)  # a few decodes of the window, never the 3,000 tokens before it
+    assert first_stop(Counting(), ids, ["zyx"]) == len(ids) and first_stop(Counting(), ids, ["w"]) is None
+    assert first_stop(Counting(), ids[:10], ["c"], known=10) is None  # nothing new to read
+
+
 def test_eos_ends_a_sequence_and_the_context_limit_truncates(tiny, prompts):
     model, tok = tiny
     full = RolloutEngine(model, tok, slots=2, max_len=256).generate(prompts[:1], 1, 40, GREEDY)[0][0]

@@ -37,6 +37,7 @@ class Slot:
     prompt_len: int
     limit: int  # tokens it may generate
     generated: int = 1  # tokens generated at the last sync (the prefill samples the first)
+    checked: int = 0  # leading generated tokens whose text holds no stop string
 
 
 class Call:
@@ -203,26 +204,43 @@ class RolloutEngine:
         active, counts = torch.stack([self.active.long(), self.n_gen]).cpu().tolist()  # the one host sync
         for s, slot in busy.items():
             slot.generated = counts[s]
-        check = [s for s in sorted(busy) if not active[s] or call.stop_strings]
-        if not check:
+        cuts = self._stops(call.stop_strings, busy, counts) if call.stop_strings else {}
+        done = [s for s in sorted(busy) if not active[s] or s in cuts]
+        if not done:
             return
-        width = max(counts[s] for s in check)
-        idx = torch.tensor(check, device=self.out_tok.device)
+        width = max(counts[s] for s in done)
+        idx = torch.tensor(done, device=self.out_tok.device)
         toks, lps = self.out_tok[idx, :width].tolist(), self.out_lp[idx, :width].tolist()
-        stopped = []
-        for s, row, lp in zip(check, toks, lps):
-            n = counts[s]
-            cut = first_stop(self.tokenizer, row[:n], call.stop_strings) if call.stop_strings else None
-            if cut is None and active[s]:
-                continue
-            if active[s]:
-                stopped.append(s)
+        for s, row, lp in zip(done, toks, lps):
+            n = cuts.get(s, counts[s])
             request = busy.pop(s).request
             guide = call.guides[request[0]] if call.guides else None
             self.constraints.release(s)
-            call.finish(request, self._completion(row[:cut or n], lp[:cut or n], cut is not None, call.params, guide))
+            call.finish(request, self._completion(row[:n], lp[:n], s in cuts, call.params, guide))
+        stopped = [s for s in cuts if active[s]]
         if stopped:
             self.active[torch.tensor(stopped, device=self.active.device)] = False
+
+    def _stops(self, stop_strings: list[str], busy: dict[int, Slot], counts: list[int]) -> dict[int, int]:
+        """slot -> the tokens to keep, for the busy slots whose text now holds a stop string. Only the
+        tokens since the last sync are read, behind a lookback that covers a stop string begun
+        before them: the text of the earlier ones was checked then (decoding every slot's whole
+        sequence at every sync made long samples' syncs outlast their decode steps)."""
+        back = stop_lookback(stop_strings)
+        starts = {s: max(0, slot.checked - back) for s, slot in busy.items() if counts[s] > slot.checked}
+        if not starts:
+            return {}
+        lo, width = min(starts.values()), max(counts[s] for s in starts)
+        rows = self.out_tok[torch.tensor(list(starts), device=self.out_tok.device), lo:width].tolist()
+        cuts = {}
+        for (s, start), row in zip(starts.items(), rows):
+            slot = busy[s]
+            cut = first_stop(self.tokenizer, row[start - lo:counts[s] - lo], stop_strings, slot.checked - start)
+            if cut is None:
+                slot.checked = counts[s]
+            else:
+                cuts[s] = start + cut
+        return cuts
 
     def _completion(self, ids: list[int], lps: list[float], stopped: bool, params: SamplingParams, guide=None
                     ) -> Completion:
@@ -429,15 +447,26 @@ def dynamic_source(name: str) -> None:
         config.dynamic_sources = ",".join(x for x in (config.dynamic_sources, name) if x)
 
 
-def first_stop(tokenizer, ids: list[int], stop_strings: list[str]) -> int | None:
+def stop_lookback(stop_strings: list[str]) -> int:
+    """Tokens before the unchecked ones that a stop string's search decodes again: more than any
+    stop string can span (a token that holds part of one holds at least one of its bytes; the
+    rest is margin for tokens that decode to nothing)."""
+    return 2 * max(len(s.encode()) for s in stop_strings) + 16
+
+
+def first_stop(tokenizer, ids: list[int], stop_strings: list[str], known: int = 0) -> int | None:
     """The number of leading tokens whose text first contains a stop string (None: no stop string
-    yet)."""
-    if not any(s in tokenizer.decode(ids, skip_special_tokens=True) for s in stop_strings):
+    yet); the text of the first `known` tokens is known to hold none."""
+    def holds(n: int) -> bool:
+        text = tokenizer.decode(ids[:n], skip_special_tokens=True)
+        return any(s in text for s in stop_strings)
+
+    if len(ids) <= known or not holds(len(ids)):
         return None
-    lo, hi = 1, len(ids)  # the shortest prefix containing a stop string: the predicate is monotone in the length
+    lo, hi = known + 1, len(ids)  # the shortest prefix containing a stop string: the predicate is monotone in the length
     while lo < hi:
         mid = (lo + hi) // 2
-        if any(s in tokenizer.decode(ids[:mid], skip_special_tokens=True) for s in stop_strings):
+        if holds(mid):
             hi = mid
         else:
             lo = mid + 1
