@@ -230,12 +230,15 @@ class RolloutEngine:
         starts = {s: max(0, slot.checked - back) for s, slot in busy.items() if counts[s] > slot.checked}
         if not starts:
             return {}
-        lo, width = min(starts.values()), max(counts[s] for s in starts)
-        rows = self.out_tok[torch.tensor(list(starts), device=self.out_tok.device), lo:width].tolist()
+        dev = self.out_tok.device
+        span = max(counts[s] - start for s, start in starts.items())  # (a slot admitted since: from its start)
+        cols = torch.tensor(list(starts.values()), device=dev)[:, None] + torch.arange(span, device=dev)  # [N, span]
+        rows = self.out_tok[torch.tensor(list(starts), device=dev)[:, None],
+                            cols.clamp(max=self.out_tok.shape[1] - 1)].tolist()
         cuts = {}
         for (s, start), row in zip(starts.items(), rows):
             slot = busy[s]
-            cut = first_stop(self.tokenizer, row[start - lo:counts[s] - lo], stop_strings, slot.checked - start)
+            cut = first_stop(self.tokenizer, row[:counts[s] - start], stop_strings, slot.checked - start)
             if cut is None:
                 slot.checked = counts[s]
             else:
