@@ -69,5 +69,6 @@ def main() -> None:
             print(f"| {slots} | {window} | {read / 1e6:,.0f} | " + " | ".join(f"{r:,.0f}" for r in rates)
                   + f" | {best}{auto} |", flush=True)
 
+
 if __name__ == "__main__":
     main()

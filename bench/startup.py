@@ -9,11 +9,10 @@ PYTHONDONTWRITEBYTECODE would compile every module's source in every process). B
 model, with compile caches of its own, writes the bytecode of every module a start imports, as a first `execrl`
 command after installing does (`pip install` writes it, `uv pip install` does not): the first start is then the
 first of this config, its compile caches empty (`--fresh-install`: no such start, the first one writes the bytecode
-too). `--profile` adds where the build's
-seconds go, torch.compile's seconds per phase and the recompiles' reasons. Columns: the interpreter to the end of
-step 1 (`to step 1`), importing execrl and transformers, building the run (model, optimizer, engine, sandbox), step
-1's generate and train, the seconds torch.compile spent (dynamo and inductor, over the whole start), its inductor
-cache hits/misses, and the CUDA graphs captured.
+too). `--profile` adds where the build's seconds go, torch.compile's seconds per phase and the recompiles' reasons.
+Columns: the interpreter to the end of step 1 (`to step 1`), importing execrl and transformers, building the run
+(model, optimizer, engine, sandbox), step 1's generate and train, the seconds torch.compile spent (dynamo and
+inductor, over the whole start), its inductor cache hits/misses, and the CUDA graphs captured.
 """
 
 import time

@@ -336,7 +336,6 @@ def test_the_generic_path_on_a_gpu_compiled_and_in_graphs_equals_transformers(sy
 def test_the_generic_path_runs_lora_adapters_inside_the_model(tok, prompts):
     from transformers import AutoModelForCausalLM
 
-
     torch.manual_seed(0)
     model = with_lora(AutoModelForCausalLM.from_config(GENERIC["gpt_neox"](len(tok))).eval())
     engine = RolloutEngine(model, tok, slots=2, max_len=128)
