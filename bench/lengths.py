@@ -8,10 +8,10 @@ Reported per batch shape (a GRPO step's samples all in slots at once; more sampl
 tokens/s; the decode batch's fullness (generated tokens / (decode steps x slots)) against what batches run to their
 longest (no refill) would reach; the milliseconds per decode step (forced to the mean: in brackets); and the training
 padding of the same sequences (128-token prompts + completions) in micro-batches of --micro: sorted by length as
-execrl's trainer does, in generation order, and by a token budget. Then what a decode step costs with a sixteenth of
-the slots live (the tail of a real-length step) against all of them live, with the tail's positions unsplit and split
-in runs of --tail-positions; and what a step costs in engines of only as many slots as the tail has live samples (and
-2x, 4x), all live: the most that running a tail on fewer rows could gain.
+execrl's trainer does, in generation order, and by a token budget. Each batch twice: as the engine runs it (once at
+most half the slots are busy, steps run on the busy slots' rows only) and with every slot's row in each step. Then what
+a decode step costs with a sixteenth of the slots live (the tail of a real-length step) against all of them live,
+the tail's positions unsplit and split in runs of --tail-positions (on every row), and as the engine runs it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from common import ARCHS, build, device_name, timed
 
 from execrl.config.batch import Split
 from execrl.rollout import RolloutEngine, SamplingParams, attention
+from execrl.rollout.engine import MIN_ROWS
 
 PROMPT = 128
 
@@ -79,8 +80,6 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=128, help="the engine's slots (a GRPO step of 16 x 8: 128)")
     ap.add_argument("--tail-positions", type=int, nargs="+", default=[0, 1024, 512, 256],
                     help="the tail's positions per program to compare (0: the tail unsplit)")
-    ap.add_argument("--rows", type=int, nargs="*", default=None,
-                    help="slots of the smaller engines compared with the tail (default: the tail's live samples x 1, 2, 4)")
     ap.add_argument("--micro", type=int, default=8, help="training micro-batch (sequences)")
     args = ap.parse_args()
 
@@ -92,12 +91,22 @@ def main() -> None:
     print("| batch | samples | mean / median / max tokens | engine tok/s | forced to the mean, tok/s | ratio | decode "
           "batch full | without refill | ms per decode step (forced) | padding: sorted | in order | by tokens |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, n in (("a GRPO step", args.slots), ("refilled", args.samples)):
+    forced_at = {}  # samples -> (seconds, steps) forced to the mean (every slot busy throughout: rows do not matter)
+    for name, n, every_row in (("a GRPO step", args.slots, False), ("a GRPO step, every slot's row in each step",
+                                                                    args.slots, True),
+                               ("refilled", args.samples, False), ("refilled, every slot's row", args.samples, True)):
         lengths = draw_lengths(n, args.mean, args.max, seed=n)
-        prompts = torch.randint(3, 259, (n, PROMPT), generator=g).tolist()
-        seconds, steps = run(engine, prompts, lengths)
+        prompts = torch.randint(3, 259, (n, PROMPT), generator=torch.Generator().manual_seed(n)).tolist()
+        if every_row:  # as the engine ran before steps ran on the busy slots' rows only
+            engine._rows = lambda busy: None
+        try:
+            seconds, steps = run(engine, prompts, lengths)
+        finally:
+            engine.__dict__.pop("_rows", None)
         mean = round(statistics.mean(lengths))
-        forced_s, forced_steps = run(engine, prompts, [mean] * n)
+        if n not in forced_at:
+            forced_at[n] = run(engine, prompts, [mean] * n)
+        forced_s, forced_steps = forced_at[n]
         rate, forced = sum(lengths) / seconds, mean * n / forced_s
         seqs = [PROMPT + x for x in lengths]
         rows = range(n)
@@ -118,6 +127,7 @@ def main() -> None:
     print(f"\nms per decode step to {args.max} tokens, all {args.slots} slots live: {1e3 * full_s / full_steps:.2f}; "
           f"{few} of {args.slots} live, by the positions each program of the tail reads:")
     chosen = (attention.TAIL_FROM, attention.TAIL_POSITIONS)
+    engine._rows = lambda busy: None  # every slot's row in each step (the split compared as it was measured)
     try:
         for positions in args.tail_positions:
             attention.TAIL_FROM, attention.TAIL_POSITIONS = (1 << 30, 1) if positions == 0 else (chosen[0], positions)
@@ -126,20 +136,10 @@ def main() -> None:
             print(f"  {name}{' (the default)' if positions == chosen[1] else ''}: {1e3 * tail_s / tail_steps:.2f}")
     finally:
         attention.TAIL_FROM, attention.TAIL_POSITIONS = chosen
-    # the most a tail could gain from running on fewer rows: engines of `rows` slots, every slot live to --max, their
-    # positions split as the tail's are (TAIL_SHARE 1: split whatever the share of slots live)
-    print(f"ms per decode step to {args.max} tokens in an engine of fewer slots, all live, split as the tail is:")
-    share = attention.TAIL_SHARE
-    try:
-        attention.TAIL_SHARE = 1
-        for rows in args.rows or [few * 2 ** i for i in range(3) if few * 2 ** i < args.slots]:
-            small = RolloutEngine(model, tok, slots=rows, max_len=PROMPT + args.max + 1, compile=device_name() != "cpu")
-            rows_s, rows_steps = run(small, prompts[:rows], [args.max] * rows)
-            print(f"  {rows} slots: {1e3 * rows_s / rows_steps:.2f}")
-            del small
-    finally:
-        attention.TAIL_SHARE = share
-
+        del engine._rows
+    tail_s, tail_steps = run(engine, prompts, [args.max] * few + [1] * (args.slots - few))
+    print(f"  runs of {chosen[1]} positions, on the busy slots' rows only (the default: {MIN_ROWS} rows at least): "
+          f"{1e3 * tail_s / tail_steps:.2f}")
 
 if __name__ == "__main__":
     main()

@@ -38,6 +38,9 @@ def child(args) -> None:
 
     built = {}
     build_run = loop.build_run
+    if args.late_pool:  # inductor's compile workers started at the first compilation (torch's moment), not early
+        from execrl.trainer import setup
+        setup.warm_compile_workers = lambda: None
 
     def timed_build(cfg):
         t = time.perf_counter()
@@ -84,6 +87,8 @@ def main() -> None:
                     "seconds per function and the recompiles' reasons")
     ap.add_argument("--fresh-install", action="store_true", help="no start of the tiny model before: the first start "
                     "writes Python's bytecode too, as on a machine where nothing has run since `uv pip install`")
+    ap.add_argument("--late-pool", action="store_true", help="start inductor's compile workers at the first "
+                    "compilation, as torch does, not while the run loads (the comparison for that choice)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--log-dir", help=argparse.SUPPRESS)
@@ -105,7 +110,7 @@ def main() -> None:
     def start(name: str, model: Path, log_dir: Path, system: str, caches: Path):
         cmd = [sys.executable, __file__, "--child", "--model", str(model), "--log-dir", str(log_dir), "--system",
                system, "--new-tokens", str(args.new_tokens), "--micro", str(args.micro),
-               *(["--profile"] if args.profile else [])]
+               *(["--profile"] if args.profile else []), *(["--late-pool"] if args.late_pool else [])]
         t = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True, env={**env, "TORCHINDUCTOR_CACHE_DIR": str(
             caches / "inductor-cache"), "TRITON_CACHE_DIR": str(caches / "triton-cache")})

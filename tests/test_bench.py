@@ -165,8 +165,8 @@ def test_train_smoke_bench_runs_on_cpu():
 @pytest.mark.slow
 def test_lengths_bench_runs_on_cpu():
     out = run("bench/lengths.py", "--arch", "tiny", "--mean", "8", "--max", "24", "--samples", "32", "--slots", "8")
-    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith(("| a GRPO step |", "| refilled |"))]
-    assert [r[1].strip() for r in rows] == ["8", "32"]
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith(("| a GRPO step", "| refilled"))]
+    assert [r[1].strip() for r in rows] == ["8", "8", "32", "32"]  # each batch as the engine runs it, then every row
     for r in rows:
         assert float(r[3].replace(",", "")) > 0 and 0 < float(r[6].strip(" %")) <= 100
         assert float(r[8].split("(")[0]) > 0  # ms per decode step
@@ -174,10 +174,9 @@ def test_lengths_bench_runs_on_cpu():
     tails = [line.split(":") for line in out.splitlines() if line.startswith("  ") and "positions" in line
              or line.startswith("  unsplit:")]
     assert [t[0].strip() for t in tails] == ["unsplit", "1024 positions", "512 positions (the default)",
-                                             "256 positions"]
-    assert all(float(t[1]) > 0 for t in tails)
-    fewer = [line.split(":") for line in out.splitlines() if line.startswith("  ") and " slots:" in line]
-    assert [f[0].strip() for f in fewer] == ["1 slots", "2 slots", "4 slots"] and all(float(f[1]) > 0 for f in fewer)
+                                             "256 positions", "runs of 512 positions, on the busy slots' rows only "
+                                             "(the default"]
+    assert all(float(t[-1]) > 0 for t in tails)
 
 
 @pytest.mark.slow

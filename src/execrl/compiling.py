@@ -12,3 +12,15 @@ def compile_settings() -> None:
 
     dynamo_config.suppress_errors = True
     dynamo_config.specialize_float = True
+
+
+def warm_compile_workers() -> None:
+    """Start inductor's pool of compile processes now, while the run loads, rather than at its first
+    compilation (torch's own moment): until the pool's workers have imported torch, inductor compiles
+    each kernel in this process, one at a time. Where torch lacks the hook, or has its pool turned
+    off (TORCH_WARM_POOL=0, one compile thread), nothing happens."""
+    try:
+        from torch._inductor.async_compile import maybe_warm_pool
+    except ImportError:
+        return
+    maybe_warm_pool()

@@ -206,6 +206,28 @@ def test_the_compiled_decode_step_is_one_layer_every_layer_of_its_kind_runs(case
         assert layer_graphs() == 1
 
 
+def test_a_step_over_some_rows_compiles_one_version_for_every_count(tok):
+    """The tail of a batch on fewer rows (the engine's _rows): the compiled layer step gets one more version, generic
+    in the count of rows, whatever the count (16, 32, 16 here, in no order of slots), and its logits are the step
+    over every slot's at those slots."""
+    from execrl.rollout.engine import compiled
+
+    model = build("qwen2", tok)
+    fuse_projections(model)
+    engine = RolloutEngine(model, tok, slots=64, max_len=128)
+    torch._dynamo.reset()
+    engine.dec.compile_decode(compiled)
+    g = torch.Generator().manual_seed(0)
+    tokens, pos = torch.randint(3, len(tok), (64,), generator=g), torch.randint(0, 100, (64,), generator=g)
+    with torch.no_grad():
+        every = engine.dec.decode(tokens, pos, 128, pos)
+        for n in (16, 32, 16):
+            rows = torch.randperm(64, generator=g)[:n]
+            got = engine.dec.decode(tokens[rows], pos[rows], 128, pos[rows], 1, rows)
+            torch.testing.assert_close(got, every[rows], atol=1e-4, rtol=1e-4)
+    assert layer_graphs() == 2
+
+
 def test_lora_on_routed_experts_is_refused_with_the_fix(tok):
     """peft adapts the experts' 3-D weights where the targets reach the MLP; the engine does not add those."""
     from execrl.config.schema import LoraConfig
@@ -264,6 +286,28 @@ def test_the_compiled_engine_on_a_gpu_equals_transformers_with_one_layer_compile
         r, o = r[0].ids, o[0].ids
         assert o[:len(r)] == r and (len(o) == len(r) or o[len(r)] == tok.pad_token_id)
     assert layer_graphs() == len({(p.sliding, p.routed) for p in engine.dec.parts})  # (3 layers, 1 or 2 kinds)
+
+
+@pytest.mark.gpu
+def test_a_batchs_tail_on_fewer_rows_on_a_gpu_gives_every_rows_tokens(tok, prompts):
+    """On a GPU, compiled and in CUDA graphs: once at most half the slots are busy the steps run on their rows only
+    (one graph per count of rows), and the samples are token for token those of steps over every slot."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    model = build("qwen2", tok).cuda()
+    fuse_projections(model)
+    torch._dynamo.reset()
+    engine = RolloutEngine(model, tok, slots=64, max_len=128, compile=True)
+    params = SamplingParams(temperature=0.8, ignore_eos=True)
+    budgets = [3, 60, 40]  # 21 samples each: 63 busy, then 42 (every row), then 21 (32 rows)
+    out = engine.generate(prompts, 21, budgets, params, seeds=[1, 2, 3])
+    assert {key[-1] for key in engine.graphs} == {None, 32}  # (the graphs' keys end in their count of rows)
+    engine._rows = lambda busy: None
+    every = engine.generate(prompts, 21, budgets, params, seeds=[1, 2, 3])
+    for group, ref in zip(out, every):
+        assert [c.ids for c in group] == [c.ids for c in ref]
+        for c, r in zip(group, ref):
+            torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(r.logprobs), atol=1e-3, rtol=1e-3)
 
 
 @pytest.mark.gpu

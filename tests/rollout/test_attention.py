@@ -72,3 +72,22 @@ def test_a_batchs_tail_split_over_programs_matches_masked_sdpa():
     torch.testing.assert_close(got, decode_attention(q, k, v, pos, window, 128**-0.5), atol=2e-2, rtol=2e-2)
     want = reference(q.float(), k.float(), v.float(), pos, window, 128**-0.5)
     torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("tail", [1, 8])
+def test_rows_over_some_cache_slots_read_those_slots(tail):
+    """A step over some of the slots (the engine's tail on fewer rows): row r reads cache slot slots[r], one program
+    per row or its positions split (tail), and gets what the whole batch's kernel gives that slot."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    slots, window = 128, 2048
+    g = torch.Generator(device="cuda").manual_seed(0)
+    k, v = (torch.randn(slots, 2, window, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    q = torch.randn(slots, 2, 6, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    pos = torch.randint(0, window, (slots,), device="cuda", generator=g)
+    rows = torch.randperm(slots, device="cuda", generator=g)[:32]  # [R] distinct slots, in no order
+    every = decode_attention(q, k, v, pos, window, 128**-0.5)
+    got = decode_attention(q[rows], k, v, pos[rows], window, 128**-0.5, None, tail, rows)
+    torch.testing.assert_close(got, every[rows], atol=2e-2, rtol=2e-2)
+    want = reference(q[rows].float(), k[rows].float(), v[rows].float(), pos[rows], window, 128**-0.5)
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)

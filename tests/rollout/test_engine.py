@@ -166,9 +166,9 @@ def test_the_batchs_tail_splits_attention_by_position(tiny, prompts):
     engine = RolloutEngine(model, tok, slots=8, max_len=1200, sync_every=16)
     seen, decode = [], engine.dec.decode
 
-    def spy(tokens, pos, window, reads, tail):
+    def spy(tokens, pos, window, reads, tail, rows=None):
         seen.append((int(engine.active.sum()), window, tail))
-        return decode(tokens, pos, window, reads, tail)
+        return decode(tokens, pos, window, reads, tail, rows)
 
     engine.dec.decode = spy
     params = SamplingParams(temperature=0.0, ignore_eos=True)
@@ -188,9 +188,9 @@ def test_an_ended_sample_stops_reading_its_cache_while_the_batch_goes_on(tiny, p
     engine = RolloutEngine(model, tok, slots=4, max_len=256, sync_every=4)
     seen, decode = [], engine.dec.decode
 
-    def spy(tokens, pos, window, reads, tail):
+    def spy(tokens, pos, window, reads, tail, rows=None):
         seen.append((pos.clone(), reads.clone(), engine.active.clone()))
-        return decode(tokens, pos, window, reads, tail)
+        return decode(tokens, pos, window, reads, tail, rows)
 
     engine.dec.decode = spy
     params = SamplingParams(temperature=0.0, ignore_eos=True)
@@ -283,3 +283,39 @@ def test_stop_token_ids_end_a_sequence_in_both_backends(tiny, prompts):
         gen = build_generator(model, tok, backend, 2, 256, cuda_graphs=False, stop_token_ids=[stop])
         ended = gen.generate(prompts[:1], 1, 40, GREEDY)[0][0]
         assert ended.ids == full.ids[:full.ids.index(stop) + 1] and not ended.truncated, backend
+
+
+def test_a_batchs_tail_runs_on_the_busy_slots_rows_only(tiny, prompts):
+    """Once at most half the slots are busy, a step runs on the busy slots' rows (a power of two of them, >= MIN_ROWS,
+    free slots filling the rest) instead of every slot's: the tail of a batch, a few long samples, no longer pays
+    for every slot's GEMMs and sampling. The busy slots here are not the first ones (the long samples are a later
+    prompt's, and refills land where short samples ended), and the tokens and logprobs are those of steps over
+    every slot."""
+    from execrl.rollout.engine import MIN_ROWS
+
+    model, tok = tiny
+    params = SamplingParams(temperature=0.8, ignore_eos=True)
+
+    def run(fewer: bool):
+        engine = RolloutEngine(model, tok, slots=64, max_len=128, sync_every=4)
+        seen, decode = [], engine.dec.decode
+
+        def spy(tokens, pos, window, reads, tail, rows=None):
+            active = engine.active.nonzero()[:, 0].tolist()
+            seen.append((None if rows is None else rows.tolist(), active))
+            return decode(tokens, pos, window, reads, tail, rows)
+
+        engine.dec.decode = spy
+        if not fewer:
+            engine._rows = lambda busy: None
+        return engine.generate(prompts, 24, [3, 40, 2, 25], params, seeds=[7, 8, 9, 10]), seen
+
+    (out, seen), (every, _) = run(True), run(False)
+    few = [(rows, active) for rows, active in seen if rows is not None]
+    assert few and {len(rows) for rows, _ in few} == {MIN_ROWS * 2} and seen[0][0] is None
+    assert all(set(active) <= set(rows) and len(set(rows)) == len(rows) for rows, active in few)
+    assert any(rows[0] > 0 for rows, _ in few)  # the busy slots are not simply the first rows
+    for group, ref in zip(out, every):
+        assert [c.ids for c in group] == [c.ids for c in ref]
+        for c, r in zip(group, ref):
+            torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(r.logprobs), atol=1e-5, rtol=1e-5)

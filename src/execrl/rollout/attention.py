@@ -60,12 +60,13 @@ if triton is not None:
         return m_new, total, acc
 
     @triton.jit
-    def _states(q_ptr, k_ptr, v_ptr, pos_ptr, window, sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s,
-                sv_h, sv_l, s, h, j, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr,
-                SPLITS: tl.constexpr):
-        """The online softmax's state (m, total, acc) of slot s's queries of kv head h over run j of
+    def _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, window, sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l,
+                sv_s, sv_h, sv_l, s, h, j, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr,
+                SPLITS: tl.constexpr, MAPPED: tl.constexpr):
+        """The online softmax's state (m, total, acc) of row s's queries of kv head h over run j of
         its positions (its blocks dealt out in SPLITS contiguous runs; SPLITS = 1: all of them), and
-        the run's [begin, stop) (empty for a run past the slot's positions: m stays -inf)."""
+        the run's [begin, stop) (empty for a run past the row's positions: m stays -inf). Row s reads
+        cache slot s, or slot_ptr[s] when MAPPED (a step over some of the slots)."""
         g, d = tl.arange(0, GP), tl.arange(0, D)
         q = tl.load(q_ptr + s * sq_s + h * sq_h + g[:, None] * sq_g + d[None, :], mask=g[:, None] < G, other=0.0)
         p = tl.load(pos_ptr + s)
@@ -78,32 +79,36 @@ if triton is not None:
         m = tl.full([GP], float("-inf"), tl.float32)  # running max of the scores, per query row
         total = tl.zeros([GP], tl.float32)  # running sum of exp(score - m)
         acc = tl.zeros([GP, D], tl.float32)  # running sum of exp(score - m) * value
-        k_base, v_base = k_ptr + s * sk_s + h * sk_h, v_ptr + s * sv_s + h * sv_h
+        c = s
+        if MAPPED:
+            c = tl.load(slot_ptr + s)
+        k_base, v_base = k_ptr + c * sk_s + h * sk_h, v_ptr + c * sv_s + h * sv_h
         for start in range(begin, stop, BLOCK):  # this slot's positions only
             m, total, acc = _block(q, k_base, v_base, start, lo, end, sk_l, sv_l, scale, m, total, acc, d, BLOCK)
         return m, total, acc, begin, stop
 
     @triton.jit
-    def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, window, sliding, scale,
+    def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, slot_ptr, window, sliding, scale,
                        sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, so_s, so_h, so_g,
-                       G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr):
+                       G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, MAPPED: tl.constexpr):
         s, h = tl.program_id(0), tl.program_id(1)
-        m, total, acc, _, _ = _states(q_ptr, k_ptr, v_ptr, pos_ptr, window, sliding, scale, sq_s, sq_h, sq_g, sk_s,
-                                      sk_h, sk_l, sv_s, sv_h, sv_l, s, h, 0, G, GP, D, BLOCK, 1)
+        m, total, acc, _, _ = _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, window, sliding, scale, sq_s, sq_h,
+                                      sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, s, h, 0, G, GP, D, BLOCK, 1, MAPPED)
         g, d = tl.arange(0, GP), tl.arange(0, D)
         out = acc / total[:, None]
         tl.store(o_ptr + s * so_s + h * so_h + g[:, None] * so_g + d[None, :], out.to(o_ptr.dtype.element_ty),
                  mask=g[:, None] < G)
 
     @triton.jit
-    def _split_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, pos_ptr, window, sliding, scale,
-                      sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l,
-                      G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr):
+    def _split_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, pos_ptr, slot_ptr, window, sliding, scale,
+                      sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, G: tl.constexpr, GP: tl.constexpr,
+                      D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr, MAPPED: tl.constexpr):
         """Run j of a slot's positions: its online softmax's state, into the partials [S, Hkv,
         SPLITS, G(, D)] (the G real query rows only)."""
         s, h, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        m, total, acc, begin, stop = _states(q_ptr, k_ptr, v_ptr, pos_ptr, window, sliding, scale, sq_s, sq_h, sq_g,
-                                             sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, s, h, j, G, GP, D, BLOCK, SPLITS)
+        m, total, acc, begin, stop = _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, window, sliding, scale, sq_s,
+                                             sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, s, h, j, G, GP, D, BLOCK,
+                                             SPLITS, MAPPED)
         g, d = tl.arange(0, GP), tl.arange(0, D)
         at = (s * tl.num_programs(1) + h) * SPLITS + j
         real = g < G
@@ -168,37 +173,45 @@ def tail_splits(running: int, slots: int, window: int) -> int:
 
 
 @torch.library.custom_op("execrl::decode_attention", mutates_args=())
-def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, window: int, sliding: int,
-               scale: float, tail: int) -> torch.Tensor:
+def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor | None,
+               window: int, sliding: int, scale: float, tail: int) -> torch.Tensor:
     """The kernel as an opaque operator, so torch.compile and CUDA graphs take it as it is."""
     s, hkv, g, d = q.shape
     out = torch.empty_like(q)
     gp = max(16, triton.next_power_of_2(g))  # tl.dot needs 16 rows at least: the padding rows are masked
     splits = max(tail, splits_for(s, hkv, window))
+    mapped = slots is not None
+    slot_ptr = slots if mapped else pos  # (not read unless mapped)
     if splits == 1:
-        _decode_kernel[(s, hkv)](q, k, v, out, pos, window, sliding, scale, *q.stride()[:3], *k.stride()[:3],
-                                 *v.stride()[:3], *out.stride()[:3], G=g, GP=gp, D=d, BLOCK=64, num_warps=4)
+        _decode_kernel[(s, hkv)](q, k, v, out, pos, slot_ptr, window, sliding, scale, *q.stride()[:3],
+                                 *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], G=g, GP=gp, D=d, BLOCK=64,
+                                 MAPPED=mapped, num_warps=4)
         return out
     m = torch.empty(s, hkv, splits, g, dtype=torch.float32, device=q.device)
     total, acc = torch.empty_like(m), torch.empty(s, hkv, splits, g, d, dtype=torch.float32, device=q.device)
-    _split_kernel[(s, hkv, splits)](q, k, v, m, total, acc, pos, window, sliding, scale, *q.stride()[:3],
+    _split_kernel[(s, hkv, splits)](q, k, v, m, total, acc, pos, slot_ptr, window, sliding, scale, *q.stride()[:3],
                                     *k.stride()[:3], *v.stride()[:3], G=g, GP=gp, D=d, BLOCK=64, SPLITS=splits,
-                                    num_warps=4)
+                                    MAPPED=mapped, num_warps=4)
     _combine_kernel[(s, hkv)](m, total, acc, out, *out.stride()[:3], G=g, GP=gp, D=d, SPLITS=splits,
                               SP=triton.next_power_of_2(splits), num_warps=4)
     return out
 
 
 @_decode_op.register_fake
-def _(q, k, v, pos, window, sliding, scale, tail):
+def _(q, k, v, pos, slots, window, sliding, scale, tail):
     return torch.empty_like(q)
 
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, window: int,
-                     scale: float, sliding: int | None = None, tail: int = 1) -> torch.Tensor:
-    """q [S, Hkv, G, D], k/v [S, Hkv, L, D] (last dim contiguous), pos [S] -> [S, Hkv, G, D];
-    `sliding`: a key is seen while pos - its position < sliding (None: every position <= pos);
-    `tail`: split each slot's positions over at least this many programs (tail_splits)."""
+                     scale: float, sliding: int | None = None, tail: int = 1, slots: torch.Tensor | None = None
+                     ) -> torch.Tensor:
+    """q [R, Hkv, G, D], k/v [S, Hkv, L, D] (the cache; last dim contiguous), pos [R] -> [R, Hkv, G,
+    D]: row r attends to cache slot slots[r] (None: R = S, row r to slot r); `sliding`: a key is
+    seen while pos - its position < sliding (None: every position <= pos); `tail`: split each row's
+    positions over at least this many programs (tail_splits)."""
     if kernel_supported(q):
-        return _decode_op(q.contiguous(), k, v, pos, window, window if sliding is None else sliding, scale, tail)
+        return _decode_op(q.contiguous(), k, v, pos, slots, window, window if sliding is None else sliding, scale,
+                          tail)
+    if slots is not None:
+        k, v = k[slots, :, :window], v[slots, :, :window]
     return reference(q, k, v, pos, window, scale, sliding)

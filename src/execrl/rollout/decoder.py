@@ -226,31 +226,40 @@ class CachedDecoder:
         return self.logits(last)
 
     def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int, reads: torch.Tensor,
-               tail: int = 1) -> torch.Tensor:
+               tail: int = 1, rows: torch.Tensor | None = None) -> torch.Tensor:
         """One token for every slot: tokens [S] at positions pos [S]. Keys/values are written at
         pos, attention reads each slot's positions <= reads [S] (pos; 0 for a slot whose sample
         has ended, which would otherwise read its whole cache on every step until the batch ends)
         and > reads - its sliding window, all within [0, window); `tail`: attention's split of each
-        slot's positions over programs (attention.tail_splits). Returns logits [S, V]. Shapes are
+        slot's positions over programs (attention.tail_splits). Returns logits [S, V]. `rows` [R]:
+        a step over these R cache slots only (tokens, pos, reads [R], logits [R, V]): the tail of a
+        batch, where few still decode, runs its GEMMs and sampling on R rows, not S. Shapes are
         static (CUDA-graph safe)."""
-        tables = [(c[pos][:, None, None], s[pos][:, None, None]) for c, s in self.tables]  # [S, 1, 1, R]
+        # over some rows: one compiled version for every R (a tail's R halves as samples end)
+        rowwise = (lambda t: t) if rows is None else (lambda t: generic_in(t, 0))
+        # each table's (cos, sin) at the rows' positions [S, 1, 1, rotary dim]
+        tables = [(rowwise(c[pos][:, None, None]), rowwise(s[pos][:, None, None])) for c, s in self.tables]
         x = self.arch.embed(tokens[:, None])  # [S, 1, d]
+        pos, reads, rows = rowwise(pos), rowwise(reads), rows if rows is None else rowwise(rows)
         for part in self.parts:
-            x = self.decode_layer(part, x, *tables[part.table], pos, reads, window, tail)
-        return self.final_logits(x[:, 0])
+            x = self.decode_layer(part, rowwise(x), *tables[part.table], pos, reads, window, tail, rows)
+        return self.final_logits(rowwise(x[:, 0]))
 
     def _decode_layer(self, part: LayerParts, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                      pos: torch.Tensor, reads: torch.Tensor, window: int, tail: int) -> torch.Tensor:
-        """One layer of a decode step (see decode): x [S, 1, d] -> [S, 1, d]."""
+                      pos: torch.Tensor, reads: torch.Tensor, window: int, tail: int,
+                      rows: torch.Tensor | None = None) -> torch.Tensor:
+        """One layer of a decode step (see decode): x [S, 1, d] -> [S, 1, d] (rows: [R, 1, d], the
+        cache slots they are)."""
         s, g = x.shape[0], self.heads // self.kv_heads
 
         def attend(part, q, k, v):  # q [S, H, 1, D]; k, v [S, Hkv, 1, D]
-            part.k[self.rows, :, pos] = k[:, :, 0]
-            part.v[self.rows, :, pos] = v[:, :, 0]
+            at = self.rows if rows is None else rows
+            part.k[at, :, pos] = k[:, :, 0]
+            part.v[at, :, pos] = v[:, :, 0]
             # the G query heads of one kv head act as G query rows over the same keys: no repeat of
             # the cache
             out = decode_attention(q.reshape(s, self.kv_heads, g, self.head_dim), part.k, part.v, reads, window,
-                                   self.scale, part.sliding, tail)
+                                   self.scale, part.sliding, tail, rows)
             return out.reshape(s, self.heads, 1, self.head_dim)
 
         return self._layer(part, x, cos, sin, attend)

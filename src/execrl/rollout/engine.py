@@ -21,12 +21,13 @@ from execrl.compiling import compile_settings
 from execrl.guided import Guides
 from execrl.rollout.attention import tail_splits
 from execrl.rollout.completion import Completion, eos_ids
-from execrl.rollout.decoder import CachedDecoder
+from execrl.rollout.decoder import CachedDecoder, generic_in
 from execrl.rollout.generic import GenericDecoder
 from execrl.rollout.masks import SlotMasks
 from execrl.rollout.models import REGISTRY
 from execrl.rollout.sampling import SamplingParams, request_key, sample, token_keys
 
+MIN_ROWS = 16  # the fewest rows a step over some of the slots runs (_rows): fewer cost a GEMM about the same
 MASK_COPY_MS = 0.25  # guided decoding: the masks' copy to the device and the sampling's launch (H100, 256 x 151K)
 
 
@@ -118,6 +119,7 @@ class RolloutEngine:
         self.out_tok = torch.zeros(slots, max_len, **z)  # [S, L] sampled tokens, by index within the completion
         self.out_lp = torch.zeros(slots, max_len, dtype=torch.float32, device=dev)  # [S, L] their logprobs
         self.graphs: dict = {}
+        self.live: dict[int, torch.Tensor] = {}  # _rows: per count of rows, the slots a step runs on
         self.pool = None
         self.constraints = SlotMasks(slots, self.dec.head.weight.shape[0], dev)  # guided decoding: matchers, masks
         self._guides = None
@@ -194,11 +196,12 @@ class RolloutEngine:
         if steps > 0:
             window = self._window(max(slot.prompt_len + slot.generated for slot in busy.values()) + steps)
             tail = self._tail(len(busy), window)
+            rows = None if call.guides else self._rows(busy)
             for _ in range(steps):
                 if call.guides:
                     self._guided_step(window, call.params, tail)
                 else:
-                    self._step(window, call.params, tail)
+                    self._step(window, call.params, tail, rows)
 
     def _harvest(self, call: Call, busy: dict[int, Slot]) -> None:
         active, counts = torch.stack([self.active.long(), self.n_gen]).cpu().tolist()  # the one host sync
@@ -294,54 +297,83 @@ class RolloutEngine:
             w *= 2
         return min(w, self.dec.max_len)
 
+    def _rows(self, busy: dict[int, Slot]) -> torch.Tensor | None:
+        """The cache slots the next steps run on, once at most half of them are busy: the busy ones,
+        and free ones up to a power of two rows (>= MIN_ROWS; each count its own CUDA graphs), so that a
+        batch's tail, a few long samples, runs its GEMMs, norms and sampling on a few rows rather than
+        every slot's. None: every slot (also on the generic path, whose attention is transformers')."""
+        n = MIN_ROWS
+        while n < len(busy):
+            n *= 2
+        if 2 * n > self.slots or not isinstance(self.dec, CachedDecoder):
+            return None
+        live = sorted(busy)
+        live += [s for s in range(self.slots) if s not in busy][:n - len(live)]  # (free: nothing to keep)
+        if n not in self.live:  # one buffer per count: its graphs read it where it is
+            self.live[n] = torch.empty(n, dtype=torch.long, device=self.tokens.device)
+        self.live[n].copy_(torch.tensor(live))
+        return self.live[n]
+
     def _tail(self, running: int, window: int) -> int:
         """Attention's split of each slot's positions for steps with `running` samples still
         decoding (attention.tail_splits; 1 on the generic path, whose attention is transformers')."""
         return tail_splits(running, self.slots, window) if isinstance(self.dec, CachedDecoder) else 1
 
-    def _body(self, window: int, params: SamplingParams, tail: int = 1) -> None:
-        """One decode step for every slot; all state stays on the device."""
-        self.sample_step(self._logits(window, tail), params, None)
+    def _body(self, window: int, params: SamplingParams, tail: int = 1, rows: torch.Tensor | None = None) -> None:
+        """One decode step for every slot (or those in `rows`); all state stays on the device."""
+        logits = self._logits(window, tail, rows)
+        if rows is not None:  # (one compiled version for every count)
+            logits, rows = generic_in(logits, 0), generic_in(rows, 0)
+        self.sample_step(logits, params, None, None, rows)
 
     def _forward(self, window: int, tail: int = 1) -> torch.Tensor:
         """Guided decoding's first half of a step: the logits [S, V], while the host makes the
         masks."""
         return self._logits(window, tail)
 
-    def _logits(self, window: int, tail: int = 1) -> torch.Tensor:
-        """The decoder's step over every slot [S, V]; a slot whose sample has ended attends to
-        position 0 only (its tokens are not kept; its cache no longer matters)."""
-        return self.dec.decode(self.tokens, self.pos, window, torch.where(self.active, self.pos, 0), tail)
+    def _logits(self, window: int, tail: int = 1, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The decoder's step over every slot [S, V] (rows: over those [R, V]); a slot whose sample has
+        ended attends to position 0 only (its tokens are not kept; its cache no longer matters)."""
+        tokens, pos, active = (t if rows is None else t[rows] for t in (self.tokens, self.pos, self.active))
+        return self.dec.decode(tokens, pos, window, torch.where(active, pos, 0), tail, rows)
 
     def _guided_sample(self, logits: torch.Tensor, params: SamplingParams) -> None:
         """... and its second half: sampling under the masks the host wrote meanwhile."""
         self._sample(logits, params, self.constraints.bitmask(), self.constraints.hold)
 
     def _sample(self, logits: torch.Tensor, params: SamplingParams, bitmask: torch.Tensor | None,
-                hold: torch.Tensor | None = None) -> None:
+                hold: torch.Tensor | None = None, rows: torch.Tensor | None = None) -> None:
         """logits [S, V] (bitmask [S, W] or None) -> each active slot's next token, its logprob, and
         the state. Slots `hold` [S] (guided decoding: their masks were late) sample nothing and run
-        the same position again next step."""
-        tok, lp = sample(logits, params, token_keys(self.keys, self.n_gen), bitmask)  # [S], [S]: token n_gen of each
-        rows, act = self.dec.rows, self.active if hold is None else self.active & ~hold
-        col = self.n_gen.clamp(max=self.dec.max_len - 1)
-        self.out_tok[rows, col] = torch.where(act, tok, self.out_tok[rows, col])
-        self.out_lp[rows, col] = torch.where(act, lp, self.out_lp[rows, col])
-        n = self.n_gen + act.long()
-        done = n >= self.limit
+        the same position again next step. `rows` [R]: logits [R, V] are those slots'."""
+        def get(t: torch.Tensor) -> torch.Tensor:
+            return t if rows is None else t[rows]
+
+        def put(t: torch.Tensor, value: torch.Tensor) -> None:
+            t.copy_(value) if rows is None else t.index_put_((rows,), value)
+
+        n_gen, active = get(self.n_gen), get(self.active)
+        tok, lp = sample(logits, params, token_keys(get(self.keys), n_gen), bitmask)  # [S], [S]: token n_gen of each
+        at, act = self.dec.rows if rows is None else rows, active if hold is None else active & ~hold
+        col = n_gen.clamp(max=self.dec.max_len - 1)
+        self.out_tok[at, col] = torch.where(act, tok, self.out_tok[at, col])
+        self.out_lp[at, col] = torch.where(act, lp, self.out_lp[at, col])
+        n = n_gen + act.long()
+        done = n >= get(self.limit)
         if not params.ignore_eos:
             done = done | self._is_eos(tok)
-        self.n_gen.copy_(n)
-        self.pos.copy_((self.pos + act.long()).clamp(max=self.dec.max_len - 1))
+        put(self.n_gen, n)
+        put(self.pos, (get(self.pos) + act.long()).clamp(max=self.dec.max_len - 1))
         if hold is None:
-            self.tokens.copy_(tok)
-            self.active.copy_(act & ~done)
+            put(self.tokens, tok)
+            put(self.active, act & ~done)
         else:
             self.tokens.copy_(torch.where(act, tok, self.tokens))
             self.active.copy_(self.active & ~(act & done))
 
-    def _step(self, window: int, params: SamplingParams, tail: int = 1) -> None:
-        self._run((window, params, tail), lambda: self.body(window, params, tail))
+    def _step(self, window: int, params: SamplingParams, tail: int = 1, rows: torch.Tensor | None = None) -> None:
+        self._run((window, params, tail, None if rows is None else len(rows)),
+                  lambda: self.body(window, params, tail, rows))
 
     def _guided_step(self, window: int, params: SamplingParams, tail: int = 1) -> None:
         """A decode step under constraints. The last tokens go to the host ahead of this step's

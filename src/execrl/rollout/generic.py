@@ -185,7 +185,8 @@ class GenericDecoder:
         return torch.cat(out)
 
     def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int, reads: torch.Tensor,
-               tail: int = 1) -> torch.Tensor:  # (tail: transformers' attention does not split)
+               tail: int = 1, rows: None = None) -> torch.Tensor:
+        # (tail: transformers' attention does not split; rows: every slot's, always: engine._rows)
         n = torch.arange(window, device=tokens.device)[None]  # [1, W]
         visible = (n <= reads[:, None])[:, None, None]  # [S, 1, 1, W]
         sliding = None if self.window is None else visible & (n > reads[:, None] - self.window)[:, None, None]

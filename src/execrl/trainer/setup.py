@@ -12,6 +12,7 @@ import torch
 from rich.console import Console
 
 from execrl.algo.role_baselines import RoleBaselines
+from execrl.compiling import warm_compile_workers
 from execrl.config import BatchPlan, MasterConfig, to_yaml
 from execrl.config.checks import check_dataset_names, check_reward_fits, prompt_limit, validate
 from execrl.envs import make_env
@@ -120,6 +121,8 @@ def build_run(cfg: MasterConfig) -> Run:
     shape = shape_of(cfg) if gpu else None
     for line in summary(cfg, shape, gpu):  # what the GPU will hold, before anything loads
         console.print(line if "does not fit" not in line else f"[yellow]{line}[/]")
+    if gpu and (cfg.policy.torch_compile or cfg.policy.generation.compile):
+        warm_compile_workers()  # ready by the first compilation
     policy = build_policy(cfg)
     train, val, refs = training_data(cfg, policy.tokenizer)
     optimizer = make_optimizer(policy.weights, cfg.policy.optimizer.name, cfg.policy.optimizer.kwargs)
