@@ -350,7 +350,10 @@ class RolloutEngine:
             return t if rows is None else t[rows]
 
         def put(t: torch.Tensor, value: torch.Tensor) -> None:
-            t.copy_(value) if rows is None else t.index_put_((rows,), value)
+            if rows is None:
+                t.copy_(value)
+            else:
+                t.index_put_((rows,), value)
 
         n_gen, active = get(self.n_gen), get(self.active)
         tok, lp = sample(logits, params, token_keys(get(self.keys), n_gen), bitmask)  # [S], [S]: token n_gen of each
