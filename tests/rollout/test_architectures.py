@@ -206,6 +206,29 @@ def test_the_compiled_decode_step_is_one_layer_every_layer_of_its_kind_runs(case
         assert layer_graphs() == 1
 
 
+@pytest.mark.parametrize("case", list(KINDS))
+def test_every_family_gives_the_same_samples_on_the_busy_slots_rows(case, tok, prompts, monkeypatch):
+    """The tail of a batch on the busy slots' rows only (the engine's _rows) in every kind of layer: sliding windows,
+    q/k norms, mixtures of experts; the samples are token for token those of steps over every slot."""
+    from execrl.rollout.models import layers
+
+    monkeypatch.setattr(layers, "experts_one_by_one", layers.experts_masked)
+    model = build(case, tok)
+    fuse_projections(model)
+    params = SamplingParams(temperature=0.8, ignore_eos=True)
+
+    def run(fewer: bool):
+        engine = RolloutEngine(model, tok, slots=64, max_len=128, sync_every=4)
+        if not fewer:
+            engine._rows = lambda busy: None
+        return engine.generate(prompts, 21, [2, 40, 20], params, seeds=[4, 5, 6])  # 63 busy, then 42, then 21
+
+    for group, ref in zip(run(True), run(False)):
+        assert [c.ids for c in group] == [c.ids for c in ref]
+        for c, r in zip(group, ref):
+            torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(r.logprobs), atol=1e-4, rtol=1e-4)
+
+
 def test_a_step_over_some_rows_compiles_one_version_for_every_count(tok):
     """The tail of a batch on fewer rows (the engine's _rows): the compiled layer step gets one more version, generic
     in the count of rows, whatever the count (16, 32, 16 here, in no order of slots), and its logits are the step
