@@ -207,3 +207,5 @@ def test_logprob_mismatch_bench_runs_on_cpu():
 def test_decode_attention_bench_runs_on_cpu():
     out = run("bench/decode_attention.py", "--arch", "tiny", "--slots", "4", "--windows", "1024,2048")
     assert "reference GB/s" in out and out.count("\n| 4 |") == 2
+    mixed = run("bench/decode_attention.py", "--arch", "tiny", "--slots", "8", "--windows", "1024", "--mixed", "200")
+    assert "a log-normal completion (mean 200)" in mixed and mixed.count("\n| 8 | 1024 |") == 1
