@@ -27,7 +27,7 @@ from execrl.rollout.masks import SlotMasks
 from execrl.rollout.models import REGISTRY
 from execrl.rollout.sampling import SamplingParams, request_key, sample, token_keys
 
-MIN_ROWS = 16  # the fewest rows a step over some of the slots runs (_rows): fewer cost a GEMM about the same
+MIN_ROWS = 16  # the fewest rows a step over some of the slots runs (_rows): each count has its own CUDA graphs
 MASK_COPY_MS = 0.25  # guided decoding: the masks' copy to the device and the sampling's launch (H100, 256 x 151K)
 
 
