@@ -18,6 +18,7 @@ from functools import partial
 
 import torch
 from common import ARCHS, DEVICE, device_name, timed
+from lengths import draw_lengths
 
 from execrl.rollout import attention
 
@@ -68,8 +69,6 @@ def main() -> None:
             k, v = (torch.randn(slots, hkv, window, dim, device=DEVICE, dtype=dtype) for _ in range(2))
             pos = torch.full((slots,), window - 1, device=DEVICE)
             if args.mixed:
-                from lengths import draw_lengths
-
                 drawn = draw_lengths(slots, args.mixed, window - PROMPT, seed=slots)
                 pos = torch.tensor([PROMPT + x - 1 for x in drawn], device=DEVICE)
             read = 2 * int(pos.sum() + slots) * hkv * dim * k.element_size()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+from contextlib import contextmanager, nullcontext
 
 import torch
 from common import ARCHS, build, device_name, timed
@@ -65,6 +66,16 @@ def run(engine: RolloutEngine, prompts: list[list[int]], budgets: list[int]) -> 
     return seconds, steps[0]
 
 
+@contextmanager
+def every_row(engine: RolloutEngine):
+    """The engine's steps over every slot's row, as before they ran on the busy slots' rows only (engine._rows)."""
+    engine._rows = lambda busy: None
+    try:
+        yield
+    finally:
+        del engine._rows
+
+
 def static_fullness(lengths: list[int], slots: int) -> float:
     """The decode batch's fullness where each batch of `slots` samples runs until its longest ends."""
     batches = [lengths[i:i + slots] for i in range(0, len(lengths), slots)]
@@ -92,17 +103,13 @@ def main() -> None:
           "batch full | without refill | ms per decode step (forced) | padding: sorted | in order | by tokens |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     forced_at = {}  # samples -> (seconds, steps) forced to the mean (every slot busy throughout: rows do not matter)
-    for name, n, every_row in (("a GRPO step", args.slots, False), ("a GRPO step, every slot's row in each step",
-                                                                    args.slots, True),
-                               ("refilled", args.samples, False), ("refilled, every slot's row", args.samples, True)):
+    batches = [("a GRPO step", args.slots, False), ("a GRPO step, every slot's row in each step", args.slots, True),
+               ("refilled", args.samples, False), ("refilled, every slot's row", args.samples, True)]
+    for name, n, all_rows in batches:
         lengths = draw_lengths(n, args.mean, args.max, seed=n)
         prompts = torch.randint(3, 259, (n, PROMPT), generator=torch.Generator().manual_seed(n)).tolist()
-        if every_row:  # as the engine ran before steps ran on the busy slots' rows only
-            engine._rows = lambda busy: None
-        try:
+        with every_row(engine) if all_rows else nullcontext():
             seconds, steps = run(engine, prompts, lengths)
-        finally:
-            engine.__dict__.pop("_rows", None)
         mean = round(statistics.mean(lengths))
         if n not in forced_at:
             forced_at[n] = run(engine, prompts, [mean] * n)
@@ -127,19 +134,19 @@ def main() -> None:
     print(f"\nms per decode step to {args.max} tokens, all {args.slots} slots live: {1e3 * full_s / full_steps:.2f}; "
           f"{few} of {args.slots} live, by the positions each program of the tail reads:")
     chosen = (attention.TAIL_FROM, attention.TAIL_POSITIONS)
-    engine._rows = lambda busy: None  # every slot's row in each step (the split compared as it was measured)
     try:
-        for positions in args.tail_positions:
+        for positions in args.tail_positions:  # (on every slot's row: the split compared as it was measured)
             attention.TAIL_FROM, attention.TAIL_POSITIONS = (1 << 30, 1) if positions == 0 else (chosen[0], positions)
-            tail_s, tail_steps = run(engine, prompts, [args.max] * few + [1] * (args.slots - few))
+            with every_row(engine):
+                tail_s, tail_steps = run(engine, prompts, [args.max] * few + [1] * (args.slots - few))
             name = "unsplit" if positions == 0 else f"{positions} positions"
             print(f"  {name}{' (the default)' if positions == chosen[1] else ''}: {1e3 * tail_s / tail_steps:.2f}")
     finally:
         attention.TAIL_FROM, attention.TAIL_POSITIONS = chosen
-        del engine._rows
     tail_s, tail_steps = run(engine, prompts, [args.max] * few + [1] * (args.slots - few))
     print(f"  runs of {chosen[1]} positions, on the busy slots' rows only (the default: {MIN_ROWS} rows at least): "
           f"{1e3 * tail_s / tail_steps:.2f}")
+
 
 if __name__ == "__main__":
     main()

@@ -240,7 +240,7 @@ class CachedDecoder:
         # each table's (cos, sin) at the rows' positions [S, 1, 1, rotary dim]
         tables = [(rowwise(c[pos][:, None, None]), rowwise(s[pos][:, None, None])) for c, s in self.tables]
         x = self.arch.embed(tokens[:, None])  # [S, 1, d]
-        pos, reads, rows = rowwise(pos), rowwise(reads), rows if rows is None else rowwise(rows)
+        pos, reads, rows = rowwise(pos), rowwise(reads), rowwise(rows)
         for part in self.parts:
             x = self.decode_layer(part, rowwise(x), *tables[part.table], pos, reads, window, tail, rows)
         return self.final_logits(rowwise(x[:, 0]))

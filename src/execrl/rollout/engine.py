@@ -77,6 +77,11 @@ class Call:
             self.on_batch(1)
 
 
+def at_rows(t: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    """A per-slot state's entries at `rows` [R] (None: every slot's, t itself)."""
+    return t if rows is None else t[rows]
+
+
 def make_decoder(model, slots: int, max_len: int, merge_adapters: bool):
     """A family with a file in rollout/models/: its CachedDecoder; any other causal LM: the generic
     path (transformers' own forward over the engine's cache)."""
@@ -322,8 +327,8 @@ class RolloutEngine:
     def _body(self, window: int, params: SamplingParams, tail: int = 1, rows: torch.Tensor | None = None) -> None:
         """One decode step for every slot (or those in `rows`); all state stays on the device."""
         logits = self._logits(window, tail, rows)
-        if rows is not None:  # (one compiled version for every count)
-            logits, rows = generic_in(logits, 0), generic_in(rows, 0)
+        if rows is not None:  # (one compiled version for every count; decode marked rows so)
+            logits = generic_in(logits, 0)
         self.sample_step(logits, params, None, None, rows)
 
     def _forward(self, window: int, tail: int = 1) -> torch.Tensor:
@@ -334,7 +339,7 @@ class RolloutEngine:
     def _logits(self, window: int, tail: int = 1, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The decoder's step over every slot [S, V] (rows: over those [R, V]); a slot whose sample has
         ended attends to position 0 only (its tokens are not kept; its cache no longer matters)."""
-        tokens, pos, active = (t if rows is None else t[rows] for t in (self.tokens, self.pos, self.active))
+        tokens, pos, active = (at_rows(t, rows) for t in (self.tokens, self.pos, self.active))
         return self.dec.decode(tokens, pos, window, torch.where(active, pos, 0), tail, rows)
 
     def _guided_sample(self, logits: torch.Tensor, params: SamplingParams) -> None:
@@ -346,27 +351,24 @@ class RolloutEngine:
         """logits [S, V] (bitmask [S, W] or None) -> each active slot's next token, its logprob, and
         the state. Slots `hold` [S] (guided decoding: their masks were late) sample nothing and run
         the same position again next step. `rows` [R]: logits [R, V] are those slots'."""
-        def get(t: torch.Tensor) -> torch.Tensor:
-            return t if rows is None else t[rows]
-
         def put(t: torch.Tensor, value: torch.Tensor) -> None:
             if rows is None:
                 t.copy_(value)
             else:
                 t.index_put_((rows,), value)
 
-        n_gen, active = get(self.n_gen), get(self.active)
-        tok, lp = sample(logits, params, token_keys(get(self.keys), n_gen), bitmask)  # [S], [S]: token n_gen of each
+        n_gen, active = at_rows(self.n_gen, rows), at_rows(self.active, rows)
+        tok, lp = sample(logits, params, token_keys(at_rows(self.keys, rows), n_gen), bitmask)  # [S], [S]: token n_gen of each
         at, act = self.dec.rows if rows is None else rows, active if hold is None else active & ~hold
         col = n_gen.clamp(max=self.dec.max_len - 1)
         self.out_tok[at, col] = torch.where(act, tok, self.out_tok[at, col])
         self.out_lp[at, col] = torch.where(act, lp, self.out_lp[at, col])
         n = n_gen + act.long()
-        done = n >= get(self.limit)
+        done = n >= at_rows(self.limit, rows)
         if not params.ignore_eos:
             done = done | self._is_eos(tok)
         put(self.n_gen, n)
-        put(self.pos, (get(self.pos) + act.long()).clamp(max=self.dec.max_len - 1))
+        put(self.pos, (at_rows(self.pos, rows) + act.long()).clamp(max=self.dec.max_len - 1))
         if hold is None:
             put(self.tokens, tok)
             put(self.active, act & ~done)
