@@ -186,9 +186,9 @@ def section_train(arch: str, rows: list, compile_layers: bool):
 
 
 def section_step(arch: str, rows: list, backends: list[str], steps: int, compile_all: bool, micro_execrl: int,
-                 pure_too: bool = False, new: int = 256):
+                 pure_too: bool = False, new: int = 256, checkpointing: bool = False):
     """pure_too: also the execrl step in pure bf16 (no fp32 master: execrl before issue 18), for its time and memory;
-    `new`: the new tokens forced per sample."""
+    `new`: the new tokens forced per sample; `checkpointing`: policy.activation_checkpointing."""
     from execrl.config import load_config
     from execrl.trainer import precision
     from execrl.trainer.loop import train
@@ -210,7 +210,7 @@ def section_step(arch: str, rows: list, backends: list[str], steps: int, compile
                      f"policy.generation.max_new_tokens={new}",
                      "policy.generation.ignore_eos=true", f"policy.generation.backend={backend}",
                      f"prompt.system_prompt={system}", *QUIET, f"logger.log_dir={log_dir}",
-                     "policy.optimizer.kwargs.lr=1e-6"]
+                     "policy.optimizer.kwargs.lr=1e-6", f"policy.activation_checkpointing={checkpointing}"]
         if not compile_all or backend != "execrl":
             overrides += NO_COMPILE
         fresh_peak()
@@ -222,7 +222,8 @@ def section_step(arch: str, rows: list, backends: list[str], steps: int, compile
         tokens = statistics.median(m["train/completion_len_mean"] for m in warm) * 128
         rows.append([arch, f"{label}, micro-batch {micro}", f"{total:.2f}", f"{med['time/generate']:.2f}", f"{med['time/grade']:.2f}",
                      f"{med['time/train']:.2f}", f"{tokens / med['time/generate']:,.0f}", f"{peak_gib():.1f}",
-                     f"{len(warm)} steps" + (", compiled" if compiled and backend == "execrl" else "")])
+                     f"{len(warm)} steps" + (", compiled" if compiled and backend == "execrl" else "")
+                     + (", activation checkpointing" if checkpointing else "")])
     precision.PURE_LOW_PRECISION = False
 
 
@@ -238,6 +239,8 @@ def main() -> None:
                     help="step section: also the step without fp32 master weights (before issue 18)")
     ap.add_argument("--micro", type=int, default=None,
                     help="step section: policy.train_micro_batch_size (default 128 at 0.5B, 32 above)")
+    ap.add_argument("--activation-checkpointing", action="store_true", help="step section: recompute activations "
+                    "in the backward (policy.activation_checkpointing), as long traces need")
     ap.add_argument("--no-compile", dest="compile", action="store_false",
                     help="step section: the engine and training layers not compiled; rollout section: fewer variants")
     args = ap.parse_args()
@@ -266,7 +269,7 @@ def main() -> None:
         for arch in archs:
             section_step(arch, rows, args.step_backends.split(",") if arch == archs[0] else ["execrl"], args.steps,
                          args.compile, args.micro or (128 if arch == "qwen2.5-0.5b" else 32), args.pure_bf16_too,
-                         args.new_tokens)
+                         args.new_tokens, args.activation_checkpointing)
         table(f"GRPO step (execrl train): 16 prompts x 8, ~128 + {args.new_tokens} tokens",
               ["arch", "backend", "step s", "generate s", "grade s", "train s", "gen tok/s", "peak GiB", "note"], rows)
 

@@ -103,7 +103,7 @@ def table_rows(out: str, first: str) -> list[list[str]]:
 @pytest.mark.slow
 def test_grpo_step_bench_runs_on_cpu():
     out = run("bench/grpo_step.py", "--archs", "tiny", "--prompts", "16", "--new-tokens", "16", "--steps", "2",
-              "--micro", "16", "--no-compile", "--pure-bf16-too")
+              "--micro", "16", "--no-compile", "--pure-bf16-too", "--activation-checkpointing")
     assert "| tiny | execrl engine | needs a GPU |" in out  # compiled: CUDA only, said in its row
     assert "| tiny | execrl engine, not compiled |" in out and "| tiny | transformers generate |" in out
     assert "| tiny | execrl engine, 2 prompts x 8 |" in out
@@ -112,7 +112,7 @@ def test_grpo_step_bench_runs_on_cpu():
     steps = {r[1]: r for r in table_rows(out, "tiny") if "micro-batch" in r[1]}
     assert set(steps) == {"execrl, micro-batch 16", "transformers, micro-batch 16",
                           "execrl (pure bf16), micro-batch 16"}
-    assert all(float(r[2]) > 0 and r[-1] == "1 steps" for r in steps.values())
+    assert all(float(r[2]) > 0 and r[-1] == "1 steps, activation checkpointing" for r in steps.values())
 
 
 @pytest.mark.slow
@@ -209,3 +209,11 @@ def test_decode_attention_bench_runs_on_cpu():
     assert "reference GB/s" in out and out.count("\n| 4 |") == 2
     mixed = run("bench/decode_attention.py", "--arch", "tiny", "--slots", "8", "--windows", "1024", "--mixed", "200")
     assert "a log-normal completion (mean 200)" in mixed and mixed.count("\n| 8 | 1024 |") == 1
+
+
+@pytest.mark.slow
+def test_trainer_parts_bench_runs_on_cpu():
+    out = run("bench/trainer_parts.py", "--arch", "tiny", "--rows", "8", "--prompt", "16", "--new", "32")
+    for part in ("logprobs forward + backward, right-padded rows", "chunked LM head, forward + backward",
+                 "bf16 copy from the fp32 master"):
+        assert f"| {part} |" in out

@@ -83,9 +83,10 @@ class Weights:
     @torch.no_grad()
     def refresh(self) -> None:
         """After an optimizer step (or loading a checkpoint): the master's weights into the compute
-        copy."""
-        for m, c in self._pairs:
-            c.copy_(m)
+        copy, in one foreach copy (2.4x faster than a copy_ per tensor at 0.5B, whose 290 kernels are
+        mostly launch time: bench/trainer_parts.py)."""
+        if self._pairs:
+            torch._foreach_copy_([c for _, c in self._pairs], [m for m, _ in self._pairs])
 
 
 def stochastic_round(cfg) -> bool:

@@ -1,0 +1,123 @@
+"""The trainer's parts at a GRPO batch's shapes, each beside the way it ran before (same run): the forward and
+backward of per-token logprobs over right-padded rows with the padding mask against the causal mask alone
+(trainer/step.py take), the chunked LM head's log-softmax kernels compiled with the vocabulary as a symbol against
+as a constant (algo/logprobs.py), and the bf16 copy's refresh from the fp32 master tensor by tensor against one
+foreach copy (trainer/precision.py).
+
+    python bench/trainer_parts.py --arch qwen2.5-0.5b --rows 128 --prompt 128 --new 256
+    python bench/trainer_parts.py --arch qwen2.5-1.5b --rows 16 --prompt 128 --new 4096   # a long trace's micro-batch
+    python bench/trainer_parts.py --arch tiny --rows 8 --prompt 16 --new 32               # CPU smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+from common import DEVICE, build, sync, table, timed
+
+from execrl.algo import logprobs
+from execrl.trainer.policy import compile_layers
+from execrl.trainer.precision import Weights
+from execrl.trainer.step import token_logprobs
+
+
+def median_time(fn, repeat: int = 5) -> float:
+    for _ in range(2):
+        fn()
+    return statistics.median(timed(fn)[1] for _ in range(repeat))
+
+
+def batch(rows: int, prompt: int, new: int, vocab: int):
+    """Right-padded rows: the prompt and a completion of a length between new / 4 and new (the longest at new)."""
+    g = torch.Generator().manual_seed(0)
+    lengths = [prompt + new] + [prompt + int(new * (0.25 + 0.75 * torch.rand(1, generator=g).item()))
+                                for _ in range(rows - 1)]
+    ids = torch.randint(3, min(vocab, 259), (rows, prompt + new), generator=g)
+    attn = torch.zeros_like(ids)
+    select = torch.zeros(rows, prompt + new - 1, dtype=torch.bool)
+    for i, n in enumerate(lengths):
+        attn[i, :n] = 1
+        select[i, prompt - 1:n - 1] = True
+    return ids.to(DEVICE), attn.to(DEVICE), select.to(DEVICE)
+
+
+def attention_rows(model, ids, attn, select) -> list:
+    adv = torch.randn(ids.shape[0], 1, device=DEVICE)
+
+    def step(mask):
+        def run():
+            logp = token_logprobs(model, ids, mask, select)[0]
+            (logp * adv).mean().backward()
+            model.zero_grad(set_to_none=True)
+        return run
+
+    tokens = int(attn.sum())
+    with_mask, causal = median_time(step(attn)), median_time(step(None))
+    return [["logprobs forward + backward, right-padded rows", f"padding mask: {with_mask * 1000:.1f} ms",
+             f"causal only: {causal * 1000:.1f} ms", f"{with_mask / causal:.2f}x",
+             f"{tokens / causal:,.0f} tok/s"]]
+
+
+def head_rows(model, select) -> list:
+    n, weight = int(select.sum()), model.get_output_embeddings().weight
+    hidden = torch.randn(n, weight.shape[1], device=DEVICE, dtype=weight.dtype, requires_grad=True)
+    targets = torch.randint(0, weight.shape[0], (n,), device=DEVICE)
+    g = torch.randn(n, device=DEVICE)
+
+    def run():
+        logp = logprobs.token_logprobs_from_hidden(hidden, weight, targets)[0]
+        (logp * g).sum().backward()
+        hidden.grad = None
+        weight.grad = None
+
+    now = median_time(run)
+    saved = dict(logprobs._fused)
+    if DEVICE == "cuda":  # the kernels as they were compiled before: every dimension a symbol
+        for fn in (logprobs._stats, logprobs._grad):
+            logprobs._fused[fn] = torch.compile(fn, dynamic=True)
+    before = median_time(run)
+    logprobs._fused.clear()
+    logprobs._fused.update(saved)
+    return [["chunked LM head, forward + backward", f"vocabulary a symbol: {before * 1000:.1f} ms",
+             f"a constant: {now * 1000:.1f} ms", f"{before / now:.2f}x", f"{n:,} tokens"]]
+
+
+def refresh_rows(model) -> list:
+    import copy
+
+    weights = Weights(copy.deepcopy(model).float(), model, torch.bfloat16)
+
+    @torch.no_grad()
+    def one_by_one():
+        for m, c in weights._pairs:
+            c.copy_(m)
+
+    before, now = median_time(one_by_one), median_time(weights.refresh)
+    return [["bf16 copy from the fp32 master", f"tensor by tensor: {before * 1000:.2f} ms",
+             f"foreach: {now * 1000:.2f} ms", f"{before / now:.2f}x", f"{len(weights._pairs)} tensors"]]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--arch", default="qwen2.5-0.5b")
+    ap.add_argument("--rows", type=int, default=128)
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--new", type=int, default=256)
+    args = ap.parse_args()
+    model, _ = build(args.arch)
+    model.train()
+    if DEVICE == "cuda":
+        compile_layers(model, None)
+    ids, attn, select = batch(args.rows, args.prompt, args.new, model.config.vocab_size)
+    rows = attention_rows(model, ids, attn, select) + head_rows(model, select)
+    model.eval()
+    rows += refresh_rows(model)
+    sync()
+    table(f"{args.arch}, {args.rows} rows x ({args.prompt} + up to {args.new}) tokens, {DEVICE}",
+          ["part", "before", "now", "ratio", ""], rows)
+
+
+if __name__ == "__main__":
+    main()
