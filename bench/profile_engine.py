@@ -85,7 +85,7 @@ def whole_step(engine) -> None:
     from execrl.rollout.engine import compiled
 
     dec = engine.dec
-    dec.decode_layer, dec.final_logits = dec._decode_layer, dec.logits
+    dec.decode_layer, dec.final_logits = dec._decode_layer, dec._final_logits
     engine.sample_step = engine._sample
     engine.body = compiled(engine._body)
 

@@ -96,7 +96,7 @@ class CachedDecoder:
         self.parts = [LayerParts(layer, self.groups[i], self.fused[i], None if self.merge else self.adapters[i],
                                  self.k[i], self.v[i], self.table_of[i], self.windows[i], arch.routed(layer))
                       for i, layer in enumerate(self.layers)]
-        self.decode_layer, self.final_logits = self._decode_layer, self.logits  # (compile_decode: compiled)
+        self.decode_layer, self.final_logits = self._decode_layer, self._final_logits  # (compile_decode: compiled)
 
     def compile_prefill(self, compiler) -> None:
         """Fuse prefill's elementwise ops (rotary, act * mul: a few passes over [tokens, 2I] in
@@ -118,13 +118,14 @@ class CachedDecoder:
         generated, and every layer of the same kind (its sliding window, its projection groups'
         shapes) runs that code; compiling the whole step would trace and generate every layer of the
         unrolled model again (the most of a start-up's compilation at 24-28 layers)."""
-        self.decode_layer, self.final_logits = compiler(self._decode_layer), compiler(self.logits)
+        self.decode_layer, self.final_logits = compiler(self._decode_layer), compiler(self._final_logits)
 
     def _layer(self, part: LayerParts, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend,
-               ops=None) -> torch.Tensor:
+               ops=None) -> tuple[torch.Tensor, torch.Tensor]:
         """A layer on x [B, T, d]: the architecture's order (arch.block) of its attention and MLP,
         each a few GEMMs of projection groups; cos, sin: its rotary table at x's positions;
-        attend(part, q, k, v) its attention."""
+        attend(part, q, k, v) its attention. Returns the layer's output as two terms to add
+        (arch.block)."""
         rope, glu = ops or (rotate, self.glu)  # (self.act, layer 0's activation module, is read only where it is
         # called: a routed layer's trace that read it would be guarded on it being that layer's own)
         arch, layer, groups, fused, ad = self.arch, part.layer, part.groups, part.fused, part.adapters
@@ -221,7 +222,8 @@ class CachedDecoder:
 
         x = self.arch.embed(tokens)  # [P, T, d]
         for part in self.parts:
-            x = self._layer(part, x, *tables[part.table], attend, self.prefill_ops)
+            x, out = self._layer(part, x, *tables[part.table], attend, self.prefill_ops)
+            x = x + out
         last = x[torch.arange(p, device=x.device), lengths - 1]  # [P, d]
         return self.logits(last)
 
@@ -240,16 +242,24 @@ class CachedDecoder:
         # each table's (cos, sin) at the rows' positions [S, 1, 1, rotary dim]
         tables = [(rowwise(c[pos][:, None, None]), rowwise(s[pos][:, None, None])) for c, s in self.tables]
         x = self.arch.embed(tokens[:, None])  # [S, 1, d]
+        out = torch.zeros_like(x)  # [S, 1, d]: the last layer's MLP output, which the next layer adds to x first
         pos, reads, rows = rowwise(pos), rowwise(reads), rowwise(rows)
         for part in self.parts:
-            x = self.decode_layer(part, rowwise(x), *tables[part.table], pos, reads, window, tail, rows)
-        return self.final_logits(rowwise(x[:, 0]))
+            x, out = self.decode_layer(part, rowwise(x), rowwise(out), *tables[part.table], pos, reads, window, tail,
+                                       rows)
+        return self.final_logits(rowwise(x[:, 0]), rowwise(out[:, 0]))
 
-    def _decode_layer(self, part: LayerParts, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                      pos: torch.Tensor, reads: torch.Tensor, window: int, tail: int,
-                      rows: torch.Tensor | None = None) -> torch.Tensor:
-        """One layer of a decode step (see decode): x [S, 1, d] -> [S, 1, d] (rows: [R, 1, d], the
-        cache slots they are)."""
+    def _final_logits(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The logits [S, V] of the last layer's output x + out [S, d] (the add fused with the final norm)."""
+        return self.logits(x + out)
+
+    def _decode_layer(self, part: LayerParts, x: torch.Tensor, out: torch.Tensor, cos: torch.Tensor,
+                      sin: torch.Tensor, pos: torch.Tensor, reads: torch.Tensor, window: int, tail: int,
+                      rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer of a decode step (see decode) on the residual stream x + out [S, 1, d] (the
+        previous layer's two terms: their add is fused with this layer's first norm), as its own two
+        terms (rows: [R, 1, d], the cache slots they are)."""
+        x = x + out
         s, g = x.shape[0], self.heads // self.kv_heads
 
         def attend(part, q, k, v):  # q [S, H, 1, D]; k, v [S, Hkv, 1, D]

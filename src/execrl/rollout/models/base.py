@@ -84,10 +84,12 @@ class Architecture:
         are)."""
         return q, k
 
-    def block(self, layer, x: torch.Tensor, attention: Sublayer, mlp: Sublayer) -> torch.Tensor:
-        """One decoder layer on the residual stream x [B, T, d] (pre-norm)."""
+    def block(self, layer, x: torch.Tensor, attention: Sublayer, mlp: Sublayer) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decoder layer on the residual stream x [B, T, d] (pre-norm), as (the stream after the
+        attention, the MLP's output): the layer's output is their sum, which the caller adds (a decode
+        step in the next layer's first kernel, with that layer's norm: one kernel fewer per layer)."""
         x = x + attention(self.norm(layer.input_layernorm, x))
-        return x + mlp(self.norm(layer.post_attention_layernorm, x))
+        return x, mlp(self.norm(layer.post_attention_layernorm, x))
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens(tokens)

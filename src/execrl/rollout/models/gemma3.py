@@ -19,7 +19,7 @@ class Gemma3(Architecture):
 
     def block(self, layer, x, attention, mlp):
         x = x + self.norm(layer.post_attention_layernorm, attention(self.norm(layer.input_layernorm, x)))
-        return x + self.norm(layer.post_feedforward_layernorm, mlp(self.norm(layer.pre_feedforward_layernorm, x)))
+        return x, self.norm(layer.post_feedforward_layernorm, mlp(self.norm(layer.pre_feedforward_layernorm, x)))
 
     def rotary_tables(self, like, positions):
         kinds = {t: self.model.model.rotary_emb(like, positions[None], t) for t in set(self.cfg.layer_types)}

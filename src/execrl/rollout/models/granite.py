@@ -12,7 +12,7 @@ class Granite(Architecture):
     def block(self, layer, x, attention, mlp):
         m = self.cfg.residual_multiplier
         x = x + attention(self.norm(layer.input_layernorm, x)) * m
-        return x + mlp(self.norm(layer.post_attention_layernorm, x)) * m
+        return x, mlp(self.norm(layer.post_attention_layernorm, x)) * m
 
     def embed(self, tokens):
         return self.embed_tokens(tokens) * self.cfg.embedding_multiplier

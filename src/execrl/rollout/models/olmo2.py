@@ -14,4 +14,4 @@ class Olmo2(Architecture):
 
     def block(self, layer, x, attention, mlp):
         x = x + self.norm(layer.post_attention_layernorm, attention(x))
-        return x + self.norm(layer.post_feedforward_layernorm, mlp(x))
+        return x, self.norm(layer.post_feedforward_layernorm, mlp(x))
