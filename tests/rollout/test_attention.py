@@ -91,3 +91,31 @@ def test_rows_over_some_cache_slots_read_those_slots(tail):
     torch.testing.assert_close(got, every[rows], atol=2e-2, rtol=2e-2)
     want = reference(q[rows].float(), k[rows].float(), v[rows].float(), pos[rows], window, 128**-0.5)
     torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("rotary,tail,mapped", [(128, 1, False), (96, 1, True), (128, 8, True), (64, 4, False)])
+def test_queries_rotated_in_the_kernel_equal_queries_rotated_first(rotary, tail, mapped):
+    """The decode step hands the kernel its queries unrotated, as a strided view of the joined q/k/v projection, with
+    each row's cos/sin (rope): the same attention as queries rotated beforehand (a partial rotary of 96 of 128 dims
+    included, and with the positions split, and over some of the slots)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from execrl.rollout.models.layers import rotate
+
+    slots, window = 64, 2048
+    g = torch.Generator(device="cuda").manual_seed(0)
+    k, v = (torch.randn(slots, 2, window, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    rows = torch.randperm(slots, device="cuda", generator=g)[:16] if mapped else None
+    n = slots if rows is None else len(rows)
+    qkv = torch.randn(n, 1, (12 + 4) * 128, device="cuda", dtype=torch.bfloat16, generator=g)
+    q = qkv[:, 0, :12 * 128].view(n, 2, 6, 128)  # (not contiguous: the joined projection's rows)
+    pos = torch.randint(0, window, (n,), device="cuda", generator=g)
+    angles = torch.rand(window, rotary, device="cuda", generator=g) * 6.3
+    cos, sin = angles.cos()[pos].bfloat16(), angles.sin()[pos].bfloat16()
+    got = decode_attention(q, k, v, pos, window, 128**-0.5, None, tail, rows, rope=(cos, sin))
+    turned = rotate(q, cos[:, None, None], sin[:, None, None])
+    torch.testing.assert_close(got, decode_attention(turned, k, v, pos, window, 128**-0.5, None, tail, rows),
+                               atol=1e-2, rtol=1e-2)
+    at = slice(None) if rows is None else rows
+    want = reference(turned.float(), k[at].float(), v[at].float(), pos, window, 128**-0.5)
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)

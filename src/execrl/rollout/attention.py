@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from execrl.rollout.models.layers import rotate
+
 try:
     import triton
     import triton.language as tl
@@ -60,15 +62,35 @@ if triton is not None:
         return m_new, total, acc
 
     @triton.jit
-    def _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, window, sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l,
-                sv_s, sv_h, sv_l, s, h, j, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr,
-                SPLITS: tl.constexpr, MAPPED: tl.constexpr):
+    def _query(q_ptr, cos_ptr, sin_ptr, s, h, sq_s, sq_h, sq_g, sc_s, G: tl.constexpr, GP: tl.constexpr,
+               D: tl.constexpr, R: tl.constexpr):
+        """Row s's G queries of kv head h [GP, D], rotated (R > 0: their first R dims by row s's cos/sin
+        [R], halves rotated, in float32 and rounded back to the queries' dtype, as rotate does)."""
+        g, d = tl.arange(0, GP), tl.arange(0, D)
+        base = q_ptr + s * sq_s + h * sq_h + g[:, None] * sq_g
+        real = g[:, None] < G
+        q = tl.load(base + d[None, :], mask=real, other=0.0)
+        if R > 0:
+            turned = d < R
+            partner = tl.where(d < R // 2, d + R // 2, d - R // 2)
+            other = tl.load(base + partner[None, :], mask=real & turned[None, :], other=0.0).to(tl.float32)
+            c = tl.load(cos_ptr + s * sc_s + d, mask=turned, other=1.0).to(tl.float32)
+            n = tl.load(sin_ptr + s * sc_s + d, mask=turned, other=0.0).to(tl.float32)
+            sign = tl.where(d < R // 2, -1.0, 1.0)
+            q = (q.to(tl.float32) * c[None, :] + (sign * n)[None, :] * other).to(q_ptr.dtype.element_ty)
+        return q
+
+    @triton.jit
+    def _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, window, sliding, scale, sq_s, sq_h, sq_g,
+                sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, sc_s, s, h, j, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                BLOCK: tl.constexpr, SPLITS: tl.constexpr, MAPPED: tl.constexpr, R: tl.constexpr):
         """The online softmax's state (m, total, acc) of row s's queries of kv head h over run j of
         its positions (its blocks dealt out in SPLITS contiguous runs; SPLITS = 1: all of them), and
         the run's [begin, stop) (empty for a run past the row's positions: m stays -inf). Row s reads
-        cache slot s, or slot_ptr[s] when MAPPED (a step over some of the slots)."""
-        g, d = tl.arange(0, GP), tl.arange(0, D)
-        q = tl.load(q_ptr + s * sq_s + h * sq_h + g[:, None] * sq_g + d[None, :], mask=g[:, None] < G, other=0.0)
+        cache slot s, or slot_ptr[s] when MAPPED (a step over some of the slots); R > 0: its queries
+        are rotated first (_query)."""
+        d = tl.arange(0, D)
+        q = _query(q_ptr, cos_ptr, sin_ptr, s, h, sq_s, sq_h, sq_g, sc_s, G, GP, D, R)
         p = tl.load(pos_ptr + s)
         end = tl.minimum(p + 1, window)  # positions [lo, end) are this slot's
         lo = tl.maximum(p + 1 - sliding, 0)  # (sliding = window: no sliding window)
@@ -88,27 +110,30 @@ if triton is not None:
         return m, total, acc, begin, stop
 
     @triton.jit
-    def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, slot_ptr, window, sliding, scale,
-                       sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, so_s, so_h, so_g,
-                       G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, MAPPED: tl.constexpr):
+    def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, window, sliding, scale,
+                       sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, so_s, so_h, so_g, sc_s,
+                       G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, MAPPED: tl.constexpr,
+                       R: tl.constexpr):
         s, h = tl.program_id(0), tl.program_id(1)
-        m, total, acc, _, _ = _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, window, sliding, scale, sq_s, sq_h,
-                                      sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, s, h, 0, G, GP, D, BLOCK, 1, MAPPED)
+        m, total, acc, _, _ = _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, window, sliding, scale,
+                                      sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, sc_s, s, h, 0, G, GP, D,
+                                      BLOCK, 1, MAPPED, R)
         g, d = tl.arange(0, GP), tl.arange(0, D)
         out = acc / total[:, None]
         tl.store(o_ptr + s * so_s + h * so_h + g[:, None] * so_g + d[None, :], out.to(o_ptr.dtype.element_ty),
                  mask=g[:, None] < G)
 
     @triton.jit
-    def _split_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, pos_ptr, slot_ptr, window, sliding, scale,
-                      sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, G: tl.constexpr, GP: tl.constexpr,
-                      D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr, MAPPED: tl.constexpr):
+    def _split_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, window,
+                      sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, sc_s, G: tl.constexpr,
+                      GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr,
+                      MAPPED: tl.constexpr, R: tl.constexpr):
         """Run j of a slot's positions: its online softmax's state, into the partials [S, Hkv,
         SPLITS, G(, D)] (the G real query rows only)."""
         s, h, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        m, total, acc, begin, stop = _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, window, sliding, scale, sq_s,
-                                             sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, s, h, j, G, GP, D, BLOCK,
-                                             SPLITS, MAPPED)
+        m, total, acc, begin, stop = _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, window,
+                                             sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l,
+                                             sc_s, s, h, j, G, GP, D, BLOCK, SPLITS, MAPPED, R)
         g, d = tl.arange(0, GP), tl.arange(0, D)
         at = (s * tl.num_programs(1) + h) * SPLITS + j
         real = g < G
@@ -174,44 +199,53 @@ def tail_splits(running: int, slots: int, window: int) -> int:
 
 @torch.library.custom_op("execrl::decode_attention", mutates_args=())
 def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor | None,
-               window: int, sliding: int, scale: float, tail: int) -> torch.Tensor:
+               cos: torch.Tensor | None, sin: torch.Tensor | None, window: int, sliding: int, scale: float,
+               tail: int) -> torch.Tensor:
     """The kernel as an opaque operator, so torch.compile and CUDA graphs take it as it is."""
     s, hkv, g, d = q.shape
-    out = torch.empty_like(q)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    rotary = 0 if cos is None else cos.shape[-1]
+    cos_ptr, sin_ptr = (pos, pos) if cos is None else (cos, sin)  # (not read without rotary)
+    sc_s = 0 if cos is None else cos.stride(0)
     gp = max(16, triton.next_power_of_2(g))  # tl.dot needs 16 rows at least: the padding rows are masked
     splits = max(tail, splits_for(s, hkv, window))
     mapped = slots is not None
     slot_ptr = slots if mapped else pos  # (not read unless mapped)
     if splits == 1:
-        _decode_kernel[(s, hkv)](q, k, v, out, pos, slot_ptr, window, sliding, scale, *q.stride()[:3],
-                                 *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], G=g, GP=gp, D=d, BLOCK=64,
-                                 MAPPED=mapped, num_warps=4)
+        _decode_kernel[(s, hkv)](q, k, v, out, pos, slot_ptr, cos_ptr, sin_ptr, window, sliding, scale,
+                                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], sc_s, G=g, GP=gp,
+                                 D=d, BLOCK=64, MAPPED=mapped, R=rotary, num_warps=4)
         return out
     m = torch.empty(s, hkv, splits, g, dtype=torch.float32, device=q.device)
     total, acc = torch.empty_like(m), torch.empty(s, hkv, splits, g, d, dtype=torch.float32, device=q.device)
-    _split_kernel[(s, hkv, splits)](q, k, v, m, total, acc, pos, slot_ptr, window, sliding, scale, *q.stride()[:3],
-                                    *k.stride()[:3], *v.stride()[:3], G=g, GP=gp, D=d, BLOCK=64, SPLITS=splits,
-                                    MAPPED=mapped, num_warps=4)
+    _split_kernel[(s, hkv, splits)](q, k, v, m, total, acc, pos, slot_ptr, cos_ptr, sin_ptr, window, sliding, scale,
+                                    *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], sc_s, G=g, GP=gp, D=d,
+                                    BLOCK=64, SPLITS=splits, MAPPED=mapped, R=rotary, num_warps=4)
     _combine_kernel[(s, hkv)](m, total, acc, out, *out.stride()[:3], G=g, GP=gp, D=d, SPLITS=splits,
                               SP=triton.next_power_of_2(splits), num_warps=4)
     return out
 
 
 @_decode_op.register_fake
-def _(q, k, v, pos, slots, window, sliding, scale, tail):
-    return torch.empty_like(q)
+def _(q, k, v, pos, slots, cos, sin, window, sliding, scale, tail):
+    return q.new_empty(q.shape)
 
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, window: int,
-                     scale: float, sliding: int | None = None, tail: int = 1, slots: torch.Tensor | None = None
-                     ) -> torch.Tensor:
+                     scale: float, sliding: int | None = None, tail: int = 1, slots: torch.Tensor | None = None,
+                     rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """q [R, Hkv, G, D], k/v [S, Hkv, L, D] (the cache; last dim contiguous), pos [R] -> [R, Hkv, G,
     D]: row r attends to cache slot slots[r] (None: R = S, row r to slot r); `sliding`: a key is
     seen while pos - its position < sliding (None: every position <= pos); `tail`: split each row's
-    positions over at least this many programs (tail_splits)."""
+    positions over at least this many programs (tail_splits); `rope`: each row's (cos, sin) [R, rotary
+    dims], the queries not yet rotated (the kernel rotates them as it loads them: no kernel of their
+    own), None: rotated already."""
     if kernel_supported(q):
-        return _decode_op(q.contiguous(), k, v, pos, slots, window, window if sliding is None else sliding, scale,
-                          tail)
+        q = q if q.stride(-1) == 1 else q.contiguous()
+        cos, sin = (None, None) if rope is None else (rope[0].contiguous(), rope[1].contiguous())
+        return _decode_op(q, k, v, pos, slots, cos, sin, window, window if sliding is None else sliding, scale, tail)
+    if rope is not None:
+        q = rotate(q, rope[0][:, None, None], rope[1][:, None, None])
     if slots is not None:
         k, v = k[slots, :, :window], v[slots, :, :window]
     return reference(q, k, v, pos, window, scale, sliding)

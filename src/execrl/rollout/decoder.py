@@ -124,8 +124,9 @@ class CachedDecoder:
                ops=None) -> tuple[torch.Tensor, torch.Tensor]:
         """A layer on x [B, T, d]: the architecture's order (arch.block) of its attention and MLP,
         each a few GEMMs of projection groups; cos, sin: its rotary table at x's positions;
-        attend(part, q, k, v) its attention. Returns the layer's output as two terms to add
-        (arch.block)."""
+        attend(part, q, k, v, rotate_q) its attention, given the queries not yet rotated (decode's
+        kernel rotates them as it loads them; prefill calls rotate_q). Returns the layer's output as
+        two terms to add (arch.block)."""
         rope, glu = ops or (rotate, self.glu)  # (self.act, layer 0's activation module, is read only where it is
         # called: a routed layer's trace that read it would be guarded on it being that layer's own)
         arch, layer, groups, fused, ad = self.arch, part.layer, part.groups, part.fused, part.adapters
@@ -145,8 +146,9 @@ class CachedDecoder:
             q, k, v = (z.view(b, t, -1, self.head_dim) for z in linear("qkv", h).split(self.qkv_sizes, -1))
             q, k = arch.qk_norm(layer.self_attn, q, k)
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, D]
-            q, k = rope(q, cos, sin), rope(k, cos, sin)
-            return linear("o", attend(part, q, k, v).transpose(1, 2).reshape(b, t, -1))  # [B, T, H D] -> [B, T, d]
+            k = rope(k, cos, sin)
+            o = attend(part, q, k, v, lambda q: rope(q, cos, sin))  # [B, H, T, D]
+            return linear("o", o.transpose(1, 2).reshape(b, t, -1))  # [B, T, H D] -> [B, T, d]
 
         def mlp(h: torch.Tensor) -> torch.Tensor:
             if part.routed:  # a mixture of experts: the router and the experts' grouped GEMMs
@@ -213,7 +215,9 @@ class CachedDecoder:
         tables = [(c[:t][None, None], s[:t][None, None]) for c, s in self.tables]  # [1, 1, T, R]
         masks = {w: causal_mask(t, w, tokens.device) for w in set(self.windows)}  # None: plain causal
 
-        def attend(part, q, k, v):  # causal attention over the prompt itself; right padding never reaches real tokens
+        def attend(part, q, k, v, rotate_q):  # causal attention over the prompt itself; right padding never reaches
+            # real tokens
+            q = rotate_q(q)
             part.k[slots, :, :t] = k[source]
             part.v[slots, :, :t] = v[source]
             mask = masks[part.sliding]
@@ -262,14 +266,14 @@ class CachedDecoder:
         x = x + out
         s, g = x.shape[0], self.heads // self.kv_heads
 
-        def attend(part, q, k, v):  # q [S, H, 1, D]; k, v [S, Hkv, 1, D]
+        def attend(part, q, k, v, _):  # q [S, H, 1, D] (not rotated: the kernel does it); k, v [S, Hkv, 1, D]
             at = self.rows if rows is None else rows
             part.k[at, :, pos] = k[:, :, 0]
             part.v[at, :, pos] = v[:, :, 0]
             # the G query heads of one kv head act as G query rows over the same keys: no repeat of
             # the cache
             out = decode_attention(q.reshape(s, self.kv_heads, g, self.head_dim), part.k, part.v, reads, window,
-                                   self.scale, part.sliding, tail, rows)
+                                   self.scale, part.sliding, tail, rows, rope=(cos[:, 0, 0], sin[:, 0, 0]))
             return out.reshape(s, self.heads, 1, self.head_dim)
 
         return self._layer(part, x, cos, sin, attend)
