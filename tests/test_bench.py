@@ -217,3 +217,9 @@ def test_trainer_parts_bench_runs_on_cpu():
     for part in ("logprobs forward + backward, right-padded rows", "chunked LM head, forward + backward",
                  "bf16 copy from the fp32 master"):
         assert f"| {part} |" in out
+
+
+@pytest.mark.slow
+def test_profile_train_bench_runs_on_cpu():
+    out = run("bench/profile_train.py", "--arch", "tiny", "--micro", "16", "--new", "16", "--steps", "2", "--top", "5")
+    assert "train phase 1, profiled:" in out and "top host ops by their total time" in out and "train phase 2:" in out
