@@ -319,3 +319,15 @@ def test_a_batchs_tail_runs_on_the_busy_slots_rows_only(tiny, prompts):
         assert [c.ids for c in group] == [c.ids for c in ref]
         for c, r in zip(group, ref):
             torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(r.logprobs), atol=1e-5, rtol=1e-5)
+
+
+def test_a_family_whose_block_returns_one_tensor_is_told_what_block_returns(tiny, prompts, monkeypatch):
+    """Architecture.block returns (stream, MLP output): a family file that returns their sum gets a TypeError naming
+    the contract, not a batch of 2 unpacked into two wrong halves."""
+    from execrl.rollout.models.base import Architecture
+
+    model, tok = tiny
+    monkeypatch.setattr(Architecture, "block", lambda self, layer, x, attention, mlp: x + attention(x))
+    engine = RolloutEngine(model, tok, slots=2, max_len=64, cuda_graphs=False)
+    with pytest.raises(TypeError, match="returned one tensor"):
+        engine.generate(prompts[:2], 1, 4, GREEDY)

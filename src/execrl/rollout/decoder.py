@@ -157,7 +157,11 @@ class CachedDecoder:
                 return linear("down", self.act(linear("up", h)))
             return linear("down", glu(linear("gate_up", h)))
 
-        return arch.block(layer, x, attention, mlp)
+        terms = arch.block(layer, x, attention, mlp)
+        if not isinstance(terms, tuple):  # (a tensor would unpack along its batch: a silent wrong answer)
+            raise TypeError(f"{type(arch).__name__}.block returned one tensor: it returns the residual stream after "
+                            "the attention and the MLP's output, as a pair, which the decoder adds (models/base.py)")
+        return terms
 
     def _base_weights(self, i: int) -> dict[str, torch.Tensor | None]:
         """Layer i's base weight of each projection group, as one tensor (None where a group is not
