@@ -124,8 +124,8 @@ class CachedDecoder:
                ops=None) -> tuple[torch.Tensor, torch.Tensor]:
         """A layer on x [B, T, d]: the architecture's order (arch.block) of its attention and MLP,
         each a few GEMMs of projection groups; cos, sin: its rotary table at x's positions;
-        attend(part, q, k, v, rotate_q) its attention, given the queries not yet rotated (decode's
-        kernel rotates them as it loads them; prefill calls rotate_q). Returns the layer's output as
+        attend(part, q, k, v, rotate) its attention, given queries and keys not yet rotated (rotate
+        does it; decode's kernel rotates the queries as it loads them). Returns the layer's output as
         two terms to add (arch.block)."""
         rope, glu = ops or (rotate, self.glu)  # (self.act, layer 0's activation module, is read only where it is
         # called: a routed layer's trace that read it would be guarded on it being that layer's own)
@@ -146,8 +146,7 @@ class CachedDecoder:
             q, k, v = (z.view(b, t, -1, self.head_dim) for z in linear("qkv", h).split(self.qkv_sizes, -1))
             q, k = arch.qk_norm(layer.self_attn, q, k)
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, D]
-            k = rope(k, cos, sin)
-            o = attend(part, q, k, v, lambda q: rope(q, cos, sin))  # [B, H, T, D]
+            o = attend(part, q, k, v, lambda z: rope(z, cos, sin))  # [B, H, T, D]
             return linear("o", o.transpose(1, 2).reshape(b, t, -1))  # [B, T, H D] -> [B, T, d]
 
         def mlp(h: torch.Tensor) -> torch.Tensor:
@@ -219,9 +218,9 @@ class CachedDecoder:
         tables = [(c[:t][None, None], s[:t][None, None]) for c, s in self.tables]  # [1, 1, T, R]
         masks = {w: causal_mask(t, w, tokens.device) for w in set(self.windows)}  # None: plain causal
 
-        def attend(part, q, k, v, rotate_q):  # causal attention over the prompt itself; right padding never reaches
+        def attend(part, q, k, v, rotate):  # causal attention over the prompt itself; right padding never reaches
             # real tokens
-            q = rotate_q(q)
+            q, k = rotate(q), rotate(k)
             part.k[slots, :, :t] = k[source]
             part.v[slots, :, :t] = v[source]
             mask = masks[part.sliding]
@@ -270,7 +269,8 @@ class CachedDecoder:
         x = x + out
         s, g = x.shape[0], self.heads // self.kv_heads
 
-        def attend(part, q, k, v, _):  # q [S, H, 1, D] (not rotated: the kernel does it); k, v [S, Hkv, 1, D]
+        def attend(part, q, k, v, rotate):  # q [S, H, 1, D] (rotated by the kernel); k, v [S, Hkv, 1, D]
+            k = rotate(k)
             at = self.rows if rows is None else rows
             part.k[at, :, pos] = k[:, :, 0]
             part.v[at, :, pos] = v[:, :, 0]
