@@ -62,8 +62,8 @@ def advantages(rollouts: Rollouts, cfg: MasterConfig, baselines: RoleBaselines |
 
 def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_filtering: bool) -> TrainBatch:
     """Right-padded trajectories; the loss mask comes from each trajectory (1 on the model's tokens
-    only). Tokens and logprobs go in from one flat buffer each (filled row by row from Python lists
-    it was ~18 ms of host time at 128 x 384 tokens, the GPU idle meanwhile)."""
+    only). Tokens and logprobs go in from one flat buffer each: filled row by row from Python lists,
+    a 1.5B step's batch (128 x 384 tokens) took 27 ms of host time, the GPU idle meanwhile."""
     trajs = rollouts.trajectories
     width = max(map(len, trajs), default=2)  # (a rank may hold no samples: more GPUs than groups)
     ids = torch.full((len(trajs), width), pad_id, dtype=torch.long)
