@@ -34,6 +34,11 @@ REAL = [*BASE, "warmup.sft_steps=80", "grpo.max_num_steps=3", "grpo.val_period=3
 
 SAMPLED = ("train/reward_mean", "train/completion_len_mean", "train/truncated_frac", "eval/pass@1", "eval/num_problems")
 LEARNED = ("train/loss", "train/kl", "train/entropy", "train/grad_norm", "train/clip_frac", "train/valid_frac")
+# relative tolerances of the learned figures: float summation order (per micro-batch, per rank; one process's rows
+# padded to other widths than two's). The entropy and the gradient's norm move most with the logits' last bits:
+# measured on the built-in task, entropy 9e-5 apart at step 1 (the same weights: the loss 1e-7) and the gradient's
+# norm 2.8e-4 at step 3 (after Adam's steps, which amplify float noise)
+REL = dict.fromkeys(LEARNED, 1e-4) | {"train/entropy": 1e-3, "train/grad_norm": 1e-3}
 
 
 def one_process(directory: Path, overrides: list[str]) -> Path:
@@ -90,7 +95,7 @@ def assert_same_metrics(a: Path, b: Path) -> None:
                 assert rb[k] == pytest.approx(ra[k], rel=1e-12), (ra["step"], k)
         for k in LEARNED:
             if k in ra:
-                assert rb[k] == pytest.approx(ra[k], rel=1e-4, abs=1e-6), (ra["step"], k)
+                assert rb[k] == pytest.approx(ra[k], rel=REL[k], abs=1e-6), (ra["step"], k)
 
 
 def assert_same_run(a: Path, b: Path, steps: int, first: int = 1) -> None:
@@ -108,7 +113,7 @@ def assert_same_run(a: Path, b: Path, steps: int, first: int = 1) -> None:
         assert {k for k in ra if "verdict/" in k} == {k for k in rb if "verdict/" in k}
         for k in LEARNED:  # the same numbers but for float summation order (per micro-batch, per rank)
             if k in ra:
-                assert rb[k] == pytest.approx(ra[k], rel=1e-4, abs=1e-6), (ra["step"], k)
+                assert rb[k] == pytest.approx(ra[k], rel=REL[k], abs=1e-6), (ra["step"], k)
     for step in range(first, steps + 1):
         assert (a / "rollouts" / f"step_{step:06d}.jsonl").read_text() == \
                (b / "rollouts" / f"step_{step:06d}.jsonl").read_text()
