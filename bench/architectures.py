@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from functools import partial
 
 import torch
-from common import ARCHS, DEVICE, byte_tokenizer, device_name, fresh_peak, peak_gib, table, timed
+from common import ARCHS, DEVICE, byte_tokenizer, device_name, fresh_peak, median_of, peak_gib, table, timed
 
 
 def family_config(family: str, arch: str, vocab: int, tok):
@@ -147,9 +147,8 @@ def section_rollout(family: str, arch: str, rows: list, prompts_n: int, new: int
         engine = RolloutEngine(model, tok, slots=prompts_n, max_len=128 + new, compile=compiles(family))
     call = partial(engine.generate, prompts, 1, new, params)
     _, first = timed(call)  # compiles, captures the graphs
-    runs = [timed(call) for _ in range(3)]
-    t = statistics.median(r[1] for r in runs)
-    made = sum(len(c.ids) for grp in runs[0][0] for c in grp)
+    outs, t = median_of(3, call)
+    made = sum(len(c.ids) for grp in outs for c in grp)
     row = [family, f"{made / t:,.0f}", f"{t:.2f}", f"{first:.1f}", f"{peak_gib():.1f}"]
     del call, engine
     if baseline:

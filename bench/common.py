@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import json
 import random
+import statistics
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -57,6 +58,12 @@ def timed(fn, repeat: int = 1):
         out = fn()
     sync()
     return out, (time.perf_counter() - t) / repeat
+
+
+def median_of(n: int, fn):
+    """fn's (first) output and its median time over n calls."""
+    runs = [timed(fn) for _ in range(n)]
+    return runs[0][0], statistics.median(t for _, t in runs)
 
 
 def free_memory() -> None:
@@ -151,8 +158,6 @@ def read_metrics(log_dir) -> list[dict]:
 def step_medians(log_dir) -> tuple[dict, int]:
     """The medians of a run's step times and logprob mismatch over its steps after the first (the first alone if
     there is one), and how many steps they are over."""
-    import statistics
-
     ms = read_metrics(log_dir)
     warm = ms[1:] or ms
     return {k: statistics.median(m[k] for m in warm) for k in ("time/generate", "time/train", "time/step",

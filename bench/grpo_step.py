@@ -32,6 +32,7 @@ from common import (
     build,
     device_name,
     fresh_peak,
+    median_of,
     peak_gib,
     read_metrics,
     save_arch,
@@ -53,12 +54,6 @@ def train_flops(model, batch: int, seq: int) -> float:
     c = model.config
     attention = 6 * c.num_hidden_layers * seq * c.hidden_size  # causal: QK^T and AV over seq/2 keys on average, x3
     return batch * seq * (6 * matmul_params(model) + attention)
-
-
-def median_of(n: int, fn):
-    """fn's output and its median time over n calls."""
-    runs = [timed(fn) for _ in range(n)]
-    return runs[0][0], statistics.median(t for _, t in runs)
 
 
 def section_rollout(arch: str, rows: list, compile_engine: bool, n: int = 256, new: int = 256):

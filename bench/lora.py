@@ -16,7 +16,6 @@ CPU the engine runs uncompiled and without CUDA graphs (both CUDA only).
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 from functools import partial
 from pathlib import Path
@@ -27,6 +26,7 @@ from common import (
     build,
     device_name,
     fresh_peak,
+    median_of,
     peak_gib,
     save_arch,
     step_medians,
@@ -80,9 +80,8 @@ def section_rollout(arch: str, rows: list, n: int = 256, new: int = 256) -> None
         engine = RolloutEngine(model, tok, slots=n, max_len=plen + new, compile=True, merge_adapters=merge)
         run = partial(engine.generate, prompts, 1, new, params)
         timed(run)  # captures the CUDA graphs
-        times = [timed(run) for _ in range(3)]
-        made = sum(len(c.ids) for grp in times[0][0] for c in grp)
-        t = statistics.median(s for _, s in times)
+        outs, t = median_of(3, run)
+        made = sum(len(c.ids) for grp in outs for c in grp)
         speeds[label] = made / t
         rows.append([arch, label, f"{made / t:,.0f}", f"{t:.2f}", f"{peak_gib():.1f}"])
 

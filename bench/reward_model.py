@@ -27,12 +27,12 @@ from common import (
     byte_tokenizer,
     device_name,
     fresh_peak,
+    median_of,
     peak_gib,
     read_metrics,
     save_arch,
     step_overrides,
     table,
-    timed,
 )
 
 RMS = {  # hidden, layers, heads, kv heads, head dim, intermediate, vocab
@@ -99,8 +99,7 @@ def section_score(rm: str, rows: list) -> None:
                       {"role": "assistant", "content": "".join(rng.choice("abcdefgh ") for _ in range(256))}]
                      for _ in range(128)]
     judge(conversations[:32])  # (first-call costs)
-    runs = [timed(lambda: judge(conversations)) for _ in range(3)]
-    t = statistics.median(s for _, s in runs)
+    t = median_of(3, lambda: judge(conversations))[1]
     rows.append([rm, "128 x ~400 tokens, batches of 32", f"{len(conversations) / t:,.0f}", f"{t:.3f}",
                  f"{weights:.2f}", f"{peak_gib():.2f}"])
 

@@ -12,10 +12,9 @@ foreach copy (trainer/precision.py).
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
-from common import DEVICE, build, sync, table, timed
+from common import DEVICE, build, median_of, sync, table
 
 from execrl.algo import logprobs
 from execrl.trainer.policy import compile_layers
@@ -23,10 +22,11 @@ from execrl.trainer.precision import Weights
 from execrl.trainer.step import token_logprobs
 
 
-def median_time(fn, repeat: int = 5) -> float:
+def median_time(fn) -> float:
+    """fn's median time over 5 calls after 2 untimed ones."""
     for _ in range(2):
         fn()
-    return statistics.median(timed(fn)[1] for _ in range(repeat))
+    return median_of(5, fn)[1]
 
 
 def batch(rows: int, prompt: int, new: int, vocab: int):
