@@ -1,8 +1,9 @@
 """The trainer's parts at a GRPO batch's shapes, each beside the way it ran before (same run): the forward and
 backward of per-token logprobs over right-padded rows with the padding mask against the causal mask alone
-(trainer/step.py take), the chunked LM head's log-softmax kernels compiled with the vocabulary as a symbol against
-as a constant (algo/logprobs.py), and the bf16 copy's refresh from the fp32 master tensor by tensor against one
-foreach copy (trainer/precision.py).
+(trainer/step.py take); the chunked LM head with the compiled torch ops and bf16 weight-gradient products against
+the one-pass kernels (algo/head_kernels.py) and the fp32 GEMM (algo/logprobs.py); the bf16 copy's refresh from the
+fp32 master tensor by tensor against one foreach copy (trainer/precision.py); and AdamW's foreach step against the
+fused kernel (trainer/optim.py, GPU).
 
     python bench/trainer_parts.py --arch qwen2.5-0.5b --rows 128 --prompt 128 --new 256
     python bench/trainer_parts.py --arch qwen2.5-1.5b --rows 16 --prompt 128 --new 4096   # a long trace's micro-batch
@@ -17,6 +18,7 @@ import torch
 from common import DEVICE, build, median_of, sync, table
 
 from execrl.algo import logprobs
+from execrl.trainer.optim import fused_kernel
 from execrl.trainer.policy import compile_layers
 from execrl.trainer.precision import Weights
 from execrl.trainer.step import token_logprobs
@@ -72,16 +74,21 @@ def head_rows(model, select) -> list:
         hidden.grad = None
         weight.grad = None
 
+    def cast_added(total, a, b):  # the weight gradient as it was accumulated before: the chunk's product in bf16
+        total += (a @ b).to(total.dtype)
+
     now = median_time(run)
-    saved = dict(logprobs._fused)
-    if DEVICE == "cuda":  # the kernels as they were compiled before: every dimension a symbol
-        for fn in (logprobs._stats, logprobs._grad):
-            logprobs._fused[fn] = torch.compile(fn, dynamic=True)
-    before = median_time(run)
-    logprobs._fused.clear()
-    logprobs._fused.update(saved)
-    return [["chunked LM head, forward + backward", f"vocabulary a symbol: {before * 1000:.1f} ms",
-             f"a constant: {now * 1000:.1f} ms", f"{before / now:.2f}x", f"{n:,} tokens"]]
+    accumulate, logprobs._accumulate = logprobs._accumulate, cast_added
+    logprobs.ONE_PASS = False  # the compiled torch ops (several passes over each chunk's logits)
+    try:
+        before = median_time(run)
+        logprobs.ONE_PASS = True
+        one_pass = median_time(run)
+    finally:
+        logprobs._accumulate, logprobs.ONE_PASS = accumulate, True
+    return [["chunked LM head, forward + backward", f"compiled ops, bf16 products cast-added: {before * 1000:.1f} ms",
+             f"one-pass kernels: {one_pass * 1000:.1f} ms; and the fp32 GEMM: {now * 1000:.1f} ms",
+             f"{before / now:.2f}x", f"{n:,} tokens"]]
 
 
 def refresh_rows(model) -> list:
@@ -95,8 +102,22 @@ def refresh_rows(model) -> list:
             c.copy_(m)
 
     before, now = median_time(one_by_one), median_time(weights.refresh)
-    return [["bf16 copy from the fp32 master", f"tensor by tensor: {before * 1000:.2f} ms",
+    rows = [["bf16 copy from the fp32 master", f"tensor by tensor: {before * 1000:.2f} ms",
              f"foreach: {now * 1000:.2f} ms", f"{before / now:.2f}x", f"{len(weights._pairs)} tensors"]]
+    master = [m for m, _ in weights._pairs]
+    for m, (_, c) in zip(master, weights._pairs):
+        m.grad = torch.randn_like(c).float()
+    times = {}
+    for name, kwargs in (("foreach", {"foreach": True}), ("fused", {"fused": True})):
+        if name == "fused" and not fused_kernel(torch.optim.AdamW, master):
+            continue
+        optimizer = torch.optim.AdamW(master, lr=1e-9, **kwargs)
+        times[name] = median_time(optimizer.step)
+    if "fused" in times:
+        rows.append(["AdamW step on the fp32 master", f"foreach: {times['foreach'] * 1000:.2f} ms",
+                     f"fused: {times['fused'] * 1000:.2f} ms", f"{times['foreach'] / times['fused']:.2f}x",
+                     f"{sum(m.numel() for m in master) / 1e9:.2f}B parameters"])
+    return rows
 
 
 def main() -> None:

@@ -3,9 +3,10 @@ fp32 logits.
 
 The LM head is applied chunk by chunk; each chunk's logits live only inside the loop (forward) and
 are recomputed in backward, so peak memory is one chunk of logits instead of the whole batch's (8 x
-1024 tokens x 152K vocab in fp32 is 5 GB). The per-chunk math (log-sum-exp, entropy, gradient) is
-compiled into fused kernels on GPUs, so each chunk's logits are read once or twice instead of once
-per operation. Logits are divided by the sampling temperature, so these are the probabilities the
+1024 tokens x 152K vocab in fp32 is 5 GB). The per-chunk math (log-sum-exp, entropy, gradient) runs
+on GPUs as one-pass Triton kernels (head_kernels), or compiled into fused kernels where a guided-
+decoding mask or a top-k/top-p filter applies, so each chunk's logits are read once or a few times
+instead of once per operation. Logits are divided by the sampling temperature, so these are the probabilities the
 sampler used.
 """
 
@@ -13,10 +14,12 @@ from __future__ import annotations
 
 import torch
 
+from execrl.algo import head_kernels
 from execrl.compiling import compile_settings
 from execrl.guided import restrict
 
 CHUNK_ELEMENTS = 2**28  # logits per chunk
+ONE_PASS = True  # head_kernels on GPUs where they apply (False: the compiled torch ops, for the benchmarks)
 
 
 def chunk_rows(vocab: int) -> int:
@@ -75,13 +78,16 @@ def _grad(logits: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor, grad_o
 _fused: dict = {}
 
 
-def _kernel(fn, cuda: bool):
-    """The function compiled (on GPUs, once per process) or as written (CPU; or when compilation is
-    unavailable). Compiled generic in the rows (every chunk's count, the last one's too), with the
-    vocabulary's size a constant: its index math then divides by a constant (6-7% faster forward and
-    backward of the LM head than with every dimension a symbol: bench/trainer_parts.py)."""
+def _kernel(fn, cuda: bool, allowed: torch.Tensor | None = None, top=None):
+    """_stats or _grad as it runs here: on a GPU without a mask or filter, head_kernels' one-pass Triton
+    kernel; otherwise the function compiled (on GPUs, once per process) or as written (CPU; or when
+    compilation is unavailable). Compiled generic in the rows (every chunk's count, the last one's too),
+    with the vocabulary's size a constant: its index math then divides by a constant (6-7% faster
+    forward and backward of the LM head than with every dimension a symbol: bench/trainer_parts.py)."""
     if not cuda:
         return fn
+    if ONE_PASS and head_kernels.triton is not None and allowed is None and top is None:
+        return head_kernels.stats if fn is _stats else head_kernels.grad
     if fn not in _fused:
         compile_settings()
         compiled = torch.compile(fn)
@@ -109,7 +115,7 @@ class _TokenLogprobs(torch.autograd.Function):
         # entropy [N] (fp32, no gradient)
         n = hidden.shape[0]
         lse, logp, entropy = (torch.empty(n, dtype=torch.float32, device=hidden.device) for _ in range(3))
-        stats = _kernel(_stats, hidden.is_cuda)
+        stats = _kernel(_stats, hidden.is_cuda, allowed, top)
         for i in range(0, n, rows):
             lse[i:i + rows], logp[i:i + rows], entropy[i:i + rows] = stats(
                 hidden[i:i + rows] @ weight.T, targets[i:i + rows], temperature,
@@ -122,7 +128,7 @@ class _TokenLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_logp, _grad_entropy):
         hidden, weight, targets, lse, allowed = ctx.saved_tensors
-        rows, grad_of = ctx.rows, _kernel(_grad, hidden.is_cuda)
+        rows, grad_of = ctx.rows, _kernel(_grad, hidden.is_cuda, allowed, ctx.top)
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = None
         if ctx.needs_input_grad[1]:  # accumulated over chunks in fp32 when there are several
@@ -135,10 +141,21 @@ class _TokenLogprobs(torch.autograd.Function):
             if grad_hidden is not None:
                 grad_hidden[i:i + rows] = grad @ weight
             if grad_weight is not None:
-                grad_weight += (grad.T @ h).to(grad_weight.dtype)
+                _accumulate(grad_weight, grad.T, h)
         if grad_weight is not None:
             grad_weight = grad_weight.to(weight.dtype)
         return grad_hidden, grad_weight, None, None, None, None, None
+
+
+def _accumulate(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """total [m, n] += a [m, k] @ b [k, n]. An fp32 total of bf16 factors on a GPU: one GEMM that
+    accumulates in fp32 and adds into it, instead of the product rounded to bf16, cast and added (one
+    kernel fewer, no bf16 rounding of each chunk's product; the LM head's forward and backward over a
+    0.5B GRPO batch 48.6 -> 45.7 ms on an H200: bench/trainer_parts.py)."""
+    if total.is_cuda and total.dtype == torch.float32 and a.dtype != total.dtype:
+        torch.addmm(total, a, b, out_dtype=torch.float32, out=total)
+    else:
+        total += (a @ b).to(total.dtype)
 
 
 def token_logprobs_from_hidden(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,

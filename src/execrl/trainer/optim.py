@@ -49,4 +49,17 @@ def make_optimizer(weights: Weights, name: str, kwargs: dict, lr: float | None =
         kwargs = {k: v for k, v in kwargs.items() if k not in FUSED_ONLY}
     if isinstance(weights, OffloadedWeights):  # (config.checks allows AdamW alone with policy.cpu_offload)
         return OffloadedAdamW(weights, **kwargs)
-    return optimizer_class(name)([p for p in weights.master.parameters() if p.requires_grad], **kwargs)
+    cls, params = optimizer_class(name), [p for p in weights.master.parameters() if p.requires_grad]
+    return cls(params, **kwargs, **({"fused": True} if fused_kernel(cls, params) else {}))
+
+
+def fused_kernel(cls: type, params: list[torch.Tensor]) -> bool:
+    """torch's fused Adam(W) kernel for these parameters: plain (not sharded) GPU tensors. The same update
+    as the foreach and for-loop implementations up to fp32 rounding (parameters within 1e-8 of the
+    for-loop AdamW that NeMo RL's configs name after 3 steps at 1.5B), 2.4-2.8x faster than foreach at
+    0.5B-1.5B on an H200 (bench/trainer_parts.py). policy.optimizer.kwargs foreach and fused, an
+    implementation choice, are not read."""
+    from torch.distributed.tensor import DTensor
+
+    return (cls in (torch.optim.AdamW, torch.optim.Adam) and bool(params)
+            and all(p.is_cuda and p.is_floating_point() and not isinstance(p, DTensor) for p in params))

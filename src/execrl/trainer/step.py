@@ -264,7 +264,9 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
         kept = (own.sum(1) > 0) if batch.kept is None else batch.kept[rows.start:rows.stop]
         num_tokens, num_seqs = dist.sum_floats(own.sum().item(), kept.sum().item())
         weights.zero_grad(optimizer)
-        step_loss = 0.0
+        # the step's loss and metrics summed on the device, in float64 (the numbers Python floats gave):
+        # read once after the micro-batches, not with a sync after each backward
+        sums = torch.zeros(2 + len(averaged), dtype=torch.float64, device=device)  # loss, entropy, *averaged
         parts = micro_batches(batch, rows, plan.train_split)
         # every rank makes as many passes (FSDP gathers and reduces in them): one with fewer groups
         # (or, by tokens, shorter samples) idles in step
@@ -291,12 +293,14 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
                                             is_correction=correct)
                 loss.backward()
                 weights.accumulate_grads()
-            step_loss += loss.item()
-            share = mask.sum().item() / max(num_tokens, 1.0)
-            for name in averaged:
-                stats[name] += metrics[name].item() * share / steps
-            stats["entropy"] += (entropy * mask).sum().item() / max(num_tokens, 1.0) / steps
+            share = mask.sum().double() / max(num_tokens, 1.0)
+            sums += torch.stack([loss.detach().double(), (entropy * mask).sum().double() / max(num_tokens, 1.0) / steps,
+                                 *(metrics[name].to(device, torch.float64) * share / steps for name in averaged)])
         grad_norm = dist.total_norm(weights.clip(cfg.policy.max_grad_norm))
+        step_loss, entropy_part, *averaged_parts = sums.tolist()
+        stats["entropy"] += entropy_part
+        for name, part in zip(averaged, averaged_parts):
+            stats[name] += part
         (step_loss,) = dist.sum_floats(step_loss)  # the whole batch's loss, so every rank skips (or not) alike
         if not (math.isfinite(grad_norm) and math.isfinite(step_loss)):
             weights.zero_grad(optimizer)  # a NaN/inf step is skipped, never applied
