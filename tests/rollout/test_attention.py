@@ -119,3 +119,46 @@ def test_queries_rotated_in_the_kernel_equal_queries_rotated_first(rotary, tail,
     at = slice(None) if rows is None else rows
     want = reference(turned.float(), k[at].float(), v[at].float(), pos, window, 128**-0.5)
     torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("rotary,tail,mapped", [(128, 1, False), (96, 1, True), (128, 4, True), (64, 4, False)])
+def test_keys_and_values_written_by_the_kernel_equal_writing_them_first(rotary, tail, mapped, monkeypatch):
+    """The decode step hands the kernel the rows' new keys (unrotated) and values as views of the joined projection:
+    the kernel writes them into the rows' cache slots at their positions, the keys rotated, then attends, the new
+    position included. The same caches and attention as the torch ops that write first (rows whose sample ended read
+    position 0 only and still write; with the positions split, and over some of the slots). On a CPU with
+    TRITON_INTERPRET=1 the kernel runs in Triton's interpreter, in float16 (its bf16 dot products are not bf16's)."""
+    import os
+
+    from execrl.rollout import attention
+    from execrl.rollout.models.layers import rotate
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        if attention.triton is None or os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("needs a CUDA device, or Triton's interpreter (TRITON_INTERPRET=1)")
+        monkeypatch.setattr(attention, "kernel_supported", lambda q: True)
+    slots, window = (64, 2048) if device == "cuda" else (8, 256)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float16
+    g = torch.Generator(device=device).manual_seed(0)
+    k, v = (torch.randn(slots, 2, window, 128, device=device, dtype=dtype, generator=g) for _ in range(2))
+    rows = torch.randperm(slots, device=device, generator=g)[:slots // 4] if mapped else None
+    n = slots if rows is None else len(rows)
+    qkv = torch.randn(n, 1, (12 + 2 + 2) * 128, device=device, dtype=dtype, generator=g)
+    q = qkv[:, 0, :12 * 128].view(n, 2, 6, 128)  # (views of the joined projection's rows, as the decoder's)
+    key, value = qkv[:, 0, 12 * 128:14 * 128].view(n, 2, 128), qkv[:, 0, 14 * 128:].view(n, 2, 128)
+    pos = torch.randint(1, window, (n,), device=device, generator=g)
+    reads = torch.where(torch.arange(n, device=device) % 3 == 0, 0, pos)  # every third row's sample has ended
+    angles = torch.rand(window, rotary, device=device, generator=g) * 6.3
+    cos, sin = angles.cos()[pos].to(dtype), angles.sin()[pos].to(dtype)
+    k2, v2 = k.clone(), v.clone()
+    got = decode_attention(q, k, v, reads, window, 128**-0.5, None, tail, rows, rope=(cos, sin), new=(key, value, pos))
+    want = attention._torch_path(q, k2, v2, reads, rows, cos, sin, window, None, 128**-0.5, (key, value, pos))
+    assert torch.equal(v, v2)
+    at = torch.arange(n, device=device) if rows is None else rows
+    written = rotate(key[:, :, None].float(), cos[:, None, None].float(), sin[:, None, None].float())[:, :, 0]
+    torch.testing.assert_close(k[at, :, pos].float(), written, atol=2e-2, rtol=1e-2)  # one bf16 rounding apart
+    untouched = torch.ones_like(k, dtype=torch.bool)
+    untouched[at, :, pos] = False
+    assert torch.equal(k[untouched], k2[untouched])
+    torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)

@@ -331,3 +331,35 @@ def test_a_family_whose_block_returns_one_tensor_is_told_what_block_returns(tiny
     engine = RolloutEngine(model, tok, slots=2, max_len=64, cuda_graphs=False)
     with pytest.raises(TypeError, match="returned one tensor"):
         engine.generate(prompts[:2], 1, 4, GREEDY)
+
+
+def test_the_attention_op_that_writes_the_cache_compiles_without_copying_it():
+    """The decode step's attention op writes the new keys and values into the caches (declared mutated): compiled,
+    inductor calls it on the caches themselves, with no copy of them before or after (a copy of every layer's cache
+    in each decode step would cost more than the attention). Inductor on the CPU, where the op runs torch ops."""
+    from torch._inductor.utils import run_and_get_code
+
+    slots, heads, group, length, dim = 4, 2, 3, 64, 32
+    k, v = torch.randn(slots, heads, length, dim), torch.randn(slots, heads, length, dim)
+    before_k, before_v = k.clone(), v.clone()
+
+    def layer(x, w, pos, cos, sin):
+        qkv = x @ w  # the joined projection: queries, keys, values
+        q = qkv[:, :heads * group * dim].view(slots, heads, group, dim)
+        key = qkv[:, heads * group * dim:heads * (group + 1) * dim].view(slots, heads, dim)
+        value = qkv[:, heads * (group + 1) * dim:].view(slots, heads, dim)
+        out = torch.ops.execrl.decode_attention_append(q, k, v, pos, None, cos, sin, key, value, pos, length, length,
+                                                       dim**-0.5, 1)
+        return out.sum(-1)
+
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(slots, 16, generator=g), torch.randn(16, heads * (group + 2) * dim, generator=g)
+    pos, cos, sin = torch.tensor([3, 10, 20, 63]), torch.randn(slots, dim, generator=g), torch.randn(slots, dim, generator=g)
+    out, codes = run_and_get_code(torch.compile(layer), x, w, pos, cos, sin)
+    code = "\n".join(codes)
+    assert "decode_attention_append" in code and "clone" not in code and "copy_" not in code
+    compiled_k, compiled_v = k.clone(), v.clone()
+    k.copy_(before_k), v.copy_(before_v)
+    torch.testing.assert_close(out, layer(x, w, pos, cos, sin))  # the same as run eagerly, caches included
+    torch.testing.assert_close(compiled_k, k), torch.testing.assert_close(compiled_v, v)
+    assert not torch.equal(k, before_k)

@@ -5,8 +5,11 @@ the kv head as G rows of one tile, and walks that slot's positions [0, pos] only
 into its completion reads 40 + prompt positions, whatever the window), with an online softmax.
 Against the general attention kernels it reads about half the keys and values, and does no work on
 other rows' padding. With few slots and long windows (splits_for) each slot's positions are split over
-several programs, whose softmax states a second kernel combines (split-K). Elsewhere (CPU, no Triton,
-an odd head size) the same function is scaled_dot_product_attention with a position mask.
+several programs, whose softmax states a second kernel combines (split-K). A decode step hands it the
+new token's keys (unrotated) and values too: the program that reads a slot's last position first
+writes them into the cache, the keys rotated as the queries are (no kernel of their own: 254 -> 230
+kernels per 0.5B decode step, bench/README.md). Elsewhere (CPU, no Triton, an odd head size) the same
+function is torch ops: the cache writes, then scaled_dot_product_attention with a position mask.
 
 Shapes: S slots, Hkv kv heads, G query heads per kv head, W window (cache positions that may be
 read), D head dim.
@@ -81,14 +84,26 @@ if triton is not None:
         return q
 
     @triton.jit
-    def _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, window, sliding, scale, sq_s, sq_h, sq_g,
-                sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, sc_s, s, h, j, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                BLOCK: tl.constexpr, SPLITS: tl.constexpr, MAPPED: tl.constexpr, R: tl.constexpr):
+    def _append(kn_ptr, vn_ptr, cos_ptr, sin_ptr, k_base, v_base, at, s, h, skn_s, skn_h, svn_s, svn_h, sk_l, sv_l,
+                sc_s, D: tl.constexpr, R: tl.constexpr):
+        """Row s's new key of kv head h, rotated as its queries are (_query), and its value, into the
+        cache at position `at`."""
+        d = tl.arange(0, D)
+        key = _query(kn_ptr, cos_ptr, sin_ptr, s, h, skn_s, skn_h, 0, sc_s, 1, 1, D, R)  # [1, D]
+        tl.store(k_base + at * sk_l + d[None, :], key.to(k_base.dtype.element_ty))
+        tl.store(v_base + at * sv_l + d, tl.load(vn_ptr + s * svn_s + h * svn_h + d).to(v_base.dtype.element_ty))
+
+    @triton.jit
+    def _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, kn_ptr, vn_ptr, at_ptr, window, sliding,
+                scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, sc_s, skn_s, skn_h, svn_s, svn_h, s, h, j,
+                G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr,
+                MAPPED: tl.constexpr, R: tl.constexpr, APPEND: tl.constexpr):
         """The online softmax's state (m, total, acc) of row s's queries of kv head h over run j of
         its positions (its blocks dealt out in SPLITS contiguous runs; SPLITS = 1: all of them), and
         the run's [begin, stop) (empty for a run past the row's positions: m stays -inf). Row s reads
         cache slot s, or slot_ptr[s] when MAPPED (a step over some of the slots); R > 0: its queries
-        are rotated first (_query)."""
+        are rotated first (_query). APPEND: the run that reads the row's last position first writes
+        the row's new key (rotated as the queries are) and value at position at_ptr[s] (_append)."""
         d = tl.arange(0, D)
         q = _query(q_ptr, cos_ptr, sin_ptr, s, h, sq_s, sq_h, sq_g, sc_s, G, GP, D, R)
         p = tl.load(pos_ptr + s)
@@ -105,35 +120,42 @@ if triton is not None:
         if MAPPED:
             c = tl.load(slot_ptr + s)
         k_base, v_base = k_ptr + c * sk_s + h * sk_h, v_ptr + c * sv_s + h * sv_h
+        if APPEND:
+            if j == ((end - 1 - first) // BLOCK) // per:  # (no other program reads the position written)
+                _append(kn_ptr, vn_ptr, cos_ptr, sin_ptr, k_base, v_base, tl.load(at_ptr + s), s, h, skn_s, skn_h,
+                        svn_s, svn_h, sk_l, sv_l, sc_s, D, R)
+            tl.debug_barrier()  # the program's threads read what its threads wrote
         for start in range(begin, stop, BLOCK):  # this slot's positions only
             m, total, acc = _block(q, k_base, v_base, start, lo, end, sk_l, sv_l, scale, m, total, acc, d, BLOCK)
         return m, total, acc, begin, stop
 
     @triton.jit
-    def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, window, sliding, scale,
-                       sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, so_s, so_h, so_g, sc_s,
-                       G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, MAPPED: tl.constexpr,
-                       R: tl.constexpr):
+    def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, kn_ptr, vn_ptr, at_ptr, window,
+                       sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, so_s, so_h, so_g, sc_s,
+                       skn_s, skn_h, svn_s, svn_h, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                       BLOCK: tl.constexpr, MAPPED: tl.constexpr, R: tl.constexpr, APPEND: tl.constexpr):
         s, h = tl.program_id(0), tl.program_id(1)
-        m, total, acc, _, _ = _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, window, sliding, scale,
-                                      sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, sc_s, s, h, 0, G, GP, D,
-                                      BLOCK, 1, MAPPED, R)
+        m, total, acc, _, _ = _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, kn_ptr, vn_ptr, at_ptr,
+                                      window, sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l,
+                                      sc_s, skn_s, skn_h, svn_s, svn_h, s, h, 0, G, GP, D, BLOCK, 1, MAPPED, R, APPEND)
         g, d = tl.arange(0, GP), tl.arange(0, D)
         out = acc / total[:, None]
         tl.store(o_ptr + s * so_s + h * so_h + g[:, None] * so_g + d[None, :], out.to(o_ptr.dtype.element_ty),
                  mask=g[:, None] < G)
 
     @triton.jit
-    def _split_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, window,
-                      sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, sc_s, G: tl.constexpr,
-                      GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr,
-                      MAPPED: tl.constexpr, R: tl.constexpr):
+    def _split_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, kn_ptr, vn_ptr,
+                      at_ptr, window, sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, sc_s,
+                      skn_s, skn_h, svn_s, svn_h, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                      BLOCK: tl.constexpr, SPLITS: tl.constexpr, MAPPED: tl.constexpr, R: tl.constexpr,
+                      APPEND: tl.constexpr):
         """Run j of a slot's positions: its online softmax's state, into the partials [S, Hkv,
         SPLITS, G(, D)] (the G real query rows only)."""
         s, h, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        m, total, acc, begin, stop = _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, window,
-                                             sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l,
-                                             sc_s, s, h, j, G, GP, D, BLOCK, SPLITS, MAPPED, R)
+        m, total, acc, begin, stop = _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, kn_ptr, vn_ptr,
+                                             at_ptr, window, sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s,
+                                             sv_h, sv_l, sc_s, skn_s, skn_h, svn_s, svn_h, s, h, j, G, GP, D, BLOCK,
+                                             SPLITS, MAPPED, R, APPEND)
         g, d = tl.arange(0, GP), tl.arange(0, D)
         at = (s * tl.num_programs(1) + h) * SPLITS + j
         real = g < G
@@ -197,33 +219,62 @@ def tail_splits(running: int, slots: int, window: int) -> int:
     return min(MAX_SPLITS, window // TAIL_POSITIONS)
 
 
-@torch.library.custom_op("execrl::decode_attention", mutates_args=())
-def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor | None,
-               cos: torch.Tensor | None, sin: torch.Tensor | None, window: int, sliding: int, scale: float,
-               tail: int) -> torch.Tensor:
-    """The kernel as an opaque operator, so torch.compile and CUDA graphs take it as it is."""
+def _kernels(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor | None,
+             cos: torch.Tensor | None, sin: torch.Tensor | None, window: int, sliding: int, scale: float, tail: int,
+             new: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    """The Triton kernels' launch: one program per (row, kv head), or split-K and its combine."""
     s, hkv, g, d = q.shape
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     rotary = 0 if cos is None else cos.shape[-1]
     cos_ptr, sin_ptr = (pos, pos) if cos is None else (cos, sin)  # (not read without rotary)
     sc_s = 0 if cos is None else cos.stride(0)
+    kn, vn, at = (q, q, pos) if new is None else new  # (not read unless appending)
+    appending = (*kn.stride()[:2], *vn.stride()[:2]) if new is not None else (0, 0, 0, 0)
     gp = max(16, triton.next_power_of_2(g))  # tl.dot needs 16 rows at least: the padding rows are masked
     splits = max(tail, splits_for(s, hkv, window))
     mapped = slots is not None
     slot_ptr = slots if mapped else pos  # (not read unless mapped)
     if splits == 1:
-        _decode_kernel[(s, hkv)](q, k, v, out, pos, slot_ptr, cos_ptr, sin_ptr, window, sliding, scale,
-                                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], sc_s, G=g, GP=gp,
-                                 D=d, BLOCK=64, MAPPED=mapped, R=rotary, num_warps=4)
+        _decode_kernel[(s, hkv)](q, k, v, out, pos, slot_ptr, cos_ptr, sin_ptr, kn, vn, at, window, sliding, scale,
+                                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], sc_s, *appending,
+                                 G=g, GP=gp, D=d, BLOCK=64, MAPPED=mapped, R=rotary, APPEND=new is not None,
+                                 num_warps=4)
         return out
     m = torch.empty(s, hkv, splits, g, dtype=torch.float32, device=q.device)
     total, acc = torch.empty_like(m), torch.empty(s, hkv, splits, g, d, dtype=torch.float32, device=q.device)
-    _split_kernel[(s, hkv, splits)](q, k, v, m, total, acc, pos, slot_ptr, cos_ptr, sin_ptr, window, sliding, scale,
-                                    *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], sc_s, G=g, GP=gp, D=d,
-                                    BLOCK=64, SPLITS=splits, MAPPED=mapped, R=rotary, num_warps=4)
+    _split_kernel[(s, hkv, splits)](q, k, v, m, total, acc, pos, slot_ptr, cos_ptr, sin_ptr, kn, vn, at, window,
+                                    sliding, scale, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], sc_s,
+                                    *appending, G=g, GP=gp, D=d, BLOCK=64, SPLITS=splits, MAPPED=mapped, R=rotary,
+                                    APPEND=new is not None, num_warps=4)
     _combine_kernel[(s, hkv)](m, total, acc, out, *out.stride()[:3], G=g, GP=gp, D=d, SPLITS=splits,
                               SP=triton.next_power_of_2(splits), num_warps=4)
     return out
+
+
+def _torch_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor | None,
+                cos: torch.Tensor | None, sin: torch.Tensor | None, window: int, sliding: int | None, scale: float,
+                new: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    """The same with torch ops (CPU, no Triton, an odd head size)."""
+    if new is not None:  # the rows' new keys (rotated) and values into their slots' caches first
+        key, value, at = new
+        if cos is not None:
+            key = rotate(key[:, :, None], cos[:, None, None], sin[:, None, None])[:, :, 0]
+        written = torch.arange(q.shape[0], device=q.device) if slots is None else slots
+        k[written, :, at] = key
+        v[written, :, at] = value
+    if cos is not None:
+        q = rotate(q, cos[:, None, None], sin[:, None, None])
+    if slots is not None:
+        k, v = k[slots, :, :window], v[slots, :, :window]
+    return reference(q, k, v, pos, window, scale, sliding)
+
+
+@torch.library.custom_op("execrl::decode_attention", mutates_args=())
+def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor | None,
+               cos: torch.Tensor | None, sin: torch.Tensor | None, window: int, sliding: int, scale: float,
+               tail: int) -> torch.Tensor:
+    """The kernel as an opaque operator, so torch.compile and CUDA graphs take it as it is."""
+    return _kernels(q, k, v, pos, slots, cos, sin, window, sliding, scale, tail, None)
 
 
 @_decode_op.register_fake
@@ -231,21 +282,43 @@ def _(q, k, v, pos, slots, cos, sin, window, sliding, scale, tail):
     return q.new_empty(q.shape)
 
 
+@torch.library.custom_op("execrl::decode_attention_append", mutates_args=("k", "v"))
+def _append_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor | None,
+               cos: torch.Tensor | None, sin: torch.Tensor | None, key: torch.Tensor, value: torch.Tensor,
+               at: torch.Tensor, window: int, sliding: int, scale: float, tail: int) -> torch.Tensor:
+    """The same, writing the rows' new keys and values into the caches k and v first (one kernel
+    where the keys' rotary and the cache writes were one of their own). Torch ops where the kernel
+    does not apply."""
+    if kernel_supported(q):
+        return _kernels(q, k, v, pos, slots, cos, sin, window, sliding, scale, tail, (key, value, at))
+    return _torch_path(q, k, v, pos, slots, cos, sin, window, sliding, scale, (key, value, at))
+
+
+@_append_op.register_fake
+def _(q, k, v, pos, slots, cos, sin, key, value, at, window, sliding, scale, tail):
+    return q.new_empty(q.shape)
+
+
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, window: int,
                      scale: float, sliding: int | None = None, tail: int = 1, slots: torch.Tensor | None = None,
-                     rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                     rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+                     new: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """q [R, Hkv, G, D], k/v [S, Hkv, L, D] (the cache; last dim contiguous), pos [R] -> [R, Hkv, G,
     D]: row r attends to cache slot slots[r] (None: R = S, row r to slot r); `sliding`: a key is
     seen while pos - its position < sliding (None: every position <= pos); `tail`: split each row's
     positions over at least this many programs (tail_splits); `rope`: each row's (cos, sin) [R, rotary
     dims], the queries not yet rotated (the kernel rotates them as it loads them: no kernel of their
-    own), None: rotated already."""
+    own), None: rotated already; `new`: (keys [R, Hkv, D], values [R, Hkv, D], positions [R]) written
+    into row r's cache slot at its position before attention reads it, the keys rotated by `rope` as
+    the queries are (the kernel does both: no kernel of their own)."""
+    cos, sin = (None, None) if rope is None else (rope[0].contiguous(), rope[1].contiguous())
     if kernel_supported(q):
         q = q if q.stride(-1) == 1 else q.contiguous()
-        cos, sin = (None, None) if rope is None else (rope[0].contiguous(), rope[1].contiguous())
-        return _decode_op(q, k, v, pos, slots, cos, sin, window, window if sliding is None else sliding, scale, tail)
-    if rope is not None:
-        q = rotate(q, rope[0][:, None, None], rope[1][:, None, None])
-    if slots is not None:
-        k, v = k[slots, :, :window], v[slots, :, :window]
-    return reference(q, k, v, pos, window, scale, sliding)
+        sliding = window if sliding is None else sliding
+        if new is not None:
+            key, value, at = new
+            key = key if key.stride(-1) == 1 else key.contiguous()
+            value = value if value.stride(-1) == 1 else value.contiguous()
+            return _append_op(q, k, v, pos, slots, cos, sin, key, value, at, window, sliding, scale, tail)
+        return _decode_op(q, k, v, pos, slots, cos, sin, window, sliding, scale, tail)
+    return _torch_path(q, k, v, pos, slots, cos, sin, window, sliding, scale, new)

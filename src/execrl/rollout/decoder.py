@@ -125,7 +125,7 @@ class CachedDecoder:
         """A layer on x [B, T, d]: the architecture's order (arch.block) of its attention and MLP,
         each a few GEMMs of projection groups; cos, sin: its rotary table at x's positions;
         attend(part, q, k, v, rotate) its attention, given queries and keys not yet rotated (rotate
-        does it; decode's kernel rotates the queries as it loads them). Returns the layer's output as
+        does it; decode's kernel rotates the queries and keys as it loads them). Returns the layer's output as
         two terms to add (arch.block)."""
         rope, glu = ops or (rotate, self.glu)  # (self.act, layer 0's activation module, is read only where it is
         # called: a routed layer's trace that read it would be guarded on it being that layer's own)
@@ -269,15 +269,12 @@ class CachedDecoder:
         x = x + out
         s, g = x.shape[0], self.heads // self.kv_heads
 
-        def attend(part, q, k, v, rotate):  # q [S, H, 1, D] (rotated by the kernel); k, v [S, Hkv, 1, D]
-            k = rotate(k)
-            at = self.rows if rows is None else rows
-            part.k[at, :, pos] = k[:, :, 0]
-            part.v[at, :, pos] = v[:, :, 0]
+        def attend(part, q, k, v, rotate):  # q [S, H, 1, D], k, v [S, Hkv, 1, D] (rotated and cached by the kernel)
             # the G query heads of one kv head act as G query rows over the same keys: no repeat of
             # the cache
             out = decode_attention(q.reshape(s, self.kv_heads, g, self.head_dim), part.k, part.v, reads, window,
-                                   self.scale, part.sliding, tail, rows, rope=(cos[:, 0, 0], sin[:, 0, 0]))
+                                   self.scale, part.sliding, tail, rows, rope=(cos[:, 0, 0], sin[:, 0, 0]),
+                                   new=(k[:, :, 0], v[:, :, 0], pos))
             return out.reshape(s, self.heads, 1, self.head_dim)
 
         return self._layer(part, x, cos, sin, attend)
