@@ -6,8 +6,8 @@ are recomputed in backward, so peak memory is one chunk of logits instead of the
 1024 tokens x 152K vocab in fp32 is 5 GB). The per-chunk math (log-sum-exp, entropy, gradient) runs
 on GPUs as one-pass Triton kernels (head_kernels), or compiled into fused kernels where a guided-
 decoding mask or a top-k/top-p filter applies, so each chunk's logits are read once or a few times
-instead of once per operation. Logits are divided by the sampling temperature, so these are the probabilities the
-sampler used.
+instead of once per operation. Logits are divided by the sampling temperature, so these are the
+probabilities the sampler used.
 """
 
 from __future__ import annotations
