@@ -50,7 +50,8 @@ def make_optimizer(weights: Weights, name: str, kwargs: dict, lr: float | None =
     if isinstance(weights, OffloadedWeights):  # (config.checks allows AdamW alone with policy.cpu_offload)
         return OffloadedAdamW(weights, **kwargs)
     cls, params = optimizer_class(name), [p for p in weights.master.parameters() if p.requires_grad]
-    return cls(params, **kwargs, **({"fused": True} if fused_kernel(cls, params) else {}))
+    fused = fused_kernel(cls, params) and not kwargs.get("differentiable")  # (torch's fused kernel is not)
+    return cls(params, **kwargs, **({"fused": True} if fused else {}))
 
 
 def fused_kernel(cls: type, params: list[torch.Tensor]) -> bool:
