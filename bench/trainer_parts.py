@@ -92,6 +92,7 @@ def head_rows(model, select) -> list:
 
 
 def refresh_rows(model) -> list:
+    """The bf16 copy's refresh from an fp32 master of the model, then (optimizer_rows) AdamW's step on that master."""
     import copy
 
     weights = Weights(copy.deepcopy(model).float(), model, torch.bfloat16)
@@ -104,20 +105,19 @@ def refresh_rows(model) -> list:
     before, now = median_time(one_by_one), median_time(weights.refresh)
     rows = [["bf16 copy from the fp32 master", f"tensor by tensor: {before * 1000:.2f} ms",
              f"foreach: {now * 1000:.2f} ms", f"{before / now:.2f}x", f"{len(weights._pairs)} tensors"]]
-    master = [m for m, _ in weights._pairs]
-    for m, (_, c) in zip(master, weights._pairs):
-        m.grad = torch.randn_like(c).float()
-    times = {}
-    for name, kwargs in (("foreach", {"foreach": True}), ("fused", {"fused": True})):
-        if name == "fused" and not fused_kernel(torch.optim.AdamW, master):
-            continue
-        optimizer = torch.optim.AdamW(master, lr=1e-9, **kwargs)
-        times[name] = median_time(optimizer.step)
-    if "fused" in times:
-        rows.append(["AdamW step on the fp32 master", f"foreach: {times['foreach'] * 1000:.2f} ms",
-                     f"fused: {times['fused'] * 1000:.2f} ms", f"{times['foreach'] / times['fused']:.2f}x",
-                     f"{sum(m.numel() for m in master) / 1e9:.2f}B parameters"])
-    return rows
+    return rows + optimizer_rows([m for m, _ in weights._pairs])
+
+
+def optimizer_rows(master: list[torch.Tensor]) -> list:
+    """AdamW's foreach step against the fused kernel, on the fp32 master (where the kernel applies: GPU tensors)."""
+    if not fused_kernel(torch.optim.AdamW, master):
+        return []
+    for m in master:
+        m.grad = torch.randn_like(m)
+    foreach, fused = (median_time(torch.optim.AdamW(master, lr=1e-9, **kind).step)
+                      for kind in ({"foreach": True}, {"fused": True}))
+    return [["AdamW step on the fp32 master", f"foreach: {foreach * 1000:.2f} ms", f"fused: {fused * 1000:.2f} ms",
+             f"{foreach / fused:.2f}x", f"{sum(m.numel() for m in master) / 1e9:.2f}B parameters"]]
 
 
 def main() -> None:

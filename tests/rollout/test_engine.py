@@ -361,5 +361,6 @@ def test_the_attention_op_that_writes_the_cache_compiles_without_copying_it():
     compiled_k, compiled_v = k.clone(), v.clone()
     k.copy_(before_k), v.copy_(before_v)
     torch.testing.assert_close(out, layer(x, w, pos, cos, sin))  # the same as run eagerly, caches included
-    torch.testing.assert_close(compiled_k, k), torch.testing.assert_close(compiled_v, v)
+    torch.testing.assert_close(compiled_k, k)
+    torch.testing.assert_close(compiled_v, v)
     assert not torch.equal(k, before_k)
