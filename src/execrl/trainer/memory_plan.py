@@ -171,6 +171,30 @@ def advice(cfg: MasterConfig, shape: Shape, gpu_bytes: float) -> list[str]:
     return out
 
 
+def without_recompute(cfg: MasterConfig, shape: Shape, gpu_bytes: float) -> str | None:
+    """With activation checkpointing on, the setting that trains without it and still leaves a fifth of
+    the GPU free in the plan (the micro-batch halved, at most twice, until it does, where micro-batches
+    are counted in sequences): the recomputed forward is a fifth of a long trace's training time, and
+    a quarter of the micro-batch still trained faster without it (bench/README.md, issue 45).
+    None: checkpointing is off, or nothing fits without it."""
+    if not cfg.policy.activation_checkpointing:
+        return None
+    micro = cfg.policy.train_micro_batch_size
+    sizes = [micro] if batch_plan(cfg).train_split.tokens is not None else \
+        [m for m in (micro, micro // 2, micro // 4) if m >= 1 and micro % m == 0]
+    for size in dict.fromkeys(sizes):
+        changed = cfg.model_copy(deep=True)
+        set_attribute(changed, "policy.activation_checkpointing", False)
+        set_attribute(changed, "policy.train_micro_batch_size", size)
+        peak = plan(changed, shape).peak
+        if peak <= 0.8 * gpu_bytes:
+            setting = "policy.activation_checkpointing=false" + \
+                (f" policy.train_micro_batch_size={size}" if size != micro else "")
+            return (f"activation checkpointing is on, yet training without it fits this GPU: {setting} (~{peak / GiB:.0f}"
+                    " GiB) skips recomputing each layer's forward in the backward (about a fifth of training time)")
+    return None
+
+
 def bounded_slots(cfg: MasterConfig, shape: Shape | None, slots: int, gpu_bytes: float) -> tuple[int, str | None]:
     """The engine's slots (sequences decoded at once) bounded so that the plan's KV cache fits beside
     training's other parts in 90% of `gpu_bytes`: (slots, a note where fewer than asked). The KV
@@ -210,4 +234,6 @@ def summary(cfg: MasterConfig, shape: Shape | None, gpu_bytes: float | None) -> 
         fixes = advice(cfg, shape, gpu_bytes)
         lines.append("the plan does not fit this GPU: " + ("; or ".join(fixes) if fixes else
                      "a smaller model, or more GPUs (cluster.gpus_per_node: FSDP2 shards the master and its state)"))
+    elif gpu_bytes and (hint := without_recompute(cfg, shape, gpu_bytes)):
+        lines.append(hint)
     return lines
