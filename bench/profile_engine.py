@@ -5,6 +5,8 @@ one decode step per attention window, host bookkeeping).
     python bench/profile_engine.py --arch qwen2.5-0.5b --slots 256
     python bench/profile_engine.py --arch qwen2.5-0.5b --slots 128 --variants prefill,breakdown
     python bench/profile_engine.py --arch qwen2.5-1.5b --slots 128 --variants compiled,whole,breakdown,breakdown-whole
+    python bench/profile_engine.py --arch qwen2.5-1.5b --slots 128 --cache 4224 --variants positions  # long context
+    python bench/profile_engine.py --arch qwen2.5-1.5b --slots 128 --cache 4224 --at 2176 --variants compiled
     python bench/profile_engine.py --arch tiny --slots 4 --variants eager,compiled,prefill,sampling,breakdown  # CPU
 
 `whole` and `breakdown-whole`: the step compiled as one graph through every layer (as the engine did before it
@@ -26,10 +28,48 @@ from execrl.rollout import RolloutEngine, SamplingParams
 PROMPT, NEW = 128, 256
 
 
-def kernels(engine, params, window: int, top: int, label: str) -> None:
+def kernels(engine, params, window: int, top: int, label: str, at: int | None = None) -> None:
+    """The decode step's top kernels; `at`: every slot at that position (its window the engine's for it)."""
     engine.active.fill_(True)
     engine.limit.fill_(10_000)
-    top_kernels(partial(engine._step, window, params), 16, top, f"{label}, window {window}", "decode step")
+    if at is None:
+        step = partial(engine._step, window, params)
+    else:
+        window = engine._window(at + 1)
+
+        def step():
+            engine.pos.fill_(at)
+            engine.n_gen.fill_(0)
+            engine._step(window, params)
+    top_kernels(step, 16, top, f"{label}, window {window}" + (f", position {at}" if at is not None else ""),
+                "decode step")
+
+
+def positions(engine, params, arch: str, at: list[int]) -> None:
+    """A decode step's time with every slot at each position (its CUDA graph replayed on a GPU), and the
+    fit time = fixed + per position x position: the cache's marginal read rate."""
+    a = ARCHS[arch]
+    kv_bytes = engine.slots * a.layers * 2 * a.kv_heads * (a.hidden // a.heads) * 2  # per position, bf16
+    engine.active.fill_(True)
+    engine.limit.fill_(100_000)
+    rows = []
+    for p in at:
+        window = engine._window(p + 1)
+        step = partial(engine._step, window, params)
+        for _ in range(2):
+            engine.pos.fill_(p)
+            engine.n_gen.fill_(0)
+            step()
+        engine.pos.fill_(p)  # (the 32 steps timed run from p to p + 32)
+        engine.n_gen.fill_(0)
+        ms = timed(step, 32)[1] * 1000
+        rows.append((p, ms))
+        print(f"| {p:,} | {window:,} | {ms:.3f} | {engine.slots / ms * 1000:,.0f} | {p * kv_bytes / 1e9:.2f} |", flush=True)
+    if len(rows) > 1:
+        (p0, t0), (p1, t1) = rows[0], rows[-1]
+        per = (t1 - t0) / (p1 - p0)  # ms per position
+        print(f"fit: {t0 - per * p0:.3f} ms + {per * 1000:.3f} us per position ({kv_bytes / 1e6:.2f} MB of keys and "
+              f"values each: {kv_bytes / per / 1e9:.2f} TB/s at the margin)", flush=True)
 
 
 def top_kernels(fn, repeat: int, top: int, label: str, unit: str) -> None:
@@ -119,16 +159,24 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=256)
     ap.add_argument("--rows", type=int, default=18)
     ap.add_argument("--windows", default="384")
+    ap.add_argument("--cache", type=int, default=PROMPT + NEW, help="the engine's cache length per slot")
+    ap.add_argument("--at", type=int, default=None, help="eager, compiled, whole: the kernels with every slot at this "
+                    "position (within --cache), not after a prefill")
+    ap.add_argument("--positions", default="256,1024,2048,3072,4096",
+                    help="positions variant: the positions timed (each < --cache)")
     ap.add_argument("--variants", default="eager,compiled",
                     help="eager, compiled (decode-step kernel tables), whole (compiled as one graph), prefill (its "
-                    "kernel table), sampling, breakdown, breakdown-whole")
+                    "kernel table), sampling, breakdown, breakdown-whole, positions (ms per step against position)")
     args = ap.parse_args()
+    if args.cache < PROMPT + 41 or (args.at is not None and not PROMPT <= args.at < args.cache):
+        ap.error(f"--cache holds a {PROMPT}-token prompt and the 40-token warm-up (>= {PROMPT + 41}); --at is a "
+                 "position past the prompt within it")
     model, tok = build(args.arch)
     params = SamplingParams(1.0, ignore_eos=True)
     prompts = torch.randint(3, 259, (args.slots, PROMPT)).tolist()
     variants = {"eager": {"cuda_graphs": False}, "compiled": {"cuda_graphs": False, "compile": True},
                 "whole": {"cuda_graphs": False, "compile": True}, "breakdown": {"compile": True},
-                "breakdown-whole": {"compile": True}, "prefill": {"compile": True}}
+                "breakdown-whole": {"compile": True}, "prefill": {"compile": True}, "positions": {"compile": True}}
     for name in args.variants.split(","):
         if name == "sampling":
             if DEVICE == "cuda":
@@ -137,7 +185,7 @@ def main() -> None:
                 print(f"\nsampling: needs a GPU (the one-pass kernel is Triton, CUDA only), not run on {DEVICE}",
                       flush=True)
             continue
-        engine = RolloutEngine(model, tok, slots=args.slots, max_len=PROMPT + NEW, **variants[name])
+        engine = RolloutEngine(model, tok, slots=args.slots, max_len=args.cache, **variants[name])
         if variants[name].get("compile") and DEVICE != "cuda":
             if name in ("compiled", "whole"):
                 print(f"\n{args.arch} compiled: needs a GPU (the engine compiles its step only on CUDA), not run on "
@@ -157,8 +205,14 @@ def main() -> None:
             continue
         engine.generate(prompts, 1, 40, params)  # warm-up (and compilation)
         engine.generate(prompts, 1, 1, params)  # prefill: every slot holds a prompt
-        for window in map(int, args.windows.split(",")):
-            kernels(engine, params, window, args.rows, f"{args.arch} {name}, {args.slots} slots")
+        if name == "positions":
+            print(f"\n{args.arch}, {args.slots} slots, cache of {args.cache:,} positions: a decode step with every slot"
+                  " at one position\n| position | window | ms per step | tok/s | KV cache read, GB |\n|---:|---:|---:|---:|---:|",
+                  flush=True)
+            positions(engine, params, args.arch, [int(p) for p in args.positions.split(",")])
+            continue
+        for window in map(int, args.windows.split(",")) if args.at is None else [0]:
+            kernels(engine, params, window, args.rows, f"{args.arch} {name}, {args.slots} slots", args.at)
         del engine
 
 

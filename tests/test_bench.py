@@ -145,6 +145,10 @@ def test_profile_engine_bench_runs_on_cpu():
     assert "tiny prefill of 4 x 128 tokens: " in out
     assert "tiny compiled: needs a GPU" in out and "sampling: needs a GPU" in out
     assert "breakdown, 4 slots: generate " in out
+    out = run("bench/profile_engine.py", "--arch", "tiny", "--slots", "4", "--rows", "3", "--cache", "256", "--positions",
+              "130,250", "--at", "200", "--variants", "positions,eager")
+    assert "| 130 | 256 | " in out and "| 250 | 256 | " in out and "us per position" in out
+    assert "tiny eager, 4 slots, window 256, position 200: " in out
 
 
 @pytest.mark.slow

@@ -202,10 +202,10 @@ def test_dry_run_prints_the_memory_plan(tmp_path):
 
 def test_checkpointing_that_memory_does_not_need_is_named_with_the_micro_batch_that_fits(tmp_path):
     """The issue-45 4K step (1.5B, 16 x 8, 128 + 4096 tokens, micro-batch 8, checkpointing) on a 140 GiB GPU: without
-    checkpointing micro-batch 8 does not fit, 4 does (measured there: peak 75.8 GiB, training 21% faster; 2: 15%)."""
+    checkpointing micro-batch 8 does not fit, 4 does (measured there: peak 75.8 GiB, training 18% faster; at 2, 11%)."""
     from transformers import Qwen2Config
 
-    from execrl.trainer.memory_plan import GiB, summary, shape_of
+    from execrl.trainer.memory_plan import GiB, shape_of, summary
 
     Qwen2Config(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
                 num_attention_heads=12, num_key_value_heads=2, tie_word_embeddings=True).save_pretrained(tmp_path / "m")
