@@ -54,7 +54,7 @@ def positions(engine, params, arch: str, at: list[int]) -> None:
     engine.limit.fill_(100_000)
     rows = []
     for p in at:
-        window = engine._window(p + 1)
+        window = engine._window(p + 35)  # (every position the 34 steps below reach)
         step = partial(engine._step, window, params)
         for _ in range(2):
             engine.pos.fill_(p)
