@@ -119,6 +119,28 @@ def test_a_nemo_style_config_loads_with_its_machinery_named_in_one_note(tmp_path
     assert "policy.generation.backend -> policy.generation.backend=execrl" in proc.stderr
 
 
+def test_execrl_s_name_on_the_command_line_wins_over_the_nemo_key_in_the_file_and_two_ways_in_one_place_are_refused(
+        tmp_path):
+    """policy.dtensor_cfg.activation_checkpointing: true in the file; the memory plan's advice
+    `policy.activation_checkpointing=false` on the command line is what runs (it was overwritten by the
+    file's NeMo key, silently)."""
+    path = str(write(tmp_path))
+    cfg = load_config(path, ["policy.activation_checkpointing=false"])
+    assert cfg.policy.activation_checkpointing is False
+    assert "on the command line wins" in cfg._nemo_mapped["policy.dtensor_cfg.activation_checkpointing"]
+    assert load_config(path, ["policy.dtensor_cfg.activation_checkpointing=false"]).policy.activation_checkpointing \
+        is False  # NeMo's own name on the command line: as before
+    assert load_config(path, ["policy.activation_checkpointing=true"]).policy.activation_checkpointing is True
+    with pytest.raises(ConfigError, match="set one setting two ways: keep one"):
+        load_config(path, ["policy.activation_checkpointing=false", "policy.dtensor_cfg.activation_checkpointing=true"])
+    both = tmp_path / "both.yaml"
+    both.write_text(write(tmp_path).read_text().replace("  dtensor_cfg:\n", "  activation_checkpointing: false\n"
+                                                        "  dtensor_cfg:\n", 1))
+    with pytest.raises(ConfigError, match=r"policy.dtensor_cfg.activation_checkpointing=True \(NeMo RL's name\) and "
+                                          r"policy.activation_checkpointing=False"):
+        load_config(str(both))
+
+
 @pytest.mark.parametrize("override, message", [
     ("policy.megatron_cfg.enabled=true", "Megatron-backed training is not implemented"),
     ("policy.generation.colocated.enabled=false", "non-colocated generation"),

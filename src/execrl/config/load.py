@@ -50,13 +50,15 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
         for item in overrides:
             _override(tree, item)
         plain = OmegaConf.to_container(tree, resolve=True)
-        written = set(_dotted(OmegaConf.to_container(given, resolve=False)))
-        written |= {item.split("=", 1)[0].lstrip("+") for item in overrides}
+        in_file = set(_dotted(OmegaConf.to_container(given, resolve=False)))
+        overridden = {re.sub(r"\[(\d+)\]", r".\1", item.split("=", 1)[0].strip().lstrip("+")) for item in overrides}
+        written = in_file | overridden
     except OmegaConfBaseException as e:
         if isinstance(tree, DictConfig):  # a feature the config turns on and execrl refuses says more
             refuse_unresolved(OmegaConf.to_container(tree, resolve=False))
         raise ConfigError(f"cannot resolve the config: {str(e).splitlines()[0]}") from None
-    plain, ignored, mapped = adapt(plain, _known, Path(path).resolve().parent if path else None)
+    sources = {**dict.fromkeys(in_file, "file"), **dict.fromkeys(overridden, "override")}
+    plain, ignored, mapped = adapt(plain, _known, Path(path).resolve().parent if path else None, sources)
     cfg = validate(plain)
     cfg._nemo_ignored, cfg._nemo_mapped, cfg._written = ignored, mapped, written
     return cfg

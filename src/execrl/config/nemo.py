@@ -312,11 +312,15 @@ def refuse(leaves: dict) -> None:
 
 
 def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = None,
-          ) -> tuple[dict, dict[str, str], dict[str, str]]:
+          given: dict[str, str] | None = None) -> tuple[dict, dict[str, str], dict[str, str]]:
     """A resolved config tree with NeMo RL's own keys translated: (the tree for execrl's schema,
     {ignored key or section: why}, {mapped key: what it became}). `known(key)`: whether execrl's
     schema has the key; `config_dir`: the config file's folder (where relative file paths are also
-    looked for). Raises ConfigError naming a refused feature."""
+    looked for); `given`: {dotted key: "file" or "override"} for the keys the user wrote, so that a
+    NeMo key and its execrl name set to different values resolve as the command line says (its key
+    wins over the file's) or are refused (both in the file, or both on the command line). Raises
+    ConfigError naming a refused feature or such a conflict."""
+    given = given or {}
     puzzle = sliding_puzzle(tree)
     ignored, mapped = adapt_data(tree["data"], tree.get("grpo", {}).get("seed")) if isinstance(
         tree.get("data"), dict) else ({}, {})
@@ -353,7 +357,15 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
             target, translate = MAPPED[key]
             if value is None:
                 continue  # e.g. a null prompt file: the setting stays as configured
-            later.append((target, translate(value, config_dir)))
+            translated = translate(value, config_dir)
+            if target != key and given.get(target) and translated != leaves.get(target):
+                if given[target] == "override" and given.get(key) != "override":
+                    mapped[key] = f"not applied: {target}={leaves.get(target)} on the command line wins"
+                    continue
+                if not (given.get(key) == "override" and given[target] != "override"):
+                    raise ConfigError(f"{key}={value} (NeMo RL's name) and {target}={leaves.get(target)} (execrl's) "
+                                      "set one setting two ways: keep one of them")
+            later.append((target, translated))
             if later[-1] != (key, value):
                 text = str(later[-1][1])
                 shown = text if len(text) < 60 and "\n" not in text else f"(the file's {len(text)} characters)"
