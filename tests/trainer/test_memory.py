@@ -227,7 +227,7 @@ def test_checkpointing_that_memory_does_not_need_is_named_with_the_micro_batch_t
 
 
 def test_long_completions_get_fewer_engine_slots_where_the_kv_cache_would_not_fit(tmp_path):
-    from execrl.trainer.memory_plan import GiB, bounded_slots, plan, shape_of
+    from execrl.trainer.memory_plan import GiB, bounded_slots, plan, shape_of, summary
 
     long = ["grpo.num_prompts_per_step=16", "grpo.num_generations_per_prompt=8", "policy.generation_batch_size=128",
             "policy.train_micro_batch_size=1", "policy.max_total_sequence_length=16512", "policy.precision=bfloat16",
@@ -240,6 +240,9 @@ def test_long_completions_get_fewer_engine_slots_where_the_kv_cache_would_not_fi
     fewer = load_config(None, [*long, f"policy.generation_batch_size={slots}"])
     assert plan(fewer, shape_of(fewer)).peak <= 0.9 * 80e9  # what is left fits
     assert bounded_slots(cfg, shape_of(cfg), 128, 200e9) == (128, None)  # a GPU with room: as asked
+    lines = summary(cfg, shape_of(cfg), 80e9)  # the plan of what runs: those slots, which fit (it said "does not fit")
+    assert len(lines) == 2 and f"KV cache {plan(fewer, shape_of(fewer)).parts['KV cache'] / GiB:.1f}," in lines[0]
+    assert lines[1] == note and "does not fit" not in " ".join(lines)
 
 
 def test_nemo_rl_recipes_with_offload_on_several_gpus_or_a_fused_adam_validate_and_name_the_difference():

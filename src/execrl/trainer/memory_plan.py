@@ -212,7 +212,8 @@ def bounded_slots(cfg: MasterConfig, shape: Shape | None, slots: int, gpu_bytes:
     return fit, (f"KV cache: {fit} sequences decoded at once ({fit * per_slot / GiB:.1f} GiB for "
                  f"{cfg.policy.max_total_sequence_length} tokens each), not {slots}: the memory plan leaves that "
                  f"much beside training's {others / GiB:.1f} GiB on this {gpu_bytes / GiB:.0f} GiB GPU (slots are "
-                 "refilled as sequences end; policy.cpu_offload or activation checkpointing leave more)")
+                 "refilled as sequences end; " + ("policy.cpu_offload leaves more)" if cfg.policy.activation_checkpointing
+                                                  else "policy.cpu_offload or activation checkpointing leave more)"))
 
 
 def gpu_memory() -> float | None:
@@ -225,11 +226,21 @@ def gpu_memory() -> float | None:
 
 def summary(cfg: MasterConfig, shape: Shape | None, gpu_bytes: float | None) -> list[str]:
     """The plan's lines for a run on a GPU of `gpu_bytes` (None: not known here), with the settings
-    that would make it fit where it does not; [] where the model's shapes are not known (shape_of)."""
+    that would make it fit where it does not; [] where the model's shapes are not known (shape_of).
+    The plan is that of the engine's slots bounded to the KV cache that fits (bounded_slots, a line
+    saying so), as the run does."""
     if shape is None:
         return []
-    estimate = plan(cfg, shape)
-    lines = [estimate.describe(gpu_bytes)]
+    estimate, bounded = plan(cfg, shape), None
+    if gpu_bytes and cfg.policy.generation.backend == "execrl":  # (the run decodes as many sequences as fit)
+        samples = cfg.grpo.num_prompts_per_step * cfg.grpo.num_generations_per_prompt
+        slots, bounded = bounded_slots(cfg, shape, min(cfg.policy.generation_batch_size, max(1, samples // gpus(cfg))),
+                                       gpu_bytes)
+        if bounded:
+            cfg = cfg.model_copy(deep=True)
+            set_attribute(cfg, "policy.generation_batch_size", slots)
+            estimate = plan(cfg, shape)
+    lines = [estimate.describe(gpu_bytes)] + ([bounded] if bounded else [])
     if gpu_bytes and estimate.peak > 0.95 * gpu_bytes:
         fixes = advice(cfg, shape, gpu_bytes)
         lines.append("the plan does not fit this GPU: " + ("; or ".join(fixes) if fixes else

@@ -128,9 +128,7 @@ def build_run(cfg: MasterConfig) -> Run:
     optimizer = make_optimizer(policy.weights, cfg.policy.optimizer.name, cfg.policy.optimizer.kwargs)
     slots = min(cfg.policy.generation_batch_size, plan.samples_per_step // dist.world_size())
     if cfg.policy.generation.backend == "execrl" and gpu:
-        slots, note = bounded_slots(cfg, shape, slots, gpu)
-        if note:
-            console.print(note)
+        slots = bounded_slots(cfg, shape, slots, gpu)[0]  # (the memory plan's lines above said so)
     generator = rollout_generator(cfg, policy, slots)
     grader = Grader(dist.sandbox_workers(cfg.env.code.num_workers),
                     Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb),
