@@ -107,7 +107,8 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
         raise ModelNotFound(f"{local} is not a model directory (no config.json); {inside_hint(local)}")
     dev = pick_device(device)
     try:
-        tok = AutoTokenizer.from_pretrained(tokenizer or (str(local) if local.exists() else name), local_files_only=offline)
+        own = Path(tokenizer).expanduser() if tokenizer else local  # (a tokenizer directory under ~ too)
+        tok = AutoTokenizer.from_pretrained(str(own) if own.exists() else tokenizer or name, local_files_only=offline)
         # weights read straight onto the GPU, not loaded on the host and then copied (one copy of the model fewer)
         placed = {"device_map": torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
                   } if dev.type == "cuda" else {}

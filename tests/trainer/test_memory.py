@@ -226,6 +226,23 @@ def test_checkpointing_that_memory_does_not_need_is_named_with_the_micro_batch_t
     assert "policy.activation_checkpointing=false (~" in hint and "train_micro_batch_size" not in hint
 
 
+def test_a_model_and_tokenizer_under_the_home_directory_are_planned_and_loaded(tmp_path, tiny_model_dir, monkeypatch):
+    """policy.model_name: ~/models/m (a home-directory checkout): the memory plan read no shapes from it (no plan, and
+    the engine's slots went unbounded by the KV cache) while loading expanded the ~."""
+    import shutil
+
+    from execrl.models import load_model_and_tokenizer
+    from execrl.trainer.memory_plan import shape_of
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    shutil.copytree(tiny_model_dir, tmp_path / "models" / "m")
+    shutil.copytree(tiny_model_dir, tmp_path / "tok")
+    cfg = load_config(None, ["policy.model_name=~/models/m"])
+    assert shape_of(cfg) is not None and shape_of(cfg).layers == 2
+    model, tok = load_model_and_tokenizer("~/models/m", "cpu", tokenizer="~/tok")
+    assert model.config.num_hidden_layers == 2 and tok("def f").input_ids
+
+
 def test_long_completions_get_fewer_engine_slots_where_the_kv_cache_would_not_fit(tmp_path):
     from execrl.trainer.memory_plan import GiB, bounded_slots, plan, shape_of, summary
 

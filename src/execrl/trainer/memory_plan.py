@@ -25,6 +25,7 @@ The constants are fitted to measured peaks (bench/README.md, memory options); th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from execrl.config import MasterConfig
 from execrl.config.batch import gpus
@@ -59,8 +60,10 @@ def shape_of(cfg: MasterConfig) -> Shape | None:
         with torch.device("meta"):
             model = build_tiny_model(tiny_tokenizer(p.model_name), hidden=128, layers=2, heads=4)
     else:
+        local = Path(p.model_name).expanduser()  # (a model under ~ is a directory, as loading reads it)
         try:
-            config = AutoConfig.from_pretrained(p.model_name, local_files_only=True, **p.hf_config_overrides)
+            config = AutoConfig.from_pretrained(str(local) if local.exists() else p.model_name, local_files_only=True,
+                                                **p.hf_config_overrides)
         except (OSError, ValueError):
             return None
         with torch.device("meta"):
