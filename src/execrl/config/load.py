@@ -51,7 +51,7 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
             _override(tree, item)
         plain = OmegaConf.to_container(tree, resolve=True)
         in_file = set(_dotted(OmegaConf.to_container(given, resolve=False)))
-        overridden = {re.sub(r"\[(\d+)\]", r".\1", item.split("=", 1)[0].strip().lstrip("+")) for item in overrides}
+        overridden = {_override_key(item.split("=", 1)[0]) for item in overrides}
         written = in_file | overridden
     except OmegaConfBaseException as e:
         if isinstance(tree, DictConfig):  # a feature the config turns on and execrl refuses says more
@@ -180,11 +180,16 @@ def _merge(base: DictConfig, tree: DictConfig, path: Path) -> DictConfig:
                           ) from None
 
 
+def _override_key(key: str) -> str:
+    """An override's dotted key: Hydra's ++key=value adds or overrides; x[1] is x.1."""
+    return re.sub(r"\[(\d+)\]", r".\1", key.strip().lstrip("+"))
+
+
 def _override(tree: DictConfig, item: str) -> None:
     if "=" not in item:
         raise ConfigError(f"override {item!r} is not key=value (e.g. grpo.num_prompts_per_step=8)")
     key, raw = item.split("=", 1)
-    key = re.sub(r"\[(\d+)\]", r".\1", key.strip().lstrip("+"))  # Hydra's ++key=value adds or overrides; x[1] = x.1
+    key = _override_key(key)
     node = tree
     for part in key.split(".")[:-1]:
         if isinstance(node, ListConfig):  # an entry of a list (e.g. data.train.1.dataset_name)

@@ -110,8 +110,7 @@ def plan(cfg: MasterConfig, shape: Shape) -> Plan:
     offload = p.cpu_offload
     master_b, moments_b, grad_b = state_bytes(cfg, mixed)
     state = trained * (master_b + moments_b)  # master (mixed precision) + the optimizer's moments
-    samples = cfg.grpo.num_prompts_per_step * cfg.grpo.num_generations_per_prompt
-    slots = min(p.generation_batch_size, max(1, samples // n))
+    slots = engine_slots(cfg)
     split = batch_plan(cfg).train_split  # a training micro-batch's padded tokens: its budget, or rows x the longest
     micro_tokens = split.tokens or split.sequences * p.max_total_sequence_length
     per_token = (shape.layers * shape.hidden + shape.intermediate) * cb if p.activation_checkpointing \
@@ -132,6 +131,12 @@ def plan(cfg: MasterConfig, shape: Shape) -> Plan:
     return Plan(parts, host=state + staging if offload else 0.0,
                 generation=resident + LOGITS_CHUNK,
                 training=sum(parts.values()))
+
+
+def engine_slots(cfg: MasterConfig) -> int:
+    """The sequences the engine decodes at once on one GPU, as configured (before bounded_slots)."""
+    samples = cfg.grpo.num_prompts_per_step * cfg.grpo.num_generations_per_prompt
+    return min(cfg.policy.generation_batch_size, max(1, samples // gpus(cfg)))
 
 
 def state_bytes(cfg: MasterConfig, mixed: bool) -> tuple[int, int, int]:
@@ -185,7 +190,7 @@ def without_recompute(cfg: MasterConfig, shape: Shape, gpu_bytes: float) -> str 
     micro = cfg.policy.train_micro_batch_size
     sizes = [micro] if batch_plan(cfg).train_split.tokens is not None else \
         [m for m in (micro, micro // 2, micro // 4) if m >= 1 and micro % m == 0]
-    for size in dict.fromkeys(sizes):
+    for size in sizes:
         changed = cfg.model_copy(deep=True)
         set_attribute(changed, "policy.activation_checkpointing", False)
         set_attribute(changed, "policy.train_micro_batch_size", size)
@@ -234,15 +239,13 @@ def summary(cfg: MasterConfig, shape: Shape | None, gpu_bytes: float | None) -> 
     saying so), as the run does."""
     if shape is None:
         return []
-    estimate, bounded = plan(cfg, shape), None
+    bounded = None
     if gpu_bytes and cfg.policy.generation.backend == "execrl":  # (the run decodes as many sequences as fit)
-        samples = cfg.grpo.num_prompts_per_step * cfg.grpo.num_generations_per_prompt
-        slots, bounded = bounded_slots(cfg, shape, min(cfg.policy.generation_batch_size, max(1, samples // gpus(cfg))),
-                                       gpu_bytes)
+        slots, bounded = bounded_slots(cfg, shape, engine_slots(cfg), gpu_bytes)
         if bounded:
             cfg = cfg.model_copy(deep=True)
             set_attribute(cfg, "policy.generation_batch_size", slots)
-            estimate = plan(cfg, shape)
+    estimate = plan(cfg, shape)
     lines = [estimate.describe(gpu_bytes)] + ([bounded] if bounded else [])
     if gpu_bytes and estimate.peak > 0.95 * gpu_bytes:
         fixes = advice(cfg, shape, gpu_bytes)
