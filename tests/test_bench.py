@@ -227,3 +227,14 @@ def test_trainer_parts_bench_runs_on_cpu():
 def test_profile_train_bench_runs_on_cpu():
     out = run("bench/profile_train.py", "--arch", "tiny", "--micro", "16", "--new", "16", "--steps", "2", "--top", "5")
     assert "train phase 1, profiled:" in out and "top host ops by their total time" in out and "train phase 2:" in out
+
+
+@pytest.mark.slow
+def test_overlap_bench_runs_on_cpu():
+    out = run("bench/overlap.py", "--arch", "tiny", "--new", "16", "--micro", "16", "--rows", "16", "--matmul-size",
+              "256", "--matmuls", "20", "--repeat", "1")
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith(("| - |", "| 0 |"))]
+    assert [r[1].strip().split(",")[0].split(":")[0] for r in rows] == [
+        "matmuls alone", "generate alone", "in turn (sum)", "at once", "at once", "generate alone", "train alone",
+        "in turn (sum)", "at once", "at once"]
+    assert all(float(r[2]) > 0 for r in rows)
