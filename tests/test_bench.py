@@ -238,3 +238,11 @@ def test_overlap_bench_runs_on_cpu():
         "matmuls alone", "generate alone", "in turn (sum)", "at once", "at once", "generate alone", "train alone",
         "in turn (sum)", "at once", "at once"]
     assert all(float(r[2]) > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_slots_bench_runs_on_cpu():
+    out = run("bench/slots.py", "--arch", "tiny", "--prompts", "4", "--generations", "4", "--new", "8", "--slots",
+              "4,16")
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith(("| 4 |", "| 16 |"))]
+    assert [int(r[0]) for r in rows] == [4, 16] and rows[0][3].strip() == "1.00x" and float(rows[1][2].replace(",", "")) > 0

@@ -262,6 +262,27 @@ def test_long_completions_get_fewer_engine_slots_where_the_kv_cache_would_not_fi
     assert lines[1] == note and "does not fit" not in " ".join(lines)
 
 
+def test_null_generation_batch_size_decodes_a_step_at_once_as_far_as_the_kv_cache_fits(tmp_path):
+    """policy.generation_batch_size: null (what a NeMo RL config with vLLM reads as): every sample of a GPU's share of
+    the step in the engine at once, bounded by the KV cache that fits, as vLLM bounds them; the out-of-memory advice
+    names the slots the run has."""
+    from execrl.trainer.memory import ADVICE
+    from execrl.trainer.memory_plan import bounded_slots, engine_slots, shape_of, slots_of
+
+    step = ["grpo.num_prompts_per_step=32", "grpo.num_generations_per_prompt=16", "policy.generation_batch_size=null",
+            "policy.train_micro_batch_size=1", "policy.max_total_sequence_length=16512", "policy.precision=bfloat16",
+            f"policy.model_name={qwen7b_dir(tmp_path)}", "policy.device=cuda", "policy.cpu_offload=true",
+            "policy.activation_checkpointing=true"]
+    cfg = load_config(None, step)
+    assert cfg.policy.generation_batch_size is None and engine_slots(cfg) == 512
+    assert engine_slots(load_config(None, [*step, "cluster.gpus_per_node=8"])) == 64
+    assert slots_of(None, 512, 1) == 512 and slots_of(128, 512, 1) == 128 and slots_of(128, 64, 1) == 64
+    slots, note = bounded_slots(cfg, shape_of(cfg), 512, 80e9)
+    fixed, _ = bounded_slots(load_config(None, [*step, "policy.generation_batch_size=128"]), shape_of(cfg), 128, 80e9)
+    assert 1 <= slots == fixed < 128 and f"KV cache: {slots} sequences decoded at once" in note  # per slot: the same
+    assert "policy.generation_batch_size=256 (now 512)" in ADVICE["generation"](cfg)[0]
+
+
 def test_nemo_rl_recipes_with_offload_on_several_gpus_or_a_fused_adam_validate_and_name_the_difference():
     from execrl.config.checks import nemo_differences
     from execrl.trainer.optim import make_optimizer

@@ -141,6 +141,23 @@ def test_execrl_s_name_on_the_command_line_wins_over_the_nemo_key_in_the_file_an
         load_config(str(both))
 
 
+def test_generation_batch_size_under_vllm_is_every_sample_at_once_as_nemo_rl_decodes(tmp_path):
+    """NeMo RL reads policy.generation_batch_size only for static-batched generation ("Only used when generating
+    using HF backend"); with vLLM a step's samples decode together. Read as the engine's slots, a NeMo config's 32
+    decoded 512 samples 32 at a time, several times slower, without a word."""
+    path = str(write(tmp_path, NEMO_STYLE.replace("  logprob_chunk_size: null", "  logprob_chunk_size: null\n"
+                                                                                "  generation_batch_size: 32")))
+    cfg = load_config(path, [])
+    assert cfg.policy.generation_batch_size is None
+    assert cfg._nemo_mapped["policy.generation_batch_size"].startswith("null (was 32): with vLLM, NeMo RL decodes")
+    cfg = load_config(path, ["policy.generation_batch_size=8"])  # the command line bounds it
+    assert cfg.policy.generation_batch_size == 8 and "policy.generation_batch_size" not in cfg._nemo_mapped
+    own = load_config(path, ["policy.generation.backend=execrl"])  # execrl's own engine named: its key as written
+    assert own.policy.generation_batch_size == 32
+    (tmp_path / "unset").mkdir()
+    assert load_config(str(write(tmp_path / "unset")), []).policy.generation_batch_size is None  # (unset: the same)
+
+
 @pytest.mark.parametrize("override, message", [
     ("policy.megatron_cfg.enabled=true", "Megatron-backed training is not implemented"),
     ("policy.generation.colocated.enabled=false", "non-colocated generation"),

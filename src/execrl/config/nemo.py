@@ -389,6 +389,14 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
         mapped["policy.sequence_packing"] = ("policy.dynamic_batching (micro-batches within the same token budgets, "
                                              "each padded to its longest sequence: execrl does not pack)")
         ignored.pop("policy.sequence_packing", None)
+    if leaves.get("policy.generation.backend") == "vllm" and given.get("policy.generation_batch_size") != "override":
+        # NeMo RL reads generation_batch_size only for static-batched (framework) generation: vLLM decodes a
+        # step's samples together, as many as its KV cache holds; so does the engine with null
+        later.append(("policy.generation_batch_size", None))
+        mapped["policy.generation_batch_size"] = (
+            f"null (was {leaves.get('policy.generation_batch_size', 'unset')}): with vLLM, NeMo RL decodes a step's "
+            "samples together, as many as the KV cache holds, and so does the execrl engine "
+            "(policy.generation_batch_size=N on the command line bounds it)")
     for target, value in later:
         _put(out, target, value)
     for key, value in from_nemo(leaves, _on(leaves.get("env.reward_model.enabled"))).items():

@@ -146,7 +146,9 @@ class PolicyConfig(Section):
     train_global_batch_size: int = Field(64, ge=1, description="samples per optimizer step, over all GPUs")
     train_micro_batch_size: int = Field(4, ge=1, description="samples per forward/backward pass on one GPU")
     logprob_batch_size: int = Field(4, ge=1, description="samples per forward pass when computing logprobs")
-    generation_batch_size: int = Field(64, ge=1, description="sequences generated at once on one GPU")
+    generation_batch_size: int | None = Field(64, ge=1, description="sequences generated at once on one GPU (null: "
+                                              "every sample of a step; on a GPU the execrl engine decodes as many as "
+                                              "its KV cache fits beside training)")
     precision: str = Field("auto", description="bfloat16: mixed precision (bf16 compute, fp32 master weights, gradients "
                            "and optimizer state) | float32 | auto (bfloat16 on GPUs that have it, float32 on CPU)")
     device: str = Field("auto", description="auto | cpu | cuda")

@@ -10,6 +10,7 @@ import torch
 
 from execrl.config import MasterConfig
 from execrl.config.batch import plan as batch_plan
+from execrl.trainer.memory_plan import engine_slots
 
 GiB = 1024 ** 3
 
@@ -56,7 +57,7 @@ def _halve(key: str, value: int) -> str:
 
 def _generation(cfg: MasterConfig) -> list[str]:
     p = cfg.policy
-    return [_halve("policy.generation_batch_size", p.generation_batch_size) + ": fewer sequences decoded at once, "
+    return [_halve("policy.generation_batch_size", engine_slots(cfg)) + ": fewer sequences decoded at once, "
             "a smaller KV cache",
             _halve("policy.max_total_sequence_length", p.max_total_sequence_length) + " (or a smaller "
             "policy.generation.max_new_tokens)"]

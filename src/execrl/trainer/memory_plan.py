@@ -136,7 +136,14 @@ def plan(cfg: MasterConfig, shape: Shape) -> Plan:
 def engine_slots(cfg: MasterConfig) -> int:
     """The sequences the engine decodes at once on one GPU, as configured (before bounded_slots)."""
     samples = cfg.grpo.num_prompts_per_step * cfg.grpo.num_generations_per_prompt
-    return min(cfg.policy.generation_batch_size, max(1, samples // gpus(cfg)))
+    return slots_of(cfg.policy.generation_batch_size, samples, gpus(cfg))
+
+
+def slots_of(generation_batch_size: int | None, samples: int, gpus: int) -> int:
+    """policy.generation_batch_size's slots for `samples` per step over `gpus` (null: all of a GPU's
+    share)."""
+    share = max(1, samples // gpus)
+    return share if generation_batch_size is None else min(generation_batch_size, share)
 
 
 def state_bytes(cfg: MasterConfig, mixed: bool) -> tuple[int, int, int]:
@@ -212,7 +219,7 @@ def bounded_slots(cfg: MasterConfig, shape: Shape | None, slots: int, gpu_bytes:
     if shape is None:
         return slots, None
     estimate = plan(cfg, shape)
-    per_slot = estimate.parts["KV cache"] / max(1, min(cfg.policy.generation_batch_size, slots))
+    per_slot = estimate.parts["KV cache"] / engine_slots(cfg)  # (the plan's slots: those configured)
     others = estimate.training - estimate.parts["KV cache"]
     fit = int((0.9 * gpu_bytes - others) // per_slot) if per_slot else slots
     if fit >= slots or fit < 1:
