@@ -216,9 +216,9 @@ def more_slots(cfg: MasterConfig, shape: Shape, gpu_bytes: float) -> str | None:
     step costs about the same at 32 rows as at 128 (latency-bound), so rollouts at 1.5B ran 3.3x faster
     at 128 slots than at 32 and 5.7x at 512 (bench/slots.py, an H200). None: already all at once, or
     no room for twice as many."""
-    asked = engine_slots(cfg)
     if cfg.policy.generation_batch_size is None or cfg.policy.generation.backend != "execrl":
         return None
+    asked = engine_slots(cfg)
     every = cfg.model_copy(deep=True)
     set_attribute(every, "policy.generation_batch_size", None)
     fit = bounded_slots(every, shape, engine_slots(every), gpu_bytes)[0]
