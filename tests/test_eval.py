@@ -140,3 +140,34 @@ def test_eval_keeps_each_row_to_its_own_constraint(tiny_model_dir, tmp_path):
     assert set(got) == {"digits", "yesno"}
     assert all(re.fullmatch("[0-9]{1,3}", t) for t in got["digits"]) and all(
         re.fullmatch("(yes|no)", t) for t in got["yesno"]), got
+
+
+def test_eval_decodes_as_many_sequences_at_once_as_the_gpu_s_free_memory_holds_the_kv_cache_of():
+    """--batch-size unset: 16 at a time on a CPU, as before; on a GPU as many as half the free memory holds the keys
+    and values of (max_len tokens each), 16 to 512 (decoding 16 at a time left an H200 mostly idle)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from execrl.eval.generate import auto_slots, kv_bytes_per_token, slots_for
+
+    config = Qwen2Config(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                         num_attention_heads=12, num_key_value_heads=2)
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    assert kv_bytes_per_token(model) == 28 * 2 * 2 * 128 * 2  # Qwen2.5-1.5B's keys and values, bf16
+    per_slot = kv_bytes_per_token(model) * 2560  # a 2,048-token prompt and 512 new
+    assert slots_for(120e9, per_slot) == 512 and slots_for(20e9, per_slot) == 136 and slots_for(1e9, per_slot) == 16
+    with torch.device("cpu"):
+        assert auto_slots(Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32,
+                                                       num_hidden_layers=1, num_attention_heads=2)), 2560) == 16
+
+
+def test_eval_says_how_many_it_decodes_at_once(tiny_model_dir, tmp_path):
+    shared_data("mbpp")
+    proc = run("--model", tiny_model_dir, "--dataset", "mbpp", "--split", "test", "--limit", 3, "--samples", 2,
+               "--max-new-tokens", 8, "--out", tmp_path / "out", "--workers", 2)
+    assert proc.returncode == 0, proc.stderr
+    assert "sampling, 6 at once" in proc.stderr  # 3 problems x 2 samples: fewer than the 16 a CPU decodes at once
+    proc = run("--model", tiny_model_dir, "--dataset", "mbpp", "--split", "test", "--limit", 3, "--samples", 2,
+               "--max-new-tokens", 8, "--out", tmp_path / "out2", "--workers", 2, "--batch-size", 4)
+    assert proc.returncode == 0 and "sampling, 4 at once" in proc.stderr

@@ -66,7 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--top-p", type=number(float, 0, inclusive=False), default=1.0,
                    help="nucleus sampling threshold, in (0, 1] (default 1: off)")
     e.add_argument("--max-new-tokens", type=number(int, 1), default=512, help="tokens per completion at most (default 512)")
-    e.add_argument("--batch-size", type=number(int, 1), default=16, help="sequences generated at once (default 16)")
+    e.add_argument("--batch-size", type=number(int, 1), default=None,
+                   help="sequences generated at once (default: on a GPU with the execrl engine, as many as half the "
+                        "free memory holds the KV cache of, 16 to 512; otherwise 16)")
     e.add_argument("--backend", default="execrl", choices=["execrl", "transformers"],
                    help="generation: the execrl engine (default) or transformers' generate")
     e.add_argument("--answer-format", default="code", help="code | reasoning | think")

@@ -7,20 +7,53 @@ import torch
 
 from execrl.rollout import SamplingParams, build_generator
 
+FEWEST, MOST = 16, 512  # sequences decoded at once where batch_size is None (on a CPU: FEWEST)
+KV_SHARE = 0.5  # of the GPU's free memory after loading, for the engine's KV cache
+
 
 def generate(model, tokenizer, prompts: list[str], num_samples: int, max_new_tokens: int, temperature: float = 1.0,
-             top_p: float = 1.0, batch_size: int = 8, backend: str = "execrl", seed: int = 0,
-             on_batch=None, guided: tuple | list | None = None) -> list[list[tuple[str, int]]]:
+             top_p: float = 1.0, batch_size: int | None = 8, backend: str = "execrl", seed: int = 0,
+             on_batch=None, guided: tuple | list | None = None, on_slots=None) -> list[list[tuple[str, int]]]:
     """`guided`: (kind, value) of a constraint every completion keeps to (execrl.guided), or one
-    such (or None) per prompt, or None."""
+    such (or None) per prompt, or None. `batch_size` None: auto_slots; `on_slots(n)` is told the
+    number decoded at once."""
     torch.manual_seed(seed)
     ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     if not ids:
         return []
+    max_len = max(map(len, ids)) + max_new_tokens
+    if batch_size is None:
+        batch_size = auto_slots(model, max_len) if backend == "execrl" else FEWEST
     slots = min(batch_size, len(ids) * num_samples)
-    generator = build_generator(model, tokenizer, backend, slots, max(map(len, ids)) + max_new_tokens)
+    if on_slots is not None:
+        on_slots(slots)
+    generator = build_generator(model, tokenizer, backend, slots, max_len)
     per_prompt = guided if isinstance(guided, list) else [guided] * len(ids)
     guides = {"guides": [None if c is None else generator.guides.get(*c) for c in per_prompt]} if any(per_prompt) else {}
     outs = generator.generate(ids, num_samples, max_new_tokens,
                               SamplingParams(temperature, top_p), on_batch=on_batch, **guides)
     return [[(c.text, len(c.ids)) for c in group] for group in outs]
+
+
+def auto_slots(model, max_len: int) -> int:
+    """Sequences for the engine to decode at once: on a GPU as many as KV_SHARE of its free memory
+    holds the KV cache of (max_len tokens each), between FEWEST and MOST; FEWEST on a CPU. A decode
+    step costs about as much at 16 sequences as at 128 on a GPU (bench/README.md, "Slots")."""
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        return FEWEST
+    free, _ = torch.cuda.mem_get_info(device)
+    return slots_for(free, kv_bytes_per_token(model) * max_len)
+
+
+def slots_for(free_bytes: float, bytes_per_slot: float) -> int:
+    return max(FEWEST, min(MOST, int(KV_SHARE * free_bytes // max(bytes_per_slot, 1))))
+
+
+def kv_bytes_per_token(model) -> int:
+    """Keys and values of one token over every layer, in the model's dtype (an upper bound where
+    some layers keep a window or share their cache)."""
+    c = getattr(model.config, "text_config", None) or model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    return c.num_hidden_layers * 2 * kv_heads * head_dim * next(model.parameters()).element_size()

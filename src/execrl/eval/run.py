@@ -38,7 +38,7 @@ class EvalConfig:
     top_p: float = 1.0
     max_new_tokens: int = 512
     max_prompt_tokens: int = 2048
-    batch_size: int = 16
+    batch_size: int | None = None  # sequences decoded at once (None: eval.generate.auto_slots)
     backend: str = "execrl"  # execrl | transformers
     seed: int = 0
     out: str = "results/eval"
@@ -104,7 +104,8 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
         task = bar.add_task("sampling", total=len(prompts))
         outs = generate(model, tok, prompts, cfg.samples, cfg.max_new_tokens, cfg.temperature, cfg.top_p,
                         cfg.batch_size, cfg.backend, cfg.seed, on_batch=lambda n: bar.advance(task, n),
-                        guided=[p.metadata.get("guided_decoding", cfg.guided) for p in problems])
+                        guided=[p.metadata.get("guided_decoding", cfg.guided) for p in problems],
+                        on_slots=lambda n: bar.update(task, description=f"sampling, {n} at once"))
     return list(zip(problems, outs))
 
 
