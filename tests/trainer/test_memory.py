@@ -253,11 +253,11 @@ def test_long_completions_get_fewer_engine_slots_where_the_kv_cache_would_not_fi
             "policy.activation_checkpointing=true"]
     cfg = load_config(None, long)
     assert plan(cfg, shape_of(cfg)).parts["KV cache"] / GiB == pytest.approx(112.9, abs=0.2)  # 128 x 16512 tokens
-    slots, note = bounded_slots(cfg, shape_of(cfg), 128, 80e9)
+    slots, note = bounded_slots(cfg, shape_of(cfg), 80e9)
     assert 1 <= slots < 128 and f"KV cache: {slots} sequences decoded at once" in note
     fewer = load_config(None, [*long, f"policy.generation_batch_size={slots}"])
     assert plan(fewer, shape_of(fewer)).peak <= 0.9 * 80e9  # what is left fits
-    assert bounded_slots(cfg, shape_of(cfg), 128, 200e9) == (128, None)  # a GPU with room: as asked
+    assert bounded_slots(cfg, shape_of(cfg), 200e9) == (128, None)  # a GPU with room: as asked
     lines = summary(cfg, shape_of(cfg), 80e9)  # the plan of what runs: those slots, which fit (it said "does not fit")
     assert len(lines) == 2 and f"KV cache {plan(fewer, shape_of(fewer)).parts['KV cache'] / GiB:.1f}," in lines[0]
     assert lines[1] == note and "does not fit" not in " ".join(lines)
@@ -278,8 +278,8 @@ def test_null_generation_batch_size_decodes_a_step_at_once_as_far_as_the_kv_cach
     assert cfg.policy.generation_batch_size is None and engine_slots(cfg) == 512
     assert engine_slots(load_config(None, [*step, "cluster.gpus_per_node=8"])) == 64
     assert slots_of(None, 512, 1) == 512 and slots_of(128, 512, 1) == 128 and slots_of(128, 64, 1) == 64
-    slots, note = bounded_slots(cfg, shape_of(cfg), 512, 80e9)
-    fixed, _ = bounded_slots(load_config(None, [*step, "policy.generation_batch_size=128"]), shape_of(cfg), 128, 80e9)
+    slots, note = bounded_slots(cfg, shape_of(cfg), 80e9)
+    fixed, _ = bounded_slots(load_config(None, [*step, "policy.generation_batch_size=128"]), shape_of(cfg), 80e9)
     assert 1 <= slots == fixed < 128 and f"KV cache: {slots} sequences decoded at once" in note  # per slot: the same
     assert "policy.generation_batch_size=256 (now 512)" in ADVICE["generation"](cfg)[0]
 

@@ -221,7 +221,7 @@ def more_slots(cfg: MasterConfig, shape: Shape, gpu_bytes: float) -> str | None:
     asked = engine_slots(cfg)
     every = cfg.model_copy(deep=True)
     set_attribute(every, "policy.generation_batch_size", None)
-    fit = bounded_slots(every, shape, engine_slots(every), gpu_bytes)[0]
+    fit = bounded_slots(every, shape, gpu_bytes)[0]
     set_attribute(every, "policy.generation_batch_size", fit)
     if fit < 2 * asked or plan(every, shape).training > 0.9 * gpu_bytes:  # (bounded_slots: as asked where none fit)
         return None
@@ -230,16 +230,17 @@ def more_slots(cfg: MasterConfig, shape: Shape, gpu_bytes: float) -> str | None:
             "policy.generation_batch_size=null decodes them together (as many as fit), for faster rollouts")
 
 
-def bounded_slots(cfg: MasterConfig, shape: Shape | None, slots: int, gpu_bytes: float) -> tuple[int, str | None]:
-    """The engine's slots (sequences decoded at once) bounded so that the plan's KV cache fits beside
-    training's other parts in 90% of `gpu_bytes`: (slots, a note where fewer than asked). The KV
-    cache is sized slots x max_total_sequence_length, so long completions would otherwise need a
-    smaller policy.generation_batch_size by hand; continuous batching refills a slot as its sequence
-    ends, so fewer slots cost speed, not samples."""
+def bounded_slots(cfg: MasterConfig, shape: Shape | None, gpu_bytes: float) -> tuple[int, str | None]:
+    """The engine's slots (sequences decoded at once: engine_slots) bounded so that the plan's KV
+    cache fits beside training's other parts in 90% of `gpu_bytes`: (slots, a note where fewer than
+    asked). The KV cache is sized slots x max_total_sequence_length, so long completions would
+    otherwise need a smaller policy.generation_batch_size by hand; continuous batching refills a slot
+    as its sequence ends, so fewer slots cost speed, not samples."""
+    slots = engine_slots(cfg)
     if shape is None:
         return slots, None
     estimate = plan(cfg, shape)
-    per_slot = estimate.parts["KV cache"] / engine_slots(cfg)  # (the plan's slots: those configured)
+    per_slot = estimate.parts["KV cache"] / slots
     others = estimate.training - estimate.parts["KV cache"]
     fit = int((0.9 * gpu_bytes - others) // per_slot) if per_slot else slots
     if fit >= slots or fit < 1:
@@ -268,7 +269,7 @@ def summary(cfg: MasterConfig, shape: Shape | None, gpu_bytes: float | None) -> 
         return []
     bounded = None
     if gpu_bytes and cfg.policy.generation.backend == "execrl":  # (the run decodes as many sequences as fit)
-        slots, bounded = bounded_slots(cfg, shape, engine_slots(cfg), gpu_bytes)
+        slots, bounded = bounded_slots(cfg, shape, gpu_bytes)
         if bounded:
             cfg = cfg.model_copy(deep=True)
             set_attribute(cfg, "policy.generation_batch_size", slots)

@@ -28,7 +28,7 @@ from execrl.trainer import checkpoint, precision
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler, load_data
 from execrl.trainer.lock import RunLock
-from execrl.trainer.memory_plan import bounded_slots, gpu_memory, shape_of, slots_of, summary
+from execrl.trainer.memory_plan import bounded_slots, engine_slots, gpu_memory, shape_of, summary
 from execrl.trainer.metrics import MetricsLogger
 from execrl.trainer.opponent import Opponent, build_opponent
 from execrl.trainer.optim import make_optimizer
@@ -126,9 +126,9 @@ def build_run(cfg: MasterConfig) -> Run:
     policy = build_policy(cfg)
     train, val, refs = training_data(cfg, policy.tokenizer)
     optimizer = make_optimizer(policy.weights, cfg.policy.optimizer.name, cfg.policy.optimizer.kwargs)
-    slots = slots_of(cfg.policy.generation_batch_size, plan.samples_per_step, dist.world_size())
+    slots = engine_slots(cfg)  # (start() checked that the processes are the config's GPUs)
     if cfg.policy.generation.backend == "execrl" and gpu:
-        slots = bounded_slots(cfg, shape, slots, gpu)[0]  # (the memory plan's lines above said so)
+        slots = bounded_slots(cfg, shape, gpu)[0]  # (the memory plan's lines above said so)
     generator = rollout_generator(cfg, policy, slots)
     grader = Grader(dist.sandbox_workers(cfg.env.code.num_workers),
                     Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb),
