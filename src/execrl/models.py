@@ -59,6 +59,15 @@ BYTE_VOCAB = 259  # 256 bytes + 3 special tokens: a BPE tokenizer of this size l
 TASK_VOCAB = 384  # the BPE tokenizer's size: every word of the built-in task's prompts and programs is one token
 
 
+def kv_shape(config) -> tuple[int, int, int]:
+    """(layers, key/value heads, head dim) of a model's config (its text_config where it has one):
+    what one token's keys and values take in each layer's cache."""
+    c = getattr(config, "text_config", None) or config
+    heads = c.num_attention_heads
+    return (c.num_hidden_layers, getattr(c, "num_key_value_heads", None) or heads,
+            getattr(c, "head_dim", None) or c.hidden_size // heads)
+
+
 def tiny_tokenizer(name: str):
     """The tokenizer of a built-in model: one token per byte (builtin:tiny-coder), or a BPE of
     TASK_VOCAB tokens trained on the built-in task's text (builtin:tiny-coder-bpe), in which, as in

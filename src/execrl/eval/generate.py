@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from execrl.models import kv_shape
 from execrl.rollout import SamplingParams, build_generator
 
 FEWEST, MOST = 16, 512  # sequences decoded at once where batch_size is None (on a CPU: FEWEST)
@@ -53,7 +54,5 @@ def slots_for(free_bytes: float, bytes_per_slot: float) -> int:
 def kv_bytes_per_token(model) -> int:
     """Keys and values of one token over every layer, in the model's dtype (an upper bound where
     some layers keep a window or share their cache)."""
-    c = getattr(model.config, "text_config", None) or model.config
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
-    return c.num_hidden_layers * 2 * kv_heads * head_dim * next(model.parameters()).element_size()
+    layers, kv_heads, head_dim = kv_shape(model.config)
+    return layers * 2 * kv_heads * head_dim * next(model.parameters()).element_size()

@@ -53,7 +53,7 @@ def shape_of(cfg: MasterConfig) -> Shape | None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from execrl.models import TINY_CODERS, build_tiny_model, tiny_tokenizer
+    from execrl.models import TINY_CODERS, build_tiny_model, kv_shape, tiny_tokenizer
 
     p = cfg.policy
     if p.model_name in TINY_CODERS:
@@ -69,14 +69,11 @@ def shape_of(cfg: MasterConfig) -> Shape | None:
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config)
     c = getattr(model.config, "text_config", None) or model.config
-    heads = c.num_attention_heads
+    layers, kv_heads, head_dim = kv_shape(model.config)
     linears = [m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and ".layers." in name]
     return Shape(params=sum(t.numel() for t in model.parameters()), largest=max(t.numel() for t in model.parameters()),
-                 layers=c.num_hidden_layers, hidden=c.hidden_size,
-                 intermediate=getattr(c, "intermediate_size", None) or 4 * c.hidden_size,
-                 kv_heads=getattr(c, "num_key_value_heads", None) or heads,
-                 head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads,
-                 linear_in_out=sum(m.in_features + m.out_features for m in linears))
+                 layers=layers, hidden=c.hidden_size, intermediate=getattr(c, "intermediate_size", None) or 4 * c.hidden_size,
+                 kv_heads=kv_heads, head_dim=head_dim, linear_in_out=sum(m.in_features + m.out_features for m in linears))
 
 
 @dataclass
