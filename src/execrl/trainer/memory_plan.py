@@ -72,8 +72,9 @@ def shape_of(cfg: MasterConfig) -> Shape | None:
     layers, kv_heads, head_dim = kv_shape(model.config)
     linears = [m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and ".layers." in name]
     return Shape(params=sum(t.numel() for t in model.parameters()), largest=max(t.numel() for t in model.parameters()),
-                 layers=layers, hidden=c.hidden_size, intermediate=getattr(c, "intermediate_size", None) or 4 * c.hidden_size,
-                 kv_heads=kv_heads, head_dim=head_dim, linear_in_out=sum(m.in_features + m.out_features for m in linears))
+                 layers=layers, hidden=c.hidden_size,
+                 intermediate=getattr(c, "intermediate_size", None) or 4 * c.hidden_size, kv_heads=kv_heads,
+                 head_dim=head_dim, linear_in_out=sum(m.in_features + m.out_features for m in linears))
 
 
 @dataclass
@@ -202,8 +203,9 @@ def without_recompute(cfg: MasterConfig, shape: Shape, gpu_bytes: float) -> str 
         if peak <= 0.8 * gpu_bytes:
             setting = "policy.activation_checkpointing=false" + \
                 (f" policy.train_micro_batch_size={size}" if size != micro else "")
-            return (f"activation checkpointing is on, yet training without it fits this GPU: {setting} (~{peak / GiB:.0f}"
-                    " GiB) skips recomputing each layer's forward in the backward (training 10-20% faster)")
+            return (f"activation checkpointing is on, yet training without it fits this GPU: {setting} "
+                    f"(~{peak / GiB:.0f} GiB) skips recomputing each layer's forward in the backward "
+                    "(training 10-20% faster)")
     return None
 
 
@@ -245,7 +247,8 @@ def bounded_slots(cfg: MasterConfig, shape: Shape | None, gpu_bytes: float) -> t
     return fit, (f"KV cache: {fit} sequences decoded at once ({fit * per_slot / GiB:.1f} GiB for "
                  f"{cfg.policy.max_total_sequence_length} tokens each), not {slots}: the memory plan leaves that "
                  f"much beside training's {others / GiB:.1f} GiB on this {gpu_bytes / GiB:.0f} GiB GPU (slots are "
-                 "refilled as sequences end; " + ("policy.cpu_offload leaves more)" if cfg.policy.activation_checkpointing
+                 "refilled as sequences end; " + ("policy.cpu_offload leaves more)"
+                                                  if cfg.policy.activation_checkpointing
                                                   else "policy.cpu_offload or activation checkpointing leave more)"))
 
 
