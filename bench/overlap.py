@@ -20,19 +20,11 @@ import time
 from contextlib import nullcontext
 
 import torch
-from common import DEVICE, build, sync, table
+from common import DEVICE, build, sync, table, timed
 
 from execrl.rollout import RolloutEngine, SamplingParams
 from execrl.trainer.policy import compile_layers
 from execrl.trainer.step import token_logprobs
-
-
-def alone(fn) -> float:
-    sync()
-    t = time.perf_counter()
-    fn()
-    sync()
-    return time.perf_counter() - t
 
 
 def together(main, side, priority: int = 0) -> tuple[float, float, float]:
@@ -102,7 +94,7 @@ def main() -> None:
     rows = []
     if args.matmuls:
         matmuls()
-        m, gen = alone(matmuls), alone(generate)
+        m, gen = timed(matmuls)[1], timed(generate)[1]
         rows += [["-", "matmuls alone", f"{m:.3f}", "", ""], ["-", "generate alone", f"{gen:.3f}", "", ""],
                  ["-", "in turn (sum)", f"{m + gen:.3f}", "", ""]]
         for name, first, second in (("at once: matmuls here, generate in the thread", matmuls, generate),
@@ -112,7 +104,7 @@ def main() -> None:
                 {"matmuls": side_end, "generate": main_end}
             rows.append(["-", name, f"{wall:.3f}", f"{ends['generate']:.3f}", f"matmuls {ends['matmuls']:.3f}"])
     for r in range(args.repeat):
-        gen, tr = alone(generate), alone(train)
+        gen, tr = timed(generate)[1], timed(train)[1]
         rows += [[r, "generate alone", f"{gen:.3f}", "", ""], [r, "train alone", f"{tr:.3f}", "", ""],
                  [r, "in turn (sum)", f"{gen + tr:.3f}", "", ""]]
         for name, priority in (("at once, decoding at normal priority", 0), ("at once, decoding at high priority", -1)):
