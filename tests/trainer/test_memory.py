@@ -51,6 +51,17 @@ def test_nemo_rl_sequence_packing_becomes_micro_batches_within_its_token_budget(
     assert plan.train_split.tokens == 2048 and "by tokens, at most 2048" in plan.describe(cfg)
 
 
+def test_a_command_line_token_budget_wins_over_sequence_packing_in_a_nemo_file(tmp_path):
+    nemo = tmp_path / "nemo.yaml"  # a NeMo RL config: sequence packing on at 2048 tokens (grpo_math_1B.yaml's)
+    nemo.write_text("policy:\n  dtensor_cfg:\n    cpu_offload: false\n  sequence_packing:\n    enabled: true\n"
+                    "    train_mb_tokens: 2048\n    logprob_mb_tokens: 2048\n")
+    cfg = load_config(str(nemo), ["policy.dynamic_batching.train_mb_tokens=8192"])
+    assert cfg.policy.dynamic_batching.enabled
+    assert (cfg.policy.dynamic_batching.train_mb_tokens, cfg.policy.dynamic_batching.logprob_mb_tokens) == (8192, 2048)
+    cfg = load_config(str(nemo), [])  # without it, the file's budgets
+    assert (cfg.policy.dynamic_batching.train_mb_tokens, cfg.policy.dynamic_batching.logprob_mb_tokens) == (2048, 2048)
+
+
 def test_an_out_of_memory_names_its_phase_and_fixes_and_the_checkpoint_resumes(tmp_path, monkeypatch, capsys):
     from execrl.trainer.precision import Weights
 

@@ -383,8 +383,10 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
     if _on(leaves.get("policy.sequence_packing.enabled")) and not _on(leaves.get("policy.dynamic_batching.enabled")):
         # NeMo RL's packing bounds each micro-batch by tokens; execrl pads instead of packing, within
         # the same budget
+        # the same budgets, where the command line does not set dynamic_batching's own (it wins)
         budgets = {f"policy.dynamic_batching.{k}": leaves[f"policy.sequence_packing.{k}"]
-                   for k in ("train_mb_tokens", "logprob_mb_tokens") if leaves.get(f"policy.sequence_packing.{k}")}
+                   for k in ("train_mb_tokens", "logprob_mb_tokens") if leaves.get(f"policy.sequence_packing.{k}")
+                   and given.get(f"policy.dynamic_batching.{k}") != "override"}
         later += [("policy.dynamic_batching.enabled", True), *budgets.items()]
         mapped["policy.sequence_packing"] = ("policy.dynamic_batching (micro-batches within the same token budgets, "
                                              "each padded to its longest sequence: execrl does not pack)")
