@@ -175,6 +175,15 @@ def qwen7b_dir(tmp_path):
     return tmp_path / "7b"
 
 
+def qwen1_5b_dir(tmp_path):
+    """A directory holding only Qwen2.5-1.5B's config.json."""
+    from transformers import Qwen2Config
+
+    Qwen2Config(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                num_attention_heads=12, num_key_value_heads=2, tie_word_embeddings=True).save_pretrained(tmp_path / "1.5b")
+    return tmp_path / "1.5b"
+
+
 def test_the_memory_plan_of_a_7b_full_fine_tune_names_what_fits_an_80_gb_gpu(tmp_path):
     from execrl.trainer.memory_plan import GiB, advice, plan, shape_of
 
@@ -299,15 +308,11 @@ def test_a_step_decoded_a_few_samples_at_a_time_is_named_where_all_of_them_fit(t
     """policy.generation_batch_size below a step's samples (execrl's default 64 against NeMo RL's 32 x 16) on a GPU
     whose memory holds the KV cache of all of them: the plan says so (5.7x faster rollouts at 512 slots than at 32,
     1.5B on an H200); not where they do not fit, nor where all are decoded at once already."""
-    from transformers import Qwen2Config
-
     from execrl.trainer.memory_plan import GiB, more_slots, shape_of, summary
 
-    Qwen2Config(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-                num_attention_heads=12, num_key_value_heads=2, tie_word_embeddings=True).save_pretrained(tmp_path / "m")
     step = ["grpo.num_prompts_per_step=32", "grpo.num_generations_per_prompt=16", "policy.train_global_batch_size=512",
             "policy.train_micro_batch_size=4", "policy.max_total_sequence_length=1024", "policy.precision=bfloat16",
-            f"policy.model_name={tmp_path / 'm'}", "policy.device=cuda"]
+            f"policy.model_name={qwen1_5b_dir(tmp_path)}", "policy.device=cuda"]
     cfg = load_config(None, [*step, "policy.generation_batch_size=64"])  # (the schema's default)
     hint = more_slots(cfg, shape_of(cfg), 139.8 * GiB)
     assert hint == ("policy.generation_batch_size=64 decodes this GPU's 512 samples of a step 64 at a time, and the "
@@ -324,6 +329,35 @@ def test_a_step_decoded_a_few_samples_at_a_time_is_named_where_all_of_them_fit(t
     assert more_slots(long, shape_of(long), 80 * GiB) is None  # no room for twice 64
     assert more_slots(load_config(None, [*step, "policy.generation_batch_size=64",
                                          "policy.max_total_sequence_length=16384"]), shape_of(cfg), 139.8 * GiB) is None
+
+
+def test_small_training_micro_batches_are_named_where_larger_ones_fit(tmp_path):
+    """NeMo RL's grpo_math_1B.yaml trains 1.5B in micro-batches of 2,048 tokens (4 x 512, or its packing budget);
+    at 8,192 its train phase ran 1.7x faster on an H200 (the same gradient). The plan names the setting in the
+    config's own terms where it fits; not where the micro-batches are large already, nor where it does not fit."""
+    from execrl.trainer.memory_plan import GiB, larger_micro_batches, plan, shape_of, summary
+
+    step = ["grpo.num_prompts_per_step=32", "grpo.num_generations_per_prompt=16", "policy.train_global_batch_size=512",
+            "policy.generation_batch_size=null", "policy.max_total_sequence_length=512", "policy.precision=bfloat16",
+            f"policy.model_name={qwen1_5b_dir(tmp_path)}", "policy.device=cuda", "loss_fn.reference_policy_kl_penalty=0.01"]
+    h200 = 139.8 * GiB
+    cfg = load_config(None, [*step, "policy.train_micro_batch_size=4", "policy.logprob_batch_size=4"])
+    hint = larger_micro_batches(cfg, shape_of(cfg), h200)
+    assert hint.startswith("training micro-batches of 4 sequences (up to 2048 tokens) are small for this GPU: "
+                           "policy.train_micro_batch_size=16 policy.logprob_batch_size=16 (~")
+    assert hint in summary(cfg, shape_of(cfg), h200)
+    larger = load_config(None, [*step, "policy.train_micro_batch_size=16", "policy.logprob_batch_size=16"])
+    assert larger_micro_batches(larger, shape_of(cfg), h200) is None  # 8,192 tokens already
+    assert f"~{plan(larger, shape_of(cfg)).peak / GiB:.0f} GiB" in hint  # the peak it would have
+    packed = load_config(None, [*step, "policy.dynamic_batching.enabled=true", "policy.dynamic_batching.train_mb_tokens=2048",
+                                "policy.dynamic_batching.logprob_mb_tokens=16384"])
+    assert "2048 padded tokens are small for this GPU: policy.dynamic_batching.train_mb_tokens=8192 (~" in \
+        larger_micro_batches(packed, shape_of(cfg), h200)  # (scoring's budget is large already)
+    assert plan(cfg, shape_of(cfg)).peak < 0.8 * 64 * GiB < plan(larger, shape_of(cfg)).peak
+    assert larger_micro_batches(cfg, shape_of(cfg), 64 * GiB) is None  # it fits, the larger one would not
+    few = load_config(None, [*step, "grpo.num_prompts_per_step=1", "policy.train_global_batch_size=16",
+                             "policy.train_micro_batch_size=16"])
+    assert larger_micro_batches(few, shape_of(cfg), h200) is None  # a step's 16 samples train in one pass already
 
 
 def test_nemo_rl_recipes_with_offload_on_several_gpus_or_a_fused_adam_validate_and_name_the_difference():
