@@ -246,3 +246,11 @@ def test_slots_bench_runs_on_cpu():
               "4,16")
     rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith(("| 4 |", "| 16 |"))]
     assert [int(r[0]) for r in rows] == [4, 16] and rows[0][3].strip() == "1.00x" and float(rows[1][2].replace(",", "")) > 0
+
+
+@pytest.mark.slow
+def test_eval_batch_bench_runs_on_cpu():
+    out = run("bench/eval_batch.py", "--arch", "tiny", "--problems", "6", "--new", "8")
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith(("| 16 |", "| auto |"))]
+    assert [(r[0].strip(), int(r[1])) for r in rows] == [("16", 6), ("auto", 6)]  # 6 problems: 6 at once either way
+    assert rows[0][5].strip() == "1.00x" and float(rows[1][4].replace(",", "")) > 0

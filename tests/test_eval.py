@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -168,6 +169,8 @@ def test_eval_says_how_many_it_decodes_at_once(tiny_model_dir, tmp_path):
                "--max-new-tokens", 8, "--out", tmp_path / "out", "--workers", 2)
     assert proc.returncode == 0, proc.stderr
     assert "sampling, 6 at once" in proc.stderr  # 3 problems x 2 samples: fewer than the 16 a CPU decodes at once
+    said = re.search(r"sampled 6 completions, (\d+) tokens, in [\d.]+ s: [\d,]+ tokens/s, 6 at once", proc.stderr)
+    assert said and 6 <= int(said.group(1)) <= 6 * 8  # (the time and the speed it took)
     proc = run("--model", tiny_model_dir, "--dataset", "mbpp", "--split", "test", "--limit", 3, "--samples", 2,
                "--max-new-tokens", 8, "--out", tmp_path / "out2", "--workers", 2, "--batch-size", 4)
     assert proc.returncode == 0 and "sampling, 4 at once" in proc.stderr

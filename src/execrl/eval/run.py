@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,12 +101,17 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     if dropped:
         err.print(f"[yellow]dropped {dropped} problems whose prompt is longer than {cfg.max_prompt_tokens} tokens[/]")
     prompts = [render(build_messages(p, cfg.prompt), tok) for p in problems]
+    start, slots = time.perf_counter(), []
     with _bar() as bar:
         task = bar.add_task("sampling", total=len(prompts))
         outs = generate(model, tok, prompts, cfg.samples, cfg.max_new_tokens, cfg.temperature, cfg.top_p,
                         cfg.batch_size, cfg.backend, cfg.seed, on_batch=lambda n: bar.advance(task, n),
                         guided=[p.metadata.get("guided_decoding", cfg.guided) for p in problems],
-                        on_slots=lambda n: bar.update(task, description=f"sampling, {n} at once"))
+                        on_slots=lambda n: slots.append(n) or bar.update(task, description=f"sampling, {n} at once"))
+    seconds, tokens = time.perf_counter() - start, sum(n for out in outs for _, n in out)
+    err.print(f"sampled {sum(map(len, outs))} completions, {tokens} tokens, in {seconds:.1f} s: "
+              f"{tokens / max(seconds, 1e-9):,.0f} tokens/s" + (f", {slots[-1]} at once" if slots else ""),
+              markup=False, highlight=False)
     return list(zip(problems, outs))
 
 
