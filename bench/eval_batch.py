@@ -35,10 +35,11 @@ def main() -> None:
         model, tok = load_model_and_tokenizer(str(Path(work) / "model"))
     problems, _ = load_problems("mbpp", "test", None, 0)
     prompts = [render(build_messages(p, PromptConfig()), tok) for p in problems[: args.problems]]
+
     def sample(size: int | None, on_slots=None):
         return generate(model, tok, prompts, 1, args.new, 0.0, 1.0, size, "execrl", 0, on_slots=on_slots)
 
-    sample(None)  # warm-up
+    sample(None)  # untimed: the process's first call compiles its kernels
     rows, base = [], None
     for size in (None if s == "auto" else int(s) for s in args.sizes.split(",")):
         slots = []

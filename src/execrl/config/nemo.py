@@ -382,8 +382,7 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
             _put(out, key, value)  # unknown: the schema's error names the closest valid key
     if _on(leaves.get("policy.sequence_packing.enabled")) and not _on(leaves.get("policy.dynamic_batching.enabled")):
         # NeMo RL's packing bounds each micro-batch by tokens; execrl pads instead of packing, within
-        # the same budget
-        # the same budgets, where the command line does not set dynamic_batching's own (it wins)
+        # the same budget (where the command line sets dynamic_batching's own, that one)
         budgets = {f"policy.dynamic_batching.{k}": leaves[f"policy.sequence_packing.{k}"]
                    for k in ("train_mb_tokens", "logprob_mb_tokens") if leaves.get(f"policy.sequence_packing.{k}")
                    and given.get(f"policy.dynamic_batching.{k}") != "override"}
