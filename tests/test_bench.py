@@ -216,6 +216,13 @@ def test_decode_attention_bench_runs_on_cpu():
 
 
 @pytest.mark.slow
+def test_kernel_choices_bench_runs_on_cpu():
+    out = run("bench/kernel_choices.py", "--archs", "tiny", "--rows", "4,8", "--lengths", "2x32,1x64")
+    assert out.count("\n| tiny | 4 |") == 5 and out.count("\n| tiny | 8 |") == 5  # q/k/v, o, gate/up, down, head
+    assert "| tiny | 2 x 32 | 4/2 x 16 |" in out and "| tiny | 1 x 64 |" in out
+
+
+@pytest.mark.slow
 def test_trainer_parts_bench_runs_on_cpu():
     out = run("bench/trainer_parts.py", "--arch", "tiny", "--rows", "8", "--prompt", "16", "--new", "32")
     for part in ("logprobs forward + backward, right-padded rows", "chunked LM head, forward + backward",

@@ -1,0 +1,140 @@
+"""The library kernels a GRPO step leans on, against their alternatives and their floors: the decode step's GEMMs
+(one Qwen2.5 layer's projections and the LM head at a decode batch's rows) under cuBLAS and cuBLASLt, and the
+training pass's causal attention (forward + backward, grouped key/value heads) under each SDPA backend.
+
+    python bench/kernel_choices.py --archs qwen2.5-0.5b,qwen2.5-1.5b
+    python bench/kernel_choices.py --archs tiny --rows 4 --lengths 4x32   # CPU: the default choices only
+
+Each GEMM is timed as 20 calls inside one CUDA graph (the decode step's setting: no launch cost between kernels),
+best of 10 replays, as microseconds per call and the TB/s at which it reads its weights. Attention is timed over 10
+eager calls of forward + backward, as ms and TFLOP/s (causal: half the score matrix, backward 2.5x the forward).
+"""
+
+import argparse
+from contextlib import nullcontext
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from common import ARCHS, DEVICE, device_name, table, timed
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+GPU = DEVICE == "cuda"
+
+
+def graph_us(fn, reps: int = 20, replays: int = 10) -> float:
+    """Microseconds per call of fn, `reps` calls captured in one CUDA graph (CPU: timed eagerly)."""
+    if not GPU:
+        fn()
+        return timed(fn, reps)[1] * 1e6
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    graph.replay()
+    best = float("inf")
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end) * 1000 / reps)
+    return best
+
+
+def projections(arch) -> dict[str, tuple[int, int, bool]]:
+    """name -> (out features, in features, bias) of the decode step's GEMMs (q/k/v and gate/up joined)."""
+    head = arch.hidden // arch.heads
+    d = arch.hidden
+    return {"q/k/v": (d + 2 * arch.kv_heads * head, d, True), "o": (d, d, False),
+            "gate/up": (2 * arch.intermediate, d, False), "down": (d, arch.intermediate, False),
+            "LM head": (arch.vocab, d, False)}
+
+
+def gemm_rows(name: str, arch, rows: list[int], libraries: list[str]) -> list[list]:
+    dtype = torch.bfloat16 if GPU else torch.float32
+    out = []
+    for m in rows:
+        for what, (n, k, bias) in projections(arch).items():
+            w = torch.randn(n, k, device=DEVICE, dtype=dtype)
+            b = torch.randn(n, device=DEVICE, dtype=dtype) if bias else None
+            x = torch.randn(m, k, device=DEVICE, dtype=dtype)
+            cells = []
+            for lib in libraries:
+                if GPU:
+                    torch.backends.cuda.preferred_blas_library(lib)
+                us = graph_us(partial(F.linear, x, w, b))
+                cells.append(f"{us:.1f} us ({w.numel() * w.element_size() / us / 1e6:.2f} TB/s)")
+            if GPU:
+                torch.backends.cuda.preferred_blas_library("cublas")
+            out.append([name, m, what, f"{n} x {k}", *cells])
+    return out
+
+
+BACKENDS = {  # label -> (SDPA backends allowed, key/value heads passed grouped (enable_gqa) or repeated)
+    "default, grouped": (None, True), "cuDNN, grouped": ([SDPBackend.CUDNN_ATTENTION], True),
+    "flash, grouped": ([SDPBackend.FLASH_ATTENTION], True), "flash, repeated": ([SDPBackend.FLASH_ATTENTION], False),
+    "cuDNN, repeated": ([SDPBackend.CUDNN_ATTENTION], False),
+    "efficient, repeated": ([SDPBackend.EFFICIENT_ATTENTION], False)}
+
+
+def attention_row(name: str, arch, rows: int, length: int, backends: list[str]) -> list:
+    """Forward + backward of causal SDPA at a training micro-batch's shape, per backend."""
+    dtype = torch.bfloat16 if GPU else torch.float32
+    d, groups = arch.hidden // arch.heads, arch.heads // arch.kv_heads
+    q = torch.randn(rows, arch.heads, length, d, device=DEVICE, dtype=dtype, requires_grad=True)
+    k, v = (torch.randn(rows, arch.kv_heads, length, d, device=DEVICE, dtype=dtype, requires_grad=True)
+            for _ in range(2))
+    grad = torch.randn_like(q)
+    flops = 4 * rows * arch.heads * length * length * d / 2 * 3.5  # causal; backward 2.5x the forward
+    cells = []
+    for label in backends:
+        allowed, grouped = BACKENDS[label]
+
+        def step(grouped=grouped):
+            kk, vv = (k, v) if grouped else (k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1))
+            F.scaled_dot_product_attention(q, kk, vv, is_causal=True, enable_gqa=grouped).backward(grad)
+
+        try:
+            with sdpa_kernel(allowed) if allowed else nullcontext():
+                timed(step, 3)
+                s = timed(step, 10)[1]
+            cells.append(f"{s * 1e3:.3f} ms ({flops / s / 1e12:.3g} TF/s)")
+        except RuntimeError as e:  # a backend that does not take this shape or device
+            cells.append(f"not run ({str(e).splitlines()[0][:40]})")
+    return [name, f"{rows} x {length}", f"{arch.heads}/{arch.kv_heads} x {d}", *cells]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--archs", default="qwen2.5-0.5b,qwen2.5-1.5b")
+    ap.add_argument("--rows", default="16,128,256", help="decode batch rows for the GEMMs")
+    ap.add_argument("--lengths", default="auto", help="training micro-batches as ROWSxLENGTH,... (auto: the "
+                    "benchmarks' step, 0.5B 128x384, 1.5B 32x384 and 4x4224)")
+    args = ap.parse_args()
+    archs = args.archs.split(",")
+    rows = [int(r) for r in args.rows.split(",")]
+    libraries = ["cublas", "cublaslt"] if GPU else ["default"]
+    backends = list(BACKENDS) if GPU else ["default, grouped"]
+    print(f"device: {device_name()}, torch {torch.__version__}")
+    gemms = [r for a in archs for r in gemm_rows(a, ARCHS[a], rows, libraries)]
+    table("Decode GEMMs, per call in a CUDA graph", ["arch", "rows", "GEMM", "weight", *libraries], gemms)
+    shapes = {"qwen2.5-0.5b": ["128x384"], "qwen2.5-1.5b": ["32x384", "4x4224"]}
+    attn = []
+    for a in archs:
+        for shape in (args.lengths.split(",") if args.lengths != "auto" else shapes.get(a, ["4x384"])):
+            r, t = (int(x) for x in shape.split("x"))
+            attn.append(attention_row(a, ARCHS[a], r, t, backends))
+    table("Training attention, causal forward + backward", ["arch", "micro-batch", "heads q/kv x dim", *backends],
+          attn)
+
+
+if __name__ == "__main__":
+    main()
