@@ -60,6 +60,7 @@ def projections(arch) -> dict[str, tuple[int, int, bool]]:
 
 def gemm_rows(name: str, arch, rows: list[int], libraries: list[str]) -> list[list]:
     dtype = torch.bfloat16 if GPU else torch.float32
+    before = torch.backends.cuda.preferred_blas_library() if GPU else None
     out = []
     for m in rows:
         for what, (n, k, bias) in projections(arch).items():
@@ -72,9 +73,9 @@ def gemm_rows(name: str, arch, rows: list[int], libraries: list[str]) -> list[li
                     torch.backends.cuda.preferred_blas_library(lib)
                 us = graph_us(partial(F.linear, x, w, b))
                 cells.append(f"{us:.1f} us ({w.numel() * w.element_size() / us / 1e6:.2f} TB/s)")
-            if GPU:
-                torch.backends.cuda.preferred_blas_library("cublas")
             out.append([name, m, what, f"{n} x {k}", *cells])
+    if GPU:
+        torch.backends.cuda.preferred_blas_library(before)  # the library this process had (TORCH_BLAS_PREFER_CUBLASLT)
     return out
 
 
