@@ -60,6 +60,35 @@ def timed(fn, repeat: int = 1):
     return out, (time.perf_counter() - t) / repeat
 
 
+def graph_us(calls: list, replays: int = 10) -> float:
+    """Microseconds per call of `calls`, captured in that order in one CUDA graph (a decode step's setting: no launch
+    cost between kernels), best of `replays` replays; on a CPU, timed eagerly. Give each call its own weights where the
+    real loop reads a layer's own, so that the L2 cache does not hold what a step reads from memory."""
+    if DEVICE != "cuda":
+        calls[0]()
+        return timed(lambda: [c() for c in calls])[1] * 1e6 / len(calls)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for c in calls[:3]:
+            c()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for c in calls:
+            c()
+    graph.replay()
+    best = float("inf")
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end) * 1000 / len(calls))
+    return best
+
+
 def median_of(n: int, fn):
     """fn's (first) output and its median time over n calls."""
     runs = [timed(fn) for _ in range(n)]

@@ -5,8 +5,9 @@ training pass's causal attention (forward + backward, grouped key/value heads) u
     python bench/kernel_choices.py --archs qwen2.5-0.5b,qwen2.5-1.5b
     python bench/kernel_choices.py --archs tiny --rows 4 --lengths 4x32   # CPU: the default choices only
 
-Each GEMM is timed as 20 calls inside one CUDA graph (the decode step's setting: no launch cost between kernels),
-best of 10 replays, as microseconds per call and the TB/s at which it reads its weights. Attention is timed over 10
+Each GEMM is timed in one CUDA graph (the decode step's setting: no launch cost between kernels) as one call per
+layer, each on that layer's own weights as a decode step reads them (the LM head: 20 calls on its one weight), best
+of 10 replays, as microseconds per call and the TB/s at which it reads its weights. Attention is timed over 10
 eager calls of forward + backward, as ms and TFLOP/s (causal: half the score matrix, backward 2.5x the forward).
 """
 
@@ -16,37 +17,10 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
-from common import ARCHS, DEVICE, device_name, table, timed
+from common import ARCHS, DEVICE, device_name, graph_us, table, timed
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 GPU = DEVICE == "cuda"
-
-
-def graph_us(fn, reps: int = 20, replays: int = 10) -> float:
-    """Microseconds per call of fn, `reps` calls captured in one CUDA graph (CPU: timed eagerly)."""
-    if not GPU:
-        fn()
-        return timed(fn, reps)[1] * 1e6
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
-    graph.replay()
-    best = float("inf")
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        best = min(best, start.elapsed_time(end) * 1000 / reps)
-    return best
 
 
 def projections(arch) -> dict[str, tuple[int, int, bool]]:
@@ -64,15 +38,16 @@ def gemm_rows(name: str, arch, rows: list[int], libraries: list[str]) -> list[li
     out = []
     for m in rows:
         for what, (n, k, bias) in projections(arch).items():
-            w = torch.randn(n, k, device=DEVICE, dtype=dtype)
+            copies = 1 if what == "LM head" else arch.layers  # each layer's own weights, as a decode step reads them
+            ws = [torch.randn(n, k, device=DEVICE, dtype=dtype) for _ in range(copies)]
             b = torch.randn(n, device=DEVICE, dtype=dtype) if bias else None
             x = torch.randn(m, k, device=DEVICE, dtype=dtype)
             cells = []
             for lib in libraries:
                 if GPU:
                     torch.backends.cuda.preferred_blas_library(lib)
-                us = graph_us(partial(F.linear, x, w, b))
-                cells.append(f"{us:.1f} us ({w.numel() * w.element_size() / us / 1e6:.2f} TB/s)")
+                us = graph_us([partial(F.linear, x, w, b) for w in ws] * (20 if copies == 1 else 1))
+                cells.append(f"{us:.1f} us ({n * k * ws[0].element_size() / us / 1e6:.2f} TB/s)")
             out.append([name, m, what, f"{n} x {k}", *cells])
     if GPU:
         torch.backends.cuda.preferred_blas_library(before)  # the library this process had (TORCH_BLAS_PREFER_CUBLASLT)

@@ -223,6 +223,13 @@ def test_kernel_choices_bench_runs_on_cpu():
 
 
 @pytest.mark.slow
+def test_fused_decode_bench_runs_on_cpu():
+    out = run("bench/fused_decode.py", "--archs", "tiny", "--rows", "4")
+    assert out.count("\n| tiny | 4 |") == 6  # four projections, the MLP block's engine row and its kernel's
+    assert "| tiny | 4 | gate/up, silu x up | 256 x 64 |" in out and "| tiny | 4 | the engine's five kernels |" in out
+
+
+@pytest.mark.slow
 def test_trainer_parts_bench_runs_on_cpu():
     out = run("bench/trainer_parts.py", "--arch", "tiny", "--rows", "8", "--prompt", "16", "--new", "32")
     for part in ("logprobs forward + backward, right-padded rows", "chunked LM head, forward + backward",
