@@ -60,10 +60,19 @@ def timed(fn, repeat: int = 1):
     return out, (time.perf_counter() - t) / repeat
 
 
+def weight_copies(nbytes: int, at_least: int) -> int:
+    """How many copies of an nbytes weight a timing loop cycles through, so that none is still in the L2 cache when it
+    comes round again (as in a decode step, where every other weight passes through between two reads of one): at
+    least `at_least` (a model's layers) and twice the GPU's L2 cache in all."""
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size if DEVICE == "cuda" else 0
+    return max(at_least, -(-2 * l2 // nbytes))
+
+
 def graph_us(calls: list, replays: int = 10) -> float:
     """Microseconds per call of `calls`, captured in that order in one CUDA graph (a decode step's setting: no launch
-    cost between kernels), best of `replays` replays; on a CPU, timed eagerly. Give each call its own weights where the
-    real loop reads a layer's own, so that the L2 cache does not hold what a step reads from memory."""
+    cost between kernels), best of `replays` replays; on a CPU, timed eagerly. Give each call its own weights
+    (`weight_copies`) where the real loop reads a layer's own, so that the L2 cache does not hold what a step reads from
+    memory."""
     if DEVICE != "cuda":
         calls[0]()
         return timed(lambda: [c() for c in calls])[1] * 1e6 / len(calls)

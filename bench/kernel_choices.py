@@ -6,8 +6,8 @@ training pass's causal attention (forward + backward, grouped key/value heads) u
     python bench/kernel_choices.py --archs tiny --rows 4 --lengths 4x32   # CPU: the default choices only
 
 Each GEMM is timed in one CUDA graph (the decode step's setting: no launch cost between kernels) as one call per
-layer, each on that layer's own weights as a decode step reads them (the LM head: 20 calls on its one weight), best
-of 10 replays, as microseconds per call and the TB/s at which it reads its weights. Attention is timed over 10
+layer, each on that layer's own weights as a decode step reads them (more copies where a layer's weights would fit
+in the L2 cache; the LM head: 20 calls on its one weight), best of 10 replays, as microseconds per call and the TB/s at which it reads its weights. Attention is timed over 10
 eager calls of forward + backward, as ms and TFLOP/s (causal: half the score matrix, backward 2.5x the forward).
 """
 
@@ -17,7 +17,7 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
-from common import ARCHS, DEVICE, device_name, graph_us, table, timed
+from common import ARCHS, DEVICE, device_name, graph_us, table, timed, weight_copies
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 GPU = DEVICE == "cuda"
@@ -38,7 +38,8 @@ def gemm_rows(name: str, arch, rows: list[int], libraries: list[str]) -> list[li
     out = []
     for m in rows:
         for what, (n, k, bias) in projections(arch).items():
-            copies = 1 if what == "LM head" else arch.layers  # each layer's own weights, as a decode step reads them
+            # each layer's own weights, as a decode step reads them (the LM head, one weight, is larger than the L2)
+            copies = weight_copies(n * k * 2, 1 if what == "LM head" else arch.layers)
             ws = [torch.randn(n, k, device=DEVICE, dtype=dtype) for _ in range(copies)]
             b = torch.randn(n, device=DEVICE, dtype=dtype) if bias else None
             x = torch.randn(m, k, device=DEVICE, dtype=dtype)
