@@ -60,6 +60,15 @@ def timed(fn, repeat: int = 1):
     return out, (time.perf_counter() - t) / repeat
 
 
+def projections(arch) -> dict[str, tuple[int, int, bool]]:
+    """name -> (out features, in features, bias) of the decode step's GEMMs (q/k/v and gate/up joined)."""
+    head = arch.hidden // arch.heads
+    d = arch.hidden
+    return {"q/k/v": (d + 2 * arch.kv_heads * head, d, True), "o": (d, d, False),
+            "gate/up": (2 * arch.intermediate, d, False), "down": (d, arch.intermediate, False),
+            "LM head": (arch.vocab, d, False)}
+
+
 def weight_copies(nbytes: int, at_least: int) -> int:
     """How many copies of an nbytes weight a timing loop cycles through, so that none is still in the L2 cache when it
     comes round again (as in a decode step, where every other weight passes through between two reads of one): at

@@ -24,7 +24,9 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
-from common import ARCHS, DEVICE, device_name, graph_us, table, weight_copies
+from common import ARCHS, DEVICE, device_name, graph_us, projections, table, weight_copies
+
+from execrl.rollout.models.layers import gated
 
 try:
     import triton
@@ -166,24 +168,19 @@ def rms_norm(x, w):  # transformers' Qwen2RMSNorm, as the engine's compiled step
     return w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
 
 
-def silu_mul(h):  # h [M, 2I] -> [M, I]
-    gate, up = h.chunk(2, -1)
-    return F.silu(gate) * up
-
-
 def compiled(fn):
     return torch.compile(fn) if DEVICE == "cuda" else fn
 
 
 def gemm_rows(name: str, arch, rows: list[int]) -> list[list]:
     dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
-    d, head = arch.hidden, arch.hidden // arch.heads
-    glu_c = compiled(silu_mul)
+    glu_c = compiled(gated(F.silu))  # the engine's silu x up
     out = []
     for m in rows:
-        for what, n, k, bias, glu in (("q/k/v", d + 2 * arch.kv_heads * head, d, True, False), ("o", d, d, False, False),
-                                      ("gate/up, silu x up", 2 * arch.intermediate, d, False, True),
-                                      ("down", d, arch.intermediate, False, False)):
+        for what, (n, k, bias) in projections(arch).items():
+            if what == "LM head":
+                continue
+            glu = what == "gate/up"
             ws = [torch.randn(n, k, device=DEVICE, dtype=dtype) / k ** 0.5
                   for _ in range(weight_copies(n * k * 2, arch.layers))]
             b = torch.randn(n, device=DEVICE, dtype=dtype) if bias else None
@@ -214,14 +211,14 @@ def gemm_rows(name: str, arch, rows: list[int]) -> list[list]:
                 cells += [f"{best[0]:.2f} us ({base / best[0]:.2f}x)", "x".join(map(str, best[1]))]
             else:
                 cells += ["needs a GPU (Triton)", ""]
-            out.append([name, m, what, f"{n} x {k}", *cells])
+            out.append([name, m, "gate/up, silu x up" if glu else what, f"{n} x {k}", *cells])
     return out
 
 
 def mlp_rows(name: str, arch, rows: list[int]) -> list[list]:
     dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
     d, i = arch.hidden, arch.intermediate
-    norm_c, glu_c, add_c = compiled(rms_norm), compiled(silu_mul), compiled(lambda a, b: a + b)
+    norm_c, glu_c, add_c = compiled(rms_norm), compiled(gated(F.silu)), compiled(lambda a, b: a + b)
     ws = [(1 + 0.1 * torch.randn(d, device=DEVICE, dtype=dtype), torch.randn(2 * i, d, device=DEVICE, dtype=dtype) / d ** 0.5,
            torch.randn(d, i, device=DEVICE, dtype=dtype) / i ** 0.5) for _ in range(arch.layers)]
 
@@ -232,7 +229,7 @@ def mlp_rows(name: str, arch, rows: list[int]) -> list[list]:
     def exact(x, w):  # fp32 math on the same bf16 inputs, after the norm (rounded as transformers rounds it)
         _, wgu, wd = (t.float() for t in w)
         h = rms_norm(x, w[0]).float() @ wgu.T
-        return x.float() + silu_mul(h) @ wd.T
+        return x.float() + gated(F.silu)(h) @ wd.T
 
     out = []
     for m in rows:

@@ -7,8 +7,8 @@ training pass's causal attention (forward + backward, grouped key/value heads) u
 
 Each GEMM is timed in one CUDA graph (the decode step's setting: no launch cost between kernels) as one call per
 layer, each on that layer's own weights as a decode step reads them (more copies where a layer's weights would fit
-in the L2 cache; the LM head: 20 calls on its one weight), best of 10 replays, as microseconds per call and the TB/s at which it reads its weights. Attention is timed over 10
-eager calls of forward + backward, as ms and TFLOP/s (causal: half the score matrix, backward 2.5x the forward).
+in the L2 cache; the LM head: 20 calls on its one weight), best of 10 replays, as microseconds per call and the TB/s
+at which it reads its weights. Attention is timed over 10 eager calls of forward + backward, as ms and TFLOP/s (causal: half the score matrix, backward 2.5x the forward).
 """
 
 import argparse
@@ -17,19 +17,10 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
-from common import ARCHS, DEVICE, device_name, graph_us, table, timed, weight_copies
+from common import ARCHS, DEVICE, device_name, graph_us, projections, table, timed, weight_copies
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 GPU = DEVICE == "cuda"
-
-
-def projections(arch) -> dict[str, tuple[int, int, bool]]:
-    """name -> (out features, in features, bias) of the decode step's GEMMs (q/k/v and gate/up joined)."""
-    head = arch.hidden // arch.heads
-    d = arch.hidden
-    return {"q/k/v": (d + 2 * arch.kv_heads * head, d, True), "o": (d, d, False),
-            "gate/up": (2 * arch.intermediate, d, False), "down": (d, arch.intermediate, False),
-            "LM head": (arch.vocab, d, False)}
 
 
 def gemm_rows(name: str, arch, rows: list[int], libraries: list[str]) -> list[list]:
