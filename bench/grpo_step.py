@@ -8,7 +8,9 @@ Sections:
   check    the engine at 0.5B in bf16 against transformers: greedy choices and logprobs (teacher-forced)
   train    forward + backward of per-token logprobs, 8 x 1024 tokens: chunked LM head vs full fp32 log-softmax; MFU
   step     `execrl train` steps, 16 prompts x 8 samples, ~128-token prompts, 256 new tokens forced: engine vs
-           the transformers backend
+           the transformers backend, and (`--step-backends ...,trl,trl-cb`, where `pip install trl` was run) TRL's
+           GRPO step on the same model and prompts, generating with `generate` or continuous batching
+           (bench/trl_baseline.py)
 Random-init weights of the real architectures with their real vocabulary (throughput does not depend on weight
 values); prompts come from a byte-level tokenizer whose ids are a subset of that vocabulary. MFU uses the dense
 bf16 peak of an H100/H200 (989 TFLOP/s); the FLOPs are 6 x (matmul parameters) per token plus causal attention.
@@ -192,6 +194,9 @@ def section_step(arch: str, rows: list, backends: list[str], steps: int, compile
     system = save_arch(arch, work)
     compiled = compile_all and DEVICE == "cuda"  # (the trainer and the engine compile on CUDA only)
     for backend in [*backends, *(["execrl (pure bf16)"] if pure_too else [])]:
+        if backend in ("trl", "trl-cb"):
+            trl_row(arch, rows, work, system, new, steps, min(micro_execrl, 32), backend == "trl-cb")
+            continue
         precision.PURE_LOW_PRECISION = backend == "execrl (pure bf16)"
         label, backend = backend, backend.split()[0]
         n_steps = steps if backend == "execrl" else 2
@@ -222,11 +227,39 @@ def section_step(arch: str, rows: list, backends: list[str], steps: int, compile
     precision.PURE_LOW_PRECISION = False
 
 
+def trl_row(arch: str, rows: list, work: Path, system: str, new: int, steps: int, micro: int, batching: bool) -> None:
+    """TRL's GRPO step on the same model and prompts (bench/trl_baseline.py), or why it cannot run here; `batching`:
+    with transformers' continuous batching (`trl-cb`) in place of `generate`."""
+    import trl_baseline
+
+    missing = trl_baseline.available()
+    if missing:
+        rows.append([arch, "trl", missing, "", "", "", "", "", ""])
+        return
+    fresh_peak()
+    r = trl_baseline.trl_step(work / "model", system, new, max(2, min(steps, 3)), micro, batching)
+    how = "transformers continuous batching" if batching else "transformers generate"
+    rows.append([arch, f"trl {__import__('trl').__version__} ({how}), micro-batch {micro}",
+                 f"{r['step']:.2f}", f"{r['generate']:.2f}", "(in train)", f"{r['train']:.2f}",
+                 f"{r['tokens'] / r['generate']:,.0f}", f"{r['peak']:.1f}", f"{r['steps']} steps"])
+
+
+def trl_ratio(rows: list) -> str | None:
+    """execrl's step against TRL's, where both ran: the same run's ratio."""
+    ours = [float(r[2]) for r in rows if r[1].startswith("execrl,")]
+    theirs = {r[1].split(",")[0]: float(r[2]) for r in rows if r[1].startswith("trl ")}
+    if not ours or not theirs:
+        return None
+    return "execrl's step is " + ", ".join(f"{t / ours[0]:.1f}x faster than {name}" for name, t in theirs.items()) \
+        + " in this run"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sections", default="rollout,check,train,step")
     ap.add_argument("--archs", default="qwen2.5-0.5b,qwen2.5-1.5b")
-    ap.add_argument("--step-backends", default="execrl,transformers")
+    ap.add_argument("--step-backends", default="execrl,transformers", help="step section: of execrl, transformers, "
+                    "trl (TRL's step with transformers generate), trl-cb (TRL with continuous batching)")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--prompts", type=int, default=256, help="rollout section: sequences generated at once")
     ap.add_argument("--new-tokens", type=int, default=256, help="rollout and step sections: new tokens forced")
@@ -267,6 +300,9 @@ def main() -> None:
                          args.new_tokens, args.activation_checkpointing)
         table(f"GRPO step (execrl train): 16 prompts x 8, ~128 + {args.new_tokens} tokens",
               ["arch", "backend", "step s", "generate s", "grade s", "train s", "gen tok/s", "peak GiB", "note"], rows)
+        ratio = trl_ratio([r for r in rows if r[0] == archs[0]])
+        if ratio:
+            print(ratio)
 
 
 if __name__ == "__main__":

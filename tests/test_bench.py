@@ -101,6 +101,18 @@ def table_rows(out: str, first: str) -> list[list[str]]:
 
 
 @pytest.mark.slow
+def test_trl_step_beside_execrls_on_cpu():
+    """TRL's step on the same model and prompts, and the same run's ratio (where `pip install trl` was run)."""
+    pytest.importorskip("trl")
+    out = run("bench/grpo_step.py", "--sections", "step", "--archs", "tiny", "--step-backends", "execrl,trl",
+              "--steps", "2", "--micro", "16", "--new-tokens", "16", "--no-compile")
+    rows = {r[1].split(",")[0]: r for r in table_rows(out, "tiny")}
+    trl = next(r for name, r in rows.items() if name.startswith("trl "))
+    assert float(trl[2]) > float(trl[3]) > 0 and trl[-1] == "1 steps"  # the step holds its generate
+    assert "x faster than trl 1." in out and out.rstrip().endswith("in this run")
+
+
+@pytest.mark.slow
 def test_grpo_step_bench_runs_on_cpu():
     out = run("bench/grpo_step.py", "--archs", "tiny", "--prompts", "16", "--new-tokens", "16", "--steps", "2",
               "--micro", "16", "--no-compile", "--pure-bf16-too", "--activation-checkpointing")
