@@ -9,7 +9,8 @@ PYTHONDONTWRITEBYTECODE would compile every module's source in every process). B
 model, with compile caches of its own, writes the bytecode of every module a start imports, as a first `execrl`
 command after installing does (`pip install` writes it, `uv pip install` does not): the first start is then the
 first of this config, its compile caches empty (`--fresh-install`: no such start, the first one writes the bytecode
-too). `--profile` adds where the build's seconds go, torch.compile's seconds per phase and the recompiles' reasons.
+too). `--profile` adds where the build's seconds go, torch.compile's seconds per phase, the recompiles' reasons and
+the costliest imports.
 Columns: the interpreter to the end of step 1 (`to step 1`), importing execrl and transformers, building the run
 (model, optimizer, engine, sandbox), step 1's generate and train, the seconds torch.compile spent (dynamo and
 inductor, over the whole start), its inductor cache hits/misses, and the CUDA graphs captured.
@@ -49,7 +50,7 @@ def child(args) -> None:
         finally:
             built["s"] = time.perf_counter() - t
 
-    if args.profile:  # where the build's seconds go: the 25 costliest calls by cumulative time
+    if args.profile:  # where the build's seconds go: the 45 costliest calls by cumulative time
         import cProfile
         import pstats
 
@@ -58,7 +59,7 @@ def child(args) -> None:
             try:
                 return prof.runcall(timed_build, cfg)
             finally:
-                pstats.Stats(prof, stream=sys.stdout).sort_stats("cumulative").print_stats(25)
+                pstats.Stats(prof, stream=sys.stdout).sort_stats("cumulative").print_stats(45)
 
         loop.build_run = profiled_build
     else:
@@ -75,6 +76,17 @@ def child(args) -> None:
         "to_first_step": to_first, "import": imported, "build": built["s"], "generate": first["time/generate"],
         "train": first["time/train"], **done["compiled"], "captures": done["captured"]["graphs"],
         "capture_s": done["captured"]["seconds"], "torch": torch.__version__}))
+
+
+def slowest_imports(stderr: str, n: int) -> list[str]:
+    """The n imports of a start with the largest cumulative time, from PYTHONPROFILEIMPORTTIME's lines."""
+    rows = []
+    for line in stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            _, cumulative, name = (c.strip() for c in line[len("import time:"):].split("|"))
+            if cumulative.isdigit():
+                rows.append((int(cumulative), name))
+    return [f"{us:>10,} {name}" for us, name in sorted(rows, reverse=True)[:n]]
 
 
 def main() -> None:
@@ -105,7 +117,8 @@ def main() -> None:
     # Python's bytecode kept as an installed package has it (an image that sets PYTHONDONTWRITEBYTECODE compiles
     # every module's source in every process), in work/ as the compile caches are
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env.update(PYTHONPYCACHEPREFIX=str(work / "bytecode"), **({"TORCH_LOGS": "recompiles"} if args.profile else {}))
+    env.update(PYTHONPYCACHEPREFIX=str(work / "bytecode"),
+               **({"TORCH_LOGS": "recompiles", "PYTHONPROFILEIMPORTTIME": "1"} if args.profile else {}))
 
     def start(name: str, model: Path, log_dir: Path, system: str, caches: Path):
         cmd = [sys.executable, __file__, "--child", "--model", str(model), "--log-dir", str(log_dir), "--system",
@@ -123,6 +136,8 @@ def main() -> None:
         if args.profile:
             print(done.stdout[:done.stdout.index("STARTUP ")])
             print("\n".join(x for x in done.stderr.splitlines() if "ecompil" in x or "triggered by" in x))
+            print("the 20 costliest imports (cumulative us, `python -X importtime`):")
+            print("\n".join(slowest_imports(done.stderr, 20)))
         return name, wall, json.loads(line[0][len("STARTUP "):])
 
     rows = []

@@ -66,14 +66,12 @@ def problem(rng: random.Random, index: int, split: str, num_tests: int = 4) -> P
     """One problem: an operation, a phrasing, fresh test numbers."""
     op = rng.choice(list(OPS))
     prompt = rng.choice(PHRASES).format(op=op)
-    inputs = []
-    for _ in range(num_tests):
-        a, b = rng.randint(-50, 99), rng.randint(-50, 99)
-        inputs.append(f"{a} {b}\n")
-    wrong = [{"content": program(other), "outputs": outputs(other, inputs)} for other in OPS if other != op]
+    pairs = [(rng.randint(-50, 99), rng.randint(-50, 99)) for _ in range(num_tests)]
+    inputs = [f"{a} {b}\n" for a, b in pairs]
+    wrong = [{"content": PROGRAMS[other], "outputs": printed(other, pairs)} for other in OPS if other != op]
     return Problem(f"arith/{split}/{index}", [{"role": "user", "content": prompt}], "code",
-                   tests=StdioTests(inputs, outputs(op, inputs)),
-                   metadata={"own_instructions": True, "op": op, "reference_completion": program(op),
+                   tests=StdioTests(inputs, printed(op, pairs)),
+                   metadata={"own_instructions": True, "op": op, "reference_completion": PROGRAMS[op],
                              "wrong_attempts": wrong})
 
 
@@ -81,13 +79,18 @@ def program(op: str) -> str:
     return f"```python\na, b = map(int, input().split())\nprint({OPS[op]})\n```"
 
 
+PROGRAMS = {op: program(op) for op in OPS}
+
+
 def outputs(op: str, inputs: list[str]) -> list[str]:
     """What the program of `op` prints for each input line."""
-    out = []
-    for line in inputs:
-        a, b = map(int, line.split())
-        out.append(f"{VALUE[op](a, b)}\n")
-    return out
+    return printed(op, [tuple(map(int, line.split())) for line in inputs])
+
+
+def printed(op: str, pairs: list[tuple[int, int]]) -> list[str]:
+    """What the program of `op` prints for each (a, b) (every start makes ~26K of these: kept cheap)."""
+    value = VALUE[op]
+    return [f"{value(a, b)}\n" for a, b in pairs]
 
 
 def corpus(num_problems: int = 300) -> list[str]:
