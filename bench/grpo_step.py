@@ -68,8 +68,9 @@ def section_rollout(arch: str, rows: list, compile_engine: bool, n: int = 256, n
     prompts = torch.randint(3, 259, (n, plen), generator=g).tolist()
     params = SamplingParams(temperature=1.0, ignore_eos=True)
     variants = [("execrl engine", {"compile": True}), ("execrl engine, not compiled", {})]
-    if compile_engine:  # also without CUDA graphs
-        variants.append(("execrl engine, no CUDA graphs", {"cuda_graphs": False}))
+    if compile_engine:  # also without CUDA graphs, and with decode's down projection as one GEMM (decoder.down_parts)
+        variants += [("execrl engine, no CUDA graphs", {"cuda_graphs": False}),
+                     ("execrl engine, down projection as one GEMM", {"compile": True, "down_parts": 1})]
     speeds = {}
     for name, kwargs in variants:
         if DEVICE != "cuda" and name != "execrl engine, not compiled":  # (the engine compiles, and graphs, on CUDA)
@@ -77,7 +78,11 @@ def section_rollout(arch: str, rows: list, compile_engine: bool, n: int = 256, n
                          f"compile and CUDA graphs are CUDA only, not run on {DEVICE}"])
             continue
         fresh_peak()
+        kwargs = dict(kwargs)
+        parts = kwargs.pop("down_parts", None)
         engine = RolloutEngine(model, tok, slots=n, max_len=plen + new, **kwargs)
+        if parts is not None:
+            engine.dec.down_parts = parts
         run = partial(engine.generate, prompts, 1, new, params)
         _, first = timed(run)  # captures the CUDA graphs
         outs, t = median_of(3, run)

@@ -1,8 +1,11 @@
 """The library kernels a GRPO step leans on, against their alternatives and their floors: the decode step's GEMMs
-(one Qwen2.5 layer's projections and the LM head at a decode batch's rows) under cuBLAS and cuBLASLt, and the
-training pass's causal attention (forward + backward, grouped key/value heads) under each SDPA backend.
+(one Qwen2.5 layer's projections and the LM head at a decode batch's rows) under cuBLAS and cuBLASLt; the down
+projection with the residual add after it, as cuBLAS's one GEMM against the engine's fp32 partial products over
+parts of its input (decoder.partial_down, summed in the add's kernel); and the training pass's causal attention
+(forward + backward, grouped key/value heads) under each SDPA backend.
 
     python bench/kernel_choices.py --archs qwen2.5-0.5b,qwen2.5-1.5b
+    python bench/kernel_choices.py --sections down                       # the down projection's table alone
     python bench/kernel_choices.py --archs tiny --rows 4 --lengths 4x32   # CPU: the default choices only
 
 Each GEMM is timed in one CUDA graph (the decode step's setting: no launch cost between kernels) as one call per
@@ -46,6 +49,32 @@ def gemm_rows(name: str, arch, rows: list[int], libraries: list[str]) -> list[li
     return out
 
 
+def down_rows(name: str, arch, rows: list[int], parts: list[int]) -> list[list]:
+    """Decode's down projection and the residual add after it: cuBLAS's GEMM (with its own split-K and sum) then
+    the add, against decoder.partial_down's fp32 partial products (one batched GEMM) whose sum, rounding and add are
+    one kernel (summed, as the next layer's first kernel does it), for each count of parts; us per layer."""
+    from execrl.rollout.decoder import partial_down, summed
+
+    dtype = torch.bfloat16 if GPU else torch.float32
+    fuse = torch.compile if GPU else (lambda f: f)  # (on a CPU: eager, a smoke run)
+    add, add_parts = fuse(lambda y, r: y + r), fuse(lambda p, r: r + summed(p, r))
+    n, k = arch.hidden, arch.intermediate
+    ws = [torch.randn(n, k, device=DEVICE, dtype=dtype) * 0.02 for _ in range(weight_copies(n * k * 2, arch.layers))]
+    out = []
+    for m in rows:
+        x, r = torch.randn(1, m, k, device=DEVICE, dtype=dtype), torch.randn(1, m, n, device=DEVICE, dtype=dtype)
+        one = graph_us([partial(lambda w, x=x, r=r: add(F.linear(x, w), r), w) for w in ws])
+        cells = []
+        for p in parts:
+            if k % p:
+                cells.append(f"({k} % {p})")
+                continue
+            us = graph_us([partial(lambda w, p=p, x=x, r=r: add_parts(partial_down(x, w, p), r), w) for w in ws])
+            cells.append(f"{us:.2f} ({one / us:.2f}x)")
+        out.append([name, m, f"{n} x {k}", f"{one:.2f}", *cells])
+    return out
+
+
 BACKENDS = {  # label -> (SDPA backends allowed, key/value heads passed grouped (enable_gqa) or repeated)
     "default, grouped": (None, True), "cuDNN, grouped": ([SDPBackend.CUDNN_ATTENTION], True),
     "flash, grouped": ([SDPBackend.FLASH_ATTENTION], True), "flash, repeated": ([SDPBackend.FLASH_ATTENTION], False),
@@ -86,14 +115,24 @@ def main() -> None:
     ap.add_argument("--rows", default="16,128,256", help="decode batch rows for the GEMMs")
     ap.add_argument("--lengths", default="auto", help="training micro-batches as ROWSxLENGTH,... (auto: the "
                     "benchmarks' step, 0.5B 128x384, 1.5B 32x384 and 4x4224)")
+    ap.add_argument("--parts", default="2,4,8", help="the down projection's table: counts of parts")
+    ap.add_argument("--sections", default="gemm,down,attention")
     args = ap.parse_args()
-    archs = args.archs.split(",")
+    archs, sections = args.archs.split(","), args.sections.split(",")
     rows = [int(r) for r in args.rows.split(",")]
     libraries = ["cublas", "cublaslt"] if GPU else ["default"]
     backends = list(BACKENDS) if GPU else ["default, grouped"]
     print(f"device: {device_name()}, torch {torch.__version__}")
-    gemms = [r for a in archs for r in gemm_rows(a, ARCHS[a], rows, libraries)]
-    table("Decode GEMMs, per call in a CUDA graph", ["arch", "rows", "GEMM", "weight", *libraries], gemms)
+    if "gemm" in sections:
+        gemms = [r for a in archs for r in gemm_rows(a, ARCHS[a], rows, libraries)]
+        table("Decode GEMMs, per call in a CUDA graph", ["arch", "rows", "GEMM", "weight", *libraries], gemms)
+    if "down" in sections:
+        parts = [int(p) for p in args.parts.split(",")]
+        downs = [r for a in archs for r in down_rows(a, ARCHS[a], rows, parts)]
+        table("The down projection and the residual add, us per layer in a CUDA graph (ratio: one GEMM's time over "
+              "the parts')", ["arch", "rows", "weight", "one GEMM + add", *(f"{p} parts" for p in parts)], downs)
+    if "attention" not in sections:
+        return
     shapes = {"qwen2.5-0.5b": ["128x384"], "qwen2.5-1.5b": ["32x384", "4x4224"]}
     attn = []
     for a in archs:

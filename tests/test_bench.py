@@ -230,7 +230,9 @@ def test_decode_attention_bench_runs_on_cpu():
 @pytest.mark.slow
 def test_kernel_choices_bench_runs_on_cpu():
     out = run("bench/kernel_choices.py", "--archs", "tiny", "--rows", "4,8", "--lengths", "2x32,1x64")
-    assert out.count("\n| tiny | 4 |") == 5 and out.count("\n| tiny | 8 |") == 5  # q/k/v, o, gate/up, down, head
+    # q/k/v, o, gate/up, down, head; and the down projection with its add, as one GEMM and in parts
+    assert out.count("\n| tiny | 4 |") == 6 and out.count("\n| tiny | 8 |") == 6
+    assert "| tiny | 4 | 64 x 128 |" in out and "x) |" in out
     assert "| tiny | 2 x 32 | 4/2 x 16 |" in out and "| tiny | 1 x 64 |" in out
 
 

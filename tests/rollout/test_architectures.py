@@ -334,6 +334,37 @@ def test_a_batchs_tail_on_fewer_rows_on_a_gpu_gives_every_rows_tokens(tok, promp
 
 
 @pytest.mark.gpu
+def test_the_down_projection_in_parts_rounds_once_compiled_or_not(tok, prompts):
+    """In 16-bit on a GPU decode's down projection is fp32 partial products (decoder.down_parts), summed and rounded
+    once: each output within half a bf16 step of the exact product at the 0.5B and 1.5B shapes. Compiled and in CUDA
+    graphs the engine decodes the tokens the eager engine does on that path (against the one-GEMM path, whose
+    rounding differs, bf16's near-ties may flip a greedy token; tests/rollout/test_engine.py checks the two paths
+    equal in fp32). A family whose block changes the MLP's output (Gemma 3's post-MLP norm) keeps one GEMM."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from execrl.rollout.decoder import DOWN_PARTS, partial_down, summed
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for rows, inner, d in [(16, 4864, 896), (128, 4864, 896), (256, 8960, 1536)]:
+        a = torch.randn(1, rows, inner, device="cuda", generator=g).bfloat16()
+        w = (torch.randn(d, inner, device="cuda", generator=g) * 0.02).bfloat16()
+        exact = a[0].double() @ w.double().T
+        got = summed(partial_down(a, w, DOWN_PARTS), a)[0].double()
+        worst = ((got - exact).abs() - exact.abs() * 2**-8).max().item()
+        assert worst <= 1e-5, (rows, inner, d, worst)
+    model = build("qwen2", tok).cuda().bfloat16()
+    fuse_projections(model)
+    out = {}
+    for compiled in (True, False):
+        torch._dynamo.reset()
+        engine = RolloutEngine(model, tok, slots=3, max_len=128, compile=compiled, cuda_graphs=compiled)
+        assert engine.dec.down_parts == DOWN_PARTS
+        out[compiled] = [c[0].ids for c in engine.generate(prompts, 1, 24, SamplingParams(temperature=0.0))]
+    assert out[True] == out[False]
+    assert RolloutEngine(build("gemma3", tok).cuda().bfloat16(), tok, slots=2, max_len=64).dec.down_parts == 1
+
+
+@pytest.mark.gpu
 def test_grouped_expert_gemms_match_one_expert_at_a_time():
     """The GPU path (two grouped GEMMs over tokens sorted by expert) against the per-expert loop, on the same routing
     in bf16 (routing itself is the router's: in bf16 its near-ties differ from float32's)."""

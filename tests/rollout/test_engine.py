@@ -321,6 +321,26 @@ def test_a_batchs_tail_runs_on_the_busy_slots_rows_only(tiny, prompts):
             torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(r.logprobs), atol=1e-5, rtol=1e-5)
 
 
+def test_the_down_projection_in_parts_decodes_what_one_gemm_does(tiny, prompts):
+    """decoder.down_parts: decode's down projection as partial products over parts of its input, summed in the next
+    layer's first kernel (and the final norm's), the path a GPU takes in 16-bit. Forced here on the CPU (fp32
+    partials there too): the same tokens and logprobs as the one-GEMM path, refills and the batch's tail on fewer rows
+    included."""
+    model, tok = tiny
+    params = SamplingParams(temperature=0.8, ignore_eos=True)
+
+    def run(parts: int):
+        engine = RolloutEngine(model, tok, slots=64, max_len=128, sync_every=4)
+        assert engine.dec.down_parts == 1  # (on a CPU, unless forced)
+        engine.dec.down_parts = parts
+        return engine.generate(prompts, 24, [3, 40, 2, 25], params, seeds=[7, 8, 9, 10])
+
+    for group, ref in zip(run(2), run(1)):
+        assert [c.ids for c in group] == [c.ids for c in ref]
+        for c, r in zip(group, ref):
+            torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(r.logprobs), atol=1e-5, rtol=1e-5)
+
+
 def test_a_family_whose_block_returns_one_tensor_is_told_what_block_returns(tiny, prompts, monkeypatch):
     """Architecture.block returns (stream, MLP output): a family file that returns their sum gets a TypeError naming
     the contract, not a batch of 2 unpacked into two wrong halves."""

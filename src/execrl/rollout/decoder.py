@@ -25,7 +25,10 @@ from execrl.rollout.adapters import LayerAdapters, layer_adapters
 from execrl.rollout.attention import decode_attention
 from execrl.rollout.fuse import joined
 from execrl.rollout.models import architecture_of
+from execrl.rollout.models.base import Architecture
 from execrl.rollout.models.layers import causal_mask, gated, rotate
+
+DOWN_PARTS = 4  # decode's down projection: fp32 partial products over this many parts of its input (down_parts)
 
 
 def _fused(group: list) -> tuple[torch.Tensor, torch.Tensor | None] | None:
@@ -46,6 +49,42 @@ def generic_in(x: torch.Tensor, *dims: int) -> torch.Tensor:
     for d in dims:
         maybe_mark_dynamic(x, d)
     return x
+
+
+def down_parts(arch, groups: list[dict], adapters: list, weight: torch.Tensor) -> int:
+    """How many parts decode's down projection splits its input dim into (1: one GEMM). At a decode step's 16-256
+    rows cuBLAS runs it as a split-K GEMM plus a kernel that sums the splits; as DOWN_PARTS GEMMs of one batched
+    call with fp32 outputs, summed and rounded once in the next layer's first kernel (with the residual add and the
+    norm), it runs 1.07-1.20x faster at 16-256 rows (bench/README.md, "The down projection in parts"). Only where
+    the MLP's output is the layer's second term as it is (the base architecture's block: no norm or scale after the
+    MLP), every layer has a plain bias-free down weight and no LoRA path on it, on a GPU in 16-bit."""
+    if not weight.is_cuda or weight.dtype not in (torch.bfloat16, torch.float16) or \
+            type(arch).block is not Architecture.block:
+        return 1
+    for layer, g, ad in zip(arch.layers, groups, adapters):
+        down = g.get("down", [])
+        if arch.routed(layer) or "gate_up" not in g or len(down) != 1 or (ad is not None and ad.groups.get("down")):
+            return 1
+        lin = base_layer(down[0])
+        if lin.bias is not None or lin.weight.shape[1] % DOWN_PARTS:
+            return 1
+    return DOWN_PARTS
+
+
+def partial_down(a: torch.Tensor, w: torch.Tensor, parts: int) -> torch.Tensor:
+    """a [B, T, I] times w [d, I] transposed as `parts` fp32 partial products over I's parts: [P, B, T, d]."""
+    b, t, i = a.shape
+    d = w.shape[0]
+    x = a.reshape(b * t, parts, i // parts).transpose(0, 1)  # [P, B T, I / P]
+    wt = w.view(d, parts, i // parts).permute(1, 2, 0)  # [P, I / P, d]
+    y = torch.bmm(x, wt, out_dtype=torch.float32) if a.is_cuda else torch.bmm(x.float(), wt.float())  # (CPU: no
+    # out_dtype; the tests' path)
+    return y.view(parts, b, t, d)
+
+
+def summed(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A layer's second term as x's: partial_down's parts [P, ...] summed and rounded, or out as it is."""
+    return out.sum(0).to(x.dtype) if out.dim() == x.dim() + 1 else out
 
 
 @dataclass(eq=False)
@@ -97,6 +136,7 @@ class CachedDecoder:
                                  self.k[i], self.v[i], self.table_of[i], self.windows[i], arch.routed(layer))
                       for i, layer in enumerate(self.layers)]
         self.decode_layer, self.final_logits = self._decode_layer, self._final_logits  # (compile_decode: compiled)
+        self.down_parts = down_parts(arch, self.groups, self.adapters, weight)  # decode's, in the layer's 2nd term
 
     def compile_prefill(self, compiler) -> None:
         """Fuse prefill's elementwise ops (rotary, act * mul: a few passes over [tokens, 2I] in
@@ -121,12 +161,13 @@ class CachedDecoder:
         self.decode_layer, self.final_logits = compiler(self._decode_layer), compiler(self._final_logits)
 
     def _layer(self, part: LayerParts, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend,
-               ops=None) -> tuple[torch.Tensor, torch.Tensor]:
+               ops=None, parts: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """A layer on x [B, T, d]: the architecture's order (arch.block) of its attention and MLP,
         each a few GEMMs of projection groups; cos, sin: its rotary table at x's positions;
         attend(part, q, k, v, rotate) its attention, given queries and keys not yet rotated (rotate
         does it; decode's kernel rotates the queries and keys as it loads them). Returns the layer's output as
-        two terms to add (arch.block)."""
+        two terms to add (arch.block); with `parts` > 1 (decode, down_parts) the second is the MLP's fp32 partial
+        products [P, B, T, d] (summed)."""
         rope, glu = ops or (rotate, self.glu)  # (self.act, layer 0's activation module, is read only where it is
         # called: a routed layer's trace that read it would be guarded on it being that layer's own)
         arch, layer, groups, fused, ad = self.arch, part.layer, part.groups, part.fused, part.adapters
@@ -154,6 +195,8 @@ class CachedDecoder:
                 return arch.experts(layer, h)
             if "up" in groups:  # an MLP without a gate (StarCoder2)
                 return linear("down", self.act(linear("up", h)))
+            if parts > 1:
+                return partial_down(glu(linear("gate_up", h)), base_layer(groups["down"][0]).weight, parts)
             return linear("down", glu(linear("gate_up", h)))
 
         terms = arch.block(layer, x, attention, mlp)
@@ -249,24 +292,30 @@ class CachedDecoder:
         # each table's (cos, sin) at the rows' positions [S, 1, 1, rotary dim]
         tables = [(rowwise(c[pos][:, None, None]), rowwise(s[pos][:, None, None])) for c, s in self.tables]
         x = self.arch.embed(tokens[:, None])  # [S, 1, d]
-        out = torch.zeros_like(x)  # [S, 1, d]: the last layer's MLP output, which the next layer adds to x first
+        # the last layer's MLP output, which the next layer adds to x first: [S, 1, d], or its fp32 partial products
+        # [P, S, 1, d] (down_parts)
+        parts = self.down_parts
+        out = torch.zeros_like(x) if parts == 1 else x.new_zeros((parts, *x.shape), dtype=torch.float32)
+        rowwise_out = (lambda t: t) if rows is None else (lambda t: generic_in(t, 0 if parts == 1 else 1))
         pos, reads, rows = rowwise(pos), rowwise(reads), rowwise(rows)
         for part in self.parts:
-            x, out = self.decode_layer(part, rowwise(x), rowwise(out), *tables[part.table], pos, reads, window, tail,
-                                       rows)
-        return self.final_logits(rowwise(x[:, 0]), rowwise(out[:, 0]))
+            x, out = self.decode_layer(part, rowwise(x), rowwise_out(out), *tables[part.table], pos, reads, window,
+                                       tail, rows)
+        return self.final_logits(rowwise(x[:, 0]), rowwise_out(out[..., 0, :]))
 
     def _final_logits(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """The logits [S, V] of the last layer's output x + out [S, d] (the add fused with the final norm)."""
-        return self.logits(x + out)
+        """The logits [S, V] of the last layer's output x + out [S, d] (or out's parts [P, S, d] summed; the add
+        fused with the final norm)."""
+        return self.logits(x + summed(out, x))
 
     def _decode_layer(self, part: LayerParts, x: torch.Tensor, out: torch.Tensor, cos: torch.Tensor,
                       sin: torch.Tensor, pos: torch.Tensor, reads: torch.Tensor, window: int, tail: int,
                       rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """One layer of a decode step (see decode) on the residual stream x + out [S, 1, d] (the
-        previous layer's two terms: their add is fused with this layer's first norm), as its own two
-        terms (rows: [R, 1, d], the cache slots they are)."""
-        x = x + out
+        previous layer's two terms, out as fp32 partial products [P, S, 1, d] with down_parts: their sum and
+        add are fused with this layer's first norm), as its own two terms (rows: [R, 1, d], the cache slots they
+        are)."""
+        x = x + summed(out, x)
         s, g = x.shape[0], self.heads // self.kv_heads
 
         def attend(part, q, k, v, rotate):  # q [S, H, 1, D], k, v [S, Hkv, 1, D] (rotated and cached by the kernel)
@@ -277,4 +326,4 @@ class CachedDecoder:
                                    new=(k[:, :, 0], v[:, :, 0], pos))
             return out.reshape(s, self.heads, 1, self.head_dim)
 
-        return self._layer(part, x, cos, sin, attend)
+        return self._layer(part, x, cos, sin, attend, parts=self.down_parts)
