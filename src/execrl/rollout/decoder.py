@@ -57,7 +57,7 @@ def down_parts(arch, groups: list[dict], adapters: list, weight: torch.Tensor) -
     call with fp32 outputs, summed and rounded once in the next layer's first kernel (with the residual add and the
     norm), it runs 1.07-1.20x faster at 16-256 rows (bench/README.md, "The down projection in parts"). Only where
     the MLP's output is the layer's second term as it is (the base architecture's block: no norm or scale after the
-    MLP), every layer has a plain bias-free down weight and no LoRA path on it, on a GPU in 16-bit."""
+    MLP), every layer has a plain bias-free, contiguous down weight and no LoRA path on it, on a GPU in 16-bit."""
     if not weight.is_cuda or weight.dtype not in (torch.bfloat16, torch.float16) or \
             type(arch).block is not Architecture.block:
         return 1
@@ -66,7 +66,7 @@ def down_parts(arch, groups: list[dict], adapters: list, weight: torch.Tensor) -
         if arch.routed(layer) or "gate_up" not in g or len(down) != 1 or (ad is not None and ad.groups.get("down")):
             return 1
         lin = base_layer(down[0])
-        if lin.bias is not None or lin.weight.shape[1] % DOWN_PARTS:
+        if lin.bias is not None or lin.weight.shape[1] % DOWN_PARTS or not lin.weight.is_contiguous():
             return 1
     return DOWN_PARTS
 
