@@ -11,7 +11,8 @@ parts of its input (decoder.partial_down, summed in the add's kernel); and the t
 Each GEMM is timed in one CUDA graph (the decode step's setting: no launch cost between kernels) as one call per
 layer, each on that layer's own weights as a decode step reads them (more copies where a layer's weights would fit
 in the L2 cache; the LM head: 20 calls on its one weight), best of 10 replays, as microseconds per call and the TB/s
-at which it reads its weights. Attention is timed over 10 eager calls of forward + backward, as ms and TFLOP/s (causal: half the score matrix, backward 2.5x the forward).
+at which it reads its weights. Attention is timed over 10 eager calls of forward + backward, as ms and TFLOP/s
+(causal: half the score matrix, backward 2.5x the forward).
 """
 
 import argparse

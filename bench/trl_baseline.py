@@ -73,7 +73,7 @@ def trl_step(model_dir: Path, system: str, new: int, steps: int, micro: int, con
                           callbacks=[Clock()])
     model = trainer.model
 
-    def timed(generate):  # TRL's rollouts: its own calls of the model's generate (or generate_batch) in the step
+    def clocked(generate):  # TRL's rollouts: its own calls of the model's generate (or generate_batch) in the step
         def call(*a, **kw):
             sync()
             t = time.perf_counter()
@@ -84,7 +84,7 @@ def trl_step(model_dir: Path, system: str, new: int, steps: int, micro: int, con
                 times[-1]["generate"] += time.perf_counter() - t
         return call
 
-    model.generate, model.generate_batch = timed(model.generate), timed(model.generate_batch)
+    model.generate, model.generate_batch = clocked(model.generate), clocked(model.generate_batch)
     if on_gpu:
         torch.cuda.reset_peak_memory_stats()
     trainer.train()
@@ -123,8 +123,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp())
     system = save_arch(args.arch, work)
     r = trl_step(work / "model", system, args.new_tokens, args.steps, args.micro, args.continuous_batching)
-    print(f"TRL GRPO step{' (continuous batching)' if args.continuous_batching else ''}, {args.arch} on {device_name()}, 16 prompts x 8, ~128 + {args.new_tokens} tokens, micro-batch "
-          f"{args.micro}: {r['step']:.2f} s (generate {r['generate']:.2f}, the rest {r['train']:.2f}; "
+    how = " (continuous batching)" if args.continuous_batching else ""
+    print(f"TRL GRPO step{how}, {args.arch} on {device_name()}, 16 prompts x 8, ~128 + {args.new_tokens} tokens, "
+          f"micro-batch {args.micro}: {r['step']:.2f} s (generate {r['generate']:.2f}, the rest {r['train']:.2f}; "
           f"{r['tokens'] / r['generate']:,.0f} generated tok/s; peak {r['peak']:.1f} GiB; {r['steps']} steps)")
 
 

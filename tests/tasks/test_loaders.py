@@ -148,11 +148,11 @@ def test_the_arith_warm_up_hides_the_operations_it_is_told_to():
 def test_the_arith_expected_outputs_are_what_each_operations_program_prints():
     """The tests' expected outputs come from plain functions (not eval of the program text, which cost a second of
     every default start): each equals what the operation's program line computes."""
-    from execrl.tasks.arith import OPS, VALUE, outputs
+    from execrl.tasks.arith import OPS, VALUE, printed
 
-    inputs = ["3 7\n", "-50 99\n", "12 -4\n", "0 0\n"]
+    pairs = [(3, 7), (-50, 99), (12, -4), (0, 0)]
     for op, expr in OPS.items():
         want = [f"{eval(expr, {'a': a, 'b': b, 'max': max, 'min': min, 'abs': abs})}\n"  # noqa: S307
-                for a, b in (map(int, line.split()) for line in inputs)]
-        assert outputs(op, inputs) == want
+                for a, b in pairs]
+        assert printed(op, pairs) == want
     assert set(VALUE) == set(OPS)

@@ -195,9 +195,8 @@ class CachedDecoder:
                 return arch.experts(layer, h)
             if "up" in groups:  # an MLP without a gate (StarCoder2)
                 return linear("down", self.act(linear("up", h)))
-            if parts > 1:
-                return partial_down(glu(linear("gate_up", h)), base_layer(groups["down"][0]).weight, parts)
-            return linear("down", glu(linear("gate_up", h)))
+            a = glu(linear("gate_up", h))
+            return partial_down(a, base_layer(groups["down"][0]).weight, parts) if parts > 1 else linear("down", a)
 
         terms = arch.block(layer, x, attention, mlp)
         if not isinstance(terms, tuple):  # (a tensor would unpack along its batch: a silent wrong answer)

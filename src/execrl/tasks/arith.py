@@ -82,11 +82,6 @@ def program(op: str) -> str:
 PROGRAMS = {op: program(op) for op in OPS}
 
 
-def outputs(op: str, inputs: list[str]) -> list[str]:
-    """What the program of `op` prints for each input line."""
-    return printed(op, [tuple(map(int, line.split())) for line in inputs])
-
-
 def printed(op: str, pairs: list[tuple[int, int]]) -> list[str]:
     """What the program of `op` prints for each (a, b) (every start makes ~26K of these: kept cheap)."""
     value = VALUE[op]
