@@ -203,7 +203,8 @@ def section_step(arch: str, rows: list, backends: list[str], steps: int, compile
             trl_row(arch, rows, work, system, new, steps, min(micro_execrl, 32), backend == "trl-cb")
             continue
         precision.PURE_LOW_PRECISION = backend == "execrl (pure bf16)"
-        label, backend = backend, backend.split()[0]
+        rows_only = backend == "execrl-rows"  # each sample its own row: its group's prompt forwarded with it
+        label, backend = ("execrl (a row per sample)", "execrl") if rows_only else (backend, backend.split()[0])
         n_steps = steps if backend == "execrl" else 2
         micro = micro_execrl if backend == "execrl" else min(micro_execrl, 32)  # transformers' generate takes room
         log_dir = work / label.replace(" ", "_")
@@ -215,7 +216,8 @@ def section_step(arch: str, rows: list, backends: list[str], steps: int, compile
                      f"policy.generation.max_new_tokens={new}",
                      "policy.generation.ignore_eos=true", f"policy.generation.backend={backend}",
                      f"prompt.system_prompt={system}", *QUIET, f"logger.log_dir={log_dir}",
-                     "policy.optimizer.kwargs.lr=1e-6", f"policy.activation_checkpointing={checkpointing}"]
+                     "policy.optimizer.kwargs.lr=1e-6", f"policy.activation_checkpointing={checkpointing}",
+                     f"policy.shared_prompts={not rows_only}"]
         if not compile_all or backend != "execrl":
             overrides += NO_COMPILE
         fresh_peak()
@@ -225,10 +227,12 @@ def section_step(arch: str, rows: list, backends: list[str], steps: int, compile
         med = {k: statistics.median(m[k] for m in warm) for k in ("time/generate", "time/grade", "time/train")}
         total = sum(med.values())
         tokens = statistics.median(m["train/completion_len_mean"] for m in warm) * 128
+        mismatch = statistics.median(m.get("train/logprob_mismatch", float("nan")) for m in warm)
         rows.append([arch, f"{label}, micro-batch {micro}", f"{total:.2f}", f"{med['time/generate']:.2f}", f"{med['time/grade']:.2f}",
                      f"{med['time/train']:.2f}", f"{tokens / med['time/generate']:,.0f}", f"{peak_gib():.1f}",
                      f"{len(warm)} steps" + (", compiled" if compiled and backend == "execrl" else "")
-                     + (", activation checkpointing" if checkpointing else "")])
+                     + (", activation checkpointing" if checkpointing else "")
+                     + (f", engine vs trainer {mismatch:.4f}" if backend == "execrl" else "")])
     precision.PURE_LOW_PRECISION = False
 
 
@@ -249,6 +253,17 @@ def trl_row(arch: str, rows: list, work: Path, system: str, new: int, steps: int
                  f"{r['tokens'] / r['generate']:,.0f}", f"{r['peak']:.1f}", f"{r['steps']} steps"])
 
 
+def shared_ratio(rows: list) -> str | None:
+    """The step with each group's prompt forwarded once against a row per sample, where both ran."""
+    shared = [r for r in rows if r[1].startswith("execrl,")]
+    alone = [r for r in rows if r[1].startswith("execrl (a row per sample)")]
+    if not shared or not alone:
+        return None
+    (a, b) = shared[0], alone[0]
+    return (f"each group's prompt forwarded once: train phase {float(b[5]) / float(a[5]):.2f}x, step "
+            f"{float(b[2]) / float(a[2]):.2f}x against a row per sample, in this run")
+
+
 def trl_ratio(rows: list) -> str | None:
     """execrl's step against TRL's, where both ran: the same run's ratio."""
     ours = [float(r[2]) for r in rows if r[1].startswith("execrl,")]
@@ -263,8 +278,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sections", default="rollout,check,train,step")
     ap.add_argument("--archs", default="qwen2.5-0.5b,qwen2.5-1.5b")
-    ap.add_argument("--step-backends", default="execrl,transformers", help="step section: of execrl, transformers, "
-                    "trl (TRL's step with transformers generate), trl-cb (TRL with continuous batching)")
+    ap.add_argument("--step-backends", default="execrl,transformers", help="step section: of execrl, execrl-rows "
+                    "(each sample its own row in training: policy.shared_prompts=false), transformers, trl (TRL's step "
+                    "with transformers generate), trl-cb (TRL with continuous batching)")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--prompts", type=int, default=256, help="rollout section: sequences generated at once")
     ap.add_argument("--new-tokens", type=int, default=256, help="rollout and step sections: new tokens forced")
@@ -305,9 +321,9 @@ def main() -> None:
                          args.new_tokens, args.activation_checkpointing)
         table(f"GRPO step (execrl train): 16 prompts x 8, ~128 + {args.new_tokens} tokens",
               ["arch", "backend", "step s", "generate s", "grade s", "train s", "gen tok/s", "peak GiB", "note"], rows)
-        ratio = trl_ratio([r for r in rows if r[0] == archs[0]])
-        if ratio:
-            print(ratio)
+        for ratio in (trl_ratio([r for r in rows if r[0] == archs[0]]), shared_ratio(rows)):
+            if ratio:
+                print(ratio)
 
 
 if __name__ == "__main__":

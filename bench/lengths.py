@@ -27,6 +27,7 @@ from common import ARCHS, build, device_name, timed
 from execrl.config.batch import Split
 from execrl.rollout import RolloutEngine, SamplingParams, attention
 from execrl.rollout.engine import MIN_ROWS
+from execrl.trainer.shared_prompt import group_parts
 
 PROMPT = 128
 
@@ -44,6 +45,18 @@ def padding(lengths: list[int], parts: list[list[int]]) -> float:
     """The share of padded positions when each micro-batch is padded to its longest sequence."""
     padded = sum(len(p) * max(lengths[i] for i in p) for p in parts)
     return 1 - sum(lengths) / padded
+
+
+def layer_tokens(lengths: list[int], micro: int, group: int) -> tuple[int, int]:
+    """(rows, packed): the tokens a training pass runs through each layer, in micro-batches of `micro` rows
+    sorted by length and padded to each one's longest (policy.shared_prompts=false), and with each group's
+    prompt once, its samples' completions after it (trainer/shared_prompt.py, the default)."""
+    seqs = [PROMPT + x for x in lengths]
+    rows = sum(len(p) * max(seqs[i] for i in p) for p in Split(micro).parts(seqs, range(len(seqs))))
+    parts = group_parts(seqs, range(len(seqs)), group, micro, None, None)
+    packed = sum(-(-len(p) // group) * max(PROMPT + sum(lengths[j] for j in p[i:i + group])
+                                           for i in range(0, len(p), group)) for p in parts)
+    return rows, packed
 
 
 def run(engine: RolloutEngine, prompts: list[list[int]], budgets: list[int]) -> tuple[float, int]:
@@ -92,6 +105,7 @@ def main() -> None:
     ap.add_argument("--tail-positions", type=int, nargs="+", default=[0, 1024, 512, 256],
                     help="the tail's positions per program to compare (0: the tail unsplit)")
     ap.add_argument("--micro", type=int, default=8, help="training micro-batch (sequences)")
+    ap.add_argument("--group", type=int, default=8, help="samples per prompt (grpo.num_generations_per_prompt)")
     args = ap.parse_args()
 
     model, tok = build(args.arch)
@@ -100,8 +114,9 @@ def main() -> None:
     print(f"{args.arch} on {device_name()}, torch {torch.__version__}: {PROMPT}-token prompts, completions log-normal "
           f"(mean {args.mean} before the cap of {args.max}), {args.slots} slots")
     print("| batch | samples | mean / median / max tokens | engine tok/s | forced to the mean, tok/s | ratio | decode "
-          "batch full | without refill | ms per decode step (forced) | padding: sorted | in order | by tokens |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "batch full | without refill | ms per decode step (forced) | padding: sorted | in order | by tokens | "
+          f"layer tokens, each group's prompt once / rows sorted (groups of {args.group}) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     forced_at = {}  # samples -> (seconds, steps) forced to the mean (every slot busy throughout: rows do not matter)
     batches = [("a GRPO step", args.slots, False), ("a GRPO step, every slot's row in each step", args.slots, True),
                ("refilled", args.samples, False), ("refilled, every slot's row", args.samples, True)]
@@ -121,10 +136,11 @@ def main() -> None:
         sorted_pad = padding(seqs, Split(args.micro).parts(seqs, rows))
         in_order = padding(seqs, [list(rows[i:i + args.micro]) for i in range(0, n, args.micro)])
         by_tokens = padding(seqs, Split(args.micro, tokens=budget).parts(seqs, rows))
+        as_rows, packed = layer_tokens(lengths, args.micro, args.group)
         print(f"| {name} | {n} | {mean} / {statistics.median(lengths):.0f} / {max(lengths)} | {rate:,.0f} | "
               f"{forced:,.0f} | {rate / forced:.2f} | {sum(lengths) / (steps * args.slots):.0%} | "
               f"{static_fullness(lengths, args.slots):.0%} | {1e3 * seconds / steps:.2f} ({1e3 * forced_s / forced_steps:.2f})"
-              f" | {sorted_pad:.0%} | {in_order:.0%} | {by_tokens:.0%} |")
+              f" | {sorted_pad:.0%} | {in_order:.0%} | {by_tokens:.0%} | {packed:,} / {as_rows:,} = {packed / as_rows:.2f} |")
     # what a decode step costs with few slots live: a few samples run to --max while the rest end after one token,
     # against every slot running to --max (the tail of a real-length step, where the longest few decode alone);
     # the few-live case once per split of each slot's positions (attention.tail_splits): off, then the runs' lengths

@@ -3,10 +3,12 @@ backward of per-token logprobs over right-padded rows with the padding mask agai
 (trainer/step.py take); the chunked LM head with the compiled torch ops and bf16 weight-gradient products against
 the one-pass kernels (algo/head_kernels.py) and the fp32 GEMM (algo/logprobs.py); the bf16 copy's refresh from the
 fp32 master tensor by tensor against one foreach copy (trainer/precision.py); and AdamW's foreach step against the
-fused kernel (trainer/optim.py, GPU).
+fused kernel (trainer/optim.py, GPU); and a training pass with a row per sample against each group's prompt
+forwarded once (trainer/shared_prompt.py).
 
     python bench/trainer_parts.py --arch qwen2.5-0.5b --rows 128 --prompt 128 --new 256
     python bench/trainer_parts.py --arch qwen2.5-1.5b --rows 16 --prompt 128 --new 4096   # a long trace's micro-batch
+    python bench/trainer_parts.py --arch qwen2.5-1.5b --rows 128 --new 4096 --lengths lognormal --micro 8 --parts shared
     python bench/trainer_parts.py --arch tiny --rows 8 --prompt 16 --new 32               # CPU smoke
 """
 
@@ -120,21 +122,80 @@ def optimizer_rows(master: list[torch.Tensor]) -> list:
              f"{foreach / fused:.2f}x", f"{sum(m.numel() for m in master) / 1e9:.2f}B parameters"]]
 
 
+def shared_rows(model, args) -> list:
+    """A training pass (forward + backward over every micro-batch of --micro) of --rows samples in groups of
+    --group, each group's prompt --prompt tokens and its completions --lengths: a row per sample sorted by length
+    (policy.shared_prompts=false) against each group's prompt forwarded once (trainer/shared_prompt.py)."""
+    from lengths import draw_lengths
+
+    from execrl.config.batch import Split
+    from execrl.trainer.step import TrainBatch, micro_batches, packed_rows, take
+
+    g = torch.Generator().manual_seed(0)
+    if args.lengths == "lognormal":
+        new = draw_lengths(args.rows, args.mean, args.new, seed=args.rows)
+    else:
+        new = [int(args.new * (0.25 + 0.75 * torch.rand(1, generator=g).item())) for _ in range(args.rows)]
+    width = args.prompt + max(new)
+    ids = torch.zeros(args.rows, width, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    loss = torch.zeros(args.rows, width - 1)
+    for i, n in enumerate(new):
+        if i % args.group == 0:
+            prompt = torch.randint(3, 259, (args.prompt,), generator=g)
+        ids[i, :args.prompt + n] = torch.cat([prompt, torch.randint(3, 259, (n,), generator=g)])
+        attn[i, :args.prompt + n] = 1
+        loss[i, args.prompt - 1:args.prompt + n - 1] = 1
+    data = TrainBatch(ids, attn, loss, torch.zeros(args.rows), group_size=args.group,
+                      prompt_lens=torch.full((args.rows,), args.prompt))
+    split = Split(args.micro or args.rows)
+    adv = torch.randn(args.rows, width - 1, device=DEVICE)
+    counted = {}
+
+    def run(share: bool):
+        def one_pass():
+            tokens = 0
+            for rows in micro_batches(data, range(args.rows), split, share):
+                ids, attn, mask, idx, _ = take(data, rows, DEVICE)
+                packed = packed_rows(data, rows, DEVICE) if share else None
+                tokens += ids.numel() if packed is None else packed.ids.numel()
+                logp = token_logprobs(model, ids, attn, mask > 0, packed=packed)[0]
+                (logp * adv[idx.to(DEVICE), :logp.shape[1]]).sum().backward()
+            model.zero_grad(set_to_none=True)
+            counted[share] = tokens
+        return one_pass
+
+    rows_s, shared_s = median_time(run(False)), median_time(run(True))
+    return [[f"a training pass, {args.rows} samples in groups of {args.group}, micro-batches of {split.sequences}",
+             f"a row per sample, sorted: {rows_s * 1000:.1f} ms ({counted[False]:,} layer tokens)",
+             f"each group's prompt once: {shared_s * 1000:.1f} ms ({counted[True]:,} layer tokens)",
+             f"{rows_s / shared_s:.2f}x", f"{int(attn.sum()):,} tokens"]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", default="qwen2.5-0.5b")
     ap.add_argument("--rows", type=int, default=128)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=256)
+    ap.add_argument("--parts", default="attention,head,refresh,shared")
+    ap.add_argument("--group", type=int, default=8, help="shared: samples per prompt")
+    ap.add_argument("--micro", type=int, default=None, help="shared: micro-batch (default: --rows)")
+    ap.add_argument("--lengths", choices=["uniform", "lognormal"], default="uniform",
+                    help="shared: completions between --new / 4 and --new, or log-normal (mean --mean, at most --new)")
+    ap.add_argument("--mean", type=int, default=1024)
     args = ap.parse_args()
+    parts = args.parts.split(",")
     model, _ = build(args.arch)
     model.train()
     if DEVICE == "cuda":
         compile_layers(model, None)
     ids, attn, select = batch(args.rows, args.prompt, args.new, model.config.vocab_size)
-    rows = attention_rows(model, ids, attn, select) + head_rows(model, select)
+    rows = attention_rows(model, ids, attn, select) if "attention" in parts else []
+    rows += head_rows(model, select) if "head" in parts else []
+    rows += shared_rows(model, args) if "shared" in parts else []
     model.eval()
-    rows += refresh_rows(model)
+    rows += refresh_rows(model) if "refresh" in parts else []
     sync()
     table(f"{args.arch}, {args.rows} rows x ({args.prompt} + up to {args.new}) tokens, {DEVICE}",
           ["part", "before", "now", "ratio", ""], rows)

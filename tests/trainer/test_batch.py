@@ -29,7 +29,8 @@ def test_the_batch_is_the_trajectories_row_by_row():
              Trajectory([5], [Segment([20, 21, 22, 23], True, [-0.3, -0.2, -0.7, -2.0])]),
              Trajectory([1, 2], [Segment([30], True, [-0.9])], truncated=True)]
     valid = [True, False, True]  # the sandbox failed on the second: out of the loss
-    rollouts = SimpleNamespace(trajectories=trajs, rewards=[SimpleNamespace(valid=v) for v in valid])
+    rollouts = SimpleNamespace(trajectories=trajs, rewards=[SimpleNamespace(valid=v) for v in valid],
+                               group_size=1)
     batch = build_batch(rollouts, torch.zeros(3), 0, overlong_filtering=True)  # the third is truncated: out too
     kept = [True, False, False]
     ids, attn, mask, sampler = by_row(trajs, kept, 0)

@@ -31,9 +31,10 @@ def test_dynamic_batching_gives_the_gradient_of_fixed_micro_batches(tmp_path, mo
     seen = []
     real = Split.parts
     monkeypatch.setattr(Split, "parts", lambda self, lengths, rows: seen.append(self) or real(self, lengths, rows))
-    _, fixed = run(tmp_path, "fixed", "grpo.max_num_steps=2", "checkpointing.enabled=false")
+    rows = "policy.shared_prompts=false"  # (micro-batches of rows; with groups packed: test_shared_prompt.py)
+    _, fixed = run(tmp_path, "fixed", "grpo.max_num_steps=2", "checkpointing.enabled=false", rows)
     seen.clear()
-    _, dyn = run(tmp_path, "dyn", "grpo.max_num_steps=2", "checkpointing.enabled=false",
+    _, dyn = run(tmp_path, "dyn", "grpo.max_num_steps=2", "checkpointing.enabled=false", rows,
                  "policy.dynamic_batching.enabled=true", "policy.dynamic_batching.train_mb_tokens=256",
                  "policy.dynamic_batching.sequence_length_round=16")
     assert any(s.tokens == 256 for s in seen)

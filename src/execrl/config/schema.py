@@ -156,6 +156,10 @@ class PolicyConfig(Section):
                                                   "rotary and activations; compiling takes a minute at the start; "
                                                   "falls back to eager where compilation fails)")
     activation_checkpointing: bool = Field(False, description="recompute activations in backward to save memory")
+    shared_prompts: bool = Field(True, description="training and scoring forward each group's prompt once, its "
+                                 "samples packed after it, where the model's attention is causal SDPA (no sliding "
+                                 "window); the same logprobs up to rounding, fewer tokens through every layer. "
+                                 "false: one row per sample")
     dynamic_batching: DynamicBatchingConfig = Field(default_factory=DynamicBatchingConfig, description="micro-batches "
                                                     "by tokens (NeMo RL's keys)")
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping by global norm")

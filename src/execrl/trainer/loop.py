@@ -23,7 +23,7 @@ from execrl.trainer import checkpoint, memory, startup
 from execrl.trainer import distributed as dist
 from execrl.trainer.rollouts import episode_means, episode_sums, prompt_seeds, rollout_rows, sampling
 from execrl.trainer.setup import Run, build_run, console
-from execrl.trainer.step import advantages, build_batch, optimize, sampler_filter, score_tokens
+from execrl.trainer.step import advantages, build_batch, optimize, sampler_filter, score_tokens, sharing
 from execrl.trainer.warmup import sft_warmup
 
 MAX_NAN_STEPS = 3
@@ -136,12 +136,14 @@ def train_step(run: Run, rollouts) -> dict:
     with memory.phase("scoring", cfg):
         if run.plan.optimizer_steps_per_rollout > 1:  # later optimizer steps need the logprobs as this step began
             batch.old_logprobs = score_tokens(run.weights.compute, batch, run.plan.score_split, temperature,
-                                              sampler_filter(cfg))
+                                              sampler_filter(cfg), share=sharing(cfg, run.weights.compute))
         if run.ref_model is not None:
-            batch.ref_logprobs = score_tokens(run.ref_model, batch, run.plan.score_split, temperature)
+            batch.ref_logprobs = score_tokens(run.ref_model, batch, run.plan.score_split, temperature,
+                                              share=sharing(cfg, run.ref_model))
         elif run.lora is not None and cfg.loss_fn.reference_policy_kl_penalty > 0:  # the base: the adapters off
             with base_only(run.lora.peft_model):
-                batch.ref_logprobs = score_tokens(run.weights.compute, batch, run.plan.score_split, temperature)
+                batch.ref_logprobs = score_tokens(run.weights.compute, batch, run.plan.score_split, temperature,
+                                                  share=sharing(cfg, run.weights.compute))
     per_step = cfg.policy.scheduler.per_grpo_step  # NeMo RL's torch schedulers count GRPO steps
     stats = optimize(run.weights, run.optimizer, None if per_step else run.scheduler, batch, cfg, run.plan)
     if per_step:

@@ -35,6 +35,7 @@ from execrl.trainer.optim import make_optimizer
 from execrl.trainer.pipeline import RolloutPipeline, build_pipeline
 from execrl.trainer.policy import build_policy
 from execrl.trainer.rollouts import EpisodeRunner, encode_all
+from execrl.trainer.step import sharing_note
 
 console = Console(stderr=True, soft_wrap=True)
 
@@ -124,6 +125,9 @@ def build_run(cfg: MasterConfig) -> Run:
     if gpu and (cfg.policy.torch_compile or cfg.policy.generation.compile):
         warm_compile_workers()  # ready by the first compilation
     policy = build_policy(cfg)
+    note = sharing_note(cfg, policy.weights.compute, plan.train_split)
+    if note and dist.is_main():
+        console.print(note, markup=False, highlight=False)
     train, val, refs = training_data(cfg, policy.tokenizer)
     optimizer = make_optimizer(policy.weights, cfg.policy.optimizer.name, cfg.policy.optimizer.kwargs)
     slots = engine_slots(cfg)  # (start() checked that the processes are the config's GPUs)

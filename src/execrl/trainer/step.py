@@ -22,6 +22,7 @@ from execrl.trainer import distributed as dist
 from execrl.trainer import memory
 from execrl.trainer.precision import Weights
 from execrl.trainer.rollouts import Rollouts
+from execrl.trainer.shared_prompt import Packed, group_parts, pack, shareable
 
 
 @dataclass
@@ -40,6 +41,8 @@ class TrainBatch:
     # same masks
     kept: torch.Tensor | None = None  # [N] bool: the samples in the loss (NeMo RL's sample_mask): valid, not
     # overlong-filtered; None: those with loss tokens
+    prompt_lens: torch.Tensor | None = None  # [N] each row's prompt tokens: with group_size, what a group shares
+    group_size: int = 1  # rows [i*G, (i+1)*G) are one prompt's samples
 
 
 def advantages(rollouts: Rollouts, cfg: MasterConfig, baselines: RoleBaselines | None = None
@@ -95,7 +98,9 @@ def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_fil
     for (i, at, _), masks in zip(turns, masks_of([(seg.guide, seg.ids) for _, _, seg in turns])):
         guided.setdefault(i, []).append((at, masks))
     return TrainBatch(ids, attn, mask, adv, sampler_logprobs=sampler, guided=guided or None,
-                      kept=torch.tensor(kept, dtype=torch.bool))
+                      kept=torch.tensor(kept, dtype=torch.bool),
+                      prompt_lens=torch.tensor([len(t.prompt_ids) for t in trajs], dtype=torch.long),
+                      group_size=rollouts.group_size)
 
 
 def flat(lists, dtype: torch.dtype) -> torch.Tensor:
@@ -124,21 +129,30 @@ def sampler_filter(cfg: MasterConfig) -> tuple[int | None, float] | None:
 
 def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor | None, select: torch.Tensor,
                    temperature: float = 1.0, allowed: torch.Tensor | None = None,
-                   top: tuple[int | None, float] | None = None, unfiltered: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+                   top: tuple[int | None, float] | None = None, unfiltered: bool = False,
+                   packed: Packed | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """log pi(token_{t+1} | tokens_<=t) under softmax(logits / temperature), its entropy, and (with
     `unfiltered`) the logprob without the top filter, at the positions in `select` [B, L-1] (zeros
     elsewhere): three [B, L-1] (the last None unless asked for). The LM head runs only there, in
     chunks. `attn` [B, L]: the attention mask (None: the causal one alone, for right-padded rows:
     take). `allowed` [B, L-1, W] (guided decoding's bitmasks): the distribution restricted to the
     tokens the sampler allowed; `top` (top_k, top_p): filtered by the sampler's filter and
-    renormalized."""
+    renormalized. `packed`: the same rows packed, each group's prompt once (trainer/shared_prompt.py):
+    forwarded so, the same numbers up to rounding."""
     select = select.bool()
     targets = ids[:, 1:][select]  # [N]
     allowed = None if allowed is None else allowed[select]  # [N, W]
     head = model.get_output_embeddings()
     raw = None
     if getattr(head, "bias", None) is None and getattr(model.config, "final_logit_softcapping", None) is None:
-        hidden = final_hidden(model, ids, attn)[:, :-1][select]  # [N, d]
+        if packed is None:
+            hidden = final_hidden(model, ids, attn)[:, :-1][select]  # [N, d]
+        else:
+            # (a mask of ones: transformers then makes none, and reads no packing into the positions)
+            hidden = final_hidden(model, packed.ids, torch.ones_like(packed.ids, dtype=torch.bool),
+                                  position_ids=packed.positions, execrl_gather=packed.gather,
+                                  execrl_scatter=packed.scatter)  # [G, Lp, d]
+            hidden = hidden.flatten(0, 1)[packed.source[select]]  # [N, d]
         # (Granite divides its logits by logits_scaling: a temperature of its own)
         scaled = temperature * (getattr(model.config, "logits_scaling", None) or 1.0)
         logp, entropy = token_logprobs_from_hidden(hidden, head.weight, targets, scaled, allowed=allowed,
@@ -146,6 +160,7 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor | None, select: 
         if unfiltered:
             raw = token_logprobs_from_hidden(hidden, head.weight, targets, scaled, allowed=allowed)[0]
     else:  # heads with a bias or soft-capping: the model's own logits
+        assert packed is None, "shareable() keeps packed rows from heads with a bias or soft-capping"
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1][select].float() / temperature
         if allowed is not None:
             logits = restrict(logits, allowed)
@@ -159,11 +174,11 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor | None, select: 
     return zeros.masked_scatter(select, logp), zeros.masked_scatter(select, entropy), spread
 
 
-def final_hidden(model, ids: torch.Tensor, attn: torch.Tensor | None) -> torch.Tensor:
+def final_hidden(model, ids: torch.Tensor, attn: torch.Tensor | None, **inputs) -> torch.Tensor:
     """The decoder's output after the final norm [B, L, d], from the model's own forward with the LM
     head applied at no position. Through forward, not the decoder alone, because FSDP hooks forward:
     a sharded model gathers its embeddings, final norm and head there (and keeps them gathered for
-    the head's use and the backward)."""
+    the head's use and the backward). `inputs`: more of forward's arguments."""
     out = {}
 
     def keep(_module, _args, output) -> None:  # returns None: the output goes on unchanged
@@ -172,16 +187,64 @@ def final_hidden(model, ids: torch.Tensor, attn: torch.Tensor | None) -> torch.T
     hook = model.get_decoder().register_forward_hook(keep)
     try:
         model(input_ids=ids, attention_mask=attn, use_cache=False,
-              logits_to_keep=torch.empty(0, dtype=torch.long, device=ids.device))
+              logits_to_keep=torch.empty(0, dtype=torch.long, device=ids.device), **inputs)
     finally:
         hook.remove()
     return out["hidden"]
 
 
-def micro_batches(batch: TrainBatch, rows: range, split: Split) -> list[list[int]]:
+def micro_batches(batch: TrainBatch, rows: range, split: Split, share: bool = False) -> list[list[int]]:
     """Rows of similar length together, by count or by tokens (any split gives the same gradient:
-    normalizers are global)."""
-    return split.parts(batch.attention_mask.sum(1).tolist(), rows)
+    normalizers are global); with `share`, whole groups (or one group's samples) together where the
+    split allows, each group's prompt then forwarded once (packed_rows)."""
+    lengths = batch.attention_mask.sum(1).tolist()
+    if share and batch.prompt_lens is not None:
+        k, prompts = batch.group_size, batch.prompt_lens.tolist()
+
+        def width(group: list[int]) -> int:  # a group's packed row: its prompt, then its completions
+            tokens = prompts[group[0]] + sum(lengths[i] - prompts[i] for i in group)
+            return -(-tokens // split.round_to) * split.round_to
+
+        parts = group_parts(lengths, rows, k, split.sequences, split.tokens, width)
+        if parts is not None:
+            return parts
+    return split.parts(lengths, rows)
+
+
+def packed_rows(batch: TrainBatch, rows: list[int], device) -> Packed | None:
+    """The micro-batch's rows packed, each group's prompt once (trainer/shared_prompt.py), on the
+    device; None where its rows share no prompt (or packing saves no tokens)."""
+    if batch.prompt_lens is None:
+        return None
+    idx = torch.tensor(rows)
+    lengths = batch.attention_mask[idx].sum(1)
+    width = int(lengths.max())
+    if not right_padded(batch.attention_mask[idx, :width]):
+        return None
+    packed = pack(batch.input_ids[idx, :width], lengths, batch.prompt_lens[idx], min(batch.group_size, len(rows)))
+    return None if packed is None else packed.to(device)
+
+
+def sharing(cfg: MasterConfig, model) -> bool:
+    """Whether this run's passes pack each group's prompt once: policy.shared_prompts, where the
+    model's attention allows it."""
+    return cfg.policy.shared_prompts and shareable(model)
+
+
+def sharing_note(cfg: MasterConfig, model, split: Split) -> str | None:
+    """The start-up's line on policy.shared_prompts: where it is on, whether training packs each
+    group's prompt once, and if not, why."""
+    k = cfg.grpo.num_generations_per_prompt
+    if not cfg.policy.shared_prompts or k < 2:
+        return None
+    if not shareable(model):
+        return (f"training: a row per sample ({model.config.model_type}'s attention, with sliding windows, "
+                "soft-capping or other than transformers' SDPA, takes no packed rows: policy.shared_prompts)")
+    if split.tokens is None and split.sequences % k and k % split.sequences:
+        return (f"training: a row per sample: micro-batches of {split.sequences} split groups of {k} unevenly; "
+                f"a multiple or a divisor of {k} forwards each group's prompt once (policy.shared_prompts)")
+    return ("training: each group's prompt forwarded once, its samples packed after it" +
+            (" where a group fits the token budget" if split.tokens is not None else "") + " (policy.shared_prompts)")
 
 
 def take(batch: TrainBatch, rows: list[int], device
@@ -224,15 +287,17 @@ def idle_pass(model, device) -> None:
 
 @torch.no_grad()
 def score_tokens(model, batch: TrainBatch, split: Split, temperature: float,
-                 top: tuple[int | None, float] | None = None) -> torch.Tensor:
+                 top: tuple[int | None, float] | None = None, share: bool = False) -> torch.Tensor:
     """Each token's logprob [N, L-1] (no gradient), under the sampler's filter `top` (None:
-    unfiltered)."""
+    unfiltered); `share`: each group's prompt forwarded once."""
     device = next(model.parameters()).device
     out = torch.zeros_like(batch.loss_mask)
     with dist.full_weights(model):  # a sharded model: gathered once for all micro-batches
-        for rows in micro_batches(batch, range(len(batch.input_ids)), split):
+        for rows in micro_batches(batch, range(len(batch.input_ids)), split, share):
             ids, attn, mask, idx, allowed = take(batch, rows, device)
-            out[idx, :mask.shape[1]] = token_logprobs(model, ids, attn, mask > 0, temperature, allowed, top)[0].cpu()
+            packed = packed_rows(batch, rows, device) if share else None
+            out[idx, :mask.shape[1]] = token_logprobs(model, ids, attn, mask > 0, temperature, allowed, top,
+                                                      packed=packed)[0].cpu()
     return out
 
 
@@ -251,6 +316,7 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
     if batch.sampler_logprobs is not None:  # the engine against the trainer, logged every step (async or not)
         averaged += ("logprob_mismatch", "sampler_kl", "is_weight", "is_truncated_frac")
         stats.update(dict.fromkeys(averaged[4:], 0.0))
+    share = sharing(cfg, model)
     model.train()
     steps = plan.optimizer_steps_per_rollout
     mine = len(batch.input_ids) // steps  # this rank's rows of each optimizer batch: whole groups, maybe none
@@ -267,7 +333,7 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
         # the step's loss and metrics summed on the device, in float64 (the numbers Python floats gave):
         # read once after the micro-batches, not with a sync after each backward
         sums = torch.zeros(2 + len(averaged), dtype=torch.float64, device=device)  # loss, entropy, *averaged
-        parts = micro_batches(batch, rows, plan.train_split)
+        parts = micro_batches(batch, rows, plan.train_split, share)
         # every rank makes as many passes (FSDP gathers and reduces in them): one with fewer groups
         # (or, by tokens, shorter samples) idles in step
         passes = dist.max_int(len(parts))
@@ -280,7 +346,8 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
             with memory.phase("training", cfg):
                 ids, attn, mask, idx, allowed = take(batch, parts[i], device)
                 logp, entropy, raw = token_logprobs(model, ids, attn, mask > 0, temperature, allowed, top,
-                                                    unfiltered=kl)
+                                                    unfiltered=kl,
+                                                    packed=packed_rows(batch, parts[i], device) if share else None)
                 width = mask.shape[1]
                 # the proximal policy: the weights as this step began (one optimizer step: the
                 # current ones, detached)
@@ -293,9 +360,9 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
                                             is_correction=correct)
                 loss.backward()
                 weights.accumulate_grads()
-            share = mask.sum().double() / max(num_tokens, 1.0)
+            part = mask.sum().double() / max(num_tokens, 1.0)
             sums += torch.stack([loss.detach().double(), (entropy * mask).sum().double() / max(num_tokens, 1.0) / steps,
-                                 *(metrics[name].to(device, torch.float64) * share / steps for name in averaged)])
+                                 *(metrics[name].to(device, torch.float64) * part / steps for name in averaged)])
         grad_norm = dist.total_norm(weights.clip(cfg.policy.max_grad_norm))
         step_loss, entropy_part, *averaged_parts = sums.tolist()
         stats["entropy"] += entropy_part

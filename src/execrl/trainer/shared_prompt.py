@@ -1,0 +1,199 @@
+"""A group's prompt forwarded once in training, not once per sample.
+
+The G samples of a GRPO group begin with the same prompt. Scored row by row, every layer runs that
+prompt G times; here a micro-batch of whole groups (or of one group's samples) becomes one packed row
+per group:
+
+    [prompt | completion 1 | completion 2 | ... | completion k]   each completion's positions continuing
+                                                                  the prompt's
+
+and attention, the one place where the samples meet, gathers for each sample the sequence [prompt,
+its completion], runs transformers' SDPA on those sequences with the causal mask alone (sorted by
+length, a few buckets of like lengths, each right-padded to its longest) and scatters the outputs
+back: the prompt's from the group's first sample. Every other op works on
+the packed tokens, so the GEMMs, norms and activations see each prompt token once. The logprobs and
+gradients are those of the row-by-row forward up to rounding (tests/trainer/test_shared_prompt.py).
+
+It applies where the model's attention is transformers' SDPA with the causal mask alone (no sliding
+window, soft-capping or sinks) and its head has no bias or soft-capping; elsewhere, and where packing
+saves no tokens, rows go as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from execrl.rollout.generic import EXTRAS, sdpa_configs
+from execrl.rollout.models.layers import sliding_window
+
+BUCKETS = 4  # attention over the samples' sequences sorted by length, in this many SDPA calls at most
+
+
+@dataclass
+class Packed:
+    """One micro-batch's rows, k samples of each of G groups, packed: each group's row its prompt,
+    then its samples' completions back to back (Lp tokens: the longest group's). Attention runs over
+    the samples' sequences [prompt, completion] sorted by length, in buckets of like lengths, each
+    right-padded to its longest (S_i)."""
+    ids: torch.Tensor  # [G, Lp]
+    positions: torch.Tensor  # [G, Lp] each token's position in its own sample
+    gather: list[torch.Tensor]  # per bucket [n_i, S_i]: its sequences' tokens, as flat indices into [G*Lp]
+    scatter: torch.Tensor  # [G*Lp] the attention output of each packed token: a flat index into the buckets'
+    # outputs one after the other ([sum of n_i x S_i])
+    source: torch.Tensor  # [b, W-1] the packed token whose hidden state predicts row r's token t+1, flat into [G*Lp]
+
+    def to(self, device) -> Packed:
+        return Packed(self.ids.to(device), self.positions.to(device), [t.to(device) for t in self.gather],
+                      self.scatter.to(device), self.source.to(device))
+
+
+def pack(ids: torch.Tensor, lengths: torch.Tensor, prompts: torch.Tensor, k: int) -> Packed | None:
+    """The packed form of right-padded rows ids [b, W] (each of `lengths` [b] tokens, its prompt the
+    first `prompts` [b]), where each k consecutive rows share their prompt; None where they do not, or
+    where packing saves no tokens."""
+    b, w = ids.shape
+    if k < 2 or b % k:
+        return None
+    g = b // k
+    first = prompts.view(g, k)[:, 0]  # [G]
+    if not bool((prompts.view(g, k) == first[:, None]).all()):
+        return None
+    in_prompt = torch.arange(w)[None] < prompts[:, None]  # [b, W]
+    if not bool(((ids.view(g, k, w) == ids.view(g, k, w)[:, :1]) | ~in_prompt.view(g, k, w)).all()):
+        return None
+    done = lengths - prompts  # [b] each completion's tokens
+    ends = first[:, None] + done.view(g, k).cumsum(1)  # [G, k] where each completion ends in its group's row
+    lp, c = int(ends[:, -1].max()), int(done.max())
+    s = int(first.max()) + c
+    if c < 1 or g * lp >= b * w:
+        return None
+    rows = torch.arange(b)
+    base = (rows // k) * lp  # [b] each row's packed row, flat
+    slot = base + (ends.view(-1) - done)  # [b] the flat start of each row's completion
+
+    flat_ids = torch.zeros(g * lp, dtype=ids.dtype)
+    flat_pos = torch.zeros(g * lp, dtype=torch.long)
+    head = torch.arange(g) * k  # [G] each group's first row
+    x = torch.arange(int(first.max()))[None]  # [1, P]
+    prompt = x < first[:, None]  # [G, P]
+    at = (torch.arange(g) * lp)[:, None] + x  # [G, P] flat packed positions of the prompts
+    flat_ids[at[prompt]] = ids[head][:, :x.shape[1]][prompt]
+    flat_pos[at[prompt]] = x.expand(g, -1)[prompt]
+    u = torch.arange(c)[None]  # [1, C]
+    own = u < done[:, None]  # [b, C]
+    flat_ids[(slot[:, None] + u)[own]] = ids[rows[:, None], (prompts[:, None] + u).clamp(max=w - 1)][own]
+    flat_pos[(slot[:, None] + u)[own]] = (prompts[:, None] + u)[own]
+
+    sq = torch.arange(s)[None]  # [1, S]
+    last = slot + done - 1  # [b] each sequence's last token (the prompt's, where the completion is empty)
+    gather = torch.where(sq < prompts[:, None], base[:, None] + sq,
+                         torch.minimum(slot[:, None] + sq - prompts[:, None], last[:, None]))  # [b, S]
+    scatter = (head * s)[:, None].repeat_interleave(lp, 1).reshape(-1) + s - 1  # [G*Lp] padding: any output
+    scatter[at[prompt]] = ((head * s)[:, None] + x).expand(g, -1)[prompt]  # the prompt: the first sample's
+    scatter[(slot[:, None] + u)[own]] = (rows[:, None] * s + prompts[:, None] + u)[own]
+    tw = torch.arange(w - 1)[None]  # [1, W-1]
+    source = torch.where(tw < prompts[:, None], base[:, None] + tw,
+                         torch.minimum(slot[:, None] + tw - prompts[:, None], last[:, None]))  # [b, W-1]
+    # buckets: the sequences sorted by length, split into BUCKETS runs of like lengths (padding
+    # each to its run's longest, not to the micro-batch's: real lengths vary 10x within a group),
+    # or one run where that saves attention less than a quarter of its work (each SDPA call costs)
+    order = torch.sort(lengths, stable=True).indices
+    buckets = [run for run in torch.tensor_split(order, min(BUCKETS, b)) if len(run)]
+    work = sum(len(run) * int(lengths[run].max()) ** 2 for run in buckets)  # attention's query-key pairs, x2
+    if b * int(lengths.max()) ** 2 <= 1.25 * work:
+        buckets = [order]
+    where = torch.zeros(b, dtype=torch.long)  # each row's sequence's first output in the buckets' outputs
+    offset = 0
+    for run in buckets:
+        width = int(lengths[run].max())
+        where[run] = offset + torch.arange(len(run)) * width
+        offset += len(run) * width
+    row, at_s = scatter // s, scatter % s
+    scatter = where[row] + torch.minimum(at_s, lengths[row] - 1)
+    gather = [gather[run, :int(lengths[run].max())] for run in buckets]
+    return Packed(flat_ids.view(g, lp), flat_pos.view(g, lp), gather, scatter, source)
+
+
+def shared_prompt_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
+                            scaling: float | None = None, execrl_gather=None, execrl_scatter=None, **kwargs):
+    """transformers' attention interface over packed rows: query [G, Hq, Lp, D], key and value [G,
+    Hkv, Lp, D] -> [G, Lp, Hq, Dv]."""
+    extra = [name for name in (*EXTRAS, "sliding_window") if kwargs.get(name) is not None]
+    if extra or not getattr(module, "is_causal", True) or execrl_gather is None:
+        raise ValueError(f"this model's attention ({', '.join(extra) or 'not causal'}) is not the causal SDPA "
+                         "that a shared prompt's packed rows need: set policy.shared_prompts=false")
+    g, lp, hq = query.shape[0], query.shape[2], query.shape[1]
+    q, k, v = (x.transpose(1, 2).reshape(g * lp, x.shape[1], x.shape[3]) for x in (query, key, value))  # [G*Lp, H, D]
+    outs = []
+    for at in execrl_gather:  # [n, S] each bucket's sequences, right-padded
+        out, _ = sdpa_attention_forward(module, *(x[at].transpose(1, 2) for x in (q, k, v)), None, dropout=dropout,
+                                        scaling=scaling, is_causal=True)  # [n, S, Hq, Dv]
+        outs.append(out.reshape(-1, hq, out.shape[3]))
+    return torch.cat(outs)[execrl_scatter].view(g, lp, hq, -1), None
+
+
+SDPA = ALL_ATTENTION_FUNCTIONS["sdpa"]  # transformers' own
+
+
+def sdpa_or_packed(module, query, key, value, attention_mask, *args, execrl_gather=None, execrl_scatter=None,
+                   **kwargs):
+    """transformers' SDPA, or over packed rows where the forward was given their layout. Registered
+    as "sdpa" itself rather than under a name of its own that a pass would switch to: activation
+    checkpointing recomputes a layer's forward in the backward, after any switch is undone, with the
+    same arguments, and this sees them there too."""
+    if execrl_gather is None:
+        return SDPA(module, query, key, value, attention_mask, *args, **kwargs)
+    return shared_prompt_attention(module, query, key, value, attention_mask, *args, execrl_gather=execrl_gather,
+                                   execrl_scatter=execrl_scatter, **kwargs)
+
+
+AttentionInterface.register("sdpa", sdpa_or_packed)
+
+
+def shareable(model) -> bool:
+    """Whether packed rows give this model's logprobs: causal SDPA attention in every layer, no
+    sliding window, no attention or final soft-capping, a head without a bias."""
+    cfg = model.config
+    configs = sdpa_configs(cfg)
+    head = model.get_output_embeddings()
+    return (cfg in configs and len(configs) == 1 and getattr(head, "bias", None) is None
+            and getattr(cfg, "final_logit_softcapping", None) is None
+            and getattr(cfg, "attn_logit_softcapping", None) is None
+            and all(sliding_window(cfg, i) is None for i in range(cfg.num_hidden_layers)))
+
+
+def group_parts(lengths: list[int], rows: range, k: int, sequences: int, tokens: int | None,
+                packed_width) -> list[list[int]] | None:
+    """Micro-batches of whole groups (k consecutive rows each), or of one group's samples `sequences`
+    at a time where a micro-batch holds fewer than a group; by tokens: groups together while their
+    packed rows fit in `tokens` (packed_width(rows) -> a group's packed row's tokens). None where
+    neither applies: the rows then go as Split.parts makes them."""
+    if k < 2 or rows.start % k or len(rows) % k:
+        return None
+    groups = [list(range(i, i + k)) for i in range(rows.start, rows.stop, k)]
+    groups.sort(key=lambda grp: sum(lengths[i] for i in grp))  # like lengths together: less padding
+    if tokens is not None:
+        widths = [packed_width(grp) for grp in groups]
+        if max(widths) > tokens:
+            return None
+        parts: list[list[int]] = []
+        width = 0
+        for grp, wd in zip(groups, widths):
+            if parts and (len(parts[-1]) // k + 1) * max(width, wd) <= tokens:
+                parts[-1] += grp
+                width = max(width, wd)
+            else:
+                parts.append(list(grp))
+                width = wd
+        return parts
+    if sequences % k == 0:
+        per = sequences // k
+        return [sum(groups[i:i + per], []) for i in range(0, len(groups), per)]
+    if k % sequences == 0:
+        return [grp[i:i + sequences] for grp in groups for i in range(0, k, sequences)]
+    return None
