@@ -124,7 +124,17 @@ def test_grpo_step_bench_runs_on_cpu():
     steps = {r[1]: r for r in table_rows(out, "tiny") if "micro-batch" in r[1]}
     assert set(steps) == {"execrl, micro-batch 16", "transformers, micro-batch 16",
                           "execrl (pure bf16), micro-batch 16"}
-    assert all(float(r[2]) > 0 and r[-1] == "1 steps, activation checkpointing" for r in steps.values())
+    assert all(float(r[2]) > 0 and r[-1].startswith("1 steps, activation checkpointing") for r in steps.values())
+    assert "engine vs trainer" in steps["execrl, micro-batch 16"][-1]
+
+
+@pytest.mark.slow
+def test_grpo_step_bench_sets_packed_prompts_beside_a_row_per_sample_on_cpu():
+    out = run("bench/grpo_step.py", "--archs", "tiny", "--sections", "step", "--step-backends", "execrl,execrl-rows",
+              "--new-tokens", "16", "--steps", "2", "--micro", "16", "--no-compile")
+    steps = {r[1] for r in table_rows(out, "tiny")}
+    assert steps == {"execrl, micro-batch 16", "execrl (a row per sample), micro-batch 16"}
+    assert "each group's prompt forwarded once: train phase" in out
 
 
 @pytest.mark.slow
@@ -186,6 +196,7 @@ def test_lengths_bench_runs_on_cpu():
     for r in rows:
         assert float(r[3].replace(",", "")) > 0 and 0 < float(r[6].strip(" %")) <= 100
         assert float(r[8].split("(")[0]) > 0  # ms per decode step
+        assert 0 < float(r[12].split("=")[1]) < 1  # each group's prompt once: fewer layer tokens than rows
     assert "ms per decode step to 24 tokens, all 8 slots live" in out
     tails = [line.split(":") for line in out.splitlines() if line.startswith("  ") and "positions" in line
              or line.startswith("  unsplit:")]
@@ -247,7 +258,7 @@ def test_fused_decode_bench_runs_on_cpu():
 def test_trainer_parts_bench_runs_on_cpu():
     out = run("bench/trainer_parts.py", "--arch", "tiny", "--rows", "8", "--prompt", "16", "--new", "32")
     for part in ("logprobs forward + backward, right-padded rows", "chunked LM head, forward + backward",
-                 "bf16 copy from the fp32 master"):
+                 "bf16 copy from the fp32 master", "a training pass, 8 samples in groups of 8, micro-batches of 8"):
         assert f"| {part} |" in out
 
 

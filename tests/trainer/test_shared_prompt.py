@@ -110,6 +110,23 @@ def test_packed_rows_give_each_rows_logprobs_and_gradients(case, tok):
     assert model.config._attn_implementation == "sdpa"  # restored after the packed pass
 
 
+def test_activation_checkpointing_recomputes_the_packed_attention(tok):
+    """The backward recomputes each layer's forward after token_logprobs returned: it must see the packed layout
+    there too (the same gradients as the rows')."""
+    model = build("qwen2", tok).train()
+    model.gradient_checkpointing_enable()
+    ids, lengths, prompts = grouped_rows([9, 6], [[5, 2, 8], [3, 7, 1]], 3, len(tok), tok.pad_token_id)
+    select = torch.zeros(6, ids.shape[1] - 1, dtype=torch.bool)
+    for r in range(6):
+        select[r, int(prompts[r]) - 1:int(lengths[r]) - 1] = True
+    grads = []
+    for packed in (None, pack(ids, lengths, prompts, 3)):
+        model.zero_grad()
+        token_logprobs(model, ids, None, select, packed=packed)[0].sum().backward()
+        grads.append(torch.cat([q.grad.flatten() for q in model.parameters() if q.grad is not None]))
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-4, rtol=1e-4)
+
+
 def test_attention_the_packed_rows_cannot_express_is_refused():
     q = torch.zeros(1, 2, 4, 8)
     with pytest.raises(ValueError, match="policy.shared_prompts=false"):

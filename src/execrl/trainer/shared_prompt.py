@@ -10,9 +10,9 @@ per group:
 and attention, the one place where the samples meet, gathers for each sample the sequence [prompt,
 its completion], runs transformers' SDPA on those sequences with the causal mask alone (sorted by
 length, a few buckets of like lengths, each right-padded to its longest) and scatters the outputs
-back: the prompt's from the group's first sample. Every other op works on
-the packed tokens, so the GEMMs, norms and activations see each prompt token once. The logprobs and
-gradients are those of the row-by-row forward up to rounding (tests/trainer/test_shared_prompt.py).
+back: the prompt's from the group's first sample. Every other op works on the packed tokens, so the
+GEMMs, norms and activations see each prompt token once. The logprobs and gradients are those of the
+row-by-row forward up to rounding (tests/trainer/test_shared_prompt.py).
 
 It applies where the model's attention is transformers' SDPA with the causal mask alone (no sliding
 window, soft-capping or sinks) and its head has no bias or soft-capping; elsewhere, and where packing
@@ -99,24 +99,31 @@ def pack(ids: torch.Tensor, lengths: torch.Tensor, prompts: torch.Tensor, k: int
     tw = torch.arange(w - 1)[None]  # [1, W-1]
     source = torch.where(tw < prompts[:, None], base[:, None] + tw,
                          torch.minimum(slot[:, None] + tw - prompts[:, None], last[:, None]))  # [b, W-1]
-    # buckets: the sequences sorted by length, split into BUCKETS runs of like lengths (padding
-    # each to its run's longest, not to the micro-batch's: real lengths vary 10x within a group),
-    # or one run where that saves attention less than a quarter of its work (each SDPA call costs)
+    gather, scatter = bucketed(gather, scatter, lengths, s)
+    return Packed(flat_ids.view(g, lp), flat_pos.view(g, lp), gather, scatter, source)
+
+
+def bucketed(gather: torch.Tensor, scatter: torch.Tensor, lengths: torch.Tensor, s: int
+             ) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """The sequences (gather [b, S], each of `lengths` [b] tokens) sorted by length and split into
+    BUCKETS runs of like lengths, each padded to its own longest rather than the micro-batch's (real
+    lengths vary 10x within a group); one run where that saves attention less than a quarter of its
+    work (each SDPA call costs). Returns each run's gather [n_i, S_i], and `scatter` (flat indices
+    into [b*S]) as flat indices into the runs' outputs one after the other."""
+    b = len(lengths)
     order = torch.sort(lengths, stable=True).indices
-    buckets = [run for run in torch.tensor_split(order, min(BUCKETS, b)) if len(run)]
-    work = sum(len(run) * int(lengths[run].max()) ** 2 for run in buckets)  # attention's query-key pairs, x2
+    runs = [run for run in torch.tensor_split(order, min(BUCKETS, b)) if len(run)]
+    work = sum(len(run) * int(lengths[run].max()) ** 2 for run in runs)  # attention's query-key pairs, x2
     if b * int(lengths.max()) ** 2 <= 1.25 * work:
-        buckets = [order]
-    where = torch.zeros(b, dtype=torch.long)  # each row's sequence's first output in the buckets' outputs
+        runs = [order]
+    where = torch.zeros(b, dtype=torch.long)  # each sequence's first output in the runs' outputs
     offset = 0
-    for run in buckets:
+    for run in runs:
         width = int(lengths[run].max())
         where[run] = offset + torch.arange(len(run)) * width
         offset += len(run) * width
-    row, at_s = scatter // s, scatter % s
-    scatter = where[row] + torch.minimum(at_s, lengths[row] - 1)
-    gather = [gather[run, :int(lengths[run].max())] for run in buckets]
-    return Packed(flat_ids.view(g, lp), flat_pos.view(g, lp), gather, scatter, source)
+    row, at = scatter // s, scatter % s
+    return [gather[run, :int(lengths[run].max())] for run in runs], where[row] + torch.minimum(at, lengths[row] - 1)
 
 
 def shared_prompt_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
