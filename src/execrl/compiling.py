@@ -12,6 +12,13 @@ def compile_settings() -> None:
 
     dynamo_config.suppress_errors = True
     dynamo_config.specialize_float = True
+    # one code object serves every decoder layer (its module's parameters are inputs), in a version
+    # per kind of pass: rows or packed prompts (trainer/shared_prompt.py: 1 or 4 attention calls),
+    # with gradients or without (scoring, the reference model): past torch's 8 the rest run eager
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), 16))
+            break
 
 
 def warm_compile_workers() -> None:

@@ -127,6 +127,41 @@ def test_activation_checkpointing_recomputes_the_packed_attention(tok):
     torch.testing.assert_close(grads[1], grads[0], atol=1e-4, rtol=1e-4)
 
 
+def test_families_outside_the_engines_and_dropout_are_not_packed(tok):
+    """Packing needs every position-mixing op to be the attention it replaces: Falcon calls SDPA itself, hybrid
+    models carry a convolution or recurrent state across positions; and dropout would give a group's samples one
+    mask over their prompt. Only the engine's families (rollout/models/), without dropout, are packed."""
+    from transformers import AutoModelForCausalLM, FalconConfig
+
+    falcon = AutoModelForCausalLM.from_config(FalconConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2,
+                                                           num_attention_heads=4), attn_implementation="sdpa")
+    assert not shareable(falcon)
+    model = build("qwen2", tok)
+    model.config.attention_dropout = 0.1
+    assert not shareable(model)
+
+
+def test_a_token_budget_counts_each_samples_sequence_and_groups_without_one_prompt_go_as_rows():
+    from execrl.config.batch import Split
+
+    ids, lengths, prompts = grouped_rows([100, 100], [[10] * 4, [10] * 4], 4, 300)
+    attn = torch.ones_like(ids)
+    batch = TrainBatch(ids, attn, torch.zeros(8, 109), torch.zeros(8), prompt_lens=prompts, group_size=4)
+    assert micro_batches(batch, range(8), Split(1, tokens=440), share=True) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert micro_batches(batch, range(8), Split(1, tokens=300), share=True) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    seats = batch.input_ids.clone()
+    seats[1, 0] += 1  # a game's seats: each sample its own prompt
+    mixed = TrainBatch(seats, attn, torch.zeros(8, 109), torch.zeros(8), prompt_lens=prompts, group_size=4)
+    parts = micro_batches(mixed, range(8), Split(1, tokens=440), share=True)
+    assert all(len(p) * 110 <= 440 for p in parts)  # as rows: within the budget
+    assert packed_rows(mixed, [0, 1, 2, 3], "cpu") is None
+
+
+def test_attention_runs_in_one_call_or_four():
+    ids, lengths, prompts = grouped_rows([5], [[1, 30, 2]], 3, 100)  # 3 sequences: never fewer than 4 in 2 or 3 calls
+    assert len(pack(ids, lengths, prompts, 3).gather) == 1
+
+
 def test_attention_the_packed_rows_cannot_express_is_refused():
     q = torch.zeros(1, 2, 4, 8)
     with pytest.raises(ValueError, match="policy.shared_prompts=false"):
@@ -158,8 +193,8 @@ def test_the_start_up_says_whether_prompts_are_shared_and_why_not(tok):
     assert "each group's prompt forwarded once" in sharing_note(cfg, qwen, Split(16))
     assert "each group's prompt forwarded once" in sharing_note(cfg, qwen, Split(4))  # half a group
     assert "split groups of 8 unevenly" in sharing_note(cfg, qwen, Split(12))
-    assert "where a group fits the token budget" in sharing_note(cfg, qwen, Split(1, tokens=4096))
-    assert "mistral's attention" in sharing_note(cfg, sliding, Split(16))
+    assert "and a group fits the token budget" in sharing_note(cfg, qwen, Split(1, tokens=4096))
+    assert "a row per sample (mistral: packed rows need" in sharing_note(cfg, sliding, Split(16))
     off = load_config(None, ["grpo.num_generations_per_prompt=8", "policy.shared_prompts=false"])
     assert sharing_note(off, qwen, Split(16)) is None
 

@@ -29,6 +29,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from execrl.rollout.generic import EXTRAS, sdpa_configs
+from execrl.rollout.models import REGISTRY
 from execrl.rollout.models.layers import sliding_window
 
 BUCKETS = 4  # attention over the samples' sequences sorted by length, in this many SDPA calls at most
@@ -112,10 +113,10 @@ def bucketed(gather: torch.Tensor, scatter: torch.Tensor, lengths: torch.Tensor,
     into [b*S]) as flat indices into the runs' outputs one after the other."""
     b = len(lengths)
     order = torch.sort(lengths, stable=True).indices
-    runs = [run for run in torch.tensor_split(order, min(BUCKETS, b)) if len(run)]
+    runs = list(torch.tensor_split(order, BUCKETS)) if b >= BUCKETS else [order]
     work = sum(len(run) * int(lengths[run].max()) ** 2 for run in runs)  # attention's query-key pairs, x2
     if b * int(lengths.max()) ** 2 <= 1.25 * work:
-        runs = [order]
+        runs = [order]  # (1 or BUCKETS runs, no other count: each is one more compiled version of every layer)
     where = torch.zeros(b, dtype=torch.long)  # each sequence's first output in the runs' outputs
     offset = 0
     for run in runs:
@@ -144,7 +145,7 @@ def shared_prompt_attention(module, query, key, value, attention_mask, dropout: 
     return torch.cat(outs)[execrl_scatter].view(g, lp, hq, -1), None
 
 
-SDPA = ALL_ATTENTION_FUNCTIONS["sdpa"]  # transformers' own
+SDPA = getattr(ALL_ATTENTION_FUNCTIONS["sdpa"], "sdpa", ALL_ATTENTION_FUNCTIONS["sdpa"])  # transformers' own
 
 
 def sdpa_or_packed(module, query, key, value, attention_mask, *args, execrl_gather=None, execrl_scatter=None,
@@ -159,33 +160,44 @@ def sdpa_or_packed(module, query, key, value, attention_mask, *args, execrl_gath
                                    execrl_scatter=execrl_scatter, **kwargs)
 
 
+sdpa_or_packed.sdpa = SDPA  # (what it wraps: a second import of this module wraps that, not itself)
 AttentionInterface.register("sdpa", sdpa_or_packed)
 
 
+DROPOUTS = ("attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop",
+            "hidden_dropout_prob", "attention_probs_dropout_prob")
+
+
 def shareable(model) -> bool:
-    """Whether packed rows give this model's logprobs: causal SDPA attention in every layer, no
-    sliding window, no attention or final soft-capping, a head without a bias."""
+    """Whether packed rows give this model's logprobs: a family whose layers execrl's engine knows
+    one by one (rollout/models/: attention through transformers' attention functions, nothing else
+    mixing positions, where a family of the generic path may have its own SDPA call, a convolution
+    or a recurrent state that would run across the packed samples), causal SDPA attention in every
+    layer, no sliding window, no attention or final soft-capping, a head without a bias, and no
+    dropout (the samples would share the prompt's dropout mask)."""
     cfg = model.config
     configs = sdpa_configs(cfg)
     head = model.get_output_embeddings()
-    return (cfg in configs and len(configs) == 1 and getattr(head, "bias", None) is None
+    return (getattr(cfg, "model_type", None) in REGISTRY and cfg in configs and len(configs) == 1
+            and getattr(head, "bias", None) is None
             and getattr(cfg, "final_logit_softcapping", None) is None
             and getattr(cfg, "attn_logit_softcapping", None) is None
+            and not any(getattr(cfg, name, 0) or 0 for name in DROPOUTS)
             and all(sliding_window(cfg, i) is None for i in range(cfg.num_hidden_layers)))
 
 
 def group_parts(lengths: list[int], rows: range, k: int, sequences: int, tokens: int | None,
-                packed_width) -> list[list[int]] | None:
+                width) -> list[list[int]] | None:
     """Micro-batches of whole groups (k consecutive rows each), or of one group's samples `sequences`
-    at a time where a micro-batch holds fewer than a group; by tokens: groups together while their
-    packed rows fit in `tokens` (packed_width(rows) -> a group's packed row's tokens). None where
-    neither applies: the rows then go as Split.parts makes them."""
+    at a time where a micro-batch holds fewer than a group; by tokens: groups together while they
+    fit in `tokens` (width(rows) -> a group's tokens). None where neither applies: the rows then go
+    as Split.parts makes them."""
     if k < 2 or rows.start % k or len(rows) % k:
         return None
     groups = [list(range(i, i + k)) for i in range(rows.start, rows.stop, k)]
     groups.sort(key=lambda grp: sum(lengths[i] for i in grp))  # like lengths together: less padding
     if tokens is not None:
-        widths = [packed_width(grp) for grp in groups]
+        widths = [width(grp) for grp in groups]
         if max(widths) > tokens:
             return None
         parts: list[list[int]] = []

@@ -198,17 +198,30 @@ def micro_batches(batch: TrainBatch, rows: range, split: Split, share: bool = Fa
     normalizers are global); with `share`, whole groups (or one group's samples) together where the
     split allows, each group's prompt then forwarded once (packed_rows)."""
     lengths = batch.attention_mask.sum(1).tolist()
-    if share and batch.prompt_lens is not None:
-        k, prompts = batch.group_size, batch.prompt_lens.tolist()
+    if share and batch.prompt_lens is not None and prompts_shared(batch, rows):
+        def width(group: list[int]) -> int:
+            # a token budget counts each sample's whole sequence, as rows do: attention gathers them
+            # so, and the packed rows' other activations are fewer
+            return sum(-(-lengths[i] // split.round_to) * split.round_to for i in group)
 
-        def width(group: list[int]) -> int:  # a group's packed row: its prompt, then its completions
-            tokens = prompts[group[0]] + sum(lengths[i] - prompts[i] for i in group)
-            return -(-tokens // split.round_to) * split.round_to
-
-        parts = group_parts(lengths, rows, k, split.sequences, split.tokens, width)
+        parts = group_parts(lengths, rows, batch.group_size, split.sequences, split.tokens, width)
         if parts is not None:
             return parts
     return split.parts(lengths, rows)
+
+
+def prompts_shared(batch: TrainBatch, rows: range) -> bool:
+    """Whether each group of the rows begins with one prompt (self-play's seats, or turns an
+    opponent began, do not)."""
+    k, n = batch.group_size, len(rows)
+    if k < 2 or n % k:
+        return False
+    prompts = batch.prompt_lens[rows.start:rows.stop].view(-1, k)  # [groups, k]
+    if not bool((prompts == prompts[:, :1]).all()):
+        return False
+    ids = batch.input_ids[rows.start:rows.stop].view(n // k, k, -1)  # [groups, k, L]
+    in_prompt = torch.arange(ids.shape[2]) < prompts[..., None]  # [groups, k, L]
+    return bool(((ids == ids[:, :1]) | ~in_prompt).all())
 
 
 def packed_rows(batch: TrainBatch, rows: list[int], device) -> Packed | None:
@@ -238,13 +251,14 @@ def sharing_note(cfg: MasterConfig, model, split: Split) -> str | None:
     if not cfg.policy.shared_prompts or k < 2:
         return None
     if not shareable(model):
-        return (f"training: a row per sample ({model.config.model_type}'s attention, with sliding windows, "
-                "soft-capping or other than transformers' SDPA, takes no packed rows: policy.shared_prompts)")
+        return (f"training: a row per sample ({model.config.model_type}: packed rows need a family of "
+                "execrl/rollout/models/ with plain causal SDPA attention, no sliding windows, soft-capping or "
+                "dropout: policy.shared_prompts)")
     if split.tokens is None and split.sequences % k and k % split.sequences:
         return (f"training: a row per sample: micro-batches of {split.sequences} split groups of {k} unevenly; "
                 f"a multiple or a divisor of {k} forwards each group's prompt once (policy.shared_prompts)")
-    return ("training: each group's prompt forwarded once, its samples packed after it" +
-            (" where a group fits the token budget" if split.tokens is not None else "") + " (policy.shared_prompts)")
+    return ("training: each group's prompt forwarded once, its samples packed after it, where they share it" +
+            (" and a group fits the token budget" if split.tokens is not None else "") + " (policy.shared_prompts)")
 
 
 def take(batch: TrainBatch, rows: list[int], device
