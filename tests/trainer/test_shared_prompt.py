@@ -155,6 +155,7 @@ def test_a_token_budget_counts_each_samples_sequence_and_groups_without_one_prom
     parts = micro_batches(mixed, range(8), Split(1, tokens=440), share=True)
     assert all(len(p) * 110 <= 440 for p in parts)  # as rows: within the budget
     assert packed_rows(mixed, [0, 1, 2, 3], "cpu") is None
+    assert micro_batches(batch, range(8, 8), Split(4), share=True) == []  # a rank with no samples
 
 
 def test_attention_runs_in_one_call_or_four():

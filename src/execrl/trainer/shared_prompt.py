@@ -192,7 +192,7 @@ def group_parts(lengths: list[int], rows: range, k: int, sequences: int, tokens:
     at a time where a micro-batch holds fewer than a group; by tokens: groups together while they
     fit in `tokens` (width(rows) -> a group's tokens). None where neither applies: the rows then go
     as Split.parts makes them."""
-    if k < 2 or rows.start % k or len(rows) % k:
+    if k < 2 or not rows or rows.start % k or len(rows) % k:
         return None
     groups = [list(range(i, i + k)) for i in range(rows.start, rows.stop, k)]
     groups.sort(key=lambda grp: sum(lengths[i] for i in grp))  # like lengths together: less padding

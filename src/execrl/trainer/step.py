@@ -214,7 +214,7 @@ def prompts_shared(batch: TrainBatch, rows: range) -> bool:
     """Whether each group of the rows begins with one prompt (self-play's seats, or turns an
     opponent began, do not)."""
     k, n = batch.group_size, len(rows)
-    if k < 2 or n % k:
+    if k < 2 or n == 0 or n % k:  # (a rank may hold no samples: more GPUs than groups)
         return False
     prompts = batch.prompt_lens[rows.start:rows.stop].view(-1, k)  # [groups, k]
     if not bool((prompts == prompts[:, :1]).all()):
