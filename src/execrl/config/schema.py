@@ -157,9 +157,10 @@ class PolicyConfig(Section):
                                                   "falls back to eager where compilation fails)")
     activation_checkpointing: bool = Field(False, description="recompute activations in backward to save memory")
     shared_prompts: bool = Field(True, description="training and scoring forward each group's prompt once, its "
-                                 "samples packed after it, where the model's attention is causal SDPA (no sliding "
-                                 "window); the same logprobs up to rounding, fewer tokens through every layer. "
-                                 "false: one row per sample")
+                                 "samples packed after it, where the model is one of the engine's families with "
+                                 "causal SDPA attention (no sliding window, soft-capping or dropout); the same "
+                                 "logprobs up to rounding, fewer tokens through every layer. false: one row per "
+                                 "sample")
     dynamic_batching: DynamicBatchingConfig = Field(default_factory=DynamicBatchingConfig, description="micro-batches "
                                                     "by tokens (NeMo RL's keys)")
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping by global norm")

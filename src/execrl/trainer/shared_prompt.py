@@ -53,20 +53,35 @@ class Packed:
                       self.scatter.to(device), self.source.to(device))
 
 
+def one_prompt(ids: torch.Tensor, prompts: torch.Tensor, k: int) -> bool:
+    """Whether rows ids [b, W] come in groups of k consecutive rows (k >= 2), each group's rows
+    beginning with one prompt: the same `prompts` [b] tokens (self-play's seats, or turns an
+    opponent began, do not)."""
+    b, w = ids.shape
+    if k < 2 or b == 0 or b % k:  # (a rank may hold no samples: more GPUs than groups)
+        return False
+    grouped = prompts.view(-1, k)  # [G, k]
+    if not bool((grouped == grouped[:, :1]).all()):
+        return False
+    in_prompt = (torch.arange(w)[None] < prompts[:, None]).view(-1, k, w)  # [G, k, W]
+    rows = ids.view(-1, k, w)
+    return bool(((rows == rows[:, :1]) | ~in_prompt).all())
+
+
+def keeps_groups(sequences: int, k: int) -> bool:
+    """Whether micro-batches of `sequences` rows can each hold whole groups of k, or part of one."""
+    return sequences % k == 0 or k % sequences == 0
+
+
 def pack(ids: torch.Tensor, lengths: torch.Tensor, prompts: torch.Tensor, k: int) -> Packed | None:
     """The packed form of right-padded rows ids [b, W] (each of `lengths` [b] tokens, its prompt the
     first `prompts` [b]), where each k consecutive rows share their prompt; None where they do not, or
     where packing saves no tokens."""
     b, w = ids.shape
-    if k < 2 or b % k:
+    if not one_prompt(ids, prompts, k):
         return None
     g = b // k
     first = prompts.view(g, k)[:, 0]  # [G]
-    if not bool((prompts.view(g, k) == first[:, None]).all()):
-        return None
-    in_prompt = torch.arange(w)[None] < prompts[:, None]  # [b, W]
-    if not bool(((ids.view(g, k, w) == ids.view(g, k, w)[:, :1]) | ~in_prompt.view(g, k, w)).all()):
-        return None
     done = lengths - prompts  # [b] each completion's tokens
     ends = first[:, None] + done.view(g, k).cumsum(1)  # [G, k] where each completion ends in its group's row
     lp, c = int(ends[:, -1].max()), int(done.max())
@@ -210,9 +225,9 @@ def group_parts(lengths: list[int], rows: range, k: int, sequences: int, tokens:
                 parts.append(list(grp))
                 width = wd
         return parts
+    if not keeps_groups(sequences, k):
+        return None
     if sequences % k == 0:
         per = sequences // k
         return [sum(groups[i:i + per], []) for i in range(0, len(groups), per)]
-    if k % sequences == 0:
-        return [grp[i:i + sequences] for grp in groups for i in range(0, k, sequences)]
-    return None
+    return [grp[i:i + sequences] for grp in groups for i in range(0, k, sequences)]

@@ -22,7 +22,7 @@ from execrl.trainer import distributed as dist
 from execrl.trainer import memory
 from execrl.trainer.precision import Weights
 from execrl.trainer.rollouts import Rollouts
-from execrl.trainer.shared_prompt import Packed, group_parts, pack, shareable
+from execrl.trainer.shared_prompt import Packed, group_parts, keeps_groups, one_prompt, pack, shareable
 
 
 @dataclass
@@ -211,17 +211,9 @@ def micro_batches(batch: TrainBatch, rows: range, split: Split, share: bool = Fa
 
 
 def prompts_shared(batch: TrainBatch, rows: range) -> bool:
-    """Whether each group of the rows begins with one prompt (self-play's seats, or turns an
-    opponent began, do not)."""
-    k, n = batch.group_size, len(rows)
-    if k < 2 or n == 0 or n % k:  # (a rank may hold no samples: more GPUs than groups)
-        return False
-    prompts = batch.prompt_lens[rows.start:rows.stop].view(-1, k)  # [groups, k]
-    if not bool((prompts == prompts[:, :1]).all()):
-        return False
-    ids = batch.input_ids[rows.start:rows.stop].view(n // k, k, -1)  # [groups, k, L]
-    in_prompt = torch.arange(ids.shape[2]) < prompts[..., None]  # [groups, k, L]
-    return bool(((ids == ids[:, :1]) | ~in_prompt).all())
+    """Whether each group of the rows begins with one prompt (shared_prompt.one_prompt)."""
+    return one_prompt(batch.input_ids[rows.start:rows.stop], batch.prompt_lens[rows.start:rows.stop],
+                      batch.group_size)
 
 
 def packed_rows(batch: TrainBatch, rows: list[int], device) -> Packed | None:
@@ -254,7 +246,7 @@ def sharing_note(cfg: MasterConfig, model, split: Split) -> str | None:
         return (f"training: a row per sample ({model.config.model_type}: packed rows need a family of "
                 "execrl/rollout/models/ with plain causal SDPA attention, no sliding windows, soft-capping or "
                 "dropout: policy.shared_prompts)")
-    if split.tokens is None and split.sequences % k and k % split.sequences:
+    if split.tokens is None and not keeps_groups(split.sequences, k):
         return (f"training: a row per sample: micro-batches of {split.sequences} split groups of {k} unevenly; "
                 f"a multiple or a divisor of {k} forwards each group's prompt once (policy.shared_prompts)")
     return ("training: each group's prompt forwarded once, its samples packed after it, where they share it" +
