@@ -2,23 +2,53 @@
 tokens forced), one train phase after the first ones profiled (its top GPU kernels, their total against the phase's
 wall time, and the top host ops), and each train phase's wall time unprofiled.
 
+With `--whole`, the whole loop iteration of that step (from the end of the step before: its logging, the rollouts'
+generation and grading, the train phase) is profiled instead, and its time is split by where the host was when the
+GPU had nothing to run: the GPU's busy time against the wall, and its idle time under each part of the loop (the
+engine's admit / decode / harvest, building the batch, the optimizer, logging, ...), the largest gaps first.
+
     python bench/profile_train.py --arch qwen2.5-0.5b --micro 128
     python bench/profile_train.py --arch qwen2.5-1.5b --micro 32
+    python bench/profile_train.py --arch qwen2.5-0.5b --micro 128 --whole   # where the step's GPU waits
     python bench/profile_train.py --arch tiny --micro 16 --new 16 --steps 2   # CPU smoke: host ops only
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
+import gc
 import tempfile
 import time
 from pathlib import Path
 
+import torch
 from common import DEVICE, save_arch, step_overrides, sync
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, record_function
 
 from execrl.config import load_config
-from execrl.trainer import loop
+from execrl.rollout.engine import RolloutEngine
+from execrl.trainer import loop, pipeline, precision, rollouts, step
+
+# The parts of a loop iteration the whole-step profile names: (owner, attribute, label). Each is wrapped in a
+# record_function of its label; the GPU's idle time goes to the innermost one the host was in.
+PARTS = [(pipeline.RolloutPipeline, "next", "rollouts (pipeline.next)"),
+         (rollouts.EpisodeRunner, "start", "episodes (EpisodeRunner.start)"),
+         (RolloutEngine, "_admit", "engine admit (prefill)"),
+         (RolloutEngine, "_decode", "engine decode"),
+         (RolloutEngine, "_harvest", "engine harvest (host sync)"),
+         (loop, "train_step", "train_step"),
+         (loop, "advantages", "advantages"),
+         (loop, "build_batch", "build_batch"),
+         (loop, "optimize", "optimize"),
+         (step, "micro_batches", "micro_batches"),
+         (step, "take", "take (batch to device)"),
+         (step, "packed_rows", "packed_rows"),
+         (step, "token_logprobs", "token_logprobs (forward)"),
+         (precision.Weights, "accumulate_grads", "accumulate_grads"),
+         (precision.Weights, "clip", "clip (grad norm)"),
+         (precision.Weights, "step", "optimizer step"),
+         (loop, "log_step", "log_step")]
 
 
 def profiled(step: int, top: int):
@@ -56,6 +86,154 @@ def profiled(step: int, top: int):
     return train_step
 
 
+def labelled(fn, label: str):
+    def inner(*args, **kwargs):
+        with record_function(label):
+            return fn(*args, **kwargs)
+    return inner
+
+
+def union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted, merged [start, end) intervals."""
+    out: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def gaps(busy: list[tuple[float, float]], span: tuple[float, float]) -> list[tuple[float, float]]:
+    """The intervals of `span` that the merged `busy` intervals leave uncovered."""
+    out, at = [], span[0]
+    for a, b in busy:
+        if a > at:
+            out.append((at, min(a, span[1])))
+        at = max(at, b)
+    if at < span[1]:
+        out.append((at, span[1]))
+    return [(a, b) for a, b in out if b > a]
+
+
+def idle_by_part(idle: list[tuple[float, float]], parts: list[tuple[str, float, float]]) -> dict[str, float]:
+    """The `idle` intervals' time under each part (label, start, end; the innermost, i.e. the shortest, covering an
+    instant takes it; "(none)" where no part does), in the intervals' unit."""
+    cuts = sorted({x for _, a, b in parts for x in (a, b)})
+    out: dict[str, float] = {}
+    for a, b in idle:
+        points = [a] + [c for c in cuts if a < c < b] + [b]
+        for lo, hi in zip(points, points[1:]):
+            mid = (lo + hi) / 2
+            inside = [(e - s, label) for label, s, e in parts if s <= mid < e]
+            label = min(inside)[1] if inside else "(none)"
+            out[label] = out.get(label, 0.0) + hi - lo
+    return out
+
+
+def innermost_ops(idle: list[tuple[float, float]], ops: list[tuple[str, float, float]], every: float = 5.0
+                  ) -> dict[str, float]:
+    """The `idle` intervals' time by the innermost host op running then (ops: (name, start, end) of one thread,
+    properly nested), sampled every `every` units."""
+    ops = sorted(ops, key=lambda o: o[1])
+    starts = [o[1] for o in ops]
+    out: dict[str, float] = {}
+    for a, b in idle:
+        t = a + every / 2
+        while t < b:
+            name, i = "(no host op)", bisect.bisect_right(starts, t) - 1
+            while i >= 0 and t - starts[i] < 1e6:  # the latest-starting op that still runs at t is the innermost
+                if ops[i][2] > t:
+                    name = ops[i][0]
+                    break
+                i -= 1
+            out[name] = out.get(name, 0.0) + min(every, b - t + every / 2)
+            t += every
+    return out
+
+
+def collections_labelled():
+    """Python's garbage collections as a part of their own ("gc"), through gc's callbacks (returns the callback,
+    for gc.callbacks.remove)."""
+    held = []
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start":
+            held.append(torch.ops.profiler._record_function_enter_new("gc (Python's collector)", None))
+        elif held:
+            torch.ops.profiler._record_function_exit._RecordFunction(held.pop())
+
+    gc.callbacks.append(callback)
+    return callback
+
+
+def whole_step(step: int):
+    """The loop's iteration `step` profiled: from the end of train_step `step - 1` to the end of train_step
+    `step`; its GPU busy time and idle time by part (PARTS) printed."""
+    for owner, name, label in PARTS:
+        setattr(owner, name, labelled(getattr(owner, name), label))
+    real, calls, state = loop.train_step, [], {}
+
+    def train_step(run, rollouts):
+        calls.append(1)
+        out = real(run, rollouts)
+        sync()
+        if len(calls) == step - 1:
+            state["prof"] = profile(activities=[ProfilerActivity.CPU,
+                                                *([ProfilerActivity.CUDA] if DEVICE == "cuda" else [])])
+            state["prof"].__enter__()
+            state["gc"] = collections_labelled()
+            state["start"] = time.perf_counter()
+        elif len(calls) == step:
+            prof = state["prof"]
+            gc.callbacks.remove(state["gc"])
+            prof.__exit__(None, None, None)
+            report(prof, time.perf_counter() - state["start"], step)
+        return out
+
+    loop.train_step = train_step
+
+
+TOP_OPS = 25
+SHORT_US = 20.0  # an idle gap shorter than this is the GPU between kernels (a launch's latency), not the host
+
+
+def report(prof, wall: float, step: int) -> None:
+    events = prof.events()
+    labels = {label for _, _, label in PARTS} | {"gc (Python's collector)"}
+    host = [e for e in events if e.device_type.name == "CPU"]
+    named = {e.name for e in host}  # (a record_function's span shows on the GPU's timeline too: not a kernel)
+    parts = [(e.name, e.time_range.start, e.time_range.end) for e in host if e.name in labels]
+    kernels = [(e.time_range.start, e.time_range.end) for e in events if e.device_type.name == "CUDA"
+               and e.name not in named and e.time_range.end > e.time_range.start]
+    first = min((s for _, s, _ in parts), default=0.0)
+    last = max((e for _, _, e in parts), default=first)
+    idle = gaps(union(kernels), (first, last))
+    long = [(a, b) for a, b in idle if b - a >= SHORT_US]
+    short_us = sum(b - a for a, b in idle) - sum(b - a for a, b in long)
+    span_us = last - first
+    busy_us = span_us - sum(b - a for a, b in idle)
+    print(f"step {step}, whole iteration profiled: {wall:.3f} s wall, {span_us / 1e6:.3f} s from its first part to "
+          f"its last; GPU busy {busy_us / 1e6:.3f} s ({len(kernels)} kernels), idle between kernels (gaps < "
+          f"{SHORT_US:.0f} us) {short_us / 1e6:.3f} s, idle in {len(long)} longer gaps "
+          f"{sum(b - a for a, b in long) / 1e6:.3f} s")
+    took: dict[str, list[float]] = {}
+    for label, s, e in parts:
+        took.setdefault(label, []).append(e - s)
+    print(f"| part | calls | host time ms | GPU idle under it in gaps >= {SHORT_US:.0f} us (innermost part) ms |\n"
+          "|---|---:|---:|---:|")
+    under = idle_by_part(long, parts)
+    for label in sorted(set(took) | set(under), key=lambda k: -under.get(k, 0.0)):
+        spans = took.get(label, [])
+        print(f"| {label} | {len(spans)} | {sum(spans) / 1e3:.1f} | {under.get(label, 0.0) / 1e3:.1f} |")
+    main = next(e.thread for e in host if e.name == "train_step")
+    ops = innermost_ops(long, [(e.name, e.time_range.start, e.time_range.end) for e in host if e.thread == main])
+    print(f"\nthe host's innermost op (main thread) while the GPU idled in gaps >= {SHORT_US:.0f} us, top {TOP_OPS}\n"
+          "| op | GPU idle ms |\n|---|---:|")
+    for name, us in sorted(ops.items(), key=lambda kv: -kv[1])[:TOP_OPS]:
+        print(f"| {name[:100]} | {us / 1e3:.1f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", default="qwen2.5-0.5b")
@@ -63,10 +241,14 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=256, help="new tokens forced per sample")
     ap.add_argument("--steps", type=int, default=5, help="GRPO steps; the last but one's train phase is profiled")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--whole", action="store_true", help="profile the last but one step's whole loop iteration")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp())
     system = save_arch(args.arch, work)
-    loop.train_step = profiled(max(1, args.steps - 1), args.top)
+    if args.whole:
+        whole_step(max(2, args.steps - 1))
+    else:
+        loop.train_step = profiled(max(1, args.steps - 1), args.top)
     loop.train(load_config(None, step_overrides(work / "model", args.steps, args.micro, system, work / "log",
                                                 args.new)))
 

@@ -1,5 +1,7 @@
 """The start-up line: what a run compiled and captured before its steps ran at speed, from torch's own counters."""
 
+import re
+
 import torch
 
 from execrl.trainer import startup
@@ -88,11 +90,14 @@ def test_the_trainers_layers_compile_once_per_mask_kind_over_micro_batch_shapes(
     assert aot["total"] - aot_before.get("total", 0) == aot["ok"] - aot_before.get("ok", 0) == 2
 
 
-def test_prefills_ops_compile_once_for_every_batch_and_width_with_the_model_dims_constant():
-    """decoder.compile_prefill: rotary and act * mul generic in batch, heads (queries and keys) and prompt width from
-    the first compilation (one graph each over three prefills of other shapes), the same numbers as eager; the
-    model's other dimensions stay constants (symbolic ones made these kernels 2-6x slower on a GPU:
-    bench/README.md)."""
+def test_prefills_layer_compiles_once_for_every_batch_and_width_and_writes_the_caches_in_place():
+    """decoder.compile_prefill: one layer's code, generic in the prompts' count and width and the samples' count from
+    the first compilation (one graph over three prefills of other shapes, a prompt's samples in several slots), the
+    same logits and caches as eager; the caches written where they are (the write is an opaque op that declares them
+    mutated: no copy of a cache in the generated code), and the model's dimensions constants in it (symbolic ones
+    made prefill's kernels 2-6x slower on a GPU: bench/README.md)."""
+    from torch._inductor.utils import run_and_get_code
+
     from execrl.models import build_tiny_model, tiny_tokenizer
     from execrl.rollout.engine import compiled, make_decoder
 
@@ -101,9 +106,19 @@ def test_prefills_ops_compile_once_for_every_batch_and_width_with_the_model_dims
     eager, fused = make_decoder(model, 8, 64, False), make_decoder(model, 8, 64, False)
     fused.compile_prefill(compiled)
     before = graphs()
+    code = None
     for p, t in ((2, 9), (3, 17), (4, 5)):
         tokens = torch.randint(3, 200, (p, t))
-        args = (torch.full((p,), t), torch.arange(p), torch.arange(p))
+        args = (torch.full((p,), t), torch.arange(2 * p) % 8, torch.arange(2 * p) // 2)  # two slots per prompt
         with torch.no_grad():
-            torch.testing.assert_close(fused.prefill(tokens, *args), eager.prefill(tokens, *args))
-    assert graphs() - before == 2
+            if code is None:  # (the first call: the compilation's code)
+                got, code = run_and_get_code(fused.prefill, tokens, *args)
+                code = "\n".join(code)
+            else:
+                got = fused.prefill(tokens, *args)
+            torch.testing.assert_close(got, eager.prefill(tokens, *args))
+        for mine, theirs in zip(fused.k + fused.v, eager.k + eager.v):
+            torch.testing.assert_close(mine, theirs)
+    assert graphs() - before == 1
+    assert "torch.ops.execrl.write_prompts.default(" in code and "copy_" not in code and "clone" not in code
+    assert re.search(r"\(s\d+\*s\d+, 32\)", code)  # the GEMMs' rows prompts x width, symbols; hidden size 32, a constant

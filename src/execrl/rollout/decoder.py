@@ -87,6 +87,23 @@ def summed(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return out.sum(0).to(x.dtype) if out.dim() == x.dim() + 1 else out
 
 
+@torch.library.custom_op("execrl::write_prompts", mutates_args=("k_cache", "v_cache"))
+def write_prompts(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor,
+                  source: torch.Tensor) -> None:
+    """Prefill's cache writes: slot slots[n] of the caches [S, Hkv, L, D] takes prompt source[n]'s keys and values
+    k, v [P, Hkv, T, D] at positions [0, T). An opaque operator that declares the caches mutated, so that compiled,
+    it writes them where they are (as a graph's own index_put, the caches would be inputs mutated, and may be
+    copied whole)."""
+    t = k.shape[2]
+    k_cache[slots, :, :t] = k[source]
+    v_cache[slots, :, :t] = v[source]
+
+
+@write_prompts.register_fake
+def _(k_cache, v_cache, k, v, slots, source) -> None:
+    return None
+
+
 @dataclass(eq=False)
 class LayerParts:
     """What layer i's forward reads, as arguments rather than indices into per-layer lists: the compiled decode
@@ -131,27 +148,21 @@ class CachedDecoder:
         self.rows = torch.arange(slots, device=weight.device)  # [S]
         self.act = arch.activation(self.layers[0])
         self.glu = gated(self.act)
-        self.prefill_ops = (rotate, self.glu)  # the elementwise work of prefill; decode's is compiled with its step
         self.parts = [LayerParts(layer, self.groups[i], self.fused[i], None if self.merge else self.adapters[i],
                                  self.k[i], self.v[i], self.table_of[i], self.windows[i], arch.routed(layer))
                       for i, layer in enumerate(self.layers)]
         self.decode_layer, self.final_logits = self._decode_layer, self._final_logits  # (compile_decode: compiled)
+        self.prefill_layer = self._prefill_layer  # (compile_prefill: compiled)
         self.down_parts = down_parts(arch, self.groups, self.adapters, weight)  # decode's, in the layer's 2nd term
 
     def compile_prefill(self, compiler) -> None:
-        """Fuse prefill's elementwise ops (rotary, act * mul: a few passes over [tokens, 2I] in
-        eager mode) with `compiler` (engine.compiled), generic from the first compilation in the
-        batch and prompt width, which change from call to call; the model's dimensions stay
-        constants (symbolic ones make the index math slow: bench/README.md)."""
-        rope, glu = compiler(rotate), compiler(self.glu)
-
-        def rope_any(x, cos, sin):  # x [B, H, T, D] (queries and keys: H differs), cos/sin [1, 1, T, R]
-            return rope(generic_in(x, 0, 1, 2), generic_in(cos, 2), generic_in(sin, 2))
-
-        def glu_any(h):  # h [B, T, 2I]
-            return glu(generic_in(h, 0, 1))
-
-        self.prefill_ops = (rope_any, glu_any)
+        """Compile prefill's layer with `compiler` (engine.compiled), as decode's is: one layer traced and generated
+        for every layer of its kind, generic from the first compilation in the prompts' count and width (which
+        change from call to call); the model's dimensions stay constants (symbolic ones make the index math slow:
+        bench/README.md). A prefill is host-bound: a few ms of GPU work behind ~15 ops per layer; compiled as one
+        layer, an admission of 1-16 prompts costs about half the time (bench/README.md, "Prefill compiled as one
+        layer")."""
+        self.prefill_layer = compiler(self._prefill_layer)
 
     def compile_decode(self, compiler) -> None:
         """Compile decode's layer step with `compiler` (engine.compiled): one layer is traced and
@@ -161,15 +172,15 @@ class CachedDecoder:
         self.decode_layer, self.final_logits = compiler(self._decode_layer), compiler(self._final_logits)
 
     def _layer(self, part: LayerParts, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend,
-               ops=None, parts: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+               parts: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """A layer on x [B, T, d]: the architecture's order (arch.block) of its attention and MLP,
         each a few GEMMs of projection groups; cos, sin: its rotary table at x's positions;
         attend(part, q, k, v, rotate) its attention, given queries and keys not yet rotated (rotate
         does it; decode's kernel rotates the queries and keys as it loads them). Returns the layer's output as
         two terms to add (arch.block); with `parts` > 1 (decode, down_parts) the second is the MLP's fp32 partial
         products [P, B, T, d] (summed)."""
-        rope, glu = ops or (rotate, self.glu)  # (self.act, layer 0's activation module, is read only where it is
-        # called: a routed layer's trace that read it would be guarded on it being that layer's own)
+        # (self.act, layer 0's activation module, is read only where it is called: a routed layer's trace that read
+        # it would be guarded on it being that layer's own)
         arch, layer, groups, fused, ad = self.arch, part.layer, part.groups, part.fused, part.adapters
 
         def linear(name: str, h: torch.Tensor) -> torch.Tensor:  # a group's joined output, with its LoRA path
@@ -187,7 +198,7 @@ class CachedDecoder:
             q, k, v = (z.view(b, t, -1, self.head_dim) for z in linear("qkv", h).split(self.qkv_sizes, -1))
             q, k = arch.qk_norm(layer.self_attn, q, k)
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, D]
-            o = attend(part, q, k, v, lambda z: rope(z, cos, sin))  # [B, H, T, D]
+            o = attend(part, q, k, v, lambda z: rotate(z, cos, sin))  # [B, H, T, D]
             return linear("o", o.transpose(1, 2).reshape(b, t, -1))  # [B, T, H D] -> [B, T, d]
 
         def mlp(h: torch.Tensor) -> torch.Tensor:
@@ -195,7 +206,7 @@ class CachedDecoder:
                 return arch.experts(layer, h)
             if "up" in groups:  # an MLP without a gate (StarCoder2)
                 return linear("down", self.act(linear("up", h)))
-            a = glu(linear("gate_up", h))
+            a = self.glu(linear("gate_up", h))
             return partial_down(a, base_layer(groups["down"][0]).weight, parts) if parts > 1 else linear("down", a)
 
         terms = arch.block(layer, x, attention, mlp)
@@ -257,24 +268,30 @@ class CachedDecoder:
         keys/values into cache `slots` [N], slot n taking prompt `source[n]`: a prompt's G samples
         share one prefill. Returns the last-position logits [P, V]."""
         p, t = tokens.shape
-        tables = [(c[:t][None, None], s[:t][None, None]) for c, s in self.tables]  # [1, 1, T, R]
-        masks = {w: causal_mask(t, w, tokens.device) for w in set(self.windows)}  # None: plain causal
+        # each table's (cos, sin) [1, 1, T, R]; the causal mask of each sliding window (None: plain causal)
+        tables = [(generic_in(c[:t][None, None], 2), generic_in(s[:t][None, None], 2)) for c, s in self.tables]
+        masks = {w: causal_mask(t, w, tokens.device) for w in set(self.windows)}
+        masks = {w: m if m is None else generic_in(m, 0, 1) for w, m in masks.items()}
+        slots, source = generic_in(slots, 0), generic_in(source, 0)
+        x = self.arch.embed(tokens)  # [P, T, d]
+        for part in self.parts:
+            x = self.prefill_layer(part, generic_in(x, 0, 1), *tables[part.table], masks[part.sliding], slots, source)
+        last = x[torch.arange(p, device=x.device), lengths - 1]  # [P, d]
+        return self.logits(last)
 
-        def attend(part, q, k, v, rotate):  # causal attention over the prompt itself; right padding never reaches
-            # real tokens
+    def _prefill_layer(self, part: LayerParts, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                       mask: torch.Tensor | None, slots: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        """One layer of a prefill (see prefill) on x [P, T, d]: causal attention over the prompts themselves (right
+        padding never reaches real tokens; mask: a sliding window's [T, T], None: plain causal), their keys and
+        values written into the cache `slots` [N] from prompts `source` [N] on the way."""
+        def attend(part, q, k, v, rotate):
             q, k = rotate(q), rotate(k)
-            part.k[slots, :, :t] = k[source]
-            part.v[slots, :, :t] = v[source]
-            mask = masks[part.sliding]
+            write_prompts(part.k, part.v, k, v, slots, source)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=self.scale,
                                                   enable_gqa=self.heads != self.kv_heads)
 
-        x = self.arch.embed(tokens)  # [P, T, d]
-        for part in self.parts:
-            x, out = self._layer(part, x, *tables[part.table], attend, self.prefill_ops)
-            x = x + out
-        last = x[torch.arange(p, device=x.device), lengths - 1]  # [P, d]
-        return self.logits(last)
+        x, out = self._layer(part, x, cos, sin, attend)
+        return x + out
 
     def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int, reads: torch.Tensor,
                tail: int = 1, rows: torch.Tensor | None = None) -> torch.Tensor:

@@ -49,8 +49,12 @@ class Packed:
     source: torch.Tensor  # [b, W-1] the packed token whose hidden state predicts row r's token t+1, flat into [G*Lp]
 
     def to(self, device) -> Packed:
-        return Packed(self.ids.to(device), self.positions.to(device), [t.to(device) for t in self.gather],
-                      self.scatter.to(device), self.source.to(device))
+        """On `device`, copied without blocking (from pageable memory, each copy is staged at once: nothing waits
+        for the GPU)."""
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, non_blocking=True)
+        return Packed(move(self.ids), move(self.positions), [move(t) for t in self.gather], move(self.scatter),
+                      move(self.source))
 
 
 def one_prompt(ids: torch.Tensor, prompts: torch.Tensor, k: int) -> bool:

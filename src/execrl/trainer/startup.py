@@ -35,7 +35,7 @@ def first_step_line(load_s: float, step_s: float, compiled: dict[str, float], ca
         return None
     cache = f"{compiled['hits']:.0f} from the compile cache, {compiled['misses']:.0f} new, in {cache_dir()}"
     return (f"start-up: loading {load_s:.1f} s, the first step {step_s:.1f} s; this run compiled {compiled['graphs']:.0f} "
-            f"graphs in {compiled['seconds']:.1f} s (the engine's decode layer, head, sampling and prefill ops, "
+            f"graphs in {compiled['seconds']:.1f} s (the engine's decode layer, head, sampling and prefill layer, "
             f"the trainer's decoder layers, the logprob kernels under a guided mask or top-k/top-p; their code {cache}: a second start reuses it) and {captured['graphs']:.0f} "
             f"CUDA graphs captured in {captured['seconds']:.2f} s; later steps do neither")
 

@@ -139,20 +139,20 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor | None, select: 
     tokens the sampler allowed; `top` (top_k, top_p): filtered by the sampler's filter and
     renormalized. `packed`: the same rows packed, each group's prompt once (trainer/shared_prompt.py):
     forwarded so, the same numbers up to rounding."""
-    select = select.bool()
-    targets = ids[:, 1:][select]  # [N]
-    allowed = None if allowed is None else allowed[select]  # [N, W]
+    at_out, at_row = selected(select.bool(), ids.device)  # [N] each
+    targets = ids.reshape(-1)[at_row + 1]  # [N]
+    allowed = None if allowed is None else allowed.flatten(0, 1)[at_out]  # [N, W]
     head = model.get_output_embeddings()
     raw = None
     if getattr(head, "bias", None) is None and getattr(model.config, "final_logit_softcapping", None) is None:
         if packed is None:
-            hidden = final_hidden(model, ids, attn)[:, :-1][select]  # [N, d]
+            hidden = final_hidden(model, ids, attn).flatten(0, 1)[at_row]  # [N, d]
         else:
             # (a mask of ones: transformers then makes none, and reads no packing into the positions)
             hidden = final_hidden(model, packed.ids, torch.ones_like(packed.ids, dtype=torch.bool),
                                   position_ids=packed.positions, execrl_gather=packed.gather,
                                   execrl_scatter=packed.scatter)  # [G, Lp, d]
-            hidden = hidden.flatten(0, 1)[packed.source[select]]  # [N, d]
+            hidden = hidden.flatten(0, 1)[packed.source.reshape(-1)[at_out]]  # [N, d]
         # (Granite divides its logits by logits_scaling: a temperature of its own)
         scaled = temperature * (getattr(model.config, "logits_scaling", None) or 1.0)
         logp, entropy = token_logprobs_from_hidden(hidden, head.weight, targets, scaled, allowed=allowed,
@@ -161,7 +161,8 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor | None, select: 
             raw = token_logprobs_from_hidden(hidden, head.weight, targets, scaled, allowed=allowed)[0]
     else:  # heads with a bias or soft-capping: the model's own logits
         assert packed is None, "shareable() keeps packed rows from heads with a bias or soft-capping"
-        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1][select].float() / temperature
+        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits.flatten(0, 1)[at_row]
+        logits = logits.float() / temperature  # [N, V]
         if allowed is not None:
             logits = restrict(logits, allowed)
         all_logp = torch.log_softmax(logits if top is None else top_k_top_p(logits, *top), -1)  # [N, V]
@@ -169,9 +170,21 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor | None, select: 
         entropy = -(all_logp.exp() * all_logp.clamp_min(torch.finfo(all_logp.dtype).min)).sum(-1).detach()
         if unfiltered:
             raw = torch.log_softmax(logits, -1).gather(-1, targets[:, None])[:, 0]
-    zeros = torch.zeros(select.shape, dtype=torch.float32, device=ids.device)
-    spread = None if raw is None else zeros.masked_scatter(select, raw)
-    return zeros.masked_scatter(select, logp), zeros.masked_scatter(select, entropy), spread
+
+    def spread(values: torch.Tensor) -> torch.Tensor:  # [N] -> [B, L-1], zeros where not selected
+        zeros = torch.zeros(select.numel(), dtype=torch.float32, device=ids.device)
+        return zeros.index_put((at_out,), values.float()).view(select.shape)
+
+    return spread(logp), spread(entropy), None if raw is None else spread(raw)
+
+
+def selected(select: torch.Tensor, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where select [B, L-1] is True, as flat indices [N] into [B*(L-1)] (the outputs) and into [B*L] (the rows'
+    positions: +1 is the token predicted), on `device`. Found where `select` is: from a CPU mask the GPU waits
+    for nothing (a boolean index on the GPU waits for all queued work: the host learns N only then)."""
+    r, c = select.nonzero(as_tuple=True)
+    width = select.shape[1]
+    return (r * width + c).to(device, non_blocking=True), (r * (width + 1) + c).to(device, non_blocking=True)
 
 
 def final_hidden(model, ids: torch.Tensor, attn: torch.Tensor | None, **inputs) -> torch.Tensor:
@@ -267,10 +280,17 @@ def take(batch: TrainBatch, rows: list[int], device
         for n, r in enumerate(rows):
             for at, masks in batch.guided.get(r, []):
                 allowed[n, at:at + len(masks)] = masks
-        allowed = allowed.to(device)
+        allowed = allowed.to(device, non_blocking=True)
     attn = batch.attention_mask[idx, :width]
-    return (batch.input_ids[idx, :width].to(device), None if right_padded(attn) else attn.to(device),
-            batch.loss_mask[idx, :width - 1].to(device), idx, allowed)
+    return (batch.input_ids[idx, :width].to(device, non_blocking=True),
+            None if right_padded(attn) else attn.to(device, non_blocking=True),
+            batch.loss_mask[idx, :width - 1].to(device, non_blocking=True), idx, allowed)
+
+
+def on(device, t: torch.Tensor | None, idx: torch.Tensor, width: int) -> torch.Tensor | None:
+    """Rows idx of a batch's [N, L-1] tensor t, its first `width` columns, on the device (copied without blocking);
+    None for None."""
+    return None if t is None else t[idx, :width].to(device, non_blocking=True)
 
 
 def right_padded(attn: torch.Tensor) -> bool:
@@ -287,7 +307,7 @@ def idle_pass(model, device) -> None:
     """A forward and backward through every parameter that add nothing to any gradient: what a rank
     with fewer micro-batches than another runs in their place."""
     ids = torch.zeros(1, 2, dtype=torch.long, device=device)
-    logp, _, _ = token_logprobs(model, ids, None, torch.ones(1, 1, device=device))
+    logp, _, _ = token_logprobs(model, ids, None, torch.ones(1, 1))
     (logp.sum() * 0.0).backward()
 
 
@@ -302,7 +322,8 @@ def score_tokens(model, batch: TrainBatch, split: Split, temperature: float,
         for rows in micro_batches(batch, range(len(batch.input_ids)), split, share):
             ids, attn, mask, idx, allowed = take(batch, rows, device)
             packed = packed_rows(batch, rows, device) if share else None
-            out[idx, :mask.shape[1]] = token_logprobs(model, ids, attn, mask > 0, temperature, allowed, top,
+            select = batch.loss_mask[idx, :mask.shape[1]] > 0  # (on the host: the GPU waits for nothing)
+            out[idx, :mask.shape[1]] = token_logprobs(model, ids, attn, select, temperature, allowed, top,
                                                       packed=packed)[0].cpu()
     return out
 
@@ -351,17 +372,17 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
                 continue
             with memory.phase("training", cfg):
                 ids, attn, mask, idx, allowed = take(batch, parts[i], device)
-                logp, entropy, raw = token_logprobs(model, ids, attn, mask > 0, temperature, allowed, top,
+                select = batch.loss_mask[idx, :mask.shape[1]] > 0  # (on the host: the GPU waits for nothing)
+                logp, entropy, raw = token_logprobs(model, ids, attn, select, temperature, allowed, top,
                                                     unfiltered=kl,
                                                     packed=packed_rows(batch, parts[i], device) if share else None)
                 width = mask.shape[1]
                 # the proximal policy: the weights as this step began (one optimizer step: the
                 # current ones, detached)
-                old = logp.detach() if batch.old_logprobs is None else batch.old_logprobs[idx, :width].to(device)
-                terms = LossTerms(logp, old, batch.advantages[idx].to(device), mask,
-                                  None if batch.ref_logprobs is None else batch.ref_logprobs[idx, :width].to(device),
-                                  None if batch.sampler_logprobs is None
-                                  else batch.sampler_logprobs[idx, :width].to(device), unfiltered_logprobs=raw)
+                old = logp.detach() if batch.old_logprobs is None else on(device, batch.old_logprobs, idx, width)
+                terms = LossTerms(logp, old, batch.advantages[idx].to(device, non_blocking=True), mask,
+                                  on(device, batch.ref_logprobs, idx, width),
+                                  on(device, batch.sampler_logprobs, idx, width), unfiltered_logprobs=raw)
                 loss, metrics = policy_loss(terms, loss_cfg, num_tokens=num_tokens, num_seqs=num_seqs,
                                             is_correction=correct)
                 loss.backward()
