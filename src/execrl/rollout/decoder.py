@@ -160,8 +160,8 @@ class CachedDecoder:
         for every layer of its kind, generic from the first compilation in the prompts' count and width (which
         change from call to call); the model's dimensions stay constants (symbolic ones make the index math slow:
         bench/README.md). A prefill is host-bound: a few ms of GPU work behind ~15 ops per layer; compiled as one
-        layer, an admission of 1-16 prompts costs about half the time (bench/README.md, "Prefill compiled as one
-        layer")."""
+        layer, an admission of 1-16 prompts costs about half the time (bench/README.md: "Where a step's GPU waits, and
+        prefill compiled as one layer")."""
         self.prefill_layer = compiler(self._prefill_layer)
 
     def compile_decode(self, compiler) -> None:
