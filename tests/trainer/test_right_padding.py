@@ -51,3 +51,14 @@ def test_a_mask_that_is_not_right_padding_is_passed_on(tok):
     attn = torch.tensor([[0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
     batch = TrainBatch(ids, attn, torch.ones(2, 5), torch.zeros(2))
     assert torch.equal(take(batch, [0, 1], "cpu")[1], attn)
+
+
+def test_a_selection_of_another_width_than_the_rows_is_refused(tok):
+    """token_logprobs reads flat positions (trainer/step.py selected): a selection that is not [B, L-1] for rows
+    [B, L] would read other positions, so it is refused (a boolean index refused it before)."""
+    model = build(CASES[0], tok)
+    ids = torch.randint(3, 300, (2, 6))
+    for select in (torch.ones(2, 6), torch.ones(2, 4), torch.ones(1, 5)):
+        with pytest.raises(ValueError, match=r"it takes \[B, L-1\]"):
+            token_logprobs(model, ids, None, select > 0)
+    assert token_logprobs(model, ids, None, torch.ones(2, 5) > 0)[0].shape == (2, 5)

@@ -157,8 +157,9 @@ class CachedDecoder:
 
     def compile_prefill(self, compiler) -> None:
         """Compile prefill's layer with `compiler` (engine.compiled), as decode's is: one layer traced and generated
-        for every layer of its kind, generic from the first compilation in the prompts' count and width (which
-        change from call to call); the model's dimensions stay constants (symbolic ones make the index math slow:
+        for every layer of its kind, generic from the first compilation in the prompts' count and width and the
+        samples' count, which change from call to call (a count of 1 is compiled on its own, once: dynamo
+        specializes sizes 0 and 1); the model's dimensions stay constants (symbolic ones make the index math slow:
         bench/README.md). A prefill is host-bound: a few ms of GPU work behind ~15 ops per layer; compiled as one
         layer, an admission of 1-16 prompts costs about half the time (bench/README.md: "Where a step's GPU waits, and
         prefill compiled as one layer")."""

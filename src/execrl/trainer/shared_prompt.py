@@ -49,8 +49,8 @@ class Packed:
     source: torch.Tensor  # [b, W-1] the packed token whose hidden state predicts row r's token t+1, flat into [G*Lp]
 
     def to(self, device) -> Packed:
-        """On `device`, copied without blocking (from pageable memory, each copy is staged at once: nothing waits
-        for the GPU)."""
+        """On `device`, copied without blocking: the host does not wait for the GPU's queued work, as torch's
+        blocking copy does (from pageable memory the source is staged as the copy is issued, so it may go)."""
         def move(t: torch.Tensor) -> torch.Tensor:
             return t.to(device, non_blocking=True)
         return Packed(move(self.ids), move(self.positions), [move(t) for t in self.gather], move(self.scatter),

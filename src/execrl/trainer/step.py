@@ -139,6 +139,9 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor | None, select: 
     tokens the sampler allowed; `top` (top_k, top_p): filtered by the sampler's filter and
     renormalized. `packed`: the same rows packed, each group's prompt once (trainer/shared_prompt.py):
     forwarded so, the same numbers up to rounding."""
+    if select.shape != (ids.shape[0], ids.shape[1] - 1) or (packed is not None and packed.source.shape != select.shape):
+        raise ValueError(f"token_logprobs: a selection of {tuple(select.shape)} positions for rows of "
+                         f"{tuple(ids.shape)} tokens (it takes [B, L-1]: position t predicts token t+1)")
     at_out, at_row = selected(select.bool(), ids.device)  # [N] each
     targets = ids.reshape(-1)[at_row + 1]  # [N]
     allowed = None if allowed is None else allowed.flatten(0, 1)[at_out]  # [N, W]
@@ -180,8 +183,8 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor | None, select: 
 
 def selected(select: torch.Tensor, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Where select [B, L-1] is True, as flat indices [N] into [B*(L-1)] (the outputs) and into [B*L] (the rows'
-    positions: +1 is the token predicted), on `device`. Found where `select` is: from a CPU mask the GPU waits
-    for nothing (a boolean index on the GPU waits for all queued work: the host learns N only then)."""
+    positions: +1 is the token predicted), on `device`. Found where `select` is: from a CPU mask the host does not
+    wait for the GPU's queued work, as a boolean index on the GPU does (the host learns N only when it is done)."""
     r, c = select.nonzero(as_tuple=True)
     width = select.shape[1]
     return (r * width + c).to(device, non_blocking=True), (r * (width + 1) + c).to(device, non_blocking=True)
@@ -322,7 +325,7 @@ def score_tokens(model, batch: TrainBatch, split: Split, temperature: float,
         for rows in micro_batches(batch, range(len(batch.input_ids)), split, share):
             ids, attn, mask, idx, allowed = take(batch, rows, device)
             packed = packed_rows(batch, rows, device) if share else None
-            select = batch.loss_mask[idx, :mask.shape[1]] > 0  # (on the host: the GPU waits for nothing)
+            select = batch.loss_mask[idx, :mask.shape[1]] > 0  # (the host's copy: selected() then needs no sync)
             out[idx, :mask.shape[1]] = token_logprobs(model, ids, attn, select, temperature, allowed, top,
                                                       packed=packed)[0].cpu()
     return out
@@ -372,7 +375,7 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
                 continue
             with memory.phase("training", cfg):
                 ids, attn, mask, idx, allowed = take(batch, parts[i], device)
-                select = batch.loss_mask[idx, :mask.shape[1]] > 0  # (on the host: the GPU waits for nothing)
+                select = batch.loss_mask[idx, :mask.shape[1]] > 0  # (the host's copy: selected() then needs no sync)
                 logp, entropy, raw = token_logprobs(model, ids, attn, select, temperature, allowed, top,
                                                     unfiltered=kl,
                                                     packed=packed_rows(batch, parts[i], device) if share else None)
