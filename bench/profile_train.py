@@ -10,6 +10,7 @@ engine's admit / decode / harvest, building the batch, the optimizer, logging, .
     python bench/profile_train.py --arch qwen2.5-0.5b --micro 128
     python bench/profile_train.py --arch qwen2.5-1.5b --micro 32
     python bench/profile_train.py --arch qwen2.5-0.5b --micro 128 --whole   # where the step's GPU waits
+    python bench/profile_train.py --arch qwen2.5-0.5b --micro 128 --whole --stacks   # ... by execrl function too
     python bench/profile_train.py --arch tiny --micro 16 --new 16 --steps 2   # CPU smoke: host ops only
 """
 
@@ -131,8 +132,8 @@ def idle_by_part(idle: list[tuple[float, float]], parts: list[tuple[str, float, 
     return out
 
 
-def innermost_ops(idle: list[tuple[float, float]], ops: list[tuple[str, float, float]], every: float = 5.0
-                  ) -> dict[str, float]:
+def innermost_ops(idle: list[tuple[float, float]], ops: list[tuple[str, float, float]], every: float = 5.0,
+                  none: str = "(no host op)") -> dict[str, float]:
     """The `idle` intervals' time by the innermost host op running then (ops: (name, start, end) of one thread,
     properly nested), sampled every `every` units."""
     ops = sorted(ops, key=lambda o: o[1])
@@ -141,7 +142,7 @@ def innermost_ops(idle: list[tuple[float, float]], ops: list[tuple[str, float, f
     for a, b in idle:
         t = a + every / 2
         while t < b:
-            name, i = "(no host op)", bisect.bisect_right(starts, t) - 1
+            name, i = none, bisect.bisect_right(starts, t) - 1
             while i >= 0 and t - starts[i] < 1e6:  # the latest-starting op that still runs at t is the innermost
                 if ops[i][2] > t:
                     name = ops[i][0]
@@ -167,9 +168,10 @@ def collections_labelled():
     return callback
 
 
-def whole_step(step: int):
+def whole_step(step: int, stacks: bool = False):
     """The loop's iteration `step` profiled: from the end of train_step `step - 1` to the end of train_step
-    `step`; its GPU busy time and idle time by part (PARTS) printed."""
+    `step`; its GPU busy time and idle time by part (PARTS) printed; `stacks`: also by the innermost execrl function
+    (Python's calls recorded: the host slows more)."""
     for owner, name, label in PARTS:
         setattr(owner, name, labelled(getattr(owner, name), label))
     real, calls, state = loop.train_step, [], {}
@@ -180,7 +182,8 @@ def whole_step(step: int):
         sync()
         if len(calls) == step - 1:
             state["prof"] = profile(activities=[ProfilerActivity.CPU,
-                                                *([ProfilerActivity.CUDA] if DEVICE == "cuda" else [])])
+                                                *([ProfilerActivity.CUDA] if DEVICE == "cuda" else [])],
+                                    with_stack=stacks)
             state["prof"].__enter__()
             state["gc"] = collections_labelled()
             state["start"] = time.perf_counter()
@@ -232,6 +235,12 @@ def report(prof, wall: float, step: int) -> None:
           "| op | GPU idle ms |\n|---|---:|")
     for name, us in sorted(ops.items(), key=lambda kv: -kv[1])[:TOP_OPS]:
         print(f"| {name[:100]} | {us / 1e3:.1f} |")
+    frames = [(e.name, e.time_range.start, e.time_range.end) for e in host if e.thread == main and "execrl/" in e.name]
+    if frames:  # (--stacks: Python's calls are events too)
+        print(f"\nthe innermost execrl function (main thread) while the GPU idled in gaps >= {SHORT_US:.0f} us, top "
+              f"{TOP_OPS}\n| function | GPU idle ms |\n|---|---:|")
+        for name, us in sorted(innermost_ops(long, frames, none="(outside execrl)").items(), key=lambda kv: -kv[1])[:TOP_OPS]:
+            print(f"| {name.split('execrl/')[-1][:100]} | {us / 1e3:.1f} |")
 
 
 def main() -> None:
@@ -242,11 +251,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5, help="GRPO steps; the last but one's train phase is profiled")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--whole", action="store_true", help="profile the last but one step's whole loop iteration")
+    ap.add_argument("--stacks", action="store_true", help="--whole: the idle time by execrl function too")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp())
     system = save_arch(args.arch, work)
     if args.whole:
-        whole_step(max(2, args.steps - 1))
+        whole_step(max(2, args.steps - 1), args.stacks)
     else:
         loop.train_step = profiled(max(1, args.steps - 1), args.top)
     loop.train(load_config(None, step_overrides(work / "model", args.steps, args.micro, system, work / "log",

@@ -268,7 +268,10 @@ def test_profile_train_bench_runs_on_cpu():
     assert "train phase 1, profiled:" in out and "top host ops by their total time" in out and "train phase 2:" in out
     out = run("bench/profile_train.py", "--arch", "tiny", "--micro", "16", "--new", "16", "--steps", "3", "--whole")
     assert "step 2, whole iteration profiled:" in out and "| engine decode | " in out and "| optimize | 1 | " in out
-    assert "the host's innermost op (main thread) while the GPU idled" in out
+    assert "the host's innermost op (main thread) while the GPU idled" in out and "innermost execrl" not in out
+    out = run("bench/profile_train.py", "--arch", "tiny", "--micro", "16", "--new", "16", "--steps", "3", "--whole",
+              "--stacks")
+    assert "the innermost execrl function (main thread) while the GPU idled" in out and "| trainer/step.py(" in out
 
 
 @pytest.mark.slow
