@@ -17,7 +17,6 @@ engine's admit / decode / harvest, building the batch, the optimizer, logging, .
 from __future__ import annotations
 
 import argparse
-import bisect
 import gc
 import tempfile
 import time
@@ -117,39 +116,35 @@ def gaps(busy: list[tuple[float, float]], span: tuple[float, float]) -> list[tup
     return [(a, b) for a, b in out if b > a]
 
 
-def idle_by_part(idle: list[tuple[float, float]], parts: list[tuple[str, float, float]]) -> dict[str, float]:
-    """The `idle` intervals' time under each part (label, start, end; the innermost, i.e. the shortest, covering an
-    instant takes it; "(none)" where no part does), in the intervals' unit."""
-    cuts = sorted({x for _, a, b in parts for x in (a, b)})
+def idle_by_innermost(idle: list[tuple[float, float]], spans: list[tuple[str, float, float]], none: str
+                      ) -> dict[str, float]:
+    """The `idle` intervals' time by the innermost of `spans` (name, start, end: one thread's, so nested) running
+    then (`none` where none is), in the intervals' unit: one sweep over the spans' ends and starts."""
+    spans = [span for span in spans if span[2] > span[1]]
+    marks = sorted([(e, 0, i) for i, (_, _, e) in enumerate(spans)] + [(s, 1, i) for i, (_, s, _) in enumerate(spans)])
+    running: list[int] = []  # outermost first
     out: dict[str, float] = {}
-    for a, b in idle:
-        points = [a] + [c for c in cuts if a < c < b] + [b]
-        for lo, hi in zip(points, points[1:]):
-            mid = (lo + hi) / 2
-            inside = [(e - s, label) for label, s, e in parts if s <= mid < e]
-            label = min(inside)[1] if inside else "(none)"
-            out[label] = out.get(label, 0.0) + hi - lo
-    return out
+    j = 0
 
+    def advance(t: float) -> None:  # the marks up to t: (at one instant, ends before starts)
+        nonlocal j
+        while j < len(marks) and marks[j][0] <= t:
+            _, starts, i = marks[j]
+            if starts:
+                running.append(i)
+            elif i in running:
+                running.remove(i)
+            j += 1
 
-def innermost_ops(idle: list[tuple[float, float]], ops: list[tuple[str, float, float]], every: float = 5.0,
-                  none: str = "(no host op)") -> dict[str, float]:
-    """The `idle` intervals' time by the innermost host op running then (ops: (name, start, end) of one thread,
-    properly nested), sampled every `every` units."""
-    ops = sorted(ops, key=lambda o: o[1])
-    starts = [o[1] for o in ops]
-    out: dict[str, float] = {}
-    for a, b in idle:
-        t = a + every / 2
+    for a, b in sorted(idle):
+        advance(a)
+        t = a
         while t < b:
-            name, i = none, bisect.bisect_right(starts, t) - 1
-            while i >= 0 and t - starts[i] < 1e6:  # the latest-starting op that still runs at t is the innermost
-                if ops[i][2] > t:
-                    name = ops[i][0]
-                    break
-                i -= 1
-            out[name] = out.get(name, 0.0) + min(every, b - t + every / 2)
-            t += every
+            hi = min(b, marks[j][0]) if j < len(marks) else b
+            name = spans[running[-1]][0] if running else none
+            out[name] = out.get(name, 0.0) + hi - t
+            t = hi
+            advance(t)
     return out
 
 
@@ -206,7 +201,8 @@ def report(prof, wall: float, step: int) -> None:
     labels = {label for _, _, label in PARTS} | {"gc (Python's collector)"}
     host = [e for e in events if e.device_type.name == "CPU"]
     named = {e.name for e in host}  # (a record_function's span shows on the GPU's timeline too: not a kernel)
-    parts = [(e.name, e.time_range.start, e.time_range.end) for e in host if e.name in labels]
+    main = next(e.thread for e in host if e.name == "train_step")
+    parts = [(e.name, e.time_range.start, e.time_range.end) for e in host if e.name in labels and e.thread == main]
     kernels = [(e.time_range.start, e.time_range.end) for e in events if e.device_type.name == "CUDA"
                and e.name not in named and e.time_range.end > e.time_range.start]
     first = min((s for _, s, _ in parts), default=0.0)
@@ -225,12 +221,12 @@ def report(prof, wall: float, step: int) -> None:
         took.setdefault(label, []).append(e - s)
     print(f"| part | calls | host time ms | GPU idle under it in gaps >= {SHORT_US:.0f} us (innermost part) ms |\n"
           "|---|---:|---:|---:|")
-    under = idle_by_part(long, parts)
+    under = idle_by_innermost(long, parts, "(none)")
     for label in sorted(set(took) | set(under), key=lambda k: -under.get(k, 0.0)):
         spans = took.get(label, [])
         print(f"| {label} | {len(spans)} | {sum(spans) / 1e3:.1f} | {under.get(label, 0.0) / 1e3:.1f} |")
-    main = next(e.thread for e in host if e.name == "train_step")
-    ops = innermost_ops(long, [(e.name, e.time_range.start, e.time_range.end) for e in host if e.thread == main])
+    ops = idle_by_innermost(long, [(e.name, e.time_range.start, e.time_range.end) for e in host if e.thread == main],
+                            "(no host op)")
     print(f"\nthe host's innermost op (main thread) while the GPU idled in gaps >= {SHORT_US:.0f} us, top {TOP_OPS}\n"
           "| op | GPU idle ms |\n|---|---:|")
     for name, us in sorted(ops.items(), key=lambda kv: -kv[1])[:TOP_OPS]:
@@ -239,7 +235,7 @@ def report(prof, wall: float, step: int) -> None:
     if frames:  # (--stacks: Python's calls are events too)
         print(f"\nthe innermost execrl function (main thread) while the GPU idled in gaps >= {SHORT_US:.0f} us, top "
               f"{TOP_OPS}\n| function | GPU idle ms |\n|---|---:|")
-        for name, us in sorted(innermost_ops(long, frames, none="(outside execrl)").items(), key=lambda kv: -kv[1])[:TOP_OPS]:
+        for name, us in sorted(idle_by_innermost(long, frames, "(outside execrl)").items(), key=lambda kv: -kv[1])[:TOP_OPS]:
             print(f"| {name.split('execrl/')[-1][:100]} | {us / 1e3:.1f} |")
 
 

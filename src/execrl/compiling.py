@@ -15,10 +15,18 @@ def compile_settings() -> None:
     # one code object serves every decoder layer (its module's parameters are inputs), in a version
     # per kind of pass: rows or packed prompts (trainer/shared_prompt.py: 1 or 4 attention calls),
     # with gradients or without (scoring, the reference model): past torch's 8 the rest run eager
+    raise_recompile_limit(16)
+
+
+def raise_recompile_limit(at_least: int) -> None:
+    """Let dynamo compile a code object in at least this many versions before it runs the rest eager
+    (recompile_limit; cache_size_limit, its older name, in older torch)."""
+    import torch._dynamo.config as dynamo_config
+
     for name in ("recompile_limit", "cache_size_limit"):
         if hasattr(dynamo_config, name):
-            setattr(dynamo_config, name, max(getattr(dynamo_config, name), 16))
-            break
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), at_least))
+            return
 
 
 def warm_compile_workers() -> None:

@@ -271,8 +271,8 @@ class CachedDecoder:
         p, t = tokens.shape
         # each table's (cos, sin) [1, 1, T, R]; the causal mask of each sliding window (None: plain causal)
         tables = [(generic_in(c[:t][None, None], 2), generic_in(s[:t][None, None], 2)) for c, s in self.tables]
-        masks = {w: causal_mask(t, w, tokens.device) for w in set(self.windows)}
-        masks = {w: m if m is None else generic_in(m, 0, 1) for w, m in masks.items()}
+        masks = {w: None if (m := causal_mask(t, w, tokens.device)) is None else generic_in(m, 0, 1)
+                 for w in set(self.windows)}
         slots, source = generic_in(slots, 0), generic_in(source, 0)
         x = self.arch.embed(tokens)  # [P, T, d]
         for part in self.parts:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from execrl.compiling import compile_settings
+from execrl.compiling import compile_settings, raise_recompile_limit
 from execrl.guided import Guides
 from execrl.rollout.attention import tail_splits
 from execrl.rollout.completion import Completion, eos_ids
@@ -469,12 +469,8 @@ def compiled(fn):
     """torch.compile, falling back to eager (with torch's warning) where a compiler is missing or
     fails. Shapes are static except the attention window, generic from the first compilation (one
     step serves every window; attention reads only the positions in use)."""
-    import torch._dynamo.config as dynamo_config
-
     compile_settings()
-    for name in ("recompile_limit", "cache_size_limit"):  # each engine compiles its own step (its `self` is guarded)
-        if hasattr(dynamo_config, name):
-            setattr(dynamo_config, name, max(getattr(dynamo_config, name), 64))
+    raise_recompile_limit(64)  # each engine compiles its own step (its `self` is guarded)
     dynamic_source("L['window']")
     return torch.compile(fn)
 

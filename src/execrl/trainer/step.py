@@ -287,7 +287,7 @@ def take(batch: TrainBatch, rows: list[int], device
     attn = batch.attention_mask[idx, :width]
     return (batch.input_ids[idx, :width].to(device, non_blocking=True),
             None if right_padded(attn) else attn.to(device, non_blocking=True),
-            batch.loss_mask[idx, :width - 1].to(device, non_blocking=True), idx, allowed)
+            on(device, batch.loss_mask, idx, width - 1), idx, allowed)
 
 
 def on(device, t: torch.Tensor | None, idx: torch.Tensor, width: int) -> torch.Tensor | None:
