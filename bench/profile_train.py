@@ -11,6 +11,7 @@ engine's admit / decode / harvest, building the batch, the optimizer, logging, .
     python bench/profile_train.py --arch qwen2.5-1.5b --micro 32
     python bench/profile_train.py --arch qwen2.5-0.5b --micro 128 --whole   # where the step's GPU waits
     python bench/profile_train.py --arch qwen2.5-0.5b --micro 128 --whole --stacks   # ... by execrl function too
+    python bench/profile_train.py --arch qwen2.5-0.5b --micro 128 --syncs   # the step's host syncs, by where
     python bench/profile_train.py --arch tiny --micro 16 --new 16 --steps 2   # CPU smoke: host ops only
 """
 
@@ -20,6 +21,8 @@ import argparse
 import gc
 import tempfile
 import time
+import traceback
+import warnings
 from pathlib import Path
 
 import torch
@@ -37,7 +40,7 @@ PARTS = [(pipeline.RolloutPipeline, "next", "rollouts (pipeline.next)"),
          (RolloutEngine, "_admit", "engine admit (prefill)"),
          (RolloutEngine, "_decode", "engine decode"),
          (RolloutEngine, "_harvest", "engine harvest (host sync)"),
-         (loop, "train_step", "train_step"),
+         (loop, "launch_step", "train phase (launch_step)"),
          (loop, "advantages", "advantages"),
          (loop, "build_batch", "build_batch"),
          (loop, "optimize", "optimize"),
@@ -52,21 +55,21 @@ PARTS = [(pipeline.RolloutPipeline, "next", "rollouts (pipeline.next)"),
 
 
 def profiled(step: int, top: int):
-    """loop.train_step, its call number `step` profiled."""
-    real, calls = loop.train_step, []
+    """loop.launch_step, its call number `step` profiled (timed to the train phase's last kernel)."""
+    real, calls = loop.launch_step, []
 
-    def train_step(run, rollouts):
+    def launch(run, rollouts, defer=False):
         calls.append(1)
         sync()
         start = time.perf_counter()
         if len(calls) != step:
-            out = real(run, rollouts)
+            out = real(run, rollouts, defer)
             sync()
             print(f"train phase {len(calls)}: {time.perf_counter() - start:.3f} s", flush=True)
             return out
         gpu = DEVICE == "cuda"
         with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if gpu else [])]) as prof:
-            out = real(run, rollouts)
+            out = real(run, rollouts, defer)
             sync()
         wall, events = time.perf_counter() - start, prof.key_averages()
         print(f"train phase {len(calls)}, profiled: {wall:.3f} s", end="")
@@ -83,7 +86,7 @@ def profiled(step: int, top: int):
             print(f"{e.cpu_time_total / 1000:9.2f} ms {e.count:6d}x  {e.key[:110]}")
         return out
 
-    return train_step
+    return launch
 
 
 def labelled(fn, label: str):
@@ -164,17 +167,16 @@ def collections_labelled():
 
 
 def whole_step(step: int, stacks: bool = False):
-    """The loop's iteration `step` profiled: from the end of train_step `step - 1` to the end of train_step
-    `step`; its GPU busy time and idle time by part (PARTS) printed; `stacks`: also by the innermost execrl function
+    """The loop's iteration `step` profiled: from the launch of train phase `step - 1` (its kernels may still run:
+    an optimizer step the loop defers) to the end of train phase `step`'s kernels; its GPU busy time and idle time by part (PARTS) printed; `stacks`: also by the innermost execrl function
     (Python's calls recorded: the host slows more)."""
     for owner, name, label in PARTS:
         setattr(owner, name, labelled(getattr(owner, name), label))
-    real, calls, state = loop.train_step, [], {}
+    real, calls, state = loop.launch_step, [], {}
 
-    def train_step(run, rollouts):
+    def launch(run, rollouts, defer=False):
         calls.append(1)
-        out = real(run, rollouts)
-        sync()
+        out = real(run, rollouts, defer)
         if len(calls) == step - 1:
             state["prof"] = profile(activities=[ProfilerActivity.CPU,
                                                 *([ProfilerActivity.CUDA] if DEVICE == "cuda" else [])],
@@ -183,25 +185,26 @@ def whole_step(step: int, stacks: bool = False):
             state["gc"] = collections_labelled()
             state["start"] = time.perf_counter()
         elif len(calls) == step:
+            sync()
             prof = state["prof"]
             gc.callbacks.remove(state["gc"])
             prof.__exit__(None, None, None)
-            report(prof, time.perf_counter() - state["start"], step)
+            report(prof, time.perf_counter() - state["start"], step, stacks)
         return out
 
-    loop.train_step = train_step
+    loop.launch_step = launch
 
 
 TOP_OPS = 25
 SHORT_US = 20.0  # an idle gap shorter than this is the GPU between kernels (a launch's latency), not the host
 
 
-def report(prof, wall: float, step: int) -> None:
+def report(prof, wall: float, step: int, stacks: bool = False) -> None:
     events = prof.events()
     labels = {label for _, _, label in PARTS} | {"gc (Python's collector)"}
     host = [e for e in events if e.device_type.name == "CPU"]
     named = {e.name for e in host}  # (a record_function's span shows on the GPU's timeline too: not a kernel)
-    main = next(e.thread for e in host if e.name == "train_step")
+    main = next(e.thread for e in host if e.name == "train phase (launch_step)")
     parts = [(e.name, e.time_range.start, e.time_range.end) for e in host if e.name in labels and e.thread == main]
     kernels = [(e.time_range.start, e.time_range.end) for e in events if e.device_type.name == "CUDA"
                and e.name not in named and e.time_range.end > e.time_range.start]
@@ -231,12 +234,62 @@ def report(prof, wall: float, step: int) -> None:
           "| op | GPU idle ms |\n|---|---:|")
     for name, us in sorted(ops.items(), key=lambda kv: -kv[1])[:TOP_OPS]:
         print(f"| {name[:100]} | {us / 1e3:.1f} |")
+    threads: dict[int, list] = {}
+    for e in host:
+        if e.thread != main:
+            threads.setdefault(e.thread, []).append((e.name, e.time_range.start, e.time_range.end))
+    for thread, spans in sorted(threads.items(), key=lambda kv: -len(kv[1])):
+        if len(spans) < 100:  # (a thread that ran a few ops: the profiler's own, a sandbox's pool)
+            continue
+        busy = idle_by_innermost(long, spans, "(idle thread)")
+        busy.pop("(idle thread)", None)
+        if sum(busy.values()) < 1e3:
+            continue
+        print(f"\nthe innermost op of thread {thread} ({len(spans)} ops: the backward's, where autograd runs it) "
+              f"while the GPU idled in gaps >= {SHORT_US:.0f} us, top 12\n| op | GPU idle ms |\n|---|---:|")
+        for name, us in sorted(busy.items(), key=lambda kv: -kv[1])[:12]:
+            print(f"| {name[:100]} | {us / 1e3:.1f} |")
     frames = [(e.name, e.time_range.start, e.time_range.end) for e in host if e.thread == main and "execrl/" in e.name]
+    if stacks and not frames:  # (torch 2.11 with CUDA records no Python calls as events: each op's stack instead)
+        frames = [(next((f for f in e.stack if "execrl/" in f), "(outside execrl)"), e.time_range.start,
+                   e.time_range.end) for e in host if e.thread == main and e.stack]
     if frames:  # (--stacks: Python's calls are events too)
         print(f"\nthe innermost execrl function (main thread) while the GPU idled in gaps >= {SHORT_US:.0f} us, top "
               f"{TOP_OPS}\n| function | GPU idle ms |\n|---|---:|")
         for name, us in sorted(idle_by_innermost(long, frames, "(outside execrl)").items(), key=lambda kv: -kv[1])[:TOP_OPS]:
             print(f"| {name.split('execrl/')[-1][:100]} | {us / 1e3:.1f} |")
+
+
+def sync_sites(step: int) -> None:
+    """Each host sync of the loop's iteration `step` (torch's sync debug mode: a blocking copy, .item(), .tolist(),
+    nonzero, ...) counted by where execrl's code asked for it, printed at the iteration's end."""
+    real, calls, sites = loop.launch_step, [], {}
+
+    def record(message, category, filename, lineno, file=None, line=None) -> None:
+        frames = [f for f in traceback.extract_stack()[:-1] if "execrl/" in f.filename or "bench/" in f.filename]
+        where = " < ".join(f"{f.filename.split('execrl/')[-1]}:{f.lineno} {f.name}" for f in frames[::-1][:3])
+        sites[where or f"{filename}:{lineno}"] = sites.get(where or f"{filename}:{lineno}", 0) + 1
+
+    def launch(run, rollouts, defer=False):
+        calls.append(1)
+        out = real(run, rollouts, defer)
+        if len(calls) == step - 1:
+            warnings.showwarning, state["shown"] = record, warnings.showwarning
+            warnings.simplefilter("always")
+            if DEVICE == "cuda":  # (a CPU has no host syncs to count: the table is then empty)
+                torch.cuda.set_sync_debug_mode("warn")
+        elif len(calls) == step:
+            if DEVICE == "cuda":
+                torch.cuda.set_sync_debug_mode("default")
+            warnings.showwarning = state["shown"]
+            print(f"step {step}: {sum(sites.values())} host syncs (torch's sync debug mode), by where execrl asked\n"
+                  "| syncs | where (innermost execrl frame first) |\n|---:|---|")
+            for where, n in sorted(sites.items(), key=lambda kv: -kv[1]):
+                print(f"| {n} | {where} |")
+        return out
+
+    state: dict = {}
+    loop.launch_step = launch
 
 
 def main() -> None:
@@ -248,13 +301,16 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--whole", action="store_true", help="profile the last but one step's whole loop iteration")
     ap.add_argument("--stacks", action="store_true", help="--whole: the idle time by execrl function too")
+    ap.add_argument("--syncs", action="store_true", help="count the host syncs of the last but one step by where")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp())
     system = save_arch(args.arch, work)
-    if args.whole:
+    if args.syncs:
+        sync_sites(max(2, args.steps - 1))
+    elif args.whole:
         whole_step(max(2, args.steps - 1), args.stacks)
     else:
-        loop.train_step = profiled(max(1, args.steps - 1), args.top)
+        loop.launch_step = profiled(max(1, args.steps - 1), args.top)
     loop.train(load_config(None, step_overrides(work / "model", args.steps, args.micro, system, work / "log",
                                                 args.new)))
 

@@ -272,6 +272,8 @@ def test_profile_train_bench_runs_on_cpu():
     out = run("bench/profile_train.py", "--arch", "tiny", "--micro", "16", "--new", "16", "--steps", "3", "--whole",
               "--stacks")
     assert "the innermost execrl function (main thread) while the GPU idled" in out and "| trainer/step.py(" in out
+    out = run("bench/profile_train.py", "--arch", "tiny", "--micro", "16", "--new", "16", "--steps", "3", "--syncs")
+    assert "step 2: 0 host syncs (torch's sync debug mode), by where execrl asked" in out  # (a CPU: none to count)
 
 
 @pytest.mark.slow

@@ -231,3 +231,66 @@ def test_a_family_without_a_file_trains_on_the_generic_path(tmp_path, capsys):
                      "warmup.sft_steps=0", "policy.generation.max_new_tokens=16")
     assert trained.step == 1 and metrics(d)[0]["train/logprob_mismatch"] < 1e-4
     assert "rollouts: the execrl engine's generic path, gpt_neox" in capsys.readouterr().err
+
+
+@pytest.fixture
+def fused_on_cpu(monkeypatch):
+    """torch's fused AdamW on CPU weights (as on a GPU): the optimizer a deferred step needs (step.deferrable)."""
+    monkeypatch.setattr("execrl.trainer.optim.fused_kernel", lambda cls, params: True)
+
+
+def test_a_deferred_optimizer_step_trains_and_logs_what_a_waited_one_does(tmp_path, monkeypatch, fused_on_cpu):
+    import execrl.trainer.loop as loop
+
+    real, deferred = loop.launch_step, []
+
+    def launch(run, rollouts, defer=False):
+        deferred.append(defer)
+        for i, reward in enumerate(rollouts.rewards):  # rewards that are not flat: a gradient to apply
+            reward.total = float(i % 3)
+        return real(run, rollouts, defer)
+
+    monkeypatch.setattr(loop, "launch_step", launch)
+    args = ("grpo.max_num_steps=5", "grpo.val_period=4", "checkpointing.save_period=4", "policy.train_global_batch_size=16",
+            "policy.optimizer.kwargs.lr=1e-3")
+    left, d1 = run(tmp_path, "deferred", *args)
+    # not the first step (the start-up line times it), nor one a validation, a checkpoint or the end follows
+    assert deferred == [False, True, True, False, False]
+    monkeypatch.setattr(loop, "deferrable", lambda *a: False)
+    waited, d2 = run(tmp_path, "waited", *args)
+    assert deferred[5:] == [False] * 5
+    # the same numbers: the train phases' exactly up to step 4 (a second run in one process may round step 4's
+    # update otherwise in the last bit, deferred or not), the weights to fp32 rounding
+    trained, same = ([m for m in metrics(d) if "train/loss" in m] for d in (d1, d2))
+    assert [m["step"] for m in trained] == [1, 2, 3, 4, 5]
+    assert [{k: v for k, v in m.items() if k.startswith("train/")} for m in trained[:4]] == [
+        {k: v for k, v in m.items() if k.startswith("train/")} for m in same[:4]]
+    a, b = left.model.state_dict(), waited.model.state_dict()
+    assert all(torch.allclose(a[k], b[k], rtol=0, atol=1e-6) for k in a)
+    assert all(m["train/lr"] == 1e-3 and m["time/train"] > 0 for m in trained)
+    assert any(m["train/flat_group_frac"] < 1 and m["train/grad_norm"] > 0 for m in trained[1:3])  # (deferred, learning)
+
+
+def test_a_deferred_nan_step_is_skipped_on_the_device(tmp_path, monkeypatch, fused_on_cpu):
+    import execrl.trainer.step as step
+
+    real, seen = step.policy_loss, {}
+
+    def nan_loss(*args, **kwargs):
+        loss, m = real(*args, **kwargs)
+        return loss * float("nan"), m
+
+    def watch(weights, optimizer, *args, **kwargs):
+        seen.setdefault("before", {k: v.clone() for k, v in weights.master.state_dict().items()})
+        seen["model"], seen["defer"] = weights.master, [*seen.get("defer", []), args[-1]]
+        return real_optimize(weights, optimizer, *args, **kwargs)
+
+    real_optimize = step.optimize
+    monkeypatch.setattr(step, "policy_loss", nan_loss)
+    monkeypatch.setattr("execrl.trainer.loop.optimize", watch)
+    with pytest.raises(RuntimeError, match="3 steps in a row had a NaN/inf loss"):
+        run(tmp_path, "nan", "grpo.max_num_steps=6", "checkpointing.enabled=false", "grpo.val_period=0",
+            "warmup.sft_steps=0", "policy.train_global_batch_size=16")
+    assert seen["defer"][:3] == [False, True, True]  # the kernel skipped steps 2 and 3, not a host check
+    after = seen["model"].state_dict()
+    assert all(torch.equal(seen["before"][k], after[k]) for k in after)

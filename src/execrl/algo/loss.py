@@ -165,8 +165,9 @@ def loss_metrics(cfg: LossConfig, mask: torch.Tensor, adv: torch.Tensor, ratio: 
         "clip_frac": ((high | low).float() * mask).sum() / n,
         "clip_frac_high": (high.float() * mask).sum() / n,
         "clip_frac_low": (low.float() * mask).sum() / n,
-        "kl": (kl * mask).sum() / n if kl is not None else torch.zeros(()),
-        "ratio_mean": (ratio * mask).sum() / n if clipping else torch.ones(()),
+        # (on the mask's device: a CPU constant's copy to the GPU, where the metrics are summed, would block)
+        "kl": (kl * mask).sum() / n if kl is not None else mask.new_zeros(()),
+        "ratio_mean": (ratio * mask).sum() / n if clipping else mask.new_ones(()),
         "tokens": mask.sum(),
     }
     if sampler is not None:

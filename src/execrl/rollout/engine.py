@@ -26,6 +26,7 @@ from execrl.rollout.generic import GenericDecoder
 from execrl.rollout.masks import SlotMasks
 from execrl.rollout.models import REGISTRY
 from execrl.rollout.sampling import SamplingParams, request_key, sample, token_keys
+from execrl.transfer import to_device
 
 MIN_ROWS = 16  # the fewest rows a step over some of the slots runs (_rows): each count has its own CUDA graphs
 MASK_COPY_MS = 0.25  # guided decoding: the masks' copy to the device and the sampling's launch (H100, 256 x 151K)
@@ -192,8 +193,8 @@ class RolloutEngine:
         if call.guides:
             self.constraints.assign(slots, [call.guides[i] for i, _ in take])
             self.constraints.refresh(slots)  # the masks of their first tokens
-        self.keys[torch.tensor(slots, device=self.keys.device)] = torch.tensor(
-            [call.keys[i][j] for i, j in take], dtype=torch.int32, device=self.keys.device)
+        self.keys[to_device(slots, self.keys.device)] = to_device([call.keys[i][j] for i, j in take],
+                                                                  self.keys.device, torch.int32)
         self._prefill(take, slots, call.prompts, [busy[s].limit for s in slots], call.params)
 
     def _decode(self, call: Call, busy: dict[int, Slot]) -> None:
@@ -278,15 +279,15 @@ class RolloutEngine:
             tokens = torch.zeros(len(chunk), width, dtype=torch.long)  # [P, T], right-padded
             for n, i in enumerate(chunk):
                 tokens[n, :len(prompts[i])] = torch.tensor(prompts[i])
-            lengths = torch.tensor([len(prompts[i]) for i in chunk], device=dev)  # [P]
-            slot = torch.tensor([m[0] for m in mine], device=dev)  # [N]
-            source = torch.tensor([m[1] for m in mine], device=dev)  # [N]
-            logits = self.dec.prefill(tokens.to(dev), lengths, slot, source)  # [P, V]
+            lengths = to_device([len(prompts[i]) for i in chunk], dev)  # [P]
+            slot = to_device([m[0] for m in mine], dev)  # [N]
+            source = to_device([m[1] for m in mine], dev)  # [N]
+            logits = self.dec.prefill(to_device(tokens, dev), lengths, slot, source)  # [P, V]
             bitmask = self.constraints.bitmask(slot) if self.constraints.any() else None  # [N, W] or None
             tok, lp = sample(logits[source], params, token_keys(self.keys[slot], torch.zeros_like(slot)), bitmask)
-            lim = torch.tensor([m[2] for m in mine], device=dev)
+            lim = to_device([m[2] for m in mine], dev)
             self.tokens[slot], self.pos[slot], self.limit[slot] = tok, lengths[source], lim
-            self.n_gen[slot] = 1
+            self.n_gen.index_fill_(0, slot, 1)  # (not n_gen[slot] = 1: its value is copied to the device, a sync)
             self.out_tok[slot, 0], self.out_lp[slot, 0] = tok, lp
             ended = self._is_eos(tok) if not params.ignore_eos else torch.zeros_like(tok, dtype=torch.bool)
             self.active[slot] = (lim > 1) & ~ended

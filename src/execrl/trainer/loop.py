@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 
@@ -21,9 +22,10 @@ from execrl.rollout.sampling import scoring_temperature
 from execrl.sandbox import check_infra_share
 from execrl.trainer import checkpoint, memory, startup
 from execrl.trainer import distributed as dist
+from execrl.trainer.deferred import Trained
 from execrl.trainer.rollouts import episode_means, episode_sums, prompt_seeds, rollout_rows, sampling
 from execrl.trainer.setup import Run, build_run, console
-from execrl.trainer.step import advantages, build_batch, optimize, sampler_filter, score_tokens, sharing
+from execrl.trainer.step import advantages, build_batch, deferrable, optimize, sampler_filter, score_tokens, sharing
 from execrl.trainer.warmup import sft_warmup
 
 MAX_NAN_STEPS = 3
@@ -54,14 +56,24 @@ def train(cfg: MasterConfig) -> Run:
             while run.step < run.max_steps and not epochs_done(run) and not ctrl_c.stop() and not late:
                 times: dict[str, float] = {}
                 with timed(times, "step"):
+                    started = time.perf_counter()
                     if run.opponent is not None:  # (a snapshot opponent: the policy's weights every N steps)
                         run.opponent.refresh(run.step, run.weights.compute)
                     with memory.phase("generation", cfg):
                         rollouts, staleness = run.pipeline.next(run.step, times, more=run.step + 1 < run.max_steps)
+                    # the step before's numbers, ready (generation waited for the GPU): read before this step's
+                    # optimizer reads the learning rate; its log line after this step's train phase is launched
+                    done = run.left.read(started, times) if run.left else None
+                    defer = defers(run, first_step)
                     with timed(times, "train"):
-                        metrics = train_step(run, rollouts)
+                        trained = Trained(run.step + 1, rollouts, staleness, times)  # (its clock starts)
+                        trained.launched(launch_step(run, rollouts, defer))
+                run.left = trained if defer else None
+                if done:
+                    log_step(run, *done, bar)
                 run.step += 1
-                log_step(run, rollouts, metrics | staleness, times, bar)
+                if not defer:
+                    log_step(run, *trained.read(), bar)
                 if run.step == first_step:  # what compiled, in how long (on GPUs)
                     startup.say(load_s, times["step"], before)
                 if periodic_validation(cfg, run.step):
@@ -69,6 +81,7 @@ def train(cfg: MasterConfig) -> Run:
                 if cfg.checkpointing.enabled and run.step % cfg.checkpointing.save_period == 0:
                     save(run)
                 late = out_of_time(cfg, time.monotonic() - begun, times["step"])
+            finish_left(run, bar)
         if late:
             console.print(f"checkpointing.checkpoint_must_save_by={cfg.checkpointing.checkpoint_must_save_by}: "
                           f"another step would end after it, so the run stops at step {run.step}"
@@ -81,6 +94,7 @@ def train(cfg: MasterConfig) -> Run:
         if ctrl_c.asked:
             raise KeyboardInterrupt
     except KeyboardInterrupt:
+        finish_left(run, None)  # (its scheduler step before the checkpoint)
         save_on_interrupt(run)
         raise
     except memory.OutOfMemory as e:
@@ -128,7 +142,32 @@ def epochs_done(run: Run) -> bool:
     return True
 
 
+def defers(run: Run, first_step: int) -> bool:
+    """Whether the coming step's optimizer runs on while the next step generates (optimize's `defer`, where
+    deferrable): not the first step (the start-up line times it), nor one that a validation, a checkpoint or the
+    run's end follows (they need its numbers, or its weights read)."""
+    cfg, coming = run.cfg, run.step + 1
+    return (coming != first_step and coming < run.max_steps and not periodic_validation(cfg, coming)
+            and not (cfg.checkpointing.enabled and coming % cfg.checkpointing.save_period == 0)
+            and deferrable(run.weights, run.optimizer, cfg, run.plan))
+
+
+def finish_left(run: Run, bar) -> None:
+    """The log line of a step whose numbers were left to read (the loop ended after it); `bar` None: read only."""
+    if run.left is not None:
+        done, run.left = run.left.read(), None
+        if bar is not None:
+            log_step(run, *done, bar)
+
+
 def train_step(run: Run, rollouts) -> dict:
+    """One train phase, its numbers read (the host waits for the GPU)."""
+    return launch_step(run, rollouts)()
+
+
+def launch_step(run: Run, rollouts, defer: bool = False) -> Callable[[], dict]:
+    """The train phase: advantages, the batch, scoring where needed, the optimizer step(s). Returns the function
+    that reads its numbers: with `defer`, the host has not waited for the GPU (optimize's `defer`)."""
     cfg = run.cfg
     adv, rewards, valid = advantages(rollouts, cfg, run.baselines)
     batch = build_batch(rollouts, adv, run.tokenizer.pad_token_id, cfg.grpo.overlong_filtering)
@@ -145,18 +184,26 @@ def train_step(run: Run, rollouts) -> dict:
                 batch.ref_logprobs = score_tokens(run.weights.compute, batch, run.plan.score_split, temperature,
                                                   share=sharing(cfg, run.weights.compute))
     per_step = cfg.policy.scheduler.per_grpo_step  # NeMo RL's torch schedulers count GRPO steps
-    stats = optimize(run.weights, run.optimizer, None if per_step else run.scheduler, batch, cfg, run.plan)
+    numbers = optimize(run.weights, run.optimizer, None if per_step else run.scheduler, batch, cfg, run.plan, defer)
     if per_step:
         run.scheduler.step()
+    num_valid, num_samples = dist.sum_floats(valid.sum().item(), valid.numel())
+    num_flat, num_groups = dist.sum_floats(flat_groups(rewards, valid).sum().item(), len(rewards))
+    step = run.step + 1
+    return lambda: checked(run, step, numbers(), num_valid / num_samples, num_flat, num_groups)
+
+
+def checked(run: Run, step: int, stats: dict, valid_frac: float, num_flat: float, num_groups: float) -> dict:
+    """A train phase's numbers, with the run's checks on them: a skipped (non-finite) step said, three in a row
+    stop the run; every group flat for FLAT_WARNING_STEPS steps warned of."""
     run.nan_streak = run.nan_streak + 1 if stats["skipped_steps"] else 0
     if stats["skipped_steps"]:
-        console.print(f"[yellow]step {run.step + 1}: non-finite loss or gradient, optimizer step skipped[/]")
+        console.print(f"[yellow]step {step}: non-finite loss or gradient, optimizer step skipped[/]")
     if run.nan_streak >= MAX_NAN_STEPS:
         raise RuntimeError(f"{MAX_NAN_STEPS} steps in a row had a NaN/inf loss: lower policy.optimizer.kwargs.lr, "
                            "check the rewards, or resume from the last checkpoint")
-    num_valid, num_samples = dist.sum_floats(valid.sum().item(), valid.numel())
-    stats["valid_frac"] = num_valid / num_samples
-    num_flat, num_groups = dist.sum_floats(flat_groups(rewards, valid).sum().item(), len(rewards))
+    stats["valid_frac"] = valid_frac
+    stats["lr"] = run.scheduler.get_last_lr()[0]  # (as the step's scheduler steps left it: read before the next's)
     stats["flat_group_frac"] = num_flat / max(num_groups, 1)  # groups whose rewards are all equal: no signal
     run.flat_streak = run.flat_streak + 1 if num_groups and num_flat == num_groups else 0
     if run.flat_streak == FLAT_WARNING_STEPS:
@@ -228,7 +275,7 @@ def validate(run: Run) -> float:
     return score
 
 
-def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
+def log_step(run: Run, step: int, rollouts, stats: dict, times: dict, bar) -> None:
     metrics = {f"train/{k}": v for k, v in stats.items()}  # already global
     sums = dist.sum_dicts(episode_sums(rollouts, run.sampler.kinds))  # over all processes
     means = episode_means(sums)
@@ -237,18 +284,17 @@ def log_step(run: Run, rollouts, stats: dict, times: dict, bar) -> None:
     if times.get("generate"):  # the model's tokens sampled per second of generation (all processes)
         metrics["time/tokens_per_s"] = sums["completion_len_mean"] / times["generate"]
     metrics.update({f"train/{key}/baseline": b for key, b in run.baselines.values.items()})  # self-play
-    metrics["train/lr"] = run.scheduler.get_last_lr()[0]
     metrics.update({f"time/{k}": v for k, v in times.items()})
     if torch.cuda.is_available():
         metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    run.logger.log(run.step, metrics)
-    check_sandbox(run, rollouts.generated, f"step {run.step}")
+    run.logger.log(step, metrics)
+    check_sandbox(run, rollouts.generated, f"step {step}")
     every = run.cfg.logger.rollouts_period
-    if every and run.step % every == 0:
-        run.logger.rollouts(run.step, dist.gather_lists(rollout_rows(rollouts, run.tokenizer),
+    if every and step % every == 0:
+        run.logger.rollouts(step, dist.gather_lists(rollout_rows(rollouts, run.tokenizer),
                                                            run.plan.prompts_per_optimizer_step, run.plan.group_size))
-    bar.update(bar.task_ids[0], completed=run.step,
-               description=f"step {run.step}  reward {metrics['train/reward_mean']:.3f}  "
+    bar.update(bar.task_ids[0], completed=step,
+               description=f"step {step}  reward {metrics['train/reward_mean']:.3f}  "
                            f"{times['step']:.1f}s/step")
 
 

@@ -75,9 +75,18 @@ class Weights:
         """Clips the master's gradients to a global norm of `max_norm`; their norm before."""
         return torch.nn.utils.clip_grad_norm_(self.master.parameters(), max_norm)
 
-    def step(self, optimizer) -> None:
-        """The optimizer's step, and the new weights into the compute copy."""
-        optimizer.step()
+    def step(self, optimizer, skip: torch.Tensor | None = None) -> None:
+        """The optimizer's step, and the new weights into the compute copy. `skip` (a bool [] on the device;
+        torch's fused Adam(W) alone reads it): where True no weight or moment moves, decided by the kernel
+        (GradScaler's found_inf flag), without the host reading the flag."""
+        if skip is None:
+            optimizer.step()
+        else:
+            optimizer.found_inf = skip.float()
+            try:
+                optimizer.step()
+            finally:
+                del optimizer.found_inf
         self.refresh()
 
     @torch.no_grad()

@@ -61,6 +61,7 @@ class Run:
     last_saved: int = -1
     nan_streak: int = 0
     flat_streak: int = 0  # steps in a row whose every group had equal rewards
+    left: object = None  # trainer.deferred.Trained: a step whose optimizer ran on as the next generated, its log to come
     started: float = field(default_factory=time.monotonic)
     baselines: RoleBaselines = field(default_factory=RoleBaselines)  # self-play's role baselines (grpo.advantage rae)
     opponent: Opponent | None = None  # self-play's frozen opponent (env.game.opponent)

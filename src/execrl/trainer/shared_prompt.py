@@ -31,6 +31,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from execrl.rollout.generic import EXTRAS, sdpa_configs
 from execrl.rollout.models import REGISTRY
 from execrl.rollout.models.layers import sliding_window
+from execrl.transfer import to_device
 
 BUCKETS = 4  # attention over the samples' sequences sorted by length, in this many SDPA calls at most
 
@@ -49,10 +50,9 @@ class Packed:
     source: torch.Tensor  # [b, W-1] the packed token whose hidden state predicts row r's token t+1, flat into [G*Lp]
 
     def to(self, device) -> Packed:
-        """On `device`, copied without blocking: the host does not wait for the GPU's queued work, as torch's
-        blocking copy does (from pageable memory the source is staged as the copy is issued, so it may go)."""
+        """On `device`, copied without the host waiting for the GPU's queued work (transfer.to_device)."""
         def move(t: torch.Tensor) -> torch.Tensor:
-            return t.to(device, non_blocking=True)
+            return to_device(t, device)
         return Packed(move(self.ids), move(self.positions), [move(t) for t in self.gather], move(self.scatter),
                       move(self.source))
 

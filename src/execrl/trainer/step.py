@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain
 
@@ -23,6 +24,7 @@ from execrl.trainer import memory
 from execrl.trainer.precision import Weights
 from execrl.trainer.rollouts import Rollouts
 from execrl.trainer.shared_prompt import Packed, group_parts, keeps_groups, one_prompt, pack, shareable
+from execrl.transfer import to_device
 
 
 @dataclass
@@ -151,7 +153,9 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor | None, select: 
         if packed is None:
             hidden = final_hidden(model, ids, attn).flatten(0, 1)[at_row]  # [N, d]
         else:
-            # (a mask of ones: transformers then makes none, and reads no packing into the positions)
+            # (a mask of ones: transformers then makes none, and reads no packing into the positions. It reads
+            # the mask on the host, a sync each pass; a made 4D mask would not be, but a mixture of experts' router
+            # loss reads the 2D one)
             hidden = final_hidden(model, packed.ids, torch.ones_like(packed.ids, dtype=torch.bool),
                                   position_ids=packed.positions, execrl_gather=packed.gather,
                                   execrl_scatter=packed.scatter)  # [G, Lp, d]
@@ -187,7 +191,7 @@ def selected(select: torch.Tensor, device) -> tuple[torch.Tensor, torch.Tensor]:
     wait for the GPU's queued work, as a boolean index on the GPU does (the host learns N only when it is done)."""
     r, c = select.nonzero(as_tuple=True)
     width = select.shape[1]
-    return (r * width + c).to(device, non_blocking=True), (r * (width + 1) + c).to(device, non_blocking=True)
+    return to_device(r * width + c, device), to_device(r * (width + 1) + c, device)
 
 
 def final_hidden(model, ids: torch.Tensor, attn: torch.Tensor | None, **inputs) -> torch.Tensor:
@@ -283,17 +287,16 @@ def take(batch: TrainBatch, rows: list[int], device
         for n, r in enumerate(rows):
             for at, masks in batch.guided.get(r, []):
                 allowed[n, at:at + len(masks)] = masks
-        allowed = allowed.to(device, non_blocking=True)
+        allowed = to_device(allowed, device)
     attn = batch.attention_mask[idx, :width]
-    return (batch.input_ids[idx, :width].to(device, non_blocking=True),
-            None if right_padded(attn) else attn.to(device, non_blocking=True),
+    return (to_device(batch.input_ids[idx, :width], device), None if right_padded(attn) else to_device(attn, device),
             on(device, batch.loss_mask, idx, width - 1), idx, allowed)
 
 
 def on(device, t: torch.Tensor | None, idx: torch.Tensor, width: int) -> torch.Tensor | None:
     """Rows idx of a batch's [N, L-1] tensor t, its first `width` columns, on the device (copied without blocking);
     None for None."""
-    return None if t is None else t[idx, :width].to(device, non_blocking=True)
+    return None if t is None else to_device(t[idx, :width], device)
 
 
 def right_padded(attn: torch.Tensor) -> bool:
@@ -331,10 +334,15 @@ def score_tokens(model, batch: TrainBatch, split: Split, temperature: float,
     return out
 
 
-def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: MasterConfig, plan: BatchPlan) -> dict:
+def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: MasterConfig, plan: BatchPlan,
+             defer: bool = False) -> Callable[[], dict]:
     """One or more optimizer steps over the batch (whole groups each), micro-batched with gradient
     accumulation: forward and backward on the compute model, gradients accumulated and applied in
-    the master's dtype; `scheduler` steps after each optimizer step (None: not here)."""
+    the master's dtype; `scheduler` steps after each optimizer step (None: not here). Returns a
+    function that gives the step's numbers. `defer` (one optimizer step of torch's fused Adam(W), one
+    process: deferrable()): the host does not wait for the GPU here, a non-finite step is skipped by
+    the kernel itself, and the numbers are read when the function is called (the next step's
+    generation is launched meanwhile); else they are read here."""
     model = weights.compute
     device, loss_cfg = next(model.parameters()).device, cfg.loss_fn
     temperature, correct = scoring_temperature(cfg.policy.generation.temperature), importance_correction(cfg)
@@ -383,7 +391,7 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
                 # the proximal policy: the weights as this step began (one optimizer step: the
                 # current ones, detached)
                 old = logp.detach() if batch.old_logprobs is None else on(device, batch.old_logprobs, idx, width)
-                terms = LossTerms(logp, old, batch.advantages[idx].to(device, non_blocking=True), mask,
+                terms = LossTerms(logp, old, to_device(batch.advantages[idx], device), mask,
                                   on(device, batch.ref_logprobs, idx, width),
                                   on(device, batch.sampler_logprobs, idx, width), unfiltered_logprobs=raw)
                 loss, metrics = policy_loss(terms, loss_cfg, num_tokens=num_tokens, num_seqs=num_seqs,
@@ -393,23 +401,80 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
             part = mask.sum().double() / max(num_tokens, 1.0)
             sums += torch.stack([loss.detach().double(), (entropy * mask).sum().double() / max(num_tokens, 1.0) / steps,
                                  *(metrics[name].to(device, torch.float64) * part / steps for name in averaged)])
-        grad_norm = dist.total_norm(weights.clip(cfg.policy.max_grad_norm))
-        step_loss, entropy_part, *averaged_parts = sums.tolist()
-        stats["entropy"] += entropy_part
-        for name, part in zip(averaged, averaged_parts):
-            stats[name] += part
-        (step_loss,) = dist.sum_floats(step_loss)  # the whole batch's loss, so every rank skips (or not) alike
-        if not (math.isfinite(grad_norm) and math.isfinite(step_loss)):
+        norm = weights.clip(cfg.policy.max_grad_norm)
+        if defer:
+            finite = torch.isfinite(norm) & torch.isfinite(sums[0])  # (tally's test, on the device)
+            with memory.phase("the optimizer step", cfg):
+                weights.step(optimizer, skip=~finite)
+            model.eval()
+            return later(on_host(torch.cat([sums, norm.detach().double().reshape(1)])), stats, averaged, scheduler)
+        if not tally(stats, averaged, sums.tolist(), dist.total_norm(norm), steps):
             weights.zero_grad(optimizer)  # a NaN/inf step is skipped, never applied
-            stats["skipped_steps"] += 1
             continue
         with memory.phase("the optimizer step", cfg):
             weights.step(optimizer)
         if scheduler is not None:  # (None: the caller steps it once per GRPO step)
             scheduler.step()
-        stats["loss"] += step_loss / steps
-        stats["grad_norm"] += grad_norm / steps
     model.eval()
-    summed = (*averaged, "entropy")  # each rank's part of a global token mean
-    stats.update(zip(summed, dist.sum_floats(*(stats[k] for k in summed))))
+    done = summed(stats, averaged)
+    return lambda: done
+
+
+def later(read: Callable[[], list[float]], stats: dict, averaged: tuple[str, ...], scheduler) -> Callable[[], dict]:
+    """A deferred optimizer step's numbers, as a function: read (the sums, then the gradient's norm), tallied, and
+    the scheduler stepped where the kernel applied the step (before the next step's optimizer reads the rate)."""
+    def numbers() -> dict:
+        *sums, grad_norm = read()
+        if tally(stats, averaged, sums, grad_norm, 1) and scheduler is not None:
+            scheduler.step()
+        return summed(stats, averaged)
+    return numbers
+
+
+def tally(stats: dict, averaged: tuple[str, ...], sums: list[float], grad_norm: float, steps: int) -> bool:
+    """One optimizer step's numbers into `stats`: sums (loss, entropy, *averaged, read from the device) and the
+    gradient's norm; whether the step is applied (its loss and norm finite: the whole batch's loss, so every rank
+    skips or not alike)."""
+    step_loss, entropy_part, *averaged_parts = sums
+    stats["entropy"] += entropy_part
+    for name, part in zip(averaged, averaged_parts):
+        stats[name] += part
+    (step_loss,) = dist.sum_floats(step_loss)
+    if not (math.isfinite(grad_norm) and math.isfinite(step_loss)):
+        stats["skipped_steps"] += 1
+        return False
+    stats["loss"] += step_loss / steps
+    stats["grad_norm"] += grad_norm / steps
+    return True
+
+
+def summed(stats: dict, averaged: tuple[str, ...]) -> dict:
+    """stats with each rank's part of a global token mean summed over ranks."""
+    names = (*averaged, "entropy")
+    stats.update(zip(names, dist.sum_floats(*(stats[k] for k in names))))
     return stats
+
+
+def on_host(values: torch.Tensor) -> Callable[[], list[float]]:
+    """values [n] copied to the host as the GPU gets there, without the host waiting now; the function returns
+    them, waiting for that copy alone (not for work queued after it)."""
+    if values.device.type != "cuda":
+        return values.tolist
+    host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+    host.copy_(values, non_blocking=True)
+    copied = torch.cuda.Event()
+    copied.record()
+
+    def read() -> list[float]:
+        copied.synchronize()
+        return host.tolist()
+    return read
+
+
+def deferrable(weights: Weights, optimizer, cfg: MasterConfig, plan: BatchPlan) -> bool:
+    """Whether a step's optimizer may run on while the host goes on (optimize's `defer`): one optimizer step per
+    rollout, one process, not async GRPO, and torch's fused Adam(W) on plain weights, whose kernel skips the update
+    where a flag on the device says so (as under GradScaler), so that no host read decides it."""
+    return (plan.optimizer_steps_per_rollout == 1 and dist.world_size() == 1 and not cfg.grpo.async_grpo.enabled
+            and type(weights) is Weights and type(optimizer) in (torch.optim.AdamW, torch.optim.Adam)
+            and all(group.get("fused") for group in optimizer.param_groups))
