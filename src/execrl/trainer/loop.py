@@ -63,7 +63,7 @@ def train(cfg: MasterConfig) -> Run:
                         rollouts, staleness = run.pipeline.next(run.step, times, more=run.step + 1 < run.max_steps)
                     # the step before's numbers, ready (generation waited for the GPU): read before this step's
                     # optimizer reads the learning rate; its log line after this step's train phase is launched
-                    done = run.left.read(started, times) if run.left else None
+                    done, run.left = (run.left.read(started, times) if run.left else None), None
                     defer = defers(run, first_step)
                     with timed(times, "train"):
                         trained = Trained(run.step + 1, rollouts, staleness, times)  # (its clock starts)
