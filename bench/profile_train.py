@@ -266,6 +266,8 @@ def sync_sites(step: int) -> None:
     real, calls, sites = loop.launch_step, [], {}
 
     def record(message, category, filename, lineno, file=None, line=None) -> None:
+        if "synchronizing CUDA operation" not in str(message):  # (another warning)
+            return state["shown"](message, category, filename, lineno, file, line)
         frames = [f for f in traceback.extract_stack()[:-1] if "execrl/" in f.filename or "bench/" in f.filename]
         where = " < ".join(f"{f.filename.split('execrl/')[-1]}:{f.lineno} {f.name}" for f in frames[::-1][:3])
         sites[where or f"{filename}:{lineno}"] = sites.get(where or f"{filename}:{lineno}", 0) + 1
@@ -275,12 +277,15 @@ def sync_sites(step: int) -> None:
         out = real(run, rollouts, defer)
         if len(calls) == step - 1:
             warnings.showwarning, state["shown"] = record, warnings.showwarning
+            state["filters"] = warnings.catch_warnings()
+            state["filters"].__enter__()
             warnings.simplefilter("always")
             if DEVICE == "cuda":  # (a CPU has no host syncs to count: the table is then empty)
                 torch.cuda.set_sync_debug_mode("warn")
         elif len(calls) == step:
             if DEVICE == "cuda":
                 torch.cuda.set_sync_debug_mode("default")
+            state["filters"].__exit__(None, None, None)
             warnings.showwarning = state["shown"]
             print(f"step {step}: {sum(sites.values())} host syncs (torch's sync debug mode), by where execrl asked\n"
                   "| syncs | where (innermost execrl frame first) |\n|---:|---|")

@@ -294,3 +294,30 @@ def test_a_deferred_nan_step_is_skipped_on_the_device(tmp_path, monkeypatch, fus
     assert seen["defer"][:3] == [False, True, True]  # the kernel skipped steps 2 and 3, not a host check
     after = seen["model"].state_dict()
     assert all(torch.equal(seen["before"][k], after[k]) for k in after)
+
+
+def test_ctrl_c_after_a_deferred_step_logs_it_and_checkpoints_it_whole(tmp_path, monkeypatch, fused_on_cpu):
+    import execrl.trainer.loop as loop
+    from execrl.trainer.pipeline import RolloutPipeline
+
+    real_next, real_save, seen = RolloutPipeline.next, loop.save_on_interrupt, {}
+
+    def next_(self, step, *args, **kwargs):  # the second Ctrl-C lands in step 3's generation
+        if step == 2:
+            raise KeyboardInterrupt
+        return real_next(self, step, *args, **kwargs)
+
+    def save(run):
+        seen.update(step=run.step, scheduler=run.scheduler.last_epoch, left=run.left)
+        real_save(run)
+
+    monkeypatch.setattr(RolloutPipeline, "next", next_)
+    monkeypatch.setattr(loop, "save_on_interrupt", save)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, "stopped", "grpo.max_num_steps=5", "grpo.val_period=0", "checkpointing.save_period=10",
+            "warmup.sft_steps=0", "policy.train_global_batch_size=16")
+    d = tmp_path / "stopped"
+    # step 2 ran on (deferred): its line is written and its scheduler step taken before the checkpoint of step 2
+    assert [m["step"] for m in metrics(d) if "train/loss" in m] == [1, 2]
+    assert seen == {"step": 2, "scheduler": 2, "left": None}
+    assert (d / "ckpt" / "step_000002").is_dir()

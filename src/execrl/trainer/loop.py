@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import replace
 
 import torch
@@ -52,6 +52,7 @@ def train(cfg: MasterConfig) -> Run:
         if run.step == 0 and cfg.grpo.val_at_start:
             validate(run)
         begun, late, first_step = time.monotonic(), False, run.step + 1
+        gpu = next(run.weights.compute.parameters()).device.type == "cuda"  # (train phases timed on the GPU)
         with progress(run) as bar, CtrlC() as ctrl_c:
             while run.step < run.max_steps and not epochs_done(run) and not ctrl_c.stop() and not late:
                 times: dict[str, float] = {}
@@ -63,15 +64,16 @@ def train(cfg: MasterConfig) -> Run:
                         rollouts, staleness = run.pipeline.next(run.step, times, more=run.step + 1 < run.max_steps)
                     # the step before's numbers, ready (generation waited for the GPU): read before this step's
                     # optimizer reads the learning rate; its log line after this step's train phase is launched
-                    done, run.left = (run.left.read(started, times) if run.left else None), None
+                    done = run.left.read(started, times) if run.left else None  # (read() reads once)
+                    run.left = None
                     defer = defers(run, first_step)
                     with timed(times, "train"):
-                        trained = Trained(run.step + 1, rollouts, staleness, times)  # (its clock starts)
+                        trained = Trained(run.step + 1, rollouts, staleness, times, gpu=gpu)  # (its clock starts)
                         trained.launched(launch_step(run, rollouts, defer))
                 run.left = trained if defer else None
+                run.step += 1  # (before the step before's log line: a checkpoint on Ctrl-C there is this step's)
                 if done:
                     log_step(run, *done, bar)
-                run.step += 1
                 if not defer:
                     log_step(run, *trained.read(), bar)
                 if run.step == first_step:  # what compiled, in how long (on GPUs)
@@ -94,12 +96,15 @@ def train(cfg: MasterConfig) -> Run:
         if ctrl_c.asked:
             raise KeyboardInterrupt
     except KeyboardInterrupt:
-        finish_left(run, None)  # (its scheduler step before the checkpoint)
+        finish_left(run)  # (its scheduler step before the checkpoint)
         save_on_interrupt(run)
         raise
     except memory.OutOfMemory as e:
         raise memory.OutOfMemory(e.phase, f"{e} {resume_note(run)}") from None
     finally:
+        if run.left is not None:  # an error in the step after a deferred one: that step's line, where it can be read
+            with suppress(Exception):
+                finish_left(run)
         run.close()
     return run
 
@@ -152,12 +157,12 @@ def defers(run: Run, first_step: int) -> bool:
             and deferrable(run.weights, run.optimizer, cfg, run.plan))
 
 
-def finish_left(run: Run, bar) -> None:
-    """The log line of a step whose numbers were left to read (the loop ended after it); `bar` None: read only."""
+def finish_left(run: Run, bar=None) -> None:
+    """The log line of a step whose numbers were left to read (the loop ended after it, or was stopped)."""
     if run.left is not None:
-        done, run.left = run.left.read(), None
-        if bar is not None:
-            log_step(run, *done, bar)
+        done = run.left.read()
+        run.left = None
+        log_step(run, *done, bar)
 
 
 def train_step(run: Run, rollouts) -> dict:
@@ -203,7 +208,9 @@ def checked(run: Run, step: int, stats: dict, valid_frac: float, num_flat: float
         raise RuntimeError(f"{MAX_NAN_STEPS} steps in a row had a NaN/inf loss: lower policy.optimizer.kwargs.lr, "
                            "check the rewards, or resume from the last checkpoint")
     stats["valid_frac"] = valid_frac
-    stats["lr"] = run.scheduler.get_last_lr()[0]  # (as the step's scheduler steps left it: read before the next's)
+    # as this step left them, read before the next step's launch changes them
+    stats["lr"] = run.scheduler.get_last_lr()[0]
+    stats.update({f"{key}/baseline": b for key, b in run.baselines.values.items()})  # self-play's role baselines
     stats["flat_group_frac"] = num_flat / max(num_groups, 1)  # groups whose rewards are all equal: no signal
     run.flat_streak = run.flat_streak + 1 if num_groups and num_flat == num_groups else 0
     if run.flat_streak == FLAT_WARNING_STEPS:
@@ -283,7 +290,6 @@ def log_step(run: Run, step: int, rollouts, stats: dict, times: dict, bar) -> No
     metrics["train/reward_std"] = max(means["reward_sq_mean"] - means["reward_mean"] ** 2, 0.0) ** 0.5
     if times.get("generate"):  # the model's tokens sampled per second of generation (all processes)
         metrics["time/tokens_per_s"] = sums["completion_len_mean"] / times["generate"]
-    metrics.update({f"train/{key}/baseline": b for key, b in run.baselines.values.items()})  # self-play
     metrics.update({f"time/{k}": v for k, v in times.items()})
     if torch.cuda.is_available():
         metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -293,6 +299,8 @@ def log_step(run: Run, step: int, rollouts, stats: dict, times: dict, bar) -> No
     if every and step % every == 0:
         run.logger.rollouts(step, dist.gather_lists(rollout_rows(rollouts, run.tokenizer),
                                                            run.plan.prompts_per_optimizer_step, run.plan.group_size))
+    if bar is None:  # (a line written as the run stops)
+        return
     bar.update(bar.task_ids[0], completed=step,
                description=f"step {step}  reward {metrics['train/reward_mean']:.3f}  "
                            f"{times['step']:.1f}s/step")

@@ -423,11 +423,16 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
 def later(read: Callable[[], list[float]], stats: dict, averaged: tuple[str, ...], scheduler) -> Callable[[], dict]:
     """A deferred optimizer step's numbers, as a function: read (the sums, then the gradient's norm), tallied, and
     the scheduler stepped where the kernel applied the step (before the next step's optimizer reads the rate)."""
-    def numbers() -> dict:
-        *sums, grad_norm = read()
-        if tally(stats, averaged, sums, grad_norm, 1) and scheduler is not None:
-            scheduler.step()
-        return summed(stats, averaged)
+    done: list[dict] = []
+
+    def numbers() -> dict:  # (once: a second call returns the first's numbers, the scheduler not stepped again)
+        if not done:
+            *sums, grad_norm = read()
+            applied = tally(stats, averaged, sums, grad_norm, 1)
+            done.append(summed(stats, averaged))
+            if applied and scheduler is not None:
+                scheduler.step()
+        return done[0]
     return numbers
 
 
