@@ -168,8 +168,9 @@ def collections_labelled():
 
 def whole_step(step: int, stacks: bool = False):
     """The loop's iteration `step` profiled: from the launch of train phase `step - 1` (its kernels may still run:
-    an optimizer step the loop defers) to the end of train phase `step`'s kernels; its GPU busy time and idle time by part (PARTS) printed; `stacks`: also by the innermost execrl function
-    (Python's calls recorded: the host slows more)."""
+    an optimizer step the loop defers) to the end of train phase `step`'s kernels; its GPU busy time and idle time
+    by part (PARTS) printed; `stacks`: also by the innermost execrl function (Python's calls recorded: the host slows
+    more)."""
     for owner, name, label in PARTS:
         setattr(owner, name, labelled(getattr(owner, name), label))
     real, calls, state = loop.launch_step, [], {}
@@ -228,12 +229,8 @@ def report(prof, wall: float, step: int, stacks: bool = False) -> None:
     for label in sorted(set(took) | set(under), key=lambda k: -under.get(k, 0.0)):
         spans = took.get(label, [])
         print(f"| {label} | {len(spans)} | {sum(spans) / 1e3:.1f} | {under.get(label, 0.0) / 1e3:.1f} |")
-    ops = idle_by_innermost(long, [(e.name, e.time_range.start, e.time_range.end) for e in host if e.thread == main],
-                            "(no host op)")
-    print(f"\nthe host's innermost op (main thread) while the GPU idled in gaps >= {SHORT_US:.0f} us, top {TOP_OPS}\n"
-          "| op | GPU idle ms |\n|---|---:|")
-    for name, us in sorted(ops.items(), key=lambda kv: -kv[1])[:TOP_OPS]:
-        print(f"| {name[:100]} | {us / 1e3:.1f} |")
+    idle_table("the host's innermost op (main thread)", "op", TOP_OPS, idle_by_innermost(
+        long, [(e.name, e.time_range.start, e.time_range.end) for e in host if e.thread == main], "(no host op)"))
     threads: dict[int, list] = {}
     for e in host:
         if e.thread != main:
@@ -243,21 +240,24 @@ def report(prof, wall: float, step: int, stacks: bool = False) -> None:
             continue
         busy = idle_by_innermost(long, spans, "(idle thread)")
         busy.pop("(idle thread)", None)
-        if sum(busy.values()) < 1e3:
-            continue
-        print(f"\nthe innermost op of thread {thread} ({len(spans)} ops: the backward's, where autograd runs it) "
-              f"while the GPU idled in gaps >= {SHORT_US:.0f} us, top 12\n| op | GPU idle ms |\n|---|---:|")
-        for name, us in sorted(busy.items(), key=lambda kv: -kv[1])[:12]:
-            print(f"| {name[:100]} | {us / 1e3:.1f} |")
+        if sum(busy.values()) >= 1e3:
+            idle_table(f"the innermost op of thread {thread} ({len(spans)} ops: the backward's, where autograd runs it)",
+                       "op", 12, busy)
     frames = [(e.name, e.time_range.start, e.time_range.end) for e in host if e.thread == main and "execrl/" in e.name]
     if stacks and not frames:  # (torch 2.11 with CUDA records no Python calls as events: each op's stack instead)
         frames = [(next((f for f in e.stack if "execrl/" in f), "(outside execrl)"), e.time_range.start,
                    e.time_range.end) for e in host if e.thread == main and e.stack]
     if frames:  # (--stacks: Python's calls are events too)
-        print(f"\nthe innermost execrl function (main thread) while the GPU idled in gaps >= {SHORT_US:.0f} us, top "
-              f"{TOP_OPS}\n| function | GPU idle ms |\n|---|---:|")
-        for name, us in sorted(idle_by_innermost(long, frames, "(outside execrl)").items(), key=lambda kv: -kv[1])[:TOP_OPS]:
-            print(f"| {name.split('execrl/')[-1][:100]} | {us / 1e3:.1f} |")
+        idle_table("the innermost execrl function (main thread)", "function", TOP_OPS, idle_by_innermost(
+            long, [(name.split("execrl/")[-1], s, e) for name, s, e in frames], "(outside execrl)"))
+
+
+def idle_table(whose: str, column: str, top: int, idle: dict[str, float]) -> None:
+    """The `top` names of `idle` (name -> GPU idle us under it) as a table, the most first."""
+    print(f"\n{whose} while the GPU idled in gaps >= {SHORT_US:.0f} us, top {top}\n| {column} | GPU idle ms |\n"
+          "|---|---:|")
+    for name, us in sorted(idle.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"| {name[:100]} | {us / 1e3:.1f} |")
 
 
 def sync_sites(step: int) -> None:

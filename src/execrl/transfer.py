@@ -1,6 +1,8 @@
-"""Host values onto the device without waiting for its queued work."""
+"""Values between the host and the device without the host waiting for the device's queued work."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -15,3 +17,19 @@ def to_device(values, device, dtype: torch.dtype | None = None) -> torch.Tensor:
     if device.type != "cuda" or t.device.type != "cpu":
         return t.to(device)
     return (t if t.is_pinned() else t.pin_memory()).to(device, non_blocking=True)
+
+
+def on_host(values: torch.Tensor) -> Callable[[], list[float]]:
+    """values [n] copied to the host as the GPU gets there, without the host waiting now; the function returns
+    them, waiting for that copy alone (not for work queued after it)."""
+    if values.device.type != "cuda":
+        return values.tolist
+    host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+    host.copy_(values, non_blocking=True)
+    copied = torch.cuda.Event()
+    copied.record()
+
+    def read() -> list[float]:
+        copied.synchronize()
+        return host.tolist()
+    return read

@@ -102,9 +102,8 @@ def train(cfg: MasterConfig) -> Run:
     except memory.OutOfMemory as e:
         raise memory.OutOfMemory(e.phase, f"{e} {resume_note(run)}") from None
     finally:
-        if run.left is not None:  # an error in the step after a deferred one: that step's line, where it can be read
-            with suppress(Exception):
-                finish_left(run)
+        with suppress(Exception):  # an error in the step after a deferred one: that step's line, where it can be read
+            finish_left(run)
         run.close()
     return run
 

@@ -24,7 +24,7 @@ from execrl.trainer import memory
 from execrl.trainer.precision import Weights
 from execrl.trainer.rollouts import Rollouts
 from execrl.trainer.shared_prompt import Packed, group_parts, keeps_groups, one_prompt, pack, shareable
-from execrl.transfer import to_device
+from execrl.transfer import on_host, to_device
 
 
 @dataclass
@@ -458,22 +458,6 @@ def summed(stats: dict, averaged: tuple[str, ...]) -> dict:
     names = (*averaged, "entropy")
     stats.update(zip(names, dist.sum_floats(*(stats[k] for k in names))))
     return stats
-
-
-def on_host(values: torch.Tensor) -> Callable[[], list[float]]:
-    """values [n] copied to the host as the GPU gets there, without the host waiting now; the function returns
-    them, waiting for that copy alone (not for work queued after it)."""
-    if values.device.type != "cuda":
-        return values.tolist
-    host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
-    host.copy_(values, non_blocking=True)
-    copied = torch.cuda.Event()
-    copied.record()
-
-    def read() -> list[float]:
-        copied.synchronize()
-        return host.tolist()
-    return read
 
 
 def deferrable(weights: Weights, optimizer, cfg: MasterConfig, plan: BatchPlan) -> bool:
