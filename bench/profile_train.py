@@ -241,8 +241,8 @@ def report(prof, wall: float, step: int, stacks: bool = False) -> None:
         busy = idle_by_innermost(long, spans, "(idle thread)")
         busy.pop("(idle thread)", None)
         if sum(busy.values()) >= 1e3:
-            idle_table(f"the innermost op of thread {thread} ({len(spans)} ops: the backward's, where autograd runs it)",
-                       "op", 12, busy)
+            idle_table(f"the innermost op of thread {thread} ({len(spans)} ops; autograd runs the backward on a thread "
+                       "of its own, worker pools on theirs)", "op", 12, busy)
     frames = [(e.name, e.time_range.start, e.time_range.end) for e in host if e.thread == main and "execrl/" in e.name]
     if stacks and not frames:  # (torch 2.11 with CUDA records no Python calls as events: each op's stack instead)
         frames = [(next((f for f in e.stack if "execrl/" in f), "(outside execrl)"), e.time_range.start,
