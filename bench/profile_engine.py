@@ -7,6 +7,7 @@ one decode step per attention window, host bookkeeping).
     python bench/profile_engine.py --arch qwen2.5-1.5b --slots 128 --variants compiled,whole,breakdown,breakdown-whole
     python bench/profile_engine.py --arch qwen2.5-1.5b --slots 128 --cache 4224 --variants positions  # long context
     python bench/profile_engine.py --arch qwen2.5-1.5b --slots 128 --cache 4224 --at 2176 --variants compiled
+    python bench/profile_engine.py --arch qwen2.5-0.5b --slots 128 --variants admission  # prefill as a graph or eager
     python bench/profile_engine.py --arch tiny --slots 4 --variants eager,compiled,prefill,sampling,breakdown  # CPU
 
 `whole` and `breakdown-whole`: the step compiled as one graph through every layer (as the engine did before it
@@ -17,6 +18,7 @@ CUDA): the compiled and sampling (a Triton kernel) variants print a line saying 
 """
 
 import argparse
+import math
 from functools import partial
 
 import torch
@@ -152,6 +154,46 @@ def breakdown(engine, prompts, params) -> None:
           f"{total - prefill - steps:.3f} s (host syncs, bookkeeping)", flush=True)
 
 
+def admission(model, tok, slots: int, mean: int) -> None:
+    """An admission (prefill and first tokens) as a CUDA graph (on a GPU) and eager, in turn in one process. A generate
+    call of P prompts x 8 samples and one new token (the admission and the host sync), prompts of 128 and 97 tokens:
+    ms, the median of 15 calls after 3 untimed. Then a workload whose slots are refilled as samples end: 4 x slots
+    prompts of one sample each, budgets log-normal (sigma 1, the mean `mean`, at most 4 x `mean`), new tokens/s, the
+    median of 3 calls after 1 untimed."""
+    engine = RolloutEngine(model, tok, slots=slots, max_len=PROMPT + 4 * mean, compile=True)
+    params = SamplingParams(1.0, ignore_eos=True)
+    if DEVICE != "cuda":
+        print(f"\n(admission on {DEVICE}: no CUDA graphs, both columns eager)", flush=True)
+
+    def both(call, n: int) -> list[float]:  # (graph, eager): the median of n calls each, after untimed ones
+        times = []
+        for graphed in (True, False):
+            engine.admit_graphs = graphed
+            for _ in range(3 if n > 3 else 1):
+                call()
+            times.append(sorted(timed(call)[1] for _ in range(n))[n // 2])
+        engine.admit_graphs = True
+        return times
+
+    rows = []
+    for p in (1, 2, 4, 16):
+        for width in (PROMPT, 97):
+            prompts = torch.randint(3, 259, (p, width)).tolist()
+            graph, eager = both(partial(engine.generate, prompts, 8, 1, params), 15)
+            rows.append(f"| {p} x {width} | {graph * 1000:.2f} | {eager * 1000:.2f} | {eager / graph:.2f}x |")
+    print(f"\nadmission, {slots} slots: a generate call of P prompts x 8 samples, 1 new token (ms, median)\n"
+          "| prompts x tokens | admission as a graph | eager | |\n|---|---:|---:|---:|\n" + "\n".join(rows), flush=True)
+    g = torch.Generator().manual_seed(0)
+    mu = math.log(mean) - 0.5  # (sigma 1: the mean is `mean`)
+    budgets = [max(1, min(4 * mean, round(math.exp(mu + torch.randn(1, generator=g).item())))) for _ in range(4 * slots)]
+    prompts = torch.randint(3, 259, (4 * slots, PROMPT), generator=g).tolist()
+    graph, eager = both(partial(engine.generate, prompts, 1, budgets, params), 3)
+    made = sum(budgets)
+    print(f"\n{4 * slots} samples refilled into {slots} slots, budgets log-normal (mean {mean}, at most {4 * mean}): "
+          "new tokens/s\n| workload | admission as a graph | eager | |\n|---|---:|---:|---:|\n"
+          f"| log-normal, refilled | {made / graph:,.0f} | {made / eager:,.0f} | {eager / graph:.2f}x |", flush=True)
+
+
 @torch.no_grad()
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -164,9 +206,13 @@ def main() -> None:
                     "position (within --cache), not after a prefill")
     ap.add_argument("--positions", default="256,1024,2048,3072,4096",
                     help="positions variant: the positions timed (each < --cache)")
+    ap.add_argument("--refill-mean", type=int, default=256, help="admission variant: the refilled workload's mean "
+                    "new tokens")
     ap.add_argument("--variants", default="eager,compiled",
                     help="eager, compiled (decode-step kernel tables), whole (compiled as one graph), prefill (its "
-                    "kernel table), sampling, breakdown, breakdown-whole, positions (ms per step against position)")
+                    "kernel table), sampling, breakdown, breakdown-whole, positions (ms per step against position), admission "
+                    "(generate calls of one new token, and of log-normal lengths refilled: the admission as a graph "
+                    "and eager)")
     args = ap.parse_args()
     if args.cache < PROMPT + 41 or (args.at is not None and not PROMPT <= args.at < args.cache):
         ap.error(f"--cache holds a {PROMPT}-token prompt and the 40-token warm-up (>= {PROMPT + 41}); --at is a "
@@ -184,6 +230,9 @@ def main() -> None:
             else:
                 print(f"\nsampling: needs a GPU (the one-pass kernel is Triton, CUDA only), not run on {DEVICE}",
                       flush=True)
+            continue
+        if name == "admission":
+            admission(model, tok, args.slots, args.refill_mean)
             continue
         engine = RolloutEngine(model, tok, slots=args.slots, max_len=args.cache, **variants[name])
         if variants[name].get("compile") and DEVICE != "cuda":

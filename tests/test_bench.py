@@ -162,11 +162,13 @@ def test_precision_bench_runs_on_cpu():
 @pytest.mark.slow
 def test_profile_engine_bench_runs_on_cpu():
     out = run("bench/profile_engine.py", "--arch", "tiny", "--slots", "4", "--rows", "5", "--variants",
-              "eager,compiled,prefill,sampling,breakdown")
+              "eager,compiled,prefill,sampling,breakdown,admission", "--refill-mean", "4")
     assert "tiny eager, 4 slots, window 384: " in out and "CPU time in torch ops (their own) per decode step" in out
     assert "tiny prefill of 4 x 128 tokens: " in out
     assert "tiny compiled: needs a GPU" in out and "sampling: needs a GPU" in out
     assert "breakdown, 4 slots: generate " in out
+    assert "admission, 4 slots: " in out and len(table_rows(out, "16 x 97")) == 1
+    assert len(table_rows(out, "log-normal, refilled")[0]) == 4
     out = run("bench/profile_engine.py", "--arch", "tiny", "--slots", "4", "--rows", "3", "--cache", "256", "--positions",
               "130,250", "--at", "200", "--variants", "positions,eager")
     assert "| 130 | 256 | " in out and "| 250 | 256 | " in out and "us per position" in out

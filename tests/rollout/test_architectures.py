@@ -324,10 +324,35 @@ def test_a_batchs_tail_on_fewer_rows_on_a_gpu_gives_every_rows_tokens(tok, promp
     params = SamplingParams(temperature=0.8, ignore_eos=True)
     budgets = [3, 60, 40]  # 21 samples each: 63 busy, then 42 (every row), then 21 (32 rows)
     out = engine.generate(prompts, 21, budgets, params, seeds=[1, 2, 3])
-    assert {key[-1] for key in engine.graphs} == {None, 32}  # (the graphs' keys end in their count of rows)
+    # (the decode graphs' keys end in their count of rows)
+    assert {key[-1] for key in engine.graphs if key[0] != "admit"} == {None, 32}
     engine._rows = lambda busy: None
     every = engine.generate(prompts, 21, budgets, params, seeds=[1, 2, 3])
     for group, ref in zip(out, every):
+        assert [c.ids for c in group] == [c.ids for c in ref]
+        for c, r in zip(group, ref):
+            torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(r.logprobs), atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.gpu
+def test_admissions_on_a_gpu_run_as_cuda_graphs_and_sample_what_eager_ones_do(tok, prompts):
+    """On a GPU a small admission (prefill and first tokens) is captured once per padded shape and replayed; the
+    samples are token for token those of eager admissions, refills of a few prompts included."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    model = build("qwen2", tok).cuda()
+    fuse_projections(model)
+    torch._dynamo.reset()
+    params = SamplingParams(temperature=0.8)
+    runs = []
+    for graphed in (True, False):
+        engine = RolloutEngine(model, tok, slots=8, max_len=128, compile=True)
+        engine.admit_graphs = graphed
+        runs.append(engine.generate(prompts * 3, 5, [4, 30, 17] * 3, params, seeds=list(range(9))))
+        admissions = {key[1] for key in engine.graphs if key[0] == "admit"}
+        assert bool(admissions) == graphed and all(p & (p - 1) == 0 and n & (n - 1) == 0 and t % 64 == 0
+                                                   for p, t, n in admissions)
+    for group, ref in zip(*runs):
         assert [c.ids for c in group] == [c.ids for c in ref]
         for c, r in zip(group, ref):
             torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(r.logprobs), atol=1e-3, rtol=1e-3)

@@ -262,6 +262,29 @@ def test_samples_depend_on_their_seed_not_on_slots_or_batch(tiny, prompts):
     assert [c.ids for c in other[0]] != [c.ids for c in batch[0]]
 
 
+def test_an_admission_padded_to_a_graphs_shape_samples_what_an_exact_one_does(tiny, prompts):
+    """A CUDA graph's admission pads the prompts' count and width and the samples' count (extra prompts one token
+    long, extra samples repeating the last): on the CPU, where no graph is captured, the same padded admission gives
+    the samples an exact one gives, slots refilled a few prompts at a time included."""
+    model, tok = tiny
+    params = SamplingParams(temperature=0.9)
+    exact = RolloutEngine(model, tok, slots=5, max_len=256, sync_every=3)
+    padded = RolloutEngine(model, tok, slots=5, max_len=256, sync_every=3)
+    shapes = []
+
+    def pad(p, t, n):
+        shapes.append(shape := (1 << (p - 1).bit_length() << 1, -(-t // 64) * 64, 1 << (n - 1).bit_length() << 1))
+        return shape
+    padded._admission_shape = pad
+    want = exact.generate(prompts, 3, [5, 40, 9, 26], params, seeds=[5, 6, 7, 8])
+    got = padded.generate(prompts, 3, [5, 40, 9, 26], params, seeds=[5, 6, 7, 8])
+    assert len(shapes) > 2  # (refills)
+    for g, w in zip(got, want):
+        assert [c.ids for c in g] == [c.ids for c in w]
+        for a, b in zip(g, w):
+            torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=1e-5)
+
+
 def test_keyed_noise_is_uniform_enough_to_sample_from():
     from execrl.rollout.sampling import request_key, token_keys
 

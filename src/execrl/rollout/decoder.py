@@ -139,6 +139,10 @@ class CachedDecoder:
         self.fused = [{name: f for name in ("qkv", "gate_up") if name in g and (f := _fused(g[name])) is not None}
                       for g in self.groups]
         self.qkv_sizes = arch.qkv_sizes()
+        # the widest joined projection's output (a bound on a token's activations, engine._admission_shape); None
+        # with routed experts, whose activations it does not bound
+        self.widest = None if any(arch.routed(l) for l in self.layers) else \
+            max(sum(m.weight.shape[0] for m in group) for g in self.groups for group in g.values())
         self.adapters = layer_adapters(self.groups, weight.dtype)  # LoRA: per layer, its groups' A and B (or None)
         # LoRA, merge mode: the adapters merged into the base weights for each generate call
         # (adapters_merged)

@@ -14,6 +14,7 @@ import time
 import warnings
 from collections import deque
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -29,6 +30,10 @@ from execrl.rollout.sampling import SamplingParams, request_key, sample, token_k
 from execrl.transfer import to_device
 
 MIN_ROWS = 16  # the fewest rows a step over some of the slots runs (_rows): each count has its own CUDA graphs
+# an admission's prefill runs as a CUDA graph when its activations (~ACTIVATION_COPIES of its tokens x the widest
+# projection, bf16) fit this; what a graph allocates stays reserved for its replays
+ADMISSION_GRAPH_BYTES = 512 << 20
+ACTIVATION_COPIES = 4
 MASK_COPY_MS = 0.25  # guided decoding: the masks' copy to the device and the sampling's launch (H100, 256 x 151K)
 
 
@@ -126,6 +131,8 @@ class RolloutEngine:
         self.out_lp = torch.zeros(slots, max_len, dtype=torch.float32, device=dev)  # [S, L] their logprobs
         self.graphs: dict = {}
         self.live: dict[int, torch.Tensor] = {}  # _rows: per count of rows, the slots a step runs on
+        self.admitted: dict[tuple[int, int, int], list[torch.Tensor]] = {}  # _prefill's graphs' inputs, per shape
+        self.admit_graphs = True  # (off for good where a prefill cannot be captured)
         self.pool = None
         self.constraints = SlotMasks(slots, self.dec.head.weight.shape[0], dev)  # guided decoding: matchers, masks
         self._guides = None
@@ -262,7 +269,7 @@ class RolloutEngine:
     def _prefill(self, take: list[tuple[int, int]], slots: list[int], prompts: list[list[int]], limits: list[int],
                  params: SamplingParams) -> None:
         """Prefill each distinct prompt once (in chunks of ~prefill_tokens), fill its samples'
-        slots, sample token 1."""
+        slots, sample token 1. A small chunk on a GPU runs as a CUDA graph (_admission_shape)."""
         order = list(dict.fromkeys(i for i, _ in take))
         chunks, chunk = [], []
         for i in order:
@@ -271,26 +278,63 @@ class RolloutEngine:
                 chunk = []
             chunk.append(i)
         chunks.append(chunk)
-        dev = self.out_tok.device
         for chunk in chunks:
             where = {i: n for n, i in enumerate(chunk)}
             mine = [(s, where[i], lim) for s, (i, _), lim in zip(slots, take, limits) if i in where]
             width = max(len(prompts[i]) for i in chunk)
-            tokens = torch.zeros(len(chunk), width, dtype=torch.long)  # [P, T], right-padded
-            for n, i in enumerate(chunk):
-                tokens[n, :len(prompts[i])] = torch.tensor(prompts[i])
-            lengths = to_device([len(prompts[i]) for i in chunk], dev)  # [P]
-            slot = to_device([m[0] for m in mine], dev)  # [N]
-            source = to_device([m[1] for m in mine], dev)  # [N]
-            logits = self.dec.prefill(to_device(tokens, dev), lengths, slot, source)  # [P, V]
-            bitmask = self.constraints.bitmask(slot) if self.constraints.any() else None  # [N, W] or None
-            tok, lp = sample(logits[source], params, token_keys(self.keys[slot], torch.zeros_like(slot)), bitmask)
-            lim = to_device([m[2] for m in mine], dev)
-            self.tokens[slot], self.pos[slot], self.limit[slot] = tok, lengths[source], lim
-            self.n_gen.index_fill_(0, slot, 1)  # (not n_gen[slot] = 1: its value is copied to the device, a sync)
-            self.out_tok[slot, 0], self.out_lp[slot, 0] = tok, lp
-            ended = self._is_eos(tok) if not params.ignore_eos else torch.zeros_like(tok, dtype=torch.bool)
-            self.active[slot] = (lim > 1) & ~ended
+            shape = self._admission_shape(len(chunk), width, len(mine))
+            p, t, n = shape or (len(chunk), width, len(mine))
+            tokens = torch.zeros(p, t, dtype=torch.long)  # [P, T], right-padded
+            for row, i in enumerate(chunk):
+                tokens[row, :len(prompts[i])] = torch.tensor(prompts[i])
+            # a graph's extra prompt rows are one token long and feed no slot; its extra samples repeat the last,
+            # writing the same values to the same slot
+            lengths = [len(prompts[i]) for i in chunk] + [1] * (p - len(chunk))
+            mine += [mine[-1]] * (n - len(mine))
+            inputs = [tokens, torch.tensor(lengths), *(torch.tensor([m[k] for m in mine]) for k in range(3))]
+            if shape is None:
+                self._first_tokens(*(to_device(x, self.out_tok.device) for x in inputs), params)
+                continue
+            buffers = self.admitted.get(shape)
+            if buffers is None:  # the graph reads its inputs where they are: one set per shape
+                buffers = self.admitted[shape] = [torch.empty_like(x, device=self.out_tok.device) for x in inputs]
+            for buffer, x in zip(buffers, inputs):
+                buffer.copy_(to_device(x, buffer.device))
+            try:
+                self._run(("admit", shape, params), partial(self._first_tokens, *buffers, params))
+            except RuntimeError as e:  # (a model whose prefill syncs with the host: eager from now on)
+                warnings.warn(f"a prefill cannot be captured as a CUDA graph ({str(e)[:120]}): prefilling without "
+                              "graphs", stacklevel=2)
+                torch.cuda.synchronize()
+                self.admit_graphs = False
+                self._first_tokens(*buffers, params)
+
+    def _admission_shape(self, prompts: int, width: int, samples: int) -> tuple[int, int, int] | None:
+        """The padded shape (prompts, width, samples) under which a chunk's prefill and first tokens run as a CUDA
+        graph, or None: eager. A small prefill is host-bound (each layer's kernels are launched one by one, a few
+        ms of GPU work behind ~15 ms of launches at 0.5B), so it is captured once per shape and replayed: counts
+        rounded up to powers of two and the width to a multiple of 64, for few graphs. Only where its activations
+        stay within ADMISSION_GRAPH_BYTES (the graphs' memory stays reserved for them), decoding runs in graphs
+        on our own decoder (without routed experts), and no guided-decoding masks apply (the host writes them)."""
+        if not (self.graphs_on and self.admit_graphs and isinstance(self.dec, CachedDecoder) and self.dec.widest) \
+                or self.constraints.any():
+            return None
+        p, t, n = 1 << (prompts - 1).bit_length(), min(-(-width // 64) * 64, self.dec.max_len), \
+            1 << (samples - 1).bit_length()
+        return (p, t, n) if p * t * self.dec.widest * ACTIVATION_COPIES * 2 <= ADMISSION_GRAPH_BYTES else None
+
+    def _first_tokens(self, tokens: torch.Tensor, lengths: torch.Tensor, slot: torch.Tensor, source: torch.Tensor,
+                      limit: torch.Tensor, params: SamplingParams) -> None:
+        """Prompts tokens [P, T] (true lengths [P]) prefilled into cache slots `slot` [N], slot n taking prompt
+        source[n] and a budget of limit[n] tokens; each slot's first token sampled and its state set."""
+        logits = self.dec.prefill(tokens, lengths, slot, source)  # [P, V]
+        bitmask = self.constraints.bitmask(slot) if self.constraints.any() else None  # [N, W] or None
+        tok, lp = sample(logits[source], params, token_keys(self.keys[slot], torch.zeros_like(slot)), bitmask)
+        self.tokens[slot], self.pos[slot], self.limit[slot] = tok, lengths[source], limit
+        self.n_gen.index_fill_(0, slot, 1)  # (not n_gen[slot] = 1: its value is copied to the device, a sync)
+        self.out_tok[slot, 0], self.out_lp[slot, 0] = tok, lp
+        ended = self._is_eos(tok) if not params.ignore_eos else torch.zeros_like(tok, dtype=torch.bool)
+        self.active[slot] = (limit > 1) & ~ended
 
     def _is_eos(self, tok: torch.Tensor) -> torch.Tensor:
         return (tok[:, None] == self.eos[None]).any(-1)
