@@ -37,7 +37,8 @@ def first_step_line(load_s: float, step_s: float, compiled: dict[str, float], ca
     return (f"start-up: loading {load_s:.1f} s, the first step {step_s:.1f} s; this run compiled {compiled['graphs']:.0f} "
             f"graphs in {compiled['seconds']:.1f} s (the engine's decode layer, head, sampling and prefill layer, "
             f"the trainer's decoder layers, the logprob kernels under a guided mask or top-k/top-p; their code {cache}: a second start reuses it) and {captured['graphs']:.0f} "
-            f"CUDA graphs captured in {captured['seconds']:.2f} s; later steps do neither")
+            f"CUDA graphs captured in {captured['seconds']:.2f} s; later steps reuse them (a longer attention window or a new "
+            "admission shape is captured once, in hundredths of a second)")
 
 
 def captured_so_far() -> dict[str, float]:
