@@ -299,7 +299,7 @@ class RolloutEngine:
             if buffers is None:  # the graph reads its inputs where they are: one set per shape
                 buffers = self.admitted[shape] = [torch.empty_like(x, device=self.out_tok.device) for x in inputs]
             for buffer, x in zip(buffers, inputs):
-                buffer.copy_(to_device(x, buffer.device))
+                to_device(x, buffer.device, out=buffer)
             try:
                 self._run(("admit", shape, params), partial(self._first_tokens, *buffers, params))
             except RuntimeError as e:  # (a model whose prefill syncs with the host: eager from now on)
