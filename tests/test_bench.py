@@ -209,6 +209,16 @@ def test_lengths_bench_runs_on_cpu():
 
 
 @pytest.mark.slow
+def test_streamed_grading_bench_runs_on_cpu():
+    out = run("bench/streamed_grading.py", "--arch", "tiny", "--prompts", "4", "--group", "2", "--mean", "8", "--max",
+              "24", "--rounds", "1", "--slow-every", "4")
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| graded")]
+    assert [r[0].strip() for r in rows] == ["graded as each sample ends (default)", "graded after generation"]
+    assert all(float(r[1]) >= float(r[2]) > 0 for r in rows) and rows[1][4].strip() == "0%"
+    assert "the last step's verdicts: {'pass': 6, 'timeout': 2}" in out  # MBPP's reference programs, every 4th looping
+
+
+@pytest.mark.slow
 def test_stop_strings_bench_runs_on_cpu():
     out = run("bench/stop_strings.py", "--arch", "tiny", "--slots", "8", "--new", "48", "--lengths", "16,64")
     host = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith(("| 16 |", "| 64 |"))]

@@ -359,6 +359,48 @@ def test_admissions_on_a_gpu_run_as_cuda_graphs_and_sample_what_eager_ones_do(to
 
 
 @pytest.mark.gpu
+def test_the_engine_captures_its_graphs_while_another_thread_runs_the_gpu(tok, prompts):
+    """Async GRPO scores with the reward model in its grading thread while the loop's thread generates, and the engine
+    captures a CUDA graph whenever a step needs a new shape: neither disturbs the other (the other thread's syncs
+    and allocations during a capture), and the samples are those of a run with nothing beside it."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    import threading
+
+    model = build("qwen2", tok).cuda()
+    fuse_projections(model)
+    judge = build("qwen2", tok).cuda()
+    torch._dynamo.reset()
+    params, runs, failed = SamplingParams(temperature=0.8), [], []
+    for beside in (False, True):
+        stop = threading.Event()
+
+        def score(stop=stop):  # what the reward model does in the grading thread: forwards, each read back
+            try:
+                with torch.no_grad():
+                    while not stop.is_set():
+                        ids = torch.randint(0, 200, (4, int(torch.randint(2, 64, ()))))  # (no CUDA generator:
+                        judge(ids.cuda()).logits[:, -1].float().cpu()  # a reward model draws no random numbers)
+            except BaseException as e:  # noqa: BLE001 (reported below)
+                failed.append(e)
+
+        thread = threading.Thread(target=score)
+        if beside:
+            thread.start()
+        try:
+            engine = RolloutEngine(model, tok, slots=8, max_len=128, compile=True)
+            runs.append(engine.generate(prompts * 3, 5, [4, 30, 17] * 3, params, seeds=list(range(9))))
+        finally:
+            stop.set()
+            if beside:
+                thread.join()
+        assert engine.graphs and engine.admit_graphs  # (a failed admission capture turns them off)
+    assert not failed, failed[0]
+    for group, ref in zip(*runs):
+        assert [c.ids for c in group] == [c.ids for c in ref]
+
+
+@pytest.mark.gpu
 def test_the_down_projection_in_parts_rounds_once_compiled_or_not(tok, prompts):
     """In 16-bit on a GPU decode's down projection is fp32 partial products (decoder.down_parts), summed and rounded
     once: each output within half a bf16 step of the exact product at the 0.5B and 1.5B shapes. Compiled and in CUDA

@@ -156,6 +156,31 @@ def test_each_prompt_may_have_its_own_token_budget(tiny, prompts):
         engine.generate(prompts, 1, [4, 4], params)
 
 
+def test_each_completion_is_handed_in_as_it_ends_while_the_others_generate(tiny, prompts):
+    """on_sample (the trainer grades each sample as it is handed in): called once per request, with the completion
+    generate returns for it, in the order the samples end, while the other slots still generate; transformers'
+    backend hands in each batch's completions as the batch is done."""
+    model, tok = tiny
+    engine = RolloutEngine(model, tok, slots=3, max_len=256, sync_every=1)
+    seen, busy = [], []
+
+    def on_sample(i, j, c):
+        seen.append((i, j, c))
+        busy.append(int(engine.active.sum()))  # slots still generating as it is handed in
+
+    out = engine.generate(prompts, 2, [9, 2, 30, 5], SamplingParams(temperature=0.0, ignore_eos=True),
+                          on_sample=on_sample)
+    # three slots: (0,0), (0,1) and (1,0) start; (1,0) ends after 2 tokens, (1,1) after 4, (0,*) after 9, ...
+    assert [(i, j) for i, j, _ in seen] == [(1, 0), (1, 1), (0, 0), (0, 1), (3, 0), (3, 1), (2, 0), (2, 1)]
+    assert all(c is out[i][j] for i, j, c in seen)
+    assert busy[0] == 2 and busy[-1] == 0
+    handed = []
+    hf_out = hf_generate(model, tok, prompts, 2, 4, temperature=1.0, batch_size=4,
+                         on_sample=lambda i, j, c: handed.append((i, j, c)))
+    assert [(i, j) for i, j, _ in handed] == [(i, j) for i in range(4) for j in range(2)]
+    assert all(c is hf_out[i][j] for i, j, c in handed)
+
+
 def test_the_batchs_tail_splits_attention_by_position(tiny, prompts):
     """Once few samples still run (at most an eighth of the slots) at a window of 1,024 positions or more, the engine
     asks attention to split each slot's positions over programs (on a GPU: the long samples' caches read by many

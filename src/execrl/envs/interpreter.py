@@ -34,6 +34,8 @@ _WHERE = {"tags": "inside <code></code> tags", "fence": "in a ```python code blo
 
 
 class InterpreterEnv(Environment):
+    runs_code = True  # (every turn's code runs in the sandbox)
+
     def __init__(self, cfg, grader):
         self.cfg, self.grader, self.mt = cfg, grader, cfg.env.multi_turn
         self.style = cfg.prompt.code_style

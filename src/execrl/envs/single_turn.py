@@ -28,5 +28,9 @@ class SingleTurnEnv(Environment):
                         max_tokens=self.cfg.policy.generation.max_new_tokens)
         return final_step(sample, self.grader, self.cfg.reward)
 
+    @property
+    def runs_code(self) -> bool:
+        return self.problem is not None and self.problem.kind == "code"
+
     def finish(self) -> Step:
         raise AssertionError("a single-turn episode always ends at its first step")

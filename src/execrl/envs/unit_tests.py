@@ -26,6 +26,8 @@ V = Verdict
 
 
 class UnitTestsEnv(Environment):
+    runs_code = True  # (every turn's code runs in the sandbox)
+
     def __init__(self, cfg, grader):
         self.cfg, self.grader, self.mt = cfg, grader, cfg.env.multi_turn
         self.stop_strings = CELL_ENDS[cfg.prompt.code_style]

@@ -19,6 +19,8 @@ NO_GUIDES = "guided decoding needs the execrl engine: set policy.generation.back
 class HFGenerator:
     """transformers `generate`, batch by batch (the reference backend)."""
 
+    streams = True  # generate's on_sample hands in each batch's completions as it is done
+
     def __init__(self, model, tokenizer, batch_size: int, stop_token_ids: list[int] | None = None):
         self.model, self.tokenizer, self.batch_size, self.stop_token_ids = model, tokenizer, batch_size, stop_token_ids
 
@@ -27,14 +29,14 @@ class HFGenerator:
         raise ValueError(NO_GUIDES)
 
     def generate(self, prompts, num_samples, max_new_tokens, params: SamplingParams, stop_strings=None, on_batch=None,
-                 seeds=None, guides=None):
+                 seeds=None, guides=None, on_sample=None):
         """`seeds` is accepted for the common interface; transformers samples from torch's global
         generator."""
         if guides is not None and any(g is not None for g in guides):
             raise ValueError(NO_GUIDES)
         return hf_generate(self.model, self.tokenizer, prompts, num_samples, max_new_tokens, params.temperature,
                            params.top_p, params.top_k, stop_strings, self.batch_size, on_batch,
-                           params.ignore_eos, self.stop_token_ids)
+                           params.ignore_eos, self.stop_token_ids, on_sample)
 
 
 def build_generator(model, tokenizer, backend: str, slots: int, max_len: int, cuda_graphs: bool = True,

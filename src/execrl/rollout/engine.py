@@ -52,7 +52,7 @@ class Call:
 
     def __init__(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int | list[int],
                  params: SamplingParams, stop_strings: list[str] | None, on_batch, seeds: list[int] | None, max_len: int,
-                 guides=None):
+                 guides=None, on_sample=None):
         for p in prompts:
             if not 0 < len(p) < max_len:
                 raise ValueError(f"a prompt of {len(p)} tokens leaves no room to generate within {max_len} tokens: "
@@ -69,7 +69,7 @@ class Call:
             raise ValueError(f"max_new_tokens: one budget >= 1 per prompt ({len(max_new_tokens)} for {len(prompts)})")
         self.guides = guides if guides is not None and any(g is not None for g in guides) else None
         self.prompts, self.max_new_tokens, self.params = prompts, max_new_tokens, params  # (budgets per prompt)
-        self.stop_strings, self.on_batch = stop_strings, on_batch
+        self.stop_strings, self.on_batch, self.on_sample = stop_strings, on_batch, on_sample
         self.keys = [[request_key(seed, j) for j in range(num_samples)] for seed in seeds]
         self.waiting = deque((i, j) for i in range(len(prompts)) for j in range(num_samples))
         self.results: list[list[Completion | None]] = [[None] * num_samples for _ in prompts]
@@ -78,6 +78,8 @@ class Call:
     def finish(self, request: tuple[int, int], completion: Completion) -> None:
         i, j = request
         self.results[i][j] = completion
+        if self.on_sample is not None:  # (while the other requests still generate)
+            self.on_sample(i, j, completion)
         self.pending[i] -= 1
         if self.pending[i] == 0 and self.on_batch is not None:
             self.on_batch(1)
@@ -100,6 +102,8 @@ CAPTURED = {"graphs": 0, "seconds": 0.0}  # this process's CUDA graph captures (
 
 
 class RolloutEngine:
+    streams = True  # generate's on_sample hands in each completion as it ends
+
     def __init__(self, model, tokenizer, slots: int, max_len: int, cuda_graphs: bool = True, sync_every: int = 16,
                  prefill_tokens: int = 32768, compile: bool = False, stop_token_ids: list[int] | None = None,
                  merge_adapters: bool = False):
@@ -170,16 +174,17 @@ class RolloutEngine:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int | list[int], params: SamplingParams,
                  stop_strings: list[str] | None = None, on_batch=None, seeds: list[int] | None = None,
-                 guides: list | None = None) -> list[list[Completion]]:
+                 guides: list | None = None, on_sample=None) -> list[list[Completion]]:
         """For each prompt (token ids), `num_samples` completions. Sample j of prompt i draws its
         noise from (seeds[i], j) (None: seeds from torch's generator), so results do not depend on
         the slots, the rest of the batch or the rank, except through floating-point batch effects on
         the logits. `guides`: per prompt, the execrl.guided.Guide its completions keep to (None:
         free), their logprobs then those of the masked distribution. `max_new_tokens`: one budget for
-        all, or one per prompt."""
+        all, or one per prompt. `on_sample(i, j, completion)`: called as each completion is in (its
+        slot's last token read), in this thread, while the others generate."""
         self.dec.refresh_adapters()  # (LoRA: the adapters as they are now)
         call = Call(prompts, num_samples, max_new_tokens, params, stop_strings, on_batch, seeds, self.dec.max_len,
-                    guides)
+                    guides, on_sample)
         busy: dict[int, Slot] = {}  # slot index -> what it is generating
         with self.dec.adapters_merged():
             while call.waiting or busy:
@@ -503,7 +508,9 @@ class RolloutEngine:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         began = time.perf_counter()
-        with torch.cuda.graph(graph, pool=self.pool):  # recorded, not run
+        # recorded, not run; thread_local: what other threads do meanwhile (async GRPO's reward model scoring
+        # in the grading thread: its syncs, its allocations) neither breaks the capture nor is refused
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             out = fn()
         CAPTURED["graphs"] += 1
         CAPTURED["seconds"] += time.perf_counter() - began

@@ -12,9 +12,11 @@ from execrl.rollout.completion import Completion, eos_ids
 def hf_generate(model, tokenizer, prompts: list[list[int]], num_samples: int, max_new_tokens: int,
                 temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None,
                 stop_strings: list[str] | None = None, batch_size: int = 64, on_batch=None,
-                ignore_eos: bool = False, stop_token_ids: list[int] | None = None) -> list[list[Completion]]:
+                ignore_eos: bool = False, stop_token_ids: list[int] | None = None,
+                on_sample=None) -> list[list[Completion]]:
     """For each prompt, `num_samples` completions (greedy when temperature is 0); generation ends at
-    any EOS token of the model or of `stop_token_ids`."""
+    any EOS token of the model or of `stop_token_ids`. `on_sample(i, j, completion)`: called for each
+    completion as its batch is done."""
     device = next(model.parameters()).device
     pad, eos = tokenizer.pad_token_id, sorted(set(eos_ids(model, tokenizer)) | set(stop_token_ids or []))
     per_batch = max(1, batch_size // num_samples)
@@ -38,6 +40,8 @@ def hf_generate(model, tokenizer, prompts: list[list[int]], num_samples: int, ma
         for i in range(len(chunk)):
             out.append([_cut(row, tokenizer, eos, pad, max_new_tokens, stop_strings)
                         for row in new[i * num_samples:(i + 1) * num_samples]])
+            for j, c in enumerate(out[-1] if on_sample is not None else ()):
+                on_sample(start + i, j, c)
         if on_batch is not None:
             on_batch(len(chunk))
     return out

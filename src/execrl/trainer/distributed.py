@@ -190,6 +190,10 @@ class FullWeights:
     def guides(self):
         return self.inner.guides
 
+    @property
+    def streams(self) -> bool:
+        return getattr(self.inner, "streams", False)
+
 
 def for_rollouts(generator, model: torch.nn.Module):
     return FullWeights(generator, model) if world_size() > 1 else generator

@@ -13,9 +13,10 @@ truncated.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections import Counter, defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter, defaultdict, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
@@ -31,6 +32,8 @@ from execrl.sandbox import Grader
 from execrl.tasks import Problem
 from execrl.trainer import memory
 
+GRADING_SHARE = 0.25  # of the runner's threads that answer model turns while generation still runs
+
 
 @dataclass
 class Episode:
@@ -43,6 +46,7 @@ class Episode:
     turns: int = 0  # model turns taken
     tool_calls: int = 0
     tool_errors: int = 0
+    answered_early: int = 0  # model turns the environment had answered by the end of their generate call
 
     @property
     def done(self) -> bool:
@@ -54,7 +58,8 @@ class Rollouts:
     episodes: list[Episode]  # [num_samples]: each problem's G episodes contiguous
     group_size: int
     times: dict[str, float] = field(default_factory=dict)  # seconds spent generating and in the environments
-    pending: list[tuple[Episode, Completion]] = field(default_factory=list)  # model turns not yet answered
+    # model turns not yet answered: (episode, its completion, the environment's answer to come)
+    pending: list[tuple[Episode, Completion, Future]] = field(default_factory=list)
     dropped: list[Episode] = field(default_factory=list)  # generated for the step, not trained on (dynamic sampling)
 
     @property
@@ -111,6 +116,74 @@ def sampling(cfg, validation: bool = False) -> SamplingParams:
     return SamplingParams(gen.temperature, gen.top_p, gen.top_k, gen.ignore_eos)  # greedy ignores top-p/top-k
 
 
+class Answers:
+    """A turn's model turns handed to their environments (env.step, in the runner's threads) each
+    as soon as it is generated, where the generator `streams` (generate's on_sample) and an
+    environment `runs_code`: the sandbox grades the first samples while the rest still generate,
+    at most a quarter of the runner's threads at once (GRADING_SHARE: each answer's Python work
+    takes the interpreter's lock from the decode loop), all of them once generation ends.
+    Otherwise they are all handed in at the generator's end (a quick step, e.g. a math check, would
+    only slow the decode loop). bench/README.md, "Grading while generation runs", has the figures.
+    Only the answers run early: the episodes take them (`advance`) in the runner's `finish`, in
+    order."""
+
+    def __init__(self, runner: EpisodeRunner, live: list[Episode]):
+        self.runner, self.live = runner, live
+        self.room = runner.cfg.policy.max_total_sequence_length
+        self.given: dict[int, tuple[Completion, Future]] = {}  # id(episode) -> (its completion, the answer)
+        self.waiting: deque[tuple[Episode, Completion, Future]] = deque()  # handed in, not started
+        self.running, self.lock = 0, threading.Lock()
+        self.most: int | None = max(1, int(runner.threads * GRADING_SHARE))  # None: no limit
+
+    def generate(self, generator, episode_of, *args, **kwargs) -> None:
+        """generator.generate(*args, **kwargs), each completion handed in as it ends where the
+        generator streams, the rest at its end; `episode_of(i, j)`: the episode of request (prompt
+        i, sample j)."""
+        if getattr(generator, "streams", False) and any(e.env.runs_code for e in self.live):
+            kwargs["on_sample"] = lambda i, j, c: self.give(episode_of(i, j), c)
+        for i, group in enumerate(generator.generate(*args, **kwargs)):
+            for j, c in enumerate(group):
+                if id(episode_of(i, j)) not in self.given:
+                    self.give(episode_of(i, j), c)
+
+    def give(self, e: Episode, c: Completion) -> None:
+        c = fit(c, self.room - len(e.trajectory), self.runner.tokenizer)
+        self.given[id(e)] = (c, Future())
+        with self.lock:
+            self.waiting.append((e, c, self.given[id(e)][1]))
+        self._start()
+
+    def pending(self) -> list[tuple[Episode, Completion, Future]]:
+        """Every live episode's (episode, completion, answer), once generation is done (the
+        answers still waiting start); an episode whose answer is already in counts it
+        (`answered_early`)."""
+        for e in self.live:
+            e.answered_early += self.given[id(e)][1].done()
+        with self.lock:
+            self.most = None
+        self._start()
+        return [(e, *self.given[id(e)]) for e in self.live]
+
+    def _start(self) -> None:
+        with self.lock:
+            ready = []
+            while self.waiting and (self.most is None or self.running < self.most):
+                ready.append(self.waiting.popleft())
+                self.running += 1
+        for e, c, answer in ready:
+            self.runner.pool.submit(self._answer, e, c, answer)
+
+    def _answer(self, e: Episode, c: Completion, answer: Future) -> None:
+        try:
+            answer.set_result(e.env.step(c.text, len(c.ids)))
+        except BaseException as error:  # (raised where the answer is read: finish)
+            answer.set_exception(error)
+        finally:
+            with self.lock:
+                self.running -= 1
+            self._start()
+
+
 @dataclass
 class EpisodeRunner:
     """Runs episodes through their environments: what every call needs, held once. `opponent`: the
@@ -124,6 +197,7 @@ class EpisodeRunner:
     opponent: object = None
     judge: object = None
     _renderer: TurnRenderer | None = field(default=None, init=False, repr=False)
+    _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
 
     @property
     def renderer(self) -> TurnRenderer:
@@ -176,37 +250,43 @@ class EpisodeRunner:
                 live = [e for e in live if not e.done]
                 if not live:
                     continue
-                start = time.perf_counter()
+                start, answers = time.perf_counter(), Answers(self, live)
                 if turn == 0 and len(live) == len(episodes) and all(  # each prompt prefilled once for its G samples
                         e.trajectory.prompt_ids is prompts[i // group_size] for i, e in enumerate(episodes)):
                     guides = constrained([guide_for(episodes[i * group_size], generator, gen)
                                           for i in range(len(prompts))])
-                    outs = [c for group in generator.generate(prompts, group_size, gen.max_new_tokens, params, stop,
-                                                              seeds=seeds, **guides) for c in group]
+                    answers.generate(generator, lambda i, j: episodes[i * group_size + j],
+                                     prompts, group_size, gen.max_new_tokens, params, stop, seeds=seeds, **guides)
                 else:
-                    outs = self._next_turns(live, episodes, turn, group_size, params, stop, seeds)
+                    self._next_turns(live, episodes, turn, group_size, params, stop, seeds, answers)
                 rollouts.times["generate"] += time.perf_counter() - start
-                room = cfg.policy.max_total_sequence_length
-                outs = [fit(c, room - len(e.trajectory), tokenizer) for e, c in zip(live, outs)]
-                rollouts.pending = list(zip(live, outs))
+                rollouts.pending = answers.pending()
                 if turn < turns - 1:
                     self.finish(rollouts, last=False)
         return rollouts
 
     def _next_turns(self, live: list[Episode], episodes: list[Episode], turn: int, group_size: int,
-                    params: SamplingParams, stop, seeds) -> list[Completion]:
+                    params: SamplingParams, stop, seeds, answers: Answers) -> None:
         """A later turn: each live episode's whole trajectory sent to the generator that plays
         it."""
         gen = self.cfg.policy.generation
         key = {id(e): mix32(request_key(seeds[i // group_size], i % group_size) ^ mix32(turn))
                for i, e in enumerate(episodes)} if seeds is not None else None
-        got = {}
         for player, eps in players(live, self.generator, self.opponent):
-            done = player.generate([e.trajectory.ids for e in eps], 1, gen.max_new_tokens, params, stop,
-                                   seeds=None if key is None else [key[id(e)] for e in eps],
-                                   **constrained([guide_for(e, player, gen) for e in eps]))
-            got.update({id(e): group[0] for e, group in zip(eps, done)})
-        return [got[id(e)] for e in live]
+            answers.generate(player, lambda i, j, eps=eps: eps[i], [e.trajectory.ids for e in eps], 1,
+                             gen.max_new_tokens, params, stop, seeds=None if key is None else [key[id(e)] for e in eps],
+                             **constrained([guide_for(e, player, gen) for e in eps]))
+
+    @property
+    def threads(self) -> int:
+        return max(1, self.grader.pool.num_workers)
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        """The threads the environments answer in (their sandbox calls then run in parallel)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="execrl-env")
+        return self._pool
 
     def finish(self, rollouts: Rollouts, last: bool = True) -> None:
         """The environments answer the pending model turns (each turn's sandbox calls in parallel);
@@ -214,15 +294,13 @@ class EpisodeRunner:
         still open. Episodes that ended with their reward waiting for the reward model (`judge`) are
         then scored together."""
         start = time.perf_counter()
-        live, outs = [e for e, _ in rollouts.pending], [c for _, c in rollouts.pending]
-        with ThreadPoolExecutor(max(1, self.grader.pool.num_workers)) as pool:
-            steps = list(pool.map(lambda ec: ec[0].env.step(ec[1].text, len(ec[1].ids)), rollouts.pending))
-            cut = [e for e, c, s in zip(live, outs, steps)
-                   if not advance(e, c, s, self, self.cfg.policy.max_total_sequence_length)]
-            if last:  # environments that do not count turns end with the budget
-                cut = [e for e in rollouts.episodes if not e.done]
-            for e, s in zip(cut, pool.map(lambda e: e.env.finish(), cut)):
-                end(e, s)
+        steps = [answer.result() for _, _, answer in rollouts.pending]
+        cut = [e for (e, c, _), s in zip(rollouts.pending, steps)
+               if not advance(e, c, s, self, self.cfg.policy.max_total_sequence_length)]
+        if last:  # environments that do not count turns end with the budget
+            cut = [e for e in rollouts.episodes if not e.done]
+        for e, s in zip(cut, self.pool.map(lambda e: e.env.finish(), cut)):
+            end(e, s)
         rollouts.pending = []
         rollouts.times["grade"] += time.perf_counter() - start
         waiting = [e for e in rollouts.episodes if e.done and e.reward.pending]
@@ -340,7 +418,9 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
             "truncated_frac": (sum(e.trajectory.truncated for e in eps), len(eps)),
             "turns_mean": (sum(e.turns for e in eps), len(eps)),
             "tool_calls_mean": (sum(e.tool_calls for e in eps), len(eps)),
-            "tool_errors_mean": (sum(e.tool_errors for e in eps), len(eps))}
+            "tool_errors_mean": (sum(e.tool_errors for e in eps), len(eps)),
+            # environment answers (grading) done while generation still ran, per model turn
+            "answered_while_generating_frac": (sum(e.answered_early for e in eps), sum(e.turns for e in eps))}
     parts = defaultdict(lambda: (0.0, 0))
     for e in valid:
         judged = [("reward_model_score", e.sample.rm_score)] if e.sample.rm_score is not None else []

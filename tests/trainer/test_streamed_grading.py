@@ -1,0 +1,115 @@
+"""Each sample goes to its environment (the sandbox grades it) as soon as the engine hands it in, while the rest of
+the batch still generates: the same episodes, rewards and trajectories as grading after generation, with the
+answers that were ready by generation's end counted."""
+
+import threading
+import time
+
+from execrl.config import load_config
+from execrl.models import build_tiny_model, build_tokenizer
+from execrl.rewards import outcome
+from execrl.rollout import RolloutEngine, SamplingParams
+from execrl.sandbox import Grader, Limits
+from execrl.tasks import Problem, load_problems
+from execrl.tasks.arith import corpus
+from execrl.trainer.rollouts import EpisodeRunner, episode_means, episode_sums
+
+
+class Unstreamed:
+    """The same engine, as a generator that hands its completions in only when it returns."""
+
+    def __init__(self, engine):
+        self.engine, self.guides = engine, engine.guides
+
+    def generate(self, *args, **kwargs):
+        return self.engine.generate(*args, **kwargs)
+
+
+def test_samples_are_graded_as_they_end_and_nothing_else_changes():
+    program = r"```python\na, b = map\(int, input\(\)\.split\(\)\)\nprint\(a [-+*] b\)\n```"
+    cfg = load_config(None, ["policy.max_total_sequence_length=256", "policy.generation.max_new_tokens=80",
+                             f"policy.generation.guided_decoding={{regex: '{program}'}}"])  # real programs to run
+    problems, _ = load_problems("builtin:arith-code", "train", count=3)
+    tok = build_tokenizer(corpus(), vocab_size=384)
+    model = build_tiny_model(tok, seed=0).eval()
+    engine = RolloutEngine(model, tok, slots=2, max_len=256, sync_every=1)  # 12 samples, 2 at a time
+    params, seeds = SamplingParams(1.0), [11, 12, 13]
+    runs = []
+    with Grader(num_workers=2, limits=Limits(timeout_s=2.0, memory_mb=512)) as grader:
+        for generator in (engine, Unstreamed(engine)):
+            runs.append(EpisodeRunner(cfg, generator, tok, grader).run(problems, 4, params, seeds))
+    streamed, after = runs
+    for a, b in zip(streamed.episodes, after.episodes):
+        assert a.trajectory.ids == b.trajectory.ids and a.messages == b.messages
+        assert a.reward.total == b.reward.total and outcome(a.sample) == outcome(b.sample)
+    assert {outcome(e.sample) for e in streamed.episodes} == {"pass", "fail"}  # the sandbox ran each program
+    early = episode_means(episode_sums(streamed))["answered_while_generating_frac"]
+    assert 0.5 <= early < 1.0  # the last samples end with generation; the first ten were answered during it
+
+
+class Told:
+    """The engine, noting whether each generate call was asked to hand completions in as they end."""
+
+    streams = True
+
+    def __init__(self, engine):
+        self.engine, self.asked = engine, []
+
+    def generate(self, *args, **kwargs):
+        self.asked.append("on_sample" in kwargs)
+        return self.engine.generate(*args, **kwargs)
+
+
+def test_quick_answers_wait_for_generation_to_end():
+    """A math check is quick Python: run beside the decode loop it would only take the interpreter's lock from it, so
+    math episodes are answered after generation; code episodes as each sample ends."""
+    cfg = load_config(None, ["policy.max_total_sequence_length=128", "policy.generation.max_new_tokens=8"])
+    tok = build_tokenizer(corpus(), vocab_size=384)
+    engine = RolloutEngine(build_tiny_model(tok, seed=0).eval(), tok, slots=4, max_len=128)
+    math = [Problem("m/1", [{"role": "user", "content": "What is 2 + 3?"}], "math", answer="5")]
+    code, _ = load_problems("builtin:arith-code", "train", count=1)
+    told = Told(engine)
+    with Grader(num_workers=1, limits=Limits(timeout_s=2.0, memory_mb=512)) as grader:
+        for problems in (math, code):
+            rollouts = EpisodeRunner(cfg, told, tok, grader).run(problems, 2, SamplingParams(1.0), [5])
+            assert all(e.done for e in rollouts.episodes)
+    assert told.asked == [False, True]
+
+
+def test_while_generation_runs_a_quarter_of_the_threads_answer_then_all_of_them():
+    """Each answer's Python work takes the interpreter's lock from the decode loop, so while generation runs at most
+    a quarter of the runner's threads answer; the rest start when it ends, and an environment's error is raised where
+    its answer is read."""
+    from execrl.envs import Environment, Step, Trajectory
+    from execrl.rollout import Completion
+    from execrl.trainer.rollouts import Answers, Episode
+
+    class Slow(Environment):
+        runs_code, lock, now, most = True, threading.Lock(), 0, []
+
+        def step(self, text, num_tokens=0):
+            with Slow.lock:
+                Slow.now += 1
+                Slow.most.append(Slow.now)
+            time.sleep(0.05)
+            with Slow.lock:
+                Slow.now -= 1
+            if text == "bad":
+                raise ValueError("this environment failed")
+            return Step([])
+
+    cfg = load_config(None, [])
+    tok = build_tokenizer(corpus(), vocab_size=384)
+    with Grader(num_workers=8, limits=Limits(timeout_s=2.0, memory_mb=512)) as grader:
+        runner = EpisodeRunner(cfg, None, tok, grader)
+        episodes = [Episode(None, Slow(cfg), [], Trajectory([1])) for _ in range(12)]
+        answers = Answers(runner, episodes)
+        for i, e in enumerate(episodes):
+            answers.give(e, Completion([5], "bad" if i == 11 else "ok", False))
+        time.sleep(0.12)  # (a few of the twelve answered, two at a time)
+        during = max(Slow.most)
+        pending = answers.pending()
+        results = [answer.exception() or answer.result() for _, _, answer in pending]
+    assert during == 2  # a quarter of 8 threads
+    assert max(Slow.most) > 2 and sum(isinstance(r, Step) for r in results) == 11
+    assert "this environment failed" in str(results[11])
