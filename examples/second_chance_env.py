@@ -18,6 +18,8 @@ from execrl.rewards import Sample
 
 
 class SecondChance(Environment):
+    runs_code = True  # step grades in the sandbox: hand it each answer as soon as it is generated
+
     def reset(self, problem):
         self.problem, self.tries, self.last = problem, 0, ""
         return build_messages(problem, self.cfg.prompt)
