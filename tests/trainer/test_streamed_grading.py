@@ -33,6 +33,7 @@ def test_samples_are_graded_as_they_end_and_nothing_else_changes():
     tok = build_tokenizer(corpus(), vocab_size=384)
     model = build_tiny_model(tok, seed=0).eval()
     engine = RolloutEngine(model, tok, slots=2, max_len=256, sync_every=1)  # 12 samples, 2 at a time
+    engine.streams = True  # (as on a GPU; on a CPU the engine leaves grading until generation ends)
     params, seeds = SamplingParams(1.0), [11, 12, 13]
     runs = []
     with Grader(num_workers=2, limits=Limits(timeout_s=2.0, memory_mb=512)) as grader:
@@ -50,10 +51,8 @@ def test_samples_are_graded_as_they_end_and_nothing_else_changes():
 class Told:
     """The engine, noting whether each generate call was asked to hand completions in as they end."""
 
-    streams = True
-
     def __init__(self, engine):
-        self.engine, self.asked = engine, []
+        self.engine, self.asked, self.streams = engine, [], engine.streams
 
     def generate(self, *args, **kwargs):
         self.asked.append("on_sample" in kwargs)
@@ -62,10 +61,12 @@ class Told:
 
 def test_quick_answers_wait_for_generation_to_end():
     """A math check is quick Python: run beside the decode loop it would only take the interpreter's lock from it, so
-    math episodes are answered after generation; code episodes as each sample ends."""
+    math episodes are answered after generation; code episodes as each sample ends, on a GPU (on a CPU the sandbox
+    and the decode loop share the cores: nothing is handed in early)."""
     cfg = load_config(None, ["policy.max_total_sequence_length=128", "policy.generation.max_new_tokens=8"])
     tok = build_tokenizer(corpus(), vocab_size=384)
     engine = RolloutEngine(build_tiny_model(tok, seed=0).eval(), tok, slots=4, max_len=128)
+    engine.streams = True
     math = [Problem("m/1", [{"role": "user", "content": "What is 2 + 3?"}], "math", answer="5")]
     code, _ = load_problems("builtin:arith-code", "train", count=1)
     told = Told(engine)
@@ -73,7 +74,9 @@ def test_quick_answers_wait_for_generation_to_end():
         for problems in (math, code):
             rollouts = EpisodeRunner(cfg, told, tok, grader).run(problems, 2, SamplingParams(1.0), [5])
             assert all(e.done for e in rollouts.episodes)
-    assert told.asked == [False, True]
+        on_cpu = Told(RolloutEngine(build_tiny_model(tok, seed=0).eval(), tok, slots=4, max_len=128))
+        EpisodeRunner(cfg, on_cpu, tok, grader).run(code, 2, SamplingParams(1.0), [5])
+    assert told.asked == [False, True] and on_cpu.asked == [False]
 
 
 def test_while_generation_runs_a_quarter_of_the_threads_answer_then_all_of_them():

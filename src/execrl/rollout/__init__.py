@@ -19,10 +19,9 @@ NO_GUIDES = "guided decoding needs the execrl engine: set policy.generation.back
 class HFGenerator:
     """transformers `generate`, batch by batch (the reference backend)."""
 
-    streams = True  # generate's on_sample hands in each batch's completions as it is done
-
     def __init__(self, model, tokenizer, batch_size: int, stop_token_ids: list[int] | None = None):
         self.model, self.tokenizer, self.batch_size, self.stop_token_ids = model, tokenizer, batch_size, stop_token_ids
+        self.streams = next(model.parameters()).device.type == "cuda"  # (as the engine's: RolloutEngine.streams)
 
     @property
     def guides(self):

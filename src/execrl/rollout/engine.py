@@ -102,8 +102,6 @@ CAPTURED = {"graphs": 0, "seconds": 0.0}  # this process's CUDA graph captures (
 
 
 class RolloutEngine:
-    streams = True  # generate's on_sample hands in each completion as it ends
-
     def __init__(self, model, tokenizer, slots: int, max_len: int, cuda_graphs: bool = True, sync_every: int = 16,
                  prefill_tokens: int = 32768, compile: bool = False, stop_token_ids: list[int] | None = None,
                  merge_adapters: bool = False):
@@ -111,6 +109,9 @@ class RolloutEngine:
         self.dec = make_decoder(model, slots, max_len, merge_adapters)  # (LoRA: decoder.adapters_merged)
         dev = self.dec.rows.device
         self.graphs_on = cuda_graphs and dev.type == "cuda"
+        # worth grading each completion as it ends (generate's on_sample), while the rest generate: on a GPU; on a
+        # CPU the decode loop and the sandbox share the cores (bench/README.md, "Grading while generation runs")
+        self.streams = dev.type == "cuda"
         # fuses the small ops (see compiled()): our decoder compiles one layer that all its layers run
         # (and the head), the step's sampling is compiled here; on the generic path the whole step,
         # the model's own code with it

@@ -118,8 +118,8 @@ def sampling(cfg, validation: bool = False) -> SamplingParams:
 
 class Answers:
     """A turn's model turns handed to their environments (env.step, in the runner's threads) each
-    as soon as it is generated, where the generator `streams` (generate's on_sample) and an
-    environment `runs_code`: the sandbox grades the first samples while the rest still generate,
+    as soon as it is generated, where the generator `streams` (generate's on_sample; on a GPU) and
+    an environment `runs_code`: the sandbox grades the first samples while the rest still generate,
     at most a quarter of the runner's threads at once (GRADING_SHARE: each answer's Python work
     takes the interpreter's lock from the decode loop), all of them once generation ends.
     Otherwise they are all handed in at the generator's end (a quick step, e.g. a math check, would
