@@ -734,15 +734,16 @@ LEAVE_BEHIND = {
 }
 # what a later program on the same worker reads of them: the same whatever ran before it. (sockstat's `mem` fields
 # are not: they are the host's TCP and UDP buffer pages, one counter for every namespace, moved (Linux >= 6.0) in per-CPU batches
-# of 256 pages by any socket on the machine; CI saw UDP's go 0 -> 256 between two reads. Its `inuse` counts are
-# the namespace's own and stay compared.)
+# of 256 pages by any socket on the machine; CI saw UDP's go 0 -> 256 between two reads. Nor are its `alloc` and
+# `orphan` counts: the kernel's sockets of each protocol on the whole machine (CI saw TCP's alloc go 2 -> 3 while
+# another job ran). Its `inuse` and `tw` counts are the namespace's own and stay compared.)
 READ_BACK = ("import os\nnet = {}\nfor name in ('tcp', 'tcp6', 'udp', 'udp6', 'unix'):\n    try:\n"
              "        net[name] = open('/proc/net/' + name).read().count('\\n') - 1\n    except OSError:\n"
              "        net[name] = None\n"
              "lo = [l.split()[1:] for l in open('/proc/net/dev') if l.strip().startswith('lo:')]\n"
              "pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
              "child = os.fork()\nif child == 0:\n    os._exit(0)\nos.wait()\n"
-             "import re\nmib = {n: re.sub(r' mem [0-9]+', '', open('/proc/net/' + n).read())\n"
+             "import re\nmib = {n: re.sub(r' (mem|alloc|orphan) [0-9]+', '', open('/proc/net/' + n).read())\n"
              "       for n in ('snmp', 'snmp6', 'netstat', 'sockstat', 'sockstat6')}\n"
              "import tempfile\nino = [os.stat(tempfile.mkstemp(dir=d)[1]).st_ino for d in ('/tmp', '/dev/shm')]\n"
              "print(os.getpid(), child, pids, open('/proc/loadavg').read().split()[-1], lo, net, ino, mib)")

@@ -285,7 +285,8 @@ def log_step(run: Run, step: int, rollouts, stats: dict, times: dict, bar) -> No
     metrics = {f"train/{k}": v for k, v in stats.items()}  # already global
     sums = dist.sum_dicts(episode_sums(rollouts, run.sampler.kinds))  # over all processes
     means = episode_means(sums)
-    metrics.update({f"train/{k}": v for k, v in means.items() if k != "reward_sq_mean"})
+    timing = {"answered_while_generating_frac"}  # (per episode, but a matter of timing: with the time/ metrics)
+    metrics.update({f"{'time' if k in timing else 'train'}/{k}": v for k, v in means.items() if k != "reward_sq_mean"})
     metrics["train/reward_std"] = max(means["reward_sq_mean"] - means["reward_mean"] ** 2, 0.0) ** 0.5
     if times.get("generate"):  # the model's tokens sampled per second of generation (all processes)
         metrics["time/tokens_per_s"] = sums["completion_len_mean"] / times["generate"]

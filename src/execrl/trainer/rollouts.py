@@ -46,7 +46,7 @@ class Episode:
     turns: int = 0  # model turns taken
     tool_calls: int = 0
     tool_errors: int = 0
-    answered_early: int = 0  # model turns the environment had answered by the end of their generate call
+    answered_early: int = 0  # model turns handed in early (Answers) and answered by the end of their generate call
 
     @property
     def done(self) -> bool:
@@ -133,6 +133,7 @@ class Answers:
         self.given: dict[int, tuple[Completion, Future]] = {}  # id(episode) -> (its completion, the answer)
         self.waiting: deque[tuple[Episode, Completion, Future]] = deque()  # handed in, not started
         self.running, self.lock = 0, threading.Lock()
+        self.early: list[Episode] = []  # handed in while generation ran
         self.most: int | None = max(1, int(runner.threads * GRADING_SHARE))  # None: no limit
 
     def generate(self, generator, episode_of, *args, **kwargs) -> None:
@@ -140,24 +141,27 @@ class Answers:
         generator streams, the rest at its end; `episode_of(i, j)`: the episode of request (prompt
         i, sample j)."""
         if getattr(generator, "streams", False) and any(e.env.runs_code for e in self.live):
-            kwargs["on_sample"] = lambda i, j, c: self.give(episode_of(i, j), c)
+            kwargs["on_sample"] = lambda i, j, c: self.give(episode_of(i, j), c, early=True)
         for i, group in enumerate(generator.generate(*args, **kwargs)):
             for j, c in enumerate(group):
                 if id(episode_of(i, j)) not in self.given:
                     self.give(episode_of(i, j), c)
 
-    def give(self, e: Episode, c: Completion) -> None:
+    def give(self, e: Episode, c: Completion, early: bool = False) -> None:
+        """`early`: handed in while generation runs."""
         c = fit(c, self.room - len(e.trajectory), self.runner.tokenizer)
         self.given[id(e)] = (c, Future())
+        if early:
+            self.early.append(e)
         with self.lock:
             self.waiting.append((e, c, self.given[id(e)][1]))
         self._start()
 
     def pending(self) -> list[tuple[Episode, Completion, Future]]:
         """Every live episode's (episode, completion, answer), once generation is done (the
-        answers still waiting start); an episode whose answer is already in counts it
-        (`answered_early`)."""
-        for e in self.live:
+        answers still waiting start); an episode handed in early whose answer is already in counts
+        it (`answered_early`)."""
+        for e in self.early:
             e.answered_early += self.given[id(e)][1].done()
         with self.lock:
             self.most = None
