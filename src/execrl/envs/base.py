@@ -43,9 +43,9 @@ class Environment:
     stop_strings: list[str] = []  # generation stops after any of these (e.g. a closing </code>): the turn is over
     whole_answers = False  # True: an episode without room for a whole answer (max_new_tokens) ends as it stands
     frozen = False  # True: the frozen opponent's generator plays it (self-play); never trained on, in no baseline
-    # True: `step` runs programs in the sandbox, so the runner hands it each model turn as soon as that turn is
-    # generated (in a thread, while the rest of the batch generates). False: a quick step runs after generation,
-    # where its Python work does not share the interpreter's lock with the decode loop's
+    # True: `step` runs programs in the sandbox, so on a GPU the runner hands it each model turn as soon as that
+    # turn is generated (in a thread, while the rest of the batch generates). False: a quick step runs after
+    # generation, where its Python work does not share the interpreter's lock with the decode loop's
     runs_code = False
 
     def __init__(self, cfg, grader=None):
