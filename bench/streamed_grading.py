@@ -6,10 +6,9 @@ graphs (compiled on a GPU), the sandbox with its default workers (one per CPU).
 A random-init model writes no code, so the environment here (`reference_graded`, registered below) grades each
 problem's reference solution against the problem's tests in place of the model's text: every sample costs the sandbox
 what a passing MBPP program costs (--task gsm8k: math-verify checks each problem's reference solution). With
---slow-every N, every Nth sample's program also loops until its time limit
-(--timeout-s), as a model's wrong answers do. Completions end at log-normal lengths (bench/lengths.py's draw, one per
-prompt: its samples share it), as real ones do: forced to one length, every sample ends at once and there is nothing
-to overlap.
+--slow-every N, every Nth sample's program also loops until its time limit (--timeout-s), as a model's wrong answers
+do. Completions end at log-normal lengths (bench/lengths.py's draw, one per prompt: its samples share it), as real
+ones do: forced to one length, every sample ends at once and there is nothing to overlap.
 
     python bench/streamed_grading.py --arch qwen2.5-0.5b
     python bench/streamed_grading.py --arch qwen2.5-0.5b --slow-every 16

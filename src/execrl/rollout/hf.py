@@ -40,8 +40,9 @@ def hf_generate(model, tokenizer, prompts: list[list[int]], num_samples: int, ma
         for i in range(len(chunk)):
             out.append([_cut(row, tokenizer, eos, pad, max_new_tokens, stop_strings)
                         for row in new[i * num_samples:(i + 1) * num_samples]])
-            for j, c in enumerate(out[-1] if on_sample is not None else ()):
-                on_sample(start + i, j, c)
+            if on_sample is not None:
+                for j, c in enumerate(out[-1]):
+                    on_sample(start + i, j, c)
         if on_batch is not None:
             on_batch(len(chunk))
     return out

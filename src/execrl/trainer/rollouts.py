@@ -144,8 +144,8 @@ class Answers:
             kwargs["on_sample"] = lambda i, j, c: self.give(episode_of(i, j), c, early=True)
         for i, group in enumerate(generator.generate(*args, **kwargs)):
             for j, c in enumerate(group):
-                if id(episode_of(i, j)) not in self.given:
-                    self.give(episode_of(i, j), c)
+                if id(e := episode_of(i, j)) not in self.given:  # (not handed in as it ended)
+                    self.give(e, c)
 
     def give(self, e: Episode, c: Completion, early: bool = False) -> None:
         """`early`: handed in while generation runs."""
