@@ -432,3 +432,22 @@ def test_the_attention_op_that_writes_the_cache_compiles_without_copying_it():
     torch.testing.assert_close(compiled_k, k)
     torch.testing.assert_close(compiled_v, v)
     assert not torch.equal(k, before_k)
+
+
+def test_a_completions_text_is_the_tokenizers_decode():
+    """text_of skips transformers' element-by-element input check, not the tokenizer's own decoding: the same text
+    for byte and BPE tokenizers, special tokens dropped; a tokenizer class with a decode of its own is asked."""
+    from execrl.rollout.completion import text_of
+
+    for tok in (build_tokenizer([], vocab_size=259), build_tokenizer(corpus(), vocab_size=512)):
+        rows = [tok("print(max(3, 4))  # done\n")["input_ids"] + [tok.eos_token_id], [], [tok.eos_token_id],
+                list(range(len(tok)))]
+        for ids in rows:
+            assert text_of(tok, ids) == tok.decode(ids, skip_special_tokens=True)
+
+    class Own(type(tok)):
+        def decode(self, token_ids, skip_special_tokens=False, **kwargs):
+            return "own"
+
+    tok.__class__ = Own
+    assert text_of(tok, [1, 2]) == "own"

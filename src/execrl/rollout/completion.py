@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 
 @dataclass
@@ -12,6 +13,24 @@ class Completion:
     truncated: bool  # hit max_new_tokens (or the context) without EOS or a stop string
     logprobs: list[float] | None = None  # the sampler's logprob of each token in ids (engine backend)
     guide: object | None = None  # the execrl.guided.Guide the tokens were sampled under (guided decoding)
+
+
+def text_of(tokenizer, ids: list[int]) -> str:
+    """tokenizer.decode(ids, skip_special_tokens=True) for a list of ints, the same text. transformers' decode
+    first checks, element by element in Python, that its input is plain ints (two thirds of its time for 256
+    tokens; ~15 ms of a step's 128 completions on the 2-core machine, the GPU idle after the last decode step);
+    its _decode, which that check leads to, is the tokenizer's own decoding. Where a tokenizer class has its own
+    decode (or no _decode), that decode."""
+    if type(tokenizer).decode is _base_decode() and hasattr(tokenizer, "_decode"):
+        return tokenizer._decode(ids, skip_special_tokens=True)
+    return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+@cache
+def _base_decode():
+    from transformers import PreTrainedTokenizerBase  # (here: importing this module need not import transformers)
+
+    return PreTrainedTokenizerBase.decode
 
 
 def eos_ids(model, tokenizer) -> list[int]:

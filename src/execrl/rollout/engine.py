@@ -21,7 +21,7 @@ import torch
 from execrl.compiling import compile_settings, raise_recompile_limit
 from execrl.guided import Guides
 from execrl.rollout.attention import tail_splits
-from execrl.rollout.completion import Completion, eos_ids
+from execrl.rollout.completion import Completion, eos_ids, text_of
 from execrl.rollout.decoder import CachedDecoder, generic_in
 from execrl.rollout.generic import GenericDecoder
 from execrl.rollout.masks import SlotMasks
@@ -270,7 +270,7 @@ class RolloutEngine:
     def _completion(self, ids: list[int], lps: list[float], stopped: bool, params: SamplingParams, guide=None
                     ) -> Completion:
         ended = stopped or (not params.ignore_eos and bool(ids) and ids[-1] in self.eos_list)
-        return Completion(ids, self.tokenizer.decode(ids, skip_special_tokens=True), not ended, lps, guide)
+        return Completion(ids, text_of(self.tokenizer, ids), not ended, lps, guide)
 
     def _prefill(self, take: list[tuple[int, int]], slots: list[int], prompts: list[list[int]], limits: list[int],
                  params: SamplingParams) -> None:
@@ -547,7 +547,7 @@ def first_stop(tokenizer, ids: list[int], stop_strings: list[str], known: int = 
     """The number of leading tokens whose text first contains a stop string (None: no stop string
     yet); the text of the first `known` tokens is known to hold none."""
     def holds(n: int) -> bool:
-        text = tokenizer.decode(ids[:n], skip_special_tokens=True)
+        text = text_of(tokenizer, ids[:n])
         return any(s in text for s in stop_strings)
 
     if len(ids) <= known or not holds(len(ids)):

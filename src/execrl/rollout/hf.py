@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from execrl.rollout.completion import Completion, eos_ids
+from execrl.rollout.completion import Completion, eos_ids, text_of
 
 
 @torch.no_grad()
@@ -58,7 +58,7 @@ def _cut(row: list[int], tokenizer, eos: list[int], pad: int, max_new_tokens: in
             end, truncated = j, False
             break
     ids = row[:end]
-    text = tokenizer.decode(ids, skip_special_tokens=True)
+    text = text_of(tokenizer, ids)
     if truncated and stop_strings and any(text.endswith(s) for s in stop_strings):
         truncated = False
     return Completion(ids, text, truncated and len(ids) >= max_new_tokens)

@@ -27,6 +27,7 @@ from execrl.prompts import render
 from execrl.rewards import OUTCOMES, Reward, Sample, outcome
 from execrl.rewards import judge as score_with
 from execrl.rollout import Completion, SamplingParams
+from execrl.rollout.completion import text_of
 from execrl.rollout.sampling import mix32, request_key
 from execrl.sandbox import Grader
 from execrl.tasks import Problem
@@ -369,7 +370,7 @@ def fit(c: Completion, room: int, tokenizer) -> Completion:
     if len(c.ids) <= room:
         return c
     ids = c.ids[:room]
-    return Completion(ids, tokenizer.decode(ids, skip_special_tokens=True), True,
+    return Completion(ids, text_of(tokenizer, ids), True,
                       None if c.logprobs is None else c.logprobs[:room], c.guide)
 
 
