@@ -98,7 +98,7 @@ def pack(ids: torch.Tensor, lengths: torch.Tensor, prompts: torch.Tensor, k: int
 
     # Every write below goes through whole [G, P] / [b, C] index grids, their unused entries sent to one spare
     # element past the end (n), dropped after: boolean-mask indexing finds the same entries with a nonzero()
-    # per mask, most of this function's host time (5.9 -> 1.5 ms for 128 x 384 tokens on a 2-core machine).
+    # per mask, a third of this function's host time (5.9 -> 4.0 ms for 128 x 384 tokens on a 2-core machine).
     n, p = g * lp, int(first.max())
     head = torch.arange(g) * k  # [G] each group's first row
     x = torch.arange(p)[None]  # [1, P]
