@@ -41,3 +41,26 @@ def test_the_batch_is_the_trajectories_row_by_row():
 
     trajs[1].segments[0].logprobs = None  # a backend that gives no logprobs for one sample: none for the batch
     assert build_batch(rollouts, torch.zeros(3), 0, overlong_filtering=False).sampler_logprobs is None
+
+
+def test_random_batches_match_the_row_by_row_construction():
+    """Built from each model turn's span and joined buffers: the row-by-row batch for random trajectories, with
+    empty turns, several model and environment turns per row, and rows out of the loss."""
+    import random
+
+    rng = random.Random(0)
+    for _ in range(50):
+        trajs = []
+        for _ in range(rng.randint(1, 6)):
+            segments = []
+            for _ in range(rng.randint(0, 4)):
+                n, sampled = rng.randint(0, 5), rng.random() < 0.6
+                segments.append(Segment([rng.randrange(99) for _ in range(n)], sampled,
+                                        [-rng.random() for _ in range(n)] if sampled else None))
+            trajs.append(Trajectory([rng.randrange(99) for _ in range(rng.randint(1, 4))], segments))
+        kept = [rng.random() < 0.8 for _ in trajs]
+        rollouts = SimpleNamespace(trajectories=trajs, rewards=[SimpleNamespace(valid=k) for k in kept], group_size=1)
+        batch = build_batch(rollouts, torch.zeros(len(trajs)), 3, overlong_filtering=False)
+        ids, attn, mask, sampler = by_row(trajs, kept, 3)
+        assert torch.equal(batch.input_ids, ids) and torch.equal(batch.attention_mask, attn)
+        assert torch.equal(batch.loss_mask, mask) and torch.equal(batch.sampler_logprobs, sampler)
