@@ -12,6 +12,7 @@ ones do: forced to one length, every sample ends at once and there is nothing to
 
     python bench/streamed_grading.py --arch qwen2.5-0.5b
     python bench/streamed_grading.py --arch qwen2.5-0.5b --slow-every 16
+    python bench/streamed_grading.py --arch qwen2.5-0.5b --slow-every 16 --grading-share 1   # all workers meanwhile
     python bench/streamed_grading.py --arch tiny --prompts 4 --group 2 --mean 8 --max 24 --rounds 1   # CPU smoke
 """
 
@@ -36,7 +37,7 @@ from execrl.rewards import Sample, outcome
 from execrl.rollout import RolloutEngine, SamplingParams
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import load_problems
-from execrl.trainer.rollouts import GRADING_SHARE, EpisodeRunner, episode_means, episode_sums
+from execrl.trainer.rollouts import EpisodeRunner, episode_means, episode_sums
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 LOOP = "\nimport time\nwhile True:\n    time.sleep(0.01)\n"
@@ -89,6 +90,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="steps of each way, alternating, after one untimed each")
     ap.add_argument("--workers", type=int, default=0, help="sandbox workers (0: one per CPU)")
     ap.add_argument("--slow-every", type=int, default=0, help="every Nth sample's program loops to its time limit")
+    ap.add_argument("--grading-share", type=float, default=None,
+                    help="env.code.grading_share: the workers that grade while generation runs (default: the config's)")
     ap.add_argument("--timeout-s", type=float, default=1.0)
     ap.add_argument("--switch-interval", type=float, default=0.0,
                     help="also stream with Python's thread switch interval set to this many seconds")
@@ -98,7 +101,8 @@ def main() -> None:
     model, tok = build(args.arch)
     on_gpu = DEVICE == "cuda"
     cfg = load_config(None, ["env.multi_turn.kind=reference_graded", f"policy.generation.max_new_tokens={args.max}",
-                             f"policy.max_total_sequence_length={args.max + 1024}", "prompt.add_instructions=false"])
+                             f"policy.max_total_sequence_length={args.max + 1024}", "prompt.add_instructions=false",
+                             *([f"env.code.grading_share={args.grading_share}"] if args.grading_share is not None else [])])
     problems = load_problems(args.task, "train", path=str(Path(args.data) / args.task))[0][:args.prompts]
     engine = RolloutEngine(model, tok, slots=args.prompts * args.group, max_len=cfg.policy.max_total_sequence_length,
                            compile=on_gpu)
@@ -128,7 +132,7 @@ def main() -> None:
     out = [[way, f"{m[0]:.3f}", f"{m[1]:.3f}", f"{m[2]:.3f}", f"{100 * m[3]:.0f}%"] for way, m in med.items()]
     table(f"{args.arch} on {device_name()}: {args.prompts} {args.task} prompts x {args.group}, {tokens} tokens (log-normal, "
           f"mean {args.mean}, at most {args.max}), {grader.pool.num_workers} sandbox workers "
-          f"({max(1, int(grader.pool.num_workers * GRADING_SHARE))} while generating), every "
+          f"({max(1, int(grader.pool.num_workers * cfg.env.code.grading_share))} while generating), every "
           f"{args.slow_every or 'no'} sample looping to {args.timeout_s} s; medians of {args.rounds} steps each",
           ["grading", "generate + grade s", "generate s", "grade wait s", "answered during generation"], out)
     after = med["graded after generation"][0]

@@ -5,6 +5,8 @@ answers that were ready by generation's end counted."""
 import threading
 import time
 
+import pytest
+
 from execrl.config import load_config
 from execrl.models import build_tiny_model, build_tokenizer
 from execrl.rewards import outcome
@@ -77,12 +79,19 @@ def test_quick_answers_wait_for_generation_to_end():
         on_cpu = Told(RolloutEngine(build_tiny_model(tok, seed=0).eval(), tok, slots=4, max_len=128))
         EpisodeRunner(cfg, on_cpu, tok, grader).run(code, 2, SamplingParams(1.0), [5])
     assert told.asked == [False, True] and on_cpu.asked == [False]
+    waits = load_config(None, ["policy.max_total_sequence_length=128", "policy.generation.max_new_tokens=8",
+                               "env.code.grading_share=0"])  # (0: code waits for generation to end too)
+    told = Told(engine)
+    with Grader(num_workers=1, limits=Limits(timeout_s=2.0, memory_mb=512)) as grader:
+        EpisodeRunner(waits, told, tok, grader).run(code, 2, SamplingParams(1.0), [5])
+    assert told.asked == [False]
 
 
-def test_while_generation_runs_a_quarter_of_the_threads_answer_then_all_of_them():
+@pytest.mark.parametrize("share,during", [(None, 2), (0.5, 4)])
+def test_while_generation_runs_a_share_of_the_threads_answer_then_all_of_them(share, during):
     """Each answer's Python work takes the interpreter's lock from the decode loop, so while generation runs at most
-    a quarter of the runner's threads answer; the rest start when it ends, and an environment's error is raised where
-    its answer is read."""
+    env.code.grading_share of the runner's threads answer (a quarter by default); the rest start when it ends, and an
+    environment's error is raised where its answer is read."""
     from execrl.envs import Environment, Step, Trajectory
     from execrl.rollout import Completion
     from execrl.trainer.rollouts import Answers, Episode
@@ -101,18 +110,19 @@ def test_while_generation_runs_a_quarter_of_the_threads_answer_then_all_of_them(
                 raise ValueError("this environment failed")
             return Step([])
 
-    cfg = load_config(None, [])
+    cfg = load_config(None, [] if share is None else [f"env.code.grading_share={share}"])
     tok = build_tokenizer(corpus(), vocab_size=384)
+    Slow.most = []
     with Grader(num_workers=8, limits=Limits(timeout_s=2.0, memory_mb=512)) as grader:
         runner = EpisodeRunner(cfg, None, tok, grader)
-        episodes = [Episode(None, Slow(cfg), [], Trajectory([1])) for _ in range(12)]
+        episodes = [Episode(None, Slow(cfg), [], Trajectory([1])) for _ in range(24)]
         answers = Answers(runner, episodes)
         for i, e in enumerate(episodes):
-            answers.give(e, Completion([5], "bad" if i == 11 else "ok", False))
-        time.sleep(0.12)  # (a few of the twelve answered, two at a time)
-        during = max(Slow.most)
+            answers.give(e, Completion([5], "bad" if i == 23 else "ok", False))
+        time.sleep(0.12)  # (a few of the 24 answered, `during` at a time)
+        seen = max(Slow.most)
         pending = answers.pending()
         results = [answer.exception() or answer.result() for _, _, answer in pending]
-    assert during == 2  # a quarter of 8 threads
-    assert max(Slow.most) > 2 and sum(isinstance(r, Step) for r in results) == 11
-    assert "this environment failed" in str(results[11])
+    assert seen == during  # a quarter (or half) of 8 threads
+    assert max(Slow.most) > during and sum(isinstance(r, Step) for r in results) == 23
+    assert "this environment failed" in str(results[23])

@@ -323,6 +323,11 @@ class CodeEnvConfig(Section):
     terminate_on_evaluation: bool = Field(True, description="single-turn: the episode ends when the code is graded")
     timeout_s: float = Field(2.0, gt=0, description="CPU seconds per test")
     memory_mb: int = Field(1024, ge=16, description="memory limit per program")
+    grading_share: float = Field(
+        0.25, ge=0, le=1, description="on a GPU: the share of the sandbox's workers that grade samples as they end "
+        "while the rest of the batch generates (all of them once it ends). Each takes the interpreter's lock from the "
+        "decode loop: with all of them, a 0.5B engine decoded 13-17% slower; programs that run for long (looping "
+        "tests up to their time limit) gain from more. 0: grade after generation")
 
 
 class MultiTurnConfig(Section):

@@ -33,8 +33,6 @@ from execrl.sandbox import Grader
 from execrl.tasks import Problem
 from execrl.trainer import memory
 
-GRADING_SHARE = 0.25  # of the runner's threads that answer model turns while generation still runs
-
 
 @dataclass
 class Episode:
@@ -121,8 +119,8 @@ class Answers:
     """A turn's model turns handed to their environments (env.step, in the runner's threads) each
     as soon as it is generated, where the generator `streams` (generate's on_sample; on a GPU) and
     an environment `runs_code`: the sandbox grades the first samples while the rest still generate,
-    at most a quarter of the runner's threads at once (GRADING_SHARE: each answer's Python work
-    takes the interpreter's lock from the decode loop), all of them once generation ends.
+    at most env.code.grading_share of the runner's threads at once (a quarter by default: each answer's
+    Python work takes the interpreter's lock from the decode loop), all of them once generation ends.
     Otherwise they are all handed in at the generator's end (a quick step, e.g. a math check, would
     only slow the decode loop). bench/README.md, "Grading while generation runs", has the figures.
     Only the answers run early: the episodes take them (`advance`) in the runner's `finish`, in
@@ -135,13 +133,15 @@ class Answers:
         self.waiting: deque[tuple[Episode, Completion, Future]] = deque()  # handed in, not started
         self.running, self.lock = 0, threading.Lock()
         self.early: list[Episode] = []  # handed in while generation ran
-        self.most: int | None = max(1, int(runner.threads * GRADING_SHARE))  # None: no limit
+        share = runner.cfg.env.code.grading_share
+        self.most: int | None = max(1, int(runner.threads * share))  # None: no limit
+        self.streamed = share > 0  # (0: every answer after generation)
 
     def generate(self, generator, episode_of, *args, **kwargs) -> None:
         """generator.generate(*args, **kwargs), each completion handed in as it ends where the
         generator streams, the rest at its end; `episode_of(i, j)`: the episode of request (prompt
         i, sample j)."""
-        if getattr(generator, "streams", False) and any(e.env.runs_code for e in self.live):
+        if self.streamed and getattr(generator, "streams", False) and any(e.env.runs_code for e in self.live):
             kwargs["on_sample"] = lambda i, j, c: self.give(episode_of(i, j), c, early=True)
         for i, group in enumerate(generator.generate(*args, **kwargs)):
             for j, c in enumerate(group):
