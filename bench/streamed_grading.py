@@ -132,7 +132,7 @@ def main() -> None:
     out = [[way, f"{m[0]:.3f}", f"{m[1]:.3f}", f"{m[2]:.3f}", f"{100 * m[3]:.0f}%"] for way, m in med.items()]
     table(f"{args.arch} on {device_name()}: {args.prompts} {args.task} prompts x {args.group}, {tokens} tokens (log-normal, "
           f"mean {args.mean}, at most {args.max}), {grader.pool.num_workers} sandbox workers "
-          f"({max(1, int(grader.pool.num_workers * cfg.env.code.grading_share))} while generating), every "
+          f"({runner.threads_while_generating} while generating), every "
           f"{args.slow_every or 'no'} sample looping to {args.timeout_s} s; medians of {args.rounds} steps each",
           ["grading", "generate + grade s", "generate s", "grade wait s", "answered during generation"], out)
     after = med["graded after generation"][0]

@@ -133,15 +133,14 @@ class Answers:
         self.waiting: deque[tuple[Episode, Completion, Future]] = deque()  # handed in, not started
         self.running, self.lock = 0, threading.Lock()
         self.early: list[Episode] = []  # handed in while generation ran
-        share = runner.cfg.env.code.grading_share
-        self.most: int | None = max(1, int(runner.threads * share))  # None: no limit
-        self.streamed = share > 0  # (0: every answer after generation)
+        self.most: int | None = max(1, runner.threads_while_generating)  # None: no limit
 
     def generate(self, generator, episode_of, *args, **kwargs) -> None:
         """generator.generate(*args, **kwargs), each completion handed in as it ends where the
         generator streams, the rest at its end; `episode_of(i, j)`: the episode of request (prompt
         i, sample j)."""
-        if self.streamed and getattr(generator, "streams", False) and any(e.env.runs_code for e in self.live):
+        if self.runner.threads_while_generating and getattr(generator, "streams", False) and \
+                any(e.env.runs_code for e in self.live):
             kwargs["on_sample"] = lambda i, j, c: self.give(episode_of(i, j), c, early=True)
         for i, group in enumerate(generator.generate(*args, **kwargs)):
             for j, c in enumerate(group):
@@ -285,6 +284,13 @@ class EpisodeRunner:
     @property
     def threads(self) -> int:
         return max(1, self.grader.pool.num_workers)
+
+    @property
+    def threads_while_generating(self) -> int:
+        """The threads that may answer model turns while generation runs (Answers): env.code.grading_share of them,
+        at least one; 0 where the share is 0 (every answer after generation)."""
+        share = self.cfg.env.code.grading_share
+        return max(1, int(self.threads * share)) if share > 0 else 0
 
     @property
     def pool(self) -> ThreadPoolExecutor:
