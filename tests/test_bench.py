@@ -313,3 +313,12 @@ def test_eval_batch_bench_runs_on_cpu():
     rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith(("| 16 |", "| auto |"))]
     assert [(r[0].strip(), int(r[1])) for r in rows] == [("16", 6), ("auto", 6)]  # 6 problems: 6 at once either way
     assert rows[0][5].strip() == "1.00x" and float(rows[1][4].replace(",", "")) > 0
+
+
+@pytest.mark.slow
+def test_eval_grading_bench_runs_on_cpu():
+    out = run("bench/eval_grading.py", "--arch", "tiny", "--problems", "4", "--samples", "2", "--new", "8", "--rounds",
+              "1", "--shares", "0.5,0", "--workers", "2")
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith(("| 0.5 |", "| 0 (after"))]
+    assert [r[0].strip() for r in rows] == ["0.5", "0 (after sampling)"] and rows[1][2].strip() == "1.00x"
+    assert all(float(r[1]) > 0 for r in rows) and "verdicts {'pass': 8}" in out  # MBPP's reference programs

@@ -77,6 +77,8 @@ def test_eval_errors_are_one_clear_line(tmp_path):
     (tmp_path / "c.jsonl").write_text(json.dumps({"problem_id": "mbpp/99999", "completion": "x"}))
     proc = run("--completions", tmp_path / "c.jsonl", "--samples", 1, "--k", "5", "--out", tmp_path / "o")
     assert proc.returncode == 2 and "--k values" in proc.stderr
+    proc = run("--completions", tmp_path / "c.jsonl", "--grading-share", "2", "--out", tmp_path / "o")
+    assert proc.returncode == 2 and "--grading-share is a share of the sandbox's workers, in [0, 1]" in proc.stderr
 
 
 def test_completions_for_unknown_problems_are_one_clear_line(tmp_path):
@@ -174,3 +176,42 @@ def test_eval_says_how_many_it_decodes_at_once(tiny_model_dir, tmp_path):
     proc = run("--model", tiny_model_dir, "--dataset", "mbpp", "--split", "test", "--limit", 3, "--samples", 2,
                "--max-new-tokens", 8, "--out", tmp_path / "out2", "--workers", 2, "--batch-size", 4)
     assert proc.returncode == 0 and "sampling, 4 at once" in proc.stderr
+
+
+class Streaming:
+    """The engine as on a GPU, where it hands each completion in as it ends (on a CPU it does not: the sandbox and
+    the decode loop would share the cores)."""
+
+    def __init__(self, build):
+        self.build, self.made = build, []
+
+    def __call__(self, *args, **kwargs):
+        generator = self.build(*args, **kwargs)
+        generator.streams = True
+        self.made.append(generator)
+        return generator
+
+
+def test_eval_grades_code_while_sampling_as_it_would_after(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """Programs go to the sandbox as their samples end while the rest generate (2 slots for 12 samples): the same
+    completions, outcomes and pass@k as grading after sampling, and the run says how many were graded meanwhile."""
+    import execrl.eval.generate as generate
+    from execrl.eval.run import EvalConfig, evaluate
+
+    monkeypatch.setattr(generate, "build_generator", Streaming(generate.build_generator))
+    program = r"```python\na, b = map\(int, input\(\)\.split\(\)\)\nprint\(a [-+*] b\)\n```"  # real programs to run
+    runs = []
+    for share in (0.5, 0.0):
+        out = tmp_path / f"share{share}"
+        cfg = EvalConfig(dataset="builtin:arith-code", split="validation", limit=4, samples=3, ks=(1, 2),
+                         temperature=1.0, max_new_tokens=48, batch_size=2, out=str(out), workers=2,
+                         grading_share=share, guided=("regex", program))
+        summary = evaluate(cfg, model_name=tiny_model_dir)
+        rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        runs.append((summary, rows, capsys.readouterr().err))
+    (streamed, streamed_rows, said), (after, after_rows, said_after) = runs
+    assert streamed_rows == after_rows and streamed == after
+    assert set(streamed["outcomes"]) == {"pass", "fail"}  # the sandbox ran each program
+    told = re.search(r"graded (\d+) of 12 programs while sampling \(1 of 2 sandbox workers meanwhile\)", said)
+    assert told and 1 <= int(told.group(1)) < 12, said  # the last ones end with sampling
+    assert "while sampling" not in said_after  # share 0: every program after sampling

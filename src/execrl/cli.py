@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--timeout", type=number(float, 0, inclusive=False), default=5.0,
                    help="sandbox CPU seconds per test (default 5)")
     e.add_argument("--workers", type=number(int, 1), default=0, help="sandbox workers (default: one per CPU core)")
+    e.add_argument("--grading-share", type=number(float, 0), default=0.5,
+                   help="share of the sandbox workers grading code while sampling runs, on a GPU (default 0.5; 0: "
+                        "grade after sampling)")
     e.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     e.add_argument("--reward-model", default=None, help="also report this reward model's mean score (a Bradley-Terry "
                    "sequence-classification model: hub id or HF directory; builtin:arith-judge)")
@@ -266,6 +269,8 @@ def eval_config(args):
         raise ValueError(f"--out {args.out}: {why}: name a directory you can write")
     if args.top_p > 1:
         raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
+    if args.grading_share > 1:
+        raise ValueError(f"--grading-share is a share of the sandbox's workers, in [0, 1]; got {args.grading_share}")
     ks = tuple(sorted({int(k) for k in args.k.split(",") if k.strip()}))
     if not ks or min(ks) < 1 or max(ks) > args.samples:
         raise ValueError(f"--k values must be between 1 and --samples ({args.samples}), got {args.k!r}")
@@ -274,7 +279,8 @@ def eval_config(args):
                       max_tests=args.max_tests, samples=args.samples, ks=ks, temperature=temperature, top_p=args.top_p,
                       max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, backend=args.backend,
                       seed=args.seed,
-                      out=args.out, workers=args.workers, timeout_s=args.timeout, reward_model=args.reward_model,
+                      out=args.out, workers=args.workers, timeout_s=args.timeout, grading_share=args.grading_share,
+                      reward_model=args.reward_model,
                       reward_model_batch_size=args.reward_model_batch_size, guided=eval_constraint(args),
                       prompt=PromptConfig(system_prompt=args.system_prompt, answer_format=args.answer_format,
                                           code_style=args.code_style))

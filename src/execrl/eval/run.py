@@ -15,10 +15,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from execrl.eval.grading import EarlyGrading
 from execrl.eval.passk import mean_pass_at_k
 from execrl.extract import extract
 from execrl.prompts import PromptConfig, build_messages, drop_long_prompts, render
-from execrl.rewards import CORRECT, Sample, grade_samples, outcome, sandbox_failures
+from execrl.rewards import CORRECT, Sample, outcome, sandbox_failures
+from execrl.rewards.outcome import graded_in_sandbox
 from execrl.sandbox import Grader, Limits, check_infra_share, parse_tests
 from execrl.tasks import Problem, load_problems
 from execrl.tasks.problem import DatasetError, read_rows
@@ -47,6 +49,7 @@ class EvalConfig:
     timeout_s: float = 5.0
     reward_model: str | None = None  # a reward model whose mean score is reported too
     reward_model_batch_size: int = 8
+    grading_share: float = 0.5  # of the sandbox's workers, grading while sampling runs on a GPU (0: after it)
     guided: tuple[str, Any] | None = None  # guided decoding: (regex | json_schema | grammar, its value)
     prompt: PromptConfig = field(default_factory=PromptConfig)
 
@@ -54,19 +57,27 @@ class EvalConfig:
 def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | None = None) -> dict:
     problems, _ = load_problems(cfg.dataset, cfg.split, cfg.data_path, cfg.max_tests) if cfg.dataset else ([], None)
     problems = problems[: cfg.limit] if cfg.limit else problems
-    if completions:
-        texts = read_completions(completions, problems)
-    else:
-        texts = sample_completions(cfg, model_name, problems)
-    samples = [Sample(p, text, extract(text, cfg.prompt.answer_format, cfg.prompt.code_style, p.language,
-                                       want_code=p.kind == "code"), num_tokens=n, max_tokens=cfg.max_new_tokens)
-               for p, outs in texts for text, n in outs]
-    languages = tuple(sorted({p.language for p, _ in texts if p.kind == "code"})) or ("python",)
-    with Grader(num_workers=cfg.workers, limits=Limits(timeout_s=cfg.timeout_s), languages=languages) as grader, \
-            _bar() as bar:
+    if not completions and not model_name:
+        raise ValueError("execrl eval needs --model (a hub id or a local directory) or --completions FILE")
+    texts = read_completions(completions, problems) if completions else None
+    posed = problems if texts is None else [p for p, _ in texts]
+    languages = tuple(sorted({p.language for p in posed if p.kind == "code"})) or ("python",)
+    # the sandbox first: its workers start and pass their self-test while the model loads, and grade while it samples
+    with Grader(num_workers=cfg.workers, limits=Limits(timeout_s=cfg.timeout_s), languages=languages) as grader:
         err.print(grader.describe(), markup=False, highlight=False)
-        task = bar.add_task("grading", total=sum(s.extracted.code is not None and s.problem.kind == "code" for s in samples))
-        grade_samples(samples, grader, progress=lambda: bar.advance(task))
+        early = EarlyGrading(grader, cfg.grading_share if texts is None else 0.0)
+        if texts is None:
+            texts = sample_completions(cfg, model_name, problems, early)
+        samples = {(i, j): early.sample((i, j)) or make_sample(cfg, p, text, n)
+                   for i, (p, outs) in enumerate(texts) for j, (text, n) in enumerate(outs)}
+        with _bar() as bar:
+            task = bar.add_task("grading", total=sum(map(graded_in_sandbox, samples.values())))
+            done_early = early.finish(samples, progress=lambda: bar.advance(task))
+        if early.given:
+            err.print(f"graded {done_early} of {sum(map(graded_in_sandbox, samples.values()))} programs while "
+                      f"sampling ({early.most} of {grader.pool.num_workers} sandbox workers meanwhile)",
+                      markup=False, highlight=False)
+    samples = list(samples.values())
     num_infra, num_sent, example = sandbox_failures(samples)
     line = check_infra_share(num_infra, num_sent, "execrl eval", example)
     if line is not None:
@@ -74,6 +85,13 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     if cfg.reward_model:
         judge_samples(cfg, samples)
     return summarize(cfg, samples)
+
+
+def make_sample(cfg: EvalConfig, problem: Problem, text: str, num_tokens: int) -> Sample:
+    """A completion of `problem` as the sample it is graded as (its answer or program extracted)."""
+    return Sample(problem, text, extract(text, cfg.prompt.answer_format, cfg.prompt.code_style, problem.language,
+                                         want_code=problem.kind == "code"), num_tokens=num_tokens,
+                  max_tokens=cfg.max_new_tokens)
 
 
 def judge_samples(cfg: EvalConfig, samples: list[Sample]) -> None:
@@ -89,13 +107,14 @@ def judge_samples(cfg: EvalConfig, samples: list[Sample]) -> None:
                        {"role": "assistant", "content": s.completion}], s) for s in samples])
 
 
-def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[Problem]):
+def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[Problem],
+                       early: EarlyGrading | None = None):
+    """Each problem's completions [(problem, [(text, num_tokens)])], the problems whose prompts fit;
+    `early`: each sample handed to it as it ends, where the generator streams (EarlyGrading.give)."""
     # torch and transformers load only here: grading a file of completions needs neither
     from execrl.eval.generate import generate
     from execrl.models import load_model_and_tokenizer
 
-    if not model_name:
-        raise ValueError("execrl eval needs --model (a hub id or a local directory) or --completions FILE")
     model, tok = load_model_and_tokenizer(model_name)
     problems, dropped = drop_long_prompts(problems, tok, cfg.prompt, cfg.max_prompt_tokens)
     if dropped:
@@ -107,12 +126,26 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
         outs = generate(model, tok, prompts, cfg.samples, cfg.max_new_tokens, cfg.temperature, cfg.top_p,
                         cfg.batch_size, cfg.backend, cfg.seed, on_batch=lambda n: bar.advance(task, n),
                         guided=[p.metadata.get("guided_decoding", cfg.guided) for p in problems],
-                        on_slots=lambda n: slots.append(n) or bar.update(task, description=f"sampling, {n} at once"))
+                        on_slots=lambda n: slots.append(n) or bar.update(task, description=f"sampling, {n} at once"),
+                        on_sample=handed_to(early, cfg, problems))
     seconds, tokens = time.perf_counter() - start, sum(n for out in outs for _, n in out)
     err.print(f"sampled {sum(map(len, outs))} completions, {tokens} tokens, in {seconds:.1f} s: "
               f"{tokens / max(seconds, 1e-9):,.0f} tokens/s" + (f", {slots[-1]} at once" if slots else ""),
               markup=False, highlight=False)
     return list(zip(problems, outs))
+
+
+def handed_to(early: EarlyGrading | None, cfg: EvalConfig, problems: list[Problem]):
+    """generate's on_sample for `early` (None where it grades nothing while sampling): a code problem's sample
+    goes to the sandbox; others wait for sampling to end (a math check is quick Python, which would only take the
+    interpreter's lock from the decode loop)."""
+    if early is None or not early.most:
+        return None
+
+    def give(i: int, j: int, text: str, num_tokens: int) -> None:
+        if problems[i].kind == "code":
+            early.give((i, j), make_sample(cfg, problems[i], text, num_tokens))
+    return give
 
 
 def read_completions(path: str, problems: list[Problem]):

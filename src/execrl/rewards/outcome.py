@@ -14,14 +14,20 @@ CORRECT = ("pass", "correct")  # the outcomes that count for pass@k
 
 def grade_samples(samples: list[Sample], grader: Grader, progress=None) -> None:
     """Fill in each code sample's grading result (in parallel); math samples need no sandbox."""
-    jobs, owners = [], []
-    for s in samples:
-        if s.problem.kind == "code" and s.extracted.code is not None:
-            jobs.append((_program(s.problem, s.extracted.code), s.problem.tests, s.problem.language, None))
-            owners.append(s)
-    results = grader.grade_many(jobs, on_done=(lambda _: progress()) if progress else None)
+    owners = [s for s in samples if graded_in_sandbox(s)]
+    results = grader.grade_many([grade_job(s) for s in owners], on_done=(lambda _: progress()) if progress else None)
     for s, r in zip(owners, results):
         s.result = r
+
+
+def graded_in_sandbox(sample: Sample) -> bool:
+    """Whether the sandbox grades this sample: a code problem's, with code in it."""
+    return sample.problem.kind == "code" and sample.extracted.code is not None
+
+
+def grade_job(sample: Sample) -> tuple:
+    """Grader.grade's arguments for a sample the sandbox grades: (program, tests, language, limits)."""
+    return _program(sample.problem, sample.extracted.code), sample.problem.tests, sample.problem.language, None
 
 
 def _program(problem: Problem, code: str) -> str:
