@@ -3,8 +3,8 @@ ends (on a GPU: RolloutEngine.streams), its program goes to the sandbox at once,
 `grading_share` of the sandbox's workers (half by default: each grade's Python work takes the
 interpreter's lock from the decode loop; bench/README.md, "`execrl eval` grading while it samples");
 the programs still waiting when sampling ends, and every other, are graded after it on all the
-workers. Each program is graded on
-its own, so the results are those of grading them all after sampling."""
+workers. Each program is graded on its own, so the results are those of grading them all after
+sampling."""
 
 from __future__ import annotations
 
@@ -46,8 +46,7 @@ class EarlyGrading:
                 done_early += future.done()
             elif graded_in_sandbox(s):
                 late.append(s)
-        if self.pool is not None:
-            self.pool.shutdown(wait=False)
+        self.close()
         jobs = [grade_job(s) for s in late]
         for s, result in zip(late, self.grader.grade_many(jobs, on_done=(lambda _: progress()) if progress else None)):
             s.result = result
@@ -56,3 +55,8 @@ class EarlyGrading:
             if progress:
                 progress()
         return done_early
+
+    def close(self) -> None:
+        """No more grading while sampling: what has not started never will (sampling failed, or finish took it)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)

@@ -66,13 +66,16 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     with Grader(num_workers=cfg.workers, limits=Limits(timeout_s=cfg.timeout_s), languages=languages) as grader:
         err.print(grader.describe(), markup=False, highlight=False)
         early = EarlyGrading(grader, cfg.grading_share if texts is None else 0.0)
-        if texts is None:
-            texts = sample_completions(cfg, model_name, problems, early)
-        samples = {(i, j): early.sample((i, j)) or make_sample(cfg, p, text, n)
-                   for i, (p, outs) in enumerate(texts) for j, (text, n) in enumerate(outs)}
-        with _bar() as bar:
-            task = bar.add_task("grading", total=sum(map(graded_in_sandbox, samples.values())))
-            done_early = early.finish(samples, progress=lambda: bar.advance(task))
+        try:
+            if texts is None:
+                texts = sample_completions(cfg, model_name, problems, early)
+            samples = {(i, j): early.sample((i, j)) or make_sample(cfg, p, text, n)
+                       for i, (p, outs) in enumerate(texts) for j, (text, n) in enumerate(outs)}
+            with _bar() as bar:
+                task = bar.add_task("grading", total=sum(map(graded_in_sandbox, samples.values())))
+                done_early = early.finish(samples, progress=lambda: bar.advance(task))
+        finally:
+            early.close()  # (sampling failed: the programs still queued are dropped, not left to a closed sandbox)
         if early.given:
             err.print(f"graded {done_early} of {sum(map(graded_in_sandbox, samples.values()))} programs while "
                       f"sampling ({early.most} of {grader.pool.num_workers} sandbox workers meanwhile)",
