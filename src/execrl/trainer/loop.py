@@ -44,6 +44,8 @@ def train(cfg: MasterConfig) -> Run:
         console.print(f"[yellow]{run.resumed_from} is already at step {run.step}, the last: nothing to do. "
                       "Raise grpo.max_num_steps (or max_num_epochs) to go on, or set a new "
                       "checkpointing.checkpoint_dir.[/]")
+    gpu = next(run.weights.compute.parameters()).device.type == "cuda"  # (train phases timed on the GPU)
+    threads = host_threads(gpu and not cfg.policy.cpu_offload)
     try:
         if run.step == 0 and cfg.warmup.sft_steps:
             warm_up(run)
@@ -52,7 +54,6 @@ def train(cfg: MasterConfig) -> Run:
         if run.step == 0 and cfg.grpo.val_at_start:
             validate(run)
         begun, late, first_step = time.monotonic(), False, run.step + 1
-        gpu = next(run.weights.compute.parameters()).device.type == "cuda"  # (train phases timed on the GPU)
         with progress(run) as bar, CtrlC() as ctrl_c:
             while run.step < run.max_steps and not epochs_done(run) and not ctrl_c.stop() and not late:
                 times: dict[str, float] = {}
@@ -105,7 +106,21 @@ def train(cfg: MasterConfig) -> Run:
         with suppress(Exception):  # an error in the step after a deferred one: that step's line, where it can be read
             finish_left(run)
         run.close()
+        torch.set_num_threads(threads)
     return run
+
+
+def host_threads(gpu: bool) -> int:
+    """Torch's CPU ops on one intra-op thread for the run where `gpu` (the GPU computes; the host's own tensor work is
+    a batch's index math, small ops), and not where AdamW runs on the CPU (policy.cpu_offload). On a 16-core GPU
+    host the default 16 threads, woken after each step's decode loop, made the host's path from the last decode step
+    to the first training kernel take 14-137 ms against 17-24 ms on one (the batch built in 4-87 ms against 5-7), and
+    setting one thread around that work alone moved the wait to the next ops (bench/README.md, "The host's threads
+    after generation"). Returns the count to restore."""
+    threads = torch.get_num_threads()
+    if gpu:
+        torch.set_num_threads(1)
+    return threads
 
 
 class CtrlC:
