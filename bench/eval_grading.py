@@ -1,12 +1,12 @@
-"""`execrl eval` grading code while it samples (on a GPU: `--grading-share`, a quarter of the sandbox's workers by
-default) against grading after sampling (`--grading-share 0`), alternating in one process: MBPP's test problems x
+"""`execrl eval` grading code while it samples (on a GPU: `--grading-share`, half the sandbox's workers by default)
+against grading after sampling (`--grading-share 0`), each share in turn, alternating in one process: MBPP's test problems x
 --samples completions, a random-init model saved as an HF directory and loaded as `execrl eval --model` loads it, the
 whole `evaluate` call timed (loading, sampling, grading, as a user waits for it). A random-init model writes no code,
 so each sample's graded program is its problem's reference solution (`run.make_sample` patched, as
 bench/streamed_grading.py's environment does): every program costs the sandbox what a passing MBPP program costs.
 The random weights run to the token limit; with more samples than the engine's slots, they end in waves.
 
-    python bench/eval_grading.py --arch qwen2.5-0.5b --samples 5
+    python bench/eval_grading.py --arch qwen2.5-0.5b --samples 5      # shares 0.25, 0.5, 1 and 0
     python bench/eval_grading.py --arch tiny --problems 4 --samples 2 --new 8 --rounds 1   # CPU smoke
 """
 
@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--problems", type=int, default=500, help="MBPP test problems (all: 500)")
     ap.add_argument("--samples", type=int, default=5)
     ap.add_argument("--new", type=int, default=256, help="max new tokens")
-    ap.add_argument("--shares", default="0.25,1,0", help="grading shares to compare (0: after sampling, the baseline)")
+    ap.add_argument("--shares", default="0.25,0.5,1,0", help="grading shares to compare (0: after sampling, the baseline)")
     ap.add_argument("--rounds", type=int, default=2, help="timed calls of each, alternating, after one untimed each")
     ap.add_argument("--workers", type=int, default=0, help="sandbox workers (0: one per CPU)")
     args = ap.parse_args()

@@ -111,12 +111,12 @@ def train(cfg: MasterConfig) -> Run:
 
 
 def host_threads(gpu: bool) -> int:
-    """Torch's CPU ops on one intra-op thread for the run where `gpu` (the GPU computes; the host's own tensor work is
-    a batch's index math, small ops), and not where AdamW runs on the CPU (policy.cpu_offload). On a 16-core GPU
-    host the default 16 threads, woken after each step's decode loop, made the host's path from the last decode step
-    to the first training kernel take 14-137 ms against 17-24 ms on one (the batch built in 4-87 ms against 5-7), and
-    setting one thread around that work alone moved the wait to the next ops (bench/README.md, "The host's threads
-    after generation"). Returns the count to restore."""
+    """Torch's CPU ops on one intra-op thread for the run where `gpu`: the GPU computes, and the host's own tensor work
+    is small (a batch's index math; the caller passes False where AdamW runs on the CPU, policy.cpu_offload). On a
+    16-core GPU host the default 16 threads, woken after each step's decode loop, made the host's path from the last
+    decode step to the first training kernel take 14-137 ms (medians 28 and 69 in two runs) against 17-24 ms (21) on
+    one, and setting one thread around the batch's building alone moved the wait to the ops after it (bench/README.md,
+    "The host's threads after generation"). Returns the count to restore."""
     threads = torch.get_num_threads()
     if gpu:
         torch.set_num_threads(1)
