@@ -20,7 +20,7 @@ class EarlyGrading:
 
     def __init__(self, grader: Grader, share: float):
         self.grader = grader
-        self.most = max(1, round(share * grader.pool.num_workers)) if share > 0 else 0  # workers while sampling
+        self.most = grader.share(share)  # workers while sampling
         self.pool = ThreadPoolExecutor(self.most, thread_name_prefix="eval-grading") if self.most else None
         self.given: dict[tuple[int, int], tuple[Sample, Future | None]] = {}  # (problem, sample) -> it, its grade
 

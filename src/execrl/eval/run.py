@@ -71,13 +71,14 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
                 texts = sample_completions(cfg, model_name, problems, early)
             samples = {(i, j): early.sample((i, j)) or make_sample(cfg, p, text, n)
                        for i, (p, outs) in enumerate(texts) for j, (text, n) in enumerate(outs)}
+            graded = sum(map(graded_in_sandbox, samples.values()))
             with _bar() as bar:
-                task = bar.add_task("grading", total=sum(map(graded_in_sandbox, samples.values())))
+                task = bar.add_task("grading", total=graded)
                 done_early = early.finish(samples, progress=lambda: bar.advance(task))
         finally:
             early.close()  # (sampling failed: the programs still queued are dropped, not left to a closed sandbox)
         if early.given:
-            err.print(f"graded {done_early} of {sum(map(graded_in_sandbox, samples.values()))} programs while "
+            err.print(f"graded {done_early} of {graded} programs while "
                       f"sampling ({early.most} of {grader.pool.num_workers} sandbox workers meanwhile)",
                       markup=False, highlight=False)
     samples = list(samples.values())

@@ -155,6 +155,11 @@ class Grader:
                 self.close()
                 raise
 
+    def share(self, fraction: float) -> int:
+        """How many of the pool's workers `fraction` of them is (a share that grades beside generation): at least
+        one for any fraction above 0, none for 0."""
+        return max(1, int(max(1, self.pool.num_workers) * fraction)) if fraction > 0 else 0
+
     def describe(self) -> str:
         """The start-up line: how programs are isolated, and how their memory and CPU are
         accounted."""

@@ -289,8 +289,7 @@ class EpisodeRunner:
     def threads_while_generating(self) -> int:
         """The threads that may answer model turns while generation runs (Answers): env.code.grading_share of them,
         at least one; 0 where the share is 0 (every answer after generation)."""
-        share = self.cfg.env.code.grading_share
-        return max(1, int(self.threads * share)) if share > 0 else 0
+        return self.grader.share(self.cfg.env.code.grading_share)
 
     @property
     def pool(self) -> ThreadPoolExecutor:
