@@ -99,7 +99,8 @@ def top_kernels(fn, repeat: int, top: int, label: str, unit: str) -> None:
 
 def sampling(slots: int, vocab: int) -> None:
     """One sampling of [slots, V] bf16 logits at temperature 1: torch ops compiled (as they were in the decode
-    step) against the one-pass kernel, in a few tilings (rows per program, columns per block, warps)."""
+    step) against the kernels (fused_sampling), their first one in a few tilings (rows per program, columns per
+    block, warps)."""
     from execrl.rollout import fused_sampling
     from execrl.rollout.sampling import sample, sample_torch
 
@@ -115,10 +116,11 @@ def sampling(slots: int, vocab: int) -> None:
     print(f"\nsampling {slots} x {vocab:,} logits: torch ops, compiled {base:.3f} ms", flush=True)
     for tiling in (default, (1, 512, 4), (1, 2048, 8), (2, 512, 4), (2, 1024, 8), (4, 256, 4)):
         fused_sampling.ROWS, fused_sampling.BLOCK, fused_sampling.WARPS = tiling
-        assert torch.equal(fused(logits, keys)[0], want)
+        # (another tiling sums in another order: a draw within rounding of a column's edge may take its neighbour)
+        same = (fused(logits, keys)[0] == want).float().mean().item()
         ms = timed(lambda: fused(logits, keys), 100)[1] * 1000
-        print(f"  one-pass kernel, rows {tiling[0]}, block {tiling[1]}, warps {tiling[2]}{' (default)' * (tiling == default)}:"
-              f" {ms:.3f} ms ({base / ms:.2f}x)", flush=True)
+        print(f"  kernels, rows {tiling[0]}, block {tiling[1]}, warps {tiling[2]}{' (default)' * (tiling == default)}:"
+              f" {ms:.3f} ms ({base / ms:.2f}x), tokens as the default's {same:.3f}", flush=True)
     fused_sampling.ROWS, fused_sampling.BLOCK, fused_sampling.WARPS = default
 
 
@@ -228,7 +230,7 @@ def main() -> None:
             if DEVICE == "cuda":
                 sampling(args.slots, ARCHS[args.arch].vocab)
             else:
-                print(f"\nsampling: needs a GPU (the one-pass kernel is Triton, CUDA only), not run on {DEVICE}",
+                print(f"\nsampling: needs a GPU (its kernels are Triton, CUDA only), not run on {DEVICE}",
                       flush=True)
             continue
         if name == "admission":

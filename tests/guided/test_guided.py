@@ -173,23 +173,34 @@ def test_greedy_and_unconstrained_neighbours(tiny):
     assert all(c.guide is None for g in mixed[1:] for c in g)
 
 
-def test_a_masked_sample_is_the_free_one_whenever_that_one_is_allowed():
+def test_a_masked_sample_keeps_to_the_mask_and_its_distribution():
     torch.manual_seed(0)
-    logits, keys = torch.randn(64, 50) * 3, token_keys(torch.arange(64, dtype=torch.int32), torch.zeros(64))
-    free, _ = sample(logits, SamplingParams(temperature=1.0), keys)
-    allowed = torch.rand(64, 50) < 0.5
-    allowed[torch.arange(32), free[:32]] = True  # rows 0-31 allow their free sample
+    rows = 20000
+    logits = (torch.randn(1, 50) * 2).repeat(rows, 1)
+    keys = token_keys(torch.full((rows,), 3, dtype=torch.int32), torch.arange(rows))  # one request, 20000 tokens
+    allowed = (torch.rand(1, 50) < 0.3).repeat(rows, 1)
     masked, lp = sample(logits, SamplingParams(temperature=1.0), keys, pack(allowed))
-    assert torch.equal(masked[:32], free[:32]) and allowed[torch.arange(64), masked].all()
-    ref = logits.masked_fill(~allowed, float("-inf")).log_softmax(-1).gather(-1, masked[:, None])[:, 0]
-    torch.testing.assert_close(lp, ref)
+    assert allowed[torch.arange(rows), masked].all()
+    ref = logits.masked_fill(~allowed, float("-inf")).log_softmax(-1)
+    torch.testing.assert_close(lp, ref.gather(-1, masked[:, None])[:, 0])
+    freq = torch.bincount(masked, minlength=50).float() / rows
+    torch.testing.assert_close(freq, ref[0].exp(), atol=0.01, rtol=0)
 
 
-def test_the_noise_is_finite_at_its_extremes_so_a_lone_allowed_token_always_wins():
-    """Found by a guided training run: 24 bits of all ones made u round to 1.0 and the noise +inf, so that a token
-    outside the mask (-inf + inf = NaN) won the argmax (and, unmasked, a token won whatever its logit)."""
+def test_the_draw_stays_inside_the_allowed_tokens_at_its_extremes():
+    """Found by a guided training run (when execrl drew by Gumbel-max): 24 bits of all ones made u round to 1.0. By
+    inverse CDF, u at 1.0 would pass the row's whole sum: every draw, the extremes included, lands on an allowed
+    token, a lone one always."""
+    from execrl.rollout.sampling import inverse_cdf
+
     u = uniform(torch.tensor([0, 1, 2**23, 2**24 - 1]))
-    assert (u > 0).all() and (u < 1).all() and torch.isfinite(-torch.log(-torch.log(u))).all()
+    assert (u > 0).all() and (u < 1).all()
+    lone = torch.full((4, 70), float("-inf"))
+    lone[:, 33] = 0.0
+    assert (inverse_cdf(lone, u) == 33).all()
+    some = torch.randn(4, 70, generator=torch.Generator().manual_seed(0)).masked_fill(torch.arange(70) > 40, float("-inf"))
+    picked = inverse_cdf(some, u)
+    assert (picked <= 40).all() and picked[0] == 0 and picked[3] == 40
 
 
 def test_masked_logprobs_and_their_gradient_equal_a_dense_masked_log_softmax():

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from execrl.rollout import fused_sampling
-from execrl.rollout.sampling import SamplingParams, sample, sample_torch, scoring_temperature, token_keys
+from execrl.rollout.sampling import SamplingParams, row_uniform, sample, sample_torch, scoring_temperature, token_keys
 
 pytestmark = pytest.mark.gpu
 
@@ -26,9 +26,15 @@ def test_kernel_matches_torch(temperature, rows, vocab):
     tok, lp = fused_sampling.sample_plain(logits, scoring_temperature(temperature), keys if temperature > 0 else None)
     ref_tok, ref_lp = sample_torch(logits, params, keys if temperature > 0 else None)
     agree = (tok == ref_tok).float().mean().item()
-    assert agree >= (0.99 if rows > 100 else 1.0)  # log() of the noise may differ in the last ulp: rare flips
+    assert agree >= (0.97 if rows > 100 else 1.0)
     same = tok == ref_tok
     torch.testing.assert_close(lp[same], ref_lp[same], atol=1e-4, rtol=0)
+    if temperature > 0:  # a row that differs had its draw within rounding of the edge between the two tokens
+        scaled = logits.float() / temperature
+        cum = torch.exp(scaled - scaled.max(-1, keepdim=True).values).cumsum(-1)  # [B, V]
+        target = row_uniform(keys) * cum[:, -1]
+        edge = cum.gather(-1, torch.minimum(tok, ref_tok)[:, None])[:, 0]
+        assert ((edge - target).abs() <= 1e-5 * cum[:, -1])[~same].all()
     # without top-k/top-p the dispatcher takes the kernel
     assert torch.equal(sample(logits, params, keys)[0], tok)
 
@@ -46,6 +52,7 @@ def test_kernel_under_compile_and_graph():
         out = sample(logits, params, keys)
     graph.replay()
     assert torch.equal(out[0], want[0])
+    assert torch.equal(sample(logits[5:12], params, keys[5:12])[0], want[0][5:12])  # a row's token is its own
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.0])

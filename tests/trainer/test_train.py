@@ -324,17 +324,3 @@ def test_ctrl_c_after_a_deferred_step_logs_it_and_checkpoints_it_whole(tmp_path,
     assert [m["step"] for m in metrics(d) if "train/loss" in m] == [1, 2]
     assert seen == {"step": 2, "scheduler": 2, "left": None}
     assert (d / "ckpt" / "step_000002").is_dir()
-
-
-def test_a_gpu_run_keeps_the_host_on_one_thread_and_gives_the_count_back():
-    """Where the GPU computes, torch's CPU ops run on one intra-op thread for the run (the host's own work is small;
-    16 threads woken after each decode loop cost up to ~100 ms a step on a GPU host); where the CPU computes, or runs
-    AdamW (cpu_offload), the count is left alone; either way the caller gets it back."""
-    from execrl.trainer.loop import host_threads
-
-    before = torch.get_num_threads()
-    try:
-        assert host_threads(True) == before and torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(before)
-    assert host_threads(False) == before and torch.get_num_threads() == before

@@ -1,9 +1,9 @@
 """Token sampling on the device, with no host synchronization (so it can live inside a CUDA graph).
 
-The randomness is keyed, not drawn from a generator's stream: the noise for token t of a request
-comes from a hash of (the request's key, t, the vocabulary index). So a sample does not depend on
-which slot it ran in, what else was in the batch, or which rank generated it: one process and N
-processes draw the same samples for the same prompts."""
+A token is drawn by inverse CDF: the first vocabulary entry where the running sum of the (allowed, kept)
+probabilities passes a uniform draw u. The randomness is keyed, not drawn from a generator's stream: u for token t
+of a request is a hash of (the request's key, t). So a sample does not depend on which slot it ran in, what else was
+in the batch, or which rank generated it: one process and N processes draw the same samples for the same prompts."""
 
 from __future__ import annotations
 
@@ -67,23 +67,27 @@ def token_keys(keys: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return mix32_(keys.int() ^ mix32_(index.int() + 0x632BE5AB))
 
 
-def gumbel(keys: torch.Tensor, vocab: int) -> torch.Tensor:
-    """Gumbel(0, 1) noise [B, V], a pure function of the row keys [B] (int32) and the column
-    index."""
-    cols = mix32_(torch.arange(vocab, device=keys.device, dtype=torch.int32) * 2 + 1)  # [V]
-    bits = (mix32_(keys[:, None] ^ cols[None]) >> 8) & 0xFFFFFF  # [B, V], 24 random bits
-    return -torch.log(-torch.log(uniform(bits)))
-
-
 U_MAX = 1.0 - 2.0**-24  # the largest float32 below 1
 
 
 def uniform(bits: torch.Tensor) -> torch.Tensor:
     """24 random bits -> a float32 in (0, 1). Unclamped, (bits + 0.5) / 2**24 rounds to exactly 1.0
-    for the largest bits, whose Gumbel noise is then +inf: that token wins whatever its logit (one
-    draw in 2**24 per vocabulary entry, about 1% of the tokens sampled over a 152K vocabulary), and
-    a masked-out one (-inf + inf = NaN) wins the argmax."""
+    for the largest bits, a draw at the row's whole sum, past its last allowed token."""
     return ((bits.float() + 0.5) * 2.0**-24).clamp(max=U_MAX)
+
+
+def row_uniform(keys: torch.Tensor) -> torch.Tensor:
+    """Each row's draw: [B] int32 keys -> [B] float32 in (0, 1) (fused_sampling's, bit for bit)."""
+    return uniform((mix32_(keys.int() ^ fused_sampling.SALT) >> 8) & 0xFFFFFF)
+
+
+def inverse_cdf(scaled: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The token of each row [B, V] (-inf: not allowed) at its draw u [B]: the first column whose running sum of
+    exp(scaled - max) passes u times the row's sum (the last allowed column where rounding leaves it short)."""
+    p = torch.exp(scaled - scaled.max(-1, keepdim=True).values)  # [B, V]
+    cum = p.cumsum(-1)  # [B, V]
+    last = (p > 0).cumsum(-1).argmax(-1)  # [B]
+    return torch.minimum((cum <= (u * cum[:, -1])[:, None]).sum(-1), last)
 
 
 def scoring_temperature(temperature: float) -> float:
@@ -101,12 +105,11 @@ def sample(logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor | No
     The logprob is that of the chosen token under softmax(logits / scoring_temperature) restricted
     to the allowed tokens and, when sampling, filtered by top-k/top-p and renormalized (vLLM's
     processed logprobs, as NeMo RL reads them): the distribution the token was drawn from, which the
-    trainer scores too (step.sampler_filter). With the same keys, a masked sample is the unmasked
-    one whenever that one is allowed (Gumbel-max)."""
+    trainer scores too (step.sampler_filter)."""
     if keys is None and params.temperature > 0:
         keys = torch.randint(-2**31, 2**31, (logits.shape[0],), device=logits.device, dtype=torch.int32)
     if params.top_k is None and params.top_p == 1.0 and fused_sampling.supported(logits):
-        # one pass over the logits on a GPU (the mask read in the same pass)
+        # on a GPU: one pass over the logits (the mask read in the same pass), then one over the draw's chunk
         return fused_sampling.sample_plain(logits, scoring_temperature(params.temperature),
                                            keys if params.temperature > 0 else None, bitmask)
     if bitmask is not None:
@@ -122,7 +125,7 @@ def sample_torch(logits: torch.Tensor, params: SamplingParams, keys: torch.Tenso
         tokens = logits.argmax(-1)  # [B]
         return tokens, _picked(scaled, tokens)
     kept = top_k_top_p(scaled, params.top_k, params.top_p)  # [B, V]
-    tokens = (kept + gumbel(keys, kept.shape[-1])).argmax(-1)  # Gumbel-max: a sample of softmax(kept)
+    tokens = inverse_cdf(kept, row_uniform(keys))  # a sample of softmax(kept)
     return tokens, _picked(kept, tokens)
 
 

@@ -45,7 +45,6 @@ def train(cfg: MasterConfig) -> Run:
                       "Raise grpo.max_num_steps (or max_num_epochs) to go on, or set a new "
                       "checkpointing.checkpoint_dir.[/]")
     gpu = next(run.weights.compute.parameters()).device.type == "cuda"  # (train phases timed on the GPU)
-    threads = host_threads(gpu and not cfg.policy.cpu_offload)
     try:
         if run.step == 0 and cfg.warmup.sft_steps:
             warm_up(run)
@@ -106,21 +105,7 @@ def train(cfg: MasterConfig) -> Run:
         with suppress(Exception):  # an error in the step after a deferred one: that step's line, where it can be read
             finish_left(run)
         run.close()
-        torch.set_num_threads(threads)
     return run
-
-
-def host_threads(gpu: bool) -> int:
-    """Torch's CPU ops on one intra-op thread for the run where `gpu`: the GPU computes, and the host's own tensor work
-    is small (a batch's index math; the caller passes False where AdamW runs on the CPU, policy.cpu_offload). On a
-    16-core GPU host the default 16 threads, woken after each step's decode loop, made the host's path from the last
-    decode step to the first training kernel take 14-137 ms (medians 28 and 69 in two runs) against 17-24 ms (21) on
-    one, and setting one thread around the batch's building alone moved the wait to the ops after it (bench/README.md,
-    "The host's threads after generation"). Returns the count to restore."""
-    threads = torch.get_num_threads()
-    if gpu:
-        torch.set_num_threads(1)
-    return threads
 
 
 class CtrlC:
