@@ -9,8 +9,8 @@ log-sum-exp, picks the chunk the draw falls in and walks that chunk's columns on
 per logit, where Gumbel-max noise took a hash and two logarithms (bench/README.md, "Sampling by inverse CDF").
 The draw is sampling.row_uniform's, bit for bit in its integer hash; the sums are taken in another order than
 torch's cumulative sum, so a row whose draw lies within rounding of a column's edge may take the neighbouring
-column (about one row in a hundred over a 152K vocabulary of near-equal logits, most often a token of tiny
-probability): either is a sample of the same distribution.
+column (up to about one row in a hundred over a 152K vocabulary of near-equal logits): either is a sample of the
+same distribution.
 
 Shapes: B rows, V vocabulary, P = ceil(V / CHUNK) chunks per row.
 """
