@@ -129,7 +129,7 @@ class RolloutEngine:
         self.eos = torch.tensor(self.eos_list, device=dev)  # [E]
         z = dict(dtype=torch.long, device=dev)
         self.tokens, self.pos, self.n_gen = (torch.zeros(slots, **z) for _ in range(3))  # [S] each
-        self.keys = torch.zeros(slots, dtype=torch.int32, device=dev)  # [S] each slot's sampling-noise key
+        self.keys = torch.zeros(slots, dtype=torch.int32, device=dev)  # [S] each slot's sampling key
         self.limit = torch.ones(slots, **z)  # [S] tokens this slot may generate
         self.active = torch.zeros(slots, dtype=torch.bool, device=dev)  # [S]
         self.out_tok = torch.zeros(slots, max_len, **z)  # [S, L] sampled tokens, by index within the completion
@@ -176,8 +176,8 @@ class RolloutEngine:
     def generate(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int | list[int], params: SamplingParams,
                  stop_strings: list[str] | None = None, on_batch=None, seeds: list[int] | None = None,
                  guides: list | None = None, on_sample=None) -> list[list[Completion]]:
-        """For each prompt (token ids), `num_samples` completions. Sample j of prompt i draws its
-        noise from (seeds[i], j) (None: seeds from torch's generator), so results do not depend on
+        """For each prompt (token ids), `num_samples` completions. Sample j of prompt i takes its
+        random draws from (seeds[i], j) (None: seeds from torch's generator), so results do not depend on
         the slots, the rest of the batch or the rank, except through floating-point batch effects on
         the logits. `guides`: per prompt, the execrl.guided.Guide its completions keep to (None:
         free), their logprobs then those of the masked distribution. `max_new_tokens`: one budget for

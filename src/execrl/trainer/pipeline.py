@@ -68,7 +68,7 @@ class InFlight:
     problems: list[Problem]
     position: dict  # the sampler's state before these problems were drawn
     version: int  # the training step whose weights sampled them
-    step: int  # the training step they were drawn for (keys their sampling noise)
+    step: int  # the training step they were drawn for (keys their sampling draws)
     rollouts: Rollouts
     graded: Future  # -> seconds spent grading and scoring
 
@@ -156,7 +156,7 @@ class RolloutPipeline:
     def _launch(self, problems: list[Problem], position: dict, version: int, step: int, times: dict,
                 first: int = 0) -> InFlight:
         """`first`: the index of problems[0] among the prompts drawn for `step` (it keys their
-        sampling noise)."""
+        sampling draws)."""
         rollouts = self.generate(problems, step, first)  # up to the last model turn (earlier turns' envs included)
         times["generate"] += rollouts.times["generate"]
         return InFlight(problems, position, version, step, rollouts, self.grading.submit(self._grade, rollouts))
