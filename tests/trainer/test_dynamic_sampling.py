@@ -156,8 +156,9 @@ def test_max_num_epochs_counts_every_prompt_drawn(tmp_path):
     rows = [{"id": str(i), "prompt": f"Print {i}.", "tests": {"inputs": [""], "outputs": [f"{i}\n"]}} for i in range(8)]
     data = tmp_path / "tiny.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    own = tmp_path / "distinct.py"  # rewards that differ in a group whatever the samples drawn: their text's hash
+    own.write_text("import zlib\n\ndef distinct(sample) -> float:\n    return zlib.crc32(sample.completion.encode()) / 2**32\n")
     r, _ = train_run(tmp_path, "epochs", "grpo.max_num_steps=50", "grpo.max_num_epochs=1", "data.train.dataset_name=jsonl",
                      f"data.train.path={data}", "warmup.sft_steps=0", "grpo.val_period=0", "checkpointing.enabled=false",
-                     *DS, "grpo.batch_multiplier=2",
-                     "reward.components=[{name: overlong_penalty, weight: 1.0}]")  # rewards that differ in a group
+                     *DS, "grpo.batch_multiplier=2", f"reward.components=[{{name: '{own}:distinct', weight: 1.0}}]")
     assert r.step == 1 and r.sampler.passes == 1.0
