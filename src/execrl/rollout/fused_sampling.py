@@ -98,7 +98,8 @@ if triton is not None:
     @triton.jit
     def _finish_kernel(logits_ptr, keys_ptr, mask_ptr, max_ptr, sum_ptr, best_ptr, arg_ptr, token_ptr, logprob_ptr,
                        vocab, row_stride, words, temperature, parts, GREEDY: tl.constexpr, SCALE: tl.constexpr,
-                       MASK: tl.constexpr, PARTS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
+                       MASK: tl.constexpr, PARTS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr,
+                       SALT: tl.constexpr):
         """Program r: row r's token and its logprob from the row's P chunk partials. Sampling: the draw u (the row
         key's hash), the chunk where the running sum of the chunks' exp(scaled - peak) passes u times their total,
         then the first column of that chunk where the running sum passes what is left (the chunk's last allowed
@@ -118,7 +119,7 @@ if triton is not None:
             token = tl.min(tl.where(best == tl.max(best), arg, 2147483647))
         else:
             key = tl.load(keys_ptr + row)
-            bits = (_mix(key ^ 625341585) >> 8) & 0xFFFFFF  # (SALT)
+            bits = (_mix(key ^ SALT) >> 8) & 0xFFFFFF
             u = tl.minimum((bits.to(tl.float32) + 0.5) * (1.0 / 16777216.0), 0.99999994)  # sampling.uniform
             target = u * whole
             last = tl.max(tl.where(mass > 0, j, -1))  # the last chunk with an allowed column
@@ -161,7 +162,7 @@ if triton is not None:
         tokens, logprobs = torch.empty(b, dtype=torch.int32, device=logits.device), torch.empty(b, **f)
         _finish_kernel[(b,)](logits, keys, bitmask, top, total, best, arg, tokens, logprobs, v, logits.stride(0),
                              bitmask.shape[-1], temperature, parts, PARTS=triton.next_power_of_2(parts),
-                             BLOCK=SCAN_BLOCK, num_warps=SCAN_WARPS, **flags)
+                             BLOCK=SCAN_BLOCK, SALT=SALT, num_warps=SCAN_WARPS, **flags)
         return tokens, logprobs
 
     @_sample.register_fake
