@@ -233,11 +233,11 @@ class RolloutEngine:
         width = max(counts[s] for s in done)
         idx = torch.tensor(done, device=self.out_tok.device)
         toks, lps = self.out_tok[idx, :width].tolist(), self.out_lp[idx, :width].tolist()
+        self.constraints.release(done)
         for s, row, lp in zip(done, toks, lps):
             n = cuts.get(s, counts[s])
             request = busy.pop(s).request
             guide = call.guides[request[0]] if call.guides else None
-            self.constraints.release(s)
             call.finish(request, self._completion(row[:n], lp[:n], s in cuts, call.params, guide))
         stopped = [s for s in cuts if active[s]]
         if stopped:

@@ -194,12 +194,18 @@ class SlotMasks:
             self.ready.record()
         torch.cuda.current_stream().wait_event(self.ready)
 
-    def release(self, slot: int) -> None:
-        if self.matchers[slot] is not None:
-            self.retired[slot] = self.matchers[slot]
-        self.matchers[slot] = None
-        self.handle[slot] = 0
-        self.hold_host[slot] = False
+    def release(self, slots: list[int]) -> None:
+        """The requests in `slots` are done: their matchers retired (recycled at the slot's next
+        assign, once no job uses them). A slot without one needs nothing: its handle is 0 and its
+        hold flag off (maskpool_wait marks only pending slots late), so an unguided batch's end, the
+        GPU idle, runs no tensor op here (two per slot cost a 0.5B step's 128 samples ~11 ms)."""
+        mine = [s for s in slots if self.matchers[s] is not None]
+        for s in mine:
+            self.retired[s] = self.matchers[s]
+            self.matchers[s] = None
+        if mine:
+            self.handle[mine] = 0
+            self.hold_host[mine] = False
 
 
 def _free_matchers(attributes: dict) -> None:
