@@ -289,6 +289,14 @@ def test_profile_train_bench_runs_on_cpu():
 
 
 @pytest.mark.slow
+def test_step_timeline_bench_runs_on_cpu():
+    out = run("bench/step_timeline.py", "--arch", "tiny", "--steps", "3", "--new", "16", "--micro", "16")
+    assert "tiny: the step's parts by the host (a CPU: no GPU to idle), ms, medians over 1 steps" in out
+    assert "| the last harvest -> the first forward | " in out and "| build_batch | " in out
+    assert "| the first forward is launched at | " in out
+
+
+@pytest.mark.slow
 def test_overlap_bench_runs_on_cpu():
     out = run("bench/overlap.py", "--arch", "tiny", "--new", "16", "--micro", "16", "--rows", "16", "--matmul-size",
               "256", "--matmuls", "20", "--repeat", "1")
