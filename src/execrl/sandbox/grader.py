@@ -241,14 +241,18 @@ class Grader:
             return [RunResult(V.INFRA_ERROR, "", str(e)[-2000:]) for _ in codes]
 
     def grade_many(self, jobs: list[tuple], on_done=None) -> list[ProgramResult]:
-        """jobs: (code, tests, language, limits) tuples; results come back in the same order."""
+        """jobs: (code, tests, language, limits) tuples; results come back in the same order. A single
+        job runs in the calling thread: training grades each sample alone, from its environment's
+        thread, and a thread started and joined for it cost ~0.3 ms of host time per sample."""
         def one(job):
             result = self.grade(*job)
             if on_done is not None:
                 on_done(result)
             return result
 
-        with ThreadPoolExecutor(self.pool.num_workers) as ex:
+        if len(jobs) <= 1:
+            return [one(job) for job in jobs]
+        with ThreadPoolExecutor(min(self.pool.num_workers, len(jobs))) as ex:
             return list(ex.map(one, jobs))
 
     def close(self) -> None:
