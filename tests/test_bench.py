@@ -209,6 +209,14 @@ def test_lengths_bench_runs_on_cpu():
 
 
 @pytest.mark.slow
+def test_few_live_bench_runs_on_cpu():
+    out = run("bench/few_live.py", "--arch", "tiny", "--new", "24", "--cases", "8:2,4:4")
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [(r[0].strip(), r[1].strip()) for r in rows] == [("8", "2"), ("4", "4")]
+    assert all(float(r[4]) > 0 and float(r[5]) > 0 for r in rows)  # ms per decode step, unsplit and split
+
+
+@pytest.mark.slow
 def test_streamed_grading_bench_runs_on_cpu():
     out = run("bench/streamed_grading.py", "--arch", "tiny", "--prompts", "4", "--group", "2", "--mean", "8", "--max",
               "24", "--rounds", "1", "--slow-every", "4")

@@ -182,8 +182,8 @@ def test_each_completion_is_handed_in_as_it_ends_while_the_others_generate(tiny,
 
 
 def test_the_batchs_tail_splits_attention_by_position(tiny, prompts):
-    """Once few samples still run (at most an eighth of the slots) at a window of 1,024 positions or more, the engine
-    asks attention to split each slot's positions over programs (on a GPU: the long samples' caches read by many
+    """Once few samples still run (at most 64 (slot, kv head) pairs) at a window of 1,024 positions or more, the
+    engine asks attention to split each slot's positions over programs (on a GPU: the long samples' caches read by many
     programs instead of one each); before, and on the short windows, not. The tokens are the same as alone."""
     from execrl.rollout.attention import tail_splits
 
@@ -199,7 +199,7 @@ def test_the_batchs_tail_splits_attention_by_position(tiny, prompts):
     params = SamplingParams(temperature=0.0, ignore_eos=True)
     long = 1200 - len(prompts[1]) - 1
     out = engine.generate([prompts[1]] + [prompts[0]] * 7, 1, [long] + [3] * 7, params)
-    assert all(tail == tail_splits(running, 8, window) for running, window, tail in seen)  # (running <= busy)
+    assert all(tail == tail_splits(running, engine.dec.kv_heads, window) for running, window, tail in seen)  # (running <= busy)
     assert any(tail > 1 for _, _, tail in seen) and seen[0][2] == 1
     alone = RolloutEngine(model, tok, slots=1, max_len=1200).generate([prompts[1]], 1, long, params)
     assert out[0][0].ids == alone[0][0].ids

@@ -196,11 +196,14 @@ if triton is not None:
 SPLIT_FROM = 16384  # positions in the window
 SPLIT_PROGRAMS = 64  # (slot, kv head) pairs at most
 SPLITS = 4
-# The tail of a batch (tail_splits): few samples still running, each one program per kv head walking its long
-# cache at one multiprocessor's share of the bandwidth (~31 GB/s measured) while the rest of the GPU waits.
+# Few live slots (tail_splits): the tail of a batch, where a few long samples still run, or a small engine's
+# batch at long windows. One program per (slot, kv head) walks a slot's cache at about one multiprocessor's share of
+# the bandwidth (~31 GB/s measured) while the rest of the GPU waits: 16 slots at 2,176 positions, 2 kv heads, read
+# their keys and values at 0.85 TB/s, 47% of a 1.5B decode step's kernel time (bench/README.md).
 TAIL_FROM = 1024  # positions in the window
-TAIL_SHARE = 8  # running samples at most 1/TAIL_SHARE of the slots
-TAIL_POSITIONS = 512  # positions per split, about
+TAIL_PAIRS = 64  # live (slot, kv head) pairs at most: more fill the GPU's multiprocessors unsplit
+TAIL_PROGRAMS = 256  # programs to aim for, about two per multiprocessor
+TAIL_POSITIONS = 512  # positions per split, at least about
 MAX_SPLITS = 16
 
 
@@ -210,13 +213,17 @@ def splits_for(slots: int, kv_heads: int, window: int) -> int:
     return SPLITS if window >= SPLIT_FROM and slots * kv_heads <= SPLIT_PROGRAMS else 1
 
 
-def tail_splits(running: int, slots: int, window: int) -> int:
-    """How many programs share one slot's positions when only `running` of the `slots` still decode
-    (the others read one position each): 1 (no split) while the batch is full enough to fill the GPU,
-    or the window short."""
-    if window < TAIL_FROM or running * TAIL_SHARE > slots:
+def tail_splits(running: int, kv_heads: int, window: int) -> int:
+    """How many programs share one slot's positions when `running` samples still decode (the other
+    slots read one position each): 1 (no split) where their (slot, kv head) pairs are enough programs
+    to fill the GPU, or the window is short; else runs of at least ~TAIL_POSITIONS positions, as many
+    as make at most ~TAIL_PROGRAMS programs in a power of two (each count is a Triton kernel and CUDA
+    graphs of its own: few counts, few compilations and captures)."""
+    pairs = max(1, running * kv_heads)
+    if window < TAIL_FROM or pairs > TAIL_PAIRS:
         return 1
-    return min(MAX_SPLITS, window // TAIL_POSITIONS)
+    fill = 1 << ((TAIL_PROGRAMS // pairs).bit_length() - 1)  # (pairs <= TAIL_PAIRS: at least 4)
+    return max(1, min(MAX_SPLITS, window // TAIL_POSITIONS, fill))
 
 
 def _kernels(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor | None,

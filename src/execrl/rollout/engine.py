@@ -373,7 +373,7 @@ class RolloutEngine:
     def _tail(self, running: int, window: int) -> int:
         """Attention's split of each slot's positions for steps with `running` samples still
         decoding (attention.tail_splits; 1 on the generic path, whose attention is transformers')."""
-        return tail_splits(running, self.slots, window) if isinstance(self.dec, CachedDecoder) else 1
+        return tail_splits(running, self.dec.kv_heads, window) if isinstance(self.dec, CachedDecoder) else 1
 
     def _body(self, window: int, params: SamplingParams, tail: int = 1, rows: torch.Tensor | None = None) -> None:
         """One decode step for every slot (or those in `rows`); all state stays on the device."""
