@@ -1,7 +1,7 @@
 """A decode step with few slots live at long windows: each live (slot, kv head) pair's positions read by one program
-(unsplit) against the engine's split (`attention.tail_splits`: runs of at least ~512 positions, at most ~256 programs, while
-at most 64 pairs are live). The cases: the tail of a GRPO step (a few of 128 slots still running, the others ended
-after one token), a quarter of them live, and a small engine's full batch (evaluation, multi-turn episodes):
+(unsplit) against the engine's split (`attention.tail_splits`: at most 64 live pairs, at most window / 512 runs and
+~256 programs). The cases: the tail of a GRPO step (a few of 128 slots still running, the others ended after
+one token), a quarter of them live, and a small engine's full batch (evaluation, multi-turn episodes):
 
     python bench/few_live.py --arch qwen2.5-1.5b --new 2048
     python bench/few_live.py --arch tiny --new 24 --cases 8:2,4:4    # a smoke run on a CPU (no split kernels there)

@@ -199,7 +199,8 @@ def test_the_batchs_tail_splits_attention_by_position(tiny, prompts):
     params = SamplingParams(temperature=0.0, ignore_eos=True)
     long = 1200 - len(prompts[1]) - 1
     out = engine.generate([prompts[1]] + [prompts[0]] * 7, 1, [long] + [3] * 7, params)
-    assert all(tail == tail_splits(running, engine.dec.kv_heads, window) for running, window, tail in seen)  # (running <= busy)
+    kv = engine.dec.kv_heads
+    assert all(tail == tail_splits(running, kv, window) for running, window, tail in seen)  # (running <= busy)
     assert any(tail > 1 for _, _, tail in seen) and seen[0][2] == 1
     alone = RolloutEngine(model, tok, slots=1, max_len=1200).generate([prompts[1]], 1, long, params)
     assert out[0][0].ids == alone[0][0].ids
