@@ -53,20 +53,6 @@ def test_split_positions_combine_to_masked_sdpa(slots, kv_heads, group, dim, win
         torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
 
 
-def test_few_live_slots_split_their_positions_over_about_256_programs():
-    """The split rule: none while the live (slot, kv head) pairs fill the GPU or the window is short; else runs of
-    at least ~512 positions, at most ~256 programs, a power of two of them (16 slots at 2,176 positions read their
-    caches at 0.85 TB/s unsplit on an H200: bench/README.md)."""
-    from execrl.rollout.attention import tail_splits
-
-    assert tail_splits(8, 2, 4096) == 8  # the tail of a batch: 16 pairs, runs of 512 positions
-    assert tail_splits(16, 2, 4096) == 8 and tail_splits(16, 2, 2048) == 4  # a small engine's full batch
-    assert tail_splits(32, 2, 4096) == 4 and tail_splits(24, 2, 8192) == 4  # <= 256 programs, a power of 2
-    assert tail_splits(1, 2, 65536) == 16 and tail_splits(20, 1, 65536) == 8  # at most MAX_SPLITS
-    assert tail_splits(33, 2, 4096) == 1 and tail_splits(128, 2, 4096) == 1  # enough pairs unsplit
-    assert tail_splits(8, 2, 512) == 1 and tail_splits(8, 2, 1023) == 1  # short windows
-
-
 def test_a_batchs_tail_split_over_programs_matches_masked_sdpa():
     """The tail of a batch: most slots ended (they read position 0), a few hold long samples; attention split by
     position (tail) gives the same result as one program per slot."""
