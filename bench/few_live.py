@@ -16,7 +16,7 @@ import argparse
 
 import torch
 from common import ARCHS, DEVICE, build, device_name
-from lengths import PROMPT, run
+from lengths import PROMPT, run, tail_runs
 
 from execrl.rollout import RolloutEngine, attention
 
@@ -34,16 +34,12 @@ def main() -> None:
           "the others 1")
     print("| slots | live | kv heads | the rule's split at the last window | unsplit ms/step | split ms/step | |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
-    chosen = attention.TAIL_FROM
     for slots, live in cases:
         engine = RolloutEngine(model, tok, slots=slots, max_len=PROMPT + args.new + 16, compile=DEVICE == "cuda")
         prompts = torch.randint(3, 259, (slots, PROMPT), generator=g).tolist()
         budgets = [args.new] * live + [1] * (slots - live)
-        try:
-            attention.TAIL_FROM = 1 << 30  # no split at any window
+        with tail_runs(0):
             unsplit_s, unsplit_steps = run(engine, prompts, budgets)
-        finally:
-            attention.TAIL_FROM = chosen
         split_s, split_steps = run(engine, prompts, budgets)
         split = attention.tail_splits(live, engine.dec.kv_heads, engine._window(PROMPT + args.new))
         a, b = 1e3 * unsplit_s / unsplit_steps, 1e3 * split_s / split_steps

@@ -89,6 +89,18 @@ def every_row(engine: RolloutEngine):
         del engine._rows
 
 
+@contextmanager
+def tail_runs(positions: int):
+    """Attention's split of a few live slots' positions (attention.tail_splits) in runs of about `positions` (0: no
+    split at any window) while in the block."""
+    chosen = (attention.TAIL_FROM, attention.TAIL_POSITIONS)
+    attention.TAIL_FROM, attention.TAIL_POSITIONS = (1 << 30, 1) if positions == 0 else (chosen[0], positions)
+    try:
+        yield
+    finally:
+        attention.TAIL_FROM, attention.TAIL_POSITIONS = chosen
+
+
 def static_fullness(lengths: list[int], slots: int) -> float:
     """The decode batch's fullness where each batch of `slots` samples runs until its longest ends."""
     batches = [lengths[i:i + slots] for i in range(0, len(lengths), slots)]
@@ -149,19 +161,15 @@ def main() -> None:
     full_s, full_steps = run(engine, prompts, [args.max] * args.slots)
     print(f"\nms per decode step to {args.max} tokens, all {args.slots} slots live: {1e3 * full_s / full_steps:.2f}; "
           f"{few} of {args.slots} live, by the positions each program of the tail reads:")
-    chosen = (attention.TAIL_FROM, attention.TAIL_POSITIONS)
-    try:
-        for positions in args.tail_positions:  # (on every slot's row: the split compared as it was measured)
-            attention.TAIL_FROM, attention.TAIL_POSITIONS = (1 << 30, 1) if positions == 0 else (chosen[0], positions)
-            with every_row(engine):
-                tail_s, tail_steps = run(engine, prompts, [args.max] * few + [1] * (args.slots - few))
-            name = "unsplit" if positions == 0 else f"{positions} positions"
-            print(f"  {name}{' (the default)' if positions == chosen[1] else ''}: {1e3 * tail_s / tail_steps:.2f}")
-    finally:
-        attention.TAIL_FROM, attention.TAIL_POSITIONS = chosen
+    for positions in args.tail_positions:  # (on every slot's row: the split compared as it was measured)
+        with tail_runs(positions), every_row(engine):
+            tail_s, tail_steps = run(engine, prompts, [args.max] * few + [1] * (args.slots - few))
+        name = "unsplit" if positions == 0 else f"{positions} positions"
+        default = " (the default)" if positions == attention.TAIL_POSITIONS else ""
+        print(f"  {name}{default}: {1e3 * tail_s / tail_steps:.2f}")
     tail_s, tail_steps = run(engine, prompts, [args.max] * few + [1] * (args.slots - few))
-    print(f"  runs of {chosen[1]} positions, on the busy slots' rows only (the default: {MIN_ROWS} rows at least): "
-          f"{1e3 * tail_s / tail_steps:.2f}")
+    print(f"  runs of {attention.TAIL_POSITIONS} positions, on the busy slots' rows only (the default: {MIN_ROWS} rows "
+          f"at least): {1e3 * tail_s / tail_steps:.2f}")
 
 
 if __name__ == "__main__":

@@ -199,7 +199,7 @@ SPLITS = 4
 # Few live slots (tail_splits): the tail of a batch, where a few long samples still run, or a small engine's
 # batch at long windows. One program per (slot, kv head) walks a slot's cache at about one multiprocessor's share of
 # the bandwidth (~31 GB/s measured) while the rest of the GPU waits: 16 slots at 2,176 positions, 2 kv heads, read
-# their keys and values at 0.85 TB/s, 47% of a 1.5B decode step's kernel time (bench/README.md).
+# their keys and values at 0.85 TB/s, 47% of that 1.5B decode step's kernel time (bench/README.md).
 TAIL_FROM = 1024  # positions in the window
 TAIL_PAIRS = 64  # live (slot, kv head) pairs at most: more fill the GPU's multiprocessors unsplit
 TAIL_PROGRAMS = 256  # programs to aim for, about two per multiprocessor
@@ -223,7 +223,7 @@ def tail_splits(running: int, kv_heads: int, window: int) -> int:
     if window < TAIL_FROM or pairs > TAIL_PAIRS:
         return 1
     fill = 1 << ((TAIL_PROGRAMS // pairs).bit_length() - 1)  # (pairs <= TAIL_PAIRS: at least 4)
-    return max(1, min(MAX_SPLITS, window // TAIL_POSITIONS, fill))
+    return min(MAX_SPLITS, window // TAIL_POSITIONS, fill)  # (window >= TAIL_FROM: at least 2)
 
 
 def _kernels(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor | None,
