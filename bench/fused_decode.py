@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from common import ARCHS, DEVICE, device_name, graph_us, projections, table, weight_copies
 
+from execrl.rollout import gated_gemm
 from execrl.rollout.models.layers import gated
 
 try:
@@ -37,31 +38,6 @@ except ImportError:  # (a CPU-only install)
 GPU = DEVICE == "cuda" and triton is not None
 
 if triton is not None:
-    @triton.jit
-    def _gemm(a_ptr, w_ptr, b_ptr, c_ptr, M, N, K, sam, swn, scm, HAS_BIAS: tl.constexpr, GLU: tl.constexpr,
-              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-        """c [M, N] = a [M, K] @ w[:N]^T (+ bias); GLU: silu(a @ w[:N]^T) * (a @ w[N:2N]^T), each rounded to bf16
-        first as the unfused ops round them."""
-        pid_n, pid_m = tl.program_id(0), tl.program_id(1)
-        rm = pid_m * BM + tl.arange(0, BM)
-        rn = pid_n * BN + tl.arange(0, BN)
-        rk = tl.arange(0, BK)
-        acc = tl.zeros((BM, BN), tl.float32)
-        acc2 = tl.zeros((BM, BN), tl.float32)
-        wp = w_ptr + rn[:, None] * swn + rk[None, :]
-        ap = a_ptr + rm[:, None] * sam + rk[None, :]
-        for k in range(0, K, BK):
-            a = tl.load(ap + k, mask=rm[:, None] < M, other=0.0)
-            acc = tl.dot(a, tl.trans(tl.load(wp + k)), acc)
-            if GLU:
-                acc2 = tl.dot(a, tl.trans(tl.load(wp + N * swn + k)), acc2)
-        if HAS_BIAS:
-            acc += tl.load(b_ptr + rn)[None, :].to(tl.float32)
-        if GLU:
-            g = acc.to(tl.bfloat16).to(tl.float32)
-            acc = g * tl.sigmoid(g) * acc2.to(tl.bfloat16).to(tl.float32)
-        tl.store(c_ptr + rm[:, None] * scm + rn[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
-
     @triton.jit
     def _grid_barrier(bar_ptr, target):
         """Every program waits here until `target` arrivals are counted (the CUTLASS pattern: the block's writes,
@@ -132,7 +108,7 @@ if triton is not None:
 
 def triton_gemm(x, w, b, out, glu: bool, tiling) -> None:
     bm, bn, bk, stages = tiling
-    _gemm[(out.shape[1] // bn, triton.cdiv(x.shape[0], bm))](
+    gated_gemm.gemm_kernel[(out.shape[1] // bn, triton.cdiv(x.shape[0], bm))](
         x, w, b if b is not None else x, out, x.shape[0], out.shape[1], x.shape[1], x.stride(0), w.stride(0),
         out.stride(0), HAS_BIAS=b is not None, GLU=glu, BM=bm, BN=bn, BK=bk, num_warps=4, num_stages=stages)
 

@@ -466,3 +466,43 @@ def test_a_completions_text_is_the_tokenizers_decode():
 
     tok.__class__ = Own
     assert text_of(tok, [1, 2]) == "own"
+
+
+def test_steps_of_few_rows_take_gate_up_and_silu_as_one_kernel(tiny, prompts, monkeypatch):
+    """At most gated_gemm.ROWS rows a step (a small engine; a batch's tail on its busy rows) decode computes gate/up
+    and silu x up as one kernel (gated_gemm, on a GPU: here its torch equivalent stands in for the Triton kernel);
+    steps over more rows keep the GEMM and the compiled silu x up. The tokens are the same either way."""
+    import copy
+
+    import torch.nn.functional as F
+
+    from execrl.rollout import gated_gemm
+    from execrl.rollout.fuse import fuse_projections
+
+    model, tok = tiny
+    model = copy.deepcopy(model)
+    fuse_projections(model)
+    rows = []
+
+    def equivalent(x, weight):
+        rows.append(x.reshape(-1, x.shape[-1]).shape[0])
+        gate, up = F.linear(x, weight).chunk(2, -1)
+        return F.silu(gate) * up
+
+    monkeypatch.setattr(gated_gemm, "fits", lambda weight: True)
+    monkeypatch.setattr(gated_gemm, "gated_up", equivalent)
+    params = SamplingParams(temperature=0.0, ignore_eos=True)
+    small = RolloutEngine(model, tok, slots=8, max_len=256)
+    assert small.dec.gated_at_few
+    out = small.generate(prompts, 2, 24, params)
+    assert rows and set(rows) == {8}
+    rows.clear()
+    small.dec.gated_at_few = False
+    assert [c.ids for g in small.generate(prompts, 2, 24, params) for c in g] == [c.ids for g in out for c in g]
+    assert not rows
+    # 64 slots: 64 rows a step until only prompt 1's 16 samples run, then their 16 rows (the tail)
+    big = RolloutEngine(model, tok, slots=64, max_len=256, sync_every=4)
+    big.generate(prompts, 16, [2, 24, 2, 2], params)
+    assert set(rows) == {16}
+    monkeypatch.undo()  # on a CPU: no kernel, the unfused path
+    assert not RolloutEngine(model, tok, slots=8, max_len=256).dec.gated_at_few

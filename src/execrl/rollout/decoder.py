@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from execrl.lora import base_layer
+from execrl.rollout import gated_gemm
 from execrl.rollout.adapters import LayerAdapters, layer_adapters
 from execrl.rollout.attention import decode_attention
 from execrl.rollout.fuse import joined
@@ -69,6 +70,20 @@ def down_parts(arch, groups: list[dict], adapters: list, weight: torch.Tensor) -
         if lin.bias is not None or lin.weight.shape[1] % DOWN_PARTS or not lin.weight.is_contiguous():
             return 1
     return DOWN_PARTS
+
+
+def gated_up_fits(parts: list, act) -> bool:
+    """Whether decode may compute every layer's gate/up and silu x up as one kernel (gated_gemm) at few rows: a SiLU
+    MLP whose gate/up weights are one joined matrix without bias (fuse.py) the kernel takes, no routed experts and no
+    LoRA path on gate/up (merged adapters are in the weight)."""
+    if type(act).__name__ not in ("SiLU", "SiLUActivation"):
+        return False
+    for p in parts:
+        gate_up = p.fused.get("gate_up")  # (weight, bias)
+        if p.routed or gate_up is None or gate_up[1] is not None or not gated_gemm.fits(gate_up[0]) or \
+                (p.adapters is not None and p.adapters.groups.get("gate_up")):
+            return False
+    return True
 
 
 def partial_down(a: torch.Tensor, w: torch.Tensor, parts: int) -> torch.Tensor:
@@ -158,6 +173,7 @@ class CachedDecoder:
         self.decode_layer, self.final_logits = self._decode_layer, self._final_logits  # (compile_decode: compiled)
         self.prefill_layer = self._prefill_layer  # (compile_prefill: compiled)
         self.down_parts = down_parts(arch, self.groups, self.adapters, weight)  # decode's, in the layer's 2nd term
+        self.gated_at_few = gated_up_fits(self.parts, self.act)  # gate/up and silu x up as one kernel at few rows
 
     def compile_prefill(self, compiler) -> None:
         """Compile prefill's layer with `compiler` (engine.compiled), as decode's is: one layer traced and generated
@@ -177,13 +193,14 @@ class CachedDecoder:
         self.decode_layer, self.final_logits = compiler(self._decode_layer), compiler(self._final_logits)
 
     def _layer(self, part: LayerParts, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend,
-               parts: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+               parts: int = 1, few: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """A layer on x [B, T, d]: the architecture's order (arch.block) of its attention and MLP,
         each a few GEMMs of projection groups; cos, sin: its rotary table at x's positions;
         attend(part, q, k, v, rotate) its attention, given queries and keys not yet rotated (rotate
         does it; decode's kernel rotates the queries and keys as it loads them). Returns the layer's output as
         two terms to add (arch.block); with `parts` > 1 (decode, down_parts) the second is the MLP's fp32 partial
-        products [P, B, T, d] (summed)."""
+        products [P, B, T, d] (summed); `few` (decode at up to gated_gemm.ROWS rows, where gated_up_fits): gate/up
+        and silu x up as one kernel."""
         # (self.act, layer 0's activation module, is read only where it is called: a routed layer's trace that read
         # it would be guarded on it being that layer's own)
         arch, layer, groups, fused, ad = self.arch, part.layer, part.groups, part.fused, part.adapters
@@ -211,7 +228,7 @@ class CachedDecoder:
                 return arch.experts(layer, h)
             if "up" in groups:  # an MLP without a gate (StarCoder2)
                 return linear("down", self.act(linear("up", h)))
-            a = self.glu(linear("gate_up", h))
+            a = gated_gemm.gated_up(h, fused["gate_up"][0]) if few else self.glu(linear("gate_up", h))
             return partial_down(a, base_layer(groups["down"][0]).weight, parts) if parts > 1 else linear("down", a)
 
         terms = arch.block(layer, x, attention, mlp)
@@ -318,10 +335,12 @@ class CachedDecoder:
         parts = self.down_parts
         out = torch.zeros_like(x) if parts == 1 else x.new_zeros((parts, *x.shape), dtype=torch.float32)
         rowwise_out = (lambda t: t) if rows is None else (lambda t: generic_in(t, 0 if parts == 1 else 1))
+        # few rows (a batch's tail, a small engine): gate/up and silu x up as one kernel (a version of its own)
+        few = self.gated_at_few and (self.slots if rows is None else len(rows)) <= gated_gemm.ROWS
         pos, reads, rows = rowwise(pos), rowwise(reads), rowwise(rows)
         for part in self.parts:
             x, out = self.decode_layer(part, rowwise(x), rowwise_out(out), *tables[part.table], pos, reads, window,
-                                       tail, rows)
+                                       tail, rows, few)
         return self.final_logits(rowwise(x[:, 0]), rowwise_out(out[..., 0, :]))
 
     def _final_logits(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -331,7 +350,7 @@ class CachedDecoder:
 
     def _decode_layer(self, part: LayerParts, x: torch.Tensor, out: torch.Tensor, cos: torch.Tensor,
                       sin: torch.Tensor, pos: torch.Tensor, reads: torch.Tensor, window: int, tail: int,
-                      rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      rows: torch.Tensor | None = None, few: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """One layer of a decode step (see decode) on the residual stream x + out [S, 1, d] (the
         previous layer's two terms, out as fp32 partial products [P, S, 1, d] with down_parts: their sum and
         add are fused with this layer's first norm), as its own two terms (rows: [R, 1, d], the cache slots they
@@ -347,4 +366,4 @@ class CachedDecoder:
                                    new=(k[:, :, 0], v[:, :, 0], pos))
             return out.reshape(s, self.heads, 1, self.head_dim)
 
-        return self._layer(part, x, cos, sin, attend, parts=self.down_parts)
+        return self._layer(part, x, cos, sin, attend, parts=self.down_parts, few=few)
