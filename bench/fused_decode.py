@@ -2,13 +2,20 @@
 against what the engine runs now, in the same run:
 
 - `gemm`: each projection of a layer as one Triton GEMM over the batch's rows (gate/up with silu x up in its
-  epilogue, q/k/v with its bias), the best of a few tilings, against cuBLAS (gate/up: and the compiled silu x up);
+  epilogue, q/k/v with its bias), the best of a few tilings, against the engine's (cuBLAS; gate/up: and the
+  compiled silu x up, or at up to 16 rows gated_gemm's kernel, a Triton GEMM of one tiling);
+- `chain`: a layer's six kernels but attention (norm, q/k/v, o, norm, gate/up with silu x up, down in fp32 K-split
+  parts), every layer on its own weights, the engine's (its layer compiled: cuBLAS and inductor's kernels) against
+  the same six in Triton, each launched with Programmatic Dependent Launch or not (a kernel waits for its predecessor
+  at `gdc_wait` and lets its successor start at `gdc_launch_dependents`), and with PDL and the weights fetched before
+  the wait (`--pre`: into L2 by prefetch instructions, or the first tile into registers);
 - `mlp`: a layer's whole MLP block (RMSNorm, gate/up, silu x up, down, the residual add) as ONE persistent kernel,
   a program per SM and two grid barriers (gate/up tiles | down's K-split partial sums | their sum in a fixed
   order + the residual), against the engine's five kernels (norm, gate/up, silu x up, down with cuBLAS's split-K
   reduction, the add); and its parts alone: the barriers (no work), the first phase.
 
     python bench/fused_decode.py --archs qwen2.5-0.5b,qwen2.5-1.5b --rows 16,128,256
+    python bench/fused_decode.py --sections chain --rows 16,128,256
     python bench/fused_decode.py --archs tiny --rows 16          # CPU: the engine's paths only (Triton needs a GPU)
 
 Every timing is one call per layer, each on that layer's own weights (as a decode step reads them: more copies where
@@ -27,6 +34,7 @@ import torch.nn.functional as F
 from common import ARCHS, DEVICE, device_name, graph_us, projections, table, weight_copies
 
 from execrl.rollout import gated_gemm
+from execrl.rollout.decoder import partial_down, summed
 from execrl.rollout.models.layers import gated
 
 try:
@@ -106,6 +114,88 @@ if triton is not None:
             tl.atomic_xchg(bar_ptr + 1, 0)
 
 
+    @triton.jit
+    def _prefetch_l2(ptrs):  # one `prefetch.global.L2` per address (its result unused)
+        return tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1]; mov.u32 $0, 0;", "=r,l", [ptrs],
+                                         dtype=tl.int32, is_pure=False, pack=1)
+
+    @triton.jit
+    def _chain_gemm(a_ptr, w_ptr, b_ptr, c_ptr, M, N, K, sam, swn, scm, scs, HAS_BIAS: tl.constexpr,
+                    GLU: tl.constexpr, SPLIT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                    PDL: tl.constexpr, PRE: tl.constexpr):
+        """gated_gemm.gemm_kernel with K split in SPLIT parts (fp32 partial products [SPLIT, M, N]) and PDL: the
+        weights fetched before the wait (PRE 1: the program's weights into L2; 2: its first tile into registers),
+        the rows after it; the successor let in after the K loop."""
+        pid_n, pid_m, pid_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        rm = pid_m * BM + tl.arange(0, BM)
+        rn = pid_n * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        part = K // SPLIT
+        wp = w_ptr + rn[:, None] * swn + rk[None, :] + pid_s * part
+        ap = a_ptr + rm[:, None] * sam + rk[None, :] + pid_s * part
+        acc = tl.zeros((BM, BN), tl.float32)
+        acc2 = tl.zeros((BM, BN), tl.float32)
+        start = 0
+        if PRE == 1:  # one prefetch per 128-byte line of the program's weights
+            lines = w_ptr + rn[:, None] * swn + pid_s * part + (tl.arange(0, BK // 64) * 64)[None, :]
+            for k in range(0, part, BK):
+                _prefetch_l2(lines + k)
+                if GLU:
+                    _prefetch_l2(lines + N * swn + k)
+        if PRE == 2:
+            w0 = tl.load(wp)
+            w1 = tl.load(wp + N * swn) if GLU else w0
+        if PDL:
+            tl.extra.cuda.gdc_wait()
+        if PRE == 2:  # the first step on the tile loaded before the wait
+            a = tl.load(ap, mask=rm[:, None] < M, other=0.0)
+            acc = tl.dot(a, tl.trans(w0), acc)
+            if GLU:
+                acc2 = tl.dot(a, tl.trans(w1), acc2)
+            start = BK
+        for k in range(start, part, BK):
+            a = tl.load(ap + k, mask=rm[:, None] < M, other=0.0)
+            acc = tl.dot(a, tl.trans(tl.load(wp + k)), acc)
+            if GLU:
+                acc2 = tl.dot(a, tl.trans(tl.load(wp + N * swn + k)), acc2)
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + rn)[None, :].to(tl.float32)
+        if GLU:
+            g = acc.to(c_ptr.dtype.element_ty).to(tl.float32)
+            acc = g * tl.sigmoid(g) * acc2.to(c_ptr.dtype.element_ty).to(tl.float32)
+        tl.store(c_ptr + pid_s * scs + rm[:, None] * scm + rn[None, :], acc.to(c_ptr.dtype.element_ty),
+                 mask=rm[:, None] < M)
+
+    @triton.jit
+    def _chain_norm(x_ptr, parts_ptr, add_ptr, w_ptr, xo_ptr, h_ptr, M, D: tl.constexpr, BD: tl.constexpr,
+                    P: tl.constexpr, PDL: tl.constexpr):
+        """A row's x_out = x + (its P fp32 parts summed and rounded, or add) and h = RMSNorm(x_out) * w, rounded as
+        the engine's compiled norm rounds them."""
+        row = tl.program_id(0)
+        cols = tl.arange(0, BD)
+        live = cols < D
+        w = tl.load(w_ptr + cols, mask=live, other=0.0)
+        if PDL:
+            tl.extra.cuda.gdc_wait()
+        x = tl.load(x_ptr + row * D + cols, mask=live, other=0.0).to(tl.float32)
+        if P > 0:
+            t = tl.zeros((BD,), tl.float32)
+            for p in range(P):
+                t += tl.load(parts_ptr + p * M * D + row * D + cols, mask=live, other=0.0)
+            t = t.to(tl.bfloat16).to(tl.float32)
+        else:
+            t = tl.load(add_ptr + row * D + cols, mask=live, other=0.0).to(tl.float32)
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
+        xo = (x + t).to(tl.bfloat16)
+        tl.store(xo_ptr + row * D + cols, xo, mask=live)
+        xf = xo.to(tl.float32)
+        r = tl.rsqrt(tl.sum(xf * xf, 0) / D + 1e-6)
+        tl.store(h_ptr + row * D + cols, ((xf * r).to(tl.bfloat16) * w).to(tl.bfloat16), mask=live)
+
+
 def triton_gemm(x, w, b, out, glu: bool, tiling) -> None:
     bm, bn, bk, stages = tiling
     gated_gemm.gemm_kernel[(out.shape[1] // bn, triton.cdiv(x.shape[0], bm))](
@@ -153,6 +243,7 @@ def gemm_rows(name: str, arch, rows: list[int]) -> list[list]:
     glu_c = compiled(gated(F.silu))  # the engine's silu x up
     out = []
     for m in rows:
+        few = m <= gated_gemm.ROWS
         for what, (n, k, bias) in projections(arch).items():
             if what == "LM head":
                 continue
@@ -162,7 +253,9 @@ def gemm_rows(name: str, arch, rows: list[int]) -> list[list]:
             b = torch.randn(n, device=DEVICE, dtype=dtype) if bias else None
             x = torch.randn(m, k, device=DEVICE, dtype=dtype)
 
-            def engine(w, x=x, b=b, glu=glu):  # (this iteration's)
+            def engine(w, x=x, b=b, glu=glu, few=few):  # (this iteration's)
+                if glu and few and gated_gemm.fits(w):  # the engine's path at up to gated_gemm.ROWS rows
+                    return gated_gemm.gated_up(x, w)
                 y = F.linear(x, w, b)
                 return glu_c(y) if glu else y
 
@@ -172,7 +265,7 @@ def gemm_rows(name: str, arch, rows: list[int]) -> list[list]:
                 want = engine(ws[0]).float()
                 y = torch.empty(m, n // 2 if glu else n, device=DEVICE, dtype=dtype)
                 best = (float("inf"), None)
-                for tiling in itertools.product([16] if m <= 16 else [64], [32, 64, 128], [64, 128], [3, 5]):
+                for tiling in itertools.product([16] if m <= 16 else [64], [32, 64, 128], [64, 128], [3, 4, 5]):
                     if y.shape[1] % tiling[1] or k % tiling[2]:
                         continue
                     try:
@@ -230,6 +323,125 @@ def mlp_rows(name: str, arch, rows: list[int]) -> list[list]:
     return out
 
 
+PARTS = 4  # down's K-split parts, as the engine's decode (decoder.down_parts)
+
+
+def chain_weights(arch, dtype):
+    """Each layer's (norm, q/k/v, its bias, o, norm, gate/up joined, down) weights."""
+    d, i, (qkv, _, _) = arch.hidden, arch.intermediate, projections(arch)["q/k/v"]
+
+    def r(*shape, scale=1.0):
+        return torch.randn(*shape, device=DEVICE, dtype=dtype) * scale
+    return [(1 + 0.1 * r(d), r(qkv, d, scale=d ** -0.5), r(qkv, scale=0.1), r(d, d, scale=d ** -0.5), 1 + 0.1 * r(d),
+             r(2 * i, d, scale=d ** -0.5), r(d, i, scale=i ** -0.5)) for _ in range(arch.layers)]
+
+
+def engine_layer(x, out, w):
+    """The engine's decode layer but attention (o reads q/k/v's first d columns): the residual x [M, d], the last
+    layer's down parts out [P, M, d] -> this layer's."""
+    n1, wqkv, bqkv, wo, n2, wgu, wd = w
+    x = x + summed(out, x)
+    y = F.linear(F.linear(rms_norm(x, n1), wqkv, bqkv)[:, :x.shape[1]], wo)
+    x = x + y
+    a = gated(F.silu)(F.linear(rms_norm(x, n2), wgu))
+    return x, partial_down(a[:, None], wd, PARTS)[:, :, 0]
+
+
+class TritonChain:
+    """The same layer as six Triton kernels (_chain_norm, _chain_gemm), PDL or not, `pre` as _chain_gemm's PRE."""
+
+    def __init__(self, arch, m, tilings, pdl, pre):
+        self.d, self.i, (self.qkv, _, _) = arch.hidden, arch.intermediate, projections(arch)["q/k/v"]
+        self.m, self.tilings, self.pdl, self.pre = m, tilings, pdl, pre
+        buf = partial(torch.empty, device=DEVICE, dtype=torch.bfloat16)
+        self.h, self.y1, self.y2, self.a = buf(m, self.d), buf(m, self.qkv), buf(m, self.d), buf(m, self.i)
+
+    def gemm(self, name, a, w, b, c, n, k, glu=False, split=1):
+        bm, bn, bk, stages = self.tilings[name]
+        _chain_gemm[(n // bn, triton.cdiv(self.m, bm), split)](
+            a, w, a if b is None else b, c, self.m, n, k, a.stride(0), w.stride(0), c.stride(-2), self.m * n,
+            HAS_BIAS=b is not None, GLU=glu, SPLIT=split, BM=bm, BN=bn, BK=bk, PDL=self.pdl, PRE=self.pre,
+            num_warps=4, num_stages=stages, launch_pdl=self.pdl)
+
+    def norm(self, x, parts, add, w, xo):
+        _chain_norm[(self.m,)](x, x if parts is None else parts, add, w, xo, self.h, self.m, D=self.d, BD=triton.next_power_of_2(self.d),
+                               P=0 if parts is None else parts.shape[0], PDL=self.pdl, num_warps=4,
+                               launch_pdl=self.pdl)
+
+    def __call__(self, x, parts, w, x_out, parts_out):
+        n1, wqkv, bqkv, wo, n2, wgu, wd = w
+        self.norm(x, parts, x, n1, x_out)
+        self.gemm("q/k/v", self.h, wqkv, bqkv, self.y1, self.qkv, self.d)
+        self.gemm("o", self.y1, wo, None, self.y2, self.d, self.d)
+        self.norm(x_out, None, self.y2, n2, x_out)
+        self.gemm("gate/up", self.h, wgu, None, self.a, self.i, self.d, glu=True)
+        self.gemm("down", self.a, wd, None, parts_out, self.d, self.i, split=PARTS)
+
+
+def chain_tilings(arch, m, ws) -> dict:
+    """Each GEMM's best tiling alone (no PDL), every layer on its own weights."""
+    d, i, (qkv, _, _) = arch.hidden, arch.intermediate, projections(arch)["q/k/v"]
+    best = {}
+    for name, (n, k, wi, split) in {"q/k/v": (qkv, d, 1, 1), "o": (d, d, 3, 1), "gate/up": (i, d, 5, 1),
+                                    "down": (d, i, 6, PARTS)}.items():
+        a = torch.randn(m, k, device=DEVICE, dtype=torch.bfloat16)
+        c = torch.empty(split, m, n, device=DEVICE, dtype=torch.float32 if split > 1 else torch.bfloat16)
+        found = (float("inf"), None)
+        for t in itertools.product([16] if m <= 16 else [32, 64], [32, 64, 128], [64, 128], [3, 4]):
+            if n % t[1] or (k // split) % t[2]:
+                continue
+            chain = TritonChain(arch, m, {name: t}, False, 0)
+            calls = [partial(chain.gemm, name, a, w[wi], w[2] if name == "q/k/v" else None, c, n, k,
+                             glu=name == "gate/up", split=split) for w in ws]
+            try:
+                calls[0]()
+                torch.cuda.synchronize()
+            except Exception as e:  # a tiling over the SM's shared memory
+                if type(e).__name__ != "OutOfResources":
+                    raise
+                continue
+            found = min(found, (graph_us(calls), t))
+        best[name] = found[1]
+    return best
+
+
+def chain_rows(name: str, arch, rows: list[int]) -> list[list]:
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+    ws = chain_weights(arch, dtype)
+    layer = compiled(engine_layer)
+    out = []
+    for m in rows:
+        x0 = torch.randn(m, arch.hidden, device=DEVICE, dtype=dtype)
+        p0 = 0.1 * torch.randn(PARTS, m, arch.hidden, device=DEVICE, dtype=torch.float32)
+
+        def engine(x0=x0, p0=p0):  # the whole chain, each layer's output the next one's input
+            x, p = x0, p0
+            for w in ws:
+                x, p = layer(x, p, w)
+            return x + summed(p, x)
+        want = engine()
+        base = graph_us([engine]) / len(ws)
+        out.append([name, m, "the engine's (compiled: cuBLAS, inductor's kernels)", f"{base:.2f} us", "1.00x", ""])
+        if not GPU:
+            out.append([name, m, "six Triton kernels", "needs a GPU (Triton)", "", ""])
+            continue
+        tilings = chain_tilings(arch, m, ws)
+        xs = [x0] + [torch.empty_like(x0) for _ in ws]
+        ps = [p0] + [torch.empty_like(p0) for _ in ws]
+        for label, pdl, pre in (("six Triton kernels", False, 0), ("the same, PDL", True, 0),
+                                ("PDL, weights prefetched into L2 before the wait", True, 1),
+                                ("PDL, first weight tile loaded before the wait", True, 2)):
+            chain = TritonChain(arch, m, tilings, pdl, pre)
+            calls = [partial(chain, xs[j], ps[j], w, xs[j + 1], ps[j + 1]) for j, w in enumerate(ws)]
+            for c in calls:
+                c()
+            err = (xs[-1] + summed(ps[-1], xs[-1]) - want).float().abs().max().item()
+            us = graph_us(calls)
+            out.append([name, m, label, f"{us:.2f} us", f"{base / us:.2f}x", f"{err:.3f} of {want.abs().max():.1f}"])
+        out[-4][2] += " (tilings " + ", ".join(f"{k} {'x'.join(map(str, t))}" for k, t in tilings.items()) + ")"
+    return out
+
+
 @torch.no_grad()
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -240,9 +452,15 @@ def main() -> None:
     archs, rows, sections = args.archs.split(","), [int(r) for r in args.rows.split(",")], args.sections.split(",")
     print(f"device: {device_name()}, torch {torch.__version__}" + (f", Triton {triton.__version__}" if triton else ""))
     if "gemm" in sections:
-        table("A layer's projections: cuBLAS (the engine) against one Triton GEMM, per call",
+        table("A layer's projections: the engine's (cuBLAS; gate/up at up to 16 rows gated_gemm's kernel) against one "
+              "Triton GEMM, per call",
               ["arch", "rows", "projection", "weight", "engine", "Triton, best tiling", "tiling BMxBNxBKxstages"],
               [r for a in archs for r in gemm_rows(a, ARCHS[a], rows)])
+    if "chain" in sections:
+        table("A decode layer but attention, six kernels: the engine's against Triton's with and without PDL, per "
+              "layer",
+              ["arch", "rows", "kernels", "time", "engine / this", "last layer's output: largest difference from the "
+               "engine's"], [r for a in archs for r in chain_rows(a, ARCHS[a], rows)])
     if "mlp" in sections:
         table("A layer's MLP block: the engine's five kernels against one persistent kernel, per call",
               ["arch", "rows", "kernels", "time", "engine / this", "max error vs fp32"],

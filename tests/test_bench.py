@@ -269,8 +269,9 @@ def test_kernel_choices_bench_runs_on_cpu():
 
 @pytest.mark.slow
 def test_fused_decode_bench_runs_on_cpu():
-    out = run("bench/fused_decode.py", "--archs", "tiny", "--rows", "4")
-    assert out.count("\n| tiny | 4 |") == 6  # four projections, the MLP block's engine row and its kernel's
+    out = run("bench/fused_decode.py", "--archs", "tiny", "--rows", "4", "--sections", "gemm,chain,mlp")
+    assert out.count("\n| tiny | 4 |") == 8  # four projections, the chain's and the MLP block's engine rows and kernels'
+    assert "| tiny | 4 | the engine's (compiled: cuBLAS, inductor's kernels) |" in out
     assert "| tiny | 4 | gate/up, silu x up | 256 x 64 |" in out and "| tiny | 4 | the engine's five kernels |" in out
 
 
