@@ -8,7 +8,7 @@ against what the engine runs now, in the same run:
   parts), every layer on its own weights, the engine's (its layer compiled: cuBLAS and inductor's kernels) against
   the same six in Triton, each launched with Programmatic Dependent Launch or not (a kernel waits for its predecessor
   at `gdc_wait` and lets its successor start at `gdc_launch_dependents`), and with PDL and the weights fetched before
-  the wait (`--pre`: into L2 by prefetch instructions, or the first tile into registers);
+  the wait (into L2 by prefetch instructions, or the first tile into registers);
 - `mlp`: a layer's whole MLP block (RMSNorm, gate/up, silu x up, down, the residual add) as ONE persistent kernel,
   a program per SM and two grid barriers (gate/up tiles | down's K-split partial sums | their sum in a fixed
   order + the residual), against the engine's five kernels (norm, gate/up, silu x up, down with cuBLAS's split-K
@@ -112,7 +112,6 @@ if triton is not None:
         if tl.atomic_add(bar_ptr + 1, 1, sem="acq_rel", scope="gpu") == progs - 1:
             tl.atomic_xchg(bar_ptr, 0)
             tl.atomic_xchg(bar_ptr + 1, 0)
-
 
     @triton.jit
     def _prefetch_l2(ptrs):  # one `prefetch.global.L2` per address (its result unused)
