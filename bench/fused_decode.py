@@ -3,12 +3,17 @@ against what the engine runs now, in the same run:
 
 - `gemm`: each projection of a layer as one Triton GEMM over the batch's rows (gate/up with silu x up in its
   epilogue, q/k/v with its bias), the best of a few tilings, against the engine's (cuBLAS; gate/up: and the
-  compiled silu x up, or at up to 16 rows gated_gemm's kernel, a Triton GEMM of one tiling);
+  compiled silu x up, or at few rows (up to gated_gemm.max_rows: 16, on Hopper 64) gated_gemm's kernels);
 - `chain`: a layer's six kernels but attention (norm, q/k/v, o, norm, gate/up with silu x up, down in fp32 K-split
   parts), every layer on its own weights, the engine's (its layer compiled: cuBLAS and inductor's kernels) against
   the same six in Triton, each launched with Programmatic Dependent Launch or not (a kernel waits for its predecessor
   at `gdc_wait` and lets its successor start at `gdc_launch_dependents`), and with PDL and the weights fetched before
   the wait (into L2 by prefetch instructions, or the first tile into registers);
+- `tma`: each projection as a Triton GEMM whose operands are read by TMA (Hopper's tensor-memory copy engine), the
+  weight on the tensor cores' M side (64 or 128 of its rows a program: swap-AB) and the rows on the N side, all of
+  them (or half) in one block, so that a program reads its weight rows once (gate/up: gate's and up's, with silu x up
+  in the epilogue; down: in fp32 K-split parts as the engine's); beside it the time to read the weight alone (a
+  plain Triton kernel summing it), a floor for a kernel of that size;
 - `mlp`: a layer's whole MLP block (RMSNorm, gate/up, silu x up, down, the residual add) as ONE persistent kernel,
   a program per SM and two grid barriers (gate/up tiles | down's K-split partial sums | their sum in a fixed
   order + the residual), against the engine's five kernels (norm, gate/up, silu x up, down with cuBLAS's split-K
@@ -16,6 +21,7 @@ against what the engine runs now, in the same run:
 
     python bench/fused_decode.py --archs qwen2.5-0.5b,qwen2.5-1.5b --rows 16,128,256
     python bench/fused_decode.py --sections chain --rows 16,128,256
+    python bench/fused_decode.py --sections tma --rows 128,256
     python bench/fused_decode.py --archs tiny --rows 16          # CPU: the engine's paths only (Triton needs a GPU)
 
 Every timing is one call per layer, each on that layer's own weights (as a decode step reads them: more copies where
@@ -40,6 +46,7 @@ from execrl.rollout.models.layers import gated
 try:
     import triton
     import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:  # (a CPU-only install)
     triton = None
 
@@ -195,6 +202,122 @@ if triton is not None:
         tl.store(h_ptr + row * D + cols, ((xf * r).to(tl.bfloat16) * w).to(tl.bfloat16), mask=live)
 
 
+if triton is not None:
+    @triton.jit
+    def _tma_gemm(w_desc, x_desc, o_desc, b_ptr, K, MROWS, NH, HAS_BIAS: tl.constexpr, GLU: tl.constexpr,
+                  SPLIT: tl.constexpr, BM: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+        """o [M, N] = x [M, K] @ w[:N]^T (+ bias); GLU: silu(x @ w[:N]^T) * (x @ w[NH:NH + N]^T), each product
+        rounded first; SPLIT > 1: o [SPLIT M, N] fp32, part s over K's s-th part. Program (n, s, t): BM of N's columns
+        (the weight's rows: the dot's M side), BT of the rows (its N side), both read by TMA."""
+        pid_n, pid_s, pid_t = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        off_n, off_t = pid_n * BM, pid_t * BT
+        ks = K // SPLIT
+        acc = tl.zeros((BM, BT), tl.float32)
+        acc2 = tl.zeros((BM, BT), tl.float32)
+        for k in range(pid_s * ks, pid_s * ks + ks, BK):
+            x = x_desc.load([off_t, k])  # [BT, BK]
+            acc = tl.dot(w_desc.load([off_n, k]), x.T, acc)  # [BM, BT]
+            if GLU:
+                acc2 = tl.dot(w_desc.load([off_n + NH, k]), x.T, acc2)
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + off_n + tl.arange(0, BM))[:, None].to(tl.float32)
+        if GLU:
+            g = acc.to(tl.bfloat16).to(tl.float32)
+            acc = g * tl.sigmoid(g) * acc2.to(tl.bfloat16).to(tl.float32)
+        o_desc.store([pid_s * MROWS + off_t, off_n], tl.trans(acc).to(o_desc.dtype))
+
+    @triton.jit
+    def _read(w_ptr, out_ptr, N, BLOCK: tl.constexpr):  # the weight's elements summed: reading it, and nothing else
+        pid = tl.program_id(0)
+        acc = tl.zeros((BLOCK,), tl.float32)
+        for i in range(pid * BLOCK, N, tl.num_programs(0) * BLOCK):
+            acc += tl.load(w_ptr + i + tl.arange(0, BLOCK), mask=i + tl.arange(0, BLOCK) < N, other=0.0).to(tl.float32)
+        tl.store(out_ptr + pid, tl.sum(acc))
+
+
+class TMAGemm:
+    """`_tma_gemm`'s launch for x [M, K] into out ([M, N], or [SPLIT M, N] fp32 parts), one descriptor per weight."""
+
+    def __init__(self, x, b, out, glu, split, bm, bt, bk, stages, warps):
+        m, k = x.shape
+        self.xd, self.od = TensorDescriptor.from_tensor(x, [bt, bk]), TensorDescriptor.from_tensor(out, [bt, bm])
+        n = out.shape[1]
+        self.args = (b, k, m, n if glu else 0)
+        self.grid = (n // bm, split, triton.cdiv(m, bt))
+        self.meta = dict(HAS_BIAS=b is not None, GLU=glu, SPLIT=split, BM=bm, BT=bt, BK=bk, num_warps=warps,
+                         num_stages=stages)
+        self.block = [bm, bk]
+
+    def desc(self, w):
+        return TensorDescriptor.from_tensor(w, self.block)
+
+    def __call__(self, wd):
+        b, k, m, nh = self.args
+        _tma_gemm[self.grid](wd, self.xd, self.od, wd.base if b is None else b, k, m, nh, **self.meta)
+
+
+def tma_rows(name: str, arch, rows: list[int]) -> list[list]:
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+    glu_c = compiled(gated(F.silu))  # the engine's silu x up
+    out = []
+    for m in rows:
+        for what, (n, k, bias) in projections(arch).items():
+            if what == "LM head":
+                continue
+            glu, down = what == "gate/up", what == "down"
+            ws = [torch.randn(n, k, device=DEVICE, dtype=dtype) / k ** 0.5
+                  for _ in range(weight_copies(n * k * 2, arch.layers))]
+            b = torch.randn(n, device=DEVICE, dtype=dtype) if bias else None
+            x = torch.randn(m, k, device=DEVICE, dtype=dtype)
+
+            def engine(w, x=x, b=b, glu=glu, down=down, m=m):  # (this iteration's) the engine's path
+                if glu and gated_gemm.fits(w) and m <= gated_gemm.max_rows(w):
+                    return gated_gemm.gated_up(x, w)
+                if down and DEVICE == "cuda":
+                    return partial_down(x[None], w, PARTS)
+                y = F.linear(x, w, b)
+                return glu_c(y) if glu else y
+
+            base = graph_us([partial(engine, w) for w in ws])
+            mb = n * k * 2 / 1e6
+            label = "gate/up, silu x up" if glu else f"down in {PARTS} fp32 parts" if down and GPU else what
+            row = [name, m, label, f"{n} x {k} ({mb:.1f} MB)", f"{base:.2f} us ({mb / base:.2f} TB/s)"]
+            if not GPU:
+                out.append(row + ["needs a GPU (Triton)", "", ""])
+                continue
+            sums = torch.empty(4096, device=DEVICE)
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+            read = min(graph_us([partial(_read[(sms * g,)], w, sums, w.numel(), BLOCK=4096) for w in ws])
+                       for g in (4, 8, 16))
+            want = engine(ws[0]).float()
+            want = want.sum(0)[0] if down else want
+            nout = n // 2 if glu else n
+            best = (float("inf"), "")
+            for bm, bt, bk, stages, split in itertools.product(
+                    [64, 128], sorted({min(256, max(16, triton.next_power_of_2(m))), max(16, m // 2)}), [64, 128],
+                    [3, 4, 6], [2, 4, 8] if down else [1]):
+                warps = 4 if bm * bt * (2 if glu else 1) <= 128 * 128 else 8
+                smem = stages * (bm * bk * (2 if glu else 1) + bt * bk) * 2 + bt * bm * (4 if split > 1 else 2)
+                if nout % bm or (k // split) % bk or bm * bt * (2 if glu else 1) > 256 * 128 or smem > 225 * 1024:
+                    continue
+                y = torch.empty(split * m, nout, device=DEVICE, dtype=torch.float32 if split > 1 else dtype)
+                gemm = TMAGemm(x, b, y, glu, split, bm, bt, bk, stages, warps)
+                descs = [gemm.desc(w) for w in ws]
+                try:
+                    gemm(descs[0])
+                except Exception as e:  # a tiling that does not fit the SM's shared memory
+                    if type(e).__name__ != "OutOfResources":
+                        raise
+                    continue
+                got = y.float().view(split, m, nout).sum(0)
+                assert (got - want).abs().max() <= 0.02 * want.abs().max() + 0.02, (what, m, bm, bt, bk, split)
+                us = graph_us([partial(gemm, d) for d in descs])
+                best = min(best, (us, f"{bm}x{bt}x{bk}x{stages}" + (f", {split} parts" if split > 1 else "")))
+            out.append(row + [f"{read:.2f} us ({mb / read:.2f} TB/s)", f"{best[0]:.2f} us ({base / best[0]:.2f}x)",
+                              best[1]])
+    return out
+
+
 def triton_gemm(x, w, b, out, glu: bool, tiling) -> None:
     bm, bn, bk, stages = tiling
     gated_gemm.gemm_kernel[(out.shape[1] // bn, triton.cdiv(x.shape[0], bm))](
@@ -242,7 +365,6 @@ def gemm_rows(name: str, arch, rows: list[int]) -> list[list]:
     glu_c = compiled(gated(F.silu))  # the engine's silu x up
     out = []
     for m in rows:
-        few = m <= gated_gemm.ROWS
         for what, (n, k, bias) in projections(arch).items():
             if what == "LM head":
                 continue
@@ -252,8 +374,8 @@ def gemm_rows(name: str, arch, rows: list[int]) -> list[list]:
             b = torch.randn(n, device=DEVICE, dtype=dtype) if bias else None
             x = torch.randn(m, k, device=DEVICE, dtype=dtype)
 
-            def engine(w, x=x, b=b, glu=glu, few=few):  # (this iteration's)
-                if glu and few and gated_gemm.fits(w):  # the engine's path at up to gated_gemm.ROWS rows
+            def engine(w, x=x, b=b, glu=glu, m=m):  # (this iteration's)
+                if glu and gated_gemm.fits(w) and m <= gated_gemm.max_rows(w):  # the engine's path at few rows
                     return gated_gemm.gated_up(x, w)
                 y = F.linear(x, w, b)
                 return glu_c(y) if glu else y
@@ -451,7 +573,7 @@ def main() -> None:
     archs, rows, sections = args.archs.split(","), [int(r) for r in args.rows.split(",")], args.sections.split(",")
     print(f"device: {device_name()}, torch {torch.__version__}" + (f", Triton {triton.__version__}" if triton else ""))
     if "gemm" in sections:
-        table("A layer's projections: the engine's (cuBLAS; gate/up at up to 16 rows gated_gemm's kernel) against one "
+        table("A layer's projections: the engine's (cuBLAS; gate/up at few rows gated_gemm's kernels) against one "
               "Triton GEMM, per call",
               ["arch", "rows", "projection", "weight", "engine", "Triton, best tiling", "tiling BMxBNxBKxstages"],
               [r for a in archs for r in gemm_rows(a, ARCHS[a], rows)])
@@ -460,6 +582,11 @@ def main() -> None:
               "layer",
               ["arch", "rows", "kernels", "time", "engine / this", "last layer's output: largest difference from the "
                "engine's"], [r for a in archs for r in chain_rows(a, ARCHS[a], rows)])
+    if "tma" in sections:
+        table("A layer's projections: the engine's against a Triton GEMM read by TMA, the weight as the tensor cores' "
+              "M side, per call; and reading the weight alone",
+              ["arch", "rows", "projection", "weight", "engine", "read alone", "TMA, best tiling",
+               "tiling BMxBTxBKxstages"], [r for a in archs for r in tma_rows(a, ARCHS[a], rows)])
     if "mlp" in sections:
         table("A layer's MLP block: the engine's five kernels against one persistent kernel, per call",
               ["arch", "rows", "kernels", "time", "engine / this", "max error vs fp32"],
