@@ -469,9 +469,10 @@ def test_a_completions_text_is_the_tokenizers_decode():
 
 
 def test_steps_of_few_rows_take_gate_up_and_silu_as_one_kernel(tiny, prompts, monkeypatch):
-    """At most gated_gemm.ROWS rows a step (a small engine; a batch's tail on its busy rows) decode computes gate/up
-    and silu x up as one kernel (gated_gemm, on a GPU: here its torch equivalent stands in for the Triton kernel);
-    steps over more rows keep the GEMM and the compiled silu x up. The tokens are the same either way."""
+    """At most gated_gemm.max_rows rows a step (a small engine; a batch's tail on its busy rows; 64 on Hopper) decode
+    computes gate/up and silu x up as one kernel (gated_gemm, on a GPU: here its torch equivalent stands in for the
+    Triton kernels); steps over more rows keep the GEMM and the compiled silu x up. The tokens are the same either
+    way."""
     import copy
 
     import torch.nn.functional as F
@@ -504,5 +505,11 @@ def test_steps_of_few_rows_take_gate_up_and_silu_as_one_kernel(tiny, prompts, mo
     big = RolloutEngine(model, tok, slots=64, max_len=256, sync_every=4)
     big.generate(prompts, 16, [2, 24, 2, 2], params)
     assert set(rows) == {16}
+    rows.clear()
+    monkeypatch.setattr(gated_gemm, "max_rows", lambda weight: 64)  # (as on Hopper)
+    big = RolloutEngine(model, tok, slots=64, max_len=256, sync_every=4)
+    assert big.dec.gated_rows == 64
+    big.generate(prompts, 16, [2, 24, 2, 2], params)
+    assert set(rows) == {64, 16}
     monkeypatch.undo()  # on a CPU: no kernel, the unfused path
     assert not RolloutEngine(model, tok, slots=8, max_len=256).dec.gated_at_few

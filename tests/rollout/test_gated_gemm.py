@@ -20,14 +20,19 @@ def unfused(x, weight):
 
 
 @pytest.mark.parametrize("d, inter", [(896, 4864), (1536, 8960)])
-@pytest.mark.parametrize("rows", [1, 7, 16])
+@pytest.mark.parametrize("rows", [1, 7, 16, 17, 40, 64])
 def test_the_kernel_equals_the_gemm_and_silu_x_up(d, inter, rows):
+    """Up to 16 rows the few-rows kernel; 17-64 TMA's (Hopper)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     g = torch.Generator(device="cuda").manual_seed(0)
     weight = torch.randn(2 * inter, d, device="cuda", dtype=torch.bfloat16, generator=g) / d ** 0.5
     x = torch.randn(rows, 1, d, device="cuda", dtype=torch.bfloat16, generator=g)
     assert gated_gemm.fits(weight)
+    hopper = torch.cuda.get_device_capability()[0] == 9
+    assert gated_gemm.max_rows(weight) == (gated_gemm.TMA_ROWS if hopper else gated_gemm.ROWS)
+    if rows > gated_gemm.max_rows(weight):
+        pytest.skip("TMA's kernel runs on Hopper (compute capability 9)")
     got, want = gated_gemm.gated_up(x, weight), unfused(x, weight)
     assert got.shape == want.shape == (rows, 1, inter)
     torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
@@ -35,9 +40,10 @@ def test_the_kernel_equals_the_gemm_and_silu_x_up(d, inter, rows):
     assert (got == want).float().mean() > 0.999
 
 
-def test_a_small_engine_on_a_gpu_samples_what_it_samples_unfused():
-    """A 16-slot engine, compiled and in CUDA graphs, bf16, greedy: the kernel in every step gives the tokens and
-    logprobs of the GEMM and silu x up."""
+@pytest.mark.parametrize("slots", [16, 64])
+def test_a_small_engine_on_a_gpu_samples_what_it_samples_unfused(slots):
+    """A 16-slot engine (the few-rows kernel) and a 64-slot one (TMA's, on Hopper), compiled and in CUDA graphs,
+    bf16, greedy: the kernel in every step gives the tokens and logprobs of the GEMM and silu x up."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     tok = build_tokenizer(corpus(), vocab_size=384)
@@ -54,10 +60,10 @@ def test_a_small_engine_on_a_gpu_samples_what_it_samples_unfused():
     runs = []
     for few in (True, False):
         torch._dynamo.reset()
-        engine = RolloutEngine(model, tok, slots=16, max_len=128, compile=True)
-        assert engine.dec.gated_at_few
+        engine = RolloutEngine(model, tok, slots=slots, max_len=128, compile=True)
+        assert engine.dec.gated_at_few and engine.dec.gated_rows >= min(slots, gated_gemm.ROWS)
         engine.dec.gated_at_few = few
-        runs.append(engine.generate(prompts, 4, 32, params))
+        runs.append(engine.generate(prompts, slots // 4, 32, params))  # (3/4 of the slots busy: steps on all rows)
     for fused, plain in zip(*runs):
         assert [c.ids for c in fused] == [c.ids for c in plain]
         for a, b in zip(fused, plain):
