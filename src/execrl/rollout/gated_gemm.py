@@ -49,7 +49,7 @@ def max_rows(weight: torch.Tensor) -> int:
     else ROWS."""
     n, k = weight.shape[0] // 2, weight.shape[1]
     if TensorDescriptor is None or not weight.is_cuda or torch.cuda.get_device_capability(weight.device)[0] != 9 or \
-            n % TMA_TILING["BM"] or k % TMA_TILING["BK"]:
+            n % TMA_TILING["BM"] or k % TMA_TILING["BK"] or weight.data_ptr() % 16:  # (TMA: 16-byte aligned)
         return ROWS
     return TMA_ROWS
 
@@ -103,8 +103,12 @@ if triton is not None:
         m, k = x.shape
         n = weight.shape[0] // 2
         out = x.new_empty(m, n)
+        if m > ROWS and weight.data_ptr() % 16:  # (max_rows checked one layer's weight: TMA reads 16-byte aligned)
+            gate, up = torch.nn.functional.linear(x, weight).float().chunk(2, -1)
+            return (gate * torch.sigmoid(gate) * up).to(x.dtype)
         if m > ROWS:  # (at most max_rows: TMA's kernel)
             t, bt = TMA_TILING, max(32, triton.next_power_of_2(m))
+            x = x if x.data_ptr() % 16 == 0 else x.clone()
             tma_kernel[(n // t["BM"],)](
                 TensorDescriptor.from_tensor(weight, [t["BM"], t["BK"]]), TensorDescriptor.from_tensor(x, [bt, t["BK"]]),
                 TensorDescriptor.from_tensor(out, [bt, t["BM"]]), n, k, BM=t["BM"], BT=bt, BK=t["BK"],
