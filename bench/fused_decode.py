@@ -256,65 +256,72 @@ class TMAGemm:
         _tma_gemm[self.grid](wd, self.xd, self.od, wd.base if b is None else b, k, m, nh, **self.meta)
 
 
-def tma_rows(name: str, arch, rows: list[int]) -> list[list]:
+def layer_projections(arch, rows: list[int]):
+    """For each row count m and each projection of a layer (not the LM head): (m, name, n, k, its weights [n, k],
+    one per layer or more (weight_copies), its bias or None, the rows [m, k])."""
     dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
-    glu_c = compiled(gated(F.silu))  # the engine's silu x up
-    out = []
     for m in rows:
         for what, (n, k, bias) in projections(arch).items():
             if what == "LM head":
                 continue
-            glu, down = what == "gate/up", what == "down"
             ws = [torch.randn(n, k, device=DEVICE, dtype=dtype) / k ** 0.5
                   for _ in range(weight_copies(n * k * 2, arch.layers))]
             b = torch.randn(n, device=DEVICE, dtype=dtype) if bias else None
-            x = torch.randn(m, k, device=DEVICE, dtype=dtype)
+            yield m, what, n, k, ws, b, torch.randn(m, k, device=DEVICE, dtype=dtype)
 
-            def engine(w, x=x, b=b, glu=glu, down=down, m=m):  # (this iteration's) the engine's path
-                if glu and gated_gemm.fits(w) and m <= gated_gemm.max_rows(w):
-                    return gated_gemm.gated_up(x, w)
-                if down and DEVICE == "cuda":
-                    return partial_down(x[None], w, PARTS)
-                y = F.linear(x, w, b)
-                return glu_c(y) if glu else y
 
-            base = graph_us([partial(engine, w) for w in ws])
-            mb = n * k * 2 / 1e6
-            label = "gate/up, silu x up" if glu else f"down in {PARTS} fp32 parts" if down and GPU else what
-            row = [name, m, label, f"{n} x {k} ({mb:.1f} MB)", f"{base:.2f} us ({mb / base:.2f} TB/s)"]
-            if not GPU:
-                out.append(row + ["needs a GPU (Triton)", "", ""])
+def tma_rows(name: str, arch, rows: list[int]) -> list[list]:
+    glu_c = compiled(gated(F.silu))  # the engine's silu x up
+    out = []
+    for m, what, n, k, ws, b, x in layer_projections(arch, rows):
+        glu, down = what == "gate/up", what == "down"
+        dtype = x.dtype
+
+        def engine(w, x=x, b=b, glu=glu, down=down, m=m):  # (this iteration's) the engine's path
+            if glu and gated_gemm.fits(w) and m <= gated_gemm.max_rows(w):
+                return gated_gemm.gated_up(x, w)
+            if down and DEVICE == "cuda":
+                return partial_down(x[None], w, PARTS)
+            y = F.linear(x, w, b)
+            return glu_c(y) if glu else y
+
+        base = graph_us([partial(engine, w) for w in ws])
+        mb = n * k * 2 / 1e6
+        label = "gate/up, silu x up" if glu else f"down in {PARTS} fp32 parts" if down and GPU else what
+        row = [name, m, label, f"{n} x {k} ({mb:.1f} MB)", f"{base:.2f} us ({mb / base:.2f} TB/s)"]
+        if not GPU:
+            out.append(row + ["needs a GPU (Triton)", "", ""])
+            continue
+        sums = torch.empty(4096, device=DEVICE)
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        read = min(graph_us([partial(_read[(sms * g,)], w, sums, w.numel(), BLOCK=4096) for w in ws])
+                   for g in (4, 8, 16))
+        want = engine(ws[0]).float()
+        want = want.sum(0)[0] if down else want
+        nout = n // 2 if glu else n
+        best = (float("inf"), "")
+        for bm, bt, bk, stages, split in itertools.product(
+                [64, 128], sorted({min(256, max(16, triton.next_power_of_2(m))), max(16, m // 2)}), [64, 128],
+                [3, 4, 6], [2, 4, 8] if down else [1]):
+            warps = 4 if bm * bt * (2 if glu else 1) <= 128 * 128 else 8
+            smem = stages * (bm * bk * (2 if glu else 1) + bt * bk) * 2 + bt * bm * (4 if split > 1 else 2)
+            if nout % bm or (k // split) % bk or bm * bt * (2 if glu else 1) > 256 * 128 or smem > 225 * 1024:
                 continue
-            sums = torch.empty(4096, device=DEVICE)
-            sms = torch.cuda.get_device_properties(0).multi_processor_count
-            read = min(graph_us([partial(_read[(sms * g,)], w, sums, w.numel(), BLOCK=4096) for w in ws])
-                       for g in (4, 8, 16))
-            want = engine(ws[0]).float()
-            want = want.sum(0)[0] if down else want
-            nout = n // 2 if glu else n
-            best = (float("inf"), "")
-            for bm, bt, bk, stages, split in itertools.product(
-                    [64, 128], sorted({min(256, max(16, triton.next_power_of_2(m))), max(16, m // 2)}), [64, 128],
-                    [3, 4, 6], [2, 4, 8] if down else [1]):
-                warps = 4 if bm * bt * (2 if glu else 1) <= 128 * 128 else 8
-                smem = stages * (bm * bk * (2 if glu else 1) + bt * bk) * 2 + bt * bm * (4 if split > 1 else 2)
-                if nout % bm or (k // split) % bk or bm * bt * (2 if glu else 1) > 256 * 128 or smem > 225 * 1024:
-                    continue
-                y = torch.empty(split * m, nout, device=DEVICE, dtype=torch.float32 if split > 1 else dtype)
-                gemm = TMAGemm(x, b, y, glu, split, bm, bt, bk, stages, warps)
-                descs = [gemm.desc(w) for w in ws]
-                try:
-                    gemm(descs[0])
-                except Exception as e:  # a tiling that does not fit the SM's shared memory
-                    if type(e).__name__ != "OutOfResources":
-                        raise
-                    continue
-                got = y.float().view(split, m, nout).sum(0)
-                assert (got - want).abs().max() <= 0.02 * want.abs().max() + 0.02, (what, m, bm, bt, bk, split)
-                us = graph_us([partial(gemm, d) for d in descs])
-                best = min(best, (us, f"{bm}x{bt}x{bk}x{stages}" + (f", {split} parts" if split > 1 else "")))
-            out.append(row + [f"{read:.2f} us ({mb / read:.2f} TB/s)", f"{best[0]:.2f} us ({base / best[0]:.2f}x)",
-                              best[1]])
+            y = torch.empty(split * m, nout, device=DEVICE, dtype=torch.float32 if split > 1 else dtype)
+            gemm = TMAGemm(x, b, y, glu, split, bm, bt, bk, stages, warps)
+            descs = [gemm.desc(w) for w in ws]
+            try:
+                gemm(descs[0])
+            except Exception as e:  # a tiling that does not fit the SM's shared memory
+                if type(e).__name__ != "OutOfResources":
+                    raise
+                continue
+            got = y.float().view(split, m, nout).sum(0)
+            assert (got - want).abs().max() <= 0.02 * want.abs().max() + 0.02, (what, m, bm, bt, bk, split)
+            us = graph_us([partial(gemm, d) for d in descs])
+            best = min(best, (us, f"{bm}x{bt}x{bk}x{stages}" + (f", {split} parts" if split > 1 else "")))
+        out.append(row + [f"{read:.2f} us ({mb / read:.2f} TB/s)", f"{best[0]:.2f} us ({base / best[0]:.2f}x)",
+                          best[1]])
     return out
 
 
@@ -361,47 +368,40 @@ def compiled(fn):
 
 
 def gemm_rows(name: str, arch, rows: list[int]) -> list[list]:
-    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
     glu_c = compiled(gated(F.silu))  # the engine's silu x up
     out = []
-    for m in rows:
-        for what, (n, k, bias) in projections(arch).items():
-            if what == "LM head":
-                continue
-            glu = what == "gate/up"
-            ws = [torch.randn(n, k, device=DEVICE, dtype=dtype) / k ** 0.5
-                  for _ in range(weight_copies(n * k * 2, arch.layers))]
-            b = torch.randn(n, device=DEVICE, dtype=dtype) if bias else None
-            x = torch.randn(m, k, device=DEVICE, dtype=dtype)
+    for m, what, n, k, ws, b, x in layer_projections(arch, rows):
+        glu = what == "gate/up"
+        dtype = x.dtype
 
-            def engine(w, x=x, b=b, glu=glu, m=m):  # (this iteration's)
-                if glu and gated_gemm.fits(w) and m <= gated_gemm.max_rows(w):  # the engine's path at few rows
-                    return gated_gemm.gated_up(x, w)
-                y = F.linear(x, w, b)
-                return glu_c(y) if glu else y
+        def engine(w, x=x, b=b, glu=glu, m=m):  # (this iteration's)
+            if glu and gated_gemm.fits(w) and m <= gated_gemm.max_rows(w):  # the engine's path at few rows
+                return gated_gemm.gated_up(x, w)
+            y = F.linear(x, w, b)
+            return glu_c(y) if glu else y
 
-            base = graph_us([partial(engine, w) for w in ws])
-            cells = [f"{base:.2f} us"]
-            if GPU:
-                want = engine(ws[0]).float()
-                y = torch.empty(m, n // 2 if glu else n, device=DEVICE, dtype=dtype)
-                best = (float("inf"), None)
-                for tiling in itertools.product([16] if m <= 16 else [64], [32, 64, 128], [64, 128], [3, 4, 5]):
-                    if y.shape[1] % tiling[1] or k % tiling[2]:
-                        continue
-                    try:
-                        triton_gemm(x, ws[0], b, y, glu, tiling)
-                    except Exception as e:  # a tiling that does not fit the SM's shared memory
-                        if type(e).__name__ != "OutOfResources":
-                            raise
-                        continue
-                    assert (y.float() - want).abs().max() <= 0.02 * want.abs().max() + 0.02, (what, m, tiling)
-                    us = graph_us([partial(triton_gemm, x, w, b, y, glu, tiling) for w in ws])
-                    best = min(best, (us, tiling))
-                cells += [f"{best[0]:.2f} us ({base / best[0]:.2f}x)", "x".join(map(str, best[1]))]
-            else:
-                cells += ["needs a GPU (Triton)", ""]
-            out.append([name, m, "gate/up, silu x up" if glu else what, f"{n} x {k}", *cells])
+        base = graph_us([partial(engine, w) for w in ws])
+        cells = [f"{base:.2f} us"]
+        if GPU:
+            want = engine(ws[0]).float()
+            y = torch.empty(m, n // 2 if glu else n, device=DEVICE, dtype=dtype)
+            best = (float("inf"), None)
+            for tiling in itertools.product([16] if m <= 16 else [64], [32, 64, 128], [64, 128], [3, 4, 5]):
+                if y.shape[1] % tiling[1] or k % tiling[2]:
+                    continue
+                try:
+                    triton_gemm(x, ws[0], b, y, glu, tiling)
+                except Exception as e:  # a tiling that does not fit the SM's shared memory
+                    if type(e).__name__ != "OutOfResources":
+                        raise
+                    continue
+                assert (y.float() - want).abs().max() <= 0.02 * want.abs().max() + 0.02, (what, m, tiling)
+                us = graph_us([partial(triton_gemm, x, w, b, y, glu, tiling) for w in ws])
+                best = min(best, (us, tiling))
+            cells += [f"{best[0]:.2f} us ({base / best[0]:.2f}x)", "x".join(map(str, best[1]))]
+        else:
+            cells += ["needs a GPU (Triton)", ""]
+        out.append([name, m, "gate/up, silu x up" if glu else what, f"{n} x {k}", *cells])
     return out
 
 
