@@ -21,7 +21,7 @@ against what the engine runs now, in the same run:
 
     python bench/fused_decode.py --archs qwen2.5-0.5b,qwen2.5-1.5b --rows 16,128,256
     python bench/fused_decode.py --sections chain --rows 16,128,256
-    python bench/fused_decode.py --sections tma --rows 128,256
+    python bench/fused_decode.py --sections tma --rows 32,128,256
     python bench/fused_decode.py --archs tiny --rows 16          # CPU: the engine's paths only (Triton needs a GPU)
 
 Every timing is one call per layer, each on that layer's own weights (as a decode step reads them: more copies where
