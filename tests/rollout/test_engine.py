@@ -494,11 +494,11 @@ def test_steps_of_few_rows_take_gate_up_and_silu_as_one_kernel(tiny, prompts, mo
     monkeypatch.setattr(gated_gemm, "gated_up", equivalent)
     params = SamplingParams(temperature=0.0, ignore_eos=True)
     small = RolloutEngine(model, tok, slots=8, max_len=256)
-    assert small.dec.gated_at_few
+    assert small.dec.gated_rows == gated_gemm.ROWS  # (a CPU's max_rows)
     out = small.generate(prompts, 2, 24, params)
     assert rows and set(rows) == {8}
     rows.clear()
-    small.dec.gated_at_few = False
+    small.dec.gated_rows = 0
     assert [c.ids for g in small.generate(prompts, 2, 24, params) for c in g] == [c.ids for g in out for c in g]
     assert not rows
     # 64 slots: 64 rows a step until only prompt 1's 16 samples run, then their 16 rows (the tail)
@@ -512,4 +512,4 @@ def test_steps_of_few_rows_take_gate_up_and_silu_as_one_kernel(tiny, prompts, mo
     big.generate(prompts, 16, [2, 24, 2, 2], params)
     assert set(rows) == {64, 16}
     monkeypatch.undo()  # on a CPU: no kernel, the unfused path
-    assert not RolloutEngine(model, tok, slots=8, max_len=256).dec.gated_at_few
+    assert not RolloutEngine(model, tok, slots=8, max_len=256).dec.gated_rows

@@ -173,9 +173,9 @@ class CachedDecoder:
         self.decode_layer, self.final_logits = self._decode_layer, self._final_logits  # (compile_decode: compiled)
         self.prefill_layer = self._prefill_layer  # (compile_prefill: compiled)
         self.down_parts = down_parts(arch, self.groups, self.adapters, weight)  # decode's, in the layer's 2nd term
-        self.gated_at_few = gated_up_fits(self.parts, self.act)  # gate/up and silu x up as one kernel at few rows
-        # ... at up to this many rows (gated_gemm.max_rows)
-        self.gated_rows = gated_gemm.max_rows(self.parts[0].fused["gate_up"][0]) if self.gated_at_few else 0
+        # gate/up and silu x up as one kernel at up to this many rows a step (0: never; every layer's max_rows)
+        self.gated_rows = min(gated_gemm.max_rows(p.fused["gate_up"][0]) for p in self.parts) \
+            if gated_up_fits(self.parts, self.act) else 0
 
     def compile_prefill(self, compiler) -> None:
         """Compile prefill's layer with `compiler` (engine.compiled), as decode's is: one layer traced and generated
@@ -201,7 +201,7 @@ class CachedDecoder:
         attend(part, q, k, v, rotate) its attention, given queries and keys not yet rotated (rotate
         does it; decode's kernel rotates the queries and keys as it loads them). Returns the layer's output as
         two terms to add (arch.block); with `parts` > 1 (decode, down_parts) the second is the MLP's fp32 partial
-        products [P, B, T, d] (summed); `few` (decode at up to gated_gemm.max_rows rows, where gated_up_fits): gate/up
+        products [P, B, T, d] (summed); `few` (decode at up to gated_rows rows, where gated_up_fits): gate/up
         and silu x up as one kernel."""
         # (self.act, layer 0's activation module, is read only where it is called: a routed layer's trace that read
         # it would be guarded on it being that layer's own)
@@ -338,7 +338,7 @@ class CachedDecoder:
         out = torch.zeros_like(x) if parts == 1 else x.new_zeros((parts, *x.shape), dtype=torch.float32)
         rowwise_out = (lambda t: t) if rows is None else (lambda t: generic_in(t, 0 if parts == 1 else 1))
         # few rows (a batch's tail, a small engine): gate/up and silu x up as one kernel (a version of its own)
-        few = self.gated_at_few and (self.slots if rows is None else len(rows)) <= self.gated_rows
+        few = (self.slots if rows is None else len(rows)) <= self.gated_rows
         pos, reads, rows = rowwise(pos), rowwise(reads), rowwise(rows)
         for part in self.parts:
             x, out = self.decode_layer(part, rowwise(x), rowwise_out(out), *tables[part.table], pos, reads, window,

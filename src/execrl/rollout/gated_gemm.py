@@ -103,12 +103,9 @@ if triton is not None:
         m, k = x.shape
         n = weight.shape[0] // 2
         out = x.new_empty(m, n)
-        if m > ROWS and weight.data_ptr() % 16:  # (max_rows checked one layer's weight: TMA reads 16-byte aligned)
-            gate, up = torch.nn.functional.linear(x, weight).float().chunk(2, -1)
-            return (gate * torch.sigmoid(gate) * up).to(x.dtype)
         if m > ROWS:  # (at most max_rows: TMA's kernel)
             t, bt = TMA_TILING, max(32, triton.next_power_of_2(m))
-            x = x if x.data_ptr() % 16 == 0 else x.clone()
+            x = x if x.data_ptr() % 16 == 0 else x.clone()  # (TMA reads 16-byte aligned rows; max_rows: the weight's)
             tma_kernel[(n // t["BM"],)](
                 TensorDescriptor.from_tensor(weight, [t["BM"], t["BK"]]), TensorDescriptor.from_tensor(x, [bt, t["BK"]]),
                 TensorDescriptor.from_tensor(out, [bt, t["BM"]]), n, k, BM=t["BM"], BT=bt, BK=t["BK"],
