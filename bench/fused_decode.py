@@ -17,11 +17,15 @@ against what the engine runs now, in the same run:
 - `mlp`: a layer's whole MLP block (RMSNorm, gate/up, silu x up, down, the residual add) as ONE persistent kernel,
   a program per SM and two grid barriers (gate/up tiles | down's K-split partial sums | their sum in a fixed
   order + the residual), against the engine's five kernels (norm, gate/up, silu x up, down with cuBLAS's split-K
-  reduction, the add); and its parts alone: the barriers (no work), the first phase.
+  reduction, the add); and its parts alone: the barriers (no work), the first phase;
+- `flow`: gate/up, silu x up and down's fp32 K-split parts from the normed rows as ONE dataflow kernel (gate/up
+  tiles read by TMA, then down tasks that each wait, by a counter, only for the gate/up tiles that write their
+  inputs: no grid barrier), against the engine's three kernels; and its gate/up tiles alone.
 
     python bench/fused_decode.py --archs qwen2.5-0.5b,qwen2.5-1.5b --rows 16,128,256
     python bench/fused_decode.py --sections chain --rows 16,128,256
     python bench/fused_decode.py --sections tma --rows 32,128,256
+    python bench/fused_decode.py --sections flow --rows 128
     python bench/fused_decode.py --archs tiny --rows 16          # CPU: the engine's paths only (Triton needs a GPU)
 
 Every timing is one call per layer, each on that layer's own weights (as a decode step reads them: more copies where
@@ -235,6 +239,92 @@ if triton is not None:
         tl.store(out_ptr + pid, tl.sum(acc))
 
 
+
+if triton is not None:
+    @triton.jit
+    def _fence_acquire(x):  # every thread: its later reads ordered after the flag it saw (fence.acq_rel at GPU scope)
+        return tl.inline_asm_elementwise("fence.acq_rel.gpu; mov.u32 $0, $1;", "=r,r", [x], dtype=tl.int32,
+                                         is_pure=False, pack=1)
+
+    @triton.jit
+    def _flow_task(t, wgu_desc, h_desc, wd_desc, act_ptr, parts_ptr, sync_ptr, M, I: tl.constexpr, D: tl.constexpr,
+                   NA: tl.constexpr, P: tl.constexpr, MT: tl.constexpr, BM: tl.constexpr, BMD: tl.constexpr,
+                   BT: tl.constexpr, BK: tl.constexpr):
+        """Task t of `_flow_mlp`'s schedule."""
+        TPP: tl.constexpr = NA // P  # gate/up tiles per part
+        NN: tl.constexpr = D // BMD  # down's row tiles
+        KP: tl.constexpr = I // P
+        r = t % MT
+        rt = r * BT + tl.arange(0, BT)
+        if t < NA * MT:  # a gate/up tile: act[block r, c BM : (c + 1) BM]
+            c = t // MT
+            acc = tl.zeros((BM, BT), tl.float32)
+            acc2 = tl.zeros((BM, BT), tl.float32)
+            for k in range(0, D, BK):
+                x = h_desc.load([r * BT, k])  # [BT, BK]
+                acc = tl.dot(wgu_desc.load([c * BM, k]), x.T, acc)
+                acc2 = tl.dot(wgu_desc.load([I + c * BM, k]), x.T, acc2)
+            g = acc.to(tl.bfloat16).to(tl.float32)
+            a = (g * tl.sigmoid(g) * acc2.to(tl.bfloat16).to(tl.float32)).to(tl.bfloat16)  # [BM, BT]
+            cols = c * BM + tl.arange(0, BM)
+            tl.store(act_ptr + rt[None, :] * I + cols[:, None], a, mask=rt[None, :] < M)
+            tl.debug_barrier()
+            tl.atomic_add(sync_ptr + (c // TPP) * MT + r, 1, sem="release", scope="gpu")
+        else:  # a down task: parts[p, block r, n BMD : (n + 1) BMD] over act's p-th part of columns
+            j = t // MT - NA
+            p = j // NN
+            n = j % NN
+            while tl.load(sync_ptr + p * MT + r, volatile=True) < TPP:
+                pass
+            _fence_acquire(p)
+            accd = tl.zeros((BMD, BT), tl.float32)
+            for k0 in range(0, KP, BK):
+                k = tl.multiple_of(p * KP + k0, BK)
+                ad = tl.load(act_ptr + rt[:, None] * I + k + tl.arange(0, BK)[None, :], mask=rt[:, None] < M,
+                             other=0.0)  # [BT, BK] (no L1 line of it read before its part was written)
+                accd = tl.dot(wd_desc.load([n * BMD, k]), ad.T, accd)
+            rows = n * BMD + tl.arange(0, BMD)
+            tl.store(parts_ptr + p * M * D + rt[None, :] * D + rows[:, None], accd, mask=rt[None, :] < M)
+
+    @triton.jit
+    def _flow_mlp(wgu_desc, h_desc, wd_desc, act_ptr, parts_ptr, sync_ptr, M, I: tl.constexpr, D: tl.constexpr,
+                  NA: tl.constexpr, P: tl.constexpr, MT: tl.constexpr, BM: tl.constexpr, BMD: tl.constexpr,
+                  BT: tl.constexpr, BK: tl.constexpr, SCHEDULE: tl.constexpr, DOWN: tl.constexpr):
+        """parts [P, M, D] fp32 = down's K-split partial products of silu(h Wg^T) * (h Wu^T), in ONE launch of a
+        dataflow schedule over MT blocks of BT rows: tasks 0..NA MT - 1 are gate/up tiles (BM of gate's and up's
+        rows, one block of rows; a tile's blocks next to each other, so that the second reads the weight from L2),
+        then down tasks (BMD of down's rows, one of P parts of its input dim, one block of rows). A down task waits
+        only for the NA / P gate/up tiles that write its inputs (a counter per part and block of rows), so the down
+        weights stream while the last gate/up tiles run. Tasks go to programs in index order (SCHEDULE 0: program
+        pid takes task pid alone, relying on the GPU starting programs in index order, as it does, where they are
+        not all resident at once; 1: pid, pid + G, ..., all G resident; 2: from a queue), so a task waits only on
+        tasks already taken: no deadlock. sync_ptr [P MT + 2] int32: the counters, the queue,
+        the programs out (the last one out zeroes them for the next launch). DOWN False: the gate/up tiles alone
+        (for their time)."""
+        pid, progs = tl.program_id(0), tl.num_programs(0)
+        Q: tl.constexpr = P * MT  # the queue's index in sync_ptr
+        TASKS: tl.constexpr = (NA + (D // BMD) * P * DOWN) * MT
+        if SCHEDULE == 0:
+            if pid < TASKS:
+                _flow_task(pid, wgu_desc, h_desc, wd_desc, act_ptr, parts_ptr, sync_ptr, M, I, D, NA, P, MT, BM, BMD,
+                           BT, BK)
+        else:
+            if SCHEDULE == 2:
+                t = tl.atomic_add(sync_ptr + Q, 1)
+            else:
+                t = pid
+            while t < TASKS:
+                _flow_task(t, wgu_desc, h_desc, wd_desc, act_ptr, parts_ptr, sync_ptr, M, I, D, NA, P, MT, BM, BMD,
+                           BT, BK)
+                if SCHEDULE == 2:
+                    t = tl.atomic_add(sync_ptr + Q, 1)
+                else:
+                    t += progs
+        tl.debug_barrier()
+        if tl.atomic_add(sync_ptr + Q + 1, 1, sem="acq_rel", scope="gpu") == progs - 1:
+            for q in range(Q + 2):
+                tl.atomic_xchg(sync_ptr + q, 0)
+
 class TMAGemm:
     """`_tma_gemm`'s launch for x [M, K] into out ([M, N], or [SPLIT M, N] fp32 parts), one descriptor per weight."""
 
@@ -444,6 +534,87 @@ def mlp_rows(name: str, arch, rows: list[int]) -> list[list]:
     return out
 
 
+class FlowMLP:
+    """`_flow_mlp`'s launch for m rows of a (d, i) MLP into parts [PARTS, m, d]: its buffers and descriptors."""
+
+    def __init__(self, h, parts, i: int, progs: int, schedule: int, bt=128, bm=64, bmd=64, bk=64, stages=3,
+                 warps=4, down=True):
+        m, d = h.shape
+        bt = min(bt, max(32, triton.next_power_of_2(m)))
+        mt = triton.cdiv(m, bt)
+        assert i % (PARTS * bm) == 0 and d % bmd == 0 and d % bk == 0 and (i // PARTS) % bk == 0, "whole tiles"
+        self.act = torch.empty(m, i, device="cuda", dtype=torch.bfloat16)
+        self.sync = torch.zeros(PARTS * mt + 2, device="cuda", dtype=torch.int32)
+        self.hd = TensorDescriptor.from_tensor(h, [bt, bk])
+        self.parts, self.m = parts, m
+        self.progs = progs or (i // bm + d // bmd * PARTS * down) * mt  # (0: a program per task)
+        self.meta = dict(I=i, D=d, NA=i // bm, P=PARTS, MT=mt, BM=bm, BMD=bmd, BT=bt, BK=bk, SCHEDULE=schedule,
+                         DOWN=down, num_warps=warps, num_stages=stages)
+        self.blocks = ([bm, bk], [bmd, bk])
+        how = ("a program per task", "in turn", "from a queue")[schedule]
+        self.label = (f"{self.progs} programs, {how}, tiles {bm}/{bmd}x{bt}x{bk}, "
+                      f"{stages} stages, {warps} warps" + ("" if down else "; its gate/up tiles alone"))
+
+    def descs(self, wgu, wd):
+        return TensorDescriptor.from_tensor(wgu, self.blocks[0]), TensorDescriptor.from_tensor(wd, self.blocks[1])
+
+    def __call__(self, descs):
+        _flow_mlp[(self.progs,)](descs[0], self.hd, descs[1], self.act, self.parts, self.sync, self.m, **self.meta)
+
+
+def flow_rows(name: str, arch, rows: list[int]) -> list[list]:
+    """gate/up, silu x up and down's fp32 parts from the normed rows: the engine's three kernels (cuBLAS, inductor's
+    silu x up, the batched parts GEMM; gated_gemm's kernel where the engine takes it) against one dataflow kernel."""
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+    d, i = arch.hidden, arch.intermediate
+    glu_c = compiled(gated(F.silu))
+    copies = weight_copies(3 * d * i * 2, arch.layers)
+    ws = [(torch.randn(2 * i, d, device=DEVICE, dtype=dtype) / d ** 0.5,
+           torch.randn(d, i, device=DEVICE, dtype=dtype) / i ** 0.5) for _ in range(copies)]
+
+    def engine(h, w):
+        wgu, wd = w
+        few = DEVICE == "cuda" and gated_gemm.fits(wgu) and h.shape[0] <= gated_gemm.max_rows(wgu)
+        a = gated_gemm.gated_up(h, wgu) if few else glu_c(F.linear(h, wgu))
+        return partial_down(a[None], wd, PARTS)[:, 0] if DEVICE == "cuda" else F.linear(a, wd)
+
+    out = []
+    for m in rows:
+        h = torch.randn(m, d, device=DEVICE, dtype=dtype)
+        want = engine(h, ws[0]).float()
+        want = want.sum(0) if want.dim() == 3 else want
+        base = graph_us([partial(engine, h, w) for w in ws])
+        out.append([name, m, "the engine's (gate/up, silu x up, down's parts)", f"{base:.2f} us", "1.00x", ""])
+        if not GPU:
+            out.append([name, m, "one dataflow kernel", "needs a GPU (Triton)", "", ""])
+            continue
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        parts = torch.empty(PARTS, m, d, device="cuda", dtype=torch.float32)
+        act = glu_c(F.linear(h, ws[0][0]))
+        many = max(sms, i // 64)
+        for progs, schedule, bt, stages, down in ((many, 2, 128, 4, True), (0, 0, 128, 4, True),
+                                                  (0, 0, 128, 3, True), (0, 0, 128, 4, False),
+                                                  (0, 0, 64, 3, True), (0, 0, 64, 3, False)):
+            flow = FlowMLP(h, parts, i, progs, schedule, bt=bt, stages=stages, down=down)
+            descs = [flow.descs(*w) for w in ws]
+            try:
+                flow(descs[0])
+            except Exception as e:  # a tiling that does not fit the SM's shared memory
+                if type(e).__name__ != "OutOfResources":
+                    raise
+                continue
+            torch.cuda.synchronize()
+            errs = [(flow.act.float() - act.float()).abs().max().item(), (parts.sum(0) - want).abs().max().item()]
+            us = graph_us([partial(flow, dd) for dd in descs])
+            flow(descs[0])  # (after the replays: the counters reset each launch)
+            torch.cuda.synchronize()
+            errs.append((parts.sum(0) - want).abs().max().item())
+            out.append([name, m, f"one dataflow kernel ({flow.label})", f"{us:.2f} us", f"{base / us:.2f}x",
+                        f"silu x up {errs[0]:.2e}" + (f", sum {errs[1]:.2e} / {errs[2]:.2e} of "
+                                                      f"{want.abs().max().item():.2f}" if down else "")])
+    return out
+
+
 PARTS = 4  # down's K-split parts, as the engine's decode (decoder.down_parts)
 
 
@@ -591,6 +762,10 @@ def main() -> None:
         table("A layer's MLP block: the engine's five kernels against one persistent kernel, per call",
               ["arch", "rows", "kernels", "time", "engine / this", "max error vs fp32"],
               [r for a in archs for r in mlp_rows(a, ARCHS[a], rows)])
+    if "flow" in sections:
+        table("A layer's MLP from its normed rows: the engine's kernels against one dataflow kernel, per call",
+              ["arch", "rows", "kernels", "time", "engine / this", "largest difference from the engine's sum"],
+              [r for a in archs for r in flow_rows(a, ARCHS[a], rows)])
 
 
 if __name__ == "__main__":

@@ -269,9 +269,10 @@ def test_kernel_choices_bench_runs_on_cpu():
 
 @pytest.mark.slow
 def test_fused_decode_bench_runs_on_cpu():
-    out = run("bench/fused_decode.py", "--archs", "tiny", "--rows", "4", "--sections", "gemm,chain,tma,mlp")
-    # four projections twice (gemm, tma), the chain's and the MLP block's engine rows and kernels'
-    assert out.count("\n| tiny | 4 |") == 12
+    out = run("bench/fused_decode.py", "--archs", "tiny", "--rows", "4", "--sections", "gemm,chain,tma,mlp,flow")
+    # four projections twice (gemm, tma), the chain's, the MLP block's and the dataflow MLP's engine rows and kernels'
+    assert out.count("\n| tiny | 4 |") == 14
+    assert "| tiny | 4 | the engine's (gate/up, silu x up, down's parts) |" in out
     assert "| tiny | 4 | o | 64 x 64 (0.0 MB) |" in out  # (tma's)
     assert "| tiny | 4 | the engine's (compiled: cuBLAS, inductor's kernels) |" in out
     assert "| tiny | 4 | gate/up, silu x up | 256 x 64 |" in out and "| tiny | 4 | the engine's five kernels |" in out
