@@ -3,13 +3,17 @@ next batch's decoding (bandwidth-bound at 128 rows) beside this batch's training
 
     python bench/overlap.py --arch qwen2.5-1.5b --new 4096 --micro 4 --repeat 1   # the 4K step's two phases
     python bench/overlap.py --arch qwen2.5-0.5b --new 256 --micro 32
+    python bench/overlap.py --arch qwen2.5-1.5b --new 256 --micro 32 --matmuls 0 --repeat 1 --carveouts 16,32,66
     python bench/overlap.py --arch tiny --new 16 --micro 16 --rows 16 --matmul-size 256 --repeat 1  # CPU smoke
 The engine generates --rows prompts x (--prompt + --new forced) tokens on a stream of its own, in a thread, while
 the main thread runs the forward and backward of per-token logprobs over the same shape in micro-batches of
 --micro (the trainer's token_logprobs, layers compiled on a GPU). Rows: each part alone, the two in turn (the sum),
 and the two at once with the decoding stream at normal and at high priority, with when each part ended. First, the
 same pairing with a plain loop of bf16 matmuls (--matmuls of --matmul-size squared) in place of training, either side:
-a baseline free of execrl's code for whether the GPU runs a decode step's kernels beside large GEMMs at all.
+a baseline free of execrl's code for whether the GPU runs a decode step's kernels beside large GEMMs at all. With
+--carveouts, the training's cuBLAS GEMMs leave that many SMs to the decoding (torch's experimental SM carveout, set
+while the training runs; the decode step's kernels, captured in CUDA graphs before, keep every SM): training alone
+so, and the two at once.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import argparse
 import threading
 import time
 from contextlib import nullcontext
+from functools import partial
 
 import torch
 from common import DEVICE, build, sync, table, timed
@@ -61,6 +66,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="rounds of the training pairs")
     ap.add_argument("--matmuls", type=int, default=1000, help="square matmuls of the baseline pairs (0: none)")
     ap.add_argument("--matmul-size", type=int, default=8192)
+    ap.add_argument("--carveouts", default="", help="SMs the training's GEMMs leave free, comma-separated (GPU)")
     args = ap.parse_args()
     model, tok = build(args.arch)
     cuda = DEVICE == "cuda"
@@ -79,11 +85,18 @@ def main() -> None:
     def generate():
         engine.generate(prompts, 1, args.new, params)
 
-    def train():
-        with torch.enable_grad():
-            for i in range(0, args.rows, args.micro):
-                token_logprobs(model, ids[i:i + args.micro], None, select[i:i + args.micro])[0].mean().backward()
-        model.zero_grad(set_to_none=True)
+    def train(carveout: int = 0):
+        if carveout:
+            torch._C._set_sm_carveout_experimental(carveout)
+        try:
+            with torch.enable_grad():
+                for i in range(0, args.rows, args.micro):
+                    token_logprobs(model, ids[i:i + args.micro], None, select[i:i + args.micro])[0].mean().backward()
+            model.zero_grad(set_to_none=True)
+        finally:
+            if carveout:
+                torch.cuda.current_stream().synchronize()  # (the GEMMs launched under it have run)
+                torch._C._set_sm_carveout_experimental(None)
 
     def matmuls():
         for _ in range(args.matmuls):
@@ -110,6 +123,13 @@ def main() -> None:
         for name, priority in (("at once, decoding at normal priority", 0), ("at once, decoding at high priority", -1)):
             wall, gen_end, train_end = together(train, generate, priority)
             rows.append([r, name, f"{wall:.3f}", f"{gen_end:.3f}", f"train {train_end:.3f}"])
+    for c in [int(c) for c in args.carveouts.split(",") if c] if cuda else []:
+        train(c)  # (cuBLAS's choices for fewer SMs)
+        tr = timed(partial(train, c))[1]
+        rows.append(["-", f"train alone, its GEMMs leaving {c} SMs", f"{tr:.3f}", "", ""])
+        wall, gen_end, train_end = together(partial(train, c), generate)
+        rows.append(["-", f"at once, the training's GEMMs leaving {c} SMs", f"{wall:.3f}", f"{gen_end:.3f}",
+                     f"train {train_end:.3f}"])
     table(f"{args.arch} on {DEVICE}, torch {torch.__version__}: {args.rows} rows x ({args.prompt} + {args.new}) "
           f"generated ({args.rows * args.new:,} tokens) and trained (micro-batch {args.micro})",
           ["round", "mode", "wall s", "generate ended s", "the other ended s"], rows)
