@@ -3,7 +3,7 @@ next batch's decoding (bandwidth-bound at 128 rows) beside this batch's training
 
     python bench/overlap.py --arch qwen2.5-1.5b --new 4096 --micro 4 --repeat 1   # the 4K step's two phases
     python bench/overlap.py --arch qwen2.5-0.5b --new 256 --micro 32
-    python bench/overlap.py --arch qwen2.5-1.5b --new 256 --micro 32 --matmuls 0 --repeat 1 --carveouts 16,32,66
+    python bench/overlap.py --arch qwen2.5-1.5b --new 256 --micro 32 --matmuls 0 --repeat 1 --carveouts 16,32,48,66
     python bench/overlap.py --arch tiny --new 16 --micro 16 --rows 16 --matmul-size 256 --repeat 1  # CPU smoke
 The engine generates --rows prompts x (--prompt + --new forced) tokens on a stream of its own, in a thread, while
 the main thread runs the forward and backward of per-token logprobs over the same shape in micro-batches of
@@ -13,7 +13,7 @@ same pairing with a plain loop of bf16 matmuls (--matmuls of --matmul-size squar
 a baseline free of execrl's code for whether the GPU runs a decode step's kernels beside large GEMMs at all. With
 --carveouts, the training's cuBLAS GEMMs leave that many SMs to the decoding (torch's experimental SM carveout, set
 while the training runs; the decode step's kernels, captured in CUDA graphs before, keep every SM): training alone
-so, and the two at once.
+so, and the two at once (on torch 2.11 it barely slowed the compiled layers' GEMMs: bench/README.md).
 """
 
 from __future__ import annotations
