@@ -238,9 +238,6 @@ if triton is not None:
             acc += tl.load(w_ptr + i + tl.arange(0, BLOCK), mask=i + tl.arange(0, BLOCK) < N, other=0.0).to(tl.float32)
         tl.store(out_ptr + pid, tl.sum(acc))
 
-
-
-if triton is not None:
     @triton.jit
     def _fence_acquire(x):  # every thread: its later reads ordered after the flag it saw (fence.acq_rel at GPU scope)
         return tl.inline_asm_elementwise("fence.acq_rel.gpu; mov.u32 $0, $1;", "=r,r", [x], dtype=tl.int32,
@@ -325,6 +322,7 @@ if triton is not None:
             for q in range(Q + 2):
                 tl.atomic_xchg(sync_ptr + q, 0)
 
+
 def runs(call) -> bool:
     """Whether call() runs (and ran): False where its tiling does not fit the SM's shared memory."""
     try:
@@ -358,6 +356,14 @@ class TMAGemm:
         _tma_gemm[self.grid](wd, self.xd, self.od, wd.base if b is None else b, k, m, nh, **self.meta)
 
 
+def engine_gated(x, w, glu_c):
+    """The engine's gate/up and silu x up of the rows x [m, d] under the joined weight w: gated_gemm's kernels at up to
+    max_rows rows (where they take w), else the GEMM and glu_c, the compiled silu x up."""
+    if gated_gemm.fits(w) and x.shape[0] <= gated_gemm.max_rows(w):
+        return gated_gemm.gated_up(x, w)
+    return glu_c(F.linear(x, w))
+
+
 def layer_projections(arch, rows: list[int]):
     """For each row count m and each projection of a layer (not the LM head): (m, name, n, k, its weights [n, k],
     one per layer or more (weight_copies), its bias or None, the rows [m, k])."""
@@ -379,13 +385,12 @@ def tma_rows(name: str, arch, rows: list[int]) -> list[list]:
         glu, down = what == "gate/up", what == "down"
         dtype = x.dtype
 
-        def engine(w, x=x, b=b, glu=glu, down=down, m=m):  # (this iteration's) the engine's path
-            if glu and gated_gemm.fits(w) and m <= gated_gemm.max_rows(w):
-                return gated_gemm.gated_up(x, w)
+        def engine(w, x=x, b=b, glu=glu, down=down):  # (this iteration's) the engine's path
+            if glu:
+                return engine_gated(x, w, glu_c)
             if down and DEVICE == "cuda":
                 return partial_down(x[None], w, PARTS)
-            y = F.linear(x, w, b)
-            return glu_c(y) if glu else y
+            return F.linear(x, w, b)
 
         base = graph_us([partial(engine, w) for w in ws])
         mb = n * k * 2 / 1e6
@@ -472,11 +477,8 @@ def gemm_rows(name: str, arch, rows: list[int]) -> list[list]:
         glu = what == "gate/up"
         dtype = x.dtype
 
-        def engine(w, x=x, b=b, glu=glu, m=m):  # (this iteration's)
-            if glu and gated_gemm.fits(w) and m <= gated_gemm.max_rows(w):  # the engine's path at few rows
-                return gated_gemm.gated_up(x, w)
-            y = F.linear(x, w, b)
-            return glu_c(y) if glu else y
+        def engine(w, x=x, b=b, glu=glu):  # (this iteration's)
+            return engine_gated(x, w, glu_c) if glu else F.linear(x, w, b)
 
         base = graph_us([partial(engine, w) for w in ws])
         cells = [f"{base:.2f} us"]
@@ -578,8 +580,7 @@ def flow_rows(name: str, arch, rows: list[int]) -> list[list]:
 
     def engine(h, w):
         wgu, wd = w
-        few = DEVICE == "cuda" and gated_gemm.fits(wgu) and h.shape[0] <= gated_gemm.max_rows(wgu)
-        a = gated_gemm.gated_up(h, wgu) if few else glu_c(F.linear(h, wgu))
+        a = engine_gated(h, wgu, glu_c)
         return partial_down(a[None], wd, PARTS)[:, 0] if DEVICE == "cuda" else F.linear(a, wd)
 
     out = []
