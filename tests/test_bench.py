@@ -279,6 +279,13 @@ def test_fused_decode_bench_runs_on_cpu():
 
 
 @pytest.mark.slow
+def test_wave_gated_bench_runs_on_cpu():
+    out = run("bench/wave_gated.py", "--archs", "tiny", "--rows", "4")
+    assert "| tiny | 4 | 256 x 64 |" in out and "needs a Hopper GPU (Gluon) |" in out  # (the kernel table's row)
+    assert "| tiny |  | needs a Hopper GPU (Gluon)" in out  # (the engine table's)
+
+
+@pytest.mark.slow
 def test_trainer_parts_bench_runs_on_cpu():
     out = run("bench/trainer_parts.py", "--arch", "tiny", "--rows", "8", "--prompt", "16", "--new", "32")
     for part in ("logprobs forward + backward, right-padded rows", "chunked LM head, forward + backward",

@@ -1,0 +1,294 @@
+"""Decode's gate/up and silu x up at 65-128 rows with one wave of programs: a warp-specialized kernel in Gluon
+(Triton's lower-level dialect: explicit TMA copies, mbarriers, wgmma and warp specialization; Hopper), against the
+engine's (at 128 rows cuBLAS's GEMM and the compiled silu x up; at up to 64 rows gated_gemm's Triton kernels), alone
+and in the engine.
+
+At 128 rows cuBLAS tiles 1.5B's gate/up in 140 tiles on 132 multiprocessors: two waves, the second nearly empty. Here
+the rows are the tensor cores' M side, all of them in one block, and a program takes NA + NB of gate's columns and the
+same of up's (NA and NB powers of two: 64 + 8 at 1.5B, 125 programs; 64 + 32 at 3B, 115; 128 + 16 at 7B, 132), so
+that one wave covers the weight. One loader warp fills a ring of stages by TMA (the rows and the four weight tiles of
+each 64 input columns); the other warps run the wgmmas and write silu(gate) x up, each product rounded to bf16 first
+as the engine's two kernels round it.
+
+- `kernel`: every tiling (NA + NB, 4 or 8 consumer warps, as many stages as ~220 KB of shared memory holds) per call,
+  each call on its own weights in one CUDA graph (`common.graph_us`): the best, and the best of programs of a power
+  of two of columns; every element of the output compared with the engine's;
+- `engine`: the engine's generate of 16 prompts x 8 (128 rows), 128 + 256 tokens forced, as it is and with the
+  kernel's best 128-row tiling at 65-128 rows (gated_gemm's entry patched for this run), median of 5 calls,
+  alternating; and whether greedy decoding gives the same tokens.
+
+    python bench/wave_gated.py --archs qwen2.5-0.5b,qwen2.5-1.5b --rows 64,96,128,256 --sections kernel
+    python bench/wave_gated.py --archs qwen2.5-1.5b,qwen2.5-3b,qwen2.5-coder-7b --rows 128
+    python bench/wave_gated.py --archs tiny --rows 4              # CPU: the engine's path only (Gluon needs a GPU)
+"""
+
+import argparse
+import contextlib
+import itertools
+import statistics
+import time
+from functools import partial
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from common import ARCHS, DEVICE, build, device_name, graph_us, table, weight_copies
+from fused_decode import compiled, engine_gated
+
+from execrl.rollout import RolloutEngine, SamplingParams, gated_gemm
+from execrl.rollout.models.layers import gated
+
+try:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+except ImportError:  # (a CPU-only install, or a Triton without Gluon)
+    gluon = None
+
+GLUON = DEVICE == "cuda" and gluon is not None and torch.cuda.get_device_capability()[0] == 9
+ROWS = 128  # the most rows: all of them one block of the tensor cores' M side
+BK = 64  # input columns a stage (128 bytes: the widest swizzle a TMA box takes)
+SMEM = 220 * 1024  # the ring's shared memory, at most (of the 227 KB a Hopper block may have)
+
+
+class Tiling(NamedTuple):
+    na: int  # a program's columns of gate (and of up): na + nb
+    nb: int  # (0: na only)
+    stages: int  # the ring's
+    warps: int  # the consumer warps (the loader is one more)
+
+
+if gluon is not None:
+    _BK = gl.constexpr(BK)
+
+    @gluon.jit
+    def _load(x_desc, wa_desc, wb_desc, ready, empty, xs, gas, uas, gbs, ubs, I, K,
+              NA: gl.constexpr, NB: gl.constexpr, S: gl.constexpr, HAS_B: gl.constexpr):
+        """The loader warp: for each BK input columns, wait for a free stage, then TMA the rows and gate's and up's
+        NA (+ NB) columns into it."""
+        c0 = gl.program_id(0) * (NA + NB * HAS_B)
+        nbytes: gl.constexpr = x_desc.block_type.nbytes + 2 * wa_desc.block_type.nbytes + \
+            2 * wb_desc.block_type.nbytes * HAS_B
+        for i in range(K // _BK):
+            s = i % S
+            mbarrier.wait(empty.index(s), ((i // S) & 1) ^ 1)  # (a fresh barrier lets the first round through)
+            bar = ready.index(s)
+            mbarrier.expect(bar, nbytes)
+            tma.async_copy_global_to_shared(wa_desc, [c0, i * _BK], bar, gas.index(s))
+            tma.async_copy_global_to_shared(wa_desc, [I + c0, i * _BK], bar, uas.index(s))
+            if HAS_B:
+                tma.async_copy_global_to_shared(wb_desc, [c0 + NA, i * _BK], bar, gbs.index(s))
+                tma.async_copy_global_to_shared(wb_desc, [I + c0 + NA, i * _BK], bar, ubs.index(s))
+            tma.async_copy_global_to_shared(x_desc, [0, i * _BK], bar, xs.index(s))  # (rows past M: zeros)
+
+    @gluon.jit
+    def _silu_up(g, u, o_ptr, rows, cols, M, I):
+        """o[rows, cols] = silu(g) x u, g and u rounded to bf16 first; columns past I (where gate's tile ran into up's
+        rows) and rows past M are not written."""
+        g = g.to(gl.bfloat16).to(gl.float32)
+        out = g * (1 / (1 + gl.exp(-g))) * u.to(gl.bfloat16).to(gl.float32)
+        mask = (rows[:, None] < M) & (cols[None, :] < I)
+        gl.store(o_ptr + rows[:, None] * I + cols[None, :], out.to(gl.bfloat16), mask=mask)
+
+    @gluon.jit
+    def _mma(o_ptr, ready, empty, xs, gas, uas, gbs, ubs, M, I, K, BT: gl.constexpr, NA: gl.constexpr,
+             NB: gl.constexpr, S: gl.constexpr, HAS_B: gl.constexpr, W: gl.constexpr):
+        """The consumer warps: gate and up [BT rows, NA (+ NB) columns] in fp32 over the ring, then silu x up."""
+        la: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, NA, 16])
+        lb: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, NB, 16])
+        ga = gl.zeros([BT, NA], gl.float32, la)
+        ua = gl.zeros([BT, NA], gl.float32, la)
+        gb = gl.zeros([BT, NB], gl.float32, lb)
+        ub = gl.zeros([BT, NB], gl.float32, lb)
+        for i in range(K // _BK):
+            s = i % S
+            mbarrier.wait(ready.index(s), (i // S) & 1)
+            x = xs.index(s)  # [BT, BK]; a weight tile [N, BK] is the MMA's [BK, N] operand, transposed
+            ga = warpgroup_mma(x, gas.index(s).permute((1, 0)), ga, is_async=True)
+            ua = warpgroup_mma(x, uas.index(s).permute((1, 0)), ua, is_async=True)
+            if HAS_B:
+                gb = warpgroup_mma(x, gbs.index(s).permute((1, 0)), gb, is_async=True)
+                ub = warpgroup_mma(x, ubs.index(s).permute((1, 0)), ub, is_async=True)
+                ga, ua, gb, ub = warpgroup_mma_wait(0, deps=[ga, ua, gb, ub])
+            else:
+                ga, ua = warpgroup_mma_wait(0, deps=[ga, ua])
+            gl.thread_barrier()  # (every warpgroup's MMAs have read stage s before it is handed back)
+            mbarrier.arrive(empty.index(s), count=1)
+        c0 = gl.program_id(0) * (NA + NB * HAS_B)
+        _silu_up(ga, ua, o_ptr, gl.arange(0, BT, layout=gl.SliceLayout(1, la)),
+                 c0 + gl.arange(0, NA, layout=gl.SliceLayout(0, la)), M, I)
+        if HAS_B:
+            _silu_up(gb, ub, o_ptr, gl.arange(0, BT, layout=gl.SliceLayout(1, lb)),
+                     c0 + NA + gl.arange(0, NB, layout=gl.SliceLayout(0, lb)), M, I)
+
+    @gluon.jit
+    def _kernel(x_desc, wa_desc, wb_desc, o_ptr, M, I, K, NA: gl.constexpr, NB: gl.constexpr, S: gl.constexpr,
+                HAS_B: gl.constexpr, W: gl.constexpr):
+        """o [M, I] = silu(x Wg^T) x (x Wu^T), x [M <= BT, K]; a program per NA + NB columns."""
+        BT: gl.constexpr = x_desc.block_type.shape[0]
+        xs = gl.allocate_shared_memory(x_desc.dtype, [S, BT, _BK], x_desc.layout)
+        gas = gl.allocate_shared_memory(wa_desc.dtype, [S, NA, _BK], wa_desc.layout)
+        uas = gl.allocate_shared_memory(wa_desc.dtype, [S, NA, _BK], wa_desc.layout)
+        gbs = gl.allocate_shared_memory(wb_desc.dtype, [S, NB, _BK], wb_desc.layout)
+        ubs = gl.allocate_shared_memory(wb_desc.dtype, [S, NB, _BK], wb_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+        for s in gl.static_range(S):
+            mbarrier.init(ready.index(s), count=1)
+            mbarrier.init(empty.index(s), count=1)
+        gl.warp_specialize([
+            (_mma, (o_ptr, ready, empty, xs, gas, uas, gbs, ubs, M, I, K, BT, NA, NB, S, HAS_B, W)),
+            (_load, (x_desc, wa_desc, wb_desc, ready, empty, xs, gas, uas, gbs, ubs, I, K, NA, NB, S, HAS_B)),
+        ], [1], [40])
+
+
+def _layout(block):
+    return gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
+
+
+def launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, t: Tiling) -> None:
+    """out [M, I] = silu(x Wg^T) x (x Wu^T) for x [M <= 256, K] (16-byte aligned), bf16."""
+    (m, k), i = x.shape, out.shape[1]
+    bt, nb = max(64, 1 << (m - 1).bit_length()), t.nb or 8  # (nb 0: its buffers still exist, unused)
+    _kernel[(-(-i // (t.na + t.nb)),)](
+        TensorDescriptor.from_tensor(x, [bt, BK], _layout([bt, BK])),
+        TensorDescriptor.from_tensor(weight, [t.na, BK], _layout([t.na, BK])),
+        TensorDescriptor.from_tensor(weight, [nb, BK], _layout([nb, BK])), out, m, i, k,
+        NA=t.na, NB=nb, S=t.stages, HAS_B=t.nb > 0, W=t.warps, num_warps=t.warps)
+
+
+def stages(na: int, nb: int, rows: int = ROWS) -> int:
+    """As many stages as SMEM holds, at most 8."""
+    return min(8, SMEM // ((rows + 2 * na + 2 * (nb or 8)) * BK * 2))
+
+
+def tilings(m: int, i: int) -> list[Tiling]:
+    """Programs of na + nb columns whose accumulators fit the consumer warps' registers (4 or 8 warps), at as many
+    stages as SMEM holds."""
+    bt, sms = max(64, 1 << (m - 1).bit_length()), torch.cuda.get_device_properties(0).multi_processor_count
+    out = []
+    for na, nb, warps in itertools.product([32, 64, 128], [0, 8, 16, 32], [4, 8]):
+        regs = bt * 2 * (na + (nb or 8)) // (32 * warps)  # fp32 accumulators per thread
+        if nb < na and regs <= 176 and -(-i // (na + nb)) <= 3 * sms:
+            out.append(Tiling(na, nb, stages(na, nb, bt), warps))
+    return out
+
+
+def kernel_rows(name: str, arch, rows: list[int], best: dict) -> list[list]:
+    glu_c = compiled(gated(F.silu))  # the engine's silu x up
+    d, i = arch.hidden, arch.intermediate
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+    ws = [torch.randn(2 * i, d, device=DEVICE, dtype=dtype) / d ** 0.5
+          for _ in range(weight_copies(2 * i * d * 2, arch.layers))]
+    out = []
+    for m in rows:
+        x = torch.randn(m, d, device=DEVICE, dtype=dtype)
+        base = graph_us([partial(engine_gated, x, w, glu_c) for w in ws])
+        row = [name, m, f"{2 * i} x {d}", f"{base:.2f} us"]
+        if not GLUON:
+            out.append(row + ["needs a Hopper GPU (Gluon)", "", "", ""])
+            continue
+        want = engine_gated(x, ws[0], glu_c)
+        timed = []
+        for t in tilings(m, i):
+            y = torch.empty(m, i, device=DEVICE, dtype=dtype)
+            launch(x, ws[0], y, t)
+            equal = (y == want).float().mean().item()
+            timed.append((graph_us([partial(launch, x, w, y, t) for w in ws]), t, equal))
+        us, t, equal = min(timed)
+        pow2 = min(r for r in timed if r[1].nb == 0)  # the best whose programs take a power of two of columns
+        best[name, m] = t
+        out.append(row + [f"{us:.2f} us ({base / us:.2f}x): {t.na} + {t.nb}, {-(-i // (t.na + t.nb))} programs, "
+                          f"{t.warps} warps, {t.stages} stages",
+                          f"{pow2[0]:.2f} us ({base / pow2[0]:.2f}x): {pow2[1].na}, {-(-i // pow2[1].na)} programs",
+                          f"{equal:.4f}", f"{min(r[2] for r in timed):.4f}"])
+    return out
+
+
+@torch.library.custom_op("bench_wave::gated_up", mutates_args=())
+def _wave_op(x: torch.Tensor, weight: torch.Tensor, na: int, nb: int, stages: int, warps: int) -> torch.Tensor:
+    out = x.new_empty(x.shape[0], weight.shape[0] // 2)
+    launch(x if x.data_ptr() % 16 == 0 else x.clone(), weight, out, Tiling(na, nb, stages, warps))
+    return out
+
+
+@_wave_op.register_fake
+def _(x, weight, na, nb, stages, warps):
+    return x.new_empty(x.shape[0], weight.shape[0] // 2)
+
+
+@contextlib.contextmanager
+def wave_in_engine(tiling: Tiling | None):
+    """gated_gemm's entry for decode's gate/up at up to ROWS rows: its own kernels at up to 64 rows, this one above
+    (None: as it is)."""
+    orig, orig_rows = gated_gemm.gated_up, gated_gemm.max_rows
+
+    def gated_up(x, w):
+        flat = x.reshape(-1, x.shape[-1]).contiguous()
+        out = orig(flat, w) if flat.shape[0] <= gated_gemm.TMA_ROWS else _wave_op(flat, w, *tiling)
+        return out.view(*x.shape[:-1], w.shape[0] // 2)
+
+    if tiling is not None:
+        gated_gemm.gated_up, gated_gemm.max_rows = gated_up, lambda w: ROWS
+    try:
+        yield
+    finally:
+        gated_gemm.gated_up, gated_gemm.max_rows = orig, orig_rows
+
+
+def engine_rows(name: str, best: dict, calls: int = 5) -> list[list]:
+    if not GLUON or (name, ROWS) not in best:
+        return [[name, "", "needs a Hopper GPU (Gluon) and the kernel section's 128-row tiling", "", ""]]
+    model, tok = build(name, init="cuda")
+    prompts = torch.randint(3, 259, (16, 128), generator=torch.Generator().manual_seed(0)).tolist()
+    paths = {"the engine's (cuBLAS + silu x up)": None, "the one-wave kernel": best[name, ROWS]}
+    engines, ids, times = {}, {}, {}
+    for path, tiling in paths.items():
+        torch._dynamo.reset()
+        with wave_in_engine(tiling):  # (the decoder reads max_rows when built; its step is traced at the first call)
+            engine = RolloutEngine(model, tok, slots=128, max_len=384, compile=True)
+            greedy = engine.generate(prompts, 8, 256, SamplingParams(temperature=0.0, ignore_eos=True))
+        engines[path], ids[path], times[path] = engine, [c.ids for grp in greedy for c in grp], []
+    for _ in range(calls):
+        for path, engine in engines.items():
+            with wave_in_engine(paths[path]):
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                engine.generate(prompts, 8, 256, SamplingParams(temperature=1.0, ignore_eos=True))
+                torch.cuda.synchronize()
+                times[path].append(time.perf_counter() - t)
+    base, ref = statistics.median(next(iter(times.values()))), next(iter(ids.values()))
+    rows = []
+    for path, tiling in paths.items():
+        med = statistics.median(times[path])
+        rows.append([name, path + (f" ({tiling.na} + {tiling.nb} columns)" if tiling else ""),
+                     f"{128 * 256 / med:,.0f} tok/s ({base / med:.3f}x)", f"{med * 1000 / 256:.3f} ms",
+                     f"{sum(a == b for a, b in zip(ids[path], ref))} of {len(ref)}"])
+    del engines, model
+    torch.cuda.empty_cache()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--archs", default="qwen2.5-0.5b,qwen2.5-1.5b")
+    ap.add_argument("--rows", default="64,128,256", help="decode batch rows (the engine section: 128, which the "
+                    "kernel section must include)")
+    ap.add_argument("--sections", default="kernel,engine")
+    args = ap.parse_args()
+    archs, rows, sections = args.archs.split(","), [int(r) for r in args.rows.split(",")], args.sections.split(",")
+    print(f"device: {device_name()}, torch {torch.__version__}")
+    best = {}
+    table("Gate/up and silu x up: the engine's against one wave of warp-specialized programs, per call",
+          ["arch", "rows", "weight", "engine", "one wave: the best tiling", "programs of a power of two of columns: "
+           "the best", "elements equal to the engine's: the best tiling", "the least of any tiling"],
+          [r for a in archs for r in kernel_rows(a, ARCHS[a], rows, best)])
+    if "engine" in sections:
+        table("The engine's generate, 16 prompts x 8 (128 rows), 128 + 256 tokens forced, median of 5",
+              ["arch", "gate/up at 65-128 rows", "new tokens/s", "a decode step", "greedy samples the same"],
+              [r for a in archs for r in engine_rows(a, best)])
+
+
+if __name__ == "__main__":
+    main()
