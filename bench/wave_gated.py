@@ -36,6 +36,7 @@ from common import ARCHS, DEVICE, build, device_name, graph_us, table, weight_co
 from fused_decode import compiled, engine_gated
 
 from execrl.rollout import RolloutEngine, SamplingParams, gated_gemm
+from execrl.rollout.decoder import partial_down
 from execrl.rollout.models.layers import gated
 
 try:
@@ -63,16 +64,15 @@ if gluon is not None:
     _BK = gl.constexpr(BK)
 
     @gluon.jit
-    def _load(x_desc, wa_desc, wb_desc, ready, empty, xs, gas, uas, gbs, ubs, I, K,
-              NA: gl.constexpr, NB: gl.constexpr, S: gl.constexpr, HAS_B: gl.constexpr):
-        """The loader warp: for each BK input columns, wait for a free stage, then TMA the rows and gate's and up's
-        NA (+ NB) columns into it."""
-        c0 = gl.program_id(0) * (NA + NB * HAS_B)
+    def _gu_loads(x_desc, wa_desc, wb_desc, ready, empty, xs, gas, uas, gbs, ubs, c0, I, K, n,
+                  NA: gl.constexpr, NB: gl.constexpr, S: gl.constexpr, HAS_B: gl.constexpr):
+        """The loader warp's part of a gate/up task (columns c0 ...): for each BK input columns, wait for a free
+        stage, then TMA the rows and gate's and up's NA (+ NB) columns into it; n: the ring's count so far."""
         nbytes: gl.constexpr = x_desc.block_type.nbytes + 2 * wa_desc.block_type.nbytes + \
             2 * wb_desc.block_type.nbytes * HAS_B
         for i in range(K // _BK):
-            s = i % S
-            mbarrier.wait(empty.index(s), ((i // S) & 1) ^ 1)  # (a fresh barrier lets the first round through)
+            s = n % S
+            mbarrier.wait(empty.index(s), ((n // S) & 1) ^ 1)  # (a fresh barrier lets the first round through)
             bar = ready.index(s)
             mbarrier.expect(bar, nbytes)
             tma.async_copy_global_to_shared(wa_desc, [c0, i * _BK], bar, gas.index(s))
@@ -81,29 +81,23 @@ if gluon is not None:
                 tma.async_copy_global_to_shared(wb_desc, [c0 + NA, i * _BK], bar, gbs.index(s))
                 tma.async_copy_global_to_shared(wb_desc, [I + c0 + NA, i * _BK], bar, ubs.index(s))
             tma.async_copy_global_to_shared(x_desc, [0, i * _BK], bar, xs.index(s))  # (rows past M: zeros)
+            n += 1
+        return n
 
     @gluon.jit
-    def _silu_up(g, u, o_ptr, rows, cols, M, I):
-        """o[rows, cols] = silu(g) x u, g and u rounded to bf16 first; columns past I (where gate's tile ran into up's
-        rows) and rows past M are not written."""
-        g = g.to(gl.bfloat16).to(gl.float32)
-        out = g * (1 / (1 + gl.exp(-g))) * u.to(gl.bfloat16).to(gl.float32)
-        mask = (rows[:, None] < M) & (cols[None, :] < I)
-        gl.store(o_ptr + rows[:, None] * I + cols[None, :], out.to(gl.bfloat16), mask=mask)
-
-    @gluon.jit
-    def _mma(o_ptr, ready, empty, xs, gas, uas, gbs, ubs, M, I, K, BT: gl.constexpr, NA: gl.constexpr,
-             NB: gl.constexpr, S: gl.constexpr, HAS_B: gl.constexpr, W: gl.constexpr):
-        """The consumer warps: gate and up [BT rows, NA (+ NB) columns] in fp32 over the ring, then silu x up."""
+    def _gu_tile(ready, empty, xs, gas, uas, gbs, ubs, K, n, BT: gl.constexpr, NA: gl.constexpr, NB: gl.constexpr,
+                 S: gl.constexpr, HAS_B: gl.constexpr, W: gl.constexpr):
+        """The consumer warps' part of a gate/up task: gate and up [BT rows, NA (+ NB) columns] in fp32 over the
+        ring's stages n, n + 1, ...; returns them and the ring's count after."""
         la: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, NA, 16])
         lb: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, NB, 16])
         ga = gl.zeros([BT, NA], gl.float32, la)
         ua = gl.zeros([BT, NA], gl.float32, la)
         gb = gl.zeros([BT, NB], gl.float32, lb)
         ub = gl.zeros([BT, NB], gl.float32, lb)
-        for i in range(K // _BK):
-            s = i % S
-            mbarrier.wait(ready.index(s), (i // S) & 1)
+        for _ in range(K // _BK):
+            s = n % S
+            mbarrier.wait(ready.index(s), (n // S) & 1)
             x = xs.index(s)  # [BT, BK]; a weight tile [N, BK] is the MMA's [BK, N] operand, transposed
             ga = warpgroup_mma(x, gas.index(s).permute((1, 0)), ga, is_async=True)
             ua = warpgroup_mma(x, uas.index(s).permute((1, 0)), ua, is_async=True)
@@ -115,12 +109,41 @@ if gluon is not None:
                 ga, ua = warpgroup_mma_wait(0, deps=[ga, ua])
             gl.thread_barrier()  # (every warpgroup's MMAs have read stage s before it is handed back)
             mbarrier.arrive(empty.index(s), count=1)
-        c0 = gl.program_id(0) * (NA + NB * HAS_B)
+            n += 1
+        return ga, ua, gb, ub, n
+
+    @gluon.jit
+    def _silu_up(g, u, o_ptr, rows, cols, M, I):
+        """o[rows, cols] = silu(g) x u, g and u rounded to bf16 first; columns past I (where gate's tile ran into up's
+        rows) and rows past M are not written."""
+        g = g.to(gl.bfloat16).to(gl.float32)
+        out = g * (1 / (1 + gl.exp(-g))) * u.to(gl.bfloat16).to(gl.float32)
+        mask = (rows[:, None] < M) & (cols[None, :] < I)
+        gl.store(o_ptr + rows[:, None] * I + cols[None, :], out.to(gl.bfloat16), mask=mask)
+
+    @gluon.jit
+    def _gu_store(ga, ua, gb, ub, o_ptr, c0, M, I, BT: gl.constexpr, NA: gl.constexpr, NB: gl.constexpr,
+                  HAS_B: gl.constexpr, W: gl.constexpr):
+        """o[:, c0 : c0 + NA (+ NB)] = silu x up of a gate/up task's accumulators."""
+        la: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, NA, 16])
+        lb: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, NB, 16])
         _silu_up(ga, ua, o_ptr, gl.arange(0, BT, layout=gl.SliceLayout(1, la)),
                  c0 + gl.arange(0, NA, layout=gl.SliceLayout(0, la)), M, I)
         if HAS_B:
             _silu_up(gb, ub, o_ptr, gl.arange(0, BT, layout=gl.SliceLayout(1, lb)),
                      c0 + NA + gl.arange(0, NB, layout=gl.SliceLayout(0, lb)), M, I)
+
+    @gluon.jit
+    def _load(x_desc, wa_desc, wb_desc, ready, empty, xs, gas, uas, gbs, ubs, I, K,
+              NA: gl.constexpr, NB: gl.constexpr, S: gl.constexpr, HAS_B: gl.constexpr):
+        _gu_loads(x_desc, wa_desc, wb_desc, ready, empty, xs, gas, uas, gbs, ubs, gl.program_id(0) * (NA + NB * HAS_B),
+                  I, K, gl.to_tensor(0), NA, NB, S, HAS_B)
+
+    @gluon.jit
+    def _mma(o_ptr, ready, empty, xs, gas, uas, gbs, ubs, M, I, K, BT: gl.constexpr, NA: gl.constexpr,
+             NB: gl.constexpr, S: gl.constexpr, HAS_B: gl.constexpr, W: gl.constexpr):
+        ga, ua, gb, ub, _ = _gu_tile(ready, empty, xs, gas, uas, gbs, ubs, K, gl.to_tensor(0), BT, NA, NB, S, HAS_B, W)
+        _gu_store(ga, ua, gb, ub, o_ptr, gl.program_id(0) * (NA + NB * HAS_B), M, I, BT, NA, NB, HAS_B, W)
 
     @gluon.jit
     def _kernel(x_desc, wa_desc, wb_desc, o_ptr, M, I, K, NA: gl.constexpr, NB: gl.constexpr, S: gl.constexpr,
@@ -141,6 +164,140 @@ if gluon is not None:
             (_mma, (o_ptr, ready, empty, xs, gas, uas, gbs, ubs, M, I, K, BT, NA, NB, S, HAS_B, W)),
             (_load, (x_desc, wa_desc, wb_desc, ready, empty, xs, gas, uas, gbs, ubs, I, K, NA, NB, S, HAS_B)),
         ], [1], [40])
+
+    @gluon.jit
+    def _acquire_async(x):
+        """This thread's later TMA reads ordered after the counter it read: an acquire at GPU scope, then a fence
+        between the generic proxy (the other programs' stores) and the async proxy (TMA)."""
+        return gl.inline_asm_elementwise("fence.acq_rel.gpu; fence.proxy.async.global; mov.u32 $0, $1;", "=r,r",
+                                         [x], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _mlp_load(h_desc, wa_desc, wb_desc, act_desc, wd_desc, sync_ptr, gready, gempty, dready, dempty,
+                  xs, gas, uas, gbs, ubs, acts, wds, I: gl.constexpr, D: gl.constexpr, P: gl.constexpr,
+                  NA: gl.constexpr, NB: gl.constexpr, S1: gl.constexpr, S2: gl.constexpr, GU: gl.constexpr,
+                  DOWN: gl.constexpr):
+        """The loader warp of `_mlp`: a gate/up task's loads, or a down task's: its first S2 stages of down's weight,
+        then (once part p's counter is full) the act tiles for them, then both for the rest."""
+        NW: gl.constexpr = NA + NB
+        NGU: gl.constexpr = (I + NW - 1) // NW
+        ND: gl.constexpr = D // 64
+        KP: gl.constexpr = I // P
+        KS: gl.constexpr = KP // _BK
+        PRE: gl.constexpr = S2 if S2 < KS else KS
+        dbytes: gl.constexpr = act_desc.block_type.nbytes + wd_desc.block_type.nbytes
+        gi = 0
+        di = 0
+        t = gl.program_id(0) + NGU * (1 - GU)
+        while t < NGU + ND * P * DOWN:
+            if t < NGU:
+                gi = _gu_loads(h_desc, wa_desc, wb_desc, gready, gempty, xs, gas, uas, gbs, ubs, t * NW, I, D, gi,
+                               NA, NB, S1, True)
+            else:
+                p = (t - NGU) // ND
+                n0 = ((t - NGU) % ND) * 64
+                for k in range(PRE):  # down's weight needs no counter
+                    s = (di + k) % S2
+                    mbarrier.wait(dempty.index(s), (((di + k) // S2) & 1) ^ 1)
+                    mbarrier.expect(dready.index(s), dbytes)
+                    tma.async_copy_global_to_shared(wd_desc, [n0, p * KP + k * _BK], dready.index(s), wds.index(s))
+                if GU:  # (else act is the caller's, written before the launch)
+                    while gl.load(sync_ptr + p, volatile=True) < ((p + 1) * KP - 1) // NW - (p * KP) // NW + 1:
+                        pass
+                    _acquire_async(p)
+                for k in range(PRE):
+                    s = (di + k) % S2
+                    tma.async_copy_global_to_shared(act_desc, [0, p * KP + k * _BK], dready.index(s), acts.index(s))
+                for k in range(PRE, KS):
+                    s = (di + k) % S2
+                    mbarrier.wait(dempty.index(s), (((di + k) // S2) & 1) ^ 1)
+                    bar = dready.index(s)
+                    mbarrier.expect(bar, dbytes)
+                    tma.async_copy_global_to_shared(wd_desc, [n0, p * KP + k * _BK], bar, wds.index(s))
+                    tma.async_copy_global_to_shared(act_desc, [0, p * KP + k * _BK], bar, acts.index(s))
+                di += KS
+            t += gl.num_programs(0)
+
+    @gluon.jit
+    def _mlp_compute(act_ptr, parts_ptr, sync_ptr, gready, gempty, dready, dempty, xs, gas, uas, gbs, ubs, acts, wds,
+                     M, I: gl.constexpr, D: gl.constexpr, P: gl.constexpr, NA: gl.constexpr, NB: gl.constexpr,
+                     S1: gl.constexpr, S2: gl.constexpr, BT: gl.constexpr, W: gl.constexpr, GU: gl.constexpr,
+                     DOWN: gl.constexpr):
+        """The consumer warps of `_mlp`: a gate/up task (act's columns, then a release increment of the counter of
+        each part of down's input they touch), or a down task (64 of down's rows as the M side, the tokens as N)."""
+        NW: gl.constexpr = NA + NB
+        NGU: gl.constexpr = (I + NW - 1) // NW
+        ND: gl.constexpr = D // 64
+        KP: gl.constexpr = I // P
+        ld: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, W // 4],
+                                                     instr_shape=[16, BT // (W // 4), 16])
+        gi = 0
+        di = 0
+        t = gl.program_id(0) + NGU * (1 - GU)
+        while t < NGU + ND * P * DOWN:
+            if t < NGU:
+                ga, ua, gb, ub, gi = _gu_tile(gready, gempty, xs, gas, uas, gbs, ubs, D, gi, BT, NA, NB, S1, True, W)
+                _gu_store(ga, ua, gb, ub, act_ptr, t * NW, M, I, BT, NA, NB, True, W)
+                gl.thread_barrier()  # (every warp's act stores before the release)
+                lo = (t * NW) // KP
+                hi = gl.minimum(t * NW + NW - 1, I - 1) // KP
+                gl.atomic_add(sync_ptr + lo, 1, sem="release", scope="gpu")
+                if hi != lo:
+                    gl.atomic_add(sync_ptr + hi, 1, sem="release", scope="gpu")
+            else:
+                p = (t - NGU) // ND
+                n0 = ((t - NGU) % ND) * 64
+                acc = gl.zeros([64, BT], gl.float32, ld)
+                for _ in range(KP // _BK):
+                    s = di % S2
+                    mbarrier.wait(dready.index(s), (di // S2) & 1)
+                    acc = warpgroup_mma(wds.index(s), acts.index(s).permute((1, 0)), acc, is_async=True)
+                    acc = warpgroup_mma_wait(0, deps=[acc])
+                    gl.thread_barrier()
+                    mbarrier.arrive(dempty.index(s), count=1)
+                    di += 1
+                rows = n0 + gl.arange(0, 64, layout=gl.SliceLayout(1, ld))
+                toks = gl.arange(0, BT, layout=gl.SliceLayout(0, ld))
+                gl.store(parts_ptr + p * M * D + toks[None, :] * D + rows[:, None], acc, mask=toks[None, :] < M)
+            t += gl.num_programs(0)
+
+    @gluon.jit
+    def _mlp(h_desc, wa_desc, wb_desc, act_desc, wd_desc, act_ptr, parts_ptr, sync_ptr, M, I: gl.constexpr,
+             D: gl.constexpr, P: gl.constexpr, NA: gl.constexpr, NB: gl.constexpr, S1: gl.constexpr,
+             S2: gl.constexpr, W: gl.constexpr, GU: gl.constexpr, DOWN: gl.constexpr):
+        """parts [P, M, D] fp32 = down's K-split partial products of silu(h Wg^T) x (h Wu^T) (act [M, I] written on
+        the way), in ONE launch: a program per SM takes tasks pid, pid + G, ...: first the one-wave gate/up tasks,
+        then down tasks (part p, 64 of down's rows), each waiting only for part p's gate/up tasks (a counter per
+        part). Every gate/up task is some program's first, so no down task waits on one not started. sync_ptr
+        [P + 1] int32: the counters and the programs out (the last one out zeroes them). GU / DOWN False: the other
+        phase alone (for its time)."""
+        BT: gl.constexpr = h_desc.block_type.shape[0]
+        xs = gl.allocate_shared_memory(h_desc.dtype, [S1, BT, _BK], h_desc.layout)
+        gas = gl.allocate_shared_memory(wa_desc.dtype, [S1, NA, _BK], wa_desc.layout)
+        uas = gl.allocate_shared_memory(wa_desc.dtype, [S1, NA, _BK], wa_desc.layout)
+        gbs = gl.allocate_shared_memory(wb_desc.dtype, [S1, NB, _BK], wb_desc.layout)
+        ubs = gl.allocate_shared_memory(wb_desc.dtype, [S1, NB, _BK], wb_desc.layout)
+        acts = gl.allocate_shared_memory(act_desc.dtype, [S2, BT, _BK], act_desc.layout)
+        wds = gl.allocate_shared_memory(wd_desc.dtype, [S2, 64, _BK], wd_desc.layout)
+        gready = gl.allocate_shared_memory(gl.int64, [S1, 1], mbarrier.MBarrierLayout())
+        gempty = gl.allocate_shared_memory(gl.int64, [S1, 1], mbarrier.MBarrierLayout())
+        dready = gl.allocate_shared_memory(gl.int64, [S2, 1], mbarrier.MBarrierLayout())
+        dempty = gl.allocate_shared_memory(gl.int64, [S2, 1], mbarrier.MBarrierLayout())
+        for s in gl.static_range(S1):
+            mbarrier.init(gready.index(s), count=1)
+            mbarrier.init(gempty.index(s), count=1)
+        for s in gl.static_range(S2):
+            mbarrier.init(dready.index(s), count=1)
+            mbarrier.init(dempty.index(s), count=1)
+        gl.warp_specialize([
+            (_mlp_compute, (act_ptr, parts_ptr, sync_ptr, gready, gempty, dready, dempty, xs, gas, uas, gbs, ubs,
+                            acts, wds, M, I, D, P, NA, NB, S1, S2, BT, W, GU, DOWN)),
+            (_mlp_load, (h_desc, wa_desc, wb_desc, act_desc, wd_desc, sync_ptr, gready, gempty, dready, dempty,
+                         xs, gas, uas, gbs, ubs, acts, wds, I, D, P, NA, NB, S1, S2, GU, DOWN)),
+        ], [1], [40])
+        if gl.atomic_add(sync_ptr + P, 1, sem="acq_rel", scope="gpu") == gl.num_programs(0) - 1:
+            for q in range(P + 1):
+                gl.atomic_xchg(sync_ptr + q, 0)
 
 
 def _layout(block):
@@ -270,12 +427,99 @@ def engine_rows(name: str, best: dict, calls: int = 5) -> list[list]:
     return rows
 
 
+PARTS = 4  # down's K-split parts, as the engine's decode (decoder.down_parts)
+
+
+class MLPKernel:
+    """`_mlp`'s launch for the normed rows h [m <= 128, d] of a (d, i) MLP: its buffers (act, down's parts, the
+    counters) and each layer's weight descriptors; a program per SM, gate/up tasks of t.na + t.nb columns."""
+
+    def __init__(self, h, i: int, t: Tiling, s2: int = 3, gu: bool = True, down: bool = True):
+        m, d = h.shape
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        assert t.nb and -(-i // (t.na + t.nb)) <= sms and i % (PARTS * BK) == 0 and d % 64 == 0, "one wave, whole tiles"
+        self.act = torch.empty(m, i, device="cuda", dtype=torch.bfloat16)
+        self.parts = torch.empty(PARTS, m, d, device="cuda", dtype=torch.float32)
+        self.sync = torch.zeros(PARTS + 1, device="cuda", dtype=torch.int32)
+        self.hd = TensorDescriptor.from_tensor(h, [ROWS, BK], _layout([ROWS, BK]))
+        self.ad = TensorDescriptor.from_tensor(self.act, [ROWS, BK], _layout([ROWS, BK]))
+        self.m, self.t, self.grid = m, t, (sms,)
+        self.meta = dict(I=i, D=d, P=PARTS, NA=t.na, NB=t.nb, S1=t.stages, S2=s2, W=t.warps, GU=gu, DOWN=down,
+                         num_warps=t.warps)
+
+    def descs(self, wgu, wd):
+        na, nb = self.t.na, self.t.nb
+        return (TensorDescriptor.from_tensor(wgu, [na, BK], _layout([na, BK])),
+                TensorDescriptor.from_tensor(wgu, [nb, BK], _layout([nb, BK])),
+                TensorDescriptor.from_tensor(wd, [64, BK], _layout([64, BK])))
+
+    def __call__(self, descs):
+        wa, wb, wd = descs
+        _mlp[self.grid](self.hd, wa, wb, self.ad, wd, self.act, self.parts, self.sync, self.m, **self.meta)
+
+
+def mlp_tiling(i: int, s2: int = 3) -> Tiling:
+    """The one-wave gate/up tasks with the most programs (nb > 0: the kernel always takes both widths), their ring
+    as deep as the shared memory left by down's s2 stages allows (at most 4)."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    progs, na, nb = max((-(-i // (na + nb)), na, nb) for na in (32, 64, 128) for nb in (8, 16, 32)
+                        if nb < na and -(-i // (na + nb)) <= sms)
+    s1 = min(4, (SMEM - s2 * (ROWS + 64) * BK * 2) // ((ROWS + 2 * na + 2 * nb) * BK * 2))
+    return Tiling(na, nb, s1, 8)
+
+
+def mlp_rows(name: str, arch, rows: list[int]) -> list[list]:
+    """gate/up, silu x up and down's fp32 parts from the normed rows: the engine's three kernels against one
+    warp-specialized kernel, and each of its phases alone."""
+    glu_c = compiled(gated(F.silu))
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+    d, i = arch.hidden, arch.intermediate
+    ws = [(torch.randn(2 * i, d, device=DEVICE, dtype=dtype) / d ** 0.5,
+           torch.randn(d, i, device=DEVICE, dtype=dtype) / i ** 0.5)
+          for _ in range(weight_copies(3 * d * i * 2, arch.layers))]
+
+    def engine(h, w):  # (the engine's at this many rows: cuBLAS and silu x up, or gated_gemm's; the batched parts)
+        a = engine_gated(h, w[0], glu_c)
+        return partial_down(a[None], w[1], PARTS)[:, 0] if DEVICE == "cuda" else F.linear(a, w[1])
+
+    out = []
+    for m in [r for r in rows if r <= ROWS]:
+        h = torch.randn(m, d, device=DEVICE, dtype=dtype)
+        base = graph_us([partial(engine, h, w) for w in ws])
+        out.append([name, m, "the engine's (gate/up, silu x up, down's parts)", f"{base:.2f} us", "1.00x", ""])
+        if not GLUON:
+            out.append([name, m, "one warp-specialized kernel", "needs a Hopper GPU (Gluon)", "", ""])
+            continue
+        want, act = engine(h, ws[0]), engine_gated(h, ws[0][0], glu_c)
+        t = mlp_tiling(i)
+        mlp = MLPKernel(h, i, t)
+        descs = [mlp.descs(*w) for w in ws]
+        mlp(descs[0])
+        errs = [(mlp.act.float() - act.float()).abs().max().item(), (mlp.parts - want).abs().max().item()]
+        us = graph_us([partial(mlp, dd) for dd in descs])
+        mlp(descs[0])  # (after the replays: the counters reset at each launch's end)
+        errs.append((mlp.parts - want).abs().max().item())
+        out.append([name, m, f"one warp-specialized kernel ({t.na} + {t.nb} columns a gate/up task, "
+                             f"{-(-i // (t.na + t.nb))} of them; {d // 64 * PARTS} down tasks; {mlp.grid[0]} programs)",
+                    f"{us:.2f} us", f"{base / us:.2f}x",
+                    f"silu x up {errs[0]:.2g}, down's parts {errs[1]:.2g} / {errs[2]:.2g}; counters after "
+                    f"{mlp.sync.tolist()}"])
+        for gu, label in ((True, "its gate/up phase alone"), (False, "its down phase alone (act as written above)")):
+            alone = MLPKernel(h, i, t, gu=gu, down=not gu)
+            alone.act.copy_(mlp.act)
+            dd = [alone.descs(*w) for w in ws]
+            out.append([name, m, label, f"{graph_us([partial(alone, x) for x in dd]):.2f} us", "", ""])
+        parts = [partial(partial_down, act[None], w[1], PARTS) for w in ws]
+        out.append([name, m, "the engine's down parts alone", f"{graph_us(parts):.2f} us", "", ""])
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--archs", default="qwen2.5-0.5b,qwen2.5-1.5b")
     ap.add_argument("--rows", default="64,128,256", help="decode batch rows (the engine section: 128, which the "
                     "kernel section must include)")
-    ap.add_argument("--sections", default="kernel,engine")
+    ap.add_argument("--sections", default="kernel,engine,mlp")
     args = ap.parse_args()
     archs, rows, sections = args.archs.split(","), [int(r) for r in args.rows.split(",")], args.sections.split(",")
     print(f"device: {device_name()}, torch {torch.__version__}")
@@ -288,6 +532,12 @@ def main() -> None:
         table("The engine's generate, 16 prompts x 8 (128 rows), 128 + 256 tokens forced, median of 5",
               ["arch", "gate/up at 65-128 rows", "new tokens/s", "a decode step", "greedy samples the same"],
               [r for a in archs for r in engine_rows(a, best)])
+    if "mlp" in sections:
+        table("A layer's MLP from its normed rows (gate/up, silu x up, down's fp32 parts): the engine's kernels "
+              "against one warp-specialized kernel, per call",
+              ["arch", "rows", "kernels", "time", "engine / this", "largest difference from the engine's: act, the "
+               "parts after the first launch / after the replays"],
+              [r for a in archs for r in mlp_rows(a, ARCHS[a], rows)])
 
 
 if __name__ == "__main__":
