@@ -15,10 +15,14 @@ as the engine's two kernels round it.
   of two of columns; every element of the output compared with the engine's;
 - `engine`: the engine's generate of 16 prompts x 8 (128 rows), 128 + 256 tokens forced, as it is and with the
   kernel's best 128-row tiling at 65-128 rows (gated_gemm's entry patched for this run), median of 5 calls,
-  alternating; and whether greedy decoding gives the same tokens.
+  alternating; and whether greedy decoding gives the same tokens;
+- `mlp` (at up to 128 rows): a layer's MLP from its normed rows (gate/up, silu x up, down's fp32 K-split parts) as
+  ONE such kernel, a program per SM taking first a one-wave gate/up task, then down tasks that wait by a counter per
+  part of down's input for the gate/up tasks writing it, against the engine's three kernels; and each phase alone.
 
     python bench/wave_gated.py --archs qwen2.5-0.5b,qwen2.5-1.5b --rows 64,96,128,256 --sections kernel
-    python bench/wave_gated.py --archs qwen2.5-1.5b,qwen2.5-3b,qwen2.5-coder-7b --rows 128
+    python bench/wave_gated.py --archs qwen2.5-1.5b,qwen2.5-3b,qwen2.5-coder-7b --rows 128 --sections kernel,engine
+    python bench/wave_gated.py --archs qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-coder-7b --rows 128 --sections kernel,mlp
     python bench/wave_gated.py --archs tiny --rows 4              # CPU: the engine's path only (Gluon needs a GPU)
 """
 
