@@ -150,9 +150,8 @@ if gluon is not None:
         _gu_store(ga, ua, gb, ub, o_ptr, gl.program_id(0) * (NA + NB * HAS_B), M, I, BT, NA, NB, HAS_B, W)
 
     @gluon.jit
-    def _kernel(x_desc, wa_desc, wb_desc, o_ptr, M, I, K, NA: gl.constexpr, NB: gl.constexpr, S: gl.constexpr,
-                HAS_B: gl.constexpr, W: gl.constexpr):
-        """o [M, I] = silu(x Wg^T) x (x Wu^T), x [M <= BT, K]; a program per NA + NB columns."""
+    def _gu_ring(x_desc, wa_desc, wb_desc, NA: gl.constexpr, NB: gl.constexpr, S: gl.constexpr):
+        """A gate/up ring of S stages (the rows, gate's and up's NA and NB columns) and its barriers, initialised."""
         BT: gl.constexpr = x_desc.block_type.shape[0]
         xs = gl.allocate_shared_memory(x_desc.dtype, [S, BT, _BK], x_desc.layout)
         gas = gl.allocate_shared_memory(wa_desc.dtype, [S, NA, _BK], wa_desc.layout)
@@ -164,6 +163,14 @@ if gluon is not None:
         for s in gl.static_range(S):
             mbarrier.init(ready.index(s), count=1)
             mbarrier.init(empty.index(s), count=1)
+        return xs, gas, uas, gbs, ubs, ready, empty
+
+    @gluon.jit
+    def _kernel(x_desc, wa_desc, wb_desc, o_ptr, M, I, K, NA: gl.constexpr, NB: gl.constexpr, S: gl.constexpr,
+                HAS_B: gl.constexpr, W: gl.constexpr):
+        """o [M, I] = silu(x Wg^T) x (x Wu^T), x [M <= BT, K]; a program per NA + NB columns."""
+        BT: gl.constexpr = x_desc.block_type.shape[0]
+        xs, gas, uas, gbs, ubs, ready, empty = _gu_ring(x_desc, wa_desc, wb_desc, NA, NB, S)
         gl.warp_specialize([
             (_mma, (o_ptr, ready, empty, xs, gas, uas, gbs, ubs, M, I, K, BT, NA, NB, S, HAS_B, W)),
             (_load, (x_desc, wa_desc, wb_desc, ready, empty, xs, gas, uas, gbs, ubs, I, K, NA, NB, S, HAS_B)),
@@ -276,20 +283,11 @@ if gluon is not None:
         [P + 1] int32: the counters and the programs out (the last one out zeroes them). GU / DOWN False: the other
         phase alone (for its time)."""
         BT: gl.constexpr = h_desc.block_type.shape[0]
-        xs = gl.allocate_shared_memory(h_desc.dtype, [S1, BT, _BK], h_desc.layout)
-        gas = gl.allocate_shared_memory(wa_desc.dtype, [S1, NA, _BK], wa_desc.layout)
-        uas = gl.allocate_shared_memory(wa_desc.dtype, [S1, NA, _BK], wa_desc.layout)
-        gbs = gl.allocate_shared_memory(wb_desc.dtype, [S1, NB, _BK], wb_desc.layout)
-        ubs = gl.allocate_shared_memory(wb_desc.dtype, [S1, NB, _BK], wb_desc.layout)
+        xs, gas, uas, gbs, ubs, gready, gempty = _gu_ring(h_desc, wa_desc, wb_desc, NA, NB, S1)
         acts = gl.allocate_shared_memory(act_desc.dtype, [S2, BT, _BK], act_desc.layout)
         wds = gl.allocate_shared_memory(wd_desc.dtype, [S2, 64, _BK], wd_desc.layout)
-        gready = gl.allocate_shared_memory(gl.int64, [S1, 1], mbarrier.MBarrierLayout())
-        gempty = gl.allocate_shared_memory(gl.int64, [S1, 1], mbarrier.MBarrierLayout())
         dready = gl.allocate_shared_memory(gl.int64, [S2, 1], mbarrier.MBarrierLayout())
         dempty = gl.allocate_shared_memory(gl.int64, [S2, 1], mbarrier.MBarrierLayout())
-        for s in gl.static_range(S1):
-            mbarrier.init(gready.index(s), count=1)
-            mbarrier.init(gempty.index(s), count=1)
         for s in gl.static_range(S2):
             mbarrier.init(dready.index(s), count=1)
             mbarrier.init(dempty.index(s), count=1)
