@@ -186,13 +186,13 @@ if gluon is not None:
     @gluon.jit
     def _mlp_load(h_desc, wa_desc, wb_desc, act_desc, wd_desc, sync_ptr, gready, gempty, dready, dempty,
                   xs, gas, uas, gbs, ubs, acts, wds, I: gl.constexpr, D: gl.constexpr, P: gl.constexpr,
-                  NA: gl.constexpr, NB: gl.constexpr, S1: gl.constexpr, S2: gl.constexpr, GU: gl.constexpr,
-                  DOWN: gl.constexpr):
+                  NA: gl.constexpr, NB: gl.constexpr, S1: gl.constexpr, S2: gl.constexpr, DR: gl.constexpr,
+                  GU: gl.constexpr, DOWN: gl.constexpr):
         """The loader warp of `_mlp`: a gate/up task's loads, or a down task's: its first S2 stages of down's weight,
         then (once part p's counter is full) the act tiles for them, then both for the rest."""
         NW: gl.constexpr = NA + NB
         NGU: gl.constexpr = (I + NW - 1) // NW
-        ND: gl.constexpr = D // 64
+        ND: gl.constexpr = D // DR
         KP: gl.constexpr = I // P
         KS: gl.constexpr = KP // _BK
         PRE: gl.constexpr = S2 if S2 < KS else KS
@@ -206,7 +206,7 @@ if gluon is not None:
                                NA, NB, S1, True)
             else:
                 p = (t - NGU) // ND
-                n0 = ((t - NGU) % ND) * 64
+                n0 = ((t - NGU) % ND) * DR
                 for k in range(PRE):  # down's weight needs no counter
                     s = (di + k) % S2
                     mbarrier.wait(dempty.index(s), (((di + k) // S2) & 1) ^ 1)
@@ -232,16 +232,17 @@ if gluon is not None:
     @gluon.jit
     def _mlp_compute(act_ptr, parts_ptr, sync_ptr, gready, gempty, dready, dempty, xs, gas, uas, gbs, ubs, acts, wds,
                      M, I: gl.constexpr, D: gl.constexpr, P: gl.constexpr, NA: gl.constexpr, NB: gl.constexpr,
-                     S1: gl.constexpr, S2: gl.constexpr, BT: gl.constexpr, W: gl.constexpr, GU: gl.constexpr,
-                     DOWN: gl.constexpr):
+                     S1: gl.constexpr, S2: gl.constexpr, DR: gl.constexpr, BT: gl.constexpr, W: gl.constexpr,
+                     GU: gl.constexpr, DOWN: gl.constexpr):
         """The consumer warps of `_mlp`: a gate/up task (act's columns, then a release increment of the counter of
-        each part of down's input they touch), or a down task (64 of down's rows as the M side, the tokens as N)."""
+        each part of down's input they touch), or a down task (DR of down's rows as the M side, the tokens as N)."""
         NW: gl.constexpr = NA + NB
         NGU: gl.constexpr = (I + NW - 1) // NW
-        ND: gl.constexpr = D // 64
+        ND: gl.constexpr = D // DR
         KP: gl.constexpr = I // P
-        ld: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, W // 4],
-                                                     instr_shape=[16, BT // (W // 4), 16])
+        WM: gl.constexpr = W if DR // 16 >= W else DR // 16  # (warps along down's rows; the rest split the tokens)
+        ld: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WM, W // WM],
+                                                     instr_shape=[16, BT // (W // WM), 16])
         gi = 0
         di = 0
         t = gl.program_id(0) + NGU * (1 - GU)
@@ -257,8 +258,8 @@ if gluon is not None:
                     gl.atomic_add(sync_ptr + hi, 1, sem="release", scope="gpu")
             else:
                 p = (t - NGU) // ND
-                n0 = ((t - NGU) % ND) * 64
-                acc = gl.zeros([64, BT], gl.float32, ld)
+                n0 = ((t - NGU) % ND) * DR
+                acc = gl.zeros([DR, BT], gl.float32, ld)
                 for _ in range(KP // _BK):
                     s = di % S2
                     mbarrier.wait(dready.index(s), (di // S2) & 1)
@@ -267,7 +268,7 @@ if gluon is not None:
                     gl.thread_barrier()
                     mbarrier.arrive(dempty.index(s), count=1)
                     di += 1
-                rows = n0 + gl.arange(0, 64, layout=gl.SliceLayout(1, ld))
+                rows = n0 + gl.arange(0, DR, layout=gl.SliceLayout(1, ld))
                 toks = gl.arange(0, BT, layout=gl.SliceLayout(0, ld))
                 gl.store(parts_ptr + p * M * D + toks[None, :] * D + rows[:, None], acc, mask=toks[None, :] < M)
             t += gl.num_programs(0)
@@ -275,17 +276,17 @@ if gluon is not None:
     @gluon.jit
     def _mlp(h_desc, wa_desc, wb_desc, act_desc, wd_desc, act_ptr, parts_ptr, sync_ptr, M, I: gl.constexpr,
              D: gl.constexpr, P: gl.constexpr, NA: gl.constexpr, NB: gl.constexpr, S1: gl.constexpr,
-             S2: gl.constexpr, W: gl.constexpr, GU: gl.constexpr, DOWN: gl.constexpr):
+             S2: gl.constexpr, DR: gl.constexpr, W: gl.constexpr, GU: gl.constexpr, DOWN: gl.constexpr):
         """parts [P, M, D] fp32 = down's K-split partial products of silu(h Wg^T) x (h Wu^T) (act [M, I] written on
         the way), in ONE launch: a program per SM takes tasks pid, pid + G, ...: first the one-wave gate/up tasks,
-        then down tasks (part p, 64 of down's rows), each waiting only for part p's gate/up tasks (a counter per
+        then down tasks (part p, DR of down's rows), each waiting only for part p's gate/up tasks (a counter per
         part). Every gate/up task is some program's first, so no down task waits on one not started. sync_ptr
         [P + 1] int32: the counters and the programs out (the last one out zeroes them). GU / DOWN False: the other
         phase alone (for its time)."""
         BT: gl.constexpr = h_desc.block_type.shape[0]
         xs, gas, uas, gbs, ubs, gready, gempty = _gu_ring(h_desc, wa_desc, wb_desc, NA, NB, S1)
         acts = gl.allocate_shared_memory(act_desc.dtype, [S2, BT, _BK], act_desc.layout)
-        wds = gl.allocate_shared_memory(wd_desc.dtype, [S2, 64, _BK], wd_desc.layout)
+        wds = gl.allocate_shared_memory(wd_desc.dtype, [S2, DR, _BK], wd_desc.layout)
         dready = gl.allocate_shared_memory(gl.int64, [S2, 1], mbarrier.MBarrierLayout())
         dempty = gl.allocate_shared_memory(gl.int64, [S2, 1], mbarrier.MBarrierLayout())
         for s in gl.static_range(S2):
@@ -293,9 +294,9 @@ if gluon is not None:
             mbarrier.init(dempty.index(s), count=1)
         gl.warp_specialize([
             (_mlp_compute, (act_ptr, parts_ptr, sync_ptr, gready, gempty, dready, dempty, xs, gas, uas, gbs, ubs,
-                            acts, wds, M, I, D, P, NA, NB, S1, S2, BT, W, GU, DOWN)),
+                            acts, wds, M, I, D, P, NA, NB, S1, S2, DR, BT, W, GU, DOWN)),
             (_mlp_load, (h_desc, wa_desc, wb_desc, act_desc, wd_desc, sync_ptr, gready, gempty, dready, dempty,
-                         xs, gas, uas, gbs, ubs, acts, wds, I, D, P, NA, NB, S1, S2, GU, DOWN)),
+                         xs, gas, uas, gbs, ubs, acts, wds, I, D, P, NA, NB, S1, S2, DR, GU, DOWN)),
         ], [1], [40])
         if gl.atomic_add(sync_ptr + P, 1, sem="acq_rel", scope="gpu") == gl.num_programs(0) - 1:
             for q in range(P + 1):
@@ -434,45 +435,48 @@ PARTS = 4  # down's K-split parts, as the engine's decode (decoder.down_parts)
 
 class MLPKernel:
     """`_mlp`'s launch for the normed rows h [m <= 128, d] of a (d, i) MLP: its buffers (act, down's parts, the
-    counters) and each layer's weight descriptors; a program per SM, gate/up tasks of t.na + t.nb columns."""
+    counters) and each layer's weight descriptors; a program per SM, gate/up tasks of t.na + t.nb columns, down tasks
+    of dr of down's rows and one of `parts` parts of its input."""
 
-    def __init__(self, h, i: int, t: Tiling, s2: int = 3, gu: bool = True, down: bool = True):
+    def __init__(self, h, i: int, t: Tiling, dr: int = 64, parts: int = PARTS, s2: int = 3, gu: bool = True,
+                 down: bool = True):
         m, d = h.shape
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        assert t.nb and -(-i // (t.na + t.nb)) <= sms and i % (PARTS * BK) == 0 and d % 64 == 0, "one wave, whole tiles"
+        assert t.nb and -(-i // (t.na + t.nb)) <= sms and i % (parts * BK) == 0 and d % dr == 0, "one wave, whole tiles"
         self.act = torch.empty(m, i, device="cuda", dtype=torch.bfloat16)
-        self.parts = torch.empty(PARTS, m, d, device="cuda", dtype=torch.float32)
-        self.sync = torch.zeros(PARTS + 1, device="cuda", dtype=torch.int32)
+        self.parts = torch.empty(parts, m, d, device="cuda", dtype=torch.float32)
+        self.sync = torch.zeros(parts + 1, device="cuda", dtype=torch.int32)
         self.hd = TensorDescriptor.from_tensor(h, [ROWS, BK], _layout([ROWS, BK]))
         self.ad = TensorDescriptor.from_tensor(self.act, [ROWS, BK], _layout([ROWS, BK]))
-        self.m, self.t, self.grid = m, t, (sms,)
-        self.meta = dict(I=i, D=d, P=PARTS, NA=t.na, NB=t.nb, S1=t.stages, S2=s2, W=t.warps, GU=gu, DOWN=down,
-                         num_warps=t.warps)
+        self.m, self.t, self.dr, self.grid = m, t, dr, (sms,)
+        self.meta = dict(I=i, D=d, P=parts, NA=t.na, NB=t.nb, S1=t.stages, S2=s2, DR=dr, W=t.warps, GU=gu,
+                         DOWN=down, num_warps=t.warps)
 
     def descs(self, wgu, wd):
-        na, nb = self.t.na, self.t.nb
+        na, nb, dr = self.t.na, self.t.nb, self.dr
         return (TensorDescriptor.from_tensor(wgu, [na, BK], _layout([na, BK])),
                 TensorDescriptor.from_tensor(wgu, [nb, BK], _layout([nb, BK])),
-                TensorDescriptor.from_tensor(wd, [64, BK], _layout([64, BK])))
+                TensorDescriptor.from_tensor(wd, [dr, BK], _layout([dr, BK])))
 
     def __call__(self, descs):
         wa, wb, wd = descs
         _mlp[self.grid](self.hd, wa, wb, self.ad, wd, self.act, self.parts, self.sync, self.m, **self.meta)
 
 
-def mlp_tiling(i: int, s2: int = 3) -> Tiling:
+def mlp_tiling(i: int, dr: int = 64, s2: int = 3) -> Tiling:
     """The one-wave gate/up tasks with the most programs (nb > 0: the kernel always takes both widths), their ring
     as deep as the shared memory left by down's s2 stages allows (at most 4)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     progs, na, nb = max((-(-i // (na + nb)), na, nb) for na in (32, 64, 128) for nb in (8, 16, 32)
                         if nb < na and -(-i // (na + nb)) <= sms)
-    s1 = min(4, (SMEM - s2 * (ROWS + 64) * BK * 2) // ((ROWS + 2 * na + 2 * nb) * BK * 2))
+    s1 = min(4, (SMEM - s2 * (ROWS + dr) * BK * 2) // ((ROWS + 2 * na + 2 * nb) * BK * 2))
     return Tiling(na, nb, s1, 8)
 
 
 def mlp_rows(name: str, arch, rows: list[int]) -> list[list]:
     """gate/up, silu x up and down's fp32 parts from the normed rows: the engine's three kernels against one
-    warp-specialized kernel, and each of its phases alone."""
+    warp-specialized kernel (down tasks of 64-256 of down's rows; the engine's 4 parts of its input, or more), and
+    its phases alone."""
     glu_c = compiled(gated(F.silu))
     dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
     d, i = arch.hidden, arch.intermediate
@@ -480,39 +484,51 @@ def mlp_rows(name: str, arch, rows: list[int]) -> list[list]:
            torch.randn(d, i, device=DEVICE, dtype=dtype) / i ** 0.5)
           for _ in range(weight_copies(3 * d * i * 2, arch.layers))]
 
-    def engine(h, w):  # (the engine's at this many rows: cuBLAS and silu x up, or gated_gemm's; the batched parts)
+    def engine(h, w, parts=PARTS):  # (the engine's at this many rows: cuBLAS and silu x up, or gated_gemm's; parts)
         a = engine_gated(h, w[0], glu_c)
-        return partial_down(a[None], w[1], PARTS)[:, 0] if DEVICE == "cuda" else F.linear(a, w[1])
+        return partial_down(a[None], w[1], parts)[:, 0] if DEVICE == "cuda" else F.linear(a, w[1])
 
     out = []
+    more = max([p for p in range(5, 11) if i % (p * BK) == 0], default=None)  # (more parts: down's input in runs
+    # of whole BK blocks)
     for m in [r for r in rows if r <= ROWS]:
         h = torch.randn(m, d, device=DEVICE, dtype=dtype)
         base = graph_us([partial(engine, h, w) for w in ws])
-        out.append([name, m, "the engine's (gate/up, silu x up, down's parts)", f"{base:.2f} us", "1.00x", ""])
+        out.append([name, m, "the engine's (gate/up, silu x up, down's 4 parts)", f"{base:.2f} us", "1.00x", ""])
         if not GLUON:
             out.append([name, m, "one warp-specialized kernel", "needs a Hopper GPU (Gluon)", "", ""])
             continue
-        want, act = engine(h, ws[0]), engine_gated(h, ws[0][0], glu_c)
+        act = engine_gated(h, ws[0][0], glu_c)
+        for parts in [PARTS] + ([more] if more else []):
+            if parts != PARTS:
+                alone = [partial(partial_down, act[None], w[1], parts) for w in ws]
+                out.append([name, m, f"the engine's down in {parts} parts alone", f"{graph_us(alone):.2f} us", "", ""])
+            want = engine(h, ws[0], parts)
+            for dr in (64, 128, 256):
+                if d % dr:
+                    continue
+                t = mlp_tiling(i, dr)
+                mlp = MLPKernel(h, i, t, dr, parts)
+                descs = [mlp.descs(*w) for w in ws]
+                mlp(descs[0])
+                errs = [(mlp.act.float() - act.float()).abs().max().item(), (mlp.parts - want).abs().max().item()]
+                us = graph_us([partial(mlp, dd) for dd in descs])
+                mlp(descs[0])  # (after the replays: the counters reset at each launch's end)
+                errs.append((mlp.parts - want).abs().max().item())
+                alone = MLPKernel(h, i, t, dr, parts, gu=False)
+                alone.act.copy_(mlp.act)
+                down_us = graph_us([partial(alone, x) for x in [alone.descs(*w) for w in ws]])
+                out.append([name, m, f"one warp-specialized kernel ({t.na} + {t.nb} columns a gate/up task, "
+                                     f"{t.stages} stages; {d // dr * parts} down tasks of {dr} rows, {parts} parts)",
+                            f"{us:.2f} us (down alone {down_us:.2f})", f"{base / us:.2f}x",
+                            f"silu x up {errs[0]:.2g}, the parts {errs[1]:.2g} / {errs[2]:.2g} (against the engine's "
+                            f"in {parts}); counters after {mlp.sync.tolist()}"])
         t = mlp_tiling(i)
-        mlp = MLPKernel(h, i, t)
-        descs = [mlp.descs(*w) for w in ws]
-        mlp(descs[0])
-        errs = [(mlp.act.float() - act.float()).abs().max().item(), (mlp.parts - want).abs().max().item()]
-        us = graph_us([partial(mlp, dd) for dd in descs])
-        mlp(descs[0])  # (after the replays: the counters reset at each launch's end)
-        errs.append((mlp.parts - want).abs().max().item())
-        out.append([name, m, f"one warp-specialized kernel ({t.na} + {t.nb} columns a gate/up task, "
-                             f"{-(-i // (t.na + t.nb))} of them; {d // 64 * PARTS} down tasks; {mlp.grid[0]} programs)",
-                    f"{us:.2f} us", f"{base / us:.2f}x",
-                    f"silu x up {errs[0]:.2g}, down's parts {errs[1]:.2g} / {errs[2]:.2g}; counters after "
-                    f"{mlp.sync.tolist()}"])
-        for gu, label in ((True, "its gate/up phase alone"), (False, "its down phase alone (act as written above)")):
-            alone = MLPKernel(h, i, t, gu=gu, down=not gu)
-            alone.act.copy_(mlp.act)
-            dd = [alone.descs(*w) for w in ws]
-            out.append([name, m, label, f"{graph_us([partial(alone, x) for x in dd]):.2f} us", "", ""])
+        alone = MLPKernel(h, i, t, down=False)
+        out.append([name, m, "its gate/up phase alone (64-row down tasks' rings)",
+                    f"{graph_us([partial(alone, x) for x in [alone.descs(*w) for w in ws]]):.2f} us", "", ""])
         parts = [partial(partial_down, act[None], w[1], PARTS) for w in ws]
-        out.append([name, m, "the engine's down parts alone", f"{graph_us(parts):.2f} us", "", ""])
+        out.append([name, m, "the engine's down in 4 parts alone", f"{graph_us(parts):.2f} us", "", ""])
     return out
 
 
