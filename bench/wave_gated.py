@@ -150,6 +150,16 @@ if gluon is not None:
         _gu_store(ga, ua, gb, ub, o_ptr, gl.program_id(0) * (NA + NB * HAS_B), M, I, BT, NA, NB, HAS_B, W)
 
     @gluon.jit
+    def _ring_barriers(S: gl.constexpr):
+        """A ring's S stages' barriers (filled, freed), initialised."""
+        ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+        for s in gl.static_range(S):
+            mbarrier.init(ready.index(s), count=1)
+            mbarrier.init(empty.index(s), count=1)
+        return ready, empty
+
+    @gluon.jit
     def _gu_ring(x_desc, wa_desc, wb_desc, NA: gl.constexpr, NB: gl.constexpr, S: gl.constexpr):
         """A gate/up ring of S stages (the rows, gate's and up's NA and NB columns) and its barriers, initialised."""
         BT: gl.constexpr = x_desc.block_type.shape[0]
@@ -158,11 +168,7 @@ if gluon is not None:
         uas = gl.allocate_shared_memory(wa_desc.dtype, [S, NA, _BK], wa_desc.layout)
         gbs = gl.allocate_shared_memory(wb_desc.dtype, [S, NB, _BK], wb_desc.layout)
         ubs = gl.allocate_shared_memory(wb_desc.dtype, [S, NB, _BK], wb_desc.layout)
-        ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
-        empty = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
-        for s in gl.static_range(S):
-            mbarrier.init(ready.index(s), count=1)
-            mbarrier.init(empty.index(s), count=1)
+        ready, empty = _ring_barriers(S)
         return xs, gas, uas, gbs, ubs, ready, empty
 
     @gluon.jit
@@ -287,11 +293,7 @@ if gluon is not None:
         xs, gas, uas, gbs, ubs, gready, gempty = _gu_ring(h_desc, wa_desc, wb_desc, NA, NB, S1)
         acts = gl.allocate_shared_memory(act_desc.dtype, [S2, BT, _BK], act_desc.layout)
         wds = gl.allocate_shared_memory(wd_desc.dtype, [S2, DR, _BK], wd_desc.layout)
-        dready = gl.allocate_shared_memory(gl.int64, [S2, 1], mbarrier.MBarrierLayout())
-        dempty = gl.allocate_shared_memory(gl.int64, [S2, 1], mbarrier.MBarrierLayout())
-        for s in gl.static_range(S2):
-            mbarrier.init(dready.index(s), count=1)
-            mbarrier.init(dempty.index(s), count=1)
+        dready, dempty = _ring_barriers(S2)
         gl.warp_specialize([
             (_mlp_compute, (act_ptr, parts_ptr, sync_ptr, gready, gempty, dready, dempty, xs, gas, uas, gbs, ubs,
                             acts, wds, M, I, D, P, NA, NB, S1, S2, DR, BT, W, GU, DOWN)),
