@@ -568,21 +568,29 @@ class FlowMLP:
         _flow_mlp[(self.progs,)](descs[0], self.hd, descs[1], self.act, self.parts, self.sync, self.m, **self.meta)
 
 
+def mlp_weights(arch, dtype) -> list[tuple]:
+    """(gate/up joined [2 I, d], down [d, I]) random weights of an MLP, one pair per layer or more (weight_copies)."""
+    d, i = arch.hidden, arch.intermediate
+    return [(torch.randn(2 * i, d, device=DEVICE, dtype=dtype) / d ** 0.5,
+             torch.randn(d, i, device=DEVICE, dtype=dtype) / i ** 0.5)
+            for _ in range(weight_copies(3 * d * i * 2, arch.layers))]
+
+
+def engine_mlp(h, w, glu_c, parts: int | None = None):
+    """The engine's MLP from the normed rows h under w = (gate/up, down): engine_gated, then down's fp32 K-split
+    parts [P, m, d] (`parts`, default PARTS, as the engine's decode) on a GPU; on a CPU down as one GEMM."""
+    a = engine_gated(h, w[0], glu_c)
+    return partial_down(a[None], w[1], parts or PARTS)[:, 0] if DEVICE == "cuda" else F.linear(a, w[1])
+
+
 def flow_rows(name: str, arch, rows: list[int]) -> list[list]:
     """gate/up, silu x up and down's fp32 parts from the normed rows: the engine's three kernels (cuBLAS, inductor's
     silu x up, the batched parts GEMM; gated_gemm's kernel where the engine takes it) against one dataflow kernel."""
     dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
     d, i = arch.hidden, arch.intermediate
     glu_c = compiled(gated(F.silu))
-    copies = weight_copies(3 * d * i * 2, arch.layers)
-    ws = [(torch.randn(2 * i, d, device=DEVICE, dtype=dtype) / d ** 0.5,
-           torch.randn(d, i, device=DEVICE, dtype=dtype) / i ** 0.5) for _ in range(copies)]
-
-    def engine(h, w):
-        wgu, wd = w
-        a = engine_gated(h, wgu, glu_c)
-        return partial_down(a[None], wd, PARTS)[:, 0] if DEVICE == "cuda" else F.linear(a, wd)
-
+    ws = mlp_weights(arch, dtype)
+    engine = partial(engine_mlp, glu_c=glu_c)
     out = []
     for m in rows:
         h = torch.randn(m, d, device=DEVICE, dtype=dtype)

@@ -37,7 +37,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from common import ARCHS, DEVICE, build, device_name, graph_us, table, weight_copies
-from fused_decode import compiled, engine_gated
+from fused_decode import PARTS, compiled, engine_gated, engine_mlp, mlp_weights
 
 from execrl.rollout import RolloutEngine, SamplingParams, gated_gemm
 from execrl.rollout.decoder import partial_down
@@ -305,6 +305,11 @@ if gluon is not None:
                 gl.atomic_xchg(sync_ptr + q, 0)
 
 
+def programs(i: int, na: int, nb: int) -> int:
+    """The programs (gate/up tasks) of na + nb columns that I columns take."""
+    return -(-i // (na + nb))
+
+
 def _layout(block):
     return gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
 
@@ -313,7 +318,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, t: Tiling) 
     """out [M, I] = silu(x Wg^T) x (x Wu^T) for x [M <= 256, K] (16-byte aligned), bf16."""
     (m, k), i = x.shape, out.shape[1]
     bt, nb = max(64, 1 << (m - 1).bit_length()), t.nb or 8  # (nb 0: its buffers still exist, unused)
-    _kernel[(-(-i // (t.na + t.nb)),)](
+    _kernel[(programs(i, t.na, t.nb),)](
         TensorDescriptor.from_tensor(x, [bt, BK], _layout([bt, BK])),
         TensorDescriptor.from_tensor(weight, [t.na, BK], _layout([t.na, BK])),
         TensorDescriptor.from_tensor(weight, [nb, BK], _layout([nb, BK])), out, m, i, k,
@@ -332,7 +337,7 @@ def tilings(m: int, i: int) -> list[Tiling]:
     out = []
     for na, nb, warps in itertools.product([32, 64, 128], [0, 8, 16, 32], [4, 8]):
         regs = bt * 2 * (na + (nb or 8)) // (32 * warps)  # fp32 accumulators per thread
-        if nb < na and regs <= 176 and -(-i // (na + nb)) <= 3 * sms:
+        if nb < na and regs <= 176 and programs(i, na, nb) <= 3 * sms:
             out.append(Tiling(na, nb, stages(na, nb, bt), warps))
     return out
 
@@ -361,9 +366,10 @@ def kernel_rows(name: str, arch, rows: list[int], best: dict) -> list[list]:
         us, t, equal = min(timed)
         pow2 = min(r for r in timed if r[1].nb == 0)  # the best whose programs take a power of two of columns
         best[name, m] = t
-        out.append(row + [f"{us:.2f} us ({base / us:.2f}x): {t.na} + {t.nb}, {-(-i // (t.na + t.nb))} programs, "
+        out.append(row + [f"{us:.2f} us ({base / us:.2f}x): {t.na} + {t.nb}, {programs(i, t.na, t.nb)} programs, "
                           f"{t.warps} warps, {t.stages} stages",
-                          f"{pow2[0]:.2f} us ({base / pow2[0]:.2f}x): {pow2[1].na}, {-(-i // pow2[1].na)} programs",
+                          f"{pow2[0]:.2f} us ({base / pow2[0]:.2f}x): {pow2[1].na}, "
+                          f"{programs(i, pow2[1].na, 0)} programs",
                           f"{equal:.4f}", f"{min(r[2] for r in timed):.4f}"])
     return out
 
@@ -432,9 +438,6 @@ def engine_rows(name: str, best: dict, calls: int = 5) -> list[list]:
     return rows
 
 
-PARTS = 4  # down's K-split parts, as the engine's decode (decoder.down_parts)
-
-
 class MLPKernel:
     """`_mlp`'s launch for the normed rows h [m <= 128, d] of a (d, i) MLP: its buffers (act, down's parts, the
     counters) and each layer's weight descriptors; a program per SM, gate/up tasks of t.na + t.nb columns, down tasks
@@ -444,7 +447,8 @@ class MLPKernel:
                  down: bool = True):
         m, d = h.shape
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        assert t.nb and -(-i // (t.na + t.nb)) <= sms and i % (parts * BK) == 0 and d % dr == 0, "one wave, whole tiles"
+        assert t.nb and programs(i, t.na, t.nb) <= sms and i % (parts * BK) == 0 and d % dr == 0, \
+            "one wave, whole tiles"
         self.act = torch.empty(m, i, device="cuda", dtype=torch.bfloat16)
         self.parts = torch.empty(parts, m, d, device="cuda", dtype=torch.float32)
         self.sync = torch.zeros(parts + 1, device="cuda", dtype=torch.int32)
@@ -469,8 +473,8 @@ def mlp_tiling(i: int, dr: int = 64, s2: int = 3) -> Tiling:
     """The one-wave gate/up tasks with the most programs (nb > 0: the kernel always takes both widths), their ring
     as deep as the shared memory left by down's s2 stages allows (at most 4)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    progs, na, nb = max((-(-i // (na + nb)), na, nb) for na in (32, 64, 128) for nb in (8, 16, 32)
-                        if nb < na and -(-i // (na + nb)) <= sms)
+    progs, na, nb = max((programs(i, na, nb), na, nb) for na in (32, 64, 128) for nb in (8, 16, 32)
+                        if nb < na and programs(i, na, nb) <= sms)
     s1 = min(4, (SMEM - s2 * (ROWS + dr) * BK * 2) // ((ROWS + 2 * na + 2 * nb) * BK * 2))
     return Tiling(na, nb, s1, 8)
 
@@ -482,14 +486,8 @@ def mlp_rows(name: str, arch, rows: list[int]) -> list[list]:
     glu_c = compiled(gated(F.silu))
     dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
     d, i = arch.hidden, arch.intermediate
-    ws = [(torch.randn(2 * i, d, device=DEVICE, dtype=dtype) / d ** 0.5,
-           torch.randn(d, i, device=DEVICE, dtype=dtype) / i ** 0.5)
-          for _ in range(weight_copies(3 * d * i * 2, arch.layers))]
-
-    def engine(h, w, parts=PARTS):  # (the engine's at this many rows: cuBLAS and silu x up, or gated_gemm's; parts)
-        a = engine_gated(h, w[0], glu_c)
-        return partial_down(a[None], w[1], parts)[:, 0] if DEVICE == "cuda" else F.linear(a, w[1])
-
+    ws = mlp_weights(arch, dtype)
+    engine = partial(engine_mlp, glu_c=glu_c)
     out = []
     more = max([p for p in range(5, 11) if i % (p * BK) == 0], default=None)  # (more parts: down's input in runs
     # of whole BK blocks)
@@ -505,7 +503,7 @@ def mlp_rows(name: str, arch, rows: list[int]) -> list[list]:
             if parts != PARTS:
                 alone = [partial(partial_down, act[None], w[1], parts) for w in ws]
                 out.append([name, m, f"the engine's down in {parts} parts alone", f"{graph_us(alone):.2f} us", "", ""])
-            want = engine(h, ws[0], parts)
+            want = engine(h, ws[0], parts=parts)
             for dr in (64, 128, 256):
                 if d % dr:
                     continue
