@@ -11,18 +11,21 @@ each 64 input columns); the other warps run the wgmmas and write silu(gate) x up
 as the engine's two kernels round it.
 
 - `kernel`: every tiling (NA + NB, 4 or 8 consumer warps, as many stages as ~220 KB of shared memory holds) per call,
-  each call on its own weights in one CUDA graph (`common.graph_us`): the best, and the best of programs of a power
-  of two of columns; every element of the output compared with the engine's;
+  each call on its own weights in one CUDA graph (`common.graph_us`), each with the consumer waiting for a stage's
+  MMAs before freeing it (lag 0) or for the stage before's only (lag 1): the best, and the best of programs of a
+  power of two of columns; every element of the output compared with the engine's;
 - `engine`: the engine's generate of 16 prompts x 8 (128 rows), 128 + 256 tokens forced, as it is and with the
   kernel's best 128-row tiling at 65-128 rows (gated_gemm's entry patched for this run), median of 5 calls,
   alternating; and whether greedy decoding gives the same tokens;
 - `mlp` (at up to 128 rows): a layer's MLP from its normed rows (gate/up, silu x up, down's fp32 K-split parts) as
   ONE such kernel, a program per SM taking first a one-wave gate/up task, then down tasks that wait by a counter per
-  part of down's input for the gate/up tasks writing it, against the engine's three kernels; and each phase alone.
+  part of down's input for the gate/up tasks writing it (down tasks of `--down-rows` rows, lag 0 and 1), against
+  the engine's three kernels; and each phase alone.
 
     python bench/wave_gated.py --archs qwen2.5-0.5b,qwen2.5-1.5b --rows 64,96,128,256 --sections kernel
     python bench/wave_gated.py --archs qwen2.5-1.5b,qwen2.5-3b,qwen2.5-coder-7b --rows 128 --sections kernel,engine
     python bench/wave_gated.py --archs qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-coder-7b --rows 128 --sections kernel,mlp
+    python bench/wave_gated.py --archs qwen2.5-1.5b,qwen2.5-coder-7b --rows 128 --sections kernel,mlp --down-rows 64,128
     python bench/wave_gated.py --archs tiny --rows 4              # CPU: the engine's path only (Gluon needs a GPU)
 """
 
@@ -62,6 +65,7 @@ class Tiling(NamedTuple):
     nb: int  # (0: na only)
     stages: int  # the ring's
     warps: int  # the consumer warps (the loader is one more)
+    lag: int = 0  # 1: a stage's MMAs left running while the next stage's are issued (`_gu_tile`)
 
 
 if gluon is not None:
@@ -90,16 +94,19 @@ if gluon is not None:
 
     @gluon.jit
     def _gu_tile(ready, empty, xs, gas, uas, gbs, ubs, K, n, BT: gl.constexpr, NA: gl.constexpr, NB: gl.constexpr,
-                 S: gl.constexpr, HAS_B: gl.constexpr, W: gl.constexpr):
+                 S: gl.constexpr, HAS_B: gl.constexpr, W: gl.constexpr, LAG: gl.constexpr = 0):
         """The consumer warps' part of a gate/up task: gate and up [BT rows, NA (+ NB) columns] in fp32 over the
-        ring's stages n, n + 1, ...; returns them and the ring's count after."""
+        ring's stages n, n + 1, ...; returns them and the ring's count after. LAG 1: a stage's MMAs left running
+        while the next stage's are issued (the stage before handed back once they are done), else each stage's
+        waited for before the next."""
         la: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, NA, 16])
         lb: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, NB, 16])
+        G: gl.constexpr = 4 if HAS_B else 2  # (MMA groups a stage)
         ga = gl.zeros([BT, NA], gl.float32, la)
         ua = gl.zeros([BT, NA], gl.float32, la)
         gb = gl.zeros([BT, NB], gl.float32, lb)
         ub = gl.zeros([BT, NB], gl.float32, lb)
-        for _ in range(K // _BK):
+        for j in range(K // _BK):
             s = n % S
             mbarrier.wait(ready.index(s), (n // S) & 1)
             x = xs.index(s)  # [BT, BK]; a weight tile [N, BK] is the MMA's [BK, N] operand, transposed
@@ -108,12 +115,24 @@ if gluon is not None:
             if HAS_B:
                 gb = warpgroup_mma(x, gbs.index(s).permute((1, 0)), gb, is_async=True)
                 ub = warpgroup_mma(x, ubs.index(s).permute((1, 0)), ub, is_async=True)
+                ga, ua, gb, ub = warpgroup_mma_wait(G * LAG, deps=[ga, ua, gb, ub])
+            else:
+                ga, ua = warpgroup_mma_wait(G * LAG, deps=[ga, ua])
+            if LAG:
+                if j > 0:
+                    gl.thread_barrier()  # (every warpgroup's MMAs have read stage n - 1)
+                    mbarrier.arrive(empty.index((n + S - 1) % S), count=1)
+            else:
+                gl.thread_barrier()  # (every warpgroup's MMAs have read stage s before it is handed back)
+                mbarrier.arrive(empty.index(s), count=1)
+            n += 1
+        if LAG:
+            if HAS_B:
                 ga, ua, gb, ub = warpgroup_mma_wait(0, deps=[ga, ua, gb, ub])
             else:
                 ga, ua = warpgroup_mma_wait(0, deps=[ga, ua])
-            gl.thread_barrier()  # (every warpgroup's MMAs have read stage s before it is handed back)
-            mbarrier.arrive(empty.index(s), count=1)
-            n += 1
+            gl.thread_barrier()
+            mbarrier.arrive(empty.index((n + S - 1) % S), count=1)
         return ga, ua, gb, ub, n
 
     @gluon.jit
@@ -145,8 +164,9 @@ if gluon is not None:
 
     @gluon.jit
     def _mma(o_ptr, ready, empty, xs, gas, uas, gbs, ubs, M, I, K, BT: gl.constexpr, NA: gl.constexpr,
-             NB: gl.constexpr, S: gl.constexpr, HAS_B: gl.constexpr, W: gl.constexpr):
-        ga, ua, gb, ub, _ = _gu_tile(ready, empty, xs, gas, uas, gbs, ubs, K, gl.to_tensor(0), BT, NA, NB, S, HAS_B, W)
+             NB: gl.constexpr, S: gl.constexpr, HAS_B: gl.constexpr, W: gl.constexpr, LAG: gl.constexpr):
+        ga, ua, gb, ub, _ = _gu_tile(ready, empty, xs, gas, uas, gbs, ubs, K, gl.to_tensor(0), BT, NA, NB, S, HAS_B, W,
+                                     LAG)
         _gu_store(ga, ua, gb, ub, o_ptr, gl.program_id(0) * (NA + NB * HAS_B), M, I, BT, NA, NB, HAS_B, W)
 
     @gluon.jit
@@ -173,12 +193,12 @@ if gluon is not None:
 
     @gluon.jit
     def _kernel(x_desc, wa_desc, wb_desc, o_ptr, M, I, K, NA: gl.constexpr, NB: gl.constexpr, S: gl.constexpr,
-                HAS_B: gl.constexpr, W: gl.constexpr):
+                HAS_B: gl.constexpr, W: gl.constexpr, LAG: gl.constexpr):
         """o [M, I] = silu(x Wg^T) x (x Wu^T), x [M <= BT, K]; a program per NA + NB columns."""
         BT: gl.constexpr = x_desc.block_type.shape[0]
         xs, gas, uas, gbs, ubs, ready, empty = _gu_ring(x_desc, wa_desc, wb_desc, NA, NB, S)
         gl.warp_specialize([
-            (_mma, (o_ptr, ready, empty, xs, gas, uas, gbs, ubs, M, I, K, BT, NA, NB, S, HAS_B, W)),
+            (_mma, (o_ptr, ready, empty, xs, gas, uas, gbs, ubs, M, I, K, BT, NA, NB, S, HAS_B, W, LAG)),
             (_load, (x_desc, wa_desc, wb_desc, ready, empty, xs, gas, uas, gbs, ubs, I, K, NA, NB, S, HAS_B)),
         ], [1], [40])
 
@@ -239,7 +259,7 @@ if gluon is not None:
     def _mlp_compute(act_ptr, parts_ptr, sync_ptr, gready, gempty, dready, dempty, xs, gas, uas, gbs, ubs, acts, wds,
                      M, I: gl.constexpr, D: gl.constexpr, P: gl.constexpr, NA: gl.constexpr, NB: gl.constexpr,
                      S1: gl.constexpr, S2: gl.constexpr, DR: gl.constexpr, BT: gl.constexpr, W: gl.constexpr,
-                     GU: gl.constexpr, DOWN: gl.constexpr):
+                     GU: gl.constexpr, DOWN: gl.constexpr, LAG: gl.constexpr):
         """The consumer warps of `_mlp`: a gate/up task (act's columns, then a release increment of the counter of
         each part of down's input they touch), or a down task (DR of down's rows as the M side, the tokens as N)."""
         NW: gl.constexpr = NA + NB
@@ -254,7 +274,8 @@ if gluon is not None:
         t = gl.program_id(0) + NGU * (1 - GU)
         while t < NGU + ND * P * DOWN:
             if t < NGU:
-                ga, ua, gb, ub, gi = _gu_tile(gready, gempty, xs, gas, uas, gbs, ubs, D, gi, BT, NA, NB, S1, True, W)
+                ga, ua, gb, ub, gi = _gu_tile(gready, gempty, xs, gas, uas, gbs, ubs, D, gi, BT, NA, NB, S1, True, W,
+                                              LAG)
                 _gu_store(ga, ua, gb, ub, act_ptr, t * NW, M, I, BT, NA, NB, True, W)
                 gl.thread_barrier()  # (every warp's act stores before the release)
                 lo = (t * NW) // KP
@@ -266,14 +287,23 @@ if gluon is not None:
                 p = (t - NGU) // ND
                 n0 = ((t - NGU) % ND) * DR
                 acc = gl.zeros([DR, BT], gl.float32, ld)
-                for _ in range(KP // _BK):
+                for j in range(KP // _BK):
                     s = di % S2
                     mbarrier.wait(dready.index(s), (di // S2) & 1)
                     acc = warpgroup_mma(wds.index(s), acts.index(s).permute((1, 0)), acc, is_async=True)
+                    acc = warpgroup_mma_wait(LAG, deps=[acc])
+                    if LAG:
+                        if j > 0:
+                            gl.thread_barrier()
+                            mbarrier.arrive(dempty.index((di + S2 - 1) % S2), count=1)
+                    else:
+                        gl.thread_barrier()
+                        mbarrier.arrive(dempty.index(s), count=1)
+                    di += 1
+                if LAG:
                     acc = warpgroup_mma_wait(0, deps=[acc])
                     gl.thread_barrier()
-                    mbarrier.arrive(dempty.index(s), count=1)
-                    di += 1
+                    mbarrier.arrive(dempty.index((di + S2 - 1) % S2), count=1)
                 rows = n0 + gl.arange(0, DR, layout=gl.SliceLayout(1, ld))
                 toks = gl.arange(0, BT, layout=gl.SliceLayout(0, ld))
                 gl.store(parts_ptr + p * M * D + toks[None, :] * D + rows[:, None], acc, mask=toks[None, :] < M)
@@ -282,7 +312,8 @@ if gluon is not None:
     @gluon.jit
     def _mlp(h_desc, wa_desc, wb_desc, act_desc, wd_desc, act_ptr, parts_ptr, sync_ptr, M, I: gl.constexpr,
              D: gl.constexpr, P: gl.constexpr, NA: gl.constexpr, NB: gl.constexpr, S1: gl.constexpr,
-             S2: gl.constexpr, DR: gl.constexpr, W: gl.constexpr, GU: gl.constexpr, DOWN: gl.constexpr):
+             S2: gl.constexpr, DR: gl.constexpr, W: gl.constexpr, GU: gl.constexpr, DOWN: gl.constexpr,
+             LAG: gl.constexpr):
         """parts [P, M, D] fp32 = down's K-split partial products of silu(h Wg^T) x (h Wu^T) (act [M, I] written on
         the way), in ONE launch: a program per SM takes tasks pid, pid + G, ...: first the one-wave gate/up tasks,
         then down tasks (part p, DR of down's rows), each waiting only for part p's gate/up tasks (a counter per
@@ -296,7 +327,7 @@ if gluon is not None:
         dready, dempty = _ring_barriers(S2)
         gl.warp_specialize([
             (_mlp_compute, (act_ptr, parts_ptr, sync_ptr, gready, gempty, dready, dempty, xs, gas, uas, gbs, ubs,
-                            acts, wds, M, I, D, P, NA, NB, S1, S2, DR, BT, W, GU, DOWN)),
+                            acts, wds, M, I, D, P, NA, NB, S1, S2, DR, BT, W, GU, DOWN, LAG)),
             (_mlp_load, (h_desc, wa_desc, wb_desc, act_desc, wd_desc, sync_ptr, gready, gempty, dready, dempty,
                          xs, gas, uas, gbs, ubs, acts, wds, I, D, P, NA, NB, S1, S2, DR, GU, DOWN)),
         ], [1], [40])
@@ -322,7 +353,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, t: Tiling) 
         TensorDescriptor.from_tensor(x, [bt, BK], _layout([bt, BK])),
         TensorDescriptor.from_tensor(weight, [t.na, BK], _layout([t.na, BK])),
         TensorDescriptor.from_tensor(weight, [nb, BK], _layout([nb, BK])), out, m, i, k,
-        NA=t.na, NB=nb, S=t.stages, HAS_B=t.nb > 0, W=t.warps, num_warps=t.warps)
+        NA=t.na, NB=nb, S=t.stages, HAS_B=t.nb > 0, W=t.warps, LAG=t.lag, num_warps=t.warps)
 
 
 def stages(na: int, nb: int, rows: int = ROWS) -> int:
@@ -335,10 +366,10 @@ def tilings(m: int, i: int) -> list[Tiling]:
     stages as SMEM holds."""
     bt, sms = max(64, 1 << (m - 1).bit_length()), torch.cuda.get_device_properties(0).multi_processor_count
     out = []
-    for na, nb, warps in itertools.product([32, 64, 128], [0, 8, 16, 32], [4, 8]):
+    for na, nb, warps, lag in itertools.product([32, 64, 128], [0, 8, 16, 32], [4, 8], [0, 1]):
         regs = bt * 2 * (na + (nb or 8)) // (32 * warps)  # fp32 accumulators per thread
         if nb < na and regs <= 176 and programs(i, na, nb) <= 3 * sms:
-            out.append(Tiling(na, nb, stages(na, nb, bt), warps))
+            out.append(Tiling(na, nb, stages(na, nb, bt), warps, lag))
     return out
 
 
@@ -367,7 +398,7 @@ def kernel_rows(name: str, arch, rows: list[int], best: dict) -> list[list]:
         pow2 = min(r for r in timed if r[1].nb == 0)  # the best whose programs take a power of two of columns
         best[name, m] = t
         out.append(row + [f"{us:.2f} us ({base / us:.2f}x): {t.na} + {t.nb}, {programs(i, t.na, t.nb)} programs, "
-                          f"{t.warps} warps, {t.stages} stages",
+                          f"{t.warps} warps, {t.stages} stages, lag {t.lag}",
                           f"{pow2[0]:.2f} us ({base / pow2[0]:.2f}x): {pow2[1].na}, "
                           f"{programs(i, pow2[1].na, 0)} programs",
                           f"{equal:.4f}", f"{min(r[2] for r in timed):.4f}"])
@@ -375,14 +406,15 @@ def kernel_rows(name: str, arch, rows: list[int], best: dict) -> list[list]:
 
 
 @torch.library.custom_op("bench_wave::gated_up", mutates_args=())
-def _wave_op(x: torch.Tensor, weight: torch.Tensor, na: int, nb: int, stages: int, warps: int) -> torch.Tensor:
+def _wave_op(x: torch.Tensor, weight: torch.Tensor, na: int, nb: int, stages: int, warps: int, lag: int
+             ) -> torch.Tensor:
     out = x.new_empty(x.shape[0], weight.shape[0] // 2)
-    launch(x if x.data_ptr() % 16 == 0 else x.clone(), weight, out, Tiling(na, nb, stages, warps))
+    launch(x if x.data_ptr() % 16 == 0 else x.clone(), weight, out, Tiling(na, nb, stages, warps, lag))
     return out
 
 
 @_wave_op.register_fake
-def _(x, weight, na, nb, stages, warps):
+def _(x, weight, na, nb, stages, warps, lag):
     return x.new_empty(x.shape[0], weight.shape[0] // 2)
 
 
@@ -456,7 +488,7 @@ class MLPKernel:
         self.ad = TensorDescriptor.from_tensor(self.act, [ROWS, BK], _layout([ROWS, BK]))
         self.m, self.t, self.dr, self.grid = m, t, dr, (sms,)
         self.meta = dict(I=i, D=d, P=parts, NA=t.na, NB=t.nb, S1=t.stages, S2=s2, DR=dr, W=t.warps, GU=gu,
-                         DOWN=down, num_warps=t.warps)
+                         DOWN=down, LAG=t.lag, num_warps=t.warps)
 
     def descs(self, wgu, wd):
         na, nb, dr = self.t.na, self.t.nb, self.dr
@@ -469,17 +501,17 @@ class MLPKernel:
         _mlp[self.grid](self.hd, wa, wb, self.ad, wd, self.act, self.parts, self.sync, self.m, **self.meta)
 
 
-def mlp_tiling(i: int, dr: int = 64, s2: int = 3) -> Tiling:
+def mlp_tiling(i: int, dr: int = 64, s2: int = 3, lag: int = 0) -> Tiling:
     """The one-wave gate/up tasks with the most programs (nb > 0: the kernel always takes both widths), their ring
     as deep as the shared memory left by down's s2 stages allows (at most 4)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     progs, na, nb = max((programs(i, na, nb), na, nb) for na in (32, 64, 128) for nb in (8, 16, 32)
                         if nb < na and programs(i, na, nb) <= sms)
     s1 = min(4, (SMEM - s2 * (ROWS + dr) * BK * 2) // ((ROWS + 2 * na + 2 * nb) * BK * 2))
-    return Tiling(na, nb, s1, 8)
+    return Tiling(na, nb, s1, 8, lag)
 
 
-def mlp_rows(name: str, arch, rows: list[int]) -> list[list]:
+def mlp_rows(name: str, arch, rows: list[int], downs: list[int]) -> list[list]:
     """gate/up, silu x up and down's fp32 parts from the normed rows: the engine's three kernels against one
     warp-specialized kernel (down tasks of 64-256 of down's rows; the engine's 4 parts of its input, or more), and
     its phases alone."""
@@ -504,10 +536,10 @@ def mlp_rows(name: str, arch, rows: list[int]) -> list[list]:
                 alone = [partial(partial_down, act[None], w[1], parts) for w in ws]
                 out.append([name, m, f"the engine's down in {parts} parts alone", f"{graph_us(alone):.2f} us", "", ""])
             want = engine(h, ws[0], parts=parts)
-            for dr in (64, 128, 256):
+            for dr, lag in itertools.product(downs, (0, 1)):
                 if d % dr:
                     continue
-                t = mlp_tiling(i, dr)
+                t = mlp_tiling(i, dr, lag=lag)
                 mlp = MLPKernel(h, i, t, dr, parts)
                 descs = [mlp.descs(*w) for w in ws]
                 mlp(descs[0])
@@ -519,14 +551,16 @@ def mlp_rows(name: str, arch, rows: list[int]) -> list[list]:
                 alone.act.copy_(mlp.act)
                 down_us = graph_us([partial(alone, x) for x in [alone.descs(*w) for w in ws]])
                 out.append([name, m, f"one warp-specialized kernel ({t.na} + {t.nb} columns a gate/up task, "
-                                     f"{t.stages} stages; {d // dr * parts} down tasks of {dr} rows, {parts} parts)",
+                                     f"{t.stages} stages; {d // dr * parts} down tasks of {dr} rows, {parts} parts; "
+                                     f"lag {lag})",
                             f"{us:.2f} us (down alone {down_us:.2f})", f"{base / us:.2f}x",
                             f"silu x up {errs[0]:.2g}, the parts {errs[1]:.2g} / {errs[2]:.2g} (against the engine's "
                             f"in {parts}); counters after {mlp.sync.tolist()}"])
-        t = mlp_tiling(i)
-        alone = MLPKernel(h, i, t, down=False)
-        out.append([name, m, "its gate/up phase alone (64-row down tasks' rings)",
-                    f"{graph_us([partial(alone, x) for x in [alone.descs(*w) for w in ws]]):.2f} us", "", ""])
+        for lag in (0, 1):
+            t = mlp_tiling(i, lag=lag)
+            alone = MLPKernel(h, i, t, down=False)
+            out.append([name, m, f"its gate/up phase alone (64-row down tasks' rings; lag {lag})",
+                        f"{graph_us([partial(alone, x) for x in [alone.descs(*w) for w in ws]]):.2f} us", "", ""])
         parts = [partial(partial_down, act[None], w[1], PARTS) for w in ws]
         out.append([name, m, "the engine's down in 4 parts alone", f"{graph_us(parts):.2f} us", "", ""])
     return out
@@ -538,6 +572,7 @@ def main() -> None:
     ap.add_argument("--rows", default="64,128,256", help="decode batch rows (the engine section: 128, which the "
                     "kernel section must include)")
     ap.add_argument("--sections", default="kernel,engine,mlp")
+    ap.add_argument("--down-rows", default="64,128,256", help="mlp: down's rows a down task")
     args = ap.parse_args()
     archs, rows, sections = args.archs.split(","), [int(r) for r in args.rows.split(",")], args.sections.split(",")
     print(f"device: {device_name()}, torch {torch.__version__}")
@@ -555,7 +590,7 @@ def main() -> None:
               "against one warp-specialized kernel, per call",
               ["arch", "rows", "kernels", "time", "engine / this", "largest difference from the engine's: act, the "
                "parts after the first launch / after the replays"],
-              [r for a in archs for r in mlp_rows(a, ARCHS[a], rows)])
+              [r for a in archs for r in mlp_rows(a, ARCHS[a], rows, [int(x) for x in args.down_rows.split(",")])])
 
 
 if __name__ == "__main__":
