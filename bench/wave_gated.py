@@ -19,13 +19,14 @@ as the engine's two kernels round it.
   alternating; and whether greedy decoding gives the same tokens;
 - `mlp` (at up to 128 rows): a layer's MLP from its normed rows (gate/up, silu x up, down's fp32 K-split parts) as
   ONE such kernel, a program per SM taking first a one-wave gate/up task, then down tasks that wait by a counter per
-  part of down's input for the gate/up tasks writing it (down tasks of `--down-rows` rows, lag 0 and 1), against
-  the engine's three kernels; and each phase alone.
+  part of down's input for the gate/up tasks writing it (down tasks of `--down-rows` rows, lag 0 and 1; and the same
+  with ONE ring for both phases, `_mlp_ring`), against the engine's three kernels; and each phase alone.
 
     python bench/wave_gated.py --archs qwen2.5-0.5b,qwen2.5-1.5b --rows 64,96,128,256 --sections kernel
     python bench/wave_gated.py --archs qwen2.5-1.5b,qwen2.5-3b,qwen2.5-coder-7b --rows 128 --sections kernel,engine
     python bench/wave_gated.py --archs qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-coder-7b --rows 128 --sections kernel,mlp
     python bench/wave_gated.py --archs qwen2.5-1.5b,qwen2.5-coder-7b --rows 128 --sections kernel,mlp --down-rows 64,128
+    python bench/wave_gated.py --archs qwen2.5-1.5b,qwen2.5-coder-7b,qwen2.5-3b --rows 128 --sections mlp --down-rows 64,128
     python bench/wave_gated.py --archs tiny --rows 4              # CPU: the engine's path only (Gluon needs a GPU)
 """
 
@@ -336,6 +337,128 @@ if gluon is not None:
                 gl.atomic_xchg(sync_ptr + q, 0)
 
 
+    @gluon.jit
+    def _ring_load(h_desc, wa_desc, wb_desc, act_desc, wd_desc, sync_ptr, ready, empty, xs, gas, uas, gbs, ubs,
+                   I: gl.constexpr, D: gl.constexpr, P: gl.constexpr, NA: gl.constexpr, NB: gl.constexpr,
+                   S: gl.constexpr, TWO: gl.constexpr):
+        """The loader warp of `_mlp_ring`: a gate/up task's loads, or a down task's, into the same ring: act's tile
+        into the rows' slot, down's weight rows (NA, or 2 NA with TWO) into gate's (and up's) slots; the first S
+        stages' weight before part p's counter is full, their act tiles after."""
+        NW: gl.constexpr = NA + NB
+        NGU: gl.constexpr = (I + NW - 1) // NW
+        DR: gl.constexpr = NA * (1 + TWO)
+        ND: gl.constexpr = D // DR
+        KP: gl.constexpr = I // P
+        KS: gl.constexpr = KP // _BK
+        PRE: gl.constexpr = S if S < KS else KS
+        dbytes: gl.constexpr = act_desc.block_type.nbytes + wd_desc.block_type.nbytes * (1 + TWO)
+        n = 0
+        t = gl.program_id(0)
+        while t < NGU + ND * P:
+            if t < NGU:
+                n = _gu_loads(h_desc, wa_desc, wb_desc, ready, empty, xs, gas, uas, gbs, ubs, t * NW, I, D, n,
+                              NA, NB, S, True)
+            else:
+                p = (t - NGU) // ND
+                n0 = ((t - NGU) % ND) * DR
+                for k in range(PRE):  # down's weight needs no counter
+                    s = (n + k) % S
+                    mbarrier.wait(empty.index(s), (((n + k) // S) & 1) ^ 1)
+                    mbarrier.expect(ready.index(s), dbytes)
+                    tma.async_copy_global_to_shared(wd_desc, [n0, p * KP + k * _BK], ready.index(s), gas.index(s))
+                    if TWO:
+                        tma.async_copy_global_to_shared(wd_desc, [n0 + NA, p * KP + k * _BK], ready.index(s),
+                                                        uas.index(s))
+                while gl.load(sync_ptr + p, volatile=True) < ((p + 1) * KP - 1) // NW - (p * KP) // NW + 1:
+                    pass
+                _acquire_async(p)
+                for k in range(PRE):
+                    s = (n + k) % S
+                    tma.async_copy_global_to_shared(act_desc, [0, p * KP + k * _BK], ready.index(s), xs.index(s))
+                for k in range(PRE, KS):
+                    s = (n + k) % S
+                    mbarrier.wait(empty.index(s), (((n + k) // S) & 1) ^ 1)
+                    bar = ready.index(s)
+                    mbarrier.expect(bar, dbytes)
+                    tma.async_copy_global_to_shared(wd_desc, [n0, p * KP + k * _BK], bar, gas.index(s))
+                    if TWO:
+                        tma.async_copy_global_to_shared(wd_desc, [n0 + NA, p * KP + k * _BK], bar, uas.index(s))
+                    tma.async_copy_global_to_shared(act_desc, [0, p * KP + k * _BK], bar, xs.index(s))
+                n += KS
+            t += gl.num_programs(0)
+
+    @gluon.jit
+    def _ring_compute(act_ptr, parts_ptr, sync_ptr, ready, empty, xs, gas, uas, gbs, ubs, M, I: gl.constexpr,
+                      D: gl.constexpr, P: gl.constexpr, NA: gl.constexpr, NB: gl.constexpr, S: gl.constexpr,
+                      BT: gl.constexpr, W: gl.constexpr, TWO: gl.constexpr):
+        """The consumer warps of `_mlp_ring`: a gate/up task as `_mlp_compute`'s, or a down task: NA (or 2 NA) of
+        down's rows as the tensor cores' M side, one wgmma per NA rows a stage, the tokens as N."""
+        NW: gl.constexpr = NA + NB
+        NGU: gl.constexpr = (I + NW - 1) // NW
+        DR: gl.constexpr = NA * (1 + TWO)
+        ND: gl.constexpr = D // DR
+        KP: gl.constexpr = I // P
+        WM: gl.constexpr = W if NA // 16 >= W else NA // 16  # (warps along down's rows; the rest split the tokens)
+        ld: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WM, W // WM],
+                                                     instr_shape=[16, BT // (W // WM), 16])
+        n = 0
+        t = gl.program_id(0)
+        while t < NGU + ND * P:
+            if t < NGU:
+                ga, ua, gb, ub, n = _gu_tile(ready, empty, xs, gas, uas, gbs, ubs, D, n, BT, NA, NB, S, True, W)
+                _gu_store(ga, ua, gb, ub, act_ptr, t * NW, M, I, BT, NA, NB, True, W)
+                gl.thread_barrier()  # (every warp's act stores before the release)
+                lo = (t * NW) // KP
+                hi = gl.minimum(t * NW + NW - 1, I - 1) // KP
+                gl.atomic_add(sync_ptr + lo, 1, sem="release", scope="gpu")
+                if hi != lo:
+                    gl.atomic_add(sync_ptr + hi, 1, sem="release", scope="gpu")
+            else:
+                p = (t - NGU) // ND
+                n0 = ((t - NGU) % ND) * DR
+                a0 = gl.zeros([NA, BT], gl.float32, ld)
+                a1 = gl.zeros([NA, BT], gl.float32, ld)
+                for _ in range(KP // _BK):
+                    s = n % S
+                    mbarrier.wait(ready.index(s), (n // S) & 1)
+                    x = xs.index(s).permute((1, 0))
+                    a0 = warpgroup_mma(gas.index(s), x, a0, is_async=True)
+                    if TWO:
+                        a1 = warpgroup_mma(uas.index(s), x, a1, is_async=True)
+                        a0, a1 = warpgroup_mma_wait(0, deps=[a0, a1])
+                    else:
+                        a0 = warpgroup_mma_wait(0, deps=[a0])
+                    gl.thread_barrier()
+                    mbarrier.arrive(empty.index(s), count=1)
+                    n += 1
+                rows = n0 + gl.arange(0, NA, layout=gl.SliceLayout(1, ld))
+                toks = gl.arange(0, BT, layout=gl.SliceLayout(0, ld))
+                out = parts_ptr + p * M * D + toks[None, :] * D + rows[:, None]
+                gl.store(out, a0, mask=toks[None, :] < M)
+                if TWO:
+                    gl.store(out + NA, a1, mask=toks[None, :] < M)
+            t += gl.num_programs(0)
+
+    @gluon.jit
+    def _mlp_ring(h_desc, wa_desc, wb_desc, act_desc, wd_desc, act_ptr, parts_ptr, sync_ptr, M, I: gl.constexpr,
+                  D: gl.constexpr, P: gl.constexpr, NA: gl.constexpr, NB: gl.constexpr, S: gl.constexpr,
+                  W: gl.constexpr, TWO: gl.constexpr):
+        """`_mlp` with ONE ring for both phases: a down task's stage holds act's tile where a gate/up stage holds the
+        rows, and NA (TWO: 2 NA) of down's rows where it holds gate's (and up's) NA columns, so that each phase has
+        the whole ring's depth and one count runs through a program's tasks."""
+        BT: gl.constexpr = h_desc.block_type.shape[0]
+        xs, gas, uas, gbs, ubs, ready, empty = _gu_ring(h_desc, wa_desc, wb_desc, NA, NB, S)
+        gl.warp_specialize([
+            (_ring_compute, (act_ptr, parts_ptr, sync_ptr, ready, empty, xs, gas, uas, gbs, ubs, M, I, D, P, NA, NB,
+                             S, BT, W, TWO)),
+            (_ring_load, (h_desc, wa_desc, wb_desc, act_desc, wd_desc, sync_ptr, ready, empty, xs, gas, uas, gbs, ubs,
+                          I, D, P, NA, NB, S, TWO)),
+        ], [1], [40])
+        if gl.atomic_add(sync_ptr + P, 1, sem="acq_rel", scope="gpu") == gl.num_programs(0) - 1:
+            for q in range(P + 1):
+                gl.atomic_xchg(sync_ptr + q, 0)
+
+
 def programs(i: int, na: int, nb: int) -> int:
     """The programs (gate/up tasks) of na + nb columns that I columns take."""
     return -(-i // (na + nb))
@@ -473,11 +596,13 @@ def engine_rows(name: str, best: dict, calls: int = 5) -> list[list]:
 class MLPKernel:
     """`_mlp`'s launch for the normed rows h [m <= 128, d] of a (d, i) MLP: its buffers (act, down's parts, the
     counters) and each layer's weight descriptors; a program per SM, gate/up tasks of t.na + t.nb columns, down tasks
-    of dr of down's rows and one of `parts` parts of its input."""
+    of dr of down's rows and one of `parts` parts of its input. ring: `_mlp_ring` (one ring of t.stages for both
+    phases; dr t.na or 2 t.na) in place of `_mlp`."""
 
     def __init__(self, h, i: int, t: Tiling, dr: int = 64, parts: int = PARTS, s2: int = 3, gu: bool = True,
-                 down: bool = True):
+                 down: bool = True, ring: bool = False):
         m, d = h.shape
+        assert not ring or dr in (t.na, 2 * t.na), "a ring's down task: gate's slot, or gate's and up's"
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         assert t.nb and programs(i, t.na, t.nb) <= sms and i % (parts * BK) == 0 and d % dr == 0, \
             "one wave, whole tiles"
@@ -489,16 +614,22 @@ class MLPKernel:
         self.m, self.t, self.dr, self.grid = m, t, dr, (sms,)
         self.meta = dict(I=i, D=d, P=parts, NA=t.na, NB=t.nb, S1=t.stages, S2=s2, DR=dr, W=t.warps, GU=gu,
                          DOWN=down, LAG=t.lag, num_warps=t.warps)
+        self.kernel = _mlp
+        if ring:
+            self.kernel = _mlp_ring
+            self.meta = dict(I=i, D=d, P=parts, NA=t.na, NB=t.nb, S=t.stages, W=t.warps, TWO=int(dr > t.na),
+                             num_warps=t.warps)
 
     def descs(self, wgu, wd):
-        na, nb, dr = self.t.na, self.t.nb, self.dr
+        na, nb = self.t.na, self.t.nb
+        dr = na if self.kernel is _mlp_ring else self.dr  # (a ring's down tile fills gate's slot)
         return (TensorDescriptor.from_tensor(wgu, [na, BK], _layout([na, BK])),
                 TensorDescriptor.from_tensor(wgu, [nb, BK], _layout([nb, BK])),
                 TensorDescriptor.from_tensor(wd, [dr, BK], _layout([dr, BK])))
 
     def __call__(self, descs):
         wa, wb, wd = descs
-        _mlp[self.grid](self.hd, wa, wb, self.ad, wd, self.act, self.parts, self.sync, self.m, **self.meta)
+        self.kernel[self.grid](self.hd, wa, wb, self.ad, wd, self.act, self.parts, self.sync, self.m, **self.meta)
 
 
 def mlp_tiling(i: int, dr: int = 64, s2: int = 3, lag: int = 0) -> Tiling:
@@ -556,6 +687,25 @@ def mlp_rows(name: str, arch, rows: list[int], downs: list[int]) -> list[list]:
                             f"{us:.2f} us (down alone {down_us:.2f})", f"{base / us:.2f}x",
                             f"silu x up {errs[0]:.2g}, the parts {errs[1]:.2g} / {errs[2]:.2g} (against the engine's "
                             f"in {parts}); counters after {mlp.sync.tolist()}"])
+        t0 = mlp_tiling(i)
+        t = Tiling(t0.na, t0.nb, stages(t0.na, t0.nb), t0.warps)
+        for parts, two in itertools.product([PARTS] + ([more] if more else []), (0, 1)):
+            dr = t.na * (1 + two)
+            if d % dr or t.na < 64:  # (a wgmma's M: 64 rows a warpgroup)
+                continue
+            want = engine(h, ws[0], parts=parts)
+            mlp = MLPKernel(h, i, t, dr, parts, ring=True)
+            descs = [mlp.descs(*w) for w in ws]
+            mlp(descs[0])
+            errs = [(mlp.act.float() - act.float()).abs().max().item(), (mlp.parts - want).abs().max().item()]
+            us = graph_us([partial(mlp, dd) for dd in descs])
+            mlp(descs[0])
+            errs.append((mlp.parts - want).abs().max().item())
+            out.append([name, m, f"one kernel, ONE ring of {t.stages} stages for both phases ({t.na} + {t.nb} "
+                                 f"columns a gate/up task; {d // dr * parts} down tasks of {dr} rows, {parts} parts)",
+                        f"{us:.2f} us", f"{base / us:.2f}x",
+                        f"silu x up {errs[0]:.2g}, the parts {errs[1]:.2g} / {errs[2]:.2g} (against the engine's "
+                        f"in {parts}); counters after {mlp.sync.tolist()}"])
         for lag in (0, 1):
             t = mlp_tiling(i, lag=lag)
             alone = MLPKernel(h, i, t, down=False)
