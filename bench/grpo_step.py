@@ -188,9 +188,10 @@ def section_train(arch: str, rows: list, compile_layers: bool):
 
 
 def section_step(arch: str, rows: list, backends: list[str], steps: int, compile_all: bool, micro_execrl: int,
-                 pure_too: bool = False, new: int = 256, checkpointing: bool = False):
+                 pure_too: bool = False, new: int = 256, checkpointing: str | None = None):
     """pure_too: also the execrl step in pure bf16 (no fp32 master: execrl before issue 18), for its time and memory;
-    `new`: the new tokens forced per sample; `checkpointing`: policy.activation_checkpointing."""
+    `new`: the new tokens forced per sample; `checkpointing`: policy.activation_checkpointing's scope (layer, mlp),
+    None: off."""
     from execrl.config import load_config
     from execrl.trainer import precision
     from execrl.trainer.loop import train
@@ -216,7 +217,8 @@ def section_step(arch: str, rows: list, backends: list[str], steps: int, compile
                      f"policy.generation.max_new_tokens={new}",
                      "policy.generation.ignore_eos=true", f"policy.generation.backend={backend}",
                      f"prompt.system_prompt={system}", *QUIET, f"logger.log_dir={log_dir}",
-                     "policy.optimizer.kwargs.lr=1e-6", f"policy.activation_checkpointing={checkpointing}",
+                     "policy.optimizer.kwargs.lr=1e-6", f"policy.activation_checkpointing={bool(checkpointing)}",
+                     f"policy.activation_checkpointing_scope={checkpointing or 'layer'}",
                      f"policy.shared_prompts={not rows_only}"]
         if not compile_all or backend != "execrl":
             overrides += NO_COMPILE
@@ -231,7 +233,7 @@ def section_step(arch: str, rows: list, backends: list[str], steps: int, compile
         rows.append([arch, f"{label}, micro-batch {micro}", f"{total:.2f}", f"{med['time/generate']:.2f}", f"{med['time/grade']:.2f}",
                      f"{med['time/train']:.2f}", f"{tokens / med['time/generate']:,.0f}", f"{peak_gib():.1f}",
                      f"{len(warm)} steps" + (", compiled" if compiled and backend == "execrl" else "")
-                     + (", activation checkpointing" if checkpointing else "")
+                     + (f", activation checkpointing ({checkpointing})" if checkpointing else "")
                      + (f", engine vs trainer {mismatch:.4f}" if backend == "execrl" else "")])
     precision.PURE_LOW_PRECISION = False
 
@@ -288,8 +290,10 @@ def main() -> None:
                     help="step section: also the step without fp32 master weights (before issue 18)")
     ap.add_argument("--micro", type=int, default=None,
                     help="step section: policy.train_micro_batch_size (default 128 at 0.5B, 32 above)")
-    ap.add_argument("--activation-checkpointing", action="store_true", help="step section: recompute activations "
-                    "in the backward (policy.activation_checkpointing), as long traces need")
+    ap.add_argument("--activation-checkpointing", nargs="?", const="layer", choices=["layer", "mlp"], default=None,
+                    help="step section: recompute activations in the backward (policy.activation_checkpointing), as "
+                    "long traces need: each layer (layer, the default) or each MLP (mlp: "
+                    "policy.activation_checkpointing_scope)")
     ap.add_argument("--no-compile", dest="compile", action="store_false",
                     help="step section: the engine and training layers not compiled; rollout section: fewer variants")
     args = ap.parse_args()

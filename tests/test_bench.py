@@ -115,7 +115,7 @@ def test_trl_step_beside_execrls_on_cpu():
 @pytest.mark.slow
 def test_grpo_step_bench_runs_on_cpu():
     out = run("bench/grpo_step.py", "--archs", "tiny", "--prompts", "16", "--new-tokens", "16", "--steps", "2",
-              "--micro", "16", "--no-compile", "--pure-bf16-too", "--activation-checkpointing")
+              "--micro", "16", "--no-compile", "--pure-bf16-too", "--activation-checkpointing", "mlp")
     assert "| tiny | execrl engine | needs a GPU |" in out  # compiled: CUDA only, said in its row
     assert "| tiny | execrl engine, not compiled |" in out and "| tiny | transformers generate |" in out
     assert "| tiny | execrl engine, 2 prompts x 8 |" in out
@@ -124,7 +124,7 @@ def test_grpo_step_bench_runs_on_cpu():
     steps = {r[1]: r for r in table_rows(out, "tiny") if "micro-batch" in r[1]}
     assert set(steps) == {"execrl, micro-batch 16", "transformers, micro-batch 16",
                           "execrl (pure bf16), micro-batch 16"}
-    assert all(float(r[2]) > 0 and r[-1].startswith("1 steps, activation checkpointing") for r in steps.values())
+    assert all(float(r[2]) > 0 and r[-1].startswith("1 steps, activation checkpointing (mlp)") for r in steps.values())
     assert "engine vs trainer" in steps["execrl, micro-batch 16"][-1]
 
 

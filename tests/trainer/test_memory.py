@@ -227,7 +227,7 @@ def test_checkpointing_that_memory_does_not_need_is_named_with_the_micro_batch_t
     checkpointing micro-batch 8 does not fit, 4 does (measured there: peak 75.8 GiB, training 18% faster; at 2, 11%)."""
     from transformers import Qwen2Config
 
-    from execrl.trainer.memory_plan import GiB, shape_of, summary
+    from execrl.trainer.memory_plan import GiB, plan, shape_of, summary
 
     Qwen2Config(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
                 num_attention_heads=12, num_key_value_heads=2, tie_word_embeddings=True).save_pretrained(tmp_path / "m")
@@ -246,6 +246,22 @@ def test_checkpointing_that_memory_does_not_need_is_named_with_the_micro_batch_t
                                 "policy.dynamic_batching.train_mb_tokens=16896"])
     hint = summary(packed, shape_of(packed), 139.8 * GiB)[1]  # by tokens: the budget stays, no micro-batch named
     assert "policy.activation_checkpointing=false (~" in hint and "train_micro_batch_size" not in hint
+    # where training without checkpointing does not fit, checkpointing only the MLPs is named if it does
+    wide = load_config(None, [*step, "policy.activation_checkpointing=true", "policy.dynamic_batching.enabled=true",
+                              "policy.dynamic_batching.train_mb_tokens=33792"])
+    kept = {scope: plan(load_config(None, [*step, "policy.activation_checkpointing=true", "policy.dynamic_batching."
+                                           "enabled=true", "policy.dynamic_batching.train_mb_tokens=33792",
+                                           f"policy.activation_checkpointing_scope={scope}"]), shape_of(wide))
+            for scope in ("layer", "mlp")}
+    unchecked = plan(load_config(None, [*step, "policy.dynamic_batching.enabled=true",
+                                        "policy.dynamic_batching.train_mb_tokens=33792"]), shape_of(wide))
+    assert kept["layer"].parts["activations"] < kept["mlp"].parts["activations"] < unchecked.parts["activations"]
+    lines = summary(wide, shape_of(wide), 90 * GiB)
+    assert len(lines) == 2 and f"policy.activation_checkpointing_scope=mlp (~{kept['mlp'].peak / GiB:.0f} GiB)" in \
+        lines[1], lines
+    mlp = load_config(None, [*step, "policy.activation_checkpointing=true", "policy.dynamic_batching.enabled=true",
+                             "policy.dynamic_batching.train_mb_tokens=33792", "policy.activation_checkpointing_scope=mlp"])
+    assert len(summary(mlp, shape_of(mlp), 90 * GiB)) == 1  # (already so)
 
 
 def test_a_model_and_tokenizer_under_the_home_directory_are_planned_and_loaded(tmp_path, tiny_model_dir, monkeypatch):

@@ -156,6 +156,11 @@ class PolicyConfig(Section):
                                                   "rotary and activations; compiling takes a minute at the start; "
                                                   "falls back to eager where compilation fails)")
     activation_checkpointing: bool = Field(False, description="recompute activations in backward to save memory")
+    activation_checkpointing_scope: Literal["layer", "mlp"] = Field(
+        "layer", description="what activation checkpointing recomputes: layer (each decoder layer's forward; the "
+        "least memory) | mlp (each layer's MLP up to its down projection: its intermediate tensors, most of a "
+        "layer's activations, are dropped, attention and the down projection are not run twice; less recompute, "
+        "more memory)")
     shared_prompts: bool = Field(True, description="training and scoring forward each group's prompt once, its "
                                  "samples packed after it, where the model is one of the engine's families with "
                                  "causal SDPA attention (no sliding window, soft-capping or dropout); the same "

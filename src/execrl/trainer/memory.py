@@ -82,6 +82,8 @@ def _training(cfg: MasterConfig) -> list[str]:
                "accumulation)"]
     if not p.activation_checkpointing:
         out.append("policy.activation_checkpointing=true (recompute activations in the backward)")
+    elif p.activation_checkpointing_scope == "mlp":
+        out.append("policy.activation_checkpointing_scope=layer (recompute each layer, not only its MLP)")
     return out + _state(cfg)[:1]
 
 

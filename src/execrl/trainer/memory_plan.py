@@ -111,8 +111,7 @@ def plan(cfg: MasterConfig, shape: Shape) -> Plan:
     slots = engine_slots(cfg)
     split = batch_plan(cfg).train_split  # a training micro-batch's padded tokens: its budget, or rows x the longest
     micro_tokens = split.tokens or split.sequences * p.max_total_sequence_length
-    per_token = (shape.layers * shape.hidden + shape.intermediate) * cb if p.activation_checkpointing \
-        else shape.layers * (8 * shape.hidden + 4 * shape.intermediate) * cb
+    per_token = activation_elements(cfg, shape) * cb
     parts = {
         "weights": shape.params * cb,
         "master and AdamW": 0.0 if offload else state / n,
@@ -129,6 +128,18 @@ def plan(cfg: MasterConfig, shape: Shape) -> Plan:
     return Plan(parts, host=state + staging if offload else 0.0,
                 generation=resident + LOGITS_CHUNK,
                 training=sum(parts.values()))
+
+
+def activation_elements(cfg: MasterConfig, shape: Shape) -> int:
+    """Activations kept for the backward per training token, in elements: without checkpointing ~8 hidden-wide and
+    4 intermediate-wide tensors a layer; checkpointing each layer keeps its input, and one layer's MLP while that
+    layer is recomputed; checkpointing each MLP keeps the rest of the layer and the down projection's output."""
+    p = cfg.policy
+    if not p.activation_checkpointing:
+        return shape.layers * (8 * shape.hidden + 4 * shape.intermediate)
+    if p.activation_checkpointing_scope == "mlp":
+        return shape.layers * 9 * shape.hidden + 4 * shape.intermediate
+    return shape.layers * shape.hidden + shape.intermediate
 
 
 def engine_slots(cfg: MasterConfig) -> int:
@@ -188,8 +199,9 @@ def without_recompute(cfg: MasterConfig, shape: Shape, gpu_bytes: float) -> str 
     """With activation checkpointing on, the setting that trains without it and still leaves a fifth of
     the GPU free in the plan (the micro-batch halved, at most twice, until it does, where micro-batches
     are counted in sequences): at 4K tokens on an H200, training without it took 18% less time at half
-    the micro-batch and 11% less at a quarter (bench/README.md, issue 45).
-    None: checkpointing is off, or nothing fits without it."""
+    the micro-batch and 11% less at a quarter (bench/README.md, issue 45); else, with each layer
+    recomputed, checkpointing only the MLPs at the same micro-batch, where that fits.
+    None: checkpointing is off, or nothing fits with less recompute."""
     if not cfg.policy.activation_checkpointing:
         return None
     micro = cfg.policy.train_micro_batch_size
@@ -206,6 +218,14 @@ def without_recompute(cfg: MasterConfig, shape: Shape, gpu_bytes: float) -> str 
             return (f"activation checkpointing is on, yet training without it fits this GPU: {setting} "
                     f"(~{peak / GiB:.0f} GiB) skips recomputing each layer's forward in the backward "
                     "(training 10-20% faster)")
+    if cfg.policy.activation_checkpointing_scope == "layer":
+        changed = cfg.model_copy(deep=True)
+        set_attribute(changed, "policy.activation_checkpointing_scope", "mlp")
+        peak = plan(changed, shape).peak
+        if peak <= 0.8 * gpu_bytes:
+            return ("activation checkpointing recomputes each layer, yet recomputing only the MLPs fits this GPU: "
+                    f"policy.activation_checkpointing_scope=mlp (~{peak / GiB:.0f} GiB) runs attention and the "
+                    "down projection once")
     return None
 
 

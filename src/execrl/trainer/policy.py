@@ -27,7 +27,7 @@ from execrl.models import load_model_and_tokenizer, pick_device
 from execrl.prompts import TEMPLATE_KWARGS
 from execrl.rollout.fuse import fuse_projections
 from execrl.trainer import distributed as dist
-from execrl.trainer import precision
+from execrl.trainer import precision, recompute
 from execrl.trainer.offload import OffloadedWeights
 
 
@@ -66,7 +66,7 @@ def build_policy(cfg: MasterConfig) -> Policy:
     if split_master:
         model = precision.lora_master(compute)
     if cfg.policy.activation_checkpointing:
-        compute.gradient_checkpointing_enable()
+        recompute.enable(compute, cfg.policy.activation_checkpointing_scope)
         if lora:  # the frozen embeddings give checkpointed layers no input that needs a gradient
             compute.enable_input_require_grads()
     if cfg.policy.torch_compile and next(compute.parameters()).is_cuda:

@@ -1,0 +1,103 @@
+"""Activation checkpointing by scope (trainer/recompute.py): the same gradients as without it, less kept for the
+backward, and with `mlp` the down projection not run again."""
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from execrl.config.errors import ConfigError
+from execrl.trainer import recompute
+
+HIDDEN, INTERMEDIATE = 32, 96
+
+
+def model(scope: str | None) -> Qwen2ForCausalLM:
+    torch.manual_seed(0)
+    m = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
+                                     num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2))
+    if scope:
+        recompute.enable(m, scope)
+    return m.train()
+
+
+class Products(TorchDispatchMode):
+    """The output widths of the matrix products run."""
+
+    def __init__(self):
+        super().__init__()
+        self.widths = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in recompute._GEMMS:
+            self.widths.append(out.shape[-1])
+        return out
+
+
+def run(scope: str | None):
+    """Each parameter's gradient, the bytes kept for the backward, and the products the backward ran."""
+    m = model(scope)
+    tokens = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
+    kept = []
+
+    def pack(t):
+        kept.append(t.numel() * t.element_size())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = m(tokens, labels=tokens).loss
+    backward = Products()
+    with backward:
+        loss.backward()
+    return {n: p.grad for n, p in m.named_parameters()}, sum(kept), backward.widths
+
+
+def test_each_scope_gives_the_gradients_without_checkpointing_and_keeps_less():
+    plain, plain_kept, plain_products = run(None)
+    for scope in ("layer", "mlp"):
+        grads, kept, products = run(scope)
+        assert grads.keys() == plain.keys()
+        for name, g in grads.items():
+            assert torch.equal(g, plain[name]), (scope, name)
+        assert kept < plain_kept, scope
+    _, layer_kept, layer_products = run("layer")
+    _, mlp_kept, mlp_products = run("mlp")
+    assert layer_kept < mlp_kept < plain_kept
+    # `mlp` runs gate and up again in the backward (one product of each width 96 per layer), not the down projection
+    # (width 32) nor attention's projections; `layer` runs every projection again
+    assert mlp_products.count(INTERMEDIATE) == plain_products.count(INTERMEDIATE) + 2 * 3
+    assert mlp_products.count(HIDDEN) == plain_products.count(HIDDEN)
+    assert layer_products.count(HIDDEN) > plain_products.count(HIDDEN)
+
+
+def test_no_recompute_where_no_gradient_is_taken():
+    m = model("mlp")
+    with torch.no_grad():
+        out = m(torch.zeros(1, 4, dtype=torch.long)).logits
+    assert out.shape == (1, 4, 64)
+
+
+def test_a_layer_without_an_mlp_module_is_refused_with_the_setting_that_works():
+    m = model(None)
+    del m.model.layers[1].mlp
+    with pytest.raises(ConfigError, match="decoder layer 1 .* policy.activation_checkpointing_scope=layer"):
+        recompute.enable(m, "mlp")
+
+
+def test_mlp_scope_with_lora_adapters_gives_their_gradients_without_checkpointing():
+    from peft import LoraConfig, get_peft_model
+
+    grads = {}
+    for scope in (None, "mlp"):
+        m = model(None)
+        m = get_peft_model(m, LoraConfig(r=4, lora_alpha=8, target_modules=["gate_proj", "up_proj", "down_proj",
+                                                                             "q_proj"], init_lora_weights=False))
+        if scope:
+            recompute.enable(m.get_base_model(), scope)
+        tokens = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
+        m(input_ids=tokens, labels=tokens).loss.backward()
+        grads[scope] = {n: p.grad for n, p in m.named_parameters() if p.requires_grad}
+    assert grads[None].keys() == grads["mlp"].keys() and len(grads[None]) == 3 * 4 * 2
+    for name, g in grads["mlp"].items():
+        assert torch.equal(g, grads[None][name]), name
