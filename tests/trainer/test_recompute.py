@@ -101,3 +101,53 @@ def test_mlp_scope_with_lora_adapters_gives_their_gradients_without_checkpointin
     assert grads[None].keys() == grads["mlp"].keys() and len(grads[None]) == 3 * 4 * 2
     for name, g in grads["mlp"].items():
         assert torch.equal(g, grads[None][name]), name
+
+
+def moe():
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    torch.manual_seed(0)
+    return Qwen2MoeForCausalLM(Qwen2MoeConfig(
+        vocab_size=64, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, moe_intermediate_size=48,
+        shared_expert_intermediate_size=64, num_experts=4, num_experts_per_tok=2, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2)).train()
+
+
+def test_mlp_scope_on_a_mixture_of_experts_gives_its_gradients_without_checkpointing():
+    tokens = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
+    grads = {}
+    for scope in (None, "mlp"):
+        m = moe()
+        if scope:
+            recompute.enable(m, scope)
+        m(tokens, labels=tokens).loss.backward()
+        grads[scope] = {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
+    assert grads[None].keys() == grads["mlp"].keys()
+    for name, g in grads["mlp"].items():
+        assert torch.equal(g, grads[None][name]), name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["qwen2", "qwen2_moe"])
+def test_mlp_scope_under_torch_compile_on_a_gpu(family):
+    """The trainer compiles each layer on a GPU (trainer/policy.py: compile_layers): the selective checkpoint's
+    policy goes through torch.compile, and a mixture of experts' MLP (in-place index_add_) is recomputed right."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    def build(scope):
+        m = (model(None) if family == "qwen2" else moe()).cuda()
+        if scope:
+            recompute.enable(m, scope)
+        for layer in m.get_decoder().layers:
+            layer.compile(dynamic=True)
+        return m
+
+    tokens = torch.randint(0, 64, (2, 24), generator=torch.Generator().manual_seed(1)).cuda()
+    grads = {}
+    for scope in (None, "mlp"):
+        m = build(scope)
+        m(tokens, labels=tokens).loss.backward()
+        grads[scope] = {n: p.grad.float() for n, p in m.named_parameters() if p.grad is not None}
+    assert grads[None].keys() == grads["mlp"].keys()
+    for name, g in grads["mlp"].items():
+        torch.testing.assert_close(g, grads[None][name], rtol=1e-4, atol=1e-5, msg=name)
