@@ -211,6 +211,42 @@ if gluon is not None:
                                          [x], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
+    def _down_loads(act_desc, wd_desc, sync_ptr, ready, empty, xa, w0, w1, n, p, n0, NW: gl.constexpr,
+                    KP: gl.constexpr, S: gl.constexpr, TWO: gl.constexpr, WAIT: gl.constexpr):
+        """The loader warp's part of a down task (part p of down's input, its rows n0 ...) in a ring of S stages:
+        the first stages' weight tiles (into w0; TWO: the next rows' into w1 too), then, once part p's counter is
+        full (WAIT; else act is the caller's, written before the launch), act's tiles for them (into xa), then both
+        for the rest; n: the ring's count so far. Returns the count after."""
+        KS: gl.constexpr = KP // _BK
+        PRE: gl.constexpr = S if S < KS else KS
+        WR: gl.constexpr = wd_desc.block_type.shape[0]
+        nbytes: gl.constexpr = act_desc.block_type.nbytes + wd_desc.block_type.nbytes * (1 + TWO)
+        for k in range(PRE):  # down's weight needs no counter
+            s = (n + k) % S
+            mbarrier.wait(empty.index(s), (((n + k) // S) & 1) ^ 1)
+            mbarrier.expect(ready.index(s), nbytes)
+            tma.async_copy_global_to_shared(wd_desc, [n0, p * KP + k * _BK], ready.index(s), w0.index(s))
+            if TWO:
+                tma.async_copy_global_to_shared(wd_desc, [n0 + WR, p * KP + k * _BK], ready.index(s), w1.index(s))
+        if WAIT:
+            while gl.load(sync_ptr + p, volatile=True) < ((p + 1) * KP - 1) // NW - (p * KP) // NW + 1:
+                pass
+            _acquire_async(p)
+        for k in range(PRE):
+            s = (n + k) % S
+            tma.async_copy_global_to_shared(act_desc, [0, p * KP + k * _BK], ready.index(s), xa.index(s))
+        for k in range(PRE, KS):
+            s = (n + k) % S
+            mbarrier.wait(empty.index(s), (((n + k) // S) & 1) ^ 1)
+            bar = ready.index(s)
+            mbarrier.expect(bar, nbytes)
+            tma.async_copy_global_to_shared(wd_desc, [n0, p * KP + k * _BK], bar, w0.index(s))
+            if TWO:
+                tma.async_copy_global_to_shared(wd_desc, [n0 + WR, p * KP + k * _BK], bar, w1.index(s))
+            tma.async_copy_global_to_shared(act_desc, [0, p * KP + k * _BK], bar, xa.index(s))
+        return n + KS
+
+    @gluon.jit
     def _mlp_load(h_desc, wa_desc, wb_desc, act_desc, wd_desc, sync_ptr, gready, gempty, dready, dempty,
                   xs, gas, uas, gbs, ubs, acts, wds, I: gl.constexpr, D: gl.constexpr, P: gl.constexpr,
                   NA: gl.constexpr, NB: gl.constexpr, S1: gl.constexpr, S2: gl.constexpr, DR: gl.constexpr,
@@ -221,9 +257,6 @@ if gluon is not None:
         NGU: gl.constexpr = (I + NW - 1) // NW
         ND: gl.constexpr = D // DR
         KP: gl.constexpr = I // P
-        KS: gl.constexpr = KP // _BK
-        PRE: gl.constexpr = S2 if S2 < KS else KS
-        dbytes: gl.constexpr = act_desc.block_type.nbytes + wd_desc.block_type.nbytes
         gi = 0
         di = 0
         t = gl.program_id(0) + NGU * (1 - GU)
@@ -232,29 +265,26 @@ if gluon is not None:
                 gi = _gu_loads(h_desc, wa_desc, wb_desc, gready, gempty, xs, gas, uas, gbs, ubs, t * NW, I, D, gi,
                                NA, NB, S1, True)
             else:
-                p = (t - NGU) // ND
-                n0 = ((t - NGU) % ND) * DR
-                for k in range(PRE):  # down's weight needs no counter
-                    s = (di + k) % S2
-                    mbarrier.wait(dempty.index(s), (((di + k) // S2) & 1) ^ 1)
-                    mbarrier.expect(dready.index(s), dbytes)
-                    tma.async_copy_global_to_shared(wd_desc, [n0, p * KP + k * _BK], dready.index(s), wds.index(s))
-                if GU:  # (else act is the caller's, written before the launch)
-                    while gl.load(sync_ptr + p, volatile=True) < ((p + 1) * KP - 1) // NW - (p * KP) // NW + 1:
-                        pass
-                    _acquire_async(p)
-                for k in range(PRE):
-                    s = (di + k) % S2
-                    tma.async_copy_global_to_shared(act_desc, [0, p * KP + k * _BK], dready.index(s), acts.index(s))
-                for k in range(PRE, KS):
-                    s = (di + k) % S2
-                    mbarrier.wait(dempty.index(s), (((di + k) // S2) & 1) ^ 1)
-                    bar = dready.index(s)
-                    mbarrier.expect(bar, dbytes)
-                    tma.async_copy_global_to_shared(wd_desc, [n0, p * KP + k * _BK], bar, wds.index(s))
-                    tma.async_copy_global_to_shared(act_desc, [0, p * KP + k * _BK], bar, acts.index(s))
-                di += KS
+                di = _down_loads(act_desc, wd_desc, sync_ptr, dready, dempty, acts, wds, wds, di, (t - NGU) // ND,
+                                 ((t - NGU) % ND) * DR, NW, KP, S2, False, GU)
             t += gl.num_programs(0)
+
+    @gluon.jit
+    def _gu_task(ready, empty, xs, gas, uas, gbs, ubs, act_ptr, sync_ptr, t, n, M, I: gl.constexpr, D: gl.constexpr,
+                 KP: gl.constexpr, BT: gl.constexpr, NA: gl.constexpr, NB: gl.constexpr, S: gl.constexpr,
+                 W: gl.constexpr, LAG: gl.constexpr):
+        """The consumer warps' gate/up task t of the MLP kernels: act's columns, then a release increment of the
+        counter of each part (KP of act's columns) they touch; returns the ring's count after."""
+        NW: gl.constexpr = NA + NB
+        ga, ua, gb, ub, n = _gu_tile(ready, empty, xs, gas, uas, gbs, ubs, D, n, BT, NA, NB, S, True, W, LAG)
+        _gu_store(ga, ua, gb, ub, act_ptr, t * NW, M, I, BT, NA, NB, True, W)
+        gl.thread_barrier()  # (every warp's act stores before the release)
+        lo = (t * NW) // KP
+        hi = gl.minimum(t * NW + NW - 1, I - 1) // KP
+        gl.atomic_add(sync_ptr + lo, 1, sem="release", scope="gpu")
+        if hi != lo:
+            gl.atomic_add(sync_ptr + hi, 1, sem="release", scope="gpu")
+        return n
 
     @gluon.jit
     def _mlp_compute(act_ptr, parts_ptr, sync_ptr, gready, gempty, dready, dempty, xs, gas, uas, gbs, ubs, acts, wds,
@@ -275,15 +305,8 @@ if gluon is not None:
         t = gl.program_id(0) + NGU * (1 - GU)
         while t < NGU + ND * P * DOWN:
             if t < NGU:
-                ga, ua, gb, ub, gi = _gu_tile(gready, gempty, xs, gas, uas, gbs, ubs, D, gi, BT, NA, NB, S1, True, W,
-                                              LAG)
-                _gu_store(ga, ua, gb, ub, act_ptr, t * NW, M, I, BT, NA, NB, True, W)
-                gl.thread_barrier()  # (every warp's act stores before the release)
-                lo = (t * NW) // KP
-                hi = gl.minimum(t * NW + NW - 1, I - 1) // KP
-                gl.atomic_add(sync_ptr + lo, 1, sem="release", scope="gpu")
-                if hi != lo:
-                    gl.atomic_add(sync_ptr + hi, 1, sem="release", scope="gpu")
+                gi = _gu_task(gready, gempty, xs, gas, uas, gbs, ubs, act_ptr, sync_ptr, t, gi, M, I, D, KP, BT, NA,
+                              NB, S1, W, LAG)
             else:
                 p = (t - NGU) // ND
                 n0 = ((t - NGU) % ND) * DR
@@ -349,9 +372,6 @@ if gluon is not None:
         DR: gl.constexpr = NA * (1 + TWO)
         ND: gl.constexpr = D // DR
         KP: gl.constexpr = I // P
-        KS: gl.constexpr = KP // _BK
-        PRE: gl.constexpr = S if S < KS else KS
-        dbytes: gl.constexpr = act_desc.block_type.nbytes + wd_desc.block_type.nbytes * (1 + TWO)
         n = 0
         t = gl.program_id(0)
         while t < NGU + ND * P:
@@ -359,32 +379,8 @@ if gluon is not None:
                 n = _gu_loads(h_desc, wa_desc, wb_desc, ready, empty, xs, gas, uas, gbs, ubs, t * NW, I, D, n,
                               NA, NB, S, True)
             else:
-                p = (t - NGU) // ND
-                n0 = ((t - NGU) % ND) * DR
-                for k in range(PRE):  # down's weight needs no counter
-                    s = (n + k) % S
-                    mbarrier.wait(empty.index(s), (((n + k) // S) & 1) ^ 1)
-                    mbarrier.expect(ready.index(s), dbytes)
-                    tma.async_copy_global_to_shared(wd_desc, [n0, p * KP + k * _BK], ready.index(s), gas.index(s))
-                    if TWO:
-                        tma.async_copy_global_to_shared(wd_desc, [n0 + NA, p * KP + k * _BK], ready.index(s),
-                                                        uas.index(s))
-                while gl.load(sync_ptr + p, volatile=True) < ((p + 1) * KP - 1) // NW - (p * KP) // NW + 1:
-                    pass
-                _acquire_async(p)
-                for k in range(PRE):
-                    s = (n + k) % S
-                    tma.async_copy_global_to_shared(act_desc, [0, p * KP + k * _BK], ready.index(s), xs.index(s))
-                for k in range(PRE, KS):
-                    s = (n + k) % S
-                    mbarrier.wait(empty.index(s), (((n + k) // S) & 1) ^ 1)
-                    bar = ready.index(s)
-                    mbarrier.expect(bar, dbytes)
-                    tma.async_copy_global_to_shared(wd_desc, [n0, p * KP + k * _BK], bar, gas.index(s))
-                    if TWO:
-                        tma.async_copy_global_to_shared(wd_desc, [n0 + NA, p * KP + k * _BK], bar, uas.index(s))
-                    tma.async_copy_global_to_shared(act_desc, [0, p * KP + k * _BK], bar, xs.index(s))
-                n += KS
+                n = _down_loads(act_desc, wd_desc, sync_ptr, ready, empty, xs, gas, uas, n, (t - NGU) // ND,
+                                ((t - NGU) % ND) * DR, NW, KP, S, TWO, True)
             t += gl.num_programs(0)
 
     @gluon.jit
@@ -405,14 +401,8 @@ if gluon is not None:
         t = gl.program_id(0)
         while t < NGU + ND * P:
             if t < NGU:
-                ga, ua, gb, ub, n = _gu_tile(ready, empty, xs, gas, uas, gbs, ubs, D, n, BT, NA, NB, S, True, W)
-                _gu_store(ga, ua, gb, ub, act_ptr, t * NW, M, I, BT, NA, NB, True, W)
-                gl.thread_barrier()  # (every warp's act stores before the release)
-                lo = (t * NW) // KP
-                hi = gl.minimum(t * NW + NW - 1, I - 1) // KP
-                gl.atomic_add(sync_ptr + lo, 1, sem="release", scope="gpu")
-                if hi != lo:
-                    gl.atomic_add(sync_ptr + hi, 1, sem="release", scope="gpu")
+                n = _gu_task(ready, empty, xs, gas, uas, gbs, ubs, act_ptr, sync_ptr, t, n, M, I, D, KP, BT, NA, NB, S,
+                             W, 0)
             else:
                 p = (t - NGU) // ND
                 n0 = ((t - NGU) % ND) * DR
