@@ -112,6 +112,12 @@ def test_cpu_offload_is_refused_where_it_cannot_apply(overrides, message):
         validate(load_config(None, ["policy.cpu_offload=true", *overrides]))
 
 
+def test_a_checkpointing_scope_without_checkpointing_is_refused_with_the_fix():
+    with pytest.raises(ConfigError, match="checkpointing is off: set policy.activation_checkpointing=true"):
+        validate(load_config(None, ["policy.activation_checkpointing_scope=mlp"]))
+    validate(load_config(None, ["policy.activation_checkpointing_scope=mlp", "policy.activation_checkpointing=true"]))
+
+
 def test_cpu_offload_on_a_machine_without_a_gpu_says_so(tmp_path):
     with pytest.raises(ValueError, match="set policy.cpu_offload=false"):
         run(tmp_path, "off", "policy.cpu_offload=true", "policy.device=auto", "grpo.max_num_steps=1")

@@ -139,8 +139,8 @@ def check_lora(cfg: MasterConfig) -> None:
 
 
 def check_memory_options(cfg: MasterConfig) -> None:
-    """The optimizer class importable; policy.cpu_offload where it applies (one GPU, mixed
-    precision, all weights trained)."""
+    """The optimizer class importable; a checkpointing scope only with checkpointing on;
+    policy.cpu_offload where it applies (one GPU, mixed precision, all weights trained)."""
     import torch
 
     from execrl.trainer.optim import optimizer_class
@@ -150,6 +150,10 @@ def check_memory_options(cfg: MasterConfig) -> None:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     p = cfg.policy
+    if p.activation_checkpointing_scope != "layer" and not p.activation_checkpointing:
+        raise ConfigError(f"policy.activation_checkpointing_scope={p.activation_checkpointing_scope} says what "
+                          "checkpointing recomputes, and checkpointing is off: set policy.activation_checkpointing=true "
+                          "(or leave the scope out)")
     if p.optimizer.kwargs.get("bf16_stochastic_round"):
         check_stochastic_round(cfg, cls)
     if not p.cpu_offload:
