@@ -632,6 +632,20 @@ def mlp_tiling(i: int, dr: int = 64, s2: int = 3, lag: int = 0) -> Tiling:
     return Tiling(na, nb, s1, 8, lag)
 
 
+def checked(mlp: MLPKernel, ws: list, act: torch.Tensor, want: torch.Tensor) -> tuple[float, str]:
+    """An MLP kernel's us per call, each call on one of `ws`'s weights, and how far its outputs are from the engine's
+    (`act`, and `want` down's parts with as many parts): after the first launch and after the timed replays (the
+    counters reset at each launch's end)."""
+    descs = [mlp.descs(*w) for w in ws]
+    mlp(descs[0])
+    errs = [(mlp.act.float() - act.float()).abs().max().item(), (mlp.parts - want).abs().max().item()]
+    us = graph_us([partial(mlp, dd) for dd in descs])
+    mlp(descs[0])
+    errs.append((mlp.parts - want).abs().max().item())
+    return us, (f"silu x up {errs[0]:.2g}, the parts {errs[1]:.2g} / {errs[2]:.2g} (against the engine's in "
+                f"{len(want)}); counters after {mlp.sync.tolist()}")
+
+
 def mlp_rows(name: str, arch, rows: list[int], downs: list[int]) -> list[list]:
     """gate/up, silu x up and down's fp32 parts from the normed rows: the engine's three kernels against one
     warp-specialized kernel (down tasks of 64-256 of down's rows; the engine's 4 parts of its input, or more), and
@@ -644,6 +658,7 @@ def mlp_rows(name: str, arch, rows: list[int], downs: list[int]) -> list[list]:
     out = []
     more = max([p for p in range(5, 11) if i % (p * BK) == 0], default=None)  # (more parts: down's input in runs
     # of whole BK blocks)
+    part_counts = [PARTS] + ([more] if more else [])
     for m in [r for r in rows if r <= ROWS]:
         h = torch.randn(m, d, device=DEVICE, dtype=dtype)
         base = graph_us([partial(engine, h, w) for w in ws])
@@ -652,50 +667,34 @@ def mlp_rows(name: str, arch, rows: list[int], downs: list[int]) -> list[list]:
             out.append([name, m, "one warp-specialized kernel", "needs a Hopper GPU (Gluon)", "", ""])
             continue
         act = engine_gated(h, ws[0][0], glu_c)
-        for parts in [PARTS] + ([more] if more else []):
+        wants = {parts: engine(h, ws[0], parts=parts) for parts in part_counts}
+        for parts in part_counts:
             if parts != PARTS:
                 alone = [partial(partial_down, act[None], w[1], parts) for w in ws]
                 out.append([name, m, f"the engine's down in {parts} parts alone", f"{graph_us(alone):.2f} us", "", ""])
-            want = engine(h, ws[0], parts=parts)
             for dr, lag in itertools.product(downs, (0, 1)):
                 if d % dr:
                     continue
                 t = mlp_tiling(i, dr, lag=lag)
                 mlp = MLPKernel(h, i, t, dr, parts)
-                descs = [mlp.descs(*w) for w in ws]
-                mlp(descs[0])
-                errs = [(mlp.act.float() - act.float()).abs().max().item(), (mlp.parts - want).abs().max().item()]
-                us = graph_us([partial(mlp, dd) for dd in descs])
-                mlp(descs[0])  # (after the replays: the counters reset at each launch's end)
-                errs.append((mlp.parts - want).abs().max().item())
+                us, errs = checked(mlp, ws, act, wants[parts])
                 alone = MLPKernel(h, i, t, dr, parts, gu=False)
                 alone.act.copy_(mlp.act)
                 down_us = graph_us([partial(alone, x) for x in [alone.descs(*w) for w in ws]])
                 out.append([name, m, f"one warp-specialized kernel ({t.na} + {t.nb} columns a gate/up task, "
                                      f"{t.stages} stages; {d // dr * parts} down tasks of {dr} rows, {parts} parts; "
                                      f"lag {lag})",
-                            f"{us:.2f} us (down alone {down_us:.2f})", f"{base / us:.2f}x",
-                            f"silu x up {errs[0]:.2g}, the parts {errs[1]:.2g} / {errs[2]:.2g} (against the engine's "
-                            f"in {parts}); counters after {mlp.sync.tolist()}"])
-        t0 = mlp_tiling(i)
-        t = Tiling(t0.na, t0.nb, stages(t0.na, t0.nb), t0.warps)
-        for parts, two in itertools.product([PARTS] + ([more] if more else []), (0, 1)):
+                            f"{us:.2f} us (down alone {down_us:.2f})", f"{base / us:.2f}x", errs])
+        t = mlp_tiling(i)
+        t = t._replace(stages=stages(t.na, t.nb))  # (one ring: all of the shared memory)
+        for parts, two in itertools.product(part_counts, (0, 1)):
             dr = t.na * (1 + two)
             if d % dr or t.na < 64:  # (a wgmma's M: 64 rows a warpgroup)
                 continue
-            want = engine(h, ws[0], parts=parts)
-            mlp = MLPKernel(h, i, t, dr, parts, ring=True)
-            descs = [mlp.descs(*w) for w in ws]
-            mlp(descs[0])
-            errs = [(mlp.act.float() - act.float()).abs().max().item(), (mlp.parts - want).abs().max().item()]
-            us = graph_us([partial(mlp, dd) for dd in descs])
-            mlp(descs[0])
-            errs.append((mlp.parts - want).abs().max().item())
+            us, errs = checked(MLPKernel(h, i, t, dr, parts, ring=True), ws, act, wants[parts])
             out.append([name, m, f"one kernel, ONE ring of {t.stages} stages for both phases ({t.na} + {t.nb} "
                                  f"columns a gate/up task; {d // dr * parts} down tasks of {dr} rows, {parts} parts)",
-                        f"{us:.2f} us", f"{base / us:.2f}x",
-                        f"silu x up {errs[0]:.2g}, the parts {errs[1]:.2g} / {errs[2]:.2g} (against the engine's "
-                        f"in {parts}); counters after {mlp.sync.tolist()}"])
+                        f"{us:.2f} us", f"{base / us:.2f}x", errs])
         for lag in (0, 1):
             t = mlp_tiling(i, lag=lag)
             alone = MLPKernel(h, i, t, down=False)

@@ -253,21 +253,16 @@ def test_checkpointing_that_memory_does_not_need_is_named_with_the_micro_batch_t
     hint = summary(packed, shape_of(packed), 139.8 * GiB)[1]  # by tokens: the budget stays, no micro-batch named
     assert "policy.activation_checkpointing=false (~" in hint and "train_micro_batch_size" not in hint
     # where training without checkpointing does not fit, checkpointing only the MLPs is named if it does
-    wide = load_config(None, [*step, "policy.activation_checkpointing=true", "policy.dynamic_batching.enabled=true",
-                              "policy.dynamic_batching.train_mb_tokens=33792"])
-    kept = {scope: plan(load_config(None, [*step, "policy.activation_checkpointing=true", "policy.dynamic_batching."
-                                           "enabled=true", "policy.dynamic_batching.train_mb_tokens=33792",
-                                           f"policy.activation_checkpointing_scope={scope}"]), shape_of(wide))
-            for scope in ("layer", "mlp")}
-    unchecked = plan(load_config(None, [*step, "policy.dynamic_batching.enabled=true",
-                                        "policy.dynamic_batching.train_mb_tokens=33792"]), shape_of(wide))
-    assert kept["layer"].parts["activations"] < kept["mlp"].parts["activations"] < unchecked.parts["activations"]
-    lines = summary(wide, shape_of(wide), 90 * GiB)
-    assert len(lines) == 2 and f"policy.activation_checkpointing_scope=mlp (~{kept['mlp'].peak / GiB:.0f} GiB)" in \
+    budget = [*step, "policy.dynamic_batching.enabled=true", "policy.dynamic_batching.train_mb_tokens=33792"]
+    cfgs = {scope: load_config(None, [*budget, "policy.activation_checkpointing=true",
+                                      f"policy.activation_checkpointing_scope={scope}"]) for scope in ("layer", "mlp")}
+    cfgs[None] = load_config(None, budget)
+    plans = {scope: plan(c, shape_of(c)) for scope, c in cfgs.items()}
+    assert plans["layer"].parts["activations"] < plans["mlp"].parts["activations"] < plans[None].parts["activations"]
+    lines = summary(cfgs["layer"], shape_of(cfgs["layer"]), 90 * GiB)
+    assert len(lines) == 2 and f"policy.activation_checkpointing_scope=mlp (~{plans['mlp'].peak / GiB:.0f} GiB)" in \
         lines[1], lines
-    mlp = load_config(None, [*step, "policy.activation_checkpointing=true", "policy.dynamic_batching.enabled=true",
-                             "policy.dynamic_batching.train_mb_tokens=33792", "policy.activation_checkpointing_scope=mlp"])
-    assert len(summary(mlp, shape_of(mlp), 90 * GiB)) == 1  # (already so)
+    assert len(summary(cfgs["mlp"], shape_of(cfgs["mlp"]), 90 * GiB)) == 1  # (already so)
 
 
 def test_a_model_and_tokenizer_under_the_home_directory_are_planned_and_loaded(tmp_path, tiny_model_dir, monkeypatch):

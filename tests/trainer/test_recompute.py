@@ -53,16 +53,31 @@ def run(scope: str | None):
     return {n: p.grad for n, p in m.named_parameters()}, sum(kept), backward.widths
 
 
+def same_gradients(grads: dict, want: dict, close: bool = False) -> None:
+    assert grads.keys() == want.keys()
+    for name, g in grads.items():
+        if close:
+            torch.testing.assert_close(g, want[name], rtol=1e-4, atol=1e-5, msg=name)
+        else:
+            assert torch.equal(g, want[name]), name
+
+
+def mlp_against_none(build, tokens: torch.Tensor) -> tuple[dict, dict]:
+    """The parameters' gradients of one loss (tokens as labels), with `mlp` checkpointing and without: `build(scope)`
+    makes the model, `scope` enabled."""
+    grads = {}
+    for scope in ("mlp", None):
+        m = build(scope)
+        m(input_ids=tokens, labels=tokens).loss.backward()
+        grads[scope] = {n: p.grad.float() for n, p in m.named_parameters() if p.grad is not None}
+    return grads["mlp"], grads[None]
+
+
 def test_each_scope_gives_the_gradients_without_checkpointing_and_keeps_less():
     plain, plain_kept, plain_products = run(None)
-    for scope in ("layer", "mlp"):
-        grads, kept, products = run(scope)
-        assert grads.keys() == plain.keys()
-        for name, g in grads.items():
-            assert torch.equal(g, plain[name]), (scope, name)
-        assert kept < plain_kept, scope
-    _, layer_kept, layer_products = run("layer")
-    _, mlp_kept, mlp_products = run("mlp")
+    (layer, layer_kept, layer_products), (mlp, mlp_kept, mlp_products) = run("layer"), run("mlp")
+    same_gradients(layer, plain)
+    same_gradients(mlp, plain)
     assert layer_kept < mlp_kept < plain_kept
     # `mlp` runs gate and up again in the backward (one product of each width 96 per layer), not the down projection
     # (width 32) nor attention's projections; `layer` runs every projection again
@@ -88,19 +103,17 @@ def test_a_layer_without_an_mlp_module_is_refused_with_the_setting_that_works():
 def test_mlp_scope_with_lora_adapters_gives_their_gradients_without_checkpointing():
     from peft import LoraConfig, get_peft_model
 
-    grads = {}
-    for scope in (None, "mlp"):
-        m = model(None)
-        m = get_peft_model(m, LoraConfig(r=4, lora_alpha=8, target_modules=["gate_proj", "up_proj", "down_proj",
-                                                                             "q_proj"], init_lora_weights=False))
+    def build(scope):
+        m = get_peft_model(model(None), LoraConfig(r=4, lora_alpha=8, target_modules=["gate_proj", "up_proj",
+                                                                                      "down_proj", "q_proj"],
+                                                   init_lora_weights=False))
         if scope:
             recompute.enable(m.get_base_model(), scope)
-        tokens = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
-        m(input_ids=tokens, labels=tokens).loss.backward()
-        grads[scope] = {n: p.grad for n, p in m.named_parameters() if p.requires_grad}
-    assert grads[None].keys() == grads["mlp"].keys() and len(grads[None]) == 3 * 4 * 2
-    for name, g in grads["mlp"].items():
-        assert torch.equal(g, grads[None][name]), name
+        return m
+
+    grads, want = mlp_against_none(build, torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1)))
+    assert len(want) == 3 * 4 * 2  # (the adapters' A and B: the base is frozen)
+    same_gradients(grads, want)
 
 
 def moe():
@@ -114,26 +127,24 @@ def moe():
 
 
 def test_mlp_scope_on_a_mixture_of_experts_gives_its_gradients_without_checkpointing():
-    tokens = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
-    grads = {}
-    for scope in (None, "mlp"):
+    def build(scope):
         m = moe()
         if scope:
             recompute.enable(m, scope)
-        m(tokens, labels=tokens).loss.backward()
-        grads[scope] = {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
-    assert grads[None].keys() == grads["mlp"].keys()
-    for name, g in grads["mlp"].items():
-        assert torch.equal(g, grads[None][name]), name
+        return m
+
+    same_gradients(*mlp_against_none(build, torch.randint(0, 64, (2, 12),
+                                                          generator=torch.Generator().manual_seed(1))))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("family", ["qwen2", "qwen2_moe"])
 def test_mlp_scope_under_torch_compile_on_a_gpu(family):
     """The trainer compiles each layer on a GPU (trainer/policy.py: compile_layers): the selective checkpoint's
-    policy goes through torch.compile, and a mixture of experts' MLP (in-place index_add_) is recomputed right."""
+    policy goes through torch.compile, a mixture of experts' MLP (its routing and experts) included."""
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
+
     def build(scope):
         m = (model(None) if family == "qwen2" else moe()).cuda()
         if scope:
@@ -143,11 +154,4 @@ def test_mlp_scope_under_torch_compile_on_a_gpu(family):
         return m
 
     tokens = torch.randint(0, 64, (2, 24), generator=torch.Generator().manual_seed(1)).cuda()
-    grads = {}
-    for scope in (None, "mlp"):
-        m = build(scope)
-        m(tokens, labels=tokens).loss.backward()
-        grads[scope] = {n: p.grad.float() for n, p in m.named_parameters() if p.grad is not None}
-    assert grads[None].keys() == grads["mlp"].keys()
-    for name, g in grads["mlp"].items():
-        torch.testing.assert_close(g, grads[None][name], rtol=1e-4, atol=1e-5, msg=name)
+    same_gradients(*mlp_against_none(build, tokens), close=True)
