@@ -513,3 +513,26 @@ def test_steps_of_few_rows_take_gate_up_and_silu_as_one_kernel(tiny, prompts, mo
     assert set(rows) == {64, 16}
     monkeypatch.undo()  # on a CPU: no kernel, the unfused path
     assert not RolloutEngine(model, tok, slots=8, max_len=256).dec.gated_rows
+
+
+@pytest.mark.parametrize("budgets, samples", [([20] * 4, 1), ([20, 5, 9, 5], 1), ([12, 30], 3)])
+def test_the_engine_counts_how_full_its_decode_steps_were(tiny, prompts, budgets, samples):
+    """decoded: the tokens decode steps sampled (each completion's but the first, which prefill samples) and the
+    steps x slots: 1.0 where every slot decodes to the end together, less where samples end early or refill."""
+    model, tok = tiny
+    engine = RolloutEngine(model, tok, slots=4, max_len=256, sync_every=5)
+    steps, step = [0], engine._step
+
+    def counted(*args):
+        steps[0] += 1
+        return step(*args)
+
+    engine._step = counted
+    out = engine.generate(prompts[:len(budgets)], samples, budgets, SamplingParams(1.0, ignore_eos=True))
+    tokens = sum(len(c.ids) - 1 for group in out for c in group)
+    assert [len(c.ids) for c in out[0]] == [budgets[0]] * samples
+    assert engine.decoded == {"tokens": tokens, "slot_steps": steps[0] * 4}
+    if budgets == [20] * 4:
+        assert tokens == steps[0] * 4  # every slot live on every step
+    else:
+        assert tokens < steps[0] * 4

@@ -45,10 +45,12 @@ def test_run_directory_has_config_metrics_rollouts_and_loadable_checkpoints(tmp_
     keys = set().union(*metrics(d))
     for k in ("train/reward_mean", "train/loss", "train/kl", "train/clip_frac", "train/entropy", "train/grad_norm",
               "train/completion_len_mean", "train/reward/test_pass_fraction", "time/generate", "time/grade",
-              "time/train", "eval/pass@1", "train/logprob_mismatch", "train/trajectory_age_mean", "time/step"):
+              "time/train", "eval/pass@1", "train/logprob_mismatch", "train/trajectory_age_mean", "time/step",
+              "time/decode_batch_full"):
         assert k in keys, k
     assert any(k.startswith("train/verdict/") for k in keys)
     rows = [m for m in metrics(d) if "train/loss" in m]
+    assert all(0 < m["time/decode_batch_full"] <= 1 for m in rows)
     assert all(m["train/logprob_mismatch"] < 1e-4 and m["train/trajectory_age_mean"] == 0 for m in rows)  # on-policy
     (ckpt,) = sorted((d / "ckpt").iterdir())  # keep_top_k=1
     model = AutoModelForCausalLM.from_pretrained(ckpt / "policy")

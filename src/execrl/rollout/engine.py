@@ -149,6 +149,9 @@ class RolloutEngine:
         self.timing = [[torch.cuda.Event(enable_timing=True) for _ in range(2)] for _ in range(2)] \
             if dev.type == "cuda" else None
         self.forward_ms, self.steps_timed, self.deadline_at = 0.0, 0, float("inf")
+        # since the engine was built: tokens sampled by decode steps, and decode steps x slots (their ratio is the
+        # decode batch's fullness: low where a few long samples decode alone, bench/README.md "Realistic lengths")
+        self.decoded = {"tokens": 0, "slot_steps": 0}
 
     @property
     def slots(self) -> int:
@@ -216,6 +219,7 @@ class RolloutEngine:
             window = self._window(max(slot.prompt_len + slot.generated for slot in busy.values()) + steps)
             tail = self._tail(len(busy), window)
             rows = None if call.guides else self._rows(busy)
+            self.decoded["slot_steps"] += steps * self.slots
             for _ in range(steps):
                 if call.guides:
                     self._guided_step(window, call.params, tail)
@@ -225,6 +229,7 @@ class RolloutEngine:
     def _harvest(self, call: Call, busy: dict[int, Slot]) -> None:
         active, counts = torch.stack([self.active.long(), self.n_gen]).cpu().tolist()  # the one host sync
         for s, slot in busy.items():
+            self.decoded["tokens"] += counts[s] - slot.generated
             slot.generated = counts[s]
         cuts = self._stops(call.stop_strings, busy, counts) if call.stop_strings else {}
         done = [s for s in sorted(busy) if not active[s] or s in cuts]

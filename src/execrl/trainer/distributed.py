@@ -191,6 +191,10 @@ class FullWeights:
         return self.inner.guides
 
     @property
+    def decoded(self) -> dict[str, int] | None:
+        return getattr(self.inner, "decoded", None)
+
+    @property
     def streams(self) -> bool:
         return getattr(self.inner, "streams", False)
 

@@ -291,6 +291,9 @@ def log_step(run: Run, step: int, rollouts, stats: dict, times: dict, bar) -> No
     if times.get("generate"):  # the model's tokens sampled per second of generation (all processes)
         metrics["time/tokens_per_s"] = sums["completion_len_mean"] / times["generate"]
     metrics.update({f"time/{k}": v for k, v in times.items()})
+    tokens, slot_steps = dist.sum_floats(rollouts.decoded["tokens"], rollouts.decoded["slot_steps"])
+    if slot_steps:  # how full the engine's decode steps were (low: a few long samples decoding alone)
+        metrics["time/decode_batch_full"] = tokens / slot_steps
     if torch.cuda.is_available():
         metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     run.logger.log(step, metrics)

@@ -147,7 +147,8 @@ class RolloutPipeline:
         episodes = [e for group in kept[:want] for e in group]
         dropped += [e for group in kept[want:] for e in group]
         together = Rollouts(episodes, head.rollouts.group_size, dropped=dropped,
-                            times={k: sum(r.times.get(k, 0.0) for r in rounds) for k in head.rollouts.times})
+                            times={k: sum(r.times.get(k, 0.0) for r in rounds) for k in head.rollouts.times},
+                            decoded={k: sum(r.decoded[k] for r in rounds) for k in head.rollouts.decoded})
         num_kept, num_groups = dist.sum_floats(len(kept), sum(len(r.episodes) for r in rounds) / together.group_size)
         return together, {"dynamic_sampling_rounds": float(len(rounds)),
                           "dynamic_sampling_informative_frac": num_kept / max(num_groups, 1),

@@ -60,6 +60,8 @@ class Rollouts:
     # model turns not yet answered: (episode, its completion, the environment's answer to come)
     pending: list[tuple[Episode, Completion, Future]] = field(default_factory=list)
     dropped: list[Episode] = field(default_factory=list)  # generated for the step, not trained on (dynamic sampling)
+    # the engine's decode steps for these rollouts: tokens they sampled, and steps x slots (RolloutEngine.decoded)
+    decoded: dict[str, int] = field(default_factory=lambda: {"tokens": 0, "slot_steps": 0})
 
     @property
     def generated(self) -> list[Episode]:
@@ -126,8 +128,8 @@ class Answers:
     Only the answers run early: the episodes take them (`advance`) in the runner's `finish`, in
     order."""
 
-    def __init__(self, runner: EpisodeRunner, live: list[Episode]):
-        self.runner, self.live = runner, live
+    def __init__(self, runner: EpisodeRunner, live: list[Episode], decoded: dict[str, int]):
+        self.runner, self.live, self.decoded = runner, live, decoded
         self.room = runner.cfg.policy.max_total_sequence_length
         self.given: dict[int, tuple[Completion, Future]] = {}  # id(episode) -> (its completion, the answer)
         self.waiting: deque[tuple[Episode, Completion, Future]] = deque()  # handed in, not started
@@ -142,10 +144,13 @@ class Answers:
         if self.runner.threads_while_generating and getattr(generator, "streams", False) and \
                 any(e.env.runs_code for e in self.live):
             kwargs["on_sample"] = lambda i, j, c: self.give(episode_of(i, j), c, early=True)
+        before = dict(getattr(generator, "decoded", None) or {})
         for i, group in enumerate(generator.generate(*args, **kwargs)):
             for j, c in enumerate(group):
                 if id(e := episode_of(i, j)) not in self.given:  # (not handed in as it ended)
                     self.give(e, c)
+        for k, n in (getattr(generator, "decoded", None) or {}).items():  # (the execrl engine's counts)
+            self.decoded[k] += n - before[k]
 
     def give(self, e: Episode, c: Completion, early: bool = False) -> None:
         """`early`: handed in while generation runs."""
@@ -254,7 +259,7 @@ class EpisodeRunner:
                 live = [e for e in live if not e.done]
                 if not live:
                     continue
-                start, answers = time.perf_counter(), Answers(self, live)
+                start, answers = time.perf_counter(), Answers(self, live, rollouts.decoded)
                 if turn == 0 and len(live) == len(episodes) and all(  # each prompt prefilled once for its G samples
                         e.trajectory.prompt_ids is prompts[i // group_size] for i, e in enumerate(episodes)):
                     guides = constrained([guide_for(episodes[i * group_size], generator, gen)
