@@ -185,15 +185,17 @@ def test_the_compiled_decode_step_is_one_layer_every_layer_of_its_kind_runs(case
     ref = hf_generate(model, tok, prompts, 1, 24, temperature=0.0)
     fuse_projections(model)
     engine = RolloutEngine(model, tok, slots=3, max_len=128)  # (on a CPU the engine compiles nothing itself)
+    engine.share_prompts, engine.units.shortest = True, 1  # (as on a GPU: a prompt's samples in units)
     torch._dynamo.reset()
     engine.dec.compile_decode(compiled)
     assert_equals_transformers(engine, model, tok, prompts, ref)
-    assert layer_graphs() == KINDS[case]
+    # one version for calls of one sample per prompt, one for those whose slots share prompts (engine.units)
+    assert layer_graphs() == 2 * KINDS[case]
     pos = torch.full((3,), 9)  # steps of a batch's tail (attention split by position): one more version, generic
     with torch.no_grad():  # in the split (dynamo specializes an int of 1, the split of every other step)
         for tail in (8, 16, 4):
             engine.dec.decode(torch.full((3,), 5), pos, 128, pos, tail)
-    assert layer_graphs() == 2 * KINDS[case]
+    assert layer_graphs() == 3 * KINDS[case]
     if case == "qwen2":
         lora = with_lora(build(case, tok))
         engine = RolloutEngine(lora, tok, slots=2, max_len=128)
@@ -324,11 +326,40 @@ def test_a_batchs_tail_on_fewer_rows_on_a_gpu_gives_every_rows_tokens(tok, promp
     params = SamplingParams(temperature=0.8, ignore_eos=True)
     budgets = [3, 60, 40]  # 21 samples each: 63 busy, then 42 (every row), then 21 (32 rows)
     out = engine.generate(prompts, 21, budgets, params, seeds=[1, 2, 3])
-    # (the decode graphs' keys end in their count of rows)
-    assert {key[-1] for key in engine.graphs if key[0] != "admit"} == {None, 32}
+    # (the decode graphs' keys: window, sampling, tail split, count of rows, units)
+    assert {key[3] for key in engine.graphs if key[0] != "admit"} == {None, 32}
     engine._rows = lambda busy: None
     every = engine.generate(prompts, 21, budgets, params, seeds=[1, 2, 3])
     for group, ref in zip(out, every):
+        assert [c.ids for c in group] == [c.ids for c in ref]
+        for c, r in zip(group, ref):
+            torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(r.logprobs), atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.gpu
+def test_units_of_a_shared_prompt_on_a_gpu_sample_what_every_slot_reading_its_own_does(tok, prompts):
+    """On a GPU (the Triton kernels, compiled, in CUDA graphs): the samples of one prompt admitted together read their
+    prompt once per unit (engine.units); token for token, and logprobs within 1e-3, what every slot reading its own
+    copy gives, with samples ending early (stop tokens) and their slots refilled with other prompts' samples."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    model = AutoModelForCausalLM.from_config(config).eval().cuda()  # (head dim 64: the Triton kernels' path)
+    fuse_projections(model)
+    torch._dynamo.reset()
+    runs = []
+    for share in (True, False):
+        engine = RolloutEngine(model, tok, slots=16, max_len=256, compile=True, stop_token_ids=list(range(40, 60)))
+        engine.share_prompts, engine.units.shortest = share, 1  # (short prompts: in units too)
+        runs.append(engine.generate([p * 4 for p in prompts], 8, [60, 90, 40], SamplingParams(temperature=0.8),
+                                    seeds=[1, 2, 3]))
+        assert any(key[-1] for key in engine.graphs if key[0] != "admit") == share  # (the steps' key: shared last)
+    assert len({len(c.ids) for group in runs[0] for c in group}) > 3  # (samples ended at different lengths)
+    for group, ref in zip(*runs):
         assert [c.ids for c in group] == [c.ids for c in ref]
         for c, r in zip(group, ref):
             torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(r.logprobs), atol=1e-3, rtol=1e-3)

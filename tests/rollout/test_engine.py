@@ -205,9 +205,9 @@ def test_the_batchs_tail_splits_attention_by_position(tiny, prompts):
     engine = RolloutEngine(model, tok, slots=8, max_len=1200, sync_every=16)
     seen, decode = [], engine.dec.decode
 
-    def spy(tokens, pos, window, reads, tail, rows=None):
+    def spy(tokens, pos, window, reads, tail, rows=None, shared=None):
         seen.append((int(engine.active.sum()), window, tail))
-        return decode(tokens, pos, window, reads, tail, rows)
+        return decode(tokens, pos, window, reads, tail, rows, shared)
 
     engine.dec.decode = spy
     params = SamplingParams(temperature=0.0, ignore_eos=True)
@@ -228,9 +228,9 @@ def test_an_ended_sample_stops_reading_its_cache_while_the_batch_goes_on(tiny, p
     engine = RolloutEngine(model, tok, slots=4, max_len=256, sync_every=4)
     seen, decode = [], engine.dec.decode
 
-    def spy(tokens, pos, window, reads, tail, rows=None):
+    def spy(tokens, pos, window, reads, tail, rows=None, shared=None):
         seen.append((pos.clone(), reads.clone(), engine.active.clone()))
-        return decode(tokens, pos, window, reads, tail, rows)
+        return decode(tokens, pos, window, reads, tail, rows, shared)
 
     engine.dec.decode = spy
     params = SamplingParams(temperature=0.0, ignore_eos=True)
@@ -363,10 +363,10 @@ def test_a_batchs_tail_runs_on_the_busy_slots_rows_only(tiny, prompts):
         engine = RolloutEngine(model, tok, slots=64, max_len=128, sync_every=4)
         seen, decode = [], engine.dec.decode
 
-        def spy(tokens, pos, window, reads, tail, rows=None):
+        def spy(tokens, pos, window, reads, tail, rows=None, shared=None):
             active = engine.active.nonzero()[:, 0].tolist()
             seen.append((None if rows is None else rows.tolist(), active))
-            return decode(tokens, pos, window, reads, tail, rows)
+            return decode(tokens, pos, window, reads, tail, rows, shared)
 
         engine.dec.decode = spy
         if not fewer:
@@ -432,7 +432,7 @@ def test_the_attention_op_that_writes_the_cache_compiles_without_copying_it():
         key = qkv[:, heads * group * dim:heads * (group + 1) * dim].view(slots, heads, dim)
         value = qkv[:, heads * (group + 1) * dim:].view(slots, heads, dim)
         out = torch.ops.execrl.decode_attention_append(q, k, v, pos, None, cos, sin, key, value, pos, length, length,
-                                                       dim**-0.5, 1)
+                                                       dim**-0.5, 1, None, None)
         return out.sum(-1)
 
     g = torch.Generator().manual_seed(0)
@@ -536,3 +536,39 @@ def test_the_engine_counts_how_full_its_decode_steps_were(tiny, prompts, budgets
         assert tokens == steps[0] * 4  # every slot live on every step
     else:
         assert tokens < steps[0] * 4
+
+
+def test_a_groups_slots_read_their_prompt_from_one_of_them_as_samples_end_and_slots_refill(tiny, prompts):
+    """A prompt's samples admitted together form a unit whose prompt attention reads from one of its slots
+    (rollout/units.py): with samples ending at different lengths and their slots refilled with other prompts, the
+    tokens and logprobs are those of every slot reading its own copy, and the slot a unit reads from moved (its first
+    sample ended while the others went on) before the slot took another prompt."""
+    model, tok = tiny
+    moved, shared_steps = [], []
+
+    def run(share: bool):
+        engine = RolloutEngine(model, tok, slots=6, max_len=256, sync_every=3, stop_token_ids=list(range(40, 70)))
+        engine.share_prompts, engine.units.shortest = share, 1  # (short prompts: in units too)
+        units, release, step = engine.units, engine.units.release, engine._step
+
+        def watched(slots):
+            before = [list(u) for u in units.held]
+            release(slots)
+            moved.extend(u for u, (b, a) in enumerate(zip(before, units.held)) if a[0] and b[1] != a[1])
+
+        def counted(*args):
+            shared_steps.append(units.live and share)
+            return step(*args)
+
+        units.release, engine._step = watched, counted
+        return engine.generate(prompts, 4, 40, SamplingParams(1.0), seeds=[11, 12, 13, 14])
+
+    plain = run(False)
+    moved.clear()
+    shared = run(True)
+    assert moved and any(shared_steps)
+    lengths = [len(c.ids) for group in shared for c in group]
+    assert len(set(lengths)) > 3  # (samples end at different lengths: slots are refilled)
+    for a, b in zip(plain, shared):
+        for x, y in zip(a, b):
+            assert x.ids == y.ids and x.logprobs == y.logprobs

@@ -42,8 +42,12 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tens
 
 
 def kernel_supported(q: torch.Tensor) -> bool:
-    d, g = q.shape[-1], q.shape[-2]
-    return triton is not None and q.is_cuda and d in (32, 64, 128, 256) and g <= 64
+    return q.is_cuda and kernel_fits(q.shape[-1], q.shape[-2])
+
+
+def kernel_fits(head_dim: int, group: int) -> bool:
+    """Whether the Triton kernels take this head dim and query heads per kv head (where Triton is installed)."""
+    return triton is not None and head_dim in (32, 64, 128, 256) and group <= 64
 
 
 if triton is not None:
@@ -69,18 +73,28 @@ if triton is not None:
                D: tl.constexpr, R: tl.constexpr):
         """Row s's G queries of kv head h [GP, D], rotated (R > 0: their first R dims by row s's cos/sin
         [R], halves rotated, in float32 and rounded back to the queries' dtype, as rotate does)."""
-        g, d = tl.arange(0, GP), tl.arange(0, D)
-        base = q_ptr + s * sq_s + h * sq_h + g[:, None] * sq_g
-        real = g[:, None] < G
-        q = tl.load(base + d[None, :], mask=real, other=0.0)
+        g = tl.arange(0, GP)
+        return _queries(q_ptr, cos_ptr, sin_ptr, tl.zeros([GP], tl.int32) + s, g, g < G, h, sq_s, sq_h, sq_g, sc_s,
+                        GP, D, R)
+
+    @triton.jit
+    def _queries(q_ptr, cos_ptr, sin_ptr, rows, g, real, h, sq_s, sq_h, sq_g, sc_s, N: tl.constexpr,
+                 D: tl.constexpr, R: tl.constexpr):
+        """Query head g[i] of kv head h's group, of row rows[i], for i < N (those not `real`: 0) [N, D],
+        rotated by each row's cos/sin as _query rotates them."""
+        d = tl.arange(0, D)
+        base = q_ptr + rows[:, None] * sq_s + h * sq_h + g[:, None] * sq_g
+        q = tl.load(base + d[None, :], mask=real[:, None], other=0.0)
         if R > 0:
             turned = d < R
             partner = tl.where(d < R // 2, d + R // 2, d - R // 2)
-            other = tl.load(base + partner[None, :], mask=real & turned[None, :], other=0.0).to(tl.float32)
-            c = tl.load(cos_ptr + s * sc_s + d, mask=turned, other=1.0).to(tl.float32)
-            n = tl.load(sin_ptr + s * sc_s + d, mask=turned, other=0.0).to(tl.float32)
+            mask = real[:, None] & turned[None, :]
+            other = tl.load(base + partner[None, :], mask=mask, other=0.0).to(tl.float32)
+            table = rows[:, None] * sc_s + d[None, :]
+            c = tl.load(cos_ptr + table, mask=mask, other=1.0).to(tl.float32)
+            n = tl.load(sin_ptr + table, mask=mask, other=0.0).to(tl.float32)
             sign = tl.where(d < R // 2, -1.0, 1.0)
-            q = (q.to(tl.float32) * c[None, :] + (sign * n)[None, :] * other).to(q_ptr.dtype.element_ty)
+            q = (q.to(tl.float32) * c + sign[None, :] * n * other).to(q_ptr.dtype.element_ty)
         return q
 
     @triton.jit
@@ -94,12 +108,19 @@ if triton is not None:
         tl.store(v_base + at * sv_l + d, tl.load(vn_ptr + s * svn_s + h * svn_h + d).to(v_base.dtype.element_ty))
 
     @triton.jit
+    def _empty(GP: tl.constexpr, D: tl.constexpr):
+        """An online softmax's state over no positions: running max -inf, sum of exp(score - max) 0, and the sum of
+        exp(score - max) * value 0."""
+        return tl.full([GP], float("-inf"), tl.float32), tl.zeros([GP], tl.float32), tl.zeros([GP, D], tl.float32)
+
+    @triton.jit
     def _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, kn_ptr, vn_ptr, at_ptr, window, sliding,
                 scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, sc_s, skn_s, skn_h, svn_s, svn_h, s, h, j,
                 G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, SPLITS: tl.constexpr,
-                MAPPED: tl.constexpr, R: tl.constexpr, APPEND: tl.constexpr):
+                MAPPED: tl.constexpr, R: tl.constexpr, APPEND: tl.constexpr, skip, m, total, acc):
         """The online softmax's state (m, total, acc) of row s's queries of kv head h over run j of
-        its positions (its blocks dealt out in SPLITS contiguous runs; SPLITS = 1: all of them), and
+        its positions from `skip` on (its blocks dealt out in SPLITS contiguous runs; SPLITS = 1: all of them),
+        from the state (m, total, acc) of the positions before (none: -inf, 0, 0), and
         the run's [begin, stop) (empty for a run past the row's positions: m stays -inf). Row s reads
         cache slot s, or slot_ptr[s] when MAPPED (a step over some of the slots); R > 0: its queries
         are rotated first (_query). APPEND: the run that reads the row's last position first writes
@@ -108,14 +129,12 @@ if triton is not None:
         q = _query(q_ptr, cos_ptr, sin_ptr, s, h, sq_s, sq_h, sq_g, sc_s, G, GP, D, R)
         p = tl.load(pos_ptr + s)
         end = tl.minimum(p + 1, window)  # positions [lo, end) are this slot's
-        lo = tl.maximum(p + 1 - sliding, 0)  # (sliding = window: no sliding window)
+        # (sliding = window: no sliding window; skip <= p but in an ended slot, which reads position 0 only)
+        lo = tl.maximum(tl.maximum(p + 1 - sliding, 0), tl.minimum(skip, p))
         first = (lo // BLOCK) * BLOCK
         per = tl.cdiv(tl.cdiv(end - first, BLOCK), SPLITS)  # blocks per run
         begin = first + j * per * BLOCK
         stop = tl.minimum(begin + per * BLOCK, end)
-        m = tl.full([GP], float("-inf"), tl.float32)  # running max of the scores, per query row
-        total = tl.zeros([GP], tl.float32)  # running sum of exp(score - m)
-        acc = tl.zeros([GP, D], tl.float32)  # running sum of exp(score - m) * value
         c = s
         if MAPPED:
             c = tl.load(slot_ptr + s)
@@ -132,16 +151,73 @@ if triton is not None:
     @triton.jit
     def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, kn_ptr, vn_ptr, at_ptr, window,
                        sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, so_s, so_h, so_g, sc_s,
-                       skn_s, skn_h, svn_s, svn_h, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                       BLOCK: tl.constexpr, MAPPED: tl.constexpr, R: tl.constexpr, APPEND: tl.constexpr):
+                       skn_s, skn_h, svn_s, svn_h, units_ptr, rows_ptr, pm_ptr, pl_ptr, pacc_ptr,
+                       G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, MAPPED: tl.constexpr,
+                       R: tl.constexpr, APPEND: tl.constexpr, SHARED: tl.constexpr, K: tl.constexpr,
+                       RP: tl.constexpr, PSPLITS: tl.constexpr):
+        """Row s's attention for kv head h. SHARED: where the row is member i of a unit (rows_ptr [S, 3]: unit, i, the
+        unit's prompt length; unit -1: none), the unit's prompt positions were read by _prefix_kernel into the
+        partials pm/pl/pacc [U, Hkv, PSPLITS, RP(, D)]: the row's walk of its positions after them starts from their
+        combined state."""
         s, h = tl.program_id(0), tl.program_id(1)
+        g, d = tl.arange(0, GP), tl.arange(0, D)
+        m, total, acc = _empty(GP, D)
+        skip = 0
+        if SHARED:
+            unit, member, skip = tl.load(rows_ptr + 3 * s), tl.load(rows_ptr + 3 * s + 1), tl.load(rows_ptr + 3 * s + 2)
+            if unit >= 0:
+                real = g < G
+                first = ((unit * tl.num_programs(1) + h) * PSPLITS) * RP + member * G + g
+                for j in range(PSPLITS):  # (a run past the prompt's positions: m -inf, weight 0)
+                    mj = tl.load(pm_ptr + first + j * RP, mask=real, other=float("-inf"))
+                    top = tl.maximum(m, mj)
+                    a = tl.where(m > float("-inf"), tl.exp(m - top), 0.0)
+                    b = tl.where(mj > float("-inf"), tl.exp(mj - top), 0.0)
+                    total = total * a + tl.load(pl_ptr + first + j * RP, mask=real, other=0.0) * b
+                    acc = acc * a[:, None] + tl.load(pacc_ptr + (first + j * RP)[:, None] * D + d[None, :],
+                                                     mask=(real & (b > 0))[:, None], other=0.0) * b[:, None]
+                    m = top
         m, total, acc, _, _ = _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, kn_ptr, vn_ptr, at_ptr,
                                       window, sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l,
-                                      sc_s, skn_s, skn_h, svn_s, svn_h, s, h, 0, G, GP, D, BLOCK, 1, MAPPED, R, APPEND)
-        g, d = tl.arange(0, GP), tl.arange(0, D)
+                                      sc_s, skn_s, skn_h, svn_s, svn_h, s, h, 0, G, GP, D, BLOCK, 1, MAPPED, R, APPEND,
+                                      skip, m, total, acc)
         out = acc / total[:, None]
         tl.store(o_ptr + s * so_s + h * so_h + g[:, None] * so_g + d[None, :], out.to(o_ptr.dtype.element_ty),
                  mask=g[:, None] < G)
+
+    @triton.jit
+    def _prefix_kernel(q_ptr, k_ptr, v_ptr, units_ptr, pm_ptr, pl_ptr, pacc_ptr, cos_ptr, sin_ptr, scale, sq_s, sq_h,
+                       sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, sc_s, G: tl.constexpr, K: tl.constexpr,
+                       RP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, PSPLITS: tl.constexpr,
+                       R: tl.constexpr):
+        """Run j of unit u's prompt positions for all its members' queries at once (kv head h): units_ptr [U, K + 2]
+        holds each unit's prompt length (0: no unit), the cache slot its prompt is read from, and its up to K member
+        rows (-1: none), every member's cache holding the same prompt. Its RP rows are (member i, query head g) at
+        i * G + g; the online softmax's state of each into the partials [U, Hkv, PSPLITS, RP(, D)] (_decode_kernel
+        starts each row's walk from them). One read of the prompt's keys and values for the unit's K members, where each member's own
+        program read them once each."""
+        u, h, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        length = tl.load(units_ptr + u * (K + 2))
+        if length > 0:
+            r, d = tl.arange(0, RP), tl.arange(0, D)
+            member = r // G
+            row = tl.load(units_ptr + u * (K + 2) + 2 + member, mask=member < K, other=-1)
+            q = _queries(q_ptr, cos_ptr, sin_ptr, tl.maximum(row, 0), r % G, row >= 0, h, sq_s, sq_h, sq_g, sc_s,
+                         RP, D, R)
+            src = tl.load(units_ptr + u * (K + 2) + 1)
+            k_base, v_base = k_ptr + src * sk_s + h * sk_h, v_ptr + src * sv_s + h * sv_h
+            per = tl.cdiv(tl.cdiv(length, BLOCK), PSPLITS)
+            begin = j * per * BLOCK
+            stop = tl.minimum(begin + per * BLOCK, length)
+            m = tl.full([RP], float("-inf"), tl.float32)
+            total = tl.zeros([RP], tl.float32)
+            acc = tl.zeros([RP, D], tl.float32)
+            for start in range(begin, stop, BLOCK):
+                m, total, acc = _block(q, k_base, v_base, start, 0, stop, sk_l, sv_l, scale, m, total, acc, d, BLOCK)
+            at = ((u * tl.num_programs(1) + h) * PSPLITS + j) * RP + r
+            tl.store(pm_ptr + at, m)
+            tl.store(pl_ptr + at, total)
+            tl.store(pacc_ptr + at[:, None] * D + d[None, :], acc)
 
     @triton.jit
     def _split_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, kn_ptr, vn_ptr,
@@ -152,10 +228,11 @@ if triton is not None:
         """Run j of a slot's positions: its online softmax's state, into the partials [S, Hkv,
         SPLITS, G(, D)] (the G real query rows only)."""
         s, h, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        m, total, acc = _empty(GP, D)
         m, total, acc, begin, stop = _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, kn_ptr, vn_ptr,
                                              at_ptr, window, sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s,
                                              sv_h, sv_l, sc_s, skn_s, skn_h, svn_s, svn_h, s, h, j, G, GP, D, BLOCK,
-                                             SPLITS, MAPPED, R, APPEND)
+                                             SPLITS, MAPPED, R, APPEND, 0, m, total, acc)
         g, d = tl.arange(0, GP), tl.arange(0, D)
         at = (s * tl.num_programs(1) + h) * SPLITS + j
         real = g < G
@@ -205,6 +282,27 @@ TAIL_PAIRS = 64  # live (slot, kv head) pairs at most: more fill the GPU's multi
 TAIL_PROGRAMS = 256  # programs to aim for, about two per multiprocessor
 TAIL_POSITIONS = 512  # positions per split, at least about
 MAX_SPLITS = 16
+# A GRPO group's samples share their prompt: where the engine passes units of them (decode_attention's `shared`), one
+# program per (unit, kv head, run) reads the prompt's keys and values for all the unit's queries, where each sample's
+# own program read them (a 640-token prompt 3.2x faster at 1.5B, 128 slots in units of 8: bench/README.md).
+PROMPT_SPLITS = 4  # runs of each unit's prompt positions (the best of 1, 2, 4, 8 at 640-2,048 positions)
+SHARED_ROWS = 64  # a unit's query rows (members x query heads per kv head) at most: one tile
+# A unit's prompt at least this many elements of keys (or values) per layer (prompt tokens x kv heads x head dim): a
+# shorter one reads faster from each slot's copy than in a kernel of its own (measured even at 1.5B, 2 x 128, ~384
+# tokens, and at 0.5B, 2 x 64, ~768: this is 512 and 1,024 tokens there)
+SHARED_FROM = 1 << 17
+
+
+def shared_from(kv_heads: int, head_dim: int) -> int:
+    """The shortest prompt (tokens) whose samples read it once per unit (SHARED_FROM)."""
+    return -(-SHARED_FROM // (kv_heads * head_dim))
+
+
+def unit_members(heads: int, kv_heads: int) -> int:
+    """How many samples one unit of a shared prompt holds at most (0: too few to share: one program's tile holds
+    SHARED_ROWS query rows)."""
+    k = SHARED_ROWS // (heads // kv_heads)
+    return k if k >= 2 else 0
 
 
 def splits_for(slots: int, kv_heads: int, window: int) -> int:
@@ -228,8 +326,10 @@ def tail_splits(running: int, kv_heads: int, window: int) -> int:
 
 def _kernels(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor | None,
              cos: torch.Tensor | None, sin: torch.Tensor | None, window: int, sliding: int, scale: float, tail: int,
-             new: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
-    """The Triton kernels' launch: one program per (row, kv head), or split-K and its combine."""
+             new: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+             shared: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """The Triton kernels' launch: one program per (row, kv head), or split-K and its combine; with `shared`
+    (units, row units: see decode_attention) and one program per row, each unit's prompt first (_prefix_kernel)."""
     s, hkv, g, d = q.shape
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     rotary = 0 if cos is None else cos.shape[-1]
@@ -242,9 +342,20 @@ def _kernels(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tenso
     mapped = slots is not None
     slot_ptr = slots if mapped else pos  # (not read unless mapped)
     if splits == 1:
+        units, rows, partials, members, rp = pos, pos, (pos, pos, pos), 1, 16  # (not read unless shared)
+        if shared is not None and not mapped and sliding >= window:
+            units, rows = shared
+            members = units.shape[1] - 2
+            rp = max(16, triton.next_power_of_2(members * g))
+            m = torch.empty(units.shape[0], hkv, PROMPT_SPLITS, rp, dtype=torch.float32, device=q.device)
+            partials = (m, torch.empty_like(m), torch.empty(*m.shape, d, dtype=torch.float32, device=q.device))
+            _prefix_kernel[(units.shape[0], hkv, PROMPT_SPLITS)](
+                q, k, v, units, *partials, cos_ptr, sin_ptr, scale, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+                sc_s, G=g, K=members, RP=rp, D=d, BLOCK=64, PSPLITS=PROMPT_SPLITS, R=rotary, num_warps=4)
         _decode_kernel[(s, hkv)](q, k, v, out, pos, slot_ptr, cos_ptr, sin_ptr, kn, vn, at, window, sliding, scale,
                                  *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], sc_s, *appending,
-                                 G=g, GP=gp, D=d, BLOCK=64, MAPPED=mapped, R=rotary, APPEND=new is not None,
+                                 units, rows, *partials, G=g, GP=gp, D=d, BLOCK=64, MAPPED=mapped, R=rotary,
+                                 APPEND=new is not None, SHARED=members > 1, K=members, RP=rp, PSPLITS=PROMPT_SPLITS,
                                  num_warps=4)
         return out
     m = torch.empty(s, hkv, splits, g, dtype=torch.float32, device=q.device)
@@ -260,8 +371,10 @@ def _kernels(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tenso
 
 def _torch_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor | None,
                 cos: torch.Tensor | None, sin: torch.Tensor | None, window: int, sliding: int | None, scale: float,
-                new: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
-    """The same with torch ops (CPU, no Triton, an odd head size)."""
+                new: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+                shared: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """The same with torch ops (CPU, no Triton, an odd head size); a unit's rows read its prompt from the slot the
+    kernels read it from (the same values: what tests the engine's units on a CPU)."""
     if new is not None:  # the rows' new keys (rotated) and values into their slots' caches first
         key, value, at = new
         if cos is not None:
@@ -273,43 +386,58 @@ def _torch_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Te
         q = rotate(q, cos[:, None, None], sin[:, None, None])
     if slots is not None:
         k, v = k[slots, :, :window], v[slots, :, :window]
+    elif shared is not None:
+        units, rows = shared
+        unit = rows[:, 0].long()
+        length = torch.where(unit >= 0, units[unit.clamp(min=0), 0], 0)  # [S]
+        source = torch.where(unit >= 0, units[unit.clamp(min=0), 1], torch.arange(len(unit), device=unit.device))
+        prompt = (torch.arange(window, device=q.device)[None] < length[:, None])[:, None, :, None]  # [S, 1, W, 1]
+        k = torch.where(prompt, k[source.long(), :, :window], k[:, :, :window])
+        v = torch.where(prompt, v[source.long(), :, :window], v[:, :, :window])
     return reference(q, k, v, pos, window, scale, sliding)
 
 
 @torch.library.custom_op("execrl::decode_attention", mutates_args=())
 def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor | None,
                cos: torch.Tensor | None, sin: torch.Tensor | None, window: int, sliding: int, scale: float,
-               tail: int) -> torch.Tensor:
+               tail: int, units: torch.Tensor | None, unit_rows: torch.Tensor | None) -> torch.Tensor:
     """The kernel as an opaque operator, so torch.compile and CUDA graphs take it as it is."""
-    return _kernels(q, k, v, pos, slots, cos, sin, window, sliding, scale, tail, None)
+    return _kernels(q, k, v, pos, slots, cos, sin, window, sliding, scale, tail, None, _shared(units, unit_rows))
 
 
 @_decode_op.register_fake
-def _(q, k, v, pos, slots, cos, sin, window, sliding, scale, tail):
+def _(q, k, v, pos, slots, cos, sin, window, sliding, scale, tail, units, unit_rows):
     return q.new_empty(q.shape)
 
 
 @torch.library.custom_op("execrl::decode_attention_append", mutates_args=("k", "v"))
 def _append_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor | None,
                cos: torch.Tensor | None, sin: torch.Tensor | None, key: torch.Tensor, value: torch.Tensor,
-               at: torch.Tensor, window: int, sliding: int, scale: float, tail: int) -> torch.Tensor:
+               at: torch.Tensor, window: int, sliding: int, scale: float, tail: int, units: torch.Tensor | None,
+               unit_rows: torch.Tensor | None) -> torch.Tensor:
     """The same, writing the rows' new keys and values into the caches k and v first (one kernel
     where the keys' rotary and the cache writes were one of their own). Torch ops where the kernel
     does not apply."""
+    shared = _shared(units, unit_rows)
     if kernel_supported(q):
-        return _kernels(q, k, v, pos, slots, cos, sin, window, sliding, scale, tail, (key, value, at))
-    return _torch_path(q, k, v, pos, slots, cos, sin, window, sliding, scale, (key, value, at))
+        return _kernels(q, k, v, pos, slots, cos, sin, window, sliding, scale, tail, (key, value, at), shared)
+    return _torch_path(q, k, v, pos, slots, cos, sin, window, sliding, scale, (key, value, at), shared)
 
 
 @_append_op.register_fake
-def _(q, k, v, pos, slots, cos, sin, key, value, at, window, sliding, scale, tail):
+def _(q, k, v, pos, slots, cos, sin, key, value, at, window, sliding, scale, tail, units, unit_rows):
     return q.new_empty(q.shape)
+
+
+def _shared(units: torch.Tensor | None, unit_rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    return None if units is None else (units, unit_rows)
 
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, window: int,
                      scale: float, sliding: int | None = None, tail: int = 1, slots: torch.Tensor | None = None,
                      rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-                     new: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                     new: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                     shared: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """q [R, Hkv, G, D], k/v [S, Hkv, L, D] (the cache; last dim contiguous), pos [R] -> [R, Hkv, G,
     D]: row r attends to cache slot slots[r] (None: R = S, row r to slot r); `sliding`: a key is
     seen while pos - its position < sliding (None: every position <= pos); `tail`: split each row's
@@ -317,8 +445,14 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: tor
     dims], the queries not yet rotated (the kernel rotates them as it loads them: no kernel of their
     own), None: rotated already; `new`: (keys [R, Hkv, D], values [R, Hkv, D], positions [R]) written
     into row r's cache slot at its position before attention reads it, the keys rotated by `rope` as
-    the queries are (the kernel does both: no kernel of their own)."""
+    the queries are (the kernel does both: no kernel of their own); `shared`: (units [U, K + 2], unit rows [R, 3]),
+    int32, rows that hold the same prompt, as the engine's units: unit u's prompt length (0: no unit), the cache slot
+    its prompt is read from and its up to K rows (-1: none); row r's unit (-1: none), its index in it and the unit's
+    prompt length (0: none). A unit's prompt is read once for all its rows (_prefix_kernel), where the kernel runs
+    one program per row and the rows are the slots (no `slots`) and no sliding window cuts the window; elsewhere
+    each row reads its own copy."""
     cos, sin = (None, None) if rope is None else (rope[0].contiguous(), rope[1].contiguous())
+    units = (None, None) if shared is None else shared
     if kernel_supported(q):
         q = q if q.stride(-1) == 1 else q.contiguous()
         sliding = window if sliding is None else sliding
@@ -326,6 +460,6 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: tor
             key, value, at = new
             key = key if key.stride(-1) == 1 else key.contiguous()
             value = value if value.stride(-1) == 1 else value.contiguous()
-            return _append_op(q, k, v, pos, slots, cos, sin, key, value, at, window, sliding, scale, tail)
-        return _decode_op(q, k, v, pos, slots, cos, sin, window, sliding, scale, tail)
-    return _torch_path(q, k, v, pos, slots, cos, sin, window, sliding, scale, new)
+            return _append_op(q, k, v, pos, slots, cos, sin, key, value, at, window, sliding, scale, tail, *units)
+        return _decode_op(q, k, v, pos, slots, cos, sin, window, sliding, scale, tail, *units)
+    return _torch_path(q, k, v, pos, slots, cos, sin, window, sliding, scale, new, shared)

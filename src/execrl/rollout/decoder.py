@@ -318,14 +318,16 @@ class CachedDecoder:
         return x + out
 
     def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int, reads: torch.Tensor,
-               tail: int = 1, rows: torch.Tensor | None = None) -> torch.Tensor:
+               tail: int = 1, rows: torch.Tensor | None = None,
+               shared: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """One token for every slot: tokens [S] at positions pos [S]. Keys/values are written at
         pos, attention reads each slot's positions <= reads [S] (pos; 0 for a slot whose sample
         has ended, which would otherwise read its whole cache on every step until the batch ends)
         and > reads - its sliding window, all within [0, window); `tail`: attention's split of each
         slot's positions over programs (attention.tail_splits). Returns logits [S, V]. `rows` [R]:
         a step over these R cache slots only (tokens, pos, reads [R], logits [R, V]): the tail of a
-        batch, where few still decode, runs its GEMMs and sampling on R rows, not S. Shapes are
+        batch, where few still decode, runs its GEMMs and sampling on R rows, not S. `shared`: the slots
+        that hold one prompt, in units (attention.decode_attention), each unit's prompt read once. Shapes are
         static (CUDA-graph safe)."""
         # over some rows: one compiled version for every R (a tail's R halves as samples end)
         rowwise = (lambda t: t) if rows is None else (lambda t: generic_in(t, 0))
@@ -342,7 +344,7 @@ class CachedDecoder:
         pos, reads, rows = rowwise(pos), rowwise(reads), rowwise(rows)
         for part in self.parts:
             x, out = self.decode_layer(part, rowwise(x), rowwise_out(out), *tables[part.table], pos, reads, window,
-                                       tail, rows, few)
+                                       tail, rows, few, *(shared or (None, None)))
         return self.final_logits(rowwise(x[:, 0]), rowwise_out(out[..., 0, :]))
 
     def _final_logits(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -352,11 +354,13 @@ class CachedDecoder:
 
     def _decode_layer(self, part: LayerParts, x: torch.Tensor, out: torch.Tensor, cos: torch.Tensor,
                       sin: torch.Tensor, pos: torch.Tensor, reads: torch.Tensor, window: int, tail: int,
-                      rows: torch.Tensor | None = None, few: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                      rows: torch.Tensor | None = None, few: bool = False, units: torch.Tensor | None = None,
+                      unit_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """One layer of a decode step (see decode) on the residual stream x + out [S, 1, d] (the
         previous layer's two terms, out as fp32 partial products [P, S, 1, d] with down_parts: their sum and
         add are fused with this layer's first norm), as its own two terms (rows: [R, 1, d], the cache slots they
-        are)."""
+        are); units, unit_rows: decode's `shared` (two arguments, not a tuple: dynamo's guards on a tuple that may be
+        None failed to report a recompilation and left the layer uncompiled)."""
         x = x + summed(out, x)
         s, g = x.shape[0], self.heads // self.kv_heads
 
@@ -365,7 +369,8 @@ class CachedDecoder:
             # the cache
             out = decode_attention(q.reshape(s, self.kv_heads, g, self.head_dim), part.k, part.v, reads, window,
                                    self.scale, part.sliding, tail, rows, rope=(cos[:, 0, 0], sin[:, 0, 0]),
-                                   new=(k[:, :, 0], v[:, :, 0], pos))
+                                   new=(k[:, :, 0], v[:, :, 0], pos),
+                                   shared=None if units is None else (units, unit_rows))
             return out.reshape(s, self.heads, 1, self.head_dim)
 
         return self._layer(part, x, cos, sin, attend, parts=self.down_parts, few=few)

@@ -20,13 +20,14 @@ import torch
 
 from execrl.compiling import compile_settings, raise_recompile_limit
 from execrl.guided import Guides
-from execrl.rollout.attention import tail_splits
+from execrl.rollout.attention import kernel_fits, shared_from, tail_splits, unit_members
 from execrl.rollout.completion import Completion, eos_ids, text_of
 from execrl.rollout.decoder import CachedDecoder, generic_in
 from execrl.rollout.generic import GenericDecoder
 from execrl.rollout.masks import SlotMasks
 from execrl.rollout.models import REGISTRY
 from execrl.rollout.sampling import SamplingParams, request_key, sample, token_keys
+from execrl.rollout.units import PromptUnits
 from execrl.transfer import to_device
 
 MIN_ROWS = 16  # the fewest rows a step over some of the slots runs (_rows): each count has its own CUDA graphs
@@ -152,6 +153,16 @@ class RolloutEngine:
         # since the engine was built: tokens sampled by decode steps, and decode steps x slots (their ratio is the
         # decode batch's fullness: low where a few long samples decode alone, bench/README.md "Realistic lengths")
         self.decoded = {"tokens": 0, "slot_steps": 0}
+        # the slots one admission filled from one prompt, in units whose prompt decode attention reads once
+        # (rollout/units.py); None where the decoder is transformers' own or a unit would hold one slot
+        members = unit_members(self.dec.heads, self.dec.kv_heads) if isinstance(self.dec, CachedDecoder) else 0
+        self.units = PromptUnits(slots, members, dev, shared_from(self.dec.kv_heads, self.dec.head_dim)) \
+            if members else None
+        # where the Triton kernels run (torch's ops read a unit's prompt slower than each slot's own copy); off: each
+        # slot reads its own copy, as without units
+        self.share_prompts = members > 0 and dev.type == "cuda" and \
+            kernel_fits(self.dec.head_dim, self.dec.heads // self.dec.kv_heads)
+        self.sharing = False  # this generate call has had units: its steps read units' prompts once
 
     @property
     def slots(self) -> int:
@@ -190,6 +201,9 @@ class RolloutEngine:
         call = Call(prompts, num_samples, max_new_tokens, params, stop_strings, on_batch, seeds, self.dec.max_len,
                     guides, on_sample)
         busy: dict[int, Slot] = {}  # slot index -> what it is generating
+        if self.units is not None:
+            self.units.clear()
+        self.sharing = False
         with self.dec.adapters_merged():
             while call.waiting or busy:
                 self._admit(call, busy)  # free slots take waiting requests: prefill, first token
@@ -211,6 +225,14 @@ class RolloutEngine:
             self.constraints.refresh(slots)  # the masks of their first tokens
         self.keys[to_device(slots, self.keys.device)] = to_device([call.keys[i][j] for i, j in take],
                                                                   self.keys.device, torch.int32)
+        if self.units is not None:  # each prompt's slots: one prefill writes the same prompt into them
+            filled: dict[int, list[int]] = {}
+            for s, (i, _) in zip(slots, take):
+                filled.setdefault(i, []).append(s)
+            for i, group in filled.items():
+                self.units.admit(len(call.prompts[i]), group)
+            # (for the rest of the call, even once its units are gone: one compiled version of the step per call)
+            self.sharing = self.sharing or (self.share_prompts and self.units.live)
         self._prefill(take, slots, call.prompts, [busy[s].limit for s in slots], call.params)
 
     def _decode(self, call: Call, busy: dict[int, Slot]) -> None:
@@ -239,6 +261,8 @@ class RolloutEngine:
         idx = torch.tensor(done, device=self.out_tok.device)
         toks, lps = self.out_tok[idx, :width].tolist(), self.out_lp[idx, :width].tolist()
         self.constraints.release(done)
+        if self.units is not None:  # (before their slots take other prompts)
+            self.units.release(done)
         for s, row, lp in zip(done, toks, lps):
             n = cuts.get(s, counts[s])
             request = busy.pop(s).request
@@ -380,9 +404,11 @@ class RolloutEngine:
         decoding (attention.tail_splits; 1 on the generic path, whose attention is transformers')."""
         return tail_splits(running, self.dec.kv_heads, window) if isinstance(self.dec, CachedDecoder) else 1
 
-    def _body(self, window: int, params: SamplingParams, tail: int = 1, rows: torch.Tensor | None = None) -> None:
-        """One decode step for every slot (or those in `rows`); all state stays on the device."""
-        logits = self._logits(window, tail, rows)
+    def _body(self, window: int, params: SamplingParams, tail: int = 1, rows: torch.Tensor | None = None,
+              shared: bool = False) -> None:
+        """One decode step for every slot (or those in `rows`); all state stays on the device. `shared`: attention
+        reads each unit's prompt once (self.units)."""
+        logits = self._logits(window, tail, rows, shared)
         if rows is not None:  # (one compiled version for every count; decode marked rows so)
             logits = generic_in(logits, 0)
         self.sample_step(logits, params, None, None, rows)
@@ -392,11 +418,13 @@ class RolloutEngine:
         masks."""
         return self._logits(window, tail)
 
-    def _logits(self, window: int, tail: int = 1, rows: torch.Tensor | None = None) -> torch.Tensor:
+    def _logits(self, window: int, tail: int = 1, rows: torch.Tensor | None = None,
+                shared: bool = False) -> torch.Tensor:
         """The decoder's step over every slot [S, V] (rows: over those [R, V]); a slot whose sample has
         ended attends to position 0 only (its tokens are not kept; its cache no longer matters)."""
         tokens, pos, active = (at_rows(t, rows) for t in (self.tokens, self.pos, self.active))
-        return self.dec.decode(tokens, pos, window, torch.where(active, pos, 0), tail, rows)
+        units = (self.units.units, self.units.rows) if shared else None
+        return self.dec.decode(tokens, pos, window, torch.where(active, pos, 0), tail, rows, units)
 
     def _guided_sample(self, logits: torch.Tensor, params: SamplingParams) -> None:
         """... and its second half: sampling under the masks the host wrote meanwhile."""
@@ -433,8 +461,12 @@ class RolloutEngine:
             self.active.copy_(self.active & ~(act & done))
 
     def _step(self, window: int, params: SamplingParams, tail: int = 1, rows: torch.Tensor | None = None) -> None:
-        self._run((window, params, tail, None if rows is None else len(rows)),
-                  lambda: self.body(window, params, tail, rows))
+        # units' prompts read once where a step runs one attention program per slot (not a tail's steps)
+        shared = self.sharing and rows is None and tail == 1
+        if shared:
+            self.units.sync()
+        self._run((window, params, tail, None if rows is None else len(rows), shared),
+                  lambda: self.body(window, params, tail, rows, shared))
 
     def _guided_step(self, window: int, params: SamplingParams, tail: int = 1) -> None:
         """A decode step under constraints. The last tokens go to the host ahead of this step's

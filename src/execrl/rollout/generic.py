@@ -185,8 +185,9 @@ class GenericDecoder:
         return torch.cat(out)
 
     def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int, reads: torch.Tensor,
-               tail: int = 1, rows: None = None) -> torch.Tensor:
-        # (tail: transformers' attention does not split; rows: every slot's, always: engine._rows)
+               tail: int = 1, rows: None = None, shared: None = None) -> torch.Tensor:
+        # (tail: transformers' attention does not split; rows: every slot's, always: engine._rows; shared: no units,
+        # engine.units)
         n = torch.arange(window, device=tokens.device)[None]  # [1, W]
         visible = (n <= reads[:, None])[:, None, None]  # [S, 1, 1, W]
         sliding = None if self.window is None else visible & (n > reads[:, None] - self.window)[:, None, None]
