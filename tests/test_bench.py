@@ -217,6 +217,15 @@ def test_few_live_bench_runs_on_cpu():
 
 
 @pytest.mark.slow
+def test_shared_prompts_bench_runs_on_cpu():
+    out = run("bench/shared_prompts.py", "--arch", "tiny", "--prompt-lengths", "16,48", "--new", "8", "--prompts", "2",
+              "--group", "4")
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [r[0].strip() for r in rows] == ["16", "48"]
+    assert all(float(r[1].split()[0].replace(",", "")) > 0 and r[3].strip().endswith("x") for r in rows)
+
+
+@pytest.mark.slow
 def test_streamed_grading_bench_runs_on_cpu():
     out = run("bench/streamed_grading.py", "--arch", "tiny", "--prompts", "4", "--group", "2", "--mean", "8", "--max",
               "24", "--rounds", "1", "--slow-every", "4")
