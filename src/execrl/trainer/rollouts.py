@@ -128,8 +128,10 @@ class Answers:
     Only the answers run early: the episodes take them (`advance`) in the runner's `finish`, in
     order."""
 
-    def __init__(self, runner: EpisodeRunner, live: list[Episode], decoded: dict[str, int]):
-        self.runner, self.live, self.decoded = runner, live, decoded
+    def __init__(self, runner: EpisodeRunner, live: list[Episode], decoded: dict[str, int] | None = None):
+        """`decoded`: the engine's decode counts of these turns are added into it (Rollouts.decoded)."""
+        self.runner, self.live = runner, live
+        self.decoded = {"tokens": 0, "slot_steps": 0} if decoded is None else decoded
         self.room = runner.cfg.policy.max_total_sequence_length
         self.given: dict[int, tuple[Completion, Future]] = {}  # id(episode) -> (its completion, the answer)
         self.waiting: deque[tuple[Episode, Completion, Future]] = deque()  # handed in, not started
