@@ -15,7 +15,7 @@ def test_a_prompts_slots_form_units_of_a_few_and_only_from_a_long_enough_prompt(
     assert sorted((h[0], h[1], tuple(h[2:])) for h in held if h[0]) == [(10, 3, (3, 4, 5)), (10, 6, (6, 7, 8))]
     assert rows[9] == rows[0] == [-1, 0, 0] and rows[4][1:] == [1, 10] and rows[8][1:] == [2, 10]
     # the rule: the same keys-and-values size per layer from every model's shape (1.5B: 2 kv heads of 128)
-    assert shared_from(2, 128) == 512 and shared_from(2, 64) == 1024 and shared_from(4, 128) * 4 * 128 == SHARED_FROM
+    assert shared_from(2, 128) == 256 and shared_from(2, 64) == 512 and shared_from(4, 128) * 4 * 128 == SHARED_FROM
     assert unit_members(12, 2) == 10 and unit_members(14, 2) == 9 and unit_members(64, 1) == 0
 
 

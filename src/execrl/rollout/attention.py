@@ -156,31 +156,33 @@ if triton is not None:
                        R: tl.constexpr, APPEND: tl.constexpr, SHARED: tl.constexpr, K: tl.constexpr,
                        RP: tl.constexpr, PSPLITS: tl.constexpr):
         """Row s's attention for kv head h. SHARED: where the row is member i of a unit (rows_ptr [S, 3]: unit, i, the
-        unit's prompt length; unit -1: none), the unit's prompt positions were read by _prefix_kernel into the
-        partials pm/pl/pacc [U, Hkv, PSPLITS, RP(, D)]: the row's walk of its positions after them starts from their
-        combined state."""
+        unit's prompt length; unit -1: none), the row walks its positions after the prompt, then merges the state of
+        the prompt's positions that _prefix_kernel wrote into the partials pm/pl/pacc [U, Hkv, PSPLITS, RP(, D)]:
+        launched as that kernel's dependent (PDL), the walk runs while it does, and the merge waits for it."""
         s, h = tl.program_id(0), tl.program_id(1)
         g, d = tl.arange(0, GP), tl.arange(0, D)
-        m, total, acc = _empty(GP, D)
-        skip = 0
+        unit, member, skip = -1, 0, 0
         if SHARED:
             unit, member, skip = tl.load(rows_ptr + 3 * s), tl.load(rows_ptr + 3 * s + 1), tl.load(rows_ptr + 3 * s + 2)
+        m, total, acc = _empty(GP, D)
+        m, total, acc, _, _ = _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, kn_ptr, vn_ptr, at_ptr,
+                                      window, sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l,
+                                      sc_s, skn_s, skn_h, svn_s, svn_h, s, h, 0, G, GP, D, BLOCK, 1, MAPPED, R, APPEND,
+                                      skip, m, total, acc)
+        if SHARED:
+            tl.extra.cuda.gdc_wait()  # (_prefix_kernel's partials written and visible)
             if unit >= 0:
                 real = g < G
                 first = ((unit * tl.num_programs(1) + h) * PSPLITS) * RP + member * G + g
                 for j in range(PSPLITS):  # (a run past the prompt's positions: m -inf, weight 0)
                     mj = tl.load(pm_ptr + first + j * RP, mask=real, other=float("-inf"))
-                    top = tl.maximum(m, mj)
+                    top = tl.maximum(m, mj)  # finite: the prompt's first run holds position 0
                     a = tl.where(m > float("-inf"), tl.exp(m - top), 0.0)
                     b = tl.where(mj > float("-inf"), tl.exp(mj - top), 0.0)
                     total = total * a + tl.load(pl_ptr + first + j * RP, mask=real, other=0.0) * b
                     acc = acc * a[:, None] + tl.load(pacc_ptr + (first + j * RP)[:, None] * D + d[None, :],
                                                      mask=(real & (b > 0))[:, None], other=0.0) * b[:, None]
                     m = top
-        m, total, acc, _, _ = _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, kn_ptr, vn_ptr, at_ptr,
-                                      window, sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l,
-                                      sc_s, skn_s, skn_h, svn_s, svn_h, s, h, 0, G, GP, D, BLOCK, 1, MAPPED, R, APPEND,
-                                      skip, m, total, acc)
         out = acc / total[:, None]
         tl.store(o_ptr + s * so_s + h * so_h + g[:, None] * so_g + d[None, :], out.to(o_ptr.dtype.element_ty),
                  mask=g[:, None] < G)
@@ -194,8 +196,9 @@ if triton is not None:
         holds each unit's prompt length (0: no unit), the cache slot its prompt is read from, and its up to K member
         rows (-1: none), every member's cache holding the same prompt. Its RP rows are (member i, query head g) at
         i * G + g; the online softmax's state of each into the partials [U, Hkv, PSPLITS, RP(, D)] (_decode_kernel
-        starts each row's walk from them). One read of the prompt's keys and values for the unit's K members, where each member's own
-        program read them once each."""
+        merges them into each row's). One read of the prompt's keys and values for the unit's K members, where each
+        member's own program read them once each."""
+        tl.extra.cuda.gdc_launch_dependents()  # (_decode_kernel's programs start their own walks meanwhile)
         u, h, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         length = tl.load(units_ptr + u * (K + 2))
         if length > 0:
@@ -288,9 +291,9 @@ MAX_SPLITS = 16
 PROMPT_SPLITS = 4  # runs of each unit's prompt positions (the best of 1, 2, 4, 8 at 640-2,048 positions)
 SHARED_ROWS = 64  # a unit's query rows (members x query heads per kv head) at most: one tile
 # A unit's prompt at least this many elements of keys (or values) per layer (prompt tokens x kv heads x head dim): a
-# shorter one reads faster from each slot's copy than in a kernel of its own (measured even at 1.5B, 2 x 128, ~384
-# tokens, and at 0.5B, 2 x 64, ~768: this is 512 and 1,024 tokens there)
-SHARED_FROM = 1 << 17
+# shorter one reads about as fast or faster from each slot's copy (measured: 1.5B, 2 x 128, even at 256 tokens, 1.07x
+# at 512 for 0.5B's 2 x 64; this is 256 and 512 tokens there)
+SHARED_FROM = 1 << 16
 
 
 def shared_from(kv_heads: int, head_dim: int) -> int:
@@ -356,7 +359,7 @@ def _kernels(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tenso
                                  *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], sc_s, *appending,
                                  units, rows, *partials, G=g, GP=gp, D=d, BLOCK=64, MAPPED=mapped, R=rotary,
                                  APPEND=new is not None, SHARED=members > 1, K=members, RP=rp, PSPLITS=PROMPT_SPLITS,
-                                 num_warps=4)
+                                 num_warps=4, **({"launch_pdl": True} if members > 1 else {}))
         return out
     m = torch.empty(s, hkv, splits, g, dtype=torch.float32, device=q.device)
     total, acc = torch.empty_like(m), torch.empty(s, hkv, splits, g, d, dtype=torch.float32, device=q.device)
