@@ -340,7 +340,8 @@ def test_a_batchs_tail_on_fewer_rows_on_a_gpu_gives_every_rows_tokens(tok, promp
 def test_units_of_a_shared_prompt_on_a_gpu_sample_what_every_slot_reading_its_own_does(tok, prompts):
     """On a GPU (the Triton kernels, compiled, in CUDA graphs): the samples of one prompt admitted together read their
     prompt once per unit (engine.units); token for token, and logprobs within 1e-3, what every slot reading its own
-    copy gives, with samples ending early (stop tokens) and their slots refilled with other prompts' samples."""
+    copy gives, with samples ending early (stop tokens) and their slots refilled with other prompts' samples, and a
+    batch's tail on the busy slots' rows."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     from transformers import AutoModelForCausalLM, Qwen2Config
@@ -353,11 +354,12 @@ def test_units_of_a_shared_prompt_on_a_gpu_sample_what_every_slot_reading_its_ow
     torch._dynamo.reset()
     runs = []
     for share in (True, False):
-        engine = RolloutEngine(model, tok, slots=16, max_len=256, compile=True, stop_token_ids=list(range(40, 60)))
+        engine = RolloutEngine(model, tok, slots=40, max_len=256, compile=True, stop_token_ids=list(range(40, 60)))
         engine.share_prompts, engine.units.shortest = share, 1  # (short prompts: in units too)
-        runs.append(engine.generate([p * 4 for p in prompts], 8, [60, 90, 40], SamplingParams(temperature=0.8),
+        runs.append(engine.generate([p * 4 for p in prompts], 12, [60, 90, 40], SamplingParams(temperature=0.8),
                                     seeds=[1, 2, 3]))
-        assert any(key[-1] for key in engine.graphs if key[0] != "admit") == share  # (the steps' key: shared last)
+        steps = [key for key in engine.graphs if key[0] != "admit"]  # (window, sampling, tail, rows, shared)
+        assert {key[-1] for key in steps} == {share} and {key[3] for key in steps} == {None, 16}
     assert len({len(c.ids) for group in runs[0] for c in group}) > 3  # (samples ended at different lengths)
     for group, ref in zip(*runs):
         assert [c.ids for c in group] == [c.ids for c in ref]

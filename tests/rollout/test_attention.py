@@ -164,45 +164,54 @@ def test_keys_and_values_written_by_the_kernel_equal_writing_them_first(rotary, 
     torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("group,dim,rotary", [(6, 128, 128), (7, 64, 64), (2, 128, 96)])
-def test_a_units_prompt_read_once_equals_each_row_reading_its_own(group, dim, rotary):
+@pytest.mark.parametrize("group,dim,rotary,mapped,tail", [(6, 128, 128, False, 1), (7, 64, 64, False, 1),
+                                                         (2, 128, 96, False, 1), (6, 128, 128, True, 1),
+                                                         (7, 64, 64, True, 4), (6, 128, 128, False, 8)])
+def test_a_units_prompt_read_once_equals_each_row_reading_its_own(group, dim, rotary, mapped, tail):
     """decode_attention's `shared` (the engine's units: rows that hold one prompt): each unit's prompt read once for
     all its rows (_prefix_kernel, its positions split in runs) and merged into each row's walk of its own positions;
     the same attention, new keys written and queries rotated in the kernel, as every row reading its own copy. Units
     of several lengths (1 position, less than a block, several blocks), a full unit, a row that ended (reads position
-    0; its output is not used), and rows in no unit."""
+    0; its output is not used), and rows in no unit; over every slot or some (`slots`: a batch's tail), each row's
+    positions in one program or split over several (`tail`)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     from execrl.rollout.attention import unit_members
 
-    slots, window, kv = 40, 700, 2
+    slots, window, kv = 40, 1200, 2
     members = min(8, unit_members(kv * group, kv))
     g = torch.Generator(device="cuda").manual_seed(0)
     k, v = (torch.randn(slots, kv, window, dim, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    cache_of = torch.randperm(slots)[:30] if mapped else torch.arange(slots)  # each row's cache slot
+    n = len(cache_of)
     units = torch.zeros(slots // 2, members + 2, dtype=torch.int32)
     rows = torch.full((slots, 3), -1, dtype=torch.int32)
-    pos = torch.randint(0, window - 1, (slots,))
-    chosen = [(1, list(range(0, 3))), (40, list(range(3, 9))), (300, list(range(9, 9 + members))), (513, [30, 32, 35])]
+    pos = torch.randint(0, window - 1, (n,))
+    chosen = [(1, list(range(0, 3))), (40, list(range(3, 9))), (300, list(range(9, 9 + members))), (513, [21, 23, 26])]
     for u, (length, unit) in enumerate(chosen):
-        units[u, :2] = torch.tensor([length, unit[-1]])
+        source = int(cache_of[unit[-1]])
+        units[u, :2] = torch.tensor([length, source])
         units[u, 2:2 + len(unit)] = torch.tensor(unit, dtype=torch.int32)
         units[u, 2 + len(unit):] = -1
-        for j, s in enumerate(unit):
-            rows[s] = torch.tensor([u, j, length])
-            k[s, :, :length], v[s, :, :length] = k[unit[-1], :, :length], v[unit[-1], :, :length]  # one prompt's copies
-            pos[s] = length + torch.randint(0, window - 1 - length, (1,)).item()
+        for j, r in enumerate(unit):
+            rows[r] = torch.tensor([u, j, length])
+            c = int(cache_of[r])
+            k[c, :, :length], v[c, :, :length] = k[source, :, :length], v[source, :, :length]  # one prompt's copies
+            pos[r] = length + torch.randint(0, window - 1 - length, (1,)).item()
     pos[4] = 0  # (an ended sample: reads position 0 only)
     pos = pos.cuda()
-    qkv = torch.randn(slots, 1, (group + 2) * kv * dim, device="cuda", dtype=torch.bfloat16, generator=g)
-    q = qkv[:, 0, :kv * group * dim].view(slots, kv, group, dim)
-    new = (qkv[:, 0, kv * group * dim:(kv * group + kv) * dim].view(slots, kv, dim),
-           qkv[:, 0, (kv * group + kv) * dim:].view(slots, kv, dim), pos)
+    qkv = torch.randn(n, 1, (group + 2) * kv * dim, device="cuda", dtype=torch.bfloat16, generator=g)
+    q = qkv[:, 0, :kv * group * dim].view(n, kv, group, dim)
+    new = (qkv[:, 0, kv * group * dim:(kv * group + kv) * dim].view(n, kv, dim),
+           qkv[:, 0, (kv * group + kv) * dim:].view(n, kv, dim), pos)
     angles = torch.rand(window, rotary, device="cuda", generator=g) * 6.3
     rope = (angles.cos()[pos].bfloat16(), angles.sin()[pos].bfloat16())
+    at = cache_of.cuda() if mapped else None
     k2, v2 = k.clone(), v.clone()
-    got = decode_attention(q, k, v, pos, window, dim**-0.5, rope=rope, new=new, shared=(units.cuda(), rows.cuda()))
-    want = decode_attention(q, k2, v2, pos, window, dim**-0.5, rope=rope, new=new)
+    got = decode_attention(q, k, v, pos, window, dim**-0.5, None, tail, at, rope=rope, new=new,
+                           shared=(units.cuda(), rows.cuda()))
+    want = decode_attention(q, k2, v2, pos, window, dim**-0.5, None, tail, at, rope=rope, new=new)
     assert torch.equal(k, k2) and torch.equal(v, v2)  # (the new keys and values written alike)
-    live = torch.arange(slots) != 4
+    live = torch.arange(n) != 4
     torch.testing.assert_close(got[live].float(), want[live].float(), atol=1e-2, rtol=1e-2)
     assert got.isfinite().all()

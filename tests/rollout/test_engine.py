@@ -538,35 +538,40 @@ def test_the_engine_counts_how_full_its_decode_steps_were(tiny, prompts, budgets
         assert tokens < steps[0] * 4
 
 
-def test_a_groups_slots_read_their_prompt_from_one_of_them_as_samples_end_and_slots_refill(tiny, prompts):
+@pytest.mark.parametrize("slots,samples", [(6, 4), (40, 12)])
+def test_a_groups_slots_read_their_prompt_from_one_of_them_as_samples_end_and_slots_refill(tiny, prompts, slots,
+                                                                                           samples):
     """A prompt's samples admitted together form a unit whose prompt attention reads from one of its slots
     (rollout/units.py): with samples ending at different lengths and their slots refilled with other prompts, the
     tokens and logprobs are those of every slot reading its own copy, and the slot a unit reads from moved (its first
-    sample ended while the others went on) before the slot took another prompt."""
+    sample ended while the others went on) before the slot took another prompt. With 40 slots, a batch's tail runs on
+    the busy slots' rows (engine._rows), its units in those rows' terms."""
     model, tok = tiny
     moved, shared_steps = [], []
 
     def run(share: bool):
-        engine = RolloutEngine(model, tok, slots=6, max_len=256, sync_every=3, stop_token_ids=list(range(40, 70)))
+        engine = RolloutEngine(model, tok, slots=slots, max_len=256, sync_every=3, stop_token_ids=list(range(40, 70)))
         engine.share_prompts, engine.units.shortest = share, 1  # (short prompts: in units too)
         units, release, step = engine.units, engine.units.release, engine._step
 
-        def watched(slots):
+        def watched(done):
             before = [list(u) for u in units.held]
-            release(slots)
+            release(done)
             moved.extend(u for u, (b, a) in enumerate(zip(before, units.held)) if a[0] and b[1] != a[1])
 
-        def counted(*args):
-            shared_steps.append(units.live and share)
-            return step(*args)
+        def counted(window, params, tail=1, rows=None):
+            shared_steps.append((units.live and share, rows is not None))
+            return step(window, params, tail, rows)
 
         units.release, engine._step = watched, counted
-        return engine.generate(prompts, 4, 40, SamplingParams(1.0), seeds=[11, 12, 13, 14])
+        return engine.generate(prompts, samples, 40, SamplingParams(1.0), seeds=[11, 12, 13, 14])
 
     plain = run(False)
     moved.clear()
     shared = run(True)
-    assert moved and any(shared_steps)
+    assert moved and any(live for live, _ in shared_steps)
+    if slots == 40:
+        assert any(live and mapped for live, mapped in shared_steps)  # (units on the busy slots' rows)
     lengths = [len(c.ids) for group in shared for c in group]
     assert len(set(lengths)) > 3  # (samples end at different lengths: slots are refilled)
     for a, b in zip(plain, shared):

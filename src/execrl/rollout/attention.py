@@ -172,20 +172,30 @@ if triton is not None:
         if SHARED:
             tl.extra.cuda.gdc_wait()  # (_prefix_kernel's partials written and visible)
             if unit >= 0:
-                real = g < G
-                first = ((unit * tl.num_programs(1) + h) * PSPLITS) * RP + member * G + g
-                for j in range(PSPLITS):  # (a run past the prompt's positions: m -inf, weight 0)
-                    mj = tl.load(pm_ptr + first + j * RP, mask=real, other=float("-inf"))
-                    top = tl.maximum(m, mj)  # finite: the prompt's first run holds position 0
-                    a = tl.where(m > float("-inf"), tl.exp(m - top), 0.0)
-                    b = tl.where(mj > float("-inf"), tl.exp(mj - top), 0.0)
-                    total = total * a + tl.load(pl_ptr + first + j * RP, mask=real, other=0.0) * b
-                    acc = acc * a[:, None] + tl.load(pacc_ptr + (first + j * RP)[:, None] * D + d[None, :],
-                                                     mask=(real & (b > 0))[:, None], other=0.0) * b[:, None]
-                    m = top
+                m, total, acc = _merge_prompt(m, total, acc, unit, member, h, pm_ptr, pl_ptr, pacc_ptr, G, GP, D, RP,
+                                              PSPLITS)
         out = acc / total[:, None]
         tl.store(o_ptr + s * so_s + h * so_h + g[:, None] * so_g + d[None, :], out.to(o_ptr.dtype.element_ty),
                  mask=g[:, None] < G)
+
+    @triton.jit
+    def _merge_prompt(m, total, acc, unit, member, h, pm_ptr, pl_ptr, pacc_ptr, G: tl.constexpr, GP: tl.constexpr,
+                      D: tl.constexpr, RP: tl.constexpr, PSPLITS: tl.constexpr):
+        """A row's online-softmax state (m, total, acc) over its own positions merged with the state of its unit's
+        prompt: member `member` of unit `unit`'s runs in the partials [U, Hkv, PSPLITS, RP(, D)] of _prefix_kernel."""
+        g, d = tl.arange(0, GP), tl.arange(0, D)
+        real = g < G
+        first = ((unit * tl.num_programs(1) + h) * PSPLITS) * RP + member * G + g
+        for j in range(PSPLITS):  # (a run past the prompt's positions: m -inf, weight 0)
+            mj = tl.load(pm_ptr + first + j * RP, mask=real, other=float("-inf"))
+            top = tl.maximum(m, mj)  # finite: the prompt's first run holds position 0
+            a = tl.where(m > float("-inf"), tl.exp(m - top), 0.0)
+            b = tl.where(mj > float("-inf"), tl.exp(mj - top), 0.0)
+            total = total * a + tl.load(pl_ptr + first + j * RP, mask=real, other=0.0) * b
+            acc = acc * a[:, None] + tl.load(pacc_ptr + (first + j * RP)[:, None] * D + d[None, :],
+                                             mask=(real & (b > 0))[:, None], other=0.0) * b[:, None]
+            m = top
+        return m, total, acc
 
     @triton.jit
     def _prefix_kernel(q_ptr, k_ptr, v_ptr, units_ptr, pm_ptr, pl_ptr, pacc_ptr, cos_ptr, sin_ptr, scale, sq_s, sq_h,
@@ -225,17 +235,23 @@ if triton is not None:
     @triton.jit
     def _split_kernel(q_ptr, k_ptr, v_ptr, m_ptr, l_ptr, acc_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, kn_ptr, vn_ptr,
                       at_ptr, window, sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s, sv_h, sv_l, sc_s,
-                      skn_s, skn_h, svn_s, svn_h, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                      skn_s, skn_h, svn_s, svn_h, rows_ptr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                       BLOCK: tl.constexpr, SPLITS: tl.constexpr, MAPPED: tl.constexpr, R: tl.constexpr,
-                      APPEND: tl.constexpr):
+                      APPEND: tl.constexpr, SHARED: tl.constexpr):
         """Run j of a slot's positions: its online softmax's state, into the partials [S, Hkv,
-        SPLITS, G(, D)] (the G real query rows only)."""
+        SPLITS, G(, D)] (the G real query rows only). SHARED: the positions after the row's unit's prompt
+        (rows_ptr, as _decode_kernel's), the program a dependent of _prefix_kernel's (PDL) that ends after it."""
         s, h, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        skip = 0
+        if SHARED:
+            skip = tl.load(rows_ptr + 3 * s + 2)
         m, total, acc = _empty(GP, D)
         m, total, acc, begin, stop = _states(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, cos_ptr, sin_ptr, kn_ptr, vn_ptr,
                                              at_ptr, window, sliding, scale, sq_s, sq_h, sq_g, sk_s, sk_h, sk_l, sv_s,
                                              sv_h, sv_l, sc_s, skn_s, skn_h, svn_s, svn_h, s, h, j, G, GP, D, BLOCK,
-                                             SPLITS, MAPPED, R, APPEND, 0, m, total, acc)
+                                             SPLITS, MAPPED, R, APPEND, skip, m, total, acc)
+        if SHARED:
+            tl.extra.cuda.gdc_wait()  # (the combine kernel after this one reads _prefix_kernel's partials)
         g, d = tl.arange(0, GP), tl.arange(0, D)
         at = (s * tl.num_programs(1) + h) * SPLITS + j
         real = g < G
@@ -245,10 +261,12 @@ if triton is not None:
         tl.store(acc_ptr + (at * G + g[:, None]) * D + d[None, :], acc, mask=real[:, None] & (d[None, :] < width))
 
     @triton.jit
-    def _combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, so_s, so_h, so_g,
-                        G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr, SP: tl.constexpr):
+    def _combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, so_s, so_h, so_g, rows_ptr, pm_ptr, pl_ptr, pacc_ptr,
+                        G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr, SP: tl.constexpr,
+                        SHARED: tl.constexpr, RP: tl.constexpr, PSPLITS: tl.constexpr):
         """The splits' states of one (slot, kv head) rescaled to their common max and summed: the
-        attention over all its positions. One split's [G, D] accumulator in registers at a time."""
+        attention over all its positions. One split's [G, D] accumulator in registers at a time. SHARED: and the
+        state of the row's unit's prompt (_merge_prompt)."""
         s, h = tl.program_id(0), tl.program_id(1)
         j, g, d = tl.arange(0, SP), tl.arange(0, GP), tl.arange(0, D)
         base = (s * tl.num_programs(1) + h) * SPLITS
@@ -265,6 +283,11 @@ if triton is not None:
             total += part * w
             acc += w[:, None] * tl.load(acc_ptr + ((base + i) * G + g[:, None]) * D + d[None, :],
                                         mask=(real & (part > 0))[:, None], other=0.0)
+        if SHARED:
+            unit = tl.load(rows_ptr + 3 * s)
+            if unit >= 0:
+                top, total, acc = _merge_prompt(top, total, acc, unit, tl.load(rows_ptr + 3 * s + 1), h, pm_ptr,
+                                                pl_ptr, pacc_ptr, G, GP, D, RP, PSPLITS)
         out = acc / total[:, None]
         tl.store(o_ptr + s * so_s + h * so_h + g[:, None] * so_g + d[None, :], out.to(o_ptr.dtype.element_ty),
                  mask=real[:, None])
@@ -332,7 +355,8 @@ def _kernels(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tenso
              new: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
              shared: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """The Triton kernels' launch: one program per (row, kv head), or split-K and its combine; with `shared`
-    (units, row units: see decode_attention) and one program per row, each unit's prompt first (_prefix_kernel)."""
+    (units, row units: see decode_attention), each unit's prompt first (_prefix_kernel), the rows' programs its
+    dependents."""
     s, hkv, g, d = q.shape
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     rotary = 0 if cos is None else cos.shape[-1]
@@ -344,31 +368,34 @@ def _kernels(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tenso
     splits = max(tail, splits_for(s, hkv, window))
     mapped = slots is not None
     slot_ptr = slots if mapped else pos  # (not read unless mapped)
+    units, rows, partials, members, rp = pos, pos, (pos, pos, pos), 1, 16  # (not read unless shared)
+    if shared is not None and sliding >= window:
+        units, rows = shared
+        members = units.shape[1] - 2
+        rp = max(16, triton.next_power_of_2(members * g))
+        m = torch.empty(units.shape[0], hkv, PROMPT_SPLITS, rp, dtype=torch.float32, device=q.device)
+        partials = (m, torch.empty_like(m), torch.empty(*m.shape, d, dtype=torch.float32, device=q.device))
+        _prefix_kernel[(units.shape[0], hkv, PROMPT_SPLITS)](
+            q, k, v, units, *partials, cos_ptr, sin_ptr, scale, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            sc_s, G=g, K=members, RP=rp, D=d, BLOCK=64, PSPLITS=PROMPT_SPLITS, R=rotary, num_warps=4)
+    sharing = members > 1
+    pdl = {"launch_pdl": True} if sharing else {}  # (a dependent of _prefix_kernel: runs beside it)
     if splits == 1:
-        units, rows, partials, members, rp = pos, pos, (pos, pos, pos), 1, 16  # (not read unless shared)
-        if shared is not None and not mapped and sliding >= window:
-            units, rows = shared
-            members = units.shape[1] - 2
-            rp = max(16, triton.next_power_of_2(members * g))
-            m = torch.empty(units.shape[0], hkv, PROMPT_SPLITS, rp, dtype=torch.float32, device=q.device)
-            partials = (m, torch.empty_like(m), torch.empty(*m.shape, d, dtype=torch.float32, device=q.device))
-            _prefix_kernel[(units.shape[0], hkv, PROMPT_SPLITS)](
-                q, k, v, units, *partials, cos_ptr, sin_ptr, scale, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-                sc_s, G=g, K=members, RP=rp, D=d, BLOCK=64, PSPLITS=PROMPT_SPLITS, R=rotary, num_warps=4)
         _decode_kernel[(s, hkv)](q, k, v, out, pos, slot_ptr, cos_ptr, sin_ptr, kn, vn, at, window, sliding, scale,
                                  *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], sc_s, *appending,
                                  units, rows, *partials, G=g, GP=gp, D=d, BLOCK=64, MAPPED=mapped, R=rotary,
-                                 APPEND=new is not None, SHARED=members > 1, K=members, RP=rp, PSPLITS=PROMPT_SPLITS,
-                                 num_warps=4, **({"launch_pdl": True} if members > 1 else {}))
+                                 APPEND=new is not None, SHARED=sharing, K=members, RP=rp, PSPLITS=PROMPT_SPLITS,
+                                 num_warps=4, **pdl)
         return out
     m = torch.empty(s, hkv, splits, g, dtype=torch.float32, device=q.device)
     total, acc = torch.empty_like(m), torch.empty(s, hkv, splits, g, d, dtype=torch.float32, device=q.device)
     _split_kernel[(s, hkv, splits)](q, k, v, m, total, acc, pos, slot_ptr, cos_ptr, sin_ptr, kn, vn, at, window,
                                     sliding, scale, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], sc_s,
-                                    *appending, G=g, GP=gp, D=d, BLOCK=64, SPLITS=splits, MAPPED=mapped, R=rotary,
-                                    APPEND=new is not None, num_warps=4)
-    _combine_kernel[(s, hkv)](m, total, acc, out, *out.stride()[:3], G=g, GP=gp, D=d, SPLITS=splits,
-                              SP=triton.next_power_of_2(splits), num_warps=4)
+                                    *appending, rows, G=g, GP=gp, D=d, BLOCK=64, SPLITS=splits, MAPPED=mapped,
+                                    R=rotary, APPEND=new is not None, SHARED=sharing, num_warps=4, **pdl)
+    _combine_kernel[(s, hkv)](m, total, acc, out, *out.stride()[:3], rows, *partials, G=g, GP=gp, D=d, SPLITS=splits,
+                              SP=triton.next_power_of_2(splits), SHARED=sharing, RP=rp, PSPLITS=PROMPT_SPLITS,
+                              num_warps=4)
     return out
 
 
@@ -387,16 +414,17 @@ def _torch_path(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Te
         v[written, :, at] = value
     if cos is not None:
         q = rotate(q, cos[:, None, None], sin[:, None, None])
-    if slots is not None:
-        k, v = k[slots, :, :window], v[slots, :, :window]
-    elif shared is not None:
+    own = torch.arange(q.shape[0], device=q.device) if slots is None else slots.long()  # each row's cache slot
+    if shared is not None and (sliding is None or sliding >= window):
         units, rows = shared
-        unit = rows[:, 0].long()
-        length = torch.where(unit >= 0, units[unit.clamp(min=0), 0], 0)  # [S]
-        source = torch.where(unit >= 0, units[unit.clamp(min=0), 1], torch.arange(len(unit), device=unit.device))
-        prompt = (torch.arange(window, device=q.device)[None] < length[:, None])[:, None, :, None]  # [S, 1, W, 1]
-        k = torch.where(prompt, k[source.long(), :, :window], k[:, :, :window])
-        v = torch.where(prompt, v[source.long(), :, :window], v[:, :, :window])
+        unit = rows[:q.shape[0], 0].long()
+        length = torch.where(unit >= 0, units[unit.clamp(min=0), 0], 0)  # [R]
+        source = torch.where(unit >= 0, units[unit.clamp(min=0), 1].long(), own)
+        prompt = (torch.arange(window, device=q.device)[None] < length[:, None])[:, None, :, None]  # [R, 1, W, 1]
+        k = torch.where(prompt, k[source, :, :window], k[own, :, :window])
+        v = torch.where(prompt, v[source, :, :window], v[own, :, :window])
+    elif slots is not None:
+        k, v = k[own, :, :window], v[own, :, :window]
     return reference(q, k, v, pos, window, scale, sliding)
 
 
@@ -451,9 +479,9 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: tor
     the queries are (the kernel does both: no kernel of their own); `shared`: (units [U, K + 2], unit rows [R, 3]),
     int32, rows that hold the same prompt, as the engine's units: unit u's prompt length (0: no unit), the cache slot
     its prompt is read from and its up to K rows (-1: none); row r's unit (-1: none), its index in it and the unit's
-    prompt length (0: none). A unit's prompt is read once for all its rows (_prefix_kernel), where the kernel runs
-    one program per row and the rows are the slots (no `slots`) and no sliding window cuts the window; elsewhere
-    each row reads its own copy."""
+    prompt length (0: none). A unit's prompt is read once for all its rows (_prefix_kernel), where no sliding window
+    cuts the window (elsewhere each row reads its own copy); with `slots`, a unit's rows and row r are rows of this
+    step, the slot its prompt is read from a cache slot."""
     cos, sin = (None, None) if rope is None else (rope[0].contiguous(), rope[1].contiguous())
     units = (None, None) if shared is None else shared
     if kernel_supported(q):

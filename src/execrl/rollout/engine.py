@@ -137,6 +137,7 @@ class RolloutEngine:
         self.out_lp = torch.zeros(slots, max_len, dtype=torch.float32, device=dev)  # [S, L] their logprobs
         self.graphs: dict = {}
         self.live: dict[int, torch.Tensor] = {}  # _rows: per count of rows, the slots a step runs on
+        self.rows_map: list[int] = []  # ... the last one's, on the host
         self.admitted: dict[tuple[int, int, int], list[torch.Tensor]] = {}  # _prefill's graphs' inputs, per shape
         self.admit_graphs = True  # (off for good where a prefill cannot be captured)
         self.pool = None
@@ -397,6 +398,7 @@ class RolloutEngine:
         if n not in self.live:  # one buffer per count: its graphs read it where it is
             self.live[n] = torch.empty(n, dtype=torch.long, device=self.tokens.device)
         self.live[n].copy_(torch.tensor(live))
+        self.rows_map = live  # (the host's copy: units in the rows' space, units.sync)
         return self.live[n]
 
     def _tail(self, running: int, window: int) -> int:
@@ -461,10 +463,9 @@ class RolloutEngine:
             self.active.copy_(self.active & ~(act & done))
 
     def _step(self, window: int, params: SamplingParams, tail: int = 1, rows: torch.Tensor | None = None) -> None:
-        # units' prompts read once where a step runs one attention program per slot (not a tail's steps)
-        shared = self.sharing and rows is None and tail == 1
+        shared = self.sharing  # (units' prompts read once)
         if shared:
-            self.units.sync()
+            self.units.sync(None if rows is None else self.rows_map)
         self._run((window, params, tail, None if rows is None else len(rows), shared),
                   lambda: self.body(window, params, tail, rows, shared))
 

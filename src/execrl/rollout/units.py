@@ -35,7 +35,7 @@ class PromptUnits:
         self.unit_of: list[list[int]] = [[-1, 0, 0] for _ in range(self.rows.shape[0])]  # slot -> unit, index, length
         self.held: list[list[int]] = [[0, 0] + [-1] * self.members for _ in range(self.units.shape[0])]
         self.free = list(range(self.units.shape[0]))[::-1]
-        self.changed = True
+        self.changed, self.space = True, None
 
     @property
     def live(self) -> bool:
@@ -73,9 +73,18 @@ class PromptUnits:
                 unit[1] = rest[0]  # (its copy is intact: it is still in the unit)
             self.changed = True
 
-    def sync(self) -> None:
-        """The host's units onto the device (before a decode step reads them)."""
-        if self.changed:
-            to_device(self.held, self.units.device, torch.int32, out=self.units)  # (queued: no wait for the GPU)
-            to_device(self.unit_of, self.rows.device, torch.int32, out=self.rows)
-            self.changed = False
+    def sync(self, rows: list[int] | None = None) -> None:
+        """The host's units onto the device (before a decode step reads them), for a step over every slot or over
+        `rows` (the cache slots of a step's rows, engine._rows): the units' members and the row table then in those
+        rows, a unit's source still a cache slot."""
+        space = None if rows is None else tuple(rows)
+        if not self.changed and space == self.space:
+            return
+        held, unit_of = self.held, self.unit_of
+        if rows is not None:
+            row = {s: r for r, s in enumerate(rows)}  # (a unit's slots are busy: each is one of the step's rows)
+            held = [h[:2] + [row[s] if s >= 0 else -1 for s in h[2:]] for h in held]
+            unit_of = [self.unit_of[s] for s in rows] + [[-1, 0, 0]] * (len(self.unit_of) - len(rows))
+        to_device(held, self.units.device, torch.int32, out=self.units)  # (queued: no wait for the GPU)
+        to_device(unit_of, self.rows.device, torch.int32, out=self.rows)
+        self.changed, self.space = False, space
