@@ -19,9 +19,10 @@ from execrl.transfer import to_device
 class PromptUnits:
     """Units of the engine's slots, as attention.decode_attention's `shared` reads them: `units` [U, K + 2] int32 (each
     unit's prompt length, 0 for none; the slot its prompt is read from; its up to K slots, -1 for none) and `rows`
-    [S, 3] int32 (each slot's unit, -1 for none; its index in the unit; the unit's prompt length, 0 for none). Changed
-    on the host, copied to the device before a decode step reads them (sync). Only prompts of `shortest` tokens or
-    more form units (attention.shared_from: shorter ones read faster from each slot's copy)."""
+    [S, 3] int32 (each slot's unit, -1 for none; its index in the unit; the unit's prompt length, 0 for none), in the
+    step's rows' terms where a step runs on some slots' rows (sync). Changed on the host, copied to the device before
+    a decode step reads them. Only prompts of `shortest` tokens or more form units (attention.shared_from: shorter
+    ones read about as fast from each slot's copy)."""
 
     def __init__(self, slots: int, members: int, device, shortest: int):
         self.members, self.shortest = members, shortest
