@@ -58,6 +58,27 @@ def test_eval_completions_from_a_file(tmp_path):
     assert summary["outcomes"] == {"pass": 3, "fail": 1, "runtime_error": 1, "no_code": 1}  # 13 names no such function
 
 
+def test_bare_code_completions_get_a_warning_and_plain_grades_them(tmp_path):
+    """A completions file of bare code (a base model's, MBPP's own solutions): the default code style finds no code in
+    any, and says so with the fix; --code-style plain grades each whole completion. The table's title says how many
+    samples each problem had, not --samples."""
+    rows = [json.loads(line) for line in shared_data("mbpp", "mbpp.jsonl").read_text().splitlines()]
+    code = {r["task_id"]: r["code"] for r in rows}
+    path = tmp_path / "bare.jsonl"
+    path.write_text("\n".join(json.dumps({"problem_id": f"mbpp/{i}", "completion": code[i]}) for i in (11, 12, 12)))
+    proc = run("--completions", path, "--dataset", "mbpp", "--split", "test", "--samples", 2, "--k", "1,2",
+               "--out", tmp_path / "fence")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "fence" / "summary.json").read_text())["outcomes"] == {"no_code": 3}
+    assert "3 of 3 samples hold no code" in proc.stderr and "--code-style plain" in proc.stderr
+    assert "2 problems x 1-2 samples" in proc.stdout and "1 problems with fewer than 2 valid samples" in proc.stdout
+    proc = run("--completions", path, "--dataset", "mbpp", "--split", "test", "--samples", 2, "--k", "1,2",
+               "--code-style", "plain", "--out", tmp_path / "plain")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "plain" / "summary.json").read_text())["outcomes"] == {"pass": 3}
+    assert "hold no code" not in proc.stderr
+
+
 def test_eval_completions_that_carry_their_own_tests_and_answers(tmp_path):
     rows = [{"id": "a", "completion": "```python\nprint(int(input()) + 1)\n```", "tests": {"inputs": ["1\n"], "outputs": ["2\n"]}},
             {"id": "b", "completion": r"so \boxed{7}", "answer": "7"},

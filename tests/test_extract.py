@@ -31,6 +31,10 @@ def test_code_tags_and_auto():
     assert extract("```python\nprint(1)\n```\n<code>print(2)</code>", code_style="auto").code == "print(2)"
     assert extract("<code>print(2)</code>\n```python\nprint(1)\n```", code_style="auto").code == "print(1)"
     assert extract("<code>x</code>", code_style="fence").code is None
+    assert extract("def f():\n    return 1\n", code_style="plain").code == "def f():\n    return 1"  # the whole answer
+    assert extract("so:\n```python\nprint(1)\n```", code_style="plain").code == "print(1)"  # a block when there is one
+    assert extract("<think>hm</think>\nprint(2)", "think", code_style="plain").code == "print(2)"
+    assert extract("  \n", code_style="plain").code is None
 
 
 def test_think_format_uses_what_follows_the_last_think():

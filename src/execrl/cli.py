@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--backend", default="execrl", choices=["execrl", "transformers"],
                    help="generation: the execrl engine (default) or transformers' generate")
     e.add_argument("--answer-format", default="code", help="code | reasoning | think")
-    e.add_argument("--code-style", default="fence", help="fence (```python) | tags (<code>) | auto")
+    e.add_argument("--code-style", default="fence",
+                   help="fence (```python) | tags (<code>) | auto (either) | plain (either, else the whole completion)")
     e.add_argument("--system-prompt", default=None, help="system prompt (default: none)")
     e.add_argument("--timeout", type=number(float, 0, inclusive=False), default=5.0,
                    help="sandbox CPU seconds per test (default 5)")

@@ -6,7 +6,8 @@ Answer formats (`answer_format`):
   reasoning  <reasoning>...</reasoning><answer>...</answer>: the answer is inside the last <answer> tags
   think      <think>...</think> then the answer: everything after the last </think>
 Code is the last fenced block (```python preferred, any fence otherwise; an unclosed final fence counts when
-no block is closed) or the last <code>...</code> (`code_style`: fence, tags, or auto = either, latest wins).
+no block is closed) or the last <code>...</code> (`code_style`: fence, tags, or auto = either, latest wins; plain =
+as auto, else the whole answer is the code: what a base model or a completions file without fences holds).
 "No code found" is an outcome of its own (code is None), never an exception.
 """
 
@@ -16,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 ANSWER_FORMATS = ("code", "reasoning", "think")
-CODE_STYLES = ("fence", "tags", "auto")
+CODE_STYLES = ("fence", "tags", "auto", "plain")
 _PY = {"python", "py", "python3", "py3"}
 
 
@@ -92,11 +93,13 @@ def extract(completion: str, answer_format: str = "code", code_style: str = "fen
     if not want_code:
         return Extracted(answer, format_ok)
     found = []
-    if code_style in ("fence", "auto"):
+    if code_style in ("fence", "auto", "plain"):
         found.append(_from_fences(answer, language))
-    if code_style in ("tags", "auto"):
+    if code_style in ("tags", "auto", "plain"):
         found.append(_from_tags(answer))
     found = [f for f in found if f[0] is not None]
+    if not found and code_style == "plain":
+        return Extracted(answer, format_ok, answer.strip("\n") if answer.strip() else None)
     if not found:
         return Extracted(answer, False, None)
     code, closed, _ = max(found, key=lambda f: f[2])

@@ -9,7 +9,7 @@ from execrl.extract import ANSWER_FORMATS, CODE_STYLES
 from execrl.tasks import Problem
 
 _CODE_WHERE = {"fence": "in a single ```python code block", "tags": "inside <code></code> tags",
-               "auto": "in a single ```python code block"}
+               "auto": "in a single ```python code block", "plain": "as plain code, with nothing else"}
 _FORMAT = {
     "code": "{what}",
     "reasoning": "Reason step by step inside <reasoning></reasoning>, then give {lower} inside <answer></answer>.",
@@ -24,7 +24,8 @@ class PromptConfig(BaseModel):
 
     system_prompt: str | None = Field(None, description="system message put before every prompt (none if null)")
     answer_format: str = Field("code", description="code | reasoning (<reasoning>/<answer>) | think (<think> first)")
-    code_style: str = Field("fence", description="where code goes: fence (```python), tags (<code>), auto (either)")
+    code_style: str = Field("fence", description="where code goes: fence (```python), tags (<code>), auto (either), "
+                            "plain (either, else the whole answer)")
     add_instructions: bool = Field(True, description="append a one-line format instruction to each prompt")
     template: str | None = Field(None, description="a format string whose {} is replaced by the problem's text "
                                  "(NeMo RL's prompt_file; {{ }} for literal braces), used instead of the format "

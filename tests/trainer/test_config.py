@@ -97,12 +97,15 @@ def test_every_field_has_a_description():
 @pytest.mark.parametrize("override, message", [
     ("loss_fn.use_on_policy_kl_approximation=true policy.generation.backend=transformers", "execrl engine"),
     ("env.code.terminate_on_evaluation=false", "interpreter"),
+    ("env.multi_turn.kind=interpreter grpo.max_rollout_turns=4 prompt.code_style=plain", "no cell to find"),
 ])
 def test_nemo_keys_that_would_change_the_math_are_refused(override, message):
-    from execrl.config.checks import check_supported
+    from execrl.config.checks import check_supported, check_turns
 
     with pytest.raises(ConfigError, match=message):
-        check_supported(load_config(None, override.split()))
+        cfg = load_config(None, override.split())
+        check_turns(cfg)
+        check_supported(cfg)
 
 
 def test_nemo_keys_with_no_effect_are_named_in_one_note():

@@ -224,6 +224,9 @@ def check_turns(cfg: MasterConfig) -> None:
     if cfg.grpo.max_rollout_turns > 1 and cfg.env.multi_turn.kind == "single_turn":
         raise ConfigError(f"grpo.max_rollout_turns={cfg.grpo.max_rollout_turns} needs a multi-turn environment: set "
                           "env.multi_turn.kind=interpreter or unit_tests (or grpo.max_rollout_turns=1)")
+    if cfg.env.multi_turn.kind == "interpreter" and cfg.prompt.code_style == "plain":
+        raise ConfigError("prompt.code_style=plain (the whole answer is the code) leaves the interpreter no cell to "
+                          "find in a turn of text: set prompt.code_style=fence, tags or auto")
 
 
 def check_machine(cfg: MasterConfig) -> None:

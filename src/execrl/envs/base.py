@@ -102,7 +102,8 @@ def final_step(sample: Sample, grader, reward_cfg) -> Step:
     return Step(done=True, reward=score(sample, reward_cfg), sample=sample)
 
 
-CELL_ENDS = {"tags": ["</code>"], "fence": ["\n```\n"], "auto": ["</code>", "\n```\n"]}  # stop strings by code style
+# stop strings by code style (plain: the turn's whole text is its code, so it ends where the sample does)
+CELL_ENDS = {"tags": ["</code>"], "fence": ["\n```\n"], "auto": ["</code>", "\n```\n"], "plain": []}
 
 
 def truncate(text: str, max_chars: int) -> str:

@@ -20,7 +20,7 @@ from execrl.eval.passk import mean_pass_at_k
 from execrl.extract import extract
 from execrl.prompts import PromptConfig, build_messages, drop_long_prompts, render
 from execrl.rewards import CORRECT, Sample, outcome, sandbox_failures
-from execrl.rewards.outcome import graded_in_sandbox
+from execrl.rewards.outcome import NO_CODE, graded_in_sandbox
 from execrl.sandbox import Grader, Limits, check_infra_share, parse_tests
 from execrl.tasks import Problem, load_problems
 from execrl.tasks.problem import DatasetError, read_rows
@@ -208,18 +208,30 @@ def summarize(cfg: EvalConfig, samples: list[Sample]) -> dict:
         if left_out:
             summary[f"pass@{k}_problems_left_out"] = left_out
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    _print(summary, cfg, out_dir)
+    sizes = sorted({len(group) for group in per_problem.values()})  # (a completions file's may differ by problem)
+    _print(summary, cfg, out_dir, "-".join(str(n) for n in sizes[::max(1, len(sizes) - 1)]) or "0")
+    no_code = outcomes[NO_CODE]
+    if samples and no_code * 2 >= len(samples) and cfg.prompt.code_style != "plain":
+        err.print(f"[yellow]{no_code} of {len(samples)} samples hold no code where prompt.code_style="
+                  f"{cfg.prompt.code_style} looks for it ({_LOOKS_IN[cfg.prompt.code_style]}): where the model "
+                  "writes bare code, grade the whole completion with --code-style plain[/]")
     return summary
 
 
-def _print(summary: dict, cfg: EvalConfig, out_dir: Path) -> None:
-    table = Table(title=f"{cfg.dataset}/{cfg.split}: {summary['problems']} problems x {cfg.samples} samples",
+_LOOKS_IN = {"fence": "a ```python block", "tags": "<code></code> tags", "auto": "a ``` block or <code> tags"}
+
+
+def _print(summary: dict, cfg: EvalConfig, out_dir: Path, per_problem: str) -> None:
+    """The table; `per_problem`: the samples each problem had ("10", or "1-10" where they differ)."""
+    title = f"{cfg.dataset}/{cfg.split}: {summary['problems']} problems x {per_problem} sample"
+    table = Table(title=title + ("" if per_problem == "1" else "s"),
                   caption=f"per-problem results: {out_dir / 'results.jsonl'}", min_width=64)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k in cfg.ks:
-        v = summary[f"pass@{k}"]
-        table.add_row(f"pass@{k}" + (" (accuracy)" if k == 1 and cfg.dataset == "gsm8k" else ""),
+        v, left_out = summary[f"pass@{k}"], summary.get(f"pass@{k}_problems_left_out")
+        short = f" ({left_out} problems with fewer than {k} valid samples left out)" if left_out else ""
+        table.add_row(f"pass@{k}" + (" (accuracy)" if k == 1 and cfg.dataset == "gsm8k" else "") + short,
                       "n/a" if v is None else f"{v:.4f}")
     if cfg.reward_model:
         v = summary["reward_model_mean"]
