@@ -156,6 +156,13 @@ def test_every_training_problem_dropped_for_length_is_an_error_naming_the_keys(t
     assert "raise policy.max_total_sequence_length" in proc.stderr and "warm-up" not in proc.stderr
 
 
+@pytest.mark.parametrize("override", ["policy.generation.temperature=[1", "reward.components=[{name:"])
+def test_an_override_whose_value_is_not_yaml_is_one_line(override):
+    proc = execrl("train", override, "--dry-run")
+    assert proc.returncode == 2 and "the value is read as YAML and is not valid" in proc.stderr
+    assert "quote it" in proc.stderr and "Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize("text, message", [
     ("grpo:\n\tmax_num_steps: 3\n", ":2:1: not valid YAML: a tab in the indentation"),
     ("grpo:\n  max_num_steps: [3\n", "(while parsing a flow sequence at line 2)"),

@@ -202,8 +202,13 @@ def _override(tree: DictConfig, item: str) -> None:
             raise ConfigError(f"override {key}: {part} is not a section")
         if node is None:
             break
-    OmegaConf.update(tree, key, yaml.safe_load(raw) if raw.strip() else None, merge=False,
-                     force_add=True)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem", None) or "not valid YAML"
+        raise ConfigError(f"override {key}={raw}: the value is read as YAML and is not valid ({where}); close its "
+                          "brackets and braces, or quote it to pass it as text (e.g. 'key=\"[1\"')") from None
+    OmegaConf.update(tree, key, value, merge=False, force_add=True)
 
 
 def validate(tree: dict) -> MasterConfig:
