@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from .conftest import shared_data
+
 
 def execrl(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "execrl.cli", *map(str, args)], capture_output=True, text=True,
@@ -154,6 +156,41 @@ def test_every_training_problem_dropped_for_length_is_an_error_naming_the_keys(t
                   f"logger.log_dir={tmp_path}/run", "checkpointing.enabled=false", "grpo.max_num_steps=1")
     assert proc.returncode == 2 and "1 of 1 problems have a prompt over 128 tokens" in proc.stderr
     assert "raise policy.max_total_sequence_length" in proc.stderr and "warm-up" not in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["data.train.dataset_name=jsonl", "data.train.path=/nonexistent/mine.jsonl"], "/nonexistent/mine.jsonl does not exist"),
+    (["data.train.dataset_name=jsonl"], "jsonl reads a file of your own: name it (execrl train: data.train.path="),
+    (["policy.precision=bf61"], "policy.precision: Input should be 'auto', 'bfloat16'"),
+    (["policy.precision=float16"], "policy.precision=float16 needs loss scaling"),
+])
+def test_dry_run_refuses_what_the_run_would(args, message):
+    """(A demanding newcomer's findings) each of these passed --dry-run and stopped the run after the model loaded, or
+    with a traceback (a precision's typo)."""
+    proc = execrl("train", *args, "--dry-run")
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_wandb_without_wandb_is_refused_by_dry_run():
+    if __import__("importlib.util").util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here")
+    proc = execrl("train", "logger.wandb_enabled=true", "--dry-run")
+    assert proc.returncode == 2 and "logger.wandb_enabled=false" in proc.stderr
+
+
+def test_a_hub_id_read_from_a_local_copy_says_which_file(capsys):
+    """A hub id whose local copy is a handful of examples: --dry-run and the run's data loading say where the problems
+    come from and how many there are, not silently train on 5."""
+    shared_data("nemotron_code_examples")
+    proc = execrl("train", "data.train.dataset_name=nvidia/Nemotron-RL-coding-competitive_coding", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "data.train: nemotron_code/train from " in proc.stdout
+    assert "the local copy of nvidia/Nemotron-RL-coding-competitive_coding" in proc.stdout
+    from execrl.tasks import load_problems
+
+    problems, _ = load_problems("nemotron_code", "train")
+    assert 0 < len(problems) < 100  # (the examples' file: what the line must make plain)
+    assert f"nemotron_code/train: {len(problems)} problems from " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("override", ["policy.generation.temperature=[1", "reward.components=[{name:"])

@@ -156,7 +156,7 @@ def run_train(args) -> int:
     from execrl.config import ConfigError, load_config, to_yaml
 
     err = Console(stderr=True, soft_wrap=True)
-    from execrl.config.checks import check_model, differences_note, no_effect_note, validate
+    from execrl.config.checks import check_model, data_sources, differences_note, no_effect_note, validate
 
     try:
         cfg = load_config(args.config, args.overrides)
@@ -172,6 +172,8 @@ def run_train(args) -> int:
         print(to_yaml(cfg))
         print("# batch arithmetic")
         print(batch_plan.describe(cfg))
+        print("# data")
+        print("\n".join(data_sources(cfg)))
         if cfg.policy.device != "cpu":
             from execrl.trainer.memory_plan import gpu_memory, shape_of, summary
 

@@ -14,7 +14,7 @@ from execrl.config.schema import MasterConfig
 from execrl.config.tree import attribute
 from execrl.guided import ConstraintError, grammar_text
 from execrl.rewards.base import SCORES
-from execrl.tasks.registry import DATASETS, DatasetError, check_trainable, dataset_key
+from execrl.tasks.registry import DATASETS, DatasetError, check_trainable, dataset_key, local_source, origin
 
 # keys read only with grpo.use_dynamic_sampling
 DYNAMIC_ONLY = ("grpo.dynamic_sampling_max_gen_batches", "grpo.batch_multiplier")
@@ -150,6 +150,9 @@ def check_memory_options(cfg: MasterConfig) -> None:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     p = cfg.policy
+    if p.precision in ("float16", "fp16"):
+        raise ConfigError(f"policy.precision={p.precision} needs loss scaling, which execrl does not do: set "
+                          "policy.precision=bfloat16 (or float32)")
     if p.activation_checkpointing_scope != "layer" and not p.activation_checkpointing:
         raise ConfigError(f"policy.activation_checkpointing_scope={p.activation_checkpointing_scope} says what "
                           "checkpointing recomputes, and checkpointing is off: set policy.activation_checkpointing=true "
@@ -230,8 +233,13 @@ def check_turns(cfg: MasterConfig) -> None:
 
 
 def check_machine(cfg: MasterConfig) -> None:
-    """What this machine must have for the run: the device asked for, and directories where files
-    are not."""
+    """What this machine must have for the run: the device asked for, wandb where it logs there, and
+    directories where files are not."""
+    import importlib.util
+
+    if cfg.logger.wandb_enabled and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("logger.wandb_enabled=true needs wandb, which is not installed: `.venv/bin/pip install "
+                          "wandb` (or `pip install 'execrl[wandb]'`), or set logger.wandb_enabled=false")
     if cfg.policy.device.startswith("cuda"):
         import torch  # (only here: the other checks run without it)
 
@@ -266,8 +274,21 @@ def check_datasets(cfg: MasterConfig) -> None:
         if d.path is not None and DATASETS[dataset_key(d.dataset_name)].generated:
             raise ConfigError(f"{key}.path={d.path}: {d.dataset_name} is generated and reads no files: drop "
                               f"{key}.path, or read your file with {key}.dataset_name=jsonl")
+        try:
+            local_source(DATASETS[dataset_key(d.dataset_name)], d.path)  # (the file's there, or a copy, or a hub)
+        except DatasetError as e:
+            raise ConfigError(f"{key}: {e}") from None
     kinds = {DATASETS[dataset_key(d.dataset_name)].kind for d in cfg.data.train_sets}
     check_reward_fits(cfg, kinds - {None})
+
+
+def data_sources(cfg: MasterConfig) -> list[str]:
+    """Where each configured dataset will be read from (--dry-run's lines; check_datasets has passed)."""
+    lines = []
+    for key, d in dataset_entries(cfg):
+        info = DATASETS[dataset_key(d.dataset_name)]
+        lines.append(f"{key}: {info.name}/{d.split_name} {origin(info, local_source(info, d.path), d.path)}")
+    return lines
 
 
 def check_reward_fits(cfg: MasterConfig, kinds: set[str]) -> None:

@@ -149,8 +149,9 @@ class PolicyConfig(Section):
     generation_batch_size: int | None = Field(64, ge=1, description="sequences generated at once on one GPU (null: "
                                               "every sample of a step; on a GPU the execrl engine decodes as many as "
                                               "its KV cache fits beside training)")
-    precision: str = Field("auto", description="bfloat16: mixed precision (bf16 compute, fp32 master weights, gradients "
-                           "and optimizer state) | float32 | auto (bfloat16 on GPUs that have it, float32 on CPU)")
+    precision: Literal["auto", "bfloat16", "bf16", "float32", "fp32", "float16", "fp16"] = Field(
+        "auto", description="bfloat16: mixed precision (bf16 compute, fp32 master weights, gradients "
+        "and optimizer state) | float32 | auto (bfloat16 on GPUs that have it, float32 on CPU)")
     device: str = Field("auto", description="auto | cpu | cuda")
     torch_compile: bool = Field(True, description="GPU: torch.compile each decoder layer for training (fused norms, "
                                                   "rotary and activations; compiling takes a minute at the start; "

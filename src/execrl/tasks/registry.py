@@ -12,7 +12,7 @@ from typing import Callable
 
 from execrl.plugins import PluginError, is_import_path, load_object
 from execrl.sandbox.spec import truncate_tests
-from execrl.tasks.problem import DatasetError, Problem, RowReport
+from execrl.tasks.problem import DatasetError, Problem, RowReport, err
 
 
 @dataclass(frozen=True)
@@ -80,11 +80,35 @@ def find_path(info: DatasetInfo, path: str | None) -> Path | None:
         if not p.exists():
             raise DatasetError(f"{info.name}: {p} does not exist")
         return p
-    if info.generated or info.own:
+    if info.generated or info.own or not info.data_dir:  # (data_dir "": files of the user's own, named by path)
         return None
     candidates = [Path(os.environ["EXECRL_DATA_DIR"]) / info.data_dir] if os.environ.get("EXECRL_DATA_DIR") else []
     candidates.append(Path(__file__).resolve().parents[3].parent / "shared" / "data" / info.data_dir)
     return next((c for c in candidates if c.exists()), None)
+
+
+def local_source(info: DatasetInfo, path: str | None) -> Path | None:
+    """Where a dataset is read from on this machine (None: generated, its own loader's choice, or the hub), refusing
+    a path that does not exist and a file dataset with neither a copy nor a hub id."""
+    local = find_path(info, path)
+    if local is None and info.data_dir == "":
+        raise DatasetError(f"{info.name} reads a file of your own: name it (execrl train: data.train.path=...; "
+                           "execrl eval: --data-path ...)")
+    if local is None and info.hub_id is None and not info.generated and not info.own:
+        raise DatasetError(f"{info.name}: no local copy found; pass its path (execrl train: data.train.path=...; "
+                           "execrl eval: --data-path ...) or set EXECRL_DATA_DIR")
+    return local
+
+
+def origin(info: DatasetInfo, local: Path | None, path: str | None) -> str:
+    """Where a dataset's problems come from, in words ("generated", "from ...")."""
+    if info.generated:
+        return "generated"
+    if local is None:
+        return f"from the hub ({info.hub_id})" if info.hub_id else f"from its loader {info.name}"
+    copy = f", the local copy of {info.hub_id} (a file named by path or EXECRL_DATA_DIR reads instead)" \
+        if info.hub_id and not path else ""
+    return f"from {local}{copy}"
 
 
 def load_problems(name: str, split: str = "train", path: str | None = None, max_tests: int = 0,
@@ -97,10 +121,7 @@ def load_problems(name: str, split: str = "train", path: str | None = None, max_
     if info.splits and split not in info.splits:
         raise DatasetError(f"{name} has no split {split!r}: use one of {list(info.splits)}")
     report = RowReport(f"{name}/{split}")
-    local = find_path(info, path)
-    if local is None and info.hub_id is None and not info.generated and not info.own:
-        raise DatasetError(f"{name}: no local copy found; pass its path (execrl train: data.train.path=...; execrl eval: "
-                           "--data-path ...) or set EXECRL_DATA_DIR")
+    local = local_source(info, path)
     problems = info.load(local, split, report=report, hub_id=info.hub_id, **options)
     for p in problems:
         p.metadata.setdefault("dataset", name)
@@ -110,6 +131,8 @@ def load_problems(name: str, split: str = "train", path: str | None = None, max_
     report.print()
     if not problems:
         raise DatasetError(f"{name}/{split}: no usable problems (skipped {report.skipped})")
+    if not info.generated:  # (never silent about which file a name read: a hub id's local copy may be a sample)
+        err.print(f"{name}/{split}: {len(problems)} problems {origin(info, local, path)}")
     return problems, report
 
 
