@@ -124,6 +124,27 @@ def test_eval_scores_the_built_in_task_like_any_registered_dataset(tmp_path):
     assert summary["problems"] == 3 and summary["outcomes"] == {"pass": 2, "fail": 1}
 
 
+def test_data_seed_poses_the_problems_a_training_run_evaluated(tmp_path):
+    """The built-in default's own eval problems (grpo.seed 1) answered correctly: with --data-seed 1 eval poses those
+    problems and every answer passes; with the loader's own seed the same ids are other problems."""
+    from execrl.config import load_config
+    from execrl.trainer.data import load_data
+
+    val = load_data(load_config(None, []))[1][:8]
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(json.dumps({"problem_id": p.id, "completion": p.metadata["reference_completion"]})
+                              for p in val))
+    passes = {}
+    for seed in (["--data-seed", 1], []):
+        proc = run("--completions", path, "--dataset", "builtin:arith-code", "--split", "validation", *seed,
+                   "--out", tmp_path / f"o{len(seed)}")
+        assert proc.returncode == 0, proc.stderr
+        passes[bool(seed)] = json.loads((tmp_path / f"o{len(seed)}" / "summary.json").read_text())["outcomes"]
+    assert passes[True] == {"pass": 8} and passes[False].get("pass", 0) < 8
+    bad = run("--completions", path, "--dataset", "mbpp", "--split", "test", "--data-seed", 1, "--out", tmp_path / "b")
+    assert bad.returncode == 2 and "--data-seed seeds a generated dataset" in bad.stderr
+
+
 def test_eval_with_guided_decoding_keeps_every_completion_to_the_grammar(tiny_model_dir, tmp_path):
     import re
 

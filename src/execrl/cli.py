@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="share of the sandbox workers grading code while sampling runs, on a GPU (default 0.5; 0: "
                         "grade after sampling)")
     e.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    e.add_argument("--data-seed", type=int, default=None,
+                   help="a generated dataset's seed (builtin:*): a training run's grpo.seed poses the problems its "
+                        "eval scored (the built-in default's: 1)")
     e.add_argument("--reward-model", default=None, help="also report this reward model's mean score (a Bradley-Terry "
                    "sequence-classification model: hub id or HF directory; builtin:arith-judge)")
     e.add_argument("--reward-model-batch-size", type=number(int, 1), default=8,
@@ -272,6 +275,16 @@ def eval_config(args):
         raise ValueError(f"--out {args.out}: {why}: name a directory you can write")
     if args.top_p > 1:
         raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
+    if args.data_seed is not None:
+        from execrl.tasks import DATASETS, DatasetError, dataset_key
+
+        try:
+            generated = bool(args.dataset) and DATASETS[dataset_key(args.dataset)].generated
+        except DatasetError:
+            generated = True  # (the dataset's own error comes when it loads)
+        if not generated:
+            raise ValueError(f"--data-seed seeds a generated dataset (builtin:*); {args.dataset or 'no dataset'} is "
+                             "read as it is: drop --data-seed")
     if args.grading_share > 1:
         raise ValueError(f"--grading-share is a share of the sandbox's workers, in [0, 1]; got {args.grading_share}")
     ks = tuple(sorted({int(k) for k in args.k.split(",") if k.strip()}))
@@ -281,7 +294,7 @@ def eval_config(args):
     return EvalConfig(dataset=args.dataset, split=args.split, data_path=args.data_path, limit=args.limit,
                       max_tests=args.max_tests, samples=args.samples, ks=ks, temperature=temperature, top_p=args.top_p,
                       max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, backend=args.backend,
-                      seed=args.seed,
+                      seed=args.seed, data_seed=args.data_seed,
                       out=args.out, workers=args.workers, timeout_s=args.timeout, grading_share=args.grading_share,
                       reward_model=args.reward_model,
                       reward_model_batch_size=args.reward_model_batch_size, guided=eval_constraint(args),

@@ -44,6 +44,7 @@ class EvalConfig:
     batch_size: int | None = None  # sequences decoded at once (None: eval.generate.auto_slots)
     backend: str = "execrl"  # execrl | transformers
     seed: int = 0
+    data_seed: int | None = None  # a generated dataset's seed (None: its loader's own)
     out: str = "results/eval"
     workers: int = 0
     timeout_s: float = 5.0
@@ -55,7 +56,9 @@ class EvalConfig:
 
 
 def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | None = None) -> dict:
-    problems, _ = load_problems(cfg.dataset, cfg.split, cfg.data_path, cfg.max_tests) if cfg.dataset else ([], None)
+    seeded = {} if cfg.data_seed is None else {"seed": cfg.data_seed}
+    problems, _ = load_problems(cfg.dataset, cfg.split, cfg.data_path, cfg.max_tests, **seeded) if cfg.dataset \
+        else ([], None)
     problems = problems[: cfg.limit] if cfg.limit else problems
     if not completions and not model_name:
         raise ValueError("execrl eval needs --model (a hub id or a local directory) or --completions FILE")
