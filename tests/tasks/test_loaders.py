@@ -63,11 +63,12 @@ def test_bad_rows_are_counted_reported_and_skipped(tmp_path, capsys):
 def test_generic_jsonl_with_a_field_mapping(tmp_path):
     rows = [{"q": "1+1?", "ans": "2", "key": "a"},
             {"q": "echo", "t": {"inputs": ["x\n"], "outputs": ["x\n"]}, "key": "b"},
-            {"q": "nothing to grade", "key": "c"}]
+            {"q": "nothing to grade", "key": "c"},
+            {"q": " ", "ans": "3", "key": "d"}]  # (an empty prompt: no problem)
     path = tmp_path / "mine.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
     problems, report = load_problems("jsonl", path=str(path), fields={"prompt": "q", "answer": "ans", "tests": "t", "id": "key"})
-    assert [(p.id, p.kind) for p in problems] == [("a", "math"), ("b", "code")] and report.skipped == 1
+    assert [(p.id, p.kind) for p in problems] == [("a", "math"), ("b", "code")] and report.skipped == 2
     with pytest.raises(DatasetError, match="unknown field mapping"):
         load_problems("jsonl", path=str(path), fields={"question": "q"})
 

@@ -129,6 +129,17 @@ def test_a_builtin_datasets_option_left_behind_by_another_dataset_is_named_as_no
     assert "data.train.options.warmup_hidden (jsonl takes no such option: not read)" in note
 
 
+def test_a_typo_of_a_loaders_option_is_an_error_naming_the_option():
+    """Unlike an option left behind by another dataset, a near-miss of one the loader takes (`feilds` for `fields`)
+    would read every row through the default field names: refused, naming the option."""
+    from execrl.config.checks import validate
+
+    with pytest.raises(ConfigError, match=r"data.train.options.feilds: jsonl takes no such option \(did you mean "
+                                          r"'fields'\?\)"):
+        validate(load_config(None, ["data.train.dataset_name=jsonl", "data.train.path=examples/problems.jsonl",
+                                    "data.train.options={feilds: {prompt: q}}"]))
+
+
 def test_max_num_epochs_ends_training_first(tmp_path):
     from .test_train import run
 

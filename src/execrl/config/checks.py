@@ -5,6 +5,7 @@ or infrastructure), and what the machine must have. Each error names its fix."""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from execrl.config import reward_model
@@ -278,6 +279,12 @@ def check_datasets(cfg: MasterConfig) -> None:
             local_source(DATASETS[dataset_key(d.dataset_name)], d.path)  # (the file's there, or a copy, or a hub)
         except DatasetError as e:
             raise ConfigError(f"{key}: {e}") from None
+        takes = loader_options(DATASETS[dataset_key(d.dataset_name)])
+        for name in d.options:  # an option the loader does not take is a note (unread_options), a typo of one an error
+            close = difflib.get_close_matches(name, takes, n=1, cutoff=0.75) if name not in takes else []
+            if close:
+                raise ConfigError(f"{key}.options.{name}: {d.dataset_name} takes no such option (did you mean "
+                                  f"{close[0]!r}?)")
     kinds = {DATASETS[dataset_key(d.dataset_name)].kind for d in cfg.data.train_sets}
     check_reward_fits(cfg, kinds - {None})
 
@@ -518,11 +525,20 @@ def no_effect_note(cfg: MasterConfig) -> str | None:
     return "\n".join(lines) or None
 
 
+def loader_options(info) -> list[str]:
+    """The data.*.options a built-in loader takes by name (a researcher's own loader checks its own)."""
+    import inspect
+
+    if info.own:
+        return []
+    params = inspect.signature(info.load).parameters.items()
+    return [n for n, p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+            and n not in ("path", "split", "report", "hub_id")]
+
+
 def unread_options(cfg: MasterConfig) -> dict[str, str]:
     """data.*.options a built-in loader does not take (and so ignores): e.g. the built-in default's
     warmup_hidden, kept when a user names another dataset in its place."""
-    import inspect
-
     out = {}
     for key, d in dataset_entries(cfg):
         try:
@@ -531,7 +547,7 @@ def unread_options(cfg: MasterConfig) -> dict[str, str]:
             continue
         if info.own:
             continue
-        takes = inspect.signature(info.load).parameters
+        takes = loader_options(info)
         for name in d.options:
             if name not in takes:
                 out[f"{key}.options.{name}"] = f"{d.dataset_name} takes no such option: not read"

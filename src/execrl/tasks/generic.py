@@ -30,7 +30,7 @@ def load(path, split, report, fields: dict | None = None, **_):
     for i, row in enumerate(read_rows(path)):
         rid = row.get(f["id"], i)
         prompt = row.get(f["prompt"])
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) and prompt.strip() else prompt
         if not isinstance(messages, list) or not messages:
             report.skip(rid, f"no prompt in field {f['prompt']!r}")
             continue
