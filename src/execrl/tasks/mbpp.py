@@ -1,6 +1,8 @@
 """MBPP: original (mbpp.jsonl) and sanitized (sanitized-mbpp.json) files, with the conventional
 splits by task_id: prompt 1-10, test 11-510 (evaluation only), validation 511-600, train 601-974.
-The prompt shows the problem and its first test, so the function name is known."""
+The prompt shows the problem and its first test, so the function name is known. A program is graded by the row's
+test_list, as MBPP's own protocol and the common harnesses grade it; `challenge_tests=True` (data.*.options) adds
+the challenge_test_list that 11 test-split rows also have."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ SPLITS = {"prompt": range(1, 11), "test": range(11, 511), "validation": range(51
 
 
 @register("mbpp", data_dir="mbpp", splits=tuple(SPLITS), eval_only=("test",), kind="code")
-def load(path, split, report, variant: str = "original", **_):
+def load(path, split, report, variant: str = "original", challenge_tests: bool = False, **_):
     if variant not in ("original", "sanitized"):
         raise DatasetError(f"mbpp variant must be 'original' or 'sanitized', got {variant!r}")
     if path.is_dir():
@@ -23,7 +25,8 @@ def load(path, split, report, variant: str = "original", **_):
         if task not in SPLITS[split]:
             continue
         text = row.get("text") or row.get("prompt")
-        asserts = list(row.get("test_list") or []) + list(row.get("challenge_test_list") or [])
+        asserts = list(row.get("test_list") or []) + list(row.get("challenge_test_list") or [] if challenge_tests
+                                                           else [])
         if not text or not asserts:
             report.skip(task, "no text or no tests")
             continue
