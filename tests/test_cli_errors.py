@@ -21,7 +21,7 @@ ROW = '{"id": "a", "code": "print(1)", "tests": {"inputs": [""], "outputs": ["1\
     (["--timeout", "-1"], "argument --timeout: must be > 0, got -1"),
     (["--timeout", "0"], "argument --timeout: must be > 0, got 0"),
     (["--memory-mb", "-5"], "argument --memory-mb: must be >= 16, got -5"),
-    (["--workers", "0"], "argument --workers: must be >= 1, got 0"),
+    (["--workers", "-1"], "argument --workers: must be >= 0, got -1"),  # (0: one per CPU core, as env.code.num_workers)
     (["--timeout", "abc"], "argument --timeout: 'abc' is not a number"),
 ])
 def test_grade_refuses_bad_numbers(tmp_path, flags, message):
