@@ -159,7 +159,8 @@ def test_every_training_problem_dropped_for_length_is_an_error_naming_the_keys(t
 
 
 @pytest.mark.parametrize("args, message", [
-    (["data.train.dataset_name=jsonl", "data.train.path=/nonexistent/mine.jsonl"], "/nonexistent/mine.jsonl does not exist"),
+    (["data.train.dataset_name=jsonl", "data.train.path=/nonexistent/mine.jsonl"],
+     "/nonexistent/mine.jsonl does not exist"),
     (["data.train.dataset_name=jsonl"], "jsonl reads a file of your own: name it (execrl train: data.train.path="),
     (["policy.precision=bf61"], "policy.precision: Input should be 'auto', 'bfloat16'"),
     (["policy.precision=float16"], "policy.precision=float16 needs loss scaling"),

@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--timeout", type=number(float, 0, inclusive=False), default=None,
                    help="seconds of CPU per test (default 2)")
     g.add_argument("--memory-mb", type=number(int, 16), default=None, help="memory limit per program (default 1024)")
-    g.add_argument("--workers", type=number(int, 0), default=0, help="sandbox workers (0, the default: one per CPU core)")
+    g.add_argument("--workers", type=number(int, 0), default=0,
+                   help="sandbox workers (0, the default: one per CPU core)")
     g.add_argument("--languages", default=None, help="YAML file adding languages: {name: {file, run, compile?}}")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -77,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--system-prompt", default=None, help="system prompt (default: none)")
     e.add_argument("--timeout", type=number(float, 0, inclusive=False), default=5.0,
                    help="sandbox CPU seconds per test (default 5)")
-    e.add_argument("--workers", type=number(int, 0), default=0, help="sandbox workers (0, the default: one per CPU core)")
+    e.add_argument("--workers", type=number(int, 0), default=0,
+                   help="sandbox workers (0, the default: one per CPU core)")
     e.add_argument("--grading-share", type=number(float, 0), default=0.5,
                    help="share of the sandbox workers grading code while sampling runs, on a GPU (default 0.5; 0: "
                         "grade after sampling)")

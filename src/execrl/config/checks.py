@@ -140,7 +140,7 @@ def check_lora(cfg: MasterConfig) -> None:
 
 
 def check_memory_options(cfg: MasterConfig) -> None:
-    """The optimizer class importable; a checkpointing scope only with checkpointing on;
+    """The optimizer class importable; no float16 (no loss scaling); a checkpointing scope only with checkpointing on;
     policy.cpu_offload where it applies (one GPU, mixed precision, all weights trained)."""
     import torch
 
