@@ -229,6 +229,45 @@ def test_right_answers_still_pass_in_every_form(grader):
         assert grader.grade(right, form).verdict == V.PASS
 
 
+SHADOWS = {  # (a test row's names a program could define: the tests' modules and builtins) -> a wrong program, a right one
+    "math it forgot to import": (
+        {"asserts": ["assert math.isclose(volume_sphere(10), 4188.790204786391, rel_tol=0.001)"]},
+        "class math:\n    isclose = staticmethod(lambda *a, **k: True)\ndef volume_sphere(r):\n    return 0\n",
+        "import math\ndef volume_sphere(r):\n    return 4 / 3 * math.pi * r ** 3\n"),
+    "sys, as MBPP 596's row": (
+        {"asserts": ['assert tuple_size(("A", 1, "B", 2) ) == sys.getsizeof(("A", 1, "B", 2))']},
+        "class sys:\n    getsizeof = staticmethod(lambda x: 0)\ndef tuple_size(t):\n    return 0\n",
+        "import sys\ndef tuple_size(t):\n    return sys.getsizeof(t)\n"),
+    "a builtin around the builtin-named function": (
+        {"asserts": ["assert all([sum([1, 2, 3]) == 6, sum([]) == 0])"]},
+        "def sum(xs):\n    return -1\ndef all(xs):\n    return True\n",
+        "def sum(xs):\n    t = 0\n    for x in xs:\n        t += x\n    return t\n"),
+    "the builtin-named function alone (MBPP 126)": (
+        {"asserts": ["assert sum(10, 15) == 6", "assert sum(4, 6) == 3"]},
+        "def sum(a, b):\n    return 0\n",
+        "import math\ndef sum(a, b):\n    g = math.gcd(a, b)\n    return len([d for d in range(1, g + 1) if g % d == 0]) and "
+        "__import__('builtins').sum(d for d in range(1, g + 1) if g % d == 0)\n"),
+}
+
+
+@pytest.mark.parametrize("case", list(SHADOWS))
+def test_a_program_cannot_stand_in_for_the_tests_own_names(grader, case):
+    """(An attacker's findings) a module a test uses without importing it, or a builtin around the function under
+    test, was taken from the program, which could make the assert agree; now the standard library's and the
+    builtin's, while the function under test, also when it is named like a builtin, is still the program's."""
+    tests, wrong, right = SHADOWS[case]
+    assert graded_quickly(grader, wrong, tests).passed == 0
+    assert graded_quickly(grader, right, tests).verdict == V.PASS
+
+
+def test_a_missing_function_is_a_name_error_in_every_form(grader):
+    """The error class, which `error_penalty` matches: NameError in the assert and check forms too."""
+    for tests in ({"asserts": ["assert add(1, 2) == 3"]}, {"inputs": ["1 2\n"], "outputs": ["3\n"]}):
+        code = "def other():\n    pass\n" if "asserts" in tests else "print(add(1, 2))\n"
+        r = graded_quickly(grader, code, tests)
+        assert r.verdict == V.RUNTIME_ERROR and r.tests[0].error == "NameError", r.to_dict()
+
+
 def test_test_code_never_reaches_the_program(grader):
     """The program's process sees only call arguments: no assert text, no expected values."""
     code = ("import gc, sys\ndef add(a, b):\n    blob = repr([o for o in gc.get_objects() if isinstance(o, (str, bytes))])\n"

@@ -83,6 +83,27 @@ def test_humaneval_form(tmp_path):
     assert isinstance(p.tests, CheckTests) and p.metadata["entry_point"] == "inc"
 
 
+def test_humaneval_helpers_in_the_prompt_are_the_tests_own(tmp_path):
+    """HumanEval/32's check calls the prompt's `poly`: taken from the program, a program's `poly` returning 0 passed
+    with any answer. The prompt's helpers now come before the check function, in the checker."""
+    from execrl.sandbox import Grader
+
+    prompt = ("import math\n\n\ndef poly(xs: list, x: float):\n    return sum([c * math.pow(x, i) for i, c in "
+              "enumerate(xs)])\n\n\ndef find_zero(xs: list):\n    \"\"\"x with poly(xs, x) = 0\"\"\"\n")
+    test = ("import math\n\ndef check(candidate):\n    for xs in [[1, 2], [-6, 11, -6, 1]]:\n"
+            "        assert math.fabs(poly(xs, candidate(xs))) < 1e-4\n")
+    path = tmp_path / "he.jsonl"
+    path.write_text(json.dumps({"task_id": "HumanEval/32", "prompt": prompt, "test": test, "entry_point": "find_zero"}))
+    (p,), _ = load_problems("humaneval", "test", str(path))
+    assert p.tests.check.startswith("import math\n\ndef poly(") and "def find_zero" not in p.tests.check
+    right = ("def find_zero(xs):\n    lo, hi = -100.0, 100.0\n    f = lambda x: sum(c * x ** i for i, c in enumerate(xs))\n"
+             "    for _ in range(200):\n        mid = (lo + hi) / 2\n        lo, hi = (lo, mid) if f(lo) * f(mid) <= 0 "
+             "else (mid, hi)\n    return lo\n")
+    with Grader(num_workers=1) as grader:
+        assert grader.grade("def poly(xs, x):\n    return 0\ndef find_zero(xs):\n    return 123.0\n", p.tests).passed == 0
+        assert grader.grade(right, p.tests).passed == 1
+
+
 def test_evaluation_splits_are_never_trainable():
     for name, split in [("gsm8k", "test"), ("mbpp", "test"), ("leetcode", "test"), ("humaneval", "test")]:
         with pytest.raises(DatasetError, match="evaluation split"):

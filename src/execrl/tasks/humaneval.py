@@ -1,8 +1,11 @@
 """HumanEval form (bring your own copy): `prompt` (signature + docstring), `test` (a check
 function), `entry_point`. Evaluation only. A completion that does not define the entry point is
-graded as a continuation of the prompt."""
+graded as a continuation of the prompt. The prompt's helpers (HumanEval/32's `poly`, /38's `encode_cyclic`) are
+the tests' own: put before the check function, so that its calls to them are never a program's redefinition."""
 
 from __future__ import annotations
+
+import ast
 
 from execrl.sandbox import CheckTests
 from execrl.tasks.problem import Problem, read_rows
@@ -20,6 +23,19 @@ def load(path, split, report, **_):
             continue
         content = f"Complete the following Python function:\n```python\n{row['prompt'].strip()}\n```"
         problems.append(Problem(str(rid), [{"role": "user", "content": content}], "code",
-                                tests=CheckTests(row["test"], row["entry_point"]),
+                                tests=CheckTests(helpers(row["prompt"], row["entry_point"]) + row["test"],
+                                                 row["entry_point"]),
                                 metadata={"code_prefix": row["prompt"], "entry_point": row["entry_point"]}))
     return problems
+
+
+def helpers(prompt: str, entry_point: str) -> str:
+    """The prompt's imports and top-level definitions other than the entry point, as source ("" where it does not
+    parse: the check stands alone then)."""
+    try:
+        body = ast.parse(prompt).body
+    except SyntaxError:
+        return ""
+    kept = [node for node in body if isinstance(node, (ast.Import, ast.ImportFrom, ast.Assign))
+            or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name != entry_point]
+    return "".join(ast.get_source_segment(prompt, node) + "\n\n" for node in kept)

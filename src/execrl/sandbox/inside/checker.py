@@ -278,6 +278,52 @@ def _free_names(code: str) -> tuple[set[str], set[str]]:
     return free - set(dir(builtins)), free & set(dir(builtins))
 
 
+MODULE_ALIASES = {"np": "numpy"}  # a test's conventional name for a module it does not import
+
+
+def _modules_named(code: str, names: set[str]) -> dict[str, types.ModuleType]:
+    """Of `names` (free in the tests), those the tests use only as `name.attribute` and that name a standard
+    library module (or a conventional alias of an installed one): imported here, so that `math.isclose` in a test
+    that forgot `import math` is the standard library's, never a `math` the program defines."""
+    import importlib
+
+    tree, only_bases = ast.parse(code), {}
+    bases = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in names:
+            only_bases[node.id] = only_bases.get(node.id, True) and id(node) in bases
+    found = {}
+    for name, only in only_bases.items():
+        module = MODULE_ALIASES.get(name, name)
+        if only and (module in sys.stdlib_module_names or name in MODULE_ALIASES):
+            try:
+                found[name] = importlib.import_module(module)
+            except Exception:  # noqa: BLE001 - not installed here: the name stays the program's to define
+                pass
+    return found
+
+
+def _tested_builtin(code: str, names: set[str]) -> set[str]:
+    """Where the tests call nothing of the program's but builtins' names (a task whose function is `sum`, MBPP
+    126), the one builtin name they test: the only one they use, or the only one called as a comparison's operand
+    with no such call inside it (`sum` in `all([sum(xs) == 6])`). Empty where that is not one name: then every
+    builtin stays the builtin, so a program cannot redefine `all`, `set` or `sorted` to make an assert agree."""
+    if len(names) <= 1:
+        return set(names)
+
+    def call_of(node) -> str | None:
+        return node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+            node.func.id in names else None
+
+    found = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Compare):
+            for operand in (node.left, *node.comparators):
+                if call_of(operand) and not any(call_of(n) for n in ast.walk(operand) if n is not operand):
+                    found.add(call_of(operand))
+    return found if len(found) == 1 else set()
+
+
 def _bind_remote(g: dict, rpc: _Rpc, names: list[str]) -> list[str]:
     bound = []
     for name in names:
@@ -306,12 +352,13 @@ def checker_child(job: dict) -> None:
     try:
         every = "\n".join([job.get("setup", ""), *snippets, job.get("check", "")])
         free, builtin_names = _free_names(every)
-        bound = _bind_remote(g, rpc, sorted(free | ({entry} if entry else set())))
+        modules = _modules_named(every, free - {entry})
+        g.update(modules)
+        bound = _bind_remote(g, rpc, sorted(free - set(modules) | ({entry} if entry else set())))
         if not bound and not entry:
             # tests that call nothing of the program's but a builtin's name test the program's own
-            # `sum` (MBPP 126); otherwise a builtin the tests use stays the builtin, so a program
-            # cannot redefine `set` or `sorted` to make both sides of an assert agree
-            _bind_remote(g, rpc, sorted(builtin_names))
+            # `sum` (MBPP 126); every other builtin the tests use stays the builtin
+            _bind_remote(g, rpc, sorted(_tested_builtin(every, builtin_names)))
         exec(compile_test(job.get("setup", ""), "<setup>"), g)
     except RemoteTimeout:
         write_status({"setup": "timeout"})
@@ -332,8 +379,8 @@ def checker_child(job: dict) -> None:
             verdict, msg = ("memory" if getattr(e, "kind", "") == "MemoryError" else "runtime_error"), _text(e)[:300]
         except AssertionError as e:
             verdict, msg = "fail", _text(e)[:200]
-        except NameError as e:
-            verdict, msg = "runtime_error", _text(e)[:300]
+        except NameError as e:  # (the program lacks a name the tests call: its error class, as the other forms say)
+            verdict, msg = "runtime_error", f"NameError: {_text(e)}"[:300]
         except BaseException as e:  # noqa: BLE001 - e.g. a TypeError on a wrong return type: a failed test
             verdict, msg = "fail", f"{type(e).__name__}: {_text(e)}"[:300]
         write_status({"test": i, "verdict": verdict, "msg": msg})
