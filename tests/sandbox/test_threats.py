@@ -11,7 +11,7 @@ from execrl.sandbox import Limits, Verdict
 from execrl.sandbox.isolation import detect
 
 from ..conftest import SECRET
-from .conftest import ONE
+from .conftest import ONE, stdio
 
 V = Verdict
 namespaces = pytest.mark.skipif(detect().mode == "none", reason="needs bubblewrap namespaces")
@@ -179,6 +179,37 @@ def test_nothing_persists_between_programs(solo):
     assert solo.grade(first, ONE).verdict == V.PASS
     second = "import os\nprint('ok' if os.listdir('.') == ['main.py'] else os.listdir('.'))"
     assert solo.grade(second, ONE).verdict == V.PASS
+
+
+SCAN = """import re
+pattern = re.compile(rb"(KEY|OUT)=[0-9]{9}")  # (an earlier program's source and output; not this source's own)
+found = False
+with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as mem:
+    for line in maps:
+        span, perms = line.split()[:2]
+        lo, hi = (int(x, 16) for x in span.split("-"))
+        if "r" not in perms or hi - lo > 1 << 28:
+            continue
+        try:
+            mem.seek(lo)
+            data = mem.read(hi - lo)
+        except (OSError, ValueError, OverflowError):
+            continue
+        if pattern.search(data):
+            found = True
+            break
+print("leak" if found else "clean")
+"""
+
+
+def test_a_later_program_finds_nothing_of_an_earlier_one_in_its_memory(solo):
+    """(An attacker's finding) each test's process is forked from the sandbox's runner, which had held the earlier
+    programs' sources and outputs: a program could read a right answer to its own problem out of its memory and
+    pass. What the runner held of a program is zeroed once it is graded."""
+    earlier = "# KEY=739184562\nprint('OUT=583920174')\n"
+    assert solo.grade(earlier, stdio(["\n"], ["OUT=583920174\n"])).verdict == V.PASS
+    r = solo.grade(SCAN, stdio(["\n"], ["clean\n"]))
+    assert r.verdict == V.PASS, r.to_dict()
 
 
 def test_runs_in_its_own_private_directory(grader):

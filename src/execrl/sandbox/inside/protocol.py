@@ -17,12 +17,14 @@ def send_msg(sock: socket.socket, header: dict, blobs=(), fds=()) -> None:
     byte."""
     header = dict(header, blobs=[len(b) for b in blobs], nfds=len(fds))
     raw = json.dumps(header).encode()
-    sock.sendall(struct.pack(">I", len(raw)) + raw + b"".join(blobs))
+    sock.sendall(struct.pack(">I", len(raw)) + raw)
+    for b in blobs:  # each as it is: no joined copy of a program's output left in the sender's memory
+        sock.sendall(b)
     if fds:
         socket.send_fds(sock, [b"F"], list(fds))
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def _recv_exact(sock: socket.socket, n: int, mutable: bool = False) -> bytes | bytearray:
     buf = bytearray(n)
     view, got = memoryview(buf), 0
     while got < n:
@@ -30,15 +32,19 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
         if k == 0:
             raise EOFError("peer closed the connection")
         got += k
-    return bytes(buf)
+    view.release()
+    return buf if mutable else bytes(buf)
 
 
-def recv_msg(sock: socket.socket, max_header: int = 1 << 26) -> tuple[dict, list[bytes], list[int]]:
+def recv_msg(sock: socket.socket, max_header: int = 1 << 26,
+             mutable: bool = False) -> tuple[dict, list[bytes], list[int]]:
+    """`mutable`: the blobs as the bytearrays they were read into (their only copy: the runner zeroes them once the
+    program is graded, see zygote.scrub)."""
     (n,) = struct.unpack(">I", _recv_exact(sock, 4))
     if n > max_header:
         raise ValueError(f"message header of {n} bytes is larger than allowed")
     header = json.loads(_recv_exact(sock, n))
-    blobs = [_recv_exact(sock, k) for k in header.get("blobs", [])]
+    blobs = [_recv_exact(sock, k, mutable) for k in header.get("blobs", [])]
     fds: list[int] = []
     if header.get("nfds"):
         _, fds, _, _ = socket.recv_fds(sock, 1, header["nfds"])

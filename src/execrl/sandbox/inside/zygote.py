@@ -78,6 +78,7 @@ class Zygote:
         self.page = os.sysconf("SC_PAGE_SIZE")
         self.last_pid = _open_last_pid() if self.is_init else None  # (no namespaces: no PID namespace to reset)
         self.net_seen: bytes | None = None  # what our network namespace read as when it was new (_net_state)
+        self.kept: dict[str, tuple] = {}  # the program's files as _prepare left them: path -> (data, signature)
         self.diag: socket.socket | None = None  # our sock_diag socket in that namespace (_unix_socket_memory)
         # the exit log, where the kernel allows it (bwrap-root mode) and no cgroup charges reaped
         # children's CPU
@@ -271,6 +272,7 @@ class Zygote:
             out, err = _read(files[1], lim["output_mb"] << 20), _read(files[2], 8192)
             raw = _read(files[STATUS_FD], lim["output_mb"] << 20)  # a return value's size
             res["status"], value = _carry_status(raw, checker=target is checker_child)
+            scrub(raw)
             res["stdout_bytes"], res["stderr_bytes"] = os.fstat(files[1]).st_size, os.fstat(files[2]).st_size
         finally:
             os.close(report_r)
@@ -351,7 +353,9 @@ class Zygote:
         exe = os.path.join(PROGRAM_DIR, EXE)
         if _signature(exe) is not None and stat.S_ISREG(_signature(exe)[1]):
             with open(exe, "rb") as f:
-                self.kept[exe] = (f.read(), None)
+                data = bytearray(os.fstat(f.fileno()).st_size)
+                f.readinto(data)
+                self.kept[exe] = (data, None)
         self._restore_program()  # (records what each kept file looks like now)
         return None
 
@@ -410,6 +414,7 @@ class Zygote:
             else:
                 res, pair = self.spawn(target, job, lim, stdin=blobs[i + 1], cpu_s=cpu, wall_s=wall)
             send_msg(self.ctrl, {"result": res}, pair)
+            scrub(*pair)
             num_run += 1
             last = res["status"][-1] if res["status"] else {}
             if last.get("phase") == "compile" or "setup_error" in res:
@@ -437,9 +442,10 @@ class Zygote:
         ops = {"run": self.op_run, "serve": self.op_serve, "check": self.op_check}
         while True:
             try:
-                h, blobs, fds = recv_msg(self.ctrl)
+                h, blobs, fds = recv_msg(self.ctrl, mutable=True)
             except EOFError:
                 return
+            out = []
             try:
                 reply, out = ops[h["op"]](h, blobs, fds)
             except Exception as e:  # noqa: BLE001 - reported to the grader as infra_error, never as a verdict
@@ -452,6 +458,8 @@ class Zygote:
             except Exception as e:  # noqa: BLE001 - what the program left could not be cleaned: its verdict stands,
                 reply["recycle"] = f"{type(e).__name__}: {e}"  # and the grader replaces this sandbox
             send_msg(self.ctrl, reply, out)
+            scrub(*blobs, *out, *(data for data, _ in self.kept.values()))  # (what the next program's children
+            self.kept = {}  # inherit from our memory holds nothing of this one's: its source, inputs, outputs)
             if "recycle" in reply:
                 return
 
@@ -658,8 +666,33 @@ def _memfd(name: str) -> int:
     return os.memfd_create(name, os.MFD_CLOEXEC)  # no MFD_ALLOW_SEALING: a program cannot seal its output
 
 
-def _read(fd: int, cap: int) -> bytes:
-    """Up to `cap` bytes from the start of a file (a memfd) or the whole of a pipe."""
+def scrub(*buffers) -> None:
+    """Zero the bytearrays among `buffers` in place. A test's child is forked from the runner, so whatever of an
+    earlier program is still in the runner's memory, freed or not, a later program could read from its own (a
+    correct program's source or output, for the same problem); so the runner holds a program's source, inputs and
+    outputs only in bytearrays read straight from the socket or the memfds, and zeroes them once it is graded."""
+    for b in buffers:
+        if isinstance(b, bytearray):
+            b[:] = bytes(len(b))
+
+
+def _read(fd: int, cap: int) -> bytes | bytearray:
+    """Up to `cap` bytes from the start of a file (a memfd: into one bytearray, its only copy here, for scrub) or
+    the whole of a pipe."""
+    if _is_file(fd):
+        buf = bytearray(max(0, min(cap, os.fstat(fd).st_size)))
+        got = 0
+        while got < len(buf):
+            try:
+                with memoryview(buf) as view:
+                    k = os.preadv(fd, [view[got:]], got)
+            except OSError:
+                break
+            if not k:
+                break
+            got += k
+        del buf[got:]
+        return buf
     chunks, got = [], 0
     while got < cap:
         try:
