@@ -37,6 +37,20 @@ def test_resume_is_bit_identical(tmp_path):
     assert strip == [{k: v for k, v in m.items() if not k.startswith(drop)} for m in metrics(d2)]
 
 
+def test_the_kl_reference_is_the_policy_as_grpo_begins_after_a_warm_up(tmp_path):
+    """(A review's finding) the reference was copied before the supervised warm-up: the KL penalty pulled the policy
+    back to the untrained model (train/kl 2.13 at the first GRPO step after 10 warm-up steps, 4.95 after 70). It is the
+    warmed-up policy now, saved beside the checkpoints, and a resumed run reads it back."""
+    kl = ["loss_fn.reference_policy_kl_penalty=0.05", "checkpointing.save_period=1"]
+    first, d = run(tmp_path, "kl", "grpo.max_num_steps=1", *kl)
+    assert [m["train/kl"] for m in metrics(d) if "train/kl" in m] == [pytest.approx(0.0, abs=1e-6)]
+    assert (d / "ckpt" / "reference" / "config.json").is_file()
+    second, _ = run(tmp_path, "kl", "grpo.max_num_steps=2", *kl)  # resumed: the model loads before any warm-up
+    assert second.resumed_from.endswith("step_000001")
+    a, b = first.ref_model.state_dict(), second.ref_model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_run_directory_has_config_metrics_rollouts_and_loadable_checkpoints(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -26,6 +26,7 @@ from execrl.trainer import distributed as dist
 
 PREFIX = "step_"
 BASE = "base"  # a LoRA run's own base model, beside the checkpoints
+REFERENCE = "reference"  # the KL penalty's reference where a warm-up made it (the policy as GRPO began)
 
 
 def save(directory: str | Path, step: int, model, tokenizer, optimizer, scheduler, extra: dict, keep: int,
@@ -105,6 +106,29 @@ def save_base(directory: str | Path, model, tokenizer) -> Path:
         tmp.rename(path)
     dist.barrier()
     return path.resolve()
+
+
+def save_reference(directory: str | Path, model, reference) -> None:
+    """The KL penalty's reference weights (HF format, `model`'s config), once, beside the checkpoints: a resumed run
+    reads them back (load_reference) where the reference is not the model it loads; every rank calls it."""
+    path = Path(directory) / REFERENCE
+    weights, _ = dist.full_state(reference, None)
+    if dist.is_main():
+        tmp = path.with_name(f".tmp-{REFERENCE}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp, state_dict=weights)
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
+    dist.barrier()
+
+
+def load_reference(directory: str | Path, reference) -> bool:
+    """The saved reference into `reference` (every rank calls it); False where none was saved."""
+    path = Path(directory) / REFERENCE
+    if not dist.from_main((path / "config.json").is_file()):
+        return False
+    dist.load_full_state(reference, None, load_weights(path, ""), None)
+    return True
 
 
 def load(path: Path, model, optimizer, scheduler, lora: bool = False) -> dict:

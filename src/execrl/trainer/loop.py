@@ -228,6 +228,11 @@ def warm_up(run: Run) -> None:
         with memory.phase("the warm-up", run.cfg):
             loss = sft_warmup(run.weights, run.tokenizer, run.sampler.problems, run.references, run.cfg)
     console.print(f"warm-up done, loss {loss:.3f}")
+    if run.ref_model is not None:  # the KL penalty's reference is the policy as GRPO begins: the warmed-up one
+        weights, _ = dist.full_state(run.weights.compute, None)
+        dist.load_full_state(run.ref_model, None, weights, None)
+        if run.cfg.checkpointing.enabled:  # (a resumed run reads it back: it loads the model before the warm-up)
+            checkpoint.save_reference(run.cfg.checkpointing.checkpoint_dir, run.model, run.ref_model)
 
 
 def out_of_time(cfg, elapsed: float, step_seconds: float) -> bool:

@@ -91,8 +91,9 @@ def load_weights(cfg: MasterConfig, dtype: torch.dtype, device: str | None = Non
 
 
 def reference_model(cfg: MasterConfig, compute: torch.nn.Module) -> torch.nn.Module | None:
-    """The policy as the run starts (a resumed run keeps it), frozen; None without a KL penalty, and
-    with LoRA, whose reference is the base itself, adapters off (execrl.lora.base_only)."""
+    """The policy as it loads, frozen; after a supervised warm-up the warmed-up policy (loop.warm_up, which saves
+    it for a resumed run: checkpoint.load_reference). None without a KL penalty, and with LoRA, whose reference is
+    the base itself, adapters off (execrl.lora.base_only)."""
     if cfg.loss_fn.reference_policy_kl_penalty > 0 and not cfg.policy.lora.enabled:
         return copy.deepcopy(compute).eval().requires_grad_(False)
     return None

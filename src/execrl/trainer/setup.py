@@ -223,6 +223,8 @@ def resume(run: Run) -> None:
         state = checkpoint.load(found, run.model, run.optimizer, run.scheduler, lora=cfg.policy.lora.enabled)
         resumable(cfg, state, found)
         run.weights.refresh()
+        if run.ref_model is not None:  # (a warm-up's reference: else the reference is the model loaded at start)
+            checkpoint.load_reference(cfg.checkpointing.checkpoint_dir, run.ref_model)
         run.step, run.resumed_from, run.last_saved = state["step"], str(found), state["step"]
         run.sampler.load_state_dict(state["sampler"])
         if "role_baselines" in state:
