@@ -51,6 +51,16 @@ def test_the_kl_reference_is_the_policy_as_grpo_begins_after_a_warm_up(tmp_path)
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_train_lr_is_the_rate_each_step_trained_at(tmp_path):
+    """(A review's finding) train/lr was read after the scheduler had moved on: the next step's rate, so a warm-up's
+    logged curve reached its peak a step early. NeMo RL's LinearLR from 0.1 x over 4 GRPO steps: 0.1 x, then 0.325 x."""
+    sched = "policy.scheduler={name: torch.optim.lr_scheduler.LinearLR, kwargs: {start_factor: 0.1, end_factor: 1.0, " \
+            "total_iters: 4}}"
+    result, d = run(tmp_path, "lr", "grpo.max_num_steps=2", "checkpointing.enabled=false", sched)
+    base = float(result.cfg.policy.optimizer.kwargs["lr"])
+    assert [m["train/lr"] for m in metrics(d) if "train/lr" in m] == pytest.approx([0.1 * base, 0.325 * base])
+
+
 def test_run_directory_has_config_metrics_rollouts_and_loadable_checkpoints(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

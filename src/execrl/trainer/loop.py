@@ -188,16 +188,18 @@ def launch_step(run: Run, rollouts, defer: bool = False) -> Callable[[], dict]:
                 batch.ref_logprobs = score_tokens(run.weights.compute, batch, run.plan.score_split, temperature,
                                                   share=sharing(cfg, run.weights.compute))
     per_step = cfg.policy.scheduler.per_grpo_step  # NeMo RL's torch schedulers count GRPO steps
+    lr = run.optimizer.param_groups[0]["lr"]  # the rate this step's (first) update uses, before the scheduler moves it
     numbers = optimize(run.weights, run.optimizer, None if per_step else run.scheduler, batch, cfg, run.plan, defer)
     if per_step:
         run.scheduler.step()
     num_valid, num_samples = dist.sum_floats(valid.sum().item(), valid.numel())
     num_flat, num_groups = dist.sum_floats(flat_groups(rewards, valid).sum().item(), len(rewards))
     step = run.step + 1
-    return lambda: checked(run, step, numbers(), num_valid / num_samples, num_flat, num_groups)
+    return lambda: checked(run, step, numbers(), num_valid / num_samples, num_flat, num_groups, lr)
 
 
-def checked(run: Run, step: int, stats: dict, valid_frac: float, num_flat: float, num_groups: float) -> dict:
+def checked(run: Run, step: int, stats: dict, valid_frac: float, num_flat: float, num_groups: float,
+            lr: float) -> dict:
     """A train phase's numbers, with the run's checks on them: a skipped (non-finite) step said, three in a row
     stop the run; every group flat for FLAT_WARNING_STEPS steps warned of."""
     run.nan_streak = run.nan_streak + 1 if stats["skipped_steps"] else 0
@@ -207,8 +209,8 @@ def checked(run: Run, step: int, stats: dict, valid_frac: float, num_flat: float
         raise RuntimeError(f"{MAX_NAN_STEPS} steps in a row had a NaN/inf loss: lower policy.optimizer.kwargs.lr, "
                            "check the rewards, or resume from the last checkpoint")
     stats["valid_frac"] = valid_frac
+    stats["lr"] = lr  # (the rate the step trained at; the scheduler's last rate is the next step's)
     # as this step left them, read before the next step's launch changes them
-    stats["lr"] = run.scheduler.get_last_lr()[0]
     stats.update({f"{key}/baseline": b for key, b in run.baselines.values.items()})  # self-play's role baselines
     stats["flat_group_frac"] = num_flat / max(num_groups, 1)  # groups whose rewards are all equal: no signal
     run.flat_streak = run.flat_streak + 1 if num_groups and num_flat == num_groups else 0
