@@ -138,6 +138,9 @@ def test_self_play_trains_logs_role_metrics_and_resumes_its_baselines(tmp_path, 
     step2 = next(r for r in rows if r["step"] == 2 and "train/loss" in r)
     assert {"train/tictactoe/X/reward_mean", "train/tictactoe/O/reward_mean", "train/tictactoe/X/baseline",
             "train/tictactoe/O/baseline"} <= set(step2)
+    # under RAE a drawn match still has a signal (its return less the role's baseline, nonzero from step 1): the
+    # groups without one are those whose every advantage is 0, not those of equal rewards (it read the draw rate)
+    assert all(r["train/flat_group_frac"] == 0.0 for r in rows if "train/flat_group_frac" in r)
     evals = [r for r in rows if "eval/pass@1" in r]
     assert evals and all({"eval/tictactoe/win_rate_vs_random", "eval/tictactoe/draw_rate_vs_random",
                           "eval/tictactoe/win_rate_vs_minimax", "eval/tictactoe/X/win_rate_vs_random",

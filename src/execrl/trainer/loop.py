@@ -193,7 +193,11 @@ def launch_step(run: Run, rollouts, defer: bool = False) -> Callable[[], dict]:
     if per_step:
         run.scheduler.step()
     num_valid, num_samples = dist.sum_floats(valid.sum().item(), valid.numel())
-    num_flat, num_groups = dist.sum_floats(flat_groups(rewards, valid).sum().item(), len(rewards))
+    # groups with no signal: equal rewards (GRPO gives them 0), or under another estimator every advantage 0 (RAE's
+    # role baselines make a drawn match's advantages nonzero)
+    flat = flat_groups(rewards, valid) if cfg.grpo.advantage == "grpo" else \
+        ((adv.reshape(rewards.shape) == 0) | ~valid).all(1)
+    num_flat, num_groups = dist.sum_floats(flat.sum().item(), len(rewards))
     step = run.step + 1
     return lambda: checked(run, step, numbers(), num_valid / num_samples, num_flat, num_groups, lr)
 
@@ -212,7 +216,7 @@ def checked(run: Run, step: int, stats: dict, valid_frac: float, num_flat: float
     stats["lr"] = lr  # (the rate the step trained at; the scheduler's last rate is the next step's)
     # as this step left them, read before the next step's launch changes them
     stats.update({f"{key}/baseline": b for key, b in run.baselines.values.items()})  # self-play's role baselines
-    stats["flat_group_frac"] = num_flat / max(num_groups, 1)  # groups whose rewards are all equal: no signal
+    stats["flat_group_frac"] = num_flat / max(num_groups, 1)  # groups with no learning signal
     run.flat_streak = run.flat_streak + 1 if num_groups and num_flat == num_groups else 0
     if run.flat_streak == FLAT_WARNING_STEPS:
         console.print(f"[yellow]warning: for {FLAT_WARNING_STEPS} steps every group's rewards were all equal "
