@@ -172,11 +172,16 @@ def test_dry_run_refuses_what_the_run_would(args, message):
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_wandb_without_wandb_is_refused_by_dry_run():
+def test_wandb_without_wandb_is_refused_before_anything_loads(tmp_path):
+    """(It failed once the model and the sandbox had started.) --dry-run notes it and passes: a config dry-runs on any
+    machine, NeMo RL's own (which log to W&B) too."""
     if __import__("importlib.util").util.find_spec("wandb") is not None:
         pytest.skip("wandb is installed here")
     proc = execrl("train", "logger.wandb_enabled=true", "--dry-run")
+    assert proc.returncode == 0 and "note: logger.wandb_enabled=true needs wandb" in proc.stderr
+    proc = execrl("train", "logger.wandb_enabled=true", f"logger.log_dir={tmp_path}/run")
     assert proc.returncode == 2 and "logger.wandb_enabled=false" in proc.stderr
+    assert "supervised warm-up" not in proc.stdout + proc.stderr and not (tmp_path / "run").exists()
 
 
 def test_a_hub_id_read_from_a_local_copy_says_which_file(capsys):

@@ -161,7 +161,14 @@ def run_train(args) -> int:
     from execrl.config import ConfigError, load_config, to_yaml
 
     err = Console(stderr=True, soft_wrap=True)
-    from execrl.config.checks import check_model, data_sources, differences_note, no_effect_note, validate
+    from execrl.config.checks import (
+        check_model,
+        data_sources,
+        differences_note,
+        missing_package,
+        no_effect_note,
+        validate,
+    )
 
     try:
         cfg = load_config(args.config, args.overrides)
@@ -170,7 +177,8 @@ def run_train(args) -> int:
         err.print(f"[red]config error:[/] {escape(str(e))}")
         return 2
     launch = multi_gpu_launch(cfg, args)
-    for note in (no_effect_note(cfg), differences_note(cfg)):
+    missing = missing_package(cfg)
+    for note in (no_effect_note(cfg), differences_note(cfg), missing and f"note: {missing} (the run refuses it)"):
         if note and "LOCAL_RANK" not in os.environ:  # (torchrun's processes: the command that launched them said it)
             err.print(escape(note))
     if args.dry_run:
@@ -189,6 +197,9 @@ def run_train(args) -> int:
         if launch:
             print(f"# launched as\n{launch}")
         return 0
+    if missing:
+        err.print(f"[red]error:[/] {escape(missing)}")
+        return 2
     try:
         check_model(cfg)  # before loading anything, and before torchrun starts a process per GPU
     except ConfigError as e:

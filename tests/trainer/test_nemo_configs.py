@@ -326,7 +326,8 @@ def test_val_at_end_validates_after_the_last_step(tmp_path):
 
 def test_nemo_schedulers_step_once_per_grpo_step(tmp_path):
     """NeMo RL's list (SequentialLR) counts GRPO steps, not optimizer steps: here 2 optimizer steps per GRPO step, and
-    the warm-up of 2 iterations ends after the second GRPO step."""
+    the warm-up of 2 iterations ends after the second GRPO step. train/lr is the rate each step trained at, as NeMo
+    RL's policy worker records it (before its scheduler steps)."""
     from execrl.trainer.loop import train
 
     from .test_train import SMALL, metrics
@@ -338,7 +339,7 @@ def test_nemo_schedulers_step_once_per_grpo_step(tmp_path):
                              "{milestones: [2]}]", "checkpointing.enabled=false", f"logger.log_dir={tmp_path}"])
     assert cfg.policy.train_global_batch_size * 2 == cfg.grpo.num_prompts_per_step * cfg.grpo.num_generations_per_prompt
     run = train(cfg)
-    assert [r["train/lr"] for r in metrics(tmp_path) if "train/lr" in r] == pytest.approx([0.75e-4, 1e-4, 1e-4])
+    assert [r["train/lr"] for r in metrics(tmp_path) if "train/lr" in r] == pytest.approx([0.5e-4, 0.75e-4, 1e-4])
     assert run.optimizer.param_groups[0]["lr"] == pytest.approx(1e-4)
     with pytest.raises(ConfigError, match="unexpected keyword argument 'bogus'"):
         validate(load_config(None, ["policy.scheduler={name: torch.optim.lr_scheduler.StepLR, kwargs: {bogus: 1}}"]))

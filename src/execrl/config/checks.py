@@ -234,13 +234,8 @@ def check_turns(cfg: MasterConfig) -> None:
 
 
 def check_machine(cfg: MasterConfig) -> None:
-    """What this machine must have for the run: the device asked for, wandb where it logs there, and
-    directories where files are not."""
-    import importlib.util
-
-    if cfg.logger.wandb_enabled and importlib.util.find_spec("wandb") is None:
-        raise ConfigError("logger.wandb_enabled=true needs wandb, which is not installed: `.venv/bin/pip install "
-                          "wandb` (or `pip install 'execrl[wandb]'`), or set logger.wandb_enabled=false")
+    """What this machine must have for the run: the device asked for, and directories where files
+    are not."""
     if cfg.policy.device.startswith("cuda"):
         import torch  # (only here: the other checks run without it)
 
@@ -341,6 +336,18 @@ def check_scheduler(cfg: MasterConfig) -> None:
     import torch  # (only here: the other checks run without it)
 
     cfg.policy.scheduler.build(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0))
+
+
+def missing_package(cfg: MasterConfig) -> str | None:
+    """An optional package a setting needs and this machine lacks, as the line that names the fix; None: none. Not
+    part of validate(): a config dry-runs on any machine (NeMo RL's log to W&B), and the run refuses it before
+    anything loads."""
+    import importlib.util
+
+    if cfg.logger.wandb_enabled and importlib.util.find_spec("wandb") is None:
+        return ("logger.wandb_enabled=true needs wandb, which is not installed here: `.venv/bin/pip install wandb` "
+                "(or `pip install 'execrl[wandb]'`), or set logger.wandb_enabled=false")
+    return None
 
 
 def check_model(cfg: MasterConfig) -> None:
