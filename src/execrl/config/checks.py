@@ -267,14 +267,15 @@ def check_datasets(cfg: MasterConfig) -> None:
                 check_trainable(dataset_key(d.dataset_name), split)
         except DatasetError as e:
             raise ConfigError(f"{key}: {e}") from None
-        if d.path is not None and DATASETS[dataset_key(d.dataset_name)].generated:
+        info = DATASETS[dataset_key(d.dataset_name)]
+        if d.path is not None and info.generated:
             raise ConfigError(f"{key}.path={d.path}: {d.dataset_name} is generated and reads no files: drop "
                               f"{key}.path, or read your file with {key}.dataset_name=jsonl")
         try:
-            local_source(DATASETS[dataset_key(d.dataset_name)], d.path)  # (the file's there, or a copy, or a hub)
+            local_source(info, d.path)  # (the file's there, or a copy, or a hub)
         except DatasetError as e:
             raise ConfigError(f"{key}: {e}") from None
-        takes = loader_options(DATASETS[dataset_key(d.dataset_name)])
+        takes = loader_options(info)
         for name in d.options:  # an option the loader does not take is a note (unread_options), a typo of one an error
             close = difflib.get_close_matches(name, takes, n=1, cutoff=0.75) if name not in takes else []
             if close:

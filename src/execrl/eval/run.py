@@ -211,8 +211,8 @@ def summarize(cfg: EvalConfig, samples: list[Sample]) -> dict:
         if left_out:
             summary[f"pass@{k}_problems_left_out"] = left_out
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    sizes = sorted({len(group) for group in per_problem.values()})  # (a completions file's may differ by problem)
-    _print(summary, cfg, out_dir, "-".join(str(n) for n in sizes[::max(1, len(sizes) - 1)]) or "0")
+    sizes = sorted({len(group) for group in per_problem.values()}) or [0]  # (a completions file's differ by problem)
+    _print(summary, cfg, out_dir, str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}")
     no_code = outcomes[NO_CODE]
     if samples and no_code * 2 >= len(samples) and cfg.prompt.code_style != "plain":
         err.print(f"[yellow]{no_code} of {len(samples)} samples hold no code where prompt.code_style="

@@ -25,8 +25,9 @@ def load(path, split, report, variant: str = "original", challenge_tests: bool =
         if task not in SPLITS[split]:
             continue
         text = row.get("text") or row.get("prompt")
-        asserts = list(row.get("test_list") or []) + list(row.get("challenge_test_list") or [] if challenge_tests
-                                                           else [])
+        asserts = list(row.get("test_list") or [])
+        if challenge_tests:
+            asserts += row.get("challenge_test_list") or []
         if not text or not asserts:
             report.skip(task, "no text or no tests")
             continue

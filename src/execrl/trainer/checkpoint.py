@@ -97,29 +97,31 @@ def save_base(directory: str | Path, model, tokenizer) -> Path:
     rank calls it."""
     path = Path(directory) / BASE
     weights, _ = dist.full_state(model, None)
-    if dist.is_main():
-        tmp = path.with_name(f".tmp-{BASE}")
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    def write(tmp: Path) -> None:
         model.save_pretrained(tmp, state_dict=lora_state.base_state(weights))
         tokenizer.save_pretrained(tmp)
+    _publish(path, write)
+    return path.resolve()
+
+
+def _publish(path: Path, write) -> None:
+    """`write(folder)` into a temporary folder beside `path`, then renamed to it (by rank 0; every rank waits): the
+    folder is complete or absent."""
+    if dist.is_main():
+        tmp = path.with_name(f".tmp-{path.name}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        write(tmp)
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)
     dist.barrier()
-    return path.resolve()
 
 
 def save_reference(directory: str | Path, model, reference) -> None:
     """The KL penalty's reference weights (HF format, `model`'s config), once, beside the checkpoints: a resumed run
     reads them back (load_reference) where the reference is not the model it loads; every rank calls it."""
-    path = Path(directory) / REFERENCE
     weights, _ = dist.full_state(reference, None)
-    if dist.is_main():
-        tmp = path.with_name(f".tmp-{REFERENCE}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp, state_dict=weights)
-        shutil.rmtree(path, ignore_errors=True)
-        tmp.rename(path)
-    dist.barrier()
+    _publish(Path(directory) / REFERENCE, lambda tmp: model.save_pretrained(tmp, state_dict=weights))
 
 
 def load_reference(directory: str | Path, reference) -> bool:
