@@ -14,7 +14,7 @@ from execrl.models import BYTE_VOCAB, build_tokenizer
 from execrl.rollout import Completion, SamplingParams
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import load_problems
-from execrl.trainer.rollouts import EpisodeRunner
+from execrl.trainer.rollouts import EpisodeRunner, Rollouts, episode_means, episode_sums
 from execrl.trainer.step import advantages
 
 
@@ -107,6 +107,11 @@ def test_an_illegal_answer_forfeits_the_match():
     assert (x.sample.outcome, x.reward.total, o.sample.outcome, o.reward.total) == ("illegal", -0.5, "unplayed", 0.5)
     assert o.turns == 0  # the match ended before O's turn: O's return is in no baseline (it has nothing to train)
     assert role_advantages(rollouts, RoleBaselines(0.5)).tolist() == [-0.25, 0.0]
+    # the step's means are over the seats that moved (O's 0.5 for a match it never played is no return of the
+    # policy's); the verdicts over both seats
+    means = episode_means(episode_sums(rollouts))
+    assert (means["reward_mean"], means["turns_mean"]) == (-0.5, 1)
+    assert means["verdict/illegal"] == means["verdict/unplayed"] == 0.5
 
 
 def test_validation_matches_are_against_fixed_players_in_both_seats():
@@ -237,6 +242,15 @@ def test_a_frozen_opponent_plays_its_seats_untrained_and_in_no_baseline():
         assert (e.env.metrics(e.sample, e.reward, e.turns) == []) == (e.env.frozen or e.sample.outcome == "unplayed")
     adv = role_advantages(rollouts, RoleBaselines(0.5))
     assert all(a == 0.0 for a, e in zip(adv.tolist(), eps) if e.env.frozen)
+    # the step's metrics are the policy's: its seats' returns and turns, not the zero-sum mean over both seats
+    some = Rollouts(eps[:8], 2)  # (four matches: the policy as O in three, as X in one)
+    mine = [e for e in some.episodes if not e.env.frozen]
+    means = episode_means(episode_sums(some))
+    assert means["reward_mean"] != 0.0  # (over both seats a zero-sum game's mean)
+    assert means["reward_mean"] == pytest.approx(sum(e.reward.total for e in mine) / len(mine))
+    assert means["turns_mean"] == pytest.approx(sum(e.turns for e in mine) / len(mine))
+    assert sum(means[f"verdict/{v}"] for v in ("win", "draw", "loss")) == pytest.approx(1.0)
+    assert means["verdict/win"] == pytest.approx(sum(e.sample.outcome == "win" for e in mine) / len(mine))
     only_o = load_config(None, [*GAME, "env.game.opponent=snapshot", "env.game.policy_roles=[O]"])
     with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as grader:
         rollouts = EpisodeRunner(only_o, policy, tok, grader, opponent=opponent).run(problems, 2, SamplingParams(1.0))

@@ -51,6 +51,12 @@ class Episode:
     def done(self) -> bool:
         return self.reward is not None
 
+    @property
+    def played(self) -> bool:
+        """The policy took a turn in it: not a seat that never moved (the other seat ended the match first), nor
+        the frozen opponent's."""
+        return bool(self.turns) and not self.env.frozen
+
 
 @dataclass
 class Rollouts:
@@ -421,13 +427,15 @@ def end(e: Episode, step: Step) -> None:
 def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str, float]:
     """Each per-episode metric's sum over the episodes generated (key k) and the number of episodes
     it is over (key k#n), so that several processes' dicts add up (a missing key counting 0) to
-    those of all their episodes: see episode_means. Rewards over valid episodes (the sandbox
-    answered), the rest over all; turns, tool calls and errors per episode, the mean reward of the
+    those of all their episodes: see episode_means. Over the episodes the policy played (Episode.played:
+    in self-play neither a seat that never moved nor the frozen opponent's), rewards over the valid ones (the
+    sandbox answered), the rest over all; the verdicts over the policy's seats, moved or not; turns, tool calls and errors per episode, the mean reward of the
     episodes that took n turns, the environment's own metrics (a game's by game and role), the
     reward model's raw score (whatever its component makes of it), and the fraction of each verdict
     of the `kinds` of task (default: those of these episodes; pass the dataset's when processes may
     hold different ones)."""
-    eps = rollouts.generated
+    seats = [e for e in rollouts.generated if not e.env.frozen]  # (the policy's: the verdicts' denominator)
+    eps = [e for e in seats if e.played]
     valid = [e for e in eps if e.reward.valid]
     sums = {"reward_mean": (sum(e.reward.total for e in valid), len(valid)),
             "reward_sq_mean": (sum(e.reward.total ** 2 for e in valid), len(valid)),  # (for the std: log_step)
@@ -447,9 +455,9 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
             parts[name] = (parts[name][0] + value, parts[name][1] + 1)
     # every outcome of the kinds of task, seen or not: then each process's count of episodes enters
     # every fraction's denominator (and the curves have no gaps)
-    counts = Counter(outcome(e.sample) for e in eps)
-    for verdict in {o for kind in kinds or {e.problem.kind for e in eps} for o in OUTCOMES[kind]}:
-        parts[f"verdict/{verdict}"] = (counts[verdict], len(eps))
+    counts = Counter(outcome(e.sample) for e in seats)
+    for verdict in {o for kind in kinds or {e.problem.kind for e in seats} for o in OUTCOMES[kind]}:
+        parts[f"verdict/{verdict}"] = (counts[verdict], len(seats))
     pairs = sums | dict(sorted(parts.items()))
     return {k: s for k, (s, _) in pairs.items()} | {f"{k}#n": float(n) for k, (_, n) in pairs.items()}
 

@@ -56,7 +56,7 @@ def advantages(rollouts: Rollouts, cfg: MasterConfig, baselines: RoleBaselines |
     adv = ADVANTAGES[cfg.grpo.advantage](
         rewards, valid, normalize_rewards=cfg.grpo.normalize_rewards,
         use_leave_one_out_baseline=cfg.grpo.use_leave_one_out_baseline, std_rewards=raw,
-        roles=[e.env.role if e.turns and not e.env.frozen else None for e in rollouts.episodes],
+        roles=[e.env.role if e.played else None for e in rollouts.episodes],
         all_roles=[(g.name, r) for g in GAMES.values() for r in g.roles], baselines=baselines,
         sum_over_processes=dist.sum_floats)
     if cfg.grpo.advantage_clip_low is not None or cfg.grpo.advantage_clip_high is not None:
