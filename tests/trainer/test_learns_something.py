@@ -32,3 +32,22 @@ def test_flat_groups_are_logged_and_a_run_of_nothing_but_flat_groups_warns(tmp_p
     _, d = run(tmp_path, "signal", "grpo.max_num_steps=2", "grpo.val_period=0", "checkpointing.enabled=false",
                "warmup.sft_steps=80")  # (after the warm-up, some answers pass and some do not)
     assert min(r["train/flat_group_frac"] for r in metrics(d) if "train/flat_group_frac" in r) < 1.0
+
+
+def test_the_flat_warning_under_role_baselines_speaks_of_advantages(capsys):
+    """Under grpo.advantage=rae a flat group is one whose every advantage is 0 (returns at their role's baseline),
+    not one whose rewards are equal: the warning says which."""
+    from types import SimpleNamespace
+
+    from execrl.algo.role_baselines import RoleBaselines
+    from execrl.config import load_config
+    from execrl.trainer.loop import FLAT_WARNING_STEPS, checked
+
+    for advantage, said in [("grpo", "every group's rewards were all equal"), ("rae", "every advantage was 0")]:
+        cfg = load_config(None, [f"grpo.advantage={advantage}"] + (
+            ["env.multi_turn.kind=game", "data.train.dataset_name=selfplay:tictactoe",
+             "grpo.num_generations_per_prompt=2"] if advantage == "rae" else []))
+        run = SimpleNamespace(cfg=cfg, nan_streak=0, flat_streak=FLAT_WARNING_STEPS - 1, baselines=RoleBaselines())
+        checked(run, 3, {"skipped_steps": 0}, 1.0, 4, 4, 1e-6)
+        shown = capsys.readouterr()
+        assert said in (shown.out + shown.err).replace("\n", " ")

@@ -219,7 +219,9 @@ def checked(run: Run, step: int, stats: dict, valid_frac: float, num_flat: float
     stats["flat_group_frac"] = num_flat / max(num_groups, 1)  # groups with no learning signal
     run.flat_streak = run.flat_streak + 1 if num_groups and num_flat == num_groups else 0
     if run.flat_streak == FLAT_WARNING_STEPS:
-        console.print(f"[yellow]warning: for {FLAT_WARNING_STEPS} steps every group's rewards were all equal "
+        flat = ("every advantage was 0 (each return its role's baseline)" if run.cfg.grpo.advantage == "rae" else
+                "every group's rewards were all equal")
+        console.print(f"[yellow]warning: for {FLAT_WARNING_STEPS} steps {flat} "
                       "(train/flat_group_frac 1.0): the loss and its gradient are 0 and nothing is learned. The "
                       "problems may be too hard or too easy for the model, or the reward may not score this "
                       "dataset (reward.components); see the rollouts in the log directory[/]")
