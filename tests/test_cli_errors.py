@@ -224,3 +224,25 @@ def test_eval_on_a_checkpoint_or_run_directory_points_at_the_model_inside(tmp_pa
         proc = execrl("eval", "--model", given, "--dataset", "builtin:arith-code", "--split", "validation", "--out",
                       tmp_path / "o", "--limit", "1")  # (a generated dataset: no data files needed)
         assert proc.returncode == 2 and "pass" in proc.stderr and str(model) in proc.stderr.replace("\n", "")
+
+
+def test_a_model_directory_missing_its_tokenizer_or_weights_says_which(tmp_path):
+    """A local directory's failure is its files, not a download: the error names the part and what the directory
+    needs."""
+    from transformers import AutoModelForCausalLM, GPT2Config
+
+    from execrl.models import BYTE_VOCAB, ModelNotFound, build_tokenizer, load_pretrained
+
+    tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
+    config = GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=1, n_head=2)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "m")
+    with pytest.raises(ModelNotFound, match="cannot load the tokenizer of model") as e:
+        load_pretrained(AutoModelForCausalLM, str(tmp_path / "m"), "cpu")
+    assert "tokenizer.json" in str(e.value) and "downloaded" not in str(e.value)
+    tok.save_pretrained(tmp_path / "m")
+    assert load_pretrained(AutoModelForCausalLM, str(tmp_path / "m"), "cpu")[0] is not None
+    for weights in (tmp_path / "m").glob("*.safetensors"):
+        weights.unlink()
+    with pytest.raises(ModelNotFound, match="cannot load the weights of model") as e:
+        load_pretrained(AutoModelForCausalLM, str(tmp_path / "m"), "cpu")
+    assert "model.safetensors" in str(e.value) and "downloaded" not in str(e.value)

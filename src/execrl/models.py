@@ -102,6 +102,10 @@ def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto
     return load_pretrained(AutoModelForCausalLM, name, device, dtype, offline, tokenizer, config_overrides)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "spiece.model", "sentencepiece.bpe.model")  # (a directory with none of them holds no tokenizer)
+
+
 def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "auto", offline: bool | None = None,
                     tokenizer: str | None = None, config_overrides: dict | None = None):
     """(model, tokenizer) of a hub id or HF directory, as `auto_class` (e.g. AutoModelForCausalLM)
@@ -115,17 +119,28 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
     if local.exists() and not (local / "config.json").is_file():
         raise ModelNotFound(f"{local} is not a model directory (no config.json); {inside_hint(local)}")
     dev = pick_device(device)
+    own = Path(tokenizer).expanduser() if tokenizer else local  # (a tokenizer directory under ~ too)
+    part = "tokenizer"
     try:
-        own = Path(tokenizer).expanduser() if tokenizer else local  # (a tokenizer directory under ~ too)
+        if own.is_dir() and not any((own / f).is_file() for f in TOKENIZER_FILES):  # (transformers would make a
+            raise OSError(f"none of {', '.join(TOKENIZER_FILES)} there")             # tokenizer of one token)
         tok = AutoTokenizer.from_pretrained(str(own) if own.exists() else tokenizer or name, local_files_only=offline)
+        part = "weights"
         # weights read straight onto the GPU, not loaded on the host and then copied (one copy of the model fewer)
         placed = {"device_map": torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
                   } if dev.type == "cuda" else {}
         model = auto_class.from_pretrained(str(local) if local.exists() else name, dtype=pick_dtype(dev, dtype),
                                            local_files_only=offline, **placed, **config_overrides or {})
     except (OSError, ValueError) as e:  # transformers versions differ in which one a bad id raises
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if (own if part == "tokenizer" else local).exists():  # a directory here: its files, not the network
+            raise ModelNotFound(
+                f"cannot load the {part} of model {name!r} from {own if part == 'tokenizer' else local} ({why}). A "
+                "model directory holds config.json, the weights (model.safetensors, or its shards and their index) "
+                "and the tokenizer's files (tokenizer.json, tokenizer_config.json), as save_pretrained writes them; "
+                "a tokenizer kept elsewhere is the config's tokenizer.name") from None
         where = "it is not in the local cache and offline mode is on" if offline else "it could not be downloaded"
-        raise ModelNotFound(f"cannot load model {name!r}: {where} ({str(e).splitlines()[0]}). Pass a local directory "
+        raise ModelNotFound(f"cannot load model {name!r}: {where} ({why}). Pass a local directory "
                             "with config.json and weights, or run online once to cache it.") from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
