@@ -246,3 +246,16 @@ def test_a_model_directory_missing_its_tokenizer_or_weights_says_which(tmp_path)
     with pytest.raises(ModelNotFound, match="cannot load the weights of model") as e:
         load_pretrained(AutoModelForCausalLM, str(tmp_path / "m"), "cpu")
     assert "model.safetensors" in str(e.value) and "downloaded" not in str(e.value)
+
+
+def test_a_tokenizer_larger_than_the_models_embeddings_is_refused(tmp_path):
+    """Its last ids would index past the embeddings: an IndexError deep in the first forward (a device assert on a
+    GPU); refused as the model loads, naming the key."""
+    from execrl.models import save_tiny
+
+    save_tiny(tmp_path / "small", [], vocab_size=259)
+    save_tiny(tmp_path / "big", ["def f(x):\n    return x + 1\n"] * 50, vocab_size=300)
+    proc = execrl("train", f"policy.model_name={tmp_path}/small", f"policy.tokenizer.name={tmp_path}/big",
+                  "warmup.sft_steps=0", f"logger.log_dir={tmp_path}/run")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "tokens and the model's embeddings 259 rows: set policy.tokenizer.name" in proc.stderr.replace("\n", " ")

@@ -142,6 +142,13 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
         where = "it is not in the local cache and offline mode is on" if offline else "it could not be downloaded"
         raise ModelNotFound(f"cannot load model {name!r}: {where} ({why}). Pass a local directory "
                             "with config.json and weights, or run online once to cache it.") from None
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tok) > rows:  # (its last ids would index past the embeddings: an IndexError, on a GPU a device assert)
+        fix = ("set policy.tokenizer.name (a reward model's tokenizer.name) to null for the model's own, or to a "
+               "tokenizer of the model's family" if tokenizer else "its tokenizer's files are not its weights' (save "
+               "both from one model)")
+        raise ModelNotFound(f"the tokenizer of model {name!r}{f' ({tokenizer})' if tokenizer else ''} has {len(tok)} "
+                            f"tokens and the model's embeddings {rows} rows: {fix}")
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return model.to(dev).eval(), tok
