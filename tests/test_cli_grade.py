@@ -95,3 +95,16 @@ def test_nothing_a_row_holds_stops_the_file(tmp_path):
     assert all(e.startswith(f"line {n}:") for n, e in enumerate(errors, 2)), errors
     assert "[/]" in errors[0] and "[link=file:///etc/passwd]" in proc.stderr and "[/]" in errors[2]
     assert "digits" in errors[5] and "larger than" in errors[6]
+
+
+def test_a_languages_file_that_cannot_be_used_is_one_line(tmp_path):
+    (tmp_path / "in.jsonl").write_text(json.dumps({"id": "a", "code": "print(1)",
+                                                   "tests": {"inputs": ["\n"], "outputs": ["1\n"]}}) + "\n")
+    for text, said in [(None, "No such file"), ("q: {file: main.q}\n", "needs 'file'"),
+                       ("q: {file: main.q, run: 'q x'}\n", "a command as a list"), ("q: [\n", "not YAML")]:
+        if text is not None:
+            (tmp_path / "langs.yaml").write_text(text)
+        proc = run("grade", *map(str, (tmp_path / "in.jsonl", "--out", tmp_path / "out.jsonl", "--languages",
+                                       tmp_path / "langs.yaml")))
+        assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1

@@ -257,3 +257,54 @@ def test_eval_grades_code_while_sampling_as_it_would_after(tiny_model_dir, tmp_p
     told = re.search(r"graded (\d+) of 12 programs while sampling \(1 of 2 sandbox workers meanwhile\)", said)
     assert told and 1 <= int(told.group(1)) < 12, said  # the last ones end with sampling
     assert "while sampling" not in said_after  # share 0: every program after sampling
+
+
+def completions_eval(tmp_path, rows, dataset="", **settings):
+    """execrl eval of a completions file, in process: its summary."""
+    from execrl.eval.run import EvalConfig, evaluate
+
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return evaluate(EvalConfig(dataset=dataset, out=str(tmp_path / "o"), workers=1, **settings), completions=str(path))
+
+
+def test_completions_rows_are_each_their_own_problem_and_checked(tmp_path):
+    """Rows are grouped by the problem they name, never merged by a made-up id; an id whose rows carry different
+    tests, one that names two problems of the dataset, and a bad num_tokens are refused; --max-tests holds for a
+    row's own tests; rows of problems past --limit are left out; summary.json records what ran."""
+    from execrl.tasks import DatasetError
+
+    code = lambda v: f"```python\nprint({v})\n```"  # noqa: E731
+    tests = lambda v: {"inputs": ["\n"], "outputs": [f"{v}\n"]}  # noqa: E731
+    summary = completions_eval(tmp_path, [{"completion": code(2), "tests": tests(2)},  # (no id: "row 1")
+                                          {"id": "row1", "completion": code(5), "tests": tests(5)}])
+    assert (summary["problems"], summary["pass@1"]) == (2, 1.0)
+    assert summary["ran"]["completions"] == str(tmp_path / "c.jsonl") and "temperature" not in summary["ran"]
+    with pytest.raises(DatasetError, match="carries other tests"):
+        completions_eval(tmp_path, [{"id": "a", "completion": code(2), "tests": tests(2)},
+                                    {"id": "a", "completion": code(5), "tests": tests(5)}])
+    two = {"id": "a", "completion": code(1), "tests": {"inputs": ["\n", "\n"], "outputs": ["1\n", "2\n"]}}
+    assert completions_eval(tmp_path, [two], max_tests=1)["pass@1"] == 1.0
+    assert completions_eval(tmp_path, [two])["pass@1"] == 0.0
+    with pytest.raises(DatasetError, match="num_tokens must be a count"):
+        completions_eval(tmp_path, [{**two, "num_tokens": "many"}])
+    assert completions_eval(tmp_path, [{**two, "num_tokens": None}])["samples"] == 1
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "prompt": "x", "tests": tests(v)}) + "\n" for i, v in
+                            (("p", 1), ("q", 2))))
+    rows = [{"problem_id": "p", "completion": code(1)}, {"problem_id": "q", "completion": code(2)}]
+    summary = completions_eval(tmp_path, rows, "jsonl", data_path=str(data), limit=1)
+    assert (summary["problems"], summary["pass@1"], summary["ran"]["limit"]) == (1, 1.0, 1)
+    data.write_text("".join(json.dumps({"id": "p", "prompt": "x", "tests": tests(v)}) + "\n" for v in (1, 2)))
+    with pytest.raises(DatasetError, match="names more than one problem"):
+        completions_eval(tmp_path, rows[:1], "jsonl", data_path=str(data))
+    proc = run("--completions", tmp_path / "c.jsonl", "--model", "builtin:tiny-coder", "--out", tmp_path / "o")
+    assert proc.returncode == 2 and "not both" in proc.stderr
+
+
+def test_eval_takes_the_dataset_names_training_takes(tmp_path):
+    rows = [json.loads(line) for line in
+            shared_data("nemotron_code_examples", "code_gen_example.jsonl").read_text().splitlines()[:1]]
+    summary = completions_eval(tmp_path, [{"problem_id": f"nemotron/{rows[0]['hash_id']}", "completion": "x"}],
+                               "nvidia/Nemotron-RL-coding-competitive_coding", split="train")
+    assert summary["problems"] == 1 and summary["outcomes"] == {"no_code": 1}

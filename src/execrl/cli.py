@@ -72,8 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "free memory holds the KV cache of, 16 to 512; otherwise 16)")
     e.add_argument("--backend", default="execrl", choices=["execrl", "transformers"],
                    help="generation: the execrl engine (default) or transformers' generate")
-    e.add_argument("--answer-format", default="code", help="code | reasoning | think")
-    e.add_argument("--code-style", default="fence",
+    e.add_argument("--answer-format", default="code", choices=["code", "reasoning", "think"],
+                   help="code | reasoning | think")
+    e.add_argument("--code-style", default="fence", choices=["fence", "tags", "auto", "plain"],
                    help="fence (```python) | tags (<code>) | auto (either) | plain (either, else the whole completion)")
     e.add_argument("--system-prompt", default=None, help="system prompt (default: none)")
     e.add_argument("--timeout", type=number(float, 0, inclusive=False), default=5.0,

@@ -118,7 +118,11 @@ def run_grade(args) -> int:
         say("error:", "red", f"--out {args.out}: {why}: name a file in a directory you can write")
         return 2
     if args.languages:
-        load_languages(args.languages)
+        try:
+            load_languages(args.languages)
+        except ValueError as e:
+            say("error:", "red", f"--languages {e}")
+            return 2
     base = Limits()
     base = dataclasses.replace(base, **{k: v for k, v in (("timeout_s", args.timeout), ("memory_mb", args.memory_mb)) if v})
     try:

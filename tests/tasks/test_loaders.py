@@ -59,6 +59,44 @@ def test_bad_rows_are_counted_reported_and_skipped(tmp_path, capsys):
     assert len(problems) == 1 and report.skipped == 4
     printed = capsys.readouterr().err
     assert "skipped 4 unusable rows" in printed and "no prompt or no unit_tests" in printed
+    # the Responses API's input may be one string; items without a role, and non-object rows, are not problems
+    odd = [{**good, "responses_create_params": {"input": "add two numbers"}},
+           {**good, "responses_create_params": {"input": [{"content": "add"}]}},
+           {**good, "responses_create_params": {"input": ["add"]}}, {**good, "responses_create_params": "add"}]
+    path.write_text("\n".join(json.dumps(r) for r in odd))
+    problems, report = load_problems("nemotron_code", "train", str(path))
+    assert [p.messages for p in problems] == [[{"role": "user", "content": "add two numbers"}]]
+    assert report.skipped == 3
+
+
+def test_hostile_lines_and_rows_of_a_file(tmp_path, capsys):
+    """A JSONL string may hold U+2028, U+2029 and U+0085 (JSON writes them raw with ensure_ascii=False): they split
+    no row; a byte-order mark is not part of row 1; a .json file of JSON lines (Dataset.to_json's) reads; a row that
+    is not an object, a language the sandbox does not run and messages without content are named, not a traceback."""
+    from execrl.tasks import read_rows
+
+    rows = [{"id": "a", "prompt": "Print 3.\u2028\u2029\u0085", "tests": {"inputs": ["\n"], "outputs": ["3\n"]}},
+            {"id": "b", "prompt": "1+1?", "answer": "2"}]
+    text = "\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows)
+    for name, prefix in (("a.jsonl", ""), ("b.jsonl", "\ufeff"), ("c.json", "")):
+        (tmp_path / name).write_text(prefix + text, encoding="utf-8")
+        assert read_rows(tmp_path / name) == rows, name
+    (tmp_path / "d.jsonl").write_text(text + "\n[1, 2]\n")
+    with pytest.raises(DatasetError, match="d.jsonl, line 3: expected a JSON object"):
+        read_rows(tmp_path / "d.jsonl")
+    (tmp_path / "e.json").write_text('[{"id": 1}, "x"]')
+    with pytest.raises(DatasetError, match="e.json, row 2: expected a JSON object"):
+        read_rows(tmp_path / "e.json")
+    (tmp_path / "f.json").write_text('{"id": 1')
+    with pytest.raises(DatasetError, match="f.json: not JSON"):
+        read_rows(tmp_path / "f.json")
+    bad = [{**rows[0], "id": "java", "language": "java"}, {**rows[0], "id": "five", "language": 5},
+           {**rows[1], "id": "nocontent", "prompt": [{"role": "user"}]}, {**rows[1], "id": "list", "prompt": [1, 2]}]
+    (tmp_path / "g.jsonl").write_text("\n".join(json.dumps(r) for r in rows + bad))
+    problems, report = load_problems("jsonl", "test", str(tmp_path / "g.jsonl"))
+    assert [p.id for p in problems] == ["a", "b"] and report.skipped == 4
+    printed = capsys.readouterr().err
+    assert "a language the sandbox does not run" in printed and "string role and content" in printed
 
 
 def test_generic_jsonl_with_a_field_mapping(tmp_path):

@@ -21,8 +21,9 @@ from execrl.extract import extract
 from execrl.prompts import PromptConfig, build_messages, drop_long_prompts, render
 from execrl.rewards import CORRECT, Sample, outcome, sandbox_failures
 from execrl.rewards.outcome import NO_CODE, graded_in_sandbox
-from execrl.sandbox import Grader, Limits, check_infra_share, parse_tests
-from execrl.tasks import Problem, load_problems
+from execrl.sandbox import LANGUAGES, Grader, Limits, TestSpecError, check_infra_share, parse_tests
+from execrl.sandbox.spec import truncate_tests
+from execrl.tasks import Problem, dataset_key, load_problems
 from execrl.tasks.problem import DatasetError, read_rows
 
 err = Console(stderr=True, soft_wrap=True)
@@ -56,13 +57,26 @@ class EvalConfig:
 
 
 def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | None = None) -> dict:
-    seeded = {} if cfg.data_seed is None else {"seed": cfg.data_seed}
-    problems, _ = load_problems(cfg.dataset, cfg.split, cfg.data_path, cfg.max_tests, **seeded) if cfg.dataset \
-        else ([], None)
-    problems = problems[: cfg.limit] if cfg.limit else problems
     if not completions and not model_name:
         raise ValueError("execrl eval needs --model (a hub id or a local directory) or --completions FILE")
-    texts = read_completions(completions, problems) if completions else None
+    if completions and model_name:
+        raise ValueError("execrl eval grades --completions FILE or samples --model, not both: drop one")
+    seeded = {} if cfg.data_seed is None else {"seed": cfg.data_seed}
+    try:  # (the names training takes: a hub id, a module.path:loader of one's own)
+        key = dataset_key(cfg.dataset) if cfg.dataset else None
+    except DatasetError as e:
+        raise DatasetError(str(e).replace("dataset_name", "--dataset", 1)) from None
+    everything, _ = load_problems(key, cfg.split, cfg.data_path, cfg.max_tests, **seeded) if key else ([], None)
+    problems = everything[: cfg.limit] if cfg.limit else everything
+    texts = read_completions(completions, problems, cfg.max_tests, everything) if completions else None
+    if texts is None:
+        repeated = [pid for pid, n in Counter(p.id for p in problems).items() if n > 1]
+        if repeated:
+            err.print(f"[yellow]{len(repeated)} problem ids repeat in {cfg.dataset}/{cfg.split} (e.g. {repeated[0]!r}): "
+                      "each row is its own problem; results.jsonl lists them in the dataset's order[/]")
+    elif problems and len(texts) < len(problems) and any(p.id in {q.id for q in problems} for p, _ in texts):
+        err.print(f"[yellow]{completions} has completions of {len(texts)} of the {len(problems)} problems of "
+                  f"{cfg.dataset}/{cfg.split}{' (--limit)' if cfg.limit else ''}: pass@k is over those {len(texts)}[/]")
     posed = problems if texts is None else [p for p, _ in texts]
     languages = tuple(sorted({p.language for p in posed if p.kind == "code"})) or ("python",)
     # the sandbox first: its workers start and pass their self-test while the model loads, and grade while it samples
@@ -91,7 +105,7 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         err.print(f"[bold red]WARNING: {line}[/]")
     if cfg.reward_model:
         judge_samples(cfg, samples)
-    return summarize(cfg, samples)
+    return summarize(cfg, samples, {"completions": str(completions)} if completions else {"model": str(model_name)})
 
 
 def make_sample(cfg: EvalConfig, problem: Problem, text: str, num_tokens: int) -> Sample:
@@ -155,52 +169,84 @@ def handed_to(early: EarlyGrading | None, cfg: EvalConfig, problems: list[Proble
     return give
 
 
-def read_completions(path: str, problems: list[Problem]):
-    """Rows {"problem_id" (or "id"), "completion"}, or rows that carry their own "tests" /
-    "answer"."""
-    by_id = {p.id: p for p in problems}
-    grouped: dict[str, tuple[Problem, list]] = {}
+def read_completions(path: str, problems: list[Problem], max_tests: int = 0, everything: list[Problem] = ()):
+    """Rows {"problem_id" (or "id"), "completion"}, or rows that carry their own "tests" / "answer" (a row without
+    an id is a problem of its own; rows of one id carry the same tests). `problems`: the dataset's (after --limit),
+    `everything`: before it (rows of the problems past --limit are left out, and counted)."""
+    by_id: dict[str, Problem] = {}
+    for p in problems:
+        if by_id.setdefault(p.id, p) is not p:
+            raise DatasetError(f"problem id {p.id!r} names more than one problem of the dataset: a completion of it "
+                               "cannot say which (give each row of the dataset its own id)")
+    later = {p.id for p in everything} - set(by_id)
+    grouped: dict[object, tuple[Problem, list]] = {}  # (an id, or a row number for a row with no id)
+    past_limit = 0
     for n, row in enumerate(read_rows(path), 1):
         pid = str(row.get("problem_id", row.get("id", "")))
-        text = row.get("completion")
+        text, num_tokens = row.get("completion"), row.get("num_tokens") or 0
         if not isinstance(text, str):
             raise DatasetError(f"{path}, row {n}: no 'completion' string")
+        if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or num_tokens < 0:
+            raise DatasetError(f"{path}, row {n}: num_tokens must be a count of tokens, got {num_tokens!r}")
+        key = pid or n
         if "tests" in row or "answer" in row:
-            problem = grouped.get(pid, (None,))[0] or Problem(
-                pid or f"row{n}", [], "code" if "tests" in row else "math",
-                tests=parse_tests(row["tests"]) if "tests" in row else None,
-                answer=str(row["answer"]) if "answer" in row else None, language=row.get("language", "python"))
+            problem = own_problem(path, n, row, pid or f"row {n}", max_tests)
+            first = grouped.get(key, (problem,))[0]
+            if (first.tests, first.answer, first.language) != (problem.tests, problem.answer, problem.language):
+                raise DatasetError(f"{path}, row {n}: problem id {pid!r} carries other tests or another answer than "
+                                   "its first row: give each problem its own id")
+            problem = first
         elif pid in by_id:
             problem = by_id[pid]
+        elif pid in later:
+            past_limit += 1
+            continue
         else:
             raise DatasetError(f"{path}, row {n}: problem id {pid!r} is not in the dataset, and the row has no tests "
                                f"or answer of its own (known ids look like {next(iter(by_id), '...')!r})")
-        grouped.setdefault(problem.id, (problem, []))[1].append((text, int(row.get("num_tokens", 0))))
+        grouped.setdefault(key, (problem, []))[1].append((text, num_tokens))
+    if past_limit:
+        err.print(f"[yellow]left out {past_limit} completions of problems past --limit[/]")
     return list(grouped.values())
 
 
-def summarize(cfg: EvalConfig, samples: list[Sample]) -> dict:
-    per_problem: dict[str, list[Sample]] = defaultdict(list)
+def own_problem(path: str, n: int, row: dict, pid: str, max_tests: int) -> Problem:
+    """A completions row's own problem: its "tests" (a code problem) or "answer" (math)."""
+    language = row.get("language") or "python"
+    if not isinstance(language, str) or language not in LANGUAGES:
+        raise DatasetError(f"{path}, row {n}: language {language!r} is not one the sandbox runs ({sorted(LANGUAGES)})")
+    try:
+        tests = truncate_tests(parse_tests(row["tests"]), max_tests) if "tests" in row else None
+    except TestSpecError as e:
+        raise DatasetError(f"{path}, row {n}: {e}") from None
+    return Problem(pid, [], "code" if "tests" in row else "math", tests=tests,
+                   answer=str(row["answer"]) if "answer" in row else None, language=language)
+
+
+def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None) -> dict:
+    """results.jsonl (a row per problem) and summary.json (pass@k, the verdicts, and what ran: `source`, the model or
+    the completions file, and the settings that decide the figures)."""
+    per_problem: dict[int, list[Sample]] = defaultdict(list)  # (by problem, not by id: ids may repeat)
     for s in samples:
-        per_problem[s.problem.id].append(s)
+        per_problem[id(s.problem)].append(s)
     out_dir = Path(cfg.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     counts, outcomes, invalid = [], Counter(), 0
     with open(out_dir / "results.jsonl", "w") as f:
-        for pid, group in per_problem.items():
+        for group in per_problem.values():
             outs = [outcome(s) for s in group]  # once per sample: math answers are verified here
             valid = [o for s, o in zip(group, outs) if s.valid]
             c = sum(o in CORRECT for o in valid)
             invalid += len(group) - len(valid)
             counts.append((len(valid), c))
             outcomes.update(outs)
-            row = {"id": pid, "samples": len(group), "valid": len(valid), "correct": c, "outcomes": outs,
+            row = {"id": group[0].problem.id, "samples": len(group), "valid": len(valid), "correct": c, "outcomes": outs,
                    "completions": [s.completion for s in group]}
             if cfg.reward_model:
                 row["reward_model_scores"] = [s.rm_score for s in group]  # (null: the sandbox failed on it)
             f.write(json.dumps(row) + "\n")
     summary = {"dataset": cfg.dataset, "split": cfg.split, "problems": len(per_problem), "samples": len(samples),
-               "invalid_samples": invalid, "outcomes": dict(outcomes)}
+               "invalid_samples": invalid, "outcomes": dict(outcomes), "ran": ran(cfg, source or {})}
     if cfg.reward_model:
         judged = [s.rm_score for s in samples if s.rm_score is not None]
         summary["reward_model"] = cfg.reward_model
@@ -221,12 +267,23 @@ def summarize(cfg: EvalConfig, samples: list[Sample]) -> dict:
     return summary
 
 
+def ran(cfg: EvalConfig, source: dict) -> dict:
+    """What decided the figures: the model (and how it sampled) or the completions file, the data, the grading."""
+    sampled = {"samples_per_problem": cfg.samples, "temperature": cfg.temperature, "top_p": cfg.top_p, "seed": cfg.seed,
+               "max_new_tokens": cfg.max_new_tokens, "max_prompt_tokens": cfg.max_prompt_tokens,
+               "backend": cfg.backend, "guided": cfg.guided} if "model" in source else {}
+    return {**source, **sampled, "data_path": None if cfg.data_path is None else str(cfg.data_path), "data_seed": cfg.data_seed, "limit": cfg.limit,
+            "max_tests": cfg.max_tests, "timeout_s": cfg.timeout_s, "system_prompt": cfg.prompt.system_prompt,
+            "answer_format": cfg.prompt.answer_format, "code_style": cfg.prompt.code_style}
+
+
 _LOOKS_IN = {"fence": "a ```python block", "tags": "<code></code> tags", "auto": "a ``` block or <code> tags"}
 
 
 def _print(summary: dict, cfg: EvalConfig, out_dir: Path, per_problem: str) -> None:
     """The table; `per_problem`: the samples each problem had ("10", or "1-10" where they differ)."""
-    title = f"{cfg.dataset}/{cfg.split}: {summary['problems']} problems x {per_problem} sample"
+    source = f"{cfg.dataset}/{cfg.split}" if cfg.dataset else "the completions' own problems"
+    title = f"{source}: {summary['problems']} problems x {per_problem} sample"
     table = Table(title=title + ("" if per_problem == "1" else "s"),
                   caption=f"per-problem results: {out_dir / 'results.jsonl'}", min_width=64)
     table.add_column("metric")

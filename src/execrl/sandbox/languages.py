@@ -50,12 +50,19 @@ def get_language(name: str) -> Language:
 
 def load_languages(path: str) -> None:
     """Register the languages in a YAML file: {name: {file, run, compile?}}."""
-    with open(path) as f:
-        table = yaml.safe_load(f) or {}
+    try:
+        with open(path) as f:
+            table = yaml.safe_load(f) or {}
+    except OSError as e:
+        raise ValueError(f"{path}: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(table, dict):
         raise ValueError(f"{path}: expected a mapping of language name to {{file, run, compile}}")
     for name, entry in table.items():
-        if not isinstance(entry, dict) or "file" not in entry or "run" not in entry:
-            raise ValueError(f"{path}: language {name!r} needs 'file' and 'run' (and optionally 'compile')")
+        if (not isinstance(entry, dict) or not isinstance(entry.get("file"), str)
+                or not isinstance(entry.get("run"), list) or not isinstance(entry.get("compile", []), list)):
+            raise ValueError(f"{path}: language {name!r} needs 'file' (a name) and 'run' (a command as a list), and "
+                             "optionally 'compile' (a list)")
         LANGUAGES[name.lower()] = Language(name.lower(), entry["file"], tuple(entry["run"]),
                                            tuple(entry.get("compile", ())), hello=entry.get("hello", ""))

@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 import json
 
-from execrl.sandbox import TestSpecError, parse_tests
-from execrl.tasks.problem import DatasetError, Problem, read_rows
+from execrl.sandbox import LANGUAGES, TestSpecError, parse_tests
+from execrl.tasks.problem import DatasetError, Problem, chat_messages, read_rows
 from execrl.tasks.registry import register
 
 DEFAULT_FIELDS = {"prompt": "prompt", "tests": "tests", "answer": "answer", "id": "id", "language": "language",
@@ -29,10 +29,13 @@ def load(path, split, report, fields: dict | None = None, **_):
     problems = []
     for i, row in enumerate(read_rows(path)):
         rid = row.get(f["id"], i)
-        prompt = row.get(f["prompt"])
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) and prompt.strip() else prompt
-        if not isinstance(messages, list) or not messages:
-            report.skip(rid, f"no prompt in field {f['prompt']!r}")
+        messages = chat_messages(row.get(f["prompt"]))
+        if messages is None:
+            report.skip(rid, f"no prompt in field {f['prompt']!r} (a string, or messages with string role and content)")
+            continue
+        language = row.get(f["language"]) or "python"
+        if not isinstance(language, str) or language not in LANGUAGES:
+            report.skip(rid, f"a language the sandbox does not run (it runs {', '.join(sorted(LANGUAGES))})")
             continue
         metadata = {}
         if row.get(f["guided_decoding"]) is not None:
@@ -47,7 +50,7 @@ def load(path, split, report, fields: dict | None = None, **_):
             except TestSpecError as e:
                 report.skip(rid, f"unusable tests ({str(e).split(':')[0]})")
                 continue
-            problems.append(Problem(str(rid), messages, "code", tests=spec, language=row.get(f["language"]) or "python",
+            problems.append(Problem(str(rid), messages, "code", tests=spec, language=language,
                                     metadata=metadata))
         elif row.get(f["answer"]) is not None:
             problems.append(Problem(str(rid), messages, "math", answer=str(row[f["answer"]]), metadata=metadata))

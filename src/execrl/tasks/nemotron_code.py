@@ -5,7 +5,7 @@ the tests."""
 from __future__ import annotations
 
 from execrl.sandbox import TestSpecError, parse_tests
-from execrl.tasks.problem import Problem, read_rows
+from execrl.tasks.problem import Problem, chat_messages, read_rows
 from execrl.tasks.registry import hub_rows, register
 
 HUB = "nvidia/Nemotron-RL-coding-competitive_coding"
@@ -23,9 +23,10 @@ def load(path, split, report, hub_id=None, **_):
     problems = []
     for i, row in enumerate(rows):
         rid = row.get("hash_id") or i
-        messages = (row.get("responses_create_params") or {}).get("input")
-        unit = (row.get("verifier_metadata") or {}).get("unit_tests")
-        if not isinstance(messages, list) or not messages or not isinstance(unit, dict):
+        params, meta = row.get("responses_create_params"), row.get("verifier_metadata")
+        messages = chat_messages(params.get("input")) if isinstance(params, dict) else None  # (the Responses API's
+        unit = meta.get("unit_tests") if isinstance(meta, dict) else None                  # input: a string or items)
+        if messages is None or not isinstance(unit, dict):
             report.skip(rid, "no prompt or no unit_tests")
             continue
         tests = {k: unit[k] for k in ("inputs", "outputs", "fn_name") if unit.get(k)}
@@ -34,7 +35,6 @@ def load(path, split, report, hub_id=None, **_):
         except TestSpecError as e:
             report.skip(rid, f"unusable tests ({str(e).split(':')[0]})")
             continue
-        messages = [{"role": m["role"], "content": m["content"]} for m in messages]
         problems.append(Problem(f"nemotron/{rid}", messages, "code", tests=spec,
                                 metadata={"own_instructions": True, "source": row.get("source")}))
     return problems

@@ -26,6 +26,17 @@ class Problem:
     metadata: dict = field(default_factory=dict)
 
 
+def chat_messages(prompt) -> list[dict] | None:
+    """A row's prompt as chat messages: a non-empty string (one user message), or a list of {"role", "content"}
+    objects whose role and content are strings (other keys dropped); None where it is neither."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}] if prompt.strip() else None
+    if not isinstance(prompt, list) or not prompt or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt):
+        return None
+    return [{"role": m["role"], "content": m["content"]} for m in prompt]
+
+
 class DatasetError(ValueError):
     """A dataset that cannot be loaded at all (missing file, wrong format, unknown split): the
     message names the fix."""
@@ -64,17 +75,34 @@ def read_rows(path: str | Path) -> list[dict]:
         except ImportError:
             raise DatasetError(f"{path}: reading parquet needs pyarrow (pip install pyarrow)") from None
         return pq.read_table(path).to_pylist()
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8-sig")  # (a byte-order mark, as some editors write, is not part of row 1)
     if path.suffix == ".json":
-        rows = json.loads(text)
-        if not isinstance(rows, list):
-            raise DatasetError(f"{path}: expected a JSON list of rows")
-        return rows
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as e:
+            if e.msg != "Extra data":  # (else JSON Lines in a .json file: what Dataset.to_json writes)
+                raise DatasetError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from None
+        else:
+            if not isinstance(rows, list):
+                raise DatasetError(f"{path}: expected a JSON list of rows")
+            return _objects(path, rows, "row")
     rows = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(text.split("\n"), 1):  # (not splitlines: U+2028, U+0085, ... may sit inside a string)
         if line.strip():
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as e:
                 raise DatasetError(f"{path}, line {n}: not JSON ({e.msg}); expected one JSON object per line") from None
+            _object(path, rows[-1], f"line {n}")
     return rows
+
+
+def _objects(path: Path, rows: list, where: str) -> list[dict]:
+    for n, row in enumerate(rows, 1):
+        _object(path, row, f"{where} {n}")
+    return rows
+
+
+def _object(path: Path, row, where: str) -> None:
+    if not isinstance(row, dict):
+        raise DatasetError(f"{path}, {where}: expected a JSON object (a row), got {type(row).__name__} {str(row)[:40]}")
