@@ -59,6 +59,47 @@ def test_defaults_chain_and_overrides(tmp_path):
     assert cfg.logger.log_dir == "runs/7" and cfg.policy.optimizer.kwargs["lr"] == 1e-5
 
 
+def test_overrides_read_as_hydra_reads_them(tmp_path):
+    """A mapping merges into its section (Hydra's merge, as NeMo RL's parse_hydra_overrides applies it), numbers
+    such as 1e-7 are floats (as in a config file), `{k:v}` without the space is refused, not read as the key "k:v"."""
+    base = load_config(None)
+    cfg = load_config(None, ["loss_fn={ratio_clip_max: 0.28}", "policy.optimizer.kwargs={lr: 1e-6}",
+                             "grpo.advantage_clip_high=1e1"])
+    assert cfg.loss_fn.ratio_clip_max == 0.28
+    assert cfg.loss_fn.reference_policy_kl_penalty == base.loss_fn.reference_policy_kl_penalty
+    assert cfg.policy.optimizer.kwargs == {**base.policy.optimizer.kwargs, "lr": 1e-6}
+    assert cfg.grpo.advantage_clip_high == 10.0
+    cfg = load_config(None, ["policy.scheduler={name: torch.optim.lr_scheduler.CosineAnnealingLR, "
+                             "kwargs: {T_max: 10, eta_min: 1e-7}}"])
+    assert cfg.policy.scheduler.kwargs["eta_min"] == 1e-7
+    with pytest.raises(ConfigError, match="put a space after the colon"):
+        load_config(None, ["policy.tokenizer.chat_template_kwargs={enable_thinking:false}"])
+
+
+def test_an_optimizer_of_ones_own_gets_only_its_own_kwargs_and_a_typo_is_named(tmp_path):
+    (tmp_path / "sgd.yaml").write_text("policy:\n  optimizer:\n    name: torch.optim.SGD\n"
+                                       "    kwargs: {lr: 0.01, momentum: 0.9}\n")
+    assert load_config(str(tmp_path / "sgd.yaml")).policy.optimizer.kwargs == {"lr": 0.01, "momentum": 0.9}
+    (tmp_path / "plain.yaml").write_text("grpo:\n  max_num_steps: 3\n")  # (no optimizer: the schema's AdamW)
+    cfg = load_config(str(tmp_path / "plain.yaml"), ["policy.optimizer.name=torch.optim.Adam",
+                                                     "policy.optimizer.kwargs.lr=1e-4"])
+    assert cfg.policy.optimizer.kwargs == {"lr": 1e-4}  # (not AdamW's weight decay: L2 decay in Adam)
+    proc = cli("policy.optimizer.kwargs.weight_decy=0.1", "--dry-run")
+    assert proc.returncode == 2 and "did you mean weight_decay" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_chat_template_values_as_nemo_rl_reads_them(tmp_path):
+    """`default` is the tokenizer's own and a .jinja path is read; a bare name (a model family's) would be the whole
+    prompt's text and is refused."""
+    (tmp_path / "t.jinja").write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    assert load_config(None, ["policy.tokenizer.chat_template=default"]).policy.tokenizer.chat_template is None
+    cfg = load_config(None, [f"policy.tokenizer.chat_template={tmp_path / 't.jinja'}"])
+    assert cfg.policy.tokenizer.chat_template == (tmp_path / "t.jinja").read_text()
+    for value, said in (("deepseek_v4", "neither a Jinja template"), (tmp_path / "no.jinja", "not found")):
+        with pytest.raises(ConfigError, match=said):
+            load_config(None, [f"policy.tokenizer.chat_template={value}"])
+
+
 @pytest.mark.parametrize("override, message", [
     ("grpo.num_generation_per_prompt=4", "did you mean grpo.num_generations_per_prompt"),
     ("polcy.model_name=x", "did you mean policy"),

@@ -12,10 +12,15 @@ from .test_train import metrics, run
 @pytest.mark.parametrize("override, message", [
     ("grpo.num_generations_per_prompt=1", "set grpo.num_generations_per_prompt >= 2"),
     ("policy.generation.temperature=0", "set policy.generation.temperature > 0"),
+    ("policy.generation.top_k=1", "set policy.generation.top_k to null or above 1"),
+    ("grpo.advantage_clip_low=0 grpo.advantage_clip_high=0", "clip every advantage to 0"),
+    ("loss_fn.use_importance_sampling_correction=true loss_fn.truncated_importance_sampling_type=icepop "
+     "loss_fn.truncated_importance_sampling_ratio=2.0 loss_fn.truncated_importance_sampling_ratio_min=1.5",
+     "every token would be masked"),
     ("policy.optimizer.kwargs.lr=-1e-3", "policy.optimizer.kwargs.lr=-0.001: the learning rate must be > 0"),
 ])
 def test_settings_that_cannot_learn_are_refused_by_dry_run(tmp_path, override, message):
-    proc = subprocess.run([sys.executable, "-m", "execrl.cli", "train", override, "--dry-run",
+    proc = subprocess.run([sys.executable, "-m", "execrl.cli", "train", *override.split(), "--dry-run",
                            f"logger.log_dir={tmp_path}/run"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

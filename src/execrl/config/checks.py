@@ -63,6 +63,12 @@ def check_learnable(cfg: MasterConfig) -> None:
     lr = optimizer_lr(cfg)
     if lr is not None and lr <= 0:
         raise ConfigError(f"policy.optimizer.kwargs.lr={lr}: the learning rate must be > 0 (e.g. 5e-6, NeMo RL's)")
+    if grpo.advantage_clip_low == 0 and grpo.advantage_clip_high == 0:
+        raise ConfigError("grpo.advantage_clip_low=0 and grpo.advantage_clip_high=0 clip every advantage to 0, so "
+                          "nothing is learned: set them to null (no clip) or apart (e.g. -5 and 5)")
+    if gen.top_k == 1:
+        raise ConfigError("policy.generation.top_k=1 samples every answer of a group alike (greedy), so every "
+                          "advantage is 0 and nothing is learned: set policy.generation.top_k to null or above 1")
 
 
 def optimizer_lr(cfg: MasterConfig) -> float | None:
@@ -139,6 +145,25 @@ def check_lora(cfg: MasterConfig) -> None:
                           "nothing: set match_all_linear=false to pick target_modules, or target_modules=[]")
 
 
+def check_optimizer_kwargs(name: str, cls: type, kwargs: dict) -> None:
+    """Each of policy.optimizer.kwargs a parameter of the optimizer's class (a typo would reach it as the run
+    starts, a TypeError after the model loaded)."""
+    import inspect
+
+    from execrl.trainer.optim import FUSED_ADAMW, FUSED_ONLY
+
+    params = inspect.signature(cls.__init__).parameters
+    if any(q.kind is q.VAR_KEYWORD for q in params.values()):
+        return
+    known = set(params) - {"self", "params"} | ({"foreach", "fused"} | (set(FUSED_ONLY) if name in FUSED_ADAMW
+                                                                          else set()))
+    for key in kwargs:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = f": did you mean {close[0]}?" if close else f"; it takes {', '.join(sorted(known))}"
+            raise ConfigError(f"policy.optimizer.kwargs.{key}: {name} takes no argument {key!r}{hint}")
+
+
 def check_memory_options(cfg: MasterConfig) -> None:
     """The optimizer class importable; no float16 (no loss scaling); a checkpointing scope only with checkpointing on;
     policy.cpu_offload where it applies (one GPU, mixed precision, all weights trained)."""
@@ -151,6 +176,7 @@ def check_memory_options(cfg: MasterConfig) -> None:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     p = cfg.policy
+    check_optimizer_kwargs(p.optimizer.name, cls, p.optimizer.kwargs)
     if p.precision in ("float16", "fp16"):
         raise ConfigError(f"policy.precision={p.precision} needs loss scaling, which execrl does not do: set "
                           "policy.precision=bfloat16 (or float32)")
@@ -402,6 +428,11 @@ def check_truncation(cfg: MasterConfig, correcting: bool) -> None:
     if high is not None and low is not None and low > high:
         raise ConfigError(f"loss_fn.truncated_importance_sampling_ratio_min ({low}) is above "
                           f"truncated_importance_sampling_ratio ({high}): set it to at most the ratio")
+    if kind == "icepop" and not low <= 1 <= high:
+        raise ConfigError(f"loss_fn.truncated_importance_sampling_type icepop keeps the tokens whose weight is within "
+                          f"[{low}, {high}], which leaves out 1, about the weight of every token the policy sampled "
+                          "itself: every token would be masked and nothing learned; set ratio_min <= 1 <= ratio "
+                          "(e.g. 0.5 and 5)")
 
 
 def check_async(cfg: MasterConfig) -> None:

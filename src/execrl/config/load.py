@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from execrl.config.errors import ConfigError
 from execrl.config.nemo import adapt, refuse_unresolved
 from execrl.config.schedule import TAGS
-from execrl.config.schema import MasterConfig
+from execrl.config.schema import MasterConfig, OptimizerConfig
 
 CONFIG_DIRS = [Path(__file__).resolve().parents[3] / "configs"]  # the repo's shipped configs
 BUILTIN_DEFAULT = Path(__file__).with_name("builtin_default.yaml")  # `execrl train` with no config
@@ -47,12 +47,14 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
     try:
         given = _read(Path(path) if path else BUILTIN_DEFAULT, [])
         tree = OmegaConf.merge(OmegaConf.create(_under(defaults, given)), given)
+        overridden = set()
         for item in overrides:
-            _override(tree, item)
+            key, value = _override(tree, item)
+            overridden |= {key, *_dotted(value, f"{key}.")}
         plain = OmegaConf.to_container(tree, resolve=True)
         in_file = set(_dotted(OmegaConf.to_container(given, resolve=False)))
-        overridden = {_override_key(item.split("=", 1)[0]) for item in overrides}
         written = in_file | overridden
+        _own_optimizer(plain, written)
     except OmegaConfBaseException as e:
         if isinstance(tree, DictConfig):  # a feature the config turns on and execrl refuses says more
             refuse_unresolved(OmegaConf.to_container(tree, resolve=False))
@@ -203,12 +205,50 @@ def _override(tree: DictConfig, item: str) -> None:
         if node is None:
             break
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = yaml.load(raw, _ValueLoader) if raw.strip() else None
     except yaml.YAMLError as e:
         where = getattr(e, "problem", None) or "not valid YAML"
         raise ConfigError(f"override {key}={raw}: the value is read as YAML and is not valid ({where}); close its "
                           "brackets and braces, or quote it to pass it as text (e.g. 'key=\"[1\"')") from None
-    OmegaConf.update(tree, key, value, merge=False, force_add=True)
+    if (glued := _glued_keys(value)) is not None:
+        raise ConfigError(f"override {key}={raw}: {glued!r} reads as one key with no value; put a space after the "
+                          f"colon ({{{glued.replace(':', ': ', 1)}}})")
+    # a mapping merges into the section it names, as Hydra's overrides (NeMo RL's) do; anything else replaces
+    merge = isinstance(value, dict) and isinstance(OmegaConf.select(tree, key, throw_on_missing=False), DictConfig)
+    OmegaConf.update(tree, key, value, merge=merge, force_add=True)
+    return key, value
+
+
+def _own_optimizer(plain: dict, written: set[str]) -> None:
+    """An optimizer other than the schema's AdamW gets only the kwargs the config wrote (AdamW's defaults, betas
+    and weight decay, would reach it: L2 decay for Adam, a TypeError for SGD), as NeMo RL passes its kwargs."""
+    opt = (plain.get("policy") or {}).get("optimizer")
+    default = OptimizerConfig().name
+    if isinstance(opt, dict) and isinstance(opt.get("kwargs"), dict) and opt.get("name", default) != default:
+        opt["kwargs"] = {k: v for k, v in opt["kwargs"].items() if f"policy.optimizer.kwargs.{k}" in written}
+
+
+class _ValueLoader(yaml.SafeLoader):
+    """YAML 1.1 as PyYAML reads it, but for floats without a dot (1e-7), which OmegaConf's loader (the config
+    files') and Hydra read as floats and YAML 1.1 as strings."""
+
+
+_ValueLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(
+    r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+
+
+def _glued_keys(value) -> str | None:
+    """A key of a mapping, at any depth, written `k:v` without the space YAML needs (Hydra's `{k:v}`): it reads as
+    the key "k:v" with no value."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if v is None and isinstance(k, str) and ":" in k and not k.startswith(("http:", "https:")):
+                return k
+            if (inner := _glued_keys(v)) is not None:
+                return inner
+    elif isinstance(value, list):
+        return next((g for g in map(_glued_keys, value) if g is not None), None)
+    return None
 
 
 def validate(tree: dict) -> MasterConfig:

@@ -4,6 +4,7 @@ logger.*, checkpointing.*, cluster.*), so its GRPO configs load unchanged."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
@@ -19,9 +20,29 @@ from execrl.tasks.registry import DATASETS, dataset_key
 
 class TokenizerConfig(Section):
     name: str | None = Field(None, description="tokenizer id or directory; null: the model's own")
-    chat_template: str | None = Field(None, description="a Jinja chat template to use instead of the tokenizer's")
+    chat_template: str | None = Field(None, description="a Jinja chat template to use instead of the tokenizer's, "
+                                      "or a .jinja file holding one (read as the config loads); null or `default`: "
+                                      "the tokenizer's own")
     chat_template_kwargs: dict[str, Any] | None = Field(None, description="passed to the chat template, e.g. "
                                                         "{enable_thinking: false}")
+
+    @field_validator("chat_template")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        """As NeMo RL's get_tokenizer: `default` keeps the tokenizer's own, a path ending .jinja is read; anything
+        else must be a template itself (a name such as a model family's would become the prompt's whole text).
+        Named difference: null here is the tokenizer's own, where NeMo RL makes it a passthrough template."""
+        if value is None or value == "default":
+            return None
+        if value.endswith((".jinja", ".jinja2")):
+            path = Path(value).expanduser()
+            if not path.is_file():
+                raise ValueError(f"chat template file {value} not found (a path ending .jinja is read as the template)")
+            return path.read_text(encoding="utf-8")
+        if "{{" not in value and "{%" not in value:
+            raise ValueError(f"{value!r} is neither a Jinja template (it has no {{{{ }}}} or {{% %}}) nor a .jinja "
+                             "file: set `default` (or null) for the tokenizer's own, a file path, or the template")
+        return value
 
 
 class VllmConfig(Section):
