@@ -237,3 +237,19 @@ def test_configs_load_as_nemo_rl_loads_them(tmp_path):
     assert cfg.grpo.max_num_steps == 3 and cfg.grpo.num_prompts_per_step == 4
     with pytest.raises(ConfigError, match="cannot resolve"):
         load_config(None, ["policy.model_name=${nowhere.at_all}"])
+
+
+def test_data_default_fills_each_datasets_missing_keys_as_nemo_rl(tmp_path):
+    """NeMo RL's custom-dataset example (grpo_math_1B.yaml's comments): the dataset keys under data.default reach
+    every dataset that does not set them (update_single_dataset_config)."""
+    (tmp_path / "rows.jsonl").write_text('{"question": "1+1?", "answer": "2"}\n')
+    (tmp_path / "resp.yaml").write_text(
+        "data:\n  train:\n    data_path: rows.jsonl\n    input_key: question\n"
+        "  validation:\n    data_path: rows.jsonl\n    output_key: out\n"
+        "  default:\n    dataset_name: ResponseDataset\n    input_key: input\n    output_key: answer\n"
+        "    processor: math_hf_data_processor\n    env_name: math\n")
+    cfg = load_config(str(tmp_path / "resp.yaml"))
+    train, val = cfg.data.train, cfg.data.validation
+    assert (train.dataset_name, train.input_key, train.output_key) == ("ResponseDataset", "question", "answer")
+    assert (val.dataset_name, val.input_key, val.output_key) == ("ResponseDataset", "input", "out")
+    assert cfg.data.default.env_name == "math"

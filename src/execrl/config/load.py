@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from execrl.config.errors import ConfigError
 from execrl.config.nemo import adapt, refuse_unresolved
+from execrl.config.nemo_data import SHARED
 from execrl.config.schedule import TAGS
 from execrl.config.schema import MasterConfig, OptimizerConfig
 
@@ -46,6 +47,7 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
     tree = None
     try:
         given = _read(Path(path) if path else BUILTIN_DEFAULT, [])
+        _fill_from_data_default(given)
         tree = OmegaConf.merge(OmegaConf.create(_under(defaults, given)), given)
         overridden = set()
         for item in overrides:
@@ -64,6 +66,30 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
     cfg = validate(plain)
     cfg._nemo_ignored, cfg._nemo_mapped, cfg._written = ignored, mapped, written
     return cfg
+
+
+def _fill_from_data_default(given: DictConfig) -> None:
+    """NeMo RL's data.default: each dataset (data.train, data.validation, or each of their list's) takes the default's
+    keys it does not set itself (update_single_dataset_config); the keys every dataset shares (the environment, the
+    processor, the prompt files) stay data.default's."""
+    data = given.get("data") if isinstance(given, DictConfig) else None
+    default = data.get("default") if isinstance(data, DictConfig) else None
+    if not isinstance(default, DictConfig):
+        return
+    own = {k: default[k] for k in list(default.keys()) if k not in SHARED}
+    if not own:
+        return
+    for section in ("train", "validation"):
+        value = data.get(section)
+        for entry in value if isinstance(value, ListConfig) else [value]:
+            if isinstance(entry, DictConfig):
+                for key, v in own.items():
+                    if key not in entry:
+                        entry[key] = v
+    if data.get("train") is None:  # (no train section: the default's dataset is it)
+        data["train"] = dict(own)
+    for key in own:
+        del default[key]
 
 
 def _dotted(tree, prefix: str = ""):
