@@ -253,3 +253,14 @@ def test_data_default_fills_each_datasets_missing_keys_as_nemo_rl(tmp_path):
     assert (train.dataset_name, train.input_key, train.output_key) == ("ResponseDataset", "question", "answer")
     assert (val.dataset_name, val.input_key, val.output_key) == ("ResponseDataset", "input", "out")
     assert cfg.data.default.env_name == "math"
+
+
+def test_a_defaults_entry_found_among_execrls_own_configs_says_so(tmp_path, capsys):
+    (tmp_path / "mine.yaml").write_text("defaults: grpo_math_1B.yaml\ngrpo:\n  max_num_steps: 3\n")
+    load_config(str(tmp_path / "mine.yaml"))
+    assert "read execrl's own" in capsys.readouterr().err
+    (tmp_path / "grpo_math_1B.yaml").write_text("grpo:\n  num_prompts_per_step: 4\n")  # (one of its own beside it)
+    assert load_config(str(tmp_path / "mine.yaml")).grpo.num_prompts_per_step == 4
+    assert "read execrl's own" not in capsys.readouterr().err
+    proc = cli("--dry-run", "grpo.max_num_epochs=1")
+    assert "grpo.max_num_epochs=1 passes over the training problems end the run first" in proc.stdout

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,10 @@ def _known(key: str) -> bool:
 def _find(name: str, near: Path | None) -> Path:
     for base in ([near] if near else []) + [Path.cwd(), Path.cwd() / "configs", *CONFIG_DIRS, BUILTIN_DEFAULT.parent]:
         if (base / name).is_file():
+            if near is not None and base in CONFIG_DIRS and base.resolve() != Path.cwd().resolve() / "configs":
+                # (a NeMo RL config's `defaults: grpo_math_1B.yaml` found no file of NeMo's beside it: say whose)
+                print(f"note: `defaults: {name}` read execrl's own {base / name} (no {name} next to the including "
+                      "file, in ./ or in ./configs/)", file=sys.stderr)
             return base / name
     raise ConfigError(f"config file {name!r} not found (looked next to the including file, in ./ and in configs/; "
                       f"{BUILTIN_DEFAULT.name} is the built-in default)")
