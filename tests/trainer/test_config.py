@@ -255,7 +255,8 @@ def test_data_default_fills_each_datasets_missing_keys_as_nemo_rl(tmp_path):
     assert cfg.data.default.env_name == "math"
 
 
-def test_a_defaults_entry_found_among_execrls_own_configs_says_so(tmp_path, capsys):
+def test_a_defaults_entry_found_among_execrls_own_configs_says_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # (not the checkout, whose ./configs/ is execrl's own)
     (tmp_path / "mine.yaml").write_text("defaults: grpo_math_1B.yaml\ngrpo:\n  max_num_steps: 3\n")
     load_config(str(tmp_path / "mine.yaml"))
     assert "read execrl's own" in capsys.readouterr().err
