@@ -74,7 +74,7 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         if repeated:
             err.print(f"[yellow]{len(repeated)} problem ids repeat in {cfg.dataset}/{cfg.split} (e.g. {repeated[0]!r}): "
                       "each row is its own problem; results.jsonl lists them in the dataset's order[/]")
-    elif problems and len(texts) < len(problems) and any(p.id in {q.id for q in problems} for p, _ in texts):
+    elif problems and len(texts) < len(problems) and {id(q) for q in problems} & {id(p) for p, _ in texts}:
         err.print(f"[yellow]{completions} has completions of {len(texts)} of the {len(problems)} problems of "
                   f"{cfg.dataset}/{cfg.split}{' (--limit)' if cfg.limit else ''}: pass@k is over those {len(texts)}[/]")
     posed = problems if texts is None else [p for p, _ in texts]
