@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from execrl.sandbox import Grader, Limits, Verdict
+from execrl.sandbox.inside.protocol import MAX_NODES
 from execrl.sandbox.isolation import detect
 
 from .conftest import FAST, ONE
@@ -175,6 +176,46 @@ def test_a_later_program_finds_nothing_the_earlier_left(solo):
     find = LIBC + ("import os\nfound = [p for p in ('/dev/shm/answer', '/tmp/answer') if os.path.exists(p)]\n"
                    "sid = libc.shmget(777, 4096, 0o666)\nprint('ok' if sid < 0 and not found else 'left: %s %s' % (sid, found))")
     assert solo.grade(find, ONE).verdict == V.PASS
+
+
+def test_the_streams_the_zygote_keeps_carry_nothing_to_the_next_program(solo):
+    """The zygote reuses its four stream memfds: what a program can attach to them (extended attributes, charged to
+    the sandbox's memory; a lock on the description it shares with the zygote, whose range can hide a number; the
+    description's owner) is cleared, so the next program on the worker reads none of it and its memory is its
+    own."""
+    leave = "import os\nfor fd in (0, 1, 2, 3):\n    os.setxattr(fd, 'user.answer', b'42')\nprint('ok')"
+    assert solo.grade(leave, ONE).verdict == V.PASS
+    read = "import os\nprint('ok' if not any(os.listxattr(fd) for fd in (0, 1, 2)) else 'left')"
+    assert solo.grade(read, ONE).verdict == V.PASS
+    # more than can be listed (and so removed), up to the memory limit: the grader replaces that sandbox
+    fill = ("import os\nfor fd in (0, 1, 2, 3):\n    try:\n        for i in range(10 ** 6):\n"
+            "            os.setxattr(fd, 'user.%d' % i, b'x' * 65000)\n    except OSError:\n        pass\nprint('ok')")
+    solo.grade(fill, ONE)
+    for _ in range(3):
+        assert solo.grade(read, ONE).verdict == V.PASS
+    hide = ("import fcntl, os, struct\n"
+            "fcntl.fcntl(1, fcntl.F_OFD_SETLK, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 4242, 1, 0))\n"
+            "fcntl.flock(1, fcntl.LOCK_EX)\nfcntl.fcntl(1, fcntl.F_SETOWN, os.getpid())\nprint('ok')")
+    assert solo.grade(hide, ONE).verdict == V.PASS
+    find = ("import fcntl, os, struct\nfd = os.open('/proc/self/fd/1', os.O_RDWR)\n"
+            "probe = struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0)\n"
+            "kind = struct.unpack('hhqqi4x', fcntl.fcntl(fd, fcntl.F_OFD_GETLK, probe))[0]\n"
+            "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n    flocked = False\n"
+            "except OSError:\n    flocked = True\nowner = fcntl.fcntl(1, fcntl.F_GETOWN)\n"
+            "print('ok' if kind == fcntl.F_UNLCK and not flocked and owner == 0 else "
+            "'left: %s %s %s' % (kind, flocked, owner))")
+    r = solo.grade(find, ONE)
+    assert r.verdict == V.PASS, r.tests[0].output
+
+
+def test_a_returned_value_of_millions_of_elements_is_refused_unparsed(solo):
+    """16 MB of [[],[],...] parses into 5.4 million lists: ~800 MB and seconds of the grader's interpreter (and the
+    runner's), from one test. It fails unparsed."""
+    code = ("import os\ndef f(x):\n    os.write(3, b'{\"value\": [' + b'[],' * 2500000 + b'[]]}\\n')\n"
+            "    os._exit(0)\n")
+    r = solo.grade(code, CALL_F)
+    assert r.verdict == V.FAIL and r.tests[0].detail in ("returned a value that is not plain data",  # (the runner
+                                                         f"returned a value of more than {MAX_NODES:,} elements")  # drops it)
 
 
 @namespaces

@@ -15,7 +15,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 
 from execrl.sandbox.compare import outputs_match, values_match
-from execrl.sandbox.inside.protocol import decode, encode
+from execrl.sandbox.inside.protocol import MAX_NODES, decode, encode, too_many_nodes
 from execrl.sandbox.languages import Language, get_language
 from execrl.sandbox.pool import ReplyUnreadable, Worker, WorkerDied, WorkerPool
 from execrl.sandbox.spec import (
@@ -424,6 +424,9 @@ def _judge(r: dict, stdout: bytes, err: bytes, value_json: bytes, spec, i: int, 
         if t.verdict == V.FAIL:
             t.output = _text(stdout[:OUTPUT_PREVIEW * 4])[:OUTPUT_PREVIEW]
     else:
+        if too_many_nodes(value_json):
+            t.verdict, t.detail = V.FAIL, f"returned a value of more than {MAX_NODES:,} elements"
+            return t
         try:  # the value is the program's: whatever is wrong with it fails the test, and never reaches our caller
             value = decode(json.loads(value_json.decode("utf-8", "surrogatepass")), hashed=False)
         except (ValueError, RecursionError):  # none (b""), or not JSON, or not plain data

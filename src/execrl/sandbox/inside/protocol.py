@@ -76,6 +76,14 @@ def _downcast(v, base):
 
 
 MAX_DEPTH = 200  # plain data nested deeper than this is refused both ways (deeper would exhaust the recursion limit)
+MAX_NODES = 2_000_000  # a returned value's JSON with more separators than this ([, {, ,) is not parsed: 16 MB of
+# [[],[],...] made 5.4 million lists, ~800 MB and seconds of the grader's interpreter, from one test
+
+
+def too_many_nodes(text: bytes | bytearray | str) -> bool:
+    """Whether JSON text could hold more than MAX_NODES values (counted before any parsing)."""
+    return text.count("[" if isinstance(text, str) else b"[") + text.count("{" if isinstance(text, str) else b"{") \
+        + text.count("," if isinstance(text, str) else b",") > MAX_NODES
 
 
 def encode(v, other=None, depth: int = 0):

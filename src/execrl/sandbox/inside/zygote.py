@@ -15,6 +15,7 @@ the last one forked).
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import json
 import os
@@ -42,7 +43,7 @@ from .child import (
     python_child,
     report_setup_failure,
 )
-from .protocol import MAX_DEPTH, decode, recv_msg, send_msg
+from .protocol import MAX_DEPTH, decode, recv_msg, send_msg, too_many_nodes
 
 # Not imported here: threading and random. Their at-fork handlers would add ~0.75 ms to every test's
 # fork; a program that uses threads imports threading itself.
@@ -146,6 +147,15 @@ class Zygote:
         over."""
         self.kill_all()
         _collect_unix_sockets()
+        for fd in getattr(self, "streams", {}).values():  # extended attributes a program set on our streams: data
+            try:  # for the next program, and memory charged to this sandbox's cgroup while they last
+                names = os.listxattr(fd)
+            except OSError as e:
+                if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):  # (a kernel whose memfds hold none)
+                    continue
+                raise  # (E2BIG: more names than can be listed, so not removed: the grader replaces this sandbox)
+            for name in names:
+                os.removexattr(fd, name)
         for top, mode in self.tops.items():
             if top in self.fresh:  # its files, and its inode numbers (a counter per tmpfs), go with it
                 _check(seccomp.LIBC.umount2(top.encode(), MNT_DETACH), f"umount {top}")
@@ -281,12 +291,19 @@ class Zygote:
     def _streams_for(self, stdin: bytes) -> dict[int, int]:
         """The next child's stdin, stdout, stderr and status: our memfds emptied, with our mode and
         flags back (every process of the last child is gone, but it may have fchmod'ed them or
-        cleared O_APPEND on the file description it shared with us), stdin holding `stdin`."""
+        cleared O_APPEND on the file description it shared with us), stdin holding `stdin`. What else
+        the last child could leave on the file or the description it shared with us goes too: its
+        locks (flock and open-file-description locks belong to the description, and outlive it: a
+        value hidden in a lock's range) and the description's owner (F_SETOWN: another number); its
+        extended attributes go after each program (reset)."""
         for target, fd in self.streams.items():
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
             os.fchmod(fd, 0o777)
             fcntl.fcntl(fd, fcntl.F_SETFL, os.O_APPEND if target else 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_UNLCK, os.SEEK_SET, 0, 0, 0))
+            fcntl.fcntl(fd, fcntl.F_SETOWN, 0)
         if stdin:
             os.write(self.streams[0], stdin)
             os.lseek(self.streams[0], 0, os.SEEK_SET)
@@ -753,6 +770,8 @@ def _status_lines(raw: bytes, last_only: bool) -> list[dict]:
     lines = raw.decode("utf-8", "replace").splitlines()
     out = []
     for line in reversed(lines[-16:]) if last_only else lines:
+        if too_many_nodes(line):  # (parsed, it would take the runner's memory and time, outside the program's limits)
+            continue
         try:
             st = json.loads(line)
         except (ValueError, RecursionError):
