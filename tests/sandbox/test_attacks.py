@@ -218,6 +218,25 @@ def test_a_returned_value_of_millions_of_elements_is_refused_unparsed(solo):
                                                          f"returned a value of more than {MAX_NODES:,} elements")  # drops it)
 
 
+@pytest.mark.parametrize("reps", [100, 300, 6000])
+def test_a_return_value_is_not_in_the_next_programs_memory(solo, reps):
+    """A call-form program's return value is parsed out of its status in a child of the runner, not in the runner
+    (whose heap every later test's process is forked from): a later program on the same worker that scans its own
+    memory for an earlier correct answer finds none."""
+    answer = "ANSWER_" + "k7q" * reps + "144"
+    spec = {"fn_name": "solve", "inputs": ["12"], "outputs": [json.dumps(answer)]}
+    honest = f"def solve(n):\n    return 'ANSWER_' + 'k7q' * {reps} + str(n * n)\n"
+    thief = ("import re\ndef solve(n):\n    mem = open('/proc/self/mem', 'rb', 0)\n"
+             "    for line in open('/proc/self/maps').read().splitlines():\n"
+             "        span, perms = line.split()[:2]\n        a, b = (int(x, 16) for x in span.split('-'))\n"
+             "        if 'r' not in perms or b - a > 1 << 28:\n            continue\n        try:\n"
+             "            mem.seek(a)\n            chunk = mem.read(b - a)\n        except OSError:\n            continue\n"
+             f"        for m in re.finditer(rb'ANSWER_(?:k7q){{{reps}}}[0-9]+', chunk):\n"
+             "            return m.group().decode()\n")
+    assert solo.grade(honest, spec).verdict == V.PASS
+    assert solo.grade(thief, spec).verdict == V.FAIL
+
+
 @namespaces
 def test_no_user_namespace_of_its_own(grader):
     code = LIBC + "print('ok' if libc.unshare(0x10000000) != 0 else 'unshared')"  # CLONE_NEWUSER
