@@ -303,7 +303,8 @@ def eval_config(args):
     if args.grading_share > 1:
         raise ValueError(f"--grading-share is a share of the sandbox's workers, in [0, 1]; got {args.grading_share}")
     ks = tuple(sorted({int(k) for k in args.k.split(",") if k.strip()}))
-    if not ks or min(ks) < 1 or max(ks) > args.samples:
+    # (with --completions each problem has the file's samples: pass@k leaves out those with fewer than k, and says so)
+    if not ks or min(ks) < 1 or (max(ks) > args.samples and not args.completions):
         raise ValueError(f"--k values must be between 1 and --samples ({args.samples}), got {args.k!r}")
     temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 0.8)
     return EvalConfig(dataset=args.dataset, split=args.split, data_path=args.data_path, limit=args.limit,

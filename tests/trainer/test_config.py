@@ -265,3 +265,9 @@ def test_a_defaults_entry_found_among_execrls_own_configs_says_so(tmp_path, caps
     assert "read execrl's own" not in capsys.readouterr().err
     proc = cli("--dry-run", "grpo.max_num_epochs=1")
     assert "grpo.max_num_epochs=1 passes over the training problems end the run first" in proc.stdout
+
+
+def test_a_config_named_relative_to_the_checkout_reads_from_elsewhere(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config("configs/grpo_code_2gpu_test.yaml")
+    assert cfg.cluster.gpus_per_node == 2 and "read execrl's own" in capsys.readouterr().err

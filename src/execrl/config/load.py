@@ -148,12 +148,14 @@ def _known(key: str) -> bool:
 
 
 def _find(name: str, near: Path | None) -> Path:
-    for base in ([near] if near else []) + [Path.cwd(), Path.cwd() / "configs", *CONFIG_DIRS, BUILTIN_DEFAULT.parent]:
-        if (base / name).is_file():
-            if near is not None and base in CONFIG_DIRS and base.resolve() != Path.cwd().resolve() / "configs":
+    own = [*CONFIG_DIRS, *(d.parent for d in CONFIG_DIRS)]  # (the checkout's configs/, and names such as
+    for base in ([near] if near else []) + [Path.cwd(), Path.cwd() / "configs", *own, BUILTIN_DEFAULT.parent]:
+        if (base / name).is_file():  # configs/x.yaml relative to the checkout, run from elsewhere)
+            if base != near and base in own and (base / name).resolve() != (Path.cwd() / name).resolve():
                 # (a NeMo RL config's `defaults: grpo_math_1B.yaml` found no file of NeMo's beside it: say whose)
-                print(f"note: `defaults: {name}` read execrl's own {base / name} (no {name} next to the including "
-                      "file, in ./ or in ./configs/)", file=sys.stderr)
+                print(f"note: {f'`defaults: {name}`' if near is not None else name} read execrl's own {base / name} "
+                      f"(no {name} {'next to the including file, ' if near is not None else ''}in ./ or in ./configs/)",
+                      file=sys.stderr)
             return base / name
     raise ConfigError(f"config file {name!r} not found (looked next to the including file, in ./ and in configs/; "
                       f"{BUILTIN_DEFAULT.name} is the built-in default)")

@@ -80,12 +80,14 @@ def arith_judge(prompt, seed: int, device: torch.device, steps: int = 450):
     from execrl.models import BYTE_VOCAB, build_tiny_model, build_tokenizer
 
     start = time.perf_counter()
+    say = Console(stderr=True, quiet=os.environ.get("RANK", "0") != "0").print
+    say(f"training the built-in reward model builtin:arith-judge ({steps} steps; 1-3 minutes on 2 CPU cores)")
     tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
     rm = RewardModel(build_tiny_model(tok, hidden=64, layers=2, heads=4, seed=seed, reward_head=True).to(device), tok)
     pairs = arith_pairs(prompt, 4096, seed)
     train, held_out = pairs[:-256], pairs[-256:]
     loss = train_pairs(rm, train, steps, lr=3e-3, batch_size=32, seed=seed)
-    Console(stderr=True, quiet=os.environ.get("RANK", "0") != "0").print(f"built-in reward model builtin:arith-judge: {steps} Bradley-Terry steps on the built-in "
-                               f"task's preferences in {time.perf_counter() - start:.0f} s, loss {loss:.3f}, held-out "
-                               f"preference accuracy {accuracy(rm, held_out):.3f}")
+    say(f"built-in reward model builtin:arith-judge: {steps} Bradley-Terry steps on the built-in "
+        f"task's preferences in {time.perf_counter() - start:.0f} s, loss {loss:.3f}, held-out "
+        f"preference accuracy {accuracy(rm, held_out):.3f}")
     return rm.model, tok
