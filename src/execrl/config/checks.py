@@ -155,8 +155,9 @@ def check_optimizer_kwargs(name: str, cls: type, kwargs: dict) -> None:
     params = inspect.signature(cls.__init__).parameters
     if any(q.kind is q.VAR_KEYWORD for q in params.values()):
         return
-    known = set(params) - {"self", "params"} | ({"foreach", "fused"} | (set(FUSED_ONLY) if name in FUSED_ADAMW
-                                                                          else set()))
+    known = set(params) - {"self", "params"} | {"foreach", "fused"}  # (the two make_optimizer sets itself)
+    if name in FUSED_ADAMW:
+        known |= set(FUSED_ONLY)  # (read, and dropped, for a fused AdamW of another library)
     for key in kwargs:
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)

@@ -148,11 +148,12 @@ def _known(key: str) -> bool:
 
 
 def _find(name: str, near: Path | None) -> Path:
-    own = [*CONFIG_DIRS, *(d.parent for d in CONFIG_DIRS)]  # (the checkout's configs/, and names such as
+    # the checkout's configs/, and its root (a name such as configs/x.yaml, given from another directory)
+    own = [*CONFIG_DIRS, *(d.parent for d in CONFIG_DIRS)]
     for base in ([near] if near else []) + [Path.cwd(), Path.cwd() / "configs", *own, BUILTIN_DEFAULT.parent]:
-        if (base / name).is_file():  # configs/x.yaml relative to the checkout, run from elsewhere)
+        if (base / name).is_file():
             if base != near and base in own and (base / name).resolve() != (Path.cwd() / name).resolve():
-                # (a NeMo RL config's `defaults: grpo_math_1B.yaml` found no file of NeMo's beside it: say whose)
+                # (e.g. a NeMo RL config's `defaults: grpo_math_1B.yaml` with no NeMo file beside it: say whose)
                 print(f"note: {f'`defaults: {name}`' if near is not None else name} read execrl's own {base / name} "
                       f"(no {name} {'next to the including file, ' if near is not None else ''}in ./ or in ./configs/)",
                       file=sys.stderr)
@@ -220,7 +221,8 @@ def _override_key(key: str) -> str:
     return re.sub(r"\[(\d+)\]", r".\1", key.strip().lstrip("+"))
 
 
-def _override(tree: DictConfig, item: str) -> None:
+def _override(tree: DictConfig, item: str) -> tuple[str, Any]:
+    """Apply one `key=value` override to `tree`; (the dotted key, the value as read)."""
     if "=" not in item:
         raise ConfigError(f"override {item!r} is not key=value (e.g. grpo.num_prompts_per_step=8)")
     key, raw = item.split("=", 1)

@@ -427,13 +427,14 @@ def end(e: Episode, step: Step) -> None:
 def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str, float]:
     """Each per-episode metric's sum over the episodes generated (key k) and the number of episodes
     it is over (key k#n), so that several processes' dicts add up (a missing key counting 0) to
-    those of all their episodes: see episode_means. Over the episodes the policy played (Episode.played:
-    in self-play neither a seat that never moved nor the frozen opponent's), rewards over the valid ones (the
-    sandbox answered), the rest over all; the verdicts over the policy's seats, moved or not; turns, tool calls and errors per episode, the mean reward of the
-    episodes that took n turns, the environment's own metrics (a game's by game and role), the
-    reward model's raw score (whatever its component makes of it), and the fraction of each verdict
-    of the `kinds` of task (default: those of these episodes; pass the dataset's when processes may
-    hold different ones)."""
+    those of all their episodes: see episode_means. Over the episodes the policy played
+    (Episode.played: in self-play neither a seat that never moved nor the frozen opponent's):
+    rewards over the valid ones (the sandbox answered), the rest over all; turns, tool calls and
+    errors per episode, the mean reward of the episodes that took n turns, the environment's own
+    metrics (a game's by game and role), the reward model's raw score (whatever its component makes
+    of it); and, over the policy's seats, moved or not, the fraction of each verdict of the `kinds`
+    of task (default: those of these episodes; pass the dataset's when processes may hold
+    different ones)."""
     seats = [e for e in rollouts.generated if not e.env.frozen]  # (the policy's: the verdicts' denominator)
     eps = [e for e in seats if e.played]
     valid = [e for e in eps if e.reward.valid]
