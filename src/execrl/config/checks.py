@@ -177,7 +177,6 @@ def check_memory_options(cfg: MasterConfig) -> None:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     p = cfg.policy
-    check_optimizer_kwargs(p.optimizer.name, cls, p.optimizer.kwargs)
     if p.precision in ("float16", "fp16"):
         raise ConfigError(f"policy.precision={p.precision} needs loss scaling, which execrl does not do: set "
                           "policy.precision=bfloat16 (or float32)")
@@ -186,7 +185,8 @@ def check_memory_options(cfg: MasterConfig) -> None:
                           "checkpointing recomputes, and checkpointing is off: set policy.activation_checkpointing=true "
                           "(or leave the scope out)")
     if p.optimizer.kwargs.get("bf16_stochastic_round"):
-        check_stochastic_round(cfg, cls)
+        check_stochastic_round(cfg, cls)  # (before the kwargs' own check: it names the optimizers that round)
+    check_optimizer_kwargs(p.optimizer.name, cls, p.optimizer.kwargs)
     if not p.cpu_offload:
         return
     why = None
