@@ -77,7 +77,7 @@ def _fill_from_data_default(given: DictConfig) -> None:
     default = data.get("default") if isinstance(data, DictConfig) else None
     if not isinstance(default, DictConfig):
         return
-    own = {k: default[k] for k in list(default.keys()) if k not in SHARED}
+    own = {k: default[k] for k in default if k not in SHARED}
     if not own:
         return
     for section in ("train", "validation"):

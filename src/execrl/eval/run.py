@@ -21,7 +21,7 @@ from execrl.extract import extract
 from execrl.prompts import PromptConfig, build_messages, drop_long_prompts, render
 from execrl.rewards import CORRECT, Sample, outcome, sandbox_failures
 from execrl.rewards.outcome import NO_CODE, graded_in_sandbox
-from execrl.sandbox import LANGUAGES, Grader, Limits, TestSpecError, check_infra_share, parse_tests
+from execrl.sandbox import LANGUAGES, Grader, Limits, TestSpecError, check_infra_share, language_named, parse_tests
 from execrl.sandbox.spec import truncate_tests
 from execrl.tasks import Problem, dataset_key, load_problems
 from execrl.tasks.problem import DatasetError, read_rows
@@ -212,9 +212,10 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
 
 def own_problem(path: str, n: int, row: dict, pid: str, max_tests: int) -> Problem:
     """A completions row's own problem: its "tests" (a code problem) or "answer" (math)."""
-    language = row.get("language") or "python"
-    if not isinstance(language, str) or language not in LANGUAGES:
-        raise DatasetError(f"{path}, row {n}: language {language!r} is not one the sandbox runs ({sorted(LANGUAGES)})")
+    language = language_named(row.get("language"))
+    if language is None:
+        raise DatasetError(f"{path}, row {n}: language {row.get('language')!r} is not one the sandbox runs "
+                           f"({sorted(LANGUAGES)})")
     try:
         tests = truncate_tests(parse_tests(row["tests"]), max_tests) if "tests" in row else None
     except TestSpecError as e:
@@ -272,7 +273,8 @@ def ran(cfg: EvalConfig, source: dict) -> dict:
     sampled = {"samples_per_problem": cfg.samples, "temperature": cfg.temperature, "top_p": cfg.top_p, "seed": cfg.seed,
                "max_new_tokens": cfg.max_new_tokens, "max_prompt_tokens": cfg.max_prompt_tokens,
                "backend": cfg.backend, "guided": cfg.guided} if "model" in source else {}
-    return {**source, **sampled, "data_path": None if cfg.data_path is None else str(cfg.data_path), "data_seed": cfg.data_seed, "limit": cfg.limit,
+    data_path = None if cfg.data_path is None else str(cfg.data_path)
+    return {**source, **sampled, "data_path": data_path, "data_seed": cfg.data_seed, "limit": cfg.limit,
             "max_tests": cfg.max_tests, "timeout_s": cfg.timeout_s, "system_prompt": cfg.prompt.system_prompt,
             "answer_format": cfg.prompt.answer_format, "code_style": cfg.prompt.code_style}
 

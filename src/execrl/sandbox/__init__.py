@@ -84,7 +84,7 @@ from execrl.sandbox.grader import (
     check_infra_share,
     program_verdict,
 )
-from execrl.sandbox.languages import LANGUAGES, Language, get_language, load_languages
+from execrl.sandbox.languages import LANGUAGES, Language, get_language, language_named, load_languages
 from execrl.sandbox.spec import (
     AssertTests,
     CallTests,
@@ -98,7 +98,7 @@ from execrl.sandbox.spec import (
 )
 
 __all__ = [
-    "Grader", "Limits", "ProgramResult", "SandboxUnusable", "SandboxFailing", "check_infra_share", "RunResult", "TestResult", "program_verdict", "LANGUAGES", "Language",
+    "Grader", "Limits", "ProgramResult", "SandboxUnusable", "SandboxFailing", "check_infra_share", "RunResult", "TestResult", "program_verdict", "LANGUAGES", "Language", "language_named",
     "get_language", "load_languages", "TestSpec", "TestSpecError", "Verdict", "parse_tests", "split_test_script",
     "AssertTests", "CallTests", "CheckTests", "StdioTests",
 ]

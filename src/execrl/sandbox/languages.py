@@ -48,6 +48,12 @@ def get_language(name: str) -> Language:
     return LANGUAGES[key]
 
 
+def language_named(value, default: str = "python") -> str | None:
+    """A row's language (empty: `default`) where the sandbox runs it, else None (an unknown name, or not a name)."""
+    value = value or default
+    return value if isinstance(value, str) and value in LANGUAGES else None
+
+
 def load_languages(path: str) -> None:
     """Register the languages in a YAML file: {name: {file, run, compile?}}."""
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import json
 
-from execrl.sandbox import LANGUAGES, TestSpecError, parse_tests
+from execrl.sandbox import LANGUAGES, TestSpecError, language_named, parse_tests
 from execrl.tasks.problem import DatasetError, Problem, chat_messages, read_rows
 from execrl.tasks.registry import register
 
@@ -33,8 +33,8 @@ def load(path, split, report, fields: dict | None = None, **_):
         if messages is None:
             report.skip(rid, f"no prompt in field {f['prompt']!r} (a string, or messages with string role and content)")
             continue
-        language = row.get(f["language"]) or "python"
-        if not isinstance(language, str) or language not in LANGUAGES:
+        language = language_named(row.get(f["language"]))
+        if language is None:
             report.skip(rid, f"a language the sandbox does not run (it runs {', '.join(sorted(LANGUAGES))})")
             continue
         metadata = {}

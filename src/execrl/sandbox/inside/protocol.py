@@ -82,8 +82,8 @@ MAX_NODES = 2_000_000  # a returned value's JSON with more separators than this 
 
 def too_many_nodes(text: bytes | bytearray | str) -> bool:
     """Whether JSON text could hold more than MAX_NODES values (counted before any parsing)."""
-    return text.count("[" if isinstance(text, str) else b"[") + text.count("{" if isinstance(text, str) else b"{") \
-        + text.count("," if isinstance(text, str) else b",") > MAX_NODES
+    marks = ("[", "{", ",") if isinstance(text, str) else (b"[", b"{", b",")
+    return sum(map(text.count, marks)) > MAX_NODES
 
 
 def encode(v, other=None, depth: int = 0):

@@ -84,10 +84,10 @@ class Zygote:
         # the exit log, where the kernel allows it (bwrap-root mode) and no cgroup charges reaped
         # children's CPU
         self.exits = ExitLog.open() if self.is_init and cgroup is None else None
-        self.reset()
         # the children's streams, made once and emptied for each child (_streams_for): the filter
         # refuses memfds
         self.streams = {0: _memfd("stdin"), 1: _memfd("stdout"), 2: _memfd("stderr"), STATUS_FD: _memfd("status")}
+        self.reset()
         seccomp.install()  # once, here: every child inherits it (the zygote itself needs none of what it refuses)
 
     # -- cleanup
@@ -147,8 +147,8 @@ class Zygote:
         over."""
         self.kill_all()
         _collect_unix_sockets()
-        for fd in getattr(self, "streams", {}).values():  # extended attributes a program set on our streams: data
-            try:  # for the next program, and memory charged to this sandbox's cgroup while they last
+        for fd in self.streams.values():  # extended attributes a program set on our streams: data for the next
+            try:  # program, and memory charged to this sandbox's cgroup while they last
                 names = os.listxattr(fd)
             except OSError as e:
                 if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):  # (a kernel whose memfds hold none)
