@@ -220,9 +220,9 @@ def test_a_returned_value_of_millions_of_elements_is_refused_unparsed(solo):
 
 @pytest.mark.parametrize("reps", [100, 300, 6000])
 def test_a_return_value_is_not_in_the_next_programs_memory(solo, reps):
-    """A call-form program's return value is parsed out of its status in a child of the runner, not in the runner
-    (whose heap every later test's process is forked from): a later program on the same worker that scans its own
-    memory for an earlier correct answer finds none."""
+    """A call-form program's return value is never parsed in the runner (whose heap every later test's process is
+    forked from): its status comes back unparsed and the grader parses it; a later program on the same worker that
+    scans its own memory for an earlier correct answer finds none."""
     answer = "ANSWER_" + "k7q" * reps + "144"
     spec = {"fn_name": "solve", "inputs": ["12"], "outputs": [json.dumps(answer)]}
     honest = f"def solve(n):\n    return 'ANSWER_' + 'k7q' * {reps} + str(n * n)\n"

@@ -15,7 +15,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 
 from execrl.sandbox.compare import outputs_match, values_match
-from execrl.sandbox.inside.protocol import MAX_NODES, decode, encode, too_many_nodes
+from execrl.sandbox.inside.protocol import MAX_NODES, carry_status, decode, encode, too_many_nodes
 from execrl.sandbox.languages import Language, get_language
 from execrl.sandbox.pool import ReplyUnreadable, Worker, WorkerDied, WorkerPool
 from execrl.sandbox.spec import (
@@ -301,9 +301,18 @@ def _results(w: Worker, timeout: float):
         reply, out = w.runner.receive(timeout)
         if "done" in reply:
             return
+        if "result" in reply:
+            _parse_status(reply["result"], out)
         yield reply, out
         if "compile" in reply:
             return
+
+
+def _parse_status(r: dict, out: list) -> None:
+    """A child's status that held a return value comes back unparsed (the runner keeps no copy of a value: the
+    zygote's "status_raw") as the value's blob: parsed here, into r's status and the value's JSON in its place."""
+    if r.get("status_raw"):
+        r["status"], out[2] = carry_status(out[2], checker=False)
 
 
 def _program_frames(stderr: str, inside_dir: str) -> str:
@@ -381,7 +390,9 @@ def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, l
     try:
         check, _ = w.checker.receive(timeout=n * per_test_wall + 60)
         w.runner.send({"op": "stop"})
-        served, (_, err, _) = w.runner.receive(timeout=60)
+        served, out = w.runner.receive(timeout=60)
+        _parse_status(served, out)
+        err = out[1]
     except ReplyUnreadable as e:
         return [TestResult(V.RUNTIME_ERROR, detail=_unreadable(e))] * n, ""
     _check_infra(check)

@@ -192,3 +192,72 @@ def _decode(obj, make_handle, depth: int, hashed: bool = True):
     if tag in ("handle", "ref", "callback") and make_handle is not None:
         return make_handle(obj)
     raise ValueError(f"unknown plain-data tag {tag!r}")
+
+
+PROGRAM_STATUS = {"exc": 100, "msg": 500}  # the text fields of a program child's status, with their caps (characters)
+CHECKER_STATUS = {"msg": 300}
+VERDICTS = ("pass", "fail", "timeout", "memory", "runtime_error")
+
+
+def carry_status(raw: bytes, checker: bool) -> tuple[list[dict], bytes]:
+    """What of a child's status lines goes back to the grader: known fields only, each capped, so
+    that the reply stays small whatever the program wrote; a program's return value travels as a
+    blob of its own (b"" for none). Never raises: a status that cannot be carried back is the
+    program's failure."""
+    try:
+        if checker:
+            return [_known(st, CHECKER_STATUS) for st in _status_lines(raw, last_only=False)], b""
+        lines = _status_lines(raw, last_only=True)
+        status = _known(lines[0], PROGRAM_STATUS) if lines else {}
+        if lines and "value" in lines[0]:
+            return [status], json.dumps(lines[0]["value"], ensure_ascii=False).encode("utf-8", "surrogatepass")
+        return [status] if lines else [], b""
+    except Exception:  # noqa: BLE001 - e.g. a value json cannot write back: not plain data
+        return [{"exc": "TypeError", "msg": "the program's status or return value could not be read"}], b""
+
+
+def _known(st: dict, text_caps: dict) -> dict:
+    """A status line's known fields: capped text, a compile phase, a checker's test index, verdict
+    and set-up."""
+    out = {k: st[k][:cap] for k, cap in text_caps.items() if isinstance(st.get(k), str)}
+    if st.get("phase") == "compile":
+        out["phase"] = "compile"
+    if type(st.get("test")) is int and st.get("verdict") in VERDICTS:
+        out["test"], out["verdict"] = st["test"], st["verdict"]
+    if st.get("setup") in VERDICTS:
+        out["setup"] = st["setup"]
+    return out
+
+
+def _status_lines(raw: bytes, last_only: bool) -> list[dict]:
+    """A child's status lines (JSON objects). A program's child writes one, at its end, and whatever
+    the program wrote there itself is the program's: malformed, torn or absurdly nested lines are
+    dropped, never an error of ours, and only the last good one of the last few lines is kept (the
+    checker's lines, one per test, are all ours)."""
+    lines = raw.decode("utf-8", "replace").splitlines()
+    out = []
+    for line in reversed(lines[-16:]) if last_only else lines:
+        if too_many_nodes(line):  # (parsed, it would take the runner's memory and time, outside the program's limits)
+            continue
+        try:
+            st = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(st, dict) and _depth_at_most(st, 2 * MAX_DEPTH + 8):
+            out.append(st)
+            if last_only:
+                break
+    return out
+
+
+def _depth_at_most(value, limit: int) -> bool:
+    todo = [(value, 0)]
+    while todo:
+        v, d = todo.pop()
+        if d > limit:
+            return False
+        if isinstance(v, dict):
+            todo.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            todo.extend((x, d + 1) for x in v)
+    return True

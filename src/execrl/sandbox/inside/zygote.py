@@ -43,7 +43,7 @@ from .child import (
     python_child,
     report_setup_failure,
 )
-from .protocol import MAX_DEPTH, decode, recv_msg, send_msg, too_many_nodes
+from .protocol import carry_status, decode, recv_msg, send_msg
 
 # Not imported here: threading and random. Their at-fork handlers would add ~0.75 ms to every test's
 # fork; a program that uses threads imports threading itself.
@@ -281,8 +281,13 @@ class Zygote:
                 res["setup_error"] = report.decode("utf-8", "replace")
             out, err = _read(files[1], lim["output_mb"] << 20), _read(files[2], 8192)
             raw = _read(files[STATUS_FD], lim["output_mb"] << 20)  # a return value's size
-            res["status"], value = _carried(raw, checker=target is checker_child)
-            scrub(raw)
+            if target is not checker_child and b'"value"' in raw:  # the grader parses it (status_raw): parsed here,
+                # the value's str and bytes copies, which scrub cannot reach, would stay in the heap every later
+                # program's process is forked from (a correct program's answer, for the same problem)
+                res["status"], res["status_raw"], value = [], True, raw
+            else:
+                res["status"], value = carry_status(raw, checker=target is checker_child)
+                scrub(raw)
             res["stdout_bytes"], res["stderr_bytes"] = os.fstat(files[1]).st_size, os.fstat(files[2]).st_size
         finally:
             os.close(report_r)
@@ -725,124 +730,6 @@ def _read(fd: int, cap: int) -> bytes | bytearray:
 
 def _is_file(fd: int) -> bool:
     return stat.S_ISREG(os.fstat(fd).st_mode)
-
-
-PROGRAM_STATUS = {"exc": 100, "msg": 500}  # the text fields of a program child's status, with their caps (characters)
-CHECKER_STATUS = {"msg": 300}
-VERDICTS = ("pass", "fail", "timeout", "memory", "runtime_error")
-
-
-def _carried(raw: bytearray, checker: bool) -> tuple[list[dict], bytes | bytearray]:
-    """_carry_status, in a child of ours where the status may hold a program's return value: parsing it makes str
-    and bytes copies of the value that scrub cannot reach, and a later program's process, forked from us, could read
-    them from its own memory (a correct program's answer, for the same problem); in a child they die with it. The
-    value comes back through a pipe straight into a bytearray (scrubbed with the test's other outputs)."""
-    if checker or b'"value"' not in raw:
-        return _carry_status(raw, checker)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # (the parser: nothing of it outlives it)
-        try:
-            os.close(r)
-            status, value = _carry_status(raw, checker)
-            head = json.dumps(status).encode()
-            out = memoryview(struct.pack("<QQ", len(head), len(value)) + head + value)
-            while out:
-                out = out[os.write(w, out):]
-        finally:
-            os._exit(0)
-    os.close(w)
-    try:
-        sizes = _read_exactly(r, bytearray(16))
-        if len(sizes) < 16:
-            raise ValueError("the status parser ended early")
-        head_len, value_len = struct.unpack("<QQ", sizes)
-        head = _read_exactly(r, bytearray(min(head_len, 1 << 20)))
-        value = _read_exactly(r, bytearray(min(value_len, 1 << 31)))
-        return json.loads(bytes(head)), value
-    except (OSError, ValueError):
-        return [{"exc": "TypeError", "msg": "the program's status or return value could not be read"}], b""
-    finally:
-        os.close(r)
-        os.waitpid(pid, 0)
-
-
-def _read_exactly(fd: int, buf: bytearray) -> bytearray:
-    """Fill `buf` from a pipe (up to its end: then shorter), with no copy of the data outside it."""
-    got = 0
-    with memoryview(buf) as view:
-        while got < len(buf):
-            with view[got:] as rest:
-                k = os.readv(fd, [rest])
-            if not k:
-                break
-            got += k
-    del buf[got:]  # (after the views are released: a bytearray with views cannot shrink)
-    return buf
-
-
-def _carry_status(raw: bytes, checker: bool) -> tuple[list[dict], bytes]:
-    """What of a child's status lines goes back to the grader: known fields only, each capped, so
-    that the reply stays small whatever the program wrote; a program's return value travels as a
-    blob of its own (b"" for none). Never raises: a status that cannot be carried back is the
-    program's failure."""
-    try:
-        if checker:
-            return [_known(st, CHECKER_STATUS) for st in _status_lines(raw, last_only=False)], b""
-        lines = _status_lines(raw, last_only=True)
-        status = _known(lines[0], PROGRAM_STATUS) if lines else {}
-        if lines and "value" in lines[0]:
-            return [status], json.dumps(lines[0]["value"], ensure_ascii=False).encode("utf-8", "surrogatepass")
-        return [status] if lines else [], b""
-    except Exception:  # noqa: BLE001 - e.g. a value json cannot write back: not plain data
-        return [{"exc": "TypeError", "msg": "the program's status or return value could not be read"}], b""
-
-
-def _known(st: dict, text_caps: dict) -> dict:
-    """A status line's known fields: capped text, a compile phase, a checker's test index, verdict
-    and set-up."""
-    out = {k: st[k][:cap] for k, cap in text_caps.items() if isinstance(st.get(k), str)}
-    if st.get("phase") == "compile":
-        out["phase"] = "compile"
-    if type(st.get("test")) is int and st.get("verdict") in VERDICTS:
-        out["test"], out["verdict"] = st["test"], st["verdict"]
-    if st.get("setup") in VERDICTS:
-        out["setup"] = st["setup"]
-    return out
-
-
-def _status_lines(raw: bytes, last_only: bool) -> list[dict]:
-    """A child's status lines (JSON objects). A program's child writes one, at its end, and whatever
-    the program wrote there itself is the program's: malformed, torn or absurdly nested lines are
-    dropped, never an error of ours, and only the last good one of the last few lines is kept (the
-    checker's lines, one per test, are all ours)."""
-    lines = raw.decode("utf-8", "replace").splitlines()
-    out = []
-    for line in reversed(lines[-16:]) if last_only else lines:
-        if too_many_nodes(line):  # (parsed, it would take the runner's memory and time, outside the program's limits)
-            continue
-        try:
-            st = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(st, dict) and _depth_at_most(st, 2 * MAX_DEPTH + 8):
-            out.append(st)
-            if last_only:
-                break
-    return out
-
-
-def _depth_at_most(value, limit: int) -> bool:
-    todo = [(value, 0)]
-    while todo:
-        v, d = todo.pop()
-        if d > limit:
-            return False
-        if isinstance(v, dict):
-            todo.extend((x, d + 1) for x in v.values())
-        elif isinstance(v, list):
-            todo.extend((x, d + 1) for x in v)
-    return True
 
 
 def _reaped_cpu() -> float:
