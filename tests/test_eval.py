@@ -308,3 +308,21 @@ def test_eval_takes_the_dataset_names_training_takes(tmp_path):
     summary = completions_eval(tmp_path, [{"problem_id": f"nemotron/{rows[0]['hash_id']}", "completion": "x"}],
                                "nvidia/Nemotron-RL-coding-competitive_coding", split="train")
     assert summary["problems"] == 1 and summary["outcomes"] == {"no_code": 1}
+
+
+def test_leetcode_stubs_run_below_the_harness_imports(tmp_path):
+    """A correct completion of a LeetCode stub as posed (`nums: List[int]`, no import) passes, as under DeepSeek-Coder's
+    harness, which puts typing's and collections' names above every program; a wrong one still fails."""
+    shared_data("leetcode_contest")
+    pid = "leetcode/weekly-contest-365-maximum-value-of-an-ordered-triplet-i"
+    right = ("```python\nclass Solution:\n    def maximumTripletValue(self, nums: List[int]) -> int:\n"
+             "        best = 0\n        n = len(nums)\n        for i in range(n):\n            for j in range(i + 1, n):\n"
+             "                for k in range(j + 1, n):\n"
+             "                    best = max(best, (nums[i] - nums[j]) * nums[k])\n        return best\n```")
+    wrong = "```python\nclass Solution:\n    def maximumTripletValue(self, nums: List[int]) -> int:\n        return 0\n```"
+    path = tmp_path / "completions.jsonl"
+    path.write_text("\n".join(json.dumps({"problem_id": pid, "completion": c}) for c in (right, wrong)))
+    out = tmp_path / "out"
+    proc = run("--completions", path, "--dataset", "leetcode", "--samples", 2, "--k", "1", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "summary.json").read_text())["outcomes"] == {"pass": 1, "fail": 1}

@@ -31,12 +31,12 @@ def grade_job(sample: Sample) -> tuple:
 
 
 def _program(problem: Problem, code: str) -> str:
-    """HumanEval-style problems: a completion that does not define the entry point continues the
-    prompt."""
+    """The program a sample's code makes: HumanEval-style problems' completion that does not define the entry point
+    continues the prompt; a dataset's header (LeetCode's imports) goes above it."""
     entry, prefix = problem.metadata.get("entry_point"), problem.metadata.get("code_prefix")
     if entry and prefix and f"def {entry}" not in code:
-        return prefix + code
-    return code
+        code = prefix + code
+    return problem.metadata.get("code_header", "") + code
 
 
 def is_correct(sample: Sample) -> bool:

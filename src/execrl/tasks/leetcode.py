@@ -9,6 +9,26 @@ from execrl.tasks.problem import Problem, read_rows
 from execrl.tasks.registry import register
 
 
+# what DeepSeek-Coder's harness puts above every program (Evaluation/LeetCode/human_eval/evaluation.py), as
+# LeetCode's own Python has them in scope: the stubs' `List[int]` and `Optional[TreeNode]` need typing's names.
+# Left out: numpy (its import in every program, where no stub uses it).
+IMPORTS = """import math
+import re
+import sys
+import copy
+import datetime
+import itertools
+import collections
+import heapq
+import functools
+import hashlib
+import string
+from typing import *
+from collections import *
+from functools import *
+"""
+
+
 @register("leetcode", data_dir="leetcode_contest", splits=("test",), eval_only=("*",), kind="code")
 def load(path, split, report, **_):
     files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
@@ -25,5 +45,6 @@ def load(path, split, report, **_):
             continue
         content = f"Complete the following Python code:\n```python\n{row['prompt'].strip()}\n```"
         problems.append(Problem(f"leetcode/{rid}", [{"role": "user", "content": content}], "code", tests=tests,
-                                metadata={"difficulty": (row.get("meta") or {}).get("difficulty")}))
+                                metadata={"difficulty": (row.get("meta") or {}).get("difficulty"),
+                                          "code_header": IMPORTS}))
     return problems
