@@ -120,9 +120,11 @@ def test_dynamic_sampling_counts_rounds_and_prompts_as_nemo_rl():
     assert ids(rollouts.episodes) == ["mixed"] and info["dynamic_sampling_rounds"] == 4
 
 
-def test_dynamic_sampling_decides_on_the_reward_before_shaping_and_normalizes_by_its_std():
-    """NeMo RL: a group whose task rewards are equal is flat even where the overlong penalty makes the totals differ;
-    a kept group's advantages are its shaped rewards less their mean, divided by the std of the unshaped ones."""
+def test_dynamic_sampling_decides_on_the_reward_before_shaping_and_normalizes_by_the_shaped_std():
+    """NeMo RL's current code: a group whose task rewards are equal is flat even where the overlong penalty makes the
+    totals differ; a kept group's advantages are its shaped rewards less their mean, divided by their own std (the
+    unshaped rewards only decide which groups are kept: divided by theirs, close task rewards with one penalized
+    sample made advantages of ~30-90)."""
     shaped = [Reward(1.0 - p, shaping=-p) for p in (0.0, 0.5, 0.0, 0.25)]  # all pass, two of them overlong
     mixed = [Reward(r - p, shaping=-p) for r, p in ((1.0, 0.0), (0.0, 0.0), (1.0, 0.5), (0.0, 0.0))]
     groups = [Problem(i, [], "math", answer="1") for i in ("penalized", "mixed")]
@@ -132,8 +134,13 @@ def test_dynamic_sampling_decides_on_the_reward_before_shaping_and_normalizes_by
     assert [g[0].problem.id for g in kept] == ["mixed"] and ids(dropped) == ["penalized"]
     cfg = load_config(None, [*DS, "grpo.num_generations_per_prompt=4"])
     adv, _, _ = advantages(Rollouts(eps[G:], G), cfg)
-    # shaped [1, 0, 0.5, 0]: mean 0.375; unshaped [1, 0, 1, 0]: unbiased std sqrt(1/3) = 0.57735
-    assert adv.tolist() == pytest.approx([(r - 0.375) / (0.57735027 + 1e-6) for r in (1.0, 0.0, 0.5, 0.0)], abs=1e-5)
+    # shaped [1, 0, 0.5, 0]: mean 0.375, unbiased std sqrt(0.6875 / 3) = 0.478714
+    assert adv.tolist() == pytest.approx([(r - 0.375) / (0.47871355 + 1e-6) for r in (1.0, 0.0, 0.5, 0.0)], abs=1e-5)
+    close = [Reward(r - p, shaping=-p) for r, p in ((0.5, 0.0), (0.51, 0.0), (0.5, 0.6), (0.5, 0.0))]
+    eps = [Episode(groups[1], None, [], Trajectory([1], [Segment([2], True)]), None, r) for r in close]
+    adv, _, _ = advantages(Rollouts(eps, G), cfg)  # partial credit, one sample penalized: of order 1
+    # shaped [0.5, 0.51, -0.1, 0.5]: mean 0.3525, unbiased std sqrt(0.273075 / 3) = 0.301704
+    assert adv.tolist() == pytest.approx([d / (0.30170349 + 1e-6) for d in (0.1475, 0.1575, -0.4525, 0.1475)], abs=1e-5)
 
 
 def test_training_with_dynamic_sampling_logs_its_rounds_and_changes_the_update(tmp_path):

@@ -3,7 +3,7 @@ are left out of their group's baseline and statistics, and get advantage 0.
 
 Every estimator is registered by name and called alike, `ADVANTAGES[name](rewards, valid,
 **options)` with rewards and valid [num_groups, G] -> advantages [num_groups, G]; each reads the
-options it needs (normalize_rewards, use_leave_one_out_baseline, std_rewards; self-play's rae:
+options it needs (normalize_rewards, use_leave_one_out_baseline; self-play's rae:
 roles, all_roles, baselines, sum_over_processes) and ignores the rest."""
 
 from __future__ import annotations
@@ -34,12 +34,10 @@ def flat_groups(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return all_equal(rewards, valid) | (valid.sum(1) < 2)
 
 
-def baseline_and_std(rewards: torch.Tensor, valid: torch.Tensor, leave_one_out: bool,
-                     std_rewards: torch.Tensor | None = None):
+def baseline_and_std(rewards: torch.Tensor, valid: torch.Tensor, leave_one_out: bool):
     """Per sample, NeMo RL's baseline and standard deviation: over the group's valid samples, or
     with leave-one-out over the *other* valid samples (both the mean and the unbiased std).
-    [num_groups, G] -> two [num_groups, G]. std_rewards [num_groups, G]: the std is taken of these
-    instead (NeMo RL's dynamic sampling: the unshaped rewards).
+    [num_groups, G] -> two [num_groups, G].
 
     The std is exact where NeMo RL's is not: two passes in float64 (NeMo's E[r^2] - E[r]^2 in
     float32 loses the difference of close rewards), and exactly 0 where the samples it is taken over
@@ -53,12 +51,7 @@ def baseline_and_std(rewards: torch.Tensor, valid: torch.Tensor, leave_one_out: 
     n = counts.sum(-1)  # [num_groups, G]
     w = counts.double()
     baseline = (w * r.unsqueeze(1)).sum(-1) / n.clamp(min=1)
-    if std_rewards is not None:
-        r = std_rewards.double()
-        centre = (w * r.unsqueeze(1)).sum(-1) / n.clamp(min=1)
-    else:
-        centre = baseline
-    spread = (r.unsqueeze(1) - centre.unsqueeze(-1)) * w  # [num_groups, i, j]
+    spread = (r.unsqueeze(1) - baseline.unsqueeze(-1)) * w  # [num_groups, i, j]
     std = ((spread ** 2).sum(-1) / (n - 1).clamp(min=1)).sqrt()
     std = torch.where((n > 1) & ~all_equal(r.unsqueeze(1), counts), std, torch.zeros_like(std))
     return baseline.to(rewards.dtype), std.to(rewards.dtype)
@@ -66,12 +59,11 @@ def baseline_and_std(rewards: torch.Tensor, valid: torch.Tensor, leave_one_out: 
 
 @register("grpo")
 def grpo(rewards: torch.Tensor, valid: torch.Tensor, normalize_rewards: bool = True,
-         use_leave_one_out_baseline: bool = True, eps: float = 1e-6, std_rewards: torch.Tensor | None = None,
-         **_) -> torch.Tensor:
+         use_leave_one_out_baseline: bool = True, eps: float = 1e-6, **_) -> torch.Tensor:
     """A_i = r_i - baseline_i, divided by (std_i + eps) where std_i > 0 (NeMo RL: a zero std leaves
     A_i undivided). Flat groups and invalid samples get exactly 0. rewards, valid: [num_groups, G]
     -> advantages [num_groups, G]."""
-    baseline, std = baseline_and_std(rewards, valid, use_leave_one_out_baseline, std_rewards)
+    baseline, std = baseline_and_std(rewards, valid, use_leave_one_out_baseline)
     adv = rewards - baseline  # [num_groups, G]
     if normalize_rewards:
         adv = torch.where(std > 0, adv / (std + eps), adv)

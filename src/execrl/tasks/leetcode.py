@@ -8,7 +8,6 @@ from execrl.sandbox.spec import split_test_script
 from execrl.tasks.problem import Problem, read_rows
 from execrl.tasks.registry import register
 
-
 # what DeepSeek-Coder's harness puts above every program (Evaluation/LeetCode/human_eval/evaluation.py), as
 # LeetCode's own Python has them in scope: the stubs' `List[int]` and `Optional[TreeNode]` need typing's names.
 # Left out: numpy (its import in every program, where no stub uses it).

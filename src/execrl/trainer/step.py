@@ -50,12 +50,11 @@ def advantages(rollouts: Rollouts, cfg: MasterConfig, baselines: RoleBaselines |
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(advantages [N], rewards [num_groups, G], valid [num_groups, G]) by grpo.advantage's
     estimator; flat groups get 0."""
-    rewards, valid = rollouts.reward_table()
-    # NeMo RL: with dynamic sampling the std that normalizes is that of the rewards before shaping
-    raw = rollouts.reward_table(unshaped=True)[0] if cfg.grpo.use_dynamic_sampling else None
+    rewards, valid = rollouts.reward_table()  # (shaped: NeMo RL's baseline and std; dynamic sampling chose the
+    # groups by the rewards before shaping, pipeline.informative)
     adv = ADVANTAGES[cfg.grpo.advantage](
         rewards, valid, normalize_rewards=cfg.grpo.normalize_rewards,
-        use_leave_one_out_baseline=cfg.grpo.use_leave_one_out_baseline, std_rewards=raw,
+        use_leave_one_out_baseline=cfg.grpo.use_leave_one_out_baseline,
         roles=[e.env.role if e.played else None for e in rollouts.episodes],
         all_roles=[(g.name, r) for g in GAMES.values() for r in g.roles], baselines=baselines,
         sum_over_processes=dist.sum_floats)
