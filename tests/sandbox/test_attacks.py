@@ -279,6 +279,23 @@ def test_cpu_of_children_the_kernel_reaps_counts():
         assert graded_quickly(g, AUTO_REAPED).verdict == V.TIMEOUT
 
 
+@pytest.mark.parametrize("forked", [False, True], ids=["first process", "a forked process"])
+def test_a_program_whose_forked_process_serves_the_tests_keeps_its_cpu_limit(forked):
+    """Assert form: the tests' calls run in whichever process serves them; where the program's first process ends
+    and a process it forked serves them, the program's CPU is still watched: 5 calls of 0.8 s of CPU each (two
+    processes of 0.4 s, under each process's own limit) against 5 x 0.5 s do not all pass, as they do not when its
+    first process serves them."""
+    code = ("import os, time\n" + ("if os.fork():\n    os._exit(0)\n" if forked else "") +
+            "def is_even(n):\n    kids = []\n    for _ in range(2):\n        pid = os.fork()\n        if pid == 0:\n"
+            "            end = time.process_time() + 0.4\n            while time.process_time() < end:\n"
+            "                pass\n            os._exit(0)\n        kids.append(pid)\n    for pid in kids:\n"
+            "        os.waitpid(pid, 0)\n    return n % 2 == 0\n")
+    with Grader(1, Limits(timeout_s=0.5)) as g:
+        assert g.grade("def is_even(n):\n    return n % 2 == 0\n", {"asserts": ["assert is_even(2)"]}).verdict == V.PASS
+        r = g.grade(code, {"asserts": [f"assert is_even({2 * i})" for i in range(5)]})  # (the checker warm)
+    assert r.verdict != V.PASS and V.TIMEOUT in [t.verdict for t in r.tests], r.to_dict()
+
+
 def test_ignoring_sigchld_with_short_children_still_passes(solo):
     code = ("import os, signal\nsignal.signal(signal.SIGCHLD, signal.SIG_IGN)\nfor _ in range(20):\n"
             "    if os.fork() == 0:\n        os._exit(0)\nprint('ok')")

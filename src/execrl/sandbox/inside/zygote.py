@@ -224,6 +224,17 @@ class Zygote:
             mem += _unix_socket_memory(self.diag) + _inet_queue_memory()  # (the namespace is the program's alone)
         return own, cpu, mem
 
+    def _over(self, deadline: float, memory: int, cpu_s: float, cpu_before: float) -> str | None:
+        """Which limit the program has passed, all its processes together (None: none)."""
+        if time.monotonic() >= deadline:
+            return "deadline"
+        own, cpu, mem = self._usage()
+        if mem > memory:
+            return "memory"
+        if self._cpu_spent(cpu_before, own, cpu) > cpu_s + 0.05:
+            return "cpu"
+        return None
+
     def _cpu_spent(self, cpu_before: float, live_own: float = 0.0, live: float = 0.0) -> float:
         """CPU seconds of the program's processes since cpu_before: those we or their parents reaped
         (our children's rusage, exact), or, where more, the own times of every process that ended
@@ -317,32 +328,28 @@ class Zygote:
     def _wait(self, pid: int, start: float, wall_s: float, until_stop: bool, cpu_s: float, memory: int,
               cpu_before: float) -> dict:
         """Wait for the child; SIGKILL it at the wall deadline, or when all its processes together
-        pass the CPU or memory limit; with until_stop also wait for the grader's stop."""
+        pass the CPU or memory limit; with until_stop also wait for the grader's stop, the limits
+        still watched: a program's first process may end while a process it forked serves the tests
+        (then all of them are killed)."""
         pidfd = os.pidfd_open(pid)
         deadline, killed, waited, stopped = start + wall_s, None, None, not until_stop
         try:
             while waited is None or not stopped:
                 watch = ([pidfd] if waited is None else []) + ([] if stopped else [self.ctrl])
-                timeout = None if waited is not None else max(0.0, min(deadline - time.monotonic(), POLL_S))
+                timeout = None if killed else max(0.0, min(deadline - time.monotonic(), POLL_S))
                 ready = select.select(watch, [], [], timeout)[0]
                 if self.ctrl in ready:
                     recv_msg(self.ctrl)  # the grader's "stop": the checker is done with this program
                     stopped = True
-                if waited is not None:
-                    continue
-                if pidfd in ready:
+                if waited is None and pidfd in ready:
                     waited = os.wait4(pid, 0)
                     continue
-                if not ready:
-                    if time.monotonic() >= deadline:
-                        killed = "deadline"
-                    else:
-                        own, cpu, mem = self._usage()
-                        if mem > memory:
-                            killed = "memory"
-                        elif self._cpu_spent(cpu_before, own, cpu) > cpu_s + 0.05:
-                            killed = "cpu"
-                if killed or self.ctrl in ready:
+                if not ready and not killed:
+                    killed = self._over(deadline, memory, cpu_s, cpu_before)
+                if waited is not None:
+                    if killed:
+                        self.kill_all()  # the processes still serving the tests: the checker sees them end
+                elif killed or self.ctrl in ready:
                     os.kill(pid, signal.SIGKILL)
                     waited = os.wait4(pid, 0)
         finally:
