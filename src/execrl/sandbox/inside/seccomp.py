@@ -8,6 +8,10 @@ kernel objects that outlive a process or escape its limits:
   new user namespaces (unshare or clone with CLONE_NEWUSER)          a tmpfs mounted there escapes the disk quota
   clone3 (ENOSYS: libc falls back to clone, whose flags can be read)
   io_uring, perf_event_open, bpf, userfaultfd                        kernel attack surface no program needs
+  mbind                                                              a memory policy set on a shared mapping of
+                                                                     the streams the zygote reuses stays on their
+                                                                     inode: read back by the next program, and kernel
+                                                                     memory no limit charges
   system calls of another ABI (i386 int 0x80, x32)                   would bypass the numbers above
   memfd_create, memfd_secret (ENOSYS: libraries fall back to         a memfd sent into a unix socket and closed
   files; the zygote makes its children's streams before it           holds memory in no process and on no
@@ -32,10 +36,11 @@ _TABLES = {
     "x86_64": (0xC000003E, (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220,  # SysV shm, sem, msg
                             240, 241, 242, 243, 244, 245,  # mq_*
                             248, 249, 250,  # add_key, request_key, keyctl
+                            237,  # mbind
                             298, 321, 323, 425, 426, 427),  # perf_event_open, bpf, userfaultfd, io_uring_*
                272, 56, 435, (319, 447)),  # memfd_create, memfd_secret (ENOSYS)
     "aarch64": (0xC00000B7, (180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197,
-                             217, 218, 219, 241, 280, 282, 425, 426, 427),
+                             217, 218, 219, 235, 241, 280, 282, 425, 426, 427),
                 272, 220, 435, (279, 447)),
 }
 _ALLOW = 0x7FFF0000

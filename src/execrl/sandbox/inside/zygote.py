@@ -310,7 +310,7 @@ class Zygote:
         cleared O_APPEND on the file description it shared with us), stdin holding `stdin`. What else
         the last child could leave on the file or the description it shared with us goes too: its
         locks (flock and open-file-description locks belong to the description, and outlive it: a
-        value hidden in a lock's range) and the description's owner (F_SETOWN: another number); its
+        value hidden in a lock's range) and the description's owner and signal (F_SETOWN, F_SETSIG: numbers); its
         extended attributes go after each program (reset)."""
         for target, fd in self.streams.items():
             os.ftruncate(fd, 0)
@@ -320,6 +320,7 @@ class Zygote:
             fcntl.flock(fd, fcntl.LOCK_UN)
             fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_UNLCK, os.SEEK_SET, 0, 0, 0))
             fcntl.fcntl(fd, fcntl.F_SETOWN, 0)
+            fcntl.fcntl(fd, fcntl.F_SETSIG, 0)
         if stdin:
             os.write(self.streams[0], stdin)
             os.lseek(self.streams[0], 0, os.SEEK_SET)
