@@ -230,7 +230,8 @@ def test_a_returned_value_of_millions_of_elements_is_refused_unparsed(solo):
             "    os._exit(0)\n")
     r = solo.grade(code, CALL_F)
     assert r.verdict == V.FAIL and r.tests[0].detail in ("returned a value that is not plain data",  # (the runner
-                                                         f"returned a value of more than {MAX_NODES:,} elements")  # drops it)
+                                                         f"returned a value of more than {MAX_NODES:,} elements",
+                                                         "returned a value far larger than the expected one")
 
 
 @pytest.mark.parametrize("reps", [100, 300, 6000])
@@ -929,3 +930,24 @@ def test_a_program_that_spoils_its_streams_spoils_no_later_test(mode):
                  "def f(x):\n    return x + 1")
         assert graded_quickly(g, after, {"inputs": ["z\n"], "outputs": ["z\n"]}).verdict == V.PASS
         assert graded_quickly(g, after, CALL_F).verdict == V.PASS
+
+
+def test_outputs_cheap_to_write_are_cheap_to_judge(solo):
+    """16 MB of blank lines against a one-line answer is compared without splitting 16 million lines (it took the
+    grading process 3 s and 500 MB a test), and a returned list of ~2 million elements against a three-element one
+    is failed from its size, unparsed (3 s of the grading process's CPU a test)."""
+    import resource
+
+    from execrl.sandbox.compare import outputs_match
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+    assert not outputs_match("42\n", b"\n" * ((16 << 20) - 1))
+    assert outputs_match("42\n", b"42 \n" + b" \n" * (1 << 20))  # trailing blank lines still do not count
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_utime - before < 1.5
+    spec = {"fn_name": "f", "inputs": ["1", "2"], "outputs": ["[1, 2, 3]", "[[1, 2], [3]]"]}
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+    r = solo.grade("def f(x):\n    return [0] * 1_990_000\n", spec, limits=Limits(timeout_s=10.0, memory_mb=1024))
+    assert [t.detail for t in r.tests] == ["returned a value far larger than the expected one"] * 2, r.to_dict()
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_utime - before < 1.5
+    right = "def f(x):\n    return (1, 2, 3) if x == 1 else ((1, 2), (3,))\n"  # tuples for lists: twice the marks
+    assert solo.grade(right, spec).verdict == V.PASS

@@ -15,7 +15,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 
 from execrl.sandbox.compare import outputs_match, values_match
-from execrl.sandbox.inside.protocol import MAX_NODES, carry_status, decode, encode, too_many_nodes
+from execrl.sandbox.inside.protocol import MAX_NODES, carry_status, decode, encode, node_marks, too_many_nodes
 from execrl.sandbox.languages import Language, get_language
 from execrl.sandbox.pool import ReplyUnreadable, Worker, WorkerDied, WorkerPool
 from execrl.sandbox.spec import (
@@ -287,6 +287,7 @@ def _run_on(w: Worker, code: str, stdin: str, lang: Language, lim: Limits) -> Ru
         _check_infra(compiled[0].get("compile", {}))
         return RunResult(V.SYNTAX_ERROR, "", _text(compiled[1][1]))
     r, (stdout, err, _) = results[0][0]["result"], results[0][1]
+    _parse_status(r, results[0][1])
     _check_infra(r)
     if _status(r).get("phase") == "compile":
         return RunResult(V.SYNTAX_ERROR, _text(stdout), _text(err))
@@ -301,8 +302,6 @@ def _results(w: Worker, timeout: float):
         reply, out = w.runner.receive(timeout)
         if "done" in reply:
             return
-        if "result" in reply:
-            _parse_status(reply["result"], out)
         yield reply, out
         if "compile" in reply:
             return
@@ -310,7 +309,8 @@ def _results(w: Worker, timeout: float):
 
 def _parse_status(r: dict, out: list) -> None:
     """A child's status that held a return value comes back unparsed (the runner keeps no copy of a value: the
-    zygote's "status_raw") as the value's blob: parsed here, into r's status and the value's JSON in its place."""
+    zygote's "status_raw") as the value's blob: parsed here, into r's status and the value's JSON in its place
+    (_judge does it for the tests it judges)."""
     if r.get("status_raw"):
         r["status"], out[2] = carry_status(out[2], checker=False)
 
@@ -421,6 +421,13 @@ def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, l
 
 
 def _judge(r: dict, stdout: bytes, err: bytes, value_json: bytes, spec, i: int, lim: Limits) -> TestResult:
+    oversize = False
+    if r.get("status_raw"):  # the status, with the value in it, unparsed
+        # a value equal to the expected one has at most about twice its marks (a tuple's {"tuple": [...]} for a
+        # list's [...]): a far larger one fails from its size, before any parsing
+        oversize = isinstance(spec, CallTests) and \
+            node_marks(value_json) > 2 * node_marks(json.dumps(encode(spec.outputs[i]))) + 64
+        r["status"], value_json = ([], b"") if oversize else carry_status(value_json, checker=False)
     _check_infra(r)
     status = _status(r)
     t = TestResult(V.PASS, cpu_s=r["cpu_s"], wall_s=r["wall_s"], error=_short(status.get("exc")),
@@ -435,6 +442,9 @@ def _judge(r: dict, stdout: bytes, err: bytes, value_json: bytes, spec, i: int, 
         if t.verdict == V.FAIL:
             t.output = _text(stdout[:OUTPUT_PREVIEW * 4])[:OUTPUT_PREVIEW]
     else:
+        if oversize:
+            t.verdict, t.detail = V.FAIL, "returned a value far larger than the expected one"
+            return t
         if too_many_nodes(value_json):
             t.verdict, t.detail = V.FAIL, f"returned a value of more than {MAX_NODES:,} elements"
             return t

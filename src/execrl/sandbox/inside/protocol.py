@@ -80,10 +80,15 @@ MAX_NODES = 2_000_000  # a returned value's JSON with more separators than this 
 # [[],[],...] made 5.4 million lists, ~800 MB and seconds of the grader's interpreter, from one test
 
 
+def node_marks(text: bytes | bytearray | str) -> int:
+    """JSON text's [, { and , (a bound on the values it holds, counted before any parsing)."""
+    marks = ("[", "{", ",") if isinstance(text, str) else (b"[", b"{", b",")
+    return sum(map(text.count, marks))
+
+
 def too_many_nodes(text: bytes | bytearray | str) -> bool:
     """Whether JSON text could hold more than MAX_NODES values (counted before any parsing)."""
-    marks = ("[", "{", ",") if isinstance(text, str) else (b"[", b"{", b",")
-    return sum(map(text.count, marks)) > MAX_NODES
+    return node_marks(text) > MAX_NODES
 
 
 def encode(v, other=None, depth: int = 0):
