@@ -129,6 +129,22 @@ def test_the_page_in_headless_chromium(two_runs, tmp_path):
     assert f'data-rows-shown="{sum(r["reward"] is not None and 0.5 <= r["reward"] <= 1 for r in rows)}"' in dom
 
 
+def test_markup_in_a_completion_is_text_on_the_page(two_runs, tmp_path):
+    """A completion (or prompt) holding '<!--<script>' inside the page's data: the HTML parser then read the real
+    '</script>' as text, the page's own script never ran, and the report was blank. Its rows and charts still draw."""
+    copy = tmp_path / "run"
+    shutil.copytree(two_runs[0], copy)
+    last = sorted((copy / "rollouts").glob("*.jsonl"))[-1]
+    rows = [json.loads(x) for x in last.read_text().splitlines()]
+    rows[0]["completion"] = "print('<!--<script>')\n</script><script>document.title='owned'</script>"
+    last.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    page = write_report([copy], tmp_path / "report.html")
+    dom, log = open_page(page)
+    body = dom[dom.index("<body"):dom.index(">", dom.index("<body"))]
+    assert "data-charts-rendered" in body and f'data-rows-shown="{len(rows)}"' in body, body
+    assert "owned" not in dom[:dom.index("<body")] and not console_errors(log)
+
+
 # ---- issue 40: what a first run's page shows --------------------------------------------------------------------
 
 

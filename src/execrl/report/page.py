@@ -98,5 +98,7 @@ def no_rollouts_hint(run: RunData) -> str:
 
 
 def _script_json(value) -> str:
-    """JSON safe inside a <script> element (no '</' can close it)."""
-    return json.dumps(value).replace("</", "<\\/")
+    """JSON safe inside a <script> element: no '<' at all (JSON's \\u003c), so that neither '</script' closes it
+    nor '<!--<script' puts the HTML parser in the mode where the real '</script>' no longer does (the page's
+    own script then never ran: a blank report from one prompt or completion holding that text)."""
+    return json.dumps(value).replace("<", "\\u003c")
