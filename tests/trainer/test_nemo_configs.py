@@ -546,3 +546,19 @@ def test_nemo_rl_qwen3_30ba3b_recipe_switched_to_dtensor_trains_on_the_engine(tm
     assert cfg.policy.generation.backend == "execrl"
     trained = train(cfg)
     assert trained.step == 1 and trained.model.config.model_type == "qwen3_moe"
+
+
+def test_a_held_out_problem_is_not_trained_on_with_repeat():
+    """data.train.repeat with split_validation_size: the share is held out of the problems before they are repeated,
+    so no copy of a validation problem is among the training problems (held out after, copies landed on both
+    sides)."""
+    from execrl.trainer.data import load_data
+
+    from ..conftest import shared_data
+
+    shared_data("gsm8k")
+    cfg = load_config(None, ["data.train.dataset_name=gsm8k", "data.train.split=train", "data.train.repeat=4",
+                             "data.train.split_validation_size=0.05", "grpo.max_val_samples=1000"])
+    train, val, _ = load_data(cfg)
+    assert val and not {p.id for p in val} & {p.id for p in train}
+    assert len(train) == 4 * len({p.id for p in train}) and len(train) + 4 * len(val) == 4 * 7473

@@ -11,14 +11,14 @@ from execrl.tasks import DATASETS, DatasetError, Problem, check_trainable, datas
 from execrl.trainer.warmup import feedback_reference
 
 
-def load_split(d: DatasetConfig, seed: int) -> list[Problem]:
-    """One configured split's problems, each `repeat` times; a generated dataset is seeded by
+def load_split(d: DatasetConfig, seed: int, repeat: bool = True) -> list[Problem]:
+    """One configured split's problems, each `repeat` times (repeat=False: once); a generated dataset is seeded by
     grpo.seed unless its options say otherwise."""
     key = dataset_key(d.dataset_name)
     options = ({"seed": seed} if DATASETS[key].generated or DATASETS[key].own else {}) | {
         k: v for k, v in (("input_key", d.input_key), ("output_key", d.output_key)) if v is not None} | d.options
     problems = load_problems(key, d.split_name, d.path, d.max_tests, **options)[0]
-    return [p for p in problems for _ in range(d.repeat)]
+    return [p for p in problems for _ in range(d.repeat if repeat else 1)]
 
 
 def hold_out(problems: list[Problem], share: float, seed: int) -> tuple[list[Problem], list[Problem]]:
@@ -41,9 +41,10 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
     for d in trains:
         info = DATASETS[dataset_key(d.dataset_name)]
         check_trainable(info.name, d.split_name)
-        problems = load_split(d, seed)
-        if d.split_validation_size > 0:
+        problems = load_split(d, seed, repeat=d.split_validation_size <= 0)
+        if d.split_validation_size > 0:  # held out before the repeats: no copy of a held-out problem is trained on
             problems, held = hold_out(problems, d.split_validation_size, seed)
+            problems = [p for p in problems for _ in range(d.repeat)]
             val += held
         elif info.generated and "validation" in info.splits and not vals:  # a stream of its own is held out
             val += load_split(d.model_copy(update={"split": "validation"}), seed)
