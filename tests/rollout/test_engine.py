@@ -577,3 +577,25 @@ def test_a_groups_slots_read_their_prompt_from_one_of_them_as_samples_end_and_sl
     for a, b in zip(plain, shared):
         for x, y in zip(a, b):
             assert x.ids == y.ids and x.logprobs == y.logprobs
+
+
+@pytest.mark.gpu
+def test_after_a_failed_capture_the_gpu_still_draws_random_numbers():
+    """A capture that fails (a forward that syncs with the host: the engine then decodes without graphs) left the
+    device's generator marked as capturing, and every later torch.randn on the GPU failed ("Offset increment outside
+    graph capture"); after the engine's capture fails, it draws as before."""
+    from execrl.rollout.engine import rng_out_of_capture
+
+    x = torch.ones(4, device="cuda")
+    torch.rand(1, device="cuda")  # (the generator in use: a capture registers it)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError):
+        try:
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                torch.rand(1, device="cuda")
+                x.sum().item()  # a host sync: the capture fails
+        except RuntimeError:
+            rng_out_of_capture()
+            raise
+    torch.cuda.synchronize()
+    assert torch.rand(8, device="cuda").shape == (8,)

@@ -549,11 +549,24 @@ class RolloutEngine:
         began = time.perf_counter()
         # recorded, not run; thread_local: what other threads do meanwhile (async GRPO's reward model scoring
         # in the grading thread: its syncs, its allocations) neither breaks the capture nor is refused
-        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-            out = fn()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                out = fn()
+        except BaseException:
+            rng_out_of_capture()
+            raise
         CAPTURED["graphs"] += 1
         CAPTURED["seconds"] += time.perf_counter() - began
         return graph, out
+
+
+def rng_out_of_capture() -> None:
+    """After a failed CUDA graph capture (the engine then goes on without graphs): torch leaves the device's default
+    generator marked as capturing, and every later random draw on the GPU (torch.randn, multinomial) fails with
+    "Offset increment outside graph capture"; the generator takes a copy of its own state (seed and offset), which is
+    not capturing."""
+    gen = torch.cuda.default_generators[torch.cuda.current_device()]
+    gen.graphsafe_set_state(gen.clone_state())
 
 
 def compiled(fn):
