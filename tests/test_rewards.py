@@ -141,3 +141,12 @@ def test_a_math_problem_has_one_test_its_answer():
     right, wrong = sample(r"\boxed{72}", problem=MATH), sample(r"\boxed{71}", problem=MATH)
     for component in ("test_pass_fraction", "all_tests_pass"):
         assert parts(right, component).total == 1.0 and parts(wrong, component).total == 0.0
+
+
+def test_commas_are_thousands_separators_only():
+    """A decimal comma (0,5) or a list (1,2) is not a number with its commas removed: 0,5 is not 5, 1,2 is not 12;
+    thousands separators still go (1,234 is 1234)."""
+    from execrl.rewards.math_answers import answers_match
+
+    assert not answers_match("0,5", "5") and not answers_match("1,2", "12") and not answers_match("12", "1,2")
+    assert answers_match("1,234", "1234") and answers_match("$1,234,567.5$", "1234567.5") and answers_match("1,000.", "1000")

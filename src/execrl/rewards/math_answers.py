@@ -13,8 +13,15 @@ logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns on every ca
 MAX_ANSWER_CHARS = 200  # sympy on adversarial text can run for minutes: long answers get the numeric check only
 
 
+THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")  # 1,234,567.5: the only commas a plain number holds
+
+
 def _number(text: str) -> Fraction | None:
-    text = text.strip().strip("$").replace(",", "").replace("\\!", "").rstrip(".")
+    text = text.strip().strip("$").replace("\\!", "").rstrip(".")
+    if "," in text:  # thousands separators only: "0,5" (a decimal comma) and "1,2" (a list) are not 5 and 12
+        if not THOUSANDS.fullmatch(text):
+            return None
+        text = text.replace(",", "")
     try:
         return Fraction(text)
     except (ValueError, ZeroDivisionError):
