@@ -68,3 +68,14 @@ def test_math_answers():
 def test_tags_inside_fenced_code_are_just_code():
     text = '```python\nhtml = "<code>x</code>"\nprint(html)\n```'
     assert extract(text).code == 'html = "<code>x</code>"\nprint(html)'
+
+
+def test_the_answer_after_hashes_is_the_number_a_human_reads():
+    """After ####: words around the number ("18 dollars"), markdown emphasis, an equation, and "####" used as a
+    markdown heading above the answer's sentence all give the number; LaTeX stays whole."""
+    from execrl.extract import math_answer
+
+    cases = {"#### 72": "72", "#### 18 dollars": "18", "#### **18**": "18", "#### 2 + 3 = 5": "5",
+             "#### Step 1\nadd 3\n#### Final Answer\nJanet makes $18 every day.": "18",
+             "#### \\frac{3}{4}": "\\frac{3}{4}", "#### -5": "-5", "#### 1,234": "1,234", "#### 3/4": "3/4"}
+    assert {text: math_answer(text) for text in cases} == cases

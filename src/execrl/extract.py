@@ -122,13 +122,24 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
+NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+
+
 def math_answer(answer_text: str) -> str | None:
-    """A math completion's final answer: \\boxed{}, else after ####, else the last number."""
+    """A math completion's final answer: \\boxed{}, else after the last ####, else the last number. After ####: the
+    line that follows (after its last "=", if any), less markdown emphasis; where it is words around a number ("18 dollars"), the number; where it
+    holds none (a "#### Final Answer" heading), the last number after it. LaTeX (a backslash, braces) stays whole."""
     boxed = last_boxed(answer_text)
     if boxed is not None:
         return boxed
     if "####" in answer_text:
         tail = answer_text.rsplit("####", 1)[1].strip()
-        return tail.splitlines()[0].strip() if tail else None
-    numbers = re.findall(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?", answer_text)
+        if not tail:
+            return None
+        line = tail.splitlines()[0].rsplit("=", 1)[-1].strip().strip("*_` ")  # ("2 + 3 = 5": what it equals)
+        if re.search(r"[\\{}^]", line) or NUMBER.fullmatch(line.strip("$").rstrip(".")):
+            return line
+        numbers = NUMBER.findall(line) or NUMBER.findall(tail)
+        return numbers[0 if NUMBER.search(line) else -1].replace(",", "") if numbers else line
+    numbers = NUMBER.findall(answer_text)
     return numbers[-1].replace(",", "") if numbers else None
