@@ -217,3 +217,15 @@ def test_the_arith_expected_outputs_are_what_each_operations_program_prints():
                 for a, b in pairs]
         assert printed(op, pairs) == want
     assert set(VALUE) == set(OPS)
+
+
+def test_dapo_rows_keep_their_own_answer_instruction(tmp_path):
+    """DAPO's prompts end with their own 'Answer:' instruction, which dapo_math_verify scores: no \\boxed{}
+    instruction is added after it (a completion that obeyed that last line scored 0)."""
+    from execrl.prompts import PromptConfig, build_messages
+
+    text = ("Solve: 17 + 17.\n\nRemember to put your answer on its own line after \"Answer:\".")
+    row = {"prompt": [{"role": "user", "content": text}], "reward_model": {"ground_truth": "34"}}
+    (tmp_path / "train.jsonl").write_text(json.dumps(row) + "\n")
+    problem = load_problems("DAPOMath17K", "train", tmp_path)[0][0]
+    assert build_messages(problem, PromptConfig())[-1]["content"] == text
