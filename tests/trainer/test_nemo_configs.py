@@ -562,3 +562,25 @@ def test_a_held_out_problem_is_not_trained_on_with_repeat():
     train, val, _ = load_data(cfg)
     assert val and not {p.id for p in val} & {p.id for p in train}
     assert len(train) == 4 * len({p.id for p in train}) and len(train) + 4 * len(val) == 4 * 7473
+
+
+def test_validation_keeps_each_source_and_counts_problems_that_fit():
+    """A training set's held-out share and a data.validation set both reach validation where grpo.max_val_samples
+    cuts (the held-out share, first, took every place: the named set was dropped without a word), and the cut counts
+    problems whose prompt fits (cut first, then the long ones dropped, validation ran on fewer or none)."""
+    from execrl.models import build_tokenizer
+    from execrl.trainer.data import load_data
+    from execrl.trainer.setup import training_data
+
+    from ..conftest import shared_data
+
+    shared_data("gsm8k")
+    over = ["data.train.dataset_name=gsm8k", "data.train.split=train", "data.train.split_validation_size=0.05",
+            "data.validation.dataset_name=gsm8k", "data.validation.split=test", "grpo.max_val_samples=10"]
+    _, val, _ = load_data(load_config(None, over))
+    assert len(val) == 373 + 1319 and {p.id.split("/")[1] for p in val[:10]} == {"train", "test"}  # in turn
+    tok = build_tokenizer(["Janet's ducks lay 16 eggs per day."], vocab_size=260)
+    cfg = load_config(None, [*over, "data.max_input_seq_length=420", "policy.max_total_sequence_length=900"])
+    _, val, _ = training_data(cfg, tok)
+    assert len(val) == 10 and {p.id.split("/")[1] for p in val} == {"train", "test"}  # (byte tokens: some gsm8k
+    # prompts are over 420)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from itertools import zip_longest
 
 from execrl.config import MasterConfig
 from execrl.config.schema import DatasetConfig
@@ -30,14 +31,15 @@ def hold_out(problems: list[Problem], share: float, seed: int) -> tuple[list[Pro
 
 
 def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str, list[dict]]]:
-    """(train problems, validation problems, reference turns for warm-up by problem id: those of the
+    """(train problems, validation problems (all of them, each source's in turn), reference turns for warm-up by
+    problem id: those of the
     problems that carry a reference completion (self-play: a whole match from one seat), and with
     the unit-test environment every other one of them a wrong first attempt, the feedback on it and
     the fix). As NeMo RL: the training sets' problems together; validation = what each one holds out
     (split_validation_size) and the data.validation sets."""
     data, seed = cfg.data, cfg.grpo.seed
     trains, vals = data.train_sets, data.validation_sets
-    train, val = [], []
+    train, val = [], []  # val: one list of problems per source
     for d in trains:
         info = DATASETS[dataset_key(d.dataset_name)]
         check_trainable(info.name, d.split_name)
@@ -45,12 +47,14 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
         if d.split_validation_size > 0:  # held out before the repeats: no copy of a held-out problem is trained on
             problems, held = hold_out(problems, d.split_validation_size, seed)
             problems = [p for p in problems for _ in range(d.repeat)]
-            val += held
+            val.append(held)
         elif info.generated and "validation" in info.splits and not vals:  # a stream of its own is held out
-            val += load_split(d.model_copy(update={"split": "validation"}), seed)
+            val.append(load_split(d.model_copy(update={"split": "validation"}), seed))
         train += problems
     for d in vals:
-        val += load_split(d, seed)
+        val.append(load_split(d, seed))
+    val = [p for turn in zip_longest(*val) for p in turn if p is not None]  # the sources interleaved: where
+    # grpo.max_val_samples cuts (setup.training_data), each keeps its share
     for p in train + val:
         if p.kind == "math":
             p.metadata[VERIFIER] = cfg.env.math.math_verify_impl
@@ -61,7 +65,7 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
     if cfg.env.multi_turn.kind == "unit_tests":
         rng = random.Random(seed)
         refs.update({p.id: feedback_reference(p, rng, cfg) for p in train[1::2] if "wrong_attempts" in p.metadata})
-    return train, val[: cfg.grpo.max_val_samples], refs
+    return train, val, refs
 
 
 class ProblemSampler:

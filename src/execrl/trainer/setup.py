@@ -59,6 +59,7 @@ class Run:
     step: int = 0
     resumed_from: str | None = None
     last_saved: int = -1
+    updating: bool = False  # a train phase under way: the weights are partway between step and step + 1
     nan_streak: int = 0
     flat_streak: int = 0  # steps in a row whose every group had equal rewards
     left: object = None  # trainer.deferred.Trained: a step whose optimizer ran on as the next generated, its log to come
@@ -175,7 +176,11 @@ def training_data(cfg: MasterConfig, tokenizer) -> tuple[list[Problem], list[Pro
     train, val, refs = load_data(cfg)
     check_dataset_names(cfg, {p.kind for p in train + val})
     check_reward_fits(cfg, {p.kind for p in train})  # (the kinds of rows read: a jsonl's known only now)
-    return drop_long(train, tokenizer, cfg), drop_long(val, tokenizer, cfg, "data.validation"), refs
+    val = drop_long(val, tokenizer, cfg, "data.validation", want=cfg.grpo.max_val_samples)
+    if not val and (cfg.grpo.val_period > 0 or cfg.grpo.val_at_start):
+        console.print("[yellow]validation: no problem to validate on (none held out or none fits): eval/ metrics "
+                      "will not be logged[/]")
+    return drop_long(train, tokenizer, cfg), val, refs
 
 
 def rollout_generator(cfg: MasterConfig, policy, slots: int):
@@ -271,21 +276,29 @@ def languages(problems: list[Problem]) -> tuple[str, ...]:
     return tuple(sorted({p.language for p in problems if p.kind == "code"})) or ("python",)
 
 
-def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig, where: str = "data.train") -> list[Problem]:
+def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig, where: str = "data.train",
+              want: int | None = None) -> list[Problem]:
     """Prompts of at most prompt_limit(cfg) tokens (long prompts are the classic OOM), with a count
     of the rest that names the keys setting the limit; every training problem dropped is an
-    error."""
+    error. want: the first `want` problems that fit (validation's grpo.max_val_samples), read a few
+    at a time."""
     limit = prompt_limit(cfg)
-    lengths = [len(ids) for ids in encode_all([make_env(cfg, None, p).reset(p) for p in problems], tokenizer)]
-    kept = [p for p, n in zip(problems, lengths) if n <= limit]
-    dropped = len(problems) - len(kept)
+    kept, lengths = [], []
+    while len(lengths) < len(problems) and (want is None or len(kept) < want):
+        chunk = problems[len(lengths):] if want is None else problems[len(lengths):len(lengths) + 2 * (want - len(kept))]
+        chunk_lengths = [len(ids) for ids in encode_all([make_env(cfg, None, p).reset(p) for p in chunk], tokenizer)]
+        kept += [p for p, n in zip(chunk, chunk_lengths) if n <= limit]
+        lengths += chunk_lengths
+    kept = kept[:want]
+    dropped = sum(n > limit for n in lengths)
     if not dropped:
         return kept
     p = cfg.policy
     keys = ("data.max_input_seq_length" if cfg.data.max_input_seq_length is not None else
             f"policy.max_total_sequence_length ({p.max_total_sequence_length}) less "
             f"policy.generation.max_new_tokens ({p.generation.max_new_tokens})")
-    say = (f"{where}: {dropped} of {len(problems)} problems have a prompt over {limit} tokens (the longest "
+    say = (f"{where}: {dropped} of {len(lengths)} problems{' read' if len(lengths) < len(problems) else ''} have a "
+           f"prompt over {limit} tokens (the longest "
            f"{max(lengths)}), the limit set by {keys}")
     if not kept and where == "data.train":
         raise ValueError(f"{say}: nothing is left to train on; raise policy.max_total_sequence_length (or lower "
