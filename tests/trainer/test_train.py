@@ -325,6 +325,34 @@ def test_a_deferred_nan_step_is_skipped_on_the_device(tmp_path, monkeypatch, fus
     assert all(torch.equal(seen["before"][k], after[k]) for k in after)
 
 
+def test_ctrl_c_within_a_train_phase_saves_no_half_updated_step(tmp_path, monkeypatch, capsys):
+    """A second Ctrl-C after step 3's first of its two optimizer steps: the weights are neither step 2's nor step
+    3's, so no checkpoint is written under step 2 (one was, with step 3's first update in it, and the resumed run
+    trained step 3 again on top of it)."""
+    import execrl.trainer.loop as loop
+
+    real, calls = loop.optimize, []
+
+    def optimize(weights, optimizer, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # step 2's train phase
+            real_step = optimizer.step
+
+            def step_then_stop(*a, **k):
+                real_step(*a, **k)
+                raise KeyboardInterrupt
+            optimizer.step = step_then_stop
+        return real(weights, optimizer, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "optimize", optimize)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, "half", "grpo.max_num_steps=5", "grpo.val_period=0", "checkpointing.save_period=10",
+            "warmup.sft_steps=0", "policy.train_global_batch_size=16")
+    assert not list((tmp_path / "half" / "ckpt").glob("step_*"))
+    said = capsys.readouterr()
+    assert "not saved (its weights are partly updated)" in " ".join((said.out + said.err).split())
+
+
 def test_ctrl_c_after_a_deferred_step_logs_it_and_checkpoints_it_whole(tmp_path, monkeypatch, fused_on_cpu):
     import execrl.trainer.loop as loop
     from execrl.trainer.pipeline import RolloutPipeline

@@ -69,9 +69,11 @@ def train(cfg: MasterConfig) -> Run:
                     defer = defers(run, first_step)
                     with timed(times, "train"):
                         trained = Trained(run.step + 1, rollouts, staleness, times, gpu=gpu)  # (its clock starts)
+                        run.updating = True
                         trained.launched(launch_step(run, rollouts, defer))
                 run.left = trained if defer else None
                 run.step += 1  # (before the step before's log line: a checkpoint on Ctrl-C there is this step's)
+                run.updating = False
                 if done:
                     log_step(run, *done, bar)
                 if not defer:
@@ -381,6 +383,10 @@ def save_on_interrupt(run: Run) -> None:
     if dist.world_size() > 1:  # each process was stopped somewhere else: a collective save could hang
         last = f"step {run.last_saved}" if run.last_saved >= 0 else "none"
         console.print(f"[yellow]interrupted: not saved (several processes); the last checkpoint: {last}[/]")
+    elif run.updating:  # a second Ctrl-C within a train phase: its optimizer steps partly taken, a state no step had
+        last = f"step {run.last_saved}" if run.last_saved >= 0 else "none"
+        console.print(f"[yellow]interrupted within step {run.step + 1}'s optimizer steps: not saved (its weights are "
+                      f"partly updated); the last checkpoint: {last}[/]")
     elif run.cfg.checkpointing.enabled and run.step > max(run.last_saved, 0):
         console.print("[yellow]interrupted: saving a checkpoint before exiting[/]")
         save(run)
