@@ -79,3 +79,16 @@ def test_the_answer_after_hashes_is_the_number_a_human_reads():
              "#### Step 1\nadd 3\n#### Final Answer\nJanet makes $18 every day.": "18",
              "#### \\frac{3}{4}": "\\frac{3}{4}", "#### -5": "-5", "#### 1,234": "1,234", "#### 3/4": "3/4"}
     assert {text: math_answer(text) for text in cases} == cases
+
+
+def test_fences_as_commonmark_reads_them():
+    """A block inside a list item loses its fence's indentation (it was an IndentationError); a ```c++ or ```cxx
+    block is cpp and an info string's first word is the language (the sample output's block after it was graded);
+    a closing fence may be longer than the opening one, and a ```` block holds ``` lines."""
+    item = "1. Define:\n   ```python\n   def f(a):\n       return 4 * a\n   ```"
+    assert extract(item).code == "def f(a):\n    return 4 * a"
+    assert extract("```c++\nint main(){}\n```\nOutput:\n```\n3\n```", language="cpp").code == "int main(){}"
+    assert extract('```python title="main.py"\nprint(1)\n```\n```\n1\n```').code == "print(1)"
+    assert extract("```python\nprint(2)\n````").code == "print(2)"
+    assert fenced_blocks("````markdown\nx\n```python\nprint(3)\n```\ny\n````") == [
+        ("markdown", "x\n```python\nprint(3)\n```\ny", True)]

@@ -16,9 +16,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from execrl.sandbox.languages import ALIASES
+
 ANSWER_FORMATS = ("code", "reasoning", "think")
 CODE_STYLES = ("fence", "tags", "auto", "plain")
-_PY = {"python", "py", "python3", "py3"}
 
 
 @dataclass(frozen=True)
@@ -43,33 +44,46 @@ def answer_part(completion: str, answer_format: str) -> tuple[str, bool]:
     return completion, True
 
 
+_FENCE = re.compile(r"`{3,}")
+
+
 def fenced_blocks(text: str) -> list[tuple[str, str, bool]]:
-    """(language, code, closed) for each ``` block; a fence is a line that starts with ```."""
-    blocks, lang, buf, inside = [], "", [], False
+    """(language, code, closed) for each ``` block, as CommonMark reads fences: a fence is a line that starts with 3
+    or more backticks, closed by a line of at least as many backticks alone (a ```` block holds ``` lines); its
+    language is the info string's first word (```python title="main.py": python); its lines lose the indentation
+    of its opening fence (a block inside a list item)."""
+    blocks, lang, buf, fence, indent = [], "", [], 0, 0  # fence: the open block's backticks (0: none open)
     for line in text.splitlines():
         stripped = line.strip()
-        if stripped.startswith("```"):
-            if inside and stripped == "```":
-                blocks.append((lang, "\n".join(buf), True))
-                inside = False
-            elif not inside:
-                lang, buf, inside = stripped[3:].strip().lower(), [], True
-            else:  # a new opening fence inside a block: the previous one was never closed
-                blocks.append((lang, "\n".join(buf), False))
-                lang, buf = stripped[3:].strip().lower(), []
+        ticks = _FENCE.match(stripped)
+        run = len(ticks.group()) if ticks else 0
+        if fence and run >= fence and stripped == ticks.group():  # its closing fence
+            blocks.append((lang, "\n".join(buf), True))
+            fence = 0
             continue
-        if inside:
-            buf.append(line)
-    if inside:
+        if run and (not fence or run >= fence):  # an opening fence (inside a block: the block was never closed)
+            if fence:
+                blocks.append((lang, "\n".join(buf), False))
+            info = stripped[run:].strip().lower().split()
+            fence, indent, lang, buf = run, len(line) - len(line.lstrip(" ")), info[0] if info else "", []
+            continue
+        if fence:
+            buf.append(line[min(indent, len(line) - len(line.lstrip(" "))):])
+    if fence:
         blocks.append((lang, "\n".join(buf), False))
     return blocks
+
+
+def same_language(tag: str, language: str) -> bool:
+    """Whether a fence's tag names `language` (py, python3: python; c++, cxx: cpp)."""
+    canon = {**ALIASES, "py3": "python"}
+    return canon.get(tag, tag) == canon.get(language.lower(), language.lower())
 
 
 def _from_fences(text: str, language: str) -> tuple[str | None, bool, int]:
     blocks = fenced_blocks(text)
     closed = [b for b in blocks if b[2]]
-    wanted = _PY if language == "python" else {language.lower()}
-    for pool in ([b for b in closed if b[0] in wanted], closed, [b for b in blocks if not b[2]]):
+    for pool in ([b for b in closed if same_language(b[0], language)], closed, [b for b in blocks if not b[2]]):
         if pool:
             lang, code, ok = pool[-1]
             return code, ok, text.rfind("```")
