@@ -229,3 +229,19 @@ def test_dapo_rows_keep_their_own_answer_instruction(tmp_path):
     (tmp_path / "train.jsonl").write_text(json.dumps(row) + "\n")
     problem = load_problems("DAPOMath17K", "train", tmp_path)[0][0]
     assert build_messages(problem, PromptConfig())[-1]["content"] == text
+
+
+def test_mbpp_rows_with_broken_tests_are_counted_not_graded(tmp_path):
+    """An MBPP row whose test_list is a string, holds a non-string or an assert that is not Python, or whose task_id
+    is a string, is skipped and counted (they were kept, and every sample of them, the reference too, was a
+    runtime_error)."""
+    rows = [json.loads(x) for x in shared_data("mbpp", "mbpp.jsonl").read_text().splitlines()]
+    by_id = {r["task_id"]: r for r in rows}
+    bad = [dict(by_id[11], test_list="assert remove_Occ('hello','l') == 'heo'"),
+           dict(by_id[12], test_list=[by_id[12]["test_list"][0], None]),
+           dict(by_id[13], test_list=["assert count_common(['red'] == ["]),
+           dict(by_id[14], task_id="14")]
+    path = tmp_path / "mbpp.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [*bad, by_id[15]]) + "\n")
+    problems, report = load_problems("mbpp", "test", path)
+    assert [p.id for p in problems] == ["mbpp/15"] and report.skipped == 4

@@ -6,7 +6,7 @@ the challenge_test_list that 11 test-split rows also have."""
 
 from __future__ import annotations
 
-from execrl.sandbox import AssertTests
+from execrl.sandbox import TestSpecError, parse_tests
 from execrl.tasks.problem import DatasetError, Problem, read_rows
 from execrl.tasks.registry import register
 
@@ -22,17 +22,26 @@ def load(path, split, report, variant: str = "original", challenge_tests: bool =
     problems = []
     for row in read_rows(path):
         task = row.get("task_id")
+        if type(task) is not int:  # ("605": a row of no split, counted)
+            report.skip(task, "task_id is not an integer")
+            continue
         if task not in SPLITS[split]:
             continue
         text = row.get("text") or row.get("prompt")
-        asserts = list(row.get("test_list") or [])
+        asserts = row.get("test_list") or []
         if challenge_tests:
-            asserts += row.get("challenge_test_list") or []
-        if not text or not asserts:
+            asserts = [*asserts, *(row.get("challenge_test_list") or [])] if isinstance(asserts, list) else asserts
+        if not isinstance(text, str) or not text.strip() or not asserts:
             report.skip(task, "no text or no tests")
             continue
-        setup = row.get("test_setup_code") or "\n".join(row.get("test_imports") or [])
+        imports = row.get("test_imports") or []
+        setup = row.get("test_setup_code") or ("\n".join(imports) if isinstance(imports, list) else imports)
+        try:  # the jsonl loader's checks: a list of strings, each a Python statement, a setup of Python
+            tests = parse_tests({"asserts": asserts, "setup": setup})
+        except TestSpecError as e:
+            report.skip(task, f"tests: {e}")
+            continue
         content = f"{text}\nYour code should pass this test:\n\n{asserts[0]}"
         problems.append(Problem(f"mbpp/{task}", [{"role": "user", "content": content}], "code",
-                                tests=AssertTests(asserts, setup), metadata={"reference": row.get("code")}))
+                                tests=tests, metadata={"reference": row.get("code")}))
     return problems
