@@ -245,3 +245,16 @@ def test_mbpp_rows_with_broken_tests_are_counted_not_graded(tmp_path):
     path.write_text("\n".join(json.dumps(r) for r in [*bad, by_id[15]]) + "\n")
     problems, report = load_problems("mbpp", "test", path)
     assert [p.id for p in problems] == ["mbpp/15"] and report.skipped == 4
+
+
+def test_gzipped_rows_and_empty_answers(tmp_path):
+    """A gzipped JSONL (HumanEval's own HumanEval.jsonl.gz) reads as its rows (it was 'utf-8 codec can't decode');
+    a row whose answer is empty is counted, not a math problem no answer can equal."""
+    import gzip
+
+    rows = [{"id": "a", "prompt": "1 + 1?", "answer": "2"}, {"id": "b", "prompt": "2 + 2?", "answer": " "},
+            {"id": "c", "prompt": "3 + 3?", "answer": ""}]
+    path = tmp_path / "rows.jsonl.gz"
+    path.write_bytes(gzip.compress("\n".join(json.dumps(r) for r in rows).encode()))
+    problems, report = load_problems("jsonl", "train", path)
+    assert [p.id for p in problems] == ["a"] and report.skipped == 2

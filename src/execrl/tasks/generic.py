@@ -52,6 +52,8 @@ def load(path, split, report, fields: dict | None = None, **_):
                 continue
             problems.append(Problem(str(rid), messages, "code", tests=spec, language=language,
                                     metadata=metadata))
+        elif isinstance(row.get(f["answer"]), str) and not row[f["answer"]].strip():  # (nothing can equal it)
+            report.skip(rid, f"an empty {f['answer']!r}")
         elif row.get(f["answer"]) is not None:
             problems.append(Problem(str(rid), messages, "math", answer=str(row[f["answer"]]), metadata=metadata))
         else:

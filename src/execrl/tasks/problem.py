@@ -75,8 +75,20 @@ def read_rows(path: str | Path) -> list[dict]:
         except ImportError:
             raise DatasetError(f"{path}: reading parquet needs pyarrow (pip install pyarrow)") from None
         return pq.read_table(path).to_pylist()
-    text = path.read_text(encoding="utf-8-sig")  # (a byte-order mark, as some editors write, is not part of row 1)
-    if path.suffix == ".json":
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":  # gzip (HumanEval's HumanEval.jsonl.gz): the rows inside
+        import gzip
+
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as e:
+            raise DatasetError(f"{path}: a gzip file that cannot be read ({e})") from None
+    try:
+        text = data.decode("utf-8-sig")  # (a byte-order mark, as some editors write, is not part of row 1)
+    except UnicodeDecodeError as e:
+        raise DatasetError(f"{path}: not UTF-8 text (byte {e.start}); rows are JSON Lines, a JSON list, parquet, "
+                           "or one of these gzipped") from None
+    if path.suffixes[-2:-1] == [".json"] or path.suffix == ".json":
         try:
             rows = json.loads(text)
         except json.JSONDecodeError as e:
