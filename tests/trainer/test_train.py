@@ -378,3 +378,19 @@ def test_ctrl_c_after_a_deferred_step_logs_it_and_checkpoints_it_whole(tmp_path,
     assert [m["step"] for m in metrics(d) if "train/loss" in m] == [1, 2]
     assert seen == {"step": 2, "scheduler": 2, "left": None}
     assert (d / "ckpt" / "step_000002").is_dir()
+
+
+def test_a_torn_last_metrics_line_does_not_stop_a_resume(tmp_path, capsys):
+    """metrics.jsonl whose last line a crash cut short: the resumed run leaves that line out, says so, and goes on
+    (it stopped with 'Unterminated string', naming no file)."""
+    from execrl.trainer.metrics import MetricsLogger
+
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "metrics.jsonl").write_text('{"step": 1, "train/loss": 0.5}\n{"step": 2, "train/loss": 0.4}\n{"step": 3, "tr')
+    logger = MetricsLogger(load_config(None, [f"logger.log_dir={d}", "logger.tensorboard_enabled=false"]))
+    logger.start(2)
+    logger.close()
+    assert metrics(d) == [{"step": 1, "train/loss": 0.5}, {"step": 2, "train/loss": 0.4}]
+    said = capsys.readouterr()
+    assert "line 3: not a whole record" in said.err

@@ -359,8 +359,9 @@ def summarize(run: Run) -> None:
             console.print(f"eval {key[5:]}: {points[0][1]:.3f} (step {points[0][0]}) -> {points[-1][1]:.3f} "
                           f"(step {points[-1][0]})")
     written = write_report(run)
-    console.print(f"logs: {run.logger.dir}  checkpoints: {run.cfg.checkpointing.checkpoint_dir}"
-                  + (f"  report: {written}" if written else ""))
+    saved = run.cfg.checkpointing.checkpoint_dir if run.cfg.checkpointing.enabled else \
+        "none (checkpointing.enabled=false)"
+    console.print(f"logs: {run.logger.dir}  checkpoints: {saved}" + (f"  report: {written}" if written else ""))
 
 
 def write_report(run: Run):

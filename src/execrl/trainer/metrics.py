@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rich.console import Console
+
 from execrl.config import MasterConfig
 
 
@@ -28,7 +30,16 @@ class MetricsLogger:
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / "metrics.jsonl"
         old = path.read_text().splitlines() if path.exists() else []
-        kept = [line for line in old if json.loads(line).get("step", 0) <= step] if step > 0 else []
+        kept = []
+        for n, line in enumerate(old if step > 0 else [], 1):
+            try:
+                row = json.loads(line)
+            except ValueError:  # a write cut short (a crash, a full disk): the step it held is done again
+                Console(stderr=True, soft_wrap=True).print(
+                    f"{path}, line {n}: not a whole record (a write cut short): left out", style="yellow", markup=False)
+                continue
+            if isinstance(row, dict) and row.get("step", 0) <= step:
+                kept.append(line)
         path.write_text("".join(line + "\n" for line in kept))
         self.jsonl = open(path, "a")
         if cfg.logger.tensorboard_enabled:
