@@ -92,3 +92,12 @@ def test_fences_as_commonmark_reads_them():
     assert extract("```python\nprint(2)\n````").code == "print(2)"
     assert fenced_blocks("````markdown\nx\n```python\nprint(3)\n```\ny\n````") == [
         ("markdown", "x\n```python\nprint(3)\n```\ny", True)]
+
+
+def test_the_last_number_as_written():
+    """The typeset minus sign is a minus, '.5' is a half (it was read as 5: a false pass against 5), 1e3 a
+    thousand (it was 3)."""
+    from execrl.rewards.math_answers import answers_match
+
+    assert math_answer("The temperature is \u22125") == "-5" and answers_match(math_answer("it is .5"), "0.5")
+    assert not answers_match(math_answer("The answer is .5"), "5") and answers_match(math_answer("about 1e3"), "1000")

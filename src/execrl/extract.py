@@ -136,7 +136,8 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+NUMBER = re.compile(r"[-\u2212]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?")  # (\u2212: the minus
+# sign, as typeset; ".5" is a half, not 5; 1e3 a thousand, not 3)
 
 
 def math_answer(answer_text: str) -> str | None:
@@ -154,6 +155,10 @@ def math_answer(answer_text: str) -> str | None:
         if re.search(r"[\\{}^]", line) or NUMBER.fullmatch(line.strip("$").rstrip(".")):
             return line
         numbers = NUMBER.findall(line) or NUMBER.findall(tail)
-        return numbers[0 if NUMBER.search(line) else -1].replace(",", "") if numbers else line
+        return _plain(numbers[0 if NUMBER.search(line) else -1]) if numbers else line
     numbers = NUMBER.findall(answer_text)
-    return numbers[-1].replace(",", "") if numbers else None
+    return _plain(numbers[-1]) if numbers else None
+
+
+def _plain(number: str) -> str:
+    return number.replace(",", "").replace("\u2212", "-")
