@@ -74,10 +74,12 @@ def fenced_blocks(text: str) -> list[tuple[str, str, bool]]:
     return blocks
 
 
+_CANON = {**ALIASES, "py3": "python"}  # a fence tag's language
+
+
 def same_language(tag: str, language: str) -> bool:
     """Whether a fence's tag names `language` (py, python3: python; c++, cxx: cpp)."""
-    canon = {**ALIASES, "py3": "python"}
-    return canon.get(tag, tag) == canon.get(language.lower(), language.lower())
+    return _CANON.get(tag, tag) == _CANON.get(language.lower(), language.lower())
 
 
 def _from_fences(text: str, language: str) -> tuple[str | None, bool, int]:
@@ -142,8 +144,9 @@ NUMBER = re.compile(r"[-\u2212]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:
 
 def math_answer(answer_text: str) -> str | None:
     """A math completion's final answer: \\boxed{}, else after the last ####, else the last number. After ####: the
-    line that follows (after its last "=", if any), less markdown emphasis; where it is words around a number ("18 dollars"), the number; where it
-    holds none (a "#### Final Answer" heading), the last number after it. LaTeX (a backslash, braces) stays whole."""
+    line that follows (after its last "=", if any), less markdown emphasis; where it is words around a number ("18
+    dollars"), the number; where it holds none (a "#### Final Answer" heading), the last number after it. LaTeX (a
+    backslash, braces) stays whole."""
     boxed = last_boxed(answer_text)
     if boxed is not None:
         return boxed

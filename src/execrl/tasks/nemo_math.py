@@ -80,7 +80,8 @@ _math("DAPOMath17K", "BytedTsinghua-SIA/DAPO-Math-17k", ("train",), _field("prom
 _math("DAPOMathAIME2024", "BytedTsinghua-SIA/AIME-2024", ("train",), _field("prompt", 0, "content"),
       _field("reward_model", "ground_truth"), eval_only=("*",), own_instructions=True)
 _math("DAPOMathAIME2024Deduplicated", "BytedTsinghua-SIA/AIME-2024", ("train",), _field("prompt", 0, "content"),
-      _field("reward_model", "ground_truth"), eval_only=("*",), deduplicate=True, own_instructions=True)  # (its rows repeat each problem)
+      _field("reward_model", "ground_truth"), eval_only=("*",), deduplicate=True,  # (its rows repeat each problem)
+      own_instructions=True)
 _math("AIME2024", "HuggingFaceH4/aime_2024", ("train",), _field("problem"), _field("answer"), eval_only=("*",))
 _math("AIME2025", "opencompass/AIME2025", ("test",), _field("question"), _field("answer"),
       configs=("AIME2025-I", "AIME2025-II"), eval_only=("*",))

@@ -88,7 +88,7 @@ def read_rows(path: str | Path) -> list[dict]:
     except UnicodeDecodeError as e:
         raise DatasetError(f"{path}: not UTF-8 text (byte {e.start}); rows are JSON Lines, a JSON list, parquet, "
                            "or one of these gzipped") from None
-    if path.suffixes[-2:-1] == [".json"] or path.suffix == ".json":
+    if ".json" in path.suffixes[-2:]:  # (x.json, x.json.gz)
         try:
             rows = json.loads(text)
         except json.JSONDecodeError as e:

@@ -32,10 +32,9 @@ def hold_out(problems: list[Problem], share: float, seed: int) -> tuple[list[Pro
 
 def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str, list[dict]]]:
     """(train problems, validation problems (all of them, each source's in turn), reference turns for warm-up by
-    problem id: those of the
-    problems that carry a reference completion (self-play: a whole match from one seat), and with
-    the unit-test environment every other one of them a wrong first attempt, the feedback on it and
-    the fix). As NeMo RL: the training sets' problems together; validation = what each one holds out
+    problem id: those of the problems that carry a reference completion (self-play: a whole match from one seat),
+    and with the unit-test environment every other one of them a wrong first attempt, the feedback on it and the
+    fix). As NeMo RL: the training sets' problems together; validation = what each one holds out
     (split_validation_size) and the data.validation sets."""
     data, seed = cfg.data, cfg.grpo.seed
     trains, vals = data.train_sets, data.validation_sets
@@ -43,14 +42,13 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
     for d in trains:
         info = DATASETS[dataset_key(d.dataset_name)]
         check_trainable(info.name, d.split_name)
-        problems = load_split(d, seed, repeat=d.split_validation_size <= 0)
-        if d.split_validation_size > 0:  # held out before the repeats: no copy of a held-out problem is trained on
+        problems = load_split(d, seed, repeat=False)  # (repeated below: no copy of a held-out problem is trained on)
+        if d.split_validation_size > 0:
             problems, held = hold_out(problems, d.split_validation_size, seed)
-            problems = [p for p in problems for _ in range(d.repeat)]
             val.append(held)
         elif info.generated and "validation" in info.splits and not vals:  # a stream of its own is held out
             val.append(load_split(d.model_copy(update={"split": "validation"}), seed))
-        train += problems
+        train += [p for p in problems for _ in range(d.repeat)]
     for d in vals:
         val.append(load_split(d, seed))
     val = [p for turn in zip_longest(*val) for p in turn if p is not None]  # the sources interleaved: where

@@ -177,7 +177,7 @@ def training_data(cfg: MasterConfig, tokenizer) -> tuple[list[Problem], list[Pro
     check_dataset_names(cfg, {p.kind for p in train + val})
     check_reward_fits(cfg, {p.kind for p in train})  # (the kinds of rows read: a jsonl's known only now)
     val = drop_long(val, tokenizer, cfg, "data.validation", want=cfg.grpo.max_val_samples)
-    if not val and (cfg.grpo.val_period > 0 or cfg.grpo.val_at_start):
+    if not val and cfg.grpo.max_val_samples > 0 and (cfg.grpo.val_period > 0 or cfg.grpo.val_at_start):
         console.print("[yellow]validation: no problem to validate on (none held out or none fits): eval/ metrics "
                       "will not be logged[/]")
     return drop_long(train, tokenizer, cfg), val, refs
@@ -285,7 +285,8 @@ def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig, where: str 
     limit = prompt_limit(cfg)
     kept, lengths = [], []
     while len(lengths) < len(problems) and (want is None or len(kept) < want):
-        chunk = problems[len(lengths):] if want is None else problems[len(lengths):len(lengths) + 2 * (want - len(kept))]
+        end = len(problems) if want is None else len(lengths) + 2 * (want - len(kept))
+        chunk = problems[len(lengths):end]
         chunk_lengths = [len(ids) for ids in encode_all([make_env(cfg, None, p).reset(p) for p in chunk], tokenizer)]
         kept += [p for p, n in zip(chunk, chunk_lengths) if n <= limit]
         lengths += chunk_lengths
