@@ -42,6 +42,20 @@ def test_wrong_values_fail_and_grading_goes_on(solo, code, tests):
     assert solo.grade("def f(x):\n    return 2", CALL_F).verdict == V.PASS  # the one worker is still there
 
 
+@pytest.mark.parametrize("kind", ["dict", "list"])
+def test_values_as_deep_as_a_row_may_hold_pass(solo, kind):
+    """A row's expected value may nest 198 levels (spec.py); a program that returns it passes, whatever the kind of
+    its levels (a dict's level is three of the status line's JSON, and lines over 408 deep were dropped: a
+    correct nested dict over ~135 deep failed as 'not plain data')."""
+    wrap = {"dict": ("{'k': v}", '{{"k": {}}}'), "list": ("[v]", "[{}]")}[kind]
+    code = f"def f(n):\n    v = 0\n    for _ in range(n):\n        v = {wrap[0]}\n    return v"
+    expected = "0"
+    for _ in range(198):
+        expected = wrap[1].format(expected)
+    r = graded_quickly(solo, code, {"fn_name": "f", "inputs": ["198"], "outputs": [expected]})
+    assert r.verdict == V.PASS, r.to_dict()
+
+
 def test_an_exception_in_the_grading_process_does_not_lose_the_worker(solo, monkeypatch):
     import execrl.sandbox.grader as grader_module
 
@@ -728,6 +742,47 @@ def test_a_binary_that_breaks_itself_breaks_no_later_test(solo, harm):
             f"int main() {{ char d[4096]; if (!getcwd(d, sizeof d)) return 1; {harm}; puts(\"ok\"); }}\n")
     r = solo.grade(code, THREE, language="cpp")
     assert r.verdict == V.PASS, r.to_dict()
+
+
+HOLD_OPEN = r"""#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+int main(int argc, char** argv) {
+  if (argc > 1) {  // a copy of this program, run once main.bin no longer is: main.bin open for writing, in flight
+    int fds[3] = {open(argv[1], O_WRONLY), 0, 0};
+    socketpair(AF_UNIX, SOCK_DGRAM, 0, fds + 1);
+    char x = 'x', control[CMSG_SPACE(sizeof fds)] = {};
+    iovec io = {&x, 1};
+    msghdr m = {};
+    m.msg_iov = &io; m.msg_iovlen = 1; m.msg_control = control; m.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET; c->cmsg_type = SCM_RIGHTS; c->cmsg_len = CMSG_LEN(sizeof fds);
+    memcpy(CMSG_DATA(c), fds, sizeof fds);
+    return sendmsg(fds[1], &m, 0) < 0;
+  }
+  puts("ok");
+  fflush(stdout);
+  char self[4096], data[1 << 16];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[n < 0 ? 0 : n] = 0;
+  int in = open(self, O_RDONLY), out = open("copy.bin", O_WRONLY | O_CREAT | O_TRUNC, 0755);
+  while ((n = read(in, data, sizeof data)) > 0) write(out, data, n);
+  close(out);
+  execl("copy.bin", "copy.bin", self, (char*)0);
+  return 1;
+}
+"""
+
+
+def test_a_binary_held_open_for_writing_in_flight_breaks_no_later_test(solo):
+    """Its binary opened for writing (by a copy of it, run after it) and sent over a unix socket left in flight: the
+    descriptor outlives the test's processes, and exec of that file fails (ETXTBSY). That was reported as the
+    sandbox's set-up failing: infra_error for every test of the program, the worker lost."""
+    r = solo.grade(HOLD_OPEN, THREE, language="cpp")
+    assert [t.verdict for t in r.tests] == [V.PASS] * 3, r.to_dict()
+    assert solo.grade("print('ok')", ONE).verdict == V.PASS
 
 
 @namespaces  # (without namespaces the program's /tmp is the host's)

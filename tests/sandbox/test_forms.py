@@ -124,6 +124,10 @@ def test_compare_float_tolerance_and_case_folding():
     assert not outputs_match("0.3333 2\n", b"0.3334 2\n", opts)
     assert outputs_match("YES\n", b"yes\n", CompareOptions(case_fold=True))
     assert not outputs_match("YES\n", b"yes\n")
+    fold = CompareOptions(case_fold=True)  # ASCII letters only: look-alikes that str.casefold() maps onto them fail
+    for expected, printed in [("YES", "ye\u017f"), ("OK", "o\u212a"), ("STRASSE", "stra\u00dfe")]:
+        assert not outputs_match(expected + "\n", (printed + "\n").encode(), fold), printed
+    assert outputs_match("Stra\u00dfe Yes\n", "stra\u00dfe YES\n".encode(), fold)
 
 
 def test_values_match():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import string
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -15,6 +16,8 @@ from execrl.sandbox.inside.protocol import Unhashed
 NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # linear: no ambiguous split
 INTEGER = re.compile(r"[+-]?[0-9]+")  # an expected token written as an integer: no tolerance, an exact value
 ASCII_SPACE = " \t\f\v"  # a line's trailing blanks; unicode separators such as \x1f are characters like any other
+ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)  # case_fold: YES is yes; a long s (ſ),
+# the Kelvin sign or ß are not s, k or ss, as str.casefold() would have them
 
 
 @dataclass(frozen=True)
@@ -24,7 +27,7 @@ class CompareOptions:
     # the tolerance where the expected token is a float (a '.' or an exponent), exactly where it is
     # an integer
     float_abs: float = 0.0
-    case_fold: bool = False
+    case_fold: bool = False  # ASCII letters in either case (as judges read YES / yes); other characters as written
 
 
 def _trimmed(text: str) -> str:
@@ -58,7 +61,7 @@ def outputs_match(expected: str, actual: bytes, opts: CompareOptions = CompareOp
     if opts.mode == "exact":
         return got == expected
     if opts.case_fold:
-        expected, got = expected.casefold(), got.casefold()
+        expected, got = expected.translate(ASCII_LOWER), got.translate(ASCII_LOWER)
     want, have = _trimmed(expected), _trimmed(got)
     if want.count("\n") != have.count("\n"):  # extra or missing lines fail (no prefix matching), before any split
         return False

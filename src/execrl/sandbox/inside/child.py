@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import builtins
 import ctypes
+import errno
 import io
 import json
 import math
@@ -92,6 +93,9 @@ def setup_done() -> None:
 
 
 _REPORTING = True
+# exec found the program's binary open for writing: a descriptor of it that outlives the processes of
+# an earlier test (sent over a unix socket and left in flight) keeps the kernel from running that file
+EXEC_BUSY = "exec: the program's binary is open for writing (ETXTBSY)"
 
 
 def report_setup_failure(message: str) -> None:
@@ -291,4 +295,10 @@ def exec_child(job: dict) -> None:
     for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):  # Python ignores these; a compiled program should not
         signal.signal(sig, signal.SIG_DFL)
     os.set_inheritable(REPORT_FD, False)  # closes on a successful exec; a failed one raises, and is reported
-    os.execve(job["argv"][0], job["argv"], dict(os.environ))
+    try:
+        os.execve(job["argv"][0], job["argv"], dict(os.environ))
+    except OSError as e:
+        if e.errno != errno.ETXTBSY:
+            raise
+        report_setup_failure(EXEC_BUSY)  # (the runner execs a fresh copy)
+        os._exit(125)

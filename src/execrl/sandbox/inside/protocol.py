@@ -248,7 +248,7 @@ def _status_lines(raw: bytes, last_only: bool) -> list[dict]:
             st = json.loads(line)
         except (ValueError, RecursionError):
             continue
-        if isinstance(st, dict) and _depth_at_most(st, 2 * MAX_DEPTH + 8):
+        if isinstance(st, dict) and _depth_at_most(st, 3 * MAX_DEPTH + 8):  # (a dict's level is 3 of JSON's)
             out.append(st)
             if last_only:
                 break

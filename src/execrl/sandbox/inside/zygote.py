@@ -34,6 +34,7 @@ from . import child, seccomp
 from .cgroup import Cgroup
 from .checker import checker_child
 from .child import (
+    EXEC_BUSY,
     REPORT_FD,
     RPC_FD,
     STATUS_FD,
@@ -413,6 +414,17 @@ class Zygote:
             return f"the program's files could not be restored for this test ({type(e).__name__}: {e})"
         return ""
 
+    def _fresh_copy(self, path: str) -> bool:
+        """The kept file at `path` written anew, as a file of its own: a descriptor a test left open
+        for writing (in flight on a unix socket) holds the old one. False where `path` is not the
+        program's."""
+        if path not in self.kept:
+            return False
+        data, seen = self.kept[path]
+        self._rewrite(path, data, stat.S_IMODE(seen[1]))
+        self.kept[path] = (data, _signature(path))
+        return True
+
     def _rewrite(self, path: str, data: bytes, mode: int) -> None:
         _wipe(path)
         with open(path, "wb") as f:
@@ -443,6 +455,8 @@ class Zygote:
                 res, pair = _unrun(broken), [b"", broken.encode(), b""]
             else:
                 res, pair = self.spawn(target, job, lim, stdin=blobs[i + 1], cpu_s=cpu, wall_s=wall)
+                if res.get("setup_error") == EXEC_BUSY and self._fresh_copy(job["argv"][0]):
+                    res, pair = self.spawn(target, job, lim, stdin=blobs[i + 1], cpu_s=cpu, wall_s=wall)
             send_msg(self.ctrl, {"result": res}, pair)
             scrub(*pair)
             num_run += 1
@@ -686,8 +700,11 @@ def _unrun(why: str) -> dict:
 
 
 def _timed_out(res: dict, cpu_s: float) -> bool:
-    return bool(res["killed_for"]) and res["killed_for"] != "memory" or res["cpu_s"] > cpu_s \
-        or res["exit"] in (-signal.SIGXCPU, -signal.SIGKILL)
+    """A test the grader calls a timeout (grader._execution_verdict): not one killed for its memory, nor
+    one whose process killed itself."""
+    if res["killed_for"] == "memory":
+        return False
+    return res["killed_for"] in ("deadline", "cpu") or res["cpu_s"] > cpu_s or res["exit"] == -signal.SIGXCPU
 
 
 def _memfd(name: str) -> int:
