@@ -62,7 +62,7 @@ def test_a_test_killed_not_for_time_does_not_stop_the_next_ones(grader, first):
     """After a timeout the rest of a program's tests are reported as timeouts unrun; a test ended by SIGKILL for
     another reason (its memory, its own kill) counted as one, and a program that fails one test on memory got 0
     of 4 where it earned 3 (the reward test_pass_fraction 0.0, not 0.75)."""
-    code = f"n = int(input())\nif n == 0:\n" + "".join(f"    {line}\n" for line in first.splitlines()) + "print(n)"
+    code = "n = int(input())\nif n == 0:\n" + "".join(f"    {line}\n" for line in first.splitlines()) + "print(n)"
     tests = {"inputs": [f"{n}\n" for n in range(4)], "outputs": [f"{n}\n" for n in range(4)]}
     r = grader.grade(code, tests, limits=Limits(timeout_s=5.0, memory_mb=256, output_mb=4))
     assert [t.verdict for t in r.tests][1:] == [V.PASS] * 3, r.to_dict()
