@@ -96,3 +96,39 @@ def test_math_problems_are_refused_with_the_fix(grader):
     e, _ = env(grader)
     with pytest.raises(ValueError, match="single_turn"):
         e.reset(Problem("m/1", [{"role": "user", "content": "1+1?"}], "math", answer="2"))
+
+
+def test_a_bare_fence_that_opens_the_cell_lets_the_turn_go_on(grader):
+    e, _ = env(grader, "prompt.code_style=fence")
+    first = e.step("Let me test:\n```\n")
+    assert first.more and not first.observation
+    assert e.step("print(6 * 7)\n```\n").observation[0]["content"] == "42\n"
+
+
+@pytest.mark.parametrize("turn", ["<code>\nprint('<answer>')\n</code>",
+                                  "I will test it, then give the <answer>.\n<code>\nprint(1 + 1)\n</code>"])
+def test_an_answer_tag_in_a_cell_or_named_in_prose_is_no_submission(grader, turn):
+    """A submission's tag is outside the code, and the code follows it: the cell runs. rfind('<answer>') anywhere
+    ended the episode on the cell's own text (or on it as the final answer), its code never run."""
+    e, _ = env(grader)
+    step = e.step(turn)
+    assert not step.done and step.tool_call and not step.tool_error, step
+
+
+def test_the_error_and_the_stop_note_survive_a_long_output(grader):
+    e, _ = env(grader)  # max_output_chars=200
+    crash = e.step("<code>\nprint('z' * 1200)\n1 / 0\n</code>").observation[0]["content"]
+    assert crash.startswith("zzz") and "[truncated" in crash and crash.rstrip().endswith("ZeroDivisionError: division by zero")
+    slow = e.step("<code>\nprint('z' * 1200, flush=True)\nwhile True:\n    pass\n</code>").observation[0]["content"]
+    assert slow.rstrip().endswith("[timeout: the cell was stopped]") and len(slow) < 300
+
+
+def test_a_cell_that_exits_is_said_and_not_replayed(grader):
+    """A cell that calls sys.exit() ran without error; replayed before each later cell, it ended the program before
+    them: every later cell, errors included, read '(no output)'."""
+    e, _ = env(grader)
+    exits = e.step("<code>\nimport sys\nx = 5\nsys.exit(0)\n</code>").observation[0]["content"]
+    assert "ended the program" in exits
+    later = e.step("<code>\nprint(undefined_name)\n</code>")
+    assert later.tool_error and "NameError" in later.observation[0]["content"]
+    assert e.step("<code>\nprint(6 * 7)\n</code>").observation[0]["content"] == "42\n"

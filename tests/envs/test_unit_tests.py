@@ -68,3 +68,16 @@ def test_probes_keep_other_asserts_and_forms_as_they_are():
                               "assert f(2) == 1, 'msg'"]
     call = CallTests("f", [[1]], [2])
     assert with_probes(call) is call and with_probes(StdioTests(["1"], ["1"])).inputs == ["1"]
+
+
+def test_a_bare_fence_that_opens_the_block_lets_the_turn_go_on(grader):
+    """The fence style's stop string (a ``` line) also matches a block opened without a language: that turn goes on
+    (Step.more), and the next generation's text is the rest of it. It was read as a turn with no code: 'No code
+    found' for correct code, and a reward of 0."""
+    e, _ = env(grader, SQUARES, "prompt.code_style=fence")
+    first = e.step("Here is my solution:\n```\n")
+    assert first.more and not first.done and not first.observation and e.turns == 1
+    step = e.step("def square(x):\n    return x * x\n```\n")
+    assert step.done and step.reward.total == 1.0 and step.sample.extracted.code.startswith("def square")
+    e, _ = env(grader, SQUARES, "prompt.code_style=fence", "grpo.max_rollout_turns=1")
+    assert e.step("Here is my solution:\n```\n").done  # no turn left: graded as it stands

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from execrl.extract import fenced_blocks
 from execrl.rewards import Reward, Sample, grade_samples, score
 from execrl.tasks import Problem
 
@@ -32,6 +33,8 @@ class Step:
     sample: Sample | None = None  # when done: the graded final submission (code, verdict)
     tool_call: bool = False  # this turn ran the model's code (an interpreter cell, the public tests)
     tool_error: bool = False  # ... and it failed: an exception, a timeout, a failed test
+    more: bool = False  # the model's turn goes on (it stopped at a fence that opens a code block): the next
+    # generation continues it from its tokens, and `step` then gets the rest of its text
 
 
 class Environment:
@@ -102,8 +105,18 @@ def final_step(sample: Sample, grader, reward_cfg) -> Step:
     return Step(done=True, reward=score(sample, reward_cfg), sample=sample)
 
 
-# stop strings by code style (plain: the turn's whole text is its code, so it ends where the sample does)
+# stop strings by code style (plain: the turn's whole text is its code, so it ends where the sample does). A fence
+# line with no language (```) closes a block or opens one: where it opened one, the turn goes on (opens_block)
 CELL_ENDS = {"tags": ["</code>"], "fence": ["\n```\n"], "auto": ["</code>", "\n```\n"], "plain": []}
+
+
+def opens_block(text: str, style: str) -> bool:
+    """The turn stopped at a fence that opens a code block (a bare ``` line after its prose), not at one that
+    closes it: its code is still to come."""
+    if style not in ("fence", "auto") or not text.endswith("```\n"):
+        return False
+    blocks = fenced_blocks(text)
+    return bool(blocks) and not blocks[-1][2] and not blocks[-1][1]
 
 
 def truncate(text: str, max_chars: int) -> str:

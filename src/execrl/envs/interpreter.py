@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 import secrets
 
-from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, truncate
+from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, opens_block, truncate
 from execrl.extract import Extracted, extract, fenced_blocks
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
@@ -53,11 +53,18 @@ class InterpreterEnv(Environment):
             raise ValueError(f"env.multi_turn.kind=interpreter needs code problems, and {problem.id} is "
                              f"{problem.kind}: use env.multi_turn.kind=single_turn for math")
         self.problem, self.turns, self.cells, self.last_code, self.last_text = problem, 0, [], None, ""
+        self.partial = ""  # a turn's text so far, where it stopped at a fence that opened a block
         return build_messages(problem, self.cfg.prompt, self.instructions())
 
     def step(self, assistant_text: str, num_tokens: int = 0) -> Step:
+        assistant_text, self.partial = self.partial + assistant_text, ""
         self.turns, self.last_text = self.turns + 1, assistant_text
-        submitted = self._submission(assistant_text)
+        if opens_block(assistant_text, self.style) and self.turns < self.cfg.grpo.max_rollout_turns:
+            self.partial = assistant_text
+            return Step(more=True)
+        submitted = self._submission(assistant_text, closed=True)
+        if submitted is None:
+            submitted = self._submission(assistant_text, closed=False)
         if submitted is not None:
             return self._final(assistant_text, submitted, True, num_tokens)
         cell = self._cell(assistant_text)
@@ -73,34 +80,56 @@ class InterpreterEnv(Environment):
         return self._final(self.last_text, self.last_code, False, 0)
 
     def _run(self, cell: str) -> Step:
-        marker = f"__cell_{secrets.token_hex(8)}__"
+        marker, end = f"__cell_{secrets.token_hex(8)}__", f"__end_{secrets.token_hex(8)}__"
         history = self.cells if self.mt.stateful else []
         split = (f"print({marker!r}, flush=True); __import__('sys').stderr.write({marker!r}); "
                  "__import__('sys').stderr.flush()")
-        program = "\n".join([*history, split, cell]) if history else cell
+        # a cell that ends the program (sys.exit) is never replayed: it would end every later one before it ran
+        program = "\n".join([*history, split, cell, f"print({end!r}, flush=True)"]) if self.mt.stateful else cell
         result = self.grader.run(program, language=self.problem.language)
         ok = result.verdict == Verdict.PASS
-        if ok:
+        exited = self.mt.stateful and ok and end not in result.stdout
+        if ok and not exited:
             self.cells.append(cell)
-        out = _after(result.stdout, marker + "\n") if history else result.stdout
-        err = _after(result.stderr, marker) if history else result.stderr
+        out = _after(result.stdout, marker + "\n") if self.mt.stateful else result.stdout
+        out = out.split(end + "\n", 1)[0] if self.mt.stateful else out
+        err = _after(result.stderr, marker) if self.mt.stateful else result.stderr
         if result.verdict == Verdict.INFRA_ERROR:
-            text, error = "(the sandbox failed to run this cell, through no fault of the code: run it again)", False
+            shown, error = "(the sandbox failed to run this cell, through no fault of the code: run it again)", False
         else:
-            text, error = out + (err if not ok else ""), not ok
+            tail, error = (err if not ok else ""), not ok
             if result.verdict in (Verdict.TIMEOUT, Verdict.MEMORY, Verdict.OUTPUT_LIMIT):
-                text += f"\n[{result.verdict.value}: the cell was stopped]"
-        text = truncate(text, self.mt.max_output_chars) if text.strip() else "(no output)"
-        return Step([{"role": self.mt.observation_role, "content": text}], tool_call=True, tool_error=error)
+                tail += f"\n[{result.verdict.value}: the cell was stopped]"
+            if exited:
+                tail += "\n[the cell ended the program (exit): what it defined is not kept]"
+            shown = shown_output(out, tail, self.mt.max_output_chars)
+        return Step([{"role": self.mt.observation_role, "content": shown if shown.strip() else "(no output)"}],
+                    tool_call=True, tool_error=error)
 
-    def _submission(self, text: str) -> str | None:
-        """The code after the final tag, or None when the turn has no final tag."""
-        at = text.rfind(self.final_open)
-        if at < 0:
+    def _submission(self, text: str, closed: bool) -> str | None:
+        """The code of the turn's final submission: `closed`, a turn that ends with the final tag's close
+        (generation stops there), else one that ends inside an open final tag (a fenced answer stops at its
+        fence); None where the turn has no such tag outside its code: a tag in a cell's code, or named in
+        prose before a cell, is no submission."""
+        end = text.rstrip()
+        if closed and not end.endswith(self.final_close):
             return None
-        body = text[at + len(self.final_open):].split(self.final_close)[0]
+        at = end.rfind(self.final_open)
+        if at < 0 or self._in_code(end[:at]) or not closed and self.final_close in end[at:]:
+            return None
+        body = end[at + len(self.final_open):]
+        body = body[:-len(self.final_close)] if closed else body
+        if not closed and self._cell(end) is not None and not body.lstrip().startswith(("```", "<code>")):
+            return None  # "... then give the <answer>.\n<code>...</code>": the turn ends with a cell to run
         found = extract(body, "code", "auto").code
         return found if found is not None else (body.strip("\n") if body.strip() else None)
+
+    def _in_code(self, before: str) -> bool:
+        """`before` ends inside a code cell (an open <code> tag or ``` block)."""
+        if self.style in ("tags", "auto") and before.rfind("<code>") > before.rfind("</code>"):
+            return True
+        blocks = fenced_blocks(before) if self.style in ("fence", "auto") else []
+        return bool(blocks) and not blocks[-1][2]
 
     def _cell(self, text: str) -> str | None:
         """The code of the cell the turn ends with (generation stopped at its closing tag or fence),
@@ -121,6 +150,15 @@ class InterpreterEnv(Environment):
         sample = Sample(self.problem, text, extracted, num_tokens=num_tokens,
                         max_tokens=self.cfg.policy.generation.max_new_tokens, turns=self.turns)
         return final_step(sample, self.grader, self.cfg.reward)
+
+
+def shown_output(out: str, tail: str, max_chars: int) -> str:
+    """A cell's output as the model sees it, at most ~max_chars: stdout cut first, so that what follows it (the
+    traceback, the note that the cell was stopped) stays, its last half of the budget at most."""
+    if len(tail) > max_chars // 2:
+        tail = f"\n... [truncated {len(tail) - max_chars // 2} chars]\n{tail[-(max_chars // 2):]}"
+    cut = truncate(out, max(0, max_chars - len(tail)))
+    return cut + ("\n" if cut != out and tail and not tail.startswith("\n") else "") + tail
 
 
 def _after(stream: str, marker: str) -> str:

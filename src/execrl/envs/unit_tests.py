@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import json
 
-from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, truncate
+from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, opens_block, truncate
 from execrl.extract import Extracted, extract
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
@@ -37,15 +37,20 @@ class UnitTestsEnv(Environment):
             raise ValueError(f"env.multi_turn.kind=unit_tests needs code problems with tests, and {problem.id} is "
                              f"{problem.kind}: use env.multi_turn.kind=single_turn for math")
         self.problem, self.turns, self.last_code, self.last_text = problem, 0, None, ""
+        self.partial = ""  # a turn's text so far, where it stopped at a fence that opened a block
         self.public = truncate_tests(problem.tests, self.mt.public_tests)
         self.probes = with_probes(self.public)
         return build_messages(problem, self.cfg.prompt)
 
     def step(self, assistant_text: str, num_tokens: int = 0) -> Step:
+        assistant_text, self.partial = self.partial + assistant_text, ""
         self.turns, self.last_text = self.turns + 1, assistant_text
         p, prompt = self.problem, self.cfg.prompt
-        extracted = extract(assistant_text, prompt.answer_format, prompt.code_style, p.language)
         last_turn = self.turns >= self.cfg.grpo.max_rollout_turns
+        if opens_block(assistant_text, prompt.code_style) and not last_turn:
+            self.partial = assistant_text
+            return Step(more=True)
+        extracted = extract(assistant_text, prompt.answer_format, prompt.code_style, p.language)
         if extracted.code is None:
             if last_turn:
                 return self._final(num_tokens, False)

@@ -46,6 +46,7 @@ class Episode:
     tool_calls: int = 0
     tool_errors: int = 0
     answered_early: int = 0  # model turns handed in early (Answers) and answered by the end of their generate call
+    more: bool = False  # the last model turn goes on (Step.more): the next one's text is the rest of its message
 
     @property
     def done(self) -> bool:
@@ -399,7 +400,11 @@ def advance(e: Episode, c: Completion, step: Step, runner: EpisodeRunner, max_le
     e.turns += 1
     e.tool_calls += step.tool_call
     e.tool_errors += step.tool_error
-    e.messages.append({"role": "assistant", "content": c.text})
+    if e.more:  # the rest of a turn that stopped at a fence opening a code block: one message
+        e.messages[-1] = {"role": "assistant", "content": e.messages[-1]["content"] + c.text}
+    else:
+        e.messages.append({"role": "assistant", "content": c.text})
+    e.more = step.more
     trained = not e.env.frozen  # (a frozen opponent's turns: context, never trained on)
     e.trajectory.segments.append(Segment(c.ids, trained, c.logprobs if trained else None,
                                          c.guide if trained else None))
