@@ -180,8 +180,7 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor | None, select: 
                                   position_ids=packed.positions, execrl_gather=packed.gather,
                                   execrl_scatter=packed.scatter)  # [G, Lp, d]
             hidden = hidden.flatten(0, 1)[packed.source.reshape(-1)[at_out]]  # [N, d]
-        # (Granite divides its logits by logits_scaling: a temperature of its own)
-        scaled = temperature * (getattr(model.config, "logits_scaling", None) or 1.0)
+        scaled = temperature / head_multiplier(model)
         logp, entropy = token_logprobs_from_hidden(hidden, head.weight, targets, scaled, allowed=allowed,
                                                    top=top)  # [N]
         if unfiltered:
@@ -202,7 +201,19 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor | None, select: 
         zeros = torch.zeros(select.numel(), dtype=torch.float32, device=ids.device)
         return zeros.index_put((at_out,), values.float()).view(select.shape)
 
+    if top is not None:  # a sampled token outside the trainer's own top-k/top-p set (its logits rounded otherwise
+        # than the sampler's): -inf, and a NaN ratio that would skip the whole step. As NeMo RL's
+        # mask_out_neg_inf_logprobs: its logprob 0, no gradient (still counted among the loss tokens)
+        logp = torch.where(torch.isneginf(logp), torch.zeros_like(logp), logp)
     return spread(logp), spread(entropy), None if raw is None else spread(raw)
+
+
+def head_multiplier(model) -> float:
+    """What the model's LM head multiplies hidden @ W.T by: Granite divides by config.logits_scaling, Cohere's
+    families multiply by their logit_scale (the trainer's head kernels take it as part of the temperature)."""
+    scale = 1.0 / (getattr(model.config, "logits_scaling", None) or 1.0)
+    own = getattr(model, "logit_scale", None)
+    return scale * own if isinstance(own, (int, float)) and not isinstance(own, bool) else scale
 
 
 def selected(select: torch.Tensor, device) -> tuple[torch.Tensor, torch.Tensor]:
