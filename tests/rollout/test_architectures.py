@@ -299,6 +299,71 @@ def test_the_generic_path_equals_transformers_for_a_family_without_a_file(case, 
 
 
 
+def peaked(config):
+    """A random model of `config` with weights of std 0.15: distributions with a clear top (at init's 0.02 they are
+    near uniform, where a wrong mask or cache changes little)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.15)
+    return model
+
+
+@pytest.mark.parametrize("rope", ["longrope", "dynamic"])
+def test_a_rope_that_depends_on_the_length_gives_the_trainers_logprobs_within_it(tok, prompts, rope):
+    """Phi-3.5 / Phi-4-mini's longrope (short factors up to original_max_position_embeddings, long ones past it) and
+    dynamic NTK change every position's rotary with the sequence's length. The engine's tables were computed once
+    for its whole cache, past the bound: a sample within it was sampled with the long frequencies and scored with
+    the short ones (logprobs off by up to 3.9)."""
+    import transformers
+
+    from execrl.trainer.step import token_logprobs
+
+    small = {**SMALL, "vocab_size": len(tok), "pad_token_id": 0}
+    config = (transformers.Phi3Config(**small, rope_parameters=dict(
+        rope_type="longrope", rope_theta=10000.0, short_factor=[1.0] * 8, long_factor=[4.0] * 8,
+        original_max_position_embeddings=64), original_max_position_embeddings=64) if rope == "longrope" else
+        transformers.LlamaConfig(**{**small, "max_position_embeddings": 64},
+                                 rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=4.0)))
+    model = peaked(config)
+    fuse_projections(model)
+    out = RolloutEngine(model, tok, slots=2, max_len=256).generate([prompts[0]], 1, 16,
+                                                                    SamplingParams(temperature=1.0), seeds=[3])
+    c = out[0][0]
+    ids = torch.tensor([prompts[0] + c.ids])
+    select = torch.zeros(1, ids.shape[1] - 1, dtype=torch.bool)
+    select[0, len(prompts[0]) - 1:] = True
+    with torch.no_grad():
+        trained = token_logprobs(model, ids, torch.ones_like(ids), select)[0][select]
+    torch.testing.assert_close(torch.tensor(c.logprobs), trained, atol=2e-4, rtol=0)
+
+
+def test_a_family_the_generic_path_cannot_run_is_refused_naming_the_backend(tok):
+    """The generic path checks itself against the model's own forward when it is made: Falcon's attention, which
+    branches on the implementation's name, added the engine's boolean mask to its scores (nothing masked), and
+    hybrid models' convolution or recurrent layers failed mid-run on the engine's cache."""
+    import transformers
+
+    from execrl.rollout import UnsupportedModel
+
+    falcon = peaked(transformers.FalconConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2,
+                                              num_attention_heads=4, new_decoder_architecture=False,
+                                              multi_query=True))
+    with pytest.raises(UnsupportedModel, match="'falcon'.*other next-token distributions.*backend=transformers"):
+        RolloutEngine(falcon, tok, slots=2, max_len=64)
+    if not hasattr(transformers, "Lfm2Config"):
+        return
+    lfm2 = peaked(transformers.Lfm2Config(**{**SMALL, "vocab_size": len(tok)},
+                                          layer_types=["conv", "full_attention", "conv"]))
+    with pytest.raises(UnsupportedModel, match="cannot run 'lfm2'.*backend=transformers"):
+        RolloutEngine(lfm2, tok, slots=2, max_len=64)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES)
 def test_the_compiled_engine_on_a_gpu_equals_transformers_with_one_layer_compiled_per_kind(case, tok, prompts):

@@ -23,7 +23,7 @@ from execrl.guided import Guides
 from execrl.rollout.attention import kernel_fits, shared_from, tail_splits, unit_members
 from execrl.rollout.completion import Completion, eos_ids, text_of
 from execrl.rollout.decoder import CachedDecoder, generic_in
-from execrl.rollout.generic import GenericDecoder
+from execrl.rollout.generic import GenericDecoder, check_generic
 from execrl.rollout.masks import SlotMasks
 from execrl.rollout.models import REGISTRY
 from execrl.rollout.sampling import SamplingParams, request_key, sample, token_keys
@@ -96,7 +96,9 @@ def make_decoder(model, slots: int, max_len: int, merge_adapters: bool):
     path (transformers' own forward over the engine's cache)."""
     if getattr(model.config, "model_type", None) in REGISTRY:
         return CachedDecoder(model, slots, max_len, merge_adapters)
-    return GenericDecoder(model, slots, max_len)
+    dec = GenericDecoder(model, slots, max_len)
+    check_generic(dec, model)
+    return dec
 
 
 CAPTURED = {"graphs": 0, "seconds": 0.0}  # this process's CUDA graph captures (trainer/startup.py says them)

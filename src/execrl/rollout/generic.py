@@ -193,3 +193,43 @@ class GenericDecoder:
         sliding = None if self.window is None else visible & (n > reads[:, None] - self.window)[:, None, None]
         self.cache.mode = ("decode", self.rows, pos, window)
         return self._forward(tokens[:, None], pos[:, None], self._masks(visible, sliding))[:, 0]
+
+
+def check_generic(dec: GenericDecoder, model, steps: int = 3) -> None:
+    """The generic path against the model's own forward on a few tokens, before anything relies on it: a family
+    whose code does not take the engine's cache and masks as transformers' attention functions do (recurrent or
+    convolutional layers in a hybrid, attention that branches on the implementation's name and adds a boolean
+    mask) would sample from another model than the one trained; it is refused, naming the backend that runs it.
+    The check: greedy tokens from a short prompt, each step's distribution against the forward's (total variation
+    at most 0.05 in bf16, 1e-3 in fp32)."""
+    from execrl.rollout.models import UnsupportedModel
+
+    dev, vocab = dec.rows.device, dec.head.weight.shape[0]
+    if dec.max_len < 6 + steps:
+        return
+    training = model.training
+    model.eval()  # (dropout off, as when the engine samples)
+    fix = "set policy.generation.backend=transformers (transformers' generate runs it)"
+    prompt = (torch.arange(6, device=dev) * 7 + 3) % vocab  # [T]
+    seq, got = prompt.tolist(), []
+    try:
+        with torch.no_grad():
+            zero = torch.zeros(1, dtype=torch.long, device=dev)
+            got.append(dec.prefill(prompt[None], torch.tensor([len(seq)], device=dev), dec.rows[:1], zero)[0])
+            for _ in range(steps):
+                seq.append(int(got[-1].argmax()))
+                pos = torch.full((dec.slots,), len(seq) - 1, dtype=torch.long, device=dev)  # (slot 0's row is read)
+                tokens = torch.full((dec.slots,), seq[-1], dtype=torch.long, device=dev)
+                got.append(dec.decode(tokens, pos, min(64, dec.max_len), pos)[0])
+            own = model(input_ids=torch.tensor([seq], device=dev), use_cache=False).logits[0, len(prompt) - 1:]
+    except Exception as e:  # noqa: BLE001 - any failure of the model's code under the engine's cache is this refusal
+        raise UnsupportedModel(f"the execrl engine's generic path cannot run {model.config.model_type!r} models "
+                               f"({type(e).__name__}: {str(e)[:200]}): {fix}") from None
+    finally:
+        model.train(training)
+    p, q = (torch.softmax(x.float(), -1) for x in (torch.stack(got), own))  # [steps + 1, V]
+    distance = 0.5 * (p - q).abs().sum(-1).max().item()
+    if distance > (1e-3 if dec.head.weight.dtype == torch.float32 else 0.05):
+        raise UnsupportedModel(f"the execrl engine's generic path gives {model.config.model_type!r} models other "
+                               f"next-token distributions than their own forward (total variation {distance:.3f} on a "
+                               f"few tokens): {fix}")

@@ -20,6 +20,34 @@ from torch import nn
 from execrl.rollout.models.layers import rms_norm, sliding_window
 
 
+def length_bound(rotary, layer_type: str | None = None) -> int | None:
+    """The sequence length past which transformers changes a rotary's frequencies for the whole sequence (longrope:
+    Phi-3.5's and Phi-4-mini's long factors past original_max_position_embeddings; dynamic NTK: rescaled past the
+    original length); None for a rope that gives each position the same values at any length."""
+    kind = getattr(rotary, "rope_type", "default")
+    kind = kind.get(layer_type, "default") if isinstance(kind, dict) else kind
+    if kind == "longrope":
+        params = rotary.config.rope_parameters
+        return (params if layer_type is None else params[layer_type])["original_max_position_embeddings"]
+    return rotary.original_max_seq_len if "dynamic" in kind else None
+
+
+def rotary_at(rotary, like: torch.Tensor, positions: torch.Tensor, layer_type: str | None = None):
+    """(cos, sin) [L, R] at `positions` (0..L-1), as transformers computes them; where they depend on the sequence's
+    length (length_bound), each position takes its values from a sequence as long as the bound or, past it, as long
+    as the cache: a sample that stays within the bound is scored by the trainer with the same ones (a longer one is
+    scored with the long frequencies at every position, which no cache written as it grows can match)."""
+    extra = () if layer_type is None else (layer_type,)
+    bound = length_bound(rotary, layer_type)
+    if bound is None or len(positions) <= bound:
+        cos, sin = rotary(like, positions[None], *extra)
+        return cos[0], sin[0]
+    short = rotary(like, positions[None, :bound], *extra)
+    cos, sin = rotary(like, positions[None], *extra)
+    rotary(like, positions[None, :1], *extra)  # (dynamic NTK: transformers' module back at its original length)
+    return torch.cat([short[0][0], cos[0, bound:]]), torch.cat([short[1][0], sin[0, bound:]])
+
+
 class UnsupportedModel(ValueError):
     """A model the engine cannot run; the message names the fix."""
 
@@ -72,8 +100,7 @@ class Architecture:
 
     def rotary_tables(self, like: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each layer's (cos, sin) [L, R] for `positions` [L], as transformers computes them."""
-        cos, sin = self.model.model.rotary_emb(like, positions[None])
-        return [(cos[0], sin[0])] * len(self.layers)
+        return [rotary_at(self.model.model.rotary_emb, like, positions)] * len(self.layers)
 
     # -- the layer's order --
     def norm(self, module, x: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@ sublayer), embeddings scaled by sqrt(hidden) (transformers' embedding module doe
 keys normalized per head, attention scale query_pre_attn_scalar^-1/2 (attn.scaling), GELU-gated MLP,
 and interleaved layers: sliding-window ones with their own rotary base beside global ones."""
 
-from execrl.rollout.models.base import Architecture, register
+from execrl.rollout.models.base import Architecture, register, rotary_at
 from execrl.rollout.models.layers import offset_rms_norm
 
 
@@ -22,8 +22,8 @@ class Gemma3(Architecture):
         return x, self.norm(layer.post_feedforward_layernorm, mlp(self.norm(layer.pre_feedforward_layernorm, x)))
 
     def rotary_tables(self, like, positions):
-        kinds = {t: self.model.model.rotary_emb(like, positions[None], t) for t in set(self.cfg.layer_types)}
-        return [(kinds[t][0][0], kinds[t][1][0]) for t in self.cfg.layer_types]
+        kinds = {t: rotary_at(self.model.model.rotary_emb, like, positions, t) for t in set(self.cfg.layer_types)}
+        return [kinds[t] for t in self.cfg.layer_types]
 
     def logits(self, x):
         logits = super().logits(x)
