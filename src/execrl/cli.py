@@ -115,7 +115,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The arguments as `main` reads them; a bad flag exits with argparse's one-line error."""
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    if args.command == "train" and all("=" in a and not a.startswith("-") for a in rest):
+    if args.command == "train" and all(("=" in a or a.startswith("~")) and not a.startswith("-") for a in rest):
         args.overrides += rest  # key=value overrides after a flag (`execrl train cfg.yaml --dry-run a.b=1`)
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")

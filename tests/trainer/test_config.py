@@ -271,3 +271,35 @@ def test_a_config_named_relative_to_the_checkout_reads_from_elsewhere(tmp_path, 
     monkeypatch.chdir(tmp_path)
     cfg = load_config("configs/grpo_code_2gpu_test.yaml")
     assert cfg.cluster.gpus_per_node == 2 and "read execrl's own" in capsys.readouterr().err
+
+
+def test_an_epochs_last_short_batch_is_left_out_as_nemo_rls_loader_does():
+    """NeMo RL's loader drops an epoch's last batch when it is short (drop_last): 5 problems, 2 a step, max_num_epochs
+    1 is 2 steps, and no problem is drawn twice in an epoch. It was 3 steps, the third taking problem 0 again."""
+    from execrl.tasks import Problem
+    from execrl.trainer.data import ProblemSampler
+    from execrl.trainer.setup import steps_per_epoch
+
+    problems = [Problem(str(i), [{"role": "user", "content": str(i)}], "math", answer=str(i)) for i in range(5)]
+    sampler = ProblemSampler(problems, seed=0)
+    first = [p.id for p in sampler.next(2) + sampler.next(2)]
+    assert len(set(first)) == 4 and sampler.epoch == 0
+    third = [p.id for p in sampler.next(2)]
+    assert sampler.epoch == 1 and len(set(third)) == 2  # the next epoch's first two, not the last one plus another
+    assert steps_per_epoch(5, 2) == 2 and steps_per_epoch(8, 4) == 2 and steps_per_epoch(3, 4) == 1
+    whole = ProblemSampler(problems, seed=0)
+    assert len(whole.next(7)) == 7  # a draw larger than the epoch runs across epochs
+
+
+def test_nemo_rls_add_resolver_decimal_leading_zeros_and_hydra_deletes():
+    """NeMo RL registers add, mul, div and max (${add:...} was refused as an unsupported interpolation); an override
+    `grpo.seed=010` is 10 (YAML 1.1 read an octal 8); Hydra's `~key` deletes a key (its default then), where it was
+    refused as not key=value, and after a flag argparse blamed the overrides beside it."""
+    cfg = load_config("configs/grpo_math_1B.yaml", ["policy.max_total_sequence_length=${add:512,64}", "grpo.seed=010",
+                                                    "grpo.num_prompts_per_step=0x10", "~policy.scheduler"])
+    assert (cfg.policy.max_total_sequence_length, cfg.grpo.seed, cfg.grpo.num_prompts_per_step) == (576, 10, 16)
+    assert cfg.policy.scheduler.warmup_steps == 0 and load_config("configs/grpo_math_1B.yaml").policy.scheduler.warmup_steps
+    with pytest.raises(ConfigError, match="no key grpo.nope to delete"):
+        load_config(None, ["~grpo.nope"])
+    proc = cli("--dry-run", "grpo.max_num_steps=3", "~grpo.seed")
+    assert proc.returncode == 0, proc.stderr

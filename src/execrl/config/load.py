@@ -28,8 +28,9 @@ from execrl.config.schema import MasterConfig, OptimizerConfig
 CONFIG_DIRS = [Path(__file__).resolve().parents[3] / "configs"]  # the repo's shipped configs
 BUILTIN_DEFAULT = Path(__file__).with_name("builtin_default.yaml")  # `execrl train` with no config
 
-# NeMo RL's resolvers, as its configs use them: ${mul:a,b}, ${div:a,b}, ${max:a,b}
-RESOLVERS = {"mul": lambda a, b: a * b, "div": lambda a, b: a / b, "max": lambda *a: max(a), "min": lambda *a: min(a)}
+# NeMo RL's resolvers, as its configs use them: ${add:a,b}, ${mul:a,b}, ${div:a,b}, ${max:a,b} (and min)
+RESOLVERS = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b, "div": lambda a, b: a / b,
+             "max": lambda *a: max(a), "min": lambda *a: min(a)}
 
 
 # OmegaConf 2.4 renamed register_new_resolver to register_resolver (which in 2.3 is the legacy,
@@ -222,9 +223,12 @@ def _override_key(key: str) -> str:
 
 
 def _override(tree: DictConfig, item: str) -> tuple[str, Any]:
-    """Apply one `key=value` override to `tree`; (the dotted key, the value as read)."""
+    """Apply one `key=value` override to `tree` (Hydra's `~key`: delete the key); (the dotted key, the value as
+    read)."""
+    if item.startswith("~"):
+        return _delete(tree, item)
     if "=" not in item:
-        raise ConfigError(f"override {item!r} is not key=value (e.g. grpo.num_prompts_per_step=8)")
+        raise ConfigError(f"override {item!r} is not key=value (e.g. grpo.num_prompts_per_step=8), nor ~key")
     key, raw = item.split("=", 1)
     key = _override_key(key)
     node = tree
@@ -254,6 +258,21 @@ def _override(tree: DictConfig, item: str) -> tuple[str, Any]:
     return key, value
 
 
+def _delete(tree: DictConfig, item: str) -> tuple[str, None]:
+    """Hydra's `~key` (or `~key=value`, only where the key holds that value): the key goes, and the schema's default
+    takes its place (e.g. `~policy.scheduler`: a constant learning rate, as NeMo RL's with no scheduler)."""
+    key, _, raw = item[1:].partition("=")
+    key = _override_key(key)
+    parent, _, last = key.rpartition(".")
+    node = OmegaConf.select(tree, parent, throw_on_missing=False) if parent else tree
+    if not isinstance(node, DictConfig) or last not in node:
+        raise ConfigError(f"override {item}: there is no key {key} to delete")
+    if raw and yaml.load(raw, _ValueLoader) != OmegaConf.to_container(node, resolve=True)[last]:
+        raise ConfigError(f"override {item}: {key} does not hold {raw}, so it is not deleted (as Hydra)")
+    node.pop(last)
+    return key, None
+
+
 def _own_optimizer(plain: dict, written: set[str]) -> None:
     """An optimizer other than the schema's AdamW gets only the kwargs the config wrote (AdamW's defaults, betas
     and weight decay, would reach it: L2 decay for Adam, a TypeError for SGD), as NeMo RL passes its kwargs."""
@@ -265,9 +284,18 @@ def _own_optimizer(plain: dict, written: set[str]) -> None:
 
 class _ValueLoader(yaml.SafeLoader):
     """YAML 1.1 as PyYAML reads it, but for floats without a dot (1e-7), which OmegaConf's loader (the config
-    files') and Hydra read as floats and YAML 1.1 as strings."""
+    files') and Hydra read as floats and YAML 1.1 as strings, and integers with leading zeros, decimal (010 is 10,
+    where YAML 1.1 reads an octal 8; 0x1f and 0o17 stay hexadecimal and octal)."""
 
 
+INT = "tag:yaml.org,2002:int"
+_ValueLoader.yaml_implicit_resolvers = {first: [(tag, rx) for tag, rx in resolvers if tag != INT]
+                                        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_ValueLoader.add_implicit_resolver(INT, re.compile(
+    r"^[-+]?(?:0[xX][0-9a-fA-F_]+|0[oO][0-7_]+|0[bB][01_]+|[0-9][0-9_]*)$"), list("-+0123456789"))
+_ValueLoader.add_constructor(INT, lambda loader, node: (
+    lambda v: int(v, 0 if v.lstrip("+-")[:2].lower() in ("0x", "0o", "0b") else 10))(
+        loader.construct_scalar(node).replace("_", "")))
 _ValueLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(
     r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
 

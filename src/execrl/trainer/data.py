@@ -85,6 +85,11 @@ class ProblemSampler:
         return order
 
     def next(self, n: int) -> list[Problem]:
+        """The next n problems. As NeMo RL's loader (drop_last): an epoch's last problems, fewer than n, are left
+        out and the draw starts the next epoch (where n is at most the epoch: else draws run across epochs)."""
+        if 0 < len(self._order) - self.pos < n <= len(self._order):
+            self.epoch, self.pos = self.epoch + 1, 0
+            self._order = self._make_order()
         out = []
         while len(out) < n:
             if self.pos == len(self._order):

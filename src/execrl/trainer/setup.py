@@ -150,8 +150,15 @@ def build_run(cfg: MasterConfig) -> Run:
     run.pipeline = build_pipeline(cfg, plan, run.episodes, run.sampler)
     run.max_steps = cfg.grpo.max_num_steps
     if not cfg.grpo.use_dynamic_sampling:  # (which draws a varying number of prompts per step: the loop checks)
-        run.max_steps = min(run.max_steps, cfg.grpo.max_num_epochs * -(-len(train) // cfg.grpo.num_prompts_per_step))
+        run.max_steps = min(run.max_steps, cfg.grpo.max_num_epochs * steps_per_epoch(len(train),
+                                                                                   cfg.grpo.num_prompts_per_step))
     return run
+
+
+def steps_per_epoch(problems: int, prompts_per_step: int) -> int:
+    """As NeMo RL's loader, which drops an epoch's last short batch: whole steps of the epoch's problems (one step
+    where an epoch holds fewer problems than a step draws)."""
+    return max(1, problems // prompts_per_step)
 
 
 def start(cfg: MasterConfig) -> tuple[BatchPlan, RunLock | None]:
