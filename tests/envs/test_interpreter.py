@@ -115,6 +115,18 @@ def test_an_answer_tag_in_a_cell_or_named_in_prose_is_no_submission(grader, turn
     assert not step.done and step.tool_call and not step.tool_error, step
 
 
+@pytest.mark.parametrize("style, turn", [
+    ("tags", "I first tried a <code> cell.\n<answer>\ndef add(a, b):\n    return a + b\n</answer>"),
+    ("tags", "<answer>\nHere is my solution:\n<code>\ndef add(a, b):\n    return a + b\n</code>"),
+    ("fence", "<answer>\nHere is my solution:\n```python\ndef add(a, b):\n    return a + b\n```\n"),
+])
+def test_a_submission_with_prose_around_it_is_still_one(grader, style, turn):
+    """A <code> named in prose opens no cell, and prose inside the answer before its code is the answer's."""
+    e, _ = env(grader, f"prompt.code_style={style}")
+    step = e.step(turn)
+    assert step.done and step.reward.total == 1.0 and step.sample.extracted.format_ok, step
+
+
 def test_the_error_and_the_stop_note_survive_a_long_output(grader):
     e, _ = env(grader)  # max_output_chars=200
     crash = e.step("<code>\nprint('z' * 1200)\n1 / 0\n</code>").observation[0]["content"]

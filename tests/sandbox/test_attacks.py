@@ -808,6 +808,33 @@ def test_a_programs_stop_iteration_or_assertion_does_not_pass_a_test(grader, tes
         assert r.verdict == V.RUNTIME_ERROR, (raised, test, r.to_dict())
 
 
+@pytest.mark.parametrize("bad", ["while True:\n            pass", "import os\n        os._exit(0)",
+                                 "import sys\n        sys.exit(0)"], ids=["hangs", "dies", "exits"])
+@pytest.mark.parametrize("test", ["with pytest.raises(Exception):\n    f(-1)",
+                                  "try:\n    f(-1)\nexcept Exception:\n    pass\nelse:\n    raise AssertionError"])
+def test_a_program_that_hangs_or_dies_does_not_pass_a_test_that_expects_an_exception(grader, bad, test):
+    """The checker's 'the program timed out' and 'the program is gone' were Exceptions: a test's `except Exception`
+    or pytest.raises(Exception) caught them, and a program that hung or exited where it should raise passed."""
+    code = f"def f(x):\n    if x < 0:\n        {bad}\n    return x + 1\n"
+    r = graded_quickly(grader, code, {"setup": "import pytest", "asserts": ["assert f(1) == 2", test]})
+    assert r.tests[0].verdict == V.PASS and r.tests[1].verdict in (V.TIMEOUT, V.RUNTIME_ERROR), r.to_dict()
+    honest = "def f(x):\n    if x < 0:\n        raise ValueError(x)\n    return x + 1\n"
+    assert grader.grade(honest, {"setup": "import pytest", "asserts": ["assert f(1) == 2", test]}).verdict == V.PASS
+
+
+@pytest.mark.parametrize("test", ["assert list(itertools.islice(fib(), 5)) == [0, 1, 1, 2, 3]",
+                                  "assert [x for _, x in zip(range(5), fib())] == [0, 1, 1, 2, 3]",
+                                  "g = fib()\nassert list(itertools.islice(g, 3)) == [0, 1, 1]\nassert next(g) == 2",
+                                  "assert list(Squares(3)) == [0, 1, 4] and sum(Squares(4)) == 14"])
+def test_endless_generators_are_drawn_as_the_test_goes(grader, test):
+    """iter() of a program's object asked for list() of it: an endless generator under islice or zip never ended
+    (a timeout for a correct program)."""
+    code = ("def fib():\n    a, b = 0, 1\n    while True:\n        yield a\n        a, b = b, a + b\n\n"
+            "class Squares:\n    def __init__(self, n):\n        self.n = n\n    def __iter__(self):\n"
+            "        return (i * i for i in range(self.n))\n")
+    assert graded_quickly(grader, code, {"setup": "import itertools", "asserts": [test]}).verdict == V.PASS
+
+
 # --- 13. the allowlist stays narrow: a language's tool brings itself, into its own language's sandboxes ----------
 
 def _shell_language(name: str, tool) -> None:

@@ -39,6 +39,11 @@ V = Verdict
     # a program that starts and joins worker processes
     "from multiprocessing import Process\nimport os\nps = [Process(target=os.getpid) for _ in range(4)]\n"
     "[p.start() for p in ps]\n[p.join() for p in ps]\nprint('ok')",
+    # a loopback server at 'localhost' (/etc/hosts, of the files the sandbox lets a program read: /etc was 0700 in
+    # bwrap-root mode, where the program's uid is not the one that made it)
+    "import socket, threading\nsrv = socket.create_server(('localhost', 0))\n"
+    "threading.Thread(target=lambda: srv.accept()[0].sendall(b'ok')).start()\n"
+    "print(socket.create_connection(('localhost', srv.getsockname()[1])).recv(2).decode())",
 ])
 def test_idioms_pass(grader, code):
     r = grader.grade(code, ONE, limits=Limits(timeout_s=5.0, memory_mb=1024))

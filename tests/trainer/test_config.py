@@ -301,5 +301,11 @@ def test_nemo_rls_add_resolver_decimal_leading_zeros_and_hydra_deletes():
     assert cfg.policy.scheduler.warmup_steps == 0 and load_config("configs/grpo_math_1B.yaml").policy.scheduler.warmup_steps
     with pytest.raises(ConfigError, match="no key grpo.nope to delete"):
         load_config(None, ["~grpo.nope"])
-    proc = cli("--dry-run", "grpo.max_num_steps=3", "~grpo.seed")
+    assert load_config(None, ["logger.wandb.name=0815"]).logger.wandb.name == "0815"  # (a name keeps its zero)
+    for bad in ("grpo.seed=0x_", "~grpo.seed=[1"):
+        with pytest.raises(ConfigError):
+            load_config(None, [bad])
+    proc = cli("--dry-run", "grpo.max_num_steps=3", "~grpo.seed", "grpo.max_num_epochs=2", "grpo.num_prompts_per_step=2",
+               "grpo.num_generations_per_prompt=8", "policy.train_global_batch_size=16")
     assert proc.returncode == 0, proc.stderr
+    assert "where they are fewer than 4" in proc.stdout  # (an epoch of 3 problems is 1 step: 2 epochs end at step 2)

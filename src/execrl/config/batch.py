@@ -82,8 +82,10 @@ class BatchPlan:
         else:
             lines.append(f"training steps: {grpo.max_num_steps}; samples generated in all: "
                          f"{grpo.max_num_steps * self.samples_per_step}")
-        need = -(-grpo.max_num_steps * grpo.num_prompts_per_step // grpo.max_num_epochs)  # (problems, rounded up)
-        if need > grpo.num_prompts_per_step:  # (a set of fewer problems than that ends the run first)
+        # an epoch is floor(problems / num_prompts_per_step) steps (setup.steps_per_epoch): fewer problems than this
+        # end the run first
+        need = grpo.num_prompts_per_step * -(-grpo.max_num_steps // grpo.max_num_epochs)
+        if need > grpo.num_prompts_per_step:
             lines.append(f"  (at most: grpo.max_num_epochs={grpo.max_num_epochs} passes over the training problems "
                          f"end the run first where they are fewer than {need}; the run says so as it starts)")
         return "\n".join(lines + [f"note: {n}" for n in self.notes])

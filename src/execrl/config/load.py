@@ -267,7 +267,11 @@ def _delete(tree: DictConfig, item: str) -> tuple[str, None]:
     node = OmegaConf.select(tree, parent, throw_on_missing=False) if parent else tree
     if not isinstance(node, DictConfig) or last not in node:
         raise ConfigError(f"override {item}: there is no key {key} to delete")
-    if raw and yaml.load(raw, _ValueLoader) != OmegaConf.to_container(node, resolve=True)[last]:
+    try:
+        given = yaml.load(raw, _ValueLoader) if raw else None
+    except yaml.YAMLError:
+        raise ConfigError(f"override {item}: the value is read as YAML and is not valid") from None
+    if raw and given != OmegaConf.to_container(node, resolve=True)[last]:
         raise ConfigError(f"override {item}: {key} does not hold {raw}, so it is not deleted (as Hydra)")
     node.pop(last)
     return key, None
@@ -284,18 +288,18 @@ def _own_optimizer(plain: dict, written: set[str]) -> None:
 
 class _ValueLoader(yaml.SafeLoader):
     """YAML 1.1 as PyYAML reads it, but for floats without a dot (1e-7), which OmegaConf's loader (the config
-    files') and Hydra read as floats and YAML 1.1 as strings, and integers with leading zeros, decimal (010 is 10,
-    where YAML 1.1 reads an octal 8; 0x1f and 0o17 stay hexadecimal and octal)."""
+    files') and Hydra read as floats and YAML 1.1 as strings, and digits with a leading zero, a string as Hydra
+    reads them (YAML 1.1 read 010 as an octal 8; an int key then reads "010" as 10, a name keeps "0815"; 0x1f and
+    0o17 stay hexadecimal and octal)."""
 
 
 INT = "tag:yaml.org,2002:int"
 _ValueLoader.yaml_implicit_resolvers = {first: [(tag, rx) for tag, rx in resolvers if tag != INT]
                                         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_ValueLoader.add_implicit_resolver(INT, re.compile(
-    r"^[-+]?(?:0[xX][0-9a-fA-F_]+|0[oO][0-7_]+|0[bB][01_]+|[0-9][0-9_]*)$"), list("-+0123456789"))
-_ValueLoader.add_constructor(INT, lambda loader, node: (
-    lambda v: int(v, 0 if v.lstrip("+-")[:2].lower() in ("0x", "0o", "0b") else 10))(
-        loader.construct_scalar(node).replace("_", "")))
+_ValueLoader.add_implicit_resolver(INT, re.compile(  # (a leading zero: a string, which an int key reads as decimal)
+    r"^[-+]?(?:0[xX](?:_?[0-9a-fA-F])+|0[oO](?:_?[0-7])+|0[bB](?:_?[01])+|0|[1-9](?:_?[0-9])*)$"),
+    list("-+0123456789"))
+_ValueLoader.add_constructor(INT, lambda loader, node: int(loader.construct_scalar(node).replace("_", ""), 0))
 _ValueLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(
     r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
 

@@ -117,16 +117,18 @@ class InterpreterEnv(Environment):
         at = end.rfind(self.final_open)
         if at < 0 or self._in_code(end[:at]) or not closed and self.final_close in end[at:]:
             return None
+        if not closed and end[:at].rstrip(" \t")[-1:] not in ("", "\n"):
+            return None  # "... then give the <answer>.\n<code>...</code>": a tag named in prose, not opened on its line
         body = end[at + len(self.final_open):]
         body = body[:-len(self.final_close)] if closed else body
-        if not closed and self._cell(end) is not None and not body.lstrip().startswith(("```", "<code>")):
-            return None  # "... then give the <answer>.\n<code>...</code>": the turn ends with a cell to run
         found = extract(body, "code", "auto").code
         return found if found is not None else (body.strip("\n") if body.strip() else None)
 
     def _in_code(self, before: str) -> bool:
-        """`before` ends inside a code cell (an open <code> tag or ``` block)."""
-        if self.style in ("tags", "auto") and before.rfind("<code>") > before.rfind("</code>"):
+        """`before` ends inside a code cell: a <code> tag that opens its line, not closed since (one named in prose,
+        'I tried a <code> cell', opens none), or an open ``` block."""
+        opened = [m.start() for m in re.finditer(r"(?m)^[ \t]*<code>", before)]
+        if self.style in ("tags", "auto") and opened and opened[-1] > before.rfind("</code>"):
             return True
         blocks = fenced_blocks(before) if self.style in ("fence", "auto") else []
         return bool(blocks) and not blocks[-1][2]

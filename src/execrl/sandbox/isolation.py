@@ -125,6 +125,7 @@ def system_mounts() -> list[str]:
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
     etc = [f"/etc/{name}" for name in ETC_FILES] + sorted(str(p) for p in Path("/etc").glob("python3*"))
+    args += ["--perms", "0755", "--dir", "/etc"]  # (bwrap would make it 0700: a program's own uid could read none)
     for path in etc:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]

@@ -26,9 +26,12 @@ def length_bound(rotary, layer_type: str | None = None) -> int | None:
     original length); None for a rope that gives each position the same values at any length."""
     kind = getattr(rotary, "rope_type", "default")
     kind = kind.get(layer_type, "default") if isinstance(kind, dict) else kind
-    if kind == "longrope":
-        params = rotary.config.rope_parameters
-        return (params if layer_type is None else params[layer_type])["original_max_position_embeddings"]
+    if kind == "longrope":  # (transformers 4 keeps the scaling in rope_scaling, the bound at the config's top)
+        cfg = rotary.config
+        params = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+        params = params.get(layer_type, params) if layer_type is not None else params
+        return (params.get("original_max_position_embeddings")
+                or getattr(cfg, "original_max_position_embeddings", None) or cfg.max_position_embeddings)
     return rotary.original_max_seq_len if "dynamic" in kind else None
 
 

@@ -49,20 +49,26 @@ def remote_error(kind: str, message: str) -> RemoteError:
     return e
 
 
-class RemoteTimeout(Exception):
-    """The program did not answer a call within the time limit."""
+class RemoteTimeout(BaseException):
+    """The program did not answer a call within the time limit. Not an Exception: a test's `except Exception` (or
+    pytest.raises(Exception)) is not meant for it, as no Python code catches a time limit; and it fails the test
+    even where a bare except swallows it (_Rpc.failed)."""
 
 
-class RemoteGone(Exception):
-    """The program's process ended (crash, exit) while a test needed it."""
+class RemoteGone(BaseException):
+    """The program's process ended (crash, exit) while a test needed it; as RemoteTimeout, a failure of the test
+    whatever the test catches."""
 
 
 class _Rpc:
     def __init__(self, sock: socket.socket, timeout: float):
         self.sock, self.timeout = sock, timeout
+        self.failed: tuple[str, str] | None = None  # the test's verdict once the program timed out, ended or exited
         sock.settimeout(timeout)
 
     def request(self, req: dict):
+        if self.failed is not None:  # (after a timeout a late reply would answer the next call)
+            raise (RemoteTimeout if self.failed[0] == "timeout" else RemoteGone)(self.failed[1])
         try:
             send_msg(self.sock, req)
             reply, _, _ = recv_msg(self.sock)
@@ -70,17 +76,22 @@ class _Rpc:
                 send_msg(self.sock, _run_callback(reply, self._handle))
                 reply, _, _ = recv_msg(self.sock)
         except socket.timeout:
+            self.failed = ("timeout", "")
             raise RemoteTimeout() from None
         except (EOFError, OSError, ValueError, RecursionError) as e:
-            raise RemoteGone(_text(e)[:200]) from None
+            self.failed = ("runtime_error", f"the program ended ({_text(e)[:200]})")
+            raise RemoteGone(self.failed[1]) from None
         try:  # the reply is the program's to write: anything malformed is its error, never ours
+            if isinstance(reply, dict) and reply.get("error") == "SystemExit":  # it ended the program, as in Python
+                self.failed = ("runtime_error", f"SystemExit: {str(reply.get('msg', ''))[:300]}")
+                raise RemoteGone(self.failed[1])
             if "error" in reply:
                 kind = str(reply["error"])[:100]
                 raise remote_error(kind, f"{kind}: {str(reply.get('msg', ''))[:300]}")
             if reply.get("callable") is True:
                 return Remote(self, tuple(req["target"]), tuple(req.get("attrs", ())))
             return decode(reply["value"], self._handle)
-        except RemoteError:
+        except (RemoteError, RemoteGone):
             raise
         except Exception as e:  # noqa: BLE001
             raise RemoteError(f"the program answered with something that is not plain data ({type(e).__name__})") \
@@ -158,7 +169,11 @@ class Remote:
             raise
 
     def __iter__(self):
-        return iter(self._ask("list", list, "iteration to a list"))
+        """The program's iterator over its object, drawn as the test goes (islice of an endless generator ends):
+        one item a call where the iterator is the object itself (a generator the test may go on with), in
+        growing batches where iter() made a fresh one."""
+        it, fresh = self._rpc.request({"op": "iter", "target": list(self._target), "attrs": list(self._attrs)})
+        return _drawn(self._rpc, it, fresh)
 
     def __next__(self):
         """next() of the program's iterator or generator: its next item, as plain data or a
@@ -183,6 +198,18 @@ class Remote:
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _opaque("did arithmetic with")
     __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _opaque("did arithmetic with")
     __neg__ = __abs__ = __int__ = __float__ = __index__ = _opaque("converted")
+
+
+def _drawn(rpc: _Rpc, it: Remote, fresh: bool):
+    n = 1
+    while True:
+        items = rpc.request({"op": "take", "target": list(it._target), "attrs": [], "n": n})
+        if type(items) is not list:
+            raise TypeError("the program's iterator gave no plain items")
+        yield from items
+        if len(items) < n:
+            return
+        n = min(2 * n, 1024) if fresh else 1
 
 
 def _plain_operand(v):
@@ -383,6 +410,8 @@ def checker_child(job: dict) -> None:
             verdict, msg = "runtime_error", f"NameError: {_text(e)}"[:300]
         except BaseException as e:  # noqa: BLE001 - e.g. a TypeError on a wrong return type: a failed test
             verdict, msg = "fail", f"{type(e).__name__}: {_text(e)}"[:300]
+        if rpc.failed is not None and verdict in ("pass", "fail"):  # the test caught the program's timeout or end
+            verdict, msg = rpc.failed
         write_status({"test": i, "verdict": verdict, "msg": msg})
         if verdict == "timeout":
             break
