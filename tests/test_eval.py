@@ -326,3 +326,40 @@ def test_leetcode_stubs_run_below_the_harness_imports(tmp_path):
     proc = run("--completions", path, "--dataset", "leetcode", "--samples", 2, "--k", "1", "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / "summary.json").read_text())["outcomes"] == {"pass": 1, "fail": 1}
+
+
+def test_a_row_cannot_replace_a_dataset_problems_tests(tmp_path):
+    """A completions row naming a dataset problem and carrying tests of its own graded by those, and the result was
+    saved as mbpp/test: a wrong solution with a weak assert scored pass@1 = 1.0. It is refused; rows whose problems
+    are all their own are recorded as such, not as the dataset."""
+    shared_data("mbpp")
+    wrong = "```python\ndef remove_Occ(s, ch):\n    return s\n```"
+    path = tmp_path / "shadow.jsonl"
+    path.write_text(json.dumps({"problem_id": "mbpp/11", "completion": wrong,
+                                "tests": {"asserts": ["assert remove_Occ('hello', 'l') is not None"]}}))
+    proc = run("--completions", path, "--dataset", "mbpp", "--split", "test", "--out", tmp_path / "o")
+    assert proc.returncode == 2 and "is the dataset's, and the row carries other tests" in proc.stderr
+    own = tmp_path / "own.jsonl"
+    own.write_text(json.dumps({"id": "mine", "completion": "```python\nprint(2)\n```",
+                               "tests": {"inputs": [""], "outputs": ["2\n"]}}))
+    proc = run("--completions", own, "--out", tmp_path / "o2")  # (--dataset mbpp by default)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "o2" / "summary.json").read_text())
+    assert (summary["dataset"], summary["pass@1"]) == ("", 1.0) and "no row of" in proc.stderr
+
+
+def test_the_default_out_is_one_directory_per_model_and_dataset(tmp_path):
+    """Before and after training, evals without --out wrote the same results/eval: the second replaced the first
+    without a word."""
+    own = tmp_path / "before.jsonl"
+    own.write_text(json.dumps({"id": "mine", "completion": "```python\nprint(2)\n```",
+                               "tests": {"inputs": [""], "outputs": ["2\n"]}}))
+    after = tmp_path / "after.jsonl"
+    after.write_text(own.read_text())
+    for path in (own, after, after):
+        proc = subprocess.run([sys.executable, "-m", "execrl.cli", "eval", "--completions", str(path), "--dataset", ""],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    found = sorted(p.parent.name for p in (tmp_path / "results" / "eval").rglob("summary.json"))
+    assert len(found) == 2 and any("before" in f for f in found) and any("after" in f for f in found)
+    assert "holds the results of an eval of" in proc.stderr  # (the third: the second's directory)

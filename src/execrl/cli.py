@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -99,8 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "schema (a file, or the schema's JSON text)")
     guided.add_argument("--guided-grammar", default=None, help="guided decoding: every completion is a sentence of "
                         "this Lark grammar (a file, or the grammar's text; start rule `start`)")
-    e.add_argument("--out", default="results/eval",
-                   help="directory for results.jsonl and summary.json (default results/eval)")
+    e.add_argument("--out", default=None, help="directory for results.jsonl and summary.json (default "
+                   "results/eval/MODEL_DATASET-SPLIT, MODEL the model's or the completions file's path)")
 
     r = sub.add_parser("report", help="one self-contained HTML page of runs: curves overlaid, config differences, "
                        "a rollout browser (opens offline)")
@@ -284,6 +285,9 @@ def eval_config(args):
     from execrl.prompts import PromptConfig
     from execrl.writable import unwritable
 
+    if args.out is None:  # one directory per model (or completions file) and dataset: a later eval keeps this one's
+        source = re.sub(r"[^A-Za-z0-9._-]+", "-", str(args.model or args.completions or "").strip("/")).strip("-.")
+        args.out = str(Path("results/eval") / f"{source[-80:] or 'eval'}_{args.dataset or 'own'}-{args.split}")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise ValueError(f"--out {args.out} is a file: it names the directory for results.jsonl and summary.json")
     if why := unwritable(args.out):

@@ -148,6 +148,11 @@ def test_evaluation_splits_are_never_trainable():
             check_trainable(name, split)
     check_trainable("mbpp", "train")
     check_trainable("gsm8k", "train")
+    # nor its file named by path, which gsm8k's loader reads whatever the split (it trained on the test set)
+    with pytest.raises(DatasetError, match="test.jsonl is gsm8k's test file, an evaluation split"):
+        check_trainable("gsm8k", "train", "/data/gsm8k/test.jsonl")
+    check_trainable("gsm8k", "train", "/data/gsm8k/train.jsonl")
+    check_trainable("gsm8k", "train", "/data/gsm8k")
 
 
 def test_unusable_datasets_say_what_to_do(tmp_path):

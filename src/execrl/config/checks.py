@@ -291,7 +291,7 @@ def check_datasets(cfg: MasterConfig) -> None:
         try:
             split = d.split_name
             if key.startswith("data.train"):
-                check_trainable(dataset_key(d.dataset_name), split)
+                check_trainable(dataset_key(d.dataset_name), split, d.path)
         except DatasetError as e:
             raise ConfigError(f"{key}: {e}") from None
         info = DATASETS[dataset_key(d.dataset_name)]

@@ -7,7 +7,7 @@ import json
 import math
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ class EvalConfig:
     backend: str = "execrl"  # execrl | transformers
     seed: int = 0
     data_seed: int | None = None  # a generated dataset's seed (None: its loader's own)
-    out: str = "results/eval"
+    out: str = "results/eval"  # (execrl eval's default: results/eval/MODEL_DATASET-SPLIT)
     workers: int = 0
     timeout_s: float = 5.0
     reward_model: str | None = None  # a reward model whose mean score is reported too
@@ -62,6 +62,10 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     if completions and model_name:
         raise ValueError("execrl eval grades --completions FILE or samples --model, not both: drop one")
     seeded = {} if cfg.data_seed is None else {"seed": cfg.data_seed}
+    if (Path(cfg.out) / "summary.json").exists():
+        written = time.strftime("%Y-%m-%d %H:%M", time.localtime((Path(cfg.out) / "summary.json").stat().st_mtime))
+        err.print(f"[yellow]{cfg.out} holds the results of an eval of {written}: this one replaces them (--out: "
+                  "another directory)[/]")
     try:  # (the names training takes: a hub id, a module.path:loader of one's own)
         key = dataset_key(cfg.dataset) if cfg.dataset else None
     except DatasetError as e:
@@ -69,6 +73,10 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     everything, _ = load_problems(key, cfg.split, cfg.data_path, cfg.max_tests, **seeded) if key else ([], None)
     problems = everything[: cfg.limit] if cfg.limit else everything
     texts = read_completions(completions, problems, cfg.max_tests, everything) if completions else None
+    if texts and key and not {id(q) for q in everything} & {id(p) for p, _ in texts}:
+        err.print(f"[yellow]no row of {completions} is a problem of {cfg.dataset}/{cfg.split}: each is graded on its "
+                  "own tests or answer, and recorded so[/]")
+        cfg = replace(cfg, dataset="", split="")
     if texts is None:
         repeated = [pid for pid, n in Counter(p.id for p in problems).items() if n > 1]
         if repeated:
@@ -189,18 +197,25 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
         if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or num_tokens < 0:
             raise DatasetError(f"{path}, row {n}: num_tokens must be a count of tokens, got {num_tokens!r}")
         key = pid or n
-        if "tests" in row or "answer" in row:
+        if ("tests" in row or "answer" in row) and (pid in by_id or pid in later):
+            own = own_problem(path, n, row, pid, max_tests)
+            known = by_id.get(pid) or next(p for p in everything if p.id == pid)
+            if (own.tests, own.answer, own.language) != (known.tests, known.answer, known.language):
+                raise DatasetError(f"{path}, row {n}: problem id {pid!r} is the dataset's, and the row carries other "
+                                   "tests or another answer than the dataset's: drop them (the dataset's grade it), or "
+                                   "give the row an id of its own (--dataset '' grades rows on their own tests)")
+        if pid in by_id:
+            problem = by_id[pid]
+        elif pid in later:
+            past_limit += 1
+            continue
+        elif "tests" in row or "answer" in row:
             problem = own_problem(path, n, row, pid or f"row {n}", max_tests)
             first = grouped.get(key, (problem,))[0]
             if (first.tests, first.answer, first.language) != (problem.tests, problem.answer, problem.language):
                 raise DatasetError(f"{path}, row {n}: problem id {pid!r} carries other tests or another answer than "
                                    "its first row: give each problem its own id")
             problem = first
-        elif pid in by_id:
-            problem = by_id[pid]
-        elif pid in later:
-            past_limit += 1
-            continue
         else:
             raise DatasetError(f"{path}, row {n}: problem id {pid!r} is not in the dataset, and the row has no tests "
                                f"or answer of its own (known ids look like {next(iter(by_id), '...')!r})")

@@ -154,11 +154,18 @@ def dataset_key(name: str) -> str:
     raise DatasetError(f"dataset_name {name!r}{hint}: not a known dataset or its hub id; known: {sorted(DATASETS)}")
 
 
-def check_trainable(name: str, split: str) -> None:
+def check_trainable(name: str, split: str, path=None) -> None:
+    """A training split is no evaluation one; nor is the file `path` names, where it is the dataset's file of an
+    evaluation split (gsm8k's test.jsonl named by data.train.path, which its loader reads whatever the split)."""
     info = DATASETS.get(name)
-    if info is not None and (split in info.eval_only or "*" in info.eval_only):
-        raise DatasetError(f"{name}/{split} is an evaluation split: never train on it (use one of "
-                           f"{[s for s in info.splits if s not in info.eval_only and '*' not in info.eval_only] or 'another dataset'})")
+    if info is None:
+        return
+    usable = [s for s in info.splits if s not in info.eval_only and "*" not in info.eval_only] or "another dataset"
+    if split in info.eval_only or "*" in info.eval_only:
+        raise DatasetError(f"{name}/{split} is an evaluation split: never train on it (use one of {usable})")
+    if path is not None and Path(path).suffix and Path(path).name.split(".")[0].lower() in info.eval_only:
+        raise DatasetError(f"{path} is {name}'s {Path(path).name.split('.')[0]} file, an evaluation split: never train "
+                           f"on it (use one of {usable}; a file of your own: another name, or dataset_name: jsonl)")
 
 
 def hub_rows(hub_id: str, split: str, config: str | None = None) -> list[dict]:

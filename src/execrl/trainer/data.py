@@ -41,7 +41,7 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
     train, val = [], []  # val: one list of problems per source
     for d in trains:
         info = DATASETS[dataset_key(d.dataset_name)]
-        check_trainable(info.name, d.split_name)
+        check_trainable(info.name, d.split_name, d.path)
         problems = load_split(d, seed, repeat=False)  # (repeated below: no copy of a held-out problem is trained on)
         if d.split_validation_size > 0:
             problems, held = hold_out(problems, d.split_validation_size, seed)
