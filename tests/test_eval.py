@@ -363,3 +363,15 @@ def test_the_default_out_is_one_directory_per_model_and_dataset(tmp_path):
     found = sorted(p.parent.name for p in (tmp_path / "results" / "eval").rglob("summary.json"))
     assert len(found) == 2 and any("before" in f for f in found) and any("after" in f for f in found)
     assert "holds the results of an eval of" in proc.stderr  # (the third: the second's directory)
+
+
+def test_problems_dropped_for_long_prompts_are_in_the_summary(tiny_model_dir, tmp_path):
+    from execrl.eval.run import EvalConfig, evaluate
+
+    data = tmp_path / "two.jsonl"
+    data.write_text("\n".join(json.dumps({"id": i, "prompt": p, "answer": "2"})
+                              for i, p in (("short", "1+1?"), ("long", "1+1? " * 200))))
+    cfg = EvalConfig(dataset="jsonl", data_path=str(data), samples=1, ks=(1,), max_new_tokens=4, out=str(tmp_path / "o"),
+                     max_prompt_tokens=64, workers=1)
+    summary = evaluate(cfg, model_name=str(tiny_model_dir))
+    assert summary["problems"] == 1 and summary["problems_dropped_long_prompt"] == 1

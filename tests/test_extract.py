@@ -101,3 +101,26 @@ def test_the_last_number_as_written():
 
     assert math_answer("The temperature is \u22125") == "-5" and answers_match(math_answer("it is .5"), "0.5")
     assert not answers_match(math_answer("The answer is .5"), "5") and answers_match(math_answer("about 1e3"), "1000")
+
+
+def test_a_fence_holds_a_string_with_a_line_separator_character():
+    """A string literal may hold U+2028 or \\x1c, at which str.splitlines() splits: the block was cut there and the
+    program graded syntax_error."""
+    from execrl.extract import fenced_blocks
+
+    code = 'S = "a\u2028b\x1cc"\nprint(len(S))'
+    assert fenced_blocks(f"Here:\n```python\n{code}\n```\n") == [("python", code, True)]
+    assert fenced_blocks("```python\nx = 1\n") == [("python", "x = 1", False)]  # (no line added at the end)
+
+
+def test_a_humaneval_body_with_a_helper_named_after_the_entry_point_continues_the_prompt():
+    """`def fib` as a substring (a nested fib_memo, a comment) read as the completion defining the entry point: the
+    prompt was left out and a correct body graded syntax_error."""
+    from execrl.rewards.outcome import _program
+    from execrl.tasks import Problem
+
+    p = Problem("HumanEval/55", [], "code", metadata={"entry_point": "fib", "code_prefix": "def fib(n: int):\n"})
+    body = "    def fib_memo(k):  # def fib is below\n        return k\n    return fib_memo(n)\n"
+    assert _program(p, body).startswith("def fib(n: int):\n    def fib_memo")
+    full = "def fib(n):\n    return n\n"
+    assert _program(p, full) == full

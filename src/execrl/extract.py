@@ -53,7 +53,9 @@ def fenced_blocks(text: str) -> list[tuple[str, str, bool]]:
     language is the info string's first word (```python title="main.py": python); its lines lose the indentation
     of its opening fence (a block inside a list item)."""
     blocks, lang, buf, fence, indent = [], "", [], 0, 0  # fence: the open block's backticks (0: none open)
-    for line in text.splitlines():
+    # lines end at \n, \r\n or \r only (splitlines() also splits at U+2028 or \x1c, which a string literal may hold)
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    for line in lines[:-1] if lines[-1] == "" else lines:
         stripped = line.strip()
         ticks = _FENCE.match(stripped)
         run = len(ticks.group()) if ticks else 0

@@ -264,3 +264,12 @@ def test_truncated_rollouts_name_the_limit_that_cut_them(two_runs, tmp_path):
     assert len(summaries) == 2 and ">truncated<" not in listed and " truncated<" not in listed
     assert "p1" in summaries[0] and "cut at max_new_tokens (64)" in summaries[0]
     assert "p2" in summaries[1] and "cut at" not in summaries[1]
+
+
+def test_a_nan_metric_does_not_blank_the_page():
+    """A step's NaN metric was written into the page's data as a bare NaN, which JSON.parse refuses: the page's
+    script never ran (no charts, no rollouts)."""
+    from execrl.report.page import _script_json
+
+    text = _script_json({"train/entropy": [1.0, float("nan"), float("inf")], "x": "<script>"})
+    assert json.loads(text) == {"train/entropy": [1.0, None, None], "x": "<script>"} and "NaN" not in text

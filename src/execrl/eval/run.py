@@ -92,8 +92,10 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         err.print(grader.describe(), markup=False, highlight=False)
         early = EarlyGrading(grader, cfg.grading_share if texts is None else 0.0)
         try:
+            dropped = 0
             if texts is None:
                 texts = sample_completions(cfg, model_name, problems, early)
+                dropped = len(problems) - len(texts)  # (prompts over max_prompt_tokens)
             samples = {(i, j): early.sample((i, j)) or make_sample(cfg, p, text, n)
                        for i, (p, outs) in enumerate(texts) for j, (text, n) in enumerate(outs)}
             graded = sum(map(graded_in_sandbox, samples.values()))
@@ -113,7 +115,8 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         err.print(f"[bold red]WARNING: {line}[/]")
     if cfg.reward_model:
         judge_samples(cfg, samples)
-    return summarize(cfg, samples, {"completions": str(completions)} if completions else {"model": str(model_name)})
+    return summarize(cfg, samples, {"completions": str(completions)} if completions else {"model": str(model_name)},
+                     dropped)
 
 
 def make_sample(cfg: EvalConfig, problem: Problem, text: str, num_tokens: int) -> Sample:
@@ -239,7 +242,7 @@ def own_problem(path: str, n: int, row: dict, pid: str, max_tests: int) -> Probl
                    answer=str(row["answer"]) if "answer" in row else None, language=language)
 
 
-def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None) -> dict:
+def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None, dropped: int = 0) -> dict:
     """results.jsonl (a row per problem) and summary.json (pass@k, the verdicts, and what ran: `source`, the model or
     the completions file, and the settings that decide the figures)."""
     per_problem: dict[int, list[Sample]] = defaultdict(list)  # (by problem, not by id: ids may repeat)
@@ -261,7 +264,8 @@ def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None
             if cfg.reward_model:
                 row["reward_model_scores"] = [s.rm_score for s in group]  # (null: the sandbox failed on it)
             f.write(json.dumps(row) + "\n")
-    summary = {"dataset": cfg.dataset, "split": cfg.split, "problems": len(per_problem), "samples": len(samples),
+    summary = {"dataset": cfg.dataset, "split": cfg.split, "problems": len(per_problem),
+               **({"problems_dropped_long_prompt": dropped} if dropped else {}), "samples": len(samples),
                "invalid_samples": invalid, "outcomes": dict(outcomes), "ran": ran(cfg, source or {})}
     if cfg.reward_model:
         judged = [s.rm_score for s in samples if s.rm_score is not None]

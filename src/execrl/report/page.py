@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 
 from execrl.report.charts import figures
@@ -100,5 +101,17 @@ def no_rollouts_hint(run: RunData) -> str:
 def _script_json(value) -> str:
     """JSON safe inside a <script> element: no '<' at all (JSON's \\u003c), so that neither '</script' closes it
     nor '<!--<script' puts the HTML parser in the mode where the real '</script>' no longer does (the page's
-    own script then never ran: a blank report from one prompt or completion holding that text)."""
-    return json.dumps(value).replace("<", "\\u003c")
+    own script then never ran: a blank report from one prompt or completion holding that text). A NaN or an
+    infinity (a metric of a step that blew up) is null: JSON has none, and JSON.parse of the bare NaN json.dumps
+    writes failed, the page blank."""
+    return json.dumps(_finite(value)).replace("<", "\\u003c")
+
+
+def _finite(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

@@ -3,6 +3,8 @@ sandbox runs, what counts as correct, and the outcome each sample is reported un
 
 from __future__ import annotations
 
+import re
+
 from execrl.rewards.base import Sample
 from execrl.rewards.math_answers import math_correct
 from execrl.sandbox import Grader, Verdict
@@ -34,8 +36,8 @@ def _program(problem: Problem, code: str) -> str:
     """The program a sample's code makes: HumanEval-style problems' completion that does not define the entry point
     continues the prompt; a dataset's header (LeetCode's imports) goes above it."""
     entry, prefix = problem.metadata.get("entry_point"), problem.metadata.get("code_prefix")
-    if entry and prefix and f"def {entry}" not in code:
-        code = prefix + code
+    if entry and prefix and not re.search(rf"^(?:async[ \t]+)?def[ \t]+{re.escape(entry)}[ \t]*\(", code, re.M):
+        code = prefix + code  # (a body's helper fib_memo, or 'def fib' in a comment, is no definition of fib)
     return problem.metadata.get("code_header", "") + code
 
 
