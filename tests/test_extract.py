@@ -124,3 +124,7 @@ def test_a_humaneval_body_with_a_helper_named_after_the_entry_point_continues_th
     assert _program(p, body).startswith("def fib(n: int):\n    def fib_memo")
     full = "def fib(n):\n    return n\n"
     assert _program(p, full) == full
+    typed = Problem("HumanEval/0", [], "code", metadata={"entry_point": "f", "code_prefix":
+                                                         "from typing import List\n\n\ndef f(xs: List[int]):\n"})
+    own = "def f(xs: List[int]) -> int:\n    return 0\n"  # (List from the prompt's import, as the harness runs it)
+    assert _program(typed, own) == "from typing import List\n" + own

@@ -38,6 +38,9 @@ def _program(problem: Problem, code: str) -> str:
     entry, prefix = problem.metadata.get("entry_point"), problem.metadata.get("code_prefix")
     if entry and prefix and not re.search(rf"^(?:async[ \t]+)?def[ \t]+{re.escape(entry)}[ \t]*\(", code, re.M):
         code = prefix + code  # (a body's helper fib_memo, or 'def fib' in a comment, is no definition of fib)
+    elif entry and prefix:  # the whole function: the prompt's imports above it (the harness runs prompt + completion)
+        imports = "".join(line + "\n" for line in prefix.splitlines() if re.match(r"(?:from|import)[ \t]", line))
+        code = imports + code
     return problem.metadata.get("code_header", "") + code
 
 

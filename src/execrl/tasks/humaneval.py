@@ -1,6 +1,6 @@
 """HumanEval form (bring your own copy): `prompt` (signature + docstring), `test` (a check
-function), `entry_point`. Evaluation only. A completion that does not define the entry point is
-graded as a continuation of the prompt. The prompt's helpers (HumanEval/32's `poly`, /38's `encode_cyclic`) are
+function), `entry_point`. Evaluation only. A completion that does not define the entry point (at column 0) is
+graded as a continuation of the prompt; one that does, with the prompt's imports above it. The prompt's helpers (HumanEval/32's `poly`, /38's `encode_cyclic`) are
 the tests' own: put before the check function, so that its calls to them are never a program's redefinition."""
 
 from __future__ import annotations
