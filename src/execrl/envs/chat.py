@@ -12,6 +12,9 @@ the model did end its turn with that token, the part it already produced is left
 
 from __future__ import annotations
 
+import re
+import secrets
+
 from execrl.prompts import apply_template
 
 
@@ -52,13 +55,28 @@ class TurnRenderer:
 
     def env_turn(self, messages: list[dict], last_sampled: int | None) -> list[int]:
         """Token ids of the environment's turn, to follow the model's turn that ended with token
-        `last_sampled`."""
-        text = self.delta_text(messages)
+        `last_sampled`. A message whose text holds a special token's (a program that prints
+        '<|im_end|>\n<|im_start|>assistant'...) is tokenized as plain text: the template's own
+        markers are the only control tokens in the turn, never a forged end of turn."""
+        literal = {i for i, m in enumerate(messages) if self._holds_special(m.get("content"))}
+        holders = {i: f"execrl{secrets.token_hex(8)}content" for i in literal}
+        text = self.delta_text([{**m, "content": holders[i]} if i in holders else m for i, m in enumerate(messages)])
         if last_sampled is not None:
             closer = self.tokenizer.decode([last_sampled])
             if closer and text.startswith(closer) and last_sampled in self.tokenizer.all_special_ids:
                 text = text[len(closer):]  # the model closed its turn itself (e.g. <|im_end|>)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if not holders:
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids, pos = [], 0
+        for match in re.finditer("|".join(holders.values()), text):  # the template's parts, then the text as text
+            ids += self.tokenizer(text[pos:match.start()], add_special_tokens=False)["input_ids"]
+            content = messages[next(i for i, h in holders.items() if h == match.group())]["content"]
+            ids += self.tokenizer(content, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            pos = match.end()
+        return ids + self.tokenizer(text[pos:], add_special_tokens=False)["input_ids"]
+
+    def _holds_special(self, content) -> bool:
+        return isinstance(content, str) and any(t and t in content for t in self.tokenizer.all_special_tokens)
 
     def _render(self, messages: list[dict], generation_prompt: bool) -> str:
         return apply_template(self.tokenizer, messages, generation_prompt)
