@@ -119,6 +119,7 @@ def test_an_answer_tag_in_a_cell_or_named_in_prose_is_no_submission(grader, turn
     ("tags", "I first tried a <code> cell.\n<answer>\ndef add(a, b):\n    return a + b\n</answer>"),
     ("tags", "<answer>\nHere is my solution:\n<code>\ndef add(a, b):\n    return a + b\n</code>"),
     ("fence", "<answer>\nHere is my solution:\n```python\ndef add(a, b):\n    return a + b\n```\n"),
+    ("fence", "So here is my solution: <answer>\n```python\ndef add(a, b):\n    return a + b\n```\n"),
 ])
 def test_a_submission_with_prose_around_it_is_still_one(grader, style, turn):
     """A <code> named in prose opens no cell, and prose inside the answer before its code is the answer's."""

@@ -835,6 +835,18 @@ def test_endless_generators_are_drawn_as_the_test_goes(grader, test):
     assert graded_quickly(grader, code, {"setup": "import itertools", "asserts": [test]}).verdict == V.PASS
 
 
+def test_long_generators_are_quick_and_items_before_an_error_reach_the_test(grader):
+    """Drawing a generator one item a call made 100,000 items a timeout; a batch that met the program's error
+    dropped the items it had read before it."""
+    code = ("def gen(n):\n    yield from range(n)\n\n"
+            "class Breaks:\n    def __iter__(self):\n        yield from (1, 2, 3, 4)\n        raise ValueError('x')\n")
+    tests = ["assert len(list(gen(100000))) == 100000",
+             "out = []\ntry:\n    for x in Breaks():\n        out.append(x)\nexcept ValueError:\n    pass\n"
+             "assert out == [1, 2, 3, 4]"]
+    r = graded_quickly(grader, code, {"asserts": tests})
+    assert r.verdict == V.PASS, r.to_dict()
+
+
 # --- 13. the allowlist stays narrow: a language's tool brings itself, into its own language's sandboxes ----------
 
 def _shell_language(name: str, tool) -> None:

@@ -152,6 +152,9 @@ def test_evaluation_splits_are_never_trainable():
     with pytest.raises(DatasetError, match="test.jsonl is gsm8k's test file, an evaluation split"):
         check_trainable("gsm8k", "train", "/data/gsm8k/test.jsonl")
     check_trainable("gsm8k", "train", "/data/gsm8k/train.jsonl")
+    for hub_file in ("/hf/gsm8k/main/test-00000-of-00001.parquet", "/mine/gsm8k_test.jsonl"):
+        with pytest.raises(DatasetError, match="evaluation split"):
+            check_trainable("gsm8k", "train", hub_file)
     check_trainable("gsm8k", "train", "/data/gsm8k")
 
 

@@ -76,7 +76,12 @@ class TurnRenderer:
         return ids + self.tokenizer(text[pos:], add_special_tokens=False)["input_ids"]
 
     def _holds_special(self, content) -> bool:
-        return isinstance(content, str) and any(t and t in content for t in self.tokenizer.all_special_tokens)
+        """(special tokens: those the tokenizer names, and its added tokens marked special, e.g. <|im_start|>)"""
+        if not isinstance(content, str):
+            return False
+        added = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
+        special = {*self.tokenizer.all_special_tokens, *(t.content for t in added.values() if getattr(t, "special", 0))}
+        return any(t and t in content for t in special)
 
     def _render(self, messages: list[dict], generation_prompt: bool) -> str:
         return apply_template(self.tokenizer, messages, generation_prompt)

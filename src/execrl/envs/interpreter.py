@@ -117,10 +117,11 @@ class InterpreterEnv(Environment):
         at = end.rfind(self.final_open)
         if at < 0 or self._in_code(end[:at]) or not closed and self.final_close in end[at:]:
             return None
-        if not closed and end[:at].rstrip(" \t")[-1:] not in ("", "\n"):
-            return None  # "... then give the <answer>.\n<code>...</code>": a tag named in prose, not opened on its line
         body = end[at + len(self.final_open):]
         body = body[:-len(self.final_close)] if closed else body
+        if not closed and end[:at].rstrip(" \t")[-1:] not in ("", "\n") and \
+                not body.lstrip().startswith(("```", "<code>")):
+            return None  # "... then give the <answer>.\n<code>...</code>": a tag named in prose, no answer after it
         found = extract(body, "code", "auto").code
         return found if found is not None else (body.strip("\n") if body.strip() else None)
 

@@ -9,6 +9,7 @@ from execrl.rewards.base import Sample
 from execrl.rewards.math_answers import math_correct
 from execrl.sandbox import Grader, Verdict
 from execrl.tasks import Problem
+from execrl.tasks.humaneval import helpers
 
 NO_CODE = "no_code"
 CORRECT = ("pass", "correct")  # the outcomes that count for pass@k
@@ -38,9 +39,9 @@ def _program(problem: Problem, code: str) -> str:
     entry, prefix = problem.metadata.get("entry_point"), problem.metadata.get("code_prefix")
     if entry and prefix and not re.search(rf"^(?:async[ \t]+)?def[ \t]+{re.escape(entry)}[ \t]*\(", code, re.M):
         code = prefix + code  # (a body's helper fib_memo, or 'def fib' in a comment, is no definition of fib)
-    elif entry and prefix:  # the whole function: the prompt's imports above it (the harness runs prompt + completion)
-        imports = "".join(line + "\n" for line in prefix.splitlines() if re.match(r"(?:from|import)[ \t]", line))
-        code = imports + code
+    elif entry and prefix:  # the whole function: the prompt's imports and helpers above it (the harness runs prompt
+        # + completion: HumanEval/38's decode_cyclic calls the prompt's encode_cyclic)
+        code = helpers(prefix.rstrip() + "\n    pass\n", entry) + code  # (pass: a prompt that ends at its signature)
     return problem.metadata.get("code_header", "") + code
 
 

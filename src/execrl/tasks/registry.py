@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -163,9 +164,11 @@ def check_trainable(name: str, split: str, path=None) -> None:
     usable = [s for s in info.splits if s not in info.eval_only and "*" not in info.eval_only] or "another dataset"
     if split in info.eval_only or "*" in info.eval_only:
         raise DatasetError(f"{name}/{split} is an evaluation split: never train on it (use one of {usable})")
-    if path is not None and Path(path).suffix and Path(path).name.split(".")[0].lower() in info.eval_only:
-        raise DatasetError(f"{path} is {name}'s {Path(path).name.split('.')[0]} file, an evaluation split: never train "
-                           f"on it (use one of {usable}; a file of your own: another name, or dataset_name: jsonl)")
+    named = [w for w in re.split(r"[-_.]", Path(path).name.lower()) if w in info.eval_only] if path is not None and \
+        Path(path).suffix else []  # (test.jsonl, gsm8k_test.jsonl, the hub's test-00000-of-00001.parquet)
+    if named:
+        raise DatasetError(f"{path} is {name}'s {named[0]} file, an evaluation split: never train on it (use one of "
+                           f"{usable}; a file of your own: a name without '{named[0]}', or dataset_name: jsonl)")
 
 
 def hub_rows(hub_id: str, split: str, config: str | None = None) -> list[dict]:

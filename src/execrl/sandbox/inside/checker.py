@@ -10,6 +10,7 @@ import builtins
 import os
 import socket
 import sys
+import time
 import types
 
 from .child import RPC_FD, setup_done, std_streams, write_status
@@ -170,10 +171,13 @@ class Remote:
 
     def __iter__(self):
         """The program's iterator over its object, drawn as the test goes (islice of an endless generator ends):
-        one item a call where the iterator is the object itself (a generator the test may go on with), in
-        growing batches where iter() made a fresh one."""
-        it, fresh = self._rpc.request({"op": "iter", "target": list(self._target), "attrs": list(self._attrs)})
-        return _drawn(self._rpc, it, fresh)
+        its first 64 items one a call, exactly as the test takes them (a generator it goes on with by next()), then
+        in batches of 2, 4, ... 4,096 (a long one takes a few calls; like the list() this replaced, a batch may
+        read ahead of the test). The whole iteration has one call's time."""
+        it = self._rpc.request({"op": "iter", "target": list(self._target), "attrs": list(self._attrs)})
+        if not isinstance(it, Remote):
+            raise TypeError("the program's object gave no iterator")
+        return _drawn(self._rpc, it)
 
     def __next__(self):
         """next() of the program's iterator or generator: its next item, as plain data or a
@@ -200,16 +204,25 @@ class Remote:
     __neg__ = __abs__ = __int__ = __float__ = __index__ = _opaque("converted")
 
 
-def _drawn(rpc: _Rpc, it: Remote, fresh: bool):
-    n = 1
+def _drawn(rpc: _Rpc, it: Remote):
+    n, drawn, start = 1, 0, time.monotonic()
     while True:
-        items = rpc.request({"op": "take", "target": list(it._target), "attrs": [], "n": n})
-        if type(items) is not list:
+        if time.monotonic() - start > rpc.timeout:  # (an endless generator under list(): a timeout, as one call)
+            rpc.failed = ("timeout", "")
+            raise RemoteTimeout()
+        got = rpc.request({"op": "take", "target": list(it._target), "attrs": [], "n": n})
+        if not (type(got) is list and len(got) == 2 and type(got[0]) is list):
             raise TypeError("the program's iterator gave no plain items")
+        items, error = got
+        drawn += len(items)
         yield from items
-        if len(items) < n:
-            return
-        n = min(2 * n, 1024) if fresh else 1
+        if error is not None:
+            kind = str(error[0])[:100] if type(error) is list and error else "Exception"
+            if kind == "StopIteration":
+                return
+            message = str(error[1])[:300] if type(error) is list and len(error) > 1 else ""
+            raise remote_error(kind, f"{kind}: {message}")
+        n = 1 if drawn < 64 else min(2 * n, 4096)
 
 
 def _plain_operand(v):

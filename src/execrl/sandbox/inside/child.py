@@ -8,7 +8,6 @@ import builtins
 import ctypes
 import errno
 import io
-import itertools
 import json
 import math
 import os
@@ -263,8 +262,7 @@ def _serve(g: dict) -> None:
             return decode(reply["value"], arg)
         return call
 
-    asks = {"bool": bool, "len": len, "list": list, "str": str, "next": next,
-            "iter": lambda obj: [it := iter(obj), it is not obj]}  # (fresh: another iterator than the object)
+    asks = {"bool": bool, "len": len, "list": list, "str": str, "next": next, "iter": iter}
     while True:
         try:
             req, _, _ = recv_msg(sock, max_header=1 << 24)
@@ -281,8 +279,8 @@ def _serve(g: dict) -> None:
                 obj = obj(*decode(req["args"], arg), **decode(req["kwargs"], arg))
             elif req["op"] in asks:  # the program's own answer, as plain data
                 obj = asks[req["op"]](obj)
-            elif req["op"] == "take":  # up to n items of an iterator (list() of an endless one never ends)
-                obj = list(itertools.islice(obj, max(1, min(int(req["n"]), 1024))))
+            elif req["op"] == "take":  # up to n items of an iterator (list() of an endless one never ends), and the
+                obj = _take(obj, max(1, min(int(req["n"]), 4096)))  # error that ended it early, if any
             elif callable(obj):  # "get" of a function or class: the checker makes a stub for it
                 send_msg(sock, {"callable": True})
                 continue
@@ -293,6 +291,22 @@ def _serve(g: dict) -> None:
                 return
             reply = {"error": type(e).__name__, "msg": str(e)[:300]}
         send_msg(sock, reply)
+
+
+def _take(iterator, n: int) -> list:
+    """[items, None], or [items, [the exception's class name, its message]] where one ended the items early
+    (StopIteration at the end): the items before an error reach the test before the error does, as in Python."""
+    items = []
+    try:
+        for _ in range(n):
+            items.append(next(iterator))
+    except Exception as e:  # noqa: BLE001 - the program's error goes to the test, after the items before it
+        try:
+            message = str(e)[:300]
+        except Exception:  # noqa: BLE001 - an exception whose str() raises
+            message = ""
+        return [items, [type(e).__name__, message]]
+    return [items, None]
 
 
 def exec_child(job: dict) -> None:
