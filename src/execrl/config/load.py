@@ -243,12 +243,7 @@ def _override(tree: DictConfig, item: str) -> tuple[str, Any]:
             raise ConfigError(f"override {key}: {part} is not a section")
         if node is None:
             break
-    try:
-        value = yaml.load(raw, _ValueLoader) if raw.strip() else None
-    except yaml.YAMLError as e:
-        where = getattr(e, "problem", None) or "not valid YAML"
-        raise ConfigError(f"override {key}={raw}: the value is read as YAML and is not valid ({where}); close its "
-                          "brackets and braces, or quote it to pass it as text (e.g. 'key=\"[1\"')") from None
+    value = _value(key, raw)
     if (glued := _glued_keys(value)) is not None:
         raise ConfigError(f"override {key}={raw}: {glued!r} reads as one key with no value; put a space after the "
                           f"colon ({{{glued.replace(':', ': ', 1)}}})")
@@ -256,6 +251,16 @@ def _override(tree: DictConfig, item: str) -> tuple[str, Any]:
     merge = isinstance(value, dict) and isinstance(OmegaConf.select(tree, key, throw_on_missing=False), DictConfig)
     OmegaConf.update(tree, key, value, merge=merge, force_add=True)
     return key, value
+
+
+def _value(key: str, raw: str) -> Any:
+    """An override's value, read as YAML (None: empty); a ConfigError naming the fix where it is not YAML."""
+    try:
+        return yaml.load(raw, _ValueLoader) if raw.strip() else None
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem", None) or "not valid YAML"
+        raise ConfigError(f"override {key}={raw}: the value is read as YAML and is not valid ({where}); close its "
+                          "brackets and braces, or quote it to pass it as text (e.g. 'key=\"[1\"')") from None
 
 
 def _delete(tree: DictConfig, item: str) -> tuple[str, None]:
@@ -267,11 +272,7 @@ def _delete(tree: DictConfig, item: str) -> tuple[str, None]:
     node = OmegaConf.select(tree, parent, throw_on_missing=False) if parent else tree
     if not isinstance(node, DictConfig) or last not in node:
         raise ConfigError(f"override {item}: there is no key {key} to delete")
-    try:
-        given = yaml.load(raw, _ValueLoader) if raw else None
-    except yaml.YAMLError:
-        raise ConfigError(f"override {item}: the value is read as YAML and is not valid") from None
-    if raw and given != OmegaConf.to_container(node, resolve=True)[last]:
+    if raw and _value(key, raw) != OmegaConf.to_container(node, resolve=True)[last]:
         raise ConfigError(f"override {item}: {key} does not hold {raw}, so it is not deleted (as Hydra)")
     node.pop(last)
     return key, None

@@ -92,6 +92,17 @@ class Environment:
         None."""
         return None
 
+    def _turn_text(self, text: str, style: str) -> str | None:
+        """A code environment's model turn counted (self.turns, self.last_text), joined to the part of it before
+        a fence that opened a block (self.partial); None where this part stops at such a fence with turns left:
+        the turn goes on (Step.more)."""
+        text, self.partial = self.partial + text, ""
+        self.turns, self.last_text = self.turns + 1, text
+        if opens_block(text, style) and self.turns < self.cfg.grpo.max_rollout_turns:
+            self.partial = text
+            return None
+        return text
+
     def metrics(self, sample: Sample, reward: Reward, turns: int) -> list[tuple[str, float]]:
         """The environment's own metrics of its finished episode, (name, value) each: each is logged
         as the mean over the episodes that report it (`turns`: the model turns the episode took)."""

@@ -32,6 +32,9 @@ class TurnRenderer:
             raise ChatTemplateError("multi-turn environments render their turns with the tokenizer's chat template, "
                                     "and this tokenizer has none: set policy.tokenizer.chat_template")
         self.tokenizer = tokenizer
+        added = getattr(tokenizer, "added_tokens_decoder", {}) or {}  # (its added tokens marked special: <|im_start|>)
+        self.specials = {t for t in (*tokenizer.all_special_tokens,
+                                     *(a.content for a in added.values() if getattr(a, "special", False))) if t}
 
     def delta_text(self, messages: list[dict]) -> str:
         """The text the chat template adds after an assistant message's content for `messages` and
@@ -58,9 +61,14 @@ class TurnRenderer:
         `last_sampled`. A message whose text holds a special token's (a program that prints
         '<|im_end|>\n<|im_start|>assistant'...) is tokenized as plain text: the template's own
         markers are the only control tokens in the turn, never a forged end of turn."""
-        literal = {i for i, m in enumerate(messages) if self._holds_special(m.get("content"))}
-        holders = {i: f"execrl{secrets.token_hex(8)}content" for i in literal}
-        text = self.delta_text([{**m, "content": holders[i]} if i in holders else m for i, m in enumerate(messages)])
+        holders = {}  # a placeholder in the template's text -> the message text it stands for
+        shown = []
+        for m in messages:
+            if self._holds_special(m.get("content")):
+                holder = f"execrl{secrets.token_hex(8)}content"
+                holders[holder], m = m["content"], {**m, "content": holder}
+            shown.append(m)
+        text = self.delta_text(shown)
         if last_sampled is not None:
             closer = self.tokenizer.decode([last_sampled])
             if closer and text.startswith(closer) and last_sampled in self.tokenizer.all_special_ids:
@@ -68,20 +76,15 @@ class TurnRenderer:
         if not holders:
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
         ids, pos = [], 0
-        for match in re.finditer("|".join(holders.values()), text):  # the template's parts, then the text as text
+        for match in re.finditer("|".join(holders), text):  # the template's parts, then the text as text
             ids += self.tokenizer(text[pos:match.start()], add_special_tokens=False)["input_ids"]
-            content = messages[next(i for i, h in holders.items() if h == match.group())]["content"]
-            ids += self.tokenizer(content, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            plain = self.tokenizer(holders[match.group()], add_special_tokens=False, split_special_tokens=True)
+            ids += plain["input_ids"]
             pos = match.end()
         return ids + self.tokenizer(text[pos:], add_special_tokens=False)["input_ids"]
 
     def _holds_special(self, content) -> bool:
-        """(special tokens: those the tokenizer names, and its added tokens marked special, e.g. <|im_start|>)"""
-        if not isinstance(content, str):
-            return False
-        added = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
-        special = {*self.tokenizer.all_special_tokens, *(t.content for t in added.values() if getattr(t, "special", 0))}
-        return any(t and t in content for t in special)
+        return isinstance(content, str) and any(t in content for t in self.specials)
 
     def _render(self, messages: list[dict], generation_prompt: bool) -> str:
         return apply_template(self.tokenizer, messages, generation_prompt)

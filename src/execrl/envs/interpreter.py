@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 import secrets
 
-from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, opens_block, truncate
+from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, truncate
 from execrl.extract import Extracted, extract, fenced_blocks
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
@@ -57,10 +57,8 @@ class InterpreterEnv(Environment):
         return build_messages(problem, self.cfg.prompt, self.instructions())
 
     def step(self, assistant_text: str, num_tokens: int = 0) -> Step:
-        assistant_text, self.partial = self.partial + assistant_text, ""
-        self.turns, self.last_text = self.turns + 1, assistant_text
-        if opens_block(assistant_text, self.style) and self.turns < self.cfg.grpo.max_rollout_turns:
-            self.partial = assistant_text
+        assistant_text = self._turn_text(assistant_text, self.style)
+        if assistant_text is None:
             return Step(more=True)
         submitted = self._submission(assistant_text, closed=True)
         if submitted is None:
@@ -81,19 +79,18 @@ class InterpreterEnv(Environment):
 
     def _run(self, cell: str) -> Step:
         marker, end = f"__cell_{secrets.token_hex(8)}__", f"__end_{secrets.token_hex(8)}__"
-        history = self.cells if self.mt.stateful else []
         split = (f"print({marker!r}, flush=True); __import__('sys').stderr.write({marker!r}); "
                  "__import__('sys').stderr.flush()")
         # a cell that ends the program (sys.exit) is never replayed: it would end every later one before it ran
-        program = "\n".join([*history, split, cell, f"print({end!r}, flush=True)"]) if self.mt.stateful else cell
+        program = "\n".join([*self.cells, split, cell, f"print({end!r}, flush=True)"]) if self.mt.stateful else cell
         result = self.grader.run(program, language=self.problem.language)
         ok = result.verdict == Verdict.PASS
-        exited = self.mt.stateful and ok and end not in result.stdout
+        out, err, exited = result.stdout, result.stderr, False
+        if self.mt.stateful:
+            out, err = _after(out, marker + "\n").split(end + "\n", 1)[0], _after(err, marker)
+            exited = ok and end not in result.stdout
         if ok and not exited:
             self.cells.append(cell)
-        out = _after(result.stdout, marker + "\n") if self.mt.stateful else result.stdout
-        out = out.split(end + "\n", 1)[0] if self.mt.stateful else out
-        err = _after(result.stderr, marker) if self.mt.stateful else result.stderr
         if result.verdict == Verdict.INFRA_ERROR:
             shown, error = "(the sandbox failed to run this cell, through no fault of the code: run it again)", False
         else:
@@ -128,9 +125,10 @@ class InterpreterEnv(Environment):
     def _in_code(self, before: str) -> bool:
         """`before` ends inside a code cell: a <code> tag that opens its line, not closed since (one named in prose,
         'I tried a <code> cell', opens none), or an open ``` block."""
-        opened = [m.start() for m in re.finditer(r"(?m)^[ \t]*<code>", before)]
-        if self.style in ("tags", "auto") and opened and opened[-1] > before.rfind("</code>"):
-            return True
+        if self.style in ("tags", "auto"):
+            opened = [m.start() for m in re.finditer(r"(?m)^[ \t]*<code>", before)]
+            if opened and opened[-1] > before.rfind("</code>"):
+                return True
         blocks = fenced_blocks(before) if self.style in ("fence", "auto") else []
         return bool(blocks) and not blocks[-1][2]
 

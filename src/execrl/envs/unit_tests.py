@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import json
 
-from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, opens_block, truncate
+from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, truncate
 from execrl.extract import Extracted, extract
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
@@ -43,13 +43,11 @@ class UnitTestsEnv(Environment):
         return build_messages(problem, self.cfg.prompt)
 
     def step(self, assistant_text: str, num_tokens: int = 0) -> Step:
-        assistant_text, self.partial = self.partial + assistant_text, ""
-        self.turns, self.last_text = self.turns + 1, assistant_text
         p, prompt = self.problem, self.cfg.prompt
-        last_turn = self.turns >= self.cfg.grpo.max_rollout_turns
-        if opens_block(assistant_text, prompt.code_style) and not last_turn:
-            self.partial = assistant_text
+        assistant_text = self._turn_text(assistant_text, prompt.code_style)
+        if assistant_text is None:
             return Step(more=True)
+        last_turn = self.turns >= self.cfg.grpo.max_rollout_turns
         extracted = extract(assistant_text, prompt.answer_format, prompt.code_style, p.language)
         if extracted.code is None:
             if last_turn:

@@ -189,7 +189,10 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
         if by_id.setdefault(p.id, p) is not p:
             raise DatasetError(f"problem id {p.id!r} names more than one problem of the dataset: a completion of it "
                                "cannot say which (give each row of the dataset its own id)")
-    later = {p.id for p in everything} - set(by_id)
+    first_of = dict(by_id)  # the dataset's problem of each id, past --limit too
+    for p in everything:
+        first_of.setdefault(p.id, p)
+    later = set(first_of) - set(by_id)
     grouped: dict[object, tuple[Problem, list]] = {}  # (an id, or a row number for a row with no id)
     past_limit = 0
     for n, row in enumerate(read_rows(path), 1):
@@ -201,9 +204,7 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
             raise DatasetError(f"{path}, row {n}: num_tokens must be a count of tokens, got {num_tokens!r}")
         key = pid or n
         if ("tests" in row or "answer" in row) and (pid in by_id or pid in later):
-            own = own_problem(path, n, row, pid, max_tests)
-            known = by_id.get(pid) or next(p for p in everything if p.id == pid)
-            if (own.tests, own.answer, own.language) != (known.tests, known.answer, known.language):
+            if not same_problem(own_problem(path, n, row, pid, max_tests), first_of[pid]):
                 raise DatasetError(f"{path}, row {n}: problem id {pid!r} is the dataset's, and the row carries other "
                                    "tests or another answer than the dataset's: drop them (the dataset's grade it), or "
                                    "give the row an id of its own (--dataset '' grades rows on their own tests)")
@@ -215,7 +216,7 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
         elif "tests" in row or "answer" in row:
             problem = own_problem(path, n, row, pid or f"row {n}", max_tests)
             first = grouped.get(key, (problem,))[0]
-            if (first.tests, first.answer, first.language) != (problem.tests, problem.answer, problem.language):
+            if not same_problem(problem, first):
                 raise DatasetError(f"{path}, row {n}: problem id {pid!r} carries other tests or another answer than "
                                    "its first row: give each problem its own id")
             problem = first
@@ -226,6 +227,11 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
     if past_limit:
         err.print(f"[yellow]left out {past_limit} completions of problems past --limit[/]")
     return list(grouped.values())
+
+
+def same_problem(a: Problem, b: Problem) -> bool:
+    """The same tests (or answer) in the same language: what grades a completion."""
+    return (a.tests, a.answer, a.language) == (b.tests, b.answer, b.language)
 
 
 def own_problem(path: str, n: int, row: dict, pid: str, max_tests: int) -> Problem:
