@@ -3,10 +3,13 @@ overwritten: bad flags, bad config values, files where directories go and the ot
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from .conftest import shared_data
+
+EXAMPLES = Path(__file__).parents[1] / "examples"
 
 
 def execrl(*args, cwd=None):
@@ -259,3 +262,12 @@ def test_a_tokenizer_larger_than_the_models_embeddings_is_refused(tmp_path):
                   "warmup.sft_steps=0", f"logger.log_dir={tmp_path}/run")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "tokens and the model's embeddings 259 rows: set policy.tokenizer.name" in proc.stderr.replace("\n", " ")
+
+
+def test_the_default_warm_up_on_data_without_references_names_the_key(tmp_path):
+    """The built-in default's supervised warm-up kept when data.train names a JSONL: no problem has a reference
+    solution; the error told the user to raise warmup.batch_size, which cannot help."""
+    proc = execrl("train", "data.train.dataset_name=jsonl", f"data.train.path={EXAMPLES / 'problems.jsonl'}",
+                  f"logger.log_dir={tmp_path}/run", f"checkpointing.checkpoint_dir={tmp_path}/ck")
+    assert proc.returncode != 0 and "no training problem carries a reference solution" in proc.stderr
+    assert "set warmup.sft_steps=0" in proc.stderr and "Traceback" not in proc.stderr

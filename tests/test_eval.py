@@ -375,3 +375,24 @@ def test_problems_dropped_for_long_prompts_are_in_the_summary(tiny_model_dir, tm
                      max_prompt_tokens=64, workers=1)
     summary = evaluate(cfg, model_name=str(tiny_model_dir))
     assert summary["problems"] == 1 and summary["problems_dropped_long_prompt"] == 1
+
+
+def test_dapo_answers_are_read_as_their_prompts_ask(tmp_path):
+    """DAPO's prompts ask for an 'Answer:' line: eval read the last number with hf_math_verify (Answer: \\frac{1}{2}
+    was 2, wrong) where a training run with NeMo RL's DAPO recipe scores it right; --math-verify-impl picks the check
+    and summary.json records the one used."""
+    golds = ["\\frac{1}{2}", "2\\sqrt{2}", "204"]
+    (tmp_path / "dapo").mkdir()
+    (tmp_path / "dapo" / "train.jsonl").write_text("".join(json.dumps(
+        {"prompt": [{"role": "user", "content": "Solve. The last line of your response should be of the form Answer: "
+                     "$Answer"}], "reward_model": {"ground_truth": g}}) + "\n" for g in golds))
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(
+        {"problem_id": f"DAPOMath17K/train/{i}", "completion": f"Work.\nAnswer: {g}"}) + "\n" for i, g in enumerate(golds)))
+    for flags, want, impl in (([], 1.0, "dapo_math_verify"), (["--math-verify-impl", "hf_math_verify"], 1 / 3,
+                                                              "hf_math_verify")):
+        out = tmp_path / impl
+        proc = run("--completions", tmp_path / "c.jsonl", "--dataset", "DAPOMath17K", "--split", "train",
+                   "--data-path", tmp_path / "dapo", "--out", out, *flags)
+        assert proc.returncode == 0, proc.stderr
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["pass@1"] == pytest.approx(want) and summary["ran"]["math_verify_impl"] == [impl]

@@ -131,3 +131,20 @@ def test_a_humaneval_body_with_a_helper_named_after_the_entry_point_continues_th
     cyclic = Problem("HumanEval/38", [], "code", metadata={"entry_point": "decode", "code_prefix":
                                                            "def encode(s):\n    return s[::-1]\n\n\ndef decode(s):\n"})
     assert "def encode(s)" in _program(cyclic, "def decode(s):\n    return encode(s)\n")  # (the prompt's helper)
+
+
+def test_a_closing_fence_with_text_after_it_closes_the_block():
+    """Completions that keep special tokens (```<|im_end|>), end a sentence on the fence (```.) or close a tag on it
+    (```</answer>): the fence line was read as a new, empty, unclosed block and a correct program graded no_code; a
+    fence at the end of the code's last line (`return x```) kept its backticks (syntax_error)."""
+    body = "def f(x):\n    return x"
+    for tail in ("<|im_end|>", ".", "</answer>", " :)"):
+        e = extract(f"```python\n{body}\n```{tail}")
+        assert (e.code, e.format_ok) == (body, True), tail
+    assert fenced_blocks("```python\nx = 1\n```python\ny = 2\n```") == [("python", "x = 1", False), ("python", "y = 2", True)]
+    e = extract(f"Here:\n```python\n{body}```\n\n")
+    assert (e.code, e.format_ok) == (body, True)
+    assert extract("```python\ns = '```'\n").code == "s = '```'"  # (a string's backticks stay)
+    # an empty block after the code holds no answer
+    assert extract(f"```python\n{body}\n```\n```python\n```").code == body
+    assert extract(f"```python\n{body}\n```\nthen\n```python\n").code == body

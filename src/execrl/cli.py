@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--code-style", default="fence", choices=["fence", "tags", "auto", "plain"],
                    help="fence (```python) | tags (<code>) | auto (either) | plain (either, else the whole completion)")
     e.add_argument("--system-prompt", default=None, help="system prompt (default: none)")
+    e.add_argument("--math-verify-impl", default=None, choices=["hf_math_verify", "dapo_math_verify"],
+                   help="how math answers are checked, as env.math.math_verify_impl (default: the dataset's own: "
+                        "dapo_math_verify for the DAPO sets, whose prompts ask for an 'Answer:' line, else hf_math_verify)")
     e.add_argument("--timeout", type=number(float, 0, inclusive=False), default=5.0,
                    help="sandbox CPU seconds per test (default 5)")
     e.add_argument("--workers", type=number(int, 0), default=0,
@@ -318,6 +321,7 @@ def eval_config(args):
                       out=args.out, workers=args.workers, timeout_s=args.timeout, grading_share=args.grading_share,
                       reward_model=args.reward_model,
                       reward_model_batch_size=args.reward_model_batch_size, guided=eval_constraint(args),
+                      math_verify_impl=args.math_verify_impl,
                       prompt=PromptConfig(system_prompt=args.system_prompt, answer_format=args.answer_format,
                                           code_style=args.code_style))
 

@@ -45,13 +45,17 @@ def answer_part(completion: str, answer_format: str) -> tuple[str, bool]:
 
 
 _FENCE = re.compile(r"`{3,}")
+_INFO = re.compile(r"\s*[\w{+#-]")  # what an info string (a language) starts with
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str, bool]]:
     """(language, code, closed) for each ``` block, as CommonMark reads fences: a fence is a line that starts with 3
     or more backticks, closed by a line of at least as many backticks alone (a ```` block holds ``` lines); its
     language is the info string's first word (```python title="main.py": python); its lines lose the indentation
-    of its opening fence (a block inside a list item)."""
+    of its opening fence (a block inside a list item). Where models differ from CommonMark: a fence with an info
+    string inside an open block opens a new one (the model never closed the first); a fence followed by text that
+    is no info string (```<|im_end|>, ```., ```</answer>) closes the open block; a block left open at the end
+    whose last line ends in ``` (`return x```) was closed there."""
     blocks, lang, buf, fence, indent = [], "", [], 0, 0  # fence: the open block's backticks (0: none open)
     # lines end at \n, \r\n or \r only (splitlines() also splits at U+2028 or \x1c, which a string literal may hold)
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
@@ -59,7 +63,7 @@ def fenced_blocks(text: str) -> list[tuple[str, str, bool]]:
         stripped = line.strip()
         ticks = _FENCE.match(stripped)
         run = len(ticks.group()) if ticks else 0
-        if fence and run >= fence and stripped == ticks.group():  # its closing fence
+        if fence and run >= fence and (stripped == ticks.group() or not _INFO.match(stripped[run:])):  # its closing fence
             blocks.append((lang, "\n".join(buf), True))
             fence = 0
             continue
@@ -72,7 +76,13 @@ def fenced_blocks(text: str) -> list[tuple[str, str, bool]]:
         if fence:
             buf.append(line[min(indent, len(line) - len(line.lstrip(" "))):])
     if fence:
-        blocks.append((lang, "\n".join(buf), False))
+        while buf and not buf[-1].strip():
+            buf.pop()
+        tail = buf[-1].rstrip() if buf else ""
+        closed = tail.endswith("`" * fence) and bool(tail.rstrip("`")) and not tail.endswith("`" * (fence + 1))
+        if closed:
+            buf[-1] = tail[:-fence]
+        blocks.append((lang, "\n".join(buf), closed))
     return blocks
 
 
@@ -85,7 +95,7 @@ def same_language(tag: str, language: str) -> bool:
 
 
 def _from_fences(text: str, language: str) -> tuple[str | None, bool, int]:
-    blocks = fenced_blocks(text)
+    blocks = [b for b in fenced_blocks(text) if b[1].strip()]  # an empty block holds no answer
     closed = [b for b in blocks if b[2]]
     for pool in ([b for b in closed if same_language(b[0], language)], closed, [b for b in blocks if not b[2]]):
         if pool:

@@ -49,11 +49,14 @@ def build_messages(problem: Problem, cfg: PromptConfig, how: str | None = None) 
     """The problem's messages with the format instruction (`how`, or the answer format's own) and
     system prompt."""
     messages = [dict(m) for m in problem.messages]
+    edit = cfg.template is not None or (cfg.add_instructions and not problem.metadata.get("own_instructions"))
+    last = next((m for m in reversed(messages) if m["role"] == "user"), None)
+    if edit and last is None:
+        raise ValueError(f"problem {problem.id}: its messages have no user message (roles "
+                         f"{[m['role'] for m in messages]}) to hold the prompt's instruction")
     if cfg.template is not None:  # as NeMo RL's processors apply a prompt file: the whole instruction
-        last = next(m for m in reversed(messages) if m["role"] == "user")
         last["content"] = cfg.template.format(last["content"])
-    elif cfg.add_instructions and not problem.metadata.get("own_instructions"):
-        last = next(m for m in reversed(messages) if m["role"] == "user")
+    elif edit:
         last["content"] = f"{last['content'].rstrip()}\n\n{how or instruction(problem.kind, cfg)}"
     if cfg.system_prompt and messages[0]["role"] != "system":
         messages.insert(0, {"role": "system", "content": cfg.system_prompt})

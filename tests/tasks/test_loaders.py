@@ -58,7 +58,7 @@ def test_bad_rows_are_counted_reported_and_skipped(tmp_path, capsys):
     problems, report = load_problems("nemotron_code", "train", str(path))
     assert len(problems) == 1 and report.skipped == 4
     printed = capsys.readouterr().err
-    assert "skipped 4 unusable rows" in printed and "no prompt or no unit_tests" in printed
+    assert "skipped 4 unusable rows" in printed and "no prompt (a string, or messages with a user message) or no unit_tests" in printed
     # the Responses API's input may be one string; items without a role, and non-object rows, are not problems
     odd = [{**good, "responses_create_params": {"input": "add two numbers"}},
            {**good, "responses_create_params": {"input": [{"content": "add"}]}},
@@ -97,6 +97,15 @@ def test_hostile_lines_and_rows_of_a_file(tmp_path, capsys):
     assert [p.id for p in problems] == ["a", "b"] and report.skipped == 4
     printed = capsys.readouterr().err
     assert "a language the sandbox does not run" in printed and "string role and content" in printed
+    # exported chats spell roles "User"; a prompt of a system message alone has nothing to answer
+    odd = [{**rows[1], "id": "cap", "prompt": [{"role": "System", "content": "Be brief."},
+                                                {"role": "User", "content": "What is 2+2?"}]},
+           {**rows[1], "id": "sysonly", "prompt": [{"role": "system", "content": "What is 3+3?"}]}]
+    (tmp_path / "h.jsonl").write_text("\n".join(json.dumps(r) for r in odd))
+    problems, report = load_problems("jsonl", "test", str(tmp_path / "h.jsonl"))
+    assert [p.id for p in problems] == ["cap"] and report.skipped == 1
+    assert [m["role"] for m in problems[0].messages] == ["system", "user"]
+    assert "one of them the user's" in capsys.readouterr().err
 
 
 def test_generic_jsonl_with_a_field_mapping(tmp_path):
@@ -266,3 +275,15 @@ def test_gzipped_rows_and_empty_answers(tmp_path):
     path.write_bytes(gzip.compress("\n".join(json.dumps(r) for r in rows).encode()))
     problems, report = load_problems("jsonl", "train", path)
     assert [p.id for p in problems] == ["a"] and report.skipped == 2
+
+
+def test_a_problem_without_a_user_message_is_named():
+    """A dataset plugin's problem of a system message alone: the instruction has nowhere to go; the
+    error names the problem (a bare StopIteration did not)."""
+    from execrl.prompts import PromptConfig, build_messages
+    from execrl.tasks import Problem
+
+    problem = Problem("mine/7", [{"role": "system", "content": "Add 2 and 2."}], "math", answer="4")
+    with pytest.raises(ValueError, match=r"problem mine/7: .*no user message \(roles \['system'\]\)"):
+        build_messages(problem, PromptConfig())
+    assert build_messages(problem, PromptConfig(add_instructions=False)) == problem.messages

@@ -255,7 +255,7 @@ def test_nemo_dataset_lists_defaults_and_prompt_files_of_a_checkout(tmp_path):
         load_config(str(configs / "merged.yaml"))
 
 
-def test_nemo_datasets_load_local_copies_in_their_own_fields(tmp_path):
+def test_nemo_datasets_load_local_copies_in_their_own_fields(tmp_path, capsys):
     """The NeMo RL names read NeMo RL's fields (DAPO: prompt[0].content and reward_model.ground_truth, verbatim),
     from a local copy; a validation set's repeat poses each problem that many times."""
     import json
@@ -274,6 +274,13 @@ def test_nemo_datasets_load_local_copies_in_their_own_fields(tmp_path):
     assert [(p.messages[0]["content"], p.answer, p.kind) for p in train[:2]] == [
         ("Solve 0. Answer: $Answer", "0", "math"), ("Solve 1. Answer: $Answer", "1", "math")]
     assert len(train) == 4 and [p.answer for p in val] == ["100"] * 3 + ["101"] * 3
+    # the config's check for every math problem, as NeMo RL; DAPO's prompts ask for dapo_math_verify's: a warning
+    from execrl.rewards.math_answers import VERIFIER
+    assert {p.metadata[VERIFIER] for p in train + val} == {"hf_math_verify"}
+    assert "set env.math.math_verify_impl=dapo_math_verify" in capsys.readouterr().err
+    load_data(load_config(None, [f"data.train={{dataset_name: DAPOMath17K, path: {tmp_path / 'dapo'}}}",
+                                 "env.math.math_verify_impl=dapo_math_verify"]))
+    assert "math_verify_impl" not in capsys.readouterr().err
 
 
 def test_dapo_reward_shaping_becomes_the_overlong_penalty_component(tmp_path):

@@ -24,7 +24,7 @@ from execrl.rewards.outcome import NO_CODE, graded_in_sandbox
 from execrl.sandbox import LANGUAGES, Grader, Limits, TestSpecError, check_infra_share, language_named, parse_tests
 from execrl.sandbox.spec import truncate_tests
 from execrl.tasks import Problem, dataset_key, load_problems
-from execrl.tasks.problem import DatasetError, read_rows
+from execrl.tasks.problem import VERIFIER, DatasetError, read_rows
 
 err = Console(stderr=True, soft_wrap=True)
 
@@ -53,6 +53,7 @@ class EvalConfig:
     reward_model_batch_size: int = 8
     grading_share: float = 0.5  # of the sandbox's workers, grading while sampling runs on a GPU (0: after it)
     guided: tuple[str, Any] | None = None  # guided decoding: (regex | json_schema | grammar, its value)
+    math_verify_impl: str | None = None  # math answers' check (None: the dataset's own, else hf_math_verify)
     prompt: PromptConfig = field(default_factory=PromptConfig)
 
 
@@ -86,6 +87,9 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         err.print(f"[yellow]{completions} has completions of {len(texts)} of the {len(problems)} problems of "
                   f"{cfg.dataset}/{cfg.split}{' (--limit)' if cfg.limit else ''}: pass@k is over those {len(texts)}[/]")
     posed = problems if texts is None else [p for p, _ in texts]
+    for p in posed if cfg.math_verify_impl else ():
+        if p.kind == "math":
+            p.metadata[VERIFIER] = cfg.math_verify_impl
     languages = tuple(sorted({p.language for p in posed if p.kind == "code"})) or ("python",)
     # the sandbox first: its workers start and pass their self-test while the model loads, and grade while it samples
     with Grader(num_workers=cfg.workers, limits=Limits(timeout_s=cfg.timeout_s), languages=languages) as grader:
@@ -272,7 +276,9 @@ def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None
             f.write(json.dumps(row) + "\n")
     summary = {"dataset": cfg.dataset, "split": cfg.split, "problems": len(per_problem),
                **({"problems_dropped_long_prompt": dropped} if dropped else {}), "samples": len(samples),
-               "invalid_samples": invalid, "outcomes": dict(outcomes), "ran": ran(cfg, source or {})}
+               "invalid_samples": invalid, "outcomes": dict(outcomes),
+               "ran": ran(cfg, source or {}, {s.problem.metadata.get(VERIFIER, "hf_math_verify") for s in samples
+                                             if s.problem.kind == "math"})}
     if cfg.reward_model:
         judged = [s.rm_score for s in samples if s.rm_score is not None]
         summary["reward_model"] = cfg.reward_model
@@ -293,15 +299,17 @@ def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None
     return summary
 
 
-def ran(cfg: EvalConfig, source: dict) -> dict:
-    """What decided the figures: the model (and how it sampled) or the completions file, the data, the grading."""
+def ran(cfg: EvalConfig, source: dict, verifiers: set[str] = frozenset()) -> dict:
+    """What decided the figures: the model (and how it sampled) or the completions file, the data, the grading
+    (`verifiers`: the math problems' answer checks)."""
     sampled = {"samples_per_problem": cfg.samples, "temperature": cfg.temperature, "top_p": cfg.top_p, "seed": cfg.seed,
                "max_new_tokens": cfg.max_new_tokens, "max_prompt_tokens": cfg.max_prompt_tokens,
                "backend": cfg.backend, "guided": cfg.guided} if "model" in source else {}
     data_path = None if cfg.data_path is None else str(cfg.data_path)
     return {**source, **sampled, "data_path": data_path, "data_seed": cfg.data_seed, "limit": cfg.limit,
             "max_tests": cfg.max_tests, "timeout_s": cfg.timeout_s, "system_prompt": cfg.prompt.system_prompt,
-            "answer_format": cfg.prompt.answer_format, "code_style": cfg.prompt.code_style}
+            "answer_format": cfg.prompt.answer_format, "code_style": cfg.prompt.code_style,
+            **({"math_verify_impl": sorted(verifiers)} if verifiers else {})}
 
 
 _LOOKS_IN = {"fence": "a ```python block", "tags": "<code></code> tags", "auto": "a ``` block or <code> tags"}

@@ -8,6 +8,7 @@ from fractions import Fraction
 
 from execrl.extract import math_answer
 from execrl.rewards.base import Sample, component
+from execrl.tasks.problem import VERIFIER
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns on every call made off the main thread
 MAX_ANSWER_CHARS = 200  # sympy on adversarial text can run for minutes: long answers get the numeric check only
@@ -45,7 +46,6 @@ def answers_match(predicted: str | None, reference: str) -> bool:
     return bool(gold and guess and verify(gold, guess, timeout_seconds=None))
 
 
-VERIFIER = "math_verify_impl"  # a problem's metadata key: how its answer is checked (env.math.math_verify_impl)
 
 
 @component("math_correct", scores=("math",))

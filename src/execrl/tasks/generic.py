@@ -31,7 +31,7 @@ def load(path, split, report, fields: dict | None = None, **_):
         rid = row.get(f["id"], i)
         messages = chat_messages(row.get(f["prompt"]))
         if messages is None:
-            report.skip(rid, f"no prompt in field {f['prompt']!r} (a string, or messages with string role and content)")
+            report.skip(rid, f"no prompt in field {f['prompt']!r} (a string, or messages with string role and content, one of them the user's)")
             continue
         language = language_named(row.get(f["language"]))
         if language is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from execrl.tasks.problem import DatasetError, Problem, read_rows
+from execrl.tasks.problem import VERIFIER, DatasetError, Problem, read_rows
 from execrl.tasks.registry import hub_rows, register
 
 
@@ -43,11 +43,14 @@ def _rows(path: Path | None, split: str, hub_id: str, configs: tuple[str | None,
 
 def _math(name: str, hub_id: str, splits: tuple[str, ...], problem: Callable, answer: Callable, *,
           configs: tuple[str | None, ...] = (None,), eval_only: tuple[str, ...] = (), deduplicate: bool = False,
-          own_instructions: bool = False):
+          own_instructions: bool = False, verifier: str | None = None):
     """Register a NeMo RL math dataset: rows -> (problem text, reference answer). The first of
     `splits` is the one read when none is named, as NeMo RL's class reads it; with `deduplicate` a
     problem text seen before is left out, and one seen with another answer is an error; with `own_instructions` the
-    rows' prompts carry their answer format, and no instruction is added to them."""
+    rows' prompts carry their answer format, and no instruction is added to them; `verifier`: the answer check those
+    prompts ask for (execrl eval's default for them; a training run's is env.math.math_verify_impl, as NeMo RL's)."""
+    metadata = {**({"own_instructions": True} if own_instructions else {}), **({VERIFIER: verifier} if verifier else {})}
+
     def load(path, split, report, hub_id=hub_id, **_):
         problems, seen = [], {}
         for i, row in enumerate(_rows(path, split, hub_id, configs)):
@@ -62,7 +65,7 @@ def _math(name: str, hub_id: str, splits: tuple[str, ...], problem: Callable, an
                 continue
             seen[text] = str(gold)
             problems.append(Problem(f"{name}/{split}/{i}", [{"role": "user", "content": text}], "math",
-                                    answer=str(gold), metadata={"own_instructions": True} if own_instructions else {}))
+                                    answer=str(gold), metadata=dict(metadata)))
         return problems
     register(name, data_dir=name, splits=splits, eval_only=eval_only, hub_id=hub_id, default_split=splits[0],
              kind="math")(load)
@@ -74,14 +77,15 @@ _math("DeepScaler", "agentica-org/DeepScaleR-Preview-Dataset", ("train",), _fiel
 _math("OpenR1-Math-220k", "open-r1/OpenR1-Math-220k", ("train",), _field("problem"), _field("answer"),
       configs=("default",))
 # DAPO's rows carry their own instruction in the prompt (an "Answer:" line), passed through verbatim as NeMo RL
-# does: no \\boxed{} instruction added (which dapo_math_verify would then score 0)
+# does: no \\boxed{} instruction added (which dapo_math_verify would then score 0); their answer line is read by
+# dapo_math_verify
 _math("DAPOMath17K", "BytedTsinghua-SIA/DAPO-Math-17k", ("train",), _field("prompt", 0, "content"),
-      _field("reward_model", "ground_truth"), own_instructions=True)
+      _field("reward_model", "ground_truth"), own_instructions=True, verifier="dapo_math_verify")
 _math("DAPOMathAIME2024", "BytedTsinghua-SIA/AIME-2024", ("train",), _field("prompt", 0, "content"),
-      _field("reward_model", "ground_truth"), eval_only=("*",), own_instructions=True)
+      _field("reward_model", "ground_truth"), eval_only=("*",), own_instructions=True, verifier="dapo_math_verify")
 _math("DAPOMathAIME2024Deduplicated", "BytedTsinghua-SIA/AIME-2024", ("train",), _field("prompt", 0, "content"),
       _field("reward_model", "ground_truth"), eval_only=("*",), deduplicate=True,  # (its rows repeat each problem)
-      own_instructions=True)
+      own_instructions=True, verifier="dapo_math_verify")
 _math("AIME2024", "HuggingFaceH4/aime_2024", ("train",), _field("problem"), _field("answer"), eval_only=("*",))
 _math("AIME2025", "opencompass/AIME2025", ("test",), _field("question"), _field("answer"),
       configs=("AIME2025-I", "AIME2025-II"), eval_only=("*",))

@@ -27,7 +27,7 @@ def load(path, split, report, hub_id=None, **_):
         messages = chat_messages(params.get("input")) if isinstance(params, dict) else None  # (the Responses API's
         unit = meta.get("unit_tests") if isinstance(meta, dict) else None                  # input: a string or items)
         if messages is None or not isinstance(unit, dict):
-            report.skip(rid, "no prompt or no unit_tests")
+            report.skip(rid, "no prompt (a string, or messages with a user message) or no unit_tests")
             continue
         tests = {k: unit[k] for k in ("inputs", "outputs", "fn_name") if unit.get(k)}
         try:

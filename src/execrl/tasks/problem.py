@@ -26,15 +26,24 @@ class Problem:
     metadata: dict = field(default_factory=dict)
 
 
+_ROLES = ("system", "user", "assistant", "tool")
+
+
 def chat_messages(prompt) -> list[dict] | None:
     """A row's prompt as chat messages: a non-empty string (one user message), or a list of {"role", "content"}
-    objects whose role and content are strings (other keys dropped); None where it is neither."""
+    objects whose role and content are strings (other keys dropped; the usual roles in any case, "User" as
+    "user", as chat templates compare them lowercase) with a user message among them; None where it is neither."""
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}] if prompt.strip() else None
     if not isinstance(prompt, list) or not prompt or not all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt):
         return None
-    return [{"role": m["role"], "content": m["content"]} for m in prompt]
+    messages = [{"role": m["role"].lower() if m["role"].lower() in _ROLES else m["role"], "content": m["content"]}
+                for m in prompt]
+    return messages if any(m["role"] == "user" for m in messages) else None
+
+
+VERIFIER = "math_verify_impl"  # a math problem's metadata key: how its answer is checked (env.math.math_verify_impl)
 
 
 class DatasetError(ValueError):

@@ -53,9 +53,17 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
         val.append(load_split(d, seed))
     val = [p for turn in zip_longest(*val) for p in turn if p is not None]  # the sources interleaved: where
     # grpo.max_val_samples cuts (setup.training_data), each keeps its share
+    impl = cfg.env.math.math_verify_impl
+    asked = {p.id.split("/")[0]: p.metadata[VERIFIER] for p in train + val if p.metadata.get(VERIFIER, impl) != impl}
+    if asked:  # (DAPO's prompts ask for an "Answer:" line, which hf_math_verify does not look for)
+        from execrl.trainer.setup import console
+    for name, wants in asked.items():
+        console.print(f"[yellow]{name}'s prompts ask for the answer line that {wants} reads, and "
+                      f"env.math.math_verify_impl is {impl} (NeMo RL's default, which its DAPO recipes change): "
+                      f"set env.math.math_verify_impl={wants}[/]")
     for p in train + val:
         if p.kind == "math":
-            p.metadata[VERIFIER] = cfg.env.math.math_verify_impl
+            p.metadata[VERIFIER] = impl
     refs = {p.id: p.metadata["reference_turns"] for p in train if "reference_turns" in p.metadata}  # (self-play)
     refs.update({p.id: [{"role": "assistant", "content": p.metadata.get("warmup_completion",
                                                                          p.metadata["reference_completion"])}]

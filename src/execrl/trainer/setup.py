@@ -187,7 +187,12 @@ def training_data(cfg: MasterConfig, tokenizer) -> tuple[list[Problem], list[Pro
     if not val and cfg.grpo.max_val_samples > 0 and (cfg.grpo.val_period > 0 or cfg.grpo.val_at_start):
         console.print("[yellow]validation: no problem to validate on (none held out or none fits): eval/ metrics "
                       "will not be logged[/]")
-    return drop_long(train, tokenizer, cfg), val, refs
+    train = drop_long(train, tokenizer, cfg)
+    if cfg.warmup.sft_steps and not any(p.id in refs for p in train):
+        raise ValueError(f"warmup.sft_steps is {cfg.warmup.sft_steps} but no training problem carries a reference "
+                         "solution to warm up on (the generated builtin: tasks and the self-play games do; "
+                         "data.train does not): set warmup.sft_steps=0")
+    return train, val, refs
 
 
 def rollout_generator(cfg: MasterConfig, policy, slots: int):
