@@ -27,3 +27,37 @@ def test_resuming_with_another_learning_rate_is_refused_and_config_yaml_is_what_
     assert (tmp_path / "config.yaml").read_text() == written  # nothing that did not run is recorded
     resumed = train(load_config(None, [*base, "grpo.max_num_steps=2"]))  # how long it runs: applies
     assert resumed.step == 2 and "max_num_steps: 2" in (tmp_path / "config.yaml").read_text()
+
+
+def test_a_model_or_lora_change_is_named_before_the_weights_load(tmp_path):
+    """LoRA switched on (or another model) when resuming: the checkpoint's tensors were loaded first, and the user
+    read PyTorch's 'unexpected keys' in place of the config's difference."""
+    base = [*SMALL, "grpo.max_num_steps=1", "grpo.val_period=0", "warmup.sft_steps=0", f"logger.log_dir={tmp_path}",
+            f"checkpointing.checkpoint_dir={tmp_path}/ck"]
+    train(load_config(None, base))
+    with pytest.raises(ValueError, match=r"cannot apply policy.lora.enabled: False -> True"):
+        train(load_config(None, [*base, "grpo.max_num_steps=2", "policy.lora.enabled=true"]))
+
+
+def test_a_fresh_start_never_erases_another_runs_metrics(tmp_path):
+    """The same log directory with the checkpoints elsewhere (or off), or with a config that computes otherwise: the
+    run started from step 0 and emptied metrics.jsonl of a run whose checkpoints it did not resume. The same run
+    started again before its first checkpoint still redoes its steps."""
+    log = tmp_path / "run"
+    base = [*SMALL, "grpo.max_num_steps=2", "grpo.val_period=0", "warmup.sft_steps=0", f"logger.log_dir={log}",
+            f"checkpointing.checkpoint_dir={log}/ck"]
+    train(load_config(None, base))
+    rows = (log / "metrics.jsonl").read_text()
+    for change, why in ((f"checkpointing.checkpoint_dir={tmp_path}/new", "which this run does not resume"),
+                        ("checkpointing.enabled=false", "which this run does not resume")):
+        with pytest.raises(ValueError, match=f"holds the metrics of another run \\(2 rows; its checkpoints are in .*{why}"):
+            train(load_config(None, [*base, change]))
+        assert (log / "metrics.jsonl").read_text() == rows
+    again = [*SMALL, "grpo.max_num_steps=1", "grpo.val_period=0", "warmup.sft_steps=0", f"logger.log_dir={tmp_path}/b",
+             "checkpointing.enabled=false"]
+    train(load_config(None, again))
+    rows = (tmp_path / "b" / "metrics.jsonl").read_text()
+    with pytest.raises(ValueError, match=r"config.yaml differs in policy.generation.temperature: 0.6 -> 0.5\)"):
+        train(load_config(None, [*again, "policy.generation.temperature=0.5"]))
+    assert (tmp_path / "b" / "metrics.jsonl").read_text() == rows
+    assert train(load_config(None, again)).step == 1  # (no checkpoint to resume, the same config: done again)

@@ -133,7 +133,13 @@ def load_reference(directory: str | Path, reference) -> bool:
     return True
 
 
-def load(path: Path, model, optimizer, scheduler, lora: bool = False) -> dict:
+def trainer_state(path: Path) -> dict:
+    """A checkpoint's step, config, schedule, sampler and random states (trainer_state.pt)."""
+    return torch.load(path / "trainer_state.pt", weights_only=False)
+
+
+def load(path: Path, model, optimizer, scheduler, state: dict, lora: bool = False) -> None:
+    """The checkpoint's weights and optimizer state into the run's, and its `state` (trainer_state) applied."""
     optim_state = torch.load(path / "optimizer.pt", weights_only=False) if dist.is_main() else {}
     if not lora:
         dist.load_full_state(model, optimizer, load_weights(path), optim_state)
@@ -144,13 +150,11 @@ def load(path: Path, model, optimizer, scheduler, lora: bool = False) -> dict:
                                  part="frozen")
         dist.load_full_state(model, optimizer, lora_state.from_adapter_state(load_weights(path)), optim_state,
                              part="trainable")
-    state = torch.load(path / "trainer_state.pt", weights_only=False)
     scheduler.load_state_dict(state["scheduler"])
     torch.set_rng_state(state["torch_rng"])
     random.setstate(state["python_rng"])
     if state.get("cuda_rng") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda_rng"])
-    return state
 
 
 # keys a resumed run may change: how long it runs, when it validates, logs and saves, and how its

@@ -105,6 +105,35 @@ def resumable(cfg: MasterConfig, state: dict, found: Path) -> None:
         console.print(f"resuming {found} with changes that apply from step {state['step']} on: " + "; ".join(applied))
 
 
+def erases_a_run(cfg: MasterConfig) -> str | None:
+    """Why this run, starting from step 0, would erase the record of an earlier run in its log directory (metric
+    rows, and a config.yaml it would not resume: one that differs in what a step computes, or whose checkpoints are
+    elsewhere); None where it would not (no rows, or the same run started again before its first checkpoint)."""
+    import yaml
+
+    log = Path(cfg.logger.log_dir).expanduser()
+    try:
+        rows = sum(1 for line in (log / "metrics.jsonl").read_text().splitlines() if line.strip())
+        saved = yaml.safe_load((log / "config.yaml").read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not rows or not isinstance(saved, dict):
+        return None
+    _, refused = checkpoint.config_changes(saved, cfg.model_dump(mode="json"))
+    was = saved.get("checkpointing") if isinstance(saved.get("checkpointing"), dict) else {}
+    old = Path(str(was.get("checkpoint_dir", ""))).expanduser()
+    kept = bool(was.get("enabled")) and any((p / "trainer_state.pt").is_file() for p in old.glob(f"{checkpoint.PREFIX}*"))
+    elsewhere = kept and (not cfg.checkpointing.enabled or
+                          old.resolve() != Path(cfg.checkpointing.checkpoint_dir).expanduser().resolve())
+    if not refused and not elsewhere:
+        return None
+    why = (f"its checkpoints are in {old}, which this run does not resume" if elsewhere else
+           "its config.yaml differs in " + "; ".join(refused[:3]) + (" ..." if len(refused) > 3 else ""))
+    return (f"logger.log_dir {log} holds the metrics of another run ({rows} row{'s' if rows > 1 else ''}; {why}): this "
+            f"run starts from step 0 and would erase them. Name another logger.log_dir"
+            + (f", or resume that run (checkpointing.checkpoint_dir={old})" if elsewhere else ""))
+
+
 def run_directories(cfg: MasterConfig) -> dict[str, str]:
     """The directories to lock, by the key naming each: the log directory, and the checkpoints'
     where they already exist outside it (where they do not, no other run is writing them; a refused
@@ -168,6 +197,12 @@ def start(cfg: MasterConfig) -> tuple[BatchPlan, RunLock | None]:
     dist.init(cfg.policy.device)
     console.quiet = not dist.is_main()  # one rank speaks for all
     lock = RunLock(run_directories(cfg)) if dist.is_main() else None
+    resumes = cfg.checkpointing.enabled and checkpoint.latest(cfg.checkpointing.checkpoint_dir) is not None
+    erased = dist.from_main(None if resumes or not dist.is_main() else erases_a_run(cfg))
+    if erased:
+        if lock is not None:
+            lock.release()
+        raise ValueError(erased)
     if dist.world_size() != plan.num_gpus:
         raise ValueError(f"{dist.world_size()} training process(es) but cluster.num_nodes x cluster.gpus_per_node = "
                          f"{plan.num_gpus}: start multi-GPU runs with `execrl train CONFIG` (it launches "
@@ -237,8 +272,9 @@ def resume(run: Run) -> None:
     cfg = run.cfg
     found = checkpoint.latest(cfg.checkpointing.checkpoint_dir) if cfg.checkpointing.enabled else None
     if found is not None:
-        state = checkpoint.load(found, run.model, run.optimizer, run.scheduler, lora=cfg.policy.lora.enabled)
-        resumable(cfg, state, found)
+        state = checkpoint.trainer_state(found)
+        resumable(cfg, state, found)  # (before the weights: another model's or LoRA's tensors would not load)
+        checkpoint.load(found, run.model, run.optimizer, run.scheduler, state, lora=cfg.policy.lora.enabled)
         run.weights.refresh()
         if run.ref_model is not None:  # (a warm-up's reference: else the reference is the model loaded at start)
             checkpoint.load_reference(cfg.checkpointing.checkpoint_dir, run.ref_model)
