@@ -1045,3 +1045,23 @@ def test_outputs_cheap_to_write_are_cheap_to_judge(solo):
     assert resource.getrusage(resource.RUSAGE_SELF).ru_utime - before < 1.5
     right = "def f(x):\n    return (1, 2, 3) if x == 1 else ((1, 2), (3,))\n"  # tuples for lists: twice the marks
     assert solo.grade(right, spec).verdict == V.PASS
+
+
+@namespaces
+@pytest.mark.parametrize("mode", ["default", "bwrap-user"])
+def test_dev_holds_nothing_a_program_leaves(mode):
+    """In bwrap-user mode the program is uid 0 of the namespace that owns bwrap's /dev tmpfs: a file it wrote there
+    was the next program's answer, /dev/stdout removed failed every later program writing it, and files there held
+    memory past the limit; the times it set on the streams it shares with the zygote were numbers for the next."""
+    leave = ("import os\ntry:\n    open('/dev/answer', 'w').write('ok')\nexcept OSError:\n    pass\n"
+             "try:\n    os.unlink('/dev/stdout')\nexcept OSError:\n    pass\n"
+             "for fd in (0, 2):\n    try:\n        os.utime(fd, ns=(4242424242 * 10 ** 9, 4242424242 * 10 ** 9))\n"
+             "    except OSError:\n        pass\nprint('ok')")
+    read = ("import os\nopen('/dev/stdout', 'w').write('ok\\n' if not os.path.exists('/dev/answer') and "
+            "all(os.fstat(fd).st_atime < 4242424242 for fd in (0, 2)) else 'left\\n')")
+    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
+    with Grader(1, FAST, pool=pool) as g:
+        assert g.grade(read, ONE).verdict == V.PASS
+        assert g.grade(leave, ONE).verdict == V.PASS
+        r = g.grade(read, ONE)
+        assert r.verdict == V.PASS, (r.to_dict(), r.stderr)

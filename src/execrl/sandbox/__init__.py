@@ -28,8 +28,8 @@ the legitimate idiom it must not break):
   language runs, a language's tools (their own installation, or the tool and the libraries it links alone); the
   program's own tmpfs at /tmp and /dev/shm. Training data, the grader's input file, home directories and the
   checkout are not there. The grader's environment is cleared;
-- anything persisting from one program to the next: processes killed; /tmp and /dev/shm fresh tmpfs mounts (their
-  inode numbers too; an interpreter or tool kept inside /tmp is bound again, read-only, into each); the PID namespace's
+- anything persisting from one program to the next: processes killed; /dev read-only (uid 0 of a bwrap-user
+  sandbox's namespace owns it); /tmp and /dev/shm fresh tmpfs mounts (their inode numbers too; an interpreter or tool kept inside /tmp is bound again, read-only, into each); the PID namespace's
   counter reset (a program's first process is PID 2, whatever earlier ones forked); a new network namespace
   wherever the last program changed its own (a socket left, a packet on loopback, a moved IP/ICMP/TCP/UDP counter:
   TIME_WAIT sockets, loopback counters and abstract socket names do not carry over); and a seccomp filter
@@ -54,7 +54,9 @@ the allowlist (the system's directories and the Python installation are visible 
 secrets elsewhere); CPU contention slowing other workers (time is measured in CPU seconds where it
 can be); counters the kernel keeps for the whole machine, which no namespace resets (/proc/stat's
 count of forks, the inode numbers of pipes, sockets and memfds): a program reads in them what every
-process did, its worker's earlier programs included, blurred by all else the machine runs. In
+process did, its worker's earlier programs included, blurred by all else the machine runs; file
+locks on the read-only files every sandbox shares, the kernel's one set for the machine: two
+programs graded at the same time, both written to cooperate, can pass numbers through them. In
 sampling mode only: memory bursts shorter than the 10 ms sampling (bounded by RLIMIT_AS per
 process); pipe buffers (up to the kernel's per-user limit) and other kernel memory outside its
 processes, tmpfs and sockets' queues; the CPU of children the kernel reaped for a program that

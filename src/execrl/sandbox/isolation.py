@@ -91,6 +91,9 @@ class Isolation:
         args = [self.bwrap, *system_mounts(), "--dev", "/dev", "--proc", "/proc"]
         args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp", "--perms", "1777", "--size", size, "--tmpfs",
                  "/dev/shm", "--ro-bind", os.path.join(SANDBOX_DIR, "inside"), os.path.join(INSIDE_MOUNT, "inside")]
+        # /dev read-only (its own tmpfs, which uid 0 of a user namespace owns: a file left there, or /dev/stdout
+        # removed, reached every later program); /dev/shm, a mount of its own, stays writable and is wiped
+        args += ["--remount-ro", "/dev"]
         args += bind_read_only(tool_paths(tools))
         # what is bound inside /tmp (a checkout or venv there) is bound a second time outside it, for the zygote to
         # bind again into each program's fresh /tmp

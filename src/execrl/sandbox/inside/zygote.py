@@ -311,8 +311,8 @@ class Zygote:
         cleared O_APPEND on the file description it shared with us), stdin holding `stdin`. What else
         the last child could leave on the file or the description it shared with us goes too: its
         locks (flock and open-file-description locks belong to the description, and outlive it: a
-        value hidden in a lock's range) and the description's owner and signal (F_SETOWN, F_SETSIG: numbers); its
-        extended attributes go after each program (reset)."""
+        value hidden in a lock's range), the description's owner and signal (F_SETOWN, F_SETSIG: numbers) and the
+        file's access and modification times (utime); its extended attributes go after each program (reset)."""
         for target, fd in self.streams.items():
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
@@ -322,6 +322,7 @@ class Zygote:
             fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_UNLCK, os.SEEK_SET, 0, 0, 0))
             fcntl.fcntl(fd, fcntl.F_SETOWN, 0)
             fcntl.fcntl(fd, fcntl.F_SETSIG, 0)
+            os.utime(fd, ns=(0, 0))  # (times a program set on the file it shared with us: numbers for the next)
         if stdin:
             os.write(self.streams[0], stdin)
             os.lseek(self.streams[0], 0, os.SEEK_SET)
