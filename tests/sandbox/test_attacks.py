@@ -1065,3 +1065,41 @@ def test_dev_holds_nothing_a_program_leaves(mode):
         assert g.grade(leave, ONE).verdict == V.PASS
         r = g.grade(read, ONE)
         assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
+
+
+def test_a_status_line_forged_by_a_program_that_returns_nothing_is_not_parsed(monkeypatch):
+    """A stdio program writing {"value": [0, 0, ...]} to its status fd and closing it: the line was parsed, walked
+    and written back as JSON, seconds of the grader's time per test for a value no test reads. Outside the call form
+    a line longer than ours is dropped unparsed; the call form's value still comes back."""
+    from execrl.sandbox.inside import protocol
+
+    forged = b'{"value": [' + b"0," * 500_000 + b'0]}\n'
+    parsed, loads = [], json.loads
+    monkeypatch.setattr(protocol.json, "loads", lambda *a, **k: parsed.append(1) or loads(*a, **k))
+    assert protocol.carry_status(forged, checker=False, value=False) == ([], b"")
+    assert not parsed
+    ours = b'{"exc": "ValueError", "msg": "' + "\u00e9".encode() * 500 + b'"}\n'
+    assert protocol.carry_status(ours, checker=False, value=False)[0][0]["exc"] == "ValueError"
+    status, value = protocol.carry_status(b'{"value": [1, 2]}\n', checker=False, value=True)
+    assert json.loads(value) == [1, 2]
+
+
+@pytest.mark.parametrize("expected, printed, opts", [
+    ("1.5\n", b"1 " * (8 << 20), {"float_rel": 1e-6}),  # 8 million tokens on one line: split in full, then counted
+    ("YES\n", b"\xff" * (16 << 20), {"case_fold": True}),  # lowered character by character before the line count
+    ("YES\n", "\u00e9".encode() * (8 << 20), {"case_fold": True})], ids=["tolerance", "case_fold", "case_fold utf-8"])
+def test_compare_options_keep_a_large_output_cheap_to_judge(expected, printed, opts):
+    """A row's compare options (a tolerance, case folding) made 16 MB of output cost the grading process 2-2.5 s of
+    CPU per test; they read it at memory speed, a token only as far as the expected line's tokens go."""
+    import resource
+
+    from execrl.sandbox.compare import CompareOptions, outputs_match
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+    assert not outputs_match(expected, printed, CompareOptions(**opts))
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_utime - before < 1.0
+    assert outputs_match("1.5 2\n", b"1.5000001 2  \n", CompareOptions(float_rel=1e-6))
+    assert not outputs_match("1.5 2\n", b"1.5 2 3\n", CompareOptions(float_rel=1e-6))
+    assert not outputs_match("1.5 2\n", b"1.5\n", CompareOptions(float_rel=1e-6))
+    assert outputs_match("Yes \u00c9\n", "yES \u00c9".encode(), CompareOptions(case_fold=True))
+    assert not outputs_match("Yes \u00c9\n", "yES \u00e9".encode(), CompareOptions(case_fold=True))  # (ASCII only)

@@ -204,17 +204,22 @@ CHECKER_STATUS = {"msg": 300}
 VERDICTS = ("pass", "fail", "timeout", "memory", "runtime_error")
 
 
-def carry_status(raw: bytes, checker: bool) -> tuple[list[dict], bytes]:
+STATUS_LINE_BYTES = 16384  # a status line of ours without a value is shorter (its texts are capped where written)
+
+
+def carry_status(raw: bytes, checker: bool, value: bool = True) -> tuple[list[dict], bytes]:
     """What of a child's status lines goes back to the grader: known fields only, each capped, so
     that the reply stays small whatever the program wrote; a program's return value travels as a
-    blob of its own (b"" for none). Never raises: a status that cannot be carried back is the
-    program's failure."""
+    blob of its own (b"" for none). `value`: whether the program returns one (the call form): where
+    it does not, a longer line is the program's own, dropped unparsed (a forged value of millions of
+    elements cost the runner seconds of parsing per test). Never raises: a status that cannot be
+    carried back is the program's failure."""
     try:
         if checker:
             return [_known(st, CHECKER_STATUS) for st in _status_lines(raw, last_only=False)], b""
-        lines = _status_lines(raw, last_only=True)
+        lines = _status_lines(raw, last_only=True, longest=None if value else STATUS_LINE_BYTES)
         status = _known(lines[0], PROGRAM_STATUS) if lines else {}
-        if lines and "value" in lines[0]:
+        if value and lines and "value" in lines[0]:
             return [status], json.dumps(lines[0]["value"], ensure_ascii=False).encode("utf-8", "surrogatepass")
         return [status] if lines else [], b""
     except Exception:  # noqa: BLE001 - e.g. a value json cannot write back: not plain data
@@ -234,15 +239,15 @@ def _known(st: dict, text_caps: dict) -> dict:
     return out
 
 
-def _status_lines(raw: bytes, last_only: bool) -> list[dict]:
+def _status_lines(raw: bytes, last_only: bool, longest: int | None = None) -> list[dict]:
     """A child's status lines (JSON objects). A program's child writes one, at its end, and whatever
-    the program wrote there itself is the program's: malformed, torn or absurdly nested lines are
-    dropped, never an error of ours, and only the last good one of the last few lines is kept (the
-    checker's lines, one per test, are all ours)."""
+    the program wrote there itself is the program's: malformed, torn, absurdly nested lines and
+    those over `longest` characters are dropped, never an error of ours, and only the last good one
+    of the last few lines is kept (the checker's lines, one per test, are all ours)."""
     lines = raw.decode("utf-8", "replace").splitlines()
     out = []
     for line in reversed(lines[-16:]) if last_only else lines:
-        if too_many_nodes(line):  # (parsed, it would take the runner's memory and time, outside the program's limits)
+        if (longest is not None and len(line) > longest) or too_many_nodes(line):  # (parsed, it would take the runner's memory and time, outside the program's limits)
             continue
         try:
             st = json.loads(line)

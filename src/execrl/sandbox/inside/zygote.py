@@ -293,12 +293,13 @@ class Zygote:
                 res["setup_error"] = report.decode("utf-8", "replace")
             out, err = _read(files[1], lim["output_mb"] << 20), _read(files[2], 8192)
             raw = _read(files[STATUS_FD], lim["output_mb"] << 20)  # a return value's size
-            if target is not checker_child and b'"value"' in raw:  # the grader parses it (status_raw): parsed here,
+            returns = target is not checker_child and job.get("mode") == "call"  # (the only form with a value)
+            if returns and b'"value"' in raw:  # the grader parses it (status_raw): parsed here,
                 # the value's str and bytes copies, which scrub cannot reach, would stay in the heap every later
                 # program's process is forked from (a correct program's answer, for the same problem)
                 res["status"], res["status_raw"], value = [], True, raw
             else:
-                res["status"], value = carry_status(raw, checker=target is checker_child)
+                res["status"], value = carry_status(raw, checker=target is checker_child, value=returns)
                 scrub(raw)
             res["stdout_bytes"], res["stderr_bytes"] = os.fstat(files[1]).st_size, os.fstat(files[2]).st_size
         finally:
