@@ -150,3 +150,13 @@ def test_commas_are_thousands_separators_only():
 
     assert not answers_match("0,5", "5") and not answers_match("1,2", "12") and not answers_match("12", "1,2")
     assert answers_match("1,234", "1234") and answers_match("$1,234,567.5$", "1234567.5") and answers_match("1,000.", "1000")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_component_that_returns_nan_or_inf_is_named(tmp_path, bad):
+    """One NaN reward made its group's advantages NaN and the whole step's loss: three skipped steps later the run
+    stopped advising a lower learning rate. The component, its value and the problem are named at once."""
+    (tmp_path / "mine.py").write_text(f"def score(sample):\n    return float({str(bad)!r})\n")
+    with pytest.raises(ValueError, match=rf"reward component .*mine.py:score returned {bad} for problem p: a reward is "
+                                         "a finite number"):
+        parts(sample(), {"name": f"{tmp_path / 'mine.py'}:score"})

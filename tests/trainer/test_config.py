@@ -309,3 +309,17 @@ def test_nemo_rls_add_resolver_decimal_leading_zeros_and_hydra_deletes():
                "grpo.num_generations_per_prompt=8", "policy.train_global_batch_size=16")
     assert proc.returncode == 0, proc.stderr
     assert "where they are fewer than 4" in proc.stdout  # (an epoch of 3 problems is 1 step: 2 epochs end at step 2)
+
+
+def test_keys_the_chosen_variant_does_not_read_are_named():
+    """grpo.advantage=dr_grpo with grpo.normalize_rewards=true, or a constant normalizer beside token_level_loss:
+    accepted without a word, while neither setting changed a number."""
+    from execrl.config.checks import no_effect_note
+
+    cfg = load_config(None, ["grpo.advantage=dr_grpo", "grpo.normalize_rewards=true", "loss_fn.constant_normalizer=64",
+                             "loss_fn.token_level_loss=false"])
+    note = no_effect_note(cfg)
+    assert "grpo.normalize_rewards (grpo.advantage=dr_grpo is r - the group's mean, undivided)" in note
+    assert "loss_fn.token_level_loss (loss_fn.constant_normalizer divides" in note
+    assert "use_leave_one_out_baseline" not in note  # (not written: the default)
+    assert no_effect_note(load_config(None, ["grpo.advantage=dr_grpo"])) is None

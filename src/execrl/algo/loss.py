@@ -177,8 +177,9 @@ def loss_metrics(cfg: LossConfig, mask: torch.Tensor, adv: torch.Tensor, ratio: 
         if not sampler.per_sequence:
             metrics["is_weight"] = (weight * mask).sum() / n  # after truncation, a token mean
         else:  # GSPO: a mean over the sequences with loss tokens, as NeMo RL's sampling_importance_ratio
-            has = mask.sum(1) > 0
+            has = mask.sum(1) > 0  # ("sequences": the caller weighs this mean by them, not by tokens)
             metrics["is_weight"] = weight[:, 0][has].sum() / has.sum().clamp(min=1)
+            metrics["sequences"] = has.sum()
         metrics["is_truncated_frac"] = (sampler.truncated.float() * mask).sum() / n
     return metrics
 

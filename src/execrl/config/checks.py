@@ -556,13 +556,27 @@ def no_effect_note(cfg: MasterConfig) -> str | None:
             continue
         if attribute(cfg, key) != attribute(default, key):
             seen.append(key)
-    why = {k: NO_EFFECT[k] for k in seen} | cfg._nemo_ignored | unread_options(cfg)
+    why = {k: NO_EFFECT[k] for k in seen} | cfg._nemo_ignored | unread_options(cfg) | unread_by_variant(cfg)
     lines = []
     if cfg._nemo_mapped:
         lines.append("note: NeMo RL keys read as: " + "; ".join(f"{k} -> {v}" for k, v in cfg._nemo_mapped.items()))
     if why:
         lines.append("note: accepted, with no effect here: " + "; ".join(f"{k} ({r})" for k, r in why.items()))
     return "\n".join(lines) or None
+
+
+def unread_by_variant(cfg: MasterConfig) -> dict[str, str]:
+    """Keys the config writes that the chosen advantage or loss variant does not read -> why."""
+    out, grpo = {}, cfg.grpo
+    if grpo.advantage != "grpo":
+        reads = "r - the group's mean, undivided" if grpo.advantage == "dr_grpo" else "each role's return less its baseline"
+        for key in ("grpo.normalize_rewards", "grpo.use_leave_one_out_baseline"):
+            if key in cfg._written and attribute(cfg, key):
+                out[key] = f"grpo.advantage={grpo.advantage} is {reads}"
+    if cfg.loss_fn.constant_normalizer and "loss_fn.token_level_loss" in cfg._written:
+        out["loss_fn.token_level_loss"] = ("loss_fn.constant_normalizer divides each sequence's token sum by it, "
+                                           "whatever the level")
+    return out
 
 
 def loader_options(info) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 import typing
 from dataclasses import dataclass, field
 
@@ -174,6 +175,10 @@ def score(sample: Sample, cfg: RewardConfig) -> Reward:
     if cfg.judged and sample.rm_score is None:
         return Reward(None, pending=True)  # scored again once the reward model has read the whole batch
     parts = {c.name: float(COMPONENTS[c.name](sample, **c.params)) for c in cfg.components}
+    for name, value in parts.items():  # (one NaN spreads to its group's advantages and the whole step's loss)
+        if not math.isfinite(value):
+            raise ValueError(f"reward component {name} returned {value} for problem {sample.problem.id}: a reward "
+                             "is a finite number; fix the component (or the reward model's scores it reads)")
     scaled = sum(c.weight * parts[c.name] for c in cfg.components if c.scaled)
     added = sum(c.weight * parts[c.name] for c in cfg.components if not c.scaled)
     return Reward(cfg.scaling(scaled) + added, parts, shaping=added)

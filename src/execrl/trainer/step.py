@@ -397,7 +397,8 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
         # overlong-filtered), with loss tokens or not
         own = batch.loss_mask[rows.start:rows.stop]
         kept = (own.sum(1) > 0) if batch.kept is None else batch.kept[rows.start:rows.stop]
-        num_tokens, num_seqs = dist.sum_floats(own.sum().item(), kept.sum().item())
+        num_tokens, num_seqs, with_tokens = dist.sum_floats(own.sum().item(), kept.sum().item(),
+                                                            (own.sum(1) > 0).sum().item())
         weights.zero_grad(optimizer)
         # the step's loss and metrics summed on the device, in float64 (the numbers Python floats gave):
         # read once after the micro-batches, not with a sync after each backward
@@ -429,9 +430,12 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
                                             is_correction=correct)
                 loss.backward()
                 weights.accumulate_grads()
-            part = mask.sum().double() / max(num_tokens, 1.0)
+            part = mask.sum().double() / max(num_tokens, 1.0)  # a token mean's share of the step's
+            # (GSPO's is_weight, a mean over sequences: their share)
+            per_seq = {"is_weight": metrics["sequences"].double() / max(with_tokens, 1.0)} if "sequences" in metrics else {}
             sums += torch.stack([loss.detach().double(), (entropy * mask).sum().double() / max(num_tokens, 1.0) / steps,
-                                 *(metrics[name].to(device, torch.float64) * part / steps for name in averaged)])
+                                 *(metrics[name].to(device, torch.float64) * per_seq.get(name, part) / steps
+                                   for name in averaged)])
         norm = weights.clip(cfg.policy.max_grad_norm)
         if defer:
             finite = torch.isfinite(norm) & torch.isfinite(sums[0])  # (tally's test, on the device)
