@@ -217,9 +217,9 @@ def test_nemo_data_and_env_sections(tmp_path):
         load_config(str(tmp_path / "r.yaml"), ["env.math.math_verify_impl=my_verifier"])
     with pytest.raises(ConfigError, match="no such file in the directory you run in or above the config file"):
         load_config(str(tmp_path / "r.yaml"), ["data.default.prompt_file=examples/prompts/cot.txt"])
-    # as NeMo RL, its default processor poses the problem alone: the system prompt file is named as unused
+    # as NeMo RL's current code, its default processor adds the system prompt too (it was dropped and named unused)
     hf = load_config(str(tmp_path / "r.yaml"), ["data.default.processor=math_hf_data_processor"])
-    assert hf.prompt.system_prompt is None and "adds no system prompt" in no_effect_note(hf)
+    assert hf.prompt.system_prompt == "You are careful." and "accepted, with no effect here: data.default.system_prompt_file" not in no_effect_note(hf)
     flat = load_config(None, ["++data.dataset_name=mbpp"])  # NeMo RL's older flat data section
     assert flat.data.train.dataset_name == "mbpp"
 
@@ -587,7 +587,8 @@ def test_validation_keeps_each_source_and_counts_problems_that_fit():
     _, val, _ = load_data(load_config(None, over))
     assert len(val) == 373 + 1319 and {p.id.split("/")[1] for p in val[:10]} == {"train", "test"}  # in turn
     tok = build_tokenizer(["Janet's ducks lay 16 eggs per day."], vocab_size=260)
-    cfg = load_config(None, [*over, "data.max_input_seq_length=420", "policy.max_total_sequence_length=900"])
+    cfg = load_config(None, [*over, "data.max_input_seq_length=420", "policy.max_total_sequence_length=900",
+                             "warmup.sft_steps=0"])
     _, val, _ = training_data(cfg, tok)
     assert len(val) == 10 and {p.id.split("/")[1] for p in val} == {"train", "test"}  # (byte tokens: some gsm8k
     # prompts are over 420)

@@ -47,10 +47,7 @@ def adapt_data(data: dict, grpo_seed) -> tuple[dict[str, str], dict[str, str]]:
                               f"alike; give them one {key} (data.default.{key})")
         if values:
             default[key] = next(iter(values.values()))
-    if default.get("system_prompt_file") is not None and default.get("processor") in (None, "auto",
-                                                                                    "math_hf_data_processor"):
-        default.pop("system_prompt_file")  # as NeMo RL: its default processor poses the problem alone
-        ignored["data.default.system_prompt_file"] = "NeMo RL's math_hf_data_processor adds no system prompt"
+    # (math_hf_data_processor, NeMo RL's default, adds the system prompt too since its commit c3a2b61 of 2026-04-07)
     return ignored, mapped
 
 
