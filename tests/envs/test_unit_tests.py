@@ -81,3 +81,37 @@ def test_a_bare_fence_that_opens_the_block_lets_the_turn_go_on(grader):
     assert step.done and step.reward.total == 1.0 and step.sample.extracted.code.startswith("def square")
     e, _ = env(grader, SQUARES, "prompt.code_style=fence", "grpo.max_rollout_turns=1")
     assert e.step("Here is my solution:\n```\n").done  # no turn left: graded as it stands
+
+
+def test_a_turn_continued_after_its_fence_is_one_turn_of_both_parts_tokens(grader):
+    """The continuation was counted as a second turn: a right first answer the environment never replied to was
+    discounted as a fix after feedback (turn_discounted_pass_fraction 0.5), and its length was the second part's."""
+    reward = "reward.components=[{name: turn_discounted_pass_fraction}, {name: overlong_penalty, buffer_tokens: 10}]"
+    e, _ = env(grader, SQUARES, "prompt.code_style=fence", "policy.generation.max_new_tokens=40", reward)
+    assert e.step("Here is my solution:\n```\n", num_tokens=25).more
+    step = e.step("def square(x):\n    return x * x\n```\n", num_tokens=12)
+    assert e.turns == 1 and step.sample.turns == 1 and step.sample.num_tokens == 37
+    assert step.reward.parts == {"turn_discounted_pass_fraction": 1.0, "overlong_penalty": -0.7}
+
+
+def test_an_episode_cut_at_max_new_tokens_keeps_its_length_for_overlong_penalty(grader):
+    """finish() (a turn out of tokens, the episode ending early) scored the sample as 0 tokens long: a wrong answer
+    that ran out of tokens escaped the overlong penalty a single-turn one gets."""
+    reward = "reward.components=[{name: test_pass_fraction}, {name: overlong_penalty, buffer_tokens: 10}]"
+    e, _ = env(grader, SQUARES, "policy.generation.max_new_tokens=60", reward)
+    assert not e.step("```python\ndef square(x):\n    return x\n```\n" + "# pad" * 30, num_tokens=60).done
+    step = e.finish()
+    assert step.sample.num_tokens == 60 and step.reward.parts["overlong_penalty"] == -1.0
+
+
+def test_the_runner_counts_a_continued_turn_once(grader):
+    """Episode.turns (turns_mean, reward_by_turns/n, the rollout row) counted the continuation as a turn of its own."""
+    from execrl.envs.trajectory import Trajectory
+    from execrl.rollout.completion import Completion
+    from execrl.trainer.rollouts import Episode, advance
+
+    e, messages = env(grader, SQUARES, "prompt.code_style=fence")
+    episode = Episode(SQUARES, e, messages, Trajectory([1, 2]))
+    for text in ("Here is my solution:\n```\n", "def square(x):\n    return x * x\n```\n"):
+        assert advance(episode, Completion([3], text, False), e.step(text, 1), None, 1000)
+    assert episode.done and episode.turns == 1 and episode.messages[-1]["content"].endswith("x * x\n```\n")

@@ -92,14 +92,23 @@ class Environment:
         None."""
         return None
 
-    def _turn_text(self, text: str, style: str) -> str | None:
-        """A code environment's model turn counted (self.turns, self.last_text), joined to the part of it before
-        a fence that opened a block (self.partial); None where this part stops at such a fence with turns left:
-        the turn goes on (Step.more)."""
-        text, self.partial = self.partial + text, ""
-        self.turns, self.last_text = self.turns + 1, text
-        if opens_block(text, style) and self.turns < self.cfg.grpo.max_rollout_turns:
-            self.partial = text
+    def _new_episode(self) -> None:
+        """A code environment's count of the episode's turns and generations, and its last turn."""
+        self.turns = 0  # model turns: the messages the environment answered or scored (Sample.turns, turns_mean)
+        self.generations = 0  # generations (grpo.max_rollout_turns): a turn continued after an opening fence is two
+        self.partial, self.partial_tokens = "", 0  # a turn so far, where it stopped at a fence that opened a block
+        self.last_text, self.last_tokens = "", 0  # the last whole turn, and its tokens (overlong_penalty reads them)
+
+    def _turn_text(self, text: str, style: str, num_tokens: int) -> str | None:
+        """A code environment's model turn counted (self.turns, self.last_text, self.last_tokens), joined to the
+        part of it before a fence that opened a block (self.partial): one turn, of both parts' tokens; None where
+        this part stops at such a fence with generations left: the turn goes on (Step.more)."""
+        if not self.partial:
+            self.turns += 1
+        text, tokens, self.partial, self.partial_tokens = self.partial + text, self.partial_tokens + num_tokens, "", 0
+        self.generations, self.last_text, self.last_tokens = self.generations + 1, text, tokens
+        if opens_block(text, style) and self.generations < self.cfg.grpo.max_rollout_turns:
+            self.partial, self.partial_tokens = text, tokens
             return None
         return text
 

@@ -52,14 +52,15 @@ class InterpreterEnv(Environment):
         if problem.kind != "code":
             raise ValueError(f"env.multi_turn.kind=interpreter needs code problems, and {problem.id} is "
                              f"{problem.kind}: use env.multi_turn.kind=single_turn for math")
-        self.problem, self.turns, self.cells, self.last_code, self.last_text = problem, 0, [], None, ""
-        self.partial = ""  # a turn's text so far, where it stopped at a fence that opened a block
+        self.problem, self.cells, self.last_code = problem, [], None
+        self._new_episode()
         return build_messages(problem, self.cfg.prompt, self.instructions())
 
     def step(self, assistant_text: str, num_tokens: int = 0) -> Step:
-        assistant_text = self._turn_text(assistant_text, self.style)
+        assistant_text = self._turn_text(assistant_text, self.style, num_tokens)
         if assistant_text is None:
             return Step(more=True)
+        num_tokens = self.last_tokens  # (the whole turn's, a continued one's parts together)
         submitted = self._submission(assistant_text, closed=True)
         if submitted is None:
             submitted = self._submission(assistant_text, closed=False)
@@ -70,12 +71,12 @@ class InterpreterEnv(Environment):
             return self._final(assistant_text, extract(assistant_text, "code", self.style).code or self.last_code,
                                False, num_tokens)
         self.last_code = cell
-        if self.turns >= self.cfg.grpo.max_rollout_turns:
+        if self.generations >= self.cfg.grpo.max_rollout_turns:
             return self._final(assistant_text, cell, False, num_tokens)
         return self._run(cell)
 
     def finish(self) -> Step:
-        return self._final(self.last_text, self.last_code, False, 0)
+        return self._final(self.last_text, self.last_code, False, self.last_tokens)
 
     def _run(self, cell: str) -> Step:
         marker, end = f"__cell_{secrets.token_hex(8)}__", f"__end_{secrets.token_hex(8)}__"

@@ -36,18 +36,19 @@ class UnitTestsEnv(Environment):
         if problem.kind != "code" or problem.tests is None:
             raise ValueError(f"env.multi_turn.kind=unit_tests needs code problems with tests, and {problem.id} is "
                              f"{problem.kind}: use env.multi_turn.kind=single_turn for math")
-        self.problem, self.turns, self.last_code, self.last_text = problem, 0, None, ""
-        self.partial = ""  # a turn's text so far, where it stopped at a fence that opened a block
+        self.problem, self.last_code = problem, None
+        self._new_episode()
         self.public = truncate_tests(problem.tests, self.mt.public_tests)
         self.probes = with_probes(self.public)
         return build_messages(problem, self.cfg.prompt)
 
     def step(self, assistant_text: str, num_tokens: int = 0) -> Step:
         p, prompt = self.problem, self.cfg.prompt
-        assistant_text = self._turn_text(assistant_text, prompt.code_style)
+        assistant_text = self._turn_text(assistant_text, prompt.code_style, num_tokens)
         if assistant_text is None:
             return Step(more=True)
-        last_turn = self.turns >= self.cfg.grpo.max_rollout_turns
+        num_tokens = self.last_tokens  # (the whole turn's, a continued one's parts together)
+        last_turn = self.generations >= self.cfg.grpo.max_rollout_turns
         extracted = extract(assistant_text, prompt.answer_format, prompt.code_style, p.language)
         if extracted.code is None:
             if last_turn:
@@ -66,7 +67,7 @@ class UnitTestsEnv(Environment):
         return Step([self._say(said)], tool_call=True, tool_error=True)
 
     def finish(self) -> Step:
-        return self._final(0, False)
+        return self._final(self.last_tokens, False)  # (a turn cut at max_new_tokens: its length, for overlong_penalty)
 
     def _say(self, text: str) -> dict:
         return {"role": self.mt.observation_role, "content": text}

@@ -397,7 +397,7 @@ def advance(e: Episode, c: Completion, step: Step, runner: EpisodeRunner, max_le
     """Add a model turn and the environment's answer to the episode. False: the episode must end
     early (a model turn ran out of tokens, or the environment's turn does not fit): the environment
     then scores it as it stands."""
-    e.turns += 1
+    e.turns += not e.more  # (the rest of a turn cut at an opening fence is the same turn: one generation more)
     e.tool_calls += step.tool_call
     e.tool_errors += step.tool_error
     if e.more:  # the rest of a turn that stopped at a fence opening a code block: one message
