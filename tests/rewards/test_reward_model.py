@@ -49,11 +49,29 @@ def test_scores_are_the_models_own_whatever_the_batch_and_padding(rm_dir):
     # conversation's last token by length, not by looking for the pad token
     rm.tokenizer.pad_token = rm.tokenizer.eos_token
     torch.testing.assert_close(torch.tensor(rm(convs)), torch.tensor(alone), atol=1e-5, rtol=1e-5)
-    rm.max_len = 16  # longer conversations are read from their end, and counted
-    cut = rm(convs[1:2])
+
+
+
+def test_a_conversation_over_the_models_length_keeps_its_question_and_is_counted(rm_dir, capsys):
+    """It was read from its end alone: the judge never saw the question (the same answer to another question
+    scored alike), and nothing said so. Now the prompt's first tokens (at most half) and the answer's last ones,
+    a warning naming env.reward_model.max_model_len, and each sample's rm_cut (train/reward_model_truncated_frac)."""
+    from execrl.rewards.learned import fill_scores
+
+    rm = load_reward_model(RewardModelConfig(enabled=True, model_name=str(rm_dir), max_model_len=100), "cpu")
+    long, other = conversation("x" * 90), conversation("x" * 90, "Print the product of two numbers.")
+    ids = rm.encode(long)
+    head = len(rm.encode(long[:1]))
+    assert len(ids) > 100 and head < 50
     with torch.no_grad():
-        tail = rm.model(torch.tensor([rm.encode(convs[1])[-16:]])).logits[0, 0].item()
-    assert cut == pytest.approx([tail], abs=1e-5) and rm.truncated == 1
+        want = rm.model(torch.tensor([ids[:head] + ids[-(100 - head):]])).logits[0, 0].item()
+    scores = rm([long, other, conversation("ok")])
+    assert scores[0] == pytest.approx(want, abs=1e-5) and scores[0] != pytest.approx(scores[1], abs=1e-6)
+    assert rm.cut == [True, True, False] and rm.truncated == 2
+    assert "env.reward_model.max_model_len" in capsys.readouterr().err
+    samples = [Sample(None, "", Extracted("", True, None)) for _ in range(3)]
+    fill_scores(rm, list(zip([long, other, conversation("ok")], samples)))
+    assert [s.rm_cut for s in samples] == [True, True, False]
 
 
 def test_a_model_that_is_no_bradley_terry_reward_model_is_refused(tmp_path):

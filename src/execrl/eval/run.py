@@ -283,6 +283,7 @@ def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None
         judged = [s.rm_score for s in samples if s.rm_score is not None]
         summary["reward_model"] = cfg.reward_model
         summary["reward_model_mean"] = sum(judged) / len(judged) if judged else None
+        summary["reward_model_truncated"] = sum(s.rm_cut for s in samples)  # (read in part: over its length)
     for k in cfg.ks:
         value, left_out = mean_pass_at_k(counts, k)
         summary[f"pass@{k}"] = None if math.isnan(value) else value

@@ -60,6 +60,7 @@ class Sample:
     turns: int = 1  # model turns the episode took (multi-turn environments)
     outcome: str | None = None  # set where the environment decides it: a game's win, draw, loss, illegal or unplayed
     rm_score: float | None = None  # the reward model's score of the episode's conversation (env.reward_model)
+    rm_cut: bool = False  # ... read in part (longer than env.reward_model.max_model_len)
 
     @property
     def valid(self) -> bool:

@@ -33,6 +33,8 @@ def fill_scores(scorer, items: list[tuple[list[dict], Sample]]) -> None:
     valid = [(messages, s) for messages, s in items if s.valid]
     for (_, s), value in zip(valid, scorer([messages for messages, _ in valid])):
         s.rm_score = float(value)
+    for (_, s), cut in zip(valid, getattr(scorer, "cut", [])):  # (read in part: longer than the model's length)
+        s.rm_cut = cut
 
 
 def judge(scorer, items: list[tuple[list[dict], Sample]], cfg: RewardConfig) -> list[Reward]:

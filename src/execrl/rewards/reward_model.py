@@ -25,7 +25,8 @@ class RewardModel:
         self.model, self.tokenizer, self.batch_size = model.eval(), tokenizer, batch_size
         self.max_len = max_len or getattr(model.config, "max_position_embeddings", None) or 4096
         self.template_kwargs = template_kwargs or {}
-        self.truncated = 0  # conversations read from their end only (longer than max_len), in all calls so far
+        self.truncated = 0  # conversations longer than max_len (read in part), in all calls so far
+        self.cut: list[bool] = []  # the last call's: which conversations were read in part
 
     def encode(self, messages: list[dict]) -> list[int]:
         """The conversation's tokens as its chat template renders it (a BOS first where the
@@ -43,8 +44,18 @@ class RewardModel:
         bits, and a group's standard deviation of 1e-7 would scale its advantages by millions)."""
         seqs = [tuple(self.encode(m)) for m in conversations]
         distinct = list(dict.fromkeys(seqs))
-        self.truncated += sum(len(s) > self.max_len for s in distinct)
-        cut = [list(s[-self.max_len:]) for s in distinct]  # the end: where the response it judges is
+        long = {s: m for s, m in zip(seqs, conversations) if len(s) > self.max_len}
+        if long and not self.truncated:
+            from rich.console import Console
+
+            Console(stderr=True, soft_wrap=True).print(
+                f"[yellow]reward model: a conversation of {max(map(len, long))} tokens is over its "
+                f"{self.max_len} (env.reward_model.max_model_len): it reads the start of the conversation (the "
+                "question) and the end (the answer's last tokens), the middle left out; raise max_model_len where the "
+                "model takes more (train/reward_model_truncated_frac counts them)[/]")
+        self.truncated += len(long)
+        self.cut = [s in long for s in seqs]
+        cut = [self.fit(s, long[s]) if s in long else list(s) for s in distinct]
         order = sorted(range(len(cut)), key=lambda i: len(cut[i]))  # batches of similar lengths: little padding
         scores = [0.0] * len(cut)
         for start in range(0, len(order), self.batch_size):
@@ -53,6 +64,14 @@ class RewardModel:
                 scores[i] = value
         at = {s: i for i, s in enumerate(distinct)}
         return [scores[at[s]] for s in seqs]
+
+    def fit(self, seq: tuple[int, ...], messages: list[dict]) -> list[int]:
+        """max_len tokens of a longer conversation: its prompt's first tokens (at most half of them: the
+        question it is judged against) and the rest from its end (the answer's last tokens, whose score it is)."""
+        answered = len(messages) > 1 and messages[-1]["role"] == "assistant"
+        prompt = len(self.encode(messages[:-1])) if answered else 0
+        head = min(prompt, self.max_len // 2)
+        return [*seq[:head], *seq[len(seq) - (self.max_len - head):]]
 
     def forward(self, seqs: list[list[int]]) -> torch.Tensor:
         """[B] scores of token sequences (right-padded here)."""

@@ -286,6 +286,7 @@ def validate(run: Run) -> float:
     metrics.update({f"eval/{name}": v for name, v in games.items() if "_rate_vs_" in name})
     if "reward_model_score" in games:  # the reward model's mean (raw) score (env.reward_model)
         metrics["eval/reward_model_mean"] = games["reward_model_score"]
+        metrics["eval/reward_model_truncated_frac"] = games["reward_model_truncated_frac"]
     run.logger.log(run.step, metrics)
     write_report(run)
     games = dict(sorted(((name[5:], v) for name, v in metrics.items() if "win_rate_vs_" in name),

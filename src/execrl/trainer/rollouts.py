@@ -454,7 +454,8 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
             "answered_while_generating_frac": (sum(e.answered_early for e in eps), sum(e.turns for e in eps))}
     parts = defaultdict(lambda: (0.0, 0))
     for e in valid:
-        judged = [("reward_model_score", e.sample.rm_score)] if e.sample.rm_score is not None else []
+        judged = [("reward_model_score", e.sample.rm_score), ("reward_model_truncated_frac", float(e.sample.rm_cut))] \
+            if e.sample.rm_score is not None else []
         for name, value in [*(("reward/" + k, v) for k, v in e.reward.parts.items()),
                             (f"reward_by_turns/{e.turns}", e.reward.total),
                             *e.env.metrics(e.sample, e.reward, e.turns), *judged]:
