@@ -220,3 +220,29 @@ def save_tiny(directory: str | Path, corpus: list[str], vocab_size: int = 384, *
     model.save_pretrained(directory)
     tok.save_pretrained(directory)
     return directory
+
+
+DROPOUTS = ("attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop",
+            "hidden_dropout_prob", "attention_probs_dropout_prob", "summary_first_dropout", "activation_dropout",
+            "classifier_dropout", "embedding_dropout", "residual_dropout", "ffn_dropout")
+
+
+def no_dropout(model: torch.nn.Module) -> list[str]:
+    """Every dropout of the model off (its nn.Dropout modules, the rates its layers read from the config, and the
+    config's, which checkpoints keep): a policy trained in train mode scored its tokens through the model's own
+    dropout (GPT-2's 0.1: train/logprob_mismatch 4-6 nats, where the engine samples without it). Returns the
+    config keys that were above 0. (LoRA's dropout, policy.lora.dropout, is added after: an explicit choice.)"""
+    configs = [model.config, *(getattr(model.config, k) for k in ("text_config", "decoder") if
+                               hasattr(getattr(model.config, k, None), "to_dict"))]
+    dropped = sorted({k for c in configs for k in DROPOUTS if isinstance(getattr(c, k, None), float) and getattr(c, k) > 0})
+    for c in configs:
+        for k in DROPOUTS:
+            if isinstance(getattr(c, k, None), float):
+                setattr(c, k, 0.0)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        for k in DROPOUTS:
+            if isinstance(getattr(module, k, None), float):
+                setattr(module, k, 0.0)
+    return dropped

@@ -332,6 +332,8 @@ def test_a_rope_that_depends_on_the_length_gives_the_trainers_logprobs_within_it
                                  rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=4.0)))
     model = peaked(config)
     fuse_projections(model)
+    with torch.no_grad():  # (a forward past the bound first: dynamic NTK's module keeps the long frequencies, and the
+        model(torch.randint(3, len(tok), (1, 120)))  # engine's short table was made of them: 14 nats off)
     out = RolloutEngine(model, tok, slots=2, max_len=256).generate([prompts[0]], 1, 16,
                                                                     SamplingParams(temperature=1.0), seeds=[3])
     c = out[0][0]
@@ -341,6 +343,40 @@ def test_a_rope_that_depends_on_the_length_gives_the_trainers_logprobs_within_it
     with torch.no_grad():
         trained = token_logprobs(model, ids, torch.ones_like(ids), select)[0][select]
     torch.testing.assert_close(torch.tensor(c.logprobs), trained, atol=2e-4, rtol=0)
+    # the trainer's micro-batches keep a sample within the bound apart from longer ones (beside a 120-token row it
+    # took the long frequencies: 11.8 nats from the engine's logprobs), and never pack it with them
+    from execrl.config import load_config
+    from execrl.config.batch import Split
+    from execrl.rollout.models.base import rotary_bound
+    from execrl.trainer.step import TrainBatch, micro_batches, score_tokens, sharing
+
+    row = ids.shape[1]
+    long = torch.randint(3, len(tok), (1, 120))
+    both = torch.zeros(2, 120, dtype=torch.long)
+    both[0, :row], both[1] = ids[0], long[0]
+    attn = (torch.arange(120)[None] < torch.tensor([[row], [120]])).long()
+    mask = torch.zeros(2, 119)
+    mask[0, len(prompts[0]) - 1:row - 1] = 1
+    batch = TrainBatch(both, attn, mask, torch.zeros(2), prompt_lens=torch.tensor([len(prompts[0])] * 2), group_size=2)
+    assert rotary_bound(model) == 64 and micro_batches(batch, range(2), Split(2), bound=64) == [[0], [1]]
+    assert not sharing(load_config(None, []), model)
+    scored = score_tokens(model, batch, Split(2), 1.0)[0][mask[0] > 0]
+    torch.testing.assert_close(torch.tensor(c.logprobs), scored, atol=2e-4, rtol=0)
+
+
+def test_the_generic_path_refuses_a_rotary_that_depends_on_the_length(tok):
+    """Transformers' layers on the generic path take one rotary for all the slots decoded together: a 40-token
+    sample beside a 300-token one took the long frequencies (0.67 nats)."""
+    import transformers
+
+    from execrl.rollout import UnsupportedModel
+
+    neox = peaked(transformers.GPTNeoXConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2,
+                                             num_attention_heads=4, intermediate_size=96, max_position_embeddings=64,
+                                             rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=4.0,
+                                                                  partial_rotary_factor=0.25)))
+    with pytest.raises(UnsupportedModel, match="'gpt_neox'.*change past 64 tokens.*backend=transformers"):
+        RolloutEngine(neox, tok, slots=2, max_len=128)
 
 
 def test_a_family_the_generic_path_cannot_run_is_refused_naming_the_backend(tok):

@@ -203,13 +203,20 @@ def check_generic(dec: GenericDecoder, model, steps: int = 3) -> None:
     The check: greedy tokens from a short prompt, each step's distribution against the forward's (total variation
     at most 0.05 in bf16, 1e-3 in fp32)."""
     from execrl.rollout.models import UnsupportedModel
+    from execrl.rollout.models.base import rotary_bound
 
+    fix = ("set policy.generation.backend=transformers (execrl eval: --backend transformers); transformers' generate "
+           "runs it")
+    bound = rotary_bound(model)
+    if bound is not None:  # (transformers' layers take one rotary for the slots decoded together: a slot's frequencies
+        # would follow the longest other slot's length, 0.67 nats off a 40-token sample beside a 300-token one)
+        raise UnsupportedModel(f"the execrl engine's generic path cannot run {model.config.model_type!r} models with a "
+                               f"rotary whose frequencies change past {bound} tokens (longrope, dynamic NTK): {fix}")
     dev, vocab = dec.rows.device, dec.head.weight.shape[0]
     if dec.max_len < 6 + steps:
         return
     training = model.training
     model.eval()  # (dropout off, as when the engine samples)
-    fix = "set policy.generation.backend=transformers (transformers' generate runs it)"
     prompt = (torch.arange(6, device=dev) * 7 + 3) % vocab  # [T]
     seq, got = prompt.tolist(), []
     try:

@@ -23,7 +23,7 @@ import torch
 from execrl.compiling import compile_settings
 from execrl.config import MasterConfig
 from execrl.lora import apply_lora
-from execrl.models import load_model_and_tokenizer, pick_device
+from execrl.models import load_model_and_tokenizer, no_dropout, pick_device
 from execrl.prompts import TEMPLATE_KWARGS
 from execrl.rollout.fuse import fuse_projections
 from execrl.trainer import distributed as dist
@@ -87,6 +87,12 @@ def load_weights(cfg: MasterConfig, dtype: torch.dtype, device: str | None = Non
     if p.tokenizer.chat_template:
         tok.chat_template = p.tokenizer.chat_template
     setattr(tok, TEMPLATE_KWARGS, p.tokenizer.chat_template_kwargs)
+    dropped = no_dropout(model)
+    if dropped and dist.is_main():
+        from execrl.trainer.setup import console
+
+        console.print(f"policy: dropout off ({', '.join(dropped)} were above 0 in the model's config): the engine "
+                      "samples without it, and the trainer scores a sample as it was sampled", markup=False)
     return model, tok
 
 

@@ -28,8 +28,10 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from execrl.models import DROPOUTS
 from execrl.rollout.generic import EXTRAS, sdpa_configs
 from execrl.rollout.models import REGISTRY
+from execrl.rollout.models.base import rotary_bound
 from execrl.rollout.models.layers import sliding_window
 from execrl.transfer import to_device
 
@@ -189,17 +191,15 @@ sdpa_or_packed.sdpa = SDPA  # (what it wraps: a second import of this module wra
 AttentionInterface.register("sdpa", sdpa_or_packed)
 
 
-DROPOUTS = ("attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop",
-            "hidden_dropout_prob", "attention_probs_dropout_prob")
-
-
 def shareable(model) -> bool:
     """Whether packed rows give this model's logprobs: a family whose layers execrl's engine knows
     one by one (rollout/models/: attention through transformers' attention functions, nothing else
     mixing positions, where a family of the generic path may have its own SDPA call, a convolution
     or a recurrent state that would run across the packed samples), causal SDPA attention in every
-    layer, no sliding window, no attention or final soft-capping, a head without a bias, and no
-    dropout (the samples would share the prompt's dropout mask)."""
+    layer, no sliding window, no attention or final soft-capping, a head without a bias, no
+    dropout (the samples would share the prompt's dropout mask), and no rotary whose frequencies
+    depend on the sequence's length (longrope, dynamic NTK: a pack's samples would take the
+    longest's)."""
     cfg = model.config
     configs = sdpa_configs(cfg)
     head = model.get_output_embeddings()
@@ -208,7 +208,8 @@ def shareable(model) -> bool:
             and getattr(cfg, "final_logit_softcapping", None) is None
             and getattr(cfg, "attn_logit_softcapping", None) is None
             and not any(getattr(cfg, name, 0) or 0 for name in DROPOUTS)
-            and all(sliding_window(cfg, i) is None for i in range(cfg.num_hidden_layers)))
+            and all(sliding_window(cfg, i) is None for i in range(cfg.num_hidden_layers))
+            and rotary_bound(model) is None)
 
 
 def group_parts(lengths: list[int], rows: range, k: int, sequences: int, tokens: int | None,

@@ -17,6 +17,7 @@ from execrl.config import BatchPlan, MasterConfig
 from execrl.config.batch import Split
 from execrl.games import GAMES
 from execrl.guided import masks_of, restrict
+from execrl.rollout.models.base import rotary_bound
 from execrl.rollout.sampling import scoring_temperature
 from execrl.trainer import distributed as dist
 from execrl.trainer import memory
@@ -244,11 +245,18 @@ def final_hidden(model, ids: torch.Tensor, attn: torch.Tensor | None, **inputs) 
     return out["hidden"]
 
 
-def micro_batches(batch: TrainBatch, rows: range, split: Split, share: bool = False) -> list[list[int]]:
+def micro_batches(batch: TrainBatch, rows: range, split: Split, share: bool = False,
+                  bound: int | None = None) -> list[list[int]]:
     """Rows of similar length together, by count or by tokens (any split gives the same gradient:
     normalizers are global); with `share`, whole groups (or one group's samples) together where the
-    split allows, each group's prompt then forwarded once (packed_rows)."""
+    split allows, each group's prompt then forwarded once (packed_rows). `bound`: the model's
+    rotary_bound, rows up to it never in a micro-batch with longer ones (transformers would give
+    them the long frequencies: 11.8 nats from the engine's logprobs of a 50-token sample)."""
     lengths = batch.attention_mask.sum(1).tolist()
+    if bound is not None:
+        short, long = [i for i in rows if lengths[i] <= bound], [i for i in rows if lengths[i] > bound]
+        if short and long:
+            return split.parts(lengths, short) + split.parts(lengths, long)
     if share and batch.prompt_lens is not None and prompts_shared(batch, rows):
         def width(group: list[int]) -> int:
             # a token budget counts each sample's whole sequence, as rows do: attention gathers them
@@ -356,7 +364,7 @@ def score_tokens(model, batch: TrainBatch, split: Split, temperature: float,
     device = next(model.parameters()).device
     out = torch.zeros_like(batch.loss_mask)
     with dist.full_weights(model):  # a sharded model: gathered once for all micro-batches
-        for rows in micro_batches(batch, range(len(batch.input_ids)), split, share):
+        for rows in micro_batches(batch, range(len(batch.input_ids)), split, share, rotary_bound(model)):
             ids, attn, mask, idx, allowed = take(batch, rows, device)
             packed = packed_rows(batch, rows, device) if share else None
             select = batch.loss_mask[idx, :mask.shape[1]] > 0  # (the host's copy: selected() then needs no sync)
@@ -385,7 +393,7 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
     if batch.sampler_logprobs is not None:  # the engine against the trainer, logged every step (async or not)
         averaged += ("logprob_mismatch", "sampler_kl", "is_weight", "is_truncated_frac")
         stats.update(dict.fromkeys(averaged[4:], 0.0))
-    share = sharing(cfg, model)
+    share, bound = sharing(cfg, model), rotary_bound(model)
     model.train()
     steps = plan.optimizer_steps_per_rollout
     mine = len(batch.input_ids) // steps  # this rank's rows of each optimizer batch: whole groups, maybe none
@@ -403,7 +411,7 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
         # the step's loss and metrics summed on the device, in float64 (the numbers Python floats gave):
         # read once after the micro-batches, not with a sync after each backward
         sums = torch.zeros(2 + len(averaged), dtype=torch.float64, device=device)  # loss, entropy, *averaged
-        parts = micro_batches(batch, rows, plan.train_split, share)
+        parts = micro_batches(batch, rows, plan.train_split, share, bound)
         # every rank makes as many passes (FSDP gathers and reduces in them): one with fewer groups
         # (or, by tokens, shorter samples) idles in step
         passes = dist.max_int(len(parts))

@@ -35,6 +35,17 @@ def length_bound(rotary, layer_type: str | None = None) -> int | None:
     return rotary.original_max_seq_len if "dynamic" in kind else None
 
 
+def rotary_bound(model: nn.Module) -> int | None:
+    """The least length_bound of a model's rotaries: rows up to it and rows past it must not share a forward (the
+    trainer's micro-batch, a pack), in which transformers would give every row the frequencies of the longest."""
+    bounds = []
+    for module in model.modules():
+        kind = getattr(module, "rope_type", None)
+        if kind is not None and hasattr(module, "config"):
+            bounds += [length_bound(module, t) for t in (kind if isinstance(kind, dict) else [None])]
+    return min((b for b in bounds if b is not None), default=None)
+
+
 def rotary_at(rotary, like: torch.Tensor, positions: torch.Tensor, layer_type: str | None = None):
     """(cos, sin) [L, R] at `positions` (0..L-1), as transformers computes them; where they depend on the sequence's
     length (length_bound), each position takes its values from a sequence as long as the bound or, past it, as long
@@ -42,6 +53,8 @@ def rotary_at(rotary, like: torch.Tensor, positions: torch.Tensor, layer_type: s
     scored with the long frequencies at every position, which no cache written as it grows can match)."""
     extra = () if layer_type is None else (layer_type,)
     bound = length_bound(rotary, layer_type)
+    if bound is not None:  # (dynamic NTK: transformers' module back at its original length, whatever it read last: a
+        rotary(like, positions[None, :1], *extra)  # forward over a longer sequence left it at the long frequencies)
     if bound is None or len(positions) <= bound:
         cos, sin = rotary(like, positions[None], *extra)
         return cos[0], sin[0]

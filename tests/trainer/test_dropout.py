@@ -1,0 +1,29 @@
+"""A policy whose config has dropout (GPT-2's 0.1, a fine-tune's attention_dropout) trains with it off: the engine
+samples without dropout, and the trainer, in train mode, scored each token through it (train/logprob_mismatch 4-6
+nats, the importance weights 0.4)."""
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from execrl.config import load_config
+from execrl.models import build_tokenizer
+from execrl.trainer.policy import load_weights
+
+
+def test_dropout_in_the_models_config_is_off_in_training(tmp_path, capsys):
+    tok = build_tokenizer(["def add(a, b):\n    return a + b\n"] * 4, 300)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=4, n_positions=128,
+                                       resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1,
+                                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    loaded, _ = load_weights(load_config(None, [f"policy.model_name={tmp_path / 'm'}", "policy.device=cpu"]),
+                             torch.float32)
+    assert "policy: dropout off (attn_pdrop, embd_pdrop, resid_pdrop" in capsys.readouterr().err
+    ids = torch.randint(0, len(tok), (2, 24))
+    with torch.no_grad():
+        scored = [loaded.train()(ids).logits for _ in range(2)]
+        sampled = loaded.eval()(ids).logits
+    assert torch.equal(scored[0], scored[1]) and torch.allclose(scored[0], sampled, atol=1e-6)
+    assert loaded.config.resid_pdrop == 0.0  # (and its checkpoints say so)
