@@ -33,3 +33,25 @@ def test_a_model_directory_is_read_straight_onto_the_gpu(tiny_model_dir):
     assert all(torch.equal(t.cpu(), host[k]) for k, t in on_gpu.state_dict().items())
     assert on_gpu.lm_head.weight.data_ptr() == on_gpu.model.embed_tokens.weight.data_ptr() \
         or not on_gpu.config.tie_word_embeddings  # tied weights stay one tensor
+
+
+def test_a_model_that_needs_its_own_code_is_refused_in_one_line(tiny_model_dir, tmp_path):
+    """A config.json whose auto_map names modeling files (InternLM2's): transformers asked "run the custom code?
+    [y/N]" and the error then blamed the directory's layout."""
+    import json
+    import shutil
+
+    import pytest
+
+    from execrl.models import ModelNotFound, load_model_and_tokenizer
+
+    custom = tmp_path / "custom"
+    shutil.copytree(tiny_model_dir, custom)
+    config = json.loads((custom / "config.json").read_text())
+    config.update(model_type="mine2", architectures=["Mine2ForCausalLM"],
+                  auto_map={"AutoConfig": "configuration_mine.Mine2Config",
+                            "AutoModelForCausalLM": "modeling_mine.Mine2ForCausalLM"})
+    (custom / "config.json").write_text(json.dumps(config))
+    (custom / "configuration_mine.py").write_text("raise SystemExit('custom code ran')\n")
+    with pytest.raises(ModelNotFound, match="needs its own Python code .*auto_map"):
+        load_model_and_tokenizer(str(custom), "cpu")

@@ -307,6 +307,9 @@ def eval_config(args):
         if not generated:
             raise ValueError(f"--data-seed seeds a generated dataset (builtin:*); {args.dataset or 'no dataset'} is "
                              "read as it is: drop --data-seed")
+    if args.backend == "transformers" and (args.guided_regex or args.guided_json or args.guided_grammar) is not None:
+        raise ValueError("--guided-* needs the execrl engine (it masks tokens in its sampling step): drop --backend "
+                         "transformers")
     if args.grading_share > 1:
         raise ValueError(f"--grading-share is a share of the sandbox's workers, in [0, 1]; got {args.grading_share}")
     ks = tuple(sorted({int(k) for k in args.k.split(",") if k.strip()}))

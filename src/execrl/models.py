@@ -124,15 +124,22 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
     try:
         if own.is_dir() and not any((own / f).is_file() for f in TOKENIZER_FILES):  # (transformers would make a
             raise OSError(f"none of {', '.join(TOKENIZER_FILES)} there")             # tokenizer of one token)
-        tok = AutoTokenizer.from_pretrained(str(own) if own.exists() else tokenizer or name, local_files_only=offline)
+        # (trust_remote_code=False: transformers' question "run the custom code? [y/N]" is never asked, a run waiting)
+        tok = AutoTokenizer.from_pretrained(str(own) if own.exists() else tokenizer or name, local_files_only=offline,
+                                            trust_remote_code=False)
         part = "weights"
         # weights read straight onto the GPU, not loaded on the host and then copied (one copy of the model fewer)
         placed = {"device_map": torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
                   } if dev.type == "cuda" else {}
         model = auto_class.from_pretrained(str(local) if local.exists() else name, dtype=pick_dtype(dev, dtype),
-                                           local_files_only=offline, **placed, **config_overrides or {})
+                                           local_files_only=offline, trust_remote_code=False, **placed,
+                                           **config_overrides or {})
     except (OSError, ValueError) as e:  # transformers versions differ in which one a bad id raises
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "custom code" in str(e) or "trust_remote_code" in str(e):
+            raise ModelNotFound(f"model {name!r} needs its own Python code (its config.json's auto_map names modeling "
+                                "files), which execrl does not run: use a version of it in a transformers architecture "
+                                "(most families have one: a converted checkpoint, or the family's model_type)") from None
         if (own if part == "tokenizer" else local).exists():  # a directory here: its files, not the network
             raise ModelNotFound(
                 f"cannot load the {part} of model {name!r} from {own if part == 'tokenizer' else local} ({why}). A "

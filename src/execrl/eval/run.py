@@ -87,6 +87,9 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         err.print(f"[yellow]{completions} has completions of {len(texts)} of the {len(problems)} problems of "
                   f"{cfg.dataset}/{cfg.split}{' (--limit)' if cfg.limit else ''}: pass@k is over those {len(texts)}[/]")
     posed = problems if texts is None else [p for p, _ in texts]
+    if texts is None and cfg.backend == "transformers" and any("guided_decoding" in p.metadata for p in posed):
+        raise ValueError(f"rows of {cfg.data_path or cfg.dataset} have a guided_decoding constraint, which needs the "
+                         "execrl engine (it masks tokens in its sampling step): drop --backend transformers")
     for p in posed if cfg.math_verify_impl else ():
         if p.kind == "math":
             p.metadata[VERIFIER] = cfg.math_verify_impl
