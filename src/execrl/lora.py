@@ -30,7 +30,8 @@ ADAPTER = "default"  # peft's adapter name: the one adapter a run trains
 
 def target_names(model: nn.Module, cfg) -> list[str]:
     """The full names of the linear layers policy.lora adapts: every linear layer of the decoder
-    (match_all_linear: not the LM head), or those target_modules names (a layer's own name, e.g.
+    (match_all_linear, or no target_modules beside exclude_modules, as NeMo Automodel's matcher
+    falls back to: not the LM head), or those target_modules names (a layer's own name, e.g.
     q_proj, or a wildcard pattern on its full name, e.g. *.mlp.*), less those exclude_modules names.
     Raises ValueError naming the fix."""
     if cfg.match_all_linear and cfg.target_modules:
@@ -42,7 +43,7 @@ def target_names(model: nn.Module, cfg) -> list[str]:
     def named(name: str, patterns: list[str]) -> bool:
         return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(name.rsplit(".", 1)[-1], p) for p in patterns)
 
-    if cfg.match_all_linear:
+    if cfg.match_all_linear or (not cfg.target_modules and cfg.exclude_modules):
         chosen = sorted(decoder)
     else:
         chosen = sorted(n for n in linears if named(n, cfg.target_modules))

@@ -64,6 +64,16 @@ def test_layers_chosen_as_nemo_rl_names_them():
         target_names(model, LoraConfig(match_all_linear=False, target_modules=["lm_head"]))
     with pytest.raises(ValueError, match="targets no layer"):
         target_names(model, LoraConfig(exclude_modules=["*"]))
+    # NeMo RL's recipes that name only what to leave out (match_all_linear false, target_modules []): every decoder
+    # linear layer but those, as Automodel's matcher falls back to (it was refused after --dry-run had passed)
+    left = target_names(model, LoraConfig(match_all_linear=False, exclude_modules=["*o_proj*"]))
+    assert left == [n for n in every if not n.endswith("o_proj")] and len(left) == 2 * 6
+    from execrl.config import load_config
+    from execrl.config.checks import check_lora
+    from execrl.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="targets no layer"):  # (before any work: --dry-run says it)
+        check_lora(load_config(None, ["policy.lora.enabled=true", "policy.lora.match_all_linear=false"]))
 
 
 def test_adapters_start_at_zero_and_only_they_train():

@@ -140,6 +140,9 @@ def check_lora(cfg: MasterConfig) -> None:
     if lora.dropout and lora.dropout_position == "post":
         raise ConfigError("policy.lora.dropout_position=post (dropout on the adapter's output) is not what peft does: "
                           "set policy.lora.dropout_position=pre (dropout on its input), or dropout=0")
+    if not (lora.match_all_linear or lora.target_modules or lora.exclude_modules):
+        raise ConfigError("policy.lora targets no layer: set match_all_linear=true, name target_modules (e.g. [q_proj, "
+                          "k_proj, v_proj, o_proj]) or the layers to leave out of all of them (exclude_modules)")
     if lora.match_all_linear and lora.target_modules:
         raise ConfigError("policy.lora.match_all_linear=true adapts every linear layer, so target_modules would do "
                           "nothing: set match_all_linear=false to pick target_modules, or target_modules=[]")
