@@ -592,3 +592,21 @@ def test_validation_keeps_each_source_and_counts_problems_that_fit():
     _, val, _ = training_data(cfg, tok)
     assert len(val) == 10 and {p.id.split("/")[1] for p in val} == {"train", "test"}  # (byte tokens: some gsm8k
     # prompts are over 420)
+
+
+def test_a_nemo_config_without_validation_sampling_keys_validates_as_it_samples(monkeypatch):
+    """NeMo RL before its val_* keys validated with the generation settings (its current base config sets
+    val_temperature: ${.temperature}); execrl's default, greedy, made eval/ incomparable with the same config's NeMo
+    run, without a word."""
+    monkeypatch.chdir(NEMO / "eraC_b26cfeb")
+    old = load_config("examples/configs/grpo_math_1B.yaml", ["policy.generation.temperature=0.7",
+                                                             "policy.generation.top_p=0.9"])
+    gen = old.policy.generation
+    assert (gen.val_temperature, gen.val_top_p, gen.val_top_k) == (0.7, 0.9, None)
+    assert "NeMo RL then validated with policy.generation.temperature" in old._nemo_mapped[
+        "policy.generation.val_temperature"]
+    assert load_config("examples/configs/grpo_math_1B.yaml", ["policy.generation.val_temperature=0"]
+                       ).policy.generation.val_temperature == 0.0  # (written: as written)
+    monkeypatch.chdir(NEMO / "eraG_7ea279a")
+    now = load_config("examples/configs/grpo_math_1B.yaml", ["policy.generation.temperature=0.7"])
+    assert now.policy.generation.val_temperature == 0.7 and "policy.generation.val_temperature" not in now._nemo_mapped

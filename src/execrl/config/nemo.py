@@ -398,6 +398,15 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
             f"null (was {leaves.get('policy.generation_batch_size', 'unset')}): with vLLM, NeMo RL decodes a step's "
             "samples together, as many as the KV cache holds, and so does the execrl engine "
             "(policy.generation_batch_size=N on the command line bounds it)")
+    if leaves.get("policy.generation.backend") == "vllm":  # a config of NeMo RL's from before its val_* keys: it
+        # validated as it sampled (its current base config sets them to ${.temperature} and so on); execrl's default
+        # is greedy
+        gen = "policy.generation."
+        for k in ("temperature", "top_p", "top_k"):
+            if gen + "val_" + k not in given and gen + k in leaves:  # (leaves hold the schema's defaults too)
+                later.append((gen + "val_" + k, leaves[gen + k]))
+                mapped[gen + "val_" + k] = (f"{leaves[gen + k]} (not in the config: NeMo RL then validated with "
+                                            f"{gen + k}, as its current configs set it)")
     for target, value in later:
         _put(out, target, value)
     for key, value in from_nemo(leaves, _on(leaves.get("env.reward_model.enabled"))).items():
