@@ -273,3 +273,21 @@ def test_a_nan_metric_does_not_blank_the_page():
 
     text = _script_json({"train/entropy": [1.0, float("nan"), float("inf")], "x": "<script>"})
     assert json.loads(text) == {"train/entropy": [1.0, None, None], "x": "<script>"} and "NaN" not in text
+
+
+def test_a_run_of_long_answers_keeps_the_page_within_its_budget(tmp_path):
+    """Nothing bounded the rollouts' total: 20 steps x 256 rows of 12K-character answers made a 164 MiB page (minutes
+    to open, 1 GB to write, at every validation). Fewer rows per step fit a byte budget; non-ASCII text is UTF-8 on
+    the page (\\uXXXX took 6 bytes a character), and a lone surrogate cannot break the file."""
+    from execrl.report import page
+
+    text = "\ufffd" * 4000 + "x" * 8000
+    rows = [{"prompt": "p", "completion": text, "messages": [{"role": "assistant", "content": text}], "reward": 1.0}
+            for _ in range(64)]
+    rows[0]["completion"] += "\ud800"
+    run = run_dir(tmp_path / "long", [(0.5, 0.1)], rows)
+    shown = page.shown_rollouts([load_run(run)], budget=1 << 20)
+    kept = shown["long"]["1"]
+    assert len(kept) == 16 and kept == load_run(run).rollouts[1][:16]  # (64 -> 32 -> 16 rows: within 1 MiB)
+    out = page.write_report([run], tmp_path / "r.html")
+    assert out.stat().st_size < 20 << 20 and "\\ufffd" not in out.read_text()

@@ -14,6 +14,8 @@ from execrl.report.runs import RunData, config_differences, load_run, unique_nam
 
 HERE = Path(__file__).parent
 MAX_ROWS_PER_STEP = 256  # rollouts per logged step in the browser (the first ones: whole groups)
+ROLLOUT_BYTES = 12 << 20  # the rollout browser's data at most: fewer rows per step where a run's are long (4K-token
+# answers made a 164 MiB page that took minutes to open)
 
 
 def write_report(run_dirs: list[str | Path], out: str | Path) -> Path:
@@ -24,7 +26,7 @@ def write_report(run_dirs: list[str | Path], out: str | Path) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(render(runs))
+    tmp.write_text(render(runs), encoding="utf-8", errors="replace")  # (a lone surrogate: "?")
     tmp.replace(out)  # (a reader never sees half a page)
     return out
 
@@ -33,8 +35,7 @@ def render(runs: list[RunData]) -> str:
     from plotly.offline import get_plotlyjs
 
     data = {"runs": [r.name for r in runs], "charts": figures(runs),
-            "rollouts": {r.name: {str(step): rows[:MAX_ROWS_PER_STEP] for step, rows in sorted(r.rollouts.items())}
-                         for r in runs},
+            "rollouts": shown_rollouts(runs),
             "no_rollouts": {r.name: no_rollouts_hint(r) for r in runs if not r.rollouts},
             "limits": {r.name: length_limits(r) for r in runs}}
     differences = config_differences(runs) if len(runs) > 1 else []
@@ -98,13 +99,28 @@ def no_rollouts_hint(run: RunData) -> str:
             f"{2 * every}, ...) and this run ran {steps} steps; set logger.rollouts_period=1 to write every step")
 
 
+def shown_rollouts(runs: list[RunData], budget: int = ROLLOUT_BYTES) -> dict:
+    """Each run's rollouts by step, the first rows of each step: MAX_ROWS_PER_STEP, or half, a quarter... (whole
+    groups, as long as a group fits) until their JSON fits `budget` bytes."""
+    steps = [(r.name, str(step), rows) for r in runs for step, rows in sorted(r.rollouts.items())]
+    sizes = [[len(json.dumps(row, ensure_ascii=False).encode("utf-8", "replace")) for row in rows[:MAX_ROWS_PER_STEP]]
+             for _, _, rows in steps]
+    per_step = MAX_ROWS_PER_STEP
+    while per_step > 1 and sum(sum(s[:per_step]) for s in sizes) > budget:
+        per_step //= 2
+    shown: dict = {r.name: {} for r in runs}
+    for name, step, rows in steps:
+        shown[name][step] = rows[:per_step]
+    return shown
+
+
 def _script_json(value) -> str:
     """JSON safe inside a <script> element: no '<' at all (JSON's \\u003c), so that neither '</script' closes it
     nor '<!--<script' puts the HTML parser in the mode where the real '</script>' no longer does (the page's
     own script then never ran: a blank report from one prompt or completion holding that text). A NaN or an
     infinity (a metric of a step that blew up) is null: JSON has none, and JSON.parse of the bare NaN json.dumps
     writes failed, the page blank."""
-    return json.dumps(_finite(value)).replace("<", "\\u003c")
+    return json.dumps(_finite(value), ensure_ascii=False).replace("<", "\\u003c")  # (UTF-8: \\uXXXX took 6 bytes)
 
 
 def _finite(value):
