@@ -83,6 +83,20 @@ def test_cpp_compiles_once_and_runs_per_test(grader):
     assert grader.grade("int main( {", stdio([""], [""]), language="cpp").verdict == Verdict.SYNTAX_ERROR
 
 
+def test_a_cpp_program_with_large_initialized_arrays_compiles_and_a_stopped_compile_says_why(grader):
+    """The program's 16 MB output cap also capped the compiler's files: 20 MB of initialized data (a lookup table,
+    `int a[N] = {1}`) was graded syntax_error ('File size limit exceeded'); a compile stopped for time said nothing."""
+    from dataclasses import replace
+
+    code = ("#include <cstdio>\nint big[5000000] = {1, 2, 3};\nint main(){int a, b; scanf(\"%d %d\", &a, &b); "
+            "big[a] += 1; printf(\"%d\\n\", a + b + big[4999999]);}\n")
+    r = grader.grade(code, stdio(["1 2\n"], ["3\n"]), language="cpp")
+    assert r.verdict == Verdict.PASS, r.to_dict()
+    slow = replace(grader.limits, compile_timeout_s=0.05)
+    r = grader.grade("#include <bits/stdc++.h>\nint main(){}\n", stdio([""], [""]), language="cpp", limits=slow)
+    assert r.verdict == Verdict.SYNTAX_ERROR and r.tests[0].detail.startswith("the compiler was stopped: out of time")
+
+
 def test_a_language_is_a_table_entry(grader, tmp_path):
     from execrl.sandbox import LANGUAGES, load_languages
 

@@ -70,6 +70,7 @@ class Limits:
     nproc: int = 64  # processes and threads (enforced wherever the program's uid is not root)
     compile_timeout_s: float = 30.0
     compile_memory_mb: int = 2048
+    compile_output_mb: int = 128  # the compiler's files (a binary of 20 MB of initialized arrays is a normal program)
     stop_after_timeout: bool = True  # after a test times out, report the rest as timeout without running them
 
 
@@ -285,7 +286,7 @@ def _run_on(w: Worker, code: str, stdin: str, lang: Language, lim: Limits) -> Ru
     if not results or "compile" in results[0][0]:
         compiled = results[0] if results else ({}, [b"", b""])
         _check_infra(compiled[0].get("compile", {}))
-        return RunResult(V.SYNTAX_ERROR, "", _text(compiled[1][1]))
+        return RunResult(V.SYNTAX_ERROR, "", compile_said(compiled[0].get("compile", {}), compiled[1][1], lim))
     r, (stdout, err, _) = results[0][0]["result"], results[0][1]
     _parse_status(r, results[0][1])
     _check_infra(r)
@@ -354,7 +355,7 @@ def _grade_on(w: Worker, code: str, spec: TestSpec, lang: Language, lim: Limits)
         for reply, (stdout, err, value) in _results(w, n * per_test_wall + 3 * lim.compile_timeout_s + 30):
             if "compile" in reply:
                 _check_infra(reply["compile"])
-                detail = _text(err)
+                detail = compile_said(reply["compile"], err, lim)
                 return ProgramResult(V.SYNTAX_ERROR, [TestResult(V.SYNTAX_ERROR, detail=detail[:300],
                                                                  error="SyntaxError")] * n, detail[-2000:])
             tests.append(_judge(reply["result"], stdout, err, value, spec, len(tests), lim))
@@ -366,6 +367,17 @@ def _grade_on(w: Worker, code: str, spec: TestSpec, lang: Language, lim: Limits)
         return ProgramResult(V.SYNTAX_ERROR, [tests[-1]] * n, stderr[-2000:])
     tests += [rest] * (n - len(tests))
     return ProgramResult(program_verdict(tests), tests, stderr[-2000:])
+
+
+def compile_said(res: dict, err: bytes, lim: Limits) -> str:
+    """A failed compile's account: the compiler's stderr, after why it was stopped where it was (a compile out of
+    time, memory or file size read as a syntax error with nothing said)."""
+    why = {"deadline": f"out of time ({lim.compile_timeout_s:g} s)", "cpu": f"out of time ({lim.compile_timeout_s:g} s)",
+           "memory": f"out of memory ({lim.compile_memory_mb} MB)"}.get(res.get("killed_for") or "")
+    if res.get("exit") == -signal.SIGXFSZ:
+        why = f"over the file size its output may have ({lim.compile_output_mb} MB)"
+    text = _text(err)
+    return f"the compiler was stopped: {why}\n{text}" if why else text
 
 
 def _unreadable(e: ReplyUnreadable) -> str:

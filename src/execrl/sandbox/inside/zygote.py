@@ -378,7 +378,7 @@ class Zygote:
             os.chown(self.src, self.uid, self.uid)
         self.kept = {self.src: (source, None)}
         if h.get("compile"):
-            lim = dict(h["limits"], memory_mb=h["limits"]["compile_memory_mb"])
+            lim = dict(h["limits"], memory_mb=h["limits"]["compile_memory_mb"], output_mb=h["limits"]["compile_output_mb"])
             t = h["limits"]["compile_timeout_s"]
             res, pair = self.spawn(exec_child, {"argv": _argv(h["compile"], self.src)}, lim, cpu_s=t, wall_s=2 * t)
             if res["exit"] != 0 or res["killed_for"] or "setup_error" in res:
