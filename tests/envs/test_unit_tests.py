@@ -115,3 +115,31 @@ def test_the_runner_counts_a_continued_turn_once(grader):
     for text in ("Here is my solution:\n```\n", "def square(x):\n    return x * x\n```\n"):
         assert advance(episode, Completion([3], text, False), e.step(text, 1), None, 1000)
     assert episode.done and episode.turns == 1 and episode.messages[-1]["content"].endswith("x * x\n```\n")
+
+
+def test_the_rest_of_a_turn_generates_within_what_is_left_of_its_budget(grader):
+    """Each part of a turn cut at an opening fence had a whole max_new_tokens: a right answer of two 600-token parts
+    under 1,024 counted 1,200 tokens and overlong_penalty took its reward from 1.0 to 0.0."""
+    from execrl.rollout import Completion, SamplingParams
+    from execrl.trainer.rollouts import EpisodeRunner
+
+    from .conftest import qwen_like_tokenizer
+
+    tok = qwen_like_tokenizer("qwen2_5_instruct.jinja")
+    parts = ["Here is my solution:\n```\n", "def square(x):\n    return x * x\n```\n"]
+    budgets = []
+
+    class Scripted:  # each call: the next part, whole (stopped at its fence), and the budget it was given
+        def generate(self, prompts, n, max_new_tokens, params, stop=None, seeds=None, **_):
+            budgets.append(max_new_tokens)
+            ids = tok(parts[len(budgets) - 1], add_special_tokens=False)["input_ids"]
+            return [[Completion(ids, parts[len(budgets) - 1], False, [0.0] * len(ids))] for _ in prompts]
+
+    cfg = load_config(None, ["env.multi_turn.kind=unit_tests", "grpo.max_rollout_turns=3", "prompt.code_style=fence",
+                             "policy.generation.max_new_tokens=100", "policy.max_total_sequence_length=1024"])
+    rollouts = EpisodeRunner(cfg, Scripted(), tok, grader).run([SQUARES], 1, SamplingParams(1.0, 1.0, None))
+    first = len(tok(parts[0], add_special_tokens=False)["input_ids"])
+    e = rollouts.episodes[0]
+    assert budgets == [100, 100 - first]
+    assert e.turns == 1 and e.sample.num_tokens == first + len(tok(parts[1], add_special_tokens=False)["input_ids"])
+    assert e.reward.total == 1.0

@@ -348,6 +348,20 @@ def test_stop_token_ids_end_a_sequence_in_both_backends(tiny, prompts):
         assert ended.ids == full.ids[:full.ids.index(stop) + 1] and not ended.truncated, backend
 
 
+def test_a_budget_per_prompt_in_both_backends(tiny, prompts):
+    """max_new_tokens as one budget per prompt (the rest of a multi-turn turn): each prompt's completion keeps to
+    its own, in both backends, each in its prompt's place."""
+    from execrl.rollout import build_generator
+
+    model, tok = tiny
+    params = SamplingParams(temperature=0.0, ignore_eos=True)
+    for backend in ("execrl", "transformers"):
+        gen = build_generator(model, tok, backend, 2, 256, cuda_graphs=False)
+        out = gen.generate(prompts[:3], 1, [7, 3, 7], params)
+        assert [len(group[0].ids) for group in out] == [7, 3, 7], backend
+        assert out[1][0].ids == gen.generate(prompts[1:2], 1, 3, params)[0][0].ids, backend
+
+
 def test_a_batchs_tail_runs_on_the_busy_slots_rows_only(tiny, prompts):
     """Once at most half the slots are busy, a step runs on the busy slots' rows (a power of two of them, >= MIN_ROWS,
     free slots filling the rest) instead of every slot's: the tail of a batch, a few long samples, no longer pays

@@ -30,9 +30,18 @@ class HFGenerator:
     def generate(self, prompts, num_samples, max_new_tokens, params: SamplingParams, stop_strings=None, on_batch=None,
                  seeds=None, guides=None, on_sample=None):
         """`seeds` is accepted for the common interface; transformers samples from torch's global
-        generator."""
+        generator. `max_new_tokens`: one budget, or one per prompt (generated a budget at a time)."""
         if guides is not None and any(g is not None for g in guides):
             raise ValueError(NO_GUIDES)
+        if isinstance(max_new_tokens, list):
+            out = [None] * len(prompts)
+            for budget in sorted(set(max_new_tokens)):
+                idx = [i for i, b in enumerate(max_new_tokens) if b == budget]
+                mapped = None if on_sample is None else (lambda i, j, c, idx=idx: on_sample(idx[i], j, c))
+                for i, group in zip(idx, self.generate([prompts[i] for i in idx], num_samples, budget, params,
+                                                       stop_strings, on_batch, on_sample=mapped)):
+                    out[i] = group
+            return out
         return hf_generate(self.model, self.tokenizer, prompts, num_samples, max_new_tokens, params.temperature,
                            params.top_p, params.top_k, stop_strings, self.batch_size, on_batch,
                            params.ignore_eos, self.stop_token_ids, on_sample)

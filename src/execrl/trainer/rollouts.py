@@ -291,8 +291,13 @@ class EpisodeRunner:
         key = {id(e): mix32(request_key(seeds[i // group_size], i % group_size) ^ mix32(turn))
                for i, e in enumerate(episodes)} if seeds is not None else None
         for player, eps in players(live, self.generator, self.opponent):
+            # the rest of a turn cut at an opening fence: what is left of the turn's max_new_tokens (two generations
+            # of a full budget each made a turn of up to twice it, which overlong_penalty then read as overlong)
+            budgets = [max(1, gen.max_new_tokens - getattr(e.env, "partial_tokens", 0)) if e.more else
+                       gen.max_new_tokens for e in eps]
             answers.generate(player, lambda i, j, eps=eps: eps[i], [e.trajectory.ids for e in eps], 1,
-                             gen.max_new_tokens, params, stop, seeds=None if key is None else [key[id(e)] for e in eps],
+                             budgets if len(set(budgets)) > 1 else budgets[0], params, stop,
+                             seeds=None if key is None else [key[id(e)] for e in eps],
                              **constrained([guide_for(e, player, gen) for e in eps]))
 
     @property
