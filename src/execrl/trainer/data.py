@@ -9,6 +9,8 @@ from execrl.config import MasterConfig
 from execrl.config.schema import DatasetConfig
 from execrl.rewards.math_answers import VERIFIER
 from execrl.tasks import DATASETS, DatasetError, Problem, check_trainable, dataset_key, load_problems
+from execrl.tasks.problem import err
+from execrl.trainer import distributed as dist
 from execrl.trainer.warmup import feedback_reference
 
 
@@ -55,12 +57,11 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
     # grpo.max_val_samples cuts (setup.training_data), each keeps its share
     impl = cfg.env.math.math_verify_impl
     asked = {p.id.split("/")[0]: p.metadata[VERIFIER] for p in train + val if p.metadata.get(VERIFIER, impl) != impl}
-    if asked:  # (DAPO's prompts ask for an "Answer:" line, which hf_math_verify does not look for)
-        from execrl.trainer.setup import console
-    for name, wants in asked.items():
-        console.print(f"[yellow]{name}'s prompts ask for the answer line that {wants} reads, and "
-                      f"env.math.math_verify_impl is {impl} (NeMo RL's default, which its DAPO recipes change): "
-                      f"set env.math.math_verify_impl={wants}[/]")
+    # (DAPO's prompts ask for an "Answer:" line, which hf_math_verify does not look for)
+    for name, wants in asked.items() if dist.is_main() else ():
+        err.print(f"[yellow]{name}'s prompts ask for the answer line that {wants} reads, and "
+                  f"env.math.math_verify_impl is {impl} (NeMo RL's default, which its DAPO recipes change): "
+                  f"set env.math.math_verify_impl={wants}[/]")
     for p in train + val:
         if p.kind == "math":
             p.metadata[VERIFIER] = impl

@@ -26,6 +26,7 @@ from execrl.lora import apply_lora
 from execrl.models import load_model_and_tokenizer, no_dropout, pick_device
 from execrl.prompts import TEMPLATE_KWARGS
 from execrl.rollout.fuse import fuse_projections
+from execrl.tasks.problem import err
 from execrl.trainer import distributed as dist
 from execrl.trainer import precision, recompute
 from execrl.trainer.offload import OffloadedWeights
@@ -89,10 +90,8 @@ def load_weights(cfg: MasterConfig, dtype: torch.dtype, device: str | None = Non
     setattr(tok, TEMPLATE_KWARGS, p.tokenizer.chat_template_kwargs)
     dropped = no_dropout(model)
     if dropped and dist.is_main():
-        from execrl.trainer.setup import console
-
-        console.print(f"policy: dropout off ({', '.join(dropped)} were above 0 in the model's config): the engine "
-                      "samples without it, and the trainer scores a sample as it was sampled", markup=False)
+        err.print(f"policy: dropout off ({', '.join(dropped)} were above 0 in the model's config): the engine "
+                  "samples without it, and the trainer scores a sample as it was sampled", markup=False)
     return model, tok
 
 
