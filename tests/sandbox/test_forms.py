@@ -97,6 +97,24 @@ def test_a_cpp_program_with_large_initialized_arrays_compiles_and_a_stopped_comp
     assert r.verdict == Verdict.SYNTAX_ERROR and r.tests[0].detail.startswith("the compiler was stopped: out of time")
 
 
+def test_a_cpp_program_whose_static_arrays_are_over_the_memory_limit_is_a_memory_verdict(grader):
+    """A binary whose loadable segments (its .bss: `static int a[N]`) are larger than the memory limit cannot be
+    exec'd under RLIMIT_AS: the kernel killed it with SIGSEGV, graded runtime_error; a program that fits still runs."""
+    from dataclasses import replace
+
+    lim = replace(grader.limits, memory_mb=256)
+    code = ("#include <cstdio>\nstatic int a[%d];\nint main(){int n; scanf(\"%%d\", &n); for (long i = 0; i < %d; "
+            "i += 1024) a[i] = n; long s = 0; for (long i = 0; i < %d; i += 1024) s += a[i]; printf(\"%%ld\\n\", "
+            "s / %d);}\n")
+    r = grader.grade(code % (100_000_000, 100_000_000, 100_000_000, 97_657), stdio(["3\n", "4\n"], ["3\n", "4\n"]),
+                     language="cpp", limits=lim)
+    assert [t.verdict for t in r.tests] == [Verdict.MEMORY] * 2, r.to_dict()
+    assert "needs 381 MB of memory to load" in r.stderr and "256 MB limit" in r.stderr
+    r = grader.grade(code % (10_000_000, 10_000_000, 10_000_000, 9_766), stdio(["3\n"], ["3\n"]), language="cpp",
+                     limits=lim)
+    assert r.verdict == Verdict.PASS, r.to_dict()
+
+
 def test_a_language_is_a_table_entry(grader, tmp_path):
     from execrl.sandbox import LANGUAGES, load_languages
 

@@ -61,6 +61,7 @@ class Zygote:
     def __init__(self, role: str, uid: int, ctrl: socket.socket, cgroup: Cgroup | None = None):
         self.role, self.uid, self.ctrl = role, uid, ctrl
         self.cg = cgroup  # the program's cgroup (the kernel charges it), or None: we sample (_usage)
+        self.image_bytes = 0  # the compiled program's load size (_load_size)
         child.build_streams()
         self.is_init = os.getpid() == 1
         if ROOT != "/tmp" and uid >= 0:
@@ -384,11 +385,13 @@ class Zygote:
             if res["exit"] != 0 or res["killed_for"] or "setup_error" in res:
                 return res, pair
         exe = os.path.join(PROGRAM_DIR, EXE)
+        self.image_bytes = 0
         if _signature(exe) is not None and stat.S_ISREG(_signature(exe)[1]):
             with open(exe, "rb") as f:
                 data = bytearray(os.fstat(f.fileno()).st_size)
                 f.readinto(data)
                 self.kept[exe] = (data, None)
+            self.image_bytes = _load_size(data)
         self._restore_program()  # (records what each kept file looks like now)
         return None
 
@@ -455,6 +458,12 @@ class Zygote:
             broken = self._restore_program() if i else ""
             if broken:  # charged to the program, whose files it was: this test fails unrun
                 res, pair = _unrun(broken), [b"", broken.encode(), b""]
+            elif self.image_bytes > lim["memory_mb"] << 20 and job.get("argv", [""])[0] == os.path.join(PROGRAM_DIR, EXE):
+                # its static arrays alone are over the limit: the kernel cannot load it (under RLIMIT_AS the
+                # exec dies with SIGSEGV, which would read as a runtime error)
+                why = (f"the program's binary needs {self.image_bytes / (1 << 20):,.0f} MB of memory to load (its "
+                       f"code and static data), over the {lim['memory_mb']:,} MB limit")
+                res, pair = _unrun(why, killed_for="memory"), [b"", why.encode(), b""]
             else:
                 res, pair = self.spawn(target, job, lim, stdin=blobs[i + 1], cpu_s=cpu, wall_s=wall)
                 if res.get("setup_error") == EXEC_BUSY and self._fresh_copy(job["argv"][0]):
@@ -694,11 +703,24 @@ def _argv(template: list[str], src: str) -> list[str]:
     return argv
 
 
-def _unrun(why: str) -> dict:
+def _unrun(why: str, killed_for: str | None = None) -> dict:
     """The result of a test that could not start because of what the program did before it: a
-    runtime error."""
-    return {"exit": 1, "wall_s": 0.0, "cpu_s": 0.0, "max_rss_kb": 0, "killed_for": None, "stdout_bytes": 0,
+    runtime error (killed_for "memory": a memory verdict)."""
+    return {"exit": 1, "wall_s": 0.0, "cpu_s": 0.0, "max_rss_kb": 0, "killed_for": killed_for, "stdout_bytes": 0,
             "stderr_bytes": len(why), "status": [{"exc": "OSError", "msg": why[:500]}]}
+
+
+def _load_size(image: bytes) -> int:
+    """The bytes a 64-bit little-endian ELF executable's loadable segments take in memory (their p_memsz: code,
+    data and the zero-filled .bss of static arrays); 0 for anything else (a script, a truncated file)."""
+    if image[:6] != b"\x7fELF\x02\x01" or len(image) < 64:
+        return 0
+    phoff, = struct.unpack_from("<Q", image, 0x20)
+    size, count = struct.unpack_from("<HH", image, 0x36)
+    if size < 56 or phoff + size * count > len(image):
+        return 0
+    return sum(struct.unpack_from("<Q", image, phoff + i * size + 0x28)[0] for i in range(count)
+               if struct.unpack_from("<I", image, phoff + i * size)[0] == 1)  # PT_LOAD
 
 
 def _timed_out(res: dict, cpu_s: float) -> bool:
