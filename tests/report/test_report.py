@@ -291,3 +291,16 @@ def test_a_run_of_long_answers_keeps_the_page_within_its_budget(tmp_path):
     assert len(kept) == 16 and kept == load_run(run).rollouts[1][:16]  # (64 -> 32 -> 16 rows: within 1 MiB)
     out = page.write_report([run], tmp_path / "r.html")
     assert out.stat().st_size < 20 << 20 and "\\ufffd" not in out.read_text()
+
+
+def test_a_step_of_many_rollouts_is_read_only_as_far_as_the_page_shows_it(tmp_path):
+    """Every row of 20 steps' files was parsed (and every shown row encoded to size it) though the page holds at most
+    MAX_ROWS_PER_STEP of a step: a step's first rows are read; a row holding U+2028 or invalid UTF-8 is one row."""
+    from execrl.report.runs import MAX_ROWS_PER_STEP
+
+    rows = [{"problem": f"p{i}", "reward": 1.0, "completion": "a\u2028b"} for i in range(MAX_ROWS_PER_STEP + 44)]
+    d = run_dir(tmp_path / "many", [(1.0, 0.0)], rows)
+    f = d / "rollouts" / "step_000001.jsonl"
+    f.write_bytes(f.read_bytes().replace("\\u2028".encode(), "\u2028".encode()).replace(b'"p1"', b'"p\xff"', 1))
+    got = load_run(d).rollouts[1]
+    assert len(got) == MAX_ROWS_PER_STEP and got[1]["problem"] == "p\ufffd" and got[2]["completion"] == "a\u2028b"

@@ -10,10 +10,9 @@ import math
 from pathlib import Path
 
 from execrl.report.charts import figures
-from execrl.report.runs import RunData, config_differences, load_run, unique_names
+from execrl.report.runs import MAX_ROWS_PER_STEP, RunData, config_differences, load_run, unique_names
 
 HERE = Path(__file__).parent
-MAX_ROWS_PER_STEP = 256  # rollouts per logged step in the browser (the first ones: whole groups)
 ROLLOUT_BYTES = 12 << 20  # the rollout browser's data at most: fewer rows per step where a run's are long (4K-token
 # answers made a 164 MiB page that took minutes to open)
 
@@ -103,15 +102,23 @@ def shown_rollouts(runs: list[RunData], budget: int = ROLLOUT_BYTES) -> dict:
     """Each run's rollouts by step, the first rows of each step: MAX_ROWS_PER_STEP, or half, a quarter... (whole
     groups, as long as a group fits) until their JSON fits `budget` bytes."""
     steps = [(r.name, str(step), rows) for r in runs for step, rows in sorted(r.rollouts.items())]
-    sizes = [[len(json.dumps(row, ensure_ascii=False).encode("utf-8", "replace")) for row in rows[:MAX_ROWS_PER_STEP]]
-             for _, _, rows in steps]
-    per_step = MAX_ROWS_PER_STEP
-    while per_step > 1 and sum(sum(s[:per_step]) for s in sizes) > budget:
-        per_step //= 2
+    # the largest of 1, 2, 4, ... MAX_ROWS_PER_STEP rows that fits: sized upward, each row once, stopping past the
+    # budget (encoding every row of a long run's 20 steps took seconds)
+    per_step, total = 1, sum(_size(rows[0]) for _, _, rows in steps if rows)
+    while per_step < MAX_ROWS_PER_STEP and total <= budget:
+        total += sum(_size(row) for _, _, rows in steps for row in rows[per_step:2 * per_step])
+        if total > budget:
+            break
+        per_step *= 2
     shown: dict = {r.name: {} for r in runs}
     for name, step, rows in steps:
         shown[name][step] = rows[:per_step]
     return shown
+
+
+def _size(row: dict) -> int:
+    """A rollout row's bytes on the page (about: the page escapes '<')."""
+    return len(json.dumps(row, ensure_ascii=False).encode("utf-8", "replace"))
 
 
 def _script_json(value) -> str:

@@ -22,21 +22,22 @@ class RunData:
 
 
 MAX_ROLLOUT_STEPS = 20  # logged steps whose rollouts the report holds: the first and the latest ones
+MAX_ROWS_PER_STEP = 256  # rollouts per logged step in the browser (the first ones: whole groups)
 MAX_TEXT = 20_000  # characters of one prompt, completion or message in the report (the rest cut, with a marker)
 
 
 def load_run(path: str | Path, name: str | None = None) -> RunData:
     """A run directory (logger.log_dir). Raises FileNotFoundError naming what is missing; a line
-    that is not JSON (a run killed mid-write) is skipped. Rollouts: those of MAX_ROLLOUT_STEPS
-    logged steps (the first, then the latest), their long texts cut to MAX_TEXT characters, so that
-    a long run's page stays small."""
+    that is not JSON (a run killed mid-write) is skipped. Rollouts: the first MAX_ROWS_PER_STEP rows of
+    MAX_ROLLOUT_STEPS logged steps (the first, then the latest), their long texts cut to MAX_TEXT
+    characters, so that a long run's page stays small."""
     path = Path(path)
     if not (path / "metrics.jsonl").is_file():
         raise FileNotFoundError(f"{path} is not a run directory: it has no metrics.jsonl (pass logger.log_dir of a run)")
     config = yaml.safe_load((path / "config.yaml").read_text()) if (path / "config.yaml").is_file() else {}
     files = sorted((path / "rollouts").glob("step_*.jsonl"), key=lambda f: int(f.stem.split("_")[-1]))
     files = files[:1] + files[1:][-(MAX_ROLLOUT_STEPS - 1):]
-    rollouts = {int(f.stem.split("_")[-1]): [_cut(r) for r in _rows(f)] for f in files}
+    rollouts = {int(f.stem.split("_")[-1]): [_cut(r) for r in _rows(f, MAX_ROWS_PER_STEP)] for f in files}
     return RunData(name or path.resolve().name, path, config or {}, _rows(path / "metrics.jsonl"), rollouts)
 
 
@@ -50,13 +51,17 @@ def _cut(row: dict) -> dict:
     return out
 
 
-def _rows(path: Path) -> list[dict]:
+def _rows(path: Path, most: int | None = None) -> list[dict]:
+    """A JSONL file's rows (its first `most`), lines that are not JSON skipped."""
     rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if most is not None and len(rows) >= most:
+                break
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
     return rows
 
 
