@@ -162,6 +162,25 @@ def test_compare_float_tolerance_and_case_folding():
     assert outputs_match("Stra\u00dfe Yes\n", "stra\u00dfe YES\n".encode(), fold)
 
 
+def test_compare_lcb_is_livecodebenchs_rule():
+    """NeMo-Gym's code_gen grader (lcb_runner's grade_stdio) strips the texts and each line and reads lines of numbers
+    as Decimals: right programs of Nemotron-RL rows that print `3.0`, `1  2` or a leading blank were graded wrong."""
+    from execrl.sandbox import TestSpecError, parse_tests
+
+    lcb = CompareOptions(mode="lcb")
+    for expected, printed in [("3\n", " 3\n"), ("1 2\n", "1  2\n"), ("3\n", "3.0\n"), ("1.5\n", "1.50\n"), ("5\n", "\n5\n"),
+                              ("1 2 3\n", "1\t2\t3"), ("1e5\n", "100000\n")]:
+        assert outputs_match(expected, printed.encode(), lcb) and not outputs_match(expected, printed.encode()), printed
+    assert outputs_match("x\ny\n", b"x\r\ny\r\n", lcb) and outputs_match("ok\n", b"ok", lcb)
+    for expected, printed in [("a b\n", "a  b\n"), ("YES\n", "yes\n"), ("1\n2\n", "1\n2\n3\n"), ("1 2\n", "1 2 3\n"),
+                              ("NaN\n", "nan\n"), ("1\n", "sNaN\n"), ("1\n", "1e999999999999999999999\n"), ("3\n", "4\n")]:
+        assert not outputs_match(expected, printed.encode(), lcb), printed
+    assert outputs_match("1\n", b"1 \n" + b" 1" * 4_000_000 + b"\n", CompareOptions()) is False
+    assert outputs_match("1 2\n", b"1 3" + b" 1" * 4_000_000, lcb) is False  # (read only as far as the tokens match)
+    with pytest.raises(TestSpecError, match="'lcb' is LiveCodeBench's rule"):
+        parse_tests({"inputs": [""], "outputs": [""], "compare": {"mode": "lcb", "float_rel": 1e-6}})
+
+
 def test_values_match():
     assert values_match([1, [2, 3]], (1, (2, 3)))
     assert not values_match(1, True) and not values_match(True, 1)

@@ -45,6 +45,7 @@ def test_nemotron_rows_keep_their_own_prompt_and_tests():
     assert all(isinstance(p.tests, StdioTests) for p in problems)
     assert sorted(len(p.tests.inputs) for p in problems) == [1, 3, 82, 97, 100]
     assert all(p.metadata["own_instructions"] and "```python" in p.messages[0]["content"] for p in problems)
+    assert all(p.tests.compare.mode == "lcb" for p in problems)  # printed outputs read as NeMo-Gym's grader reads them
 
 
 def test_bad_rows_are_counted_reported_and_skipped(tmp_path, capsys):

@@ -21,11 +21,13 @@ ASCII_LOWER = bytes.maketrans(string.ascii_uppercase.encode(), string.ascii_lowe
 # yes; a long s (ſ), the Kelvin sign or ß are not s, k or ss, as str.casefold() would have them (on the UTF-8 bytes, at
 # memory speed: no byte of a multi-byte character is an ASCII letter)
 TOKEN = re.compile(r"[^ \t\f\v]+")  # a token of a line in tolerance mode
+WORD = re.compile(r"\S+")  # a token as str.split() makes them (any unicode whitespace between): mode "lcb"
 
 
 @dataclass(frozen=True)
 class CompareOptions:
-    mode: str = "lines"  # "lines": line by line after stripping trailing whitespace and trailing blank lines
+    mode: str = "lines"  # "lines": line by line after stripping trailing whitespace and trailing blank lines;
+    # "exact": byte for byte; "lcb": LiveCodeBench's rule, which NeMo-Gym's code_gen grader (Nemotron-RL coding) uses
     float_rel: float = 0.0  # with either tolerance > 0, tokens that both parse as numbers compare as numbers: within
     # the tolerance where the expected token is a float (a '.' or an exponent), exactly where it is
     # an integer
@@ -65,6 +67,8 @@ def outputs_match(expected: str, actual: bytes, opts: CompareOptions = CompareOp
     line's tokens go)."""
     if opts.mode == "exact":
         return actual.decode("utf-8", errors="replace") == expected
+    if opts.mode == "lcb":
+        return _lcb_match(expected, actual.decode("utf-8", errors="replace"))
     if opts.case_fold:
         expected = expected.encode("utf-8", "surrogatepass").translate(ASCII_LOWER).decode("utf-8", "surrogatepass")
         actual = actual.translate(ASCII_LOWER)
@@ -79,6 +83,33 @@ def outputs_match(expected: str, actual: bytes, opts: CompareOptions = CompareOp
             if a is None or b is None or not _token_equal(a.group(), b.group(), opts):
                 return False
     return True
+
+
+def _lcb_match(expected: str, printed: str) -> bool:
+    """LiveCodeBench's stdin/stdout rule (lcb_runner's grade_stdio, as NeMo-Gym's code_gen grader runs it): both
+    texts stripped, split at newlines, each line stripped; a line matches when equal, or when both split on
+    whitespace into numbers that are equal as Decimals (`3.0` is `3`, `1  2` is `1 2`; `a  b` is not `a b`).
+    Linear in the output: the line counts first, each line's tokens read only as far as they match."""
+    want, have = expected.strip(), printed.strip()
+    if want.count("\n") != have.count("\n"):
+        return False
+    for w, h in zip(want.split("\n"), have.split("\n")):
+        w, h = w.strip(), h.strip()
+        if w == h:
+            continue
+        for a, b in zip_longest(WORD.finditer(w), WORD.finditer(h)):
+            if a is None or b is None or not _decimal_equal(a.group(), b.group()):
+                return False
+    return True
+
+
+def _decimal_equal(a: str, b: str) -> bool:
+    """Whether two tokens are numbers of one value as Decimal reads them (`1_000`, `Infinity`, full-width digits
+    too, as in lcb_runner); a token that is not one (`sNaN` and an exponent past Decimal's range included): no."""
+    try:
+        return Decimal(a) == Decimal(b)
+    except ArithmeticError:  # (InvalidOperation: not a number, or a signaling NaN compared)
+        return False
 
 
 def values_match(expected, actual, float_rel: float = 1e-9, float_abs: float = 0.0) -> bool:

@@ -9,7 +9,7 @@
                   statements, e.g. `test_input = {...}` then an assert, as the LeetCode rows do)
     check         {"check": str, "entry_point": str}   HumanEval: `check(entry_point)` is one test
 
-`compare` (stdin/stdout only): {"mode": "lines"|"exact", "float_rel": 0, "float_abs": 0,
+`compare` (stdin/stdout only): {"mode": "lines"|"exact"|"lcb", "float_rel": 0, "float_abs": 0,
 "case_fold": false}.
 """
 
@@ -48,8 +48,11 @@ def compare_options(d: dict) -> CompareOptions:
     if unknown:
         raise TestSpecError(f"unknown compare options {sorted(unknown)}: use mode, float_rel, float_abs, case_fold")
     opts = CompareOptions(**d)
-    if opts.mode not in ("lines", "exact"):
-        raise TestSpecError(f"compare.mode must be 'lines' or 'exact', got {opts.mode!r}")
+    if opts.mode not in ("lines", "exact", "lcb"):
+        raise TestSpecError(f"compare.mode must be 'lines', 'exact' or 'lcb', got {opts.mode!r}")
+    if opts.mode == "lcb" and (opts.float_rel or opts.float_abs or opts.case_fold):
+        raise TestSpecError("compare.mode 'lcb' is LiveCodeBench's rule as it stands: it takes no float_rel, "
+                            "float_abs or case_fold (use mode 'lines' with them)")
     for name in ("float_rel", "float_abs"):
         v = getattr(opts, name)
         if type(v) not in (int, float) or not 0 <= v < math.inf:

@@ -1,6 +1,6 @@
 """Nemotron-RL competitive coding (NeMo-Gym format): `responses_create_params.input` is the prompt
 (it already asks for a ```python block), `verifier_metadata.unit_tests.{inputs, outputs, fn_name?}`
-the tests."""
+the tests; printed outputs compared as NeMo-Gym's code_gen grader compares them (compare mode "lcb")."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ def load(path, split, report, hub_id=None, **_):
             report.skip(rid, "no prompt (a string, or messages with a user message) or no unit_tests")
             continue
         tests = {k: unit[k] for k in ("inputs", "outputs", "fn_name") if unit.get(k)}
+        if "fn_name" not in tests:  # printed outputs as NeMo-Gym's code_gen grader reads them (LiveCodeBench's rule)
+            tests["compare"] = {"mode": "lcb"}
         try:
             spec = parse_tests(tests)
         except TestSpecError as e:
