@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 import threading
+import time
 
 import pytest
 
@@ -179,6 +180,19 @@ LEAVE = {
 def test_kernel_objects_that_outlive_a_program_cannot_be_made(grader, kind):
     r = grader.run(LEAVE[kind])
     assert r.verdict == V.PASS and r.stdout.strip() == "-1", (r.stdout, r.stderr)
+
+
+def test_a_process_tracing_its_parent_cannot_hold_the_sandbox(grader):
+    """A child that PTRACE_SEIZEd its parent held the parent's exit from the zygote, whose blocking wait4 hung until
+    the grader gave up after minutes: infra_error (dropped from training) and a stalled worker. ptrace is refused,
+    and the zygote's wait no longer blocks on a process whose exit a tracer holds."""
+    code = LIBC + ("import os, time\nparent = os.getpid()\nr, w = os.pipe()\nif os.fork() == 0:\n"
+                   "    os.write(w, b'%d %d' % (libc.ptrace(0x4206, parent, 0, 0), ctypes.get_errno()))\n"
+                   "    while True:\n        time.sleep(100)\nprint(os.read(r, 100).decode())")
+    start = time.monotonic()
+    r = grader.run(code)
+    assert r.verdict == V.PASS and r.stdout.strip() == "-1 1", (r.stdout, r.stderr)  # EPERM
+    assert time.monotonic() - start < 20
 
 
 def test_a_later_program_finds_nothing_the_earlier_left(solo):

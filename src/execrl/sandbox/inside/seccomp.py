@@ -8,6 +8,9 @@ kernel objects that outlive a process or escape its limits:
   new user namespaces (unshare or clone with CLONE_NEWUSER)          a tmpfs mounted there escapes the disk quota
   clone3 (ENOSYS: libc falls back to clone, whose flags can be read)
   io_uring, perf_event_open, bpf, userfaultfd                        kernel attack surface no program needs
+  ptrace                                                             a process tracing its parent holds the
+                                                                     parent's exit from the sandbox (and no
+                                                                     graded program needs a debugger)
   mbind                                                              a memory policy set on a shared mapping of
                                                                      the streams the zygote reuses stays on their
                                                                      inode: read back by the next program, and kernel
@@ -37,10 +40,11 @@ _TABLES = {
                             240, 241, 242, 243, 244, 245,  # mq_*
                             248, 249, 250,  # add_key, request_key, keyctl
                             237,  # mbind
-                            298, 321, 323, 425, 426, 427),  # perf_event_open, bpf, userfaultfd, io_uring_*
+                            298, 321, 323, 425, 426, 427,  # perf_event_open, bpf, userfaultfd, io_uring_*
+                            101),  # ptrace
                272, 56, 435, (319, 447)),  # memfd_create, memfd_secret (ENOSYS)
     "aarch64": (0xC00000B7, (180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197,
-                             217, 218, 219, 235, 241, 280, 282, 425, 426, 427),
+                             217, 218, 219, 235, 241, 280, 282, 425, 426, 427, 117),
                 272, 220, 435, (279, 447)),
 }
 _ALLOW = 0x7FFF0000
