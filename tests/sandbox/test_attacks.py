@@ -195,6 +195,17 @@ def test_a_process_tracing_its_parent_cannot_hold_the_sandbox(grader):
     assert time.monotonic() - start < 20
 
 
+def test_a_compiled_program_cannot_write_a_status_and_printed_bad_alloc_is_not_memory(grader):
+    """A C++ program inherited the status fd: writing {"phase": "compile"} there made its run a syntax_error; and any
+    program printing 'std::bad_alloc' to stderr was a memory verdict."""
+    cpp = '#include <unistd.h>\nint main(){ write(3, "{\\"phase\\":\\"compile\\"}\\n", 20); return 0; }'
+    assert grader.grade(cpp, ONE, language="cpp").verdict == V.FAIL
+    said = "import sys\nsys.stderr.write(\"terminate called after throwing an instance of 'std::bad_alloc'\")\nsys.exit(3)"
+    assert grader.grade(said, ONE).verdict == V.RUNTIME_ERROR
+    real = "#include <vector>\n#include <cstdio>\nint main(){ std::vector<long> v(1L << 40); printf(\"%zu\", v.size()); }"
+    assert grader.grade(real, ONE, language="cpp").verdict == V.MEMORY
+
+
 def test_a_later_program_finds_nothing_the_earlier_left(solo):
     leave = LIBC + ("sid = libc.shmget(777, 4096, 0o1666)\n"
                     "if sid >= 0:\n    libc.shmat.restype = ctypes.c_void_p\n"

@@ -33,7 +33,7 @@ the legitimate idiom it must not break):
   counter reset (a program's first process is PID 2, whatever earlier ones forked); a new network namespace
   wherever the last program changed its own (a socket left, a packet on loopback, a moved IP/ICMP/TCP/UDP counter:
   TIME_WAIT sockets, loopback counters and abstract socket names do not carry over); and a seccomp filter
-  (inside/seccomp.py) refuses SysV IPC, POSIX message queues, keyrings and new user namespaces;
+  (inside/seccomp.py) refuses SysV IPC, POSIX message queues, keyrings, ptrace and new user namespaces;
 - faking a pass in the assert, check and call forms (see inside/checker.py): the program's process never sees the tests or the
   expected values. Asserts and check functions run in a second sandbox, in which every name the tests use
   but do not define is a stub that calls into the program's process and gets back plain data only (numbers,

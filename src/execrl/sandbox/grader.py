@@ -492,6 +492,9 @@ def _short(x) -> str:
     return x[:100] if isinstance(x, str) else ""
 
 
+BAD_ALLOC = b"terminate called after throwing an instance of 'std::bad_alloc'"  # libstdc++'s, then abort()
+
+
 def _execution_verdict(r: dict, err: bytes, lim: Limits, cpu_limit: float, stopped: bool = False) -> Verdict | None:
     """Why a process did not finish normally, or None if it did."""
     status = _status(r)
@@ -500,7 +503,7 @@ def _execution_verdict(r: dict, err: bytes, lim: Limits, cpu_limit: float, stopp
         return V.MEMORY
     if r["killed_for"] in ("deadline", "cpu") or r["cpu_s"] > cpu_limit or code == -signal.SIGXCPU:
         return V.TIMEOUT
-    if status.get("exc") == "MemoryError" or b"std::bad_alloc" in err:
+    if status.get("exc") == "MemoryError" or code == -signal.SIGABRT and BAD_ALLOC in err:
         return V.MEMORY
     if max(r["stdout_bytes"], r["stderr_bytes"]) >= lim.output_mb << 20 or code == -signal.SIGXFSZ:
         return V.OUTPUT_LIMIT

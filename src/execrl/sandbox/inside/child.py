@@ -313,6 +313,7 @@ def exec_child(job: dict) -> None:
     for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):  # Python ignores these; a compiled program should not
         signal.signal(sig, signal.SIG_DFL)
     os.set_inheritable(REPORT_FD, False)  # closes on a successful exec; a failed one raises, and is reported
+    os.set_inheritable(STATUS_FD, False)  # an exec'd program has no status to write (one it wrote was its verdict's)
     try:
         os.execve(job["argv"][0], job["argv"], dict(os.environ))
     except OSError as e:
