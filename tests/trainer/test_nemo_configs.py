@@ -610,3 +610,45 @@ def test_a_nemo_config_without_validation_sampling_keys_validates_as_it_samples(
     monkeypatch.chdir(NEMO / "eraG_7ea279a")
     now = load_config("examples/configs/grpo_math_1B.yaml", ["policy.generation.temperature=0.7"])
     assert now.policy.generation.val_temperature == 0.7 and "policy.generation.val_temperature" not in now._nemo_mapped
+
+
+def test_a_nemo_config_leaving_keys_to_defaults_or_setting_the_advantage_flags_alone_is_named(monkeypatch, tmp_path):
+    """NeMo RL's current code takes its own defaults for keys a config leaves out (KL 0.01, one epoch, 1e6 steps) and
+    reads the advantage's flags from grpo.adv_estimator (true where the section is missing): execrl ran with its own
+    numbers without a word. Both are named; skipping the reference's logprobs with a KL penalty is refused, as NeMo
+    RL asserts."""
+    from execrl.config.checks import nemo_differences
+
+    monkeypatch.chdir(NEMO / "eraG_7ea279a")
+    base = "examples/configs/grpo_math_1B.yaml"
+    full = load_config(base, [])
+    assert not any("not in the config" in d or "adv_estimator" in d for d in nemo_differences(full))
+    text = Path(base).read_text()
+    cut = tmp_path / "cut.yaml"
+    cut.write_text(re.sub(r"\n  (reference_policy_kl_penalty|max_num_epochs|max_num_steps): [^\n]*", "", text))
+    said = " ".join(nemo_differences(load_config(str(cut), [])))
+    assert "loss_fn.reference_policy_kl_penalty=0.0 (NeMo RL's default: 0.01)" in said
+    assert "grpo.max_num_epochs=1000 (NeMo RL's default: 1)" in said and "grpo.max_num_steps=1000" in said
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(re.sub(r"\n  adv_estimator:(\n    [^\n]*)+", "", text))
+    alone = load_config(str(bare), ["grpo.normalize_rewards=false"])
+    assert alone.grpo.normalize_rewards is False
+    assert any("grpo.normalize_rewards=false sets the advantages here" in d for d in nemo_differences(alone))
+    assert not any("not in the config" in d for d in nemo_differences(load_config(None, [])))  # (execrl's own)
+    with pytest.raises(ConfigError, match="needs loss_fn.reference_policy_kl_penalty=0"):
+        load_config(base, ["grpo.skip_reference_policy_logprobs_calculation=true"])
+    load_config(base, ["grpo.skip_reference_policy_logprobs_calculation=true", "loss_fn.reference_policy_kl_penalty=0"])
+
+
+def test_training_problems_that_repeat_a_prompt_are_named_where_nemo_rl_pools_their_groups():
+    """NeMo RL's current code pools a step's groups of one prompt (calculate_baseline_and_std_per_prompt over unique
+    prompt ids); DAPOMath17K's hub split repeats each problem ~100 times. execrl keeps each group's own: named."""
+    from execrl.tasks import Problem
+    from execrl.trainer.setup import repeated_prompts_note
+
+    cfg = load_config(None, ["data.train.dataset_name=jsonl", "data.train.path=x.jsonl"])
+    rows = [Problem(f"p{i}", [{"role": "user", "content": f"What is {i % 3} + 1?"}], "math", answer=str(i % 3 + 1))
+            for i in range(5)]
+    assert "2 of 5 training problems repeat another's prompt" in repeated_prompts_note(rows, cfg)
+    assert repeated_prompts_note(rows[:3], cfg) is None
+    assert repeated_prompts_note(rows, load_config(None, [])) is None  # (a generated task: fresh tests per problem)

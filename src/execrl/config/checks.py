@@ -611,6 +611,14 @@ def unread_options(cfg: MasterConfig) -> dict[str, str]:
     return out
 
 
+def nemo_defaults(cfg: MasterConfig) -> list[tuple[str, object, object]]:
+    """(key, this config's value, NeMo RL's current default) for the keys whose defaults differ from NeMo RL's
+    GRPOConfig / ClippedPGLossConfig: a config written for NeMo RL that leaves one out runs with execrl's."""
+    return [("loss_fn.reference_policy_kl_penalty", cfg.loss_fn.reference_policy_kl_penalty, 0.01),
+            ("grpo.max_num_epochs", cfg.grpo.max_num_epochs, 1),
+            ("grpo.max_num_steps", cfg.grpo.max_num_steps, 1_000_000)]
+
+
 def differences_note(cfg: MasterConfig) -> str | None:
     """A line naming the deliberate differences from NeMo RL's current code that this config touches
     (docs/configs.md: "NeMo RL's algorithm keys"); None: none."""
@@ -639,6 +647,19 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
         out.append("policy.cpu_offload (NeMo RL: policy.dtensor_cfg.cpu_offload) has no effect with several GPUs: "
                    "FSDP2 shards the master weights and AdamW's state over them instead (offloading them as well is "
                    "not implemented)")
+    written = getattr(cfg, "_written", set())
+    if grpo.advantage == "grpo" and not any(k.startswith("grpo.adv_estimator") for k in written):
+        off = [k for k in ("normalize_rewards", "use_leave_one_out_baseline")
+               if f"grpo.{k}" in written and not getattr(grpo, k)]
+        if off:
+            out.append(f"{' and '.join('grpo.' + k for k in off)}=false set{'s' if len(off) == 1 else ''} the "
+                       "advantages here; NeMo RL's current code reads grpo.adv_estimator's (true when the config has "
+                       "no such section) and this key only to filter dynamic sampling's groups")
+    if getattr(cfg, "_nemo_mapped", None) or getattr(cfg, "_nemo_ignored", None):  # a config written for NeMo RL
+        unset = [f"{key}={here} (NeMo RL's default: {theirs})" for key, here, theirs in nemo_defaults(cfg)
+                 if key not in written and here != theirs]
+        if unset:
+            out.append("not in the config, so execrl's defaults: " + ", ".join(unset))
     if lf.truncated_importance_sampling_ratio is not None and lf.truncated_importance_sampling_type is None:
         out.append("loss_fn.truncated_importance_sampling_ratio without a type is read as tis, as NeMo RL did before "
                    "the type key existed (its current code refuses it)")

@@ -141,7 +141,8 @@ IGNORED: dict[str, str] = {
     "cluster.segment_size": "Ray placement",
     "grpo.async_grpo.max_generation_failures": "vLLM server retries",
     "grpo.calculate_advantages_on_gpu": "where the advantages are computed",
-    "grpo.skip_reference_policy_logprobs_calculation": "execrl computes reference logprobs only with a KL penalty",
+    "grpo.skip_reference_policy_logprobs_calculation": "execrl computes reference logprobs only with a KL penalty (true "
+                                                        "with a KL penalty is refused, as NeMo RL refuses it)",
     "loss_fn.metrics_level": "which metrics are logged",
     "loss_fn.enable_torch_compile": "execrl compiles the decoder layers itself (policy.torch_compile)",
     "grpo.adv_estimator": "settings of NeMo RL's other advantage estimators (this one is grpo)",
@@ -343,6 +344,11 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
             leaves = {k: v for k, v in leaves.items() if k not in off}
             ignored[section] = "off"
     refuse(leaves)
+    if _on(leaves.get("grpo.skip_reference_policy_logprobs_calculation")) and \
+            float(leaves.get("loss_fn.reference_policy_kl_penalty") or 0) != 0:  # (NeMo RL asserts the same)
+        raise ConfigError("grpo.skip_reference_policy_logprobs_calculation=true needs "
+                          "loss_fn.reference_policy_kl_penalty=0 (the KL term reads the reference's logprobs), as NeMo "
+                          "RL asserts: set one of them")
     if "policy.optimizer" in leaves and leaves["policy.optimizer"] is None:  # (Megatron recipes: megatron_cfg's own)
         raise ConfigError("policy.optimizer is null, as in NeMo RL's Megatron recipes (whose optimizer is "
                           "policy.megatron_cfg.optimizer, not run here): give the DTensor path one, e.g. "

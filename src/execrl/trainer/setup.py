@@ -3,6 +3,7 @@ checkpoint)."""
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from rich.console import Console
 from execrl.algo.role_baselines import RoleBaselines
 from execrl.compiling import warm_compile_workers
 from execrl.config import BatchPlan, MasterConfig, to_yaml
-from execrl.config.checks import check_dataset_names, check_reward_fits, prompt_limit, validate
+from execrl.config.checks import check_dataset_names, check_reward_fits, dataset_entries, prompt_limit, validate
 from execrl.envs import make_env
 from execrl.lora import Adapter
 from execrl.models import TINY_CODERS, pick_device
@@ -223,11 +224,32 @@ def training_data(cfg: MasterConfig, tokenizer) -> tuple[list[Problem], list[Pro
         console.print("[yellow]validation: no problem to validate on (none held out or none fits): eval/ metrics "
                       "will not be logged[/]")
     train = drop_long(train, tokenizer, cfg)
+    note = repeated_prompts_note(train, cfg)
+    if note:
+        console.print(note, markup=False, highlight=False)
     if cfg.warmup.sft_steps and not any(p.id in refs for p in train):
         raise ValueError(f"warmup.sft_steps is {cfg.warmup.sft_steps} but no training problem carries a reference "
                          "solution to warm up on (the generated builtin: tasks and the self-play games do; "
                          "data.train does not): set warmup.sft_steps=0")
     return train, val, refs
+
+
+GENERATED = ("builtin:", "selfplay:", "sliding_puzzle")  # dataset names of generated tasks
+
+
+def repeated_prompts_note(train: list[Problem], cfg: MasterConfig) -> str | None:
+    """A note where training problems repeat another's prompt (DAPOMath17K's hub split holds each of its ~17.9K
+    problems ~100 times) and a step draws several groups: NeMo RL's current code pools the groups of one prompt in a
+    step (their baseline and std over all their samples); execrl's advantages are each group's own."""
+    if cfg.grpo.num_prompts_per_step < 2 or cfg.grpo.advantage != "grpo" or all(
+            d.dataset_name.startswith(GENERATED) for key, d in dataset_entries(cfg) if key.startswith("data.train")):
+        return None  # (generated tasks pose a few prompts with fresh tests each: the problems differ)
+    seen = {json.dumps(p.messages, sort_keys=True) for p in train}
+    if len(seen) == len(train):
+        return None
+    return (f"note: {len(train) - len(seen):,} of {len(train):,} training problems repeat another's prompt: where one "
+            "step draws two groups of one prompt, each group's advantages are its own (NeMo RL's current code pools "
+            "them: one baseline and std over all their samples)")
 
 
 def rollout_generator(cfg: MasterConfig, policy, slots: int):
