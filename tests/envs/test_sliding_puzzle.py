@@ -105,3 +105,33 @@ def test_the_cpu_config_learns_which_move_the_board_asks_for(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     evals = [r["eval/pass@1"] for r in rows if "eval/pass@1" in r]
     assert evals[-1] >= evals[0] + 0.15
+
+
+def test_the_last_turn_gets_no_answer_and_an_answer_that_would_not_fit_cuts_nothing():
+    """With the turns spent, the environment's answer was still added: tokens no model turn reads, and where they did
+    not fit the context an episode whose turns were all whole was marked truncated (overlong_filtering then dropped
+    it from training)."""
+    from execrl.models import BYTE_VOCAB, build_tokenizer
+    from execrl.rollout import Completion, SamplingParams
+    from execrl.sandbox import Grader, Limits
+    from execrl.tasks import Problem
+    from execrl.trainer.rollouts import EpisodeRunner
+
+    class Viewer:
+        def generate(self, prompts, num_samples, max_new_tokens, params, stop_strings=None, seeds=None, **_):
+            ids = tok("<action>view</action>", add_special_tokens=False)["input_ids"]
+            return [[Completion(ids, "<action>view</action>", False) for _ in range(num_samples)] for _ in prompts]
+
+    tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
+    puzzle = Problem("pz/0", [], "puzzle", metadata={"grid": [[1, 2], [0, 3]]})
+    lengths = []
+    for limit in (4096, None):
+        cfg = load_config(None, ["env.multi_turn.kind=sliding_puzzle", "data.train.dataset_name=sliding_puzzle",
+                                 "grpo.max_rollout_turns=2", "policy.generation.max_new_tokens=30",
+                                 f"policy.max_total_sequence_length={limit or lengths[0] + 5}"])
+        with Grader(num_workers=1, limits=Limits(timeout_s=2.0, memory_mb=512)) as grader:
+            e, = EpisodeRunner(cfg, Viewer(), tok, grader).run([puzzle], 1, SamplingParams(1.0)).episodes
+        t = e.trajectory
+        assert e.turns == 2 and not t.truncated and t.segments[-1].sampled, [s.sampled for s in t.segments]
+        lengths.append(len(t))
+    assert lengths[0] == lengths[1]

@@ -325,7 +325,7 @@ class EpisodeRunner:
         start = time.perf_counter()
         steps = [answer.result() for _, _, answer in rollouts.pending]
         cut = [e for (e, c, _), s in zip(rollouts.pending, steps)
-               if not advance(e, c, s, self, self.cfg.policy.max_total_sequence_length)]
+               if not advance(e, c, s, self, self.cfg.policy.max_total_sequence_length, last)]
         if last:  # environments that do not count turns end with the budget
             cut = [e for e in rollouts.episodes if not e.done]
         for e, s in zip(cut, self.pool.map(lambda e: e.env.finish(), cut)):
@@ -398,10 +398,11 @@ def fit(c: Completion, room: int, tokenizer) -> Completion:
                       None if c.logprobs is None else c.logprobs[:room], c.guide)
 
 
-def advance(e: Episode, c: Completion, step: Step, runner: EpisodeRunner, max_len: int) -> bool:
+def advance(e: Episode, c: Completion, step: Step, runner: EpisodeRunner, max_len: int, last: bool = False) -> bool:
     """Add a model turn and the environment's answer to the episode. False: the episode must end
     early (a model turn ran out of tokens, or the environment's turn does not fit): the environment
-    then scores it as it stands."""
+    then scores it as it stands. `last`: the turns are spent, so no model turn reads an answer: none is added
+    (it took sequence length for nothing, and one that did not fit marked an uncut episode truncated)."""
     e.turns += not e.more  # (the rest of a turn cut at an opening fence is the same turn: one generation more)
     e.tool_calls += step.tool_call
     e.tool_errors += step.tool_error
@@ -417,7 +418,7 @@ def advance(e: Episode, c: Completion, step: Step, runner: EpisodeRunner, max_le
     if step.done:
         end(e, step)
         return True
-    if c.truncated:
+    if c.truncated or last:
         return False
     if not step.observation:  # nothing to say yet (a game: the opponent is to move)
         return True
