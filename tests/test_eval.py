@@ -88,6 +88,14 @@ def test_eval_completions_that_carry_their_own_tests_and_answers(tmp_path):
     proc = run("--completions", path, "--dataset", "", "--out", tmp_path / "o")
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["pass@1"] == pytest.approx(2 / 3)
+    # an answer of null is none (it was a math problem whose reference is the text "None"); a language spelled
+    # Python or C++ is the sandbox's python and cpp (such rows were refused)
+    path.write_text(json.dumps({"id": "n", "completion": r"\boxed{None}", "answer": None}))
+    proc = run("--completions", path, "--dataset", "", "--out", tmp_path / "o2")
+    assert proc.returncode == 2 and "no tests or answer of its own" in proc.stderr
+    path.write_text(json.dumps({**rows[0], "language": "Python"}))
+    proc = run("--completions", path, "--dataset", "", "--out", tmp_path / "o3")
+    assert proc.returncode == 0 and json.loads((tmp_path / "o3" / "summary.json").read_text())["pass@1"] == 1.0
 
 
 def test_eval_errors_are_one_clear_line(tmp_path):

@@ -96,6 +96,19 @@ def test_math_correct(completion, expected):
     assert parts(sample(completion, problem=MATH), "math_correct").total == expected
 
 
+def test_references_in_display_math_and_thin_space_thousands_match():
+    """A reference written \\[3\\] never matched (math-verify read $\\[3\\]$ as nothing), nor \\boxed{1\\,000} 1000."""
+    from execrl.extract import math_answer
+    from execrl.rewards.math_answers import answers_match
+
+    for predicted, reference in [("3", r"\[3\]"), (r"\frac{1}{2}", r"\[\frac{1}{2}\]"), ("0.5", r"\[\frac{1}{2}\]"),
+                                 (math_answer(r"\boxed{1\,000}"), "1000"), (r"1\ 000", "1000"), ("1{,}000", "1000"),
+                                 ("$3$", r"\(3\)")]:
+        assert answers_match(predicted, reference), (predicted, reference)
+    for predicted, reference in [(r"1\,5", "15"), ("2", r"\[3\]"), ("$$", "3"), ("$3$ and $4$", "3")]:
+        assert not answers_match(predicted, reference), (predicted, reference)
+
+
 def test_infra_error_makes_the_sample_invalid_not_zero():
     r = parts(sample(res=result(V.INFRA_ERROR)), "test_pass_fraction", "execution_tiers")
     assert not r.valid and r.total is None and r.parts == {}

@@ -203,7 +203,8 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
     grouped: dict[object, tuple[Problem, list]] = {}  # (an id, or a row number for a row with no id)
     past_limit = 0
     for n, row in enumerate(read_rows(path), 1):
-        pid = str(row.get("problem_id", row.get("id", "")))
+        row = {k: v for k, v in row.items() if not (k in ("tests", "answer") and v is None)}  # null: none (an answer
+        pid = str(row.get("problem_id", row.get("id", "")))  # of null was a math problem whose reference is "None")
         text, num_tokens = row.get("completion"), row.get("num_tokens") or 0
         if not isinstance(text, str):
             raise DatasetError(f"{path}, row {n}: no 'completion' string")

@@ -17,8 +17,23 @@ MAX_ANSWER_CHARS = 200  # sympy on adversarial text can run for minutes: long an
 THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")  # 1,234,567.5: the only commas a plain number holds
 
 
+DELIMITERS = (("\\(", "\\)"), ("\\[", "\\]"), ("$$", "$$"), ("$", "$"))  # LaTeX math around a whole answer
+SEPARATORS = re.compile(r"(?<=\d)(?:\\,|\\ |\{,\})(?=\d{3})")  # 1\,000, 1\ 000, 1{,}000: thousands separators
+
+
+def _bare(text: str) -> str:
+    """An answer without one pair of math delimiters around the whole of it (a reference written \\[3\\] is 3)."""
+    text = text.strip()
+    for left, right in DELIMITERS:
+        inner = text[len(left):len(text) - len(right)]
+        if len(text) >= len(left) + len(right) and text.startswith(left) and text.endswith(right) and \
+                left not in inner and right not in inner:  # ($3$ and $4$: two, not one)
+            return inner.strip()
+    return text
+
+
 def _number(text: str) -> Fraction | None:
-    text = text.strip().strip("$").replace("\\!", "").rstrip(".")
+    text = SEPARATORS.sub(",", text.strip().strip("$").replace("\\!", "")).rstrip(".")
     if "," in text:  # thousands separators only: "0,5" (a decimal comma) and "1,2" (a list) are not 5 and 12
         if not THOUSANDS.fullmatch(text):
             return None
@@ -31,6 +46,9 @@ def _number(text: str) -> Fraction | None:
 
 def answers_match(predicted: str | None, reference: str) -> bool:
     if predicted is None or not predicted.strip():
+        return False
+    predicted, reference = _bare(predicted), _bare(reference)
+    if not predicted:
         return False
     a, b = _number(predicted), _number(reference)
     if a is not None and b is not None:

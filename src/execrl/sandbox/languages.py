@@ -49,9 +49,13 @@ def get_language(name: str) -> Language:
 
 
 def language_named(value, default: str = "python") -> str | None:
-    """A row's language (empty: `default`) where the sandbox runs it, else None (an unknown name, or not a name)."""
+    """A row's language (empty: `default`) by the sandbox's name for it (`Python`, `python3`, `C++` as get_language
+    reads them), else None (an unknown name, or not a name)."""
     value = value or default
-    return value if isinstance(value, str) and value in LANGUAGES else None
+    if not isinstance(value, str):
+        return None
+    key = ALIASES.get(value.lower(), value.lower())
+    return key if key in LANGUAGES else None
 
 
 def load_languages(path: str) -> None:
