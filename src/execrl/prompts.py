@@ -36,6 +36,16 @@ class PromptConfig(BaseModel):
             raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
         if self.code_style not in CODE_STYLES:
             raise ValueError(f"code_style must be one of {CODE_STYLES}, got {self.code_style!r}")
+        if self.template is not None:
+            marker = "\x00problem\x00"
+            try:
+                posed = self.template.format(marker)
+            except (IndexError, KeyError, ValueError) as e:  # {x}, {} {}, a lone brace
+                raise ValueError(f"template: {type(e).__name__} {e} formatting it with the problem's text: one {{}} "
+                                 "where the problem goes, {{ and }} for literal braces") from None
+            if marker not in posed:
+                raise ValueError("template has no {} placeholder, so the problem's text would be dropped from every "
+                                 "prompt: put {} where the problem goes (NeMo RL's prompt files do)")
 
 
 def instruction(kind: str, cfg: PromptConfig) -> str:

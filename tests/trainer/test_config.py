@@ -1,5 +1,6 @@
 """The config schema as a researcher meets it: YAML files, defaults, references, overrides, errors, --dry-run."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -323,3 +324,13 @@ def test_keys_the_chosen_variant_does_not_read_are_named():
     assert "loss_fn.token_level_loss (loss_fn.constant_normalizer divides" in note
     assert "use_leave_one_out_baseline" not in note  # (not written: the default)
     assert no_effect_note(load_config(None, ["grpo.advantage=dr_grpo"])) is None
+
+
+def test_a_prompt_template_without_a_place_for_the_problem_is_refused():
+    """prompt.template (NeMo RL's prompt_file) without {} posed every problem as the same text, the problem dropped;
+    {x} or two {} failed on the first prompt, mid-run."""
+    for template, said in [("Solve it.", "has no {} placeholder"), ("Solve {x}", "KeyError"),
+                           ("Solve {} and {}", "IndexError"), ("Solve {", "Single '{'")]:
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            load_config(None, [f"prompt.template={template}"])
+    assert load_config(None, ["prompt.template=Solve {} {{as JSON}}"]).prompt.template == "Solve {} {{as JSON}}"
