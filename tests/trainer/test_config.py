@@ -334,3 +334,16 @@ def test_a_prompt_template_without_a_place_for_the_problem_is_refused():
         with pytest.raises(ConfigError, match=re.escape(said)):
             load_config(None, [f"prompt.template={template}"])
     assert load_config(None, ["prompt.template=Solve {} {{as JSON}}"]).prompt.template == "Solve {} {{as JSON}}"
+
+
+def test_a_schedule_that_keeps_the_learning_rate_at_zero_is_refused():
+    """ConstantLR with factor 0 over the run: lr 0 at every step, the reward moving by sampling noise alone, and no
+    word (policy.optimizer.kwargs.lr=0 itself was refused)."""
+    from execrl.config.checks import validate
+
+    zero = "policy.scheduler={name: torch.optim.lr_scheduler.ConstantLR, kwargs: {factor: 0.0, total_iters: 1000}}"
+    with pytest.raises(ConfigError, match="keeps the learning rate at 0 for all 4 steps"):
+        validate(load_config(None, ["grpo.max_num_steps=4", zero]))
+    with pytest.raises(ConfigError, match="fails at step 3 .ZeroDivisionError"):  # (torch divides by the factor)
+        validate(load_config(None, ["grpo.max_num_steps=4", zero.replace("1000", "3")]))
+    validate(load_config(None, ["grpo.max_num_steps=4", zero.replace("0.0", "0.5")]))

@@ -362,11 +362,33 @@ def check_loss(cfg: MasterConfig, batch_plan: BatchPlan) -> None:
                           f"{batch_plan.samples_per_step} (grpo.num_prompts_per_step x num_generations_per_prompt)")
 
 
+SCHEDULE_PROBE = 10_000  # steps of the schedule stepped through at start-up, looking for a learning rate above 0
+
+
 def check_scheduler(cfg: MasterConfig) -> None:
-    """The learning-rate schedule builds (its kwargs are those of its torch class)."""
+    """The learning-rate schedule builds (its kwargs are those of its torch class), and it gives some step a learning
+    rate above 0 (ConstantLR with factor 0 for the whole run trained nothing, without a word)."""
+    import warnings
+
     import torch  # (only here: the other checks run without it)
 
-    cfg.policy.scheduler.build(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0))
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    scheduler = cfg.policy.scheduler.build(optimizer)
+    steps = min(cfg.grpo.max_num_steps, SCHEDULE_PROBE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch's "step before optimizer.step()": nothing is trained here)
+        for step in range(steps):
+            if optimizer.param_groups[0]["lr"] > 0:
+                return
+            try:
+                scheduler.step()
+            except ArithmeticError as e:  # (ConstantLR with factor 0 divides by it when its iterations end)
+                raise ConfigError(f"policy.scheduler fails at step {step + 1} ({type(e).__name__}: {e}), having kept "
+                                  "the learning rate at 0 until then: check its kwargs (e.g. ConstantLR's factor > 0)"
+                                  ) from None
+    which = "all" if steps == cfg.grpo.max_num_steps else "the first"
+    raise ConfigError(f"policy.scheduler keeps the learning rate at 0 for {which} {steps:,} steps, so nothing is "
+                      "learned: check its kwargs (e.g. ConstantLR's factor, LinearLR's start_factor and total_iters)")
 
 
 def missing_package(cfg: MasterConfig) -> str | None:
