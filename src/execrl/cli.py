@@ -173,6 +173,7 @@ def run_train(args) -> int:
         missing_package,
         no_effect_note,
         validate,
+        validation_overlap_note,
     )
 
     try:
@@ -183,7 +184,7 @@ def run_train(args) -> int:
         return 2
     launch = multi_gpu_launch(cfg, args)
     missing = missing_package(cfg)
-    for note in (no_effect_note(cfg), differences_note(cfg),
+    for note in (no_effect_note(cfg), differences_note(cfg), validation_overlap_note(cfg),
                  missing and args.dry_run and f"note: {missing} (the run refuses it)"):
         if note and "LOCAL_RANK" not in os.environ:  # (torchrun's processes: the command that launched them said it)
             err.print(escape(note))

@@ -347,3 +347,14 @@ def test_a_schedule_that_keeps_the_learning_rate_at_zero_is_refused():
     with pytest.raises(ConfigError, match="fails at step 3 .ZeroDivisionError"):  # (torch divides by the factor)
         validate(load_config(None, ["grpo.max_num_steps=4", zero.replace("1000", "3")]))
     validate(load_config(None, ["grpo.max_num_steps=4", zero.replace("0.0", "0.5")]))
+
+
+def test_validating_on_a_training_set_is_warned():
+    from execrl.config.checks import validation_overlap_note
+
+    same = load_config(None, ["data.train={dataset_name: mbpp, split: train}",
+                              "data.validation={dataset_name: mbpp, split: train}"])
+    assert "data.validation mbpp/train is also a training set" in validation_overlap_note(same)
+    assert validation_overlap_note(load_config(None, [])) is None
+    assert validation_overlap_note(load_config(None, ["data.train={dataset_name: mbpp, split: train}",
+                                                      "data.validation={dataset_name: mbpp, split: validation}"])) is None

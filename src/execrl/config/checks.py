@@ -315,6 +315,16 @@ def check_datasets(cfg: MasterConfig) -> None:
     check_reward_fits(cfg, kinds - {None})
 
 
+def validation_overlap_note(cfg: MasterConfig) -> str | None:
+    """A warning where a validation dataset is one of the training ones (the same dataset, split and file): its
+    eval/ metrics would measure problems the run trains on."""
+    trained = {(dataset_key(d.dataset_name), d.split_name, d.path) for d in cfg.data.train_sets}
+    same = [f"{d.dataset_name}/{d.split_name}" for key, d in dataset_entries(cfg) if key.startswith("data.validation")
+            and (dataset_key(d.dataset_name), d.split_name, d.path) in trained]
+    return (f"warning: data.validation {', '.join(same)} is also a training set: eval/ metrics would measure problems "
+            "the run trains on (validate on a held-out split, e.g. data.validation.split=validation)") if same else None
+
+
 def data_sources(cfg: MasterConfig) -> list[str]:
     """Where each configured dataset will be read from (--dry-run's lines; check_datasets has passed)."""
     lines = []
