@@ -56,3 +56,26 @@ def test_the_flat_warning_under_role_baselines_speaks_of_advantages(capsys):
         checked(run, 3, {"skipped_steps": 0}, 1.0, 4, 4, 1e-6)
         shown = capsys.readouterr()
         assert said in (shown.out + shown.err).replace("\n", " ")
+    # every sample truncated and left out by grpo.overlong_filtering: rewards that differed said nothing
+    run = SimpleNamespace(cfg=load_config(None, ["grpo.overlong_filtering=true"]), nan_streak=0,
+                          flat_streak=FLAT_WARNING_STEPS - 1, baselines=RoleBaselines())
+    checked(run, 3, {"skipped_steps": 0}, 1.0, 4, 4, 1e-6, num_unkept=4)
+    shown = capsys.readouterr()
+    assert "grpo.overlong_filtering left it out of the loss" in (shown.out + shown.err).replace("\n", " ")
+
+
+def test_a_run_too_short_for_the_streak_warning_is_warned_at_its_end(tmp_path, capsys):
+    """The all-flat warning needs 3 steps in a row: a 1- or 2-step run of flat groups (grad_norm 0) said nothing."""
+    import json
+    from types import SimpleNamespace
+
+    from execrl.config import load_config
+    from execrl.trainer import loop
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "train/reward_mean": 0.0,
+                                                                "train/flat_group_frac": 1.0}) + "\n" for s in (1, 2)))
+    run = SimpleNamespace(cfg=load_config(None, []), logger=SimpleNamespace(dir=tmp_path, jsonl=None),
+                          sampler=SimpleNamespace(kinds={"code"}))
+    loop.summarize(run)
+    shown = capsys.readouterr()
+    assert "at every step every group's rewards were all equal" in (shown.out + shown.err).replace("\n", " ")

@@ -199,13 +199,16 @@ def launch_step(run: Run, rollouts, defer: bool = False) -> Callable[[], dict]:
     # role baselines make a drawn match's advantages nonzero)
     flat = flat_groups(rewards, valid) if cfg.grpo.advantage == "grpo" else \
         ((adv.reshape(rewards.shape) == 0) | ~valid).all(1)
-    num_flat, num_groups = dist.sum_floats(flat.sum().item(), len(rewards))
+    # groups none of whose samples is in the loss (grpo.overlong_filtering leaves out the truncated ones)
+    unkept = ~batch.kept.reshape(rewards.shape).any(1) if batch.kept.numel() == rewards.numel() else flat & False
+    num_flat, num_groups, num_unkept = dist.sum_floats((flat | unkept).sum().item(), len(rewards),
+                                                       (unkept & valid.any(1)).sum().item())
     step = run.step + 1
-    return lambda: checked(run, step, numbers(), num_valid / num_samples, num_flat, num_groups, lr)
+    return lambda: checked(run, step, numbers(), num_valid / num_samples, num_flat, num_groups, lr, num_unkept)
 
 
 def checked(run: Run, step: int, stats: dict, valid_frac: float, num_flat: float, num_groups: float,
-            lr: float) -> dict:
+            lr: float, num_unkept: float = 0.0) -> dict:
     """A train phase's numbers, with the run's checks on them: a skipped (non-finite) step said, three in a row
     stop the run; every group flat for FLAT_WARNING_STEPS steps warned of."""
     run.nan_streak = run.nan_streak + 1 if stats["skipped_steps"] else 0
@@ -220,14 +223,25 @@ def checked(run: Run, step: int, stats: dict, valid_frac: float, num_flat: float
     stats.update({f"{key}/baseline": b for key, b in run.baselines.values.items()})  # self-play's role baselines
     stats["flat_group_frac"] = num_flat / max(num_groups, 1)  # groups with no learning signal
     run.flat_streak = run.flat_streak + 1 if num_groups and num_flat == num_groups else 0
-    if run.flat_streak == FLAT_WARNING_STEPS:
-        flat = ("every advantage was 0 (each return its role's baseline)" if run.cfg.grpo.advantage == "rae" else
-                "every group's rewards were all equal")
-        console.print(f"[yellow]warning: for {FLAT_WARNING_STEPS} steps {flat} "
+    if run.flat_streak == FLAT_WARNING_STEPS and num_unkept == num_groups:
+        console.print(f"[yellow]warning: for {FLAT_WARNING_STEPS} steps every sample was cut at "
+                      "policy.generation.max_new_tokens and grpo.overlong_filtering left it out of the loss "
+                      "(train/truncated_frac 1.0): the loss and its gradient are 0 and nothing is learned. Raise "
+                      "policy.generation.max_new_tokens, or set grpo.overlong_filtering=false[/]")
+    elif run.flat_streak == FLAT_WARNING_STEPS:
+        console.print(f"[yellow]warning: for {FLAT_WARNING_STEPS} steps {flat_reason(run.cfg)} "
                       "(train/flat_group_frac 1.0): the loss and its gradient are 0 and nothing is learned. The "
                       "problems may be too hard or too easy for the model, or the reward may not score this "
                       "dataset (reward.components); see the rollouts in the log directory[/]")
     return stats
+
+
+def flat_reason(cfg) -> str:
+    """What made a step's every group flat, as the warnings say it."""
+    if cfg.grpo.advantage == "rae":
+        return "every advantage was 0 (each return its role's baseline)"
+    return "every group's rewards were all equal" + (" or its samples all truncated and left out of the loss "
+                                                      "(grpo.overlong_filtering)" if cfg.grpo.overlong_filtering else "")
 
 
 def warm_up(run: Run) -> None:
@@ -353,6 +367,10 @@ def summarize(run: Run) -> None:
             k = min(5, len(values) // 2)
             console.print(f"{key[6:].replace('_', ' ').replace('reward mean', 'train reward')}, mean of the first {k} "
                           f"steps -> last {k}: {sum(values[:k]) / k:.3f} -> {sum(values[-k:]) / k:.3f}")
+    flats = [r["train/flat_group_frac"] for r in rows if "train/flat_group_frac" in r]
+    if flats and len(flats) < FLAT_WARNING_STEPS and all(f == 1.0 for f in flats):  # (longer runs were warned)
+        console.print(f"[yellow]warning: at every step {flat_reason(run.cfg)} (train/flat_group_frac 1.0): the loss "
+                      "and its gradient were 0 and nothing was learned[/]")
     evals = [k for k in keys if k.startswith("eval/") and "win_rate_vs_" in k] if selfplay else ["eval/pass@1"]
     for key in evals:
         points = [(r["step"], r[key]) for r in rows if key in r]
