@@ -83,6 +83,25 @@ def apply_template(tokenizer, messages: list[dict], generation_prompt: bool = Tr
                                          **getattr(tokenizer, TEMPLATE_KWARGS, None) or {})
 
 
+def template_notes(tokenizer) -> list[str]:
+    """Checks of a tokenizer's chat template on a one-message prompt: raises ValueError where it drops the message's
+    content (every prompt would be the same text); a note where chat_template_kwargs change nothing in it (a
+    misspelt name: {enable_thinkng: false} left a Qwen3's thinking on)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return []
+    probe = [{"role": "user", "content": "execrlprobe7f3a"}]
+    text = apply_template(tokenizer, probe)
+    if probe[0]["content"] not in text:
+        raise ValueError("the chat template (policy.tokenizer.chat_template, or the model's own) does not render a "
+                         f"message's content (a user message came out as {text[:120]!r}), so every prompt would be the "
+                         "same text: set policy.tokenizer.chat_template to one that renders it")
+    kwargs = getattr(tokenizer, TEMPLATE_KWARGS, None) or {}
+    if kwargs and tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True) == text:
+        return [f"note: policy.tokenizer.chat_template_kwargs {kwargs} change nothing in this chat template's prompt "
+                "(a name it does not read?)"]
+    return []
+
+
 def render(messages: list[dict], tokenizer) -> str:
     """The tokenizer's chat template when it has one; otherwise a plain 'Role: text' transcript."""
     if getattr(tokenizer, "chat_template", None):

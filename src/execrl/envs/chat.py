@@ -32,14 +32,31 @@ class TurnRenderer:
             raise ChatTemplateError("multi-turn environments render their turns with the tokenizer's chat template, "
                                     "and this tokenizer has none: set policy.tokenizer.chat_template")
         self.tokenizer = tokenizer
+        self.rendered_roles: set = set()  # roles whose messages the template was seen to render (check_role)
         added = getattr(tokenizer, "added_tokens_decoder", {}) or {}  # (its added tokens marked special: <|im_start|>)
         self.specials = {t for t in (*tokenizer.all_special_tokens,
                                      *(a.content for a in added.values() if getattr(a, "special", False))) if t}
+
+    def check_role(self, role: str) -> None:
+        """Raises ChatTemplateError where the template drops (or never renders the content of) a message of `role`:
+        the environment's turns would reach the record but never the model (ChatML templates that skip `tool`)."""
+        if role in self.rendered_roles:
+            return
+        probe = "execrlprobe" + secrets.token_hex(6)  # (letters and digits: kept by templates that quote or escape)
+        self.rendered_roles.add(role)  # (before the probe: delta_text asks this again)
+        if probe not in self.delta_text([{"role": role, "content": probe}]):
+            self.rendered_roles.discard(role)
+            raise ChatTemplateError(f"the chat template drops the content of messages of role {role!r}, so the "
+                                    "environment's turns would never reach the model: set "
+                                    "env.multi_turn.observation_role to a role it renders (tool or user), or "
+                                    "policy.tokenizer.chat_template to one that renders this role")
 
     def delta_text(self, messages: list[dict]) -> str:
         """The text the chat template adds after an assistant message's content for `messages` and
         the next generation prompt; the same whatever came before (checked on two stand-in
         conversations)."""
+        for m in messages:
+            self.check_role(m.get("role"))
         deltas = set()
         for question, answer in _STANDINS:
             head = self._render([{"role": "user", "content": question}], True) + answer

@@ -24,7 +24,7 @@ from execrl.compiling import compile_settings
 from execrl.config import MasterConfig
 from execrl.lora import apply_lora
 from execrl.models import load_model_and_tokenizer, no_dropout, pick_device
-from execrl.prompts import TEMPLATE_KWARGS
+from execrl.prompts import TEMPLATE_KWARGS, template_notes
 from execrl.rollout.fuse import fuse_projections
 from execrl.tasks.problem import err
 from execrl.trainer import distributed as dist
@@ -88,6 +88,9 @@ def load_weights(cfg: MasterConfig, dtype: torch.dtype, device: str | None = Non
     if p.tokenizer.chat_template:
         tok.chat_template = p.tokenizer.chat_template
     setattr(tok, TEMPLATE_KWARGS, p.tokenizer.chat_template_kwargs)
+    for note in template_notes(tok):  # (raises where the template drops a message's content)
+        if dist.is_main():
+            err.print(note, markup=False)
     dropped = no_dropout(model)
     if dropped and dist.is_main():
         err.print(f"policy: dropout off ({', '.join(dropped)} were above 0 in the model's config): the engine "
