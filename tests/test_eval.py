@@ -303,6 +303,7 @@ def test_completions_rows_are_each_their_own_problem_and_checked(tmp_path):
     rows = [{"problem_id": "p", "completion": code(1)}, {"problem_id": "q", "completion": code(2)}]
     summary = completions_eval(tmp_path, rows, "jsonl", data_path=str(data), limit=1)
     assert (summary["problems"], summary["pass@1"], summary["ran"]["limit"]) == (1, 1.0, 1)
+    assert summary["ran"]["data_read_from"] == str(data)  # (a hub id's local copy of examples was recorded as null)
     data.write_text("".join(json.dumps({"id": "p", "prompt": "x", "tests": tests(v)}) + "\n" for v in (1, 2)))
     with pytest.raises(DatasetError, match="names more than one problem"):
         completions_eval(tmp_path, rows[:1], "jsonl", data_path=str(data))

@@ -25,6 +25,7 @@ from execrl.sandbox import LANGUAGES, Grader, Limits, TestSpecError, check_infra
 from execrl.sandbox.spec import truncate_tests
 from execrl.tasks import Problem, dataset_key, load_problems
 from execrl.tasks.problem import VERIFIER, DatasetError, read_rows
+from execrl.tasks.registry import DATASETS, local_source
 
 err = Console(stderr=True, soft_wrap=True)
 
@@ -311,10 +312,23 @@ def ran(cfg: EvalConfig, source: dict, verifiers: set[str] = frozenset()) -> dic
                "max_new_tokens": cfg.max_new_tokens, "max_prompt_tokens": cfg.max_prompt_tokens,
                "backend": cfg.backend, "guided": cfg.guided} if "model" in source else {}
     data_path = None if cfg.data_path is None else str(cfg.data_path)
-    return {**source, **sampled, "data_path": data_path, "data_seed": cfg.data_seed, "limit": cfg.limit,
+    return {**source, **sampled, "data_path": data_path, "data_read_from": read_from(cfg), "data_seed": cfg.data_seed,
+            "limit": cfg.limit,
             "max_tests": cfg.max_tests, "timeout_s": cfg.timeout_s, "system_prompt": cfg.prompt.system_prompt,
             "answer_format": cfg.prompt.answer_format, "code_style": cfg.prompt.code_style,
             **({"math_verify_impl": sorted(verifiers)} if verifiers else {})}
+
+
+def read_from(cfg: EvalConfig) -> str | None:
+    """Where the dataset's problems were read: the file or directory (a hub id's local copy, which may be a handful
+    of examples), "hub:<id>", or "generated"; None without a dataset."""
+    if not cfg.dataset:
+        return None
+    info = DATASETS[dataset_key(cfg.dataset)]
+    local = local_source(info, cfg.data_path)
+    if local is not None:
+        return str(local)
+    return "generated" if info.generated else f"hub:{info.hub_id}" if info.hub_id else f"loader:{info.name}"
 
 
 _LOOKS_IN = {"fence": "a ```python block", "tags": "<code></code> tags", "auto": "a ``` block or <code> tags"}
