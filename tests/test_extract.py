@@ -148,3 +148,21 @@ def test_a_closing_fence_with_text_after_it_closes_the_block():
     # an empty block after the code holds no answer
     assert extract(f"```python\n{body}\n```\n```python\n```").code == body
     assert extract(f"```python\n{body}\n```\nthen\n```python\n").code == body
+
+
+def test_a_block_of_example_calls_after_the_solution_is_not_the_code():
+    """Chat models write the solution, then a ```python block of example calls: the last block was graded alone (a
+    NameError: runtime_error for a right answer). Where the tests call a name the last block does not define, the
+    last block that defines it is the code; stdin/stdout tests (no name) keep the last block, as LiveCodeBench."""
+    from execrl.sandbox import AssertTests, StdioTests
+    from execrl.sandbox.spec import entry_names
+
+    text = ("```python\ndef remove_Occ(s, ch):\n    return s.replace(ch, '', 1)\n```\nExample:\n"
+            "```python\nprint(remove_Occ('hello', 'l'))\n```\n")
+    entries = entry_names(AssertTests(['assert remove_Occ("hello","l") == "helo"', "assert len(remove_Occ('ab', 'a')) == 1"]))
+    assert entries == {"remove_Occ"}
+    assert extract(text, entries=entries).code.startswith("def remove_Occ")
+    assert extract(text).code.startswith("print(")  # (no tests named: the last block)
+    assert entry_names(StdioTests(["1\n"], ["1\n"])) == frozenset()
+    both = text + "```python\ndef remove_Occ(s, ch):\n    return s\n```\n"  # a later definition wins
+    assert extract(both, entries=entries).code == "def remove_Occ(s, ch):\n    return s"

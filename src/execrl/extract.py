@@ -6,7 +6,7 @@ Answer formats (`answer_format`):
   reasoning  <reasoning>...</reasoning><answer>...</answer>: the answer is inside the last <answer> tags
   think      <think>...</think> then the answer: everything after the last </think>
 Code is the last fenced block (```python preferred, any fence otherwise; an unclosed final fence counts when
-no block is closed) or the last <code>...</code> (`code_style`: fence, tags, or auto = either, latest wins; plain =
+no block is closed; where the tests call a name the last block does not define, the last block that defines it) or the last <code>...</code> (`code_style`: fence, tags, or auto = either, latest wins; plain =
 as auto, else the whole answer is the code: what a base model or a completions file without fences holds).
 "No code found" is an outcome of its own (code is None), never an exception.
 """
@@ -94,12 +94,20 @@ def same_language(tag: str, language: str) -> bool:
     return _CANON.get(tag, tag) == _CANON.get(language.lower(), language.lower())
 
 
-def _from_fences(text: str, language: str) -> tuple[str | None, bool, int]:
+def defines(code: str, names: frozenset[str]) -> bool:
+    """Whether code defines one of `names` at its top level (def, class, or an assignment)."""
+    return any(re.search(rf"^(?:(?:async\s+)?def|class)\s+{re.escape(n)}\b|^{re.escape(n)}\s*=", code, re.M)
+               for n in names)
+
+
+def _from_fences(text: str, language: str, entries: frozenset[str] = frozenset()) -> tuple[str | None, bool, int]:
     blocks = [b for b in fenced_blocks(text) if b[1].strip()]  # an empty block holds no answer
     closed = [b for b in blocks if b[2]]
     for pool in ([b for b in closed if same_language(b[0], language)], closed, [b for b in blocks if not b[2]]):
         if pool:
             lang, code, ok = pool[-1]
+            if entries and not defines(code, entries):  # a usage example after the solution (print(f(...)) in a
+                code = next((c for _, c, _ in reversed(pool) if defines(c, entries)), code)  # block of its own)
             return code, ok, text.rfind("```")
     return None, False, -1
 
@@ -112,7 +120,10 @@ def _from_tags(text: str) -> tuple[str | None, bool, int]:
 
 
 def extract(completion: str, answer_format: str = "code", code_style: str = "fence",
-            language: str = "python", want_code: bool = True) -> Extracted:
+            language: str = "python", want_code: bool = True, entries: frozenset[str] = frozenset()) -> Extracted:
+    """The answer and the code of a completion. `entries`: the names the tests call (spec.entry_names); where the
+    last block defines none of them and an earlier one does (the solution, then a block of example calls), that
+    block is the code."""
     if answer_format not in ANSWER_FORMATS:
         raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
     if code_style not in CODE_STYLES:
@@ -122,7 +133,7 @@ def extract(completion: str, answer_format: str = "code", code_style: str = "fen
         return Extracted(answer, format_ok)
     found = []
     if code_style in ("fence", "auto", "plain"):
-        found.append(_from_fences(answer, language))
+        found.append(_from_fences(answer, language, entries))
     if code_style in ("tags", "auto", "plain"):
         found.append(_from_tags(answer))
     found = [f for f in found if f[0] is not None]

@@ -7,6 +7,7 @@ from execrl.envs.base import Environment, Step, final_step
 from execrl.extract import extract
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
+from execrl.sandbox.spec import entry_names
 from execrl.tasks import Problem
 
 
@@ -23,7 +24,7 @@ class SingleTurnEnv(Environment):
     def step(self, assistant_text: str, num_tokens: int = 0) -> Step:
         p, prompt = self.problem, self.cfg.prompt
         extracted = extract(assistant_text, prompt.answer_format, prompt.code_style, p.language,
-                            want_code=p.kind == "code")
+                            want_code=p.kind == "code", entries=entry_names(p.tests))
         sample = Sample(p, assistant_text, extracted, num_tokens=num_tokens,
                         max_tokens=self.cfg.policy.generation.max_new_tokens)
         return final_step(sample, self.grader, self.cfg.reward)

@@ -19,7 +19,7 @@ from execrl.extract import Extracted, extract
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
 from execrl.sandbox import AssertTests, CallTests, CheckTests, ProgramResult, StdioTests, TestSpec, Verdict
-from execrl.sandbox.spec import truncate_tests
+from execrl.sandbox.spec import entry_names, truncate_tests
 from execrl.tasks import Problem
 
 V = Verdict
@@ -49,7 +49,8 @@ class UnitTestsEnv(Environment):
             return Step(more=True)
         num_tokens = self.last_tokens  # (the whole turn's, a continued one's parts together)
         last_turn = self.generations >= self.cfg.grpo.max_rollout_turns
-        extracted = extract(assistant_text, prompt.answer_format, prompt.code_style, p.language)
+        extracted = extract(assistant_text, prompt.answer_format, prompt.code_style, p.language,
+                            entries=entry_names(p.tests))
         if extracted.code is None:
             if last_turn:
                 return self._final(num_tokens, False)

@@ -22,7 +22,7 @@ from execrl.prompts import PromptConfig, build_messages, drop_long_prompts, rend
 from execrl.rewards import CORRECT, Sample, outcome, sandbox_failures
 from execrl.rewards.outcome import NO_CODE, graded_in_sandbox
 from execrl.sandbox import LANGUAGES, Grader, Limits, TestSpecError, check_infra_share, language_named, parse_tests
-from execrl.sandbox.spec import truncate_tests
+from execrl.sandbox.spec import entry_names, truncate_tests
 from execrl.tasks import Problem, dataset_key, load_problems
 from execrl.tasks.problem import VERIFIER, DatasetError, read_rows
 from execrl.tasks.registry import DATASETS, local_source
@@ -130,7 +130,8 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
 def make_sample(cfg: EvalConfig, problem: Problem, text: str, num_tokens: int) -> Sample:
     """A completion of `problem` as the sample it is graded as (its answer or program extracted)."""
     return Sample(problem, text, extract(text, cfg.prompt.answer_format, cfg.prompt.code_style, problem.language,
-                                         want_code=problem.kind == "code"), num_tokens=num_tokens,
+                                         want_code=problem.kind == "code", entries=entry_names(problem.tests)),
+                  num_tokens=num_tokens,
                   max_tokens=cfg.max_new_tokens)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -89,6 +90,25 @@ class CheckTests:
 
 
 TestSpec = StdioTests | CallTests | AssertTests | CheckTests
+
+
+_CALLED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\(")  # a name called, not an attribute's
+
+
+def entry_names(spec: TestSpec | None) -> frozenset[str]:
+    """The names of the program's that its tests call (a function, a class): HumanEval's entry point, a call test's
+    function, the names an assert calls that are not Python's builtins (MBPP's `remove_Occ`, LeetCode's `Solution`);
+    none for stdin/stdout tests, which run the program whole."""
+    import builtins
+
+    if isinstance(spec, CheckTests):
+        return frozenset({spec.entry_point})
+    if isinstance(spec, CallTests):
+        return frozenset({spec.fn_name, "Solution"})
+    if isinstance(spec, AssertTests):
+        called = {m.group(1) for a in spec.asserts[:8] for m in _CALLED.finditer(a[:2000])}
+        return frozenset(called - set(dir(builtins)) - {"assert", "not", "and", "or", "in", "is", "lambda"})
+    return frozenset()
 
 
 def num_tests(spec: TestSpec) -> int:
