@@ -429,7 +429,8 @@ class RewardModelConfig(Section):
         "float32 on CPU)")
     batch_size: int = Field(8, ge=1, description="conversations per forward pass")
     max_model_len: int | None = Field(None, ge=2, description="tokens it reads at most: a longer conversation keeps "
-                                      "its last ones (null: the model's max_position_embeddings)")
+                                      "the head of its prompt and the tail of its answer, with a warning (null: the "
+                                      "model's max_position_embeddings)")
     reward_model_cfg: RewardModelTypeConfig = Field(default_factory=RewardModelTypeConfig,
                                                     description="NeMo RL's: the kind of reward model")
 
