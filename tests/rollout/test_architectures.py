@@ -710,3 +710,34 @@ def test_grouped_decode_attention_equals_transformers_sdpa():
     want, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=d ** -0.5)
     assert got.shape == want.shape == (s, 1, hq, d)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_head_soft_caps_under_other_names_and_olmoe_clip_qkv_are_computed_as_the_model_does(tok):
+    """The trainer took hidden @ W for heads soft-capped under names other than final_logit_softcapping
+    (RecurrentGemma's logits_soft_cap: 7 nats off its forward at the real cap 30); OLMoE's family file left out
+    clip_qkv (7 nats off): such a model now goes transformers' own layers (the generic path)."""
+    from transformers import AutoModelForCausalLM, OlmoeConfig, RecurrentGemmaConfig
+
+    from execrl.rollout.models import has_family
+    from execrl.rollout.models.base import head_soft_cap
+    from execrl.trainer.step import token_logprobs
+
+    torch.manual_seed(0)
+    cfg = RecurrentGemmaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                               num_attention_heads=4, num_key_value_heads=2, lru_width=64, attention_window_size=16,
+                               logits_soft_cap=3.0, head_dim=16)
+    assert head_soft_cap(cfg) == 3.0
+    model = AutoModelForCausalLM.from_config(cfg).eval()
+    ids = torch.randint(3, len(tok), (2, 12))
+    select = torch.ones(2, 11, dtype=torch.bool)
+    with torch.no_grad():
+        got = token_logprobs(model, ids, None, select)[0]
+        want = torch.log_softmax(model(input_ids=ids).logits.float(), -1)[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+    olmoe = AutoModelForCausalLM.from_config(OlmoeConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=96,
+                                                         num_hidden_layers=2, num_attention_heads=4,
+                                                         num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                                                         clip_qkv=0.3))
+    assert not has_family(olmoe)
+    olmoe.config.clip_qkv = None
+    assert has_family(olmoe)

@@ -25,7 +25,7 @@ from execrl.rollout.completion import Completion, eos_ids, text_of
 from execrl.rollout.decoder import CachedDecoder, generic_in
 from execrl.rollout.generic import GenericDecoder, check_generic
 from execrl.rollout.masks import SlotMasks
-from execrl.rollout.models import REGISTRY
+from execrl.rollout.models import has_family
 from execrl.rollout.sampling import SamplingParams, request_key, sample, token_keys
 from execrl.rollout.units import PromptUnits
 from execrl.transfer import to_device
@@ -94,7 +94,7 @@ def at_rows(t: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
 def make_decoder(model, slots: int, max_len: int, merge_adapters: bool):
     """A family with a file in rollout/models/: its CachedDecoder; any other causal LM: the generic
     path (transformers' own forward over the engine's cache)."""
-    if getattr(model.config, "model_type", None) in REGISTRY:
+    if has_family(model):
         return CachedDecoder(model, slots, max_len, merge_adapters)
     dec = GenericDecoder(model, slots, max_len)
     check_generic(dec, model)

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from execrl.lora import base_layer
-from execrl.rollout.models import REGISTRY, architecture_of
+from execrl.rollout.models import architecture_of, has_family
 
 
 def _rehome(linears: list[nn.Linear], name: str) -> None:
@@ -32,7 +32,7 @@ def _rehome(linears: list[nn.Linear], name: str) -> None:
 def fuse_projections(model) -> None:
     """Each layer's q/k/v and gate/up groups (as the model's architecture names them) into one
     tensor each; nothing for a family the engine does not run (it refuses the model itself)."""
-    if getattr(model.config, "model_type", None) not in REGISTRY:
+    if not has_family(model):
         return
     arch = architecture_of(model)
     for layer in arch.layers:

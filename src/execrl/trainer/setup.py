@@ -22,7 +22,7 @@ from execrl.models import TINY_CODERS, pick_device
 from execrl.rewards.judges import load_reward_model
 from execrl.rewards.reward_model import RewardModel
 from execrl.rollout import build_generator
-from execrl.rollout.models import REGISTRY
+from execrl.rollout.models import REGISTRY, has_family
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import Problem
 from execrl.trainer import checkpoint, precision
@@ -274,7 +274,7 @@ def model_notes(model, backend: str) -> list[str]:
     training recipe (a mixture of experts' router loss) the GRPO loss leaves out."""
     c = model.config
     kind = getattr(c, "model_type", "?")
-    if backend == "execrl" and kind in REGISTRY:
+    if backend == "execrl" and has_family(model):
         arch = REGISTRY[kind]
         lines = [f"rollouts: the execrl engine, {kind} ({arch.__name__} in {arch.__module__.replace('.', '/')}.py)"]
     elif backend == "execrl":

@@ -30,8 +30,8 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from execrl.models import DROPOUTS
 from execrl.rollout.generic import EXTRAS, sdpa_configs
-from execrl.rollout.models import REGISTRY
-from execrl.rollout.models.base import rotary_bound
+from execrl.rollout.models import has_family
+from execrl.rollout.models.base import head_soft_cap, rotary_bound
 from execrl.rollout.models.layers import sliding_window
 from execrl.transfer import to_device
 
@@ -203,9 +203,9 @@ def shareable(model) -> bool:
     cfg = model.config
     configs = sdpa_configs(cfg)
     head = model.get_output_embeddings()
-    return (getattr(cfg, "model_type", None) in REGISTRY and cfg in configs and len(configs) == 1
+    return (has_family(model) and cfg in configs and len(configs) == 1
             and getattr(head, "bias", None) is None
-            and getattr(cfg, "final_logit_softcapping", None) is None
+            and head_soft_cap(cfg) is None
             and getattr(cfg, "attn_logit_softcapping", None) is None
             and not any(getattr(cfg, name, 0) or 0 for name in DROPOUTS)
             and all(sliding_window(cfg, i) is None for i in range(cfg.num_hidden_layers))

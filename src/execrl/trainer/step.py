@@ -17,7 +17,7 @@ from execrl.config import BatchPlan, MasterConfig
 from execrl.config.batch import Split
 from execrl.games import GAMES
 from execrl.guided import masks_of, restrict
-from execrl.rollout.models.base import rotary_bound
+from execrl.rollout.models.base import head_soft_cap, rotary_bound
 from execrl.rollout.sampling import scoring_temperature
 from execrl.trainer import distributed as dist
 from execrl.trainer import memory
@@ -170,7 +170,7 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor | None, select: 
     allowed = None if allowed is None else allowed.flatten(0, 1)[at_out]  # [N, W]
     head = model.get_output_embeddings()
     raw = None
-    if getattr(head, "bias", None) is None and getattr(model.config, "final_logit_softcapping", None) is None:
+    if getattr(head, "bias", None) is None and head_soft_cap(model.config) is None:
         if packed is None:
             hidden = final_hidden(model, ids, attn).flatten(0, 1)[at_row]  # [N, d]
         else:

@@ -7,7 +7,7 @@ tests/rollout/test_architectures.py (a tiny random model of the family against t
 from __future__ import annotations
 
 from execrl.rollout.models import gemma3, granite, llama, moe, olmo2, phi3, qwen3, starcoder2  # noqa: F401 (register)
-from execrl.rollout.models.base import REGISTRY, Architecture, UnsupportedModel
+from execrl.rollout.models.base import REGISTRY, Architecture, UnsupportedModel, has_family
 
 
 def architecture_of(model) -> Architecture:
@@ -15,10 +15,11 @@ def architecture_of(model) -> Architecture:
     run."""
     cfg = model.config
     kind = getattr(cfg, "model_type", "?")
-    if kind not in REGISTRY:
-        raise UnsupportedModel(f"the execrl rollout engine runs {', '.join(sorted(REGISTRY))} models, not {kind!r}: "
+    if not has_family(model):
+        raise UnsupportedModel(f"the execrl rollout engine's family files run {', '.join(sorted(REGISTRY))} models, "
+                               f"not this {kind!r}: "
                                "set policy.generation.backend=transformers to use transformers' generate instead")
     return REGISTRY[kind](model)
 
 
-__all__ = ["REGISTRY", "Architecture", "UnsupportedModel", "architecture_of"]
+__all__ = ["REGISTRY", "Architecture", "UnsupportedModel", "architecture_of", "has_family"]

@@ -85,6 +85,12 @@ Sublayer = Callable[[torch.Tensor], torch.Tensor]  # [B, T, d] -> [B, T, d]
 class Architecture:
     model_types: tuple[str, ...] = ()
 
+    @classmethod
+    def runs(cls, config) -> bool:
+        """Whether this file computes what a model of `config` computes; a variant it does not (OLMoE's clip_qkv)
+        goes the generic path, transformers' own layers."""
+        return True
+
     def __init__(self, model):
         self.model, self.cfg = model, model.config
         base = model.model
@@ -153,6 +159,22 @@ class Architecture:
 
 
 REGISTRY: dict[str, type[Architecture]] = {}
+
+
+def has_family(model) -> bool:
+    """Whether a family file of rollout/models/ runs `model` (else the generic path does, or nothing)."""
+    kind = getattr(model.config, "model_type", None)
+    return kind in REGISTRY and REGISTRY[kind].runs(model.config)
+
+
+HEAD_CAPS = ("final_logit_softcapping", "logits_soft_cap", "output_logit_soft_cap")  # Gemma 2/3, RecurrentGemma, xLSTM
+
+
+def head_soft_cap(config) -> float | None:
+    """The soft-cap a model puts on its LM head's logits (cap * tanh(logits / cap)), under any of the names families
+    give it (a text model's inside a multimodal config too); None: none."""
+    configs = [config] + ([config.get_text_config()] if hasattr(config, "get_text_config") else [])
+    return next((getattr(c, n) for c in configs for n in HEAD_CAPS if getattr(c, n, None)), None)
 
 
 def register(cls: type[Architecture]) -> type[Architecture]:

@@ -62,3 +62,7 @@ class Olmoe(RoutedExperts):
     """OLMoE: Llama's pre-norm layer with OLMo 2's whole-projection q/k norms, experts in every layer."""
     model_types = ("olmoe",)
     qk_norm = Olmo2.qk_norm
+
+    @classmethod
+    def runs(cls, config) -> bool:
+        return not getattr(config, "clip_qkv", None)  # (q, k, v clamped: transformers' layers, the generic path)
