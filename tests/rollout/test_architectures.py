@@ -741,3 +741,16 @@ def test_head_soft_caps_under_other_names_and_olmoe_clip_qkv_are_computed_as_the
     assert not has_family(olmoe)
     olmoe.config.clip_qkv = None
     assert has_family(olmoe)
+
+
+def test_the_generic_path_refuses_local_attention_its_masks_do_not_make(tok):
+    """GPT-Neo's local layers (window_size 256) and Llama 4's chunked attention passed the generic path's 9-token
+    probe and then sampled 1-7 nats off the model once sequences passed the window; a multimodal config crashed with
+    an AttributeError. Each is refused naming the backend that runs it."""
+    from transformers import AutoModelForCausalLM, GPTNeoConfig
+
+    neo = AutoModelForCausalLM.from_config(GPTNeoConfig(vocab_size=len(tok), hidden_size=64, num_layers=2, num_heads=4,
+                                                        attention_types=[[["global", "local"], 1]], window_size=256,
+                                                        max_position_embeddings=512))
+    with pytest.raises(UnsupportedModel, match="window_size=256 .*backend=transformers"):
+        RolloutEngine(neo, tok, slots=2, max_len=64)

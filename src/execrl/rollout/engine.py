@@ -96,7 +96,14 @@ def make_decoder(model, slots: int, max_len: int, merge_adapters: bool):
     path (transformers' own forward over the engine's cache)."""
     if has_family(model):
         return CachedDecoder(model, slots, max_len, merge_adapters)
-    dec = GenericDecoder(model, slots, max_len)
+    try:
+        dec = GenericDecoder(model, slots, max_len)
+    except AttributeError as e:  # (a multimodal model's config: its text model's settings are inside it)
+        from execrl.rollout.models import UnsupportedModel
+
+        raise UnsupportedModel(f"the execrl engine cannot run {getattr(model.config, 'model_type', '?')!r} models "
+                               f"({type(e).__name__}: {e}): set policy.generation.backend=transformers (execrl eval: "
+                               "--backend transformers)") from None
     check_generic(dec, model)
     return dec
 

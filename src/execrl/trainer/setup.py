@@ -23,6 +23,7 @@ from execrl.rewards.judges import load_reward_model
 from execrl.rewards.reward_model import RewardModel
 from execrl.rollout import build_generator
 from execrl.rollout.models import REGISTRY, has_family
+from execrl.rollout.models.base import rotary_bound
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import Problem
 from execrl.trainer import checkpoint, precision
@@ -160,6 +161,14 @@ def build_run(cfg: MasterConfig) -> Run:
     note = sharing_note(cfg, policy.weights.compute, plan.train_split)
     if note and dist.is_main():
         console.print(note, markup=False, highlight=False)
+    bound = rotary_bound(policy.weights.compute)
+    if bound is not None and cfg.policy.max_total_sequence_length > bound and dist.is_main():
+        console.print(f"[yellow]warning: the model's rotary frequencies change past {bound:,} tokens (longrope, dynamic "
+                      f"NTK) and policy.max_total_sequence_length is {cfg.policy.max_total_sequence_length:,}: a "
+                      "sample that grows past them was sampled with the short frequencies at its early positions and "
+                      "is scored with the long ones at all (transformers' forward), several nats apart "
+                      f"(train/logprob_mismatch); set policy.max_total_sequence_length={bound} to keep every sample "
+                      "within them[/]")
     train, val, refs = training_data(cfg, policy.tokenizer)
     optimizer = make_optimizer(policy.weights, cfg.policy.optimizer.name, cfg.policy.optimizer.kwargs)
     slots = engine_slots(cfg)  # (start() checked that the processes are the config's GPUs)
