@@ -26,6 +26,7 @@ from execrl.rollout.models import REGISTRY, has_family
 from execrl.rollout.models.base import rotary_bound
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import Problem
+from execrl.tasks.problem import err as problem_err
 from execrl.trainer import checkpoint, precision
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler, load_data
@@ -207,7 +208,7 @@ def start(cfg: MasterConfig) -> tuple[BatchPlan, RunLock | None]:
     processes joined, the run's directories locked before any work, the seeds set."""
     plan = validate(cfg)
     dist.init(cfg.policy.device)
-    console.quiet = not dist.is_main()  # one rank speaks for all
+    console.quiet = problem_err.quiet = not dist.is_main()  # one rank speaks for all (the datasets' lines too)
     lock = RunLock(run_directories(cfg)) if dist.is_main() else None
     resumes = cfg.checkpointing.enabled and checkpoint.latest(cfg.checkpointing.checkpoint_dir) is not None
     erased = dist.from_main(None if resumes or not dist.is_main() else erases_a_run(cfg))

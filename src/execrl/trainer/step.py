@@ -236,7 +236,10 @@ def final_hidden(model, ids: torch.Tensor, attn: torch.Tensor | None, **inputs) 
     def keep(_module, _args, output) -> None:  # returns None: the output goes on unchanged
         out["hidden"] = output.last_hidden_state
 
-    hook = model.get_decoder().register_forward_hook(keep)
+    decoder = model.get_decoder()
+    if decoder is model:  # (Llama 4's and Mllama's causal LMs answer themselves: their decoder is .model)
+        decoder = model.model
+    hook = decoder.register_forward_hook(keep)
     try:
         model(input_ids=ids, attention_mask=attn, use_cache=False,
               logits_to_keep=torch.empty(0, dtype=torch.long, device=ids.device), **inputs)
