@@ -37,7 +37,7 @@ class PromptConfig(BaseModel):
         if self.code_style not in CODE_STYLES:
             raise ValueError(f"code_style must be one of {CODE_STYLES}, got {self.code_style!r}")
         if self.template is not None:
-            marker = "\x00problem\x00"
+            marker = "execrlPROBLEMprobe"  # (letters: the same under !r, !s and any format spec that keeps text)
             try:
                 posed = self.template.format(marker)
             except (IndexError, KeyError, ValueError) as e:  # {x}, {} {}, a lone brace
@@ -96,9 +96,10 @@ def template_notes(tokenizer) -> list[str]:
                          f"message's content (a user message came out as {text[:120]!r}), so every prompt would be the "
                          "same text: set policy.tokenizer.chat_template to one that renders it")
     kwargs = getattr(tokenizer, TEMPLATE_KWARGS, None) or {}
-    if kwargs and tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True) == text:
-        return [f"note: policy.tokenizer.chat_template_kwargs {kwargs} change nothing in this chat template's prompt "
-                "(a name it does not read?)"]
+    unread = sorted(k for k in kwargs if k not in str(tokenizer.chat_template))  # (a name it reads, set to its default,
+    if unread and tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True) == text:  # is fine)
+        return [f"note: policy.tokenizer.chat_template_kwargs {unread} are names this chat template never reads: "
+                "they change nothing (a misspelling?)"]
     return []
 
 

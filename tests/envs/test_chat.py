@@ -95,7 +95,10 @@ def test_a_template_that_drops_the_environments_role_or_every_content_is_refused
     renderer.check_role("user")
     assert template_notes(tok) == []
     setattr(tok, TEMPLATE_KWARGS, {"enable_thinkng": False})
-    assert "change nothing" in template_notes(tok)[0]
+    assert "never reads" in template_notes(tok)[0]
+    tok.chat_template += "{% if flag %}!{% endif %}"
+    setattr(tok, TEMPLATE_KWARGS, {"flag": False})  # (a name the template reads, at its default: fine)
+    assert template_notes(tok) == []
     tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}<|im_end|>\n{% endfor %}"
                          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
     with pytest.raises(ValueError, match="does not render a message's content"):

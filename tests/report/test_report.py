@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from execrl.report import config_differences, load_run, write_report
-from execrl.report.charts import figures
+from execrl.report.charts import figures, reward_range
 from tests.trainer.test_train import run
 
 
@@ -304,3 +304,7 @@ def test_a_step_of_many_rollouts_is_read_only_as_far_as_the_page_shows_it(tmp_pa
     f.write_bytes(f.read_bytes().replace("\\u2028".encode(), "\u2028".encode()).replace(b'"p1"', b'"p\xff"', 1))
     got = load_run(d).rollouts[1]
     assert len(got) == MAX_ROWS_PER_STEP and got[1]["problem"] == "p\ufffd" and got[2]["completion"] == "a\u2028b"
+    # the reward band still reads every row's reward (a rare one past the rows shown, and none from a row's text)
+    rows[-1] = {**rows[-1], "reward": -0.5, "completion": 'a "reward": -9, b'}
+    d = run_dir(tmp_path / "rare", [(1.0, 0.1)], rows)
+    assert load_run(d).rewards_seen == (-0.5, 1.0) and reward_range(load_run(d)) == (-0.5, 1.0)

@@ -186,3 +186,34 @@ def test_values_match():
     assert not values_match(1, True) and not values_match(True, 1)
     assert values_match(0.1 + 0.2, 0.3) and not values_match(0.3, "0.3")
     assert values_match({"a": [1]}, {"a": (1,)}) and not values_match({"a": 1}, {"b": 1})
+
+
+def test_an_exception_derived_from_a_builtin_is_caught_as_it_and_output_of_exactly_the_cap_passes(grader):
+    """statistics.StatisticsError (a ValueError) and UnicodeDecodeError (five constructor arguments) reached the
+    tests as a bare RemoteError, so `except ValueError` let a right program's error through; output of exactly
+    16 MiB was output_limit (one byte more is)."""
+    from execrl.sandbox import AssertTests
+
+    catch = "try:\n    {}\nexcept ValueError:\n    pass\nelse:\n    assert False"
+    code = "import statistics\ndef mode_of(xs):\n    return statistics.mode(xs)\ndef dec(b):\n    return b.decode()"
+    r = grader.grade(code, AssertTests([catch.format("mode_of([])"), catch.format("dec(b'\\xff')"),
+                                        "assert mode_of([1, 1, 2]) == 1"]))
+    assert r.verdict == Verdict.PASS, r.to_dict()
+    cap = grader.limits.output_mb << 20
+    exact = f"import sys\nsys.stdout.write('a' * {cap - 1} + '\\n')"
+    assert grader.grade(exact, stdio([""], ["a" * (cap - 1) + "\n"])).verdict == Verdict.PASS
+    over = f"import sys\nsys.stdout.write('a' * {cap} + '\\n')"
+    assert grader.grade(over, stdio([""], [""])).verdict == Verdict.OUTPUT_LIMIT
+
+
+def test_a_flood_of_status_lines_is_read_from_its_end():
+    """16 MiB of short lines on the status fd were split whole: ~440 MB and 0.7 s of the grading process a test."""
+    import os
+
+    from execrl.sandbox import Limits
+    from execrl.sandbox.inside.protocol import _last_lines, _status_lines
+
+    raw = b'{"exc": "X"}\n' + b"ab\n" * 1_000_000 + b'{"ok": 1}\n'
+    assert _status_lines(raw, True, 16384) == [{"ok": 1}]
+    assert list(_last_lines(b"a\nb\nc\n", 2, None)) == ["c", "b"] and list(_last_lines(b"", 3, None)) == []
+    assert Limits().nproc >= 2 * (os.cpu_count() or 1) + 16  # (multiprocessing.Pool(): a process a CPU)

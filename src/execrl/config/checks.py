@@ -680,14 +680,15 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
                    "FSDP2 shards the master weights and AdamW's state over them instead (offloading them as well is "
                    "not implemented)")
     written = getattr(cfg, "_written", set())
-    if grpo.advantage == "grpo" and not any(k.startswith("grpo.adv_estimator") for k in written):
+    nemo = bool(getattr(cfg, "_nemo_mapped", None) or getattr(cfg, "_nemo_ignored", None))  # a config for NeMo RL
+    if nemo and grpo.advantage == "grpo" and not any(k.startswith("grpo.adv_estimator") for k in written):
         off = [k for k in ("normalize_rewards", "use_leave_one_out_baseline")
                if f"grpo.{k}" in written and not getattr(grpo, k)]
         if off:
             out.append(f"{' and '.join('grpo.' + k for k in off)}=false set{'s' if len(off) == 1 else ''} the "
                        "advantages here; NeMo RL's current code reads grpo.adv_estimator's (true when the config has "
                        "no such section) and this key only to filter dynamic sampling's groups")
-    if getattr(cfg, "_nemo_mapped", None) or getattr(cfg, "_nemo_ignored", None):  # a config written for NeMo RL
+    if nemo:
         unset = [f"{key}={here} (NeMo RL's default: {theirs})" for key, here, theirs in nemo_defaults(cfg)
                  if key not in written and here != theirs]
         if unset:

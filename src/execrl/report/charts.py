@@ -102,6 +102,7 @@ def reward_range(run: RunData) -> tuple[float, float] | None:
     mean reward; None where the report holds no rollout of the run."""
     seen = [r["reward"] for rows in run.rollouts.values() for r in rows
             if isinstance(r.get("reward"), (int, float)) and not isinstance(r.get("reward"), bool)]
+    seen += list(run.rewards_seen or ())  # (every row of the steps' files, past those the browser holds)
     if not seen:
         return None
     _, mean = series(run, "train/reward_mean")

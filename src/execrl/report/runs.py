@@ -4,6 +4,8 @@ rollouts."""
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +21,7 @@ class RunData:
     config: dict
     metrics: list[dict]  # metrics.jsonl's rows, in order (a step may have a train row and an eval row)
     rollouts: dict[int, list[dict]] = field(default_factory=dict)  # step -> rollouts/step_N.jsonl's rows
+    rewards_seen: tuple[float, float] | None = None  # (lowest, highest) reward of every row of those steps' files
 
 
 MAX_ROLLOUT_STEPS = 20  # logged steps whose rollouts the report holds: the first and the latest ones
@@ -37,8 +40,13 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
     config = yaml.safe_load((path / "config.yaml").read_text()) if (path / "config.yaml").is_file() else {}
     files = sorted((path / "rollouts").glob("step_*.jsonl"), key=lambda f: int(f.stem.split("_")[-1]))
     files = files[:1] + files[1:][-(MAX_ROLLOUT_STEPS - 1):]
-    rollouts = {int(f.stem.split("_")[-1]): [_cut(r) for r in _rows(f, MAX_ROWS_PER_STEP)] for f in files}
-    return RunData(name or path.resolve().name, path, config or {}, _rows(path / "metrics.jsonl"), rollouts)
+    rollouts, seen = {}, []
+    for f in files:
+        rows, rewards = _rows(f, MAX_ROWS_PER_STEP, rewards=True)
+        rollouts[int(f.stem.split("_")[-1])] = [_cut(r) for r in rows]
+        seen += rewards
+    return RunData(name or path.resolve().name, path, config or {}, _rows(path / "metrics.jsonl"), rollouts,
+                   (min(seen), max(seen)) if seen else None)
 
 
 def _cut(row: dict) -> dict:
@@ -51,18 +59,31 @@ def _cut(row: dict) -> dict:
     return out
 
 
-def _rows(path: Path, most: int | None = None) -> list[dict]:
-    """A JSONL file's rows (its first `most`), lines that are not JSON skipped."""
-    rows = []
+REWARD = re.compile(r'(?:^\{|, )"reward": (-?[0-9][0-9.eE+-]*)[,}]')  # a row's top-level reward, as json.dumps
+# writes it (a quote inside a string is \", so no text of the row can hold it)
+
+
+def _rows(path: Path, most: int | None = None, rewards: bool = False):
+    """A JSONL file's rows (its first `most`), lines that are not JSON skipped; with `rewards`, (rows, the numeric
+    reward of every row, the rows past `most` read for it alone, not parsed)."""
+    rows, seen = [], []
     with path.open(encoding="utf-8", errors="replace") as f:
         for line in f:
             if most is not None and len(rows) >= most:
-                break
+                if not rewards:
+                    break
+                m = REWARD.search(line)
+                if m:
+                    seen.append(float(m.group(1)))
+                continue
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError:
                 continue
-    return rows
+            r = rows[-1].get("reward") if isinstance(rows[-1], dict) else None
+            if isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r):
+                seen.append(float(r))
+    return (rows, seen) if rewards else rows
 
 
 def config_differences(runs: list[RunData]) -> list[tuple[str, list]]:

@@ -12,7 +12,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from execrl.sandbox.compare import outputs_match, values_match
 from execrl.sandbox.inside.protocol import MAX_NODES, carry_status, decode, encode, node_marks, too_many_nodes
@@ -67,7 +67,8 @@ class Limits:
     timeout_s: float = 2.0  # per test: CPU seconds; the wall-clock kill comes at max(2x, x + 1s)
     memory_mb: int = 1024  # address space, hard limit
     output_mb: int = 16  # stdout cap, and the size of any file the program writes
-    nproc: int = 64  # processes and threads (enforced wherever the program's uid is not root)
+    nproc: int = field(default_factory=lambda: max(64, 2 * (os.cpu_count() or 1) + 16))  # processes and threads
+    # (enforced wherever the program's uid is not root): room for multiprocessing.Pool(), a process a CPU
     compile_timeout_s: float = 30.0
     compile_memory_mb: int = 2048
     compile_output_mb: int = 128  # the compiler's files (a binary of 20 MB of initialized arrays is a normal program)
@@ -505,7 +506,7 @@ def _execution_verdict(r: dict, err: bytes, lim: Limits, cpu_limit: float, stopp
         return V.TIMEOUT
     if status.get("exc") == "MemoryError" or code == -signal.SIGABRT and BAD_ALLOC in err:
         return V.MEMORY
-    if max(r["stdout_bytes"], r["stderr_bytes"]) >= lim.output_mb << 20 or code == -signal.SIGXFSZ:
+    if max(r["stdout_bytes"], r["stderr_bytes"]) > lim.output_mb << 20 or code == -signal.SIGXFSZ:
         return V.OUTPUT_LIMIT
     if code != 0 and not (stopped and code == -signal.SIGKILL):
         return V.RUNTIME_ERROR

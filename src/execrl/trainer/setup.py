@@ -187,8 +187,8 @@ def build_run(cfg: MasterConfig) -> Run:
     run.opponent = build_opponent(cfg, policy.weights.compute, policy.tokenizer, slots)
     run.episodes = EpisodeRunner(cfg, generator, policy.tokenizer, grader,
                                  run.opponent.generator if run.opponent else None, reward_model(cfg))
-    if cfg.grpo.max_rollout_turns > 1 and cfg.env.multi_turn.kind not in ("single_turn", "game"):  # before a step: the
-        run.episodes.renderer.check_role(cfg.env.multi_turn.observation_role)  # environment's turns reach the model
+    if cfg.grpo.max_rollout_turns > 1 and cfg.env.multi_turn.kind in ("interpreter", "unit_tests", "sliding_puzzle"):
+        run.episodes.renderer.check_role(cfg.env.multi_turn.observation_role)  # (before a step: their turns' role)
     run.pipeline = build_pipeline(cfg, plan, run.episodes, run.sampler)
     run.max_steps = cfg.grpo.max_num_steps
     if not cfg.grpo.use_dynamic_sampling:  # (which draws a varying number of prompts per step: the loop checks)

@@ -32,20 +32,28 @@ _NOT_MAPPED = (StopIteration, StopAsyncIteration)  # a call's StopIteration woul
 _ERRORS: dict[str, type] = {}
 
 
-def remote_error(kind: str, message: str) -> RemoteError:
+def remote_error(kind: str, message: str, bases=()) -> RemoteError:
     """The exception a test sees for the program's `kind`: a RemoteError, and an instance of the
-    builtin class of that name when there is one (an Exception, not StopIteration)."""
-    if kind not in _ERRORS:
-        base = getattr(builtins, kind, None)
-        cls = RemoteError
-        if isinstance(base, type) and issubclass(base, Exception) and not issubclass(base, _NOT_MAPPED):
+    builtin class of that name, or else of the nearest builtin class it derives from (`bases`, the
+    program's names of them: statistics' StatisticsError is a ValueError; UnicodeDecodeError, whose
+    constructor takes five arguments, a UnicodeError), when there is one (an Exception, not
+    StopIteration)."""
+    names = tuple(str(b)[:100] for b in bases[:16]) if type(bases) is list else ()
+    key = (kind, *names)
+    if key not in _ERRORS:
+        _ERRORS[key] = RemoteError
+        for name in (kind, *names):
+            base = getattr(builtins, name, None)
+            if not (isinstance(base, type) and issubclass(base, Exception) and not issubclass(base, _NOT_MAPPED)):
+                continue
             try:
-                cls = type(kind, (RemoteError, base), {})
+                cls = type(name, (RemoteError, base), {})
                 cls(message)
             except Exception:  # noqa: BLE001 - a class that takes other arguments (UnicodeError...) or none
-                cls = RemoteError
-        _ERRORS[kind] = cls
-    e = _ERRORS[kind](message)
+                continue
+            _ERRORS[key] = cls
+            break
+    e = _ERRORS[key](message)
     e.kind = kind
     return e
 
@@ -88,7 +96,7 @@ class _Rpc:
                 raise RemoteGone(self.failed[1])
             if "error" in reply:
                 kind = str(reply["error"])[:100]
-                raise remote_error(kind, f"{kind}: {str(reply.get('msg', ''))[:300]}")
+                raise remote_error(kind, f"{kind}: {str(reply.get('msg', ''))[:300]}", reply.get("bases", ()))
             if reply.get("callable") is True:
                 return Remote(self, tuple(req["target"]), tuple(req.get("attrs", ())))
             return decode(reply["value"], self._handle)
@@ -221,7 +229,7 @@ def _drawn(rpc: _Rpc, it: Remote):
             if kind == "StopIteration":
                 return
             message = str(error[1])[:300] if type(error) is list and len(error) > 1 else ""
-            raise remote_error(kind, f"{kind}: {message}")
+            raise remote_error(kind, f"{kind}: {message}", error[2] if type(error) is list and len(error) > 2 else ())
         n = 1 if drawn < 64 else min(2 * n, 4096)
 
 

@@ -32,7 +32,8 @@ def _set_limits(lim: dict, cpu_s: float) -> None:
     cpu = max(1, math.ceil(cpu_s))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU, then SIGKILL one second later
     resource.setrlimit(resource.RLIMIT_AS, (lim["memory_mb"] * mb, lim["memory_mb"] * mb))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (lim["output_mb"] * mb, lim["output_mb"] * mb))
+    files = lim["output_mb"] * mb + 1  # (output of exactly the cap is allowed: one byte more is over it)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (files, files))
     resource.setrlimit(resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -289,7 +290,7 @@ def _serve(g: dict) -> None:
             if isinstance(e, SystemExit):
                 send_msg(sock, {"error": "SystemExit", "msg": "the program called exit() during a test"})
                 return
-            reply = {"error": type(e).__name__, "msg": str(e)[:300]}
+            reply = {"error": type(e).__name__, "msg": str(e)[:300], "bases": builtin_bases(e)}
         send_msg(sock, reply)
 
 
@@ -305,8 +306,16 @@ def _take(iterator, n: int) -> list:
             message = str(e)[:300]
         except Exception:  # noqa: BLE001 - an exception whose str() raises
             message = ""
-        return [items, [type(e).__name__, message]]
+        return [items, [type(e).__name__, message, builtin_bases(e)]]
     return [items, None]
+
+
+def builtin_bases(e: BaseException) -> list[str]:
+    """The builtin exception classes an exception's class derives from, nearest first (a test's `except ValueError`
+    catches statistics.StatisticsError)."""
+    import builtins
+
+    return [c.__name__ for c in type(e).__mro__[1:] if getattr(builtins, c.__name__, None) is c][:16]
 
 
 def exec_child(job: dict) -> None:
