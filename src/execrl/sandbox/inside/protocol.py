@@ -246,7 +246,7 @@ def _status_lines(raw: bytes, last_only: bool, longest: int | None = None) -> li
     of the last few lines is kept (the checker's lines, one per test, are all ours)."""
     out = []
     for line in _last_lines(raw, 16, longest) if last_only else raw.decode("utf-8", "replace").splitlines():
-        if (longest is not None and len(line) > longest) or too_many_nodes(line):  # (parsed, it would take the runner's memory and time, outside the program's limits)
+        if not line or (longest is not None and len(line) > longest) or too_many_nodes(line):  # (parsed, it would take the runner's memory and time, outside the program's limits)
             continue
         try:
             st = json.loads(line)
