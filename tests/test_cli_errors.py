@@ -271,3 +271,6 @@ def test_the_default_warm_up_on_data_without_references_names_the_key(tmp_path):
                   f"logger.log_dir={tmp_path}/run", f"checkpointing.checkpoint_dir={tmp_path}/ck")
     assert proc.returncode != 0 and "no training problem carries a reference solution" in proc.stderr
     assert "set warmup.sft_steps=0" in proc.stderr and "Traceback" not in proc.stderr
+    proc = execrl("train", "data.train.dataset_name=jsonl", f"data.train.path={EXAMPLES / 'problems.jsonl'}",
+                  "--dry-run")  # (--dry-run, which runs every check, said nothing: the run stopped after loading)
+    assert proc.returncode == 2 and "no training problem carries a reference solution" in proc.stderr

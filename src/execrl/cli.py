@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "LoRA run's adapter included)")
     e.add_argument("--completions", help="JSONL of completions made elsewhere: {problem_id, completion}; no model")
     e.add_argument("--dataset", default="mbpp", help="gsm8k | mbpp | nemotron_code | leetcode | humaneval | jsonl | "
-                   "builtin:arith-code | NeMo RL's dataset names (docs/getting-started.md#datasets)")
+                   "builtin:arith-code | NeMo RL's dataset names | path/to/file.py:function or module:function (your "
+                   "loader) (docs/getting-started.md#datasets)")
     e.add_argument("--split", default="test", help="dataset split (default test)")
     e.add_argument("--data-path", default=None, help="file or directory of the dataset (default: found locally)")
     e.add_argument("--limit", type=number(int, 1), default=None, help="only the first N problems (default: all)")

@@ -303,8 +303,8 @@ def check_datasets(cfg: MasterConfig) -> None:
                               f"{key}.path, or read your file with {key}.dataset_name=jsonl")
         try:
             local_source(info, d.path)  # (the file's there, or a copy, or a hub)
-        except DatasetError as e:
-            raise ConfigError(f"{key}: {e}") from None
+        except DatasetError as e:  # (its own path key: data.validation's is data.validation.path)
+            raise ConfigError(f"{key}: {str(e).replace('data.train.path', key.split('[')[0] + '.path')}") from None
         takes = loader_options(info)
         for name in d.options:  # an option the loader does not take is a note (unread_options), a typo of one an error
             close = difflib.get_close_matches(name, takes, n=1, cutoff=0.75) if name not in takes else []
@@ -313,6 +313,11 @@ def check_datasets(cfg: MasterConfig) -> None:
                                   f"{close[0]!r}?)")
     kinds = {DATASETS[dataset_key(d.dataset_name)].kind for d in cfg.data.train_sets}
     check_reward_fits(cfg, kinds - {None})
+    infos = [DATASETS[dataset_key(d.dataset_name)] for d in cfg.data.train_sets]
+    if cfg.warmup.sft_steps and infos and not any(i.generated or i.own for i in infos):  # (files carry no references;
+        raise ConfigError(f"warmup.sft_steps is {cfg.warmup.sft_steps} but no training problem carries a reference "
+                          "solution to warm up on (the generated builtin: tasks and the self-play games do; "  # a
+                          "data.train does not): set warmup.sft_steps=0")  # loader of one's own may: the run checks)
 
 
 def validation_overlap_note(cfg: MasterConfig) -> str | None:

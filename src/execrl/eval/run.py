@@ -300,7 +300,7 @@ def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None
     _print(summary, cfg, out_dir, str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}")
     no_code = outcomes[NO_CODE]
     if samples and no_code * 2 >= len(samples) and cfg.prompt.code_style != "plain":
-        err.print(f"[yellow]{no_code} of {len(samples)} samples hold no code where prompt.code_style="
+        err.print(f"[yellow]{no_code} of {len(samples)} samples hold no code where --code-style "
                   f"{cfg.prompt.code_style} looks for it ({_LOOKS_IN[cfg.prompt.code_style]}): where the model "
                   "writes bare code, grade the whole completion with --code-style plain[/]")
     return summary

@@ -83,9 +83,14 @@ def find_path(info: DatasetInfo, path: str | None) -> Path | None:
         return p
     if info.generated or info.own or not info.data_dir:  # (data_dir "": files of the user's own, named by path)
         return None
+    return next((c for c in copies(info) if c.exists()), None)
+
+
+def copies(info: DatasetInfo) -> list[Path]:
+    """Where a dataset's local copy is looked for: $EXECRL_DATA_DIR/<folder>, then ../shared/data/<folder> beside
+    the checkout."""
     candidates = [Path(os.environ["EXECRL_DATA_DIR"]) / info.data_dir] if os.environ.get("EXECRL_DATA_DIR") else []
-    candidates.append(Path(__file__).resolve().parents[3].parent / "shared" / "data" / info.data_dir)
-    return next((c for c in candidates if c.exists()), None)
+    return candidates + [Path(__file__).resolve().parents[3].parent / "shared" / "data" / info.data_dir]
 
 
 def local_source(info: DatasetInfo, path: str | None) -> Path | None:
@@ -96,8 +101,11 @@ def local_source(info: DatasetInfo, path: str | None) -> Path | None:
         raise DatasetError(f"{info.name} reads a file of your own: name it (execrl train: data.train.path=...; "
                            "execrl eval: --data-path ...)")
     if local is None and info.hub_id is None and not info.generated and not info.own:
-        raise DatasetError(f"{info.name}: no local copy found; pass its path (execrl train: data.train.path=...; "
-                           "execrl eval: --data-path ...) or set EXECRL_DATA_DIR")
+        looked = " or ".join(str(c) for c in copies(info))
+        raise DatasetError(f"{info.name}: no local copy in {looked}; put its files there (docs/getting-started.md says "
+                           "where to get them), set EXECRL_DATA_DIR to a folder holding {info.data_dir}/, or pass its "
+                           "path (execrl train: data.train.path=...; execrl eval: --data-path ...)".replace(
+                               "{info.data_dir}", info.data_dir))
     return local
 
 
