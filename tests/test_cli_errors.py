@@ -156,7 +156,8 @@ def test_every_training_problem_dropped_for_length_is_an_error_naming_the_keys(t
     (tmp_path / "mine.jsonl").write_text(__import__("json").dumps(
         {"id": "a", "prompt": long_prompt, "tests": {"inputs": [""], "outputs": ["hello\n"]}}) + "\n")
     proc = execrl("train", "data.train.dataset_name=jsonl", f"data.train.path={tmp_path / 'mine.jsonl'}",
-                  f"logger.log_dir={tmp_path}/run", "checkpointing.enabled=false", "grpo.max_num_steps=1")
+                  f"logger.log_dir={tmp_path}/run", "checkpointing.enabled=false", "grpo.max_num_steps=1",
+                  "warmup.sft_steps=0")  # (a warm-up over rows without references is refused before: its own test)
     assert proc.returncode == 2 and "1 of 1 problems have a prompt over 128 tokens" in proc.stderr
     assert "raise policy.max_total_sequence_length" in proc.stderr and "warm-up" not in proc.stderr
 
@@ -191,7 +192,8 @@ def test_a_hub_id_read_from_a_local_copy_says_which_file(capsys):
     """A hub id whose local copy is a handful of examples: --dry-run and the run's data loading say where the problems
     come from and how many there are, not silently train on 5."""
     shared_data("nemotron_code_examples")
-    proc = execrl("train", "data.train.dataset_name=nvidia/Nemotron-RL-coding-competitive_coding", "--dry-run")
+    proc = execrl("train", "data.train.dataset_name=nvidia/Nemotron-RL-coding-competitive_coding", "warmup.sft_steps=0",
+                  "--dry-run")
     assert proc.returncode == 0, proc.stderr
     assert "data.train: nemotron_code/train from " in proc.stdout
     assert "the local copy of nvidia/Nemotron-RL-coding-competitive_coding" in proc.stdout
