@@ -315,9 +315,14 @@ def check_datasets(cfg: MasterConfig) -> None:
     check_reward_fits(cfg, kinds - {None})
     infos = [DATASETS[dataset_key(d.dataset_name)] for d in cfg.data.train_sets]
     if cfg.warmup.sft_steps and infos and not any(i.generated or i.own for i in infos):  # (files carry no references;
-        raise ConfigError(f"warmup.sft_steps is {cfg.warmup.sft_steps} but no training problem carries a reference "
-                          "solution to warm up on (the generated builtin: tasks and the self-play games do; "  # a
-                          "data.train does not): set warmup.sft_steps=0")  # loader of one's own may: the run checks)
+        raise ConfigError(no_references(cfg))  # a loader of one's own may: the run checks its problems)
+
+
+def no_references(cfg: MasterConfig) -> str:
+    """The error of a warm-up over training problems of which none carries a reference solution."""
+    return (f"warmup.sft_steps is {cfg.warmup.sft_steps} but no training problem carries a reference solution to warm "
+            "up on (the generated builtin: tasks and the self-play games do; data.train does not): set "
+            "warmup.sft_steps=0")
 
 
 def validation_overlap_note(cfg: MasterConfig) -> str | None:

@@ -15,7 +15,7 @@ from rich.console import Console
 from execrl.algo.role_baselines import RoleBaselines
 from execrl.compiling import warm_compile_workers
 from execrl.config import BatchPlan, MasterConfig, to_yaml
-from execrl.config.checks import check_dataset_names, check_reward_fits, dataset_entries, prompt_limit, validate
+from execrl.config.checks import check_dataset_names, check_reward_fits, no_references, prompt_limit, validate
 from execrl.envs import make_env
 from execrl.lora import Adapter
 from execrl.models import TINY_CODERS, pick_device
@@ -25,7 +25,7 @@ from execrl.rollout import build_generator
 from execrl.rollout.models import REGISTRY, has_family
 from execrl.rollout.models.base import rotary_bound
 from execrl.sandbox import Grader, Limits
-from execrl.tasks import Problem
+from execrl.tasks import DATASETS, Problem, dataset_key
 from execrl.tasks.problem import err as problem_err
 from execrl.trainer import checkpoint, precision
 from execrl.trainer import distributed as dist
@@ -240,13 +240,8 @@ def training_data(cfg: MasterConfig, tokenizer) -> tuple[list[Problem], list[Pro
     if note:
         console.print(note, markup=False, highlight=False)
     if cfg.warmup.sft_steps and not any(p.id in refs for p in train):
-        raise ValueError(f"warmup.sft_steps is {cfg.warmup.sft_steps} but no training problem carries a reference "
-                         "solution to warm up on (the generated builtin: tasks and the self-play games do; "
-                         "data.train does not): set warmup.sft_steps=0")
+        raise ValueError(no_references(cfg))
     return train, val, refs
-
-
-GENERATED = ("builtin:", "selfplay:", "sliding_puzzle")  # dataset names of generated tasks
 
 
 def repeated_prompts_note(train: list[Problem], cfg: MasterConfig) -> str | None:
@@ -254,7 +249,7 @@ def repeated_prompts_note(train: list[Problem], cfg: MasterConfig) -> str | None
     problems ~100 times) and a step draws several groups: NeMo RL's current code pools the groups of one prompt in a
     step (their baseline and std over all their samples); execrl's advantages are each group's own."""
     if cfg.grpo.num_prompts_per_step < 2 or cfg.grpo.advantage != "grpo" or all(
-            d.dataset_name.startswith(GENERATED) for key, d in dataset_entries(cfg) if key.startswith("data.train")):
+            DATASETS[dataset_key(d.dataset_name)].generated for d in cfg.data.train_sets):
         return None  # (generated tasks pose a few prompts with fresh tests each: the problems differ)
     seen = {json.dumps(p.messages, sort_keys=True) for p in train}
     if len(seen) == len(train):
