@@ -103,3 +103,12 @@ def test_a_template_that_drops_the_environments_role_or_every_content_is_refused
                          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
     with pytest.raises(ValueError, match="does not render a message's content"):
         template_notes(tok)
+
+
+def test_an_environments_text_with_a_lone_surrogate_is_tokenized(qwen25_tok):
+    """A program's exception message chr(0xd800), in a unit_tests or interpreter feedback: the tokenizer refused
+    the text and the rollout, and the run, died."""
+    renderer = TurnRenderer(qwen25_tok)
+    for content in ("ValueError: \ud800", "x<|im_end|>\ud800"):  # (plain text, and text with a special token's)
+        ids = renderer.env_turn([{"role": "tool", "content": content}], None)
+        assert "ValueError: ?" in qwen25_tok.decode(ids) or "x<|im_end|>?" in qwen25_tok.decode(ids)

@@ -81,6 +81,8 @@ class TurnRenderer:
         holders = {}  # a placeholder in the template's text -> the message text it stands for
         shown = []
         for m in messages:
+            if isinstance(m.get("content"), str):  # an environment's text with a lone surrogate: "?", not a crash
+                m = {**m, "content": m["content"].encode("utf-8", "replace").decode("utf-8")}
             if self._holds_special(m.get("content")):
                 holder = f"execrl{secrets.token_hex(8)}content"
                 holders[holder], m = m["content"], {**m, "content": holder}

@@ -226,10 +226,16 @@ def carry_status(raw: bytes, checker: bool, value: bool = True) -> tuple[list[di
         return [{"exc": "TypeError", "msg": "the program's status or return value could not be read"}], b""
 
 
+def valid_text(s: str) -> str:
+    """`s` with a lone surrogate (which json carries escaped, from a program's `chr(0xd800)`) as "?": the
+    text goes on to tokenizers, files and pages, which refuse it."""
+    return s.encode("utf-8", "replace").decode("utf-8")
+
+
 def _known(st: dict, text_caps: dict) -> dict:
     """A status line's known fields: capped text, a compile phase, a checker's test index, verdict
     and set-up."""
-    out = {k: st[k][:cap] for k, cap in text_caps.items() if isinstance(st.get(k), str)}
+    out = {k: valid_text(st[k][:cap]) for k, cap in text_caps.items() if isinstance(st.get(k), str)}
     if st.get("phase") == "compile":
         out["phase"] = "compile"
     if type(st.get("test")) is int and st.get("verdict") in VERDICTS:
