@@ -18,6 +18,7 @@ from execrl.sandbox.compare import outputs_match, values_match
 from execrl.sandbox.inside.protocol import MAX_NODES, carry_status, decode, encode, node_marks, too_many_nodes
 from execrl.sandbox.languages import Language, get_language
 from execrl.sandbox.pool import ReplyUnreadable, Worker, WorkerDied, WorkerPool
+from execrl.sandbox.preview import preview
 from execrl.sandbox.spec import (
     AssertTests,
     CallTests,
@@ -468,19 +469,8 @@ def _judge(r: dict, stdout: bytes, err: bytes, value_json: bytes, spec, i: int, 
             return t
         t.verdict = V.PASS if values_match(spec.outputs[i], value) else V.FAIL
         if t.verdict == V.FAIL:
-            t.output = preview(value)
+            t.output = preview(value, OUTPUT_PREVIEW)
     return t
-
-
-def preview(value) -> str:
-    """The start of repr(value), for any plain value (huge integers too, which repr refuses past
-    4,300 digits)."""
-    if type(value) is int and value.bit_length() > 4000:
-        return f"<an integer of {value.bit_length()} bits>"
-    try:
-        return repr(value)[:OUTPUT_PREVIEW]
-    except ValueError:
-        return f"<a {type(value).__name__} holding an integer of more than 4,300 digits>"
 
 
 def _status(r: dict) -> dict:
