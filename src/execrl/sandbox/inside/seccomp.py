@@ -19,6 +19,11 @@ kernel objects that outlive a process or escape its limits:
   memfd_create, memfd_secret (ENOSYS: libraries fall back to         a memfd sent into a unix socket and closed
   files; the zygote makes its children's streams before it           holds memory in no process and on no
   installs this filter)                                              filesystem the sandbox measures
+  sockets of a family but unix, inet, inet6 and netlink              AF_VSOCK is no network namespace's: it
+  (EAFNOSUPPORT)                                                     reaches the hypervisor's host, and its ports
+                                                                     are shared by every sandbox on the machine;
+                                                                     the others (AF_ALG, AF_TIPC...) are kernel
+                                                                     attack surface no program needs
 
 multiprocessing, threads, subprocesses and shared memory through /dev/shm (POSIX shm_open, named
 semaphores) are unaffected. Where the machine is neither x86_64 nor aarch64, no filter is installed
@@ -33,8 +38,9 @@ import platform
 import struct
 
 CLONE_NEWUSER = 0x10000000
+SOCKET_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK (getaddrinfo, if_nameindex)
 # per architecture: AUDIT_ARCH value, refused calls, unshare, clone, clone3, calls refused with
-# ENOSYS
+# ENOSYS, socket
 _TABLES = {
     "x86_64": (0xC000003E, (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220,  # SysV shm, sem, msg
                             240, 241, 242, 243, 244, 245,  # mq_*
@@ -42,10 +48,10 @@ _TABLES = {
                             237,  # mbind
                             298, 321, 323, 425, 426, 427,  # perf_event_open, bpf, userfaultfd, io_uring_*
                             101),  # ptrace
-               272, 56, 435, (319, 447)),  # memfd_create, memfd_secret (ENOSYS)
+               272, 56, 435, (319, 447), 41),  # memfd_create, memfd_secret (ENOSYS)
     "aarch64": (0xC00000B7, (180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197,
                              217, 218, 219, 235, 241, 280, 282, 425, 426, 427, 117),
-                272, 220, 435, (279, 447)),
+                272, 220, 435, (279, 447), 198),
 }
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
@@ -61,7 +67,7 @@ def build() -> bytes | None:
     table = _TABLES.get(platform.machine())
     if table is None:
         return None
-    arch, refused, nr_unshare, nr_clone, nr_clone3, nosys_calls = table
+    arch, refused, nr_unshare, nr_clone, nr_clone3, nosys_calls, nr_socket = table
     deny, nosys = _ERRNO | errno.EPERM, _ERRNO | errno.ENOSYS
     prog = [_ins(_LD_ABS, 0, 0, 4)]  # seccomp_data.arch
     prog.append(_ins(_JEQ, 1, 0, arch))
@@ -76,8 +82,11 @@ def build() -> bytes | None:
     for nr in (nr_unshare, nr_clone):  # flags are the first argument of both (low 32 bits at offset 16)
         prog += [_ins(_JEQ, 0, 3, nr), _ins(_LD_ABS, 0, 0, 16), _ins(_JSET, 0, 1, CLONE_NEWUSER),
                  _ins(_RET, 0, 0, deny)]
-        if nr == nr_unshare:
-            prog.append(_ins(_LD_ABS, 0, 0, 0))  # reload nr for the clone check
+        prog.append(_ins(_LD_ABS, 0, 0, 0))  # reload nr for the next check
+    prog += [_ins(_JEQ, 1, 0, nr_socket), _ins(_RET, 0, 0, _ALLOW), _ins(_LD_ABS, 0, 0, 16)]  # socket's family
+    n = len(SOCKET_FAMILIES)
+    prog += [_ins(_JEQ, n - i, 0, family) for i, family in enumerate(SOCKET_FAMILIES)]
+    prog.append(_ins(_RET, 0, 0, _ERRNO | errno.EAFNOSUPPORT))
     prog.append(_ins(_RET, 0, 0, _ALLOW))
     return b"".join(prog)
 
