@@ -2,6 +2,8 @@
 runs twice with other seeds and clocks, on other workers; output that differs is rejected), and whole rounds through
 the episode runner (the writer's program reaches the predictor; rewards by the user's table)."""
 
+import os
+
 import pytest
 
 from execrl.config import load_config
@@ -61,6 +63,15 @@ def test_the_warm_up_examples_print_what_they_say(grader):
 ])
 def test_output_that_depends_on_what_the_predictor_cannot_know_is_rejected(grader, program):
     assert repeatable_output(grader, program).why == "differs"
+
+
+def test_the_sandboxs_uid_is_not_a_constant_of_the_run(grader):
+    """A uid derived from the grading process's pid was the same on both workers: `os.getuid() >> 8` printed it."""
+    from execrl.sandbox.isolation import detect
+
+    if os.geteuid() != 0 or detect().mode != "bwrap-root":
+        pytest.skip("a uid per sandbox needs a root grader (bwrap-root)")
+    assert repeatable_output(grader, "import os\nprint(os.getuid() >> 8)").why == "differs"
 
 
 def test_programs_that_fail_or_print_nothing_or_too_much_are_rejected(grader):

