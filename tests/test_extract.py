@@ -166,3 +166,21 @@ def test_a_block_of_example_calls_after_the_solution_is_not_the_code():
     assert entry_names(StdioTests(["1\n"], ["1\n"])) == frozenset()
     both = text + "```python\ndef remove_Occ(s, ch):\n    return s\n```\n"  # a later definition wins
     assert extract(both, entries=entries).code == "def remove_Occ(s, ch):\n    return s"
+
+
+def test_the_names_tests_call_are_their_calls_not_words_in_their_strings():
+    """MBPP rows: `assert sum(10,15) == 6` names a solution after a builtin (the builtins were dropped, no entry was
+    left, and the example block was graded); `remove_parenthesis(["python (chrome)"])` made `python` an entry, and a
+    usage block assigning `string = ...` (a word of another test's string) counted as defining one."""
+    from execrl.sandbox import AssertTests
+    from execrl.sandbox.spec import entry_names
+
+    assert entry_names(AssertTests(["assert sum(10,15) == 6", "assert sum(4,6) == 3"])) == {"sum"}
+    entries = entry_names(AssertTests(['assert remove_parenthesis(["python (chrome)"])==("python")',
+                                       'assert remove_parenthesis(["string(.abc)"])==("string")']))
+    assert entries == {"remove_parenthesis"}
+    text = ("```python\nimport re\ndef remove_parenthesis(items):\n    return re.sub(r' ?\\([^)]*\\)', '', items[0])\n"
+            "```\nUsage:\n```python\nstring = \"python (chrome)\"\nprint(remove_parenthesis([string]))\n```\n")
+    assert extract(text, entries=entries).code.startswith("import re")
+    assert entry_names(AssertTests(["assert f(len([1]), max(2, 3)) == 1"])) == {"f"}  # builtins beside: dropped
+    assert entry_names(AssertTests(["assert f(1 == 1"])) == {"f"}  # (not Python: the names before a parenthesis)

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
@@ -106,9 +107,21 @@ def entry_names(spec: TestSpec | None) -> frozenset[str]:
     if isinstance(spec, CallTests):
         return frozenset({spec.fn_name, "Solution"})
     if isinstance(spec, AssertTests):
-        called = {m.group(1) for a in spec.asserts[:8] for m in _CALLED.finditer(a[:2000])}
-        return frozenset(called - set(dir(builtins)) - {"assert", "not", "and", "or", "in", "is", "lambda"})
+        called = set().union(*(_called(a) for a in spec.asserts[:8])) - {"assert", "not", "and", "or", "in", "is"}
+        own = called - set(dir(builtins))
+        return frozenset(own or called)  # (a solution named after a builtin: MBPP's `sum`, its tests' only call)
     return frozenset()
+
+
+def _called(test: str) -> set[str]:
+    """The names an assert calls (`f(...)`, not `x.f(...)`), never a word inside its strings ("python (chrome)")."""
+    if len(test) <= 2000:
+        try:
+            return {n.func.id for n in ast.walk(ast.parse(test)) if isinstance(n, ast.Call)
+                    and isinstance(n.func, ast.Name)}
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            pass
+    return {m.group(1) for m in _CALLED.finditer(test[:2000])}
 
 
 def num_tests(spec: TestSpec) -> int:
