@@ -275,6 +275,10 @@ GENERIC = {  # families with no file in rollout/models/: transformers' own forwa
     "stablelm": lambda v: __import__("transformers").StableLmConfig(vocab_size=v, **SMALL),
     "gemma2-sliding": lambda v: __import__("transformers").Gemma2Config(vocab_size=v, head_dim=16, sliding_window=6,
                                                                          **SMALL),
+    # (every GPT-Neo config holds a window_size, for its "local" layers: one with none was refused)
+    "gpt_neo-global": lambda v: __import__("transformers").GPTNeoConfig(
+        vocab_size=v, hidden_size=64, num_layers=2, num_heads=4, attention_types=[[["global"], 2]],
+        max_position_embeddings=512),
 }
 
 
@@ -285,7 +289,7 @@ def test_the_generic_path_equals_transformers_for_a_family_without_a_file(case, 
     from execrl.rollout.generic import GenericDecoder
 
     torch.manual_seed(0)
-    attn = "eager" if case.startswith("gemma2") else "sdpa"  # (Gemma 2 has no sdpa path in transformers)
+    attn = "eager" if case.startswith(("gemma2", "gpt_neo")) else "sdpa"  # (no sdpa path in transformers)
     model = AutoModelForCausalLM.from_config(GENERIC[case](len(tok)), attn_implementation=attn).eval()
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():

@@ -208,12 +208,15 @@ def check_generic(dec: GenericDecoder, model, steps: int = 3) -> None:
     fix = ("set policy.generation.backend=transformers (execrl eval: --backend transformers); transformers' generate "
            "runs it")
     cfg = model.config
+    # Llama 4's chunks, GPT-Neo's local layers: masks the engine does not make (the probe below is shorter than them;
+    # GPT-Neo's configs all hold a window_size, used by its "local" layers only)
     unknown = sorted(set(getattr(cfg, "layer_types", None) or []) - {"full_attention", "sliding_attention"})
-    local = [k for k in ("attention_chunk_size", "window_size") if getattr(cfg, k, None)]  # (Llama 4's chunks, GPT-Neo's
-    if unknown or local:  # local layers: masks the engine does not make; the probe below is shorter than them)
+    local = [f"attention_chunk_size={cfg.attention_chunk_size}"] if getattr(cfg, "attention_chunk_size", None) else []
+    if getattr(cfg, "window_size", None) and "local" in (getattr(cfg, "attention_layers", None) or ["local"]):
+        local.append(f"window_size={cfg.window_size}")
+    if unknown or local:
         raise UnsupportedModel(f"the execrl engine's generic path cannot run {cfg.model_type!r} models with "
-                               f"{', '.join(unknown + [f'{k}={getattr(cfg, k)}' for k in local])} (its masks are full "
-                               f"and sliding-window attention only): {fix}")
+                               f"{', '.join(unknown + local)} (its masks are full and sliding-window attention only): {fix}")
     bound = rotary_bound(model)
     if bound is not None:  # (transformers' layers take one rotary for the slots decoded together: a slot's frequencies
         # would follow the longest other slot's length, 0.67 nats off a 40-token sample beside a 300-token one)
