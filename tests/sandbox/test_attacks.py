@@ -1128,3 +1128,44 @@ def test_compare_options_keep_a_large_output_cheap_to_judge(expected, printed, o
     assert not outputs_match("1.5 2\n", b"1.5\n", CompareOptions(float_rel=1e-6))
     assert outputs_match("Yes \u00c9\n", "yES \u00c9".encode(), CompareOptions(case_fold=True))
     assert not outputs_match("Yes \u00c9\n", "yES \u00e9".encode(), CompareOptions(case_fold=True))  # (ASCII only)
+
+
+# --- 12. found by an attack on the grader (2026-12-01, fourth session; each failed before its fix) -------------
+
+SURROGATE = "def add(a, b):\n    raise ValueError(chr(0xd800))\n"
+
+
+@pytest.mark.parametrize("tests", [{"asserts": ["assert add(1, 2) == 3"]},
+                                   {"check": "def check(candidate):\n    assert candidate(1, 2) == 3\n",
+                                    "entry_point": "add"},
+                                   {"fn_name": "add", "inputs": ["1\n2"], "outputs": ["3"]},
+                                   {"inputs": ["\n"], "outputs": ["3\n"]}], ids=["asserts", "check", "call", "stdio"])
+def test_a_lone_surrogate_in_an_exception_message_comes_back_as_valid_text(grader, tests):
+    """The message crossed json escaped and came back a lone surrogate: the multi-turn environment's feedback
+    then made the tokenizer raise, and the training run died."""
+    r = grader.grade(SURROGATE + "add(1, 2)\n" if "inputs" in tests and "fn_name" not in tests else SURROGATE, tests)
+    assert r.verdict == V.RUNTIME_ERROR, r.to_dict()
+    for text in [r.stderr] + [t.detail for t in r.tests] + [t.output for t in r.tests]:
+        text.encode("utf-8")  # raises on a lone surrogate
+
+
+def test_a_failed_value_is_previewed_in_time_linear_in_the_preview():
+    """repr() of 4,400 integers of 4,299 digits: seconds of the grading process per test, for 1,000 characters."""
+    code = "def f(n):\n    x = 10**4299 - 1\n    return [x] * 4400\n"
+    tests = {"fn_name": "f", "inputs": ["1"] * 3, "outputs": [json.dumps(list(range(4400)))] * 3}
+    with Grader(1, Limits(timeout_s=5.0, memory_mb=1024, output_mb=32)) as g:
+        start = time.process_time()
+        r = g.grade(code, tests)
+    assert r.verdict == V.FAIL and r.tests[0].output.startswith("[<an integer of 14281 bits>, ") and len(r.tests[0].output) == 1000
+    assert time.process_time() - start < 1.5  # (5.9 s before, on 2 cores)
+
+
+@namespaces
+def test_sockets_of_other_families_are_refused(grader):
+    """AF_VSOCK is no network namespace's: its ports are the machine's, shared by every sandbox, and it reaches the
+    hypervisor's host. AF_ALG would run a program's work in the kernel."""
+    code = ("import socket\nfor family in (40, 38):\n    try:\n        socket.socket(family, socket.SOCK_STREAM)\n"
+            "        print('made')\n    except OSError as e:\n        print(e.errno)\n"
+            "socket.socket(socket.AF_INET6).close()\nsocket.socketpair()\nprint(len(socket.if_nameindex()) > 0)")
+    r = grader.run(code)
+    assert r.stdout.split() == ["97", "97", "True"], r
