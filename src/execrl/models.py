@@ -231,7 +231,20 @@ def save_tiny(directory: str | Path, corpus: list[str], vocab_size: int = 384, *
 
 DROPOUTS = ("attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop",
             "hidden_dropout_prob", "attention_probs_dropout_prob", "summary_first_dropout", "activation_dropout",
-            "classifier_dropout", "embedding_dropout", "residual_dropout", "ffn_dropout")
+            "classifier_dropout", "embedding_dropout", "residual_dropout", "ffn_dropout",
+            "attn_dropout",  # GPT-BigCode's attention keeps its rate as a float attribute of this name
+            # train-mode noise on the routers' inputs (Mixtral, MiniMax, PhiMoE): the engine samples without it
+            "router_jitter_noise", "jitter_noise", "input_jitter_noise")
+SAMPLED_IN_TRAINING = ("PhimoeTopKRouter",)  # modules that draw at random in train mode (PhiMoE's sparsemixer)
+
+
+def train_mode(model: torch.nn.Module) -> None:
+    """model.train() for the loss, but for modules whose train mode samples (PhiMoE's router draws its experts at
+    random: the trainer scored tokens 1 nat off the engine's, which chose them by top-k)."""
+    model.train()
+    for module in model.modules():
+        if type(module).__name__ in SAMPLED_IN_TRAINING:
+            module.eval()
 
 
 def no_dropout(model: torch.nn.Module) -> list[str]:

@@ -64,7 +64,7 @@ def test_trainer_logprobs_equal_the_models_own_logits():
     torch.testing.assert_close(entropy[select], -(full.exp() * full).sum(-1)[select])
 
 
-@pytest.mark.parametrize("family", ["cohere", "cohere2", "granite"])
+@pytest.mark.parametrize("family", ["cohere", "cohere2", "granite", "falcon_h1"])
 def test_trainer_logprobs_of_heads_that_scale_their_logits(family):
     """Granite divides its logits by logits_scaling, Cohere's families multiply them by logit_scale: the trainer's
     head (hidden @ W.T in its own kernels) takes either. Cohere's scale was left out: logprobs off by up to 3 nats,
@@ -79,7 +79,9 @@ def test_trainer_logprobs_of_heads_that_scale_their_logits(family):
               "cohere2": lambda: transformers.Cohere2Config(logit_scale=0.25, sliding_window=4,
                                                             layer_types=["sliding_attention", "full_attention"],
                                                             **small),
-              "granite": lambda: transformers.GraniteConfig(logits_scaling=4.0, **small)}[family]()
+              "granite": lambda: transformers.GraniteConfig(logits_scaling=4.0, **small),
+              # (Falcon-H1 multiplies by lm_head_multiplier: left out, the trainer's logprobs were 2 nats off)
+              "falcon_h1": lambda: transformers.FalconH1Config(lm_head_multiplier=0.078125, **small)}[family]()
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config)
     ids = torch.randint(3, 64, (2, 10))

@@ -758,3 +758,10 @@ def test_the_generic_path_refuses_local_attention_its_masks_do_not_make(tok):
                                                         max_position_embeddings=512))
     with pytest.raises(UnsupportedModel, match="window_size=256 .*backend=transformers"):
         RolloutEngine(neo, tok, slots=2, max_len=64)
+    from transformers import BloomConfig, FalconConfig
+
+    for config in (BloomConfig(vocab_size=len(tok), hidden_size=64, n_layer=2, n_head=4),  # (the refusal named a
+                   FalconConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                alibi=True, new_decoder_architecture=False)):  # ValueError of a 2-D unpacking)
+        with pytest.raises(UnsupportedModel, match="ALiBi .*backend=transformers"):
+            RolloutEngine(AutoModelForCausalLM.from_config(config), tok, slots=2, max_len=64)

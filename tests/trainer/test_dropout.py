@@ -27,3 +27,31 @@ def test_dropout_in_the_models_config_is_off_in_training(tmp_path, capsys):
         sampled = loaded.eval()(ids).logits
     assert torch.equal(scored[0], scored[1]) and torch.allclose(scored[0], sampled, atol=1e-6)
     assert loaded.config.resid_pdrop == 0.0  # (and its checkpoints say so)
+
+
+def test_the_loss_pass_of_families_with_train_mode_noise_is_the_engines_distribution():
+    """GPT-BigCode keeps its attention's rate in an attribute (attn_dropout) the config's zero did not reach; PhiMoE's
+    router draws its experts at random in train mode, and Mixtral's jitters its input: the trainer scored tokens up
+    to 1 nat off what the engine sampled from, and off its own scores of a call before."""
+    import transformers
+
+    from execrl.models import no_dropout, train_mode
+
+    small = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2)
+    configs = [transformers.GPTBigCodeConfig(vocab_size=64, n_embd=32, n_layer=2, n_head=4, attn_pdrop=0.1,
+                                             resid_pdrop=0.1, embd_pdrop=0.1),
+               transformers.PhimoeConfig(num_local_experts=4, **small),
+               transformers.MixtralConfig(num_local_experts=4, router_jitter_noise=0.1, **small)]
+    for config in configs:
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(config)
+        no_dropout(model)
+        ids = torch.randint(3, 64, (2, 16))
+        with torch.no_grad():
+            sampled = model.eval()(ids).logits
+            train_mode(model)
+            scored = [model(ids).logits for _ in range(2)]
+        assert model.training
+        torch.testing.assert_close(scored[0], sampled, msg=config.model_type)
+        torch.testing.assert_close(scored[1], sampled, msg=config.model_type)

@@ -214,6 +214,8 @@ def check_generic(dec: GenericDecoder, model, steps: int = 3) -> None:
     local = [f"attention_chunk_size={cfg.attention_chunk_size}"] if getattr(cfg, "attention_chunk_size", None) else []
     if getattr(cfg, "window_size", None) and "local" in (getattr(cfg, "attention_layers", None) or ["local"]):
         local.append(f"window_size={cfg.window_size}")
+    if cfg.model_type == "bloom" or (cfg.model_type == "falcon" and getattr(cfg, "alibi", False)):
+        local.append("ALiBi biases built from a 2-D attention mask")  # (the engine's masks are 4-D)
     if unknown or local:
         raise UnsupportedModel(f"the execrl engine's generic path cannot run {cfg.model_type!r} models with "
                                f"{', '.join(unknown + local)} (its masks are full and sliding-window attention only): {fix}")

@@ -17,6 +17,7 @@ from execrl.config import BatchPlan, MasterConfig
 from execrl.config.batch import Split
 from execrl.games import GAMES
 from execrl.guided import masks_of, restrict
+from execrl.models import train_mode
 from execrl.rollout.models.base import head_soft_cap, rotary_bound
 from execrl.rollout.sampling import scoring_temperature
 from execrl.trainer import distributed as dist
@@ -210,9 +211,11 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor | None, select: 
 
 
 def head_multiplier(model) -> float:
-    """What the model's LM head multiplies hidden @ W.T by: Granite divides by config.logits_scaling, Cohere's
-    families multiply by their logit_scale (the trainer's head kernels take it as part of the temperature)."""
+    """What the model's LM head multiplies hidden @ W.T by: Granite divides by config.logits_scaling, Falcon-H1
+    multiplies by config.lm_head_multiplier, Cohere's families by their logit_scale (the trainer's head kernels take
+    it as part of the temperature)."""
     scale = 1.0 / (getattr(model.config, "logits_scaling", None) or 1.0)
+    scale *= getattr(model.config, "lm_head_multiplier", None) or 1.0  # Falcon-H1: lm_head(h) * lm_head_multiplier
     own = getattr(model, "logit_scale", None)
     return scale * own if isinstance(own, (int, float)) and not isinstance(own, bool) else scale
 
@@ -397,7 +400,7 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
         averaged += ("logprob_mismatch", "sampler_kl", "is_weight", "is_truncated_frac")
         stats.update(dict.fromkeys(averaged[4:], 0.0))
     share, bound = sharing(cfg, model), rotary_bound(model)
-    model.train()
+    train_mode(model)
     steps = plan.optimizer_steps_per_rollout
     mine = len(batch.input_ids) // steps  # this rank's rows of each optimizer batch: whole groups, maybe none
     for k in range(steps):

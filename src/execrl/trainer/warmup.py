@@ -11,6 +11,7 @@ import torch
 
 from execrl.envs import TurnRenderer, make_env
 from execrl.envs.unit_tests import feedback
+from execrl.models import train_mode
 from execrl.sandbox import ProgramResult, TestResult, Verdict
 from execrl.sandbox.spec import truncate_tests
 from execrl.tasks import Problem
@@ -71,7 +72,7 @@ def sft_warmup(weights: Weights, tokenizer, problems: list[Problem], references:
         raise ValueError(f"the warm-up needs an example per process in each batch: warmup.batch_size is {w.batch_size}, "
                          f"{len(usable)} training problems have reference solutions, {dist.world_size()} processes. "
                          f"Raise warmup.batch_size, or set warmup.sft_steps=0")
-    model.train()
+    train_mode(model)
     for step in range(w.sft_steps):
         batch = dist.this_rank(rng.sample(usable, min(w.batch_size, len(usable))))  # every rank draws the same batch
         rows = [reference_ids(encode(make_env(cfg, None, p).reset(p), tokenizer), references[p.id], tokenizer)
