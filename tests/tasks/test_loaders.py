@@ -159,7 +159,7 @@ def test_evaluation_splits_are_never_trainable():
     check_trainable("mbpp", "train")
     check_trainable("gsm8k", "train")
     # nor its file named by path, which gsm8k's loader reads whatever the split (it trained on the test set)
-    with pytest.raises(DatasetError, match="test.jsonl is gsm8k's test file, an evaluation split"):
+    with pytest.raises(DatasetError, match="test.jsonl is named as a test split's file, and gsm8k reads it"):
         check_trainable("gsm8k", "train", "/data/gsm8k/test.jsonl")
     check_trainable("gsm8k", "train", "/data/gsm8k/train.jsonl")
     for hub_file in ("/hf/gsm8k/main/test-00000-of-00001.parquet", "/mine/gsm8k_test.jsonl"):
@@ -288,3 +288,21 @@ def test_a_problem_without_a_user_message_is_named():
     with pytest.raises(ValueError, match=r"problem mine/7: .*no user message \(roles \['system'\]\)"):
         build_messages(problem, PromptConfig())
     assert build_messages(problem, PromptConfig(add_instructions=False)) == problem.messages
+
+
+def test_a_known_evaluation_file_is_refused_whatever_reads_it(tmp_path):
+    """GSM8K's test.jsonl read as dataset_name: jsonl (or NeMo RL's ResponseDataset) trained on the test set without
+    a word: the check went by the dataset's name; and a gsm8k file named by an mbpp entry was called "mbpp's"."""
+    import shutil
+
+    gsm8k_test, mbpp = shared_data("gsm8k", "test.jsonl"), shared_data("mbpp", "mbpp.jsonl")
+    renamed = tmp_path / "my_problems.jsonl"
+    shutil.copy(gsm8k_test, renamed)
+    for name in ("jsonl", "ResponseDataset", "gsm8k", "mbpp"):
+        for path in (gsm8k_test, renamed):
+            with pytest.raises(DatasetError, match="is GSM8K's test split .*, an evaluation set"):
+                check_trainable(name, "train", str(path))
+    with pytest.raises(DatasetError, match="MBPP with its test split .*dataset_name: mbpp reads its training split"):
+        check_trainable("jsonl", "train", str(mbpp))
+    check_trainable("mbpp", "train", str(mbpp))  # (its loader keeps task_ids 601-974)
+    check_trainable("jsonl", "train", str(shared_data("gsm8k", "train.jsonl")))

@@ -4,6 +4,7 @@ evaluation only."""
 from __future__ import annotations
 
 import difflib
+import hashlib
 import inspect
 import os
 import re
@@ -163,9 +164,38 @@ def dataset_key(name: str) -> str:
     raise DatasetError(f"dataset_name {name!r}{hint}: not a known dataset or its hub id; known: {sorted(DATASETS)}")
 
 
+# Files that are (or hold) evaluation splits, by size and sha256 (../shared/data/SOURCES.md), whatever the name they
+# are read under: the dataset whose loader splits their rows (none: every loader reads them whole), what they are
+EVALUATION_FILES = {
+    (749_738, "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"):
+        (None, "GSM8K's test split (its training split: train.jsonl)"),
+    (563_743, "ccf64ceae9c5403bf50a044cb6d505bfd2a2963ee58338ba268fd65beab92a9f"):
+        ("mbpp", "MBPP with its test split (task_ids 11-510)"),
+    (300_253, "7fec016546acaee11dbe14f9f0bb670e59f41919f7b522a59fba34871da78551"):
+        ("mbpp", "sanitized MBPP with its test split (task_ids 11-510)"),
+    (1_434_552, "097504bb82d25c51d6b762e2412df08b73aed116ba7c59050050cff6b11be42a"): (None, "the LeetCode contests"),
+}
+
+
+def evaluation_file(path) -> tuple[str | None, str] | None:
+    """What `path` is, where it is one of EVALUATION_FILES (read only where its size is one of theirs)."""
+    try:
+        size = Path(path).stat().st_size
+        if not any(size == known for known, _ in EVALUATION_FILES):
+            return None
+        return EVALUATION_FILES.get((size, hashlib.sha256(Path(path).read_bytes()).hexdigest()))
+    except OSError:
+        return None
+
+
 def check_trainable(name: str, split: str, path=None) -> None:
     """A training split is no evaluation one; nor is the file `path` names, where it is the dataset's file of an
-    evaluation split (gsm8k's test.jsonl named by data.train.path, which its loader reads whatever the split)."""
+    evaluation split (gsm8k's test.jsonl named by data.train.path, which its loader reads whatever the split), or
+    a known evaluation file by its bytes (GSM8K's test.jsonl as dataset_name: jsonl or ResponseDataset)."""
+    known = evaluation_file(path) if path is not None else None
+    if known is not None and known[0] != name:
+        reader = f"; dataset_name: {known[0]} reads its training split" if known[0] else ""
+        raise DatasetError(f"{path} is {known[1]}, an evaluation set: never train on it{reader}")
     info = DATASETS.get(name)
     if info is None:
         return
@@ -175,8 +205,9 @@ def check_trainable(name: str, split: str, path=None) -> None:
     named = [w for w in re.split(r"[-_.]", Path(path).name.lower()) if w in info.eval_only] if path is not None and \
         Path(path).suffix else []  # (test.jsonl, gsm8k_test.jsonl, the hub's test-00000-of-00001.parquet)
     if named:
-        raise DatasetError(f"{path} is {name}'s {named[0]} file, an evaluation split: never train on it (use one of "
-                           f"{usable}; a file of your own: a name without '{named[0]}', or dataset_name: jsonl)")
+        raise DatasetError(f"{path} is named as a {named[0]} split's file, and {name} reads it whatever the split: "
+                           f"never train on an evaluation split (use one of {usable}; a file of your own: a name "
+                           f"without '{named[0]}', or dataset_name: jsonl)")
 
 
 def hub_rows(hub_id: str, split: str, config: str | None = None) -> list[dict]:
