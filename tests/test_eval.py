@@ -384,6 +384,32 @@ def test_problems_dropped_for_long_prompts_are_in_the_summary(tiny_model_dir, tm
                      max_prompt_tokens=64, workers=1)
     summary = evaluate(cfg, model_name=str(tiny_model_dir))
     assert summary["problems"] == 1 and summary["problems_dropped_long_prompt"] == 1
+    # every prompt too long: it exited 0 with pass@1 null; now an error naming the flag (which was hard-coded)
+    proc = run("--model", tiny_model_dir, "--dataset", "jsonl", "--data-path", data, "--max-prompt-tokens", 2,
+               "--out", tmp_path / "none")
+    assert proc.returncode == 2 and "nothing to evaluate" in proc.stderr and "--max-prompt-tokens" in proc.stderr
+
+
+def test_a_loaders_options_from_the_command_line(tmp_path):
+    """MBPP's prompt showed only the first of its three tests, and eval had no way to ask for all three (as Austin et
+    al.'s prompt and published figures have them): --data-option prompt_tests=all, recorded in the summary."""
+    from execrl.tasks import load_problems
+
+    shared_data("mbpp")
+    first = load_problems("mbpp", "test")[0][0].messages[0]["content"]
+    every = load_problems("mbpp", "test", prompt_tests="all")[0][0]
+    assert first.count("assert ") == 1 and every.messages[0]["content"].count("assert ") == 3
+    assert "pass these tests:" in every.messages[0]["content"] and len(every.tests.asserts) == 3
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps({"problem_id": "mbpp/11", "completion": "x"}))
+    proc = run("--completions", path, "--dataset", "mbpp", "--data-option", "prompt_tests=all", "--out", tmp_path / "o")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["ran"]["data_options"] == {"prompt_tests": "all"}
+    for bad, said in ((["--data-option", "prompt_test=all"], "mbpp takes no such option"),
+                      (["--data-option", "prompt_tests"], "write KEY=VALUE"),
+                      (["--data-option", "prompt_tests=some"], "prompt_tests must be 'first'")):
+        proc = run("--completions", path, "--dataset", "mbpp", *bad, "--out", tmp_path / "b")
+        assert proc.returncode != 0 and said in proc.stderr, proc.stderr
 
 
 def test_dapo_answers_are_read_as_their_prompts_ask(tmp_path):

@@ -90,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="share of the sandbox workers grading code while sampling runs, on a GPU (default 0.5; 0: "
                         "grade after sampling)")
     e.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    e.add_argument("--data-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of the dataset's loader, as data.*.options in a training config (repeatable), "
+                        "e.g. prompt_tests=all: MBPP's prompt shows all three tests, as published MBPP figures do")
+    e.add_argument("--max-prompt-tokens", type=number(int, 1), default=2048,
+                   help="problems whose prompt is longer are dropped, with a count (default 2048)")
     e.add_argument("--data-seed", type=int, default=None,
                    help="a generated dataset's seed (builtin:*): a training run's grpo.seed poses the problems its "
                         "eval scored (the built-in default's: 1)")
@@ -264,6 +269,31 @@ def multi_gpu_launch(cfg, args) -> str | None:
     return text
 
 
+def data_options(args) -> dict:
+    """--data-option KEY=VALUE pairs, each value read as YAML (true, 3, all), each a key the loader takes."""
+    import yaml
+
+    from execrl.config.checks import loader_options
+    from execrl.tasks import DATASETS, DatasetError, dataset_key
+
+    options = {}
+    for pair in args.data_option:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"--data-option {pair!r}: write KEY=VALUE, e.g. --data-option prompt_tests=all")
+        options[key.strip()] = yaml.safe_load(value)
+    try:
+        info = DATASETS[dataset_key(args.dataset)] if options and args.dataset else None
+    except DatasetError:
+        info = None  # (the dataset's own error comes when it loads)
+    takes = loader_options(info) if info is not None and not info.own else None
+    unknown = sorted(set(options) - set(takes)) if takes is not None else []
+    if unknown:
+        raise ValueError(f"--data-option {', '.join(unknown)}: {args.dataset} takes no such option (it takes "
+                         f"{', '.join(takes) or 'none'})")
+    return options
+
+
 def eval_constraint(args) -> tuple[str, object] | None:
     """execrl eval's --guided-* flag as (kind, value): a file's contents where the value names a
     file."""
@@ -322,7 +352,8 @@ def eval_config(args):
     return EvalConfig(dataset=args.dataset, split=args.split, data_path=args.data_path, limit=args.limit,
                       max_tests=args.max_tests, samples=args.samples, ks=ks, temperature=temperature, top_p=args.top_p,
                       max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, backend=args.backend,
-                      seed=args.seed, data_seed=args.data_seed,
+                      seed=args.seed, data_seed=args.data_seed, data_options=data_options(args),
+                      max_prompt_tokens=args.max_prompt_tokens,
                       out=args.out, workers=args.workers, timeout_s=args.timeout, grading_share=args.grading_share,
                       reward_model=args.reward_model,
                       reward_model_batch_size=args.reward_model_batch_size, guided=eval_constraint(args),

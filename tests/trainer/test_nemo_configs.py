@@ -652,3 +652,17 @@ def test_training_problems_that_repeat_a_prompt_are_named_where_nemo_rl_pools_th
     assert "2 of 5 training problems repeat another's prompt" in repeated_prompts_note(rows, cfg)
     assert repeated_prompts_note(rows[:3], cfg) is None
     assert repeated_prompts_note(rows, load_config(None, [])) is None  # (a generated task: fresh tests per problem)
+
+
+def test_fewer_problems_than_prompts_per_step_are_named():
+    """6 problems for 16 prompts a step: each step drew them 2-3 times, without a word."""
+    from execrl.tasks import Problem
+    from execrl.trainer.setup import few_problems_warning
+
+    cfg = load_config(None, ["data.train.dataset_name=jsonl", "data.train.path=x.jsonl", "grpo.num_prompts_per_step=16",
+                             "grpo.num_generations_per_prompt=4", "policy.train_global_batch_size=64"])
+    rows = [Problem(f"p{i}", [{"role": "user", "content": f"What is {i} + 1?"}], "math", answer=str(i + 1))
+            for i in range(6)]
+    assert "6 training problems for grpo.num_prompts_per_step=16" in few_problems_warning(rows, cfg)
+    assert few_problems_warning(rows * 3, cfg) is None
+    assert few_problems_warning(rows, load_config(None, [])) is None  # (a generated task: fresh tests per problem)

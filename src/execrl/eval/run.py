@@ -47,6 +47,7 @@ class EvalConfig:
     backend: str = "execrl"  # execrl | transformers
     seed: int = 0
     data_seed: int | None = None  # a generated dataset's seed (None: its loader's own)
+    data_options: dict = field(default_factory=dict)  # the loader's options (data.*.options of a training config)
     out: str = "results/eval"  # (execrl eval's default: results/eval/MODEL_DATASET-SPLIT)
     workers: int = 0
     timeout_s: float = 5.0
@@ -72,7 +73,8 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         key = dataset_key(cfg.dataset) if cfg.dataset else None
     except DatasetError as e:
         raise DatasetError(str(e).replace("dataset_name", "--dataset", 1)) from None
-    everything, _ = load_problems(key, cfg.split, cfg.data_path, cfg.max_tests, **seeded) if key else ([], None)
+    everything, _ = (load_problems(key, cfg.split, cfg.data_path, cfg.max_tests, **seeded, **cfg.data_options) if key
+                     else ([], None))
     problems = everything[: cfg.limit] if cfg.limit else everything
     texts = read_completions(completions, problems, cfg.max_tests, everything) if completions else None
     if texts and key and not {id(q) for q in everything} & {id(p) for p, _ in texts}:
@@ -158,8 +160,12 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
 
     model, tok = load_model_and_tokenizer(model_name)
     problems, dropped = drop_long_prompts(problems, tok, cfg.prompt, cfg.max_prompt_tokens)
+    if dropped and not problems:
+        raise ValueError(f"nothing to evaluate: every problem's prompt ({dropped}) is longer than "
+                         f"{cfg.max_prompt_tokens} tokens: raise --max-prompt-tokens")
     if dropped:
-        err.print(f"[yellow]dropped {dropped} problems whose prompt is longer than {cfg.max_prompt_tokens} tokens[/]")
+        err.print(f"[yellow]dropped {dropped} problems whose prompt is longer than {cfg.max_prompt_tokens} tokens "
+                  "(--max-prompt-tokens)[/]")
     prompts = [render(build_messages(p, cfg.prompt), tok) for p in problems]
     start, slots = time.perf_counter(), []
     with _bar() as bar:
@@ -314,6 +320,7 @@ def ran(cfg: EvalConfig, source: dict, verifiers: set[str] = frozenset()) -> dic
                "backend": cfg.backend, "guided": cfg.guided} if "model" in source else {}
     data_path = None if cfg.data_path is None else str(cfg.data_path)
     return {**source, **sampled, "data_path": data_path, "data_read_from": read_from(cfg), "data_seed": cfg.data_seed,
+            **({"data_options": cfg.data_options} if cfg.data_options else {}),
             "limit": cfg.limit,
             "max_tests": cfg.max_tests, "timeout_s": cfg.timeout_s, "system_prompt": cfg.prompt.system_prompt,
             "answer_format": cfg.prompt.answer_format, "code_style": cfg.prompt.code_style,

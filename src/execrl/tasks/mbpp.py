@@ -1,7 +1,8 @@
 """MBPP: original (mbpp.jsonl) and sanitized (sanitized-mbpp.json) files, with the conventional
 splits by task_id: prompt 1-10, test 11-510 (evaluation only), validation 511-600, train 601-974.
-The prompt shows the problem and its first test, so the function name is known. A program is graded by the row's
-test_list, as MBPP's own protocol and the common harnesses grade it; `challenge_tests=True` (data.*.options) adds
+The prompt shows the problem and its first test, so the function name is known (`prompt_tests="all"`: all of the
+row's test_list, as Austin et al.'s prompt and the common harnesses show them, for figures to compare with published
+ones). A program is graded by the row's test_list, as MBPP's own protocol and the common harnesses grade it; `challenge_tests=True` (data.*.options) adds
 the challenge_test_list that 11 test-split rows also have."""
 
 from __future__ import annotations
@@ -14,9 +15,13 @@ SPLITS = {"prompt": range(1, 11), "test": range(11, 511), "validation": range(51
 
 
 @register("mbpp", data_dir="mbpp", splits=tuple(SPLITS), eval_only=("test",), kind="code")
-def load(path, split, report, variant: str = "original", challenge_tests: bool = False, **_):
+def load(path, split, report, variant: str = "original", challenge_tests: bool = False, prompt_tests: str = "first",
+         **_):
     if variant not in ("original", "sanitized"):
         raise DatasetError(f"mbpp variant must be 'original' or 'sanitized', got {variant!r}")
+    if prompt_tests not in ("first", "all"):
+        raise DatasetError(f"mbpp prompt_tests must be 'first' (the prompt shows the first test) or 'all', got "
+                           f"{prompt_tests!r}")
     if path.is_dir():
         path = path / ("mbpp.jsonl" if variant == "original" else "sanitized-mbpp.json")
     problems = []
@@ -41,7 +46,9 @@ def load(path, split, report, variant: str = "original", challenge_tests: bool =
         except TestSpecError as e:
             report.skip(task, f"tests: {e}")
             continue
-        content = f"{text}\nYour code should pass this test:\n\n{asserts[0]}"
+        shown = (row.get("test_list") or asserts) if prompt_tests == "all" else asserts[:1]
+        content = (f"{text}\nYour code should pass this test:\n\n{shown[0]}" if len(shown) == 1 else
+                   f"{text}\nYour code should pass these tests:\n\n" + "\n".join(shown))
         problems.append(Problem(f"mbpp/{task}", [{"role": "user", "content": content}], "code",
                                 tests=tests, metadata={"reference": row.get("code")}))
     return problems

@@ -236,9 +236,9 @@ def training_data(cfg: MasterConfig, tokenizer) -> tuple[list[Problem], list[Pro
         console.print("[yellow]validation: no problem to validate on (none held out or none fits): eval/ metrics "
                       "will not be logged[/]")
     train = drop_long(train, tokenizer, cfg)
-    note = repeated_prompts_note(train, cfg)
-    if note:
-        console.print(note, markup=False, highlight=False)
+    for note in (repeated_prompts_note(train, cfg), few_problems_warning(train, cfg)):
+        if note:
+            console.print(note, markup=False, highlight=False)
     if cfg.warmup.sft_steps and not any(p.id in refs for p in train):
         raise ValueError(no_references(cfg))
     return train, val, refs
@@ -257,6 +257,17 @@ def repeated_prompts_note(train: list[Problem], cfg: MasterConfig) -> str | None
     return (f"note: {len(train) - len(seen):,} of {len(train):,} training problems repeat another's prompt: where one "
             "step draws two groups of one prompt, each group's advantages are its own (NeMo RL's current code pools "
             "them: one baseline and std over all their samples)")
+
+
+def few_problems_warning(train: list[Problem], cfg: MasterConfig) -> str | None:
+    """A warning where a step asks for more prompts than there are problems: each step then draws some problems
+    twice or more (groups of their own, across the epoch's end) and no line said so."""
+    n, per_step = len(train), cfg.grpo.num_prompts_per_step
+    if not train or n >= per_step or all(DATASETS[dataset_key(d.dataset_name)].generated for d in cfg.data.train_sets):
+        return None
+    return (f"warning: {n:,} training problems for grpo.num_prompts_per_step={per_step:,}: every step draws some "
+            f"problems more than once, each time as a group of its own (an epoch is less than a step). Lower "
+            f"grpo.num_prompts_per_step to at most {n:,} (and policy.train_global_batch_size with it), or add problems")
 
 
 def rollout_generator(cfg: MasterConfig, policy, slots: int):
