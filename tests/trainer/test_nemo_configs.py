@@ -253,6 +253,9 @@ def test_nemo_dataset_lists_defaults_and_prompt_files_of_a_checkout(tmp_path):
     (configs / "merged.yaml").write_text("defaults: base.yaml\ndata:\n  train:\n    - dataset_name: DeepScaler\n")
     with pytest.raises(ConfigError, match="needs `_override_: true`"):
         load_config(str(configs / "merged.yaml"))
+    # a config of one's own elsewhere inheriting the checkout's: the prompt file is found above the inherited file
+    (tmp_path / "mine.yaml").write_text(f"defaults: {configs / 'base.yaml'}\ngrpo: {{seed: 7}}\n")
+    assert load_config(str(tmp_path / "mine.yaml")).prompt.template == "Think. {}"
 
 
 def test_nemo_datasets_load_local_copies_in_their_own_fields(tmp_path, capsys):

@@ -48,7 +48,8 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
     del defaults["policy"]["scheduler"]  # one of several forms: the file's own replaces it, never merges into it
     tree = None
     try:
-        given = _read(Path(path) if path else BUILTIN_DEFAULT, [])
+        dirs: list[Path] = []  # the folders of the files read: the config's, then those it inherits
+        given = _read(Path(path) if path else BUILTIN_DEFAULT, [], dirs)
         _fill_from_data_default(given)
         tree = OmegaConf.merge(OmegaConf.create(_under(defaults, given)), given)
         overridden = set()
@@ -64,7 +65,7 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
             refuse_unresolved(OmegaConf.to_container(tree, resolve=False))
         raise ConfigError(f"cannot resolve the config: {str(e).splitlines()[0]}") from None
     sources = {**dict.fromkeys(in_file, "file"), **dict.fromkeys(overridden, "override")}
-    plain, ignored, mapped = adapt(plain, _known, Path(path).resolve().parent if path else None, sources)
+    plain, ignored, mapped = adapt(plain, _known, dirs if path else [], sources)
     cfg = validate(plain)
     cfg._nemo_ignored, cfg._nemo_mapped, cfg._written = ignored, mapped, written
     return cfg
@@ -163,7 +164,8 @@ def _find(name: str, near: Path | None) -> Path:
                       f"{BUILTIN_DEFAULT.name} is the built-in default)")
 
 
-def _read(path: Path, chain: list[Path]) -> DictConfig:
+def _read(path: Path, chain: list[Path], dirs: list[Path] | None = None) -> DictConfig:
+    dirs = [] if dirs is None else dirs  # (filled with the folders of the files read)
     if path.is_dir():
         yamls = sorted(p.name for p in path.glob("*.yaml"))
         example = f", e.g. {path / yamls[0]}" if yamls else ""
@@ -177,10 +179,12 @@ def _read(path: Path, chain: list[Path]) -> DictConfig:
         raise ConfigError(yaml_error(path, e)) from None
     if not isinstance(tree, DictConfig):
         raise ConfigError(f"{path}: expected a mapping of sections (policy:, grpo:, ...)")
+    if path.resolve().parent not in dirs:
+        dirs.append(path.resolve().parent)
     parents = tree.pop("defaults", None) or []
     merged = OmegaConf.create()
     for parent in [parents] if isinstance(parents, str) else parents:
-        merged = _merge(merged, _read(_find(str(parent), path.parent), [*chain, path.resolve()]), path)
+        merged = _merge(merged, _read(_find(str(parent), path.parent), [*chain, path.resolve()], dirs), path)
     return _merge(merged, tree, path)
 
 

@@ -23,18 +23,19 @@ from execrl.config.tree import dotted_leaves
 def _file_text(key: str):
     """A translation that reads the file a NeMo RL key names (its prompt files) into the setting's
     text. NeMo RL runs from its checkout, so a relative path is looked for in the directory you run
-    in, then in each folder above the config file (a NeMo RL checkout's examples/configs/... finds
-    examples/prompts/...)."""
-    def read(path, config_dir: Path | None):
+    in, then in each folder above the config file, then above each file it inherits (`defaults:`): a NeMo RL
+    checkout's examples/configs/... finds examples/prompts/..., from a config of yours that inherits it too."""
+    def read(path, config_dirs: list[Path]):
         if path is None:
             return None
         given = Path(path).expanduser()
         tried = [given] if given.is_absolute() else [Path.cwd() / given, *(
-            d / given for d in ([config_dir, *config_dir.parents] if config_dir else []))]
+            d / given for base in config_dirs for d in [base, *base.parents])]
         found = next((p for p in tried if p.is_file()), None)
         if found is None:
-            raise ConfigError(f"{key}={path}: no such file in the directory you run in or above the config file: "
-                              "run where NeMo RL's relative paths hold (its checkout), or give the file's full path")
+            raise ConfigError(f"{key}={path}: no such file in the directory you run in or above the config file "
+                              "or the files it inherits: run where NeMo RL's relative paths hold (its checkout), or "
+                              "give the file's full path")
         return found.read_text()
     return read
 
@@ -62,7 +63,7 @@ def _foreign_environment(name) -> bool:
 
 def _value(fn: Callable[[Any], Any]):
     """A translation of the value alone."""
-    return lambda value, config_dir: fn(value)
+    return lambda value, config_dirs: fn(value)
 
 
 # NeMo key -> (execrl key, value translation)
@@ -312,11 +313,11 @@ def refuse(leaves: dict) -> None:
             raise ConfigError(why)
 
 
-def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = None,
+def adapt(tree: dict, known: Callable[[str], bool], config_dirs: list[Path] = (),
           given: dict[str, str] | None = None) -> tuple[dict, dict[str, str], dict[str, str]]:
     """A resolved config tree with NeMo RL's own keys translated: (the tree for execrl's schema,
     {ignored key or section: why}, {mapped key: what it became}). `known(key)`: whether execrl's
-    schema has the key; `config_dir`: the config file's folder (where relative file paths are also
+    schema has the key; `config_dirs`: the folders of the config file and the files it inherits (where relative file paths are also
     looked for); `given`: {dotted key: "file" or "override"} for the keys the user wrote, so that a
     NeMo key and its execrl name set to different values resolve as the command line says (its key
     wins over the file's) or are refused (both in the file, or both on the command line). Raises
@@ -363,7 +364,7 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dir: Path | None = No
             target, translate = MAPPED[key]
             if value is None:
                 continue  # e.g. a null prompt file: the setting stays as configured
-            translated = translate(value, config_dir)
+            translated = translate(value, config_dirs)
             if target != key and given.get(target) and translated != leaves.get(target):
                 if given[target] == "override" and given.get(key) != "override":
                     mapped[key] = f"not applied: {target}={leaves.get(target)} on the command line wins"
