@@ -41,6 +41,20 @@ def test_no_pass_fraction_gives_a_huge_advantage(group):
                 assert a.abs().max().item() < math.sqrt(group) + 1e-3, (lone, rest, a)
 
 
+def test_the_named_difference_for_a_lone_fractional_reward_is_nemo_rls_number():
+    """The start-up note's figure: NeMo RL's float32 E[r^2] - E[r]^2 with leave-one-out (calculate_baseline_and_std_
+    per_prompt, worked here in torch) divides the odd 0.67 of 7 x 0.33 by a rounding residue; execrl leaves it
+    undivided (0.67 - 0.33)."""
+    r = T([0.33] * 7 + [0.67])
+    others = 1 - torch.eye(8)
+    baseline, square = others @ r / 7, others @ r.square() / 7
+    std = ((square - baseline.square()) * (7 / 6)).sqrt().nan_to_num(0)
+    nemo = torch.where(std > 0, (r - baseline) / (std + 1e-6), r - baseline)
+    assert nemo[-1].item() == pytest.approx(2092.5, rel=1e-3)
+    assert grpo(r.tolist())[-1].item() == pytest.approx(0.34, abs=1e-6)
+    assert "2092.5 there, 0.34 here" in " ".join(nemo_differences(load_config(None, [])))
+
+
 def test_close_rewards_get_the_exact_std():
     # [0.83615, 0.83691] without leave-one-out: mean 0.83653, differences +-0.00038, unbiased std 0.00038 sqrt(2) =
     # 0.000537: +-0.00038 / (0.000537 + 1e-6) = +-0.7058 (NeMo RL's E[r^2] - E[r]^2 in float32 gives +-0.5495 on the CPU)
