@@ -27,6 +27,8 @@ def test_resuming_with_another_learning_rate_is_refused_and_config_yaml_is_what_
     assert (tmp_path / "config.yaml").read_text() == written  # nothing that did not run is recorded
     resumed = train(load_config(None, [*base, "grpo.max_num_steps=2"]))  # how long it runs: applies
     assert resumed.step == 2 and "max_num_steps: 2" in (tmp_path / "config.yaml").read_text()
+    # the config that ran step 1 is kept beside it (config.yaml was overwritten: the record no longer said what ran)
+    assert (tmp_path / "config.to_step_000001.yaml").read_text() == written
 
 
 def test_a_model_or_lora_change_is_named_before_the_weights_load(tmp_path):

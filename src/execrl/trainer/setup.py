@@ -325,7 +325,13 @@ def resume(run: Run) -> None:
         console.print(f"resumed from {found} (step {run.step})")
     removed = run.logger.start(run.step)
     if dist.is_main():
-        (run.logger.dir / "config.yaml").write_text(to_yaml(cfg))
+        written, now = run.logger.dir / "config.yaml", to_yaml(cfg)
+        if found is not None and written.is_file() and written.read_text() != now:  # what ran steps 1..run.step
+            kept = run.logger.dir / f"config.to_step_{run.step:06d}.yaml"
+            written.replace(kept)
+            console.print(f"the config of steps 1-{run.step}: {kept} (config.yaml is this run's, from step "
+                          f"{run.step + 1})", markup=False, highlight=False)
+        written.write_text(now)
         console.print(run.grader.describe(), markup=False, highlight=False)
     if removed:
         console.print(f"{run.logger.dir / 'metrics.jsonl'}: {removed} rows of steps after {run.step} removed (they are "
