@@ -217,3 +217,11 @@ def test_the_kl_reads_the_unfiltered_current_logprobs():
     out, _ = policy_loss(t, LossConfig(reference_policy_kl_penalty=1.0, reference_policy_kl_type="k1"),
                          num_tokens=1, num_seqs=1)
     assert out.item() == pytest.approx(0.3376, abs=1e-4)
+
+
+def test_a_trajectory_age_above_one_is_named_as_a_bound_only():
+    """execrl's async generates one step ahead whatever the age; NeMo RL's generation runs that many steps ahead."""
+    note = " ".join(nemo_differences(load_config(None, ["grpo.async_grpo.enabled=true",
+                                                        "grpo.async_grpo.max_trajectory_age_steps=2"])))
+    assert "max_trajectory_age_steps=2 bounds the rollouts' age only" in note
+    assert "max_trajectory_age_steps" not in " ".join(nemo_differences(load_config(None, ["grpo.async_grpo.enabled=true"])))

@@ -687,6 +687,10 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
         out.append(f"policy.optimizer.name {cfg.policy.optimizer.name} runs as torch.optim.AdamW (the same update; "
                    "its moments and master weights in fp32: exp_avg_dtype, master_weights, store_param_remainders "
                    "are not read)")
+    if grpo.async_grpo.enabled and grpo.async_grpo.max_trajectory_age_steps > 1:
+        out.append(f"grpo.async_grpo.max_trajectory_age_steps={grpo.async_grpo.max_trajectory_age_steps} bounds the "
+                   "rollouts' age only: execrl generates one step ahead (rollouts are 1 step old), where NeMo RL's "
+                   "generation runs up to that many steps ahead of training")
     if cfg.policy.cpu_offload and gpus(cfg) > 1:
         out.append("policy.cpu_offload (NeMo RL: policy.dtensor_cfg.cpu_offload) has no effect with several GPUs: "
                    "FSDP2 shards the master weights and AdamW's state over them instead (offloading them as well is "
