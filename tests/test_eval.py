@@ -407,7 +407,8 @@ def test_a_loaders_options_from_the_command_line(tmp_path):
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["ran"]["data_options"] == {"prompt_tests": "all"}
     for bad, said in ((["--data-option", "prompt_test=all"], "mbpp takes no such option"),
                       (["--data-option", "prompt_tests"], "write KEY=VALUE"),
-                      (["--data-option", "prompt_tests=some"], "prompt_tests must be 'first'")):
+                      (["--data-option", "prompt_tests=some"], "prompt_tests must be 'first'"),
+                      (["--data-option", "seed=3"], "seed is --data-seed")):
         proc = run("--completions", path, "--dataset", "mbpp", *bad, "--out", tmp_path / "b")
         assert proc.returncode != 0 and said in proc.stderr, proc.stderr
 

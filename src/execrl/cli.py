@@ -281,6 +281,8 @@ def data_options(args) -> dict:
         key, eq, value = pair.partition("=")
         if not eq or not key.strip():
             raise ValueError(f"--data-option {pair!r}: write KEY=VALUE, e.g. --data-option prompt_tests=all")
+        if key.strip() == "seed":
+            raise ValueError("--data-option seed: a generated dataset's seed is --data-seed")
         options[key.strip()] = yaml.safe_load(value)
     try:
         info = DATASETS[dataset_key(args.dataset)] if options and args.dataset else None

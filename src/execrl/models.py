@@ -233,8 +233,10 @@ DROPOUTS = ("attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "res
             "hidden_dropout_prob", "attention_probs_dropout_prob", "summary_first_dropout", "activation_dropout",
             "classifier_dropout", "embedding_dropout", "residual_dropout", "ffn_dropout",
             "attn_dropout",  # GPT-BigCode's attention keeps its rate as a float attribute of this name
-            # train-mode noise on the routers' inputs (Mixtral, MiniMax, PhiMoE): the engine samples without it
-            "router_jitter_noise", "jitter_noise", "input_jitter_noise")
+            # train-mode noise on the routers' inputs (Mixtral's and MiniMax's module attribute, from their config's
+            # router_jitter_noise; PhiMoE's input_jitter_noise): the engine samples without it. (PhiMoE's own
+            # router_jitter_noise is its sparsemixer's threshold in eval mode too: part of the model, kept.)
+            "jitter_noise", "input_jitter_noise")
 SAMPLED_IN_TRAINING = ("PhimoeTopKRouter",)  # modules that draw at random in train mode (PhiMoE's sparsemixer)
 
 

@@ -306,3 +306,15 @@ def test_a_known_evaluation_file_is_refused_whatever_reads_it(tmp_path):
         check_trainable("jsonl", "train", str(mbpp))
     check_trainable("mbpp", "train", str(mbpp))  # (its loader keeps task_ids 601-974)
     check_trainable("jsonl", "train", str(shared_data("gsm8k", "train.jsonl")))
+    check_trainable("myloaders:mbpp_train", "train", str(mbpp))  # a loader of one's own chooses its rows of it
+    with pytest.raises(DatasetError, match="is GSM8K's test split"):  # (but a file that is all test is test)
+        check_trainable("myloaders:gsm8k", "train", str(gsm8k_test))
+
+
+def test_a_known_evaluation_file_is_found_under_a_home_relative_path(tmp_path, monkeypatch):
+    import shutil
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    shutil.copy(shared_data("gsm8k", "test.jsonl"), tmp_path / "problems.jsonl")
+    with pytest.raises(DatasetError, match="is GSM8K's test split"):
+        check_trainable("ResponseDataset", "train", "~/problems.jsonl")

@@ -41,15 +41,16 @@ def test_the_loss_pass_of_families_with_train_mode_noise_is_the_engines_distribu
                  num_key_value_heads=2)
     configs = [transformers.GPTBigCodeConfig(vocab_size=64, n_embd=32, n_layer=2, n_head=4, attn_pdrop=0.1,
                                              resid_pdrop=0.1, embd_pdrop=0.1),
-               transformers.PhimoeConfig(num_local_experts=4, **small),
+               transformers.PhimoeConfig(num_local_experts=4, input_jitter_noise=0.1, **small),
                transformers.MixtralConfig(num_local_experts=4, router_jitter_noise=0.1, **small)]
     for config in configs:
         torch.manual_seed(0)
         model = transformers.AutoModelForCausalLM.from_config(config)
-        no_dropout(model)
         ids = torch.randint(3, 64, (2, 16))
         with torch.no_grad():
-            sampled = model.eval()(ids).logits
+            sampled = model.eval()(ids).logits  # the model as it is (PhiMoE's router_jitter_noise is part of it)
+            no_dropout(model)
+            torch.testing.assert_close(model.eval()(ids).logits, sampled, msg=config.model_type)
             train_mode(model)
             scored = [model(ids).logits for _ in range(2)]
         assert model.training

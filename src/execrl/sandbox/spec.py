@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import math
 import re
@@ -113,15 +114,16 @@ def entry_names(spec: TestSpec | None) -> frozenset[str]:
     return frozenset()
 
 
-def _called(test: str) -> set[str]:
+@functools.lru_cache(maxsize=8192)  # (a problem's asserts, read again for each of its samples)
+def _called(test: str) -> frozenset[str]:
     """The names an assert calls (`f(...)`, not `x.f(...)`), never a word inside its strings ("python (chrome)")."""
     if len(test) <= 2000:
         try:
-            return {n.func.id for n in ast.walk(ast.parse(test)) if isinstance(n, ast.Call)
-                    and isinstance(n.func, ast.Name)}
+            return frozenset(n.func.id for n in ast.walk(ast.parse(test)) if isinstance(n, ast.Call)
+                             and isinstance(n.func, ast.Name))
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             pass
-    return {m.group(1) for m in _CALLED.finditer(test[:2000])}
+    return frozenset(m.group(1) for m in _CALLED.finditer(test[:2000]))
 
 
 def num_tests(spec: TestSpec) -> int:

@@ -326,9 +326,10 @@ def resume(run: Run) -> None:
     removed = run.logger.start(run.step)
     if dist.is_main():
         written, now = run.logger.dir / "config.yaml", to_yaml(cfg)
-        if found is not None and written.is_file() and written.read_text() != now:  # what ran steps 1..run.step
-            kept = run.logger.dir / f"config.to_step_{run.step:06d}.yaml"
-            written.replace(kept)
+        kept = run.logger.dir / f"config.to_step_{run.step:06d}.yaml"
+        if found is not None and written.is_file() and written.read_text() != now and not kept.exists():
+            written.replace(kept)  # what ran steps 1..run.step (kept once: a resume that died before its next
+            # checkpoint ran none of them)
             console.print(f"the config of steps 1-{run.step}: {kept} (config.yaml is this run's, from step "
                           f"{run.step + 1})", markup=False, highlight=False)
         written.write_text(now)
