@@ -308,3 +308,15 @@ def test_a_step_of_many_rollouts_is_read_only_as_far_as_the_page_shows_it(tmp_pa
     rows[-1] = {**rows[-1], "reward": -0.5, "completion": 'a "reward": -9, b'}
     d = run_dir(tmp_path / "rare", [(1.0, 0.1)], rows)
     assert load_run(d).rewards_seen == (-0.5, 1.0) and reward_range(load_run(d)) == (-0.5, 1.0)
+
+
+def test_an_eval_curve_over_two_validation_sets_says_so(tmp_path):
+    """A resume that changed grpo.max_val_samples: the summary compared pass@1 on 16 and on 32 problems as one."""
+    from execrl.report.page import _summary
+    from execrl.report.runs import RunData
+
+    metrics = [{"step": 0, "eval/pass@1": 0.25, "eval/num_problems": 16}, {"step": 1, "train/reward_mean": 0.5},
+               {"step": 2, "eval/pass@1": 0.188, "eval/num_problems": 32}]
+    assert "on 16 and 32 problems: not one validation set" in _summary([RunData("r", tmp_path, {}, metrics)], [])
+    metrics[-1]["eval/num_problems"] = 16
+    assert "not one validation set" not in _summary([RunData("r", tmp_path, {}, metrics)], [])

@@ -79,3 +79,22 @@ def test_a_run_too_short_for_the_streak_warning_is_warned_at_its_end(tmp_path, c
     loop.summarize(run)
     shown = capsys.readouterr()
     assert "at every step every group's rewards were all equal" in (shown.out + shown.err).replace("\n", " ")
+
+
+def test_an_eval_summary_over_two_validation_sets_says_so(tmp_path, capsys):
+    """A resume that changed grpo.max_val_samples: the closing line compared pass@1 on 16 and on 32 problems as one
+    curve."""
+    import json
+    from types import SimpleNamespace
+
+    from execrl.config import load_config
+    from execrl.trainer import loop
+
+    rows = [{"step": 0, "eval/pass@1": 0.25, "eval/num_problems": 16}, {"step": 1, "train/reward_mean": 0.5},
+            {"step": 2, "eval/pass@1": 0.188, "eval/num_problems": 32}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = SimpleNamespace(cfg=load_config(None, []), logger=SimpleNamespace(dir=tmp_path, jsonl=None),
+                          sampler=SimpleNamespace(kinds={"code"}))
+    loop.summarize(run)
+    shown = capsys.readouterr()
+    assert "on 16 and 32 problems: not one validation set" in (shown.out + shown.err).replace("\n", " ")

@@ -51,9 +51,11 @@ def _summary(runs: list[RunData], differences: list[tuple[str, list]]) -> str:
         evals = [m for m in r.metrics if "eval/pass@1" in m]
         train = [m for m in r.metrics if "train/reward_mean" in m]
         first, last = (evals[0]["eval/pass@1"], evals[-1]["eval/pass@1"]) if evals else (None, None)
+        sizes = [m.get("eval/num_problems") for m in (evals[0], evals[-1])] if evals else []
+        other = f" (on {sizes[0]} and {sizes[1]} problems: not one validation set)" if len(set(sizes)) > 1 else ""
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in (
             r.name, r.config.get("policy", {}).get("model_name", "?"), len(train),
-            "-" if first is None else f"{first:.3f} -> {last:.3f}",
+            "-" if first is None else f"{first:.3f} -> {last:.3f}{other}",
             train_reward([m["train/reward_mean"] for m in train]))) + "</tr>")
     table = ("<table class='summary'><tr><th>run</th><th>model</th><th>steps</th><th>eval pass@1 (first -> last)</th>"
              "<th>train reward, mean of the first k steps -> last k (k = min(5, steps / 2))</th></tr>"
