@@ -317,8 +317,8 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dirs: list[Path] = ()
           given: dict[str, str] | None = None) -> tuple[dict, dict[str, str], dict[str, str]]:
     """A resolved config tree with NeMo RL's own keys translated: (the tree for execrl's schema,
     {ignored key or section: why}, {mapped key: what it became}). `known(key)`: whether execrl's
-    schema has the key; `config_dirs`: the folders of the config file and the files it inherits (where relative file paths are also
-    looked for); `given`: {dotted key: "file" or "override"} for the keys the user wrote, so that a
+    schema has the key; `config_dirs`: the folders of the config file and of the files it inherits (where
+    relative file paths are also looked for); `given`: {dotted key: "file" or "override"} for the keys the user wrote, so that a
     NeMo key and its execrl name set to different values resolve as the command line says (its key
     wins over the file's) or are refused (both in the file, or both on the command line). Raises
     ConfigError naming a refused feature or such a conflict."""

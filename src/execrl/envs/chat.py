@@ -16,6 +16,7 @@ import re
 import secrets
 
 from execrl.prompts import apply_template
+from execrl.sandbox.inside.protocol import valid_text
 
 
 class ChatTemplateError(ValueError):
@@ -82,7 +83,7 @@ class TurnRenderer:
         shown = []
         for m in messages:
             if isinstance(m.get("content"), str):  # an environment's text with a lone surrogate: "?", not a crash
-                m = {**m, "content": m["content"].encode("utf-8", "replace").decode("utf-8")}
+                m = {**m, "content": valid_text(m["content"])}
             if self._holds_special(m.get("content")):
                 holder = f"execrl{secrets.token_hex(8)}content"
                 holders[holder], m = m["content"], {**m, "content": holder}

@@ -10,7 +10,14 @@ import math
 from pathlib import Path
 
 from execrl.report.charts import figures
-from execrl.report.runs import MAX_ROWS_PER_STEP, RunData, config_differences, load_run, unique_names
+from execrl.report.runs import (
+    MAX_ROWS_PER_STEP,
+    RunData,
+    config_differences,
+    load_run,
+    unique_names,
+    validation_sets_differ,
+)
 
 HERE = Path(__file__).parent
 ROLLOUT_BYTES = 12 << 20  # the rollout browser's data at most: fewer rows per step where a run's are long (4K-token
@@ -51,8 +58,8 @@ def _summary(runs: list[RunData], differences: list[tuple[str, list]]) -> str:
         evals = [m for m in r.metrics if "eval/pass@1" in m]
         train = [m for m in r.metrics if "train/reward_mean" in m]
         first, last = (evals[0]["eval/pass@1"], evals[-1]["eval/pass@1"]) if evals else (None, None)
-        sizes = [m.get("eval/num_problems") for m in (evals[0], evals[-1])] if evals else []
-        other = f" (on {sizes[0]} and {sizes[1]} problems: not one validation set)" if len(set(sizes)) > 1 else ""
+        other = validation_sets_differ(evals[0], evals[-1]) if evals else ""
+        other = f" ({other})" if other else ""
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in (
             r.name, r.config.get("policy", {}).get("model_name", "?"), len(train),
             "-" if first is None else f"{first:.3f} -> {last:.3f}{other}",

@@ -100,3 +100,10 @@ def unique_names(paths: list[Path]) -> list[str]:
     """Each run's name: its directory's, with its parent's where two runs share one."""
     names = [p.resolve().name for p in paths]
     return [f"{p.resolve().parent.name}/{n}" if names.count(n) > 1 else n for p, n in zip(paths, names)]
+
+
+def validation_sets_differ(first: dict, last: dict) -> str:
+    """Where an eval curve's first and last rows ran on different validation sets (a resume that changed
+    grpo.max_val_samples), what to say beside the curve; else ""."""
+    a, b = first.get("eval/num_problems"), last.get("eval/num_problems")
+    return "" if a == b else f"on {a} and {b} problems: not one validation set"

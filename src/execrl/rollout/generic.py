@@ -218,7 +218,8 @@ def check_generic(dec: GenericDecoder, model, steps: int = 3) -> None:
         local.append("ALiBi biases built from a 2-D attention mask")  # (the engine's masks are 4-D)
     if unknown or local:
         raise UnsupportedModel(f"the execrl engine's generic path cannot run {cfg.model_type!r} models with "
-                               f"{', '.join(unknown + local)} (its masks are full and sliding-window attention only): {fix}")
+                               f"{', '.join(unknown + local)} (its masks are full and sliding-window attention "
+                               f"only): {fix}")
     bound = rotary_bound(model)
     if bound is not None:  # (transformers' layers take one rotary for the slots decoded together: a slot's frequencies
         # would follow the longest other slot's length, 0.67 nats off a 40-token sample beside a 300-token one)

@@ -2,8 +2,8 @@
 splits by task_id: prompt 1-10, test 11-510 (evaluation only), validation 511-600, train 601-974.
 The prompt shows the problem and its first test, so the function name is known (`prompt_tests="all"`: all of the
 row's test_list, as Austin et al.'s prompt and the common harnesses show them, for figures to compare with published
-ones). A program is graded by the row's test_list, as MBPP's own protocol and the common harnesses grade it; `challenge_tests=True` (data.*.options) adds
-the challenge_test_list that 11 test-split rows also have."""
+ones). A program is graded by the row's test_list, as MBPP's own protocol and the common harnesses grade it;
+`challenge_tests=True` (data.*.options) adds the challenge_test_list that 11 test-split rows also have."""
 
 from __future__ import annotations
 

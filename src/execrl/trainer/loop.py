@@ -372,13 +372,14 @@ def summarize(run: Run) -> None:
         console.print(f"[yellow]warning: at every step {flat_reason(run.cfg)} (train/flat_group_frac 1.0): the loss "
                       "and its gradient were 0 and nothing was learned[/]")
     evals = [k for k in keys if k.startswith("eval/") and "win_rate_vs_" in k] if selfplay else ["eval/pass@1"]
+    from execrl.report.runs import validation_sets_differ
+
     for key in evals:
-        points = [(r["step"], r[key], r.get("eval/num_problems")) for r in rows if key in r]
+        points = [r for r in rows if key in r]
         if len(points) >= 2:
-            sizes = "" if points[0][2] == points[-1][2] else (  # (a resume that changed the validation set)
-                f" [yellow]on {points[0][2]} and {points[-1][2]} problems: not one validation set[/]")
-            console.print(f"eval {key[5:]}: {points[0][1]:.3f} (step {points[0][0]}) -> {points[-1][1]:.3f} "
-                          f"(step {points[-1][0]}){sizes}")
+            other = validation_sets_differ(points[0], points[-1])
+            console.print(f"eval {key[5:]}: {points[0][key]:.3f} (step {points[0]['step']}) -> {points[-1][key]:.3f} "
+                          f"(step {points[-1]['step']})" + (f" [yellow]{other}[/]" if other else ""))
     written = write_report(run)
     saved = run.cfg.checkpointing.checkpoint_dir if run.cfg.checkpointing.enabled else \
         "none (checkpointing.enabled=false)"

@@ -244,12 +244,16 @@ def training_data(cfg: MasterConfig, tokenizer) -> tuple[list[Problem], list[Pro
     return train, val, refs
 
 
+def all_generated(cfg: MasterConfig) -> bool:
+    """Whether every training set is a generated task (builtin:*, self-play, puzzles): fresh problems each draw."""
+    return all(DATASETS[dataset_key(d.dataset_name)].generated for d in cfg.data.train_sets)
+
+
 def repeated_prompts_note(train: list[Problem], cfg: MasterConfig) -> str | None:
     """A note where training problems repeat another's prompt (DAPOMath17K's hub split holds each of its ~17.9K
     problems ~100 times) and a step draws several groups: NeMo RL's current code pools the groups of one prompt in a
     step (their baseline and std over all their samples); execrl's advantages are each group's own."""
-    if cfg.grpo.num_prompts_per_step < 2 or cfg.grpo.advantage != "grpo" or all(
-            DATASETS[dataset_key(d.dataset_name)].generated for d in cfg.data.train_sets):
+    if cfg.grpo.num_prompts_per_step < 2 or cfg.grpo.advantage != "grpo" or all_generated(cfg):
         return None  # (generated tasks pose a few prompts with fresh tests each: the problems differ)
     seen = {json.dumps(p.messages, sort_keys=True) for p in train}
     if len(seen) == len(train):
@@ -263,7 +267,7 @@ def few_problems_warning(train: list[Problem], cfg: MasterConfig) -> str | None:
     """A warning where a step asks for more prompts than there are problems: each step then draws some problems
     twice or more (groups of their own, across the epoch's end) and no line said so."""
     n, per_step = len(train), cfg.grpo.num_prompts_per_step
-    if not train or n >= per_step or all(DATASETS[dataset_key(d.dataset_name)].generated for d in cfg.data.train_sets):
+    if not train or n >= per_step or all_generated(cfg):
         return None
     return (f"warning: {n:,} training problems for grpo.num_prompts_per_step={per_step:,}: every step draws some "
             f"problems more than once, each time as a group of its own (an epoch is less than a step). Lower "
