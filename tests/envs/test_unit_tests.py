@@ -5,7 +5,7 @@ reward comes from all the tests."""
 from execrl.config import load_config
 from execrl.envs import UnitTestsEnv
 from execrl.envs.unit_tests import with_probes
-from execrl.sandbox import AssertTests, CallTests, StdioTests
+from execrl.sandbox import AssertTests, CallTests, StdioTests, Verdict
 from execrl.tasks import Problem, arith
 
 SQUARES = Problem("t/sq", [{"role": "user", "content": "Write square(x)."}], "code",
@@ -68,6 +68,19 @@ def test_probes_keep_other_asserts_and_forms_as_they_are():
                               "assert f(2) == 1, 'msg'"]
     call = CallTests("f", [[1]], [2])
     assert with_probes(call) is call and with_probes(StdioTests(["1"], ["1"])).inputs == ["1"]
+
+
+def test_probes_keep_statements_before_the_assert_and_string_literals_whole(grader):
+    """A probe rewrote `a = 5; assert f(a) == 6` as `__got = f(a)` (the `a = 5; ` dropped: NameError), and cut a
+    snippet whose string literal held \\x0c at it (str.splitlines ends a line there): a SyntaxError that failed the
+    set-up of every public test, so a right program was told it was wrong."""
+    tests = AssertTests(['a = 5; assert f(a) == 6', 'x = "p\x0cq\u2028"\nassert g(x) == 4', 'y = "\u00e9"; assert g(y) == 1'])
+    probed = with_probes(tests)
+    assert probed.asserts == ['a = 5; __got = f(a)\nassert __got == (6), repr(__got)',
+                              'x = "p\x0cq\u2028"\n__got = g(x)\nassert __got == (4), repr(__got)',
+                              'y = "\u00e9"; __got = g(y)\nassert __got == (1), repr(__got)']
+    right = "def f(a):\n    return a + 1\ndef g(x):\n    return len(x)\n"
+    assert [t.verdict for t in grader.grade(right, probed).tests] == [Verdict.PASS] * 3
 
 
 def test_a_bare_fence_that_opens_the_block_lets_the_turn_go_on(grader):

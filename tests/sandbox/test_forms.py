@@ -1,9 +1,12 @@
 """The four test forms, verdicts and output comparison, on small programs."""
 
+import json
+
 import pytest
 
 from execrl.sandbox import TestSpecError, Verdict, parse_tests
 from execrl.sandbox.compare import CompareOptions, outputs_match, values_match
+from execrl.sandbox.spec import split_test_script
 
 from .conftest import stdio
 
@@ -40,6 +43,31 @@ def test_call_based_lines_and_list_formats(grader):
     assert grader.grade(code, listed).verdict == Verdict.PASS
     wrong = dict(lines, outputs=["[3, 7]", "[]"])
     assert [t.verdict for t in grader.grade(code, wrong).tests] == [Verdict.FAIL, Verdict.PASS]
+
+
+def test_a_test_script_splits_where_python_ends_its_lines(grader):
+    """split_test_script cut the script with str.splitlines, which also ends a line at \\x0c, \\x1c, \\x85,
+    U+2028 inside a string literal, while the ast's line numbers count \\n, \\r\\n and \\r only: each later
+    test was cut in the wrong place, one became an assignment (always passing) and the last assert was dropped."""
+    script = ('my_solution = Solution()\n\nassert my_solution.f("a\\x0cb") == 3\n\n'
+              'test_input = { "s": "p\x0cq\u2028" }\nassert my_solution.f(**test_input) == 3\r\n'
+              'assert my_solution.f("zz") == 2\n')
+    spec = split_test_script(script)
+    assert spec.asserts == ['my_solution = Solution()\n\nassert my_solution.f("a\\x0cb") == 3',
+                            'test_input = { "s": "p\x0cq\u2028" }\nassert my_solution.f(**test_input) == 3',
+                            'assert my_solution.f("zz") == 2']
+    wrong = "class Solution:\n    def f(self, s):\n        return 3\n"  # f("zz") should be 2
+    r = grader.grade(wrong, spec)
+    assert (r.passed, r.total, r.verdict) == (2, 3, Verdict.FAIL)
+
+
+def test_call_arguments_are_lines_at_newlines_only():
+    """Arguments one JSON value a line were split with str.splitlines: a JSON string holding U+2028 or U+0085 (legal
+    raw in JSON) was cut inside, and the row refused as 'not JSON'."""
+    row = {"fn_name": "f", "inputs": [json.dumps("a\u2028b\x85", ensure_ascii=False) + "\r\n2"],
+           "outputs": [json.dumps("a\u2028b\x85a\u2028b\x85", ensure_ascii=False)]}
+    spec = parse_tests(row)
+    assert spec.args == [["a\u2028b\x85", 2]]
 
 
 def test_call_based_uses_solution_class_and_tuples_equal_lists(grader):

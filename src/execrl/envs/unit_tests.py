@@ -19,7 +19,7 @@ from execrl.extract import Extracted, extract
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
 from execrl.sandbox import AssertTests, CallTests, CheckTests, ProgramResult, StdioTests, TestSpec, Verdict
-from execrl.sandbox.spec import entry_names, truncate_tests
+from execrl.sandbox.spec import entry_names, python_lines, truncate_tests
 from execrl.tasks import Problem
 
 V = Verdict
@@ -97,8 +97,14 @@ def _probe(snippet: str) -> str:
             and len(last.test.ops) == 1 and isinstance(last.test.ops[0], ast.Eq)):
         return snippet
     left, right = ast.unparse(last.test.left), ast.unparse(last.test.comparators[0])
-    before = "".join(snippet.splitlines(keepends=True)[:last.lineno - 1])
-    return f"{before}__got = {left}\nassert __got == ({right}), repr(__got)"
+    lines = python_lines(snippet)  # (the text before the assert, its own line's `a = 5; ` too; col_offset counts UTF-8 bytes)
+    before = "".join(lines[:last.lineno - 1]) + lines[last.lineno - 1].encode()[:last.col_offset].decode()
+    probe = f"{before}__got = {left}\nassert __got == ({right}), repr(__got)"
+    try:
+        ast.parse(probe)
+    except SyntaxError:
+        return snippet
+    return probe
 
 
 def feedback(spec: TestSpec, result: ProgramResult, max_chars: int) -> str:

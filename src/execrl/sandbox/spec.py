@@ -204,15 +204,22 @@ def split_test_script(script: str) -> AssertTests:
         tree = ast.parse(script)
     except SyntaxError as e:
         raise TestSpecError(f"the test script is not valid Python: {e}") from None
-    lines = script.splitlines(keepends=True)
+    lines = python_lines(script)
     tests, start = [], 0
     for node in tree.body:
         if isinstance(node, ast.Assert):
-            tests.append("".join(lines[start:node.end_lineno]).strip("\n"))
+            tests.append("".join(lines[start:node.end_lineno]).strip("\r\n"))
             start = node.end_lineno
     if not tests:
         raise TestSpecError("the test script has no assert statements")
     return AssertTests(tests)
+
+
+def python_lines(source: str) -> list[str]:
+    """source's lines as Python's parser numbers them (ending at \n, \r\n or \r), each with its end.
+    Not str.splitlines, which also ends a line at \x0b, \x0c, \x1c-\x1e, \x85, U+2028 and U+2029:
+    characters a string literal may hold, which would shift every later line against the ast's."""
+    return re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", source)
 
 
 def _call_tests(obj: dict, inputs: list[str], outputs: list[str]) -> CallTests:
@@ -225,7 +232,8 @@ def _call_tests(obj: dict, inputs: list[str], outputs: list[str]) -> CallTests:
     for i, (inp, out) in enumerate(zip(inputs, outputs)):
         try:
             if fmt == "lines":
-                args.append([_json(line, big_ints) for line in inp.splitlines() if line.strip()])
+                # (lines end at \n only: a JSON string may hold U+2028, U+0085, ...)
+                args.append([_json(line, big_ints) for line in inp.split("\n") if line.strip()])
             else:
                 a = _json(inp, big_ints)
                 if not isinstance(a, list):
