@@ -1,5 +1,6 @@
 """The config schema as a researcher meets it: YAML files, defaults, references, overrides, errors, --dry-run."""
 
+import json
 import re
 import subprocess
 import sys
@@ -358,3 +359,20 @@ def test_validating_on_a_training_set_is_warned():
     assert validation_overlap_note(load_config(None, [])) is None
     assert validation_overlap_note(load_config(None, ["data.train={dataset_name: mbpp, split: train}",
                                                       "data.validation={dataset_name: mbpp, split: validation}"])) is None
+
+
+def test_validating_on_a_training_set_named_by_its_path_is_warned(tmp_path, monkeypatch):
+    """The check compared the path keys as written: no path (the default copy) and the same copy's path named, or
+    two spellings of one folder, were two sources, and a run validating on what it trains on had no warning."""
+    from execrl.config.checks import validation_overlap_note
+
+    copy = tmp_path / "mbpp"
+    copy.mkdir()
+    (copy / "mbpp.jsonl").write_text(json.dumps({"task_id": 1, "text": "t", "code": "def f(): pass",
+                                                 "test_list": ["assert f() is None"]}) + "\n")
+    monkeypatch.setenv("EXECRL_DATA_DIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    for path in (str(copy), "./mbpp", "mbpp/../mbpp"):
+        cfg = load_config(None, ["data.train={dataset_name: mbpp, split: train}",
+                                 f"data.validation={{dataset_name: mbpp, split: train, path: '{path}'}}"])
+        assert "data.validation mbpp/train is also a training set" in validation_overlap_note(cfg), path

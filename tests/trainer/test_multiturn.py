@@ -54,6 +54,10 @@ def test_a_unit_test_feedback_run_trains_with_masks_on_the_model_tokens_only(tmp
                 assert env_text.endswith("<|im_start|>assistant\n")
                 assert batch.loss_mask[i].sum() == t.num_sampled == len(t.segments[0].ids) + len(t.segments[2].ids)
     assert two_turns
+    for m, (rollouts, _) in zip(rows, seen):  # episodes whose feedback did not fit end early: counted, not silent
+        cut = [e for e in rollouts.episodes if e.answer_cut]
+        assert all(e.turns == 1 and e.trajectory.truncated for e in cut)
+        assert m["train/answer_cut_frac"] == pytest.approx(len(cut) / len(rollouts.episodes))
     episode = next(json.loads(line) for line in (tmp_path / "rollouts" / "step_000002.jsonl").read_text().splitlines()
                    if json.loads(line)["turns"] == 2)  # a whole episode: both turns and the feedback between them
     assert [m["role"] for m in episode["messages"]] == ["user", "assistant", "user", "assistant"]
@@ -88,3 +92,14 @@ def test_async_multi_turn_runs_earlier_turns_ahead_and_grades_the_last_in_the_ba
     assert [m["train/trajectory_age_mean"] for m in rows] == [0.0, 1.0, 1.0]
     assert all(1.0 <= m["train/turns_mean"] <= 2.0 and m["time/grade"] > 0 for m in rows)
     assert any(m["train/turns_mean"] > 1.0 for m in rows) and all("train/is_weight" in m for m in rows)
+
+
+def test_samples_cut_short_are_warned_of_at_the_end():
+    from execrl.trainer.loop import cut_warnings
+
+    rows = [{"train/truncated_frac": t, "train/answer_cut_frac": a} for t, a in [(0.9, 0.0)] * 3 + [(0.8, 0.2)] * 5]
+    tokens, answers = cut_warnings(rows)
+    assert tokens.startswith("in the last steps 60% of the samples were cut at policy.generation.max_new_tokens")
+    assert answers.startswith("12% of the episodes ended early because an environment's answer did not fit")
+    assert cut_warnings([{"train/truncated_frac": 0.3}] * 4 + [{"train/truncated_frac": 0.6}]) == []  # (last 5: 0.36)
+    assert cut_warnings([{"step": 1}]) == []

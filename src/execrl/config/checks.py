@@ -328,9 +328,17 @@ def no_references(cfg: MasterConfig) -> str:
 def validation_overlap_note(cfg: MasterConfig) -> str | None:
     """A warning where a validation dataset is one of the training ones (the same dataset, split and file): its
     eval/ metrics would measure problems the run trains on."""
-    trained = {(dataset_key(d.dataset_name), d.split_name, d.path) for d in cfg.data.train_sets}
+    def source(d):  # (the files read: no path and a path naming the same copy are one source)
+        info = DATASETS[dataset_key(d.dataset_name)]
+        try:
+            local = local_source(info, d.path)
+        except DatasetError:  # (check_datasets says what is wrong with it)
+            local = None
+        return dataset_key(d.dataset_name), d.split_name, str(local.resolve()) if local is not None else d.path
+
+    trained = {source(d) for d in cfg.data.train_sets}
     same = [f"{d.dataset_name}/{d.split_name}" for key, d in dataset_entries(cfg) if key.startswith("data.validation")
-            and (dataset_key(d.dataset_name), d.split_name, d.path) in trained]
+            and source(d) in trained]
     return (f"warning: data.validation {', '.join(same)} is also a training set: eval/ metrics would measure problems "
             "the run trains on (validate on a held-out split, e.g. data.validation.split=validation)") if same else None
 

@@ -371,6 +371,8 @@ def summarize(run: Run) -> None:
     if flats and len(flats) < FLAT_WARNING_STEPS and all(f == 1.0 for f in flats):  # (longer runs were warned)
         console.print(f"[yellow]warning: at every step {flat_reason(run.cfg)} (train/flat_group_frac 1.0): the loss "
                       "and its gradient were 0 and nothing was learned[/]")
+    for warning in cut_warnings(rows):
+        console.print(f"[yellow]warning: {warning}[/]")
     evals = [k for k in keys if k.startswith("eval/") and "win_rate_vs_" in k] if selfplay else ["eval/pass@1"]
     from execrl.report.runs import validation_sets_differ
 
@@ -384,6 +386,27 @@ def summarize(run: Run) -> None:
     saved = run.cfg.checkpointing.checkpoint_dir if run.cfg.checkpointing.enabled else \
         "none (checkpointing.enabled=false)"
     console.print(f"logs: {run.logger.dir}  checkpoints: {saved}" + (f"  report: {written}" if written else ""))
+
+
+def cut_warnings(rows: list[dict]) -> list[str]:
+    """What the run's metrics say about samples cut short: over its last steps (up to 5), half the samples cut at
+    max_new_tokens, or over the run a tenth of the multi-turn episodes ended because an environment's answer did not
+    fit (the model never read it)."""
+    def mean(key, last=None):
+        values = [r[key] for r in rows if key in r][-last if last else 0:]
+        return sum(values) / len(values) if values else 0.0
+
+    warnings = []
+    cut = mean("train/truncated_frac", 5) - mean("train/answer_cut_frac", 5)  # (an answer cut is truncated too)
+    if cut >= 0.5:
+        warnings.append(f"in the last steps {cut:.0%} of the samples were cut at policy.generation.max_new_tokens "
+                        "(train/truncated_frac): their answers are unfinished; raise policy.generation.max_new_tokens")
+    if mean("train/answer_cut_frac") >= 0.1:
+        warnings.append(f"{mean('train/answer_cut_frac'):.0%} of the episodes ended early because an environment's "
+                        "answer did not fit in policy.max_total_sequence_length (train/answer_cut_frac): the model "
+                        "never read it and took no further turn; raise policy.max_total_sequence_length (or lower "
+                        "policy.generation.max_new_tokens)")
+    return warnings
 
 
 def write_report(run: Run):

@@ -146,7 +146,7 @@ class RolloutPipeline:
             kept, dropped = kept + k, dropped + d
         episodes = [e for group in kept[:want] for e in group]
         dropped += [e for group in kept[want:] for e in group]
-        together = Rollouts(episodes, head.rollouts.group_size, dropped=dropped,
+        together = Rollouts(episodes, head.rollouts.group_size, dropped=dropped, max_turns=head.rollouts.max_turns,
                             times={k: sum(r.times.get(k, 0.0) for r in rounds) for k in head.rollouts.times},
                             decoded={k: sum(r.decoded[k] for r in rounds) for k in head.rollouts.decoded})
         num_kept, num_groups = dist.sum_floats(len(kept), sum(len(r.episodes) for r in rounds) / together.group_size)

@@ -47,6 +47,7 @@ class Episode:
     tool_errors: int = 0
     answered_early: int = 0  # model turns handed in early (Answers) and answered by the end of their generate call
     more: bool = False  # the last model turn goes on (Step.more): the next one's text is the rest of its message
+    answer_cut: bool = False  # ended early: the environment's answer had no room in policy.max_total_sequence_length
 
     @property
     def done(self) -> bool:
@@ -64,6 +65,7 @@ class Rollouts:
     episodes: list[Episode]  # [num_samples]: each problem's G episodes contiguous
     group_size: int
     times: dict[str, float] = field(default_factory=dict)  # seconds spent generating and in the environments
+    max_turns: int = 1  # grpo.max_rollout_turns they ran under (multi-turn: answer_cut_frac is logged)
     # model turns not yet answered: (episode, its completion, the environment's answer to come)
     pending: list[tuple[Episode, Completion, Future]] = field(default_factory=list)
     dropped: list[Episode] = field(default_factory=list)  # generated for the step, not trained on (dynamic sampling)
@@ -250,7 +252,7 @@ class EpisodeRunner:
         # (a rank may have no problems, e.g. of a small validation set: it still joins the weights'
         # gathering below)
         stop = (gen.stop_strings or []) + (episodes[0].env.stop_strings if episodes else []) or None
-        rollouts = Rollouts(episodes, group_size, {"generate": 0.0, "grade": 0.0})
+        rollouts = Rollouts(episodes, group_size, {"generate": 0.0, "grade": 0.0}, max_turns=turns)
         with generator.phase() if hasattr(generator, "phase") else nullcontext():  # a sharded model: gathered once
             for turn in range(turns):
                 live = [e for e in episodes if not e.done and e.env.ready]
@@ -263,7 +265,7 @@ class EpisodeRunner:
                     gen.max_new_tokens if e.env.whole_answers else 1) for e in live}
                 full = [e for e in live if not take_news(e, e.env.observe(), self, room[id(e)])]
                 for e in full:
-                    e.trajectory.truncated = True
+                    e.trajectory.truncated = e.answer_cut = True
                     end(e, e.env.finish())
                 live = [e for e in live if not e.done]
                 if not live:
@@ -424,7 +426,7 @@ def advance(e: Episode, c: Completion, step: Step, runner: EpisodeRunner, max_le
         return True
     env_ids = runner.renderer.env_turn(step.observation, c.ids[-1] if c.ids else None)
     if len(e.trajectory) + len(env_ids) >= max_len:  # no room for it and a model token after it: never cut it
-        e.trajectory.truncated = True
+        e.trajectory.truncated = e.answer_cut = True
         return False
     e.trajectory.segments.append(Segment(env_ids, False))
     e.messages += step.observation
@@ -458,6 +460,8 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
             "tool_errors_mean": (sum(e.tool_errors for e in eps), len(eps)),
             # environment answers (grading) done while generation still ran, per model turn
             "answered_while_generating_frac": (sum(e.answered_early for e in eps), sum(e.turns for e in eps))}
+    if rollouts.max_turns > 1:  # episodes ended early because the environment's answer did not fit: never read
+        sums["answer_cut_frac"] = (sum(e.answer_cut for e in eps), len(eps))
     parts = defaultdict(lambda: (0.0, 0))
     for e in valid:
         judged = [("reward_model_score", e.sample.rm_score), ("reward_model_truncated_frac", float(e.sample.rm_cut))] \

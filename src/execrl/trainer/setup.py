@@ -401,8 +401,10 @@ def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig, where: str 
            f"prompt over {limit} tokens (the longest "
            f"{max(lengths)}), the limit set by {keys}")
     if not kept and where == "data.train":
-        raise ValueError(f"{say}: nothing is left to train on; raise policy.max_total_sequence_length (or lower "
-                         "policy.generation.max_new_tokens, or set data.max_input_seq_length)")
+        raise ValueError(f"{say}: nothing is left to train on; " + (
+            "raise data.max_input_seq_length (or unset it)" if cfg.data.max_input_seq_length is not None else
+            "raise policy.max_total_sequence_length (or lower policy.generation.max_new_tokens, or set "
+            "data.max_input_seq_length)"))
     console.print(f"[yellow]dropped: {say}[/]")
     return kept
 
