@@ -70,6 +70,42 @@ def test_bad_rows_are_counted_reported_and_skipped(tmp_path, capsys):
     assert report.skipped == 3
 
 
+def test_a_nemotron_folder_is_read_by_its_files_split_names(tmp_path):
+    """NeMo-Gym keeps its train and validation (LiveCodeBench) files in one data/ folder: every file was read, so
+    training on the folder trained on the validation set, and data.validation read the same problems."""
+    row = {"responses_create_params": {"input": "add"},
+           "verifier_metadata": {"unit_tests": {"inputs": ["1 2\n"], "outputs": ["3\n"]}}}
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name, ids in [("opencodereasoning_filtered_25k_train.jsonl", "abc"), ("example_rollouts.jsonl", "r"),
+                      ("livecodebench_v5_2024-07-01_2025-02-01_validation.jsonl", "vw")]:
+        (folder / name).write_text("\n".join(json.dumps({**row, "hash_id": i}) for i in ids))
+    assert [p.id for p in load_problems("nemotron_code", "train", str(folder))[0]] == ["nemotron/a", "nemotron/b",
+                                                                                       "nemotron/c"]
+    assert [p.id for p in load_problems("nemotron_code", "validation", str(folder))[0]] == ["nemotron/v", "nemotron/w"]
+    with pytest.raises(DatasetError, match=r"nemotron_code/test: no .* file in .* is named as the test split's "
+                                           r"\(files: .*\); name the file: data.\*.path=FILE"):
+        load_problems("nemotron_code", "test", str(folder))
+    check_trainable("nemotron_code", "train", str(folder))
+    for split, path in [("validation", folder), ("train", next(folder.glob("*validation.jsonl")))]:
+        with pytest.raises(DatasetError, match=r"evaluation split.*use one of \['train'\]"):
+            check_trainable("nemotron_code", split, str(path))
+    (folder / "more_train.jsonl").write_text(json.dumps(row))  # a choice between files is the user's
+    with pytest.raises(DatasetError, match=r"2 files in .* are named as its \(more_train.jsonl, opencode.*\); name"):
+        load_problems("nemotron_code", "train", str(folder))
+    for shard in ("train-00000-of-00002.jsonl", "train-00001-of-00002.jsonl"):  # (the shards of one file: one)
+        (tmp_path / "hub" / shard).parent.mkdir(exist_ok=True)
+        (tmp_path / "hub" / shard).write_text(json.dumps({**row, "hash_id": shard[6:11]}))
+    assert len(load_problems("nemotron_code", "train", str(tmp_path / "hub"))[0]) == 2
+    for own in ("a.jsonl", "b.jsonl"):  # a folder that names no split: its one file, or a choice
+        (tmp_path / "own" / own).parent.mkdir(exist_ok=True)
+        (tmp_path / "own" / own).write_text(json.dumps(row))
+        if own == "a.jsonl":
+            assert len(load_problems("nemotron_code", "validation", str(tmp_path / "own"))[0]) == 1
+    with pytest.raises(DatasetError, match=r"2 files in .* name no split, and each could be it"):
+        load_problems("nemotron_code", "train", str(tmp_path / "own"))
+
+
 def test_hostile_lines_and_rows_of_a_file(tmp_path, capsys):
     """A JSONL string may hold U+2028, U+2029 and U+0085 (JSON writes them raw with ensure_ascii=False): they split
     no row; a byte-order mark is not part of row 1; a .json file of JSON lines (Dataset.to_json's) reads; a row that

@@ -1,23 +1,30 @@
 """Nemotron-RL competitive coding (NeMo-Gym format): `responses_create_params.input` is the prompt
 (it already asks for a ```python block), `verifier_metadata.unit_tests.{inputs, outputs, fn_name?}`
-the tests; printed outputs compared as NeMo-Gym's code_gen grader compares them (compare mode "lcb")."""
+the tests; printed outputs compared as NeMo-Gym's code_gen grader compares them (compare mode "lcb").
+A folder is read by its files' names, as NeMo-Gym keeps them in one data/ folder: the split's file
+(opencodereasoning_..._train.jsonl, livecodebench_..._validation.jsonl); a folder whose files name no
+split, its one file (the examples)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from execrl.sandbox import TestSpecError, parse_tests
-from execrl.tasks.problem import Problem, chat_messages, read_rows
+from execrl.tasks.problem import DatasetError, Problem, chat_messages, read_rows
 from execrl.tasks.registry import hub_rows, register
 
 HUB = "nvidia/Nemotron-RL-coding-competitive_coding"
+SPLITS = ("train", "validation", "test")  # the words NeMo-Gym's (and the hub's) file names carry
 
 
-@register("nemotron_code", data_dir="nemotron_code_examples", splits=(), hub_id=HUB, kind="code")
+@register("nemotron_code", data_dir="nemotron_code_examples", splits=(), eval_only=("validation", "test"), hub_id=HUB,
+          kind="code")  # (validation: NeMo-Gym's LiveCodeBench file, never trained on; a file so named neither)
 def load(path, split, report, hub_id=None, **_):
     if path is None:
         rows = hub_rows(hub_id, split)
     elif path.is_dir():
-        files = sorted(f for f in path.iterdir() if f.suffix in (".jsonl", ".parquet") and "rollout" not in f.name)
-        rows = [r for f in files for r in read_rows(f)]
+        rows = [r for f in split_files(path, split) for r in read_rows(f)]
     else:
         rows = read_rows(path)
     problems = []
@@ -40,3 +47,23 @@ def load(path, split, report, hub_id=None, **_):
         problems.append(Problem(f"nemotron/{rid}", messages, "code", tests=spec,
                                 metadata={"own_instructions": True, "source": row.get("source")}))
     return problems
+
+
+def split_files(folder: Path, split: str) -> list[Path]:
+    """The files of a folder that hold `split`: those whose name carries it, where any file names a split (every
+    file was read, and training read NeMo-Gym's validation file beside its train file); else the folder's one
+    file. Refuses a choice between files (the shards of one file, train-00000-of-00002..., are one)."""
+    files = sorted(f for f in folder.iterdir() if f.suffix in (".jsonl", ".parquet") and "rollout" not in f.name)
+    named = {f: [w for w in re.split(r"[-_.]", f.name.lower()) if w in SPLITS] for f in files}
+    by_split = any(named.values())
+    chosen = [f for f in files if split in named[f]] if by_split else files
+    names = ", ".join(f.name for f in files) or "none"
+    if not chosen:
+        raise DatasetError(f"nemotron_code/{split}: no .jsonl or .parquet file in {folder} is named as the {split} "
+                           f"split's (files: {names}); name the file: data.*.path=FILE (execrl eval: --data-path FILE)")
+    if len({re.sub(r"\d+-of-(\d+)", r"*-of-\1", f.name) for f in chosen}) > 1:
+        which = "are named as its" if by_split else "name no split, and each could be it"
+        raise DatasetError(f"nemotron_code/{split}: {len(chosen)} files in {folder} {which} "
+                           f"({', '.join(f.name for f in chosen)}); name the one to read: data.*.path=FILE "
+                           "(execrl eval: --data-path FILE)")
+    return chosen

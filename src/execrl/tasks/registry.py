@@ -201,7 +201,8 @@ def check_trainable(name: str, split: str, path=None) -> None:
     info = DATASETS.get(name)
     if info is None:
         return
-    usable = [s for s in info.splits if s not in info.eval_only and "*" not in info.eval_only] or "another dataset"
+    usable = [s for s in info.splits or ("train",) if s not in info.eval_only and "*" not in info.eval_only] or \
+        "another dataset"  # (a loader of any split name, nemotron_code: its train split)
     if split in info.eval_only or "*" in info.eval_only:
         raise DatasetError(f"{name}/{split} is an evaluation split: never train on it (use one of {usable})")
     named = [w for w in re.split(r"[-_.]", Path(path).name.lower()) if w in info.eval_only] if path is not None and \
