@@ -347,6 +347,23 @@ def test_a_known_evaluation_file_is_refused_whatever_reads_it(tmp_path):
         check_trainable("myloaders:gsm8k", "train", str(gsm8k_test))
 
 
+def test_a_gzipped_evaluation_file_is_refused_as_the_plain_one(tmp_path):
+    """read_rows reads the rows inside a gzip, but the check hashed its compressed bytes: GSM8K's test.jsonl gzipped
+    trained on all 1,319 test problems as dataset_name: jsonl or ResponseDataset."""
+    import gzip
+
+    gsm8k_test = shared_data("gsm8k", "test.jsonl")
+    for name in ("test.jsonl.gz", "problems.jsonl"):  # (a gzip by its bytes, as read_rows tells one)
+        (tmp_path / name).write_bytes(gzip.compress(gsm8k_test.read_bytes()))
+        for dataset in ("jsonl", "ResponseDataset"):
+            with pytest.raises(DatasetError, match="is GSM8K's test split .*, an evaluation set"):
+                check_trainable(dataset, "train", str(tmp_path / name))
+    (tmp_path / "train.jsonl.gz").write_bytes(gzip.compress(shared_data("gsm8k", "train.jsonl").read_bytes()))
+    check_trainable("jsonl", "train", str(tmp_path / "train.jsonl.gz"))
+    (tmp_path / "broken.jsonl.gz").write_bytes(b"\x1f\x8b" + b"x" * 50)  # (read_rows names a gzip it cannot read)
+    check_trainable("jsonl", "train", str(tmp_path / "broken.jsonl.gz"))
+
+
 def test_a_known_evaluation_file_is_found_under_a_home_relative_path(tmp_path, monkeypatch):
     import shutil
 
