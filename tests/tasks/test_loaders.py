@@ -364,6 +364,16 @@ def test_a_gzipped_evaluation_file_is_refused_as_the_plain_one(tmp_path):
     check_trainable("jsonl", "train", str(tmp_path / "broken.jsonl.gz"))
 
 
+def test_a_list_of_asserts_as_tests_names_the_object_it_goes_in(tmp_path, capsys):
+    """MBPP's test_list form as a row's tests was skipped as "tests must be an object, got list", the fix unsaid."""
+    path = tmp_path / "rows.jsonl"
+    rows = [{"id": "t", "prompt": "p", "tests": ["assert f() == 1"]}, {"id": "a", "prompt": "1+1?", "answer": "2"}]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    assert [p.id for p in load_problems("jsonl", "train", str(path))[0]] == ["a"]
+    assert """tests must be an object, got list (assert statements, as MBPP's test_list, go in {"asserts":[...]})""" \
+        in capsys.readouterr().err
+
+
 def test_a_known_evaluation_file_is_found_under_a_home_relative_path(tmp_path, monkeypatch):
     import shutil
 

@@ -156,7 +156,8 @@ def parse_tests(obj) -> TestSpec:
         except RecursionError:
             raise TestSpecError("tests is JSON nested too deeply to read") from None
     if not isinstance(obj, dict):
-        raise TestSpecError(f"tests must be an object, got {type(obj).__name__}")
+        fix = " (assert statements, as MBPP's test_list, go in {\"asserts\":[...]})" if isinstance(obj, list) else ""
+        raise TestSpecError(f"tests must be an object, got {type(obj).__name__}{fix}")
     keys = set(obj)
     if "check" in keys:
         _need_str(obj, "check")

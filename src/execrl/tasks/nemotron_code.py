@@ -42,7 +42,7 @@ def load(path, split, report, hub_id=None, **_):
         try:
             spec = parse_tests(tests)
         except TestSpecError as e:
-            report.skip(rid, f"unusable tests ({str(e).split(':')[0]})")
+            report.skip(rid, f"unusable tests ({str(e).split(': ')[0]})")
             continue
         problems.append(Problem(f"nemotron/{rid}", messages, "code", tests=spec,
                                 metadata={"own_instructions": True, "source": row.get("source")}))
