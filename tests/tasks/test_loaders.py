@@ -374,6 +374,15 @@ def test_a_list_of_asserts_as_tests_names_the_object_it_goes_in(tmp_path, capsys
         in capsys.readouterr().err
 
 
+def test_a_null_id_is_the_row_index(tmp_path):
+    """Rows with "id": null all got the id "None", one problem's id for every one of them."""
+    path = tmp_path / "rows.jsonl"
+    rows = [{"id": None, "prompt": "1+1?", "answer": "2"}, {"id": None, "prompt": "2+2?", "answer": "4"},
+            {"id": "x", "prompt": "3+3?", "answer": "6"}]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    assert [p.id for p in load_problems("jsonl", "train", str(path))[0]] == ["0", "1", "x"]  # (an id given is kept)
+
+
 def test_a_known_evaluation_file_is_found_under_a_home_relative_path(tmp_path, monkeypatch):
     import shutil
 

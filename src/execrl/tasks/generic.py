@@ -28,7 +28,7 @@ def load(path, split, report, fields: dict | None = None, **_):
     f = {**DEFAULT_FIELDS, **(fields or {})}
     problems = []
     for i, row in enumerate(read_rows(path)):
-        rid = row.get(f["id"], i)
+        rid = i if row.get(f["id"]) is None else row[f["id"]]  # (an id of null is none: every one was "None")
         messages = chat_messages(row.get(f["prompt"]))
         if messages is None:
             report.skip(rid, f"no prompt in field {f['prompt']!r} (a string, or messages with string role and content, one of them the user's)")
