@@ -383,6 +383,16 @@ def test_a_null_id_is_the_row_index(tmp_path):
     assert [p.id for p in load_problems("jsonl", "train", str(path))[0]] == ["0", "1", "x"]  # (an id given is kept)
 
 
+def test_text_that_is_not_utf8_is_named_by_its_line(tmp_path):
+    """The error gave the byte's 0-based offset in the file, which no editor shows."""
+    row = b'{"id": "a", "prompt": "p", "answer": "1"}\n'
+    for name, data in [("plain.jsonl", row * 2 + b'{"id": "b", "prompt": "\xff"}\n'),
+                       ("bom.jsonl", b"\xef\xbb\xbf" + row * 2 + b'{"id": "\xe9"}\n' + row)]:
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(DatasetError, match=rf"{name}, line 3: not UTF-8 text \(byte 0x(ff|e9)\)"):
+            load_problems("jsonl", "train", str(tmp_path / name))
+
+
 def test_a_known_evaluation_file_is_found_under_a_home_relative_path(tmp_path, monkeypatch):
     import shutil
 

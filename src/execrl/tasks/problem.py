@@ -94,9 +94,11 @@ def read_rows(path: str | Path) -> list[dict]:
             raise DatasetError(f"{path}: a gzip file that cannot be read ({e})") from None
     try:
         text = data.decode("utf-8-sig")  # (a byte-order mark, as some editors write, is not part of row 1)
-    except UnicodeDecodeError as e:
-        raise DatasetError(f"{path}: not UTF-8 text (byte {e.start}); rows are JSON Lines, a JSON list, parquet, "
-                           "or one of these gzipped") from None
+    except UnicodeDecodeError as e:  # (its offset: from after a byte-order mark; a line number finds it)
+        at = e.start + 3 * data.startswith(b"\xef\xbb\xbf")
+        line = data.count(b"\n", 0, at) + 1
+        raise DatasetError(f"{path}, line {line}: not UTF-8 text (byte 0x{data[at]:02x}); rows are JSON Lines, a JSON "
+                           "list, parquet, or one of these gzipped") from None
     if ".json" in path.suffixes[-2:]:  # (x.json, x.json.gz)
         try:
             rows = json.loads(text)
