@@ -59,7 +59,8 @@ def test_bad_rows_are_counted_reported_and_skipped(tmp_path, capsys):
     problems, report = load_problems("nemotron_code", "train", str(path))
     assert len(problems) == 1 and report.skipped == 4
     printed = capsys.readouterr().err
-    assert "skipped 4 unusable rows" in printed and "no prompt (a string, or messages with a user message) or no unit_tests" in printed
+    assert "skipped 4 unusable rows" in printed and "1 no prompt (responses_create_params.input: a string, or " \
+        "messages with a user message)" in printed and "1 no unit_tests (verifier_metadata.unit_tests: " in printed
     # the Responses API's input may be one string; items without a role, and non-object rows, are not problems
     odd = [{**good, "responses_create_params": {"input": "add two numbers"}},
            {**good, "responses_create_params": {"input": [{"content": "add"}]}},
@@ -68,6 +69,28 @@ def test_bad_rows_are_counted_reported_and_skipped(tmp_path, capsys):
     problems, report = load_problems("nemotron_code", "train", str(path))
     assert [p.messages for p in problems] == [[{"role": "user", "content": "add two numbers"}]]
     assert report.skipped == 3
+
+
+def test_nemotron_rows_of_json_strings_and_text_parts(tmp_path):
+    """verifier_metadata or unit_tests written as a JSON string (a parquet export's nested column), and a prompt of
+    the Responses API's content parts, were skipped as "no prompt ... or no unit_tests"."""
+    unit = {"inputs": ["1 2\n"], "outputs": ["3\n"]}
+    parts = [{"role": "user", "content": [{"type": "input_text", "text": "Add "}, {"type": "input_text", "text": "2."}]}]
+    image = [{"role": "user", "content": [{"type": "input_image"}]}]
+
+    def row(rid, prompt, meta):
+        return {"hash_id": rid, "responses_create_params": {"input": prompt}, "verifier_metadata": meta}
+    rows = [row("m", "add", json.dumps({"unit_tests": unit})), row("u", "add", {"unit_tests": json.dumps(unit)}),
+            row("p", parts, {"unit_tests": unit}), row("i", image, {"unit_tests": unit}),
+            row("s", "add", {"unit_tests": "{no"})]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    problems, report = load_problems("nemotron_code", "train", str(path))
+    assert [p.id for p in problems] == ["nemotron/m", "nemotron/u", "nemotron/p"]
+    assert problems[2].messages == [{"role": "user", "content": "Add 2."}] and problems[0].tests.inputs == ["1 2\n"]
+    assert report.examples == {"no prompt (responses_create_params.input: a string, or messages with a user message)":
+                               ["i"], "no unit_tests (verifier_metadata.unit_tests: an object of inputs, outputs, "
+                                      "fn_name?)": ["s"]}
 
 
 def test_a_nemotron_folder_is_read_by_its_files_split_names(tmp_path):

@@ -31,7 +31,7 @@ def load(path, split, report, fields: dict | None = None, **_):
         rid = i if row.get(f["id"]) is None else row[f["id"]]  # (an id of null is none: every one was "None")
         messages = chat_messages(row.get(f["prompt"]))
         if messages is None:
-            report.skip(rid, f"no prompt in field {f['prompt']!r} (a string, or messages with string role and content, one of them the user's)")
+            report.skip(rid, f"no prompt in field {f['prompt']!r} (a string, or messages with string role and content (or text parts), one of them the user's)")
             continue
         language = language_named(row.get(f["language"]))
         if language is None:

@@ -7,6 +7,7 @@ split, its one file (the examples)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -30,11 +31,14 @@ def load(path, split, report, hub_id=None, **_):
     problems = []
     for i, row in enumerate(rows):
         rid = row.get("hash_id") or i
-        params, meta = row.get("responses_create_params"), row.get("verifier_metadata")
+        params, meta = row.get("responses_create_params"), _decoded(row.get("verifier_metadata"))
         messages = chat_messages(params.get("input")) if isinstance(params, dict) else None  # (the Responses API's
-        unit = meta.get("unit_tests") if isinstance(meta, dict) else None                  # input: a string or items)
-        if messages is None or not isinstance(unit, dict):
-            report.skip(rid, "no prompt (a string, or messages with a user message) or no unit_tests")
+        unit = _decoded(meta.get("unit_tests")) if isinstance(meta, dict) else None        # input: a string or items)
+        if messages is None:
+            report.skip(rid, "no prompt (responses_create_params.input: a string, or messages with a user message)")
+            continue
+        if not isinstance(unit, dict):
+            report.skip(rid, "no unit_tests (verifier_metadata.unit_tests: an object of inputs, outputs, fn_name?)")
             continue
         tests = {k: unit[k] for k in ("inputs", "outputs", "fn_name") if unit.get(k)}
         if "fn_name" not in tests:  # printed outputs as NeMo-Gym's code_gen grader reads them (LiveCodeBench's rule)
@@ -47,6 +51,16 @@ def load(path, split, report, hub_id=None, **_):
         problems.append(Problem(f"nemotron/{rid}", messages, "code", tests=spec,
                                 metadata={"own_instructions": True, "source": row.get("source")}))
     return problems
+
+
+def _decoded(value):
+    """An object written as a JSON string (a parquet or datasets export of a nested column) as the object."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except (ValueError, RecursionError):
+            return value  # (named as no object by the caller)
+    return value
 
 
 def split_files(folder: Path, split: str) -> list[Path]:

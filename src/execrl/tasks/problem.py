@@ -31,16 +31,31 @@ _ROLES = ("system", "user", "assistant", "tool")
 
 def chat_messages(prompt) -> list[dict] | None:
     """A row's prompt as chat messages: a non-empty string (one user message), or a list of {"role", "content"}
-    objects whose role and content are strings (other keys dropped; the usual roles in any case, "User" as
-    "user", as chat templates compare them lowercase) with a user message among them; None where it is neither."""
+    objects whose role is a string and content a string or text parts (other keys dropped; the usual roles in any
+    case, "User" as "user", as chat templates compare them lowercase) with a user message among them; None where it
+    is neither."""
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}] if prompt.strip() else None
     if not isinstance(prompt, list) or not prompt or not all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt):
+            isinstance(m, dict) and isinstance(m.get("role"), str) and _text(m.get("content")) is not None
+            for m in prompt):
         return None
-    messages = [{"role": m["role"].lower() if m["role"].lower() in _ROLES else m["role"], "content": m["content"]}
-                for m in prompt]
+    messages = [{"role": m["role"].lower() if m["role"].lower() in _ROLES else m["role"],
+                 "content": _text(m["content"])} for m in prompt]
     return messages if any(m["role"] == "user" for m in messages) else None
+
+
+def _text(content) -> str | None:
+    """A message's content as text: a string, or text parts ([{"type": "input_text" (the Responses API's) or "text",
+    "text": ...}], joined as chat templates join them); None for anything else (an image part: no text stands for
+    it)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content and all(
+            isinstance(c, dict) and c.get("type") in ("input_text", "text") and isinstance(c.get("text"), str)
+            for c in content):
+        return "".join(c["text"] for c in content)
+    return None
 
 
 VERIFIER = "math_verify_impl"  # a math problem's metadata key: how its answer is checked (env.math.math_verify_impl)
