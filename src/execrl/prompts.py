@@ -114,5 +114,12 @@ def render(messages: list[dict], tokenizer) -> str:
 def drop_long_prompts(problems: list[Problem], tokenizer, cfg: PromptConfig, max_prompt_tokens: int):
     """Problems whose rendered prompt fits, and how many were dropped (long prompts are the classic
     OOM)."""
-    kept = [p for p in problems if len(tokenizer(render(build_messages(p, cfg), tokenizer))["input_ids"]) <= max_prompt_tokens]
+    kept = [p for p in problems
+            if len(prompt_ids(render(build_messages(p, cfg), tokenizer), tokenizer)) <= max_prompt_tokens]
     return kept, len(problems) - len(kept)
+
+
+def prompt_ids(text: str, tokenizer) -> list[int]:
+    """A rendered prompt's token ids as generation encodes it: no special tokens added (the template, or render's
+    fallback, writes the BOS where the model takes one; counting with them was one token long on a BOS tokenizer)."""
+    return tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from execrl.models import kv_shape
+from execrl.prompts import prompt_ids
 from execrl.rollout import SamplingParams, build_generator
 
 FEWEST, MOST = 16, 512  # sequences decoded at once where batch_size is None (on a CPU: FEWEST)
@@ -22,7 +23,7 @@ def generate(model, tokenizer, prompts: list[str], num_samples: int, max_new_tok
     ends, while the rest generate, where the generator hands completions in so (`streams`: on a
     GPU); otherwise never."""
     torch.manual_seed(seed)
-    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    ids = [prompt_ids(p, tokenizer) for p in prompts]  # (as drop_long_prompts counted them)
     if not ids:
         return []
     max_len = max(map(len, ids)) + max_new_tokens
