@@ -34,3 +34,17 @@ def test_the_prompt_limit_counts_the_tokens_generation_encodes():
     kept, dropped = drop_long_prompts([PROBLEM], tok, PromptConfig(), len(ids))
     assert (kept, dropped) == ([PROBLEM], 0)
     assert drop_long_prompts([PROBLEM], tok, PromptConfig(), len(ids) - 1)[1] == 1
+
+
+def test_a_base_model_reads_its_prompt_after_its_bos():
+    """A tokenizer without a chat template got the 'User: ...' transcript encoded without special tokens: a Llama,
+    Mistral or Gemma base model read its prompt with no BOS, as it never was trained to (train and eval alike)."""
+    tok = bos_tokenizer()
+    ids = tok(render(build_messages(PROBLEM, PromptConfig()), tok), add_special_tokens=False)["input_ids"]
+    assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1
+    assert ids == tok(render(build_messages(PROBLEM, PromptConfig()), tok)[len("<s>"):])["input_ids"]  # as it adds it
+    from execrl.models import build_tokenizer
+
+    plain = build_tokenizer([], vocab_size=259)  # (no BOS: nothing added)
+    plain.chat_template = None
+    assert render(build_messages(PROBLEM, PromptConfig()), plain).startswith("User: Add two numbers.")

@@ -104,11 +104,22 @@ def template_notes(tokenizer) -> list[str]:
 
 
 def render(messages: list[dict], tokenizer) -> str:
-    """The tokenizer's chat template when it has one; otherwise a plain 'Role: text' transcript."""
+    """The tokenizer's chat template when it has one; otherwise a plain 'Role: text' transcript, after the BOS the
+    tokenizer puts first (prompts are encoded without special tokens, as a template writes its own BOS)."""
     if getattr(tokenizer, "chat_template", None):
         return apply_template(tokenizer, messages)
     turns = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
-    return "\n\n".join(turns) + "\n\nAssistant:"
+    return bos_text(tokenizer) + "\n\n".join(turns) + "\n\nAssistant:"
+
+
+def bos_text(tokenizer) -> str:
+    """The BOS token's text where encoding puts it first (a Llama, Mistral or Gemma base model, which reads
+    every sequence after it), else ''."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None or not tokenizer.bos_token:
+        return ""
+    first = tokenizer("x")["input_ids"][:1]
+    return tokenizer.bos_token if first == [bos] else ""
 
 
 def drop_long_prompts(problems: list[Problem], tokenizer, cfg: PromptConfig, max_prompt_tokens: int):
