@@ -55,3 +55,23 @@ def test_a_model_that_needs_its_own_code_is_refused_in_one_line(tiny_model_dir, 
     (custom / "configuration_mine.py").write_text("raise SystemExit('custom code ran')\n")
     with pytest.raises(ModelNotFound, match="needs its own Python code .*auto_map"):
         load_model_and_tokenizer(str(custom), "cpu")
+
+
+def test_a_tokenizer_naming_no_eos_and_no_pad_pads_with_the_models_end_token(tmp_path):
+    """A tokenizer with neither eos_token nor pad_token, its end token only in the model's generation_config: its
+    pad stayed None and training died building its first batch (torch.full(..., None))."""
+    from transformers import PreTrainedTokenizerFast
+
+    from execrl.models import build_tiny_model, build_tokenizer
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=build_tokenizer([], vocab_size=259).backend_tokenizer,
+                                  eos_token=None, pad_token=None)
+    model = build_tiny_model(tok)
+    model.generation_config.eos_token_id = [2]  # <|im_end|>
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    _, loaded = load_model_and_tokenizer(str(tmp_path), "cpu")
+    assert loaded.eos_token is None and loaded.pad_token_id == 2
+    model.generation_config.eos_token_id = None
+    model.save_pretrained(tmp_path)
+    assert load_model_and_tokenizer(str(tmp_path), "cpu")[1].pad_token_id == 0  # (no end token anywhere: 0)

@@ -157,8 +157,21 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
         raise ModelNotFound(f"the tokenizer of model {name!r}{f' ({tokenizer})' if tokenizer else ''} has {len(tok)} "
                             f"tokens and the model's embeddings {rows} rows: {fix}")
     if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
+        set_pad(tok, model)
     return model.to(dev).eval(), tok
+
+
+def set_pad(tok, model) -> None:
+    """A pad token for a tokenizer without one (batches are padded with it): its EOS, else the first of the model's
+    end ids (generation_config.eos_token_id: a tokenizer may name no EOS at all), else id 0. Which one never matters:
+    padding is masked by the sequences' lengths. (A checkpoint saves it as the tokenizer's pad_token: an end token,
+    already special, as most fine-tunes ship; a reload here picks the same.)"""
+    from execrl.rollout.completion import eos_ids
+
+    if tok.eos_token is not None:
+        tok.pad_token = tok.eos_token
+    else:
+        tok.pad_token_id = next(iter(eos_ids(model, tok)), 0)  # (None: build_batch's torch.full crashed at step 1)
 
 
 def _load_adapter(directory: Path, device: str, dtype: str, offline: bool, tokenizer: str | None):
