@@ -1,6 +1,11 @@
 """Prompts as the model reads them: the tokens counted against --max-prompt-tokens, a base model's BOS, templates
 that refuse a conversation."""
 
+import subprocess
+import sys
+
+import pytest
+
 from execrl.prompts import PromptConfig, build_messages, drop_long_prompts, render
 from execrl.tasks import Problem
 
@@ -48,3 +53,45 @@ def test_a_base_model_reads_its_prompt_after_its_bos():
     plain = build_tokenizer([], vocab_size=259)  # (no BOS: nothing added)
     plain.chat_template = None
     assert render(build_messages(PROBLEM, PromptConfig()), plain).startswith("User: Add two numbers.")
+
+
+GEMMA2 = ("{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+          "{% endif %}{% for m in messages %}{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+          "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+          "{{ '<s>' + m['role'] + '\\n' + m['content'] + '</s>\\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<s>model\\n' }}{% endif %}")  # (Gemma 2's refusals, on <s> and </s>)
+
+
+def test_a_template_that_refuses_the_conversation_is_one_error_naming_the_fix():
+    """Gemma 2's template raises on a system message: a raw jinja2 traceback in train and eval (eval's after the
+    sandbox had started). Now a ValueError naming the template's message, the roles and the fix, and the set-up
+    check (template_notes) raises it on a prompt shaped like the run's, system prompt included."""
+    from execrl.prompts import template_notes
+
+    tok = bos_tokenizer(GEMMA2)
+    with pytest.raises(ValueError, match="System role not supported") as e:
+        render(build_messages(PROBLEM, PromptConfig(system_prompt="Be brief.")), tok)
+    assert "['system', 'user']" in str(e.value) and "--system-prompt" in str(e.value)
+    with pytest.raises(ValueError, match="roles must alternate") as e:
+        render([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "tool",
+                                                                                       "content": "c"}], tok)
+    assert "observation_role=user" in str(e.value) and "system prompt" not in str(e.value)
+    with pytest.raises(ValueError, match="System role not supported"):
+        template_notes(tok, "Be brief.")
+    assert template_notes(tok) == []
+
+
+def test_eval_with_a_system_prompt_the_template_refuses_stops_in_one_line_before_the_sandbox(tmp_path):
+    from execrl.models import build_tiny_model
+
+    tok = bos_tokenizer(GEMMA2)
+    build_tiny_model(tok).save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    proc = subprocess.run([sys.executable, "-m", "execrl.cli", "eval", "--model", tmp_path / "m", "--dataset",
+                           "builtin:arith-code", "--split", "validation", "--limit", "1", "--system-prompt", "x",
+                           "--out", tmp_path / "o", "--workers", "1"], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "error: the chat template refuses a conversation of roles ['system', 'user']: it raised 'System role not " \
+           "supported'" in proc.stderr.replace("\n", " ")
+    assert "sandbox" not in proc.stderr.split("error:")[0]  # (before the sandbox's start-up)

@@ -102,6 +102,27 @@ def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto
     return load_pretrained(AutoModelForCausalLM, name, device, dtype, offline, tokenizer, config_overrides)
 
 
+def load_tokenizer(name: str, offline: bool | None = None):
+    """The tokenizer load_model_and_tokenizer gives `name`, without the weights (execrl eval checks its chat template
+    before the sandbox starts and the model loads); None where it cannot be read (loading the model then says why)."""
+    from transformers import AutoTokenizer
+
+    if name in TINY_CODERS:
+        return tiny_tokenizer(name)
+    offline = offline if offline is not None else os.environ.get("HF_HUB_OFFLINE") == "1"
+    local = Path(name).expanduser()
+    if (local / "adapter_config.json").is_file() and not (local / "tokenizer_config.json").is_file():
+        import json  # (a LoRA adapter saved without its tokenizer: its base's)
+
+        base = json.loads((local / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        return load_tokenizer(base, offline) if base else None
+    try:
+        return AutoTokenizer.from_pretrained(str(local) if local.exists() else name, local_files_only=offline,
+                                             trust_remote_code=False)
+    except Exception:  # (any: the model's load names the fix)
+        return None
+
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
                    "spiece.model", "sentencepiece.bpe.model")  # (a directory with none of them holds no tokenizer)
 

@@ -76,19 +76,52 @@ def build_messages(problem: Problem, cfg: PromptConfig, how: str | None = None) 
 TEMPLATE_KWARGS = "execrl_chat_template_kwargs"  # a tokenizer attribute: policy.tokenizer.chat_template_kwargs
 
 
+class ChatTemplateError(ValueError):
+    """The tokenizer's chat template cannot render the run's conversations (or be split into per-turn deltas); the
+    message says what to do."""
+
+
+class TemplateRaised(ChatTemplateError):
+    """The chat template itself refused a conversation (its raise_exception): Gemma 2's 'System role not
+    supported', Mistral's 'Conversation roles must alternate'. `said`: the template's message."""
+
+    def __init__(self, said: str, roles: list):
+        super().__init__(refusal(said, roles))
+        self.said = said
+
+
 def apply_template(tokenizer, messages: list[dict], generation_prompt: bool = True) -> str:
     """The chat template's text, with the run's chat_template_kwargs (e.g. enable_thinking) when it
-    set them."""
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt,
-                                         **getattr(tokenizer, TEMPLATE_KWARGS, None) or {})
+    set them; TemplateRaised, one line naming the fix, where the template refuses the conversation."""
+    from jinja2.exceptions import TemplateError
+
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt,
+                                             **getattr(tokenizer, TEMPLATE_KWARGS, None) or {})
+    except TemplateError as e:  # (a raw jinja2 traceback, in eval after the sandbox had started)
+        raise TemplateRaised(str(e), [m.get("role") for m in messages]) from None
 
 
-def template_notes(tokenizer) -> list[str]:
-    """Checks of a tokenizer's chat template on a one-message prompt: raises ValueError where it drops the message's
-    content (every prompt would be the same text); a note where chat_template_kwargs change nothing in it (a
-    misspelt name: {enable_thinkng: false} left a Qwen3's thinking on)."""
+def refusal(said: str, roles: list) -> str:
+    """What to do about a chat template that raised `said` on a conversation of `roles`."""
+    fixes = ["drop the system prompt (execrl eval's --system-prompt, prompt.system_prompt)"] if "system" in roles else []
+    if any(r not in ("system", "user", "assistant") for r in roles) or any(
+            a == b != "assistant" for a, b in zip(roles, roles[1:])):  # (an environment's turn after the user's)
+        fixes.append("set env.multi_turn.observation_role=user")
+    fixes.append("(training) set policy.tokenizer.chat_template to a template that renders them")
+    return (f"the chat template refuses a conversation of roles {roles}: it raised {said!r}; " + ", or ".join(fixes))
+
+
+def template_notes(tokenizer, system_prompt: str | None = None) -> list[str]:
+    """Checks of a tokenizer's chat template on a prompt shaped like the run's (a user message, after the system
+    prompt where one is set), before the sandbox starts: raises ChatTemplateError where the template refuses it
+    (Gemma 2's 'System role not supported') and ValueError where it drops the message's content (every prompt would
+    be the same text); a note where chat_template_kwargs change nothing in it (a misspelt name: {enable_thinkng:
+    false} left a Qwen3's thinking on)."""
     if not getattr(tokenizer, "chat_template", None):
         return []
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    apply_template(tokenizer, [*system, {"role": "user", "content": "Stand-in question?"}])
     probe = [{"role": "user", "content": "execrlprobe7f3a"}]
     text = apply_template(tokenizer, probe)
     if probe[0]["content"] not in text:

@@ -112,3 +112,19 @@ def test_an_environments_text_with_a_lone_surrogate_is_tokenized(qwen25_tok):
     for content in ("ValueError: \ud800", "x<|im_end|>\ud800"):  # (plain text, and text with a special token's)
         ids = renderer.env_turn([{"role": "tool", "content": content}], None)
         assert "ValueError: ?" in qwen25_tok.decode(ids) or "x<|im_end|>?" in qwen25_tok.decode(ids)
+
+
+def test_a_template_that_raises_on_the_environments_role_names_the_role_to_set(qwen25_tok):
+    """Mistral's template raises on any role but user and assistant: check_role let the raw jinja2 error out; now
+    its own message (set env.multi_turn.observation_role), with the template's words."""
+    import copy
+
+    tok = copy.deepcopy(qwen25_tok)
+    tok.chat_template = ("{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
+                         "{% elif m['role'] == 'assistant' %}{{ m['content'] }}<|im_end|>{% else %}"
+                         "{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}")
+    renderer = TurnRenderer(tok)
+    with pytest.raises(ChatTemplateError, match="role 'tool' \\(it raises 'Only user and assistant roles are "
+                       "supported!' on them\\).*observation_role"):
+        renderer.check_role("tool")
+    renderer.check_role("user")

@@ -15,14 +15,8 @@ from __future__ import annotations
 import re
 import secrets
 
-from execrl.prompts import apply_template
+from execrl.prompts import ChatTemplateError, TemplateRaised, apply_template
 from execrl.sandbox.inside.protocol import valid_text
-
-
-class ChatTemplateError(ValueError):
-    """The tokenizer's chat template cannot be split into per-turn deltas; the message says what to
-    do."""
-
 
 _STANDINS = (("Stand-in question?", "Stand-in answer."), ("Another question", "another answer"))
 
@@ -45,10 +39,14 @@ class TurnRenderer:
             return
         probe = "execrlprobe" + secrets.token_hex(6)  # (letters and digits: kept by templates that quote or escape)
         self.rendered_roles.add(role)  # (before the probe: delta_text asks this again)
-        if probe not in self.delta_text([{"role": role, "content": probe}]):
+        try:
+            text, raised = self.delta_text([{"role": role, "content": probe}]), ""
+        except TemplateRaised as e:  # (Mistral's "Only user and assistant roles are supported!" on a tool message)
+            text, raised = "", f" (it raises {e.said!r} on them)"
+        if probe not in text:
             self.rendered_roles.discard(role)
-            raise ChatTemplateError(f"the chat template drops the content of messages of role {role!r}, so the "
-                                    "environment's turns would never reach the model: set "
+            raise ChatTemplateError(f"the chat template drops the content of messages of role {role!r}{raised}, so "
+                                    "the environment's turns would never reach the model: set "
                                     "env.multi_turn.observation_role to a role it renders (tool or user), or "
                                     "policy.tokenizer.chat_template to one that renders this role")
 

@@ -96,6 +96,8 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     for p in posed if cfg.math_verify_impl else ():
         if p.kind == "math":
             p.metadata[VERIFIER] = cfg.math_verify_impl
+    if texts is None:
+        check_template(cfg, model_name)
     languages = tuple(sorted({p.language for p in posed if p.kind == "code"})) or ("python",)
     # the sandbox first: its workers start and pass their self-test while the model loads, and grade while it samples
     with Grader(num_workers=cfg.workers, limits=Limits(timeout_s=cfg.timeout_s), languages=languages) as grader:
@@ -148,6 +150,18 @@ def judge_samples(cfg: EvalConfig, samples: list[Sample]) -> None:
                                              batch_size=cfg.reward_model_batch_size), prompt=cfg.prompt)
     fill_scores(rm, [([*(build_messages(s.problem, cfg.prompt) if s.problem.messages else []),
                        {"role": "assistant", "content": s.completion}], s) for s in samples])
+
+
+def check_template(cfg: EvalConfig, model_name: str) -> None:
+    """The model's chat template on a prompt shaped like the eval's (its system prompt included), before the sandbox
+    starts and the model loads: a template that refuses it (Gemma 2's 'System role not supported') is one line
+    naming the fix, not a jinja2 traceback after the sandbox's start-up. Its notes are printed."""
+    from execrl.models import load_tokenizer
+    from execrl.prompts import template_notes
+
+    tok = load_tokenizer(model_name)
+    for note in template_notes(tok, cfg.prompt.system_prompt) if tok is not None else ():
+        err.print(note, markup=False)
 
 
 def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[Problem],

@@ -88,7 +88,7 @@ def load_weights(cfg: MasterConfig, dtype: torch.dtype, device: str | None = Non
     if p.tokenizer.chat_template:
         tok.chat_template = p.tokenizer.chat_template
     setattr(tok, TEMPLATE_KWARGS, p.tokenizer.chat_template_kwargs)
-    for note in template_notes(tok):  # (raises where the template drops a message's content)
+    for note in template_notes(tok, cfg.prompt.system_prompt):  # (raises where the template refuses the prompt)
         if dist.is_main():
             err.print(note, markup=False)
     dropped = no_dropout(model)
