@@ -69,6 +69,7 @@ def test_train_refuses_a_file_as_a_directory_and_a_directory_as_the_config(tmp_p
     (["--batch-size", "0"], "argument --batch-size: must be >= 1, got 0"),
     (["--samples", "0"], "argument --samples: must be >= 1, got 0"),
     (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
+    (["--chat-template-kwargs", "enable_thinking=false"], "--chat-template-kwargs takes a JSON object"),
 ])
 def test_eval_refuses_bad_numbers(tmp_path, flags, message):
     proc = execrl("eval", "--model", "builtin:tiny-coder", "--out", tmp_path / "o", *flags)

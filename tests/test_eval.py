@@ -445,3 +445,43 @@ def test_guided_decoding_with_transformers_generate_is_refused_before_the_model_
     proc = run("--model", tmp_path / "none", "--dataset", "jsonl", "--data-path", tmp_path / "rows.jsonl", "--backend",
                "transformers", "--out", tmp_path / "out2")
     assert proc.returncode != 0 and "guided_decoding constraint" in proc.stderr and "drop --backend" in proc.stderr
+
+
+QWEN3_THINK = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+               "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% if enable_thinking is "
+               "defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}{% endif %}")
+
+
+def test_eval_of_a_checkpoint_poses_the_prompts_its_run_trained_on(tiny_model_dir, tmp_path, monkeypatch):
+    """A run with policy.tokenizer.chat_template_kwargs={enable_thinking: false} (Qwen3) trained on prompts ending
+    with the empty think block; its checkpoints' tokenizer forgot the kwargs and execrl eval posed thinking prompts.
+    Now they are saved with the tokenizer (tokenizer_config.json) and read back; --chat-template-kwargs overrides."""
+    import shutil
+
+    import torch
+
+    import execrl.eval.generate as generate
+    from execrl.config import load_config
+    from execrl.eval.run import EvalConfig, evaluate
+    from execrl.trainer.policy import load_weights
+
+    model_dir = shutil.copytree(tiny_model_dir, tmp_path / "qwen3")
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    (model_dir / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": QWEN3_THINK}))
+    (model_dir / "chat_template.jinja").unlink(missing_ok=True)
+    cfg = load_config(None, [f"policy.model_name={model_dir}", "policy.device=cpu",
+                             "policy.tokenizer.chat_template_kwargs={enable_thinking: false}"])
+    model, tok = load_weights(cfg, torch.float32)
+    model.save_pretrained(tmp_path / "policy")  # (as checkpoint.save writes a checkpoint's policy/)
+    tok.save_pretrained(tmp_path / "policy")
+    prompts = []
+    monkeypatch.setattr(generate, "generate", lambda model, tok, texts, samples, *a, **k: prompts.extend(texts) or
+                        [[("", 0)] * samples for _ in texts])
+    for given, think in ((None, False), ({}, True)):
+        prompts.clear()
+        summary = evaluate(EvalConfig(dataset="builtin:arith-code", split="validation", limit=2, workers=1,
+                                      out=str(tmp_path / "o"), **({} if given is None else
+                                                                    {"chat_template_kwargs": given})),
+                           model_name=str(tmp_path / "policy"))
+        assert len(prompts) == 2 and all(p.endswith("<think>\n\n</think>\n\n") != think for p in prompts), prompts
+        assert summary["ran"]["chat_template_kwargs"] == ({} if think else {"enable_thinking": False})

@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--code-style", default="fence", choices=["fence", "tags", "auto", "plain"],
                    help="fence (```python) | tags (<code>) | auto (either) | plain (either, else the whole completion)")
     e.add_argument("--system-prompt", default=None, help="system prompt (default: none)")
+    e.add_argument("--chat-template-kwargs", default=None, metavar="JSON",
+                   help="passed to the chat template, as policy.tokenizer.chat_template_kwargs, e.g. "
+                        "'{\"enable_thinking\": false}' (default: those a checkpoint of ours was trained with, else none)")
     e.add_argument("--math-verify-impl", default=None, choices=["hf_math_verify", "dapo_math_verify"],
                    help="how math answers are checked, as env.math.math_verify_impl (default: the dataset's own: "
                         "dapo_math_verify for the DAPO sets, whose prompts ask for an 'Answer:' line, else hf_math_verify)")
@@ -344,6 +347,9 @@ def eval_config(args):
     if args.backend == "transformers" and (args.guided_regex or args.guided_json or args.guided_grammar) is not None:
         raise ValueError("--guided-* needs the execrl engine (it masks tokens in its sampling step): drop --backend "
                          "transformers")
+    if args.chat_template_kwargs is not None and args.completions:
+        raise ValueError("--chat-template-kwargs shapes the prompts a --model is sampled on; --completions were made "
+                         "elsewhere: drop it")
     if args.grading_share > 1:
         raise ValueError(f"--grading-share is a share of the sandbox's workers, in [0, 1]; got {args.grading_share}")
     ks = tuple(sorted({int(k) for k in args.k.split(",") if k.strip()}))
@@ -361,7 +367,24 @@ def eval_config(args):
                       reward_model_batch_size=args.reward_model_batch_size, guided=eval_constraint(args),
                       math_verify_impl=args.math_verify_impl,
                       prompt=PromptConfig(system_prompt=args.system_prompt, answer_format=args.answer_format,
-                                          code_style=args.code_style))
+                                          code_style=args.code_style),
+                      chat_template_kwargs=template_kwargs(args.chat_template_kwargs))
+
+
+def template_kwargs(text: str | None) -> dict | None:
+    """--chat-template-kwargs as a dict (None where not given)."""
+    import json
+
+    if text is None:
+        return None
+    try:
+        kwargs = json.loads(text)
+    except json.JSONDecodeError as e:
+        kwargs = e
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"--chat-template-kwargs takes a JSON object, e.g. '{{\"enable_thinking\": false}}'; got "
+                         f"{text!r}")
+    return kwargs
 
 
 def run_eval(args) -> int:

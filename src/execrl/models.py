@@ -116,11 +116,15 @@ def load_tokenizer(name: str, offline: bool | None = None):
 
         base = json.loads((local / "adapter_config.json").read_text()).get("base_model_name_or_path")
         return load_tokenizer(base, offline) if base else None
+    from execrl.prompts import saved_template_kwargs
+
     try:
-        return AutoTokenizer.from_pretrained(str(local) if local.exists() else name, local_files_only=offline,
-                                             trust_remote_code=False)
+        tok = AutoTokenizer.from_pretrained(str(local) if local.exists() else name, local_files_only=offline,
+                                            trust_remote_code=False)
     except Exception:  # (any: the model's load names the fix)
         return None
+    saved_template_kwargs(tok)
+    return tok
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
@@ -179,6 +183,9 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
                             f"tokens and the model's embeddings {rows} rows: {fix}")
     if tok.pad_token is None:
         set_pad(tok, model)
+    from execrl.prompts import saved_template_kwargs
+
+    saved_template_kwargs(tok)  # (a checkpoint's run's chat_template_kwargs: its prompts as trained)
     return model.to(dev).eval(), tok
 
 

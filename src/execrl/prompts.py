@@ -73,7 +73,23 @@ def build_messages(problem: Problem, cfg: PromptConfig, how: str | None = None) 
     return messages
 
 
-TEMPLATE_KWARGS = "execrl_chat_template_kwargs"  # a tokenizer attribute: policy.tokenizer.chat_template_kwargs
+TEMPLATE_KWARGS = "execrl_chat_template_kwargs"  # a tokenizer attribute: policy.tokenizer.chat_template_kwargs, and
+# the key that keeps them in a saved tokenizer's tokenizer_config.json
+
+
+def set_template_kwargs(tokenizer, kwargs: dict | None) -> None:
+    """The chat template's kwargs (e.g. {enable_thinking: false}) for every prompt the tokenizer renders, and in its
+    tokenizer_config.json when saved (save_pretrained writes init_kwargs): a checkpoint's prompts in execrl eval are
+    then those its run trained and validated on, not Qwen3's thinking prompts (load_pretrained reads them back)."""
+    setattr(tokenizer, TEMPLATE_KWARGS, kwargs)
+    tokenizer.init_kwargs.pop(TEMPLATE_KWARGS, None)
+    if kwargs:
+        tokenizer.init_kwargs[TEMPLATE_KWARGS] = dict(kwargs)
+
+
+def saved_template_kwargs(tokenizer) -> None:
+    """The kwargs a saved tokenizer was saved with (set_template_kwargs), in use again."""
+    set_template_kwargs(tokenizer, (getattr(tokenizer, "init_kwargs", None) or {}).get(TEMPLATE_KWARGS))
 
 
 class ChatTemplateError(ValueError):

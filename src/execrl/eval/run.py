@@ -57,6 +57,7 @@ class EvalConfig:
     guided: tuple[str, Any] | None = None  # guided decoding: (regex | json_schema | grammar, its value)
     math_verify_impl: str | None = None  # math answers' check (None: the dataset's own, else hf_math_verify)
     prompt: PromptConfig = field(default_factory=PromptConfig)
+    chat_template_kwargs: dict | None = None  # None: those the model's tokenizer was saved with (a checkpoint's run's)
 
 
 def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | None = None) -> dict:
@@ -97,7 +98,7 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         if p.kind == "math":
             p.metadata[VERIFIER] = cfg.math_verify_impl
     if texts is None:
-        check_template(cfg, model_name)
+        cfg = check_template(cfg, model_name)
     languages = tuple(sorted({p.language for p in posed if p.kind == "code"})) or ("python",)
     # the sandbox first: its workers start and pass their self-test while the model loads, and grade while it samples
     with Grader(num_workers=cfg.workers, limits=Limits(timeout_s=cfg.timeout_s), languages=languages) as grader:
@@ -152,16 +153,22 @@ def judge_samples(cfg: EvalConfig, samples: list[Sample]) -> None:
                        {"role": "assistant", "content": s.completion}], s) for s in samples])
 
 
-def check_template(cfg: EvalConfig, model_name: str) -> None:
+def check_template(cfg: EvalConfig, model_name: str) -> EvalConfig:
     """The model's chat template on a prompt shaped like the eval's (its system prompt included), before the sandbox
     starts and the model loads: a template that refuses it (Gemma 2's 'System role not supported') is one line
-    naming the fix, not a jinja2 traceback after the sandbox's start-up. Its notes are printed."""
+    naming the fix, not a jinja2 traceback after the sandbox's start-up. Its notes are printed; `cfg` comes back
+    with the chat_template_kwargs in use (--chat-template-kwargs, else the checkpoint's), for summary.json."""
     from execrl.models import load_tokenizer
-    from execrl.prompts import template_notes
+    from execrl.prompts import TEMPLATE_KWARGS, set_template_kwargs, template_notes
 
     tok = load_tokenizer(model_name)
-    for note in template_notes(tok, cfg.prompt.system_prompt) if tok is not None else ():
-        err.print(note, markup=False)
+    if tok is None:
+        return cfg
+    if cfg.chat_template_kwargs is not None:
+        set_template_kwargs(tok, cfg.chat_template_kwargs)
+    for note in template_notes(tok, cfg.prompt.system_prompt):
+        err.print(note.replace("policy.tokenizer.chat_template_kwargs", "--chat-template-kwargs"), markup=False)
+    return replace(cfg, chat_template_kwargs=getattr(tok, TEMPLATE_KWARGS, None) or {})
 
 
 def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[Problem],
@@ -171,8 +178,11 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     # torch and transformers load only here: grading a file of completions needs neither
     from execrl.eval.generate import generate
     from execrl.models import load_model_and_tokenizer
+    from execrl.prompts import set_template_kwargs
 
     model, tok = load_model_and_tokenizer(model_name)
+    if cfg.chat_template_kwargs is not None:  # (None: the tokenizer's saved ones, which it loaded with)
+        set_template_kwargs(tok, cfg.chat_template_kwargs)
     problems, dropped = drop_long_prompts(problems, tok, cfg.prompt, cfg.max_prompt_tokens)
     if dropped and not problems:
         raise ValueError(f"nothing to evaluate: every problem's prompt ({dropped}) is longer than "
@@ -331,7 +341,8 @@ def ran(cfg: EvalConfig, source: dict, verifiers: set[str] = frozenset()) -> dic
     (`verifiers`: the math problems' answer checks)."""
     sampled = {"samples_per_problem": cfg.samples, "temperature": cfg.temperature, "top_p": cfg.top_p, "seed": cfg.seed,
                "max_new_tokens": cfg.max_new_tokens, "max_prompt_tokens": cfg.max_prompt_tokens,
-               "backend": cfg.backend, "guided": cfg.guided} if "model" in source else {}
+               "backend": cfg.backend, "guided": cfg.guided,
+               "chat_template_kwargs": cfg.chat_template_kwargs} if "model" in source else {}
     data_path = None if cfg.data_path is None else str(cfg.data_path)
     return {**source, **sampled, "data_path": data_path, "data_read_from": read_from(cfg), "data_seed": cfg.data_seed,
             **({"data_options": cfg.data_options} if cfg.data_options else {}),

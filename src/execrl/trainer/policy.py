@@ -24,7 +24,7 @@ from execrl.compiling import compile_settings
 from execrl.config import MasterConfig
 from execrl.lora import apply_lora
 from execrl.models import load_model_and_tokenizer, no_dropout, pick_device
-from execrl.prompts import TEMPLATE_KWARGS, template_notes
+from execrl.prompts import set_template_kwargs, template_notes
 from execrl.rollout.fuse import fuse_projections
 from execrl.tasks.problem import err
 from execrl.trainer import distributed as dist
@@ -87,7 +87,8 @@ def load_weights(cfg: MasterConfig, dtype: torch.dtype, device: str | None = Non
                                           seed=cfg.grpo.seed, config_overrides=p.hf_config_overrides)
     if p.tokenizer.chat_template:
         tok.chat_template = p.tokenizer.chat_template
-    setattr(tok, TEMPLATE_KWARGS, p.tokenizer.chat_template_kwargs)
+    if p.tokenizer.chat_template_kwargs is not None:  # (null: the tokenizer's own, those a checkpoint was saved with)
+        set_template_kwargs(tok, p.tokenizer.chat_template_kwargs)  # (kept in the checkpoints' tokenizer_config.json)
     for note in template_notes(tok, cfg.prompt.system_prompt):  # (raises where the template refuses the prompt)
         if dist.is_main():
             err.print(note, markup=False)
