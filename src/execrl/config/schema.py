@@ -24,7 +24,8 @@ class TokenizerConfig(Section):
                                       "or a .jinja file holding one (read as the config loads); null or `default`: "
                                       "the tokenizer's own")
     chat_template_kwargs: dict[str, Any] | None = Field(None, description="passed to the chat template, e.g. "
-                                                        "{enable_thinking: false}")
+                                                        "{enable_thinking: false}; saved with the checkpoints' "
+                                                        "tokenizer (null: those the model was saved with, if any)")
 
     @field_validator("chat_template")
     @classmethod

@@ -24,7 +24,7 @@ from execrl.compiling import compile_settings
 from execrl.config import MasterConfig
 from execrl.lora import apply_lora
 from execrl.models import load_model_and_tokenizer, no_dropout, pick_device
-from execrl.prompts import set_template_kwargs, template_notes
+from execrl.prompts import TEMPLATE_KWARGS, set_template_kwargs, template_notes
 from execrl.rollout.fuse import fuse_projections
 from execrl.tasks.problem import err
 from execrl.trainer import distributed as dist
@@ -89,6 +89,9 @@ def load_weights(cfg: MasterConfig, dtype: torch.dtype, device: str | None = Non
         tok.chat_template = p.tokenizer.chat_template
     if p.tokenizer.chat_template_kwargs is not None:  # (null: the tokenizer's own, those a checkpoint was saved with)
         set_template_kwargs(tok, p.tokenizer.chat_template_kwargs)  # (kept in the checkpoints' tokenizer_config.json)
+    elif getattr(tok, TEMPLATE_KWARGS, None) and dist.is_main():  # (config.yaml's null: said, as what the prompts use)
+        err.print(f"note: the chat template's kwargs are {getattr(tok, TEMPLATE_KWARGS)}, as {p.model_name} was "
+                  "saved with them (policy.tokenizer.chat_template_kwargs={} for none)", markup=False)
     for note in template_notes(tok, cfg.prompt.system_prompt):  # (raises where the template refuses the prompt)
         if dist.is_main():
             err.print(note, markup=False)
