@@ -32,15 +32,46 @@ def _bare(text: str) -> str:
     return text
 
 
-def _number(text: str) -> Fraction | None:
+# a plain decimal numeral: sign, whole digits, fraction digits, exponent (1,234.50, .5, 5., 1e3, 2.5E-7)
+DECIMAL = re.compile(r"([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?", re.ASCII)
+
+
+def _decimal(negative: bool, digits: str, exponent: int) -> tuple[bool, str, int]:
+    """digits x 10**exponent as a key equal for equal values: no leading or trailing zeros (72.0 is 72, 0.50 is .5)."""
+    digits = digits.lstrip("0")
+    if not digits:
+        return False, "", 0  # -0 is 0
+    significant = digits.rstrip("0")
+    return negative, significant, exponent + len(digits) - len(significant)
+
+
+def _number(text: str) -> tuple[bool, str, int] | Fraction | None:
+    """A plain number as a key that compares exactly: a decimal's digits and exponent, never evaluated (1e9999999 is
+    ten million digits, minutes to build, and Python refuses to read an integer over 4,300 digits); a fraction
+    that is a decimal (1/2) the same key, one that is none (1/3) itself. None: not a plain number."""
     text = SEPARATORS.sub(",", text.strip().strip("$").replace("\\!", "")).rstrip(".")
     if "," in text:  # thousands separators only: "0,5" (a decimal comma) and "1,2" (a list) are not 5 and 12
         if not THOUSANDS.fullmatch(text):
             return None
         text = text.replace(",", "")
+    m = DECIMAL.fullmatch(text)
     try:
-        return Fraction(text)
-    except (ValueError, ZeroDivisionError):
+        if m and (m[2] or m[3]):
+            sign, whole, fraction, exponent = m.groups(default="")
+            return _decimal(sign == "-", whole + fraction, int(exponent or 0) - len(fraction))
+        if "e" in text.lower():  # Fraction would evaluate the exponent (here one of digits other than 0-9)
+            return None
+        value = Fraction(text)  # 3/4, and what else Fraction reads (1_000)
+        twos = (value.denominator & -value.denominator).bit_length() - 1
+        rest, fives = value.denominator >> twos, 0
+        while rest % 5 == 0:
+            rest, fives = rest // 5, fives + 1
+        if rest != 1:
+            return value  # 1/3 equals no decimal
+        places = max(twos, fives)  # value = numerator x 2**(places - twos) x 5**(places - fives) / 10**places
+        scaled = abs(value.numerator) * 2 ** (places - twos) * 5 ** (places - fives)
+        return _decimal(value < 0, str(scaled), -places)
+    except (ValueError, ZeroDivisionError):  # an exponent or a fraction over 4,300 digits; a zero denominator
         return None
 
 
