@@ -20,3 +20,28 @@ def test_numbers_with_huge_exponents_are_compared_not_evaluated():
         assert answers_match(predicted, reference), (predicted, reference)
     for predicted, reference in [("1/3", "0.333"), ("3/4", "-.75"), ("1/0", "0")]:
         assert not answers_match(predicted, reference), (predicted, reference)
+
+
+def test_math_verify_is_cut_off_in_threads(monkeypatch):
+    """math-verify ran with its timeouts off (they use signal.alarm: main thread only), so \\boxed{10^{10^{10}}} kept a
+    scoring thread in sympy for minutes: it now runs in a child process, killed past VERIFY_SECONDS (scored 0, counted),
+    and the next answer gets a new one."""
+    import threading
+
+    from execrl.rewards import math_answers
+
+    monkeypatch.setattr(math_answers, "VERIFY_SECONDS", 1.0, raising=False)
+    before = getattr(math_answers, "TIMEOUTS", [0])[0]
+    results = {}
+
+    def check(answer):
+        results[answer] = answers_match(answer, "72")
+
+    threads = [threading.Thread(target=check, args=(a,), daemon=True) for a in (r"10^{10^{10}}", r"9^{9^{9}}")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)  # a child's start (imports) is not timed: a few seconds on a busy machine
+    assert not any(t.is_alive() for t in threads) and results == {r"10^{10^{10}}": False, r"9^{9^{9}}": False}
+    assert math_answers.TIMEOUTS[0] == before + 2
+    assert answers_match(r"\frac{144}{2}", "72") and not answers_match(r"\frac{142}{2}", "72")

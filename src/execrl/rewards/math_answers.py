@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import atexit
+import importlib.util
+import json
 import logging
+import os
 import re
+import select
+import subprocess
+import sys
+import threading
 from fractions import Fraction
 
 from execrl.extract import math_answer
 from execrl.rewards.base import Sample, component
 from execrl.tasks.problem import VERIFIER
 
-logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns on every call made off the main thread
-MAX_ANSWER_CHARS = 200  # sympy on adversarial text can run for minutes: long answers get the numeric check only
+log = logging.getLogger(__name__)
+MAX_ANSWER_CHARS = 200  # long answers get the numeric check only (math-verify's time is bounded, but not wasted)
 
 
 THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")  # 1,234,567.5: the only commas a plain number holds
@@ -86,15 +94,92 @@ def answers_match(predicted: str | None, reference: str) -> bool:
         return a == b
     if len(predicted) > MAX_ANSWER_CHARS:
         return False
-    try:
-        from math_verify import parse, verify
-    except ImportError:
+    if importlib.util.find_spec("math_verify") is None:
         return predicted.strip() == reference.strip()
-    gold = parse(f"${reference}$", parsing_timeout=None)
-    guess = parse(f"${predicted}$", parsing_timeout=None)
-    return bool(gold and guess and verify(gold, guess, timeout_seconds=None))
+    return _math_verify(reference, predicted)
 
 
+# math-verify (sympy) runs for minutes on some 12-character answers (\boxed{10^{10^{10}}}, 100000!, 9^{9^{9}}), and
+# its own timeouts use signal.alarm, which works on the main thread only (scoring runs in threads): it runs in child
+# processes instead, killed past VERIFY_SECONDS (the answer scores 0, as NeMo RL's math-verify timeout scores it).
+# A child is a fresh interpreter (fork + exec: safe with torch imported and threads running) that imports math-verify
+# only; it starts on first use and serves answer after answer, one at a time.
+VERIFY_SECONDS = 5.0  # one answer's parse and verify (math-verify's own default is 5 s each; an ordinary one: ms)
+VERIFY_WORKERS = min(4, os.cpu_count() or 1)  # children at most: scoring threads beyond wait their turn
+TIMEOUTS = [0]  # answers math-verify ran out of time on, in this process (each logged)
+WORKER = r"""
+import json, logging, resource, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends us by closing our stdin
+try:  # an answer takes megabytes; 10^{10^{10}} would take gigabytes before its time is up (MemoryError: scored 0)
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+except (ValueError, OSError):  # (where the system keeps no such limit)
+    pass
+logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns that its timeouts are off: ours is the parent's
+from math_verify import parse, verify
+out, sys.stdout = sys.stdout, sys.stderr  # stdout carries answers only
+print("ready", file=out, flush=True)
+for line in sys.stdin:
+    gold, guess = json.loads(line)
+    try:
+        gold, guess = parse(gold, parsing_timeout=None), parse(guess, parsing_timeout=None)
+        ok = bool(gold and guess and verify(gold, guess, timeout_seconds=None))
+    except Exception:
+        ok = False
+    print(int(ok), file=out, flush=True)
+"""
+_idle: list[subprocess.Popen] = []  # started children no thread is using
+_lock, _slots, _owner = threading.Lock(), threading.BoundedSemaphore(VERIFY_WORKERS), [os.getpid()]
+
+
+def _start() -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # math-verify where we found it
+    child = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             env=env)
+    if child.stdout.readline().strip() != "ready":  # (its start, imports included, is not timed)
+        child.kill()
+        raise RuntimeError("math-verify's worker process did not start: its error is above")
+    return child
+
+
+def _math_verify(gold: str, guess: str) -> bool:
+    """math-verify's parse and verify of $gold$ and $guess$ in a child process, False past VERIFY_SECONDS."""
+    with _slots:
+        with _lock:
+            if _owner[0] != os.getpid():  # a forked copy of this process: the children are its parent's
+                _idle.clear()
+                _owner[0] = os.getpid()
+            child = _idle.pop() if _idle else None
+        if child is None or child.poll() is not None:
+            child = _start()
+        try:
+            child.stdin.write(json.dumps([f"${gold}$", f"${guess}$"]) + "\n")
+            child.stdin.flush()
+            ready = select.select([child.stdout], [], [], VERIFY_SECONDS)[0]
+            reply = child.stdout.readline() if ready else None
+        except OSError:  # it died (a crash in sympy): scored 0, and a new one starts next time
+            reply = ""
+        if reply is None:
+            with _lock:
+                TIMEOUTS[0] += 1
+            log.warning("math-verify ran past %ss on %r (reference %r): scored 0 (%d such answers so far)",
+                        VERIFY_SECONDS, guess[:80], gold[:80], TIMEOUTS[0])
+        if not reply:
+            child.kill()
+            child.wait()
+            return False
+        with _lock:
+            _idle.append(child)
+        return reply.strip() == "1"
+
+
+@atexit.register
+def _stop() -> None:
+    for child in _idle:  # end of input: each ends its loop
+        child.stdin.close()
+        try:
+            child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            child.kill()
 
 
 @component("math_correct", scores=("math",))
