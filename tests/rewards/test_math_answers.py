@@ -45,3 +45,15 @@ def test_math_verify_is_cut_off_in_threads(monkeypatch):
     assert not any(t.is_alive() for t in threads) and results == {r"10^{10^{10}}": False, r"9^{9^{9}}": False}
     assert math_answers.TIMEOUTS[0] == before + 2
     assert answers_match(r"\frac{144}{2}", "72") and not answers_match(r"\frac{142}{2}", "72")
+
+
+def test_long_references_can_be_matched():
+    """MAX_ANSWER_CHARS capped the predicted answer's length whatever the reference's, so a reference over 200
+    characters never scored 1, not even against itself: the same text matches first, and the cap is twice the
+    reference's length."""
+    terms = " + ".join(f"x^{{{i}}}" for i in range(40))  # 347 characters
+    assert len(terms) > 200 and answers_match(terms, terms) and answers_match(f"\\[{terms}\\]", terms)
+    tuple_ = "(" + ", ".join(str(i) for i in range(80)) + ")"
+    assert len(tuple_) > 200 and answers_match(tuple_.replace(", ", ","), tuple_)  # math-verify: the same tuple
+    assert not answers_match(tuple_.replace("79", "78"), tuple_)
+    assert not answers_match("1 + " * 60 + "1", "61")  # a long answer to a short reference: the numeric check only

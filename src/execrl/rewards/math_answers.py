@@ -19,7 +19,7 @@ from execrl.rewards.base import Sample, component
 from execrl.tasks.problem import VERIFIER
 
 log = logging.getLogger(__name__)
-MAX_ANSWER_CHARS = 200  # long answers get the numeric check only (math-verify's time is bounded, but not wasted)
+MAX_ANSWER_CHARS = 200  # longer answers (and over twice the reference's length) get the numeric check only
 
 
 THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")  # 1,234,567.5: the only commas a plain number holds
@@ -89,13 +89,13 @@ def answers_match(predicted: str | None, reference: str) -> bool:
     predicted, reference = _bare(predicted), _bare(reference)
     if not predicted:
         return False
+    if predicted == reference:  # whatever its length (a reference can be longer than MAX_ANSWER_CHARS)
+        return True
     a, b = _number(predicted), _number(reference)
     if a is not None and b is not None:
         return a == b
-    if len(predicted) > MAX_ANSWER_CHARS:
+    if len(predicted) > max(MAX_ANSWER_CHARS, 2 * len(reference)) or importlib.util.find_spec("math_verify") is None:
         return False
-    if importlib.util.find_spec("math_verify") is None:
-        return predicted.strip() == reference.strip()
     return _math_verify(reference, predicted)
 
 
