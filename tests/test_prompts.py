@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from execrl.prompts import PromptConfig, build_messages, drop_long_prompts, render
+from execrl.prompts import PromptConfig, build_messages, drop_long_prompts, prompt_ids, render
 from execrl.tasks import Problem
 
 
@@ -34,20 +34,42 @@ def test_the_prompt_limit_counts_the_tokens_generation_encodes():
     """drop_long_prompts counted with the tokenizer's special tokens (a BOS more than generation encodes): a prompt
     that fits exactly was dropped."""
     tok = bos_tokenizer("{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}")
-    ids = tok(render(build_messages(PROBLEM, PromptConfig()), tok), add_special_tokens=False)["input_ids"]  # (as generated)
+    (ids,) = prompt_ids([render(build_messages(PROBLEM, PromptConfig()), tok)], tok)  # (as generated)
     assert ids.count(tok.bos_token_id) == 1
     kept, dropped = drop_long_prompts([PROBLEM], tok, PromptConfig(), len(ids))
     assert (kept, dropped) == ([PROBLEM], 0)
     assert drop_long_prompts([PROBLEM], tok, PromptConfig(), len(ids) - 1)[1] == 1
 
 
-def test_a_base_model_reads_its_prompt_after_its_bos():
+def llama_tokenizer():
+    """transformers' Llama tokenizer (a sentencepiece-style Metaspace that prepends its space to the first word
+    only), adding a BOS, with no chat template: a base model's."""
+    from transformers import LlamaTokenizer
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for c in ["\u2581", *sorted(set("User:Addtwonumbers.\nAssistant"))]:
+        vocab.setdefault(c, len(vocab))
+    merges = [("\u2581", "U"), ("\u2581U", "s"), ("\u2581Us", "e"), ("\u2581Use", "r"), ("U", "s"), ("Us", "e"),
+              ("Use", "r")]
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    return LlamaTokenizer(vocab=vocab, merges=merges, add_bos_token=True)
+
+
+@pytest.mark.parametrize("make", [bos_tokenizer, llama_tokenizer])
+def test_a_base_model_reads_its_prompt_after_its_bos(make):
     """A tokenizer without a chat template got the 'User: ...' transcript encoded without special tokens: a Llama,
-    Mistral or Gemma base model read its prompt with no BOS, as it never was trained to (train and eval alike)."""
-    tok = bos_tokenizer()
-    ids = tok(render(build_messages(PROBLEM, PromptConfig()), tok), add_special_tokens=False)["input_ids"]
+    Mistral or Gemma base model read its prompt with no BOS, as it never was trained to (train and eval alike). The
+    BOS's text before the transcript fixed that but a Llama tokenizer then read 'User' without its word's space."""
+    from execrl.trainer.rollouts import encode
+
+    tok = make()
+    messages = build_messages(PROBLEM, PromptConfig())
+    text = render(messages, tok)
+    assert text.startswith("User: Add two numbers.")
+    ids = encode(messages, tok)
+    assert ids == prompt_ids([text], tok)[0] == tok(text)["input_ids"]  # (the tokenizer's own, with its BOS)
     assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1
-    assert ids == tok(render(build_messages(PROBLEM, PromptConfig()), tok)[len("<s>"):])["input_ids"]  # as it adds it
     from execrl.models import build_tokenizer
 
     plain = build_tokenizer([], vocab_size=259)  # (no BOS: nothing added)
@@ -95,3 +117,14 @@ def test_eval_with_a_system_prompt_the_template_refuses_stops_in_one_line_before
     assert "error: the chat template refuses a conversation of roles ['system', 'user']: it raised 'System role not " \
            "supported'" in proc.stderr.replace("\n", " ")
     assert "sandbox" not in proc.stderr.split("error:")[0]  # (before the sandbox's start-up)
+
+
+def test_a_template_that_does_not_parse_is_named_as_such():
+    """Any jinja2 error was reported as the template refusing the conversation, with advice to drop the system
+    prompt, where the template's own text did not parse."""
+    from execrl.prompts import ChatTemplateError, TemplateRaised, apply_template
+
+    tok = bos_tokenizer("{% for m in messages %}{{ m['content'] }{% endfor %}")
+    with pytest.raises(ChatTemplateError, match="the chat template is not valid Jinja") as e:
+        apply_template(tok, [{"role": "user", "content": "q"}])
+    assert not isinstance(e.value, TemplateRaised)

@@ -109,11 +109,14 @@ class TemplateRaised(ChatTemplateError):
 def apply_template(tokenizer, messages: list[dict], generation_prompt: bool = True) -> str:
     """The chat template's text, with the run's chat_template_kwargs (e.g. enable_thinking) when it
     set them; TemplateRaised, one line naming the fix, where the template refuses the conversation."""
-    from jinja2.exceptions import TemplateError
+    from jinja2.exceptions import TemplateError, TemplateSyntaxError
 
     try:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt,
                                              **getattr(tokenizer, TEMPLATE_KWARGS, None) or {})
+    except TemplateSyntaxError as e:  # (the template's own text: no conversation would render)
+        raise ChatTemplateError(f"the chat template is not valid Jinja ({e.message}, line {e.lineno}): set "
+                                "policy.tokenizer.chat_template to one that is") from None
     except TemplateError as e:  # (a raw jinja2 traceback, in eval after the sandbox had started)
         raise TemplateRaised(str(e), [m.get("role") for m in messages]) from None
 
@@ -153,33 +156,31 @@ def template_notes(tokenizer, system_prompt: str | None = None) -> list[str]:
 
 
 def render(messages: list[dict], tokenizer) -> str:
-    """The tokenizer's chat template when it has one; otherwise a plain 'Role: text' transcript, after the BOS the
-    tokenizer puts first (prompts are encoded without special tokens, as a template writes its own BOS)."""
+    """The tokenizer's chat template when it has one; otherwise a plain 'Role: text' transcript."""
     if getattr(tokenizer, "chat_template", None):
         return apply_template(tokenizer, messages)
     turns = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
-    return bos_text(tokenizer) + "\n\n".join(turns) + "\n\nAssistant:"
-
-
-def bos_text(tokenizer) -> str:
-    """The BOS token's text where encoding puts it first (a Llama, Mistral or Gemma base model, which reads
-    every sequence after it), else ''."""
-    bos = getattr(tokenizer, "bos_token_id", None)
-    if bos is None or not tokenizer.bos_token:
-        return ""
-    first = tokenizer("x")["input_ids"][:1]
-    return tokenizer.bos_token if first == [bos] else ""
+    return "\n\n".join(turns) + "\n\nAssistant:"
 
 
 def drop_long_prompts(problems: list[Problem], tokenizer, cfg: PromptConfig, max_prompt_tokens: int):
     """Problems whose rendered prompt fits, and how many were dropped (long prompts are the classic
     OOM)."""
-    kept = [p for p in problems
-            if len(prompt_ids(render(build_messages(p, cfg), tokenizer), tokenizer)) <= max_prompt_tokens]
+    ids = prompt_ids([render(build_messages(p, cfg), tokenizer) for p in problems], tokenizer)
+    kept = [p for p, n in zip(problems, map(len, ids)) if n <= max_prompt_tokens]
     return kept, len(problems) - len(kept)
 
 
-def prompt_ids(text: str, tokenizer) -> list[int]:
-    """A rendered prompt's token ids as generation encodes it: no special tokens added (the template, or render's
-    fallback, writes the BOS where the model takes one; counting with them was one token long on a BOS tokenizer)."""
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+def prompt_ids(texts: list[str], tokenizer) -> list[list[int]]:
+    """Rendered prompts' token ids, as generation and training read them: no special tokens added (a chat template
+    writes its own BOS; counting with them was one token long on a BOS tokenizer), but for render's plain transcript
+    the BOS id the tokenizer puts first (a Llama, Mistral or Gemma base model reads every sequence after it; as an id,
+    not its text before the transcript's, which a sentencepiece tokenizer would encode without the first word's
+    space)."""
+    if not texts:
+        return []
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if getattr(tokenizer, "chat_template", None) or bos is None or tokenizer("x")["input_ids"][:1] != [bos]:
+        return ids
+    return [[bos, *i] for i in ids]

@@ -57,3 +57,40 @@ def test_long_references_can_be_matched():
     assert len(tuple_) > 200 and answers_match(tuple_.replace(", ", ","), tuple_)  # math-verify: the same tuple
     assert not answers_match(tuple_.replace("79", "78"), tuple_)
     assert not answers_match("1 + " * 60 + "1", "61")  # a long answer to a short reference: the numeric check only
+
+
+def test_math_verify_answers_with_many_files_open_and_after_a_fork():
+    """The child was waited on with select, which refuses a descriptor over 1,023: a grader of ~100 workers holds
+    that many files, and every answer math-verify checks raised. A fork while the children were busy kept the
+    parent's lock and slots in the fork, where no thread would ever release them: its first answer hung."""
+    import os
+
+    from execrl.rewards import math_answers
+
+    held = [open(os.devnull) for _ in range(1100)]
+    try:
+        assert answers_match(r"\frac{1}{2}", r"\dfrac{2}{4}") and not answers_match(r"\frac{1}{3}", r"\frac{1}{2}")
+    finally:
+        for f in held:
+            f.close()
+    children = math_answers._children
+    for _ in range(math_answers.VERIFY_WORKERS):  # every slot held, as by scoring threads at the fork
+        children.slots.acquire()
+    try:
+        pid = os.fork()
+        if pid == 0:  # (the fork's answer, then out: 0 if it came)
+            os._exit(0 if answers_match(r"\frac{2}{6}", r"\frac{1}{3}") else 1)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("the fork's answer never came")
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        for _ in range(math_answers.VERIFY_WORKERS):
+            children.slots.release()

@@ -68,6 +68,7 @@ def test_call_arguments_are_lines_at_newlines_only():
            "outputs": [json.dumps("a\u2028b\x85a\u2028b\x85", ensure_ascii=False)]}
     spec = parse_tests(row)
     assert spec.args == [["a\u2028b\x85", 2]]
+    assert parse_tests(dict(row, inputs=["[1]\r2\r\n3\n"])).args == [[[1], 2, 3]]  # (old Mac line ends too)
 
 
 def test_call_based_uses_solution_class_and_tuples_equal_lists(grader):

@@ -99,7 +99,7 @@ def test_samples_cut_short_are_warned_of_at_the_end():
 
     rows = [{"train/truncated_frac": t, "train/answer_cut_frac": a} for t, a in [(0.9, 0.0)] * 3 + [(0.8, 0.2)] * 5]
     tokens, answers = cut_warnings(rows)
-    assert tokens.startswith("in the last steps 60% of the samples were cut at policy.generation.max_new_tokens")
+    assert tokens.startswith("in the last steps 60% of the samples were cut before they ended")
     assert answers.startswith("12% of the episodes ended early because an environment's answer did not fit")
     assert cut_warnings([{"train/truncated_frac": 0.3}] * 4 + [{"train/truncated_frac": 0.6}]) == []  # (last 5: 0.36)
     assert cut_warnings([{"step": 1}]) == []

@@ -23,7 +23,7 @@ def generate(model, tokenizer, prompts: list[str], num_samples: int, max_new_tok
     ends, while the rest generate, where the generator hands completions in so (`streams`: on a
     GPU); otherwise never."""
     torch.manual_seed(seed)
-    ids = [prompt_ids(p, tokenizer) for p in prompts]  # (as drop_long_prompts counted them)
+    ids = prompt_ids(prompts, tokenizer)  # (as drop_long_prompts counted them)
     if not ids:
         return []
     max_len = max(map(len, ids)) + max_new_tokens

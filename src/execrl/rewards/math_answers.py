@@ -127,54 +127,75 @@ for line in sys.stdin:
         ok = False
     print(int(ok), file=out, flush=True)
 """
-_idle: list[subprocess.Popen] = []  # started children no thread is using
-_lock, _slots, _owner = threading.Lock(), threading.BoundedSemaphore(VERIFY_WORKERS), [os.getpid()]
+START_SECONDS = 120.0  # a child's start, its imports included (a slow disk, a loaded machine)
+
+
+class _Children:
+    """Up to VERIFY_WORKERS children, each used by one scoring thread at a time."""
+
+    def __init__(self):
+        self.idle: list[subprocess.Popen] = []  # started children no thread is using
+        self.lock, self.slots = threading.Lock(), threading.BoundedSemaphore(VERIFY_WORKERS)
+
+
+_children = _Children()
+os.register_at_fork(after_in_child=lambda: globals().update(_children=_Children()))  # (a fork's own: the parent's
+# children, lock and slots, perhaps held by its threads at the fork, are not its to use)
+
+
+def _reply(child: subprocess.Popen, seconds: float) -> str | None:
+    """The child's next line, None past `seconds` (poll, not select: a process with more than 1,024 files open, as
+    a grader of many workers holds, has descriptors select cannot wait on)."""
+    poller = select.poll()
+    poller.register(child.stdout, select.POLLIN)
+    return child.stdout.readline() if poller.poll(seconds * 1000) else None
 
 
 def _start() -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # math-verify where we found it
     child = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                              env=env)
-    if child.stdout.readline().strip() != "ready":  # (its start, imports included, is not timed)
+    if (_reply(child, START_SECONDS) or "").strip() != "ready":
         child.kill()
-        raise RuntimeError("math-verify's worker process did not start: its error is above")
+        child.wait()
+        raise RuntimeError("math-verify's worker process did not start (its error is above): check that "
+                           f"`{sys.executable} -c 'import math_verify'` works")
     return child
 
 
 def _math_verify(gold: str, guess: str) -> bool:
     """math-verify's parse and verify of $gold$ and $guess$ in a child process, False past VERIFY_SECONDS."""
-    with _slots:
-        with _lock:
-            if _owner[0] != os.getpid():  # a forked copy of this process: the children are its parent's
-                _idle.clear()
-                _owner[0] = os.getpid()
-            child = _idle.pop() if _idle else None
+    children = _children
+    with children.slots:
+        with children.lock:
+            child = children.idle.pop() if children.idle else None
         if child is None or child.poll() is not None:
             child = _start()
+        reply = None
         try:
             child.stdin.write(json.dumps([f"${gold}$", f"${guess}$"]) + "\n")
             child.stdin.flush()
-            ready = select.select([child.stdout], [], [], VERIFY_SECONDS)[0]
-            reply = child.stdout.readline() if ready else None
+            reply = _reply(child, VERIFY_SECONDS)
         except OSError:  # it died (a crash in sympy): scored 0, and a new one starts next time
             reply = ""
+        finally:  # (on any exception, Ctrl-C included, a child mid-answer is ended: it would spin on, orphaned)
+            if not reply:
+                child.kill()
+                child.wait()
+            else:
+                with children.lock:
+                    children.idle.append(child)
         if reply is None:
-            with _lock:
+            with children.lock:
                 TIMEOUTS[0] += 1
             log.warning("math-verify ran past %ss on %r (reference %r): scored 0 (%d such answers so far)",
                         VERIFY_SECONDS, guess[:80], gold[:80], TIMEOUTS[0])
-        if not reply:
-            child.kill()
-            child.wait()
-            return False
-        with _lock:
-            _idle.append(child)
-        return reply.strip() == "1"
+        return bool(reply) and reply.strip() == "1"
 
 
 @atexit.register
 def _stop() -> None:
-    for child in _idle:  # end of input: each ends its loop
+    for child in _children.idle:  # end of input: each ends its loop
         child.stdin.close()
         try:
             child.wait(timeout=5)

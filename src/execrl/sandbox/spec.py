@@ -233,8 +233,9 @@ def _call_tests(obj: dict, inputs: list[str], outputs: list[str]) -> CallTests:
     for i, (inp, out) in enumerate(zip(inputs, outputs)):
         try:
             if fmt == "lines":
-                # (lines end at \n only: a JSON string may hold U+2028, U+0085, ...)
-                args.append([_json(line, big_ints) for line in inp.split("\n") if line.strip()])
+                # (lines end at \n, \r\n or \r, which JSON escapes inside strings: not at U+2028, U+0085, ..., which a
+                # JSON string may hold raw)
+                args.append([_json(line, big_ints) for line in re.split(r"\r\n|\r|\n", inp) if line.strip()])
             else:
                 a = _json(inp, big_ints)
                 if not isinstance(a, list):

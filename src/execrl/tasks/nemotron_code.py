@@ -13,7 +13,7 @@ from pathlib import Path
 
 from execrl.sandbox import TestSpecError, parse_tests
 from execrl.tasks.problem import DatasetError, Problem, chat_messages, read_rows
-from execrl.tasks.registry import hub_rows, register
+from execrl.tasks.registry import hub_rows, name_words, register
 
 HUB = "nvidia/Nemotron-RL-coding-competitive_coding"
 SPLITS = ("train", "validation", "test")  # the words NeMo-Gym's (and the hub's) file names carry
@@ -68,7 +68,7 @@ def split_files(folder: Path, split: str) -> list[Path]:
     file was read, and training read NeMo-Gym's validation file beside its train file); else the folder's one
     file. Refuses a choice between files (the shards of one file, train-00000-of-00002..., are one)."""
     files = sorted(f for f in folder.iterdir() if f.suffix in (".jsonl", ".parquet") and "rollout" not in f.name)
-    named = {f: [w for w in re.split(r"[-_.]", f.name.lower()) if w in SPLITS] for f in files}
+    named = {f: [w for w in name_words(f) if w in SPLITS] for f in files}
     by_split = any(named.values())
     chosen = [f for f in files if split in named[f]] if by_split else files
     names = ", ".join(f.name for f in files) or "none"

@@ -201,6 +201,12 @@ def evaluation_file(path) -> tuple[str | None, str] | None:
         return None
 
 
+def name_words(path) -> list[str]:
+    """A file name's words, lowercase (livecodebench_v5_validation.jsonl: ..., "validation", "jsonl"): the splits
+    a file's name carries."""
+    return re.split(r"[-_.]", Path(path).name.lower())
+
+
 def check_trainable(name: str, split: str, path=None) -> None:
     """A training split is no evaluation one; nor is the file `path` names, where it is the dataset's file of an
     evaluation split (gsm8k's test.jsonl named by data.train.path, which its loader reads whatever the split), or
@@ -217,7 +223,7 @@ def check_trainable(name: str, split: str, path=None) -> None:
         "another dataset"  # (a loader of any split name, nemotron_code: its train split)
     if split in info.eval_only or "*" in info.eval_only:
         raise DatasetError(f"{name}/{split} is an evaluation split: never train on it (use one of {usable})")
-    named = [w for w in re.split(r"[-_.]", Path(path).name.lower()) if w in info.eval_only] if path is not None and \
+    named = [w for w in name_words(path) if w in info.eval_only] if path is not None and \
         Path(path).suffix else []  # (test.jsonl, gsm8k_test.jsonl, the hub's test-00000-of-00001.parquet)
     if named:
         raise DatasetError(f"{path} is named as a {named[0]} split's file, and {name} reads it whatever the split: "

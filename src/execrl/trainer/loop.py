@@ -399,8 +399,9 @@ def cut_warnings(rows: list[dict]) -> list[str]:
     warnings = []
     cut = mean("train/truncated_frac", 5) - mean("train/answer_cut_frac", 5)  # (an answer cut is truncated too)
     if cut >= 0.5:
-        warnings.append(f"in the last steps {cut:.0%} of the samples were cut at policy.generation.max_new_tokens "
-                        "(train/truncated_frac): their answers are unfinished; raise policy.generation.max_new_tokens")
+        warnings.append(f"in the last steps {cut:.0%} of the samples were cut before they ended (train/truncated_frac: "
+                        "at policy.generation.max_new_tokens or policy.max_total_sequence_length): their answers are "
+                        "unfinished; raise the limit, unless the model never ends an answer (its rollouts show it)")
     if mean("train/answer_cut_frac") >= 0.1:
         warnings.append(f"{mean('train/answer_cut_frac'):.0%} of the episodes ended early because an environment's "
                         "answer did not fit in policy.max_total_sequence_length (train/answer_cut_frac): the model "

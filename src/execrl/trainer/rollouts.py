@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from execrl.envs import Environment, Segment, Step, Trajectory, TurnRenderer, make_envs
-from execrl.prompts import render
+from execrl.prompts import prompt_ids, render
 from execrl.rewards import OUTCOMES, Reward, Sample, outcome
 from execrl.rewards import judge as score_with
 from execrl.rollout import Completion, SamplingParams
@@ -105,9 +105,7 @@ def encode(messages: list[dict], tokenizer) -> list[int]:
 
 def encode_all(conversations: list[list[dict]], tokenizer) -> list[list[int]]:
     """The token ids of each conversation as the model sees it (its chat template), in one batch."""
-    if not conversations:
-        return []
-    return tokenizer([render(m, tokenizer) for m in conversations], add_special_tokens=False)["input_ids"]
+    return prompt_ids([render(m, tokenizer) for m in conversations], tokenizer)
 
 
 def prompt_seeds(seed: int, step: int, num_prompts: int, first: int = 0) -> list[int]:
