@@ -105,8 +105,6 @@ def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto
 def load_tokenizer(name: str, offline: bool | None = None):
     """The tokenizer load_model_and_tokenizer gives `name`, without the weights (execrl eval checks its chat template
     before the sandbox starts and the model loads); None where it cannot be read (loading the model then says why)."""
-    from transformers import AutoTokenizer
-
     if name in TINY_CODERS:
         return tiny_tokenizer(name)
     offline = offline if offline is not None else os.environ.get("HF_HUB_OFFLINE") == "1"
@@ -116,13 +114,23 @@ def load_tokenizer(name: str, offline: bool | None = None):
 
         base = json.loads((local / "adapter_config.json").read_text()).get("base_model_name_or_path")
         return load_tokenizer(base, offline) if base else None
-    from execrl.prompts import saved_template_kwargs
-
     try:
-        tok = AutoTokenizer.from_pretrained(str(local) if local.exists() else name, local_files_only=offline,
-                                            trust_remote_code=False)
+        return read_tokenizer(local if local.exists() else name, offline)
     except Exception:  # (any: the model's load names the fix)
         return None
+
+
+def read_tokenizer(source: Path | str, offline: bool):
+    """The tokenizer of a directory or hub id, with the chat_template_kwargs it was saved with in use again (a
+    checkpoint's run's: its prompts as trained); OSError for a directory that holds none of a tokenizer's files."""
+    from transformers import AutoTokenizer
+
+    from execrl.prompts import saved_template_kwargs
+
+    if isinstance(source, Path) and source.is_dir() and not any((source / f).is_file() for f in TOKENIZER_FILES):
+        raise OSError(f"none of {', '.join(TOKENIZER_FILES)} there")  # (transformers would make a tokenizer of one token)
+    # (trust_remote_code=False: transformers' question "run the custom code? [y/N]" is never asked, a run waiting)
+    tok = AutoTokenizer.from_pretrained(str(source), local_files_only=offline, trust_remote_code=False)
     saved_template_kwargs(tok)
     return tok
 
@@ -135,8 +143,6 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
                     tokenizer: str | None = None, config_overrides: dict | None = None):
     """(model, tokenizer) of a hub id or HF directory, as `auto_class` (e.g. AutoModelForCausalLM)
     loads it, in eval mode on the device; one error naming the fix where it cannot be loaded."""
-    from transformers import AutoTokenizer
-
     offline = offline if offline is not None else os.environ.get("HF_HUB_OFFLINE") == "1"
     local = Path(name).expanduser()
     if not local.exists() and looks_like_path(name):
@@ -147,11 +153,7 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
     own = Path(tokenizer).expanduser() if tokenizer else local  # (a tokenizer directory under ~ too)
     part = "tokenizer"
     try:
-        if own.is_dir() and not any((own / f).is_file() for f in TOKENIZER_FILES):  # (transformers would make a
-            raise OSError(f"none of {', '.join(TOKENIZER_FILES)} there")             # tokenizer of one token)
-        # (trust_remote_code=False: transformers' question "run the custom code? [y/N]" is never asked, a run waiting)
-        tok = AutoTokenizer.from_pretrained(str(own) if own.exists() else tokenizer or name, local_files_only=offline,
-                                            trust_remote_code=False)
+        tok = read_tokenizer(own if own.exists() else tokenizer or name, offline)
         part = "weights"
         # weights read straight onto the GPU, not loaded on the host and then copied (one copy of the model fewer)
         placed = {"device_map": torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
@@ -183,9 +185,6 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
                             f"tokens and the model's embeddings {rows} rows: {fix}")
     if tok.pad_token is None:
         set_pad(tok, model)
-    from execrl.prompts import saved_template_kwargs
-
-    saved_template_kwargs(tok)  # (a checkpoint's run's chat_template_kwargs: its prompts as trained)
     return model.to(dev).eval(), tok
 
 

@@ -44,6 +44,11 @@ class TestSpecError(ValueError):
 
     __test__ = False  # not a pytest class
 
+    @property
+    def reason(self) -> str:
+        """The reason without its details (a row's skip line: 'tests is a string but not JSON')."""
+        return str(self).split(": ")[0]
+
 
 def compare_options(d: dict) -> CompareOptions:
     """A test row's `compare` settings, checked."""

@@ -48,7 +48,7 @@ def load(path, split, report, fields: dict | None = None, **_):
             try:
                 spec = parse_tests(row[f["tests"]])
             except TestSpecError as e:
-                report.skip(rid, f"unusable tests ({str(e).split(': ')[0]})")  # (the reason, not its details)
+                report.skip(rid, f"unusable tests ({e.reason})")
                 continue
             problems.append(Problem(str(rid), messages, "code", tests=spec, language=language,
                                     metadata=metadata))

@@ -31,35 +31,38 @@ def load(path, split, report, hub_id=None, **_):
     problems = []
     for i, row in enumerate(rows):
         rid = row.get("hash_id") or i
-        params, meta = row.get("responses_create_params"), _decoded(row.get("verifier_metadata"))
+        params = row.get("responses_create_params")
         messages = chat_messages(params.get("input")) if isinstance(params, dict) else None  # (the Responses API's
-        unit = _decoded(meta.get("unit_tests")) if isinstance(meta, dict) else None        # input: a string or items)
-        if messages is None:
+        if messages is None:                                                                 # input: a string or items)
             report.skip(rid, "no prompt (responses_create_params.input: a string, or messages with a user message)")
             continue
-        if not isinstance(unit, dict):
-            report.skip(rid, "no unit_tests (verifier_metadata.unit_tests: an object of inputs, outputs, fn_name?)")
-            continue
-        tests = {k: unit[k] for k in ("inputs", "outputs", "fn_name") if unit.get(k)}
-        if "fn_name" not in tests:  # printed outputs as NeMo-Gym's code_gen grader reads them (LiveCodeBench's rule)
-            tests["compare"] = {"mode": "lcb"}
         try:
+            meta = _decoded(row.get("verifier_metadata"), "verifier_metadata")
+            unit = _decoded(meta.get("unit_tests"), "verifier_metadata.unit_tests") if isinstance(meta, dict) else None
+            if not isinstance(unit, dict):
+                report.skip(rid, "no unit_tests (verifier_metadata.unit_tests: an object of inputs, outputs, fn_name?)")
+                continue
+            tests = {k: unit[k] for k in ("inputs", "outputs", "fn_name") if unit.get(k)}
+            if "fn_name" not in tests:  # printed outputs as NeMo-Gym's code_gen grader reads them (LiveCodeBench's)
+                tests["compare"] = {"mode": "lcb"}
             spec = parse_tests(tests)
         except TestSpecError as e:
-            report.skip(rid, f"unusable tests ({str(e).split(': ')[0]})")
+            report.skip(rid, f"unusable tests ({e.reason})")
             continue
         problems.append(Problem(f"nemotron/{rid}", messages, "code", tests=spec,
                                 metadata={"own_instructions": True, "source": row.get("source")}))
     return problems
 
 
-def _decoded(value):
+def _decoded(value, field: str):
     """An object written as a JSON string (a parquet or datasets export of a nested column) as the object."""
     if isinstance(value, str):
         try:
             return json.loads(value)
-        except (ValueError, RecursionError):
-            return value  # (named as no object by the caller)
+        except ValueError as e:  # (not JSON, or an integer of more digits than Python converts)
+            raise TestSpecError(f"{field} is a string but not JSON: {e}"[:300]) from None
+        except RecursionError:
+            raise TestSpecError(f"{field} is JSON nested too deeply to read") from None
     return value
 
 
