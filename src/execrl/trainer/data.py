@@ -9,6 +9,7 @@ from execrl.config import MasterConfig
 from execrl.config.schema import DatasetConfig
 from execrl.rewards.math_answers import VERIFIER
 from execrl.tasks import DATASETS, DatasetError, Problem, check_trainable, dataset_key, load_problems
+from execrl.tasks.held_out import held_evaluation_sets
 from execrl.tasks.problem import err
 from execrl.trainer import distributed as dist
 from execrl.trainer.warmup import feedback_reference
@@ -45,6 +46,10 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
         info = DATASETS[dataset_key(d.dataset_name)]
         check_trainable(info.name, d.split_name, d.path)
         problems = load_split(d, seed, repeat=False)  # (repeated below: no copy of a held-out problem is trained on)
+        for name, found, total in held_evaluation_sets(problems):
+            where = f"{d.dataset_name}" + (f" from {d.path}" if d.path else "")
+            raise DatasetError(f"the training set {where} holds {name}: {found} of its {total} problems, found by "
+                               "their text; never train on an evaluation set (train on the dataset's training split)")
         if d.split_validation_size > 0:
             problems, held = hold_out(problems, d.split_validation_size, seed)
             val.append(held)
