@@ -1092,6 +1092,20 @@ def test_dev_holds_nothing_a_program_leaves(mode):
         assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
 
 
+@namespaces
+@pytest.mark.parametrize("mode", ["default", "bwrap-user"])
+def test_a_program_opens_no_pseudo_terminal(mode):
+    """Each sandbox had a devpts of its own, all of them drawing on the kernel's one pool of ptys (kernel.pty.max,
+    3,072 for all but root's): a program opening ptys in 40 processes took every one, and a program graded beside
+    it, or the host, got 'No space left on device'."""
+    probe = ("import os\ntry:\n    os.openpty()\n    print('pty')\nexcept OSError:\n    print('none')\n"
+             "try:\n    open('/dev/pts/x', 'w')\n    print('written')\nexcept OSError:\n    pass\n")
+    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
+    with Grader(1, FAST, pool=pool) as g:
+        r = g.run(probe)
+    assert r.stdout == "none\n", (r.to_dict(), r.stderr)
+
+
 def test_a_status_line_forged_by_a_program_that_returns_nothing_is_not_parsed(monkeypatch):
     """A stdio program writing {"value": [0, 0, ...]} to its status fd and closing it: the line was parsed, walked
     and written back as JSON, seconds of the grader's time per test for a value no test reads. Outside the call form

@@ -94,6 +94,9 @@ class Isolation:
         # /dev read-only (its own tmpfs, which uid 0 of a user namespace owns: a file left there, or /dev/stdout
         # removed, reached every later program); /dev/shm, a mount of its own, stays writable and is wiped
         args += ["--remount-ro", "/dev"]
+        # no pseudo-terminals: every devpts instance draws on the kernel's one pool (kernel.pty.max), which a program
+        # opening ptys in its processes emptied for every other sandbox and the host
+        args += ["--tmpfs", "/dev/pts", "--remount-ro", "/dev/pts"]
         args += bind_read_only(tool_paths(tools))
         # what is bound inside /tmp (a checkout or venv there) is bound a second time outside it, for the zygote to
         # bind again into each program's fresh /tmp
