@@ -113,6 +113,17 @@ def test_forged_replies_to_the_checker_are_the_programs_failure(solo, name, form
     assert r.verdict not in (V.PASS, V.INFRA_ERROR), r.to_dict()
 
 
+def test_a_reply_too_large_to_parse_is_not_parsed_by_the_checker(solo):
+    """The checker parses the program's replies in its own process, outside the program's limits: a program
+    answering every call with 60 MB of [0,0,...] cost it ~3 s a call (9.4 s for 3 asserts, 0.0 s honest)."""
+    code = ("import struct\nfrom inside import child\nblob = b'{\"value\": [' + b'0,' * 2_100_000 + b'0]}'\n"
+            "def send(sock, header, blobs=(), fds=()):\n    sock.sendall(struct.pack('>I', len(blob)) + blob)\n"
+            "child.send_msg = send\ndef f(x):\n    return 2\n")
+    r = solo.grade(code, {"asserts": ["assert f(1) == 2"] * 3})
+    assert r.verdict == V.RUNTIME_ERROR, r.to_dict()
+    assert f"the program answered with a reply of more than {MAX_NODES:,} values" in r.tests[0].detail
+
+
 def test_the_last_status_line_counts_not_a_forged_first_one(grader):
     code = "import os\nos.write(3, b'{\"value\": 2}\\n')\ndef f(x):\n    return 3\n"
     assert graded_quickly(grader, code, CALL_F).verdict == V.FAIL

@@ -36,14 +36,22 @@ def _recv_exact(sock: socket.socket, n: int, mutable: bool = False) -> bytes | b
     return buf if mutable else bytes(buf)
 
 
-def recv_msg(sock: socket.socket, max_header: int = 1 << 26,
-             mutable: bool = False) -> tuple[dict, list[bytes], list[int]]:
+class Oversized(ValueError):
+    """A message that is not read: its header's size or its values' count over the reader's bound."""
+
+
+def recv_msg(sock: socket.socket, max_header: int = 1 << 26, mutable: bool = False,
+             max_nodes: int | None = None) -> tuple[dict, list[bytes], list[int]]:
     """`mutable`: the blobs as the bytearrays they were read into (their only copy: the runner zeroes them once the
-    program is graded, see zygote.scrub)."""
+    program is graded, see zygote.scrub); `max_nodes`: a header that could hold more values is not parsed (a
+    program's reply, whose parsing is the reader's time)."""
     (n,) = struct.unpack(">I", _recv_exact(sock, 4))
     if n > max_header:
-        raise ValueError(f"message header of {n} bytes is larger than allowed")
-    header = json.loads(_recv_exact(sock, n))
+        raise Oversized(f"message header of {n} bytes is larger than allowed")
+    raw = _recv_exact(sock, n)
+    if max_nodes is not None and node_marks(raw) > max_nodes:
+        raise Oversized(f"a reply of more than {max_nodes:,} values")
+    header = json.loads(raw)
     blobs = [_recv_exact(sock, k, mutable) for k in header.get("blobs", [])]
     fds: list[int] = []
     if header.get("nfds"):
