@@ -10,6 +10,7 @@ import pytest
 
 from execrl.config import ConfigError, load_config
 from execrl.config.checks import no_effect_note, validate
+from execrl.tasks import DatasetError
 
 # the shape of a NeMo RL GRPO config's policy, checkpointing, logger and cluster sections (values as NeMo's examples)
 NEMO_STYLE = """
@@ -251,8 +252,8 @@ def test_nemo_dataset_lists_defaults_and_prompt_files_of_a_checkout(tmp_path):
     with pytest.raises(ConfigError, match="did you mean 'DeepScaler'"):
         validate(load_config(str(configs / "multi.yaml"), ["data.train.1.dataset_name=Deepscaler"]))
     (configs / "merged.yaml").write_text("defaults: base.yaml\ndata:\n  train:\n    - dataset_name: DeepScaler\n")
-    with pytest.raises(ConfigError, match="needs `_override_: true`"):
-        load_config(str(configs / "merged.yaml"))
+    # a list where the defaults have a mapping replaces it (NeMo RL's merge refuses the file)
+    assert [d.dataset_name for d in load_config(str(configs / "merged.yaml")).data.train_sets] == ["DeepScaler"]
     # a config of one's own elsewhere inheriting the checkout's: the prompt file is found above the inherited file
     (tmp_path / "mine.yaml").write_text(f"defaults: {configs / 'base.yaml'}\ngrpo: {{seed: 7}}\n")
     assert load_config(str(tmp_path / "mine.yaml")).prompt.template == "Think. {}"
@@ -566,12 +567,12 @@ def test_a_held_out_problem_is_not_trained_on_with_repeat():
 
     from ..conftest import shared_data
 
-    shared_data("gsm8k")
-    cfg = load_config(None, ["data.train.dataset_name=gsm8k", "data.train.split=train", "data.train.repeat=4",
+    shared_data("mbpp")
+    cfg = load_config(None, ["data.train.dataset_name=mbpp", "data.train.split=train", "data.train.repeat=4",
                              "data.train.split_validation_size=0.05", "grpo.max_val_samples=1000"])
     train, val, _ = load_data(cfg)
     assert val and not {p.id for p in val} & {p.id for p in train}
-    assert len(train) == 4 * len({p.id for p in train}) and len(train) + 4 * len(val) == 4 * 7473
+    assert len(train) == 4 * len({p.id for p in train}) and len(train) + 4 * len(val) == 4 * 374
 
 
 def test_validation_keeps_each_source_and_counts_problems_that_fit():
@@ -584,16 +585,16 @@ def test_validation_keeps_each_source_and_counts_problems_that_fit():
 
     from ..conftest import shared_data
 
-    shared_data("gsm8k")
-    over = ["data.train.dataset_name=gsm8k", "data.train.split=train", "data.train.split_validation_size=0.05",
+    shared_data("gsm8k"), shared_data("mbpp")
+    over = ["data.train.dataset_name=mbpp", "data.train.split=train", "data.train.split_validation_size=0.05",
             "data.validation.dataset_name=gsm8k", "data.validation.split=test", "grpo.max_val_samples=10"]
     _, val, _ = load_data(load_config(None, over))
-    assert len(val) == 373 + 1319 and {p.id.split("/")[1] for p in val[:10]} == {"train", "test"}  # in turn
+    assert len(val) == 18 + 1319 and {p.id.split("/")[0] for p in val[:10]} == {"mbpp", "gsm8k"}  # in turn
     tok = build_tokenizer(["Janet's ducks lay 16 eggs per day."], vocab_size=260)
     cfg = load_config(None, [*over, "data.max_input_seq_length=420", "policy.max_total_sequence_length=900",
                              "warmup.sft_steps=0"])
     _, val, _ = training_data(cfg, tok)
-    assert len(val) == 10 and {p.id.split("/")[1] for p in val} == {"train", "test"}  # (byte tokens: some gsm8k
+    assert len(val) == 10 and {p.id.split("/")[0] for p in val} == {"mbpp", "gsm8k"}  # (byte tokens: some
     # prompts are over 420)
 
 
@@ -669,3 +670,66 @@ def test_fewer_problems_than_prompts_per_step_are_named():
     assert "6 training problems for grpo.num_prompts_per_step=16" in few_problems_warning(rows, cfg)
     assert few_problems_warning(rows * 3, cfg) is None
     assert few_problems_warning(rows, load_config(None, [])) is None  # (a generated task: fresh tests per problem)
+
+
+def test_split_validation_size_is_read_where_nemo_rl_reads_it(tmp_path):
+    """NeMo RL's DAPOMath17K, DeepScaler and GSM8K classes do not read split_validation_size (a warning says so),
+    and 20 of its recipes inherit 0.05 for them from grpo_math_1B.yaml: execrl held 5% of DAPO's rows out and mixed
+    them into the AIME validation. OpenMathInstruct-2 holds 0.05 out where the key is unset (its class's default);
+    1 or more is a number of problems (NeMo RL's split)."""
+    import json
+
+    from execrl.trainer.data import load_data
+
+    (tmp_path / "dapo").mkdir()
+    rows = [{"prompt": [{"role": "user", "content": f"Solve {i}."}], "reward_model": {"ground_truth": str(i)}}
+            for i in range(40)]
+    (tmp_path / "dapo" / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    (tmp_path / "omi").mkdir()
+    (tmp_path / "omi" / "train_1M.jsonl").write_text("\n".join(json.dumps({"problem": f"P{i}", "expected_answer": i})
+                                                              for i in range(40)))
+    (tmp_path / "mine.jsonl").write_text("\n".join(json.dumps({"prompt": f"Q{i}", "answer": i}) for i in range(40)))
+
+    def split(entry, *more):
+        cfg = load_config(None, [f"data.train={{{entry}}}", *more])
+        train, val, _ = load_data(cfg)
+        return len(train), len(val), no_effect_note(cfg) or ""
+
+    kept, held, note = split(f"dataset_name: DAPOMath17K, path: {tmp_path / 'dapo'}, split_validation_size: 0.05")
+    assert (kept, held) == (40, 0)
+    assert "data.train.split_validation_size (NeMo RL's DAPOMath17K does not read it: every row trains" in note
+    assert split(f"dataset_name: OpenMathInstruct-2, path: {tmp_path / 'omi'}")[:2] == (38, 2)  # (unset: 0.05)
+    assert split(f"dataset_name: OpenMathInstruct-2, path: {tmp_path / 'omi'}, split_validation_size: 0")[:2] == \
+        (40, 0)
+    assert split(f"dataset_name: jsonl, path: {tmp_path / 'mine.jsonl'}, split_validation_size: 3")[:2] == (37, 3)
+    assert split(f"dataset_name: jsonl, path: {tmp_path / 'mine.jsonl'}, split_validation_size: 0.1")[:2] == (36, 4)
+    with pytest.raises(ConfigError, match="2.5 is neither a share .below 1. nor a number of problems"):
+        load_config(None, ["data.train.split_validation_size=2.5"])
+    with pytest.raises(DatasetError, match="split_validation_size=40 holds out 40 problems of 40: none would train"):
+        split(f"dataset_name: jsonl, path: {tmp_path / 'mine.jsonl'}, split_validation_size: 40")
+
+
+def test_nemo_rl_s_scheduler_list_and_unclipped_gradients_over_execrl_s_base(tmp_path):
+    """A config of one's own over execrl's grpo_math_1B.yaml ({warmup_steps: 50}) with NeMo RL's list of
+    schedulers was refused ("cannot merge incompatible container types", the key unnamed); max_grad_norm: null
+    (NeMo RL: no clipping) was "Input should be a valid number"."""
+    import math
+
+    import torch
+
+    from execrl.trainer.precision import Weights
+
+    (tmp_path / "mine.yaml").write_text(
+        f"defaults: {Path('configs/grpo_math_1B.yaml').resolve()}\npolicy:\n  max_grad_norm: null\n  scheduler:\n"
+        "    - {name: torch.optim.lr_scheduler.LinearLR, kwargs: {start_factor: 0.1, total_iters: 13}}\n"
+        "    - {name: torch.optim.lr_scheduler.ConstantLR, kwargs: {factor: 1.0, total_iters: 10000000000}}\n"
+        "    - milestones: [13]\n")
+    cfg = load_config(str(tmp_path / "mine.yaml"))
+    assert cfg.policy.max_grad_norm is None and len(cfg.policy.scheduler.root) == 3
+    assert cfg.policy.optimizer.kwargs["lr"] == 5.0e-6  # (the rest of policy still inherited)
+    model = torch.nn.Linear(4, 4)
+    weights = Weights(model, model, torch.float32)
+    for p in weights.master.parameters():
+        p.grad = torch.full_like(p, 100.0)
+    assert float(weights.clip(math.inf)) == pytest.approx(100.0 * math.sqrt(20))
+    assert all(bool((p.grad == 100.0).all()) for p in weights.master.parameters())  # (left as they are)

@@ -208,17 +208,32 @@ def yaml_error(path: Path, e: Exception) -> str:
 
 def _merge(base: DictConfig, tree: DictConfig, path: Path) -> DictConfig:
     """`tree` over `base`, as NeMo RL merges a config over its defaults: a top-level section marked
-    `_override_: true` replaces the inherited one instead of merging into it."""
+    `_override_: true` replaces the inherited one instead of merging into it. A key given in another shape than the
+    inherited one (NeMo RL's list of schedulers over execrl's {warmup_steps: N}) replaces it, where NeMo RL's merge
+    refuses the file."""
     for key in list(tree):
         section = tree.get(key)
         if isinstance(section, DictConfig) and section.pop("_override_", False) and key in base:
             base.pop(key)
+    _reshaped(base, tree)
     try:
         return OmegaConf.merge(base, tree)
     except (OmegaConfBaseException, TypeError) as e:
-        raise ConfigError(f"{path}: cannot merge it over its defaults ({str(e).splitlines()[0]}): a section given "
-                          "in another shape (a list where the defaults have a mapping) needs `_override_: true`"
-                          ) from None
+        raise ConfigError(f"{path}: cannot merge it over its defaults ({str(e).splitlines()[0]})") from None
+
+
+def _reshaped(base: DictConfig, tree: DictConfig) -> None:
+    """Drops from `base` each key (at any depth) that `tree` gives as a list where `base` has a mapping, or the
+    reverse: the merge then takes `tree`'s."""
+    for key in list(tree):
+        if key not in base:
+            continue
+        mine, theirs = tree._get_node(key), base._get_node(key)
+        if isinstance(mine, DictConfig) and isinstance(theirs, DictConfig):
+            _reshaped(theirs, mine)
+        elif isinstance(mine, (DictConfig, ListConfig)) and isinstance(theirs, (DictConfig, ListConfig)) and \
+                type(mine) is not type(theirs):
+            base.pop(key)
 
 
 def _override_key(key: str) -> str:

@@ -85,6 +85,22 @@ def _entry(entry: dict, where: str, grpo_seed, ignored: dict[str, str], mapped: 
     if "download_dir" in entry:
         entry.pop("download_dir")
         ignored[f"{where}.download_dir"] = "datasets are cached where the hub library caches them"
+    info = _dataset(entry.get("dataset_name"))
+    if info is not None and not info.holds_out and entry.get("split_validation_size"):
+        entry["split_validation_size"] = None
+        ignored[f"{where}.split_validation_size"] = (
+            f"NeMo RL's {info.name} does not read it: every row trains, and validation is data.validation's sets; "
+            "a share of a file of your own is held out as dataset_name: jsonl")
     if entry.pop("subset", None) is not None:
         raise ConfigError(f"{where}.subset (a hub dataset's configuration) is not read by execrl's loaders: set it "
                           "to null, with a local file in data_path")
+
+
+def _dataset(name):
+    """The registered dataset `name` names (None: none; check_datasets names the fix)."""
+    from execrl.tasks.registry import DATASETS, DatasetError, dataset_key
+
+    try:
+        return DATASETS.get(dataset_key(name)) if isinstance(name, str) else None
+    except DatasetError:
+        return None

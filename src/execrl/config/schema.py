@@ -191,7 +191,8 @@ class PolicyConfig(Section):
                                  "sample")
     dynamic_batching: DynamicBatchingConfig = Field(default_factory=DynamicBatchingConfig, description="micro-batches "
                                                     "by tokens (NeMo RL's keys)")
-    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping by global norm")
+    max_grad_norm: float | None = Field(1.0, gt=0, description="gradient clipping by global norm (null: none, as "
+                                        "NeMo RL; the norm is still logged)")
     cpu_offload: bool = Field(False, description="the fp32 master weights and AdamW's state in host memory, the "
                               "optimizer step on the CPU (one GPU, mixed precision; NeMo RL: "
                               "policy.dtensor_cfg.cpu_offload)")
@@ -299,13 +300,23 @@ class DatasetConfig(Section):
     split: str | None = Field(None, description="split to read (null: the dataset's training split, e.g. "
                               "OpenMathInstruct-2's train_1M as in NeMo RL)")
     path: str | None = Field(None, description="local file or directory (default: found in the data directories)")
-    split_validation_size: float = Field(0.0, ge=0, lt=1, description="share of the train split held out for validation")
+    split_validation_size: float | None = Field(
+        None, ge=0, description="held out of the train split for validation: a share (below 1), or a number of "
+        "problems (1 or more), as NeMo RL; null: the dataset's own default (NeMo RL's OpenMathInstruct-2: 0.05, "
+        "others 0); not read for the datasets whose NeMo RL class does not read it (DAPOMath17K, DeepScaler, GSM8K)")
     max_tests: int = Field(0, ge=0, description="grade at most this many tests per problem (0: all)")
     repeat: int = Field(1, ge=1, description="each problem this many times (NeMo RL's AIME validation: 16, a mean "
                                              "over 16 samples)")
     input_key: str | None = Field(None, description="ResponseDataset: the row field with the problem (null: input)")
     output_key: str | None = Field(None, description="ResponseDataset: the row field with the answer (null: output)")
     options: dict[str, Any] = Field(default_factory=dict, description="loader options, e.g. variant, fields")
+
+    @field_validator("split_validation_size")
+    @classmethod
+    def _share_or_count(cls, v):
+        if v is not None and v >= 1 and v != int(v):
+            raise ValueError(f"{v} is neither a share (below 1) nor a number of problems (a whole number)")
+        return v
 
     @property
     def split_name(self) -> str:

@@ -7,9 +7,9 @@ from execrl.tasks.registry import hub_rows, register
 
 
 @register("GSM8K", data_dir="gsm8k", splits=("train", "test"), eval_only=("test",), hub_id="openai/gsm8k",
-          kind="math")  # NeMo RL's
+          kind="math", holds_out=False)  # NeMo RL's (whose GSM8K reads no split_validation_size)
 @register("gsm8k", data_dir="gsm8k", splits=("train", "test"), eval_only=("test",), hub_id="openai/gsm8k",
-          kind="math")
+          kind="math", holds_out=False)
 def load(path, split, report, hub_id=None, **_):
     if path is None:
         rows = hub_rows(hub_id, split, config="main")

@@ -43,12 +43,14 @@ def _rows(path: Path | None, split: str, hub_id: str, configs: tuple[str | None,
 
 def _math(name: str, hub_id: str, splits: tuple[str, ...], problem: Callable, answer: Callable, *,
           configs: tuple[str | None, ...] = (None,), eval_only: tuple[str, ...] = (), deduplicate: bool = False,
-          own_instructions: bool = False, verifier: str | None = None):
+          own_instructions: bool = False, verifier: str | None = None, holds_out: bool = False,
+          default_held_out: float = 0.0):
     """Register a NeMo RL math dataset: rows -> (problem text, reference answer). The first of
     `splits` is the one read when none is named, as NeMo RL's class reads it; with `deduplicate` a
     problem text seen before is left out, and one seen with another answer is an error; with `own_instructions` the
     rows' prompts carry their answer format, and no instruction is added to them; `verifier`: the answer check those
-    prompts ask for (execrl eval's default for them; a training run's is env.math.math_verify_impl, as NeMo RL's)."""
+    prompts ask for (execrl eval's default for them; a training run's is env.math.math_verify_impl, as NeMo RL's);
+    `holds_out`, `default_held_out`: whether NeMo RL's class reads split_validation_size, and its default."""
     metadata = {**({"own_instructions": True} if own_instructions else {}), **({VERIFIER: verifier} if verifier else {})}
 
     def load(path, split, report, hub_id=hub_id, **_):
@@ -68,14 +70,14 @@ def _math(name: str, hub_id: str, splits: tuple[str, ...], problem: Callable, an
                                     answer=str(gold), metadata=dict(metadata)))
         return problems
     register(name, data_dir=name, splits=splits, eval_only=eval_only, hub_id=hub_id, default_split=splits[0],
-             kind="math")(load)
+             kind="math", holds_out=holds_out, default_held_out=default_held_out)(load)
 
 
 _math("OpenMathInstruct-2", "nvidia/OpenMathInstruct-2", ("train_1M", "train", "train_2M", "train_5M"),
-      _field("problem"), _field("expected_answer"))
+      _field("problem"), _field("expected_answer"), holds_out=True, default_held_out=0.05)
 _math("DeepScaler", "agentica-org/DeepScaleR-Preview-Dataset", ("train",), _field("problem"), _field("answer"))
 _math("OpenR1-Math-220k", "open-r1/OpenR1-Math-220k", ("train",), _field("problem"), _field("answer"),
-      configs=("default",))
+      configs=("default",), holds_out=True)
 # DAPO's rows carry their own instruction in the prompt (an "Answer:" line), passed through verbatim as NeMo RL
 # does: no \\boxed{} instruction added (which dapo_math_verify would then score 0); their answer line is read by
 # dapo_math_verify

@@ -30,6 +30,8 @@ class DatasetInfo:
     default_split: str | None = None  # read when none is named (None: train)
     kind: str | None = None  # the kind of every problem (code, math, game, puzzle); None: read from the rows
     own: bool = False  # a researcher's loader, named by import path: it reads a path if given one, else makes its own
+    holds_out: bool = True  # reads split_validation_size (NeMo RL's DAPOMath17K, DeepScaler, GSM8K... do not)
+    default_held_out: float = 0.0  # its share held out where split_validation_size is unset (OpenMathInstruct-2: 0.05)
 
     @property
     def generated(self) -> bool:
@@ -41,9 +43,13 @@ DATASETS: dict[str, DatasetInfo] = {}
 
 
 def register(name: str, data_dir: str | None, splits: tuple[str, ...], eval_only: tuple[str, ...] = (),
-             hub_id: str | None = None, default_split: str | None = None, kind: str | None = None):
+             hub_id: str | None = None, default_split: str | None = None, kind: str | None = None,
+             holds_out: bool = True, default_held_out: float = 0.0):
+    """`holds_out`, `default_held_out`: as NeMo RL's class of the same name reads split_validation_size (its
+    constructor's parameter and default; a class without the parameter ignores the key, with a warning)."""
     def wrap(fn):
-        DATASETS[name] = DatasetInfo(name, fn, data_dir, hub_id, splits, eval_only, default_split, kind)
+        DATASETS[name] = DatasetInfo(name, fn, data_dir, hub_id, splits, eval_only, default_split, kind,
+                                     holds_out=holds_out, default_held_out=default_held_out)
         return fn
     return wrap
 

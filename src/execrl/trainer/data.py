@@ -25,11 +25,16 @@ def load_split(d: DatasetConfig, seed: int, repeat: bool = True) -> list[Problem
     return [p for p in problems for _ in range(d.repeat if repeat else 1)]
 
 
-def hold_out(problems: list[Problem], share: float, seed: int) -> tuple[list[Problem], list[Problem]]:
-    """(kept, held out): a seeded share of the problems, at least one."""
+def hold_out(problems: list[Problem], size: float, seed: int) -> tuple[list[Problem], list[Problem]]:
+    """(kept, held out): a seeded share of the problems (`size` below 1), at least one, or that number of them (1 or
+    more, as NeMo RL's split reads it)."""
     order = list(range(len(problems)))
     random.Random(seed).shuffle(order)
-    held = set(order[:max(1, int(len(problems) * share))])
+    count = int(size) if size >= 1 else max(1, int(len(problems) * size))
+    if count >= len(problems):
+        raise DatasetError(f"split_validation_size={size:g} holds out {count} problems of {len(problems)}: none "
+                           "would train; hold out fewer")
+    held = set(order[:count])
     return [p for i, p in enumerate(problems) if i not in held], [p for i, p in enumerate(problems) if i in held]
 
 
@@ -50,8 +55,9 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
             where = f"{d.dataset_name}" + (f" from {d.path}" if d.path else "")
             raise DatasetError(f"the training set {where} holds {name}: {found} of its {total} problems, found by "
                                "their text; never train on an evaluation set (train on the dataset's training split)")
-        if d.split_validation_size > 0:
-            problems, held = hold_out(problems, d.split_validation_size, seed)
+        size = d.split_validation_size if d.split_validation_size is not None else info.default_held_out
+        if size > 0 and info.holds_out:
+            problems, held = hold_out(problems, size, seed)
             val.append(held)
         elif info.generated and "validation" in info.splits and not vals:  # a stream of its own is held out
             val.append(load_split(d.model_copy(update={"split": "validation"}), seed))

@@ -450,7 +450,7 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
             sums += torch.stack([loss.detach().double(), (entropy * mask).sum().double() / max(num_tokens, 1.0) / steps,
                                  *(metrics[name].to(device, torch.float64) * per_seq.get(name, part) / steps
                                    for name in averaged)])
-        norm = weights.clip(cfg.policy.max_grad_norm)
+        norm = weights.clip(math.inf if cfg.policy.max_grad_norm is None else cfg.policy.max_grad_norm)
         if defer:
             finite = torch.isfinite(norm) & torch.isfinite(sums[0])  # (tally's test, on the device)
             with memory.phase("the optimizer step", cfg):
