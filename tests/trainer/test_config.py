@@ -376,3 +376,11 @@ def test_validating_on_a_training_set_named_by_its_path_is_warned(tmp_path, monk
         cfg = load_config(None, ["data.train={dataset_name: mbpp, split: train}",
                                  f"data.validation={{dataset_name: mbpp, split: train, path: '{path}'}}"])
         assert "data.validation mbpp/train is also a training set" in validation_overlap_note(cfg), path
+
+
+def test_run_directories_under_the_home_directory(tmp_path, monkeypatch):
+    """logger.log_dir=~/runs/t wrote the run into a folder named ~ in the working directory (its lock, and the check
+    that refuses to erase an earlier run, looked in the home directory)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = load_config(None, ["logger.log_dir=~/runs/t", "checkpointing.checkpoint_dir=~/runs/t/ck"])
+    assert (cfg.logger.log_dir, cfg.checkpointing.checkpoint_dir) == (f"{tmp_path}/runs/t", f"{tmp_path}/runs/t/ck")

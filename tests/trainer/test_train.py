@@ -398,3 +398,32 @@ def test_a_torn_last_metrics_line_does_not_stop_a_resume(tmp_path, capsys):
     assert metrics(d) == [{"step": 1, "train/loss": 0.5}, {"step": 2, "train/loss": 0.4}]
     said = capsys.readouterr()
     assert "line 3: not a whole record" in said.err
+
+
+def test_a_sample_cut_where_the_context_ends_is_overlong(tmp_path):
+    """overlong_penalty with max_tokens null (the generation limit) read every sample as drawn under
+    policy.generation.max_new_tokens: where the context ends first (max_new_tokens = max_total_sequence_length, as
+    grpo_math_1B.yaml and NeMo RL's math configs), a sample cut there was short of that limit and went unpenalized."""
+    _, d = run(tmp_path, "cut", "warmup.sft_steps=0", "grpo.max_num_steps=1", "policy.generation.max_new_tokens=192",
+               "policy.max_total_sequence_length=192", "logger.rollouts_period=1", "checkpointing.enabled=false",
+               "reward.components=[{name: test_pass_fraction}, {name: overlong_penalty, buffer_tokens: 16}]")
+    rows = [json.loads(line) for line in (d / "rollouts" / "step_000001.jsonl").read_text().splitlines()]
+    cut = [r for r in rows if r["truncated"]]
+    assert cut and all(r["parts"]["overlong_penalty"] == -1.0 for r in cut), rows[0]
+
+
+def test_a_restart_deletes_the_rollouts_of_the_steps_it_does_again(tmp_path):
+    """A run started again in its log directory (or resumed from an earlier checkpoint) cut metrics.jsonl back, but
+    the earlier run's rollouts of later steps stayed, and its report showed them as the new run's."""
+    from execrl.trainer.metrics import MetricsLogger
+
+    d = tmp_path / "run"
+    (d / "rollouts").mkdir(parents=True)
+    for step in (1, 2, 3):
+        (d / "rollouts" / f"step_{step:06d}.jsonl").write_text("{}\n")
+    (d / "rollouts" / "step_notes.jsonl").write_text("{}\n")  # (not a step's: kept)
+    for resumed_after, left in ((2, ["step_000001", "step_000002", "step_notes"]), (0, ["step_notes"])):
+        logger = MetricsLogger(load_config(None, [f"logger.log_dir={d}", "logger.tensorboard_enabled=false"]))
+        logger.start(resumed_after)
+        logger.close()
+        assert sorted(f.stem for f in (d / "rollouts").iterdir()) == left

@@ -4,6 +4,7 @@ logger.*, checkpointing.*, cluster.*), so its GRPO configs load unchanged."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -474,12 +475,22 @@ class LoggerConfig(Section):
     rollouts_period: int = Field(10, ge=0, description="write sampled rollouts to rollouts/step_N.jsonl every N steps")
     monitor_gpus: bool = Field(True, description="NeMo RL compatibility; GPU memory is logged when on a GPU")
 
+    @field_validator("log_dir")
+    @classmethod
+    def _home(cls, v: str) -> str:
+        return os.path.expanduser(v)  # (~/runs/x: a folder named ~ in the working directory held the run)
+
 
 class CheckpointConfig(Section):
     enabled: bool = Field(True, description="save checkpoints")
     checkpoint_dir: str = Field("runs/default/checkpoints", description="where; an existing one is resumed from")
     save_period: int = Field(10, ge=1, description="save every N steps (and at the end)")
     keep_top_k: int = Field(3, ge=1, description="keep the last K checkpoints")
+
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _home(cls, v: str) -> str:
+        return os.path.expanduser(v)
     checkpoint_must_save_by: str | None = Field(
         None, pattern=r"^\d+:\d+:\d+:\d+$", description="DD:HH:MM:SS of training after which no step may end (a "
         "job's time limit less start-up): the run stops with a checkpoint before a step would end later (null: none)")

@@ -178,7 +178,7 @@ class GameSeat(Environment):
         verdict = ("illegal" if m.illegal == self.seat else "unplayed" if not m.played[self.seat] else
                    "win" if mine > 0 else "loss" if mine < 0 else "draw")
         sample = Sample(self.problem, text, Extracted(text, True, self.program), num_tokens=num_tokens,
-                        max_tokens=self.cfg.policy.generation.max_new_tokens, outcome=verdict)
+                        max_tokens=self.turn_limit, outcome=verdict)
         return Step(done=True, reward=Reward(mine, {"return": mine}), sample=sample)
 
 

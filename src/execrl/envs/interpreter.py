@@ -150,7 +150,7 @@ class InterpreterEnv(Environment):
     def _final(self, text: str, code: str | None, format_ok: bool, num_tokens: int) -> Step:
         extracted = Extracted(text, format_ok and code is not None, code)
         sample = Sample(self.problem, text, extracted, num_tokens=num_tokens,
-                        max_tokens=self.cfg.policy.generation.max_new_tokens, turns=self.turns)
+                        max_tokens=self.turn_limit, turns=self.turns)
         return final_step(sample, self.grader, self.cfg.reward)
 
 

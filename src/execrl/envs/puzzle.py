@@ -63,6 +63,6 @@ class SlidingPuzzleEnv(Environment):
     def _end(self, text: str, num_tokens: int) -> Step:
         won = solved(self.board)
         sample = Sample(self.problem, text, Extracted(text, last_action(text) is not None),
-                        num_tokens=num_tokens, max_tokens=self.cfg.policy.generation.max_new_tokens,
+                        num_tokens=num_tokens, max_tokens=self.turn_limit,
                         outcome="solved" if won else "unsolved")
         return Step(done=True, reward=Reward(float(won), {"solved": float(won)}), sample=sample)

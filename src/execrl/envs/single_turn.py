@@ -26,7 +26,7 @@ class SingleTurnEnv(Environment):
         extracted = extract(assistant_text, prompt.answer_format, prompt.code_style, p.language,
                             want_code=p.kind == "code", entries=entry_names(p.tests))
         sample = Sample(p, assistant_text, extracted, num_tokens=num_tokens,
-                        max_tokens=self.cfg.policy.generation.max_new_tokens)
+                        max_tokens=self.turn_limit)
         return final_step(sample, self.grader, self.cfg.reward)
 
     @property

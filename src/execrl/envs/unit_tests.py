@@ -78,7 +78,7 @@ class UnitTestsEnv(Environment):
         format)."""
         extracted = Extracted(self.last_text, format_ok, self.last_code)
         sample = Sample(self.problem, self.last_text, extracted, num_tokens=num_tokens,
-                        max_tokens=self.cfg.policy.generation.max_new_tokens, turns=self.turns)
+                        max_tokens=self.turn_limit, turns=self.turns)
         return final_step(sample, self.grader, self.cfg.reward)
 
 

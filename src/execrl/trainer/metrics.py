@@ -22,8 +22,8 @@ class MetricsLogger:
         """Open the sinks for a run that starts after `step` steps (0: from the beginning). The
         records of steps after it (an interrupted run's steps that are done again) are removed, so
         that the run reads as if it had never stopped: metrics.jsonl keeps its rows up to `step`
-        (none for a run from the beginning), TensorBoard purges its later events. Returns the number
-        of rows removed."""
+        (none for a run from the beginning), TensorBoard purges its later events, and the rollouts of later steps
+        are deleted (they read as this run's in its report). Returns the number of rows removed."""
         if not self.write:
             return 0
         cfg = self.cfg
@@ -41,6 +41,9 @@ class MetricsLogger:
             if isinstance(row, dict) and row.get("step", 0) <= step:
                 kept.append(line)
         path.write_text("".join(line + "\n" for line in kept))
+        for old_rollouts in (self.dir / "rollouts").glob("step_*.jsonl"):
+            if old_rollouts.stem[5:].isdigit() and int(old_rollouts.stem[5:]) > step:
+                old_rollouts.unlink()
         self.jsonl = open(path, "a")
         if cfg.logger.tensorboard_enabled:
             from torch.utils.tensorboard import SummaryWriter

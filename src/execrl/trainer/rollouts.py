@@ -163,7 +163,10 @@ class Answers:
 
     def give(self, e: Episode, c: Completion, early: bool = False) -> None:
         """`early`: handed in while generation runs."""
-        c = fit(c, self.room - len(e.trajectory), self.runner.tokenizer)
+        room = self.room - len(e.trajectory)
+        c = fit(c, room, self.runner.tokenizer)  # (the turn's limit: its max_new_tokens, or the context's end)
+        e.env.token_budget = min(self.runner.cfg.policy.generation.max_new_tokens,
+                                 getattr(e.env, "partial_tokens", 0) + room)
         self.given[id(e)] = (c, Future())
         if early:
             self.early.append(e)

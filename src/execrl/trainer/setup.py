@@ -105,7 +105,7 @@ def resumable(cfg: MasterConfig, state: dict, found: Path) -> None:
                          "back to the checkpoint's values, or start a new run (another checkpointing.checkpoint_dir "
                          "and logger.log_dir)")
     if applied:
-        console.print(f"resuming {found} with changes that apply from step {state['step']} on: " + "; ".join(applied))
+        console.print(f"resuming {found} with changes that apply from step {state['step'] + 1} on: " + "; ".join(applied))
 
 
 def erases_a_run(cfg: MasterConfig) -> str | None:
