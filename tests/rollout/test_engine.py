@@ -48,6 +48,27 @@ def test_greedy_equals_transformers_token_for_token(tiny, prompts):
         assert o[0].text == r[0].text and o[0].truncated == r[0].truncated
 
 
+def test_transformers_backend_samples_what_the_engine_samples_whatever_the_checkpoint_suggests(tiny, prompts):
+    """A checkpoint's generation_config.json (Qwen2.5-Coder-Instruct: repetition_penalty 1.1) reshaped `generate`'s
+    samples, which the engine and the trainer's logprobs do not: greedy outputs differed on every prompt. And a pad
+    token the model sampled mid-answer (pad not an end token) cut the completion there, marked as ended."""
+    from execrl.rollout.hf import _cut
+
+    model, tok = tiny
+    plain = hf_generate(model, tok, prompts, 1, 48, temperature=0.0)
+    saved = model.generation_config.to_dict()
+    model.generation_config.update(repetition_penalty=3.0, no_repeat_ngram_size=2, min_length=40)
+    try:
+        suggested = hf_generate(model, tok, prompts, 1, 48, temperature=0.0)
+    finally:
+        model.generation_config = type(model.generation_config).from_dict(saved)
+    assert [g[0].ids for g in suggested] == [g[0].ids for g in plain]
+    assert model.generation_config.repetition_penalty in (None, 1.0)  # (the model's own config is put back)
+    pad, eos = 0, [1]
+    assert _cut([5, pad, 6, 7], tok, eos, pad, 4, None).ids == [5, pad, 6, 7]  # (sampled: one of its tokens)
+    assert _cut([5, 6, pad, pad], tok, eos, pad, 4, None).ids == [5, 6]  # (generate's padding)
+
+
 def test_logprobs_match_a_recomputed_forward_pass(tiny, prompts):
     model, tok = tiny
     torch.manual_seed(0)

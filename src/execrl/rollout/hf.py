@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from execrl.rollout.completion import Completion, eos_ids, text_of
@@ -30,12 +32,13 @@ def hf_generate(model, tokenizer, prompts: list[list[int]], num_samples: int, ma
         for i, p in enumerate(chunk):
             ids[i, width - len(p):] = torch.tensor(p)
             attn[i, width - len(p):] = 1
-        gen = model.generate(input_ids=ids.to(device), attention_mask=attn.to(device), do_sample=sampled,
-                             temperature=temperature if sampled else None, top_p=top_p if sampled else None,
-                             top_k=(top_k or 0) if sampled else None, max_new_tokens=max_new_tokens,
-                             num_return_sequences=num_samples, pad_token_id=pad, eos_token_id=eos,
-                             stop_strings=stop_strings, tokenizer=tokenizer if stop_strings else None,
-                             min_new_tokens=max_new_tokens if ignore_eos else None)
+        with _plain_sampling(model):
+            gen = model.generate(input_ids=ids.to(device), attention_mask=attn.to(device), do_sample=sampled,
+                                 temperature=temperature if sampled else None, top_p=top_p if sampled else None,
+                                 top_k=(top_k or 0) if sampled else None, max_new_tokens=max_new_tokens,
+                                 num_return_sequences=num_samples, pad_token_id=pad, eos_token_id=eos,
+                                 stop_strings=stop_strings, tokenizer=tokenizer if stop_strings else None,
+                                 min_new_tokens=max_new_tokens if ignore_eos else None)
         new = gen[:, width:].tolist()  # [P * num_samples, <= max_new_tokens]
         for i in range(len(chunk)):
             out.append([_cut(row, tokenizer, eos, pad, max_new_tokens, stop_strings)
@@ -48,15 +51,33 @@ def hf_generate(model, tokenizer, prompts: list[list[int]], num_samples: int, ma
     return out
 
 
+@contextmanager
+def _plain_sampling(model):
+    """The model's generation_config.json out of `generate`'s way while it runs: transformers fills every setting a
+    call leaves unset from it, so a checkpoint's repetition_penalty (Qwen2.5-Coder-Instruct's 1.1), min_p,
+    no_repeat_ngram_size or min_length reshaped this backend's samples, and the execrl engine's (the distribution at
+    the configured temperature, top_p and top_k alone) differed from them."""
+    from transformers import GenerationConfig
+
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model  # (a peft model generates by it)
+    saved = model.generation_config
+    model.generation_config = GenerationConfig(**{k: getattr(saved, k, None) for k in (
+        "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")})
+    try:
+        yield
+    finally:
+        model.generation_config = saved
+
+
 def _cut(row: list[int], tokenizer, eos: list[int], pad: int, max_new_tokens: int, stop_strings) -> Completion:
     end, truncated = len(row), True
     for j, t in enumerate(row):
         if t in eos:
             end, truncated = j + 1, False
             break
-        if t == pad and pad not in eos:
-            end, truncated = j, False
-            break
+        if t == pad and pad not in eos and all(x == pad for x in row[j:]):  # (generate's padding after a stop
+            end, truncated = j, False                                         # string; a pad the model sampled
+            break                                                             # mid-answer is one of its tokens)
     ids = row[:end]
     text = text_of(tokenizer, ids)
     if truncated and stop_strings and any(text.endswith(s) for s in stop_strings):
