@@ -38,7 +38,8 @@ def target_names(model: nn.Module, cfg) -> list[str]:
         raise ValueError("policy.lora: match_all_linear=true adapts every linear layer, so target_modules "
                          f"{cfg.target_modules} would do nothing: set match_all_linear=false to pick target_modules")
     linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
-    decoder = {name for name in linears if ".layers." in f".{name}"}  # the decoder layers' (not the LM head)
+    blocks = decoder_blocks(model)  # (model.layers, transformer.h, gpt_neox.layers...: not the LM head)
+    decoder = {name for name in linears if name.startswith(f"{blocks}.")}
 
     def named(name: str, patterns: list[str]) -> bool:
         return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(name.rsplit(".", 1)[-1], p) for p in patterns)
@@ -56,10 +57,26 @@ def target_names(model: nn.Module, cfg) -> list[str]:
     if outside:
         raise ValueError(f"policy.lora: adapting {outside[:3]} (outside the decoder layers: the LM head) is not "
                          "supported: target the decoder layers' projections")
+    if not chosen and not decoder:
+        kinds = sorted({type(m).__name__ for name, m in model.named_modules() if name.startswith(f"{blocks}.")
+                        and not list(m.children()) and hasattr(m, "weight") and m.weight.dim() == 2})
+        raise ValueError(f"policy.lora: this model's decoder layers ({blocks}) hold no torch Linear layer to adapt "
+                         f"(their weights are in {kinds}: GPT-2's Conv1D is not adapted); train it without LoRA "
+                         "(policy.lora.enabled=false)")
     if not chosen:
-        raise ValueError("policy.lora targets no layer: set match_all_linear=true or name target_modules (e.g. "
-                         "[q_proj, k_proj, v_proj, o_proj]), and check exclude_modules")
+        raise ValueError("policy.lora targets no layer: " + ("every linear layer is excluded by exclude_modules"
+                         if cfg.match_all_linear else "set match_all_linear=true or name target_modules (e.g. "
+                         "[q_proj, k_proj, v_proj, o_proj]), and check exclude_modules"))
     return chosen
+
+
+def decoder_blocks(model: nn.Module) -> str:
+    """The name of the model's list of decoder layers: its ModuleList of the most parameters."""
+    lists = [(sum(p.numel() for p in m.parameters()), name) for name, m in model.named_modules()
+             if isinstance(m, nn.ModuleList) and len(m)]
+    if not lists:
+        raise ValueError(f"policy.lora: {type(model).__name__} has no list of decoder layers to adapt")
+    return max(lists)[1]
 
 
 def apply_lora(model: nn.Module, cfg, seed: int = 0, fp32: bool = True):

@@ -76,6 +76,23 @@ def test_layers_chosen_as_nemo_rl_names_them():
         check_lora(load_config(None, ["policy.lora.enabled=true", "policy.lora.match_all_linear=false"]))
 
 
+def test_layers_of_families_whose_decoder_is_not_model_layers():
+    """GPT-J, CodeGen and GPT-BigCode keep their decoder in transformer.h: every one of their layers was "outside
+    the decoder layers", and LoRA was refused with "set match_all_linear=true" where it was already on; GPT-2's
+    Conv1D layers are named as what LoRA does not adapt."""
+    from transformers import AutoModelForCausalLM, GPT2Config, GPTBigCodeConfig, GPTJConfig
+
+    small = {"vocab_size": 64, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64}
+    for config, layers in ((GPTJConfig(**small, rotary_dim=4), ["attn.q_proj", "attn.k_proj", "attn.v_proj",
+                                                                 "attn.out_proj", "mlp.fc_in", "mlp.fc_out"]),
+                           (GPTBigCodeConfig(**small), ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"])):
+        model = AutoModelForCausalLM.from_config(config)
+        assert target_names(model, LoraConfig()) == sorted(f"transformer.h.{i}.{n}" for i in (0, 1) for n in layers)
+    with pytest.raises(ValueError, match=r"decoder layers \(transformer.h\) hold no torch Linear layer to adapt "
+                                         r"\(their weights are in \['Conv1D'\]"):
+        target_names(AutoModelForCausalLM.from_config(GPT2Config(**small)), LoraConfig())
+
+
 def test_adapters_start_at_zero_and_only_they_train():
     model, _ = tiny()
     ids = list(range(5, 40))
