@@ -486,14 +486,14 @@ class CheckpointConfig(Section):
     checkpoint_dir: str = Field("runs/default/checkpoints", description="where; an existing one is resumed from")
     save_period: int = Field(10, ge=1, description="save every N steps (and at the end)")
     keep_top_k: int = Field(3, ge=1, description="keep the last K checkpoints")
+    checkpoint_must_save_by: str | None = Field(
+        None, pattern=r"^\d+:\d+:\d+:\d+$", description="DD:HH:MM:SS of training after which no step may end (a "
+        "job's time limit less start-up): the run stops with a checkpoint before a step would end later (null: none)")
 
     @field_validator("checkpoint_dir")
     @classmethod
     def _home(cls, v: str) -> str:
         return os.path.expanduser(v)
-    checkpoint_must_save_by: str | None = Field(
-        None, pattern=r"^\d+:\d+:\d+:\d+$", description="DD:HH:MM:SS of training after which no step may end (a "
-        "job's time limit less start-up): the run stops with a checkpoint before a step would end later (null: none)")
 
     @property
     def deadline_s(self) -> float | None:

@@ -51,8 +51,8 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
         info = DATASETS[dataset_key(d.dataset_name)]
         check_trainable(info.name, d.split_name, d.path)
         problems = load_split(d, seed, repeat=False)  # (repeated below: no copy of a held-out problem is trained on)
-        for name, found, total in held_evaluation_sets(problems):
-            where = f"{d.dataset_name}" + (f" from {d.path}" if d.path else "")
+        if held := held_evaluation_sets(problems):
+            (name, found, total), where = held[0], d.dataset_name + (f" from {d.path}" if d.path else "")
             raise DatasetError(f"the training set {where} holds {name}: {found} of its {total} problems, found by "
                                "their text; never train on an evaluation set (train on the dataset's training split)")
         size = d.split_validation_size if d.split_validation_size is not None else info.default_held_out
