@@ -188,6 +188,20 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
     return model.to(dev).eval(), tok
 
 
+def position_limit(model) -> tuple[int, bool] | None:
+    """(the positions the model was made for, whether they are a learned table) from its config (n_positions, else
+    max_position_embeddings); None where it names none. A learned table (GPT-2's wpe, OPT's embed_positions) has no
+    row past its length: a longer sequence indexes past it (a device assert on a GPU)."""
+    config = getattr(model, "config", None)
+    limit = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+    if not isinstance(limit, int) or limit <= 0:
+        return None
+    inputs = model.get_input_embeddings()
+    learned = any(isinstance(m, torch.nn.Embedding) and m is not inputs and ("pos" in name.rsplit(".", 1)[-1] or
+                  name.rsplit(".", 1)[-1] == "wpe") for name, m in model.named_modules())
+    return limit, learned
+
+
 def set_pad(tok, model) -> None:
     """A pad token for a tokenizer without one (batches are padded with it): its EOS, else the first of the model's
     end ids (generation_config.eos_token_id: a tokenizer may name no EOS at all), else id 0. Which one never matters:

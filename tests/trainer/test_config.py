@@ -384,3 +384,25 @@ def test_run_directories_under_the_home_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     cfg = load_config(None, ["logger.log_dir=~/runs/t", "checkpointing.checkpoint_dir=~/runs/t/ck"])
     assert (cfg.logger.log_dir, cfg.checkpointing.checkpoint_dir) == (f"{tmp_path}/runs/t", f"{tmp_path}/runs/t/ck")
+
+
+def test_a_context_past_the_model_s_positions(capsys):
+    """GPT-2 with n_positions=64 and a 128-token context crashed mid-generation (IndexError in the position
+    embedding, a device assert on a GPU); a rotary model past its max_position_embeddings ran without a word."""
+    from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig
+
+    from execrl.config import ConfigError
+    from execrl.trainer.setup import check_positions
+
+    cfg = load_config(None, ["policy.max_total_sequence_length=128", "policy.generation.max_new_tokens=64"])
+    gpt2 = AutoModelForCausalLM.from_config(GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=4, n_positions=64))
+    with pytest.raises(ConfigError, match="positions are a learned table of 64 .*set policy.max_total_sequence_length=64"):
+        check_positions(cfg, gpt2)
+    llama = AutoModelForCausalLM.from_config(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                                         num_hidden_layers=1, num_attention_heads=4,
+                                                         max_position_embeddings=64))
+    check_positions(cfg, llama)
+    assert "was made for 64 positions (its config's max_position_embeddings)" in " ".join(capsys.readouterr().err.split())
+    check_positions(load_config(None, ["policy.max_total_sequence_length=64", "policy.generation.max_new_tokens=32"]),
+                    gpt2)  # (within them: nothing)
+    assert "warning" not in capsys.readouterr().err

@@ -14,11 +14,11 @@ from rich.console import Console
 
 from execrl.algo.role_baselines import RoleBaselines
 from execrl.compiling import warm_compile_workers
-from execrl.config import BatchPlan, MasterConfig, to_yaml
+from execrl.config import BatchPlan, ConfigError, MasterConfig, to_yaml
 from execrl.config.checks import check_dataset_names, check_reward_fits, no_references, prompt_limit, validate
 from execrl.envs import make_env
 from execrl.lora import Adapter
-from execrl.models import TINY_CODERS, pick_device
+from execrl.models import TINY_CODERS, pick_device, position_limit
 from execrl.rewards.judges import load_reward_model
 from execrl.rewards.reward_model import RewardModel
 from execrl.rollout import build_generator
@@ -149,6 +149,24 @@ def run_directories(cfg: MasterConfig) -> dict[str, str]:
     return dirs
 
 
+def check_positions(cfg: MasterConfig, model) -> None:
+    """A context longer than the model's positions: refused where they are a learned table (a sequence past it
+    crashed mid-generation with an IndexError), a warning where they are rotary (positions it was never trained at)."""
+    limit = position_limit(model)
+    length = cfg.policy.max_total_sequence_length
+    if limit is None or length <= limit[0]:
+        return
+    if limit[1]:
+        raise ConfigError(f"policy.max_total_sequence_length is {length:,} but {cfg.policy.model_name}'s positions are "
+                          f"a learned table of {limit[0]:,} (its config's n_positions / max_position_embeddings): a "
+                          f"longer sequence has no position; set policy.max_total_sequence_length={limit[0]}")
+    if dist.is_main():
+        console.print(f"[yellow]warning: policy.max_total_sequence_length is {length:,} and {cfg.policy.model_name} was "
+                      f"made for {limit[0]:,} positions (its config's max_position_embeddings): a sample past them "
+                      "runs at positions the model never trained at (a rope_scaling in its config extends them), "
+                      f"or set policy.max_total_sequence_length={limit[0]}[/]")
+
+
 def build_run(cfg: MasterConfig) -> Run:
     """The run's parts, in the order they need each other."""
     plan, lock = start(cfg)
@@ -162,6 +180,7 @@ def build_run(cfg: MasterConfig) -> Run:
     note = sharing_note(cfg, policy.weights.compute, plan.train_split)
     if note and dist.is_main():
         console.print(note, markup=False, highlight=False)
+    check_positions(cfg, policy.weights.compute)
     bound = rotary_bound(policy.weights.compute)
     if bound is not None and cfg.policy.max_total_sequence_length > bound and dist.is_main():
         console.print(f"[yellow]warning: the model's rotary frequencies change past {bound:,} tokens (longrope, dynamic "
