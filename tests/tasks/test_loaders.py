@@ -424,3 +424,58 @@ def test_a_known_evaluation_file_is_found_under_a_home_relative_path(tmp_path, m
     shutil.copy(shared_data("gsm8k", "test.jsonl"), tmp_path / "problems.jsonl")
     with pytest.raises(DatasetError, match="is GSM8K's test split"):
         check_trainable("ResponseDataset", "train", "~/problems.jsonl")
+
+
+def test_hostile_and_odd_rows_are_counted_and_printed_as_text(tmp_path, capsys):
+    """A row id of "[/]" stopped every loader with rich's MarkupError (a "[link=...]" id printed as a link), a long
+    one took the highlighter minutes; a lone surrogate in a prompt stopped the tokenizer; a tests object with its
+    unused forms' keys null (parquet's union columns) was "tests.asserts must be a list of strings"."""
+    import time
+
+    rows = [{"id": "[/]", "prompt": ""}, {"id": "[link=file:///etc/passwd]x[/link]", "prompt": ""},
+            {"id": "A" * 200_000, "prompt": ""}, {"id": "s", "prompt": "What is \ud800 1+1?", "answer": "2"},
+            {"id": "n", "prompt": "add", "tests": {"inputs": ["1 2\n"], "outputs": ["3\n"], "asserts": None,
+                                                   "setup": None, "fn_name": None, "compare": None}}]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    start = time.perf_counter()
+    problems, report = load_problems("jsonl", "train", str(path))
+    assert time.perf_counter() - start < 30 and report.skipped == 3
+    printed = capsys.readouterr().err
+    assert "[/]" in printed and "[link=file:///etc/passwd]x[/link]" in printed and "A" * 57 + "..." in printed
+    assert problems[0].messages[0]["content"] == "What is ? 1+1?" and isinstance(problems[1].tests, StdioTests)
+
+
+def test_malformed_humaneval_leetcode_and_gsm8k_rows_are_skipped(tmp_path, capsys):
+    """HumanEval rows were made CheckTests unchecked (an entry point of "f g", a test that does not parse: every
+    program scored 0 as its failure); LeetCode rows of a list prompt or a string meta stopped the load with an
+    AttributeError; a GSM8K answer of "#### " loaded with the reference ""."""
+    good = {"task_id": "H/0", "prompt": "def f(x):\n", "test": "def check(c):\n    assert c(1) == 1\n",
+            "entry_point": "f"}
+    he = [good, {**good, "task_id": "H/1", "entry_point": "f g"}, {**good, "task_id": "H/2", "test": "def check(:"},
+          {**good, "task_id": "H/3", "prompt": "x = " + "-" * 200_000 + "1"}]
+    (tmp_path / "he.jsonl").write_text("\n".join(json.dumps(r) for r in he))
+    problems, report = load_problems("humaneval", "test", str(tmp_path / "he.jsonl"))
+    assert [p.id for p in problems] == ["H/0", "H/3"] and report.skipped == 2
+    lc = {"task_id": "t", "prompt": "class Solution: pass", "test": "assert 1 == 1\n"}
+    rows = [lc, {**lc, "task_id": "l", "prompt": ["x"]}, {**lc, "task_id": "m", "meta": "hard"},
+            {**lc, "task_id": "d", "test": "assert " + "(" * 100_000 + ")" * 100_000}]
+    (tmp_path / "lc.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    problems, report = load_problems("leetcode", "test", str(tmp_path / "lc.jsonl"))
+    assert [p.id for p in problems] == ["leetcode/t", "leetcode/m"] and report.skipped == 2
+    assert problems[1].metadata["difficulty"] is None
+    gsm = [{"question": "q", "answer": "so #### 4"}, {"question": "q", "answer": "so ####  "}]
+    (tmp_path / "g.jsonl").write_text("\n".join(json.dumps(r) for r in gsm))
+    problems, report = load_problems("gsm8k", "train", str(tmp_path / "g.jsonl"))
+    assert [p.answer for p in problems] == ["4"] and "1 an empty '#### answer'" in capsys.readouterr().err
+
+
+def test_completions_of_a_null_problem_id_are_each_their_own(tmp_path):
+    """problem_id null became the id "None": the rows were one problem of two samples (pass@k over them)."""
+    from execrl.eval.run import read_completions
+
+    rows = [{"problem_id": None, "completion": "4", "answer": "4"}, {"problem_id": None, "completion": "5",
+                                                                       "answer": "5"}]
+    (tmp_path / "c.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    graded = read_completions(str(tmp_path / "c.jsonl"), [])
+    assert len(graded) == 2 and [p.answer for p, _ in graded] == ["4", "5"]

@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from execrl.eval.grading import EarlyGrading
 from execrl.eval.passk import mean_pass_at_k
@@ -28,6 +29,11 @@ from execrl.tasks.problem import VERIFIER, DatasetError, read_rows
 from execrl.tasks.registry import DATASETS, local_source
 
 err = Console(stderr=True, soft_wrap=True)
+
+
+def say(line: str, style: str = "yellow") -> None:
+    """A warning whose text (paths, a row's id, a program's output) is printed as it is, never read as markup."""
+    err.print(Text(line, style=style), highlight=False)
 
 
 @dataclass
@@ -68,8 +74,7 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     seeded = {} if cfg.data_seed is None else {"seed": cfg.data_seed}
     if (Path(cfg.out) / "summary.json").exists():
         written = time.strftime("%Y-%m-%d %H:%M", time.localtime((Path(cfg.out) / "summary.json").stat().st_mtime))
-        err.print(f"[yellow]{cfg.out} holds the results of an eval of {written}: this one replaces them (--out: "
-                  "another directory)[/]")
+        say(f"{cfg.out} holds the results of an eval of {written}: this one replaces them (--out: another directory)")
     try:  # (the names training takes: a hub id, a module.path:loader of one's own)
         key = dataset_key(cfg.dataset) if cfg.dataset else None
     except DatasetError as e:
@@ -79,17 +84,17 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     problems = everything[: cfg.limit] if cfg.limit else everything
     texts = read_completions(completions, problems, cfg.max_tests, everything) if completions else None
     if texts and key and not {id(q) for q in everything} & {id(p) for p, _ in texts}:
-        err.print(f"[yellow]no row of {completions} is a problem of {cfg.dataset}/{cfg.split}: each is graded on its "
-                  "own tests or answer, and recorded so[/]")
+        say(f"no row of {completions} is a problem of {cfg.dataset}/{cfg.split}: each is graded on its own tests or "
+            "answer, and recorded so")
         cfg = replace(cfg, dataset="", split="")
     if texts is None:
         repeated = [pid for pid, n in Counter(p.id for p in problems).items() if n > 1]
         if repeated:
-            err.print(f"[yellow]{len(repeated)} problem ids repeat in {cfg.dataset}/{cfg.split} (e.g. {repeated[0]!r}): "
-                      "each row is its own problem; results.jsonl lists them in the dataset's order[/]")
+            say(f"{len(repeated)} problem ids repeat in {cfg.dataset}/{cfg.split} (e.g. {repeated[0][:60]!r}): each row "
+                "is its own problem; results.jsonl lists them in the dataset's order")
     elif problems and len(texts) < len(problems) and {id(q) for q in problems} & {id(p) for p, _ in texts}:
-        err.print(f"[yellow]{completions} has completions of {len(texts)} of the {len(problems)} problems of "
-                  f"{cfg.dataset}/{cfg.split}{' (--limit)' if cfg.limit else ''}: pass@k is over those {len(texts)}[/]")
+        say(f"{completions} has completions of {len(texts)} of the {len(problems)} problems of "
+            f"{cfg.dataset}/{cfg.split}{' (--limit)' if cfg.limit else ''}: pass@k is over those {len(texts)}")
     posed = problems if texts is None else [p for p, _ in texts]
     if texts is None and cfg.backend == "transformers" and any("guided_decoding" in p.metadata for p in posed):
         raise ValueError(f"rows of {cfg.data_path or cfg.dataset} have a guided_decoding constraint, which needs the "
@@ -125,7 +130,7 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     num_infra, num_sent, example = sandbox_failures(samples)
     line = check_infra_share(num_infra, num_sent, "execrl eval", example)
     if line is not None:
-        err.print(f"[bold red]WARNING: {line}[/]")
+        say(f"WARNING: {line}", "bold red")
     if cfg.reward_model:
         judge_samples(cfg, samples)
     return summarize(cfg, samples, {"completions": str(completions)} if completions else {"model": str(model_name)},
@@ -235,8 +240,8 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
     grouped: dict[object, tuple[Problem, list]] = {}  # (an id, or a row number for a row with no id)
     past_limit = 0
     for n, row in enumerate(read_rows(path), 1):
-        row = {k: v for k, v in row.items() if not (k in ("tests", "answer") and v is None)}  # null: none (an answer
-        pid = str(row.get("problem_id", row.get("id", "")))  # of null was a math problem whose reference is "None")
+        row = {k: v for k, v in row.items() if v is not None}  # null: none (an answer of null was a math problem whose
+        pid = str(row.get("problem_id", row.get("id", "")))  # reference is "None", rows of problem_id null one problem)
         text, num_tokens = row.get("completion"), row.get("num_tokens") or 0
         if not isinstance(text, str):
             raise DatasetError(f"{path}, row {n}: no 'completion' string")

@@ -163,7 +163,8 @@ def parse_tests(obj) -> TestSpec:
     if not isinstance(obj, dict):
         fix = " (assert statements, as MBPP's test_list, go in {\"asserts\":[...]})" if isinstance(obj, list) else ""
         raise TestSpecError(f"tests must be an object, got {type(obj).__name__}{fix}")
-    keys = set(obj)
+    obj = {k: v for k, v in obj.items() if v is not None}  # (a key of null is none: parquet's union columns and
+    keys = set(obj)                                         # datasets' to_json write every form's keys, unused null)
     if "check" in keys:
         _need_str(obj, "check")
         _need_str(obj, "entry_point")
@@ -208,8 +209,8 @@ def split_test_script(script: str) -> AssertTests:
 
     try:
         tree = ast.parse(script)
-    except SyntaxError as e:
-        raise TestSpecError(f"the test script is not valid Python: {e}") from None
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as e:  # (NUL bytes; nested too deeply to parse)
+        raise TestSpecError(f"the test script is not valid Python: {type(e).__name__}: {e}"[:300]) from None
     lines = python_lines(script)
     tests, start = [], 0
     for node in tree.body:

@@ -22,6 +22,9 @@ def load(path, split, report, hub_id=None, **_):
             report.skip(i, "no question or no '#### answer'")
             continue
         final = answer.rsplit("####", 1)[1].strip().replace(",", "")
+        if not final:  # ("#### " or "#### ,": nothing any answer can equal)
+            report.skip(i, "an empty '#### answer'")
+            continue
         problems.append(Problem(f"gsm8k/{split}/{i}", [{"role": "user", "content": question}], "math",
                                 answer=final, metadata={"solution": answer}))
     return problems

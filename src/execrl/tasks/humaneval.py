@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 
-from execrl.sandbox import CheckTests
+from execrl.sandbox import TestSpecError, parse_tests
 from execrl.tasks.problem import Problem, read_rows
 from execrl.tasks.registry import register
 
@@ -21,10 +21,15 @@ def load(path, split, report, **_):
         if not all(isinstance(row.get(k), str) and row[k].strip() for k in ("prompt", "test", "entry_point")):
             report.skip(rid, "needs prompt, test and entry_point")
             continue
+        try:  # (checked as a tests row's check form: a test that does not parse or an entry point that names no
+            # function scored every program 0 as its failure)
+            tests = parse_tests({"check": helpers(row["prompt"], row["entry_point"]) + row["test"],
+                                 "entry_point": row["entry_point"]})
+        except TestSpecError as e:
+            report.skip(rid, f"unusable tests ({e.reason})")
+            continue
         content = f"Complete the following Python function:\n```python\n{row['prompt'].strip()}\n```"
-        problems.append(Problem(str(rid), [{"role": "user", "content": content}], "code",
-                                tests=CheckTests(helpers(row["prompt"], row["entry_point"]) + row["test"],
-                                                 row["entry_point"]),
+        problems.append(Problem(str(rid), [{"role": "user", "content": content}], "code", tests=tests,
                                 metadata={"code_prefix": row["prompt"], "entry_point": row["entry_point"]}))
     return problems
 
@@ -34,7 +39,7 @@ def helpers(prompt: str, entry_point: str) -> str:
     parse: the check stands alone then)."""
     try:
         body = ast.parse(prompt).body
-    except SyntaxError:
+    except (SyntaxError, ValueError, MemoryError, RecursionError):  # (nested too deeply to parse, a NUL byte)
         return ""
     kept = [node for node in body if isinstance(node, (ast.Import, ast.ImportFrom, ast.Assign))
             or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name != entry_point]

@@ -34,8 +34,9 @@ def load(path, split, report, **_):
     problems = []
     for row in (r for f in files for r in read_rows(f)):
         rid = row.get("task_id")
-        if not row.get("prompt") or not row.get("test"):
-            report.skip(rid, "no prompt or no test")
+        if not (isinstance(row.get("prompt"), str) and row["prompt"].strip() and isinstance(row.get("test"), str)
+                and row["test"].strip()):
+            report.skip(rid, "no prompt or no test (strings)")
             continue
         try:
             tests = split_test_script(row["test"])
@@ -44,6 +45,7 @@ def load(path, split, report, **_):
             continue
         content = f"Complete the following Python code:\n```python\n{row['prompt'].strip()}\n```"
         problems.append(Problem(f"leetcode/{rid}", [{"role": "user", "content": content}], "code", tests=tests,
-                                metadata={"difficulty": (row.get("meta") or {}).get("difficulty"),
+                                metadata={"difficulty": row["meta"].get("difficulty") if isinstance(
+                                    row.get("meta"), dict) else None,
                                           "code_header": IMPORTS}))
     return problems

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.text import Text
 
 from execrl.sandbox import TestSpec
+from execrl.sandbox.inside.protocol import valid_text
 
 err = Console(stderr=True, soft_wrap=True)
 
@@ -35,7 +37,7 @@ def chat_messages(prompt) -> list[dict] | None:
     case, "User" as "user", as chat templates compare them lowercase) with a user message among them; None where it
     is neither."""
     if isinstance(prompt, str):
-        return [{"role": "user", "content": prompt}] if prompt.strip() else None
+        return [{"role": "user", "content": valid_text(prompt)}] if prompt.strip() else None
     if not isinstance(prompt, list) or not prompt or not all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and _text(m.get("content")) is not None
             for m in prompt):
@@ -50,11 +52,11 @@ def _text(content) -> str | None:
     "text": ...}], joined as chat templates join them); None for anything else (an image part: no text stands for
     it)."""
     if isinstance(content, str):
-        return content
+        return valid_text(content)  # (a lone surrogate, which JSON can carry, stopped the tokenizer with a TypeError)
     if isinstance(content, list) and content and all(
             isinstance(c, dict) and c.get("type") in ("input_text", "text") and isinstance(c.get("text"), str)
             for c in content):
-        return "".join(c["text"] for c in content)
+        return valid_text("".join(c["text"] for c in content))
     return None
 
 
@@ -76,16 +78,19 @@ class RowReport:
     def skip(self, row_id, reason: str) -> None:
         self.reasons[reason] += 1
         if len(self.examples[reason]) < 3:
-            self.examples[reason].append(str(row_id))
+            shown = str(row_id)
+            self.examples[reason].append(shown if len(shown) <= 60 else shown[:57] + "...")
 
     @property
     def skipped(self) -> int:
         return sum(self.reasons.values())
 
     def print(self) -> None:
-        if self.skipped:
+        if self.skipped:  # (a row's id or value as plain text: "[/]" stopped the load with a MarkupError, and a long
+            # one took rich's highlighter minutes)
             parts = [f"{n} {reason} (e.g. {', '.join(self.examples[reason])})" for reason, n in self.reasons.most_common()]
-            err.print(f"[yellow]{self.source}: skipped {self.skipped} unusable rows:[/] " + "; ".join(parts))
+            line = Text(f"{self.source}: skipped {self.skipped} unusable rows:", style="yellow")
+            err.print(line.append(" " + "; ".join(parts)), highlight=False)
 
 
 def read_rows(path: str | Path) -> list[dict]:
