@@ -108,3 +108,12 @@ def test_a_languages_file_that_cannot_be_used_is_one_line(tmp_path):
                                        tmp_path / "langs.yaml")))
         assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_file_saved_with_a_bom_grades_its_first_row(tmp_path):
+    """The loaders read a BOM-led file; `execrl grade` called its first row "Unexpected UTF-8 BOM"."""
+    from execrl.grade import read_rows
+
+    row = {"id": "ok", "code": "print(1)", "tests": {"inputs": [""], "outputs": ["1\n"]}}
+    (tmp_path / "in.jsonl").write_text("\ufeff" + json.dumps(row) + "\n", encoding="utf-8")
+    assert read_rows(str(tmp_path / "in.jsonl")) == [(1, row, None)]
