@@ -17,6 +17,18 @@ def test_config_changes_sorts_what_applies_from_what_cannot():
     assert applied == ["grpo.max_num_steps: 2 -> 5"] and refused == ["policy.optimizer.kwargs.lr: 0.0002 -> 0.001"]
 
 
+def test_a_checkpoint_of_the_old_split_validation_size_default_resumes():
+    """split_validation_size's default became null (0.0 before, the same for every dataset but OpenMathInstruct-2):
+    every earlier checkpoint's "0.0 -> None" was refused; and gsm8k's 0.05, now not read, stays as written."""
+    saved = {"data": {"train": {"dataset_name": "gsm8k", "split_validation_size": 0.0}}}
+    refused = config_changes(saved, load_config(None, ["data.train.dataset_name=gsm8k"]).model_dump(mode="json"))[1]
+    assert not [c for c in refused if "split_validation" in c]
+    saved["data"]["train"]["split_validation_size"] = 0.05
+    now = load_config(None, ["data.train.dataset_name=gsm8k", "data.train.split_validation_size=0.05"])
+    assert now.data.train.split_validation_size == 0.05
+    assert not [c for c in config_changes(saved, now.model_dump(mode="json"))[1] if "split_validation" in c]
+
+
 def test_resuming_with_another_learning_rate_is_refused_and_config_yaml_is_what_ran(tmp_path):
     base = [*SMALL, "grpo.max_num_steps=1", "grpo.val_period=0", "warmup.sft_steps=0", f"logger.log_dir={tmp_path}",
             f"checkpointing.checkpoint_dir={tmp_path}/ck"]

@@ -87,7 +87,7 @@ def _entry(entry: dict, where: str, grpo_seed, ignored: dict[str, str], mapped: 
         ignored[f"{where}.download_dir"] = "datasets are cached where the hub library caches them"
     info = _dataset(entry.get("dataset_name"))
     if info is not None and not info.holds_out and entry.get("split_validation_size"):
-        entry["split_validation_size"] = None
+        # (kept as written, as config.yaml and a checkpoint's config hold it; load_data does not read it)
         ignored[f"{where}.split_validation_size"] = (
             f"NeMo RL's {info.name} does not read it: every row trains, and validation is data.validation's sets; "
             "a share of a file of your own is held out as dataset_name: jsonl")

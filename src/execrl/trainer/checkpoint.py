@@ -171,6 +171,10 @@ def config_changes(saved: dict, now: dict) -> tuple[list[str], list[str]]:
     as 'key: old -> new': (those that apply from the resumed step, those that cannot: the
     checkpoint's optimizer, schedule, data position and weights were made under the old values)."""
     old, new = dict(dotted_leaves(saved)), dict(dotted_leaves(now))
+    for leaves in (old, new):  # (split_validation_size's default was 0.0, now null: the same for all but
+        for k, v in leaves.items():  # OpenMathInstruct-2, whose class holds 0.05 out where it is unset)
+            if k.endswith("split_validation_size") and v == 0:
+                leaves[k] = None
     changed = [k for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
     said = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed]
     applied = [s for k, s in zip(changed, said) if k.startswith(RESUMABLE)]
