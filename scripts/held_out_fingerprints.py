@@ -1,6 +1,8 @@
 """Writes src/execrl/tasks/held_out.json: the fingerprints (execrl.tasks.held_out) of the evaluation sets under
 ../shared/data (SOURCES.md names them): GSM8K's test questions, MBPP's test tasks (11-510; the texts of mbpp.jsonl
-and the prompts of sanitized-mbpp.json) and the LeetCode contests. Run from the repository: python scripts/held_out_fingerprints.py"""
+and the prompts of sanitized-mbpp.json). Not the LeetCode contests: their statements open as LeetCode's all do ("You
+are given a 0-indexed integer array nums..."), and a LeetCode training set shared 11 of their 77 fingerprints; their
+file is known by its bytes. Run from the repository: python scripts/held_out_fingerprints.py"""
 
 import json
 from pathlib import Path
@@ -20,8 +22,6 @@ sets = {
     "GSM8K's test split (gsm8k/test)": [r["question"] for r in rows(DATA / "gsm8k/test.jsonl")],
     "MBPP's test split (task_ids 11-510)": [r["text"] for r in mbpp if 11 <= r["task_id"] <= 510]
     + [r["prompt"] for r in sanitized if 11 <= r["task_id"] <= 510],
-    "the LeetCode contests (leetcode)": [r["prompt"] for f in sorted((DATA / "leetcode_contest").glob("*.jsonl"))
-                                         for r in rows(f)],
 }
 prints = {name: sorted({p for p in map(fingerprint, texts) if p is not None}) for name, texts in sets.items()}
 FILE.write_text(json.dumps(prints, separators=(",", ":")) + "\n")

@@ -53,7 +53,8 @@ def target_names(model: nn.Module, cfg) -> list[str]:
                 raise ValueError(f"policy.lora.target_modules: {p!r} names no linear layer of this model (its "
                                  f"layers' are {sorted({n.rsplit('.', 1)[-1] for n in decoder})})")
     chosen = [n for n in chosen if not named(n, cfg.exclude_modules)]
-    outside = [n for n in chosen if n not in decoder]
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    outside = [n for n in chosen if linears[n] is head]  # (a vision tower's layers, named, are adapted as before)
     if outside:
         raise ValueError(f"policy.lora: adapting {outside[:3]} (outside the decoder layers: the LM head) is not "
                          "supported: target the decoder layers' projections")

@@ -57,7 +57,7 @@ def test_the_builtin_training_splits_hold_no_evaluation_set(tmp_path):
 
 def test_the_fingerprint_file_is_what_its_script_writes(tmp_path):
     """held_out.json comes from ../shared/data by scripts/held_out_fingerprints.py, unedited."""
-    shared_data("leetcode_contest")
+    shared_data("mbpp")
     kept = FILE.read_bytes()
     try:
         subprocess.run([sys.executable, str(Path(__file__).parents[2] / "scripts" / "held_out_fingerprints.py")],

@@ -410,6 +410,8 @@ def test_a_sample_cut_where_the_context_ends_is_overlong(tmp_path):
     rows = [json.loads(line) for line in (d / "rollouts" / "step_000001.jsonl").read_text().splitlines()]
     cut = [r for r in rows if r["truncated"]]
     assert cut and all(r["parts"]["overlong_penalty"] == -1.0 for r in cut), rows[0]
+    # a whole answer is measured against max_new_tokens, never against the room its prompt left
+    assert all(r["parts"]["overlong_penalty"] == 0.0 for r in rows if not r["truncated"])
 
 
 def test_a_restart_deletes_the_rollouts_of_the_steps_it_does_again(tmp_path):

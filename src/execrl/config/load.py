@@ -219,7 +219,9 @@ def _merge(base: DictConfig, tree: DictConfig, path: Path) -> DictConfig:
     try:
         return OmegaConf.merge(base, tree)
     except (OmegaConfBaseException, TypeError) as e:
-        raise ConfigError(f"{path}: cannot merge it over its defaults ({str(e).splitlines()[0]})") from None
+        raise ConfigError(f"{path}: cannot merge it over its defaults ({str(e).splitlines()[0]}): a section given in "
+                          "another shape than the inherited one needs `_override_: true` in its top-level section"
+                          ) from None
 
 
 def _reshaped(base: DictConfig, tree: DictConfig) -> None:

@@ -51,16 +51,17 @@ class Environment:
     # generation, where its Python work does not share the interpreter's lock with the decode loop's
     runs_code = False
 
-    token_budget: int | None = None  # the tokens the model turn being answered could take, set by the trainer's
-    # runner before each step: policy.generation.max_new_tokens, less where the context had less room left
+    token_budget: int | None = None  # the limit of the model turn being answered where the context's end cut it (its
+    # length), set by the trainer's runner before each step; None: policy.generation.max_new_tokens
 
     def __init__(self, cfg, grader=None):
         self.cfg, self.grader = cfg, grader
 
     @property
     def turn_limit(self) -> int:
-        """The last model turn's token limit (Sample.max_tokens, which overlong_penalty reads): a turn cut where the
-        context ended is at its limit, as one cut at max_new_tokens (it read as short of it, and went unpenalized)."""
+        """The last model turn's token limit (Sample.max_tokens, which overlong_penalty reads): max_new_tokens, but a
+        turn cut where the context ended is at its limit, as one cut at max_new_tokens (it read as short of it, and
+        went unpenalized; a whole answer is never measured against the room its prompt left)."""
         return self.token_budget or self.cfg.policy.generation.max_new_tokens
 
     def reset(self, problem: Problem) -> list[dict]:

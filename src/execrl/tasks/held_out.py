@@ -17,6 +17,7 @@ from pathlib import Path
 WINDOW = 12
 SCANNED = 200
 SHARE = 0.25
+SAMPLED = 20_000  # problems read at most
 FILE = Path(__file__).with_name("held_out.json")  # written by scripts/held_out_fingerprints.py
 
 
@@ -43,8 +44,18 @@ def evaluation_sets() -> dict[str, frozenset[int]]:
 
 def held_evaluation_sets(problems) -> list[tuple[str, int, int]]:
     """(evaluation set, its fingerprints found in the problems' prompts, its fingerprints) for each set of which
-    over SHARE is found."""
-    texts = [m["content"] for p in problems for m in p.messages if isinstance(m.get("content"), str)]
-    seen = set().union(*map(windows, texts)) if texts else set()
-    found = [(name, len(prints & seen), len(prints)) for name, prints in evaluation_sets().items()]
-    return [f for f in found if f[1] > SHARE * f[2]]
+    over SHARE is found. Over SAMPLED problems, every k-th is read and the share scaled to them (a copy of a set mixed
+    into a large one is found in the same proportion): seconds and a set of the fingerprints, not of every window,
+    on a 100K-row dataset."""
+    step = max(1, -(-len(problems) // SAMPLED))
+    read = problems[::step]
+    prints = evaluation_sets()
+    every = frozenset().union(*prints.values())
+    seen: set[int] = set()
+    for p in read:
+        for m in p.messages:
+            if isinstance(m.get("content"), str):
+                seen |= windows(m["content"]) & every
+    scale = len(read) / len(problems) if problems else 1.0
+    found = [(name, len(fp & seen), len(fp)) for name, fp in prints.items()]
+    return [f for f in found if f[1] > SHARE * scale * f[2]]

@@ -163,10 +163,10 @@ class Answers:
 
     def give(self, e: Episode, c: Completion, early: bool = False) -> None:
         """`early`: handed in while generation runs."""
-        room = self.room - len(e.trajectory)
-        c = fit(c, room, self.runner.tokenizer)  # (the turn's limit: its max_new_tokens, or the context's end)
-        e.env.token_budget = min(self.runner.cfg.policy.generation.max_new_tokens,
-                                 getattr(e.env, "partial_tokens", 0) + room)
+        c = fit(c, self.room - len(e.trajectory), self.runner.tokenizer)
+        turn = getattr(e.env, "partial_tokens", 0) + len(c.ids)  # (with a continued turn's earlier parts)
+        cut_by_context = c.truncated and turn < self.runner.cfg.policy.generation.max_new_tokens
+        e.env.token_budget = turn if cut_by_context else None  # (a turn the context's end cut is at its limit)
         self.given[id(e)] = (c, Future())
         if early:
             self.early.append(e)

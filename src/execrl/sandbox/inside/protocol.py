@@ -50,7 +50,8 @@ def recv_msg(sock: socket.socket, max_header: int = 1 << 26, mutable: bool = Fal
         raise Oversized(f"message header of {n} bytes is larger than allowed")
     raw = _recv_exact(sock, n)
     if max_nodes is not None and node_marks(raw) > max_nodes:
-        raise Oversized(f"a reply of more than {max_nodes:,} values")
+        raise Oversized(f"a reply that could hold more than {max_nodes:,} values (its [, {{ and , counted, in "
+                        "strings too), not read")
     header = json.loads(raw)
     blobs = [_recv_exact(sock, k, mutable) for k in header.get("blobs", [])]
     fds: list[int] = []
