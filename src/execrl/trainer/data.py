@@ -56,6 +56,9 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
             raise DatasetError(f"the training set {where} holds {name}: {found} of its {total} problems, found by "
                                "their text; never train on an evaluation set (train on the dataset's training split)")
         size = d.split_validation_size if d.split_validation_size is not None else info.default_held_out
+        if d.split_validation_size is None and size and info.holds_out and dist.is_main():
+            err.print(f"{info.name}: {size:g} of its problems held out for validation, as NeMo RL's class holds "
+                      "them out where split_validation_size is unset (set it to 0 to train on all)", markup=False)
         if size > 0 and info.holds_out:
             problems, held = hold_out(problems, size, seed)
             val.append(held)
