@@ -42,17 +42,25 @@ def test_no_pass_fraction_gives_a_huge_advantage(group):
 
 
 def test_the_named_difference_for_a_lone_fractional_reward_is_nemo_rls_number():
-    """The start-up note's figure: NeMo RL's float32 E[r^2] - E[r]^2 with leave-one-out (calculate_baseline_and_std_
-    per_prompt, worked here in torch) divides the odd 0.67 of 7 x 0.33 by a rounding residue; execrl leaves it
-    undivided (0.67 - 0.33)."""
-    r = T([0.33] * 7 + [0.67])
-    others = 1 - torch.eye(8)
-    baseline, square = others @ r / 7, others @ r.square() / 7
-    std = ((square - baseline.square()) * (7 / 6)).sqrt().nan_to_num(0)
-    nemo = torch.where(std > 0, (r - baseline) / (std + 1e-6), r - baseline)
-    assert nemo[-1].item() == pytest.approx(2092.5, rel=1e-3)
-    assert grpo(r.tolist())[-1].item() == pytest.approx(0.34, abs=1e-6)
-    assert "2092.5 there, 0.34 here" in " ".join(nemo_differences(load_config(None, [])))
+    """The start-up note's case: NeMo RL's float32 E[r^2] - E[r]^2 with leave-one-out (calculate_baseline_and_std_
+    per_prompt) divides the odd 0.67 of 7 x 0.33 by a rounding residue where its sums leave one, as they do in some
+    orders (a matrix product gave 2092.5 on one CPU and 0 on another, so this worked in one fixed order: the group's
+    sums less the sample's own, in float32, as numpy adds them one by one); execrl leaves it undivided (0.67 - 0.33)."""
+    import numpy as np
+
+    f, r = np.float32, [np.float32(0.33)] * 7 + [np.float32(0.67)]
+
+    def total(xs):
+        acc = f(0)
+        for x in xs:
+            acc = f(acc + x)
+        return acc
+    baseline = f((total(r) - r[-1]) / f(7))
+    square = f((total([f(x * x) for x in r]) - f(r[-1] * r[-1])) / f(7))
+    std = np.sqrt(f(f(square - f(baseline * baseline)) * f(7 / 6)))
+    assert std > 0 and (r[-1] - baseline) / (std + f(1e-6)) > 1000  # (3,608: a residue of 9.3e-5 as the std)
+    assert grpo([float(x) for x in r])[-1].item() == pytest.approx(0.34, abs=1e-6)
+    assert "can give that sample thousands there" in " ".join(nemo_differences(load_config(None, [])))
 
 
 def test_close_rewards_get_the_exact_std():

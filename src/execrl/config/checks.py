@@ -684,8 +684,8 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
     if grpo.normalize_rewards and grpo.advantage == "grpo":
         out.append("grpo.normalize_rewards divides by the exact std of the rewards (NeMo RL's E[r^2] - E[r]^2 in "
                    "float32 loses the difference of close rewards, and with leave-one-out divides a group's one "
-                   "odd fractional reward by a rounding residue: 7 x 0.33 and one 0.67 give that sample 2092.5 there, "
-                   "0.34 here)")
+                   "odd fractional reward by a rounding residue: 7 x 0.33 and one 0.67 can give that sample thousands "
+                   "there, how many depending on the order the device sums in, 0.34 here)")
     if grpo.use_dynamic_sampling:
         out.append("grpo.use_dynamic_sampling decides that a group's rewards differ by comparing them (NeMo RL keeps a "
                    "group of equal fractional rewards whose float32 std rounds above 0)")
