@@ -48,9 +48,9 @@ def read_rows(path: str) -> list[tuple[int, dict | None, str | None]]:
     if not p.is_file():
         raise UnusableInput(f"{path}: no such file")
     try:
-        data = p.read_bytes()
-        lines = data.removeprefix(b"\xef\xbb\xbf").splitlines()  # (a BOM, as a Windows editor saves: the loaders'
-    except OSError as e:                                               # read_rows skips it too)
+        # (less a BOM, as a Windows editor saves one: the loaders' read_rows skips it too)
+        lines = p.read_bytes().removeprefix(b"\xef\xbb\xbf").splitlines()
+    except OSError as e:
         raise UnusableInput(f"{path}: cannot read it ({e})") from None
     out = []
     for n, raw in enumerate(lines, 1):

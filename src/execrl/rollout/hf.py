@@ -71,13 +71,16 @@ def _plain_sampling(model):
 
 def _cut(row: list[int], tokenizer, eos: list[int], pad: int, max_new_tokens: int, stop_strings) -> Completion:
     end, truncated = len(row), True
+    padded = len(row)  # where generate's padding after a stop string begins (a pad the model sampled mid-answer,
+    while pad not in eos and padded and row[padded - 1] == pad:  # before other tokens, is one of its tokens)
+        padded -= 1
     for j, t in enumerate(row):
         if t in eos:
             end, truncated = j + 1, False
             break
-        if t == pad and pad not in eos and all(x == pad for x in row[j:]):  # (generate's padding after a stop
-            end, truncated = j, False                                         # string; a pad the model sampled
-            break                                                             # mid-answer is one of its tokens)
+        if j == padded:
+            end, truncated = j, False
+            break
     ids = row[:end]
     text = text_of(tokenizer, ids)
     if truncated and stop_strings and any(text.endswith(s) for s in stop_strings):

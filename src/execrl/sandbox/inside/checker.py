@@ -14,7 +14,7 @@ import time
 import types
 
 from .child import RPC_FD, setup_done, std_streams, write_status
-from .protocol import MAX_NODES, Oversized, decode, encode, recv_msg, send_msg
+from .protocol import Oversized, decode, encode, recv_msg, send_msg
 
 
 class RemoteError(Exception):
@@ -80,10 +80,10 @@ class _Rpc:
             raise (RemoteTimeout if self.failed[0] == "timeout" else RemoteGone)(self.failed[1])
         try:
             send_msg(self.sock, req)
-            reply, _, _ = recv_msg(self.sock, max_nodes=MAX_NODES)  # (parsed in the checker, outside the program's
+            reply, _, _ = recv_msg(self.sock, bounded=True)  # (parsed in the checker, outside the program's
             while isinstance(reply, dict) and "callback" in reply:  # limits: 60 MB of [0,0,...] took 3 s a call)
                 send_msg(self.sock, _run_callback(reply, self._handle))
-                reply, _, _ = recv_msg(self.sock, max_nodes=MAX_NODES)
+                reply, _, _ = recv_msg(self.sock, bounded=True)
         except socket.timeout:
             self.failed = ("timeout", "")
             raise RemoteTimeout() from None

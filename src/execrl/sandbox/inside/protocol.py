@@ -41,16 +41,16 @@ class Oversized(ValueError):
 
 
 def recv_msg(sock: socket.socket, max_header: int = 1 << 26, mutable: bool = False,
-             max_nodes: int | None = None) -> tuple[dict, list[bytes], list[int]]:
+             bounded: bool = False) -> tuple[dict, list[bytes], list[int]]:
     """`mutable`: the blobs as the bytearrays they were read into (their only copy: the runner zeroes them once the
-    program is graded, see zygote.scrub); `max_nodes`: a header that could hold more values is not parsed (a
-    program's reply, whose parsing is the reader's time)."""
+    program is graded, see zygote.scrub); `bounded`: a header that could hold more than MAX_NODES values is not
+    parsed (a program's reply, whose parsing is the reader's time)."""
     (n,) = struct.unpack(">I", _recv_exact(sock, 4))
     if n > max_header:
         raise Oversized(f"message header of {n} bytes is larger than allowed")
     raw = _recv_exact(sock, n)
-    if max_nodes is not None and node_marks(raw) > max_nodes:
-        raise Oversized(f"a reply that could hold more than {max_nodes:,} values (its [, {{ and , counted, in "
+    if bounded and too_many_nodes(raw):
+        raise Oversized(f"a reply that could hold more than {MAX_NODES:,} values (its [, {{ and , counted, in "
                         "strings too), not read")
     header = json.loads(raw)
     blobs = [_recv_exact(sock, k, mutable) for k in header.get("blobs", [])]
