@@ -184,3 +184,25 @@ def test_the_names_tests_call_are_their_calls_not_words_in_their_strings():
     assert extract(text, entries=entries).code.startswith("import re")
     assert entry_names(AssertTests(["assert f(len([1]), max(2, 3)) == 1"])) == {"f"}  # builtins beside: dropped
     assert entry_names(AssertTests(["assert f(1 == 1"])) == {"f"}  # (not Python: the names before a parenthesis)
+
+
+def test_an_unboxed_latex_answer_is_the_span_not_its_last_digit():
+    """Without \\boxed{} or ####, a LaTeX span that ends the answer is the answer, as math-verify's extraction (NeMo
+    RL's hf_math_verify) reads it: "is \\(\\frac{3}{4}\\)" was read as 4 and a right answer scored 0. A number after
+    the span is still the answer, two prices are not a span, and many unclosed delimiters cost linear time."""
+    import time
+
+    from execrl.extract import last_math_span
+    from execrl.rewards.math_answers import answers_match
+
+    right = {"The answer is \\(\\frac{3}{4}\\).": "\\frac{3}{4}", "So x = $\\sqrt{2}$.": "\\sqrt{2}",
+             "She has \\[ \\frac{1}{2} \\] left.": "\\frac{1}{2}", "answer: \\(2^{10}\\)": "1024",
+             "x=\\(\\pi\\)": "\\pi", "$$x = 7$$": "7", "It is $18$.": "18"}
+    for text, gold in right.items():
+        assert answers_match(math_answer(text), gold), (text, math_answer(text))
+    assert math_answer("The answer is $\\frac{3}{4}$ since 3 of 4 parts") == "4"  # (math-verify reads 4 too)
+    assert math_answer("It costs $5 and $6") == "6" and last_math_span("It costs $5 and $6") is None
+    assert math_answer("a \\$ sign, then $x^2$ and \\$5") == "5"
+    hostile = "\\(" * 200_000 + "$" * 3 + "1"
+    t = time.perf_counter()
+    assert math_answer(hostile) == "1" and time.perf_counter() - t < 2

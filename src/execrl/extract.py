@@ -166,7 +166,8 @@ NUMBER = re.compile(r"[-\u2212]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:
 
 
 def math_answer(answer_text: str) -> str | None:
-    """A math completion's final answer: \\boxed{}, else after the last ####, else the last number. After ####: the
+    """A math completion's final answer: \\boxed{}, else after the last ####, else the last number or LaTeX math span,
+    whichever ends later (last_math_span). After ####: the
     line that follows (after its last "=", if any), less markdown emphasis; where it is words around a number ("18
     dollars"), the number; where it holds none (a "#### Final Answer" heading), the last number after it. LaTeX (a
     backslash, braces) stays whole."""
@@ -182,8 +183,33 @@ def math_answer(answer_text: str) -> str | None:
             return line
         numbers = NUMBER.findall(line) or NUMBER.findall(tail)
         return _plain(numbers[0 if NUMBER.search(line) else -1]) if numbers else line
-    numbers = NUMBER.findall(answer_text)
-    return _plain(numbers[-1]) if numbers else None
+    numbers = list(NUMBER.finditer(answer_text))
+    latex = last_math_span(answer_text)
+    if latex is not None and (not numbers or latex[1] >= numbers[-1].end()):  # "is \\(\\frac{3}{4}\\)": the span,
+        return latex[0]  # as math-verify's extraction (NeMo RL's hf_math_verify) takes it, not its last digit
+    return _plain(numbers[-1].group()) if numbers else None
+
+
+MATH_DELIMITERS = (("\\(", "\\)"), ("\\[", "\\]"), ("$$", "$$"), ("$", "$"))
+
+
+def last_math_span(text: str) -> tuple[str, int] | None:
+    """The content of the last LaTeX math span (\\(...\\), \\[...\\], $$...$$, $...$) and the index where it ends,
+    where that content is mathematics (TeX markup or a number: "$5 and $" between two prices is not). Found from the
+    text's end (rfind), in linear time however many unclosed delimiters it holds."""
+    best = None
+    for opener, closer in MATH_DELIMITERS:
+        close = text.rfind(closer)
+        while close > 0 and text[close - 1] == "\\" and closer == "$":  # an escaped \\$ is a dollar sign
+            close = text.rfind(closer, 0, close - 1)
+        start = text.rfind(opener, 0, close) if close > 0 else -1
+        if start < 0 or (closer == "$" and (text[close - 1:close] == "$" or text[start - 1:start] == "$")):
+            continue  # (a single $ beside another: the $$ form's)
+        content = text[start + len(opener):close].strip()
+        end = close + len(closer)
+        if content and (re.search(r"[\\{}^_]", content) or NUMBER.fullmatch(content)) and (best is None or end > best[1]):
+            best = (content, end)
+    return best
 
 
 def _plain(number: str) -> str:

@@ -392,9 +392,9 @@ class MultiTurnConfig(Section):
 
 class MathEnvConfig(Section):
     math_verify_impl: Literal["hf_math_verify", "dapo_math_verify"] = Field(
-        "hf_math_verify", description="how a math answer is checked: hf_math_verify (the final answer, \\boxed{} or "
-        "the last number, against the reference with math-verify) | dapo_math_verify (DAPO's: the last 'Answer:' "
-        "line, Minerva-normalized, must equal the reference)")
+        "hf_math_verify", description="how a math answer is checked: hf_math_verify (the final answer, \\boxed{}, "
+        "####, or the last number or LaTeX math span, against the reference with math-verify) | dapo_math_verify "
+        "(DAPO's: the last 'Answer:' line, Minerva-normalized, must equal the reference)")
 
 
 class GameEnvConfig(Section):

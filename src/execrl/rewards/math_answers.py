@@ -206,7 +206,8 @@ def _stop() -> None:
 @component("math_correct", scores=("math",))
 def math_correct(sample: Sample) -> float:
     """1 when the final answer equals the reference: by default (hf_math_verify) the answer in \\boxed{}, after ####,
-    or the last number, compared with math-verify; with dapo_math_verify, DAPO's 'Answer:' line (dapo_correct)."""
+    or the last number or LaTeX math span (whichever ends later), compared with math-verify; with dapo_math_verify,
+    DAPO's 'Answer:' line (dapo_correct)."""
     if sample.problem.answer is None:
         return 0.0
     if sample.problem.metadata.get(VERIFIER) == "dapo_math_verify":
