@@ -1194,3 +1194,27 @@ def test_sockets_of_other_families_are_refused(grader):
             "socket.socket(socket.AF_INET6).close()\nsocket.socketpair()\nprint(len(socket.if_nameindex()) > 0)")
     r = grader.run(code)
     assert r.stdout.split() == ["97", "97", "True"], r
+
+
+@namespaces
+@pytest.mark.parametrize("mode", ["default", "bwrap-user"])
+def test_no_lease_hint_or_inode_flag_on_the_streams_reaches_the_next_program(mode):
+    """In bwrap-user mode a program owns the streams the zygote reuses: a read lease it left on them made the next
+    programs' open of /dev/stdout block until the kernel broke it (45 s: their tests' timeout), and the write-life
+    hint and the inode flags it set were read back by the next program. Each program now starts on streams with
+    none of them."""
+    leave = ("import fcntl, struct\nfor fd in (0, 1, 2):\n    try:\n        fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)\n"
+             "    except OSError:\n        pass\n    try:\n        fcntl.fcntl(fd, 1036, struct.pack('Q', 5))\n"
+             "    except OSError:\n        pass\ntry:\n    fcntl.ioctl(1, 0x40086602, struct.pack('l', 0x80 | 0x40))\n"
+             "except OSError:\n    pass\nprint('ok')")
+    read = ("import fcntl, struct\nwith open('/dev/stdout', 'w') as f:\n    f.write('')\n"
+            "hints = [struct.unpack('Q', fcntl.fcntl(fd, 1035, bytes(8)))[0] for fd in (0, 1, 2)]\n"
+            "flags = struct.unpack('l', fcntl.ioctl(1, 0x80086601, bytes(8)))[0]\n"
+            "leases = [fcntl.fcntl(fd, 1025) for fd in (0, 1, 2)]\n"
+            "print('ok' if hints == [0, 0, 0] and flags == 0 and leases == [2, 2, 2] else (hints, flags, leases))")
+    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
+    with Grader(1, FAST, pool=pool) as g:
+        assert graded_quickly(g, read).verdict == V.PASS
+        assert graded_quickly(g, leave).verdict == V.PASS
+        r = graded_quickly(g, read)
+        assert r.verdict == V.PASS, (r.tests[0].verdict, r.tests[0].output)

@@ -332,7 +332,10 @@ class Zygote:
         the last child could leave on the file or the description it shared with us goes too: its
         locks (flock and open-file-description locks belong to the description, and outlive it: a
         value hidden in a lock's range), the description's owner and signal (F_SETOWN, F_SETSIG: numbers) and the
-        file's access and modification times (utime); its extended attributes go after each program (reset)."""
+        file's access and modification times (utime), a read lease (a later program's open of /dev/stdout would
+        block until the kernel breaks it, 45 s: its tests' timeout), the inode's write-life hint and its flags
+        (chattr's NOATIME, NODUMP: bits a later program reads back); its extended attributes go after each program
+        (reset). (In bwrap-root mode the program does not own the streams and can set none of these.)"""
         for target, fd in self.streams.items():
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
@@ -343,6 +346,9 @@ class Zygote:
             fcntl.fcntl(fd, fcntl.F_SETOWN, 0)
             fcntl.fcntl(fd, fcntl.F_SETSIG, 0)
             os.utime(fd, ns=(0, 0))  # (times a program set on the file it shared with us: numbers for the next)
+            if fcntl.fcntl(fd, F_GETLEASE) != fcntl.F_UNLCK:  # (unlocking where there is none fails: EAGAIN)
+                fcntl.fcntl(fd, F_SETLEASE, fcntl.F_UNLCK)
+            _clear_inode_marks(fd)
         if stdin:
             os.write(self.streams[0], stdin)
             os.lseek(self.streams[0], 0, os.SEEK_SET)
@@ -747,6 +753,29 @@ def _timed_out(res: dict, cpu_s: float) -> bool:
     if res["killed_for"] == "memory":
         return False
     return res["killed_for"] in ("deadline", "cpu") or res["cpu_s"] > cpu_s or res["exit"] == -signal.SIGXCPU
+
+
+F_SETLEASE, F_GETLEASE, F_GET_RW_HINT, F_SET_RW_HINT = 1024, 1025, 1035, 1036  # (linux/fcntl.h: F_LINUX_SPECIFIC_BASE
+FS_IOC_GETFLAGS, FS_IOC_SETFLAGS = 0x80086601, 0x40086602  # + 0, 1, 11, 12; linux/fs.h, a long's size on 64 bits)
+
+
+def _clear_inode_marks(fd: int) -> None:
+    """The write-life hint and the inode flags a program set on a stream (F_SET_RW_HINT; FS_IOC_SETFLAGS, of which
+    tmpfs keeps NOATIME and NODUMP for the file's owner) back to none."""
+    if _supported(lambda: struct.unpack("Q", fcntl.fcntl(fd, F_GET_RW_HINT, bytes(8)))[0]):
+        fcntl.fcntl(fd, F_SET_RW_HINT, bytes(8))
+    if _supported(lambda: struct.unpack("l", fcntl.ioctl(fd, FS_IOC_GETFLAGS, bytes(8)))[0]):
+        fcntl.ioctl(fd, FS_IOC_SETFLAGS, bytes(8))
+
+
+def _supported(read):
+    """read(), or None on a kernel without it (EINVAL, ENOTTY: where it has none, no program can set one)."""
+    try:
+        return read()
+    except OSError as e:
+        if e.errno in (errno.ENOTTY, errno.EINVAL, errno.EOPNOTSUPP):
+            return None
+        raise
 
 
 def _memfd(name: str) -> int:
