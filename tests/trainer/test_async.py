@@ -17,8 +17,8 @@ from .test_train import SMALL, metrics
 
 # rewards that differ within a group even before the model writes programs (the length-based soft overlong
 # penalty), so every step moves the weights and the next step's rollouts are really off-policy
-ASYNC = [*SMALL, "grpo.async_grpo.enabled=true", "reward.components=[{name: overlong_penalty, weight: 1.0}]",
-         "grpo.val_period=0"]
+ASYNC = [*SMALL, "grpo.async_grpo.enabled=true",
+         "reward.components=[{name: overlong_penalty, weight: 1.0, buffer_tokens: 60}]", "grpo.val_period=0"]
 
 
 def prompts(rollouts):

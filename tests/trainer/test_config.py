@@ -215,7 +215,8 @@ def test_on_policy_kl_approximation_changes_the_update(tmp_path):
     from .test_train import run
 
     common = ["grpo.max_num_steps=1", "warmup.sft_steps=0", "grpo.val_period=0", "checkpointing.enabled=false",
-              "loss_fn.reference_policy_kl_penalty=0.5", "reward.components=[{name: overlong_penalty, weight: 1.0}]"]
+              "loss_fn.reference_policy_kl_penalty=0.5",
+              "reward.components=[{name: overlong_penalty, weight: 1.0, buffer_tokens: 60}]"]
     on, _ = run(tmp_path, "on", *common, "loss_fn.use_on_policy_kl_approximation=true")
     off, _ = run(tmp_path, "off", *common)
     a, b = on.model.state_dict(), off.model.state_dict()
@@ -406,3 +407,24 @@ def test_a_context_past_the_model_s_positions(capsys):
     check_positions(load_config(None, ["policy.max_total_sequence_length=64", "policy.generation.max_new_tokens=32"]),
                     gpt2)  # (within them: nothing)
     assert "warning" not in capsys.readouterr().err
+
+
+def test_an_overlong_penalty_that_would_penalize_every_answer_is_refused(capsys):
+    """overlong_penalty's buffer (default 256 tokens) at or over the generation limit (the built-in default's 64)
+    started the penalty below 0 tokens: every answer was penalized by its length, a group of wrong answers trained
+    on length alone, and leave-one-out advantages reached the thousands, without a word. Refused at --dry-run, with
+    the fix; a buffer below the limit runs, with the note on continuous rewards under leave-one-out."""
+    from execrl.config.checks import validate
+    from execrl.trainer.setup import reward_model
+
+    both = "reward.components=[{name: test_pass_fraction}, {name: overlong_penalty%s}]"
+    for params in ("", ", buffer_tokens: 0", ", max_tokens: 32, buffer_tokens: 32"):
+        with pytest.raises(ConfigError, match="buffer_tokens=.* must be above 0 and below"):
+            validate(load_config(None, [both % params, "policy.generation.max_new_tokens=64"]))
+    proc = cli(both % "", "policy.generation.max_new_tokens=64", "--dry-run")
+    assert proc.returncode == 2 and "set buffer_tokens to e.g. 16" in proc.stderr, proc.stderr
+    cfg = load_config(None, [both % ", buffer_tokens: 16", "policy.generation.max_new_tokens=64"])
+    validate(cfg)
+    capsys.readouterr()
+    reward_model(cfg)
+    assert "overlong_penalty give continuous rewards" in capsys.readouterr().err.replace("\n", " ")

@@ -34,6 +34,7 @@ def validate(cfg: MasterConfig) -> BatchPlan:
     batch_plan = plan(cfg)
     check_learnable(cfg)
     check_lengths(cfg)
+    check_overlong_penalty(cfg)
     check_turns(cfg)
     check_async(cfg)
     check_supported(cfg)
@@ -243,6 +244,24 @@ def check_lengths(cfg: MasterConfig) -> None:
         raise ConfigError(f"data.max_input_seq_length ({cfg.data.max_input_seq_length}) is over "
                           f"policy.max_total_sequence_length ({total}), the whole context: lower it to at most that, "
                           "or set it to null")
+
+
+def check_overlong_penalty(cfg: MasterConfig) -> None:
+    """An overlong_penalty whose buffer is not shorter than its length limit would start below 0 tokens: every answer,
+    however short, penalized by its length (and a group of wrong answers trained on length alone)."""
+    for c in cfg.reward.components:
+        if c.name != "overlong_penalty":
+            continue
+        buffer = c.params.get("buffer_tokens", 256)
+        limit = c.params.get("max_tokens")
+        named = "its max_tokens" if limit is not None else "policy.generation.max_new_tokens"
+        limit = cfg.policy.generation.max_new_tokens if limit is None else limit
+        if buffer <= 0 or buffer >= limit:
+            raise ConfigError(f"reward.components: overlong_penalty's buffer_tokens={buffer} must be above 0 and below "
+                              f"the length it penalizes up to ({named}, {limit}), or every answer however short is "
+                              f"penalized by its length: set buffer_tokens to e.g. {max(1, limit // 4)} (DAPO: a "
+                              "quarter of it), or raise the limit (NeMo RL's grpo.reward_shaping: "
+                              "overlong_buffer_length below max_response_length)")
 
 
 def check_turns(cfg: MasterConfig) -> None:

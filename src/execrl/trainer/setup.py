@@ -363,14 +363,15 @@ def resume(run: Run) -> None:
 
 
 def reward_model(cfg: MasterConfig) -> RewardModel | None:
-    """env.reward_model's model, where it is on."""
+    """env.reward_model's model, where it is on (and a note where the rewards are continuous)."""
+    continuous = [c.name for c in cfg.reward.components if c.name in ("reward_model", "overlong_penalty") and c.weight]
+    if continuous and cfg.grpo.use_leave_one_out_baseline and cfg.grpo.normalize_rewards:
+        console.print(f"[yellow]note: {' and '.join(continuous)} give continuous rewards: in a group whose other "
+                      "answers score almost alike, the leave-one-out std (NeMo RL's) is near 0 and divides that "
+                      "answer's advantage into the thousands; set grpo.use_leave_one_out_baseline=false (the group's "
+                      "std) if train/loss jumps[/]")
     if not cfg.env.reward_model.enabled:
         return None
-    if cfg.grpo.use_leave_one_out_baseline and cfg.grpo.normalize_rewards:
-        console.print("[yellow]note: a reward model's scores are continuous: in a group whose other answers score "
-                      "almost alike, the leave-one-out std (NeMo RL's) is near 0 and divides that answer's "
-                      "advantage into the thousands; set grpo.use_leave_one_out_baseline=false (the group's std) "
-                      "if train/loss jumps[/]")
     return load_reward_model(cfg.env.reward_model, cfg.policy.device, cfg.offline or None, cfg.prompt)
 
 
