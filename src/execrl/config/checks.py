@@ -332,6 +332,11 @@ def check_datasets(cfg: MasterConfig) -> None:
                                   f"{close[0]!r}?)")
     kinds = {DATASETS[dataset_key(d.dataset_name)].kind for d in cfg.data.train_sets}
     check_reward_fits(cfg, kinds - {None})
+    holders = {}  # (the kinds known before reading any row: a built-in dataset's)
+    for key, d in dataset_entries(cfg):
+        if DATASETS[dataset_key(d.dataset_name)].kind is not None:
+            holders.setdefault(DATASETS[dataset_key(d.dataset_name)].kind, set()).add(f"{key} ({d.dataset_name})")
+    check_dataset_names(cfg, holders)
     infos = [DATASETS[dataset_key(d.dataset_name)] for d in cfg.data.train_sets]
     if cfg.warmup.sft_steps and infos and not any(i.generated or i.own for i in infos):  # (files carry no references;
         raise ConfigError(no_references(cfg))  # a loader of one's own may: the run checks its problems)
@@ -603,19 +608,21 @@ def check_opponent(cfg: MasterConfig, game: bool) -> None:
                                   f"{list(GAMES[name].roles)}")
 
 
-def check_dataset_names(cfg: MasterConfig, kinds: set[str]) -> None:
+def check_dataset_names(cfg: MasterConfig, holders: dict[str, set[str]]) -> None:
     """data.default.env_name and processor, NeMo RL's names for how rows are read and graded, must
     fit the kinds of problem (code, math) the training and validation data hold: execrl grades each
-    problem by its kind."""
+    problem by its kind. holders: each kind of problem, the datasets (keys) that hold it."""
     d = cfg.data.default
     for key, named in (("env_name", d.env_name), ("processor", d.processor)):
         # code | math (env_name's values, and the processors' prefixes); the reward model reads
         # either
         fits = {"code", "math"} if named == "reward_model" else {named.split("_")[0]}
-        if named != "auto" and kinds - fits:
-            raise ConfigError(f"data.default.{key} is {named!r} but the dataset's problems are {sorted(kinds)}: set "
-                              f"it to auto (execrl grades each problem by its kind) or use a {' or '.join(sorted(fits))} "
-                              "dataset")
+        if named != "auto" and set(holders) - fits:
+            other = "; ".join(f"{', '.join(sorted(holders[k]))} holds {k} problems" for k in sorted(set(holders) - fits))
+            raise ConfigError(f"data.default.{key} is {named!r} but {other}: use a {' or '.join(sorted(fits))} "
+                              f"dataset there (data.validation: null holds out a share of the training set with "
+                              f"split_validation_size), or set data.default.{key}=auto (execrl grades each problem "
+                              "by its kind)")
 
 
 def no_effect_note(cfg: MasterConfig) -> str | None:
