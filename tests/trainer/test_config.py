@@ -433,3 +433,11 @@ def test_an_overlong_penalty_that_would_penalize_every_answer_is_refused(capsys)
     capsys.readouterr()
     reward_model(cfg)
     assert "overlong_penalty give continuous rewards" in capsys.readouterr().err.replace("\n", " ")
+
+
+def test_dry_run_refuses_a_model_directory_that_is_not_there(tmp_path):
+    """A misspelled local model path passed --dry-run (a note: no memory plan) and stopped the run; a hub id still
+    dry-runs without the hub."""
+    proc = cli(f"policy.model_name={tmp_path / 'nothere'}", "--dry-run")
+    assert proc.returncode == 2 and "no such directory" in proc.stderr and "Traceback" not in proc.stderr
+    assert cli("policy.model_name=Qwen/Qwen2.5-0.5B", "--dry-run").returncode == 0

@@ -401,7 +401,8 @@ NEMO_CONFIGS = sorted(NEMO.glob("*/examples/configs/**/*.yaml"))
 MISSING = {  # what a config needs that execrl does not have, read from the config itself -> the refusal names it
     "megatron": "Megatron-backed training", "non-colocated": "non-colocated generation", "backend": "generation "
     "backends other than vLLM",
-    "env_cls": "env.math.env_cls names a class that is not an execrl Environment", "router_replay": "router replay"}
+    "env_cls": "env.math.env_cls names a class that is not an execrl Environment", "router_replay": "router replay",
+    "model_directory": "no such directory"}  # (a model on its authors' cluster: /lustre/...)
 
 
 def needs(tree: dict) -> str | None:
@@ -417,6 +418,8 @@ def needs(tree: dict) -> str | None:
         return "router_replay"
     if (env.get("math") or {}).get("env_cls"):
         return "env_cls"
+    if str(policy.get("model_name", "")).startswith("/"):
+        return "model_directory"
     return None
 
 

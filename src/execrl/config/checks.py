@@ -34,6 +34,7 @@ def validate(cfg: MasterConfig) -> BatchPlan:
     batch_plan = plan(cfg)
     check_learnable(cfg)
     check_lengths(cfg)
+    check_model_directory(cfg)
     check_overlong_penalty(cfg)
     check_turns(cfg)
     check_async(cfg)
@@ -455,19 +456,25 @@ def missing_package(cfg: MasterConfig) -> str | None:
     return None
 
 
+def check_model_directory(cfg: MasterConfig) -> None:
+    """A policy.model_name that can only be a directory (a path, not org/name) is one on this machine."""
+    from execrl.models import looks_like_path
+
+    name = cfg.policy.model_name
+    if looks_like_path(name) and not Path(name).expanduser().is_dir():
+        raise ConfigError(f"policy.model_name {name!r}: no such directory (a hub id looks like org/name)")
+
+
 def check_model(cfg: MasterConfig) -> None:
     """The policy can be loaded: built in, a local directory, in the hub cache, or on a hub that
     answers (within seconds: not after minutes of retries, and before torchrun starts a process per
     GPU that would each fail). Not part of validate(): --dry-run works without the model."""
     import os
 
-    from execrl.models import looks_like_path
-
     name = cfg.policy.model_name
     if name.startswith("builtin:") or Path(name).expanduser().is_dir():
         return
-    if looks_like_path(name):
-        raise ConfigError(f"policy.model_name {name!r}: no such directory (a hub id looks like org/name)")
+    check_model_directory(cfg)
     import huggingface_hub
 
     if isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str):
