@@ -277,3 +277,29 @@ def test_the_default_warm_up_on_data_without_references_names_the_key(tmp_path):
     proc = execrl("train", "data.train.dataset_name=jsonl", f"data.train.path={EXAMPLES / 'problems.jsonl'}",
                   "--dry-run")  # (--dry-run, which runs every check, said nothing: the run stopped after loading)
     assert proc.returncode == 2 and "no training problem carries a reference solution" in proc.stderr
+
+
+@pytest.mark.parametrize("args, example", [
+    (["--dry-run", "grpo.max_num_steps", "200"], "e.g. grpo.max_num_steps=VALUE"),  # (read as a config file's name)
+    (["configs/grpo_math_1B.yaml", "--dry-run", "grpo.max_num_steps", "200"], "e.g. grpo.max_num_steps=200"),
+    (["configs/grpo_math_1B.yaml", "grpo.max_num_steps", "200", "--dry-run"], "e.g. grpo.max_num_steps=VALUE"),
+    (["--dry-run", "--grpo.max_num_steps=200"], "e.g. grpo.max_num_steps=200"),
+])
+def test_an_override_in_another_tools_form_is_shown_as_key_value(args, example):
+    """`a.b 1` (argparse's habit) and `--a.b=1` (Hydra's flags) got argparse's bare 'unrecognized arguments' or a
+    config file's name not found: each says a key is set as key=value."""
+    proc = execrl("train", *args)
+    assert proc.returncode == 2 and "key=value" in proc.stderr and example in proc.stderr, proc.stderr
+
+
+def test_eval_of_a_hub_model_the_hub_does_not_give_stops_in_seconds(tmp_path):
+    """With no network, `execrl eval --model org/name` retried the hub for ~100 s (20 'Retrying' lines) after loading
+    the data and starting the sandbox; now one line before either."""
+    import time
+
+    t = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "execrl.cli", "eval", "--model", "no-such-org/no-such-model",
+                           "--dataset", "humaneval", "--out", str(tmp_path / "o")], capture_output=True, text=True,
+                          timeout=300, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2 and "--model 'no-such-org/no-such-model'" in proc.stderr, proc.stderr
+    assert "Retrying" not in proc.stderr and time.monotonic() - t < 60

@@ -466,26 +466,33 @@ def check_model_directory(cfg: MasterConfig) -> None:
 
 
 def check_model(cfg: MasterConfig) -> None:
-    """The policy can be loaded: built in, a local directory, in the hub cache, or on a hub that
-    answers (within seconds: not after minutes of retries, and before torchrun starts a process per
-    GPU that would each fail). Not part of validate(): --dry-run works without the model."""
+    """The policy can be loaded (model_reachable). Not part of validate(): --dry-run works without the model."""
+    check_model_directory(cfg)
+    model_reachable(cfg.policy.model_name, cfg.offline, "policy.model_name")
+
+
+def model_reachable(name: str, offline: bool, key: str) -> None:
+    """A model can be loaded: built in, a local directory, in the hub cache, or on a hub that answers (within
+    seconds: not after minutes of retries, and before torchrun starts a process per GPU that would each fail)."""
     import os
 
-    name = cfg.policy.model_name
     if name.startswith("builtin:") or Path(name).expanduser().is_dir():
         return
-    check_model_directory(cfg)
+    from execrl.models import looks_like_path
+
+    if looks_like_path(name):
+        raise ConfigError(f"{key} {name!r}: no such directory (a hub id looks like org/name)")
     import huggingface_hub
 
     if isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str):
         return
-    if cfg.offline or os.environ.get("HF_HUB_OFFLINE") == "1":
-        raise ConfigError(f"policy.model_name {name!r} is not in the local hub cache and offline mode is on: pass a "
-                          "local HF-format directory, or run online once to cache it")
+    if offline or os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise ConfigError(f"{key} {name!r} is not in the local hub cache and offline mode is on: pass a local "
+                          "HF-format directory, or run online once to cache it")
     try:
         huggingface_hub.model_info(name, timeout=10)
     except Exception as e:  # noqa: BLE001 - unreachable, unknown id, gated: one line either way
-        raise ConfigError(f"policy.model_name {name!r}: not in the local hub cache, and the hub did not give it "
+        raise ConfigError(f"{key} {name!r}: not in the local hub cache, and the hub did not give it "
                           f"({type(e).__name__}: {str(e).splitlines()[0][:160]}): pass a local HF-format directory, "
                           "or run where the hub is reachable") from None
 

@@ -160,8 +160,10 @@ def _find(name: str, near: Path | None) -> Path:
                       f"(no {name} {'next to the including file, ' if near is not None else ''}in ./ or in ./configs/)",
                       file=sys.stderr)
             return base / name
+    key = near is None and "." in name and "/" not in name and not name.endswith((".yaml", ".yml"))
     raise ConfigError(f"config file {name!r} not found (looked next to the including file, in ./ and in configs/; "
-                      f"{BUILTIN_DEFAULT.name} is the built-in default)")
+                      f"{BUILTIN_DEFAULT.name} is the built-in default)" + (
+                          f"; a config key is set as one key=value argument, e.g. {name}=VALUE" if key else ""))
 
 
 def _read(path: Path, chain: list[Path], dirs: list[Path] | None = None) -> DictConfig:
@@ -249,7 +251,8 @@ def _override(tree: DictConfig, item: str) -> tuple[str, Any]:
     if item.startswith("~"):
         return _delete(tree, item)
     if "=" not in item:
-        raise ConfigError(f"override {item!r} is not key=value (e.g. grpo.num_prompts_per_step=8), nor ~key")
+        raise ConfigError(f"override {item!r} is not key=value (e.g. {item if '.' in item else 'grpo.max_num_steps'}="
+                          "VALUE, as one argument), nor ~key")
     key, raw = item.split("=", 1)
     key = _override_key(key)
     node = tree
