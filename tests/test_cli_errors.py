@@ -299,7 +299,7 @@ def test_eval_of_a_hub_model_the_hub_does_not_give_stops_in_seconds(tmp_path):
 
     t = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "execrl.cli", "eval", "--model", "no-such-org/no-such-model",
-                           "--dataset", "humaneval", "--out", str(tmp_path / "o")], capture_output=True, text=True,
+                           "--dataset", "mbpp", "--limit", "2", "--out", str(tmp_path / "o")], capture_output=True, text=True,
                           timeout=300, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 2 and "--model 'no-such-org/no-such-model'" in proc.stderr, proc.stderr
     assert "Retrying" not in proc.stderr and time.monotonic() - t < 60

@@ -102,7 +102,7 @@ def test_eval_errors_are_one_clear_line(tmp_path):
     (tmp_path / "one.jsonl").write_text(json.dumps({"prompt": "1+1?", "answer": "2"}))
     proc = run("--model", tmp_path / "nowhere", "--dataset", "jsonl", "--data-path", tmp_path / "one.jsonl",
                "--out", tmp_path / "o")
-    assert proc.returncode == 2 and "cannot load model" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "no such directory" in proc.stderr and "Traceback" not in proc.stderr
     (tmp_path / "c.jsonl").write_text(json.dumps({"problem_id": "mbpp/99999", "completion": "x"}))
     proc = run("--model", "builtin:tiny-coder", "--samples", 1, "--k", "5", "--out", tmp_path / "o")
     assert proc.returncode == 2 and "--k values" in proc.stderr

@@ -200,9 +200,29 @@ def test_an_unboxed_latex_answer_is_the_span_not_its_last_digit():
              "x=\\(\\pi\\)": "\\pi", "$$x = 7$$": "7", "It is $18$.": "18"}
     for text, gold in right.items():
         assert answers_match(math_answer(text), gold), (text, math_answer(text))
-    assert math_answer("The answer is $\\frac{3}{4}$ since 3 of 4 parts") == "4"  # (math-verify reads 4 too)
+    assert math_answer("It is $\\frac{3}{4}$ since 3 of 4 parts") == "4"  # (math-verify reads 4 too)
+    assert math_answer("The answer is $\\frac{3}{4}$ since 3 of 4 parts") == "\\frac{3}{4}"  # (what it says is the
+    # answer: math-verify reads 4, a difference docs/configs.md names)
     assert math_answer("It costs $5 and $6") == "6" and last_math_span("It costs $5 and $6") is None
     assert math_answer("a \\$ sign, then $x^2$ and \\$5") == "5"
     hostile = "\\(" * 200_000 + "$" * 3 + "1"
     t = time.perf_counter()
     assert math_answer(hostile) == "1" and time.perf_counter() - t < 2
+
+
+def test_no_false_pass_from_commas_exponents_or_numbers_after_the_answer():
+    """Commas joined a tuple or a decimal comma into one integer ("(1,2)" passed against 12), the last number read a
+    power's exponent ("2^10" passed against 10) or a number after the stated answer ("5 and not 6" against 6): each
+    a reward for a wrong answer. Thousands separators, "the answer is", "Answer:" lines, tuples and intervals in
+    LaTeX, and powers are read as what they say."""
+    from execrl.rewards.math_answers import answers_match
+
+    wrong = {"She has 3 cats. So the point is (1,2).": "12", "The roots are 1,2,3": "123", "It is 3,5 kg.": "35",
+             "The answer is 2^10": "10", "The answer is 5 and not 6.": "6", "x = 12,5": "125"}
+    right = {"Let a=3. The answer is $(1,2)$.": "(1,2)", "Let a=3. The answer is $[-2,7]$.": "[-2,7]",
+             "The answer is 4.\n\nDouble check: 2 x 3 = 6, 6 - 2 = 4... wait no 6 + 1 = 7.": "4",
+             "Step 1: 2 apples. Step 2: 2 more. The answer is 4.\nStep 3: profit.": "4", "It is 10^3.": "1000",
+             "Total 1,080 dollars": "1080", "**Answer:** 42": "42", "It costs $1,250.50 in all": "1250.5",
+             "Final Answer: The final answer is $\\frac{3}{4}$. I hope it is correct.": "\\frac{3}{4}"}
+    assert not [t for t, gold in wrong.items() if answers_match(math_answer(t), gold)]
+    assert [t for t, gold in right.items() if not answers_match(math_answer(t), gold)] == []

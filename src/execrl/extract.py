@@ -13,6 +13,7 @@ as auto, else the whole answer is the code: what a base model or a completions f
 
 from __future__ import annotations
 
+import collections
 import re
 from dataclasses import dataclass
 
@@ -161,16 +162,20 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-NUMBER = re.compile(r"[-\u2212]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?")  # (\u2212: the minus
-# sign, as typeset; ".5" is a half, not 5; 1e3 a thousand, not 3)
+NUMBER = re.compile(r"[-\u2212]?(?:\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?")
+# (\u2212: the minus sign, as typeset; ".5" is a half, not 5; 1e3 a thousand, not 3; commas only as thousands
+# separators: "(1,2)" is 1 and 2, not 12)
+POWER = re.compile(rf"(?:{NUMBER.pattern})(?:\s*\^\s*\{{?\s*(?:{NUMBER.pattern})\s*\}}?)*")  # 2^10: 1024, not 10
+ANSWER_IS = re.compile(r"(?im)\banswer is\b:?|^[\s*_#]*(?:final )?answer[*_]*\s*:")  # "the final answer is", "Answer:"
+FIRST_SPAN = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]|\$\$(.+?)\$\$|\$([^$]+)\$")
 
 
 def math_answer(answer_text: str) -> str | None:
-    """A math completion's final answer: \\boxed{}, else after the last ####, else the last number or LaTeX math span,
-    whichever ends later (last_math_span). After ####: the
-    line that follows (after its last "=", if any), less markdown emphasis; where it is words around a number ("18
-    dollars"), the number; where it holds none (a "#### Final Answer" heading), the last number after it. LaTeX (a
-    backslash, braces) stays whole."""
+    """A math completion's final answer: \\boxed{}, else after the last ####, else what follows the last "answer is"
+    (or an "Answer:" line) on its line, else the last number or LaTeX math span, whichever ends later
+    (last_math_span). After ####: the line that follows (after its last "=", if any), less markdown emphasis; where it
+    is words around a number ("18 dollars"), the number; where it holds none (a "#### Final Answer" heading), the
+    last number after it. LaTeX (a backslash, braces) stays whole; a power (2^10) is one answer."""
     boxed = last_boxed(answer_text)
     if boxed is not None:
         return boxed
@@ -183,20 +188,45 @@ def math_answer(answer_text: str) -> str | None:
             return line
         numbers = NUMBER.findall(line) or NUMBER.findall(tail)
         return _plain(numbers[0 if NUMBER.search(line) else -1]) if numbers else line
-    numbers = list(NUMBER.finditer(answer_text))
+    stated = _after_answer_is(answer_text)
+    if stated is not None:
+        return stated
+    numbers = list(POWER.finditer(answer_text))
     latex = last_math_span(answer_text)
     if latex is not None and (not numbers or latex[1] >= numbers[-1].end()):  # "is \\(\\frac{3}{4}\\)": the span,
         return latex[0]  # as math-verify's extraction (NeMo RL's hf_math_verify) takes it, not its last digit
     return _plain(numbers[-1].group()) if numbers else None
 
 
+def _after_answer_is(text: str) -> str | None:
+    """The first number or LaTeX span after the last "answer is" (or "Answer:" line), on its line: "The answer is
+    4. Double check: ... 7" is 4, "the answer is 5 and not 6" 5."""
+    stated = collections.deque(ANSWER_IS.finditer(text), maxlen=1)  # (the last, without a list of every one)
+    stated = stated[0] if stated else None
+    if stated is None:
+        return None
+    end = text.find("\n", stated.end())
+    line = text[stated.end():end if end >= 0 else len(text)][:300]
+    span, number = FIRST_SPAN.search(line), POWER.search(line)
+    content = next((g for g in span.groups() if g is not None), "").strip() if span else ""
+    if span and _is_math(content) and (number is None or span.start() <= number.start()):
+        return content
+    return _plain(number.group()) if number else None
+
+
 MATH_DELIMITERS = (("\\(", "\\)"), ("\\[", "\\]"), ("$$", "$$"), ("$", "$"))
+
+
+def _is_math(content: str) -> bool:
+    """TeX markup, a number, or a tuple or interval: "$5 and $" between two prices is not."""
+    return bool(content) and bool(re.search(r"[\\{}^_]", content) or NUMBER.fullmatch(content)
+                                  or re.fullmatch(r"[(\[].*[)\]]", content, re.S))
 
 
 def last_math_span(text: str) -> tuple[str, int] | None:
     """The content of the last LaTeX math span (\\(...\\), \\[...\\], $$...$$, $...$) and the index where it ends,
-    where that content is mathematics (TeX markup or a number: "$5 and $" between two prices is not). Found from the
-    text's end (rfind), in linear time however many unclosed delimiters it holds."""
+    where that content is mathematics (_is_math). Found from the text's end (rfind), in linear time however many
+    unclosed delimiters it holds."""
     best = None
     for opener, closer in MATH_DELIMITERS:
         close = text.rfind(closer)
@@ -207,7 +237,7 @@ def last_math_span(text: str) -> tuple[str, int] | None:
             continue  # (a single $ beside another: the $$ form's)
         content = text[start + len(opener):close].strip()
         end = close + len(closer)
-        if content and (re.search(r"[\\{}^_]", content) or NUMBER.fullmatch(content)) and (best is None or end > best[1]):
+        if _is_math(content) and (best is None or end > best[1]):
             best = (content, end)
     return best
 

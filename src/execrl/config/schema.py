@@ -393,8 +393,8 @@ class MultiTurnConfig(Section):
 class MathEnvConfig(Section):
     math_verify_impl: Literal["hf_math_verify", "dapo_math_verify"] = Field(
         "hf_math_verify", description="how a math answer is checked: hf_math_verify (the final answer, \\boxed{}, "
-        "####, or the last number or LaTeX math span, against the reference with math-verify) | dapo_math_verify "
-        "(DAPO's: the last 'Answer:' line, Minerva-normalized, must equal the reference)")
+        "####, after 'answer is', or the last number or LaTeX math span, against the reference with math-verify) | "
+        "dapo_math_verify (DAPO's: the last 'Answer:' line, Minerva-normalized, must equal the reference)")
 
 
 class GameEnvConfig(Section):

@@ -71,9 +71,6 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         raise ValueError("execrl eval needs --model (a hub id or a local directory) or --completions FILE")
     if completions and model_name:
         raise ValueError("execrl eval grades --completions FILE or samples --model, not both: drop one")
-    if model_name:  # (a hub that does not answer: one line in seconds, not minutes of retries after the data loads)
-        from execrl.config.checks import model_reachable
-        model_reachable(model_name, False, "--model")
     seeded = {} if cfg.data_seed is None else {"seed": cfg.data_seed}
     if (Path(cfg.out) / "summary.json").exists():
         written = time.strftime("%Y-%m-%d %H:%M", time.localtime((Path(cfg.out) / "summary.json").stat().st_mtime))
@@ -105,7 +102,9 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     for p in posed if cfg.math_verify_impl else ():
         if p.kind == "math":
             p.metadata[VERIFIER] = cfg.math_verify_impl
-    if texts is None:
+    if texts is None:  # (a hub that does not answer: one line in seconds, not minutes of retries, before the sandbox)
+        from execrl.config.checks import model_reachable
+        model_reachable(str(model_name), False, "--model")
         cfg = check_template(cfg, model_name)
     languages = tuple(sorted({p.language for p in posed if p.kind == "code"})) or ("python",)
     # the sandbox first: its workers start and pass their self-test while the model loads, and grade while it samples
