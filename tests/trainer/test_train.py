@@ -2,6 +2,7 @@
 a local HF model directory trains, and (slow tier) the built-in default learns."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -429,3 +430,19 @@ def test_a_restart_deletes_the_rollouts_of_the_steps_it_does_again(tmp_path):
         logger.start(resumed_after)
         logger.close()
         assert sorted(f.stem for f in (d / "rollouts").iterdir()) == left
+
+
+def test_brackets_in_a_run_path_print_as_written(tmp_path, capsys):
+    """The trainer's lines read paths as rich markup: a checkpoint_dir holding "[/x]" ended the run with a
+    MarkupError after its first checkpoint was written, and one of a sweep, runs/sweep[lr=1e-5], printed as runs/sweep.
+    A line's leading style tag still styles it."""
+    from execrl.console import stderr_console
+
+    r, _ = run(tmp_path, "sweep[lr=1e-5][/x]", "grpo.max_num_steps=1", "warmup.sft_steps=0", "grpo.val_period=0")
+    said = capsys.readouterr().err.replace("\n", "")
+    assert r.step == 1 and f"checkpoint: {tmp_path / 'sweep[lr=1e-5][/x]'}" in said, said[-2000:]
+    console = stderr_console(force_terminal=True, color_system="standard")
+    with console.capture() as shown:
+        console.print("[yellow]warning: runs/a[/x] [bold]b[/]")
+    assert shown.get().startswith("\x1b[33mwarning") and re.sub("\x1b\\[[0-9;]*m", "", shown.get()).strip() == \
+        "warning: runs/a[/x] [bold]b"

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from execrl.console import stderr_console
 from execrl.eval.grading import EarlyGrading
 from execrl.eval.passk import mean_pass_at_k
 from execrl.extract import extract
@@ -28,7 +29,7 @@ from execrl.tasks import Problem, dataset_key, load_problems
 from execrl.tasks.problem import VERIFIER, DatasetError, read_rows
 from execrl.tasks.registry import DATASETS, local_source
 
-err = Console(stderr=True, soft_wrap=True)
+err = stderr_console()
 
 
 def say(line: str, style: str = "yellow") -> None:
@@ -378,8 +379,8 @@ def _print(summary: dict, cfg: EvalConfig, out_dir: Path, per_problem: str) -> N
     """The table; `per_problem`: the samples each problem had ("10", or "1-10" where they differ)."""
     source = f"{cfg.dataset}/{cfg.split}" if cfg.dataset else "the completions' own problems"
     title = f"{source}: {summary['problems']} problems x {per_problem} sample"
-    table = Table(title=title + ("" if per_problem == "1" else "s"),
-                  caption=f"per-problem results: {out_dir / 'results.jsonl'}", min_width=64)
+    table = Table(title=Text(title + ("" if per_problem == "1" else "s")),  # (Text: a path's brackets are not markup)
+                  caption=Text(f"per-problem results: {out_dir / 'results.jsonl'}"), min_width=64)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k in cfg.ks:

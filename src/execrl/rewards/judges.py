@@ -75,12 +75,11 @@ def arith_judge(prompt, seed: int, device: torch.device, steps: int = 450):
     """(model, tokenizer) of builtin:arith-judge: a tiny Qwen2 reward model (the built-in policy's
     byte tokenizer, half its width) trained `steps` steps on arith_pairs on the device (75 s on 2
     CPU cores), its held-out accuracy printed."""
-    from rich.console import Console
-
+    from execrl.console import stderr_console
     from execrl.models import BYTE_VOCAB, build_tiny_model, build_tokenizer
 
     start = time.perf_counter()
-    say = Console(stderr=True, quiet=os.environ.get("RANK", "0") != "0").print
+    say = stderr_console(quiet=os.environ.get("RANK", "0") != "0").print
     say(f"training the built-in reward model builtin:arith-judge ({steps} steps; 1-3 minutes on 2 CPU cores)")
     tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
     rm = RewardModel(build_tiny_model(tok, hidden=64, layers=2, heads=4, seed=seed, reward_head=True).to(device), tok)

@@ -46,9 +46,9 @@ class RewardModel:
         distinct = list(dict.fromkeys(seqs))
         long = {s: m for s, m in zip(seqs, conversations) if len(s) > self.max_len}
         if long and not self.truncated:
-            from rich.console import Console
+            from execrl.console import stderr_console
 
-            Console(stderr=True, soft_wrap=True).print(
+            stderr_console().print(
                 f"[yellow]reward model: a conversation of {max(map(len, long))} tokens is over its "
                 f"{self.max_len} (env.reward_model.max_model_len): it reads the start of the conversation (the "
                 "question) and the end (the answer's last tokens), the middle left out; raise max_model_len where the "

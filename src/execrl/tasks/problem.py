@@ -8,13 +8,13 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.console import Console
 from rich.text import Text
 
+from execrl.console import stderr_console
 from execrl.sandbox import TestSpec
 from execrl.sandbox.inside.protocol import valid_text
 
-err = Console(stderr=True, soft_wrap=True)
+err = stderr_console()
 
 
 @dataclass

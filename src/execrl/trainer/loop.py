@@ -381,7 +381,7 @@ def summarize(run: Run) -> None:
         if len(points) >= 2:
             other = validation_sets_differ(points[0], points[-1])
             console.print(f"eval {key[5:]}: {points[0][key]:.3f} (step {points[0]['step']}) -> {points[-1][key]:.3f} "
-                          f"(step {points[-1]['step']})" + (f" [yellow]{other}[/]" if other else ""))
+                          f"(step {points[-1]['step']})" + (f" ({other})" if other else ""))
     written = write_report(run)
     saved = run.cfg.checkpointing.checkpoint_dir if run.cfg.checkpointing.enabled else \
         "none (checkpointing.enabled=false)"

@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from rich.console import Console
 
 from execrl.algo.role_baselines import RoleBaselines
 from execrl.compiling import warm_compile_workers
 from execrl.config import BatchPlan, ConfigError, MasterConfig, to_yaml
 from execrl.config.checks import check_dataset_names, check_reward_fits, no_references, prompt_limit, validate
+from execrl.console import stderr_console
 from execrl.envs import make_env
 from execrl.lora import Adapter
 from execrl.models import TINY_CODERS, pick_device, position_limit
@@ -40,7 +40,7 @@ from execrl.trainer.policy import build_policy
 from execrl.trainer.rollouts import EpisodeRunner, encode_all
 from execrl.trainer.step import sharing_note
 
-console = Console(stderr=True, soft_wrap=True)
+console = stderr_console()
 
 
 @dataclass
