@@ -38,7 +38,7 @@ def test_each_run_writes_its_report_and_the_command_overlays_several(two_runs, t
     assert "Config differences" in page and "policy.optimizer.kwargs.lr" in page
     bad = subprocess.run([sys.executable, "-m", "execrl.cli", "report", str(tmp_path / "nowhere")],
                          capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "no metrics.jsonl" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "no such directory" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_a_long_runs_page_keeps_the_first_and_latest_rollouts_and_cuts_long_texts(tmp_path, monkeypatch):
@@ -320,3 +320,42 @@ def test_an_eval_curve_over_two_validation_sets_says_so(tmp_path):
     assert "on 16 and 32 problems: not one validation set" in _summary([RunData("r", tmp_path, {}, metrics)], [])
     metrics[-1]["eval/num_problems"] = 16
     assert "not one validation set" not in _summary([RunData("r", tmp_path, {}, metrics)], [])
+
+
+def test_a_hand_edited_or_half_written_run_directory_still_makes_its_page(two_runs, tmp_path):
+    """Rows a run never writes (a metrics line without a step, a string for a number, a rollout whose messages are a
+    string, a line that is not an object), a stray file among the rollouts, config sections that are not mappings:
+    each was a traceback of `execrl report` or a blank page. Now each unreadable line is skipped and counted on the
+    page, a field of an unexpected type is shown as text, and the charts draw. A metric key or run name holding
+    markup is shown as written (it was a live link in the legend), and a right-to-left override is shown as its
+    code point. A config.yaml that is not YAML is one error naming it."""
+    import yaml
+
+    copy = tmp_path / "run"
+    shutil.copytree(two_runs[0], copy)
+    link = '<a href="https://evil.example/">CLICK</a>'
+    with (copy / "metrics.jsonl").open("a") as f:
+        for row in ([1, 2], 5, {"train/reward_mean": 0.5}, {"step": "3", "train/reward_mean": 0.5},
+                    {"step": 3, "eval/pass@1": None, "train/reward_mean": "0.5", f"train/reward/{link}": 0.3}):
+            f.write(json.dumps(row) + "\n")
+    last = sorted((copy / "rollouts").glob("*.jsonl"))[-1]
+    rows = [json.loads(x) for x in last.read_text().splitlines()]
+    rows[0]["messages"], rows[1]["tests"], rows[2]["parts"] = "hello", "fail", [1]
+    rows[3]["completion"] = "x = 1  # \u202e\nprint(x)"
+    last.write_text("".join(json.dumps(r) + "\n" for r in rows) + "[1, 2, 3]\n" + json.dumps(rows[0])[:40])
+    (copy / "rollouts" / "step_abc.jsonl").write_text("{}\n")
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    (copy / "config.yaml").write_text(yaml.safe_dump({**config, "loss_fn": 5, "policy": None}))
+    page = write_report([copy], tmp_path / "report.html")
+    html_text = page.read_text()
+    assert "metrics.jsonl: 4 unreadable lines skipped" in html_text and f"{last.name}: 2 unreadable lines" in html_text
+    dom, log = open_page(page, f"#step={int(last.stem.split('_')[-1])}")
+    body = dom[dom.index("<body"):dom.index(">", dom.index("<body"))]
+    assert not console_errors(log) and "data-browser-error" not in body, (console_errors(log), body)
+    assert f'data-rows-shown="{len(rows)}"' in body and "data-charts-blank=\"0\"" in body, body
+    assert 'href="https://evil.example/"' not in dom.replace('&lt;a href="https://evil.example/"&gt;', "")  # (no link)
+    assert '>train/reward/&lt;a href="https://evil.example/"&gt;CLICK&lt;/a&gt;</text>' in dom  # (the legend: as written)
+    assert "&lt;U+202E&gt;" in dom
+    (copy / "config.yaml").write_text("policy: [unclosed")
+    with pytest.raises(ValueError, match="config.yaml is not YAML"):
+        write_report([copy], tmp_path / "again.html")

@@ -4,7 +4,9 @@ run."""
 
 from __future__ import annotations
 
-from execrl.report.runs import RunData
+import html
+
+from execrl.report.runs import RunData, section
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
 
@@ -60,7 +62,7 @@ def inactive(run: RunData) -> dict[str, str]:
     (train/kl), and a ratio that cannot be clipped (the clip fractions): no ratio, a ratio forced to
     1, or one optimizer step per rollout (the loss's ratio is then to the weights it is computed
     with: exactly 1). A key missing from the config: no claim."""
-    loss, grpo, policy = (run.config.get(k) or {} for k in ("loss_fn", "grpo", "policy"))
+    loss, grpo, policy = (section(run.config, k) for k in ("loss_fn", "grpo", "policy"))
     out = {}
     if loss.get("reference_policy_kl_penalty") == 0:
         out["train/kl"] = "loss_fn.reference_policy_kl_penalty is 0: no KL penalty"
@@ -128,11 +130,11 @@ def reward_figure(runs: list[RunData]) -> dict | None:
             lower = [max(m - s, lo) for m, s in zip(mean, std)]
             traces.append({"x": steps + steps[::-1], "y": upper + lower[::-1], "fill": "toself", "fillcolor": color,
                            "opacity": 0.15, "line": {"width": 0}, "hoverinfo": "skip", "showlegend": False,
-                           "type": "scatter", "mode": "lines", "name": f"{run.name} spread"})
+                           "type": "scatter", "mode": "lines", "name": _plain(f"{run.name} spread")})
             label = (f"reward (mean; band: +- std within the rewards seen, {lo:.3g} to {hi:.3g})" if bounds
                      else "reward (mean; band: +- std, no rollouts to bound it)")
         traces.append({"x": steps, "y": mean, "type": "scatter", "mode": "lines", "line": {"color": color},
-                       "name": f"{run.name}: {label}" if len(runs) > 1 else label})
+                       "name": _plain(f"{run.name}: {label}" if len(runs) > 1 else label)})
     title = "Train reward"
     return {"id": "reward", "title": title, "figure": _figure(traces, title, "reward")} if traces else None
 
@@ -143,7 +145,7 @@ def _lines(run: RunData, index: int, wanted: list[str], several: bool, skip: set
         steps, values = series(run, key)
         dash = ["solid", "dash", "dot", "dashdot"][j % 4]
         traces.append({"x": steps, "y": values, "type": "scatter", "mode": "lines+markers" if len(steps) < 30 else "lines",
-                       "name": f"{run.name}: {key}" if several else key,
+                       "name": _plain(f"{run.name}: {key}" if several else key),
                        "line": {"color": PALETTE[(index if several else j) % len(PALETTE)], "dash": dash if several else "solid"}})
     return traces
 
@@ -155,12 +157,18 @@ def _stack(run: RunData, prefix: str) -> list[dict]:
         steps, values = series(run, key)
         if any(values):
             traces.append({"x": steps, "y": values, "type": "scatter", "mode": "lines", "stackgroup": "one",
-                           "name": key[len(prefix):], "line": {"color": PALETTE[j % len(PALETTE)]}})
+                           "name": _plain(key[len(prefix):]), "line": {"color": PALETTE[j % len(PALETTE)]}})
     return traces
 
 
 def _figure(traces: list[dict], title: str, axis: str) -> dict:
-    return {"data": traces, "layout": {"title": {"text": title, "x": 0.02, "xanchor": "left"}, "xaxis": {"title": {"text": "step"}, "gridcolor": "#eee"},
+    return {"data": traces, "layout": {"title": {"text": _plain(title), "x": 0.02, "xanchor": "left"}, "xaxis": {"title": {"text": "step"}, "gridcolor": "#eee"},
                                        "yaxis": {"title": {"text": axis}, "gridcolor": "#eee"}, "margin": {"l": 60, "r": 20, "t": 50, "b": 60},
                                        "legend": {"orientation": "h", "y": -0.3}, "height": 360,
                                        "plot_bgcolor": "#fff", "paper_bgcolor": "#fff"}}
+
+
+def _plain(text: str) -> str:
+    """Text plotly shows as written: it reads <a href>, <b> and &entities; in names and titles (a metric key or a run
+    directory named with them became a live link, or hid part of the name)."""
+    return html.escape(text, quote=False)

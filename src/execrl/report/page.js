@@ -5,7 +5,9 @@
 "use strict";
 const DATA = JSON.parse(document.getElementById("report-data").textContent);
 const $ = (id) => document.getElementById(id);
-const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+// text as written: markup escaped, and bidirectional controls (U+202E turns the code after it around on screen) shown
+const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]))
+  .replace(/[\u202a-\u202e\u2066-\u2069]/g, (c) => `&lt;U+${c.charCodeAt(0).toString(16).toUpperCase()}&gt;`);
 
 // ---- charts ----------------------------------------------------------------------------------------------------
 function drawCharts() {
@@ -120,7 +122,9 @@ function rowHtml(r, i) {
 function refreshRows() {
   const all = rowsOf($("run").value, $("step").value);
   const shown = all.filter(matches);
-  $("rows").innerHTML = shown.map(rowHtml).join("");
+  $("rows").innerHTML = shown.map((r, i) => {  // (a row the page cannot show: a line saying so, the others shown)
+    try { return rowHtml(r, i); } catch (e) { return `<p class="note">rollout ${i + 1}: cannot be shown (${esc(e)})</p>`; }
+  }).join("");
   const none = (DATA.no_rollouts || {})[$("run").value];  // (a run that wrote none: why, and the key to set)
   $("count").textContent = none !== undefined ? none : `${shown.length} of ${all.length} rollouts`;
   document.body.dataset.rowsShown = String(shown.length);
@@ -148,7 +152,7 @@ function checkExport() {
   });
 }
 
-startBrowser();
-drawCharts()
+try { startBrowser(); } catch (e) { document.body.dataset.browserError = String(e); console.error(e); }  // (the charts
+drawCharts()  // are drawn whatever the browser's data holds)
   .then(() => (new URLSearchParams(location.hash.slice(1)).get("check") === "export" ? checkExport() : null))
   .catch((e) => { document.body.dataset.chartsError = String(e); console.error(e); });

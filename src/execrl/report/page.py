@@ -15,6 +15,7 @@ from execrl.report.runs import (
     RunData,
     config_differences,
     load_run,
+    section,
     unique_names,
     validation_sets_differ,
 )
@@ -55,13 +56,13 @@ def _summary(runs: list[RunData], differences: list[tuple[str, list]]) -> str:
     """The runs' headline numbers, and their config differences (several runs)."""
     rows = []
     for r in runs:
-        evals = [m for m in r.metrics if "eval/pass@1" in m]
-        train = [m for m in r.metrics if "train/reward_mean" in m]
+        evals = [m for m in r.metrics if m.get("eval/pass@1") is not None]
+        train = [m for m in r.metrics if m.get("train/reward_mean") is not None]
         first, last = (evals[0]["eval/pass@1"], evals[-1]["eval/pass@1"]) if evals else (None, None)
         other = validation_sets_differ(evals[0], evals[-1]) if evals else ""
         other = f" ({other})" if other else ""
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in (
-            r.name, r.config.get("policy", {}).get("model_name", "?"), len(train),
+            r.name, section(r.config, "policy").get("model_name", "?"), len(train),
             "-" if first is None else f"{first:.3f} -> {last:.3f}{other}",
             train_reward([m["train/reward_mean"] for m in train]))) + "</tr>")
     table = ("<table class='summary'><tr><th>run</th><th>model</th><th>steps</th><th>eval pass@1 (first -> last)</th>"
@@ -72,7 +73,9 @@ def _summary(runs: list[RunData], differences: list[tuple[str, list]]) -> str:
         body = "".join("<tr><td><code>" + html.escape(k) + "</code></td>" + "".join(
             f"<td>{html.escape(json.dumps(v))}</td>" for v in values) + "</tr>" for k, values in differences)
         table += f"<h3>Config differences</h3><table class='diff'><tr><th>key</th>{head}</tr>{body}</table>"
-    return table
+    several = len(runs) > 1
+    return table + "".join(f"<p class='note'>{html.escape((r.name + ': ') * several + note)}</p>"
+                           for r in runs for note in r.notes)
 
 
 def train_reward(values: list[float]) -> str:
@@ -89,15 +92,15 @@ def train_reward(values: list[float]) -> str:
 def length_limits(run: RunData) -> dict:
     """The limits that cut a rollout (its row's `truncated`): tokens per model turn, and the
     episode's context."""
-    policy = run.config.get("policy") or {}
-    return {"max_new_tokens": (policy.get("generation") or {}).get("max_new_tokens", "?"),
+    policy = section(run.config, "policy")
+    return {"max_new_tokens": section(policy, "generation").get("max_new_tokens", "?"),
             "max_total_sequence_length": policy.get("max_total_sequence_length", "?")}
 
 
 def no_rollouts_hint(run: RunData) -> str:
     """Why a run's page has no rollouts: how often the run writes them (logger.rollouts_period),
     against its steps."""
-    every = (run.config.get("logger") or {}).get("rollouts_period")
+    every = section(run.config, "logger").get("rollouts_period")
     steps = max((m["step"] for m in run.metrics if "train/reward_mean" in m), default=0)
     if every is None:
         return "no rollouts written (rollouts/step_N.jsonl): logger.rollouts_period sets every how many steps"

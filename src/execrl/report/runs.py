@@ -22,6 +22,7 @@ class RunData:
     metrics: list[dict]  # metrics.jsonl's rows, in order (a step may have a train row and an eval row)
     rollouts: dict[int, list[dict]] = field(default_factory=dict)  # step -> rollouts/step_N.jsonl's rows
     rewards_seen: tuple[float, float] | None = None  # (lowest, highest) reward of every row of those steps' files
+    notes: list[str] = field(default_factory=list)  # what of its files could not be read (lines skipped)
 
 
 MAX_ROLLOUT_STEPS = 20  # logged steps whose rollouts the report holds: the first and the latest ones
@@ -29,24 +30,93 @@ MAX_ROWS_PER_STEP = 256  # rollouts per logged step in the browser (the first on
 MAX_TEXT = 20_000  # characters of one prompt, completion or message in the report (the rest cut, with a marker)
 
 
+STEP_FILE = re.compile(r"step_(\d+)\.jsonl")
+
+
 def load_run(path: str | Path, name: str | None = None) -> RunData:
-    """A run directory (logger.log_dir). Raises FileNotFoundError naming what is missing; a line
-    that is not JSON (a run killed mid-write) is skipped. Rollouts: the first MAX_ROWS_PER_STEP rows of
-    MAX_ROLLOUT_STEPS logged steps (the first, then the latest), their long texts cut to MAX_TEXT
-    characters, so that a long run's page stays small."""
+    """A run directory (logger.log_dir). Raises FileNotFoundError naming what is missing, ValueError for a config.yaml
+    that is not the mapping a run writes; a line that is not JSON (a run killed mid-write) or not a row of the
+    file's kind (a metrics row without an integer step, a rollout that is not an object) is skipped and counted in
+    the run's notes, and a rollout's fields are given the types the page reads (a hand-edited row blanked it).
+    Rollouts: the first MAX_ROWS_PER_STEP rows of MAX_ROLLOUT_STEPS logged steps (the first, then the latest), their
+    long texts cut to MAX_TEXT characters, so that a long run's page stays small."""
     path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such directory (pass logger.log_dir of a run)")
     if not (path / "metrics.jsonl").is_file():
         raise FileNotFoundError(f"{path} is not a run directory: it has no metrics.jsonl (pass logger.log_dir of a run)")
-    config = yaml.safe_load((path / "config.yaml").read_text()) if (path / "config.yaml").is_file() else {}
-    files = sorted((path / "rollouts").glob("step_*.jsonl"), key=lambda f: int(f.stem.split("_")[-1]))
+    files = sorted((f for f in (path / "rollouts").glob("step_*.jsonl") if STEP_FILE.fullmatch(f.name)),
+                   key=lambda f: int(f.stem.split("_")[-1]))
     files = files[:1] + files[1:][-(MAX_ROLLOUT_STEPS - 1):]
-    rollouts, seen = {}, []
+    rollouts, seen, notes = {}, [], []
     for f in files:
-        rows, rewards = _rows(f, MAX_ROWS_PER_STEP, rewards=True)
-        rollouts[int(f.stem.split("_")[-1])] = [_cut(r) for r in rows]
+        rows, rewards, unread = _rows(f, MAX_ROWS_PER_STEP, rewards=True)
+        rollouts[int(f.stem.split("_")[-1])] = [_cut(r) for r in map(_rollout, rows) if r is not None]
         seen += rewards
-    return RunData(name or path.resolve().name, path, config or {}, _rows(path / "metrics.jsonl"), rollouts,
-                   (min(seen), max(seen)) if seen else None)
+        _note(notes, f, unread + len(rows) - len(rollouts[int(f.stem.split("_")[-1])]))
+    rows, _, unread = _rows(path / "metrics.jsonl")
+    metrics = [m for m in map(_metric, rows) if m is not None]
+    _note(notes, path / "metrics.jsonl", unread + len(rows) - len(metrics))
+    if not metrics:
+        notes.append("metrics.jsonl has no step yet: the run has logged none")
+    return RunData(name or path.resolve().name, path, _config(path / "config.yaml"), metrics, rollouts,
+                   (min(seen), max(seen)) if seen else None, notes)
+
+
+def _note(notes: list[str], file: Path, skipped: int) -> None:
+    if skipped:
+        notes.append(f"{file.parent.name}/{file.name}: {skipped} unreadable line{'s' * (skipped > 1)} skipped")
+
+
+def _config(file: Path) -> dict:
+    if not file.is_file():
+        return {}
+    try:
+        config = yaml.safe_load(file.read_text(encoding="utf-8", errors="replace"))
+    except yaml.YAMLError as e:
+        raise ValueError(f"{file} is not YAML ({str(e).splitlines()[0]}): restore the run's config.yaml, or move it "
+                         "away (the report then shows no config)") from None
+    if config is not None and not isinstance(config, dict):
+        raise ValueError(f"{file} holds a {type(config).__name__}, not the mapping of keys a run writes: restore the "
+                         "run's config.yaml, or move it away (the report then shows no config)")
+    return config or {}
+
+
+def section(config: dict, name: str) -> dict:
+    """config[name] where it is a mapping (a hand-edited config may hold anything there), else {}."""
+    value = config.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _metric(row) -> dict | None:
+    """A metrics row: an integer step and its numeric values (others dropped); None where it has no step."""
+    if not isinstance(row, dict) or type(row.get("step")) is not int:
+        return None
+    return {k: v for k, v in row.items() if k == "step" or _number(v)}
+
+
+def _rollout(row) -> dict | None:
+    """A rollout row with each field the page reads of the type it reads; None where the row is not an object."""
+    if not isinstance(row, dict):
+        return None
+    text = {k: row[k] if isinstance(row.get(k), str) else "" if row.get(k) is None else json.dumps(row[k])
+            for k in ("problem", "verdict", "prompt", "completion")}
+    messages = row.get("messages") if isinstance(row.get("messages"), list) else []
+    return {**row, **text,
+            "messages": [{"role": str(m.get("role")), "content": m["content"] if isinstance(m.get("content"), str)
+                          else json.dumps(m.get("content"))} if isinstance(m, dict)
+                         else {"role": "?", "content": json.dumps(m)} for m in messages],
+            "tests": [str(t) for t in row["tests"]] if isinstance(row.get("tests"), list) else [],
+            "parts": {str(k): v for k, v in row["parts"].items() if _number(v)} if isinstance(row.get("parts"), dict)
+            else {},
+            "reward": row.get("reward") if _number(row.get("reward")) else None,
+            "code": row.get("code") if isinstance(row.get("code"), str) else None,
+            "turns": row.get("turns") if type(row.get("turns")) is int else 1,
+            "truncated": row.get("truncated") is True}
 
 
 def _cut(row: dict) -> dict:
@@ -54,8 +124,7 @@ def _cut(row: dict) -> dict:
         return text if not isinstance(text, str) or len(text) <= MAX_TEXT else \
             f"{text[:MAX_TEXT]}\n... [{len(text) - MAX_TEXT} more characters in the run's rollouts file]"
     out = {k: cut(v) for k, v in row.items()}
-    if isinstance(row.get("messages"), list):
-        out["messages"] = [{**m, "content": cut(m.get("content"))} if isinstance(m, dict) else m for m in row["messages"]]
+    out["messages"] = [{**m, "content": cut(m["content"])} for m in row["messages"]]
     return out
 
 
@@ -63,10 +132,10 @@ REWARD = re.compile(r'(?:^\{|, )"reward": (-?[0-9][0-9.eE+-]*)[,}]')  # a row's 
 # writes it (a quote inside a string is \", so no text of the row can hold it)
 
 
-def _rows(path: Path, most: int | None = None, rewards: bool = False):
-    """A JSONL file's rows (its first `most`), lines that are not JSON skipped; with `rewards`, (rows, the numeric
-    reward of every row, the rows past `most` read for it alone, not parsed)."""
-    rows, seen = [], []
+def _rows(path: Path, most: int | None = None, rewards: bool = False) -> tuple[list, list[float], int]:
+    """A JSONL file's rows (its first `most`), the numeric reward of every row where `rewards` (the rows past `most`
+    read for it alone, not parsed), and how many of the lines read were not JSON (skipped)."""
+    rows, seen, unread = [], [], 0
     with path.open(encoding="utf-8", errors="replace") as f:
         for line in f:
             if most is not None and len(rows) >= most:
@@ -79,11 +148,12 @@ def _rows(path: Path, most: int | None = None, rewards: bool = False):
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError:
+                unread += bool(line.strip())
                 continue
             r = rows[-1].get("reward") if isinstance(rows[-1], dict) else None
-            if isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r):
+            if rewards and _number(r) and math.isfinite(r):
                 seen.append(float(r))
-    return (rows, seen) if rewards else rows
+    return rows, seen, unread
 
 
 def config_differences(runs: list[RunData]) -> list[tuple[str, list]]:

@@ -359,7 +359,8 @@ def resume(run: Run) -> None:
             # checkpoint ran none of them)
             console.print(f"the config of steps 1-{run.step}: {kept} (config.yaml is this run's, from step "
                           f"{run.step + 1})", markup=False, highlight=False)
-        written.write_text(now)
+        written.with_name(written.name + ".tmp").write_text(now)  # (whole or not at all: a run killed while writing
+        written.with_name(written.name + ".tmp").replace(written)  # it left a config.yaml that was not YAML)
         console.print(run.grader.describe(), markup=False, highlight=False)
     if removed:
         console.print(f"{run.logger.dir / 'metrics.jsonl'}: {removed} rows of steps after {run.step} removed (they are "
