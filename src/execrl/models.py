@@ -172,7 +172,8 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
                 f"cannot load the {part} of model {name!r} from {own if part == 'tokenizer' else local} ({why}). A "
                 "model directory holds config.json, the weights (model.safetensors, or its shards and their index) "
                 "and the tokenizer's files (tokenizer.json, tokenizer_config.json), as save_pretrained writes them; "
-                "a tokenizer kept elsewhere is the config's tokenizer.name") from None
+                "a tokenizer kept elsewhere is named by policy.tokenizer.name in execrl train (execrl eval reads the "
+                "directory's own: copy the tokenizer's files into it)") from None
         where = "it is not in the local cache and offline mode is on" if offline else "it could not be downloaded"
         raise ModelNotFound(f"cannot load model {name!r}: {where} ({why}). Pass a local directory "
                             "with config.json and weights, or run online once to cache it.") from None

@@ -446,3 +446,15 @@ def test_brackets_in_a_run_path_print_as_written(tmp_path, capsys):
         console.print("[yellow]warning: runs/a[/x] [bold]b[/]")
     assert shown.get().startswith("\x1b[33mwarning") and re.sub("\x1b\\[[0-9;]*m", "", shown.get()).strip() == \
         "warning: runs/a[/x] [bold]b"
+
+
+def test_the_same_command_on_a_finished_run_warns_nothing_again(tmp_path, capsys):
+    """Run again at its last step, a run said 'nothing to do' and then repeated the warnings of steps it did not run
+    (every group flat, samples cut)."""
+    args = ("grpo.max_num_steps=1", "warmup.sft_steps=0", "grpo.val_period=0", "policy.generation.max_new_tokens=4")
+    run(tmp_path, "done", *args)
+    first = capsys.readouterr().err.replace("\n", " ")
+    assert "nothing was learned" in first and "were cut before they ended" in first, first[-3000:]
+    run(tmp_path, "done", *args)
+    again = capsys.readouterr().err.replace("\n", " ")
+    assert "nothing to do" in again and "nothing was learned" not in again and "warning" not in again, again[-3000:]

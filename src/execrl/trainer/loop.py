@@ -94,7 +94,7 @@ def train(cfg: MasterConfig) -> Run:
             validate(run)
         if cfg.checkpointing.enabled and run.last_saved != run.step:
             save(run)
-        summarize(run)
+        summarize(run, warn=run.step >= first_step)  # (a run already at its last step: warned when it ran)
         if ctrl_c.asked:
             raise KeyboardInterrupt
     except KeyboardInterrupt:
@@ -350,8 +350,9 @@ def check_sandbox(run: Run, episodes, where: str) -> None:
         console.print(f"[bold red]WARNING: {line}[/]")
 
 
-def summarize(run: Run) -> None:
-    """The run's learning in two lines, from metrics.jsonl (so a resumed run reports all of it)."""
+def summarize(run: Run, warn: bool = True) -> None:
+    """The run's learning in two lines, from metrics.jsonl (so a resumed run reports all of it); with `warn`, what its
+    metrics say went wrong (all-flat groups, samples cut short)."""
     import json
 
     if not dist.is_main():  # its console is quiet, and multi-node ranks may not see rank 0's files
@@ -368,10 +369,10 @@ def summarize(run: Run) -> None:
             console.print(f"{key[6:].replace('_', ' ').replace('reward mean', 'train reward')}, mean of the first {k} "
                           f"steps -> last {k}: {sum(values[:k]) / k:.3f} -> {sum(values[-k:]) / k:.3f}")
     flats = [r["train/flat_group_frac"] for r in rows if "train/flat_group_frac" in r]
-    if flats and len(flats) < FLAT_WARNING_STEPS and all(f == 1.0 for f in flats):  # (longer runs were warned)
+    if warn and flats and len(flats) < FLAT_WARNING_STEPS and all(f == 1.0 for f in flats):  # (longer: warned)
         console.print(f"[yellow]warning: at every step {flat_reason(run.cfg)} (train/flat_group_frac 1.0): the loss "
                       "and its gradient were 0 and nothing was learned[/]")
-    for warning in cut_warnings(rows):
+    for warning in cut_warnings(rows) if warn else ():
         console.print(f"[yellow]warning: {warning}[/]")
     evals = [k for k in keys if k.startswith("eval/") and "win_rate_vs_" in k] if selfplay else ["eval/pass@1"]
     from execrl.report.runs import validation_sets_differ
