@@ -441,3 +441,17 @@ def test_dry_run_refuses_a_model_directory_that_is_not_there(tmp_path):
     proc = cli(f"policy.model_name={tmp_path / 'nothere'}", "--dry-run")
     assert proc.returncode == 2 and "no such directory" in proc.stderr and "Traceback" not in proc.stderr
     assert cli("policy.model_name=Qwen/Qwen2.5-0.5B", "--dry-run").returncode == 0
+
+
+def test_the_dropped_prompts_line_states_the_limit_it_applied(tiny_model_dir, capsys):
+    """With max_new_tokens filling the context (NeMo RL's idiom), the line said the limit was the context (512)
+    less max_new_tokens (512) beside a limit of 511."""
+    from execrl.models import load_tokenizer
+    from execrl.trainer.data import load_data
+    from execrl.trainer.setup import drop_long
+
+    cfg = load_config(None, ["policy.max_total_sequence_length=40", "policy.generation.max_new_tokens=40"])
+    val = load_data(cfg)[1]
+    drop_long(val, load_tokenizer(str(tiny_model_dir)), cfg, "data.validation")
+    said = capsys.readouterr().err.replace("\n", " ")
+    assert "prompt over 39 tokens" in said and "(40) less one token (max_new_tokens 40 fills the context" in said, said

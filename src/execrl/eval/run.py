@@ -247,7 +247,9 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
         pid = str(row.get("problem_id", row.get("id", "")))  # reference is "None", rows of problem_id null one problem)
         text, num_tokens = row.get("completion"), row.get("num_tokens") or 0
         if not isinstance(text, str):
-            raise DatasetError(f"{path}, row {n}: no 'completion' string")
+            gym = " (a NeMo-Gym rollout: its text is extracted_model_output)" if "extracted_model_output" in row else ""
+            raise DatasetError(f"{path}, row {n}: no 'completion' string: --completions reads rows "
+                               f"{{\"problem_id\": ..., \"completion\": \"the model's text\"}}{gym}")
         if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or num_tokens < 0:
             raise DatasetError(f"{path}, row {n}: num_tokens must be a count of tokens, got {num_tokens!r}")
         key = pid or n

@@ -421,7 +421,10 @@ def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig, where: str 
     p = cfg.policy
     keys = ("data.max_input_seq_length" if cfg.data.max_input_seq_length is not None else
             f"policy.max_total_sequence_length ({p.max_total_sequence_length}) less "
-            f"policy.generation.max_new_tokens ({p.generation.max_new_tokens})")
+            f"policy.generation.max_new_tokens ({p.generation.max_new_tokens})"
+            if p.generation.max_new_tokens < p.max_total_sequence_length else
+            f"policy.max_total_sequence_length ({p.max_total_sequence_length}) less one token (max_new_tokens "
+            f"{p.generation.max_new_tokens} fills the context: NeMo RL's idiom for 'until the context is full')")
     say = (f"{where}: {dropped} of {len(lengths)} problems{' read' if len(lengths) < len(problems) else ''} have a "
            f"prompt over {limit} tokens (the longest "
            f"{max(lengths)}), the limit set by {keys}")
