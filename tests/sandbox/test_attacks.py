@@ -1218,3 +1218,28 @@ def test_no_lease_hint_or_inode_flag_on_the_streams_reaches_the_next_program(mod
         assert graded_quickly(g, leave).verdict == V.PASS
         r = graded_quickly(g, read)
         assert r.verdict == V.PASS, (r.tests[0].verdict, r.tests[0].output)
+
+
+READ_SELF = ("x = bytearray(100 << 20)\nprint([open('/proc/self/' + n).read().strip() for n in ('oom_score_adj', "
+             "'coredump_filter')], open('/proc/1/autogroup').read().split()[-1])")
+SET_ZYGOTE = ("import resource\ntry:\n    resource.prlimit(1, resource.RLIMIT_DATA, (32 << 20, 32 << 20))\n"
+              "except OSError:\n    pass\nfor name, value in (('oom_score_adj', '1000'), ('coredump_filter', '0x1a5'), "
+              "('autogroup', '19')):\n    try:\n        with open('/proc/1/' + name, 'w') as f:\n"
+              "            f.write(value)\n    except OSError:\n        pass\nprint('ok')")
+
+
+@namespaces
+@pytest.mark.parametrize("mode", ["default", "bwrap-user"])
+def test_a_program_cannot_set_what_the_zygote_and_later_programs_inherit(mode):
+    """In bwrap-user mode a program is the zygote's uid: prlimit on PID 1 lowered the limits every later program
+    inherits (200 MB became a MemoryError, a stack limit a crash, a lowered hard limit the next program's
+    infra_error), and the zygote's OOM score adjustment, core dump filter and autogroup nice, written through
+    /proc/1, carried to every later program. Each later program now starts as the first did."""
+    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
+    with Grader(1, FAST, pool=pool) as g:
+        fresh = g.run(READ_SELF)
+        assert fresh.verdict == V.PASS, fresh.stderr
+        assert graded_quickly(g, SET_ZYGOTE).verdict == V.PASS
+        for _ in range(2):
+            after = g.run(READ_SELF)
+            assert after.verdict == V.PASS and after.stdout == fresh.stdout, (fresh.stdout, after.stdout, after.stderr)

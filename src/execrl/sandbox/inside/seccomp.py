@@ -15,6 +15,9 @@ kernel objects that outlive a process or escape its limits:
                                                                      the streams the zygote reuses stays on their
                                                                      inode: read back by the next program, and kernel
                                                                      memory no limit charges
+  prlimit64 naming another process (pid not 0: setrlimit and       in bwrap-user mode the program is the zygote's
+  getrlimit pass 0)                                                  uid: it would set the limits the zygote and
+                                                                     every later program inherit
   system calls of another ABI (i386 int 0x80, x32)                   would bypass the numbers above
   memfd_create, memfd_secret (ENOSYS: libraries fall back to         a memfd sent into a unix socket and closed
   files; the zygote makes its children's streams before it           holds memory in no process and on no
@@ -40,7 +43,7 @@ import struct
 CLONE_NEWUSER = 0x10000000
 SOCKET_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK (getaddrinfo, if_nameindex)
 # per architecture: AUDIT_ARCH value, refused calls, unshare, clone, clone3, calls refused with
-# ENOSYS, socket
+# ENOSYS, socket, prlimit64
 _TABLES = {
     "x86_64": (0xC000003E, (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220,  # SysV shm, sem, msg
                             240, 241, 242, 243, 244, 245,  # mq_*
@@ -48,10 +51,10 @@ _TABLES = {
                             237,  # mbind
                             298, 321, 323, 425, 426, 427,  # perf_event_open, bpf, userfaultfd, io_uring_*
                             101),  # ptrace
-               272, 56, 435, (319, 447), 41),  # memfd_create, memfd_secret (ENOSYS)
+               272, 56, 435, (319, 447), 41, 302),  # memfd_create, memfd_secret (ENOSYS)
     "aarch64": (0xC00000B7, (180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197,
                              217, 218, 219, 235, 241, 280, 282, 425, 426, 427, 117),
-                272, 220, 435, (279, 447), 198),
+                272, 220, 435, (279, 447), 198, 261),
 }
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
@@ -67,7 +70,7 @@ def build() -> bytes | None:
     table = _TABLES.get(platform.machine())
     if table is None:
         return None
-    arch, refused, nr_unshare, nr_clone, nr_clone3, nosys_calls, nr_socket = table
+    arch, refused, nr_unshare, nr_clone, nr_clone3, nosys_calls, nr_socket, nr_prlimit = table
     deny, nosys = _ERRNO | errno.EPERM, _ERRNO | errno.ENOSYS
     prog = [_ins(_LD_ABS, 0, 0, 4)]  # seccomp_data.arch
     prog.append(_ins(_JEQ, 1, 0, arch))
@@ -83,6 +86,8 @@ def build() -> bytes | None:
         prog += [_ins(_JEQ, 0, 3, nr), _ins(_LD_ABS, 0, 0, 16), _ins(_JSET, 0, 1, CLONE_NEWUSER),
                  _ins(_RET, 0, 0, deny)]
         prog.append(_ins(_LD_ABS, 0, 0, 0))  # reload nr for the next check
+    prog += [_ins(_JEQ, 0, 3, nr_prlimit), _ins(_LD_ABS, 0, 0, 16), _ins(_JEQ, 1, 0, 0),  # prlimit64's pid: 0 only
+             _ins(_RET, 0, 0, deny), _ins(_LD_ABS, 0, 0, 0)]
     prog += [_ins(_JEQ, 1, 0, nr_socket), _ins(_RET, 0, 0, _ALLOW), _ins(_LD_ABS, 0, 0, 16)]  # socket's family
     n = len(SOCKET_FAMILIES)
     prog += [_ins(_JEQ, n - i, 0, family) for i, family in enumerate(SOCKET_FAMILIES)]

@@ -89,6 +89,7 @@ class Zygote:
         # the children's streams, made once and emptied for each child (_streams_for): the filter
         # refuses memfds
         self.streams = {0: _memfd("stdin"), 1: _memfd("stdout"), 2: _memfd("stderr"), STATUS_FD: _memfd("status")}
+        self.own_proc = {name: _proc_self(name) for name in OWN_PROC}  # (what _restore_self puts back)
         self.reset()
         seccomp.install()  # once, here: every child inherits it (the zygote itself needs none of what it refuses)
 
@@ -112,6 +113,20 @@ class Zygote:
                         pass
             self._reap()
         raise RuntimeError("could not kill the program's processes")
+
+    def _restore_self(self) -> None:
+        """Our /proc files a program of our uid (bwrap-user mode) can write, as they were: the OOM killer's score
+        adjustment and the core dump filter, which every later program inherits (its first victims; bits for the
+        next program); an autogroup nice we cannot lower again (our polling deprioritized) has this sandbox
+        replaced."""
+        for name, was in self.own_proc.items():
+            now = _proc_self(name)
+            if now == was:
+                continue
+            if name == "autogroup":
+                raise RuntimeError(f"a program changed this sandbox's autogroup ({was!r} -> {now!r})")
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(f"0x{int(was, 16):x}" if name == "coredump_filter" else was)  # (its file reads hex)
 
     def _others(self) -> list[int]:
         me = os.getpid()
@@ -166,6 +181,7 @@ class Zygote:
         """Kill everything and delete every file a program could have written: nothing carries
         over."""
         self.kill_all()
+        self._restore_self()
         _collect_unix_sockets()
         for fd in self.streams.values():  # extended attributes a program set on our streams: data for the next
             try:  # program, and memory charged to this sandbox's cgroup while they last
@@ -757,6 +773,14 @@ def _timed_out(res: dict, cpu_s: float) -> bool:
 
 F_SETLEASE, F_GETLEASE, F_GET_RW_HINT, F_SET_RW_HINT = 1024, 1025, 1035, 1036  # (linux/fcntl.h: F_LINUX_SPECIFIC_BASE
 FS_IOC_GETFLAGS, FS_IOC_SETFLAGS = 0x80086601, 0x40086602  # + 0, 1, 11, 12; linux/fs.h, a long's size on 64 bits)
+
+
+OWN_PROC = tuple(name for name in ("oom_score_adj", "coredump_filter", "autogroup") if os.path.exists(f"/proc/self/{name}"))
+
+
+def _proc_self(name: str) -> str:
+    with open(f"/proc/self/{name}") as f:
+        return f.read().strip()
 
 
 def _clear_inode_marks(fd: int) -> None:
