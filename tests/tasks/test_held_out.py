@@ -37,10 +37,15 @@ def test_copies_of_gsm8k_test_are_refused_by_their_text(tmp_path):
                            r"\(gsm8k/test\): 1319 of its 1319 problems, found by their text; never train on an "
                            r"evaluation set"):
             train_on(tmp_path / name)
-    # the training questions, and a few test questions among them (a shared source), train
+    # the training questions, and a few test questions among them (a shared source), train; a subset of the test
+    # questions (100 of 1319, alone or among training rows) trained, under the old bar of a quarter of the set
     (tmp_path / "train.jsonl").write_text("\n".join(json.dumps({"prompt": r["question"], "answer": "1"})
-                                                    for r in train + test[:100]))
-    assert len(train_on(tmp_path / "train.jsonl")[0]) == len(train) + 100
+                                                    for r in train + test[:30]))
+    assert len(train_on(tmp_path / "train.jsonl")[0]) == len(train) + 30
+    for rows, name in ((test[:100], "subset.jsonl"), (train + test[:100], "some.jsonl")):
+        (tmp_path / name).write_text("\n".join(json.dumps({"prompt": r["question"], "answer": "1"}) for r in rows))
+        with pytest.raises(DatasetError, match=r"holds GSM8K's test split \(gsm8k/test\): 100 of its 1319"):
+            train_on(tmp_path / name)
 
 
 def test_the_builtin_training_splits_hold_no_evaluation_set(tmp_path):
