@@ -54,7 +54,7 @@ def test_malformed_rows_are_errors_of_their_own_line_and_the_rest_grade(tmp_path
         json.dumps({"id": "deep-args", "code": "def f(x): return 1",
                     "tests": {"fn_name": "f", "inputs": ["[" * 3000 + "]" * 3000], "outputs": ["1"]}}).encode(),
         json.dumps({"id": "cpp-asserts", "language": "cpp", "code": "int main(){}",
-                    "tests": {"asserts": ["assert True"]}}).encode(),
+                    "tests": {"asserts": ["assert f(1) == 1"]}}).encode(),
         json.dumps({"id": "last", **ok}).encode(),
     ]
     src = tmp_path / "in.jsonl"

@@ -169,6 +169,9 @@ def parse_tests(obj) -> TestSpec:
         _need_str(obj, "check")
         _need_str(obj, "entry_point")
         _python_syntax(obj["check"], "tests.check")
+        if "check" not in _defined(obj["check"]):
+            raise TestSpecError("tests.check defines no function check(candidate): HumanEval's form calls "
+                                "check(entry_point), so no program could pass")
         if not obj["entry_point"].isidentifier():
             raise TestSpecError(f"tests.entry_point must name a function, got {obj['entry_point']!r}")
         return CheckTests(obj["check"], obj["entry_point"])
@@ -179,6 +182,9 @@ def parse_tests(obj) -> TestSpec:
             raise TestSpecError("tests.setup must be a string of Python code")
         for i, a in enumerate(asserts):
             _python_syntax(a, f"tests.asserts[{i}]")
+            if not _tests_something(a):
+                raise TestSpecError(f"tests.asserts[{i}] ({a[:60]!r}) calls nothing: any program, an empty one too, "
+                                    "would pass it")
         _python_syntax(setup, "tests.setup")
         return AssertTests(asserts, setup)
     if "inputs" in keys and "outputs" in keys:
@@ -247,7 +253,10 @@ def _call_tests(obj: dict, inputs: list[str], outputs: list[str]) -> CallTests:
                 if not isinstance(a, list):
                     raise ValueError("with args_format 'list' each input must be a JSON list of arguments")
                 args.append(a)
-            expected.append(_json(out, big_ints))
+            expected.append(_json(out, big_ints, expected=True))
+        except _NoNaN:
+            raise TestSpecError(f"call test {i}: an expected NaN, which no value equals: no program could pass") \
+                from None
         except ValueError as e:
             raise TestSpecError(f"call test {i}: input or output is not JSON ({e})") from None
     return CallTests(obj["fn_name"], args, expected)
@@ -283,9 +292,18 @@ def _from_digits(digits: str) -> int:
     return _from_digits(digits[:-k]) * 10**k + _from_digits(digits[-k:])
 
 
-def _json(text: str, big_ints=None):
+class _NoNaN(Exception):
+    pass
+
+
+def _no_nan(name: str):
+    raise _NoNaN(name)
+
+
+def _json(text: str, big_ints=None, expected: bool = False):
     try:
-        value = json.loads(text, parse_int=big_ints or _BigInts())
+        value = json.loads(text, parse_int=big_ints or _BigInts(),
+                           **({"parse_constant": lambda c: _no_nan(c) if c == "NaN" else float(c)} if expected else {}))
     except RecursionError:
         raise ValueError("nested too deeply") from None
     _check_depth(value)
@@ -319,6 +337,18 @@ def _need_str_list(obj: dict, key: str) -> list[str]:
     if not v:
         raise TestSpecError(f"tests.{key} is empty: a program with no tests cannot be graded")
     return v
+
+
+def _defined(code: str) -> set[str]:
+    """The names a test script defines at its top level (compiled already: _python_syntax)."""
+    return {node.name for node in ast.parse(code).body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def _tests_something(code: str) -> bool:
+    """Whether an assert test calls anything (a function, a method, a name the program defines): "", a comment or
+    "assert True" pass whatever the program is."""
+    tree = ast.parse(code)
+    return any(isinstance(node, (ast.Call, ast.Name, ast.Attribute, ast.Subscript)) for node in ast.walk(tree))
 
 
 def _python_syntax(code: str, where: str) -> None:

@@ -34,8 +34,8 @@ _ROLES = ("system", "user", "assistant", "tool")
 def chat_messages(prompt) -> list[dict] | None:
     """A row's prompt as chat messages: a non-empty string (one user message), or a list of {"role", "content"}
     objects whose role is a string and content a string or text parts (other keys dropped; the usual roles in any
-    case, "User" as "user", as chat templates compare them lowercase) with a user message among them; None where it
-    is neither."""
+    case, "User" as "user", as chat templates compare them lowercase) with a user message holding text among them;
+    None where it is neither."""
     if isinstance(prompt, str):
         return [{"role": "user", "content": valid_text(prompt)}] if prompt.strip() else None
     if not isinstance(prompt, list) or not prompt or not all(
@@ -44,7 +44,8 @@ def chat_messages(prompt) -> list[dict] | None:
         return None
     messages = [{"role": m["role"].lower() if m["role"].lower() in _ROLES else m["role"],
                  "content": _text(m["content"])} for m in prompt]
-    return messages if any(m["role"] == "user" for m in messages) else None
+    return messages if any(m["role"] == "user" and m["content"].strip() for m in messages) else None  # (a user
+    # message with text: one of only "" posed nothing)
 
 
 def _text(content) -> str | None:
@@ -122,6 +123,8 @@ def read_rows(path: str | Path) -> list[dict]:
     if ".json" in path.suffixes[-2:]:  # (x.json, x.json.gz)
         try:
             rows = json.loads(text)
+        except RecursionError:
+            raise DatasetError(f"{path}: JSON nested too deeply to read") from None
         except json.JSONDecodeError as e:
             if e.msg != "Extra data":  # (else JSON Lines in a .json file: what Dataset.to_json writes)
                 raise DatasetError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from None
@@ -136,6 +139,8 @@ def read_rows(path: str | Path) -> list[dict]:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as e:
                 raise DatasetError(f"{path}, line {n}: not JSON ({e.msg}); expected one JSON object per line") from None
+            except RecursionError:
+                raise DatasetError(f"{path}, line {n}: JSON nested too deeply to read") from None
             _object(path, rows[-1], f"line {n}")
     return rows
 
