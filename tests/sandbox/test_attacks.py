@@ -1243,3 +1243,18 @@ def test_a_program_cannot_set_what_the_zygote_and_later_programs_inherit(mode):
         for _ in range(2):
             after = g.run(READ_SELF)
             assert after.verdict == V.PASS and after.stdout == fresh.stdout, (fresh.stdout, after.stdout, after.stderr)
+
+
+@namespaces
+@pytest.mark.parametrize("mode", ["default", "bwrap-user"])
+def test_no_sysctl_is_writable_from_a_program(mode):
+    """bwrap leaves /proc/sys uncovered where it cannot write it itself: EXECRL_SANDBOX=bwrap-user on a root grader
+    ran programs as the host's uid 0 without capabilities, whom the owner's bits let write kernel.core_pattern and
+    every other host-wide sysctl (a hostname or port range set that way also stayed for later programs)."""
+    code = ("import os\nopened = []\nfor p in ('kernel/core_pattern', 'kernel/hostname', 'vm/drop_caches', "
+            "'net/ipv4/ip_local_port_range'):\n    try:\n        os.close(os.open('/proc/sys/' + p, os.O_WRONLY))\n"
+            "        opened.append(p)\n    except OSError:\n        pass\nprint('ok' if not opened else opened)")
+    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
+    with Grader(1, FAST, pool=pool) as g:
+        r = graded_quickly(g, code)
+        assert r.verdict == V.PASS, (r.tests[0].output, r.stderr)

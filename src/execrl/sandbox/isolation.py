@@ -94,6 +94,10 @@ class Isolation:
         # /dev read-only (its own tmpfs, which uid 0 of a user namespace owns: a file left there, or /dev/stdout
         # removed, reached every later program); /dev/shm, a mount of its own, stays writable and is wiped
         args += ["--remount-ro", "/dev"]
+        # /proc/sys read-only: a program of EXECRL_SANDBOX=bwrap-user on a root grader is the host's uid 0 without
+        # capabilities, whom the owner's bits let write host-wide sysctls (kernel.core_pattern...), which bwrap leaves
+        # uncovered where it cannot write them itself
+        args += ["--ro-bind", "/proc/sys", "/proc/sys"]
         # no pseudo-terminals: every devpts instance draws on the kernel's one pool (kernel.pty.max), which a program
         # opening ptys in its processes emptied for every other sandbox and the host
         args += ["--tmpfs", "/dev/pts", "--remount-ro", "/dev/pts"]
