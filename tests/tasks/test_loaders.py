@@ -501,3 +501,12 @@ def test_rows_no_program_could_pass_or_fail_are_refused_with_their_reason(tmp_pa
                                           + "}\n")
     with pytest.raises(DatasetError, match="deep.jsonl, line 2: JSON nested too deeply"):
         load_problems("jsonl", "train", str(tmp_path / "deep.jsonl"), 0)
+
+
+def test_a_math_answer_that_is_not_text_or_a_number_is_skipped_with_its_type(tmp_path):
+    """true was read as the answer "True" (\\boxed{true} scored wrong), a list or an object as its Python repr."""
+    rows = [{"id": "n", "prompt": "2+2?", "answer": 4}, {"id": "s", "prompt": "2+2?", "answer": "4"},
+            {"id": "b", "prompt": "Is it?", "answer": True}, {"id": "l", "prompt": "Roots?", "answer": [1, 2]}]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    problems, _ = load_problems("jsonl", "train", str(tmp_path / "m.jsonl"), 0)
+    assert [(p.id, p.answer) for p in problems] == [("n", "4"), ("s", "4")]

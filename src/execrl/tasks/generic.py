@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 
 from execrl.sandbox import LANGUAGES, TestSpecError, language_named, parse_tests
 from execrl.tasks.problem import DatasetError, Problem, chat_messages, read_rows
@@ -54,8 +55,11 @@ def load(path, split, report, fields: dict | None = None, **_):
                                     metadata=metadata))
         elif isinstance(row.get(f["answer"]), str) and not row[f["answer"]].strip():  # (nothing can equal it)
             report.skip(rid, f"an empty {f['answer']!r}")
-        elif row.get(f["answer"]) is not None:
-            problems.append(Problem(str(rid), messages, "math", answer=str(row[f["answer"]]), metadata=metadata))
+        elif row.get(f["answer"]) is not None and not _answer_text(row[f["answer"]]):  # (true read "True", a list
+            report.skip(rid, f"{f['answer']!r} is a {type(row[f['answer']]).__name__}, not text or a number")  # its
+        elif row.get(f["answer"]) is not None:  # Python repr: neither is how a model writes an answer)
+            problems.append(Problem(str(rid), messages, "math", answer=_answer_text(row[f["answer"]]),
+                                    metadata=metadata))
         else:
             report.skip(rid, f"neither {f['tests']!r} nor {f['answer']!r}")
     return problems
@@ -91,3 +95,12 @@ def load_responses(path, split, report, input_key: str | None = None, output_key
         raise DatasetError("NeMo RL's ResponseDataset reads a local file here: set data.train.data_path (or "
                            "data.train.path) to a JSONL, JSON list or parquet file")
     return load(path, split, report, fields={"prompt": input_key or "input", "answer": output_key or "output"})
+
+
+def _answer_text(value) -> str | None:
+    """A row's answer as text: a string, or a finite number as JSON writes it; None for anything else."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return str(value)
+    return None
