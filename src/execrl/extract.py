@@ -198,20 +198,34 @@ def math_answer(answer_text: str) -> str | None:
     return _plain(numbers[-1].group()) if numbers else None
 
 
+SENTENCE_END = re.compile(r"(?<!\bMr)(?<!\bMrs)(?<!\bMs)(?<!\bDr)(?<!\bSt)(?<!\bvs)[.;!?](?=\s|$)")  # (not 2.5)
+
+
 def _after_answer_is(text: str) -> str | None:
-    """The first number or LaTeX span after the last "answer is" (or "Answer:" line), on its line: "The answer is
-    4. Double check: ... 7" is 4, "the answer is 5 and not 6" 5."""
+    """The first number or LaTeX span after the last "answer is" (or "Answer:" line), on its line; where its
+    sentence is a sum, what its last "=" equals: "The answer is 4. Double check: ... 7" is 4, "the answer is 5 and
+    not 6" 5, "So the answer is 48+24 = 72." 72, "Answer: 15 gallons * 8 pints / gallon = 120 pints" 120."""
     stated = collections.deque(ANSWER_IS.finditer(text), maxlen=1)  # (the last, without a list of every one)
     stated = stated[0] if stated else None
     if stated is None:
         return None
     end = text.find("\n", stated.end())
     line = text[stated.end():end if end >= 0 else len(text)][:300]
+    sentence = SENTENCE_END.split(line, maxsplit=1)[0]
+    sentence = FIRST_SPAN.sub(lambda m: " " * len(m.group()) if _is_math(_content(m)) else m.group(), sentence)
+    equals = line[sentence.rindex("=") + 1:] if "=" in sentence else ""  # (an "=" in a LaTeX span is the span's)
+    if FIRST_SPAN.search(equals) or POWER.search(equals):
+        line = equals
     span, number = FIRST_SPAN.search(line), POWER.search(line)
-    content = next((g for g in span.groups() if g is not None), "").strip() if span else ""
+    content = _content(span) if span else ""
+    content = content.rsplit("=", 1)[-1].strip() or content  # "$x = 5$", "$48+24=72$": what it equals
     if span and _is_math(content) and (number is None or span.start() <= number.start()):
         return content
     return _plain(number.group()) if number else None
+
+
+def _content(span: re.Match) -> str:
+    return next(g for g in span.groups() if g is not None).strip()
 
 
 MATH_DELIMITERS = (("\\(", "\\)"), ("\\[", "\\]"), ("$$", "$$"), ("$", "$"))
