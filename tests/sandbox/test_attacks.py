@@ -1220,6 +1220,20 @@ def test_no_lease_hint_or_inode_flag_on_the_streams_reaches_the_next_program(mod
         assert r.verdict == V.PASS, (r.tests[0].verdict, r.tests[0].output)
 
 
+@namespaces
+@pytest.mark.parametrize("mode", ["default", "bwrap-user"])
+def test_a_program_may_set_its_own_processes_limits(mode):
+    """The filter refused prlimit on any pid but 0: a program setting its own limits by pid, or its child's (as
+    psutil and test harnesses do), got EPERM. Only the zygote's pid is refused."""
+    code = ("import os, resource, subprocess, sys\nchild = subprocess.Popen([sys.executable, '-c', 'import time; "
+            "time.sleep(30)'])\nfor pid in (os.getpid(), child.pid):\n    resource.prlimit(pid, resource.RLIMIT_CORE, "
+            "(0, 0))\nprint(resource.prlimit(child.pid, resource.RLIMIT_CORE))\nchild.kill()")
+    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
+    with Grader(1, FAST, pool=pool) as g:
+        r = g.run(code)
+        assert r.verdict == V.PASS and r.stdout.strip() == "(0, 0)", (r.stdout, r.stderr)
+
+
 READ_SELF = ("x = bytearray(100 << 20)\nprint([open('/proc/self/' + n).read().strip() for n in ('oom_score_adj', "
              "'coredump_filter')], open('/proc/1/autogroup').read().split()[-1])")
 SET_ZYGOTE = ("import resource\ntry:\n    resource.prlimit(1, resource.RLIMIT_DATA, (32 << 20, 32 << 20))\n"

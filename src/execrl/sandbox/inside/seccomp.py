@@ -15,8 +15,8 @@ kernel objects that outlive a process or escape its limits:
                                                                      the streams the zygote reuses stays on their
                                                                      inode: read back by the next program, and kernel
                                                                      memory no limit charges
-  prlimit64 naming another process (pid not 0: setrlimit and       in bwrap-user mode the program is the zygote's
-  getrlimit pass 0)                                                  uid: it would set the limits the zygote and
+  prlimit64 naming the zygote (by its pid; a program's own           in bwrap-user mode the program is the zygote's
+  processes may set one another's)                                   uid: it would set the limits the zygote and
                                                                      every later program inherit
   system calls of another ABI (i386 int 0x80, x32)                   would bypass the numbers above
   memfd_create, memfd_secret (ENOSYS: libraries fall back to         a memfd sent into a unix socket and closed
@@ -29,14 +29,14 @@ kernel objects that outlive a process or escape its limits:
                                                                      attack surface no program needs
 
 multiprocessing, threads, subprocesses and shared memory through /dev/shm (POSIX shm_open, named
-semaphores) are unaffected. Where the machine is neither x86_64 nor aarch64, no filter is installed
-(`supported()` says so).
+semaphores) are unaffected. Where the machine is neither x86_64 nor aarch64, no filter is installed.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import os
 import platform
 import struct
 
@@ -65,8 +65,9 @@ def _ins(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("HBBI", code, jt, jf, k)
 
 
-def build() -> bytes | None:
-    """The BPF program for this machine's architecture, or None where there is no table for it."""
+def build(zygote: int) -> bytes | None:
+    """The BPF program for this machine's architecture, or None where there is no table for it; prlimit64 naming
+    `zygote` (a pid) is refused."""
     table = _TABLES.get(platform.machine())
     if table is None:
         return None
@@ -86,7 +87,7 @@ def build() -> bytes | None:
         prog += [_ins(_JEQ, 0, 3, nr), _ins(_LD_ABS, 0, 0, 16), _ins(_JSET, 0, 1, CLONE_NEWUSER),
                  _ins(_RET, 0, 0, deny)]
         prog.append(_ins(_LD_ABS, 0, 0, 0))  # reload nr for the next check
-    prog += [_ins(_JEQ, 0, 3, nr_prlimit), _ins(_LD_ABS, 0, 0, 16), _ins(_JEQ, 1, 0, 0),  # prlimit64's pid: 0 only
+    prog += [_ins(_JEQ, 0, 3, nr_prlimit), _ins(_LD_ABS, 0, 0, 16), _ins(_JEQ, 0, 1, zygote),  # prlimit64's pid
              _ins(_RET, 0, 0, deny), _ins(_LD_ABS, 0, 0, 0)]
     prog += [_ins(_JEQ, 1, 0, nr_socket), _ins(_RET, 0, 0, _ALLOW), _ins(_LD_ABS, 0, 0, 16)]  # socket's family
     n = len(SOCKET_FAMILIES)
@@ -100,22 +101,18 @@ class _Fprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
 
 
-_PROGRAM = build()
-_FPROG = _Fprog(len(_PROGRAM) // 8, _PROGRAM) if _PROGRAM is not None else None
 LIBC = ctypes.CDLL(None, use_errno=True)  # made once in the zygote: every forked child inherits it
 
 
-def supported() -> bool:
-    return _PROGRAM is not None
-
-
 def install() -> None:
-    """Install the filter on this process (after no_new_privs). Raises OSError if the kernel refuses
+    """Install the filter on this process, the zygote (after no_new_privs). Raises OSError if the kernel refuses
     it."""
-    if _FPROG is None:
+    program = build(os.getpid())
+    if program is None:
         return
+    fprog = _Fprog(len(program) // 8, program)  # (the kernel copies it)
     if LIBC.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-    if LIBC.prctl(22, 2, ctypes.byref(_FPROG), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    if LIBC.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
 
