@@ -94,6 +94,21 @@ def test_asserts_with_setup_constants_and_program_objects(grader):
     assert grader.grade(code, tests).verdict == Verdict.PASS
 
 
+def test_assert_entries_that_test_nothing_run_with_the_next_test(grader):
+    """An entry that tests nothing ("import math", "", a comment) was refused with the whole row: MBPP-style rows
+    that import in their test list, or end it with "", trained on nothing. Each runs with the next entry that tests
+    something (or the last), and is no test of its own: it would pass whatever the program is."""
+    code = "def f(x):\n    return x ** 0.5\n"
+    rows = {("import math", "assert math.isclose(f(2), math.sqrt(2))"): [Verdict.PASS],
+            ("assert f(4) == 2", ""): [Verdict.PASS], ("# basic cases", "assert f(9) == 3", "assert f(4) == 3"):
+            [Verdict.PASS, Verdict.FAIL]}
+    for asserts, verdicts in rows.items():
+        r = grader.grade(code, {"asserts": list(asserts)})
+        assert [t.verdict for t in r.tests] == verdicts, (asserts, r.tests)
+    with pytest.raises(TestSpecError, match="call nothing"):
+        parse_tests({"asserts": ["import math", "", "assert True"]})
+
+
 def test_asserts_program_exception_is_runtime_error(grader):
     r = grader.grade("def f(x):\n    return 1 / x\n", {"asserts": ["assert f(1) == 1", "assert f(0) == 0"]})
     assert [t.verdict for t in r.tests] == [Verdict.PASS, Verdict.RUNTIME_ERROR]

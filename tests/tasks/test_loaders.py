@@ -483,16 +483,15 @@ def test_completions_of_a_null_problem_id_are_each_their_own(tmp_path):
 
 def test_rows_no_program_could_pass_or_fail_are_refused_with_their_reason(tmp_path):
     """Loaded silently before, each with a fixed reward: an expected NaN (no value equals it: always 0), a HumanEval
-    check script with no check function (always a runtime error), assert tests that call nothing ("", a comment,
-    `assert True`: an empty program passed), a prompt whose only user message is empty. A row nested 100,000 deep
+    check script with no check function (always a runtime error), assert tests none of which calls anything ("", a
+    comment, `assert True`: an empty program passed), a prompt whose only user message is empty. A row nested 100,000 deep
     was a RecursionError traceback; it is the file's line."""
     from execrl.tasks import DatasetError, load_problems
 
     ok = {"id": "ok", "prompt": "Write f() returning 1.", "tests": {"asserts": ["assert f() == 1"]}}
     bad = [{"id": "nan", "prompt": "Write f().", "tests": {"fn_name": "f", "inputs": [""], "outputs": ["NaN"]}},
            {"id": "nocheck", "prompt": "Write f().", "tests": {"check": "assert f() == 1", "entry_point": "f"}},
-           *({"id": f"trivial{i}", "prompt": "Write f().", "tests": {"asserts": [a]}}
-             for i, a in enumerate(["", "# f() == 1", "assert True"])),
+           {"id": "trivial", "prompt": "Write f().", "tests": {"asserts": ["", "# f() == 1", "assert True"]}},
            {"id": "empty", "prompt": [{"role": "user", "content": ""}], "tests": {"asserts": ["assert f() == 1"]}}]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [ok, *bad]))
     problems, _ = load_problems("jsonl", "train", str(tmp_path / "rows.jsonl"), 0)

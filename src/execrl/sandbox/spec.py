@@ -182,11 +182,8 @@ def parse_tests(obj) -> TestSpec:
             raise TestSpecError("tests.setup must be a string of Python code")
         for i, a in enumerate(asserts):
             _python_syntax(a, f"tests.asserts[{i}]")
-            if not _tests_something(a):
-                raise TestSpecError(f"tests.asserts[{i}] ({a[:60]!r}) calls nothing: any program, an empty one too, "
-                                    "would pass it")
         _python_syntax(setup, "tests.setup")
-        return AssertTests(asserts, setup)
+        return AssertTests(_tests_that_test(asserts), setup)
     if "inputs" in keys and "outputs" in keys:
         inputs, outputs = _need_str_list(obj, "inputs"), _need_str_list(obj, "outputs")
         if len(inputs) != len(outputs):
@@ -344,9 +341,27 @@ def _defined(code: str) -> set[str]:
     return {node.name for node in ast.parse(code).body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
+def _tests_that_test(asserts: list[str]) -> list[str]:
+    """The assert tests, each entry that tests nothing ("import math", "", a comment) run with the next one that does
+    (or the last): a test of its own would pass whatever the program is, and add to the share of tests passed.
+    Raises TestSpecError where no entry tests anything: any program, an empty one too, would pass them all."""
+    merged, pending = [], []
+    for a in asserts:
+        pending.append(a)
+        if _tests_something(a):
+            merged.append("\n".join(pending))
+            pending = []
+    if not merged:
+        raise TestSpecError(f"tests.asserts call nothing: any program, an empty one too, would pass them "
+                            f"({asserts[:3]!r})"[:300])
+    if pending:
+        merged[-1] = "\n".join([merged[-1], *pending])
+    return merged
+
+
 def _tests_something(code: str) -> bool:
-    """Whether an assert test calls anything (a function, a method, a name the program defines): "", a comment or
-    "assert True" pass whatever the program is."""
+    """Whether an assert test uses anything (calls a function or a method, reads a name the program defines): "",
+    a comment, an import or "assert True" pass whatever the program is."""
     tree = ast.parse(code)
     return any(isinstance(node, (ast.Call, ast.Name, ast.Attribute, ast.Subscript)) for node in ast.walk(tree))
 
