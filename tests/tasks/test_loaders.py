@@ -493,9 +493,11 @@ def test_rows_no_program_could_pass_or_fail_are_refused_with_their_reason(tmp_pa
            {"id": "nocheck", "prompt": "Write f().", "tests": {"check": "assert f() == 1", "entry_point": "f"}},
            {"id": "trivial", "prompt": "Write f().", "tests": {"asserts": ["", "# f() == 1", "assert True"]}},
            {"id": "empty", "prompt": [{"role": "user", "content": ""}], "tests": {"asserts": ["assert f() == 1"]}}]
-    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [ok, *bad]))
+    bound = {"id": "bound", "prompt": "Write f().", "tests": {"check": "def _c(candidate):\n    assert candidate() == 1"
+                                                                     "\ncheck = _c", "entry_point": "f"}}
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [ok, *bad, bound]))
     problems, _ = load_problems("jsonl", "train", str(tmp_path / "rows.jsonl"), 0)
-    assert [p.id for p in problems] == ["ok"]
+    assert [p.id for p in problems] == ["ok", "bound"]
     (tmp_path / "deep.jsonl").write_text(json.dumps(ok) + "\n" + '{"id": "d", "tests": ' + "[" * 100_000 + "]" * 100_000
                                           + "}\n")
     with pytest.raises(DatasetError, match="deep.jsonl, line 2: JSON nested too deeply"):

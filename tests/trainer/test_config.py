@@ -428,6 +428,7 @@ def test_an_overlong_penalty_that_would_penalize_every_answer_is_refused(capsys)
             validate(load_config(None, [both % params, "policy.generation.max_new_tokens=64"]))
     proc = cli(both % "", "policy.generation.max_new_tokens=64", "--dry-run")
     assert proc.returncode == 2 and "set buffer_tokens to e.g. 16" in proc.stderr, proc.stderr
+    validate(load_config(None, [both % ", weight: 0", "policy.generation.max_new_tokens=64"]))  # (off: no penalty)
     cfg = load_config(None, [both % ", buffer_tokens: 16", "policy.generation.max_new_tokens=64"])
     validate(cfg)
     capsys.readouterr()

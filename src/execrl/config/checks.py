@@ -251,7 +251,7 @@ def check_overlong_penalty(cfg: MasterConfig) -> None:
     """An overlong_penalty whose buffer is not shorter than its length limit would start below 0 tokens: every answer,
     however short, penalized by its length (and a group of wrong answers trained on length alone)."""
     for c in cfg.reward.components:
-        if c.name != "overlong_penalty":
+        if c.name != "overlong_penalty" or c.weight == 0:  # (weight 0: off, as NeMo RL's converted configs write it)
             continue
         buffer = c.params.get("buffer_tokens", 256)
         limit = c.params.get("max_tokens")

@@ -337,8 +337,17 @@ def _need_str_list(obj: dict, key: str) -> list[str]:
 
 
 def _defined(code: str) -> set[str]:
-    """The names a test script defines at its top level (compiled already: _python_syntax)."""
-    return {node.name for node in ast.parse(code).body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    """The names a test script binds anywhere (compiled already: _python_syntax): a def, a class, an assignment
+    (`check = _check`), an import (`from tests import check`)."""
+    names = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.alias):
+            names.add(node.asname or node.name.split(".")[0])
+    return names
 
 
 def _tests_that_test(asserts: list[str]) -> list[str]:
