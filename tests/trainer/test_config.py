@@ -204,8 +204,8 @@ def test_env_name_and_processor_are_checked_against_the_dataset(tmp_path):
         run(tmp_path, "env", "data.default.env_name=math", "grpo.max_num_steps=1", "warmup.sft_steps=0")
     with pytest.raises(ConfigError, match="processor is 'math_hf_data_processor'.*auto"):
         check_dataset_names(load_config(None, ["data.default.processor=math_hf_data_processor"]),
-                            {"code": {"data.train"}})
-    check_dataset_names(load_config(None, ["data.default.processor=code_hf_data_processor"]), {"code": {"data.train"}})
+                            {("data.train", "code")})
+    check_dataset_names(load_config(None, ["data.default.processor=code_hf_data_processor"]), {("data.train", "code")})
     # the shipped code configs validated on the base config's GSM8K (math) and stopped at their first data load;
     # --dry-run names the dataset that holds the other kind, where a built-in dataset's kind is known
     proc = cli("configs/grpo_code_2gpu_test.yaml", "data.validation={dataset_name: gsm8k, split: test}", "--dry-run")

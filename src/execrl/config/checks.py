@@ -333,11 +333,8 @@ def check_datasets(cfg: MasterConfig) -> None:
                                   f"{close[0]!r}?)")
     kinds = {DATASETS[dataset_key(d.dataset_name)].kind for d in cfg.data.train_sets}
     check_reward_fits(cfg, kinds - {None})
-    holders = {}  # (the kinds known before reading any row: a built-in dataset's)
-    for key, d in dataset_entries(cfg):
-        if DATASETS[dataset_key(d.dataset_name)].kind is not None:
-            holders.setdefault(DATASETS[dataset_key(d.dataset_name)].kind, set()).add(f"{key} ({d.dataset_name})")
-    check_dataset_names(cfg, holders)
+    check_dataset_names(cfg, {(f"{key} ({d.dataset_name})", DATASETS[dataset_key(d.dataset_name)].kind)
+                              for key, d in dataset_entries(cfg)})  # (the kinds known before any row: a built-in's)
     infos = [DATASETS[dataset_key(d.dataset_name)] for d in cfg.data.train_sets]
     if cfg.warmup.sft_steps and infos and not any(i.generated or i.own for i in infos):  # (files carry no references;
         raise ConfigError(no_references(cfg))  # a loader of one's own may: the run checks its problems)
@@ -458,16 +455,23 @@ def missing_package(cfg: MasterConfig) -> str | None:
 
 def check_model_directory(cfg: MasterConfig) -> None:
     """A policy.model_name that can only be a directory (a path, not org/name) is one on this machine."""
+    _local_directory(cfg.policy.model_name, "policy.model_name")
+
+
+def _local_directory(name: str, key: str) -> bool:
+    """Whether `name` is a directory on this machine; raises where it can only be one (a path, not org/name) and
+    is not."""
     from execrl.models import looks_like_path
 
-    name = cfg.policy.model_name
-    if looks_like_path(name) and not Path(name).expanduser().is_dir():
-        raise ConfigError(f"policy.model_name {name!r}: no such directory (a hub id looks like org/name)")
+    if Path(name).expanduser().is_dir():
+        return True
+    if looks_like_path(name):
+        raise ConfigError(f"{key} {name!r}: no such directory (a hub id looks like org/name)")
+    return False
 
 
 def check_model(cfg: MasterConfig) -> None:
     """The policy can be loaded (model_reachable). Not part of validate(): --dry-run works without the model."""
-    check_model_directory(cfg)
     model_reachable(cfg.policy.model_name, cfg.offline, "policy.model_name")
 
 
@@ -476,12 +480,8 @@ def model_reachable(name: str, offline: bool, key: str) -> None:
     seconds: not after minutes of retries, and before torchrun starts a process per GPU that would each fail)."""
     import os
 
-    if name.startswith("builtin:") or Path(name).expanduser().is_dir():
+    if name.startswith("builtin:") or _local_directory(name, key):
         return
-    from execrl.models import looks_like_path
-
-    if looks_like_path(name):
-        raise ConfigError(f"{key} {name!r}: no such directory (a hub id looks like org/name)")
     import huggingface_hub
 
     if isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str):
@@ -622,10 +622,14 @@ def check_opponent(cfg: MasterConfig, game: bool) -> None:
                                   f"{list(GAMES[name].roles)}")
 
 
-def check_dataset_names(cfg: MasterConfig, holders: dict[str, set[str]]) -> None:
+def check_dataset_names(cfg: MasterConfig, held: set[tuple[str, str | None]]) -> None:
     """data.default.env_name and processor, NeMo RL's names for how rows are read and graded, must
     fit the kinds of problem (code, math) the training and validation data hold: execrl grades each
-    problem by its kind. holders: each kind of problem, the datasets (keys) that hold it."""
+    problem by its kind. held: (a dataset's key, a kind of problem it holds; None: not known yet)."""
+    holders: dict[str, set[str]] = {}
+    for where, kind in held:
+        if kind is not None:
+            holders.setdefault(kind, set()).add(where)
     d = cfg.data.default
     for key, named in (("env_name", d.env_name), ("processor", d.processor)):
         # code | math (env_name's values, and the processors' prefixes); the reward model reads

@@ -248,11 +248,8 @@ def training_data(cfg: MasterConfig, tokenizer) -> tuple[list[Problem], list[Pro
     """The training and validation problems (prompts over the limit dropped, with a count) and the
     warm-up's references."""
     train, val, refs = load_data(cfg)
-    holders = {}
-    for where, problems in (("data.train", train), ("data.validation", val)):
-        for kind in {p.kind for p in problems}:
-            holders.setdefault(kind, set()).add(where)
-    check_dataset_names(cfg, holders)
+    check_dataset_names(cfg, {(where, p.kind) for where, problems in (("data.train", train), ("data.validation", val))
+                              for p in problems})
     check_reward_fits(cfg, {p.kind for p in train})  # (the kinds of rows read: a jsonl's known only now)
     val = drop_long(val, tokenizer, cfg, "data.validation", want=cfg.grpo.max_val_samples)
     if not val and cfg.grpo.max_val_samples > 0 and (cfg.grpo.val_period > 0 or cfg.grpo.val_at_start):
