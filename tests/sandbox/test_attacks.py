@@ -979,6 +979,11 @@ def _bwrap_user_pool():
     return WorkerPool(1, isolation=Isolation("bwrap-user", detect().bwrap))
 
 
+def _grader(mode: str) -> Grader:
+    """A one-worker grader in the default mode, or in bwrap-user mode (the program is the zygote's uid)."""
+    return Grader(1, FAST, pool=_bwrap_user_pool() if mode == "bwrap-user" else None)
+
+
 LEAVE_IN_FORMS = LEAVE_BEHIND["TIME_WAIT sockets"].replace("print('ok')", "") + \
     LEAVE_BEHIND["PID counter"].replace("print('ok')", "") + "def f(x):\n    return 2\n"
 FORMS = {"stdio": ONE, "assert form": {"asserts": ["assert f(1) == 2"]}, "call form": CALL_F}
@@ -992,8 +997,7 @@ FORMS = {"stdio": ONE, "assert form": {"asserts": ["assert f(1) == 2"]}, "call f
 def test_a_program_leaves_nothing_in_the_network_or_pid_counter(mode, name, form):
     """A later program reads the same network state, PIDs and inode numbers whatever the one before it did on the
     same worker."""
-    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
-    with Grader(1, FAST, pool=pool) as g:
+    with _grader(mode) as g:
         fresh = g.run(READ_BACK)
         assert fresh.verdict == V.PASS, fresh.stderr
         code = LEAVE_BEHIND[name] if form == "stdio" else LEAVE_IN_FORMS
@@ -1018,8 +1022,7 @@ def test_a_loopback_server_within_the_program_still_works(mode):
             "    u = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n    u.bind(('::1', 0))\n"
             "    u.sendto(b'', u.getsockname())\n    u.recv(1)\n"
             "    print('ok' if got == b'OKK' else got)")
-    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
-    with Grader(1, FAST, pool=pool) as g:
+    with _grader(mode) as g:
         for _ in range(2):  # and again on the same worker, in the next program's namespaces
             r = graded_quickly(g, code)
             assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
@@ -1036,7 +1039,7 @@ def test_no_capability_of_the_zygote_reaches_the_program_in_bwrap_user_mode():
             "done = [libc.unshare(0x40000000) == 0, libc.mount(b'none', b'/tmp/m', b'tmpfs', 0, None) == 0]\n"
             "print('ok' if not any(done) and not caps['CapEff'] and not caps['CapPrm'] and not caps['CapAmb'] "
             "else (done, caps))")
-    with Grader(1, FAST, pool=_bwrap_user_pool()) as g:
+    with _grader("bwrap-user") as g:
         r = graded_quickly(g, code)
         assert r.verdict == V.PASS, r.tests[0].output
         r = g.run("import subprocess\nprint(subprocess.run(['cat', '/proc/self/status'], capture_output=True, "
@@ -1052,8 +1055,7 @@ def test_a_program_that_spoils_its_streams_spoils_no_later_test(mode):
     code = ("import os, fcntl, sys\ndata = sys.stdin.read()\nos.pwrite(0, b'junk' * 1000, 0)\n"
             "for fd in (1, 2, 3):\n    fcntl.fcntl(fd, fcntl.F_SETFL, 0)\n    try:\n        os.fchmod(fd, 0)\n"
             "    except OSError:\n        pass\nos.write(2, b'e' * 100000)\nprint(data, end='')")
-    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
-    with Grader(1, FAST, pool=pool) as g:
+    with _grader(mode) as g:
         r = graded_quickly(g, code, {"inputs": ["a\n", "b\n", "c\n"], "outputs": ["a\n", "b\n", "c\n"]})
         assert r.verdict == V.PASS, r.to_dict()
         after = ("import sys\nwith open('/dev/stdout', 'a') as f:\n    f.write(sys.stdin.read())\n"
@@ -1095,8 +1097,7 @@ def test_dev_holds_nothing_a_program_leaves(mode):
              "    except OSError:\n        pass\nprint('ok')")
     read = ("import os\nopen('/dev/stdout', 'w').write('ok\\n' if not os.path.exists('/dev/answer') and "
             "all(os.fstat(fd).st_atime < 4242424242 for fd in (0, 2)) else 'left\\n')")
-    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
-    with Grader(1, FAST, pool=pool) as g:
+    with _grader(mode) as g:
         assert g.grade(read, ONE).verdict == V.PASS
         assert g.grade(leave, ONE).verdict == V.PASS
         r = g.grade(read, ONE)
@@ -1111,8 +1112,7 @@ def test_a_program_opens_no_pseudo_terminal(mode):
     it, or the host, got 'No space left on device'."""
     probe = ("import os\ntry:\n    os.openpty()\n    print('pty')\nexcept OSError:\n    print('none')\n"
              "try:\n    open('/dev/pts/x', 'w')\n    print('written')\nexcept OSError:\n    pass\n")
-    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
-    with Grader(1, FAST, pool=pool) as g:
+    with _grader(mode) as g:
         r = g.run(probe)
     assert r.stdout == "none\n", (r.to_dict(), r.stderr)
 
@@ -1212,8 +1212,7 @@ def test_no_lease_hint_or_inode_flag_on_the_streams_reaches_the_next_program(mod
             "flags = struct.unpack('l', fcntl.ioctl(1, 0x80086601, bytes(8)))[0]\n"
             "leases = [fcntl.fcntl(fd, 1025) for fd in (0, 1, 2)]\n"
             "print('ok' if hints == [0, 0, 0] and flags == 0 and leases == [2, 2, 2] else (hints, flags, leases))")
-    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
-    with Grader(1, FAST, pool=pool) as g:
+    with _grader(mode) as g:
         assert graded_quickly(g, read).verdict == V.PASS
         assert graded_quickly(g, leave).verdict == V.PASS
         r = graded_quickly(g, read)
@@ -1228,8 +1227,7 @@ def test_a_program_may_set_its_own_processes_limits(mode):
     code = ("import os, resource, subprocess, sys\nchild = subprocess.Popen([sys.executable, '-c', 'import time; "
             "time.sleep(30)'])\nfor pid in (os.getpid(), child.pid):\n    resource.prlimit(pid, resource.RLIMIT_CORE, "
             "(0, 0))\nprint(resource.prlimit(child.pid, resource.RLIMIT_CORE))\nchild.kill()")
-    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
-    with Grader(1, FAST, pool=pool) as g:
+    with _grader(mode) as g:
         r = g.run(code)
         assert r.verdict == V.PASS and r.stdout.strip() == "(0, 0)", (r.stdout, r.stderr)
 
@@ -1249,8 +1247,7 @@ def test_a_program_cannot_set_what_the_zygote_and_later_programs_inherit(mode):
     inherits (200 MB became a MemoryError, a stack limit a crash, a lowered hard limit the next program's
     infra_error), and the zygote's OOM score adjustment, core dump filter and autogroup nice, written through
     /proc/1, carried to every later program. Each later program now starts as the first did."""
-    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
-    with Grader(1, FAST, pool=pool) as g:
+    with _grader(mode) as g:
         fresh = g.run(READ_SELF)
         assert fresh.verdict == V.PASS, fresh.stderr
         assert graded_quickly(g, SET_ZYGOTE).verdict == V.PASS
@@ -1268,7 +1265,6 @@ def test_no_sysctl_is_writable_from_a_program(mode):
     code = ("import os\nopened = []\nfor p in ('kernel/core_pattern', 'kernel/hostname', 'vm/drop_caches', "
             "'net/ipv4/ip_local_port_range'):\n    try:\n        os.close(os.open('/proc/sys/' + p, os.O_WRONLY))\n"
             "        opened.append(p)\n    except OSError:\n        pass\nprint('ok' if not opened else opened)")
-    pool = _bwrap_user_pool() if mode == "bwrap-user" else None
-    with Grader(1, FAST, pool=pool) as g:
+    with _grader(mode) as g:
         r = graded_quickly(g, code)
         assert r.verdict == V.PASS, (r.tests[0].output, r.stderr)
