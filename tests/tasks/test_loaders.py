@@ -496,8 +496,9 @@ def test_rows_no_program_could_pass_or_fail_are_refused_with_their_reason(tmp_pa
     bound = {"id": "bound", "prompt": "Write f().", "tests": {"check": "def _c(candidate):\n    assert candidate() == 1"
                                                                      "\ncheck = _c", "entry_point": "f"}}
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [ok, *bad, bound]))
-    problems, _ = load_problems("jsonl", "train", str(tmp_path / "rows.jsonl"), 0)
+    problems, report = load_problems("jsonl", "train", str(tmp_path / "rows.jsonl"), 0)
     assert [p.id for p in problems] == ["ok", "bound"]
+    assert report.examples["unusable tests (a call test expects NaN, which no value equals)"] == ["nan"]
     (tmp_path / "deep.jsonl").write_text(json.dumps(ok) + "\n" + '{"id": "d", "tests": ' + "[" * 100_000 + "]" * 100_000
                                           + "}\n")
     with pytest.raises(DatasetError, match="deep.jsonl, line 2: JSON nested too deeply"):

@@ -252,10 +252,10 @@ def _call_tests(obj: dict, inputs: list[str], outputs: list[str]) -> CallTests:
                 args.append(a)
             expected.append(_json(out, big_ints, expected=True))
         except _NoNaN:
-            raise TestSpecError(f"call test {i}: an expected NaN, which no value equals: no program could pass") \
+            raise TestSpecError(f"a call test expects NaN, which no value equals: no program could pass (test {i})") \
                 from None
-        except ValueError as e:
-            raise TestSpecError(f"call test {i}: input or output is not JSON ({e})") from None
+        except ValueError as e:  # (the reason first: a row's skip line is what comes before the first ": ")
+            raise TestSpecError(f"a call test's input or output is not JSON: test {i}: {e}") from None
     return CallTests(obj["fn_name"], args, expected)
 
 
