@@ -456,3 +456,19 @@ def test_the_dropped_prompts_line_states_the_limit_it_applied(tiny_model_dir, ca
     drop_long(val, load_tokenizer(str(tiny_model_dir)), cfg, "data.validation")
     said = capsys.readouterr().err.replace("\n", " ")
     assert "prompt over 39 tokens" in said and "(40) less one token (max_new_tokens 40 fills the context" in said, said
+
+
+def test_problems_of_one_id_from_two_sets_keep_their_own_warmup_reference(capsys):
+    """Two generated sets (or two JSONL files numbered from 0) gave different problems the same id, and the warm-up
+    found its references by id: each problem of the first set was taught the second set's solution. Each problem
+    now has its own id (the later one renamed `id#2`), with a line saying so (6 training and 6 validation
+    problems here)."""
+    from execrl.trainer.data import load_data
+
+    sets = ", ".join("{dataset_name: 'builtin:arith-code', split_validation_size: 0, options: {seed: %d, count: 6}}" % s
+                     for s in (1, 2))
+    train, _, refs = load_data(load_config(None, [f"data.train=[{sets}]", "data.validation=null"]))
+    assert len({p.id for p in train}) == len(train) == 12
+    assert all(refs[p.id][0]["content"] == p.metadata["reference_completion"] for p in train)
+    assert "12 problem(s) share an id with another row (e.g. 'arith/train/0', now 'arith/train/0#2')" in \
+        capsys.readouterr().err.replace("\n", " ")

@@ -69,6 +69,7 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
         val.append(load_split(d, seed))
     val = [p for turn in zip_longest(*val) for p in turn if p is not None]  # the sources interleaved: where
     # grpo.max_val_samples cuts (setup.training_data), each keeps its share
+    own_ids(train + val)
     impl = cfg.env.math.math_verify_impl
     asked = {p.id.split("/")[0]: p.metadata[VERIFIER] for p in train + val if p.metadata.get(VERIFIER, impl) != impl}
     # (DAPO's prompts ask for an "Answer:" line, which hf_math_verify does not look for)
@@ -87,6 +88,28 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
         rng = random.Random(seed)
         refs.update({p.id: feedback_reference(p, rng, cfg) for p in train[1::2] if "wrong_attempts" in p.metadata})
     return train, val, refs
+
+
+def own_ids(problems: list[Problem]) -> None:
+    """Each problem its own id: a row that shares one with another row (two files' row numbers, a file's repeated
+    ids) is renamed `id#2`, `id#3`..., with a line saying so. The warm-up's reference solutions are found by id: a
+    problem took another's, and the rollouts' records named two problems alike. (A problem repeated by
+    data.train.repeat is the same problem: it keeps its id.)"""
+    owner: dict[str, Problem] = {}
+    renamed = []
+    for p in problems:
+        if owner.setdefault(p.id, p) is p:
+            continue
+        n, first = 2, p.id
+        while f"{first}#{n}" in owner:
+            n += 1
+        p.id = f"{first}#{n}"
+        owner[p.id] = p
+        renamed.append((first, p.id))
+    if renamed and dist.is_main():
+        err.print(f"{len(renamed)} problem(s) share an id with another row (e.g. {renamed[0][0]!r}, now "
+                  f"{renamed[0][1]!r}): each is its own problem, with its own reference for the warm-up",
+                  markup=False)
 
 
 class ProblemSampler:
