@@ -1232,6 +1232,25 @@ def test_a_program_may_set_its_own_processes_limits(mode):
         assert r.verdict == V.PASS and r.stdout.strip() == "(0, 0)", (r.stdout, r.stderr)
 
 
+@namespaces
+@pytest.mark.parametrize("mode", ["default", "bwrap-user"])
+def test_the_channel_to_the_checker_is_in_the_programs_network_namespace(mode):
+    """The assert and check forms' channel (the program's fd 4) was a socket the grading process made, in the
+    host's network namespace: an interface ioctl on it listed the host's interfaces and addresses, and an abstract
+    name bound on it was the host's (a service's name squatted; a signal between programs graded at once). The
+    program's runner now makes it, in the program's own namespace."""
+    code = ("import array, fcntl, os, socket, struct\n"
+            "buf = array.array('B', bytes(40 * 32))\n"
+            "n = struct.unpack('iL', fcntl.ioctl(4, 0x8912, struct.pack('iL', len(buf), buf.buffer_info()[0])))[0]\n"
+            "names = [buf.tobytes()[i:i + 16].rstrip(bytes(1)).decode() for i in range(0, n, 40)]\n"
+            "socket.socket(fileno=os.dup(4)).bind(b'\\0execrl-channel-test')\n"
+            "own = any(line.rstrip().endswith('@execrl-channel-test') for line in open('/proc/net/unix'))\n"
+            "def f():\n    return names, own\n")
+    with _grader(mode) as g:
+        r = graded_quickly(g, code, {"asserts": ["assert f() == (['lo'], True), f()"]})
+        assert r.verdict == V.PASS, (r.tests[0].detail, r.stderr)
+
+
 READ_SELF = ("x = bytearray(100 << 20)\nprint([open('/proc/self/' + n).read().strip() for n in ('oom_score_adj', "
              "'coredump_filter')], open('/proc/1/autogroup').read().split()[-1])")
 SET_ZYGOTE = ("import resource\ntry:\n    resource.prlimit(1, resource.RLIMIT_DATA, (32 << 20, 32 << 20))\n"

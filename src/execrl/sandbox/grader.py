@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sys
 import threading
 import time
@@ -392,15 +391,15 @@ def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, l
            "check": spec.check if isinstance(spec, CheckTests) else "",
            "entry_point": spec.entry_point if isinstance(spec, CheckTests) else None,
            "call_timeout_s": max(2 * lim.timeout_s, lim.timeout_s + 1)}
-    ours, theirs = socket.socketpair()  # the program's end and the checker's end of their private channel
-    try:  # our copies close as soon as they are handed over: each side must see EOF when the other ends
-        w.runner.send(dict(program, op="serve", num_tests=n), [source], fds=[ours.fileno()])
-        ours.close()
-        w.checker.send({"op": "check", "limits": program["limits"], "job": job}, fds=[theirs.fileno()])
-        theirs.close()
+    # the program's runner makes their private channel in the program's own network namespace (a socket is its
+    # maker's: one of ours would show the program this host's interfaces, and bind abstract names in its namespace)
+    w.runner.send(dict(program, op="serve", num_tests=n), [source])
+    _, _, fds = w.runner.receive_fds(timeout=60)
+    try:  # our copy closes as soon as it is handed over: each side must see EOF when the other ends
+        w.checker.send({"op": "check", "limits": program["limits"], "job": job}, fds=fds[:1])
     finally:
-        ours.close()
-        theirs.close()
+        for fd in fds:
+            os.close(fd)
     try:
         check, _ = w.checker.receive(timeout=n * per_test_wall + 60)
         w.runner.send({"op": "stop"})

@@ -73,19 +73,28 @@ class SandboxProcess:
             raise WorkerDied(f"{self.role} sandbox failed ({e}){self._log_tail()}") from None
 
     def receive(self, timeout: float) -> tuple[dict, list[bytes]]:
+        reply, out, fds = self.receive_fds(timeout)
+        for fd in fds:
+            os.close(fd)
+        return reply, out
+
+    def receive_fds(self, timeout: float) -> tuple[dict, list[bytes], list[int]]:
+        """A reply, its blobs and the file descriptors it carried (the caller's to close)."""
         try:
             self.sock.settimeout(timeout)
-            reply, out, _ = recv_msg(self.sock, max_header=MAX_REPLY)
+            reply, out, fds = recv_msg(self.sock, max_header=MAX_REPLY)
         except (OSError, EOFError) as e:  # socket.timeout is an OSError
             raise WorkerDied(f"{self.role} sandbox failed ({type(e).__name__}: {e}){self._log_tail()}") from None
         except (ValueError, RecursionError) as e:
             self.retired = True
             raise ReplyUnreadable(f"{type(e).__name__}: {e}"[:200]) from None
         if "infra_error" in reply:
+            for fd in fds:
+                os.close(fd)
             raise WorkerDied(f"{self.role} sandbox error: {reply['infra_error']}\n{reply.get('trace', '')}")
         if "recycle" in reply:  # the program's verdict stands; this sandbox is not used again
             self.retired = True
-        return reply, out
+        return reply, out, fds
 
     def _log_tail(self) -> str:
         self.log.seek(0)

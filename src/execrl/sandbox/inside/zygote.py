@@ -525,7 +525,12 @@ class Zygote:
         lim, n = h["limits"], max(1, h["num_tests"])
         cpu, wall = lim["timeout_s"] * n, (2 * lim["timeout_s"] + 1) * n + 1
         job = {"mode": "serve", "src": self.src}
-        return self.spawn(python_child, job, lim, cpu_s=cpu, wall_s=wall, rpc_fd=fds.pop(0), until_stop=True)
+        ours, theirs = socket.socketpair()  # the channel to the checker, made here: in the program's network
+        try:  # namespace (a socket is its maker's), its other end to the grader, which hands it to the checker
+            send_msg(self.ctrl, {"channel": True}, fds=[theirs.fileno()])
+        finally:
+            theirs.close()
+        return self.spawn(python_child, job, lim, cpu_s=cpu, wall_s=wall, rpc_fd=ours.detach(), until_stop=True)
 
     def op_check(self, h: dict, blobs, fds) -> tuple[dict, list]:
         lim, n = h["limits"], max(1, len(h["job"]["snippets"]))
