@@ -292,6 +292,13 @@ def test_an_override_in_another_tools_form_is_shown_as_key_value(args, example):
     assert proc.returncode == 2 and "key=value" in proc.stderr and example in proc.stderr, proc.stderr
 
 
+def test_an_unknown_flag_of_train_is_named_without_the_key_value_hint():
+    """`execrl train --verbose` was told a config key is set as key=value: no key was in sight."""
+    proc = execrl("train", "--dry-run", "--verbose")
+    assert proc.returncode == 2 and "unrecognized arguments: --verbose" in proc.stderr, proc.stderr
+    assert "key=value" not in proc.stderr
+
+
 def test_eval_of_a_hub_model_the_hub_does_not_give_stops_in_seconds(tmp_path):
     """With no network, `execrl eval --model org/name` retried the hub for ~100 s (20 'Retrying' lines) after loading
     the data and starting the sandbox; now one line before either."""

@@ -130,7 +130,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args, rest = parser.parse_known_args(argv)
     if args.command == "train" and all(("=" in a or a.startswith("~")) and not a.startswith("-") for a in rest):
         args.overrides += rest  # key=value overrides after a flag (`execrl train cfg.yaml --dry-run a.b=1`)
-    elif rest and args.command == "train":  # (Hydra's and argparse's habits: `--a.b=1`, `a.b 1`)
+    elif args.command == "train" and any("." in a.split("=")[0] for a in rest):  # (Hydra's and argparse's habits:
+        # `--a.b=1`, `a.b 1`)
         dashed = next((a for a in rest if a.startswith("--") and "." in a.split("=")[0]), None)
         example = (dashed.lstrip("-") if "=" in dashed else f"{dashed.lstrip('-')}=VALUE") if dashed else \
             "grpo.max_num_steps=200"
