@@ -416,7 +416,8 @@ def test_a_loaders_options_from_the_command_line(tmp_path):
 def test_dapo_answers_are_read_as_their_prompts_ask(tmp_path):
     """DAPO's prompts ask for an 'Answer:' line: eval read the last number with hf_math_verify (Answer: \\frac{1}{2}
     was 2, wrong) where a training run with NeMo RL's DAPO recipe scores it right; --math-verify-impl picks the check
-    and summary.json records the one used."""
+    and summary.json records the one used. hf_math_verify reads as math-verify does: \\frac{1}{2} whole, 2\\sqrt{2}
+    as its 2."""
     golds = ["\\frac{1}{2}", "2\\sqrt{2}", "204"]
     (tmp_path / "dapo").mkdir()
     (tmp_path / "dapo" / "train.jsonl").write_text("".join(json.dumps(
@@ -424,7 +425,7 @@ def test_dapo_answers_are_read_as_their_prompts_ask(tmp_path):
                      "$Answer"}], "reward_model": {"ground_truth": g}}) + "\n" for g in golds))
     (tmp_path / "c.jsonl").write_text("".join(json.dumps(
         {"problem_id": f"DAPOMath17K/train/{i}", "completion": f"Work.\nAnswer: {g}"}) + "\n" for i, g in enumerate(golds)))
-    for flags, want, impl in (([], 1.0, "dapo_math_verify"), (["--math-verify-impl", "hf_math_verify"], 1 / 3,
+    for flags, want, impl in (([], 1.0, "dapo_math_verify"), (["--math-verify-impl", "hf_math_verify"], 2 / 3,
                                                               "hf_math_verify")):
         out = tmp_path / impl
         proc = run("--completions", tmp_path / "c.jsonl", "--dataset", "DAPOMath17K", "--split", "train",

@@ -241,3 +241,18 @@ def test_an_answer_stated_as_a_sum_is_what_the_sum_equals():
              "So the answer is Mr. Boarden needs 24 x 24 = 576.": "576", "The answer is 4. Check: 2 x 3 = 6": "4",
              "The answer is \\(x = \\frac{1}{2}\\)": "\\frac{1}{2}", "The answer is 15; then x = 3 fails.": "15"}
     assert [(t, math_answer(t)) for t, gold in right.items() if not answers_match(math_answer(t), gold)] == []
+
+
+def test_what_follows_answer_is_in_another_sentence_a_unit_or_escaped_dollars_is_not_the_answer():
+    """"I'm not sure the answer is right. 5 * 6 = 30" read 5 (the next sentence's first operand), "The answer is not
+    12. ... 15" read 12, "60 \\(\\text{km/h}\\)" the unit, "\\$12 per hour, ... \\$96" the text between the
+    dollars, "$2 and there are 3, so 2 \\times 3 = 6$" that prose as LaTeX, "The answer is \\frac{3}{4}." its 3."""
+    from execrl.rewards.math_answers import answers_match
+
+    right = {"I'm not sure the answer is right. Let me recompute: 5 * 6 = 30.": "30",
+             "The answer is not 12. The correct total is 15.": "15", "The speed is 60 \\(\\text{km/h}\\).": "60",
+             "So Natalia sold 72 \\(\\text{clips}\\) altogether.": "72", "The area is 25 $\\text{cm}^2$.": "25",
+             "So the answer is \\$12 per hour, and for 8 hours she earns \\$96.": "12",
+             "Each costs $2 and there are 3, so 2 \\times 3 = 6$ total": "6", "The answer is \\frac{3}{4}.": "3/4",
+             "The answer is \\sqrt{2} meters": "\\sqrt{2}", "Answer: \\dfrac{7}{8}": "7/8"}
+    assert [(t, math_answer(t)) for t, gold in right.items() if not answers_match(math_answer(t), gold)] == []

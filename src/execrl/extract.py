@@ -166,8 +166,10 @@ NUMBER = re.compile(r"[-\u2212]?(?:\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|\d+(?:\.\d
 # (\u2212: the minus sign, as typeset; ".5" is a half, not 5; 1e3 a thousand, not 3; commas only as thousands
 # separators: "(1,2)" is 1 and 2, not 12)
 POWER = re.compile(rf"(?:{NUMBER.pattern})(?:\s*\^\s*\{{?\s*(?:{NUMBER.pattern})\s*\}}?)*")  # 2^10: 1024, not 10
-ANSWER_IS = re.compile(r"(?im)\banswer is\b:?|^[\s*_#]*(?:final )?answer[*_]*\s*:")  # "the final answer is", "Answer:"
-FIRST_SPAN = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]|\$\$(.+?)\$\$|\$([^$]+)\$")
+ANSWER_IS = re.compile(r"(?im)\banswer is\b(?!\s+not\b):?|^[\s*_#]*(?:final )?answer[*_]*\s*:")  # "the final answer is", "Answer:"
+FIRST_SPAN = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]|(?<!\\)\$\$(.+?)\$\$|(?<!\\)\$([^$]+?)(?<!\\)\$")  # (\$: a dollar)
+BARE_TEX = re.compile(r"\s*(\\[a-zA-Z].*?)(?=\s+[a-zA-Z]{2,}\b|[.,;:]?\s*$)")  # (to the first word)
+UNIT = re.compile(r"(?:\\(?:text|mathrm|textrm|mbox|operatorname)\s*\{[^{}]*\}|\\[,;:! ]|[\s^_{}\d/.~])+")  # \text{km/h}
 
 
 def math_answer(answer_text: str) -> str | None:
@@ -193,8 +195,12 @@ def math_answer(answer_text: str) -> str | None:
         return stated
     numbers = list(POWER.finditer(answer_text))
     latex = last_math_span(answer_text)
-    if latex is not None and (not numbers or latex[1] >= numbers[-1].end()):  # "is \\(\\frac{3}{4}\\)": the span,
-        return latex[0]  # as math-verify's extraction (NeMo RL's hf_math_verify) takes it, not its last digit
+    if latex is not None and (not numbers or latex[2] >= numbers[-1].end()):
+        before = [m for m in numbers if m.end() <= latex[1]][-1:]
+        if before and "\\" in latex[0] and UNIT.fullmatch(latex[0]) and not answer_text[before[0].end():latex[1]].strip():
+            return _plain(before[0].group())  # "60 \\(\\text{km/h}\\)": the number, not its unit
+        return latex[0]  # "is \\(\\frac{3}{4}\\)": the span, as math-verify's extraction (NeMo RL's hf_math_verify)
+        # takes it, not its last digit
     return _plain(numbers[-1].group()) if numbers else None
 
 
@@ -202,20 +208,24 @@ SENTENCE_END = re.compile(r"(?<!\bMr)(?<!\bMrs)(?<!\bMs)(?<!\bDr)(?<!\bSt)(?<!\b
 
 
 def _after_answer_is(text: str) -> str | None:
-    """The first number or LaTeX span after the last "answer is" (or "Answer:" line), on its line; where its
-    sentence is a sum, what its last "=" equals: "The answer is 4. Double check: ... 7" is 4, "the answer is 5 and
-    not 6" 5, "So the answer is 48+24 = 72." 72, "Answer: 15 gallons * 8 pints / gallon = 120 pints" 120."""
+    """The first number or LaTeX span after the last "answer is" (not "answer is not"; or an "Answer:" line), in its
+    sentence; where that sentence is a sum, what its last "=" equals: "The answer is 4. Double check: ... 7" is 4,
+    "the answer is 5 and not 6" 5, "So the answer is 48+24 = 72." 72, "Answer: 15 gallons * 8 pints / gallon = 120
+    pints" 120. None where the sentence states no number ("I'm not sure the answer is right. 5 * 6 = 30")."""
     stated = collections.deque(ANSWER_IS.finditer(text), maxlen=1)  # (the last, without a list of every one)
     stated = stated[0] if stated else None
     if stated is None:
         return None
     end = text.find("\n", stated.end())
-    line = text[stated.end():end if end >= 0 else len(text)][:300]
-    sentence = SENTENCE_END.split(line, maxsplit=1)[0]
-    sentence = FIRST_SPAN.sub(lambda m: " " * len(m.group()) if _is_math(_content(m)) else m.group(), sentence)
-    equals = line[sentence.rindex("=") + 1:] if "=" in sentence else ""  # (an "=" in a LaTeX span is the span's)
+    line = SENTENCE_END.split(text[stated.end():end if end >= 0 else len(text)][:300], maxsplit=1)[0]  # (its
+    # sentence: "I'm not sure the answer is right. 5 * 6 = 30" states none)
+    blanked = FIRST_SPAN.sub(lambda m: " " * len(m.group()) if _is_math(_content(m)) else m.group(), line)
+    equals = line[blanked.rindex("=") + 1:] if "=" in blanked else ""  # (an "=" in a LaTeX span is the span's)
     if FIRST_SPAN.search(equals) or POWER.search(equals):
         line = equals
+    bare = BARE_TEX.match(line)  # "The answer is \\frac{3}{4}.": LaTeX without delimiters, whole
+    if bare:
+        return bare.group(1)
     span, number = FIRST_SPAN.search(line), POWER.search(line)
     content = _content(span) if span else ""
     content = content.rsplit("=", 1)[-1].strip() or content  # "$x = 5$", "$48+24=72$": what it equals
@@ -231,14 +241,20 @@ def _content(span: re.Match) -> str:
 MATH_DELIMITERS = (("\\(", "\\)"), ("\\[", "\\]"), ("$$", "$$"), ("$", "$"))
 
 
+PROSE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,} +[a-zA-Z]{2,} +[a-zA-Z]{2,}(?![a-zA-Z{])")  # three words in a row
+
+
 def _is_math(content: str) -> bool:
-    """TeX markup, a number, or a tuple or interval: "$5 and $" between two prices is not."""
-    return bool(content) and bool(re.search(r"[\\{}^_]", content) or NUMBER.fullmatch(content)
-                                  or re.fullmatch(r"[(\[].*[)\]]", content, re.S))
+    """TeX markup, a number, or a tuple or interval, and not prose: "$5 and $" or "$2 and there are 3, so 2 \\times
+    3 = 6$" between two prices is not."""
+    if not content or PROSE.search(re.sub(r"\\(?:text|mathrm|textrm|mbox)\s*\{[^{}]*\}", " ", content)):
+        return False
+    return bool(re.search(r"[\\{}^_]", content) or NUMBER.fullmatch(content) or re.fullmatch(r"[(\[].*[)\]]", content,
+                                                                                                 re.S))
 
 
-def last_math_span(text: str) -> tuple[str, int] | None:
-    """The content of the last LaTeX math span (\\(...\\), \\[...\\], $$...$$, $...$) and the index where it ends,
+def last_math_span(text: str) -> tuple[str, int, int] | None:
+    """The content of the last LaTeX math span (\\(...\\), \\[...\\], $$...$$, $...$) and the indices where it starts and ends,
     where that content is mathematics (_is_math). Found from the text's end (rfind), in linear time however many
     unclosed delimiters it holds."""
     best = None
@@ -251,8 +267,8 @@ def last_math_span(text: str) -> tuple[str, int] | None:
             continue  # (a single $ beside another: the $$ form's)
         content = text[start + len(opener):close].strip()
         end = close + len(closer)
-        if _is_math(content) and (best is None or end > best[1]):
-            best = (content, end)
+        if _is_math(content) and (best is None or end > best[2]):
+            best = (content, start, end)
     return best
 
 

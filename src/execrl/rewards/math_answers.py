@@ -164,7 +164,9 @@ def _start() -> subprocess.Popen:
 
 
 def _math_verify(gold: str, guess: str) -> bool:
-    """math-verify's parse and verify of $gold$ and $guess$ in a child process, False past VERIFY_SECONDS."""
+    """math-verify's parse and verify of \\boxed{gold} and \\boxed{guess} in a child process, False past
+    VERIFY_SECONDS. (Boxed, as NeMo RL hands it the reference: in $...$ math-verify reads what it can of an answer,
+    "1.\\overline{6}" as 1; in a box, the whole answer or nothing.)"""
     children = _children
     with children.slots:
         with children.lock:
@@ -173,7 +175,7 @@ def _math_verify(gold: str, guess: str) -> bool:
             child = _start()
         reply = None
         try:
-            child.stdin.write(json.dumps([f"${gold}$", f"${guess}$"]) + "\n")
+            child.stdin.write(json.dumps([f"\\boxed{{{gold}}}", f"\\boxed{{{guess}}}"]) + "\n")
             child.stdin.flush()
             reply = _reply(child, VERIFY_SECONDS)
         except OSError:  # it died (a crash in sympy): scored 0, and a new one starts next time
