@@ -220,7 +220,7 @@ def test_no_false_pass_from_commas_exponents_or_numbers_after_the_answer():
     wrong = {"She has 3 cats. So the point is (1,2).": "12", "The roots are 1,2,3": "123", "It is 3,5 kg.": "35",
              "The answer is 2^10": "10", "The answer is 5 and not 6.": "6", "x = 12,5": "125"}
     right = {"Let a=3. The answer is $(1,2)$.": "(1,2)", "Let a=3. The answer is $[-2,7]$.": "[-2,7]",
-             "The answer is 4.\n\nDouble check: 2 x 3 = 6, 6 - 2 = 4... wait no 6 + 1 = 7.": "4",
+             "The answer is 4.\n\nDouble check: 2 x 3 = 6, 6 - 2 = 4, and 3 + 4 = 7.": "4",
              "Step 1: 2 apples. Step 2: 2 more. The answer is 4.\nStep 3: profit.": "4", "It is 10^3.": "1000",
              "Total 1,080 dollars": "1080", "**Answer:** 42": "42", "It costs $1,250.50 in all": "1250.5",
              "Final Answer: The final answer is $\\frac{3}{4}$. I hope it is correct.": "\\frac{3}{4}"}
@@ -246,7 +246,9 @@ def test_an_answer_stated_as_a_sum_is_what_the_sum_equals():
 def test_what_follows_answer_is_in_another_sentence_a_unit_or_escaped_dollars_is_not_the_answer():
     """"I'm not sure the answer is right. 5 * 6 = 30" read 5 (the next sentence's first operand), "The answer is not
     12. ... 15" read 12, "60 \\(\\text{km/h}\\)" the unit, "\\$12 per hour, ... \\$96" the text between the
-    dollars, "$2 and there are 3, so 2 \\times 3 = 6$" that prose as LaTeX, "The answer is \\frac{3}{4}." its 3."""
+    dollars, "$2 and there are 3, so 2 \\times 3 = 6$" that prose as LaTeX, "The answer is \\frac{3}{4}." its 3; an
+    answer taken back ("Wait, actually"), a description ("The answer is obtained by multiplying the 9 eggs"), a
+    markdown "#### Step 2" heading and the exponent of "48 m^2" were each read as the answer."""
     from execrl.rewards.math_answers import answers_match
 
     right = {"I'm not sure the answer is right. Let me recompute: 5 * 6 = 30.": "30",
@@ -254,5 +256,10 @@ def test_what_follows_answer_is_in_another_sentence_a_unit_or_escaped_dollars_is
              "So Natalia sold 72 \\(\\text{clips}\\) altogether.": "72", "The area is 25 $\\text{cm}^2$.": "25",
              "So the answer is \\$12 per hour, and for 8 hours she earns \\$96.": "12",
              "Each costs $2 and there are 3, so 2 \\times 3 = 6$ total": "6", "The answer is \\frac{3}{4}.": "3/4",
-             "The answer is \\sqrt{2} meters": "\\sqrt{2}", "Answer: \\dfrac{7}{8}": "7/8"}
+             "The answer is \\sqrt{2} meters": "\\sqrt{2}", "Answer: \\dfrac{7}{8}": "7/8",
+             "So the answer is 20.\n\nWait, actually I miscounted: she sells 9 eggs, so 9 * 2 = 18.": "18",
+             "The answer is obtained by multiplying the 9 eggs by $2, which gives 18.": "18",
+             "#### Step 1: Eggs sold\n16 - 3 - 4 = 9\n#### Step 2: Money\n9 * 2 = 18\n\nJanet makes $18 every day.": "18",
+             "Therefore, the area is 48 m^2.": "48", "we obtain \\(32\\) \\(\\text{in total}\\).": "32",
+             "The answer is $\\$18$.": "18", "#### 18 dollars": "18", "#### Final Answer\n\n18": "18"}
     assert [(t, math_answer(t)) for t, gold in right.items() if not answers_match(math_answer(t), gold)] == []

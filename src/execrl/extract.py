@@ -169,22 +169,28 @@ POWER = re.compile(rf"(?:{NUMBER.pattern})(?:\s*\^\s*\{{?\s*(?:{NUMBER.pattern})
 ANSWER_IS = re.compile(r"(?im)\banswer is\b(?!\s+not\b):?|^[\s*_#]*(?:final )?answer[*_]*\s*:")  # "the final answer is", "Answer:"
 FIRST_SPAN = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]|(?<!\\)\$\$(.+?)\$\$|(?<!\\)\$([^$]+?)(?<!\\)\$")  # (\$: a dollar)
 BARE_TEX = re.compile(r"\s*(\\[a-zA-Z].*?)(?=\s+[a-zA-Z]{2,}\b|[.,;:]?\s*$)")  # (to the first word)
+GSM8K_MARK = re.compile(r"[\s*_`]*(?:[-\u2212+$\\(\[.\d]|[^\n]*(?:answer|=))", re.I)  # "#### 18", "#### Final Answer"
+UNIT_POWER = re.compile(r"[A-Za-z]\s*\^\s*\{?\s*$")  # the 2 of "48 m^2" is no answer
+CLOSERS = re.compile(r"(?:\s|\\\)|\\\]|\$)*")  # between a number and its unit: "\\(32\\) \\(\\text{in total}\\)"
+CORRECTED = re.compile(r"(?i)\b(?:wait|actually|oops|mistake|miscalculat\w*|miscount\w*|let me (?:re\w+|correct)|"
+                       r"correction|I was wrong)\b")  # after the stated answer: it no longer stands
 UNIT = re.compile(r"(?:\\(?:text|mathrm|textrm|mbox|operatorname)\s*\{[^{}]*\}|\\[,;:! ]|[\s^_{}\d/.~])+")  # \text{km/h}
 
 
 def math_answer(answer_text: str) -> str | None:
-    """A math completion's final answer: \\boxed{}, else after the last ####, else what follows the last "answer is"
-    (or an "Answer:" line) on its line, else the last number or LaTeX math span, whichever ends later
-    (last_math_span). After ####: the line that follows (after its last "=", if any), less markdown emphasis; where it
-    is words around a number ("18 dollars"), the number; where it holds none (a "#### Final Answer" heading), the
-    last number after it. LaTeX (a backslash, braces) stays whole; a power (2^10) is one answer."""
+    """A math completion's final answer: \\boxed{}, else after the last #### (GSM8K's mark, not a markdown heading
+    such as "#### Step 2: Money"), else what the last "answer is" (or an "Answer:" line) states (_after_answer_is),
+    else the last number or LaTeX math span, whichever ends later (last_math_span; a unit's exponent, the 2 of
+    "m^2", is no number). After ####: the line that follows (after its last "=", if any), less markdown emphasis;
+    where it is words around a number ("18 dollars"), the number; where it holds none (a "#### Final Answer"
+    heading), the last number after it. LaTeX (a backslash, braces) stays whole; a power (2^10) is one answer."""
     boxed = last_boxed(answer_text)
     if boxed is not None:
         return boxed
-    if "####" in answer_text:
-        tail = answer_text.rsplit("####", 1)[1].strip()
-        if not tail:
-            return None
+    tail = answer_text.rsplit("####", 1)[1].strip() if "####" in answer_text else None
+    if tail == "":
+        return None
+    if tail and GSM8K_MARK.match(tail):  # (not a markdown heading, "#### Step 2: Money": read on)
         line = tail.splitlines()[0].rsplit("=", 1)[-1].strip().strip("*_` ")  # ("2 + 3 = 5": what it equals)
         if re.search(r"[\\{}^]", line) or NUMBER.fullmatch(line.strip("$").rstrip(".")):
             return line
@@ -193,11 +199,13 @@ def math_answer(answer_text: str) -> str | None:
     stated = _after_answer_is(answer_text)
     if stated is not None:
         return stated
-    numbers = list(POWER.finditer(answer_text))
+    numbers = [m for m in POWER.finditer(answer_text) if not UNIT_POWER.search(answer_text, max(0, m.start() - 12),
+                                                                                                 m.start())]
     latex = last_math_span(answer_text)
     if latex is not None and (not numbers or latex[2] >= numbers[-1].end()):
         before = [m for m in numbers if m.end() <= latex[1]][-1:]
-        if before and "\\" in latex[0] and UNIT.fullmatch(latex[0]) and not answer_text[before[0].end():latex[1]].strip():
+        if before and "\\" in latex[0] and UNIT.fullmatch(latex[0]) and CLOSERS.fullmatch(answer_text, before[0].end(),
+                                                                                      latex[1]):
             return _plain(before[0].group())  # "60 \\(\\text{km/h}\\)": the number, not its unit
         return latex[0]  # "is \\(\\frac{3}{4}\\)": the span, as math-verify's extraction (NeMo RL's hf_math_verify)
         # takes it, not its last digit
@@ -211,7 +219,9 @@ def _after_answer_is(text: str) -> str | None:
     """The first number or LaTeX span after the last "answer is" (not "answer is not"; or an "Answer:" line), in its
     sentence; where that sentence is a sum, what its last "=" equals: "The answer is 4. Double check: ... 7" is 4,
     "the answer is 5 and not 6" 5, "So the answer is 48+24 = 72." 72, "Answer: 15 gallons * 8 pints / gallon = 120
-    pints" 120. None where the sentence states no number ("I'm not sure the answer is right. 5 * 6 = 30")."""
+    pints" 120. None where the sentence states no number ("I'm not sure the answer is right. 5 * 6 = 30"), where
+    more than two words come before it (a description), or where the text takes it back after it ("Wait,",
+    "actually", "mistake")."""
     stated = collections.deque(ANSWER_IS.finditer(text), maxlen=1)  # (the last, without a list of every one)
     stated = stated[0] if stated else None
     if stated is None:
@@ -219,6 +229,8 @@ def _after_answer_is(text: str) -> str | None:
     end = text.find("\n", stated.end())
     line = SENTENCE_END.split(text[stated.end():end if end >= 0 else len(text)][:300], maxsplit=1)[0]  # (its
     # sentence: "I'm not sure the answer is right. 5 * 6 = 30" states none)
+    if CORRECTED.search(text, stated.end() + len(line)):  # "So the answer is 20. Wait, ... 9 * 2 = 18."
+        return None
     blanked = FIRST_SPAN.sub(lambda m: " " * len(m.group()) if _is_math(_content(m)) else m.group(), line)
     equals = line[blanked.rindex("=") + 1:] if "=" in blanked else ""  # (an "=" in a LaTeX span is the span's)
     if FIRST_SPAN.search(equals) or POWER.search(equals):
@@ -229,9 +241,10 @@ def _after_answer_is(text: str) -> str | None:
     span, number = FIRST_SPAN.search(line), POWER.search(line)
     content = _content(span) if span else ""
     content = content.rsplit("=", 1)[-1].strip() or content  # "$x = 5$", "$48+24=72$": what it equals
-    if span and _is_math(content) and (number is None or span.start() <= number.start()):
-        return content
-    return _plain(number.group()) if number else None
+    found = span if span and _is_math(content) and (number is None or span.start() <= number.start()) else number
+    if found is None or len(re.findall(r"[A-Za-z]{2,}", line[:found.start()])) > 2:  # ("The answer is obtained by
+        return None  # multiplying the 9 eggs by $2, which gives 18": a description, not the answer)
+    return content if found is span else _plain(number.group())
 
 
 def _content(span: re.Match) -> str:
