@@ -1,6 +1,7 @@
 """A careless user gets one clear line naming the fix and a non-zero exit, before any work, and nothing is
 overwritten: bad flags, bad config values, files where directories go and the other way round."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -290,6 +291,25 @@ def test_an_override_in_another_tools_form_is_shown_as_key_value(args, example):
     config file's name not found: each says a key is set as key=value."""
     proc = execrl("train", *args)
     assert proc.returncode == 2 and "key=value" in proc.stderr and example in proc.stderr, proc.stderr
+
+
+def test_paths_under_home_are_expanded_where_the_shell_leaves_them(tmp_path):
+    """`--out=~/x` (the shell expands no ~ after "=") wrote into a folder named "~" in the working directory, and
+    printed a path that looked like the home folder's; `--completions=~/c.jsonl` was "no such file"."""
+    import os
+
+    (tmp_path / "in.jsonl").write_text(ROW)
+    (tmp_path / "c.jsonl").write_text(json.dumps({"problem_id": "mbpp/11", "completion": "x"}) + "\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "HOME": str(tmp_path)}
+    for args in (["grade", "~/in.jsonl", "--out=~/graded.jsonl"],
+                 ["eval", "--completions=~/c.jsonl", "--dataset", "mbpp", "--out=~/results"]):
+        proc = subprocess.run([sys.executable, "-m", "execrl.cli", *args], capture_output=True, text=True, timeout=300,
+                              cwd=work, env=env)
+        assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "graded.jsonl").is_file() and (tmp_path / "results" / "summary.json").is_file()
+    assert not (work / "~").exists()
 
 
 def test_an_unknown_flag_of_train_is_named_without_the_key_value_hint():

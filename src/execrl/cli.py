@@ -11,6 +11,11 @@ from pathlib import Path
 from execrl import __version__
 
 
+def path(text: str) -> str:
+    """A path argument, `~` expanded (the shell leaves `--out=~/x` as it is)."""
+    return os.path.expanduser(text)
+
+
 def number(kind: type, low: float, inclusive: bool = True):
     """An argparse type: a `kind` number >= low (> low when not inclusive), refused with the flag's
     name otherwise."""
@@ -40,25 +45,25 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dry-run", action="store_true", help="print the resolved config and the batch arithmetic")
 
     g = sub.add_parser("grade", help="run programs from a JSONL file against their tests in the sandbox")
-    g.add_argument("input", help="JSONL rows: {id, code, language?, tests, timeout_s?, memory_mb?}")
-    g.add_argument("--out", required=True, help="where to write one result row per input row (JSONL)")
+    g.add_argument("input", type=path, help="JSONL rows: {id, code, language?, tests, timeout_s?, memory_mb?}")
+    g.add_argument("--out", required=True, type=path, help="where to write one result row per input row (JSONL)")
     g.add_argument("--timeout", type=number(float, 0, inclusive=False), default=None,
                    help="seconds of CPU per test (default 2)")
     g.add_argument("--memory-mb", type=number(int, 16), default=None, help="memory limit per program (default 1024)")
     g.add_argument("--workers", type=number(int, 0), default=0,
                    help="sandbox workers (0, the default: one per CPU core)")
-    g.add_argument("--languages", default=None, help="YAML file adding languages: {name: {file, run, compile?}}")
+    g.add_argument("--languages", default=None, type=path, help="YAML file adding languages: {name: {file, run, compile?}}")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
 
     e = sub.add_parser("eval", help="evaluate a model (or a file of completions) on a dataset: pass@k")
     e.add_argument("--model", help="hub id or local HF-format directory (e.g. a checkpoint of ours: its policy/, a "
                    "LoRA run's adapter included)")
-    e.add_argument("--completions", help="JSONL of completions made elsewhere: {problem_id, completion}; no model")
+    e.add_argument("--completions", type=path, help="JSONL of completions made elsewhere: {problem_id, completion}; no model")
     e.add_argument("--dataset", default="mbpp", help="gsm8k | mbpp | nemotron_code | leetcode | humaneval | jsonl | "
                    "builtin:arith-code | NeMo RL's dataset names | path/to/file.py:function or module:function (your "
                    "loader) (docs/getting-started.md#datasets)")
     e.add_argument("--split", default="test", help="dataset split (default test)")
-    e.add_argument("--data-path", default=None, help="file or directory of the dataset (default: found locally)")
+    e.add_argument("--data-path", default=None, type=path, help="file or directory of the dataset (default: found locally)")
     e.add_argument("--limit", type=number(int, 1), default=None, help="only the first N problems (default: all)")
     e.add_argument("--samples", type=number(int, 1), default=1, help="completions per problem (n of pass@k; default 1)")
     e.add_argument("--max-tests", type=number(int, 0), default=0,
@@ -112,13 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "schema (a file, or the schema's JSON text)")
     guided.add_argument("--guided-grammar", default=None, help="guided decoding: every completion is a sentence of "
                         "this Lark grammar (a file, or the grammar's text; start rule `start`)")
-    e.add_argument("--out", default=None, help="directory for results.jsonl and summary.json (default "
+    e.add_argument("--out", default=None, type=path, help="directory for results.jsonl and summary.json (default "
                    "results/eval/MODEL_DATASET-SPLIT, MODEL the model's or the completions file's path)")
 
     r = sub.add_parser("report", help="one self-contained HTML page of runs: curves overlaid, config differences, "
                        "a rollout browser (opens offline)")
-    r.add_argument("runs", nargs="+", help="run directories (logger.log_dir: metrics.jsonl, config.yaml, rollouts/)")
-    r.add_argument("--out", default=None, help="the HTML file (default: RUN_DIR/report.html for one run, else "
+    r.add_argument("runs", nargs="+", type=path, help="run directories (logger.log_dir: metrics.jsonl, config.yaml, rollouts/)")
+    r.add_argument("--out", default=None, type=path, help="the HTML file (default: RUN_DIR/report.html for one run, else "
                    "report.html here)")
 
     return parser
