@@ -365,6 +365,15 @@ def test_validating_on_a_training_set_is_warned():
     assert validation_overlap_note(load_config(None, [])) is None
     assert validation_overlap_note(load_config(None, ["data.train={dataset_name: mbpp, split: train}",
                                                       "data.validation={dataset_name: mbpp, split: validation}"])) is None
+    # a JSONL file is read whole whatever the split: following the fix the warning named (split=validation) silenced
+    # it, and the run validated on its training problems; the fix it names now separates them
+    jsonl = "{dataset_name: jsonl, path: examples/problems.jsonl, split: %s}"
+    note = validation_overlap_note(load_config(None, ["data.train=" + jsonl % "train",
+                                                      "data.validation=" + jsonl % "validation"]))
+    assert "jsonl/validation is also a training set" in note and "data.validation: null" in note, note
+    note = validation_overlap_note(load_config(None, ["data.train={dataset_name: mbpp, split: validation}",
+                                                      "data.validation={dataset_name: mbpp, split: validation}"]))
+    assert "mbpp/validation is also a training set" in note and "data.validation.split=train" in note, note
 
 
 def test_validating_on_a_training_set_named_by_its_path_is_warned(tmp_path, monkeypatch):

@@ -348,21 +348,31 @@ def no_references(cfg: MasterConfig) -> str:
 
 
 def validation_overlap_note(cfg: MasterConfig) -> str | None:
-    """A warning where a validation dataset is one of the training ones (the same dataset, split and file): its
-    eval/ metrics would measure problems the run trains on."""
+    """A warning where a validation dataset is one of the training ones (the same dataset, split and file; a dataset
+    of no splits, a JSONL file, whatever its split says): its eval/ metrics would measure problems the run trains
+    on. The fix it names is one that separates them: another split of the dataset, else another file or a share
+    held out."""
     def source(d):  # (the files read: no path and a path naming the same copy are one source)
         info = DATASETS[dataset_key(d.dataset_name)]
         try:
             local = local_source(info, d.path)
         except DatasetError:  # (check_datasets says what is wrong with it)
             local = None
-        return dataset_key(d.dataset_name), d.split_name, str(local.resolve()) if local is not None else d.path
+        split = d.split_name if info.splits else None  # (read by no loader of a dataset that has none)
+        return dataset_key(d.dataset_name), split, str(local.resolve()) if local is not None else d.path
 
     trained = {source(d) for d in cfg.data.train_sets}
-    same = [f"{d.dataset_name}/{d.split_name}" for key, d in dataset_entries(cfg) if key.startswith("data.validation")
-            and source(d) in trained]
-    return (f"warning: data.validation {', '.join(same)} is also a training set: eval/ metrics would measure problems "
-            "the run trains on (validate on a held-out split, e.g. data.validation.split=validation)") if same else None
+    same = [d for key, d in dataset_entries(cfg) if key.startswith("data.validation") and source(d) in trained]
+    if not same:
+        return None
+    info = DATASETS[dataset_key(same[0].dataset_name)]
+    used = {d.split_name for d in cfg.data.train_sets if dataset_key(d.dataset_name) == dataset_key(info.name)}
+    other = sorted((s for s in info.splits if s not in used | set(info.eval_only)), key=lambda s: (s != "validation", s != "train"))
+    fix = (f"data.validation.split={other[0]}" if other else "another file as data.validation.path, or data.validation: "
+           "null with data.train.split_validation_size: 0.05 (a share of the training set held out)")
+    return (f"warning: data.validation {', '.join(f'{d.dataset_name}/{d.split_name}' for d in same)} is also a training "
+            f"set: eval/ metrics would measure problems the run trains on (validate on problems it does not train on: "
+            f"{fix})")
 
 
 def data_sources(cfg: MasterConfig) -> list[str]:
