@@ -115,6 +115,10 @@ def test_completions_for_unknown_problems_are_one_clear_line(tmp_path):
     (tmp_path / "c.jsonl").write_text(json.dumps({"problem_id": "mbpp/99999", "completion": "x"}))
     proc = run("--completions", tmp_path / "c.jsonl", "--dataset", "mbpp", "--split", "test", "--out", tmp_path / "o")
     assert proc.returncode == 2 and "not in the dataset" in proc.stderr and "Traceback" not in proc.stderr
+    # MBPP's own field (task_id) read as problem id '' "not in the dataset"
+    (tmp_path / "t.jsonl").write_text(json.dumps({"task_id": 11, "completion": "x"}))
+    proc = run("--completions", tmp_path / "t.jsonl", "--dataset", "mbpp", "--split", "test", "--out", tmp_path / "o")
+    assert proc.returncode == 2 and "row 1 has no \"problem_id\" (it has 'task_id'" in proc.stderr, proc.stderr
 
 
 def test_eval_scores_the_built_in_task_like_any_registered_dataset(tmp_path):

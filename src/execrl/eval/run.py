@@ -270,6 +270,11 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
                 raise DatasetError(f"{path}, row {n}: problem id {pid!r} carries other tests or another answer than "
                                    "its first row: give each problem its own id")
             problem = first
+        elif not pid:
+            other = next((k for k in row if k.lower() in ("task_id", "problem", "pid", "question_id", "name")), None)
+            raise DatasetError(f"{path}, row {n} has no \"problem_id\"" + (f" (it has {other!r}: name its problem "
+                               f"as problem_id, e.g. {next(iter(by_id), '...')!r})" if other else "") +
+                               ", and no tests or answer of its own")
         else:
             raise DatasetError(f"{path}, row {n}: problem id {pid!r} is not in the dataset, and the row has no tests "
                                f"or answer of its own (known ids look like {next(iter(by_id), '...')!r})")

@@ -353,7 +353,8 @@ def _defined(code: str) -> set[str]:
 def _tests_that_test(asserts: list[str]) -> list[str]:
     """The assert tests, each entry that tests nothing ("import math", "", a comment) run with the next one that does
     (or the last): a test of its own would pass whatever the program is, and add to the share of tests passed.
-    Raises TestSpecError where no entry tests anything: any program, an empty one too, would pass them all."""
+    Raises TestSpecError where no entry tests anything: every program, an empty one too, would get the same verdict
+    ("assert True", "assert False")."""
     merged, pending = [], []
     for a in asserts:
         pending.append(a)
@@ -361,8 +362,8 @@ def _tests_that_test(asserts: list[str]) -> list[str]:
             merged.append("\n".join(pending))
             pending = []
     if not merged:
-        raise TestSpecError(f"tests.asserts call nothing: any program, an empty one too, would pass them "
-                            f"({asserts[:3]!r})"[:300])
+        raise TestSpecError(f"tests.asserts use nothing of the program's: every program, an empty one too, gets the "
+                            f"same verdict ({asserts[:3]!r})"[:300])
     if pending:
         merged[-1] = "\n".join([merged[-1], *pending])
     return merged
