@@ -512,3 +512,14 @@ def test_a_math_answer_that_is_not_text_or_a_number_is_skipped_with_its_type(tmp
     (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     problems, _ = load_problems("jsonl", "train", str(tmp_path / "m.jsonl"), 0)
     assert [(p.id, p.answer) for p in problems] == [("n", "4"), ("s", "4")]
+
+
+def test_a_problem_of_thousands_of_tests_is_named_at_load(tmp_path, capsys):
+    """A row of 100,000 tests loaded without a word, and held each sample's grading for minutes."""
+    tests = {"inputs": [f"{i}\n" for i in range(1001)], "outputs": [f"{i}\n" for i in range(1001)]}
+    (tmp_path / "big.jsonl").write_text(json.dumps({"id": "big", "prompt": "Echo.", "tests": tests}) + "\n")
+    load_problems("jsonl", "train", str(tmp_path / "big.jsonl"), 0)
+    said = capsys.readouterr().err.replace("\n", " ")
+    assert "1 problem(s) hold over 1,000 tests (the most: 1,001)" in said and "data.train.max_tests=N" in said, said
+    problems, _ = load_problems("jsonl", "train", str(tmp_path / "big.jsonl"), 50)
+    assert len(problems[0].tests.inputs) == 50 and "hold over" not in capsys.readouterr().err

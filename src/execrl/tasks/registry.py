@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from execrl.plugins import PluginError, is_import_path, load_object
-from execrl.sandbox.spec import truncate_tests
+from execrl.sandbox.spec import num_tests, truncate_tests
 from execrl.tasks.problem import DatasetError, Problem, RowReport, err
 
 
@@ -151,7 +151,15 @@ def load_problems(name: str, split: str = "train", path: str | None = None, max_
         raise DatasetError(f"{name}/{split}: no usable problems (skipped {report.skipped})")
     if not info.generated:  # (never silent about which file a name read: a hub id's local copy may be a sample)
         err.print(f"{name}/{split}: {len(problems)} problems {origin(info, local, path)}")
+    many = [num_tests(p.tests) for p in problems if p.tests is not None and num_tests(p.tests) > MANY_TESTS]
+    if many:  # (a row of 100,000 tests holds a rollout's grading for minutes, every sample of it)
+        err.print(f"[yellow]{name}/{split}: {len(many)} problem(s) hold over {MANY_TESTS:,} tests (the most: "
+                  f"{max(many):,}): every sample runs them all; cap them with max_tests (execrl train: "
+                  "data.train.max_tests=N; execrl eval: --max-tests N)[/]")
     return problems, report
+
+
+MANY_TESTS = 1000  # tests of one problem past which loading says so (Nemotron's coding rows: up to ~100)
 
 
 def dataset_key(name: str) -> str:
