@@ -208,6 +208,11 @@ def test_an_unboxed_latex_answer_is_the_span_not_its_last_digit():
     hostile = "\\(" * 200_000 + "$" * 3 + "1"
     t = time.perf_counter()
     assert math_answer(hostile) == "1" and time.perf_counter() - t < 2
+    # lines of blanks before the end ("Answer:" lines were looked for from each one to the end: minutes), a "####"
+    # followed by 50,000 asterisks (the mark's check backtracked over them: two minutes)
+    for hostile in ("#### " + "*" * 50_000 + "\n" * 50_000 + "y", "#### " + "*" * 50_000 + "x" * 50_000):
+        t = time.perf_counter()
+        assert math_answer(hostile) is None and time.perf_counter() - t < 2
 
 
 def test_no_false_pass_from_commas_exponents_or_numbers_after_the_answer():
