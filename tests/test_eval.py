@@ -98,6 +98,21 @@ def test_eval_completions_that_carry_their_own_tests_and_answers(tmp_path):
     assert proc.returncode == 0 and json.loads((tmp_path / "o3" / "summary.json").read_text())["pass@1"] == 1.0
 
 
+def test_completions_mixing_the_datasets_problems_and_their_own_are_refused(tmp_path):
+    """Two MBPP completions and a row with tests of its own were "3 of the 500 problems of mbpp/test" and one pass@1
+    over the three, recorded as MBPP's. A multi-turn dataset's problems (a puzzle) were each "no_code", pass@1 0."""
+    shared_data("mbpp")
+    rows = [{"problem_id": "mbpp/11", "completion": "x"}, {"completion": "def f(x):\n    return 2",
+                                                          "tests": {"asserts": ["assert f(1) == 2"]}}]
+    (tmp_path / "mix.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = run("--completions", tmp_path / "mix.jsonl", "--dataset", "mbpp", "--split", "test", "--out", tmp_path / "o")
+    assert proc.returncode == 2 and "1 of its problems carry their own tests" in proc.stderr, proc.stderr
+    (tmp_path / "p.jsonl").write_text(json.dumps({"problem_id": "sliding_puzzle/validation/0", "completion": "up"}))
+    proc = run("--completions", tmp_path / "p.jsonl", "--dataset", "sliding_puzzle", "--split", "validation",
+               "--out", tmp_path / "p")
+    assert proc.returncode == 2 and "holds puzzle problems, played over turns" in proc.stderr, proc.stderr
+
+
 def test_eval_errors_are_one_clear_line(tmp_path):
     (tmp_path / "one.jsonl").write_text(json.dumps({"prompt": "1+1?", "answer": "2"}))
     proc = run("--model", tmp_path / "nowhere", "--dataset", "jsonl", "--data-path", tmp_path / "one.jsonl",

@@ -178,6 +178,7 @@ def test_async_multi_turn_on_two_gloo_processes_equals_one(tmp_path):
     overrides = [*FAST, "grpo.max_num_steps=3", "grpo.val_period=3", "grpo.async_grpo.enabled=true",
                  "grpo.max_rollout_turns=2", "env.multi_turn.kind=unit_tests", "env.multi_turn.observation_role=user",
                  "policy.generation.max_new_tokens=32", "policy.max_total_sequence_length=320",
+                 "reward.components=[{name: overlong_penalty, buffer_tokens: 24}]",  # (below the 32 tokens)
                  "grpo.max_val_samples=1"]  # one validation problem: a rank without any still joins the gathering
     one = one_process(tmp_path / "one", overrides)
     two = two_processes(tmp_path / "two", overrides)

@@ -458,3 +458,24 @@ def test_the_same_command_on_a_finished_run_warns_nothing_again(tmp_path, capsys
     run(tmp_path, "done", *args)
     again = capsys.readouterr().err.replace("\n", " ")
     assert "nothing to do" in again and "nothing was learned" not in again and "warning" not in again, again[-3000:]
+
+
+def test_an_advantage_in_the_thousands_is_said_once_and_logged(capsys):
+    """Leave-one-out with normalized rewards divides a sample's advantage by the std of the others, near 0 where
+    they are almost equal (one wrong answer a token into overlong_penalty's buffer): 15,616 in a group of 16, as
+    NeMo RL's code gives too, with nothing said. train/adv_abs_max logs it; the first step past 100 says why."""
+    from types import SimpleNamespace
+
+    from execrl.algo.advantages import grpo
+    from execrl.algo.role_baselines import RoleBaselines
+    from execrl.trainer.loop import checked
+
+    rewards = torch.tensor([[1.0] + [0.0] * 14 + [-1 / 4096]])
+    adv = grpo(rewards, torch.ones_like(rewards, dtype=torch.bool))
+    assert adv.abs().max() > 10_000
+    run = SimpleNamespace(nan_streak=0, flat_streak=0, adv_warned=False, baselines=RoleBaselines(), cfg=None)
+    for step in (1, 2):
+        stats = checked(run, step, {"skipped_steps": 0}, 1.0, 0, 1, 1e-6, 0, adv.abs().max().item())
+        assert stats["adv_abs_max"] > 10_000
+    said = "".join(capsys.readouterr()).replace("\n", " ")
+    assert said.count("train/adv_abs_max") == 1 and "grpo.advantage_clip_low=-5" in said, said

@@ -82,12 +82,23 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         raise DatasetError(str(e).replace("dataset_name", "--dataset", 1)) from None
     everything, _ = (load_problems(key, cfg.split, cfg.data_path, cfg.max_tests, **seeded, **cfg.data_options) if key
                      else ([], None))
+    played = sorted({p.kind for p in everything} - {"code", "math"})
+    if played:  # (no completion grades them: each is an episode of turns in its environment)
+        raise DatasetError(f"{cfg.dataset} holds {played[0]} problems, played over turns in their environment: execrl "
+                           "eval grades code and math answers. Measure them in a training run's validation "
+                           "(grpo.val_period, grpo.val_at_start=true)")
     problems = everything[: cfg.limit] if cfg.limit else everything
     texts = read_completions(completions, problems, cfg.max_tests, everything) if completions else None
-    if texts and key and not {id(q) for q in everything} & {id(p) for p, _ in texts}:
+    ours = {id(q) for q in everything}
+    if texts and key and not ours & {id(p) for p, _ in texts}:
         say(f"no row of {completions} is a problem of {cfg.dataset}/{cfg.split}: each is graded on its own tests or "
             "answer, and recorded so")
         cfg = replace(cfg, dataset="", split="")
+    elif texts and key and any(id(p) not in ours for p, _ in texts):
+        own = sum(id(p) not in ours for p, _ in texts)
+        raise DatasetError(f"{completions}: {own} of its problems carry their own tests or answer and are not "
+                           f"{cfg.dataset}/{cfg.split}'s, the others are: a pass@k over both is neither's. Grade them "
+                           "apart: the dataset's rows with --dataset, the others with --dataset ''")
     if texts is None:
         repeated = [pid for pid, n in Counter(p.id for p in problems).items() if n > 1]
         if repeated:

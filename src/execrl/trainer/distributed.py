@@ -249,13 +249,13 @@ def sum_floats(*values: float) -> list[float]:
     return t.tolist()
 
 
-def max_int(value: int) -> int:
-    """The largest of the ranks' values."""
+def largest(value: float) -> float:
+    """The largest of the ranks' values (a count, or a float: float64 holds either)."""
     if world_size() == 1:
         return value
-    t = torch.tensor([value], dtype=torch.int64, device=_device())
+    t = torch.tensor([value], dtype=torch.float64, device=_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return int(t.item())
+    return type(value)(t.item())
 
 
 def sum_dicts(values: dict[str, float]) -> dict[str, float]:

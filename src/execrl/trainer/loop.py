@@ -29,6 +29,7 @@ from execrl.trainer.step import advantages, build_batch, deferrable, optimize, s
 from execrl.trainer.warmup import sft_warmup
 
 MAX_NAN_STEPS = 3
+ADVANTAGE_WARNING = 100.0  # |advantage| past which a step says so (binary rewards, normalized: ~sqrt(G); G = 10,000)
 FLAT_WARNING_STEPS = 3  # steps in a row with every group flat before the run says it learns nothing
 
 
@@ -203,14 +204,26 @@ def launch_step(run: Run, rollouts, defer: bool = False) -> Callable[[], dict]:
     unkept = ~batch.kept.reshape(rewards.shape).any(1) if batch.kept.numel() == rewards.numel() else flat & False
     num_flat, num_groups, num_unkept = dist.sum_floats((flat | unkept).sum().item(), len(rewards),
                                                        (unkept & valid.any(1)).sum().item())
+    adv_max = dist.largest(adv.abs().max().item() if adv.numel() else 0.0)
     step = run.step + 1
-    return lambda: checked(run, step, numbers(), num_valid / num_samples, num_flat, num_groups, lr, num_unkept)
+    return lambda: checked(run, step, numbers(), num_valid / num_samples, num_flat, num_groups, lr, num_unkept,
+                           adv_max)
 
 
 def checked(run: Run, step: int, stats: dict, valid_frac: float, num_flat: float, num_groups: float,
-            lr: float, num_unkept: float = 0.0) -> dict:
+            lr: float, num_unkept: float = 0.0, adv_max: float = 0.0) -> dict:
     """A train phase's numbers, with the run's checks on them: a skipped (non-finite) step said, three in a row
-    stop the run; every group flat for FLAT_WARNING_STEPS steps warned of."""
+    stop the run; every group flat for FLAT_WARNING_STEPS steps warned of; the first advantage over
+    ADVANTAGE_WARNING said (train/adv_abs_max)."""
+    stats["adv_abs_max"] = adv_max
+    if adv_max > ADVANTAGE_WARNING and not run.adv_warned:
+        run.adv_warned = True
+        console.print(f"[yellow]warning: step {step}: an advantage of {adv_max:,.0f} (train/adv_abs_max): with "
+                      "grpo.normalize_rewards, a group whose other rewards are almost equal (continuous or shaped "
+                      "rewards: test_pass_fraction, overlong_penalty, a reward model) has a std near 0, which "
+                      "divides the odd one's advantage, and one sample outweighs the batch. Bound them with "
+                      "grpo.advantage_clip_low=-5 grpo.advantage_clip_high=5, or set "
+                      "grpo.use_leave_one_out_baseline=false (the group's std)[/]")
     run.nan_streak = run.nan_streak + 1 if stats["skipped_steps"] else 0
     if stats["skipped_steps"]:
         console.print(f"[yellow]step {step}: non-finite loss or gradient, optimizer step skipped[/]")

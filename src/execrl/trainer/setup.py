@@ -65,6 +65,7 @@ class Run:
     updating: bool = False  # a train phase under way: the weights are partway between step and step + 1
     nan_streak: int = 0
     flat_streak: int = 0  # steps in a row whose every group had equal rewards
+    adv_warned: bool = False  # an advantage over loop.ADVANTAGE_WARNING was said (once a run)
     left: object = None  # trainer.deferred.Trained: a step whose optimizer ran on as the next generated, its log to come
     started: float = field(default_factory=time.monotonic)
     baselines: RoleBaselines = field(default_factory=RoleBaselines)  # self-play's role baselines (grpo.advantage rae)

@@ -420,7 +420,7 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
         parts = micro_batches(batch, rows, plan.train_split, share, bound)
         # every rank makes as many passes (FSDP gathers and reduces in them): one with fewer groups
         # (or, by tokens, shorter samples) idles in step
-        passes = dist.max_int(len(parts))
+        passes = dist.largest(len(parts))
         for i in range(passes):
             dist.reduce_after_backward(model, last=i == passes - 1)
             if i >= len(parts):
