@@ -312,6 +312,17 @@ def test_paths_under_home_are_expanded_where_the_shell_leaves_them(tmp_path):
     assert not (work / "~").exists()
 
 
+def test_control_characters_of_a_dataset_row_are_shown_not_sent_to_the_terminal(tmp_path):
+    """A row that is a JSON string holding ESC [2J cleared the terminal in eval's and train's error line, and what
+    followed it ("all 500 tests passed") stood alone on the screen."""
+    (tmp_path / "ds.jsonl").write_text(json.dumps("\u001b]0;TITLE\u0007\u001b[2J\u001b[Hall 500 tests passed") + "\n")
+    (tmp_path / "c.jsonl").write_text(json.dumps({"problem_id": "0", "completion": "x"}) + "\n")
+    proc = execrl("eval", "--dataset", "jsonl", "--data-path", tmp_path / "ds.jsonl", "--completions",
+                  tmp_path / "c.jsonl", "--out", tmp_path / "o")
+    assert proc.returncode == 2 and "\x1b" not in proc.stderr and "\x07" not in proc.stderr, proc.stderr
+    assert "expected a JSON object" in proc.stderr and "\\x1b[2J" in proc.stderr, proc.stderr
+
+
 def test_an_unknown_flag_of_train_is_named_without_the_key_value_hint():
     """`execrl train --verbose` was told a config key is set as key=value: no key was in sight."""
     proc = execrl("train", "--dry-run", "--verbose")

@@ -166,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_report(args) -> int:
     from rich.console import Console
-    from rich.markup import escape
 
+    from execrl.console import escape
     from execrl.report import write_report
 
     out = args.out or (Path(args.runs[0]) / "report.html" if len(args.runs) == 1 else Path("report.html"))
@@ -182,9 +182,9 @@ def run_report(args) -> int:
 
 def run_train(args) -> int:
     from rich.console import Console
-    from rich.markup import escape
 
     from execrl.config import ConfigError, load_config, to_yaml
+    from execrl.console import escape
 
     err = Console(stderr=True, soft_wrap=True)
     from execrl.config.checks import (
@@ -401,8 +401,8 @@ def template_kwargs(text: str | None) -> dict | None:
 
 def run_eval(args) -> int:
     from rich.console import Console
-    from rich.markup import escape
 
+    from execrl.console import escape
     from execrl.eval.run import evaluate
     from execrl.models import ModelNotFound
     from execrl.sandbox import SandboxFailing, SandboxUnusable, TestSpecError

@@ -6,13 +6,29 @@ a MarkupError after its first checkpoint was written)."""
 import re
 
 from rich.console import Console
+from rich.markup import escape as escape_markup
 
 WRAPPED = re.compile(r"\[(?P<style>yellow|red|green|dim|bold|bold red|bold yellow)\](?P<body>.*)\[/(?P=style)?\]",
                      re.S)
 
 
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 and C1 controls but tab and newline
+
+
+def shown(text: str) -> str:
+    """Text as a terminal should show it: each control character as its escape (a dataset row's "\\x1b[2J" cleared
+    the screen, and the text after it stood alone; ESC ] set the window's title)."""
+    return CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def escape(text: str) -> str:
+    """Text quoted in a line of rich markup: its brackets escaped, its control characters shown."""
+    return escape_markup(shown(text))
+
+
 class PlainConsole(Console):
     def print(self, *objects, **kwargs) -> None:
+        objects = tuple(shown(o) if isinstance(o, str) else o for o in objects)
         if len(objects) == 1 and isinstance(objects[0], str) and "markup" not in kwargs:
             wrapped = WRAPPED.fullmatch(objects[0])
             if wrapped:

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from execrl.console import shown
 from execrl.sandbox import (
     Grader,
     Limits,
@@ -34,7 +35,7 @@ err = Console(stderr=True, soft_wrap=True)
 def say(label: str, style: str, message: str) -> None:
     """One line on stderr: a coloured label, then the message as plain text, never markup (rows and
     paths write it)."""
-    err.print(Text.assemble((label, style), " ", message))
+    err.print(Text.assemble((label, style), " ", shown(message)))
 
 
 class UnusableInput(Exception):

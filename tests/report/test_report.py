@@ -359,3 +359,34 @@ def test_a_hand_edited_or_half_written_run_directory_still_makes_its_page(two_ru
     (copy / "config.yaml").write_text("policy: [unclosed")
     with pytest.raises(ValueError, match="config.yaml is not YAML"):
         write_report([copy], tmp_path / "again.html")
+
+
+def test_a_hostile_run_directory_makes_a_page_and_shows_its_text_as_written(tmp_path):
+    """Each was a traceback, a hang or a page of gigabytes: a line nested 100,000 deep, an integer of 5,000 digits (or
+    one past a float), a reward that is no number past the rows the page reads, logger.rollouts_period a mapping, a
+    FIFO as a step's file, a config.yaml of nested aliases (ten of ten: 166 MB). A model name's U+202E turned the
+    summary's text around (it read as a score), and a run named toString showed a JavaScript function as its count."""
+    import yaml
+
+    from execrl.report.runs import MAX_ROWS_PER_STEP
+
+    row = {"problem": "p", "verdict": "pass", "prompt": "q", "completion": "a", "reward": 1.0}
+    a = run_dir(tmp_path / "a", [(0.5, 0.1)], [row] * MAX_ROWS_PER_STEP,
+                policy={"model_name": "Qwen \u202e7.0 = 1@ssap lave\u202c"}, logger={"rollouts_period": {"a": 1}})
+    with (a / "metrics.jsonl").open("a") as f:
+        f.write("[" * 100_000 + "]" * 100_000 + "\n" + '{"step": 2, "x": ' + "9" * 5000 + "}\n")
+        f.write(json.dumps({"step": 3, "eval/pass@1": 10 ** 400, "train/reward_mean": 0.5}) + "\n")
+    with (a / "rollouts" / "step_000001.jsonl").open("a") as f:
+        f.write('{"reward": 1.2.3}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
+    os.mkfifo(a / "rollouts" / "step_000002.jsonl")
+    html_text = write_report([a], tmp_path / "a.html").read_text()
+    assert "metrics.jsonl: 2 unreadable lines skipped" in html_text and "\u202e" not in html_text
+    assert "Qwen &lt;U+202E&gt;7.0" in html_text
+    b = run_dir(tmp_path / "b", [(0.5, 0.1)], policy={"model_name": "m"})
+    (b / "config.yaml").write_text("a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\n")
+    with pytest.raises(ValueError, match="alias"):
+        write_report([a, b], tmp_path / "ab.html")
+    named = run_dir(tmp_path / "toString", [(0.5, 0.1)], [row], policy={"model_name": "m"})
+    (named / "config.yaml").write_text(yaml.safe_dump({"logger": {"rollouts_period": 1}}))
+    dom, log = open_page(write_report([named], tmp_path / "t.html"))
+    assert '<span id="count">1 of 1 rollouts</span>' in dom and not console_errors(log), console_errors(log)

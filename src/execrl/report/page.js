@@ -5,9 +5,11 @@
 "use strict";
 const DATA = JSON.parse(document.getElementById("report-data").textContent);
 const $ = (id) => document.getElementById(id);
+// a run's entry in one of DATA's maps (its own key only: a run named "toString" is no method of Object's)
+const of = (map, run) => (map && Object.prototype.hasOwnProperty.call(map, run) ? map[run] : undefined);
 // text as written: markup escaped, and bidirectional controls (U+202E turns the code after it around on screen) shown
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]))
-  .replace(/[\u202a-\u202e\u2066-\u2069]/g, (c) => `&lt;U+${c.charCodeAt(0).toString(16).toUpperCase()}&gt;`);
+  .replace(/[\u200e\u200f\u061c\u202a-\u202e\u2066-\u2069]/g, (c) => `&lt;U+${c.charCodeAt(0).toString(16).toUpperCase()}&gt;`);
 
 // ---- charts ----------------------------------------------------------------------------------------------------
 function drawCharts() {
@@ -60,7 +62,7 @@ function highlight(code) {  // Python, roughly: comments, strings, numbers, keyw
 }
 
 function rowsOf(run, step) {
-  return ((DATA.rollouts[run] || {})[step]) || [];
+  return of(of(DATA.rollouts, run), step) || [];
 }
 
 function fillSelect(select, values, keep) {
@@ -69,11 +71,11 @@ function fillSelect(select, values, keep) {
 }
 
 function refreshSteps(keep) {
-  const steps = Object.keys(DATA.rollouts[$("run").value] || {}).sort((a, b) => Number(a) - Number(b));
+  const steps = Object.keys(of(DATA.rollouts, $("run").value) || {}).sort((a, b) => Number(a) - Number(b));
   fillSelect($("step"), steps, keep);
   if (keep === undefined && steps.length) $("step").value = steps[steps.length - 1];
   const verdicts = new Set();
-  Object.values(DATA.rollouts[$("run").value] || {}).forEach((rows) => rows.forEach((r) => verdicts.add(r.verdict)));
+  Object.values(of(DATA.rollouts, $("run").value) || {}).forEach((rows) => rows.forEach((r) => verdicts.add(r.verdict)));
   const chosen = $("verdict").value;
   $("verdict").innerHTML = `<option value="">all</option>` +
     Array.from(verdicts).sort().map((v) => `<option value="${esc(v)}">${esc(v)}</option>`).join("");
@@ -95,7 +97,7 @@ function cutHtml(r) {
   // the row's `truncated`: the episode ended at a length limit (a model turn reached max_new_tokens, or the context,
   // before an EOS token or a stop string); named with the limit, since its answer may still be whole (and pass)
   if (!r.truncated) return "";
-  const lim = (DATA.limits || {})[$("run").value] || {};
+  const lim = of(DATA.limits, $("run").value) || {};
   const label = r.turns > 1 ? `cut at the length limit (max_new_tokens ${lim.max_new_tokens}, context ` +
     `${lim.max_total_sequence_length})` : `cut at max_new_tokens (${lim.max_new_tokens})`;
   const why = `no EOS token or stop string within policy.generation.max_new_tokens = ${lim.max_new_tokens} tokens ` +
@@ -125,7 +127,7 @@ function refreshRows() {
   $("rows").innerHTML = shown.map((r, i) => {  // (a row the page cannot show: a line saying so, the others shown)
     try { return rowHtml(r, i); } catch (e) { return `<p class="note">rollout ${i + 1}: cannot be shown (${esc(e)})</p>`; }
   }).join("");
-  const none = (DATA.no_rollouts || {})[$("run").value];  // (a run that wrote none: why, and the key to set)
+  const none = of(DATA.no_rollouts, $("run").value);  // (a run that wrote none: why, and the key to set)
   $("count").textContent = none !== undefined ? none : `${shown.length} of ${all.length} rollouts`;
   document.body.dataset.rowsShown = String(shown.length);
 }

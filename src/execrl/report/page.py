@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from pathlib import Path
 
 from execrl.report.charts import figures
@@ -48,7 +49,7 @@ def render(runs: list[RunData]) -> str:
     differences = config_differences(runs) if len(runs) > 1 else []
     title = "execrl report: " + ", ".join(r.name for r in runs)
     return (HERE / "page.html").read_text().format(
-        title=html.escape(title), css=(HERE / "page.css").read_text(), summary=_summary(runs, differences),
+        title=esc(title), css=(HERE / "page.css").read_text(), summary=_summary(runs, differences),
         plotly=get_plotlyjs(), data=_script_json(data), js=(HERE / "page.js").read_text())
 
 
@@ -61,7 +62,7 @@ def _summary(runs: list[RunData], differences: list[tuple[str, list]]) -> str:
         first, last = (evals[0]["eval/pass@1"], evals[-1]["eval/pass@1"]) if evals else (None, None)
         other = validation_sets_differ(evals[0], evals[-1]) if evals else ""
         other = f" ({other})" if other else ""
-        rows.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in (
+        rows.append("<tr>" + "".join(f"<td>{esc(str(x))}</td>" for x in (
             r.name, section(r.config, "policy").get("model_name", "?"), len(train),
             "-" if first is None else f"{first:.3f} -> {last:.3f}{other}",
             train_reward([m["train/reward_mean"] for m in train]))) + "</tr>")
@@ -69,13 +70,28 @@ def _summary(runs: list[RunData], differences: list[tuple[str, list]]) -> str:
              "<th>train reward, mean of the first k steps -> last k (k = min(5, steps / 2))</th></tr>"
              + "".join(rows) + "</table>")
     if differences:
-        head = "".join(f"<th>{html.escape(r.name)}</th>" for r in runs)
-        body = "".join("<tr><td><code>" + html.escape(k) + "</code></td>" + "".join(
-            f"<td>{html.escape(json.dumps(v))}</td>" for v in values) + "</tr>" for k, values in differences)
+        head = "".join(f"<th>{esc(r.name)}</th>" for r in runs)
+        body = "".join("<tr><td><code>" + esc(k[:MAX_CELL]) + "</code></td>" + "".join(
+            f"<td>{esc(_cell(v))}</td>" for v in values) + "</tr>" for k, values in differences)
         table += f"<h3>Config differences</h3><table class='diff'><tr><th>key</th>{head}</tr>{body}</table>"
     several = len(runs) > 1
-    return table + "".join(f"<p class='note'>{html.escape((r.name + ': ') * several + note)}</p>"
+    return table + "".join(f"<p class='note'>{esc((r.name + ': ') * several + note)}</p>"
                            for r in runs for note in r.notes)
+
+
+BIDI = re.compile("[\u200e\u200f\u061c\u202a-\u202e\u2066-\u2069]")  # direction controls
+MAX_CELL = 300  # characters of a config value in the differences table
+
+
+def esc(text: str) -> str:
+    """Text as written, in HTML: markup escaped, and a direction control (U+202E turns what follows it around on
+    screen: a model name could read as a score) shown as its code point, as page.js's esc shows it."""
+    return BIDI.sub(lambda m: f"&lt;U+{ord(m.group()):X}&gt;", html.escape(text))
+
+
+def _cell(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= MAX_CELL else f"{text[:MAX_CELL]} ... ({len(text) - MAX_CELL:,} more characters)"
 
 
 def train_reward(values: list[float]) -> str:
@@ -101,6 +117,7 @@ def no_rollouts_hint(run: RunData) -> str:
     """Why a run's page has no rollouts: how often the run writes them (logger.rollouts_period),
     against its steps."""
     every = section(run.config, "logger").get("rollouts_period")
+    every = every if type(every) is int else None  # (a hand-edited config may hold anything there)
     steps = max((m["step"] for m in run.metrics if "train/reward_mean" in m), default=0)
     if every is None:
         return "no rollouts written (rollouts/step_N.jsonl): logger.rollouts_period sets every how many steps"

@@ -45,7 +45,7 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
         raise FileNotFoundError(f"{path}: no such directory (pass logger.log_dir of a run)")
     if not (path / "metrics.jsonl").is_file():
         raise FileNotFoundError(f"{path} is not a run directory: it has no metrics.jsonl (pass logger.log_dir of a run)")
-    files = sorted((f for f in (path / "rollouts").glob("step_*.jsonl") if STEP_FILE.fullmatch(f.name)),
+    files = sorted((f for f in (path / "rollouts").glob("step_*.jsonl") if STEP_FILE.fullmatch(f.name) and f.is_file()),
                    key=lambda f: int(f.stem.split("_")[-1]))
     files = files[:1] + files[1:][-(MAX_ROLLOUT_STEPS - 1):]
     rollouts, seen, notes = {}, [], []
@@ -72,7 +72,7 @@ def _config(file: Path) -> dict:
     if not file.is_file():
         return {}
     try:
-        config = yaml.safe_load(file.read_text(encoding="utf-8", errors="replace"))
+        config = yaml.load(file.read_text(encoding="utf-8", errors="replace"), Loader=_NoAliases)
     except yaml.YAMLError as e:
         raise ValueError(f"{file} is not YAML ({str(e).splitlines()[0]}): restore the run's config.yaml, or move it "
                          "away (the report then shows no config)") from None
@@ -82,6 +82,16 @@ def _config(file: Path) -> dict:
     return config or {}
 
 
+class _NoAliases(yaml.SafeLoader):
+    """YAML without aliases (*name): a run writes none, and ten nested ones of ten make a page of gigabytes (a
+    recursive one, endless recursion)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("it holds an alias (*name), which no config a run writes holds")
+        return super().compose_node(parent, index)
+
+
 def section(config: dict, name: str) -> dict:
     """config[name] where it is a mapping (a hand-edited config may hold anything there), else {}."""
     value = config.get(name)
@@ -89,7 +99,14 @@ def section(config: dict, name: str) -> dict:
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A number the page can draw: an int or float (not a bool) that a float holds (10**400 does not)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        float(v)
+    except OverflowError:
+        return False
+    return True
 
 
 def _metric(row) -> dict | None:
@@ -137,23 +154,45 @@ def _rows(path: Path, most: int | None = None, rewards: bool = False) -> tuple[l
     read for it alone, not parsed), and how many of the lines read were not JSON (skipped)."""
     rows, seen, unread = [], [], 0
     with path.open(encoding="utf-8", errors="replace") as f:
-        for line in f:
+        for line in _lines(f):
             if most is not None and len(rows) >= most:
                 if not rewards:
                     break
                 m = REWARD.search(line)
-                if m:
-                    seen.append(float(m.group(1)))
+                reward = _float(m.group(1)) if m else None
+                if reward is not None:
+                    seen.append(reward)
                 continue
             try:
                 rows.append(json.loads(line))
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # not JSON, nested past Python's stack, an int of 5,000 digits
                 unread += bool(line.strip())
                 continue
             r = rows[-1].get("reward") if isinstance(rows[-1], dict) else None
             if rewards and _number(r) and math.isfinite(r):
                 seen.append(float(r))
     return rows, seen, unread
+
+
+MAX_LINE = 1 << 26  # characters of one line read (a longer one is skipped, read in parts: never held whole)
+
+
+def _lines(f):
+    """A text file's lines, each over MAX_LINE characters given as "" (skipped, as a line that is not JSON)."""
+    while line := f.readline(MAX_LINE):
+        if len(line) == MAX_LINE and not line.endswith("\n"):
+            while (part := f.readline(MAX_LINE)) and not part.endswith("\n"):
+                pass
+            line = "-"  # (not JSON: counted)
+        yield line
+
+
+def _float(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:  # ("1.2.3": a hand-edited row)
+        return None
+    return value if math.isfinite(value) else None
 
 
 def config_differences(runs: list[RunData]) -> list[tuple[str, list]]:

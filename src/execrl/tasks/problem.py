@@ -153,4 +153,4 @@ def _objects(path: Path, rows: list, where: str) -> list[dict]:
 
 def _object(path: Path, row, where: str) -> None:
     if not isinstance(row, dict):
-        raise DatasetError(f"{path}, {where}: expected a JSON object (a row), got {type(row).__name__} {str(row)[:40]}")
+        raise DatasetError(f"{path}, {where}: expected a JSON object (a row), got {type(row).__name__} {str(row)[:40]!r}")
