@@ -736,3 +736,15 @@ def test_nemo_rl_s_scheduler_list_and_unclipped_gradients_over_execrl_s_base(tmp
         p.grad = torch.full_like(p, 100.0)
     assert float(weights.clip(math.inf)) == pytest.approx(100.0 * math.sqrt(20))
     assert all(bool((p.grad == 100.0).all()) for p in weights.master.parameters())  # (left as they are)
+
+
+def test_validation_of_whole_batches_only_is_named_where_max_val_samples_splits_one():
+    """NeMo RL's code validates max_val_samples // val_batch_size whole batches (100 of 256: none, an accuracy of 0
+    logged); execrl validates max_val_samples problems. A NeMo config where the two differ says so."""
+    from execrl.config.checks import differences_note
+
+    base = NEMO / "eraG_7ea279a" / "examples" / "configs" / "grpo_math_1B.yaml"
+    note = differences_note(load_config(str(base), ["grpo.max_val_samples=300"]))
+    assert "grpo.max_val_samples=300 validates that many problems" in note and ", 256 problems" in note, note
+    note = differences_note(load_config(str(base), ["grpo.max_val_samples=512"])) or ""
+    assert "max_val_samples" not in note

@@ -771,6 +771,10 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
                  if key not in written and here != theirs]
         if unset:
             out.append("not in the config, so execrl's defaults: " + ", ".join(unset))
+    if nemo and grpo.max_val_samples % grpo.val_batch_size and "grpo.max_val_samples" in written:
+        whole = grpo.max_val_samples // grpo.val_batch_size * grpo.val_batch_size
+        out.append(f"grpo.max_val_samples={grpo.max_val_samples} validates that many problems; NeMo RL's code "
+                   f"validates whole batches of grpo.val_batch_size={grpo.val_batch_size} only, {whole} problems")
     if lf.truncated_importance_sampling_ratio is not None and lf.truncated_importance_sampling_type is None:
         out.append("loss_fn.truncated_importance_sampling_ratio without a type is read as tis, as NeMo RL did before "
                    "the type key existed (its current code refuses it)")

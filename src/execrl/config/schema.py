@@ -250,7 +250,7 @@ class GRPOConfig(Section):
     val_num_generations_per_prompt: int = Field(1, ge=1, description="validation samples per problem: pass@1 is "
                                                 "their mean, and with k > 1 pass@k is logged too (needs "
                                                 "policy.generation.val_temperature > 0)")
-    val_batch_size: int = Field(64, ge=1, description="accepted for NeMo RL configs, no effect: validation generates with "
+    val_batch_size: int = Field(256, ge=1, description="accepted for NeMo RL configs, no effect: validation generates with "
                                                 "the policy.generation_batch_size slots of training")
     seed: int = Field(42, description="seed for data order, sampling and initialisation")
     async_grpo: AsyncGRPOConfig = Field(default_factory=AsyncGRPOConfig, description="asynchronous GRPO")
