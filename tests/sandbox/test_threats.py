@@ -230,6 +230,16 @@ def test_a_later_program_finds_nothing_of_an_earlier_one_in_its_memory(solo):
     assert r.verdict == V.PASS, r.to_dict()
 
 
+def test_a_later_program_finds_no_call_tests_arguments_in_its_memory(solo):
+    """(An attacker's finding) a call test's arguments came in the run message's header, parsed in the runner: a later
+    program on the worker read the hidden inputs of the problems graded before it in its own memory. They come as
+    the test's blob now, zeroed once the program is graded, and are parsed in the test's own process."""
+    call = {"fn_name": "f", "inputs": ['"KEY=739184562"', '"OUT=583920174"'], "outputs": ['"a"', '"b"']}
+    assert solo.grade("def f(s):\n    return s[0]\n", call).verdict == V.FAIL
+    r = solo.grade(SCAN, stdio(["\n"], ["clean\n"]))
+    assert r.verdict == V.PASS, r.to_dict()
+
+
 def test_runs_in_its_own_private_directory(grader):
     code = "import os\nprint('ok' if os.getcwd() == '/tmp/prog' and os.listdir('.') == ['main.py'] else os.getcwd())"
     assert graded_quickly(grader, code).verdict == V.PASS

@@ -344,11 +344,11 @@ def _grade_on(w: Worker, code: str, spec: TestSpec, lang: Language, lim: Limits)
         run.update(mode="stdio", tests=[{}] * n)
         blobs = [source] + [s.encode("utf-8", "surrogatepass") for s in spec.inputs]
     else:
-        try:
-            run.update(mode="call", fn_name=spec.fn_name, tests=[{"args": encode(a)} for a in spec.args])
+        try:  # (each test's arguments as its blob, which the runner zeroes once the program is graded)
+            run.update(mode="call", fn_name=spec.fn_name, tests=[{}] * n)
+            blobs = [source] + [json.dumps(encode(a)).encode() for a in spec.args]
         except (TypeError, ValueError) as e:  # a CallTests built by hand, around parse_tests' checks
             raise TestSpecError(f"call test arguments that cannot be sent: {e}") from None
-        blobs = [source] + [b""] * n
     w.runner.send(run, blobs)
     tests, stderr = [], ""
     rest = TestResult(V.TIMEOUT, detail="not run after an earlier timeout")  # the tests the runner stopped before

@@ -182,7 +182,7 @@ def python_child(job: dict) -> None:
             sys.modules["threading"]._shutdown()  # like interpreter exit: wait for non-daemon threads
         elif mode == "call":
             fn = _resolve_entry(g, job["fn_name"])
-            args = job["args"]
+            args = decode(json.loads(job["args"]))
             status["value"] = encode(fn(*args))
         elif mode == "serve":
             _serve(g)

@@ -44,7 +44,7 @@ from .child import (
     python_child,
     report_setup_failure,
 )
-from .protocol import carry_status, decode, recv_msg, send_msg
+from .protocol import carry_status, recv_msg, send_msg
 
 # Not imported here: threading and random. Their at-fork handlers would add ~0.75 ms to every test's
 # fork; a program that uses threads imports threading itself.
@@ -487,11 +487,11 @@ class Zygote:
             return {"compile": failed[0]}, failed[1]
         lim, num_run = h["limits"], 0
         cpu, wall = lim["timeout_s"], max(2 * lim["timeout_s"], lim["timeout_s"] + 1)
-        for i, test in enumerate(h["tests"]):
+        for i in range(len(h["tests"])):
             if h.get("python"):
                 job = {"mode": h["mode"], "src": self.src, "fn_name": h.get("fn_name"), "args": None}
-                if h["mode"] == "call":
-                    job["args"] = decode(test["args"])
+                if h["mode"] == "call":  # (its blob, parsed in the child: no copy of a test's arguments stays in
+                    job["args"] = blobs[i + 1]  # our memory, which a later program's processes inherit; zeroed)
                 target = python_child
             else:
                 job, target = {"argv": _argv(h["run"], self.src)}, exec_child
@@ -505,9 +505,10 @@ class Zygote:
                        f"code and static data), over the {lim['memory_mb']:,} MB limit")
                 res, pair = _unrun(why, killed_for="memory"), [b"", why.encode(), b""]
             else:
-                res, pair = self.spawn(target, job, lim, stdin=blobs[i + 1], cpu_s=cpu, wall_s=wall)
+                stdin = b"" if h["mode"] == "call" else blobs[i + 1]
+                res, pair = self.spawn(target, job, lim, stdin=stdin, cpu_s=cpu, wall_s=wall)
                 if res.get("setup_error") == EXEC_BUSY and self._fresh_copy(job["argv"][0]):
-                    res, pair = self.spawn(target, job, lim, stdin=blobs[i + 1], cpu_s=cpu, wall_s=wall)
+                    res, pair = self.spawn(target, job, lim, stdin=stdin, cpu_s=cpu, wall_s=wall)
             send_msg(self.ctrl, {"result": res}, pair)
             scrub(*pair)
             num_run += 1
