@@ -114,10 +114,27 @@ def _from_fences(text: str, language: str, entries: frozenset[str] = frozenset()
 
 
 def _from_tags(text: str) -> tuple[str | None, bool, int]:
-    m = list(re.finditer(r"<code>(.*?)</code>", text, re.S))
-    if not m:
+    cell = last_tag_cell(text)
+    if cell is None:
         return None, False, -1
-    return m[-1].group(1).strip("\n"), True, m[-1].start()
+    return cell[1].strip("\n"), True, cell[0]
+
+
+def last_tag_cell(text: str) -> tuple[int, str, int] | None:
+    """(where its <code> tag starts, the code, where its </code> ends) of the last <code>...</code> cell. Its opening
+    tag: the last one since the cell before that opens its line, else the last one there ("I will put it in a <code>
+    block.\n<code>\n..." is the second's: a non-greedy match from the first took the prose into the code)."""
+    close = text.rfind("</code>")
+    if close < 0:
+        return None
+    before = text.rfind("</code>", 0, close)
+    since = before + len("</code>") if before >= 0 else 0
+    opens = [m.end() - len("<code>") for m in LINE_OPEN.finditer(text, since, close)]
+    start = opens[-1] if opens else text.rfind("<code>", since, close)
+    return (start, text[start + len("<code>"):close], close + len("</code>")) if start >= 0 else None
+
+
+LINE_OPEN = re.compile(r"(?m)^[ \t]*<code>")
 
 
 def extract(completion: str, answer_format: str = "code", code_style: str = "fence",

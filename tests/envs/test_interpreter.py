@@ -145,3 +145,29 @@ def test_a_cell_that_exits_is_said_and_not_replayed(grader):
     later = e.step("<code>\nprint(undefined_name)\n</code>")
     assert later.tool_error and "NameError" in later.observation[0]["content"]
     assert e.step("<code>\nprint(6 * 7)\n</code>").observation[0]["content"] == "42\n"
+
+
+def test_a_code_tag_named_in_prose_before_a_cell_is_not_the_cells_start(grader):
+    """"I will put my solution in a <code> block.\n<code>..." ran the prose as code (an IndentationError, a tool error)
+    and a correct last word was graded on it (0)."""
+    e, _ = env(grader)
+    turn = "I will put my solution in a <code> block.\n<code>\ndef add(a, b):\n    return a + b\n</code>"
+    step = e.step(turn)
+    assert step.tool_call and not step.tool_error, step.observation
+    assert e.step("Done.").reward.total == 1.0
+
+
+def test_a_last_cell_that_only_calls_the_function_leaves_the_function_graded(grader):
+    """With turns run out on a cell that checks the function (print(add(1, 2))), that cell was graded: 0 for a
+    correct function. The code graded is the last cell that defines what the tests call."""
+    e, _ = env(grader, "grpo.max_rollout_turns=2")
+    e.step("<code>\ndef add(a, b):\n    return a + b\n</code>")
+    last = e.step("Let me check it.\n<code>\nprint(add(1, 2), add(-1, 1))\n</code>")
+    assert last.done and last.sample.extracted.code.startswith("def add") and last.reward.total == 1.0
+
+
+def test_a_submission_cut_before_its_close_earns_no_format_reward(grader):
+    """A turn cut inside an open <answer> with no closed code block in it scored format 1 ("a closed code block")."""
+    e, _ = env(grader, "reward.components=[{name: test_pass_fraction}, {name: format}]")
+    final = e.step("<answer>\ndef add(a, b):\n    return a + b\n\n# now some more expl")
+    assert final.done and final.reward.parts == {"test_pass_fraction": 1.0, "format": 0.0}, final.reward.parts

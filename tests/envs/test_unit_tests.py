@@ -156,3 +156,33 @@ def test_the_rest_of_a_turn_generates_within_what_is_left_of_its_budget(grader):
     assert budgets == [100, 100 - first]
     assert e.turns == 1 and e.sample.num_tokens == first + len(tok(parts[1], add_special_tokens=False)["input_ids"])
     assert e.reward.total == 1.0
+
+
+def test_a_passing_submission_ran_the_public_tests_and_a_sandbox_failure_costs_no_turn(grader):
+    """A submission whose public tests passed was no tool call (train/tool_calls_mean counted failures only), and a
+    turn the sandbox failed to run counted in turn_discounted_pass_fraction's discount: 0.5 for a correct answer."""
+    from execrl.sandbox import ProgramResult, TestResult
+
+    class FailsOnce:
+        def __init__(self, real):
+            self.real, self.failed = real, False
+
+        def grade(self, *args, **kwargs):
+            if not self.failed:
+                self.failed = True
+                return ProgramResult(Verdict.INFRA_ERROR, [TestResult(Verdict.INFRA_ERROR)])
+            return self.real.grade(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+    e, _ = env(grader, SQUARES)
+    assert e.step("```python\ndef square(x):\n    return x * x\n```").tool_call
+    cfg = load_config(None, ["env.multi_turn.kind=unit_tests", "grpo.max_rollout_turns=3",
+                             "reward.components=[{name: turn_discounted_pass_fraction}]"])
+    e = UnitTestsEnv(cfg, FailsOnce(grader))
+    e.reset(SQUARES)
+    solution = "```python\ndef square(x):\n    return x * x\n```"
+    assert not e.step(solution).done
+    final = e.step(solution)
+    assert final.done and final.reward.total == 1.0 and final.sample.turns == 1, (final.reward, final.sample.turns)

@@ -105,6 +105,7 @@ class Environment:
     def _new_episode(self) -> None:
         """A code environment's count of the episode's turns and generations, and its last turn."""
         self.turns = 0  # model turns: the messages the environment answered or scored (Sample.turns, turns_mean)
+        self.retried = 0  # of them, turns the sandbox failed to run (no fault of the model's: no turn it is charged)
         self.generations = 0  # generations (grpo.max_rollout_turns): a turn continued after an opening fence is two
         self.partial, self.partial_tokens = "", 0  # a turn so far, where it stopped at a fence that opened a block
         self.last_text, self.last_tokens = "", 0  # the last whole turn, and its tokens (overlong_penalty reads them)

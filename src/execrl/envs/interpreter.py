@@ -19,14 +19,14 @@ failed half-way leaves nothing behind (unlike a notebook).
 
 from __future__ import annotations
 
-import re
 import secrets
 
 from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, truncate
-from execrl.extract import Extracted, extract, fenced_blocks
+from execrl.extract import LINE_OPEN, Extracted, defines, extract, fenced_blocks, last_tag_cell
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
 from execrl.sandbox import Verdict
+from execrl.sandbox.spec import entry_names
 from execrl.tasks import Problem
 
 _WHERE = {"tags": "inside <code></code> tags", "fence": "in a ```python code block",
@@ -65,14 +65,16 @@ class InterpreterEnv(Environment):
         if submitted is None:
             submitted = self._submission(assistant_text, closed=False)
         if submitted is not None:
-            return self._final(assistant_text, submitted, True, num_tokens)
+            return self._final(assistant_text, *submitted, num_tokens)
         cell = self._cell(assistant_text)
         if cell is None:  # the model ended its turn without running anything: its last word
             return self._final(assistant_text, extract(assistant_text, "code", self.style).code or self.last_code,
                                False, num_tokens)
-        self.last_code = cell
+        entries = entry_names(self.problem.tests)
+        if self.last_code is None or not entries or defines(cell, entries):  # (a cell that only calls the function,
+            self.last_code = cell  # print(add(1, 2)), leaves the code graded the cell that defined it)
         if self.generations >= self.cfg.grpo.max_rollout_turns:
-            return self._final(assistant_text, cell, False, num_tokens)
+            return self._final(assistant_text, self.last_code, False, num_tokens)
         return self._run(cell)
 
     def finish(self) -> Step:
@@ -93,6 +95,7 @@ class InterpreterEnv(Environment):
         if ok and not exited:
             self.cells.append(cell)
         if result.verdict == Verdict.INFRA_ERROR:
+            self.retried += 1
             shown, error = "(the sandbox failed to run this cell, through no fault of the code: run it again)", False
         else:
             tail, error = (err if not ok else ""), not ok
@@ -104,11 +107,11 @@ class InterpreterEnv(Environment):
         return Step([{"role": self.mt.observation_role, "content": shown if shown.strip() else "(no output)"}],
                     tool_call=True, tool_error=error)
 
-    def _submission(self, text: str, closed: bool) -> str | None:
-        """The code of the turn's final submission: `closed`, a turn that ends with the final tag's close
-        (generation stops there), else one that ends inside an open final tag (a fenced answer stops at its
-        fence); None where the turn has no such tag outside its code: a tag in a cell's code, or named in
-        prose before a cell, is no submission."""
+    def _submission(self, text: str, closed: bool) -> tuple[str, bool] | None:
+        """(the code of the turn's final submission, whether it is closed): `closed`, a turn that ends with the final
+        tag's close (generation stops there), else one that ends inside an open final tag (a fenced answer stops at
+        its fence; one cut before any close is not closed: no format reward); None where the turn has no such tag
+        outside its code: a tag in a cell's code, or named in prose before a cell, is no submission."""
         end = text.rstrip()
         if closed and not end.endswith(self.final_close):
             return None
@@ -120,14 +123,16 @@ class InterpreterEnv(Environment):
         if not closed and end[:at].rstrip(" \t")[-1:] not in ("", "\n") and \
                 not body.lstrip().startswith(("```", "<code>")):
             return None  # "... then give the <answer>.\n<code>...</code>": a tag named in prose, no answer after it
-        found = extract(body, "code", "auto").code
-        return found if found is not None else (body.strip("\n") if body.strip() else None)
+        found = extract(body, "code", "auto")
+        if found.code is not None:
+            return found.code, closed or found.format_ok
+        return (body.strip("\n"), closed) if body.strip() else None
 
     def _in_code(self, before: str) -> bool:
         """`before` ends inside a code cell: a <code> tag that opens its line, not closed since (one named in prose,
         'I tried a <code> cell', opens none), or an open ``` block."""
         if self.style in ("tags", "auto"):
-            opened = [m.start() for m in re.finditer(r"(?m)^[ \t]*<code>", before)]
+            opened = [m.start() for m in LINE_OPEN.finditer(before)]
             if opened and opened[-1] > before.rfind("</code>"):
                 return True
         blocks = fenced_blocks(before) if self.style in ("fence", "auto") else []
@@ -138,9 +143,9 @@ class InterpreterEnv(Environment):
         if any."""
         end = text.rstrip()
         if self.style in ("tags", "auto") and end.endswith("</code>"):
-            m = list(re.finditer(r"<code>(.*?)</code>", end, re.S))
-            if m and m[-1].end() == len(end):
-                return m[-1].group(1).strip("\n") or None
+            cell = last_tag_cell(end)
+            if cell is not None:
+                return cell[1].strip("\n") or None
         if self.style in ("fence", "auto") and end.endswith("```"):
             blocks = fenced_blocks(end)
             if blocks and blocks[-1][2]:
@@ -150,7 +155,7 @@ class InterpreterEnv(Environment):
     def _final(self, text: str, code: str | None, format_ok: bool, num_tokens: int) -> Step:
         extracted = Extracted(text, format_ok and code is not None, code)
         sample = Sample(self.problem, text, extracted, num_tokens=num_tokens,
-                        max_tokens=self.turn_limit, turns=self.turns)
+                        max_tokens=self.turn_limit, turns=self.turns - self.retried)
         return final_step(sample, self.grader, self.cfg.reward)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+from dataclasses import replace
 
 from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, truncate
 from execrl.extract import Extracted, extract
@@ -60,8 +61,9 @@ class UnitTestsEnv(Environment):
             return self._final(num_tokens, extracted.format_ok)
         public = self.grader.grade(self.last_code, self.probes, p.language)
         if public.verdict == V.PASS:
-            return self._final(num_tokens, extracted.format_ok)
+            return replace(self._final(num_tokens, extracted.format_ok), tool_call=True)  # (it ran the public tests)
         if public.verdict == V.INFRA_ERROR:
+            self.retried += 1
             return Step([self._say("(the sandbox failed to run the tests, through no fault of the code: submit "
                                    "it again)")], tool_call=True)
         said = feedback(self.public, public, self.mt.max_output_chars)
@@ -78,7 +80,7 @@ class UnitTestsEnv(Environment):
         format)."""
         extracted = Extracted(self.last_text, format_ok, self.last_code)
         sample = Sample(self.problem, self.last_text, extracted, num_tokens=num_tokens,
-                        max_tokens=self.turn_limit, turns=self.turns)
+                        max_tokens=self.turn_limit, turns=self.turns - self.retried)
         return final_step(sample, self.grader, self.cfg.reward)
 
 
