@@ -171,3 +171,12 @@ def test_a_submission_cut_before_its_close_earns_no_format_reward(grader):
     e, _ = env(grader, "reward.components=[{name: test_pass_fraction}, {name: format}]")
     final = e.step("<answer>\ndef add(a, b):\n    return a + b\n\n# now some more expl")
     assert final.done and final.reward.parts == {"test_pass_fraction": 1.0, "format": 0.0}, final.reward.parts
+
+
+def test_a_cell_that_replaces_stdout_keeps_its_definitions(grader):
+    """The cells' markers were printed with the cell's own print and sys.stdout: a cell that replaced sys.stdout was
+    said to end the program, and what it defined was lost."""
+    e, _ = env(grader)
+    e.step("<code>\nimport sys, io\nsys.stdout = io.StringIO()\nx = 5\n</code>")
+    step = e.step("<code>\nsys.stdout = sys.__stdout__\nprint(x)\n</code>")
+    assert step.observation[0]["content"].strip() == "5", step.observation

@@ -28,9 +28,14 @@ class TurnRenderer:
                                     "and this tokenizer has none: set policy.tokenizer.chat_template")
         self.tokenizer = tokenizer
         self.rendered_roles: set = set()  # roles whose messages the template was seen to render (check_role)
-        added = getattr(tokenizer, "added_tokens_decoder", {}) or {}  # (its added tokens marked special: <|im_start|>)
+        added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+        # the control tokens: the special ones (<|im_start|>), and the added ones that read as markup, special or not
+        # (Qwen's <tool_response>, which split_special_tokens leaves whole: a program printing it closed the turn)
         self.specials = {t for t in (*tokenizer.all_special_tokens,
-                                     *(a.content for a in added.values() if getattr(a, "special", False))) if t}
+                                     *(a.content for a in added.values() if getattr(a, "special", False)
+                                       or re.fullmatch(r"\S*[<>\[\]|]\S*", a.content or ""))) if t}
+        self.control = re.compile("|".join(map(re.escape, sorted(self.specials, key=len, reverse=True)))) \
+            if self.specials else None
 
     def check_role(self, role: str) -> None:
         """Raises ChatTemplateError where the template drops (or never renders the content of) a message of `role`:
@@ -96,10 +101,20 @@ class TurnRenderer:
         ids, pos = [], 0
         for match in re.finditer("|".join(holders), text):  # the template's parts, then the text as text
             ids += self.tokenizer(text[pos:match.start()], add_special_tokens=False)["input_ids"]
-            plain = self.tokenizer(holders[match.group()], add_special_tokens=False, split_special_tokens=True)
-            ids += plain["input_ids"]
+            ids += self._plain_ids(holders[match.group()])
             pos = match.end()
         return ids + self.tokenizer(text[pos:], add_special_tokens=False)["input_ids"]
+
+    def _plain_ids(self, text: str) -> list[int]:
+        """Token ids of `text` as text: a control token's string in it is tokenized in two parts (its first
+        character, then the rest), never as the token."""
+        ids, pos = [], 0
+        for match in self.control.finditer(text):
+            for part in (text[pos:match.start()], match.group()[:1]):
+                ids += self.tokenizer(part, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            ids += self._plain_ids(match.group()[1:])
+            pos = match.end()
+        return ids + self.tokenizer(text[pos:], add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
     def _holds_special(self, content) -> bool:
         return isinstance(content, str) and any(t in content for t in self.specials)

@@ -82,10 +82,14 @@ class InterpreterEnv(Environment):
 
     def _run(self, cell: str) -> Step:
         marker, end = f"__cell_{secrets.token_hex(8)}__", f"__end_{secrets.token_hex(8)}__"
-        split = (f"print({marker!r}, flush=True); __import__('sys').stderr.write({marker!r}); "
-                 "__import__('sys').stderr.flush()")
+        # (written to the file descriptors, after what the cells printed: a cell that replaced print or sys.stdout
+        # moves no marker)
+        flush = ("import sys as __execrl_sys, os as __execrl_os; [getattr(f, 'flush', lambda: None)() for f in "
+                 "(__execrl_sys.stdout, __execrl_sys.__stdout__, __execrl_sys.stderr, __execrl_sys.__stderr__)]; ")
+        split = flush + f"__execrl_os.write(1, {(marker + chr(10)).encode()!r}); __execrl_os.write(2, {marker.encode()!r})"
         # a cell that ends the program (sys.exit) is never replayed: it would end every later one before it ran
-        program = "\n".join([*self.cells, split, cell, f"print({end!r}, flush=True)"]) if self.mt.stateful else cell
+        program = "\n".join([*self.cells, split, cell, flush + f"__execrl_os.write(1, {(end + chr(10)).encode()!r})"]) \
+            if self.mt.stateful else cell
         result = self.grader.run(program, language=self.problem.language)
         ok = result.verdict == Verdict.PASS
         out, err, exited = result.stdout, result.stderr, False
