@@ -1251,6 +1251,20 @@ def test_the_channel_to_the_checker_is_in_the_programs_network_namespace(mode):
         assert r.verdict == V.PASS, (r.tests[0].detail, r.stderr)
 
 
+def test_a_reply_trickled_to_the_checker_times_out_with_its_call():
+    """A program that announced a long reply on its channel and sent it a byte every 1.5 s held each call for the
+    whole program's wall limit (each read had its own timeout): the call's time is now the whole reply's."""
+    import time
+
+    code = ("import os, socket, struct, time\ns = socket.socket(fileno=os.dup(4))\n"
+            "n = struct.unpack('>I', s.recv(4, socket.MSG_WAITALL))[0]\ns.recv(n, socket.MSG_WAITALL)\n"
+            "s.sendall(struct.pack('>I', 100012))\nwhile True:\n    s.send(b' ')\n    time.sleep(1.5)\n")
+    with Grader(1, Limits(timeout_s=1)) as g:
+        t = time.monotonic()
+        r = g.grade(code, {"asserts": ["assert f(1) == 2", "assert f(2) == 2", "assert f(3) == 2"]})
+        assert r.verdict == V.TIMEOUT and time.monotonic() - t < 6, (r.verdict, time.monotonic() - t)
+
+
 READ_SELF = ("x = bytearray(100 << 20)\nprint([open('/proc/self/' + n).read().strip() for n in ('oom_score_adj', "
              "'coredump_filter')], open('/proc/1/autogroup').read().split()[-1])")
 SET_ZYGOTE = ("import resource\ntry:\n    resource.prlimit(1, resource.RLIMIT_DATA, (32 << 20, 32 << 20))\n"

@@ -79,11 +79,15 @@ class _Rpc:
         if self.failed is not None:  # (after a timeout a late reply would answer the next call)
             raise (RemoteTimeout if self.failed[0] == "timeout" else RemoteGone)(self.failed[1])
         try:
+            self.sock.settimeout(self.timeout)  # (a send's: recv_msg's deadline leaves it at what was left)
             send_msg(self.sock, req)
-            reply, _, _ = recv_msg(self.sock, bounded=True)  # (parsed in the checker, outside the program's
-            while isinstance(reply, dict) and "callback" in reply:  # limits: 60 MB of [0,0,...] took 3 s a call)
-                send_msg(self.sock, _run_callback(reply, self._handle))
-                reply, _, _ = recv_msg(self.sock, bounded=True)
+            deadline = time.monotonic() + self.timeout  # (the program's answer's time, a trickled one's too)
+            reply, _, _ = recv_msg(self.sock, bounded=True, deadline=deadline)  # (parsed in the checker, outside
+            while isinstance(reply, dict) and "callback" in reply:  # the program's limits: 60 MB of [0,0,...] took
+                answer = _run_callback(reply, self._handle)  # 3 s a call)
+                self.sock.settimeout(self.timeout)
+                send_msg(self.sock, answer)
+                reply, _, _ = recv_msg(self.sock, bounded=True, deadline=time.monotonic() + self.timeout)
         except socket.timeout:
             self.failed = ("timeout", "")
             raise RemoteTimeout() from None

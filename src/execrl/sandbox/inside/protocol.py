@@ -8,6 +8,7 @@ import math
 import socket
 import struct
 import sys
+import time
 
 # ----------------------------------------------------------------------------------------------- framing
 
@@ -24,10 +25,16 @@ def send_msg(sock: socket.socket, header: dict, blobs=(), fds=()) -> None:
         socket.send_fds(sock, [b"F"], list(fds))
 
 
-def _recv_exact(sock: socket.socket, n: int, mutable: bool = False) -> bytes | bytearray:
+def _recv_exact(sock: socket.socket, n: int, mutable: bool = False, deadline: float | None = None
+                ) -> bytes | bytearray:
     buf = bytearray(n)
     view, got = memoryview(buf), 0
     while got < n:
+        if deadline is not None:  # (the whole message's time, not each read's: a byte a second never times out)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("timed out")
+            sock.settimeout(left)
         k = sock.recv_into(view[got:], n - got)
         if k == 0:
             raise EOFError("peer closed the connection")
@@ -41,19 +48,20 @@ class Oversized(ValueError):
 
 
 def recv_msg(sock: socket.socket, max_header: int = 1 << 26, mutable: bool = False,
-             bounded: bool = False) -> tuple[dict, list[bytes], list[int]]:
+             bounded: bool = False, deadline: float | None = None) -> tuple[dict, list[bytes], list[int]]:
     """`mutable`: the blobs as the bytearrays they were read into (their only copy: the runner zeroes them once the
     program is graded, see zygote.scrub); `bounded`: a header that could hold more than MAX_NODES values is not
-    parsed (a program's reply, whose parsing is the reader's time)."""
-    (n,) = struct.unpack(">I", _recv_exact(sock, 4))
+    parsed (a program's reply, whose parsing is the reader's time); `deadline` (time.monotonic()): socket.timeout
+    past it, however the message trickles in."""
+    (n,) = struct.unpack(">I", _recv_exact(sock, 4, deadline=deadline))
     if n > max_header:
         raise Oversized(f"message header of {n} bytes is larger than allowed")
-    raw = _recv_exact(sock, n)
+    raw = _recv_exact(sock, n, deadline=deadline)
     if bounded and too_many_nodes(raw):
         raise Oversized(f"a reply that could hold more than {MAX_NODES:,} values (its [, {{ and , counted, in "
                         "strings too), not read")
     header = json.loads(raw)
-    blobs = [_recv_exact(sock, k, mutable) for k in header.get("blobs", [])]
+    blobs = [_recv_exact(sock, k, mutable, deadline) for k in header.get("blobs", [])]
     fds: list[int] = []
     if header.get("nfds"):
         _, fds, _, _ = socket.recv_fds(sock, 1, header["nfds"])
