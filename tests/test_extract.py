@@ -266,5 +266,11 @@ def test_what_follows_answer_is_in_another_sentence_a_unit_or_escaped_dollars_is
              "The answer is obtained by multiplying the 9 eggs by $2, which gives 18.": "18",
              "#### Step 1: Eggs sold\n16 - 3 - 4 = 9\n#### Step 2: Money\n9 * 2 = 18\n\nJanet makes $18 every day.": "18",
              "Therefore, the area is 48 m^2.": "48", "we obtain \\(32\\) \\(\\text{in total}\\).": "32",
-             "The answer is $\\$18$.": "18", "#### 18 dollars": "18", "#### Final Answer\n\n18": "18"}
+             "The answer is $\\$18$.": "18", "#### 18 dollars": "18", "#### Final Answer\n\n18": "18",
+             # a reason after the answer, and words after it that take nothing back, leave the answer
+             "The answer is 18, because she sells 16 - 3 - 4 = 9 eggs at $2 each.": "18",
+             "The answer is 18 because after eating and baking she has 16 - 3 - 4 = 9 eggs left to sell.": "18",
+             "The answer is 18.\n\nLet me recap: she lays 16 eggs, eats 3, bakes 4 and sells the remaining 9.": "18",
+             "**Answer:** 18\n\nNote: a common mistake is to forget the 3 eggs she eats for breakfast.": "18",
+             "The answer is 18.\n\nActually, that matches the 9 eggs x 2 computation.": "18"}
     assert [(t, math_answer(t)) for t, gold in right.items() if not answers_match(math_answer(t), gold)] == []

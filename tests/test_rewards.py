@@ -173,3 +173,12 @@ def test_a_component_that_returns_nan_or_inf_is_named(tmp_path, bad):
     with pytest.raises(ValueError, match=rf"reward component .*mine.py:score returned {bad} for problem p: a reward is "
                                          "a finite number"):
         parts(sample(), {"name": f"{tmp_path / 'mine.py'}:score"})
+
+
+def test_an_answer_whose_braces_do_not_close_matches_nothing():
+    """Boxed for math-verify, "}{\\frac{1}{2}" closed the box early and "\\frac{1}{2" (cut before its end) left it
+    open: both matched 1/2."""
+    from execrl.rewards.math_answers import answers_match
+
+    assert not answers_match("\\frac{1}{2", "\\frac{1}{2}") and not answers_match("}{\\frac{1}{2}", "\\frac{1}{2}")
+    assert answers_match("\\frac{1}{2}", "0.5") and answers_match("\\{1, 2\\}", "\\{2, 1\\}")

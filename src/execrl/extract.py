@@ -189,8 +189,11 @@ BARE_TEX = re.compile(r"\s*(\\[a-zA-Z].*?)(?=\s+[a-zA-Z]{2,}\b|[.,;:]?\s*$)")  #
 GSM8K_MARK = re.compile(r"[\s*_`]*+(?:[-\u2212+$\\(\[.\d]|[^\n]*(?:answer|=))", re.I)  # "#### 18", "#### Final Answer"
 UNIT_POWER = re.compile(r"[A-Za-z]\s*\^\s*\{?\s*$")  # the 2 of "48 m^2" is no answer
 CLOSERS = re.compile(r"(?:\s|\\\)|\\\]|\$)*")  # between a number and its unit: "\\(32\\) \\(\\text{in total}\\)"
-CORRECTED = re.compile(r"(?i)\b(?:wait|actually|oops|mistake|miscalculat\w*|miscount\w*|let me (?:re\w+|correct)|"
-                       r"correction|I was wrong)\b")  # after the stated answer: it no longer stands
+CORRECTED = re.compile(r"(?i)\bwait\b[,.!]|\boops\b|\bI (?:made|make) (?:a|an) (?:mistake|error)\b|\bmiscalculat\w*|"
+                       r"\bmiscount\w*|\b(?:that|this) (?:is|was|'s) (?:wrong|incorrect)\b|\bI was wrong\b|"
+                       r"\blet me (?:recalculate|recompute|redo|reconsider|recheck|correct)\b|\bcorrection\b")
+# (after the stated answer: it no longer stands. Not "let me recap", "a common mistake", "Actually, that matches")
+REASON = re.compile(r",\s|\b[A-Za-z]{2,}\s+[A-Za-z]{2,}\b")  # "18, because ... = 9": a reason after the answer
 UNIT = re.compile(r"(?:\\(?:text|mathrm|textrm|mbox|operatorname)\s*\{[^{}]*\}|\\[,;:! ]|[\s^_{}\d/.~])+")  # \text{km/h}
 
 
@@ -250,6 +253,12 @@ def _after_answer_is(text: str) -> str | None:
         return None
     blanked = FIRST_SPAN.sub(lambda m: " " * len(m.group()) if _is_math(_content(m)) else m.group(), line)
     equals = line[blanked.rindex("=") + 1:] if "=" in blanked else ""  # (an "=" in a LaTeX span is the span's)
+    first = POWER.search(blanked)
+    if first is not None and first.end() <= blanked.rfind("=") and \
+            REASON.search(blanked, first.end(), blanked.rfind("=")):  # ("The answer is 18, because she sells
+        if re.search(r"[A-Za-z]{2,}", blanked[:first.start()]):  # 16 - 3 - 4 = 9 eggs": the sum is the reason's;
+            return None  # "... is If only 14 remained, then 40-14 = 26": a description, read as the text ends)
+        equals = ""  # ("15 gallons * 8 pints / gallon = 120" is one sum)
     if FIRST_SPAN.search(equals) or POWER.search(equals):
         line = equals
     bare = BARE_TEX.match(line)  # "The answer is \\frac{3}{4}.": LaTeX without delimiters, whole

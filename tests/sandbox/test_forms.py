@@ -106,7 +106,10 @@ def test_assert_entries_that_test_nothing_run_with_the_next_test(grader):
         r = grader.grade(code, {"asserts": list(asserts)})
         assert [t.verdict for t in r.tests] == verdicts, (asserts, r.tests)
     with pytest.raises(TestSpecError, match="use nothing of the program's"):
-        parse_tests({"asserts": ["import math", "", "assert True"]})
+        parse_tests({"asserts": ["import math", "", "# f(1) == 2"]})
+    for asserts in (["assert f(1) == 1", "assert False"], ["assert 1 == 2", "assert f(2) == 2"]):  # (merged, it
+        with pytest.raises(TestSpecError, match="is an assert of nothing of the program's"):  # failed every program)
+            parse_tests({"asserts": asserts})
 
 
 def test_asserts_program_exception_is_runtime_error(grader):

@@ -96,6 +96,8 @@ def answers_match(predicted: str | None, reference: str) -> bool:
         return a == b
     if len(predicted) > max(MAX_ANSWER_CHARS, 2 * len(reference)) or importlib.util.find_spec("math_verify") is None:
         return False
+    if not _balanced(predicted):  # ("\\frac{1}{2": cut before its end; boxed, "}{\\frac{1}{2}" would close the box)
+        return False
     return _math_verify(reference, predicted)
 
 
@@ -163,6 +165,20 @@ def _start() -> subprocess.Popen:
     return child
 
 
+def _balanced(text: str) -> bool:
+    """Whether the braces of `text` (\\{ and \\} aside) close in order: a box around it holds it all."""
+    depth = 0
+    for brace in re.sub(r"\\[{}]", "", text):
+        depth += {"{": 1, "}": -1}.get(brace, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _boxed(answer: str) -> str:
+    return f"\\boxed{{{answer}}}" if _balanced(answer) else f"${answer}$"
+
+
 def _math_verify(gold: str, guess: str) -> bool:
     """math-verify's parse and verify of \\boxed{gold} and \\boxed{guess} in a child process, False past
     VERIFY_SECONDS. (Boxed, as NeMo RL hands it the reference: in $...$ math-verify reads what it can of an answer,
@@ -175,7 +191,7 @@ def _math_verify(gold: str, guess: str) -> bool:
             child = _start()
         reply = None
         try:
-            child.stdin.write(json.dumps([f"\\boxed{{{gold}}}", f"\\boxed{{{guess}}}"]) + "\n")
+            child.stdin.write(json.dumps([_boxed(gold), _boxed(guess)]) + "\n")
             child.stdin.flush()
             reply = _reply(child, VERIFY_SECONDS)
         except OSError:  # it died (a crash in sympy): scored 0, and a new one starts next time

@@ -352,11 +352,16 @@ def _defined(code: str) -> set[str]:
 
 def _tests_that_test(asserts: list[str]) -> list[str]:
     """The assert tests, each entry that tests nothing ("import math", "", a comment) run with the next one that does
-    (or the last): a test of its own would pass whatever the program is, and add to the share of tests passed.
+    (or the last): a test of its own would pass whatever the program is, and add to the share of tests passed. An
+    assert of constants ("assert False", "assert True") is refused: merged, it would fail (or pass) every program.
     Raises TestSpecError where no entry tests anything: every program, an empty one too, would get the same verdict
     ("assert True", "assert False")."""
     merged, pending = [], []
-    for a in asserts:
+    for i, a in enumerate(asserts):
+        tree = ast.parse(a)
+        if not _tests_something(a) and any(isinstance(n, (ast.Assert, ast.Raise)) for n in ast.walk(tree)):
+            raise TestSpecError(f"tests.asserts[{i}] is an assert of nothing of the program's: every program gets the "
+                                f"same verdict from it ({a[:60]!r}); drop it, or make it test the program"[:300])
         pending.append(a)
         if _tests_something(a):
             merged.append("\n".join(pending))
