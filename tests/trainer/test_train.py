@@ -455,9 +455,14 @@ def test_the_same_command_on_a_finished_run_warns_nothing_again(tmp_path, capsys
     run(tmp_path, "done", *args)
     first = capsys.readouterr().err.replace("\n", " ")
     assert "nothing was learned" in first and "were cut before they ended" in first, first[-3000:]
+    written = (tmp_path / "done" / "config.yaml").read_text()
     run(tmp_path, "done", *args)
     again = capsys.readouterr().err.replace("\n", " ")
     assert "nothing to do" in again and "nothing was learned" not in again and "warning" not in again, again[-3000:]
+    # a change a resume allows, with no step to run: config.yaml stays the config of the step that ran
+    run(tmp_path, "done", *args, "env.code.num_workers=1")
+    assert (tmp_path / "done" / "config.yaml").read_text() == written
+    assert not list((tmp_path / "done").glob("config.to_step_*.yaml"))
 
 
 def test_an_advantage_in_the_thousands_is_said_once_and_logged(capsys):

@@ -204,7 +204,8 @@ def launch_step(run: Run, rollouts, defer: bool = False) -> Callable[[], dict]:
     unkept = ~batch.kept.reshape(rewards.shape).any(1) if batch.kept.numel() == rewards.numel() else flat & False
     num_flat, num_groups, num_unkept = dist.sum_floats((flat | unkept).sum().item(), len(rewards),
                                                        (unkept & valid.any(1)).sum().item())
-    adv_max = dist.largest(adv.abs().max().item() if adv.numel() else 0.0)
+    kept = adv[batch.kept] if batch.kept is not None and batch.kept.numel() == adv.numel() else adv
+    adv_max = dist.largest(kept.abs().max().item() if kept.numel() else 0.0)  # (of the samples in the loss)
     step = run.step + 1
     return lambda: checked(run, step, numbers(), num_valid / num_samples, num_flat, num_groups, lr, num_unkept,
                            adv_max)
@@ -331,8 +332,10 @@ def log_step(run: Run, step: int, rollouts, stats: dict, times: dict, bar) -> No
     timing = {"answered_while_generating_frac"}  # (per episode, but a matter of timing: with the time/ metrics)
     metrics.update({f"{'time' if k in timing else 'train'}/{k}": v for k, v in means.items() if k != "reward_sq_mean"})
     metrics["train/reward_std"] = max(means["reward_sq_mean"] - means["reward_mean"] ** 2, 0.0) ** 0.5
-    if times.get("generate"):  # the model's tokens sampled per second of generation (all processes)
-        metrics["time/tokens_per_s"] = sums["completion_len_mean"] / times["generate"]
+    times = dict(times)
+    generated = dist.sum_floats(times.pop("generated_tokens", 0.0))[0]
+    if times.get("generate"):  # the model's tokens sampled per second of generation (all processes): those this
+        metrics["time/tokens_per_s"] = generated / times["generate"]  # step generated (async: the next step's too)
     metrics.update({f"time/{k}": v for k, v in times.items()})
     tokens, slot_steps = dist.sum_floats(rollouts.decoded["tokens"], rollouts.decoded["slot_steps"])
     if slot_steps:  # how full the engine's decode steps were (low: a few long samples decoding alone)

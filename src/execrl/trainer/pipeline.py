@@ -92,7 +92,7 @@ class RolloutPipeline:
         """The graded, scored rollouts to train on with the weights of `version`, and their metrics;
         sets this step's `generate`, `grade`, `grade_wait` and `grade_overlapped` seconds in
         `times`. `more`: another step follows (so its rollouts may be generated ahead)."""
-        times["generate"] = 0.0
+        times["generate"] = times["generated_tokens"] = 0.0  # (this call's: with async GRPO, the next step's batch)
         stale = []
         while self.queue and version - self.queue[0].version > self.max_age:
             stale.append(self.queue.popleft())
@@ -160,6 +160,7 @@ class RolloutPipeline:
         sampling draws)."""
         rollouts = self.generate(problems, step, first)  # up to the last model turn (earlier turns' envs included)
         times["generate"] += rollouts.times["generate"]
+        times["generated_tokens"] += sum(e.trajectory.num_sampled for e in rollouts.episodes)
         return InFlight(problems, position, version, step, rollouts, self.grading.submit(self._grade, rollouts))
 
     def _grade(self, rollouts: Rollouts) -> float:

@@ -203,6 +203,10 @@ def build_run(cfg: MasterConfig) -> Run:
               cfg.policy.scheduler.build(optimizer), ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle), val, refs,
               grader, MetricsLogger(cfg, write=dist.is_main()), baselines=RoleBaselines(cfg.grpo.role_baseline_decay),
               lora=adapter(cfg, policy.peft_model), lock=lock)
+    run.max_steps = cfg.grpo.max_num_steps
+    if not cfg.grpo.use_dynamic_sampling:  # (which draws a varying number of prompts per step: the loop checks)
+        run.max_steps = min(run.max_steps, cfg.grpo.max_num_epochs * steps_per_epoch(len(train),
+                                                                                   cfg.grpo.num_prompts_per_step))
     resume(run)
     run.opponent = build_opponent(cfg, policy.weights.compute, policy.tokenizer, slots)
     run.episodes = EpisodeRunner(cfg, generator, policy.tokenizer, grader,
@@ -210,10 +214,6 @@ def build_run(cfg: MasterConfig) -> Run:
     if cfg.grpo.max_rollout_turns > 1 and cfg.env.multi_turn.kind in ("interpreter", "unit_tests", "sliding_puzzle"):
         run.episodes.renderer.check_role(cfg.env.multi_turn.observation_role)  # (before a step: their turns' role)
     run.pipeline = build_pipeline(cfg, plan, run.episodes, run.sampler)
-    run.max_steps = cfg.grpo.max_num_steps
-    if not cfg.grpo.use_dynamic_sampling:  # (which draws a varying number of prompts per step: the loop checks)
-        run.max_steps = min(run.max_steps, cfg.grpo.max_num_epochs * steps_per_epoch(len(train),
-                                                                                   cfg.grpo.num_prompts_per_step))
     return run
 
 
@@ -349,8 +349,8 @@ def resume(run: Run) -> None:
             run.baselines.load_state_dict(state["role_baselines"])
         console.print(f"resumed from {found} (step {run.step})")
     removed = run.logger.start(run.step)
-    if dist.is_main():
-        written, now = run.logger.dir / "config.yaml", to_yaml(cfg)
+    if dist.is_main() and (found is None or run.step < run.max_steps):  # (a resume with no step to run: the record
+        written, now = run.logger.dir / "config.yaml", to_yaml(cfg)  # stays the config of the steps that ran)
         kept = run.logger.dir / f"config.to_step_{run.step:06d}.yaml"
         if found is not None and written.is_file() and written.read_text() != now and not kept.exists():
             written.replace(kept)  # what ran steps 1..run.step (kept once: a resume that died before its next
@@ -359,6 +359,7 @@ def resume(run: Run) -> None:
                           f"{run.step + 1})", markup=False, highlight=False)
         written.with_name(written.name + ".tmp").write_text(now)  # (whole or not at all: a run killed while writing
         written.with_name(written.name + ".tmp").replace(written)  # it left a config.yaml that was not YAML)
+    if dist.is_main():
         console.print(run.grader.describe(), markup=False, highlight=False)
     if removed:
         console.print(f"{run.logger.dir / 'metrics.jsonl'}: {removed} rows of steps after {run.step} removed (they are "
