@@ -634,3 +634,17 @@ def test_after_a_failed_capture_the_gpu_still_draws_random_numbers():
             raise
     torch.cuda.synchronize()
     assert torch.rand(8, device="cuda").shape == (8,)
+
+
+def test_a_model_that_names_no_end_token_is_said_once_with_the_token_to_set(capsys):
+    """A model whose tokenizer and generation config name no EOS ran every answer to max_new_tokens without a word
+    (eval's completions decoded empty: the template's end-of-turn token, repeated, is special)."""
+    from types import SimpleNamespace
+
+    from execrl.rollout.completion import end_ids
+
+    model = SimpleNamespace(config=SimpleNamespace(_name_or_path="/models/noeos"), generation_config=None)
+    tok = SimpleNamespace(eos_token_id=None, get_vocab=lambda: {"<|im_end|>": 7, "a": 8})
+    assert end_ids(model, tok) == [] and end_ids(model, tok) == [] and end_ids(model, tok, [7]) == [7]
+    said = capsys.readouterr().err.replace("\n", " ")
+    assert said.count("name no end token") == 1 and "policy.generation.stop_token_ids=[7] (<|im_end|>)" in said, said

@@ -33,6 +33,28 @@ def _base_decode():
     return PreTrainedTokenizerBase.decode
 
 
+def end_ids(model, tokenizer, stop_token_ids=None) -> list[int]:
+    """The ids that end a sequence: the model's EOS ids (eos_ids) and `stop_token_ids`. Where there are none, every
+    answer runs to its length limit: said once per model, with the chat template's end-of-turn token to name."""
+    ids = sorted(set(eos_ids(model, tokenizer)) | set(stop_token_ids or []))
+    if not ids:
+        vocab = tokenizer.get_vocab()
+        turn_end = next((t for t in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "</s>") if t in vocab),
+                        None)
+        _say_no_end(str(getattr(model.config, "_name_or_path", "") or "the model"),
+                    f"{vocab[turn_end]}] ({turn_end})" if turn_end else "ID]")
+    return ids
+
+
+@cache
+def _say_no_end(name: str, example: str) -> None:
+    from execrl.console import stderr_console
+
+    stderr_console().print(f"[yellow]warning: {name}: its tokenizer and generation config name no end token, so "
+                           "every answer runs to the length limit (and training learns no answer's end): set "
+                           f"policy.generation.stop_token_ids=[{example}, the chat template's end of turn[/]")
+
+
 def eos_ids(model, tokenizer) -> list[int]:
     """The tokenizer's EOS plus any the model's generation config lists (instruct models often have
     two)."""

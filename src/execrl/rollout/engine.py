@@ -21,7 +21,7 @@ import torch
 from execrl.compiling import compile_settings, raise_recompile_limit
 from execrl.guided import Guides
 from execrl.rollout.attention import kernel_fits, shared_from, tail_splits, unit_members
-from execrl.rollout.completion import Completion, eos_ids, text_of
+from execrl.rollout.completion import Completion, end_ids, text_of
 from execrl.rollout.decoder import CachedDecoder, generic_in
 from execrl.rollout.generic import GenericDecoder, check_generic
 from execrl.rollout.masks import SlotMasks
@@ -135,7 +135,7 @@ class RolloutEngine:
             self.dec.compile_prefill(compiled)
         if per_layer:
             self.dec.compile_decode(compiled)
-        self.eos_list = sorted(set(eos_ids(model, tokenizer)) | set(stop_token_ids or []))  # each ends a sequence
+        self.eos_list = end_ids(model, tokenizer, stop_token_ids)  # each ends a sequence
         self.eos = torch.tensor(self.eos_list, device=dev)  # [E]
         z = dict(dtype=torch.long, device=dev)
         self.tokens, self.pos, self.n_gen = (torch.zeros(slots, **z) for _ in range(3))  # [S] each

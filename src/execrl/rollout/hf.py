@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import torch
 
-from execrl.rollout.completion import Completion, eos_ids, text_of
+from execrl.rollout.completion import Completion, end_ids, text_of
 
 
 @torch.no_grad()
@@ -20,7 +20,7 @@ def hf_generate(model, tokenizer, prompts: list[list[int]], num_samples: int, ma
     any EOS token of the model or of `stop_token_ids`. `on_sample(i, j, completion)`: called for each
     completion as its batch is done."""
     device = next(model.parameters()).device
-    pad, eos = tokenizer.pad_token_id, sorted(set(eos_ids(model, tokenizer)) | set(stop_token_ids or []))
+    pad, eos = tokenizer.pad_token_id, end_ids(model, tokenizer, stop_token_ids)
     per_batch = max(1, batch_size // num_samples)
     sampled = temperature > 0
     out: list[list[Completion]] = []
