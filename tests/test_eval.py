@@ -245,6 +245,10 @@ def test_eval_says_how_many_it_decodes_at_once(tiny_model_dir, tmp_path):
     proc = run("--model", tiny_model_dir, "--dataset", "mbpp", "--split", "test", "--limit", 3, "--samples", 2,
                "--max-new-tokens", 8, "--out", tmp_path / "out2", "--workers", 2, "--batch-size", 4)
     assert proc.returncode == 0 and "sampling, 4 at once" in proc.stderr
+    # a random model's 8 tokens end no answer: said, and counted (the hint was --code-style plain)
+    cut = json.loads((tmp_path / "out2" / "summary.json").read_text())["samples_cut_at_max_new_tokens"]
+    assert cut * 2 >= 6 and f"{cut} of 6 samples were cut at --max-new-tokens 8" in proc.stderr
+    assert "--code-style plain" not in proc.stderr, proc.stderr
 
 
 class Streaming:

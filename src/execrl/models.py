@@ -110,9 +110,7 @@ def load_tokenizer(name: str, offline: bool | None = None):
     offline = offline if offline is not None else os.environ.get("HF_HUB_OFFLINE") == "1"
     local = Path(name).expanduser()
     if (local / "adapter_config.json").is_file() and not (local / "tokenizer_config.json").is_file():
-        import json  # (a LoRA adapter saved without its tokenizer: its base's)
-
-        base = json.loads((local / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        base = adapter_base(local)  # (a LoRA adapter saved without its tokenizer: its base's)
         return load_tokenizer(base, offline) if base else None
     try:
         return read_tokenizer(local if local.exists() else name, offline)
@@ -216,12 +214,25 @@ def set_pad(tok, model) -> None:
         tok.pad_token_id = next(iter(eos_ids(model, tok)), 0)  # (None: build_batch's torch.full crashed at step 1)
 
 
+def adapter_base(directory: Path) -> str | None:
+    """An adapter's base model (adapter_config.json's base_model_name_or_path); where that is a directory no longer
+    there and the adapter is a checkpoint's (CHECKPOINT_DIR/step_N/policy), the base/ the run saved beside its
+    checkpoints (a run directory moved or copied: the path it wrote is the old one)."""
+    import json
+
+    base = json.loads((Path(directory) / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    beside = Path(directory).resolve().parents[1] / "base" if len(Path(directory).resolve().parents) > 1 else None
+    if base and looks_like_path(base) and not Path(base).expanduser().is_dir() and beside is not None and \
+            (beside / "config.json").is_file():
+        return str(beside)
+    return base
+
+
 def _load_adapter(directory: Path, device: str, dtype: str, offline: bool, tokenizer: str | None):
     """A peft LoRA adapter directory: its base model (base_model_name_or_path) with the adapter
     merged in."""
-    import json
 
-    base = json.loads((directory / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    base = adapter_base(directory)
     if not base:
         raise ModelNotFound(f"{directory}/adapter_config.json names no base_model_name_or_path: load the base model "
                             "and the adapter yourself (peft.PeftModel.from_pretrained)")

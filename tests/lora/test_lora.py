@@ -209,3 +209,21 @@ def test_a_snapshot_opponent_copies_the_adapters_and_shares_the_frozen_base():
     greedy = SamplingParams(temperature=0.0)
     ours = RolloutEngine(model, tok, slots=1, max_len=128, merge_adapters=True).generate([prompt], 1, 16, greedy)
     assert opp.generator.generate([prompt], 1, 16, greedy)[0][0].ids == ours[0][0].ids
+
+
+def test_a_moved_checkpoints_adapter_finds_the_base_saved_beside_it(tmp_path):
+    """A run that made its own base saves it beside its checkpoints, and its adapter names that base by its absolute
+    path: once the run directory was moved, `execrl eval --model CK/step_N/policy` could not load it."""
+    import json
+
+    from execrl.models import adapter_base
+
+    ck = tmp_path / "moved" / "ck"
+    (ck / "step_000002" / "policy").mkdir(parents=True)
+    (ck / "base").mkdir()
+    (ck / "base" / "config.json").write_text("{}")
+    (ck / "step_000002" / "policy" / "adapter_config.json").write_text(json.dumps(
+        {"base_model_name_or_path": str(tmp_path / "old" / "ck" / "base")}))
+    assert adapter_base(ck / "step_000002" / "policy") == str((ck / "base").resolve())
+    (ck / "step_000002" / "policy" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/x"}))
+    assert adapter_base(ck / "step_000002" / "policy") == "Qwen/x"  # (a hub id is kept)

@@ -336,8 +336,10 @@ def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None
             if cfg.reward_model:
                 row["reward_model_scores"] = [s.rm_score for s in group]  # (null: the sandbox failed on it)
             f.write(json.dumps(row) + "\n")
+    cut = sum(1 for s in samples if s.max_tokens and s.num_tokens >= s.max_tokens)  # (at --max-new-tokens: unended)
     summary = {"dataset": cfg.dataset, "split": cfg.split, "problems": len(per_problem),
                **({"problems_dropped_long_prompt": dropped} if dropped else {}), "samples": len(samples),
+               "samples_cut_at_max_new_tokens": cut,
                "invalid_samples": invalid, "outcomes": dict(outcomes),
                "ran": ran(cfg, source or {}, {s.problem.metadata.get(VERIFIER, "hf_math_verify") for s in samples
                                              if s.problem.kind == "math"})}
@@ -355,7 +357,10 @@ def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None
     sizes = sorted({len(group) for group in per_problem.values()}) or [0]  # (a completions file's differ by problem)
     _print(summary, cfg, out_dir, str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}")
     no_code = outcomes[NO_CODE]
-    if samples and no_code * 2 >= len(samples) and cfg.prompt.code_style != "plain":
+    if cut and cut * 2 >= len(samples):  # (their answers unfinished: no code, no answer, a constraint unmet)
+        err.print(f"[yellow]{cut} of {len(samples)} samples were cut at --max-new-tokens {cfg.max_new_tokens} before "
+                  "they ended: their answers are unfinished; raise it[/]")
+    elif samples and no_code * 2 >= len(samples) and cfg.prompt.code_style != "plain":
         err.print(f"[yellow]{no_code} of {len(samples)} samples hold no code where --code-style "
                   f"{cfg.prompt.code_style} looks for it ({_LOOKS_IN[cfg.prompt.code_style]}): where the model "
                   "writes bare code, grade the whole completion with --code-style plain[/]")

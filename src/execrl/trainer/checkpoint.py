@@ -163,7 +163,8 @@ RESUMABLE = ("grpo.max_num_steps", "grpo.max_num_epochs", "grpo.val_", "grpo.max
              "checkpointing.", "env.code.num_workers", "policy.generation_batch_size", "policy.logprob_batch_size",
              "policy.train_micro_batch_size", "policy.torch_compile", "policy.activation_checkpointing",
              "policy.generation.cuda_graphs", "policy.generation.compile", "policy.generation.sync_every",
-             "policy.generation.val_", "policy.device", "data.validation", "offline", "cluster.")
+             "policy.generation.val_", "policy.device", "data.validation", "offline", "cluster.",
+             "policy.lora.save_merged")  # (what later checkpoints hold, not what trains)
 
 
 def config_changes(saved: dict, now: dict) -> tuple[list[str], list[str]]:
