@@ -41,12 +41,13 @@ def test_resuming_with_another_learning_rate_is_refused_and_config_yaml_is_what_
     assert resumed.step == 2 and "max_num_steps: 2" in (tmp_path / "config.yaml").read_text()
     # the config that ran step 1 is kept beside it (config.yaml was overwritten: the record no longer said what ran)
     assert (tmp_path / "config.to_step_000001.yaml").read_text() == written
-    # resumed again from step 2 twice, the first of them running nothing (as one that died before its checkpoint):
-    # the record of steps 1-2 is the config that ran them, not the one of the resume that ran none
+    # resumed again from step 2 twice, with no step left to run: the record of steps 1-2 stays the config that ran
+    # them, not the one of a resume that ran none
     ran_2 = (tmp_path / "config.yaml").read_text()
     train(load_config(None, [*base, "grpo.max_num_steps=2", "logger.rollouts_period=3"]))
     train(load_config(None, [*base, "grpo.max_num_steps=2", "logger.rollouts_period=4"]))
-    assert (tmp_path / "config.to_step_000002.yaml").read_text() == ran_2
+    assert (tmp_path / "config.yaml").read_text() == ran_2
+    assert not (tmp_path / "config.to_step_000002.yaml").exists()
 
 
 def test_a_model_or_lora_change_is_named_before_the_weights_load(tmp_path):
