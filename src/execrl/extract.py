@@ -252,11 +252,12 @@ def _after_answer_is(text: str) -> str | None:
     if CORRECTED.search(text, stated.end() + len(line)):  # "So the answer is 20. Wait, ... 9 * 2 = 18."
         return None
     blanked = FIRST_SPAN.sub(lambda m: " " * len(m.group()) if _is_math(_content(m)) else m.group(), line)
-    equals = line[blanked.rindex("=") + 1:] if "=" in blanked else ""  # (an "=" in a LaTeX span is the span's)
+    eq = blanked.rfind("=")  # (an "=" in a LaTeX span is the span's)
+    equals = line[eq + 1:] if eq >= 0 else ""
     first = POWER.search(blanked)
-    if first is not None and first.end() <= blanked.rfind("=") and \
-            REASON.search(blanked, first.end(), blanked.rfind("=")):  # ("The answer is 18, because she sells
-        if re.search(r"[A-Za-z]{2,}", blanked[:first.start()]):  # 16 - 3 - 4 = 9 eggs": the sum is the reason's;
+    if first is not None and first.end() <= eq and REASON.search(blanked, first.end(), eq):  # ("The answer is 18,
+        if re.search(r"[A-Za-z]{2,}", blanked[:first.start()]):  # because she sells 16 - 3 - 4 = 9 eggs": the sum is
+            # the reason's;
             return None  # "... is If only 14 remained, then 40-14 = 26": a description, read as the text ends)
         equals = ""  # ("15 gallons * 8 pints / gallon = 120" is one sum)
     if FIRST_SPAN.search(equals) or POWER.search(equals):

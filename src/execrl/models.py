@@ -221,17 +221,16 @@ def adapter_base(directory: Path) -> str | None:
     import json
 
     base = json.loads((Path(directory) / "adapter_config.json").read_text()).get("base_model_name_or_path")
-    beside = Path(directory).resolve().parents[1] / "base" if len(Path(directory).resolve().parents) > 1 else None
-    if base and looks_like_path(base) and not Path(base).expanduser().is_dir() and beside is not None and \
-            (beside / "config.json").is_file():
-        return str(beside)
+    if base and looks_like_path(base) and not Path(base).expanduser().is_dir():
+        above = Path(directory).resolve().parents
+        if len(above) > 1 and (above[1] / "base" / "config.json").is_file():
+            return str(above[1] / "base")
     return base
 
 
 def _load_adapter(directory: Path, device: str, dtype: str, offline: bool, tokenizer: str | None):
     """A peft LoRA adapter directory: its base model (base_model_name_or_path) with the adapter
     merged in."""
-
     base = adapter_base(directory)
     if not base:
         raise ModelNotFound(f"{directory}/adapter_config.json names no base_model_name_or_path: load the base model "

@@ -90,12 +90,12 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     problems = everything[: cfg.limit] if cfg.limit else everything
     texts = read_completions(completions, problems, cfg.max_tests, everything) if completions else None
     ours = {id(q) for q in everything}
-    if texts and key and not ours & {id(p) for p, _ in texts}:
+    own = sum(id(p) not in ours for p, _ in texts or ())  # (problems of the file's own rows)
+    if texts and key and own == len(texts):
         say(f"no row of {completions} is a problem of {cfg.dataset}/{cfg.split}: each is graded on its own tests or "
             "answer, and recorded so")
         cfg = replace(cfg, dataset="", split="")
-    elif texts and key and any(id(p) not in ours for p, _ in texts):
-        own = sum(id(p) not in ours for p, _ in texts)
+    elif texts and key and own:
         raise DatasetError(f"{completions}: {own} of its problems carry their own tests or answer and are not "
                            f"{cfg.dataset}/{cfg.split}'s, the others are: a pass@k over both is neither's. Grade them "
                            "apart: the dataset's rows with --dataset, the others with --dataset ''")

@@ -51,9 +51,9 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
     rollouts, seen, notes = {}, [], []
     for f in files:
         rows, rewards, unread = _rows(f, MAX_ROWS_PER_STEP, rewards=True)
-        rollouts[int(f.stem.split("_")[-1])] = [_cut(r) for r in map(_rollout, rows) if r is not None]
+        kept = rollouts[int(f.stem.split("_")[-1])] = [_cut(r) for r in map(_rollout, rows) if r is not None]
         seen += rewards
-        _note(notes, f, unread + len(rows) - len(rollouts[int(f.stem.split("_")[-1])]))
+        _note(notes, f, unread + len(rows) - len(kept))
     rows, _, unread = _rows(path / "metrics.jsonl")
     metrics = [m for m in map(_metric, rows) if m is not None]
     _note(notes, path / "metrics.jsonl", unread + len(rows) - len(metrics))

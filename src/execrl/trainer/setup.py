@@ -349,21 +349,26 @@ def resume(run: Run) -> None:
             run.baselines.load_state_dict(state["role_baselines"])
         console.print(f"resumed from {found} (step {run.step})")
     removed = run.logger.start(run.step)
-    if dist.is_main() and (found is None or run.step < run.max_steps):  # (a resume with no step to run: the record
-        written, now = run.logger.dir / "config.yaml", to_yaml(cfg)  # stays the config of the steps that ran)
-        kept = run.logger.dir / f"config.to_step_{run.step:06d}.yaml"
-        if found is not None and written.is_file() and written.read_text() != now and not kept.exists():
-            written.replace(kept)  # what ran steps 1..run.step (kept once: a resume that died before its next
-            # checkpoint ran none of them)
-            console.print(f"the config of steps 1-{run.step}: {kept} (config.yaml is this run's, from step "
-                          f"{run.step + 1})", markup=False, highlight=False)
-        written.with_name(written.name + ".tmp").write_text(now)  # (whole or not at all: a run killed while writing
-        written.with_name(written.name + ".tmp").replace(written)  # it left a config.yaml that was not YAML)
     if dist.is_main():
+        if found is None or run.step < run.max_steps:  # (a resume with no step to run: the record stays the config
+            _record_config(run, found is not None)  # of the steps that ran)
         console.print(run.grader.describe(), markup=False, highlight=False)
     if removed:
         console.print(f"{run.logger.dir / 'metrics.jsonl'}: {removed} rows of steps after {run.step} removed (they are "
                       "done again)")
+
+
+def _record_config(run: Run, resumed: bool) -> None:
+    """This run's config as config.yaml; a resumed run's earlier one, where it differs, kept as
+    config.to_step_N.yaml (what ran steps 1..N)."""
+    written, now = run.logger.dir / "config.yaml", to_yaml(run.cfg)
+    kept = run.logger.dir / f"config.to_step_{run.step:06d}.yaml"
+    if resumed and written.is_file() and written.read_text() != now and not kept.exists():
+        written.replace(kept)  # (kept once: a resume that died before its next checkpoint ran none of them)
+        console.print(f"the config of steps 1-{run.step}: {kept} (config.yaml is this run's, from step "
+                      f"{run.step + 1})", markup=False, highlight=False)
+    written.with_name(written.name + ".tmp").write_text(now)  # (whole or not at all: a run killed while writing
+    written.with_name(written.name + ".tmp").replace(written)  # it left a config.yaml that was not YAML)
 
 
 def reward_model(cfg: MasterConfig) -> RewardModel | None:
