@@ -185,9 +185,10 @@ def test_eval_with_guided_decoding_keeps_every_completion_to_the_grammar(tiny_mo
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     texts = [c if isinstance(c, str) else c["completion"] for r in rows for c in r["completions"]]
     assert len(texts) == 8 and all(re.fullmatch(r"```python\nprint\([0-9]{1,3}\)\n```", t) for t in texts), texts
-    bad = run("--model", tiny_model_dir, "--dataset", "builtin:arith-code", "--split", "validation", "--limit", 1,
-              "--guided-regex", "(unclosed", "--out", tmp_path / "o2")
-    assert bad.returncode == 2 and "regex does not compile" in bad.stderr and "Traceback" not in bad.stderr
+    bad = run("--model", tmp_path / "none", "--dataset", "builtin:arith-code", "--split", "validation", "--limit", 1,
+              "--guided-regex", "(unclosed", "--out", tmp_path / "o2")  # (refused before the model is looked for)
+    assert bad.returncode == 2 and "--guided-regex: the regex does not compile" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr
     bad = run("--model", tiny_model_dir, "--dataset", "builtin:arith-code", "--split", "validation", "--limit", 1,
               "--guided-json", "{not json", "--out", tmp_path / "o3")
     assert bad.returncode == 2 and "--guided-json" in bad.stderr

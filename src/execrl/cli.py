@@ -327,6 +327,12 @@ def eval_constraint(args) -> tuple[str, object] | None:
             value = json.loads(value)
         except json.JSONDecodeError as e:
             raise ValueError(f"--guided-json: neither a file nor a JSON schema ({e})") from None
+    from execrl.guided.constraints import ConstraintError, grammar_text
+
+    try:  # (checked here, before the model loads: llguidance compiles it without a tokenizer)
+        grammar_text(kind, value)
+    except ConstraintError as e:
+        raise ValueError(f"--guided-{kind.split('_')[0]}: {e}") from None
     return kind, value
 
 
