@@ -178,6 +178,27 @@ def test_dry_run_refuses_what_the_run_would(args, message):
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_dry_run_reads_the_rows_as_the_run_would(tmp_path):
+    """--dry-run said nothing of a file whose every row is unusable (the run stopped on it after the model loaded);
+    it now reads local and generated datasets' rows, says how many problems each part holds, and refuses what the
+    run would."""
+    import json
+
+    rows = tmp_path / "mine.jsonl"
+    rows.write_text("\n".join(json.dumps(r) for r in [{"question": "no prompt field"}, {"id": 3}]) + "\n")
+    proc = execrl("train", "data.train.dataset_name=jsonl", f"data.train.path={rows}", "warmup.sft_steps=0",
+                  "--dry-run")
+    assert proc.returncode == 2 and "skipped 2 unusable rows: 2 no prompt in field 'prompt'" in proc.stderr
+    assert "data error: jsonl/train: no usable problems" in proc.stderr and "Traceback" not in proc.stderr
+    rows.write_text(json.dumps({"id": "a", "prompt": "Print hello.", "tests": {"inputs": [""], "outputs": ["hello\n"]}})
+                    + "\n")
+    proc = execrl("train", "data.train.dataset_name=jsonl", f"data.train.path={rows}", "warmup.sft_steps=0",
+                  "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "rows: 1 training problems, 0 validation problems" in proc.stdout
+    assert "warning: 1 training problems for grpo.num_prompts_per_step=" in proc.stdout
+
+
 def test_wandb_without_wandb_is_refused_before_anything_loads(tmp_path):
     """(It failed once the model and the sandbox had started.) --dry-run notes it and passes: a config dry-runs on any
     machine, NeMo RL's own (which log to W&B) too."""

@@ -214,7 +214,14 @@ def run_train(args) -> int:
         print("# batch arithmetic")
         print(batch_plan.describe(cfg))
         print("# data")
-        print("\n".join(data_sources(cfg)))
+        print("\n".join(data_sources(cfg)), flush=True)
+        from execrl.trainer.setup import data_counts
+
+        try:
+            print("\n".join(data_counts(cfg)))
+        except (ConfigError, ValueError) as e:  # (DatasetError is a ValueError)
+            err.print(f"[red]data error:[/] {escape(str(e))}")
+            return 2
         if cfg.policy.device != "cpu":
             from execrl.trainer.memory_plan import gpu_memory, shape_of, summary
 

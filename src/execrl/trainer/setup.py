@@ -14,7 +14,14 @@ import torch
 from execrl.algo.role_baselines import RoleBaselines
 from execrl.compiling import warm_compile_workers
 from execrl.config import BatchPlan, ConfigError, MasterConfig, to_yaml
-from execrl.config.checks import check_dataset_names, check_reward_fits, no_references, prompt_limit, validate
+from execrl.config.checks import (
+    check_dataset_names,
+    check_reward_fits,
+    dataset_entries,
+    no_references,
+    prompt_limit,
+    validate,
+)
 from execrl.console import stderr_console
 from execrl.envs import make_env
 from execrl.lora import Adapter
@@ -26,6 +33,7 @@ from execrl.rollout.models import REGISTRY, has_family
 from execrl.rollout.models.base import rotary_bound
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import DATASETS, Problem, dataset_key
+from execrl.tasks.registry import local_source
 from execrl.tasks.problem import err as problem_err
 from execrl.trainer import checkpoint, precision
 from execrl.trainer import distributed as dist
@@ -248,10 +256,7 @@ def start(cfg: MasterConfig) -> tuple[BatchPlan, RunLock | None]:
 def training_data(cfg: MasterConfig, tokenizer) -> tuple[list[Problem], list[Problem], dict]:
     """The training and validation problems (prompts over the limit dropped, with a count) and the
     warm-up's references."""
-    train, val, refs = load_data(cfg)
-    check_dataset_names(cfg, {(where, p.kind) for where, problems in (("data.train", train), ("data.validation", val))
-                              for p in problems})
-    check_reward_fits(cfg, {p.kind for p in train})  # (the kinds of rows read: a jsonl's known only now)
+    train, val, refs = read_data(cfg)
     val = drop_long(val, tokenizer, cfg, "data.validation", want=cfg.grpo.max_val_samples)
     if not val and cfg.grpo.max_val_samples > 0 and (cfg.grpo.val_period > 0 or cfg.grpo.val_at_start):
         console.print("[yellow]validation: no problem to validate on (none held out or none fits): eval/ metrics "
@@ -263,6 +268,30 @@ def training_data(cfg: MasterConfig, tokenizer) -> tuple[list[Problem], list[Pro
     if cfg.warmup.sft_steps and not any(p.id in refs for p in train):
         raise ValueError(no_references(cfg))
     return train, val, refs
+
+
+def read_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict]:
+    """load_data, and the checks that need the rows read but not the tokenizer."""
+    train, val, refs = load_data(cfg)
+    check_dataset_names(cfg, {(where, p.kind) for where, problems in (("data.train", train), ("data.validation", val))
+                              for p in problems})
+    check_reward_fits(cfg, {p.kind for p in train})  # (the kinds of rows read: a jsonl's known only now)
+    return train, val, refs
+
+
+def data_counts(cfg: MasterConfig) -> list[str]:
+    """`execrl train --dry-run`'s lines on the rows, read and checked as the run reads them (a row it skips and a
+    dataset it refuses are found here), where every dataset is on this machine or generated; DatasetError,
+    ConfigError or ValueError as the run would raise them."""
+    remote = [d.dataset_name for _, d in dataset_entries(cfg)
+              if not (DATASETS[dataset_key(d.dataset_name)].generated
+                      or local_source(DATASETS[dataset_key(d.dataset_name)], d.path))]
+    if remote:
+        return [f"rows: {', '.join(dict.fromkeys(remote))} read when the run starts (not from this machine's files)"]
+    train, val, _ = read_data(cfg)
+    return [f"rows: {len(train):,} training problems, {len(val):,} validation problems (before prompts longer than "
+            "the run's limit are dropped, which needs the tokenizer)",
+            *(n for n in (repeated_prompts_note(train, cfg), few_problems_warning(train, cfg)) if n)]
 
 
 def all_generated(cfg: MasterConfig) -> bool:
