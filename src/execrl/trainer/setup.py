@@ -33,8 +33,8 @@ from execrl.rollout.models import REGISTRY, has_family
 from execrl.rollout.models.base import rotary_bound
 from execrl.sandbox import Grader, Limits
 from execrl.tasks import DATASETS, Problem, dataset_key
-from execrl.tasks.registry import local_source
 from execrl.tasks.problem import err as problem_err
+from execrl.tasks.registry import local_source
 from execrl.trainer import checkpoint, precision
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler, load_data
