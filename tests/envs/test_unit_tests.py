@@ -186,3 +186,29 @@ def test_a_passing_submission_ran_the_public_tests_and_a_sandbox_failure_costs_n
     assert not e.step(solution).done
     final = e.step(solution)
     assert final.done and final.reward.total == 1.0 and final.sample.turns == 1, (final.reward, final.sample.turns)
+
+
+def test_a_test_is_always_held_back_and_a_lone_one_never_shows_its_expected_value(grader):
+    """(A reward hack, found by a review) public_tests at or over a problem's test count showed every expected value,
+    and a model's second turn printed them: reward 1 without solving. One test at least is held back now; a problem
+    of one test runs it, and its feedback says what the program gave, never what was expected."""
+    e, _ = env(grader, SQUARES, "env.multi_turn.public_tests=5")
+    step = e.step("```python\ndef square(x):\n    return x * 2\n```\n")
+    assert step.observation[0]["content"].startswith("1 of 2 tests failed.")  # (of 3 tests, 2 public)
+    lone = Problem("t/lone", SQUARES.messages, "code", tests=StdioTests(["3\n"], ["424242\n"]))
+    e, _ = env(grader, lone)
+    step = e.step("```python\nprint(0)\n```")
+    said = step.observation[0]["content"]
+    assert said.startswith("1 of 1 tests failed.\ninput: 3\ngot: 0") and "424242" not in said
+    hacked = e.step(f"```python\nprint({said.split('got: ')[-1].split()[0]})\n```")
+    assert not hacked.done and "424242" not in hacked.observation[0]["content"]
+    one_call = Problem("t/call", SQUARES.messages, "code", tests=CallTests("square", [[7]], [49]))
+    e, _ = env(grader, one_call)
+    said = e.step("```python\ndef square(x):\n    return 0\n```").observation[0]["content"]
+    assert "call: square(7)" in said and "got: 0" in said and "49" not in said
+    one_assert = Problem("t/assert", SQUARES.messages, "code", tests=AssertTests(["assert square(7) == 49"]))
+    e, _ = env(grader, one_assert)
+    said = e.step("```python\ndef square(x):\n    return 1\n```").observation[0]["content"]
+    assert "got: 1" in said and "49" not in said
+    step = e.step("```python\ndef square(x):\n    return x * x\n```")
+    assert step.done and step.reward.total == 1.0

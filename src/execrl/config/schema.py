@@ -387,7 +387,7 @@ class MultiTurnConfig(Section):
     final_tag: str = Field("answer", pattern=r"^[A-Za-z_][\w-]*$", description="interpreter: the final submission "
                            "goes inside <final_tag></final_tag> and ends the episode")
     public_tests: int = Field(1, ge=1, description="unit_tests: how many of a problem's tests (the first ones) the "
-                                                   "feedback may show")
+                                                   "feedback may show; one at least is always held back")
 
 
 class MathEnvConfig(Section):

@@ -1,7 +1,10 @@
 """Unit-test feedback: the model submits a program, is told which of the public tests fail (input,
 expected, what it got), and refines. The public tests are the first `env.multi_turn.public_tests` of
-the problem's tests; the episode ends when they all pass, or when `grpo.max_rollout_turns` run out,
-and the reward comes from all of the problem's tests, run on the last submission.
+the problem's tests, and never all of them: one test at least is held back (a model shown every
+expected value could print them and pass); a problem of one test runs it each turn and the feedback
+says what the program gave, not what was expected. The episode ends when the public tests pass, or
+when `grpo.max_rollout_turns` run out, and the reward comes from all of the problem's tests, run on
+the last submission.
 
 For the assert form the feedback shows each failing assert and the value its left side had: a public
 `assert f(x) == y` is graded as `__got = f(x)` then `assert __got == y, repr(__got)` (the same test,
@@ -20,7 +23,7 @@ from execrl.extract import Extracted, extract
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
 from execrl.sandbox import AssertTests, CallTests, CheckTests, ProgramResult, StdioTests, TestSpec, Verdict
-from execrl.sandbox.spec import entry_names, python_lines, truncate_tests
+from execrl.sandbox.spec import entry_names, num_tests, python_lines, truncate_tests
 from execrl.tasks import Problem
 
 V = Verdict
@@ -39,7 +42,7 @@ class UnitTestsEnv(Environment):
                              f"{problem.kind}: use env.multi_turn.kind=single_turn for math")
         self.problem, self.last_code = problem, None
         self._new_episode()
-        self.public = truncate_tests(problem.tests, self.mt.public_tests)
+        self.public, self.hidden = public_part(problem.tests, self.mt.public_tests)
         self.probes = with_probes(self.public)
         return build_messages(problem, self.cfg.prompt)
 
@@ -66,7 +69,7 @@ class UnitTestsEnv(Environment):
             self.retried += 1
             return Step([self._say("(the sandbox failed to run the tests, through no fault of the code: submit "
                                    "it again)")], tool_call=True)
-        said = feedback(self.public, public, self.mt.max_output_chars)
+        said = feedback(self.public, public, self.mt.max_output_chars, self.hidden)
         return Step([self._say(said)], tool_call=True, tool_error=True)
 
     def finish(self) -> Step:
@@ -82,6 +85,13 @@ class UnitTestsEnv(Environment):
         sample = Sample(self.problem, self.last_text, extracted, num_tokens=num_tokens,
                         max_tokens=self.turn_limit, turns=self.turns - self.retried)
         return final_step(sample, self.grader, self.cfg.reward)
+
+
+def public_part(tests: TestSpec, public_tests: int) -> tuple[TestSpec, bool]:
+    """(the tests each turn runs, whether their expected values are hidden): the first `public_tests`, one at least
+    held back; a problem of one test (a check function is one) runs it, its expected value hidden."""
+    shown = 0 if isinstance(tests, CheckTests) else min(public_tests, num_tests(tests) - 1)
+    return truncate_tests(tests, max(shown, 1)), shown == 0
 
 
 def with_probes(spec: TestSpec) -> TestSpec:
@@ -109,9 +119,10 @@ def _probe(snippet: str) -> str:
     return probe
 
 
-def feedback(spec: TestSpec, result: ProgramResult, max_chars: int) -> str:
+def feedback(spec: TestSpec, result: ProgramResult, max_chars: int, hidden: bool = False) -> str:
     """Which public tests failed, each with its input, the expected answer and what the program
-    gave."""
+    gave. hidden: the test is the problem's only one, held back: what the program gave, never what
+    was expected (nor an assert's text, nor a check's message on a wrong answer, which hold it)."""
     failed = [i for i, t in enumerate(result.tests) if t.verdict != V.PASS]
     lines = [f"{len(failed)} of {len(result.tests)} tests failed."]
     for i in failed:
@@ -122,15 +133,17 @@ def feedback(spec: TestSpec, result: ProgramResult, max_chars: int) -> str:
             got = f"{t.verdict.value}: {t.detail}".strip(": ")
         if isinstance(spec, StdioTests):
             got = t.output if t.verdict == V.FAIL else got
-            lines += [f"input: {_short(spec.inputs[i])}", f"expected: {_short(spec.outputs[i])}", f"got: {_short(got)}"]
+            lines += [f"input: {_short(spec.inputs[i])}", *([] if hidden else [f"expected: {_short(spec.outputs[i])}"]),
+                      f"got: {_short(got)}"]
         elif isinstance(spec, CallTests):
             got = t.output if t.verdict == V.FAIL else got
             lines += [f"call: {spec.fn_name}({', '.join(json.dumps(a) for a in spec.args[i])})",
-                      f"expected: {json.dumps(spec.outputs[i])}", f"got: {_short(got)}"]
+                      *([] if hidden else [f"expected: {json.dumps(spec.outputs[i])}"]), f"got: {_short(got)}"]
         elif isinstance(spec, AssertTests):
-            lines += [f"test: {_short(spec.asserts[i])}", f"got: {_short(got)}"]
+            lines += [*([] if hidden else [f"test: {_short(spec.asserts[i])}"]), f"got: {_short(got)}"]
         elif isinstance(spec, CheckTests):
-            lines += [f"the check of {spec.entry_point} failed: {_short(got)}"]
+            lines += [f"the check of {spec.entry_point} failed" + (": wrong answer" if hidden and t.verdict == V.FAIL
+                                                                   else f": {_short(got)}")]
     return truncate("\n".join(lines + ["Fix the code and submit the whole solution again."]), max_chars)
 
 

@@ -10,10 +10,9 @@ import random
 import torch
 
 from execrl.envs import TurnRenderer, make_env
-from execrl.envs.unit_tests import feedback
+from execrl.envs.unit_tests import feedback, public_part
 from execrl.models import train_mode
 from execrl.sandbox import ProgramResult, TestResult, Verdict
-from execrl.sandbox.spec import truncate_tests
 from execrl.tasks import Problem
 from execrl.trainer import distributed as dist
 from execrl.trainer.optim import make_optimizer
@@ -30,12 +29,12 @@ def feedback_reference(problem: Problem, rng: random.Random, cfg) -> list[dict]:
     instead."""
     reference = {"role": "assistant", "content": problem.metadata["reference_completion"]}
     wrong = rng.choice(problem.metadata["wrong_attempts"])
-    public = truncate_tests(problem.tests, cfg.env.multi_turn.public_tests)
+    public, hidden = public_part(problem.tests, cfg.env.multi_turn.public_tests)
     tests = [TestResult(Verdict.PASS) if got == out else TestResult(Verdict.FAIL, output=got)
              for got, out in zip(wrong["outputs"], public.outputs)]
     if all(t.verdict == Verdict.PASS for t in tests):
         return [reference]
-    said = feedback(public, ProgramResult(Verdict.FAIL, tests), cfg.env.multi_turn.max_output_chars)
+    said = feedback(public, ProgramResult(Verdict.FAIL, tests), cfg.env.multi_turn.max_output_chars, hidden)
     return [{"role": "assistant", "content": wrong["content"], "train": False},
             {"role": cfg.env.multi_turn.observation_role, "content": said}, reference]
 
