@@ -543,6 +543,18 @@ def test_memory_held_in_memfds_counts(code):
         assert r.verdict in (V.MEMORY, V.RUNTIME_ERROR), r.to_dict()
 
 
+def test_inotify_and_fanotify_are_refused(grader):
+    """(A review's covert channel) an inotify watch follows the inode across bind mounts: one program saw which of the
+    shared read-only files another, graded at the same time, opened, and two answers of a group passed one's output
+    to the other by file names. Both watch APIs are refused (ENOSYS)."""
+    code = ("import ctypes, errno, os\nlibc = ctypes.CDLL(None, use_errno=True)\nout = []\n"
+            "for name, args in (('inotify_init1', (0,)), ('inotify_init', ()), ('fanotify_init', (0, 0))):\n"
+            "    fd = getattr(libc, name)(*args)\n    out.append(errno.errorcode.get(ctypes.get_errno(), fd) if fd < 0 "
+            "else 'opened')\nprint(' '.join(out))")
+    r = graded_quickly(grader, code, {"inputs": [""], "outputs": ["ENOSYS ENOSYS ENOSYS"]})
+    assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
+
+
 # ~320 MB queued in unix socket pairs of 4 processes (2 MB each at most), none of it in any process's memory
 SOCKET_BUFFERS = ("import os, socket, time\nkids = [os.fork() for _ in range(2)]\npairs = []\nfor _ in range(40):\n"
                   "    a, b = socket.socketpair()\n    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)\n"

@@ -22,6 +22,11 @@ kernel objects that outlive a process or escape its limits:
   memfd_create, memfd_secret (ENOSYS: libraries fall back to         a memfd sent into a unix socket and closed
   files; the zygote makes its children's streams before it           holds memory in no process and on no
   installs this filter)                                              filesystem the sandbox measures
+  inotify, fanotify (ENOSYS: libraries fall back to polling)         a watch follows the inode across bind mounts:
+                                                                     one program sees which of the shared read-only
+                                                                     files another one opens (two answers of a
+                                                                     group, graded at once, passed one's output to
+                                                                     the other by the names of the files it opened)
   sockets of a family but unix, inet, inet6 and netlink              AF_VSOCK is no network namespace's: it
   (EAFNOSUPPORT)                                                     reaches the hypervisor's host, and its ports
                                                                      are shared by every sandbox on the machine;
@@ -51,10 +56,11 @@ _TABLES = {
                             237,  # mbind
                             298, 321, 323, 425, 426, 427,  # perf_event_open, bpf, userfaultfd, io_uring_*
                             101),  # ptrace
-               272, 56, 435, (319, 447), 41, 302),  # memfd_create, memfd_secret (ENOSYS)
+               272, 56, 435, (319, 447,  # memfd_create, memfd_secret (ENOSYS)
+                              253, 254, 255, 294, 300, 301), 41, 302),  # inotify_*, fanotify_* (ENOSYS)
     "aarch64": (0xC00000B7, (180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197,
                              217, 218, 219, 235, 241, 280, 282, 425, 426, 427, 117),
-                272, 220, 435, (279, 447), 198, 261),
+                272, 220, 435, (279, 447, 26, 27, 28, 262, 263), 198, 261),
 }
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
