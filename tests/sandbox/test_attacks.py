@@ -555,6 +555,18 @@ def test_inotify_and_fanotify_are_refused(grader):
     assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
 
 
+def test_a_reply_carrying_file_descriptors_is_the_programs_error(grader):
+    """(A review's find) a program that answered the tests' call itself, on its end of their socket, with descriptors
+    attached had them taken into the tests' process: 256 filled its table. Such a reply is refused unread."""
+    code = ("import json, os, socket, struct\ndef add(a, b):\n    return 0\ns = socket.socket(fileno=4)\n"
+            "n = struct.unpack('>I', s.recv(4, socket.MSG_WAITALL))[0]\ns.recv(n, socket.MSG_WAITALL)\n"
+            "fds = [os.pipe()[1] for _ in range(100)]\n"
+            "head = json.dumps({'value': 3, 'blobs': [], 'nfds': len(fds)}).encode()\n"
+            "s.sendall(struct.pack('>I', len(head)) + head)\nsocket.send_fds(s, [b'F'], fds)\ns.detach()\n")
+    r = graded_quickly(grader, code, {"asserts": ["assert add(1, 2) == 3"]})
+    assert r.verdict == V.RUNTIME_ERROR and "file descriptors" in r.tests[0].detail, r.to_dict()
+
+
 # ~320 MB queued in unix socket pairs of 4 processes (2 MB each at most), none of it in any process's memory
 SOCKET_BUFFERS = ("import os, socket, time\nkids = [os.fork() for _ in range(2)]\npairs = []\nfor _ in range(40):\n"
                   "    a, b = socket.socketpair()\n    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)\n"

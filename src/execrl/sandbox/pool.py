@@ -82,7 +82,7 @@ class SandboxProcess:
         """A reply, its blobs and the file descriptors it carried (the caller's to close)."""
         try:
             self.sock.settimeout(timeout)
-            reply, out, fds = recv_msg(self.sock, max_header=MAX_REPLY)
+            reply, out, fds = recv_msg(self.sock, max_header=MAX_REPLY, takes_fds=True)
         except (OSError, EOFError) as e:  # socket.timeout is an OSError
             raise WorkerDied(f"{self.role} sandbox failed ({type(e).__name__}: {e}){self._log_tail()}") from None
         except (ValueError, RecursionError) as e:

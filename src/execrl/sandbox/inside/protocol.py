@@ -48,11 +48,14 @@ class Oversized(ValueError):
 
 
 def recv_msg(sock: socket.socket, max_header: int = 1 << 26, mutable: bool = False,
-             bounded: bool = False, deadline: float | None = None) -> tuple[dict, list[bytes], list[int]]:
+             bounded: bool = False, deadline: float | None = None,
+             takes_fds: bool = False) -> tuple[dict, list[bytes], list[int]]:
     """`mutable`: the blobs as the bytearrays they were read into (their only copy: the runner zeroes them once the
     program is graded, see zygote.scrub); `bounded`: a header that could hold more than MAX_NODES values is not
     parsed (a program's reply, whose parsing is the reader's time); `deadline` (time.monotonic()): socket.timeout
-    past it, however the message trickles in."""
+    past it, however the message trickles in; `takes_fds`: the message may carry file descriptors (elsewhere one
+    that says it does is refused, Oversized, its descriptors left unread: a program's reply that carried hundreds
+    filled the tests' descriptor table)."""
     (n,) = struct.unpack(">I", _recv_exact(sock, 4, deadline=deadline))
     if n > max_header:
         raise Oversized(f"message header of {n} bytes is larger than allowed")
@@ -64,6 +67,8 @@ def recv_msg(sock: socket.socket, max_header: int = 1 << 26, mutable: bool = Fal
     blobs = [_recv_exact(sock, k, mutable, deadline) for k in header.get("blobs", [])]
     fds: list[int] = []
     if header.get("nfds"):
+        if not takes_fds:
+            raise Oversized("a message carrying file descriptors, which this reader does not take")
         _, fds, _, _ = socket.recv_fds(sock, 1, header["nfds"])
     return header, blobs, fds
 

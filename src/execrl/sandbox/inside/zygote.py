@@ -543,7 +543,7 @@ class Zygote:
         ops = {"run": self.op_run, "serve": self.op_serve, "check": self.op_check}
         while True:
             try:
-                h, blobs, fds = recv_msg(self.ctrl, mutable=True)
+                h, blobs, fds = recv_msg(self.ctrl, mutable=True, takes_fds=True)
             except EOFError:
                 return
             out = []
