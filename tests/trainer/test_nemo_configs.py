@@ -174,6 +174,9 @@ def test_generation_batch_size_under_vllm_is_every_sample_at_once_as_nemo_rl_dec
     ("policy.scheduler={name: torch.optim.lr_scheduler.LambdaLR, kwargs: {}}", "not a scheduler execrl builds"),
     ("policy.scheduler={name: my_module.MyScheduler}", "not a scheduler execrl builds"),
     ("policy.dtensor_cfg.no_such_key=1", None),  # a section NeMo owns: ignored with it
+    ("grpo.deduplicate_multimodal_data=true", "multimodal data is not implemented"),
+    ("grpo.deduplicate_multimodal_data=false", None),  # (NeMo RL's current keys: "unknown key" before)
+    ("grpo.debug_payload_metrics=true", None),
 ])
 def test_features_execrl_lacks_are_refused_in_one_line(tmp_path, override, message):
     path = write(tmp_path)

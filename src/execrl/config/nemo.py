@@ -142,6 +142,7 @@ IGNORED: dict[str, str] = {
     "cluster.segment_size": "Ray placement",
     "grpo.async_grpo.max_generation_failures": "vLLM server retries",
     "grpo.calculate_advantages_on_gpu": "where the advantages are computed",
+    "grpo.debug_payload_metrics": "NeMo RL's debug metrics of the payloads its workers exchange",
     "grpo.skip_reference_policy_logprobs_calculation": "execrl computes reference logprobs only with a KL penalty (true "
                                                         "with a KL penalty is refused, as NeMo RL refuses it)",
     "loss_fn.metrics_level": "which metrics are logged",
@@ -222,6 +223,8 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
                                                "implemented: set it to false"),
     "policy.tokenizer.is_tokenizer_processor": (_on, "multimodal processors (policy.tokenizer.is_tokenizer_processor) "
                                                      "are not implemented: set it to false"),
+    "grpo.deduplicate_multimodal_data": (_on, "multimodal data is not implemented: set "
+                                              "grpo.deduplicate_multimodal_data=false"),
     "policy.tokenizer.tokenizer_kwargs": (bool, "policy.tokenizer.tokenizer_kwargs are not passed to the tokenizer here: "
                                                 "set them to null"),
     "grpo.adv_estimator.name": (lambda v: v != "grpo", "advantage estimators other than grpo (e.g. REINFORCE++) are "
