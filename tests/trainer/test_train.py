@@ -65,7 +65,7 @@ def test_train_lr_is_the_rate_each_step_trained_at(tmp_path):
 def test_run_directory_has_config_metrics_rollouts_and_loadable_checkpoints(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _, d = run(tmp_path, "r", "grpo.max_num_steps=2", "logger.rollouts_period=1", "checkpointing.keep_top_k=1")
+    result, d = run(tmp_path, "r", "grpo.max_num_steps=2", "logger.rollouts_period=1", "checkpointing.keep_top_k=1")
     assert (d / "config.yaml").is_file() and (d / "rollouts" / "step_000002.jsonl").is_file()
     keys = set().union(*metrics(d))
     for k in ("train/reward_mean", "train/loss", "train/kl", "train/clip_frac", "train/entropy", "train/grad_norm",
@@ -76,6 +76,9 @@ def test_run_directory_has_config_metrics_rollouts_and_loadable_checkpoints(tmp_
     assert any(k.startswith("train/verdict/") for k in keys)
     rows = [m for m in metrics(d) if "train/loss" in m]
     assert all(0 < m["time/decode_batch_full"] <= 1 for m in rows)
+    samples = result.cfg.grpo.num_prompts_per_step * result.cfg.grpo.num_generations_per_prompt
+    for m in rows:  # (it was 0 at every step: the last turn's tokens were counted before they were in the trajectories)
+        assert m["time/tokens_per_s"] == pytest.approx(m["train/completion_len_mean"] * samples / m["time/generate"])
     assert all(m["train/logprob_mismatch"] < 1e-4 and m["train/trajectory_age_mean"] == 0 for m in rows)  # on-policy
     (ckpt,) = sorted((d / "ckpt").iterdir())  # keep_top_k=1
     model = AutoModelForCausalLM.from_pretrained(ckpt / "policy")

@@ -160,7 +160,7 @@ class RolloutPipeline:
         sampling draws)."""
         rollouts = self.generate(problems, step, first)  # up to the last model turn (earlier turns' envs included)
         times["generate"] += rollouts.times["generate"]
-        times["generated_tokens"] += sum(e.trajectory.num_sampled for e in rollouts.episodes)
+        times["generated_tokens"] += rollouts.decoded["sampled"]  # (the last turn's are not in the trajectories yet)
         return InFlight(problems, position, version, step, rollouts, self.grading.submit(self._grade, rollouts))
 
     def _grade(self, rollouts: Rollouts) -> float:

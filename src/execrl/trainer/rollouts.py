@@ -69,8 +69,9 @@ class Rollouts:
     # model turns not yet answered: (episode, its completion, the environment's answer to come)
     pending: list[tuple[Episode, Completion, Future]] = field(default_factory=list)
     dropped: list[Episode] = field(default_factory=list)  # generated for the step, not trained on (dynamic sampling)
-    # the engine's decode steps for these rollouts: tokens they sampled, and steps x slots (RolloutEngine.decoded)
-    decoded: dict[str, int] = field(default_factory=lambda: {"tokens": 0, "slot_steps": 0})
+    # the engine's decode steps for these rollouts: tokens they sampled, and steps x slots (RolloutEngine.decoded);
+    # "sampled": the tokens of every completion the generators returned (any backend, an opponent's too)
+    decoded: dict[str, int] = field(default_factory=lambda: {"tokens": 0, "slot_steps": 0, "sampled": 0})
 
     @property
     def generated(self) -> list[Episode]:
@@ -138,7 +139,7 @@ class Answers:
     def __init__(self, runner: EpisodeRunner, live: list[Episode], decoded: dict[str, int] | None = None):
         """`decoded`: the engine's decode counts of these turns are added into it (Rollouts.decoded)."""
         self.runner, self.live = runner, live
-        self.decoded = {"tokens": 0, "slot_steps": 0} if decoded is None else decoded
+        self.decoded = {"tokens": 0, "slot_steps": 0, "sampled": 0} if decoded is None else decoded
         self.room = runner.cfg.policy.max_total_sequence_length
         self.given: dict[int, tuple[Completion, Future]] = {}  # id(episode) -> (its completion, the answer)
         self.waiting: deque[tuple[Episode, Completion, Future]] = deque()  # handed in, not started
@@ -163,6 +164,8 @@ class Answers:
 
     def give(self, e: Episode, c: Completion, early: bool = False) -> None:
         """`early`: handed in while generation runs."""
+        with self.lock:
+            self.decoded["sampled"] += len(c.ids)
         c = fit(c, self.room - len(e.trajectory), self.runner.tokenizer)
         turn = getattr(e.env, "partial_tokens", 0) + len(c.ids)  # (with a continued turn's earlier parts)
         cut_by_context = c.truncated and turn < self.runner.cfg.policy.generation.max_new_tokens
