@@ -38,6 +38,16 @@ def test_resume_is_bit_identical(tmp_path):
     assert strip == [{k: v for k, v in m.items() if not k.startswith(drop)} for m in metrics(d2)]
 
 
+def test_a_checkpoint_without_its_weights_is_refused_not_resumed_from_the_base_model(tmp_path):
+    """(A newcomer's find) a checkpoint whose model.safetensors was gone said "resumed from step N" and trained on from
+    the base model's weights: torch loads an empty state dict as nothing missing."""
+    run(tmp_path, "gone", "grpo.max_num_steps=2", "warmup.sft_steps=0")
+    (weights,) = (tmp_path / "gone" / "ckpt" / "step_000002" / "policy").glob("*.safetensors")
+    weights.unlink()
+    with pytest.raises(ValueError, match="holds no weights .* the checkpoint is incomplete. Move .*step_000002 aside"):
+        run(tmp_path, "gone", "grpo.max_num_steps=3", "warmup.sft_steps=0")
+
+
 def test_the_kl_reference_is_the_policy_as_grpo_begins_after_a_warm_up(tmp_path):
     """(A review's finding) the reference was copied before the supervised warm-up: the KL penalty pulled the policy
     back to the untrained model (train/kl 2.13 at the first GRPO step after 10 warm-up steps, 4.95 after 70). It is the

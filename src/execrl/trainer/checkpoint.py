@@ -86,8 +86,12 @@ def load_weights(path: Path, sub: str = "policy") -> dict:
     elsewhere: they are broadcast from rank 0)."""
     from safetensors.torch import load_file
 
+    files = sorted((path / sub).glob("*.safetensors")) if dist.is_main() else []
+    if not dist.from_main(bool(files)):  # (every rank stops: torch loads an empty state dict as nothing missing)
+        raise ValueError(f"{path / sub} holds no weights (no .safetensors file): the checkpoint is incomplete. Move "
+                         f"{path} aside to resume from the one before it")
     weights = {}
-    for f in sorted((path / sub).glob("*.safetensors")) if dist.is_main() else []:
+    for f in files:
         weights.update(load_file(f))
     return weights
 
