@@ -267,6 +267,11 @@ def test_what_follows_answer_is_in_another_sentence_a_unit_or_escaped_dollars_is
              "#### Step 1: Eggs sold\n16 - 3 - 4 = 9\n#### Step 2: Money\n9 * 2 = 18\n\nJanet makes $18 every day.": "18",
              "Therefore, the area is 48 m^2.": "48", "we obtain \\(32\\) \\(\\text{in total}\\).": "32",
              "The answer is $\\$18$.": "18", "#### 18 dollars": "18", "#### Final Answer\n\n18": "18",
+             # numbered and "Step" headings with a sum or a number in them (read as the mark, they gave 2, 3 and 9)
+             "#### 1. Eggs left\n16 - 3 - 4 = 9 eggs.\n\n#### 2. Earnings\n9 x $2 = $18.\n\nJanet makes **$18** every "
+             "day.": "18", "#### 3. Conclusion\nJanet makes $18 per day.": "18",
+             "#### Step 2: Earnings = 9 x 2\nShe makes 9 x 2 = 18 dollars.\n\nThe answer is 18.": "18",
+             "#### 18.": "18", "#### 18. \n": "18",
              # a reason after the answer, and words after it that take nothing back, leave the answer
              "The answer is 18, because she sells 16 - 3 - 4 = 9 eggs at $2 each.": "18",
              "The answer is 18 because after eating and baking she has 16 - 3 - 4 = 9 eggs left to sell.": "18",

@@ -187,6 +187,10 @@ ANSWER_IS = re.compile(r"(?im)\banswer is\b(?!\s+not\b):?|^[ \t*_#]*+(?:final )?
 FIRST_SPAN = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]|(?<!\\)\$\$(.+?)\$\$|(?<!\\)\$([^$]+?)(?<!\\)\$")  # (\$: a dollar)
 BARE_TEX = re.compile(r"\s*(\\[a-zA-Z].*?)(?=\s+[a-zA-Z]{2,}\b|[.,;:]?\s*$)")  # (to the first word)
 GSM8K_MARK = re.compile(r"[\s*_`]*+(?:[-\u2212+$\\(\[.\d]|[^\n]*(?:answer|=))", re.I)  # "#### 18", "#### Final Answer"
+# a markdown heading after ####, not GSM8K's mark: "#### Step 2: Earnings = 9 x 2", "#### 1. Eggs left" (a numbered
+# one, with lines after it: "#### 18." alone is the mark)
+HEADING = re.compile(r"[ \t*_]*(?:(?:step|part|case|stage|method|approach)[ \t]*\d+\b|\d{1,2}[.)][ \t]+[A-Za-z][^\n]*\n\s*\S)",
+                     re.I)
 UNIT_POWER = re.compile(r"[A-Za-z]\s*\^\s*\{?\s*$")  # the 2 of "48 m^2" is no answer
 CLOSERS = re.compile(r"(?:\s|\\\)|\\\]|\$)*")  # between a number and its unit: "\\(32\\) \\(\\text{in total}\\)"
 CORRECTED = re.compile(r"(?i)\bwait\b[,.!]|\boops\b|\bI (?:made|make) (?:a|an) (?:mistake|error)\b|\bmiscalculat\w*|"
@@ -210,7 +214,8 @@ def math_answer(answer_text: str) -> str | None:
     tail = answer_text.rsplit("####", 1)[1].strip() if "####" in answer_text else None
     if tail == "":
         return None
-    if tail and GSM8K_MARK.match(tail):  # (not a markdown heading, "#### Step 2: Money": read on)
+    if tail and GSM8K_MARK.match(tail) and not HEADING.match(tail):  # (a markdown heading, "#### Step 2: Money": read
+        # on)
         line = tail.splitlines()[0].rsplit("=", 1)[-1].strip().strip("*_` ")  # ("2 + 3 = 5": what it equals)
         if re.search(r"[\\{}^]", line) or NUMBER.fullmatch(line.strip("$").rstrip(".")):
             return line
