@@ -94,3 +94,22 @@ def test_math_verify_answers_with_many_files_open_and_after_a_fork():
     finally:
         for _ in range(math_answers.VERIFY_WORKERS):
             children.slots.release()
+
+
+def test_an_answer_is_checked_once_however_often_it_is_asked(monkeypatch):
+    """(A review's find) the reward, the step's metrics (in the main thread, one answer after another) and the
+    rollouts' records each checked every answer again: an answer that costs math-verify its 5 s cut-off cost it 3
+    times. The verdict is kept on the sample."""
+    import execrl.rewards.math_answers as ma
+    from execrl.extract import Extracted
+    from execrl.rewards import Sample
+    from execrl.rewards.outcome import is_correct, outcome
+    from execrl.tasks import Problem
+
+    calls = []
+    real = ma.answers_match
+    monkeypatch.setattr(ma, "answers_match", lambda *a: calls.append(a) or real(*a))
+    text = "So she sold \\boxed{72} clips."
+    s = Sample(Problem("m/1", [{"role": "user", "content": "How many?"}], "math", answer="72"), text,
+               Extracted(text, True))
+    assert ma.math_correct(s) == 1.0 and is_correct(s) and outcome(s) == "correct" and len(calls) == 1

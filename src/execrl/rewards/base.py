@@ -61,6 +61,7 @@ class Sample:
     outcome: str | None = None  # set where the environment decides it: a game's win, draw, loss, illegal or unplayed
     rm_score: float | None = None  # the reward model's score of the episode's conversation (env.reward_model)
     rm_cut: bool = False  # ... read in part (longer than env.reward_model.max_model_len)
+    math_verdict: float | None = None  # math_correct's, once checked (math-verify may take seconds: checked once)
 
     @property
     def valid(self) -> bool:

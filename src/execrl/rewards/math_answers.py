@@ -226,6 +226,12 @@ def math_correct(sample: Sample) -> float:
     """1 when the final answer equals the reference: by default (hf_math_verify) the answer in \\boxed{}, after ####,
     or the last number or LaTeX math span (whichever ends later), compared with math-verify; with dapo_math_verify,
     DAPO's 'Answer:' line (dapo_correct)."""
+    if sample.math_verdict is None:  # (the reward, the metrics and the rollouts' records each ask)
+        sample.math_verdict = _math_verdict(sample)
+    return sample.math_verdict
+
+
+def _math_verdict(sample: Sample) -> float:
     if sample.problem.answer is None:
         return 0.0
     if sample.problem.metadata.get(VERIFIER) == "dapo_math_verify":
