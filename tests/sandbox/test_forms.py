@@ -264,3 +264,21 @@ def test_a_flood_of_status_lines_is_read_from_its_end():
     assert _status_lines(raw, True, 16384) == [{"ok": 1}]
     assert list(_last_lines(b"a\nb\nc\n", 2, None)) == ["c", "b"] and list(_last_lines(b"", 3, None)) == []
     assert Limits().nproc >= 2 * (os.cpu_count() or 1) + 16  # (multiprocessing.Pool(): a process a CPU)
+
+
+@pytest.mark.parametrize("tests, keys", [
+    ({"fn_name": "f", "inputs": ["1", "2"], "outputs": ["100", "200"], "asserts": ["assert f(1) == 1"]},
+     "asserts and fn_name, inputs, outputs"),
+    ({"check": "def check(c):\n    assert c(1) == 2", "entry_point": "f", "inputs": ["1"], "outputs": ["2"]},
+     "check and inputs, outputs"),
+    ({"asserts": ["assert f(1) == 1"], "setup": "", "check": "def check(c): pass", "entry_point": "f"},
+     "check and asserts"),
+    ({"fn_name": "f", "inputs": ["1"], "outputs": ["2"], "setup": "x = 1"}, "unknown keys in call tests: ['setup']"),
+])
+def test_a_row_holding_two_forms_of_tests_is_refused(tests, keys):
+    """(A newcomer's find) a row with asserts and call tests was graded on its asserts only: a program that failed the
+    two call tests passed. Keys of another form that are empty (a table's unused columns) are no tests."""
+    with pytest.raises(TestSpecError, match=__import__("re").escape(keys)):
+        parse_tests(tests)
+    assert parse_tests({"asserts": ["assert f(1) == 1"], "inputs": [], "outputs": [], "fn_name": ""}).asserts == [
+        "assert f(1) == 1"]

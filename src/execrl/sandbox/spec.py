@@ -151,6 +151,10 @@ def truncate_tests(spec: TestSpec, max_tests: int) -> TestSpec:
     return AssertTests(spec.asserts[:max_tests], spec.setup)
 
 
+# each form's keys, the key that names it first (checked in this order)
+FORMS = (("check", "entry_point"), ("asserts", "setup"), ("inputs", "outputs", "compare", "fn_name", "args_format"))
+
+
 def parse_tests(obj) -> TestSpec:
     """Validate a tests object (dict or JSON string) into one of the four forms."""
     if isinstance(obj, str):
@@ -165,6 +169,11 @@ def parse_tests(obj) -> TestSpec:
         raise TestSpecError(f"tests must be an object, got {type(obj).__name__}{fix}")
     obj = {k: v for k, v in obj.items() if v is not None}  # (a key of null is none: parquet's union columns and
     keys = set(obj)                                         # datasets' to_json write every form's keys, unused null)
+    form = next((f for f in FORMS if f[0] in keys), None)
+    mixed = sorted(k for k in keys - set(form or ()) if obj[k] not in ([], "", {})) if form and form[0] != "inputs" else []
+    if mixed:  # (graded on one form, a row's other tests were dropped: a program failing them all passed)
+        raise TestSpecError(f"tests holds {form[0]} and {', '.join(mixed)}: one form per row (its keys: "
+                            f"{', '.join(form)}); split it into two rows or drop one")
     if "check" in keys:
         _need_str(obj, "check")
         _need_str(obj, "entry_point")
@@ -189,6 +198,9 @@ def parse_tests(obj) -> TestSpec:
         if len(inputs) != len(outputs):
             raise TestSpecError(f"tests has {len(inputs)} inputs but {len(outputs)} outputs")
         if obj.get("fn_name"):
+            unknown = sorted(k for k in keys - set(FORMS[2]) if obj[k] not in ([], "", {}))
+            if unknown:
+                raise TestSpecError(f"unknown keys in call tests: {unknown} (a row holds one form of tests)")
             return _call_tests(obj, inputs, outputs)
         unknown = keys - {"inputs", "outputs", "compare", "fn_name"}
         if unknown:
