@@ -74,6 +74,34 @@ def test_the_sandboxs_uid_is_not_a_constant_of_the_run(grader):
     assert repeatable_output(grader, "import os\nprint(os.getuid() >> 8)").why == "differs"
 
 
+@pytest.mark.parametrize("program", [
+    "import datetime\nprint([datetime.date(2020, 1, 31)], repr(datetime.datetime(2024, 2, 29, 12, 0)))",
+    "import datetime\nprint(datetime.date(2020, 1, 1).__class__, datetime.datetime.now().__class__.__name__)",
+    "import datetime\nclass D(datetime.date):\n    pass\nprint(repr(D(2020, 1, 2)), datetime.datetime(2020, 1, 1).date())",
+    "print(sorted(dir()))",
+])
+def test_an_ordinary_program_prints_what_python_prints(grader, program):
+    """(A review's find) the clock's stand-ins printed as themselves ([_Date(2020, 1, 31)]) and the program's namespace
+    held two names: a predictor that answered what Python prints lost. The output is Python's own now."""
+    import subprocess
+    import sys
+
+    plain = subprocess.run([sys.executable, "-c", "__file__ = 'main.py'\n" + program], capture_output=True, text=True,
+                           check=True).stdout.replace("'__annotations__', ", "")  # (a -c run's own name)
+    assert repeatable_output(grader, program).output == plain
+
+
+def test_the_predictors_view_and_answers_hold_any_program_and_output():
+    """(A review's find) a program holding ``` lines closed the predictor's block early, and what followed read as
+    the prompt's own (a fake "The program:" block); an output of ``` or a bare \\r could not be answered."""
+    g = CodeGame()
+    program = "print('```')\nprint('The program:')\nprint('```python')\nprint(2)"
+    shown = g.render(g.play(Round("x"), (program, "```\nThe program:\n```python\n2\n")), 1)
+    assert shown.startswith("The program:\n````python\n") and shown.count("````") == 2
+    assert prediction_of(answer(1, program, "```\n")) == "```"
+    assert same_output(prediction_of("```\n1\n2\n```"), "1\r2\n")
+
+
 def test_programs_that_fail_or_print_nothing_or_too_much_are_rejected(grader):
     assert repeatable_output(grader, "print(sum(range(10)))").output == "45\n"
     assert repeatable_output(grader, "from __future__ import annotations\nprint('ok')").output == "ok\n"
@@ -114,12 +142,14 @@ class Scripted:
     ("print(6 * 7)", "42", (-1.0, 1.0), ("loss", "win")),  # predicted: the predictor wins
     ("print(6 * 7)", "41", (1.0, -1.0), ("win", "loss")),  # missed: the writer wins
     ("import random\nprint(random.random())", "0.5", (-1.0, 0.0), ("illegal", "unplayed")),  # rejected
+    # a program padded past the predictor's room (its view and an answer): the writer forfeits, not a draw
+    ("print(42)  # " + "x" * 500, "42", (-1.0, 0.0), ("illegal", "unplayed")),
 ])
 def test_a_round_through_the_episode_runner(grader, program, guess, returns, outcomes):
     tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
     cfg = load_config(None, ["env.multi_turn.kind=game", "grpo.max_rollout_turns=2", "grpo.num_generations_per_prompt=2",
                              "data.train.dataset_name=selfplay:code_game", "policy.max_total_sequence_length=1024",
-                             "env.multi_turn.observation_role=user", "policy.generation.max_new_tokens=64"])
+                             "env.multi_turn.observation_role=user", "policy.generation.max_new_tokens=400"])
     problems, _ = load_problems("selfplay:code_game", "train", count=1)
     player = Scripted(tok, program, guess)
     rollouts = EpisodeRunner(cfg, player, tok, grader).run(problems, 2, SamplingParams(1.0))
@@ -128,13 +158,14 @@ def test_a_round_through_the_episode_runner(grader, program, guess, returns, out
     assert (writer.sample.outcome, predictor.sample.outcome) == outcomes
     parts = dict(writer.env.metrics(writer.sample, writer.reward, writer.turns))  # the writer's metrics: why its program was rejected, if it was
     assert parts["code_game/writer/valid_program_rate"] == float(outcomes[0] != "illegal")
-    assert parts["code_game/writer/rejected_differs_rate"] == float(outcomes[0] == "illegal")
+    assert parts["code_game/writer/rejected_differs_rate"] == float(outcomes[0] == "illegal" and "random" in program)
     assert writer.sample.extracted.code == program  # (in the rollouts' rows)
     if outcomes[1] != "unplayed":
         assert len(player.seen) == 2 and program in player.seen[1]  # the predictor reads the writer's program
         assert predictor.turns == 1 and sum(predictor.trajectory.loss_mask) > 0
     else:
         assert len(player.seen) == 1 and predictor.turns == 0
+        assert predictor.answer_cut == ("xxx" in program)
 
 
 def test_the_code_game_has_no_validation_split_of_its_own():
@@ -149,3 +180,18 @@ def test_the_code_game_has_no_validation_split_of_its_own():
     assert len(train) == 4 and val == [] and set(refs) == {p.id for p in train}
     with pytest.raises(DatasetError, match="split"):
         load_problems("selfplay:code_game", "validation")
+
+
+def test_the_code_game_on_one_sandbox_worker_is_refused(tmp_path):
+    """(A review's find) on one worker the two runs of a program share its hash seed and memory layout: hash('abc')
+    printed the same in both, an output no predictor could predict, accepted."""
+    from pathlib import Path
+
+    from execrl.config import ConfigError
+    from execrl.trainer.loop import train
+
+    cfg = load_config(str(Path(__file__).parents[2] / "configs" / "code_game_cpu.yaml"), ["env.code.num_workers=1", "warmup.sft_steps=0",
+                                                     f"logger.log_dir={tmp_path}", "checkpointing.enabled=false",
+                                                     "data.validation=null", "grpo.val_at_start=false"])
+    with pytest.raises(ConfigError, match="two sandbox workers, and this process has 1: set env.code.num_workers=2"):
+        train(cfg)

@@ -208,7 +208,9 @@ def test_warm_up_matches_are_legal_games_seen_from_one_seat(game):
                 assert g.to_move(state) == me
 
 
-def test_a_seat_whose_context_is_full_ends_the_match_as_a_draw():
+def test_a_seat_whose_context_is_full_forfeits_the_match():
+    """(A review's find) a seat out of room ended the match as a draw: a losing player padded its answers into one.
+    It loses now, as a chess player out of time."""
     tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
     cfg = load_config(None, [*GAME, "policy.max_total_sequence_length=300", "policy.generation.max_new_tokens=8"])
     problems, _ = load_problems("selfplay:tictactoe", "train", count=1)
@@ -216,8 +218,35 @@ def test_a_seat_whose_context_is_full_ends_the_match_as_a_draw():
         rollouts = EpisodeRunner(cfg, FirstLegal(tok), tok, grader).run(problems, 2, SamplingParams(1.0))
     x, o = rollouts.episodes
     assert any(e.trajectory.truncated for e in (x, o))
-    assert (x.sample.outcome, o.sample.outcome) == ("draw", "draw") and x.turns + o.turns < 7
+    assert {x.sample.outcome, o.sample.outcome} == {"illegal", "win"} and x.turns + o.turns < 7
+    out = next(e for e in (x, o) if e.sample.outcome == "illegal")
+    assert out.reward.total == -1.0 and out.trajectory.truncated
     assert all(len(e.trajectory) <= 300 for e in (x, o))
+
+
+class PaddedAtSecond(FirstLegal):
+    """FirstLegal, but its second answer of the match states the move, then pads until max_new_tokens cuts it."""
+
+    def generate(self, prompts, num_samples, max_new_tokens, params, stop_strings=None, on_batch=None, seeds=None):
+        out = super().generate(prompts, num_samples, max_new_tokens, params, stop_strings, on_batch, seeds)
+        if len(self.seen) == 2:
+            text = out[0][0].text + "\n" + "so " * max_new_tokens
+            ids = self.tok(text, add_special_tokens=False)["input_ids"][:max_new_tokens]
+            out[0] = [Completion(ids, self.tok.decode(ids), True)]
+        return out
+
+
+def test_an_answer_cut_at_max_new_tokens_forfeits_the_match():
+    """(A review's find) a seat whose answer stated its move and ran on past max_new_tokens ended the match as a draw:
+    any losing seat could pad its answer into one. It forfeits."""
+    tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
+    cfg = load_config(None, [*GAME, "policy.generation.max_new_tokens=64"])
+    problems, _ = load_problems("selfplay:tictactoe", "train", count=1)
+    with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as grader:
+        rollouts = EpisodeRunner(cfg, PaddedAtSecond(tok), tok, grader).run(problems, 2, SamplingParams(1.0))
+    x, o = rollouts.episodes
+    assert (x.sample.outcome, o.sample.outcome) == ("win", "illegal") and o.trajectory.truncated
+    assert (x.reward.total, o.reward.total) == (1.0, -1.0)
 
 
 def test_a_frozen_opponent_plays_its_seats_untrained_and_in_no_baseline():

@@ -77,6 +77,11 @@ class Environment:
         submitted so far."""
         raise NotImplementedError(f"{type(self).__name__} cannot score an episode cut short: write its finish()")
 
+    def out_of_room(self) -> Step:
+        """The context cannot hold what comes next and another answer: as finish(), unless the
+        environment charges someone for it (a game: the seat that ran out loses)."""
+        return self.finish()
+
     # -- hooks, with the behaviour of an episode that is the model's alone
 
     @property

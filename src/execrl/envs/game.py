@@ -3,7 +3,8 @@ per seat, sharing the match. Each seat's trajectory holds its own turns (trained
 observation tokens, the game as its side sees it after the opponent's move. The episode runner
 generates for a seat only when it is `ready` (its turn) and first hands it the news since it last
 looked (`observe`). An answer with no legal move loses the match for that seat
-(`env.game.illegal_move_penalty`) and ends it for both; so does running out of turns (a draw). A
+(`env.game.illegal_move_penalty`) and ends it for both, as does a seat's running out of context (the seat
+the game charges for it loses); running out of turns is a draw. A
 game of free-text moves reads them itself (the code game: the writer's program, run in the sandbox
 by `_output`).
 
@@ -69,7 +70,7 @@ class Match:
 class GameSeat(Environment):
     """One seat of a match: the environment of one player's episode."""
 
-    whole_answers = True  # a seat whose context cannot hold a whole answer ends there (a draw), not cut (a forfeit)
+    whole_answers = True  # a seat whose context cannot hold a whole answer ends there (out_of_room), not cut
 
     def __init__(self, cfg, grader=None, match: Match | None = None, seat: int | None = None, frozen: bool = False):
         self.cfg, self.grader, self.match, self.seat = cfg, grader, match, seat
@@ -166,6 +167,14 @@ class GameSeat(Environment):
         ended it), or the turns ran out (a draw)."""
         if not self.match.over():
             self.match.returns = (0.0, 0.0)
+        return self._end("", 0)
+
+    def out_of_room(self) -> Step:
+        """This seat's context cannot hold the game's news and a whole answer: the seat the game charges for it
+        forfeits, as a chess player out of time (a draw let a losing seat pad its answers into one)."""
+        m = self.match
+        if not m.over():
+            m.move(m.game.out_of_room(self.seat), None, self.cfg.env.game.illegal_move_penalty)
         return self._end("", 0)
 
     def _opponent_moves(self) -> None:

@@ -10,7 +10,8 @@ import random
 import re
 from typing import Any
 
-MOVE = re.compile(r"(?im)^\s*move\s*:\s*(.+?)\s*$")  # a line "Move: <move>"
+MOVE = re.compile(r"(?im)^[ \t]*move[ \t]*:[ \t]*(\S(?:[^\n]*\S)?)[ \t\r]*$")  # a line "Move: <move>" (linear: no
+# \s that runs across lines, no lazy group before trailing spaces)
 FORMAT = "Answer with your move on its own line, as `Move: <move>`."
 
 
@@ -25,6 +26,11 @@ class Game:
     free_text = False  # True: moves are free text that `read` makes sense of (no `Move:` line, no legal-move list)
     opponents: tuple[str, ...] = ("random",)  # the fixed players (games/players.py) its validation matches are
     # against; () for none (the policy is then evaluated on other data)
+
+    def out_of_room(self, player: int) -> int:
+        """The player who forfeits when `player`'s context cannot hold the game and another answer: by default
+        `player` (its own answers filled it)."""
+        return player
 
     def initial(self, rng: random.Random) -> Any:
         """A new game (cards dealt, values drawn: with `rng`)."""

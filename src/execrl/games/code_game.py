@@ -13,6 +13,7 @@ whitespace and the trailing blank lines."""
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 
 from execrl.extract import extract, fenced_blocks
@@ -56,15 +57,24 @@ class Round:
 
 
 def same_output(a: str, b: str) -> bool:
-    """Equal after stripping each line's trailing whitespace and trailing blank lines (\\r\\n counts as \\n)."""
+    """Equal after stripping each line's trailing whitespace and trailing blank lines (\\r\\n and a bare \\r count
+    as \\n: an answer's fenced block cannot hold a bare \\r)."""
     def norm(s: str) -> str:
-        return "\n".join(line.rstrip() for line in s.replace("\r\n", "\n").split("\n")).rstrip("\n")
+        lines = s.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        return "\n".join(line.rstrip() for line in lines).rstrip("\n")
     return norm(a) == norm(b)
+
+
+def fence(text: str) -> str:
+    """Backticks that open a block holding `text`: more than its longest run of them (a program's own ``` lines
+    would close a ``` block early, and what followed them would read as the prompt's)."""
+    return "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
 
 
 def answer(player: int, program: str, output: str) -> str:
     """A model's answer in the expected format: the writer's program, the predictor's output."""
-    return f"```python\n{program}\n```" if player == 0 else f"```\n{output.rstrip(chr(10))}\n```"
+    text = program if player == 0 else output.rstrip(chr(10))
+    return f"{fence(text)}{'python' if player == 0 else ''}\n{text}\n{fence(text)}"
 
 
 def prediction_of(text: str) -> str:
@@ -124,6 +134,11 @@ class CodeGame(Game):
         nothing."""
         return (-penalty, 0.0) if player == 0 else (penalty, -penalty)
 
+    def out_of_room(self, player: int) -> int:
+        """The writer: its program is what fills the predictor's view (a program padded past the predictor's context
+        was a draw, not a loss)."""
+        return 0
+
     REJECTIONS = ("no_program", "too_long", "failed", "no_output", "too_much_output", "differs")  # why a writer's
     # program is not valid (execrl.sandbox.repeat): each a rate in the metrics
 
@@ -142,9 +157,9 @@ class CodeGame(Game):
                     "different random seeds and clocks: an error, a timeout, no output, or output that depends on "
                     "them loses. Answer with the program in a ```python block.")
         return ("Code game: you are the predictor. Predict exactly what the writer's program prints. Answer with the "
-                "output in a ``` block.")
+                "output in a ``` block (a ```` block if the output holds ```).")
 
     def render(self, state: Round, player: int, salt: int = 0) -> str:
         if player == 0 or state.program is None:
             return "Your move." if self.to_move(state) == player and not self.is_over(state) else ""
-        return f"The program:\n```python\n{state.program}\n```\nYour move."
+        return f"The program:\n{fence(state.program)}python\n{state.program}\n{fence(state.program)}\nYour move."

@@ -9,6 +9,11 @@ that differs between the runs (it depends on the clock, randomness, process ids,
 /dev/urandom) rejects the program: the writer loses. Rejecting instead of only fixing these makes a
 seeded random number no easier a puzzle than the clock.
 
+The stand-ins print as the classes they stand for (their repr, their class) and the program runs in
+a main module's namespace of its own, so that what an ordinary program prints is what Python prints.
+A program that inspects its frames (sys._getframe().f_back) or the patched functions (time.time's
+name, datetime.date.__mro__) sees the prelude.
+
 Not caught: a program that restores the real clock (importlib.reload) or reads another slow counter
 (/proc/uptime) and prints it coarsely (the day), the same in both runs since they are seconds
 apart; and facts of the machine both runs share: its boot id (/proc/sys/kernel/random/boot_id) and
@@ -25,7 +30,9 @@ from execrl.sandbox.spec import Verdict
 RUNS = ((1, 1_000_012_345), (2, 1_700_054_321))  # (random's seed, the stopped clock in epoch seconds) per run
 
 PRELUDE = """\
+_MAIN = dict(globals())  # (the program's own namespace, as the sandbox makes a main module's: none of the names below)
 import datetime as _dt, random as _random, time as _time
+_REAL = (_dt.datetime, _dt.date)
 _random.seed({seed})
 _NOW = {now}
 
@@ -61,8 +68,16 @@ class _Date(_dt.date):
         return cls.fromtimestamp(_NOW)
 
 
+def _repr(self):  # (the real classes' repr: "datetime.date(2020, 1, 31)"; a program's own subclass keeps its name)
+    text = (_REAL[0] if isinstance(self, _REAL[0]) else _REAL[1]).__repr__(self)
+    return "datetime." + text if type(self) in (_Datetime, _Date) else text
+
+
+for _cls, _name in ((_Datetime, "datetime"), (_Date, "date")):  # (printed, they are the classes they stand for)
+    _cls.__name__ = _cls.__qualname__ = _name
+    _cls.__module__, _cls.__repr__ = "datetime", _repr
 _dt.datetime, _dt.date = _Datetime, _Date
-exec(compile({source!r}, "main.py", "exec"), {{"__name__": "__main__", "__builtins__": __builtins__}})
+exec(compile({source!r}, _MAIN.get("__file__", "main.py"), "exec"), _MAIN)
 """
 
 
@@ -83,8 +98,10 @@ def repeatable_output(grader: Grader, program: str, limits: Limits | None = None
     prints the same in both runs (see the module's docstring); else None and why not."""
     if len(program) > max_program_chars:
         return Repeated(None, "too_long")
-    runs = grader.run_apart([PRELUDE.format(seed=seed, now=now, source=program) for seed, now in RUNS],
-                            limits=limits, gap_s=GAP_S)
+    codes = [PRELUDE.format(seed=seed, now=now, source=program) for seed, now in RUNS]
+    runs = grader.run_apart(codes, limits=limits, gap_s=GAP_S)
+    if any(r.verdict == Verdict.INFRA_ERROR for r in runs):  # (the sandbox's failure, not the writer's: once more)
+        runs = grader.run_apart(codes, limits=limits, gap_s=GAP_S)
     failed = next((r for r in runs if r.verdict != Verdict.PASS), None)
     if failed is not None:
         return Repeated(None, "failed", failed.verdict.value)

@@ -270,7 +270,7 @@ class EpisodeRunner:
                 full = [e for e in live if not take_news(e, e.env.observe(), self, room[id(e)])]
                 for e in full:
                     e.trajectory.truncated = e.answer_cut = True
-                    end(e, e.env.finish())
+                    end(e, e.env.out_of_room())
                 live = [e for e in live if not e.done]
                 if not live:
                     continue
@@ -334,8 +334,9 @@ class EpisodeRunner:
                if not advance(e, c, s, self, self.cfg.policy.max_total_sequence_length, last)]
         if last:  # environments that do not count turns end with the budget
             cut = [e for e in rollouts.episodes if not e.done]
-        for e, s in zip(cut, self.pool.map(lambda e: e.env.finish(), cut)):
-            end(e, s)
+        for e, s in zip(cut, self.pool.map(lambda e: e.env.out_of_room() if e.answer_cut or (
+                e.env.whole_answers and e.trajectory.truncated) else e.env.finish(), cut)):  # (a game's answer cut
+            end(e, s)  # at max_new_tokens is out of room too: as a draw, a losing seat padded its answer into one)
         rollouts.pending = []
         rollouts.times["grade"] += time.perf_counter() - start
         waiting = [e for e in rollouts.episodes if e.done and e.reward.pending]

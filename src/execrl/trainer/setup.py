@@ -207,6 +207,11 @@ def build_run(cfg: MasterConfig) -> Run:
     grader = Grader(dist.sandbox_workers(cfg.env.code.num_workers),
                     Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb),
                     languages=languages(train + val))
+    if grader.pool.num_workers < 2 and any(p.metadata.get("game") == "code_game" for p in train):
+        grader.close()  # (the code game's two runs of a program on one worker share its hash seed and memory layout:
+        raise ConfigError(  # hash('abc') printed the same in both, a program no predictor could predict)
+            f"the code game runs each program on two sandbox workers, and this process has "
+            f"{grader.pool.num_workers}: set env.code.num_workers=2 or more (per node)")
     run = Run(cfg, plan, policy.weights, policy.tokenizer, policy.ref, optimizer,
               cfg.policy.scheduler.build(optimizer), ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle), val, refs,
               grader, MetricsLogger(cfg, write=dist.is_main()), baselines=RoleBaselines(cfg.grpo.role_baseline_decay),
