@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from execrl.algo.role_baselines import RoleBaselines
-from execrl.config import load_config
+from execrl.config import ConfigError, load_config
+from execrl.config.checks import validate
 from execrl.models import BYTE_VOCAB, build_tokenizer
 from execrl.rollout import Completion, SamplingParams
 from execrl.sandbox import Grader, Limits
@@ -171,10 +172,16 @@ def test_self_play_trains_logs_role_metrics_and_resumes_its_baselines(tmp_path, 
     assert all(torch.equal(a, b.to(a.dtype)) for a, b in zip(vs.opponent.model.parameters(), first.model.parameters()))
 
 
-def test_self_play_settings_that_cannot_work_are_refused():
-    from execrl.config import ConfigError
-    from execrl.config.checks import validate
+def test_a_turn_budget_shorter_than_the_game_is_refused():
+    """(A review's find) negotiation at grpo.max_rollout_turns=3 was a draw in every match (it takes up to 6 moves,
+    both seats' counted), without a word."""
+    with pytest.raises(ConfigError, match="max_rollout_turns=3 cuts the matches of negotiation .up to 6 moves.*Set "
+                                          "grpo.max_rollout_turns=6"):
+        validate(load_config(None, [*GAME, "data.train.dataset_name=selfplay:negotiation", "grpo.max_rollout_turns=3",
+                                    "grpo.advantage=rae"]))
 
+
+def test_self_play_settings_that_cannot_work_are_refused():
     with pytest.raises(ConfigError, match="rae .* is for self-play"):
         validate(load_config(None, ["grpo.advantage=rae"]))
     with pytest.raises(ConfigError, match="num_generations_per_prompt=2"):

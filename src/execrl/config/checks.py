@@ -615,6 +615,12 @@ def check_opponent(cfg: MasterConfig, game: bool) -> None:
                           "opponent=snapshot or model, or drop policy_roles")
     from execrl.games import GAMES
     names = {d.dataset_name.split(":", 1)[1] for d in cfg.data.train_sets if d.dataset_name.startswith("selfplay:")}
+    short = sorted(f"{n} (up to {GAMES[n].max_moves} moves)" for n in names & set(GAMES)
+                   if game and cfg.grpo.max_rollout_turns < GAMES[n].max_moves)
+    if short:  # (a match cut there is a draw: negotiation at 3 turns was a draw every time, nothing to learn)
+        raise ConfigError(f"grpo.max_rollout_turns={cfg.grpo.max_rollout_turns} cuts the matches of {', '.join(short)}, "
+                          f"which count both seats' moves: each cut match is a draw. Set grpo.max_rollout_turns="
+                          f"{max(GAMES[n].max_moves for n in names & set(GAMES))}")
     if g.guided_moves:
         free = sorted(n for n in names & set(GAMES) if GAMES[n].free_text)
         if not game or free:

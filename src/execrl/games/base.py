@@ -23,6 +23,7 @@ class Game:
 
     name: str
     roles: tuple[str, str]  # the names of players 0 and 1 (e.g. X and O)
+    max_moves: int  # the most moves a match can take, both players' together (grpo.max_rollout_turns must allow them)
     free_text = False  # True: moves are free text that `read` makes sense of (no `Move:` line, no legal-move list)
     opponents: tuple[str, ...] = ("random",)  # the fixed players (games/players.py) its validation matches are
     # against; () for none (the policy is then evaluated on other data)

@@ -85,6 +85,7 @@ def prediction_of(text: str) -> str:
 
 class CodeGame(Game):
     name = "code_game"
+    max_moves = 2
     roles = ("writer", "predictor")
     free_text = True
     opponents = ()  # no fixed player to measure it against: no validation matches (evaluate on code instead)

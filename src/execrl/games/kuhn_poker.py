@@ -21,6 +21,7 @@ class Hand:
 
 
 class KuhnPoker(Game):
+    max_moves = 3  # check, bet, call or fold
     name = "kuhn_poker"
     roles = ("first", "second")
 

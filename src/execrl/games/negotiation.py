@@ -31,6 +31,7 @@ def _parse(offer: str) -> tuple[int, str, int, str]:
 
 
 class Negotiation(Game):
+    max_moves = MAX_TURNS
     name = "negotiation"
     roles = ("first", "second")
 

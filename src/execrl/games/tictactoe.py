@@ -13,6 +13,7 @@ MARKS = ("X", "O")
 
 
 class TicTacToe(Game):
+    max_moves = 9
     name = "tictactoe"
     roles = MARKS
     opponents = ("random", "minimax")
