@@ -137,6 +137,22 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                    "spiece.model", "sentencepiece.bpe.model")  # (a directory with none of them holds no tokenizer)
 
 
+def with_overrides(config, overrides: dict, key: str = "policy.hf_config_overrides") -> dict:
+    """`overrides` checked against a model's config and ready for from_pretrained: each one a field of the config
+    (ValueError naming the key otherwise: transformers passed an unknown one to the model's constructor, a
+    TypeError), and a dict field's override merged into its value ({rope_parameters: {rope_theta: ...}} keeps the
+    rope_type beside it, which transformers needs)."""
+    out = {}
+    for name, value in overrides.items():
+        if not hasattr(config, name):
+            moved = " (transformers 5 keeps the rope's settings in rope_parameters: {rope_parameters: {rope_theta: " \
+                    "...}})" if name in ("rope_theta", "rope_scaling") and hasattr(config, "rope_parameters") else ""
+            raise ValueError(f"{key}.{name}: {config.model_type}'s config has no field {name}{moved}")
+        old = getattr(config, name)
+        out[name] = {**old, **value} if isinstance(old, dict) and isinstance(value, dict) else value
+    return out
+
+
 def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "auto", offline: bool | None = None,
                     tokenizer: str | None = None, config_overrides: dict | None = None):
     """(model, tokenizer) of a hub id or HF directory, as `auto_class` (e.g. AutoModelForCausalLM)
@@ -156,11 +172,19 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
         # weights read straight onto the GPU, not loaded on the host and then copied (one copy of the model fewer)
         placed = {"device_map": torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
                   } if dev.type == "cuda" else {}
+        if config_overrides:
+            from transformers import AutoConfig
+
+            config_overrides = with_overrides(AutoConfig.from_pretrained(
+                str(local) if local.exists() else name, local_files_only=offline, trust_remote_code=False),
+                config_overrides)
         model = auto_class.from_pretrained(str(local) if local.exists() else name, dtype=pick_dtype(dev, dtype),
                                            local_files_only=offline, trust_remote_code=False, **placed,
                                            **config_overrides or {})
     except (OSError, ValueError) as e:  # transformers versions differ in which one a bad id raises
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "hf_config_overrides" in why:
+            raise ModelNotFound(why) from None
         if "custom code" in str(e) or "trust_remote_code" in str(e):
             raise ModelNotFound(f"model {name!r} needs its own Python code (its config.json's auto_map names modeling "
                                 "files), which execrl does not run: use a version of it in a transformers architecture "

@@ -70,6 +70,16 @@ def test_hf_config_overrides_change_the_loaded_config(tiny_model_dir):
     assert model.config.attention_dropout == 0.25
     with pytest.raises(ConfigError, match="built here"):
         validate(load_config(None, ["policy.hf_config_overrides={attention_dropout: 0.25}"]))
+    # (a newcomer's find: each of these was a traceback from the model's constructor, after --dry-run had passed)
+    model, _ = load_model_and_tokenizer(str(tiny_model_dir), "cpu",
+                                        config_overrides={"rope_parameters": {"rope_theta": 5000.0}})
+    rope = model.config.rope_parameters
+    assert rope["rope_theta"] == 5000.0 and rope["rope_type"] == "default"  # (merged: its type kept)
+    for override, message in [("{rope_theta: 5000.0}", "qwen2's config has no field rope_theta .transformers 5 keeps "
+                                                       "the rope's settings in rope_parameters"),
+                              ("{not_a_key: 1}", "policy.hf_config_overrides.not_a_key: qwen2's config has no field")]:
+        with pytest.raises(ConfigError, match=message):
+            validate(load_config(None, [f"policy.model_name={tiny_model_dir}", f"policy.hf_config_overrides={override}"]))
 
 
 def test_validation_with_several_samples_reports_their_mean_and_pass_at_k(tmp_path):

@@ -47,7 +47,29 @@ def validate(cfg: MasterConfig) -> BatchPlan:
     check_memory_options(cfg)
     check_reward_model(cfg)
     check_guided(cfg)
+    check_config_overrides(cfg)
     return batch_plan
+
+
+def check_config_overrides(cfg: MasterConfig) -> None:
+    """policy.hf_config_overrides name fields of the model's config, where its config.json is on this machine (a
+    model's own directory or the hub cache; elsewhere the load checks them)."""
+    p = cfg.policy
+    if not p.hf_config_overrides or p.model_name.startswith("builtin:"):
+        return
+    from transformers import AutoConfig
+
+    from execrl.models import with_overrides
+
+    local = Path(p.model_name).expanduser()
+    try:
+        config = AutoConfig.from_pretrained(str(local) if local.exists() else p.model_name, local_files_only=True)
+    except (OSError, ValueError):  # (not here: the load checks them)
+        return
+    try:
+        with_overrides(config, p.hf_config_overrides)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def check_learnable(cfg: MasterConfig) -> None:

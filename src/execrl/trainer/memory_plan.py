@@ -53,7 +53,7 @@ def shape_of(cfg: MasterConfig) -> Shape | None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from execrl.models import TINY_CODERS, build_tiny_model, kv_shape, tiny_tokenizer
+    from execrl.models import TINY_CODERS, build_tiny_model, kv_shape, tiny_tokenizer, with_overrides
 
     p = cfg.policy
     if p.model_name in TINY_CODERS:
@@ -62,8 +62,9 @@ def shape_of(cfg: MasterConfig) -> Shape | None:
     else:
         local = Path(p.model_name).expanduser()  # (a model under ~ is a directory, as loading reads it)
         try:
-            config = AutoConfig.from_pretrained(str(local) if local.exists() else p.model_name, local_files_only=True,
-                                                **p.hf_config_overrides)
+            config = AutoConfig.from_pretrained(str(local) if local.exists() else p.model_name, local_files_only=True)
+            for name, value in with_overrides(config, p.hf_config_overrides).items():
+                setattr(config, name, value)
         except (OSError, ValueError):
             return None
         with torch.device("meta"):
