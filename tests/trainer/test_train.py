@@ -48,6 +48,14 @@ def test_a_checkpoint_without_its_weights_is_refused_not_resumed_from_the_base_m
         run(tmp_path, "gone", "grpo.max_num_steps=3", "warmup.sft_steps=0")
 
 
+def test_keep_top_k_null_keeps_every_checkpoint(tmp_path):
+    """NeMo RL reads checkpointing.keep_top_k: null as keep them all; it was refused (not an integer)."""
+    run(tmp_path, "all", "grpo.max_num_steps=3", "warmup.sft_steps=0", "checkpointing.save_period=1",
+        "checkpointing.keep_top_k=null")
+    assert [p.name for p in sorted((tmp_path / "all" / "ckpt").glob("step_*"))] == [
+        "step_000001", "step_000002", "step_000003"]
+
+
 def test_the_kl_reference_is_the_policy_as_grpo_begins_after_a_warm_up(tmp_path):
     """(A review's finding) the reference was copied before the supervised warm-up: the KL penalty pulled the policy
     back to the untrained model (train/kl 2.13 at the first GRPO step after 10 warm-up steps, 4.95 after 70). It is the

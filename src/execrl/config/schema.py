@@ -485,7 +485,8 @@ class CheckpointConfig(Section):
     enabled: bool = Field(True, description="save checkpoints")
     checkpoint_dir: str = Field("runs/default/checkpoints", description="where; an existing one is resumed from")
     save_period: int = Field(10, ge=1, description="save every N steps (and at the end)")
-    keep_top_k: int = Field(3, ge=1, description="keep the last K checkpoints")
+    keep_top_k: int | None = Field(3, ge=1, description="keep the last K checkpoints (null: every one, as NeMo RL "
+                                                        "reads it)")
     checkpoint_must_save_by: str | None = Field(
         None, pattern=r"^\d+:\d+:\d+:\d+$", description="DD:HH:MM:SS of training after which no step may end (a "
         "job's time limit less start-up): the run stops with a checkpoint before a step would end later (null: none)")
