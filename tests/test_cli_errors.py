@@ -199,6 +199,21 @@ def test_dry_run_reads_the_rows_as_the_run_would(tmp_path):
     assert "warning: 1 training problems for grpo.num_prompts_per_step=" in proc.stdout
 
 
+def test_a_validation_file_that_copies_the_training_one_is_said(tmp_path):
+    """(A newcomer's find) a validation file that was a copy of the training file got no word: eval/ metrics then
+    measured the problems the run trained on."""
+    import shutil
+
+    root = __import__("pathlib").Path(__file__).parents[1]
+    shutil.copy(root / "examples" / "problems.jsonl", tmp_path / "val.jsonl")
+    proc = execrl("train", "data.train.dataset_name=jsonl", f"data.train.path={root / 'examples' / 'problems.jsonl'}",
+                  f"data.validation={{dataset_name: jsonl, path: {tmp_path / 'val.jsonl'}}}", "warmup.sft_steps=0",
+                  "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    n = len((tmp_path / "val.jsonl").read_text().splitlines())
+    assert f"warning: {n} of {n} validation problems pose a training problem's prompt" in proc.stderr
+
+
 def test_wandb_without_wandb_is_refused_before_anything_loads(tmp_path):
     """(It failed once the model and the sandbox had started.) --dry-run notes it and passes: a config dry-runs on any
     machine, NeMo RL's own (which log to W&B) too."""
