@@ -48,6 +48,31 @@ def test_a_checkpoint_without_its_weights_is_refused_not_resumed_from_the_base_m
         run(tmp_path, "gone", "grpo.max_num_steps=3", "warmup.sft_steps=0")
 
 
+def test_a_resume_over_other_training_problems_is_refused(tmp_path):
+    """(A newcomer's find) the training file cut from 6 rows to 4 after 3 steps: the resume stopped on an IndexError
+    (its place was past the end) after rewriting config.yaml; a file that grew or changed drew another stream without
+    a word. The checkpoint keeps the problems' fingerprint."""
+    import json as js
+
+    rows = [{"id": f"r{i}", "prompt": f"Print {i}.", "tests": {"inputs": [""], "outputs": [f"{i}\n"]}} for i in range(6)]
+    data = tmp_path / "mine.jsonl"
+    data.write_text("\n".join(js.dumps(r) for r in rows) + "\n")
+    mine = ["data.train.dataset_name=jsonl", f"data.train.path={data}", "warmup.sft_steps=0", "grpo.val_period=0",
+            "grpo.num_prompts_per_step=2", "policy.train_global_batch_size=8", "policy.generation_batch_size=8",
+            "policy.logprob_batch_size=8"]
+    run(tmp_path, "changed", "grpo.max_num_steps=2", *mine)
+    config = (tmp_path / "changed" / "config.yaml").read_text()
+    data.write_text("\n".join(js.dumps(r) for r in rows[:4]) + "\n")
+    with pytest.raises(ValueError, match="not those .*step_000002 was trained on .6 problems then, 4 now.*Resume with "
+                                         "the data it ran on"):
+        run(tmp_path, "changed", "grpo.max_num_steps=3", *mine)
+    assert (tmp_path / "changed" / "config.yaml").read_text() == config
+    rows[1]["prompt"] = "Print one."
+    data.write_text("\n".join(js.dumps(r) for r in rows) + "\n")
+    with pytest.raises(ValueError, match="6 problems then and now, not the same ones"):
+        run(tmp_path, "changed", "grpo.max_num_steps=3", *mine)
+
+
 def test_keep_top_k_null_keeps_every_checkpoint(tmp_path):
     """NeMo RL reads checkpointing.keep_top_k: null as keep them all; it was refused (not an integer)."""
     run(tmp_path, "all", "grpo.max_num_steps=3", "warmup.sft_steps=0", "checkpointing.save_period=1",

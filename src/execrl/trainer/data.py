@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import random
 from itertools import zip_longest
@@ -168,6 +170,31 @@ class ProblemSampler:
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "pos": self.pos}
+
+    def identity(self) -> dict:
+        """What a checkpoint keeps of the problems its position is in (check compares it)."""
+        return {"problems": len(self.problems), "fingerprint": self.fingerprint}
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """The problems' ids and prompts, in order, hashed: a checkpoint's position means something only over them."""
+        digest = hashlib.sha256()
+        for p in self.problems:
+            digest.update(json.dumps([p.id, p.messages], sort_keys=True).encode() + b"\n")
+        return digest.hexdigest()[:16]
+
+    def check(self, state: dict, where: str) -> None:
+        """DatasetError where a checkpoint's position (saved at `where`, with `state`: identity()) was over other
+        problems: the file shrank (its position past the end: an IndexError), or grew or changed (another stream,
+        silently)."""
+        if state.get("fingerprint", self.fingerprint) == self.fingerprint:  # (checkpoints before it: not checked)
+            return
+        then = state.get("problems")
+        how = (f"{then:,} problems then, {len(self.problems):,} now" if then != len(self.problems) else
+               f"{then:,} problems then and now, not the same ones or not in the same order")
+        raise DatasetError(f"the training problems are not those {where} was trained on ({how}): its place in them "
+                           "would draw another stream. Resume with the data it ran on, or start a new run (another "
+                           "checkpointing.checkpoint_dir and logger.log_dir)")
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch, self.pos = state["epoch"], state["pos"]

@@ -466,7 +466,8 @@ def resume_note(run: Run) -> str:
 
 
 def save(run: Run) -> None:
-    data = {"sampler": run.pipeline.data_position(run.step), "role_baselines": run.baselines.state_dict(),
+    data = {"sampler": run.pipeline.data_position(run.step), "problems": run.sampler.identity(),
+            "role_baselines": run.baselines.state_dict(),
             "config": run.cfg.model_dump(mode="json")}  # what a resume compares its own config with
     path = checkpoint.save(run.cfg.checkpointing.checkpoint_dir, run.step, run.model, run.tokenizer, run.optimizer,
                            run.scheduler, data, run.cfg.checkpointing.keep_top_k or 0, run.weights.compute_dtype, run.lora)

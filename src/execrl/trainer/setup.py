@@ -373,6 +373,7 @@ def resume(run: Run) -> None:
     if found is not None:
         state = checkpoint.trainer_state(found)
         resumable(cfg, state, found)  # (before the weights: another model's or LoRA's tensors would not load)
+        run.sampler.check(state.get("problems", {}), str(found))
         checkpoint.load(found, run.model, run.optimizer, run.scheduler, state, lora=cfg.policy.lora.enabled)
         run.weights.refresh()
         if run.ref_model is not None:  # (a warm-up's reference: else the reference is the model loaded at start)
