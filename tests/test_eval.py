@@ -510,3 +510,25 @@ def test_eval_of_a_checkpoint_poses_the_prompts_its_run_trained_on(tiny_model_di
                            model_name=str(tmp_path / "policy"))
         assert len(prompts) == 2 and all(p.endswith("<think>\n\n</think>\n\n") != think for p in prompts), prompts
         assert summary["ran"]["chat_template_kwargs"] == ({} if think else {"enable_thinking": False})
+
+
+def test_eval_of_a_checkpoint_takes_its_runs_prompt_settings_where_no_flag_is_given(tmp_path, capsys):
+    """(A newcomer's find) execrl eval of a checkpoint posed its prompts with eval's defaults, whatever the run had
+    trained on: a tags-trained model scored 0.25 under them and 1.00 under its own, and summary.json recorded the
+    defaults. A checkpoint of ours says how its run posed them (trainer_state.pt); a flag given still wins."""
+    import torch
+
+    from execrl.cli import eval_prompt, parse_args
+
+    (tmp_path / "step_000003" / "policy").mkdir(parents=True)
+    torch.save({"step": 3, "config": {"prompt": {"system_prompt": "Be brief.", "answer_format": "reasoning",
+                                                 "code_style": "tags", "add_instructions": True, "template": None}}},
+               tmp_path / "step_000003" / "trainer_state.pt")
+    model = str(tmp_path / "step_000003" / "policy")
+    prompt = eval_prompt(parse_args(["eval", "--model", model]))
+    assert (prompt.system_prompt, prompt.answer_format, prompt.code_style) == ("Be brief.", "reasoning", "tags")
+    assert "as the run that saved" in capsys.readouterr().err
+    prompt = eval_prompt(parse_args(["eval", "--model", model, "--code-style", "fence", "--system-prompt", ""]))
+    assert (prompt.system_prompt, prompt.answer_format, prompt.code_style) == (None, "reasoning", "fence")
+    prompt = eval_prompt(parse_args(["eval", "--model", str(tmp_path)]))  # (not a checkpoint: the defaults)
+    assert (prompt.system_prompt, prompt.answer_format, prompt.code_style) == (None, "code", "fence")

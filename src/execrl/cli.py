@@ -79,11 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "free memory holds the KV cache of, 16 to 512; otherwise 16)")
     e.add_argument("--backend", default="execrl", choices=["execrl", "transformers"],
                    help="generation: the execrl engine (default) or transformers' generate")
-    e.add_argument("--answer-format", default="code", choices=["code", "reasoning", "think"],
-                   help="code | reasoning | think")
-    e.add_argument("--code-style", default="fence", choices=["fence", "tags", "auto", "plain"],
-                   help="fence (```python) | tags (<code>) | auto (either) | plain (either, else the whole completion)")
-    e.add_argument("--system-prompt", default=None, help="system prompt (default: none)")
+    e.add_argument("--answer-format", default=None, choices=["code", "reasoning", "think"],
+                   help="code | reasoning | think (default: a checkpoint of ours: its run's prompt.answer_format, "
+                        "else code)")
+    e.add_argument("--code-style", default=None, choices=["fence", "tags", "auto", "plain"],
+                   help="fence (```python) | tags (<code>) | auto (either) | plain (either, else the whole completion) "
+                        "(default: a checkpoint of ours: its run's prompt.code_style, else fence)")
+    e.add_argument("--system-prompt", default=None, help="system prompt (default: a checkpoint of ours: its run's "
+                   "prompt.system_prompt, else none; '' for none)")
     e.add_argument("--chat-template-kwargs", default=None, metavar="JSON",
                    help="passed to the chat template, as policy.tokenizer.chat_template_kwargs, e.g. "
                         "'{\"enable_thinking\": false}' (default: those a checkpoint of ours was trained with, else none)")
@@ -347,7 +350,6 @@ def eval_config(args):
     """execrl eval's arguments as an EvalConfig, checked before any work (ValueError naming the
     flag); --out is made."""
     from execrl.eval.run import EvalConfig
-    from execrl.prompts import PromptConfig
     from execrl.writable import unwritable
 
     if args.out is None:  # one directory per model (or completions file) and dataset: a later eval keeps this one's
@@ -391,9 +393,41 @@ def eval_config(args):
                       reward_model=args.reward_model,
                       reward_model_batch_size=args.reward_model_batch_size, guided=eval_constraint(args),
                       math_verify_impl=args.math_verify_impl,
-                      prompt=PromptConfig(system_prompt=args.system_prompt, answer_format=args.answer_format,
-                                          code_style=args.code_style),
+                      prompt=eval_prompt(args),
                       chat_template_kwargs=template_kwargs(args.chat_template_kwargs))
+
+
+def eval_prompt(args):
+    """execrl eval's PromptConfig: the flags given, and for those not given, the prompt settings of the training run
+    that saved --model where it is a checkpoint of ours (its prompts were posed so: a tags-trained model scored 0.25
+    under eval's defaults and 1.00 under its own), with a line naming them; else the defaults."""
+    from execrl.prompts import PromptConfig
+
+    given = {"answer_format": args.answer_format, "code_style": args.code_style, "system_prompt": args.system_prompt}
+    ran = {k: v for k, v in (run_prompt(args.model) or {}).items() if k in PromptConfig.model_fields}
+    taken = {k: v for k, v in ran.items() if given.get(k) is None and v != PromptConfig.model_fields[k].default}
+    if taken:
+        shown = ", ".join(f"{k}={v!r}" if k in ("answer_format", "code_style") else k for k, v in taken.items())
+        print(f"prompts: as the run that saved {args.model} posed them: {shown} (a flag given wins)", file=sys.stderr)
+    prompt = ran | {k: v for k, v in given.items() if v is not None}
+    if prompt.get("system_prompt") == "":
+        prompt["system_prompt"] = None
+    return PromptConfig(**prompt)
+
+
+def run_prompt(model: str | None) -> dict | None:
+    """The prompt section of the config of the training run that saved `model` (a checkpoint's policy directory,
+    beside its trainer_state.pt), else None."""
+    state = Path(model).expanduser().parent / "trainer_state.pt" if model else None
+    if state is None or not state.is_file():
+        return None
+    import torch
+
+    try:
+        saved = torch.load(state, weights_only=False, map_location="cpu")
+    except Exception:  # noqa: BLE001 - not a checkpoint of ours after all: eval's defaults
+        return None
+    return (saved.get("config") or {}).get("prompt") if isinstance(saved, dict) else None
 
 
 def template_kwargs(text: str | None) -> dict | None:
