@@ -103,6 +103,18 @@ def test_a_template_that_refuses_the_conversation_is_one_error_naming_the_fix():
     assert template_notes(tok) == []
 
 
+def test_a_template_that_drops_the_system_message_is_an_error_where_a_system_prompt_is_set():
+    """(A newcomer's find) a template that renders only user turns dropped prompt.system_prompt from every prompt,
+    while config.yaml recorded it."""
+    from execrl.prompts import template_notes
+
+    tok = bos_tokenizer("{% for m in messages %}{% if m['role'] == 'user' %}<u>{{ m['content'] }}</u>{% endif %}"
+                        "{% endfor %}{% if add_generation_prompt %}<a>{% endif %}")
+    with pytest.raises(ValueError, match="drops the system message, so prompt.system_prompt would reach no prompt"):
+        template_notes(tok, "Be brief.")
+    assert template_notes(tok) == []
+
+
 def test_eval_with_a_system_prompt_the_template_refuses_stops_in_one_line_before_the_sandbox(tmp_path):
     from execrl.models import build_tiny_model
 

@@ -135,7 +135,7 @@ def template_notes(tokenizer, system_prompt: str | None = None) -> list[str]:
     """Checks of a tokenizer's chat template on a prompt shaped like the run's (a user message, after the system
     prompt where one is set), before the sandbox starts: raises ChatTemplateError where the template refuses it
     (Gemma 2's 'System role not supported') and ValueError where it drops the message's content (every prompt would
-    be the same text); a note where chat_template_kwargs change nothing in it (a misspelt name: {enable_thinkng:
+    be the same text) or the system prompt; a note where chat_template_kwargs change nothing in it (a misspelt name: {enable_thinkng:
     false} left a Qwen3's thinking on)."""
     if not getattr(tokenizer, "chat_template", None):
         return []
@@ -147,6 +147,12 @@ def template_notes(tokenizer, system_prompt: str | None = None) -> list[str]:
         raise ValueError("the chat template (policy.tokenizer.chat_template, or the model's own) does not render a "
                          f"message's content (a user message came out as {text[:120]!r}), so every prompt would be the "
                          "same text: set policy.tokenizer.chat_template to one that renders it")
+    if system_prompt and "execrlsystem5c1d" not in apply_template(
+            tokenizer, [{"role": "system", "content": "execrlsystem5c1d"}, *probe]):
+        raise ValueError("the chat template (policy.tokenizer.chat_template, or the model's own) drops the system "
+                         "message, so prompt.system_prompt would reach no prompt: set policy.tokenizer.chat_template "
+                         "to one that renders it, or put the text in prompt.template (execrl eval: drop "
+                         "--system-prompt)")
     kwargs = getattr(tokenizer, TEMPLATE_KWARGS, None) or {}
     unread = sorted(k for k in kwargs if k not in str(tokenizer.chat_template))  # (a name it reads, set to its default,
     if unread and tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True) == text:  # is fine)
