@@ -62,8 +62,9 @@ def test_a_model_or_lora_change_is_named_before_the_weights_load(tmp_path):
 
 def test_a_fresh_start_never_erases_another_runs_metrics(tmp_path):
     """The same log directory with the checkpoints elsewhere (or off), or with a config that computes otherwise: the
-    run started from step 0 and emptied metrics.jsonl of a run whose checkpoints it did not resume. The same run
-    started again before its first checkpoint still redoes its steps."""
+    run started from step 0 and emptied metrics.jsonl of a run whose checkpoints it did not resume. Without
+    checkpoints, the same config again is refused too; the same run started again before its first checkpoint still
+    redoes its steps."""
     log = tmp_path / "run"
     base = [*SMALL, "grpo.max_num_steps=2", "grpo.val_period=0", "warmup.sft_steps=0", f"logger.log_dir={log}",
             f"checkpointing.checkpoint_dir={log}/ck"]
@@ -81,4 +82,10 @@ def test_a_fresh_start_never_erases_another_runs_metrics(tmp_path):
     with pytest.raises(ValueError, match=r"config.yaml differs in policy.generation.temperature: 0.6 -> 0.5\)"):
         train(load_config(None, [*again, "policy.generation.temperature=0.5"]))
     assert (tmp_path / "b" / "metrics.jsonl").read_text() == rows
-    assert train(load_config(None, again)).step == 1  # (no checkpoint to resume, the same config: done again)
+    with pytest.raises(ValueError, match="checkpointing.enabled is false, so this run cannot resume it"):
+        train(load_config(None, again))  # (a newcomer's find: the same config again erased a whole earlier run's rows)
+    assert (tmp_path / "b" / "metrics.jsonl").read_text() == rows
+    crashed = [*again[:-1], f"logger.log_dir={tmp_path}/c", f"checkpointing.checkpoint_dir={tmp_path}/c/ck",
+               "checkpointing.save_period=5"]
+    train(load_config(None, crashed))  # (stopped before its first checkpoint: the same run is done again)
+    assert train(load_config(None, crashed)).step == 1
