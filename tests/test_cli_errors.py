@@ -188,8 +188,10 @@ def test_dry_run_reads_the_rows_as_the_run_would(tmp_path):
     rows.write_text("\n".join(json.dumps(r) for r in [{"question": "no prompt field"}, {"id": 3}]) + "\n")
     proc = execrl("train", "data.train.dataset_name=jsonl", f"data.train.path={rows}", "warmup.sft_steps=0",
                   "--dry-run")
-    assert proc.returncode == 2 and "skipped 2 unusable rows: 2 no prompt in field 'prompt'" in proc.stderr
-    assert "data error: jsonl/train: no usable problems" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "no row has a prompt in field 'prompt'; its rows' fields are ['question']" in \
+        proc.stderr.replace("\n", " ")  # (the first row's: NeMo-Gym's math rows name theirs question, expected_answer)
+    assert "data.train.options.fields={prompt: question}" in proc.stderr.replace("\n", " ")
+    assert "Traceback" not in proc.stderr
     rows.write_text(json.dumps({"id": "a", "prompt": "Print hello.", "tests": {"inputs": [""], "outputs": ["hello\n"]}})
                     + "\n")
     proc = execrl("train", "data.train.dataset_name=jsonl", f"data.train.path={rows}", "warmup.sft_steps=0",

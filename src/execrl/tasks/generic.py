@@ -27,8 +27,10 @@ def load(path, split, report, fields: dict | None = None, **_):
     if unknown:
         raise DatasetError(f"unknown field mapping keys {sorted(unknown)}: use {sorted(DEFAULT_FIELDS)}")
     f = {**DEFAULT_FIELDS, **(fields or {})}
-    problems = []
-    for i, row in enumerate(read_rows(path)):
+    problems, rows = [], read_rows(path)
+    if rows and all(isinstance(r, dict) and chat_messages(r.get(f["prompt"])) is None for r in rows):
+        raise DatasetError(no_prompt_field(path, rows[0], f["prompt"]))
+    for i, row in enumerate(rows):
         rid = i if row.get(f["id"]) is None else row[f["id"]]  # (an id of null is none: every one was "None")
         messages = chat_messages(row.get(f["prompt"]))
         if messages is None:
@@ -63,6 +65,22 @@ def load(path, split, report, fields: dict | None = None, **_):
         else:
             report.skip(rid, f"neither {f['tests']!r} nor {f['answer']!r}")
     return problems
+
+
+PROMPT_FIELDS = ("question", "problem", "prompt", "input", "instruction", "query", "messages")
+ANSWER_FIELDS = ("expected_answer", "answer", "solution", "target", "final_answer")
+
+
+def no_prompt_field(path, row: dict, field: str) -> str:
+    """The error where no row has a prompt in `field`: the rows' fields, and a mapping that reads them."""
+    keys = [k for k in row if isinstance(k, str)]
+    prompt = next((k for k in PROMPT_FIELDS if k in keys and chat_messages(row[k]) is not None), None)
+    answer = next((k for k in ANSWER_FIELDS if k in keys), None)
+    example = "{" + ", ".join(f"{k}: {v}" for k, v in (("prompt", prompt), ("answer", answer)) if v) + "}"
+    return (f"{path}: no row has a prompt in field {field!r}; its rows' fields are {keys[:12]}"
+            f"{' ...' if len(keys) > 12 else ''}. Name them with the loader's fields option (execrl train: "
+            f"data.train.options.fields={example if prompt else '{prompt: <field>}'}; execrl eval: --data-option "
+            f"'fields={example if prompt else '{prompt: <field>}'}')")
 
 
 def row_constraint(value) -> tuple[str, object]:
