@@ -532,3 +532,18 @@ def test_eval_of_a_checkpoint_takes_its_runs_prompt_settings_where_no_flag_is_gi
     assert (prompt.system_prompt, prompt.answer_format, prompt.code_style) == (None, "reasoning", "fence")
     prompt = eval_prompt(parse_args(["eval", "--model", str(tmp_path)]))  # (not a checkpoint: the defaults)
     assert (prompt.system_prompt, prompt.answer_format, prompt.code_style) == (None, "code", "fence")
+
+
+def test_prompts_leave_room_for_the_completion_in_a_learned_position_table(capsys):
+    """(A review's find) execrl eval of a GPT-2 (a learned table of positions) with a prompt and --max-new-tokens
+    past its table stopped with an IndexError mid-sampling: the prompts it samples on are cut to leave the room."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from execrl.eval.run import EvalConfig, prompt_room
+
+    model = GPT2LMHeadModel(GPT2Config(n_positions=256, n_embd=32, n_layer=1, n_head=2, vocab_size=300))
+    assert prompt_room(EvalConfig(max_new_tokens=200), model, "gpt2") == 56
+    assert "prompts of at most 56 tokens: gpt2's positions are a learned table of 256" in capsys.readouterr().err
+    assert prompt_room(EvalConfig(max_new_tokens=200, max_prompt_tokens=50), model, "gpt2") == 50
+    with pytest.raises(ValueError, match="--max-new-tokens 300 leaves no room for a prompt"):
+        prompt_room(EvalConfig(max_new_tokens=300), model, "gpt2")

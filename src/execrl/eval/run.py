@@ -202,12 +202,14 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     model, tok = load_model_and_tokenizer(model_name)
     if cfg.chat_template_kwargs is not None:  # (None: the tokenizer's saved ones, which it loaded with)
         set_template_kwargs(tok, cfg.chat_template_kwargs)
-    problems, dropped = drop_long_prompts(problems, tok, cfg.prompt, cfg.max_prompt_tokens)
+    longest = prompt_room(cfg, model, model_name)
+    problems, dropped = drop_long_prompts(problems, tok, cfg.prompt, longest)
     if dropped and not problems:
         raise ValueError(f"nothing to evaluate: every problem's prompt ({dropped}) is longer than "
-                         f"{cfg.max_prompt_tokens} tokens: raise --max-prompt-tokens")
+                         f"{longest} tokens: raise --max-prompt-tokens" + (
+                             "" if longest == cfg.max_prompt_tokens else " and lower --max-new-tokens"))
     if dropped:
-        err.print(f"[yellow]dropped {dropped} problems whose prompt is longer than {cfg.max_prompt_tokens} tokens "
+        err.print(f"[yellow]dropped {dropped} problems whose prompt is longer than {longest} tokens "
                   "(--max-prompt-tokens)[/]")
     prompts = [render(build_messages(p, cfg.prompt), tok) for p in problems]
     start, slots = time.perf_counter(), []
@@ -223,6 +225,31 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
               f"{tokens / max(seconds, 1e-9):,.0f} tokens/s" + (f", {slots[-1]} at once" if slots else ""),
               markup=False, highlight=False)
     return list(zip(problems, outs))
+
+
+def prompt_room(cfg: EvalConfig, model, model_name: str | None) -> int:
+    """The longest prompt to sample on: --max-prompt-tokens, less where the model's positions are a learned table
+    that a prompt and --max-new-tokens would run past (GPT-2's 1,024: an IndexError mid-sampling); a warning where
+    its rotary frequencies change within them (longrope, dynamic NTK: the engine samples a sequence past the bound
+    with the short ones at its early positions, transformers with the long ones at all)."""
+    from execrl.models import position_limit
+    from execrl.rollout.models.base import rotary_bound
+
+    limit, longest = position_limit(model), cfg.max_prompt_tokens
+    if limit is not None and limit[1] and longest + cfg.max_new_tokens > limit[0]:
+        longest = limit[0] - cfg.max_new_tokens
+        if longest < 1:
+            raise ValueError(f"{model_name}'s positions are a learned table of {limit[0]:,}: --max-new-tokens "
+                             f"{cfg.max_new_tokens} leaves no room for a prompt; lower it")
+        err.print(f"prompts of at most {longest:,} tokens: {model_name}'s positions are a learned table of "
+                  f"{limit[0]:,}, and --max-new-tokens is {cfg.max_new_tokens}", markup=False)
+    bound = rotary_bound(model)
+    if bound is not None and longest + cfg.max_new_tokens > bound:
+        err.print(f"warning: the model's rotary frequencies change past {bound:,} tokens (longrope, dynamic NTK): a "
+                  "sample that grows past them is sampled with the short frequencies at its early positions, where "
+                  "transformers' forward would use the long ones at all; --max-prompt-tokens and --max-new-tokens "
+                  f"within {bound:,} together keep every sample within them", markup=False)
+    return longest
 
 
 def handed_to(early: EarlyGrading | None, cfg: EvalConfig, problems: list[Problem]):
