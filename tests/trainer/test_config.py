@@ -481,3 +481,11 @@ def test_problems_of_one_id_from_two_sets_keep_their_own_warmup_reference(capsys
     assert all(refs[p.id][0]["content"] == p.metadata["reference_completion"] for p in train)
     assert "12 problem(s) share an id with another row (e.g. 'arith/train/0', now 'arith/train/0#2')" in \
         capsys.readouterr().err.replace("\n", " ")
+
+
+def test_an_empty_config_file_is_refused(tmp_path):
+    """(A newcomer's find) an empty file ran the schema's defaults (builtin:tiny-coder, no warm-up), not the built-in
+    default that execrl train with no config runs, and logged to the same runs/default."""
+    (tmp_path / "empty.yaml").write_text("# nothing yet\n")
+    with pytest.raises(ConfigError, match="empty.yaml is empty: write the sections it sets"):
+        load_config(str(tmp_path / "empty.yaml"))

@@ -181,6 +181,10 @@ def _read(path: Path, chain: list[Path], dirs: list[Path] | None = None) -> Dict
         raise ConfigError(yaml_error(path, e)) from None
     if not isinstance(tree, DictConfig):
         raise ConfigError(f"{path}: expected a mapping of sections (policy:, grpo:, ...)")
+    if not chain and len(tree) == 0:  # (it ran the schema's defaults, not what execrl train with no config runs)
+        raise ConfigError(f"{path} is empty: write the sections it sets (policy:, grpo:, data: ...; the keys a file "
+                          "leaves out take execrl's defaults), or run execrl train with no config for the built-in "
+                          "default")
     if path.resolve().parent not in dirs:
         dirs.append(path.resolve().parent)
     parents = tree.pop("defaults", None) or []
