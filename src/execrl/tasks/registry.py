@@ -138,7 +138,8 @@ def load_problems(name: str, split: str = "train", path: str | None = None, max_
     info = DATASETS[name]
     if info.splits and split not in info.splits:
         raise DatasetError(f"{name} has no split {split!r}: use one of {list(info.splits)}")
-    report = RowReport(f"{name}/{split}")
+    label = name if info.data_dir == "" else f"{name}/{split}"  # (a file of one's own has no split: a validation
+    report = RowReport(label)  # file was "jsonl/train")
     local = local_source(info, path)
     problems = info.load(local, split, report=report, hub_id=info.hub_id, **options)
     for p in problems:
@@ -148,12 +149,12 @@ def load_problems(name: str, split: str = "train", path: str | None = None, max_
             p.tests = truncate_tests(p.tests, max_tests)
     report.print()
     if not problems:
-        raise DatasetError(f"{name}/{split}: no usable problems (skipped {report.skipped})")
+        raise DatasetError(f"{label}: no usable problems (skipped {report.skipped})")
     if not info.generated:  # (never silent about which file a name read: a hub id's local copy may be a sample)
-        err.print(f"{name}/{split}: {len(problems)} problems {origin(info, local, path)}")
+        err.print(f"{label}: {len(problems)} problems {origin(info, local, path)}")
     many = [num_tests(p.tests) for p in problems if p.tests is not None and num_tests(p.tests) > MANY_TESTS]
     if many:  # (a row of 100,000 tests holds a rollout's grading for minutes, every sample of it)
-        err.print(f"[yellow]{name}/{split}: {len(many)} problem(s) hold over {MANY_TESTS:,} tests (the most: "
+        err.print(f"[yellow]{label}: {len(many)} problem(s) hold over {MANY_TESTS:,} tests (the most: "
                   f"{max(many):,}): every sample runs them all; cap them with max_tests (execrl train: "
                   "data.train.max_tests=N; execrl eval: --max-tests N)[/]")
     return problems, report
