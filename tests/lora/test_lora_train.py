@@ -73,3 +73,23 @@ def test_mixed_precision_keeps_fp32_adapters_over_one_shared_bf16_base(tmp_path)
         else:
             assert m is c and c.dtype == torch.bfloat16  # the base: one set of tensors
     assert sum(m.abs().sum() for (n, m), _ in pairs if "lora_B" in n) > 0  # the adapters moved
+
+
+def test_a_resume_reads_back_only_its_own_base(tmp_path, tiny_model_dir):
+    """(A review's find) a base that another run (its own, with a warm-up) left beside the checkpoints replaced the
+    frozen weights of a resumed run whose base is policy.model_name: its reward jumped from 0.2 to 1.0 at the resume.
+    Only a run that made its base reads one back."""
+    from transformers import AutoModelForCausalLM
+
+    own = [*LORA, f"policy.model_name={tiny_model_dir}", "warmup.sft_steps=0", "checkpointing.save_period=1"]
+    first, d = run(tmp_path, "b", *own, "grpo.max_num_steps=1")
+    stale = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with torch.no_grad():
+        for p in stale.parameters():
+            p.add_(1.0)
+    stale.save_pretrained(d / "ckpt" / "base")
+    second, _ = run(tmp_path, "b", *own, "grpo.max_num_steps=2")
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    state = second.model.state_dict()
+    for k, v in to_model_names(base, second.model).items():
+        torch.testing.assert_close(state[k], v)

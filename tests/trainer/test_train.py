@@ -81,6 +81,27 @@ def test_keep_top_k_null_keeps_every_checkpoint(tmp_path):
         "step_000001", "step_000002", "step_000003"]
 
 
+def test_a_resume_without_a_warm_up_keeps_its_own_kl_reference(tmp_path):
+    """(A review's find) a reference that another run's warm-up left in the checkpoint directory (it stopped before
+    its first checkpoint) was read back by a resumed run without a warm-up: train/kl went from 0.002 to 6.9."""
+    from execrl.trainer import checkpoint
+
+    kl = ["loss_fn.reference_policy_kl_penalty=0.05", "checkpointing.save_period=1", "warmup.sft_steps=0"]
+    first, d = run(tmp_path, "own", "grpo.max_num_steps=1", *kl)
+    checkpoint.save_reference(d / "ckpt", first.model, first.model)  # (trained weights: not this run's reference)
+    second, _ = run(tmp_path, "own", "grpo.max_num_steps=2", *kl)
+    a, b = first.ref_model.state_dict(), second.ref_model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_val_at_end_adds_no_row_to_a_run_with_nothing_left_to_do(tmp_path):
+    """(A review's find) each rerun of a finished run added another eval row at its last step."""
+    args = ["grpo.max_num_steps=1", "warmup.sft_steps=0", "grpo.val_period=0", "grpo.val_at_end=true"]
+    run(tmp_path, "end", *args)
+    run(tmp_path, "end", *args)
+    assert sum("eval/pass@1" in m for m in metrics(tmp_path / "end")) == 1
+
+
 def test_the_kl_reference_is_the_policy_as_grpo_begins_after_a_warm_up(tmp_path):
     """(A review's finding) the reference was copied before the supervised warm-up: the KL penalty pulled the policy
     back to the untrained model (train/kl 2.13 at the first GRPO step after 10 warm-up steps, 4.95 after 70). It is the

@@ -142,14 +142,19 @@ def trainer_state(path: Path) -> dict:
     return torch.load(path / "trainer_state.pt", weights_only=False)
 
 
-def load(path: Path, model, optimizer, scheduler, state: dict, lora: bool = False) -> None:
-    """The checkpoint's weights and optimizer state into the run's, and its `state` (trainer_state) applied."""
+def load(path: Path, model, optimizer, scheduler, state: dict, lora: bool = False, own_base: bool = False) -> None:
+    """The checkpoint's weights and optimizer state into the run's, and its `state` (trainer_state) applied.
+    `own_base`: a LoRA run that made its base (saved beside its checkpoints): read back under the adapters (only
+    then: a base another run left there replaced the frozen weights of one whose base is policy.model_name)."""
     optim_state = torch.load(path / "optimizer.pt", weights_only=False) if dist.is_main() else {}
     if not lora:
         dist.load_full_state(model, optimizer, load_weights(path), optim_state)
     else:  # the run's own base (if it made one), then the adapters
         base = path.parent / BASE
-        if (base / "config.json").is_file():
+        if own_base:
+            if not dist.from_main((base / "config.json").is_file()):
+                raise ValueError(f"{base} is missing: the LoRA run's own base (the model its adapters were trained "
+                                 f"on), saved beside its checkpoints. Restore it, or start a new run")
             dist.load_full_state(model, None, lora_state.to_model_names(load_weights(base, ""), model), None,
                                  part="frozen")
         dist.load_full_state(model, optimizer, lora_state.from_adapter_state(load_weights(path)), optim_state,

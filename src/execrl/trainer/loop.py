@@ -91,7 +91,8 @@ def train(cfg: MasterConfig) -> Run:
             console.print(f"checkpointing.checkpoint_must_save_by={cfg.checkpointing.checkpoint_must_save_by}: "
                           f"another step would end after it, so the run stops at step {run.step}"
                           + (" with a checkpoint (the same command resumes)" if cfg.checkpointing.enabled else ""))
-        if cfg.grpo.val_at_end and not late and run.step > 0 and not periodic_validation(cfg, run.step):
+        if cfg.grpo.val_at_end and not late and not ctrl_c.asked and run.step >= first_step and \
+                not periodic_validation(cfg, run.step):  # (a run with nothing left to do added an eval row each time)
             validate(run)
         if cfg.checkpointing.enabled and run.last_saved != run.step:
             save(run)

@@ -376,10 +376,16 @@ def resume(run: Run) -> None:
         state = checkpoint.trainer_state(found)
         resumable(cfg, state, found)  # (before the weights: another model's or LoRA's tensors would not load)
         run.sampler.check(state.get("problems", {}), str(found))
-        checkpoint.load(found, run.model, run.optimizer, run.scheduler, state, lora=cfg.policy.lora.enabled)
+        checkpoint.load(found, run.model, run.optimizer, run.scheduler, state, lora=cfg.policy.lora.enabled,
+                        own_base=run.lora is not None and run.lora.own_base)
         run.weights.refresh()
-        if run.ref_model is not None:  # (a warm-up's reference: else the reference is the model loaded at start)
-            checkpoint.load_reference(cfg.checkpointing.checkpoint_dir, run.ref_model)
+        # a warm-up's reference, which the warm-up saved; else the reference is the model loaded at start (one that
+        # another run's warm-up left in the directory was read as this run's: its KL pulled toward other weights)
+        if run.ref_model is not None and cfg.warmup.sft_steps and not checkpoint.load_reference(
+                cfg.checkpointing.checkpoint_dir, run.ref_model):
+            raise ValueError(f"{Path(cfg.checkpointing.checkpoint_dir) / checkpoint.REFERENCE} is missing: the KL "
+                             "penalty's reference (the policy as the warm-up left it), saved beside the checkpoints. "
+                             "Restore it, or start a new run")
         run.step, run.resumed_from, run.last_saved = state["step"], str(found), state["step"]
         run.sampler.load_state_dict(state["sampler"])
         if "role_baselines" in state:
