@@ -39,6 +39,12 @@ def test_each_run_writes_its_report_and_the_command_overlays_several(two_runs, t
     bad = subprocess.run([sys.executable, "-m", "execrl.cli", "report", str(tmp_path / "nowhere")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no such directory" in bad.stderr and "Traceback" not in bad.stderr
+    (tmp_path / "eval_out").mkdir()  # (a newcomer's find: an eval's folder was only "not a run directory")
+    for name in ("summary.json", "results.jsonl"):
+        (tmp_path / "eval_out" / name).write_text("{}\n")
+    bad = subprocess.run([sys.executable, "-m", "execrl.cli", "report", str(tmp_path / "eval_out")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "is an execrl eval's output: its figures are in" in bad.stderr.replace("\n", " ")
 
 
 def test_a_long_runs_page_keeps_the_first_and_latest_rollouts_and_cuts_long_texts(tmp_path, monkeypatch):

@@ -44,6 +44,10 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such directory (pass logger.log_dir of a run)")
     if not (path / "metrics.jsonl").is_file():
+        if (path / "summary.json").is_file() and (path / "results.jsonl").is_file():
+            raise FileNotFoundError(f"{path} is an execrl eval's output: its figures are in {path / 'summary.json'}, "
+                                    "each problem's samples in results.jsonl; execrl report draws training runs "
+                                    "(logger.log_dir)")
         raise FileNotFoundError(f"{path} is not a run directory: it has no metrics.jsonl (pass logger.log_dir of a run)")
     files = sorted((f for f in (path / "rollouts").glob("step_*.jsonl") if STEP_FILE.fullmatch(f.name) and f.is_file()),
                    key=lambda f: int(f.stem.split("_")[-1]))
