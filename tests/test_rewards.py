@@ -182,3 +182,17 @@ def test_an_answer_whose_braces_do_not_close_matches_nothing():
 
     assert not answers_match("\\frac{1}{2", "\\frac{1}{2}") and not answers_match("}{\\frac{1}{2}", "\\frac{1}{2}")
     assert answers_match("\\frac{1}{2}", "0.5") and answers_match("\\{1, 2\\}", "\\{2, 1\\}")
+
+
+def test_a_completions_future_imports_stay_above_a_datasets_header():
+    """(A review's find) LeetCode's header of imports, and HumanEval's prompt, went above a completion that opened
+    with `from __future__ import annotations`: a correct program was a syntax error."""
+    from execrl.rewards.outcome import _program
+
+    code = '"""Mine."""\nfrom __future__ import annotations\nclass Solution:\n    def f(self, x: int) -> int:\n' \
+           '        return x\n'
+    leet = Problem("l/1", [{"role": "user", "content": "x"}], "code", metadata={"code_header": "import math\n"})
+    program = _program(leet, code)
+    compile(program, "main.py", "exec")
+    assert program.startswith("from __future__ import annotations\nimport math\n")
+    assert _program(CODE, code) == code  # (no header: as written)

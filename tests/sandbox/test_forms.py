@@ -282,3 +282,19 @@ def test_a_row_holding_two_forms_of_tests_is_refused(tests, keys):
         parse_tests(tests)
     assert parse_tests({"asserts": ["assert f(1) == 1"], "inputs": [], "outputs": [], "fn_name": ""}).asserts == [
         "assert f(1) == 1"]
+
+
+def test_what_follows_a_scripts_last_assert_is_part_of_the_last_test():
+    """(A review's find) a LeetCode-style script's statements after its last top-level assert (a loop of asserts, a
+    check() call) were dropped: a program that failed them passed."""
+    script = ("my_solution = Solution()\nassert my_solution.f(1) == 1\nfor x, y in [(2, 4), (3, 9)]:\n"
+              "    assert my_solution.f(x) == y\n")
+    spec = split_test_script(script)
+    assert len(spec.asserts) == 1 and spec.asserts[0].endswith("    assert my_solution.f(x) == y")
+
+
+def test_call_tests_refuse_a_compare_they_would_not_use():
+    """(A review's find) a call row's compare (a float tolerance) was accepted and ignored: a call's value is compared
+    exactly."""
+    with pytest.raises(TestSpecError, match=r"unknown keys in call tests: \['compare'\]"):
+        parse_tests({"fn_name": "f", "inputs": [""], "outputs": ["0.1"], "compare": {"float_rel": 0.01}})

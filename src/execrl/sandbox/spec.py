@@ -197,8 +197,9 @@ def parse_tests(obj) -> TestSpec:
         inputs, outputs = _need_str_list(obj, "inputs"), _need_str_list(obj, "outputs")
         if len(inputs) != len(outputs):
             raise TestSpecError(f"tests has {len(inputs)} inputs but {len(outputs)} outputs")
-        if obj.get("fn_name"):
-            unknown = sorted(k for k in keys - set(FORMS[2]) if obj[k] not in ([], "", {}))
+        if obj.get("fn_name"):  # (no compare: a call's value is compared as a value, exactly)
+            unknown = sorted(k for k in keys - {"inputs", "outputs", "fn_name", "args_format"} if obj[k] not in ([], "",
+                                                                                                                  {}))
             if unknown:
                 raise TestSpecError(f"unknown keys in call tests: {unknown} (a row holds one form of tests)")
             return _call_tests(obj, inputs, outputs)
@@ -234,6 +235,9 @@ def split_test_script(script: str) -> AssertTests:
             start = node.end_lineno
     if not tests:
         raise TestSpecError("the test script has no assert statements")
+    tail = "".join(lines[start:]).strip("\r\n")
+    if tail.strip():  # what follows the last assert (a loop of asserts, a check() call) is part of the last test: it
+        tests[-1] += "\n" + tail  # was dropped, and a program failing it passed
     return AssertTests(tests)
 
 
