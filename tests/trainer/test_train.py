@@ -172,6 +172,12 @@ def test_repeated_nan_steps_are_skipped_then_stop_the_run(tmp_path, monkeypatch)
         run(tmp_path, "nan", "grpo.max_num_steps=6", "checkpointing.enabled=false")
     after = seen["model"].state_dict()  # a skipped step is never applied: no weight moved
     assert all(torch.equal(seen["before"][k], after[k]) for k in after)
+    # (a review's find) each skipped step's row read loss 0 and grad_norm 0, a perfect-looking point, and the step
+    # that stopped the run had no row; the report was the last evaluation's
+    rows = [m for m in metrics(tmp_path / "nan") if "train/skipped_steps" in m]
+    assert [m["step"] for m in rows] == [1, 2, 3] and all(m["train/skipped_steps"] == 2 for m in rows)  # (2 a step)
+    assert not any("train/loss" in m or "train/grad_norm" in m for m in rows)
+    assert (tmp_path / "nan" / "report.html").stat().st_mtime >= (tmp_path / "nan" / "metrics.jsonl").stat().st_mtime
 
 
 def test_trains_a_local_model_directory_on_mbpp(tmp_path, tiny_model_dir):

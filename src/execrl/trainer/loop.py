@@ -229,9 +229,9 @@ def checked(run: Run, step: int, stats: dict, valid_frac: float, num_flat: float
     run.nan_streak = run.nan_streak + 1 if stats["skipped_steps"] else 0
     if stats["skipped_steps"]:
         console.print(f"[yellow]step {step}: non-finite loss or gradient, optimizer step skipped[/]")
-    if run.nan_streak >= MAX_NAN_STEPS:
-        raise RuntimeError(f"{MAX_NAN_STEPS} steps in a row had a NaN/inf loss: lower policy.optimizer.kwargs.lr, "
-                           "check the rewards, or resume from the last checkpoint")
+    if run.nan_streak >= MAX_NAN_STEPS:  # (raised once the step's line is logged: log_step)
+        run.diverged = (f"{MAX_NAN_STEPS} steps in a row had a NaN/inf loss: lower policy.optimizer.kwargs.lr, check "
+                        "the rewards, or resume from the last checkpoint")
     stats["valid_frac"] = valid_frac
     stats["lr"] = lr  # (the rate the step trained at; the scheduler's last rate is the next step's)
     # as this step left them, read before the next step's launch changes them
@@ -344,6 +344,9 @@ def log_step(run: Run, step: int, rollouts, stats: dict, times: dict, bar) -> No
     if torch.cuda.is_available():
         metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     run.logger.log(step, metrics)
+    if run.diverged:  # (the step that stopped it is in the record, and so in the report)
+        write_report(run)
+        raise RuntimeError(run.diverged)
     check_sandbox(run, rollouts.generated, f"step {step}")
     every = run.cfg.logger.rollouts_period
     if every and step % every == 0:

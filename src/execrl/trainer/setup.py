@@ -72,6 +72,7 @@ class Run:
     last_saved: int = -1
     updating: bool = False  # a train phase under way: the weights are partway between step and step + 1
     nan_streak: int = 0
+    diverged: str | None = None  # why the run stops after this step's line is logged (NaN/inf steps in a row)
     flat_streak: int = 0  # steps in a row whose every group had equal rewards
     adv_warned: bool = False  # an advantage over loop.ADVANTAGE_WARNING was said (once a run)
     left: object = None  # trainer.deferred.Trained: a step whose optimizer ran on as the next generated, its log to come

@@ -394,14 +394,14 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
     top = sampler_filter(cfg)  # (the reference's logprobs are unfiltered: the KL reads the current ones unfiltered too)
     kl = top is not None and cfg.loss_fn.reference_policy_kl_penalty > 0 and batch.ref_logprobs is not None
     stats = {"loss": 0.0, "clip_frac": 0.0, "clip_frac_high": 0.0, "clip_frac_low": 0.0, "kl": 0.0, "entropy": 0.0,
-             "grad_norm": 0.0, "skipped_steps": 0}
+             "grad_norm": 0.0, "skipped_steps": 0, "steps": 0}
     averaged = ("clip_frac", "clip_frac_high", "clip_frac_low", "kl")  # token means, over the whole batch
     if batch.sampler_logprobs is not None:  # the engine against the trainer, logged every step (async or not)
         averaged += ("logprob_mismatch", "sampler_kl", "is_weight", "is_truncated_frac")
         stats.update(dict.fromkeys(averaged[4:], 0.0))
     share, bound = sharing(cfg, model), rotary_bound(model)
     train_mode(model)
-    steps = plan.optimizer_steps_per_rollout
+    steps = stats["steps"] = plan.optimizer_steps_per_rollout
     mine = len(batch.input_ids) // steps  # this rank's rows of each optimizer batch: whole groups, maybe none
     for k in range(steps):
         rows = range(k * mine, (k + 1) * mine)
@@ -457,7 +457,7 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
                 weights.step(optimizer, skip=~finite)
             model.eval()
             return later(on_host(torch.cat([sums, norm.detach().double().reshape(1)])), stats, averaged, scheduler)
-        if not tally(stats, averaged, sums.tolist(), dist.total_norm(norm), steps):
+        if not tally(stats, averaged, sums.tolist(), dist.total_norm(norm)):
             weights.zero_grad(optimizer)  # a NaN/inf step is skipped, never applied
             continue
         with memory.phase("the optimizer step", cfg):
@@ -477,7 +477,7 @@ def later(read: Callable[[], list[float]], stats: dict, averaged: tuple[str, ...
     def numbers() -> dict:  # (once: a second call returns the first's numbers, the scheduler not stepped again)
         if not done:
             *sums, grad_norm = read()
-            applied = tally(stats, averaged, sums, grad_norm, 1)
+            applied = tally(stats, averaged, sums, grad_norm)
             done.append(summed(stats, averaged))
             if applied and scheduler is not None:
                 scheduler.step()
@@ -485,7 +485,7 @@ def later(read: Callable[[], list[float]], stats: dict, averaged: tuple[str, ...
     return numbers
 
 
-def tally(stats: dict, averaged: tuple[str, ...], sums: list[float], grad_norm: float, steps: int) -> bool:
+def tally(stats: dict, averaged: tuple[str, ...], sums: list[float], grad_norm: float) -> bool:
     """One optimizer step's numbers into `stats`: sums (loss, entropy, *averaged, read from the device) and the
     gradient's norm; whether the step is applied (its loss and norm finite: the whole batch's loss, so every rank
     skips or not alike)."""
@@ -497,15 +497,23 @@ def tally(stats: dict, averaged: tuple[str, ...], sums: list[float], grad_norm: 
     if not (math.isfinite(grad_norm) and math.isfinite(step_loss)):
         stats["skipped_steps"] += 1
         return False
-    stats["loss"] += step_loss / steps
-    stats["grad_norm"] += grad_norm / steps
+    stats["loss"] += step_loss
+    stats["grad_norm"] += grad_norm
     return True
 
 
 def summed(stats: dict, averaged: tuple[str, ...]) -> dict:
-    """stats with each rank's part of a global token mean summed over ranks."""
+    """stats with each rank's part of a global token mean summed over ranks, and the loss and the gradient's norm
+    the mean over the optimizer steps applied (none applied: no loss or norm; they read 0, a perfect-looking point,
+    for a step skipped as non-finite)."""
     names = (*averaged, "entropy")
     stats.update(zip(names, dist.sum_floats(*(stats[k] for k in names))))
+    applied = stats.pop("steps") - stats["skipped_steps"]
+    for name in ("loss", "grad_norm"):
+        if applied:
+            stats[name] /= applied
+        else:
+            del stats[name]
     return stats
 
 
