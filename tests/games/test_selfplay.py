@@ -149,7 +149,8 @@ def test_self_play_trains_logs_role_metrics_and_resumes_its_baselines(tmp_path, 
     # under RAE a drawn match still has a signal (its return less the role's baseline, nonzero from step 1): the
     # groups without one are those whose every advantage is 0, not those of equal rewards (it read the draw rate)
     assert all(r["train/flat_group_frac"] == 0.0 for r in rows if "train/flat_group_frac" in r)
-    evals = [r for r in rows if "eval/pass@1" in r]
+    evals = [r for r in rows if "eval/tictactoe/win_rate_vs_random" in r]
+    assert not any("eval/pass@1" in r for r in rows)  # (the win rate over every opponent at once: not a pass@1)
     assert evals and all({"eval/tictactoe/win_rate_vs_random", "eval/tictactoe/draw_rate_vs_random",
                           "eval/tictactoe/win_rate_vs_minimax", "eval/tictactoe/X/win_rate_vs_random",
                           "eval/tictactoe/O/win_rate_vs_random"} <= set(r) for r in evals)

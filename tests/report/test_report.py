@@ -151,6 +151,16 @@ def test_markup_in_a_completion_is_text_on_the_page(two_runs, tmp_path):
     assert "owned" not in dom[:dom.index("<body")] and not console_errors(log)
 
 
+def test_a_run_named_with_a_bidi_control_shows_its_rows(two_runs, tmp_path):
+    """(A review's find) a run directory whose name holds U+202E showed 0 rollouts: the run's option value was its
+    name with the control shown as a code point, which named no run's rows."""
+    copy = tmp_path / "bidi\u202ex"
+    shutil.copytree(two_runs[0], copy)
+    rows = sorted((copy / "rollouts").glob("*.jsonl"))[-1].read_text().splitlines()
+    dom, log = open_page(write_report([copy], tmp_path / "report.html"))
+    assert f'data-rows-shown="{len(rows)}"' in dom and not console_errors(log)
+
+
 # ---- issue 40: what a first run's page shows --------------------------------------------------------------------
 
 
@@ -396,3 +406,19 @@ def test_a_hostile_run_directory_makes_a_page_and_shows_its_text_as_written(tmp_
     (named / "config.yaml").write_text(yaml.safe_dump({"logger": {"rollouts_period": 1}}))
     dom, log = open_page(write_report([named], tmp_path / "t.html"))
     assert '<span id="count">1 of 1 rollouts</span>' in dom and not console_errors(log), console_errors(log)
+
+
+def test_a_self_play_runs_roles_have_charts_of_their_own(tmp_path):
+    """(A review's find) a self-play run's per-role numbers (train/<game>/<role>/win_rate, its return and baseline,
+    its illegal moves), what the run's last lines print, were in no chart."""
+    from execrl.report import runs as report_runs
+
+    rows = [{"step": s, "train/reward_mean": 0.0, "train/tictactoe/X/win_rate": 0.1 * s,
+             "train/tictactoe/O/win_rate": 0.2, "train/tictactoe/X/baseline": 0.05, "train/tictactoe/X/reward_mean": 0.3,
+             "train/tictactoe/X/illegal_rate": 0.0, "train/tictactoe/X/moves_mean": 4.0} for s in (1, 2)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    charts = {c["id"]: c for c in figures([report_runs.load_run(tmp_path)])}
+    names = {c: sorted(t["name"] for t in charts[c]["figure"]["data"]) for c in ("roles", "role-returns", "role-moves")}
+    assert names["roles"] == ["train/tictactoe/O/win_rate", "train/tictactoe/X/win_rate"], names
+    assert "train/reward_mean" not in names["role-returns"] and len(names["role-returns"]) == 2
+    assert len(names["role-moves"]) == 2

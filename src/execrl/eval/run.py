@@ -407,6 +407,7 @@ def ran(cfg: EvalConfig, source: dict, verifiers: set[str] = frozenset()) -> dic
             "limit": cfg.limit,
             "max_tests": cfg.max_tests, "timeout_s": cfg.timeout_s, "system_prompt": cfg.prompt.system_prompt,
             "answer_format": cfg.prompt.answer_format, "code_style": cfg.prompt.code_style,
+            "add_instructions": cfg.prompt.add_instructions, "template": cfg.prompt.template,
             **({"math_verify_impl": sorted(verifiers)} if verifiers else {})}
 
 

@@ -10,8 +10,8 @@ from execrl.report.runs import RunData, section
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
 
-# (chart id, title, y axis, the metric keys: exact, or a prefix ending in "/" or "@"); drawn where a
-# run has one
+# (chart id, title, y axis, the metric keys: exact, a prefix ending in "/" or "@", or "*/name": a self-play role's
+# train/<game>/<role>/name); drawn where a run has one
 LINES = [
     ("eval", "Evaluation: pass@k", "pass@k", ["eval/pass@"]),
     ("eval-other", "Evaluation: other metrics", "", ["eval/"]),
@@ -23,6 +23,9 @@ LINES = [
     ("components", "Reward components", "mean value", ["train/reward/", "train/reward_model_score"]),
     ("tokens", "Generation throughput", "tokens/s", ["time/tokens_per_s"]),
     ("grad", "Gradient norm", "norm (before clipping)", ["train/grad_norm"]),
+    ("roles", "Self-play: win rate by role", "win rate", ["*/win_rate"]),
+    ("role-returns", "Self-play: return and baseline by role", "return", ["*/reward_mean", "*/baseline"]),
+    ("role-moves", "Self-play: illegal moves and moves by role", "", ["*/illegal_rate", "*/moves_mean"]),
 ]
 STACKS = [("verdicts", "Verdict shares", "share of samples", "train/verdict/"),
           ("phases", "Time per phase", "seconds", "time/")]
@@ -92,7 +95,9 @@ def keys_of(run: RunData, wanted: list[str]) -> list[str]:
     present = sorted({k for m in run.metrics for k in m})
     keys = []
     for w in wanted:
-        if w.endswith(("/", "@")):
+        if w.startswith("*/"):  # (a self-play role's: train/<game>/<role>/<name>)
+            keys += [k for k in present if k.startswith("train/") and k.count("/") == 3 and k.endswith(w[1:])]
+        elif w.endswith(("/", "@")):
             keys += [k for k in present if k.startswith(w) and not (w == "eval/" and k.startswith(OWN_CHART))]
         elif w in present:
             keys.append(w)

@@ -8,7 +8,10 @@ const $ = (id) => document.getElementById(id);
 // a run's entry in one of DATA's maps (its own key only: a run named "toString" is no method of Object's)
 const of = (map, run) => (map && Object.prototype.hasOwnProperty.call(map, run) ? map[run] : undefined);
 // text as written: markup escaped, and bidirectional controls (U+202E turns the code after it around on screen) shown
-const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]))
+const attr = (s) => String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+// shown text: bidirectional controls as their code points (they reorder what follows); an attribute's value keeps
+// them (an option's value is the run's or verdict's own name: shown as code points, it matched no run's rows)
+const esc = (s) => attr(s)
   .replace(/[\u200e\u200f\u061c\u202a-\u202e\u2066-\u2069]/g, (c) => `&lt;U+${c.charCodeAt(0).toString(16).toUpperCase()}&gt;`);
 
 // ---- charts ----------------------------------------------------------------------------------------------------
@@ -66,7 +69,7 @@ function rowsOf(run, step) {
 }
 
 function fillSelect(select, values, keep) {
-  select.innerHTML = values.map((v) => `<option value="${esc(v)}">${esc(v)}</option>`).join("");
+  select.innerHTML = values.map((v) => `<option value="${attr(v)}">${esc(v)}</option>`).join("");
   if (keep !== undefined && values.includes(keep)) select.value = keep;
 }
 
@@ -78,7 +81,7 @@ function refreshSteps(keep) {
   Object.values(of(DATA.rollouts, $("run").value) || {}).forEach((rows) => rows.forEach((r) => verdicts.add(r.verdict)));
   const chosen = $("verdict").value;
   $("verdict").innerHTML = `<option value="">all</option>` +
-    Array.from(verdicts).sort().map((v) => `<option value="${esc(v)}">${esc(v)}</option>`).join("");
+    Array.from(verdicts).sort().map((v) => `<option value="${attr(v)}">${esc(v)}</option>`).join("");
   if (verdicts.has(chosen)) $("verdict").value = chosen;
 }
 

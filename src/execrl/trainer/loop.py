@@ -313,6 +313,8 @@ def validate(run: Run) -> float:
         metrics[f"eval/pass@{k}"] = sum_at_k / max(num_at_k, 1)
     games = episode_means(dist.sum_dicts(episode_sums(rollouts)))  # (self-play: rates against each fixed player)
     metrics.update({f"eval/{name}": v for name, v in games.items() if "_rate_vs_" in name})
+    if any("_rate_vs_" in name for name in games):  # (its pass@1 was the win rate over every opponent at once, and
+        metrics = {k: v for k, v in metrics.items() if not k.startswith("eval/pass@")}  # the report showed it as one)
     if "reward_model_score" in games:  # the reward model's mean (raw) score (env.reward_model)
         metrics["eval/reward_model_mean"] = games["reward_model_score"]
         metrics["eval/reward_model_truncated_frac"] = games["reward_model_truncated_frac"]
