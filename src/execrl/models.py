@@ -137,6 +137,18 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                    "spiece.model", "sentencepiece.bpe.model")  # (a directory with none of them holds no tokenizer)
 
 
+def local_config(name: str):
+    """A model's config as this machine has it (its directory, or the hub cache), without overrides; None where it
+    has none."""
+    from transformers import AutoConfig
+
+    local = Path(name).expanduser()  # (a model under ~ is a directory, as loading reads it)
+    try:
+        return AutoConfig.from_pretrained(str(local) if local.exists() else name, local_files_only=True)
+    except (OSError, ValueError):
+        return None
+
+
 def with_overrides(config, overrides: dict, key: str = "policy.hf_config_overrides") -> dict:
     """`overrides` checked against a model's config and ready for from_pretrained: each one a field of the config
     (ValueError naming the key otherwise: transformers passed an unknown one to the model's constructor, a

@@ -57,14 +57,10 @@ def check_config_overrides(cfg: MasterConfig) -> None:
     p = cfg.policy
     if not p.hf_config_overrides or p.model_name.startswith("builtin:"):
         return
-    from transformers import AutoConfig
+    from execrl.models import local_config, with_overrides
 
-    from execrl.models import with_overrides
-
-    local = Path(p.model_name).expanduser()
-    try:
-        config = AutoConfig.from_pretrained(str(local) if local.exists() else p.model_name, local_files_only=True)
-    except (OSError, ValueError):  # (not here: the load checks them)
+    config = local_config(p.model_name)
+    if config is None:  # (not here: the load checks them)
         return
     try:
         with_overrides(config, p.hf_config_overrides)

@@ -50,7 +50,6 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
     data, seed = cfg.data, cfg.grpo.seed
     trains, vals = data.train_sets, data.validation_sets
     train, val = [], []  # val: one list of problems per source
-    fixed: set[int] = set()  # ids of problems of files (a generated task poses one prompt with many tests or seeds)
     for d in trains:
         info = DATASETS[dataset_key(d.dataset_name)]
         check_trainable(info.name, d.split_name, d.path)
@@ -66,17 +65,14 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
         if size > 0 and info.holds_out:
             problems, held = hold_out(problems, size, seed)
             val.append(held)
-            fixed |= set() if info.generated else {id(p) for p in held}
         elif info.generated and "validation" in info.splits and not vals:  # a stream of its own is held out
             val.append(load_split(d.model_copy(update={"split": "validation"}), seed))
         train += [p for p in problems for _ in range(d.repeat)]
-        fixed |= set() if info.generated else {id(p) for p in problems}
     for d in vals:
         val.append(load_split(d, seed))
-        fixed |= set() if DATASETS[dataset_key(d.dataset_name)].generated else {id(p) for p in val[-1]}
     val = [p for turn in zip_longest(*val) for p in turn if p is not None]  # the sources interleaved: where
     # grpo.max_val_samples cuts (setup.training_data), each keeps its share
-    if (trained := trained_prompts(*([p for p in ps if id(p) in fixed] for ps in (train, val)))) and dist.is_main():
+    if (trained := trained_prompts(train, val)) and dist.is_main():
         err.print(f"warning: {trained:,} of {len(val):,} validation problems pose a training problem's prompt: eval/ "
                   "metrics measure problems the run trains on (validate on other problems: another file, or "
                   "data.validation: null with data.train.split_validation_size)", markup=False)
@@ -103,9 +99,13 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
 
 def trained_prompts(train: list[Problem], val: list[Problem]) -> int:
     """How many validation problems pose a training problem's prompt (a validation file that copies the training
-    one, a hub split that repeats its problems)."""
-    seen = {json.dumps(p.messages, sort_keys=True) for p in train}
-    return sum(json.dumps(p.messages, sort_keys=True) in seen for p in val)
+    one, a hub split that repeats its problems), over problems read from files: a generated task poses one prompt
+    with many tests or seeds."""
+    def prompts(problems: list[Problem]):
+        return (json.dumps(p.messages, sort_keys=True) for p in problems
+                if not DATASETS[p.metadata["dataset"]].generated)
+    seen = set(prompts(train))
+    return sum(prompt in seen for prompt in prompts(val))
 
 
 def own_ids(problems: list[Problem]) -> None:

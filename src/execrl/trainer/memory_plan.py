@@ -25,7 +25,6 @@ The constants are fitted to measured peaks (bench/README.md, memory options); th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from execrl.config import MasterConfig
 from execrl.config.batch import gpus
@@ -51,22 +50,24 @@ class Shape:
 def shape_of(cfg: MasterConfig) -> Shape | None:
     """The policy's shapes from its config (None where its config.json is not on this machine)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    from execrl.models import TINY_CODERS, build_tiny_model, kv_shape, tiny_tokenizer, with_overrides
+    from execrl.models import TINY_CODERS, build_tiny_model, kv_shape, local_config, tiny_tokenizer, with_overrides
 
     p = cfg.policy
     if p.model_name in TINY_CODERS:
         with torch.device("meta"):
             model = build_tiny_model(tiny_tokenizer(p.model_name), hidden=128, layers=2, heads=4)
     else:
-        local = Path(p.model_name).expanduser()  # (a model under ~ is a directory, as loading reads it)
-        try:
-            config = AutoConfig.from_pretrained(str(local) if local.exists() else p.model_name, local_files_only=True)
-            for name, value in with_overrides(config, p.hf_config_overrides).items():
-                setattr(config, name, value)
-        except (OSError, ValueError):
+        config = local_config(p.model_name)
+        if config is None:
             return None
+        try:
+            overrides = with_overrides(config, p.hf_config_overrides)
+        except ValueError:  # (validate names the key)
+            return None
+        for name, value in overrides.items():
+            setattr(config, name, value)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config)
     c = getattr(model.config, "text_config", None) or model.config

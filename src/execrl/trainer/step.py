@@ -394,14 +394,14 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
     top = sampler_filter(cfg)  # (the reference's logprobs are unfiltered: the KL reads the current ones unfiltered too)
     kl = top is not None and cfg.loss_fn.reference_policy_kl_penalty > 0 and batch.ref_logprobs is not None
     stats = {"loss": 0.0, "clip_frac": 0.0, "clip_frac_high": 0.0, "clip_frac_low": 0.0, "kl": 0.0, "entropy": 0.0,
-             "grad_norm": 0.0, "skipped_steps": 0, "steps": 0}
+             "grad_norm": 0.0, "skipped_steps": 0, "applied_steps": 0}
     averaged = ("clip_frac", "clip_frac_high", "clip_frac_low", "kl")  # token means, over the whole batch
     if batch.sampler_logprobs is not None:  # the engine against the trainer, logged every step (async or not)
         averaged += ("logprob_mismatch", "sampler_kl", "is_weight", "is_truncated_frac")
         stats.update(dict.fromkeys(averaged[4:], 0.0))
     share, bound = sharing(cfg, model), rotary_bound(model)
     train_mode(model)
-    steps = stats["steps"] = plan.optimizer_steps_per_rollout
+    steps = plan.optimizer_steps_per_rollout
     mine = len(batch.input_ids) // steps  # this rank's rows of each optimizer batch: whole groups, maybe none
     for k in range(steps):
         rows = range(k * mine, (k + 1) * mine)
@@ -499,6 +499,7 @@ def tally(stats: dict, averaged: tuple[str, ...], sums: list[float], grad_norm: 
         return False
     stats["loss"] += step_loss
     stats["grad_norm"] += grad_norm
+    stats["applied_steps"] += 1
     return True
 
 
@@ -508,7 +509,7 @@ def summed(stats: dict, averaged: tuple[str, ...]) -> dict:
     for a step skipped as non-finite)."""
     names = (*averaged, "entropy")
     stats.update(zip(names, dist.sum_floats(*(stats[k] for k in names))))
-    applied = stats.pop("steps") - stats["skipped_steps"]
+    applied = stats.pop("applied_steps")
     for name in ("loss", "grad_norm"):
         if applied:
             stats[name] /= applied
