@@ -123,6 +123,21 @@ def test_tis_clamps_to_ratio_min():
     assert out.item() == pytest.approx(-0.5) and m["is_truncated_frac"].item() == 1.0
 
 
+def test_a_ratio_min_of_zero_is_accepted_and_equals_null():
+    # NeMo RL accepts ratio_min 0 (its tis reads null as 0): a NeMo-written config with 0.0 loads, and its loss is
+    # the one of null
+    base = ["loss_fn.use_importance_sampling_correction=true", "loss_fn.truncated_importance_sampling_type=tis",
+            "loss_fn.truncated_importance_sampling_ratio=2"]
+    cfg = load_config(None, base + ["loss_fn.truncated_importance_sampling_ratio_min=0.0"])
+    validate(cfg)
+    assert cfg.loss_fn.truncated_importance_sampling_ratio_min == 0.0
+    _, t = one_token(logp=-1.5, adv=1.0, sampler_logprobs=T([[0.0]]))
+    zero, null = (policy_loss(t, LossConfig(truncated_importance_sampling_type="tis", truncated_importance_sampling_ratio=2.0,
+                                            truncated_importance_sampling_ratio_min=low), num_tokens=1, num_seqs=1,
+                              is_correction=True)[0].item() for low in (0.0, None))
+    assert zero == null == pytest.approx(-math.exp(-1.5))
+
+
 def test_gspo_overflowed_weight_is_zero_and_diagnostics_are_per_token():
     cfg = LossConfig(sequence_level_importance_ratios=True, token_level_loss=False,
                      truncated_importance_sampling_type="tis", truncated_importance_sampling_ratio=2.0)

@@ -291,7 +291,7 @@ class LossConfig(Section):
         None, description="tis (also null): weights above the bound are cut to it; icepop: tokens whose weight is "
         "outside [ratio_min, ratio] leave the loss (NeMo RL's seq-mask-tis is not implemented)")
     truncated_importance_sampling_ratio_min: float | None = Field(
-        None, gt=0, description="lower bound for icepop (needed with it)")
+        None, ge=0, description="lower bound: icepop's (needed with it); tis clamps to it (null: 0, as NeMo RL)")
 
 
 class DatasetConfig(Section):
