@@ -555,6 +555,22 @@ def test_inotify_and_fanotify_are_refused(grader):
     assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
 
 
+def test_dnotify_and_leases_are_refused(grader):
+    """(A review's find) fcntl's F_NOTIFY (dnotify) is the older inotify: a watch on a shared read-only directory
+    signalled its program at each read of a file in it by a program graded at the same time. F_SETLEASE would let a
+    program learn of (and block for 45 s) another's open of a file its uid owns. Both fail with EPERM; other fcntl
+    commands work."""
+    code = ("import errno, fcntl, os\nout = []\nd = os.open('/tmp', os.O_RDONLY)\n"
+            "open('/tmp/f', 'w').close()\nf = os.open('/tmp/f', os.O_RDONLY)\n"
+            "for fd, cmd, arg in ((d, fcntl.F_NOTIFY, fcntl.DN_ACCESS | fcntl.DN_MULTISHOT), "
+            "(f, fcntl.F_SETLEASE, fcntl.F_RDLCK)):\n"
+            "    try:\n        fcntl.fcntl(fd, cmd, arg)\n        out.append('set')\n"
+            "    except OSError as e:\n        out.append(errno.errorcode[e.errno])\n"
+            "out.append(str(fcntl.fcntl(f, fcntl.F_GETFL) & 3))\nprint(' '.join(out))")
+    r = graded_quickly(grader, code, {"inputs": [""], "outputs": ["EPERM EPERM 0"]})
+    assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
+
+
 def test_a_reply_carrying_file_descriptors_is_the_programs_error(grader):
     """(A review's find) a program that answered the tests' call itself, on its end of their socket, with descriptors
     attached had them taken into the tests' process: 256 filled its table. Such a reply is refused unread."""

@@ -27,6 +27,11 @@ kernel objects that outlive a process or escape its limits:
                                                                      files another one opens (two answers of a
                                                                      group, graded at once, passed one's output to
                                                                      the other by the names of the files it opened)
+  fcntl's F_NOTIFY and F_SETLEASE (EPERM)                            the same watch by older calls: dnotify signals a
+                                                                     directory's watcher at every read of a file in
+                                                                     it; a lease holder learns of another's open and
+                                                                     blocks it (lease-break-time: 45 s) on the files
+                                                                     its uid owns (the venv, in bwrap-user mode)
   sockets of a family but unix, inet, inet6 and netlink              AF_VSOCK is no network namespace's: it
   (EAFNOSUPPORT)                                                     reaches the hypervisor's host, and its ports
                                                                      are shared by every sandbox on the machine;
@@ -47,8 +52,9 @@ import struct
 
 CLONE_NEWUSER = 0x10000000
 SOCKET_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK (getaddrinfo, if_nameindex)
+F_SETLEASE, F_NOTIFY = 1024, 1026
 # per architecture: AUDIT_ARCH value, refused calls, unshare, clone, clone3, calls refused with
-# ENOSYS, socket, prlimit64
+# ENOSYS, socket, prlimit64, fcntl
 _TABLES = {
     "x86_64": (0xC000003E, (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220,  # SysV shm, sem, msg
                             240, 241, 242, 243, 244, 245,  # mq_*
@@ -57,10 +63,10 @@ _TABLES = {
                             298, 321, 323, 425, 426, 427,  # perf_event_open, bpf, userfaultfd, io_uring_*
                             101),  # ptrace
                272, 56, 435, (319, 447,  # memfd_create, memfd_secret (ENOSYS)
-                              253, 254, 255, 294, 300, 301), 41, 302),  # inotify_*, fanotify_* (ENOSYS)
+                              253, 254, 255, 294, 300, 301), 41, 302, 72),  # inotify_*, fanotify_* (ENOSYS)
     "aarch64": (0xC00000B7, (180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197,
                              217, 218, 219, 235, 241, 280, 282, 425, 426, 427, 117),
-                272, 220, 435, (279, 447, 26, 27, 28, 262, 263), 198, 261),
+                272, 220, 435, (279, 447, 26, 27, 28, 262, 263), 198, 261, 25),
 }
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
@@ -77,7 +83,7 @@ def build(zygote: int) -> bytes | None:
     table = _TABLES.get(platform.machine())
     if table is None:
         return None
-    arch, refused, nr_unshare, nr_clone, nr_clone3, nosys_calls, nr_socket, nr_prlimit = table
+    arch, refused, nr_unshare, nr_clone, nr_clone3, nosys_calls, nr_socket, nr_prlimit, nr_fcntl = table
     deny, nosys = _ERRNO | errno.EPERM, _ERRNO | errno.ENOSYS
     prog = [_ins(_LD_ABS, 0, 0, 4)]  # seccomp_data.arch
     prog.append(_ins(_JEQ, 1, 0, arch))
@@ -95,6 +101,8 @@ def build(zygote: int) -> bytes | None:
         prog.append(_ins(_LD_ABS, 0, 0, 0))  # reload nr for the next check
     prog += [_ins(_JEQ, 0, 3, nr_prlimit), _ins(_LD_ABS, 0, 0, 16), _ins(_JEQ, 0, 1, zygote),  # prlimit64's pid
              _ins(_RET, 0, 0, deny), _ins(_LD_ABS, 0, 0, 0)]
+    prog += [_ins(_JEQ, 0, 4, nr_fcntl), _ins(_LD_ABS, 0, 0, 24), _ins(_JEQ, 1, 0, F_NOTIFY),  # fcntl's command
+             _ins(_JEQ, 0, 1, F_SETLEASE), _ins(_RET, 0, 0, deny), _ins(_LD_ABS, 0, 0, 0)]
     prog += [_ins(_JEQ, 1, 0, nr_socket), _ins(_RET, 0, 0, _ALLOW), _ins(_LD_ABS, 0, 0, 16)]  # socket's family
     n = len(SOCKET_FAMILIES)
     prog += [_ins(_JEQ, n - i, 0, family) for i, family in enumerate(SOCKET_FAMILIES)]
