@@ -180,3 +180,59 @@ def test_a_cell_that_replaces_stdout_keeps_its_definitions(grader):
     e.step("<code>\nimport sys, io\nsys.stdout = io.StringIO()\nx = 5\n</code>")
     step = e.step("<code>\nsys.stdout = sys.__stdout__\nprint(x)\n</code>")
     assert step.observation[0]["content"].strip() == "5", step.observation
+
+
+def test_future_imports_in_cells_are_hoisted_and_kept(grader):
+    """(A review's find) a stateful cell opening with `from __future__` failed as a SyntaxError (the split line came
+    first), even as the first cell, and its definitions were never kept."""
+    e, _ = env(grader)
+    first = e.step("<code>\nfrom __future__ import annotations\ndef add(a: int, b: int) -> int:\n    return a + b\n"
+                   "print(add(1, 2))\n</code>")
+    assert first.observation[0]["content"] == "3\n" and not first.tool_error
+    second = e.step("<code>\nfrom __future__ import division\nprint(add(2, 3), add.__annotations__['a'])\n</code>")
+    assert second.observation[0]["content"] == "5 int\n" and not second.tool_error
+
+
+def test_replayed_cells_stderr_does_not_hide_the_new_cells_traceback(grader):
+    """(A review's find) an earlier cell's 8 KB of warnings, replayed, filled the stderr the sandbox kept: the new
+    cell's ZeroDivisionError was never shown. Replayed cells print nowhere; the sandbox keeps a long stream's end."""
+    e, _ = env(grader, "env.multi_turn.max_output_chars=2000")
+    e.step("<code>\nimport warnings\nfor i in range(100):\n    warnings.warn('deprecated thing number %d is going "
+           "away soon, please migrate your code' % i)\nprint('warned')\n</code>")
+    crash = e.step("<code>\nx = 1/0\n</code>").observation[0]["content"]
+    assert "ZeroDivisionError" in crash and "deprecated" not in crash, crash
+    own = e.step("<code>\nimport sys\nsys.stderr.write('w' * 20000)\nraise KeyError('last')\n</code>")
+    text = own.observation[0]["content"]
+    assert "KeyError: 'last'" in text, text
+
+
+def test_what_a_cell_prints_after_it_ends_is_shown_once(grader):
+    """(A review's find) a thread's or an exit handler's output, printed after the cell's last statement, was dropped
+    in stateful mode; a replayed cell's exit handler does not print again in later cells (a replayed cell's threads
+    run again, and what they print after the replay shows: the module docstring says so)."""
+    e, _ = env(grader)
+    ticks = e.step("<code>\nimport threading, time\ndef f():\n    for i in range(3):\n        time.sleep(0.05); "
+                   "print('tick', i, flush=True)\nthreading.Thread(target=f).start()\n</code>")
+    assert ticks.observation[0]["content"] == "tick 0\ntick 1\ntick 2\n"
+    e, _ = env(grader)
+    bye = e.step("<code>\nimport atexit\natexit.register(lambda: print('bye'))\nprint('hi')\n</code>")
+    assert bye.observation[0]["content"] == "hi\nbye\n"
+    assert e.step("<code>\nprint('next')\n</code>").observation[0]["content"] == "next\n"
+
+
+@pytest.mark.parametrize("ending, said", [("import sys\nsys.exit(1)", "exit status 1"),
+                                          ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "SIGKILL")])
+def test_a_cell_that_ends_the_program_with_an_error_status_is_told_so(grader, ending, said):
+    e, _ = env(grader)
+    step = e.step(f"<code>\ndef add(a, b):\n    return a + b\nprint('about to end', flush=True)\n{ending}\n</code>")
+    text = step.observation[0]["content"]
+    assert text.startswith("about to end\n") and said in text and "not kept" in text and step.tool_error, text
+
+
+def test_an_answer_with_a_usage_block_after_it_grades_the_solution(grader):
+    """(A review's find) the final answer's last block, a usage example, was graded (reward 0) where the single-turn
+    environment grades the block defining the tested function."""
+    e, _ = env(grader)
+    final = e.step("<answer>\n```python\ndef add(a, b):\n    return a + b\n```\nUsage:\n```python\nprint(add(1, 2))\n"
+                   "```\n</answer>")
+    assert final.done and final.reward.total == 1.0 and "def add" in final.sample.extracted.code

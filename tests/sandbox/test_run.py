@@ -22,6 +22,16 @@ def test_run_shows_the_traceback_of_an_exception_without_the_sandbox_frames(grad
     assert "json/decoder.py" in library and "execrl" not in library
 
 
+def test_a_long_stderr_keeps_its_start_and_its_end(grader):
+    """The traceback comes last: after 20 KB of warnings, the sandbox kept only the stream's first 8 KiB and the
+    exception was lost. It keeps the first and the last 4 KiB, the count cut between; and the exit status."""
+    r = grader.run("import sys\nsys.stderr.write('w' * 20000)\nraise KeyError('last')")
+    assert r.verdict == V.RUNTIME_ERROR and r.exit == 1 and len(r.stderr) < 8300
+    assert r.stderr.startswith("w" * 4000) and r.stderr.rstrip().endswith("KeyError: 'last'")
+    assert "bytes cut] ..." in r.stderr
+    assert grader.run("import os\nos._exit(3)").exit == 3 and grader.run("print(1)").exit == 0
+
+
 def test_run_syntax_errors_and_timeouts(grader):
     bad = grader.run("def f(:\n    pass")
     assert bad.verdict == V.SYNTAX_ERROR and "SyntaxError" in bad.stderr

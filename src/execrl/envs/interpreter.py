@@ -11,20 +11,25 @@ out; the reward comes from the problem's hidden tests, run on the submission (or
 last code the model wrote). The submission must be a complete program.
 
 State (`env.multi_turn.stateful`): the sandbox starts a fresh process per program, so a notebook is
-imitated by replaying the episode's earlier cells that ran without error before the new one and
-showing only the new cell's output (a marker printed between them splits the streams). Replayed
-cells count towards the time limit, line numbers in tracebacks count them too, and a cell that
-failed half-way leaves nothing behind (unlike a notebook).
+imitated by replaying the episode's earlier cells that ran without error before the new one, their
+output sent nowhere, and showing only the new cell's (a marker printed between them splits the
+streams; what the cell's threads or exit handlers print after it ends is shown too, the replayed
+cells' exit handlers dropped, while threads a replayed cell starts run again and what they print
+after the replay shows). Each cell's opening `from __future__` imports go to the top of the
+program. Replayed cells count towards the time limit, line numbers in tracebacks count them too,
+and a cell that failed half-way leaves nothing behind (unlike a notebook).
 """
 
 from __future__ import annotations
 
 import secrets
+import signal
 
 from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, truncate
 from execrl.extract import LINE_OPEN, Extracted, defines, extract, fenced_blocks, last_tag_cell
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
+from execrl.rewards.outcome import leading_futures
 from execrl.sandbox import Verdict
 from execrl.sandbox.spec import entry_names
 from execrl.tasks import Problem
@@ -68,8 +73,8 @@ class InterpreterEnv(Environment):
             return self._final(assistant_text, *submitted, num_tokens)
         cell = self._cell(assistant_text)
         if cell is None:  # the model ended its turn without running anything: its last word
-            return self._final(assistant_text, extract(assistant_text, "code", self.style).code or self.last_code,
-                               False, num_tokens)
+            return self._final(assistant_text, self._code_of(assistant_text, self.style) or self.last_code, False,
+                               num_tokens)
         entries = entry_names(self.problem.tests)
         if self.last_code is None or not entries or defines(cell, entries):  # (a cell that only calls the function,
             self.last_code = cell  # print(add(1, 2)), leaves the code graded the cell that defined it)
@@ -80,21 +85,20 @@ class InterpreterEnv(Environment):
     def finish(self) -> Step:
         return self._final(self.last_text, self.last_code, False, self.last_tokens)
 
+    def _code_of(self, text: str, style: str) -> str | None:
+        """The code of a final answer, as the single-turn environment reads it: a block defining a name the tests
+        call before one of example calls."""
+        return extract(text, "code", style, self.problem.language, entries=entry_names(self.problem.tests)).code
+
     def _run(self, cell: str) -> Step:
         marker, end = f"__cell_{secrets.token_hex(8)}__", f"__end_{secrets.token_hex(8)}__"
-        # (written to the file descriptors, after what the cells printed: a cell that replaced print or sys.stdout
-        # moves no marker)
-        flush = ("import sys as __execrl_sys, os as __execrl_os; [getattr(f, 'flush', lambda: None)() for f in "
-                 "(__execrl_sys.stdout, __execrl_sys.__stdout__, __execrl_sys.stderr, __execrl_sys.__stderr__)]; ")
-        split = flush + f"__execrl_os.write(1, {(marker + chr(10)).encode()!r}); __execrl_os.write(2, {marker.encode()!r})"
         # a cell that ends the program (sys.exit) is never replayed: it would end every later one before it ran
-        program = "\n".join([*self.cells, split, cell, flush + f"__execrl_os.write(1, {(end + chr(10)).encode()!r})"]) \
-            if self.mt.stateful else cell
+        program = stateful_program(self.cells, cell, marker, end) if self.mt.stateful else cell
         result = self.grader.run(program, language=self.problem.language)
         ok = result.verdict == Verdict.PASS
         out, err, exited = result.stdout, result.stderr, False
         if self.mt.stateful:
-            out, err = _after(out, marker + "\n").split(end + "\n", 1)[0], _after(err, marker)
+            out, err = _after(out, marker + "\n").replace(end + "\n", "", 1), _after(err, marker)
             exited = ok and end not in result.stdout
         if ok and not exited:
             self.cells.append(cell)
@@ -107,6 +111,11 @@ class InterpreterEnv(Environment):
                 tail += f"\n[{result.verdict.value}: the cell was stopped]"
             if exited:
                 tail += "\n[the cell ended the program (exit): what it defined is not kept]"
+            elif result.verdict == Verdict.RUNTIME_ERROR and not err.strip():  # sys.exit(1), a signal: no traceback
+                how = f"exit status {result.exit}" if result.exit > 0 else \
+                    f"signal {signal.Signals(-result.exit).name}" if -result.exit in signal.valid_signals() else \
+                    f"exit status {result.exit}"
+                tail += f"\n[the cell ended the program ({how}): what it defined is not kept]"
             shown = shown_output(out, tail, self.mt.max_output_chars)
         return Step([{"role": self.mt.observation_role, "content": shown if shown.strip() else "(no output)"}],
                     tool_call=True, tool_error=error)
@@ -127,7 +136,7 @@ class InterpreterEnv(Environment):
         if not closed and end[:at].rstrip(" \t")[-1:] not in ("", "\n") and \
                 not body.lstrip().startswith(("```", "<code>")):
             return None  # "... then give the <answer>.\n<code>...</code>": a tag named in prose, no answer after it
-        found = extract(body, "code", "auto")
+        found = extract(body, "code", "auto", self.problem.language, entries=entry_names(self.problem.tests))
         if found.code is not None:
             return found.code, closed or found.format_ok
         return (body.strip("\n"), closed) if body.strip() else None
@@ -161,6 +170,30 @@ class InterpreterEnv(Environment):
         sample = Sample(self.problem, text, extracted, num_tokens=num_tokens,
                         max_tokens=self.turn_limit, turns=self.turns - self.retried)
         return final_step(sample, self.grader, self.cfg.reward)
+
+
+def stateful_program(cells: list[str], cell: str, marker: str, end: str) -> str:
+    """The program that runs `cell` after the episode's earlier `cells`: their opening `from __future__` imports
+    first, the earlier cells with their output sent nowhere (a traceback if one raises: the hook brings the streams
+    back), `marker` on both streams, the new cell, `end` on stdout. The markers are written to the file descriptors
+    after what the cells printed is flushed: a cell that replaced print or sys.stdout moves none of them."""
+    futures, bodies = zip(*(leading_futures(c) for c in [*cells, cell]))
+    quiet = ("import sys as __execrl_sys, os as __execrl_os, atexit as __execrl_atexit\n"
+             "__execrl_fds = (__execrl_os.dup(1), __execrl_os.dup(2))\n"
+             "def __execrl_loud():\n"
+             "    [getattr(f, 'flush', lambda: None)() for f in (__execrl_sys.stdout, __execrl_sys.__stdout__, "
+             "__execrl_sys.stderr, __execrl_sys.__stderr__)]\n"
+             "    __execrl_os.dup2(__execrl_fds[0], 1); __execrl_os.dup2(__execrl_fds[1], 2)\n"
+             "def __execrl_hook(*a):\n    __execrl_loud(); __execrl_sys.__excepthook__(*a)\n"
+             "__execrl_sys.excepthook = __execrl_hook\n"
+             "__execrl_null = __execrl_os.open(__execrl_os.devnull, __execrl_os.O_WRONLY)\n"
+             "__execrl_os.dup2(__execrl_null, 1); __execrl_os.dup2(__execrl_null, 2); __execrl_os.close(__execrl_null)")
+    split = ("__execrl_loud(); __execrl_sys.excepthook = __execrl_sys.__excepthook__; "
+             "getattr(__execrl_atexit, '_clear', lambda: None)(); "
+             f"__execrl_os.write(1, {(marker + chr(10)).encode()!r}); __execrl_os.write(2, {marker.encode()!r})")
+    done = ("[getattr(f, 'flush', lambda: None)() for f in (__execrl_sys.stdout, __execrl_sys.__stdout__, "
+            f"__execrl_sys.stderr, __execrl_sys.__stderr__)]; __execrl_os.write(1, {(end + chr(10)).encode()!r})")
+    return "".join(futures) + "\n".join([quiet, *bodies[:-1], split, bodies[-1], done])
 
 
 def shown_output(out: str, tail: str, max_chars: int) -> str:

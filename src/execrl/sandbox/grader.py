@@ -115,7 +115,9 @@ class RunResult:
 
     verdict: Verdict  # pass: it ran to the end and exited 0; otherwise why not (runtime_error, timeout, ...)
     stdout: str
-    stderr: str  # the traceback, for a program that raised (its last 8 KiB; the sandbox's own frames left out)
+    stderr: str  # the traceback, for a program that raised (8 KiB at most: a longer stream's first and last 4 KiB;
+    # the sandbox's own frames left out)
+    exit: int = 0  # its exit status; minus the signal's number where one ended it
 
 
 OUTPUT_PREVIEW = 1000  # characters of a failed test's output kept in TestResult.output
@@ -294,7 +296,7 @@ def _run_on(w: Worker, code: str, stdin: str, lang: Language, lim: Limits) -> Ru
     if _status(r).get("phase") == "compile":
         return RunResult(V.SYNTAX_ERROR, _text(stdout), _text(err))
     return RunResult(_execution_verdict(r, err, lim, cpu_limit=lim.timeout_s) or V.PASS, _text(stdout),
-                     _program_frames(_text(err), w.inside_dir))
+                     _program_frames(_text(err), w.inside_dir), r["exit"])
 
 
 def _results(w: Worker, timeout: float):

@@ -326,7 +326,7 @@ class Zygote:
             report = _read(report_r, 4000)
             if report:
                 res["setup_error"] = report.decode("utf-8", "replace")
-            out, err = _read(files[1], lim["output_mb"] << 20), _read(files[2], 8192)
+            out, err = _read(files[1], lim["output_mb"] << 20), _read_ends(files[2], 8192)
             raw = _read(files[STATUS_FD], lim["output_mb"] << 20)  # a return value's size
             returns = target is not checker_child and job.get("mode") == "call"  # (the only form with a value)
             if returns and b'"value"' in raw:  # the grader parses it (status_raw): parsed here,
@@ -824,16 +824,16 @@ def scrub(*buffers) -> None:
             b[:] = bytes(len(b))
 
 
-def _read(fd: int, cap: int) -> bytes | bytearray:
-    """Up to `cap` bytes from the start of a file (a memfd: into one bytearray, its only copy here, for scrub) or
+def _read(fd: int, cap: int, start: int = 0) -> bytes | bytearray:
+    """Up to `cap` bytes of a file from `start` (a memfd: into one bytearray, its only copy here, for scrub) or
     the whole of a pipe."""
     if _is_file(fd):
-        buf = bytearray(max(0, min(cap, os.fstat(fd).st_size)))
+        buf = bytearray(max(0, min(cap, os.fstat(fd).st_size - start)))
         got = 0
         while got < len(buf):
             try:
                 with memoryview(buf) as view:
-                    k = os.preadv(fd, [view[got:]], got)
+                    k = os.preadv(fd, [view[got:]], start + got)
             except OSError:
                 break
             if not k:
@@ -852,6 +852,19 @@ def _read(fd: int, cap: int) -> bytes | bytearray:
         chunks.append(b)
         got += len(b)
     return b"".join(chunks)
+
+
+def _read_ends(fd: int, cap: int) -> bytes | bytearray:
+    """At most ~`cap` bytes of a stream: all of it, or where it is longer its first and last halves with the count
+    cut between (a traceback comes last: one after pages of warnings stays)."""
+    size = os.fstat(fd).st_size if _is_file(fd) else 0
+    if size <= cap:
+        return _read(fd, cap)
+    head, tail = _read(fd, cap // 2), _read(fd, cap // 2, size - cap // 2)
+    head += b"\n... [%d bytes cut] ...\n" % (size - len(head) - len(tail))
+    head += tail
+    scrub(tail)  # (one copy, in the buffer scrubbed with the others)
+    return head
 
 
 def _is_file(fd: int) -> bool:
