@@ -71,6 +71,8 @@ def test_train_refuses_a_file_as_a_directory_and_a_directory_as_the_config(tmp_p
     (["--samples", "0"], "argument --samples: must be >= 1, got 0"),
     (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
     (["--chat-template-kwargs", "enable_thinking=false"], "--chat-template-kwargs takes a JSON object"),
+    (["--k", "1.5"], "--k takes whole numbers separated by commas, e.g. 1,5,10; got '1.5'"),
+    (["--k", "1,x"], "--k takes whole numbers"),
 ])
 def test_eval_refuses_bad_numbers(tmp_path, flags, message):
     proc = execrl("eval", "--model", "builtin:tiny-coder", "--out", tmp_path / "o", *flags)

@@ -65,12 +65,17 @@ def test_bare_code_completions_get_a_warning_and_plain_grades_them(tmp_path):
     rows = [json.loads(line) for line in shared_data("mbpp", "mbpp.jsonl").read_text().splitlines()]
     code = {r["task_id"]: r["code"] for r in rows}
     path = tmp_path / "bare.jsonl"
-    path.write_text("\n".join(json.dumps({"problem_id": f"mbpp/{i}", "completion": code[i]}) for i in (11, 12, 12)))
+    # (with their token counts, of a model sampled elsewhere under its own limit: --max-new-tokens, eval's own,
+    # counted them as cut and hid the hint)
+    path.write_text("\n".join(json.dumps({"problem_id": f"mbpp/{i}", "completion": code[i], "num_tokens": 700})
+                              for i in (11, 12, 12)))
     proc = run("--completions", path, "--dataset", "mbpp", "--split", "test", "--samples", 2, "--k", "1,2",
                "--out", tmp_path / "fence")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads((tmp_path / "fence" / "summary.json").read_text())["outcomes"] == {"no_code": 3}
+    summary = json.loads((tmp_path / "fence" / "summary.json").read_text())
+    assert summary["outcomes"] == {"no_code": 3} and "samples_cut_at_max_new_tokens" not in summary
     assert "3 of 3 samples hold no code" in proc.stderr and "--code-style plain" in proc.stderr
+    assert "cut at --max-new-tokens" not in proc.stderr
     assert "2 problems x 1-2 samples" in proc.stdout and "1 problems with fewer than 2 valid samples" in proc.stdout
     proc = run("--completions", path, "--dataset", "mbpp", "--split", "test", "--samples", 2, "--k", "1,2",
                "--code-style", "plain", "--out", tmp_path / "plain")

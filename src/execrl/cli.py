@@ -379,7 +379,10 @@ def eval_config(args):
                          "elsewhere: drop it")
     if args.grading_share > 1:
         raise ValueError(f"--grading-share is a share of the sandbox's workers, in [0, 1]; got {args.grading_share}")
-    ks = tuple(sorted({int(k) for k in args.k.split(",") if k.strip()}))
+    try:
+        ks = tuple(sorted({int(k) for k in args.k.split(",") if k.strip()}))
+    except ValueError:
+        raise ValueError(f"--k takes whole numbers separated by commas, e.g. 1,5,10; got {args.k!r}") from None
     # (with --completions each problem has the file's samples: pass@k leaves out those with fewer than k, and says so)
     if not ks or min(ks) < 1 or (max(ks) > args.samples and not args.completions):
         raise ValueError(f"--k values must be between 1 and --samples ({args.samples}), got {args.k!r}")

@@ -128,7 +128,7 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
             if texts is None:
                 texts = sample_completions(cfg, model_name, problems, early)
                 dropped = len(problems) - len(texts)  # (prompts over max_prompt_tokens)
-            samples = {(i, j): early.sample((i, j)) or make_sample(cfg, p, text, n)
+            samples = {(i, j): early.sample((i, j)) or make_sample(cfg, p, text, n, sampled=not completions)
                        for i, (p, outs) in enumerate(texts) for j, (text, n) in enumerate(outs)}
             graded = sum(map(graded_in_sandbox, samples.values()))
             with _bar() as bar:
@@ -151,12 +151,13 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
                      dropped)
 
 
-def make_sample(cfg: EvalConfig, problem: Problem, text: str, num_tokens: int) -> Sample:
-    """A completion of `problem` as the sample it is graded as (its answer or program extracted)."""
+def make_sample(cfg: EvalConfig, problem: Problem, text: str, num_tokens: int, sampled: bool = True) -> Sample:
+    """A completion of `problem` as the sample it is graded as (its answer or program extracted); `sampled`: made
+    here, under --max-new-tokens (a completions file's were made under a limit not known here)."""
     return Sample(problem, text, extract(text, cfg.prompt.answer_format, cfg.prompt.code_style, problem.language,
                                          want_code=problem.kind == "code", entries=entry_names(problem.tests)),
                   num_tokens=num_tokens,
-                  max_tokens=cfg.max_new_tokens)
+                  max_tokens=cfg.max_new_tokens if sampled else 0)
 
 
 def judge_samples(cfg: EvalConfig, samples: list[Sample]) -> None:
@@ -366,7 +367,7 @@ def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None
     cut = sum(1 for s in samples if s.max_tokens and s.num_tokens >= s.max_tokens)  # (at --max-new-tokens: unended)
     summary = {"dataset": cfg.dataset, "split": cfg.split, "problems": len(per_problem),
                **({"problems_dropped_long_prompt": dropped} if dropped else {}), "samples": len(samples),
-               "samples_cut_at_max_new_tokens": cut,
+               **({} if "completions" in (source or {}) else {"samples_cut_at_max_new_tokens": cut}),
                "invalid_samples": invalid, "outcomes": dict(outcomes),
                "ran": ran(cfg, source or {}, {s.problem.metadata.get(VERIFIER, "hf_math_verify") for s in samples
                                              if s.problem.kind == "math"})}
