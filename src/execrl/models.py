@@ -161,7 +161,23 @@ def with_overrides(config, overrides: dict, key: str = "policy.hf_config_overrid
                     "...}})" if name in ("rope_theta", "rope_scaling") and hasattr(config, "rope_parameters") else ""
             raise ValueError(f"{key}.{name}: {config.model_type}'s config has no field {name}{moved}")
         old = getattr(config, name)
-        out[name] = {**old, **value} if isinstance(old, dict) and isinstance(value, dict) else value
+        out[name] = merged(old, value, f"{key}.{name}") if isinstance(old, dict) and isinstance(value, dict) else value
+    return out
+
+
+def merged(old: dict, value: dict, key: str) -> dict:
+    """A dict field's override merged into its value, a level at a time. A value of one dict per layer type (Gemma
+    3's rope_parameters: {full_attention: {...}, sliding_attention: {...}}) takes only overrides of its types: a
+    rope_theta beside them is a key transformers never reads (ValueError naming the nested form)."""
+    per_type = bool(old) and all(isinstance(v, dict) for v in old.values())
+    out = dict(old)
+    for name, v in value.items():
+        if per_type and name not in old:
+            kinds = ", ".join(f"{t}: {{{name}: ...}}" for t in old)
+            raise ValueError(f"{key} holds one setting per layer type ({', '.join(old)}): {name} beside them is read "
+                             f"by nothing; override it per type: {{{kinds}}}")
+        out[name] = merged(old[name], v, f"{key}.{name}") if isinstance(old.get(name), dict) and isinstance(v, dict) \
+            else v
     return out
 
 

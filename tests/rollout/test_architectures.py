@@ -765,3 +765,18 @@ def test_the_generic_path_refuses_local_attention_its_masks_do_not_make(tok):
                                 alibi=True, new_decoder_architecture=False)):  # ValueError of a 2-D unpacking)
         with pytest.raises(UnsupportedModel, match="ALiBi .*backend=transformers"):
             RolloutEngine(AutoModelForCausalLM.from_config(config), tok, slots=2, max_len=64)
+
+
+def test_a_multimodal_model_is_refused_as_one(tok):
+    """(A review's find) Gemma 3's multimodal model (gemma-3-4b-it) was refused with an AttributeError of its config;
+    the refusal says why in words and names the backend that runs it."""
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3TextConfig, SiglipVisionConfig
+
+    text = Gemma3TextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                            num_attention_heads=2, num_key_value_heads=1, head_dim=32)
+    vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                image_size=32, patch_size=16)
+    model = Gemma3ForConditionalGeneration(Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4))
+    with pytest.raises(UnsupportedModel, match=r"'gemma3' models \(a multimodal model: .*text_config\): set "
+                                               "policy.generation.backend=transformers"):
+        RolloutEngine(model, tok, slots=2, max_len=64)

@@ -98,3 +98,32 @@ def test_validation_with_several_samples_reports_their_mean_and_pass_at_k(tmp_pa
     assert evals[0]["eval/pass@1"] <= evals[0]["eval/pass@4"] <= 1.0
     with pytest.raises(ConfigError, match="val_temperature > 0"):
         validate(load_config(None, ["grpo.val_num_generations_per_prompt=4"]))
+
+
+def test_overrides_of_a_per_layer_type_rope_name_the_nested_form(tmp_path):
+    """(A review's find) Gemma 3 keeps one rope_parameters dict per layer type: {rope_parameters: {rope_theta: 5}},
+    the form the rope_theta refusal names, was merged beside them, read by nothing, and the run trained on the old
+    rope. It is refused with the nested form, which applies (and keeps each type's other settings)."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from execrl.config import ConfigError
+    from execrl.config.checks import validate
+    from execrl.models import ModelNotFound, build_tokenizer, load_model_and_tokenizer
+
+    tok = build_tokenizer(["def add(a, b):\n    return a + b\n"] * 10, 300)
+    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=32, sliding_window=16,
+                           layer_types=["sliding_attention", "full_attention"])
+    Gemma3ForCausalLM(cfg).save_pretrained(tmp_path / "g")
+    tok.save_pretrained(tmp_path / "g")
+    with pytest.raises(ModelNotFound, match=r"one setting per layer type .*full_attention: \{rope_theta: ...\}"):
+        load_model_and_tokenizer(str(tmp_path / "g"), "cpu", dtype="fp32",
+                                 config_overrides={"rope_parameters": {"rope_theta": 5.0}})
+    with pytest.raises(ConfigError, match="one setting per layer type"):  # (and before the run: --dry-run)
+        validate(load_config(None, [f"policy.model_name={tmp_path / 'g'}",
+                                    "policy.hf_config_overrides={rope_parameters: {rope_theta: 5.0}}"]))
+    model, _ = load_model_and_tokenizer(str(tmp_path / "g"), "cpu", dtype="fp32", config_overrides={
+        "rope_parameters": {"full_attention": {"rope_theta": 5.0}}})
+    rope = model.config.rope_parameters
+    assert rope["full_attention"]["rope_theta"] == 5.0 and "rope_theta" not in rope
+    assert rope["full_attention"]["rope_type"] and rope["sliding_attention"] == cfg.rope_parameters["sliding_attention"]

@@ -101,8 +101,11 @@ def make_decoder(model, slots: int, max_len: int, merge_adapters: bool):
     except AttributeError as e:  # (a multimodal model's config: its text model's settings are inside it)
         from execrl.rollout.models import UnsupportedModel
 
+        nested = [k for k in ("text_config", "language_config", "llm_config") if hasattr(model.config, k)]
+        why = f"a multimodal model: its language model's settings are in its config's {nested[0]}" if nested else \
+            f"{type(e).__name__}: {e}"
         raise UnsupportedModel(f"the execrl engine cannot run {getattr(model.config, 'model_type', '?')!r} models "
-                               f"({type(e).__name__}: {e}): set policy.generation.backend=transformers (execrl eval: "
+                               f"({why}): set policy.generation.backend=transformers (execrl eval: "
                                "--backend transformers)") from None
     check_generic(dec, model)
     return dec
