@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import json
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -196,6 +197,9 @@ def to_model_names(hf_state: dict[str, torch.Tensor], model: nn.Module) -> dict[
     return out
 
 
+BASE_OVERRIDES = "base_config_overrides.json"  # beside adapter_config.json: the base's config overrides
+
+
 @dataclass
 class Adapter:
     """What a LoRA run's checkpoints need to write its adapter: the peft model's config, the base it
@@ -204,6 +208,7 @@ class Adapter:
     base: str  # base_model_name_or_path: a hub id, or an absolute directory (the run's own base/, where it made one)
     save_merged: bool = False
     own_base: bool = False  # the run made its base (saved with its checkpoints) rather than loading it
+    base_overrides: dict | None = None  # policy.hf_config_overrides the base was loaded with (BASE_OVERRIDES)
 
     @property
     def scaling(self) -> float:
@@ -222,4 +227,6 @@ class Adapter:
         config.base_model_name_or_path = self.base
         config.inference_mode = True
         config.save_pretrained(str(directory))
+        if self.base_overrides:  # (the base's config.json lacks them: loaded without, it is another model)
+            (directory / BASE_OVERRIDES).write_text(json.dumps(self.base_overrides, indent=2) + "\n")
 

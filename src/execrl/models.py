@@ -7,6 +7,7 @@ directory or already cached then fails with one message naming the fix.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -270,8 +271,6 @@ def adapter_base(directory: Path) -> str | None:
     """An adapter's base model (adapter_config.json's base_model_name_or_path); where that is a directory no longer
     there and the adapter is a checkpoint's (CHECKPOINT_DIR/step_N/policy), the base/ the run saved beside its
     checkpoints (a run directory moved or copied: the path it wrote is the old one)."""
-    import json
-
     base = json.loads((Path(directory) / "adapter_config.json").read_text()).get("base_model_name_or_path")
     if base and looks_like_path(base) and not Path(base).expanduser().is_dir():
         above = Path(directory).resolve().parents
@@ -292,8 +291,13 @@ def _load_adapter(directory: Path, device: str, dtype: str, offline: bool, token
     except ImportError:
         raise ModelNotFound(f"{directory} is a LoRA adapter: loading it needs peft (pip install peft)") from None
     has_tokenizer = (directory / "tokenizer_config.json").is_file()
+    from execrl.lora import BASE_OVERRIDES
+
+    overrides = directory / BASE_OVERRIDES  # (the run's policy.hf_config_overrides: its base's config as it trained)
     model, tok = load_model_and_tokenizer(base, device, dtype, offline,
-                                          tokenizer or (str(directory) if has_tokenizer else None))
+                                          tokenizer or (str(directory) if has_tokenizer else None),
+                                          config_overrides=json.loads(overrides.read_text()) if overrides.is_file()
+                                          else None)
     return PeftModel.from_pretrained(model, str(directory)).merge_and_unload().eval(), tok
 
 

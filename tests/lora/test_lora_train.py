@@ -93,3 +93,22 @@ def test_a_resume_reads_back_only_its_own_base(tmp_path, tiny_model_dir):
     state = second.model.state_dict()
     for k, v in to_model_names(base, second.model).items():
         torch.testing.assert_close(state[k], v)
+
+
+def test_an_adapter_on_a_base_with_config_overrides_loads_as_it_trained(tmp_path, tiny_model_dir):
+    """(A review's find) a LoRA run of policy.model_name with policy.hf_config_overrides wrote an adapter whose base,
+    loaded by execrl eval or as an opponent, lacked the overrides: another model (1.4 nats off the merged export,
+    which has them). They are written beside the adapter and applied to its base."""
+    from transformers import AutoModelForCausalLM
+
+    r, d = run(tmp_path, "o", *LORA, f"policy.model_name={tiny_model_dir}", "warmup.sft_steps=0",
+               "grpo.max_num_steps=1", "checkpointing.save_period=1", "policy.lora.save_merged=true",
+               "policy.hf_config_overrides={rms_norm_eps: 0.5}")
+    ckpt = sorted((d / "ckpt").glob("step_*"))[-1]
+    assert json.loads((ckpt / "policy" / "base_config_overrides.json").read_text()) == {"rms_norm_eps": 0.5}
+    evaluated, _ = load_model_and_tokenizer(str(ckpt / "policy"), "cpu", "float32")
+    merged = AutoModelForCausalLM.from_pretrained(ckpt / "merged")
+    assert evaluated.config.rms_norm_eps == merged.config.rms_norm_eps == 0.5
+    ids = torch.arange(5, 60)[None]
+    with torch.no_grad():
+        torch.testing.assert_close(evaluated(ids).logits, r.model(ids).logits, atol=1e-4, rtol=1e-4)

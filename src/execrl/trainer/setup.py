@@ -429,9 +429,9 @@ def reward_model(cfg: MasterConfig) -> RewardModel | None:
 
 
 def adapter(cfg: MasterConfig, peft_model) -> Adapter | None:
-    """A LoRA run's adapter: its base is the model it started from, or the run's own
-    (checkpoint.save_base) where the run makes it (the built-in model, built here; a supervised
-    warm-up, which trains it)."""
+    """A LoRA run's adapter: its base is the model it started from (with policy.hf_config_overrides, written beside
+    the adapter), or the run's own (checkpoint.save_base) where the run makes it (the built-in model, built here; a
+    supervised warm-up, which trains it)."""
     if peft_model is None:
         return None
     name = cfg.policy.model_name
@@ -439,7 +439,8 @@ def adapter(cfg: MasterConfig, peft_model) -> Adapter | None:
     local = Path(name).expanduser()
     base = Path(cfg.checkpointing.checkpoint_dir, checkpoint.BASE).resolve() if own else \
         local.resolve() if local.exists() else name
-    return Adapter(peft_model, str(base), cfg.policy.lora.save_merged, own_base=own)
+    return Adapter(peft_model, str(base), cfg.policy.lora.save_merged, own_base=own,
+                   base_overrides=None if own else cfg.policy.hf_config_overrides)  # (an own base has them saved)
 
 
 def languages(problems: list[Problem]) -> tuple[str, ...]:
