@@ -358,3 +358,31 @@ def test_a_snapshot_opponent_takes_the_policys_weights_every_n_steps():
             p.add_(1.0)
     assert not opp.refresh(7, policy) and not same() and opp.refresh(9, policy) and same()
     assert not any(p.requires_grad for p in opp.model.parameters())
+
+
+def test_a_resumed_run_plays_the_snapshot_its_checkpoint_holds(tmp_path):
+    """(A review's find) a snapshot opponent was not in the checkpoint: a resumed run took the policy at the resume as
+    its opponent, and its step 3 differed from the straight run's (loss 0.2066 against -0.0050). The checkpoint holds
+    the snapshot and the step it was taken at; on one thread the resumed run is the straight one."""
+    from pathlib import Path
+
+    from execrl.trainer.loop import train
+
+    config = str(Path(__file__).parents[2] / "configs/spiral_tictactoe_cpu.yaml")
+    args = ["policy.device=cpu", "grpo.num_prompts_per_step=4", "policy.train_global_batch_size=8",
+            "policy.train_micro_batch_size=8", "policy.logprob_batch_size=8", "policy.generation_batch_size=8",
+            "grpo.val_period=0", "grpo.val_at_start=false", "grpo.val_at_end=false", "warmup.sft_steps=10",
+            "checkpointing.save_period=1", "logger.tensorboard_enabled=false", "env.game.opponent=snapshot",
+            "env.game.opponent_refresh_steps=3"]  # (taken before the first step, step 0, and not again by step 3)
+    at = lambda name: [f"logger.log_dir={tmp_path / name}", f"checkpointing.checkpoint_dir={tmp_path / name}/ck"]  # noqa: E731
+    torch.set_num_threads(1)
+    straight = train(load_config(config, [*args, *at("a"), "grpo.max_num_steps=3"]))
+    train(load_config(config, [*args, *at("b"), "grpo.max_num_steps=2"]))
+    state = torch.load(tmp_path / "b" / "ck" / "step_000002" / "trainer_state.pt", weights_only=False)
+    assert state["opponent"]["refreshed_at"] == 0
+    resumed = train(load_config(config, [*args, *at("b"), "grpo.max_num_steps=3"]))
+    assert resumed.resumed_from.endswith("step_000002") and resumed.opponent.refreshed_at == 0
+    for a, b in zip(straight.opponent.model.parameters(), resumed.opponent.model.parameters()):
+        assert torch.equal(a, b)
+    for a, b in zip(straight.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(a, b)

@@ -1,7 +1,7 @@
 """Self-play's frozen opponent (env.game.opponent): the player of the seats the policy does not
 take, with an engine of its own. `snapshot`: a copy of the policy, refreshed every
-env.game.opponent_refresh_steps steps (and at the first step a run takes: after the warm-up, or
-after a resume); `model`: a fixed model loaded once (env.game.opponent_model: a directory in HF
+env.game.opponent_refresh_steps steps and at the run's first step (after the warm-up; a resumed
+run reads back the snapshot its checkpoint holds); `model`: a fixed model loaded once (env.game.opponent_model: a directory in HF
 format, or an execrl checkpoint, whose policy/ is one). Its turns reach the trajectories as context
 only (execrl.trainer.rollouts.players) and its seats are in no baseline. One process only: a sharded
 policy would need the snapshot gathered on every rank."""
@@ -36,6 +36,22 @@ class Opponent:
                 mine.copy_(theirs)
         self.refreshed_at = step
         return True
+
+    def state_dict(self, policy: torch.nn.Module) -> dict | None:
+        """A snapshot's weights (those it does not share with the policy: LoRA's adapters) and the step it took them
+        at, for a checkpoint: a resumed run plays the same opponent (it took the policy at the resume, another)."""
+        if self.refresh_steps is None or self.refreshed_at is None:
+            return None
+        theirs = {id(p) for p in policy.parameters()}
+        return {"refreshed_at": self.refreshed_at, "weights": {
+            name: p.detach().cpu().clone() for name, p in self.model.named_parameters() if id(p) not in theirs}}
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict) -> None:
+        params = dict(self.model.named_parameters())
+        for name, value in state["weights"].items():
+            params[name].copy_(value)
+        self.refreshed_at = state["refreshed_at"]
 
 
 def build_opponent(cfg, policy: torch.nn.Module, tokenizer, slots: int) -> Opponent | None:

@@ -225,6 +225,10 @@ def build_run(cfg: MasterConfig) -> Run:
                                                                                    cfg.grpo.num_prompts_per_step))
     resume(run)
     run.opponent = build_opponent(cfg, policy.weights.compute, policy.tokenizer, slots)
+    if run.opponent is not None and run.resumed_from:  # (a snapshot opponent as it was, not the policy now)
+        saved = checkpoint.trainer_state(Path(run.resumed_from)).get("opponent")
+        if saved is not None:
+            run.opponent.load_state_dict(saved)
     run.episodes = EpisodeRunner(cfg, generator, policy.tokenizer, grader,
                                  run.opponent.generator if run.opponent else None, reward_model(cfg))
     if cfg.grpo.max_rollout_turns > 1 and cfg.env.multi_turn.kind in ("interpreter", "unit_tests", "sliding_puzzle"):
