@@ -140,6 +140,17 @@ def test_execrl_s_name_on_the_command_line_wins_over_the_nemo_key_in_the_file_an
     with pytest.raises(ConfigError, match=r"policy.dtensor_cfg.activation_checkpointing=True \(NeMo RL's name\) and "
                                           r"policy.activation_checkpointing=False"):
         load_config(str(both))
+    # (a review's find) a recipe's own NeMo key over both names in the file it inherits: the recipe's word wins (it
+    # was refused as two ways in one file, where NeMo RL reads the recipe's); the other way round as well
+    (tmp_path / "base.yaml").write_text("grpo:\n  use_leave_one_out_baseline: true\n  adv_estimator:\n"
+                                        "    use_leave_one_out_baseline: true\n")
+    (tmp_path / "recipe.yaml").write_text("defaults: base.yaml\ngrpo: {adv_estimator: {use_leave_one_out_baseline: "
+                                          "false}}\n")
+    assert load_config(str(tmp_path / "recipe.yaml")).grpo.use_leave_one_out_baseline is False
+    (tmp_path / "mine.yaml").write_text("defaults: base.yaml\ngrpo: {use_leave_one_out_baseline: false}\n")
+    mine = load_config(str(tmp_path / "mine.yaml"))
+    assert mine.grpo.use_leave_one_out_baseline is False
+    assert "in the config file wins" in mine._nemo_mapped["grpo.adv_estimator.use_leave_one_out_baseline"]
 
 
 def test_generation_batch_size_under_vllm_is_every_sample_at_once_as_nemo_rl_decodes(tmp_path):
@@ -751,3 +762,32 @@ def test_validation_of_whole_batches_only_is_named_where_max_val_samples_splits_
     assert "grpo.max_val_samples=300 validates that many problems" in note and ", 256 problems" in note, note
     note = differences_note(load_config(str(base), ["grpo.max_val_samples=512"])) or ""
     assert "max_val_samples" not in note
+
+
+def test_data_default_fills_datasets_given_on_the_command_line_and_a_null_prompt_file_adds_nothing(tmp_path):
+    """(A review's finds) NeMo RL fills each dataset from data.default at run time, after the overrides: a validation
+    set added on the command line read ResponseDataset's own input/output fields (the default's input_key question
+    never reached it), and ++data.default.input_key was refused as unknown. A null prompt_file poses the problem as it
+    is in NeMo RL: execrl added its own instruction."""
+    (tmp_path / "r.yaml").write_text(
+        "data:\n  train: {data_path: /x/train.jsonl, dataset_name: ResponseDataset}\n"
+        "  default: {dataset_name: ResponseDataset, input_key: question, output_key: answer, prompt_file: null,"
+        " processor: math_hf_data_processor, env_name: math}\n")
+    cfg = load_config(str(tmp_path / "r.yaml"), ["++data.validation.data_path=/x/val.jsonl",
+                                                 "++data.validation.dataset_name=ResponseDataset"])
+    val = cfg.data.validation_sets[0]
+    assert (val.input_key, val.output_key, val.path) == ("question", "answer", "/x/val.jsonl")
+    assert (cfg.data.train_sets[0].input_key, cfg.prompt.add_instructions) == ("question", False)
+    cfg = load_config(str(tmp_path / "r.yaml"), ["++data.default.input_key=problem"])
+    assert cfg.data.train_sets[0].input_key == "problem"
+    assert load_config(str(tmp_path / "r.yaml"), ["prompt.add_instructions=true"]).prompt.add_instructions
+
+
+@pytest.mark.parametrize("raw, value", [("2026-05-01", "2026-05-01"), ("on", "on"), ("No", "No"), ("TRUE", True),
+                                        ("false", False)])
+def test_override_values_read_as_hydra_reads_them(raw, value):
+    """(A review's find) the command line was YAML 1.1: a run named 2026-05-01 was a date (refused), `on` a boolean.
+    Hydra's grammar: true and false (any case) are booleans, dates and on/off/yes/no text."""
+    from execrl.config.load import _value
+
+    assert _value("logger.wandb.name", raw) == value

@@ -49,11 +49,21 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
     tree = None
     try:
         dirs: list[Path] = []  # the folders of the files read: the config's, then those it inherits
-        given = _read(Path(path) if path else BUILTIN_DEFAULT, [], dirs)
+        own: list[str] = []  # the keys the config file itself writes (the rest of `given` it inherits)
+        given = _read(Path(path) if path else BUILTIN_DEFAULT, [], dirs, own)
+        overridden = set()
+        # the datasets' overrides first, into the file's tree: data.default fills the datasets as they are after them
+        # (NeMo RL fills them at run time: a validation set added on the command line takes the default's keys)
+        later = []
+        for item in overrides:
+            if not item.startswith("~") and _override_key(item.split("=", 1)[0]).split(".")[0] == "data":
+                key, value = _override(given, item)
+                overridden |= {key, *_dotted(value, f"{key}.")}
+            else:
+                later.append(item)
         _fill_from_data_default(given)
         tree = OmegaConf.merge(OmegaConf.create(_under(defaults, given)), given)
-        overridden = set()
-        for item in overrides:
+        for item in later:
             key, value = _override(tree, item)
             overridden |= {key, *_dotted(value, f"{key}.")}
         plain = OmegaConf.to_container(tree, resolve=True)
@@ -64,7 +74,8 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
         if isinstance(tree, DictConfig):  # a feature the config turns on and execrl refuses says more
             refuse_unresolved(OmegaConf.to_container(tree, resolve=False))
         raise ConfigError(f"cannot resolve the config: {str(e).splitlines()[0]}") from None
-    sources = {**dict.fromkeys(in_file, "file"), **dict.fromkeys(overridden, "override")}
+    sources = {**dict.fromkeys(in_file, "inherited"), **dict.fromkeys(set(own) & in_file, "file"),
+               **dict.fromkeys(overridden, "override")}
     plain, ignored, mapped = adapt(plain, _known, dirs if path else [], sources)
     cfg = validate(plain)
     cfg._nemo_ignored, cfg._nemo_mapped, cfg._written = ignored, mapped, written
@@ -166,8 +177,9 @@ def _find(name: str, near: Path | None) -> Path:
                           f"; a config key is set as one key=value argument, e.g. {name}=VALUE" if key else ""))
 
 
-def _read(path: Path, chain: list[Path], dirs: list[Path] | None = None) -> DictConfig:
-    dirs = [] if dirs is None else dirs  # (filled with the folders of the files read)
+def _read(path: Path, chain: list[Path], dirs: list[Path] | None = None, own: list[str] | None = None) -> DictConfig:
+    dirs = [] if dirs is None else dirs  # (filled with the folders of the files read; `own` with the keys of the
+    # first file's own text, before what it inherits)
     if path.is_dir():
         yamls = sorted(p.name for p in path.glob("*.yaml"))
         example = f", e.g. {path / yamls[0]}" if yamls else ""
@@ -188,6 +200,8 @@ def _read(path: Path, chain: list[Path], dirs: list[Path] | None = None) -> Dict
     if path.resolve().parent not in dirs:
         dirs.append(path.resolve().parent)
     parents = tree.pop("defaults", None) or []
+    if own is not None:
+        own.extend(_dotted(OmegaConf.to_container(tree, resolve=False)))
     merged = OmegaConf.create()
     for parent in [parents] if isinstance(parents, str) else parents:
         merged = _merge(merged, _read(_find(str(parent), path.parent), [*chain, path.resolve()], dirs), path)
@@ -317,14 +331,17 @@ def _own_optimizer(plain: dict, written: set[str]) -> None:
 
 class _ValueLoader(yaml.SafeLoader):
     """YAML 1.1 as PyYAML reads it, but for floats without a dot (1e-7), which OmegaConf's loader (the config
-    files') and Hydra read as floats and YAML 1.1 as strings, and digits with a leading zero, a string as Hydra
+    files') and Hydra read as floats and YAML 1.1 as strings, booleans (only true and false, any case, as Hydra: on,
+    off, yes, no are text) and dates (text), and digits with a leading zero, a string as Hydra
     reads them (YAML 1.1 read 010 as an octal 8; an int key then reads "010" as 10, a name keeps "0815"; 0x1f and
     0o17 stay hexadecimal and octal)."""
 
 
-INT = "tag:yaml.org,2002:int"
-_ValueLoader.yaml_implicit_resolvers = {first: [(tag, rx) for tag, rx in resolvers if tag != INT]
+INT, BOOL, TIMESTAMP = "tag:yaml.org,2002:int", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp"
+# (Hydra's grammar: true and false are the booleans, on/off/yes/no and dates are text: a run named 2026-05-01)
+_ValueLoader.yaml_implicit_resolvers = {first: [(tag, rx) for tag, rx in resolvers if tag not in (INT, BOOL, TIMESTAMP)]
                                         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_ValueLoader.add_implicit_resolver(BOOL, re.compile(r"^(?:[Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee])$"), list("tTfF"))
 _ValueLoader.add_implicit_resolver(INT, re.compile(  # (a leading zero: a string, which an int key reads as decimal)
     r"^[-+]?(?:0[xX](?:_?[0-9a-fA-F])+|0[oO](?:_?[0-7])+|0[bB](?:_?[01])+|0|[1-9](?:_?[0-9])*)$"),
     list("-+0123456789"))

@@ -316,15 +316,19 @@ def refuse(leaves: dict) -> None:
             raise ConfigError(why)
 
 
+WRITTEN = ("inherited", "file", "override")  # where a key was written: by a file the config inherits (defaults:),
+# by the config file, on the command line; a later one wins
+
+
 def adapt(tree: dict, known: Callable[[str], bool], config_dirs: list[Path] = (),
           given: dict[str, str] | None = None) -> tuple[dict, dict[str, str], dict[str, str]]:
     """A resolved config tree with NeMo RL's own keys translated: (the tree for execrl's schema,
     {ignored key or section: why}, {mapped key: what it became}). `known(key)`: whether execrl's
     schema has the key; `config_dirs`: the folders of the config file and of the files it inherits (where
-    relative file paths are also looked for); `given`: {dotted key: "file" or "override"} for the keys the user wrote, so that a
-    NeMo key and its execrl name set to different values resolve as the command line says (its key
-    wins over the file's) or are refused (both in the file, or both on the command line). Raises
-    ConfigError naming a refused feature or such a conflict."""
+    relative file paths are also looked for); `given`: {dotted key: WRITTEN's word} for the keys the user wrote, so
+    that a NeMo key and its execrl name set to different values resolve as the later word says (the command line's
+    over the file's, the file's over what it inherits) or are refused (both at one level). Raises ConfigError naming
+    a refused feature or such a conflict."""
     given = given or {}
     puzzle = sliding_puzzle(tree)
     ignored, mapped = adapt_data(tree["data"], tree.get("grpo", {}).get("seed")) if isinstance(
@@ -365,14 +369,21 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dirs: list[Path] = ()
         section = _section_of(key, IGNORED)
         if key in MAPPED:
             target, translate = MAPPED[key]
-            if value is None:
-                continue  # e.g. a null prompt file: the setting stays as configured
+            if value is None:  # the setting stays as configured; but NeMo RL poses the bare problem where a config
+                if key == "data.default.prompt_file" and key in given and "prompt.add_instructions" not in given:
+                    later.append(("prompt.add_instructions", False))  # sets its prompt file to null
+                    mapped[key] = "prompt.add_instructions=False (null: the problem as it is, no instruction added)"
+                continue
             translated = translate(value, config_dirs)
             if target != key and given.get(target) and translated != leaves.get(target):
-                if given[target] == "override" and given.get(key) != "override":
-                    mapped[key] = f"not applied: {target}={leaves.get(target)} on the command line wins"
+                # the later word wins (a config file over the files it inherits, the command line over both); one
+                # setting written two ways at one level is refused
+                mine, theirs = (WRITTEN.index(given.get(k) or "file") for k in (key, target))
+                if theirs > mine:
+                    where = "on the command line" if given[target] == "override" else "in the config file"
+                    mapped[key] = f"not applied: {target}={leaves.get(target)} {where} wins"
                     continue
-                if not (given.get(key) == "override" and given[target] != "override"):
+                if mine == theirs:
                     raise ConfigError(f"{key}={value} (NeMo RL's name) and {target}={leaves.get(target)} (execrl's) "
                                       "set one setting two ways: keep one of them")
             later.append((target, translated))
