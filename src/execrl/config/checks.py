@@ -246,14 +246,14 @@ def check_stochastic_round(cfg: MasterConfig, cls: type) -> None:
 
 
 def prompt_limit(cfg: MasterConfig) -> int:
-    """Tokens a prompt may have: data.max_input_seq_length (at most the context less one token),
-    else what leaves room for max_new_tokens. As in NeMo RL, each completion is cut where the
+    """Tokens a prompt may have: less than data.max_input_seq_length (NeMo RL's processors drop a prompt of that
+    length too) and than the context, else what leaves room for max_new_tokens. As in NeMo RL, each completion is cut where the
     context ends (its prompt leaves it less room than max_new_tokens): a max_new_tokens of the whole
     context or more is NeMo RL's idiom for "until the context is full", and a max_input_seq_length
     of the whole context its idiom for "no limit but the context"."""
     total, new = cfg.policy.max_total_sequence_length, cfg.policy.generation.max_new_tokens
     if cfg.data.max_input_seq_length is not None:
-        return min(cfg.data.max_input_seq_length, total - 1)
+        return min(cfg.data.max_input_seq_length, total) - 1
     return total - new if new < total else total - 1
 
 
