@@ -185,7 +185,13 @@ NUMBER = re.compile(r"[-\u2212]?(?:\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|\d+(?:\.\d
 POWER = re.compile(rf"(?:{NUMBER.pattern})(?:\s*\^\s*\{{?\s*(?:{NUMBER.pattern})\s*\}}?)*")  # 2^10: 1024, not 10
 ANSWER_IS = re.compile(r"(?im)\banswer is\b(?!\s+not\b):?|^[ \t*_#]*+(?:final )?answer[*_]*\s*:")  # "the final answer is", "Answer:"
 FIRST_SPAN = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]|(?<!\\)\$\$(.+?)\$\$|(?<!\\)\$([^$]+?)(?<!\\)\$")  # (\$: a dollar)
-BARE_TEX = re.compile(r"\s*(\\[a-zA-Z].*?)(?=\s+[a-zA-Z]{2,}\b|[.,;:]?\s*$)")  # (to the first word)
+BARE_TEX = re.compile(r"\s*([-\u2212]?(?:\d+(?:\.\d+)?\s*)?\\[a-zA-Z].*?)(?=\s+[a-zA-Z]{2,}\b|[.,;:]?\s*$)")  # (to the
+# first word; its sign and coefficient with it: -\frac{1}{2}, 2\sqrt{3}, 1.8 \times 10^{5})
+# LaTeX written without delimiters, a run of commands, their braces (one level nested), scripts, digits and operators,
+# with its sign and coefficient: "The probability is \frac{1}{6}." is 1/6, not its last digit
+BARE_RUN = re.compile(r"[-\u2212]?(?:\d+(?:\.\d+)?\s*)?\\[a-zA-Z]+(?:[ \t]*(?:\\[a-zA-Z]+|\{(?:[^{}]|\{[^{}]*\})*\}|[\^_]|"
+                      r"\d+(?:\.\d+)?|[-+*/()]))*")
+SUM_AFTER = re.compile(r"\s*(?:[-+*/\u00d7\u00f7\u2212]|\\(?:times|cdot|div))\s*\d")  # "16 - 3 ...": a sum's first operand
 GSM8K_MARK = re.compile(r"[\s*_`]*+(?:[-\u2212+$\\(\[.\d]|[^\n]*(?:answer|=))", re.I)  # "#### 18", "#### Final Answer"
 # a markdown heading after ####, not GSM8K's mark: "#### Step 2: Earnings = 9 x 2", "#### 1. Eggs left" (a numbered
 # one, with lines after it: "#### 18." alone is the mark)
@@ -204,8 +210,8 @@ UNIT = re.compile(r"(?:\\(?:text|mathrm|textrm|mbox|operatorname)\s*\{[^{}]*\}|\
 def math_answer(answer_text: str) -> str | None:
     """A math completion's final answer: \\boxed{}, else after the last #### (GSM8K's mark, not a markdown heading
     such as "#### Step 2: Money"), else what the last "answer is" (or an "Answer:" line) states (_after_answer_is),
-    else the last number or LaTeX math span, whichever ends later (last_math_span; a unit's exponent, the 2 of
-    "m^2", is no number). After ####: the line that follows (after its last "=", if any), less markdown emphasis;
+    else the last number, LaTeX math span or LaTeX run without delimiters ("\\frac{1}{6}", "2\\sqrt{3}"),
+    whichever ends later (last_math_span, BARE_RUN; a unit's exponent, the 2 of "m^2", is no number). After ####: the line that follows (after its last "=", if any), less markdown emphasis;
     where it is words around a number ("18 dollars"), the number; where it holds none (a "#### Final Answer"
     heading), the last number after it. LaTeX (a backslash, braces) stays whole; a power (2^10) is one answer."""
     boxed = last_boxed(answer_text)
@@ -227,6 +233,9 @@ def math_answer(answer_text: str) -> str | None:
     numbers = [m for m in POWER.finditer(answer_text) if not UNIT_POWER.search(answer_text, max(0, m.start() - 12),
                                                                                                  m.start())]
     latex = last_math_span(answer_text)
+    bare = collections.deque(BARE_RUN.finditer(answer_text), maxlen=1)  # (the last, without a list of every one)
+    if bare and (not numbers or bare[0].end() >= numbers[-1].end()) and (latex is None or bare[0].end() > latex[2]):
+        return bare[0].group().rstrip(" \t-+*/(")
     if latex is not None and (not numbers or latex[2] >= numbers[-1].end()):
         before = [m for m in numbers if m.end() <= latex[1]][-1:]
         if before and "\\" in latex[0] and UNIT.fullmatch(latex[0]) and CLOSERS.fullmatch(answer_text, before[0].end(),
@@ -260,13 +269,18 @@ def _after_answer_is(text: str) -> str | None:
     eq = blanked.rfind("=")  # (an "=" in a LaTeX span is the span's)
     equals = line[eq + 1:] if eq >= 0 else ""
     first = POWER.search(blanked)
-    if first is not None and first.end() <= eq and REASON.search(blanked, first.end(), eq):  # ("The answer is 18,
+    summed = first is not None and SUM_AFTER.match(blanked, first.end())  # "16 - 3 - 4 = 9 eggs, times 2 = 18": not 16
+    if summed and eq < 0 and not BARE_TEX.match(line):  # "The answer is 2 * 9.": the sum whole (math-verify's: 18)
+        run = re.match(r"[-\u2212\d.\s+*/()\u00d7\u00f7]+", blanked[first.start():]).group()
+        return run.strip().rstrip("+-*/(\u00d7\u00f7\u2212 ")
+    if first is not None and first.end() <= eq and not summed and REASON.search(blanked, first.end(), eq):  # ("The answer is 18,
         if re.search(r"[A-Za-z]{2,}", blanked[:first.start()]):  # because she sells 16 - 3 - 4 = 9 eggs": the sum is
             # the reason's;
             return None  # "... is If only 14 remained, then 40-14 = 26": a description, read as the text ends)
         equals = ""  # ("15 gallons * 8 pints / gallon = 120" is one sum)
-    if FIRST_SPAN.search(equals) or POWER.search(equals):
-        line = equals
+    if (FIRST_SPAN.search(equals) or POWER.search(equals)) and not (first is not None and first.end() <= eq and
+                                                                   re.search(r"\d\s*\\?%", equals) and not summed):
+        line = equals  # (not "0.25 = 25%": the percentage restates it, its unit dropped)
     bare = BARE_TEX.match(line)  # "The answer is \\frac{3}{4}.": LaTeX without delimiters, whole
     if bare:
         return bare.group(1)

@@ -113,3 +113,25 @@ def test_an_answer_is_checked_once_however_often_it_is_asked(monkeypatch):
     s = Sample(Problem("m/1", [{"role": "user", "content": "How many?"}], "math", answer="72"), text,
                Extracted(text, True))
     assert ma.math_correct(s) == 1.0 and is_correct(s) and outcome(s) == "correct" and len(calls) == 1
+
+
+def test_latex_without_delimiters_sums_and_percentages_are_read_whole():
+    """(A review's finds) LaTeX written without $...$ or \\boxed was graded on a digit inside it: "The probability is
+    \\frac{1}{6}." scored 1 against 6 and 0 against 1/6; "The answer is 2\\sqrt{3}." scored against 2. A stated sum
+    gave its first operand ("16 - 3 - 4 = 9 eggs, times 2 = 18": 16), and "0.25 = 25%" the 25 without its unit."""
+    for text, right, wrong in [
+            ("The probability is \\frac{1}{6}.", "\\frac{1}{6}", "6"), ("Thus the radius is \\sqrt{5}.", "\\sqrt{5}", "5"),
+            ("So x = 2\\sqrt{3}.", "2\\sqrt{3}", "3"), ("The final answer is -\\frac{1}{2}", "-0.5", "1"),
+            ("Answer: -\\sqrt{2}", "-\\sqrt{2}", "2"), ("The answer is 2\\sqrt{3}.", "2\\sqrt{3}", "2"),
+            ("The answer is 3\\pi.", "3\\pi", "3"), ("The answer is 1.8 \\times 10^{5}.", "180000", "1.8"),
+            ("The answer is 16 - 3 - 4 = 9 eggs, times 2 = 18.", "18", "16"), ("The answer is 2 * 9.", "18", "2"),
+            ("The answer is 0.25 = 25%.", "0.25", "25"),
+            # (as before)
+            ("The answer is 18, because she sells 16 - 3 - 4 = 9 eggs", "18", "9"),
+            ("Answer: 15 gallons * 8 pints / gallon = 120 pints", "120", "15"), ("3 \\times 6 = 18.", "18", "6"),
+            ("The speed is 60 \\(\\text{km/h}\\).", "60", "6"), ("She pays \\$18 in total.", "18", "1")]:
+        found = math_answer(text)
+        assert answers_match(found, right) and not answers_match(found, wrong), (text, found)
+    start = time.perf_counter()  # (commands and a brace never closed: read in linear time)
+    math_answer("So it is " + "\\a" * 20000 + "{" + "x" * 100000 + " 7")
+    assert time.perf_counter() - start < 1
