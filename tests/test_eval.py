@@ -445,16 +445,18 @@ def test_a_loaders_options_from_the_command_line(tmp_path):
 def test_dapo_answers_are_read_as_their_prompts_ask(tmp_path):
     """DAPO's prompts ask for an 'Answer:' line: eval read the last number with hf_math_verify (Answer: \\frac{1}{2}
     was 2, wrong) where a training run with NeMo RL's DAPO recipe scores it right; --math-verify-impl picks the check
-    and summary.json records the one used. hf_math_verify reads as math-verify does: \\frac{1}{2} whole, 2\\sqrt{2}
-    as its 2."""
+    and summary.json records the one used. hf_math_verify compares values (0.5 is \\frac{1}{2}) and reads 2\\sqrt{2}
+    whole, where math-verify's own search takes its 2 (a named difference: docs/configs.md); DAPO's check compares
+    Minerva's normal form, text."""
     golds = ["\\frac{1}{2}", "2\\sqrt{2}", "204"]
     (tmp_path / "dapo").mkdir()
     (tmp_path / "dapo" / "train.jsonl").write_text("".join(json.dumps(
         {"prompt": [{"role": "user", "content": "Solve. The last line of your response should be of the form Answer: "
                      "$Answer"}], "reward_model": {"ground_truth": g}}) + "\n" for g in golds))
     (tmp_path / "c.jsonl").write_text("".join(json.dumps(
-        {"problem_id": f"DAPOMath17K/train/{i}", "completion": f"Work.\nAnswer: {g}"}) + "\n" for i, g in enumerate(golds)))
-    for flags, want, impl in (([], 1.0, "dapo_math_verify"), (["--math-verify-impl", "hf_math_verify"], 2 / 3,
+        {"problem_id": f"DAPOMath17K/train/{i}", "completion": f"Work.\nAnswer: {g}"}) + "\n"
+        for i, g in enumerate(["0.5", *golds[1:]])))
+    for flags, want, impl in (([], 2 / 3, "dapo_math_verify"), (["--math-verify-impl", "hf_math_verify"], 1.0,
                                                               "hf_math_verify")):
         out = tmp_path / impl
         proc = run("--completions", tmp_path / "c.jsonl", "--dataset", "DAPOMath17K", "--split", "train",
