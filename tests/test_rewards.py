@@ -196,3 +196,47 @@ def test_a_completions_future_imports_stay_above_a_datasets_header():
     compile(program, "main.py", "exec")
     assert program.startswith("from __future__ import annotations\nimport math\n")
     assert _program(CODE, code) == code  # (no header: as written)
+
+
+def test_a_reward_constant_by_construction_is_refused():
+    """Accepted without a word, each trained on a reward equal for every answer (every advantage 0): a weight of 0;
+    +1 and -1 of one component (the sum read each component once, by name: the second's value for both); scaling
+    onto a single target; a source range the components never reach, which clamps them all."""
+    from execrl.config import ConfigError, load_config
+    from execrl.config.checks import validate
+
+    def check(*overrides):
+        validate(load_config(None, list(overrides)))
+
+    for overrides, said in [
+            (["reward.components=[{name: test_pass_fraction, weight: 0.0}]"], "every reward.components weight is 0"),
+            (["reward.components=[{name: test_pass_fraction}, {name: test_pass_fraction, weight: -1}]"],
+             "names test_pass_fraction twice"),
+            (["reward.components=[{name: repetition_penalty, ngram: 2}, {name: repetition_penalty, ngram: 4}]"],
+             "names repetition_penalty twice"),
+            (["reward.scaling={enabled: true, target_min: 0.5, target_max: 0.5}"], r"onto 0.5 \(target_min == target_max\)"),
+            (["reward.scaling={enabled: true, source_min: 2, source_max: 3}"], r"clamps every reward to 2: .*\[0, 1\]"),
+            # weights and signs count: -2 x [0, 1] and 0.5 x [-1, 0] lie in [-2.5, 0], all at or above -3
+            (["reward.components=[{name: all_tests_pass, weight: -2}, {name: repetition_penalty, weight: 0.5}]",
+              "reward.scaling={enabled: true, source_min: -5, source_max: -3}"], r"clamps every reward to -3: .*\[-2.5, 0\]"),
+            (["reward.components=[{name: execution_tiers, syntax_error: 2, crash: 2, no_code: 2, without_output: 2, "
+              "with_output: 3}]", "reward.scaling={enabled: true, source_min: -1, source_max: 1}"], "clamps every reward to 1")]:
+        with pytest.raises(ConfigError, match=said):
+            check(*overrides)
+    # (what varies passes: an unbounded or unknown component, a part added after the scaling, a range that overlaps)
+    check("reward.components=[{name: test_pass_fraction}, {name: overlong_penalty, weight: 0}]")
+    check("reward.components=[{name: test_pass_fraction, weight: 0}, {name: format, weight: 0.5}]")
+    check("reward.components=[{name: test_pass_fraction}, {name: overlong_penalty, floor: false, buffer_tokens: 16}]",
+          "reward.scaling={enabled: true, source_min: 0.5, source_max: 2}")
+    check("reward.components=[{name: test_pass_fraction}, {name: format, weight: 0.1, scaled: false}]",
+          "reward.scaling={enabled: true, target_min: 1, target_max: 1}")
+    check("reward.scaling={enabled: true, source_min: 0.5, source_max: 3}")
+
+
+def test_a_flat_run_names_the_scaling_that_may_clamp_it():
+    from execrl.config import load_config
+    from execrl.trainer.loop import flat_reason
+
+    assert "reward.scaling clamps rewards to [0, 1] first" in flat_reason(load_config(None, [
+        "reward.scaling={enabled: true}"]))
+    assert "reward.scaling" not in flat_reason(load_config(None, []))

@@ -356,6 +356,32 @@ def test_a_schedule_that_keeps_the_learning_rate_at_zero_is_refused():
     validate(load_config(None, ["grpo.max_num_steps=4", zero.replace("0.0", "0.5")]))
 
 
+def test_a_schedule_that_never_lifts_the_learning_rate_within_the_run_is_refused_or_warned():
+    """warmup_steps=100000 in a 4-step run trained at 8e-9 without a word (some step's rate was above 0, which was all
+    that was checked). The peak over the run's scheduler steps (optimizer steps for warmup_steps, GRPO steps for
+    NeMo RL's torch schedulers) under 1% of the configured rate is refused, under 10% warned."""
+    from execrl.config.checks import schedule_note, validate
+
+    def check(*overrides):
+        cfg = load_config(None, ["grpo.max_num_steps=4", *overrides])
+        return schedule_note(cfg, validate(cfg))
+
+    with pytest.raises(ConfigError, match=r"at most 0.004% .*over the run's 4 optimizer steps .*warmup_steps"):
+        check("policy.scheduler.warmup_steps=100000")
+    # 2 optimizer steps per rollout: a warm-up of 200 reaches 8 of 200, 4%: warned
+    note = check("policy.scheduler.warmup_steps=200", "policy.train_global_batch_size=64")
+    assert note.startswith("warning:") and "at most 4% " in note and "4 x 2 optimizer step(s) per rollout" in note
+    assert check("policy.scheduler.warmup_steps=40") is None and "at most 9.8% " in check(
+        "policy.scheduler.warmup_steps=41")
+    linear = "policy.scheduler={name: torch.optim.lr_scheduler.LinearLR, kwargs: {start_factor: %s, total_iters: 5000}}"
+    with pytest.raises(ConfigError, match=r"at most 0.16% .*4 GRPO steps .*count GRPO steps"):
+        check(linear % 0.001)
+    assert "at most 5.1% " in check(linear % 0.05)
+    # past the steps looked at (10,000): a low start is warned, not refused
+    assert "the first 10,000" in schedule_note(*(lambda c: (c, validate(c)))(load_config(None, [
+        "grpo.max_num_steps=1000000", "policy.scheduler.warmup_steps=2000000"])))
+
+
 def test_validating_on_a_training_set_is_warned():
     from execrl.config.checks import validation_overlap_note
 

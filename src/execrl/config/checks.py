@@ -14,7 +14,7 @@ from execrl.config.errors import ConfigError
 from execrl.config.schema import MasterConfig
 from execrl.config.tree import attribute
 from execrl.guided import ConstraintError, grammar_text
-from execrl.rewards.base import SCORES
+from execrl.rewards.base import SCORES, constant_reason
 from execrl.tasks.registry import DATASETS, DatasetError, check_trainable, dataset_key, local_source, origin
 
 # keys read only with grpo.use_dynamic_sampling
@@ -40,7 +40,7 @@ def validate(cfg: MasterConfig) -> BatchPlan:
     check_async(cfg)
     check_supported(cfg)
     check_machine(cfg)
-    check_scheduler(cfg)
+    check_scheduler(cfg, batch_plan)
     check_loss(cfg, batch_plan)
     check_datasets(cfg)
     check_lora(cfg)
@@ -89,6 +89,9 @@ def check_learnable(cfg: MasterConfig) -> None:
     if gen.top_k == 1:
         raise ConfigError("policy.generation.top_k=1 samples every answer of a group alike (greedy), so every "
                           "advantage is 0 and nothing is learned: set policy.generation.top_k to null or above 1")
+    constant = constant_reason(cfg.reward)
+    if constant:
+        raise ConfigError(constant)
 
 
 def optimizer_lr(cfg: MasterConfig) -> float | None:
@@ -440,33 +443,81 @@ def check_loss(cfg: MasterConfig, batch_plan: BatchPlan) -> None:
                           f"{batch_plan.samples_per_step} (grpo.num_prompts_per_step x num_generations_per_prompt)")
 
 
-SCHEDULE_PROBE = 10_000  # steps of the schedule stepped through at start-up, looking for a learning rate above 0
+SCHEDULE_PROBE = 10_000  # scheduler steps stepped through at start-up, looking for the run's peak learning rate
+LOW_PEAK, FEW_PEAK = 0.01, 0.1  # a peak under 1% of the configured rate is refused, under 10% warned
 
 
-def check_scheduler(cfg: MasterConfig) -> None:
-    """The learning-rate schedule builds (its kwargs are those of its torch class), and it gives some step a learning
-    rate above 0 (ConstantLR with factor 0 for the whole run trained nothing, without a word)."""
+def schedule_peak(cfg: MasterConfig, batch_plan: BatchPlan) -> tuple[float, int, int, bool]:
+    """The schedule's peak factor (of policy.optimizer.kwargs.lr) over the scheduler steps the run takes (optimizer
+    steps for {warmup_steps}, GRPO steps for NeMo RL's torch schedulers), the step it comes at (1-based), how many
+    steps were looked at, and whether that is the whole run (else its first SCHEDULE_PROBE). Raises where the
+    schedule fails."""
     import warnings
 
     import torch  # (only here: the other checks run without it)
 
+    schedule = cfg.policy.scheduler
+    total = cfg.grpo.max_num_steps * (1 if schedule.per_grpo_step else batch_plan.optimizer_steps_per_rollout)
+    steps = min(total, SCHEDULE_PROBE)
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
-    scheduler = cfg.policy.scheduler.build(optimizer)
-    steps = min(cfg.grpo.max_num_steps, SCHEDULE_PROBE)
+    scheduler = schedule.build(optimizer)
+    peak, at = 0.0, 1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (torch's "step before optimizer.step()": nothing is trained here)
-        for step in range(steps):
-            if optimizer.param_groups[0]["lr"] > 0:
-                return
+        for step in range(1, steps + 1):  # (the rate optimizer step `step` uses: the scheduler is stepped after it)
+            lr = optimizer.param_groups[0]["lr"]
+            if lr > peak:
+                peak, at = lr, step
+            if step == steps:
+                break
             try:
                 scheduler.step()
             except ArithmeticError as e:  # (ConstantLR with factor 0 divides by it when its iterations end)
-                raise ConfigError(f"policy.scheduler fails at step {step + 1} ({type(e).__name__}: {e}), having kept "
-                                  "the learning rate at 0 until then: check its kwargs (e.g. ConstantLR's factor > 0)"
-                                  ) from None
-    which = "all" if steps == cfg.grpo.max_num_steps else "the first"
-    raise ConfigError(f"policy.scheduler keeps the learning rate at 0 for {which} {steps:,} steps, so nothing is "
-                      "learned: check its kwargs (e.g. ConstantLR's factor, LinearLR's start_factor and total_iters)")
+                until = ", having kept the learning rate at 0 until then" if peak == 0 else ""
+                raise ConfigError(f"policy.scheduler fails at step {step} ({type(e).__name__}: {e}){until}: check "
+                                  "its kwargs (e.g. ConstantLR's factor > 0)") from None
+    return peak, at, steps, steps == total
+
+
+def _schedule_words(cfg: MasterConfig, batch_plan: BatchPlan, peak: float, at: int, steps: int, whole: bool) -> str:
+    schedule, grpo = cfg.policy.scheduler, cfg.grpo
+    lr = cfg.policy.optimizer.kwargs.get("lr")
+    unit = "GRPO step" if schedule.per_grpo_step else "optimizer step"
+    per = "" if schedule.per_grpo_step else f" x {batch_plan.optimizer_steps_per_rollout} optimizer step(s) per rollout"
+    over = f"the run's {steps:,} {unit}s (grpo.max_num_steps={grpo.max_num_steps}{per})" if whole else (
+        f"the first {steps:,} {unit}s")
+    rate = f" ({peak * lr:.3g} of policy.optimizer.kwargs.lr={lr:g})" if isinstance(lr, (int, float)) else ""
+    if not schedule.per_grpo_step:
+        fix = ("set policy.scheduler.warmup_steps (counted in optimizer steps) to a tenth of the run or less, or raise "
+               "grpo.max_num_steps")
+    else:
+        fix = ("check its kwargs (total_iters, LinearLR's start_factor, ConstantLR's factor, the milestones: NeMo RL's "
+               "schedulers count GRPO steps) or raise grpo.max_num_steps")
+    return (f"policy.scheduler reaches at most {peak * 100:.2g}% of the configured learning rate{rate} over {over}, at "
+            f"{unit} {at}: {fix}")
+
+
+def check_scheduler(cfg: MasterConfig, batch_plan: BatchPlan) -> None:
+    """The learning-rate schedule builds (its kwargs are those of its torch class), and it lifts the learning rate
+    to at least LOW_PEAK of the configured one within the run (ConstantLR with factor 0 trained nothing; a warm-up of
+    100,000 steps in a 4-step run trained at 1e-11, both without a word)."""
+    peak, at, steps, whole = schedule_peak(cfg, batch_plan)
+    if peak == 0:
+        raise ConfigError(f"policy.scheduler keeps the learning rate at 0 for {'all' if whole else 'the first'} "
+                          f"{steps:,} steps, so nothing is learned: check its kwargs (e.g. ConstantLR's factor, "
+                          "LinearLR's start_factor and total_iters)")
+    if peak < LOW_PEAK and whole:
+        raise ConfigError(_schedule_words(cfg, batch_plan, peak, at, steps, whole) + ". So low a rate learns next to "
+                          "nothing")
+
+
+def schedule_note(cfg: MasterConfig, batch_plan: BatchPlan) -> str | None:
+    """A warning where the schedule's peak within the run (or its first SCHEDULE_PROBE steps) is under FEW_PEAK of
+    the configured rate (a smoke run of a recipe with a long warm-up, say); None: none."""
+    peak, at, steps, whole = schedule_peak(cfg, batch_plan)
+    if peak >= FEW_PEAK or peak < LOW_PEAK and whole:  # (the latter refused by check_scheduler)
+        return None
+    return "warning: " + _schedule_words(cfg, batch_plan, peak, at, steps, whole)
 
 
 def missing_package(cfg: MasterConfig) -> str | None:

@@ -20,16 +20,20 @@ COMPONENTS: dict = {}
 
 
 SCORES: dict[str, tuple[str, ...]] = {}  # component -> the kinds of problem it scores (absent: any)
+BOUNDS: dict = {}  # component -> fn(its parameters, defaults filled) -> (least, most) value it gives (absent: unknown)
 
 
-def component(name: str, scores: tuple[str, ...] | None = None):
+def component(name: str, scores: tuple[str, ...] | None = None, bounds=None):
     """Register a reward component: fn(sample, **params) -> float. `scores`: the kinds of problem
     (code, math) it gives a signal on; on others it is the same for every answer (None: any
-    kind)."""
+    kind). `bounds`: the values it can give, (least, most), or a function of its parameters (a dict,
+    defaults filled) giving them."""
     def wrap(fn):
         COMPONENTS[name] = fn
         if scores is not None:
             SCORES[name] = scores
+        if bounds is not None:
+            BOUNDS[name] = bounds if callable(bounds) else lambda params: bounds
         return fn
     return wrap
 
@@ -129,6 +133,15 @@ class ComponentConfig(BaseModel):
     def params(self) -> dict:
         return dict(self.model_extra or {})
 
+    def bounds(self) -> tuple[float, float]:
+        """The least and most this component adds to the sum (its weight applied); unbounded where not known."""
+        if self.name not in BOUNDS:
+            return -math.inf, math.inf
+        defaults = {p.name: p.default for p in inspect.signature(COMPONENTS[self.name]).parameters.values()
+                    if p.default is not p.empty}
+        lo, hi = (self.weight * float(v) if self.weight else 0.0 for v in BOUNDS[self.name]({**defaults, **self.params}))
+        return min(lo, hi), max(lo, hi)
+
 
 class RewardScaling(BaseModel):
     """NeMo RL's grpo.reward_scaling: the reward clamped to [source_min, source_max], then mapped
@@ -169,6 +182,34 @@ class RewardConfig(BaseModel):
     def judged(self) -> bool:
         """Whether a component reads the reward model's score."""
         return any(c.name == "reward_model" for c in self.components)
+
+
+def constant_reason(cfg: RewardConfig) -> str | None:
+    """Why the reward is the same for every answer by its construction (every advantage 0, nothing learned, and
+    the run exits 0), as an error that names the fix; None: it can vary."""
+    seen = set()
+    for c in cfg.components:
+        if c.name in seen:
+            return (f"reward.components names {c.name} twice: give each component once (its weight the sum of the "
+                    "two; a second set of parameters is a component of your own)")
+        seen.add(c.name)
+    if all(c.weight == 0 for c in cfg.components):
+        return ("every reward.components weight is 0, so every answer's reward is 0 and nothing is learned: give the "
+                "component that scores correctness a weight (e.g. {name: test_pass_fraction, weight: 1.0})")
+    s = cfg.scaling
+    if not s.enabled or any(c.weight != 0 and not c.scaled for c in cfg.components):  # (added after the scaling)
+        return None
+    if s.target_min == s.target_max:
+        return (f"reward.scaling maps every reward onto {s.target_min:g} (target_min == target_max), so nothing is "
+                "learned: set target_max above target_min, or reward.scaling.enabled=false")
+    lo = sum(c.bounds()[0] for c in cfg.components if c.scaled)
+    hi = sum(c.bounds()[1] for c in cfg.components if c.scaled)
+    if hi <= s.source_min or lo >= s.source_max:
+        return (f"reward.scaling clamps every reward to {s.source_min if hi <= s.source_min else s.source_max:g}: the "
+                f"components' weighted sum lies in [{lo:g}, {hi:g}], outside (source_min, source_max) = "
+                f"({s.source_min:g}, {s.source_max:g}), so nothing is learned: set source_min and source_max around "
+                "the rewards the components give, or reward.scaling.enabled=false")
+    return None
 
 
 def score(sample: Sample, cfg: RewardConfig) -> Reward:

@@ -4,6 +4,8 @@ test_pass_fraction and all_tests_pass are then math_correct, so that a math data
 
 from __future__ import annotations
 
+import math
+
 from execrl.rewards.base import Sample, component
 from execrl.rewards.math_answers import math_correct
 from execrl.sandbox import StdioTests, Verdict
@@ -11,7 +13,7 @@ from execrl.sandbox import StdioTests, Verdict
 V = Verdict
 
 
-@component("test_pass_fraction")
+@component("test_pass_fraction", bounds=(0.0, 1.0))
 def test_pass_fraction(sample: Sample) -> float:
     """Fraction of tests passed (0 when no code was found)."""
     if sample.problem.kind == "math":
@@ -20,7 +22,8 @@ def test_pass_fraction(sample: Sample) -> float:
     return r.passed / r.total if r is not None and r.total else 0.0
 
 
-@component("turn_discounted_pass_fraction")
+@component("turn_discounted_pass_fraction",
+           bounds=lambda p: (0.0, 1.0) if 0 <= p["discount"] <= 1 else (-math.inf, math.inf))
 def turn_discounted_pass_fraction(sample: Sample, discount: float = 0.5) -> float:
     """test_pass_fraction times `discount` for each model turn after the first (multi-turn
     episodes): a fix after feedback is worth less than a right first answer, and never less than
@@ -29,7 +32,7 @@ def turn_discounted_pass_fraction(sample: Sample, discount: float = 0.5) -> floa
     return test_pass_fraction(sample) * discount ** (sample.turns - 1)
 
 
-@component("all_tests_pass")
+@component("all_tests_pass", bounds=(0.0, 1.0))
 def all_tests_pass(sample: Sample) -> float:
     """1 when every test passes: the binary reward, or the perfect-solution bonus beside
     test_pass_fraction."""
@@ -38,7 +41,7 @@ def all_tests_pass(sample: Sample) -> float:
     return 1.0 if sample.result is not None and sample.result.verdict == V.PASS else 0.0
 
 
-@component("execution_tiers", scores=("code",))
+@component("execution_tiers", scores=("code",), bounds=lambda p: (min(p.values()), max(p.values())))
 def execution_tiers(sample: Sample, with_output: float = 1.0, without_output: float = 0.5, syntax_error: float = -0.5,
                     crash: float = -1.0, no_code: float = -1.0) -> float:
     """Graded by how far the code got: ran and printed (or returned values) / ran silently / did not
@@ -54,7 +57,7 @@ def execution_tiers(sample: Sample, with_output: float = 1.0, without_output: fl
     return with_output if returns_values or any(t.stdout_bytes for t in r.tests) else without_output
 
 
-@component("error_penalty", scores=("code",))
+@component("error_penalty", scores=("code",), bounds=lambda p: (min(p["penalty"], 0.0), max(p["penalty"], 0.0)))
 def error_penalty(sample: Sample, classes: tuple[str, ...] = ("SyntaxError", "NameError", "ImportError",
                                                               "ModuleNotFoundError", "AttributeError", "TypeError"),
                   penalty: float = -1.0) -> float:

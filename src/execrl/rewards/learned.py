@@ -12,7 +12,7 @@ from execrl.rewards.base import Reward, RewardConfig, Sample, component, score
 from execrl.rewards.outcome import is_correct
 
 
-@component("reward_model")
+@component("reward_model", bounds=lambda p: (0.0, 1.0) if p["transform"] == "sigmoid" else (-math.inf, math.inf))
 def reward_model(sample: Sample, transform: Literal["raw", "sigmoid"] = "raw", only_correct: bool = False) -> float:
     """The reward model's score of the episode's whole conversation: a Bradley-Terry logit (raw:
     unbounded), or its sigmoid (the probability that it beats an answer scored 0: in (0, 1)).

@@ -221,7 +221,7 @@ def _stop() -> None:
             child.kill()
 
 
-@component("math_correct", scores=("math",))
+@component("math_correct", scores=("math",), bounds=(0.0, 1.0))
 def math_correct(sample: Sample) -> float:
     """1 when the final answer equals the reference: by default (hf_math_verify) the answer in \\boxed{}, after ####,
     or the last number or LaTeX math span (whichever ends later), compared with math-verify; with dapo_math_verify,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 from execrl.rewards.base import Sample, component
 
 
-@component("format")
+@component("format", bounds=(0.0, 1.0))
 def format_reward(sample: Sample) -> float:
     """1 when the completion follows the answer format: a closed code block for code, the tags for
     reasoning/think."""
@@ -18,7 +20,7 @@ def _repeated_fraction(items: list) -> float:
     return 1.0 - len(set(items)) / len(items) if items else 0.0
 
 
-@component("repetition_penalty")
+@component("repetition_penalty", bounds=(-1.0, 0.0))
 def repetition_penalty(sample: Sample, ngram: int = 4, min_lines: int = 4) -> float:
     """Minus the larger of: the fraction of repeated non-blank lines (from `min_lines` lines on),
     and the fraction of repeated word n-grams. 0 for varied text, towards -1 for a policy stuck
@@ -31,7 +33,7 @@ def repetition_penalty(sample: Sample, ngram: int = 4, min_lines: int = 4) -> fl
     return -max(by_line, _repeated_fraction(grams))
 
 
-@component("overlong_penalty")
+@component("overlong_penalty", bounds=lambda p: (-1.0 if p["floor"] else -math.inf, 0.0))
 def overlong_penalty(sample: Sample, buffer_tokens: int = 256, max_tokens: int | None = None,
                      floor: bool = True) -> float:
     """DAPO's soft overlong penalty: 0 up to max_tokens - buffer, then linearly down to -1 at

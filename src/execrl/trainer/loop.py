@@ -255,8 +255,11 @@ def flat_reason(cfg) -> str:
     """What made a step's every group flat, as the warnings say it."""
     if cfg.grpo.advantage == "rae":
         return "every advantage was 0 (each return its role's baseline)"
-    return "every group's rewards were all equal" + (" or its samples all truncated and left out of the loss "
-                                                      "(grpo.overlong_filtering)" if cfg.grpo.overlong_filtering else "")
+    s = cfg.reward.scaling
+    clamp = (f" (reward.scaling clamps rewards to [{s.source_min:g}, {s.source_max:g}] first: does that range hold the "
+             "rewards the components give?)") if s.enabled else ""
+    return "every group's rewards were all equal" + clamp + (" or its samples all truncated and left out of the loss "
+                                                             "(grpo.overlong_filtering)" if cfg.grpo.overlong_filtering else "")
 
 
 def warm_up(run: Run) -> None:
