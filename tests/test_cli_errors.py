@@ -199,7 +199,7 @@ def test_dry_run_reads_the_rows_as_the_run_would(tmp_path):
     proc = execrl("train", "data.train.dataset_name=jsonl", f"data.train.path={rows}", "warmup.sft_steps=0",
                   "--dry-run")
     assert proc.returncode == 0, proc.stderr
-    assert "rows: 1 training problems, 0 validation problems" in proc.stdout
+    assert "rows: 1 training problems (1 code), 0 validation problems" in proc.stdout
     assert "warning: 1 training problems for grpo.num_prompts_per_step=" in proc.stdout
 
 

@@ -523,3 +523,36 @@ def test_a_problem_of_thousands_of_tests_is_named_at_load(tmp_path, capsys):
     assert "1 problem(s) hold over 1,000 tests (the most: 1,001)" in said and "data.train.max_tests=N" in said, said
     problems, _ = load_problems("jsonl", "train", str(tmp_path / "big.jsonl"), 50)
     assert len(problems[0].tests.inputs) == 50 and "hold over" not in capsys.readouterr().err
+
+
+def test_rows_with_tests_in_a_field_not_read_are_not_trained_as_math(tmp_path, capsys):
+    """Rows {prompt, answer, test_cases} were read as math problems (the answer a reference program, its tests
+    unread), every completion graded as a math answer: the run learned nothing, without a word. Refused, naming the
+    mapping; a row with tests and no answer names it in its skip reason; a mapping that names the answer's field is
+    the user's choice and reads them as math."""
+    tests = {"inputs": ["1 2\n"], "outputs": ["3\n"]}
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [
+        {"id": "a", "prompt": "Add two numbers.", "answer": "print(sum(map(int, input().split())))", "test_cases": tests},
+        {"id": "b", "prompt": "Add.", "test_list": ["assert add(1, 2) == 3"]}]))
+    with pytest.raises(DatasetError, match=r"hold tests in field 'test_cases', which is not read \(row a the first\): "
+                                           r"to grade .*fields=\{tests: test_cases\}"):
+        load_problems("jsonl", "train", str(path))
+    problems, _ = load_problems("jsonl", "train", str(path), fields={"tests": "test_cases"})
+    assert [(p.id, p.kind) for p in problems] == [("a", "code")]
+    assert "(its tests are in 'test_list', not read: fields={tests: test_list})" in capsys.readouterr().err
+    assert [(p.id, p.kind) for p in load_problems("jsonl", "train", str(path), fields={"answer": "answer"})[0]] == [
+        ("a", "math")]
+
+
+def test_dry_run_counts_the_problems_of_each_kind(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [{"prompt": "1+1?", "answer": "2"}, {"prompt": "2+2?", "answer": "4"},
+                                                       {"prompt": "Echo.", "tests": {"inputs": ["x\n"], "outputs": ["x\n"]}}]))
+    out = subprocess.run([sys.executable, "-m", "execrl.cli", "train", "--dry-run", "data.train.dataset_name=jsonl",
+                          f"data.train.path={path}", "data.validation=null", "warmup.sft_steps=0"],
+                         capture_output=True, text=True)
+    assert "rows: 3 training problems (1 code, 2 math), 0 validation problems " in out.stdout, out.stderr[-2000:]

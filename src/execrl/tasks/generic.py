@@ -27,7 +27,8 @@ def load(path, split, report, fields: dict | None = None, **_):
     if unknown:
         raise DatasetError(f"unknown field mapping keys {sorted(unknown)}: use {sorted(DEFAULT_FIELDS)}")
     f = {**DEFAULT_FIELDS, **(fields or {})}
-    problems, rows = [], read_rows(path)
+    chosen = {"tests", "answer"} & set(fields or {})  # (a mapping that names either: the rows' kind is the user's)
+    problems, rows, unread = [], read_rows(path), {}
     if rows and all(isinstance(r, dict) and chat_messages(r.get(f["prompt"])) is None for r in rows):
         raise DatasetError(no_prompt_field(path, rows[0], f["prompt"]))
     for i, row in enumerate(rows):
@@ -60,11 +61,31 @@ def load(path, split, report, fields: dict | None = None, **_):
         elif row.get(f["answer"]) is not None and not _answer_text(row[f["answer"]]):  # (true read "True", a list
             report.skip(rid, f"{f['answer']!r} is a {type(row[f['answer']]).__name__}, not text or a number")  # its
         elif row.get(f["answer"]) is not None:  # Python repr: neither is how a model writes an answer)
+            if not chosen and (tests := unread_tests(row, f["tests"])):
+                unread.setdefault(tests, rid)
             problems.append(Problem(str(rid), messages, "math", answer=_answer_text(row[f["answer"]]),
                                     metadata=metadata))
         else:
-            report.skip(rid, f"neither {f['tests']!r} nor {f['answer']!r}")
+            tests = unread_tests(row, f["tests"])
+            report.skip(rid, f"neither {f['tests']!r} nor {f['answer']!r}" + (
+                f" (its tests are in {tests!r}, not read: fields={{tests: {tests}}})" if tests else ""))
+    if unread:
+        (tests, rid), = list(unread.items())[:1]
+        raise DatasetError(f"{path}: rows read as math problems (an answer in {f['answer']!r}) hold tests in field "
+                           f"{tests!r}, which is not read (row {rid} the first): to grade their code against them, map "
+                           f"it: fields={{tests: {tests}}} (execrl train: data.train.options.fields=...; execrl eval: "
+                           f"--data-option 'fields=...'; the tests' forms: docs/getting-started.md); to train on the answers as math, "
+                           f"name the answer's field: fields={{answer: {f['answer']}}}")
     return problems
+
+
+TEST_FIELDS = ("tests", "test_list", "test_cases", "testcases", "input_output", "unit_tests", "public_tests",
+               "private_tests", "hidden_tests", "test", "test_code")  # where datasets keep tests (MBPP, APPS, ...)
+
+
+def unread_tests(row: dict, field: str) -> str | None:
+    """A field other than `field` (the one read) where the row holds tests by its name, or None."""
+    return next((k for k in TEST_FIELDS if k != field and row.get(k) not in (None, "", [], {})), None)
 
 
 PROMPT_FIELDS = ("question", "problem", "prompt", "input", "instruction", "query", "messages")

@@ -3,6 +3,7 @@ checkpoint)."""
 
 from __future__ import annotations
 
+import collections
 import json
 import random
 import time
@@ -301,9 +302,15 @@ def data_counts(cfg: MasterConfig) -> list[str]:
     if remote:
         return [f"rows: {', '.join(dict.fromkeys(remote))} read when the run starts (not from this machine's files)"]
     train, val, _ = read_data(cfg)
-    return [f"rows: {len(train):,} training problems, {len(val):,} validation problems (before prompts longer than "
-            "the run's limit are dropped, which needs the tokenizer)",
+    return [f"rows: {len(train):,} training problems{kinds(train)}, {len(val):,} validation problems{kinds(val)} "
+            "(before prompts longer than the run's limit are dropped, which needs the tokenizer)",
             *(n for n in (repeated_prompts_note(train, cfg), few_problems_warning(train, cfg)) if n)]
+
+
+def kinds(problems: list[Problem]) -> str:
+    """' (120 code, 8 math)': how many problems of each kind; empty where there are none."""
+    counts = collections.Counter(p.kind for p in problems)
+    return f" ({', '.join(f'{n:,} {kind}' for kind, n in sorted(counts.items()))})" if counts else ""
 
 
 def all_generated(cfg: MasterConfig) -> bool:
