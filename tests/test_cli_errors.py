@@ -73,6 +73,8 @@ def test_train_refuses_a_file_as_a_directory_and_a_directory_as_the_config(tmp_p
     (["--chat-template-kwargs", "enable_thinking=false"], "--chat-template-kwargs takes a JSON object"),
     (["--k", "1.5"], "--k takes whole numbers separated by commas, e.g. 1,5,10; got '1.5'"),
     (["--k", "1,x"], "--k takes whole numbers"),
+    (["--samples", "4", "--temperature", "0", "--k", "1,4"], "are 4 copies of one answer, and pass@k over them is "
+                                                              "pass@1"),  # (greedy: the table's pass@4 was pass@1)
 ])
 def test_eval_refuses_bad_numbers(tmp_path, flags, message):
     proc = execrl("eval", "--model", "builtin:tiny-coder", "--out", tmp_path / "o", *flags)

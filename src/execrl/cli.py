@@ -388,6 +388,10 @@ def eval_config(args):
     if not ks or min(ks) < 1 or (max(ks) > args.samples and not args.completions):
         raise ValueError(f"--k values must be between 1 and --samples ({args.samples}), got {args.k!r}")
     temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 0.8)
+    if temperature == 0 and args.samples > 1 and not args.completions:
+        raise ValueError(f"--samples {args.samples} at --temperature 0 (greedy) are {args.samples} copies of one "
+                         "answer, and pass@k over them is pass@1: set --temperature above 0 (e.g. 0.8, the default "
+                         "with --samples), or --samples 1")
     return EvalConfig(dataset=args.dataset, split=args.split, data_path=args.data_path, limit=args.limit,
                       max_tests=args.max_tests, samples=args.samples, ks=ks, temperature=temperature, top_p=args.top_p,
                       max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, backend=args.backend,

@@ -515,3 +515,38 @@ def test_an_empty_config_file_is_refused(tmp_path):
     (tmp_path / "empty.yaml").write_text("# nothing yet\n")
     with pytest.raises(ConfigError, match="empty.yaml is empty: write the sections it sets"):
         load_config(str(tmp_path / "empty.yaml"))
+
+
+def test_a_stop_string_that_ends_every_answer_before_what_is_graded_is_refused():
+    """stop_strings=['```'] with fenced code stopped every answer at its opening fence (128 of 128 completions were
+    '```', no code, reward 0) and the dry-run passed; an empty stop string ends every answer at its first token."""
+    from execrl.config.checks import validate
+    from execrl.trainer.loop import flat_reason
+
+    def check(*overrides):
+        return validate(load_config(None, list(overrides)))
+
+    for overrides, said in [(['policy.generation.stop_strings=["```"]'], r"'```' is in '```python', which an answer "
+                                                                          r"writes before its code"),
+                            (['policy.generation.stop_strings=["stop", ""]'], "holds an empty string"),
+                            (['policy.generation.stop_strings=["<code"]', "prompt.code_style=tags"], "before its code"),
+                            (['policy.generation.stop_strings=["</think>"]', "prompt.answer_format=think"],
+                             "before its answer")]:
+        with pytest.raises(ConfigError, match=said):
+            check(*overrides)
+    check('policy.generation.stop_strings=["\\n```\\n"]')  # (the closing fence: after the code)
+    check('policy.generation.stop_strings=["```"]', "prompt.code_style=tags")
+    check('policy.generation.stop_strings=["```"]', "data.train={dataset_name: gsm8k}",
+          "data.validation={dataset_name: gsm8k, split: test}", "reward.components=[{name: math_correct}]",
+          "warmup.sft_steps=0")
+    assert "stop_strings ['</answer>'] end answers" in flat_reason(load_config(None, [
+        'policy.generation.stop_strings=["</answer>"]']))
+
+
+def test_an_optimizer_that_climbs_the_loss_is_refused():
+    """policy.optimizer.kwargs.maximize=true passed (AdamW takes the argument): gradient ascent on the loss."""
+    from execrl.config.checks import validate
+
+    with pytest.raises(ConfigError, match="maximize=True climbs the loss"):
+        validate(load_config(None, ["policy.optimizer.kwargs.maximize=true"]))
+    validate(load_config(None, ["policy.optimizer.kwargs.maximize=false"]))

@@ -184,6 +184,9 @@ def check_optimizer_kwargs(name: str, cls: type, kwargs: dict) -> None:
     known = set(params) - {"self", "params"} | {"foreach", "fused"}  # (the two make_optimizer sets itself)
     if name in FUSED_ADAMW:
         known |= set(FUSED_ONLY)  # (read, and dropped, for a fused AdamW of another library)
+    if kwargs.get("maximize"):
+        raise ConfigError(f"policy.optimizer.kwargs.maximize={kwargs['maximize']!r} climbs the loss: the policy would "
+                          "be pushed away from the answers that scored well; drop it")
     for key in kwargs:
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
@@ -354,6 +357,7 @@ def check_datasets(cfg: MasterConfig) -> None:
                                   f"{close[0]!r}?)")
     kinds = {DATASETS[dataset_key(d.dataset_name)].kind for d in cfg.data.train_sets}
     check_reward_fits(cfg, kinds - {None})
+    check_stop_strings(cfg, kinds - {None})
     check_dataset_names(cfg, {(f"{key} ({d.dataset_name})", DATASETS[dataset_key(d.dataset_name)].kind)
                               for key, d in dataset_entries(cfg)})  # (the kinds known before any row: a built-in's)
     infos = [DATASETS[dataset_key(d.dataset_name)] for d in cfg.data.train_sets]
@@ -403,6 +407,34 @@ def data_sources(cfg: MasterConfig) -> list[str]:
         info = DATASETS[dataset_key(d.dataset_name)]
         lines.append(f"{key}: {info.name}/{d.split_name} {origin(info, local_source(info, d.path), d.path)}")
     return lines
+
+
+# what an answer writes before what is graded: (text, what follows it), by answer format and by code style
+FORMAT_OPENINGS = {"think": [("<think>", "reasoning and answer"), ("</think>", "answer")],
+                   "reasoning": [("<reasoning>", "reasoning and answer"), ("</reasoning>", "answer"),
+                                 ("<answer>", "answer")], "code": []}
+CODE_OPENINGS = {"fence": "```python", "auto": "```python", "tags": "<code>", "plain": None}
+
+
+def check_stop_strings(cfg: MasterConfig, kinds: set[str]) -> None:
+    """No stop string ends every answer before what is graded: an empty one (every text holds it), or one inside
+    the opening the prompt asks for ("```" of "```python": every answer stopped at its code block's first fence, with
+    no code). `kinds`: of the training problems (those known)."""
+    stops, p = cfg.policy.generation.stop_strings or [], cfg.prompt
+    if "" in stops:
+        raise ConfigError("policy.generation.stop_strings holds an empty string, which every text holds: each answer "
+                          "would end at its first token: drop it")
+    openings = list(FORMAT_OPENINGS[p.answer_format])
+    if "code" in kinds and CODE_OPENINGS[p.code_style]:
+        openings.append((CODE_OPENINGS[p.code_style], "code"))
+    for stop in stops:
+        for opening, what in openings:
+            if stop in opening:
+                raise ConfigError(f"policy.generation.stop_strings: {stop!r} is in {opening!r}, which an answer writes "
+                                  f"before its {what} (prompt.answer_format={p.answer_format}, prompt.code_style="
+                                  f"{p.code_style}): every answer would stop there, with nothing to grade, and nothing "
+                                  "is learned: drop it, or stop on what ends an answer (e.g. '\n```\n', a code "
+                                  "block's closing fence)")
 
 
 def check_reward_fits(cfg: MasterConfig, kinds: set[str]) -> None:

@@ -18,6 +18,7 @@ from execrl.config import BatchPlan, ConfigError, MasterConfig, to_yaml
 from execrl.config.checks import (
     check_dataset_names,
     check_reward_fits,
+    check_stop_strings,
     dataset_entries,
     no_references,
     prompt_limit,
@@ -289,6 +290,7 @@ def read_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict]:
     check_dataset_names(cfg, {(where, p.kind) for where, problems in (("data.train", train), ("data.validation", val))
                               for p in problems})
     check_reward_fits(cfg, {p.kind for p in train})  # (the kinds of rows read: a jsonl's known only now)
+    check_stop_strings(cfg, {p.kind for p in train})
     return train, val, refs
 
 
