@@ -198,6 +198,7 @@ def to_model_names(hf_state: dict[str, torch.Tensor], model: nn.Module) -> dict[
 
 
 BASE_OVERRIDES = "base_config_overrides.json"  # beside adapter_config.json: the base's config overrides
+BASE_IDENTITY = "base_weights_identity.txt"  # ... and its weight files' identity (models.weights_identity)
 
 
 @dataclass
@@ -209,6 +210,7 @@ class Adapter:
     save_merged: bool = False
     own_base: bool = False  # the run made its base (saved with its checkpoints) rather than loading it
     base_overrides: dict | None = None  # policy.hf_config_overrides the base was loaded with (BASE_OVERRIDES)
+    base_identity: str | None = None  # the base's weight files as the run started (BASE_IDENTITY)
 
     @property
     def scaling(self) -> float:
@@ -229,4 +231,6 @@ class Adapter:
         config.save_pretrained(str(directory))
         if self.base_overrides:  # (the base's config.json lacks them: loaded without, it is another model)
             (directory / BASE_OVERRIDES).write_text(json.dumps(self.base_overrides, indent=2) + "\n")
+        if self.base_identity:  # (a base changed in place keeps its name: a load checks it is the one trained on)
+            (directory / BASE_IDENTITY).write_text(self.base_identity + "\n")
 

@@ -150,6 +150,44 @@ def local_config(name: str):
         return None
 
 
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")
+SAMPLES, SAMPLE_BYTES = 16, 4096  # per weight file: what weights_identity reads of it
+
+
+def weights_identity(name: str) -> str | None:
+    """An identity of a model's weight files as this machine has them (its directory, or the hub cache's snapshot):
+    each file's name and size, and SAMPLES reads of SAMPLE_BYTES spread over it, hashed: milliseconds for gigabytes;
+    weights trained further or replaced change it, a copy keeps it. None for a built-in model, or one this machine
+    has no weight files of."""
+    import hashlib
+
+    if name.startswith("builtin:"):
+        return None
+    directory = Path(name).expanduser()
+    if not directory.is_dir():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(name, "config.json")
+        except (ValueError, OSError, ImportError):  # (a name that is no repository id: the load says so)
+            return None
+        if not isinstance(found, str):
+            return None
+        directory = Path(found).parent
+    files = sorted({f for pattern in WEIGHT_FILES for f in directory.glob(pattern) if f.is_file()})
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for f in files:
+        size = f.stat().st_size
+        digest.update(f"{f.name}:{size}".encode())
+        with f.open("rb") as handle:
+            for i in range(SAMPLES):
+                handle.seek(max(0, size - SAMPLE_BYTES) * i // max(SAMPLES - 1, 1))
+                digest.update(handle.read(SAMPLE_BYTES))
+    return digest.hexdigest()[:32]
+
+
 def with_overrides(config, overrides: dict, key: str = "policy.hf_config_overrides") -> dict:
     """`overrides` checked against a model's config and ready for from_pretrained: each one a field of the config
     (ValueError naming the key otherwise: transformers passed an unknown one to the model's constructor, a
@@ -291,8 +329,13 @@ def _load_adapter(directory: Path, device: str, dtype: str, offline: bool, token
     except ImportError:
         raise ModelNotFound(f"{directory} is a LoRA adapter: loading it needs peft (pip install peft)") from None
     has_tokenizer = (directory / "tokenizer_config.json").is_file()
-    from execrl.lora import BASE_OVERRIDES
+    from execrl.lora import BASE_IDENTITY, BASE_OVERRIDES
 
+    identity = directory / BASE_IDENTITY  # (the base's weight files as the adapter's run started)
+    if identity.is_file() and (now := weights_identity(base)) is not None and now != identity.read_text().strip():
+        raise ModelNotFound(f"{directory} adapts {base}, whose weight files differ from those it trained on (trained "
+                            "further or replaced in place): merged onto them it is another model. Restore the base, "
+                            "or load the run's merged export (policy.lora.save_merged: true)")
     overrides = directory / BASE_OVERRIDES  # (the run's policy.hf_config_overrides: its base's config as it trained)
     model, tok = load_model_and_tokenizer(base, device, dtype, offline,
                                           tokenizer or (str(directory) if has_tokenizer else None),

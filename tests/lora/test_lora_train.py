@@ -112,3 +112,36 @@ def test_an_adapter_on_a_base_with_config_overrides_loads_as_it_trained(tmp_path
     ids = torch.arange(5, 60)[None]
     with torch.no_grad():
         torch.testing.assert_close(evaluated(ids).logits, r.model(ids).logits, atol=1e-4, rtol=1e-4)
+
+
+def test_a_resume_on_a_base_changed_in_place_is_refused(tmp_path, tiny_model_dir):
+    """(A review's find) the base of a LoRA run, trained further or replaced under the same name, was read again at
+    the resume and the adapters went on over weights they never trained with: "resumed", no word. The checkpoint
+    records the base's weight files (models.weights_identity); a resume over others is refused."""
+    import shutil
+
+    import pytest
+    from transformers import AutoModelForCausalLM
+
+    from execrl.models import weights_identity
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_model_dir, base)
+    assert weights_identity(str(base)) == weights_identity(str(tiny_model_dir)) is not None  # (a copy is the same)
+    assert weights_identity("builtin:tiny-coder") is None
+    own = [*LORA, f"policy.model_name={base}", "warmup.sft_steps=0", "checkpointing.save_period=1"]
+    run(tmp_path, "c", *own, "grpo.max_num_steps=1")
+    changed = AutoModelForCausalLM.from_pretrained(base)
+    with torch.no_grad():
+        for p in changed.parameters():
+            p.add_(0.01)
+    changed.save_pretrained(base)
+    assert weights_identity(str(base)) != weights_identity(str(tiny_model_dir))
+    with pytest.raises(ValueError, match="weight files differ from those this run trained on .* the LoRA adapters"):
+        run(tmp_path, "c", *own, "grpo.max_num_steps=2")
+    # execrl eval (and an opponent) reading the adapter: refused too, where the merged export is the fix
+    from execrl.models import ModelNotFound
+
+    adapter = sorted((tmp_path / "c" / "ckpt").glob("step_*"))[-1] / "policy"
+    with pytest.raises(ModelNotFound, match="whose weight files differ from those it trained on"):
+        load_model_and_tokenizer(str(adapter), "cpu", "float32")

@@ -479,7 +479,8 @@ def resume_note(run: Run) -> str:
 def save(run: Run) -> None:
     data = {"sampler": run.pipeline.data_position(run.step), "problems": run.sampler.identity(),
             "role_baselines": run.baselines.state_dict(),
-            "config": run.cfg.model_dump(mode="json")}  # what a resume compares its own config with
+            "config": run.cfg.model_dump(mode="json"),  # what a resume compares its own config with
+            "base_identity": run.base_identity}  # ... and the base's weight files (setup.same_base)
     if run.opponent is not None and (opponent := run.opponent.state_dict(run.weights.compute)) is not None:
         data["opponent"] = opponent  # (a snapshot: the policy as it was at its last refresh)
     path = checkpoint.save(run.cfg.checkpointing.checkpoint_dir, run.step, run.model, run.tokenizer, run.optimizer,

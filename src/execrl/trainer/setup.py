@@ -27,7 +27,7 @@ from execrl.config.checks import (
 from execrl.console import stderr_console
 from execrl.envs import make_env
 from execrl.lora import Adapter
-from execrl.models import TINY_CODERS, pick_device, position_limit
+from execrl.models import TINY_CODERS, pick_device, position_limit, weights_identity
 from execrl.rewards.judges import load_reward_model
 from execrl.rewards.reward_model import RewardModel
 from execrl.rollout import build_generator
@@ -84,6 +84,7 @@ class Run:
     lora: Adapter | None = None  # with policy.lora: the peft model around `model` and the base it adapts
     lock: RunLock | None = None  # the run directories, held while the run runs (the main process's)
     episodes: EpisodeRunner | None = None  # runs the environments' episodes with generator, grader, opponent, judge
+    base_identity: str | None = None  # policy.model_name's weight files as the run started (models.weights_identity)
 
     @property
     def judge(self) -> RewardModel | None:
@@ -118,6 +119,21 @@ def resumable(cfg: MasterConfig, state: dict, found: Path) -> None:
                          "and logger.log_dir)")
     if applied:
         console.print(f"resuming {found} with changes that apply from step {state['step'] + 1} on: " + "; ".join(applied))
+
+
+def same_base(run: Run, state: dict, found: Path) -> None:
+    """Where a resume reads policy.model_name's weights again (under LoRA adapters, or as the KL penalty's
+    reference), they are those the run trained on: a base trained further or replaced in place kept its name, and
+    the adapters were read onto weights they never trained with, without a word."""
+    cfg, saved = run.cfg, state.get("base_identity")
+    lora = cfg.policy.lora.enabled and not (run.lora is not None and run.lora.own_base)
+    reference = run.ref_model is not None and not cfg.warmup.sft_steps
+    if not (lora or reference) or saved is None or run.base_identity is None or saved == run.base_identity:
+        return
+    what = "the LoRA adapters" if lora else "the KL penalty's reference"
+    raise ValueError(f"{cfg.policy.model_name}'s weight files differ from those this run trained on (recorded in "
+                     f"{found}): resuming would read {what} onto other weights. Restore the model the run started "
+                     "from, or start a new run (another checkpointing.checkpoint_dir and logger.log_dir)")
 
 
 def erases_a_run(cfg: MasterConfig) -> str | None:
@@ -220,7 +236,7 @@ def build_run(cfg: MasterConfig) -> Run:
     run = Run(cfg, plan, policy.weights, policy.tokenizer, policy.ref, optimizer,
               cfg.policy.scheduler.build(optimizer), ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle), val, refs,
               grader, MetricsLogger(cfg, write=dist.is_main()), baselines=RoleBaselines(cfg.grpo.role_baseline_decay),
-              lora=adapter(cfg, policy.peft_model), lock=lock)
+              lora=adapter(cfg, policy.peft_model), lock=lock, base_identity=weights_identity(cfg.policy.model_name))
     run.max_steps = cfg.grpo.max_num_steps
     if not cfg.grpo.use_dynamic_sampling:  # (which draws a varying number of prompts per step: the loop checks)
         run.max_steps = min(run.max_steps, cfg.grpo.max_num_epochs * steps_per_epoch(len(train),
@@ -389,6 +405,7 @@ def resume(run: Run) -> None:
     if found is not None:
         state = checkpoint.trainer_state(found)
         resumable(cfg, state, found)  # (before the weights: another model's or LoRA's tensors would not load)
+        same_base(run, state, found)
         run.sampler.check(state.get("problems", {}), str(found))
         checkpoint.load(found, run.model, run.optimizer, run.scheduler, state, lora=cfg.policy.lora.enabled,
                         own_base=run.lora is not None and run.lora.own_base)
@@ -453,7 +470,8 @@ def adapter(cfg: MasterConfig, peft_model) -> Adapter | None:
     base = Path(cfg.checkpointing.checkpoint_dir, checkpoint.BASE).resolve() if own else \
         local.resolve() if local.exists() else name
     return Adapter(peft_model, str(base), cfg.policy.lora.save_merged, own_base=own,
-                   base_overrides=None if own else cfg.policy.hf_config_overrides)  # (an own base has them saved)
+                   base_overrides=None if own else cfg.policy.hf_config_overrides,  # (an own base has them saved)
+                   base_identity=None if own else weights_identity(name))
 
 
 def languages(problems: list[Problem]) -> tuple[str, ...]:
