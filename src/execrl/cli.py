@@ -196,6 +196,7 @@ def run_train(args) -> int:
         differences_note,
         missing_package,
         no_effect_note,
+        sampling_note,
         schedule_note,
         validate,
         validation_overlap_note,
@@ -210,6 +211,7 @@ def run_train(args) -> int:
     launch = multi_gpu_launch(cfg, args)
     missing = missing_package(cfg)
     for note in (no_effect_note(cfg), differences_note(cfg), validation_overlap_note(cfg), schedule_note(cfg, batch_plan),
+                 sampling_note(cfg),
                  missing and args.dry_run and f"note: {missing} (the run refuses it)"):
         if note and "LOCAL_RANK" not in os.environ:  # (torchrun's processes: the command that launched them said it)
             err.print(escape(note))

@@ -550,3 +550,14 @@ def test_an_optimizer_that_climbs_the_loss_is_refused():
     with pytest.raises(ConfigError, match="maximize=True climbs the loss"):
         validate(load_config(None, ["policy.optimizer.kwargs.maximize=true"]))
     validate(load_config(None, ["policy.optimizer.kwargs.maximize=false"]))
+
+
+def test_near_greedy_sampling_is_warned():
+    """temperature=1e-4 or top_p=1e-4 passed without a word where temperature=0 and top_k=1 are refused: a group's
+    answers nearly alike."""
+    from execrl.config.checks import sampling_note
+
+    assert "temperature=0.0001 samples nearly greedily" in sampling_note(load_config(None, [
+        "policy.generation.temperature=1e-4"]))
+    assert "top_p=0.05 samples" in sampling_note(load_config(None, ["policy.generation.top_p=0.05"]))
+    assert sampling_note(load_config(None, ["policy.generation.temperature=0.6", "policy.generation.top_p=0.95"])) is None

@@ -543,6 +543,22 @@ def check_scheduler(cfg: MasterConfig, batch_plan: BatchPlan) -> None:
                           "nothing")
 
 
+NEAR_GREEDY = 0.1  # a temperature or top_p below it samples a group's answers nearly alike
+
+
+def sampling_note(cfg: MasterConfig) -> str | None:
+    """A warning where sampling is near greedy (temperature 0 and top_k 1 are refused): a group's answers come out
+    nearly alike, most groups flat, little learned; None: none."""
+    gen = cfg.policy.generation
+    low = [f"{k}={v:g}" for k, v in (("temperature", gen.temperature), ("top_p", gen.top_p))
+           if v is not None and 0 < v < NEAR_GREEDY]
+    if not low:
+        return None
+    return (f"warning: policy.generation.{' and '.join(low)} samples nearly greedily: a group's answers come out "
+            "nearly alike, so most groups' rewards are equal and little is learned (NeMo RL's recipes sample at "
+            "temperature 1.0, top_p 1.0); validation has its own val_temperature and val_top_p")
+
+
 def schedule_note(cfg: MasterConfig, batch_plan: BatchPlan) -> str | None:
     """A warning where the schedule's peak within the run (or its first SCHEDULE_PROBE steps) is under FEW_PEAK of
     the configured rate (a smoke run of a recipe with a long warm-up, say); None: none."""
