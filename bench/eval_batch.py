@@ -44,7 +44,7 @@ def main() -> None:
     for size in (None if s == "auto" else int(s) for s in args.sizes.split(",")):
         slots = []
         outs, seconds = timed(partial(sample, size, slots.append))
-        tokens = sum(n for out in outs for _, n in out)
+        tokens = sum(n for out in outs for _, n, _ in out)
         rate = tokens / seconds
         base = base or rate
         rows.append(["auto" if size is None else size, slots[-1], tokens, f"{seconds:.2f}", f"{rate:,.0f}",

@@ -27,10 +27,10 @@ from execrl.rewards import Sample
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
-def reference_graded(cfg, problem, text: str, num_tokens: int) -> Sample:
-    """The model's text, graded as its problem's reference solution."""
+def reference_graded(cfg, problem, text: str, num_tokens: int, sampled: bool = True, cut: bool = False) -> Sample:
+    """The model's text, graded as its problem's reference solution (make_sample's signature)."""
     return Sample(problem, text, Extracted(text, True, problem.metadata["reference"]), num_tokens=num_tokens,
-                  max_tokens=cfg.max_new_tokens)
+                  max_tokens=cfg.max_new_tokens if sampled else 0, cut=cut)
 
 
 def main() -> None:

@@ -508,7 +508,7 @@ def test_eval_of_a_checkpoint_poses_the_prompts_its_run_trained_on(tiny_model_di
     tok.save_pretrained(tmp_path / "policy")
     prompts = []
     monkeypatch.setattr(generate, "generate", lambda model, tok, texts, samples, *a, **k: prompts.extend(texts) or
-                        [[("", 0)] * samples for _ in texts])
+                        [[("", 0, False)] * samples for _ in texts])
     for given, think in ((None, False), ({}, True)):
         prompts.clear()
         summary = evaluate(EvalConfig(dataset="builtin:arith-code", split="validation", limit=2, workers=1,
@@ -554,3 +554,38 @@ def test_prompts_leave_room_for_the_completion_in_a_learned_position_table(capsy
     assert prompt_room(EvalConfig(max_new_tokens=200, max_prompt_tokens=50), model, "gpt2") == 50
     with pytest.raises(ValueError, match="--max-new-tokens 300 leaves no room for a prompt"):
         prompt_room(EvalConfig(max_new_tokens=300), model, "gpt2")
+
+
+def test_an_answer_ending_on_its_last_allowed_token_is_not_counted_cut(tiny_model_dir):
+    """samples_cut_at_max_new_tokens counted every answer of --max-new-tokens tokens, one whose end of sequence was
+    its last allowed token too (it ended on its own); the generator's word on each sample is what counts now."""
+    from execrl.eval.generate import generate
+    from execrl.eval.run import EvalConfig, make_sample
+    from execrl.models import load_model_and_tokenizer
+    from execrl.tasks import Problem
+
+    model, tok = load_model_and_tokenizer(str(tiny_model_dir), "cpu", "float32")
+    guided = ("regex", "(yes|no)")  # (an answer that ends once the constraint is met)
+    (text, n, cut), = generate(model, tok, ["Is it?"], 1, 24, temperature=1.0, batch_size=1, guided=guided)[0]
+    assert not cut and n < 24
+    assert generate(model, tok, ["Is it?"], 1, n, temperature=1.0, batch_size=1, guided=guided)[0] == [(text, n, False)]
+    assert generate(model, tok, ["Is it?"], 1, n - 1, temperature=1.0, batch_size=1, guided=guided)[0][0][2]
+    problem = Problem("p", [{"role": "user", "content": "Is it?"}], "math", answer="yes")
+    assert not make_sample(EvalConfig(max_new_tokens=n), problem, text, n, cut=False).cut
+
+
+def test_summary_records_the_prompt_limit_a_learned_position_table_applied(tiny_model_dir, tmp_path):
+    """summary.json said max_prompt_tokens 2048 where a GPT-2's table of positions less --max-new-tokens kept
+    shorter prompts only (and the drop line blamed --max-prompt-tokens): the record was not what ran."""
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from execrl.eval.run import EvalConfig, evaluate
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model_dir = tmp_path / "gpt2"
+    GPT2LMHeadModel(GPT2Config(n_positions=512, n_embd=32, n_layer=1, n_head=2, vocab_size=len(tok),
+                               eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    summary = evaluate(EvalConfig(dataset="builtin:arith-code", split="validation", limit=4, max_new_tokens=16,
+                                  out=str(tmp_path / "out"), workers=1), model_name=str(model_dir))
+    assert summary["ran"]["max_prompt_tokens"] == 512 - 16

@@ -248,3 +248,11 @@ def test_a_trajectory_age_above_one_is_named_as_a_bound_only():
                                                         "grpo.async_grpo.max_trajectory_age_steps=2"])))
     assert "max_trajectory_age_steps=2 bounds the rollouts' age only" in note
     assert "max_trajectory_age_steps" not in " ".join(nemo_differences(load_config(None, ["grpo.async_grpo.enabled=true"])))
+
+
+def test_the_loss_and_grad_norm_over_several_optimizer_steps_are_a_named_difference():
+    """NeMo RL's train/loss is the sum of a GRPO step's optimizer steps' losses and its grad_norm the last one's;
+    execrl logs their mean: named at start-up where a step takes several."""
+    assert "mean over the step's 2 optimizer steps" in " ".join(nemo_differences(load_config(None, [
+        "policy.train_global_batch_size=64"])))
+    assert "optimizer steps (NeMo" not in " ".join(nemo_differences(load_config(None, [])))

@@ -606,7 +606,7 @@ def test_validation_keeps_each_source_and_counts_problems_that_fit():
     over = ["data.train.dataset_name=mbpp", "data.train.split=train", "data.train.split_validation_size=0.05",
             "data.validation.dataset_name=gsm8k", "data.validation.split=test", "grpo.max_val_samples=10"]
     _, val, _ = load_data(load_config(None, over))
-    assert len(val) == 18 + 1319 and {p.id.split("/")[0] for p in val[:10]} == {"mbpp", "gsm8k"}  # in turn
+    assert len(val) == 19 + 1319 and {p.id.split("/")[0] for p in val[:10]} == {"mbpp", "gsm8k"}  # in turn
     tok = build_tokenizer(["Janet's ducks lay 16 eggs per day."], vocab_size=260)
     cfg = load_config(None, [*over, "data.max_input_seq_length=420", "policy.max_total_sequence_length=900",
                              "warmup.sft_steps=0"])

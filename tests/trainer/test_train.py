@@ -187,7 +187,7 @@ def test_trains_a_local_model_directory_on_mbpp(tmp_path, tiny_model_dir):
     trained, d = run(tmp_path, "mbpp", f"policy.model_name={tiny_model_dir}", "data.train.dataset_name=mbpp",
                      "data.train.split_validation_size=0.02", "warmup.sft_steps=0", "grpo.max_num_steps=1",
                      "policy.generation.max_new_tokens=16", "policy.max_total_sequence_length=1024")
-    assert trained.step == 1 and len(trained.val_problems) == 7  # 2% of the 374 train problems, held out
+    assert trained.step == 1 and len(trained.val_problems) == 8  # 2% of the 374 train problems (7.48), held out as NeMo RL rounds it
     assert metrics(d)[0]["train/verdict/no_code"] >= 0
 
 

@@ -876,6 +876,10 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
         out.append(f"grpo.async_grpo.max_trajectory_age_steps={grpo.async_grpo.max_trajectory_age_steps} bounds the "
                    "rollouts' age only: execrl generates one step ahead (rollouts are 1 step old), where NeMo RL's "
                    "generation runs up to that many steps ahead of training")
+    per_rollout = grpo.num_prompts_per_step * grpo.num_generations_per_prompt // max(cfg.policy.train_global_batch_size, 1)
+    if per_rollout > 1:
+        out.append(f"train/loss and train/grad_norm are the mean over the step's {per_rollout} optimizer steps (NeMo "
+                   "RL logs the sum of their losses and the last one's norm)")
     if cfg.policy.cpu_offload and gpus(cfg) > 1:
         out.append("policy.cpu_offload (NeMo RL: policy.dtensor_cfg.cpu_offload) has no effect with several GPUs: "
                    "FSDP2 shards the master weights and AdamW's state over them instead (offloading them as well is "

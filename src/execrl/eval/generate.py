@@ -16,10 +16,11 @@ KV_SHARE = 0.5  # of the GPU's free memory after loading, for the engine's KV ca
 def generate(model, tokenizer, prompts: list[str], num_samples: int, max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, batch_size: int | None = None, backend: str = "execrl", seed: int = 0,
              on_batch=None, guided: tuple | list | None = None, on_slots=None,
-             on_sample=None) -> list[list[tuple[str, int]]]:
+             on_sample=None) -> list[list[tuple[str, int, bool]]]:
     """`guided`: (kind, value) of a constraint every completion keeps to (execrl.guided), or one
     such (or None) per prompt, or None. `batch_size` None: auto_slots; `on_slots(n)` is told the
-    number decoded at once. `on_sample(i, j, text, num_tokens)`: told of sample j of prompt i as it
+    number decoded at once. Each sample: (text, num_tokens, cut: it hit max_new_tokens before it ended).
+    `on_sample(i, j, text, num_tokens, cut)`: told of sample j of prompt i as it
     ends, while the rest generate, where the generator hands completions in so (`streams`: on a
     GPU); otherwise never."""
     torch.manual_seed(seed)
@@ -35,11 +36,11 @@ def generate(model, tokenizer, prompts: list[str], num_samples: int, max_new_tok
     generator = build_generator(model, tokenizer, backend, slots, max_len)
     per_prompt = guided if isinstance(guided, list) else [guided] * len(ids)
     guides = {"guides": [None if c is None else generator.guides.get(*c) for c in per_prompt]} if any(per_prompt) else {}
-    streamed = {"on_sample": lambda i, j, c: on_sample(i, j, c.text, len(c.ids))} \
+    streamed = {"on_sample": lambda i, j, c: on_sample(i, j, c.text, len(c.ids), c.truncated)} \
         if on_sample is not None and getattr(generator, "streams", False) else {}
     outs = generator.generate(ids, num_samples, max_new_tokens,
                               SamplingParams(temperature, top_p), on_batch=on_batch, **guides, **streamed)
-    return [[(c.text, len(c.ids)) for c in group] for group in outs]
+    return [[(c.text, len(c.ids), c.truncated) for c in group] for group in outs]
 
 
 def auto_slots(model, max_len: int) -> int:

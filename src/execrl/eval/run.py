@@ -126,10 +126,12 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         try:
             dropped = 0
             if texts is None:
-                texts = sample_completions(cfg, model_name, problems, early)
+                texts, longest = sample_completions(cfg, model_name, problems, early)
                 dropped = len(problems) - len(texts)  # (prompts over max_prompt_tokens)
-            samples = {(i, j): early.sample((i, j)) or make_sample(cfg, p, text, n, sampled=not completions)
-                       for i, (p, outs) in enumerate(texts) for j, (text, n) in enumerate(outs)}
+                cfg = replace(cfg, max_prompt_tokens=longest)  # (the limit applied: a learned position
+                # table's may be lower, and summary.json records what ran)
+            samples = {(i, j): early.sample((i, j)) or make_sample(cfg, p, text, n, sampled=not completions, cut=cut)
+                       for i, (p, outs) in enumerate(texts) for j, (text, n, cut) in enumerate(outs)}
             graded = sum(map(graded_in_sandbox, samples.values()))
             with _bar() as bar:
                 task = bar.add_task("grading", total=graded)
@@ -151,13 +153,14 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
                      dropped)
 
 
-def make_sample(cfg: EvalConfig, problem: Problem, text: str, num_tokens: int, sampled: bool = True) -> Sample:
+def make_sample(cfg: EvalConfig, problem: Problem, text: str, num_tokens: int, sampled: bool = True,
+                cut: bool = False) -> Sample:
     """A completion of `problem` as the sample it is graded as (its answer or program extracted); `sampled`: made
-    here, under --max-new-tokens (a completions file's were made under a limit not known here)."""
+    here, under --max-new-tokens (a completions file's were made under a limit not known here); `cut`: it hit that
+    limit before it ended (the generator's word: an answer whose end of sequence is its last allowed token ended)."""
     return Sample(problem, text, extract(text, cfg.prompt.answer_format, cfg.prompt.code_style, problem.language,
                                          want_code=problem.kind == "code", entries=entry_names(problem.tests)),
-                  num_tokens=num_tokens,
-                  max_tokens=cfg.max_new_tokens if sampled else 0)
+                  num_tokens=num_tokens, max_tokens=cfg.max_new_tokens if sampled else 0, cut=cut)
 
 
 def judge_samples(cfg: EvalConfig, samples: list[Sample]) -> None:
@@ -193,7 +196,8 @@ def check_template(cfg: EvalConfig, model_name: str) -> EvalConfig:
 
 def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[Problem],
                        early: EarlyGrading | None = None):
-    """Each problem's completions [(problem, [(text, num_tokens)])], the problems whose prompts fit;
+    """Each problem's completions [(problem, [(text, num_tokens, cut)])], the problems whose prompts fit, and the
+    longest prompt sampled on (prompt_room);
     `early`: each sample handed to it as it ends, where the generator streams (EarlyGrading.give)."""
     # torch and transformers load only here: grading a file of completions needs neither
     from execrl.eval.generate import generate
@@ -211,7 +215,8 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
                              "" if longest == cfg.max_prompt_tokens else " and lower --max-new-tokens"))
     if dropped:
         err.print(f"[yellow]dropped {dropped} problems whose prompt is longer than {longest} tokens "
-                  "(--max-prompt-tokens)[/]")
+                  + ("(--max-prompt-tokens)" if longest == cfg.max_prompt_tokens else "(the model's position table "
+                     "less --max-new-tokens)") + "[/]")
     prompts = [render(build_messages(p, cfg.prompt), tok) for p in problems]
     start, slots = time.perf_counter(), []
     with _bar() as bar:
@@ -221,11 +226,11 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
                         guided=[p.metadata.get("guided_decoding", cfg.guided) for p in problems],
                         on_slots=lambda n: slots.append(n) or bar.update(task, description=f"sampling, {n} at once"),
                         on_sample=handed_to(early, cfg, problems))
-    seconds, tokens = time.perf_counter() - start, sum(n for out in outs for _, n in out)
+    seconds, tokens = time.perf_counter() - start, sum(n for out in outs for _, n, _ in out)
     err.print(f"sampled {sum(map(len, outs))} completions, {tokens} tokens, in {seconds:.1f} s: "
               f"{tokens / max(seconds, 1e-9):,.0f} tokens/s" + (f", {slots[-1]} at once" if slots else ""),
               markup=False, highlight=False)
-    return list(zip(problems, outs))
+    return list(zip(problems, outs)), longest
 
 
 def prompt_room(cfg: EvalConfig, model, model_name: str | None) -> int:
@@ -260,9 +265,9 @@ def handed_to(early: EarlyGrading | None, cfg: EvalConfig, problems: list[Proble
     if early is None or not early.most:
         return None
 
-    def give(i: int, j: int, text: str, num_tokens: int) -> None:
+    def give(i: int, j: int, text: str, num_tokens: int, cut: bool) -> None:
         if problems[i].kind == "code":
-            early.give((i, j), make_sample(cfg, problems[i], text, num_tokens))
+            early.give((i, j), make_sample(cfg, problems[i], text, num_tokens, cut=cut))
     return give
 
 
@@ -317,7 +322,7 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
         else:
             raise DatasetError(f"{path}, row {n}: problem id {pid!r} is not in the dataset, and the row has no tests "
                                f"or answer of its own (known ids look like {next(iter(by_id), '...')!r})")
-        grouped.setdefault(key, (problem, []))[1].append((text, num_tokens))
+        grouped.setdefault(key, (problem, []))[1].append((text, num_tokens, False))
     if past_limit:
         err.print(f"[yellow]left out {past_limit} completions of problems past --limit[/]")
     return list(grouped.values())
@@ -364,7 +369,7 @@ def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None
             if cfg.reward_model:
                 row["reward_model_scores"] = [s.rm_score for s in group]  # (null: the sandbox failed on it)
             f.write(json.dumps(row) + "\n")
-    cut = sum(1 for s in samples if s.max_tokens and s.num_tokens >= s.max_tokens)  # (at --max-new-tokens: unended)
+    cut = sum(s.cut for s in samples)  # (at --max-new-tokens before they ended)
     summary = {"dataset": cfg.dataset, "split": cfg.split, "problems": len(per_problem),
                **({"problems_dropped_long_prompt": dropped} if dropped else {}), "samples": len(samples),
                **({} if "completions" in (source or {}) else {"samples_cut_at_max_new_tokens": cut}),

@@ -61,6 +61,7 @@ class Sample:
     result: ProgramResult | None = None  # code problems whose code was found and graded
     num_tokens: int = 0  # completion length in tokens
     max_tokens: int = 0  # the generation limit it was sampled under
+    cut: bool = False  # it hit that limit before it ended (EOS or a stop string): execrl eval's count
     turns: int = 1  # model turns the episode took (multi-turn environments)
     outcome: str | None = None  # set where the environment decides it: a game's win, draw, loss, illegal or unplayed
     rm_score: float | None = None  # the reward model's score of the episode's conversation (env.reward_model)

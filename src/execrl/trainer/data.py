@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import random
 from itertools import zip_longest
 
@@ -29,11 +30,11 @@ def load_split(d: DatasetConfig, seed: int, repeat: bool = True) -> list[Problem
 
 
 def hold_out(problems: list[Problem], size: float, seed: int) -> tuple[list[Problem], list[Problem]]:
-    """(kept, held out): a seeded share of the problems (`size` below 1), at least one, or that number of them (1 or
-    more, as NeMo RL's split reads it)."""
+    """(kept, held out): a seeded share of the problems (`size` below 1: ceil(size x problems), as NeMo RL's split,
+    Hugging Face's train_test_split, counts it: 18.7 is 19), or that number of them (1 or more)."""
     order = list(range(len(problems)))
     random.Random(seed).shuffle(order)
-    count = int(size) if size >= 1 else max(1, int(len(problems) * size))
+    count = int(size) if size >= 1 else math.ceil(len(problems) * size)
     if count >= len(problems):
         raise DatasetError(f"split_validation_size={size:g} holds out {count} problems of {len(problems)}: none "
                            "would train; hold out fewer")
