@@ -195,3 +195,11 @@ def test_the_code_game_on_one_sandbox_worker_is_refused(tmp_path):
                                                      "data.validation=null", "grpo.val_at_start=false"])
     with pytest.raises(ConfigError, match="two sandbox workers, and this process has 1: set env.code.num_workers=2"):
         train(cfg)
+
+
+def test_one_worker_cannot_tell_repeatable_output_and_is_refused():
+    """(An attacker's find) on a grader of one worker both runs forked from one zygote: hash('abc'), id(object())
+    and /proc/1's values printed the same twice and read as repeatable, output no predictor could predict."""
+    with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as one:
+        with pytest.raises(ValueError, match="on two sandbox workers; this grader has 1"):
+            repeatable_output(one, "print(hash('abc') % 1000)")

@@ -15,7 +15,7 @@ from execrl.sandbox import Grader, Limits, Verdict
 from execrl.sandbox.inside.protocol import MAX_NODES
 from execrl.sandbox.isolation import detect
 
-from .conftest import FAST, ONE
+from .conftest import FAST, ONE, stdio
 from .test_threats import graded_quickly
 
 V = Verdict
@@ -215,6 +215,37 @@ def test_a_compiled_program_cannot_write_a_status_and_printed_bad_alloc_is_not_m
     assert grader.grade(said, ONE).verdict == V.RUNTIME_ERROR
     real = "#include <vector>\n#include <cstdio>\nint main(){ std::vector<long> v(1L << 40); printf(\"%zu\", v.size()); }"
     assert grader.grade(real, ONE, language="cpp").verdict == V.MEMORY
+
+
+def test_a_binary_the_kernel_will_not_run_is_the_programs_failure_not_infra(solo):
+    """(An attacker's find) a C++ program whose .interp section runs on past its loader's path (its own bytes
+    appended, no NUL) fails its exec with ENOEXEC, which was reported as our set-up's failure: every test infra_error,
+    left out of the reward, for a wrong answer; and a step of them stopped the run. Its binary's exec failing is its
+    runtime error; the next program grades as ever."""
+    bad = ('#include <cstdio>\nextern "C" const char my_interp[4] __attribute__((section(".interp"), used)) = '
+           "{'a','b','c','d'};\nint main(){ int a, b; scanf(\"%d %d\", &a, &b); printf(\"%d\\n\", a * b); }\n")
+    good = '#include <cstdio>\nint main(){ int a, b; scanf("%d %d", &a, &b); printf("%d\\n", a + b); }\n'
+    tests = stdio(["1 2\n", "3 4\n"], ["3\n", "7\n"])
+    r = solo.grade(bad, tests, language="cpp")
+    assert r.verdict == V.RUNTIME_ERROR and "could not be run" in r.stderr, (r.verdict, r.stderr, r.tests[0].detail)
+    assert solo.grade(good, tests, language="cpp").verdict == V.PASS
+
+
+def test_messages_to_the_checker_do_not_hold_off_a_calls_time_limit(grader):
+    """(An attacker's find) each callback message the program sent reset the checker's deadline for the call's
+    reply, and an unknown callback key only got an error back: a thread sending one every 0.5 s let a call run past
+    its time limit (2.6 s of CPU where 2 s is the call's wall limit): timeout became pass. One deadline a call; an
+    unknown key is the program's protocol error."""
+    code = ("import os, socket, struct, json, threading, time\n"
+            "def _keepalive():\n    s = socket.socket(fileno=os.dup(4))\n    while True:\n        time.sleep(0.5)\n"
+            "        h = json.dumps({'callback': 987654, 'args': [], 'kwargs': {}, 'blobs': [], 'nfds': 0}).encode()\n"
+            "        s.sendall(struct.pack('>I', len(h)) + h)\n"
+            "        n, = struct.unpack('>I', s.recv(4, socket.MSG_WAITALL)); s.recv(n, socket.MSG_WAITALL)\n"
+            "_started = False\ndef slow(n):\n    global _started\n    if not _started:\n        _started = True\n"
+            "        threading.Thread(target=_keepalive, daemon=True).start()\n    t = time.process_time()\n"
+            "    while time.process_time() - t < 2.6:\n        pass\n    return n * 2\n")
+    r = grader.grade(code, {"asserts": ["assert slow(1) == 2", "assert slow(2) == 4", "assert slow(3) == 6"]})
+    assert r.verdict != V.PASS and r.tests[0].verdict in (V.TIMEOUT, V.RUNTIME_ERROR), [t.verdict for t in r.tests]
 
 
 def test_a_later_program_finds_nothing_the_earlier_left(solo):

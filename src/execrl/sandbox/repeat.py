@@ -96,6 +96,11 @@ def repeatable_output(grader: Grader, program: str, limits: Limits | None = None
                       max_output_chars: int = 500) -> Repeated:
     """The program's output if it runs to the end, prints something (at most max_output_chars) and
     prints the same in both runs (see the module's docstring); else None and why not."""
+    if grader.pool.num_workers < 2:  # one worker runs both from one zygote: the same hash seed, memory layout and
+        # /proc values, so output no solver could predict (hash('abc')) reads as repeatable (execrl train refuses
+        # the code game on fewer; a caller of this function is told)
+        raise ValueError(f"repeatable_output runs a program on two sandbox workers; this grader has "
+                         f"{grader.pool.num_workers}: make it with num_workers >= 2")
     if len(program) > max_program_chars:
         return Repeated(None, "too_long")
     codes = [PRELUDE.format(seed=seed, now=now, source=program) for seed, now in RUNS]

@@ -81,13 +81,19 @@ class _Rpc:
         try:
             self.sock.settimeout(self.timeout)  # (a send's: recv_msg's deadline leaves it at what was left)
             send_msg(self.sock, req)
-            deadline = time.monotonic() + self.timeout  # (the program's answer's time, a trickled one's too)
-            reply, _, _ = recv_msg(self.sock, bounded=True, deadline=deadline)  # (parsed in the checker, outside
-            while isinstance(reply, dict) and "callback" in reply:  # the program's limits: 60 MB of [0,0,...] took
-                answer = _run_callback(reply, self._handle)  # 3 s a call)
-                self.sock.settimeout(self.timeout)
+            deadline = time.monotonic() + self.timeout  # (the program's answer's time, a trickled one's too, and
+            reply, _, _ = recv_msg(self.sock, bounded=True, deadline=deadline)  # its callbacks': one deadline a
+            while isinstance(reply, dict) and "callback" in reply:  # call, moved on only by the checker's own time
+                key = reply["callback"]  # in the tests' functions. (Parsed in the checker, outside the program's
+                if type(key) is not int or key not in _CALLBACKS:  # limits: 60 MB of [0,0,...] took 3 s a call.)
+                    self.failed = ("runtime_error", "the program called back a function the tests never gave it")
+                    raise RemoteGone(self.failed[1])  # (a call of an unknown one each 0.5 s held the deadline off)
+                started = time.monotonic()
+                answer = _run_callback(reply, self._handle)
+                deadline += time.monotonic() - started
+                self.sock.settimeout(max(deadline - time.monotonic(), 0.001))
                 send_msg(self.sock, answer)
-                reply, _, _ = recv_msg(self.sock, bounded=True, deadline=time.monotonic() + self.timeout)
+                reply, _, _ = recv_msg(self.sock, bounded=True, deadline=deadline)
         except socket.timeout:
             self.failed = ("timeout", "")
             raise RemoteTimeout() from None

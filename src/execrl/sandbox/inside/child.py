@@ -326,7 +326,12 @@ def exec_child(job: dict) -> None:
     try:
         os.execve(job["argv"][0], job["argv"], dict(os.environ))
     except OSError as e:
-        if e.errno != errno.ETXTBSY:
+        if e.errno == errno.ETXTBSY:
+            report_setup_failure(EXEC_BUSY)  # (the runner execs a fresh copy)
+            os._exit(125)
+        if not job.get("program"):  # a language's tool that would not start: our set-up's failure
             raise
-        report_setup_failure(EXEC_BUSY)  # (the runner execs a fresh copy)
-        os._exit(125)
+        setup_done()  # the program's own binary, which its source shaped (a .interp section that does not end, say:
+        # ENOEXEC): its failure, a runtime error, never an infra_error left out of its reward
+        os.write(2, f"the program's binary could not be run: {e.strerror} (errno {e.errno})\n".encode())
+        os._exit(126)

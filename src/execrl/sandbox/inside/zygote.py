@@ -494,7 +494,8 @@ class Zygote:
                     job["args"] = blobs[i + 1]  # our memory, which a later program's processes inherit; zeroed)
                 target = python_child
             else:
-                job, target = {"argv": _argv(h["run"], self.src)}, exec_child
+                argv = _argv(h["run"], self.src)  # ("program": its own binary, whose exec failing is its failure)
+                job, target = {"argv": argv, "program": argv[0] == os.path.join(PROGRAM_DIR, EXE)}, exec_child
             broken = self._restore_program() if i else ""
             if broken:  # charged to the program, whose files it was: this test fails unrun
                 res, pair = _unrun(broken), [b"", broken.encode(), b""]
