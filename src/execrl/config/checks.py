@@ -876,7 +876,7 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
         out.append(f"grpo.async_grpo.max_trajectory_age_steps={grpo.async_grpo.max_trajectory_age_steps} bounds the "
                    "rollouts' age only: execrl generates one step ahead (rollouts are 1 step old), where NeMo RL's "
                    "generation runs up to that many steps ahead of training")
-    per_rollout = grpo.num_prompts_per_step * grpo.num_generations_per_prompt // max(cfg.policy.train_global_batch_size, 1)
+    per_rollout = plan(cfg).optimizer_steps_per_rollout
     if per_rollout > 1:
         out.append(f"train/loss and train/grad_norm are the mean over the step's {per_rollout} optimizer steps (NeMo "
                    "RL logs the sum of their losses and the last one's norm)")

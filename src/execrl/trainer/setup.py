@@ -233,10 +233,11 @@ def build_run(cfg: MasterConfig) -> Run:
         raise ConfigError(  # hash('abc') printed the same in both, a program no predictor could predict)
             f"the code game runs each program on two sandbox workers, and this process has "
             f"{grader.pool.num_workers}: set env.code.num_workers=2 or more (per node)")
+    identity = weights_identity(cfg.policy.model_name)  # (read once: the resume's check and the adapter's record)
     run = Run(cfg, plan, policy.weights, policy.tokenizer, policy.ref, optimizer,
               cfg.policy.scheduler.build(optimizer), ProblemSampler(train, cfg.grpo.seed, cfg.data.shuffle), val, refs,
               grader, MetricsLogger(cfg, write=dist.is_main()), baselines=RoleBaselines(cfg.grpo.role_baseline_decay),
-              lora=adapter(cfg, policy.peft_model), lock=lock, base_identity=weights_identity(cfg.policy.model_name))
+              lora=adapter(cfg, policy.peft_model, identity), lock=lock, base_identity=identity)
     run.max_steps = cfg.grpo.max_num_steps
     if not cfg.grpo.use_dynamic_sampling:  # (which draws a varying number of prompts per step: the loop checks)
         run.max_steps = min(run.max_steps, cfg.grpo.max_num_epochs * steps_per_epoch(len(train),
@@ -458,9 +459,9 @@ def reward_model(cfg: MasterConfig) -> RewardModel | None:
     return load_reward_model(cfg.env.reward_model, cfg.policy.device, cfg.offline or None, cfg.prompt)
 
 
-def adapter(cfg: MasterConfig, peft_model) -> Adapter | None:
-    """A LoRA run's adapter: its base is the model it started from (with policy.hf_config_overrides, written beside
-    the adapter), or the run's own (checkpoint.save_base) where the run makes it (the built-in model, built here; a
+def adapter(cfg: MasterConfig, peft_model, identity: str | None = None) -> Adapter | None:
+    """A LoRA run's adapter: its base is the model it started from (with policy.hf_config_overrides and `identity`,
+    its weight files' models.weights_identity, written beside the adapter), or the run's own (checkpoint.save_base) where the run makes it (the built-in model, built here; a
     supervised warm-up, which trains it)."""
     if peft_model is None:
         return None
@@ -471,7 +472,7 @@ def adapter(cfg: MasterConfig, peft_model) -> Adapter | None:
         local.resolve() if local.exists() else name
     return Adapter(peft_model, str(base), cfg.policy.lora.save_merged, own_base=own,
                    base_overrides=None if own else cfg.policy.hf_config_overrides,  # (an own base has them saved)
-                   base_identity=None if own else weights_identity(name))
+                   base_identity=None if own else identity)
 
 
 def languages(problems: list[Problem]) -> tuple[str, ...]:
