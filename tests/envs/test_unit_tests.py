@@ -212,3 +212,17 @@ def test_a_test_is_always_held_back_and_a_lone_one_never_shows_its_expected_valu
     assert "got: 1" in said and "49" not in said
     step = e.step("```python\ndef square(x):\n    return x * x\n```")
     assert step.done and step.reward.total == 1.0
+
+
+
+def test_a_lone_asserts_feedback_shows_only_what_the_programs_own_call_gave(grader):
+    """(A leak, found by a review) the probe reported the left side whatever it was: `assert 49 == square(7)` said
+    `got: 49`, and an assert's own message (`'expected 49'`) was shown. Hidden, an assert reports a value only where
+    its left side is a call of the program's and its right side calls none."""
+    wrong = "```python\ndef square(x):\n    return 1\n\nclass Solution:\n    def sq(self, x):\n        return 1\n```"
+    for test, shown in [("assert 49 == square(7)", "wrong answer"), ("assert square(7) == 49, 'expected 49'", "wrong answer"),
+                        ("assert [square(7), 49] == [49, 49]", "wrong answer"), ("assert square(7) == 49", "1"),
+                        ("assert Solution().sq(7) == 49", "1")]:
+        e, _ = env(grader, Problem("t/lone", SQUARES.messages, "code", tests=AssertTests([test])))
+        said = e.step(wrong).observation[0]["content"]
+        assert said.splitlines()[1] == f"got: {shown}" and "49" not in said, (test, said)

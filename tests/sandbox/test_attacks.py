@@ -867,7 +867,18 @@ int main(int argc, char** argv) {
     cmsghdr* c = CMSG_FIRSTHDR(&m);
     c->cmsg_level = SOL_SOCKET; c->cmsg_type = SCM_RIGHTS; c->cmsg_len = CMSG_LEN(sizeof fds);
     memcpy(CMSG_DATA(c), fds, sizeof fds);
-    return sendmsg(fds[1], &m, 0) < 0;
+    int sent = sendmsg(fds[1], &m, 0);
+    if (argc > 2) {  // and /tmp filled: main.bin cannot be written anew
+      static char block[1 << 20];
+      for (int i = 0;; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "/tmp/fill%d", i);
+        int f = open(name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (f < 0 || write(f, block, sizeof block) < (ssize_t)sizeof block) break;
+        close(f);
+      }
+    }
+    return sent < 0;
   }
   puts("ok");
   fflush(stdout);
@@ -877,7 +888,7 @@ int main(int argc, char** argv) {
   int in = open(self, O_RDONLY), out = open("copy.bin", O_WRONLY | O_CREAT | O_TRUNC, 0755);
   while ((n = read(in, data, sizeof data)) > 0) write(out, data, n);
   close(out);
-  execl("copy.bin", "copy.bin", self, (char*)0);
+  execl("copy.bin", "copy.bin", self, FILL, (char*)0);
   return 1;
 }
 """
@@ -887,8 +898,18 @@ def test_a_binary_held_open_for_writing_in_flight_breaks_no_later_test(solo):
     """Its binary opened for writing (by a copy of it, run after it) and sent over a unix socket left in flight: the
     descriptor outlives the test's processes, and exec of that file fails (ETXTBSY). That was reported as the
     sandbox's set-up failing: infra_error for every test of the program, the worker lost."""
-    r = solo.grade(HOLD_OPEN, THREE, language="cpp")
+    r = solo.grade(HOLD_OPEN.replace("FILL", "(char*)0"), THREE, language="cpp")
     assert [t.verdict for t in r.tests] == [V.PASS] * 3, r.to_dict()
+    assert solo.grade("print('ok')", ONE).verdict == V.PASS
+
+
+@namespaces  # (without namespaces the program's /tmp is the host's)
+def test_a_binary_held_open_in_flight_with_tmp_filled_is_the_programs_failure(solo):
+    """As above, and the program filled /tmp too: writing its binary anew failed (ENOSPC), and that OSError was the
+    sandbox's: infra_error for the whole program, a wrong answer left out of its reward and a way to stop a run."""
+    r = solo.grade(HOLD_OPEN.replace("FILL", '"fill"'), THREE, language="cpp")
+    assert [t.verdict for t in r.tests] == [V.PASS, V.RUNTIME_ERROR, V.RUNTIME_ERROR], r.to_dict()
+    assert "restored" in r.tests[1].detail, r.to_dict()
     assert solo.grade("print('ok')", ONE).verdict == V.PASS
 
 

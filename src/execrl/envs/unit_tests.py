@@ -43,7 +43,7 @@ class UnitTestsEnv(Environment):
         self.problem, self.last_code = problem, None
         self._new_episode()
         self.public, self.hidden = public_part(problem.tests, self.mt.public_tests)
-        self.probes = with_probes(self.public)
+        self.probes = with_probes(self.public, entry_names(problem.tests) if self.hidden else None)
         return build_messages(problem, self.cfg.prompt)
 
     def step(self, assistant_text: str, num_tokens: int = 0) -> Step:
@@ -69,7 +69,7 @@ class UnitTestsEnv(Environment):
             self.retried += 1
             return Step([self._say("(the sandbox failed to run the tests, through no fault of the code: submit "
                                    "it again)")], tool_call=True)
-        said = feedback(self.public, public, self.mt.max_output_chars, self.hidden)
+        said = feedback(self.public, public, self.mt.max_output_chars, self.hidden, probed(self.public, self.probes))
         return Step([self._say(said)], tool_call=True, tool_error=True)
 
     def finish(self) -> Step:
@@ -94,19 +94,31 @@ def public_part(tests: TestSpec, public_tests: int) -> tuple[TestSpec, bool]:
     return truncate_tests(tests, max(shown, 1)), shown == 0
 
 
-def with_probes(spec: TestSpec) -> TestSpec:
+def with_probes(spec: TestSpec, hidden_entries: frozenset[str] | None = None) -> TestSpec:
     """Asserts of the form `assert left == right` rewritten to report `left`'s value when they
-    fail."""
+    fail. hidden_entries (the test's expected value is hidden: the program's names): only where
+    `left` is a call of the program's and nothing else (`assert 12 == f(3)` would show 12, as would
+    `[f(3), 12]`), and `right` calls none of them."""
     if not isinstance(spec, AssertTests):
         return spec
-    return AssertTests([_probe(a) for a in spec.asserts], spec.setup)
+    return AssertTests([_probe(a, hidden_entries) for a in spec.asserts], spec.setup)
 
 
-def _probe(snippet: str) -> str:
+def probed(spec: TestSpec, probes: TestSpec) -> list[bool]:
+    """Which of `spec`'s asserts report the value their left side had."""
+    if not isinstance(spec, AssertTests):
+        return []
+    return [a != b for a, b in zip(spec.asserts, probes.asserts)]
+
+
+def _probe(snippet: str, hidden_entries: frozenset[str] | None = None) -> str:
     tree = ast.parse(snippet)
     last = tree.body[-1] if tree.body else None
     if not (isinstance(last, ast.Assert) and last.msg is None and isinstance(last.test, ast.Compare)
             and len(last.test.ops) == 1 and isinstance(last.test.ops[0], ast.Eq)):
+        return snippet
+    if hidden_entries is not None and not (_calls_the_program(last.test.left, hidden_entries) and not any(
+            _calls_the_program(n, hidden_entries) for n in ast.walk(last.test.comparators[0]))):
         return snippet
     left, right = ast.unparse(last.test.left), ast.unparse(last.test.comparators[0])
     lines = python_lines(snippet)  # (the text before the assert, its own line's `a = 5; ` too; col_offset counts UTF-8 bytes)
@@ -119,10 +131,22 @@ def _probe(snippet: str) -> str:
     return probe
 
 
-def feedback(spec: TestSpec, result: ProgramResult, max_chars: int, hidden: bool = False) -> str:
+def _calls_the_program(node: ast.AST, entries: frozenset[str]) -> bool:
+    """`node` is a call of one of the program's names (`f(3)`, `Solution().two_sum(x)`)."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):
+        func = func.value.func
+    return isinstance(func, ast.Name) and func.id in entries
+
+
+def feedback(spec: TestSpec, result: ProgramResult, max_chars: int, hidden: bool = False,
+             probed: list[bool] | None = None) -> str:
     """Which public tests failed, each with its input, the expected answer and what the program
     gave. hidden: the test is the problem's only one, held back: what the program gave, never what
-    was expected (nor an assert's text, nor a check's message on a wrong answer, which hold it)."""
+    was expected (nor an assert's text or message, nor a check's message on a wrong answer, which
+    hold it); an assert says what the program gave only where it was probed (with_probes)."""
     failed = [i for i, t in enumerate(result.tests) if t.verdict != V.PASS]
     lines = [f"{len(failed)} of {len(result.tests)} tests failed."]
     for i in failed:
@@ -140,6 +164,8 @@ def feedback(spec: TestSpec, result: ProgramResult, max_chars: int, hidden: bool
             lines += [f"call: {spec.fn_name}({', '.join(json.dumps(a) for a in spec.args[i])})",
                       *([] if hidden else [f"expected: {json.dumps(spec.outputs[i])}"]), f"got: {_short(got)}"]
         elif isinstance(spec, AssertTests):
+            if hidden and t.verdict == V.FAIL and not (probed and probed[i]):
+                got = "wrong answer"  # (the assertion's own message or a left side other than the program's call)
             lines += [*([] if hidden else [f"test: {_short(spec.asserts[i])}"]), f"got: {_short(got)}"]
         elif isinstance(spec, CheckTests):
             lines += [f"the check of {spec.entry_point} failed" + (": wrong answer" if hidden and t.verdict == V.FAIL

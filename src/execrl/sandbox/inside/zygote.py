@@ -508,8 +508,14 @@ class Zygote:
             else:
                 stdin = b"" if h["mode"] == "call" else blobs[i + 1]
                 res, pair = self.spawn(target, job, lim, stdin=stdin, cpu_s=cpu, wall_s=wall)
-                if res.get("setup_error") == EXEC_BUSY and self._fresh_copy(job["argv"][0]):
-                    res, pair = self.spawn(target, job, lim, stdin=stdin, cpu_s=cpu, wall_s=wall)
+                if res.get("setup_error") == EXEC_BUSY:
+                    try:
+                        fresh = self._fresh_copy(job["argv"][0])
+                    except OSError as e:  # (the program filled its tmpfs too: its failure, as in _restore_program)
+                        broken = f"the program's files could not be restored for this test ({type(e).__name__}: {e})"
+                        res, pair, fresh = _unrun(broken), [b"", broken.encode(), b""], False
+                    if fresh:
+                        res, pair = self.spawn(target, job, lim, stdin=stdin, cpu_s=cpu, wall_s=wall)
             send_msg(self.ctrl, {"result": res}, pair)
             scrub(*pair)
             num_run += 1
