@@ -334,6 +334,28 @@ def test_a_return_value_is_not_in_the_next_programs_memory(solo, reps):
     assert solo.grade(thief, spec).verdict == V.FAIL
 
 
+@pytest.mark.parametrize("reps", [20, 90])
+def test_a_status_line_is_not_in_the_next_programs_memory(solo, reps):
+    """(A cross-program channel, found by a review) a stdin/stdout program's status line (its fd 3, or its own
+    exception's message) was parsed in the runner: a line `{"msg": "..."}` one program wrote there stayed in the heap
+    every later program's process is forked from, and a later program on the same worker read it back from its own
+    memory. Every program's status now comes back unparsed and the grader parses it."""
+    writer = f"import os\nos.write(3, b'{{\"msg\": \"NOTE_' + b'z9w' * {reps} + b'\"}}\\n')\nprint('ok')\n"
+    reader = ("import re\nmem = open('/proc/self/mem', 'rb', 0)\nfound = 'none'\n"
+              "for line in open('/proc/self/maps').read().splitlines():\n"
+              "    span, perms = line.split()[:2]\n    a, b = (int(x, 16) for x in span.split('-'))\n"
+              "    if 'r' not in perms or b - a > 1 << 28:\n        continue\n    try:\n"
+              "        mem.seek(a)\n        chunk = mem.read(b - a)\n    except OSError:\n        continue\n"
+              f"    if re.search(rb'NOTE_(?:z9w){{{reps}}}', chunk):\n        found = 'found'\n"
+              "print(found)\n")
+    for _ in range(2):
+        assert solo.grade(writer, ONE).verdict == V.PASS
+        raised = solo.grade(f"raise ValueError('NOTE_' + 'z9w' * {reps})", ONE)
+        assert raised.verdict == V.RUNTIME_ERROR and "z9w" in raised.tests[0].detail, raised.to_dict()
+    r = graded_quickly(solo, reader, {"inputs": [""], "outputs": ["none\n"]})
+    assert r.verdict == V.PASS, r.tests[0].output
+
+
 @namespaces
 def test_no_user_namespace_of_its_own(grader):
     code = LIBC + "print('ok' if libc.unshare(0x10000000) != 0 else 'unshared')"  # CLONE_NEWUSER

@@ -316,7 +316,7 @@ def _parse_status(r: dict, out: list) -> None:
     zygote's "status_raw") as the value's blob: parsed here, into r's status and the value's JSON in its place
     (_judge does it for the tests it judges)."""
     if r.get("status_raw"):
-        r["status"], out[2] = carry_status(out[2], checker=False)
+        r["status"], out[2] = carry_status(out[2], checker=False, value=r["status_raw"] == "value")
 
 
 def _program_frames(stderr: str, inside_dir: str) -> str:
@@ -442,7 +442,8 @@ def _judge(r: dict, stdout: bytes, err: bytes, value_json: bytes, spec, i: int, 
         # list's [...]): a far larger one fails from its size, before any parsing
         oversize = isinstance(spec, CallTests) and \
             node_marks(value_json) > 2 * node_marks(json.dumps(encode(spec.outputs[i]))) + 64
-        r["status"], value_json = ([], b"") if oversize else carry_status(value_json, checker=False)
+        r["status"], value_json = ([], b"") if oversize else carry_status(value_json, checker=False,
+                                                                            value=r["status_raw"] == "value")
     _check_infra(r)
     status = _status(r)
     t = TestResult(V.PASS, cpu_s=r["cpu_s"], wall_s=r["wall_s"], error=_short(status.get("exc")),

@@ -328,14 +328,15 @@ class Zygote:
                 res["setup_error"] = report.decode("utf-8", "replace")
             out, err = _read(files[1], lim["output_mb"] << 20), _read_ends(files[2], 8192)
             raw = _read(files[STATUS_FD], lim["output_mb"] << 20)  # a return value's size
-            returns = target is not checker_child and job.get("mode") == "call"  # (the only form with a value)
-            if returns and b'"value"' in raw:  # the grader parses it (status_raw): parsed here,
-                # the value's str and bytes copies, which scrub cannot reach, would stay in the heap every later
-                # program's process is forked from (a correct program's answer, for the same problem)
-                res["status"], res["status_raw"], value = [], True, raw
-            else:
-                res["status"], value = carry_status(raw, checker=target is checker_child, value=returns)
+            if target is checker_child:  # (the checker's lines: ours, from a zygote no program is forked from)
+                res["status"], value = carry_status(raw, checker=True)
                 scrub(raw)
+            else:  # the grader parses a program's status (status_raw): parsed here, its texts' str and bytes copies,
+                # which scrub cannot reach, would stay in the heap every later program's process is forked from (a
+                # correct program's answer for the same problem; a line a program wrote for a later one to read)
+                res["status"], value = [], raw
+                res["status_raw"] = "value" if job.get("mode") == "call" else "status"  # (the only form with a value)
+                res["compile_failed"] = _compile_failed(raw)
             res["stdout_bytes"], res["stderr_bytes"] = os.fstat(files[1]).st_size, os.fstat(files[2]).st_size
         finally:
             os.close(report_r)
@@ -519,8 +520,7 @@ class Zygote:
             send_msg(self.ctrl, {"result": res}, pair)
             scrub(*pair)
             num_run += 1
-            last = res["status"][-1] if res["status"] else {}
-            if last.get("phase") == "compile" or "setup_error" in res:
+            if res.get("compile_failed") or "setup_error" in res:
                 break
             if h.get("stop_after_timeout") and _timed_out(res, cpu):
                 break
@@ -746,6 +746,12 @@ def _signature(path: str) -> tuple | None:
     except OSError:
         return None
     return st.st_ino, st.st_mode, st.st_uid, st.st_size, st.st_ctime_ns
+
+
+def _compile_failed(raw: bytearray) -> bool:
+    """The child's status says the program did not compile (child.py's "phase": "compile", found in the bytes as
+    json.dumps writes it, never decoded: see spawn). A program that writes it there itself only stops its own tests."""
+    return raw.find(b'"phase": "compile"') >= 0
 
 
 def _argv(template: list[str], src: str) -> list[str]:
