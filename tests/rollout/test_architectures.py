@@ -383,25 +383,52 @@ def test_the_generic_path_refuses_a_rotary_that_depends_on_the_length(tok):
         RolloutEngine(neox, tok, slots=2, max_len=128)
 
 
+def mask_added_to_scores(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Attention as Falcon's was before transformers 5.25: the boolean mask added to the scores (+1 where visible),
+    nothing masked."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)  # [B, H, K, D]
+    scores = query @ key.transpose(-1, -2) * (scaling or query.shape[-1] ** -0.5)  # [B, H, Q, K]
+    if attention_mask is not None:
+        scores = scores + attention_mask[..., :key.shape[-2]].to(scores.dtype)
+    return (torch.softmax(scores, -1) @ value).transpose(1, 2), None  # [B, Q, H, D]
+
+
 def test_a_family_the_generic_path_cannot_run_is_refused_naming_the_backend(tok):
-    """The generic path checks itself against the model's own forward when it is made: Falcon's attention, which
-    branches on the implementation's name, added the engine's boolean mask to its scores (nothing masked), and
-    hybrid models' convolution or recurrent layers failed mid-run on the engine's cache."""
+    """The generic path checks itself against the model's own forward when it is made: attention that adds the
+    engine's boolean mask to its scores (Falcon's, before transformers 5.25: nothing masked) is refused, and hybrid
+    models' convolution or recurrent layers, which failed mid-run on the engine's cache."""
     import transformers
+    from transformers import AttentionInterface
 
-    from execrl.rollout import UnsupportedModel
-
-    falcon = peaked(transformers.FalconConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2,
-                                              num_attention_heads=4, new_decoder_architecture=False,
-                                              multi_query=True))
-    with pytest.raises(UnsupportedModel, match="'falcon'.*other next-token distributions.*backend=transformers"):
-        RolloutEngine(falcon, tok, slots=2, max_len=64)
+    AttentionInterface.register("mask_added_to_scores", mask_added_to_scores)
+    neox = peaked(GENERIC["gpt_neox"](len(tok)))
+    neox.config._attn_implementation = "mask_added_to_scores"
+    with pytest.raises(UnsupportedModel, match="'gpt_neox'.*other next-token distributions.*backend=transformers"):
+        RolloutEngine(neox, tok, slots=2, max_len=64)
     if not hasattr(transformers, "Lfm2Config"):
         return
     lfm2 = peaked(transformers.Lfm2Config(**{**SMALL, "vocab_size": len(tok)},
                                           layer_types=["conv", "full_attention", "conv"]))
     with pytest.raises(UnsupportedModel, match="cannot run 'lfm2'.*backend=transformers"):
         RolloutEngine(lfm2, tok, slots=2, max_len=64)
+
+
+def test_falcon_is_refused_or_runs_as_transformers_does(tok, prompts):
+    """Falcon's attention added the boolean mask to its scores before transformers 5.25 (refused, naming the
+    backend); from 5.25 on it takes transformers' attention functions, and the generic path runs it as `generate`
+    does."""
+    import transformers
+
+    falcon = peaked(transformers.FalconConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2,
+                                              num_attention_heads=4, new_decoder_architecture=False,
+                                              multi_query=True))
+    try:
+        engine = RolloutEngine(falcon, tok, slots=2, max_len=128)
+    except UnsupportedModel as e:
+        assert "'falcon'" in str(e) and "other next-token distributions" in str(e) and "backend=transformers" in str(e)
+        return
+    assert_equals_transformers(engine, falcon, tok, prompts, hf_generate(falcon, tok, prompts, 1, 24, temperature=0.0))
 
 
 @pytest.mark.gpu

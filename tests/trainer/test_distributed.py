@@ -37,8 +37,9 @@ LEARNED = ("train/loss", "train/kl", "train/entropy", "train/grad_norm", "train/
 # relative tolerances of the learned figures: float summation order (per micro-batch, per rank; one process's rows
 # padded to other widths than two's). The entropy and the gradient's norm move most with the logits' last bits:
 # measured on the built-in task, entropy 9e-5 apart at step 1 (the same weights: the loss 1e-7) and the gradient's
-# norm 2.8e-4 at step 3 (after Adam's steps, which amplify float noise)
-REL = dict.fromkeys(LEARNED, 1e-4) | {"train/entropy": 1e-3, "train/grad_norm": 1e-3}
+# norm 2.8e-4 at step 3 (after Adam's steps, which amplify float noise); the KL to the reference, a small difference
+# of two logprobs, 3.4e-4 at step 2 (0.029951 against 0.029941)
+REL = dict.fromkeys(LEARNED, 1e-4) | {"train/entropy": 1e-3, "train/grad_norm": 1e-3, "train/kl": 1e-3}
 
 
 def one_process(directory: Path, overrides: list[str]) -> Path:
