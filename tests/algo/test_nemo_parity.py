@@ -256,3 +256,11 @@ def test_the_loss_and_grad_norm_over_several_optimizer_steps_are_a_named_differe
     assert "mean over the step's 2 optimizer steps" in " ".join(nemo_differences(load_config(None, [
         "policy.train_global_batch_size=64"])))
     assert "optimizer steps (NeMo" not in " ".join(nemo_differences(load_config(None, [])))
+
+
+def test_a_prompt_limit_names_what_nemo_rl_does_with_a_long_prompt():
+    """NeMo RL's processors cut a prompt of max_input_seq_length tokens or more and train on none of its samples;
+    execrl leaves it out: a difference named when the key is set."""
+    said = " ".join(nemo_differences(load_config(None, ["data.max_input_seq_length=100"])))
+    assert "data.max_input_seq_length (100) tokens or more is left out" in said and "NeMo RL cuts it" in said
+    assert not any("max_input_seq_length" in d for d in nemo_differences(load_config(None, [])))

@@ -97,7 +97,10 @@ def test_config_dynamic_sampling_keys():
     with pytest.raises(ConfigError, match="async GRPO"):
         check_supported(load_config(None, [*DS, "grpo.async_grpo.enabled=true"]))
     check_supported(load_config(None, [*DS]))
-    assert "batch_multiplier" in no_effect_note(load_config(None, ["grpo.batch_multiplier=2"]))
+    for multiplier in ("2", "0.5"):  # (NeMo RL asserts batch_multiplier == 1 without dynamic sampling)
+        with pytest.raises(ConfigError, match="batch_multiplier is .* without grpo.use_dynamic_sampling.*NeMo RL"):
+            check_supported(load_config(None, [f"grpo.batch_multiplier={multiplier}"]))
+    check_supported(load_config(None, ["grpo.batch_multiplier=1"]))
     assert no_effect_note(load_config(None, [*DS, "grpo.batch_multiplier=2"])) is None
     with pytest.raises(ConfigError):
         load_config(None, ["grpo.dynamic_sampling_max_gen_batches=0"])

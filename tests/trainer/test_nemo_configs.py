@@ -177,6 +177,9 @@ def test_generation_batch_size_under_vllm_is_every_sample_at_once_as_nemo_rl_dec
     ("policy.dtensor_cfg.lora_cfg.enabled=true", None),  # read as policy.lora (tests/lora)
     ("policy.dtensor_cfg.lora_cfg={enabled: true, dropout: 0.1}", "dropout_position=post"),
     ("policy.generation.vllm_cfg.precision=fp8", "fp8 rollouts"),
+    ("policy.generation.vllm_cfg.logprobs_mode=raw_logprobs", "logprobs_mode=processed_logprobs"),
+    ("policy.generation.vllm_cfg.logprobs_mode=processed_logprobs", None),
+    ("grpo.batch_multiplier=2", "batch_multiplier>1 can only be used if use_dynamic_sampling=True"),
     ("logger.mlflow_enabled=true", "MLflow logging is not implemented"),
     ("policy.scheduler=[{name: torch.optim.lr_scheduler.LinearLR, kwargs: {start_factor: 0.1}}, {milestones: [50]}]",
      None),  # one scheduler, its milestones unused

@@ -18,7 +18,7 @@ from execrl.rewards.base import SCORES, constant_reason
 from execrl.tasks.registry import DATASETS, DatasetError, check_trainable, dataset_key, local_source, origin
 
 # keys read only with grpo.use_dynamic_sampling
-DYNAMIC_ONLY = ("grpo.dynamic_sampling_max_gen_batches", "grpo.batch_multiplier")
+DYNAMIC_ONLY = ("grpo.dynamic_sampling_max_gen_batches",)  # (batch_multiplier without it: refused, as NeMo RL)
 
 # key -> why it has no effect here
 NO_EFFECT = {
@@ -252,8 +252,9 @@ def check_stochastic_round(cfg: MasterConfig, cls: type) -> None:
 
 
 def prompt_limit(cfg: MasterConfig) -> int:
-    """Tokens a prompt may have: less than data.max_input_seq_length (NeMo RL's processors drop a prompt of that
-    length too) and than the context, else what leaves room for max_new_tokens. As in NeMo RL, each completion is cut where the
+    """Tokens a prompt may have: less than data.max_input_seq_length (the bound NeMo RL's processors use; they cut
+    a prompt of that length to a few tokens and leave its samples out of the loss, execrl leaves it out) and than
+    the context, else what leaves room for max_new_tokens. As in NeMo RL, each completion is cut where the
     context ends (its prompt leaves it less room than max_new_tokens): a max_new_tokens of the whole
     context or more is NeMo RL's idiom for "until the context is full", and a max_input_seq_length
     of the whole context its idiom for "no limit but the context"."""
@@ -686,6 +687,10 @@ def check_supported(cfg: MasterConfig) -> None:
                           "samples by the std of the others (dropping a group's lone success) where execrl keeps "
                           "groups whole, as DAPO does: set grpo.use_leave_one_out_baseline=false (as NeMo RL's DAPO "
                           "recipes do)")
+    if cfg.grpo.batch_multiplier != 1 and not cfg.grpo.use_dynamic_sampling:
+        raise ConfigError(f"grpo.batch_multiplier is {cfg.grpo.batch_multiplier} without grpo.use_dynamic_sampling "
+                          "(NeMo RL asserts 'batch_multiplier>1 can only be used if use_dynamic_sampling=True'): set "
+                          "grpo.use_dynamic_sampling=true, or grpo.batch_multiplier=1")
     if cfg.grpo.use_dynamic_sampling and cfg.grpo.async_grpo.enabled:
         raise ConfigError("grpo.use_dynamic_sampling is not implemented with async GRPO (its later rounds would have "
                           "to wait for grading): set grpo.async_grpo.enabled=false, or grpo.use_dynamic_sampling=false")
@@ -863,6 +868,10 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
                    "float32 loses the difference of close rewards, and with leave-one-out divides a group's one "
                    "odd fractional reward by a rounding residue: 7 x 0.33 and one 0.67 can give that sample thousands "
                    "there, how many depending on the order the device sums in, 0.34 here)")
+    if cfg.data.max_input_seq_length is not None:
+        out.append(f"a prompt of data.max_input_seq_length ({cfg.data.max_input_seq_length}) tokens or more is left "
+                   "out of the run with a count (NeMo RL cuts it to a few tokens, generates from that and leaves "
+                   "its samples out of the loss: in its group's baseline and its step's rewards still)")
     if grpo.use_dynamic_sampling:
         out.append("grpo.use_dynamic_sampling decides that a group's rewards differ by comparing them (NeMo RL keeps a "
                    "group of equal fractional rewards whose float32 std rounds above 0)")

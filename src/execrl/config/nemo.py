@@ -131,8 +131,8 @@ IGNORED: dict[str, str] = {
     "checkpointing.save_consolidated": "execrl saves full (consolidated) HF weights",
     "logger.num_val_samples_to_print": "execrl writes rollouts to rollouts/step_N.jsonl (logger.rollouts_period)",
     "logger.num_train_samples_to_print": "execrl writes rollouts to rollouts/step_N.jsonl (logger.rollouts_period)",
-    "data.filter_overlong_prompts": "execrl leaves out prompts over data.max_input_seq_length (NeMo RL, when false, "
-                                    "truncates them and leaves them out of the loss)",
+    "data.filter_overlong_prompts": "a key of some recipes that NeMo RL's current code does not read; execrl leaves "
+                                    "out prompts of data.max_input_seq_length tokens or more, with a count",
     "logger.gpu_monitoring": "GPU memory is logged on GPUs (memory/peak_gib)",
     "logger.tensorboard": "TensorBoard writes under log_dir/tensorboard",
     "logger.mlflow": "MLflow settings (mlflow_enabled must be false)",
@@ -210,6 +210,11 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
                                              "policy.generation.vllm_cfg.precision=${policy.precision}"),
     "policy.generation.vllm_cfg.kv_cache_dtype": (lambda v: "fp8" in str(v), "an fp8 KV cache is not implemented: "
                                                   "set policy.generation.vllm_cfg.kv_cache_dtype=auto"),
+    "policy.generation.vllm_cfg.logprobs_mode": (lambda v: v not in (None, "processed_logprobs"),
+                                                 "the execrl engine returns the logprobs of the distribution it "
+                                                 "samples (after temperature, top_p and top_k: vLLM's "
+                                                 "processed_logprobs), not the model's raw ones: set "
+                                                 "policy.generation.vllm_cfg.logprobs_mode=processed_logprobs"),
     "policy.draft.enabled": (_on, "draft-model (eagle3) co-training is not implemented: set "
                                   "policy.draft.enabled=false"),
     "grpo.reward_shaping.stop_properly_penalty_coef": (lambda v: v is not None, "grpo.reward_shaping."

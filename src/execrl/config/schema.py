@@ -344,7 +344,7 @@ class DataConfig(Section):
         None, description="validation problems, besides those held out of each training set by its "
         "split_validation_size (null: those only; a generated dataset's own validation split)")
     default: DataDefaults = Field(default_factory=DataDefaults, description="NeMo RL defaults block")
-    max_input_seq_length: int | None = Field(None, ge=1, description="drop prompts of this many tokens or more, as NeMo RL (null: longer than total - new)")
+    max_input_seq_length: int | None = Field(None, ge=1, description="drop prompts of this many tokens or more (NeMo RL cuts them and leaves them out of the loss; null: longer than total - new)")
 
     @property
     def train_sets(self) -> list[DatasetConfig]:

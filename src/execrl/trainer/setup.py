@@ -500,8 +500,8 @@ def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig, where: str 
     if not dropped:
         return kept
     p = cfg.policy
-    keys = (f"data.max_input_seq_length ({cfg.data.max_input_seq_length}: a prompt of that length is dropped too, as "
-            "NeMo RL's processors do)" if cfg.data.max_input_seq_length is not None else
+    keys = (f"data.max_input_seq_length ({cfg.data.max_input_seq_length}: a prompt of that length is dropped too; "
+            "NeMo RL's processors cut it and train on none of its samples)" if cfg.data.max_input_seq_length is not None else
             f"policy.max_total_sequence_length ({p.max_total_sequence_length}) less "
             f"policy.generation.max_new_tokens ({p.generation.max_new_tokens})"
             if p.generation.max_new_tokens < p.max_total_sequence_length else
