@@ -589,3 +589,31 @@ def test_summary_records_the_prompt_limit_a_learned_position_table_applied(tiny_
     summary = evaluate(EvalConfig(dataset="builtin:arith-code", split="validation", limit=4, max_new_tokens=16,
                                   out=str(tmp_path / "out"), workers=1), model_name=str(model_dir))
     assert summary["ran"]["max_prompt_tokens"] == 512 - 16
+
+
+def test_eval_of_a_multi_turn_checkpoint_says_it_samples_single_turn_and_records_it(tmp_path, capsys):
+    """(A review's find) execrl eval of a checkpoint trained on interpreter episodes sampled one answer per problem
+    without a word: its pass@1 read as the run's multi-turn one. It now says so, and summary.json records how the run
+    posed its episodes."""
+    import torch
+
+    from execrl.cli import eval_config, parse_args
+    from execrl.eval.run import ran
+
+    (tmp_path / "step_000002" / "policy").mkdir(parents=True)
+    torch.save({"step": 2, "config": {"env": {"multi_turn": {"kind": "interpreter"}}, "grpo": {"max_rollout_turns": 4},
+                                      "prompt": {}}}, tmp_path / "step_000002" / "trainer_state.pt")
+    model = str(tmp_path / "step_000002" / "policy")
+    cfg = eval_config(parse_args(["eval", "--model", model, "--dataset", "builtin:arith-code"]))
+    assert cfg.trained_multi_turn == {"kind": "interpreter", "max_rollout_turns": 4}
+    said = capsys.readouterr().err
+    assert "trained on multi-turn episodes (env.multi_turn.kind=interpreter, grpo.max_rollout_turns=4)" in said
+    assert "single-turn" in said
+    assert ran(cfg, {"model": model})["trained_multi_turn"] == {"kind": "interpreter", "max_rollout_turns": 4}
+    (tmp_path / "single" / "policy").mkdir(parents=True)
+    torch.save({"step": 1, "config": {"env": {"multi_turn": {"kind": "single_turn"}}, "grpo": {"max_rollout_turns": 1}}},
+               tmp_path / "single" / "trainer_state.pt")
+    cfg = eval_config(parse_args(["eval", "--model", str(tmp_path / "single" / "policy"), "--dataset",
+                                  "builtin:arith-code"]))
+    assert cfg.trained_multi_turn is None and "multi-turn" not in capsys.readouterr().err
+    assert "trained_multi_turn" not in ran(cfg, {"model": "m"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import sys
@@ -403,7 +404,7 @@ def eval_config(args):
                       reward_model=args.reward_model,
                       reward_model_batch_size=args.reward_model_batch_size, guided=eval_constraint(args),
                       math_verify_impl=args.math_verify_impl,
-                      prompt=eval_prompt(args),
+                      prompt=eval_prompt(args), trained_multi_turn=trained_multi_turn(args.model),
                       chat_template_kwargs=template_kwargs(args.chat_template_kwargs))
 
 
@@ -426,8 +427,14 @@ def eval_prompt(args):
 
 
 def run_prompt(model: str | None) -> dict | None:
-    """The prompt section of the config of the training run that saved `model` (a checkpoint's policy directory,
-    beside its trainer_state.pt), else None."""
+    """The prompt section of the config of the training run that saved `model`, else None."""
+    return (run_config(model) or {}).get("prompt")
+
+
+@functools.cache
+def run_config(model: str | None) -> dict | None:
+    """The config of the training run that saved `model` (a checkpoint's policy directory, beside its
+    trainer_state.pt), else None."""
     state = Path(model).expanduser().parent / "trainer_state.pt" if model else None
     if state is None or not state.is_file():
         return None
@@ -437,7 +444,22 @@ def run_prompt(model: str | None) -> dict | None:
         saved = torch.load(state, weights_only=False, map_location="cpu")
     except Exception:  # noqa: BLE001 - not a checkpoint of ours after all: eval's defaults
         return None
-    return (saved.get("config") or {}).get("prompt") if isinstance(saved, dict) else None
+    config = saved.get("config") if isinstance(saved, dict) else None
+    return config if isinstance(config, dict) else None
+
+
+def trained_multi_turn(model: str | None) -> dict | None:
+    """How the run that saved `model` posed its episodes where they were multi-turn ({kind, max_rollout_turns}),
+    with a line saying eval samples one answer per problem; None for a single-turn run or another model."""
+    config = run_config(model) or {}
+    kind = ((config.get("env") or {}).get("multi_turn") or {}).get("kind", "single_turn")
+    turns = (config.get("grpo") or {}).get("max_rollout_turns", 1)
+    if kind == "single_turn" and turns == 1:
+        return None
+    print(f"note: {model} was trained on multi-turn episodes (env.multi_turn.kind={kind}, grpo.max_rollout_turns="
+          f"{turns}); execrl eval samples one answer per problem and grades it (single-turn): its pass@k is not the "
+          "run's multi-turn eval/pass@1 (that is the run's validation, grpo.val_period)", file=sys.stderr)
+    return {"kind": kind, "max_rollout_turns": turns}
 
 
 def template_kwargs(text: str | None) -> dict | None:

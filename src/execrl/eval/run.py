@@ -65,6 +65,7 @@ class EvalConfig:
     math_verify_impl: str | None = None  # math answers' check (None: the dataset's own, else hf_math_verify)
     prompt: PromptConfig = field(default_factory=PromptConfig)
     chat_template_kwargs: dict | None = None  # None: those the model's tokenizer was saved with (a checkpoint's run's)
+    trained_multi_turn: dict | None = None  # the checkpoint's run's multi-turn settings (eval itself is single-turn)
 
 
 def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | None = None) -> dict:
@@ -406,7 +407,9 @@ def ran(cfg: EvalConfig, source: dict, verifiers: set[str] = frozenset()) -> dic
     sampled = {"samples_per_problem": cfg.samples, "temperature": cfg.temperature, "top_p": cfg.top_p, "seed": cfg.seed,
                "max_new_tokens": cfg.max_new_tokens, "max_prompt_tokens": cfg.max_prompt_tokens,
                "backend": cfg.backend, "guided": cfg.guided,
-               "chat_template_kwargs": cfg.chat_template_kwargs} if "model" in source else {}
+               "chat_template_kwargs": cfg.chat_template_kwargs,
+               **({"trained_multi_turn": cfg.trained_multi_turn} if cfg.trained_multi_turn else {})} \
+        if "model" in source else {}
     data_path = None if cfg.data_path is None else str(cfg.data_path)
     return {**source, **sampled, "data_path": data_path, "data_read_from": read_from(cfg), "data_seed": cfg.data_seed,
             **({"data_options": cfg.data_options} if cfg.data_options else {}),
