@@ -435,13 +435,13 @@ def run_prompt(model: str | None) -> dict | None:
 def run_config(model: str | None) -> dict | None:
     """The config of the training run that saved `model` (a checkpoint's policy directory, beside its
     trainer_state.pt), else None."""
-    state = Path(model).expanduser().parent / "trainer_state.pt" if model else None
-    if state is None or not state.is_file():
+    checkpoint_dir = Path(model).expanduser().parent if model else None
+    if checkpoint_dir is None or not (checkpoint_dir / "trainer_state.pt").is_file():
         return None
-    import torch
+    from execrl.trainer.checkpoint import trainer_state
 
     try:
-        saved = torch.load(state, weights_only=False, map_location="cpu")
+        saved = trainer_state(checkpoint_dir, map_location="cpu")
     except Exception:  # noqa: BLE001 - not a checkpoint of ours after all: eval's defaults
         return None
     config = saved.get("config") if isinstance(saved, dict) else None

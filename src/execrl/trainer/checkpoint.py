@@ -137,9 +137,9 @@ def load_reference(directory: str | Path, reference) -> bool:
     return True
 
 
-def trainer_state(path: Path) -> dict:
+def trainer_state(path: Path, map_location=None) -> dict:
     """A checkpoint's step, config, schedule, sampler and random states (trainer_state.pt)."""
-    return torch.load(path / "trainer_state.pt", weights_only=False)
+    return torch.load(path / "trainer_state.pt", weights_only=False, map_location=map_location)
 
 
 def load(path: Path, model, optimizer, scheduler, state: dict, lora: bool = False, own_base: bool = False) -> None:
