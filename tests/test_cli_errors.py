@@ -383,3 +383,12 @@ def test_eval_of_a_hub_model_the_hub_does_not_give_stops_in_seconds(tmp_path):
                           timeout=300, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 2 and "--model 'no-such-org/no-such-model'" in proc.stderr, proc.stderr
     assert "Retrying" not in proc.stderr and time.monotonic() - t < 60
+
+
+def test_nemo_gym_rows_given_to_the_jsonl_loader_are_pointed_at_nemotron_code(tmp_path):
+    from execrl.tasks.generic import no_prompt_field
+
+    row = {"responses_create_params": {"input": [{"role": "user", "content": "Print 1."}]},
+           "verifier_metadata": {"unit_tests": {"inputs": [""], "outputs": ["1\n"]}}, "hash_id": "x"}
+    said = no_prompt_field(tmp_path / "rows.jsonl", row, "prompt")
+    assert "which the nemotron_code dataset reads: data.train.dataset_name=nemotron_code data.train.path=" in said

@@ -117,3 +117,17 @@ def test_a_file_saved_with_a_bom_grades_its_first_row(tmp_path):
     row = {"id": "ok", "code": "print(1)", "tests": {"inputs": [""], "outputs": ["1\n"]}}
     (tmp_path / "in.jsonl").write_text("\ufeff" + json.dumps(row) + "\n", encoding="utf-8")
     assert read_rows(str(tmp_path / "in.jsonl")) == [(1, row, None)]
+
+
+def test_a_nemo_gym_rollout_row_is_told_how_to_become_a_grade_row():
+    """NeMo-Gym's rollouts hold the extracted program but not the tests: the row's error says where they are."""
+    import pytest
+
+    from execrl.grade import prepare
+    from execrl.sandbox import Limits, TestSpecError
+
+    with pytest.raises(TestSpecError, match=r"looks like a NeMo-Gym rollout \(extracted_model_code\).*"
+                       r"verifier_metadata.unit_tests, plus compare: \{mode: lcb\}"):
+        prepare({"extracted_model_code": "print(1)", "reward": 0.0}, Limits())
+    with pytest.raises(TestSpecError, match=r"^'code' must be a string holding the program$"):
+        prepare({"tests": []}, Limits())

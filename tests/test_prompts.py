@@ -140,3 +140,13 @@ def test_a_template_that_does_not_parse_is_named_as_such():
     with pytest.raises(ChatTemplateError, match="the chat template is not valid Jinja") as e:
         apply_template(tok, [{"role": "user", "content": "q"}])
     assert not isinstance(e.value, TemplateRaised)
+
+
+def test_a_tokenizer_without_a_chat_template_is_said():
+    """An instruct model's tokenizer saved without its template would train and evaluate on plain 'User:' prompts;
+    the run says so at start."""
+    from execrl.prompts import template_notes
+
+    (note,) = template_notes(llama_tokenizer())
+    assert note.startswith("note: the tokenizer has no chat template: prompts are plain 'User: ...'")
+    assert "policy.tokenizer.chat_template" in note

@@ -83,6 +83,12 @@ LIMIT_RANGES = {"timeout_s": (0.001, 3600.0), "memory_mb": (16, 1 << 20)}  # wha
 def prepare(row: dict, base: Limits) -> tuple:
     """A grading job for one row, or TestSpecError/KeyError with a message that names the line."""
     if not isinstance(row.get("code"), str):
+        if "code" not in row and "extracted_model_code" in row:  # (NeMo-Gym's rollouts hold no tests of their own)
+            raise TestSpecError("'code' must be a string holding the program; this row looks like a NeMo-Gym rollout "
+                                "(extracted_model_code): write grade rows {code: its extracted_model_code, tests: "
+                                "{inputs, outputs} of its dataset row's verifier_metadata.unit_tests, plus compare: "
+                                "{mode: lcb}, as NeMo-Gym's code_gen compares}, or train and evaluate on the dataset rows with "
+                                "dataset nemotron_code")
         raise TestSpecError("'code' must be a string holding the program")
     if program_too_large(row["code"]):
         raise TestSpecError(program_too_large(row["code"]))

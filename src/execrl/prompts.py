@@ -136,9 +136,12 @@ def template_notes(tokenizer, system_prompt: str | None = None) -> list[str]:
     prompt where one is set), before the sandbox starts: raises ChatTemplateError where the template refuses it
     (Gemma 2's 'System role not supported') and ValueError where it drops the message's content (every prompt would
     be the same text) or the system prompt; a note where chat_template_kwargs change nothing in it (a misspelt name: {enable_thinkng:
-    false} left a Qwen3's thinking on)."""
+    false} left a Qwen3's thinking on); a note where it has none (a base model's tokenizer, or an instruct model's
+    saved without its template), so that the prompts' plain format is not a surprise."""
     if not getattr(tokenizer, "chat_template", None):
-        return []
+        return ["note: the tokenizer has no chat template: prompts are plain 'User: ...' / 'Assistant:' text (a base "
+                "model's format); for an instruct model's format save its tokenizer with its template (training: or set "
+                "policy.tokenizer.chat_template)"]
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
     apply_template(tokenizer, [*system, {"role": "user", "content": "Stand-in question?"}])
     probe = [{"role": "user", "content": "execrlprobe7f3a"}]

@@ -103,3 +103,15 @@ def test_samples_cut_short_are_warned_of_at_the_end():
     assert answers.startswith("12% of the episodes ended early because an environment's answer did not fit")
     assert cut_warnings([{"train/truncated_frac": 0.3}] * 4 + [{"train/truncated_frac": 0.6}]) == []  # (last 5: 0.36)
     assert cut_warnings([{"step": 1}]) == []
+
+
+def test_steps_whose_every_sample_overlong_filtering_left_out_are_named():
+    from execrl.trainer.loop import cut_warnings
+
+    rows = [{"step": 1, "train/truncated_frac": 0.875}, {"step": 2, "train/truncated_frac": 1.0}]
+    cut, empty = cut_warnings(rows, filtered=True)
+    assert cut.endswith("grpo.overlong_filtering left them out of the loss, so these steps trained on 6% of their "
+                        "samples")
+    assert empty.startswith("at step 2 every sample was cut (train/truncated_frac 1.0) and grpo.overlong_filtering")
+    assert len(cut_warnings(rows)) == 1  # (without the filter the cut samples are trained on)
+    assert "left" not in cut_warnings(rows)[0]

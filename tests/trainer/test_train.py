@@ -201,6 +201,12 @@ def test_long_prompts_are_dropped_with_a_count(tmp_path, capsys):
     # data.max_input_seq_length overrides)
     with pytest.raises(ValueError, match=r"nothing is left to train on; raise data.max_input_seq_length \(or unset"):
         run(tmp_path, "none", "grpo.max_num_steps=1", "data.max_input_seq_length=10", "policy.model_name=builtin:tiny-coder")
+    # data.max_input_seq_length as long as the context (NeMo RL's idiom): raising it alone is refused, so the total
+    with pytest.raises(ValueError, match=r"nothing is left to train on; raise policy.max_total_sequence_length, and "
+                       r"data.max_input_seq_length with it"):
+        run(tmp_path, "ctx", "grpo.max_num_steps=1", "data.max_input_seq_length=64",
+            "policy.max_total_sequence_length=64", "policy.generation.max_new_tokens=16",
+            "policy.model_name=builtin:tiny-coder")
 
 
 def test_evaluation_splits_cannot_be_trained_on(tmp_path):

@@ -438,6 +438,8 @@ _LOOKS_IN = {"fence": "a ```python block", "tags": "<code></code> tags", "auto":
 def _print(summary: dict, cfg: EvalConfig, out_dir: Path, per_problem: str) -> None:
     """The table; `per_problem`: the samples each problem had ("10", or "1-10" where they differ)."""
     source = f"{cfg.dataset}/{cfg.split}" if cfg.dataset else "the completions' own problems"
+    if cfg.dataset in DATASETS and not DATASETS[cfg.dataset].splits and cfg.data_path:  # (a file's loader: its
+        source = f"{cfg.dataset} ({Path(cfg.data_path).name})"  # split is the file, not --split)
     title = f"{source}: {summary['problems']} problems x {per_problem} sample"
     table = Table(title=Text(title + ("" if per_problem == "1" else "s")),  # (Text: a path's brackets are not markup)
                   caption=Text(f"per-problem results: {out_dir / 'results.jsonl'}"), min_width=64)

@@ -98,6 +98,10 @@ def no_prompt_field(path, row: dict, field: str) -> str:
     prompt = next((k for k in PROMPT_FIELDS if k in keys and chat_messages(row[k]) is not None), None)
     answer = next((k for k in ANSWER_FIELDS if k in keys), None)
     example = "{" + ", ".join(f"{k}: {v}" for k, v in (("prompt", prompt), ("answer", answer)) if v) + "}"
+    if "responses_create_params" in keys and "verifier_metadata" in keys and prompt is None:
+        return (f"{path}: its rows are NeMo-Gym's (responses_create_params, verifier_metadata), which the nemotron_code "
+                f"dataset reads: data.train.dataset_name=nemotron_code data.train.path={path} (execrl eval: --dataset "
+                f"nemotron_code --data-path {path})")
     return (f"{path}: no row has a prompt in field {field!r}; its rows' fields are {keys[:12]}"
             f"{' ...' if len(keys) > 12 else ''}. Name them with the loader's fields option (execrl train: "
             f"data.train.options.fields={example if prompt else '{prompt: <field>}'}; execrl eval: --data-option "

@@ -127,7 +127,8 @@ def own_ids(problems: list[Problem]) -> None:
         renamed.append((first, p.id))
     if renamed and dist.is_main():
         err.print(f"{len(renamed)} problem(s) share an id with another row (e.g. {renamed[0][0]!r}, now "
-                  f"{renamed[0][1]!r}): each is its own problem, with its own reference for the warm-up",
+                  f"{renamed[0][1]!r}; training and validation rows numbered alike, or a file's repeated ids): each stays its "
+                  "own problem in the rollouts' records (and, with a warm-up, keeps its own reference solution)",
                   markup=False)
 
 

@@ -399,7 +399,7 @@ def summarize(run: Run, warn: bool = True) -> None:
     if warn and flats and len(flats) < FLAT_WARNING_STEPS and all(f == 1.0 for f in flats):  # (longer: warned)
         console.print(f"[yellow]warning: at every step {flat_reason(run.cfg)} (train/flat_group_frac 1.0): the loss "
                       "and its gradient were 0 and nothing was learned[/]")
-    for warning in cut_warnings(rows) if warn else ():
+    for warning in cut_warnings(rows, run.cfg.grpo.overlong_filtering) if warn else ():
         console.print(f"[yellow]warning: {warning}[/]")
     evals = [k for k in keys if k.startswith("eval/") and "win_rate_vs_" in k] if selfplay else ["eval/pass@1"]
     from execrl.report.runs import validation_sets_differ
@@ -416,10 +416,11 @@ def summarize(run: Run, warn: bool = True) -> None:
     console.print(f"logs: {run.logger.dir}  checkpoints: {saved}" + (f"  report: {written}" if written else ""))
 
 
-def cut_warnings(rows: list[dict]) -> list[str]:
+def cut_warnings(rows: list[dict], filtered: bool = False) -> list[str]:
     """What the run's metrics say about samples cut short: over its last steps (up to 5), half the samples cut at
     max_new_tokens, or over the run a tenth of the multi-turn episodes ended because an environment's answer did not
-    fit (the model never read it)."""
+    fit (the model never read it). `filtered` (grpo.overlong_filtering): cut samples are left out of the loss, so the
+    steps at which every sample was cut trained on nothing, which is said too."""
     def mean(key, last=None):
         values = [r[key] for r in rows if key in r][-last if last else 0:]
         return sum(values) / len(values) if values else 0.0
@@ -429,7 +430,15 @@ def cut_warnings(rows: list[dict]) -> list[str]:
     if cut >= 0.5:
         warnings.append(f"in the last steps {cut:.0%} of the samples were cut before they ended (train/truncated_frac: "
                         "at policy.generation.max_new_tokens or policy.max_total_sequence_length): their answers are "
-                        "unfinished; raise the limit, unless the model never ends an answer (its rollouts show it)")
+                        "unfinished; raise the limit, unless the model never ends an answer (its rollouts show it)" +
+                        (f"; grpo.overlong_filtering left them out of the loss, so these steps trained on "
+                         f"{1 - mean('train/truncated_frac', 5):.0%} of their samples" if filtered else ""))
+    empty = [r["step"] for r in rows if filtered and r.get("train/truncated_frac", 0.0) >= 1.0 and "step" in r]
+    if empty:
+        steps = ", ".join(map(str, empty[:5])) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+        warnings.append(f"at step {steps} every sample was cut (train/truncated_frac 1.0) and grpo.overlong_filtering "
+                        "left it out of the loss: the loss and its gradient were 0 and the step learned nothing. "
+                        "Raise policy.generation.max_new_tokens, or set grpo.overlong_filtering=false")
     if mean("train/answer_cut_frac") >= 0.1:
         warnings.append(f"{mean('train/answer_cut_frac'):.0%} of the episodes ended early because an environment's "
                         "answer did not fit in policy.max_total_sequence_length (train/answer_cut_frac): the model "
