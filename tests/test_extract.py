@@ -1,5 +1,7 @@
 """Answer and code extraction on messy model outputs."""
 
+import pytest
+
 from execrl.extract import extract, fenced_blocks, last_boxed, math_answer
 
 
@@ -279,3 +281,15 @@ def test_what_follows_answer_is_in_another_sentence_a_unit_or_escaped_dollars_is
              "**Answer:** 18\n\nNote: a common mistake is to forget the 3 eggs she eats for breakfast.": "18",
              "The answer is 18.\n\nActually, that matches the 9 eggs x 2 computation.": "18"}
     assert [(t, math_answer(t)) for t, gold in right.items() if not answers_match(math_answer(t), gold)] == []
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("The answer is -$5.", "-5"),  # (read as 5 before: the sign was cut off by the dollar after it)
+    ("She lost money: -$5 in total.", "-5"),
+    ("#### -$5", "-5"),
+    ("Answer: -\\$12.50", "-12.50"),
+    ("So he has \u2212$3 left.", "-3"),
+    ("The change is $10-$5 = $5", "5"),  # a sum: a digit before its minus
+])
+def test_a_negative_amount_keeps_its_sign(text, expected):
+    assert math_answer(text) == expected

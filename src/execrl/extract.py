@@ -197,6 +197,8 @@ GSM8K_MARK = re.compile(r"[\s*_`]*+(?:[-\u2212+$\\(\[.\d]|[^\n]*(?:answer|=))", 
 # one, with lines after it: "#### 18." alone is the mark)
 HEADING = re.compile(r"[ \t*_]*(?:(?:step|part|case|stage|method|approach)[ \t]*\d+\b|\d{1,2}[.)][ \t]+[A-Za-z][^\n]*\n\s*\S)",
                      re.I)
+NEGATIVE_AMOUNT = re.compile(r"(?<![\w$])([-\u2212])\\?\$(?=\d)")  # -$5, -\$5: a sign, then a currency's dollar
+# ("$10-$5" is a sum: a digit before its minus)
 UNIT_POWER = re.compile(r"[A-Za-z]\s*\^\s*\{?\s*$")  # the 2 of "48 m^2" is no answer
 CLOSERS = re.compile(r"(?:\s|\\\)|\\\]|\$)*")  # between a number and its unit: "\\(32\\) \\(\\text{in total}\\)"
 CORRECTED = re.compile(r"(?i)\bwait\b[,.!]|\boops\b|\bI (?:made|make) (?:a|an) (?:mistake|error)\b|\bmiscalculat\w*|"
@@ -217,6 +219,7 @@ def math_answer(answer_text: str) -> str | None:
     boxed = last_boxed(answer_text)
     if boxed is not None:
         return boxed
+    answer_text = NEGATIVE_AMOUNT.sub(r"\1", answer_text)  # "a loss of -$5" is -5, not 5 (nor a $...$ span)
     tail = answer_text.rsplit("####", 1)[1].strip() if "####" in answer_text else None
     if tail == "":
         return None

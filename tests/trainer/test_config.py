@@ -505,7 +505,7 @@ def test_problems_of_one_id_from_two_sets_keep_their_own_warmup_reference(capsys
     train, _, refs = load_data(load_config(None, [f"data.train=[{sets}]", "data.validation=null"]))
     assert len({p.id for p in train}) == len(train) == 12
     assert all(refs[p.id][0]["content"] == p.metadata["reference_completion"] for p in train)
-    assert "12 problem(s) share an id with another row (e.g. 'arith/train/0', now 'arith/train/0#2')" in \
+    assert "12 problem(s) share an id with another row (e.g. 'arith/train/0', now 'arith/train/0#2';" in \
         capsys.readouterr().err.replace("\n", " ")
 
 

@@ -127,7 +127,7 @@ def own_ids(problems: list[Problem]) -> None:
         renamed.append((first, p.id))
     if renamed and dist.is_main():
         err.print(f"{len(renamed)} problem(s) share an id with another row (e.g. {renamed[0][0]!r}, now "
-                  f"{renamed[0][1]!r}; training and validation rows numbered alike, or a file's repeated ids): each stays its "
+                  f"{renamed[0][1]!r}; two files' rows numbered alike, or a file's repeated ids): each stays its "
                   "own problem in the rollouts' records (and, with a warm-up, keeps its own reference solution)",
                   markup=False)
 
