@@ -293,3 +293,28 @@ def test_what_follows_answer_is_in_another_sentence_a_unit_or_escaped_dollars_is
 ])
 def test_a_negative_amount_keeps_its_sign(text, expected):
     assert math_answer(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("The answer is $5 per hour * 8 hours = $40.", "40"),  # (the units read as a reason before: 5)
+    ("So the answer is 4 packs of 6 cans = 24 cans.", "24"),
+    ("Answer: 2 hours and 30 minutes = 150 minutes", "150"),
+    ("The answer is 18, because she sells 16 - 3 - 4 = 9 eggs", "18"),  # a reason after the answer
+    ("The answer is 18 since 16 - 3 - 4 = 9 eggs", "18"),
+])
+def test_units_in_a_stated_product_are_no_reason(text, expected):
+    assert math_answer(text) == expected
+
+
+@pytest.mark.parametrize("text, reference, correct", [
+    ("The answer is 3 1/2 hours.", "3", False),  # (read as 3 before, and scored 1)
+    ("The answer is 3 1/2 hours.", "3.5", True),
+    ("It takes 2 1/2 hours.", "2.5", True),
+    ("#### -2 1/2", "-2.5", True),
+    ("\\boxed{2 1/2}", "5/2", True),
+    ("halves: 1/2 1/3 1/4", "0.25", True),
+])
+def test_a_mixed_number_is_its_value(text, reference, correct):
+    from execrl.rewards.math_answers import answers_match
+
+    assert answers_match(math_answer(text), reference) is correct

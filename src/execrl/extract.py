@@ -179,8 +179,8 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-NUMBER = re.compile(r"[-\u2212]?(?:\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?")
-# (\u2212: the minus sign, as typeset; ".5" is a half, not 5; 1e3 a thousand, not 3; commas only as thousands
+NUMBER = re.compile(r"[-\u2212]?(?:\d{1,9}[ \t](?=\d{1,9}/\d)\d{1,9}/\d{1,9}(?![\d/.])|\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?")
+# (a mixed number first: "3 1/2 hours" is 7/2, not 3; \u2212: the minus sign, as typeset; ".5" is a half, not 5; 1e3 a thousand, not 3; commas only as thousands
 # separators: "(1,2)" is 1 and 2, not 12)
 POWER = re.compile(rf"(?:{NUMBER.pattern})(?:\s*\^\s*\{{?\s*(?:{NUMBER.pattern})\s*\}}?)*")  # 2^10: 1024, not 10
 ANSWER_IS = re.compile(r"(?im)\banswer is\b(?!\s+not\b):?|^[ \t*_#]*+(?:final )?answer[*_]*\s*:")  # "the final answer is", "Answer:"
@@ -205,7 +205,9 @@ CORRECTED = re.compile(r"(?i)\bwait\b[,.!]|\boops\b|\bI (?:made|make) (?:a|an) (
                        r"\bmiscount\w*|\b(?:that|this) (?:is|was|'s) (?:wrong|incorrect)\b|\bI was wrong\b|"
                        r"\blet me (?:recalculate|recompute|redo|reconsider|recheck|correct)\b|\bcorrection\b")
 # (after the stated answer: it no longer stands. Not "let me recap", "a common mistake", "Actually, that matches")
-REASON = re.compile(r",\s|\b[A-Za-z]{2,}\s+[A-Za-z]{2,}\b")  # "18, because ... = 9": a reason after the answer
+REASON = re.compile(r",\s|\b(?:because|since|as|so|which|given|if|when|where|after|from|then|due|while|that)\b",
+                    re.I)  # "18, because ... = 9", "18 since ... = 9": a reason after the answer (not the units of a
+# product: "$5 per hour * 8 hours = $40", "4 packs of 6 cans = 24 cans")
 UNIT = re.compile(r"(?:\\(?:text|mathrm|textrm|mbox|operatorname)\s*\{[^{}]*\}|\\[,;:! ]|[\s^_{}\d/.~])+")  # \text{km/h}
 
 
@@ -334,5 +336,13 @@ def last_math_span(text: str) -> tuple[str, int, int] | None:
     return best
 
 
+MIXED = re.compile(r"([-\u2212]?)(\d{1,9})[ \t]+(\d{1,9})/(\d{1,9})")
+
+
 def _plain(number: str) -> str:
+    """A number as answers_match reads it: no thousands commas, an ASCII minus, a mixed number improper (2 1/2: 5/2)."""
+    mixed = MIXED.fullmatch(number)
+    if mixed:
+        sign, whole, top, bottom = mixed.groups()
+        return f"{'-' if sign else ''}{int(whole) * int(bottom) + int(top)}/{bottom}"
     return number.replace(",", "").replace("\u2212", "-")
