@@ -318,3 +318,18 @@ def test_a_mixed_number_is_its_value(text, reference, correct):
     from execrl.rewards.math_answers import answers_match
 
     assert answers_match(math_answer(text), reference) is correct
+
+
+@pytest.mark.parametrize("text, reference, correct", [
+    ("The answer is either 18 or 20.", "18", False),  # (18 and 20 both scored 1 before: the hedge paid)
+    ("The answer is either 18 or 20.", "20", False),
+    ("The answer is 18 dollars or 20 dollars.", "18", False),
+    ("The answer is between 18 and 20.", "18", False),
+    ("The answer is at least 18.", "18", False),
+    ("The answer is 18 because either 3 or 4 eggs break.", "18", True),  # (the alternatives are the reason's)
+    ("The answer is 18, or $18.00.", "18", True),
+])
+def test_a_hedged_answer_equals_no_reference(text, reference, correct):
+    from execrl.rewards.math_answers import answers_match
+
+    assert answers_match(math_answer(text), reference) is correct

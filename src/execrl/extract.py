@@ -251,6 +251,8 @@ def math_answer(answer_text: str) -> str | None:
     return _plain(numbers[-1].group()) if numbers else None
 
 
+HEDGED = re.compile(r"[\s*_:]*(?:either|between|at (?:least|most)|more than|less than|fewer than)\b", re.I)
+ALTERNATIVE = re.compile(r"\s*(?:[A-Za-z]+\s+)?or\s+\$?\d")  # "18 or 20", "18 dollars or 20": two answers
 SENTENCE_END = re.compile(r"(?<!\bMr)(?<!\bMrs)(?<!\bMs)(?<!\bDr)(?<!\bSt)(?<!\bvs)[.;!?](?=\s|$)")  # (not 2.5)
 
 
@@ -273,6 +275,9 @@ def _after_answer_is(text: str) -> str | None:
     blanked = FIRST_SPAN.sub(lambda m: " " * len(m.group()) if _is_math(_content(m)) else m.group(), line)
     eq = blanked.rfind("=")  # (an "=" in a LaTeX span is the span's)
     equals = line[eq + 1:] if eq >= 0 else ""
+    lead = POWER.search(blanked)
+    if HEDGED.match(line) or (lead and ALTERNATIVE.match(blanked, lead.end())):  # "either 18 or 20", "at least 18":
+        return line.strip()  # two answers, or a bound, which equal no reference (the last number would pay the hedge)
     first = POWER.search(blanked)
     summed = first is not None and SUM_AFTER.match(blanked, first.end())  # "16 - 3 - 4 = 9 eggs, times 2 = 18": not 16
     if summed and eq < 0 and not BARE_TEX.match(line):  # "The answer is 2 * 9.": the sum whole (math-verify's: 18)
