@@ -180,8 +180,8 @@ def last_boxed(text: str) -> str | None:
 
 
 NUMBER = re.compile(r"[-\u2212]?(?:\d{1,9}[ \t](?=\d{1,9}/\d)\d{1,9}/\d{1,9}(?![\d/.])|\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?")
-# (a mixed number first: "3 1/2 hours" is 7/2, not 3; \u2212: the minus sign, as typeset; ".5" is a half, not 5; 1e3 a thousand, not 3; commas only as thousands
-# separators: "(1,2)" is 1 and 2, not 12)
+# (a mixed number first: "3 1/2 hours" is 7/2, not 3; \u2212: the minus sign, as typeset; ".5" is a half, not 5; 1e3
+# a thousand, not 3; commas only as thousands separators: "(1,2)" is 1 and 2, not 12)
 POWER = re.compile(rf"(?:{NUMBER.pattern})(?:\s*\^\s*\{{?\s*(?:{NUMBER.pattern})\s*\}}?)*")  # 2^10: 1024, not 10
 ANSWER_IS = re.compile(r"(?im)\banswer is\b(?!\s+not\b):?|^[ \t*_#]*+(?:final )?answer[*_]*\s*:")  # "the final answer is", "Answer:"
 FIRST_SPAN = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]|(?<!\\)\$\$(.+?)\$\$|(?<!\\)\$([^$]+?)(?<!\\)\$")  # (\$: a dollar)
@@ -275,10 +275,9 @@ def _after_answer_is(text: str) -> str | None:
     blanked = FIRST_SPAN.sub(lambda m: " " * len(m.group()) if _is_math(_content(m)) else m.group(), line)
     eq = blanked.rfind("=")  # (an "=" in a LaTeX span is the span's)
     equals = line[eq + 1:] if eq >= 0 else ""
-    lead = POWER.search(blanked)
-    if HEDGED.match(line) or (lead and ALTERNATIVE.match(blanked, lead.end())):  # "either 18 or 20", "at least 18":
-        return line.strip()  # two answers, or a bound, which equal no reference (the last number would pay the hedge)
     first = POWER.search(blanked)
+    if HEDGED.match(line) or (first and ALTERNATIVE.match(blanked, first.end())):  # "either 18 or 20", "at least 18":
+        return line.strip()  # two answers, or a bound, which equal no reference (the last number would pay the hedge)
     summed = first is not None and SUM_AFTER.match(blanked, first.end())  # "16 - 3 - 4 = 9 eggs, times 2 = 18": not 16
     if summed and eq < 0 and not BARE_TEX.match(line):  # "The answer is 2 * 9.": the sum whole (math-verify's: 18)
         run = re.match(r"[-\u2212\d.\s+*/()\u00d7\u00f7]+", blanked[first.start():]).group()
@@ -344,10 +343,15 @@ def last_math_span(text: str) -> tuple[str, int, int] | None:
 MIXED = re.compile(r"([-\u2212]?)(\d{1,9})[ \t]+(\d{1,9})/(\d{1,9})")
 
 
+def improper(text: str) -> str | None:
+    """A mixed number as an improper fraction (2 1/2: 5/2, -2 1/2: -5/2); None where `text` is none."""
+    mixed = MIXED.fullmatch(text)
+    if mixed is None:
+        return None
+    sign, whole, top, bottom = mixed.groups()
+    return f"{'-' if sign else ''}{int(whole) * int(bottom) + int(top)}/{bottom}"
+
+
 def _plain(number: str) -> str:
     """A number as answers_match reads it: no thousands commas, an ASCII minus, a mixed number improper (2 1/2: 5/2)."""
-    mixed = MIXED.fullmatch(number)
-    if mixed:
-        sign, whole, top, bottom = mixed.groups()
-        return f"{'-' if sign else ''}{int(whole) * int(bottom) + int(top)}/{bottom}"
-    return number.replace(",", "").replace("\u2212", "-")
+    return improper(number) or number.replace(",", "").replace("\u2212", "-")

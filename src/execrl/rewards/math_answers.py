@@ -14,7 +14,7 @@ import sys
 import threading
 from fractions import Fraction
 
-from execrl.extract import MIXED, math_answer
+from execrl.extract import improper, math_answer
 from execrl.rewards.base import Sample, component
 from execrl.tasks.problem import VERIFIER
 
@@ -58,10 +58,7 @@ def _number(text: str) -> tuple[bool, str, int] | Fraction | None:
     ten million digits, minutes to build, and Python refuses to read an integer over 4,300 digits); a fraction
     that is a decimal (1/2) the same key, one that is none (1/3) itself. None: not a plain number."""
     text = SEPARATORS.sub(",", text.strip().strip("$").replace("\\!", "")).rstrip(".")
-    mixed = MIXED.fullmatch(text)  # 2 1/2 (GSM8K's mark keeps the line as written): 5/2, read on as a fraction
-    if mixed:
-        sign, whole, top, bottom = mixed.groups()
-        text = f"{'-' if sign else ''}{int(whole) * int(bottom) + int(top)}/{bottom}"
+    text = improper(text) or text  # 2 1/2 (GSM8K's mark keeps the line as written): 5/2, read on as a fraction
     if "," in text:  # thousands separators only: "0,5" (a decimal comma) and "1,2" (a list) are not 5 and 12
         if not THOUSANDS.fullmatch(text):
             return None

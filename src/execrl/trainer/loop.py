@@ -433,7 +433,7 @@ def cut_warnings(rows: list[dict], filtered: bool = False) -> list[str]:
                         "unfinished; raise the limit, unless the model never ends an answer (its rollouts show it)" +
                         (f"; grpo.overlong_filtering left them out of the loss, so these steps trained on "
                          f"{1 - mean('train/truncated_frac', 5):.0%} of their samples" if filtered else ""))
-    empty = [r["step"] for r in rows if filtered and r.get("train/truncated_frac", 0.0) >= 1.0 and "step" in r]
+    empty = [r["step"] for r in rows if r.get("train/truncated_frac", 0.0) >= 1.0 and "step" in r] if filtered else []
     if empty:
         steps = ", ".join(map(str, empty[:5])) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
         warnings.append(f"at step {steps} every sample was cut (train/truncated_frac 1.0) and grpo.overlong_filtering "

@@ -512,13 +512,14 @@ def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig, where: str 
            f"{max(lengths)}), the limit set by {keys}")
     if not kept and where == "data.train":
         data_limit = cfg.data.max_input_seq_length
-        raise ValueError(f"{say}: nothing is left to train on; " + (
-            "raise data.max_input_seq_length (or unset it)" if data_limit is not None and
-            data_limit < p.max_total_sequence_length else
-            "raise policy.max_total_sequence_length, and data.max_input_seq_length with it (it may not exceed it)"
-            if data_limit is not None else
-            "raise policy.max_total_sequence_length (or lower policy.generation.max_new_tokens, or set "
-            "data.max_input_seq_length)"))
+        if data_limit is None:
+            fix = ("raise policy.max_total_sequence_length (or lower policy.generation.max_new_tokens, or set "
+                   "data.max_input_seq_length)")
+        elif data_limit < p.max_total_sequence_length:
+            fix = "raise data.max_input_seq_length (or unset it)"
+        else:  # (the context's length already: raising it alone is refused)
+            fix = "raise policy.max_total_sequence_length, and data.max_input_seq_length with it (it may not exceed it)"
+        raise ValueError(f"{say}: nothing is left to train on; {fix}")
     console.print(f"[yellow]dropped: {say}[/]")
     return kept
 
