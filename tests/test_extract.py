@@ -333,3 +333,37 @@ def test_a_hedged_answer_equals_no_reference(text, reference, correct):
     from execrl.rewards.math_answers import answers_match
 
     assert answers_match(math_answer(text), reference) is correct
+
+
+@pytest.mark.parametrize("text, reference, correct", [
+    ("She has 1 080 dollars.", "1080", True),  # (read as 080 before)
+    ("She has 1\u202f080 dollars.", "1080", True),  # a narrow no-break space, as typeset
+    ("She has 1\u2009234\u2009567.5 dollars.", "1234567.5", True),
+    ("The answer is 12 345.", "12345", True),
+    ("\\boxed{1 080}", "1080", True),
+    ("#### 1 080", "1080", True),
+    ("In 2023 100 people came.", "100", True),  # four digits are no group of three
+    ("It takes 2 1/2 hours.", "2.5", True),  # still a mixed number
+    ("\\boxed{2 100/3}", "106/3", True),
+])
+def test_thousands_separated_by_spaces(text, reference, correct):
+    from execrl.rewards.math_answers import answers_match
+
+    assert answers_match(math_answer(text), reference) is correct
+
+
+@pytest.mark.parametrize("text, reference, correct", [
+    ("#### 2nd step\nShe earns 9 * 2 = 18 dollars.", "18", True),  # an ordinal heading (read as 2 before)
+    ("\\boxed{18 dollars}", "18", True),  # words after the number in a box, without \text
+    ("\\boxed{2.5 hours.}", "2.5", True),
+    ("\\boxed{18 dollars}", "1", False),
+    ("\\boxed{18 or more}", "18", False),  # a hedge
+    ("\\boxed{18 to 20}", "18", False),
+    ("\\[ 16 - 3 - 4 = 9,\\quad 9 \\times 2 = 18 \\]", "18", True),  # worked sums ending the text: their result
+    ("\\[ 16 - 3 - 4 = 9,\\quad 9 \\times 2 = 18 \\]", "9", False),
+    ("\\( 9 \\times 2 = 18 \\)", "18", True),
+])
+def test_headings_words_in_a_box_and_worked_sums(text, reference, correct):
+    from execrl.rewards.math_answers import answers_match
+
+    assert answers_match(math_answer(text), reference) is correct

@@ -179,9 +179,12 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-NUMBER = re.compile(r"[-\u2212]?(?:\d{1,9}[ \t](?=\d{1,9}/\d)\d{1,9}/\d{1,9}(?![\d/.])|\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?")
+NUMBER = re.compile(r"[-\u2212]?(?:\d{1,9}[ \t](?=\d{1,9}/\d)\d{1,9}/\d{1,9}(?![\d/.])|\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|"
+                    r"\d{1,3}(?:[ \u00a0\u2009\u202f]\d{3})+(?![\d/])(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?")
 # (a mixed number first: "3 1/2 hours" is 7/2, not 3; \u2212: the minus sign, as typeset; ".5" is a half, not 5; 1e3
-# a thousand, not 3; commas only as thousands separators: "(1,2)" is 1 and 2, not 12)
+# a thousand, not 3; commas only as thousands separators: "(1,2)" is 1 and 2, not 12; a space, a no-break or a thin
+# space between groups of three digits (SI's style) too: "1 080" is 1080, not 080)
+GROUPS = re.compile(r"(?<=\d)[, \u00a0\u2009\u202f](?=\d{3}(?!\d))")  # thousands separators within a number
 POWER = re.compile(rf"(?:{NUMBER.pattern})(?:\s*\^\s*\{{?\s*(?:{NUMBER.pattern})\s*\}}?)*")  # 2^10: 1024, not 10
 ANSWER_IS = re.compile(r"(?im)\banswer is\b(?!\s+not\b):?|^[ \t*_#]*+(?:final )?answer[*_]*\s*:")  # "the final answer is", "Answer:"
 FIRST_SPAN = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]|(?<!\\)\$\$(.+?)\$\$|(?<!\\)\$([^$]+?)(?<!\\)\$")  # (\$: a dollar)
@@ -195,8 +198,8 @@ SUM_AFTER = re.compile(r"\s*(?:[-+*/\u00d7\u00f7\u2212]|\\(?:times|cdot|div))\s*
 GSM8K_MARK = re.compile(r"[\s*_`]*+(?:[-\u2212+$\\(\[.\d]|[^\n]*(?:answer|=))", re.I)  # "#### 18", "#### Final Answer"
 # a markdown heading after ####, not GSM8K's mark: "#### Step 2: Earnings = 9 x 2", "#### 1. Eggs left" (a numbered
 # one, with lines after it: "#### 18." alone is the mark)
-HEADING = re.compile(r"[ \t*_]*(?:(?:step|part|case|stage|method|approach)[ \t]*\d+\b|\d{1,2}[.)][ \t]+[A-Za-z][^\n]*\n\s*\S)",
-                     re.I)
+HEADING = re.compile(r"[ \t*_]*(?:(?:step|part|case|stage|method|approach)[ \t]*\d+\b|\d{1,2}(?:[.)]|st|nd|rd|th)[ \t]+"
+                     r"[A-Za-z][^\n]*\n\s*\S)", re.I)  # ("#### 2nd step", a line after it)
 NEGATIVE_AMOUNT = re.compile(r"(?<![\w$])([-\u2212])\\?\$(?=\d)")  # -$5, -\$5: a sign, then a currency's dollar
 # ("$10-$5" is a sum: a digit before its minus)
 UNIT_POWER = re.compile(r"[A-Za-z]\s*\^\s*\{?\s*$")  # the 2 of "48 m^2" is no answer
@@ -246,8 +249,8 @@ def math_answer(answer_text: str) -> str | None:
         if before and "\\" in latex[0] and UNIT.fullmatch(latex[0]) and CLOSERS.fullmatch(answer_text, before[0].end(),
                                                                                       latex[1]):
             return _plain(before[0].group())  # "60 \\(\\text{km/h}\\)": the number, not its unit
-        return latex[0]  # "is \\(\\frac{3}{4}\\)": the span, as math-verify's extraction (NeMo RL's hf_math_verify)
-        # takes it, not its last digit
+        return worked(latex[0])  # "is \\(\\frac{3}{4}\\)": the span, as math-verify's extraction (NeMo RL's
+        # hf_math_verify) takes it, not its last digit
     return _plain(numbers[-1].group()) if numbers else None
 
 
@@ -302,6 +305,15 @@ def _after_answer_is(text: str) -> str | None:
     return content if found is span else _plain(number.group())
 
 
+def worked(content: str) -> str:
+    """A span of worked sums ("16 - 3 - 4 = 9,\\quad 9 \\times 2 = 18"): what its last "=" equals, where math-verify
+    reads a set of equations that equals no number; a span with a variable ("x = 2, y = 3") whole."""
+    if content.count("=") < 2 or re.search(r"[A-Za-z]", re.sub(r"\\(?:text|mathrm|mbox)\s*\{[^{}]*\}|\\[A-Za-z]+", "",
+                                                                 content)):
+        return content
+    return content.rsplit("=", 1)[1].strip(" \t.,;")
+
+
 def _content(span: re.Match) -> str:
     return next(g for g in span.groups() if g is not None).strip()
 
@@ -354,4 +366,4 @@ def improper(text: str) -> str | None:
 
 def _plain(number: str) -> str:
     """A number as answers_match reads it: no thousands commas, an ASCII minus, a mixed number improper (2 1/2: 5/2)."""
-    return improper(number) or number.replace(",", "").replace("\u2212", "-")
+    return improper(number) or GROUPS.sub("", number).replace("\u2212", "-")

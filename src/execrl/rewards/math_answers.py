@@ -25,8 +25,13 @@ MAX_ANSWER_CHARS = 200  # longer answers (and over twice the reference's length)
 THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")  # 1,234,567.5: the only commas a plain number holds
 
 
+WORDS_AFTER = re.compile(r"(?<=\d)\s+(?![^\n]*\b(?:or|and|to|than|least|most|plus|minus|times|per)\b)[A-Za-z][A-Za-z \t]*"
+                         r"\.?\s*$")  # "\boxed{18 dollars}": the number (not "18 or more", "18 per hour")
+
+
 DELIMITERS = (("\\(", "\\)"), ("\\[", "\\]"), ("$$", "$$"), ("$", "$"))  # LaTeX math around a whole answer
-SEPARATORS = re.compile(r"(?<=\d)(?:\\,|\\ |\{,\})(?=\d{3})")  # 1\,000, 1\ 000, 1{,}000: thousands separators
+SEPARATORS = re.compile(r"(?<=\d)(?:\\,|\\ |\{,\}|[ \u00a0\u2009\u202f])(?=\d{3}(?![\d/]))")  # 1\,000, 1\ 000, 1{,}000,
+# 1 000 (a space, a no-break or a thin one; not the 2 of the mixed number 2 100/3): thousands separators
 
 
 def _bare(text: str) -> str:
@@ -92,7 +97,7 @@ def answers_match(predicted: str | None, reference: str) -> bool:
         return False
     if predicted == reference:  # whatever its length (a reference can be longer than MAX_ANSWER_CHARS)
         return True
-    a, b = _number(predicted), _number(reference)
+    a, b = _number(WORDS_AFTER.sub("", predicted)), _number(reference)
     if a is not None and b is not None:
         return a == b
     if len(predicted) > max(MAX_ANSWER_CHARS, 2 * len(reference)) or importlib.util.find_spec("math_verify") is None:
