@@ -392,3 +392,14 @@ def test_nemo_gym_rows_given_to_the_jsonl_loader_are_pointed_at_nemotron_code(tm
            "verifier_metadata": {"unit_tests": {"inputs": [""], "outputs": ["1\n"]}}, "hash_id": "x"}
     said = no_prompt_field(tmp_path / "rows.jsonl", row, "prompt")
     assert "which the nemotron_code dataset reads: data.train.dataset_name=nemotron_code data.train.path=" in said
+
+
+def test_a_rows_text_cannot_reorder_or_add_console_lines(tmp_path):
+    """A row's tests holding a second form under a key with a newline and U+202E printed a line of the row's own
+    ("sandbox: all rows graded OK") and the rest of the line reversed, in `execrl grade`'s skipped-row line."""
+    key = "x\nsandbox: all rows graded OK\n\u202eevil"
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"id": "r", "code": "print(1)",
+                                                     "tests": {"asserts": ["assert 1"], key: [1]}}) + "\n")
+    proc = execrl("grade", tmp_path / "rows.jsonl", "--out", tmp_path / "o.jsonl", "--quiet")
+    assert "\u202e" not in proc.stdout + proc.stderr, proc.stderr
+    assert not any(line.startswith("sandbox: all rows") for line in (proc.stdout + proc.stderr).splitlines())

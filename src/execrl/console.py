@@ -12,7 +12,8 @@ WRAPPED = re.compile(r"\[(?P<style>yellow|red|green|dim|bold|bold red|bold yello
                      re.S)
 
 
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 and C1 controls but tab and newline
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")  # C0 and C1 controls but
+# tab and newline, and the bidirectional marks and overrides (U+202E showed the rest of a line reversed)
 
 
 def shown(text: str) -> str:

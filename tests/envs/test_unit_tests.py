@@ -226,3 +226,15 @@ def test_a_lone_asserts_feedback_shows_only_what_the_programs_own_call_gave(grad
         e, _ = env(grader, Problem("t/lone", SQUARES.messages, "code", tests=AssertTests([test])))
         said = e.step(wrong).observation[0]["content"]
         assert said.splitlines()[1] == f"got: {shown}" and "49" not in said, (test, said)
+
+
+def test_feedback_names_an_integer_json_cannot_write_by_its_size(grader):
+    """A call row may hold integers of thousands of digits; the feedback's json.dumps of one raised ValueError (over
+    4,300 digits) and ended the episode's step, and the training step with it."""
+    from execrl.envs.unit_tests import feedback
+    from execrl.sandbox import parse_tests
+
+    big = "1" * 5000
+    spec = parse_tests({"fn_name": "f", "inputs": [big, "1"], "outputs": [big, "2"]})
+    text = feedback(spec, grader.grade("def f(x):\n    return 0\n", spec), 2000)
+    assert "call: f(<an integer of 16607 bits>)" in text and "expected: 2" in text, text

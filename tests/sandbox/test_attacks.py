@@ -1415,3 +1415,73 @@ def test_no_sysctl_is_writable_from_a_program(mode):
     with _grader(mode) as g:
         r = graded_quickly(g, code)
         assert r.verdict == V.PASS, (r.tests[0].output, r.stderr)
+
+
+# --- 14. found by an attack on the grader (2026-12-04; each failed before its fix) -----------------------------
+
+def test_a_rows_forged_status_line_with_a_test_index_out_of_range_is_no_tests(grader):
+    """A row's test code runs in the checker and can write the checker's status lines: one naming test 99 (or -1)
+    raised IndexError out of grade(), and `execrl grade` lost the whole file. Lines naming no test of the row are
+    dropped; the row's own verdicts stand."""
+    for forged in (99, -1):
+        tests = {"asserts": [f"import os\nos.write(3, b'{{\"test\": {forged}, \"verdict\": \"fail\"}}\\n')\n"
+                             "assert f(1) == 2"]}
+        r = grader.grade("def f(x):\n    return x + 1\n", tests)
+        assert r.verdict == V.PASS and len(r.tests) == 1, r.to_dict()
+
+
+@pytest.mark.parametrize("code, test, verdict", [
+    ("def sorted_copy(a):\n    a.sort()\n    return a", "a = [3, 1, 2]\nassert sorted_copy(a) == [1, 2, 3]\n"
+     "assert a == [3, 1, 2]", V.FAIL),  # (passed: the test's list never saw the program's sort)
+    ("def move_zeroes(nums):\n    nums[:] = [x for x in nums if x] + [0] * nums.count(0)",
+     "nums = [0, 1, 0, 3]\nmove_zeroes(nums)\nassert nums == [1, 3, 0, 0]", V.PASS),  # (failed: LeetCode's in-place)
+    ("def rotate(m):\n    m[:] = [list(r) for r in zip(*m[::-1])]", "m = [[1, 2], [3, 4]]\nrotate(m)\n"
+     "assert m == [[3, 1], [4, 2]]", V.PASS),
+    ("def transpose(m):\n    for i in range(len(m)):\n        for j in range(i):\n"
+     "            m[i][j], m[j][i] = m[j][i], m[i][j]", "m = [[1, 2], [3, 4]]\nrow = m[0]\ntranspose(m)\n"
+     "assert m == [[1, 3], [2, 4]] and row == [1, 3]", V.PASS),  # a row the test holds changes too
+    ("def fill(d, seen=None):\n    d['a'] = 1\n    del d['b']\n    seen.add(3)",
+     "d, s = {'b': 2}, {1}\nfill(d, seen=s)\nassert d == {'a': 1} and s == {1, 3}", V.PASS),
+    ("def f(a):\n    a.append(1)\n    raise ValueError('x')", "a = []\ntry:\n    f(a)\nexcept ValueError:\n"
+     "    pass\nassert a == [1]", V.PASS),  # changed, then raised: changed, as in Python
+])
+def test_a_calls_changes_to_its_arguments_reach_the_test(grader, code, test, verdict):
+    """Arguments cross to the program as copies: a program that sorted its argument in place passed a test that the
+    argument was left alone, and a right in-place solution failed. Each list, dict or set argument the call changed
+    comes back and the test's own object changes with it."""
+    r = grader.grade(code, {"asserts": [test]})
+    assert r.verdict == verdict, r.to_dict()
+
+
+FORGED_CHANGES = ("import sys\nchild = next(m for k, m in list(sys.modules.items()) if hasattr(m, '_changed'))\n"
+                  "child._changed = lambda sent, req: FORGED\ndef f(a):\n    a.append(1)\n")
+
+
+@pytest.mark.parametrize("forged", ["[[0, {'handle': 1}]]", "[[5, [1]]]", "[['zz', [2]]]", "[[0, {'dict': []}]]",
+                                    "[[0]]", "'x'"])
+def test_a_forged_change_of_an_argument_is_the_programs_error(grader, forged):
+    """The changes come from the program's process, which can send anything in their place: what is not a change
+    of one of the call's arguments into plain data of its kind fails the test, never the grader."""
+    r = grader.grade(FORGED_CHANGES.replace("FORGED", forged), {"asserts": ["a = []\nf(a)\nassert a == [1]"]})
+    assert r.verdict == V.RUNTIME_ERROR, r.to_dict()
+
+
+def test_a_module_the_tests_forgot_to_import_is_the_module_not_the_programs():
+    """`numpy.allclose` in a test without `import numpy` was the program's to define (only the standard library's
+    names and `np` were imported for the tests): `class numpy: allclose = lambda *a, **k: True` passed."""
+    pytest.importorskip("numpy")
+    hack = "class numpy:\n    allclose = staticmethod(lambda *a, **k: True)\ndef f(x):\n    return [0.0, 0.0]"
+    right = "import numpy\ndef f(x):\n    return [1.0, 2.0]"
+    tests = {"asserts": ["assert numpy.allclose(f(1), [1.0, 2.0])"]}
+    with Grader(1, FAST) as g:
+        assert g.grade(hack, tests).verdict == V.FAIL
+        assert g.grade(right, tests).verdict == V.PASS
+
+
+@pytest.mark.parametrize("mode", ["exact", "lines", "lcb"])
+def test_bytes_that_are_no_utf8_never_equal_the_replacement_character(mode):
+    from execrl.sandbox.compare import CompareOptions, outputs_match
+
+    opts = CompareOptions(mode=mode)
+    assert not outputs_match("\ufffd", b"\xff", opts)
+    assert outputs_match("\ufffd", "\ufffd".encode(), opts) and outputs_match("caf\u00e9", "caf\u00e9".encode(), opts)

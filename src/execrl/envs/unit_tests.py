@@ -23,6 +23,7 @@ from execrl.extract import Extracted, extract
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
 from execrl.sandbox import AssertTests, CallTests, CheckTests, ProgramResult, StdioTests, TestSpec, Verdict
+from execrl.sandbox.preview import preview
 from execrl.sandbox.spec import entry_names, num_tests, python_lines, truncate_tests
 from execrl.tasks import Problem
 
@@ -161,8 +162,8 @@ def feedback(spec: TestSpec, result: ProgramResult, max_chars: int, hidden: bool
                       f"got: {_short(got)}"]
         elif isinstance(spec, CallTests):
             got = t.output if t.verdict == V.FAIL else got
-            lines += [f"call: {spec.fn_name}({', '.join(json.dumps(a) for a in spec.args[i])})",
-                      *([] if hidden else [f"expected: {json.dumps(spec.outputs[i])}"]), f"got: {_short(got)}"]
+            lines += [f"call: {spec.fn_name}({', '.join(_value(a) for a in spec.args[i])})",
+                      *([] if hidden else [f"expected: {_value(spec.outputs[i])}"]), f"got: {_short(got)}"]
         elif isinstance(spec, AssertTests):
             if hidden and t.verdict == V.FAIL and not (probed and probed[i]):
                 got = "wrong answer"  # (the assertion's own message or a left side other than the program's call)
@@ -171,6 +172,15 @@ def feedback(spec: TestSpec, result: ProgramResult, max_chars: int, hidden: bool
             lines += [f"the check of {spec.entry_point} failed" + (": wrong answer" if hidden and t.verdict == V.FAIL
                                                                    else f": {_short(got)}")]
     return truncate("\n".join(lines + ["Fix the code and submit the whole solution again."]), max_chars)
+
+
+def _value(value) -> str:
+    """A test's argument or expected value as JSON, or where JSON cannot hold it (an integer of over 4,300 digits, a
+    set) as repr's start, such an integer named by its size."""
+    try:
+        return _short(json.dumps(value))
+    except (TypeError, ValueError):
+        return preview(value, 200)
 
 
 def _short(text: str, limit: int = 200) -> str:

@@ -66,13 +66,13 @@ def outputs_match(expected: str, actual: bytes, opts: CompareOptions = CompareOp
     before anything per token or per line (a printed line of 8 million tokens is read only as far as the expected
     line's tokens go)."""
     if opts.mode == "exact":
-        return actual.decode("utf-8", errors="replace") == expected
+        return actual.decode("utf-8", errors="surrogateescape") == expected
     if opts.mode == "lcb":
-        return _lcb_match(expected, actual.decode("utf-8", errors="replace"))
+        return _lcb_match(expected, actual.decode("utf-8", errors="surrogateescape"))
     if opts.case_fold:
         expected = expected.encode("utf-8", "surrogatepass").translate(ASCII_LOWER).decode("utf-8", "surrogatepass")
         actual = actual.translate(ASCII_LOWER)
-    want, have = _trimmed(expected), _trimmed(actual.decode("utf-8", errors="replace"))
+    want, have = _trimmed(expected), _trimmed(actual.decode("utf-8", errors="surrogateescape"))
     if want.count("\n") != have.count("\n"):  # extra or missing lines fail (no prefix matching), before any split
         return False
     want, have = _lines(want), _lines(have)

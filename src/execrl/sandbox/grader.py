@@ -420,6 +420,8 @@ def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, l
     tests = [unreached] * n
     if lines and "setup" in lines[0]:
         tests = [TestResult(V(lines[0]["setup"]), detail=lines[0].get("msg", ""))] * n
+    lines = [line for line in lines if 0 <= line.get("test", 0) < n]  # (a test index out of range is no test's: a
+    # row's test code, run in the checker, can write the checker's status lines itself)
     for line in lines:
         if "test" in line:
             msg = line.get("msg", "")

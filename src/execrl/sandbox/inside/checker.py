@@ -75,7 +75,9 @@ class _Rpc:
         self.failed: tuple[str, str] | None = None  # the test's verdict once the program timed out, ended or exited
         sock.settimeout(timeout)
 
-    def request(self, req: dict):
+    def request(self, req: dict, sent: tuple | None = None):
+        """The program's answer to `req`; `sent`: a call's arguments, the test's objects, which change as the
+        program changed its copies (a list it sorted in place)."""
         if self.failed is not None:  # (after a timeout a late reply would answer the next call)
             raise (RemoteTimeout if self.failed[0] == "timeout" else RemoteGone)(self.failed[1])
         try:
@@ -104,6 +106,8 @@ class _Rpc:
             self.failed = ("runtime_error", f"the program ended ({_text(e)[:200]})")
             raise RemoteGone(self.failed[1]) from None
         try:  # the reply is the program's to write: anything malformed is its error, never ours
+            if sent is not None and "mutated" in reply:
+                _mutate(sent, reply["mutated"])
             if isinstance(reply, dict) and reply.get("error") == "SystemExit":  # it ended the program, as in Python
                 self.failed = ("runtime_error", f"SystemExit: {str(reply.get('msg', ''))[:300]}")
                 raise RemoteGone(self.failed[1])
@@ -123,6 +127,37 @@ class _Rpc:
         if "handle" not in tagged or type(tagged["handle"]) is not int:
             raise ValueError("malformed handle")
         return Remote(self, ("handle", tagged["handle"]), ())
+
+
+def _mutate(sent: tuple, changed: list) -> None:
+    """The test's arguments changed as the program changed its copies of them (child._changed): a call's in-place
+    work is seen by the test, as in Python (`nums.sort()` in the program, then `assert nums == [...]`)."""
+    args, kwargs = sent
+    for key, value in changed:
+        old = args[key] if type(key) is int and 0 <= key < len(args) else kwargs[key] if type(key) is str else None
+        _sync(old, decode(value))  # (plain data only: no handle, the program's objects stay there)
+
+
+def _sync(old, new) -> None:
+    """`old` made equal to `new` in place, the lists, dicts and sets inside it kept where their kind stays (a test
+    holding a grid's row sees it change)."""
+    if type(old) is not type(new) or type(old) not in (list, dict, set):
+        raise ValueError("a changed argument of another kind")
+    if type(old) is set:
+        old.clear()
+        old.update(new)
+        return
+    if type(old) is list and len(old) != len(new):
+        old[:] = new
+        return
+    for key in [k for k in old if k not in new] if type(old) is dict else ():
+        del old[key]
+    for key, value in (new.items() if type(old) is dict else enumerate(new)):
+        inner = old.get(key) if type(old) is dict else old[key]
+        if type(inner) in (list, dict, set) and type(inner) is type(value):
+            _sync(inner, value)
+        else:
+            old[key] = value
 
 
 def _opaque(what: str):
@@ -169,7 +204,7 @@ class Remote:
     def __call__(self, *args, **kwargs):
         req = {"op": "call", "target": list(self._target), "attrs": list(self._attrs)}
         req["args"], req["kwargs"] = encode(list(args), _remote_arg), encode(kwargs, _remote_arg)
-        return self._rpc.request(req)
+        return self._rpc.request(req, (args, kwargs))
 
     def _ask(self, op: str, kind: type, what: str):
         """The program's own answer to bool(), len(), list() or str() of its object, which must be a
@@ -339,14 +374,22 @@ def _free_names(code: str) -> tuple[set[str], set[str]]:
     return free - set(dir(builtins)), free & set(dir(builtins))
 
 
-MODULE_ALIASES = {"np": "numpy"}  # a test's conventional name for a module it does not import
+MODULE_ALIASES = {"np": "numpy", "pd": "pandas"}  # a test's conventional name for a module it does not import
 
 
 def _modules_named(code: str, names: set[str]) -> dict[str, types.ModuleType]:
-    """Of `names` (free in the tests), those the tests use only as `name.attribute` and that name a standard
-    library module (or a conventional alias of an installed one): imported here, so that `math.isclose` in a test
-    that forgot `import math` is the standard library's, never a `math` the program defines."""
+    """Of `names` (free in the tests), those the tests use only as `name.attribute` and that name a module the
+    sandbox's Python has (standard or installed, or by a conventional alias): imported here, so that `math.isclose`
+    or `numpy.allclose` in a test that forgot its import is the module's, never a `math` or `numpy` the program
+    defines (`class numpy: allclose = lambda *a, **k: True`)."""
     import importlib
+    import importlib.util
+
+    def installed(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            return False
 
     tree, only_bases = ast.parse(code), {}
     bases = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
@@ -356,7 +399,7 @@ def _modules_named(code: str, names: set[str]) -> dict[str, types.ModuleType]:
     found = {}
     for name, only in only_bases.items():
         module = MODULE_ALIASES.get(name, name)
-        if only and (module in sys.stdlib_module_names or name in MODULE_ALIASES):
+        if only and (module in sys.stdlib_module_names or installed(module)):
             try:
                 found[name] = importlib.import_module(module)
             except Exception:  # noqa: BLE001 - not installed here: the name stays the program's to define

@@ -269,6 +269,7 @@ def _serve(g: dict) -> None:
             req, _, _ = recv_msg(sock, max_header=1 << 24)
         except (EOFError, OSError):
             return
+        sent = None  # a call's arguments as the program got them
         try:
             attrs = req.get("attrs", [])
             if req["op"] == "set":
@@ -277,7 +278,8 @@ def _serve(g: dict) -> None:
                 continue
             obj = resolve(req["target"], attrs)
             if req["op"] == "call":
-                obj = obj(*decode(req["args"], arg), **decode(req["kwargs"], arg))
+                sent = decode(req["args"], arg), decode(req["kwargs"], arg)
+                obj = obj(*sent[0], **sent[1])
             elif req["op"] in asks:  # the program's own answer, as plain data
                 obj = asks[req["op"]](obj)
             elif req["op"] == "take":  # up to n items of an iterator (list() of an endless one never ends), and the
@@ -291,7 +293,29 @@ def _serve(g: dict) -> None:
                 send_msg(sock, {"error": "SystemExit", "msg": "the program called exit() during a test"})
                 return
             reply = {"error": type(e).__name__, "msg": str(e)[:300], "bases": builtin_bases(e)}
+        try:
+            if sent is not None and (changed := _changed(sent, req)):
+                reply["mutated"] = changed
+        except Exception:  # noqa: BLE001 - the program's objects, changed into what cannot be read: not carried
+            pass
         send_msg(sock, reply)
+
+
+def _changed(sent: tuple, req: dict) -> list:
+    """[[position or keyword, its value], ...] for each list, dict or set argument of a call that the call changed
+    in place (a list sorted, a grid filled), as plain data: the test's own object changes with it, as in Python."""
+    kwargs = dict(req["kwargs"]["dict"])
+    out = []
+    for key, value in [*enumerate(sent[0]), *sent[1].items()]:
+        if type(value) not in (list, dict, set):
+            continue
+        try:
+            after = encode(value)  # (plain data only: a program object in it is no test's to change)
+        except (TypeError, RecursionError):
+            continue
+        if after != (req["args"][key] if type(key) is int else kwargs[key]):
+            out.append([key, after])
+    return out
 
 
 def _take(iterator, n: int) -> list:
