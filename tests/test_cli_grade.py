@@ -131,3 +131,19 @@ def test_a_nemo_gym_rollout_row_is_told_how_to_become_a_grade_row():
         prepare({"extracted_model_code": "print(1)", "reward": 0.0}, Limits())
     with pytest.raises(TestSpecError, match=r"^'code' must be a string holding the program$"):
         prepare({"tests": []}, Limits())
+
+
+def test_a_row_may_not_ask_for_more_memory_than_the_machine_has():
+    """A row could ask for up to 1 TiB (memory_mb 1048576): its program's limit was then no limit on this host."""
+    import os
+
+    import pytest
+
+    from execrl.grade import prepare
+    from execrl.sandbox import Limits, TestSpecError
+
+    machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 20
+    row = {"code": "print(1)", "tests": {"inputs": [""], "outputs": ["1"]}}
+    assert prepare({**row, "memory_mb": 2048}, Limits())[3].memory_mb == 2048
+    with pytest.raises(TestSpecError, match=f"memory_mb must be a number from 16 to {machine}"):
+        prepare({**row, "memory_mb": machine + 1}, Limits())

@@ -77,7 +77,15 @@ def read_rows(path: str) -> list[tuple[int, dict | None, str | None]]:
     return out
 
 
-LIMIT_RANGES = {"timeout_s": (0.001, 3600.0), "memory_mb": (16, 1 << 20)}  # what a row may ask for
+def _machine_mb() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 20
+    except (ValueError, OSError):
+        return 1 << 20
+
+
+LIMIT_RANGES = {"timeout_s": (0.001, 3600.0), "memory_mb": (16, min(1 << 20, _machine_mb()))}  # what a row may ask
+# for (memory: at most the machine's; a row's program given more, up to 1 TiB, could take the host's memory)
 
 
 def prepare(row: dict, base: Limits) -> tuple:
