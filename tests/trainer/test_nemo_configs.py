@@ -794,3 +794,17 @@ def test_override_values_read_as_hydra_reads_them(raw, value):
     from execrl.config.load import _value
 
     assert _value("logger.wandb.name", raw) == value
+
+
+@pytest.mark.parametrize("overrides", [
+    ["grpo.use_dynamic_sampling=true", "grpo.adv_estimator.use_leave_one_out_baseline=false"],
+    ["grpo.use_dynamic_sampling=true"],
+])
+def test_dynamic_sampling_with_nemo_rls_leave_one_out_filter_is_refused_whatever_the_advantages_say(overrides):
+    """NeMo RL reads grpo.use_leave_one_out_baseline for dynamic sampling's filter (single samples by the others'
+    std) and grpo.adv_estimator's for the advantages; with the first true and the second false execrl read one
+    setting, false, and kept groups whole, silently (a group's lone success kept, where NeMo RL drops it)."""
+    base = Path(__file__).parents[1] / "assets/nemo_rl/eraG_7ea279a/examples/configs/grpo_math_1B.yaml"
+    with pytest.raises(ConfigError, match="set grpo.use_leave_one_out_baseline=false"):
+        validate(load_config(str(base), overrides))
+    validate(load_config(str(base), [*overrides, "grpo.use_leave_one_out_baseline=false"]))

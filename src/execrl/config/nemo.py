@@ -357,6 +357,14 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dirs: list[Path] = ()
             leaves = {k: v for k, v in leaves.items() if k not in off}
             ignored[section] = "off"
     refuse(leaves)
+    if _on(leaves.get("grpo.use_dynamic_sampling")) and _on(leaves.get("grpo.use_leave_one_out_baseline")) and \
+            not _on(leaves.get("grpo.adv_estimator.use_leave_one_out_baseline", True)):
+        # (NeMo RL reads the two keys apart: grpo's for dynamic sampling's filter, adv_estimator's for the advantages)
+        raise ConfigError("grpo.use_dynamic_sampling with grpo.use_leave_one_out_baseline=true: NeMo RL's dynamic "
+                          "sampling then filters single samples by the std of the others (dropping a group's lone "
+                          "success), whatever grpo.adv_estimator.use_leave_one_out_baseline (false here) says of the "
+                          "advantages; execrl keeps groups whole, as DAPO does: set grpo.use_leave_one_out_baseline="
+                          "false (as NeMo RL's DAPO recipes do)")
     if _on(leaves.get("grpo.skip_reference_policy_logprobs_calculation")) and \
             float(leaves.get("loss_fn.reference_policy_kl_penalty") or 0) != 0:  # (NeMo RL asserts the same)
         raise ConfigError("grpo.skip_reference_policy_logprobs_calculation=true needs "
