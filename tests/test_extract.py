@@ -343,6 +343,8 @@ def test_a_hedged_answer_equals_no_reference(text, reference, correct):
     ("\\boxed{1 080}", "1080", True),
     ("#### 1 080", "1080", True),
     ("In 2023 100 people came.", "100", True),  # four digits are no group of three
+    ("He buys 2 300-gram bags.", "300", True),  # a count, then a quantity: two numbers
+    ("She fills 3 250ml cups.", "250", True),
     ("It takes 2 1/2 hours.", "2.5", True),  # still a mixed number
     ("\\boxed{2 100/3}", "106/3", True),
 ])
