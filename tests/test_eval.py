@@ -495,6 +495,7 @@ def test_eval_of_a_checkpoint_poses_the_prompts_its_run_trained_on(tiny_model_di
     import execrl.eval.generate as generate
     from execrl.config import load_config
     from execrl.eval.run import EvalConfig, evaluate
+    from execrl.prompts import render
     from execrl.trainer.policy import load_weights
 
     model_dir = shutil.copytree(tiny_model_dir, tmp_path / "qwen3")
@@ -507,8 +508,8 @@ def test_eval_of_a_checkpoint_poses_the_prompts_its_run_trained_on(tiny_model_di
     model.save_pretrained(tmp_path / "policy")  # (as checkpoint.save writes a checkpoint's policy/)
     tok.save_pretrained(tmp_path / "policy")
     prompts = []
-    monkeypatch.setattr(generate, "generate", lambda model, tok, texts, samples, *a, **k: prompts.extend(texts) or
-                        [[("", 0, False)] * samples for _ in texts])
+    monkeypatch.setattr(generate, "generate", lambda model, tok, conversations, samples, *a, **k: prompts.extend(
+        render(m, tok) for m in conversations) or [[("", 0, False)] * samples for _ in conversations])
     for given, think in ((None, False), ({}, True)):
         prompts.clear()
         summary = evaluate(EvalConfig(dataset="builtin:arith-code", split="validation", limit=2, workers=1,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from execrl.control_tokens import control_pattern, templated_ids
 from execrl.extract import ANSWER_FORMATS, CODE_STYLES
 from execrl.tasks import Problem
 
@@ -175,7 +176,7 @@ def render(messages: list[dict], tokenizer) -> str:
 def drop_long_prompts(problems: list[Problem], tokenizer, cfg: PromptConfig, max_prompt_tokens: int):
     """Problems whose rendered prompt fits, and how many were dropped (long prompts are the classic
     OOM)."""
-    ids = prompt_ids([render(build_messages(p, cfg), tokenizer) for p in problems], tokenizer)
+    ids = conversation_ids([build_messages(p, cfg) for p in problems], tokenizer)
     kept = [p for p, n in zip(problems, map(len, ids)) if n <= max_prompt_tokens]
     return kept, len(problems) - len(kept)
 
@@ -188,8 +189,24 @@ def prompt_ids(texts: list[str], tokenizer) -> list[list[int]]:
     space)."""
     if not texts:
         return []
-    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    first = _first_ids(tokenizer)
+    return [[*first, *i] for i in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def _first_ids(tokenizer) -> list[int]:
+    """What prompt_ids puts before a rendered prompt's tokens: the BOS id for a plain transcript, where the tokenizer
+    starts its sequences with one; nothing after a chat template."""
     bos = getattr(tokenizer, "bos_token_id", None)
     if getattr(tokenizer, "chat_template", None) or bos is None or tokenizer("x")["input_ids"][:1] != [bos]:
-        return ids
-    return [[bos, *i] for i in ids]
+        return []
+    return [bos]
+
+
+def conversation_ids(conversations: list[list[dict]], tokenizer) -> list[list[int]]:
+    """Each conversation's token ids as the model reads it (render, then prompt_ids), in one batch, each message's
+    text as text: a control token's string in a dataset's prompt or an earlier turn (<|im_start|>system) is never
+    the token (control_tokens)."""
+    control = control_pattern(tokenizer)
+    own = [templated_ids(m, tokenizer, lambda shown: render(shown, tokenizer), control) for m in conversations]
+    whole = iter(prompt_ids([render(m, tokenizer) for m, ids in zip(conversations, own) if ids is None], tokenizer))
+    return [next(whole) if ids is None else [*_first_ids(tokenizer), *ids] for ids in own]

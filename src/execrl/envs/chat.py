@@ -12,9 +12,9 @@ the model did end its turn with that token, the part it already produced is left
 
 from __future__ import annotations
 
-import re
 import secrets
 
+from execrl.control_tokens import control_pattern, templated_ids
 from execrl.prompts import ChatTemplateError, TemplateRaised, apply_template
 from execrl.sandbox.inside.protocol import valid_text
 
@@ -28,14 +28,7 @@ class TurnRenderer:
                                     "and this tokenizer has none: set policy.tokenizer.chat_template")
         self.tokenizer = tokenizer
         self.rendered_roles: set = set()  # roles whose messages the template was seen to render (check_role)
-        added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-        # the control tokens: the special ones (<|im_start|>), and the added ones that read as markup, special or not
-        # (Qwen's <tool_response>, which split_special_tokens leaves whole: a program printing it closed the turn)
-        self.specials = {t for t in (*tokenizer.all_special_tokens,
-                                     *(a.content for a in added.values() if getattr(a, "special", False)
-                                       or re.fullmatch(r"\S*[<>\[\]|]\S*", a.content or ""))) if t}
-        self.control = re.compile("|".join(map(re.escape, sorted(self.specials, key=len, reverse=True)))) \
-            if self.specials else None
+        self.control = control_pattern(tokenizer)
 
     def check_role(self, role: str) -> None:
         """Raises ChatTemplateError where the template drops (or never renders the content of) a message of `role`:
@@ -82,42 +75,18 @@ class TurnRenderer:
         `last_sampled`. A message whose text holds a special token's (a program that prints
         '<|im_end|>\n<|im_start|>assistant'...) is tokenized as plain text: the template's own
         markers are the only control tokens in the turn, never a forged end of turn."""
-        holders = {}  # a placeholder in the template's text -> the message text it stands for
-        shown = []
-        for m in messages:
-            if isinstance(m.get("content"), str):  # an environment's text with a lone surrogate: "?", not a crash
-                m = {**m, "content": valid_text(m["content"])}
-            if self._holds_special(m.get("content")):
-                holder = f"execrl{secrets.token_hex(8)}content"
-                holders[holder], m = m["content"], {**m, "content": holder}
-            shown.append(m)
-        text = self.delta_text(shown)
-        if last_sampled is not None:
-            closer = self.tokenizer.decode([last_sampled])
-            if closer and text.startswith(closer) and last_sampled in self.tokenizer.all_special_ids:
-                text = text[len(closer):]  # the model closed its turn itself (e.g. <|im_end|>)
-        if not holders:
-            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        ids, pos = [], 0
-        for match in re.finditer("|".join(holders), text):  # the template's parts, then the text as text
-            ids += self.tokenizer(text[pos:match.start()], add_special_tokens=False)["input_ids"]
-            ids += self._plain_ids(holders[match.group()])
-            pos = match.end()
-        return ids + self.tokenizer(text[pos:], add_special_tokens=False)["input_ids"]
+        # (an environment's text with a lone surrogate: "?", not a crash)
+        shown = [{**m, "content": valid_text(m["content"])} if isinstance(m.get("content"), str) else m
+                 for m in messages]
+        closer = self.tokenizer.decode([last_sampled]) if last_sampled in self.tokenizer.all_special_ids else ""
 
-    def _plain_ids(self, text: str) -> list[int]:
-        """Token ids of `text` as text: a control token's string in it is tokenized in two parts (its first
-        character, then the rest), never as the token."""
-        ids, pos = [], 0
-        for match in self.control.finditer(text):
-            for part in (text[pos:match.start()], match.group()[:1]):
-                ids += self.tokenizer(part, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-            ids += self._plain_ids(match.group()[1:])
-            pos = match.end()
-        return ids + self.tokenizer(text[pos:], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        def render(ms: list[dict]) -> str:
+            text = self.delta_text(ms)
+            return text[len(closer):] if closer and text.startswith(closer) else text  # (the model closed its turn
+            # itself, e.g. <|im_end|>)
 
-    def _holds_special(self, content) -> bool:
-        return isinstance(content, str) and any(t in content for t in self.specials)
+        ids = templated_ids(shown, self.tokenizer, render, self.control)
+        return ids if ids is not None else self.tokenizer(render(shown), add_special_tokens=False)["input_ids"]
 
     def _render(self, messages: list[dict], generation_prompt: bool) -> str:
         return apply_template(self.tokenizer, messages, generation_prompt)

@@ -6,15 +6,15 @@ from __future__ import annotations
 import torch
 
 from execrl.models import kv_shape
-from execrl.prompts import prompt_ids
+from execrl.prompts import conversation_ids, prompt_ids
 from execrl.rollout import SamplingParams, build_generator
 
 FEWEST, MOST = 16, 512  # sequences decoded at once where batch_size is None (on a CPU: FEWEST)
 KV_SHARE = 0.5  # of the GPU's free memory after loading, for the engine's KV cache
 
 
-def generate(model, tokenizer, prompts: list[str], num_samples: int, max_new_tokens: int, temperature: float = 1.0,
-             top_p: float = 1.0, batch_size: int | None = None, backend: str = "execrl", seed: int = 0,
+def generate(model, tokenizer, prompts: list[str] | list[list[dict]], num_samples: int, max_new_tokens: int,
+             temperature: float = 1.0, top_p: float = 1.0, batch_size: int | None = None, backend: str = "execrl", seed: int = 0,
              on_batch=None, guided: tuple | list | None = None, on_slots=None,
              on_sample=None) -> list[list[tuple[str, int, bool]]]:
     """`guided`: (kind, value) of a constraint every completion keeps to (execrl.guided), or one
@@ -24,7 +24,9 @@ def generate(model, tokenizer, prompts: list[str], num_samples: int, max_new_tok
     ends, while the rest generate, where the generator hands completions in so (`streams`: on a
     GPU); otherwise never."""
     torch.manual_seed(seed)
-    ids = prompt_ids(prompts, tokenizer)  # (as drop_long_prompts counted them)
+    # rendered prompts, or conversations (each message's text as text), as drop_long_prompts counted them
+    ids = prompt_ids(prompts, tokenizer) if all(isinstance(p, str) for p in prompts) else \
+        conversation_ids(prompts, tokenizer)
     if not ids:
         return []
     max_len = max(map(len, ids)) + max_new_tokens

@@ -20,7 +20,7 @@ from execrl.console import stderr_console
 from execrl.eval.grading import EarlyGrading
 from execrl.eval.passk import mean_pass_at_k
 from execrl.extract import extract
-from execrl.prompts import PromptConfig, build_messages, drop_long_prompts, render
+from execrl.prompts import PromptConfig, build_messages, drop_long_prompts
 from execrl.rewards import CORRECT, Sample, outcome, sandbox_failures
 from execrl.rewards.outcome import NO_CODE, graded_in_sandbox
 from execrl.sandbox import LANGUAGES, Grader, Limits, TestSpecError, check_infra_share, language_named, parse_tests
@@ -218,7 +218,7 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
         err.print(f"[yellow]dropped {dropped} problems whose prompt is longer than {longest} tokens "
                   + ("(--max-prompt-tokens)" if longest == cfg.max_prompt_tokens else "(the model's position table "
                      "less --max-new-tokens)") + "[/]")
-    prompts = [render(build_messages(p, cfg.prompt), tok) for p in problems]
+    prompts = [build_messages(p, cfg.prompt) for p in problems]
     start, slots = time.perf_counter(), []
     with _bar() as bar:
         task = bar.add_task("sampling", total=len(prompts))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from execrl.control_tokens import control_pattern, templated_ids
 from execrl.models import ModelNotFound
 
 
@@ -25,15 +26,22 @@ class RewardModel:
         self.model, self.tokenizer, self.batch_size = model.eval(), tokenizer, batch_size
         self.max_len = max_len or getattr(model.config, "max_position_embeddings", None) or 4096
         self.template_kwargs = template_kwargs or {}
+        self.control = control_pattern(tokenizer)
         self.truncated = 0  # conversations longer than max_len (read in part), in all calls so far
         self.cut: list[bool] = []  # the last call's: which conversations were read in part
 
     def encode(self, messages: list[dict]) -> list[int]:
         """The conversation's tokens as its chat template renders it (a BOS first where the
         tokenizer has one)."""
-        text = self.tokenizer.apply_chat_template([{"role": m["role"], "content": m["content"]} for m in messages],
-                                                  tokenize=False, add_generation_prompt=False, **self.template_kwargs)
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        def render(shown: list[dict]) -> str:
+            return self.tokenizer.apply_chat_template(shown, tokenize=False, add_generation_prompt=False,
+                                                      **self.template_kwargs)
+
+        messages = [{"role": m["role"], "content": m["content"]} for m in messages]
+        ids = templated_ids(messages, self.tokenizer, render, self.control)  # (a message's text as text: an answer
+        # spelling out "<|im_end|>\n<|im_start|>assistant" forged a turn for the reward model to score)
+        if ids is None:
+            ids = self.tokenizer(render(messages), add_special_tokens=False)["input_ids"]
         bos = self.tokenizer.bos_token_id
         return [bos, *ids] if bos is not None and ids[:1] != [bos] else ids
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from execrl.envs import Environment, Segment, Step, Trajectory, TurnRenderer, make_envs
-from execrl.prompts import prompt_ids, render
+from execrl.prompts import conversation_ids
 from execrl.rewards import OUTCOMES, Reward, Sample, outcome
 from execrl.rewards import judge as score_with
 from execrl.rollout import Completion, SamplingParams
@@ -101,12 +101,8 @@ class Rollouts:
 
 
 def encode(messages: list[dict], tokenizer) -> list[int]:
-    return encode_all([messages], tokenizer)[0]
-
-
-def encode_all(conversations: list[list[dict]], tokenizer) -> list[list[int]]:
-    """The token ids of each conversation as the model sees it (its chat template), in one batch."""
-    return prompt_ids([render(m, tokenizer) for m in conversations], tokenizer)
+    """The conversation's token ids as the model sees it (its chat template; a message's text as text)."""
+    return conversation_ids([messages], tokenizer)[0]
 
 
 def prompt_seeds(seed: int, step: int, num_prompts: int, first: int = 0) -> list[int]:

@@ -28,6 +28,7 @@ from execrl.console import stderr_console
 from execrl.envs import make_env
 from execrl.lora import Adapter
 from execrl.models import TINY_CODERS, pick_device, position_limit, weights_identity
+from execrl.prompts import conversation_ids
 from execrl.rewards.judges import load_reward_model
 from execrl.rewards.reward_model import RewardModel
 from execrl.rollout import build_generator
@@ -47,7 +48,7 @@ from execrl.trainer.opponent import Opponent, build_opponent
 from execrl.trainer.optim import make_optimizer
 from execrl.trainer.pipeline import RolloutPipeline, build_pipeline
 from execrl.trainer.policy import build_policy
-from execrl.trainer.rollouts import EpisodeRunner, encode_all
+from execrl.trainer.rollouts import EpisodeRunner
 from execrl.trainer.step import sharing_note
 
 console = stderr_console()
@@ -492,7 +493,7 @@ def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig, where: str 
     while len(lengths) < len(problems) and (want is None or len(kept) < want):
         end = len(problems) if want is None else len(lengths) + 2 * (want - len(kept))
         chunk = problems[len(lengths):end]
-        chunk_lengths = [len(ids) for ids in encode_all([make_env(cfg, None, p).reset(p) for p in chunk], tokenizer)]
+        chunk_lengths = [len(ids) for ids in conversation_ids([make_env(cfg, None, p).reset(p) for p in chunk], tokenizer)]
         kept += [p for p, n in zip(chunk, chunk_lengths) if n <= limit]
         lengths += chunk_lengths
     kept = kept[:want]

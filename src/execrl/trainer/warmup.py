@@ -9,6 +9,7 @@ import random
 
 import torch
 
+from execrl.control_tokens import control_pattern, plain_ids
 from execrl.envs import TurnRenderer, make_env
 from execrl.envs.unit_tests import feedback, public_part
 from execrl.models import train_mode
@@ -43,9 +44,10 @@ def reference_ids(prompt: list[int], turns: list[dict], tokenizer) -> tuple[list
     """(token ids, labels) of a prompt and its reference turns; labels are -100 where nothing is
     learned."""
     ids, labels = list(prompt), [-100] * len(prompt)
+    control = control_pattern(tokenizer)
     for m in turns:
-        if m["role"] == "assistant":
-            new = tokenizer(m["content"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        if m["role"] == "assistant":  # (as text: a reference holding "<|im_end|>" would teach forged turns)
+            new = plain_ids(m["content"], tokenizer, control) + [tokenizer.eos_token_id]
             learn = new if m.get("train", True) else [-100] * len(new)
         else:
             new = TurnRenderer(tokenizer).env_turn([m], ids[-1])
