@@ -52,7 +52,9 @@ const KEYWORDS = new Set(("and as assert async await break class continue def de
 
 function highlight(code) {  // Python, roughly: comments, strings, numbers, keywords
   const out = [];
-  const re = /(#[^\n]*)|("""[\s\S]*?"""|'''[\s\S]*?'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*')|(\b\d+(?:\.\d+)?\b)|([A-Za-z_]\w*)|([\s\S])/g;
+  // (a string left open runs to its line's end, a triple-quoted one to the code's: an open string scanned again
+  // from each quote after it took seconds on a line of escaped quotes)
+  const re = /(#[^\n]*)|("""[\s\S]*?(?:"""|$(?![\s\S]))|'''[\s\S]*?(?:'''|$(?![\s\S]))|"(?:\\.|[^"\\\n])*"?|'(?:\\.|[^'\\\n])*'?)|(\b\d+(?:\.\d+)?\b)|([A-Za-z_]\w*)|([\s\S])/g;
   let m;
   while ((m = re.exec(code)) !== null) {
     if (m[1]) out.push(`<span class="com">${esc(m[1])}</span>`);

@@ -96,6 +96,11 @@ class _NoAliases(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
+# a date (2024-01-01, in a hand-edited config) stays its text: a datetime is no JSON the page can hold
+_NoAliases.yaml_implicit_resolvers = {first: [(tag, rx) for tag, rx in rules if tag != "tag:yaml.org,2002:timestamp"]
+                                      for first, rules in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
 def section(config: dict, name: str) -> dict:
     """config[name] where it is a mapping (a hand-edited config may hold anything there), else {}."""
     value = config.get(name)
@@ -121,16 +126,17 @@ def _metric(row) -> dict | None:
 
 
 def _rollout(row) -> dict | None:
-    """A rollout row with each field the page reads of the type it reads; None where the row is not an object."""
+    """The fields the page reads of a rollout row, each of the type it reads (others are left out: a field nested
+    hundreds deep ended the report in a RecursionError); None where the row is not an object."""
     if not isinstance(row, dict):
         return None
-    text = {k: row[k] if isinstance(row.get(k), str) else "" if row.get(k) is None else json.dumps(row[k])
+    text = {k: row[k] if isinstance(row.get(k), str) else "" if row.get(k) is None else _json(row[k])
             for k in ("problem", "verdict", "prompt", "completion")}
     messages = row.get("messages") if isinstance(row.get("messages"), list) else []
-    return {**row, **text,
+    return {**text,
             "messages": [{"role": str(m.get("role")), "content": m["content"] if isinstance(m.get("content"), str)
-                          else json.dumps(m.get("content"))} if isinstance(m, dict)
-                         else {"role": "?", "content": json.dumps(m)} for m in messages],
+                          else _json(m.get("content"))} if isinstance(m, dict)
+                         else {"role": "?", "content": _json(m)} for m in messages],
             "tests": [str(t) for t in row["tests"]] if isinstance(row.get("tests"), list) else [],
             "parts": {str(k): v for k, v in row["parts"].items() if _number(v)} if isinstance(row.get("parts"), dict)
             else {},
@@ -138,6 +144,13 @@ def _rollout(row) -> dict | None:
             "code": row.get("code") if isinstance(row.get("code"), str) else None,
             "turns": row.get("turns") if type(row.get("turns")) is int else 1,
             "truncated": row.get("truncated") is True}
+
+
+def _json(value) -> str:
+    try:
+        return json.dumps(value)
+    except (RecursionError, ValueError, TypeError):  # (nested ~1,000 deep; an integer of over 4,300 digits)
+        return f"(a {type(value).__name__} the page cannot show)"
 
 
 def _cut(row: dict) -> dict:
