@@ -561,3 +561,31 @@ def test_near_greedy_sampling_is_warned():
         "policy.generation.temperature=1e-4"]))
     assert "top_p=0.05 samples" in sampling_note(load_config(None, ["policy.generation.top_p=0.05"]))
     assert sampling_note(load_config(None, ["policy.generation.temperature=0.6", "policy.generation.top_p=0.95"])) is None
+
+
+@pytest.mark.parametrize("override, message", [
+    ("logger.log_dir={file}/logs", r"logger.log_dir=.*/file/logs cannot be created: .*/file is a file"),
+    ("checkpointing.checkpoint_dir={file}/ck", r"checkpoint_dir=.*/file/ck cannot be created: .*/file is a file"),
+    ("checkpointing.checkpoint_dir=/proc/execrl-ck", r"cannot be created: no folder can be made in /proc"),
+    ("reward.components=[{name: test_pass_fraction, weight: -1.0}]", "rewarded for wrong answers"),
+    ("reward.components=[{name: overlong_penalty, max_tokens: 4096, buffer_tokens: 256}]",
+     "overlong_penalty is the only reward, and it penalizes answers past 3840 tokens"),
+])
+def test_runs_that_cannot_save_or_learn_are_refused_before_any_work(tmp_path, override, message):
+    """(A careless user's finds) a log or checkpoint directory under a file (or in /proc) passed --dry-run and ended the
+    run with a traceback at its first save, after steps of work; a correctness component of negative weight trained
+    the model to fail (its reward rising, read as progress); an overlong_penalty no answer can reach, alone, scored
+    every answer 0."""
+    from execrl.config.checks import validate
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match=message):
+        validate(load_config(None, [override.replace("{file}", str(tmp_path / "file"))]))
+    assert not any(tmp_path.glob(".execrl-probe-*")) and sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_a_mixed_reward_with_a_negative_correctness_part_and_a_reachable_penalty_stay_allowed():
+    from execrl.config.checks import validate
+
+    validate(load_config(None, ["reward.components=[{name: test_pass_fraction, weight: 1.0}, {name: all_tests_pass, "
+                                "weight: -0.5}, {name: overlong_penalty, max_tokens: 4096, buffer_tokens: 256}]"]))

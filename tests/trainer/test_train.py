@@ -48,6 +48,25 @@ def test_a_checkpoint_without_its_weights_is_refused_not_resumed_from_the_base_m
         run(tmp_path, "gone", "grpo.max_num_steps=3", "warmup.sft_steps=0")
 
 
+def test_a_damaged_checkpoint_is_named_and_an_incomplete_one_passed_over_with_a_word(tmp_path, capsys):
+    """(A careless user's finds) a latest checkpoint whose model.safetensors was damaged ended the resume in
+    safetensors' own traceback ('header too large'); one without trainer_state.pt was passed over without a word
+    (and later overwritten)."""
+    run(tmp_path, "hurt", "grpo.max_num_steps=2", "warmup.sft_steps=0", "checkpointing.save_period=1")
+    ckpt = tmp_path / "hurt" / "ckpt"
+    (weights,) = (ckpt / "step_000002" / "policy").glob("*.safetensors")
+    weights.write_bytes(b"garbage" * 3)
+    with pytest.raises(ValueError, match="model.safetensors cannot be read .* the checkpoint is damaged. Move "
+                                         ".*step_000002 aside"):
+        run(tmp_path, "hurt", "grpo.max_num_steps=3", "warmup.sft_steps=0")
+    (ckpt / "step_000002" / "trainer_state.pt").unlink()
+    capsys.readouterr()
+    resumed, _ = run(tmp_path, "hurt", "grpo.max_num_steps=2", "warmup.sft_steps=0")
+    assert resumed.resumed_from.endswith("step_000001")
+    assert "step_000002 passed over: incomplete (no trainer_state.pt); resuming from step_000001" in \
+        capsys.readouterr().err.replace("\n", " ")
+
+
 def test_a_resume_over_other_training_problems_is_refused(tmp_path):
     """(A newcomer's find) the training file cut from 6 rows to 4 after 3 steps: the resume stopped on an IndexError
     (its place was past the end) after rewriting config.yaml; a file that grew or changed drew another stream without
@@ -71,6 +90,14 @@ def test_a_resume_over_other_training_problems_is_refused(tmp_path):
     data.write_text("\n".join(js.dumps(r) for r in rows) + "\n")
     with pytest.raises(ValueError, match="6 problems then and now, not the same ones"):
         run(tmp_path, "changed", "grpo.max_num_steps=3", *mine)
+    rows[1]["prompt"] = "Print 1."  # (a careless user's find) the same prompts, other expected outputs: resumed
+    rows[2]["tests"] = {"inputs": [""], "outputs": ["1\n"]}
+    data.write_text("\n".join(js.dumps(r) for r in rows) + "\n")
+    with pytest.raises(ValueError, match="but their reference answers or tests are not the same"):
+        run(tmp_path, "changed", "grpo.max_num_steps=3", *mine)
+    rows[2]["tests"] = {"inputs": [""], "outputs": ["2\n"]}
+    data.write_text("\n".join(js.dumps(r) for r in rows) + "\n")
+    assert run(tmp_path, "changed", "grpo.max_num_steps=3", *mine)[0].resumed_from.endswith("step_000002")
 
 
 def test_keep_top_k_null_keeps_every_checkpoint(tmp_path):
@@ -564,3 +591,10 @@ def test_an_advantage_in_the_thousands_is_said_once_and_logged(capsys):
         assert stats["adv_abs_max"] > 10_000
     said = "".join(capsys.readouterr()).replace("\n", " ")
     assert said.count("train/adv_abs_max") == 1 and "grpo.advantage_clip_low=-5" in said, said
+
+
+def test_max_val_samples_0_says_validation_is_off(tmp_path, capsys):
+    """(A careless user's find) grpo.max_val_samples=0 with validation asked for validated nothing without a word (a
+    user may read 0 as "no limit")."""
+    run(tmp_path, "noval", "grpo.max_num_steps=1", "warmup.sft_steps=0", "grpo.max_val_samples=0", "grpo.val_period=1")
+    assert "validation: no problem to validate on (grpo.max_val_samples=0 takes none)" in capsys.readouterr().err

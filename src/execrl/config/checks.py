@@ -6,6 +6,7 @@ or infrastructure), and what the machine must have. Each error names its fix."""
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 
 from execrl.config import reward_model
@@ -92,6 +93,14 @@ def check_learnable(cfg: MasterConfig) -> None:
     constant = constant_reason(cfg.reward)
     if constant:
         raise ConfigError(constant)
+    graded = [c for c in cfg.reward.components if c.name in CORRECTNESS and c.weight != 0]
+    if graded and all(c.weight < 0 for c in graded):
+        raise ConfigError(f"reward.components: {graded[0].name} has weight {graded[0].weight:g}, so the run is rewarded "
+                          "for wrong answers (its reward rises as fewer tests pass, and reads as progress): give it a "
+                          "positive weight (e.g. 1.0)")
+
+
+CORRECTNESS = ("test_pass_fraction", "all_tests_pass", "math_correct")  # the components that score right answers
 
 
 def optimizer_lr(cfg: MasterConfig) -> float | None:
@@ -288,6 +297,14 @@ def check_overlong_penalty(cfg: MasterConfig) -> None:
                               f"penalized by its length: set buffer_tokens to e.g. {max(1, limit // 4)} (DAPO: a "
                               "quarter of it), or raise the limit (NeMo RL's grpo.reward_shaping: "
                               "overlong_buffer_length below max_response_length)")
+        new = cfg.policy.generation.max_new_tokens
+        alone = all(o.weight == 0 for o in cfg.reward.components if o is not c)
+        if alone and cfg.grpo.max_rollout_turns == 1 and limit - buffer >= new:
+            raise ConfigError(f"reward.components: overlong_penalty is the only reward, and it penalizes answers past "
+                              f"{limit - buffer} tokens ({named} {limit} less buffer_tokens {buffer}), where no answer "
+                              f"is longer than policy.generation.max_new_tokens={new}: every reward is 0 and nothing "
+                              "is learned; add the component that scores correctness (e.g. {name: test_pass_fraction, "
+                              "weight: 1.0})")
 
 
 def check_turns(cfg: MasterConfig) -> None:
@@ -321,6 +338,25 @@ def check_machine(cfg: MasterConfig) -> None:
                                                                  cfg.checkpointing.checkpoint_dir)):
         if Path(where).exists() and not Path(where).is_dir():
             raise ConfigError(f"{key}={where} is a file, not a directory: name a directory (it is created)")
+        if why := uncreatable(Path(where).expanduser()):  # (found at the first checkpoint, after steps of work)
+            raise ConfigError(f"{key}={where} cannot be created: {why}: name a directory you can write")
+
+
+def uncreatable(directory: Path) -> str | None:
+    """Why `directory` (missing) could not be made, or None: its nearest existing folder is a file, or takes no new
+    folder (read-only, /proc). Probed with a folder made and removed there, nothing left behind."""
+    import tempfile
+
+    if directory.exists():
+        return None
+    base = next(p for p in directory.absolute().parents if p.exists())
+    if not base.is_dir():
+        return f"{base} is a file"
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=base, prefix=".execrl-probe-"))
+    except OSError as e:
+        return f"no folder can be made in {base} ({e.strerror or type(e).__name__})"
+    return None
 
 
 def dataset_entries(cfg: MasterConfig):

@@ -81,6 +81,13 @@ def latest(directory: str | Path) -> Path | None:
     return dist.from_main(found[-1] if found else None)
 
 
+def passed_over(directory: str | Path, found: Path | None) -> list[Path]:
+    """The checkpoints newer than `found` (the one resumed from, or None) that latest() passed over: incomplete, with
+    no trainer_state.pt (a copy cut short, a file deleted by hand)."""
+    return sorted(p for p in Path(directory).glob(f"{PREFIX}*") if p.is_dir() and not (p / "trainer_state.pt").is_file()
+                  and (found is None or p.name > found.name))
+
+
 def load_weights(path: Path, sub: str = "policy") -> dict:
     """The policy's tensors from a checkpoint (or the adapter's, in a LoRA run), on rank 0 ({}
     elsewhere: they are broadcast from rank 0)."""
@@ -90,10 +97,22 @@ def load_weights(path: Path, sub: str = "policy") -> dict:
     if not dist.from_main(bool(files)):  # (every rank stops: torch loads an empty state dict as nothing missing)
         raise ValueError(f"{path / sub} holds no weights (no .safetensors file): the checkpoint is incomplete. Move "
                          f"{path} aside to resume from the one before it")
-    weights = {}
+    weights, damaged = {}, None
     for f in files:
-        weights.update(load_file(f))
+        try:
+            weights.update(load_file(f))
+        except Exception as e:  # noqa: BLE001 - safetensors' own error class, OSError, MemoryError of a wild header
+            damaged = unreadable(path, f.relative_to(path).as_posix(), e)
+            break
+    if damaged := dist.from_main(damaged):  # (every rank stops)
+        raise ValueError(damaged)
     return weights
+
+
+def unreadable(path: Path, file: str, e: Exception) -> str:
+    """What to do about a file of checkpoint `path` that cannot be read (a disk's damage, a copy cut short)."""
+    return (f"{path / file} cannot be read ({type(e).__name__}: {str(e)[:120]}): the checkpoint is damaged. Move "
+            f"{path} aside to resume from the one before it, or start a new run")
 
 
 def save_base(directory: str | Path, model, tokenizer) -> Path:
@@ -139,14 +158,24 @@ def load_reference(directory: str | Path, reference) -> bool:
 
 def trainer_state(path: Path, map_location=None) -> dict:
     """A checkpoint's step, config, schedule, sampler and random states (trainer_state.pt)."""
-    return torch.load(path / "trainer_state.pt", weights_only=False, map_location=map_location)
+    try:
+        return torch.load(path / "trainer_state.pt", weights_only=False, map_location=map_location)
+    except Exception as e:  # noqa: BLE001 - pickle's, torch's or the zip reader's errors alike
+        raise ValueError(unreadable(path, "trainer_state.pt", e)) from None
 
 
 def load(path: Path, model, optimizer, scheduler, state: dict, lora: bool = False, own_base: bool = False) -> None:
     """The checkpoint's weights and optimizer state into the run's, and its `state` (trainer_state) applied.
     `own_base`: a LoRA run that made its base (saved beside its checkpoints): read back under the adapters (only
     then: a base another run left there replaced the frozen weights of one whose base is policy.model_name)."""
-    optim_state = torch.load(path / "optimizer.pt", weights_only=False) if dist.is_main() else {}
+    optim_state, damaged = {}, None
+    if dist.is_main():
+        try:
+            optim_state = torch.load(path / "optimizer.pt", weights_only=False)
+        except Exception as e:  # noqa: BLE001
+            damaged = unreadable(path, "optimizer.pt", e)
+    if damaged := dist.from_main(damaged):
+        raise ValueError(damaged)
     if not lora:
         dist.load_full_state(model, optimizer, load_weights(path), optim_state)
     else:  # the run's own base (if it made one), then the adapters

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -12,6 +13,7 @@ from itertools import zip_longest
 from execrl.config import MasterConfig
 from execrl.config.schema import DatasetConfig
 from execrl.rewards.math_answers import VERIFIER
+from execrl.sandbox.inside.protocol import encode
 from execrl.tasks import DATASETS, DatasetError, Problem, check_trainable, dataset_key, load_problems
 from execrl.tasks.held_out import held_evaluation_sets
 from execrl.tasks.problem import err
@@ -175,7 +177,17 @@ class ProblemSampler:
 
     def identity(self) -> dict:
         """What a checkpoint keeps of the problems its position is in (check compares it)."""
-        return {"problems": len(self.problems), "fingerprint": self.fingerprint}
+        return {"problems": len(self.problems), "fingerprint": self.fingerprint, "graded": self.graded}
+
+    @functools.cached_property
+    def graded(self) -> str:
+        """What the problems are graded against (references, tests), in order, hashed: a resume over the same prompts
+        with other answers trains on another reward."""
+        digest = hashlib.sha256()
+        for p in self.problems:
+            tests = None if p.tests is None else [type(p.tests).__name__, encode(dataclasses.asdict(p.tests))]
+            digest.update(json.dumps([p.id, p.answer, p.language, tests]).encode() + b"\n")
+        return digest.hexdigest()[:16]
 
     @functools.cached_property
     def fingerprint(self) -> str:
@@ -190,6 +202,11 @@ class ProblemSampler:
         problems: the file shrank (its position past the end: an IndexError), or grew or changed (another stream,
         silently)."""
         if state.get("fingerprint", self.fingerprint) == self.fingerprint:  # (checkpoints before it: not checked)
+            if state.get("graded", self.graded) != self.graded:
+                raise DatasetError(f"the training problems are those {where} was trained on, but their reference "
+                                   "answers or tests are not the same (an edited file, or another copy of it): the "
+                                   "run would go on under another reward. Resume with the data it ran on, or start a "
+                                   "new run (another checkpointing.checkpoint_dir and logger.log_dir)")
             return
         then = state.get("problems")
         how = (f"{then:,} problems then, {len(self.problems):,} now" if then != len(self.problems) else

@@ -290,9 +290,9 @@ def training_data(cfg: MasterConfig, tokenizer) -> tuple[list[Problem], list[Pro
     warm-up's references."""
     train, val, refs = read_data(cfg)
     val = drop_long(val, tokenizer, cfg, "data.validation", want=cfg.grpo.max_val_samples)
-    if not val and cfg.grpo.max_val_samples > 0 and (cfg.grpo.val_period > 0 or cfg.grpo.val_at_start):
-        console.print("[yellow]validation: no problem to validate on (none held out or none fits): eval/ metrics "
-                      "will not be logged[/]")
+    if not val and (cfg.grpo.val_period > 0 or cfg.grpo.val_at_start):
+        why = "grpo.max_val_samples=0 takes none" if cfg.grpo.max_val_samples == 0 else "none held out or none fits"
+        console.print(f"[yellow]validation: no problem to validate on ({why}): eval/ metrics will not be logged[/]")
     train = drop_long(train, tokenizer, cfg)
     for note in (repeated_prompts_note(train, cfg), few_problems_warning(train, cfg)):
         if note:
@@ -404,6 +404,11 @@ def resume(run: Run) -> None:
     log directory started at the run's step, this run's config written there."""
     cfg = run.cfg
     found = checkpoint.latest(cfg.checkpointing.checkpoint_dir) if cfg.checkpointing.enabled else None
+    skipped = checkpoint.passed_over(cfg.checkpointing.checkpoint_dir, found) if cfg.checkpointing.enabled else []
+    if skipped and dist.is_main():
+        console.print(f"[yellow]checkpoints: {', '.join(p.name for p in skipped)} passed over: incomplete (no "
+                      f"trainer_state.pt); {'resuming from ' + found.name if found else 'starting from step 0'}, "
+                      "and this run's checkpoints of those steps will replace them[/]")
     if found is not None:
         state = checkpoint.trainer_state(found)
         resumable(cfg, state, found)  # (before the weights: another model's or LoRA's tensors would not load)
