@@ -27,9 +27,10 @@ def test_settings_that_cannot_learn_are_refused_by_dry_run(tmp_path, override, m
 
 
 def test_flat_groups_are_logged_and_a_run_of_nothing_but_flat_groups_warns(tmp_path, capsys):
-    # a reward every answer earns alike (no answer is long enough to be penalized): every group flat
+    # a reward every answer earns alike (the model, untrained, writes no program that passes: every reward 0; an
+    # overlong_penalty no answer reaches is refused before the run): every group flat
     _, d = run(tmp_path, "flat", "grpo.max_num_steps=3", "grpo.val_period=0", "checkpointing.enabled=false",
-               "warmup.sft_steps=0", "reward.components=[{name: overlong_penalty, buffer_tokens: 1, max_tokens: 4096}]")
+               "warmup.sft_steps=0")
     fracs = [r["train/flat_group_frac"] for r in metrics(d) if "train/flat_group_frac" in r]
     assert fracs == [1.0, 1.0, 1.0]
     shown = capsys.readouterr()
