@@ -336,8 +336,12 @@ def test_a_hedged_answer_equals_no_reference(text, reference, correct):
 
 
 @pytest.mark.parametrize("text, reference, correct", [
-    ("She has 1 080 dollars.", "1080", True),  # (read as 080 before)
-    ("She has 1\u202f080 dollars.", "1080", True),  # a narrow no-break space, as typeset
+    ("The answer is 1 080.", "1080", True),  # (read as 1 before)
+    ("She has 1\u202f080 dollars.", "1080", True),  # a narrow no-break space, as typeset, anywhere
+    ("The answer is 4 150 ml servings.", "4", True),  # a plain space: only where the number ends its sentence
+    ("#### 4 150 ml servings", "4", True),
+    ("So after day 3 120 cookies remain.", "120", True),
+    ("In week 4 200 people attended.", "200", True),
     ("She has 1\u2009234\u2009567.5 dollars.", "1234567.5", True),
     ("The answer is 12 345.", "12345", True),
     ("\\boxed{1 080}", "1080", True),
@@ -356,14 +360,22 @@ def test_thousands_separated_by_spaces(text, reference, correct):
 
 @pytest.mark.parametrize("text, reference, correct", [
     ("#### 2nd step\nShe earns 9 * 2 = 18 dollars.", "18", True),  # an ordinal heading (read as 2 before)
-    ("\\boxed{18 dollars}", "18", True),  # words after the number in a box, without \text
-    ("\\boxed{2.5 hours.}", "2.5", True),
-    ("\\boxed{18 dollars}", "1", False),
-    ("\\boxed{18 or more}", "18", False),  # a hedge
-    ("\\boxed{18 to 20}", "18", False),
+    ("\\boxed{18 dollars}", "18", False),  # words in a box without \text: no answer, as math-verify (NeMo RL) reads
+    ("\\boxed{18 thousand}", "18", False),  # it (read as units, magnitudes and hedges paid: "18 OR MORE")
+    ("\\boxed{18 OR MORE}", "18", False),
+    ("\\boxed{18 (or 20)}", "20", False),  # alternatives or a bound in a box (math-verify paid one of them)
+    ("\\boxed{18 \\lor 20}", "20", False),
+    ("\\boxed{\\geq 18}", "18", False),
+    ("\\boxed{18 \\text{ or more}}", "18", False),
+    ("\\boxed{x \\geq 3}", "x \\geq 3", True),  # (a reference that is a bound)
+    ("The answer is 18 or more.", "18", False),
+    ("#### 18 or more", "18", False),
+    ("The answer is 18 or twenty.", "18", False),
     ("\\[ 16 - 3 - 4 = 9,\\quad 9 \\times 2 = 18 \\]", "18", True),  # worked sums ending the text: their result
     ("\\[ 16 - 3 - 4 = 9,\\quad 9 \\times 2 = 18 \\]", "9", False),
     ("\\( 9 \\times 2 = 18 \\)", "18", True),
+    ("\\[ 9 \\times 2 = 18 \\text{ dollars} = 1800 \\text{ cents} \\]", "18", True),  # one chain: whole
+    ("\\[ 16 - 3 - 4 = 9,\\quad 9 \\times 2 = 18 \\quad\\text{or}\\quad 9 \\times 2.5 = 22.5 \\]", "22.5", False),
 ])
 def test_headings_words_in_a_box_and_worked_sums(text, reference, correct):
     from execrl.rewards.math_answers import answers_match

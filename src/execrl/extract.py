@@ -180,10 +180,14 @@ def last_boxed(text: str) -> str | None:
 
 
 NUMBER = re.compile(r"[-\u2212]?(?:\d{1,9}[ \t](?=\d{1,9}/\d)\d{1,9}/\d{1,9}(?![\d/.])|\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|"
-                    r"\d{1,3}(?:[ \u00a0\u2009\u202f]\d{3})+(?![\w/-])(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?")
+                    r"\d{1,3}(?:[\u00a0\u2009\u202f]\d{3})+(?![\w/-])(?:\.\d+)?|"
+                    r"\d{1,3}(?: \d{3})+(?=(?:\.\d+)?(?:[.,;:!?)]+(?:\s|$)|\s*$))(?:\.\d+)?|"
+                    r"\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?")
 # (a mixed number first: "3 1/2 hours" is 7/2, not 3; \u2212: the minus sign, as typeset; ".5" is a half, not 5; 1e3
-# a thousand, not 3; commas only as thousands separators: "(1,2)" is 1 and 2, not 12; a space, a no-break or a thin
-# space between groups of three digits (SI's style) too: "1 080" is 1080, not 080; not "2 300-gram bags", 2 of 300)
+# a thousand, not 3; commas only as thousands separators: "(1,2)" is 1 and 2, not 12; a no-break or a thin space
+# between groups of three digits (SI's style, as typeset) too: "1 080" is 1080, not 080, but not "2 300-gram bags"; a
+# plain space only where the number ends its sentence or line: "The answer is 1 080." is 1080, "4 150 ml servings" 4
+# servings of 150 ml, "on day 3 120 cookies" day 3's 120)
 GROUPS = re.compile(r"(?<=\d)[, \u00a0\u2009\u202f](?=\d{3}(?!\d))")  # thousands separators within a number
 POWER = re.compile(rf"(?:{NUMBER.pattern})(?:\s*\^\s*\{{?\s*(?:{NUMBER.pattern})\s*\}}?)*")  # 2^10: 1024, not 10
 ANSWER_IS = re.compile(r"(?im)\banswer is\b(?!\s+not\b):?|^[ \t*_#]*+(?:final )?answer[*_]*\s*:")  # "the final answer is", "Answer:"
@@ -234,7 +238,10 @@ def math_answer(answer_text: str) -> str | None:
         if re.search(r"[\\{}^]", line) or NUMBER.fullmatch(line.strip("$").rstrip(".")):
             return line
         numbers = NUMBER.findall(line) or NUMBER.findall(tail)
-        return _plain(numbers[0 if NUMBER.search(line) else -1]) if numbers else line
+        first = NUMBER.search(line)
+        if first and ALTERNATIVE.match(line, first.end()):  # "#### 18 or more", "#### 18 or 20": no one answer
+            return line
+        return _plain(numbers[0 if first else -1]) if numbers else line
     stated = _after_answer_is(answer_text)
     if stated is not None:
         return stated
@@ -255,7 +262,10 @@ def math_answer(answer_text: str) -> str | None:
 
 
 HEDGED = re.compile(r"[\s*_:]*(?:either|between|at (?:least|most)|more than|less than|fewer than)\b", re.I)
-ALTERNATIVE = re.compile(r"\s*(?:[A-Za-z]+\s+)?or\s+\$?\d")  # "18 or 20", "18 dollars or 20": two answers
+ALTERNATIVE = re.compile(r"\s*(?:[A-Za-z]+\s+)?or\s+(?:\$?\d|(?:more|less|fewer|so|above|below|higher|lower|greater|"
+                         r"smaller|over|under)\b|[a-z]*(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|"
+                         r"twelve|teen|ty|hundred|thousand)\b)", re.I)  # "18 or 20", "18 dollars or 20", "18 or more",
+# "18 or twenty": two answers, or a bound
 SENTENCE_END = re.compile(r"(?<!\bMr)(?<!\bMrs)(?<!\bMs)(?<!\bDr)(?<!\bSt)(?<!\bvs)[.;!?](?=\s|$)")  # (not 2.5)
 
 
@@ -305,13 +315,18 @@ def _after_answer_is(text: str) -> str | None:
     return content if found is span else _plain(number.group())
 
 
+WORKED_PARTS = re.compile(r"\\q?quad\b|\\\\|[,;]")  # between the equations of a display
+
+
 def worked(content: str) -> str:
-    """A span of worked sums ("16 - 3 - 4 = 9,\\quad 9 \\times 2 = 18"): what its last "=" equals, where math-verify
-    reads a set of equations that equals no number; a span with a variable ("x = 2, y = 3") whole."""
-    if content.count("=") < 2 or re.search(r"[A-Za-z]", re.sub(r"\\(?:text|mathrm|mbox)\s*\{[^{}]*\}|\\[A-Za-z]+", "",
-                                                                 content)):
+    """A span of worked sums, equations apart ("16 - 3 - 4 = 9,\\quad 9 \\times 2 = 18"): what its last "=" equals,
+    where math-verify reads a set of equations that equals no number. Whole: one chain ("18 \\text{ dollars} = 1800
+    \\text{ cents}"), a span with a variable ("x = 2, y = 3") or with an "or" (a hedge)."""
+    parts = [p for p in WORKED_PARTS.split(content) if p.strip()]
+    if len(parts) < 2 or not all("=" in p for p in parts) or re.search(r"\bor\b", content) or re.search(
+            r"[A-Za-z]", re.sub(r"\\(?:text|mathrm|mbox)\s*\{[^{}]*\}|\\[A-Za-z]+", "", content)):
         return content
-    return content.rsplit("=", 1)[1].strip(" \t.,;")
+    return parts[-1].rsplit("=", 1)[1].strip(" \t.")
 
 
 def _content(span: re.Match) -> str:

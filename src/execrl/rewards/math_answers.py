@@ -25,8 +25,8 @@ MAX_ANSWER_CHARS = 200  # longer answers (and over twice the reference's length)
 THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")  # 1,234,567.5: the only commas a plain number holds
 
 
-WORDS_AFTER = re.compile(r"(?<=\d)\s+(?![^\n]*\b(?:or|and|to|than|least|most|plus|minus|times|per)\b)[A-Za-z][A-Za-z \t]*"
-                         r"\.?\s*$")  # "\boxed{18 dollars}": the number (not "18 or more", "18 per hour")
+HEDGE = re.compile(r"\bor\b|\\(?:lor|vee|geq?|leq?|geqslant|leqslant)\b|[<>\u2264\u2265]", re.I)  # alternatives or a
+# bound, in an answer
 
 
 DELIMITERS = (("\\(", "\\)"), ("\\[", "\\]"), ("$$", "$$"), ("$", "$"))  # LaTeX math around a whole answer
@@ -97,7 +97,9 @@ def answers_match(predicted: str | None, reference: str) -> bool:
         return False
     if predicted == reference:  # whatever its length (a reference can be longer than MAX_ANSWER_CHARS)
         return True
-    a, b = _number(WORDS_AFTER.sub("", predicted)), _number(reference)
+    if HEDGE.search(predicted) and not HEDGE.search(reference):  # "\\boxed{18 (or 20)}", "18 \\lor 20": two answers
+        return False  # (math-verify reads one of them)
+    a, b = _number(predicted), _number(reference)
     if a is not None and b is not None:
         return a == b
     if len(predicted) > max(MAX_ANSWER_CHARS, 2 * len(reference)) or importlib.util.find_spec("math_verify") is None:
