@@ -1444,6 +1444,15 @@ def test_a_rows_forged_status_line_with_a_test_index_out_of_range_is_no_tests(gr
      "d, s = {'b': 2}, {1}\nfill(d, seen=s)\nassert d == {'a': 1} and s == {1, 3}", V.PASS),
     ("def f(a):\n    a.append(1)\n    raise ValueError('x')", "a = []\ntry:\n    f(a)\nexcept ValueError:\n"
      "    pass\nassert a == [1]", V.PASS),  # changed, then raised: changed, as in Python
+    # (a review's finds) a subclass argument changed in place stays its class; what the call left alone is untouched
+    ("def f(c):\n    del c['a']\n    return len(c)", "from collections import Counter\nc = Counter('aab')\n"
+     "assert f(c) == 1 and isinstance(c, Counter) and c['zz'] == 0", V.PASS),
+    ("def f(d):\n    d['x'] = 1", "from collections import defaultdict\ng = defaultdict(list)\nd = {'g': g}\nf(d)\n"
+     "assert d['g'] is g\ng['new'].append(1)\nassert d['x'] == 1", V.PASS),
+    ("def f(rows):\n    rows.append(9)", "l = [1]\nrows = [l, (l,)]\nf(rows)\nl.append(2)\n"
+     "assert rows == [[1, 2], ([1, 2],), 9]", V.PASS),  # an unchanged tuple keeps the test's own list
+    ("def fill(b):\n    b[0][0] = 1", "b = [[0] * 2] * 2\nfill(b)\nassert b == [[1, 0], [1, 0]]", V.PASS),  # shared rows
+    ("def f(d):\n    d['a'].append(1)", "l = []\nd = {'a': l, 'b': l}\nf(d)\nassert l == [1]", V.PASS),
 ])
 def test_a_calls_changes_to_its_arguments_reach_the_test(grader, code, test, verdict):
     """Arguments cross to the program as copies: a program that sorted its argument in place passed a test that the
@@ -1468,7 +1477,8 @@ def test_a_forged_change_of_an_argument_is_the_programs_error(grader, forged):
 
 def test_a_module_the_tests_forgot_to_import_is_the_module_not_the_programs():
     """`numpy.allclose` in a test without `import numpy` was the program's to define (only the standard library's
-    names and `np` were imported for the tests): `class numpy: allclose = lambda *a, **k: True` passed."""
+    names and `np` were imported for the tests): `class numpy: allclose = lambda *a, **k: True` passed. Other installed
+    packages' names stay the program's (its `regex` object, a class named `markdown`)."""
     pytest.importorskip("numpy")
     hack = "class numpy:\n    allclose = staticmethod(lambda *a, **k: True)\ndef f(x):\n    return [0.0, 0.0]"
     right = "import numpy\ndef f(x):\n    return [1.0, 2.0]"
@@ -1476,6 +1486,8 @@ def test_a_module_the_tests_forgot_to_import_is_the_module_not_the_programs():
     with Grader(1, FAST) as g:
         assert g.grade(hack, tests).verdict == V.FAIL
         assert g.grade(right, tests).verdict == V.PASS
+        assert g.grade("import re\nregex = re.compile('a+b')", {"asserts": ["assert regex.fullmatch('aab')"]}).verdict \
+            == V.PASS
 
 
 @pytest.mark.parametrize("mode", ["exact", "lines", "lcb"])

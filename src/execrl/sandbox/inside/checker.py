@@ -131,32 +131,50 @@ class _Rpc:
 
 def _mutate(sent: tuple, changed: list) -> None:
     """The test's arguments changed as the program changed its copies of them (child._changed): a call's in-place
-    work is seen by the test, as in Python (`nums.sort()` in the program, then `assert nums == [...]`)."""
+    work is seen by the test, as in Python (`nums.sort()` in the program, then `assert nums == [...]`). The program's
+    copies share no objects: where the test's arguments do (`f(a, a)`, rows of `[[0] * 2] * 2`), the first change of
+    a shared object is the one kept."""
     args, kwargs = sent
+    done: set[int] = set()
     for key, value in changed:
         old = args[key] if type(key) is int and 0 <= key < len(args) else kwargs[key] if type(key) is str else None
-        _sync(old, decode(value))  # (plain data only: no handle, the program's objects stay there)
+        if _kind(old) is None:
+            raise ValueError("a changed argument that is no list, dict or set")
+        _sync(old, decode(value), done)  # (plain data only: no handle, the program's objects stay there)
 
 
-def _sync(old, new) -> None:
-    """`old` made equal to `new` in place, the lists, dicts and sets inside it kept where their kind stays (a test
-    holding a grid's row sees it change)."""
-    if type(old) is not type(new) or type(old) not in (list, dict, set):
+def _kind(x) -> type | None:
+    return next((k for k in (list, dict, set) if isinstance(x, k)), None)  # (a Counter is a dict, as the program got it)
+
+
+def _sync(old, new, done: set[int]) -> None:
+    """`old` made equal to `new` in place where it differs, its lists, dicts and sets changed in place too (a test
+    holding a grid's row sees it change; a Counter stays a Counter), what is equal left as it is."""
+    if _kind(old) is not _kind(new):
         raise ValueError("a changed argument of another kind")
-    if type(old) is set:
+    if id(old) in done or old == new:
+        return
+    done.add(id(old))
+    if isinstance(old, set):
         old.clear()
         old.update(new)
         return
-    if type(old) is list and len(old) != len(new):
-        old[:] = new
-        return
-    for key in [k for k in old if k not in new] if type(old) is dict else ():
-        del old[key]
-    for key, value in (new.items() if type(old) is dict else enumerate(new)):
-        inner = old.get(key) if type(old) is dict else old[key]
-        if type(inner) in (list, dict, set) and type(inner) is type(value):
-            _sync(inner, value)
+    if isinstance(old, list) and len(old) != len(new):  # items appended or put first keep the test's own before them
+        kept = len(old)
+        if len(new) > kept and new[:kept] == old:
+            old.extend(new[kept:])
+        elif len(new) > kept and new[len(new) - kept:] == old:
+            old[:0] = new[:len(new) - kept]
         else:
+            old[:] = new
+        return
+    for key in [k for k in old if k not in new] if isinstance(old, dict) else ():
+        del old[key]
+    for key, value in (new.items() if isinstance(old, dict) else enumerate(new)):
+        inner = old[key] if not isinstance(old, dict) or key in old else None
+        if _kind(inner) is not None and _kind(inner) is _kind(value):
+            _sync(inner, value, done)
+        elif (isinstance(old, dict) and key not in old) or type(inner) is not type(value) or inner != value:
             old[key] = value
 
 
@@ -375,21 +393,17 @@ def _free_names(code: str) -> tuple[set[str], set[str]]:
 
 
 MODULE_ALIASES = {"np": "numpy", "pd": "pandas"}  # a test's conventional name for a module it does not import
+# installed modules tests use without importing them (not every installed name: a program's `regex` or `markdown`
+# object, or a torch the program's tensors need, stays the program's)
+TEST_MODULES = ("numpy", "pandas", "scipy", "sympy")
 
 
 def _modules_named(code: str, names: set[str]) -> dict[str, types.ModuleType]:
-    """Of `names` (free in the tests), those the tests use only as `name.attribute` and that name a module the
-    sandbox's Python has (standard or installed, or by a conventional alias): imported here, so that `math.isclose`
-    or `numpy.allclose` in a test that forgot its import is the module's, never a `math` or `numpy` the program
-    defines (`class numpy: allclose = lambda *a, **k: True`)."""
+    """Of `names` (free in the tests), those the tests use only as `name.attribute` and that name a standard library
+    module or one of TEST_MODULES (or a conventional alias): imported here, so that `math.isclose` or
+    `numpy.allclose` in a test that forgot its import is the module's, never a `math` or `numpy` the program defines
+    (`class numpy: allclose = lambda *a, **k: True`)."""
     import importlib
-    import importlib.util
-
-    def installed(module: str) -> bool:
-        try:
-            return importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            return False
 
     tree, only_bases = ast.parse(code), {}
     bases = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
@@ -399,7 +413,7 @@ def _modules_named(code: str, names: set[str]) -> dict[str, types.ModuleType]:
     found = {}
     for name, only in only_bases.items():
         module = MODULE_ALIASES.get(name, name)
-        if only and (module in sys.stdlib_module_names or installed(module)):
+        if only and (module in sys.stdlib_module_names or module in TEST_MODULES):
             try:
                 found[name] = importlib.import_module(module)
             except Exception:  # noqa: BLE001 - not installed here: the name stays the program's to define
