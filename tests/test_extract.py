@@ -381,3 +381,14 @@ def test_headings_words_in_a_box_and_worked_sums(text, reference, correct):
     from execrl.rewards.math_answers import answers_match
 
     assert answers_match(math_answer(text), reference) is correct
+
+
+def test_a_line_of_digit_groups_is_read_in_linear_time():
+    """A run of space-separated groups of three digits (16,000 of them, 64 KB: a model's output) was read again from
+    each group's start, a plain space's grouping given back group by group: 10 s for one answer."""
+    import time
+
+    start = time.perf_counter()
+    math_answer("x " + "000 " * 16000 + "abc")
+    math_answer("x " + "000 " * 16000 + "0000.")
+    assert time.perf_counter() - start < 1
