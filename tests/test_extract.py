@@ -2,7 +2,7 @@
 
 import pytest
 
-from execrl.extract import extract, fenced_blocks, last_boxed, math_answer
+from execrl.extract import answer_part, extract, fenced_blocks, last_boxed, math_answer
 
 
 def test_last_python_block_wins_and_python_is_preferred():
@@ -392,3 +392,20 @@ def test_a_line_of_digit_groups_is_read_in_linear_time():
     math_answer("x " + "000 " * 16000 + "abc")
     math_answer("x " + "000 " * 16000 + "0000.")
     assert time.perf_counter() - start < 1
+
+
+def test_the_reasoning_format_is_read_in_linear_time():
+    """Thousands of <answer> tags never closed, or of </reasoning><answer> pairs, were searched again from each one
+    (the lazy patterns of the answer's search and the format's check): 12 s for one 160 KB answer."""
+    import time
+
+    start = time.perf_counter()
+    assert extract("x " + "<answer>" * 20000 + " y", "reasoning", want_code=False).format_ok is False
+    assert extract("<reasoning>" + "</reasoning> <answer>" * 8000 + "<answer>1</answer>z", "reasoning",
+                   want_code=False).format_ok is False
+    assert time.perf_counter() - start < 1
+    for text, answer, ok in [("<reasoning>r</reasoning>\n<answer> 5 </answer>\n", "5", True),
+                             ("<reasoning>r</reasoning><answer>x <answer>5</answer>", "5", True),
+                             ("<answer>5</answer><reasoning>r</reasoning>", "5", False),
+                             ("<reasoning>r</reasoning> text <answer>5</answer>", "5", False)]:
+        assert answer_part(text, "reasoning") == (answer, ok), text

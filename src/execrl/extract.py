@@ -36,13 +36,26 @@ def answer_part(completion: str, answer_format: str) -> tuple[str, bool]:
             return "", False
         head, _, tail = completion.rpartition("</think>")
         return tail.strip(), head.lstrip().startswith("<think>") and head.count("<think>") == 1
-    if answer_format == "reasoning":
-        m = list(re.finditer(r"<answer>(.*?)</answer>", completion, re.S))
-        if not m:
+    if answer_format == "reasoning":  # (the last </answer> and the last <answer> before it, found from the end: a
+        # search from each <answer> of thousands never closed took seconds)
+        close = completion.rfind("</answer>")
+        start = completion.rfind("<answer>", 0, close) if close >= 0 else -1
+        if start < 0:
             return "", False
-        ok = re.fullmatch(r"\s*<reasoning>.*?</reasoning>\s*<answer>.*?</answer>\s*", completion, re.S) is not None
-        return m[-1].group(1).strip(), ok
+        return completion[start + len("<answer>"):close].strip(), _reasoning_then_answer(completion.strip())
     return completion, True
+
+
+_SPLIT = re.compile(r"</reasoning>\s*<answer>")
+
+
+def _reasoning_then_answer(text: str) -> bool:
+    """Whether `text` is <reasoning>...</reasoning> <answer>...</answer> (what a fullmatch of that pattern with lazy
+    parts says, in linear time: the lazy pattern took seconds on thousands of </reasoning> tags)."""
+    if not (text.startswith("<reasoning>") and text.endswith("</answer>")):
+        return False
+    split = _SPLIT.search(text, len("<reasoning>"))
+    return split is not None and split.end() <= len(text) - len("</answer>")
 
 
 _FENCE = re.compile(r"`{3,}")
