@@ -556,3 +556,20 @@ def test_dry_run_counts_the_problems_of_each_kind(tmp_path):
                           f"data.train.path={path}", "data.validation=null", "warmup.sft_steps=0"],
                          capture_output=True, text=True)
     assert "rows: 3 training problems (1 code, 2 math), 0 validation problems " in out.stdout, out.stderr[-2000:]
+
+
+def test_humaneval_helpers_are_read_in_linear_time_and_as_ast_reads_them():
+    """Each kept definition's source was found by ast.get_source_segment, which splits the whole prompt again per
+    node: a prompt of 6,500 imports took 32 s, at load and again for every sample graded."""
+    import ast
+    import time
+
+    from execrl.tasks.humaneval import helpers
+
+    prompt = ("import os\r\nfrom x import (a,\n  b)\rX = \"\u00e9 \u00fc\"; Y = 2\ndef g(x):\n    return \"\u00f1\" + x\n\n"
+              "class C:\n    pass\ndef f(a):\n    \"\"\"doc\"\"\"\n")
+    kept = [n for n in ast.parse(prompt).body if not (isinstance(n, ast.FunctionDef) and n.name == "f")]
+    assert helpers(prompt, "f") == "".join(ast.get_source_segment(prompt, n) + "\n\n" for n in kept)
+    start = time.perf_counter()
+    assert helpers("import os\n" * 6500 + "def f(): pass\n", "f").count("import os") == 6500
+    assert time.perf_counter() - start < 2
