@@ -403,3 +403,22 @@ def test_a_rows_text_cannot_reorder_or_add_console_lines(tmp_path):
     proc = execrl("grade", tmp_path / "rows.jsonl", "--out", tmp_path / "o.jsonl", "--quiet")
     assert "\u202e" not in proc.stdout + proc.stderr, proc.stderr
     assert not any(line.startswith("sandbox: all rows") for line in (proc.stdout + proc.stderr).splitlines())
+
+
+def test_a_run_of_backslashes_in_a_quoted_error_is_escaped_in_linear_time_as_rich_escapes_it():
+    """rich's escape read a run of backslashes from each of them: a line of 32,000 took 4 s."""
+    import random
+    import time
+
+    from rich.markup import escape as rich_escape
+
+    from execrl.console import escape, shown
+
+    rng = random.Random(0)
+    pieces = ["\\", "[", "a", "]", "/", "#", "@", "[b]", "[/]", "x", "\\["]
+    for _ in range(5000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 10)))
+        assert escape(text) == rich_escape(shown(text)), text
+    start = time.perf_counter()
+    escape("\\" * 64000 + "[b]")
+    assert time.perf_counter() - start < 1
