@@ -56,3 +56,11 @@ def templated_ids(messages: list[dict], tokenizer, render: Callable[[list[dict]]
         ids += plain_ids(holders[match.group()], tokenizer, control)
         pos = match.end()
     return ids + tokenizer(text[pos:], add_special_tokens=False)["input_ids"]
+
+
+def text_ids(messages: list[dict], tokenizer, render: Callable[[list[dict]], str],
+             control: re.Pattern | None) -> list[int]:
+    """Token ids of `render(messages)`, each message's text as text (templated_ids), or tokenized whole where no
+    message holds a control token's string."""
+    ids = templated_ids(messages, tokenizer, render, control)
+    return ids if ids is not None else tokenizer(render(messages), add_special_tokens=False)["input_ids"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import secrets
 
-from execrl.control_tokens import control_pattern, templated_ids
+from execrl.control_tokens import control_pattern, text_ids
 from execrl.prompts import ChatTemplateError, TemplateRaised, apply_template
 from execrl.sandbox.inside.protocol import valid_text
 
@@ -85,8 +85,7 @@ class TurnRenderer:
             return text[len(closer):] if closer and text.startswith(closer) else text  # (the model closed its turn
             # itself, e.g. <|im_end|>)
 
-        ids = templated_ids(shown, self.tokenizer, render, self.control)
-        return ids if ids is not None else self.tokenizer(render(shown), add_special_tokens=False)["input_ids"]
+        return text_ids(shown, self.tokenizer, render, self.control)
 
     def _render(self, messages: list[dict], generation_prompt: bool) -> str:
         return apply_template(self.tokenizer, messages, generation_prompt)

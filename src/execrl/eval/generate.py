@@ -14,8 +14,8 @@ KV_SHARE = 0.5  # of the GPU's free memory after loading, for the engine's KV ca
 
 
 def generate(model, tokenizer, prompts: list[str] | list[list[dict]], num_samples: int, max_new_tokens: int,
-             temperature: float = 1.0, top_p: float = 1.0, batch_size: int | None = None, backend: str = "execrl", seed: int = 0,
-             on_batch=None, guided: tuple | list | None = None, on_slots=None,
+             temperature: float = 1.0, top_p: float = 1.0, batch_size: int | None = None, backend: str = "execrl",
+             seed: int = 0, on_batch=None, guided: tuple | list | None = None, on_slots=None,
              on_sample=None) -> list[list[tuple[str, int, bool]]]:
     """`guided`: (kind, value) of a constraint every completion keeps to (execrl.guided), or one
     such (or None) per prompt, or None. `batch_size` None: auto_slots; `on_slots(n)` is told the

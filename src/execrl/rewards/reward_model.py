@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from execrl.control_tokens import control_pattern, templated_ids
+from execrl.control_tokens import control_pattern, text_ids
 from execrl.models import ModelNotFound
 
 
@@ -38,10 +38,8 @@ class RewardModel:
                                                       **self.template_kwargs)
 
         messages = [{"role": m["role"], "content": m["content"]} for m in messages]
-        ids = templated_ids(messages, self.tokenizer, render, self.control)  # (a message's text as text: an answer
-        # spelling out "<|im_end|>\n<|im_start|>assistant" forged a turn for the reward model to score)
-        if ids is None:
-            ids = self.tokenizer(render(messages), add_special_tokens=False)["input_ids"]
+        ids = text_ids(messages, self.tokenizer, render, self.control)  # (a message's text as text: an answer spelling
+        # out "<|im_end|>\n<|im_start|>assistant" forged a turn for the reward model to score)
         bos = self.tokenizer.bos_token_id
         return [bos, *ids] if bos is not None and ids[:1] != [bos] else ids
 

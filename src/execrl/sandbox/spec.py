@@ -172,8 +172,9 @@ def parse_tests(obj) -> TestSpec:
     form = next((f for f in FORMS if f[0] in keys), None)
     mixed = sorted(k for k in keys - set(form or ()) if obj[k] not in ([], "", {})) if form and form[0] != "inputs" else []
     if mixed:  # (graded on one form, a row's other tests were dropped: a program failing them all passed)
-        raise TestSpecError(f"tests holds {form[0]} and {', '.join(k if k.isidentifier() else repr(k) for k in mixed)}: one form per row (its keys: "
-                            f"{', '.join(form)}); split it into two rows or drop one")
+        named = ", ".join(k if k.isidentifier() else repr(k) for k in mixed)  # (a key with a newline: quoted)
+        raise TestSpecError(f"tests holds {form[0]} and {named}: one form per row (its keys: {', '.join(form)}); split "
+                            "it into two rows or drop one")
     if "check" in keys:
         _need_str(obj, "check")
         _need_str(obj, "entry_point")

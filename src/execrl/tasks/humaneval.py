@@ -54,4 +54,5 @@ def _segment(lines: list[bytes], node: ast.AST) -> str:
     first, last = node.lineno - 1, node.end_lineno - 1
     if first == last:
         return lines[first][node.col_offset:node.end_col_offset].decode()
-    return b"".join([lines[first][node.col_offset:], *lines[first + 1:last], lines[last][:node.end_col_offset]]).decode()
+    return b"".join([lines[first][node.col_offset:], *lines[first + 1:last],
+                     lines[last][:node.end_col_offset]]).decode()

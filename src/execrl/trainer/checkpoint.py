@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -97,19 +98,28 @@ def load_weights(path: Path, sub: str = "policy") -> dict:
     if not dist.from_main(bool(files)):  # (every rank stops: torch loads an empty state dict as nothing missing)
         raise ValueError(f"{path / sub} holds no weights (no .safetensors file): the checkpoint is incomplete. Move "
                          f"{path} aside to resume from the one before it")
-    weights, damaged = {}, None
-    for f in files:
-        try:
-            weights.update(load_file(f))
-        except Exception as e:  # noqa: BLE001 - safetensors' own error class, OSError, MemoryError of a wild header
-            damaged = unreadable(path, f.relative_to(path).as_posix(), e)
-            break
-    if damaged := dist.from_main(damaged):  # (every rank stops)
-        raise ValueError(damaged)
+    weights = {}
+    for part in _read_on_main(path, [(f.relative_to(path).as_posix(), lambda f=f: load_file(f)) for f in files]):
+        weights.update(part)
     return weights
 
 
-def unreadable(path: Path, file: str, e: Exception) -> str:
+def _read_on_main(path: Path, reads: list[tuple[str, Callable]]) -> list:
+    """Each (file, read) of checkpoint `path` read on rank 0 ([] elsewhere); where a file cannot be read, every rank
+    raises ValueError naming it (safetensors' own error class, OSError, a wild header's MemoryError, pickle's...)."""
+    out, damaged = [], None
+    for file, read in reads if dist.is_main() else ():
+        try:
+            out.append(read())
+        except Exception as e:  # noqa: BLE001
+            damaged = _unreadable(path, file, e)
+            break
+    if damaged := dist.from_main(damaged):  # (every rank stops)
+        raise ValueError(damaged)
+    return out
+
+
+def _unreadable(path: Path, file: str, e: Exception) -> str:
     """What to do about a file of checkpoint `path` that cannot be read (a disk's damage, a copy cut short)."""
     return (f"{path / file} cannot be read ({type(e).__name__}: {str(e)[:120]}): the checkpoint is damaged. Move "
             f"{path} aside to resume from the one before it, or start a new run")
@@ -161,21 +171,15 @@ def trainer_state(path: Path, map_location=None) -> dict:
     try:
         return torch.load(path / "trainer_state.pt", weights_only=False, map_location=map_location)
     except Exception as e:  # noqa: BLE001 - pickle's, torch's or the zip reader's errors alike
-        raise ValueError(unreadable(path, "trainer_state.pt", e)) from None
+        raise ValueError(_unreadable(path, "trainer_state.pt", e)) from None
 
 
 def load(path: Path, model, optimizer, scheduler, state: dict, lora: bool = False, own_base: bool = False) -> None:
     """The checkpoint's weights and optimizer state into the run's, and its `state` (trainer_state) applied.
     `own_base`: a LoRA run that made its base (saved beside its checkpoints): read back under the adapters (only
     then: a base another run left there replaced the frozen weights of one whose base is policy.model_name)."""
-    optim_state, damaged = {}, None
-    if dist.is_main():
-        try:
-            optim_state = torch.load(path / "optimizer.pt", weights_only=False)
-        except Exception as e:  # noqa: BLE001
-            damaged = unreadable(path, "optimizer.pt", e)
-    if damaged := dist.from_main(damaged):
-        raise ValueError(damaged)
+    read = _read_on_main(path, [("optimizer.pt", lambda: torch.load(path / "optimizer.pt", weights_only=False))])
+    optim_state = read[0] if read else {}  # (rank 0's; the others load theirs from it)
     if not lora:
         dist.load_full_state(model, optimizer, load_weights(path), optim_state)
     else:  # the run's own base (if it made one), then the adapters

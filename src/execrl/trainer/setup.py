@@ -498,7 +498,7 @@ def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig, where: str 
     while len(lengths) < len(problems) and (want is None or len(kept) < want):
         end = len(problems) if want is None else len(lengths) + 2 * (want - len(kept))
         chunk = problems[len(lengths):end]
-        chunk_lengths = [len(ids) for ids in conversation_ids([make_env(cfg, None, p).reset(p) for p in chunk], tokenizer)]
+        chunk_lengths = list(map(len, conversation_ids([make_env(cfg, None, p).reset(p) for p in chunk], tokenizer)))
         kept += [p for p, n in zip(chunk, chunk_lengths) if n <= limit]
         lengths += chunk_lengths
     kept = kept[:want]

@@ -144,7 +144,8 @@ def _mutate(sent: tuple, changed: list) -> None:
 
 
 def _kind(x) -> type | None:
-    return next((k for k in (list, dict, set) if isinstance(x, k)), None)  # (a Counter is a dict, as the program got it)
+    """list, dict or set, of which x is one (a Counter is a dict, as the program got it), else None."""
+    return next((k for k in (list, dict, set) if isinstance(x, k)), None)
 
 
 def _sync(old, new, done: set[int]) -> None:
