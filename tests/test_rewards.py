@@ -235,7 +235,7 @@ def test_a_reward_constant_by_construction_is_refused():
 
 def test_a_flat_run_names_the_scaling_that_may_clamp_it():
     from execrl.config import load_config
-    from execrl.trainer.loop import flat_reason
+    from execrl.trainer.flat import flat_reason
 
     assert "reward.scaling clamps rewards to [0, 1] first" in flat_reason(load_config(None, [
         "reward.scaling={enabled: true}"]))

@@ -521,7 +521,7 @@ def test_a_stop_string_that_ends_every_answer_before_what_is_graded_is_refused()
     """stop_strings=['```'] with fenced code stopped every answer at its opening fence (128 of 128 completions were
     '```', no code, reward 0) and the dry-run passed; an empty stop string ends every answer at its first token."""
     from execrl.config.checks import validate
-    from execrl.trainer.loop import flat_reason
+    from execrl.trainer.flat import flat_reason
 
     def check(*overrides):
         return validate(load_config(None, list(overrides)))

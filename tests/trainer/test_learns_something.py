@@ -33,36 +33,47 @@ def test_flat_groups_are_logged_and_a_run_of_nothing_but_flat_groups_warns(tmp_p
                "warmup.sft_steps=0")
     fracs = [r["train/flat_group_frac"] for r in metrics(d) if "train/flat_group_frac" in r]
     assert fracs == [1.0, 1.0, 1.0]
-    shown = capsys.readouterr()
-    assert "every group's rewards were all equal" in (shown.out + shown.err).replace("\n", " ")
+    shown = (lambda c: (c.out + c.err).replace("\n", " "))(capsys.readouterr())
+    assert "every group's rewards were all equal" in shown and "The samples' verdicts: " in shown
     _, d = run(tmp_path, "signal", "grpo.max_num_steps=2", "grpo.val_period=0", "checkpointing.enabled=false",
                "warmup.sft_steps=80")  # (after the warm-up, some answers pass and some do not)
     assert min(r["train/flat_group_frac"] for r in metrics(d) if "train/flat_group_frac" in r) < 1.0
 
 
-def test_the_flat_warning_under_role_baselines_speaks_of_advantages(capsys):
+def test_the_flat_warning_under_role_baselines_speaks_of_advantages():
     """Under grpo.advantage=rae a flat group is one whose every advantage is 0 (returns at their role's baseline),
     not one whose rewards are equal: the warning says which."""
-    from types import SimpleNamespace
-
-    from execrl.algo.role_baselines import RoleBaselines
     from execrl.config import load_config
-    from execrl.trainer.loop import FLAT_WARNING_STEPS, checked
+    from execrl.trainer.flat import flat_warning
 
     for advantage, said in [("grpo", "every group's rewards were all equal"), ("rae", "every advantage was 0")]:
         cfg = load_config(None, [f"grpo.advantage={advantage}"] + (
             ["env.multi_turn.kind=game", "data.train.dataset_name=selfplay:tictactoe",
              "grpo.num_generations_per_prompt=2"] if advantage == "rae" else []))
-        run = SimpleNamespace(cfg=cfg, nan_streak=0, flat_streak=FLAT_WARNING_STEPS - 1, baselines=RoleBaselines())
-        checked(run, 3, {"skipped_steps": 0}, 1.0, 4, 4, 1e-6)
-        shown = capsys.readouterr()
-        assert said in (shown.out + shown.err).replace("\n", " ")
+        assert said in flat_warning(cfg, [], all_cut=False)
     # every sample truncated and left out by grpo.overlong_filtering: rewards that differed said nothing
-    run = SimpleNamespace(cfg=load_config(None, ["grpo.overlong_filtering=true"]), nan_streak=0,
-                          flat_streak=FLAT_WARNING_STEPS - 1, baselines=RoleBaselines())
-    checked(run, 3, {"skipped_steps": 0}, 1.0, 4, 4, 1e-6, num_unkept=4)
-    shown = capsys.readouterr()
-    assert "grpo.overlong_filtering left it out of the loss" in (shown.out + shown.err).replace("\n", " ")
+    cfg = load_config(None, ["grpo.overlong_filtering=true"])
+    assert "grpo.overlong_filtering left it out of the loss" in flat_warning(cfg, [], all_cut=True)
+
+
+@pytest.mark.parametrize("verdicts, said", [
+    ({"timeout": 1.0}, "The samples' verdicts: timeout 100%; the programs ran past env.code.timeout_s=2 s"),
+    ({"no_code": 0.75, "fail": 0.25}, "no_code 75%, fail 25%; no answer held a program where prompt.code_style=fence looks (a fenced code block)"),
+    ({"fail": 0.5, "runtime_error": 0.3, "pass": 0.2}, "fail 50%, runtime_error 30%, pass 20%; the programs ran and "
+                                                       "gave wrong answers"),
+    ({"fail": 0.4, "runtime_error": 0.3, "pass": 0.3}, "pass 30%, runtime_error 30%; the problems may be too hard or too easy"),
+    ({}, "nothing is learned. The problems may be too hard or too easy"),
+])
+def test_the_flat_warning_names_the_samples_verdicts(verdicts, said):
+    """A run whose every group is flat because every program timed out (or no answer held code) was told only "too
+    hard or too easy": the warning names the verdicts of the flat steps and what the one most samples got means."""
+    from execrl.config import load_config
+    from execrl.trainer.flat import flat_warning
+
+    rows = [{"train/flat_group_frac": 1.0, **{f"train/verdict/{v}": s for v, s in verdicts.items()}},
+            {"eval/pass@1": 0.0}] * 3  # (an eval's row has no verdicts: not averaged in)
+    text = flat_warning(load_config(None, []), rows, all_cut=False)
+    assert said in text, text
 
 
 def test_a_run_too_short_for_the_streak_warning_is_warned_at_its_end(tmp_path, capsys):

@@ -11,6 +11,7 @@ from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import replace
 
 import torch
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from execrl.algo.advantages import flat_groups
@@ -23,6 +24,7 @@ from execrl.sandbox import check_infra_share
 from execrl.trainer import checkpoint, memory, startup
 from execrl.trainer import distributed as dist
 from execrl.trainer.deferred import Trained
+from execrl.trainer.flat import FLAT_WARNING_STEPS, flat_reason, flat_warning, verdict_note
 from execrl.trainer.rollouts import episode_means, episode_sums, prompt_seeds, rollout_rows, sampling
 from execrl.trainer.setup import Run, build_run, console
 from execrl.trainer.step import advantages, build_batch, deferrable, optimize, sampler_filter, score_tokens, sharing
@@ -30,7 +32,6 @@ from execrl.trainer.warmup import sft_warmup
 
 MAX_NAN_STEPS = 3
 ADVANTAGE_WARNING = 100.0  # |advantage| past which a step says so (binary rewards, normalized: ~sqrt(G); G = 10,000)
-FLAT_WARNING_STEPS = 3  # steps in a row with every group flat before the run says it learns nothing
 
 
 def train(cfg: MasterConfig) -> Run:
@@ -238,30 +239,8 @@ def checked(run: Run, step: int, stats: dict, valid_frac: float, num_flat: float
     stats.update({f"{key}/baseline": b for key, b in run.baselines.values.items()})  # self-play's role baselines
     stats["flat_group_frac"] = num_flat / max(num_groups, 1)  # groups with no learning signal
     run.flat_streak = run.flat_streak + 1 if num_groups and num_flat == num_groups else 0
-    if run.flat_streak == FLAT_WARNING_STEPS and num_unkept == num_groups:
-        console.print(f"[yellow]warning: for {FLAT_WARNING_STEPS} steps every sample was cut at "
-                      "policy.generation.max_new_tokens and grpo.overlong_filtering left it out of the loss "
-                      "(train/truncated_frac 1.0): the loss and its gradient are 0 and nothing is learned. Raise "
-                      "policy.generation.max_new_tokens, or set grpo.overlong_filtering=false[/]")
-    elif run.flat_streak == FLAT_WARNING_STEPS:
-        console.print(f"[yellow]warning: for {FLAT_WARNING_STEPS} steps {flat_reason(run.cfg)} "
-                      "(train/flat_group_frac 1.0): the loss and its gradient are 0 and nothing is learned. The "
-                      "problems may be too hard or too easy for the model, or the reward may not score this "
-                      "dataset (reward.components); see the rollouts in the log directory[/]")
+    run.flat_cut = bool(num_groups) and num_unkept == num_groups  # (the warning says so: log_step)
     return stats
-
-
-def flat_reason(cfg) -> str:
-    """What made a step's every group flat, as the warnings say it."""
-    if cfg.grpo.advantage == "rae":
-        return "every advantage was 0 (each return its role's baseline)"
-    s = cfg.reward.scaling
-    clamp = (f" (reward.scaling clamps rewards to [{s.source_min:g}, {s.source_max:g}] first: does that range hold the "
-             "rewards the components give?)") if s.enabled else ""
-    stops = cfg.policy.generation.stop_strings
-    clamp += f" (policy.generation.stop_strings {stops} end answers where they appear: before the answer?)" if stops else ""
-    return "every group's rewards were all equal" + clamp + (" or its samples all truncated and left out of the loss "
-                                                             "(grpo.overlong_filtering)" if cfg.grpo.overlong_filtering else "")
 
 
 def warm_up(run: Run) -> None:
@@ -351,6 +330,9 @@ def log_step(run: Run, step: int, rollouts, stats: dict, times: dict, bar) -> No
     if torch.cuda.is_available():
         metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     run.logger.log(step, metrics)
+    run.flat_rows = [*run.flat_rows, metrics][-FLAT_WARNING_STEPS:] if run.flat_streak else []
+    if run.flat_streak == FLAT_WARNING_STEPS:
+        console.print(f"[yellow]warning: {escape(flat_warning(run.cfg, run.flat_rows, run.flat_cut))}[/]")
     if run.diverged:  # (the step that stopped it is in the record, and so in the report)
         write_report(run)
         raise RuntimeError(run.diverged)
@@ -397,8 +379,9 @@ def summarize(run: Run, warn: bool = True) -> None:
                           f"steps -> last {k}: {sum(values[:k]) / k:.3f} -> {sum(values[-k:]) / k:.3f}")
     flats = [r["train/flat_group_frac"] for r in rows if "train/flat_group_frac" in r]
     if warn and flats and len(flats) < FLAT_WARNING_STEPS and all(f == 1.0 for f in flats):  # (longer: warned)
-        console.print(f"[yellow]warning: at every step {flat_reason(run.cfg)} (train/flat_group_frac 1.0): the loss "
-                      "and its gradient were 0 and nothing was learned[/]")
+        console.print("[yellow]warning: " + escape(f"at every step {flat_reason(run.cfg)} (train/flat_group_frac 1.0): "
+                                                  "the loss and its gradient were 0 and nothing was learned."
+                                                  + verdict_note(run.cfg, rows)) + "[/]")
     for warning in cut_warnings(rows, run.cfg.grpo.overlong_filtering) if warn else ():
         console.print(f"[yellow]warning: {warning}[/]")
     evals = [k for k in keys if k.startswith("eval/") and "win_rate_vs_" in k] if selfplay else ["eval/pass@1"]

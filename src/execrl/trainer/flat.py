@@ -1,0 +1,71 @@
+"""Why a run learns nothing: the words of the warning for steps whose every group is flat (equal rewards: GRPO's
+advantages all 0), with what the samples' verdicts say about the cause."""
+
+from __future__ import annotations
+
+FLAT_WARNING_STEPS = 3  # steps in a row with every group flat before the run says it learns nothing
+DOMINANT = 0.5  # a verdict this share of the samples (or more) gets its hint
+
+
+def flat_reason(cfg) -> str:
+    """What made a step's every group flat, as the warnings say it."""
+    if cfg.grpo.advantage == "rae":
+        return "every advantage was 0 (each return its role's baseline)"
+    s = cfg.reward.scaling
+    clamp = (f" (reward.scaling clamps rewards to [{s.source_min:g}, {s.source_max:g}] first: does that range hold the "
+             "rewards the components give?)") if s.enabled else ""
+    stops = cfg.policy.generation.stop_strings
+    clamp += f" (policy.generation.stop_strings {stops} end answers where they appear: before the answer?)" if stops else ""
+    return "every group's rewards were all equal" + clamp + (" or its samples all truncated and left out of the loss "
+                                                             "(grpo.overlong_filtering)" if cfg.grpo.overlong_filtering else "")
+
+
+def hints(cfg) -> dict[str, str]:
+    """What a verdict that most samples got says about a run that learns nothing."""
+    code, style = cfg.env.code, cfg.prompt.code_style
+    where = {"fence": "a fenced code block", "tags": "<code> tags", "auto": "a fenced block or <code> tags",
+             "plain": "the whole answer: every answer was empty"}.get(style)
+    return {
+        "no_code": f"no answer held a program where prompt.code_style={style} looks ({where}): the prompt may not ask "
+                   "for one, or the answers end before it (train/truncated_frac)",
+        "timeout": f"the programs ran past env.code.timeout_s={code.timeout_s:g} s on a test: raise it if the tests "
+                   "are heavy, or see whether the programs wait for input the tests do not give",
+        "memory": f"the programs went past env.code.memory_mb={code.memory_mb}: raise it if the tests need more",
+        "syntax_error": "the programs do not compile: answers cut short (train/truncated_frac), or in another language "
+                        "than the tests run (the task's language)",
+        "runtime_error": "the programs raised on every test: a function name or an input format other than the tests "
+                         "use (does the prompt give them?)",
+        "output_limit": "the programs printed past the sandbox's output limit",
+        "infra_error": "the sandbox failed, not the programs: `execrl grade` on one row shows why",
+        "fail": "the programs ran and gave wrong answers: the problems may be too hard for the model",
+        "wrong": "the answers were wrong: the problems may be too hard for the model, or the answer format not the one "
+                 "the grader reads (see the rollouts)",
+        "pass": "every program passed: the problems are too easy for the model",
+        "correct": "every answer was right: the problems are too easy for the model",
+    }
+
+
+def verdict_note(cfg, rows: list[dict]) -> str:
+    """The samples' verdicts over these steps' metrics rows (train/verdict/*, their shares averaged), largest
+    first, and what the one most samples got says; without such a verdict (or without verdicts), the usual causes."""
+    rows = [r for r in rows if any(k.startswith("train/verdict/") for k in r)]  # (not an eval's row)
+    keys = sorted({k for r in rows for k in r if k.startswith("train/verdict/")})
+    shares = {k.removeprefix("train/verdict/"): sum(r.get(k, 0.0) for r in rows) / len(rows) for k in keys}
+    seen = sorted(((v, s) for v, s in shares.items() if s > 0), key=lambda x: (-x[1], x[0]))
+    said = f" The samples' verdicts: {', '.join(f'{v} {s:.0%}' for v, s in seen[:4])};" if seen else ""
+    hint = hints(cfg).get(seen[0][0]) if seen and seen[0][1] >= DOMINANT else None
+    text = hint or ("the problems may be too hard or too easy for the model, or the reward may not score this dataset "
+                    "(reward.components)")
+    return f"{said} {text}." if said else f" {text[0].upper()}{text[1:]}."
+
+
+def flat_warning(cfg, rows: list[dict], all_cut: bool) -> str:
+    """The warning for FLAT_WARNING_STEPS steps in a row of flat groups (`rows`: their metrics); `all_cut`: every
+    group's samples were truncated and left out of the loss at the last of them."""
+    n = FLAT_WARNING_STEPS
+    if all_cut:
+        return (f"for {n} steps every sample was cut at policy.generation.max_new_tokens and grpo.overlong_filtering "
+                "left it out of the loss (train/truncated_frac 1.0): the loss and its gradient are 0 and nothing is "
+                "learned. Raise policy.generation.max_new_tokens, or set grpo.overlong_filtering=false")
+    return (f"for {n} steps {flat_reason(cfg)} (train/flat_group_frac 1.0): the loss and its gradient are 0 and "
+            "nothing is learned." + verdict_note(cfg, rows) + " See the rollouts in the log directory")
