@@ -67,7 +67,7 @@ def test_a_damaged_checkpoint_is_named_and_an_incomplete_one_passed_over_with_a_
         capsys.readouterr().err.replace("\n", " ")
 
 
-def test_a_resume_over_other_training_problems_is_refused(tmp_path):
+def test_a_resume_over_other_training_problems_is_refused(tmp_path, monkeypatch):
     """(A newcomer's find) the training file cut from 6 rows to 4 after 3 steps: the resume stopped on an IndexError
     (its place was past the end) after rewriting config.yaml; a file that grew or changed drew another stream without
     a word. The checkpoint keeps the problems' fingerprint."""
@@ -76,11 +76,14 @@ def test_a_resume_over_other_training_problems_is_refused(tmp_path):
     rows = [{"id": f"r{i}", "prompt": f"Print {i}.", "tests": {"inputs": [""], "outputs": [f"{i}\n"]}} for i in range(6)]
     data = tmp_path / "mine.jsonl"
     data.write_text("\n".join(js.dumps(r) for r in rows) + "\n")
-    mine = ["data.train.dataset_name=jsonl", f"data.train.path={data}", "warmup.sft_steps=0", "grpo.val_period=0",
+    monkeypatch.chdir(tmp_path)  # (a path relative to where the run started: its record names the file)
+    mine = ["data.train.dataset_name=jsonl", "data.train.path=mine.jsonl", "warmup.sft_steps=0", "grpo.val_period=0",
             "grpo.num_prompts_per_step=2", "policy.train_global_batch_size=8", "policy.generation_batch_size=8",
             "policy.logprob_batch_size=8"]
     run(tmp_path, "changed", "grpo.max_num_steps=2", *mine)
     config = (tmp_path / "changed" / "config.yaml").read_text()
+    # the record says what was read: the file, found from where the run started, and the problems' hashes
+    assert f"\n# data.train: jsonl/train from {data.resolve()}\n# 6 training problems (prompts " in config
     data.write_text("\n".join(js.dumps(r) for r in rows[:4]) + "\n")
     with pytest.raises(ValueError, match="not those .*step_000002 was trained on .6 problems then, 4 now.*Resume with "
                                          "the data it ran on"):

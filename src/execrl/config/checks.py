@@ -437,12 +437,14 @@ def validation_overlap_note(cfg: MasterConfig) -> str | None:
             f"{fix})")
 
 
-def data_sources(cfg: MasterConfig) -> list[str]:
-    """Where each configured dataset will be read from (--dry-run's lines; check_datasets has passed)."""
+def data_sources(cfg: MasterConfig, advice: bool = True) -> list[str]:
+    """Where each configured dataset will be read from (--dry-run's lines; check_datasets has passed); `advice`:
+    with how to read another file instead."""
     lines = []
     for key, d in dataset_entries(cfg):
         info = DATASETS[dataset_key(d.dataset_name)]
-        lines.append(f"{key}: {info.name}/{d.split_name} {origin(info, local_source(info, d.path), d.path)}")
+        local = local_source(info, d.path)
+        lines.append(f"{key}: {info.name}/{d.split_name} {origin(info, local and local.resolve(), d.path, advice)}")
     return lines
 
 

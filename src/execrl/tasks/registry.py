@@ -118,14 +118,15 @@ def local_source(info: DatasetInfo, path: str | None) -> Path | None:
     return local
 
 
-def origin(info: DatasetInfo, local: Path | None, path: str | None) -> str:
-    """Where a dataset's problems come from, in words ("generated", "from ...")."""
+def origin(info: DatasetInfo, local: Path | None, path: str | None, advice: bool = True) -> str:
+    """Where a dataset's problems come from, in words ("generated", "from ..."); `advice`: with how to read another
+    file instead."""
     if info.generated:
         return "generated"
     if local is None:
         return f"from the hub ({info.hub_id})" if info.hub_id else f"from its loader {info.name}"
-    copy = f", the local copy of {info.hub_id} (a file named by path or EXECRL_DATA_DIR reads instead)" \
-        if info.hub_id and not path else ""
+    instead = " (a file named by path or EXECRL_DATA_DIR reads instead)" if advice else ""
+    copy = f", the local copy of {info.hub_id}{instead}" if info.hub_id and not path else ""
     return f"from {local}{copy}"
 
 

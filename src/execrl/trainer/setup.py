@@ -19,6 +19,7 @@ from execrl.config.checks import (
     check_dataset_names,
     check_reward_fits,
     check_stop_strings,
+    data_sources,
     dataset_entries,
     no_references,
     prompt_limit,
@@ -444,7 +445,7 @@ def resume(run: Run) -> None:
 def _record_config(run: Run, resumed: bool) -> None:
     """This run's config as config.yaml; a resumed run's earlier one, where it differs, kept as
     config.to_step_N.yaml (what ran steps 1..N)."""
-    written, now = run.logger.dir / "config.yaml", to_yaml(run.cfg)
+    written, now = run.logger.dir / "config.yaml", data_record(run) + to_yaml(run.cfg)
     kept = run.logger.dir / f"config.to_step_{run.step:06d}.yaml"
     if resumed and written.is_file() and written.read_text() != now and not kept.exists():
         written.replace(kept)  # (kept once: a resume that died before its next checkpoint ran none of them)
@@ -452,6 +453,18 @@ def _record_config(run: Run, resumed: bool) -> None:
                       f"{run.step + 1})", markup=False, highlight=False)
     written.with_name(written.name + ".tmp").write_text(now)  # (whole or not at all: a run killed while writing
     written.with_name(written.name + ".tmp").replace(written)  # it left a config.yaml that was not YAML)
+
+
+def data_record(run: Run) -> str:
+    """What the run read, as comment lines atop its config.yaml: the config names datasets, and where they are found
+    depends on the machine (EXECRL_DATA_DIR, ../shared beside the checkout, a relative path, the hub); the problems'
+    counts and hashes (ProblemSampler: the prompts' fingerprint, the answers' and tests' graded) tell two runs'
+    data apart where the names are the same."""
+    s = run.sampler
+    lines = ["what this run read (found when it started):", *data_sources(run.cfg, advice=False),
+             f"{len(s.problems):,} training problems (prompts {s.fingerprint}, answers and tests {s.graded}), "
+             f"{len(run.val_problems):,} validation problems"]
+    return "".join(f"# {line}\n" for line in lines)
 
 
 def reward_model(cfg: MasterConfig) -> RewardModel | None:
