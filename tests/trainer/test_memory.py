@@ -196,6 +196,7 @@ def test_the_memory_plan_of_a_7b_full_fine_tune_names_what_fits_an_80_gb_gpu(tmp
 
     step = ["grpo.num_prompts_per_step=16", "grpo.num_generations_per_prompt=8", "policy.generation_batch_size=128",
             "policy.train_micro_batch_size=8", "policy.max_total_sequence_length=2192", "policy.precision=bfloat16",
+            "policy.generation.max_new_tokens=2048",
             f"policy.model_name={qwen7b_dir(tmp_path)}", "policy.device=cuda"]
     cfg = load_config(None, step)
     shape = shape_of(cfg)
@@ -215,6 +216,28 @@ def test_the_memory_plan_of_a_7b_full_fine_tune_names_what_fits_an_80_gb_gpu(tmp
     assert rounded.parts["master and AdamW"] / GiB == pytest.approx(14.2, abs=0.1)  # 2 bytes of 8-bit moments, no master
     assert rounded.parts["gradients"] / GiB == pytest.approx(14.2, abs=0.1)  # bf16
     assert rounded.peak / GiB == pytest.approx(67.5, rel=0.15) and rounded.host == 0  # measured on an H100
+
+
+def test_a_groups_prompt_forwarded_once_is_planned_once(tmp_path):
+    """The issue-45 1.5B step (16 x 8, 128 + 256 tokens in rows of 400, micro-batch 128; measured on an H200: peak
+    97.3 GiB) was planned at 158 GiB, every row's prompt counted ("does not fit this GPU: policy.activation_
+    checkpointing=true"), where training forwards each group's prompt once (policy.shared_prompts): a group's rows
+    are its prompt once and each completion at max_new_tokens."""
+    from execrl.trainer.memory_plan import GiB, micro_tokens, plan, shape_of, summary
+
+    step = ["grpo.num_prompts_per_step=16", "grpo.num_generations_per_prompt=8", "policy.generation_batch_size=128",
+            "policy.train_global_batch_size=128", "policy.train_micro_batch_size=128", "policy.precision=bfloat16",
+            "policy.max_total_sequence_length=400", "policy.generation.max_new_tokens=256",
+            f"policy.model_name={qwen1_5b_dir(tmp_path)}", "policy.device=cuda"]
+    cfg = load_config(None, step)
+    shape = shape_of(cfg)
+    assert shape.shares_prompts and micro_tokens(cfg, shape) == 16 * (400 - 256) + 128 * 256
+    assert plan(cfg, shape).peak / GiB == pytest.approx(97.3, rel=0.25)
+    assert len(summary(cfg, shape, 139.8 * GiB)) == 1  # (fits: no settings to change)
+    for other in ("policy.shared_prompts=false", "grpo.max_rollout_turns=2 env.multi_turn.kind=interpreter",
+                  "policy.train_micro_batch_size=12"):  # (12: groups of 8 split unevenly, a row per sample)
+        c = load_config(None, [*step, *other.split()])
+        assert micro_tokens(c, shape) == c.policy.train_micro_batch_size * 400, other
 
 
 def test_dry_run_prints_the_memory_plan(tmp_path):
@@ -239,10 +262,10 @@ def test_checkpointing_that_memory_does_not_need_is_named_with_the_micro_batch_t
                 num_attention_heads=12, num_key_value_heads=2, tie_word_embeddings=True).save_pretrained(tmp_path / "m")
     step = ["grpo.num_prompts_per_step=16", "grpo.num_generations_per_prompt=8", "policy.generation_batch_size=128",
             "policy.train_global_batch_size=128", "policy.max_total_sequence_length=4224", "policy.precision=bfloat16",
-            f"policy.model_name={tmp_path / 'm'}", "policy.device=cuda"]
+            "policy.generation.max_new_tokens=4096", f"policy.model_name={tmp_path / 'm'}", "policy.device=cuda"]
     cfg = load_config(None, [*step, "policy.train_micro_batch_size=8", "policy.activation_checkpointing=true"])
     lines = summary(cfg, shape_of(cfg), 139.8 * GiB)
-    assert len(lines) == 2 and "policy.activation_checkpointing=false policy.train_micro_batch_size=4 (~85 GiB)" \
+    assert len(lines) == 2 and "policy.activation_checkpointing=false policy.train_micro_batch_size=4 (~84 GiB)" \
         in lines[1], lines
     assert "policy.train_micro_batch_size=2 (~64 GiB)" in summary(cfg, shape_of(cfg), 80 * GiB)[1]
     assert len(summary(cfg, shape_of(cfg), 60 * GiB)) == 1  # no room without it: no hint
@@ -345,8 +368,8 @@ def test_a_step_decoded_a_few_samples_at_a_time_is_named_where_all_of_them_fit(t
     fit = int(re.search(r"the KV cache of (\d+) fits", more_slots(long, shape_of(long), 139.8 * GiB)).group(1))
     assert 128 <= fit < 512  # some of them: as many as fit
     assert more_slots(long, shape_of(long), 80 * GiB) is None  # no room for twice 64
-    assert more_slots(load_config(None, [*step, "policy.generation_batch_size=64",
-                                         "policy.max_total_sequence_length=16384"]), shape_of(cfg), 139.8 * GiB) is None
+    assert more_slots(load_config(None, [*step, "policy.generation_batch_size=64", "policy.max_total_sequence_length=16384",
+                                         "policy.generation.max_new_tokens=16000"]), shape_of(cfg), 139.8 * GiB) is None
 
 
 def test_small_training_micro_batches_are_named_where_larger_ones_fit(tmp_path):
@@ -357,7 +380,8 @@ def test_small_training_micro_batches_are_named_where_larger_ones_fit(tmp_path):
 
     step = ["grpo.num_prompts_per_step=32", "grpo.num_generations_per_prompt=16", "policy.train_global_batch_size=512",
             "policy.generation_batch_size=null", "policy.max_total_sequence_length=512", "policy.precision=bfloat16",
-            f"policy.model_name={qwen1_5b_dir(tmp_path)}", "policy.device=cuda", "loss_fn.reference_policy_kl_penalty=0.01"]
+            f"policy.model_name={qwen1_5b_dir(tmp_path)}", "policy.device=cuda", "loss_fn.reference_policy_kl_penalty=0.01",
+            "policy.generation.max_new_tokens=512"]  # (NeMo RL's: ${policy.max_total_sequence_length})
     h200 = 139.8 * GiB
     cfg = load_config(None, [*step, "policy.train_micro_batch_size=4", "policy.logprob_batch_size=4"])
     hint = larger_micro_batches(cfg, shape_of(cfg), h200)

@@ -12,7 +12,8 @@ Bytes per part, on one GPU (P parameters, T trained ones, W processes):
                   T x 2, AdamW4bit T x 1; bf16 moments T x 4 with bf16_stochastic_round
   reference       P x 2 (with a KL penalty, not with LoRA)
   KV cache        slots x max_total_sequence_length x layers x 2 x kv_heads x head_dim x 2
-  activations     one micro-batch's tokens x (with activation checkpointing: layers x hidden x 2, each layer's
+  activations     one micro-batch's tokens (its rows at max_total_sequence_length; where a group's prompt is
+                  forwarded once, its rows' completions at max_new_tokens and the prompt once) x (with activation checkpointing: layers x hidden x 2, each layer's
                   input kept, + intermediate x 2, the recomputed layer's MLP; without: layers x (8 hidden +
                   4 intermediate) x 2)
   transients      the largest parameter's gradient in bf16 and fp32 (6 bytes per element), the LM head's
@@ -45,6 +46,7 @@ class Shape:
     kv_heads: int
     head_dim: int
     linear_in_out: int  # the decoder's linear layers' (in + out) summed: LoRA's parameters per unit of rank
+    shares_prompts: bool = False  # its passes can pack a group's prompt once (trainer/shared_prompt.shareable)
 
 
 def shape_of(cfg: MasterConfig) -> Shape | None:
@@ -53,6 +55,7 @@ def shape_of(cfg: MasterConfig) -> Shape | None:
     from transformers import AutoModelForCausalLM
 
     from execrl.models import TINY_CODERS, build_tiny_model, kv_shape, local_config, tiny_tokenizer, with_overrides
+    from execrl.trainer.shared_prompt import shareable
 
     p = cfg.policy
     if p.model_name in TINY_CODERS:
@@ -76,7 +79,8 @@ def shape_of(cfg: MasterConfig) -> Shape | None:
     return Shape(params=sum(t.numel() for t in model.parameters()), largest=max(t.numel() for t in model.parameters()),
                  layers=layers, hidden=c.hidden_size,
                  intermediate=getattr(c, "intermediate_size", None) or 4 * c.hidden_size, kv_heads=kv_heads,
-                 head_dim=head_dim, linear_in_out=sum(m.in_features + m.out_features for m in linears))
+                 head_dim=head_dim, linear_in_out=sum(m.in_features + m.out_features for m in linears),
+                 shares_prompts=shareable(model))
 
 
 @dataclass
@@ -111,8 +115,6 @@ def plan(cfg: MasterConfig, shape: Shape) -> Plan:
     master_b, moments_b, grad_b = state_bytes(cfg, mixed)
     state = trained * (master_b + moments_b)  # master (mixed precision) + the optimizer's moments
     slots = engine_slots(cfg)
-    split = batch_plan(cfg).train_split  # a training micro-batch's padded tokens: its budget, or rows x the longest
-    micro_tokens = split.tokens or split.sequences * p.max_total_sequence_length
     per_token = activation_elements(cfg, shape) * cb
     parts = {
         "weights": shape.params * cb,
@@ -120,7 +122,7 @@ def plan(cfg: MasterConfig, shape: Shape) -> Plan:
         "gradients": trained * grad_b / n,
         "reference": shape.params * cb if cfg.loss_fn.reference_policy_kl_penalty > 0 and not p.lora.enabled else 0.0,
         "KV cache": slots * p.max_total_sequence_length * shape.layers * 2 * shape.kv_heads * shape.head_dim * cb,
-        "activations": micro_tokens * per_token,
+        "activations": micro_tokens(cfg, shape) * per_token,
         "transients": shape.largest * 6 + LOGITS_CHUNK + (max(GiB, shape.largest * 4) if offload else 0),
     }
     if cfg.env.reward_model.enabled:
@@ -130,6 +132,26 @@ def plan(cfg: MasterConfig, shape: Shape) -> Plan:
     return Plan(parts, host=state + staging if offload else 0.0,
                 generation=resident + LOGITS_CHUNK,
                 training=sum(parts.values()))
+
+
+def micro_tokens(cfg: MasterConfig, shape: Shape) -> int:
+    """A training micro-batch's tokens at most: its token budget, or its rows at max_total_sequence_length (L); where
+    each group's prompt is forwarded once (policy.shared_prompts, one turn, micro-batches holding whole groups or part
+    of one), each row's completion at policy.generation.max_new_tokens (c) and each group's prompt once, as long as
+    the rest (L - c) or the prompts' limit allow."""
+    from execrl.config.checks import prompt_limit
+    from execrl.trainer.shared_prompt import keeps_groups
+
+    p, k = cfg.policy, cfg.grpo.num_generations_per_prompt
+    split = batch_plan(cfg).train_split
+    if split.tokens:
+        return split.tokens
+    rows, length = split.sequences, p.max_total_sequence_length
+    if not (p.shared_prompts and shape.shares_prompts and k > 1 and cfg.grpo.max_rollout_turns == 1
+            and keeps_groups(rows, k)):
+        return rows * length
+    c = min(p.generation.max_new_tokens, length)
+    return -(-rows // k) * max(0, min(prompt_limit(cfg), length - c)) + rows * c
 
 
 def activation_elements(cfg: MasterConfig, shape: Shape) -> int:
