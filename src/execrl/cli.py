@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--top-p", type=number(float, 0, inclusive=False), default=1.0,
                    help="nucleus sampling threshold, in (0, 1] (default 1: off)")
     e.add_argument("--max-new-tokens", type=number(int, 1), default=512, help="tokens per completion at most (default 512)")
+    e.add_argument("--stop-token-ids", default=None, metavar="IDS",
+                   help="token ids that end a completion besides the model's EOS ids, comma-separated, as "
+                        "policy.generation.stop_token_ids (e.g. the chat template's end of turn; default: none, and a "
+                        "checkpoint of ours ends where its run did)")
     e.add_argument("--batch-size", type=number(int, 1), default=None,
                    help="sequences generated at once (default: on a GPU with the execrl engine, as many as half the "
                         "free memory holds the KV cache of, 16 to 512; otherwise 16)")
@@ -390,6 +394,13 @@ def eval_config(args):
     # (with --completions each problem has the file's samples: pass@k leaves out those with fewer than k, and says so)
     if not ks or min(ks) < 1 or (max(ks) > args.samples and not args.completions):
         raise ValueError(f"--k values must be between 1 and --samples ({args.samples}), got {args.k!r}")
+    try:
+        stops = [int(t) for t in (args.stop_token_ids or "").split(",") if t.strip()]
+    except ValueError:
+        raise ValueError(f"--stop-token-ids takes token ids separated by commas, e.g. 32007 or 32000,32007; got "
+                         f"{args.stop_token_ids!r}") from None
+    if min(stops, default=0) < 0:
+        raise ValueError(f"--stop-token-ids are token ids, 0 or more; got {args.stop_token_ids!r}")
     temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 0.8)
     if temperature == 0 and args.samples > 1 and not args.completions:
         raise ValueError(f"--samples {args.samples} at --temperature 0 (greedy) are {args.samples} copies of one "
@@ -397,7 +408,8 @@ def eval_config(args):
                          "with --samples), or --samples 1")
     return EvalConfig(dataset=args.dataset, split=args.split, data_path=args.data_path, limit=args.limit,
                       max_tests=args.max_tests, samples=args.samples, ks=ks, temperature=temperature, top_p=args.top_p,
-                      max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, backend=args.backend,
+                      max_new_tokens=args.max_new_tokens, stop_token_ids=stops or None, batch_size=args.batch_size,
+                      backend=args.backend,
                       seed=args.seed, data_seed=args.data_seed, data_options=data_options(args),
                       max_prompt_tokens=args.max_prompt_tokens,
                       out=args.out, workers=args.workers, timeout_s=args.timeout, grading_share=args.grading_share,

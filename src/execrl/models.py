@@ -252,6 +252,10 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         if "hf_config_overrides" in why:
             raise ModelNotFound(why) from None
+        if "Unrecognized configuration class" in why:  # (T5's config under AutoModelForCausalLM)
+            raise ModelNotFound(f"model {name!r} is not one {auto_class.__name__} loads ({why}): execrl trains and "
+                                "evaluates decoder-only language models (an encoder-decoder such as T5 is not one); "
+                                "name a causal language model's directory or hub id") from None
         if "custom code" in str(e) or "trust_remote_code" in str(e):
             raise ModelNotFound(f"model {name!r} needs its own Python code (its config.json's auto_map names modeling "
                                 "files), which execrl does not run: use a version of it in a transformers architecture "

@@ -124,7 +124,8 @@ def apply_template(tokenizer, messages: list[dict], generation_prompt: bool = Tr
 
 def refusal(said: str, roles: list) -> str:
     """What to do about a chat template that raised `said` on a conversation of `roles`."""
-    fixes = ["drop the system prompt (execrl eval's --system-prompt, prompt.system_prompt)"] if "system" in roles else []
+    fixes = ["drop the system message (prompt.system_prompt or execrl eval's --system-prompt where set; else the "
+             "dataset's rows hold it: fold it into their first user message)"] if "system" in roles else []
     if any(r not in ("system", "user", "assistant") for r in roles) or any(
             a == b != "assistant" for a, b in zip(roles, roles[1:])):  # (an environment's turn after the user's)
         fixes.append("set env.multi_turn.observation_role=user")
@@ -157,12 +158,31 @@ def template_notes(tokenizer, system_prompt: str | None = None) -> list[str]:
                          "message, so prompt.system_prompt would reach no prompt: set policy.tokenizer.chat_template "
                          "to one that renders it, or put the text in prompt.template (execrl eval: drop "
                          "--system-prompt)")
+    notes = [note] if (note := unprompted(tokenizer, probe, text)) else []
     kwargs = getattr(tokenizer, TEMPLATE_KWARGS, None) or {}
     unread = sorted(k for k in kwargs if k not in str(tokenizer.chat_template))  # (a name it reads, set to its default,
     if unread and tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True) == text:  # is fine)
-        return [f"note: policy.tokenizer.chat_template_kwargs {unread} are names this chat template never reads: "
-                "they change nothing (a misspelling?)"]
-    return []
+        notes.append(f"note: policy.tokenizer.chat_template_kwargs {unread} are names this chat template never "
+                     "reads: they change nothing (a misspelling?)")
+    return notes
+
+
+def unprompted(tokenizer, probe: list[dict], prompt: str) -> str | None:
+    """A warning where the template ignores add_generation_prompt and writes a header before an answer: every
+    prompt ends with the user's turn, and the model is sampled continuing it."""
+    answer = "execrlanswer9b2e"
+    try:
+        full = apply_template(tokenizer, [*probe, {"role": "assistant", "content": answer}], False)
+        alike = apply_template(tokenizer, probe, False) == prompt
+    except ChatTemplateError:
+        return None
+    header = full[len(prompt):full.find(answer)] if full.startswith(prompt) and answer in full else ""
+    if not alike or not header.strip():
+        return None
+    return (f"warning: the chat template writes {header!r} before an answer and leaves it out of the prompt "
+            "(it ignores add_generation_prompt): every prompt ends with the user's turn, and the model is sampled "
+            "and trained continuing it. Set policy.tokenizer.chat_template to one that ends the prompt with the "
+            "assistant's header when add_generation_prompt is set")
 
 
 def render(messages: list[dict], tokenizer) -> str:

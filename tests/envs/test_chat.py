@@ -166,7 +166,8 @@ def test_a_reference_solution_holding_control_tokens_teaches_no_turn_markers(qwe
 
     tok = qwen25_tok
     prompt = encode([{"role": "user", "content": "Write f."}], tok)
-    ids, labels = reference_ids(prompt, [{"role": "assistant", "content": "def f(): pass" + FORGED[13:]}], tok)
+    ids, labels = reference_ids(prompt, [{"role": "assistant", "content": "def f(): pass" + FORGED[13:]}], tok,
+                                tok.eos_token_id)
     learned = [i for i, label in zip(ids, labels) if label != -100]
     assert markers(tok, learned[:-1]) == (0, 0) and learned[-1] == tok.eos_token_id  # (its end: the EOS alone)
     assert tok.decode(learned[:-1]) == "def f(): pass" + FORGED[13:]

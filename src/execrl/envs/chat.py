@@ -80,12 +80,12 @@ class TurnRenderer:
                  for m in messages]
         closer = self.tokenizer.decode([last_sampled]) if last_sampled in self.tokenizer.all_special_ids else ""
 
-        def render(ms: list[dict]) -> str:
-            text = self.delta_text(ms)
-            return text[len(closer):] if closer and text.startswith(closer) else text  # (the model closed its turn
-            # itself, e.g. <|im_end|>)
+        def render(ms: list[dict]) -> str:  # the model closed its turn itself (<|im_end|>): the text after it; the
+            text = self.delta_text(ms)  # whitespace a template writes before it ('\n<|EOT|>') is the model's to write
+            at = text.find(closer) if closer else -1
+            return text[at + len(closer):] if at >= 0 and not text[:at].strip() else text
 
-        return text_ids(shown, self.tokenizer, render, self.control)
+        return text_ids(shown, self.tokenizer, render, self.control, first=False)  # (it continues the conversation)
 
     def _render(self, messages: list[dict], generation_prompt: bool) -> str:
         return apply_template(self.tokenizer, messages, generation_prompt)

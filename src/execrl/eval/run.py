@@ -49,6 +49,7 @@ class EvalConfig:
     temperature: float = 0.0
     top_p: float = 1.0
     max_new_tokens: int = 512
+    stop_token_ids: list[int] | None = None  # ids that end a completion besides the model's EOS ids
     max_prompt_tokens: int = 2048
     batch_size: int | None = None  # sequences decoded at once (None: eval.generate.auto_slots)
     backend: str = "execrl"  # execrl | transformers
@@ -226,7 +227,7 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
                         cfg.batch_size, cfg.backend, cfg.seed, on_batch=lambda n: bar.advance(task, n),
                         guided=[p.metadata.get("guided_decoding", cfg.guided) for p in problems],
                         on_slots=lambda n: slots.append(n) or bar.update(task, description=f"sampling, {n} at once"),
-                        on_sample=handed_to(early, cfg, problems))
+                        on_sample=handed_to(early, cfg, problems), stop_token_ids=cfg.stop_token_ids)
     seconds, tokens = time.perf_counter() - start, sum(n for out in outs for _, n, _ in out)
     err.print(f"sampled {sum(map(len, outs))} completions, {tokens} tokens, in {seconds:.1f} s: "
               f"{tokens / max(seconds, 1e-9):,.0f} tokens/s" + (f", {slots[-1]} at once" if slots else ""),

@@ -35,14 +35,21 @@ def _base_decode():
 
 def end_ids(model, tokenizer, stop_token_ids=None) -> list[int]:
     """The ids that end a sequence: the model's EOS ids (eos_ids) and `stop_token_ids`. Where there are none, every
-    answer runs to its length limit: said once per model, with the chat template's end-of-turn token to name."""
+    answer runs to its length limit: said once per model, with the chat template's end-of-turn token to name; where
+    the template ends a turn with a token that is not one of them (a base model's tokenizer under an instruct
+    template), an answer runs on past its turn's end: said once too."""
+    from execrl.control_tokens import turn_end
+
     ids = sorted(set(eos_ids(model, tokenizer)) | set(stop_token_ids or []))
+    name = str(getattr(model.config, "_name_or_path", "") or "the model")
+    turn = turn_end(tokenizer)
     if not ids:
         vocab = tokenizer.get_vocab()
-        turn_end = next((t for t in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "</s>") if t in vocab),
-                        None)
-        _say_no_end(str(getattr(model.config, "_name_or_path", "") or "the model"),
-                    f"{vocab[turn_end]}] ({turn_end})" if turn_end else "ID]")
+        named = tokenizer.convert_ids_to_tokens(turn) if turn is not None else next(
+            (t for t in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "</s>") if t in vocab), None)
+        _say_no_end(name, f"{vocab[named]}] ({named})" if named else "ID]")
+    elif turn is not None and turn not in ids:
+        _say_turn_runs_on(name, turn, tokenizer.convert_ids_to_tokens(turn), tuple(tokenizer.convert_ids_to_tokens(ids)))
     return ids
 
 
@@ -53,6 +60,19 @@ def _say_no_end(name: str, example: str) -> None:
     stderr_console().print(f"[yellow]warning: {name}: its tokenizer and generation config name no end token, so "
                            "every answer runs to the length limit (and training learns no answer's end): set "
                            f"policy.generation.stop_token_ids=[{example}, the chat template's end of turn[/]")
+
+
+@cache
+def _say_turn_runs_on(name: str, turn: int, token: str, ends: tuple[str, ...]) -> None:
+    from rich.markup import escape
+
+    from execrl.console import stderr_console
+
+    stderr_console().print("[yellow]" + escape(
+        f"warning: {name}: its chat template ends a turn with {token} (id {turn}), and generation ends only at "
+        f"{', '.join(ends)}: an answer that ends its turn runs on past it to the next end token or the length limit "
+        f"(text after the turn's end, graded and trained on). Set policy.generation.stop_token_ids=[{turn}] "
+        f"(execrl eval: --stop-token-ids {turn})") + "[/]")
 
 
 def eos_ids(model, tokenizer) -> list[int]:

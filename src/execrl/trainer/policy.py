@@ -53,6 +53,7 @@ def build_policy(cfg: MasterConfig) -> Policy:
         raise ValueError("policy.cpu_offload=true moves the fp32 master off the GPU, and this run has no GPU (or "
                          "no separate master: float32): set policy.cpu_offload=false")
     model, tok = load_weights(cfg, compute_dtype if lora else master_dtype, "cpu" if offload else None)
+    record_ends(model, tok, cfg.policy.generation.stop_token_ids)
     sharded = dist.world_size() > 1
     # LoRA: fp32 adapters, unless they are the bf16 compute copy of a mixed-precision run (its
     # master: step 6)
@@ -75,6 +76,16 @@ def build_policy(cfg: MasterConfig) -> Policy:
     model, ref = dist.shard(model, compute_dtype), dist.shard(ref, compute_dtype)  # in place: compute is model still
     weights = (OffloadedWeights if offload else precision.Weights)(model, compute, compute_dtype)
     return Policy(weights, tok, ref, peft_model)
+
+
+def record_ends(model, tokenizer, stop_token_ids: list[int] | None) -> None:
+    """policy.generation.stop_token_ids into the model's generation config (its EOS ids), so that a checkpoint's
+    saved model ends its answers where the run's did (execrl eval, transformers' generate, a serving engine)."""
+    gen = getattr(model, "generation_config", None)
+    if stop_token_ids and gen is not None:
+        from execrl.rollout.completion import eos_ids
+
+        gen.eos_token_id = sorted(set(eos_ids(model, tokenizer)) | set(stop_token_ids))
 
 
 def load_weights(cfg: MasterConfig, dtype: torch.dtype, device: str | None = None):

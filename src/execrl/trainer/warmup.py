@@ -9,10 +9,11 @@ import random
 
 import torch
 
-from execrl.control_tokens import control_pattern, plain_ids
+from execrl.control_tokens import control_pattern, plain_ids, turn_end
 from execrl.envs import TurnRenderer, make_env
 from execrl.envs.unit_tests import feedback, public_part
 from execrl.models import train_mode
+from execrl.rollout.completion import end_ids
 from execrl.sandbox import ProgramResult, TestResult, Verdict
 from execrl.tasks import Problem
 from execrl.trainer import distributed as dist
@@ -40,14 +41,27 @@ def feedback_reference(problem: Problem, rng: random.Random, cfg) -> list[dict]:
             {"role": cfg.env.multi_turn.observation_role, "content": said}, reference]
 
 
-def reference_ids(prompt: list[int], turns: list[dict], tokenizer) -> tuple[list[int], list[int]]:
-    """(token ids, labels) of a prompt and its reference turns; labels are -100 where nothing is
-    learned."""
+def answer_end(model, tokenizer, stop_token_ids: list[int] | None) -> int:
+    """The token a reference answer ends with, as a sampled answer does: the chat template's end of turn where
+    generation ends at it, else the EOS (or the first id that ends generation); ValueError naming the fix where no
+    token ends generation."""
+    ends = end_ids(model, tokenizer, stop_token_ids)
+    for end in (turn_end(tokenizer), tokenizer.eos_token_id, *ends):
+        if end is not None and end in ends:
+            return end
+    raise ValueError("the warm-up teaches each reference answer's end, and no token ends this model's generation "
+                     "(its tokenizer and generation config name no EOS): set policy.generation.stop_token_ids=[ID] "
+                     "(the chat template's end of turn), or warmup.sft_steps=0")
+
+
+def reference_ids(prompt: list[int], turns: list[dict], tokenizer, end: int) -> tuple[list[int], list[int]]:
+    """(token ids, labels) of a prompt and its reference turns, each of the model's ending with `end` (answer_end);
+    labels are -100 where nothing is learned."""
     ids, labels = list(prompt), [-100] * len(prompt)
     control = control_pattern(tokenizer)
     for m in turns:
         if m["role"] == "assistant":  # (as text: a reference holding "<|im_end|>" would teach forged turns)
-            new = plain_ids(m["content"], tokenizer, control) + [tokenizer.eos_token_id]
+            new = plain_ids(m["content"], tokenizer, control) + [end]
             learn = new if m.get("train", True) else [-100] * len(new)
         else:
             new = TurnRenderer(tokenizer).env_turn([m], ids[-1])
@@ -73,10 +87,11 @@ def sft_warmup(weights: Weights, tokenizer, problems: list[Problem], references:
         raise ValueError(f"the warm-up needs an example per process in each batch: warmup.batch_size is {w.batch_size}, "
                          f"{len(usable)} training problems have reference solutions, {dist.world_size()} processes. "
                          f"Raise warmup.batch_size, or set warmup.sft_steps=0")
+    end = answer_end(model, tokenizer, cfg.policy.generation.stop_token_ids)
     train_mode(model)
     for step in range(w.sft_steps):
         batch = dist.this_rank(rng.sample(usable, min(w.batch_size, len(usable))))  # every rank draws the same batch
-        rows = [reference_ids(encode(make_env(cfg, None, p).reset(p), tokenizer), references[p.id], tokenizer)
+        rows = [reference_ids(encode(make_env(cfg, None, p).reset(p), tokenizer), references[p.id], tokenizer, end)
                 for p in batch]  # (the prompt as the episode's environment poses it)
         width = max(len(ids) for ids, _ in rows)
         ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)

@@ -1,0 +1,152 @@
+"""Chat templates and tokenizers of families other than Qwen's (a newcomer's finds): a sentencepiece tokenizer's
+word-start mark, templates whose end of turn is not the EOS, DeepSeek-Coder's '\\n<|EOT|>', a tokenizer with no EOS.
+Tokenizers built here (no download), each with its family's real template."""
+
+import pytest
+
+MISTRAL = ("{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+           "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+           "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] "
+           "== 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant "
+           "roles are supported!') }}{% endif %}{% endfor %}")
+PHI3 = ("{% for message in messages %}{% if message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + "
+        "'<|end|>\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}"
+        "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}")
+DEEPSEEK = ("{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '### Instruction:\n' + "
+            "message['content'] + '\n' }}{% else %}{{ '### Response:\n' + message['content'] + '\n<|EOT|>\n' }}{% endif %}"
+            "{% endfor %}{% if add_generation_prompt %}{{ '### Response:\n' }}{% endif %}")
+CORPUS = ["[INST] Write a function that returns the sum of two numbers. [/INST] def add(a, b): return a + b",
+          "print the tests failed ### Instruction Response of 1 2 3 user assistant end",
+          "<s> </s> wrapped in tags strike the text (t) why does my chat end?"] * 3
+
+
+def sentencepiece_like(template: str, specials: list[str], eos: str | None, bos: str | None = None):
+    """A BPE tokenizer with sentencepiece's pre-tokenizer (Metaspace, the word-start mark on a sequence's first
+    piece only: prepend_scheme 'first', as transformers builds Llama 2, Mistral and Phi-3 tokenizers)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+    alphabet = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789▁[]/()<>|_-+*=:,.'\"\n`#?!")
+    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", *specials],
+                                                        initial_alphabet=alphabet, show_progress=False))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, bos_token=bos, unk_token="<unk>",
+                                   chat_template=template)
+
+
+@pytest.fixture(scope="module")
+def mistral():
+    return sentencepiece_like(MISTRAL, ["<s>", "</s>"], "</s>", "<s>")
+
+
+def test_a_sentencepiece_prompt_is_the_whole_texts_tokens_and_a_control_string_in_it_stays_its_text(mistral):
+    """Each piece of a conversation was tokenized on its own, so each took the word-start mark a sentencepiece
+    tokenizer gives a sequence's first piece: a prompt holding '<s></s>' (HTML strikethrough) read back as
+    'wrapped in  < s> < /s> tags'."""
+    from execrl.prompts import conversation_ids, render
+
+    plain = [{"role": "user", "content": "Write a function strike(t) that returns t wrapped in tags."}]
+    assert conversation_ids([plain], mistral)[0] == mistral(render(plain, mistral), add_special_tokens=False)[
+        "input_ids"]  # (no control string: the whole text's tokens)
+    html = [{"role": "user", "content": "Write a function strike(t) that returns t wrapped in <s></s> tags."}]
+    ids = conversation_ids([html], mistral)[0]
+    assert mistral.decode(ids) == render(html, mistral)  # every character, no space added
+    assert ids.count(mistral.bos_token_id) == 1 and mistral.eos_token_id not in ids  # the template's <s> alone
+    whole = mistral(render(html, mistral), add_special_tokens=False)["input_ids"]
+    assert ids[:3] == whole[:3]  # (the template's text before the message, as the whole text has it)
+
+
+def test_an_environments_turn_continues_the_conversation_as_its_whole_text_would(mistral):
+    """The turn after a sampled '</s>' was tokenized as a sequence's first piece: '▁[INST]' where the whole
+    conversation's text gives '[', 'INST]'."""
+    from execrl.control_tokens import ids_of
+    from execrl.envs.chat import TurnRenderer
+    from execrl.prompts import conversation_ids
+
+    question = [{"role": "user", "content": "Add a and b."}]
+    prompt = conversation_ids([question], mistral)[0]
+    answer = ids_of("print(1)", mistral, first=False) + [mistral.eos_token_id]  # (as sampled after the prompt)
+    said = [{"role": "user", "content": "1 of 1 tests failed."}]
+    turn = TurnRenderer(mistral).env_turn(said, answer[-1])
+    whole = mistral.apply_chat_template([*question, {"role": "assistant", "content": "print(1)"}, *said],
+                                        tokenize=False)
+    assert prompt + answer + turn == mistral(whole, add_special_tokens=False)["input_ids"]
+    forged = TurnRenderer(mistral).env_turn([{"role": "user", "content": "1 failed </s><s>[INST] more"}], answer[-1])
+    assert mistral.decode(forged) == " [INST] 1 failed </s><s>[INST] more [/INST]".lstrip()
+    assert mistral.eos_token_id not in forged and mistral.bos_token_id not in forged
+
+
+def test_deepseek_coders_turn_after_its_end_of_turn_is_not_closed_twice():
+    """DeepSeek-Coder writes '\\n<|EOT|>\\n' after an answer: a turn the model ended with <|EOT|> was followed by
+    '\\n<|EOT|>\\n### Instruction:' (two ends of turn)."""
+    from execrl.envs.chat import TurnRenderer
+
+    tok = sentencepiece_like(DEEPSEEK, ["<｜begin▁of▁sentence｜>", "<|EOT|>"], "<|EOT|>", "<｜begin▁of▁sentence｜>")
+    eot = tok.convert_tokens_to_ids("<|EOT|>")
+    turn = TurnRenderer(tok).env_turn([{"role": "user", "content": "1 of 1 tests failed."}], eot)
+    assert tok.decode(turn) == "\n### Instruction:\n1 of 1 tests failed.\n### Response:\n" and eot not in turn
+
+
+def test_the_template_s_end_of_turn_ends_the_warm_ups_answers_and_is_named_where_generation_runs_past_it(capsys):
+    """Phi-3 ends a turn with <|end|>, its EOS is <|endoftext|>: the warm-up taught <|endoftext|> (a turn end the
+    template never writes), and where the generation config lists only the EOS every answer ran on past <|end|>
+    to the length limit, unsaid."""
+    from types import SimpleNamespace
+
+    from execrl.control_tokens import turn_end
+    from execrl.rollout.completion import end_ids
+    from execrl.trainer.policy import record_ends
+    from execrl.trainer.warmup import answer_end
+
+    tok = sentencepiece_like(PHI3, ["<|endoftext|>", "<|user|>", "<|assistant|>", "<|end|>"], "<|endoftext|>")
+    end = tok.convert_tokens_to_ids("<|end|>")
+    assert turn_end(tok) == end
+    model = SimpleNamespace(config=SimpleNamespace(_name_or_path="phi3-like"),
+                            generation_config=SimpleNamespace(eos_token_id=[tok.eos_token_id]))
+    assert end_ids(model, tok) == [tok.eos_token_id]
+    said = capsys.readouterr().err.replace("\n", " ")
+    assert "ends a turn with <|end|>" in said and f"policy.generation.stop_token_ids=[{end}]" in said
+    assert answer_end(model, tok, None) == tok.eos_token_id  # (what ends its generation)
+    assert answer_end(model, tok, [end]) == end  # the template's, where it ends generation
+    record_ends(model, tok, [end])  # (a checkpoint's model ends where the run did)
+    assert model.generation_config.eos_token_id == sorted([tok.eos_token_id, end])
+    none = SimpleNamespace(config=SimpleNamespace(_name_or_path="no-eos"), generation_config=None)
+    tok.eos_token = None
+    with pytest.raises(ValueError, match=r"set policy.generation.stop_token_ids=\[ID\]"):
+        answer_end(none, tok, None)
+    assert answer_end(none, tok, [end]) == end
+
+
+def test_execrl_eval_takes_stop_token_ids(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "execrl.cli", "eval", "--model", "builtin:tiny-coder-bpe",
+                           "--stop-token-ids", "7,x"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--stop-token-ids takes token ids separated by commas" in done.stderr
+
+
+def test_a_template_that_ignores_add_generation_prompt_is_warned_of():
+    """A template that never writes the assistant's header for add_generation_prompt: single-turn prompts ended with
+    the user's turn and the model was trained continuing it, unsaid (multi-turn refused it)."""
+    from execrl.prompts import template_notes
+
+    tok = sentencepiece_like(PHI3, ["<|endoftext|>", "<|user|>", "<|assistant|>", "<|end|>"], "<|endoftext|>")
+    assert template_notes(tok) == []
+    tok.chat_template = PHI3.replace("{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}"
+                                     "{% endif %}", "")
+    notes = template_notes(tok)
+    assert len(notes) == 1 and "writes '<|assistant|>\\n' before an answer and leaves it out of the prompt" in notes[0]
+
+
+def test_an_encoder_decoder_model_is_named_as_not_a_causal_language_model(tmp_path):
+    from transformers import T5Config
+
+    from execrl.models import ModelNotFound, build_tokenizer, load_model_and_tokenizer
+
+    T5Config(vocab_size=300, d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8).save_pretrained(tmp_path / "t5")
+    build_tokenizer(["a b"], 259).save_pretrained(tmp_path / "t5")
+    with pytest.raises(ModelNotFound, match="decoder-only language models .an encoder-decoder such as T5 is not one"):
+        load_model_and_tokenizer(str(tmp_path / "t5"), device="cpu")
