@@ -124,6 +124,29 @@ def test_a_reply_too_large_to_parse_is_not_parsed_by_the_checker(solo):
     assert f"the program answered with a reply that could hold more than {MAX_NODES:,} values" in r.tests[0].detail
 
 
+def test_an_integer_of_millions_of_digits_costs_the_checker_no_quadratic_time(solo):
+    """Reading or printing millions of decimal digits takes time quadratic in them, the checker's, outside the
+    program's limits: a reply forging an 8,000,000-digit integer held a grading worker 25 s (3 asserts), a returned
+    1 << 40,000,000 looked up in a dict (its KeyError's text) 15 s, each reported as a timeout."""
+    forged = ("import os, struct\ndef f(x):\n    body = b'{\"value\": ' + b'7' * 8_000_000 + b'}'\n"
+              "    os.write(4, struct.pack('>I', len(body)))\n    mv = memoryview(body)\n"
+              "    while mv:\n        mv = mv[os.write(4, mv):]\n    import time; time.sleep(100)\n")
+    started = time.monotonic()
+    r = solo.grade(forged, {"asserts": ["assert f(1) == 2", "assert f(2) == 3"]})
+    assert r.verdict == V.RUNTIME_ERROR and "decimal integer of 8,000,000 digits" in r.tests[0].detail, r.to_dict()
+    r = solo.grade("def f(x):\n    return 1 << 40_000_000\n", {"asserts": ["d = {1: 'a'}\nassert d[f(1)] == 'a'"]})
+    assert r.verdict == V.FAIL, r.to_dict()
+    assert time.monotonic() - started < 8
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        digits = str(7 ** 20000)
+    finally:
+        sys.set_int_max_str_digits(limit)
+    big = solo.grade("def f(n):\n    return 7 ** n\n", {"asserts": [f"assert str(f(20000)) == {digits!r}"]})
+    assert big.verdict == V.PASS, big.to_dict()  # (a test printing 16,900 digits: past Python's default 4,300)
+
+
 def test_the_last_status_line_counts_not_a_forged_first_one(grader):
     code = "import os\nos.write(3, b'{\"value\": 2}\\n')\ndef f(x):\n    return 3\n"
     assert graded_quickly(grader, code, CALL_F).verdict == V.FAIL

@@ -454,12 +454,18 @@ def _bind_remote(g: dict, rpc: _Rpc, names: list[str]) -> list[str]:
     return bound
 
 
+CHECKER_INT_DIGITS = 50_000
+
+
 def checker_child(job: dict) -> None:
     """Runs trusted test code against the program over RPC; one status line per test; never
     returns."""
 
     setup_done()  # from here on nothing is a set-up failure of ours: it talks to the program
-    sys.set_int_max_str_digits(0)
+    # the tests' literals and printing may pass Python's 4,300 digits; not millions: turning a program's integer of
+    # millions of digits into decimal text (an assert's message, a KeyError's) takes time quadratic in them, the
+    # checker's (outside the program's limits), and held a grading worker for minutes. 50,000 digits: ~30 ms
+    sys.set_int_max_str_digits(CHECKER_INT_DIGITS)
     std_streams()
     rpc = _Rpc(socket.socket(fileno=RPC_FD), job["call_timeout_s"])
     module = types.ModuleType("__test__")  # in sys.modules, as the tests' own classes (dataclasses) expect

@@ -63,7 +63,7 @@ def recv_msg(sock: socket.socket, max_header: int = 1 << 26, mutable: bool = Fal
     if bounded and too_many_nodes(raw):
         raise Oversized(f"a reply that could hold more than {MAX_NODES:,} values (its [, {{ and , counted, in "
                         "strings too), not read")
-    header = json.loads(raw)
+    header = json.loads(raw, parse_int=_short_int) if bounded else json.loads(raw)
     blobs = [_recv_exact(sock, k, mutable, deadline) for k in header.get("blobs", [])]
     fds: list[int] = []
     if header.get("nfds"):
@@ -100,6 +100,14 @@ def _downcast(v, base):
 MAX_DEPTH = 200  # plain data nested deeper than this is refused both ways (deeper would exhaust the recursion limit)
 MAX_NODES = 2_000_000  # a returned value's JSON with more separators than this ([, {, ,) is not parsed: 16 MB of
 # [[],[],...] made 5.4 million lists, ~800 MB and seconds of the grader's interpreter, from one test
+
+
+def _short_int(digits: str) -> int:
+    """A reply's decimal integer: encode writes those past 2**53 in hex, so a longer one is forged, and reading
+    millions of decimal digits takes time quadratic in them (the reader's, outside the program's limits)."""
+    if len(digits) > 20:
+        raise Oversized(f"a reply holding a decimal integer of {len(digits):,} digits, not read")
+    return int(digits)
 
 
 def node_marks(text: bytes | bytearray | str) -> int:
