@@ -58,9 +58,11 @@ def instruction(kind: str, cfg: PromptConfig) -> str:
 
 def build_messages(problem: Problem, cfg: PromptConfig, how: str | None = None) -> list[dict]:
     """The problem's messages with the format instruction (`how`, or the answer format's own) and
-    system prompt."""
+    system prompt. `how`: an environment's own instructions (the interpreter's: how to run code and submit), added
+    to a problem that brings its own instructions too (which say nothing of the environment)."""
     messages = [dict(m) for m in problem.messages]
-    edit = cfg.template is not None or (cfg.add_instructions and not problem.metadata.get("own_instructions"))
+    edit = cfg.template is not None or (cfg.add_instructions and (
+        how is not None or not problem.metadata.get("own_instructions")))
     last = next((m for m in reversed(messages) if m["role"] == "user"), None)
     if edit and last is None:
         raise ValueError(f"problem {problem.id}: its messages have no user message (roles "

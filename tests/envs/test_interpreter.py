@@ -24,6 +24,12 @@ def test_the_prompt_explains_the_interpreter(grader):
     e, messages = env(grader)
     assert "<code></code>" in messages[-1]["content"] and "<answer></answer>" in messages[-1]["content"]
     assert e.stop_strings == ["</code>", "</answer>"]
+    # a problem that brings its own instructions (the built-in task's, Nemotron's) still hears of the interpreter
+    own = Problem("t/own", [{"role": "user", "content": "Write add(a, b) in a ```python block."}], "code",
+                  tests=ADD.tests, metadata={"own_instructions": True})
+    assert "<answer></answer>" in e.reset(own)[-1]["content"]
+    e, _ = env(grader, "prompt.add_instructions=false")
+    assert e.reset(own)[-1]["content"] == own.messages[-1]["content"]  # (unless instructions are off)
 
 
 def test_cells_run_and_later_cells_see_earlier_definitions(grader):
