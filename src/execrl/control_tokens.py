@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from dataclasses import dataclass
 from typing import Callable
 
 
@@ -35,85 +34,119 @@ def control_strings(tokenizer) -> set[str]:
                           or re.fullmatch(r"\S*[<>\[\]|]\S*", a.content or ""))) if t}
 
 
-@dataclass(frozen=True)
+FIRST, SEGMENT, MID = "first", "segment", "mid"  # where a piece of text starts: the sequence's start; right after a
+# control token (a sentencepiece tokenizer with prepend_scheme "always", or a legacy one whose normalizer prepends
+# "▁", marks each such piece's first word); inside a stretch of text (no mark, whatever the tokenizer)
+
+
 class _Backends:
-    """The fast tokenizer's backend four ways: parsing control tokens or reading them as text (encode_special_tokens),
-    for a sequence's first piece or for a piece that continues one (Metaspace's "first" word-start mark off). Copies:
-    the tokenizer's own backend is never changed (threads may encode with it)."""
-    parse_first: object
-    text_first: object
-    parse_next: object
-    text_next: object
+    """The fast tokenizer's backend in the variants a piece needs: by where it starts (FIRST: as it is; SEGMENT:
+    Metaspace "first" off; MID: every word-start mark off) and by how it reads control tokens' strings (as the
+    tokens, or as text: encode_special_tokens). Copies, built as first needed (a variant equal to another is that
+    one): the tokenizer's own backend is never changed (threads may encode with it). Rebuilt where the tokenizer
+    grew tokens, or a copy lost its settings (a pickled tokenizers.Tokenizer drops encode_special_tokens)."""
+
+    def __init__(self, tokenizer):
+        self.size = len(tokenizer)
+        self.source = tokenizer.backend_tokenizer.to_str()
+        self.specs = {FIRST: self.source, SEGMENT: _variant(self.source, False), MID: _variant(self.source, True)}
+        self.built: dict = {}
+        self.breaks: dict[str, bool] = {}
+
+    def get(self, where: str, as_text: bool):
+        from tokenizers import Tokenizer
+
+        spec = self.specs[where]
+        key = (spec, as_text)
+        if key not in self.built:
+            self.built[key] = Tokenizer.from_str(spec)
+            self.built[key].encode_special_tokens = as_text
+        return self.built[key]
+
+    def fresh(self, tokenizer) -> bool:
+        return self.size == len(tokenizer) and all(b.encode_special_tokens == text for (_, text), b in self.built.items())
 
 
 def _backends(tokenizer) -> _Backends | None:
     """The tokenizer's backends (None for a tokenizer without a `tokenizers` backend: pieces are then tokenized as
-    the tokenizer does, word-start marks and all). Built once per tokenizer."""
+    the tokenizer does, word-start marks and all)."""
+    if getattr(tokenizer, "backend_tokenizer", None) is None:
+        return None
     found = getattr(tokenizer, "_execrl_backends", None)
-    if found is not None or getattr(tokenizer, "backend_tokenizer", None) is None:
-        return found
-    from tokenizers import Tokenizer
-
-    source = tokenizer.backend_tokenizer.to_str()
-    spec = json.loads(source)
-    _never_first(spec)
-
-    def copy(text: str, as_text: bool):
-        backend = Tokenizer.from_str(text)
-        backend.encode_special_tokens = as_text
-        return backend
-
-    nxt = json.dumps(spec)
-    found = _Backends(copy(source, False), copy(source, True), copy(nxt, False), copy(nxt, True))
-    tokenizer._execrl_backends = found
+    if found is None or not found.fresh(tokenizer):
+        found = tokenizer._execrl_backends = _Backends(tokenizer)
     return found
 
 
-def _never_first(spec) -> None:
-    """A tokenizer spec's Metaspace pre-tokenizers (nested in sequences too) with prepend_scheme "first" set to "never":
-    a piece that continues a sequence takes no word-start mark, as it takes none inside the whole text."""
-    if isinstance(spec, dict):
-        if spec.get("type") == "Metaspace" and spec.get("prepend_scheme") == "first":
-            spec["prepend_scheme"] = "never"
-        for value in spec.values():
-            _never_first(value)
-    elif isinstance(spec, list):
-        for value in spec:
-            _never_first(value)
+def _variant(source: str, mid: bool) -> str:
+    """A tokenizer spec with Metaspace's prepend_scheme "first" set to "never" (a piece after a control token takes
+    no mark; "always" still marks it); `mid`: every Metaspace's to "never", and a normalizer's Prepend dropped."""
+    spec = json.loads(source)
+
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("type") == "Metaspace" and (mid or node.get("prepend_scheme") == "first"):
+                node["prepend_scheme"] = "never"
+                if "add_prefix_space" in node:
+                    node["add_prefix_space"] = False
+            if mid and node.get("type") == "Sequence" and isinstance(node.get("normalizers"), list):
+                node["normalizers"] = [n for n in node["normalizers"] if n.get("type") != "Prepend"]
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(spec)
+    if mid and isinstance(spec.get("normalizer"), dict) and spec["normalizer"].get("type") == "Prepend":
+        spec["normalizer"] = None
+    return json.dumps(spec)
 
 
-def _encode(tokenizer, text: str, first: bool, as_text: bool) -> tuple[list[int], list[tuple[int, int]] | None]:
-    """(ids, offsets) of `text` tokenized with no special tokens added, as the start of a sequence (`first`) or as a
-    continuation; `as_text`: special tokens' strings read as text. Offsets are None without a fast backend."""
+def _encode(tokenizer, text: str, where: str, as_text: bool) -> tuple[list[int], list[tuple[int, int]] | None]:
+    """(ids, offsets) of `text` tokenized with no special tokens added, as a piece starting `where` (FIRST, SEGMENT,
+    MID); `as_text`: special tokens' strings read as text. Offsets are None without a fast backend."""
     b = _backends(tokenizer)
     if b is None:
         return tokenizer(text, add_special_tokens=False, split_special_tokens=as_text)["input_ids"], None
-    backend = (b.text_first if as_text else b.parse_first) if first else (b.text_next if as_text else b.parse_next)
-    done = backend.encode(text, add_special_tokens=False)
+    done = b.get(where, as_text).encode(text, add_special_tokens=False)
     return done.ids, done.offsets
 
 
-def ids_of(text: str, tokenizer, first: bool = True) -> list[int]:
+def ids_of(text: str, tokenizer, where: str = FIRST) -> list[int]:
     """Token ids of `text` as the tokenizer reads it (its control tokens' strings as the tokens: a template's own
-    text), at the start of a sequence or continuing one."""
-    return _encode(tokenizer, text, first, as_text=False)[0]
+    text), as a piece starting `where`."""
+    return _encode(tokenizer, text, where, as_text=False)[0]
 
 
-def plain_ids(text: str, tokenizer, control: re.Pattern | None, first: bool = False, at: int = 0) -> list[int]:
-    """Token ids of `text` as text, continuing a sequence unless `first`: a special token's string in it is read as
-    text, an added token's that reads as markup (not special: split_special_tokens leaves it whole) is tokenized in
-    two parts (its first character, then the rest), never as the token. `at`: where `text` begins in a sequence's
-    text (a first piece only at 0)."""
+def plain_ids(text: str, tokenizer, control: re.Pattern | None, where: str = MID) -> list[int]:
+    """Token ids of `text` as text, as a piece starting `where` (default: inside a stretch of text, as an answer
+    after its prompt's header): a special token's string in it is read as text, and one the backend would still
+    read as the token (an added token that is not special, such as Qwen's <tool_response>; a unigram model's
+    vocabulary piece) is tokenized in two parts (its first character, then the rest)."""
     ids, pos = [], 0
     for match in control.finditer(text) if control is not None else ():
-        if _special(tokenizer, match.group()):
+        if not _must_break(tokenizer, match.group()):
             continue  # (read as text by the backend)
-        for part, start in ((text[pos:match.start()], pos), (match.group()[:1], match.start())):
-            ids += _encode(tokenizer, part, first and at + start == 0, as_text=True)[0] if part else []
-        ids += plain_ids(match.group()[1:], tokenizer, control, first, at + match.start() + 1)
+        for part in (text[pos:match.start()], match.group()[:1]):
+            ids += _encode(tokenizer, part, where, as_text=True)[0] if part else []
+            where = MID if part else where
+        ids += plain_ids(match.group()[1:], tokenizer, control, MID)
         pos = match.end()
     rest = text[pos:]
-    return ids + (_encode(tokenizer, rest, first and at + pos == 0, as_text=True)[0] if rest else [])
+    return ids + (_encode(tokenizer, rest, where, as_text=True)[0] if rest else [])
+
+
+def _must_break(tokenizer, token: str) -> bool:
+    """Whether a control token's string, read as text, still comes out as the token: an added token that is not
+    special (encode_special_tokens reads only special ones as text), or a piece of the model's own vocabulary."""
+    b = _backends(tokenizer)
+    if b is None:
+        return not _special(tokenizer, token)
+    if token not in b.breaks:
+        own = tokenizer.convert_tokens_to_ids(token)
+        b.breaks[token] = not _special(tokenizer, token) or own in _encode(tokenizer, token, MID, True)[0]
+    return b.breaks[token]
 
 
 def _special(tokenizer, token: str) -> bool:
@@ -127,57 +160,87 @@ def holds_control(content, control: re.Pattern | None) -> bool:
 
 
 def templated_ids(messages: list[dict], tokenizer, render: Callable[[list[dict]], str],
-                  control: re.Pattern | None, first: bool = True) -> list[int] | None:
-    """Token ids of `render(messages)` (a chat template's text) as the tokenizer reads the whole text, but that a
-    control token's string inside a message's text is text; None where no message holds one (the caller tokenizes
-    the text whole, as fast, in a batch)."""
+                  control: re.Pattern | None, start: str = FIRST) -> list[int] | None:
+    """Token ids of `render(messages)` (a chat template's text) as the tokenizer reads the whole text (a piece
+    starting `start`), but that a control token's string inside a message's text is text; None where no message
+    holds one (the caller tokenizes the text whole, as fast, in a batch)."""
+    if not any(holds_control(m.get("content"), control) for m in messages):
+        return None
+    full, spans = _located(messages, render, control)
+    ids, offsets = _encode(tokenizer, full, start, as_text=False)
+    if offsets is None:  # (no backend: the template's parts and the messages' text tokenized apart)
+        return _apart(full, spans, tokenizer, control, start)
+    return _mended(full, spans, ids, offsets, tokenizer, control, start)
+
+
+def _located(messages: list[dict], render: Callable[[list[dict]], str], control: re.Pattern
+             ) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered text and where in it the text of each message holding a control token's string is. Each such
+    message is rendered as a stand-in (letters and digits, kept by templates that escape) with the message's own
+    leading and trailing whitespace, which a template that trims (Llama 3's, Gemma's `| trim`) drops as it drops
+    the message's; the message's text without that whitespace then takes the stand-in's place. A template that
+    rewrites a message's text otherwise (Qwen 3's drops an earlier answer's reasoning) does not see such a message's
+    text, which stays as it is."""
     holders, shown = {}, []
     for m in messages:
-        if holds_control(m.get("content"), control):
-            holder = f"execrl{secrets.token_hex(8)}content"  # (letters and digits: kept by templates that escape)
-            holders[holder], m = m["content"], {**m, "content": holder}
+        content = m.get("content")
+        if holds_control(content, control):
+            core = content.strip()
+            lead, trail = content[:len(content) - len(content.lstrip())], content[len(content.rstrip()):]
+            holder = f"execrl{secrets.token_hex(8)}content"
+            holders[holder] = (lead, core, trail)
+            m = {**m, "content": lead + holder + trail if core else holder}
         shown.append(m)
-    if not holders:
-        return None
-    text, parts, spans, pos = render(shown), [], [], 0
-    for match in re.finditer("|".join(holders), text):  # the messages' own text back in its place
-        parts.append(text[pos:match.start()])
-        start = sum(map(len, parts))
-        parts.append(holders[match.group()])
-        spans.append((start, start + len(holders[match.group()])))
-        pos = match.end()
-    full = "".join(parts) + text[pos:]
-    ids, offsets = _encode(tokenizer, full, first, as_text=False)
-    if offsets is None:  # (no backend: the template's parts and the messages' text tokenized apart)
-        return _apart(full, spans, tokenizer, control, first)
-    return _mended(full, spans, ids, offsets, tokenizer, control, first)
+    return _substituted(render(shown), holders)
+
+
+def _substituted(text: str, holders: dict) -> tuple[str, list[tuple[int, int]]]:
+    """`text` with each stand-in replaced by its message's text, with the whitespace the template kept beside it,
+    and the spans of those texts."""
+    parts, spans, pos = [], [], 0
+    for match in re.finditer("|".join(holders), text):
+        lead, core, trail = holders[match.group()]
+        a, b = match.start(), match.end()
+        a -= len(lead) if lead and text[a - len(lead):a] == lead else 0  # (kept beside it: the message's)
+        b += len(trail) if trail and text[b:b + len(trail)] == trail else 0
+        body = text[a:match.start()] + core + text[match.end():b]
+        parts.append(text[pos:a])
+        begin = sum(map(len, parts))
+        parts.append(body)
+        spans.append((begin, begin + len(body)))
+        pos = b
+    return "".join(parts) + text[pos:], spans
 
 
 def _mended(full: str, spans: list[tuple[int, int]], ids: list[int], offsets: list[tuple[int, int]], tokenizer,
-            control: re.Pattern, first: bool) -> list[int]:
+            control: re.Pattern, start: str) -> list[int]:
     """The whole text's tokens `ids`, each stretch between the template's own control tokens that holds a control
     token inside a message's text tokenized again, as text."""
-    controls = {tokenizer.convert_tokens_to_ids(t) for t in control_strings(tokenizer)}
+    strings = {tokenizer.convert_tokens_to_ids(t): t for t in control_strings(tokenizer)}
     added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
 
-    def in_message(i: int) -> bool:
-        return any(a <= offsets[i][0] < b for a, b in spans)
+    def in_message(i: int) -> bool:  # (where the token's own string is: its offsets hold the whitespace it strips)
+        a, b = offsets[i]
+        at = full.find(strings[ids[i]], a, b)
+        at = a if at < 0 else at
+        return any(x <= at < y for x, y in spans)
 
     out, run, edge = [], [], 0  # edge: where the stretch after the last template control token begins
 
     def flush(end: int) -> None:
-        if any(ids[i] in controls for i in run):  # (a control token in a message's text: the stretch again, as text)
-            a, b = edge, end
-            while a < b and full[a].isspace() and _strips(added, out[-1:] and out[-1], "rstrip"):
+        if any(ids[i] in strings for i in run):  # (a control token in a message's text: the stretch again, as text)
+            a = edge
+            while a < end and full[a].isspace() and _strips(added, out[-1] if out else None, "rstrip"):
                 a += 1
-            out.extend(plain_ids(full[a:b], tokenizer, control, first, a))
+            out.extend(plain_ids(full[a:end], tokenizer, control, start if a == 0 else SEGMENT))
         else:
             out.extend(ids[i] for i in run)
         run.clear()
 
     for i, token in enumerate(ids):
-        if token in controls and not in_message(i):  # the template's own
-            end = offsets[i][0]
+        if token in strings and not in_message(i):  # the template's own
+            end = full.find(strings[token], *offsets[i])
+            end = offsets[i][0] if end < 0 else end
             while end > edge and full[end - 1].isspace() and _strips(added, token, "lstrip"):
                 end -= 1
             flush(end)
@@ -195,23 +258,23 @@ def _strips(added: dict, token, side: str) -> bool:
     return bool(a is not None and getattr(a, side, False))
 
 
-def _apart(full: str, spans: list[tuple[int, int]], tokenizer, control: re.Pattern, first: bool) -> list[int]:
+def _apart(full: str, spans: list[tuple[int, int]], tokenizer, control: re.Pattern, start: str) -> list[int]:
     """A tokenizer without a fast backend: the template's parts and the messages' text (as text) tokenized apart."""
     ids, pos = [], 0
     for a, b in spans:
-        ids += _encode(tokenizer, full[pos:a], first and pos == 0, as_text=False)[0] if a > pos else []
-        ids += plain_ids(full[a:b], tokenizer, control, first, a)
+        ids += _encode(tokenizer, full[pos:a], start if pos == 0 else MID, as_text=False)[0] if a > pos else []
+        ids += plain_ids(full[a:b], tokenizer, control, start if a == 0 else MID)
         pos = b
-    return ids + (_encode(tokenizer, full[pos:], first and pos == 0, as_text=False)[0] if pos < len(full) else [])
+    return ids + (_encode(tokenizer, full[pos:], MID, as_text=False)[0] if pos < len(full) else [])
 
 
 def text_ids(messages: list[dict], tokenizer, render: Callable[[list[dict]], str],
-             control: re.Pattern | None, first: bool = True) -> list[int]:
+             control: re.Pattern | None, start: str = FIRST) -> list[int]:
     """Token ids of `render(messages)`, each message's text as text (templated_ids), or tokenized whole where no
-    message holds a control token's string; at the start of a sequence (`first`) or continuing one (an
-    environment's turn)."""
-    ids = templated_ids(messages, tokenizer, render, control, first)
-    return ids if ids is not None else ids_of(render(messages), tokenizer, first)
+    message holds a control token's string; a piece starting `start` (FIRST: a sequence; SEGMENT: after a control
+    token, as an environment's turn after the model's end of turn; MID: after text)."""
+    ids = templated_ids(messages, tokenizer, render, control, start)
+    return ids if ids is not None else ids_of(render(messages), tokenizer, start)
 
 
 def turn_end(tokenizer) -> int | None:

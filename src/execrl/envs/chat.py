@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import secrets
 
-from execrl.control_tokens import control_pattern, text_ids
+from execrl.control_tokens import MID, SEGMENT, control_pattern, text_ids
 from execrl.prompts import ChatTemplateError, TemplateRaised, apply_template
 from execrl.sandbox.inside.protocol import valid_text
 
@@ -78,14 +78,19 @@ class TurnRenderer:
         # (an environment's text with a lone surrogate: "?", not a crash)
         shown = [{**m, "content": valid_text(m["content"])} if isinstance(m.get("content"), str) else m
                  for m in messages]
-        closer = self.tokenizer.decode([last_sampled]) if last_sampled in self.tokenizer.all_special_ids else ""
+        special = last_sampled in self.tokenizer.all_special_ids
+        closer = self.tokenizer.decode([last_sampled]) if special else ""
+        added = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
+        absorbs = special and getattr(added.get(last_sampled), "rstrip", False)  # (Phi-3's <|end|> takes the '\n')
 
         def render(ms: list[dict]) -> str:  # the model closed its turn itself (<|im_end|>): the text after it; the
             text = self.delta_text(ms)  # whitespace a template writes before it ('\n<|EOT|>') is the model's to write
             at = text.find(closer) if closer else -1
-            return text[at + len(closer):] if at >= 0 and not text[:at].strip() else text
+            text = text[at + len(closer):] if at >= 0 and not text[:at].strip() else text
+            return text.lstrip() if absorbs else text
 
-        return text_ids(shown, self.tokenizer, render, self.control, first=False)  # (it continues the conversation)
+        # (it continues the conversation: after the model's control token, or inside its text)
+        return text_ids(shown, self.tokenizer, render, self.control, SEGMENT if special else MID)
 
     def _render(self, messages: list[dict], generation_prompt: bool) -> str:
         return apply_template(self.tokenizer, messages, generation_prompt)
