@@ -588,8 +588,13 @@ def test_summary_records_the_prompt_limit_a_learned_position_table_applied(tiny_
                                eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)).save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
     summary = evaluate(EvalConfig(dataset="builtin:arith-code", split="validation", limit=4, max_new_tokens=16,
-                                  out=str(tmp_path / "out"), workers=1), model_name=str(model_dir))
+                                  out=str(tmp_path / "out"), workers=1, stop_token_ids=[7]), model_name=str(model_dir))
     assert summary["ran"]["max_prompt_tokens"] == 512 - 16
+    # (a record's find) what ended the completions and how many were decoded at once change the figures (a stop id
+    # that ends every answer early: pass@1 0), and summary.json named neither
+    ran = summary["ran"]
+    assert ran["stop_token_ids"] == [7] and ran["end_token_ids"] == sorted({7, tok.eos_token_id})
+    assert ran["batch_size"] == 4
 
 
 def test_eval_of_a_multi_turn_checkpoint_says_it_samples_single_turn_and_records_it(tmp_path, capsys):

@@ -336,6 +336,10 @@ def test_an_eval_curve_over_two_validation_sets_says_so(tmp_path):
     assert "on 16 and 32 problems: not one validation set" in _summary([RunData("r", tmp_path, {}, metrics)], [])
     metrics[-1]["eval/num_problems"] = 16
     assert "not one validation set" not in _summary([RunData("r", tmp_path, {}, metrics)], [])
+    # (a record's find) one that changed policy.generation.val_temperature: greedy, then at 1.5, read as a collapse
+    metrics[0]["eval/temperature"], metrics[-1]["eval/temperature"] = 0.0, 1.5
+    assert "sampled at temperature 0 and 1.5: not one validation setting" in _summary(
+        [RunData("r", tmp_path, {}, metrics)], [])
 
 
 def test_a_hand_edited_or_half_written_run_directory_still_makes_its_page(two_runs, tmp_path):
@@ -460,3 +464,17 @@ console.log(JSON.stringify(times));
     times = json.loads(subprocess.run([node, str(script)], capture_output=True, text=True, timeout=60).stdout)
     assert max(times[1:]) < 10 * times[0] + 200, times  # (open strings cost about what ordinary code does; before,
     # seconds: quadratic in the line)
+
+
+def test_a_resumed_runs_earlier_configs_are_named(tmp_path):
+    """(A record's find) the page showed config.yaml alone: a run resumed with other validation and logging settings
+    read as if every step had run them (an eval point at step 2 that val_period 3 cannot make)."""
+    import yaml
+
+    from execrl.report.runs import load_run
+
+    d = run_dir(tmp_path / "res", [(0.1, 0.1)] * 6, grpo={"val_period": 3, "max_val_samples": 4})
+    (d / "config.to_step_000003.yaml").write_text("# resumed from elsewhere\n" + yaml.safe_dump(
+        {"grpo": {"val_period": 2, "max_val_samples": 4}}))
+    notes = load_run(d).notes
+    assert notes == ["steps up to 3 ran config.to_step_000003.yaml: grpo.val_period 2 -> 3"]

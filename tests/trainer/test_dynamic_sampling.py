@@ -148,13 +148,19 @@ def test_dynamic_sampling_decides_on_the_reward_before_shaping_and_normalizes_by
 
 def test_training_with_dynamic_sampling_logs_its_rounds_and_changes_the_update(tmp_path):
     on, d_on = train_run(tmp_path, "on", "grpo.max_num_steps=2", "grpo.val_period=0", "checkpointing.enabled=false",
-                         *DS, "grpo.batch_multiplier=1.5", "warmup.sft_steps=80")
+                         *DS, "grpo.batch_multiplier=1.5", "warmup.sft_steps=80", "logger.rollouts_period=1")
     off, _ = train_run(tmp_path, "off", "grpo.max_num_steps=2", "grpo.val_period=0", "checkpointing.enabled=false",
                        "warmup.sft_steps=80")
     rows = [json.loads(line) for line in (d_on / "metrics.jsonl").read_text().splitlines()]
     assert all(r["train/dynamic_sampling_rounds"] >= 1 and r["train/dynamic_sampling_surplus_groups"] >= 0
                for r in rows)
     assert all(0 < r["train/dynamic_sampling_informative_frac"] <= 1 for r in rows)
+    # (a record's find) the rollouts file held the trained groups only, the step's metrics every group generated:
+    # now all of them, the ones left out of the loss marked
+    for r in rows:
+        episodes = [json.loads(line) for line in (d_on / "rollouts" / f"step_{r['step']:06d}.jsonl").open()]
+        assert sum(e.get("trained", True) for e in episodes) == 4 * G
+        assert sum(e["reward"] for e in episodes) / len(episodes) == pytest.approx(r["train/reward_mean"])
     trained = on.pipeline.training.rollouts  # the first round of the last step
     assert len(trained.episodes) == 6 * G  # 1.5 x 4 prompts a round
     a, b = on.model.state_dict(), off.model.state_dict()

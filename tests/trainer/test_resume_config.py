@@ -39,6 +39,8 @@ def test_resuming_with_another_learning_rate_is_refused_and_config_yaml_is_what_
     assert (tmp_path / "config.yaml").read_text() == written  # nothing that did not run is recorded
     resumed = train(load_config(None, [*base, "grpo.max_num_steps=2"]))  # how long it runs: applies
     assert resumed.step == 2 and "max_num_steps: 2" in (tmp_path / "config.yaml").read_text()
+    # (a record's find) it says it resumed: in a new logger.log_dir it read as a fresh run of one step
+    assert (tmp_path / "config.yaml").read_text().startswith(f"# resumed from {tmp_path}/ck/step_000001 (step 1): ")
     # the config that ran step 1 is kept beside it (config.yaml was overwritten: the record no longer said what ran)
     assert (tmp_path / "config.to_step_000001.yaml").read_text() == written
     # resumed again from step 2 twice, with no step left to run: the record of steps 1-2 stays the config that ran

@@ -50,6 +50,7 @@ class EvalConfig:
     top_p: float = 1.0
     max_new_tokens: int = 512
     stop_token_ids: list[int] | None = None  # ids that end a completion besides the model's EOS ids
+    end_token_ids: list[int] | None = None  # (recorded once sampled) every id that ended a completion: EOS and stops
     max_prompt_tokens: int = 2048
     batch_size: int | None = None  # sequences decoded at once (None: eval.generate.auto_slots)
     backend: str = "execrl"  # execrl | transformers
@@ -128,10 +129,11 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         try:
             dropped = 0
             if texts is None:
-                texts, longest = sample_completions(cfg, model_name, problems, early)
+                texts, longest, ends, slots = sample_completions(cfg, model_name, problems, early)
                 dropped = len(problems) - len(texts)  # (prompts over max_prompt_tokens)
-                cfg = replace(cfg, max_prompt_tokens=longest)  # (the limit applied: a learned position
-                # table's may be lower, and summary.json records what ran)
+                # (the limit applied: a learned position table's may be lower; the ids that ended completions, the
+                # checkpoint's own among them; the sequences decoded at once: summary.json records what ran)
+                cfg = replace(cfg, max_prompt_tokens=longest, end_token_ids=ends, batch_size=slots or cfg.batch_size)
             samples = {(i, j): early.sample((i, j)) or make_sample(cfg, p, text, n, sampled=not completions, cut=cut)
                        for i, (p, outs) in enumerate(texts) for j, (text, n, cut) in enumerate(outs)}
             graded = sum(map(graded_in_sandbox, samples.values()))
@@ -198,13 +200,14 @@ def check_template(cfg: EvalConfig, model_name: str) -> EvalConfig:
 
 def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[Problem],
                        early: EarlyGrading | None = None):
-    """Each problem's completions [(problem, [(text, num_tokens, cut)])], the problems whose prompts fit, and the
-    longest prompt sampled on (prompt_room);
+    """Each problem's completions [(problem, [(text, num_tokens, cut)])], the problems whose prompts fit, the
+    longest prompt sampled on (prompt_room), the ids that ended a completion and the sequences decoded at once;
     `early`: each sample handed to it as it ends, where the generator streams (EarlyGrading.give)."""
     # torch and transformers load only here: grading a file of completions needs neither
     from execrl.eval.generate import generate
     from execrl.models import load_model_and_tokenizer
     from execrl.prompts import set_template_kwargs
+    from execrl.rollout.completion import end_ids
 
     model, tok = load_model_and_tokenizer(model_name)
     if cfg.chat_template_kwargs is not None:  # (None: the tokenizer's saved ones, which it loaded with)
@@ -232,7 +235,7 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     err.print(f"sampled {sum(map(len, outs))} completions, {tokens} tokens, in {seconds:.1f} s: "
               f"{tokens / max(seconds, 1e-9):,.0f} tokens/s" + (f", {slots[-1]} at once" if slots else ""),
               markup=False, highlight=False)
-    return list(zip(problems, outs)), longest
+    return list(zip(problems, outs)), longest, end_ids(model, tok, cfg.stop_token_ids), slots[-1] if slots else None
 
 
 def prompt_room(cfg: EvalConfig, model, model_name: str | None) -> int:
@@ -407,7 +410,8 @@ def ran(cfg: EvalConfig, source: dict, verifiers: set[str] = frozenset()) -> dic
     (`verifiers`: the math problems' answer checks)."""
     sampled = {"samples_per_problem": cfg.samples, "temperature": cfg.temperature, "top_p": cfg.top_p, "seed": cfg.seed,
                "max_new_tokens": cfg.max_new_tokens, "max_prompt_tokens": cfg.max_prompt_tokens,
-               "backend": cfg.backend, "guided": cfg.guided,
+               "stop_token_ids": cfg.stop_token_ids, "end_token_ids": cfg.end_token_ids,
+               "backend": cfg.backend, "batch_size": cfg.batch_size, "guided": cfg.guided,
                "chat_template_kwargs": cfg.chat_template_kwargs,
                **({"trained_multi_turn": cfg.trained_multi_turn} if cfg.trained_multi_turn else {})} \
         if "model" in source else {}

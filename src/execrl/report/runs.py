@@ -63,8 +63,28 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
     _note(notes, path / "metrics.jsonl", unread + len(rows) - len(metrics))
     if not metrics:
         notes.append("metrics.jsonl has no step yet: the run has logged none")
-    return RunData(name or path.resolve().name, path, _config(path / "config.yaml"), metrics, rollouts,
+    config = _config(path / "config.yaml")
+    notes += _earlier_configs(path, config)
+    return RunData(name or path.resolve().name, path, config, metrics, rollouts,
                    (min(seen), max(seen)) if seen else None, notes)
+
+
+def _earlier_configs(path: Path, config: dict) -> list[str]:
+    """What the configs of a resumed run's earlier steps (config.to_step_N.yaml) set otherwise than config.yaml
+    (the page's config is the last one's)."""
+    said, now = [], dict(dotted_leaves(config))
+    for f in sorted(path.glob("config.to_step_*.yaml")):
+        try:
+            before = dict(dotted_leaves(_config(f)))
+        except ValueError:
+            continue
+        changed = [f"{k} {before.get(k)} -> {now.get(k)}" for k in sorted(set(before) | set(now))
+                   if before.get(k) != now.get(k)]
+        if changed:
+            step = int(f.stem.rsplit("_", 1)[-1])
+            said.append(f"steps up to {step} ran {f.name}: " + "; ".join(changed[:6])
+                        + (f" and {len(changed) - 6} more" if len(changed) > 6 else ""))
+    return said
 
 
 def _note(notes: list[str], file: Path, skipped: int) -> None:
@@ -229,7 +249,13 @@ def unique_names(paths: list[Path]) -> list[str]:
 
 
 def validation_sets_differ(first: dict, last: dict) -> str:
-    """Where an eval curve's first and last rows ran on different validation sets (a resume that changed
-    grpo.max_val_samples), what to say beside the curve; else ""."""
+    """Where an eval curve's first and last rows ran on different validation sets or sampled them differently (a
+    resume that changed grpo.max_val_samples or a policy.generation.val_* setting), what to say beside the curve;
+    else "". (Rows written before the settings were recorded have none: not compared.)"""
     a, b = first.get("eval/num_problems"), last.get("eval/num_problems")
-    return "" if a == b else f"on {a} and {b} problems: not one validation set"
+    if a != b:
+        return f"on {a} and {b} problems: not one validation set"
+    changed = [f"{key[5:]} {first[key]:g} and {last[key]:g}" for key in ("eval/temperature", "eval/top_p",
+                                                                        "eval/max_new_tokens")
+               if key in first and key in last and first[key] != last[key]]
+    return f"sampled at {', '.join(changed)}: not one validation setting" if changed else ""

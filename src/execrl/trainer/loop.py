@@ -292,7 +292,9 @@ def validate(run: Run) -> float:
         sum(c for _, c in counts), sum(n for n, _ in counts), sum(n > 0 for n, _ in counts), at_k,
         sum(n >= k for n, _ in counts))
     score = num_correct / max(num_valid, 1)
-    metrics = {"eval/pass@1": score, "eval/num_problems": num_problems}
+    how = sampling(run.cfg, validation=True)  # (recorded: a resume may change them, and the curve then joins two)
+    metrics = {"eval/pass@1": score, "eval/num_problems": num_problems, "eval/temperature": how.temperature,
+               "eval/top_p": how.top_p, "eval/max_new_tokens": run.cfg.policy.generation.max_new_tokens}
     if k > 1:
         metrics[f"eval/pass@{k}"] = sum_at_k / max(num_at_k, 1)
     games = episode_means(dist.sum_dicts(episode_sums(rollouts)))  # (self-play: rates against each fixed player)
@@ -339,8 +341,12 @@ def log_step(run: Run, step: int, rollouts, stats: dict, times: dict, bar) -> No
     check_sandbox(run, rollouts.generated, f"step {step}")
     every = run.cfg.logger.rollouts_period
     if every and step % every == 0:
-        run.logger.rollouts(step, dist.gather_lists(rollout_rows(rollouts, run.tokenizer),
-                                                           run.plan.prompts_per_optimizer_step, run.plan.group_size))
+        trained = dist.gather_lists(rollout_rows(rollouts.episodes, run.tokenizer), run.plan.prompts_per_optimizer_step,
+                                    run.plan.group_size)
+        # dynamic sampling's groups left out of the loss (flat, or beyond the step's), as the step's metrics count
+        # them: marked, after the trained ones
+        dropped = dist.gather_lists(rollout_rows(rollouts.dropped, run.tokenizer))
+        run.logger.rollouts(step, trained + [{**row, "trained": False} for row in dropped])
     if bar is None:  # (a line written as the run stops)
         return
     bar.update(bar.task_ids[0], completed=step,

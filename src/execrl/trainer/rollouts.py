@@ -486,7 +486,7 @@ def episode_means(sums: dict[str, float]) -> dict[str, float]:
     return {k: v / max(sums[f"{k}#n"], 1) for k, v in sums.items() if not k.endswith("#n")}
 
 
-def rollout_rows(rollouts: Rollouts, tokenizer) -> list[dict]:
+def rollout_rows(episodes: list[Episode], tokenizer) -> list[dict]:
     """One row per episode: the whole conversation, the exact text the trainer saw after the prompt,
     the verdict of each test."""
     return [{"problem": e.problem.id, "prompt": tokenizer.decode(e.trajectory.prompt_ids),
@@ -495,4 +495,4 @@ def rollout_rows(rollouts: Rollouts, tokenizer) -> list[dict]:
              "parts": e.reward.parts, "turns": e.turns, "tool_calls": e.tool_calls, "tool_errors": e.tool_errors,
              "truncated": e.trajectory.truncated,
              "tests": [t.verdict.value for t in e.sample.result.tests] if e.sample.result is not None else []}
-            for e in rollouts.episodes]
+            for e in episodes]

@@ -445,14 +445,21 @@ def resume(run: Run) -> None:
 def _record_config(run: Run, resumed: bool) -> None:
     """This run's config as config.yaml; a resumed run's earlier one, where it differs, kept as
     config.to_step_N.yaml (what ran steps 1..N)."""
-    written, now = run.logger.dir / "config.yaml", data_record(run) + to_yaml(run.cfg)
+    written, body = run.logger.dir / "config.yaml", to_yaml(run.cfg)
+    now = data_record(run) + body
     kept = run.logger.dir / f"config.to_step_{run.step:06d}.yaml"
-    if resumed and written.is_file() and written.read_text() != now and not kept.exists():
+    if resumed and written.is_file() and _body(written.read_text()) != body and not kept.exists():
         written.replace(kept)  # (kept once: a resume that died before its next checkpoint ran none of them)
         console.print(f"the config of steps 1-{run.step}: {kept} (config.yaml is this run's, from step "
                       f"{run.step + 1})", markup=False, highlight=False)
     written.with_name(written.name + ".tmp").write_text(now)  # (whole or not at all: a run killed while writing
     written.with_name(written.name + ".tmp").replace(written)  # it left a config.yaml that was not YAML)
+
+
+def _body(text: str) -> str:
+    """A config.yaml's config, without the comment lines before it (data_record's)."""
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines)):])
 
 
 def data_record(run: Run) -> str:
@@ -461,7 +468,9 @@ def data_record(run: Run) -> str:
     counts and hashes (ProblemSampler: the prompts' fingerprint, the answers' and tests' graded) tell two runs'
     data apart where the names are the same."""
     s = run.sampler
-    lines = ["what this run read (found when it started):", *data_sources(run.cfg, advice=False),
+    resumed = [f"resumed from {run.resumed_from} (step {run.step}): its steps 1-{run.step} were run by the config "
+               "that saved it"] if run.resumed_from else []
+    lines = [*resumed, "what this run read (found when it started):", *data_sources(run.cfg, advice=False),
              f"{len(s.problems):,} training problems (prompts {s.fingerprint}, answers and tests {s.graded}), "
              f"{len(run.val_problems):,} validation problems"]
     return "".join(f"# {line}\n" for line in lines)
