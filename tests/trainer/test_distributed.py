@@ -280,8 +280,10 @@ def test_dynamic_sampling_on_two_gloo_processes(tmp_path):
     assert all(0 < r["train/dynamic_sampling_informative_frac"] <= 1 for r in rows)
     for step in (1, 2):  # every trained group is informative (its rewards differ), 4 of them in all
         groups = {}
-        for row in map(json.loads, (two / "rollouts" / f"step_{step:06d}.jsonl").read_text().splitlines()):
+        rows = list(map(json.loads, (two / "rollouts" / f"step_{step:06d}.jsonl").read_text().splitlines()))
+        for row in (r for r in rows if r.get("trained", True)):  # (the groups left out follow, marked)
             groups.setdefault(row["problem"], []).append(row["reward"])
+        assert all(r.get("trained") is False for r in rows[16:])
         assert sum(len(r) for r in groups.values()) == 16 and all(len(set(r)) > 1 for r in groups.values())
 
 
