@@ -64,7 +64,8 @@ class _Backends:
         return self.built[key]
 
     def fresh(self, tokenizer) -> bool:
-        return self.size == len(tokenizer) and all(b.encode_special_tokens == text for (_, text), b in self.built.items())
+        return self.size == len(tokenizer) and all(b.encode_special_tokens == text
+                                                   for (_, text), b in self.built.items())
 
 
 def _backends(tokenizer) -> _Backends | None:

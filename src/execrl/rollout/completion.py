@@ -49,7 +49,8 @@ def end_ids(model, tokenizer, stop_token_ids=None) -> list[int]:
             (t for t in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "</s>") if t in vocab), None)
         _say_no_end(name, f"{vocab[named]}] ({named})" if named else "ID]")
     elif turn is not None and turn not in ids:
-        _say_turn_runs_on(name, turn, tokenizer.convert_ids_to_tokens(turn), tuple(tokenizer.convert_ids_to_tokens(ids)))
+        _say_turn_runs_on(name, turn, tokenizer.convert_ids_to_tokens(turn),
+                          tuple(tokenizer.convert_ids_to_tokens(ids)))
     return ids
 
 

@@ -15,9 +15,11 @@ def flat_reason(cfg) -> str:
     clamp = (f" (reward.scaling clamps rewards to [{s.source_min:g}, {s.source_max:g}] first: does that range hold the "
              "rewards the components give?)") if s.enabled else ""
     stops = cfg.policy.generation.stop_strings
-    clamp += f" (policy.generation.stop_strings {stops} end answers where they appear: before the answer?)" if stops else ""
-    return "every group's rewards were all equal" + clamp + (" or its samples all truncated and left out of the loss "
-                                                             "(grpo.overlong_filtering)" if cfg.grpo.overlong_filtering else "")
+    if stops:
+        clamp += f" (policy.generation.stop_strings {stops} end answers where they appear: before the answer?)"
+    cut = " or its samples all truncated and left out of the loss (grpo.overlong_filtering)" \
+        if cfg.grpo.overlong_filtering else ""
+    return "every group's rewards were all equal" + clamp + cut
 
 
 def hints(cfg) -> dict[str, str]:

@@ -13,9 +13,9 @@ Bytes per part, on one GPU (P parameters, T trained ones, W processes):
   reference       P x 2 (with a KL penalty, not with LoRA)
   KV cache        slots x max_total_sequence_length x layers x 2 x kv_heads x head_dim x 2
   activations     one micro-batch's tokens (its rows at max_total_sequence_length; where a group's prompt is
-                  forwarded once, its rows' completions at max_new_tokens and the prompt once) x (with activation checkpointing: layers x hidden x 2, each layer's
-                  input kept, + intermediate x 2, the recomputed layer's MLP; without: layers x (8 hidden +
-                  4 intermediate) x 2)
+                  forwarded once, its rows' completions at max_new_tokens and the prompt once) x (with
+                  activation checkpointing: layers x hidden x 2, each layer's input kept, + intermediate x 2,
+                  the recomputed layer's MLP; without: layers x (8 hidden + 4 intermediate) x 2)
   transients      the largest parameter's gradient in bf16 and fp32 (6 bytes per element), the LM head's
                   logits chunk (1 GiB), with cpu_offload the staging chunk (the largest of 1 GiB and the
                   largest parameter in fp32)
