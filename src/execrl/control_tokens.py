@@ -48,8 +48,8 @@ class _Backends:
 
     def __init__(self, tokenizer):
         self.size = len(tokenizer)
-        self.source = tokenizer.backend_tokenizer.to_str()
-        self.specs = {FIRST: self.source, SEGMENT: _variant(self.source, False), MID: _variant(self.source, True)}
+        source = tokenizer.backend_tokenizer.to_str()
+        self.specs = {FIRST: source, SEGMENT: _variant(source, False), MID: _variant(source, True)}
         self.built: dict = {}
         self.breaks: dict[str, bool] = {}
 
@@ -218,7 +218,6 @@ def _mended(full: str, spans: list[tuple[int, int]], ids: list[int], offsets: li
     """The whole text's tokens `ids`, each stretch between the template's own control tokens that holds a control
     token inside a message's text tokenized again, as text."""
     strings = {tokenizer.convert_tokens_to_ids(t): t for t in control_strings(tokenizer)}
-    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
 
     def in_message(i: int) -> bool:  # (where the token's own string is: its offsets hold the whitespace it strips)
         a, b = offsets[i]
@@ -231,7 +230,7 @@ def _mended(full: str, spans: list[tuple[int, int]], ids: list[int], offsets: li
     def flush(end: int) -> None:
         if any(ids[i] in strings for i in run):  # (a control token in a message's text: the stretch again, as text)
             a = edge
-            while a < end and full[a].isspace() and _strips(added, out[-1] if out else None, "rstrip"):
+            while a < end and full[a].isspace() and takes_space(tokenizer, out[-1] if out else None, "rstrip"):
                 a += 1
             out.extend(plain_ids(full[a:end], tokenizer, control, start if a == 0 else SEGMENT))
         else:
@@ -242,7 +241,7 @@ def _mended(full: str, spans: list[tuple[int, int]], ids: list[int], offsets: li
         if token in strings and not in_message(i):  # the template's own
             end = full.find(strings[token], *offsets[i])
             end = offsets[i][0] if end < 0 else end
-            while end > edge and full[end - 1].isspace() and _strips(added, token, "lstrip"):
+            while end > edge and full[end - 1].isspace() and takes_space(tokenizer, token, "lstrip"):
                 end -= 1
             flush(end)
             out.append(token)
@@ -253,9 +252,10 @@ def _mended(full: str, spans: list[tuple[int, int]], ids: list[int], offsets: li
     return out
 
 
-def _strips(added: dict, token, side: str) -> bool:
-    """Whether an added token takes the whitespace on its `side` (lstrip, rstrip) into itself."""
-    a = added.get(token) if isinstance(token, int) else None
+def takes_space(tokenizer, token: int | None, side: str) -> bool:
+    """Whether an added token takes the whitespace on its `side` (lstrip, rstrip) into itself (Phi-3's <|end|> the
+    newline after it)."""
+    a = (getattr(tokenizer, "added_tokens_decoder", {}) or {}).get(token)
     return bool(a is not None and getattr(a, side, False))
 
 

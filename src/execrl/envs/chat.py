@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import secrets
 
-from execrl.control_tokens import MID, SEGMENT, control_pattern, text_ids
+from execrl.control_tokens import MID, SEGMENT, control_pattern, takes_space, text_ids
 from execrl.prompts import ChatTemplateError, TemplateRaised, apply_template
 from execrl.sandbox.inside.protocol import valid_text
 
@@ -80,8 +80,7 @@ class TurnRenderer:
                  for m in messages]
         special = last_sampled in self.tokenizer.all_special_ids
         closer = self.tokenizer.decode([last_sampled]) if special else ""
-        added = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
-        absorbs = special and getattr(added.get(last_sampled), "rstrip", False)  # (Phi-3's <|end|> takes the '\n')
+        absorbs = special and takes_space(self.tokenizer, last_sampled, "rstrip")  # (Phi-3's <|end|> takes the '\n')
 
         def render(ms: list[dict]) -> str:  # the model closed its turn itself (<|im_end|>): the text after it; the
             text = self.delta_text(ms)  # whitespace a template writes before it ('\n<|EOT|>') is the model's to write

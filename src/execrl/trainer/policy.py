@@ -83,9 +83,9 @@ def record_ends(model, tokenizer, stop_token_ids: list[int] | None) -> None:
     saved model ends its answers where the run's did (execrl eval, transformers' generate, a serving engine)."""
     gen = getattr(model, "generation_config", None)
     if stop_token_ids and gen is not None:
-        from execrl.rollout.completion import eos_ids
+        from execrl.rollout.completion import end_ids
 
-        gen.eos_token_id = sorted(set(eos_ids(model, tokenizer)) | set(stop_token_ids))
+        gen.eos_token_id = end_ids(model, tokenizer, stop_token_ids)
 
 
 def load_weights(cfg: MasterConfig, dtype: torch.dtype, device: str | None = None):
