@@ -659,6 +659,21 @@ def test_a_nemo_config_leaving_keys_to_defaults_or_setting_the_advantage_flags_a
     assert alone.grpo.normalize_rewards is False
     assert any("grpo.normalize_rewards=false sets the advantages here" in d for d in nemo_differences(alone))
     assert not any("not in the config" in d for d in nemo_differences(load_config(None, [])))  # (execrl's own)
+    # a section that names only its estimator sets neither flag: NeMo RL's estimator takes its defaults (true)
+    named = tmp_path / "named.yaml"
+    named.write_text(re.sub(r"\n  adv_estimator:(\n    [^\n]*)+", "\n  adv_estimator:\n    name: grpo", text))
+    for flag in ("normalize_rewards", "use_leave_one_out_baseline"):
+        said = " ".join(nemo_differences(load_config(str(named), [f"grpo.{flag}=false"])))
+        assert f"grpo.{flag}=false sets the advantages here" in said
+    assert not any("adv_estimator" in d for d in nemo_differences(load_config(
+        str(named), ["grpo.adv_estimator.normalize_rewards=false"])))
+    # a key deleted on the command line is not written: NeMo RL's default fills it, and the difference is named
+    said = " ".join(nemo_differences(load_config(base, ["~loss_fn.reference_policy_kl_penalty"])))
+    assert "loss_fn.reference_policy_kl_penalty=0.0 (NeMo RL's default: 0.01)" in said
+    said = " ".join(nemo_differences(load_config(base, ["~grpo.adv_estimator", "grpo.normalize_rewards=false"])))
+    assert "grpo.normalize_rewards=false sets the advantages here" in said
+    again = load_config(base, ["~loss_fn.reference_policy_kl_penalty", "loss_fn.reference_policy_kl_penalty=0.02"])
+    assert "loss_fn.reference_policy_kl_penalty" in again._written
     with pytest.raises(ConfigError, match="needs loss_fn.reference_policy_kl_penalty=0"):
         load_config(base, ["grpo.skip_reference_policy_logprobs_calculation=true"])
     load_config(base, ["grpo.skip_reference_policy_logprobs_calculation=true", "loss_fn.reference_policy_kl_penalty=0"])

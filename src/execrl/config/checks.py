@@ -933,13 +933,13 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
                    "not implemented)")
     written = getattr(cfg, "_written", set())
     nemo = bool(getattr(cfg, "_nemo_mapped", None) or getattr(cfg, "_nemo_ignored", None))  # a config for NeMo RL
-    if nemo and grpo.advantage == "grpo" and not any(k.startswith("grpo.adv_estimator") for k in written):
+    if nemo and grpo.advantage == "grpo":  # (each flag apart: a section that names only the estimator sets neither)
         off = [k for k in ("normalize_rewards", "use_leave_one_out_baseline")
-               if f"grpo.{k}" in written and not getattr(grpo, k)]
+               if f"grpo.{k}" in written and f"grpo.adv_estimator.{k}" not in written and not getattr(grpo, k)]
         if off:
             out.append(f"{' and '.join('grpo.' + k for k in off)}=false set{'s' if len(off) == 1 else ''} the "
-                       "advantages here; NeMo RL's current code reads grpo.adv_estimator's (true when the config has "
-                       "no such section) and this key only to filter dynamic sampling's groups")
+                       "advantages here; NeMo RL's current code reads grpo.adv_estimator's (true where that section "
+                       "does not set it) and this key only to filter dynamic sampling's groups")
     if nemo:
         unset = [f"{key}={here} (NeMo RL's default: {theirs})" for key, here, theirs in nemo_defaults(cfg)
                  if key not in written and here != theirs]

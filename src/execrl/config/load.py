@@ -63,11 +63,17 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
                 later.append(item)
         _fill_from_data_default(given)
         tree = OmegaConf.merge(OmegaConf.create(_under(defaults, given)), given)
+        deleted: set[str] = set()  # `~key`: the key and those under it are not written, unless written again after
         for item in later:
             key, value = _override(tree, item)
-            overridden |= {key, *_dotted(value, f"{key}.")}
+            if item.startswith("~"):
+                deleted.add(key)
+                overridden = {k for k in overridden if not _within(k, key)}
+            else:
+                overridden |= {key, *_dotted(value, f"{key}.")}
         plain = OmegaConf.to_container(tree, resolve=True)
-        in_file = set(_dotted(OmegaConf.to_container(given, resolve=False)))
+        in_file = {k for k in _dotted(OmegaConf.to_container(given, resolve=False))
+                   if not any(_within(k, d) for d in deleted)}
         written = in_file | overridden
         _own_optimizer(plain, written)
     except OmegaConfBaseException as e:
@@ -104,6 +110,11 @@ def _fill_from_data_default(given: DictConfig) -> None:
         data["train"] = dict(own)
     for key in own:
         del default[key]
+
+
+def _within(key: str, section: str) -> bool:
+    """Whether the dotted `key` is `section` or under it."""
+    return key == section or key.startswith(section + ".")
 
 
 def _dotted(tree, prefix: str = ""):
