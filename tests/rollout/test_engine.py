@@ -383,6 +383,30 @@ def test_a_budget_per_prompt_in_both_backends(tiny, prompts):
         assert out[1][0].ids == gen.generate(prompts[1:2], 1, 3, params)[0][0].ids, backend
 
 
+def test_both_backends_stop_where_the_context_ends(tiny, prompts):
+    """policy.max_total_sequence_length bounds prompt + completion in both backends: transformers' generate ran each
+    prompt's whole max_new_tokens past it (a learned position table's IndexError; on a rotary model the tokens past
+    the context generated, then cut before training), the engine stopped at its cache's end."""
+    from execrl.rollout import build_generator
+
+    model, tok = tiny
+    params = SamplingParams(temperature=0.0, ignore_eos=True)
+    max_len = len(prompts[0]) + 7
+    outs = {}
+    for backend in ("execrl", "transformers"):
+        gen = build_generator(model, tok, backend, 2, max_len, cuda_graphs=False)
+        out = gen.generate(prompts[:2], 1, 40, params)
+        assert [len(g[0].ids) for g in out] == [7, max_len - len(prompts[1])], backend
+        assert all(g[0].truncated for g in out), backend
+        budgets = [len(g[0].ids) for g in gen.generate(prompts[:2], 1, [3, 40], params)]
+        assert budgets == [3, max_len - len(prompts[1])], backend
+        full = build_generator(model, tok, backend, 2, len(prompts[3]), cuda_graphs=False)
+        with pytest.raises(ValueError, match="max_total_sequence_length"):
+            full.generate(prompts[3:], 1, 4, params)
+        outs[backend] = [g[0].ids for g in out]
+    assert outs["execrl"] == outs["transformers"]
+
+
 def test_a_batchs_tail_runs_on_the_busy_slots_rows_only(tiny, prompts):
     """Once at most half the slots are busy, a step runs on the busy slots' rows (a power of two of them, >= MIN_ROWS,
     free slots filling the rest) instead of every slot's: the tail of a batch, a few long samples, no longer pays

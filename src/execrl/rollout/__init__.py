@@ -5,7 +5,7 @@ call."""
 from __future__ import annotations
 
 from execrl.rollout.completion import Completion
-from execrl.rollout.engine import RolloutEngine
+from execrl.rollout.engine import RolloutEngine, check_room
 from execrl.rollout.hf import hf_generate
 from execrl.rollout.models import UnsupportedModel
 from execrl.rollout.sampling import SamplingParams
@@ -19,8 +19,10 @@ NO_GUIDES = "guided decoding needs the execrl engine: set policy.generation.back
 class HFGenerator:
     """transformers `generate`, batch by batch (the reference backend)."""
 
-    def __init__(self, model, tokenizer, batch_size: int, stop_token_ids: list[int] | None = None):
+    def __init__(self, model, tokenizer, batch_size: int, stop_token_ids: list[int] | None = None,
+                 max_len: int | None = None):
         self.model, self.tokenizer, self.batch_size, self.stop_token_ids = model, tokenizer, batch_size, stop_token_ids
+        self.max_len = max_len  # prompt + completion, as the engine's cache (None: no bound)
         self.streams = next(model.parameters()).device.type == "cuda"  # (as the engine's: RolloutEngine.streams)
 
     @property
@@ -30,9 +32,16 @@ class HFGenerator:
     def generate(self, prompts, num_samples, max_new_tokens, params: SamplingParams, stop_strings=None, on_batch=None,
                  seeds=None, guides=None, on_sample=None):
         """`seeds` is accepted for the common interface; transformers samples from torch's global
-        generator. `max_new_tokens`: one budget, or one per prompt (generated a budget at a time)."""
+        generator. `max_new_tokens`: one budget, or one per prompt (generated a budget at a time), each
+        cut to what fits `max_len` after its prompt, as the engine's."""
         if guides is not None and any(g is not None for g in guides):
             raise ValueError(NO_GUIDES)
+        if self.max_len is not None:
+            check_room(prompts, self.max_len)
+            asked = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(prompts)
+            fits = [min(b, self.max_len - len(p)) for b, p in zip(asked, prompts)]
+            if fits != asked:
+                max_new_tokens = fits if len(set(fits)) > 1 else fits[0]
         if isinstance(max_new_tokens, list):
             out = [None] * len(prompts)
             for budget in sorted(set(max_new_tokens)):
@@ -54,7 +63,7 @@ def build_generator(model, tokenizer, backend: str, slots: int, max_len: int, cu
     tokens; generation ends at the model's EOS tokens and `stop_token_ids`; `merge_adapters`: LoRA's
     merge mode (decoder.py)."""
     if backend == "transformers":
-        return HFGenerator(model, tokenizer, slots, stop_token_ids)
+        return HFGenerator(model, tokenizer, slots, stop_token_ids, max_len)
     if backend != "execrl":
         raise ValueError(f"generation backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     return RolloutEngine(model, tokenizer, slots, max_len, cuda_graphs=cuda_graphs, sync_every=sync_every,

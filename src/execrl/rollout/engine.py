@@ -48,16 +48,21 @@ class Slot:
     checked: int = 0  # leading generated tokens whose text holds no stop string
 
 
+def check_room(prompts: list[list[int]], max_len: int) -> None:
+    """A ValueError naming the fix where a prompt is empty or leaves no token to generate within `max_len`."""
+    for p in prompts:
+        if not 0 < len(p) < max_len:
+            raise ValueError(f"a prompt of {len(p)} tokens leaves no room to generate within {max_len} tokens: "
+                             "raise policy.max_total_sequence_length or lower data.max_input_seq_length")
+
+
 class Call:
     """One generate call's requests: waiting ones, and the results as they come in."""
 
     def __init__(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int | list[int],
                  params: SamplingParams, stop_strings: list[str] | None, on_batch, seeds: list[int] | None, max_len: int,
                  guides=None, on_sample=None):
-        for p in prompts:
-            if not 0 < len(p) < max_len:
-                raise ValueError(f"a prompt of {len(p)} tokens leaves no room to generate within {max_len} tokens: "
-                                 "raise policy.max_total_sequence_length or lower data.max_input_seq_length")
+        check_room(prompts, max_len)
         if seeds is None:
             seeds = torch.randint(0, 2**62, (len(prompts),)).tolist()
         elif len(seeds) != len(prompts):
