@@ -240,6 +240,50 @@ def test_a_compiled_program_cannot_write_a_status_and_printed_bad_alloc_is_not_m
     assert grader.grade(real, ONE, language="cpp").verdict == V.MEMORY
 
 
+def test_counters_ordered_and_default_dicts_cross_as_themselves(grader):
+    """(An attacker's finds) every subclass of a builtin crossed as its base type: a right program returning a
+    Counter failed a test reading a missing key (KeyError on the dict) or calling most_common; an OrderedDict in the
+    wrong order passed a test of its order (dict equality); an OrderedDict argument reordered in place came back in
+    its old order (dict.items does not follow move_to_end)."""
+    counted = "from collections import Counter, defaultdict\ndef f(s):\n    return Counter(s)\n" \
+              "def g(s):\n    d = defaultdict(int)\n    for c in s:\n        d[c] += 1\n    return d\n" \
+              "def h(s):\n    d = defaultdict(lambda: 7)\n    d[s] = 1\n    return d\n"
+    tests = ["assert f('aab')['z'] == 0", "assert f('aab').most_common(1) == [('a', 2)]",
+             "assert f('aab') == {'a': 2, 'b': 1}", "assert g('aab')['z'] == 0 and g('ab') == {'a': 1, 'b': 1}",
+             "assert h('a') == {'a': 1} and type(h('a')) is dict"]  # (a factory of the program's own: a dict)
+    r = grader.grade(counted, {"asserts": tests})
+    assert r.verdict == V.PASS, [t.detail for t in r.tests]
+    same = "assert f([('b', 1), ('a', 2)]) == OrderedDict([('b', 1), ('a', 2)])"
+    setup = "from collections import OrderedDict"
+    wrong = "from collections import OrderedDict\ndef f(p):\n    return OrderedDict(sorted(p))"
+    assert grader.grade(wrong, {"asserts": [same], "setup": setup}).verdict == V.FAIL
+    assert grader.grade(wrong.replace("sorted(p)", "p"), {"asserts": [same], "setup": setup}).verdict == V.PASS
+    moved = "def f(d):\n    d.move_to_end('b')\n    d['c'] = 3\n"
+    test = "d = OrderedDict([('b', 1), ('a', 2)])\nf(d)\nassert list(d) == ['a', 'b', 'c'], list(d)"
+    assert grader.grade(moved, {"asserts": [test], "setup": setup}).verdict == V.PASS
+    call = {"fn_name": "f", "inputs": ['"aab"'], "outputs": ['{"a": 2, "b": 1}']}
+    assert grader.grade(counted, call).verdict == V.PASS
+
+
+def test_a_python_program_writing_a_compile_status_keeps_its_own_verdict(grader):
+    """(An attacker's find) a Python program could write {"phase": "compile"} to its own status fd and then loop or
+    crash: its timeout and runtime error were syntax_error (a milder verdict under execution_tiers), and its later
+    tests were never run. Only the child, before any of the program runs, says that it did not compile."""
+    forged = "import os\nos.write(3, b'{\"phase\": \"compile\"}\\n')\n"
+    two = stdio(["\n", "\n"], ["ok\n", "ok\n"])
+    looped = grader.grade(forged + "while True:\n    pass\n", two)
+    assert [t.verdict for t in looped.tests] == [V.TIMEOUT, V.TIMEOUT], looped.to_dict()
+    crashed = grader.grade(forged + "raise ValueError('no')\n", two)
+    assert [t.verdict for t in crashed.tests] == [V.RUNTIME_ERROR, V.RUNTIME_ERROR], crashed.to_dict()
+    quit_ = grader.grade(forged + "os._exit(1)\n", two)
+    assert [t.verdict for t in quit_.tests] == [V.RUNTIME_ERROR, V.RUNTIME_ERROR], quit_.to_dict()
+    assert grader.grade(forged + "print('ok')\n", two).verdict == V.PASS
+    for tests in (two, {"fn_name": "f", "inputs": ["1"], "outputs": ["1"]}, {"asserts": ["assert f(1) == 1"]}):
+        assert grader.grade("def f(x:\n    return x", tests).verdict == V.SYNTAX_ERROR, tests
+    called = grader.grade(forged + "while True:\n    pass\n", {"asserts": ["assert f(1) == 1"]})
+    assert called.verdict == V.TIMEOUT, called.to_dict()
+
+
 def test_a_binary_the_kernel_will_not_run_is_the_programs_failure_not_infra(solo):
     """(An attacker's find) a C++ program whose .interp section runs on past its loader's path (its own bytes
     appended, no NUL) fails its exec with ENOEXEC, which was reported as our set-up's failure: every test infra_error,
@@ -1511,6 +1555,17 @@ def test_a_module_the_tests_forgot_to_import_is_the_module_not_the_programs():
         assert g.grade(right, tests).verdict == V.PASS
         assert g.grade("import re\nregex = re.compile('a+b')", {"asserts": ["assert regex.fullmatch('aab')"]}).verdict \
             == V.PASS
+
+
+def test_a_module_the_tests_forgot_to_import_and_that_is_not_installed_is_no_programs_to_define():
+    """Where that module does not import where the tests run (pandas, scipy: not execrl's dependencies), the name was
+    left to the program: `class pd: isclose = lambda *a, **k: True` passed a wrong answer. Now no sample is judged by
+    such a test: infra_error, naming the module (winreg: the standard library's, on Windows only)."""
+    hack = "class winreg:\n    QueryValue = staticmethod(lambda *a, **k: True)\ndef f(x):\n    return 12345.0"
+    with Grader(1, FAST) as g:
+        r = g.grade(hack, {"asserts": ["assert winreg.QueryValue(f(1), 0.5)"]})
+        assert r.verdict == V.INFRA_ERROR and "winreg" in r.tests[0].detail, r.to_dict()
+        assert "install it in the sandbox's Python" in r.tests[0].detail
 
 
 @pytest.mark.parametrize("mode", ["exact", "lines", "lcb"])

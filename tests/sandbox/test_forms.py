@@ -232,6 +232,9 @@ def test_values_match():
     assert values_match([1, [2, 3]], (1, (2, 3)))
     assert not values_match(1, True) and not values_match(True, 1)
     assert values_match(0.1 + 0.2, 0.3) and not values_match(0.3, "0.3")
+    # near zero a relative tolerance is none: an expected 0.0 takes round-off within 1e-9
+    assert values_match(0.0, 0.1 + 0.2 - 0.3) and values_match([0.0], [-1.2e-16]) and not values_match(0.0, 1e-6)
+    assert not values_match(0.0, float("nan")) and not values_match(0, 1e-12)  # (an expected int: exact)
     assert values_match({"a": [1]}, {"a": (1,)}) and not values_match({"a": 1}, {"b": 1})
 
 

@@ -112,11 +112,12 @@ def _decimal_equal(a: str, b: str) -> bool:
         return False
 
 
-def values_match(expected, actual, float_rel: float = 1e-9, float_abs: float = 0.0) -> bool:
+def values_match(expected, actual, float_rel: float = 1e-9, float_abs: float = 1e-9) -> bool:
     """Call-based results: tuples equal lists (JSON has no tuple). The tolerance applies where the
-    expected value is a float; an expected int is matched exactly (6.0 is 6, 5.999999999999999 is
-    not). A program's sets and dicts come as Unhashed, matched against the expected ones without
-    hashing into a table of the program's values."""
+    expected value is a float (1e-9 absolute as well: an expected 0.0 against `0.1 + 0.2 - 0.3`'s
+    5.6e-17, which no relative tolerance passes); an expected int is matched exactly (6.0 is 6,
+    5.999999999999999 is not). A program's sets and dicts come as Unhashed, matched against the
+    expected ones without hashing into a table of the program's values."""
     if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)):
         return len(expected) == len(actual) and all(values_match(e, a, float_rel, float_abs) for e, a in zip(expected, actual))
     if isinstance(actual, Unhashed):

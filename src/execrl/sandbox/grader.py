@@ -293,7 +293,7 @@ def _run_on(w: Worker, code: str, stdin: str, lang: Language, lim: Limits) -> Ru
     r, (stdout, err, _) = results[0][0]["result"], results[0][1]
     _parse_status(r, results[0][1])
     _check_infra(r)
-    if _status(r).get("phase") == "compile":
+    if r.get("compile_failed"):
         return RunResult(V.SYNTAX_ERROR, _text(stdout), _text(err))
     return RunResult(_execution_verdict(r, err, lim, cpu_limit=lim.timeout_s) or V.PASS, _text(stdout),
                      _program_frames(_text(err), w.inside_dir), r["exit"])
@@ -413,7 +413,7 @@ def _grade_with_checker(w: Worker, program: dict, source: bytes, spec, n: int, l
     _check_infra(check)
     _check_infra(served)
     lines = check["status"]
-    if _status(served).get("phase") == "compile":
+    if served.get("compile_failed"):
         return [TestResult(V.SYNTAX_ERROR, error="SyntaxError")] * n, _text(err)
     program_failure = _execution_verdict(served, err, lim, cpu_limit=lim.timeout_s * n, stopped=True)
     unreached = TestResult(V.RUNTIME_ERROR, detail="the program ended before this test")
@@ -451,7 +451,7 @@ def _judge(r: dict, stdout: bytes, err: bytes, value_json: bytes, spec, i: int, 
     t = TestResult(V.PASS, cpu_s=r["cpu_s"], wall_s=r["wall_s"], error=_short(status.get("exc")),
                    stdout_bytes=r["stdout_bytes"])
     failure = _execution_verdict(r, err, lim, cpu_limit=lim.timeout_s)
-    if status.get("phase") == "compile":
+    if r.get("compile_failed"):
         t.verdict, t.detail = V.SYNTAX_ERROR, _text(err)[-300:]
     elif failure is not None:
         t.verdict, t.detail = failure, _text(err)[-300:]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import collections
 import os
 import socket
 import sys
@@ -177,6 +178,9 @@ def _sync(old, new, done: set[int]) -> None:
             _sync(inner, value, done)
         elif (isinstance(old, dict) and key not in old) or type(inner) is not type(value) or inner != value:
             old[key] = value
+    if isinstance(old, collections.OrderedDict):  # (its order is part of its value: the program's, kept)
+        for key in new:
+            old.move_to_end(key)
 
 
 def _opaque(what: str):
@@ -399,11 +403,17 @@ MODULE_ALIASES = {"np": "numpy", "pd": "pandas"}  # a test's conventional name f
 TEST_MODULES = ("numpy", "pandas", "scipy", "sympy")
 
 
+class ModuleMissing(Exception):
+    """A module the tests use without importing it is not installed where they run."""
+
+
 def _modules_named(code: str, names: set[str]) -> dict[str, types.ModuleType]:
     """Of `names` (free in the tests), those the tests use only as `name.attribute` and that name a standard library
     module or one of TEST_MODULES (or a conventional alias): imported here, so that `math.isclose` or
     `numpy.allclose` in a test that forgot its import is the module's, never a `math` or `numpy` the program defines
-    (`class numpy: allclose = lambda *a, **k: True`)."""
+    (`class numpy: allclose = lambda *a, **k: True`). ModuleMissing where one is not installed here: the name is
+    never left to the program (its own `class pd: isclose = ...` passed a test of pandas where pandas was
+    missing)."""
     import importlib
 
     tree, only_bases = ast.parse(code), {}
@@ -417,8 +427,10 @@ def _modules_named(code: str, names: set[str]) -> dict[str, types.ModuleType]:
         if only and (module in sys.stdlib_module_names or module in TEST_MODULES):
             try:
                 found[name] = importlib.import_module(module)
-            except Exception:  # noqa: BLE001 - not installed here: the name stays the program's to define
-                pass
+            except Exception as e:  # noqa: BLE001 - not installed here (or broken): no test of it can be judged
+                raise ModuleMissing(f"the tests use {name}.* ({module}) without importing it, and {module} does not "
+                                    f"import where they run ({type(e).__name__}: {_text(e)[:120]}): install it in "
+                                    "the sandbox's Python") from None
     return found
 
 
@@ -485,6 +497,9 @@ def checker_child(job: dict) -> None:
             # `sum` (MBPP 126); every other builtin the tests use stays the builtin
             _bind_remote(g, rpc, sorted(_tested_builtin(every, builtin_names)))
         exec(compile_test(job.get("setup", ""), "<setup>"), g)
+    except ModuleMissing as e:  # (before the program is called: nothing of the program's can raise it)
+        write_status({"setup": "infra_error", "msg": str(e)[:300]})
+        os._exit(0)
     except RemoteTimeout:
         write_status({"setup": "timeout"})
         os._exit(0)

@@ -19,7 +19,7 @@ import traceback
 import types
 
 from . import seccomp
-from .protocol import decode, encode, recv_msg, send_msg
+from .protocol import CHANGEABLE, decode, encode, recv_msg, send_msg
 
 # fds of a child: 0-2 stdin/stdout/stderr, STATUS_FD its status line, RPC_FD the checker's channel
 # (assert and check forms), REPORT_FD where a failure of our own set-up is reported: it is closed
@@ -99,6 +99,12 @@ _REPORTING = True
 EXEC_BUSY = "exec: the program's binary is open for writing (ETXTBSY)"
 
 
+# what a Python child writes on the set-up report where the program does not compile: before any of it runs, on the
+# channel closed before it does, so that a program writing a compile status of its own cannot make its timeout or
+# crash a syntax_error
+COMPILE_FAILED = "\x00the program did not compile"
+
+
 def report_setup_failure(message: str) -> None:
     if _REPORTING:
         try:
@@ -155,7 +161,10 @@ def _python_program(src_path: str, name: str) -> dict:
     try:
         code = compile(source, src_path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as e:  # ValueError: NUL bytes in the source
+        report_setup_failure(COMPILE_FAILED)
         raise _CompileError(f"{type(e).__name__}: {e}") from None
+    finally:
+        setup_done()  # the program runs from here
     module = types.ModuleType(name)
     module.__file__, module.__builtins__ = src_path, builtins
     sys.modules[name] = module
@@ -168,9 +177,9 @@ class _CompileError(Exception):
 
 
 def python_child(job: dict) -> None:
-    """Runs in the forked child; never returns."""
+    """Runs in the forked child; never returns. The set-up report stays open until the program is compiled
+    (_python_program), none of it run."""
 
-    setup_done()
     sys.set_int_max_str_digits(0)  # integers beyond 4,300 digits are legitimate
     sys.argv = [job["src"]]
     std_streams()
@@ -191,7 +200,7 @@ def python_child(job: dict) -> None:
         if e.code is not None and not isinstance(e.code, int):
             print(e.code, file=sys.stderr)
     except _CompileError as e:
-        status["exc"], status["phase"] = "SyntaxError", "compile"
+        status["exc"] = "SyntaxError"
         print(e, file=sys.stderr)
         code = 1
     except BaseException as e:  # noqa: BLE001 - the program's own failure, reported as its verdict
@@ -307,7 +316,7 @@ def _changed(sent: tuple, req: dict) -> list:
     kwargs = dict(req["kwargs"]["dict"])
     out = []
     for key, value in [*enumerate(sent[0]), *sent[1].items()]:
-        if type(value) not in (list, dict, set):
+        if type(value) not in CHANGEABLE:
             continue
         try:
             after = encode(value)  # (plain data only: a program object in it is no test's to change)

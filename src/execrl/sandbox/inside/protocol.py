@@ -3,6 +3,7 @@ programs."""
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import socket
@@ -97,6 +98,24 @@ def _downcast(v, base):
     return base(base.__iter__(v))
 
 
+_MAPPINGS = {"OrderedDict": collections.OrderedDict, "Counter": collections.Counter,
+             "defaultdict": collections.defaultdict}
+CHANGEABLE = (list, dict, set, *_MAPPINGS.values())  # what a call's argument may be that its change comes back
+_FACTORY = collections.defaultdict.default_factory  # (the slot itself: a subclass's property cannot answer for it)
+
+
+def _mapping_kind(v: dict) -> str | None:
+    """The name of the collections mapping `v` is one of (a subclass's too), where it crosses as that kind; None
+    otherwise (a defaultdict whose factory is no builtin type, a lambda say, crosses as a dict)."""
+    for name, kind in _MAPPINGS.items():
+        if isinstance(v, kind):
+            if kind is collections.defaultdict:
+                factory = _FACTORY.__get__(v)
+                return name if type(factory) is type and _TYPES.get(factory.__name__) is factory else None
+            return name
+    return None
+
+
 MAX_DEPTH = 200  # plain data nested deeper than this is refused both ways (deeper would exhaust the recursion limit)
 MAX_NODES = 2_000_000  # a returned value's JSON with more separators than this ([, {, ,) is not parsed: 16 MB of
 # [[],[],...] made 5.4 million lists, ~800 MB and seconds of the grader's interpreter, from one test
@@ -149,6 +168,13 @@ def encode(v, other=None, depth: int = 0):
         return {"range": [v.start, v.stop, v.step]}
     if t is type and _TYPES.get(v.__name__) is v:
         return {"type": v.__name__}
+    if isinstance(v, dict) and (kind := _mapping_kind(v)) is not None:
+        # a Counter, OrderedDict or defaultdict (of a builtin type) crosses as one: a test reading a missing key of a
+        # Counter, or comparing an OrderedDict's order, sees what Python would (read through the kind's own methods,
+        # not a subclass's: an OrderedDict's order is its own, which dict.items does not follow after move_to_end)
+        items = (collections.OrderedDict if kind == "OrderedDict" else dict).items(v)
+        pairs = [[encode(k, other, depth + 1), encode(x, other, depth + 1)] for k, x in items]
+        return {kind: [_FACTORY.__get__(v).__name__ if kind == "defaultdict" else None, pairs]}
     for base in _BASES:
         if isinstance(v, base):
             return encode(_downcast(v, base), other, depth)
@@ -213,6 +239,14 @@ def _decode(obj, make_handle, depth: int, hashed: bool = True):
     if tag == "dict" and isinstance(val, list):
         pairs = [(_decode(k, make_handle, d, hashed), _decode(x, make_handle, d, hashed)) for k, x in val]
         return dict(pairs) if hashed else Unhashed("dict", pairs)
+    if tag in _MAPPINGS and isinstance(val, list) and len(val) == 2 and isinstance(val[1], list):
+        factory, pairs = val
+        if (tag == "defaultdict") != (factory in _TYPES):
+            raise ValueError("malformed mapping")
+        pairs = [(_decode(k, make_handle, d, hashed), _decode(x, make_handle, d, hashed)) for k, x in pairs]
+        if not hashed:  # (compared as the dict it is)
+            return Unhashed("dict", pairs)
+        return collections.defaultdict(_TYPES[factory], pairs) if factory else _MAPPINGS[tag](dict(pairs))
     if tag == "bytes" and isinstance(val, str):
         return bytes.fromhex(val)
     if tag == "complex" and isinstance(val, list) and len(val) == 2:
@@ -232,6 +266,9 @@ def _decode(obj, make_handle, depth: int, hashed: bool = True):
 PROGRAM_STATUS = {"exc": 100, "msg": 500}  # the text fields of a program child's status, with their caps (characters)
 CHECKER_STATUS = {"msg": 300}
 VERDICTS = ("pass", "fail", "timeout", "memory", "runtime_error")
+# the checker's set-up may also end for a module the tests use and that does not import where they run: before the
+# program is called, so nothing of the program's can claim it (a program's own status line cannot carry it)
+SETUP_VERDICTS = (*VERDICTS, "infra_error")
 
 
 STATUS_LINE_BYTES = 16384  # a status line of ours without a value is shorter (its texts are capped where written)
@@ -246,7 +283,7 @@ def carry_status(raw: bytes, checker: bool, value: bool = True) -> tuple[list[di
     carried back is the program's failure."""
     try:
         if checker:
-            return [_known(st, CHECKER_STATUS) for st in _status_lines(raw, last_only=False)], b""
+            return [_known(st, CHECKER_STATUS, SETUP_VERDICTS) for st in _status_lines(raw, last_only=False)], b""
         lines = _status_lines(raw, last_only=True, longest=None if value else STATUS_LINE_BYTES)
         status = _known(lines[0], PROGRAM_STATUS) if lines else {}
         if value and lines and "value" in lines[0]:
@@ -262,15 +299,13 @@ def valid_text(s: str) -> str:
     return s.encode("utf-8", "replace").decode("utf-8")
 
 
-def _known(st: dict, text_caps: dict) -> dict:
-    """A status line's known fields: capped text, a compile phase, a checker's test index, verdict
-    and set-up."""
+def _known(st: dict, text_caps: dict, setups: tuple[str, ...] = VERDICTS) -> dict:
+    """A status line's known fields: capped text, a checker's test index, verdict and set-up (one of
+    `setups`)."""
     out = {k: valid_text(st[k][:cap]) for k, cap in text_caps.items() if isinstance(st.get(k), str)}
-    if st.get("phase") == "compile":
-        out["phase"] = "compile"
     if type(st.get("test")) is int and st.get("verdict") in VERDICTS:
         out["test"], out["verdict"] = st["test"], st["verdict"]
-    if st.get("setup") in VERDICTS:
+    if st.get("setup") in setups:
         out["setup"] = st["setup"]
     return out
 

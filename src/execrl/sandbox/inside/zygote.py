@@ -34,6 +34,7 @@ from . import child, seccomp
 from .cgroup import Cgroup
 from .checker import checker_child
 from .child import (
+    COMPILE_FAILED,
     EXEC_BUSY,
     REPORT_FD,
     RPC_FD,
@@ -324,7 +325,8 @@ class Zygote:
                 res["killed_for"] = "memory"  # the kernel's OOM killer, at the cgroup's limit
             res["cpu_s"] = round(self._cpu_spent(cpu_before), 4)  # every process of the program, ended by now
             report = _read(report_r, 4000)
-            if report:
+            compile_failed = report == COMPILE_FAILED.encode()  # (said before any of the program ran)
+            if report and not compile_failed:
                 res["setup_error"] = report.decode("utf-8", "replace")
             out, err = _read(files[1], lim["output_mb"] << 20), _read_ends(files[2], 8192)
             raw = _read(files[STATUS_FD], lim["output_mb"] << 20)  # a return value's size
@@ -336,7 +338,7 @@ class Zygote:
                 # correct program's answer for the same problem; a line a program wrote for a later one to read)
                 res["status"], value = [], raw
                 res["status_raw"] = "value" if job.get("mode") == "call" else "status"  # (the only form with a value)
-                res["compile_failed"] = _compile_failed(raw)
+                res["compile_failed"] = compile_failed
             res["stdout_bytes"], res["stderr_bytes"] = os.fstat(files[1]).st_size, os.fstat(files[2]).st_size
         finally:
             os.close(report_r)
@@ -746,12 +748,6 @@ def _signature(path: str) -> tuple | None:
     except OSError:
         return None
     return st.st_ino, st.st_mode, st.st_uid, st.st_size, st.st_ctime_ns
-
-
-def _compile_failed(raw: bytearray) -> bool:
-    """The child's status says the program did not compile (child.py's "phase": "compile", found in the bytes as
-    json.dumps writes it, never decoded: see spawn). A program that writes it there itself only stops its own tests."""
-    return raw.find(b'"phase": "compile"') >= 0
 
 
 def _argv(template: list[str], src: str) -> list[str]:
