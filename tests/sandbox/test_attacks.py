@@ -263,6 +263,29 @@ def test_counters_ordered_and_default_dicts_cross_as_themselves(grader):
     assert grader.grade(moved, {"asserts": [test], "setup": setup}).verdict == V.PASS
     call = {"fn_name": "f", "inputs": ['"aab"'], "outputs": ['{"a": 2, "b": 1}']}
     assert grader.grade(counted, call).verdict == V.PASS
+    # (a review's finds) a change by a zero count, which a Counter's own == does not see, still comes back; a deep
+    # nest of them crosses as a dict's does; the docs' OrderedCounter recipe answers a missing key with 0
+    zeros = "def add_zero(c, k):\n    c[k] = 0\ndef drop_zeros(c):\n    for k in [k for k, v in c.items() if v == 0]:" \
+            "\n        del c[k]\n"
+    tests = ["c = Counter({'a': 1})\nadd_zero(c, 'x')\nassert 'x' in c and len(c) == 2, dict(c)",
+             "c = Counter({'a': 1, 'z': 0})\ndrop_zeros(c)\nassert list(c) == ['a'], dict(c)",
+             "c = [Counter({'a': 1})]\nadd_zero(c[0], 'x')\nassert list(c[0]) == ['a', 'x']"]
+    r = grader.grade(zeros, {"asserts": tests, "setup": "from collections import Counter"})
+    assert r.verdict == V.PASS, [t.detail for t in r.tests]
+    deep = "from collections import OrderedDict\ndef f(n):\n    d = {}\n    for _ in range(n):\n" \
+           "        d = OrderedDict(a=d)\n    return d\n"
+    r = grader.grade(deep, {"fn_name": "f", "inputs": ["190"], "outputs": [json.dumps(_nest(190))]})
+    assert r.verdict == V.PASS, r.to_dict()
+    ordered = "from collections import Counter, OrderedDict\nclass OC(Counter, OrderedDict):\n    pass\n" \
+              "def f(s):\n    return OC(s)\n"
+    assert grader.grade(ordered, {"asserts": ["assert f('ab')['z'] == 0"]}).verdict == V.PASS
+
+
+def _nest(n: int) -> dict:
+    d: dict = {}
+    for _ in range(n):
+        d = {"a": d}
+    return d
 
 
 def test_a_python_program_writing_a_compile_status_keeps_its_own_verdict(grader):

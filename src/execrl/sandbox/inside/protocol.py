@@ -98,21 +98,33 @@ def _downcast(v, base):
     return base(base.__iter__(v))
 
 
-_MAPPINGS = {"OrderedDict": collections.OrderedDict, "Counter": collections.Counter,
-             "defaultdict": collections.defaultdict}
-CHANGEABLE = (list, dict, set, *_MAPPINGS.values())  # what a call's argument may be that its change comes back
+_MAPPINGS = {"Counter": collections.Counter, "OrderedDict": collections.OrderedDict}  # (Counter first: the docs'
+# OrderedCounter recipe, a Counter and an OrderedDict, answers a missing key with 0)
+CHANGEABLE = (list, dict, set, *_MAPPINGS.values(), collections.defaultdict)  # arguments whose change comes back
 _FACTORY = collections.defaultdict.default_factory  # (the slot itself: a subclass's property cannot answer for it)
 
 
-def _mapping_kind(v: dict) -> str | None:
-    """The name of the collections mapping `v` is one of (a subclass's too), where it crosses as that kind; None
-    otherwise (a defaultdict whose factory is no builtin type, a lambda say, crosses as a dict)."""
+def _mapping_tag(v: dict) -> str | None:
+    """The tag a collections mapping `v` (a subclass's too) crosses under: Counter, OrderedDict or
+    defaultdict:<its factory, a builtin type> (one level of JSON, as a dict's); None otherwise (a defaultdict whose
+    factory is no builtin type, a lambda say, crosses as a dict)."""
     for name, kind in _MAPPINGS.items():
         if isinstance(v, kind):
-            if kind is collections.defaultdict:
-                factory = _FACTORY.__get__(v)
-                return name if type(factory) is type and _TYPES.get(factory.__name__) is factory else None
             return name
+    if isinstance(v, collections.defaultdict):
+        factory = _FACTORY.__get__(v)
+        if type(factory) is type and _TYPES.get(factory.__name__) is factory:
+            return f"defaultdict:{factory.__name__}"
+    return None
+
+
+def _mapping_of(tag: str):
+    """The mapping's constructor from its tag (mapping pairs), None for another tag."""
+    if tag in _MAPPINGS:
+        return _MAPPINGS[tag]
+    kind, _, factory = tag.partition(":")
+    if kind == "defaultdict" and factory in _TYPES:
+        return lambda pairs: collections.defaultdict(_TYPES[factory], pairs)
     return None
 
 
@@ -168,13 +180,12 @@ def encode(v, other=None, depth: int = 0):
         return {"range": [v.start, v.stop, v.step]}
     if t is type and _TYPES.get(v.__name__) is v:
         return {"type": v.__name__}
-    if isinstance(v, dict) and (kind := _mapping_kind(v)) is not None:
+    if isinstance(v, dict) and (tag := _mapping_tag(v)) is not None:
         # a Counter, OrderedDict or defaultdict (of a builtin type) crosses as one: a test reading a missing key of a
         # Counter, or comparing an OrderedDict's order, sees what Python would (read through the kind's own methods,
         # not a subclass's: an OrderedDict's order is its own, which dict.items does not follow after move_to_end)
-        items = (collections.OrderedDict if kind == "OrderedDict" else dict).items(v)
-        pairs = [[encode(k, other, depth + 1), encode(x, other, depth + 1)] for k, x in items]
-        return {kind: [_FACTORY.__get__(v).__name__ if kind == "defaultdict" else None, pairs]}
+        items = (collections.OrderedDict if isinstance(v, collections.OrderedDict) else dict).items(v)
+        return {tag: [[encode(k, other, depth + 1), encode(x, other, depth + 1)] for k, x in items]}
     for base in _BASES:
         if isinstance(v, base):
             return encode(_downcast(v, base), other, depth)
@@ -239,14 +250,9 @@ def _decode(obj, make_handle, depth: int, hashed: bool = True):
     if tag == "dict" and isinstance(val, list):
         pairs = [(_decode(k, make_handle, d, hashed), _decode(x, make_handle, d, hashed)) for k, x in val]
         return dict(pairs) if hashed else Unhashed("dict", pairs)
-    if tag in _MAPPINGS and isinstance(val, list) and len(val) == 2 and isinstance(val[1], list):
-        factory, pairs = val
-        if (tag == "defaultdict") != (factory in _TYPES):
-            raise ValueError("malformed mapping")
-        pairs = [(_decode(k, make_handle, d, hashed), _decode(x, make_handle, d, hashed)) for k, x in pairs]
-        if not hashed:  # (compared as the dict it is)
-            return Unhashed("dict", pairs)
-        return collections.defaultdict(_TYPES[factory], pairs) if factory else _MAPPINGS[tag](dict(pairs))
+    if isinstance(tag, str) and (mapping := _mapping_of(tag)) is not None and isinstance(val, list):
+        pairs = [(_decode(k, make_handle, d, hashed), _decode(x, make_handle, d, hashed)) for k, x in val]
+        return mapping(dict(pairs)) if hashed else Unhashed("dict", pairs)  # (compared as the dict it is)
     if tag == "bytes" and isinstance(val, str):
         return bytes.fromhex(val)
     if tag == "complex" and isinstance(val, list) and len(val) == 2:
