@@ -118,21 +118,21 @@ def test_a_fence_holds_a_string_with_a_line_separator_character():
 def test_a_humaneval_body_with_a_helper_named_after_the_entry_point_continues_the_prompt():
     """`def fib` as a substring (a nested fib_memo, a comment) read as the completion defining the entry point: the
     prompt was left out and a correct body graded syntax_error."""
-    from execrl.rewards.outcome import _program
+    from execrl.rewards.outcome import program_of
     from execrl.tasks import Problem
 
     p = Problem("HumanEval/55", [], "code", metadata={"entry_point": "fib", "code_prefix": "def fib(n: int):\n"})
     body = "    def fib_memo(k):  # def fib is below\n        return k\n    return fib_memo(n)\n"
-    assert _program(p, body).startswith("def fib(n: int):\n    def fib_memo")
+    assert program_of(p, body).startswith("def fib(n: int):\n    def fib_memo")
     full = "def fib(n):\n    return n\n"
-    assert _program(p, full) == full
+    assert program_of(p, full) == full
     typed = Problem("HumanEval/0", [], "code", metadata={"entry_point": "f", "code_prefix":
                                                          "from typing import (\n    List,\n)\n\n\ndef f(xs: List[int]):\n"})
     own = "def f(xs: List[int]) -> int:\n    return 0\n"  # (List from the prompt's import, as the harness runs it)
-    assert _program(typed, own).startswith("from typing import (\n    List,\n)") and _program(typed, own).endswith(own)
+    assert program_of(typed, own).startswith("from typing import (\n    List,\n)") and program_of(typed, own).endswith(own)
     cyclic = Problem("HumanEval/38", [], "code", metadata={"entry_point": "decode", "code_prefix":
                                                            "def encode(s):\n    return s[::-1]\n\n\ndef decode(s):\n"})
-    assert "def encode(s)" in _program(cyclic, "def decode(s):\n    return encode(s)\n")  # (the prompt's helper)
+    assert "def encode(s)" in program_of(cyclic, "def decode(s):\n    return encode(s)\n")  # (the prompt's helper)
 
 
 def test_a_closing_fence_with_text_after_it_closes_the_block():

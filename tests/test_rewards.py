@@ -187,15 +187,15 @@ def test_an_answer_whose_braces_do_not_close_matches_nothing():
 def test_a_completions_future_imports_stay_above_a_datasets_header():
     """(A review's find) LeetCode's header of imports, and HumanEval's prompt, went above a completion that opened
     with `from __future__ import annotations`: a correct program was a syntax error."""
-    from execrl.rewards.outcome import _program
+    from execrl.rewards.outcome import program_of
 
     code = '"""Mine."""\nfrom __future__ import annotations\nclass Solution:\n    def f(self, x: int) -> int:\n' \
            '        return x\n'
     leet = Problem("l/1", [{"role": "user", "content": "x"}], "code", metadata={"code_header": "import math\n"})
-    program = _program(leet, code)
+    program = program_of(leet, code)
     compile(program, "main.py", "exec")
     assert program.startswith("from __future__ import annotations\nimport math\n")
-    assert _program(CODE, code) == code  # (no header: as written)
+    assert program_of(CODE, code) == code  # (no header: as written)
 
 
 def test_a_reward_constant_by_construction_is_refused():

@@ -242,3 +242,31 @@ def test_an_answer_with_a_usage_block_after_it_grades_the_solution(grader):
     final = e.step("<answer>\n```python\ndef add(a, b):\n    return a + b\n```\nUsage:\n```python\nprint(add(1, 2))\n"
                    "```\n</answer>")
     assert final.done and final.reward.total == 1.0 and "def add" in final.sample.extracted.code
+
+
+def test_a_kept_cell_that_raises_when_run_again_is_shown_and_named(grader):
+    """(A hunt's find) a kept cell whose values are made anew each run (random ones) can raise when replayed: its
+    traceback went nowhere (the sandbox printed it without calling sys.excepthook, which brings the streams back) and
+    the new cell was told it had ended the program. The replayed cell's traceback is shown, and that the new cell did
+    not run."""
+    e, _ = env(grader, "env.multi_turn.max_output_chars=2000")
+    # (raises only when replayed: a replayed cell's output goes to /dev/null; a random one's stand-in)
+    first = e.step("<code>\nimport os\nif 'null' in os.readlink('/proc/self/fd/1'):\n    raise LookupError('on replay')"
+                   "\nprint('ran')\n</code>")
+    assert first.observation[0]["content"] == "ran\n"
+    later = e.step("<code>\nprint('new cell')\n</code>")
+    text = later.observation[0]["content"]
+    assert "LookupError: on replay" in text and "did not run" in text and "new cell" not in text, text
+    assert "ended the program" not in text and later.tool_error
+
+
+def test_a_cell_that_is_no_program_alone_is_its_syntax_error(grader):
+    """(A hunt's find) a cell ending in a line continuation was joined to the harness's next line: `x = 1 + \\` gave a
+    TypeError from the harness's code, and `x = \\` ran, was kept and broke the later cells."""
+    e, _ = env(grader, "env.multi_turn.max_output_chars=2000")
+    assert e.step("<code>\ny = 2\n</code>").observation[0]["content"] == "(no output)"
+    for cell in ("x = 1 + \\", "x = \\"):
+        step = e.step(f"<code>\n{cell}\n</code>")
+        assert "SyntaxError" in step.observation[0]["content"] and step.tool_error, step.observation
+    assert e.cells == ["y = 2"]
+    assert e.step("<code>\nprint(y)\n</code>").observation[0]["content"] == "2\n"

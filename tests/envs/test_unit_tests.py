@@ -238,3 +238,40 @@ def test_feedback_names_an_integer_json_cannot_write_by_its_size(grader):
     spec = parse_tests({"fn_name": "f", "inputs": [big, "1"], "outputs": [big, "2"]})
     text = feedback(spec, grader.grade("def f(x):\n    return 0\n", spec), 2000)
     assert "call: f(<an integer of 16607 bits>)" in text and "expected: 2" in text, text
+
+
+def test_the_public_tests_run_the_program_the_final_grading_runs(grader):
+    """(A hunt's find) the public tests ran the submitted code alone, where the final grading puts a dataset's header
+    (LeetCode's imports) above it and a HumanEval prompt before a completion: right answers were told they failed
+    each turn ("the program ended") and the turn-discounted reward fell to 0.25 for a right first answer."""
+    from execrl.sandbox import CheckTests
+    from execrl.tasks.humaneval import helpers
+    from execrl.tasks.leetcode import IMPORTS
+
+    leet = Problem("leetcode/x", [{"role": "user", "content": "Complete class Solution: count(nums)."}], "code",
+                   tests=AssertTests(["assert Solution().count([1, 1, 2]) == 2", "assert Solution().count([]) == 0"]),
+                   metadata={"code_header": IMPORTS})
+    right = "```python\nclass Solution:\n    def count(self, nums: List[int]) -> int:\n        return len(Counter(nums))\n```"
+    e, _ = env(grader, leet, "reward.components=[{name: turn_discounted_pass_fraction, weight: 1.0, discount: 0.5}]")
+    step = e.step(right)
+    assert step.done and step.reward.total == 1.0, step.observation
+    prompt = 'def inc(x: int) -> int:\n    """Return x + 1."""\n'
+    human = Problem("HumanEval/x", [{"role": "user", "content": "Complete:\n```python\n" + prompt + "```"}], "code",
+                    tests=CheckTests(helpers(prompt, "inc") + "def check(candidate):\n    assert candidate(1) == 2\n"
+                                     "    assert candidate(5) == 6\n", "inc"),
+                    metadata={"code_prefix": prompt, "entry_point": "inc"})
+    e, _ = env(grader, human)
+    step = e.step("```python\n    return x + 1\n```")
+    assert step.done and step.reward.total == 1.0, step.observation
+
+
+def test_a_program_that_dies_before_the_tests_is_told_its_own_error(grader):
+    """(A hunt's find) in the assert form a syntax error said only "syntax_error" and an error at import "the tests'
+    set-up failed: RemoteGone: the program ended ([Errno 32] Broken pipe)"; the program's own error line is shown,
+    as the call and stdin forms show it."""
+    for code, said in [("def square(x)\n    return x * x", "syntax_error: SyntaxError: expected ':'"),
+                       ("import numpyy\ndef square(x):\n    return x * x", "ModuleNotFoundError: No module named 'numpyy'"),
+                       ("def square(x):\n    return x * x\nraise ValueError('top level')", "ValueError: top level")]:
+        e, _ = env(grader, SQUARES)
+        step = e.step(f"```python\n{code}\n```")
+        assert said in step.observation[0]["content"], step.observation

@@ -93,11 +93,14 @@ class InterpreterEnv(Environment):
     def _run(self, cell: str) -> Step:
         marker, end = f"__cell_{secrets.token_hex(8)}__", f"__end_{secrets.token_hex(8)}__"
         # a cell that ends the program (sys.exit) is never replayed: it would end every later one before it ran
-        program = stateful_program(self.cells, cell, marker, end) if self.mt.stateful else cell
+        # (a cell that is no program alone, `x = 1 + \` say, runs alone: joined to what follows it, it ran as another)
+        stateful = self.mt.stateful and (self.problem.language != "python" or _parses(cell))
+        program = stateful_program(self.cells, cell, marker, end) if stateful else cell
         result = self.grader.run(program, language=self.problem.language)
         ok = result.verdict == Verdict.PASS
-        out, err, exited = result.stdout, result.stderr, False
-        if self.mt.stateful:
+        out, err, exited, replay_failed = result.stdout, result.stderr, False, False
+        if stateful:
+            replay_failed = not ok and bool(self.cells) and marker not in result.stdout
             out, err = _after(out, marker + "\n").replace(end + "\n", "", 1), _after(err, marker)
             exited = ok and end not in result.stdout
         if ok and not exited:
@@ -109,7 +112,10 @@ class InterpreterEnv(Environment):
             tail, error = (err if not ok else ""), not ok
             if result.verdict in (Verdict.TIMEOUT, Verdict.MEMORY, Verdict.OUTPUT_LIMIT):
                 tail += f"\n[{result.verdict.value}: the cell was stopped]"
-            if exited:
+            if replay_failed:
+                tail += ("\n[an earlier cell raised when run again before this one (what they define is made anew "
+                         "each run): this cell did not run]")
+            elif exited:
                 tail += "\n[the cell ended the program (exit): what it defined is not kept]"
             elif result.verdict == Verdict.RUNTIME_ERROR and not err.strip():  # sys.exit(1), a signal: no traceback
                 how = f"exit status {result.exit}" if result.exit > 0 else \
@@ -194,6 +200,18 @@ def stateful_program(cells: list[str], cell: str, marker: str, end: str) -> str:
     done = ("[getattr(f, 'flush', lambda: None)() for f in (__execrl_sys.stdout, __execrl_sys.__stdout__, "
             f"__execrl_sys.stderr, __execrl_sys.__stderr__)]; __execrl_os.write(1, {(end + chr(10)).encode()!r})")
     return "".join(futures) + "\n".join([quiet, *bodies[:-1], split, bodies[-1], done])
+
+
+def _parses(cell: str) -> bool:
+    """Whether a cell is a Python program on its own (the model's text: parsed as the run's other code is, in
+    time linear in it)."""
+    import ast
+
+    try:
+        ast.parse(cell)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+    return True
 
 
 def shown_output(out: str, tail: str, max_chars: int) -> str:

@@ -22,6 +22,7 @@ from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, truncate
 from execrl.extract import Extracted, extract
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
+from execrl.rewards.outcome import program_of
 from execrl.sandbox import AssertTests, CallTests, CheckTests, ProgramResult, StdioTests, TestSpec, Verdict
 from execrl.sandbox.preview import preview
 from execrl.sandbox.spec import entry_names, num_tests, python_lines, truncate_tests
@@ -63,7 +64,8 @@ class UnitTestsEnv(Environment):
         self.last_code = extracted.code
         if last_turn:
             return self._final(num_tokens, extracted.format_ok)
-        public = self.grader.grade(self.last_code, self.probes, p.language)
+        # (the program the final grading runs: a dataset's header, a HumanEval prompt before a completion)
+        public = self.grader.grade(program_of(p, self.last_code), self.probes, p.language)
         if public.verdict == V.PASS:
             return replace(self._final(num_tokens, extracted.format_ok), tool_call=True)  # (it ran the public tests)
         if public.verdict == V.INFRA_ERROR:
@@ -150,10 +152,13 @@ def feedback(spec: TestSpec, result: ProgramResult, max_chars: int, hidden: bool
     hold it); an assert says what the program gave only where it was probed (with_probes)."""
     failed = [i for i, t in enumerate(result.tests) if t.verdict != V.PASS]
     lines = [f"{len(failed)} of {len(result.tests)} tests failed."]
+    died = _died_of(result.stderr) if isinstance(spec, (AssertTests, CheckTests)) else ""
     for i in failed:
         t = result.tests[i]
         if t.verdict == V.FAIL:
             got = t.detail or "the assertion failed"
+        elif died and t.verdict in (V.SYNTAX_ERROR, V.RUNTIME_ERROR) and _says_nothing(t.detail):
+            got = f"{t.verdict.value}: {died}"  # (the program's own error, where the tests' side saw it end)
         else:
             got = f"{t.verdict.value}: {t.detail}".strip(": ")
         if isinstance(spec, StdioTests):
@@ -172,6 +177,18 @@ def feedback(spec: TestSpec, result: ProgramResult, max_chars: int, hidden: bool
             lines += [f"the check of {spec.entry_point} failed" + (": wrong answer" if hidden and t.verdict == V.FAIL
                                                                    else f": {_short(got)}")]
     return truncate("\n".join(lines + ["Fix the code and submit the whole solution again."]), max_chars)
+
+
+def _died_of(stderr: str) -> str:
+    """The last line of a program's error output: its exception or syntax error ('' where it wrote none)."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _says_nothing(detail: str) -> bool:
+    """Whether a test's detail says nothing of why the program failed: none, or the tests' side seeing the program
+    end (it died before or while answering the tests' first call)."""
+    return not detail or "the program ended" in detail or "RemoteGone" in detail
 
 
 def _value(value) -> str:

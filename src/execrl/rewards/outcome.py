@@ -31,10 +31,10 @@ def graded_in_sandbox(sample: Sample) -> bool:
 
 def grade_job(sample: Sample) -> tuple:
     """Grader.grade's arguments for a sample the sandbox grades: (program, tests, language, limits)."""
-    return _program(sample.problem, sample.extracted.code), sample.problem.tests, sample.problem.language, None
+    return program_of(sample.problem, sample.extracted.code), sample.problem.tests, sample.problem.language, None
 
 
-def _program(problem: Problem, code: str) -> str:
+def program_of(problem: Problem, code: str) -> str:
     """The program a sample's code makes: HumanEval-style problems' completion that does not define the entry point
     continues the prompt; a dataset's header (LeetCode's imports) goes above it, below the completion's own
     `from __future__` imports, which Python requires first (above them, a correct program was a syntax error)."""

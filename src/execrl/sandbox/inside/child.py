@@ -206,10 +206,13 @@ def python_child(job: dict) -> None:
     except BaseException as e:  # noqa: BLE001 - the program's own failure, reported as its verdict
         status["exc"] = type(e).__name__
         status["msg"] = str(e)[:500]
-        try:
-            traceback.print_exc()
+        try:  # through sys.excepthook, as Python reports an uncaught exception (a program's own hook is called)
+            sys.excepthook(type(e), e, e.__traceback__)
         except BaseException:  # noqa: BLE001
-            pass
+            try:
+                traceback.print_exc()
+            except BaseException:  # noqa: BLE001
+                pass
         code = 1
     try:
         atexit._run_exitfuncs()
