@@ -66,6 +66,14 @@ def test_error_penalty_on_chosen_classes():
     assert parts(sample(res=result(V.RUNTIME_ERROR, error="NameError")), cfg).total == -2.0
     assert parts(sample(res=result(V.RUNTIME_ERROR, error="ZeroDivisionError")), cfg).total == 0.0
     assert parts(sample(res=result(V.SYNTAX_ERROR)), {"name": "error_penalty"}).total == -1.0  # default classes
+    # (an audit's find) a class derived from a chosen one counts, and a syntax error for IndentationError and TabError
+    for raised, chosen in [("ModuleNotFoundError", "ImportError"), ("UnboundLocalError", "NameError")]:
+        cfg = {"name": "error_penalty", "classes": [chosen]}
+        assert parts(sample(res=result(V.RUNTIME_ERROR, error=raised)), cfg).total == -1.0
+    assert parts(sample(res=result(V.RUNTIME_ERROR, error="ImportError")),
+                 {"name": "error_penalty", "classes": ["ModuleNotFoundError"]}).total == 0.0  # (not the other way)
+    assert parts(sample(res=result(V.SYNTAX_ERROR)), {"name": "error_penalty", "classes": ["IndentationError"]}).total \
+        == -1.0
 
 
 def test_format():
@@ -228,8 +236,25 @@ def test_a_reward_constant_by_construction_is_refused():
     check("reward.components=[{name: test_pass_fraction, weight: 0}, {name: format, weight: 0.5}]")
     check("reward.components=[{name: test_pass_fraction}, {name: overlong_penalty, floor: false, buffer_tokens: 16}]",
           "reward.scaling={enabled: true, source_min: 0.5, source_max: 2}")
-    check("reward.components=[{name: test_pass_fraction}, {name: format, weight: 0.1, scaled: false}]",
-          "reward.scaling={enabled: true, target_min: 1, target_max: 1}")
+    # (an audit's find) a part added after the scaling no longer hides a scaled part that is constant: correctness
+    # gone, the length penalty alone varied (a short wrong answer beat a long right one)
+    with pytest.raises(ConfigError, match=r"onto 1 .*\(only format, added after the scaling, would vary\)"):
+        check("reward.components=[{name: test_pass_fraction}, {name: format, weight: 0.1, scaled: false}]",
+              "reward.scaling={enabled: true, target_min: 1, target_max: 1}")
+    with pytest.raises(ConfigError, match=r"clamps every reward to 2: .*only overlong_penalty"):
+        check("reward.components=[{name: test_pass_fraction}, {name: overlong_penalty, scaled: false}]",
+              "reward.scaling={enabled: true, source_min: 2, source_max: 3}")
+    with pytest.raises(ConfigError, match="only_correct: true .* transform: sigmoid"):
+        check("reward.components=[{name: test_pass_fraction}, {name: reward_model, weight: 0.2, only_correct: true}]",
+              "env.reward_model.enabled=true", "env.reward_model.model_name=builtin:arith-judge")
+    # (an audit's find) format on math problems under answer_format code checks nothing: every answer got 1
+    with pytest.raises(ConfigError, match="format checks an answer format"):
+        check("data.train.dataset_name=gsm8k", "warmup.sft_steps=0",
+              "reward.components=[{name: math_correct}, {name: format, weight: 0.1}]")
+    check("data.train.dataset_name=gsm8k", "warmup.sft_steps=0", "prompt.answer_format=reasoning",
+          "reward.components=[{name: math_correct}, {name: format, weight: 0.1}]")
+    check("reward.components=[{name: test_pass_fraction}, {name: reward_model, weight: 0.2, only_correct: true, "
+          "transform: sigmoid}]", "env.reward_model.enabled=true", "env.reward_model.model_name=builtin:arith-judge")
     check("reward.scaling={enabled: true, source_min: 0.5, source_max: 3}")
 
 

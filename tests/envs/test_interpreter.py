@@ -270,3 +270,14 @@ def test_a_cell_that_is_no_program_alone_is_its_syntax_error(grader):
         assert "SyntaxError" in step.observation[0]["content"] and step.tool_error, step.observation
     assert e.cells == ["y = 2"]
     assert e.step("<code>\nprint(y)\n</code>").observation[0]["content"] == "2\n"
+
+
+def test_prose_in_the_answer_tag_earns_no_format_reward(grader):
+    """(An audit's find) `<answer>I am not sure.</answer>` was graded as the code it is not and paid format 1.0, which
+    single-turn pays 0: the bare body is still the submission, but only code earns the format reward."""
+    e, _ = env(grader, "reward.components=[{name: test_pass_fraction}, {name: format, weight: 0.5}]")
+    prose = e.step("<answer>\nI am not sure how to solve this.\n</answer>")
+    assert prose.done and prose.reward.parts["format"] == 0.0 and prose.reward.total == 0.0, prose.reward
+    e, _ = env(grader, "reward.components=[{name: test_pass_fraction}, {name: format, weight: 0.5}]")
+    bare = e.step("<answer>\ndef add(a, b):\n    return a + b\n</answer>")
+    assert bare.reward.parts == {"test_pass_fraction": 1.0, "format": 1.0}, bare.reward

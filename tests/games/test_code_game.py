@@ -203,3 +203,22 @@ def test_one_worker_cannot_tell_repeatable_output_and_is_refused():
     with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as one:
         with pytest.raises(ValueError, match="on two sandbox workers; this grader has 1"):
             repeatable_output(one, "print(hash('abc') % 1000)")
+
+
+def test_a_round_the_sandbox_failed_on_scores_neither_seat(grader, monkeypatch):
+    """(An audit's find) where the sandbox failed on the writer's program twice (a worker died), the writer was scored
+    a forfeit, -1: the sandbox's failure, never the model's fault, now leaves the round out of both seats' rewards,
+    as a single-turn sample the sandbox failed on."""
+    from execrl.envs import make_envs
+    from execrl.sandbox import Verdict
+    from execrl.sandbox.grader import RunResult
+
+    cfg = load_config(None, ["env.multi_turn.kind=game", "grpo.max_rollout_turns=2", "grpo.num_generations_per_prompt=2",
+                             "data.train.dataset_name=selfplay:code_game", "env.multi_turn.observation_role=user"])
+    problem = load_problems("selfplay:code_game", "train", count=1)[0][0]
+    monkeypatch.setattr(grader, "run_apart", lambda codes, **kw: [RunResult(Verdict.INFRA_ERROR, "", "died")] * 2)
+    writer, predictor = make_envs(cfg, grader, problem, 2)
+    writer.reset(problem), predictor.reset(problem)
+    step = writer.step("```python\nprint(6 * 7)\n```")
+    assert step.done and step.reward.total is None and not step.sample.valid
+    assert predictor.step("42").reward.total is None

@@ -488,6 +488,10 @@ def check_reward_fits(cfg: MasterConfig, kinds: set[str]) -> None:
                               f"the training problems ({names}) are {' and '.join(blind)}: every answer would get the "
                               "same reward from it. Use test_pass_fraction (a program's tests, a math answer's "
                               "check), e.g. reward.components=[{name: test_pass_fraction}]")
+        if c.name == "format" and c.weight != 0 and kinds == {"math"} and cfg.prompt.answer_format == "code":
+            raise ConfigError("reward.components: format checks an answer format, and for math problems under "
+                              "prompt.answer_format=code there is none (every answer, an empty one too, would get 1 "
+                              "from it): set prompt.answer_format=reasoning or think, or drop format")
 
 
 def check_loss(cfg: MasterConfig, batch_plan: BatchPlan) -> None:

@@ -56,6 +56,11 @@ def check(cfg) -> None:
     if judged and not enabled:
         raise ConfigError("the reward component reward_model reads a reward model, but env.reward_model is off: set "
                           "env.reward_model.enabled=true and env.reward_model.model_name (or drop the component)")
+    for c in cfg.reward.components:
+        if c.name == "reward_model" and c.params.get("only_correct") and c.params.get("transform", "raw") == "raw":
+            raise ConfigError("reward_model with only_correct: true pays a wrong answer 0 and a right one the model's "
+                              "raw score, which is often negative: a wrong answer would beat a right one the model "
+                              "dislikes. Set transform: sigmoid (a score in (0, 1)) with only_correct")
     if enabled and not judged:
         raise ConfigError("env.reward_model is enabled but no reward component reads it: add {name: reward_model, "
                           "weight: ...} to reward.components, or set data.default.env_name=reward_model (its score "

@@ -25,7 +25,7 @@ from execrl.envs.base import Environment, Step
 from execrl.extract import Extracted
 from execrl.games import GAMES, PLAYERS, Game, prompt
 from execrl.rewards import Reward, Sample, outcome
-from execrl.sandbox import Limits
+from execrl.sandbox import Limits, ProgramResult, Verdict
 from execrl.sandbox.repeat import repeatable_output
 from execrl.tasks import Problem
 
@@ -43,6 +43,7 @@ class Match:
     moves: int = 0
     seen: list[int] = field(default_factory=lambda: [0, 0])  # per seat: the move count when it last saw the game
     played: list[int] = field(default_factory=lambda: [0, 0])  # per seat: the moves it made
+    sandbox_failed: bool = False  # the sandbox could not run a move's program (twice): no seat's fault, none scored
 
     @classmethod
     def of(cls, problem: Problem) -> Match:
@@ -141,6 +142,8 @@ class GameSeat(Environment):
         ran = repeatable_output(self.grader, program, Limits(timeout_s=code.timeout_s, memory_mb=code.memory_mb),
                                 g.max_program_chars, g.max_output_chars)
         self.program, self.rejected = program, None if ran.output is not None else ran.why
+        if ran.why == "failed" and ran.verdict == Verdict.INFRA_ERROR.value:
+            self.match.sandbox_failed = True
         return ran.output
 
     def metrics(self, sample: Sample, reward: Reward, turns: int) -> list[tuple[str, float]]:
@@ -188,6 +191,9 @@ class GameSeat(Environment):
                    "win" if mine > 0 else "loss" if mine < 0 else "draw")
         sample = Sample(self.problem, text, Extracted(text, True, self.program), num_tokens=num_tokens,
                         max_tokens=self.turn_limit, outcome=verdict)
+        if m.sandbox_failed:  # (as a single-turn sample the sandbox failed on: left out of the reward and baseline)
+            sample.result = ProgramResult(Verdict.INFRA_ERROR, [], "the sandbox failed to run the writer's program")
+            return Step(done=True, reward=Reward(None), sample=sample)
         return Step(done=True, reward=Reward(mine, {"return": mine}), sample=sample)
 
 

@@ -145,7 +145,11 @@ class InterpreterEnv(Environment):
         found = extract(body, "code", "auto", self.problem.language, entries=entry_names(self.problem.tests))
         if found.code is not None:
             return found.code, closed or found.format_ok
-        return (body.strip("\n"), closed) if body.strip() else None
+        if not body.strip():
+            return None
+        # the bare body is the submission's code; prose in the tag is graded as such, with no format credit
+        code = body.strip("\n")
+        return code, closed and (self.problem.language != "python" or _parses(code))
 
     def _in_code(self, before: str) -> bool:
         """`before` ends inside a code cell: a <code> tag that opens its line, not closed since (one named in prose,

@@ -198,18 +198,22 @@ def constant_reason(cfg: RewardConfig) -> str | None:
         return ("every reward.components weight is 0, so every answer's reward is 0 and nothing is learned: give the "
                 "component that scores correctness a weight (e.g. {name: test_pass_fraction, weight: 1.0})")
     s = cfg.scaling
-    if not s.enabled or any(c.weight != 0 and not c.scaled for c in cfg.components):  # (added after the scaling)
+    if not s.enabled or not any(c.weight != 0 and c.scaled for c in cfg.components):
         return None
+    # (the scaled part on its own: components added after the scaling, a length penalty say, would be all that varies)
+    added = sorted(c.name for c in cfg.components if c.weight != 0 and not c.scaled)
+    rest = f" (only {', '.join(added)}, added after the scaling, would vary)" if added else ""
     if s.target_min == s.target_max:
         return (f"reward.scaling maps every reward onto {s.target_min:g} (target_min == target_max), so nothing is "
-                "learned: set target_max above target_min, or reward.scaling.enabled=false")
+                f"learned from the components it scales{rest}: set target_max above target_min, or "
+                "reward.scaling.enabled=false")
     lo = sum(c.bounds()[0] for c in cfg.components if c.scaled)
     hi = sum(c.bounds()[1] for c in cfg.components if c.scaled)
     if hi <= s.source_min or lo >= s.source_max:
         return (f"reward.scaling clamps every reward to {s.source_min if hi <= s.source_min else s.source_max:g}: the "
                 f"components' weighted sum lies in [{lo:g}, {hi:g}], outside (source_min, source_max) = "
-                f"({s.source_min:g}, {s.source_max:g}), so nothing is learned: set source_min and source_max around "
-                "the rewards the components give, or reward.scaling.enabled=false")
+                f"({s.source_min:g}, {s.source_max:g}), so nothing is learned from the components it scales{rest}: "
+                "set source_min and source_max around the rewards the components give, or reward.scaling.enabled=false")
     return None
 
 

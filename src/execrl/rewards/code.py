@@ -4,6 +4,7 @@ test_pass_fraction and all_tests_pass are then math_correct, so that a math data
 
 from __future__ import annotations
 
+import builtins
 import math
 
 from execrl.rewards.base import Sample, component
@@ -61,11 +62,26 @@ def execution_tiers(sample: Sample, with_output: float = 1.0, without_output: fl
 def error_penalty(sample: Sample, classes: tuple[str, ...] = ("SyntaxError", "NameError", "ImportError",
                                                               "ModuleNotFoundError", "AttributeError", "TypeError"),
                   penalty: float = -1.0) -> float:
-    """`penalty` when any test failed with one of the chosen exception classes (hallucinated names,
-    bad syntax)."""
+    """`penalty` when any test failed with one of the chosen exception classes or a builtin class derived from one
+    (ModuleNotFoundError is an ImportError; a syntax error, IndentationError or TabError included, is reported as
+    SyntaxError and counts for any of the three)."""
     r = sample.result
     if r is None:
         return 0.0
-    chosen = set(classes)
-    hit = r.verdict == V.SYNTAX_ERROR and "SyntaxError" in chosen or any(t.error in chosen for t in r.tests)
+    hit = r.verdict == V.SYNTAX_ERROR and _chosen("SyntaxError", classes) or \
+        any(t.error and _chosen(t.error, classes) for t in r.tests)
     return penalty if hit else 0.0
+
+
+def _chosen(error: str, classes: tuple[str, ...]) -> bool:
+    """Whether an exception class named `error` is one of `classes` or, both builtin, derived from one; a syntax
+    error counts for its subclasses too (the sandbox names them all SyntaxError)."""
+    if error in classes:
+        return True
+    raised = getattr(builtins, error, None)
+    for name in classes:
+        chosen = getattr(builtins, name, None)
+        if isinstance(raised, type) and isinstance(chosen, type) and issubclass(chosen, BaseException) and (
+                issubclass(raised, chosen) or raised is SyntaxError and issubclass(chosen, SyntaxError)):
+            return True
+    return False
