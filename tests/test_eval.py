@@ -101,6 +101,23 @@ def test_eval_completions_that_carry_their_own_tests_and_answers(tmp_path):
     path.write_text(json.dumps({**rows[0], "language": "Python"}))
     proc = run("--completions", path, "--dataset", "", "--out", tmp_path / "o3")
     assert proc.returncode == 0 and json.loads((tmp_path / "o3" / "summary.json").read_text())["pass@1"] == 1.0
+    # (a hunt's finds) --limit keeps the first problems of the file's own too (all were graded, limit recorded);
+    # a file with nothing to grade is an error (it printed a table of 0 problems and exited 0); programs the sandbox
+    # failed on, past half of them, are written and counted with a warning (eval stopped and wrote nothing)
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    proc = run("--completions", path, "--dataset", "", "--limit", 2, "--out", tmp_path / "o4")
+    summary = json.loads((tmp_path / "o4" / "summary.json").read_text())
+    assert proc.returncode == 0 and summary["problems"] == 2 and summary["pass@1"] == 1.0, proc.stderr
+    assert "left out 1 completions of problems past --limit" in proc.stderr
+    (tmp_path / "empty.jsonl").write_text("")
+    proc = run("--completions", tmp_path / "empty.jsonl", "--dataset", "", "--out", tmp_path / "o5")
+    assert proc.returncode == 2 and "nothing to evaluate" in proc.stderr
+    missing = {"id": "m", "completion": "```python\ndef f():\n    return 1\n```",
+               "tests": {"asserts": ["assert winreg.QueryValue(f())"]}}
+    path.write_text("\n".join(json.dumps({**missing, "id": f"m{i}"}) for i in range(2)) + "\n" + json.dumps(rows[0]))
+    proc = run("--completions", path, "--dataset", "", "--out", tmp_path / "o6")
+    summary = json.loads((tmp_path / "o6" / "summary.json").read_text())
+    assert proc.returncode == 0 and summary["pass@1"] == 1.0 and "2 of 3 programs graded" in proc.stderr, proc.stderr
 
 
 def test_completions_mixing_the_datasets_problems_and_their_own_are_refused(tmp_path):
@@ -173,6 +190,9 @@ def test_data_seed_poses_the_problems_a_training_run_evaluated(tmp_path):
         assert proc.returncode == 0, proc.stderr
         passes[bool(seed)] = json.loads((tmp_path / f"o{len(seed)}" / "summary.json").read_text())["outcomes"]
     assert passes[True] == {"pass": 8} and passes[False].get("pass", 0) < 8
+    # (a hunt's find) without --data-seed, summary.json names the loader's own seed that posed them (it said null)
+    assert json.loads((tmp_path / "o0" / "summary.json").read_text())["ran"]["data_seed"] == 42
+    assert json.loads((tmp_path / "o2" / "summary.json").read_text())["ran"]["data_seed"] == 1
     bad = run("--completions", path, "--dataset", "mbpp", "--split", "test", "--data-seed", 1, "--out", tmp_path / "b")
     assert bad.returncode == 2 and "--data-seed seeds a generated dataset" in bad.stderr
 
@@ -623,3 +643,11 @@ def test_eval_of_a_multi_turn_checkpoint_says_it_samples_single_turn_and_records
                                   "builtin:arith-code"]))
     assert cfg.trained_multi_turn is None and "multi-turn" not in capsys.readouterr().err
     assert "trained_multi_turn" not in ran(cfg, {"model": "m"})
+
+
+def test_a_stop_token_id_the_model_does_not_have_is_refused(tiny_model_dir, tmp_path):
+    """(A hunt's find) --stop-token-ids 999999 on a model of a few hundred tokens was accepted and recorded, and ended
+    nothing."""
+    proc = run("--model", tiny_model_dir, "--dataset", "builtin:arith-code", "--split", "validation", "--limit", 1,
+               "--max-new-tokens", 4, "--stop-token-ids", 999999, "--out", tmp_path / "o", "--workers", 1)
+    assert proc.returncode == 2 and "--stop-token-ids 999999 is not a token of" in proc.stderr, proc.stderr

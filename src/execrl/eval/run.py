@@ -85,13 +85,19 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         raise DatasetError(str(e).replace("dataset_name", "--dataset", 1)) from None
     everything, _ = (load_problems(key, cfg.split, cfg.data_path, cfg.max_tests, **seeded, **cfg.data_options) if key
                      else ([], None))
+    if key and cfg.data_seed is None and (default := loader_seed(key)) is not None:
+        cfg = replace(cfg, data_seed=default)  # (summary.json records the seed that posed the problems)
     played = sorted({p.kind for p in everything} - {"code", "math"})
     if played:  # (no completion grades them: each is an episode of turns in its environment)
         raise DatasetError(f"{cfg.dataset} holds {played[0]} problems, played over turns in their environment: execrl "
                            "eval grades code and math answers. Measure them in a training run's validation "
                            "(grpo.val_period, grpo.val_at_start=true)")
     problems = everything[: cfg.limit] if cfg.limit else everything
-    texts = read_completions(completions, problems, cfg.max_tests, everything) if completions else None
+    texts = read_completions(completions, problems, cfg.max_tests, everything, cfg.limit) if completions else None
+    if texts is not None and not texts:
+        raise DatasetError(f"{completions}: nothing to evaluate: no completion of "
+                           + (f"{cfg.dataset}/{cfg.split}'s problems" + (" within --limit" if cfg.limit else "")
+                              if key else "a problem with its own tests or answer"))
     ours = {id(q) for q in everything}
     own = sum(id(p) not in ours for p, _ in texts or ())  # (problems of the file's own rows)
     if texts and key and own == len(texts):
@@ -148,7 +154,8 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
                       markup=False, highlight=False)
     samples = list(samples.values())
     num_infra, num_sent, example = sandbox_failures(samples)
-    line = check_infra_share(num_infra, num_sent, "execrl eval", example)
+    # (eval's figures are already paid for: written, with the samples left out counted, rather than lost)
+    line = check_infra_share(num_infra, num_sent, "execrl eval", example, stop=False)
     if line is not None:
         say(f"WARNING: {line}", "bold red")
     if cfg.reward_model:
@@ -212,6 +219,12 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     model, tok = load_model_and_tokenizer(model_name)
     if cfg.chat_template_kwargs is not None:  # (None: the tokenizer's saved ones, which it loaded with)
         set_template_kwargs(tok, cfg.chat_template_kwargs)
+    vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else len(tok)
+    unknown = [i for i in cfg.stop_token_ids or () if i >= vocab]
+    if unknown:  # (an id the model cannot sample ends nothing: a typo, or another model's id)
+        raise ValueError(f"--stop-token-ids {unknown[0]} is not a token of {model_name} ({vocab:,} tokens): it would "
+                         "end no completion; give the id the model ends a turn with (its tokenizer's "
+                         "convert_tokens_to_ids of the end-of-turn token)")
     longest = prompt_room(cfg, model, model_name)
     problems, dropped = drop_long_prompts(problems, tok, cfg.prompt, longest)
     if dropped and not problems:
@@ -276,10 +289,12 @@ def handed_to(early: EarlyGrading | None, cfg: EvalConfig, problems: list[Proble
     return give
 
 
-def read_completions(path: str, problems: list[Problem], max_tests: int = 0, everything: list[Problem] = ()):
+def read_completions(path: str, problems: list[Problem], max_tests: int = 0, everything: list[Problem] = (),
+                     limit: int | None = None):
     """Rows {"problem_id" (or "id"), "completion"}, or rows that carry their own "tests" / "answer" (a row without
     an id is a problem of its own; rows of one id carry the same tests). `problems`: the dataset's (after --limit),
-    `everything`: before it (rows of the problems past --limit are left out, and counted)."""
+    `everything`: before it (rows of the problems past --limit are left out, and counted); `limit`: of the rows' own
+    problems too, the first that many in the file's order."""
     by_id: dict[str, Problem] = {}
     for p in problems:
         if by_id.setdefault(p.id, p) is not p:
@@ -313,6 +328,9 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
             past_limit += 1
             continue
         elif "tests" in row or "answer" in row:
+            if limit and key not in grouped and len(grouped) >= limit:
+                past_limit += 1
+                continue
             problem = own_problem(path, n, row, pid or f"row {n}", max_tests)
             first = grouped.get(key, (problem,))[0]
             if not same_problem(problem, first):
@@ -331,6 +349,15 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
     if past_limit:
         err.print(f"[yellow]left out {past_limit} completions of problems past --limit[/]")
     return list(grouped.values())
+
+
+def loader_seed(key: str) -> int | None:
+    """The seed a generated dataset's loader poses its problems with when none is given (None: it takes none)."""
+    import inspect
+
+    info = DATASETS[key]
+    seed = inspect.signature(info.load).parameters.get("seed") if info.generated else None
+    return seed.default if seed is not None and isinstance(seed.default, int) else None
 
 
 def same_problem(a: Problem, b: Problem) -> bool:

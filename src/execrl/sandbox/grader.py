@@ -46,17 +46,18 @@ class SandboxFailing(RuntimeError):
 INFRA_WARN, INFRA_STOP = 0.05, 0.5  # shares of a batch's graded samples
 
 
-def check_infra_share(num_infra: float, num_samples: float, where: str, example: str = "") -> str | None:
+def check_infra_share(num_infra: float, num_samples: float, where: str, example: str = "",
+                      stop: bool = True) -> str | None:
     """None while the sandbox is healthy; a warning line above INFRA_WARN of the samples;
-    SandboxFailing above INFRA_STOP. `example`: one infra_error's message, which usually names the
-    cause."""
+    SandboxFailing above INFRA_STOP (with `stop`; else the line says how many). `example`: one
+    infra_error's message, which usually names the cause."""
     share = num_infra / max(num_samples, 1)
     if share <= INFRA_WARN:
         return None
     cause = f" First error: {' '.join(example.split())[:300]}" if example else ""
     line = (f"{where}: {num_infra:.0f} of {num_samples:.0f} programs graded ({share:.0%}) ended infra_error: the sandbox "
             f"failed, not the model, and those samples are left out of rewards and scores.{cause}")
-    if share > INFRA_STOP:
+    if share > INFRA_STOP and stop:
         raise SandboxFailing(line + " Stopping: fix the sandbox (run `execrl grade` on a small file to see it fail), "
                              "then resume.")
     return line
