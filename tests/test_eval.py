@@ -109,6 +109,8 @@ def test_eval_completions_that_carry_their_own_tests_and_answers(tmp_path):
     summary = json.loads((tmp_path / "o4" / "summary.json").read_text())
     assert proc.returncode == 0 and summary["problems"] == 2 and summary["pass@1"] == 1.0, proc.stderr
     assert "left out 1 completions of problems past --limit" in proc.stderr
+    proc = run("--completions", path, "--dataset", "", "--temperature", 0.7, "--out", tmp_path / "o7")
+    assert proc.returncode == 2 and "--temperature sets how a --model is sampled" in proc.stderr
     (tmp_path / "empty.jsonl").write_text("")
     proc = run("--completions", tmp_path / "empty.jsonl", "--dataset", "", "--out", tmp_path / "o5")
     assert proc.returncode == 2 and "nothing to evaluate" in proc.stderr
