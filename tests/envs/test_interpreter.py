@@ -281,3 +281,16 @@ def test_prose_in_the_answer_tag_earns_no_format_reward(grader):
     e, _ = env(grader, "reward.components=[{name: test_pass_fraction}, {name: format, weight: 0.5}]")
     bare = e.step("<answer>\ndef add(a, b):\n    return a + b\n</answer>")
     assert bare.reward.parts == {"test_pass_fraction": 1.0, "format": 1.0}, bare.reward
+
+
+def test_output_is_bounded_in_bytes_as_well_as_characters(grader):
+    """(A hunt's find) 200 characters of emoji are 800 bytes and ~800 tokens of a byte-level tokenizer: output cut by
+    characters alone could fill the context and end the episode unread. It is cut at as many UTF-8 bytes too."""
+    from execrl.envs.base import truncate
+
+    e, _ = env(grader)
+    shown = e.step("<code>\nprint('\\U0001F600' * 5000)\n</code>").observation[0]["content"]
+    kept = shown.split("\n... [truncated")[0]
+    assert len(kept.encode()) <= 200 and kept == "\U0001F600" * len(kept) and "[truncated" in shown, shown
+    assert truncate("ab" * 10, 20) == "ab" * 10 and truncate("é" * 10, 20) == "é" * 10  # (20 bytes: kept whole)
+    assert truncate("é" * 11, 20) == "é" * 10 + "\n... [truncated 1 chars]"

@@ -383,7 +383,8 @@ class MultiTurnConfig(Section):
     stateful: bool = Field(True, description="interpreter: later cells see earlier definitions, like a notebook "
                                              "(earlier successful cells are replayed)")
     max_output_chars: int = Field(1000, ge=16, description="interpreter output and test feedback are cut to this "
-                                                           "many characters, with a visible marker")
+                                                           "many characters and UTF-8 bytes (a bound on their tokens), "
+                                                           "with a visible marker")
     final_tag: str = Field("answer", pattern=r"^[A-Za-z_][\w-]*$", description="interpreter: the final submission "
                            "goes inside <final_tag></final_tag> and ends the episode")
     public_tests: int = Field(1, ge=1, description="unit_tests: how many of a problem's tests (the first ones) the "

@@ -156,7 +156,9 @@ def opens_block(text: str, style: str) -> bool:
 
 
 def truncate(text: str, max_chars: int) -> str:
-    """At most max_chars characters of text, with a visible marker where it was cut."""
-    if len(text) <= max_chars:
+    """At most max_chars characters of text and as many UTF-8 bytes (a bound on its tokens: 500 emoji were ~2,000
+    tokens and filled a 1K context), with a visible marker where it was cut."""
+    kept = text[:max_chars].encode("utf-8", "surrogatepass")[:max_chars].decode("utf-8", "ignore")
+    if len(kept) == len(text):
         return text
-    return f"{text[:max_chars]}\n... [truncated {len(text) - max_chars} chars]"
+    return f"{kept}\n... [truncated {len(text) - len(kept)} chars]"
