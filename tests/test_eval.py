@@ -197,6 +197,12 @@ def test_data_seed_poses_the_problems_a_training_run_evaluated(tmp_path):
     assert json.loads((tmp_path / "o2" / "summary.json").read_text())["ran"]["data_seed"] == 1
     bad = run("--completions", path, "--dataset", "mbpp", "--split", "test", "--data-seed", 1, "--out", tmp_path / "b")
     assert bad.returncode == 2 and "--data-seed seeds a generated dataset" in bad.stderr
+    # (a review's find) --limit counts a file's own problems apart: a mix of the dataset's and its own is still refused
+    own = {"problem_id": "mine", "completion": "print(1)", "tests": {"inputs": [""], "outputs": ["1"]}}
+    path.write_text(path.read_text() + "\n" + json.dumps(own))
+    mixed = run("--completions", path, "--dataset", "builtin:arith-code", "--split", "validation", "--data-seed", 1,
+                "--limit", 8, "--out", tmp_path / "m")
+    assert mixed.returncode == 2 and "a pass@k over both is neither's" in mixed.stderr, mixed.stderr
 
 
 def test_eval_with_guided_decoding_keeps_every_completion_to_the_grammar(tiny_model_dir, tmp_path):

@@ -263,11 +263,16 @@ def test_a_kept_cell_that_raises_when_run_again_is_shown_and_named(grader):
 def test_a_cell_that_is_no_program_alone_is_its_syntax_error(grader):
     """(A hunt's find) a cell ending in a line continuation was joined to the harness's next line: `x = 1 + \\` gave a
     TypeError from the harness's code, and `x = \\` ran, was kept and broke the later cells."""
-    e, _ = env(grader, "env.multi_turn.max_output_chars=2000")
+    e, _ = env(grader, "env.multi_turn.max_output_chars=2000", "grpo.max_rollout_turns=10")
     assert e.step("<code>\ny = 2\n</code>").observation[0]["content"] == "(no output)"
     for cell in ("x = 1 + \\", "x = \\"):
         step = e.step(f"<code>\n{cell}\n</code>")
         assert "SyntaxError" in step.observation[0]["content"] and step.tool_error, step.observation
+    # (a review's find) a cell that parses and does not compile alone (`return` at the top level) is its own error,
+    # at its own line, never blamed on an earlier cell
+    for cell in ("return 1", "nonlocal x", "x = 2\nfrom __future__ import annotations"):
+        text = e.step(f"<code>\n{cell}\n</code>").observation[0]["content"]
+        assert "SyntaxError" in text and "earlier cell" not in text, text
     assert e.cells == ["y = 2"]
     assert e.step("<code>\nprint(y)\n</code>").observation[0]["content"] == "2\n"
 

@@ -275,3 +275,9 @@ def test_a_program_that_dies_before_the_tests_is_told_its_own_error(grader):
         e, _ = env(grader, SQUARES)
         step = e.step(f"```python\n{code}\n```")
         assert said in step.observation[0]["content"], step.observation
+    # (a review's find) a line the program printed to stderr is not its error where no traceback came
+    e, _ = env(grader, SQUARES, "env.multi_turn.public_tests=2")
+    fake = "import sys, os\nprint('SyntaxError: invalid syntax (fake)', file=sys.stderr)\ndef square(x):\n" \
+           "    if x < 0:\n        os._exit(1)\n    return x * x"
+    text = e.step(f"```python\n{fake}\n```").observation[0]["content"]
+    assert "fake" not in text and "runtime_error" in text, text

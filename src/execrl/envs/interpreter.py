@@ -100,7 +100,8 @@ class InterpreterEnv(Environment):
         ok = result.verdict == Verdict.PASS
         out, err, exited, replay_failed = result.stdout, result.stderr, False, False
         if stateful:
-            replay_failed = not ok and bool(self.cells) and marker not in result.stdout
+            replay_failed = not ok and bool(self.cells) and marker not in result.stdout and \
+                result.verdict != Verdict.SYNTAX_ERROR  # (the kept cells compiled together before)
             out, err = _after(out, marker + "\n").replace(end + "\n", "", 1), _after(err, marker)
             exited = ok and end not in result.stdout
         if ok and not exited:
@@ -207,12 +208,14 @@ def stateful_program(cells: list[str], cell: str, marker: str, end: str) -> str:
 
 
 def _parses(cell: str) -> bool:
-    """Whether a cell is a Python program on its own (the model's text: parsed as the run's other code is, in
-    time linear in it)."""
-    import ast
+    """Whether a cell compiles as a Python program on its own (`return` at the top level parses, and does not
+    compile); the model's text, compiled here as its other code is parsed, in time linear in it, warnings unsaid."""
+    import warnings
 
     try:
-        ast.parse(cell)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(cell, "<cell>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return False
     return True

@@ -153,11 +153,13 @@ def feedback(spec: TestSpec, result: ProgramResult, max_chars: int, hidden: bool
     failed = [i for i, t in enumerate(result.tests) if t.verdict != V.PASS]
     lines = [f"{len(failed)} of {len(result.tests)} tests failed."]
     died = _died_of(result.stderr) if isinstance(spec, (AssertTests, CheckTests)) else ""
+    said = "Traceback (most recent call last):" in result.stderr  # (a debug line the program printed is no error)
     for i in failed:
         t = result.tests[i]
         if t.verdict == V.FAIL:
             got = t.detail or "the assertion failed"
-        elif died and t.verdict in (V.SYNTAX_ERROR, V.RUNTIME_ERROR) and _says_nothing(t.detail):
+        elif died and (said or t.verdict == V.SYNTAX_ERROR) and t.verdict in (V.SYNTAX_ERROR, V.RUNTIME_ERROR) \
+                and _says_nothing(t.detail):
             got = f"{t.verdict.value}: {died}"  # (the program's own error, where the tests' side saw it end)
         else:
             got = f"{t.verdict.value}: {t.detail}".strip(": ")

@@ -305,7 +305,7 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
         first_of.setdefault(p.id, p)
     later = set(first_of) - set(by_id)
     grouped: dict[object, tuple[Problem, list]] = {}  # (an id, or a row number for a row with no id)
-    past_limit = 0
+    past_limit, own_keys = 0, set()  # (the rows' own problems, which --limit counts apart from the dataset's)
     for n, row in enumerate(read_rows(path), 1):
         row = {k: v for k, v in row.items() if v is not None}  # null: none (an answer of null was a math problem whose
         pid = str(row.get("problem_id", row.get("id", "")))  # reference is "None", rows of problem_id null one problem)
@@ -328,9 +328,10 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
             past_limit += 1
             continue
         elif "tests" in row or "answer" in row:
-            if limit and key not in grouped and len(grouped) >= limit:
+            if limit and key not in own_keys and len(own_keys) >= limit:
                 past_limit += 1
                 continue
+            own_keys.add(key)
             problem = own_problem(path, n, row, pid or f"row {n}", max_tests)
             first = grouped.get(key, (problem,))[0]
             if not same_problem(problem, first):
