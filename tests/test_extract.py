@@ -129,7 +129,8 @@ def test_a_humaneval_body_with_a_helper_named_after_the_entry_point_continues_th
     typed = Problem("HumanEval/0", [], "code", metadata={"entry_point": "f", "code_prefix":
                                                          "from typing import (\n    List,\n)\n\n\ndef f(xs: List[int]):\n"})
     own = "def f(xs: List[int]) -> int:\n    return 0\n"  # (List from the prompt's import, as the harness runs it)
-    assert program_of(typed, own).startswith("from typing import (\n    List,\n)") and program_of(typed, own).endswith(own)
+    program = program_of(typed, own)
+    assert program.startswith("from typing import (\n    List,\n)") and program.endswith(own)
     cyclic = Problem("HumanEval/38", [], "code", metadata={"entry_point": "decode", "code_prefix":
                                                            "def encode(s):\n    return s[::-1]\n\n\ndef decode(s):\n"})
     assert "def encode(s)" in program_of(cyclic, "def decode(s):\n    return encode(s)\n")  # (the prompt's helper)

@@ -385,8 +385,8 @@ def eval_config(args):
     if args.chat_template_kwargs is not None and args.completions:
         raise ValueError("--chat-template-kwargs shapes the prompts a --model is sampled on; --completions were made "
                          "elsewhere: drop it")
-    sampling = [flag for flag, given in (("--temperature", args.temperature is not None), ("--top-p", args.top_p != 1.0),
-                                         ("--seed", args.seed != 0)) if given]
+    sampling = [flag for flag, given in (("--temperature", args.temperature is not None),
+                                         ("--top-p", args.top_p != 1.0), ("--seed", args.seed != 0)) if given]
     if sampling and args.completions:  # (they were ignored, and the summary did not record them)
         raise ValueError(f"{sampling[0]} sets how a --model is sampled; --completions were made elsewhere: drop it")
     if args.grading_share > 1:

@@ -251,7 +251,8 @@ def test_the_public_tests_run_the_program_the_final_grading_runs(grader):
     leet = Problem("leetcode/x", [{"role": "user", "content": "Complete class Solution: count(nums)."}], "code",
                    tests=AssertTests(["assert Solution().count([1, 1, 2]) == 2", "assert Solution().count([]) == 0"]),
                    metadata={"code_header": IMPORTS})
-    right = "```python\nclass Solution:\n    def count(self, nums: List[int]) -> int:\n        return len(Counter(nums))\n```"
+    right = ("```python\nclass Solution:\n    def count(self, nums: List[int]) -> int:\n"
+             "        return len(Counter(nums))\n```")
     e, _ = env(grader, leet, "reward.components=[{name: turn_discounted_pass_fraction, weight: 1.0, discount: 0.5}]")
     step = e.step(right)
     assert step.done and step.reward.total == 1.0, step.observation
@@ -270,7 +271,8 @@ def test_a_program_that_dies_before_the_tests_is_told_its_own_error(grader):
     set-up failed: RemoteGone: the program ended ([Errno 32] Broken pipe)"; the program's own error line is shown,
     as the call and stdin forms show it."""
     for code, said in [("def square(x)\n    return x * x", "syntax_error: SyntaxError: expected ':'"),
-                       ("import numpyy\ndef square(x):\n    return x * x", "ModuleNotFoundError: No module named 'numpyy'"),
+                       ("import numpyy\ndef square(x):\n    return x * x",
+                        "ModuleNotFoundError: No module named 'numpyy'"),
                        ("def square(x):\n    return x * x\nraise ValueError('top level')", "ValueError: top level")]:
         e, _ = env(grader, SQUARES)
         step = e.step(f"```python\n{code}\n```")

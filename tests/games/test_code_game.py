@@ -213,8 +213,9 @@ def test_a_round_the_sandbox_failed_on_scores_neither_seat(grader, monkeypatch):
     from execrl.sandbox import Verdict
     from execrl.sandbox.grader import RunResult
 
-    cfg = load_config(None, ["env.multi_turn.kind=game", "grpo.max_rollout_turns=2", "grpo.num_generations_per_prompt=2",
-                             "data.train.dataset_name=selfplay:code_game", "env.multi_turn.observation_role=user"])
+    cfg = load_config(None, ["env.multi_turn.kind=game", "grpo.max_rollout_turns=2",
+                             "grpo.num_generations_per_prompt=2", "data.train.dataset_name=selfplay:code_game",
+                             "env.multi_turn.observation_role=user"])
     problem = load_problems("selfplay:code_game", "train", count=1)[0][0]
     monkeypatch.setattr(grader, "run_apart", lambda codes, **kw: [RunResult(Verdict.INFRA_ERROR, "", "died")] * 2)
     writer, predictor = make_envs(cfg, grader, problem, 2)
