@@ -94,7 +94,7 @@ class InterpreterEnv(Environment):
         marker, end = f"__cell_{secrets.token_hex(8)}__", f"__end_{secrets.token_hex(8)}__"
         # a cell that ends the program (sys.exit) is never replayed: it would end every later one before it ran
         # (a cell that is no program alone, `x = 1 + \` say, runs alone: joined to what follows it, it ran as another)
-        stateful = self.mt.stateful and (self.problem.language != "python" or _parses(cell))
+        stateful = self.mt.stateful and _compiles(cell, self.problem.language)
         program = stateful_program(self.cells, cell, marker, end) if stateful else cell
         result = self.grader.run(program, language=self.problem.language)
         ok = result.verdict == Verdict.PASS
@@ -150,7 +150,7 @@ class InterpreterEnv(Environment):
             return None
         # the bare body is the submission's code; prose in the tag is graded as such, with no format credit
         code = body.strip("\n")
-        return code, closed and (self.problem.language != "python" or _parses(code))
+        return code, closed and _compiles(code, self.problem.language)
 
     def _in_code(self, before: str) -> bool:
         """`before` ends inside a code cell: a <code> tag that opens its line, not closed since (one named in prose,
@@ -207,10 +207,14 @@ def stateful_program(cells: list[str], cell: str, marker: str, end: str) -> str:
     return "".join(futures) + "\n".join([quiet, *bodies[:-1], split, bodies[-1], done])
 
 
-def _parses(cell: str) -> bool:
+def _compiles(cell: str, language: str) -> bool:
     """Whether a cell compiles as a Python program on its own (`return` at the top level parses, and does not
-    compile); the model's text, compiled here as its other code is parsed, in time linear in it, warnings unsaid."""
+    compile); the model's text, compiled here as its other code is parsed, in time linear in it, warnings unsaid.
+    Another language's cell is taken as it is (True)."""
     import warnings
+
+    if language != "python":
+        return True
 
     try:
         with warnings.catch_warnings():

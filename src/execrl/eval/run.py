@@ -219,7 +219,8 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     model, tok = load_model_and_tokenizer(model_name)
     if cfg.chat_template_kwargs is not None:  # (None: the tokenizer's saved ones, which it loaded with)
         set_template_kwargs(tok, cfg.chat_template_kwargs)
-    vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else len(tok)
+    head = model.get_output_embeddings()
+    vocab = head.weight.shape[0] if head is not None else len(tok)
     unknown = [i for i in cfg.stop_token_ids or () if i >= vocab]
     if unknown:  # (an id the model cannot sample ends nothing: a typo, or another model's id)
         raise ValueError(f"--stop-token-ids {unknown[0]} is not a token of {model_name} ({vocab:,} tokens): it would "
