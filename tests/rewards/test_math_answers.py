@@ -160,3 +160,26 @@ def test_minervas_rewrites_are_re_subs_in_linear_time():
     for unit in ("x", "\\text{", "\\overline{", "\\boxed{", "$a"):
         assert not dapo_correct("Answer: 5", unit * 16000)
     assert time.perf_counter() - start < 2
+
+
+def test_a_percentage_is_read_one_way_where_the_question_asks_for_one():
+    """(A hunt's find) math-verify reads N% as N and as N/100, so a reference of 50 was matched by 50% and by 5000%,
+    100x apart. Where the question asks for a percentage (or the reference is one) an answer is read as written;
+    elsewhere either way, as before (50% for a probability of 0.5; 94% for "what score?")."""
+    from execrl.extract import Extracted
+    from execrl.rewards import Sample
+    from execrl.rewards.math_answers import math_correct
+    from execrl.tasks import Problem
+
+    asks = "What percentage of the class are girls?"
+    for answer, reference, question, right in [
+            ("50%", "50", asks, True), ("50\\%", "50", asks, True), ("50 \\text{\\%}", "50", asks, True),
+            ("5000%", "50", asks, False), ("0.5%", "50", asks, False), ("50", "50\\%", "", True),
+            ("5000\\%", "50\\%", "", False), ("0.5", "50\\%", "", False), ("12.5 %", "12.5", "As a percent, how much?", True),
+            ("50%", "0.5", "What is the probability?", True), ("94%", "94", "What score does he need?", True),
+            ("-5%", "-0.05", "", True), ("1/8%", "0.00125", "", True)]:
+        assert answers_match(answer, reference, question) is right, (answer, reference, question)
+        text = f"So the answer is \\boxed{{{answer}}}."
+        s = Sample(Problem("m/1", [{"role": "user", "content": question or "How much?"}], "math", answer=reference),
+                   text, Extracted(text, True))
+        assert math_correct(s) == float(right), (answer, reference, question)

@@ -89,7 +89,40 @@ def _number(text: str) -> tuple[bool, str, int] | Fraction | None:
         return None
 
 
-def answers_match(predicted: str | None, reference: str) -> bool:
+PERCENT = re.compile(r"(.+?)\s*(?:\\[,! ;])?\s*(?:\\?%|\\text\{\s*\\?%\s*\}|percent)")  # 25%, 25\\,\\%, 25 percent
+ASKS_PERCENT = re.compile(r"\b(?:what|which|how\s+(?:many|much))\s+(?:\w+\s+){0,2}?percent(?:age)?s?\b|"
+                          r"\b(?:in|as\s+an?|to\s+the\s+nearest(?:\s+\w+)?)\s+percent(?:age)?s?\b", re.I)  # a
+# question whose answer is a number of percent ("What percentage of ...", "... as a percent?")
+
+
+def _percent_read(text: str) -> tuple[object, bool] | None:
+    """A plain number, perhaps with a percent sign: (_number's key, whether it has one); None for anything else."""
+    m = PERCENT.fullmatch(text)
+    key = _number(m[1] if m else text)
+    return None if key is None else (key, m is not None)
+
+
+def _percent_match(a: tuple[object, bool], b: tuple[object, bool], asks_percent: bool) -> bool:
+    """A number and a reference, one or both with a percent sign. math-verify reads N% both as N and as N/100, so
+    2500% and 25% both matched a reference of 25: where the question asks for a percentage or the reference is one,
+    only as written (25% is 25); elsewhere either way, as math-verify ("an average of 74% ... what score?" 94%;
+    "the probability?" 50% for 0.5)."""
+    (x, x_percent), (y, y_percent) = a, b
+    if x_percent == y_percent or asks_percent or y_percent:
+        return x == y
+    return x == y or _hundredth(x) == y
+
+
+def _hundredth(key: tuple[bool, str, int] | Fraction) -> tuple[bool, str, int] | Fraction:
+    """A number key (_number's) divided by 100."""
+    if isinstance(key, Fraction):
+        return key / 100
+    negative, digits, exponent = key
+    return (negative, digits, exponent - 2) if digits else key
+
+
+def answers_match(predicted: str | None, reference: str, question: str = "") -> bool:
+    """Whether an answer equals the reference (`question`, the problem's text: whether it asks for a percentage)."""
     if predicted is None or not predicted.strip():
         return False
     predicted, reference = _bare(predicted), _bare(reference)
@@ -102,6 +135,9 @@ def answers_match(predicted: str | None, reference: str) -> bool:
     a, b = _number(predicted), _number(reference)
     if a is not None and b is not None:
         return a == b
+    percents = _percent_read(predicted), _percent_read(reference)
+    if None not in percents:  # (one or both with a percent sign)
+        return _percent_match(*percents, asks_percent=bool(ASKS_PERCENT.search(question)))
     if len(predicted) > max(MAX_ANSWER_CHARS, 2 * len(reference)) or importlib.util.find_spec("math_verify") is None:
         return False
     if not _balanced(predicted):  # ("\\frac{1}{2": cut before its end; boxed, "}{\\frac{1}{2}" would close the box)
@@ -244,7 +280,8 @@ def _math_verdict(sample: Sample) -> float:
         return 0.0
     if sample.problem.metadata.get(VERIFIER) == "dapo_math_verify":
         return 1.0 if dapo_correct(sample.completion, sample.problem.answer) else 0.0
-    return 1.0 if answers_match(math_answer(sample.extracted.answer), sample.problem.answer) else 0.0
+    question = "\n".join(m["content"] for m in sample.problem.messages if m["role"] == "user")
+    return 1.0 if answers_match(math_answer(sample.extracted.answer), sample.problem.answer, question) else 0.0
 
 
 # DAPO's answer check (verl's math_dapo, which NeMo RL's dapo_math_verify follows): the last
