@@ -319,6 +319,17 @@ def test_nemo_rls_add_resolver_decimal_leading_zeros_and_hydra_deletes():
     assert "where they are fewer than 4" in proc.stdout  # (an epoch of 3 problems is 1 step: 2 epochs end at step 2)
 
 
+def test_a_datasets_deletion_and_setting_apply_in_their_order():
+    """(A hunt's find) `~data.x data.x=2` ended with the default, as the datasets' overrides were applied before every
+    deletion; Hydra applies them in order: deleted, then 2."""
+    cfg = load_config("configs/grpo_math_1B.yaml", ["~data.max_input_seq_length", "data.max_input_seq_length=77"])
+    assert cfg.data.max_input_seq_length == 77 and "data.max_input_seq_length" in cfg._written
+    cfg = load_config("configs/grpo_math_1B.yaml", ["data.max_input_seq_length=77", "~data.max_input_seq_length"])
+    assert cfg.data.max_input_seq_length != 77 and "data.max_input_seq_length" not in cfg._written
+    with pytest.raises(ConfigError, match="no key data.nope to delete"):
+        load_config(None, ["~data.nope"])
+
+
 def test_keys_the_chosen_variant_does_not_read_are_named():
     """grpo.advantage=dr_grpo with grpo.normalize_rewards=true, or a constant normalizer beside token_level_loss:
     accepted without a word, while neither setting changed a number."""

@@ -51,26 +51,35 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
         dirs: list[Path] = []  # the folders of the files read: the config's, then those it inherits
         own: list[str] = []  # the keys the config file itself writes (the rest of `given` it inherits)
         given = _read(Path(path) if path else BUILTIN_DEFAULT, [], dirs, own)
-        overridden = set()
-        # the datasets' overrides first, into the file's tree: data.default fills the datasets as they are after them
-        # (NeMo RL fills them at run time: a validation set added on the command line takes the default's keys)
-        later = []
-        for item in overrides:
-            if not item.startswith("~") and _override_key(item.split("=", 1)[0]).split(".")[0] == "data":
-                key, value = _override(given, item)
-                overridden |= {key, *_dotted(value, f"{key}.")}
-            else:
-                later.append(item)
-        _fill_from_data_default(given)
-        tree = OmegaConf.merge(OmegaConf.create(_under(defaults, given)), given)
+        overridden: set[str] = set()
         deleted: set[str] = set()  # `~key`: the key and those under it are not written, unless written again after
-        for item in later:
+
+        def apply(tree: DictConfig, item: str) -> None:
+            nonlocal overridden
             key, value = _override(tree, item)
             if item.startswith("~"):
                 deleted.add(key)
                 overridden = {k for k in overridden if not _within(k, key)}
             else:
                 overridden |= {key, *_dotted(value, f"{key}.")}
+
+        # the datasets' overrides first (in their order, deletions too), into the file's tree: data.default fills the
+        # datasets as they are after them (NeMo RL fills them at run time: a validation set added on the command
+        # line takes the default's keys)
+        later = []
+        for item in overrides:
+            key = _override_key(item.lstrip("~").split("=", 1)[0])
+            if key.split(".")[0] != "data":
+                later.append(item)
+            elif item.startswith("~") and not _holds(given, key):
+                _delete(OmegaConf.create(_under(defaults, given)), item)  # (a key only the defaults hold: it stays
+                deleted.add(key)  # the default, as deleted; one held nowhere is refused)
+            else:
+                apply(given, item)
+        _fill_from_data_default(given)
+        tree = OmegaConf.merge(OmegaConf.create(_under(defaults, given)), given)
+        for item in later:
+            apply(tree, item)
         plain = OmegaConf.to_container(tree, resolve=True)
         in_file = {k for k in _dotted(OmegaConf.to_container(given, resolve=False))
                    if not any(_within(k, d) for d in deleted)}
@@ -316,15 +325,22 @@ def _value(key: str, raw: str) -> Any:
                           "brackets and braces, or quote it to pass it as text (e.g. 'key=\"[1\"')") from None
 
 
+def _holds(tree: DictConfig, key: str) -> bool:
+    """Whether `tree` has the dotted key (a null value too)."""
+    parent, _, last = key.rpartition(".")
+    node = OmegaConf.select(tree, parent, throw_on_missing=False) if parent else tree
+    return isinstance(node, DictConfig) and last in node
+
+
 def _delete(tree: DictConfig, item: str) -> tuple[str, None]:
     """Hydra's `~key` (or `~key=value`, only where the key holds that value): the key goes, and the schema's default
     takes its place (e.g. `~policy.scheduler`: a constant learning rate, as NeMo RL's with no scheduler)."""
     key, _, raw = item[1:].partition("=")
     key = _override_key(key)
+    if not _holds(tree, key):
+        raise ConfigError(f"override {item}: there is no key {key} to delete")
     parent, _, last = key.rpartition(".")
     node = OmegaConf.select(tree, parent, throw_on_missing=False) if parent else tree
-    if not isinstance(node, DictConfig) or last not in node:
-        raise ConfigError(f"override {item}: there is no key {key} to delete")
     if raw and _value(key, raw) != OmegaConf.to_container(node, resolve=True)[last]:
         raise ConfigError(f"override {item}: {key} does not hold {raw}, so it is not deleted (as Hydra)")
     node.pop(last)
