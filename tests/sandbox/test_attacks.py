@@ -686,6 +686,17 @@ def test_memory_held_in_memfds_counts(code):
         assert r.verdict in (V.MEMORY, V.RUNTIME_ERROR), r.to_dict()
 
 
+def test_linux_aio_is_refused(grader):
+    """(A hunt's find) io_setup's contexts come from one pool for the whole machine (fs.aio-max-nr, 65,536): a program
+    holding all of them left every other process on the host without (EAGAIN) while it ran. Refused (ENOSYS), as
+    io_uring is."""
+    code = ("import ctypes, errno, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "nr = {'x86_64': 206, 'aarch64': 0}[platform.machine()]\nctx = ctypes.c_ulong(0)\n"
+            "r = libc.syscall(nr, 1, ctypes.byref(ctx))\nprint(errno.errorcode.get(ctypes.get_errno()) if r else 'held')")
+    r = graded_quickly(grader, code, {"inputs": [""], "outputs": ["ENOSYS"]})
+    assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
+
+
 def test_inotify_and_fanotify_are_refused(grader):
     """(A review's covert channel) an inotify watch follows the inode across bind mounts: one program saw which of the
     shared read-only files another, graded at the same time, opened, and two answers of a group passed one's output
@@ -936,6 +947,22 @@ THREE = {"inputs": ["\n"] * 3, "outputs": ["ok\n"] * 3}
 @pytest.mark.parametrize("harm", list(SELF_HARM))
 def test_a_program_that_breaks_its_own_files_breaks_no_later_test(solo, harm):
     r = graded_quickly(solo, f"{HOME}{SELF_HARM[harm]}\nprint('ok')\n", THREE)
+    assert r.verdict == V.PASS, r.to_dict()
+    assert solo.grade("print('ok')", ONE).verdict == V.PASS
+
+
+def test_a_tree_put_in_place_of_the_source_is_set_aside_not_walked(solo):
+    """(A hunt's find) a test that replaced its source with a directory tree 300,000 levels deep had the zygote delete
+    it before the next test, outside every limit of the program's: ~10 s per test of a 1.7 s program. The tree is
+    now renamed aside in one call (left with the program's other files until its sandbox is reset): each test here
+    finds the trees of the tests before it whole."""
+    code = HOME + (
+        "def deep(top):\n    try:\n        os.chdir(top)\n        for _ in range(3000):\n            os.chdir('a')\n"
+        "        return True\n    except OSError:\n        return False\n"
+        "print(sum(deep(os.path.join(d, n)) for n in os.listdir(d) if n.startswith('.set-aside-')))\n"
+        "os.remove(__file__)\nos.mkdir(__file__)\nos.chdir(__file__)\n"
+        "for _ in range(3000):\n    os.mkdir('a')\n    os.chdir('a')\n")
+    r = solo.grade(code, {"inputs": ["\n"] * 3, "outputs": ["0\n", "1\n", "2\n"]})
     assert r.verdict == V.PASS, r.to_dict()
     assert solo.grade("print('ok')", ONE).verdict == V.PASS
 

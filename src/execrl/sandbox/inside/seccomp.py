@@ -27,6 +27,10 @@ kernel objects that outlive a process or escape its limits:
                                                                      files another one opens (two answers of a
                                                                      group, graded at once, passed one's output to
                                                                      the other by the names of the files it opened)
+  Linux AIO (io_setup, io_submit, ...; ENOSYS: libaio falls back   its contexts come from one pool for the whole
+  to synchronous I/O)                                                machine (fs.aio-max-nr): a program holding all
+                                                                     of it left every other process on the host
+                                                                     without (EAGAIN) while it ran
   fcntl's F_NOTIFY and F_SETLEASE (EPERM)                            the same watch by older calls: dnotify signals a
                                                                      directory's watcher at every read of a file in
                                                                      it; a lease holder learns of another's open and
@@ -63,10 +67,11 @@ _TABLES = {
                             298, 321, 323, 425, 426, 427,  # perf_event_open, bpf, userfaultfd, io_uring_*
                             101),  # ptrace
                272, 56, 435, (319, 447,  # memfd_create, memfd_secret (ENOSYS)
-                              253, 254, 255, 294, 300, 301), 41, 302, 72),  # inotify_*, fanotify_* (ENOSYS)
+                              253, 254, 255, 294, 300, 301,  # inotify_*, fanotify_* (ENOSYS)
+                              206, 207, 208, 209, 210, 333), 41, 302, 72),  # io_setup ... io_pgetevents (ENOSYS)
     "aarch64": (0xC00000B7, (180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197,
                              217, 218, 219, 235, 241, 280, 282, 425, 426, 427, 117),
-                272, 220, 435, (279, 447, 26, 27, 28, 262, 263), 198, 261, 25),
+                272, 220, 435, (279, 447, 26, 27, 28, 262, 263, 0, 1, 2, 3, 4, 292), 198, 261, 25),
 }
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
