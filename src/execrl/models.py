@@ -82,6 +82,15 @@ def tiny_tokenizer(name: str):
     return build_tokenizer([], vocab_size=BYTE_VOCAB)
 
 
+def parameters_to(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """`model` with its floating parameters in `dtype` and its buffers as they are, as from_pretrained loads a model
+    in a dtype (Module.to(dtype) rounds the rotary frequencies too: another model at long positions)."""
+    for p in model.parameters():
+        if p.is_floating_point():
+            p.data = p.data.to(dtype)
+    return model
+
+
 def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto", offline: bool | None = None,
                              tokenizer: str | None = None, seed: int = 0, config_overrides: dict | None = None):
     """(model, tokenizer) in eval mode on the device; `name` is a hub id, a directory in HF format,
@@ -93,7 +102,8 @@ def load_model_and_tokenizer(name: str, device: str = "auto", dtype: str = "auto
     if name in TINY_CODERS:
         tok = tiny_tokenizer(name)
         dev = pick_device(device)
-        return build_tiny_model(tok, hidden=128, layers=2, heads=4, seed=seed).to(dev, pick_dtype(dev, dtype)), tok
+        model = build_tiny_model(tok, hidden=128, layers=2, heads=4, seed=seed).to(dev)
+        return parameters_to(model, pick_dtype(dev, dtype)), tok
     from transformers import AutoModelForCausalLM
 
     offline = offline if offline is not None else os.environ.get("HF_HUB_OFFLINE") == "1"
@@ -345,7 +355,8 @@ def _load_adapter(directory: Path, device: str, dtype: str, offline: bool, token
                                           tokenizer or (str(directory) if has_tokenizer else None),
                                           config_overrides=json.loads(overrides.read_text()) if overrides.is_file()
                                           else None)
-    return PeftModel.from_pretrained(model, str(directory)).merge_and_unload().eval(), tok
+    merged = PeftModel.from_pretrained(model, str(directory)).merge_and_unload()  # (peft froze the base: trainable
+    return merged.requires_grad_(True).eval(), tok  # again, as any model loaded, or a full fine-tune of it trains nothing)
 
 
 CHAT_TEMPLATE = (

@@ -48,6 +48,12 @@ def test_only_the_adapters_train_and_the_checkpoint_loads_with_peft(tmp_path):
         torch.testing.assert_close(opponent.model(ids).logits, ours, atol=1e-4, rtol=1e-4)
     rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if "train/kl" in x]
     assert rows and all(m["train/logprob_mismatch"] < 1e-4 for m in rows)  # engine (low-rank path) = trainer
+    # (a hunt's find) a full fine-tune from the adapter: peft left the merged model frozen ("optimizer got an empty
+    # parameter list")
+    assert all(p.requires_grad for p in evaluated.parameters())
+    full, _ = run(tmp_path, "full", f"policy.model_name={ckpt / 'policy'}", "grpo.max_num_steps=1", "warmup.sft_steps=0",
+                  "checkpointing.enabled=false", "grpo.val_period=0")
+    assert full.step == 1
 
 
 def test_resume_restores_the_adapters_and_their_optimizer(tmp_path):

@@ -578,13 +578,15 @@ def test_near_greedy_sampling_is_warned():
     ("logger.log_dir={file}/logs", r"logger.log_dir=.*/file/logs cannot be created: .*/file is a file"),
     ("checkpointing.checkpoint_dir={file}/ck", r"checkpoint_dir=.*/file/ck cannot be created: .*/file is a file"),
     ("checkpointing.checkpoint_dir=/proc/execrl-ck", r"cannot be created: no folder can be made in /proc"),
+    ("checkpointing.checkpoint_dir=/proc", r"checkpoint_dir=/proc cannot be written: no folder can be made in /proc"),
+    ("logger.log_dir=/sys", r"log_dir=/sys cannot be written: no folder can be made in /sys"),
     ("reward.components=[{name: test_pass_fraction, weight: -1.0}]", "rewarded for wrong answers"),
     ("reward.components=[{name: overlong_penalty, max_tokens: 4096, buffer_tokens: 256}]",
      "overlong_penalty is the only reward, and it penalizes answers past 3840 tokens"),
 ])
 def test_runs_that_cannot_save_or_learn_are_refused_before_any_work(tmp_path, override, message):
-    """(A careless user's finds) a log or checkpoint directory under a file (or in /proc) passed --dry-run and ended the
-    run with a traceback at its first save, after steps of work; a correctness component of negative weight trained
+    """(A careless user's finds) a log or checkpoint directory under a file (or in /proc), or one that exists read-only,
+    passed --dry-run and ended the run with a traceback at its first save, after steps of work; a correctness component of negative weight trained
     the model to fail (its reward rising, read as progress); an overlong_penalty no answer can reach, alone, scored
     every answer 0."""
     from execrl.config.checks import validate

@@ -117,3 +117,29 @@ def test_fused_adamw_gives_the_for_loop_update():
         runs.append([p.detach().clone() for p in weights.master.parameters()])
     for loop, fused in zip(*runs):
         torch.testing.assert_close(fused, loop, rtol=1e-6, atol=1e-7)
+
+
+def test_the_bf16_compute_copy_keeps_the_rotary_frequencies_fp32(tmp_path):
+    """(A hunt's find) the compute copy cast every buffer to bf16: Qwen2.5's rotary frequencies rounded put a position
+    8,192 tokens in up to ~10 radians off, a model that from_pretrained(dtype=bf16) (eval, serving) and FSDP's mixed
+    precision (several processes) do not run. Parameters are cast; buffers keep their dtype."""
+    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    from execrl.models import load_model_and_tokenizer
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, rope_theta=1e6, max_position_embeddings=8192)
+    Qwen2ForCausalLM(cfg).save_pretrained(tmp_path)
+    master = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
+    compute = precision.compute_model(master, torch.bfloat16, sharded=False)
+    served = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16)
+    assert {b.dtype for b in compute.buffers()} == {torch.float32}
+    assert {p.dtype for p in compute.parameters()} == {torch.bfloat16}
+    ids = torch.randint(0, 300, (1, 16))
+    positions = torch.arange(8000, 8016)[None]
+    with torch.no_grad():
+        torch.testing.assert_close(compute(ids, position_ids=positions).logits,
+                                   served(ids, position_ids=positions).logits, atol=0, rtol=0)
+    tiny, _ = load_model_and_tokenizer("builtin:tiny-coder", "cpu", "bfloat16")
+    assert {b.dtype for b in tiny.buffers()} <= {torch.float32} and next(tiny.parameters()).dtype == torch.bfloat16

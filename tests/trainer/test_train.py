@@ -67,6 +67,19 @@ def test_a_damaged_checkpoint_is_named_and_an_incomplete_one_passed_over_with_a_
         capsys.readouterr().err.replace("\n", " ")
 
 
+def test_keep_top_k_counts_complete_checkpoints_and_keeps_the_one_just_written(tmp_path):
+    """(A hunt's find) an incomplete checkpoint newer than the one resumed from counted among keep_top_k's K: with
+    K = 1 the resumed run's step 3 was deleted as soon as written, the incomplete step 4 kept, nothing to resume."""
+    from execrl.trainer import checkpoint
+
+    run(tmp_path, "k", "grpo.max_num_steps=4", "warmup.sft_steps=0", "checkpointing.keep_top_k=null")
+    ckpt = tmp_path / "k" / "ckpt"
+    (ckpt / "step_000004" / "trainer_state.pt").unlink()
+    run(tmp_path, "k", "grpo.max_num_steps=3", "warmup.sft_steps=0", "checkpointing.keep_top_k=1")
+    assert checkpoint.latest(ckpt) == ckpt / "step_000003"
+    assert sorted(p.name for p in ckpt.glob("step_*")) == ["step_000003", "step_000004"]
+
+
 def test_a_resume_over_other_training_problems_is_refused(tmp_path, monkeypatch):
     """(A newcomer's find) the training file cut from 6 rows to 4 after 3 steps: the resume stopped on an IndexError
     (its place was past the end) after rewriting config.yaml; a file that grew or changed drew another stream without
@@ -265,6 +278,20 @@ def test_wandb_offline_needs_no_network(tmp_path, monkeypatch):
     _, d = run(tmp_path, "wb", "grpo.max_num_steps=1", "checkpointing.enabled=false", "logger.wandb_enabled=true",
                "logger.wandb.mode=offline")
     assert list((d / "wandb").glob("offline-run-*"))
+
+
+def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
+    """(A hunt's find) every resume began a W&B run of its own (resume="allow" with no id); the log directory keeps
+    the id the run started with, and logger.wandb.id names one."""
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    w = ["logger.wandb_enabled=true", "logger.wandb.mode=offline", "warmup.sft_steps=0", "grpo.val_period=0"]
+    _, d = run(tmp_path, "wb", "grpo.max_num_steps=2", *w)
+    run(tmp_path, "wb", "grpo.max_num_steps=4", *w)
+    ids = {p.name.rsplit("-", 1)[-1] for p in (d / "wandb").glob("offline-run-*")}
+    assert ids == {(d / "wandb_id").read_text().strip()}, ids
+    _, d = run(tmp_path, "named", "grpo.max_num_steps=1", "checkpointing.enabled=false", "logger.wandb.id=mine", *w)
+    assert {p.name.rsplit("-", 1)[-1] for p in (d / "wandb").glob("offline-run-*")} == {"mine"}
 
 
 def test_the_transformers_reference_backend_still_trains(tmp_path):

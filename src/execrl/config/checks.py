@@ -338,18 +338,18 @@ def check_machine(cfg: MasterConfig) -> None:
                                                                  cfg.checkpointing.checkpoint_dir)):
         if Path(where).exists() and not Path(where).is_dir():
             raise ConfigError(f"{key}={where} is a file, not a directory: name a directory (it is created)")
-        if why := uncreatable(Path(where).expanduser()):  # (found at the first checkpoint, after steps of work)
-            raise ConfigError(f"{key}={where} cannot be created: {why}: name a directory you can write")
+        if why := unusable(Path(where).expanduser()):  # (found at the first checkpoint, after steps of work)
+            raise ConfigError(f"{key}={where} cannot be {'written' if Path(where).expanduser().exists() else 'created'}"
+                              f": {why}: name a directory you can write")
 
 
-def uncreatable(directory: Path) -> str | None:
-    """Why `directory` (missing) could not be made, or None: its nearest existing folder is a file, or takes no new
-    folder (read-only, /proc). Probed with a folder made and removed there, nothing left behind."""
+def unusable(directory: Path) -> str | None:
+    """Why `directory` could not be made, or takes no new folder (read-only, /proc), or None: probed with a folder
+    made and removed in it or in its nearest existing parent, nothing left behind. (A checkpoint is written as a
+    folder; an existing read-only directory was found at the first checkpoint, after steps of work.)"""
     import tempfile
 
-    if directory.exists():
-        return None
-    base = next(p for p in directory.absolute().parents if p.exists())
+    base = next(p for p in [directory.absolute(), *directory.absolute().parents] if p.exists())
     if not base.is_dir():
         return f"{base} is a file"
     try:

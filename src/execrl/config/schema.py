@@ -466,6 +466,8 @@ class WandbConfig(Section):
     project: str = Field("execrl", description="W&B project")
     name: str | None = Field(None, description="run name (default: the log directory's name)")
     mode: str = Field("online", description="online | offline (no network; sync later with `wandb sync`)")
+    id: str | None = Field(None, description="the W&B run's id (default: new for a run from its start; a resumed run "
+                                             "continues its own, kept in the log directory's wandb_id)")
 
 
 class LoggerConfig(Section):

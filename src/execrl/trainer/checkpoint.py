@@ -61,8 +61,10 @@ def save(directory: str | Path, step: int, model, tokenizer, optimizer, schedule
                    tmp / "trainer_state.pt")
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)  # atomic: a checkpoint directory is either complete or absent
-        for old in sorted(root.glob(f"{PREFIX}*"))[:-keep] if keep > 0 else []:
-            shutil.rmtree(old, ignore_errors=True)
+        complete = [p for p in sorted(root.glob(f"{PREFIX}*")) if (p / "trainer_state.pt").is_file()]
+        for old in [p for p in complete if p != final][:-(keep - 1) or None] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)  # (the K newest complete ones stay, this one among them: an
+            # incomplete one a resume passed over, newer than this, counted among K deleted every complete one)
     dist.barrier()  # no rank goes on (or exits) before the checkpoint is complete
     return final
 

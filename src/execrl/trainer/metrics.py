@@ -4,6 +4,7 @@ rollouts."""
 from __future__ import annotations
 
 import json
+import secrets
 from pathlib import Path
 
 from rich.console import Console
@@ -57,8 +58,17 @@ class MetricsLogger:
                                    "logger.wandb_enabled=false)") from None
             w = cfg.logger.wandb
             self.wandb = wandb.init(project=w.project, name=w.name or self.dir.name, mode=w.mode, dir=str(self.dir),
-                                    config=cfg.model_dump(mode="json"), resume="allow")
+                                    config=cfg.model_dump(mode="json"), id=self._wandb_id(step), resume="allow")
         return len(old) - len(kept)
+
+    def _wandb_id(self, step: int) -> str:
+        """The W&B run's id: logger.wandb.id, else the one this log directory's run started with where it resumes
+        (kept in wandb_id beside metrics.jsonl: without an id every resume began a W&B run of its own), else new."""
+        path = self.dir / "wandb_id"
+        kept = path.read_text().strip() if step > 0 and path.is_file() else ""
+        run_id = self.cfg.logger.wandb.id or kept or secrets.token_hex(4)
+        path.write_text(run_id + "\n")
+        return run_id
 
     def log(self, step: int, metrics: dict) -> None:
         if self.jsonl is None:

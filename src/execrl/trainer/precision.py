@@ -123,9 +123,12 @@ def dtypes(precision: str, device: torch.device, stochastic_round: bool = False)
 
 def compute_model(master: torch.nn.Module, compute_dtype: torch.dtype, sharded: bool,
                   device: torch.device | None = None) -> torch.nn.Module:
-    """The model forward passes run on: a copy of the master in the compute dtype (on `device`:
-    the master's own unless given), or the master itself where they are one (fp32; or sharded,
-    where FSDP's mixed precision casts). Tensor by tensor: no second full-precision copy is made."""
+    """The model forward passes run on: a copy of the master with its parameters in the compute dtype (on `device`:
+    the master's own unless given), or the master itself where they are one (fp32; or sharded, where FSDP's mixed
+    precision casts). Tensor by tensor: no second full-precision copy is made. Buffers keep their dtype, as
+    from_pretrained and FSDP's mixed precision keep them: rotary frequencies rounded to bf16 put a position 8,192
+    tokens in up to ~10 radians off, a model that neither eval nor serving runs, and one process trained another
+    model than several."""
     here = next(master.parameters()).device
     device = here if device is None else torch.device(device)
     if sharded or (next(master.parameters()).dtype == compute_dtype and device == here):
@@ -133,7 +136,8 @@ def compute_model(master: torch.nn.Module, compute_dtype: torch.dtype, sharded: 
     memo: dict[int, torch.Tensor] = {}
     for t in [*master.parameters(), *master.buffers()]:
         if id(t) not in memo:  # (a tied head: one tensor, copied once)
-            new = t.detach().to(device, compute_dtype if t.is_floating_point() else t.dtype)
+            cast = isinstance(t, torch.nn.Parameter) and t.is_floating_point()
+            new = t.detach().to(device, compute_dtype if cast else t.dtype)
             memo[id(t)] = torch.nn.Parameter(new, t.requires_grad) if isinstance(t, torch.nn.Parameter) else new
     return copy.deepcopy(master, memo)
 
