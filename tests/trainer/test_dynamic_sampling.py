@@ -178,3 +178,18 @@ def test_max_num_epochs_counts_every_prompt_drawn(tmp_path):
                      f"data.train.path={data}", "warmup.sft_steps=0", "grpo.val_period=0", "checkpointing.enabled=false",
                      *DS, "grpo.batch_multiplier=2", f"reward.components=[{{name: '{own}:distinct', weight: 1.0}}]")
     assert r.step == 1 and r.sampler.passes == 1.0
+
+
+def test_rounds_of_fewer_prompts_than_gpus_are_refused():
+    """(A hunt's find) rounds of 1 prompt (3 x batch_multiplier 0.34) on 2 processes: each fills its share from its
+    part of a round, and rank 0's part was always empty: the run stopped as if every problem were too easy or too
+    hard, where one process trained."""
+    from execrl.config.batch import plan
+
+    cfg = ["grpo.num_prompts_per_step=3", "grpo.num_generations_per_prompt=4", "policy.train_global_batch_size=12",
+           *DS, "grpo.batch_multiplier=0.34"]
+    assert plan(load_config(None, cfg)).prompts_per_round == 1
+    with pytest.raises(ConfigError, match=r"rounds of 1 prompt.* fewer than the 2 GPUs.*batch_multiplier to at least "
+                                          r"0\.666667"):
+        plan(load_config(None, [*cfg, "cluster.gpus_per_node=2"]))
+    assert plan(load_config(None, [*cfg, "cluster.gpus_per_node=2", "grpo.batch_multiplier=0.67"])).prompts_per_round == 2

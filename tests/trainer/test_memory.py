@@ -90,6 +90,21 @@ def test_an_out_of_memory_names_its_phase_and_fixes_and_the_checkpoint_resumes(t
             if "train/loss" in m][-2:] == [3, 4]
 
 
+def test_the_note_after_an_out_of_memory_waits_on_no_other_rank(tmp_path, monkeypatch):
+    """(A hunt's find) one rank out of memory (longer samples than the others') wrote its note with a collective, while
+    the other ranks waited in the step's: the job hung, silent, until killed. The note reads the directory itself."""
+    from types import SimpleNamespace
+
+    from execrl.trainer import distributed as dist
+    from execrl.trainer.loop import resume_note
+
+    (tmp_path / "ck" / "step_000002").mkdir(parents=True)
+    (tmp_path / "ck" / "step_000002" / "trainer_state.pt").write_bytes(b"")
+    monkeypatch.setattr(dist, "from_main", lambda *a: pytest.fail("a collective"))
+    cfg = load_config(None, [f"checkpointing.checkpoint_dir={tmp_path / 'ck'}"])
+    assert "step_000002, is intact" in resume_note(SimpleNamespace(cfg=cfg))
+
+
 def test_an_out_of_memory_in_training_names_the_micro_batch():
     from execrl.trainer.memory import OutOfMemory, phase
 

@@ -128,6 +128,11 @@ def plan(cfg: MasterConfig) -> BatchPlan:
     # 1.3: 20)
     per_round = max(1, int(grpo.num_prompts_per_step * grpo.batch_multiplier)) if grpo.use_dynamic_sampling \
         else grpo.num_prompts_per_step
+    if per_round < n_gpus:  # (each GPU fills its share from its part of each round: one with no part never did)
+        raise ConfigError(f"dynamic sampling's rounds of {per_round} prompt(s) (int(grpo.num_prompts_per_step "
+                          f"{grpo.num_prompts_per_step} x grpo.batch_multiplier {grpo.batch_multiplier})) are fewer "
+                          f"than the {n_gpus} GPUs, each of which generates from its part of a round: raise "
+                          f"grpo.batch_multiplier to at least {n_gpus / grpo.num_prompts_per_step:g}")
     dyn = p.dynamic_batching
     train_split, score_split = Split(micro), Split(p.logprob_batch_size)
     if dyn.enabled:  # NeMo RL's defaults: the budget of a full micro-batch of the longest sequences

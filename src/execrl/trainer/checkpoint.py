@@ -79,9 +79,15 @@ def _name_dtype(config_path: Path, dtype: torch.dtype) -> None:
 
 def latest(directory: str | Path) -> Path | None:
     """The newest complete checkpoint, as rank 0 sees it (multi-node runs need a shared checkpoint
-    directory)."""
+    directory). Every rank calls it."""
+    return dist.from_main(latest_here(directory))
+
+
+def latest_here(directory: str | Path) -> Path | None:
+    """The newest complete checkpoint as this process sees it: no collective (a message one rank writes after its own
+    failure, while the others wait in another collective)."""
     found = sorted(p for p in Path(directory).glob(f"{PREFIX}*") if (p / "trainer_state.pt").is_file())
-    return dist.from_main(found[-1] if found else None)
+    return found[-1] if found else None
 
 
 def passed_over(directory: str | Path, found: Path | None) -> list[Path]:

@@ -467,8 +467,9 @@ def save_on_interrupt(run: Run) -> None:
 
 def resume_note(run: Run) -> str:
     """Where the run can go on from after a failure: its last checkpoint (written whole, or not
-    at all)."""
-    found = checkpoint.latest(run.cfg.checkpointing.checkpoint_dir) if run.cfg.checkpointing.enabled else None
+    at all). No collective: the failure may be this rank's alone (a rank out of memory on longer samples hung the
+    job here, the other ranks waiting in the step's)."""
+    found = checkpoint.latest_here(run.cfg.checkpointing.checkpoint_dir) if run.cfg.checkpointing.enabled else None
     if found is None:
         return "No checkpoint was written yet."
     return f"The last checkpoint, {found}, is intact: the same command resumes from it."
