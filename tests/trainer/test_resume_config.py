@@ -87,6 +87,9 @@ def test_a_fresh_start_never_erases_another_runs_metrics(tmp_path):
     with pytest.raises(ValueError, match="checkpointing.enabled is false, so this run cannot resume it"):
         train(load_config(None, again))  # (a newcomer's find: the same config again erased a whole earlier run's rows)
     assert (tmp_path / "b" / "metrics.jsonl").read_text() == rows
+    with pytest.raises(ValueError, match="it ran with checkpointing.enabled false, so no run can resume it"):
+        train(load_config(None, [*again[:-1], f"checkpointing.checkpoint_dir={tmp_path}/b/ck"]))  # (a hunt's find:
+    assert (tmp_path / "b" / "metrics.jsonl").read_text() == rows  # with checkpoints on, the same erasure)
     crashed = [*again[:-1], f"logger.log_dir={tmp_path}/c", f"checkpointing.checkpoint_dir={tmp_path}/c/ck",
                "checkpointing.save_period=5"]
     train(load_config(None, crashed))  # (stopped before its first checkpoint: the same run is done again)

@@ -161,11 +161,13 @@ def erases_a_run(cfg: MasterConfig) -> str | None:
     elsewhere = kept and (not cfg.checkpointing.enabled or
                           old.resolve() != Path(cfg.checkpointing.checkpoint_dir).expanduser().resolve())
     unresumable = not cfg.checkpointing.enabled  # (the same config again, without checkpoints: a whole earlier run's
-    if not refused and not elsewhere and not unresumable:  # rows went, with a note)
+    never_saved = not was.get("enabled")  # rows went, with a note; as they did where that run kept no checkpoints)
+    if not refused and not elsewhere and not unresumable and not never_saved:
         return None
     why = (f"its checkpoints are in {old}, which this run does not resume" if elsewhere else
            "its config.yaml differs in " + "; ".join(refused[:3]) + (" ..." if len(refused) > 3 else "") if refused else
-           "checkpointing.enabled is false, so this run cannot resume it")
+           "checkpointing.enabled is false, so this run cannot resume it" if unresumable else
+           "it ran with checkpointing.enabled false, so no run can resume it")
     return (f"logger.log_dir {log} holds the metrics of another run ({rows} row{'s' if rows > 1 else ''}; {why}): this "
             f"run starts from step 0 and would erase them. Name another logger.log_dir"
             + (f", or resume that run (checkpointing.checkpoint_dir={old})" if elsewhere else ""))
