@@ -120,6 +120,11 @@ def test_eval_completions_that_carry_their_own_tests_and_answers(tmp_path):
     proc = run("--completions", path, "--dataset", "", "--out", tmp_path / "o6")
     summary = json.loads((tmp_path / "o6" / "summary.json").read_text())
     assert proc.returncode == 0 and summary["pass@1"] == 1.0 and "2 of 3 programs graded" in proc.stderr, proc.stderr
+    # (a hunt's find) a C++ row with assert tests stopped the eval mid-grading, the rows graded before it lost
+    path.write_text(json.dumps(rows[0]) + "\n" + json.dumps({**missing, "id": "cpp", "language": "cpp"}))
+    proc = run("--completions", path, "--dataset", "", "--out", tmp_path / "o8")
+    assert proc.returncode == 2 and "row 2: AssertTests need Python; cpp programs take stdin/stdout tests" in \
+        " ".join(proc.stderr.split()), proc.stderr
 
 
 def test_completions_mixing_the_datasets_problems_and_their_own_are_refused(tmp_path):

@@ -19,12 +19,12 @@ from execrl.sandbox import (
     Grader,
     Limits,
     SandboxUnusable,
-    StdioTests,
     TestSpecError,
     Verdict,
     get_language,
     load_languages,
     parse_tests,
+    tests_refused,
 )
 from execrl.sandbox.grader import program_too_large
 from execrl.writable import unwritable
@@ -105,8 +105,8 @@ def prepare(row: dict, base: Limits) -> tuple:
     spec = parse_tests(row["tests"])
     language = row.get("language")
     language = "python" if language is None and "language" not in row else language
-    if not get_language(language).fork_python and not isinstance(spec, StdioTests):
-        raise TestSpecError(f"{language} programs take stdin/stdout tests only")
+    if refused := tests_refused(language, spec):
+        raise TestSpecError(refused)
     overrides = {}
     for key, (low, high) in LIMIT_RANGES.items():
         v = row.get(key)

@@ -994,6 +994,44 @@ def test_a_binary_that_breaks_itself_breaks_no_later_test(solo, harm):
     assert r.verdict == V.PASS, r.to_dict()
 
 
+def test_a_binary_a_language_names_other_than_exe_is_the_programs_own(solo):
+    """(A hunt's find) a language whose compile writes {dir}/main and runs it: a wrong program that deleted its binary,
+    or gave it a .interp that does not load, came out infra_error (left out of its reward, where the same program as
+    {exe} fails), and a right one that deleted it failed every later test. Every file the compile leaves is put back
+    between tests, and a file of the program's directory that will not exec is the program's failure."""
+    from execrl.sandbox.languages import LANGUAGES, Language
+
+    LANGUAGES["c-main"] = Language("c-main", "main.c", run=("{dir}/main",), compile=("g++", "-x", "c", "-O1", "-o",
+                                                                                      "{dir}/main", "{file}"))
+    head = "#include <stdio.h>\n#include <unistd.h>\nint main(int argc, char** argv) { "
+    try:
+        r = solo.grade(head + 'unlink(argv[0]); puts("ok"); }\n', THREE, language="c-main")
+        assert r.verdict == V.PASS, r.to_dict()
+        r = solo.grade(head + 'unlink(argv[0]); puts("no"); }\n', THREE, language="c-main")
+        assert r.verdict == V.FAIL, r.to_dict()
+        interp = ("const char interp[4] __attribute__((section(\".interp\"), used)) = {'a', 'b', 'c', 'd'};\n"
+                  + head + 'puts("ok"); }\n')
+        r = solo.grade(interp, THREE, language="c-main")
+        assert r.verdict == V.RUNTIME_ERROR, r.to_dict()
+    finally:
+        LANGUAGES.pop("c-main")
+
+
+def test_a_compilers_stdout_comes_back_as_its_ends_and_says_why(solo):
+    """(A hunt's find) a compile's stdout was read whole (an assembler's .print of 130 MB carried to the grader, which
+    never used it) and never shown (a compiler writing its errors to stdout, as the JVM does, failed with no word)."""
+    from execrl.sandbox.languages import LANGUAGES, Language
+
+    LANGUAGES["loud"] = Language("loud", "main.sh", run=("sh", "{file}"), compile=(
+        "sh", "-c", "echo 'error: the first line'; head -c 5000000 /dev/zero | tr '\\0' x; echo; echo 'the last'; exit 1"))
+    try:
+        r = solo.grade("echo ok", ONE, language="loud")
+        assert r.verdict == V.SYNTAX_ERROR, r.to_dict()
+        assert r.tests[0].detail.startswith("error: the first line") and r.stderr.endswith("the last\n")
+    finally:
+        LANGUAGES.pop("loud")
+
+
 HOLD_OPEN = r"""#include <cstdio>
 #include <cstring>
 #include <fcntl.h>

@@ -152,12 +152,15 @@ def test_hostile_lines_and_rows_of_a_file(tmp_path, capsys):
     with pytest.raises(DatasetError, match="f.json: not JSON"):
         read_rows(tmp_path / "f.json")
     bad = [{**rows[0], "id": "java", "language": "java"}, {**rows[0], "id": "five", "language": 5},
-           {**rows[1], "id": "nocontent", "prompt": [{"role": "user"}]}, {**rows[1], "id": "list", "prompt": [1, 2]}]
+           {**rows[1], "id": "nocontent", "prompt": [{"role": "user"}]}, {**rows[1], "id": "list", "prompt": [1, 2]},
+           {**rows[0], "id": "cpp-asserts", "language": "cpp",  # (a hunt's find: one such row stopped a whole eval)
+            "tests": {"asserts": ["assert f(1) == 2"]}}]
     (tmp_path / "g.jsonl").write_text("\n".join(json.dumps(r) for r in rows + bad))
     problems, report = load_problems("jsonl", "test", str(tmp_path / "g.jsonl"))
-    assert [p.id for p in problems] == ["a", "b"] and report.skipped == 4
-    printed = capsys.readouterr().err
+    assert [p.id for p in problems] == ["a", "b"] and report.skipped == 5
+    printed = " ".join(capsys.readouterr().err.split())
     assert "a language the sandbox does not run" in printed and "string role and content" in printed
+    assert "AssertTests need Python; cpp programs take stdin/stdout tests" in printed
     # exported chats spell roles "User"; a prompt of a system message alone has nothing to answer
     odd = [{**rows[1], "id": "cap", "prompt": [{"role": "System", "content": "Be brief."},
                                                 {"role": "User", "content": "What is 2+2?"}]},

@@ -23,7 +23,16 @@ from execrl.extract import extract
 from execrl.prompts import PromptConfig, build_messages, drop_long_prompts
 from execrl.rewards import CORRECT, Sample, outcome, sandbox_failures
 from execrl.rewards.outcome import NO_CODE, graded_in_sandbox
-from execrl.sandbox import LANGUAGES, Grader, Limits, TestSpecError, check_infra_share, language_named, parse_tests
+from execrl.sandbox import (
+    LANGUAGES,
+    Grader,
+    Limits,
+    TestSpecError,
+    check_infra_share,
+    language_named,
+    parse_tests,
+    tests_refused,
+)
 from execrl.sandbox.spec import entry_names, truncate_tests
 from execrl.tasks import Problem, dataset_key, load_problems
 from execrl.tasks.problem import VERIFIER, DatasetError, read_rows
@@ -377,6 +386,8 @@ def own_problem(path: str, n: int, row: dict, pid: str, max_tests: int) -> Probl
         tests = truncate_tests(parse_tests(row["tests"]), max_tests) if "tests" in row else None
     except TestSpecError as e:
         raise DatasetError(f"{path}, row {n}: {e}") from None
+    if tests is not None and (refused := tests_refused(language, tests)):  # (found mid-grading, it lost the rows
+        raise DatasetError(f"{path}, row {n}: {refused}")  # graded before it)
     return Problem(pid, [], "code" if "tests" in row else "math", tests=tests,
                    answer=str(row["answer"]) if "answer" in row else None, language=language)
 

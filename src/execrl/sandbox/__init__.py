@@ -86,7 +86,7 @@ from execrl.sandbox.grader import (
     check_infra_share,
     program_verdict,
 )
-from execrl.sandbox.languages import LANGUAGES, Language, get_language, language_named, load_languages
+from execrl.sandbox.languages import LANGUAGES, Language, get_language, language_named, load_languages, tests_refused
 from execrl.sandbox.spec import (
     AssertTests,
     CallTests,
@@ -100,7 +100,7 @@ from execrl.sandbox.spec import (
 )
 
 __all__ = [
-    "Grader", "Limits", "ProgramResult", "SandboxUnusable", "SandboxFailing", "check_infra_share", "RunResult", "TestResult", "program_verdict", "LANGUAGES", "Language", "language_named",
+    "Grader", "Limits", "ProgramResult", "SandboxUnusable", "SandboxFailing", "check_infra_share", "RunResult", "TestResult", "program_verdict", "LANGUAGES", "Language", "language_named", "tests_refused",
     "get_language", "load_languages", "TestSpec", "TestSpecError", "Verdict", "parse_tests", "split_test_script",
     "AssertTests", "CallTests", "CheckTests", "StdioTests",
 ]

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from execrl.sandbox.compare import outputs_match, values_match
 from execrl.sandbox.inside.protocol import MAX_NODES, carry_status, decode, encode, node_marks, too_many_nodes
-from execrl.sandbox.languages import Language, get_language
+from execrl.sandbox.languages import Language, get_language, tests_refused
 from execrl.sandbox.pool import ReplyUnreadable, Worker, WorkerDied, WorkerPool
 from execrl.sandbox.preview import preview
 from execrl.sandbox.spec import (
@@ -193,8 +193,8 @@ class Grader:
               limits: Limits | None = None) -> ProgramResult:
         spec = tests if isinstance(tests, (StdioTests, CallTests, AssertTests, CheckTests)) else parse_tests(tests)
         lang, lim = get_language(language), limits or self.limits
-        if not lang.fork_python and not isinstance(spec, StdioTests):
-            raise TestSpecError(f"{type(spec).__name__} need Python; {lang.name} programs take stdin/stdout tests")
+        if refused := tests_refused(lang.name, spec):
+            raise TestSpecError(refused)
         too_large = program_too_large(code)
         if too_large:
             return ProgramResult(V.RUNTIME_ERROR, [TestResult(V.RUNTIME_ERROR, detail=too_large)] * num_tests(spec),
@@ -290,7 +290,8 @@ def _run_on(w: Worker, code: str, stdin: str, lang: Language, lim: Limits) -> Ru
     if not results or "compile" in results[0][0]:
         compiled = results[0] if results else ({}, [b"", b""])
         _check_infra(compiled[0].get("compile", {}))
-        return RunResult(V.SYNTAX_ERROR, "", compile_said(compiled[0].get("compile", {}), compiled[1][1], lim))
+        return RunResult(V.SYNTAX_ERROR, "", compile_said(compiled[0].get("compile", {}), compiled[1][1], lim,
+                                                          compiled[1][0]))
     r, (stdout, err, _) = results[0][0]["result"], results[0][1]
     _parse_status(r, results[0][1])
     _check_infra(r)
@@ -359,7 +360,7 @@ def _grade_on(w: Worker, code: str, spec: TestSpec, lang: Language, lim: Limits)
         for reply, (stdout, err, value) in _results(w, n * per_test_wall + 3 * lim.compile_timeout_s + 30):
             if "compile" in reply:
                 _check_infra(reply["compile"])
-                detail = compile_said(reply["compile"], err, lim)
+                detail = compile_said(reply["compile"], err, lim, stdout)
                 return ProgramResult(V.SYNTAX_ERROR, [TestResult(V.SYNTAX_ERROR, detail=detail[:300],
                                                                  error="SyntaxError")] * n, detail[-2000:])
             tests.append(_judge(reply["result"], stdout, err, value, spec, len(tests), lim))
@@ -373,14 +374,15 @@ def _grade_on(w: Worker, code: str, spec: TestSpec, lang: Language, lim: Limits)
     return ProgramResult(program_verdict(tests), tests, stderr[-2000:])
 
 
-def compile_said(res: dict, err: bytes, lim: Limits) -> str:
-    """A failed compile's account: the compiler's stderr, after why it was stopped where it was (a compile out of
-    time, memory or file size read as a syntax error with nothing said)."""
+def compile_said(res: dict, err: bytes, lim: Limits, out: bytes = b"") -> str:
+    """A failed compile's account: the compiler's stderr (its stdout where it wrote its errors there, as the JVM
+    does), after why it was stopped where it was (a compile out of time, memory or file size read as a syntax error
+    with nothing said)."""
     why = {"deadline": f"out of time ({lim.compile_timeout_s:g} s)", "cpu": f"out of time ({lim.compile_timeout_s:g} s)",
            "memory": f"out of memory ({lim.compile_memory_mb} MB)"}.get(res.get("killed_for") or "")
     if res.get("exit") == -signal.SIGXFSZ:
         why = f"over the file size its output may have ({lim.compile_output_mb} MB)"
-    text = _text(err)
+    text = _text(err) or _text(out)
     return f"the compiler was stopped: {why}\n{text}" if why else text
 
 

@@ -11,6 +11,8 @@ it checks only that the commands exist).
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass
 
 import yaml
@@ -48,6 +50,17 @@ def get_language(name: str) -> Language:
     return LANGUAGES[key]
 
 
+def tests_refused(language: str, spec) -> str | None:
+    """Why programs in `language` cannot take `spec`'s form of tests (calls, asserts and checks run in Python's
+    harness), or None."""
+    from execrl.sandbox.spec import StdioTests
+
+    lang = get_language(language)
+    if lang.fork_python or isinstance(spec, StdioTests):
+        return None
+    return f"{type(spec).__name__} need Python; {lang.name} programs take stdin/stdout tests"
+
+
 def language_named(value, default: str = "python") -> str | None:
     """A row's language (empty: `default`) by the sandbox's name for it (`Python`, `python3`, `C++` as get_language
     reads them), else None (an unknown name, or not a name)."""
@@ -74,5 +87,14 @@ def load_languages(path: str) -> None:
                 or not isinstance(entry.get("run"), list) or not isinstance(entry.get("compile", []), list)):
             raise ValueError(f"{path}: language {name!r} needs 'file' (a name) and 'run' (a command as a list), and "
                              "optionally 'compile' (a list)")
-        LANGUAGES[name.lower()] = Language(name.lower(), entry["file"], tuple(entry["run"]),
-                                           tuple(entry.get("compile", ())), hello=entry.get("hello", ""))
+        LANGUAGES[name.lower()] = Language(name.lower(), entry["file"], _found(entry["run"]),
+                                           _found(entry.get("compile", [])), hello=entry.get("hello", ""))
+
+
+def _found(command: list) -> tuple[str, ...]:
+    """A command with its tool as the path this machine's PATH finds (the sandbox looks in /usr/local/bin, /usr/bin
+    and /bin only: a tool in /opt/x/bin or ~/.cargo/bin on the PATH made every program an infra_error)."""
+    command = tuple(str(a) for a in command)
+    if command and "/" not in command[0] and "{" not in command[0] and (path := shutil.which(command[0])):
+        return (os.path.abspath(path), *command[1:])
+    return command

@@ -10,7 +10,7 @@ import functools
 import json
 import math
 
-from execrl.sandbox import LANGUAGES, TestSpecError, language_named, parse_tests
+from execrl.sandbox import LANGUAGES, TestSpecError, language_named, parse_tests, tests_refused
 from execrl.tasks.problem import DatasetError, Problem, chat_messages, read_rows
 from execrl.tasks.registry import register
 
@@ -53,6 +53,9 @@ def load(path, split, report, fields: dict | None = None, **_):
                 spec = parse_tests(row[f["tests"]])
             except TestSpecError as e:
                 report.skip(rid, f"unusable tests ({e.reason})")
+                continue
+            if refused := tests_refused(language, spec):  # (one such row stopped a whole eval, mid-grading)
+                report.skip(rid, refused)
                 continue
             problems.append(Problem(str(rid), messages, "code", tests=spec, language=language,
                                     metadata=metadata))

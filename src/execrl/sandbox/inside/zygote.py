@@ -52,6 +52,7 @@ from .protocol import carry_status, recv_msg, send_msg
 
 ROOT = "/tmp"  # the program's writable tmpfs (a fresh temporary directory when there are no namespaces)
 PROGRAM_DIR = "/tmp/prog"  # the program's own directory (its source, its binary), wiped between programs
+KEPT_FILES = 64  # the files of it a compile leaves that are put back between tests, at most
 EXE = "main.bin"  # a compiled program's binary in PROGRAM_DIR ({exe} in a language's commands)
 KEEP: list[str] = []  # read-only binds under ROOT (an interpreter or venv kept in /tmp): bound again each time
 KEEP_HOLD = "/.execrl-keep"  # (isolation.KEEP_HOLD) KEEP's i-th path is bound at KEEP_HOLD/i too
@@ -328,7 +329,9 @@ class Zygote:
             compile_failed = report == COMPILE_FAILED.encode()  # (said before any of the program ran)
             if report and not compile_failed:
                 res["setup_error"] = report.decode("utf-8", "replace")
-            out, err = _read(files[1], lim["output_mb"] << 20), _read_ends(files[2], 8192)
+            out = _read_ends(files[1], 8192) if job.get("compile") else _read(files[1], lim["output_mb"] << 20)
+            err = _read_ends(files[2], 8192)  # (a compiler's stdout is read for its account only: an assembler's
+            # .print of 130 MB was carried whole to the grader, which never used it)
             raw = _read(files[STATUS_FD], lim["output_mb"] << 20)  # a return value's size
             if target is checker_child:  # (the checker's lines: ours, from a zygote no program is forked from)
                 res["status"], value = carry_status(raw, checker=True)
@@ -424,17 +427,23 @@ class Zygote:
         if h.get("compile"):
             lim = dict(h["limits"], memory_mb=h["limits"]["compile_memory_mb"], output_mb=h["limits"]["compile_output_mb"])
             t = h["limits"]["compile_timeout_s"]
-            res, pair = self.spawn(exec_child, {"argv": _argv(h["compile"], self.src)}, lim, cpu_s=t, wall_s=2 * t)
+            res, pair = self.spawn(exec_child, {"argv": _argv(h["compile"], self.src), "compile": True}, lim, cpu_s=t,
+                                   wall_s=2 * t)
             if res["exit"] != 0 or res["killed_for"] or "setup_error" in res:
                 return res, pair
         exe = os.path.join(PROGRAM_DIR, EXE)
         self.image_bytes = 0
-        if _signature(exe) is not None and stat.S_ISREG(_signature(exe)[1]):
-            with open(exe, "rb") as f:
+        for name in sorted(os.listdir(PROGRAM_DIR))[:KEPT_FILES]:  # what the compile left: the binary, a language's
+            path = os.path.join(PROGRAM_DIR, name)  # other files ({dir}/main, Main.class, ...), each put back as the
+            sig = _signature(path)  # binary is where a test changed it (a run command naming another file than
+            if path == self.src or sig is None or not stat.S_ISREG(sig[1]):  # {exe} lost it: infra_error)
+                continue
+            with open(path, "rb") as f:
                 data = bytearray(os.fstat(f.fileno()).st_size)
                 f.readinto(data)
-                self.kept[exe] = (data, None)
-            self.image_bytes = _load_size(data)
+            self.kept[path] = (data, None)
+            if path == exe:
+                self.image_bytes = _load_size(data)
         self._restore_program()  # (records what each kept file looks like now)
         return None
 
@@ -498,7 +507,8 @@ class Zygote:
                 target = python_child
             else:
                 argv = _argv(h["run"], self.src)  # ("program": its own binary, whose exec failing is its failure)
-                job, target = {"argv": argv, "program": argv[0] == os.path.join(PROGRAM_DIR, EXE)}, exec_child
+                own = os.path.normpath(os.path.join(PROGRAM_DIR, argv[0])).startswith(PROGRAM_DIR + os.sep)
+                job, target = {"argv": argv, "program": own}, exec_child  # (a file of its directory: {exe}, {dir}/main)
             broken = self._restore_program() if i else ""
             if broken:  # charged to the program, whose files it was: this test fails unrun
                 res, pair = _unrun(broken), [b"", broken.encode(), b""]
