@@ -81,13 +81,14 @@ def route(x: torch.Tensor, router: torch.Tensor, top_k: int, normalize: bool,
 def experts_one_by_one(x, weight, expert, gate_up, down, act) -> torch.Tensor:
     """The routed tokens of each expert in turn (CPU, and the reference): x [N, d], weight and
     expert [N, k], gate_up [E, 2I, d], down [E, d, I] -> [N, d]."""
-    glu, out = gated(act), torch.zeros_like(x)
+    glu, out = gated(act), torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for e in range(gate_up.shape[0]):
         rows, slot = (expert == e).nonzero(as_tuple=True)
         if rows.numel():
             y = F.linear(glu(F.linear(x[rows], gate_up[e])), down[e]) * weight[rows, slot, None]
-            out.index_add_(0, rows, y.to(x.dtype))
-    return out
+            out.index_add_(0, rows, y.float())
+    return out.to(x.dtype)  # (a token's k terms summed in fp32 and rounded once, as transformers' experts: summed in
+    # bf16, a third to a half of a block's outputs differed in bf16, up to 2.4 nats in a token's logprob)
 
 
 def experts_grouped(x, weight, expert, gate_up, down, act) -> torch.Tensor:
@@ -103,18 +104,19 @@ def experts_grouped(x, weight, expert, gate_up, down, act) -> torch.Tensor:
     h = torch._grouped_mm(x[rows], gate_up.transpose(-2, -1), offs=ends)  # [N k, 2I]
     y = torch._grouped_mm(gated(act)(h), down.transpose(-2, -1), offs=ends)  # [N k, d]
     y = y * weight.reshape(-1)[order, None]
-    return torch.zeros_like(x).index_add_(0, rows, y.to(x.dtype))
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device).index_add_(0, rows, y.float())
+    return out.to(x.dtype)  # (summed in fp32, rounded once: experts_one_by_one)
 
 
 def experts_masked(x, weight, expert, gate_up, down, act) -> torch.Tensor:
     """The same with every expert on every token, weighted by its routing weight (0 where not
     routed): E times the work, but static shapes with no grouped GEMM (a GPU in float32, where CUDA
     graphs cannot take the one-by-one loop's data-dependent rows)."""
-    glu, out = gated(act), torch.zeros_like(x)
+    glu, out = gated(act), torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for e in range(gate_up.shape[0]):
         w = (weight * (expert == e)).sum(-1, keepdim=True)  # [N, 1]
-        out = out + (F.linear(glu(F.linear(x, gate_up[e])), down[e]) * w).to(x.dtype)
-    return out
+        out = out + (F.linear(glu(F.linear(x, gate_up[e])), down[e]) * w).float()
+    return out.to(x.dtype)  # (summed in fp32, rounded once: experts_one_by_one)
 
 
 def routed_experts(x: torch.Tensor, router: torch.Tensor, top_k: int, normalize: bool, gate_up: torch.Tensor,
