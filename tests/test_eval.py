@@ -230,6 +230,14 @@ def test_eval_with_guided_decoding_keeps_every_completion_to_the_grammar(tiny_mo
     bad = run("--model", tiny_model_dir, "--dataset", "builtin:arith-code", "--split", "validation", "--limit", 1,
               "--guided-json", "{not json", "--out", tmp_path / "o3")
     assert bad.returncode == 2 and "--guided-json" in bad.stderr
+    # (a hunt's find) an inline schema over 255 bytes: OSError "File name too long", looking for it as a file
+    from argparse import Namespace
+
+    from execrl.cli import eval_constraint
+
+    schema = {"type": "object", "properties": {f"field_{i}": {"type": "integer"} for i in range(30)}}
+    args = Namespace(guided_regex=None, guided_json=json.dumps(schema), guided_grammar=None)
+    assert eval_constraint(args) == ("json_schema", schema)
 
 
 def test_eval_keeps_each_row_to_its_own_constraint(tiny_model_dir, tmp_path):

@@ -338,7 +338,7 @@ def eval_constraint(args) -> tuple[str, object] | None:
                                             ("grammar", args.guided_grammar)) if v is not None), (None, None))
     if kind is None:
         return None
-    if kind != "regex" and Path(value).is_file():
+    if kind != "regex" and os.path.isfile(value):  # (Path.is_file raised on an inline schema over 255 bytes)
         value = Path(value).read_text()
     if kind == "json_schema":
         try:

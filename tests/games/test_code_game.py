@@ -222,4 +222,5 @@ def test_a_round_the_sandbox_failed_on_scores_neither_seat(grader, monkeypatch):
     writer.reset(problem), predictor.reset(problem)
     step = writer.step("```python\nprint(6 * 7)\n```")
     assert step.done and step.reward.total is None and not step.sample.valid
+    assert step.sample.outcome == "infra_error"  # (a hunt's find: recorded as the writer's "illegal" move)
     assert predictor.step("42").reward.total is None

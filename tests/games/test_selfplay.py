@@ -190,6 +190,22 @@ def test_self_play_settings_that_cannot_work_are_refused():
     with pytest.raises(ConfigError, match="num_generations_per_prompt=2"):
         validate(load_config(None, [*GAME, "grpo.num_generations_per_prompt=4"]))
     validate(load_config(None, [*GAME, "grpo.advantage=rae"]))
+    with pytest.raises(ConfigError, match="it dropped every draw"):  # (a hunt's find)
+        validate(load_config(None, [*GAME, "grpo.advantage=rae", "grpo.use_dynamic_sampling=true",
+                                    "grpo.use_leave_one_out_baseline=false"]))
+
+
+def test_a_round_the_sandbox_failed_on_is_in_no_roles_baseline():
+    """(A hunt's find) a code-game round the sandbox failed on (both seats invalid) counted as a return of 0 in each
+    role's baseline: after it and a won round the writer's mean was 0.5 where its one scored round made it 1."""
+    from execrl.algo.role_baselines import RoleBaselines, rae
+
+    roles = [("code", "writer"), ("code", "predictor")] * 2
+    rewards, valid = torch.tensor([[0.0, 0.0], [1.0, -1.0]]), torch.tensor([[False, False], [True, True]])
+    baselines = RoleBaselines(decay=0.0)  # (the baseline is the batch's mean)
+    adv = rae(rewards, valid, roles, sorted(set(roles)), baselines)
+    assert baselines.values == {"code/writer": 1.0, "code/predictor": -1.0}
+    assert adv.tolist() == [[0.0, 0.0], [0.0, 0.0]]
 
 
 @pytest.mark.parametrize("game", ["tictactoe", "kuhn_poker", "negotiation"])

@@ -44,8 +44,11 @@ def rae(rewards: torch.Tensor, valid: torch.Tensor, roles: Sequence[Role | None]
     return of that role (its sums over all processes: `sum_over_processes`, called alike on every
     process with the sums of each of `all_roles`). `roles`: per sample, the role the policy played,
     None where it has no tokens to train (a seat that never moved, the frozen opponent's): advantage
-    0. An invalid sample's return is 0. rewards, valid: [num_groups, G] -> [num_groups, G]"""
+    0. An invalid sample (a round the sandbox failed on) is in no role's mean, and its advantage is 0, as GRPO leaves
+    it out of its group's baseline (it counted as a return of 0 in its role's baseline). rewards, valid: [num_groups,
+    G] -> [num_groups, G]"""
     returns = torch.where(valid, rewards, torch.zeros_like(rewards)).reshape(-1).tolist()
+    roles = [k if ok else None for k, ok in zip(roles, valid.reshape(-1).tolist())]
     sums = sum_over_processes(*[sum(r for k, r in zip(roles, returns) if k == key) for key in all_roles],
                               *[float(sum(k == key for k in roles)) for key in all_roles])
     n = len(all_roles)

@@ -744,6 +744,10 @@ def check_supported(cfg: MasterConfig) -> None:
     if cfg.grpo.advantage == "rae" and not game:
         raise ConfigError("grpo.advantage=rae (role-conditioned baselines) is for self-play: set "
                           "env.multi_turn.kind=game with data.train.dataset_name=selfplay:<game>")
+    if cfg.grpo.advantage == "rae" and cfg.grpo.use_dynamic_sampling:  # (a hunt's find)
+        raise ConfigError("grpo.use_dynamic_sampling keeps the groups whose rewards differ, and under grpo.advantage="
+                          "rae a match of equal returns (a draw) still has advantages against its roles' baselines: "
+                          "it dropped every draw. Set grpo.use_dynamic_sampling=false")
     if game and cfg.grpo.num_generations_per_prompt != 2:
         raise ConfigError("self-play plays each match with its two seats: set grpo.num_generations_per_prompt=2")
     check_opponent(cfg, game)

@@ -187,8 +187,9 @@ class GameSeat(Environment):
 
     def _end(self, text: str, num_tokens: int) -> Step:
         m, mine = self.match, self.match.returns[self.seat]
-        verdict = ("illegal" if m.illegal == self.seat else "unplayed" if not m.played[self.seat] else
-                   "win" if mine > 0 else "loss" if mine < 0 else "draw")
+        verdict = ("infra_error" if m.sandbox_failed else "illegal" if m.illegal == self.seat else
+                   "unplayed" if not m.played[self.seat] else "win" if mine > 0 else "loss" if mine < 0 else "draw")
+        # (a round the sandbox failed on is no seat's forfeit: it read "illegal" in the records and the metrics)
         sample = Sample(self.problem, text, Extracted(text, True, self.program), num_tokens=num_tokens,
                         max_tokens=self.turn_limit, outcome=verdict)
         if m.sandbox_failed:  # (as a single-turn sample the sandbox failed on: left out of the reward and baseline)
