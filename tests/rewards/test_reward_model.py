@@ -63,8 +63,11 @@ def test_a_conversation_over_the_models_length_keeps_its_question_and_is_counted
     ids = rm.encode(long)
     head = len(rm.encode(long[:1]))
     assert len(ids) > 100 and head < 50
+    empty = rm.encode([long[0], {"role": "assistant", "content": ""}])
+    header = ids[head:next(i for i, (a, b) in enumerate(zip(ids, empty)) if a != b)]  # (the answer's opening: a
+    assert "assistant" in rm.tokenizer.decode(header)  # hunt's find, cut with the answer's middle)
     with torch.no_grad():
-        want = rm.model(torch.tensor([ids[:head] + ids[-(100 - head):]])).logits[0, 0].item()
+        want = rm.model(torch.tensor([ids[:head] + header + ids[-(100 - head - len(header)):]])).logits[0, 0].item()
     scores = rm([long, other, conversation("ok")])
     assert scores[0] == pytest.approx(want, abs=1e-5) and scores[0] != pytest.approx(scores[1], abs=1e-6)
     assert rm.cut == [True, True, False] and rm.truncated == 2

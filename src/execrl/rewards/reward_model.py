@@ -72,12 +72,20 @@ class RewardModel:
         return [scores[at[s]] for s in seqs]
 
     def fit(self, seq: tuple[int, ...], messages: list[dict]) -> list[int]:
-        """max_len tokens of a longer conversation: its prompt's first tokens (at most half of them: the
-        question it is judged against) and the rest from its end (the answer's last tokens, whose score it is)."""
+        """max_len tokens of a longer conversation: its prompt's first tokens (at most half of them with the answer's
+        header: the question it is judged against), the answer's header whole (the template's assistant marker: cut,
+        the answer's tail followed the user's turn, a sequence the template never makes) and the rest from its end
+        (the answer's last tokens, whose score it is)."""
         answered = len(messages) > 1 and messages[-1]["role"] == "assistant"
         prompt = len(self.encode(messages[:-1])) if answered else 0
-        head = min(prompt, self.max_len // 2)
-        return [*seq[:head], *seq[len(seq) - (self.max_len - head):]]
+        header = 0
+        if answered:  # (where the answer's text begins: the rendering with an empty answer parts from seq there)
+            empty = self.encode([*messages[:-1], {"role": "assistant", "content": ""}])
+            starts = next((i for i, (a, b) in enumerate(zip(seq, empty)) if a != b), min(len(seq), len(empty)))
+            header = min(max(0, starts - prompt), self.max_len // 2)
+        head = min(prompt, self.max_len // 2 - header)
+        tail = self.max_len - head - header
+        return [*seq[:head], *seq[prompt:prompt + header], *seq[len(seq) - tail:]]
 
     def forward(self, seqs: list[list[int]]) -> torch.Tensor:
         """[B] scores of token sequences (right-padded here)."""
