@@ -1,6 +1,7 @@
 """The four test forms, verdicts and output comparison, on small programs."""
 
 import json
+import os
 
 import pytest
 
@@ -160,6 +161,25 @@ def test_a_cpp_program_whose_static_arrays_are_over_the_memory_limit_is_a_memory
     r = grader.grade(code % (10_000_000, 10_000_000, 10_000_000, 9_766), stdio(["3\n"], ["3\n"]), language="cpp",
                      limits=lim)
     assert r.verdict == Verdict.PASS, r.to_dict()
+
+
+def test_a_yaml_languages_tool_is_the_one_this_machines_path_finds(grader, tmp_path, monkeypatch):
+    """(A hunt's find) a tool on the host's PATH outside /usr/local/bin, /usr/bin and /bin (/opt/x/bin, ~/.cargo/bin)
+    was bound into the sandbox and then looked for on the sandbox's PATH: every program an infra_error."""
+    from execrl.sandbox import LANGUAGES, load_languages
+
+    tool = tmp_path / "opt" / "shx" / "bin" / "shx"
+    tool.parent.mkdir(parents=True)
+    tool.write_text('#!/bin/sh\nexec /bin/sh "$@"\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tool.parent}:{os.environ['PATH']}")
+    (tmp_path / "langs.yaml").write_text("shx:\n  file: main.sh\n  run: [shx, '{file}']\n")
+    load_languages(str(tmp_path / "langs.yaml"))
+    try:
+        assert LANGUAGES["shx"].run == (str(tool), "{file}")
+        assert grader.grade("read a b; echo $((a+b))", stdio(["2 3\n"], ["5\n"]), language="shx").verdict == Verdict.PASS
+    finally:
+        LANGUAGES.pop("shx")
 
 
 def test_a_language_is_a_table_entry(grader, tmp_path):

@@ -507,7 +507,8 @@ class Zygote:
                 target = python_child
             else:
                 argv = _argv(h["run"], self.src)  # ("program": its own binary, whose exec failing is its failure)
-                own = os.path.normpath(os.path.join(PROGRAM_DIR, argv[0])).startswith(PROGRAM_DIR + os.sep)
+                own = "/" in argv[0] and os.path.normpath(os.path.join(PROGRAM_DIR, argv[0])).startswith(
+                    PROGRAM_DIR + os.sep)  # (a tool named bare and not found is ours to blame: infra_error)
                 job, target = {"argv": argv, "program": own}, exec_child  # (a file of its directory: {exe}, {dir}/main)
             broken = self._restore_program() if i else ""
             if broken:  # charged to the program, whose files it was: this test fails unrun
