@@ -182,6 +182,36 @@ def test_a_yaml_languages_tool_is_the_one_this_machines_path_finds(grader, tmp_p
         LANGUAGES.pop("shx")
 
 
+@pytest.mark.skipif(not os.path.exists("/usr/bin/node"), reason="needs node")
+def test_a_runtime_that_reserves_address_space_runs_under_a_small_memory_limit(tmp_path):
+    """(A hunt's find) memory is capped as address space too, and node reserves ~600 MB up front: a right JavaScript
+    program failed at the 256 MB judges use. A language's address_space_mb lifts that cap alone; what the program holds
+    is still the memory limit's (60 MB x 10 at 256 MB: a memory verdict)."""
+    from execrl.sandbox import LANGUAGES, Grader, Language, Limits, load_languages
+
+    (tmp_path / "langs.yaml").write_text("js:\n  file: main.js\n  run: [node, '{file}']\n  address_space_mb: 8192\n")
+    load_languages(str(tmp_path / "langs.yaml"))
+    add = "const [a, b] = require('fs').readFileSync(0, 'utf8').split(' ').map(Number); console.log(a + b)"
+    hog = "const a = []; for (let i = 0; i < 60; i++) a.push(Buffer.alloc(10 << 20, 1)); console.log(5)"
+    try:
+        with Grader(1, Limits(timeout_s=5, memory_mb=256)) as g:
+            assert g.grade(add, stdio(["2 3\n"], ["5\n"]), language="js").verdict == Verdict.PASS
+            assert g.grade(hog, stdio(["2 3\n"], ["5\n"]), language="js").verdict == Verdict.MEMORY
+    finally:
+        LANGUAGES.pop("js")
+    from execrl.sandbox import SandboxUnusable
+
+    LANGUAGES["js0"] = Language("js0", "main.js", run=("/usr/bin/node", "{file}"), hello="console.log('hello')")
+    try:  # (without it, the self-test's fix named the venv)
+        with pytest.raises(SandboxUnusable, match="(?s)js0 hello-world.*address_space_mb"):
+            Grader(1, Limits(timeout_s=5, memory_mb=256), languages=("js0",))
+    finally:
+        LANGUAGES.pop("js0")
+    with pytest.raises(ValueError, match="address_space_mb must be a whole number"):
+        (tmp_path / "bad.yaml").write_text("js2:\n  file: main.js\n  run: [node, '{file}']\n  address_space_mb: lots\n")
+        load_languages(str(tmp_path / "bad.yaml"))
+
+
 def test_a_language_is_a_table_entry(grader, tmp_path):
     from execrl.sandbox import LANGUAGES, load_languages
 

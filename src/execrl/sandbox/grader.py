@@ -184,10 +184,15 @@ class Grader:
             if result.verdict != V.PASS:
                 why = (result.stderr or (result.tests[0].detail if result.tests else "") or result.verdict.value)
                 why = " ".join(why.split())[-300:]
+                fix = (f"make {sys.prefix} and the interpreter it comes from readable by other users" if
+                       lang.fork_python else f"make {', '.join(lang.tools) or lang.name}'s files readable by other users "
+                       "and keep what they read in their own installation (a file outside it, such as a symlink into "
+                       "/etc or a home directory, is not in the sandbox); a runtime that reserves address space up "
+                       "front (node, the JVM) needs address_space_mb in its languages YAML")
                 raise SandboxUnusable(
-                    f"the sandbox cannot run a {lang.name} hello-world ({result.verdict.value}: {why}). Fix: make "
-                    f"{sys.prefix} and the interpreter it comes from readable by other users, or run with "
-                    "EXECRL_SANDBOX=none to grade without isolation (unsafe; see docs/sandbox.md, Threat model)")
+                    f"the sandbox cannot run a {lang.name} hello-world ({result.verdict.value}: {why}). Fix: {fix}; "
+                    "or run with EXECRL_SANDBOX=none to grade without isolation (unsafe; see docs/sandbox.md, Threat "
+                    "model)")
 
     def grade(self, code: str, tests: TestSpec | dict | str, language: str = "python",
               limits: Limits | None = None) -> ProgramResult:
@@ -272,7 +277,7 @@ class Grader:
 
 def _program(lang: Language, lim: Limits) -> dict:
     return {"file": lang.file, "python": lang.fork_python, "compile": list(lang.compile) or None,
-            "run": list(lang.run), "limits": asdict(lim)}
+            "run": list(lang.run), "limits": {**asdict(lim), "address_space_mb": lang.address_space_mb}}
 
 
 def _per_test_wall(lim: Limits) -> float:

@@ -26,6 +26,8 @@ class Language:
     compile: tuple[str, ...] = ()
     fork_python: bool = False  # run in the warm Python interpreter instead of exec'ing `run`
     hello: str = ""  # a program that prints "hello" (the self-test)
+    address_space_mb: int = 0  # its runs' virtual memory cap where more than the memory limit (a runtime that
+    # reserves address space up front: node, the JVM, Go); what it holds is still capped by the memory limit
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -72,7 +74,7 @@ def language_named(value, default: str = "python") -> str | None:
 
 
 def load_languages(path: str) -> None:
-    """Register the languages in a YAML file: {name: {file, run, compile?}}."""
+    """Register the languages in a YAML file: {name: {file, run, compile?, hello?, address_space_mb?}}."""
     try:
         with open(path) as f:
             table = yaml.safe_load(f) or {}
@@ -87,8 +89,13 @@ def load_languages(path: str) -> None:
                 or not isinstance(entry.get("run"), list) or not isinstance(entry.get("compile", []), list)):
             raise ValueError(f"{path}: language {name!r} needs 'file' (a name) and 'run' (a command as a list), and "
                              "optionally 'compile' (a list)")
+        space = entry.get("address_space_mb", 0)
+        if type(space) is not int or not 0 <= space <= 1 << 20:
+            raise ValueError(f"{path}: language {name!r}: address_space_mb must be a whole number of MB (0: the "
+                             f"memory limit), got {space!r}")
         LANGUAGES[name.lower()] = Language(name.lower(), entry["file"], _found(entry["run"]),
-                                           _found(entry.get("compile", [])), hello=entry.get("hello", ""))
+                                           _found(entry.get("compile", [])), hello=entry.get("hello", ""),
+                                           address_space_mb=space)
 
 
 def _found(command: list) -> tuple[str, ...]:

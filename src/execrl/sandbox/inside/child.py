@@ -31,7 +31,8 @@ def _set_limits(lim: dict, cpu_s: float) -> None:
     mb = 1024 * 1024
     cpu = max(1, math.ceil(cpu_s))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU, then SIGKILL one second later
-    resource.setrlimit(resource.RLIMIT_AS, (lim["memory_mb"] * mb, lim["memory_mb"] * mb))
+    space = max(lim["memory_mb"], lim.get("address_space_mb", 0)) * mb  # (what it holds: the memory limit, watched)
+    resource.setrlimit(resource.RLIMIT_AS, (space, space))
     files = lim["output_mb"] * mb + 1  # (output of exactly the cap is allowed: one byte more is over it)
     resource.setrlimit(resource.RLIMIT_FSIZE, (files, files))
     resource.setrlimit(resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))
