@@ -402,3 +402,15 @@ def test_a_resumed_run_plays_the_snapshot_its_checkpoint_holds(tmp_path):
         assert torch.equal(a, b)
     for a, b in zip(straight.model.parameters(), resumed.model.parameters()):
         assert torch.equal(a, b)
+
+
+def test_guided_moves_need_room_for_a_move():
+    """(A hunt's find) guided moves with a budget under any legal move (negotiation's shortest is 29 byte tokens; the
+    TicTacToe config's budget 8): every answer cut mid-move, every match a forfeit, and only the truncation warning."""
+    from execrl.envs.game import check_move_room
+
+    tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
+    guided = [*GAME, "env.game.guided_moves=true", "policy.generation.max_new_tokens=8"]
+    check_move_room(load_config(None, guided), tok)  # (TicTacToe: "Move: 5" and the end, 8 tokens)
+    with pytest.raises(ConfigError, match="negotiation's shortest first move takes 29 tokens.*max_new_tokens to 29"):
+        check_move_room(load_config(None, [*guided, "data.train.dataset_name=selfplay:negotiation"]), tok)

@@ -27,6 +27,7 @@ from execrl.config.checks import (
 )
 from execrl.console import stderr_console
 from execrl.envs import make_env
+from execrl.envs.game import check_move_room
 from execrl.lora import Adapter
 from execrl.models import TINY_CODERS, pick_device, position_limit, weights_identity
 from execrl.prompts import conversation_ids
@@ -217,6 +218,7 @@ def build_run(cfg: MasterConfig) -> Run:
     if note and dist.is_main():
         console.print(note, markup=False, highlight=False)
     check_positions(cfg, policy.weights.compute)
+    check_move_room(cfg, policy.tokenizer)
     bound = rotary_bound(policy.weights.compute)
     if bound is not None and cfg.policy.max_total_sequence_length > bound and dist.is_main():
         console.print(f"[yellow]warning: the model's rotary frequencies change past {bound:,} tokens (longrope, dynamic "
