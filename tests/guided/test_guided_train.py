@@ -81,3 +81,29 @@ def test_each_turn_keeps_to_its_own_constraint_and_is_scored_under_its_masks(tmp
 def test_bad_guided_decoding_settings_are_refused_with_the_fix(overrides, message):
     with pytest.raises((ConfigError, ValueError), match=message):
         validate(load_config(None, overrides))
+
+
+def test_a_constrained_turn_that_opens_a_bare_fence_keeps_to_its_constraint():
+    """(A hunt's find) the unit-test environment's cell end "\\n```\\n" stopped a constrained turn at the bare fence
+    opening its block, and the turn's rest, a new generation, started the constraint again: 'ok\\n```\\nok\\n```'
+    where the regex asks for the program. Where every request is constrained and a turn is a whole answer, the
+    constraint alone ends the turn."""
+    from execrl.models import load_model_and_tokenizer
+    from execrl.rollout import SamplingParams, build_generator
+    from execrl.sandbox import Grader, Limits
+    from execrl.tasks import load_problems
+    from execrl.trainer.rollouts import EpisodeRunner
+
+    regex = r"ok\n```\nprint\(1\)\n```"
+    cfg = load_config(None, ["policy.device=cpu", "env.multi_turn.kind=unit_tests", "grpo.max_rollout_turns=2",
+                             "env.multi_turn.observation_role=user", "policy.max_total_sequence_length=512",
+                             "prompt.code_style=fence", "policy.generation.max_new_tokens=40",
+                             f"policy.generation.guided_decoding={{regex: '{regex}'}}"])
+    model, tok = load_model_and_tokenizer("builtin:tiny-coder", device="cpu")
+    problems, _ = load_problems("builtin:arith-code", "train", count=1)
+    with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as grader:
+        rollouts = EpisodeRunner(cfg, build_generator(model, tok, "execrl", 4, 512), tok, grader).run(
+            problems, 2, SamplingParams(1.0))
+    for e in rollouts.episodes:
+        turns = [m["content"] for m in e.messages if m["role"] == "assistant"]
+        assert turns and all(re.fullmatch(regex, t) for t in turns), turns

@@ -273,10 +273,10 @@ class EpisodeRunner:
                 start, answers = time.perf_counter(), Answers(self, live, rollouts.decoded)
                 if turn == 0 and len(live) == len(episodes) and all(  # each prompt prefilled once for its G samples
                         e.trajectory.prompt_ids is prompts[i // group_size] for i, e in enumerate(episodes)):
-                    guides = constrained([guide_for(episodes[i * group_size], generator, gen)
-                                          for i in range(len(prompts))])
-                    answers.generate(generator, lambda i, j: episodes[i * group_size + j],
-                                     prompts, group_size, gen.max_new_tokens, params, stop, seeds=seeds, **guides)
+                    guides = [guide_for(episodes[i * group_size], generator, gen) for i in range(len(prompts))]
+                    answers.generate(generator, lambda i, j: episodes[i * group_size + j], prompts, group_size,
+                                     gen.max_new_tokens, params, stops(stop, guides, cfg), seeds=seeds,
+                                     **constrained(guides))
                 else:
                     self._next_turns(live, episodes, turn, group_size, params, stop, seeds, answers)
                 rollouts.times["generate"] += time.perf_counter() - start
@@ -297,10 +297,10 @@ class EpisodeRunner:
             # of a full budget each made a turn of up to twice it, which overlong_penalty then read as overlong)
             budgets = [max(1, gen.max_new_tokens - getattr(e.env, "partial_tokens", 0)) if e.more else
                        gen.max_new_tokens for e in eps]
+            guides = [guide_for(e, player, gen) for e in eps]
             answers.generate(player, lambda i, j, eps=eps: eps[i], [e.trajectory.ids for e in eps], 1,
-                             budgets if len(set(budgets)) > 1 else budgets[0], params, stop,
-                             seeds=None if key is None else [key[id(e)] for e in eps],
-                             **constrained([guide_for(e, player, gen) for e in eps]))
+                             budgets if len(set(budgets)) > 1 else budgets[0], params, stops(stop, guides, self.cfg),
+                             seeds=None if key is None else [key[id(e)] for e in eps], **constrained(guides))
 
     @property
     def threads(self) -> int:
@@ -355,9 +355,20 @@ def guide_for(e: Episode, generator, gen):
     constraint = e.env.constraint or e.problem.metadata.get("guided_decoding")
     if constraint is None:
         per_turn = gen.guided_decoding_per_turn
-        chosen = per_turn[min(e.turns, len(per_turn) - 1)] if per_turn else gen.guided_decoding
+        turn = e.turns - 1 if e.more else e.turns  # (the rest of a turn is that turn's: e.turns counts it begun)
+        chosen = per_turn[min(turn, len(per_turn) - 1)] if per_turn else gen.guided_decoding
         constraint = None if chosen is None else chosen.constraint
     return None if constraint is None else generator.guides.get(*constraint)
+
+
+def stops(stop: list[str] | None, guides: list, cfg) -> list[str] | None:
+    """The stop strings of a call: where every request is held to a constraint and a turn is a whole answer (not the
+    interpreter's, whose cells run where they close), the user's own only: the environment's cell ends cut a
+    constrained turn at a bare ``` opening its block, and its rest, a new generation, started the constraint again
+    (the turn no longer kept to it); the constraint shapes the turn and ends it."""
+    whole = cfg.env.multi_turn.kind != "interpreter"
+    return (cfg.policy.generation.stop_strings or None) if whole and guides and all(g is not None for g in guides) \
+        else stop
 
 
 def constrained(guides: list) -> dict:
