@@ -355,7 +355,7 @@ def guide_for(e: Episode, generator, gen):
     constraint = e.env.constraint or e.problem.metadata.get("guided_decoding")
     if constraint is None:
         per_turn = gen.guided_decoding_per_turn
-        turn = e.turns - 1 if e.more else e.turns  # (the rest of a turn is that turn's: e.turns counts it begun)
+        turn = e.turns - 1 if getattr(e, "more", False) else e.turns  # (the rest of a turn: that turn's, begun)
         chosen = per_turn[min(turn, len(per_turn) - 1)] if per_turn else gen.guided_decoding
         constraint = None if chosen is None else chosen.constraint
     return None if constraint is None else generator.guides.get(*constraint)
