@@ -407,7 +407,7 @@ def test_a_resumed_run_plays_the_snapshot_its_checkpoint_holds(tmp_path):
 def test_guided_moves_need_room_for_a_move():
     """(A hunt's find) guided moves with a budget under any legal move (negotiation's shortest is 29 byte tokens; the
     TicTacToe config's budget 8): every answer cut mid-move, every match a forfeit, and only the truncation warning."""
-    from execrl.envs.game import check_move_room
+    from execrl.trainer.setup import check_move_room
 
     tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
     guided = [*GAME, "env.game.guided_moves=true", "policy.generation.max_new_tokens=8"]

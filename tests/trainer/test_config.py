@@ -330,6 +330,19 @@ def test_a_datasets_deletion_and_setting_apply_in_their_order():
         load_config(None, ["~data.nope"])
 
 
+def test_deleting_a_key_data_default_fills_gives_the_schemas_default(tmp_path):
+    """(A review's find in the change above) a deletion applied before data.default's fill was undone by it (5, where
+    the schema's default is 0), and in a list of datasets refused as deleting nothing."""
+    (tmp_path / "c.yaml").write_text("data:\n  default:\n    max_tests: 5\n  train:\n    dataset_name: mbpp\n")
+    cfg = load_config(str(tmp_path / "c.yaml"), ["~data.train.max_tests"])
+    assert cfg.data.train.max_tests == 0 and "data.train.max_tests" not in cfg._written
+    assert load_config(str(tmp_path / "c.yaml"), ["~data.train.max_tests", "data.train.max_tests=3"]).data.train.max_tests == 3
+    (tmp_path / "l.yaml").write_text("data:\n  default:\n    max_tests: 5\n  train:\n  - dataset_name: mbpp\n"
+                                     "  - dataset_name: gsm8k\n")
+    cfg = load_config(str(tmp_path / "l.yaml"), ["~data.train.1.max_tests"])
+    assert [d.max_tests for d in cfg.data.train] == [5, 0]
+
+
 def test_keys_the_chosen_variant_does_not_read_are_named():
     """grpo.advantage=dr_grpo with grpo.normalize_rewards=true, or a constant normalizer beside token_level_loss:
     accepted without a word, while neither setting changed a number."""
@@ -595,6 +608,8 @@ def test_runs_that_cannot_save_or_learn_are_refused_before_any_work(tmp_path, ov
     with pytest.raises(ConfigError, match=message):
         validate(load_config(None, [override.replace("{file}", str(tmp_path / "file"))]))
     assert not any(tmp_path.glob(".execrl-probe-*")) and sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    if override.startswith("checkpointing.checkpoint_dir"):  # (a review's find: never written with checkpoints off)
+        validate(load_config(None, [override.replace("{file}", str(tmp_path / "file")), "checkpointing.enabled=false"]))
 
 
 def test_a_mixed_reward_with_a_negative_correctness_part_and_a_reachable_penalty_stay_allowed():

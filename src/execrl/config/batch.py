@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from execrl.config.load import ConfigError
@@ -128,11 +129,17 @@ def plan(cfg: MasterConfig) -> BatchPlan:
     # 1.3: 20)
     per_round = max(1, int(grpo.num_prompts_per_step * grpo.batch_multiplier)) if grpo.use_dynamic_sampling \
         else grpo.num_prompts_per_step
-    if per_round < n_gpus:  # (each GPU fills its share from its part of each round: one with no part never did)
+
+    def part(total: int, r: int) -> int:  # rank r's share of `total` items split contiguously (distributed.part)
+        return (r + 1) * total // n_gpus - r * total // n_gpus
+
+    if grpo.use_dynamic_sampling and any(part(groups, r) and not part(per_round, r) for r in range(n_gpus)):
+        # (each GPU fills its groups from its part of each round: one that needs some and has no part never did)
+        fits = math.ceil(100 * n_gpus / grpo.num_prompts_per_step) / 100
         raise ConfigError(f"dynamic sampling's rounds of {per_round} prompt(s) (int(grpo.num_prompts_per_step "
                           f"{grpo.num_prompts_per_step} x grpo.batch_multiplier {grpo.batch_multiplier})) are fewer "
-                          f"than the {n_gpus} GPUs, each of which generates from its part of a round: raise "
-                          f"grpo.batch_multiplier to at least {n_gpus / grpo.num_prompts_per_step:g}")
+                          f"than the {n_gpus} GPUs, each of which generates from its part of a round (some GPU needs "
+                          f"groups and has none): raise grpo.batch_multiplier to at least {fits:g}")
     dyn = p.dynamic_batching
     train_split, score_split = Split(micro), Split(p.logprob_batch_size)
     if dyn.enabled:  # NeMo RL's defaults: the budget of a full micro-batch of the longest sequences

@@ -334,8 +334,10 @@ def check_machine(cfg: MasterConfig) -> None:
         if not torch.cuda.is_available():
             raise ConfigError(f"policy.device={cfg.policy.device} but no CUDA GPU is visible here: set "
                               "policy.device=auto (a GPU when there is one, else the CPU) or cpu")
-    for key, where in (("logger.log_dir", cfg.logger.log_dir), ("checkpointing.checkpoint_dir",
-                                                                 cfg.checkpointing.checkpoint_dir)):
+    dirs = [("logger.log_dir", cfg.logger.log_dir)] + ([("checkpointing.checkpoint_dir",
+                                                          cfg.checkpointing.checkpoint_dir)]
+                                                        if cfg.checkpointing.enabled else [])  # (off: never written)
+    for key, where in dirs:
         if Path(where).exists() and not Path(where).is_dir():
             raise ConfigError(f"{key}={where} is a file, not a directory: name a directory (it is created)")
         if why := unusable(Path(where).expanduser()):  # (found at the first checkpoint, after steps of work)

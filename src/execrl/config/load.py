@@ -63,19 +63,18 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
             else:
                 overridden |= {key, *_dotted(value, f"{key}.")}
 
-        # the datasets' overrides first (in their order, deletions too), into the file's tree: data.default fills the
-        # datasets as they are after them (NeMo RL fills them at run time: a validation set added on the command
-        # line takes the default's keys)
+        # the datasets' settings first, into the file's tree: data.default fills the datasets as they are after them
+        # (NeMo RL fills them at run time: a validation set added on the command line takes the default's keys);
+        # deletions after the fill (the schema's default, not data.default's, takes a deleted key's place), but for
+        # one a later setting of the key undoes, as Hydra's order has it (`~data.x data.x=2`: 2)
+        keys = [_override_key(item.lstrip("~").split("=", 1)[0]) for item in overrides]
         later = []
-        for item in overrides:
-            key = _override_key(item.lstrip("~").split("=", 1)[0])
-            if key.split(".")[0] != "data":
-                later.append(item)
-            elif item.startswith("~") and not _holds(given, key):
-                _delete(OmegaConf.create(_under(defaults, given)), item)  # (a key only the defaults hold: it stays
-                deleted.add(key)  # the default, as deleted; one held nowhere is refused)
-            else:
+        for i, (item, key) in enumerate(zip(overrides, keys)):
+            if key.split(".")[0] == "data" and not item.startswith("~"):
                 apply(given, item)
+            elif not (item.startswith("~") and key.split(".")[0] == "data" and any(
+                    not overrides[j].startswith("~") and _within(keys[j], key) for j in range(i + 1, len(overrides)))):
+                later.append(item)  # (other keys' settings and deletions apply in their order, after the fill)
         _fill_from_data_default(given)
         tree = OmegaConf.merge(OmegaConf.create(_under(defaults, given)), given)
         for item in later:

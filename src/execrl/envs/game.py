@@ -198,28 +198,6 @@ class GameSeat(Environment):
         return Step(done=True, reward=Reward(mine, {"return": mine}), sample=sample)
 
 
-def check_move_room(cfg, tokenizer) -> None:
-    """With env.game.guided_moves, an answer is held to `Move: <a legal move>`: each trained game's shortest first move
-    and the answer's end must fit policy.generation.max_new_tokens (negotiation at 8 tokens: every answer was cut
-    mid-move, every match a forfeit, and only the truncation warning said anything). ConfigError, with the room."""
-    from execrl.config import ConfigError
-
-    if not cfg.env.game.guided_moves:
-        return
-    budget = cfg.policy.generation.max_new_tokens
-    for d in cfg.data.train_sets:
-        game = GAMES.get(d.dataset_name.split(":", 1)[1]) if d.dataset_name.startswith("selfplay:") else None
-        if game is None or game.free_text:
-            continue
-        moves = game.legal_moves(game.initial(random.Random(0)))
-        need = min(len(tokenizer(f"Move: {m}", add_special_tokens=False)["input_ids"]) for m in moves) + 1
-        if need > budget:
-            raise ConfigError(f"env.game.guided_moves holds each answer to `Move: <a legal move>`, and {game.name}'s "
-                              f"shortest first move takes {need} tokens with the answer's end, over "
-                              f"policy.generation.max_new_tokens={budget}: every answer would be cut and forfeit. Set "
-                              f"policy.generation.max_new_tokens to {need} or more")
-
-
 def seats(cfg, grader, problem: Problem, n: int, frozen: bool = False) -> list[GameSeat]:
     """The environments of a problem's n episodes: against a fixed opponent, n matches of one seat
     each; in self-play (n = 2), the two seats of one match, one of them the frozen opponent's with

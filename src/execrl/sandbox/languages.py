@@ -35,9 +35,19 @@ class Language:
         return tuple(cmd[0] for cmd in (self.compile, self.run) if cmd and "{" not in cmd[0])
 
 
+def _found(command: list) -> tuple[str, ...]:
+    """A command with its tool as the path this machine's PATH finds (the sandbox looks in /usr/local/bin, /usr/bin
+    and /bin only: a tool in /opt/x/bin or ~/.cargo/bin on the PATH made every program an infra_error)."""
+    command = tuple(str(a) for a in command)
+    if command and "/" not in command[0] and "{" not in command[0] and (path := shutil.which(command[0])):
+        return (os.path.abspath(path), *command[1:])
+    return command
+
+
 LANGUAGES: dict[str, Language] = {
     "python": Language("python", "main.py", fork_python=True, hello='print("hello")'),
-    "cpp": Language("cpp", "main.cpp", run=("{exe}",), compile=("g++", "-O2", "-std=c++17", "-o", "{exe}", "{file}"),
+    "cpp": Language("cpp", "main.cpp", run=("{exe}",),
+                    compile=_found(["g++", "-O2", "-std=c++17", "-o", "{exe}", "{file}"]),  # (g++ as the PATH finds it)
                     hello='#include <cstdio>\nint main() { std::puts("hello"); }\n'),
 }
 ALIASES = {"python3": "python", "py": "python", "c++": "cpp", "cxx": "cpp"}
@@ -97,11 +107,3 @@ def load_languages(path: str) -> None:
                                            _found(entry.get("compile", [])), hello=entry.get("hello", ""),
                                            address_space_mb=space)
 
-
-def _found(command: list) -> tuple[str, ...]:
-    """A command with its tool as the path this machine's PATH finds (the sandbox looks in /usr/local/bin, /usr/bin
-    and /bin only: a tool in /opt/x/bin or ~/.cargo/bin on the PATH made every program an infra_error)."""
-    command = tuple(str(a) for a in command)
-    if command and "/" not in command[0] and "{" not in command[0] and (path := shutil.which(command[0])):
-        return (os.path.abspath(path), *command[1:])
-    return command

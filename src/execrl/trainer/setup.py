@@ -27,7 +27,6 @@ from execrl.config.checks import (
 )
 from execrl.console import stderr_console
 from execrl.envs import make_env
-from execrl.envs.game import check_move_room
 from execrl.lora import Adapter
 from execrl.models import TINY_CODERS, pick_device, position_limit, weights_identity
 from execrl.prompts import conversation_ids
@@ -139,6 +138,28 @@ def same_base(run: Run, state: dict, found: Path) -> None:
     raise ValueError(f"{cfg.policy.model_name}'s weight files differ from those this run trained on (recorded in "
                      f"{found}): resuming would read {what} onto other weights. Restore the model the run started "
                      "from, or start a new run (another checkpointing.checkpoint_dir and logger.log_dir)")
+
+
+def check_move_room(cfg, tokenizer) -> None:
+    """With env.game.guided_moves, an answer is held to `Move: <a legal move>`: each trained game's shortest first move
+    and the answer's end must fit policy.generation.max_new_tokens (negotiation at 8 tokens: every answer was cut
+    mid-move, every match a forfeit, and only the truncation warning said anything). ConfigError, with the room."""
+    from execrl.games import GAMES
+
+    if not cfg.env.game.guided_moves:
+        return
+    budget = cfg.policy.generation.max_new_tokens
+    for d in cfg.data.train_sets:
+        game = GAMES.get(d.dataset_name.split(":", 1)[1]) if d.dataset_name.startswith("selfplay:") else None
+        if game is None or game.free_text:
+            continue
+        moves = game.legal_moves(game.initial(random.Random(0)))
+        need = min(len(tokenizer(f"Move: {m}", add_special_tokens=False)["input_ids"]) for m in moves) + 1
+        if need > budget:
+            raise ConfigError(f"env.game.guided_moves holds each answer to `Move: <a legal move>`, and {game.name}'s "
+                              f"shortest first move takes {need} tokens with the answer's end, over "
+                              f"policy.generation.max_new_tokens={budget}: every answer would be cut and forfeit. Set "
+                              f"policy.generation.max_new_tokens to {need} or more")
 
 
 def erases_a_run(cfg: MasterConfig) -> str | None:
