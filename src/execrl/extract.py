@@ -215,13 +215,19 @@ BARE_RUN = re.compile(r"(?:[-\u2212]?(?<![\d.])\d++(?:\.\d++)?\s*+|[-\u2212])?\\
                       r"\{(?:[^{}]|\{[^{}]*\})*\}|[\^_]|"
                       r"\d+(?:\.\d+)?|[-+*/()]))*")
 SUM_AFTER = re.compile(r"\s*(?:[-+*/\u00d7\u00f7\u2212]|\\(?:times|cdot|div))\s*\d")  # "16 - 3 ...": a sum's first operand
-GSM8K_MARK = re.compile(r"[\s*_`]*+(?:[-\u2212+$\\(\[.\d]|[^\n]*(?:answer|=))", re.I)  # "#### 18", "#### Final Answer"
+BOUND = (r"(?:[\u2264\u2265\u2266\u2267\u226a\u226b\u226e\u226f<>]|\\(?:geq?q?|leq?q?|geqslant|leqslant|gtrsim|lesssim|gg|ll|"
+         r"nless|ngtr|succeq|preceq)(?![a-zA-Z])|\b(?:at (?:least|most)|no (?:less|more|fewer) than|(?:more|less|fewer) "
+         r"than|a (?:minimum|maximum) of|up to|minimum|maximum)\b)")  # a bound, not an answer: >= 18, \gtrsim 18,
+# "a minimum of 18", "up to 18"
+GSM8K_MARK = re.compile(rf"[\s*_`]*+(?:[-\u2212+$\\(\[.\d]|[^\n]*(?:answer|=)|{BOUND})", re.I)  # "#### 18", "#### Final Answer"
 # a markdown heading after ####, not GSM8K's mark: "#### Step 2: Earnings = 9 x 2", "#### 1. Eggs left" (a numbered
 # one, with lines after it: "#### 18." alone is the mark)
 HEADING = re.compile(r"[ \t*_]*(?:(?:step|part|case|stage|method|approach)[ \t]*\d+\b|\d{1,2}(?:[.)]|st|nd|rd|th)[ \t]+"
                      r"[A-Za-z][^\n]*\n\s*\S)", re.I)  # ("#### 2nd step", a line after it)
 NEGATIVE_AMOUNT = re.compile(r"(?<![\w$])([-\u2212])\\?\$(?=\d)")  # -$5, -\$5: a sign, then a currency's dollar
 # ("$10-$5" is a sum: a digit before its minus)
+DASH_MINUS = re.compile(r"(?<![\w.])[\u2010\u2011\u2013\ufe63\uff0d](?=\\?\$?\d)")  # a dash as a minus sign, before a
+# number (or its dollar), after no digit: "–10", "–$10"; not a range's "18–20"
 UNIT_POWER = re.compile(r"[A-Za-z]\s*\^\s*\{?\s*$")  # the 2 of "48 m^2" is no answer
 CLOSERS = re.compile(r"(?:\s|\\\)|\\\]|\$)*")  # between a number and its unit: "\\(32\\) \\(\\text{in total}\\)"
 CORRECTED = re.compile(r"(?i)\bwait\b[,.!]|\boops\b|\bI (?:made|make) (?:a|an) (?:mistake|error)\b|\bmiscalculat\w*|"
@@ -244,13 +250,17 @@ def math_answer(answer_text: str) -> str | None:
     boxed = last_boxed(answer_text)
     if boxed is not None:
         return boxed
+    answer_text = DASH_MINUS.sub("-", answer_text)  # "–10" (an en dash as its minus) is -10, not 10
     answer_text = NEGATIVE_AMOUNT.sub(r"\1", answer_text)  # "a loss of -$5" is -5, not 5 (nor a $...$ span)
     tail = answer_text.rsplit("####", 1)[1].strip() if "####" in answer_text else None
     if tail == "":
         return None
     if tail and GSM8K_MARK.match(tail) and not HEADING.match(tail):  # (a markdown heading, "#### Step 2: Money": read
         # on)
-        line = tail.splitlines()[0].rsplit("=", 1)[-1].strip().strip("*_` ")  # ("2 + 3 = 5": what it equals)
+        first_line = tail.splitlines()[0].strip().strip("*_` ")
+        if HEDGED.match(first_line):  # "#### at least 18", "#### >= 18": a bound, no answer
+            return first_line
+        line = first_line.rsplit("=", 1)[-1].strip().strip("*_` ")  # ("2 + 3 = 5": what it equals)
         if re.search(r"[\\{}^]", line) or NUMBER.fullmatch(line.strip("$").rstrip(".")):
             return line
         numbers = NUMBER.findall(line) or NUMBER.findall(tail)
@@ -277,8 +287,9 @@ def math_answer(answer_text: str) -> str | None:
     return _plain(numbers[-1].group()) if numbers else None
 
 
-HEDGED = re.compile(r"[\s*_:]*(?:either|between|at (?:least|most)|more than|less than|fewer than)\b", re.I)
-ALTERNATIVE = re.compile(r"\s*(?:[A-Za-z]+\s+)?or\s+(?:\$?\d|(?:more|less|fewer|so|above|below|higher|lower|greater|"
+HEDGED = re.compile(rf"[\s*_:]*(?:either\b|between\b|{BOUND})", re.I)
+ALTERNATIVE = re.compile(r"\s*\+(?!\s*\d)|\s+and\s+(?:up|above|over|more)\b|"  # "18+", "18 and up"
+                         r"\s*(?:[A-Za-z]+\s+)?or\s+(?:\$?\d|(?:more|less|fewer|so|above|below|higher|lower|greater|"
                          r"smaller|over|under)\b|[a-z]*(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|"
                          r"twelve|teen|ty|hundred|thousand)\b)", re.I)  # "18 or 20", "18 dollars or 20", "18 or more",
 # "18 or twenty": two answers, or a bound

@@ -186,3 +186,16 @@ def test_a_percentage_is_read_one_way_where_the_question_asks_for_one():
     start = time.perf_counter()  # (a hunt's find: the sign's regex took cubic time on a run of spaces, 38 s for 2,000)
     assert not answers_match("18" + " " * 20000 + "\\text{ dollars}", "18")
     assert time.perf_counter() - start < 2
+
+
+def test_bounds_and_dashes_in_their_other_spellings():
+    """(A hunt's finds) a bound scored 1 spelled \\geqq, \\gtrsim, 18 \\text{ at least}, 18+, >= 18, "a minimum of 18" or
+    after ####; an en dash or a non-breaking hyphen as the minus sign was dropped: "The answer is \u201310." read 10."""
+    for text in ["\\boxed{\\geqq 18}", "\\boxed{\\gtrsim 18}", "\\boxed{18 \\text{ at least}}", "\\boxed{18\\text{+}}",
+                 "\\boxed{18 \\text{ and up}}", "The answer is \u2265 18.", "The answer is >= 18.", "Answer: \u226518",
+                 "The answer is no less than 18.", "The answer is a minimum of 18.", "The answer is up to 18.",
+                 "The answer is 18+.", "#### at least 18", "#### >= 18", "#### 18+"]:
+        assert not answers_match(math_answer(text), "18"), text
+    for text in ["The answer is \u201310.", "#### \u201310", "The change is \u2013$10.", "The answer is \u201110."]:
+        assert answers_match(math_answer(text), "-10") and not answers_match(math_answer(text), "10"), text
+    assert answers_match(math_answer("From 18\u201320 apples, she keeps 20."), "20")

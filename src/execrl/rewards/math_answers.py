@@ -14,7 +14,7 @@ import sys
 import threading
 from fractions import Fraction
 
-from execrl.extract import improper, math_answer
+from execrl.extract import BOUND, improper, math_answer
 from execrl.rewards.base import Sample, component
 from execrl.tasks.problem import VERIFIER
 
@@ -25,8 +25,8 @@ MAX_ANSWER_CHARS = 200  # longer answers (and over twice the reference's length)
 THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")  # 1,234,567.5: the only commas a plain number holds
 
 
-HEDGE = re.compile(r"\bor\b|\\(?:lor|vee|geq?|leq?|geqslant|leqslant)\b|[<>\u2264\u2265]", re.I)  # alternatives or a
-# bound, in an answer
+HEDGE = re.compile(rf"\bor\b|\\(?:lor|vee)\b|{BOUND}|\d\s*(?:\\text\{{\s*)?\+\s*\}}?\s*$|\band (?:up|above|over|more)\b",
+                   re.I)  # alternatives or a bound, in an answer: \geqq 18, 18 \text{ at least}, 18+, 18 and up
 
 
 DELIMITERS = (("\\(", "\\)"), ("\\[", "\\]"), ("$$", "$$"), ("$", "$"))  # LaTeX math around a whole answer
