@@ -226,6 +226,7 @@ HEADING = re.compile(r"[ \t*_]*(?:(?:step|part|case|stage|method|approach)[ \t]*
                      r"[A-Za-z][^\n]*\n\s*\S)", re.I)  # ("#### 2nd step", a line after it)
 NEGATIVE_AMOUNT = re.compile(r"(?<![\w$])([-\u2212])\\?\$(?=\d)")  # -$5, -\$5: a sign, then a currency's dollar
 # ("$10-$5" is a sum: a digit before its minus)
+STRUCK = re.compile(r"~~[^~\n]{0,200}~~")  # markdown strike-through
 DASH_MINUS = re.compile(r"(?<![\w.])[\u2010\u2011\u2013\ufe63\uff0d](?=\\?\$?\d)")  # a dash as a minus sign, before a
 # number (or its dollar), after no digit: "–10", "–$10"; not a range's "18–20"
 UNIT_POWER = re.compile(r"[A-Za-z]\s*\^\s*\{?\s*$")  # the 2 of "48 m^2" is no answer
@@ -251,6 +252,7 @@ def math_answer(answer_text: str) -> str | None:
     if boxed is not None:
         return boxed
     answer_text = DASH_MINUS.sub("-", answer_text)  # "–10" (an en dash as its minus) is -10, not 10
+    answer_text = STRUCK.sub(" ", answer_text)  # "~~18~~ 20": struck out, withdrawn
     answer_text = NEGATIVE_AMOUNT.sub(r"\1", answer_text)  # "a loss of -$5" is -5, not 5 (nor a $...$ span)
     tail = answer_text.rsplit("####", 1)[1].strip() if "####" in answer_text else None
     if tail == "":
@@ -296,6 +298,12 @@ ALTERNATIVE = re.compile(r"\s*\+(?!\s*\d)|\s+and\s+(?:up|above|over|more)\b|"  #
 SENTENCE_END = re.compile(r"(?<!\bMr)(?<!\bMrs)(?<!\bMs)(?<!\bDr)(?<!\bSt)(?<!\bvs)[.;!?](?=\s|$)")  # (not 2.5)
 
 
+NEGATED = re.compile(r"(?i)\b(?:not|never|no longer|n't)\b|n't\b")  # before a stated number: no answer
+REPLACED = re.compile(r"(?i)\s*(?:->|\u2192|=>|\u21d2|\\to\b|\\rightarrow\b|,?\s*(?:but\s+)?(?:it|the answer|that)\s+"
+                      r"(?:is|was)\s+(?:actually\s+)?\$?\d|,?\s*(?:but\s+)?actually\b)")  # after it: another answer
+# replaces it ("18, but it is 20", "18 -> 20"; not "18, but let me check")
+
+
 def _after_answer_is(text: str) -> str | None:
     """The first number or LaTeX span after the last "answer is" (not "answer is not"; or an "Answer:" line), in its
     sentence; where that sentence is a sum, what its last "=" equals: "The answer is 4. Double check: ... 7" is 4,
@@ -316,6 +324,8 @@ def _after_answer_is(text: str) -> str | None:
     eq = blanked.rfind("=")  # (an "=" in a LaTeX span is the span's)
     equals = line[eq + 1:] if eq >= 0 else ""
     first = POWER.search(blanked)
+    if first and (NEGATED.search(blanked[:first.start()]) or REPLACED.match(blanked, first.end())):  # "Answer: not
+        return None  # 18 but 20", "the answer is never 18", "18 -> 20": not the number stated (read as the text ends)
     if HEDGED.match(line) or (first and ALTERNATIVE.match(blanked, first.end())):  # "either 18 or 20", "at least 18":
         return line.strip()  # two answers, or a bound, which equal no reference (the last number would pay the hedge)
     summed = first is not None and SUM_AFTER.match(blanked, first.end())  # "16 - 3 - 4 = 9 eggs, times 2 = 18": not 16

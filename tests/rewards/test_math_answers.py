@@ -199,3 +199,15 @@ def test_bounds_and_dashes_in_their_other_spellings():
     for text in ["The answer is \u201310.", "#### \u201310", "The change is \u2013$10.", "The answer is \u201110."]:
         assert answers_match(math_answer(text), "-10") and not answers_match(math_answer(text), "10"), text
     assert answers_match(math_answer("From 18\u201320 apples, she keeps 20."), "20")
+
+
+def test_a_stated_answer_its_sentence_takes_back_is_not_read():
+    """(A hunt's find) "Answer: not 18 but 20", "the answer is never 18", "~~18~~ 20", "18 -> 20" and "18, but it is
+    20" paid 18, the number the text withdraws."""
+    for text in ["**Answer:** not 18 but 20", "Answer: Not 18. It is 20.", "The answer is **not** 18, it is 20.",
+                 "The answer is definitely not 18. It is 20.", "The answer is never 18, it is 20", "**Answer:** ~~18~~ 20",
+                 "The answer is 18 \u2192 20.", "One might think the answer is 18, but it is 20.",
+                 "The answer is 18, actually 20."]:
+        found = math_answer(text)
+        assert answers_match(found, "20") and not answers_match(found, "18"), (text, found)
+    assert answers_match(math_answer("The answer is 18, but I should double-check the units: 18 apples."), "18")
