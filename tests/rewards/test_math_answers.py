@@ -211,3 +211,13 @@ def test_a_stated_answer_its_sentence_takes_back_is_not_read():
         found = math_answer(text)
         assert answers_match(found, "20") and not answers_match(found, "18"), (text, found)
     assert answers_match(math_answer("The answer is 18, but I should double-check the units: 18 apples."), "18")
+
+
+def test_a_magnitude_word_scales_its_number():
+    """(A hunt's find) math-verify drops a word in \\text{} as a unit: 18 thousand, \\$18 M and 18k matched 18, and
+    GSM8K's "\\$192 million" missed 192000000."""
+    for answer, right, wrong in [("18\\text{ thousand}", "18000", "18"), ("18 \\text{ million}", "18000000", "18"),
+                                 ("\\$18\\text{M}", "18000000", "18"), ("18\\text{k}", "18000", "18"),
+                                 ("\\$192\\text{ million}", "192000000", "192"), ("1.5 thousand", "1500", "1.5")]:
+        assert answers_match(answer, right) and not answers_match(answer, wrong), answer
+    assert answers_match("18 \\text{m}", "18")  # (metres, not millions)

@@ -119,6 +119,25 @@ def _percent_match(a: tuple[object, bool], b: tuple[object, bool], asks_percent:
     return x == y or _hundredth(x) == y
 
 
+MAGNITUDE = re.compile(r"(\\?\$)?\s*+([-+]?[\d.,]++)\s*+(?:\\[,! ;]|~)?\s*+(?:\\(?:text|mathrm|textrm|mbox)\{\s*+)?"
+                       r"(thousand|million|billion|trillion|bn|[kKmMbB])\s*+\}?\s*+", re.I)  # a number and its
+# magnitude (possessive: no run of spaces is tried two ways)
+SCALES = {"thousand": 3, "k": 3, "million": 6, "m": 6, "billion": 9, "bn": 9, "b": 9, "trillion": 12}
+
+
+def _magnitude(text: str):
+    """The number `text` says with a magnitude word after it (18 thousand, 18k, \\$1.2\\text{M}: M and B only after a
+    currency's dollar, where m is not metres), as _number's key; else None."""
+    m = MAGNITUDE.fullmatch(text)
+    if m is None or (m[3] in "mMbB" and not m[1]):  # (18k is 18,000; 18 m is 18 metres, not millions)
+        return None
+    base = _number(m[2])
+    if not isinstance(base, tuple):  # (a decimal's key: digits x 10**exponent)
+        return None
+    negative, digits, exponent = base
+    return (negative, digits, exponent + SCALES[m[3].lower()]) if digits else base
+
+
 def _hundredth(key: tuple[bool, str, int] | Fraction) -> tuple[bool, str, int] | Fraction:
     """A number key (_number's) divided by 100."""
     if isinstance(key, Fraction):
@@ -141,6 +160,9 @@ def answers_match(predicted: str | None, reference: str, question: str = "") -> 
     a, b = _number(predicted), _number(reference)
     if a is not None and b is not None:
         return a == b
+    scaled = _magnitude(predicted) if len(predicted) <= MAX_ANSWER_CHARS else None
+    if scaled is not None and b is not None:  # "18 \\text{ thousand}", "\\$1.2\\text{M}": the number it says
+        return scaled == b  # (math-verify drops the word as a unit: 18 thousand matched 18)
     percents = _percent_read(predicted), _percent_read(reference)
     if None not in percents:  # (one or both with a percent sign)
         return _percent_match(*percents, asks_percent=bool(ASKS_PERCENT.search(question)))
