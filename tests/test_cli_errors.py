@@ -295,6 +295,10 @@ def test_a_model_directory_missing_its_tokenizer_or_weights_says_which(tmp_path)
     with pytest.raises(ModelNotFound, match="cannot load the weights of model") as e:
         load_pretrained(AutoModelForCausalLM, str(tmp_path / "m"), "cpu")
     assert "model.safetensors" in str(e.value) and "downloaded" not in str(e.value)
+    # (a hunt's find) a NeMo RL recipe's policy.tokenizer.name beside a local model: the model was blamed
+    with pytest.raises(ModelNotFound, match=r"tokenizer 'meta-llama/Nope' \(policy.tokenizer.name\), which is not "
+                                            r"model .*'s own.*policy.tokenizer.name=null"):
+        load_pretrained(AutoModelForCausalLM, str(tmp_path / "m"), "cpu", offline=True, tokenizer="meta-llama/Nope")
 
 
 def test_a_tokenizer_larger_than_the_models_embeddings_is_refused(tmp_path):

@@ -278,6 +278,11 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
                 "a tokenizer kept elsewhere is named by policy.tokenizer.name in execrl train (execrl eval reads the "
                 "directory's own: copy the tokenizer's files into it)") from None
         where = "it is not in the local cache and offline mode is on" if offline else "it could not be downloaded"
+        if part == "tokenizer" and tokenizer and tokenizer != name:  # (a NeMo RL recipe's tokenizer name beside
+            raise ModelNotFound(  # another model: the model was blamed)
+                f"cannot load the tokenizer {tokenizer!r} (policy.tokenizer.name), which is not model {name!r}'s own: "
+                f"{where} ({why}). Set policy.tokenizer.name=null for the model's own tokenizer, or name a local "
+                "tokenizer directory") from None
         raise ModelNotFound(f"cannot load model {name!r}: {where} ({why}). Pass a local directory "
                             "with config.json and weights, or run online once to cache it.") from None
     rows = model.get_input_embeddings().num_embeddings

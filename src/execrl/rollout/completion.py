@@ -60,7 +60,8 @@ def _say_no_end(name: str, example: str) -> None:
 
     stderr_console().print(f"[yellow]warning: {name}: its tokenizer and generation config name no end token, so "
                            "every answer runs to the length limit (and training learns no answer's end): set "
-                           f"policy.generation.stop_token_ids=[{example}, the chat template's end of turn[/]")
+                           f"policy.generation.stop_token_ids=[{example} (execrl eval: --stop-token-ids), the token "
+                           "that ends an answer (the chat template's end of turn, where it has one)[/]")
 
 
 @cache
