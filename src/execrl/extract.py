@@ -215,11 +215,13 @@ BARE_RUN = re.compile(r"(?:[-\u2212]?(?<![\d.])\d++(?:\.\d++)?\s*+|[-\u2212])?\\
                       r"\{(?:[^{}]|\{[^{}]*\})*\}|[\^_]|"
                       r"\d+(?:\.\d+)?|[-+*/()]))*")
 SUM_AFTER = re.compile(r"\s*(?:[-+*/\u00d7\u00f7\u2212]|\\(?:times|cdot|div))\s*\d")  # "16 - 3 ...": a sum's first operand
-BOUND = (r"(?:[\u2264\u2265\u2266\u2267\u226a\u226b\u226e\u226f<>]|\\(?:geq?q?|leq?q?|geqslant|leqslant|gtrsim|lesssim|gg|ll|"
-         r"nless|ngtr|succeq|preceq)(?![a-zA-Z])|\b(?:at (?:least|most)|no (?:less|more|fewer) than|(?:more|less|fewer) "
-         r"than|a (?:minimum|maximum) of|up to|minimum|maximum)\b)")  # a bound, not an answer: >= 18, \gtrsim 18,
+BOUND = (r"(?:[\u2264\u2265\u2266\u2267\u226a\u226b\u226e\u226f<>]|"
+         r"\\(?:geq?q?|leq?q?|geqslant|leqslant|gtrsim|lesssim|gg|ll|nless|ngtr|succeq|preceq)(?![a-zA-Z])|"
+         r"\b(?:at (?:least|most)|no (?:less|more|fewer) than|(?:more|less|fewer) than|a (?:minimum|maximum) of|"
+         r"up to|minimum|maximum)\b)")  # a bound, not an answer: >= 18, \gtrsim 18,
 # "a minimum of 18", "up to 18"
-GSM8K_MARK = re.compile(rf"[\s*_`]*+(?:[-\u2212+$\\(\[.\d]|[^\n]*(?:answer|=)|{BOUND})", re.I)  # "#### 18", "#### Final Answer"
+GSM8K_MARK = re.compile(rf"[\s*_`]*+(?:[-\u2212+$\\(\[.\d]|[^\n]*(?:answer|=)|{BOUND})", re.I)  # "#### 18", "#### Final
+# Answer", "#### at least 18" (a bound: read as no answer)
 # a markdown heading after ####, not GSM8K's mark: "#### Step 2: Earnings = 9 x 2", "#### 1. Eggs left" (a numbered
 # one, with lines after it: "#### 18." alone is the mark)
 HEADING = re.compile(r"[ \t*_]*(?:(?:step|part|case|stage|method|approach)[ \t]*\d+\b|\d{1,2}(?:[.)]|st|nd|rd|th)[ \t]+"

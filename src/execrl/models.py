@@ -361,7 +361,7 @@ def _load_adapter(directory: Path, device: str, dtype: str, offline: bool, token
                                           config_overrides=json.loads(overrides.read_text()) if overrides.is_file()
                                           else None)
     merged = PeftModel.from_pretrained(model, str(directory)).merge_and_unload()  # (peft froze the base: trainable
-    return merged.requires_grad_(True).eval(), tok  # again, as any model loaded, or a full fine-tune of it trains nothing)
+    return merged.requires_grad_(True).eval(), tok  # again, as any model loaded: a full fine-tune of it was idle)
 
 
 CHAT_TEMPLATE = (

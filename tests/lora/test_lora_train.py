@@ -51,8 +51,8 @@ def test_only_the_adapters_train_and_the_checkpoint_loads_with_peft(tmp_path):
     # (a hunt's find) a full fine-tune from the adapter: peft left the merged model frozen ("optimizer got an empty
     # parameter list")
     assert all(p.requires_grad for p in evaluated.parameters())
-    full, _ = run(tmp_path, "full", f"policy.model_name={ckpt / 'policy'}", "grpo.max_num_steps=1", "warmup.sft_steps=0",
-                  "checkpointing.enabled=false", "grpo.val_period=0")
+    full, _ = run(tmp_path, "full", f"policy.model_name={ckpt / 'policy'}", "grpo.max_num_steps=1",
+                  "warmup.sft_steps=0", "checkpointing.enabled=false", "grpo.val_period=0")
     assert full.step == 1
 
 

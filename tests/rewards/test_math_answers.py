@@ -175,7 +175,8 @@ def test_a_percentage_is_read_one_way_where_the_question_asks_for_one():
     for answer, reference, question, right in [
             ("50%", "50", asks, True), ("50\\%", "50", asks, True), ("50 \\text{\\%}", "50", asks, True),
             ("5000%", "50", asks, False), ("0.5%", "50", asks, False), ("50", "50\\%", "", True),
-            ("5000\\%", "50\\%", "", False), ("0.5", "50\\%", "", False), ("12.5 %", "12.5", "As a percent, how much?", True),
+            ("5000\\%", "50\\%", "", False), ("0.5", "50\\%", "", False),
+            ("12.5 %", "12.5", "As a percent, how much?", True),
             ("50%", "0.5", "What is the probability?", True), ("94%", "94", "What score does he need?", True),
             ("-5%", "-0.05", "", True), ("1/8%", "0.00125", "", True)]:
         assert answers_match(answer, reference, question) is right, (answer, reference, question)
@@ -189,8 +190,9 @@ def test_a_percentage_is_read_one_way_where_the_question_asks_for_one():
 
 
 def test_bounds_and_dashes_in_their_other_spellings():
-    """(A hunt's finds) a bound scored 1 spelled \\geqq, \\gtrsim, 18 \\text{ at least}, 18+, >= 18, "a minimum of 18" or
-    after ####; an en dash or a non-breaking hyphen as the minus sign was dropped: "The answer is \u201310." read 10."""
+    """(A hunt's finds) a bound scored 1 spelled \\geqq, \\gtrsim, 18 \\text{ at least}, 18+, >= 18, "a minimum of
+    18" or after ####; an en dash or a non-breaking hyphen as the minus sign was dropped: "The answer is \u201310."
+    read 10."""
     for text in ["\\boxed{\\geqq 18}", "\\boxed{\\gtrsim 18}", "\\boxed{18 \\text{ at least}}", "\\boxed{18\\text{+}}",
                  "\\boxed{18 \\text{ and up}}", "The answer is \u2265 18.", "The answer is >= 18.", "Answer: \u226518",
                  "The answer is no less than 18.", "The answer is a minimum of 18.", "The answer is up to 18.",
@@ -205,7 +207,8 @@ def test_a_stated_answer_its_sentence_takes_back_is_not_read():
     """(A hunt's find) "Answer: not 18 but 20", "the answer is never 18", "~~18~~ 20", "18 -> 20" and "18, but it is
     20" paid 18, the number the text withdraws."""
     for text in ["**Answer:** not 18 but 20", "Answer: Not 18. It is 20.", "The answer is **not** 18, it is 20.",
-                 "The answer is definitely not 18. It is 20.", "The answer is never 18, it is 20", "**Answer:** ~~18~~ 20",
+                 "The answer is definitely not 18. It is 20.", "The answer is never 18, it is 20",
+                 "**Answer:** ~~18~~ 20",
                  "The answer is 18 \u2192 20.", "One might think the answer is 18, but it is 20.",
                  "The answer is 18, actually 20."]:
         found = math_answer(text)

@@ -467,8 +467,8 @@ def test_memory_is_limited_across_forked_children():
 def test_cpu_of_children_never_waited_for_counts(solo):
     code = ("import os, time\nkids = []\nfor _ in range(2):\n    pid = os.fork()\n    if pid == 0:\n"
             "        while True:\n            pass\n    kids.append(pid)\n"
-            "def burnt():\n    return sum(sum(map(int, open(f'/proc/{k}/stat').read().rsplit(')', 1)[1].split()[11:13]))\n"
-            "               for k in kids) / os.sysconf('SC_CLK_TCK')\n"
+            "def burnt():\n    return sum(sum(map(int, open(f'/proc/{k}/stat').read().rsplit(')', 1)[1]"
+            ".split()[11:13]))\n               for k in kids) / os.sysconf('SC_CLK_TCK')\n"
             "while burnt() < 1.3:\n    time.sleep(0.05)\nprint('ok')")  # the children past FAST's 1 CPU-s, never waited
     # for (on a loaded machine, however long that takes: the 2 s wall kill is a timeout too)
     r = graded_quickly(solo, code)
@@ -696,7 +696,8 @@ def test_linux_aio_is_refused(grader):
     io_uring is."""
     code = ("import ctypes, errno, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
             "nr = {'x86_64': 206, 'aarch64': 0}[platform.machine()]\nctx = ctypes.c_ulong(0)\n"
-            "r = libc.syscall(nr, 1, ctypes.byref(ctx))\nprint(errno.errorcode.get(ctypes.get_errno()) if r else 'held')")
+            "r = libc.syscall(nr, 1, ctypes.byref(ctx))\n"
+            "print(errno.errorcode.get(ctypes.get_errno()) if r else 'held')")
     r = graded_quickly(grader, code, {"inputs": [""], "outputs": ["ENOSYS"]})
     assert r.verdict == V.PASS, (r.to_dict(), r.stderr)
 
@@ -1023,7 +1024,8 @@ def test_a_compilers_stdout_comes_back_as_its_ends_and_says_why(solo):
     from execrl.sandbox.languages import LANGUAGES, Language
 
     LANGUAGES["loud"] = Language("loud", "main.sh", run=("sh", "{file}"), compile=(
-        "sh", "-c", "echo 'error: the first line'; head -c 5000000 /dev/zero | tr '\\0' x; echo; echo 'the last'; exit 1"))
+        "sh", "-c", "echo 'error: the first line'; head -c 5000000 /dev/zero | tr '\\0' x; echo; echo 'the last'; "
+        "exit 1"))
     try:
         r = solo.grade("echo ok", ONE, language="loud")
         assert r.verdict == V.SYNTAX_ERROR, r.to_dict()

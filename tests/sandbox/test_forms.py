@@ -177,7 +177,8 @@ def test_a_yaml_languages_tool_is_the_one_this_machines_path_finds(grader, tmp_p
     load_languages(str(tmp_path / "langs.yaml"))
     try:
         assert LANGUAGES["shx"].run == (str(tool), "{file}")
-        assert grader.grade("read a b; echo $((a+b))", stdio(["2 3\n"], ["5\n"]), language="shx").verdict == Verdict.PASS
+        r = grader.grade("read a b; echo $((a+b))", stdio(["2 3\n"], ["5\n"]), language="shx")
+        assert r.verdict == Verdict.PASS, r.to_dict()
     finally:
         LANGUAGES.pop("shx")
 

@@ -336,7 +336,8 @@ def test_deleting_a_key_data_default_fills_gives_the_schemas_default(tmp_path):
     (tmp_path / "c.yaml").write_text("data:\n  default:\n    max_tests: 5\n  train:\n    dataset_name: mbpp\n")
     cfg = load_config(str(tmp_path / "c.yaml"), ["~data.train.max_tests"])
     assert cfg.data.train.max_tests == 0 and "data.train.max_tests" not in cfg._written
-    assert load_config(str(tmp_path / "c.yaml"), ["~data.train.max_tests", "data.train.max_tests=3"]).data.train.max_tests == 3
+    again = load_config(str(tmp_path / "c.yaml"), ["~data.train.max_tests", "data.train.max_tests=3"])
+    assert again.data.train.max_tests == 3
     (tmp_path / "l.yaml").write_text("data:\n  default:\n    max_tests: 5\n  train:\n  - dataset_name: mbpp\n"
                                      "  - dataset_name: gsm8k\n")
     cfg = load_config(str(tmp_path / "l.yaml"), ["~data.train.1.max_tests"])
@@ -599,9 +600,9 @@ def test_near_greedy_sampling_is_warned():
 ])
 def test_runs_that_cannot_save_or_learn_are_refused_before_any_work(tmp_path, override, message):
     """(A careless user's finds) a log or checkpoint directory under a file (or in /proc), or one that exists read-only,
-    passed --dry-run and ended the run with a traceback at its first save, after steps of work; a correctness component of negative weight trained
-    the model to fail (its reward rising, read as progress); an overlong_penalty no answer can reach, alone, scored
-    every answer 0."""
+    passed --dry-run and ended the run with a traceback at its first save, after steps of work; a correctness
+    component of negative weight trained the model to fail (its reward rising, read as progress); an overlong_penalty
+    no answer can reach, alone, scored every answer 0."""
     from execrl.config.checks import validate
 
     (tmp_path / "file").write_text("x")

@@ -192,9 +192,11 @@ def test_rounds_of_fewer_prompts_than_gpus_are_refused():
     with pytest.raises(ConfigError, match=r"rounds of 1 prompt.* fewer than the 2 GPUs.*batch_multiplier to at least "
                                           r"0\.67"):
         plan(load_config(None, [*cfg, "cluster.gpus_per_node=2"]))
-    assert plan(load_config(None, [*cfg, "cluster.gpus_per_node=2", "grpo.batch_multiplier=0.67"])).prompts_per_round == 2
+    assert plan(load_config(None, [*cfg, "cluster.gpus_per_node=2",
+                                   "grpo.batch_multiplier=0.67"])).prompts_per_round == 2
     with pytest.raises(ConfigError, match=r"batch_multiplier to at least 1\.34"):  # (a review's find: the hint that
         plan(load_config(None, [*cfg, "cluster.gpus_per_node=4"]))  # 4/3 printed, 1.33333, was refused again)
-    assert plan(load_config(None, [*cfg, "cluster.gpus_per_node=4", "grpo.batch_multiplier=1.34"])).prompts_per_round == 4
+    assert plan(load_config(None, [*cfg, "cluster.gpus_per_node=4",
+                                   "grpo.batch_multiplier=1.34"])).prompts_per_round == 4
     plain = ["grpo.num_prompts_per_step=1", "grpo.num_generations_per_prompt=4", "policy.train_global_batch_size=4"]
     plan(load_config(None, [*plain, "cluster.gpus_per_node=2"]))  # (a review's find: refused without dynamic sampling)

@@ -25,8 +25,9 @@ MAX_ANSWER_CHARS = 200  # longer answers (and over twice the reference's length)
 THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")  # 1,234,567.5: the only commas a plain number holds
 
 
-HEDGE = re.compile(rf"\bor\b|\\(?:lor|vee)\b|{BOUND}|\d\s*(?:\\text\{{\s*)?\+\s*\}}?\s*$|\band (?:up|above|over|more)\b",
-                   re.I)  # alternatives or a bound, in an answer: \geqq 18, 18 \text{ at least}, 18+, 18 and up
+HEDGE = re.compile(rf"\bor\b|\\(?:lor|vee)\b|{BOUND}|\d\s*(?:\\text\{{\s*)?\+\s*\}}?\s*$|"
+                   r"\band (?:up|above|over|more)\b", re.I)  # alternatives or a bound, in an answer: \geqq 18,
+# 18 \text{ at least}, 18+, 18 and up
 
 
 DELIMITERS = (("\\(", "\\)"), ("\\[", "\\]"), ("$$", "$$"), ("$", "$"))  # LaTeX math around a whole answer

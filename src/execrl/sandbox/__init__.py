@@ -100,7 +100,8 @@ from execrl.sandbox.spec import (
 )
 
 __all__ = [
-    "Grader", "Limits", "ProgramResult", "SandboxUnusable", "SandboxFailing", "check_infra_share", "RunResult", "TestResult", "program_verdict", "LANGUAGES", "Language", "language_named", "tests_refused",
+    "Grader", "Limits", "ProgramResult", "SandboxUnusable", "SandboxFailing", "check_infra_share", "RunResult", "TestResult", "program_verdict", "LANGUAGES", "Language", "language_named",
+    "tests_refused",
     "get_language", "load_languages", "TestSpec", "TestSpecError", "Verdict", "parse_tests", "split_test_script",
     "AssertTests", "CallTests", "CheckTests", "StdioTests",
 ]

@@ -184,8 +184,9 @@ class Grader:
             if result.verdict != V.PASS:
                 why = (result.stderr or (result.tests[0].detail if result.tests else "") or result.verdict.value)
                 why = " ".join(why.split())[-300:]
+                tools = ", ".join(lang.tools) or lang.name
                 fix = (f"make {sys.prefix} and the interpreter it comes from readable by other users" if
-                       lang.fork_python else f"make {', '.join(lang.tools) or lang.name}'s files readable by other users "
+                       lang.fork_python else f"make {tools}'s files readable by other users "
                        "and keep what they read in their own installation (a file outside it, such as a symlink into "
                        "/etc or a home directory, is not in the sandbox); a runtime that reserves address space up "
                        "front (node, the JVM) needs address_space_mb in its languages YAML")
