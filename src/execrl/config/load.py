@@ -70,10 +70,11 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
         keys = [_override_key(item.lstrip("~").split("=", 1)[0]) for item in overrides]
         later = []
         for i, (item, key) in enumerate(zip(overrides, keys)):
-            if key.split(".")[0] == "data" and not item.startswith("~"):
+            data, deletion = key.split(".")[0] == "data", item.startswith("~")
+            if data and not deletion:
                 apply(given, item)
-            elif not (item.startswith("~") and key.split(".")[0] == "data" and any(
-                    not overrides[j].startswith("~") and _within(keys[j], key) for j in range(i + 1, len(overrides)))):
+            elif not (data and deletion and any(not overrides[j].startswith("~") and _within(keys[j], key)
+                                                for j in range(i + 1, len(overrides)))):
                 later.append(item)  # (other keys' settings and deletions apply in their order, after the fill)
         _fill_from_data_default(given)
         tree = OmegaConf.merge(OmegaConf.create(_under(defaults, given)), given)
@@ -324,22 +325,15 @@ def _value(key: str, raw: str) -> Any:
                           "brackets and braces, or quote it to pass it as text (e.g. 'key=\"[1\"')") from None
 
 
-def _holds(tree: DictConfig, key: str) -> bool:
-    """Whether `tree` has the dotted key (a null value too)."""
-    parent, _, last = key.rpartition(".")
-    node = OmegaConf.select(tree, parent, throw_on_missing=False) if parent else tree
-    return isinstance(node, DictConfig) and last in node
-
-
 def _delete(tree: DictConfig, item: str) -> tuple[str, None]:
     """Hydra's `~key` (or `~key=value`, only where the key holds that value): the key goes, and the schema's default
     takes its place (e.g. `~policy.scheduler`: a constant learning rate, as NeMo RL's with no scheduler)."""
     key, _, raw = item[1:].partition("=")
     key = _override_key(key)
-    if not _holds(tree, key):
-        raise ConfigError(f"override {item}: there is no key {key} to delete")
     parent, _, last = key.rpartition(".")
     node = OmegaConf.select(tree, parent, throw_on_missing=False) if parent else tree
+    if not isinstance(node, DictConfig) or last not in node:
+        raise ConfigError(f"override {item}: there is no key {key} to delete")
     if raw and _value(key, raw) != OmegaConf.to_container(node, resolve=True)[last]:
         raise ConfigError(f"override {item}: {key} does not hold {raw}, so it is not deleted (as Hydra)")
     node.pop(last)

@@ -117,7 +117,7 @@ def _percent_match(a: tuple[object, bool], b: tuple[object, bool], asks_percent:
     (x, x_percent), (y, y_percent) = a, b
     if x_percent == y_percent or asks_percent or y_percent:
         return x == y
-    return x == y or _hundredth(x) == y
+    return x == y or _times_ten(x, -2) == y
 
 
 MAGNITUDE = re.compile(r"(\\?\$)?\s*+([-+]?[\d.,]++)\s*+(?:\\[,! ;]|~)?\s*+(?:\\(?:text|mathrm|textrm|mbox)\{\s*+)?"
@@ -133,18 +133,15 @@ def _magnitude(text: str):
     if m is None or (m[3] in "mMbB" and not m[1]):  # (18k is 18,000; 18 m is 18 metres, not millions)
         return None
     base = _number(m[2])
-    if not isinstance(base, tuple):  # (a decimal's key: digits x 10**exponent)
-        return None
-    negative, digits, exponent = base
-    return (negative, digits, exponent + SCALES[m[3].lower()]) if digits else base
+    return _times_ten(base, SCALES[m[3].lower()]) if isinstance(base, tuple) else None  # (a decimal's key)
 
 
-def _hundredth(key: tuple[bool, str, int] | Fraction) -> tuple[bool, str, int] | Fraction:
-    """A number key (_number's) divided by 100."""
+def _times_ten(key: tuple[bool, str, int] | Fraction, power: int) -> tuple[bool, str, int] | Fraction:
+    """A number key (_number's) times 10**power."""
     if isinstance(key, Fraction):
-        return key / 100
+        return key * Fraction(10) ** power
     negative, digits, exponent = key
-    return (negative, digits, exponent - 2) if digits else key
+    return (negative, digits, exponent + power) if digits else key
 
 
 def answers_match(predicted: str | None, reference: str, question: str = "") -> bool:

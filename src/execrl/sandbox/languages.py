@@ -106,4 +106,3 @@ def load_languages(path: str) -> None:
         LANGUAGES[name.lower()] = Language(name.lower(), entry["file"], _found(entry["run"]),
                                            _found(entry.get("compile", [])), hello=entry.get("hello", ""),
                                            address_space_mb=space)
-
