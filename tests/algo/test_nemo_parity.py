@@ -264,3 +264,26 @@ def test_a_prompt_limit_names_what_nemo_rl_does_with_a_long_prompt():
     said = " ".join(nemo_differences(load_config(None, ["data.max_input_seq_length=100"])))
     assert "data.max_input_seq_length (100) tokens or more is left out" in said and "NeMo RL cuts it" in said
     assert not any("max_input_seq_length" in d for d in nemo_differences(load_config(None, [])))
+
+
+def test_cispo_with_no_lower_clip_loads_and_weights_by_the_upper_clamp_only():
+    """(A hunt's find) NeMo RL's CISPO guide sets ratio_clip_min: 1.0, ratio_clip_max: 5.0 (the ratio clamped to
+    [0, 6]: an upper clamp only); execrl refused any ratio_clip_min of 1 or more. Ratio 0.1 (log pi -2.3026 against
+    old 0, A 1): not clamped below, so the weight is 0.1 and the loss -0.1 x -2.3026 = 0.23026; ratio 10: weight 6."""
+    cfg = load_config(None, ["loss_fn.use_cispo=true", "loss_fn.ratio_clip_min=1.0", "loss_fn.ratio_clip_max=5.0"])
+    assert cfg.loss_fn.ratio_clip_min == 1.0
+    for logp, weight in ((math.log(0.1), 0.1), (math.log(10.0), 6.0)):
+        lp, t = one_token(logp, old=0.0, adv=1.0)
+        out, _ = policy_loss(t, cfg.loss_fn, num_tokens=1, num_seqs=1)
+        out.backward()
+        assert out.item() == pytest.approx(-weight * logp, rel=1e-5) and lp.grad.item() == pytest.approx(-weight)
+
+
+def test_reward_scaling_and_shaping_with_async_are_a_named_difference():
+    """(A hunt's find) NeMo RL's run_grpo.py raises NotImplementedError for reward_scaling or reward_shaping with
+    async GRPO; execrl applies them as in sync GRPO, and says so."""
+    said = " ".join(nemo_differences(load_config(None, ["grpo.async_grpo.enabled=true",
+                                                        "reward.scaling.enabled=true"])))
+    assert "reward scaling (grpo.reward_scaling, reward.scaling) with async GRPO: execrl applies it" in said
+    assert "async GRPO: execrl applies" not in " ".join(nemo_differences(load_config(None, [
+        "reward.scaling.enabled=true"])))

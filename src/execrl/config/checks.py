@@ -933,6 +933,13 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
         out.append(f"grpo.async_grpo.max_trajectory_age_steps={grpo.async_grpo.max_trajectory_age_steps} bounds the "
                    "rollouts' age only: execrl generates one step ahead (rollouts are 1 step old), where NeMo RL's "
                    "generation runs up to that many steps ahead of training")
+    if grpo.async_grpo.enabled:  # (a hunt's find: NeMo RL's examples/run_grpo.py raises NotImplementedError)
+        shaped = [k for k, on in (("reward scaling (grpo.reward_scaling, reward.scaling)", cfg.reward.scaling.enabled),
+                                  ("the overlong penalty (grpo.reward_shaping)", any(
+                                      c.name == "overlong_penalty" for c in cfg.reward.components))) if on]
+        if shaped:
+            out.append(f"{' and '.join(shaped)} with async GRPO: execrl applies {'them' if len(shaped) > 1 else 'it'} "
+                       "to the rollouts as sync GRPO does; NeMo RL's run_grpo.py refuses the pair")
     per_rollout = plan(cfg).optimizer_steps_per_rollout
     if per_rollout > 1:
         out.append(f"train/loss and train/grad_norm are the mean over the step's {per_rollout} optimizer steps (NeMo "

@@ -264,7 +264,8 @@ class LossConfig(Section):
                                                                        "(NeMo RL's default; null: none)")
     kl_output_clamp_value: float | None = Field(10.0, gt=0, description="clamp the per-token KL estimate to +-this "
                                                                         "(NeMo RL's default; null: none)")
-    ratio_clip_min: float = Field(0.2, ge=0, lt=1, description="PPO clip below: ratio >= 1 - this")
+    ratio_clip_min: float = Field(0.2, ge=0, description="PPO clip below: ratio >= 1 - this (1 or more: no lower "
+                                  "clip, as NeMo RL's CISPO recipes set it)")
     ratio_clip_max: float = Field(0.2, ge=0, description="PPO clip above: ratio <= 1 + this (larger: DAPO clip-higher)")
     ratio_clip_c: float | None = Field(None, gt=1, description="dual-clip bound for negative advantages, > 1 "
                                                                "(null: off)")
