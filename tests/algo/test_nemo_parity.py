@@ -287,3 +287,12 @@ def test_reward_scaling_and_shaping_with_async_are_a_named_difference():
     assert "reward scaling (grpo.reward_scaling, reward.scaling) with async GRPO: execrl applies it" in said
     assert "async GRPO: execrl applies" not in " ".join(nemo_differences(load_config(None, [
         "reward.scaling.enabled=true"])))
+
+
+def test_a_global_batch_above_the_steps_samples_says_nemo_rl_stops_there():
+    """(A hunt's find) NeMo RL asserts that a step's samples are a multiple of train_global_batch_size; execrl trains
+    one optimizer step over them, and its plan's note says where NeMo RL stops."""
+    from execrl.config.batch import plan
+
+    notes = " ".join(plan(load_config(None, ["policy.train_global_batch_size=4096"])).notes)
+    assert "one optimizer step per rollout" in notes and "NeMo RL's code stops here" in notes

@@ -823,3 +823,14 @@ def test_dynamic_sampling_with_nemo_rls_leave_one_out_filter_is_refused_whatever
     with pytest.raises(ConfigError, match="set grpo.use_leave_one_out_baseline=false"):
         validate(load_config(str(base), overrides))
     validate(load_config(str(base), [*overrides, "grpo.use_leave_one_out_baseline=false"]))
+
+
+def test_the_two_leave_one_out_keys_at_odds_in_one_file_say_what_each_does_in_nemo_rl(tmp_path):
+    """(A hunt's find) grpo.adv_estimator.use_leave_one_out_baseline and grpo.use_leave_one_out_baseline are two
+    settings in NeMo RL's current code (the advantages; dynamic sampling's filter): a file that sets them apart was
+    refused as "one setting two ways"; the refusal now says what each is."""
+    (tmp_path / "loo.yaml").write_text("grpo:\n  use_leave_one_out_baseline: false\n  adv_estimator:\n"
+                                       "    use_leave_one_out_baseline: true\n")
+    with pytest.raises(ConfigError, match="reads the first for the advantages and the second only to filter dynamic "
+                                          "sampling's groups; execrl has one setting for both: give them the same"):
+        load_config(str(tmp_path / "loo.yaml"), [])

@@ -107,7 +107,8 @@ def plan(cfg: MasterConfig) -> BatchPlan:
     global_batch = p.train_global_batch_size
     if global_batch > samples:
         notes.append(f"policy.train_global_batch_size {global_batch} > {samples} samples per step: one optimizer "
-                     f"step per rollout, over all {samples} samples")
+                     f"step per rollout, over all {samples} samples (NeMo RL's code stops here: it asserts that the "
+                     "samples are a multiple of the global batch)")
         global_batch = samples
     if global_batch % group_size:
         raise ConfigError(f"policy.train_global_batch_size {global_batch} must be a multiple of "

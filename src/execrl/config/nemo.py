@@ -396,6 +396,10 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dirs: list[Path] = ()
                     where = "on the command line" if given[target] == "override" else "in the config file"
                     mapped[key] = f"not applied: {target}={leaves.get(target)} {where} wins"
                     continue
+                if mine == theirs and key.startswith("grpo.adv_estimator."):  # (two settings in NeMo RL)
+                    raise ConfigError(f"{key}={value} and {target}={leaves.get(target)}: NeMo RL's current code reads "
+                                      f"the first for the advantages and the second only to filter dynamic sampling's "
+                                      "groups; execrl has one setting for both: give them the same value")
                 if mine == theirs:
                     raise ConfigError(f"{key}={value} (NeMo RL's name) and {target}={leaves.get(target)} (execrl's) "
                                       "set one setting two ways: keep one of them")
