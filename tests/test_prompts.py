@@ -150,3 +150,26 @@ def test_a_tokenizer_without_a_chat_template_is_said():
     (note,) = template_notes(llama_tokenizer())
     assert note.startswith("note: the tokenizer has no chat template: prompts are plain 'User: ...'")
     assert "policy.tokenizer.chat_template" in note
+
+
+def test_a_developer_message_is_a_system_one_and_a_role_the_template_drops_is_refused():
+    """(A hunt's find) NeMo-Gym's rows (the Responses API) may hold their instructions in a "developer" message,
+    which Qwen's and Llama's templates render nothing of: the instructions reached no prompt, without a word. A
+    developer message is now a system one; a row with another role the template writes nothing of is refused, with
+    the fix, where the prompts are measured (train and eval)."""
+    from execrl.tasks.problem import chat_messages
+
+    messages = chat_messages([{"role": "Developer", "content": "Write a ```python block."},
+                              {"role": "user", "content": "Add two numbers."}])
+    assert [m["role"] for m in messages] == ["system", "user"]
+    known = ("{% for m in messages %}{% if m['role'] in ['system', 'user'] %}<{{ m['role'] }}>{{ m['content'] }}"
+             "{% endif %}{% endfor %}{% if add_generation_prompt %}<a>{% endif %}")
+    tok = bos_tokenizer(known)
+    problem = Problem("p/2", messages, "code", tests=None)
+    assert "Write a ```python block." in render(build_messages(problem, PromptConfig()), tok)
+    assert drop_long_prompts([problem], tok, PromptConfig(), 10_000) == ([problem], 0)
+    odd = Problem("p/3", chat_messages([{"role": "critic", "content": "Be terse."},
+                                        {"role": "user", "content": "Add."}]), "code", tests=None)
+    with pytest.raises(ValueError, match="renders nothing of a message of role 'critic' \\(problem p/3 has one\\)"):
+        drop_long_prompts([problem, odd], tok, PromptConfig(), 10_000)
+    assert drop_long_prompts([odd], bos_tokenizer(), PromptConfig(), 10_000)[1] == 0  # (no template: 'Critic: ...')

@@ -195,9 +195,31 @@ def render(messages: list[dict], tokenizer) -> str:
     return "\n\n".join(turns) + "\n\nAssistant:"
 
 
+def check_roles(problems: list[Problem], tokenizer) -> None:
+    """Refuse, naming the fix, data whose messages have a role other than system, user and assistant that the chat
+    template renders nothing of (Qwen's templates skip a "tool" message before any call, Llama's an unknown role):
+    its text, a row's instructions, would reach no prompt, without a word."""
+    roles = sorted({m["role"] for p in problems for m in p.messages} - {"system", "user", "assistant"})
+    if not roles or not getattr(tokenizer, "chat_template", None):  # (the plain transcript writes every role)
+        return
+    for role in roles:
+        try:
+            text, raised = apply_template(tokenizer, [{"role": role, "content": "execrlrole9b2e"},
+                                                      {"role": "user", "content": "Stand-in question?"}]), ""
+        except TemplateRaised as e:
+            text, raised = "", f" (it raised {e.said!r})"
+        if "execrlrole9b2e" not in text:
+            first = next(p.id for p in problems if any(m["role"] == role for m in p.messages))
+            raise ValueError(f"the chat template renders nothing of a message of role {role!r}{raised} (problem "
+                             f"{first} has one): its text would reach no prompt. Give those messages a "
+                             "role the template writes (system or user) in the data, or set "
+                             "policy.tokenizer.chat_template to a template that renders them")
+
+
 def drop_long_prompts(problems: list[Problem], tokenizer, cfg: PromptConfig, max_prompt_tokens: int):
     """Problems whose rendered prompt fits, and how many were dropped (long prompts are the classic
     OOM)."""
+    check_roles(problems, tokenizer)
     ids = conversation_ids([build_messages(p, cfg) for p in problems], tokenizer)
     kept = [p for p, n in zip(problems, map(len, ids)) if n <= max_prompt_tokens]
     return kept, len(problems) - len(kept)

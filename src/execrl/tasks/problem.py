@@ -34,7 +34,8 @@ _ROLES = ("system", "user", "assistant", "tool")
 def chat_messages(prompt) -> list[dict] | None:
     """A row's prompt as chat messages: a non-empty string (one user message), or a list of {"role", "content"}
     objects whose role is a string and content a string or text parts (other keys dropped; the usual roles in any
-    case, "User" as "user", as chat templates compare them lowercase) with a user message holding text among them;
+    case, "User" as "user", as chat templates compare them lowercase; "developer" as "system": _role) with a user
+    message holding text among them;
     None where it is neither."""
     if isinstance(prompt, str):
         return [{"role": "user", "content": valid_text(prompt)}] if prompt.strip() else None
@@ -42,10 +43,17 @@ def chat_messages(prompt) -> list[dict] | None:
             isinstance(m, dict) and isinstance(m.get("role"), str) and _text(m.get("content")) is not None
             for m in prompt):
         return None
-    messages = [{"role": m["role"].lower() if m["role"].lower() in _ROLES else m["role"],
-                 "content": _text(m["content"])} for m in prompt]
+    messages = [{"role": _role(m["role"]), "content": _text(m["content"])} for m in prompt]
     return messages if any(m["role"] == "user" and m["content"].strip() for m in messages) else None  # (a user
     # message with text: one of only "" posed nothing)
+
+
+def _role(role: str) -> str:
+    """A message's role as chat templates know it: the usual ones lowercase, and the Responses API's "developer"
+    (NeMo-Gym's rows' instructions) as "system", which it stands for and open models' templates write (they render
+    nothing of a "developer" message); any other as it is (prompts.check_roles refuses one the template drops)."""
+    low = role.lower()
+    return "system" if low == "developer" else low if low in _ROLES else role
 
 
 def _text(content) -> str | None:

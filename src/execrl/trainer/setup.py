@@ -29,7 +29,7 @@ from execrl.console import stderr_console
 from execrl.envs import make_env
 from execrl.lora import Adapter
 from execrl.models import TINY_CODERS, pick_device, position_limit, weights_identity
-from execrl.prompts import conversation_ids
+from execrl.prompts import check_roles, conversation_ids
 from execrl.rewards.judges import load_reward_model
 from execrl.rewards.reward_model import RewardModel
 from execrl.rollout import build_generator
@@ -542,6 +542,7 @@ def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig, where: str 
     of the rest that names the keys setting the limit; every training problem dropped is an
     error. want: the first `want` problems that fit (validation's grpo.max_val_samples), read a few
     at a time."""
+    check_roles(problems, tokenizer)
     limit = prompt_limit(cfg)
     kept, lengths = [], []
     while len(lengths) < len(problems) and (want is None or len(kept) < want):
