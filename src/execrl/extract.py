@@ -271,7 +271,9 @@ def math_answer(answer_text: str) -> str | None:
         first = NUMBER.search(line)
         if first and ALTERNATIVE.match(line, first.end()):  # "#### 18 or more", "#### 18 or 20": no one answer
             return line
-        return _plain(numbers[0 if first else -1]) if numbers else line
+        if first:
+            return _stated(line, first)
+        return _plain(numbers[-1]) if numbers else line
     stated = _after_answer_is(answer_text)
     if stated is not None:
         return stated
@@ -288,7 +290,7 @@ def math_answer(answer_text: str) -> str | None:
             return _plain(before[0].group())  # "60 \\(\\text{km/h}\\)": the number, not its unit
         return worked(latex[0])  # "is \\(\\frac{3}{4}\\)": the span, as math-verify's extraction (NeMo RL's
         # hf_math_verify) takes it, not its last digit
-    return _plain(numbers[-1].group()) if numbers else None
+    return _stated(answer_text, numbers[-1]) if numbers else None
 
 
 HEDGED = re.compile(rf"[\s*_:]*(?:either\b|between\b|{BOUND})", re.I)
@@ -351,7 +353,7 @@ def _after_answer_is(text: str) -> str | None:
     found = span if span and _is_math(content) and (number is None or span.start() <= number.start()) else number
     if found is None or len(re.findall(r"[A-Za-z]{2,}", line[:found.start()])) > 2:  # ("The answer is obtained by
         return None  # multiplying the 9 eggs by $2, which gives 18": a description, not the answer)
-    return content if found is span else _plain(number.group())
+    return content if found is span else _stated(line, number)
 
 
 WORKED_PARTS = re.compile(r"\\q?quad\b|\\\\|[,;]")  # between the equations of a display
@@ -421,3 +423,30 @@ def improper(text: str) -> str | None:
 def _plain(number: str) -> str:
     """A number as answers_match reads it: no thousands commas, an ASCII minus, a mixed number improper (2 1/2: 5/2)."""
     return improper(number) or GROUPS.sub("", number).replace("\u2212", "-")
+
+
+SCALE_AFTER = re.compile(r"[ \t]*(?:thousand|million|billion|trillion)\b|(?:k|K|bn)\b|[MB]\b")  # 18 thousand, 18k,
+# $1.5M (M and B after a dollar only: answers_match's MAGNITUDE)
+VULGAR = re.compile(r"[\u00bc-\u00be\u2150-\u215e]")  # ½, ⅓, ¾, ...: a Unicode fraction after whole digits
+
+
+def _stated(text: str, number: re.Match) -> str:
+    """The number matched in text as an answer, with what follows it that changes its value: a magnitude word ("18
+    thousand", "18k", "$1.5M"; kept, for answers_match's MAGNITUDE to read as 18,000 and 1,500,000) or a Unicode
+    fraction ("1½": 3/2). Read bare, "18 thousand" matched a reference of 18 and "1½" one of 1 (boxed answers were
+    read whole already)."""
+    plain = _plain(number.group())
+    after = text[number.end():number.end() + 16]
+    if not re.fullmatch(r"-?[\d.]+", plain):  # (a power, a fraction, an exponent: as it is)
+        return plain
+    if (frac := VULGAR.match(after)) and plain.lstrip("-").isdigit():
+        import unicodedata
+        from fractions import Fraction
+
+        value = abs(int(plain)) + Fraction(unicodedata.numeric(frac.group())).limit_denominator(100)
+        return f"{'-' if plain.startswith('-') else ''}{value}"
+    scale = SCALE_AFTER.match(after)
+    dollar = text[max(0, number.start() - 2):number.start()].rstrip().endswith("$")
+    if scale is None or (scale.group() in ("M", "B") and not dollar):
+        return plain
+    return f"{'$' if dollar else ''}{plain} {scale.group().strip()}"

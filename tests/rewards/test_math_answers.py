@@ -224,3 +224,24 @@ def test_a_magnitude_word_scales_its_number():
                                  ("\\$192\\text{ million}", "192000000", "192"), ("1.5 thousand", "1500", "1.5")]:
         assert answers_match(answer, right) and not answers_match(answer, wrong), answer
     assert answers_match("18 \\text{m}", "18")  # (metres, not millions)
+
+
+def test_a_magnitude_or_a_unicode_fraction_after_an_unboxed_answer_is_read_with_it():
+    """(A hunt's find) the magnitude word was read in a boxed answer only: "The answer is 18 thousand." and "#### 18k"
+    matched 18 and missed 18000, "1\u00bd" matched 1."""
+    for text, right, wrong in [("The answer is 18 thousand.", "18000", "18"), ("#### 18k", "18000", "18"),
+                               ("The answer is $1.5 million.", "1500000", "1.5"), ("The answer is 1\u00bd.", "1.5", "1"),
+                               ("#### -2\u00be", "-11/4", "-2"), ("In all she made $18K", "18000", "18")]:
+        found = math_answer(text)
+        assert answers_match(found, right) and not answers_match(found, wrong), (text, found)
+    for text in ("The answer is 18 m.", "#### 18 dollars", "He ran 5 km, then 18", "She has 18 kg"):  # (units)
+        assert answers_match(math_answer(text), "18"), text
+
+
+def test_a_reference_with_unit_words_is_its_number():
+    """(A hunt's find) math-verify matched a reference of "18 apples" with 18 and never "18 dollars" or "18 eggs": a
+    row no answer could score on. Words that change the number are not units."""
+    for reference in ("18 dollars", "18 eggs", "$18 dollars", "18 books.", "\\$18 dollars"):
+        assert answers_match("18", reference) and not answers_match("19", reference), reference
+    assert answers_match("1800", "1,800 dollars") and answers_match("18000", "18 thousand")
+    assert not answers_match("2", "2 and a half") and not answers_match("18", "18 thousand")

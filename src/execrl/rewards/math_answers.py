@@ -136,6 +136,23 @@ def _magnitude(text: str):
     return _times_ten(base, SCALES[m[3].lower()]) if isinstance(base, tuple) else None  # (a decimal's key)
 
 
+WITH_UNITS = re.compile(r"\\?\$?\s*([-+]?\d[\d,]*(?:\.\d+)?)\s*((?:[A-Za-z]{2,}\s*){1,3})\.?")  # "18 dollars"
+NOT_UNITS = {"and", "or", "half", "halves", "third", "thirds", "quarter", "quarters", "fourth", "fourths", "fifth",
+             "fifths", "hundred", "hundreds", "thousand", "thousands", "million", "millions", "billion", "billions",
+             "trillion", "bn", "dozen", "dozens", "score", "percent", "per", "times", "plus", "minus", "more", "less",
+             "fewer", "over", "under", "to", "at", "least", "most", "about", "approximately", "around", "than", "point"}
+
+
+def _with_units(reference: str):
+    """A reference of a number and unit words ("18 dollars", "$18 per"... not: "2 and a half", "18 thousand") as its
+    number's key (_number's), as the extraction reads "#### 18 dollars": math-verify matched "18 apples" with 18 and
+    never "18 dollars", a row no answer could score on. None: not of that form."""
+    m = WITH_UNITS.fullmatch(reference)
+    if m is None or set(m[2].lower().split()) & NOT_UNITS:
+        return None
+    return _number(m[1])
+
+
 def _times_ten(key: tuple[bool, str, int] | Fraction, power: int) -> tuple[bool, str, int] | Fraction:
     """A number key (_number's) times 10**power."""
     if isinstance(key, Fraction):
@@ -156,6 +173,8 @@ def answers_match(predicted: str | None, reference: str, question: str = "") -> 
     if HEDGE.search(predicted) and not HEDGE.search(reference):  # "\\boxed{18 (or 20)}", "18 \\lor 20": two answers
         return False  # (math-verify reads one of them)
     a, b = _number(predicted), _number(reference)
+    if b is None:  # ("18 dollars", "18 thousand": the number a reference says)
+        b = _with_units(reference) or (_magnitude(reference) if len(reference) <= MAX_ANSWER_CHARS else None)
     if a is not None and b is not None:
         return a == b
     scaled = _magnitude(predicted) if len(predicted) <= MAX_ANSWER_CHARS else None
