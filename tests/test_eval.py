@@ -98,6 +98,10 @@ def test_eval_completions_that_carry_their_own_tests_and_answers(tmp_path):
     path.write_text(json.dumps({"id": "n", "completion": r"\boxed{None}", "answer": None}))
     proc = run("--completions", path, "--dataset", "", "--out", tmp_path / "o2")
     assert proc.returncode == 2 and "no tests or answer of its own" in proc.stderr
+    for answer, said in (("", "is empty"), (True, "is a bool"), ([1, 2], "is a list")):  # (a hunt's find: "" scored
+        path.write_text(json.dumps({"id": "x", "completion": r"\boxed{1}", "answer": answer}))  # 0 unsaid, true and
+        proc = run("--completions", path, "--dataset", "", "--out", tmp_path / "o2")  # [1, 2] as Python writes them)
+        assert proc.returncode == 2 and f"row 1: its 'answer' {answer!r} {said}" in proc.stderr, proc.stderr
     path.write_text(json.dumps({**rows[0], "language": "Python"}))
     proc = run("--completions", path, "--dataset", "", "--out", tmp_path / "o3")
     assert proc.returncode == 0 and json.loads((tmp_path / "o3" / "summary.json").read_text())["pass@1"] == 1.0

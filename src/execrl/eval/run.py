@@ -35,6 +35,7 @@ from execrl.sandbox import (
 )
 from execrl.sandbox.spec import entry_names, truncate_tests
 from execrl.tasks import Problem, dataset_key, load_problems
+from execrl.tasks.generic import answer_text
 from execrl.tasks.problem import VERIFIER, DatasetError, read_rows
 from execrl.tasks.registry import DATASETS, local_source
 
@@ -388,8 +389,14 @@ def own_problem(path: str, n: int, row: dict, pid: str, max_tests: int) -> Probl
         raise DatasetError(f"{path}, row {n}: {e}") from None
     if tests is not None and (refused := tests_refused(language, tests)):  # (found mid-grading, it lost the rows
         raise DatasetError(f"{path}, row {n}: {refused}")  # graded before it)
-    return Problem(pid, [], "code" if "tests" in row else "math", tests=tests,
-                   answer=str(row["answer"]) if "answer" in row else None, language=language)
+    answer = None
+    if "answer" in row:  # (as the jsonl loader reads an answer: nothing can equal "", and
+        answer = answer_text(row["answer"])  # true or [1, 2] would be compared as Python writes them)
+        if answer is None or not answer.strip():
+            raise DatasetError(f"{path}, row {n}: its 'answer' {row['answer']!r} is "
+                               f"{'empty' if answer is not None else 'a ' + type(row['answer']).__name__}: give "
+                               "the reference as text or a number")
+    return Problem(pid, [], "code" if "tests" in row else "math", tests=tests, answer=answer, language=language)
 
 
 def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None, dropped: int = 0) -> dict:

@@ -61,12 +61,12 @@ def load(path, split, report, fields: dict | None = None, **_):
                                     metadata=metadata))
         elif isinstance(row.get(f["answer"]), str) and not row[f["answer"]].strip():  # (nothing can equal it)
             report.skip(rid, f"an empty {f['answer']!r}")
-        elif row.get(f["answer"]) is not None and not _answer_text(row[f["answer"]]):  # (true read "True", a list
+        elif row.get(f["answer"]) is not None and not answer_text(row[f["answer"]]):  # (true read "True", a list
             report.skip(rid, f"{f['answer']!r} is a {type(row[f['answer']]).__name__}, not text or a number")  # its
         elif row.get(f["answer"]) is not None:  # Python repr: neither is how a model writes an answer)
             if not chosen and (tests := unread_tests(row, f["tests"])):
                 unread.setdefault(tests, rid)
-            problems.append(Problem(str(rid), messages, "math", answer=_answer_text(row[f["answer"]]),
+            problems.append(Problem(str(rid), messages, "math", answer=answer_text(row[f["answer"]]),
                                     metadata=metadata))
         else:
             tests = unread_tests(row, f["tests"])
@@ -143,7 +143,7 @@ def load_responses(path, split, report, input_key: str | None = None, output_key
     return load(path, split, report, fields={"prompt": input_key or "input", "answer": output_key or "output"})
 
 
-def _answer_text(value) -> str | None:
+def answer_text(value) -> str | None:
     """A row's answer as text: a string, or a finite number as JSON writes it; None for anything else."""
     if isinstance(value, str):
         return value
