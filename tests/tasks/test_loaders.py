@@ -37,6 +37,13 @@ def test_mbpp_prompt_shows_the_problem_and_one_test():
     assert p.tests.asserts[0] in p.messages[0]["content"] and p.tests.asserts[1] not in p.messages[0]["content"]
     sanitized = load_problems("mbpp", "test", variant="sanitized")[0]
     assert 200 < len(sanitized) < 500
+    # (a hunt's find) a file with a variant was read as it was, the option recorded in summary.json as what ran
+    original = shared_data("mbpp", "mbpp.jsonl")
+    with pytest.raises(DatasetError, match="holds the original MBPP's rows .* or the sanitized file "
+                                           "\\(sanitized-mbpp.json\\), or drop the variant option"):
+        load_problems("mbpp", "test", str(original), variant="sanitized")
+    assert len(load_problems("mbpp", "test", str(original.parent / "sanitized-mbpp.json"))[0]) == len(sanitized)
+    assert len(load_problems("mbpp", "test", str(original), variant="original")[0]) == 500
 
 
 def test_nemotron_rows_keep_their_own_prompt_and_tests():

@@ -15,17 +15,26 @@ SPLITS = {"prompt": range(1, 11), "test": range(11, 511), "validation": range(51
 
 
 @register("mbpp", data_dir="mbpp", splits=tuple(SPLITS), eval_only=("test",), kind="code")
-def load(path, split, report, variant: str = "original", challenge_tests: bool = False, prompt_tests: str = "first",
+def load(path, split, report, variant: str | None = None, challenge_tests: bool = False, prompt_tests: str = "first",
          **_):
-    if variant not in ("original", "sanitized"):
+    """variant: which of the two files a directory's is read (None: the original); a file given with a variant must be
+    that variant's (a file's rows were read as they are, and the option recorded as what ran)."""
+    if variant not in (None, "original", "sanitized"):
         raise DatasetError(f"mbpp variant must be 'original' or 'sanitized', got {variant!r}")
     if prompt_tests not in ("first", "all"):
         raise DatasetError(f"mbpp prompt_tests must be 'first' (the prompt shows the first test) or 'all', got "
                            f"{prompt_tests!r}")
     if path.is_dir():
-        path = path / ("mbpp.jsonl" if variant == "original" else "sanitized-mbpp.json")
-    problems = []
-    for row in read_rows(path):
+        path = path / ("sanitized-mbpp.json" if variant == "sanitized" else "mbpp.jsonl")
+    problems, rows = [], read_rows(path)
+    held = next((("sanitized" if "prompt" in r and "text" not in r else "original") for r in rows
+                 if isinstance(r, dict)), None)
+    if variant is not None and held is not None and held != variant:
+        raise DatasetError(f"mbpp variant={variant}, but {path} holds the {held} MBPP's rows ('text' is the original's "
+                           "prompt field, 'prompt' the sanitized one's): give the directory that holds both files, or "
+                           f"the {variant} file ({'sanitized-mbpp.json' if variant == 'sanitized' else 'mbpp.jsonl'}), or "
+                           "drop the variant option")
+    for row in rows:
         task = row.get("task_id")
         if type(task) is not int:  # ("605": a row of no split, counted)
             report.skip(task, "task_id is not an integer")
