@@ -583,3 +583,18 @@ def test_humaneval_helpers_are_read_in_linear_time_and_as_ast_reads_them():
     start = time.perf_counter()
     assert helpers("import os\n" * 6500 + "def f(): pass\n", "f").count("import os") == 6500
     assert time.perf_counter() - start < 2
+
+
+def test_the_data_dir_variable_reads_under_home_and_a_missing_one_is_refused(tmp_path, monkeypatch):
+    """(A hunt's find) EXECRL_DATA_DIR='~/mydata' was not expanded: the copy beside the checkout was read instead,
+    the path it printed the only sign."""
+    copy = tmp_path / "mydata" / "gsm8k"
+    copy.mkdir(parents=True)
+    (copy / "train.jsonl").write_text(json.dumps({"question": "1 + 1?", "answer": "So 2.\n#### 2"}) + "\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("EXECRL_DATA_DIR", "~/mydata")
+    problems, _ = load_problems("gsm8k", "train")
+    assert len(problems) == 1 and problems[0].answer == "2"
+    monkeypatch.setenv("EXECRL_DATA_DIR", "~/nodata")
+    with pytest.raises(DatasetError, match="EXECRL_DATA_DIR=~/nodata: no such folder"):
+        load_problems("gsm8k", "train")

@@ -96,9 +96,17 @@ def find_path(info: DatasetInfo, path: str | None) -> Path | None:
 
 
 def copies(info: DatasetInfo) -> list[Path]:
-    """Where a dataset's local copy is looked for: $EXECRL_DATA_DIR/<folder>, then ../shared/data/<folder> beside
-    the checkout."""
-    candidates = [Path(os.environ["EXECRL_DATA_DIR"]) / info.data_dir] if os.environ.get("EXECRL_DATA_DIR") else []
+    """Where a dataset's local copy is looked for: $EXECRL_DATA_DIR/<folder> (~ expanded, as a path option's), then
+    ../shared/data/<folder> beside the checkout. A set EXECRL_DATA_DIR that is no folder is refused: a copy beside
+    the checkout was read in its place, the path printed the only sign."""
+    given = os.environ.get("EXECRL_DATA_DIR")
+    candidates = []
+    if given:
+        root = Path(given).expanduser()
+        if not root.is_dir():
+            raise DatasetError(f"EXECRL_DATA_DIR={given}: no such folder ({root}); set it to the folder that holds "
+                               f"the datasets' folders ({info.data_dir}/ among them), or unset it")
+        candidates.append(root / info.data_dir)
     return candidates + [Path(__file__).resolve().parents[3].parent / "shared" / "data" / info.data_dir]
 
 
