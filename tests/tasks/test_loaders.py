@@ -89,16 +89,21 @@ def test_nemotron_rows_of_json_strings_and_text_parts(tmp_path):
         return {"hash_id": rid, "responses_create_params": {"input": prompt}, "verifier_metadata": meta}
     rows = [row("m", "add", json.dumps({"unit_tests": unit})), row("u", "add", {"unit_tests": json.dumps(unit)}),
             row("p", parts, {"unit_tests": unit}), row("i", image, {"unit_tests": unit}),
-            row("s", "add", {"unit_tests": "{no"}), row("b", "add", '{"unit_tests": ' + "9" * 5000 + "}")]
+            row("s", "add", {"unit_tests": "{no"}), row("b", "add", '{"unit_tests": ' + "9" * 5000 + "}"),
+            # (a hunt's finds) the prompt's params as a JSON string too (skipped as "no prompt"); empty tests named
+            # as such (they were "unknown test form with keys ['compare']", a key the row never wrote)
+            {**row("j", None, {"unit_tests": unit}), "responses_create_params": json.dumps({"input": "add"})},
+            row("e", "add", {"unit_tests": {"inputs": [], "outputs": []}})]
     path = tmp_path / "rows.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
     problems, report = load_problems("nemotron_code", "train", str(path))
-    assert [p.id for p in problems] == ["nemotron/m", "nemotron/u", "nemotron/p"]
+    assert [p.id for p in problems] == ["nemotron/m", "nemotron/u", "nemotron/p", "nemotron/j"]
     assert problems[2].messages == [{"role": "user", "content": "Add 2."}] and problems[0].tests.inputs == ["1 2\n"]
     # a string that is not JSON (an integer of more digits than Python converts, too) is named as such
     assert report.examples == {"no prompt (responses_create_params.input: a string, or messages with a user message)":
                                ["i"], "unusable tests (verifier_metadata.unit_tests is a string but not JSON)": ["s"],
-                               "unusable tests (verifier_metadata is a string but not JSON)": ["b"]}
+                               "unusable tests (verifier_metadata is a string but not JSON)": ["b"],
+                               "no tests (verifier_metadata.unit_tests.inputs and outputs are empty or missing)": ["e"]}
 
 
 def test_a_nemotron_folder_is_read_by_its_files_split_names(tmp_path):

@@ -35,7 +35,7 @@ from execrl.sandbox import (
 )
 from execrl.sandbox.spec import entry_names, truncate_tests
 from execrl.tasks import Problem, dataset_key, load_problems
-from execrl.tasks.generic import answer_text
+from execrl.tasks.generic import answer_kind, answer_text
 from execrl.tasks.problem import VERIFIER, DatasetError, read_rows
 from execrl.tasks.registry import DATASETS, local_source
 
@@ -394,7 +394,7 @@ def own_problem(path: str, n: int, row: dict, pid: str, max_tests: int) -> Probl
         answer = answer_text(row["answer"])  # true or [1, 2] would be compared as Python writes them)
         if answer is None or not answer.strip():
             raise DatasetError(f"{path}, row {n}: its 'answer' {row['answer']!r} is "
-                               f"{'empty' if answer is not None else 'a ' + type(row['answer']).__name__}: give "
+                               f"{'empty' if answer is not None else answer_kind(row['answer'])}: give "
                                "the reference as text or a number")
     return Problem(pid, [], "code" if "tests" in row else "math", tests=tests, answer=answer, language=language)
 

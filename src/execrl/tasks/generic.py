@@ -62,7 +62,7 @@ def load(path, split, report, fields: dict | None = None, **_):
         elif isinstance(row.get(f["answer"]), str) and not row[f["answer"]].strip():  # (nothing can equal it)
             report.skip(rid, f"an empty {f['answer']!r}")
         elif row.get(f["answer"]) is not None and not answer_text(row[f["answer"]]):  # (true read "True", a list
-            report.skip(rid, f"{f['answer']!r} is a {type(row[f['answer']]).__name__}, not text or a number")  # its
+            report.skip(rid, f"{f['answer']!r} is {answer_kind(row[f['answer']])}, not text or a number")  # its
         elif row.get(f["answer"]) is not None:  # Python repr: neither is how a model writes an answer)
             if not chosen and (tests := unread_tests(row, f["tests"])):
                 unread.setdefault(tests, rid)
@@ -141,6 +141,12 @@ def load_responses(path, split, report, input_key: str | None = None, output_key
         raise DatasetError("NeMo RL's ResponseDataset reads a local file here: set data.train.data_path (or "
                            "data.train.path) to a JSONL, JSON list or parquet file")
     return load(path, split, report, fields={"prompt": input_key or "input", "answer": output_key or "output"})
+
+
+def answer_kind(value) -> str:
+    """What a value that is no answer is, in words: "a bool", or "nan" (a float that is no number: a NaN or an
+    infinity, where "a float, not text or a number" read as a contradiction)."""
+    return repr(value) if isinstance(value, float) else f"a {type(value).__name__}"
 
 
 def answer_text(value) -> str | None:

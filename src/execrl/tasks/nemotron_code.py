@@ -31,7 +31,11 @@ def load(path, split, report, hub_id=None, **_):
     problems = []
     for i, row in enumerate(rows):
         rid = row.get("hash_id") or i
-        params = row.get("responses_create_params")
+        try:
+            params = _decoded(row.get("responses_create_params"), "responses_create_params")  # (as the metadata: a
+        except TestSpecError as e:  # JSON string of a nested column's export)
+            report.skip(rid, f"no prompt ({e.reason})")
+            continue
         messages = chat_messages(params.get("input")) if isinstance(params, dict) else None  # (the Responses API's
         if messages is None:                                                                 # input: a string or items)
             report.skip(rid, "no prompt (responses_create_params.input: a string, or messages with a user message)")
@@ -43,6 +47,9 @@ def load(path, split, report, hub_id=None, **_):
                 report.skip(rid, "no unit_tests (verifier_metadata.unit_tests: an object of inputs, outputs, fn_name?)")
                 continue
             tests = {k: unit[k] for k in ("inputs", "outputs", "fn_name") if unit.get(k)}
+            if not tests.get("inputs") or not tests.get("outputs"):  # (reported as "unknown test form with keys
+                report.skip(rid, "no tests (verifier_metadata.unit_tests.inputs and outputs are empty or missing)")
+                continue  # ['compare']", a key the row never wrote)
             if "fn_name" not in tests:  # printed outputs as NeMo-Gym's code_gen grader reads them (LiveCodeBench's)
                 tests["compare"] = {"mode": "lcb"}
             spec = parse_tests(tests)
