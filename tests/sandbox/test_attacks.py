@@ -1669,3 +1669,30 @@ def test_bytes_that_are_no_utf8_never_equal_the_replacement_character(mode):
     opts = CompareOptions(mode=mode)
     assert not outputs_match("\ufffd", b"\xff", opts)
     assert outputs_match("\ufffd", "\ufffd".encode(), opts) and outputs_match("caf\u00e9", "caf\u00e9".encode(), opts)
+
+
+@namespaces  # (without namespaces the program's sockets are the host's namespace's, not measured)
+def test_netlink_replies_held_in_socket_queues_count_as_memory():
+    """(A hunt's find) a netlink request of an unknown type gets an error reply that echoes it into the socket's own
+    receive queue, memory that no cgroup is charged for: 4 processes of 240 sockets held 2.4 GB of the host's memory
+    under a 64 MB limit, and passed. Here 2 processes, ~1 GB under 256 MB: a memory verdict."""
+    code = ("import os, socket, struct, time\nos.fork()\nbody = bytes(32 << 10)\n"
+            "msg = struct.pack('=IHHII', 16 + len(body), 0x7FF0, 1, 1, 0) + body\nsocks = []\n"
+            "for i in range(240):\n    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)\n"
+            "    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)\n"
+            "    for _ in range(12):\n        s.send(msg)\n    socks.append(s)\ntime.sleep(1.5)\nprint('ok')")
+    with Grader(1, Limits(timeout_s=5.0, memory_mb=256)) as g:
+        r = graded_quickly(g, code, {"inputs": [""], "outputs": ["ok\n"]})
+        assert r.verdict == V.MEMORY, (r.to_dict(), r.stderr[-300:])
+        ok = g.grade("import socket\nprint(len(socket.if_nameindex()) > 0)", {"inputs": [""], "outputs": ["True\n"]})
+        assert ok.verdict == V.PASS, ok.to_dict()  # (netlink itself still works, and the worker after it)
+
+
+def test_no_core_dump_reaches_a_piped_core_handler(grader):
+    """(A hunt's find) RLIMIT_CORE 0 is ignored where the host's core_pattern pipes to a handler (apport,
+    systemd-coredump): 500 crashing children sent 500 cores to a root helper outside every limit. A limit of 1 aborts
+    a piped dump (and is below any core file's size); the program cannot raise it."""
+    code = ("import resource\nprint(resource.getrlimit(resource.RLIMIT_CORE))\ntry:\n"
+            "    resource.setrlimit(resource.RLIMIT_CORE, (1 << 30, 1 << 30))\nexcept ValueError:\n    print('kept')")
+    r = graded_quickly(grader, code, {"inputs": [""], "outputs": ["(1, 1)\nkept\n"]})
+    assert r.verdict == V.PASS, (r.to_dict(), r.stderr[-300:])

@@ -37,7 +37,9 @@ def _set_limits(lim: dict, cpu_s: float) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (files, files))
     resource.setrlimit(resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_CORE, (1, 1))  # no core dump: 1, not 0, which a core_pattern that pipes to
+    # a handler (apport, systemd-coredump) ignores: each crash's whole memory went to a root helper outside every
+    # limit; 1 aborts a piped dump, and is below any core file's size (a hunt's find)
     hard = resource.getrlimit(resource.RLIMIT_STACK)[1]  # unlimited stack: deep recursion is legitimate
     resource.setrlimit(resource.RLIMIT_STACK, (hard, hard))
 
