@@ -426,3 +426,16 @@ def test_a_run_of_backslashes_in_a_quoted_error_is_escaped_in_linear_time_as_ric
     start = time.perf_counter()
     escape("\\" * 64000 + "[b]")
     assert time.perf_counter() - start < 1
+
+
+def test_a_reward_component_that_fails_stops_the_run_and_the_process_exits(tmp_path):
+    """(A hunt's find) the component's error printed, and the process never exited: environment steps queued in the
+    runner's threads waited for a sandbox worker of a grader already closed (a cluster job kept its GPUs to its time
+    limit). Now the one error, and exit code 2, in the time of a short run."""
+    (tmp_path / "r.py").write_text("def boom(sample):\n    return float('nan')\n")
+    proc = subprocess.run([sys.executable, "-m", "execrl.cli", "train", "grpo.max_num_steps=2", "warmup.sft_steps=5",
+                           "grpo.val_at_start=false", f"logger.log_dir={tmp_path}/run",
+                           f"checkpointing.checkpoint_dir={tmp_path}/run/ck",
+                           f"reward.components=[{{name: test_pass_fraction}}, {{name: {tmp_path}/r.py:boom}}]"],
+                          capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 2 and "boom returned nan" in proc.stderr, proc.stderr[-2000:]

@@ -167,7 +167,7 @@ class WorkerPool:
         self.num_workers = num_workers or os.cpu_count() or 1
         self.tmpfs_mb = tmpfs_mb
         self._uids: set[int] = set()  # each worker's (its checker's is the next)
-        self._idle: queue.Queue[tuple[int, Worker]] = queue.Queue()
+        self._idle: queue.Queue[tuple[int, Worker] | None] = queue.Queue()  # (None: closed)
         self._lock = threading.Lock()
         self._all: dict[int, Worker] = {}
         self._closed = False
@@ -217,7 +217,11 @@ class WorkerPool:
         """A worker for one program. If anything goes wrong while it is lent (the sandbox died, or
         an exception in the grading process left a conversation with it half done), it is replaced:
         never lost, never reused."""
-        i, w = self._idle.get()
+        item = self._idle.get()
+        if item is None or self._closed:  # (closed while this thread waited: it waited forever, and a process
+            self._idle.put(None)  # exiting after an error hung joining it; every later waiter is woken too)
+            raise RuntimeError("the sandbox's worker pool is closed: no program is graded after it")
+        i, w = item
         try:
             yield w
         except BaseException:
@@ -239,6 +243,7 @@ class WorkerPool:
             for w in self._all.values():
                 w.close()
             self._all.clear()
+        self._idle.put(None)  # wakes a thread waiting for a worker (worker: it raises, and wakes the next)
         self._spawner.shutdown()
 
     def __enter__(self) -> WorkerPool:

@@ -319,6 +319,12 @@ class EpisodeRunner:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="execrl-env")
         return self._pool
 
+    def close(self) -> None:
+        """Its threads' queued environment steps cancelled (a run that stops on an error, a reward component's among
+        them, exited only once they had run: after the grader closed, never)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
     def finish(self, rollouts: Rollouts, last: bool = True) -> None:
         """The environments answer the pending model turns (each turn's sandbox calls in parallel);
         episodes that must end early are scored as they stand, and with `last`, so is every episode

@@ -103,6 +103,8 @@ class Run:
     def close(self) -> None:
         if self.pipeline is not None:
             self.pipeline.close()
+        if self.episodes is not None:
+            self.episodes.close()
         self.grader.close()
         self.logger.close()
         if self.lock is not None:
