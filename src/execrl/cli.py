@@ -152,8 +152,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      f"without dashes, e.g. {example}")
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    if args.command == "train" and args.config and "=" in args.config:  # `execrl train key=value ...`: the default
-        args.overrides, args.config = [args.config, *args.overrides], None
+    first = getattr(args, "config", None) if args.command == "train" else None
+    deletion = bool(first) and first.startswith("~") and "/" not in first and not first.endswith((".yaml", ".yml"))
+    if first and ("=" in first or deletion):  # `execrl train key=value ...` (`~key`: a key deleted, not a file under
+        args.overrides, args.config = [first, *args.overrides], None  # a home directory): the default
     return args
 
 

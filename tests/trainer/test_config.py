@@ -551,9 +551,11 @@ def test_a_stop_string_that_ends_every_answer_before_what_is_graded_is_refused()
     def check(*overrides):
         return validate(load_config(None, list(overrides)))
 
-    for overrides, said in [(['policy.generation.stop_strings=["```"]'], r"'```' is in '```python', which an answer "
+    for overrides, said in [(['policy.generation.stop_strings=["```"]'], r"'```' is in '```python\\n', which an answer "
                                                                           r"writes before its code"),
                             (['policy.generation.stop_strings=["stop", ""]'], "holds an empty string"),
+                            # (a hunt's find: "\n" ended every answer after its opening fence, unsaid)
+                            (['policy.generation.stop_strings=["\\n"]'], r"'\\n' is in '```python\\n'"),
                             (['policy.generation.stop_strings=["<code"]', "prompt.code_style=tags"], "before its code"),
                             (['policy.generation.stop_strings=["</think>"]', "prompt.answer_format=think"],
                              "before its answer")]:
@@ -618,3 +620,30 @@ def test_a_mixed_reward_with_a_negative_correctness_part_and_a_reachable_penalty
 
     validate(load_config(None, ["reward.components=[{name: test_pass_fraction, weight: 1.0}, {name: all_tests_pass, "
                                 "weight: -0.5}, {name: overlong_penalty, max_tokens: 4096, buffer_tokens: 256}]"]))
+
+
+def test_a_careless_users_settings_each_stop_with_the_fix(tmp_path):
+    """(A hunt's finds) lr=null passed --dry-run and died in torch's AdamW after the model loaded; a component's
+    parameter quoted in YAML ("64") raised a TypeError in a check, one of another kind ("SyntaxError" for a list of
+    classes) was read as it was; a weight of .inf passed and the run stopped blaming the learning rate; the batch
+    error suggested a size it then refused (60 for groups of 8); `~key` as the first argument was read as a file."""
+    from execrl.config.checks import validate
+
+    with pytest.raises(ConfigError, match="policy.optimizer.kwargs.lr is null: give the learning rate"):
+        validate(load_config(None, ["policy.optimizer.kwargs.lr=null"]))
+    cfg = load_config(None, ['reward.components=[{name: test_pass_fraction}, {name: overlong_penalty, '
+                             'buffer_tokens: "16"}]'])
+    assert cfg.reward.components[1].params["buffer_tokens"] == 16
+    for component, said in [("{name: error_penalty, classes: SyntaxError}", "classes='SyntaxError' is not tuple"),
+                            ("{name: overlong_penalty, buffer_tokens: many}", "buffer_tokens='many' is not int"),
+                            ("{name: test_pass_fraction, weight: .inf}", "weight=inf is not a finite number")]:
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            load_config(None, [f"reward.components=[{component}]"])
+    assert load_config(None, ["reward.components=[{name: error_penalty, classes: [SyntaxError]}]"]).reward.components[
+        0].params["classes"] == ["SyntaxError"]
+    with pytest.raises(ConfigError, match=r"must be a multiple of policy.train_global_batch_size \(48\), e.g. 40 or "
+                                          r"120$"):
+        plan(load_config(None, ["grpo.num_prompts_per_step=15", "policy.train_global_batch_size=48"]))
+    proc = subprocess.run([sys.executable, "-m", "execrl.cli", "train", "--dry-run", "~grpo.seed"], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0 and "seed: 42" in proc.stdout, proc.stderr[-500:]

@@ -114,9 +114,12 @@ def plan(cfg: MasterConfig) -> BatchPlan:
         raise ConfigError(f"policy.train_global_batch_size {global_batch} must be a multiple of "
                           f"grpo.num_generations_per_prompt {group_size}: groups are never split across optimizer "
                           "steps")
-    if samples % global_batch:
+    if samples % global_batch:  # (the sizes that fit: whole groups that divide the step; "e.g. 60" was refused next)
+        fits = [d * group_size for d in range(1, grpo.num_prompts_per_step + 1) if grpo.num_prompts_per_step % d == 0]
+        near = sorted({max([f for f in fits if f < global_batch], default=fits[0]), min(f for f in fits
+                                                                                         if f > global_batch)})
         raise ConfigError(f"samples per step ({samples}) must be a multiple of policy.train_global_batch_size "
-                          f"({global_batch}), e.g. {samples} or {samples // max(1, samples // global_batch)}")
+                          f"({global_batch}), e.g. {' or '.join(map(str, near))}")
     groups = global_batch // group_size  # per optimizer step
     if groups % n_gpus:  # each GPU trains on whole groups, so some on one more than others (or on none)
         few, many = groups // n_gpus, groups // n_gpus + 1

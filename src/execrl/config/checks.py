@@ -104,7 +104,11 @@ CORRECTNESS = ("test_pass_fraction", "all_tests_pass", "math_correct")  # the co
 
 
 def optimizer_lr(cfg: MasterConfig) -> float | None:
-    lr = cfg.policy.optimizer.kwargs.get("lr")  # (a number: the schema converts YAML's strings)
+    kwargs = cfg.policy.optimizer.kwargs
+    lr = kwargs.get("lr")  # (a number: the schema converts YAML's strings)
+    if "lr" in kwargs and lr is None:  # (passed on as None, torch's optimizer raised a TypeError after the model loaded)
+        raise ConfigError("policy.optimizer.kwargs.lr is null: give the learning rate (e.g. 5e-6, NeMo RL's), or "
+                          "delete the key (~policy.optimizer.kwargs.lr) for the optimizer's own default")
     if lr is not None and not isinstance(lr, (int, float)):
         raise ConfigError(f"policy.optimizer.kwargs.lr={lr!r} is not a number (e.g. 5e-6)")
     return lr
@@ -454,7 +458,8 @@ def data_sources(cfg: MasterConfig, advice: bool = True) -> list[str]:
 FORMAT_OPENINGS = {"think": [("<think>", "reasoning and answer"), ("</think>", "answer")],
                    "reasoning": [("<reasoning>", "reasoning and answer"), ("</reasoning>", "answer"),
                                  ("<answer>", "answer")], "code": []}
-CODE_OPENINGS = {"fence": "```python", "auto": "```python", "tags": "<code>", "plain": None}
+CODE_OPENINGS = {"fence": "```python\n", "auto": "```python\n", "tags": "<code>", "plain": None}  # (the line break
+# after the fence is the opening's: a stop string "\n" ended every answer there)
 
 
 def check_stop_strings(cfg: MasterConfig, kinds: set[str]) -> None:
@@ -474,7 +479,7 @@ def check_stop_strings(cfg: MasterConfig, kinds: set[str]) -> None:
                 raise ConfigError(f"policy.generation.stop_strings: {stop!r} is in {opening!r}, which an answer writes "
                                   f"before its {what} (prompt.answer_format={p.answer_format}, prompt.code_style="
                                   f"{p.code_style}): every answer would stop there, with nothing to grade, and nothing "
-                                  "is learned: drop it, or stop on what ends an answer (e.g. '\n```\n', a code "
+                                  "is learned: drop it, or stop on what ends an answer (e.g. '\\n```\\n', a code "
                                   "block's closing fence)")
 
 

@@ -101,6 +101,23 @@ class Reward:
         return self.total is not None
 
 
+def _typed(name: str, key: str, value, hint):
+    """A component's parameter as its annotation reads it: a number written as text ("64", as YAML may quote it)
+    converted, as the schema converts its own keys; a value of another kind ("SyntaxError" for a list of classes, a
+    word for a number) refused naming the parameter (it raised a TypeError mid-run, or was read as it was)."""
+    from pydantic import TypeAdapter, ValidationError
+    from pydantic.errors import PydanticSchemaGenerationError
+
+    try:
+        converted = TypeAdapter(hint).validate_python(value)
+    except PydanticSchemaGenerationError:  # (an annotation pydantic has no schema for: a component's own class)
+        return value
+    except ValidationError as e:
+        raise ValueError(f"reward component {name}: {key}={value!r} is not {getattr(hint, '__name__', hint)} "
+                         f"({e.errors()[0]['msg']})") from None
+    return converted if isinstance(converted, (int, float, str)) else value  # (a list stays as the YAML wrote it)
+
+
 class ComponentConfig(BaseModel):
     """One reward component: its name, weight, and its own parameters (e.g. ngram: 4)."""
 
@@ -123,11 +140,15 @@ class ComponentConfig(BaseModel):
         unknown = set(self.params) - allowed
         if unknown:
             raise ValueError(f"reward component {self.name} has no parameter(s) {sorted(unknown)}; it takes {sorted(allowed)}")
+        if not math.isfinite(self.weight):  # (a NaN reward stopped the run blaming the learning rate)
+            raise ValueError(f"reward component {self.name}: weight={self.weight} is not a finite number")
         hints = typing.get_type_hints(COMPONENTS[self.name])
         for key, value in self.params.items():  # a parameter of named choices (Literal) takes one of them
             choices = typing.get_args(hints.get(key)) if typing.get_origin(hints.get(key)) is typing.Literal else ()
             if choices and value not in choices:
                 raise ValueError(f"reward component {self.name}: {key}={value!r} is not one of {list(choices)}")
+            if not choices and key in hints:
+                self.model_extra[key] = _typed(self.name, key, value, hints[key])
         return self
 
     @property
