@@ -352,3 +352,36 @@ def test_call_tests_refuse_a_compare_they_would_not_use():
     exactly."""
     with pytest.raises(TestSpecError, match=r"unknown keys in call tests: \['compare'\]"):
         parse_tests({"fn_name": "f", "inputs": [""], "outputs": ["0.1"], "compare": {"float_rel": 0.01}})
+
+
+def test_a_tool_in_a_folder_that_is_no_installation_brings_itself_alone(grader, tmp_path, monkeypatch):
+    """(A hunt's find) the parent of any bin/ holding a language's tool was bound as the tool's installation:
+    ~/.cargo (its credentials.toml), a project's checkout (its held-out data, the grader's own input file). Only a
+    folder shaped as an installation (bin, lib, share, licences: /opt/go, a JDK, a rustup toolchain) is bound now."""
+    from execrl.sandbox import LANGUAGES, load_languages
+    from execrl.sandbox.isolation import tool_needs
+
+    project = tmp_path / "project"
+    tool = project / "bin" / "shy"
+    tool.parent.mkdir(parents=True)
+    tool.write_text('#!/bin/sh\nexec /bin/sh "$@"\n')
+    tool.chmod(0o755)
+    (project / "heldout.jsonl").write_text("SECRET-ROW\n")
+    assert tool_needs((str(tool),)) == (str(tool),)
+    (project / "heldout.jsonl").unlink()
+    (project / "LICENSE").write_text("MIT\n")
+    (project / "lib").mkdir()
+    tool_needs.cache_clear()
+    assert tool_needs((str(tool),)) == (str(project),)  # (shaped as an installation: bound whole)
+    (project / "heldout.jsonl").write_text("SECRET-ROW\n")
+    tool_needs.cache_clear()
+    monkeypatch.setenv("PATH", f"{tool.parent}:{os.environ['PATH']}")
+    (tmp_path / "langs.yaml").write_text("shy:\n  file: main.sh\n  run: [shy, '{file}']\n")
+    load_languages(str(tmp_path / "langs.yaml"))
+    try:
+        r = grader.grade(f"cat {project}/heldout.jsonl 2>/dev/null || echo hidden", stdio([""], ["hidden\n"]),
+                         language="shy")
+        assert r.verdict == Verdict.PASS, (r.to_dict(), r.stderr)
+    finally:
+        LANGUAGES.pop("shy")
+        tool_needs.cache_clear()

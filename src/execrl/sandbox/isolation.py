@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -176,15 +177,27 @@ def tool_needs(tools: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(p for p in paths if not _under(p, SYSTEM_DIRS)))
 
 
+INSTALLATION_DIRS = {"bin", "sbin", "lib", "lib32", "lib64", "libexec", "share", "include", "etc", "conf", "man",
+                     "doc", "docs", "pkg", "src", "api", "misc", "test", "jmods", "legal", "lib/rustlib"}
+INSTALLATION_FILES = re.compile(r"(?i)(?:readme|licen[cs]e|copying|notice|changelog|contributing|security|patents|"
+                                r"authors|version|release|third[-_]party)[\w.-]*|go\.env|codereview\.cfg")
+
+
 def _own_installation(prefix: str) -> bool:
-    """Is `prefix` (the parent of a tool's bin/) an installation of its own, not a home directory, a
-    directory above one, or a home's shared prefix (~/.local)?"""
+    """Is `prefix` (the parent of a tool's bin/) an installation of its own: shaped as one (/opt/go, a JDK, a rustup
+    toolchain: bin, lib, share, licences), and not a home directory, a directory above one, or a home's shared
+    prefix (~/.local)? A tool in ~/.cargo/bin bound ~/.cargo, credentials.toml and all, and one in a project's bin/
+    the project: its data and the grader's own input file (a hunt's find); such a tool brings itself alone."""
     if prefix == "/":
         return False
     for home in _homes():
         if _under(home, [prefix]) or prefix == os.path.join(home, ".local"):
             return False
-    return True
+    try:
+        entries = os.listdir(prefix)
+    except OSError:
+        return False
+    return all(e in INSTALLATION_DIRS or INSTALLATION_FILES.fullmatch(e) for e in entries)
 
 
 def _homes() -> set[str]:
