@@ -299,3 +299,17 @@ def test_output_is_bounded_in_bytes_as_well_as_characters(grader):
     assert len(kept.encode()) <= 200 and kept == "\U0001F600" * len(kept) and "[truncated" in shown, shown
     assert truncate("ab" * 10, 20) == "ab" * 10 and truncate("é" * 10, 20) == "é" * 10  # (20 bytes: kept whole)
     assert truncate("é" * 11, 20) == "é" * 10 + "\n... [truncated 1 chars]"
+
+
+def test_a_cpp_problems_cells_run_as_cpp_programs(grader):
+    """(A hunt's find) with stateful on (the default) a C++ cell was wrapped in the Python notebook's replay glue and
+    compiled as C++: every cell failed, and the prompt said "You can run Python code"."""
+    from execrl.sandbox import StdioTests
+
+    e, _ = env(grader)
+    cpp = Problem("t/cpp", [{"role": "user", "content": "Add two numbers."}], "code",
+                  tests=StdioTests(["1 2\n"], ["3\n"]), language="cpp")
+    messages = e.reset(cpp)
+    assert "You can run C++ code" in messages[-1]["content"] and "earlier ones defined" not in messages[-1]["content"]
+    step = e.step('<code>\n#include <cstdio>\nint main() { puts("hi"); }\n</code>')
+    assert step.observation[0]["content"] == "hi\n" and not step.tool_error, step.observation

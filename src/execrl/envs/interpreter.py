@@ -47,10 +47,11 @@ class InterpreterEnv(Environment):
         self.final_open, self.final_close = f"<{self.mt.final_tag}>", f"</{self.mt.final_tag}>"
         self.stop_strings = CELL_ENDS[self.style] + [self.final_close]
 
-    def instructions(self) -> str:
+    def instructions(self, language: str = "python") -> str:
         where, tag = _WHERE[self.style], self.mt.final_tag
-        memory = " Each cell sees what the earlier ones defined." if self.mt.stateful else ""
-        return (f"You can run Python code: write it {where} and you will see what it prints.{memory} "
+        memory = " Each cell sees what the earlier ones defined." if self.mt.stateful and language == "python" else ""
+        name = {"python": "Python", "cpp": "C++"}.get(language, language)
+        return (f"You can run {name} code: write it {where} and you will see what it prints.{memory} "
                 f"When you are done, give your complete solution inside <{tag}></{tag}>.")
 
     def reset(self, problem: Problem) -> list[dict]:
@@ -59,7 +60,7 @@ class InterpreterEnv(Environment):
                              f"{problem.kind}: use env.multi_turn.kind=single_turn for math")
         self.problem, self.cells, self.last_code = problem, [], None
         self._new_episode()
-        return build_messages(problem, self.cfg.prompt, self.instructions())
+        return build_messages(problem, self.cfg.prompt, self.instructions(problem.language))
 
     def step(self, assistant_text: str, num_tokens: int = 0) -> Step:
         assistant_text = self._turn_text(assistant_text, self.style, num_tokens)
@@ -94,7 +95,9 @@ class InterpreterEnv(Environment):
         marker, end = f"__cell_{secrets.token_hex(8)}__", f"__end_{secrets.token_hex(8)}__"
         # a cell that ends the program (sys.exit) is never replayed: it would end every later one before it ran
         # (a cell that is no program alone, `x = 1 + \` say, runs alone: joined to what follows it, it ran as another)
-        stateful = self.mt.stateful and _compiles(cell, self.problem.language)
+        # (stateful: Python's notebook replay; another language's cell is a program of its own, as with stateful off:
+        # the replay's Python glue, compiled as C++, failed every cell)
+        stateful = self.mt.stateful and self.problem.language == "python" and _compiles(cell, "python")
         program = stateful_program(self.cells, cell, marker, end) if stateful else cell
         result = self.grader.run(program, language=self.problem.language)
         ok = result.verdict == Verdict.PASS
