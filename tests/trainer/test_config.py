@@ -402,6 +402,14 @@ def test_a_schedule_that_never_lifts_the_learning_rate_within_the_run_is_refused
     with pytest.raises(ConfigError, match=r"at most 0.16% .*4 GRPO steps .*count GRPO steps"):
         check(linear % 0.001)
     assert "at most 5.1% " in check(linear % 0.05)
+    # (a hunt's find) a decay to 0 in 2 steps of a 100-step run trained 98 at lr 0 without a word; a cosine to 0 over
+    # the run is not warned
+    decay = "policy.scheduler={name: torch.optim.lr_scheduler.LinearLR, kwargs: {start_factor: 1.0, end_factor: 0.0, " \
+            "total_iters: 2}}"
+    assert "under 1% of the configured one for 98 of the run's 100 scheduler steps (from step 3)" in check(
+        decay, "grpo.max_num_steps=100")
+    assert check("policy.scheduler={name: torch.optim.lr_scheduler.CosineAnnealingLR, kwargs: {T_max: 100}}",
+                 "grpo.max_num_steps=100") is None
     # past the steps looked at (10,000): a low start is warned, not refused
     assert "the first 10,000" in schedule_note(*(lambda c: (c, validate(c)))(load_config(None, [
         "grpo.max_num_steps=1000000", "policy.scheduler.warmup_steps=2000000"])))

@@ -527,13 +527,14 @@ def check_loss(cfg: MasterConfig, batch_plan: BatchPlan) -> None:
 
 SCHEDULE_PROBE = 10_000  # scheduler steps stepped through at start-up, looking for the run's peak learning rate
 LOW_PEAK, FEW_PEAK = 0.01, 0.1  # a peak under 1% of the configured rate is refused, under 10% warned
+DEAD_SHARE = 0.25  # more of a run's steps than this under LOW_PEAK after the peak: warned
 
 
-def schedule_peak(cfg: MasterConfig, batch_plan: BatchPlan) -> tuple[float, int, int, bool]:
+def schedule_peak(cfg: MasterConfig, batch_plan: BatchPlan, low: list | None = None) -> tuple[float, int, int, bool]:
     """The schedule's peak factor (of policy.optimizer.kwargs.lr) over the scheduler steps the run takes (optimizer
     steps for {warmup_steps}, GRPO steps for NeMo RL's torch schedulers), the step it comes at (1-based), how many
     steps were looked at, and whether that is the whole run (else its first SCHEDULE_PROBE). Raises where the
-    schedule fails."""
+    schedule fails. `low`: given, it gets the steps whose factor is under LOW_PEAK (1-based)."""
     import warnings
 
     import torch  # (only here: the other checks run without it)
@@ -550,6 +551,8 @@ def schedule_peak(cfg: MasterConfig, batch_plan: BatchPlan) -> tuple[float, int,
             lr = optimizer.param_groups[0]["lr"]
             if lr > peak:
                 peak, at = lr, step
+            if low is not None and lr < LOW_PEAK:
+                low.append(step)
             if step == steps:
                 break
             try:
@@ -612,10 +615,19 @@ def sampling_note(cfg: MasterConfig) -> str | None:
 def schedule_note(cfg: MasterConfig, batch_plan: BatchPlan) -> str | None:
     """A warning where the schedule's peak within the run (or its first SCHEDULE_PROBE steps) is under FEW_PEAK of
     the configured rate (a smoke run of a recipe with a long warm-up, say); None: none."""
-    peak, at, steps, whole = schedule_peak(cfg, batch_plan)
-    if peak >= FEW_PEAK or peak < LOW_PEAK and whole:  # (the latter refused by check_scheduler)
+    low: list[int] = []
+    peak, at, steps, whole = schedule_peak(cfg, batch_plan, low)
+    if peak < LOW_PEAK and whole:  # (refused by check_scheduler)
         return None
-    return "warning: " + _schedule_words(cfg, batch_plan, peak, at, steps, whole)
+    if peak < FEW_PEAK:
+        return "warning: " + _schedule_words(cfg, batch_plan, peak, at, steps, whole)
+    dead = [step for step in low if step > at]  # (after the peak: not a warm-up's start)
+    if whole and len(dead) > DEAD_SHARE * steps:  # (a decay to 0 in 2 steps of a 100-step run trained 98 at 0)
+        return (f"warning: policy.scheduler keeps the learning rate under {LOW_PEAK:.0%} of the configured one for "
+                f"{len(dead):,} of the run's {steps:,} scheduler steps (from step {dead[0]:,}): they learn next to "
+                "nothing; check its kwargs (LinearLR's total_iters and end_factor, StepLR's step_size and gamma) "
+                "against grpo.max_num_steps")
+    return None
 
 
 def missing_package(cfg: MasterConfig) -> str | None:
