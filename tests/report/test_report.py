@@ -71,8 +71,10 @@ def test_config_differences_and_the_curves(two_runs):
     assert diff == {"policy.optimizer.kwargs.lr": [1e-5, 1e-3]}
     charts = {c["id"]: c for c in figures(runs)}
     for wanted in ("reward", "eval", "loss", "kl", "entropy", "clip", "length", "components", "tokens", "verdicts-0",
-                   "verdicts-1", "phases-0", "phases-1"):
-        assert wanted in charts, sorted(charts)
+                   "verdicts-1", "phases-0", "phases-1", "signal", "lr"):  # (a hunt's find: the console's warnings
+        assert wanted in charts, sorted(charts)  # named flat groups and truncation, and no chart had them, nor lr)
+    assert {t["name"].split(": ")[1] for t in charts["signal"]["figure"]["data"]} >= {"train/flat_group_frac",
+                                                                                     "train/truncated_frac"}
     reward = charts["reward"]["figure"]["data"]
     names = [t["name"] for t in reward if t.get("fill") is None]
     assert [n.split(":")[0] for n in names] == ["lr_low", "lr_high"]

@@ -15,6 +15,9 @@ PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8
 LINES = [
     ("eval", "Evaluation: pass@k", "pass@k", ["eval/pass@"]),
     ("eval-other", "Evaluation: other metrics", "", ["eval/"]),
+    ("signal", "What a step learns from: groups of equal rewards, answers cut, usable samples", "fraction",
+     ["train/flat_group_frac", "train/truncated_frac", "train/valid_frac"]),  # (the console's warnings name them)
+    ("lr", "Learning rate", "rate", ["train/lr"]),
     ("loss", "Loss", "loss", ["train/loss"]),
     ("kl", "KL", "KL", ["train/kl", "train/sampler_kl"]),
     ("entropy", "Entropy", "nats per token", ["train/entropy"]),
