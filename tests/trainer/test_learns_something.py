@@ -110,3 +110,24 @@ def test_an_eval_summary_over_two_validation_sets_says_so(tmp_path, capsys):
     loop.summarize(run)
     shown = capsys.readouterr()
     assert "on 16 and 32 problems: not one validation set" in (shown.out + shown.err).replace("\n", " ")
+
+
+def test_a_run_that_skipped_updates_says_so_at_its_end(tmp_path, capsys):
+    """(A hunt's find) a run that skipped updates on a NaN loss (its model wrecked by the others) ended with two reward
+    figures and nothing else. (Mostly flat groups are not warned: a run that solved its problems has them too; the
+    report's chart shows them.)"""
+    import json
+    from types import SimpleNamespace
+
+    from execrl.config import load_config
+    from execrl.trainer import loop
+
+    rows = [{"step": s, "train/reward_mean": 0.1, "train/flat_group_frac": 0.9, "train/skipped_steps": s % 2}
+            for s in range(1, 6)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = SimpleNamespace(cfg=load_config(None, []), logger=SimpleNamespace(dir=tmp_path, jsonl=None),
+                          sampler=SimpleNamespace(kinds={"code"}))
+    loop.summarize(run)
+    shown = capsys.readouterr()
+    said = (shown.out + shown.err).replace("\n", " ")
+    assert "3 optimizer step(s) had a NaN" in said, said

@@ -388,6 +388,10 @@ def summarize(run: Run, warn: bool = True) -> None:
         console.print("[yellow]warning: " + escape(f"at every step {flat_reason(run.cfg)} (train/flat_group_frac 1.0): "
                                                   "the loss and its gradient were 0 and nothing was learned."
                                                   + verdict_note(run.cfg, rows)) + "[/]")
+    skipped = sum(r.get("train/skipped_steps", 0) for r in rows)
+    if warn and skipped:  # (a run that skipped some updates, its model wrecked by the others, said nothing of them)
+        console.print(f"[yellow]warning: {skipped:g} optimizer step(s) had a NaN or inf loss or gradient and were "
+                      "skipped (train/skipped_steps): the learning rate may be too high[/]")
     for warning in cut_warnings(rows, run.cfg.grpo.overlong_filtering) if warn else ():
         console.print(f"[yellow]warning: {warning}[/]")
     evals = [k for k in keys if k.startswith("eval/") and "win_rate_vs_" in k] if selfplay else ["eval/pass@1"]
