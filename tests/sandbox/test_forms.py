@@ -385,3 +385,20 @@ def test_a_tool_in_a_folder_that_is_no_installation_brings_itself_alone(grader, 
     finally:
         LANGUAGES.pop("shy")
         tool_needs.cache_clear()
+
+
+def test_a_compile_stopped_by_its_cpu_limit_says_it_ran_out_of_time():
+    """(A hunt's find) the per-process CPU limit (the compile's time, rounded up) fires before the compile's deadline:
+    a compiler killed by SIGXCPU, or gcc's reporting its cc1plus so killed, read as a bare syntax error."""
+    import signal
+
+    from execrl.sandbox.grader import compile_said
+
+    from execrl.sandbox import Limits
+
+    lim = Limits()
+    assert compile_said({"exit": -signal.SIGXCPU}, b"warning: const eval\n", lim).startswith(
+        f"the compiler was stopped: out of time ({lim.compile_timeout_s:g} s)")
+    gcc = b"g++: fatal error: Killed signal terminated program cc1plus\ninternal compiler error: CPU time limit exceeded"
+    assert "out of time" in compile_said({"exit": 1}, gcc, lim)
+    assert "stopped" not in compile_said({"exit": 1}, b"main.cpp:1:1: error: expected ';'", lim)

@@ -388,6 +388,9 @@ def compile_said(res: dict, err: bytes, lim: Limits, out: bytes = b"") -> str:
            "memory": f"out of memory ({lim.compile_memory_mb} MB)"}.get(res.get("killed_for") or "")
     if res.get("exit") == -signal.SIGXFSZ:
         why = f"over the file size its output may have ({lim.compile_output_mb} MB)"
+    if why is None and (res.get("exit") == -signal.SIGXCPU or b"CPU time limit exceeded" in err[-4096:]):  # (the
+        why = f"out of time ({lim.compile_timeout_s:g} s)"  # per-process CPU limit fires before the deadline: the
+        # compiler, or gcc's cc1plus under its driver, killed by SIGXCPU with "killed_for" unset; a hunt's find)
     text = _text(err) or _text(out)
     return f"the compiler was stopped: {why}\n{text}" if why else text
 
