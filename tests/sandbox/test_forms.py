@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import pytest
 
@@ -402,3 +403,22 @@ def test_a_compile_stopped_by_its_cpu_limit_says_it_ran_out_of_time():
     gcc = b"g++: fatal error: Killed signal terminated program cc1plus\ninternal compiler error: CPU time limit exceeded"
     assert "out of time" in compile_said({"exit": 1}, gcc, lim)
     assert "stopped" not in compile_said({"exit": 1}, b"main.cpp:1:1: error: expected ';'", lim)
+
+
+@pytest.mark.parametrize("entry, said", [
+    ("1: {file: a.q, run: [sh]}", "language 1: its name must be text"),
+    ("q: {file: a.q, run: [sh], hello: 5}", "hello must be a program's text"),
+    ("q: {file: a.q, run: [sh, '{nope}']}", "holds a placeholder other than {file}, {exe} and {dir}"),
+    ("q: {file: a.q, run: []}", "run must be a command"),
+    ("q: {file: ../../etc/x, run: [sh]}", "file must be a plain file name"),
+])
+def test_a_languages_file_entry_the_sandbox_cannot_run_is_one_error(tmp_path, entry, said):
+    """(A hunt's finds) a number as a name or a hello raised a traceback in execrl grade; an unknown placeholder, an
+    empty run or a file name with a directory made every row an infra_error."""
+    from execrl.sandbox import LANGUAGES, load_languages
+
+    (tmp_path / "langs.yaml").write_text(entry + "\n")
+    before = dict(LANGUAGES)
+    with pytest.raises(ValueError, match=re.escape(said)):
+        load_languages(str(tmp_path / "langs.yaml"))
+    assert LANGUAGES == before

@@ -83,6 +83,32 @@ def language_named(value, default: str = "python") -> str | None:
     return key if key in LANGUAGES else None
 
 
+def _check_entry(path: str, name, entry: dict) -> None:
+    """A languages file's entry as the sandbox can run it, else one error naming the key (a hunt's finds: a number as
+    a name or a hello raised a traceback; an unknown placeholder, an empty run, or a file name with a directory in it
+    made every row an infra_error)."""
+    def refuse(why: str):
+        raise ValueError(f"{path}: language {name!r}: {why}")
+
+    if not isinstance(name, str) or not name.strip():
+        refuse("its name must be text")
+    if not isinstance(entry.get("hello", ""), str):
+        refuse("hello must be a program's text")
+    file = entry["file"]
+    if not file or "/" in file or file in (".", ".."):
+        refuse(f"file must be a plain file name (e.g. main.q), got {file!r}")
+    if not entry["run"]:
+        refuse("run must be a command (a list of its words)")
+    for key in ("run", "compile"):
+        for word in entry.get(key, []):
+            if not isinstance(word, str):
+                refuse(f"{key}'s words must be text, got {word!r}")
+            try:
+                word.format(file="", exe="", dir="")
+            except (KeyError, IndexError, ValueError) as e:
+                refuse(f"{key}'s word {word!r} holds a placeholder other than {{file}}, {{exe}} and {{dir}} ({e!r})")
+
+
 def load_languages(path: str) -> None:
     """Register the languages in a YAML file: {name: {file, run, compile?, hello?, address_space_mb?}}."""
     try:
@@ -99,6 +125,7 @@ def load_languages(path: str) -> None:
                 or not isinstance(entry.get("run"), list) or not isinstance(entry.get("compile", []), list)):
             raise ValueError(f"{path}: language {name!r} needs 'file' (a name) and 'run' (a command as a list), and "
                              "optionally 'compile' (a list)")
+        _check_entry(path, name, entry)
         space = entry.get("address_space_mb", 0)
         if type(space) is not int or not 0 <= space <= 1 << 20:
             raise ValueError(f"{path}: language {name!r}: address_space_mb must be a whole number of MB (0: the "
