@@ -393,9 +393,8 @@ def test_a_compile_stopped_by_its_cpu_limit_says_it_ran_out_of_time():
     a compiler killed by SIGXCPU, or gcc's reporting its cc1plus so killed, read as a bare syntax error."""
     import signal
 
-    from execrl.sandbox.grader import compile_said
-
     from execrl.sandbox import Limits
+    from execrl.sandbox.grader import compile_said
 
     lim = Limits()
     assert compile_said({"exit": -signal.SIGXCPU}, b"warning: const eval\n", lim).startswith(
