@@ -230,7 +230,8 @@ def test_a_magnitude_or_a_unicode_fraction_after_an_unboxed_answer_is_read_with_
     """(A hunt's find) the magnitude word was read in a boxed answer only: "The answer is 18 thousand." and "#### 18k"
     matched 18 and missed 18000, "1\u00bd" matched 1."""
     for text, right, wrong in [("The answer is 18 thousand.", "18000", "18"), ("#### 18k", "18000", "18"),
-                               ("The answer is $1.5 million.", "1500000", "1.5"), ("The answer is 1\u00bd.", "1.5", "1"),
+                               ("The answer is $1.5 million.", "1500000", "1.5"),
+                               ("The answer is 1\u00bd.", "1.5", "1"),
                                ("#### -2\u00be", "-11/4", "-2"), ("In all she made $18K", "18000", "18")]:
         found = math_answer(text)
         assert answers_match(found, right) and not answers_match(found, wrong), (text, found)

@@ -399,7 +399,8 @@ def test_a_compile_stopped_by_its_cpu_limit_says_it_ran_out_of_time():
     lim = Limits()
     assert compile_said({"exit": -signal.SIGXCPU}, b"warning: const eval\n", lim).startswith(
         f"the compiler was stopped: out of time ({lim.compile_timeout_s:g} s)")
-    gcc = b"g++: fatal error: Killed signal terminated program cc1plus\ninternal compiler error: CPU time limit exceeded"
+    gcc = (b"g++: fatal error: Killed signal terminated program cc1plus\n"
+           b"internal compiler error: CPU time limit exceeded")
     assert "out of time" in compile_said({"exit": 1}, gcc, lim)
     assert "stopped" not in compile_said({"exit": 1}, b"main.cpp:1:1: error: expected ';'", lim)
 

@@ -106,7 +106,7 @@ CORRECTNESS = ("test_pass_fraction", "all_tests_pass", "math_correct")  # the co
 def optimizer_lr(cfg: MasterConfig) -> float | None:
     kwargs = cfg.policy.optimizer.kwargs
     lr = kwargs.get("lr")  # (a number: the schema converts YAML's strings)
-    if "lr" in kwargs and lr is None:  # (passed on as None, torch's optimizer raised a TypeError after the model loaded)
+    if "lr" in kwargs and lr is None:  # (passed on as None, torch's optimizer raised a TypeError once the model loaded)
         raise ConfigError("policy.optimizer.kwargs.lr is null: give the learning rate (e.g. 5e-6, NeMo RL's), or "
                           "delete the key (~policy.optimizer.kwargs.lr) for the optimizer's own default")
     if lr is not None and not isinstance(lr, (int, float)):

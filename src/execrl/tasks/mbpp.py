@@ -14,6 +14,9 @@ from execrl.tasks.registry import register
 SPLITS = {"prompt": range(1, 11), "test": range(11, 511), "validation": range(511, 601), "train": range(601, 975)}
 
 
+SANITIZED = "sanitized-mbpp.json"
+
+
 @register("mbpp", data_dir="mbpp", splits=tuple(SPLITS), eval_only=("test",), kind="code")
 def load(path, split, report, variant: str | None = None, challenge_tests: bool = False, prompt_tests: str = "first",
          **_):
@@ -25,15 +28,15 @@ def load(path, split, report, variant: str | None = None, challenge_tests: bool 
         raise DatasetError(f"mbpp prompt_tests must be 'first' (the prompt shows the first test) or 'all', got "
                            f"{prompt_tests!r}")
     if path.is_dir():
-        path = path / ("sanitized-mbpp.json" if variant == "sanitized" else "mbpp.jsonl")
+        path = path / (SANITIZED if variant == "sanitized" else "mbpp.jsonl")
     problems, rows = [], read_rows(path)
     held = next((("sanitized" if "prompt" in r and "text" not in r else "original") for r in rows
                  if isinstance(r, dict)), None)
     if variant is not None and held is not None and held != variant:
         raise DatasetError(f"mbpp variant={variant}, but {path} holds the {held} MBPP's rows ('text' is the original's "
                            "prompt field, 'prompt' the sanitized one's): give the directory that holds both files, or "
-                           f"the {variant} file ({'sanitized-mbpp.json' if variant == 'sanitized' else 'mbpp.jsonl'}), or "
-                           "drop the variant option")
+                           f"the {variant} file ({SANITIZED if variant == 'sanitized' else 'mbpp.jsonl'}), or drop "
+                           "the variant option")
     for row in rows:
         task = row.get("task_id")
         if type(task) is not int:  # ("605": a row of no split, counted)
