@@ -357,8 +357,8 @@ def test_call_tests_refuse_a_compare_they_would_not_use():
 
 def test_a_tool_in_a_folder_that_is_no_installation_brings_itself_alone(grader, tmp_path, monkeypatch):
     """(A hunt's find) the parent of any bin/ holding a language's tool was bound as the tool's installation:
-    ~/.cargo (its credentials.toml), a project's checkout (its held-out data, the grader's own input file). Only a
-    folder shaped as an installation (bin, lib, share, licences: /opt/go, a JDK, a rustup toolchain) is bound now."""
+    ~/.cargo (its credentials.toml), a project's checkout (its held-out data, the grader's own input file). A tool
+    brings itself alone now, or, where its bin/ has a library folder beside it, that installation's parts only."""
     from execrl.sandbox import LANGUAGES, load_languages
     from execrl.sandbox.isolation import tool_needs
 
@@ -368,23 +368,59 @@ def test_a_tool_in_a_folder_that_is_no_installation_brings_itself_alone(grader, 
     tool.write_text('#!/bin/sh\nexec /bin/sh "$@"\n')
     tool.chmod(0o755)
     (project / "heldout.jsonl").write_text("SECRET-ROW\n")
+    (project / "credentials.toml").write_text("token = 'SECRET'\n")
     assert tool_needs((str(tool),)) == (str(tool),)
-    (project / "heldout.jsonl").unlink()
     (project / "LICENSE").write_text("MIT\n")
     (project / "lib").mkdir()
+    (project / "data").mkdir()
     tool_needs.cache_clear()
-    assert tool_needs((str(tool),)) == (str(project),)  # (shaped as an installation: bound whole)
-    (project / "heldout.jsonl").write_text("SECRET-ROW\n")
+    assert tool_needs((str(tool),)) == tuple(str(project / e) for e in ("LICENSE", "bin", "lib"))
     tool_needs.cache_clear()
     monkeypatch.setenv("PATH", f"{tool.parent}:{os.environ['PATH']}")
     (tmp_path / "langs.yaml").write_text("shy:\n  file: main.sh\n  run: [shy, '{file}']\n")
     load_languages(str(tmp_path / "langs.yaml"))
     try:
-        r = grader.grade(f"cat {project}/heldout.jsonl 2>/dev/null || echo hidden", stdio([""], ["hidden\n"]),
-                         language="shy")
+        r = grader.grade(f"cat {project}/heldout.jsonl {project}/credentials.toml 2>/dev/null || echo hidden",
+                         stdio([""], ["hidden\n"]), language="shy")
         assert r.verdict == Verdict.PASS, (r.to_dict(), r.stderr)
     finally:
         LANGUAGES.pop("shy")
+        tool_needs.cache_clear()
+
+
+# real installations' top folders (a review's find: an allow-list of the whole top refused each of these, and their
+# languages failed the self-test): what their tools need is bound, what else lies there is not
+LAYOUTS = {
+    "zulu-jdk": ("bin/java", "conf/ demo/ include/ jmods/ legal/ lib/ man/ DISCLAIMER readme.txt release Welcome.html",
+                 "bin conf include jmods legal lib man readme.txt release"),
+    "corretto-jdk": ("bin/java", "conf/ include/ jmods/ legal/ lib/ man/ ADDITIONAL_LICENSE_INFO ASSEMBLY_EXCEPTION "
+                     "LICENSE README.md commitId.txt release version.txt",
+                     "LICENSE README.md bin conf include jmods legal lib man release "
+                     "version.txt"),
+    "jdk8": ("bin/javac", "jre/ lib/ include/ man/ src.zip COPYRIGHT LICENSE release THIRDPARTYLICENSEREADME.txt",
+             "COPYRIGHT LICENSE THIRDPARTYLICENSEREADME.txt bin include jre lib man release"),
+    "go1.19": ("bin/go", "api/ doc/ lib/ misc/ pkg/ src/ test/ AUTHORS CONTRIBUTORS LICENSE PATENTS VERSION "
+               "favicon.ico robots.txt", "LICENSE VERSION bin lib pkg src"),
+    "go-sdk": ("bin/go", "pkg/ src/ lib/ go.env VERSION .unpacked-success", "VERSION bin go.env lib pkg src"),
+    "conda-env": ("bin/gcc", "conda-meta/ include/ lib/ libexec/ share/ ssl/ x86_64-conda-linux-gnu/ envs.txt",
+                  "bin include lib libexec share ssl x86_64-conda-linux-gnu"),
+    "brew-keg": ("bin/ghc", "lib/ share/ INSTALL_RECEIPT.json .brew/", "bin lib share"),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_an_installation_brings_its_parts_and_nothing_beside_them(tmp_path, layout):
+    from execrl.sandbox.isolation import tool_needs
+
+    exe, top, bound = LAYOUTS[layout]
+    prefix = tmp_path / layout
+    (prefix / exe).parent.mkdir(parents=True)
+    (prefix / exe).write_text("#!/bin/sh\n")
+    for entry in top.split():
+        (prefix / entry.rstrip("/")).mkdir() if entry.endswith("/") else (prefix / entry).write_text("x\n")
+    try:
+        assert tool_needs((str(prefix / exe),)) == tuple(str(prefix / e) for e in sorted(bound.split()))
+    finally:
         tool_needs.cache_clear()
 
 

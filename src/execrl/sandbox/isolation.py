@@ -160,44 +160,53 @@ def tool_paths(tools: tuple[str, ...] = ()) -> tuple[str, ...]:
 
 @functools.cache
 def tool_needs(tools: tuple[str, ...]) -> tuple[str, ...]:
-    """What a language's tools need outside the system's directories: a tool's own installation
-    where it has one (/opt/go for /opt/go/bin/go), else the tool's file alone, and the library files
-    it links. Never a home directory, nor one above it: a tool in ~/bin or ~/.local/bin brings
-    itself, not the home it lives in."""
+    """What a language's tools need outside the system's directories: the parts of a tool's own installation where
+    it has one (/opt/go's bin, pkg, src and go.env for /opt/go/bin/go: installation_parts), else the tool's file
+    alone, and the library files it links."""
     paths: set[str] = set()
     for tool in tools:
         found = shutil.which(tool) if "/" not in tool else tool
         if not found:
             continue
         for exe in {found, os.path.realpath(found)}:
-            prefix = os.path.dirname(os.path.dirname(exe))
-            own = os.path.basename(os.path.dirname(exe)) == "bin" and _own_installation(prefix)
-            paths.add(prefix if own else exe)
+            parts = installation_parts(exe)
+            paths.update(parts or [exe])
             paths.update(_linked_libraries(exe))
     return tuple(sorted(p for p in paths if not _under(p, SYSTEM_DIRS)))
 
 
-INSTALLATION_DIRS = {"bin", "sbin", "lib", "lib32", "lib64", "libexec", "share", "include", "etc", "conf", "man",
-                     "doc", "docs", "pkg", "src", "api", "misc", "test", "jmods", "legal", "lib/rustlib"}
-INSTALLATION_FILES = re.compile(r"(?i)(?:readme|licen[cs]e|copying|notice|changelog|contributing|security|patents|"
-                                r"authors|version|release|third[-_]party)[\w.-]*|go\.env|codereview\.cfg")
+# what an installation's folder (/opt/go, a JDK, a rustup toolchain, a conda environment, gcc in /opt) holds that its
+# tools read: programs, libraries, headers, the JDK's conf and jmods, Go's pkg and src, a cross sysroot; and the few
+# files at its top that tools read (Go's go.env and VERSION, a JDK's release). Nothing else of the folder is bound.
+INSTALLATION_DIRS = {"bin", "sbin", "lib", "lib32", "lib64", "libexec", "share", "include", "conf", "man", "pkg",
+                     "src", "jmods", "jre", "legal", "ssl"}
+INSTALLATION_TRIPLE = re.compile(r"[\w.]+-(?:[\w.]+-)?linux-(?:gnu|musl)[\w.]*")  # (x86_64-conda-linux-gnu)
+INSTALLATION_FILES = re.compile(r"(?i)(?:readme|licen[cs]e|copying|copyright|notice|version|release|"
+                                r"third[-_]?party[\w]*)[\w.-]*|go\.env")
 
 
-def _own_installation(prefix: str) -> bool:
-    """Is `prefix` (the parent of a tool's bin/) an installation of its own: shaped as one (/opt/go, a JDK, a rustup
-    toolchain: bin, lib, share, licences), and not a home directory, a directory above one, or a home's shared
-    prefix (~/.local)? A tool in ~/.cargo/bin bound ~/.cargo, credentials.toml and all, and one in a project's bin/
-    the project: its data and the grader's own input file (a hunt's find); such a tool brings itself alone."""
-    if prefix == "/":
-        return False
-    for home in _homes():
-        if _under(home, [prefix]) or prefix == os.path.join(home, ".local"):
-            return False
+def installation_parts(exe: str) -> list[str]:
+    """The parts of the installation that `exe` (a tool in some prefix's bin/) belongs to: the prefix's folders and
+    top files named above, where the prefix holds one of those folders beside bin/ (lib, share, jmods, pkg: Zulu,
+    Corretto, GraalVM, JDK 8, Go of any age, conda, a Homebrew keg). None (the tool brings itself alone) where it
+    does not, or where the prefix is /, a home directory, one above a home or a home's ~/.local. A whole prefix was
+    bound once: ~/.cargo's credentials.toml, a project checkout's held-out data (a hunt's find); only its
+    installation's parts are now, whatever else lies beside them."""
+    if os.path.basename(os.path.dirname(exe)) != "bin":
+        return []
+    prefix = os.path.dirname(os.path.dirname(exe))
+    if prefix == "/" or any(_under(home, [prefix]) or prefix == os.path.join(home, ".local") for home in _homes()):
+        return []
     try:
         entries = os.listdir(prefix)
     except OSError:
-        return False
-    return all(e in INSTALLATION_DIRS or INSTALLATION_FILES.fullmatch(e) for e in entries)
+        return []
+    folders = [e for e in entries if (e in INSTALLATION_DIRS or INSTALLATION_TRIPLE.fullmatch(e))
+               and os.path.isdir(os.path.join(prefix, e))]
+    if len(folders) < 2:  # (bin/ alone)
+        return []
+    files = [e for e in entries if INSTALLATION_FILES.fullmatch(e) and os.path.isfile(os.path.join(prefix, e))]
+    return sorted(os.path.join(prefix, e) for e in folders + files)
 
 
 def _homes() -> set[str]:
