@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import collections
 import re
+import unicodedata
 from dataclasses import dataclass
+from fractions import Fraction
 
 from execrl.sandbox.languages import ALIASES
 
@@ -425,8 +427,9 @@ def _plain(number: str) -> str:
     return improper(number) or GROUPS.sub("", number).replace("\u2212", "-")
 
 
-SCALE_AFTER = re.compile(r"[ \t]*(?:thousand|million|billion|trillion)\b|(?:k|K|bn)\b|[MB]\b")  # 18 thousand, 18k,
-# $1.5M (M and B after a dollar only: answers_match's MAGNITUDE)
+SCALE_AFTER = re.compile(r"(?:[ \t]*(?:thousand|million|billion|trillion)|k|K|bn|M|B)(?![-\w])")  # 18 thousand,
+# 18k, $1.5M, $18K (K, M and B after a dollar only: 300K is Kelvin, 18 m metres; none before a hyphen or a letter:
+# "4 million-dollar homes" are 4)
 VULGAR = re.compile(r"[\u00bc-\u00be\u2150-\u215e]")  # ½, ⅓, ¾, ...: a Unicode fraction after whole digits
 
 
@@ -440,13 +443,10 @@ def _stated(text: str, number: re.Match) -> str:
     if not re.fullmatch(r"-?[\d.]+", plain):  # (a power, a fraction, an exponent: as it is)
         return plain
     if (frac := VULGAR.match(after)) and plain.lstrip("-").isdigit():
-        import unicodedata
-        from fractions import Fraction
-
         value = abs(int(plain)) + Fraction(unicodedata.numeric(frac.group())).limit_denominator(100)
         return f"{'-' if plain.startswith('-') else ''}{value}"
     scale = SCALE_AFTER.match(after)
     dollar = text[max(0, number.start() - 2):number.start()].rstrip().endswith("$")
-    if scale is None or (scale.group() in ("M", "B") and not dollar):
+    if scale is None or (scale.group() in ("K", "M", "B") and not dollar):
         return plain
     return f"{'$' if dollar else ''}{plain} {scale.group().strip()}"

@@ -1,5 +1,6 @@
 """The math answer check (answers_match, math_correct) on answers that once hung the reward or never matched."""
 
+import re
 import time
 
 from execrl.extract import math_answer
@@ -246,3 +247,24 @@ def test_a_reference_with_unit_words_is_its_number():
         assert answers_match("18", reference) and not answers_match("19", reference), reference
     assert answers_match("1800", "1,800 dollars") and answers_match("18000", "18 thousand")
     assert not answers_match("2", "2 and a half") and not answers_match("18", "18 thousand")
+
+
+def test_an_answer_in_the_questions_own_magnitude_matches_and_unit_letters_are_no_magnitude():
+    """(A review's find) GSM8K references in the question's unit ("$32 million ... how many million dollars are
+    left?": 4) missed "$4 million"; "300K" (Kelvin) read as 300,000 and "4 million-dollar homes" as 4,000,000."""
+    asks = "A firm had $32 million and spent $28 million. How many million dollars does it have left?"
+    assert answers_match(math_answer("It has $4 million left."), "4", asks)
+    assert not answers_match(math_answer("It has $4 million left."), "4", "How much money does it have left?")
+    assert answers_match(math_answer("It has $4 million left."), "4000000", "How much money does it have left?")
+    assert answers_match(math_answer("The gas is at 300K."), "300", "What is its temperature in kelvin?")
+    assert answers_match(math_answer("They built 4 million-dollar homes."), "4", "How many homes did they build?")
+    assert answers_match(math_answer("She walked 18 thousand steps."), "18", "How many thousand steps did she walk?")
+
+
+def test_a_reference_of_a_number_and_math_words_is_no_number_with_units():
+    """(A review's find) "4xy", "2 pi", "6 sqrt" were read as a number and its units: 4, 2 and 6 scored on them."""
+    for reference in ("4xy", "2pi", "2 pi", "6 sqrt", "8 cos", "6 xyz", "2 ii", "6 tenths", "3 squared", "5 factorial"):
+        number = re.match(r"\d+", reference).group()
+        assert not answers_match(number, reference), reference
+    for reference in ("18 km", "18 men", "18 lb", "18 apples"):
+        assert answers_match("18", reference), reference

@@ -126,29 +126,48 @@ MAGNITUDE = re.compile(r"(\\?\$)?\s*+([-+]?[\d.,]++)\s*+(?:\\[,! ;]|~)?\s*+(?:\\
 SCALES = {"thousand": 3, "k": 3, "million": 6, "m": 6, "billion": 9, "bn": 9, "b": 9, "trillion": 12}
 
 
-def _magnitude(text: str):
+def _magnitude(text: str, question: str = ""):
     """The number `text` says with a magnitude word after it (18 thousand, 18k, \\$1.2\\text{M}: M and B only after a
-    currency's dollar, where m is not metres), as _number's key; else None."""
+    currency's dollar, where m is not metres), as _number's key; else None. Where `question` counts in that magnitude
+    ("$32 million ... how many million dollars are left?"), its answer in the question's own unit: 4 million is 4."""
     m = MAGNITUDE.fullmatch(text)
     if m is None or (m[3] in "mMbB" and not m[1]):  # (18k is 18,000; 18 m is 18 metres, not millions)
         return None
-    base = _number(m[2])
-    return _times_ten(base, SCALES[m[3].lower()]) if isinstance(base, tuple) else None  # (a decimal's key)
+    base, power = _number(m[2]), SCALES[m[3].lower()]
+    if not isinstance(base, tuple):  # (a decimal's key)
+        return None
+    return base if re.search(IN_QUESTION[power], question) else _times_ten(base, power)
 
 
-WITH_UNITS = re.compile(r"\\?\$?\s*([-+]?\d[\d,]*(?:\.\d+)?)\s*((?:[A-Za-z]{2,}\s*){1,3})\.?")  # "18 dollars"
+IN_QUESTION = {3: r"(?i:\bthousands?\b)|\d\s*k\b", 6: r"(?i:\bmillions?\b)|\$\s*[\d.]+\s*M\b",
+               9: r"(?i:\bbillions?\b)|\$\s*[\d.]+\s*(?:bn|B)\b", 12: r"(?i:\btrillions?\b)"}  # a question that
+# counts in a magnitude (where its reference is in it)
+
+
+WITH_UNITS = re.compile(r"\\?\$?\s*([-+]?\d[\d,]*(?:\.\d+)?)\s+((?:[A-Za-z]{2,}\s*){1,3})\.?")  # "18 dollars"
 NOT_UNITS = {"and", "or", "half", "halves", "third", "thirds", "quarter", "quarters", "fourth", "fourths", "fifth",
-             "fifths", "hundred", "hundreds", "thousand", "thousands", "million", "millions", "billion", "billions",
-             "trillion", "bn", "dozen", "dozens", "score", "percent", "per", "times", "plus", "minus", "more", "less",
-             "fewer", "over", "under", "to", "at", "least", "most", "about", "approximately", "around", "than", "point"}
+             "fifths", "tenth", "tenths", "hundred", "hundreds", "hundredths", "thousand", "thousands", "thousandths",
+             "million", "millions", "billion", "billions", "trillion", "bn", "dozen", "dozens", "score", "percent",
+             "per", "times", "plus", "minus", "more", "less", "fewer", "over", "under", "to", "at", "least", "most",
+             "about", "approximately", "around", "than", "point", "squared", "cubed", "factorial", "choose", "sqrt",
+             "root", "roots", "sin", "cos", "tan", "cot", "sec", "csc", "sinh", "cosh", "tanh", "arcsin", "arccos",
+             "arctan", "log", "exp", "mod", "modulo", "pi", "inf", "infinity", "power", "powers"}  # words that change
+# the number (18 thousand, 2 pi, 6 sqrt 2) are no units
+UNIT_ABBREVIATIONS = {"km", "cm", "mm", "kg", "mg", "ft", "mi", "lb", "oz", "ml", "yd", "hr", "qt", "pt", "gal", "mph",
+                      "kph", "lbs", "hrs", "min", "yds", "sq", "cu", "usd", "cal", "kcal"}
 
 
 def _with_units(reference: str):
     """A reference of a number and unit words ("18 dollars", "$18 per"... not: "2 and a half", "18 thousand") as its
     number's key (_number's), as the extraction reads "#### 18 dollars": math-verify matched "18 apples" with 18 and
-    never "18 dollars", a row no answer could score on. None: not of that form."""
+    never "18 dollars", a row no answer could score on. None: not of that form. A unit is a word of three letters or
+    more with a vowel, or a known abbreviation (km, lb), after a space: "4xy", "2 pi", "6 sqrt", "6 xyz" are no
+    number and unit (a review's find: read as 4, 2 and 6, they matched a wrong answer)."""
     m = WITH_UNITS.fullmatch(reference)
-    if m is None or set(m[2].lower().split()) & NOT_UNITS:
+    if m is None:
+        return None
+    words = m[2].lower().split()
+    if any(w in NOT_UNITS or not (w in UNIT_ABBREVIATIONS or (len(w) >= 3 and re.search("[aeiou]", w))) for w in words):
         return None
     return _number(m[1])
 
@@ -179,7 +198,8 @@ def answers_match(predicted: str | None, reference: str, question: str = "") -> 
         return a == b
     scaled = _magnitude(predicted) if len(predicted) <= MAX_ANSWER_CHARS else None
     if scaled is not None and b is not None:  # "18 \\text{ thousand}", "\\$1.2\\text{M}": the number it says
-        return scaled == b  # (math-verify drops the word as a unit: 18 thousand matched 18)
+        return scaled == b or _magnitude(predicted, question) == b  # (math-verify drops the word as a unit: 18
+        # thousand matched 18, where the question does not count in thousands)
     percents = _percent_read(predicted), _percent_read(reference)
     if None not in percents:  # (one or both with a percent sign)
         return _percent_match(*percents, asks_percent=bool(ASKS_PERCENT.search(question)))
