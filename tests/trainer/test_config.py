@@ -655,3 +655,20 @@ def test_a_careless_users_settings_each_stop_with_the_fix(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "execrl.cli", "train", "--dry-run", "~grpo.seed"], capture_output=True,
                           text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0 and "seed: 42" in proc.stdout, proc.stderr[-500:]
+
+
+def test_a_components_text_and_optional_parameters_take_what_yaml_gives_them(tmp_path):
+    """(A review's find) a parameter `pattern: str = None` given null was refused, and one of text given 2024 (YAML's
+    number) too. Null is its default; a number is its text; true is refused with the fix."""
+    (tmp_path / "own.py").write_text("def marked(sample, pattern: str = None, most: int | None = 3) -> float:\n"
+                                     "    return float(pattern is None or pattern in sample.completion)\n")
+    name = f"{tmp_path / 'own.py'}:marked"
+    params = load_config(None, [f"reward.components=[{{name: '{name}', pattern: null, most: null}}]"]).reward.components[
+        0].params
+    assert params == {"pattern": None, "most": None}
+    assert load_config(None, [f"reward.components=[{{name: '{name}', pattern: 2024}}]"]).reward.components[0].params[
+        "pattern"] == "2024"
+    with pytest.raises(ConfigError, match=r"pattern=True is not str .*quote it"):
+        load_config(None, [f"reward.components=[{{name: '{name}', pattern: true}}]"])
+    with pytest.raises(ConfigError, match=r"most='many' is not int"):
+        load_config(None, [f"reward.components=[{{name: '{name}', most: many}}]"])

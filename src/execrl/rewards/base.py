@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
+import types
 import typing
 from dataclasses import dataclass, field
 
@@ -101,21 +102,32 @@ class Reward:
         return self.total is not None
 
 
-def _typed(name: str, key: str, value, hint):
+def _typed(name: str, key: str, value, hint, default):
     """A component's parameter as its annotation reads it: a number written as text ("64", as YAML may quote it)
-    converted, as the schema converts its own keys; a value of another kind ("SyntaxError" for a list of classes, a
-    word for a number) refused naming the parameter (it raised a TypeError mid-run, or was read as it was)."""
+    converted, as the schema converts its own keys, and a number given for text ("pattern: 2024") made text; a value
+    of another kind (a word for a number, yes for text) refused naming the parameter (it raised a TypeError mid-run,
+    or was read as it was). None where the default is None or the annotation allows it."""
     from pydantic import TypeAdapter, ValidationError
     from pydantic.errors import PydanticSchemaGenerationError
 
+    kinds = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) in UNIONS else [hint]
+    if value is None and (default is None or len(kinds) < len(typing.get_args(hint))):
+        return None
+    kind = kinds[0] if len(kinds) == 1 else hint
+    if kind is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
     try:
-        converted = TypeAdapter(hint).validate_python(value)
+        converted = TypeAdapter(kind).validate_python(value)
     except PydanticSchemaGenerationError:  # (an annotation pydantic has no schema for: a component's own class)
         return value
     except ValidationError as e:
-        raise ValueError(f"reward component {name}: {key}={value!r} is not {getattr(hint, '__name__', hint)} "
-                         f"({e.errors()[0]['msg']})") from None
+        quote = " (quote it: YAML reads yes, no, on and off as true and false)" if isinstance(value, bool) else ""
+        raise ValueError(f"reward component {name}: {key}={value!r} is not {getattr(kind, '__name__', kind)} "
+                         f"({e.errors()[0]['msg']}){quote}") from None
     return converted if isinstance(converted, (int, float, str)) else value  # (a list stays as the YAML wrote it)
+
+
+UNIONS = (typing.Union, types.UnionType)
 
 
 class ComponentConfig(BaseModel):
@@ -148,7 +160,8 @@ class ComponentConfig(BaseModel):
             if choices and value not in choices:
                 raise ValueError(f"reward component {self.name}: {key}={value!r} is not one of {list(choices)}")
             if not choices and key in hints:
-                self.model_extra[key] = _typed(self.name, key, value, hints[key])
+                default = inspect.signature(COMPONENTS[self.name]).parameters[key].default
+                self.model_extra[key] = _typed(self.name, key, value, hints[key], default)
         return self
 
     @property
