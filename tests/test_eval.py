@@ -102,8 +102,8 @@ def test_eval_completions_that_carry_their_own_tests_and_answers(tmp_path):
         path.write_text(json.dumps({"id": "x", "completion": r"\boxed{1}", "answer": answer}))  # 0 unsaid, true and
         proc = run("--completions", path, "--dataset", "", "--out", tmp_path / "o2")  # [1, 2] as Python writes them)
         assert proc.returncode == 2 and f"row 1: its 'answer' {answer!r} {said}" in proc.stderr, proc.stderr
-    path.write_text(json.dumps({**rows[0], "language": "Python"}))
-    proc = run("--completions", path, "--dataset", "", "--out", tmp_path / "o3")
+    path.write_text(json.dumps({**rows[0], "language": "Python", "answer": None}))  # (a code row's unused answer
+    proc = run("--completions", path, "--dataset", "", "--out", tmp_path / "o3")  # is not checked: a review's find)
     assert proc.returncode == 0 and json.loads((tmp_path / "o3" / "summary.json").read_text())["pass@1"] == 1.0
     # (a hunt's finds) --limit keeps the first problems of the file's own too (all were graded, limit recorded);
     # a file with nothing to grade is an error (it printed a table of 0 problems and exited 0); programs the sandbox

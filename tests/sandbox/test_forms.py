@@ -447,6 +447,8 @@ def test_a_compile_stopped_by_its_cpu_limit_says_it_ran_out_of_time():
     ("q: {file: a.q, run: [sh, '{nope}']}", "holds a placeholder other than {file}, {exe} and {dir}"),
     ("q: {file: a.q, run: []}", "run must be a command"),
     ("q: {file: ../../etc/x, run: [sh]}", "file must be a plain file name"),
+    ("q: {file: a.q, run: [sh, '{file.name}']}", "holds a placeholder other than {file}"),  # (a review's find: a
+    ("q: {file: a.q, run: [sh, '{file[0]}']}", "holds a placeholder other than {file}"),  # traceback)
 ])
 def test_a_languages_file_entry_the_sandbox_cannot_run_is_one_error(tmp_path, entry, said):
     """(A hunt's finds) a number as a name or a hello raised a traceback in execrl grade; an unknown placeholder, an
@@ -458,3 +460,15 @@ def test_a_languages_file_entry_the_sandbox_cannot_run_is_one_error(tmp_path, en
     with pytest.raises(ValueError, match=re.escape(said)):
         load_languages(str(tmp_path / "langs.yaml"))
     assert LANGUAGES == before
+
+
+def test_a_languages_file_entry_may_leave_hello_and_compile_empty(tmp_path):
+    """(A review's find) `hello:` left empty (YAML's null) was refused as no program's text."""
+    from execrl.sandbox import LANGUAGES, load_languages
+
+    (tmp_path / "langs.yaml").write_text("q:\n  file: a.q\n  run: [sh, '{file}']\n  hello:\n  compile:\n")
+    try:
+        load_languages(str(tmp_path / "langs.yaml"))
+        assert LANGUAGES["q"].hello == "" and LANGUAGES["q"].run[-1] == "{file}"
+    finally:
+        LANGUAGES.pop("q", None)

@@ -390,7 +390,7 @@ def own_problem(path: str, n: int, row: dict, pid: str, max_tests: int) -> Probl
     if tests is not None and (refused := tests_refused(language, tests)):  # (found mid-grading, it lost the rows
         raise DatasetError(f"{path}, row {n}: {refused}")  # graded before it)
     answer = None
-    if "answer" in row:  # (as the jsonl loader reads an answer: nothing can equal "", and
+    if "answer" in row and "tests" not in row:  # (as the jsonl loader reads an answer: nothing can equal "", and
         answer = answer_text(row["answer"])  # true or [1, 2] would be compared as Python writes them)
         if answer is None or not answer.strip():
             raise DatasetError(f"{path}, row {n}: its 'answer' {row['answer']!r} is "

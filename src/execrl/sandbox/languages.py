@@ -92,7 +92,7 @@ def _check_entry(path: str, name, entry: dict) -> None:
 
     if not isinstance(name, str) or not name.strip():
         refuse("its name must be text")
-    if not isinstance(entry.get("hello", ""), str):
+    if not isinstance(entry.get("hello") or "", str):
         refuse("hello must be a program's text")
     file = entry["file"]
     if not file or "/" in file or file in (".", ".."):
@@ -105,7 +105,7 @@ def _check_entry(path: str, name, entry: dict) -> None:
                 refuse(f"{key}'s words must be text, got {word!r}")
             try:
                 word.format(file="", exe="", dir="")
-            except (KeyError, IndexError, ValueError) as e:
+            except (KeyError, IndexError, ValueError, AttributeError, TypeError) as e:  # ({file.name}, {file[0]})
                 refuse(f"{key}'s word {word!r} holds a placeholder other than {{file}}, {{exe}} and {{dir}} ({e!r})")
 
 
@@ -121,6 +121,8 @@ def load_languages(path: str) -> None:
     if not isinstance(table, dict):
         raise ValueError(f"{path}: expected a mapping of language name to {{file, run, compile}}")
     for name, entry in table.items():
+        if isinstance(entry, dict):  # (hello: or compile: left empty is none)
+            entry = {k: v for k, v in entry.items() if not (k in ("hello", "compile") and v is None)}
         if (not isinstance(entry, dict) or not isinstance(entry.get("file"), str)
                 or not isinstance(entry.get("run"), list) or not isinstance(entry.get("compile", []), list)):
             raise ValueError(f"{path}: language {name!r} needs 'file' (a name) and 'run' (a command as a list), and "
