@@ -313,3 +313,18 @@ def test_a_cpp_problems_cells_run_as_cpp_programs(grader):
     assert "You can run C++ code" in messages[-1]["content"] and "earlier ones defined" not in messages[-1]["content"]
     step = e.step('<code>\n#include <cstdio>\nint main() { puts("hi"); }\n</code>')
     assert step.observation[0]["content"] == "hi\n" and not step.tool_error, step.observation
+
+
+def test_a_languages_file_languages_prompt_names_it_as_the_file_writes_it(grader, tmp_path):
+    """(A review's find) the prompt named a --languages language in lower case ("You can run go code")."""
+    from execrl.sandbox import LANGUAGES, StdioTests, load_languages
+
+    (tmp_path / "langs.yaml").write_text("Shell:\n  file: main.sh\n  run: [sh, '{file}']\n")
+    load_languages(str(tmp_path / "langs.yaml"))
+    try:
+        e, _ = env(grader)
+        sh = Problem("t/sh", [{"role": "user", "content": "Echo."}], "code", tests=StdioTests(["1\n"], ["1\n"]),
+                     language="shell")
+        assert "You can run Shell code" in e.reset(sh)[-1]["content"]
+    finally:
+        LANGUAGES.pop("shell", None)

@@ -30,7 +30,7 @@ from execrl.extract import LINE_OPEN, Extracted, defines, extract, fenced_blocks
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
 from execrl.rewards.outcome import leading_futures
-from execrl.sandbox import Verdict
+from execrl.sandbox import LANGUAGES, Verdict
 from execrl.sandbox.spec import entry_names
 from execrl.tasks import Problem
 
@@ -50,7 +50,7 @@ class InterpreterEnv(Environment):
     def instructions(self, language: str = "python") -> str:
         where, tag = _WHERE[self.style], self.mt.final_tag
         memory = " Each cell sees what the earlier ones defined." if self.mt.stateful and language == "python" else ""
-        name = {"python": "Python", "cpp": "C++"}.get(language, language)
+        name = (LANGUAGES[language].title if language in LANGUAGES else "") or language
         return (f"You can run {name} code: write it {where} and you will see what it prints.{memory} "
                 f"When you are done, give your complete solution inside <{tag}></{tag}>.")
 

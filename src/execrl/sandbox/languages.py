@@ -28,6 +28,7 @@ class Language:
     hello: str = ""  # a program that prints "hello" (the self-test)
     address_space_mb: int = 0  # its runs' virtual memory cap where more than the memory limit (a runtime that
     # reserves address space up front: node, the JVM, Go); what it holds is still capped by the memory limit
+    title: str = ""  # its name as people write it (Python, C++, Go): what prompts call it; the name where empty
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -45,10 +46,10 @@ def _found(command: list) -> tuple[str, ...]:
 
 
 LANGUAGES: dict[str, Language] = {
-    "python": Language("python", "main.py", fork_python=True, hello='print("hello")'),
+    "python": Language("python", "main.py", fork_python=True, hello='print("hello")', title="Python"),
     "cpp": Language("cpp", "main.cpp", run=("{exe}",),
                     compile=_found(["g++", "-O2", "-std=c++17", "-o", "{exe}", "{file}"]),  # (g++ as the PATH finds it)
-                    hello='#include <cstdio>\nint main() { std::puts("hello"); }\n'),
+                    hello='#include <cstdio>\nint main() { std::puts("hello"); }\n', title="C++"),
 }
 ALIASES = {"python3": "python", "py": "python", "c++": "cpp", "cxx": "cpp"}
 
@@ -134,4 +135,4 @@ def load_languages(path: str) -> None:
                              f"memory limit), got {space!r}")
         LANGUAGES[name.lower()] = Language(name.lower(), entry["file"], _found(entry["run"]),
                                            _found(entry.get("compile", [])), hello=entry.get("hello", ""),
-                                           address_space_mb=space)
+                                           address_space_mb=space, title=name)
