@@ -6,6 +6,7 @@ or infrastructure), and what the machine must have. Each error names its fix."""
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 from pathlib import Path
 
@@ -530,28 +531,33 @@ LOW_PEAK, FEW_PEAK = 0.01, 0.1  # a peak under 1% of the configured rate is refu
 DEAD_SHARE = 0.25  # more of a run's steps than this under LOW_PEAK after the peak: warned
 
 
-def schedule_peak(cfg: MasterConfig, batch_plan: BatchPlan, low: list | None = None) -> tuple[float, int, int, bool]:
+def schedule_peak(cfg: MasterConfig, batch_plan: BatchPlan) -> tuple[float, int, int, bool, tuple[int, ...]]:
     """The schedule's peak factor (of policy.optimizer.kwargs.lr) over the scheduler steps the run takes (optimizer
     steps for {warmup_steps}, GRPO steps for NeMo RL's torch schedulers), the step it comes at (1-based), how many
-    steps were looked at, and whether that is the whole run (else its first SCHEDULE_PROBE). Raises where the
-    schedule fails. `low`: given, it gets the steps whose factor is under LOW_PEAK (1-based)."""
+    steps were looked at, whether that is the whole run (else its first SCHEDULE_PROBE), and the steps whose factor
+    is under LOW_PEAK (1-based). Raises where the schedule fails."""
+    schedule = cfg.policy.scheduler
+    total = cfg.grpo.max_num_steps * (1 if schedule.per_grpo_step else batch_plan.optimizer_steps_per_rollout)
+    return _stepped(type(schedule), schedule.model_dump_json(), total)
+
+
+@functools.lru_cache(maxsize=4)  # (check_scheduler and schedule_note each ask at start-up: stepped through once)
+def _stepped(kind: type, schedule_json: str, total: int) -> tuple[float, int, int, bool, tuple[int, ...]]:
     import warnings
 
     import torch  # (only here: the other checks run without it)
 
-    schedule = cfg.policy.scheduler
-    total = cfg.grpo.max_num_steps * (1 if schedule.per_grpo_step else batch_plan.optimizer_steps_per_rollout)
     steps = min(total, SCHEDULE_PROBE)
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
-    scheduler = schedule.build(optimizer)
-    peak, at = 0.0, 1
+    scheduler = kind.model_validate_json(schedule_json).build(optimizer)
+    peak, at, low = 0.0, 1, []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (torch's "step before optimizer.step()": nothing is trained here)
         for step in range(1, steps + 1):  # (the rate optimizer step `step` uses: the scheduler is stepped after it)
             lr = optimizer.param_groups[0]["lr"]
             if lr > peak:
                 peak, at = lr, step
-            if low is not None and lr < LOW_PEAK:
+            if lr < LOW_PEAK:
                 low.append(step)
             if step == steps:
                 break
@@ -561,7 +567,7 @@ def schedule_peak(cfg: MasterConfig, batch_plan: BatchPlan, low: list | None = N
                 until = ", having kept the learning rate at 0 until then" if peak == 0 else ""
                 raise ConfigError(f"policy.scheduler fails at step {step} ({type(e).__name__}: {e}){until}: check "
                                   "its kwargs (e.g. ConstantLR's factor > 0)") from None
-    return peak, at, steps, steps == total
+    return peak, at, steps, steps == total, tuple(low)
 
 
 def _schedule_words(cfg: MasterConfig, batch_plan: BatchPlan, peak: float, at: int, steps: int, whole: bool) -> str:
@@ -586,7 +592,7 @@ def check_scheduler(cfg: MasterConfig, batch_plan: BatchPlan) -> None:
     """The learning-rate schedule builds (its kwargs are those of its torch class), and it lifts the learning rate
     to at least LOW_PEAK of the configured one within the run (ConstantLR with factor 0 trained nothing; a warm-up of
     100,000 steps in a 4-step run trained at 1e-11, both without a word)."""
-    peak, at, steps, whole = schedule_peak(cfg, batch_plan)
+    peak, at, steps, whole, _ = schedule_peak(cfg, batch_plan)
     if peak == 0:
         raise ConfigError(f"policy.scheduler keeps the learning rate at 0 for {'all' if whole else 'the first'} "
                           f"{steps:,} steps, so nothing is learned: check its kwargs (e.g. ConstantLR's factor, "
@@ -615,8 +621,7 @@ def sampling_note(cfg: MasterConfig) -> str | None:
 def schedule_note(cfg: MasterConfig, batch_plan: BatchPlan) -> str | None:
     """A warning where the schedule's peak within the run (or its first SCHEDULE_PROBE steps) is under FEW_PEAK of
     the configured rate (a smoke run of a recipe with a long warm-up, say); None: none."""
-    low: list[int] = []
-    peak, at, steps, whole = schedule_peak(cfg, batch_plan, low)
+    peak, at, steps, whole, low = schedule_peak(cfg, batch_plan)
     if peak < LOW_PEAK and whole:  # (refused by check_scheduler)
         return None
     if peak < FEW_PEAK:

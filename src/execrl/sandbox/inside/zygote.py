@@ -700,9 +700,9 @@ def _inet_queue_memory() -> int:
     """Bytes queued in the TCP and UDP sockets of our network namespace (each socket's send and
     receive queues as /proc/net/tcp and udp give them: TCP's data bytes, UDP's buffer memory; a
     listening socket's are counts, not bytes, and are left out)."""
-    total = 0
     if not _inet_sockets():
         return 0
+    total = 0
     for path in INET_QUEUES:
         with open(path, "rb") as f:
             next(f, None)
