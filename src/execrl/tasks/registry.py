@@ -17,6 +17,7 @@ from typing import Callable
 from execrl.plugins import PluginError, is_import_path, load_object
 from execrl.sandbox.spec import num_tests, truncate_tests
 from execrl.tasks.problem import DatasetError, Problem, RowReport, err
+from execrl.tasks.shown import ALL_SHOWN, distinct, unshown
 
 
 @dataclass(frozen=True)
@@ -138,10 +139,11 @@ def origin(info: DatasetInfo, local: Path | None, path: str | None, advice: bool
     return f"from {local}{copy}"
 
 
-def load_problems(name: str, split: str = "train", path: str | None = None, max_tests: int = 0,
+def load_problems(name: str, split: str = "train", path: str | None = None, max_tests: int = 0, train: bool = False,
                   **options) -> tuple[list[Problem], RowReport]:
-    """Problems of one split; `max_tests` > 0 keeps at most that many tests per code problem (the
-    first ones)."""
+    """Problems of one split, each test once; `max_tests` > 0 keeps at most that many tests per code problem (the
+    first ones); `train`: graded on the tests their prompts do not show (tasks/shown.py), a row that shows them all
+    left out."""
     if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}: known are {sorted(DATASETS)} (or 'jsonl' with a field mapping)")
     info = DATASETS[name]
@@ -154,6 +156,15 @@ def load_problems(name: str, split: str = "train", path: str | None = None, max_
     for p in problems:
         p.metadata.setdefault("dataset", name)
         p.metadata.setdefault("split", split)
+        if p.tests is not None:
+            p.tests = distinct(p.tests)
+    if train:
+        graded = [unshown(p) for p in problems]
+        for p, kept in zip(problems, graded):
+            if kept is None:
+                report.skip(p.id, ALL_SHOWN)
+        problems = [p for p in graded if p is not None]
+    for p in problems:
         if max_tests and p.tests is not None:
             p.tests = truncate_tests(p.tests, max_tests)
     report.print()

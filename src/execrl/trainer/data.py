@@ -21,13 +21,13 @@ from execrl.trainer import distributed as dist
 from execrl.trainer.warmup import feedback_reference
 
 
-def load_split(d: DatasetConfig, seed: int, repeat: bool = True) -> list[Problem]:
+def load_split(d: DatasetConfig, seed: int, repeat: bool = True, train: bool = False) -> list[Problem]:
     """One configured split's problems, each `repeat` times (repeat=False: once); a generated dataset is seeded by
-    grpo.seed unless its options say otherwise."""
+    grpo.seed unless its options say otherwise; `train`: graded on the tests their prompts do not show."""
     key = dataset_key(d.dataset_name)
     options = ({"seed": seed} if DATASETS[key].generated or DATASETS[key].own else {}) | {
         k: v for k, v in (("input_key", d.input_key), ("output_key", d.output_key)) if v is not None} | d.options
-    problems = load_problems(key, d.split_name, d.path, d.max_tests, **options)[0]
+    problems = load_problems(key, d.split_name, d.path, d.max_tests, train=train, **options)[0]
     return [p for p in problems for _ in range(d.repeat if repeat else 1)]
 
 
@@ -56,7 +56,7 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
     for d in trains:
         info = DATASETS[dataset_key(d.dataset_name)]
         check_trainable(info.name, d.split_name, d.path)
-        problems = load_split(d, seed, repeat=False)  # (repeated below: no copy of a held-out problem is trained on)
+        problems = load_split(d, seed, repeat=False, train=True)  # (repeated below: no copy of a held-out problem is trained on)
         if held := held_evaluation_sets(problems):
             (name, found, total), where = held[0], d.dataset_name + (f" from {d.path}" if d.path else "")
             raise DatasetError(f"the training set {where} holds {name}: {found} of its {total} problems, found by "
