@@ -663,8 +663,8 @@ def test_a_components_text_and_optional_parameters_take_what_yaml_gives_them(tmp
     (tmp_path / "own.py").write_text("def marked(sample, pattern: str = None, most: int | None = 3) -> float:\n"
                                      "    return float(pattern is None or pattern in sample.completion)\n")
     name = f"{tmp_path / 'own.py'}:marked"
-    params = load_config(None, [f"reward.components=[{{name: '{name}', pattern: null, most: null}}]"]).reward.components[
-        0].params
+    cfg = load_config(None, [f"reward.components=[{{name: '{name}', pattern: null, most: null}}]"])
+    params = cfg.reward.components[0].params
     assert params == {"pattern": None, "most": None}
     assert load_config(None, [f"reward.components=[{{name: '{name}', pattern: 2024}}]"]).reward.components[0].params[
         "pattern"] == "2024"

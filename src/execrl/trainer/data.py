@@ -56,7 +56,8 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
     for d in trains:
         info = DATASETS[dataset_key(d.dataset_name)]
         check_trainable(info.name, d.split_name, d.path)
-        problems = load_split(d, seed, repeat=False, train=True)  # (repeated below: no copy of a held-out problem is trained on)
+        problems = load_split(d, seed, repeat=False, train=True)  # (repeated below: no copy of a held-out problem is
+        # trained on)
         if held := held_evaluation_sets(problems):
             (name, found, total), where = held[0], d.dataset_name + (f" from {d.path}" if d.path else "")
             raise DatasetError(f"the training set {where} holds {name}: {found} of its {total} problems, found by "
