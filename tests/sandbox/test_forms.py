@@ -405,6 +405,7 @@ LAYOUTS = {
     "conda-env": ("bin/gcc", "conda-meta/ include/ lib/ libexec/ share/ ssl/ x86_64-conda-linux-gnu/ envs.txt",
                   "bin include lib libexec share ssl x86_64-conda-linux-gnu"),
     "brew-keg": ("bin/ghc", "lib/ share/ INSTALL_RECEIPT.json .brew/", "bin lib share"),
+    "mono": ("bin/mono", "etc/ lib/ include/ share/", "bin etc include lib share"),  # (etc/mono/config)
 }
 
 

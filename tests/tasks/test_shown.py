@@ -21,6 +21,13 @@ def test_a_test_the_statement_shows_is_found_and_a_chance_number_is_not():
     assert num_tests(distinct(spec)) == 3
     calls = CallTests("add", [[[2, 7], 9], [[1, 1], 2]], [[0, 1], 5])
     assert shown(calls, 'Input: nums = [2, 7], target = 9\nOutput: [0,1]') == [True, False]
+    # (a review's finds) a number anywhere was a call's argument and a line of an example's block an input
+    zeros = ("Given n (1 <= n <= 10^5), return the trailing zeros of n!.\nExample: zeros(6) should return 1, since "
+             "6! = 720.\nExample: zeros(12) should return 2.")
+    assert shown(CallTests("zeros", [[6], [12], [0], [10], [5]], [1, 2, 0, 2, 1]), zeros) == [True, True] + [False] * 3
+    block = "Example\nInput\n3\n1\n2\n3\nOutput\n-1\n1\n2\n"
+    assert shown(StdioTests(["3\n1\n2\n3\n", "1\n", "2\n"], ["-1\n1\n2\n", "-1\n", "1\n"]), block) == [True, False,
+                                                                                                  False]
     asserts = AssertTests(["assert f(1) == 2", "assert f(2) == 3"])
     assert shown(asserts, "Your code should pass:\nassert f(1)==2") == [True, False]
 
@@ -29,8 +36,30 @@ def test_training_grades_the_tests_a_prompt_does_not_show_and_leaves_out_a_row_t
     p = Problem("p", [{"role": "user", "content": STATEMENT}], "code", tests=StdioTests(["1 2\n", "4 5\n", "1 2\n"],
                                                                                          ["3\n", "9\n", "3\n"]))
     assert unshown(p).tests == StdioTests(["4 5\n"], ["9\n"])
+    assert p.metadata["shown_tests"] == StdioTests(["1 2\n", "1 2\n"], ["3\n", "3\n"])
     only = Problem("q", [{"role": "user", "content": STATEMENT}], "code", tests=StdioTests(["1 2\n"], ["3\n"]))
     assert unshown(only) is None
+    # (a review's find) the one test left expects the example's output: printing it passed all
+    same = Problem("s", [{"role": "user", "content": STATEMENT}], "code", tests=StdioTests(["1 2\n", "2 1\n"],
+                                                                                            ["3\n", "3\n"]))
+    assert unshown(same) is None
+
+
+def test_asserts_run_as_written_in_evaluation_a_repeat_may_test_a_state():
+    """(A review's find) asserts run in order in one namespace: `bump() == 1` twice then `== 2` twice needs all four."""
+    spec = AssertTests(["assert bump() == 1", "assert bump() == 1", "assert bump() == 2", "assert bump() == 2"])
+    assert distinct(spec) == spec
+    assert num_tests(distinct(StdioTests(["1\n", "1\n"], ["2\n", "2\n"]))) == 1
+
+
+def test_the_unit_test_environments_public_tests_are_the_shown_ones():
+    """(A review's find) its public tests were the first graded ones: feedback showed a graded test's answer."""
+    from execrl.envs.unit_tests import public_part
+
+    p = unshown(Problem("p", [{"role": "user", "content": STATEMENT}], "code",
+                        tests=StdioTests(["1 2\n", "4 5\n", "6 6\n"], ["3\n", "9\n", "12\n"])))
+    public, hidden = public_part(p.tests, 2, p.metadata["shown_tests"])
+    assert public == StdioTests(["1 2\n"], ["3\n"]) and not hidden
 
 
 def test_real_rows_train_on_their_unshown_tests_and_evaluate_on_all():
@@ -38,10 +67,26 @@ def test_real_rows_train_on_their_unshown_tests_and_evaluate_on_all():
     trained = load_problems("mbpp", "train", train=True)[0]
     counts = [num_tests(p.tests) for p in trained]  # (the shown assert out; two rows' own repeats once)
     assert len(trained) == 374 and counts.count(2) == 372 and counts.count(1) == 2
-    assert [num_tests(p.tests) for p in load_problems("mbpp", "train")[0]].count(3) == 372
+    assert [num_tests(p.tests) for p in load_problems("mbpp", "train")[0]].count(3) == 374  # (asserts as written)
     with pytest.raises(DatasetError, match="no usable problems"):
         load_problems("mbpp", "train", train=True, prompt_tests="all")
     rows = load_problems("nemotron_code", "train", train=True)[0]
-    assert len(rows) == 4  # (the row whose one test is its statement's example: left out)
+    assert len(rows) == 3  # (left out: the row whose one test is its statement's example, and the row whose one test
+    # left expects the example's output)
     for p in rows:
         assert not any(shown(p.tests, p.messages[-1]["content"]))
+
+
+def test_a_run_started_under_the_earlier_grading_is_told_why_it_cannot_resume():
+    """(A review's find) a run checkpointed before training left shown tests out was refused as "an edited file"."""
+    from execrl.trainer.data import GRADING_RULES, ProblemSampler
+
+    problems = [Problem("p", [{"role": "user", "content": "Print 1."}], "code", tests=StdioTests([""], ["1\n"]))]
+    sampler = ProblemSampler(problems, seed=1)
+    then = {**sampler.identity(), "graded": "0" * 16}
+    del then["rules"]
+    with pytest.raises(DatasetError, match="trained under an earlier execrl's grading"):
+        sampler.check(then, "step_000002")
+    with pytest.raises(DatasetError, match="tests are not the same"):
+        sampler.check({**then, "rules": GRADING_RULES}, "step_000002")
+    sampler.check({**sampler.identity(), "rules": 1}, "step_000002")  # (a run whose problems grade as they did)

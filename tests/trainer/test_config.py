@@ -672,3 +672,7 @@ def test_a_components_text_and_optional_parameters_take_what_yaml_gives_them(tmp
         load_config(None, [f"reward.components=[{{name: '{name}', pattern: true}}]"])
     with pytest.raises(ConfigError, match=r"most='many' is not int"):
         load_config(None, [f"reward.components=[{{name: '{name}', most: many}}]"])
+    with pytest.raises(ConfigError, match=r"pattern=1.1 is not str .*quote it"):  # (YAML's 1.10)
+        load_config(None, [f"reward.components=[{{name: '{name}', pattern: 1.10}}]"])
+    with pytest.raises(ConfigError, match=r"classes=None is not tuple"):  # (a parameter null cannot be)
+        load_config(None, ["reward.components=[{name: error_penalty, classes: null}]"])

@@ -44,7 +44,7 @@ class UnitTestsEnv(Environment):
                              f"{problem.kind}: use env.multi_turn.kind=single_turn for math")
         self.problem, self.last_code = problem, None
         self._new_episode()
-        self.public, self.hidden = public_part(problem.tests, self.mt.public_tests)
+        self.public, self.hidden = public_part(problem.tests, self.mt.public_tests, problem.metadata.get("shown_tests"))
         self.probes = with_probes(self.public, entry_names(problem.tests) if self.hidden else None)
         return build_messages(problem, self.cfg.prompt)
 
@@ -90,9 +90,13 @@ class UnitTestsEnv(Environment):
         return final_step(sample, self.grader, self.cfg.reward)
 
 
-def public_part(tests: TestSpec, public_tests: int) -> tuple[TestSpec, bool]:
+def public_part(tests: TestSpec, public_tests: int, examples: TestSpec | None = None) -> tuple[TestSpec, bool]:
     """(the tests each turn runs, whether their expected values are hidden): the first `public_tests`, one at least
-    held back; a problem of one test (a check function is one) runs it, its expected value hidden."""
+    held back; a problem of one test (a check function is one) runs it, its expected value hidden. `examples`: the
+    tests its prompt shows, which training does not grade (tasks/shown.py): the public ones where there are any (a
+    graded test shown as feedback could be copied: a review's find)."""
+    if examples is not None and public_tests > 0:
+        return truncate_tests(examples, public_tests), False
     shown = 0 if isinstance(tests, CheckTests) else min(public_tests, num_tests(tests) - 1)
     return truncate_tests(tests, max(shown, 1)), shown == 0
 

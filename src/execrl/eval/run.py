@@ -38,6 +38,7 @@ from execrl.tasks import Problem, dataset_key, load_problems
 from execrl.tasks.generic import answer_kind, answer_text
 from execrl.tasks.problem import VERIFIER, DatasetError, read_rows
 from execrl.tasks.registry import DATASETS, local_source
+from execrl.tasks.shown import distinct
 
 err = stderr_console()
 
@@ -384,7 +385,7 @@ def own_problem(path: str, n: int, row: dict, pid: str, max_tests: int) -> Probl
         raise DatasetError(f"{path}, row {n}: language {row.get('language')!r} is not one the sandbox runs "
                            f"({sorted(LANGUAGES)})")
     try:
-        tests = truncate_tests(parse_tests(row["tests"]), max_tests) if "tests" in row else None
+        tests = truncate_tests(distinct(parse_tests(row["tests"])), max_tests) if "tests" in row else None
     except TestSpecError as e:
         raise DatasetError(f"{path}, row {n}: {e}") from None
     if tests is not None and (refused := tests_refused(language, tests)):  # (found mid-grading, it lost the rows

@@ -104,24 +104,25 @@ class Reward:
 
 def _typed(name: str, key: str, value, hint, default):
     """A component's parameter as its annotation reads it: a number written as text ("64", as YAML may quote it)
-    converted, as the schema converts its own keys, and a number given for text ("pattern: 2024") made text; a value
-    of another kind (a word for a number, yes for text) refused naming the parameter (it raised a TypeError mid-run,
-    or was read as it was). None where the default is None or the annotation allows it."""
+    converted, as the schema converts its own keys, and a whole number given for text ("pattern: 2024") made text; a
+    value of another kind (a word for a number, true or 1.10 for text) refused naming the parameter (it raised a
+    TypeError mid-run, or was read as it was). None where the default is None or the annotation allows it."""
     from pydantic import TypeAdapter, ValidationError
     from pydantic.errors import PydanticSchemaGenerationError
 
-    kinds = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) in UNIONS else [hint]
-    if value is None and (default is None or len(kinds) < len(typing.get_args(hint))):
+    union = typing.get_origin(hint) in UNIONS
+    kinds = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
+    if value is None and (default is None or (union and type(None) in typing.get_args(hint))):
         return None
     kind = kinds[0] if len(kinds) == 1 else hint
-    if kind is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+    if kind is str and type(value) is int:  # (not a float: YAML reads 1.10 as 1.1, 1e3 as 1000.0)
         return str(value)
     try:
         converted = TypeAdapter(kind).validate_python(value)
     except PydanticSchemaGenerationError:  # (an annotation pydantic has no schema for: a component's own class)
         return value
     except ValidationError as e:
-        quote = " (quote it: YAML reads yes, no, on and off as true and false)" if isinstance(value, bool) else ""
+        quote = " (quote it: YAML reads true, yes and 1.10 as no text)" if isinstance(value, (bool, float)) else ""
         raise ValueError(f"reward component {name}: {key}={value!r} is not {getattr(kind, '__name__', kind)} "
                          f"({e.errors()[0]['msg']}){quote}") from None
     return converted if isinstance(converted, (int, float, str)) else value  # (a list stays as the YAML wrote it)

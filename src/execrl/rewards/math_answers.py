@@ -128,7 +128,7 @@ SCALES = {"thousand": 3, "k": 3, "million": 6, "m": 6, "billion": 9, "bn": 9, "b
 
 def _magnitude(text: str, question: str = ""):
     """The number `text` says with a magnitude word after it (18 thousand, 18k, \\$1.2\\text{M}: M and B only after a
-    currency's dollar, where m is not metres), as _number's key; else None. Where `question` counts in that magnitude
+    currency's dollar, where m is not metres), as _number's key; else None. Where `question` asks in that magnitude
     ("$32 million ... how many million dollars are left?"), its answer in the question's own unit: 4 million is 4."""
     m = MAGNITUDE.fullmatch(text)
     if m is None or (m[3] in "mMbB" and not m[1]):  # (18k is 18,000; 18 m is 18 metres, not millions)
@@ -136,12 +136,12 @@ def _magnitude(text: str, question: str = ""):
     base, power = _number(m[2]), SCALES[m[3].lower()]
     if not isinstance(base, tuple):  # (a decimal's key)
         return None
-    return base if re.search(IN_QUESTION[power], question) else _times_ten(base, power)
+    return base if IN_QUESTION[power].search(question) else _times_ten(base, power)
 
 
-IN_QUESTION = {3: r"(?i:\bthousands?\b)|\d\s*k\b", 6: r"(?i:\bmillions?\b)|\$\s*[\d.]+\s*M\b",
-               9: r"(?i:\bbillions?\b)|\$\s*[\d.]+\s*(?:bn|B)\b", 12: r"(?i:\btrillions?\b)"}  # a question that
-# counts in a magnitude (where its reference is in it)
+IN_QUESTION = {power: re.compile(rf"(?i)\bhow\s+(?:many|much)\s+(?:\w+\s+)?{word}s?\b|\bin\s+{word}s\b")
+               for power, word in ((3, "thousand"), (6, "million"), (9, "billion"), (12, "trillion"))}  # a question
+# that asks in a magnitude ("how many million dollars", "in thousands"): where its reference is in it
 
 
 WITH_UNITS = re.compile(r"\\?\$?\s*([-+]?\d[\d,]*(?:\.\d+)?)\s+((?:[A-Za-z]{2,}\s*){1,3})\.?")  # "18 dollars"
@@ -150,24 +150,28 @@ NOT_UNITS = {"and", "or", "half", "halves", "third", "thirds", "quarter", "quart
              "million", "millions", "billion", "billions", "trillion", "bn", "dozen", "dozens", "score", "percent",
              "per", "times", "plus", "minus", "more", "less", "fewer", "over", "under", "to", "at", "least", "most",
              "about", "approximately", "around", "than", "point", "squared", "cubed", "factorial", "choose", "sqrt",
-             "root", "roots", "sin", "cos", "tan", "cot", "sec", "csc", "sinh", "cosh", "tanh", "arcsin", "arccos",
+             "root", "roots", "sin", "cos", "tan", "cot", "csc", "sinh", "cosh", "tanh", "arcsin", "arccos",
              "arctan", "log", "exp", "mod", "modulo", "pi", "inf", "infinity", "power", "powers"}  # words that change
 # the number (18 thousand, 2 pi, 6 sqrt 2) are no units
 UNIT_ABBREVIATIONS = {"km", "cm", "mm", "kg", "mg", "ft", "mi", "lb", "oz", "ml", "yd", "hr", "qt", "pt", "gal", "mph",
-                      "kph", "lbs", "hrs", "min", "yds", "sq", "cu", "usd", "cal", "kcal"}
+                      "kph", "lbs", "hrs", "min", "yds", "sq", "cu", "usd", "cal", "kcal", "hz", "khz", "mhz", "ghz",
+                      "kw", "kwh", "mw", "db", "rpm", "pts", "pcs", "in", "sec", "secs", "mins", "yrs", "wks", "ms",
+                      "ns", "gb", "mb", "kb", "tb", "px", "pm", "am", "st", "nd", "rd", "th"}
+VARIABLES = re.compile(r"[abcijkmnxyz]{1,3}|[b-df-hj-np-tv-z]{1,3}")  # three letters or fewer, no list's, of
+# variables' letters or with no vowel: a product of variables ("xy", "abc", "ii"), not a unit
 
 
 def _with_units(reference: str):
     """A reference of a number and unit words ("18 dollars", "$18 per"... not: "2 and a half", "18 thousand") as its
     number's key (_number's), as the extraction reads "#### 18 dollars": math-verify matched "18 apples" with 18 and
-    never "18 dollars", a row no answer could score on. None: not of that form. A unit is a word of three letters or
-    more with a vowel, or a known abbreviation (km, lb), after a space: "4xy", "2 pi", "6 sqrt", "6 xyz" are no
-    number and unit (a review's find: read as 4, 2 and 6, they matched a wrong answer)."""
+    never "18 dollars", a row no answer could score on. None: not of that form. A unit comes after a space, and is
+    no math word (pi, sqrt, cos) and no short run of letters no list names ("4xy", "2 pi", "6 sqrt", "6 xyz" were
+    read as 4, 2 and 6: a review's find); "60 Hz", "12 kWh", "20 pts" are units."""
     m = WITH_UNITS.fullmatch(reference)
     if m is None:
         return None
     words = m[2].lower().split()
-    if any(w in NOT_UNITS or not (w in UNIT_ABBREVIATIONS or (len(w) >= 3 and re.search("[aeiou]", w))) for w in words):
+    if any(w in NOT_UNITS or (w not in UNIT_ABBREVIATIONS and VARIABLES.fullmatch(w)) for w in words):
         return None
     return _number(m[1])
 

@@ -176,10 +176,11 @@ def tool_needs(tools: tuple[str, ...]) -> tuple[str, ...]:
 
 
 # what an installation's folder (/opt/go, a JDK, a rustup toolchain, a conda environment, gcc in /opt) holds that its
-# tools read: programs, libraries, headers, the JDK's conf and jmods, Go's pkg and src, a cross sysroot; and the few
-# files at its top that tools read (Go's go.env and VERSION, a JDK's release). Nothing else of the folder is bound.
-INSTALLATION_DIRS = {"bin", "sbin", "lib", "lib32", "lib64", "libexec", "share", "include", "conf", "man", "pkg",
-                     "src", "jmods", "jre", "legal", "ssl"}
+# tools read: programs, libraries, headers, etc (Mono's etc/mono/config, Free Pascal's etc/fpc.cfg), the JDK's conf
+# and jmods, Go's pkg and src, a cross sysroot; and the few files at its top that tools read (Go's go.env and
+# VERSION, a JDK's release). Nothing else of the folder is bound.
+INSTALLATION_DIRS = {"bin", "sbin", "lib", "lib32", "lib64", "libexec", "share", "include", "etc", "conf", "man",
+                     "pkg", "src", "jmods", "jre", "legal", "ssl"}
 INSTALLATION_TRIPLE = re.compile(r"[\w.]+-(?:[\w.]+-)?linux-(?:gnu|musl)[\w.]*")  # (x86_64-conda-linux-gnu)
 INSTALLATION_FILES = re.compile(r"(?i)(?:readme|licen[cs]e|copying|copyright|notice|version|release|"
                                 r"third[-_]?party[\w]*)[\w.-]*|go\.env")

@@ -93,7 +93,7 @@ def _check_entry(path: str, name, entry: dict) -> None:
 
     if not isinstance(name, str) or not name.strip():
         refuse("its name must be text")
-    if not isinstance(entry.get("hello") or "", str):
+    if not isinstance(entry.get("hello", ""), str):
         refuse("hello must be a program's text")
     file = entry["file"]
     if not file or "/" in file or file in (".", ".."):

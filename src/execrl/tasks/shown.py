@@ -3,7 +3,8 @@
 A statement's examples are often among its tests (Nemotron's coding rows repeat the example first and last; MBPP's
 prompt shows its first assert). A program that prints the examples' answers, solving nothing, passed those: a reward
 for copying (a hunt's find: 1.0 on a one-test row, 0.98 on MBPP shown all its asserts). Training grades a problem on
-the tests its prompt does not show, each once; a row whose every test is shown is left out, said with the others.
+the tests its prompt does not show; a row whose every test is shown is left out, said with the others. Repeated
+stdin/stdout and call tests count once everywhere.
 """
 
 from __future__ import annotations
@@ -15,19 +16,25 @@ import re
 from execrl.sandbox.spec import AssertTests, CallTests, StdioTests, TestSpec
 from execrl.tasks.problem import Problem
 
-NEAR = 400  # characters (whitespace squeezed) within which an example's output follows its input in the prompt
-ALL_SHOWN = ("rows whose every test is an example the prompt shows (a program printing the examples' answers would "
-             "score; MBPP: data.train.options.prompt_tests=first)")
+NEAR = 400  # characters within which an example's output follows its input in the prompt
+CANDIDATES = 64  # places in the prompt where a test's first part is looked for at most (a long prompt of "0"s)
+ALL_SHOWN = ("rows whose every test is an example the prompt shows, or expects an example's output (a program "
+             "printing the examples' answers would score; MBPP: data.train.options.prompt_tests=first)")
+INPUT_LABEL = re.compile(r"(?i)(?:input|example|sample|```\w*|<pre>)[^\n]{0,40}:?[ \t]*\n$|(?:input|example)[^\n]{0,20}"
+                         r":[ \t]*$")  # what ends the text before an example's input: its label line, or "Input: "
+OUTPUT_LABEL = re.compile(r"(?i)(?:output|answer|```\w*|<pre>)[^\n]{0,40}:?[ \t]*\n$|(?:output|answer)[^\n]{0,20}:"
+                          r"[ \t]*$")
+CALL_OUTPUT = re.compile(r"(?i)(?:output:?|=>|->|==|returns?:?|result:?)$")  # (whitespace squeezed)
+CALL_ARGUMENT = re.compile(r"(?i)(?:input:|(?<![<>!=])=|\()$")  # (not a bound's "n<=10")
 
 
 def distinct(spec: TestSpec) -> TestSpec:
-    """The tests without repeats (the first of each kept): a test written twice counted twice."""
+    """The tests without repeats (the first of each kept): a test written twice counted twice. Asserts stay as they
+    are: they run in order in one namespace, where a repeat may test a state (`bump() == 2` twice)."""
     if isinstance(spec, StdioTests):
         keys = list(zip(spec.inputs, spec.outputs))
     elif isinstance(spec, CallTests):
         keys = [json.dumps([a, o], sort_keys=True, default=repr) for a, o in zip(spec.args, spec.outputs)]
-    elif isinstance(spec, AssertTests):
-        keys = [_tree(a) for a in spec.asserts]
     else:
         return spec
     seen: set = set()
@@ -35,17 +42,19 @@ def distinct(spec: TestSpec) -> TestSpec:
 
 
 def shown(spec: TestSpec, prompt: str) -> list[bool]:
-    """Per test, whether the prompt shows it: an assert written in it (as Python reads it: spacing aside); an input's
-    lines and, soon after, its output's (each a whole line, or the end of one after a label: "Input: 1 2")."""
+    """Per test, whether the prompt shows it: an assert written in it (as Python reads it: spacing aside); an input
+    right after its label ("Input", "Example 1:", a fence) and its output right after one, soon after; a call's
+    arguments after "=" or "Input:" and its value after "Output:" or "==", in order."""
     if isinstance(spec, AssertTests):
         written = {_tree(line) for line in prompt.splitlines() if line.strip().startswith("assert")}
         return [a.strip() in prompt or _tree(a) in written for a in spec.asserts]
-    lines = "\n" + _lines(prompt) + "\n"
     if isinstance(spec, StdioTests):
-        return [_in_order(lines, [_lines(i), _lines(o)]) for i, o in zip(spec.inputs, spec.outputs)]
-    if isinstance(spec, CallTests):  # (LeetCode's "Input: nums = [2,7], target = 9": each argument, in order)
-        text = _squeezed(prompt)
-        return [_in_order(text, [_compact(a) for a in args] + [_compact(out)], whole=False)
+        text = "\n" + _lines(prompt) + "\n"
+        return [_in_order(text, [(_lines(i), INPUT_LABEL), (_lines(o), OUTPUT_LABEL)], lines=True)
+                for i, o in zip(spec.inputs, spec.outputs)]
+    if isinstance(spec, CallTests):  # (LeetCode's "Input: nums = [2,7], target = 9 Output: [0,1]", squeezed)
+        text = "".join(prompt.split())
+        return [_in_order(text, [(_compact(a), CALL_ARGUMENT) for a in args] + [(_compact(out), CALL_OUTPUT)])
                 for args, out in zip(spec.args, spec.outputs)]
     return [False]  # (a check function: nothing to compare)
 
@@ -54,24 +63,37 @@ def _lines(text: str) -> str:
     return "\n".join(line.strip() for line in text.splitlines() if line.strip())
 
 
-def _in_order(text: str, parts: list[str], whole: bool = True) -> bool:
-    """Whether `parts` (none empty) occur in `text` in order, each within NEAR characters of the one before (`whole`:
-    each as whole lines, or the end of a line after a colon)."""
-    if not parts or not all(parts) or sum(map(len, parts)) > len(text):
+def _in_order(text: str, parts: list[tuple[str, re.Pattern]], lines: bool = False) -> bool:
+    """Whether each part (text, the label that must end the text before it) occurs in `text` in order, each within
+    NEAR characters of the one before (`lines`: each as whole lines; else not a number's first digits)."""
+    if not parts or not all(p for p, _ in parts) or sum(len(p) for p, _ in parts) > len(text):
         return False
-    patterns = [re.compile(r"(?:(?<=\n)|(?<=:)|(?<=: ))" + re.escape(p) + r"(?=\n)" if whole else re.escape(p))
-                for p in parts]
-    for first in patterns[0].finditer(text):
-        end, found = first.end(), True
-        for part, pattern in zip(parts[1:], patterns[1:]):
-            m = pattern.search(text, end, end + NEAR + len(part) + 2)
+    after = r"(?=\n)" if lines else r"(?!\d|\.\d)"  # (squeezed: "9" before "Output" ends there, "9" of "90" not)
+    patterns = [re.compile(re.escape(p) + after) for p, _ in parts]
+    start, tried = 0, 0
+    while tried < CANDIDATES and (first := patterns[0].search(text, start)):
+        start, tried = first.start() + 1, tried + 1
+        if not parts[0][1].search(text[max(0, first.start() - 60):first.start()]):
+            continue
+        end = first.end()
+        for (part, label), pattern in zip(parts[1:], patterns[1:]):
+            m = next((m for m in _finds(pattern, text, end, end + NEAR + len(part) + 60)
+                      if label.search(text[max(0, m.start() - 60):m.start()])), None)
             if m is None:
-                found = False
                 break
             end = m.end()
-        if found:
+        else:
             return True
     return False
+
+
+def _finds(pattern: re.Pattern, text: str, start: int, stop: int):
+    for _ in range(CANDIDATES):
+        m = pattern.search(text, start, stop)
+        if m is None:
+            return
+        yield m
+        start = m.start() + 1
 
 
 def _tree(code: str) -> str:
@@ -82,27 +104,36 @@ def _tree(code: str) -> str:
         return code.strip()
 
 
-def _squeezed(text: str) -> str:
-    return "".join(text.split())
-
-
 def _compact(value) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=repr)
 
 
 def unshown(problem: Problem) -> Problem | None:
-    """The problem graded on its distinct tests that its prompt does not show (itself where it shows none; None where
-    it shows them all)."""
+    """The problem graded on the tests its prompt does not show (itself where it shows none), its shown ones kept in
+    metadata["shown_tests"] (the unit-test environment's public tests); None where it shows them all, or where every
+    test left expects the output of one shown (printing the example's answer would pass them all)."""
     if problem.kind != "code" or problem.tests is None:
         return problem
-    spec = distinct(problem.tests)
+    spec = problem.tests
     flags = shown(spec, "\n".join(str(m.get("content", "")) for m in problem.messages))
-    if all(flags):
+    if not any(flags):
+        return problem
+    kept = [i for i, f in enumerate(flags) if not f]
+    if not kept or _one_shown_output(spec, flags, kept):
         return None
-    if any(flags):
-        spec = _only(spec, [i for i, f in enumerate(flags) if not f])
-    problem.tests = spec
+    problem.metadata["shown_tests"] = _only(spec, [i for i, f in enumerate(flags) if f])
+    problem.tests = _only(spec, kept)
     return problem
+
+
+def _one_shown_output(spec: TestSpec, flags: list[bool], kept: list[int]) -> bool:
+    if isinstance(spec, StdioTests):
+        outputs = [" ".join(o.split()) for o in spec.outputs]
+    elif isinstance(spec, CallTests):
+        outputs = [_compact(o) for o in spec.outputs]
+    else:
+        return False
+    return len({outputs[i] for i in kept}) == 1 and outputs[kept[0]] in {o for o, f in zip(outputs, flags) if f}
 
 
 def _only(spec: TestSpec, keep: list[int]) -> TestSpec:

@@ -20,6 +20,8 @@ from execrl.tasks.problem import err
 from execrl.trainer import distributed as dist
 from execrl.trainer.warmup import feedback_reference
 
+GRADING_RULES = 2  # how training grades its problems; 2: the tests a prompt shows left out, repeats once (2026-12-04)
+
 
 def load_split(d: DatasetConfig, seed: int, repeat: bool = True, train: bool = False) -> list[Problem]:
     """One configured split's problems, each `repeat` times (repeat=False: once); a generated dataset is seeded by
@@ -178,7 +180,8 @@ class ProblemSampler:
 
     def identity(self) -> dict:
         """What a checkpoint keeps of the problems its position is in (check compares it)."""
-        return {"problems": len(self.problems), "fingerprint": self.fingerprint, "graded": self.graded}
+        return {"problems": len(self.problems), "fingerprint": self.fingerprint, "graded": self.graded,
+                "rules": GRADING_RULES}
 
     @functools.cached_property
     def graded(self) -> str:
@@ -202,6 +205,13 @@ class ProblemSampler:
         """DatasetError where a checkpoint's position (saved at `where`, with `state`: identity()) was over other
         problems: the file shrank (its position past the end: an IndexError), or grew or changed (another stream,
         silently)."""
+        if state.get("rules", 1) != GRADING_RULES and (state.get("fingerprint", self.fingerprint) != self.fingerprint
+                                                       or state.get("graded", self.graded) != self.graded):
+            raise DatasetError(f"{where} was trained under an earlier execrl's grading, and its problems are graded "
+                               "otherwise now (training leaves out the tests a prompt shows, and a row that shows them "
+                               "all; a repeated test counts once): the run would go on under another reward. Finish "
+                               "it with the execrl that started it, or start a new run (another "
+                               "checkpointing.checkpoint_dir and logger.log_dir)")
         if state.get("fingerprint", self.fingerprint) == self.fingerprint:  # (checkpoints before it: not checked)
             if state.get("graded", self.graded) != self.graded:
                 raise DatasetError(f"the training problems are those {where} was trained on, but their reference "

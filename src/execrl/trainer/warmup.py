@@ -30,6 +30,8 @@ def feedback_reference(problem: Problem, rng: random.Random, cfg) -> list[dict]:
     never making mistakes; a wrong attempt that passes the public tests gives the plain reference
     instead."""
     reference = {"role": "assistant", "content": problem.metadata["reference_completion"]}
+    if "shown_tests" in problem.metadata:  # (its attempts' outputs are on the tests as written, some now left out)
+        return [reference]
     wrong = rng.choice(problem.metadata["wrong_attempts"])
     public, hidden = public_part(problem.tests, cfg.env.multi_turn.public_tests)
     tests = [TestResult(Verdict.PASS) if got == out else TestResult(Verdict.FAIL, output=got)
