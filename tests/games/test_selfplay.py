@@ -289,6 +289,11 @@ def test_a_frozen_opponent_plays_its_seats_untrained_and_in_no_baseline():
     eps = rollouts.episodes
     frozen = [e.env.frozen for e in eps]
     assert all(a != b for a, b in zip(frozen[::2], frozen[1::2]))  # one frozen seat per match
+    from execrl.trainer.rollouts import rollout_rows  # (a hunt's find: the rollouts file had them as the policy's)
+
+    rows = rollout_rows(eps, tok)
+    assert [r.get("trained", True) for r in rows] == [not f for f in frozen]
+    assert all(r["seat"] in (0, 1) for r in rows if "seat" in r)
     assert {e.env.seat for e in eps if not e.env.frozen} == {0, 1}  # the policy plays both roles, in turn
     assert len(policy.seen) + len(opponent.seen) == sum(e.turns for e in eps)
     assert len(opponent.seen) == sum(e.turns for e in eps if e.env.frozen) > 0

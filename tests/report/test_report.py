@@ -153,6 +153,20 @@ def test_markup_in_a_completion_is_text_on_the_page(two_runs, tmp_path):
     assert "owned" not in dom[:dom.index("<body")] and not console_errors(log)
 
 
+def test_rows_not_trained_on_say_so_on_the_page(two_runs, tmp_path):
+    """(A hunt's find) a frozen opponent's seats and dynamic sampling's dropped groups read as the policy's rows."""
+    copy = tmp_path / "run"
+    shutil.copytree(two_runs[0], copy)
+    last = sorted((copy / "rollouts").glob("*.jsonl"))[-1]
+    rows = [json.loads(x) for x in last.read_text().splitlines()]
+    rows[0].update(trained=False, seat=1)
+    rows[1].update(trained=False)
+    last.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    dom, log = open_page(write_report([copy], tmp_path / "report.html"))
+    assert not console_errors(log)
+    assert dom.count('title="the frozen opponent\'s seat') == 1 and dom.count('title="a group dynamic sampling') == 1
+
+
 def test_a_run_named_with_a_bidi_control_shows_its_rows(two_runs, tmp_path):
     """(A review's find) a run directory whose name holds U+202E showed 0 rollouts: the run's option value was its
     name with the control shown as a code point, which named no run's rows."""

@@ -110,6 +110,11 @@ function cutHtml(r) {
   return `<span class="cut" title="${esc(why)}">${esc(label)}</span>`;
 }
 
+function untrainedWhy(r) {
+  return r.seat === undefined ? "a group dynamic sampling left out of the loss"
+    : "the frozen opponent's seat (self-play): not trained on";
+}
+
 function rowHtml(r, i) {
   const reward = r.reward === null ? "invalid" : Number(r.reward).toFixed(3);
   const turns = (r.messages || []).map((m) =>
@@ -118,7 +123,9 @@ function rowHtml(r, i) {
   const parts = Object.entries(r.parts || {}).map(([k, v]) => `<tr><td>${esc(k)}</td><td>${Number(v).toFixed(4)}</td></tr>`).join("");
   return `<details class="row" data-verdict="${esc(r.verdict)}" data-reward="${esc(reward)}">` +
     `<summary><span class="verdict ${esc(r.verdict)}">${esc(r.verdict)}</span><span>reward ${reward}</span>` +
-    `<span>${esc(r.problem)}</span>${r.turns > 1 ? `<span>${esc(r.turns)} turns</span>` : ""}${cutHtml(r)}</summary>` +
+    `<span>${esc(r.problem)}</span>${r.turns > 1 ? `<span>${esc(r.turns)} turns</span>` : ""}${cutHtml(r)}` +
+    (r.trained === false ? `<span class="untrained" title="${esc(untrainedWhy(r))}">not trained</span>` : "") +
+    `</summary>` +
     `<div class="body"><h4>Conversation${r.turns > 1 ? " (turn by turn)" : ""}</h4>${turns}` +
     (r.code ? `<h4>Extracted code</h4><pre class="code">${highlight(r.code)}</pre>` : "<h4>No code extracted</h4>") +
     (tests ? `<h4>Tests</h4><div class="tests">${tests}</div>` : "") +

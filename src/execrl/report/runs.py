@@ -163,7 +163,9 @@ def _rollout(row) -> dict | None:
             "reward": row.get("reward") if _number(row.get("reward")) else None,
             "code": row.get("code") if isinstance(row.get("code"), str) else None,
             "turns": row.get("turns") if type(row.get("turns")) is int else 1,
-            "truncated": row.get("truncated") is True}
+            "truncated": row.get("truncated") is True,
+            **({"trained": False} if row.get("trained") is False else {}),  # (not trained on: dropped, or the frozen
+            **({"seat": row["seat"]} if type(row.get("seat")) is int else {})}  # opponent's seat)
 
 
 def _json(value) -> str:

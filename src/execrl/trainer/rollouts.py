@@ -505,11 +505,13 @@ def episode_means(sums: dict[str, float]) -> dict[str, float]:
 
 def rollout_rows(episodes: list[Episode], tokenizer) -> list[dict]:
     """One row per episode: the whole conversation, the exact text the trainer saw after the prompt,
-    the verdict of each test."""
+    the verdict of each test. A self-play seat the frozen opponent played is marked `"trained": false` with its
+    `"seat"` (a hunt's find: its rows read as the policy's, and their mean was not train/reward_mean)."""
     return [{"problem": e.problem.id, "prompt": tokenizer.decode(e.trajectory.prompt_ids),
              "completion": tokenizer.decode(e.trajectory.completion_ids), "messages": e.messages,
              "code": e.sample.extracted.code, "verdict": outcome(e.sample), "reward": e.reward.total,
              "parts": e.reward.parts, "turns": e.turns, "tool_calls": e.tool_calls, "tool_errors": e.tool_errors,
              "truncated": e.trajectory.truncated,
-             "tests": [t.verdict.value for t in e.sample.result.tests] if e.sample.result is not None else []}
+             "tests": [t.verdict.value for t in e.sample.result.tests] if e.sample.result is not None else [],
+             **({"trained": False, "seat": getattr(e.env, "seat", None)} if e.env.frozen else {})}
             for e in episodes]
