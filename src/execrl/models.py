@@ -361,6 +361,10 @@ def _load_adapter(directory: Path, device: str, dtype: str, offline: bool, token
                                           config_overrides=json.loads(overrides.read_text()) if overrides.is_file()
                                           else None)
     merged = PeftModel.from_pretrained(model, str(directory)).merge_and_unload()  # (peft froze the base: trainable
+    if (directory / "generation_config.json").is_file():  # (the run's: its stop_token_ids among the EOS ids)
+        from transformers import GenerationConfig
+
+        merged.generation_config = GenerationConfig.from_pretrained(str(directory))
     return merged.requires_grad_(True).eval(), tok  # again, as any model loaded: a full fine-tune of it was idle)
 
 

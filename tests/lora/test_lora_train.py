@@ -20,7 +20,7 @@ def test_only_the_adapters_train_and_the_checkpoint_loads_with_peft(tmp_path):
     from transformers import AutoModelForCausalLM
 
     r, d = run(tmp_path, "r", *LORA, "grpo.max_num_steps=2", "policy.lora.save_merged=true",
-               "loss_fn.reference_policy_kl_penalty=0.01")
+               "loss_fn.reference_policy_kl_penalty=0.01", "policy.generation.stop_token_ids=[201]")
     assert r.ref_model is None  # the reference is the base with the adapters off
     base_dir = d / "ckpt" / "base"
     base = AutoModelForCausalLM.from_pretrained(base_dir)  # the warm-up's model, saved once beside the checkpoints
@@ -34,6 +34,8 @@ def test_only_the_adapters_train_and_the_checkpoint_loads_with_peft(tmp_path):
                                        ckpt / "policy")
     merged = AutoModelForCausalLM.from_pretrained(ckpt / "merged")
     evaluated, _ = load_model_and_tokenizer(str(ckpt / "policy"), "cpu", "float32")  # (execrl eval, an opponent)
+    ends = merged.generation_config.eos_token_id  # (a hunt's find: the adapter's eval stopped at the base's ends)
+    assert 201 in ends and evaluated.generation_config.eos_token_id == ends
     ids = torch.arange(5, 60)[None]
     with torch.no_grad():
         ours = r.model(ids).logits

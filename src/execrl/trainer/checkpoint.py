@@ -49,6 +49,8 @@ def save(directory: str | Path, step: int, model, tokenizer, optimizer, schedule
                 _name_dtype(tmp / "policy" / "config.json", serve_dtype)
         else:
             lora.write(tmp / "policy", weights)
+            if getattr(model, "generation_config", None) is not None:  # (its ends: the run's stop_token_ids; an
+                model.generation_config.save_pretrained(tmp / "policy")  # adapter's eval stopped at the base's)
             if merged:
                 model.save_pretrained(tmp / "merged", state_dict=lora_state.merged_state(weights, lora.scaling,
                                                                                           serve_dtype))
