@@ -333,7 +333,8 @@ def test_a_run_resumed_after_a_hard_kill_has_the_records_of_one_that_never_stopp
     assert strip == [{k: v for k, v in m.items() if not k.startswith("time/")} for m in metrics(d2)]
 
 
-def test_ctrl_c_finishes_the_step_saves_and_exits_130(tmp_path):
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])  # (a hunt's find: SIGTERM, a scheduler's stop, killed the
+def test_ctrl_c_finishes_the_step_saves_and_exits_130(tmp_path, stop):  # run unsaved, its report at step 0)
     import signal
     import subprocess
     import sys
@@ -347,13 +348,14 @@ def test_ctrl_c_finishes_the_step_saves_and_exits_130(tmp_path):
     deadline = time.time() + 300
     while time.time() < deadline and not ((d / "metrics.jsonl").exists() and (d / "metrics.jsonl").read_text()):
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, stop))
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err[-2000:]
-    assert "stopping after this step" in err
+    assert f"{'Ctrl-C' if stop == 'SIGINT' else stop}: stopping after this step" in err
     steps = [r["step"] for r in metrics(d) if "train/loss" in r]
     saved = sorted(p.name for p in (d / "ckpt").iterdir())
     assert 1 <= steps[-1] < 50 and saved == [f"step_{steps[-1]:06d}"]  # the last step done, saved
+    assert f"<td>{steps[-1]} of 50</td>" in (d / "report.html").read_text()  # (its page: stopped early)
 
 
 @pytest.mark.parametrize("family", ["gemma3", "phi3", "olmo2", "granite", "qwen3-moe"])

@@ -62,8 +62,10 @@ def _summary(runs: list[RunData], differences: list[tuple[str, list]]) -> str:
         first, last = (evals[0]["eval/pass@1"], evals[-1]["eval/pass@1"]) if evals else (None, None)
         other = validation_sets_differ(evals[0], evals[-1]) if evals else ""
         other = f" ({other})" if other else ""
+        planned = section(r.config, "grpo").get("max_num_steps")  # (a run stopped early, or under way, says so)
+        steps = f"{len(train)} of {planned}" if isinstance(planned, int) and planned > len(train) else len(train)
         rows.append("<tr>" + "".join(f"<td>{esc(str(x))}</td>" for x in (
-            r.name, section(r.config, "policy").get("model_name", "?"), len(train),
+            r.name, section(r.config, "policy").get("model_name", "?"), steps,
             "-" if first is None else f"{first:.3f} -> {last:.3f}{other}",
             train_reward([m["train/reward_mean"] for m in train]))) + "</tr>")
     table = ("<table class='summary'><tr><th>run</th><th>model</th><th>steps</th><th>eval pass@1 (first -> last)</th>"

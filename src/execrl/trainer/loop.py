@@ -114,27 +114,31 @@ def train(cfg: MasterConfig) -> Run:
 
 
 class CtrlC:
-    """The first Ctrl-C asks the run to stop after the step under way, with a checkpoint (every
-    process at the same step); a second one stops at once. A flag rather than an exception, so it
-    cannot be lost (an exception raised inside a __del__ or a thread is only printed)."""
+    """The first Ctrl-C (or SIGTERM: a scheduler's stop, `kill`) asks the run to stop after the step under way, with
+    a checkpoint (every process at the same step); a second one stops at once. A flag rather than an exception, so it
+    cannot be lost (an exception raised inside a __del__ or a thread is only printed). (A hunt's find: SIGTERM killed
+    the run with no checkpoint and no word, its report left at step 0.)"""
+
+    SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 
     def __init__(self):
-        self.asked, self.previous = False, None
+        self.asked, self.previous = False, {}
 
     def __enter__(self) -> CtrlC:
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGINT, self._handle)
+            self.previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+        for s, previous in self.previous.items():
+            signal.signal(s, previous)
 
     def _handle(self, signum, frame) -> None:
         if self.asked:
             raise KeyboardInterrupt
         self.asked = True
-        console.print("[yellow]Ctrl-C: stopping after this step, with a checkpoint (Ctrl-C again: at once)[/]")
+        name = self.SIGNALS.get(signum, "a signal")
+        console.print(f"[yellow]{name}: stopping after this step, with a checkpoint ({name} again: at once)[/]")
 
     def stop(self) -> bool:
         return dist.sum_floats(float(self.asked))[0] > 0  # asked on any process
