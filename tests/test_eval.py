@@ -676,3 +676,30 @@ def test_a_stop_token_id_the_model_does_not_have_is_refused(tiny_model_dir, tmp_
     proc = run("--model", tiny_model_dir, "--dataset", "builtin:arith-code", "--split", "validation", "--limit", 1,
                "--max-new-tokens", 4, "--stop-token-ids", 999999, "--out", tmp_path / "o", "--workers", 1)
     assert proc.returncode == 2 and "--stop-token-ids 999999 is not a token of" in proc.stderr, proc.stderr
+
+
+def test_a_checkpoints_stop_strings_end_its_eval_answers_and_are_recorded(tiny_model_dir, tmp_path):
+    """(A hunt's find) a run's policy.generation.stop_strings were recorded nowhere a checkpoint's eval reads: its
+    eval wrote whole programs where the run's answers stopped. The run records them in the generation config; eval
+    stops there (--stop-string overrides) and summary.json says so."""
+    from execrl.eval.generate import generate
+    from execrl.eval.run import EvalConfig, evaluate
+    from execrl.models import STOP_STRINGS, load_model_and_tokenizer
+    from execrl.trainer.policy import record_ends
+
+    model, tok = load_model_and_tokenizer(str(tiny_model_dir), "cpu", "float32")
+    (text, _, _), = generate(model, tok, ["Add 1 and 2."], 1, 24, temperature=0.0, batch_size=1)[0]
+    stop = next(c for c in text[2:] if c.strip())  # (a character greedy decoding writes, past its first two)
+    (cut, _, _), = generate(model, tok, ["Add 1 and 2."], 1, 24, temperature=0.0, batch_size=1, stop_strings=[stop])[0]
+    assert cut == text[:text.index(stop, 2 if stop not in text[:2] else 0) + 1] or cut.endswith(stop)
+    record_ends(model, tok, None, [stop])
+    model.save_pretrained(tmp_path / "ckpt")
+    tok.save_pretrained(tmp_path / "ckpt")
+    assert getattr(load_model_and_tokenizer(str(tmp_path / "ckpt"), "cpu", "float32")[0].generation_config,
+                   STOP_STRINGS) == [stop]
+    common = dict(dataset="builtin:arith-code", split="validation", limit=2, max_new_tokens=16, workers=1)
+    summary = evaluate(EvalConfig(**common, out=str(tmp_path / "o1")), model_name=str(tmp_path / "ckpt"))
+    assert summary["ran"]["stop_strings"] == [stop]
+    summary = evaluate(EvalConfig(**common, out=str(tmp_path / "o2"), stop_strings=[]),
+                       model_name=str(tmp_path / "ckpt"))
+    assert summary["ran"]["stop_strings"] == []

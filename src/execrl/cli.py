@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="token ids that end a completion besides the model's EOS ids, comma-separated, as "
                         "policy.generation.stop_token_ids (e.g. the chat template's end of turn; default: none, and a "
                         "checkpoint of ours ends where its run did)")
+    e.add_argument("--stop-string", action="append", dest="stop_strings", default=None, metavar="TEXT",
+                   help="text that ends a completion (repeat the flag for several), as policy.generation.stop_strings "
+                        "(default: a checkpoint of ours stops at its run's; --stop-string '' for none)")
     e.add_argument("--batch-size", type=number(int, 1), default=None,
                    help="sequences generated at once (default: on a GPU with the execrl engine, as many as half the "
                         "free memory holds the KV cache of, 16 to 512; otherwise 16)")
@@ -415,6 +418,7 @@ def eval_config(args):
     return EvalConfig(dataset=args.dataset, split=args.split, data_path=args.data_path, limit=args.limit,
                       max_tests=args.max_tests, samples=args.samples, ks=ks, temperature=temperature, top_p=args.top_p,
                       max_new_tokens=args.max_new_tokens, stop_token_ids=stops or None, batch_size=args.batch_size,
+                      stop_strings=None if args.stop_strings is None else [t for t in args.stop_strings if t],
                       backend=args.backend,
                       seed=args.seed, data_seed=args.data_seed, data_options=data_options(args),
                       max_prompt_tokens=args.max_prompt_tokens,

@@ -58,6 +58,7 @@ TINY_CODER_BPE = "builtin:tiny-coder-bpe"  # the same model with a small BPE tok
 TINY_CODERS = (TINY_CODER, TINY_CODER_BPE)
 BYTE_VOCAB = 259  # 256 bytes + 3 special tokens: a BPE tokenizer of this size learns no merges
 TASK_VOCAB = 384  # the BPE tokenizer's size: every word of the built-in task's prompts and programs is one token
+STOP_STRINGS = "execrl_stop_strings"  # a generation config's key: the texts a run's answers ended at (eval stops there)
 
 
 def kv_shape(config) -> tuple[int, int, int]:
@@ -258,6 +259,8 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
         model = auto_class.from_pretrained(str(local) if local.exists() else name, dtype=pick_dtype(dev, dtype),
                                            local_files_only=offline, trust_remote_code=False, **placed,
                                            **config_overrides or {})
+        if local.exists():
+            recorded_stops(model, local)
     except (OSError, ValueError) as e:  # transformers versions differ in which one a bad id raises
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         if "hf_config_overrides" in why:
@@ -365,7 +368,19 @@ def _load_adapter(directory: Path, device: str, dtype: str, offline: bool, token
         from transformers import GenerationConfig
 
         merged.generation_config = GenerationConfig.from_pretrained(str(directory))
+        recorded_stops(merged, directory)
     return merged.requires_grad_(True).eval(), tok  # again, as any model loaded: a full fine-tune of it was idle)
+
+
+def recorded_stops(model, directory: Path) -> None:
+    """The stop strings a run recorded in a checkpoint's generation_config.json (trainer/policy.record_ends), onto
+    the loaded model's generation config (transformers drops a key of its own)."""
+    try:
+        stops = json.loads((Path(directory) / "generation_config.json").read_text()).get(STOP_STRINGS)
+    except (OSError, ValueError, AttributeError):
+        return
+    if getattr(model, "generation_config", None) is not None and isinstance(stops, list):
+        setattr(model.generation_config, STOP_STRINGS, [s for s in stops if isinstance(s, str) and s])
 
 
 CHAT_TEMPLATE = (

@@ -16,13 +16,15 @@ KV_SHARE = 0.5  # of the GPU's free memory after loading, for the engine's KV ca
 def generate(model, tokenizer, prompts: list[str] | list[list[dict]], num_samples: int, max_new_tokens: int,
              temperature: float = 1.0, top_p: float = 1.0, batch_size: int | None = None, backend: str = "execrl",
              seed: int = 0, on_batch=None, guided: tuple | list | None = None, on_slots=None,
-             on_sample=None, stop_token_ids: list[int] | None = None) -> list[list[tuple[str, int, bool]]]:
+             on_sample=None, stop_token_ids: list[int] | None = None,
+             stop_strings: list[str] | None = None) -> list[list[tuple[str, int, bool]]]:
     """`guided`: (kind, value) of a constraint every completion keeps to (execrl.guided), or one
     such (or None) per prompt, or None. `batch_size` None: auto_slots; `on_slots(n)` is told the
     number decoded at once. Each sample: (text, num_tokens, cut: it hit max_new_tokens before it ended).
     `on_sample(i, j, text, num_tokens, cut)`: told of sample j of prompt i as it
     ends, while the rest generate, where the generator hands completions in so (`streams`: on a
-    GPU); otherwise never. `stop_token_ids`: ids that end a completion besides the model's EOS ids."""
+    GPU); otherwise never. `stop_token_ids`: ids that end a completion besides the model's EOS ids; `stop_strings`:
+    texts that end one (kept in it, as the run's rollouts keep them)."""
     torch.manual_seed(seed)
     # rendered prompts, or conversations (each message's text as text), as drop_long_prompts counted them
     ids = prompt_ids(prompts, tokenizer) if all(isinstance(p, str) for p in prompts) else \
@@ -41,7 +43,8 @@ def generate(model, tokenizer, prompts: list[str] | list[list[dict]], num_sample
     streamed = {"on_sample": lambda i, j, c: on_sample(i, j, c.text, len(c.ids), c.truncated)} \
         if on_sample is not None and getattr(generator, "streams", False) else {}
     outs = generator.generate(ids, num_samples, max_new_tokens,
-                              SamplingParams(temperature, top_p), on_batch=on_batch, **guides, **streamed)
+                              SamplingParams(temperature, top_p), stop_strings=stop_strings, on_batch=on_batch,
+                              **guides, **streamed)
     return [[(c.text, len(c.ids), c.truncated) for c in group] for group in outs]
 
 

@@ -62,6 +62,7 @@ class EvalConfig:
     max_new_tokens: int = 512
     stop_token_ids: list[int] | None = None  # ids that end a completion besides the model's EOS ids
     end_token_ids: list[int] | None = None  # (recorded once sampled) every id that ended a completion: EOS and stops
+    stop_strings: list[str] | None = None  # texts that end a completion (None: a checkpoint's run's; recorded so)
     max_prompt_tokens: int = 2048
     batch_size: int | None = None  # sequences decoded at once (None: eval.generate.auto_slots)
     backend: str = "execrl"  # execrl | transformers
@@ -146,11 +147,12 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         try:
             dropped = 0
             if texts is None:
-                texts, longest, ends, slots = sample_completions(cfg, model_name, problems, early)
+                texts, longest, ends, slots, stops = sample_completions(cfg, model_name, problems, early)
                 dropped = len(problems) - len(texts)  # (prompts over max_prompt_tokens)
                 # (the limit applied: a learned position table's may be lower; the ids that ended completions, the
                 # checkpoint's own among them; the sequences decoded at once: summary.json records what ran)
-                cfg = replace(cfg, max_prompt_tokens=longest, end_token_ids=ends, batch_size=slots or cfg.batch_size)
+                cfg = replace(cfg, max_prompt_tokens=longest, end_token_ids=ends, batch_size=slots or cfg.batch_size,
+                              stop_strings=stops)
             samples = {(i, j): early.sample((i, j)) or make_sample(cfg, p, text, n, sampled=not completions, cut=cut)
                        for i, (p, outs) in enumerate(texts) for j, (text, n, cut) in enumerate(outs)}
             graded = sum(map(graded_in_sandbox, samples.values()))
@@ -223,7 +225,7 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     `early`: each sample handed to it as it ends, where the generator streams (EarlyGrading.give)."""
     # torch and transformers load only here: grading a file of completions needs neither
     from execrl.eval.generate import generate
-    from execrl.models import load_model_and_tokenizer
+    from execrl.models import STOP_STRINGS, load_model_and_tokenizer
     from execrl.prompts import set_template_kwargs
     from execrl.rollout.completion import end_ids
 
@@ -248,6 +250,8 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
                   + ("(--max-prompt-tokens)" if longest == cfg.max_prompt_tokens else "(the model's position table "
                      "less --max-new-tokens)") + "[/]")
     prompts = [build_messages(p, cfg.prompt) for p in problems]
+    stops = cfg.stop_strings if cfg.stop_strings is not None else list(  # (a checkpoint's run's: record_ends)
+        getattr(getattr(model, "generation_config", None), STOP_STRINGS, None) or [])
     start, slots = time.perf_counter(), []
     with _bar() as bar:
         task = bar.add_task("sampling", total=len(prompts))
@@ -255,12 +259,14 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
                         cfg.batch_size, cfg.backend, cfg.seed, on_batch=lambda n: bar.advance(task, n),
                         guided=[p.metadata.get("guided_decoding", cfg.guided) for p in problems],
                         on_slots=lambda n: slots.append(n) or bar.update(task, description=f"sampling, {n} at once"),
-                        on_sample=handed_to(early, cfg, problems), stop_token_ids=cfg.stop_token_ids)
+                        on_sample=handed_to(early, cfg, problems), stop_token_ids=cfg.stop_token_ids,
+                        stop_strings=stops or None)
     seconds, tokens = time.perf_counter() - start, sum(n for out in outs for _, n, _ in out)
     err.print(f"sampled {sum(map(len, outs))} completions, {tokens} tokens, in {seconds:.1f} s: "
               f"{tokens / max(seconds, 1e-9):,.0f} tokens/s" + (f", {slots[-1]} at once" if slots else ""),
               markup=False, highlight=False)
-    return list(zip(problems, outs)), longest, end_ids(model, tok, cfg.stop_token_ids), slots[-1] if slots else None
+    return (list(zip(problems, outs)), longest, end_ids(model, tok, cfg.stop_token_ids), slots[-1] if slots else None,
+            stops)
 
 
 def prompt_room(cfg: EvalConfig, model, model_name: str | None) -> int:
@@ -459,6 +465,7 @@ def ran(cfg: EvalConfig, source: dict, verifiers: set[str] = frozenset()) -> dic
     sampled = {"samples_per_problem": cfg.samples, "temperature": cfg.temperature, "top_p": cfg.top_p, "seed": cfg.seed,
                "max_new_tokens": cfg.max_new_tokens, "max_prompt_tokens": cfg.max_prompt_tokens,
                "stop_token_ids": cfg.stop_token_ids, "end_token_ids": cfg.end_token_ids,
+               "stop_strings": cfg.stop_strings,
                "backend": cfg.backend, "batch_size": cfg.batch_size, "guided": cfg.guided,
                "chat_template_kwargs": cfg.chat_template_kwargs,
                **({"trained_multi_turn": cfg.trained_multi_turn} if cfg.trained_multi_turn else {})} \

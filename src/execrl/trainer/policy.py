@@ -23,7 +23,7 @@ import torch
 from execrl.compiling import compile_settings
 from execrl.config import MasterConfig
 from execrl.lora import apply_lora
-from execrl.models import load_model_and_tokenizer, no_dropout, pick_device
+from execrl.models import STOP_STRINGS, load_model_and_tokenizer, no_dropout, pick_device
 from execrl.prompts import TEMPLATE_KWARGS, set_template_kwargs, template_notes
 from execrl.rollout.fuse import fuse_projections
 from execrl.tasks.problem import err
@@ -53,7 +53,7 @@ def build_policy(cfg: MasterConfig) -> Policy:
         raise ValueError("policy.cpu_offload=true moves the fp32 master off the GPU, and this run has no GPU (or "
                          "no separate master: float32): set policy.cpu_offload=false")
     model, tok = load_weights(cfg, compute_dtype if lora else master_dtype, "cpu" if offload else None)
-    record_ends(model, tok, cfg.policy.generation.stop_token_ids)
+    record_ends(model, tok, cfg.policy.generation.stop_token_ids, cfg.policy.generation.stop_strings)
     sharded = dist.world_size() > 1
     # LoRA: fp32 adapters, unless they are the bf16 compute copy of a mixed-precision run (its
     # master: step 6)
@@ -78,10 +78,14 @@ def build_policy(cfg: MasterConfig) -> Policy:
     return Policy(weights, tok, ref, peft_model)
 
 
-def record_ends(model, tokenizer, stop_token_ids: list[int] | None) -> None:
+def record_ends(model, tokenizer, stop_token_ids: list[int] | None, stop_strings: list[str] | None = None) -> None:
     """policy.generation.stop_token_ids into the model's generation config (its EOS ids), so that a checkpoint's
-    saved model ends its answers where the run's did (execrl eval, transformers' generate, a serving engine)."""
+    saved model ends its answers where the run's did (execrl eval, transformers' generate, a serving engine); its
+    stop_strings as execrl_stop_strings, which execrl eval applies (a hunt's find: they were recorded nowhere; not as
+    transformers' own stop_strings, whose generate then refuses to run without a tokenizer)."""
     gen = getattr(model, "generation_config", None)
+    if gen is not None:
+        setattr(gen, STOP_STRINGS, list(stop_strings) if stop_strings else None)
     if stop_token_ids and gen is not None:
         from execrl.rollout.completion import end_ids
 
