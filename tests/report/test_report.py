@@ -352,6 +352,10 @@ def test_an_eval_curve_over_two_validation_sets_says_so(tmp_path):
     assert "on 16 and 32 problems: not one validation set" in _summary([RunData("r", tmp_path, {}, metrics)], [])
     metrics[-1]["eval/num_problems"] = 16
     assert "not one validation set" not in _summary([RunData("r", tmp_path, {}, metrics)], [])
+    # (a hunt's find) a resume onto another validation set of the same size was joined without a word
+    metrics[0]["eval/problem_set"], metrics[-1]["eval/problem_set"] = 1234, 5678
+    assert "on two sets of 16 problems" in _summary([RunData("r", tmp_path, {}, metrics)], [])
+    metrics[-1]["eval/problem_set"] = 1234
     # (a record's find) one that changed policy.generation.val_temperature: greedy, then at 1.5, read as a collapse
     metrics[0]["eval/temperature"], metrics[-1]["eval/temperature"] = 0.0, 1.5
     assert "sampled at temperature 0 and 1.5: not one validation setting" in _summary(

@@ -90,3 +90,4 @@ def test_a_run_started_under_the_earlier_grading_is_told_why_it_cannot_resume():
     with pytest.raises(DatasetError, match="tests are not the same"):
         sampler.check({**then, "rules": GRADING_RULES}, "step_000002")
     sampler.check({**sampler.identity(), "rules": 1}, "step_000002")  # (a run whose problems grade as they did)
+

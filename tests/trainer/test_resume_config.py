@@ -94,3 +94,14 @@ def test_a_fresh_start_never_erases_another_runs_metrics(tmp_path):
                "checkpointing.save_period=5"]
     train(load_config(None, crashed))  # (stopped before its first checkpoint: the same run is done again)
     assert train(load_config(None, crashed)).step == 1
+
+
+def test_the_validation_sets_number_names_its_problems_and_their_order():
+    """(A hunt's find) a resume onto another validation set of the same size joined its eval curve silently: each
+    eval row carries eval/problem_set, which the report and the closing line compare."""
+    from execrl.tasks import Problem
+    from execrl.trainer.data import problem_set
+
+    a = [Problem(f"p{i}", [{"role": "user", "content": f"Print {i}."}], "code") for i in range(3)]
+    assert problem_set(a) == problem_set(list(a)) < 2 ** 24
+    assert problem_set(a[::-1]) != problem_set(a) != problem_set(a[:2] + [Problem("q", a[2].messages, "code")])

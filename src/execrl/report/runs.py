@@ -257,6 +257,9 @@ def validation_sets_differ(first: dict, last: dict) -> str:
     a, b = first.get("eval/num_problems"), last.get("eval/num_problems")
     if a != b:
         return f"on {a} and {b} problems: not one validation set"
+    if first.get("eval/problem_set", -1) != last.get("eval/problem_set", -1) and "eval/problem_set" in first and \
+            "eval/problem_set" in last:
+        return f"on two sets of {a} problems (other problems, or in another order): not one validation set"
     changed = [f"{key[5:]} {first[key]:g} and {last[key]:g}" for key in ("eval/temperature", "eval/top_p",
                                                                         "eval/max_new_tokens")
                if key in first and key in last and first[key] != last[key]]

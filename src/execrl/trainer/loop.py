@@ -23,6 +23,7 @@ from execrl.rollout.sampling import scoring_temperature
 from execrl.sandbox import check_infra_share
 from execrl.trainer import checkpoint, memory, startup
 from execrl.trainer import distributed as dist
+from execrl.trainer.data import problem_set
 from execrl.trainer.deferred import Trained
 from execrl.trainer.flat import FLAT_WARNING_STEPS, flat_reason, flat_warning, verdict_note
 from execrl.trainer.rollouts import episode_means, episode_sums, prompt_seeds, rollout_rows, sampling
@@ -297,7 +298,8 @@ def validate(run: Run) -> float:
         sum(n >= k for n, _ in counts))
     score = num_correct / max(num_valid, 1)
     how = sampling(run.cfg, validation=True)  # (recorded: a resume may change them, and the curve then joins two)
-    metrics = {"eval/pass@1": score, "eval/num_problems": num_problems, "eval/temperature": how.temperature,
+    metrics = {"eval/pass@1": score, "eval/num_problems": num_problems, "eval/problem_set": problem_set(run.val_problems),
+               "eval/temperature": how.temperature,
                "eval/top_p": how.top_p, "eval/max_new_tokens": run.cfg.policy.generation.max_new_tokens}
     if k > 1:
         metrics[f"eval/pass@{k}"] = sum_at_k / max(num_at_k, 1)
