@@ -250,16 +250,20 @@ def unique_names(paths: list[Path]) -> list[str]:
     return [f"{p.resolve().parent.name}/{n}" if names.count(n) > 1 else n for p, n in zip(paths, names)]
 
 
+def _count(n) -> str:
+    return f"{n:g}" if isinstance(n, (int, float)) else str(n)  # (logged as a float: 8.0 problems)
+
+
 def validation_sets_differ(first: dict, last: dict) -> str:
     """Where an eval curve's first and last rows ran on different validation sets or sampled them differently (a
     resume that changed grpo.max_val_samples or a policy.generation.val_* setting), what to say beside the curve;
     else "". (Rows written before the settings were recorded have none: not compared.)"""
     a, b = first.get("eval/num_problems"), last.get("eval/num_problems")
     if a != b:
-        return f"on {a} and {b} problems: not one validation set"
+        return f"on {_count(a)} and {_count(b)} problems: not one validation set"
     if first.get("eval/problem_set", -1) != last.get("eval/problem_set", -1) and "eval/problem_set" in first and \
             "eval/problem_set" in last:
-        return f"on two sets of {a} problems (other problems, or in another order): not one validation set"
+        return f"on two sets of {_count(a)} problems (other problems, or in another order): not one validation set"
     changed = [f"{key[5:]} {first[key]:g} and {last[key]:g}" for key in ("eval/temperature", "eval/top_p",
                                                                         "eval/max_new_tokens")
                if key in first and key in last and first[key] != last[key]]
