@@ -63,11 +63,18 @@ STOP_STRINGS = "execrl_stop_strings"  # a generation config's key: the texts a r
 
 def kv_shape(config) -> tuple[int, int, int]:
     """(layers, key/value heads, head dim) of a model's config (its text_config where it has one):
-    what one token's keys and values take in each layer's cache."""
+    what one token's keys and values take in each layer's cache; the largest over the layers where a config holds
+    them per layer (Gemma 4's full-attention layers' global_head_dim: reading its head_dim raised, a hunt's find)."""
     c = getattr(config, "text_config", None) or config
-    heads = c.num_attention_heads
-    return (c.num_hidden_layers, getattr(c, "num_key_value_heads", None) or heads,
-            getattr(c, "head_dim", None) or c.hidden_size // heads)
+    layers = getattr(c, "per_layer_config", None)
+    shapes = [_kv_dims(layer, c) for layer in layers] if layers is not None else [_kv_dims(c, c)]
+    return c.num_hidden_layers, max(h for h, _ in shapes), max(d for _, d in shapes)
+
+
+def _kv_dims(layer, c) -> tuple[int, int]:
+    heads = getattr(layer, "num_attention_heads", None) or c.num_attention_heads
+    return (getattr(layer, "num_key_value_heads", None) or heads,
+            getattr(layer, "head_dim", None) or c.hidden_size // heads)
 
 
 def tiny_tokenizer(name: str):

@@ -30,6 +30,7 @@ from execrl.tasks.problem import err
 from execrl.trainer import distributed as dist
 from execrl.trainer import precision, recompute
 from execrl.trainer.offload import OffloadedWeights
+from execrl.trainer.step import head_shortcut
 
 
 @dataclass
@@ -54,6 +55,7 @@ def build_policy(cfg: MasterConfig) -> Policy:
                          "no separate master: float32): set policy.cpu_offload=false")
     model, tok = load_weights(cfg, compute_dtype if lora else master_dtype, "cpu" if offload else None)
     record_ends(model, tok, cfg.policy.generation.stop_token_ids, cfg.policy.generation.stop_strings)
+    head_shortcut(model)  # (how the trainer reads its logits, found while the model is whole: before FSDP shards it)
     sharded = dist.world_size() > 1
     # LoRA: fp32 adapters, unless they are the bf16 compute copy of a mixed-precision run (its
     # master: step 6)

@@ -4,6 +4,7 @@ loss."""
 from __future__ import annotations
 
 import math
+import weakref
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -171,7 +172,7 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor | None, select: 
     allowed = None if allowed is None else allowed.flatten(0, 1)[at_out]  # [N, W]
     head = model.get_output_embeddings()
     raw = None
-    if getattr(head, "bias", None) is None and head_soft_cap(model.config) is None:
+    if getattr(head, "bias", None) is None and head_soft_cap(model.config) is None and head_shortcut(model):
         if packed is None:
             hidden = final_hidden(model, ids, attn).flatten(0, 1)[at_row]  # [N, d]
         else:
@@ -187,7 +188,7 @@ def token_logprobs(model, ids: torch.Tensor, attn: torch.Tensor | None, select: 
                                                    top=top)  # [N]
         if unfiltered:
             raw = token_logprobs_from_hidden(hidden, head.weight, targets, scaled, allowed=allowed)[0]
-    else:  # heads with a bias or soft-capping: the model's own logits
+    else:  # heads with a bias or soft-capping, or that head_shortcut does not read: the model's own logits
         assert packed is None, "shareable() keeps packed rows from heads with a bias or soft-capping"
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits.flatten(0, 1)[at_row]
         logits = logits.float() / temperature  # [N, V]
@@ -218,6 +219,50 @@ def head_multiplier(model) -> float:
     scale *= getattr(model.config, "lm_head_multiplier", None) or 1.0  # Falcon-H1: lm_head(h) * lm_head_multiplier
     own = getattr(model, "logit_scale", None)
     return scale * own if isinstance(own, (int, float)) and not isinstance(own, bool) else scale
+
+
+def head_shortcut(model) -> bool:
+    """Whether the model's logits are final_hidden @ W.T x head_multiplier (the trainer's chunked head reads them so):
+    found once per model config by comparing the two on a few tokens, before anything relies on it (a hunt's find:
+    HyperCLOVAX multiplies by the logits_scaling Granite divides by, Inkling divides its hidden state and cuts its
+    vocabulary, Dory scales each token's logit: scored 0.2 to 9.8 nats off the model, without a word). A head that is
+    no Linear, or whose logits differ, is read from the model's own forward. A sharded model not yet checked (FSDP2:
+    build_policy checks it before sharding) is taken to be read so."""
+    known = _SHORTCUT.get(id(model.config))
+    if known is not None:
+        return known
+    key = model.config.to_json_string(use_diff=False)
+    known = _SHORTCUT_BY_CONFIG.get(key)
+    head = model.get_output_embeddings()
+    if known is None and type(head.weight).__name__ == "DTensor":
+        return True
+    if known is None:
+        known = isinstance(head, torch.nn.Linear) and _head_reads(model, head)
+        _SHORTCUT_BY_CONFIG[key] = known
+    _SHORTCUT[id(model.config)] = known
+    weakref.finalize(model.config, _SHORTCUT.pop, id(model.config), None)
+    return known
+
+
+_SHORTCUT: dict[int, bool] = {}  # by the config object (while it lives)
+_SHORTCUT_BY_CONFIG: dict[str, bool] = {}  # by its JSON: a copy of the model (bf16 compute, the reference) is known
+
+
+def _head_reads(model, head) -> bool:
+    ids = (torch.arange(1, 9, device=head.weight.device) % head.weight.shape[0])[None]  # [1, 8]
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            own = model(input_ids=ids, use_cache=False).logits[0].float()  # [8, V]
+            short = final_hidden(model, ids, None)[0].float() @ head.weight.float().T * head_multiplier(model)
+    finally:
+        model.train(training)
+    if own.shape != short.shape:
+        return False
+    exact = head.weight.dtype == torch.float32  # (else the model's logits are rounded to its dtype, twice at most:
+    rtol = 1e-4 if exact else 4 * torch.finfo(head.weight.dtype).eps  # a scale after the product)
+    return torch.allclose(own, short.to(head.weight.dtype).float(), rtol=rtol, atol=1e-4 if exact else 1e-2)
 
 
 def selected(select: torch.Tensor, device) -> tuple[torch.Tensor, torch.Tensor]:
