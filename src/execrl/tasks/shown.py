@@ -18,6 +18,7 @@ from execrl.tasks.problem import Problem
 
 NEAR = 400  # characters within which an example's output follows its input in the prompt
 CANDIDATES = 64  # places in the prompt where a test's first part is looked for at most (a long prompt of "0"s)
+TRIES = 4096  # and occurrences of it looked at (a megabyte of "1"s holds a million)
 ALL_SHOWN = ("rows whose every test is an example the prompt shows, or expects an example's output (a program "
              "printing the examples' answers would score; MBPP: data.train.options.prompt_tests=first)")
 INPUT_LABEL = re.compile(r"(?i)(?:input|example|sample|```\w*|<pre>)[^\n]{0,40}:?[ \t]*\n$|(?:input|example)[^\n]{0,20}"
@@ -38,7 +39,8 @@ def distinct(spec: TestSpec) -> TestSpec:
     else:
         return spec
     seen: set = set()
-    return _only(spec, [i for i, k in enumerate(keys) if not (k in seen or seen.add(k))])
+    keep = [i for i, k in enumerate(keys) if not (k in seen or seen.add(k))]
+    return spec if len(keep) == len(keys) else _only(spec, keep)  # (a copy of every spec cost a full collection)
 
 
 def shown(spec: TestSpec, prompt: str) -> list[bool]:
@@ -65,35 +67,37 @@ def _lines(text: str) -> str:
 
 def _in_order(text: str, parts: list[tuple[str, re.Pattern]], lines: bool = False) -> bool:
     """Whether each part (text, the label that must end the text before it) occurs in `text` in order, each within
-    NEAR characters of the one before (`lines`: each as whole lines; else not a number's first digits)."""
+    NEAR characters of the one before (`lines`: each as whole lines; else not a number's first digits). By str.find:
+    a pattern compiled per test (re's cache holds 512) doubled a start-up's build (a bisect's find)."""
     if not parts or not all(p for p, _ in parts) or sum(len(p) for p, _ in parts) > len(text):
         return False
-    after = r"(?=\n)" if lines else r"(?!\d|\.\d)"  # (squeezed: "9" before "Output" ends there, "9" of "90" not)
-    patterns = [re.compile(re.escape(p) + after) for p, _ in parts]
-    start, tried = 0, 0
-    while tried < CANDIDATES and (first := patterns[0].search(text, start)):
-        start, tried = first.start() + 1, tried + 1
-        if not parts[0][1].search(text[max(0, first.start() - 60):first.start()]):
+    (first, first_label), rest = parts[0], parts[1:]
+    for i in _finds(text, first, 0, len(text), lines):
+        if not first_label.search(text[max(0, i - 60):i]):
             continue
-        end = first.end()
-        for (part, label), pattern in zip(parts[1:], patterns[1:]):
-            m = next((m for m in _finds(pattern, text, end, end + NEAR + len(part) + 60)
-                      if label.search(text[max(0, m.start() - 60):m.start()])), None)
-            if m is None:
+        end = i + len(first)
+        for part, label in rest:
+            j = next((j for j in _finds(text, part, end, end + NEAR + len(part) + 60, lines)
+                      if label.search(text[max(0, j - 60):j])), None)
+            if j is None:
                 break
-            end = m.end()
+            end = j + len(part)
         else:
             return True
     return False
 
 
-def _finds(pattern: re.Pattern, text: str, start: int, stop: int):
-    for _ in range(CANDIDATES):
-        m = pattern.search(text, start, stop)
-        if m is None:
-            return
-        yield m
-        start = m.start() + 1
+def _finds(text: str, part: str, start: int, stop: int, lines: bool):
+    """Where `part` starts in text[start:stop] and ends as a whole line (`lines`) or not before a number's digits; the
+    first CANDIDATES such places at most, among its first TRIES occurrences."""
+    stop, found, tried = min(stop, len(text)), 0, 0
+    while found < CANDIDATES and tried < TRIES and (i := text.find(part, start, stop)) >= 0:
+        after, tried = i + len(part), tried + 1
+        if (after < stop and text[after] == "\n") if lines else not (after < stop and (
+                text[after].isdecimal() or text[after] == "." and after + 1 < stop and text[after + 1].isdecimal())):
+            found += 1
+            yield i
+        start = i + 1
 
 
 def _tree(code: str) -> str:
