@@ -257,18 +257,13 @@ def run_train(args) -> int:
         err.print(f"[red]error:[/] {escape(str(e))}")
         return 2
     if launch:  # this process starts torchrun, whose processes run this same command
-        import subprocess
-
         from execrl.trainer.distributed import launch_command
 
         if cfg.cluster.num_nodes > 1:
             print(launch)
             return 0
         print(f"launching: {launch}", file=sys.stderr, flush=True)  # unwrapped: one line to copy
-        try:
-            return subprocess.call(launch_command(cfg.cluster.gpus_per_node, 1, train_argv(args)))
-        except KeyboardInterrupt:
-            return 130
+        return run_torchrun(launch_command(cfg.cluster.gpus_per_node, 1, train_argv(args)))
     from execrl.models import ModelNotFound
     from execrl.tasks import DatasetError
     from execrl.trainer import distributed
@@ -284,6 +279,27 @@ def run_train(args) -> int:
     finally:
         distributed.close()
     return 0
+
+
+def run_torchrun(cmd: list[str]) -> int:
+    """torchrun's exit status, SIGTERM passed on to it (a review's find: a `kill` of this process, or a container's
+    stop, left torchrun and its processes training unwatched), waiting for its processes' last step and checkpoint
+    through a first Ctrl-C (the terminal sent it to them too); a second one stops waiting. torchrun's own wait
+    between passing SIGTERM on and killing them is TORCH_ELASTIC_SHUTDOWN_TIMEOUT (here 300 s unless set)."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(cmd, env={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "300", **os.environ})
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
+    try:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            return proc.wait()
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def train_argv(args) -> list[str]:
@@ -391,7 +407,8 @@ def eval_config(args):
         raise ValueError("--chat-template-kwargs shapes the prompts a --model is sampled on; --completions were made "
                          "elsewhere: drop it")
     sampling = [flag for flag, given in (("--temperature", args.temperature is not None),
-                                         ("--top-p", args.top_p != 1.0), ("--seed", args.seed != 0)) if given]
+                                         ("--top-p", args.top_p != 1.0), ("--seed", args.seed != 0),
+                                         ("--stop-string", args.stop_strings is not None)) if given]
     if sampling and args.completions:  # (they were ignored, and the summary did not record them)
         raise ValueError(f"{sampling[0]} sets how a --model is sampled; --completions were made elsewhere: drop it")
     if args.grading_share > 1:

@@ -266,8 +266,7 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
         model = auto_class.from_pretrained(str(local) if local.exists() else name, dtype=pick_dtype(dev, dtype),
                                            local_files_only=offline, trust_remote_code=False, **placed,
                                            **config_overrides or {})
-        if local.exists():
-            recorded_stops(model, local)
+        recorded_stops(model, local if local.exists() else _cached(name, "generation_config.json"))
     except (OSError, ValueError) as e:  # transformers versions differ in which one a bad id raises
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         if "hf_config_overrides" in why:
@@ -379,9 +378,24 @@ def _load_adapter(directory: Path, device: str, dtype: str, offline: bool, token
     return merged.requires_grad_(True).eval(), tok  # again, as any model loaded: a full fine-tune of it was idle)
 
 
-def recorded_stops(model, directory: Path) -> None:
+def _cached(name: str, filename: str) -> Path | None:
+    """The folder of a hub model's file as this machine's cache holds it (after from_pretrained: no download)."""
+    try:
+        from transformers.utils import cached_file
+
+        found = cached_file(name, filename, local_files_only=True, _raise_exceptions_for_missing_entries=False,
+                            _raise_exceptions_for_connection_errors=False)
+    except Exception:  # (no cache, a gated repo: nothing recorded there to read)
+        return None
+    return Path(found).parent if found else None
+
+
+def recorded_stops(model, directory: Path | None) -> None:
     """The stop strings a run recorded in a checkpoint's generation_config.json (trainer/policy.record_ends), onto
-    the loaded model's generation config (transformers drops a key of its own)."""
+    the loaded model's generation config (transformers drops a key of its own); a local directory or a hub model's
+    cached files (a review's find: a checkpoint pushed to the hub lost them)."""
+    if directory is None:
+        return
     try:
         stops = json.loads((Path(directory) / "generation_config.json").read_text()).get(STOP_STRINGS)
     except (OSError, ValueError, AttributeError):

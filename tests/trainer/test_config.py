@@ -561,7 +561,7 @@ def test_a_stop_string_that_ends_every_answer_before_what_is_graded_is_refused()
 
     for overrides, said in [(['policy.generation.stop_strings=["```"]'], r"'```' is in '```python\\n', which an answer "
                                                                           r"writes before its code"),
-                            (['policy.generation.stop_strings=["stop", ""]'], "holds an empty string"),
+                            (['policy.generation.stop_strings=["stop", ""]'], "an empty string, which every text"),
                             # (a hunt's find: "\n" ended every answer after its opening fence, unsaid)
                             (['policy.generation.stop_strings=["\\n"]'], r"'\\n' is in '```python\\n'"),
                             (['policy.generation.stop_strings=["<code"]', "prompt.code_style=tags"], "before its code"),

@@ -467,21 +467,27 @@ def check_stop_strings(cfg: MasterConfig, kinds: set[str]) -> None:
     """No stop string ends every answer before what is graded: an empty one (every text holds it), or one inside
     the opening the prompt asks for ("```" of "```python": every answer stopped at its code block's first fence, with
     no code). `kinds`: of the training problems (those known)."""
-    stops, p = cfg.policy.generation.stop_strings or [], cfg.prompt
+    refused = stop_refused(cfg.policy.generation.stop_strings or [], cfg.prompt, kinds)
+    if refused:
+        raise ConfigError(f"policy.generation.stop_strings: {refused}, and nothing is learned")
+
+
+def stop_refused(stops: list[str], p, kinds: set[str]) -> str | None:
+    """Why a stop string ends every answer before what is graded (an empty one; one inside the opening prompt `p`
+    asks for), else None."""
     if "" in stops:
-        raise ConfigError("policy.generation.stop_strings holds an empty string, which every text holds: each answer "
-                          "would end at its first token: drop it")
+        return "an empty string, which every text holds: each answer would end at its first token: drop it"
     openings = list(FORMAT_OPENINGS[p.answer_format])
     if "code" in kinds and CODE_OPENINGS[p.code_style]:
         openings.append((CODE_OPENINGS[p.code_style], "code"))
     for stop in stops:
         for opening, what in openings:
             if stop in opening:
-                raise ConfigError(f"policy.generation.stop_strings: {stop!r} is in {opening!r}, which an answer writes "
-                                  f"before its {what} (prompt.answer_format={p.answer_format}, prompt.code_style="
-                                  f"{p.code_style}): every answer would stop there, with nothing to grade, and nothing "
-                                  "is learned: drop it, or stop on what ends an answer (e.g. '\\n```\\n', a code "
-                                  "block's closing fence)")
+                return (f"{stop!r} is in {opening!r}, which an answer writes before its {what} (answer format "
+                        f"{p.answer_format}, code style {p.code_style}): every answer would stop there, with nothing "
+                        "to grade; drop it, or stop on what ends an answer (e.g. '\\n```\\n', a code block's "
+                        "closing fence)")
+    return None
 
 
 def check_reward_fits(cfg: MasterConfig, kinds: set[str]) -> None:

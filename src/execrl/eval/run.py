@@ -224,6 +224,7 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     longest prompt sampled on (prompt_room), the ids that ended a completion and the sequences decoded at once;
     `early`: each sample handed to it as it ends, where the generator streams (EarlyGrading.give)."""
     # torch and transformers load only here: grading a file of completions needs neither
+    from execrl.config.checks import stop_refused
     from execrl.eval.generate import generate
     from execrl.models import STOP_STRINGS, load_model_and_tokenizer
     from execrl.prompts import set_template_kwargs
@@ -252,6 +253,10 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     prompts = [build_messages(p, cfg.prompt) for p in problems]
     stops = cfg.stop_strings if cfg.stop_strings is not None else list(  # (a checkpoint's run's: record_ends)
         getattr(getattr(model, "generation_config", None), STOP_STRINGS, None) or [])
+    if refused := stop_refused(stops, cfg.prompt, {p.kind for p in problems}):  # (as training refuses them: a review's
+        given = "--stop-string" if cfg.stop_strings is not None else (  # find)
+            f"{model_name}'s stop strings (its run's policy.generation.stop_strings; --stop-string '' for none)")
+        raise ValueError(f"{given}: {refused}")
     start, slots = time.perf_counter(), []
     with _bar() as bar:
         task = bar.add_task("sampling", total=len(prompts))

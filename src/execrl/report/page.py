@@ -62,8 +62,8 @@ def _summary(runs: list[RunData], differences: list[tuple[str, list]]) -> str:
         first, last = (evals[0]["eval/pass@1"], evals[-1]["eval/pass@1"]) if evals else (None, None)
         other = validation_sets_differ(evals[0], evals[-1]) if evals else ""
         other = f" ({other})" if other else ""
-        planned = section(r.config, "grpo").get("max_num_steps")  # (a run stopped early, or under way, says so)
-        steps = f"{len(train)} of {planned}" if isinstance(planned, int) and planned > len(train) else len(train)
+        stopped = any(m.get("run/interrupted") for m in r.metrics)  # (a run stopped by a signal says so)
+        steps = f"{len(train)} (interrupted)" if stopped else len(train)
         rows.append("<tr>" + "".join(f"<td>{esc(str(x))}</td>" for x in (
             r.name, section(r.config, "policy").get("model_name", "?"), steps,
             "-" if first is None else f"{first:.3f} -> {last:.3f}{other}",

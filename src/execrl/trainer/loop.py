@@ -48,6 +48,7 @@ def train(cfg: MasterConfig) -> Run:
                       "Raise grpo.max_num_steps (or max_num_epochs) to go on, or set a new "
                       "checkpointing.checkpoint_dir.[/]")
     gpu = next(run.weights.compute.parameters()).device.type == "cuda"  # (train phases timed on the GPU)
+    ctrl_c = CtrlC().__enter__()  # (over everything after loading: a signal in the closing validation or save too)
     try:
         if run.step == 0 and cfg.warmup.sft_steps:
             warm_up(run)
@@ -56,7 +57,8 @@ def train(cfg: MasterConfig) -> Run:
         if run.step == 0 and cfg.grpo.val_at_start:
             validate(run)
         begun, late, first_step = time.monotonic(), False, run.step + 1
-        with progress(run) as bar, CtrlC() as ctrl_c:
+        ctrl_c.at_once = False  # (from here a first signal stops after the step under way)
+        with progress(run) as bar:
             while run.step < run.max_steps and not epochs_done(run) and not ctrl_c.stop() and not late:
                 times: dict[str, float] = {}
                 with timed(times, "step"):
@@ -89,17 +91,21 @@ def train(cfg: MasterConfig) -> Run:
                     save(run)
                 late = out_of_time(cfg, time.monotonic() - begun, times["step"])
             finish_left(run, bar)
+        stopped = ctrl_c.stop()  # (every process: the closing steps match)
         if late:
             console.print(f"checkpointing.checkpoint_must_save_by={cfg.checkpointing.checkpoint_must_save_by}: "
                           f"another step would end after it, so the run stops at step {run.step}"
                           + (" with a checkpoint (the same command resumes)" if cfg.checkpointing.enabled else ""))
-        if cfg.grpo.val_at_end and not late and not ctrl_c.asked and run.step >= first_step and \
+        if cfg.grpo.val_at_end and not late and not stopped and run.step >= first_step and \
                 not periodic_validation(cfg, run.step):  # (a run with nothing left to do added an eval row each time)
             validate(run)
         if cfg.checkpointing.enabled and run.last_saved != run.step:
             save(run)
+        stopped = ctrl_c.stop()  # (a signal in the closing validation or save too)
+        if stopped:  # (the record says so: a run stopped at step 13 of 30 read as one that ran its course)
+            run.logger.log(run.step, {"run/interrupted": 1.0})
         summarize(run, warn=run.step >= first_step)  # (a run already at its last step: warned when it ran)
-        if ctrl_c.asked:
+        if stopped:
             raise KeyboardInterrupt
     except KeyboardInterrupt:
         finish_left(run)  # (its scheduler step before the checkpoint)
@@ -110,20 +116,23 @@ def train(cfg: MasterConfig) -> Run:
     finally:
         with suppress(Exception):  # an error in the step after a deferred one: that step's line, where it can be read
             finish_left(run)
+        ctrl_c.__exit__()
         run.close()
     return run
 
 
 class CtrlC:
     """The first Ctrl-C (or SIGTERM: a scheduler's stop, `kill`) asks the run to stop after the step under way, with
-    a checkpoint (every process at the same step); a second one stops at once. A flag rather than an exception, so it
-    cannot be lost (an exception raised inside a __del__ or a thread is only printed). (A hunt's find: SIGTERM killed
-    the run with no checkpoint and no word, its report left at step 0.)"""
+    a checkpoint (every process at the same step); a second Ctrl-C stops at once (a second SIGTERM is torchrun's
+    passing on the first, or a scheduler's repeat: the run still stops after its step; SIGKILL is at once). Before
+    the steps begin (`at_once`: the warm-up, the first validation) either stops at once. A flag rather than an
+    exception, so it cannot be lost (an exception raised inside a __del__ or a thread is only printed). (A hunt's
+    find: SIGTERM killed the run with no checkpoint and no word, its report left at step 0.)"""
 
     SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 
     def __init__(self):
-        self.asked, self.previous = False, {}
+        self.asked, self.at_once, self.previous = False, True, {}
 
     def __enter__(self) -> CtrlC:
         if threading.current_thread() is threading.main_thread():
@@ -133,16 +142,21 @@ class CtrlC:
     def __exit__(self, *exc) -> None:
         for s, previous in self.previous.items():
             signal.signal(s, previous)
+        self.previous = {}
 
     def _handle(self, signum, frame) -> None:
-        if self.asked:
+        if self.at_once or (self.asked and signum == signal.SIGINT):
             raise KeyboardInterrupt
+        if self.asked:
+            return
         self.asked = True
         name = self.SIGNALS.get(signum, "a signal")
-        console.print(f"[yellow]{name}: stopping after this step, with a checkpoint ({name} again: at once)[/]")
+        console.print(f"[yellow]{name}: stopping after this step, with a checkpoint (Ctrl-C again: at once)[/]")
 
     def stop(self) -> bool:
-        return dist.sum_floats(float(self.asked))[0] > 0  # asked on any process
+        """Whether any process was asked to stop (then every one has been: the closing steps match)."""
+        self.asked = dist.sum_floats(float(self.asked))[0] > 0
+        return self.asked
 
 
 def epochs_done(run: Run) -> bool:
@@ -463,6 +477,8 @@ def write_report(run: Run):
 def save_on_interrupt(run: Run) -> None:
     """Ctrl-C: a checkpoint of the steps done; resuming trains the interrupted step's batch
     again."""
+    if run.last_saved == run.step:  # (a first Ctrl-C or SIGTERM: saved after its step, on every process)
+        return
     if dist.world_size() > 1:  # each process was stopped somewhere else: a collective save could hang
         last = f"step {run.last_saved}" if run.last_saved >= 0 else "none"
         console.print(f"[yellow]interrupted: not saved (several processes); the last checkpoint: {last}[/]")
