@@ -705,6 +705,7 @@ def test_a_checkpoints_stop_strings_end_its_eval_answers_and_are_recorded(tiny_m
     assert summary["ran"]["stop_strings"] == []
     # (a review's finds) a stop string training refuses (inside the code block's opening) is refused here too
     with pytest.raises(ValueError, match=r"--stop-string: '```' is in '```python\\n'"):
-        evaluate(EvalConfig(**common, out=str(tmp_path / "o3"), stop_strings=["```"]), model_name=str(tmp_path / "ckpt"))
+        evaluate(EvalConfig(**common, out=str(tmp_path / "o3"), stop_strings=["```"]),
+                 model_name=str(tmp_path / "ckpt"))
     proc = run("--completions", tmp_path / "c.jsonl", "--stop-string", "x", "--out", tmp_path / "o4")
     assert proc.returncode == 2 and "--stop-string sets how a --model is sampled" in proc.stderr

@@ -312,8 +312,8 @@ def validate(run: Run) -> float:
         sum(n >= k for n, _ in counts))
     score = num_correct / max(num_valid, 1)
     how = sampling(run.cfg, validation=True)  # (recorded: a resume may change them, and the curve then joins two)
-    metrics = {"eval/pass@1": score, "eval/num_problems": num_problems, "eval/problem_set": problem_set(run.val_problems),
-               "eval/temperature": how.temperature,
+    metrics = {"eval/pass@1": score, "eval/num_problems": num_problems,
+               "eval/problem_set": problem_set(run.val_problems), "eval/temperature": how.temperature,
                "eval/top_p": how.top_p, "eval/max_new_tokens": run.cfg.policy.generation.max_new_tokens}
     if k > 1:
         metrics[f"eval/pass@{k}"] = sum_at_k / max(num_at_k, 1)
