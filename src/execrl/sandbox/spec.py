@@ -144,11 +144,18 @@ def truncate_tests(spec: TestSpec, max_tests: int) -> TestSpec:
     tests."""
     if max_tests <= 0 or num_tests(spec) <= max_tests or isinstance(spec, CheckTests):
         return spec
+    return select_tests(spec, range(max_tests))
+
+
+def select_tests(spec: TestSpec, keep) -> TestSpec:
+    """The tests at the indices `keep`, in their order (a check function is one test: as it is)."""
     if isinstance(spec, StdioTests):
-        return StdioTests(spec.inputs[:max_tests], spec.outputs[:max_tests], spec.compare)
+        return StdioTests([spec.inputs[i] for i in keep], [spec.outputs[i] for i in keep], spec.compare)
     if isinstance(spec, CallTests):
-        return CallTests(spec.fn_name, spec.args[:max_tests], spec.outputs[:max_tests])
-    return AssertTests(spec.asserts[:max_tests], spec.setup)
+        return CallTests(spec.fn_name, [spec.args[i] for i in keep], [spec.outputs[i] for i in keep])
+    if isinstance(spec, AssertTests):
+        return AssertTests([spec.asserts[i] for i in keep], spec.setup)
+    return spec
 
 
 # each form's keys, the key that names it first (checked in this order)

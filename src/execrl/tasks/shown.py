@@ -13,7 +13,7 @@ import ast
 import json
 import re
 
-from execrl.sandbox.spec import AssertTests, CallTests, StdioTests, TestSpec
+from execrl.sandbox.spec import AssertTests, CallTests, StdioTests, TestSpec, select_tests
 from execrl.tasks.problem import Problem
 
 NEAR = 400  # characters within which an example's output follows its input in the prompt
@@ -40,7 +40,7 @@ def distinct(spec: TestSpec) -> TestSpec:
         return spec
     seen: set = set()
     keep = [i for i, k in enumerate(keys) if not (k in seen or seen.add(k))]
-    return spec if len(keep) == len(keys) else _only(spec, keep)  # (a copy of every spec cost a full collection)
+    return spec if len(keep) == len(keys) else select_tests(spec, keep)  # (a copy of every spec cost a full collection)
 
 
 def shown(spec: TestSpec, prompt: str) -> list[bool]:
@@ -125,8 +125,8 @@ def unshown(problem: Problem) -> Problem | None:
     kept = [i for i, f in enumerate(flags) if not f]
     if not kept or _one_shown_output(spec, flags, kept):
         return None
-    problem.metadata["shown_tests"] = _only(spec, [i for i, f in enumerate(flags) if f])
-    problem.tests = _only(spec, kept)
+    problem.metadata["shown_tests"] = select_tests(spec, [i for i, f in enumerate(flags) if f])
+    problem.tests = select_tests(spec, kept)
     return problem
 
 
@@ -138,13 +138,3 @@ def _one_shown_output(spec: TestSpec, flags: list[bool], kept: list[int]) -> boo
     else:
         return False
     return len({outputs[i] for i in kept}) == 1 and outputs[kept[0]] in {o for o, f in zip(outputs, flags) if f}
-
-
-def _only(spec: TestSpec, keep: list[int]) -> TestSpec:
-    if isinstance(spec, StdioTests):
-        return StdioTests([spec.inputs[i] for i in keep], [spec.outputs[i] for i in keep], spec.compare)
-    if isinstance(spec, CallTests):
-        return CallTests(spec.fn_name, [spec.args[i] for i in keep], [spec.outputs[i] for i in keep])
-    if isinstance(spec, AssertTests):
-        return AssertTests([spec.asserts[i] for i in keep], spec.setup)
-    return spec

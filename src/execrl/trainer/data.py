@@ -33,13 +33,18 @@ def load_split(d: DatasetConfig, seed: int, repeat: bool = True, train: bool = F
     return [p for p in problems for _ in range(d.repeat if repeat else 1)]
 
 
-def problem_set(problems: list[Problem]) -> int:
-    """The validation problems (ids and prompts, in order) as a number below 2**24 (exact in TensorBoard's float32): a
-    resume onto another validation set of the same size joined its eval curve silently (a hunt's find)."""
+def prompts_digest(problems: list[Problem]) -> str:
+    """The problems' ids and prompts, in order, hashed (hex)."""
     digest = hashlib.sha256()
     for p in problems:
         digest.update(json.dumps([p.id, p.messages], sort_keys=True, default=str).encode() + b"\n")
-    return int(digest.hexdigest()[:6], 16)
+    return digest.hexdigest()
+
+
+def problem_set(problems: list[Problem]) -> int:
+    """The validation problems (ids and prompts, in order) as a number below 2**24 (exact in TensorBoard's float32): a
+    resume onto another validation set of the same size joined its eval curve silently (a hunt's find)."""
+    return int(prompts_digest(problems)[:6], 16)
 
 
 def hold_out(problems: list[Problem], size: float, seed: int) -> tuple[list[Problem], list[Problem]]:
@@ -205,10 +210,7 @@ class ProblemSampler:
     @functools.cached_property
     def fingerprint(self) -> str:
         """The problems' ids and prompts, in order, hashed: a checkpoint's position means something only over them."""
-        digest = hashlib.sha256()
-        for p in self.problems:
-            digest.update(json.dumps([p.id, p.messages], sort_keys=True).encode() + b"\n")
-        return digest.hexdigest()[:16]
+        return prompts_digest(self.problems)[:16]
 
     def check(self, state: dict, where: str) -> None:
         """DatasetError where a checkpoint's position (saved at `where`, with `state`: identity()) was over other
