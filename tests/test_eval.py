@@ -709,3 +709,28 @@ def test_a_checkpoints_stop_strings_end_its_eval_answers_and_are_recorded(tiny_m
                  model_name=str(tmp_path / "ckpt"))
     proc = run("--completions", tmp_path / "c.jsonl", "--stop-string", "x", "--out", tmp_path / "o4")
     assert proc.returncode == 2 and "--stop-string sets how a --model is sampled" in proc.stderr
+
+
+def test_a_refused_stop_string_is_refused_before_the_model_loads(tiny_model_dir, tmp_path, monkeypatch):
+    """(The last session's left-out) --stop-string, and a checkpoint's recorded stop strings, are refused before the
+    sandbox starts and the model loads, not after minutes of loading a large one."""
+    import shutil
+
+    import execrl.models
+    from execrl.eval.run import EvalConfig, evaluate
+    from execrl.models import STOP_STRINGS
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_model_dir, ckpt)
+    config = ckpt / "generation_config.json"
+    saved = json.loads(config.read_text()) if config.exists() else {}
+    config.write_text(json.dumps({**saved, STOP_STRINGS: ["```"]}))
+
+    def loaded(*a, **k):
+        raise AssertionError("the model loaded before its stop strings were checked")
+    monkeypatch.setattr(execrl.models, "load_pretrained", loaded)
+    common = dict(dataset="builtin:arith-code", split="validation", limit=2, max_new_tokens=16, workers=1)
+    with pytest.raises(ValueError, match=r"ckpt's stop strings \(its run's policy.generation.stop_strings"):
+        evaluate(EvalConfig(**common, out=str(tmp_path / "o1")), model_name=str(ckpt))
+    with pytest.raises(ValueError, match=r"--stop-string: an empty string"):
+        evaluate(EvalConfig(**common, out=str(tmp_path / "o2"), stop_strings=[""]), model_name=str(ckpt))

@@ -394,14 +394,26 @@ def recorded_stops(model, directory: Path | None) -> None:
     """The stop strings a run recorded in a checkpoint's generation_config.json (trainer/policy.record_ends), onto
     the loaded model's generation config (transformers drops a key of its own); a local directory or a hub model's
     cached files (a review's find: a checkpoint pushed to the hub lost them)."""
+    stops = _stops_in(directory)
+    if getattr(model, "generation_config", None) is not None and stops is not None:
+        setattr(model.generation_config, STOP_STRINGS, stops)
+
+
+def saved_stops(name: str) -> list[str]:
+    """The stop strings recorded with model `name` (a local directory, or a hub model's cached files), read before
+    it loads: what recorded_stops puts on it."""
+    local = Path(name).expanduser()
+    return _stops_in(local if local.exists() else _cached(name, "generation_config.json")) or []
+
+
+def _stops_in(directory: Path | None) -> list[str] | None:
     if directory is None:
-        return
+        return None
     try:
         stops = json.loads((Path(directory) / "generation_config.json").read_text()).get(STOP_STRINGS)
     except (OSError, ValueError, AttributeError):
-        return
-    if getattr(model, "generation_config", None) is not None and isinstance(stops, list):
-        setattr(model.generation_config, STOP_STRINGS, [s for s in stops if isinstance(s, str) and s])
+        return None
+    return [s for s in stops if isinstance(s, str) and s] if isinstance(stops, list) else None
 
 
 CHAT_TEMPLATE = (

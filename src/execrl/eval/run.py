@@ -139,6 +139,7 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         from execrl.config.checks import model_reachable
         model_reachable(str(model_name), False, "--model")
         cfg = check_template(cfg, model_name)
+        check_stops(cfg, model_name, {p.kind for p in problems})
     languages = tuple(sorted({p.language for p in posed if p.kind == "code"})) or ("python",)
     # the sandbox first: its workers start and pass their self-test while the model loads, and grade while it samples
     with Grader(num_workers=cfg.workers, limits=Limits(timeout_s=cfg.timeout_s), languages=languages) as grader:
@@ -218,13 +219,25 @@ def check_template(cfg: EvalConfig, model_name: str) -> EvalConfig:
     return replace(cfg, chat_template_kwargs=getattr(tok, TEMPLATE_KWARGS, None) or {})
 
 
+def check_stops(cfg: EvalConfig, model_name: str, kinds: set[str]) -> None:
+    """--stop-string, else the checkpoint's recorded stop strings, refused as training refuses them (a review's
+    find), before the sandbox starts and the model loads."""
+    from execrl.config.checks import stop_refused
+    from execrl.models import saved_stops
+
+    stops = cfg.stop_strings if cfg.stop_strings is not None else saved_stops(model_name)
+    if refused := stop_refused(stops, cfg.prompt, kinds):
+        given = "--stop-string" if cfg.stop_strings is not None else (
+            f"{model_name}'s stop strings (its run's policy.generation.stop_strings; --stop-string '' for none)")
+        raise ValueError(f"{given}: {refused}")
+
+
 def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[Problem],
                        early: EarlyGrading | None = None):
     """Each problem's completions [(problem, [(text, num_tokens, cut)])], the problems whose prompts fit, the
     longest prompt sampled on (prompt_room), the ids that ended a completion and the sequences decoded at once;
     `early`: each sample handed to it as it ends, where the generator streams (EarlyGrading.give)."""
     # torch and transformers load only here: grading a file of completions needs neither
-    from execrl.config.checks import stop_refused
     from execrl.eval.generate import generate
     from execrl.models import STOP_STRINGS, load_model_and_tokenizer
     from execrl.prompts import set_template_kwargs
@@ -253,10 +266,6 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     prompts = [build_messages(p, cfg.prompt) for p in problems]
     stops = cfg.stop_strings if cfg.stop_strings is not None else list(  # (a checkpoint's run's: record_ends)
         getattr(getattr(model, "generation_config", None), STOP_STRINGS, None) or [])
-    if refused := stop_refused(stops, cfg.prompt, {p.kind for p in problems}):  # (as training refuses them: a review's
-        given = "--stop-string" if cfg.stop_strings is not None else (  # find)
-            f"{model_name}'s stop strings (its run's policy.generation.stop_strings; --stop-string '' for none)")
-        raise ValueError(f"{given}: {refused}")
     start, slots = time.perf_counter(), []
     with _bar() as bar:
         task = bar.add_task("sampling", total=len(prompts))
