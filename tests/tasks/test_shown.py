@@ -28,6 +28,10 @@ def test_a_test_the_statement_shows_is_found_and_a_chance_number_is_not():
     block = "Example\nInput\n3\n1\n2\n3\nOutput\n-1\n1\n2\n"
     assert shown(StdioTests(["3\n1\n2\n3\n", "1\n", "2\n"], ["-1\n1\n2\n", "-1\n", "1\n"]), block) == [True, False,
                                                                                                   False]
+    # (the last session's left-out) values written as Python writes them: True, None, 'text'
+    python = "Example:\nis_word('ab', True) == True\nis_word('x', False) returns None\nis_word('ab', 1) -> True"
+    assert shown(CallTests("is_word", [["ab", True], ["x", False], ["ab", False]], [True, None, True]), python) == [
+        True, True, False]
     asserts = AssertTests(["assert f(1) == 2", "assert f(2) == 3"])
     assert shown(asserts, "Your code should pass:\nassert f(1)==2") == [True, False]
 

@@ -56,8 +56,11 @@ def shown(spec: TestSpec, prompt: str) -> list[bool]:
                 for i, o in zip(spec.inputs, spec.outputs)]
     if isinstance(spec, CallTests):  # (LeetCode's "Input: nums = [2,7], target = 9 Output: [0,1]", squeezed)
         text = "".join(prompt.split())
-        return [_in_order(text, [(_compact(a), CALL_ARGUMENT) for a in args] + [(_compact(out), CALL_OUTPUT)])
-                for args, out in zip(spec.args, spec.outputs)]
+        return [any(_in_order(text, arguments + [(form(out), CALL_OUTPUT)])
+                    for form in (_compact, _python)
+                    for arguments in ([(form(a), CALL_ARGUMENT) for a in args],  # (each after "=" or "Input:")
+                                      [(",".join(map(form, args)) + ")", CALL_ARGUMENT)])  # (a call: "f(1,True)")
+                    ) for args, out in zip(spec.args, spec.outputs)]
     return [False]  # (a check function: nothing to compare)
 
 
@@ -110,6 +113,11 @@ def _tree(code: str) -> str:
 
 def _compact(value) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=repr)
+
+
+def _python(value) -> str:
+    """A value as a Python statement writes it (True, None, 'text'), squeezed as the prompt is."""
+    return "".join(repr(value).split()) if len(str(value)) < 10_000 else _compact(value)
 
 
 def unshown(problem: Problem) -> Problem | None:
