@@ -33,6 +33,7 @@ from execrl.sandbox import (
     parse_tests,
     tests_refused,
 )
+from execrl.sandbox.inside.protocol import valid_text
 from execrl.sandbox.spec import entry_names, truncate_tests
 from execrl.tasks import Problem, dataset_key, load_problems
 from execrl.tasks.generic import answer_kind, answer_text
@@ -348,6 +349,7 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
                                f"{{\"problem_id\": ..., \"completion\": \"the model's text\"}}{gym}")
         if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or num_tokens < 0:
             raise DatasetError(f"{path}, row {n}: num_tokens must be a count of tokens, got {num_tokens!r}")
+        text = valid_text(text)  # (a lone surrogate, which JSON carries, stopped a reward model's tokenizer: a hunt's find)
         key = pid or n
         if ("tests" in row or "answer" in row) and (pid in by_id or pid in later):
             if not same_problem(own_problem(path, n, row, pid, max_tests), first_of[pid]):
