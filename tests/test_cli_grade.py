@@ -13,7 +13,7 @@ def test_grade_writes_one_row_per_input_and_reports_bad_rows(tmp_path):
     rows = [
         {"id": "ok", "code": "print(int(input()) * 2)", "tests": {"inputs": ["2\n"], "outputs": ["4\n"]}},
         {"id": "wrong", "code": "print(0)", "tests": {"inputs": ["2\n", "3\n"], "outputs": ["4\n", "0\n"]}},
-        {"id": "slow", "code": "while True: pass", "tests": {"inputs": [""], "outputs": [""]}, "timeout_s": 0.5},
+        {"id": "slow", "code": "while True: pass", "tests": {"inputs": [""], "outputs": ["1"]}, "timeout_s": 0.5},
         {"id": "cpp", "language": "cpp", "code": "#include <cstdio>\nint main(){puts(\"hi\");}", "tests": {"inputs": [""], "outputs": ["hi"]}},
         {"id": "no-tests", "code": "print(1)"},
         {"id": "empty", "code": "print(1)", "tests": {"inputs": [], "outputs": []}},
@@ -44,7 +44,7 @@ def test_malformed_rows_are_errors_of_their_own_line_and_the_rest_grade(tmp_path
     ok = {"code": "print(int(input()) * 2)", "tests": {"inputs": ["2\n"], "outputs": ["4\n"]}}
     lines = [
         json.dumps({"id": "first", **ok}).encode(),
-        b'{"id": "latin1", "code": "print(\xe9)", "tests": {"inputs": [""], "outputs": [""]}}',  # not UTF-8
+        b'{"id": "latin1", "code": "print(\xe9)", "tests": {"inputs": [""], "outputs": ["1"]}}',  # not UTF-8
         b"[" * 100_000 + b"]" * 100_000,
         json.dumps({"id": "null-language", "language": None, **ok}).encode(),
         json.dumps({"id": "inf-memory", "memory_mb": float("inf"), **ok}).encode(),  # json writes Infinity

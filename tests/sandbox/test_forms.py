@@ -28,7 +28,7 @@ def test_syntax_error_is_reported_once_for_every_test(grader):
 
 
 def test_runtime_error_is_not_a_syntax_error(grader):
-    r = grader.grade("eval('1 +')", stdio([""], [""]))
+    r = grader.grade("eval('1 +')", stdio([""], ["1"]))
     assert r.verdict == Verdict.RUNTIME_ERROR
 
 
@@ -129,7 +129,7 @@ def test_cpp_compiles_once_and_runs_per_test(grader):
     code = "#include <iostream>\nint main(){long long a,b; std::cin>>a>>b; std::cout<<a*b<<\"\\n\";}\n"
     r = grader.grade(code, stdio(["2 3\n", "4 5\n"], ["6\n", "21\n"]), language="cpp")
     assert [t.verdict for t in r.tests] == [Verdict.PASS, Verdict.FAIL]
-    assert grader.grade("int main( {", stdio([""], [""]), language="cpp").verdict == Verdict.SYNTAX_ERROR
+    assert grader.grade("int main( {", stdio([""], ["1"]), language="cpp").verdict == Verdict.SYNTAX_ERROR
 
 
 def test_a_cpp_program_with_large_initialized_arrays_compiles_and_a_stopped_compile_says_why(grader):
@@ -142,7 +142,7 @@ def test_a_cpp_program_with_large_initialized_arrays_compiles_and_a_stopped_comp
     r = grader.grade(code, stdio(["1 2\n"], ["3\n"]), language="cpp")
     assert r.verdict == Verdict.PASS, r.to_dict()
     slow = replace(grader.limits, compile_timeout_s=0.05)
-    r = grader.grade("#include <bits/stdc++.h>\nint main(){}\n", stdio([""], [""]), language="cpp", limits=slow)
+    r = grader.grade("#include <bits/stdc++.h>\nint main(){}\n", stdio([""], ["1"]), language="cpp", limits=slow)
     assert r.verdict == Verdict.SYNTAX_ERROR and r.tests[0].detail.startswith("the compiler was stopped: out of time")
 
 
@@ -305,7 +305,7 @@ def test_an_exception_derived_from_a_builtin_is_caught_as_it_and_output_of_exact
     exact = f"import sys\nsys.stdout.write('a' * {cap - 1} + '\\n')"
     assert grader.grade(exact, stdio([""], ["a" * (cap - 1) + "\n"])).verdict == Verdict.PASS
     over = f"import sys\nsys.stdout.write('a' * {cap} + '\\n')"
-    assert grader.grade(over, stdio([""], [""])).verdict == Verdict.OUTPUT_LIMIT
+    assert grader.grade(over, stdio([""], ["1"])).verdict == Verdict.OUTPUT_LIMIT
 
 
 def test_a_flood_of_status_lines_is_read_from_its_end():

@@ -163,6 +163,14 @@ def test_hostile_lines_and_rows_of_a_file(tmp_path, capsys):
     (tmp_path / "f.json").write_text('{"id": 1')
     with pytest.raises(DatasetError, match="f.json: not JSON"):
         read_rows(tmp_path / "f.json")
+    # (a hunt's find) an integer of over 4,300 digits was Python's advice to call sys.set_int_max_str_digits()
+    (tmp_path / "big.jsonl").write_text(json.dumps(rows[1]) + '\n{"id": "c", "prompt": "q", "answer": ' + "7" * 5000
+                                        + "}\n")
+    assert read_rows(tmp_path / "big.jsonl")[1]["answer"] == int("7" * 2500) * 10**2500 + int("7" * 2500)
+    assert [p.answer for p in load_problems("jsonl", "test", str(tmp_path / "big.jsonl"))[0]] == ["2", "7" * 5000]
+    (tmp_path / "bigger.jsonl").write_text('{"id": "c", "answer": ' + "7" * 200_000 + "}\n")
+    with pytest.raises(DatasetError, match="bigger.jsonl, line 1: integers of more than 100,000 digits in all"):
+        read_rows(tmp_path / "bigger.jsonl")
     bad = [{**rows[0], "id": "java", "language": "java"}, {**rows[0], "id": "five", "language": 5},
            {**rows[1], "id": "nocontent", "prompt": [{"role": "user"}]}, {**rows[1], "id": "list", "prompt": [1, 2]},
            {**rows[0], "id": "cpp-asserts", "language": "cpp",  # (a hunt's find: one such row stopped a whole eval)
@@ -514,6 +522,17 @@ def test_rows_no_program_could_pass_or_fail_are_refused_with_their_reason(tmp_pa
     problems, report = load_problems("jsonl", "train", str(tmp_path / "rows.jsonl"), 0)
     assert [p.id for p in problems] == ["ok", "bound"]
     assert report.examples["unusable tests (a call test expects NaN, which no value equals)"] == ["nan"]
+    # (a hunt's finds) tests a program printing or returning nothing passes; an output over the sandbox's cap
+    nothing = [{"id": "blank", "prompt": "Read n.", "tests": {"inputs": ["3\n", "4\n"], "outputs": ["", " \r\n"]}},
+               {"id": "null", "prompt": "Write f().", "tests": {"fn_name": "f", "inputs": ["1"], "outputs": ["null"]}},
+               {"id": "huge", "prompt": "Print.", "tests": {"inputs": [""], "outputs": ["x" * (17 << 20)]}},
+               {"id": "some", "prompt": "Read n.", "tests": {"inputs": ["3\n", "4\n"], "outputs": ["", "1\n"]}}]
+    (tmp_path / "nothing.jsonl").write_text("".join(json.dumps(r) + "\n" for r in nothing))
+    problems, report = load_problems("jsonl", "train", str(tmp_path / "nothing.jsonl"), 0)
+    assert [p.id for p in problems] == ["some"]
+    why = " ".join(report.examples)
+    assert "which a program printing nothing passes" in why and "which a function returning nothing passes" in why
+    assert "expects an output of 17.0 MB, over the 16 MB a program may print or return" in why
     (tmp_path / "deep.jsonl").write_text(json.dumps(ok) + "\n" + '{"id": "d", "tests": ' + "[" * 100_000 + "]" * 100_000
                                           + "}\n")
     with pytest.raises(DatasetError, match="deep.jsonl, line 2: JSON nested too deeply"):

@@ -36,7 +36,7 @@ from execrl.sandbox import (
 from execrl.sandbox.inside.protocol import valid_text
 from execrl.sandbox.spec import entry_names, truncate_tests
 from execrl.tasks import Problem, dataset_key, load_problems
-from execrl.tasks.generic import answer_kind, answer_text
+from execrl.tasks.generic import answer_kind, answer_text, digits
 from execrl.tasks.problem import VERIFIER, DatasetError, read_rows
 from execrl.tasks.registry import DATASETS, local_source
 from execrl.tasks.shown import distinct
@@ -347,8 +347,8 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
             gym = " (a NeMo-Gym rollout: its text is extracted_model_output)" if "extracted_model_output" in row else ""
             raise DatasetError(f"{path}, row {n}: no 'completion' string: --completions reads rows "
                                f"{{\"problem_id\": ..., \"completion\": \"the model's text\"}}{gym}")
-        if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or num_tokens < 0:
-            raise DatasetError(f"{path}, row {n}: num_tokens must be a count of tokens, got {num_tokens!r}")
+        if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or not 0 <= num_tokens < 1 << 40:
+            raise DatasetError(f"{path}, row {n}: num_tokens must be a count of tokens, got {digits(num_tokens)[:40] if isinstance(num_tokens, int) else repr(num_tokens)[:40]}")
         text = valid_text(text)  # (a lone surrogate, which JSON carries, stopped a reward model's tokenizer: a hunt's find)
         key = pid or n
         if ("tests" in row or "answer" in row) and (pid in by_id or pid in later):

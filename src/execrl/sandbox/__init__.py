@@ -32,8 +32,9 @@ the legitimate idiom it must not break):
   sandbox's namespace owns it); /tmp and /dev/shm fresh tmpfs mounts (their inode numbers too; an interpreter or tool kept inside /tmp is bound again, read-only, into each); the PID namespace's
   counter reset (a program's first process is PID 2, whatever earlier ones forked); a new network namespace
   wherever the last program changed its own (a socket left, a packet on loopback, a moved IP/ICMP/TCP/UDP counter:
-  TIME_WAIT sockets, loopback counters and abstract socket names do not carry over); and a seccomp filter
-  (inside/seccomp.py) refuses SysV IPC, POSIX message queues, keyrings, ptrace and new user namespaces;
+  TIME_WAIT sockets, loopback counters, abstract socket names and IPv6 flow labels do not carry over); and a
+  seccomp filter (inside/seccomp.py) refuses SysV IPC, POSIX message queues, keyrings, ptrace, new user namespaces,
+  and inet sockets but TCP and UDP;
 - faking a pass in the assert, check and call forms (see inside/checker.py): the program's process never sees the tests or the
   expected values. Asserts and check functions run in a second sandbox, in which every name the tests use
   but do not define is a stub that calls into the program's process and gets back plain data only (numbers,
@@ -55,8 +56,10 @@ secrets elsewhere); CPU contention slowing other workers (time is measured in CP
 can be); counters the kernel keeps for the whole machine, which no namespace resets (/proc/stat's
 count of forks, the inode numbers of pipes, sockets and memfds): a program reads in them what every
 process did, its worker's earlier programs included, blurred by all else the machine runs; file
-locks on the read-only files every sandbox shares, the kernel's one set for the machine: two
-programs graded at the same time, both written to cooperate, can pass numbers through them. In
+locks and futexes on the read-only files every sandbox shares, the kernel's one set for the
+machine: two programs graded at the same time, both written to cooperate, can pass numbers through
+them; the kernel's TCP and UDP memory pools, one for the machine, where the workers' memory limits
+together exceed them (socket buffers are charged to each program's own limit). In
 sampling mode only: memory bursts shorter than the 10 ms sampling (bounded by RLIMIT_AS per
 process); pipe buffers (up to the kernel's per-user limit) and other kernel memory outside its
 processes, tmpfs and sockets' queues; the CPU of children the kernel reaped for a program that

@@ -19,6 +19,7 @@ from execrl.sandbox.languages import Language, get_language, tests_refused
 from execrl.sandbox.pool import ReplyUnreadable, Worker, WorkerDied, WorkerPool
 from execrl.sandbox.preview import preview
 from execrl.sandbox.spec import (
+    OUTPUT_MB,
     AssertTests,
     CallTests,
     CheckTests,
@@ -67,7 +68,7 @@ def check_infra_share(num_infra: float, num_samples: float, where: str, example:
 class Limits:
     timeout_s: float = 2.0  # per test: CPU seconds; the wall-clock kill comes at max(2x, x + 1s)
     memory_mb: int = 1024  # address space, hard limit
-    output_mb: int = 16  # stdout cap, and the size of any file the program writes
+    output_mb: int = OUTPUT_MB  # stdout cap, and the size of any file the program writes
     nproc: int = field(default_factory=lambda: max(64, 2 * (os.cpu_count() or 1) + 16))  # processes and threads
     # (enforced wherever the program's uid is not root): room for multiprocessing.Pool(), a process a CPU
     compile_timeout_s: float = 30.0

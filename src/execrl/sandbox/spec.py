@@ -162,6 +162,9 @@ def select_tests(spec: TestSpec, keep) -> TestSpec:
 FORMS = (("check", "entry_point"), ("asserts", "setup"), ("inputs", "outputs", "compare", "fn_name", "args_format"))
 
 
+OUTPUT_MB = 16  # the sandbox's cap on what a program prints or returns (Limits.output_mb)
+
+
 def parse_tests(obj) -> TestSpec:
     """Validate a tests object (dict or JSON string) into one of the four forms."""
     if isinstance(obj, str):
@@ -210,18 +213,37 @@ def parse_tests(obj) -> TestSpec:
                                                                                                                   {}))
             if unknown:
                 raise TestSpecError(f"unknown keys in call tests: {unknown} (a row holds one form of tests)")
-            return _call_tests(obj, inputs, outputs)
+            _passable(outputs, "return value")
+            spec = _call_tests(obj, inputs, outputs)
+            if spec.outputs and all(v is None for v in spec.outputs):  # (a hunt's find: 1.0 for `pass`)
+                raise TestSpecError("every call test expects null, which a function returning nothing passes: drop the "
+                                    "row, or give it tests that expect a value")
+            return spec
         unknown = keys - {"inputs", "outputs", "compare", "fn_name"}
         if unknown:
             raise TestSpecError(f"unknown keys in stdin/stdout tests: {sorted(unknown)}")
         compare = obj.get("compare") or {}
         if not isinstance(compare, dict):
             raise TestSpecError("tests.compare must be an object: {mode, float_rel, float_abs, case_fold}")
-        return StdioTests(inputs, outputs, compare_options(compare))
+        options = compare_options(compare)
+        _passable(outputs, "output")
+        if outputs and all(not o.strip() for o in outputs):  # (a hunt's find: 1.0 for printing nothing)
+            raise TestSpecError("every test expects no output, which a program printing nothing passes: drop the row, "
+                                "or give it tests that expect output")
+        return StdioTests(inputs, outputs, options)
     raise TestSpecError(
         f"unknown test form with keys {sorted(keys)}: expected inputs+outputs (stdin/stdout), "
         "fn_name+inputs+outputs (call), asserts (+setup) or check+entry_point"
     )
+
+
+def _passable(outputs: list[str], what: str) -> None:
+    """No expected output over the sandbox's cap, which ends any program printing it (a hunt's find: every sample of
+    such a row scored 0, said nowhere)."""
+    for i, out in enumerate(outputs):
+        if len(out) > OUTPUT_MB << 18 and len(out.encode("utf-8", "surrogatepass")) > OUTPUT_MB << 20:
+            raise TestSpecError(f"test {i} expects an {what} of {len(out.encode('utf-8', 'surrogatepass')) / 2**20:.1f}"
+                                f" MB, over the {OUTPUT_MB} MB a program may print or return: no program could pass it")
 
 
 def split_test_script(script: str) -> AssertTests:
@@ -262,7 +284,7 @@ def _call_tests(obj: dict, inputs: list[str], outputs: list[str]) -> CallTests:
     fmt = obj.get("args_format", "lines")
     if fmt not in ("lines", "list"):
         raise TestSpecError(f"args_format must be 'lines' or 'list', got {fmt!r}")
-    args, expected, big_ints = [], [], _BigInts()
+    args, expected, big_ints = [], [], BigInts()
     for i, (inp, out) in enumerate(zip(inputs, outputs)):
         try:
             if fmt == "lines":
@@ -286,7 +308,7 @@ def _call_tests(obj: dict, inputs: list[str], outputs: list[str]) -> CallTests:
 MAX_INT_DIGITS = 100_000  # digits of all the integers beyond 4,000 digits in one row's call tests, together
 
 
-class _BigInts:
+class BigInts:
     """json's parse_int for one row: integers of any length up to the row's budget of MAX_INT_DIGITS
     (Python refuses str -> int beyond 4,300 digits, and converts in time quadratic in the digits: a
     row may not make us spend that)."""
@@ -299,7 +321,7 @@ class _BigInts:
             return int(text)
         self.left -= len(text)
         if self.left < 0:
-            raise ValueError(f"integers of more than {MAX_INT_DIGITS} digits in all")
+            raise ValueError(f"integers of more than {MAX_INT_DIGITS:,} digits in all: write them as strings")
         digits = text.lstrip("-")
         return -_from_digits(digits) if len(digits) < len(text) else _from_digits(digits)
 
@@ -323,7 +345,7 @@ def _no_nan(name: str):
 
 def _json(text: str, big_ints=None, expected: bool = False):
     try:
-        value = json.loads(text, parse_int=big_ints or _BigInts(),
+        value = json.loads(text, parse_int=big_ints or BigInts(),
                            **({"parse_constant": lambda c: _no_nan(c) if c == "NaN" else float(c)} if expected else {}))
     except RecursionError:
         raise ValueError("nested too deeply") from None

@@ -13,6 +13,7 @@ from rich.text import Text
 from execrl.console import stderr_console
 from execrl.sandbox import TestSpec
 from execrl.sandbox.inside.protocol import valid_text
+from execrl.sandbox.spec import BigInts
 
 err = stderr_console()
 
@@ -130,12 +131,14 @@ def read_rows(path: str | Path) -> list[dict]:
                            "list, parquet, or one of these gzipped") from None
     if ".json" in path.suffixes[-2:]:  # (x.json, x.json.gz)
         try:
-            rows = json.loads(text)
+            rows = json.loads(text, parse_int=BigInts())
         except RecursionError:
             raise DatasetError(f"{path}: JSON nested too deeply to read") from None
         except json.JSONDecodeError as e:
             if e.msg != "Extra data":  # (else JSON Lines in a .json file: what Dataset.to_json writes)
                 raise DatasetError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from None
+        except ValueError as e:  # (BigInts': more digits than a row may have)
+            raise DatasetError(f"{path}: {e}") from None
         else:
             if not isinstance(rows, list):
                 raise DatasetError(f"{path}: expected a JSON list of rows")
@@ -143,12 +146,14 @@ def read_rows(path: str | Path) -> list[dict]:
     rows = []
     for n, line in enumerate(text.split("\n"), 1):  # (not splitlines: U+2028, U+0085, ... may sit inside a string)
         if line.strip():
-            try:
-                rows.append(json.loads(line))
+            try:  # (an integer of over 4,300 digits: Python's int() refuses it, with advice for a programmer)
+                rows.append(json.loads(line, parse_int=BigInts()))
             except json.JSONDecodeError as e:
                 raise DatasetError(f"{path}, line {n}: not JSON ({e.msg}); expected one JSON object per line") from None
             except RecursionError:
                 raise DatasetError(f"{path}, line {n}: JSON nested too deeply to read") from None
+            except ValueError as e:
+                raise DatasetError(f"{path}, line {n}: {e}") from None
             _object(path, rows[-1], f"line {n}")
     return rows
 

@@ -37,10 +37,13 @@ kernel objects that outlive a process or escape its limits:
                                                                      blocks it (lease-break-time: 45 s) on the files
                                                                      its uid owns (the venv, in bwrap-user mode)
   sockets of a family but unix, inet, inet6 and netlink              AF_VSOCK is no network namespace's: it
-  (EAFNOSUPPORT)                                                     reaches the hypervisor's host, and its ports
+  (EAFNOSUPPORT; socketpair: but unix)                               reaches the hypervisor's host, and its ports
                                                                      are shared by every sandbox on the machine;
                                                                      the others (AF_ALG, AF_TIPC...) are kernel
                                                                      attack surface no program needs
+  inet and inet6 sockets but TCP and UDP streams and datagrams       UDP-Lite's and MPTCP's queues are in no file
+  (EPROTONOSUPPORT: raw, SCTP, UDP-Lite, MPTCP, ICMP)                the sandbox measures (a hunt's find: 1.6 GB of
+                                                                     UDP-Lite queues held under a 64 MB limit)
 
 multiprocessing, threads, subprocesses and shared memory through /dev/shm (POSIX shm_open, named
 semaphores) are unaffected. Where the machine is neither x86_64 nor aarch64, no filter is installed.
@@ -55,10 +58,13 @@ import platform
 import struct
 
 CLONE_NEWUSER = 0x10000000
-SOCKET_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK (getaddrinfo, if_nameindex)
+SOCKET_FAMILIES = (1, 16)  # AF_UNIX, AF_NETLINK (getaddrinfo, if_nameindex)
+INET_FAMILIES = (2, 10)  # AF_INET, AF_INET6: of these, only
+INET_TYPES = (1, 2)  # SOCK_STREAM, SOCK_DGRAM (the type's low bits: SOCK_NONBLOCK and SOCK_CLOEXEC aside)
+INET_PROTOCOLS = (0, 6, 17)  # the type's own, IPPROTO_TCP, IPPROTO_UDP
 F_SETLEASE, F_NOTIFY = 1024, 1026
 # per architecture: AUDIT_ARCH value, refused calls, unshare, clone, clone3, calls refused with
-# ENOSYS, socket, prlimit64, fcntl
+# ENOSYS, socket, prlimit64, fcntl, socketpair
 _TABLES = {
     "x86_64": (0xC000003E, (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220,  # SysV shm, sem, msg
                             240, 241, 242, 243, 244, 245,  # mq_*
@@ -68,14 +74,14 @@ _TABLES = {
                             101),  # ptrace
                272, 56, 435, (319, 447,  # memfd_create, memfd_secret (ENOSYS)
                               253, 254, 255, 294, 300, 301,  # inotify_*, fanotify_* (ENOSYS)
-                              206, 207, 208, 209, 210, 333), 41, 302, 72),  # io_setup ... io_pgetevents (ENOSYS)
+                              206, 207, 208, 209, 210, 333), 41, 302, 72, 53),  # io_setup ... io_pgetevents
     "aarch64": (0xC00000B7, (180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197,
                              217, 218, 219, 235, 241, 280, 282, 425, 426, 427, 117),
-                272, 220, 435, (279, 447, 26, 27, 28, 262, 263, 0, 1, 2, 3, 4, 292), 198, 261, 25),
+                272, 220, 435, (279, 447, 26, 27, 28, 262, 263, 0, 1, 2, 3, 4, 292), 198, 261, 25, 199),
 }
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
-_LD_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+_LD_ABS, _JEQ, _JGE, _JSET, _RET, _AND = 0x20, 0x15, 0x35, 0x45, 0x06, 0x54
 
 
 def _ins(code: int, jt: int, jf: int, k: int) -> bytes:
@@ -88,7 +94,7 @@ def build(zygote: int) -> bytes | None:
     table = _TABLES.get(platform.machine())
     if table is None:
         return None
-    arch, refused, nr_unshare, nr_clone, nr_clone3, nosys_calls, nr_socket, nr_prlimit, nr_fcntl = table
+    arch, refused, nr_unshare, nr_clone, nr_clone3, nosys_calls, nr_socket, nr_prlimit, nr_fcntl, nr_pair = table
     deny, nosys = _ERRNO | errno.EPERM, _ERRNO | errno.ENOSYS
     prog = [_ins(_LD_ABS, 0, 0, 4)]  # seccomp_data.arch
     prog.append(_ins(_JEQ, 1, 0, arch))
@@ -108,12 +114,26 @@ def build(zygote: int) -> bytes | None:
              _ins(_RET, 0, 0, deny), _ins(_LD_ABS, 0, 0, 0)]
     prog += [_ins(_JEQ, 0, 4, nr_fcntl), _ins(_LD_ABS, 0, 0, 24), _ins(_JEQ, 1, 0, F_NOTIFY),  # fcntl's command
              _ins(_JEQ, 0, 1, F_SETLEASE), _ins(_RET, 0, 0, deny), _ins(_LD_ABS, 0, 0, 0)]
-    prog += [_ins(_JEQ, 1, 0, nr_socket), _ins(_RET, 0, 0, _ALLOW), _ins(_LD_ABS, 0, 0, 16)]  # socket's family
-    n = len(SOCKET_FAMILIES)
-    prog += [_ins(_JEQ, n - i, 0, family) for i, family in enumerate(SOCKET_FAMILIES)]
-    prog.append(_ins(_RET, 0, 0, _ERRNO | errno.EAFNOSUPPORT))
-    prog.append(_ins(_RET, 0, 0, _ALLOW))
-    return b"".join(prog)
+    prog += [_ins(_JEQ, 0, 4, nr_pair), _ins(_LD_ABS, 0, 0, 16), _ins(_JEQ, 1, 0, 1),  # socketpair's family: unix
+             _ins(_RET, 0, 0, _ERRNO | errno.EAFNOSUPPORT), _ins(_LD_ABS, 0, 0, 0)]
+    return b"".join(prog + _socket(nr_socket))
+
+
+def _socket(nr_socket: int) -> list[bytes]:
+    """The last part, with the call's number loaded: socket(2) of a family SOCKET_FAMILIES names, or of one of
+    INET_FAMILIES with a type and protocol named; any other call allowed."""
+    allow, no_family, no_protocol = _ins(_RET, 0, 0, _ALLOW), _ins(_RET, 0, 0, _ERRNO | errno.EAFNOSUPPORT), \
+        _ins(_RET, 0, 0, _ERRNO | errno.EPROTONOSUPPORT)
+    protocols = [_ins(_LD_ABS, 0, 0, 32)]  # its protocol; then a jump to allow each, else refused
+    protocols += [_ins(_JEQ, len(INET_PROTOCOLS) - i, 0, k) for i, k in enumerate(INET_PROTOCOLS)] + [no_protocol]
+    types = [_ins(_LD_ABS, 0, 0, 24), _ins(_AND, 0, 0, 0xF)]  # its type, SOCK_NONBLOCK and SOCK_CLOEXEC masked
+    types += [_ins(_JEQ, len(INET_TYPES) - i, 0, k) for i, k in enumerate(INET_TYPES)] + [no_protocol]
+    inet = types + protocols  # (the types' jumps land on the protocols' load)
+    families = [_ins(_JEQ, len(SOCKET_FAMILIES) - i + len(INET_FAMILIES) + len(inet), 0, k)  # to allow
+                for i, k in enumerate(SOCKET_FAMILIES)]
+    families += [_ins(_JEQ, len(INET_FAMILIES) - i, 0, k) for i, k in enumerate(INET_FAMILIES)]  # to inet
+    families.append(no_family)
+    return [_ins(_JEQ, 1, 0, nr_socket), allow, _ins(_LD_ABS, 0, 0, 16)] + families + inet + [allow]
 
 
 class _Fprog(ctypes.Structure):
