@@ -411,3 +411,18 @@ def test_the_reasoning_format_is_read_in_linear_time():
                              ("<answer>5</answer><reasoning>r</reasoning>", "5", False),
                              ("<reasoning>r</reasoning> text <answer>5</answer>", "5", False)]:
         assert answer_part(text, "reasoning") == (answer, ok), text
+
+
+def test_tilde_fences_invisible_marks_tab_indents_and_an_output_block_after_the_program():
+    """(A hunt's finds) each scored a right program 0: a ~~~ fence (CommonMark's other kind), a byte-order mark or a
+    zero-width space before the fence, a fence indented by a tab (its lines kept the tab: an IndentationError), and
+    an untagged block of the example's output after the untagged program (the output was graded)."""
+    program = "n = int(input())\nprint(n * n)"
+    for text in ["~~~python\n" + program + "\n~~~", "\ufeff```python\n" + program + "\n```",
+                 "\u200b```python\n" + program + "\n```", "1. Solution:\n\t```python\n\t" + program.replace("\n", "\n\t")
+                 + "\n\t```", "```\n" + program + "\n```\nOutput for 3:\n```\n9\n```",
+                 "~~~~\n```python\nprint(0)\n```\n~~~~\n```python\n" + program + "\n```"]:
+        assert extract(text).code == program, text
+    # a line of tildes never closed is a separator, not a block that swallows the code after it
+    assert fenced_blocks("Plan\n~~~~~~~~\nSo:\n```python\nprint(1)\n```\n") == [("python", "print(1)", True)]
+    assert fenced_blocks("```\n~~~\nx\n```") == [("", "~~~\nx", True)]  # (a ~~~ line inside a ``` block is its text)

@@ -60,44 +60,49 @@ def _reasoning_then_answer(text: str) -> bool:
     return split is not None and split.end() <= len(text) - len("</answer>")
 
 
-_FENCE = re.compile(r"`{3,}")
+_FENCE = re.compile(r"`{3,}|~{3,}")  # (CommonMark's two kinds: a ~~~ block closes at ~~~ only)
 _INFO = re.compile(r"\s*[\w{+#-]")  # what an info string (a language) starts with
+_INVISIBLE = "\ufeff\u200b\u200c\u200d\u2060"  # (a byte-order mark or a zero-width space before a fence)
 
 
-def fenced_blocks(text: str) -> list[tuple[str, str, bool]]:
-    """(language, code, closed) for each ``` block, as CommonMark reads fences: a fence is a line that starts with 3
-    or more backticks, closed by a line of at least as many backticks alone (a ```` block holds ``` lines); its
+def fenced_blocks(text: str, tildes: bool = True) -> list[tuple[str, str, bool]]:
+    """(language, code, closed) for each ``` or ~~~ block, as CommonMark reads fences: a fence is a line that starts
+    with 3 or more backticks (tildes), closed by a line of at least as many alone (a ```` block holds ``` lines); its
     language is the info string's first word (```python title="main.py": python); its lines lose the indentation
-    of its opening fence (a block inside a list item). Where models differ from CommonMark: a fence with an info
+    of its opening fence, spaces or tabs (a block inside a list item). Where models differ from CommonMark: a fence with an info
     string inside an open block opens a new one (the model never closed the first); a fence followed by text that
     is no info string (```<|im_end|>, ```., ```</answer>) closes the open block; a block left open at the end
-    whose last line ends in ``` (`return x```) was closed there."""
-    blocks, lang, buf, fence, indent = [], "", [], 0, 0  # fence: the open block's backticks (0: none open)
+    whose last line ends in ``` (`return x```) was closed there; a ~~~ block never closed was a line of tildes (a
+    separator), read again as text."""
+    blocks, lang, buf, fence, indent = [], "", [], "", 0  # fence: the open block's backticks or tildes ("": none)
     # lines end at \n, \r\n or \r only (splitlines() also splits at U+2028 or \x1c, which a string literal may hold)
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     for line in lines[:-1] if lines[-1] == "" else lines:
-        stripped = line.strip()
+        stripped = line.strip().lstrip(_INVISIBLE)
         ticks = _FENCE.match(stripped)
-        run = len(ticks.group()) if ticks else 0
-        if fence and run >= fence and (stripped == ticks.group() or not _INFO.match(stripped[run:])):  # its closing fence
+        run = ticks.group() if ticks and (tildes or stripped[0] == "`") else ""
+        if fence and run[:1] == fence[0] and len(run) >= len(fence) and (
+                stripped == run or not _INFO.match(stripped[len(run):])):  # its closing fence
             blocks.append((lang, "\n".join(buf), True))
-            fence = 0
+            fence = ""
             continue
-        if run and (not fence or run >= fence):  # an opening fence (inside a block: the block was never closed)
-            if fence:
+        if run and (not fence or run[0] == fence[0] and len(run) >= len(fence)):  # an opening fence (inside a block:
+            if fence:  # the block was never closed)
                 blocks.append((lang, "\n".join(buf), False))
-            info = stripped[run:].strip().lower().split()
-            fence, indent, lang, buf = run, len(line) - len(line.lstrip(" ")), info[0] if info else "", []
+            info = stripped[len(run):].strip().lower().split()
+            fence, indent, lang, buf = run, len(line) - len(line.lstrip(" \t")), info[0] if info else "", []
             continue
         if fence:
-            buf.append(line[min(indent, len(line) - len(line.lstrip(" "))):])
+            buf.append(line[min(indent, len(line) - len(line.lstrip(" \t"))):])
     if fence:
         while buf and not buf[-1].strip():
             buf.pop()
         tail = buf[-1].rstrip() if buf else ""
-        closed = tail.endswith("`" * fence) and bool(tail.rstrip("`")) and not tail.endswith("`" * (fence + 1))
+        closed = tail.endswith(fence) and bool(tail.rstrip(fence[0])) and not tail.endswith(fence[0] + fence)
         if closed:
-            buf[-1] = tail[:-fence]
+            buf[-1] = tail[:-len(fence)]
+        elif fence[0] == "~":
+            return fenced_blocks(text, tildes=False)
         blocks.append((lang, "\n".join(buf), closed))
     return blocks
 
@@ -124,8 +129,13 @@ def _from_fences(text: str, language: str, entries: frozenset[str] = frozenset()
             lang, code, ok = pool[-1]
             if entries and not defines(code, entries):  # a usage example after the solution (print(f(...)) in a
                 code = next((c for _, c, _ in reversed(pool) if defines(c, entries)), code)  # block of its own)
-            return code, ok, text.rfind("```")
+            if not _LETTER.search(code):  # (a block of the example's output after the program, "9": no program)
+                code = next((c for _, c, _ in reversed(pool) if _LETTER.search(c)), code)
+            return code, ok, max(text.rfind("```"), text.rfind("~~~"))
     return None, False, -1
+
+
+_LETTER = re.compile(r"[^\W\d_]")  # what any program's text holds (a name, a keyword)
 
 
 def _from_tags(text: str) -> tuple[str | None, bool, int]:
