@@ -48,6 +48,36 @@ def test_math_verify_is_cut_off_in_threads(monkeypatch):
     assert answers_match(r"\frac{144}{2}", "72") and not answers_match(r"\frac{142}{2}", "72")
 
 
+def test_math_verify_is_timed_by_its_cpu_and_a_reference_it_cannot_compare_is_remembered(monkeypatch):
+    """(A hunt's finds) a right answer that math-verify took 3.4 s over scored 0 whenever the machine was busy (the
+    clock ran past 5 s): a child is timed by the CPU it spends, the clock bounding it at WALL_SECONDS times that. A
+    9-character reference (9^{9^{9}}) ran every answer to it out of time, 40 s a group: after the first, its answers
+    score 0 at once."""
+    import subprocess
+    import sys
+    import time
+
+    from execrl.rewards import math_answers
+
+    asleep = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5); print(1, flush=True)"],
+                              stdout=subprocess.PIPE, text=True)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert math_answers._reply(asleep, 1.0, cpu=True) == "1\n"  # (1.5 s on the clock, no CPU)
+        start = time.monotonic()
+        assert math_answers._reply(busy, 0.5, cpu=True) is None and time.monotonic() - start < 2.0 * 4
+    finally:
+        for child in (asleep, busy):
+            child.kill()
+            child.wait()
+    monkeypatch.setattr(math_answers, "VERIFY_SECONDS", 1.0)
+    monkeypatch.setattr(math_answers, "UNREADABLE", set())
+    assert not answers_match("5", r"9^{9^{9}}") and math_answers.UNREADABLE == {r"9^{9^{9}}"}
+    start = time.monotonic()
+    assert not any(answers_match(str(i), r"9^{9^{9}}") for i in range(8)) and time.monotonic() - start < 0.5
+    assert answers_match(r"9^{9^{9}}", r"9^{9^{9}}")  # (the same text: no math-verify)
+
+
 def test_long_references_can_be_matched():
     """MAX_ANSWER_CHARS capped the predicted answer's length whatever the reference's, so a reference over 200
     characters never scored 1, not even against itself: the same text matches first, and the cap is twice the

@@ -12,6 +12,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 from fractions import Fraction
 
 from execrl.extract import BOUND, improper, math_answer
@@ -216,12 +217,18 @@ def answers_match(predicted: str | None, reference: str, question: str = "") -> 
 
 # math-verify (sympy) runs for minutes on some 12-character answers (\boxed{10^{10^{10}}}, 100000!, 9^{9^{9}}), and
 # its own timeouts use signal.alarm, which works on the main thread only (scoring runs in threads): it runs in child
-# processes instead, killed past VERIFY_SECONDS (the answer scores 0, as NeMo RL's math-verify timeout scores it).
-# A child is a fresh interpreter (fork + exec: safe with torch imported and threads running) that imports math-verify
+# processes instead, killed past VERIFY_SECONDS of the child's CPU time (the answer scores 0, as NeMo RL's
+# math-verify timeout scores it; CPU time, not the clock: a right answer that took 3.4 s scored 0 whenever the
+# machine was busy, a hunt's find), or past WALL_SECONDS times as long whatever it spent. A reference math-verify
+# cannot read in that time is remembered: its later answers score 0 at once (one 9-character reference cost 40 s a
+# group). A child is a fresh interpreter (fork + exec: safe with torch imported and threads running) that imports math-verify
 # only; it starts on first use and serves answer after answer, one at a time.
 VERIFY_SECONDS = 5.0  # one answer's parse and verify (math-verify's own default is 5 s each; an ordinary one: ms)
+WALL_SECONDS = 4  # x VERIFY_SECONDS: the clock's bound, however little CPU the child got
 VERIFY_WORKERS = min(4, os.cpu_count() or 1)  # children at most: scoring threads beyond wait their turn
 TIMEOUTS = [0]  # answers math-verify ran out of time on, in this process (each logged)
+UNREADABLE: set[str] = set()  # references math-verify cannot compare "0" with within VERIFY_SECONDS
+READABLE: set[str] = set()  # and those it could, where an answer to them ran out of time
 WORKER = r"""
 import json, logging, resource, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends us by closing our stdin
@@ -258,12 +265,38 @@ os.register_at_fork(after_in_child=lambda: globals().update(_children=_Children(
 # children, lock and slots, perhaps held by its threads at the fork, are not its to use)
 
 
-def _reply(child: subprocess.Popen, seconds: float) -> str | None:
-    """The child's next line, None past `seconds` (poll, not select: a process with more than 1,024 files open, as
-    a grader of many workers holds, has descriptors select cannot wait on)."""
+def _reply(child: subprocess.Popen, seconds: float, cpu: bool = False) -> str | None:
+    """The child's next line, None past `seconds` (`cpu`: of the child's CPU time, or WALL_SECONDS times as many on
+    the clock) (poll, not select: a process with more than 1,024 files open, as a grader of many workers holds, has
+    descriptors select cannot wait on)."""
     poller = select.poll()
     poller.register(child.stdout, select.POLLIN)
-    return child.stdout.readline() if poller.poll(seconds * 1000) else None
+    if not cpu:
+        return child.stdout.readline() if poller.poll(seconds * 1000) else None
+    start, spent = time.monotonic(), _cpu_seconds(child.pid)
+    while time.monotonic() - start < WALL_SECONDS * seconds:
+        if poller.poll(min(250, seconds * 1000)):
+            return child.stdout.readline()
+        used = _cpu_seconds(child.pid)
+        if used is None or spent is None:  # (no /proc: the clock's bound alone)
+            if time.monotonic() - start >= seconds:
+                return None
+        elif used - spent >= seconds:
+            return None
+    return None
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """The CPU seconds process `pid` has used (user and system), None where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _start() -> subprocess.Popen:
@@ -296,8 +329,30 @@ def _math_verify(gold: str, guess: str) -> bool:
     """math-verify's parse and verify of \\boxed{gold} and \\boxed{guess} in a child process, False past
     VERIFY_SECONDS. (Boxed, as NeMo RL hands it the reference: in $...$ math-verify reads what it can of an answer,
     "1.\\overline{6}" as 1; in a box, the whole answer or nothing.)"""
+    if gold in UNREADABLE:
+        return False
+    reply = _ask(gold, guess)
+    if reply is None:
+        with _children.lock:
+            TIMEOUTS[0] += 1
+        if gold not in READABLE | UNREADABLE and _ask(gold, "0") is None:  # (the reference itself: every answer to it would run
+            UNREADABLE.add(gold)  # out of time)
+            log.warning("math-verify cannot compare an answer with the reference %r within %ss: its answers score 0 "
+                        "from now on",
+                        gold[:80], VERIFY_SECONDS)
+        else:
+            READABLE.add(gold)
+            log.warning("math-verify ran past %ss on %r (reference %r): scored 0 (%d such answers so far)",
+                        VERIFY_SECONDS, guess[:80], gold[:80], TIMEOUTS[0])
+    return bool(reply) and reply.strip() == "1"
+
+
+def _ask(gold: str, guess: str) -> str | None:
+    """A child's reply to [gold, guess] ("1", "0"; "" where it died), None past its time (the child then ended)."""
     children = _children
     with children.slots:
+        if gold in UNREADABLE:  # (found while this one waited its turn)
+            return "0"
         with children.lock:
             child = children.idle.pop() if children.idle else None
         if child is None or child.poll() is not None:
@@ -306,7 +361,7 @@ def _math_verify(gold: str, guess: str) -> bool:
         try:
             child.stdin.write(json.dumps([_boxed(gold), _boxed(guess)]) + "\n")
             child.stdin.flush()
-            reply = _reply(child, VERIFY_SECONDS)
+            reply = _reply(child, VERIFY_SECONDS, cpu=True)
         except OSError:  # it died (a crash in sympy): scored 0, and a new one starts next time
             reply = ""
         finally:  # (on any exception, Ctrl-C included, a child mid-answer is ended: it would spin on, orphaned)
@@ -316,12 +371,7 @@ def _math_verify(gold: str, guess: str) -> bool:
             else:
                 with children.lock:
                     children.idle.append(child)
-        if reply is None:
-            with children.lock:
-                TIMEOUTS[0] += 1
-            log.warning("math-verify ran past %ss on %r (reference %r): scored 0 (%d such answers so far)",
-                        VERIFY_SECONDS, guess[:80], gold[:80], TIMEOUTS[0])
-        return bool(reply) and reply.strip() == "1"
+        return reply
 
 
 @atexit.register
