@@ -207,7 +207,7 @@ def last_boxed(text: str) -> str | None:
 NUMBER = re.compile(r"[-\u2212]?(?:\d{1,9}[ \t](?=\d{1,9}/\d)\d{1,9}/\d{1,9}(?![\d/.])|\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|"
                     r"\d{1,3}(?:[\u00a0\u2009\u202f]\d{3})+(?![\w/-])(?:\.\d+)?|"
                     r"(?<!\d)(?<!\d )\d{1,3}(?: \d{3})++(?=(?:\.\d+)?(?:[.,;:!?)]+(?:\s|$)|\s*$))(?:\.\d+)?|"
-                    r"\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?")
+                    r"\d+(?:\.\d+)?|\.\d+|(?<!\d)[\u00bc-\u00be\u2150-\u215e])(?:[eE][-+]?\d+)?(?:/\d+)?")
 # (a mixed number first: "3 1/2 hours" is 7/2, not 3; \u2212: the minus sign, as typeset; ".5" is a half, not 5; 1e3
 # a thousand, not 3; commas only as thousands separators: "(1,2)" is 1 and 2, not 12; a no-break or a thin space
 # between groups of three digits (SI's style, as typeset) too: "1 080" is 1080, not 080, but not "2 300-gram bags"; a

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import unicodedata
 from fractions import Fraction
 
 from execrl.extract import BOUND, improper, math_answer
@@ -31,14 +32,22 @@ HEDGE = re.compile(rf"\bor\b|\\(?:lor|vee)\b|{BOUND}|\d\s*(?:\\text\{{\s*)?\+\s*
 # 18 \text{ at least}, 18+, 18 and up
 
 
+INVISIBLE = frozenset("\ufeff\u200b\u200c\u200d\u2060\u00ad")  # (a reference "18\u200b" matched no answer)
+WHOLE_VULGAR = re.compile(r"([-\u2212]?\d*)\s?([\u00bc-\u00be\u2150-\u215e])")  # 1½, ½, -2¾
 DELIMITERS = (("\\(", "\\)"), ("\\[", "\\]"), ("$$", "$$"), ("$", "$"))  # LaTeX math around a whole answer
 SEPARATORS = re.compile(r"(?<=\d)(?:\\,|\\ |\{,\}|[ \u00a0\u2009\u202f])(?=\d{3}(?![\d/]))")  # 1\,000, 1\ 000, 1{,}000,
 # 1 000 (a space, a no-break or a thin one; not the 2 of the mixed number 2 100/3): thousands separators
 
 
 def _bare(text: str) -> str:
-    """An answer without one pair of math delimiters around the whole of it (a reference written \\[3\\] is 3)."""
-    text = text.strip()
+    """An answer without one pair of math delimiters around the whole of it (a reference written \\[3\\] is 3),
+    without invisible format characters (a byte-order mark, a zero-width space), a Unicode fraction as digits (1½:
+    3/2, as an answer's is read)."""
+    text = "".join(c for c in text if c not in INVISIBLE).strip()
+    if m := WHOLE_VULGAR.fullmatch(text):
+        whole = m[1].lstrip("-\u2212")
+        value = int(whole or 0) + Fraction(unicodedata.numeric(m[2])).limit_denominator(100)
+        return ("-" if len(whole) < len(m[1]) else "") + str(value)
     for left, right in DELIMITERS:
         inner = text[len(left):len(text) - len(right)]
         if len(text) >= len(left) + len(right) and text.startswith(left) and text.endswith(right) and \
