@@ -605,6 +605,18 @@ def test_near_greedy_sampling_is_warned():
     ("checkpointing.checkpoint_dir=/proc", r"checkpoint_dir=/proc cannot be written: no folder can be made in /proc"),
     ("logger.log_dir=/sys", r"log_dir=/sys cannot be written: no folder can be made in /sys"),
     ("reward.components=[{name: test_pass_fraction, weight: -1.0}]", "rewarded for wrong answers"),
+    # (a hunt's finds) a penalty with a weight of -1, as other frameworks write one, and an inverted scaling: each run
+    # learned to fail, its reward rising
+    ("reward.components=[{name: test_pass_fraction}, {name: error_penalty, weight: -1.0}]",
+     r"error_penalty with weight -1 adds up to \+1 to the reward: a bonus for programs that fail to compile"),
+    ("reward.components=[{name: test_pass_fraction}, {name: error_penalty, penalty: 1.0}]",
+     r"error_penalty with weight 1 and penalty=1.0 adds up to \+1 .* and a penalty <= 0"),
+    ("reward.components=[{name: test_pass_fraction}, {name: repetition_penalty, weight: -0.5}]",
+     "a bonus for repeated text"),
+    ("reward.components=[{name: test_pass_fraction}, {name: overlong_penalty, weight: -1.0}]",
+     r"adds up to \+1 to the reward: a bonus for answers past its length"),
+    ("reward.scaling={enabled: true, source_min: 0.0, source_max: 1.0, target_min: 1.0, target_max: 0.0}",
+     "a right answer \\(test_pass_fraction\\) would get less reward than a wrong one"),
     ("reward.components=[{name: overlong_penalty, max_tokens: 4096, buffer_tokens: 256}]",
      "overlong_penalty is the only reward, and it penalizes answers past 3840 tokens"),
 ])
@@ -624,10 +636,18 @@ def test_runs_that_cannot_save_or_learn_are_refused_before_any_work(tmp_path, ov
 
 
 def test_a_mixed_reward_with_a_negative_correctness_part_and_a_reachable_penalty_stay_allowed():
-    from execrl.config.checks import validate
+    from execrl.config.checks import correctness_note, validate
 
-    validate(load_config(None, ["reward.components=[{name: test_pass_fraction, weight: 1.0}, {name: all_tests_pass, "
-                                "weight: -0.5}, {name: overlong_penalty, max_tokens: 4096, buffer_tokens: 256}]"]))
+    cfg = load_config(None, ["reward.components=[{name: test_pass_fraction, weight: 1.0}, {name: all_tests_pass, "
+                             "weight: -0.5}, {name: overlong_penalty, max_tokens: 4096, buffer_tokens: 256}, "
+                             "{name: error_penalty, weight: 0.5}]"])
+    validate(cfg)
+    assert correctness_note(cfg) is None
+    # (a hunt's find) a reward of no correctness component, said at start-up
+    for components, learns in [("[{name: format}]", "learns the format"),
+                               ("[{name: execution_tiers}, {name: error_penalty}]", "learns programs that run")]:
+        note = correctness_note(load_config(None, [f"reward.components={components}"]))
+        assert note.startswith("warning: reward.components") and learns in note and "math_correct" in note
 
 
 def test_a_careless_users_settings_each_stop_with_the_fix(tmp_path):

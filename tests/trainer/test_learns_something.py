@@ -63,6 +63,9 @@ def test_the_flat_warning_under_role_baselines_speaks_of_advantages():
                                                        "gave wrong answers"),
     ({"fail": 0.4, "runtime_error": 0.3, "pass": 0.3}, "pass 30%, runtime_error 30%; the problems may be too hard or too easy"),
     ({}, "nothing is learned. The problems may be too hard or too easy"),
+    # (a hunt's find) a format-only reward: right and wrong answers in one group got one reward
+    ({"fail": 0.72, "pass": 0.18, "runtime_error": 0.1}, "but 18% of the samples were right: where a group held right "
+                                                         "and wrong answers, its equal rewards say the reward does not"),
 ])
 def test_the_flat_warning_names_the_samples_verdicts(verdicts, said):
     """A run whose every group is flat because every program timed out (or no answer held code) was told only "too
@@ -131,3 +134,18 @@ def test_a_run_that_skipped_updates_says_so_at_its_end(tmp_path, capsys):
     shown = capsys.readouterr()
     said = (shown.out + shown.err).replace("\n", " ")
     assert "3 optimizer step(s) had a NaN" in said, said
+
+
+def test_a_reward_that_rose_while_right_answers_fell_is_warned_of():
+    """(A hunt's find) a penalty's sign flipped, an inverted scaling, a component of one's own: the summary's "train
+    reward 0.600 -> 0.998" read as progress while pass@1 fell to 0."""
+    from execrl.trainer.flat import reward_against_correctness
+
+    falling = [{"train/reward_mean": r, "train/verdict/pass": p} for r, p in
+               [(0.6, 0.16), (0.7, 0.1), (0.9, 0.01), (0.99, 0.0)]]
+    assert "train reward rose (0.650 -> 0.945) while the share of right samples (train/verdict/pass) fell" in \
+        reward_against_correctness(falling)
+    evals = [{"train/reward_mean": 0.5}, {"eval/pass@1": 0.4}, {"train/reward_mean": 0.8}, {"eval/pass@1": 0.1}]
+    assert "while eval pass@1 fell (0.400 -> 0.100)" in reward_against_correctness(evals)
+    rising = [{"train/reward_mean": r, "train/verdict/correct": p} for r, p in [(0.3, 0.2), (0.9, 0.8)]]
+    assert reward_against_correctness(rising) is None and reward_against_correctness([]) is None

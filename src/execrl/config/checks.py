@@ -99,9 +99,43 @@ def check_learnable(cfg: MasterConfig) -> None:
         raise ConfigError(f"reward.components: {graded[0].name} has weight {graded[0].weight:g}, so the run is rewarded "
                           "for wrong answers (its reward rises as fewer tests pass, and reads as progress): give it a "
                           "positive weight (e.g. 1.0)")
+    check_penalties(cfg)
 
 
 CORRECTNESS = ("test_pass_fraction", "all_tests_pass", "math_correct")  # the components that score right answers
+PENALTIES = {"error_penalty": "programs that fail to compile or crash", "repetition_penalty": "repeated text",
+             "overlong_penalty": "answers past its length"}  # (a penalty's own values are <= 0)
+
+
+def check_penalties(cfg: MasterConfig) -> None:
+    """No penalty turned into a bonus (a weight of -1, as other frameworks write a penalty, on a component that
+    gives values <= 0 already; error_penalty's penalty > 0), and no reward.scaling that maps right answers below
+    wrong ones: each trained toward what it meant to penalize, its reward rising (a hunt's finds: syntax errors 3% ->
+    99%, pass@1 0.19 -> 0)."""
+    for c in cfg.reward.components:
+        if c.name in PENALTIES and c.weight != 0 and c.bounds()[1] > 0:
+            given = ", ".join(f"{k}={v!r}" for k, v in c.params.items() if k == "penalty")
+            raise ConfigError(f"reward.components: {c.name} with weight {c.weight:g}{' and ' + given if given else ''} "
+                              f"adds up to +{c.bounds()[1]:g} to the reward: a bonus for {PENALTIES[c.name]}, which "
+                              "the run would learn to write. The component gives values <= 0 itself: give it a "
+                              "positive weight (its size)" + (" and a penalty <= 0" if given else ""))
+    s = cfg.reward.scaling
+    scaled = [c.name for c in cfg.reward.components if c.scaled and c.weight > 0 and c.name in CORRECTNESS]
+    if s.enabled and s.target_max < s.target_min and scaled:
+        raise ConfigError(f"reward.scaling maps source_max onto target_max={s.target_max:g}, below "
+                          f"target_min={s.target_min:g}: a right answer ({scaled[0]}) would get less reward than a "
+                          "wrong one, and the run would learn to fail: swap target_min and target_max")
+
+
+def correctness_note(cfg: MasterConfig) -> str | None:
+    """A warning where no reward component scores correctness (each of execrl's own and none of them does): the run
+    learns the format, or code that runs, not right answers; None: none."""
+    names = [c.name for c in cfg.reward.components if c.weight != 0]
+    if not names or any(n not in PENALTIES and n not in ("format", "execution_tiers") for n in names):
+        return None
+    return (f"warning: reward.components ({', '.join(names)}) score no answer's correctness: the run learns "
+            f"{'the format' if 'format' in names else 'programs that run'}, not right answers, and where every "
+            "answer meets it nothing at all; add test_pass_fraction (code) or math_correct (math)")
 
 
 def optimizer_lr(cfg: MasterConfig) -> float | None:

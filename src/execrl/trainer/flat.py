@@ -5,6 +5,7 @@ from __future__ import annotations
 
 FLAT_WARNING_STEPS = 3  # steps in a row with every group flat before the run says it learns nothing
 DOMINANT = 0.5  # a verdict this share of the samples (or more) gets its hint
+MIXED = 0.05  # right answers this share of the samples, and wrong ones too: flat groups may hold both
 
 
 def flat_reason(cfg) -> str:
@@ -58,6 +59,11 @@ def verdict_note(cfg, rows: list[dict]) -> str:
     hint = hints(cfg).get(seen[0][0]) if seen and seen[0][1] >= DOMINANT else None
     text = hint or ("the problems may be too hard or too easy for the model, or the reward may not score this dataset "
                     "(reward.components)")
+    right = sum(shares.get(v, 0.0) for v in ("pass", "correct"))
+    if MIXED <= right <= 1 - MIXED:  # (a hunt's find: a format-only reward's flat groups blamed on hard problems)
+        text += (f"; but {right:.0%} of the samples were right: where a group held right and wrong answers, its equal "
+                 "rewards say the reward does not tell them apart (reward.components: a correctness component, "
+                 "test_pass_fraction or math_correct, with a positive weight)")
     return f"{said} {text}." if said else f" {text[0].upper()}{text[1:]}."
 
 
@@ -71,3 +77,31 @@ def flat_warning(cfg, rows: list[dict], all_cut: bool) -> str:
                 "learned. Raise policy.generation.max_new_tokens, or set grpo.overlong_filtering=false")
     return (f"for {n} steps {flat_reason(cfg)} (train/flat_group_frac 1.0): the loss and its gradient are 0 and "
             "nothing is learned." + verdict_note(cfg, rows) + " See the rollouts in the log directory")
+
+
+FELL = 0.1  # a fall of the share of right answers (or of pass@1) this large, while the reward rose, is said
+
+
+def reward_against_correctness(rows: list[dict]) -> str | None:
+    """What a run whose reward rose while its share of right samples (train/verdict/pass or correct) or its eval
+    pass@1 fell by FELL says: the reward scores something other than right answers (a sign, a weight, a scaling, a
+    component of one's own); None: it did not (a hunt's find: such runs read as progress)."""
+    def first_last(key: str) -> tuple[float, float] | None:
+        values = [r[key] for r in rows if key in r]
+        k = min(5, len(values) // 2)
+        return (sum(values[:k]) / k, sum(values[-k:]) / k) if k else None
+
+    reward = first_last("train/reward_mean")
+    if reward is None or reward[1] <= reward[0]:
+        return None
+    evals = [r["eval/pass@1"] for r in rows if "eval/pass@1" in r]
+    fallen = [(f"the share of right samples (train/verdict/{v})", *got) for v in ("pass", "correct")
+              if (got := first_last(f"train/verdict/{v}")) and got[0] - got[1] >= FELL]
+    if len(evals) >= 2 and evals[0] - evals[-1] >= FELL:
+        fallen.append(("eval pass@1", evals[0], evals[-1]))
+    if not fallen:
+        return None
+    what, before, after = fallen[0]
+    return (f"the train reward rose ({reward[0]:.3f} -> {reward[1]:.3f}) while {what} fell ({before:.3f} -> "
+            f"{after:.3f}): the reward scores something other than right answers. Check reward.components' weights "
+            "and signs, reward.scaling, and your own components")

@@ -25,7 +25,13 @@ from execrl.trainer import checkpoint, memory, startup
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import problem_set
 from execrl.trainer.deferred import Trained
-from execrl.trainer.flat import FLAT_WARNING_STEPS, flat_reason, flat_warning, verdict_note
+from execrl.trainer.flat import (
+    FLAT_WARNING_STEPS,
+    flat_reason,
+    flat_warning,
+    reward_against_correctness,
+    verdict_note,
+)
 from execrl.trainer.rollouts import episode_means, episode_sums, prompt_seeds, rollout_rows, sampling
 from execrl.trainer.setup import Run, build_run, console
 from execrl.trainer.step import advantages, build_batch, deferrable, optimize, sampler_filter, score_tokens, sharing
@@ -423,6 +429,8 @@ def summarize(run: Run, warn: bool = True) -> None:
             other = validation_sets_differ(points[0], points[-1])
             console.print(f"eval {key[5:]}: {points[0][key]:.3f} (step {points[0]['step']}) -> {points[-1][key]:.3f} "
                           f"(step {points[-1]['step']})" + (f" ({other})" if other else ""))
+    if warn and not selfplay and (against := reward_against_correctness(rows)):
+        console.print(f"[yellow]warning: {escape(against)}[/]")
     written = write_report(run)
     saved = run.cfg.checkpointing.checkpoint_dir if run.cfg.checkpointing.enabled else \
         "none (checkpointing.enabled=false)"
