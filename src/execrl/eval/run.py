@@ -96,8 +96,8 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         key = dataset_key(cfg.dataset) if cfg.dataset else None
     except DatasetError as e:
         raise DatasetError(str(e).replace("dataset_name", "--dataset", 1)) from None
-    everything, _ = (load_problems(key, cfg.split, cfg.data_path, cfg.max_tests, **seeded, **cfg.data_options) if key
-                     else ([], None))
+    everything, report = (load_problems(key, cfg.split, cfg.data_path, cfg.max_tests, **seeded, **cfg.data_options)
+                          if key else ([], None))
     if key and cfg.data_seed is None and (default := loader_seed(key)) is not None:
         cfg = replace(cfg, data_seed=default)  # (summary.json records the seed that posed the problems)
     played = sorted({p.kind for p in everything} - {"code", "math"})
@@ -176,6 +176,7 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     if cfg.reward_model:
         judge_samples(cfg, samples)
     return summarize(cfg, samples, {"completions": str(completions)} if completions else {"model": str(model_name)},
+                     dict(report.reasons) if report is not None and cfg.dataset else {},
                      dropped)
 
 
@@ -422,9 +423,11 @@ def own_problem(path: str, n: int, row: dict, pid: str, max_tests: int) -> Probl
     return Problem(pid, [], "code" if "tests" in row else "math", tests=tests, answer=answer, language=language)
 
 
-def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None, dropped: int = 0) -> dict:
+def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None, skipped: dict | None = None,
+              dropped: int = 0) -> dict:
     """results.jsonl (a row per problem) and summary.json (pass@k, the verdicts, and what ran: `source`, the model or
-    the completions file, and the settings that decide the figures)."""
+    the completions file, and the settings that decide the figures; `skipped`: the dataset's unusable rows, by
+    reason)."""
     per_problem: dict[int, list[Sample]] = defaultdict(list)  # (by problem, not by id: ids may repeat)
     for s in samples:
         per_problem[id(s.problem)].append(s)
@@ -446,6 +449,7 @@ def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None
             f.write(json.dumps(row) + "\n")
     cut = sum(s.cut for s in samples)  # (at --max-new-tokens before they ended)
     summary = {"dataset": cfg.dataset, "split": cfg.split, "problems": len(per_problem),
+               **({"rows_skipped": skipped} if skipped else {}),  # (a hunt's find: 4 of 5 rows skipped read as 1 of 1)
                **({"problems_dropped_long_prompt": dropped} if dropped else {}), "samples": len(samples),
                **({} if "completions" in (source or {}) else {"samples_cut_at_max_new_tokens": cut}),
                "invalid_samples": invalid, "outcomes": dict(outcomes),

@@ -46,8 +46,9 @@ def load(path, split, report, variant: str | None = None, challenge_tests: bool 
             continue
         text = row.get("text") or row.get("prompt")
         asserts = row.get("test_list") or []
-        if challenge_tests:
-            asserts = [*asserts, *(row.get("challenge_test_list") or [])] if isinstance(asserts, list) else asserts
+        if challenge_tests:  # (a string is one assert, not one per character: a review's find)
+            more = row.get("challenge_test_list") or []
+            asserts = [*asserts, *([more] if isinstance(more, str) else more)] if isinstance(asserts, list) else asserts
         if not isinstance(text, str) or not text.strip() or not asserts:
             report.skip(task, "no text or no tests")
             continue

@@ -47,9 +47,11 @@ def shown(spec: TestSpec, prompt: str) -> list[bool]:
     """Per test, whether the prompt shows it: an assert written in it (as Python reads it: spacing aside); an input
     right after its label ("Input", "Example 1:", a fence) and its output right after one, soon after; a call's
     arguments after "=" or "Input:" and its value after "Output:" or "==", in order."""
-    if isinstance(spec, AssertTests):
-        written = {_tree(line) for line in prompt.splitlines() if line.strip().startswith("assert")}
-        return [a.strip() in prompt or _tree(a) in written for a in spec.asserts]
+    if isinstance(spec, AssertTests):  # (a whole line: "assert f(1) == 2" is not shown by "... == 20")
+        lines = {line.strip() for line in prompt.splitlines()}
+        written = {_tree(line) for line in lines if line.startswith("assert")}
+        return [a.strip() in lines or "\n" in a.strip() and a.strip() in prompt or _tree(a) in written
+                for a in spec.asserts]
     if isinstance(spec, StdioTests):
         text = "\n" + _lines(prompt) + "\n"
         return [_in_order(text, [(_lines(i), INPUT_LABEL), (_lines(o), OUTPUT_LABEL)], lines=True)
