@@ -215,7 +215,8 @@ NUMBER = re.compile(r"[-\u2212]?(?:\d{1,9}[ \t](?=\d{1,9}/\d)\d{1,9}/\d{1,9}(?![
 # servings of 150 ml, "on day 3 120 cookies" day 3's 120; read from a run's first group only, and its groups never
 # given back: a line of 16,000 groups took 10 s)
 GROUPS = re.compile(r"(?<=\d)[, \u00a0\u2009\u202f](?=\d{3}(?!\d))")  # thousands separators within a number
-POWER = re.compile(rf"(?:{NUMBER.pattern})(?:\s*\^\s*\{{?\s*(?:{NUMBER.pattern})\s*\}}?)*")  # 2^10: 1024, not 10
+POWER = re.compile(rf"(?:{NUMBER.pattern})(?:\s*(?:\^|\*\*)\s*\{{?\s*(?:{NUMBER.pattern})\s*\}}?)*")  # 2^10, 2**10:
+# 1024, not 10
 ANSWER_IS = re.compile(r"(?im)\banswer is\b(?!\s+not\b):?|^[ \t*_#]*+(?:final )?answer[*_]*\s*:")  # "the final answer is", "Answer:"
 FIRST_SPAN = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]|(?<!\\)\$\$(.+?)\$\$|(?<!\\)\$([^$]+?)(?<!\\)\$")  # (\$: a dollar)
 BARE_TEX = re.compile(r"\s*([-\u2212]?(?:\d+(?:\.\d+)?\s*)?\\[a-zA-Z].*?)(?=\s+[a-zA-Z]{2,}\b|[.,;:]?\s*$)")  # (to the
@@ -243,7 +244,7 @@ NEGATIVE_AMOUNT = re.compile(r"(?<![\w$])([-\u2212])\\?\$(?=\d)")  # -$5, -\$5: 
 STRUCK = re.compile(r"~~[^~\n]{0,200}~~")  # markdown strike-through
 DASH_MINUS = re.compile(r"(?<![\w.])[\u2010\u2011\u2013\ufe63\uff0d](?=\\?\$?\d)")  # a dash as a minus sign, before a
 # number (or its dollar), after no digit: "–10", "–$10"; not a range's "18–20"
-UNIT_POWER = re.compile(r"[A-Za-z]\s*\^\s*\{?\s*$")  # the 2 of "48 m^2" is no answer
+UNIT_POWER = re.compile(r"[A-Za-z]\s*(?:\^|\*\*)\s*\{?\s*$")  # the 2 of "48 m^2" is no answer
 CLOSERS = re.compile(r"(?:\s|\\\)|\\\]|\$)*")  # between a number and its unit: "\\(32\\) \\(\\text{in total}\\)"
 CORRECTED = re.compile(r"(?i)\bwait\b[,.!]|\boops\b|\bI (?:made|make) (?:a|an) (?:mistake|error)\b|\bmiscalculat\w*|"
                        r"\bmiscount\w*|\b(?:that|this) (?:is|was|'s) (?:wrong|incorrect)\b|\bI was wrong\b|"
@@ -434,7 +435,7 @@ def improper(text: str) -> str | None:
 
 def _plain(number: str) -> str:
     """A number as answers_match reads it: no thousands commas, an ASCII minus, a mixed number improper (2 1/2: 5/2)."""
-    return improper(number) or GROUPS.sub("", number).replace("\u2212", "-")
+    return improper(number) or GROUPS.sub("", number).replace("\u2212", "-").replace("**", "^")
 
 
 SCALE_AFTER = re.compile(r"(?:[ \t]*(?:thousand|million|billion|trillion)|k|K|bn|M|B)(?![-\w])")  # 18 thousand,

@@ -311,3 +311,11 @@ def test_unicode_fractions_and_invisible_marks_in_a_reference():
         assert answers_match(math_answer(text), reference), (text, reference)
     assert not answers_match(math_answer(r"\boxed{1}"), "1½") and not answers_match("2", "½")
     assert math_answer("It takes ¼ cup, so the answer is 5.") == "5"
+
+
+def test_a_power_written_as_python_writes_it():
+    """(A hunt's find) "The answer is 2**10." was read as 2."""
+    from execrl.extract import math_answer
+
+    assert answers_match(math_answer("The answer is 2**10."), "1024")
+    assert math_answer("Area is 48 m**2") == "48" and math_answer("so x = 3 ** 2 = 9") == "9"
