@@ -418,9 +418,10 @@ def test_tilde_fences_invisible_marks_tab_indents_and_an_output_block_after_the_
     zero-width space before the fence, a fence indented by a tab (its lines kept the tab: an IndentationError), and
     an untagged block of the example's output after the untagged program (the output was graded)."""
     program = "n = int(input())\nprint(n * n)"
+    tabbed = "1. Solution:\n\t```python\n\t" + program.replace("\n", "\n\t") + "\n\t```"
     for text in ["~~~python\n" + program + "\n~~~", "\ufeff```python\n" + program + "\n```",
-                 "\u200b```python\n" + program + "\n```", "1. Solution:\n\t```python\n\t" + program.replace("\n", "\n\t")
-                 + "\n\t```", "```\n" + program + "\n```\nOutput for 3:\n```\n9\n```",
+                 "\u200b```python\n" + program + "\n```", tabbed,
+                 "```\n" + program + "\n```\nOutput for 3:\n```\n9\n```",
                  "~~~~\n```python\nprint(0)\n```\n~~~~\n```python\n" + program + "\n```"]:
         assert extract(text).code == program, text
     # a line of tildes never closed is a separator, not a block that swallows the code after it

@@ -69,11 +69,11 @@ def fenced_blocks(text: str, tildes: bool = True) -> list[tuple[str, str, bool]]
     """(language, code, closed) for each ``` or ~~~ block, as CommonMark reads fences: a fence is a line that starts
     with 3 or more backticks (tildes), closed by a line of at least as many alone (a ```` block holds ``` lines); its
     language is the info string's first word (```python title="main.py": python); its lines lose the indentation
-    of its opening fence, spaces or tabs (a block inside a list item). Where models differ from CommonMark: a fence with an info
-    string inside an open block opens a new one (the model never closed the first); a fence followed by text that
-    is no info string (```<|im_end|>, ```., ```</answer>) closes the open block; a block left open at the end
-    whose last line ends in ``` (`return x```) was closed there; a ~~~ block never closed was a line of tildes (a
-    separator), read again as text."""
+    of its opening fence, spaces or tabs (a block inside a list item). Where models differ from CommonMark: a fence
+    with an info string inside an open block opens a new one (the model never closed the first); a fence followed by
+    text that is no info string (```<|im_end|>, ```., ```</answer>) closes the open block; a block left open at the
+    end whose last line ends in ``` (`return x```) was closed there; a ~~~ block never closed was a line of tildes
+    (a separator), read again as text."""
     blocks, lang, buf, fence, indent = [], "", [], "", 0  # fence: the open block's backticks or tildes ("": none)
     # lines end at \n, \r\n or \r only (splitlines() also splits at U+2028 or \x1c, which a string literal may hold)
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")

@@ -1232,9 +1232,9 @@ LEAVE_BEHIND = {
     # (a hunt's find) a flow label lingers past its socket, sends nothing and moves no counter: a later program read
     # an answer in them
     "IPv6 flow labels": "import socket, struct\ns = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n"
-                        "for i, c in enumerate(b'42'):\n    s.setsockopt(41, 32, socket.inet_pton(socket.AF_INET6, '::1')"
-                        " + struct.pack('!I', i << 8 | c) + struct.pack('=BBHHHI', 0, 255, 3, 150, 150, 0))\n"
-                        "print('ok')",
+                        "for i, c in enumerate(b'42'):\n    s.setsockopt(41, 32, "
+                        "socket.inet_pton(socket.AF_INET6, '::1') + struct.pack('!I', i << 8 | c) + "
+                        "struct.pack('=BBHHHI', 0, 255, 3, 150, 150, 0))\nprint('ok')",
 }
 # what a later program on the same worker reads of them: the same whatever ran before it. (sockstat's `mem` fields
 # are not: they are the host's TCP and UDP buffer pages, one counter for every namespace, moved (Linux >= 6.0) in per-CPU batches

@@ -64,8 +64,9 @@ def test_the_flat_warning_under_role_baselines_speaks_of_advantages():
     ({"fail": 0.4, "runtime_error": 0.3, "pass": 0.3}, "pass 30%, runtime_error 30%; the problems may be too hard or too easy"),
     ({}, "nothing is learned. The problems may be too hard or too easy"),
     # (a hunt's find) a format-only reward: right and wrong answers in one group got one reward
-    ({"fail": 0.72, "pass": 0.18, "runtime_error": 0.1}, "but 18% of the samples were right: where a group held right "
-                                                         "and wrong answers, its equal rewards say the reward does not"),
+    ({"fail": 0.72, "pass": 0.18, "runtime_error": 0.1},
+     "but 18% of the samples were right: where a group held right and wrong answers, its equal rewards say the reward "
+     "does not"),
 ])
 def test_the_flat_warning_names_the_samples_verdicts(verdicts, said):
     """A run whose every group is flat because every program timed out (or no answer held code) was told only "too

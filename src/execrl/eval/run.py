@@ -349,8 +349,10 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
             raise DatasetError(f"{path}, row {n}: no 'completion' string: --completions reads rows "
                                f"{{\"problem_id\": ..., \"completion\": \"the model's text\"}}{gym}")
         if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or not 0 <= num_tokens < 1 << 40:
-            raise DatasetError(f"{path}, row {n}: num_tokens must be a count of tokens, got {digits(num_tokens)[:40] if isinstance(num_tokens, int) else repr(num_tokens)[:40]}")
-        text = valid_text(text)  # (a lone surrogate, which JSON carries, stopped a reward model's tokenizer: a hunt's find)
+            given = digits(num_tokens) if isinstance(num_tokens, int) else repr(num_tokens)
+            raise DatasetError(f"{path}, row {n}: num_tokens must be a count of tokens, got {given[:40]}")
+        text = valid_text(text)  # (a lone surrogate, which JSON carries, stopped a reward model's tokenizer: a hunt's
+        # find)
         key = pid or n
         if ("tests" in row or "answer" in row) and (pid in by_id or pid in later):
             if not same_problem(own_problem(path, n, row, pid, max_tests), first_of[pid]):

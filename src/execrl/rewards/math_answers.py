@@ -229,9 +229,9 @@ def answers_match(predicted: str | None, reference: str, question: str = "") -> 
 # processes instead, killed past VERIFY_SECONDS of the child's CPU time (the answer scores 0, as NeMo RL's
 # math-verify timeout scores it; CPU time, not the clock: a right answer that took 3.4 s scored 0 whenever the
 # machine was busy, a hunt's find), or past WALL_SECONDS times as long whatever it spent. A reference math-verify
-# cannot read in that time is remembered: its later answers score 0 at once (one 9-character reference cost 40 s a
-# group). A child is a fresh interpreter (fork + exec: safe with torch imported and threads running) that imports math-verify
-# only; it starts on first use and serves answer after answer, one at a time.
+# cannot compare with 0 in that time is remembered: its later answers score 0 at once (one 9-character reference
+# cost 40 s a group). A child is a fresh interpreter (fork + exec: safe with torch imported and threads running) that
+# imports math-verify only; it starts on first use and serves answer after answer, one at a time.
 VERIFY_SECONDS = 5.0  # one answer's parse and verify (math-verify's own default is 5 s each; an ordinary one: ms)
 WALL_SECONDS = 4  # x VERIFY_SECONDS: the clock's bound, however little CPU the child got
 VERIFY_WORKERS = min(4, os.cpu_count() or 1)  # children at most: scoring threads beyond wait their turn
@@ -344,8 +344,8 @@ def _math_verify(gold: str, guess: str) -> bool:
     if reply is None:
         with _children.lock:
             TIMEOUTS[0] += 1
-        if gold not in READABLE | UNREADABLE and _ask(gold, "0") is None:  # (the reference itself: every answer to it would run
-            UNREADABLE.add(gold)  # out of time)
+        if gold not in READABLE | UNREADABLE and _ask(gold, "0") is None:  # (the reference itself: every answer
+            UNREADABLE.add(gold)  # to it would run out of time)
             log.warning("math-verify cannot compare an answer with the reference %r within %ss: its answers score 0 "
                         "from now on",
                         gold[:80], VERIFY_SECONDS)
