@@ -214,11 +214,7 @@ def parse_tests(obj) -> TestSpec:
             if unknown:
                 raise TestSpecError(f"unknown keys in call tests: {unknown} (a row holds one form of tests)")
             _passable(outputs, "return value")
-            spec = _call_tests(obj, inputs, outputs)
-            if spec.outputs and all(v is None for v in spec.outputs):  # (a hunt's find: 1.0 for `pass`)
-                raise TestSpecError("every call test expects null, which a function returning nothing passes: drop the "
-                                    "row, or give it tests that expect a value")
-            return spec
+            return _testing(_call_tests(obj, inputs, outputs))
         unknown = keys - {"inputs", "outputs", "compare", "fn_name"}
         if unknown:
             raise TestSpecError(f"unknown keys in stdin/stdout tests: {sorted(unknown)}")
@@ -227,14 +223,28 @@ def parse_tests(obj) -> TestSpec:
             raise TestSpecError("tests.compare must be an object: {mode, float_rel, float_abs, case_fold}")
         options = compare_options(compare)
         _passable(outputs, "output")
-        if outputs and all(not o.strip() for o in outputs):  # (a hunt's find: 1.0 for printing nothing)
-            raise TestSpecError("every test expects no output, which a program printing nothing passes: drop the row, "
-                                "or give it tests that expect output")
-        return StdioTests(inputs, outputs, options)
+        return _testing(StdioTests(inputs, outputs, options))
     raise TestSpecError(
         f"unknown test form with keys {sorted(keys)}: expected inputs+outputs (stdin/stdout), "
         "fn_name+inputs+outputs (call), asserts (+setup) or check+entry_point"
     )
+
+
+def expects_nothing(spec: TestSpec) -> str | None:
+    """Why a program that prints or returns nothing passes every one of `spec`'s tests (each expects no output, or
+    null), else None (a hunt's find: such rows paid 1.0 for an empty program)."""
+    if isinstance(spec, StdioTests) and spec.outputs and all(not o.strip() for o in spec.outputs):
+        return "every test expects no output, which a program printing nothing passes"
+    if isinstance(spec, CallTests) and spec.outputs and all(v is None for v in spec.outputs):
+        return "every call test expects null, which a function returning nothing passes"
+    return None
+
+
+def _testing(spec: TestSpec) -> TestSpec:
+    if why := expects_nothing(spec):
+        raise TestSpecError(f"{why}: drop the row, or give it tests that expect "
+                            f"{'a value' if 'null' in why else 'output'}")
+    return spec
 
 
 def _passable(outputs: list[str], what: str) -> None:
