@@ -321,6 +321,28 @@ def test_a_binary_the_kernel_will_not_run_is_the_programs_failure_not_infra(solo
     assert solo.grade(good, tests, language="cpp").verdict == V.PASS
 
 
+READ_OWN_MEMORY = ("import re\npat = re.compile(rb'carr' rb'ied: (ANSWER_[0-9]+)')\nfound = None\n"
+                   "with open('/proc/self/maps') as maps, open('/proc/self/mem', 'rb', 0) as mem:\n"
+                   "    for line in maps:\n        span, perms = line.split()[:2]\n"
+                   "        lo, hi = (int(x, 16) for x in span.split('-'))\n"
+                   "        if 'r' not in perms or hi - lo > 1 << 28:\n            continue\n"
+                   "        try:\n            mem.seek(lo)\n            data = mem.read(hi - lo)\n"
+                   "        except (OSError, ValueError, OverflowError):\n            continue\n"
+                   "        m = pat.search(data)\n        found = found or (m and m.group(1).decode())\nprint(found)")
+
+
+def test_a_compiles_warnings_are_not_in_the_next_programs_memory():
+    """(A hunt's find) the runner kept a successful compile's output in buffers it never zeroed: the next Python
+    program, forked from it, found the C++ program's warnings (which quote its source) in its own memory, and
+    printed the answer they carried."""
+    for size in range(30, 62, 4):  # (what survives in freed memory depends on the size, on a fresh worker: several)
+        with Grader(1) as g:
+            writer = "#warning carried: ANSWER_4217\n" * size + '#include <cstdio>\nint main(){std::puts("ok");}\n'
+            assert g.grade(writer, ONE, language="cpp").verdict == V.PASS
+            r = g.grade(READ_OWN_MEMORY, stdio(["\n"], ["ANSWER_4217\n"]))
+            assert r.verdict == V.FAIL, (size, r.tests[0].output)
+
+
 def test_messages_to_the_checker_do_not_hold_off_a_calls_time_limit(grader):
     """(An attacker's find) each callback message the program sent reset the checker's deadline for the call's
     reply, and an unknown callback key only got an error back: a thread sending one every 0.5 s let a call run past

@@ -146,6 +146,21 @@ def test_a_cpp_program_with_large_initialized_arrays_compiles_and_a_stopped_comp
     assert r.verdict == Verdict.SYNTAX_ERROR and r.tests[0].detail.startswith("the compiler was stopped: out of time")
 
 
+def test_a_compile_stopped_under_gccs_driver_says_which_limit():
+    """(A hunt's find) the assembler or cc1plus stopped under the driver said only the tool's own words ("internal
+    compiler error: File size limit exceeded", "out of memory allocating", "virtual memory exhausted")."""
+    from execrl.sandbox import Limits
+    from execrl.sandbox.grader import compile_said
+
+    lim = Limits()
+    for said, why in [(b"g++: internal compiler error: File size limit exceeded signal terminated program as",
+                       "over the file size its output may have (128 MB)"),
+                      (b"cc1plus: out of memory allocating 2147483664 bytes", "out of memory (2048 MB)"),
+                      (b"virtual memory exhausted: Cannot allocate memory", "out of memory (2048 MB)")]:
+        assert compile_said({"exit": 1}, said, lim).startswith(f"the compiler was stopped: {why}\n")
+    assert compile_said({"exit": 1}, b"main.cpp:1:1: error: expected ';'", lim).startswith("main.cpp:1:1")
+
+
 def test_a_cpp_program_whose_static_arrays_are_over_the_memory_limit_is_a_memory_verdict(grader):
     """A binary whose loadable segments (its .bss: `static int a[N]`) are larger than the memory limit cannot be
     exec'd under RLIMIT_AS: the kernel killed it with SIGSEGV, graded runtime_error; a program that fits still runs."""

@@ -392,6 +392,10 @@ def compile_said(res: dict, err: bytes, lim: Limits, out: bytes = b"") -> str:
     if why is None and (res.get("exit") == -signal.SIGXCPU or b"CPU time limit exceeded" in err[-4096:]):  # (the
         why = f"out of time ({lim.compile_timeout_s:g} s)"  # per-process CPU limit fires before the deadline: the
         # compiler, or gcc's cc1plus under its driver, killed by SIGXCPU with "killed_for" unset; a hunt's find)
+    if why is None and b"File size limit exceeded" in err[-4096:]:  # (the assembler under the driver: a hunt's find)
+        why = f"over the file size its output may have ({lim.compile_output_mb} MB)"
+    if why is None and any(said in err[-4096:] for said in (b"out of memory allocating", b"virtual memory exhausted")):
+        why = f"out of memory ({lim.compile_memory_mb} MB)"
     text = _text(err) or _text(out)
     return f"the compiler was stopped: {why}\n{text}" if why else text
 

@@ -433,6 +433,8 @@ class Zygote:
                                    wall_s=2 * t)
             if res["exit"] != 0 or res["killed_for"] or "setup_error" in res:
                 return res, pair
+            scrub(*pair)  # (a compile's warnings, which quote the source, were read by the next Python program in its
+            # own memory, forked from ours: a hunt's find)
         exe = os.path.join(PROGRAM_DIR, EXE)
         self.image_bytes = 0
         for name in sorted(os.listdir(PROGRAM_DIR))[:KEPT_FILES]:  # what the compile left: the binary, a language's
