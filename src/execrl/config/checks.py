@@ -995,6 +995,9 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
         out.append(f"grpo.async_grpo.max_trajectory_age_steps={grpo.async_grpo.max_trajectory_age_steps} bounds the "
                    "rollouts' age only: execrl generates one step ahead (rollouts are 1 step old), where NeMo RL's "
                    "generation runs up to that many steps ahead of training")
+    if grpo.async_grpo.enabled and lf.use_importance_sampling_correction is None:
+        out.append("loss_fn.use_importance_sampling_correction left out is on with async GRPO (NeMo RL's default, "
+                   "false, fails its own check that async GRPO has it on)")
     if grpo.async_grpo.enabled:  # (a hunt's find: NeMo RL's examples/run_grpo.py raises NotImplementedError)
         shaped = [k for k, on in (("reward scaling (grpo.reward_scaling, reward.scaling)", cfg.reward.scaling.enabled),
                                   ("the overlong penalty (grpo.reward_shaping)", any(
