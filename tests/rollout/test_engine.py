@@ -672,3 +672,23 @@ def test_a_model_that_names_no_end_token_is_said_once_with_the_token_to_set(caps
     assert end_ids(model, tok) == [] and end_ids(model, tok) == [] and end_ids(model, tok, [7]) == [7]
     said = capsys.readouterr().err.replace("\n", " ")
     assert said.count("name no end token") == 1 and "policy.generation.stop_token_ids=[7] (<|im_end|>)" in said, said
+
+
+def test_transformers_generate_cut_at_a_stop_string_where_the_pad_is_an_end_id():
+    """(A hunt's find) generate pads a row that a stop string ended; with the pad an end id (set_pad's choice for
+    Llama 3 and Mistral), the first pad was read as a sampled end: trained on, and recorded, though never sampled."""
+    import string
+
+    from execrl.models import build_tiny_model, build_tokenizer
+    from execrl.rollout.hf import hf_generate
+
+    tok = build_tokenizer(["abc def"], vocab_size=259)
+    tok.pad_token = tok.eos_token
+    model = build_tiny_model(tok).eval()
+    torch.manual_seed(0)
+    stops = list(string.ascii_letters)
+    out = hf_generate(model, tok, [tok("hello", add_special_tokens=False)["input_ids"]], 8, 40, temperature=1.0,
+                      stop_strings=stops)[0]
+    stopped = [c for c in out if any(s in c.text for s in stops)]
+    assert stopped and all(c.ids[-1] != tok.eos_token_id and not c.truncated for c in stopped)
+    assert all(not any(s in tok.decode(c.ids[:-1]) for s in stops) for c in stopped)  # (cut at the first one)

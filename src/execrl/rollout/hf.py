@@ -70,7 +70,9 @@ def _plain_sampling(model):
 
 
 def _cut(row: list[int], tokenizer, eos: list[int], pad: int, max_new_tokens: int, stop_strings) -> Completion:
-    end, truncated = len(row), True
+    if stop_strings and (stopped := _stopped(row, tokenizer, eos, stop_strings)):  # (generate pads a row its stop
+        return Completion(row[:stopped], text_of(tokenizer, row[:stopped]), False)  # string ended: where the pad is an
+    end, truncated = len(row), True  # end id, the first pad was read as a sampled end and trained on, a hunt's find)
     padded = len(row)  # where generate's padding after a stop string begins (a pad the model sampled mid-answer,
     while pad not in eos and padded and row[padded - 1] == pad:  # before other tokens, is one of its tokens)
         padded -= 1
@@ -86,3 +88,20 @@ def _cut(row: list[int], tokenizer, eos: list[int], pad: int, max_new_tokens: in
     if truncated and stop_strings and any(text.endswith(s) for s in stop_strings):
         truncated = False
     return Completion(ids, text, truncated and len(ids) >= max_new_tokens)
+
+
+def _stopped(row: list[int], tokenizer, eos: list[int], stop_strings) -> int | None:
+    """The length of the shortest prefix of `row`, before its first end id, whose text holds a stop string (the token
+    that completed it is the last), else None; by halving, a decode each step."""
+    first_end = next((j for j, t in enumerate(row) if t in eos), len(row))
+    if not any(s in text_of(tokenizer, row[:first_end]) for s in stop_strings):
+        return None
+    lo, hi = 1, first_end
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if any(s in text_of(tokenizer, row[:mid]) for s in stop_strings):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
