@@ -111,6 +111,21 @@ def test_a_bare_fence_that_opens_the_cell_lets_the_turn_go_on(grader):
     assert e.step("print(6 * 7)\n```\n").observation[0]["content"] == "42\n"
 
 
+@pytest.mark.parametrize("prose", ["I must end with the solution inside <answer></answer>",
+                                   "Plan: run a cell inside <code></code>",
+                                   "<think>\nI will test a draft first:\n<code>\nprint(1)\n</code>"])
+def test_a_tag_named_in_prose_or_a_draft_in_thinking_lets_the_turn_go_on(grader, prose):
+    """(A hunt's find) the turn's stop strings (</answer>, </code>) appear in prose too, the environment's own
+    instruction naming them: a thinking model's "I must end with <answer></answer>" ended every episode there with
+    no code, reward 0, nothing learned. A tag pair with nothing in it, or a stop inside an open <think>, goes on."""
+    e, _ = env(grader)
+    first = e.step(prose)
+    assert first.more and not first.done and not first.observation, first
+    last = e.step(". Done thinking.</think>\n<code>\nprint(6 * 7)\n</code>" if "<think>" in prose else
+                  ".\n<code>\nprint(6 * 7)\n</code>")
+    assert last.observation[0]["content"] == "42\n" and e.turns == 1
+
+
 @pytest.mark.parametrize("turn", ["<code>\nprint('<answer>')\n</code>",
                                   "I will test it, then give the <answer>.\n<code>\nprint(1 + 1)\n</code>"])
 def test_an_answer_tag_in_a_cell_or_named_in_prose_is_no_submission(grader, turn):

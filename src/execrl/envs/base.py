@@ -15,6 +15,7 @@ execrl.envs) or named by import path in `env.multi_turn.kind` (`my_envs:MyEnv`,
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from execrl.extract import fenced_blocks
@@ -123,7 +124,7 @@ class Environment:
             self.turns += 1
         text, tokens, self.partial, self.partial_tokens = self.partial + text, self.partial_tokens + num_tokens, "", 0
         self.generations, self.last_text, self.last_tokens = self.generations + 1, text, tokens
-        if opens_block(text, style) and self.generations < self.cfg.grpo.max_rollout_turns:
+        if (opens_block(text, style) or names_a_tag(text)) and self.generations < self.cfg.grpo.max_rollout_turns:
             self.partial, self.partial_tokens = text, tokens
             return None
         return text
@@ -144,6 +145,17 @@ def final_step(sample: Sample, grader, reward_cfg) -> Step:
 # stop strings by code style (plain: the turn's whole text is its code, so it ends where the sample does). A fence
 # line with no language (```) closes a block or opens one: where it opened one, the turn goes on (opens_block)
 CELL_ENDS = {"tags": ["</code>"], "fence": ["\n```\n"], "auto": ["</code>", "\n```\n"], "plain": []}
+
+
+NAMED_TAG = re.compile(r"<(\w+)></\1>\s*$")  # "... give it inside <answer></answer>": a tag named, nothing in it
+CLOSER = re.compile(r"(?:</\w+>|```)\s*$")  # what a turn's stop strings end it at (a cut turn ends anywhere)
+
+
+def names_a_tag(text: str) -> bool:
+    """The turn stopped at a closing tag that closes nothing (a tag pair named in prose, "inside <code></code>"), or
+    inside an open <think> block (a thinking model's plan): no cell and no answer, and the turn goes on (a hunt's
+    find: a thinking model's "I must end with <answer></answer>" ended every episode there, reward 0)."""
+    return bool(NAMED_TAG.search(text)) or bool(CLOSER.search(text)) and text.rfind("<think>") > text.rfind("</think>")
 
 
 def opens_block(text: str, style: str) -> bool:
