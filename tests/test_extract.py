@@ -427,3 +427,9 @@ def test_tilde_fences_invisible_marks_tab_indents_and_an_output_block_after_the_
     # a line of tildes never closed is a separator, not a block that swallows the code after it
     assert fenced_blocks("Plan\n~~~~~~~~\nSo:\n```python\nprint(1)\n```\n") == [("python", "print(1)", True)]
     assert fenced_blocks("```\n~~~\nx\n```") == [("", "~~~\nx", True)]  # (a ~~~ line inside a ``` block is its text)
+    # (a review's finds) tab-indented code under a space-indented fence keeps its tabs; tilde lines beside ``` fences
+    # are separators
+    tabs = "def f(x):\n\tif x:\n\t\treturn 1"
+    assert extract("1. Solution:\n   ```python\n" + tabs + "\n   ```").code == tabs
+    assert extract("```\nprint(1)\n```\n~~~~~~~~\nThis runs in O(n).\n~~~~~~~~").code == "print(1)"
+    assert extract("~~~~~~~~\n```python\nprint(1)\n```\n~~~~~~~~").code == "print(1)"

@@ -74,7 +74,8 @@ def fenced_blocks(text: str, tildes: bool = True) -> list[tuple[str, str, bool]]
     text that is no info string (```<|im_end|>, ```., ```</answer>) closes the open block; a block left open at the
     end whose last line ends in ``` (`return x```) was closed there; a ~~~ block never closed was a line of tildes
     (a separator), read again as text."""
-    blocks, lang, buf, fence, indent = [], "", [], "", 0  # fence: the open block's backticks or tildes ("": none)
+    blocks, lang, buf, fence, indent = [], "", [], "", ""  # fence: the open block's backticks or tildes ("": none)
+    tildes = tildes and "```" not in text  # (~~~ fences only in a text of no ``` fence: tilde lines are separators)
     # lines end at \n, \r\n or \r only (splitlines() also splits at U+2028 or \x1c, which a string literal may hold)
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     for line in lines[:-1] if lines[-1] == "" else lines:
@@ -90,10 +91,11 @@ def fenced_blocks(text: str, tildes: bool = True) -> list[tuple[str, str, bool]]
             if fence:  # the block was never closed)
                 blocks.append((lang, "\n".join(buf), False))
             info = stripped[len(run):].strip().lower().split()
-            fence, indent, lang, buf = run, len(line) - len(line.lstrip(" \t")), info[0] if info else "", []
+            fence, indent, lang, buf = run, line[:len(line) - len(line.lstrip(" \t"))], info[0] if info else "", []
             continue
-        if fence:
-            buf.append(line[min(indent, len(line) - len(line.lstrip(" \t"))):])
+        if fence:  # (the fence's own indent where the line has it, else as many spaces at most: a tab-indented
+            buf.append(line[len(indent):] if line.startswith(indent) else  # body under a space-indented fence keeps
+                       line[min(len(indent), len(line) - len(line.lstrip(" "))):])  # its tabs: a review's find)
     if fence:
         while buf and not buf[-1].strip():
             buf.pop()
@@ -207,7 +209,7 @@ def last_boxed(text: str) -> str | None:
 NUMBER = re.compile(r"[-\u2212]?(?:\d{1,9}[ \t](?=\d{1,9}/\d)\d{1,9}/\d{1,9}(?![\d/.])|\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|"
                     r"\d{1,3}(?:[\u00a0\u2009\u202f]\d{3})+(?![\w/-])(?:\.\d+)?|"
                     r"(?<!\d)(?<!\d )\d{1,3}(?: \d{3})++(?=(?:\.\d+)?(?:[.,;:!?)]+(?:\s|$)|\s*$))(?:\.\d+)?|"
-                    r"\d+(?:\.\d+)?|\.\d+|(?<!\d)[\u00bc-\u00be\u2150-\u215e])(?:[eE][-+]?\d+)?(?:/\d+)?")
+                    r"\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:/\d+)?")
 # (a mixed number first: "3 1/2 hours" is 7/2, not 3; \u2212: the minus sign, as typeset; ".5" is a half, not 5; 1e3
 # a thousand, not 3; commas only as thousands separators: "(1,2)" is 1 and 2, not 12; a no-break or a thin space
 # between groups of three digits (SI's style, as typeset) too: "1 080" is 1080, not 080, but not "2 300-gram bags"; a
@@ -215,7 +217,7 @@ NUMBER = re.compile(r"[-\u2212]?(?:\d{1,9}[ \t](?=\d{1,9}/\d)\d{1,9}/\d{1,9}(?![
 # servings of 150 ml, "on day 3 120 cookies" day 3's 120; read from a run's first group only, and its groups never
 # given back: a line of 16,000 groups took 10 s)
 GROUPS = re.compile(r"(?<=\d)[, \u00a0\u2009\u202f](?=\d{3}(?!\d))")  # thousands separators within a number
-POWER = re.compile(rf"(?:{NUMBER.pattern})(?:\s*(?:\^|\*\*)\s*\{{?\s*(?:{NUMBER.pattern})\s*\}}?)*")  # 2^10, 2**10:
+POWER = re.compile(rf"(?:{NUMBER.pattern})(?:(?:\s*\^\s*|\*\*(?=\d))\{{?\s*(?:{NUMBER.pattern})\s*\}}?)*")  # 2^10, 2**10:
 # 1024, not 10
 ANSWER_IS = re.compile(r"(?im)\banswer is\b(?!\s+not\b):?|^[ \t*_#]*+(?:final )?answer[*_]*\s*:")  # "the final answer is", "Answer:"
 FIRST_SPAN = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]|(?<!\\)\$\$(.+?)\$\$|(?<!\\)\$([^$]+?)(?<!\\)\$")  # (\$: a dollar)

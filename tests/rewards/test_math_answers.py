@@ -302,15 +302,15 @@ def test_a_reference_of_a_number_and_math_words_is_no_number_with_units():
 
 def test_unicode_fractions_and_invisible_marks_in_a_reference():
     """(A hunt's finds) "The answer is 1½." against the reference 1½ scored 0 (the answer was read as 3/2, the
-    reference never), a bare ½ was no answer, and a reference holding a zero-width space or a byte-order mark
-    matched nothing."""
+    reference never), and a reference holding a zero-width space or a byte-order mark matched nothing. (A bare ½ is
+    no number of the text: "about ½ of them" after the answer was read as it, a review's find.)"""
     from execrl.extract import math_answer
 
-    for text, reference in [("The answer is 1½.", "1½"), ("The answer is ½.", "½"), ("The answer is ½.", "0.5"),
-                            (r"\boxed{0.5}", "½"), (r"\boxed{-2.75}", "-2¾"), ("18", "18\u200b"), ("18", "\ufeff18")]:
+    for text, reference in [("The answer is 1½.", "1½"), (r"\boxed{½}", "0.5"), (r"\boxed{0.5}", "½"), (r"\boxed{-2.75}", "-2¾"), ("18", "18\u200b"), ("18", "\ufeff18")]:
         assert answers_match(math_answer(text), reference), (text, reference)
     assert not answers_match(math_answer(r"\boxed{1}"), "1½") and not answers_match("2", "½")
-    assert math_answer("It takes ¼ cup, so the answer is 5.") == "5"
+    assert math_answer("She has 12 apples left, about ½ of the original.") == "12"
+    assert math_answer("So the answer is **4** 5-pound bags.") == "4"  # (bold is no power)
 
 
 def test_a_power_written_as_python_writes_it():

@@ -35,6 +35,7 @@ def test_a_test_the_statement_shows_is_found_and_a_chance_number_is_not():
     asserts = AssertTests(["assert f(1) == 2", "assert f(2) == 3"])
     assert shown(asserts, "Your code should pass:\nassert f(1)==2") == [True, False]
     assert shown(asserts, "Your code should pass:\nassert f(1) == 20") == [False, False]  # (a prefix of a shown one)
+    assert shown(asserts, "For example `assert f(1) == 2`, and so on") == [True, False]  # (in a line: a review's find)
 
 
 def test_training_grades_the_tests_a_prompt_does_not_show_and_leaves_out_a_row_that_shows_them_all():

@@ -63,10 +63,6 @@ def test_the_flat_warning_under_role_baselines_speaks_of_advantages():
                                                        "gave wrong answers"),
     ({"fail": 0.4, "runtime_error": 0.3, "pass": 0.3}, "pass 30%, runtime_error 30%; the problems may be too hard or too easy"),
     ({}, "nothing is learned. The problems may be too hard or too easy"),
-    # (a hunt's find) a format-only reward: right and wrong answers in one group got one reward
-    ({"fail": 0.72, "pass": 0.18, "runtime_error": 0.1},
-     "but 18% of the samples were right: where a group held right and wrong answers, its equal rewards say the reward "
-     "does not"),
 ])
 def test_the_flat_warning_names_the_samples_verdicts(verdicts, said):
     """A run whose every group is flat because every program timed out (or no answer held code) was told only "too
@@ -146,7 +142,22 @@ def test_a_reward_that_rose_while_right_answers_fell_is_warned_of():
                [(0.6, 0.16), (0.7, 0.1), (0.9, 0.01), (0.99, 0.0)]]
     assert "train reward rose (0.650 -> 0.945) while the share of right samples (train/verdict/pass) fell" in \
         reward_against_correctness(falling)
-    evals = [{"train/reward_mean": 0.5}, {"eval/pass@1": 0.4}, {"train/reward_mean": 0.8}, {"eval/pass@1": 0.1}]
+    evals = [{"train/reward_mean": r} for r in (0.5, 0.5, 0.8, 0.8)] + [{"eval/pass@1": 0.4}, {"eval/pass@1": 0.1}]
     assert "while eval pass@1 fell (0.400 -> 0.100)" in reward_against_correctness(evals)
     rising = [{"train/reward_mean": r, "train/verdict/correct": p} for r, p in [(0.3, 0.2), (0.9, 0.8)]]
+    noisy = [{"train/reward_mean": r, "train/verdict/pass": p} for r, p in [(0.30, 0.5), (0.31, 0.38)]]
+    assert reward_against_correctness(noisy) is None  # (a step each: noise, a review's find)
     assert reward_against_correctness(rising) is None and reward_against_correctness([]) is None
+
+
+def test_flat_groups_of_right_and_wrong_answers_under_a_reward_of_no_correctness_are_the_rewards():
+    """(A hunt's find) a format-only reward's flat groups held right and wrong answers: the warning blamed hard
+    problems. Said where no component scores correctness (with one, flat groups are all right or all wrong)."""
+    from execrl.config import load_config
+    from execrl.trainer.flat import flat_warning
+
+    rows = [{"train/flat_group_frac": 1.0, "train/verdict/fail": 0.72, "train/verdict/pass": 0.18,
+             "train/verdict/runtime_error": 0.1}] * 3
+    said = flat_warning(load_config(None, ["reward.components=[{name: format}]"]), rows, all_cut=False)
+    assert "but 18% of the samples were right: where a group held right and wrong answers" in said
+    assert "samples were right" not in flat_warning(load_config(None, []), rows, all_cut=False)

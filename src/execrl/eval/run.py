@@ -221,13 +221,13 @@ def check_template(cfg: EvalConfig, model_name: str) -> EvalConfig:
     return replace(cfg, chat_template_kwargs=getattr(tok, TEMPLATE_KWARGS, None) or {})
 
 
-def check_stops(cfg: EvalConfig, model_name: str, kinds: set[str]) -> None:
+def check_stops(cfg: EvalConfig, model_name: str, kinds: set[str], recorded: list[str] | None = None) -> None:
     """--stop-string, else the checkpoint's recorded stop strings, refused as training refuses them (a review's
     find), before the sandbox starts and the model loads."""
     from execrl.config.checks import stop_refused
     from execrl.models import saved_stops
 
-    stops = cfg.stop_strings if cfg.stop_strings is not None else saved_stops(model_name)
+    stops = cfg.stop_strings if cfg.stop_strings is not None else recorded or saved_stops(model_name)
     if refused := stop_refused(stops, cfg.prompt, kinds):
         given = "--stop-string" if cfg.stop_strings is not None else (
             f"{model_name}'s stop strings (its run's policy.generation.stop_strings; --stop-string '' for none)")
@@ -268,6 +268,8 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     prompts = [build_messages(p, cfg.prompt) for p in problems]
     stops = cfg.stop_strings if cfg.stop_strings is not None else list(  # (a checkpoint's run's: record_ends)
         getattr(getattr(model, "generation_config", None), STOP_STRINGS, None) or [])
+    if cfg.stop_strings is None and stops:  # (a hub checkpoint downloaded just now: not read before it loaded)
+        check_stops(replace(cfg, stop_strings=None), model_name, {p.kind for p in problems}, stops)
     start, slots = time.perf_counter(), []
     with _bar() as bar:
         task = bar.add_task("sampling", total=len(prompts))

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from execrl.plugins import PluginError, is_import_path, load_object
-from execrl.sandbox.spec import expects_nothing, num_tests, truncate_tests
+from execrl.sandbox.spec import expects_nothing, num_tests, truncate_tests, unpassable
 from execrl.tasks.problem import DatasetError, Problem, RowReport, err
 from execrl.tasks.shown import ALL_SHOWN, distinct, unshown
 
@@ -167,12 +167,12 @@ def load_problems(name: str, split: str = "train", path: str | None = None, max_
     for p in problems:
         if max_tests and p.tests is not None:
             p.tests = truncate_tests(p.tests, max_tests)
-    empty = {id(p) for p in problems if p.tests is not None and expects_nothing(p.tests)}  # (of the tests kept)
+    unfit = {id(p): why for p in problems if p.tests is not None and (why := expects_nothing(p.tests) or
+                                                                       unpassable(p.tests))}  # (of the tests kept)
     for p in problems:
-        if id(p) in empty:
-            report.skip(p.id, "the tests kept (the first max_tests; in training, those the prompt does not show) all "
-                        "expect no output, which a program printing nothing passes")
-    problems = [p for p in problems if id(p) not in empty]
+        if id(p) in unfit:
+            report.skip(p.id, f"unusable tests ({unfit[id(p)]})")
+    problems = [p for p in problems if id(p) not in unfit]
     report.print()
     if not problems:
         raise DatasetError(f"{label}: no usable problems (skipped {report.skipped})")

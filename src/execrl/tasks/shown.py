@@ -47,11 +47,9 @@ def shown(spec: TestSpec, prompt: str) -> list[bool]:
     """Per test, whether the prompt shows it: an assert written in it (as Python reads it: spacing aside); an input
     right after its label ("Input", "Example 1:", a fence) and its output right after one, soon after; a call's
     arguments after "=" or "Input:" and its value after "Output:" or "==", in order."""
-    if isinstance(spec, AssertTests):  # (a whole line: "assert f(1) == 2" is not shown by "... == 20")
-        lines = {line.strip() for line in prompt.splitlines()}
-        written = {_tree(line) for line in lines if line.startswith("assert")}
-        return [a.strip() in lines or "\n" in a.strip() and a.strip() in prompt or _tree(a) in written
-                for a in spec.asserts]
+    if isinstance(spec, AssertTests):  # (not followed by a name's or a number's character: "assert f(1) == 2" is
+        written = {_tree(line) for line in prompt.splitlines() if line.strip().startswith("assert")}  # not shown by
+        return [_written(prompt, a.strip()) or _tree(a) in written for a in spec.asserts]  # "... == 20")
     if isinstance(spec, StdioTests):
         text = "\n" + _lines(prompt) + "\n"
         return [_in_order(text, [(_lines(i), INPUT_LABEL), (_lines(o), OUTPUT_LABEL)], lines=True)
@@ -64,6 +62,17 @@ def shown(spec: TestSpec, prompt: str) -> list[bool]:
                                       [(",".join(map(form, args)) + ")", CALL_ARGUMENT)])  # (a call: "f(1,True)")
                     ) for args, out in zip(spec.args, spec.outputs)]
     return [False]  # (a check function: nothing to compare)
+
+
+def _written(prompt: str, code: str) -> bool:
+    """Whether `code` is in `prompt`, not followed by a character that would continue it (a digit, a name's, a dot)."""
+    at = prompt.find(code)
+    while at >= 0:
+        after = prompt[at + len(code):at + len(code) + 1]
+        if not (after.isalnum() or after in "_."):
+            return True
+        at = prompt.find(code, at + 1)
+    return False
 
 
 def _lines(text: str) -> str:

@@ -60,7 +60,10 @@ def verdict_note(cfg, rows: list[dict]) -> str:
     text = hint or ("the problems may be too hard or too easy for the model, or the reward may not score this dataset "
                     "(reward.components)")
     right = sum(shares.get(v, 0.0) for v in ("pass", "correct"))
-    if MIXED <= right <= 1 - MIXED:  # (a hunt's find: a format-only reward's flat groups blamed on hard problems)
+    scored = any(c.name in ("test_pass_fraction", "all_tests_pass", "math_correct", "reward_model") and c.weight > 0
+                 for c in cfg.reward.components)  # (with one, flat groups are all right or all wrong: a review's find)
+    if MIXED <= right <= 1 - MIXED and not scored:  # (a hunt's find: a format-only reward's flat groups blamed on
+        # hard problems)
         text += (f"; but {right:.0%} of the samples were right: where a group held right and wrong answers, its equal "
                  "rewards say the reward does not tell them apart (reward.components: a correctness component, "
                  "test_pass_fraction or math_correct, with a positive weight)")
@@ -89,7 +92,7 @@ def reward_against_correctness(rows: list[dict]) -> str | None:
     def first_last(key: str) -> tuple[float, float] | None:
         values = [r[key] for r in rows if key in r]
         k = min(5, len(values) // 2)
-        return (sum(values[:k]) / k, sum(values[-k:]) / k) if k else None
+        return (sum(values[:k]) / k, sum(values[-k:]) / k) if k >= 2 else None  # (one step each: noise)
 
     reward = first_last("train/reward_mean")
     if reward is None or reward[1] <= reward[0]:
