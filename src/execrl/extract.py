@@ -217,8 +217,8 @@ NUMBER = re.compile(r"[-\u2212]?(?:\d{1,9}[ \t](?=\d{1,9}/\d)\d{1,9}/\d{1,9}(?![
 # servings of 150 ml, "on day 3 120 cookies" day 3's 120; read from a run's first group only, and its groups never
 # given back: a line of 16,000 groups took 10 s)
 GROUPS = re.compile(r"(?<=\d)[, \u00a0\u2009\u202f](?=\d{3}(?!\d))")  # thousands separators within a number
-POWER = re.compile(rf"(?:{NUMBER.pattern})(?:(?:\s*\^\s*|\*\*(?=\d))\{{?\s*(?:{NUMBER.pattern})\s*\}}?)*")  # 2^10, 2**10:
-# 1024, not 10
+POWER = re.compile(rf"(?:{NUMBER.pattern})(?:(?:\s*\^\s*|\*\*(?=\d))\{{?\s*(?:{NUMBER.pattern})\s*\}}?)*")
+# (2^10, 2**10: 1024, not 10; ** only between digits: bold **4** is no power)
 ANSWER_IS = re.compile(r"(?im)\banswer is\b(?!\s+not\b):?|^[ \t*_#]*+(?:final )?answer[*_]*\s*:")  # "the final answer is", "Answer:"
 FIRST_SPAN = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]|(?<!\\)\$\$(.+?)\$\$|(?<!\\)\$([^$]+?)(?<!\\)\$")  # (\$: a dollar)
 BARE_TEX = re.compile(r"\s*([-\u2212]?(?:\d+(?:\.\d+)?\s*)?\\[a-zA-Z].*?)(?=\s+[a-zA-Z]{2,}\b|[.,;:]?\s*$)")  # (to the

@@ -306,7 +306,8 @@ def test_unicode_fractions_and_invisible_marks_in_a_reference():
     no number of the text: "about ½ of them" after the answer was read as it, a review's find.)"""
     from execrl.extract import math_answer
 
-    for text, reference in [("The answer is 1½.", "1½"), (r"\boxed{½}", "0.5"), (r"\boxed{0.5}", "½"), (r"\boxed{-2.75}", "-2¾"), ("18", "18\u200b"), ("18", "\ufeff18")]:
+    for text, reference in [("The answer is 1½.", "1½"), (r"\boxed{½}", "0.5"), (r"\boxed{0.5}", "½"),
+                            (r"\boxed{-2.75}", "-2¾"), ("18", "18\u200b"), ("18", "\ufeff18")]:
         assert answers_match(math_answer(text), reference), (text, reference)
     assert not answers_match(math_answer(r"\boxed{1}"), "1½") and not answers_match("2", "½")
     assert math_answer("She has 12 apples left, about ½ of the original.") == "12"
