@@ -62,7 +62,8 @@ def _reasoning_then_answer(text: str) -> bool:
 
 _FENCE = re.compile(r"`{3,}|~{3,}")  # (CommonMark's two kinds: a ~~~ block closes at ~~~ only)
 _INFO = re.compile(r"\s*[\w{+#-]")  # what an info string (a language) starts with
-_INVISIBLE = "\ufeff\u200b\u200c\u200d\u2060"  # (a byte-order mark or a zero-width space before a fence)
+INVISIBLE = "\ufeff\u200b\u200c\u200d\u2060"  # format characters no one sees (a byte-order mark, a zero-width
+# space): before a fence, in a reference answer
 
 
 def fenced_blocks(text: str, tildes: bool = True) -> list[tuple[str, str, bool]]:
@@ -79,7 +80,7 @@ def fenced_blocks(text: str, tildes: bool = True) -> list[tuple[str, str, bool]]
     # lines end at \n, \r\n or \r only (splitlines() also splits at U+2028 or \x1c, which a string literal may hold)
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     for line in lines[:-1] if lines[-1] == "" else lines:
-        stripped = line.strip().lstrip(_INVISIBLE)
+        stripped = line.strip().lstrip(INVISIBLE)
         ticks = _FENCE.match(stripped)
         run = ticks.group() if ticks and (tildes or stripped[0] == "`") else ""
         if fence and run[:1] == fence[0] and len(run) >= len(fence) and (

@@ -269,7 +269,7 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     stops = cfg.stop_strings if cfg.stop_strings is not None else list(  # (a checkpoint's run's: record_ends)
         getattr(getattr(model, "generation_config", None), STOP_STRINGS, None) or [])
     if cfg.stop_strings is None and stops:  # (a hub checkpoint downloaded just now: not read before it loaded)
-        check_stops(replace(cfg, stop_strings=None), model_name, {p.kind for p in problems}, stops)
+        check_stops(cfg, model_name, {p.kind for p in problems}, stops)
     start, slots = time.perf_counter(), []
     with _bar() as bar:
         task = bar.add_task("sampling", total=len(prompts))

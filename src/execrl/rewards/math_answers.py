@@ -16,7 +16,7 @@ import time
 import unicodedata
 from fractions import Fraction
 
-from execrl.extract import BOUND, improper, math_answer
+from execrl.extract import BOUND, INVISIBLE, improper, math_answer
 from execrl.rewards.base import Sample, component
 from execrl.tasks.problem import VERIFIER
 
@@ -32,7 +32,7 @@ HEDGE = re.compile(rf"\bor\b|\\(?:lor|vee)\b|{BOUND}|\d\s*(?:\\text\{{\s*)?\+\s*
 # 18 \text{ at least}, 18+, 18 and up
 
 
-INVISIBLE = frozenset("\ufeff\u200b\u200c\u200d\u2060\u00ad")  # (a reference "18\u200b" matched no answer)
+UNSEEN = frozenset(INVISIBLE + "\u00ad")  # and a soft hyphen (a reference "18\u200b" matched no answer)
 WHOLE_VULGAR = re.compile(r"([-\u2212]?\d*)\s?([\u00bc-\u00be\u2150-\u215e])")  # 1½, ½, -2¾
 DELIMITERS = (("\\(", "\\)"), ("\\[", "\\]"), ("$$", "$$"), ("$", "$"))  # LaTeX math around a whole answer
 SEPARATORS = re.compile(r"(?<=\d)(?:\\,|\\ |\{,\}|[ \u00a0\u2009\u202f])(?=\d{3}(?![\d/]))")  # 1\,000, 1\ 000, 1{,}000,
@@ -43,7 +43,7 @@ def _bare(text: str) -> str:
     """An answer without one pair of math delimiters around the whole of it (a reference written \\[3\\] is 3),
     without invisible format characters (a byte-order mark, a zero-width space), a Unicode fraction as digits (1½:
     3/2, as an answer's is read)."""
-    text = "".join(c for c in text if c not in INVISIBLE).strip()
+    text = "".join(c for c in text if c not in UNSEEN).strip()
     if m := WHOLE_VULGAR.fullmatch(text):
         whole = m[1].lstrip("-\u2212")
         value = int(whole or 0) + Fraction(unicodedata.numeric(m[2])).limit_denominator(100)

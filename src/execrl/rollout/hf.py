@@ -104,4 +104,3 @@ def _stopped(row: list[int], tokenizer, eos: list[int], stop_strings) -> int | N
         else:
             lo = mid + 1
     return lo
-

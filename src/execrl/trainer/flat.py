@@ -3,6 +3,8 @@ advantages all 0), with what the samples' verdicts say about the cause."""
 
 from __future__ import annotations
 
+from execrl.config.checks import CORRECTNESS
+
 FLAT_WARNING_STEPS = 3  # steps in a row with every group flat before the run says it learns nothing
 DOMINANT = 0.5  # a verdict this share of the samples (or more) gets its hint
 MIXED = 0.05  # right answers this share of the samples, and wrong ones too: flat groups may hold both
@@ -60,8 +62,7 @@ def verdict_note(cfg, rows: list[dict]) -> str:
     text = hint or ("the problems may be too hard or too easy for the model, or the reward may not score this dataset "
                     "(reward.components)")
     right = sum(shares.get(v, 0.0) for v in ("pass", "correct"))
-    scored = any(c.name in ("test_pass_fraction", "all_tests_pass", "math_correct", "reward_model") and c.weight > 0
-                 for c in cfg.reward.components)  # (with one, flat groups are all right or all wrong: a review's find)
+    scored = any(c.name in (*CORRECTNESS, "reward_model") and c.weight > 0 for c in cfg.reward.components)  # (with one, flat groups are all right or all wrong: a review's find)
     if MIXED <= right <= 1 - MIXED and not scored:  # (a hunt's find: a format-only reward's flat groups blamed on
         # hard problems)
         text += (f"; but {right:.0%} of the samples were right: where a group held right and wrong answers, its equal "
