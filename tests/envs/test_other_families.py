@@ -219,3 +219,50 @@ def test_a_review_of_the_whole_text_tokenization(tmp_path):
                                     add_generation_prompt=True)
     assert prompt + answer + TurnRenderer(phi).env_turn(failed, end) == phi(whole, add_special_tokens=False)[
         "input_ids"]
+
+
+R1_DISTILL = ("{{ bos_token }}{% set ns = namespace(is_tool=false) %}{% for message in messages %}"
+              "{% if message['role'] == 'user' %}{% set ns.is_tool = false %}{{ '<｜User｜>' + message['content'] }}"
+              "{% elif message['role'] == 'assistant' %}{% set content = message['content'] %}{% if '</think>' in "
+              "content %}{% set content = content.split('</think>')[-1] %}{% endif %}{{ '<｜Assistant｜>' + content + "
+              "'<｜end▁of▁sentence｜>' }}{% elif message['role'] == 'tool' %}{% set ns.is_tool = true %}"
+              "{{ '<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>' }}"
+              "{% endif %}{% endfor %}{% if ns.is_tool %}{{ '<｜tool▁outputs▁end｜>' }}{% endif %}"
+              "{% if add_generation_prompt and not ns.is_tool %}{{ '<｜Assistant｜><think>\\n' }}{% endif %}")
+MISTRAL_V03 = MISTRAL.replace("{{ '[INST] ' + message['content'] + ' [/INST]' }}",
+                              "{{ '[INST] ' + message['content'] + '[/INST]' }}").replace(
+    "{{ message['content'] + eos_token}}", "{{ ' ' + message['content'] | trim + eos_token }}")
+
+
+def test_templates_that_write_no_generation_prompt_before_past_answers_take_environment_turns(qwen3_tok):
+    """Qwen3 not thinking (its prompt ends with an empty think block its past answers lack), DeepSeek-R1-Distill's
+    current template (the prompt ends with '<think>\\n') and Mistral v0.3's (' ' before a past answer): multi-turn
+    refused them all, asking for a ChatML template. The environment's turn is what follows a past answer's content."""
+    import copy
+
+    from execrl.control_tokens import MID, ids_of
+    from execrl.envs.chat import TurnRenderer
+    from execrl.prompts import apply_template, conversation_ids, set_template_kwargs
+
+    question, said = [{"role": "user", "content": "Add a and b."}], "1 of 1 tests failed."
+    qwen3 = copy.deepcopy(qwen3_tok)
+    set_template_kwargs(qwen3, {"enable_thinking": False})
+    r1 = sentencepiece_like(R1_DISTILL, ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>",
+                                         "<｜Assistant｜>"], "<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>")
+    mistral = sentencepiece_like(MISTRAL_V03, ["<s>", "</s>"], "</s>", "<s>")
+    cases = [(qwen3, "tool", "<|im_end|>", "<|im_start|>assistant\n<think>\n\n</think>\n\n",
+              f"\n<|im_start|>user\n<tool_response>\n{said}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+              "<think>\n\n</think>\n\n"),
+             (r1, "user", "<｜end▁of▁sentence｜>", "<｜Assistant｜><think>\n", f"<｜User｜>{said}<｜Assistant｜><think>\n"),
+             (mistral, "user", "</s>", "[/INST]", f"[INST] {said}[/INST]")]
+    for tok, role, end, prompt_end, expected in cases:
+        prompt = conversation_ids([question], tok)[0]
+        assert apply_template(tok, question).endswith(prompt_end)
+        ended = ids_of("print(1)", tok, MID) + [tok.convert_tokens_to_ids(end)]
+        turn = TurnRenderer(tok).env_turn([{"role": role, "content": said}], ended[-1])
+        assert tok.decode(turn) == expected
+        stopped = TurnRenderer(tok).env_turn([{"role": role, "content": said}], ended[-2])  # (a stop string's)
+        assert tok.decode(stopped) == tok.decode(ended[-1:]) + expected
+        if tok.decode(ended[-1:]) == end:  # (a sentencepiece decoder reads '<｜end▁of▁sentence｜>' without its '▁'s)
+            assert tok.decode(prompt + ended + turn) == apply_template(tok, question) + "print(1)" + end + expected
+

@@ -3,15 +3,17 @@
 Re-rendering a whole conversation and tokenizing it again is how multi-turn trainers ship masking bugs: the text
 of a model turn can tokenize differently from the tokens that were sampled, and templates of thinking models drop
 the <think> part of earlier turns, so the trainer would score tokens the model never produced. Here only the
-*delta* an environment turn adds is rendered and tokenized: the template renders a stand-in conversation up to
-the end of an assistant message's content, then the same conversation with the environment's messages and the
-next generation prompt; the difference is the environment's turn. It starts with whatever closes the assistant
-message (e.g. `<|im_end|>\\n`), since generation stopped at a stop string rather than at the end-of-turn token; when
-the model did end its turn with that token, the part it already produced is left out.
+*delta* an environment turn adds is rendered and tokenized: the template renders a stand-in conversation, an
+assistant message, the environment's messages and the next generation prompt; what follows the assistant message's
+content is the environment's turn (whatever the template writes between the generation prompt and a past answer's
+content, such as the empty think block of Qwen3 not thinking, came before the sampled tokens). It starts with
+whatever closes the assistant message (e.g. `<|im_end|>\\n`), since generation stopped at a stop string rather than
+at the end-of-turn token; when the model did end its turn with that token, the part it already produced is left out.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 
 from execrl.control_tokens import MID, SEGMENT, control_pattern, takes_space, text_ids
@@ -56,15 +58,20 @@ class TurnRenderer:
             self.check_role(m.get("role"))
         deltas = set()
         for question, answer in _STANDINS:
-            head = self._render([{"role": "user", "content": question}], True) + answer
-            full = self._render([{"role": "user", "content": question}, {"role": "assistant", "content": answer},
-                                 *messages], True)
-            if not full.startswith(head):
+            asked = [{"role": "user", "content": question}]
+            prompt = self._render(asked, True)
+            full = self._render([*asked, {"role": "assistant", "content": answer}, *messages], True)
+            # the answer's content where the rendering leaves the prompt: a generation prompt the template does not
+            # write before past answers (Qwen3's empty think block when not thinking, DeepSeek-R1's '<think>\n',
+            # Mistral's ' ' before an answer) came before the sampled tokens and is no part of the delta
+            shared = len(os.path.commonprefix([prompt, full]))
+            at = full.find(answer, shared)
+            if at < 0 or question not in full[:at]:
                 raise ChatTemplateError(
-                    "the chat template does not render an assistant message as its generation prompt followed by "
-                    f"its content, so environment turns cannot be appended token by token (got {full[:200]!r}); "
-                    "set policy.tokenizer.chat_template to one that does (e.g. a ChatML template)")
-            deltas.add(full[len(head):])
+                    "the chat template does not render an assistant message's content as it is after the "
+                    f"conversation before it, so environment turns cannot be appended token by token (got "
+                    f"{full[:200]!r}); set policy.tokenizer.chat_template to one that does (e.g. a ChatML template)")
+            deltas.add(full[at + len(answer):])
         if len(deltas) != 1:
             raise ChatTemplateError("the chat template renders an environment turn differently depending on the "
                                     "conversation before it; set policy.tokenizer.chat_template to one that does not")
@@ -79,7 +86,9 @@ class TurnRenderer:
         shown = [{**m, "content": valid_text(m["content"])} if isinstance(m.get("content"), str) else m
                  for m in messages]
         special = last_sampled in self.tokenizer.all_special_ids
-        closer = self.tokenizer.decode([last_sampled]) if special else ""
+        # (the token as the template writes it: a sentencepiece decoder reads DeepSeek's '<｜end▁of▁sentence｜>' back
+        # without its '▁'s, and the turn after it closed the answer a second time)
+        closer = self.tokenizer.convert_ids_to_tokens(last_sampled) if special else ""
         absorbs = special and takes_space(self.tokenizer, last_sampled, "rstrip")  # (Phi-3's <|end|> takes the '\n')
 
         def render(ms: list[dict]) -> str:  # the model closed its turn itself (<|im_end|>): the text after it; the
