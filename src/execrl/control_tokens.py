@@ -150,6 +150,13 @@ def _must_break(tokenizer, token: str) -> bool:
     return b.breaks[token]
 
 
+def special_ids(tokenizer) -> set[int]:
+    """The ids of the special tokens: those the tokenizer names, and the added tokens marked special that it does not
+    (Llama 3.1's <|eom_id|>, an end of turn its generation config lists: a turn after it was closed again)."""
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    return set(tokenizer.all_special_ids) | {i for i, a in added.items() if getattr(a, "special", False)}
+
+
 def _special(tokenizer, token: str) -> bool:
     return token in set(tokenizer.all_special_tokens) or any(
         a.content == token and getattr(a, "special", False) for a in (getattr(tokenizer, "added_tokens_decoder", {})

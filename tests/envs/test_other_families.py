@@ -266,3 +266,46 @@ def test_templates_that_write_no_generation_prompt_before_past_answers_take_envi
         if tok.decode(ended[-1:]) == end:  # (a sentencepiece decoder reads '<｜end▁of▁sentence｜>' without its '▁'s)
             assert tok.decode(prompt + ended + turn) == apply_template(tok, question) + "print(1)" + end + expected
 
+
+
+def byte_level(template: str, eos: str, unnamed: list[str]):
+    """A byte-level tokenizer whose `unnamed` tokens are added as special but named nowhere (Llama 3.1's <|eom_id|>,
+    Phi-3.5's <|end|>: in added_tokens_decoder only)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    tok.train_from_iterator(["a"], trainers.BpeTrainer(vocab_size=256, show_progress=False,
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in [eos, *unnamed]])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, chat_template=template, eos_token=eos)
+
+
+def test_an_end_of_turn_special_only_in_the_added_tokens_closes_the_turn_once():
+    """Phi-3.5's <|end|> (its EOS <|endoftext|>) is special in added_tokens_decoder alone: a turn the model ended with
+    it was followed by '<|end|>\\n<|user|>', closed twice."""
+    from execrl.envs.chat import TurnRenderer
+
+    phi = ("{% for m in messages %}{{'<|' + m.role + '|>\n' + m.content + '<|end|>\n'}}{% endfor %}"
+           "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}")
+    tok = byte_level(phi, "<|endoftext|>", ["<|end|>", "<|user|>", "<|assistant|>"])
+    end = tok.convert_tokens_to_ids("<|end|>")
+    assert end not in tok.all_special_ids
+    turn = TurnRenderer(tok).env_turn([{"role": "user", "content": "1 failed."}], end)
+    assert tok.decode(turn) == "\n<|user|>\n1 failed.<|end|>\n<|assistant|>\n"
+
+
+def test_a_template_that_wraps_a_past_answer_in_what_the_model_writes_is_refused():
+    """Command-R7B writes <|START_RESPONSE|>...<|END_RESPONSE|> around a past answer, after its generation prompt: the
+    model writes both, and the environment's turn closed the answer a second time."""
+    from execrl.envs import ChatTemplateError, TurnRenderer
+
+    r7b = ("{% for m in messages %}{% if m.role == 'user' %}<|START_OF_TURN_TOKEN|><|USER_TOKEN|>{{ m.content }}"
+           "<|END_OF_TURN_TOKEN|>{% else %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_RESPONSE|>{{ m.content }}"
+           "<|END_RESPONSE|><|END_OF_TURN_TOKEN|>{% endif %}{% endfor %}"
+           "{% if add_generation_prompt %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{% endif %}")
+    tok = byte_level(r7b, "<|END_OF_TURN_TOKEN|>", ["<|START_OF_TURN_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>",
+                                                    "<|START_RESPONSE|>", "<|END_RESPONSE|>"])
+    with pytest.raises(ChatTemplateError, match="writes '<\\|START_RESPONSE\\|>' before a past answer's content"):
+        TurnRenderer(tok).env_turn([{"role": "user", "content": "1 failed."}], tok.eos_token_id)

@@ -325,6 +325,31 @@ def test_a_run_of_long_answers_keeps_the_page_within_its_budget(tmp_path):
     assert out.stat().st_size < 20 << 20 and "\\ufffd" not in out.read_text()
 
 
+def test_answers_of_markup_are_measured_as_the_page_escapes_them(tmp_path):
+    """A '<' is 6 bytes on the page (\\u003c) and was measured as 1: 20 steps of answers of '<' made a 41 MiB page."""
+    from execrl.report import page
+
+    rows = [{"prompt": "p", "completion": "<" * 2000, "reward": 1.0} for _ in range(64)]
+    run = run_dir(tmp_path / "markup", [(0.5, 0.1)], rows)
+    kept = page.shown_rollouts([load_run(run)], budget=1 << 18)["markup"]["1"]
+    assert len(kept) == 16  # (64 -> 32 -> 16 rows of ~12 KB each on the page: within 256 KiB)
+    assert len(page._script_json(kept).encode()) < 1 << 18
+
+
+def test_a_run_resumed_after_a_stop_is_not_read_as_interrupted(tmp_path):
+    """A run stopped by a signal at step 1 and resumed to its end (a record of before the marker was dropped on
+    resume): the page said "(interrupted)"; a marker at the last step still says so."""
+    from execrl.report import page
+
+    run = run_dir(tmp_path / "resumed", [(0.5, 0.1), (0.6, 0.1)], [])
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text("\n".join([lines[0], '{"step": 1, "run/interrupted": 1.0}', *lines[1:]]) + "\n")
+    assert "<td>2</td>" in page.write_report([run], tmp_path / "r.html").read_text()
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 2, "run/interrupted": 1.0}\n')
+    assert "<td>2 (interrupted)</td>" in page.write_report([run], tmp_path / "r.html").read_text()
+
+
 def test_a_step_of_many_rollouts_is_read_only_as_far_as_the_page_shows_it(tmp_path):
     """Every row of 20 steps' files was parsed (and every shown row encoded to size it) though the page holds at most
     MAX_ROWS_PER_STEP of a step: a step's first rows are read; a row holding U+2028 or invalid UTF-8 is one row."""

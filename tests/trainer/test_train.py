@@ -540,6 +540,33 @@ def test_a_torn_last_metrics_line_does_not_stop_a_resume(tmp_path, capsys):
     assert "line 3: not a whole record" in said.err
 
 
+def test_a_resumed_runs_records_drop_the_stop_marker_the_restart_s_step_0_and_non_finite_values(tmp_path):
+    """Hunt's finds: a run stopped by a signal and resumed to its end still read "(interrupted)" (its marker row was
+    kept); a run started again from the beginning showed TensorBoard's step 0 twice (purge_step 1); a NaN entropy made
+    a metrics.jsonl line that JSON readers other than Python's refuse."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from execrl.trainer.metrics import INTERRUPTED, MetricsLogger
+
+    d = tmp_path / "run"
+    (d / "metrics.jsonl").parent.mkdir()
+    (d / "metrics.jsonl").write_text(f'{{"step": 1, "train/loss": 0.5}}\n{{"step": 1, "{INTERRUPTED}": 1.0}}\n')
+    logger = MetricsLogger(load_config(None, [f"logger.log_dir={d}", "logger.tensorboard_enabled=false"]))
+    logger.start(1)
+    logger.log(2, {"train/loss": 0.4, "train/entropy": float("nan"), "train/kl": float("inf")})
+    logger.close()
+    lines = (d / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [{"step": 1, "train/loss": 0.5}, {"step": 2, "train/loss": 0.4}]
+    for _ in range(2):  # a run from the beginning, twice in one directory
+        logger = MetricsLogger(load_config(None, [f"logger.log_dir={d}", "logger.tensorboard_enabled=true"]))
+        logger.start(0)
+        logger.log(0, {"eval/pass@1": 0.375})
+        logger.close()
+    events = EventAccumulator(str(d / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("eval/pass@1")] == [(0, 0.375)]
+
+
 def test_a_sample_cut_where_the_context_ends_is_overlong(tmp_path):
     """overlong_penalty with max_tokens null (the generation limit) read every sample as drawn under
     policy.generation.max_new_tokens: where the context ends first (max_new_tokens = max_total_sequence_length, as

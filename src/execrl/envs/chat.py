@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import secrets
 
-from execrl.control_tokens import MID, SEGMENT, control_pattern, takes_space, text_ids
+from execrl.control_tokens import MID, SEGMENT, control_pattern, special_ids, takes_space, text_ids
 from execrl.prompts import ChatTemplateError, TemplateRaised, apply_template
 from execrl.sandbox.inside.protocol import valid_text
 
@@ -71,6 +71,14 @@ class TurnRenderer:
                     "the chat template does not render an assistant message's content as it is after the "
                     f"conversation before it, so environment turns cannot be appended token by token (got "
                     f"{full[:200]!r}); set policy.tokenizer.chat_template to one that does (e.g. a ChatML template)")
+            if full[shared:at].strip():  # (Command-R7B's <|START_RESPONSE|>, gpt-oss's <|channel|>final<|message|>:
+                # the model writes it, and its closing, which the template writes too, would close the turn twice)
+                raise ChatTemplateError(
+                    f"the chat template writes {full[shared:at]!r} before a past answer's content, after where its "
+                    "generation prompt ends: the model writes that itself, and the closing the template writes after "
+                    "the content would follow the model's own, so environment turns cannot be appended token by "
+                    "token; set policy.tokenizer.chat_template to one whose generation prompt ends where an answer's "
+                    "content begins")
             deltas.add(full[at + len(answer):])
         if len(deltas) != 1:
             raise ChatTemplateError("the chat template renders an environment turn differently depending on the "
@@ -85,7 +93,7 @@ class TurnRenderer:
         # (an environment's text with a lone surrogate: "?", not a crash)
         shown = [{**m, "content": valid_text(m["content"])} if isinstance(m.get("content"), str) else m
                  for m in messages]
-        special = last_sampled in self.tokenizer.all_special_ids
+        special = last_sampled in special_ids(self.tokenizer)
         # (the token as the template writes it: a sentencepiece decoder reads DeepSeek's '<｜end▁of▁sentence｜>' back
         # without its '▁'s, and the turn after it closed the answer a second time)
         closer = self.tokenizer.convert_ids_to_tokens(last_sampled) if special else ""

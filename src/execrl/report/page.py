@@ -12,6 +12,7 @@ from pathlib import Path
 
 from execrl.report.charts import figures
 from execrl.report.runs import (
+    INTERRUPTED,
     MAX_ROWS_PER_STEP,
     RunData,
     config_differences,
@@ -62,7 +63,8 @@ def _summary(runs: list[RunData], differences: list[tuple[str, list]]) -> str:
         first, last = (evals[0]["eval/pass@1"], evals[-1]["eval/pass@1"]) if evals else (None, None)
         other = validation_sets_differ(evals[0], evals[-1]) if evals else ""
         other = f" ({other})" if other else ""
-        stopped = any(m.get("run/interrupted") for m in r.metrics)  # (a run stopped by a signal says so)
+        last = max((m.get("step", 0) for m in r.metrics), default=0)  # (a run stopped by a signal says so; one
+        stopped = any(m.get(INTERRUPTED) and m.get("step", 0) >= last for m in r.metrics)  # resumed since: not)
         steps = f"{len(train)} (interrupted)" if stopped else len(train)
         rows.append("<tr>" + "".join(f"<td>{esc(str(x))}</td>" for x in (
             r.name, section(r.config, "policy").get("model_name", "?"), steps,
@@ -148,8 +150,10 @@ def shown_rollouts(runs: list[RunData], budget: int = ROLLOUT_BYTES) -> dict:
 
 
 def _size(row: dict) -> int:
-    """A rollout row's bytes on the page (about: the page escapes '<')."""
-    return len(json.dumps(row, ensure_ascii=False).encode("utf-8", "replace"))
+    """A rollout row's bytes on the page (about), '<' as the 6 bytes of its escape (_script_json): a model's answers
+    of markup made a page of 41 MiB."""
+    text = json.dumps(row, ensure_ascii=False)
+    return len(text.encode("utf-8", "replace")) + 5 * text.count("<")
 
 
 def _script_json(value) -> str:

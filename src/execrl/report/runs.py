@@ -13,6 +13,8 @@ import yaml
 
 from execrl.config.tree import dotted_leaves
 
+INTERRUPTED = "run/interrupted"  # the metric a run stopped by a signal logs at its last step
+
 
 @dataclass
 class RunData:

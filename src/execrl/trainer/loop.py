@@ -32,6 +32,7 @@ from execrl.trainer.flat import (
     reward_against_correctness,
     verdict_note,
 )
+from execrl.trainer.metrics import INTERRUPTED
 from execrl.trainer.rollouts import episode_means, episode_sums, prompt_seeds, rollout_rows, sampling
 from execrl.trainer.setup import Run, build_run, console
 from execrl.trainer.step import advantages, build_batch, deferrable, optimize, sampler_filter, score_tokens, sharing
@@ -109,7 +110,7 @@ def train(cfg: MasterConfig) -> Run:
             save(run)
         stopped = ctrl_c.stop()  # (a signal in the closing validation or save too)
         if stopped:  # (the record says so: a run stopped at step 13 of 30 read as one that ran its course)
-            run.logger.log(run.step, {"run/interrupted": 1.0})
+            run.logger.log(run.step, {INTERRUPTED: 1.0})
         summarize(run, warn=run.step >= first_step)  # (a run already at its last step: warned when it ran)
         if stopped:
             raise KeyboardInterrupt

@@ -4,12 +4,22 @@ rollouts."""
 from __future__ import annotations
 
 import json
+import math
 import secrets
 from pathlib import Path
 
 from rich.console import Console
 
 from execrl.config import MasterConfig
+from execrl.report.runs import INTERRUPTED
+
+
+def _row(line: str) -> dict | None:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) else None
 
 
 class MetricsLogger:
@@ -39,8 +49,8 @@ class MetricsLogger:
                 Console(stderr=True, soft_wrap=True).print(
                     f"{path}, line {n}: not a whole record (a write cut short): left out", style="yellow", markup=False)
                 continue
-            if isinstance(row, dict) and row.get("step", 0) <= step:
-                kept.append(line)
+            if isinstance(row, dict) and row.get("step", 0) <= step and set(row) != {"step", INTERRUPTED}:
+                kept.append(line)  # (a stop's marker is not kept: the resumed run's report read "(interrupted)")
         path.write_text("".join(line + "\n" for line in kept))
         for old_rollouts in (self.dir / "rollouts").glob("step_*.jsonl"):
             if old_rollouts.stem[5:].isdigit() and int(old_rollouts.stem[5:]) > step:
@@ -49,7 +59,8 @@ class MetricsLogger:
         if cfg.logger.tensorboard_enabled:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(str(self.dir / "tensorboard"), purge_step=step + 1)  # hides later events
+            # hides later events (a run from the beginning: all of them, else an earlier start's step 0 showed twice)
+            self.tb = SummaryWriter(str(self.dir / "tensorboard"), purge_step=step + 1 if step else 0)
         if cfg.logger.wandb_enabled:
             try:
                 import wandb
@@ -59,6 +70,12 @@ class MetricsLogger:
             w = cfg.logger.wandb
             self.wandb = wandb.init(project=w.project, name=w.name or self.dir.name, mode=w.mode, dir=str(self.dir),
                                     config=cfg.model_dump(mode="json"), id=self._wandb_id(step), resume="allow")
+            redone = sorted({r["step"] for r in map(_row, old) if r and r.get("step", 0) > step})
+            if step and redone:  # (W&B logs no step below its last: the redone steps kept the first attempt's values)
+                Console(stderr=True, soft_wrap=True).print(
+                    f"note: W&B keeps the values its run logged for steps {redone[0]}-{redone[-1]} before this "
+                    f"resume from step {step} (it logs no step below its last); metrics.jsonl and TensorBoard hold "
+                    "the steps as they are done again", style="yellow", markup=False)
         return len(old) - len(kept)
 
     def _wandb_id(self, step: int) -> str:
@@ -73,7 +90,8 @@ class MetricsLogger:
     def log(self, step: int, metrics: dict) -> None:
         if self.jsonl is None:
             return
-        clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+        clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+        # (a NaN made a line JSON readers other than Python's refuse: a wrecked model's entropy, a skipped step's)
         self.jsonl.write(json.dumps({"step": step, **clean}) + "\n")
         self.jsonl.flush()
         if self.tb is not None:

@@ -9,7 +9,7 @@ import random
 
 import torch
 
-from execrl.control_tokens import MID, SEGMENT, control_pattern, plain_ids, turn_end
+from execrl.control_tokens import MID, SEGMENT, control_pattern, plain_ids, special_ids, turn_end
 from execrl.envs import TurnRenderer, make_env
 from execrl.envs.unit_tests import feedback, public_part
 from execrl.models import train_mode
@@ -61,7 +61,7 @@ def reference_ids(prompt: list[int], turns: list[dict], tokenizer, end: int) -> 
     labels are -100 where nothing is learned."""
     ids, labels = list(prompt), [-100] * len(prompt)
     control = control_pattern(tokenizer)
-    specials = set(tokenizer.all_special_ids)
+    specials = special_ids(tokenizer)
     for m in turns:
         if m["role"] == "assistant":  # (as text: a reference holding "<|im_end|>" would teach forged turns; a piece
             # after its header's text, or after a control token, as the whole conversation's text reads it)
