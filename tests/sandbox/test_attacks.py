@@ -1740,3 +1740,29 @@ def test_no_core_dump_reaches_a_piped_core_handler(grader):
             "    resource.setrlimit(resource.RLIMIT_CORE, (1 << 30, 1 << 30))\nexcept ValueError:\n    print('kept')")
     r = graded_quickly(grader, code, {"inputs": [""], "outputs": ["(1, 1)\nkept\n"]})
     assert r.verdict == V.PASS, (r.to_dict(), r.stderr[-300:])
+
+
+def test_a_read_cannot_ask_whether_a_page_is_in_the_page_cache(grader):
+    """(A hunt's find) preadv2 with RWF_NOWAIT fails where a page is not cached: one program set bits by reading
+    pages of a large shared read-only file, a later one (of another grader, minutes later) read them back and passed.
+    The flag is refused as a file that cannot do it refuses it; preadv2 without it reads as before."""
+    code = ("import os, sys\nfd = os.open(sys.executable, os.O_RDONLY)\nbuf = bytearray(4096)\n"
+            "try:\n    os.preadv(fd, [buf], 0, os.RWF_NOWAIT)\n    print('read')\nexcept OSError as e:\n"
+            "    print(e.errno)\nprint(os.preadv(fd, [buf], 0, 0), os.preadv(fd, [buf], 0, os.RWF_HIPRI))")
+    r = grader.run(code)
+    assert r.stdout.split() == ["95", "4096", "4096"], r
+
+
+@namespaces  # (the sockets of the sandbox's own network namespace are counted)
+def test_a_program_holding_more_tcp_and_udp_sockets_than_it_may_is_over_its_memory(grader):
+    """(A hunt's find) 60 processes of 240 UDP sockets each: measuring their queues took the runner 340 ms a read, a
+    core for the program's whole wall time, outside its limits. Over MAX_INET_SOCKETS at once the program is over
+    its memory limit; 200 sockets are fine."""
+    from execrl.sandbox.inside.zygote import MAX_INET_SOCKETS
+
+    code = ("import os, socket, sys, time\nn, procs = map(int, sys.stdin.read().split())\nfor _ in range(procs - 1):\n"
+            "    if os.fork() == 0:\n        break\nheld = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in "
+            "range(n)]\nfor s in held:\n    s.bind(('127.0.0.1', 0))\ntime.sleep(0.4)\nprint('ok', flush=True)")
+    assert 200 <= MAX_INET_SOCKETS < 3 * 120  # (each process's open files are limited)
+    assert grader.grade(code, stdio(["100 2\n"], ["ok\n" * 2])).verdict == V.PASS
+    assert grader.grade(code, stdio(["120 3\n"], ["ok\n" * 3])).verdict == V.MEMORY

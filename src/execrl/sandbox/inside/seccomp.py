@@ -41,6 +41,10 @@ kernel objects that outlive a process or escape its limits:
                                                                      are shared by every sandbox on the machine;
                                                                      the others (AF_ALG, AF_TIPC...) are kernel
                                                                      attack surface no program needs
+  preadv2 and pwritev2 with RWF_NOWAIT (EOPNOTSUPP, as a file      whether a shared read-only file's page is in the
+  that cannot do it says)                                            page cache, which outlives every program: one
+                                                                     program set bits by reading pages, a later one
+                                                                     read them back (a hunt's find)
   inet and inet6 sockets but TCP and UDP streams and datagrams       UDP-Lite's and MPTCP's queues are in no file
   (EPROTONOSUPPORT: raw, SCTP, UDP-Lite, MPTCP, ICMP)                the sandbox measures (a hunt's find: 1.6 GB of
                                                                      UDP-Lite queues held under a 64 MB limit)
@@ -63,8 +67,9 @@ INET_FAMILIES = (2, 10)  # AF_INET, AF_INET6: of these, only
 INET_TYPES = (1, 2)  # SOCK_STREAM, SOCK_DGRAM (the type's low bits: SOCK_NONBLOCK and SOCK_CLOEXEC aside)
 INET_PROTOCOLS = (0, 6, 17)  # the type's own, IPPROTO_TCP, IPPROTO_UDP
 F_SETLEASE, F_NOTIFY = 1024, 1026
+RWF_NOWAIT = 0x8
 # per architecture: AUDIT_ARCH value, refused calls, unshare, clone, clone3, calls refused with
-# ENOSYS, socket, prlimit64, fcntl, socketpair
+# ENOSYS, socket, prlimit64, fcntl, socketpair, preadv2 and pwritev2
 _TABLES = {
     "x86_64": (0xC000003E, (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220,  # SysV shm, sem, msg
                             240, 241, 242, 243, 244, 245,  # mq_*
@@ -74,10 +79,11 @@ _TABLES = {
                             101),  # ptrace
                272, 56, 435, (319, 447,  # memfd_create, memfd_secret (ENOSYS)
                               253, 254, 255, 294, 300, 301,  # inotify_*, fanotify_* (ENOSYS)
-                              206, 207, 208, 209, 210, 333), 41, 302, 72, 53),  # io_setup ... io_pgetevents
+                              206, 207, 208, 209, 210, 333), 41, 302, 72, 53,  # io_setup ... io_pgetevents
+               (327, 328)),  # preadv2, pwritev2
     "aarch64": (0xC00000B7, (180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197,
                              217, 218, 219, 235, 241, 280, 282, 425, 426, 427, 117),
-                272, 220, 435, (279, 447, 26, 27, 28, 262, 263, 0, 1, 2, 3, 4, 292), 198, 261, 25, 199),
+                272, 220, 435, (279, 447, 26, 27, 28, 262, 263, 0, 1, 2, 3, 4, 292), 198, 261, 25, 199, (286, 287)),
 }
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
@@ -94,7 +100,7 @@ def build(zygote: int) -> bytes | None:
     table = _TABLES.get(platform.machine())
     if table is None:
         return None
-    arch, refused, nr_unshare, nr_clone, nr_clone3, nosys_calls, nr_socket, nr_prlimit, nr_fcntl, nr_pair = table
+    arch, refused, nr_unshare, nr_clone, nr_clone3, nosys_calls, nr_socket, nr_prlimit, nr_fcntl, nr_pair, rw2 = table
     deny, nosys = _ERRNO | errno.EPERM, _ERRNO | errno.ENOSYS
     prog = [_ins(_LD_ABS, 0, 0, 4)]  # seccomp_data.arch
     prog.append(_ins(_JEQ, 1, 0, arch))
@@ -116,6 +122,9 @@ def build(zygote: int) -> bytes | None:
              _ins(_JEQ, 0, 1, F_SETLEASE), _ins(_RET, 0, 0, deny), _ins(_LD_ABS, 0, 0, 0)]
     prog += [_ins(_JEQ, 0, 4, nr_pair), _ins(_LD_ABS, 0, 0, 16), _ins(_JEQ, 1, 0, 1),  # socketpair's family: unix
              _ins(_RET, 0, 0, _ERRNO | errno.EAFNOSUPPORT), _ins(_LD_ABS, 0, 0, 0)]
+    for nr in rw2:  # their flags (the sixth argument): RWF_NOWAIT answers whether a file's pages are in the page cache
+        prog += [_ins(_JEQ, 0, 3, nr), _ins(_LD_ABS, 0, 0, 56), _ins(_JSET, 0, 1, RWF_NOWAIT),
+                 _ins(_RET, 0, 0, _ERRNO | errno.EOPNOTSUPP), _ins(_LD_ABS, 0, 0, 0)]
     return b"".join(prog + _socket(nr_socket))
 
 

@@ -64,6 +64,7 @@ class Zygote:
         self.role, self.uid, self.ctrl = role, uid, ctrl
         self.cg = cgroup  # the program's cgroup (the kernel charges it), or None: we sample (_usage)
         self.image_bytes = 0  # the compiled program's load size (_load_size)
+        self.inet = InetQueues()  # the program's TCP and UDP queues, where no cgroup charges them
         child.build_streams()
         self.is_init = os.getpid() == 1
         if ROOT != "/tmp" and uid >= 0:
@@ -239,7 +240,7 @@ class Zygote:
         its sockets. With a cgroup: the memory it charges (and the TCP and UDP queues, which cgroup
         v1 does not charge, and the netlink ones, which no cgroup does); its CPU is read in _cpu_spent."""
         if self.cg is not None:
-            return 0.0, 0.0, self.cg.memory() + (_inet_queue_memory() if self.cg.version == 1 else 0) + (
+            return 0.0, 0.0, self.cg.memory() + (self.inet.read() if self.cg.version == 1 else 0) + (
                 _netlink_queue_memory() if self.is_init else 0)  # (netlink's: no cgroup charges them)
         own, cpu, mem, memfds = 0.0, 0.0, 0, {}
         for pid in self._others():
@@ -260,7 +261,7 @@ class Zygote:
                 # tmpfs counts both in "inode space", 1 KiB an inode plus each xattr's size, which
                 # statfs reports in free 1 KiB inodes
                 mem += (st.f_blocks - st.f_bfree) * st.f_frsize + (st.f_files - st.f_ffree) * 1024
-            mem += _unix_socket_memory(self.diag) + _inet_queue_memory() + _netlink_queue_memory()  # (the
+            mem += _unix_socket_memory(self.diag) + self.inet.read() + _netlink_queue_memory()  # (the
             # namespace is the program's alone)
         return own, cpu, mem
 
@@ -303,6 +304,7 @@ class Zygote:
             self.cg.limit(lim["memory_mb"] << 20, lim["nproc"])
             ooms = self.cg.oom_kills()
         cpu_before = self._cpu_now()
+        self.inet.reset()
         if self.exits is not None:
             self.exits.restart()  # what ended before this child (our own helpers) is not its
         start = time.monotonic()
@@ -689,26 +691,36 @@ def _netlink_queue_memory() -> int:
     return total
 
 
-def _inet_sockets() -> bool:
-    """Whether our network namespace has a TCP or UDP socket: sockstat's counts are the namespace's, and cheap to
+def _inet_sockets() -> int:
+    """How many TCP and UDP sockets our network namespace has: sockstat's counts are the namespace's, and cheap to
     read, where reading /proc/net/tcp walks the host's whole table (4.5 ms a read on a busy host, four files every
     10 ms poll: a third of a core per worker with no socket at all)."""
+    count = 0
     for path in ("/proc/self/net/sockstat", "/proc/self/net/sockstat6"):
         with open(path, "rb") as f:
             for line in f:
                 fields = line.split()
-                if fields and fields[0] in (b"TCP:", b"UDP:", b"TCP6:", b"UDP6:") and b"inuse" in fields and \
-                        fields[fields.index(b"inuse") + 1] != b"0":
-                    return True
-    return False
+                if fields and fields[0] in (b"TCP:", b"UDP:", b"TCP6:", b"UDP6:") and b"inuse" in fields:
+                    count += int(fields[fields.index(b"inuse") + 1])
+    return count
+
+
+MAX_INET_SOCKETS = 256  # TCP and UDP sockets a program may hold at once; more are over its memory limit: each is a
+# line to parse at every measurement (12,000 UDP sockets took 340 ms a read, a core of the runner's, outside the
+# program's limits: a hunt's find)
+OVER = 1 << 62  # (bytes: over any limit)
 
 
 def _inet_queue_memory() -> int:
     """Bytes queued in the TCP and UDP sockets of our network namespace (each socket's send and
     receive queues as /proc/net/tcp and udp give them: TCP's data bytes, UDP's buffer memory; a
-    listening socket's are counts, not bytes, and are left out)."""
-    if not _inet_sockets():
+    listening socket's are counts, not bytes, and are left out); OVER where it holds more than
+    MAX_INET_SOCKETS."""
+    count = _inet_sockets()
+    if not count:
         return 0
+    if count > MAX_INET_SOCKETS:
+        return OVER
     total = 0
     for path in INET_QUEUES:
         with open(path, "rb") as f:
@@ -719,6 +731,24 @@ def _inet_queue_memory() -> int:
                     tx, _, rx = fields[4].partition(b":")
                     total += int(tx, 16) + int(rx or b"0", 16)
     return total
+
+
+class InetQueues:
+    """_inet_queue_memory, read again only once four times the last read's time has passed (the last value kept
+    meanwhile): the runner spends at most a fifth of a core measuring a program's sockets, however many."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:  # (a new program: nothing of the last one's kept)
+        self.value, self.next_at = 0, 0.0
+
+    def read(self) -> int:
+        start = time.monotonic()
+        if start >= self.next_at:
+            self.value = _inet_queue_memory()
+            self.next_at = start + 5 * (time.monotonic() - start)
+        return self.value
 
 
 def _check(ret: int, what: str) -> None:
