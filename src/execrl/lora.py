@@ -53,6 +53,10 @@ def target_names(model: nn.Module, cfg) -> list[str]:
             if not any(named(n, [p]) for n in linears):
                 raise ValueError(f"policy.lora.target_modules: {p!r} names no linear layer of this model (its "
                                  f"layers' are {sorted({n.rsplit('.', 1)[-1] for n in decoder})})")
+    for p in cfg.exclude_modules:  # (a mistyped one adapted every layer, unsaid)
+        if not any(named(n, [p]) for n in linears):
+            raise ValueError(f"policy.lora.exclude_modules: {p!r} names no linear layer of this model (its layers' "
+                             f"are {sorted({n.rsplit('.', 1)[-1] for n in decoder})})")
     chosen = [n for n in chosen if not named(n, cfg.exclude_modules)]
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     outside = [n for n in chosen if linears[n] is head]  # (a vision tower's layers, named, are adapted as before)
@@ -93,9 +97,14 @@ def apply_lora(model: nn.Module, cfg, seed: int = 0, fp32: bool = True):
                          "set dropout_position=pre (dropout on its input), or dropout=0")
     names = target_names(model, cfg)
     config = LoraConfig(r=cfg.dim, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=names, bias="none")
-    with warnings.catch_warnings():  # (peft asks transformers 5 a deprecated question; nothing for the user to do)
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    with warnings.catch_warnings(), _as_named():  # (peft asks transformers 5 a deprecated question; nothing for the
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)  # user)
         peft_model = get_peft_model(model, config, autocast_adapter_dtype=fp32)
+    got = sorted(n for n, m in model.named_modules() if is_adapted(m))
+    if got != names or getattr(peft_model.peft_config[ADAPTER], "target_parameters", None):
+        raise ValueError(f"policy.lora: peft adapted {got[:4]}{' ...' if len(got) > 4 else ''} where this run names "
+                         f"{names[:4]}{' ...' if len(names) > 4 else ''}: name target_modules that peft adapts as "
+                         "they are (e.g. the attention's [q_proj, k_proj, v_proj, o_proj])")
     if cfg.lora_A_init == "xavier":  # NeMo RL's default; peft's own is kaiming-uniform
         g = torch.Generator().manual_seed(seed)
         for module in adapted(model):
@@ -103,6 +112,28 @@ def apply_lora(model: nn.Module, cfg, seed: int = 0, fp32: bool = True):
             with torch.no_grad():
                 a.copy_(torch.empty(a.shape, dtype=torch.float32).normal_(0, (2 / sum(a.shape)) ** 0.5, generator=g))
     return peft_model
+
+
+@contextmanager
+def _as_named():
+    """peft's conversion of adapters trained under transformers 4 turned off while a new adapter is made: for MoE
+    models (DeepSeek-V3, GLM-4-MoE, Qwen3-MoE...) it rewrote every target ending in gate_proj/up_proj/down_proj into
+    the routed experts' fused weights, so the dense layers' and shared experts' MLPs that the run named got no adapter
+    and the experts, which it did not name, got one (a hunt's find)."""
+    try:
+        from peft.utils import transformers_weight_conversion as conversion
+    except ImportError:  # (a peft without it converts nothing)
+        yield
+        return
+    kept = getattr(conversion, "convert_peft_config_for_transformers", None)
+    if kept is None:
+        yield
+        return
+    conversion.convert_peft_config_for_transformers = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        conversion.convert_peft_config_for_transformers = kept
 
 
 def adapted(model: nn.Module) -> list[nn.Module]:

@@ -64,6 +64,8 @@ def test_layers_chosen_as_nemo_rl_names_them():
         target_names(model, LoraConfig(match_all_linear=False, target_modules=["lm_head"]))
     with pytest.raises(ValueError, match="targets no layer"):
         target_names(model, LoraConfig(exclude_modules=["*"]))
+    with pytest.raises(ValueError, match="exclude_modules: 'o_prj' names no linear layer"):  # (it adapted all, unsaid)
+        target_names(model, LoraConfig(exclude_modules=["o_prj"]))
     # NeMo RL's recipes that name only what to leave out (match_all_linear false, target_modules []): every decoder
     # linear layer but those, as Automodel's matcher falls back to (it was refused after --dry-run had passed)
     left = target_names(model, LoraConfig(match_all_linear=False, exclude_modules=["*o_proj*"]))
@@ -91,6 +93,32 @@ def test_layers_of_families_whose_decoder_is_not_model_layers():
     with pytest.raises(ValueError, match=r"decoder layers \(transformer.h\) hold no torch Linear layer to adapt "
                                          r"\(their weights are in \['Conv1D'\]"):
         target_names(AutoModelForCausalLM.from_config(GPT2Config(**small)), LoraConfig())
+
+
+def test_an_moe_models_adapters_are_on_the_layers_the_run_names():
+    """peft's conversion for adapters of transformers 4 turned the MLP projections named (DeepSeek-V3's dense layer
+    and shared experts) into the routed experts' fused weights: those the run named had no adapter, the experts got
+    one, and save_merged failed at the first checkpoint."""
+    from transformers import AutoModelForCausalLM, DeepseekV3Config
+
+    config = DeepseekV3Config(vocab_size=300, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4,
+                              num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=1,
+                              topk_group=1, kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8,
+                              v_head_dim=16)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    names = target_names(model, LoraConfig())
+    assert "model.layers.0.mlp.gate_proj" in names and "model.layers.1.mlp.shared_experts.down_proj" in names
+    peft_model = apply_lora(model, LoraConfig(dim=4, alpha=8))
+    assert sorted(n for n, m in model.named_modules() if m in adapted(model)) == names
+    assert not peft_model.peft_config["default"].target_parameters
+    randomize_adapters(model)
+    ids = list(range(5, 30))
+    adapted_lp = logprobs(model, ids)
+    merged = AutoModelForCausalLM.from_config(config)
+    merged.load_state_dict(merged_state(model.state_dict(), scaling=8 / 4), strict=False)  # (the tied LM head)
+    torch.testing.assert_close(logprobs(merged, ids), adapted_lp, atol=1e-5, rtol=1e-5)
 
 
 def test_adapters_start_at_zero_and_only_they_train():

@@ -5,6 +5,7 @@ latter as token deltas of the chat template, exactly as in rollouts."""
 
 from __future__ import annotations
 
+import importlib.util
 import random
 
 import torch
@@ -16,6 +17,7 @@ from execrl.models import train_mode
 from execrl.rollout.completion import end_ids
 from execrl.sandbox import ProgramResult, TestResult, Verdict
 from execrl.tasks import Problem
+from execrl.tasks.problem import err
 from execrl.trainer import distributed as dist
 from execrl.trainer.optim import make_optimizer
 from execrl.trainer.precision import Weights, stochastic_round
@@ -74,6 +76,16 @@ def reference_ids(prompt: list[int], turns: list[dict], tokenizer, end: int) -> 
     return ids, labels
 
 
+BF16_ADAMW = "torchao.optim._AdamW"  # with bf16_stochastic_round: an update below half a bf16 step moves a weight on
+# average
+
+
+def bf16_base(weights: Weights) -> bool:
+    """Whether the warm-up trains bf16 weights that have no fp32 master (a LoRA run's base, shared by the master and
+    the compute copy)."""
+    return any(p.requires_grad and p.dtype == torch.bfloat16 for p in weights.master.parameters())
+
+
 def sft_warmup(weights: Weights, tokenizer, problems: list[Problem], references: dict[str, list[dict]], cfg,
                on_step=None) -> float:
     w = cfg.warmup
@@ -84,8 +96,15 @@ def sft_warmup(weights: Weights, tokenizer, problems: list[Problem], references:
     # AdamW at the warm-up's rate; where the bf16 weights are their own master, the run's optimizer that
     # rounds them stochastically (plain AdamW would round small updates away)
     rounds = stochastic_round(cfg)
-    opt = make_optimizer(weights, cfg.policy.optimizer.name if rounds else "torch.optim.AdamW",
-                         {"bf16_stochastic_round": True} if rounds else {}, lr=w.lr)
+    name = cfg.policy.optimizer.name if rounds else "torch.optim.AdamW"
+    if not rounds and bf16_base(weights):  # a LoRA run's base, trained here in bf16 with no fp32 master: plain AdamW
+        rounds = importlib.util.find_spec("torchao") is not None  # rounded 84% of its updates away (a hunt's find)
+        name = BF16_ADAMW if rounds else name
+        if not rounds and dist.is_main():
+            err.print("note: the warm-up trains this LoRA run's bf16 base without an fp32 master, and plain AdamW "
+                      "rounds most of its updates away; pip install torchao (execrl[memory]) to round them "
+                      "stochastically, or set policy.precision=float32", markup=False)
+    opt = make_optimizer(weights, name, {"bf16_stochastic_round": True} if rounds else {}, lr=w.lr)
     loss_value = float("nan")
     if w.sft_steps and min(w.batch_size, len(usable)) < dist.world_size():
         raise ValueError(f"the warm-up needs an example per process in each batch: warmup.batch_size is {w.batch_size}, "
