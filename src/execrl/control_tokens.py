@@ -152,7 +152,7 @@ def _must_break(tokenizer, token: str) -> bool:
 
 def special_ids(tokenizer) -> set[int]:
     """The ids of the special tokens: those the tokenizer names, and the added tokens marked special that it does not
-    (Llama 3.1's <|eom_id|>, an end of turn its generation config lists: a turn after it was closed again)."""
+    (Phi-3.5's <|end|>, an end of turn its EOS is not: a turn after it was closed again)."""
     added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
     return set(tokenizer.all_special_ids) | {i for i, a in added.items() if getattr(a, "special", False)}
 

@@ -97,7 +97,7 @@ def apply_lora(model: nn.Module, cfg, seed: int = 0, fp32: bool = True):
                          "set dropout_position=pre (dropout on its input), or dropout=0")
     names = target_names(model, cfg)
     config = LoraConfig(r=cfg.dim, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=names, bias="none")
-    with warnings.catch_warnings(), _as_named():  # (peft asks transformers 5 a deprecated question; nothing for the
+    with warnings.catch_warnings(), as_named():  # (peft asks transformers 5 a deprecated question; nothing for the
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)  # user)
         peft_model = get_peft_model(model, config, autocast_adapter_dtype=fp32)
     got = sorted(n for n, m in model.named_modules() if is_adapted(m))
@@ -115,7 +115,7 @@ def apply_lora(model: nn.Module, cfg, seed: int = 0, fp32: bool = True):
 
 
 @contextmanager
-def _as_named():
+def as_named():
     """peft's conversion of adapters trained under transformers 4 turned off while a new adapter is made: for MoE
     models (DeepSeek-V3, GLM-4-MoE, Qwen3-MoE...) it rewrote every target ending in gate_proj/up_proj/down_proj into
     the routed experts' fused weights, so the dense layers' and shared experts' MLPs that the run named got no adapter

@@ -357,7 +357,7 @@ def _load_adapter(directory: Path, device: str, dtype: str, offline: bool, token
     except ImportError:
         raise ModelNotFound(f"{directory} is a LoRA adapter: loading it needs peft (pip install peft)") from None
     has_tokenizer = (directory / "tokenizer_config.json").is_file()
-    from execrl.lora import BASE_IDENTITY, BASE_OVERRIDES
+    from execrl.lora import BASE_IDENTITY, BASE_OVERRIDES, as_named
 
     identity = directory / BASE_IDENTITY  # (the base's weight files as the adapter's run started)
     if identity.is_file() and (now := weights_identity(base)) is not None and now != identity.read_text().strip():
@@ -369,7 +369,8 @@ def _load_adapter(directory: Path, device: str, dtype: str, offline: bool, token
                                           tokenizer or (str(directory) if has_tokenizer else None),
                                           config_overrides=json.loads(overrides.read_text()) if overrides.is_file()
                                           else None)
-    merged = PeftModel.from_pretrained(model, str(directory)).merge_and_unload()  # (peft froze the base: trainable
+    with as_named():  # (as the adapter was made: peft's transformers-4 conversion moved an MoE model's MLP ones)
+        merged = PeftModel.from_pretrained(model, str(directory)).merge_and_unload()  # (peft froze the base: trainable
     if (directory / "generation_config.json").is_file():  # (the run's: its stop_token_ids among the EOS ids)
         from transformers import GenerationConfig
 

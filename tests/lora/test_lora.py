@@ -95,7 +95,7 @@ def test_layers_of_families_whose_decoder_is_not_model_layers():
         target_names(AutoModelForCausalLM.from_config(GPT2Config(**small)), LoraConfig())
 
 
-def test_an_moe_models_adapters_are_on_the_layers_the_run_names():
+def test_an_moe_models_adapters_are_on_the_layers_the_run_names(tmp_path):
     """peft's conversion for adapters of transformers 4 turned the MLP projections named (DeepSeek-V3's dense layer
     and shared experts) into the routed experts' fused weights: those the run named had no adapter, the experts got
     one, and save_merged failed at the first checkpoint."""
@@ -119,6 +119,16 @@ def test_an_moe_models_adapters_are_on_the_layers_the_run_names():
     merged = AutoModelForCausalLM.from_config(config)
     merged.load_state_dict(merged_state(model.state_dict(), scaling=8 / 4), strict=False)  # (the tied LM head)
     torch.testing.assert_close(logprobs(merged, ids), adapted_lp, atol=1e-5, rtol=1e-5)
+    from peft import PeftModel  # loaded back as execrl loads a checkpoint's adapter (models._load_adapter)
+
+    from execrl.lora import as_named
+
+    peft_model.save_pretrained(tmp_path / "adapter")
+    base = AutoModelForCausalLM.from_config(config)
+    base.load_state_dict(merged_state(model.state_dict(), scaling=0.0), strict=False)
+    with as_named():
+        loaded = PeftModel.from_pretrained(base, str(tmp_path / "adapter")).merge_and_unload()
+    torch.testing.assert_close(logprobs(loaded, ids), adapted_lp, atol=1e-5, rtol=1e-5)
 
 
 def test_adapters_start_at_zero_and_only_they_train():

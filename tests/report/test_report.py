@@ -343,8 +343,11 @@ def test_a_run_resumed_after_a_stop_is_not_read_as_interrupted(tmp_path):
 
     run = run_dir(tmp_path / "resumed", [(0.5, 0.1), (0.6, 0.1)], [])
     lines = (run / "metrics.jsonl").read_text().splitlines()
-    (run / "metrics.jsonl").write_text("\n".join([lines[0], '{"step": 1, "run/interrupted": 1.0}', *lines[1:]]) + "\n")
-    assert "<td>2</td>" in page.write_report([run], tmp_path / "r.html").read_text()
+    (run / "metrics.jsonl").write_text("\n".join(['{"step": 0, "eval/pass@1": 0.25}', lines[0],
+                                                  '{"step": 1, "run/interrupted": 1.0}', *lines[1:],
+                                                  '{"step": 2, "eval/pass@1": 0.5}']) + "\n")
+    text = page.write_report([run], tmp_path / "r.html").read_text()
+    assert "<td>2</td>" in text and "<td>0.250 -&gt; 0.500</td>" in text
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"step": 2, "run/interrupted": 1.0}\n')
     assert "<td>2 (interrupted)</td>" in page.write_report([run], tmp_path / "r.html").read_text()

@@ -552,7 +552,7 @@ def test_a_resumed_runs_records_drop_the_stop_marker_the_restart_s_step_0_and_no
     (d / "metrics.jsonl").parent.mkdir()
     (d / "metrics.jsonl").write_text(f'{{"step": 1, "train/loss": 0.5}}\n{{"step": 1, "{INTERRUPTED}": 1.0}}\n')
     logger = MetricsLogger(load_config(None, [f"logger.log_dir={d}", "logger.tensorboard_enabled=false"]))
-    logger.start(1)
+    assert logger.start(1) == 0  # (no row of a step done again: the run says none was removed)
     logger.log(2, {"train/loss": 0.4, "train/entropy": float("nan"), "train/kl": float("inf")})
     logger.close()
     lines = (d / "metrics.jsonl").read_text().splitlines()

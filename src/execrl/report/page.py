@@ -63,8 +63,8 @@ def _summary(runs: list[RunData], differences: list[tuple[str, list]]) -> str:
         first, last = (evals[0]["eval/pass@1"], evals[-1]["eval/pass@1"]) if evals else (None, None)
         other = validation_sets_differ(evals[0], evals[-1]) if evals else ""
         other = f" ({other})" if other else ""
-        last = max((m.get("step", 0) for m in r.metrics), default=0)  # (a run stopped by a signal says so; one
-        stopped = any(m.get(INTERRUPTED) and m.get("step", 0) >= last for m in r.metrics)  # resumed since: not)
+        end = max((m.get("step", 0) for m in r.metrics), default=0)  # (a run stopped by a signal says so; one
+        stopped = any(m.get(INTERRUPTED) and m.get("step", 0) >= end for m in r.metrics)  # resumed since: not)
         steps = f"{len(train)} (interrupted)" if stopped else len(train)
         rows.append("<tr>" + "".join(f"<td>{esc(str(x))}</td>" for x in (
             r.name, section(r.config, "policy").get("model_name", "?"), steps,

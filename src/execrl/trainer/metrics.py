@@ -41,7 +41,7 @@ class MetricsLogger:
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / "metrics.jsonl"
         old = path.read_text().splitlines() if path.exists() else []
-        kept = []
+        kept, markers = [], 0
         for n, line in enumerate(old if step > 0 else [], 1):
             try:
                 row = json.loads(line)
@@ -49,8 +49,10 @@ class MetricsLogger:
                 Console(stderr=True, soft_wrap=True).print(
                     f"{path}, line {n}: not a whole record (a write cut short): left out", style="yellow", markup=False)
                 continue
-            if isinstance(row, dict) and row.get("step", 0) <= step and set(row) != {"step", INTERRUPTED}:
-                kept.append(line)  # (a stop's marker is not kept: the resumed run's report read "(interrupted)")
+            if isinstance(row, dict) and row.get("step", 0) <= step and set(row) == {"step", INTERRUPTED}:
+                markers += 1  # (a stop's marker is not kept: the resumed run's report read "(interrupted)")
+            elif isinstance(row, dict) and row.get("step", 0) <= step:
+                kept.append(line)
         path.write_text("".join(line + "\n" for line in kept))
         for old_rollouts in (self.dir / "rollouts").glob("step_*.jsonl"):
             if old_rollouts.stem[5:].isdigit() and int(old_rollouts.stem[5:]) > step:
@@ -76,7 +78,7 @@ class MetricsLogger:
                     f"note: W&B keeps the values its run logged for steps {redone[0]}-{redone[-1]} before this "
                     f"resume from step {step} (it logs no step below its last); metrics.jsonl and TensorBoard hold "
                     "the steps as they are done again", style="yellow", markup=False)
-        return len(old) - len(kept)
+        return len(old) - len(kept) - markers
 
     def _wandb_id(self, step: int) -> str:
         """The W&B run's id: logger.wandb.id, else the one this log directory's run started with where it resumes

@@ -5,7 +5,7 @@ latter as token deltas of the chat template, exactly as in rollouts."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import random
 
 import torch
@@ -80,6 +80,14 @@ BF16_ADAMW = "torchao.optim._AdamW"  # with bf16_stochastic_round: an update bel
 # average
 
 
+def _imports(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except Exception:  # noqa: BLE001 - (an install that fails to import, whatever the reason: the plain optimizer)
+        return False
+    return True
+
+
 def bf16_base(weights: Weights) -> bool:
     """Whether the warm-up trains bf16 weights that have no fp32 master (a LoRA run's base, shared by the master and
     the compute copy)."""
@@ -98,12 +106,12 @@ def sft_warmup(weights: Weights, tokenizer, problems: list[Problem], references:
     rounds = stochastic_round(cfg)
     name = cfg.policy.optimizer.name if rounds else "torch.optim.AdamW"
     if not rounds and bf16_base(weights):  # a LoRA run's base, trained here in bf16 with no fp32 master: plain AdamW
-        rounds = importlib.util.find_spec("torchao") is not None  # rounded 84% of its updates away (a hunt's find)
-        name = BF16_ADAMW if rounds else name
+        rounds = dist.world_size() == 1 and _imports("torchao.optim")  # rounded 84% of its updates away (a hunt's
+        name = BF16_ADAMW if rounds else name  # find); (sharded: not checked yet, as config.checks says)
         if not rounds and dist.is_main():
             err.print("note: the warm-up trains this LoRA run's bf16 base without an fp32 master, and plain AdamW "
-                      "rounds most of its updates away; pip install torchao (execrl[memory]) to round them "
-                      "stochastically, or set policy.precision=float32", markup=False)
+                      "rounds most of its updates away; with one process, pip install torchao (execrl[memory]) to "
+                      "round them stochastically; or set policy.precision=float32", markup=False)
     opt = make_optimizer(weights, name, {"bf16_stochastic_round": True} if rounds else {}, lr=w.lr)
     loss_value = float("nan")
     if w.sft_steps and min(w.batch_size, len(usable)) < dist.world_size():

@@ -41,8 +41,8 @@ kernel objects that outlive a process or escape its limits:
                                                                      are shared by every sandbox on the machine;
                                                                      the others (AF_ALG, AF_TIPC...) are kernel
                                                                      attack surface no program needs
-  preadv2 and pwritev2 with RWF_NOWAIT (EOPNOTSUPP, as a file      whether a shared read-only file's page is in the
-  that cannot do it says)                                            page cache, which outlives every program: one
+  cachestat (ENOSYS); preadv2 and pwritev2 with RWF_NOWAIT         whether a shared read-only file's page is in the
+  (EOPNOTSUPP, as a file that cannot do it says)                     page cache, which outlives every program: one
                                                                      program set bits by reading pages, a later one
                                                                      read them back (a hunt's find)
   inet and inet6 sockets but TCP and UDP streams and datagrams       UDP-Lite's and MPTCP's queues are in no file
@@ -77,13 +77,14 @@ _TABLES = {
                             237,  # mbind
                             298, 321, 323, 425, 426, 427,  # perf_event_open, bpf, userfaultfd, io_uring_*
                             101),  # ptrace
-               272, 56, 435, (319, 447,  # memfd_create, memfd_secret (ENOSYS)
+               272, 56, 435, (319, 447, 451,  # memfd_create, memfd_secret, cachestat (ENOSYS)
                               253, 254, 255, 294, 300, 301,  # inotify_*, fanotify_* (ENOSYS)
                               206, 207, 208, 209, 210, 333), 41, 302, 72, 53,  # io_setup ... io_pgetevents
                (327, 328)),  # preadv2, pwritev2
     "aarch64": (0xC00000B7, (180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197,
                              217, 218, 219, 235, 241, 280, 282, 425, 426, 427, 117),
-                272, 220, 435, (279, 447, 26, 27, 28, 262, 263, 0, 1, 2, 3, 4, 292), 198, 261, 25, 199, (286, 287)),
+                272, 220, 435, (279, 447, 451, 26, 27, 28, 262, 263, 0, 1, 2, 3, 4, 292), 198, 261, 25, 199,
+                (286, 287)),
 }
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000

@@ -240,7 +240,7 @@ class Zygote:
         its sockets. With a cgroup: the memory it charges (and the TCP and UDP queues, which cgroup
         v1 does not charge, and the netlink ones, which no cgroup does); its CPU is read in _cpu_spent."""
         if self.cg is not None:
-            return 0.0, 0.0, self.cg.memory() + (self.inet.read() if self.cg.version == 1 else 0) + (
+            return 0.0, 0.0, self.cg.memory() + (self.inet.read() if self.cg.version == 1 else over_sockets()) + (
                 _netlink_queue_memory() if self.is_init else 0)  # (netlink's: no cgroup charges them)
         own, cpu, mem, memfds = 0.0, 0.0, 0, {}
         for pid in self._others():
@@ -733,9 +733,18 @@ def _inet_queue_memory() -> int:
     return total
 
 
+def over_sockets() -> int:
+    """OVER where our namespace holds more than MAX_INET_SOCKETS TCP and UDP sockets (cgroup v2 charges their queues:
+    the count alone, the same limit in every mode), else 0."""
+    return OVER if _inet_sockets() > MAX_INET_SOCKETS else 0
+
+
+MAX_STALE_S = 0.05  # the longest a socket-queue reading is reused
+
+
 class InetQueues:
-    """_inet_queue_memory, read again only once four times the last read's time has passed (the last value kept
-    meanwhile): the runner spends at most a fifth of a core measuring a program's sockets, however many."""
+    """_inet_queue_memory, read again only once four times the last read's time has passed, or MAX_STALE_S (the last
+    value kept meanwhile): the runner spends at most about a fifth of a core measuring a program's sockets."""
 
     def __init__(self):
         self.reset()
@@ -747,7 +756,7 @@ class InetQueues:
         start = time.monotonic()
         if start >= self.next_at:
             self.value = _inet_queue_memory()
-            self.next_at = start + 5 * (time.monotonic() - start)
+            self.next_at = start + min(5 * (time.monotonic() - start), MAX_STALE_S)
         return self.value
 
 
