@@ -85,7 +85,8 @@ def test_mixed_precision_keeps_fp32_adapters_over_one_shared_bf16_base(tmp_path)
 
 def test_a_bf16_lora_runs_warm_up_moves_its_base_as_a_full_fine_tunes_does(tmp_path):
     """The warm-up trains a LoRA run's bf16 base, which has no fp32 master: plain AdamW rounded most updates away
-    (15.6% of the base's weights moved where a full fine-tune's fp32 master moved 84%). It rounds them stochastically."""
+    (15.6% of the base's weights moved where a full fine-tune's fp32 master moved 84%). It rounds them
+    stochastically."""
     start, _ = load_model_and_tokenizer(load_config(None).policy.model_name, "cpu", "float32", seed=1)
     r, _ = run(tmp_path, "warm", "policy.lora.enabled=true", "policy.lora.dim=4", "policy.precision=bfloat16",
                "warmup.sft_steps=6", "warmup.lr=1e-5", "grpo.max_num_steps=1", "policy.optimizer.kwargs.lr=1e-30",

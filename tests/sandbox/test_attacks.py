@@ -1749,8 +1749,8 @@ def test_a_read_cannot_ask_whether_a_page_is_in_the_page_cache(grader):
     code = ("import os, sys\nfd = os.open(sys.executable, os.O_RDONLY)\nbuf = bytearray(4096)\n"
             "try:\n    os.preadv(fd, [buf], 0, os.RWF_NOWAIT)\n    print('read')\nexcept OSError as e:\n"
             "    print(e.errno)\nprint(os.preadv(fd, [buf], 0, 0), os.preadv(fd, [buf], 0, os.RWF_HIPRI))\n"
-            "import ctypes, platform\nlibc = ctypes.CDLL(None, use_errno=True)\nstat = ctypes.create_string_buffer(64)\n"
-            "rng = ctypes.create_string_buffer(16)\n"  # cachestat(fd, range, stat, 0): the same question
+            "import ctypes, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "stat, rng = ctypes.create_string_buffer(64), ctypes.create_string_buffer(16)\n"  # cachestat(fd, range, stat, 0): the same question
             "print(libc.syscall(451, fd, rng, stat, 0), ctypes.get_errno() if platform.machine() in "
             "('x86_64', 'aarch64') else 38)")
     r = grader.run(code)
