@@ -89,9 +89,10 @@ def _imports(module: str) -> bool:
 
 
 def bf16_base(weights: Weights) -> bool:
-    """Whether the warm-up trains bf16 weights that have no fp32 master (a LoRA run's base, shared by the master and
-    the compute copy)."""
-    return any(p.requires_grad and p.dtype == torch.bfloat16 for p in weights.master.parameters())
+    """Whether the warm-up trains bf16 weights that have no fp32 master though the run has one (a LoRA run's base,
+    shared by the master and the compute copy; a bf16 model that is its own master rounds as its optimizer says)."""
+    return weights.master is not weights.compute and any(p.requires_grad and p.dtype == torch.bfloat16
+                                                         for p in weights.master.parameters())
 
 
 def sft_warmup(weights: Weights, tokenizer, problems: list[Problem], references: dict[str, list[dict]], cfg,
