@@ -123,8 +123,7 @@ def as_named():
     try:
         from peft.utils import transformers_weight_conversion as conversion
     except ImportError:  # (a peft without it converts nothing)
-        yield
-        return
+        conversion = None
     kept = getattr(conversion, "convert_peft_config_for_transformers", None)
     if kept is None:
         yield

@@ -14,14 +14,6 @@ from execrl.config import MasterConfig
 from execrl.report.runs import INTERRUPTED
 
 
-def _row(line: str) -> dict | None:
-    try:
-        row = json.loads(line)
-    except ValueError:
-        return None
-    return row if isinstance(row, dict) else None
-
-
 class MetricsLogger:
     def __init__(self, cfg: MasterConfig, write: bool = True):
         """write=False: a logger that writes nothing (the ranks other than 0, whose metrics reach
@@ -41,7 +33,7 @@ class MetricsLogger:
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / "metrics.jsonl"
         old = path.read_text().splitlines() if path.exists() else []
-        kept, markers = [], 0
+        kept, markers, redone = [], 0, set()
         for n, line in enumerate(old if step > 0 else [], 1):
             try:
                 row = json.loads(line)
@@ -49,9 +41,13 @@ class MetricsLogger:
                 Console(stderr=True, soft_wrap=True).print(
                     f"{path}, line {n}: not a whole record (a write cut short): left out", style="yellow", markup=False)
                 continue
-            if isinstance(row, dict) and row.get("step", 0) <= step and set(row) == {"step", INTERRUPTED}:
+            if not isinstance(row, dict):
+                continue
+            if row.get("step", 0) > step:
+                redone.add(row["step"])
+            elif set(row) == {"step", INTERRUPTED}:
                 markers += 1  # (a stop's marker is not kept: the resumed run's report read "(interrupted)")
-            elif isinstance(row, dict) and row.get("step", 0) <= step:
+            else:
                 kept.append(line)
         path.write_text("".join(line + "\n" for line in kept))
         for old_rollouts in (self.dir / "rollouts").glob("step_*.jsonl"):
@@ -72,10 +68,9 @@ class MetricsLogger:
             w = cfg.logger.wandb
             self.wandb = wandb.init(project=w.project, name=w.name or self.dir.name, mode=w.mode, dir=str(self.dir),
                                     config=cfg.model_dump(mode="json"), id=self._wandb_id(step), resume="allow")
-            redone = sorted({r["step"] for r in map(_row, old) if r and r.get("step", 0) > step})
-            if step and redone:  # (W&B logs no step below its last: the redone steps kept the first attempt's values)
+            if redone:  # (W&B logs no step below its last: the redone steps kept the first attempt's values)
                 Console(stderr=True, soft_wrap=True).print(
-                    f"note: W&B keeps the values its run logged for steps {redone[0]}-{redone[-1]} before this "
+                    f"note: W&B keeps the values its run logged for steps {min(redone)}-{max(redone)} before this "
                     f"resume from step {step} (it logs no step below its last); metrics.jsonl and TensorBoard hold "
                     "the steps as they are done again", style="yellow", markup=False)
         return len(old) - len(kept) - markers

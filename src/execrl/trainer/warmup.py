@@ -5,7 +5,6 @@ latter as token deltas of the chat template, exactly as in rollouts."""
 
 from __future__ import annotations
 
-import importlib
 import random
 
 import torch
@@ -19,7 +18,7 @@ from execrl.sandbox import ProgramResult, TestResult, Verdict
 from execrl.tasks import Problem
 from execrl.tasks.problem import err
 from execrl.trainer import distributed as dist
-from execrl.trainer.optim import make_optimizer
+from execrl.trainer.optim import make_optimizer, optimizer_class
 from execrl.trainer.precision import Weights, stochastic_round
 from execrl.trainer.rollouts import encode
 
@@ -80,9 +79,10 @@ BF16_ADAMW = "torchao.optim._AdamW"  # with bf16_stochastic_round: an update bel
 # average
 
 
-def _imports(module: str) -> bool:
+def _usable(name: str) -> bool:
+    """Whether the optimizer `name` can be had here (optim.optimizer_class finds it)."""
     try:
-        importlib.import_module(module)
+        optimizer_class(name)
     except Exception:  # noqa: BLE001 - (an install that fails to import, whatever the reason: the plain optimizer)
         return False
     return True
@@ -107,7 +107,7 @@ def sft_warmup(weights: Weights, tokenizer, problems: list[Problem], references:
     rounds = stochastic_round(cfg)
     name = cfg.policy.optimizer.name if rounds else "torch.optim.AdamW"
     if not rounds and bf16_base(weights):  # a LoRA run's base, trained here in bf16 with no fp32 master: plain AdamW
-        rounds = dist.world_size() == 1 and _imports("torchao.optim")  # rounded 84% of its updates away (a hunt's
+        rounds = dist.world_size() == 1 and _usable(BF16_ADAMW)  # rounded 84% of its updates away (a hunt's
         name = BF16_ADAMW if rounds else name  # find); (sharded: not checked yet, as config.checks says)
         if not rounds and dist.is_main():
             err.print("note: the warm-up trains this LoRA run's bf16 base without an fp32 master, and plain AdamW "
