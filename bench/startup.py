@@ -10,7 +10,8 @@ model, with compile caches of its own, writes the bytecode of every module a sta
 command after installing does (`pip install` writes it, `uv pip install` does not): the first start is then the
 first of this config, its compile caches empty (`--fresh-install`: no such start, the first one writes the bytecode
 too). `--profile` adds where the build's seconds go, torch.compile's seconds per phase, the recompiles' reasons and
-the costliest imports.
+the costliest imports; `--profile-start` runs the last start under cProfile, build and step 1 (`--starts 3`: the
+second start's figures unprofiled, the third's profile says where such a start's host seconds go).
 Columns: the interpreter to the end of step 1 (`to step 1`), importing execrl and transformers, building the run
 (model, optimizer, engine, sandbox), step 1's generate and train, the seconds torch.compile spent (dynamo and
 inductor, over the whole start), its inductor cache hits/misses, and the CUDA graphs captured.
@@ -50,6 +51,22 @@ def child(args) -> None:
         finally:
             built["s"] = time.perf_counter() - t
 
+    if args.profile_start:  # where the whole start goes (build and step 1), host side: by cumulative and own time
+        import cProfile
+        import pstats
+
+        train = loop.train
+
+        def profiled_train(cfg):
+            prof = cProfile.Profile()
+            try:
+                return prof.runcall(train, cfg)
+            finally:
+                stats = pstats.Stats(prof, stream=sys.stdout)
+                stats.sort_stats("cumulative").print_stats(70)
+                stats.sort_stats("tottime").print_stats(40)
+
+        loop.train = profiled_train
     if args.profile:  # where the build's seconds go: the 45 costliest calls by cumulative time
         import cProfile
         import pstats
@@ -97,6 +114,8 @@ def main() -> None:
     ap.add_argument("--micro", type=int, default=16)
     ap.add_argument("--profile", action="store_true", help="print each start's build profile, torch.compile's "
                     "seconds per function and the recompiles' reasons")
+    ap.add_argument("--profile-start", action="store_true", help="the last start under cProfile, build and step 1 "
+                    "(host side: where a second start's seconds go), its 70 costliest calls and 40 costliest bodies")
     ap.add_argument("--fresh-install", action="store_true", help="no start of the tiny model before: the first start "
                     "writes Python's bytecode too, as on a machine where nothing has run since `uv pip install`")
     ap.add_argument("--late-pool", action="store_true", help="start inductor's compile workers at the first "
@@ -120,10 +139,11 @@ def main() -> None:
     env.update(PYTHONPYCACHEPREFIX=str(work / "bytecode"),
                **({"TORCH_LOGS": "recompiles", "PYTHONPROFILEIMPORTTIME": "1"} if args.profile else {}))
 
-    def start(name: str, model: Path, log_dir: Path, system: str, caches: Path):
+    def start(name: str, model: Path, log_dir: Path, system: str, caches: Path, profile_start: bool = False):
         cmd = [sys.executable, __file__, "--child", "--model", str(model), "--log-dir", str(log_dir), "--system",
                system, "--new-tokens", str(args.new_tokens), "--micro", str(args.micro),
-               *(["--profile"] if args.profile else []), *(["--late-pool"] if args.late_pool else [])]
+               *(["--profile"] if args.profile else []), *(["--late-pool"] if args.late_pool else []),
+               *(["--profile-start"] if profile_start else [])]
         t = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True, env={**env, "TORCHINDUCTOR_CACHE_DIR": str(
             caches / "inductor-cache"), "TRITON_CACHE_DIR": str(caches / "triton-cache")})
@@ -133,8 +153,9 @@ def main() -> None:
             raise SystemExit(f"start {name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         said = [x for x in done.stderr.splitlines() if x.startswith("start-up:")]  # the run's own line
         print(f"start {name}: {said[0] if said else '(no start-up line: nothing compiled)'}")
-        if args.profile:
+        if profile_start or args.profile:
             print(done.stdout[:done.stdout.index("STARTUP ")])
+        if args.profile:
             print("\n".join(x for x in done.stderr.splitlines() if "ecompil" in x or "triggered by" in x))
             print("the 20 costliest imports (cumulative us, `python -X importtime`):")
             print("\n".join(slowest_imports(done.stderr, 20)))
@@ -147,7 +168,7 @@ def main() -> None:
                           tiny))
     for i in range(args.starts):
         rows.append(start(("first", "second")[i] if i < 2 else str(i + 1), work / "model", work / f"run{i}", system,
-                          work))
+                          work, args.profile_start and i == args.starts - 1))
     print(f"\n{args.arch} on {device_name()}, torch {rows[0][2]['torch']}, 16 x 8 samples of ~128 + {args.new_tokens} "
           "tokens, one step per start")
     print("| start | process s | to step 1 s | import s | build s | generate s | train s | compile s | graphs | "

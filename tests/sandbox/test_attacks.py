@@ -1732,6 +1732,24 @@ def test_netlink_replies_held_in_socket_queues_count_as_memory():
         assert ok.verdict == V.PASS, ok.to_dict()  # (netlink itself still works, and the worker after it)
 
 
+@namespaces  # (the sockets of the sandbox's own network namespace are counted)
+def test_a_program_holding_more_netlink_sockets_than_it_may_is_over_its_memory(grader):
+    """(A hunt's find) 60 processes of 250 bound netlink sockets each, asleep: listing them (to measure their queues)
+    took the runner 250 ms a read, a core of its own for the program's whole wall time, outside its limits. Over
+    MAX_NETLINK_SOCKETS at once (the kernel's own and the runner's among them) the program is over its memory limit,
+    told within its time; 200 sockets are fine."""
+    from execrl.sandbox.inside.zygote import MAX_NETLINK_SOCKETS
+
+    code = ("import os, socket, sys, time\nn, procs = map(int, sys.stdin.read().split())\nfor _ in range(procs - 1):\n"
+            "    if os.fork() == 0:\n        break\nheld = [socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) for _ in "
+            "range(n)]\nfor s in held:\n    s.bind((0, 0))\ntime.sleep(0.4)\nprint('ok', flush=True)")
+    assert 220 <= MAX_NETLINK_SOCKETS < 3 * 120  # (each process's open files are limited)
+    assert grader.grade(code, stdio(["100 2\n"], ["ok\n" * 2])).verdict == V.PASS
+    began = time.monotonic()
+    assert grader.grade(code, stdio(["120 3\n"], ["ok\n" * 3])).verdict == V.MEMORY
+    assert time.monotonic() - began < 5
+
+
 def test_no_core_dump_reaches_a_piped_core_handler(grader):
     """(A hunt's find) RLIMIT_CORE 0 is ignored where the host's core_pattern pipes to a handler (apport,
     systemd-coredump): 500 crashing children sent 500 cores to a root helper outside every limit. A limit of 1 aborts

@@ -64,7 +64,8 @@ class Zygote:
         self.role, self.uid, self.ctrl = role, uid, ctrl
         self.cg = cgroup  # the program's cgroup (the kernel charges it), or None: we sample (_usage)
         self.image_bytes = 0  # the compiled program's load size (_load_size)
-        self.inet = InetQueues()  # the program's TCP and UDP queues, where no cgroup charges them
+        self.inet = Throttled(_inet_queue_memory)  # the program's TCP and UDP queues, where no cgroup charges them
+        self.netlink = Throttled(_netlink_queue_memory)  # and its netlink ones, which no cgroup charges
         child.build_streams()
         self.is_init = os.getpid() == 1
         if ROOT != "/tmp" and uid >= 0:
@@ -241,7 +242,7 @@ class Zygote:
         v1 does not charge, and the netlink ones, which no cgroup does); its CPU is read in _cpu_spent."""
         if self.cg is not None:
             return 0.0, 0.0, self.cg.memory() + (self.inet.read() if self.cg.version == 1 else over_sockets()) + (
-                _netlink_queue_memory() if self.is_init else 0)  # (netlink's: no cgroup charges them)
+                self.netlink.read() if self.is_init else 0)  # (netlink's: no cgroup charges them)
         own, cpu, mem, memfds = 0.0, 0.0, 0, {}
         for pid in self._others():
             try:
@@ -261,7 +262,7 @@ class Zygote:
                 # tmpfs counts both in "inode space", 1 KiB an inode plus each xattr's size, which
                 # statfs reports in free 1 KiB inodes
                 mem += (st.f_blocks - st.f_bfree) * st.f_frsize + (st.f_files - st.f_ffree) * 1024
-            mem += _unix_socket_memory(self.diag) + self.inet.read() + _netlink_queue_memory()  # (the
+            mem += _unix_socket_memory(self.diag) + self.inet.read() + self.netlink.read()  # (the
             # namespace is the program's alone)
         return own, cpu, mem
 
@@ -305,6 +306,7 @@ class Zygote:
             ooms = self.cg.oom_kills()
         cpu_before = self._cpu_now()
         self.inet.reset()
+        self.netlink.reset()
         if self.exits is not None:
             self.exits.restart()  # what ended before this child (our own helpers) is not its
         start = time.monotonic()
@@ -680,11 +682,14 @@ def _netlink_queue_memory() -> int:
     """Bytes the kernel holds in the netlink sockets of our network namespace (/proc/net/netlink's Rmem and Wmem of
     each): a netlink socket's receive queue takes the kernel's replies, an error reply echoes the whole request, and
     no memory cgroup is charged for them: 4 processes of 240 sockets held 2.4 GB of the host's memory under a 64 MB
-    limit (a hunt's find)."""
+    limit (a hunt's find). OVER where the namespace holds more than MAX_NETLINK_SOCKETS: the file is read a line at a
+    time and no further (the kernel writes it as it is read)."""
     total = 0
     with open("/proc/self/net/netlink", "rb") as f:
         next(f, None)
-        for line in f:
+        for n, line in enumerate(f):
+            if n >= MAX_NETLINK_SOCKETS:
+                return OVER
             fields = line.split()
             if len(fields) > 5:
                 total += int(fields[4]) + int(fields[5])
@@ -708,6 +713,9 @@ def _inet_sockets() -> int:
 MAX_INET_SOCKETS = 256  # TCP and UDP sockets a program may hold at once; more are over its memory limit: each is a
 # line to parse at every measurement (12,000 UDP sockets took 340 ms a read, a core of the runner's, outside the
 # program's limits: a hunt's find)
+MAX_NETLINK_SOCKETS = 256  # netlink sockets (the runner's one among them) our namespace may hold at once; more are
+# over the program's memory limit: 15,000 (60 processes of 250) took the runner 250 ms a read to list, a core of its
+# own outside the program's limits (a hunt's find); a program needs one at a time (getaddrinfo, if_nameindex)
 OVER = 1 << 62  # (bytes: over any limit)
 
 
@@ -742,11 +750,13 @@ def over_sockets() -> int:
 MAX_STALE_S = 0.05  # the longest a socket-queue reading is reused
 
 
-class InetQueues:
-    """_inet_queue_memory, read again only once four times the last read's time has passed, or MAX_STALE_S (the last
-    value kept meanwhile): the runner spends at most about a fifth of a core measuring a program's sockets."""
+class Throttled:
+    """A socket-queue reading (_inet_queue_memory, _netlink_queue_memory), read again only once four times the last
+    read's time has passed, or MAX_STALE_S (the last value kept meanwhile): the runner spends at most about a fifth of
+    a core measuring a program's sockets."""
 
-    def __init__(self):
+    def __init__(self, measure):
+        self.measure = measure
         self.reset()
 
     def reset(self) -> None:  # (a new program: nothing of the last one's kept)
@@ -755,7 +765,7 @@ class InetQueues:
     def read(self) -> int:
         start = time.monotonic()
         if start >= self.next_at:
-            self.value = _inet_queue_memory()
+            self.value = self.measure()
             self.next_at = start + min(5 * (time.monotonic() - start), MAX_STALE_S)
         return self.value
 
