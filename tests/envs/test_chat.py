@@ -185,3 +185,30 @@ def test_the_reward_model_reads_an_answers_control_tokens_as_text(qwen25_tok):
     ids = rm.encode([{"role": "user", "content": "Write it."}, {"role": "assistant", "content": answer}])
     plain = rm.encode([{"role": "user", "content": "Write it."}, {"role": "assistant", "content": "print(1)"}])
     assert markers(qwen25_tok, ids) == markers(qwen25_tok, plain)
+
+
+MISTRAL_V03 = ("{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}"
+               "{%- set loop_messages = messages[1:] %}{%- else %}{%- set loop_messages = messages %}{%- endif %}"
+               "{{- bos_token }}{%- for message in loop_messages %}{%- if message['role'] == 'user' %}"
+               "{%- if loop.last and system_message is defined %}"
+               "{{- '[INST] ' + system_message + '\\n\\n' + message['content'] + '[/INST]' }}"
+               "{%- else %}{{- '[INST] ' + message['content'] + '[/INST]' }}{%- endif %}"
+               "{%- elif message['role'] == 'assistant' %}{{- ' ' + message['content'] + eos_token }}"
+               "{%- else %}{{ raise_exception('Only user and assistant roles are supported!') }}{%- endif %}"
+               "{%- endfor %}")
+
+
+def test_a_template_that_moves_the_system_prompt_to_the_last_user_turn_is_found(qwen25_tok):
+    """(Left out before, now named) Mistral v0.3's and Nemo's templates write the system prompt in the last user
+    message; an episode's later turns are appended to its tokens, so the model reads it in the first turn: the run
+    says so where it has a system prompt. ChatML keeps it first; a role the template refuses is check_role's to say."""
+    import copy
+
+    tok = copy.deepcopy(qwen25_tok)
+    assert not TurnRenderer(tok).system_moves("user") and not TurnRenderer(tok).system_moves("tool")
+    tok.chat_template = MISTRAL_V03
+    renderer = TurnRenderer(tok)
+    assert renderer.system_moves("user")
+    assert not renderer.system_moves("tool")  # (it raises on tool messages)
+    turn = tok.decode(renderer.env_turn([{"role": "user", "content": "Output: 3"}], None))
+    assert turn.endswith("[INST] Output: 3[/INST]") and "system" not in turn

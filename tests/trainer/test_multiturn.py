@@ -115,3 +115,21 @@ def test_steps_whose_every_sample_overlong_filtering_left_out_are_named():
     assert empty.startswith("at step 2 every sample was cut (train/truncated_frac 1.0) and grpo.overlong_filtering")
     assert len(cut_warnings(rows)) == 1  # (without the filter the cut samples are trained on)
     assert "left" not in cut_warnings(rows)[0]
+
+
+def test_a_template_that_moves_the_system_prompt_is_named_at_build(tmp_path, capsys):
+    """A multi-turn run with a system prompt, on a template that writes it in the last user turn (Mistral v0.3's):
+    the build says where the model reads it; the same run on ChatML says nothing of it."""
+    from execrl.trainer.setup import build_run
+
+    from ..envs.test_chat import MISTRAL_V03
+
+    for template, said in ((MISTRAL_V03, True), (None, False)):
+        cfg = load_config(None, [*SMALL, f"logger.log_dir={tmp_path / str(said)}", "checkpointing.enabled=false",
+                                 "grpo.max_rollout_turns=2", "env.multi_turn.kind=unit_tests",
+                                 "env.multi_turn.observation_role=user", "prompt.system_prompt=Be brief."])
+        cfg.policy.tokenizer.chat_template = template
+        run = build_run(cfg)
+        run.grader.close()
+        out = capsys.readouterr()
+        assert ("writes the system prompt in a conversation's last user turn" in out.out + out.err) is said

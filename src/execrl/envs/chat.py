@@ -50,6 +50,20 @@ class TurnRenderer:
                                     "env.multi_turn.observation_role to a role it renders (tool or user), or "
                                     "policy.tokenizer.chat_template to one that renders this role")
 
+    def system_moves(self, observation_role: str) -> bool:
+        """Whether the template writes a conversation's system prompt after its first answer (Mistral v0.3's and
+        Nemo's put it in the last user message): an episode's later turns are appended to its tokens, not re-rendered,
+        so the system prompt stays where its first prompt had it."""
+        probe = "execrlsystem" + secrets.token_hex(6)
+        (question, answer), (observation, _) = _STANDINS
+        try:
+            text = self._render([{"role": "system", "content": probe}, {"role": "user", "content": question},
+                                 {"role": "assistant", "content": answer},
+                                 {"role": observation_role, "content": observation}], True)
+        except (TemplateRaised, ChatTemplateError):
+            return False
+        return text.find(probe) > text.find(answer) >= 0
+
     def delta_text(self, messages: list[dict]) -> str:
         """The text the chat template adds after an assistant message's content for `messages` and
         the next generation prompt; the same whatever came before (checked on two stand-in

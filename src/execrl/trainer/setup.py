@@ -283,6 +283,14 @@ def build_run(cfg: MasterConfig) -> Run:
                                  run.opponent.generator if run.opponent else None, reward_model(cfg))
     if cfg.grpo.max_rollout_turns > 1 and cfg.env.multi_turn.kind in ("interpreter", "unit_tests", "sliding_puzzle"):
         run.episodes.renderer.check_role(cfg.env.multi_turn.observation_role)  # (before a step: their turns' role)
+        if cfg.prompt.system_prompt and dist.is_main() and run.episodes.renderer.system_moves(
+                cfg.env.multi_turn.observation_role):
+            console.print("note: the chat template writes the system prompt in a conversation's last user turn, and "
+                          "an episode's later turns are appended to its tokens, not re-rendered: after its first "
+                          "turn the model reads prompt.system_prompt before its first question, where the template "
+                          "would not put it; to train as the template renders, fold it into the prompt "
+                          "(prompt.system_prompt=null and the text in the task's prompt) or set "
+                          "policy.tokenizer.chat_template to one that keeps it first", markup=False, highlight=False)
     run.pipeline = build_pipeline(cfg, plan, run.episodes, run.sampler)
     return run
 
