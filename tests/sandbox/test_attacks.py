@@ -1740,9 +1740,11 @@ def test_a_program_holding_more_netlink_sockets_than_it_may_is_over_its_memory(g
     told within its time; 200 sockets are fine."""
     from execrl.sandbox.inside.zygote import MAX_NETLINK_SOCKETS
 
-    code = ("import os, socket, sys, time\nn, procs = map(int, sys.stdin.read().split())\nfor _ in range(procs - 1):\n"
-            "    if os.fork() == 0:\n        break\nheld = [socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) for _ in "
-            "range(n)]\nfor s in held:\n    s.bind((0, 0))\ntime.sleep(0.4)\nprint('ok', flush=True)")
+    code = ("import os, socket, sys, time\nn, procs = map(int, sys.stdin.read().split())\nkids = []\n"
+            "for _ in range(procs - 1):\n    pid = os.fork()\n    if pid == 0:\n        kids = ()\n        break\n"
+            "    kids.append(pid)\nheld = [socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) for _ in "
+            "range(n)]\nfor s in held:\n    s.bind((0, 0))\ntime.sleep(0.4)\nprint('ok', flush=True)\n"
+            "for pid in kids:\n    os.waitpid(pid, 0)")
     assert 220 <= MAX_NETLINK_SOCKETS < 3 * 120  # (each process's open files are limited)
     assert grader.grade(code, stdio(["100 2\n"], ["ok\n" * 2])).verdict == V.PASS
     began = time.monotonic()
@@ -1782,9 +1784,11 @@ def test_a_program_holding_more_tcp_and_udp_sockets_than_it_may_is_over_its_memo
     its memory limit; 200 sockets are fine."""
     from execrl.sandbox.inside.zygote import MAX_INET_SOCKETS
 
-    code = ("import os, socket, sys, time\nn, procs = map(int, sys.stdin.read().split())\nfor _ in range(procs - 1):\n"
-            "    if os.fork() == 0:\n        break\nheld = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in "
-            "range(n)]\nfor s in held:\n    s.bind(('127.0.0.1', 0))\ntime.sleep(0.4)\nprint('ok', flush=True)")
+    code = ("import os, socket, sys, time\nn, procs = map(int, sys.stdin.read().split())\nkids = []\n"
+            "for _ in range(procs - 1):\n    pid = os.fork()\n    if pid == 0:\n        kids = ()\n        break\n"
+            "    kids.append(pid)\nheld = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in "
+            "range(n)]\nfor s in held:\n    s.bind(('127.0.0.1', 0))\ntime.sleep(0.4)\nprint('ok', flush=True)\n"
+            "for pid in kids:\n    os.waitpid(pid, 0)")  # (the first waits for the others: each prints)
     assert 200 <= MAX_INET_SOCKETS < 3 * 120  # (each process's open files are limited)
     assert grader.grade(code, stdio(["100 2\n"], ["ok\n" * 2])).verdict == V.PASS
     assert grader.grade(code, stdio(["120 3\n"], ["ok\n" * 3])).verdict == V.MEMORY

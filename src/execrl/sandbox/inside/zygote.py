@@ -243,7 +243,7 @@ class Zygote:
         if self.cg is not None:
             return 0.0, 0.0, self.cg.memory() + (self.inet.read() if self.cg.version == 1 else over_sockets()) + (
                 self.netlink.read() if self.is_init else 0)  # (netlink's: no cgroup charges them)
-        own, cpu, mem, memfds = 0.0, 0.0, 0, {}
+        own, cpu, mem = 0.0, 0.0, self._stream_memory()
         for pid in self._others():
             try:
                 with open(f"/proc/{pid}/stat", "rb") as f:
@@ -251,10 +251,8 @@ class Zygote:
                 own += sum(int(x) for x in fields[11:13]) / self.clock  # utime stime
                 cpu += sum(int(x) for x in fields[11:15]) / self.clock  # utime stime cutime cstime
                 mem += _pss(pid, self.page)
-                memfds.update(_memfds(pid))
             except (OSError, ValueError, IndexError):  # gone meanwhile
                 continue
-        mem += sum(memfds.values())
         if self.is_init:
             for top in (ROOT, "/dev/shm"):
                 st = os.statvfs(top)
@@ -265,6 +263,23 @@ class Zygote:
             mem += _unix_socket_memory(self.diag) + self.inet.read() + self.netlink.read()  # (the
             # namespace is the program's alone)
         return own, cpu, mem
+
+    def _stream_memory(self) -> int:
+        """Bytes in our stream memfds, the only memfds a program can hold (it can make none): what it wrote, in no
+        process's set size until mapped, and the extended attributes it set on them (through the fds or a path such
+        as /dev/stdout: kernel memory on no tmpfs of the sandbox, a hunt's find: 1.5 GB held under a 256 MB limit),
+        each name counted at the largest value a name can hold; OVER where they are more than can be listed. Four
+        fstat and four listxattr calls, however many descriptors the program holds (reading the link of each of its
+        processes' descriptors cost the runner most of a core, outside the program's limits)."""
+        total = 0
+        for fd in self.streams.values():
+            total += os.fstat(fd).st_blocks * 512
+            try:
+                total += sum(XATTR_SIZE_MAX + len(name) for name in os.listxattr(fd))
+            except OSError as e:
+                if e.errno == errno.E2BIG:
+                    return OVER
+        return total
 
     def _over(self, deadline: float, memory: int, cpu_s: float, cpu_before: float) -> str | None:
         """Which limit the program has passed, all its processes together (None: none)."""
@@ -717,6 +732,7 @@ MAX_NETLINK_SOCKETS = 256  # netlink sockets (the runner's one among them) our n
 # over the program's memory limit: 15,000 (60 processes of 250) took the runner 250 ms a read to list, a core of its
 # own outside the program's limits (a hunt's find); a program needs one at a time (getaddrinfo, if_nameindex)
 OVER = 1 << 62  # (bytes: over any limit)
+XATTR_SIZE_MAX = 65536  # the largest value of an extended attribute (linux/limits.h)
 
 
 def _inet_queue_memory() -> int:
@@ -1005,20 +1021,6 @@ def _collect_unix_sockets() -> None:
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     a.close()
     b.close()
-
-
-def _memfds(pid: int) -> dict:
-    """The memfds a process holds open, {(dev, inode): bytes allocated}: their pages are in no set
-    size until mapped."""
-    out = {}
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
-                st = os.stat(f"/proc/{pid}/fd/{fd}")
-                out[(st.st_dev, st.st_ino)] = st.st_blocks * 512
-        except OSError:
-            continue
-    return out
 
 
 def _wipe_except(top: str, keep: list[str]) -> None:
