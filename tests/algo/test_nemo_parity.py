@@ -301,3 +301,23 @@ def test_a_global_batch_above_the_steps_samples_says_nemo_rl_stops_there():
 
     notes = " ".join(plan(load_config(None, ["policy.train_global_batch_size=4096"])).notes)
     assert "one optimizer step per rollout" in notes and "NeMo RL's code stops here" in notes
+
+
+def test_a_nemo_configs_math_verify_and_multi_turn_shaping_differences_are_named():
+    """(A hunt's find) Two differences docs/configs.md gave and start-up did not: hf_math_verify's own extraction of
+    the final answer, and grpo.reward_shaping's length read from a multi-turn episode's last turn. NeMo RL's top_k -1
+    (no filtering) is read as null; 0 stays refused, as NeMo RL refuses it."""
+    from pathlib import Path
+
+    nemo = Path(__file__).resolve().parents[1] / "assets/nemo_rl/eraF_ad3472a/examples/configs/grpo_math_1B.yaml"
+    shaping = ["grpo.reward_shaping.enabled=true", "grpo.reward_shaping.overlong_buffer_length=128",
+               "grpo.reward_shaping.overlong_buffer_penalty=1", "grpo.reward_shaping.max_response_length=512"]
+    said = " ".join(nemo_differences(load_config(str(nemo), shaping)))
+    assert "hands math-verify the whole response" in said and "last model turn" not in said
+    said = " ".join(nemo_differences(load_config(str(nemo), [*shaping, "grpo.max_rollout_turns=3"])))
+    assert "first assistant message" in said
+    assert "math-verify" not in " ".join(nemo_differences(load_config(None, [])))  # (execrl's own config)
+    gen = load_config(str(nemo), ["policy.generation.top_k=-1", "policy.generation.val_top_k=-1"]).policy.generation
+    assert gen.top_k is None and gen.val_top_k is None
+    with pytest.raises(ConfigError, match="top_k"):
+        load_config(None, ["policy.generation.top_k=0"])

@@ -1031,6 +1031,14 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
         whole = grpo.max_val_samples // grpo.val_batch_size * grpo.val_batch_size
         out.append(f"grpo.max_val_samples={grpo.max_val_samples} validates that many problems; NeMo RL's code "
                    f"validates whole batches of grpo.val_batch_size={grpo.val_batch_size} only, {whole} problems")
+    if nemo and cfg.env.math.math_verify_impl == "hf_math_verify" and any(k.startswith("env.math") for k in written):
+        out.append("env.math.math_verify_impl=hf_math_verify: execrl finds the final answer (the last \\boxed{}, an "
+                   "'answer is' or 'Answer:' line, else the last number) and math-verify compares it with the "
+                   "reference; NeMo RL hands math-verify the whole response, so hedged, unboxed or worded answers can "
+                   "score otherwise ('Answer: 2\\sqrt{2}', '\\boxed{18 (or 20)}', '18 thousand': docs/configs.md)")
+    if "grpo.reward_shaping" in getattr(cfg, "_nemo_mapped", {}) and grpo.max_rollout_turns > 1:
+        out.append("grpo.reward_shaping's overlong penalty reads an episode's last model turn's length (NeMo RL's "
+                   "message-log path reads the first assistant message's)")
     if lf.truncated_importance_sampling_ratio is not None and lf.truncated_importance_sampling_type is None:
         out.append("loss_fn.truncated_importance_sampling_ratio without a type is read as tis, as NeMo RL did before "
                    "the type key existed (its current code refuses it)")

@@ -89,15 +89,23 @@ class GenerationConfig(Section):
     max_new_tokens: int = Field(512, ge=1, description="tokens generated per turn at most")
     temperature: float = Field(1.0, ge=0, description="sampling temperature for rollouts")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling threshold")
-    top_k: int | None = Field(None, ge=1, description="sample among the k likeliest tokens only (null: all)")
+    top_k: int | None = Field(None, ge=1, description="sample among the k likeliest tokens only (null, or -1 as in "
+                              "NeMo RL and vLLM: all)")
     stop_strings: list[str] | None = Field(None, description="generation stops after any of these strings")
     stop_token_ids: list[int] | None = Field(None, description="generation stops after any of these tokens (besides "
                                              "the model's EOS tokens)")
     val_temperature: float = Field(0.0, ge=0, description="validation's sampling temperature (0: greedy; NeMo RL's "
                                    "configs set ${.temperature})")
     val_top_p: float = Field(1.0, gt=0, le=1, description="validation's nucleus sampling threshold")
-    val_top_k: int | None = Field(None, ge=1, description="validation samples among the k likeliest tokens only")
+    val_top_k: int | None = Field(None, ge=1, description="validation samples among the k likeliest tokens only "
+                                  "(null or -1: all)")
     vllm_cfg: VllmConfig = Field(default_factory=VllmConfig, description="settings read by the vLLM backend")
+
+    @field_validator("top_k", "val_top_k", mode="before")
+    @classmethod
+    def _no_filter(cls, k):
+        """-1 is no filtering, as NeMo RL's configs and vLLM read it (0 stays refused, as NeMo RL refuses it)."""
+        return None if k == -1 and not isinstance(k, bool) else k
     guided_decoding: GuidedDecodingConfig | None = Field(
         None, description="execrl engine: constrain every model turn to a regex, JSON schema or Lark grammar (masks "
         "from llguidance, applied in sampling; logprobs and training under the masked distribution)")
