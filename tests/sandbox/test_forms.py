@@ -159,6 +159,13 @@ def test_a_compile_stopped_under_gccs_driver_says_which_limit():
                       (b"virtual memory exhausted: Cannot allocate memory", "out of memory (2048 MB)")]:
         assert compile_said({"exit": 1}, said, lim).startswith(f"the compiler was stopped: {why}\n")
     assert compile_said({"exit": 1}, b"main.cpp:1:1: error: expected ';'", lim).startswith("main.cpp:1:1")
+    long = b"main.cpp:1:1: error: expected ';'\n" * 200  # (a hunt's find: the program's stderr, its last 2,000
+    from execrl.sandbox.grader import _last  # characters, had lost why the compiler was stopped)
+
+    kept = _last(compile_said({"exit": -9, "killed_for": "deadline"}, long, lim))
+    assert kept.startswith("the compiler was stopped: out of time") and kept.endswith("expected ';'\n")
+    plain = _last(compile_said({"exit": 1}, long, lim))  # (no limit stopped it: its last 2,000 characters)
+    assert len(plain) == 2000 and "stopped" not in plain
 
 
 def test_a_cpp_program_whose_static_arrays_are_over_the_memory_limit_is_a_memory_verdict(grader):

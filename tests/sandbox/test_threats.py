@@ -178,6 +178,8 @@ def test_grader_environment_and_home_are_invisible(grader):
         assert graded_quickly(grader, code).verdict == V.PASS
     finally:
         os.unlink(home_secret)
+    named = grader.run("import os\nprint(sorted(k for k in os.environ if k.startswith('EXECRL')))")  # (the host's
+    assert named.stdout.strip() == "[]", named  # paths the zygote keeps were in EXECRL_KEEP: a hunt's note)
 
 
 @namespaces

@@ -369,7 +369,7 @@ def _grade_on(w: Worker, code: str, spec: TestSpec, lang: Language, lim: Limits)
                 _check_infra(reply["compile"])
                 detail = compile_said(reply["compile"], err, lim, stdout)
                 return ProgramResult(V.SYNTAX_ERROR, [TestResult(V.SYNTAX_ERROR, detail=detail[:300],
-                                                                 error="SyntaxError")] * n, detail[-2000:])
+                                                                 error="SyntaxError")] * n, _last(detail))
             tests.append(_judge(reply["result"], stdout, err, value, spec, len(tests), lim))
             if tests[-1].verdict != V.PASS and not stderr:
                 stderr = _text(err)
@@ -379,6 +379,18 @@ def _grade_on(w: Worker, code: str, spec: TestSpec, lang: Language, lim: Limits)
         return ProgramResult(V.SYNTAX_ERROR, [tests[-1]] * n, stderr[-2000:])
     tests += [rest] * (n - len(tests))
     return ProgramResult(program_verdict(tests), tests, stderr[-2000:])
+
+
+def _last(said: str, n: int = 2000) -> str:
+    """A compile's account cut to its last n characters, with its first line where that says why the compiler was
+    stopped (long diagnostics pushed it out of the program's stderr: a hunt's find)."""
+    if len(said) <= n:
+        return said
+    why = said.split("\n", 1)[0] if said.startswith(STOPPED) else ""
+    return (why + "\n...\n" if why else "") + said[-n:]
+
+
+STOPPED = "the compiler was stopped: "
 
 
 def compile_said(res: dict, err: bytes, lim: Limits, out: bytes = b"") -> str:
@@ -397,7 +409,7 @@ def compile_said(res: dict, err: bytes, lim: Limits, out: bytes = b"") -> str:
     if why is None and any(said in err[-4096:] for said in (b"out of memory allocating", b"virtual memory exhausted")):
         why = f"out of memory ({lim.compile_memory_mb} MB)"
     text = _text(err) or _text(out)
-    return f"the compiler was stopped: {why}\n{text}" if why else text
+    return f"{STOPPED}{why}\n{text}" if why else text
 
 
 def _unreadable(e: ReplyUnreadable) -> str:

@@ -1084,7 +1084,8 @@ def main() -> None:
     if len(sys.argv) > 4:
         ROOT = sys.argv[4]
         PROGRAM_DIR = os.path.join(ROOT, "prog")
-    KEEP = [p for p in os.environ.get("EXECRL_KEEP", "").split(":") if p.startswith(ROOT + "/")]
+    KEEP = [p for p in os.environ.pop("EXECRL_KEEP", "").split(":") if p.startswith(ROOT + "/")]  # (read once:
+    # programs and compilers do not see the host's paths in their environment)
     ctrl = socket.socket(fileno=fd)
     spec = os.environ.pop("EXECRL_CGROUP", "")
     cgroup = Cgroup(json.loads(spec)) if spec else None
