@@ -105,7 +105,12 @@ class GenerationConfig(Section):
     @classmethod
     def _no_filter(cls, k):
         """-1 is no filtering, as NeMo RL's configs and vLLM read it (0 stays refused, as NeMo RL refuses it)."""
-        return None if k == -1 and not isinstance(k, bool) else k
+        k = int(k) if isinstance(k, str) and k.strip() in ("-1", "0") else k  # (a quoted "-1")
+        if isinstance(k, int) and not isinstance(k, bool) and k in (-1, 0):
+            if k == 0:
+                raise ValueError("0 keeps no token: null or -1 sample from all of them")
+            return None
+        return k
     guided_decoding: GuidedDecodingConfig | None = Field(
         None, description="execrl engine: constrain every model turn to a regex, JSON schema or Lark grammar (masks "
         "from llguidance, applied in sampling; logprobs and training under the masked distribution)")
