@@ -67,7 +67,7 @@ def child(args) -> None:
                 stats.sort_stats("tottime").print_stats(40)
 
         loop.train = profiled_train
-    if args.profile:  # where the build's seconds go: the 45 costliest calls by cumulative time
+    if args.profile and not args.profile_start:  # where the build's seconds go (one profiler at a time)
         import cProfile
         import pstats
 

@@ -1031,7 +1031,7 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
         whole = grpo.max_val_samples // grpo.val_batch_size * grpo.val_batch_size
         out.append(f"grpo.max_val_samples={grpo.max_val_samples} validates that many problems; NeMo RL's code "
                    f"validates whole batches of grpo.val_batch_size={grpo.val_batch_size} only, {whole} problems")
-    if nemo and cfg.env.math.math_verify_impl == "hf_math_verify" and any(k.startswith("env.math") for k in written):
+    if nemo and cfg.env.math.math_verify_impl == "hf_math_verify" and any(k.startswith("env.math.") for k in written):
         out.append("env.math.math_verify_impl=hf_math_verify: execrl finds the final answer (the last \\boxed{}, an "
                    "'answer is' or 'Answer:' line, else the last number) and math-verify compares it with the "
                    "reference; NeMo RL hands math-verify the whole response, so hedged, unboxed or worded answers can "

@@ -105,6 +105,8 @@ class GenerationConfig(Section):
     @classmethod
     def _no_filter(cls, k):
         """-1 is no filtering, as NeMo RL's configs and vLLM read it (0 stays refused, as NeMo RL refuses it)."""
+        if isinstance(k, bool):  # (pydantic would read true as 1: greedy)
+            raise ValueError("a number of tokens (null or -1: all), not true/false")
         k = int(k) if isinstance(k, str) and k.strip() in ("-1", "0") else k  # (a quoted "-1")
         if isinstance(k, int) and not isinstance(k, bool) and k in (-1, 0):
             if k == 0:

@@ -194,7 +194,7 @@ class Zygote:
                 if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):  # (a kernel whose memfds hold none)
                     continue
                 raise  # (E2BIG: more names than can be listed, so not removed: the grader replaces this sandbox)
-            for name in names:
+            for name in filter(_programs, names):  # (a security module's own label is no program's, and stays)
                 os.removexattr(fd, name)
         for top, mode in self.tops.items():
             if top in self.fresh:  # its files, and its inode numbers (a counter per tmpfs), go with it
@@ -275,7 +275,7 @@ class Zygote:
         for fd in self.streams.values():
             total += os.fstat(fd).st_blocks * 512
             try:
-                total += sum(XATTR_SIZE_MAX + len(name) for name in os.listxattr(fd))
+                total += sum(XATTR_SIZE_MAX + len(name) for name in os.listxattr(fd) if _programs(name))
             except OSError as e:
                 if e.errno == errno.E2BIG:
                     return OVER
@@ -733,6 +733,12 @@ MAX_NETLINK_SOCKETS = 256  # netlink sockets (the runner's one among them) our n
 # own outside the program's limits (a hunt's find); a program needs one at a time (getaddrinfo, if_nameindex)
 OVER = 1 << 62  # (bytes: over any limit)
 XATTR_SIZE_MAX = 65536  # the largest value of an extended attribute (linux/limits.h)
+
+
+def _programs(name: str) -> bool:
+    """Whether an extended attribute's name is one a program without capabilities can set (user.*, ACLs), not a
+    security module's label (security.selinux: listed on every file where SELinux runs)."""
+    return name.startswith(("user.", "system.posix_acl"))
 
 
 def _inet_queue_memory() -> int:
