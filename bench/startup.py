@@ -52,33 +52,9 @@ def child(args) -> None:
             built["s"] = time.perf_counter() - t
 
     if args.profile_start:  # where the whole start goes (build and step 1), host side: by cumulative and own time
-        import cProfile
-        import pstats
-
-        train = loop.train
-
-        def profiled_train(cfg):
-            prof = cProfile.Profile()
-            try:
-                return prof.runcall(train, cfg)
-            finally:
-                stats = pstats.Stats(prof, stream=sys.stdout)
-                stats.sort_stats("cumulative").print_stats(70)
-                stats.sort_stats("tottime").print_stats(40)
-
-        loop.train = profiled_train
+        loop.train = profiled(loop.train, ("cumulative", 70), ("tottime", 40))
     if args.profile and not args.profile_start:  # where the build's seconds go (one profiler at a time)
-        import cProfile
-        import pstats
-
-        def profiled_build(cfg):
-            prof = cProfile.Profile()
-            try:
-                return prof.runcall(timed_build, cfg)
-            finally:
-                pstats.Stats(prof, stream=sys.stdout).sort_stats("cumulative").print_stats(45)
-
-        loop.build_run = profiled_build
+        loop.build_run = profiled(timed_build, ("cumulative", 45))
     else:
         loop.build_run = timed_build
     overrides = step_overrides(Path(args.model), 1, args.micro, args.system, Path(args.log_dir), args.new_tokens)
@@ -93,6 +69,24 @@ def child(args) -> None:
         "to_first_step": to_first, "import": imported, "build": built["s"], "generate": first["time/generate"],
         "train": first["time/train"], **done["compiled"], "captures": done["captured"]["graphs"],
         "capture_s": done["captured"]["seconds"], "torch": torch.__version__}))
+
+
+def profiled(fn, *prints: tuple[str, int]):
+    """fn under cProfile: each call's costliest functions printed after it, (sort key, how many) for each of
+    `prints`."""
+    import cProfile
+    import pstats
+
+    def run(*args):
+        prof = cProfile.Profile()
+        try:
+            return prof.runcall(fn, *args)
+        finally:
+            stats = pstats.Stats(prof, stream=sys.stdout)
+            for key, n in prints:
+                stats.sort_stats(key).print_stats(n)
+
+    return run
 
 
 def slowest_imports(stderr: str, n: int) -> list[str]:

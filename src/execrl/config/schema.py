@@ -108,11 +108,9 @@ class GenerationConfig(Section):
         if isinstance(k, bool):  # (pydantic would read true as 1: greedy)
             raise ValueError("a number of tokens (null or -1: all), not true/false")
         k = int(k) if isinstance(k, str) and k.strip() in ("-1", "0") else k  # (a quoted "-1")
-        if isinstance(k, int) and not isinstance(k, bool) and k in (-1, 0):
-            if k == 0:
-                raise ValueError("0 keeps no token: null or -1 sample from all of them")
-            return None
-        return k
+        if isinstance(k, int) and k == 0:
+            raise ValueError("0 keeps no token: null or -1 sample from all of them")
+        return None if isinstance(k, int) and k == -1 else k
     guided_decoding: GuidedDecodingConfig | None = Field(
         None, description="execrl engine: constrain every model turn to a regex, JSON schema or Lark grammar (masks "
         "from llguidance, applied in sampling; logprobs and training under the masked distribution)")
