@@ -5,7 +5,7 @@ import json
 import pytest
 
 from execrl.sandbox import AssertTests, CheckTests, StdioTests
-from execrl.tasks import DatasetError, check_trainable, load_problems
+from execrl.tasks import DatasetError, check_trainable, load_problems, read_rows
 
 from ..conftest import shared_data
 
@@ -359,6 +359,28 @@ def test_gzipped_rows_and_empty_answers(tmp_path):
     path.write_bytes(gzip.compress("\n".join(json.dumps(r) for r in rows).encode()))
     problems, report = load_problems("jsonl", "train", path)
     assert [p.id for p in problems] == ["a"] and report.skipped == 2
+
+
+def test_a_gzip_that_decompresses_past_its_bound_is_refused(tmp_path, monkeypatch):
+    """A gzipped dataset is read up to 200x its size (or 1 GiB, here 1 MiB): a few kilobytes that decompress to
+    gigabytes ended the process in an out-of-memory kill; a corrupt one is named, not a zlib traceback."""
+    import gzip
+
+    from execrl.tasks import problem as problem_module
+
+    monkeypatch.setattr(problem_module, "GUNZIP_FLOOR", 1 << 20)
+    row = json.dumps({"id": "a", "prompt": "1 + 1?", "answer": "2"}) + "\n"
+    bomb = tmp_path / "bomb.jsonl.gz"
+    bomb.write_bytes(gzip.compress((row * 40_000).encode()))  # ~2 MB of rows in ~6 KB
+    with pytest.raises(DatasetError, match=r"decompresses to over [0-9,]+ .*gunzip"):
+        read_rows(bomb)
+    fine = tmp_path / "fine.jsonl.gz"
+    fine.write_bytes(gzip.compress((row * 1_000).encode()))
+    assert len(read_rows(fine)) == 1_000
+    broken = tmp_path / "broken.jsonl.gz"
+    broken.write_bytes(gzip.compress(row.encode())[:12] + b"\xff" * 40)
+    with pytest.raises(DatasetError, match="a gzip file that cannot be read"):
+        read_rows(broken)
 
 
 def test_a_problem_without_a_user_message_is_named():

@@ -103,6 +103,28 @@ class RowReport:
             err.print(line.append(" " + "; ".join(parts)), highlight=False)
 
 
+GUNZIP_RATIO, GUNZIP_FLOOR = 200, 1 << 30  # a gzipped dataset decompresses to at most 200x its size (or 1 GiB)
+
+
+def _gunzipped(path: Path, size: int) -> bytes:
+    """A gzip file's bytes, read up to a bound: text compresses 3-50x, and a few kilobytes that decompress to tens of
+    gigabytes (a bomb: a hub dataset's file is anyone's) would end the process in an out-of-memory kill."""
+    import gzip
+    import zlib
+
+    limit = max(GUNZIP_FLOOR, GUNZIP_RATIO * size)
+    try:
+        with gzip.open(path) as f:
+            data = f.read(limit + 1)
+    except (OSError, EOFError, zlib.error) as e:
+        raise DatasetError(f"{path}: a gzip file that cannot be read ({e})") from None
+    if len(data) > limit:
+        raise DatasetError(f"{path}: a gzip file of {size:,} bytes that decompresses to over {limit:,} (over "
+                           f"{GUNZIP_RATIO}x, or 1 GiB): not read; if the file is what you meant, decompress it "
+                           "(gunzip) and name the decompressed file")
+    return data
+
+
 def read_rows(path: str | Path) -> list[dict]:
     """Rows of a JSONL, JSON-list or parquet file."""
     path = Path(path)
@@ -116,12 +138,7 @@ def read_rows(path: str | Path) -> list[dict]:
         return pq.read_table(path).to_pylist()
     data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":  # gzip (HumanEval's HumanEval.jsonl.gz): the rows inside
-        import gzip
-
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise DatasetError(f"{path}: a gzip file that cannot be read ({e})") from None
+        data = _gunzipped(path, len(data))
     try:
         text = data.decode("utf-8-sig")  # (a byte-order mark, as some editors write, is not part of row 1)
     except UnicodeDecodeError as e:  # (its offset: from after a byte-order mark; a line number finds it)
