@@ -48,6 +48,11 @@ kernel objects that outlive a process or escape its limits:
   inet and inet6 sockets but TCP and UDP streams and datagrams       UDP-Lite's and MPTCP's queues are in no file
   (EPROTONOSUPPORT: raw, SCTP, UDP-Lite, MPTCP, ICMP)                the sandbox measures (a hunt's find: 1.6 GB of
                                                                      UDP-Lite queues held under a 64 MB limit)
+  sync, syncfs, sync_file_range (no-ops: they return 0)            writeback of the host's disks (syncfs on a
+                                                                     read-only file of /usr: the host's root file
+                                                                     system), waited for where no signal reaches
+                                                                     the program, not even the runner's kill; its
+                                                                     own files are on tmpfs, with nothing to write
 
 multiprocessing, threads, subprocesses and shared memory through /dev/shm (POSIX shm_open, named
 semaphores) are unaffected. Where the machine is neither x86_64 nor aarch64, no filter is installed.
@@ -69,7 +74,7 @@ INET_PROTOCOLS = (0, 6, 17)  # the type's own, IPPROTO_TCP, IPPROTO_UDP
 F_SETLEASE, F_NOTIFY = 1024, 1026
 RWF_NOWAIT = 0x8
 # per architecture: AUDIT_ARCH value, refused calls, unshare, clone, clone3, calls refused with
-# ENOSYS, socket, prlimit64, fcntl, socketpair, preadv2 and pwritev2
+# ENOSYS, socket, prlimit64, fcntl, socketpair, preadv2 and pwritev2, calls made no-ops
 _TABLES = {
     "x86_64": (0xC000003E, (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220,  # SysV shm, sem, msg
                             240, 241, 242, 243, 244, 245,  # mq_*
@@ -80,11 +85,12 @@ _TABLES = {
                272, 56, 435, (319, 447, 451,  # memfd_create, memfd_secret, cachestat (ENOSYS)
                               253, 254, 255, 294, 300, 301,  # inotify_*, fanotify_* (ENOSYS)
                               206, 207, 208, 209, 210, 333), 41, 302, 72, 53,  # io_setup ... io_pgetevents
-               (327, 328)),  # preadv2, pwritev2
+               (327, 328),  # preadv2, pwritev2
+               (162, 306, 277)),  # sync, syncfs, sync_file_range
     "aarch64": (0xC00000B7, (180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197,
                              217, 218, 219, 235, 241, 280, 282, 425, 426, 427, 117),
                 272, 220, 435, (279, 447, 451, 26, 27, 28, 262, 263, 0, 1, 2, 3, 4, 292), 198, 261, 25, 199,
-                (286, 287)),
+                (286, 287), (81, 267, 84)),
 }
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
@@ -101,7 +107,8 @@ def build(zygote: int) -> bytes | None:
     table = _TABLES.get(platform.machine())
     if table is None:
         return None
-    arch, refused, nr_unshare, nr_clone, nr_clone3, nosys_calls, nr_socket, nr_prlimit, nr_fcntl, nr_pair, rw2 = table
+    arch, refused, nr_unshare, nr_clone, nr_clone3, nosys_calls, nr_socket, nr_prlimit, nr_fcntl, nr_pair, rw2, \
+        noops = table
     deny, nosys = _ERRNO | errno.EPERM, _ERRNO | errno.ENOSYS
     prog = [_ins(_LD_ABS, 0, 0, 4)]  # seccomp_data.arch
     prog.append(_ins(_JEQ, 1, 0, arch))
@@ -113,6 +120,8 @@ def build(zygote: int) -> bytes | None:
         prog += [_ins(_JEQ, 0, 1, nr), _ins(_RET, 0, 0, deny)]
     for nr in (nr_clone3, *nosys_calls):
         prog += [_ins(_JEQ, 0, 1, nr), _ins(_RET, 0, 0, nosys)]
+    for nr in noops:  # (an errno of 0: the call returns 0, not run)
+        prog += [_ins(_JEQ, 0, 1, nr), _ins(_RET, 0, 0, _ERRNO)]
     for nr in (nr_unshare, nr_clone):  # flags are the first argument of both (low 32 bits at offset 16)
         prog += [_ins(_JEQ, 0, 3, nr), _ins(_LD_ABS, 0, 0, 16), _ins(_JSET, 0, 1, CLONE_NEWUSER),
                  _ins(_RET, 0, 0, deny)]
