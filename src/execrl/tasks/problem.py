@@ -119,9 +119,9 @@ def _gunzipped(path: Path, size: int) -> bytes:
     except (OSError, EOFError, zlib.error) as e:
         raise DatasetError(f"{path}: a gzip file that cannot be read ({e})") from None
     if len(data) > limit:
-        raise DatasetError(f"{path}: a gzip file of {size:,} bytes that decompresses to over {limit:,} (over "
-                           f"{GUNZIP_RATIO}x, or 1 GiB): not read; if the file is what you meant, decompress it "
-                           "(gunzip) and name the decompressed file")
+        raise DatasetError(f"{path}: a gzip file of {size:,} bytes that decompresses to over {limit:,} bytes (the "
+                           f"bound: {GUNZIP_RATIO}x its size, at least 1 GiB): not read; if the file is what you "
+                           "meant, decompress it (gunzip) and name the decompressed file")
     return data
 
 
