@@ -148,10 +148,16 @@ def test_a_second_run_into_a_run_directory_in_use_stops_at_once_naming_the_holde
       "reward.components=[{name: math_correct}]"],
      "math_correct scores math answers only, but the training problems (mbpp) are code"),
     (["data.train.path=README.md"], "data.train.path=README.md: builtin:arith-code is generated and reads no files"),
+    (["configs/sliding_puzzle_cpu.yaml", "grpo.reward_shaping.enabled=true", "grpo.reward_shaping.max_response_length=12",
+      "grpo.reward_shaping.overlong_buffer_length=10", "grpo.reward_shaping.overlong_buffer_penalty=1.0"],
+     "reward.components set, and the training problems are sliding puzzles, scored by their outcome"),
+    (["configs/spiral_tictactoe_cpu.yaml", "reward.scaling.enabled=true", "reward.scaling.target_min=-10"],
+     "reward.scaling set, and the training problems are self-play matches"),
 ])
 def test_configs_that_would_train_on_nothing_are_refused_by_dry_run(args, message):
     """(issue 40) The base math config pointed at MBPP keeps a reward that scores every program 0; a path given to a
-    generated dataset was accepted by --dry-run and refused by the run."""
+    generated dataset was accepted by --dry-run and refused by the run; a reward setting on problems scored by their
+    outcome (a puzzle, a game) was accepted and did nothing (a hunt's find)."""
     root = __import__("pathlib").Path(__file__).parents[1]
     proc = execrl("train", *args, "--dry-run", cwd=root)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr

@@ -131,6 +131,8 @@ def correctness_note(cfg: MasterConfig) -> str | None:
     """A warning where no reward component scores correctness (each of execrl's own and none of them does): the run
     learns the format, or code that runs, not right answers; None: none."""
     names = [c.name for c in cfg.reward.components if c.weight != 0]
+    if cfg.env.multi_turn.kind in ("game", "sliding_puzzle"):  # (scored by their outcome: check_outcome_rewards)
+        return None
     if not names or any(n not in PENALTIES and n not in ("format", "execution_tiers") for n in names):
         return None
     return (f"warning: reward.components ({', '.join(names)}) score no answer's correctness: the run learns "
@@ -527,7 +529,8 @@ def stop_refused(stops: list[str], p, kinds: set[str]) -> str | None:
 def check_reward_fits(cfg: MasterConfig, kinds: set[str]) -> None:
     """No reward component is blind to the training problems' kind (math_correct on programs would
     give every answer the same reward, and nothing would be learned). `kinds`: of the training
-    problems (those known)."""
+    problems (those known). Self-play matches and sliding puzzles alone: the reward settings left as they are."""
+    check_outcome_rewards(cfg, kinds)
     for c in cfg.reward.components:
         blind = sorted(kinds & {"code", "math"} - set(SCORES.get(c.name, kinds)))
         if blind:
@@ -540,6 +543,23 @@ def check_reward_fits(cfg: MasterConfig, kinds: set[str]) -> None:
             raise ConfigError("reward.components: format checks an answer format, and for math problems under "
                               "prompt.answer_format=code there is none (every answer, an empty one too, would get 1 "
                               "from it): set prompt.answer_format=reasoning or think, or drop format")
+
+
+def check_outcome_rewards(cfg: MasterConfig, kinds: set[str]) -> None:
+    """Where every training problem is a self-play match or a sliding puzzle, scored by its outcome (a seat's return,
+    1 for a solved puzzle), reward.components and reward.scaling (NeMo RL's grpo.reward_shaping and reward_scaling
+    map there) score no training answer: changed from their defaults, refused (a hunt's find: they were accepted, and
+    the run trained on the outcome alone, unsaid)."""
+    if not kinds or kinds - {"game", "puzzle"}:
+        return
+    default = type(cfg.reward)()
+    changed = [f"reward.{k}" for k in ("components", "scaling") if getattr(cfg.reward, k) != getattr(default, k)]
+    if changed:
+        what = " and ".join(n for k, n in (("game", "self-play matches"), ("puzzle", "sliding puzzles")) if k in kinds)
+        raise ConfigError(f"{' and '.join(changed)} set, and the training problems are {what}, scored by their "
+                          "outcome (a seat's return; 1 for a solved puzzle), which no reward component or scaling "
+                          f"changes here: remove {' and '.join(changed)} (from NeMo RL's keys: grpo.reward_shaping "
+                          "and grpo.reward_scaling)")
 
 
 def check_loss(cfg: MasterConfig, batch_plan: BatchPlan) -> None:
