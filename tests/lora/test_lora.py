@@ -205,7 +205,7 @@ def test_state_names_round_trip_and_the_merged_model_equals_the_adapted_one():
     torch.testing.assert_close(logprobs(plain, ids), logprobs(model, ids), atol=1e-5, rtol=1e-5)
 
 
-def test_nemo_rl_lora_cfg_is_read_as_policy_lora():
+def test_nemo_rl_lora_cfg_is_read_as_policy_lora(tmp_path):
     from pathlib import Path
 
     from execrl.config import ConfigError, load_config
@@ -223,6 +223,15 @@ def test_nemo_rl_lora_cfg_is_read_as_policy_lora():
     assert "use_triton" in no_effect_note(on)
     with pytest.raises(ConfigError, match="LoRA is off"):
         validate(load_config(None, ["policy.lora.dim=16"]))
+    # lora_cfg.enabled written false turns LoRA off where it is the later word (it was dropped with the section's
+    # other keys, and LoRA stayed on: a hunt's find), and clashes with policy.lora.enabled=true at one level
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("policy:\n  lora:\n    enabled: true\n")
+    assert load_config(str(mine)).policy.lora.enabled
+    assert not load_config(str(mine), ["policy.dtensor_cfg.lora_cfg.enabled=false"]).policy.lora.enabled
+    mine.write_text("policy:\n  lora:\n    enabled: true\n  dtensor_cfg:\n    lora_cfg:\n      enabled: false\n")
+    with pytest.raises(ConfigError, match="set one setting two ways"):
+        load_config(str(mine))
     with pytest.raises(ConfigError, match="match_all_linear=false"):
         validate(load_config(None, ["policy.lora.enabled=true", "policy.lora.target_modules=[q_proj]"]))
 
