@@ -286,17 +286,26 @@ def run_torchrun(cmd: list[str]) -> int:
     """torchrun's exit status, SIGTERM passed on to it (a review's find: a `kill` of this process, or a container's
     stop, left torchrun and its processes training unwatched), waiting for its processes' last step and checkpoint
     through a first Ctrl-C (the terminal sent it to them too); a second one stops waiting. torchrun's own wait
-    between passing SIGTERM on and killing them is TORCH_ELASTIC_SHUTDOWN_TIMEOUT (here 300 s unless set)."""
+    between passing SIGTERM on and killing them is TORCH_ELASTIC_SHUTDOWN_TIMEOUT (here 300 s unless set). A run
+    stopped so exits 130, as one process does (torchrun itself exits 1 on the signal it passed on, with a traceback
+    of its own, whatever its processes did: a scheduler read a clean stop as a crash, a hunt's find)."""
     import signal
     import subprocess
 
     proc = subprocess.Popen(cmd, env={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "300", **os.environ})
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
+    stopped = []
+
+    def stop(signum, frame):
+        stopped.append(signum)
+        proc.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
         try:
-            return proc.wait()
+            status = proc.wait()
         except KeyboardInterrupt:
-            return proc.wait()
+            status = proc.wait()
+        return 130 if stopped else status
     except KeyboardInterrupt:
         return 130
     finally:

@@ -137,6 +137,25 @@ def test_dry_run_prints_the_torchrun_command(capsys):
     assert "--nnodes 2 --node-rank NODE_RANK --rdzv-backend c10d --rdzv-endpoint HOST:PORT" in out
 
 
+def test_a_launch_stopped_by_sigterm_exits_130_as_one_process_does():
+    """The launcher passes SIGTERM on to torchrun, which exits 1 after its processes stopped cleanly (a scheduler read
+    a requeue's stop as a crash: a hunt's find); a stopped launch exits 130, one not stopped with its own status.
+    Here the launched command exits 1 on SIGTERM, as torchrun's agent does."""
+    import signal
+    import threading
+    import time
+
+    from execrl.cli import run_torchrun
+
+    agent = [sys.executable, "-c", "import signal, sys, time\n"
+             "signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))\ntime.sleep(60)"]
+    before = signal.getsignal(signal.SIGTERM)
+    threading.Thread(target=lambda: (time.sleep(1.0), os.kill(os.getpid(), signal.SIGTERM)), daemon=True).start()
+    assert run_torchrun(agent) == 130
+    assert run_torchrun([sys.executable, "-c", "raise SystemExit(3)"]) == 3
+    assert signal.getsignal(signal.SIGTERM) == before  # (the launcher's handler is put back)
+
+
 def test_groups_that_do_not_split_evenly_over_the_gpus_are_shared_unevenly():
     from execrl.config import plan
 
