@@ -921,7 +921,8 @@ def no_effect_note(cfg: MasterConfig) -> str | None:
             continue
         if attribute(cfg, key) != attribute(default, key):
             seen.append(key)
-    why = {k: NO_EFFECT[k] for k in seen} | cfg._nemo_ignored | unread_options(cfg) | unread_by_variant(cfg)
+    why = {k: NO_EFFECT[k] for k in seen} | cfg._nemo_ignored | unread_options(cfg) | unread_by_variant(cfg) | \
+        unread_by_kind(cfg)
     lines = []
     if cfg._nemo_mapped:
         lines.append("note: NeMo RL keys read as: " + "; ".join(f"{k} -> {v}" for k, v in cfg._nemo_mapped.items()))
@@ -941,6 +942,33 @@ def unread_by_variant(cfg: MasterConfig) -> dict[str, str]:
     if cfg.loss_fn.constant_normalizer and "loss_fn.token_level_loss" in cfg._written:
         out["loss_fn.token_level_loss"] = ("loss_fn.constant_normalizer divides each sequence's token sum by it, "
                                            "whatever the level")
+    return out
+
+
+# env.multi_turn's keys read by one or two of the built-in kinds (one of one's own may read any)
+BUILT_IN_KINDS = ("single_turn", "interpreter", "unit_tests", "game", "sliding_puzzle")
+KIND_KEYS = {"env.multi_turn.final_tag": ("interpreter",), "env.multi_turn.stateful": ("interpreter",),
+             "env.multi_turn.public_tests": ("unit_tests",), "env.multi_turn.max_output_chars": ("interpreter",
+                                                                                                 "unit_tests")}
+
+
+def unread_by_kind(cfg: MasterConfig) -> dict[str, str]:
+    """Keys the config writes that its environment and data do not read -> why: a multi-turn kind's settings under
+    another built-in kind, a game's or the puzzle's where no dataset holds one, the role baselines' decay without
+    grpo.advantage=rae (a hunt's find: accepted without a word)."""
+    written, kind = cfg._written, cfg.env.multi_turn.kind
+    out = {}
+    if kind in BUILT_IN_KINDS:
+        out = {k: f"read by env.multi_turn.kind={' or '.join(kinds)} only, and it is {kind}"
+               for k, kinds in KIND_KEYS.items() if k in written and kind not in kinds}
+    data = {DATASETS[dataset_key(d.dataset_name)].kind for _, d in dataset_entries(cfg)
+            if dataset_key(d.dataset_name) in DATASETS}
+    for section, held, by in (("env.game.", "game", "a selfplay:<game> dataset"),
+                              ("env.sliding_puzzle.", "puzzle", "the sliding_puzzle dataset")):
+        if held not in data:
+            out |= {k: f"read only where {by} is trained or validated on" for k in written if k.startswith(section)}
+    if "grpo.role_baseline_decay" in written and cfg.grpo.advantage != "rae":
+        out["grpo.role_baseline_decay"] = f"read by grpo.advantage=rae only, and it is {cfg.grpo.advantage}"
     return out
 
 
