@@ -148,9 +148,10 @@ def test_a_second_run_into_a_run_directory_in_use_stops_at_once_naming_the_holde
       "reward.components=[{name: math_correct}]"],
      "math_correct scores math answers only, but the training problems (mbpp) are code"),
     (["data.train.path=README.md"], "data.train.path=README.md: builtin:arith-code is generated and reads no files"),
-    (["configs/sliding_puzzle_cpu.yaml", "grpo.reward_shaping.enabled=true", "grpo.reward_shaping.max_response_length=12",
-      "grpo.reward_shaping.overlong_buffer_length=10", "grpo.reward_shaping.overlong_buffer_penalty=1.0"],
-     "reward.components set, and the training problems are sliding puzzles, scored by their outcome"),
+    (["configs/sliding_puzzle_cpu.yaml", "grpo.reward_shaping.enabled=true",
+      "grpo.reward_shaping.max_response_length=12", "grpo.reward_shaping.overlong_buffer_length=10",
+      "grpo.reward_shaping.overlong_buffer_penalty=1.0"],
+     "reward.components set, and the training problems are sliding puzzles, scored 1 when solved: execrl scores"),
     (["configs/spiral_tictactoe_cpu.yaml", "reward.scaling.enabled=true", "reward.scaling.target_min=-10"],
      "reward.scaling set, and the training problems are self-play matches"),
 ])

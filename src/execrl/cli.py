@@ -287,8 +287,8 @@ def run_torchrun(cmd: list[str]) -> int:
     stop, left torchrun and its processes training unwatched), waiting for its processes' last step and checkpoint
     through a first Ctrl-C (the terminal sent it to them too); a second one stops waiting. torchrun's own wait
     between passing SIGTERM on and killing them is TORCH_ELASTIC_SHUTDOWN_TIMEOUT (here 300 s unless set). A run
-    stopped so exits 130, as one process does (torchrun itself exits 1 on the signal it passed on, with a traceback
-    of its own, whatever its processes did: a scheduler read a clean stop as a crash, a hunt's find)."""
+    stopped so (SIGTERM or Ctrl-C) exits 130, as one process does (torchrun itself exits 1 on the signal, with a
+    traceback of its own, whatever its processes did: a scheduler read a clean stop as a crash, a hunt's find)."""
     import signal
     import subprocess
 
@@ -303,9 +303,10 @@ def run_torchrun(cmd: list[str]) -> int:
     try:
         try:
             status = proc.wait()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # (the terminal sent it to torchrun too: a stop, as SIGTERM's)
+            stopped.append(signal.SIGINT)
             status = proc.wait()
-        return 130 if stopped else status
+        return 130 if stopped and status != 0 else status
     except KeyboardInterrupt:
         return 130
     finally:

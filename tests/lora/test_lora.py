@@ -232,6 +232,11 @@ def test_nemo_rl_lora_cfg_is_read_as_policy_lora(tmp_path):
     mine.write_text("policy:\n  lora:\n    enabled: true\n  dtensor_cfg:\n    lora_cfg:\n      enabled: false\n")
     with pytest.raises(ConfigError, match="set one setting two ways"):
         load_config(str(mine))
+    # an inherited NeMo config's own enabled: false (its default) under a file that turns LoRA on: on, as before
+    (tmp_path / "base.yaml").write_text(f"defaults: {nemo}\npolicy:\n  lora:\n    enabled: true\n")
+    (tmp_path / "top.yaml").write_text("defaults: base.yaml\n")
+    assert load_config(str(tmp_path / "top.yaml")).policy.lora.enabled
+    assert "policy.dtensor_cfg.lora_cfg.enabled" not in load_config(str(nemo))._nemo_mapped  # (no note of a default)
     with pytest.raises(ConfigError, match="match_all_linear=false"):
         validate(load_config(None, ["policy.lora.enabled=true", "policy.lora.target_modules=[q_proj]"]))
 

@@ -428,13 +428,14 @@ def test_a_lock_kept_in_flight_past_the_program_reaches_no_later_one(solo):
 
 
 def test_sync_calls_are_no_ops(solo):
-    """sync, syncfs and sync_file_range return 0 without running (syncfs on a file of /usr wrote back the host's
-    root file system, and a program waits for writeback where not even SIGKILL reaches it): on a descriptor that
-    does not exist they return 0, where the kernel would say EBADF."""
+    """sync, syncfs, sync_file_range, fsync and fdatasync return 0 without running (syncfs on a file of /usr wrote
+    back the host's root file system, and a program waits for writeback where not even SIGKILL reaches it): on a
+    descriptor that does not exist they return 0, where the kernel would say EBADF."""
     code = LIBC + ("import os\nlibc.sync()\n"
-                   "nr = {'x86_64': (306, 277), 'aarch64': (267, 84)}[os.uname().machine]\n"
-                   "got = [libc.syscall(nr[0], 987), libc.syscall(nr[1], 987, 0, 0, 0)]\n"
-                   "print('ok' if got == [0, 0] else 'ran: %s errno %d' % (got, ctypes.get_errno()))")
+                   "nr = {'x86_64': (306, 277, 74, 75), 'aarch64': (267, 84, 82, 83)}[os.uname().machine]\n"
+                   "got = [libc.syscall(nr[0], 987), libc.syscall(nr[1], 987, 0, 0, 0), libc.syscall(nr[2], 987), "
+                   "libc.syscall(nr[3], 987)]\n"
+                   "print('ok' if got == [0, 0, 0, 0] else 'ran: %s errno %d' % (got, ctypes.get_errno()))")
     r = solo.grade(code, ONE)
     assert r.verdict == V.PASS, r.tests[0].output
 

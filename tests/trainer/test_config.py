@@ -170,19 +170,21 @@ def test_settings_of_an_environment_or_estimator_the_run_does_not_use_are_named(
     note = no_effect_note(load_config(None, ["grpo.role_baseline_decay=0.5", "env.game.illegal_move_penalty=2.0",
                                              "env.sliding_puzzle.max_moves=7", "env.multi_turn.public_tests=3",
                                              "env.multi_turn.final_tag=final"]))
-    for key, why in [("env.multi_turn.public_tests", "read by env.multi_turn.kind=unit_tests only, and it is single_turn"),
+    for key, why in [("env.multi_turn.public_tests", "kind=unit_tests only, and it is single_turn"),
                      ("env.multi_turn.final_tag", "kind=interpreter only"),
                      ("env.game.illegal_move_penalty", "where a selfplay:<game> dataset"),
                      ("env.sliding_puzzle.max_moves", "where the sliding_puzzle dataset"),
                      ("grpo.role_baseline_decay", "read by grpo.advantage=rae only, and it is grpo")]:
         said = next(part for part in note.split("; ") if key in part)
         assert why in said, said
-    read = no_effect_note(load_config("configs/sliding_puzzle_cpu.yaml", ["env.sliding_puzzle.max_moves=7"])) or ""
+    configs = Path(__file__).parents[2] / "configs"
+    puzzle = str(configs / "sliding_puzzle_cpu.yaml")
+    read = no_effect_note(load_config(puzzle, ["env.sliding_puzzle.max_moves=7"])) or ""
     assert "env.sliding_puzzle.max_moves" not in read
-    read = no_effect_note(load_config("configs/spiral_tictactoe_cpu.yaml", ["env.game.illegal_move_penalty=2.0",
-                                                                            "grpo.role_baseline_decay=0.5"])) or ""
-    assert "env.game" not in read and ("role_baseline_decay" not in read) == (
-        load_config("configs/spiral_tictactoe_cpu.yaml").grpo.advantage == "rae")
+    game = str(configs / "spiral_tictactoe_cpu.yaml")
+    written = ["env.game.illegal_move_penalty=2.0", "grpo.role_baseline_decay=0.5"]
+    read = no_effect_note(load_config(game, written)) or ""
+    assert "env.game" not in read and ("role_baseline_decay" not in read) == (load_config(game).grpo.advantage == "rae")
 
 
 def test_a_builtin_datasets_option_left_behind_by_another_dataset_is_named_as_not_read():

@@ -153,6 +153,9 @@ def test_a_launch_stopped_by_sigterm_exits_130_as_one_process_does():
     threading.Thread(target=lambda: (time.sleep(1.0), os.kill(os.getpid(), signal.SIGTERM)), daemon=True).start()
     assert run_torchrun(agent) == 130
     assert run_torchrun([sys.executable, "-c", "raise SystemExit(3)"]) == 3
+    # Ctrl-C: the terminal sends it to torchrun too, which stops and exits 1 (here: on its own, 2 s later)
+    threading.Thread(target=lambda: (time.sleep(1.0), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
+    assert run_torchrun([sys.executable, "-c", "import time; time.sleep(3); raise SystemExit(1)"]) == 130
     assert signal.getsignal(signal.SIGTERM) == before  # (the launcher's handler is put back)
 
 

@@ -552,14 +552,15 @@ def check_outcome_rewards(cfg: MasterConfig, kinds: set[str]) -> None:
     the run trained on the outcome alone, unsaid)."""
     if not kinds or kinds - {"game", "puzzle"}:
         return
-    default = type(cfg.reward)()
-    changed = [f"reward.{k}" for k in ("components", "scaling") if getattr(cfg.reward, k) != getattr(default, k)]
+    changed = (["reward.components"] if cfg.reward.components != type(cfg.reward)().components else []) + \
+        (["reward.scaling"] if cfg.reward.scaling.enabled else [])
     if changed:
-        what = " and ".join(n for k, n in (("game", "self-play matches"), ("puzzle", "sliding puzzles")) if k in kinds)
-        raise ConfigError(f"{' and '.join(changed)} set, and the training problems are {what}, scored by their "
-                          "outcome (a seat's return; 1 for a solved puzzle), which no reward component or scaling "
-                          f"changes here: remove {' and '.join(changed)} (from NeMo RL's keys: grpo.reward_shaping "
-                          "and grpo.reward_scaling)")
+        what = " and ".join(n for k, n in (("game", "self-play matches, scored by a seat's return"),
+                                           ("puzzle", "sliding puzzles, scored 1 when solved")) if k in kinds)
+        named = " and ".join(changed)
+        raise ConfigError(f"{named} set, and the training problems are {what}: execrl scores them by that outcome "
+                          f"alone, where NeMo RL would shape or scale it too; remove {named} (NeMo RL's "
+                          "grpo.reward_shaping and grpo.reward_scaling are read as them)")
 
 
 def check_loss(cfg: MasterConfig, batch_plan: BatchPlan) -> None:
@@ -961,11 +962,13 @@ def unread_by_kind(cfg: MasterConfig) -> dict[str, str]:
     if kind in BUILT_IN_KINDS:
         out = {k: f"read by env.multi_turn.kind={' or '.join(kinds)} only, and it is {kind}"
                for k, kinds in KIND_KEYS.items() if k in written and kind not in kinds}
-    data = {DATASETS[dataset_key(d.dataset_name)].kind for _, d in dataset_entries(cfg)
-            if dataset_key(d.dataset_name) in DATASETS}
+    try:  # (a loader of one's own, kind None, may pose games or puzzles: no note of them then)
+        data = {DATASETS[dataset_key(d.dataset_name)].kind for _, d in dataset_entries(cfg)}
+    except (DatasetError, KeyError):
+        data = {None}
     for section, held, by in (("env.game.", "game", "a selfplay:<game> dataset"),
                               ("env.sliding_puzzle.", "puzzle", "the sliding_puzzle dataset")):
-        if held not in data:
+        if held not in data and None not in data:
             out |= {k: f"read only where {by} is trained or validated on" for k in written if k.startswith(section)}
     if "grpo.role_baseline_decay" in written and cfg.grpo.advantage != "rae":
         out["grpo.role_baseline_decay"] = f"read by grpo.advantage=rae only, and it is {cfg.grpo.advantage}"

@@ -353,8 +353,9 @@ def adapt(tree: dict, known: Callable[[str], bool], config_dirs: list[Path] = ()
         # (as above) NeMo RL's keys of a section that is off; execrl's own keys stay (a setting of
         # one while it is off is refused by config.checks)
         off = [k for k in leaves if k.startswith(section + ".") and not (section == "env.reward_model" and known(k))]
-        if section.endswith("lora_cfg") and f"{section}.enabled" in leaves:  # (written false: LoRA off, as the
-            off.remove(f"{section}.enabled")  # later word or a refusal at one level says; a hunt's find: dropped)
+        if section.endswith("lora_cfg") and f"{section}.enabled" in off and _on(leaves.get("policy.lora.enabled")) \
+                and given.get(f"{section}.enabled") in ("file", "override"):  # (a hunt's find: dropped)
+            off.remove(f"{section}.enabled")  # written false by the user over LoRA turned on: read as policy.lora's
         if not on and off:
             leaves = {k: v for k, v in leaves.items() if k not in off}
             ignored[section] = "off"

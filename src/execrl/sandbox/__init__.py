@@ -34,7 +34,8 @@ the legitimate idiom it must not break):
   wherever the last program changed its own (a socket left, a packet on loopback, a moved IP/ICMP/TCP/UDP counter:
   TIME_WAIT sockets, loopback counters, abstract socket names and IPv6 flow labels do not carry over); and a
   seccomp filter (inside/seccomp.py) refuses SysV IPC, POSIX message queues, keyrings, ptrace, new user namespaces,
-  and inet sockets but TCP and UDP, and makes sync, syncfs and sync_file_range no-ops (the host's writeback);
+  and inet sockets but TCP and UDP, and makes sync, syncfs, sync_file_range, fsync and fdatasync no-ops (the host's
+  writeback);
 - faking a pass in the assert, check and call forms (see inside/checker.py): the program's process never sees the tests or the
   expected values. Asserts and check functions run in a second sandbox, in which every name the tests use
   but do not define is a stub that calls into the program's process and gets back plain data only (numbers,

@@ -106,16 +106,18 @@ class RowReport:
 GUNZIP_RATIO, GUNZIP_FLOOR = 200, 1 << 30  # a gzipped dataset decompresses to at most 200x its size (or 1 GiB)
 
 
-def _gunzipped(path: Path, size: int) -> bytes:
+def _gunzipped(path: Path, size: int) -> bytearray:
     """A gzip file's bytes, read up to a bound: text compresses 3-50x, and a few kilobytes that decompress to tens of
     gigabytes (a bomb: a hub dataset's file is anyone's) would end the process in an out-of-memory kill."""
     import gzip
     import zlib
 
     limit = max(GUNZIP_FLOOR, GUNZIP_RATIO * size)
+    data = bytearray()
     try:
         with gzip.open(path) as f:
-            data = f.read(limit + 1)
+            while len(data) <= limit and (chunk := f.read(1 << 24)):  # (in parts: read(limit) allocates it all)
+                data += chunk
     except (OSError, EOFError, zlib.error) as e:
         raise DatasetError(f"{path}: a gzip file that cannot be read ({e})") from None
     if len(data) > limit:

@@ -48,9 +48,10 @@ kernel objects that outlive a process or escape its limits:
   inet and inet6 sockets but TCP and UDP streams and datagrams       UDP-Lite's and MPTCP's queues are in no file
   (EPROTONOSUPPORT: raw, SCTP, UDP-Lite, MPTCP, ICMP)                the sandbox measures (a hunt's find: 1.6 GB of
                                                                      UDP-Lite queues held under a 64 MB limit)
-  sync, syncfs, sync_file_range (no-ops: they return 0)            writeback of the host's disks (syncfs on a
-                                                                     read-only file of /usr: the host's root file
-                                                                     system), waited for where no signal reaches
+  sync, syncfs, sync_file_range, fsync, fdatasync (no-ops: they   writeback of the host's disks (syncfs on a
+  return 0)                                                          read-only file of /usr: the host's root file
+                                                                     system; fsync there: a flush of its disk's
+                                                                     cache), waited for where no signal reaches
                                                                      the program, not even the runner's kill; its
                                                                      own files are on tmpfs, with nothing to write
 
@@ -86,11 +87,11 @@ _TABLES = {
                               253, 254, 255, 294, 300, 301,  # inotify_*, fanotify_* (ENOSYS)
                               206, 207, 208, 209, 210, 333), 41, 302, 72, 53,  # io_setup ... io_pgetevents
                (327, 328),  # preadv2, pwritev2
-               (162, 306, 277)),  # sync, syncfs, sync_file_range
+               (162, 306, 277, 74, 75)),  # sync, syncfs, sync_file_range, fsync, fdatasync
     "aarch64": (0xC00000B7, (180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197,
                              217, 218, 219, 235, 241, 280, 282, 425, 426, 427, 117),
                 272, 220, 435, (279, 447, 451, 26, 27, 28, 262, 263, 0, 1, 2, 3, 4, 292), 198, 261, 25, 199,
-                (286, 287), (81, 267, 84)),
+                (286, 287), (81, 267, 84, 82, 83)),
 }
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
