@@ -206,7 +206,7 @@ def test_the_component_maps_and_gates_the_score():
     rm = ["env.reward_model.enabled=true", "env.reward_model.model_name=org/rm"]
     with pytest.raises(ConfigError, match="transform='tanh'"):
         validate(load_config(None, [*rm, "reward.components=[{name: reward_model, transform: tanh}]"]))
-    with pytest.raises(ConfigError, match="self-play games"):
+    with pytest.raises(ConfigError, match="self-play (games|matches)"):  # (the outcome's refusal: check_outcome_rewards)
         validate(load_config(None, [*rm, "reward.components=[{name: reward_model}]", "env.multi_turn.kind=game",
                                     "data.train.dataset_name=selfplay:tictactoe", "grpo.max_rollout_turns=9",
                                     "grpo.num_generations_per_prompt=2"]))
