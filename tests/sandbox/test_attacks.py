@@ -371,6 +371,16 @@ def test_a_later_program_finds_nothing_the_earlier_left(solo):
     assert solo.grade(find, ONE).verdict == V.PASS
 
 
+# a program's probe of the locks on a file: (the kind of an open-file-description lock another description holds,
+# F_UNLCK for none; whether another holds a flock), through a description of its own, closed after
+LOCKS = ("import fcntl, os, struct\n"
+         "def locks(path):\n    fd = os.open(path, os.O_RDWR)\n"
+         "    probe = struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0)\n"
+         "    kind = struct.unpack('hhqqi4x', fcntl.fcntl(fd, fcntl.F_OFD_GETLK, probe))[0]\n"
+         "    try:\n        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n        flocked = False\n"
+         "    except OSError:\n        flocked = True\n    os.close(fd)\n    return kind, flocked\n")
+
+
 def test_the_streams_the_zygote_keeps_carry_nothing_to_the_next_program(solo):
     """The zygote reuses its four stream memfds: what a program can attach to them (extended attributes, charged to
     the sandbox's memory; a lock on the description it shares with the zygote, whose range can hide a number; the
@@ -391,11 +401,7 @@ def test_the_streams_the_zygote_keeps_carry_nothing_to_the_next_program(solo):
             "fcntl.flock(1, fcntl.LOCK_EX)\nfcntl.fcntl(1, fcntl.F_SETOWN, os.getpid())\n"
             "for fd in (0, 1, 2, 3):\n    fcntl.fcntl(fd, fcntl.F_SETSIG, 42)\nprint('ok')")
     assert solo.grade(hide, ONE).verdict == V.PASS
-    find = ("import fcntl, os, struct\nfd = os.open('/proc/self/fd/1', os.O_RDWR)\n"
-            "probe = struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0)\n"
-            "kind = struct.unpack('hhqqi4x', fcntl.fcntl(fd, fcntl.F_OFD_GETLK, probe))[0]\n"
-            "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n    flocked = False\n"
-            "except OSError:\n    flocked = True\nowner = fcntl.fcntl(1, fcntl.F_GETOWN)\n"
+    find = (LOCKS + "kind, flocked = locks('/proc/self/fd/1')\nowner = fcntl.fcntl(1, fcntl.F_GETOWN)\n"
             "sigs = [fcntl.fcntl(fd, fcntl.F_GETSIG) for fd in (0, 1, 2)]\n"
             "print('ok' if kind == fcntl.F_UNLCK and not flocked and owner == 0 and sigs == [0, 0, 0] else "
             "'left: %s %s %s %s' % (kind, flocked, owner, sigs))")
@@ -413,13 +419,8 @@ def test_a_lock_kept_in_flight_past_the_program_reaches_no_later_one(solo):
              "fcntl.flock(os.open('/dev/stderr', os.O_WRONLY), fcntl.LOCK_SH)\n"
              "a, b = socket.socketpair()\nsocket.send_fds(a, [b'x'], [fd, 3, a.fileno(), b.fileno()])\n"
              "os.close(fd)\nprint('ok')")
-    find = ("import fcntl, os, struct\nleft = []\nfor path in ('/dev/stdout', '/dev/stderr'):\n"
-            "    fd = os.open(path, os.O_RDWR)\n"
-            "    kind = struct.unpack('hhqqi4x', fcntl.fcntl(fd, fcntl.F_OFD_GETLK, struct.pack('hhqqi4x', "
-            "fcntl.F_WRLCK, 0, 0, 0, 0)))[0]\n"
-            "    try:\n        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n        flocked = False\n"
-            "    except OSError:\n        flocked = True\n"
-            "    if kind != fcntl.F_UNLCK or flocked:\n        left.append((path, kind, flocked))\n"
+    find = (LOCKS + "left = [(path, *locks(path)) for path in ('/dev/stdout', '/dev/stderr')]\n"
+            "left = [x for x in left if x[1] != fcntl.F_UNLCK or x[2]]\n"
             "print('ok' if not left else 'left: %s' % left)")
     for _ in range(4):
         assert solo.grade(leave, ONE).verdict == V.PASS

@@ -130,9 +130,9 @@ def check_penalties(cfg: MasterConfig) -> None:
 def correctness_note(cfg: MasterConfig) -> str | None:
     """A warning where no reward component scores correctness (each of execrl's own and none of them does): the run
     learns the format, or code that runs, not right answers; None: none."""
-    names = [c.name for c in cfg.reward.components if c.weight != 0]
     if cfg.env.multi_turn.kind in ("game", "sliding_puzzle"):  # (scored by their outcome: check_outcome_rewards)
         return None
+    names = [c.name for c in cfg.reward.components if c.weight != 0]
     if not names or any(n not in PENALTIES and n not in ("format", "execution_tiers") for n in names):
         return None
     return (f"warning: reward.components ({', '.join(names)}) score no answer's correctness: the run learns "
@@ -548,8 +548,8 @@ def check_reward_fits(cfg: MasterConfig, kinds: set[str]) -> None:
 def check_outcome_rewards(cfg: MasterConfig, kinds: set[str]) -> None:
     """Where every training problem is a self-play match or a sliding puzzle, scored by its outcome (a seat's return,
     1 for a solved puzzle), reward.components and reward.scaling (NeMo RL's grpo.reward_shaping and reward_scaling
-    map there) score no training answer: changed from their defaults, refused (a hunt's find: they were accepted, and
-    the run trained on the outcome alone, unsaid)."""
+    map there) score no training answer: components other than the default, or scaling enabled, refused (a hunt's
+    find: they were accepted, and the run trained on the outcome alone, unsaid)."""
     if not kinds or kinds - {"game", "puzzle"}:
         return
     changed = (["reward.components"] if cfg.reward.components != type(cfg.reward)().components else []) + \
@@ -964,7 +964,7 @@ def unread_by_kind(cfg: MasterConfig) -> dict[str, str]:
                for k, kinds in KIND_KEYS.items() if k in written and kind not in kinds}
     try:  # (a loader of one's own, kind None, may pose games or puzzles: no note of them then)
         data = {DATASETS[dataset_key(d.dataset_name)].kind for _, d in dataset_entries(cfg)}
-    except (DatasetError, KeyError):
+    except DatasetError:  # (an unknown dataset is refused elsewhere, with its own message)
         data = {None}
     for section, held, by in (("env.game.", "game", "a selfplay:<game> dataset"),
                               ("env.sliding_puzzle.", "puzzle", "the sliding_puzzle dataset")):

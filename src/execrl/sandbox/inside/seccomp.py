@@ -48,7 +48,7 @@ kernel objects that outlive a process or escape its limits:
   inet and inet6 sockets but TCP and UDP streams and datagrams       UDP-Lite's and MPTCP's queues are in no file
   (EPROTONOSUPPORT: raw, SCTP, UDP-Lite, MPTCP, ICMP)                the sandbox measures (a hunt's find: 1.6 GB of
                                                                      UDP-Lite queues held under a 64 MB limit)
-  sync, syncfs, sync_file_range, fsync, fdatasync (no-ops: they   writeback of the host's disks (syncfs on a
+  sync, syncfs, sync_file_range, fsync, fdatasync (no-ops: they      writeback of the host's disks (syncfs on a
   return 0)                                                          read-only file of /usr: the host's root file
                                                                      system; fsync there: a flush of its disk's
                                                                      cache), waited for where no signal reaches

@@ -398,7 +398,7 @@ class Zygote:
             os.fchmod(fd, 0o777)
             fcntl.fcntl(fd, fcntl.F_SETFL, os.O_APPEND if target else 0)
             fcntl.flock(fd, fcntl.LOCK_UN)
-            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_UNLCK, os.SEEK_SET, 0, 0, 0))
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack(FLOCK, fcntl.F_UNLCK, os.SEEK_SET, 0, 0, 0))
             fcntl.fcntl(fd, fcntl.F_SETOWN, 0)
             fcntl.fcntl(fd, fcntl.F_SETSIG, 0)
             os.utime(fd, ns=(0, 0))  # (times a program set on the file it shared with us: numbers for the next)
@@ -622,6 +622,7 @@ class Zygote:
 
 
 STREAM_LOCK_WAIT_S = 1.0  # a lock a program left on a stream in flight: how long reset waits for it
+FLOCK = "hhqqi4x"  # struct flock: type, whence, start, len, pid (a lock's range: the whole file from 0, 0)
 CLONE_NEWNET, SIOCSIFFLAGS, IFF_UP, IFF_RUNNING = 0x40000000, 0x8914, 0x1, 0x40
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MNT_DETACH = 0x2, 0x4, 0x8, 0x2
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 0x1, 0x20, 0x1000, 0x4000
@@ -1037,8 +1038,8 @@ def _pss(pid: int, page: int) -> int:
 def _locked_elsewhere(fd: int) -> bool:
     """Whether a file description other than `fd`'s holds a lock on its file (open-file-description or flock; a
     process's own record locks end with it)."""
-    probe = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
-    if struct.unpack("hhqqi4x", probe)[0] != fcntl.F_UNLCK:
+    probe = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, struct.pack(FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+    if struct.unpack(FLOCK, probe)[0] != fcntl.F_UNLCK:
         return True
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (ours, where it had one: converted, and dropped below)
