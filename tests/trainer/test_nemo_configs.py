@@ -413,6 +413,26 @@ def test_checkpoint_must_save_by_stops_with_a_checkpoint_that_resumes(tmp_path):
         load_config(None, ["checkpointing.checkpoint_must_save_by=3 hours"])
 
 
+def test_the_deadline_counts_the_validation_and_the_save_that_would_follow_the_next_step():
+    """A step that would end in time is not enough where the validation and checkpoint after it would not: each
+    counts as long as it last took, the validation only before a step that validates; no deadline, never late."""
+    from execrl.trainer.loop import Deadline
+
+    cfg = load_config(None, ["checkpointing.checkpoint_must_save_by=0:0:1:0", "grpo.val_period=5"])
+    deadline = Deadline(cfg)
+    deadline.begun -= 30.0
+    deadline.took.update(validation=20.0, save=5.0)
+    assert not deadline.passed(3, 10.0)  # step 4: 30 + 10 + its save 5 < 60
+    assert deadline.passed(4, 10.0)  # step 5 validates: 30 + 10 + 20 + 5 >= 60
+    assert deadline.passed(3, 25.0)  # 30 + 25 + 5 >= 60
+    unsaved = Deadline(load_config(None, ["checkpointing.checkpoint_must_save_by=0:0:1:0", "grpo.val_period=5",
+                                          "checkpointing.enabled=false"]))
+    unsaved.begun -= 30.0
+    unsaved.took.update(validation=20.0, save=5.0)
+    assert not unsaved.passed(3, 25.0)  # 30 + 25 < 60: nothing to save
+    assert not Deadline(load_config(None, [])).passed(3, 1e9)
+
+
 NEMO = Path(__file__).parents[1] / "assets" / "nemo_rl"
 NEMO_CONFIGS = sorted(NEMO.glob("*/examples/configs/**/*.yaml"))
 MISSING = {  # what a config needs that execrl does not have, read from the config itself -> the refusal names it

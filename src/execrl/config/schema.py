@@ -505,8 +505,10 @@ class CheckpointConfig(Section):
     keep_top_k: int | None = Field(3, ge=1, description="keep the last K checkpoints (null: every one, as NeMo RL "
                                                         "reads it)")
     checkpoint_must_save_by: str | None = Field(
-        None, pattern=r"^\d+:\d+:\d+:\d+$", description="DD:HH:MM:SS of training after which no step may end (a "
-        "job's time limit less start-up): the run stops with a checkpoint before a step would end later (null: none)")
+        None, pattern=r"^\d+:\d+:\d+:\d+$", description="DD:HH:MM:SS after which no step may end, counted from "
+        "the end of loading (the warm-up and val_at_start count): a job's time limit less loading. The run stops with "
+        "a checkpoint where the next step, its validation and its save would end later, each as long as its last "
+        "(NeMo RL adds the mean iteration) (null: none)")
 
     @field_validator("checkpoint_dir")
     @classmethod

@@ -56,14 +56,16 @@ def train(cfg: MasterConfig) -> Run:
                       "checkpointing.checkpoint_dir.[/]")
     gpu = next(run.weights.compute.parameters()).device.type == "cuda"  # (train phases timed on the GPU)
     ctrl_c = CtrlC().__enter__()  # (over everything after loading: a signal in the closing validation or save too)
+    deadline = Deadline(cfg)  # (its clock starts here, before the warm-up and val_at_start, as NeMo RL's does)
     try:
         if run.step == 0 and cfg.warmup.sft_steps:
             warm_up(run)
         if run.step == 0 and run.lora is not None and run.lora.own_base and cfg.checkpointing.enabled:
             checkpoint.save_base(cfg.checkpointing.checkpoint_dir, run.model, run.tokenizer)  # (the adapters' base)
         if run.step == 0 and cfg.grpo.val_at_start:
-            validate(run)
-        begun, late, first_step = time.monotonic(), False, run.step + 1
+            with deadline.timed("validation"):
+                validate(run)
+        late, first_step = False, run.step + 1
         ctrl_c.at_once = False  # (from here a first signal stops after the step under way)
         with progress(run) as bar:
             while run.step < run.max_steps and not epochs_done(run) and not ctrl_c.stop() and not late:
@@ -93,10 +95,12 @@ def train(cfg: MasterConfig) -> Run:
                 if run.step == first_step:  # what compiled, in how long (on GPUs)
                     startup.say(load_s, times["step"], before)
                 if periodic_validation(cfg, run.step):
-                    validate(run)
+                    with deadline.timed("validation"):
+                        validate(run)
                 if cfg.checkpointing.enabled and run.step % cfg.checkpointing.save_period == 0:
-                    save(run)
-                late = out_of_time(cfg, time.monotonic() - begun, times["step"])
+                    with deadline.timed("save"):
+                        save(run)
+                late = deadline.passed(run.step, times["step"])
             finish_left(run, bar)
         stopped = ctrl_c.stop()  # (every process: the closing steps match)
         if late:
@@ -284,12 +288,28 @@ def warm_up(run: Run) -> None:
             checkpoint.save_reference(run.cfg.checkpointing.checkpoint_dir, run.model, run.ref_model)
 
 
-def out_of_time(cfg, elapsed: float, step_seconds: float) -> bool:
-    """Whether another step (as long as the last) would end after
-    checkpointing.checkpoint_must_save_by, counted from the first step; every process gets the main
-    one's answer."""
-    limit = cfg.checkpointing.deadline_s
-    return limit is not None and dist.from_main(elapsed + step_seconds >= limit)
+class Deadline:
+    """checkpointing.checkpoint_must_save_by: whether one more step, with the validation and the checkpoint that would
+    follow it (each as long as its last), would end after the deadline, counted from the loop's start (after
+    loading; the warm-up and val_at_start count); every process gets the main one's answer. (NeMo RL's clock starts
+    there too; it adds the mean of all iterations where this adds the last step and what would follow it.)"""
+
+    def __init__(self, cfg):
+        self.cfg, self.begun, self.took = cfg, time.monotonic(), {"validation": 0.0, "save": 0.0}
+
+    @contextmanager
+    def timed(self, part: str):
+        started = time.monotonic()
+        yield
+        self.took[part] = time.monotonic() - started
+
+    def passed(self, step: int, step_seconds: float) -> bool:
+        limit = self.cfg.checkpointing.deadline_s
+        if limit is None:
+            return False
+        after = step_seconds + self.took["validation"] * periodic_validation(self.cfg, step + 1) \
+            + self.took["save"] * self.cfg.checkpointing.enabled  # (the next save: periodic, or this stop's)
+        return dist.from_main(time.monotonic() - self.begun + after >= limit)
 
 
 def periodic_validation(cfg, step: int) -> bool:
