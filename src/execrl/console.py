@@ -7,6 +7,7 @@ import re
 
 from rich.console import Console
 from rich.markup import escape as escape_markup
+from rich.text import Span, Text
 
 WRAPPED = re.compile(r"\[(?P<style>yellow|red|green|dim|bold|bold red|bold yellow)\](?P<body>.*)\[/(?P=style)?\]",
                      re.S)
@@ -31,9 +32,22 @@ TAG_AFTER_BACKSLASHES = re.compile(r"(?<!\\)(\\*+)(\[[a-z#/@][^[]*?])")  # rich'
 # backslashes' first one only (from each of them, a line of 32,000 took 4 s)
 
 
+def shown_text(text: Text) -> Text:
+    """A rich Text as shown(): each control character as its escape, each styled part keeping its styles (rich
+    drops BEL, BS and CR from a Text, not ESC: a dataset row's id in a Text cleared the screen)."""
+    if not CONTROL.search(text.plain):
+        return text
+    out = text.blank_copy()
+    for part in text.divide(sorted({i for span in text.spans for i in (span.start, span.end)})):
+        plain = shown(part.plain)
+        out.append_text(Text(plain, spans=[Span(0, len(plain), span.style) for span in part.spans]))
+    return out
+
+
 class PlainConsole(Console):
     def print(self, *objects, **kwargs) -> None:
-        objects = tuple(shown(o) if isinstance(o, str) else o for o in objects)
+        objects = tuple(shown(o) if isinstance(o, str) else shown_text(o) if isinstance(o, Text) else o
+                        for o in objects)
         if len(objects) == 1 and isinstance(objects[0], str) and "markup" not in kwargs:
             wrapped = WRAPPED.fullmatch(objects[0])
             if wrapped:

@@ -177,7 +177,7 @@ def run_grade(args) -> int:
     with open(args.out, "w", encoding="utf-8") as f:
         for n, _, _ in rows:
             f.write(json.dumps(results[n]) + "\n")
-    table = Table(caption=Text(f"{len(rows)} rows -> {args.out}"))
+    table = Table(caption=Text(shown(f"{len(rows)} rows -> {args.out}")))
     table.add_column("verdict")
     table.add_column("programs", justify="right")
     table.add_column("share", justify="right")

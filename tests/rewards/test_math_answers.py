@@ -279,6 +279,19 @@ def test_a_reference_with_unit_words_is_its_number():
     assert not answers_match("2", "2 and a half") and not answers_match("18", "18 thousand")
 
 
+def test_a_reference_of_a_number_and_a_long_run_of_letters_is_read_at_once():
+    """(A hunt's find) the unit-words pattern split a run of letters every way before it failed: a reference of 18, a
+    space, 1,600 letters and "!" took 26 s of the grader's CPU for each sample (cubic: ~200 s at 3,200)."""
+    import threading
+
+    reference = "18 " + "x" * 20_000 + "!"
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (answers_match("17", reference), done.set()), daemon=True)
+    worker.start()
+    assert done.wait(60), "answers_match did not return in 60 s"
+    assert answers_match("18", "18 " + "dollars " * 2 + "each") and not answers_match("18", "18 " + "ab " * 4)
+
+
 def test_an_answer_in_the_questions_own_magnitude_matches_and_unit_letters_are_no_magnitude():
     """(A review's find) GSM8K references in the question's unit ("$32 million ... how many million dollars are
     left?": 4) missed "$4 million"; "300K" (Kelvin) read as 300,000 and "4 million-dollar homes" as 4,000,000."""

@@ -55,6 +55,20 @@ def test_nemotron_rows_keep_their_own_prompt_and_tests():
     assert all(p.tests.compare.mode == "lcb" for p in problems)  # printed outputs read as NeMo-Gym's grader reads them
 
 
+def test_a_skipped_rows_id_is_printed_with_its_control_characters_shown(tmp_path, capsys):
+    """(A hunt's find) a skipped row's id went out in a rich Text, whose ESC rich passes on: a row's hash_id cleared
+    the screen, printed a fake "all rows OK" and set the window's title."""
+    hostile = "\x1b[2J\x1b[H\x1b[32mall rows OK\x1b[0m\x1b]0;pwned\x1b\\"
+    row = {"hash_id": hostile, "responses_create_params": {"input": [{"role": "user", "content": "add"}]},
+           "verifier_metadata": {"unit_tests": {"inputs": [], "outputs": []}}}
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(row) + "\n" + json.dumps({**row, "hash_id": "ok", "verifier_metadata": {
+        "unit_tests": {"inputs": ["1 2\n"], "outputs": ["3\n"]}}}))
+    load_problems("nemotron_code", "train", str(path))
+    printed = capsys.readouterr().err
+    assert "skipped 1 unusable rows" in printed and "\x1b" not in printed and "\\x1b[2J" in printed, printed
+
+
 def test_bad_rows_are_counted_reported_and_skipped(tmp_path, capsys):
     good = {"responses_create_params": {"input": [{"role": "user", "content": "add"}]},
             "verifier_metadata": {"unit_tests": {"inputs": ["1 2\n"], "outputs": ["3\n"]}}}

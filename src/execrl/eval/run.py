@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from execrl.console import stderr_console
+from execrl.console import shown, stderr_console
 from execrl.eval.grading import EarlyGrading
 from execrl.eval.passk import mean_pass_at_k
 from execrl.extract import extract
@@ -525,8 +525,8 @@ def _print(summary: dict, cfg: EvalConfig, out_dir: Path, per_problem: str) -> N
     if cfg.dataset in DATASETS and not DATASETS[cfg.dataset].splits and cfg.data_path:  # (a file's loader: its
         source = f"{cfg.dataset} ({Path(cfg.data_path).name})"  # split is the file, not --split)
     title = f"{source}: {summary['problems']} problems x {per_problem} sample"
-    table = Table(title=Text(title + ("" if per_problem == "1" else "s")),  # (Text: a path's brackets are not markup)
-                  caption=Text(f"per-problem results: {out_dir / 'results.jsonl'}"), min_width=64)
+    table = Table(title=Text(shown(title + ("" if per_problem == "1" else "s"))),  # (Text: a path's brackets are
+                  caption=Text(shown(f"per-problem results: {out_dir / 'results.jsonl'}")), min_width=64)  # not markup)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k in cfg.ks:
