@@ -308,6 +308,20 @@ def test_units_in_a_stated_product_are_no_reason(text, expected):
 
 
 @pytest.mark.parametrize("text, reference, correct", [
+    ("#### 3 / 4", "0.75", True),  # (a hunt's find: a sum after #### was read as its first term: 3, 18, 1)
+    ("#### 3 / 4", "3", False),
+    ("#### 18 - 20", "18", False),
+    ("#### 2 * 9", "18", True),
+    ("#### 1,000 - 200", "800", True),
+    ("The answer is 1,000 - 200.", "800", True),  # (read as 1 before)
+])
+def test_a_sum_after_the_mark_is_the_sums_value(text, reference, correct):
+    from execrl.rewards.math_answers import answers_match
+
+    assert answers_match(math_answer(text), reference) is correct
+
+
+@pytest.mark.parametrize("text, reference, correct", [
     ("The answer is 3 1/2 hours.", "3", False),  # (read as 3 before, and scored 1)
     ("The answer is 3 1/2 hours.", "3.5", True),
     ("It takes 2 1/2 hours.", "2.5", True),
@@ -329,6 +343,16 @@ def test_a_mixed_number_is_its_value(text, reference, correct):
     ("The answer is at least 18.", "18", False),
     ("The answer is 18 because either 3 or 4 eggs break.", "18", True),  # (the alternatives are the reason's)
     ("The answer is 18, or $18.00.", "18", True),
+    ("#### 18 (or 20)", "18", False),  # (a hunt's find: the #### line's hedges in parentheses, after a comma, a
+    ("#### 18, or 20", "18", False),  # range or "and" scored 1 on their first number, where "18 or 20" did not)
+    ("#### 18 to 20", "18", False),
+    ("#### 18 and 20", "18", False),
+    ("The answer is 18 to 20.", "18", False),
+    ("The answer is 18 (or possibly 20).", "18", False),
+    ("The answer is 18 and 20.", "20", False),
+    ("#### 18 (or $18.00)", "18", True),
+    ("The answer is 5 and not 6.", "5", True),
+    ("The answer is 4, and 4 + 3 = 7.", "4", True),
 ])
 def test_a_hedged_answer_equals_no_reference(text, reference, correct):
     from execrl.rewards.math_answers import answers_match

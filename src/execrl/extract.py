@@ -285,8 +285,10 @@ def math_answer(answer_text: str) -> str | None:
             return line
         numbers = NUMBER.findall(line) or NUMBER.findall(tail)
         first = NUMBER.search(line)
-        if first and ALTERNATIVE.match(line, first.end()):  # "#### 18 or more", "#### 18 or 20": no one answer
+        if first and _alternative(line, first):  # "#### 18 or more", "#### 18 or 20": no one answer
             return line
+        if first and SUM_AFTER.match(line, first.end()):  # "#### 3 / 4", "#### 18 - 20": the sum, not its first term
+            return _sum_run(line, first.start())
         if first:
             return _stated(line, first)
         return _plain(numbers[-1]) if numbers else line
@@ -311,10 +313,32 @@ def math_answer(answer_text: str) -> str | None:
 
 HEDGED = re.compile(rf"[\s*_:]*(?:either\b|between\b|{BOUND})", re.I)
 ALTERNATIVE = re.compile(r"\s*\+(?!\s*\d)|\s+and\s+(?:up|above|over|more)\b|"  # "18+", "18 and up"
-                         r"\s*(?:[A-Za-z]+\s+)?or\s+(?:\$?\d|(?:more|less|fewer|so|above|below|higher|lower|greater|"
-                         r"smaller|over|under)\b|[a-z]*(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|"
-                         r"twelve|teen|ty|hundred|thousand)\b)", re.I)  # "18 or 20", "18 dollars or 20", "18 or more",
-# "18 or twenty": two answers, or a bound
+                         r"\s+(?:to|and)\s+\$?\d[\d,.]*(?![\d,.]|\s*[-+*/=\u00d7\u00f7\u2212])|"  # "18 to 20"
+                         r"[\s,;(]*(?:[A-Za-z]+\s+)?or\s+(?:[A-Za-z]+\s+)?(?:\$?\d|(?:more|less|fewer|so|above|below|"
+                         r"higher|lower|greater|smaller|over|under)\b|[a-z]*(?:one|two|three|four|five|six|seven|eight|"
+                         r"nine|ten|eleven|twelve|teen|ty|hundred|thousand)\b)", re.I)  # "18 or 20", "18 dollars or
+# 20", "18 (or possibly 20)", "18, or more", "18 or twenty", "18 and 20": two answers, or a bound
+SUM_RUN = re.compile(r"(?:\d{1,3}(?:,\d{3})+(?!\d)|[-\u2212\d.\s+*/()\u00d7\u00f7])+")  # a sum ("1,000 - 200")
+
+
+def _alternative(text: str, first: re.Match) -> bool:
+    """Whether a second answer or a bound follows the number `first` matched in text (ALTERNATIVE), other than the same
+    value restated ("18, or $18.00")."""
+    alt = ALTERNATIVE.match(text, first.end())
+    if alt is None:
+        return False
+    other = NUMBER.search(text, first.end())
+    if other is None or other.start() >= alt.end():  # ("or more", "or twenty": a bound, a number in words)
+        return True
+    try:
+        return Fraction(_plain(other.group())) != Fraction(_plain(first.group()))
+    except (ValueError, ZeroDivisionError):
+        return True
+
+
+def _sum_run(text: str, start: int) -> str:
+    """The sum that starts at `start`, whole and without thousands separators: "2 * 9" (math-verify's: 18), "3 / 4"."""
+    return SUM_RUN.match(text, start).group().strip().rstrip("+-*/(\u00d7\u00f7\u2212 ").replace(",", "")
 SENTENCE_END = re.compile(r"(?<!\bMr)(?<!\bMrs)(?<!\bMs)(?<!\bDr)(?<!\bSt)(?<!\bvs)[.;!?](?=\s|$)")  # (not 2.5)
 
 
@@ -346,12 +370,11 @@ def _after_answer_is(text: str) -> str | None:
     first = POWER.search(blanked)
     if first and (NEGATED.search(blanked[:first.start()]) or REPLACED.match(blanked, first.end())):  # "Answer: not
         return None  # 18 but 20", "the answer is never 18", "18 -> 20": not the number stated (read as the text ends)
-    if HEDGED.match(line) or (first and ALTERNATIVE.match(blanked, first.end())):  # "either 18 or 20", "at least 18":
+    if HEDGED.match(line) or (first and _alternative(blanked, first)):  # "either 18 or 20", "at least 18":
         return line.strip()  # two answers, or a bound, which equal no reference (the last number would pay the hedge)
     summed = first is not None and SUM_AFTER.match(blanked, first.end())  # "16 - 3 - 4 = 9 eggs, times 2 = 18": not 16
     if summed and eq < 0 and not BARE_TEX.match(line):  # "The answer is 2 * 9.": the sum whole (math-verify's: 18)
-        run = re.match(r"[-\u2212\d.\s+*/()\u00d7\u00f7]+", blanked[first.start():]).group()
-        return run.strip().rstrip("+-*/(\u00d7\u00f7\u2212 ")
+        return _sum_run(blanked, first.start())
     if first is not None and first.end() <= eq and not summed and REASON.search(blanked, first.end(), eq):  # ("The answer is 18,
         if re.search(r"[A-Za-z]{2,}", blanked[:first.start()]):  # because she sells 16 - 3 - 4 = 9 eggs": the sum is
             # the reason's;
