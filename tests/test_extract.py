@@ -307,6 +307,32 @@ def test_units_in_a_stated_product_are_no_reason(text, expected):
     assert math_answer(text) == expected
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("She sells 16 - 3 - 4 = 9 eggs, so she makes **18** dollars.", "18"),  # (a hunt's find: the bold 18 was read as
+    ("Janet sells 9 eggs.\n\nSo the total is **18**", "18"),  # an exponent, "s**" a unit's power: 9 was graded)
+    ("**Final Answer**\n18", "18"),
+    ("The area is 48 m^2", "48"),  # (a unit's exponent is still none)
+    ("The area is 48 m**2", "48"),
+])
+def test_a_bold_number_is_no_exponent(text, expected):
+    assert math_answer(text) == expected
+
+
+def test_runs_of_spaces_around_a_power_cost_no_more_than_their_length():
+    """(A hunt's find) "2^" and 8,000 newlines took 3.9 s of the trainer's CPU (two runs of spaces side by side, each
+    split tried), a box of "1+", 8,000 spaces and x 0.23 s."""
+    import threading
+
+    from execrl.rewards.math_answers import answers_match
+
+    done = threading.Event()
+    texts = ["The area is 2^" + "\n" * 100_000 + "done", "2^3" + " " * 100_000 + "x", "\\boxed{1+" + " " * 100_000 + "x}"]
+    worker = threading.Thread(target=lambda: ([answers_match(math_answer(t) or "", "18") for t in texts], done.set()),
+                              daemon=True)
+    worker.start()
+    assert done.wait(60), "not read in 60 s"
+
+
 @pytest.mark.parametrize("text, reference, correct", [
     ("#### 3 / 4", "0.75", True),  # (a hunt's find: a sum after #### was read as its first term: 3, 18, 1)
     ("#### 3 / 4", "3", False),
@@ -351,6 +377,11 @@ def test_a_mixed_number_is_its_value(text, reference, correct):
     ("The answer is 18 (or possibly 20).", "18", False),
     ("The answer is 18 and 20.", "20", False),
     ("#### 18 (or $18.00)", "18", True),
+    ("**Answer:** 18 to 20", "20", False),  # (a hunt's find: the hedge line kept its "**" and math-verify read 20)
+    ("The answer is **18 to 20**.", "18", False),  # (the closing "**" read as a product)
+    ("The answer is `18 and 20`", "20", False),
+    ("#### 18 through 20", "18", False),
+    ("#### 18 or 18 + 2", "18", False),  # (18 restated, read from the sum's first term)
     ("The answer is 5 and not 6.", "5", True),
     ("The answer is 4, and 4 + 3 = 7.", "4", True),
 ])

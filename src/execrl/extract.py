@@ -218,8 +218,9 @@ NUMBER = re.compile(r"[-\u2212]?(?:\d{1,9}[ \t](?=\d{1,9}/\d)\d{1,9}/\d{1,9}(?![
 # servings of 150 ml, "on day 3 120 cookies" day 3's 120; read from a run's first group only, and its groups never
 # given back: a line of 16,000 groups took 10 s)
 GROUPS = re.compile(r"(?<=\d)[, \u00a0\u2009\u202f](?=\d{3}(?!\d))")  # thousands separators within a number
-POWER = re.compile(rf"(?:{NUMBER.pattern})(?:(?:\s*\^\s*|\*\*(?=\d))\{{?\s*(?:{NUMBER.pattern})\s*\}}?)*")
-# (2^10, 2**10: 1024, not 10; ** only between digits: bold **4** is no power)
+POWER = re.compile(rf"(?:{NUMBER.pattern})(?:(?:\s*\^\s*(?:\{{\s*)?|\*\*(?=\d))(?:{NUMBER.pattern})(?:\s*\}})?)*")
+# (2^10, 2**10: 1024, not 10; ** only between digits: bold **4** is no power; spaces only before a brace it holds:
+# two runs of them side by side took quadratic time, 3.9 s for "2^" and 8,000 newlines)
 ANSWER_IS = re.compile(r"(?im)\banswer is\b(?!\s+not\b):?|^[ \t*_#]*+(?:final )?answer[*_]*\s*:")  # "the final answer is", "Answer:"
 FIRST_SPAN = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]|(?<!\\)\$\$(.+?)\$\$|(?<!\\)\$([^$]+?)(?<!\\)\$")  # (\$: a dollar)
 BARE_TEX = re.compile(r"\s*([-\u2212]?(?:\d+(?:\.\d+)?\s*)?\\[a-zA-Z].*?)(?=\s+[a-zA-Z]{2,}\b|[.,;:]?\s*$)")  # (to the
@@ -247,7 +248,8 @@ NEGATIVE_AMOUNT = re.compile(r"(?<![\w$])([-\u2212])\\?\$(?=\d)")  # -$5, -\$5: 
 STRUCK = re.compile(r"~~[^~\n]{0,200}~~")  # markdown strike-through
 DASH_MINUS = re.compile(r"(?<![\w.])[\u2010\u2011\u2013\ufe63\uff0d](?=\\?\$?\d)")  # a dash as a minus sign, before a
 # number (or its dollar), after no digit: "–10", "–$10"; not a range's "18–20"
-UNIT_POWER = re.compile(r"[A-Za-z]\s*(?:\^|\*\*)\s*\{?\s*$")  # the 2 of "48 m^2" is no answer
+UNIT_POWER = re.compile(r"[A-Za-z](?:\s*\^\s*\{?\s*|\*\*)\Z")  # the 2 of "48 m^2", "m**2" is no answer (not bold
+# "makes **18**": read as an exponent, a reasoning's earlier number was graded)
 CLOSERS = re.compile(r"(?:\s|\\\)|\\\]|\$)*")  # between a number and its unit: "\\(32\\) \\(\\text{in total}\\)"
 CORRECTED = re.compile(r"(?i)\bwait\b[,.!]|\boops\b|\bI (?:made|make) (?:a|an) (?:mistake|error)\b|\bmiscalculat\w*|"
                        r"\bmiscount\w*|\b(?:that|this) (?:is|was|'s) (?:wrong|incorrect)\b|\bI was wrong\b|"
@@ -313,7 +315,7 @@ def math_answer(answer_text: str) -> str | None:
 
 HEDGED = re.compile(rf"[\s*_:]*(?:either\b|between\b|{BOUND})", re.I)
 ALTERNATIVE = re.compile(r"\s*\+(?!\s*\d)|\s+and\s+(?:up|above|over|more)\b|"  # "18+", "18 and up"
-                         r"\s+(?:to|and)\s+\$?\d[\d,.]*(?![\d,.]|\s*[-+*/=\u00d7\u00f7\u2212])|"  # "18 to 20"
+                         r"\s+(?:to|and|through)\s+\$?\d[\d,.]*(?![\d,.]|\s*(?:[-+/=\u00d7\u00f7\u2212]|\*(?!\*)))|"
                          r"[\s,;(]*(?:[A-Za-z]+\s+)?or\s+(?:[A-Za-z]+\s+)?(?:\$?\d|(?:more|less|fewer|so|above|below|"
                          r"higher|lower|greater|smaller|over|under)\b|[a-z]*(?:one|two|three|four|five|six|seven|eight|"
                          r"nine|ten|eleven|twelve|teen|ty|hundred|thousand)\b)", re.I)  # "18 or 20", "18 dollars or
@@ -328,8 +330,8 @@ def _alternative(text: str, first: re.Match) -> bool:
     if alt is None:
         return False
     other = NUMBER.search(text, first.end())
-    if other is None or other.start() >= alt.end():  # ("or more", "or twenty": a bound, a number in words)
-        return True
+    if other is None or other.start() >= alt.end() or SUM_AFTER.match(text, other.end()):  # ("or more", "or twenty":
+        return True  # a bound, a number in words; "18 or 18 + 2": a sum, not 18 restated)
     try:
         return Fraction(_plain(other.group())) != Fraction(_plain(first.group()))
     except (ValueError, ZeroDivisionError):

@@ -27,9 +27,9 @@ MAX_ANSWER_CHARS = 200  # longer answers (and over twice the reference's length)
 THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")  # 1,234,567.5: the only commas a plain number holds
 
 
-HEDGE = re.compile(rf"\bor\b|\\(?:lor|vee)\b|{BOUND}|\d\s*(?:\\text\{{\s*)?\+\s*\}}?\s*$|"
-                   r"\band (?:up|above|over|more)\b", re.I)  # alternatives or a bound, in an answer: \geqq 18,
-# 18 \text{ at least}, 18+, 18 and up
+HEDGE = re.compile(rf"\bor\b|\\(?:lor|vee)\b|{BOUND}|\d\s*(?:\\text\{{\s*)?\+(?:\s*\}})?\s*$|"
+                   r"\band (?:up|above|over|more)\b|\d[\s*_]+(?:to|and|through)[\s*_]+\$?-?\d", re.I)  # alternatives
+# or a bound, in an answer: \geqq 18, 18 \text{ at least}, 18+, 18 and up, 18 to 20, 18 and 20
 
 
 UNSEEN = frozenset(INVISIBLE + "\u00ad")  # and a soft hyphen (a reference "18\u200b" matched no answer)
