@@ -20,3 +20,17 @@ def unwritable(directory: str | Path) -> str | None:
     except OSError as e:
         return f"{d} is not writable here ({e.strerror or type(e).__name__})"
     return None
+
+
+def write_whole(path: str | Path, text: str, **kwargs) -> None:
+    """`text` as the file at `path`, whole or not at all: written beside it and renamed over it, the partial copy
+    removed where the write fails (a full disk: a report's 1.3 MB remnant then failed the run's next write; a kill
+    while metrics.jsonl was rewritten in place emptied it)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text, **kwargs)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

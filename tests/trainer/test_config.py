@@ -485,6 +485,29 @@ def test_run_directories_under_the_home_directory(tmp_path, monkeypatch):
     assert (cfg.logger.log_dir, cfg.checkpointing.checkpoint_dir) == (f"{tmp_path}/runs/t", f"{tmp_path}/runs/t/ck")
 
 
+def test_two_runs_into_one_checkpoint_directory_cannot_both_hold_it(tmp_path):
+    """(A hunt's find) the checkpoint directory was locked only where it existed and was outside the log directory:
+    two new runs with their own log directories (or a second run pointed at the first's checkpoints inside its log
+    directory) wrote one checkpoint directory, the second's weights under the first's step names. A directory the lock
+    made and nothing else filled goes with it."""
+    from execrl.trainer.lock import RunInUse, RunLock
+    from execrl.trainer.setup import run_directories
+
+    def lock(log, ckpt):
+        return RunLock(run_directories(load_config(None, [f"logger.log_dir={log}",
+                                                          f"checkpointing.checkpoint_dir={ckpt}"])))
+
+    for first, second in (((tmp_path / "a", tmp_path / "ck"), (tmp_path / "b", tmp_path / "ck")),
+                          ((tmp_path / "a", tmp_path / "a" / "ck"), (tmp_path / "b", tmp_path / "a" / "ck"))):
+        held = lock(*first)
+        with pytest.raises(RunInUse, match="checkpointing.checkpoint_dir=.* is in use by another run"):
+            lock(*second)
+        held.release()
+        assert not first[0].exists() and not first[1].exists()  # (made by the lock, left empty)
+        lock(*second).release()
+    lock(tmp_path / "same", tmp_path / "same").release()  # (one directory for both: one lock)
+
+
 def test_a_context_past_the_model_s_positions(capsys):
     """GPT-2 with n_positions=64 and a 128-token context crashed mid-generation (IndexError in the position
     embedding, a device assert on a GPU); a rotary model past its max_position_embeddings ran without a word."""

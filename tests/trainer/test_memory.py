@@ -83,7 +83,7 @@ def test_an_out_of_memory_names_its_phase_and_fixes_and_the_checkpoint_resumes(t
     assert "out of memory in the optimizer step" in err and "Traceback" not in err
     for fix in ("policy.cpu_offload=true", "policy.lora.enabled=true", "step_000002, is intact"):
         assert fix in " ".join(err.split()), fix
-    assert sorted(p.name for p in (d / "ckpt").iterdir()) == ["step_000002"]  # no half-written step 3
+    assert sorted(p.name for p in (d / "ckpt").glob("*step_*")) == ["step_000002"]  # no half-written step 3
     monkeypatch.setattr(Weights, "step", real)
     assert main(args) == 0  # the same command resumes from it
     assert [m["step"] for m in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())

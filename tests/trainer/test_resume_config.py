@@ -96,6 +96,22 @@ def test_a_fresh_start_never_erases_another_runs_metrics(tmp_path):
     assert train(load_config(None, crashed)).step == 1
 
 
+def test_a_resume_into_another_runs_log_directory_is_refused(tmp_path):
+    """(A hunt's find) a resume may name a new logger.log_dir, and one naming another run's cut that run's later rows
+    as "done again", kept its earlier ones as the resumed run's and renamed its config.yaml as this run's steps."""
+    base = [*SMALL, "grpo.max_num_steps=2", "grpo.val_period=0", "warmup.sft_steps=0"]
+    a = [*base, f"logger.log_dir={tmp_path}/a", f"checkpointing.checkpoint_dir={tmp_path}/a/ck"]
+    train(load_config(None, a))
+    train(load_config(None, [*base, f"logger.log_dir={tmp_path}/b", f"checkpointing.checkpoint_dir={tmp_path}/b/ck",
+                             "grpo.seed=5"]))
+    rows = (tmp_path / "b" / "metrics.jsonl").read_text()
+    with pytest.raises(ValueError, match="holds the metrics of another run .*its checkpoints are in .*this run resumes "
+                                         "from .* and would mix its record with theirs"):
+        train(load_config(None, [*a, f"logger.log_dir={tmp_path}/b", "grpo.max_num_steps=3"]))
+    assert (tmp_path / "b" / "metrics.jsonl").read_text() == rows and not list((tmp_path / "b").glob("config.to_*"))
+    assert train(load_config(None, [*a, f"logger.log_dir={tmp_path}/c", "grpo.max_num_steps=3"])).step == 3
+
+
 def test_the_validation_sets_number_names_its_problems_and_their_order():
     """(A hunt's find) a resume onto another validation set of the same size joined its eval curve silently: each
     eval row carries eval/problem_set, which the report and the closing line compare."""

@@ -75,9 +75,11 @@ def test_keep_top_k_counts_complete_checkpoints_and_keeps_the_one_just_written(t
     run(tmp_path, "k", "grpo.max_num_steps=4", "warmup.sft_steps=0", "checkpointing.keep_top_k=null")
     ckpt = tmp_path / "k" / "ckpt"
     (ckpt / "step_000004" / "trainer_state.pt").unlink()
+    for left in (".old-step_000001", ".tmp-step_000009"):  # (a deletion and a save cut short by a kill: a deleted
+        (ckpt / left / "policy").mkdir(parents=True)  # checkpoint is renamed first, so none is left half-deleted)
     run(tmp_path, "k", "grpo.max_num_steps=3", "warmup.sft_steps=0", "checkpointing.keep_top_k=1")
     assert checkpoint.latest(ckpt) == ckpt / "step_000003"
-    assert sorted(p.name for p in ckpt.glob("step_*")) == ["step_000003", "step_000004"]
+    assert sorted(p.name for p in ckpt.iterdir()) == [".execrl.lock", "step_000003", "step_000004"]
 
 
 def test_a_resume_over_other_training_problems_is_refused(tmp_path, monkeypatch):
@@ -137,12 +139,70 @@ def test_a_resume_without_a_warm_up_keeps_its_own_kl_reference(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_checkpoint_that_cannot_be_written_says_so_and_leaves_no_partial_copy(tmp_path, monkeypatch):
+    """(A hunt's find) a full disk at a save ended the run with torch's "unexpected pos 600704 vs 600596" or a
+    safetensors traceback, naming neither the checkpoint nor the disk, and left the partial copy filling it."""
+    import errno
+
+    from execrl.trainer import checkpoint
+
+    saves, real = [], torch.save
+
+    def full_disk(obj, path, *args, **kwargs):
+        saves.append(path)
+        if len(saves) > 2:  # (a save writes two files with torch.save: the second checkpoint's first write fails)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint.torch, "save", full_disk)
+    with pytest.raises(checkpoint.WriteFailed, match=r"checkpoint step_000004 could not be written to .*No space left "
+                                                     r"on device; .* GiB free there\): its partial copy is removed\. "
+                                                     r"Make room there .*step_000002, is intact"):
+        run(tmp_path, "full", "grpo.max_num_steps=4", "warmup.sft_steps=0")
+    ckpt = tmp_path / "full" / "ckpt"
+    assert sorted(p.name for p in ckpt.iterdir() if p.name != ".execrl.lock") == ["step_000002"]
+
+
+def test_a_file_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """(A hunt's find) metrics.jsonl was rewritten in place at a resume (a kill there emptied it), and a report
+    that failed to write left its partial copy, which filled the disk for the run's next write."""
+    from pathlib import Path
+
+    from execrl.writable import write_whole
+
+    path = tmp_path / "metrics.jsonl"
+    write_whole(path, "old\n")
+
+    def fails(self, target):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "replace", fails)
+    with pytest.raises(OSError):
+        write_whole(path, "new\n")
+    assert path.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
+
+
 def test_val_at_end_adds_no_row_to_a_run_with_nothing_left_to_do(tmp_path):
     """(A review's find) each rerun of a finished run added another eval row at its last step."""
     args = ["grpo.max_num_steps=1", "warmup.sft_steps=0", "grpo.val_period=0", "grpo.val_at_end=true"]
     run(tmp_path, "end", *args)
     run(tmp_path, "end", *args)
     assert sum("eval/pass@1" in m for m in metrics(tmp_path / "end")) == 1
+
+
+def test_a_validation_a_stop_cut_short_runs_when_the_run_resumes(tmp_path, capsys):
+    """(A hunt's find) a kill in the closing validation (after the last checkpoint), or Ctrl-C twice in a periodic
+    one, left its step without an eval row, and the same command said "nothing to do" (or went on): never run."""
+    args = ["grpo.max_num_steps=2", "warmup.sft_steps=0", "grpo.val_period=0", "grpo.val_at_end=true"]
+    _, d = run(tmp_path, "cut", *args)
+    rows = (d / "metrics.jsonl").read_text().splitlines()
+    (d / "metrics.jsonl").write_text("".join(line + "\n" for line in rows if "eval/pass@1" not in line))
+    capsys.readouterr()
+    run(tmp_path, "cut", *args)
+    assert "validation of step 2 is not in the record" in capsys.readouterr().err
+    assert [m["step"] for m in metrics(d) if "eval/pass@1" in m] == [2]
+    run(tmp_path, "cut", *args)  # (in the record now: nothing owed)
+    assert [m["step"] for m in metrics(d) if "eval/pass@1" in m] == [2]
 
 
 def test_the_kl_reference_is_the_policy_as_grpo_begins_after_a_warm_up(tmp_path):
@@ -187,7 +247,7 @@ def test_run_directory_has_config_metrics_rollouts_and_loadable_checkpoints(tmp_
     for m in rows:  # (it was 0 at every step: the last turn's tokens were counted before they were in the trajectories)
         assert m["time/tokens_per_s"] == pytest.approx(m["train/completion_len_mean"] * samples / m["time/generate"])
     assert all(m["train/logprob_mismatch"] < 1e-4 and m["train/trajectory_age_mean"] == 0 for m in rows)  # on-policy
-    (ckpt,) = sorted((d / "ckpt").iterdir())  # keep_top_k=1
+    (ckpt,) = sorted((d / "ckpt").glob("step_*"))  # keep_top_k=1
     model = AutoModelForCausalLM.from_pretrained(ckpt / "policy")
     tok = AutoTokenizer.from_pretrained(ckpt / "policy")
     assert model.config.model_type == "qwen2" and tok.eos_token == "<|im_end|>"
@@ -353,7 +413,7 @@ def test_ctrl_c_finishes_the_step_saves_and_exits_130(tmp_path, stop):  # run un
     assert proc.returncode == 130, err[-2000:]
     assert f"{'Ctrl-C' if stop == 'SIGINT' else stop}: stopping after this step" in err
     steps = [r["step"] for r in metrics(d) if "train/loss" in r]
-    saved = sorted(p.name for p in (d / "ckpt").iterdir())
+    saved = sorted(p.name for p in (d / "ckpt").glob("*step_*"))
     assert 1 <= steps[-1] < 50 and saved == [f"step_{steps[-1]:06d}"]  # the last step done, saved
     assert f"<td>{steps[-1]} (interrupted)</td>" in (d / "report.html").read_text()  # (its page: stopped early)
 

@@ -21,6 +21,7 @@ from execrl.report.runs import (
     unique_names,
     validation_sets_differ,
 )
+from execrl.writable import write_whole
 
 HERE = Path(__file__).parent
 ROLLOUT_BYTES = 12 << 20  # the rollout browser's data at most: fewer rows per step where a run's are long (4K-token
@@ -34,10 +35,8 @@ def write_report(run_dirs: list[str | Path], out: str | Path) -> Path:
     runs = [load_run(p, n) for p, n in zip(paths, unique_names(paths))]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(render(runs), encoding="utf-8", errors="replace")  # (a lone surrogate: "?")
-    tmp.replace(out)  # (a reader never sees half a page)
-    return out
+    write_whole(out, render(runs), encoding="utf-8", errors="replace")  # (a reader never sees half a page; a lone
+    return out  # surrogate: "?")
 
 
 def render(runs: list[RunData]) -> str:

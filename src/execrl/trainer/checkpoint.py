@@ -41,34 +41,59 @@ def save(directory: str | Path, step: int, model, tokenizer, optimizer, schedule
     weights, optim_state = dist.full_state(model, optimizer, trained_only=lora is not None and not merged)
     if dist.is_main():
         root.mkdir(parents=True, exist_ok=True)
+        for left in [*root.glob(f".tmp-{PREFIX}*"), *root.glob(f".old-{PREFIX}*")]:  # (a save or a deletion cut
+            shutil.rmtree(left, ignore_errors=True)  # short: the run holds the directory, so none is another's)
         tmp = root / f".tmp-{PREFIX}{step:06d}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        if lora is None:
-            model.save_pretrained(tmp / "policy", state_dict=weights)
-            if serve_dtype is not None:
-                _name_dtype(tmp / "policy" / "config.json", serve_dtype)
-        else:
-            lora.write(tmp / "policy", weights)
-            if getattr(model, "generation_config", None) is not None:  # (its ends: the run's stop_token_ids; an
-                model.generation_config.save_pretrained(tmp / "policy")  # adapter's eval stopped at the base's)
-            if merged:
-                model.save_pretrained(tmp / "merged", state_dict=lora_state.merged_state(weights, lora.scaling,
-                                                                                          serve_dtype))
-                tokenizer.save_pretrained(tmp / "merged")
-        tokenizer.save_pretrained(tmp / "policy")
-        torch.save(optim_state, tmp / "optimizer.pt")
-        torch.save({"scheduler": scheduler.state_dict(), "step": step, "torch_rng": torch.get_rng_state(),
-                    "python_rng": random.getstate(),
-                    "cuda_rng": torch.cuda.get_rng_state() if torch.cuda.is_available() else None, **extra},
-                   tmp / "trainer_state.pt")
+        try:
+            _write(tmp, model, tokenizer, weights, optim_state, scheduler, step, extra, serve_dtype, lora, merged)
+        except Exception as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise WriteFailed(f"checkpoint {final.name} could not be written to {root} ({type(e).__name__}: "
+                              f"{str(e)[:200]}; {_free(root)} free there): its partial copy is removed") from e
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)  # atomic: a checkpoint directory is either complete or absent
         complete = [p for p in sorted(root.glob(f"{PREFIX}*")) if (p / "trainer_state.pt").is_file()]
         for old in [p for p in complete if p != final][:-(keep - 1) or None] if keep > 0 else []:
-            shutil.rmtree(old, ignore_errors=True)  # (the K newest complete ones stay, this one among them: an
+            gone = old.with_name(f".old-{old.name}")  # (renamed first: cut short, rmtree left a step's weights with
+            old.rename(gone)  # no trainer_state.pt, an incomplete checkpoint nothing deleted)
+            shutil.rmtree(gone, ignore_errors=True)  # (the K newest complete ones stay, this one among them: an
             # incomplete one a resume passed over, newer than this, counted among K deleted every complete one)
     dist.barrier()  # no rank goes on (or exits) before the checkpoint is complete
     return final
+
+
+class WriteFailed(RuntimeError):
+    """A checkpoint that could not be written (a full disk, a quota); the ones before it are intact."""
+
+
+def _free(root: Path) -> str:
+    try:
+        return f"{shutil.disk_usage(root).free / 2**30:.2f} GiB"
+    except OSError:
+        return "unknown"
+
+
+def _write(tmp: Path, model, tokenizer, weights, optim_state, scheduler, step, extra, serve_dtype, lora, merged):
+    """A checkpoint's files, into `tmp`."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    if lora is None:
+        model.save_pretrained(tmp / "policy", state_dict=weights)
+        if serve_dtype is not None:
+            _name_dtype(tmp / "policy" / "config.json", serve_dtype)
+    else:
+        lora.write(tmp / "policy", weights)
+        if getattr(model, "generation_config", None) is not None:  # (its ends: the run's stop_token_ids; an
+            model.generation_config.save_pretrained(tmp / "policy")  # adapter's eval stopped at the base's)
+        if merged:
+            model.save_pretrained(tmp / "merged", state_dict=lora_state.merged_state(weights, lora.scaling,
+                                                                                      serve_dtype))
+            tokenizer.save_pretrained(tmp / "merged")
+    tokenizer.save_pretrained(tmp / "policy")
+    torch.save(optim_state, tmp / "optimizer.pt")
+    torch.save({"scheduler": scheduler.state_dict(), "step": step, "torch_rng": torch.get_rng_state(),
+                "python_rng": random.getstate(),
+                "cuda_rng": torch.cuda.get_rng_state() if torch.cuda.is_available() else None, **extra},
+               tmp / "trainer_state.pt")
 
 
 def _name_dtype(config_path: Path, dtype: torch.dtype) -> None:

@@ -10,6 +10,7 @@ import fcntl
 import os
 import socket
 import time
+from contextlib import suppress
 from pathlib import Path
 
 NAME = ".execrl.lock"
@@ -23,7 +24,7 @@ class RunLock:
     def __init__(self, directories: dict[str, str]):
         """directories: {the config key naming it: the directory}; each is made and locked, or
         RunInUse is raised (naming the key, the holder and the way out) with nothing locked."""
-        self.files = []
+        self.files, self.made = [], []
         try:
             for key, where in directories.items():
                 self._take(key, Path(where).expanduser())
@@ -32,7 +33,9 @@ class RunLock:
             raise
 
     def _take(self, key: str, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
+        if not directory.is_dir():
+            directory.mkdir(parents=True)
+            self.made.append(directory)
         f = open(directory / NAME, "a+")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -49,6 +52,13 @@ class RunLock:
         self.files.append(f)
 
     def release(self) -> None:
+        """Unlocked; a directory it made that holds nothing else (a refused run's, a run that saved nothing) gone."""
         for f in self.files:
             f.close()  # (closing the file releases its lock)
         self.files = []
+        for directory in reversed(self.made):  # (a checkpoint directory inside the log directory first)
+            with suppress(OSError):
+                if [p.name for p in directory.iterdir()] == [NAME]:
+                    (directory / NAME).unlink()
+                    directory.rmdir()
+        self.made = []

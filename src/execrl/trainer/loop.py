@@ -50,10 +50,14 @@ def train(cfg: MasterConfig) -> Run:
     if run.max_steps < cfg.grpo.max_num_steps:
         console.print(f"grpo.max_num_epochs={cfg.grpo.max_num_epochs} passes over the training problems end the run "
                       f"at step {run.max_steps} (before grpo.max_num_steps={cfg.grpo.max_num_steps})")
+    owed = owed_validation(run)
+    if owed:
+        console.print(f"{run.resumed_from}'s validation of step {run.step} is not in the record (a stop cut it "
+                      "short): it runs now")
     if run.step >= run.max_steps:
-        console.print(f"[yellow]{run.resumed_from} is already at step {run.step}, the last: nothing to do. "
-                      "Raise grpo.max_num_steps (or max_num_epochs) to go on, or set a new "
-                      "checkpointing.checkpoint_dir.[/]")
+        console.print(f"[yellow]{run.resumed_from} is already at step {run.step}, the last: nothing "
+                      f"{'else ' if owed else ''}to do. Raise grpo.max_num_steps (or max_num_epochs) to go on, or set "
+                      "a new checkpointing.checkpoint_dir.[/]")
     gpu = next(run.weights.compute.parameters()).device.type == "cuda"  # (train phases timed on the GPU)
     ctrl_c = CtrlC().__enter__()  # (over everything after loading: a signal in the closing validation or save too)
     deadline = Deadline(cfg)  # (its clock starts here, before the warm-up and val_at_start, as NeMo RL's does)
@@ -62,7 +66,7 @@ def train(cfg: MasterConfig) -> Run:
             warm_up(run)
         if run.step == 0 and run.lora is not None and run.lora.own_base and cfg.checkpointing.enabled:
             checkpoint.save_base(cfg.checkpointing.checkpoint_dir, run.model, run.tokenizer)  # (the adapters' base)
-        if run.step == 0 and cfg.grpo.val_at_start:
+        if run.step == 0 and cfg.grpo.val_at_start or owed:
             with deadline.timed("validation"):
                 validate(run)
         late, first_step = False, run.step + 1
@@ -312,6 +316,15 @@ class Deadline:
         return dist.from_main(time.monotonic() - self.begun + after >= limit)
 
 
+def owed_validation(run: Run) -> bool:
+    """Whether the step a run resumes at validates and its validation is not in the record: a stop in it (Ctrl-C twice,
+    a kill during the closing one) saved the checkpoint without it, and no later step ran it."""
+    cfg = run.cfg
+    due = periodic_validation(cfg, run.step) or (cfg.grpo.val_at_end and run.step >= run.max_steps)
+    return bool(run.resumed_from) and bool(run.val_problems) and dist.from_main(
+        due and run.step not in run.logger.validated)
+
+
 def periodic_validation(cfg, step: int) -> bool:
     """Whether step `step` validates: every grpo.val_period steps, from grpo.val_start_at on."""
     g = cfg.grpo
@@ -537,8 +550,13 @@ def save(run: Run) -> None:
             "base_identity": run.base_identity}  # ... and the base's weight files (setup.same_base)
     if run.opponent is not None and (opponent := run.opponent.state_dict(run.weights.compute)) is not None:
         data["opponent"] = opponent  # (a snapshot: the policy as it was at its last refresh)
-    path = checkpoint.save(run.cfg.checkpointing.checkpoint_dir, run.step, run.model, run.tokenizer, run.optimizer,
-                           run.scheduler, data, run.cfg.checkpointing.keep_top_k or 0, run.weights.compute_dtype, run.lora)
+    try:
+        path = checkpoint.save(run.cfg.checkpointing.checkpoint_dir, run.step, run.model, run.tokenizer,
+                               run.optimizer, run.scheduler, data, run.cfg.checkpointing.keep_top_k or 0,
+                               run.weights.compute_dtype, run.lora)
+    except checkpoint.WriteFailed as e:
+        raise checkpoint.WriteFailed(f"{e}. Make room there (checkpointing.keep_top_k keeps fewer). "
+                                     f"{resume_note(run)}") from None
     run.last_saved = run.step
     console.print(f"checkpoint: {path}")
 

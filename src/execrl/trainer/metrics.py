@@ -12,6 +12,7 @@ from rich.console import Console
 
 from execrl.config import MasterConfig
 from execrl.report.runs import INTERRUPTED
+from execrl.writable import write_whole
 
 
 class MetricsLogger:
@@ -20,6 +21,7 @@ class MetricsLogger:
         rank 0's summed). Nothing is opened until start()."""
         self.cfg, self.write, self.dir = cfg, write, Path(cfg.logger.log_dir)
         self.jsonl = self.tb = self.wandb = None
+        self.validated: set[int] = set()  # the steps whose validation rows metrics.jsonl keeps (start())
 
     def start(self, step: int) -> int:
         """Open the sinks for a run that starts after `step` steps (0: from the beginning). The
@@ -49,7 +51,9 @@ class MetricsLogger:
                 markers += 1  # (a stop's marker is not kept: the resumed run's report read "(interrupted)")
             else:
                 kept.append(line)
-        path.write_text("".join(line + "\n" for line in kept))
+                if any(str(key).startswith("eval/") for key in row):
+                    self.validated.add(row.get("step"))
+        write_whole(path, "".join(line + "\n" for line in kept))  # (rewritten in place, a kill then emptied it)
         for old_rollouts in (self.dir / "rollouts").glob("step_*.jsonl"):
             if old_rollouts.stem[5:].isdigit() and int(old_rollouts.stem[5:]) > step:
                 old_rollouts.unlink()

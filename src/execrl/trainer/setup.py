@@ -51,6 +51,7 @@ from execrl.trainer.pipeline import RolloutPipeline, build_pipeline
 from execrl.trainer.policy import build_policy
 from execrl.trainer.rollouts import EpisodeRunner
 from execrl.trainer.step import sharing_note
+from execrl.writable import write_whole
 
 console = stderr_console()
 
@@ -164,10 +165,13 @@ def check_move_room(cfg, tokenizer) -> None:
                               f"policy.generation.max_new_tokens to {need} or more")
 
 
-def erases_a_run(cfg: MasterConfig) -> str | None:
+def erases_a_run(cfg: MasterConfig, resuming: bool = False) -> str | None:
     """Why this run, starting from step 0, would erase the record of an earlier run in its log directory (metric
     rows, and a config.yaml it would not resume: one that differs in what a step computes, or whose checkpoints are
-    elsewhere); None where it would not (no rows, or the same run started again before its first checkpoint)."""
+    elsewhere); None where it would not (no rows, or the same run started again before its first checkpoint).
+    `resuming` (from checkpointing.checkpoint_dir): only a record of a run that differs so and whose checkpoints are
+    elsewhere, or that kept none, is another run's (a resume into one cut its later rows as "done again" and kept its
+    earlier ones as its own)."""
     import yaml
 
     log = Path(cfg.logger.log_dir).expanduser()
@@ -186,25 +190,28 @@ def erases_a_run(cfg: MasterConfig) -> str | None:
                           old.resolve() != Path(cfg.checkpointing.checkpoint_dir).expanduser().resolve())
     unresumable = not cfg.checkpointing.enabled  # (the same config again, without checkpoints: a whole earlier run's
     never_saved = not was.get("enabled")  # rows went, with a note; as they did where that run kept no checkpoints)
+    if resuming and not (refused and (elsewhere or never_saved)):  # (another run: checkpoints of its own, or none,
+        return None  # and a config that differs in what a step computes; a copy of this run's record is its own)
     if not refused and not elsewhere and not unresumable and not never_saved:
         return None
     why = (f"its checkpoints are in {old}, which this run does not resume" if elsewhere else
            "its config.yaml differs in " + "; ".join(refused[:3]) + (" ..." if len(refused) > 3 else "") if refused else
            "checkpointing.enabled is false, so this run cannot resume it" if unresumable else
            "it ran with checkpointing.enabled false, so no run can resume it")
-    return (f"logger.log_dir {log} holds the metrics of another run ({rows} row{'s' if rows > 1 else ''}; {why}): this "
-            f"run starts from step 0 and would erase them. Name another logger.log_dir"
+    this = (f"this run resumes from {cfg.checkpointing.checkpoint_dir} and would mix its record with theirs" if resuming
+            else "this run starts from step 0 and would erase them")
+    return (f"logger.log_dir {log} holds the metrics of another run ({rows} row{'s' if rows > 1 else ''}; {why}): "
+            f"{this}. Name another logger.log_dir"
             + (f", or resume that run (checkpointing.checkpoint_dir={old})" if elsewhere else ""))
 
 
 def run_directories(cfg: MasterConfig) -> dict[str, str]:
-    """The directories to lock, by the key naming each: the log directory, and the checkpoints'
-    where they already exist outside it (where they do not, no other run is writing them; a refused
-    run makes none)."""
-    log = Path(cfg.logger.log_dir).expanduser().resolve()
-    ckpt = Path(cfg.checkpointing.checkpoint_dir).expanduser().resolve()
+    """The directories to lock, by the key naming each: the log directory and the checkpoints' (each its own lock:
+    locked only where it was not in the log directory, or only where it existed, two runs with other log directories
+    wrote one checkpoint directory, the second's weights under the first's step names)."""
     dirs = {"logger.log_dir": cfg.logger.log_dir}
-    if cfg.checkpointing.enabled and ckpt.is_dir() and log not in (ckpt, *ckpt.parents):
+    log, ckpt = (Path(d).expanduser().resolve() for d in (cfg.logger.log_dir, cfg.checkpointing.checkpoint_dir))
+    if cfg.checkpointing.enabled and ckpt != log:  # (one directory, one lock: a second flock of it waits on the first)
         dirs["checkpointing.checkpoint_dir"] = cfg.checkpointing.checkpoint_dir
     return dirs
 
@@ -228,8 +235,18 @@ def check_positions(cfg: MasterConfig, model) -> None:
 
 
 def build_run(cfg: MasterConfig) -> Run:
-    """The run's parts, in the order they need each other."""
+    """The run's parts, in the order they need each other; a refusal on the way unlocks its directories (and removes
+    those the lock made where nothing else was written)."""
     plan, lock = start(cfg)
+    try:
+        return _parts(cfg, plan, lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _parts(cfg: MasterConfig, plan: BatchPlan, lock: RunLock | None) -> Run:
     gpu = gpu_memory() if pick_device(cfg.policy.device).type == "cuda" else None
     shape = shape_of(cfg) if gpu else None
     for line in summary(cfg, shape, gpu):  # what the GPU will hold, before anything loads
@@ -309,7 +326,7 @@ def start(cfg: MasterConfig) -> tuple[BatchPlan, RunLock | None]:
     console.quiet = problem_err.quiet = not dist.is_main()  # one rank speaks for all (the datasets' lines too)
     lock = RunLock(run_directories(cfg)) if dist.is_main() else None
     resumes = cfg.checkpointing.enabled and checkpoint.latest(cfg.checkpointing.checkpoint_dir) is not None
-    erased = dist.from_main(None if resumes or not dist.is_main() else erases_a_run(cfg))
+    erased = dist.from_main(erases_a_run(cfg, resuming=resumes) if dist.is_main() else None)
     if erased:
         if lock is not None:
             lock.release()
@@ -487,8 +504,7 @@ def _record_config(run: Run, resumed: bool) -> None:
         written.replace(kept)  # (kept once: a resume that died before its next checkpoint ran none of them)
         console.print(f"the config of steps 1-{run.step}: {kept} (config.yaml is this run's, from step "
                       f"{run.step + 1})", markup=False, highlight=False)
-    written.with_name(written.name + ".tmp").write_text(now)  # (whole or not at all: a run killed while writing
-    written.with_name(written.name + ".tmp").replace(written)  # it left a config.yaml that was not YAML)
+    write_whole(written, now)  # (a run killed while writing it left a config.yaml that was not YAML)
 
 
 def _body(text: str) -> str:
