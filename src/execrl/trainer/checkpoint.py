@@ -68,9 +68,10 @@ class WriteFailed(RuntimeError):
 
 def _free(root: Path) -> str:
     try:
-        return f"{shutil.disk_usage(root).free / 2**30:.2f} GiB"
+        free = shutil.disk_usage(root).free
     except OSError:
         return "unknown"
+    return f"{free / 2**30:.1f} GiB" if free >= 2**30 else f"{free / 2**20:.1f} MiB"
 
 
 def _write(tmp: Path, model, tokenizer, weights, optim_state, scheduler, step, extra, serve_dtype, lora, merged):
