@@ -313,6 +313,7 @@ def test_units_in_a_stated_product_are_no_reason(text, expected):
     ("**Final Answer**\n18", "18"),
     ("The area is 48 m^2", "48"),  # (a unit's exponent is still none)
     ("The area is 48 m**2", "48"),
+    ("The area is 48 m ** 2", "48"),
 ])
 def test_a_bold_number_is_no_exponent(text, expected):
     assert math_answer(text) == expected
@@ -338,6 +339,7 @@ def test_runs_of_spaces_around_a_power_cost_no_more_than_their_length():
     ("#### 3 / 4", "3", False),
     ("#### 18 - 20", "18", False),
     ("#### 2 * 9", "18", True),
+    ("#### 3 / 4.", "0.75", True),
     ("#### 1,000 - 200", "800", True),
     ("The answer is 1,000 - 200.", "800", True),  # (read as 1 before)
 ])
@@ -382,6 +384,13 @@ def test_a_mixed_number_is_its_value(text, reference, correct):
     ("The answer is `18 and 20`", "20", False),
     ("#### 18 through 20", "18", False),
     ("#### 18 or 18 + 2", "18", False),  # (18 restated, read from the sum's first term)
+    ("The answer is 0.25, or 25%.", "0.25", True),  # (a review's find: restated as a percent or in words, scored 0
+    ("The final answer is 7, or seven.", "7", True),  # once the hedge rule read commas)
+    ("The answer is 7, or eight.", "7", False),
+    ("\\boxed{1 and 2}", "1, 2", True),  # (a list's "and" is a range only against one number)
+    ("The answer is 3 to 1", "3:1", True),  # (and a ratio's "to")
+    ("#### 6 to 2", "3:1", True),
+    ("#### 3 to 2", "3:1", False),
     ("The answer is 5 and not 6.", "5", True),
     ("The answer is 4, and 4 + 3 = 7.", "4", True),
 ])

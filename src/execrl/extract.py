@@ -248,7 +248,7 @@ NEGATIVE_AMOUNT = re.compile(r"(?<![\w$])([-\u2212])\\?\$(?=\d)")  # -$5, -\$5: 
 STRUCK = re.compile(r"~~[^~\n]{0,200}~~")  # markdown strike-through
 DASH_MINUS = re.compile(r"(?<![\w.])[\u2010\u2011\u2013\ufe63\uff0d](?=\\?\$?\d)")  # a dash as a minus sign, before a
 # number (or its dollar), after no digit: "–10", "–$10"; not a range's "18–20"
-UNIT_POWER = re.compile(r"[A-Za-z](?:\s*\^\s*\{?\s*|\*\*)\Z")  # the 2 of "48 m^2", "m**2" is no answer (not bold
+UNIT_POWER = re.compile(r"[A-Za-z](?:\s*\^\s*\{?\s*|\*\*|[ \t]*\*\*[ \t]+)\Z")  # the 2 of "48 m^2", "m**2" is no answer (not bold
 # "makes **18**": read as an exponent, a reasoning's earlier number was graded)
 CLOSERS = re.compile(r"(?:\s|\\\)|\\\]|\$)*")  # between a number and its unit: "\\(32\\) \\(\\text{in total}\\)"
 CORRECTED = re.compile(r"(?i)\bwait\b[,.!]|\boops\b|\bI (?:made|make) (?:a|an) (?:mistake|error)\b|\bmiscalculat\w*|"
@@ -329,18 +329,30 @@ def _alternative(text: str, first: re.Match) -> bool:
     alt = ALTERNATIVE.match(text, first.end())
     if alt is None:
         return False
+    try:
+        value = Fraction(_plain(first.group()))
+    except (ValueError, ZeroDivisionError):
+        return True
+    word = re.match(r"[\s,;(]*(?:[A-Za-z]+\s+)?or\s+([a-z]+)\b", text[first.end():], re.I)
+    if word and NUMBER_WORDS.get(word[1].lower()) == value:  # "7, or seven": restated
+        return False
     other = NUMBER.search(text, first.end())
     if other is None or other.start() >= alt.end() or SUM_AFTER.match(text, other.end()):  # ("or more", "or twenty":
         return True  # a bound, a number in words; "18 or 18 + 2": a sum, not 18 restated)
     try:
-        return Fraction(_plain(other.group())) != Fraction(_plain(first.group()))
+        restated = Fraction(_plain(other.group())) / (100 if re.match(r"\s*\\?%", text[other.end():]) else 1)
     except (ValueError, ZeroDivisionError):
         return True
+    return restated != value  # ("0.25, or 25%", "18, or $18.00": restated)
+
+
+NUMBER_WORDS = {w: n for n, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve "
+                                           "thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty".split())}
 
 
 def _sum_run(text: str, start: int) -> str:
     """The sum that starts at `start`, whole and without thousands separators: "2 * 9" (math-verify's: 18), "3 / 4"."""
-    return SUM_RUN.match(text, start).group().strip().rstrip("+-*/(\u00d7\u00f7\u2212 ").replace(",", "")
+    return SUM_RUN.match(text, start).group().strip().rstrip("+-*/(.\u00d7\u00f7\u2212 ").replace(",", "")
 SENTENCE_END = re.compile(r"(?<!\bMr)(?<!\bMrs)(?<!\bMs)(?<!\bDr)(?<!\bSt)(?<!\bvs)[.;!?](?=\s|$)")  # (not 2.5)
 
 

@@ -506,6 +506,8 @@ def test_two_runs_into_one_checkpoint_directory_cannot_both_hold_it(tmp_path):
         assert not first[0].exists() and not first[1].exists()  # (made by the lock, left empty)
         lock(*second).release()
     lock(tmp_path / "same", tmp_path / "same").release()  # (one directory for both: one lock)
+    lock(tmp_path / "p" / "q" / "logs", tmp_path / "p").release()  # (the parents it made go too: a review's find)
+    assert not (tmp_path / "p").exists() and not (tmp_path / "same").exists()
 
 
 def test_a_context_past_the_model_s_positions(capsys):

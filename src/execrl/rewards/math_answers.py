@@ -28,8 +28,17 @@ THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")  # 1,234,567.5: the
 
 
 HEDGE = re.compile(rf"\bor\b|\\(?:lor|vee)\b|{BOUND}|\d\s*(?:\\text\{{\s*)?\+(?:\s*\}})?\s*$|"
-                   r"\band (?:up|above|over|more)\b|\d[\s*_]+(?:to|and|through)[\s*_]+\$?-?\d", re.I)  # alternatives
-# or a bound, in an answer: \geqq 18, 18 \text{ at least}, 18+, 18 and up, 18 to 20, 18 and 20
+                   r"\band (?:up|above|over|more)\b", re.I)  # alternatives or a bound, in an answer: \geqq 18,
+# 18 \text{ at least}, 18+, 18 and up
+RATIO = re.compile(r"(\d+(?:\.\d+)?)\s*(?:\bto\b|:)\s*(\d+(?:\.\d+)?)(?:\s+[A-Za-z]+)?\.?", re.I)  # 3:1, 3 to 1 odds
+
+
+def _ratio(m: re.Match) -> Fraction | None:
+    return Fraction(m[1]) / Fraction(m[2]) if Fraction(m[2]) else None
+
+
+RANGE = re.compile(r"\d[\s*_]+(?:to|and|through)[\s*_]+\$?-?\d", re.I)  # 18 to 20, 18 and 20: two answers where the
+# reference is one number (not a list's "1 and 2" against "1, 2", nor a ratio's "3 to 1" against "3:1")
 
 
 UNSEEN = frozenset(INVISIBLE + "\u00ad")  # and a soft hyphen (a reference "18\u200b" matched no answer)
@@ -206,6 +215,11 @@ def answers_match(predicted: str | None, reference: str, question: str = "") -> 
         return True
     if HEDGE.search(predicted) and not HEDGE.search(reference):  # "\\boxed{18 (or 20)}", "18 \\lor 20": two answers
         return False  # (math-verify reads one of them)
+    ratios = RATIO.fullmatch(predicted), RATIO.fullmatch(reference)
+    if None not in ratios and ":" in reference:  # "3 to 1" against "3:1" (a ratio, not a range)
+        return _ratio(ratios[0]) == _ratio(ratios[1])
+    if RANGE.search(predicted) and (_number(reference) is not None or _with_units(reference) is not None):
+        return False
     a, b = _number(predicted), _number(reference)
     if b is None:  # ("18 dollars", "18 thousand": the number a reference says)
         b = _with_units(reference) or (_magnitude(reference) if len(reference) <= MAX_ANSWER_CHARS else None)

@@ -39,6 +39,7 @@ def save(directory: str | Path, step: int, model, tokenizer, optimizer, schedule
     final = root / f"{PREFIX}{step:06d}"
     merged = lora is not None and lora.save_merged
     weights, optim_state = dist.full_state(model, optimizer, trained_only=lora is not None and not merged)
+    failed = None
     if dist.is_main():
         root.mkdir(parents=True, exist_ok=True)
         for left in [*root.glob(f".tmp-{PREFIX}*"), *root.glob(f".old-{PREFIX}*")]:  # (a save or a deletion cut
@@ -48,8 +49,12 @@ def save(directory: str | Path, step: int, model, tokenizer, optimizer, schedule
             _write(tmp, model, tokenizer, weights, optim_state, scheduler, step, extra, serve_dtype, lora, merged)
         except Exception as e:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise WriteFailed(f"checkpoint {final.name} could not be written to {root} ({type(e).__name__}: "
-                              f"{str(e)[:200]}; {_free(root)} free there): its partial copy is removed") from e
+            failed = (f"checkpoint {final.name} could not be written to {root} ({type(e).__name__}: {str(e)[:200]}; "
+                      f"{_free(root)} free there): its partial copy is removed")
+    failed = dist.from_main(failed)  # (every rank waits for the checkpoint, and stops with rank 0 where it failed:
+    if failed:  # rank 0 alone raising left the others waiting in a barrier until torchrun killed them)
+        raise WriteFailed(failed)
+    if dist.is_main():
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)  # atomic: a checkpoint directory is either complete or absent
         complete = [p for p in sorted(root.glob(f"{PREFIX}*")) if (p / "trainer_state.pt").is_file()]
@@ -58,7 +63,7 @@ def save(directory: str | Path, step: int, model, tokenizer, optimizer, schedule
             old.rename(gone)  # no trainer_state.pt, an incomplete checkpoint nothing deleted)
             shutil.rmtree(gone, ignore_errors=True)  # (the K newest complete ones stay, this one among them: an
             # incomplete one a resume passed over, newer than this, counted among K deleted every complete one)
-    dist.barrier()  # no rank goes on (or exits) before the checkpoint is complete
+    dist.barrier()  # no rank goes on (or exits) before the checkpoint is in place
     return final
 
 

@@ -33,9 +33,9 @@ class RunLock:
             raise
 
     def _take(self, key: str, directory: Path) -> None:
-        if not directory.is_dir():
-            directory.mkdir(parents=True)
-            self.made.append(directory)
+        missing = [d for d in (directory, *directory.parents) if not d.exists()]
+        directory.mkdir(parents=True, exist_ok=True)
+        self.made += reversed(missing)  # (its parents first: release() goes through them last)
         f = open(directory / NAME, "a+")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -58,7 +58,7 @@ class RunLock:
         self.files = []
         for directory in reversed(self.made):  # (a checkpoint directory inside the log directory first)
             with suppress(OSError):
-                if [p.name for p in directory.iterdir()] == [NAME]:
-                    (directory / NAME).unlink()
+                if [p.name for p in directory.iterdir()] in ([NAME], []):
+                    (directory / NAME).unlink(missing_ok=True)
                     directory.rmdir()
         self.made = []

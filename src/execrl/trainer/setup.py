@@ -324,6 +324,10 @@ def start(cfg: MasterConfig) -> tuple[BatchPlan, RunLock | None]:
     plan = validate(cfg)
     dist.init(cfg.policy.device)
     console.quiet = problem_err.quiet = not dist.is_main()  # one rank speaks for all (the datasets' lines too)
+    if dist.world_size() != plan.num_gpus:
+        raise ValueError(f"{dist.world_size()} training process(es) but cluster.num_nodes x cluster.gpus_per_node = "
+                         f"{plan.num_gpus}: start multi-GPU runs with `execrl train CONFIG` (it launches "
+                         "torchrun) or set cluster.gpus_per_node to the number of processes per node")
     lock = RunLock(run_directories(cfg)) if dist.is_main() else None
     resumes = cfg.checkpointing.enabled and checkpoint.latest(cfg.checkpointing.checkpoint_dir) is not None
     erased = dist.from_main(erases_a_run(cfg, resuming=resumes) if dist.is_main() else None)
@@ -331,10 +335,6 @@ def start(cfg: MasterConfig) -> tuple[BatchPlan, RunLock | None]:
         if lock is not None:
             lock.release()
         raise ValueError(erased)
-    if dist.world_size() != plan.num_gpus:
-        raise ValueError(f"{dist.world_size()} training process(es) but cluster.num_nodes x cluster.gpus_per_node = "
-                         f"{plan.num_gpus}: start multi-GPU runs with `execrl train CONFIG` (it launches "
-                         "torchrun) or set cluster.gpus_per_node to the number of processes per node")
     random.seed(cfg.grpo.seed)
     torch.manual_seed(cfg.grpo.seed)
     return plan, lock
