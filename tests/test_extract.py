@@ -327,7 +327,8 @@ def test_runs_of_spaces_around_a_power_cost_no_more_than_their_length():
     from execrl.rewards.math_answers import answers_match
 
     done = threading.Event()
-    texts = ["The area is 2^" + "\n" * 100_000 + "done", "2^3" + " " * 100_000 + "x", "\\boxed{1+" + " " * 100_000 + "x}"]
+    texts = ["The area is 2^" + "\n" * 100_000 + "done", "2^3" + " " * 100_000 + "x",
+             "\\boxed{1+" + " " * 100_000 + "x}"]
     worker = threading.Thread(target=lambda: ([answers_match(math_answer(t) or "", "18") for t in texts], done.set()),
                               daemon=True)
     worker.start()

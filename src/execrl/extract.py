@@ -248,8 +248,9 @@ NEGATIVE_AMOUNT = re.compile(r"(?<![\w$])([-\u2212])\\?\$(?=\d)")  # -$5, -\$5: 
 STRUCK = re.compile(r"~~[^~\n]{0,200}~~")  # markdown strike-through
 DASH_MINUS = re.compile(r"(?<![\w.])[\u2010\u2011\u2013\ufe63\uff0d](?=\\?\$?\d)")  # a dash as a minus sign, before a
 # number (or its dollar), after no digit: "–10", "–$10"; not a range's "18–20"
-UNIT_POWER = re.compile(r"[A-Za-z](?:\s*\^\s*\{?\s*|\*\*|[ \t]*\*\*[ \t]+)\Z")  # the 2 of "48 m^2", "m**2" is no answer (not bold
-# "makes **18**": read as an exponent, a reasoning's earlier number was graded)
+# the 2 of "48 m^2", "m**2", "m ** 2" is no answer (not bold "makes **18**": read as an exponent, a reasoning's earlier
+# number was graded)
+UNIT_POWER = re.compile(r"[A-Za-z](?:\s*\^\s*\{?\s*|\*\*|[ \t]*\*\*[ \t]+)\Z")
 CLOSERS = re.compile(r"(?:\s|\\\)|\\\]|\$)*")  # between a number and its unit: "\\(32\\) \\(\\text{in total}\\)"
 CORRECTED = re.compile(r"(?i)\bwait\b[,.!]|\boops\b|\bI (?:made|make) (?:a|an) (?:mistake|error)\b|\bmiscalculat\w*|"
                        r"\bmiscount\w*|\b(?:that|this) (?:is|was|'s) (?:wrong|incorrect)\b|\bI was wrong\b|"
@@ -347,7 +348,8 @@ def _alternative(text: str, first: re.Match) -> bool:
 
 
 NUMBER_WORDS = {w: n for n, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve "
-                                           "thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty".split())}
+                                           "thirteen fourteen fifteen sixteen seventeen eighteen nineteen "
+                                           "twenty".split())}
 
 
 def _sum_run(text: str, start: int) -> str:

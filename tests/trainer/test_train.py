@@ -155,9 +155,9 @@ def test_a_checkpoint_that_cannot_be_written_says_so_and_leaves_no_partial_copy(
         return real(obj, path, *args, **kwargs)
 
     monkeypatch.setattr(checkpoint.torch, "save", full_disk)
-    with pytest.raises(checkpoint.WriteFailed, match=r"checkpoint step_000004 could not be written to .*No space left "
-                                                     r"on device; .* [MG]iB free there\): its partial copy is removed\. "
-                                                     r"Make room there .*step_000002, is intact"):
+    with pytest.raises(checkpoint.WriteFailed, match=r"checkpoint step_000004 could not be written to .*No space "
+                                                     r"left on device; .* [MG]iB free there\): its partial copy is "
+                                                     r"removed\. Make room there .*step_000002, is intact"):
         run(tmp_path, "full", "grpo.max_num_steps=4", "warmup.sft_steps=0")
     ckpt = tmp_path / "full" / "ckpt"
     assert sorted(p.name for p in ckpt.iterdir() if p.name != ".execrl.lock") == ["step_000002"]

@@ -217,7 +217,7 @@ def answers_match(predicted: str | None, reference: str, question: str = "") -> 
         return False  # (math-verify reads one of them)
     ratios = RATIO.fullmatch(predicted), RATIO.fullmatch(reference)
     if None not in ratios and ":" in reference:  # "3 to 1" against "3:1" (a ratio, not a range)
-        return _ratio(ratios[0]) == _ratio(ratios[1])
+        return None not in (values := (_ratio(ratios[0]), _ratio(ratios[1]))) and values[0] == values[1]
     if RANGE.search(predicted) and (_number(reference) is not None or _with_units(reference) is not None):
         return False
     a, b = _number(predicted), _number(reference)
