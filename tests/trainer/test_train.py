@@ -555,6 +555,29 @@ def test_ctrl_c_within_a_train_phase_saves_no_half_updated_step(tmp_path, monkey
     assert not list((tmp_path / "half" / "ckpt").glob("step_*"))
     said = capsys.readouterr()
     assert "not saved (its weights are partly updated)" in " ".join((said.out + said.err).split())
+    assert metrics(tmp_path / "half")[-1] == {"step": 2, "run/interrupted": 1.0}  # (a hunt's find: a second Ctrl-C
+    # left no mark, and the record read as a run that ended at step 2)
+
+
+def test_a_stop_in_the_warm_up_says_nothing_was_saved(tmp_path):
+    """(A hunt's find) SIGTERM during the warm-up ended the run with 130 and not a word."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    d = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "execrl.cli", "train", *SMALL, "warmup.sft_steps=100000",
+                             f"logger.log_dir={d}", f"checkpointing.checkpoint_dir={d}/ckpt"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (d / "config.yaml").exists():
+        time.sleep(0.2)
+    time.sleep(3)  # (into the warm-up's steps)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and "interrupted before the first step: nothing to save" in err, err[-2000:]
+    assert not list((d / "ckpt").glob("step_*"))
 
 
 def test_ctrl_c_after_a_deferred_step_logs_it_and_checkpoints_it_whole(tmp_path, monkeypatch, fused_on_cpu):

@@ -119,12 +119,15 @@ def train(cfg: MasterConfig) -> Run:
         stopped = ctrl_c.stop()  # (a signal in the closing validation or save too)
         if stopped:  # (the record says so: a run stopped at step 13 of 30 read as one that ran its course)
             run.logger.log(run.step, {INTERRUPTED: 1.0})
+            ctrl_c.marked = True
         summarize(run, warn=run.step >= first_step)  # (a run already at its last step: warned when it ran)
         if stopped:
             raise KeyboardInterrupt
     except KeyboardInterrupt:
         finish_left(run)  # (its scheduler step before the checkpoint)
         save_on_interrupt(run)
+        if not ctrl_c.marked and run.step > 0:  # (stopped at once, by a second Ctrl-C: the record says so too)
+            run.logger.log(run.step, {INTERRUPTED: 1.0})
         raise
     except memory.OutOfMemory as e:
         raise memory.OutOfMemory(e.phase, f"{e} {resume_note(run)}") from None
@@ -147,7 +150,7 @@ class CtrlC:
     SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 
     def __init__(self):
-        self.asked, self.at_once, self.previous = False, True, {}
+        self.asked, self.at_once, self.previous, self.marked = False, True, {}, False
 
     def __enter__(self) -> CtrlC:
         if threading.current_thread() is threading.main_thread():
@@ -531,6 +534,8 @@ def save_on_interrupt(run: Run) -> None:
     elif run.cfg.checkpointing.enabled and run.step > max(run.last_saved, 0):
         console.print("[yellow]interrupted: saving a checkpoint before exiting[/]")
         save(run)
+    elif run.step == 0:  # (the warm-up, the first validation: a SIGTERM there ended the run without a word)
+        console.print("[yellow]interrupted before the first step: nothing to save (the same command starts over)[/]")
 
 
 def resume_note(run: Run) -> str:
