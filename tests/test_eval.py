@@ -642,7 +642,7 @@ def test_summary_records_the_prompt_limit_a_learned_position_table_applied(tiny_
     assert ran["batch_size"] == 4
 
 
-def test_eval_of_a_multi_turn_checkpoint_says_it_samples_single_turn_and_records_it(tmp_path, capsys):
+def test_eval_of_a_multi_turn_checkpoint_says_it_samples_single_turn_and_records_it(tmp_path, capsys, monkeypatch):
     """(A review's find) execrl eval of a checkpoint trained on interpreter episodes sampled one answer per problem
     without a word: its pass@1 read as the run's multi-turn one. It now says so, and summary.json records how the run
     posed its episodes."""
@@ -651,6 +651,7 @@ def test_eval_of_a_multi_turn_checkpoint_says_it_samples_single_turn_and_records
     from execrl.cli import eval_config, parse_args
     from execrl.eval.run import ran
 
+    monkeypatch.chdir(tmp_path)  # (the default --out, results/eval, is made where it runs)
     (tmp_path / "step_000002" / "policy").mkdir(parents=True)
     torch.save({"step": 2, "config": {"env": {"multi_turn": {"kind": "interpreter"}}, "grpo": {"max_rollout_turns": 4},
                                       "prompt": {}}}, tmp_path / "step_000002" / "trainer_state.pt")

@@ -132,7 +132,8 @@ def test_execrl_eval_takes_stop_token_ids(tmp_path):
     import sys
 
     done = subprocess.run([sys.executable, "-m", "execrl.cli", "eval", "--model", "builtin:tiny-coder-bpe",
-                           "--stop-token-ids", "7,x"], capture_output=True, text=True, timeout=120)
+                           "--stop-token-ids", "7,x"], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)  # (its default --out, results/eval, is made where it runs)
     assert done.returncode == 2 and "--stop-token-ids takes token ids separated by commas" in done.stderr
 
 
