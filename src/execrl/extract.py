@@ -334,19 +334,21 @@ def _alternative(text: str, first: re.Match) -> bool:
         value = Fraction(_plain(first.group()))
     except (ValueError, ZeroDivisionError):
         return True
-    word = re.match(r"[\s,;(]*(?:[A-Za-z]+\s+)?or\s+([a-z]+)\b", text[first.end():], re.I)
+    word = OR_WORD.match(text, first.end())
     if word and NUMBER_WORDS.get(word[1].lower()) == value:  # "7, or seven": restated
         return False
     other = NUMBER.search(text, first.end())
     if other is None or other.start() >= alt.end() or SUM_AFTER.match(text, other.end()):  # ("or more", "or twenty":
         return True  # a bound, a number in words; "18 or 18 + 2": a sum, not 18 restated)
     try:
-        restated = Fraction(_plain(other.group())) / (100 if re.match(r"\s*\\?%", text[other.end():]) else 1)
+        restated = Fraction(_plain(other.group())) / (100 if PERCENT_AFTER.match(text, other.end()) else 1)
     except (ValueError, ZeroDivisionError):
         return True
     return restated != value  # ("0.25, or 25%", "18, or $18.00": restated)
 
 
+OR_WORD = re.compile(r"[\s,;(]*(?:[A-Za-z]+\s+)?or\s+([a-z]+)\b", re.I)  # "7, or seven": its word
+PERCENT_AFTER = re.compile(r"\s*\\?%")
 NUMBER_WORDS = {w: n for n, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve "
                                            "thirteen fourteen fifteen sixteen seventeen eighteen nineteen "
                                            "twenty".split())}

@@ -34,7 +34,8 @@ RATIO = re.compile(r"(\d+(?:\.\d+)?)\s*(?:\bto\b|:)\s*(\d+(?:\.\d+)?)(?:\s+[A-Za
 
 
 def _ratio(m: re.Match) -> Fraction | None:
-    return Fraction(m[1]) / Fraction(m[2]) if Fraction(m[2]) else None
+    first, second = Fraction(m[1]), Fraction(m[2])
+    return first / second if second else None
 
 
 RANGE = re.compile(r"\d[\s*_]+(?:to|and|through)[\s*_]+\$?-?\d", re.I)  # 18 to 20, 18 and 20: two answers where the
@@ -217,12 +218,14 @@ def answers_match(predicted: str | None, reference: str, question: str = "") -> 
         return False  # (math-verify reads one of them)
     ratios = RATIO.fullmatch(predicted), RATIO.fullmatch(reference)
     if None not in ratios and ":" in reference:  # "3 to 1" against "3:1" (a ratio, not a range)
-        return None not in (values := (_ratio(ratios[0]), _ratio(ratios[1]))) and values[0] == values[1]
-    if RANGE.search(predicted) and (_number(reference) is not None or _with_units(reference) is not None):
-        return False
+        ratio = _ratio(ratios[0])
+        return ratio is not None and ratio == _ratio(ratios[1])
     a, b = _number(predicted), _number(reference)
+    units = _with_units(reference) if b is None else None
+    if RANGE.search(predicted) and (b is not None or units is not None):
+        return False
     if b is None:  # ("18 dollars", "18 thousand": the number a reference says)
-        b = _with_units(reference) or (_magnitude(reference) if len(reference) <= MAX_ANSWER_CHARS else None)
+        b = units or (_magnitude(reference) if len(reference) <= MAX_ANSWER_CHARS else None)
     if a is not None and b is not None:
         return a == b
     scaled = _magnitude(predicted) if len(predicted) <= MAX_ANSWER_CHARS else None

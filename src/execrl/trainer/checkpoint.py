@@ -39,32 +39,24 @@ def save(directory: str | Path, step: int, model, tokenizer, optimizer, schedule
     final = root / f"{PREFIX}{step:06d}"
     merged = lora is not None and lora.save_merged
     weights, optim_state = dist.full_state(model, optimizer, trained_only=lora is not None and not merged)
-    failed = None
     if dist.is_main():
         root.mkdir(parents=True, exist_ok=True)
         for left in [*root.glob(f".tmp-{PREFIX}*"), *root.glob(f".old-{PREFIX}*")]:  # (a save or a deletion cut
             shutil.rmtree(left, ignore_errors=True)  # short: the run holds the directory, so none is another's)
-        tmp = root / f".tmp-{PREFIX}{step:06d}"
-        try:
-            _write(tmp, model, tokenizer, weights, optim_state, scheduler, step, extra, serve_dtype, lora, merged)
-        except Exception as e:
-            shutil.rmtree(tmp, ignore_errors=True)
-            failed = (f"checkpoint {final.name} could not be written to {root} ({type(e).__name__}: {str(e)[:200]}; "
-                      f"{_free(root)} free there): its partial copy is removed")
-    failed = dist.from_main(failed)  # (every rank waits for the checkpoint, and stops with rank 0 where it failed:
-    if failed:  # rank 0 alone raising left the others waiting in a barrier until torchrun killed them)
-        raise WriteFailed(failed)
-    if dist.is_main():
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)  # atomic: a checkpoint directory is either complete or absent
-        complete = [p for p in sorted(root.glob(f"{PREFIX}*")) if (p / "trainer_state.pt").is_file()]
-        for old in [p for p in complete if p != final][:-(keep - 1) or None] if keep > 0 else []:
-            gone = old.with_name(f".old-{old.name}")  # (renamed first: cut short, rmtree left a step's weights with
-            old.rename(gone)  # no trainer_state.pt, an incomplete checkpoint nothing deleted)
-            shutil.rmtree(gone, ignore_errors=True)  # (the K newest complete ones stay, this one among them: an
-            # incomplete one a resume passed over, newer than this, counted among K deleted every complete one)
-    dist.barrier()  # no rank goes on (or exits) before the checkpoint is in place
+    _publish(final, lambda tmp: _write(tmp, model, tokenizer, weights, optim_state, scheduler, step, extra,
+                                       serve_dtype, lora, merged), after=lambda: _keep(root, final, keep))
     return final
+
+
+def _keep(root: Path, final: Path, keep: int) -> None:
+    """The `keep` newest complete checkpoints stay, `final` among them (an incomplete one a resume passed over, newer
+    than it, counted among K deleted every complete one); each other one is renamed before it is deleted (cut short,
+    rmtree left a step's weights with no trainer_state.pt, an incomplete checkpoint nothing deleted)."""
+    complete = [p for p in sorted(root.glob(f"{PREFIX}*")) if (p / "trainer_state.pt").is_file()]
+    for old in [p for p in complete if p != final][:-(keep - 1) or None] if keep > 0 else []:
+        gone = old.with_name(f".old-{old.name}")
+        old.rename(gone)
+        shutil.rmtree(gone, ignore_errors=True)
 
 
 class WriteFailed(RuntimeError):
@@ -81,7 +73,6 @@ def _free(root: Path) -> str:
 
 def _write(tmp: Path, model, tokenizer, weights, optim_state, scheduler, step, extra, serve_dtype, lora, merged):
     """A checkpoint's files, into `tmp`."""
-    shutil.rmtree(tmp, ignore_errors=True)
     if lora is None:
         model.save_pretrained(tmp / "policy", state_dict=weights)
         if serve_dtype is not None:
@@ -179,16 +170,30 @@ def save_base(directory: str | Path, model, tokenizer) -> Path:
     return path.resolve()
 
 
-def _publish(path: Path, write) -> None:
-    """`write(folder)` into a temporary folder beside `path`, then renamed to it (by rank 0; every rank waits): the
-    folder is complete or absent."""
+def _publish(path: Path, write, after=None) -> None:
+    """`write(folder)` into a temporary folder beside `path`, then renamed to it, then `after()` (by rank 0; every
+    rank waits): the folder is complete or absent. A write that fails (a full disk, a quota) removes its partial copy
+    and raises WriteFailed on every rank (rank 0 alone raising left the others waiting in the barrier until torchrun
+    killed them)."""
+    failed = None
     if dist.is_main():
         tmp = path.with_name(f".tmp-{path.name}")
         shutil.rmtree(tmp, ignore_errors=True)
-        write(tmp)
+        try:
+            write(tmp)
+        except Exception as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            failed = (f"checkpoint {path.name} could not be written to {path.parent} ({type(e).__name__}: "
+                      f"{str(e)[:200]}; {_free(path.parent)} free there): its partial copy is removed")
+    failed = dist.from_main(failed)
+    if failed:
+        raise WriteFailed(failed)
+    if dist.is_main():
         shutil.rmtree(path, ignore_errors=True)
-        tmp.rename(path)
-    dist.barrier()
+        tmp.rename(path)  # atomic: the folder is complete or absent
+        if after is not None:
+            after()
+    dist.barrier()  # no rank goes on (or exits) before the folder is in place
 
 
 def save_reference(directory: str | Path, model, reference) -> None:
