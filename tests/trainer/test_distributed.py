@@ -153,9 +153,15 @@ def test_a_launch_stopped_by_sigterm_exits_130_as_one_process_does():
     threading.Thread(target=lambda: (time.sleep(1.0), os.kill(os.getpid(), signal.SIGTERM)), daemon=True).start()
     assert run_torchrun(agent) == 130
     assert run_torchrun([sys.executable, "-c", "raise SystemExit(3)"]) == 3
-    # Ctrl-C: the terminal sends it to torchrun too, which stops and exits 1 (here: on its own, 2 s later)
-    threading.Thread(target=lambda: (time.sleep(1.0), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
-    assert run_torchrun([sys.executable, "-c", "import time; time.sleep(3); raise SystemExit(1)"]) == 130
+    # Ctrl-C: the terminal sends it to torchrun too, which stops and exits 1 (here: on its own, 2 s later). Python's
+    # Ctrl-C handler, which a background job's SIGINT lacks (its shell ignores it, and Python keeps that: this test
+    # failed in a CI run started with `&`)
+    interrupt = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=lambda: (time.sleep(1.0), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
+        assert run_torchrun([sys.executable, "-c", "import time; time.sleep(3); raise SystemExit(1)"]) == 130
+    finally:
+        signal.signal(signal.SIGINT, interrupt)
     assert signal.getsignal(signal.SIGTERM) == before  # (the launcher's handler is put back)
 
 
