@@ -394,6 +394,17 @@ def test_a_mixed_number_is_its_value(text, reference, correct):
     ("#### 3 to 2", "3:1", False),
     ("The answer is 5 and not 6.", "5", True),
     ("The answer is 4, and 4 + 3 = 7.", "4", True),
+    ("The answer is 18\u201320.", "18", False),  # (a range's en or em dash, and a hedge in words, paid their first
+    ("#### 18 \u2014 20", "18", False),  # number)
+    ("The answer is 18\u201420 apples.", "18", False),
+    ("The answer is 18 (maybe 20).", "18", False),
+    ("The answer is $18 (perhaps $20)", "18", False),
+    ("The final answer is 18, though it could be 20.", "18", False),
+    ("The answer is 18 \u2014 or 20.", "18", False),
+    ("The answer is 18 (maybe 18.0).", "18", True),
+    ("The answer is 18, probably.", "18", True),
+    ("#### 16 \u2013 3 \u2013 4 = 9", "9", True),  # (a sum's dashes, not a range's)
+    ("The answer is 7 (pages 10\u201312).", "7", True),
 ])
 def test_a_hedged_answer_equals_no_reference(text, reference, correct):
     from execrl.rewards.math_answers import answers_match

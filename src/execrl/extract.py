@@ -248,6 +248,10 @@ NEGATIVE_AMOUNT = re.compile(r"(?<![\w$])([-\u2212])\\?\$(?=\d)")  # -$5, -\$5: 
 STRUCK = re.compile(r"~~[^~\n]{0,200}~~")  # markdown strike-through
 DASH_MINUS = re.compile(r"(?<![\w.])[\u2010\u2011\u2013\ufe63\uff0d](?=\\?\$?\d)")  # a dash as a minus sign, before a
 # number (or its dollar), after no digit: "–10", "–$10"; not a range's "18–20"
+RANGE_DASH = re.compile(r"(?<=\d)[ \t]*[\u2013\u2014][ \t]*"
+                        r"(?=\\?\$?\d[\d,.]*(?![\d,.]|[ \t]*[-+*/=\u00d7\u00f7\u2212\u2013\u2014]))")
+# a range's en or em dash between two numbers, "18–20", "18 — 20": read as "18 to 20" (two answers; the first was
+# graded). Not a sum's ("16 – 3 – 4 = 9": an operator or "=" after the second number)
 # the 2 of "48 m^2", "m**2", "m ** 2" is no answer (not bold "makes **18**": read as an exponent, a reasoning's earlier
 # number was graded)
 UNIT_POWER = re.compile(r"[A-Za-z](?:\s*\^\s*\{?\s*|\*\*|[ \t]*\*\*[ \t]+)\Z")
@@ -272,6 +276,7 @@ def math_answer(answer_text: str) -> str | None:
     boxed = last_boxed(answer_text)
     if boxed is not None:
         return boxed
+    answer_text = RANGE_DASH.sub(" to ", answer_text)  # "18–20": a range
     answer_text = DASH_MINUS.sub("-", answer_text)  # "–10" (an en dash as its minus) is -10, not 10
     answer_text = STRUCK.sub(" ", answer_text)  # "~~18~~ 20": struck out, withdrawn
     answer_text = NEGATIVE_AMOUNT.sub(r"\1", answer_text)  # "a loss of -$5" is -5, not 5 (nor a $...$ span)
@@ -317,10 +322,13 @@ def math_answer(answer_text: str) -> str | None:
 HEDGED = re.compile(rf"[\s*_:]*(?:either\b|between\b|{BOUND})", re.I)
 ALTERNATIVE = re.compile(r"\s*\+(?!\s*\d)|\s+and\s+(?:up|above|over|more)\b|"  # "18+", "18 and up"
                          r"\s+(?:to|and|through)\s+\$?\d[\d,.]*(?![\d,.]|\s*(?:[-+/=\u00d7\u00f7\u2212]|\*(?!\*)))|"
-                         r"[\s,;(]*(?:[A-Za-z]+\s+)?or\s+(?:[A-Za-z]+\s+)?(?:\$?\d|(?:more|less|fewer|so|above|below|"
-                         r"higher|lower|greater|smaller|over|under)\b|[a-z]*(?:one|two|three|four|five|six|seven|eight|"
-                         r"nine|ten|eleven|twelve|teen|ty|hundred|thousand)\b)", re.I)  # "18 or 20", "18 dollars or
-# 20", "18 (or possibly 20)", "18, or more", "18 or twenty", "18 and 20": two answers, or a bound
+                         r"[\s,;(\u2013\u2014]*(?:(?:but|though|although|or)\s+)?(?:maybe|perhaps|possibly|probably|"
+                         r"(?:it|that|this)\s+(?:could|might|may)\s+(?:also\s+)?be)\s+\$?\d|"  # "18 (maybe 20)"
+                         r"[\s,;(\u2013\u2014]*(?:[A-Za-z]+\s+)?or\s+(?:[A-Za-z]+\s+)?(?:\$?\d|(?:more|less|fewer|so|"
+                         r"above|below|higher|lower|greater|smaller|over|under)\b|"
+                         r"[a-z]*(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|teen|ty|hundred|"
+                         r"thousand)\b)", re.I)  # "18 or 20", "18 dollars or 20", "18 (or possibly 20)", "18, or more",
+# "18 or twenty", "18 and 20", "18 (maybe 20)", "18, though it could be 20": two answers, or a bound
 SUM_RUN = re.compile(r"(?:\d{1,3}(?:,\d{3})+(?!\d)|[-\u2212\d.\s+*/()\u00d7\u00f7])+")  # a sum ("1,000 - 200")
 
 
