@@ -96,6 +96,27 @@ def test_a_fresh_start_never_erases_another_runs_metrics(tmp_path):
     assert train(load_config(None, crashed)).step == 1
 
 
+def test_relative_checkpoints_are_read_from_where_their_run_started(tmp_path, monkeypatch):
+    """(A hunt's find) a relative checkpointing.checkpoint_dir in a log directory's config.yaml was read from the
+    working directory of the run after it: the same config started elsewhere found no checkpoints there, and started
+    from step 0 over the first run's record."""
+    log = tmp_path / "log"
+    base = [*SMALL, "grpo.max_num_steps=2", "grpo.val_period=0", "warmup.sft_steps=0", f"logger.log_dir={log}",
+            "checkpointing.checkpoint_dir=ck"]
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    train(load_config(None, base))
+    assert f"# started in {tmp_path / 'a'} (relative paths below are from there)\n" in (log / "config.yaml").read_text()
+    rows = (log / "metrics.jsonl").read_text()
+    monkeypatch.chdir(tmp_path / "b")
+    with pytest.raises(ValueError, match=f"its checkpoints are in {tmp_path / 'a' / 'ck'}, which this run does not"):
+        train(load_config(None, base))
+    assert (log / "metrics.jsonl").read_text() == rows
+    monkeypatch.chdir(tmp_path / "a")
+    assert train(load_config(None, [*base, "grpo.max_num_steps=3"])).step == 3  # (from where it started: resumed)
+
+
 def test_a_resume_into_another_runs_log_directory_is_refused(tmp_path):
     """(A hunt's find) a resume may name a new logger.log_dir, and one naming another run's cut that run's later rows
     as "done again", kept its earlier ones as the resumed run's and renamed its config.yaml as this run's steps."""

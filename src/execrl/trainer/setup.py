@@ -177,7 +177,8 @@ def erases_a_run(cfg: MasterConfig, resuming: bool = False) -> str | None:
     log = Path(cfg.logger.log_dir).expanduser()
     try:
         rows = sum(1 for line in (log / "metrics.jsonl").read_text().splitlines() if line.strip())
-        saved = yaml.safe_load((log / "config.yaml").read_text())
+        text = (log / "config.yaml").read_text()
+        saved = yaml.safe_load(text)
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     if not rows or not isinstance(saved, dict):
@@ -185,6 +186,8 @@ def erases_a_run(cfg: MasterConfig, resuming: bool = False) -> str | None:
     _, refused = checkpoint.config_changes(saved, cfg.model_dump(mode="json"))
     was = saved.get("checkpointing") if isinstance(saved.get("checkpointing"), dict) else {}
     old = Path(str(was.get("checkpoint_dir", ""))).expanduser()
+    old = (_started_in(text) or Path.cwd()) / old  # (a relative one is from where that run started, not from here: a
+    # run started elsewhere found no checkpoints there and erased the record)
     kept = bool(was.get("enabled")) and any((p / "trainer_state.pt").is_file() for p in old.glob(f"{checkpoint.PREFIX}*"))
     elsewhere = kept and (not cfg.checkpointing.enabled or
                           old.resolve() != Path(cfg.checkpointing.checkpoint_dir).expanduser().resolve())
@@ -513,6 +516,19 @@ def _body(text: str) -> str:
     return "".join(lines[next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines)):])
 
 
+STARTED_IN = "started in "  # data_record's line of the working directory
+
+
+def _started_in(text: str) -> Path | None:
+    """The working directory a config.yaml's run started in (data_record's line), where it says."""
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            return None
+        if line.startswith(f"# {STARTED_IN}") and line.endswith(" (relative paths below are from there)"):
+            return Path(line[len(f"# {STARTED_IN}"):-len(" (relative paths below are from there)")])
+    return None
+
+
 def data_record(run: Run) -> str:
     """What the run read, as comment lines atop its config.yaml: the config names datasets, and where they are found
     depends on the machine (EXECRL_DATA_DIR, ../shared beside the checkout, a relative path, the hub); the problems'
@@ -521,7 +537,8 @@ def data_record(run: Run) -> str:
     s = run.sampler
     resumed = [f"resumed from {run.resumed_from} (step {run.step}): its steps 1-{run.step} were run by the config "
                "that saved it"] if run.resumed_from else []
-    lines = [*resumed, "what this run read (found when it started):", *data_sources(run.cfg, advice=False),
+    lines = [*resumed, f"{STARTED_IN}{Path.cwd()} (relative paths below are from there)",
+             "what this run read (found when it started):", *data_sources(run.cfg, advice=False),
              f"{len(s.problems):,} training problems (prompts {s.fingerprint}, answers and tests {s.graded}), "
              f"{len(run.val_problems):,} validation problems"]
     return "".join(f"# {line}\n" for line in lines)
