@@ -3,6 +3,8 @@ template."""
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from execrl.control_tokens import control_pattern, templated_ids
@@ -214,6 +216,24 @@ def check_roles(problems: list[Problem], tokenizer) -> None:
                              f"{first} has one): its text would reach no prompt. Give those messages a "
                              "role the template writes (system or user) in the data, or set "
                              "policy.tokenizer.chat_template to a template that renders them")
+
+
+CHAT_MARKUP = re.compile(r"<\|im_start\|>|<\|start_header_id\|>|<\|eot_id\|>|\[INST\]|<start_of_turn>|"
+                         r"<\|(?:user|assistant|system)\|>|<\uff5cUser\uff5c>|<\uff5cAssistant\uff5c>")
+# (ChatML, Llama 2 and 3, Gemma, Phi-3, DeepSeek)
+
+
+def templated(problems: list[Problem]) -> str | None:
+    """A warning where prompts already hold a chat template's markup (a dataset saved rendered): the template is
+    applied again around them and the markup read as text (a hunt's find: no word was said)."""
+    held = [p for p in problems if any(m["role"] != "assistant" and CHAT_MARKUP.search(m["content"])
+                                       for m in p.messages)]
+    if not held:
+        return None
+    found = next(CHAT_MARKUP.search(m["content"]).group() for m in held[0].messages if CHAT_MARKUP.search(m["content"]))
+    return (f"warning: {len(held)} of {len(problems)} prompts (problem {held[0].id} the first) already hold a chat "
+            f"template's markup ({found!r}): the model's template is applied around them again and the markup read "
+            "as text. Give the questions unrendered, as text or messages")
 
 
 def drop_long_prompts(problems: list[Problem], tokenizer, cfg: PromptConfig, max_prompt_tokens: int):

@@ -495,3 +495,16 @@ def test_a_languages_file_entry_may_leave_hello_and_compile_empty(tmp_path):
         assert LANGUAGES["q"].hello == "" and LANGUAGES["q"].run[-1] == "{file}"
     finally:
         LANGUAGES.pop("q", None)
+
+
+def test_taco_call_tests_as_decoded_values_name_their_conversion():
+    """(A hunt's find) TACO's and APPS's call tests hold decoded values, outputs wrapped in a list: refused with
+    "tests.inputs must be a list of strings", no fix named; converted as the docs said, a correct program failed."""
+    from execrl.sandbox import TestSpecError, parse_tests
+
+    with pytest.raises(TestSpecError, match=r"json.dumps\(args\) with args_format list, and each output as "
+                                            r"json.dumps\(output\[0\]\)"):
+        parse_tests({"fn_name": "add", "inputs": [[1, 2]], "outputs": [[3]]})
+    spec = parse_tests({"fn_name": "add", "inputs": [json.dumps([1, 2])], "outputs": [json.dumps([3][0])],
+                        "args_format": "list"})
+    assert (spec.args, spec.outputs) == ([[1, 2]], [3])

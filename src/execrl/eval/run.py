@@ -20,7 +20,7 @@ from execrl.console import shown, stderr_console
 from execrl.eval.grading import EarlyGrading
 from execrl.eval.passk import mean_pass_at_k
 from execrl.extract import extract
-from execrl.prompts import PromptConfig, build_messages, drop_long_prompts
+from execrl.prompts import PromptConfig, build_messages, drop_long_prompts, templated
 from execrl.rewards import CORRECT, Sample, outcome, sandbox_failures
 from execrl.rewards.outcome import NO_CODE, graded_in_sandbox
 from execrl.sandbox import (
@@ -257,6 +257,8 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
                          "convert_tokens_to_ids of the end-of-turn token)")
     longest = prompt_room(cfg, model, model_name)
     problems, dropped = drop_long_prompts(problems, tok, cfg.prompt, longest)
+    if note := templated(problems):
+        err.print(Text(note, style="yellow"), highlight=False)
     if dropped and not problems:
         raise ValueError(f"nothing to evaluate: every problem's prompt ({dropped}) is longer than "
                          f"{longest} tokens: raise --max-prompt-tokens" + (

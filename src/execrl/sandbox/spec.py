@@ -205,6 +205,12 @@ def parse_tests(obj) -> TestSpec:
         _python_syntax(setup, "tests.setup")
         return AssertTests(_tests_that_test(asserts), setup)
     if "inputs" in keys and "outputs" in keys:
+        if obj.get("fn_name") and not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
+                                          for v in (obj["inputs"], obj["outputs"])):  # (a hunt's find: no fix named)
+            raise TestSpecError("tests.inputs and tests.outputs of call tests must be lists of JSON strings (TACO's "
+                                "and APPS's rows hold decoded values: give each call's arguments as json.dumps(args) "
+                                "with args_format list, and each output as json.dumps(output[0]): they wrap the "
+                                "return value in a one-element list)")
         inputs, outputs = _need_str_list(obj, "inputs"), _need_str_list(obj, "outputs")
         if len(inputs) != len(outputs):
             raise TestSpecError(f"tests has {len(inputs)} inputs but {len(outputs)} outputs")

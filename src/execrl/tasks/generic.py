@@ -37,8 +37,13 @@ def load(path, split, report, fields: dict | None = None, **_):
         if messages is None:
             report.skip(rid, f"no prompt in field {f['prompt']!r} (a string, or messages with string role and content (or text parts), one of them the user's)")
             continue
-        language = language_named(row.get(f["language"]))
-        if language is None:
+        if messages[-1]["role"] == "assistant":  # (a hunt's find: NuminaMath's messages end with the solution)
+            report.skip(rid, f"the messages in {f['prompt']!r} end with the assistant's (the reference answer, in the "
+                             "prompt?): map the prompt to the question's field (fields={prompt: <field>})")
+            continue
+        tested = not absent(row.get(f["tests"]))
+        language = language_named(row.get(f["language"])) if tested else "python"  # (a math row's "en" is no
+        if language is None:  # program's language: every such row was skipped)
             report.skip(rid, f"a language the sandbox does not run (it runs {', '.join(sorted(LANGUAGES))})")
             continue
         metadata = {}
@@ -48,9 +53,9 @@ def load(path, split, report, fields: dict | None = None, **_):
             except ValueError as e:  # (execrl.guided.ConstraintError)
                 report.skip(rid, f"unusable {f['guided_decoding']} ({str(e).splitlines()[0]})")
                 continue
-        if row.get(f["tests"]) is not None:
+        if tested:
             try:
-                spec = parse_tests(row[f["tests"]])
+                spec = parse_tests(tests_value(row, f["tests"]))
             except TestSpecError as e:
                 report.skip(rid, f"unusable tests ({e.reason})")
                 continue
@@ -71,6 +76,9 @@ def load(path, split, report, fields: dict | None = None, **_):
         else:
             tests = unread_tests(row, f["tests"])
             report.skip(rid, f"neither {f['tests']!r} nor {f['answer']!r}" + (
+                " (HumanEval's rows: dataset_name humaneval)" if {"prompt", "test", "entry_point"} <= row.keys() else
+                " (a verl row's answer is in reward_model.ground_truth: DAPO-Math-17k's rows, dataset_name "
+                "DAPOMath17K)" if isinstance(row.get("reward_model"), dict) else
                 f" (its tests are in {tests!r}, not read: fields={{tests: {tests}}})" if tests else ""))
     if unread:
         (tests, rid), = list(unread.items())[:1]
@@ -82,8 +90,41 @@ def load(path, split, report, fields: dict | None = None, **_):
     return problems
 
 
+def absent(tests) -> bool:
+    """Whether a row's tests value holds none (the row is then read by its answer): null, empty, a JSON string of
+    nothing (a parquet or datasets export's JSON column: "", "null", "[]"), or an object of nulls (a struct
+    column's)."""
+    if isinstance(tests, str):
+        return tests.strip() in ("", "null", "[]", "{}")
+    if isinstance(tests, dict):
+        return all(v is None for v in tests.values())
+    return tests is None or tests == []
+
+
+def tests_value(row: dict, field: str):
+    """A row's tests as parse_tests reads them, with two datasets' own forms read as theirs: a list of assert
+    statements (MBPP's test_list, also as a JSON string) as asserts, and a check function's source with the row's
+    entry_point (HumanEval's test) as a check."""
+    tests = row[field]
+    if isinstance(tests, str) and tests.lstrip().startswith("["):
+        try:
+            tests = json.loads(tests)
+        except (ValueError, RecursionError):
+            return row[field]
+    if isinstance(tests, list) and tests and all(isinstance(t, str) and t.lstrip().startswith("assert") for t in tests):
+        return {"asserts": tests}
+    if isinstance(tests, str) and "def check" in tests and isinstance(row.get("entry_point"), str):
+        return {"check": tests, "entry_point": row["entry_point"]}
+    if isinstance(tests, dict) and {"input", "output"} == set(tests) - {"is_valid"}:  # CodeContests' public_tests
+        return {"inputs": tests["input"], "outputs": tests["output"]}
+    if isinstance(tests, list) and tests and all(isinstance(t, dict) and t.get("testtype") == "stdin" for t in tests):
+        return {"inputs": [t.get("input") for t in tests], "outputs": [t.get("output") for t in tests],
+                "compare": {"mode": "lcb"}}  # (LiveCodeBench's stdin test cases, compared by its rule)
+    return row[field]
+
+
 TEST_FIELDS = ("tests", "test_list", "test_cases", "testcases", "input_output", "unit_tests", "public_tests",
-               "private_tests", "hidden_tests", "test", "test_code")  # where datasets keep tests (MBPP, APPS, ...)
+               "private_tests", "hidden_tests", "public_test_cases", "private_test_cases", "test", "test_code")  # where datasets keep tests (MBPP, APPS, ...)
 
 
 def unread_tests(row: dict, field: str) -> str | None:

@@ -9,13 +9,13 @@ import ast
 import re
 
 from execrl.sandbox import TestSpecError, parse_tests
-from execrl.tasks.problem import Problem, read_rows
+from execrl.tasks.problem import Problem, data_files, read_rows
 from execrl.tasks.registry import register
 
 
 @register("humaneval", data_dir="humaneval", splits=("test",), eval_only=("*",), hub_id=None, kind="code")
 def load(path, split, report, **_):
-    files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+    files = data_files(path)
     problems = []
     for i, row in enumerate(r for f in files for r in read_rows(f)):
         rid = row.get("task_id", i)

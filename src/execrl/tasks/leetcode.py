@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from execrl.sandbox import TestSpecError
 from execrl.sandbox.spec import split_test_script
-from execrl.tasks.problem import Problem, read_rows
+from execrl.tasks.problem import Problem, data_files, read_rows
 from execrl.tasks.registry import register
 
 # what DeepSeek-Coder's harness puts above every program (Evaluation/LeetCode/human_eval/evaluation.py), as
@@ -30,7 +30,7 @@ from functools import *
 
 @register("leetcode", data_dir="leetcode_contest", splits=("test",), eval_only=("*",), kind="code")
 def load(path, split, report, **_):
-    files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+    files = data_files(path)
     problems = []
     for row in (r for f in files for r in read_rows(f)):
         rid = row.get("task_id")

