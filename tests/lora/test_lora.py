@@ -112,7 +112,7 @@ def test_an_moe_models_adapters_are_on_the_layers_the_run_names(tmp_path):
     assert "model.layers.0.mlp.gate_proj" in names and "model.layers.1.mlp.shared_experts.down_proj" in names
     peft_model = apply_lora(model, LoraConfig(dim=4, alpha=8))
     assert sorted(n for n, m in model.named_modules() if m in adapted(model)) == names
-    assert not peft_model.peft_config["default"].target_parameters
+    assert not getattr(peft_model.peft_config["default"], "target_parameters", None)  # (peft before 0.17 has none)
     randomize_adapters(model)
     ids = list(range(5, 30))
     adapted_lp = logprobs(model, ids)

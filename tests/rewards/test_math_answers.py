@@ -333,3 +333,20 @@ def test_a_power_written_as_python_writes_it():
 
     assert answers_match(math_answer("The answer is 2**10."), "1024")
     assert math_answer("Area is 48 m**2") == "48" and math_answer("so x = 3 ** 2 = 9") == "9"
+
+
+def test_a_math_verify_that_verifies_nothing_is_refused_with_its_fix(tmp_path, monkeypatch):
+    """(A hunt's find) math-verify 0.7 raised inside on a timeout of None, logged it and returned no answer: every
+    math sample scored 0 without a word. The worker now checks 1/2 = 0.5 as it starts (here a stand-in package
+    that verifies nothing, found first on the worker's path)."""
+    import pytest
+
+    from execrl.rewards.math_answers import _start
+
+    fake = tmp_path / "math_verify"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("def parse(text, **kw):\n    return []\n\n\ndef verify(a, b, **kw):\n"
+                                      "    return False\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(RuntimeError, match=r"math-verify cannot verify 1/2 = 0.5 .* install math-verify>=0.8"):
+        _start()

@@ -266,12 +266,16 @@ except (ValueError, OSError):  # (where the system keeps no such limit)
 logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns that its timeouts are off: ours is the parent's
 from math_verify import parse, verify
 out, sys.stdout = sys.stdout, sys.stderr  # stdout carries answers only
-print("ready", file=out, flush=True)
+try:  # (a hunt's find: math-verify 0.7 raised on a timeout of None, logged it and read every answer as nothing)
+    works = bool(verify(parse("$\\frac{1}{2}$", parsing_timeout=0), parse("0.5", parsing_timeout=0), timeout_seconds=0))
+except Exception:
+    works = False
+print("ready" if works else "broken", file=out, flush=True)
 for line in sys.stdin:
     gold, guess = json.loads(line)
-    try:
-        gold, guess = parse(gold, parsing_timeout=None), parse(guess, parsing_timeout=None)
-        ok = bool(gold and guess and verify(gold, guess, timeout_seconds=None))
+    try:  # (a timeout of 0: none, in every version; ours is the parent's)
+        gold, guess = parse(gold, parsing_timeout=0), parse(guess, parsing_timeout=0)
+        ok = bool(gold and guess and verify(gold, guess, timeout_seconds=0))
     except Exception:
         ok = False
     print(int(ok), file=out, flush=True)
@@ -330,12 +334,25 @@ def _start() -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # math-verify where we found it
     child = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                              env=env)
-    if (_reply(child, START_SECONDS) or "").strip() != "ready":
+    said = (_reply(child, START_SECONDS) or "").strip()
+    if said != "ready":
         child.kill()
         child.wait()
+        if said == "broken":  # (every answer would have scored 0, without a word)
+            raise RuntimeError("math-verify cannot verify 1/2 = 0.5 in this environment (version "
+                               f"{_version('math-verify')}): install math-verify>=0.8 (pip install -U math-verify)")
         raise RuntimeError("math-verify's worker process did not start (its error is above): check that "
                            f"`{sys.executable} -c 'import math_verify'` works")
     return child
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _balanced(text: str) -> bool:
