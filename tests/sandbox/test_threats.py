@@ -17,8 +17,10 @@ V = Verdict
 namespaces = pytest.mark.skipif(detect().mode == "none", reason="needs bubblewrap namespaces")
 
 
-def sandbox_processes() -> list[int]:
-    """Host processes running as one of the sandbox's uids (root mode), i.e. the programs' processes."""
+def sandbox_processes(grader) -> list[int]:
+    """Host processes running as one of this grader's sandbox uids (root mode: each worker's, its checker's the next),
+    i.e. its programs' processes (not another grader's on the same machine: a concurrent run's failed these tests)."""
+    mine = {u + k for u in grader.pool._uids for k in (0, 1)}
     out = []
     for p in os.listdir("/proc"):
         if p.isdigit():
@@ -27,7 +29,7 @@ def sandbox_processes() -> list[int]:
                     uid = int(next(line for line in f if line.startswith("Uid:")).split()[1])
             except (OSError, StopIteration, ValueError):
                 continue
-            if uid >= 1_000_000:
+            if uid in mine:
                 out.append(int(p))
     return out
 
@@ -119,7 +121,7 @@ def test_filling_the_disk_stops_at_the_quota(grader):
 def test_fork_bomb_is_contained_and_cleaned_up(grader):
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     assert graded_quickly(grader, code, limit_s=30).verdict in (V.TIMEOUT, V.RUNTIME_ERROR)
-    assert sandbox_processes() == []
+    assert sandbox_processes(grader) == []
     assert grader.grade("print('ok')", ONE).verdict == V.PASS
 
 
@@ -128,7 +130,7 @@ def test_double_forked_daemon_does_not_outlive_grading(solo):
               "        time.sleep(1.5)\n        open('/tmp/prog/daemon-was-here', 'w').write('x')\n        time.sleep(1000)\n"
               "    os._exit(0)\nprint('ok')")
     assert solo.grade(daemon, ONE).verdict == V.PASS
-    assert sandbox_processes() == []
+    assert sandbox_processes(solo) == []
     time.sleep(2)
     probe = "import os\nprint('ok' if not os.path.exists('/tmp/prog/daemon-was-here') else 'daemon ran')"
     assert solo.grade(probe, ONE).verdict == V.PASS
