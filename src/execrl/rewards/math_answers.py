@@ -336,14 +336,24 @@ def _start() -> subprocess.Popen:
                              env=env)
     said = (_reply(child, START_SECONDS) or "").strip()
     if said != "ready":
-        child.kill()
-        child.wait()
+        _end(child)
         if said == "broken":  # (every answer would have scored 0, without a word)
             raise RuntimeError("math-verify cannot verify 1/2 = 0.5 in this environment (version "
                                f"{_version('math-verify')}): install math-verify>=0.8 (pip install -U math-verify)")
         raise RuntimeError("math-verify's worker process did not start (its error is above): check that "
                            f"`{sys.executable} -c 'import math_verify'` works")
     return child
+
+
+def _end(child: subprocess.Popen) -> None:
+    """A child killed, reaped and its pipes closed (left to the garbage collector, each was a ResourceWarning)."""
+    child.kill()
+    child.wait()
+    for pipe in (child.stdin, child.stdout):
+        try:
+            pipe.close()
+        except OSError:  # (a write buffered for a child that died: BrokenPipeError)
+            pass
 
 
 def _version(package: str) -> str:
@@ -410,8 +420,7 @@ def _ask(gold: str, guess: str) -> str | None:
             reply = ""
         finally:  # (on any exception, Ctrl-C included, a child mid-answer is ended: it would spin on, orphaned)
             if not reply:
-                child.kill()
-                child.wait()
+                _end(child)
             else:
                 with children.lock:
                     children.idle.append(child)
