@@ -405,6 +405,11 @@ def test_a_mixed_number_is_its_value(text, reference, correct):
     ("The answer is 18, probably.", "18", True),
     ("#### 16 \u2013 3 \u2013 4 = 9", "9", True),  # (a sum's dashes, not a range's)
     ("The answer is 7 (pages 10\u201312).", "7", True),
+    ("The answer is 42 \u2014 6 boxes of 7 each.", "42", True),  # (a review's find: a remark after a dash, and a
+    ("#### 18 \u2014 2 more than yesterday", "18", True),  # number after "probably" that is no answer, paid nothing)
+    ("The answer is 18 \u2013 2(3) = 12.", "12", True),
+    ("Answer: 18, probably 2 more would be safer", "18", True),
+    ("The answer is 1,000\u20131,200.", "1000", False),
 ])
 def test_a_hedged_answer_equals_no_reference(text, reference, correct):
     from execrl.rewards.math_answers import answers_match

@@ -248,10 +248,18 @@ NEGATIVE_AMOUNT = re.compile(r"(?<![\w$])([-\u2212])\\?\$(?=\d)")  # -$5, -\$5: 
 STRUCK = re.compile(r"~~[^~\n]{0,200}~~")  # markdown strike-through
 DASH_MINUS = re.compile(r"(?<![\w.])[\u2010\u2011\u2013\ufe63\uff0d](?=\\?\$?\d)")  # a dash as a minus sign, before a
 # number (or its dollar), after no digit: "–10", "–$10"; not a range's "18–20"
-RANGE_DASH = re.compile(r"(?<=\d)[ \t]*[\u2013\u2014][ \t]*"
-                        r"(?=\\?\$?\d[\d,.]*(?![\d,.]|[ \t]*[-+*/=\u00d7\u00f7\u2212\u2013\u2014]))")
-# a range's en or em dash between two numbers, "18–20", "18 — 20": read as "18 to 20" (two answers; the first was
-# graded). Not a sum's ("16 – 3 – 4 = 9": an operator or "=" after the second number)
+RANGE_DASH = re.compile(r"(?<![\d,.])(\d[\d,]*+(?:\.\d++)?+)[ \t]*+[\u2013\u2014][ \t]*+"
+                        r"(?=\\?\$?(\d[\d,]*+(?:\.\d++)?+)\.?"
+                        r"(?![\d,.(\\^\w\u221a]|[ \t]*[-+*/=\u00d7\u00f7\u2212\u2013\u2014]))")
+# a range's en or em dash between two numbers, the second the larger ("18–20", "18 — 20"): read as "18 to 20" (two
+# answers; the first was graded). Not a sum's ("16 – 3 – 4 = 9", "18 – 2(3)": an operator, "=" or a bracket after the
+# second number) nor a remark's ("42 — 6 boxes of 7 each": a smaller number; a review's find)
+
+
+def _range(m: re.Match) -> str:
+    """RANGE_DASH's match as a range where its second number is the larger, else as written."""
+    low, high = (float(g.replace(",", "")) for g in (m[1], m[2]))
+    return m[1] + " to " if high > low else m[0]
 # the 2 of "48 m^2", "m**2", "m ** 2" is no answer (not bold "makes **18**": read as an exponent, a reasoning's earlier
 # number was graded)
 UNIT_POWER = re.compile(r"[A-Za-z](?:\s*\^\s*\{?\s*|\*\*|[ \t]*\*\*[ \t]+)\Z")
@@ -276,7 +284,7 @@ def math_answer(answer_text: str) -> str | None:
     boxed = last_boxed(answer_text)
     if boxed is not None:
         return boxed
-    answer_text = RANGE_DASH.sub(" to ", answer_text)  # "18–20": a range
+    answer_text = RANGE_DASH.sub(_range, answer_text)  # "18–20": a range
     answer_text = DASH_MINUS.sub("-", answer_text)  # "–10" (an en dash as its minus) is -10, not 10
     answer_text = STRUCK.sub(" ", answer_text)  # "~~18~~ 20": struck out, withdrawn
     answer_text = NEGATIVE_AMOUNT.sub(r"\1", answer_text)  # "a loss of -$5" is -5, not 5 (nor a $...$ span)
@@ -323,7 +331,9 @@ HEDGED = re.compile(rf"[\s*_:]*(?:either\b|between\b|{BOUND})", re.I)
 ALTERNATIVE = re.compile(r"\s*\+(?!\s*\d)|\s+and\s+(?:up|above|over|more)\b|"  # "18+", "18 and up"
                          r"\s+(?:to|and|through)\s+\$?\d[\d,.]*(?![\d,.]|\s*(?:[-+/=\u00d7\u00f7\u2212]|\*(?!\*)))|"
                          r"[\s,;(\u2013\u2014]*(?:(?:but|though|although|or)\s+)?(?:maybe|perhaps|possibly|probably|"
-                         r"(?:it|that|this)\s+(?:could|might|may)\s+(?:also\s+)?be)\s+\$?\d|"  # "18 (maybe 20)"
+                         r"(?:it|that|this)\s+(?:could|might|may)\s+(?:also\s+)?be)\s+\$?\d[\d,.]*"
+                         r"(?=\s*(?:[).,;!?]|$))|"
+                         # "18 (maybe 20)", not "18, probably 2 more would be safer" (a review's find)
                          r"[\s,;(\u2013\u2014]*(?:[A-Za-z]+\s+)?or\s+(?:[A-Za-z]+\s+)?(?:\$?\d|(?:more|less|fewer|so|"
                          r"above|below|higher|lower|greater|smaller|over|under)\b|"
                          r"[a-z]*(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|teen|ty|hundred|"

@@ -245,6 +245,9 @@ def test_a_folder_is_read_as_its_data_files_less_examples(tmp_path, capsys):
     problems, _ = load_problems("humaneval", "test", str(data))
     assert [p.id for p in problems] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
     assert "left out as examples or samples: example_problem.jsonl, example_samples.jsonl" in capsys.readouterr().err
+    (data / "HumanEval.jsonl").write_text("\n".join(json.dumps(row(i)) for i in range(3)))  # (gunzip -k: read once)
+    assert len(load_problems("humaneval", "test", str(data))[0]) == 3
+    (data / "HumanEval.jsonl").unlink()
     (data / "HumanEval.jsonl.gz").unlink()
     with pytest.raises(DatasetError, match="no data file in this folder .* example_problem.jsonl, "
                                            "example_samples.jsonl left out as examples or samples: name the file"):
@@ -720,8 +723,17 @@ def test_a_researchers_own_rows_read_as_their_datasets_write_them(tmp_path, caps
                      "json_asserts": ("code", "AssertTests"), "check": ("code", "CheckTests"),
                      "codecontests": ("code", "StdioTests"), "lcb": ("code", "StdioTests")}
     listed = tmp_path / "list.jsonl"  # (a JSON list in a file named .jsonl: "line 1: not JSON")
-    listed.write_text(json.dumps(rows[:2], indent=1))
-    assert [p.id for p in load_problems("jsonl", path=str(listed))[0]] == ["en", "blank"]
+    for text in (json.dumps(rows[:2], indent=1), "\n" + json.dumps(rows[:2])):
+        listed.write_text(text)
+        assert [p.id for p in load_problems("jsonl", path=str(listed))[0]] == ["en", "blank"]
+    code = tmp_path / "code.jsonl"  # (a review's finds: an empty tests list read the row as math, its reference code;
+    code.write_text("\n".join(json.dumps(r) for r in [  # a call named assert_... read as an assert statement)
+        {"id": "c1", "prompt": "Write f.", "tests": {"asserts": ["assert f() == 1"]}, "answer": "def f(): return 1"},
+        {"id": "c2", "prompt": "Write g.", "tests": [], "answer": "def g(): return 2"},
+        {"id": "c3", "prompt": "Write h.", "tests": "", "answer": "def h(): return 3"},
+        {"id": "c4", "prompt": "Write inc.", "tests": ["assert_equal(inc(1), 2)"]}]))
+    coded, coded_report = load_problems("jsonl", path=str(code), fields={"tests": "tests"})
+    assert [p.id for p in coded] == ["c1"] and coded_report.skipped == 3
     assert report.skipped == 1 and "end with the assistant's (the reference answer, in the prompt?)" in \
         capsys.readouterr().err
     he = tmp_path / "he.jsonl"

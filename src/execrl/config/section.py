@@ -4,5 +4,5 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())  # (model_name: pydantic
-    # before 2.10 warned of its "model_" namespace on every command)
+    # (no protected namespaces: pydantic before 2.10 warned of model_name's "model_" on every command)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 
 from execrl.sandbox import LANGUAGES, TestSpecError, language_named, parse_tests, tests_refused
 from execrl.tasks.problem import DatasetError, Problem, chat_messages, read_rows
@@ -42,6 +43,9 @@ def load(path, split, report, fields: dict | None = None, **_):
                              "prompt?): map the prompt to the question's field (fields={prompt: <field>})")
             continue
         tested = not absent(row.get(f["tests"]))
+        if not tested and row.get(f["tests"]) is not None and chosen == {"tests"}:  # (the mapping says: code rows;
+            report.skip(rid, f"no tests in {f['tests']!r}")  # a review's find: such a row was read by its answer,
+            continue  # as math whose reference was code)
         language = language_named(row.get(f["language"])) if tested else "python"  # (a math row's "en" is no
         if language is None:  # program's language: every such row was skipped)
             report.skip(rid, f"a language the sandbox does not run (it runs {', '.join(sorted(LANGUAGES))})")
@@ -91,14 +95,17 @@ def load(path, split, report, fields: dict | None = None, **_):
 
 
 def absent(tests) -> bool:
-    """Whether a row's tests value holds none (the row is then read by its answer): null, empty, a JSON string of
-    nothing (a parquet or datasets export's JSON column: "", "null", "[]"), or an object of nulls (a struct
-    column's)."""
+    """Whether a row's tests value is an export's null (the row is then read by its answer): null, a JSON column's
+    "" or "null" (parquet, a datasets export), a struct column's object of nulls. An empty list or object is a code
+    row without tests, skipped as such (read by its answer it was math whose reference was code: a review's find)."""
     if isinstance(tests, str):
-        return tests.strip() in ("", "null", "[]", "{}")
+        return tests.strip() in ("", "null")
     if isinstance(tests, dict):
-        return all(v is None for v in tests.values())
-    return tests is None or tests == []
+        return bool(tests) and all(v is None for v in tests.values())
+    return tests is None
+
+
+ASSERT = re.compile(r"\s*assert\b")  # an assert statement (not assert_equal(...): a program could define it)
 
 
 def tests_value(row: dict, field: str):
@@ -111,7 +118,7 @@ def tests_value(row: dict, field: str):
             tests = json.loads(tests)
         except (ValueError, RecursionError):
             return row[field]
-    if isinstance(tests, list) and tests and all(isinstance(t, str) and t.lstrip().startswith("assert") for t in tests):
+    if isinstance(tests, list) and tests and all(isinstance(t, str) and ASSERT.match(t) for t in tests):
         return {"asserts": tests}
     if isinstance(tests, str) and "def check" in tests and isinstance(row.get("entry_point"), str):
         return {"check": tests, "entry_point": row["entry_point"]}
@@ -124,7 +131,8 @@ def tests_value(row: dict, field: str):
 
 
 TEST_FIELDS = ("tests", "test_list", "test_cases", "testcases", "input_output", "unit_tests", "public_tests",
-               "private_tests", "hidden_tests", "public_test_cases", "private_test_cases", "test", "test_code")  # where datasets keep tests (MBPP, APPS, ...)
+               "private_tests", "hidden_tests", "public_test_cases", "private_test_cases", "test",
+               "test_code")  # where datasets keep tests (MBPP, APPS, LiveCodeBench, ...)
 
 
 def unread_tests(row: dict, field: str) -> str | None:

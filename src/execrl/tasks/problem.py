@@ -139,6 +139,8 @@ def data_files(path: Path) -> list[Path]:
     if not path.is_dir():
         return [path]
     found = sorted(f for f in path.iterdir() if f.is_file() and f.name.endswith(DATA_SUFFIXES))
+    found = [f for f in found if not (f.suffix == ".gz" and f.with_suffix("") in found)]  # (HumanEval.jsonl beside
+    # the .gz it was gunzipped from, with -k: read twice, every problem twice; a review's find)
     files = [f for f in found if not EXAMPLE_FILE.search(f.name)]
     if not files:
         raise DatasetError(f"{path}: no data file in this folder (rows are {', '.join(DATA_SUFFIXES)} files)"
@@ -185,14 +187,14 @@ def read_rows(path: str | Path) -> list[dict]:
             if not isinstance(rows, list):
                 raise DatasetError(f"{path}: expected a JSON list of rows")
             return _objects(path, rows, "row")
+    if text.lstrip().startswith("["):  # (a JSON list in a .jsonl file, on one line or many: no row is a list)
+        return _whole_list(path, text)
     rows = []
     for n, line in enumerate(text.split("\n"), 1):  # (not splitlines: U+2028, U+0085, ... may sit inside a string)
         if line.strip():
             try:  # (an integer of over 4,300 digits: Python's int() refuses it, with advice for a programmer)
                 rows.append(_loads(line))
             except json.JSONDecodeError as e:
-                if n == 1 and line.lstrip().startswith("["):  # (a JSON list in a .jsonl file: the list's rows)
-                    return _whole_list(path, text)
                 raise DatasetError(f"{path}, line {n}: not JSON ({e.msg}); expected one JSON object per line") from None
             except RecursionError:
                 raise DatasetError(f"{path}, line {n}: JSON nested too deeply to read") from None
