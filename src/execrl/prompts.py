@@ -226,14 +226,19 @@ CHAT_MARKUP = re.compile(r"<\|im_start\|>|<\|start_header_id\|>|<\|eot_id\|>|\[I
 def templated(problems: list[Problem]) -> str | None:
     """A warning where prompts already hold a chat template's markup (a dataset saved rendered): the template is
     applied again around them and the markup read as text (a hunt's find: no word was said)."""
-    held = [p for p in problems if any(m["role"] != "assistant" and CHAT_MARKUP.search(m["content"])
-                                       for m in p.messages)]
+    held = [(p.id, found) for p in problems if (found := _markup(p))]
     if not held:
         return None
-    found = next(CHAT_MARKUP.search(m["content"]).group() for m in held[0].messages if CHAT_MARKUP.search(m["content"]))
-    return (f"warning: {len(held)} of {len(problems)} prompts (problem {held[0].id} the first) already hold a chat "
+    (first, found), *_ = held
+    return (f"warning: {len(held)} of {len(problems)} prompts (problem {first} the first) already hold a chat "
             f"template's markup ({found!r}): the model's template is applied around them again and the markup read "
             "as text. Give the questions unrendered, as text or messages")
+
+
+def _markup(problem: Problem) -> str | None:
+    """The first chat markup in a problem's prompt (its messages but the assistant's)."""
+    return next((hit.group() for m in problem.messages
+                 if m["role"] != "assistant" and (hit := CHAT_MARKUP.search(m["content"]))), None)
 
 
 def drop_long_prompts(problems: list[Problem], tokenizer, cfg: PromptConfig, max_prompt_tokens: int):

@@ -109,9 +109,11 @@ ASSERT = re.compile(r"\s*assert\b")  # an assert statement (not assert_equal(...
 
 
 def tests_value(row: dict, field: str):
-    """A row's tests as parse_tests reads them, with two datasets' own forms read as theirs: a list of assert
-    statements (MBPP's test_list, also as a JSON string) as asserts, and a check function's source with the row's
-    entry_point (HumanEval's test) as a check."""
+    """A row's tests as parse_tests reads them, with four datasets' own forms read as theirs: a list of assert
+    statements (MBPP's test_list) as asserts, a check function's source with the row's entry_point (HumanEval's
+    test) as a check, CodeContests' {input, output} lists and LiveCodeBench's stdin test cases as stdin tests. A list
+    given as a JSON string (an export's, LiveCodeBench's) is read as its list here; any other value is left to
+    parse_tests as it is."""
     tests = row[field]
     if isinstance(tests, str) and tests.lstrip().startswith("["):
         try:

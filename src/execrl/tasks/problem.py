@@ -173,7 +173,7 @@ def read_rows(path: str | Path) -> list[dict]:
         line = data.count(b"\n", 0, at) + 1
         raise DatasetError(f"{path}, line {line}: not UTF-8 text (byte 0x{data[at]:02x}); rows are JSON Lines, a JSON "
                            "list, parquet, or one of these gzipped") from None
-    if ".json" in path.suffixes[-2:]:  # (x.json, x.json.gz)
+    if ".json" in path.suffixes[-2:] or text.lstrip().startswith("["):  # (x.json, x.json.gz; a JSON list in .jsonl)
         try:
             rows = _loads(text)
         except RecursionError:
@@ -187,8 +187,6 @@ def read_rows(path: str | Path) -> list[dict]:
             if not isinstance(rows, list):
                 raise DatasetError(f"{path}: expected a JSON list of rows")
             return _objects(path, rows, "row")
-    if text.lstrip().startswith("["):  # (a JSON list in a .jsonl file, on one line or many: no row is a list)
-        return _whole_list(path, text)
     rows = []
     for n, line in enumerate(text.split("\n"), 1):  # (not splitlines: U+2028, U+0085, ... may sit inside a string)
         if line.strip():
@@ -202,17 +200,6 @@ def read_rows(path: str | Path) -> list[dict]:
                 raise DatasetError(f"{path}, line {n}: {e}") from None
             _object(path, rows[-1], f"line {n}")
     return rows
-
-
-def _whole_list(path: Path, text: str) -> list[dict]:
-    """A file named .jsonl that holds one JSON list (a hunt's find: "line 1: not JSON")."""
-    try:
-        rows = _loads(text)
-    except (ValueError, RecursionError):
-        raise DatasetError(f"{path}: neither JSON Lines (line 1 is not JSON) nor one JSON list") from None
-    if not isinstance(rows, list):
-        raise DatasetError(f"{path}: expected a JSON list of rows")
-    return _objects(path, rows, "row")
 
 
 def _loads(text: str):

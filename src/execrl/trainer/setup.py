@@ -517,16 +517,17 @@ def _body(text: str) -> str:
     return "".join(lines[next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines)):])
 
 
-STARTED_IN = "started in "  # data_record's line of the working directory
+STARTED_IN = "started in {} (relative paths below are from there)"  # data_record's line of the working directory
 
 
 def _started_in(text: str) -> Path | None:
     """The working directory a config.yaml's run started in (data_record's line), where it says."""
+    head, tail = f"# {STARTED_IN}".split("{}")
     for line in text.splitlines():
         if not line.startswith("#"):
             return None
-        if line.startswith(f"# {STARTED_IN}") and line.endswith(" (relative paths below are from there)"):
-            return Path(line[len(f"# {STARTED_IN}"):-len(" (relative paths below are from there)")])
+        if line.startswith(head) and line.endswith(tail):
+            return Path(line[len(head):-len(tail)])
     return None
 
 
@@ -538,8 +539,8 @@ def data_record(run: Run) -> str:
     s = run.sampler
     resumed = [f"resumed from {run.resumed_from} (step {run.step}): its steps 1-{run.step} were run by the config "
                "that saved it"] if run.resumed_from else []
-    lines = [*resumed, f"{STARTED_IN}{Path.cwd()} (relative paths below are from there)",
-             "what this run read (found when it started):", *data_sources(run.cfg, advice=False),
+    lines = [*resumed, STARTED_IN.format(Path.cwd()), "what this run read (found when it started):",
+             *data_sources(run.cfg, advice=False),
              f"{len(s.problems):,} training problems (prompts {s.fingerprint}, answers and tests {s.graded}), "
              f"{len(run.val_problems):,} validation problems"]
     return "".join(f"# {line}\n" for line in lines)
