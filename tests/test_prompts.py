@@ -115,6 +115,34 @@ def test_a_template_that_drops_the_system_message_is_an_error_where_a_system_pro
     assert template_notes(tok) == []
 
 
+QWEN3_LIKE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+             "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and "
+             "enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
+R1_LIKE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
+           "{% if add_generation_prompt %}<|assistant|><think>\n{% endif %}")
+
+
+def test_the_think_format_under_a_template_that_closes_or_opens_the_think_block():
+    """Qwen3's template with enable_thinking false writes '<think>\n\n</think>' in its generation prompt: under
+    prompt.answer_format=think no answer holds a </think> of its own, so every answer scored 0 without a word; now
+    refused at set-up. DeepSeek-R1's distills' template opens the block ('<think>\n'): an answer that closes it is in
+    the format (format_ok was always False: a hunt's find)."""
+    from execrl.extract import extract
+    from execrl.prompts import set_template_kwargs, template_notes
+
+    tok = bos_tokenizer(QWEN3_LIKE)
+    assert template_notes(tok, None, "think") == []
+    set_template_kwargs(tok, {"enable_thinking": False})
+    assert template_notes(tok, None, "code") == []
+    with pytest.raises(ValueError, match="closes a think block .* every answer would score 0"):
+        template_notes(tok, None, "think")
+    assert template_notes(bos_tokenizer(R1_LIKE), None, "think") == []
+    opened = extract("add them\n</think>\n\\boxed{3}", "think", want_code=False)
+    assert opened.answer == "\\boxed{3}" and opened.format_ok
+    assert not extract("<think>a</think> b <think>c</think> 3", "think", want_code=False).format_ok
+    assert not extract("a <think>b</think> 3", "think", want_code=False).format_ok
+
+
 def test_eval_with_a_system_prompt_the_template_refuses_stops_in_one_line_before_the_sandbox(tmp_path):
     from execrl.models import build_tiny_model
 

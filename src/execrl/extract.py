@@ -4,7 +4,8 @@ problem.
 Answer formats (`answer_format`):
   code       the completion is (or contains) a code block
   reasoning  <reasoning>...</reasoning><answer>...</answer>: the answer is inside the last <answer> tags
-  think      <think>...</think> then the answer: everything after the last </think>
+  think      <think>...</think> then the answer: everything after the last </think> (the <think> may be the chat
+             template's, at the end of its generation prompt)
 Code is the last fenced block (```python preferred, any fence otherwise; an unclosed final fence counts when
 no block is closed; where the tests call a name the last block does not define, the last block that defines it) or the last <code>...</code> (`code_style`: fence, tags, or auto = either, latest wins; plain =
 as auto, else the whole answer is the code: what a base model or a completions file without fences holds).
@@ -23,6 +24,9 @@ from execrl.sandbox.languages import ALIASES
 
 ANSWER_FORMATS = ("code", "reasoning", "think")
 CODE_STYLES = ("fence", "tags", "auto", "plain")
+READ_TAGS = frozenset(f"<{end}{name}>" for name in ("think", "reasoning", "answer", "code", "action") for end in ("", "/"))
+# (the tags a completion is read by: answer formats, code tags, a game's or puzzle's move; a tokenizer may make one a
+# special token, which decoding would otherwise drop: rollout.completion.text_of)
 
 
 @dataclass(frozen=True)
@@ -36,8 +40,9 @@ def answer_part(completion: str, answer_format: str) -> tuple[str, bool]:
     if answer_format == "think":
         if "</think>" not in completion:
             return "", False
-        head, _, tail = completion.rpartition("</think>")
-        return tail.strip(), head.lstrip().startswith("<think>") and head.count("<think>") == 1
+        head, _, tail = completion.rpartition("</think>")  # (no <think> of its own: the chat template's generation
+        opened = head.count("<think>")  # prompt opened the block (DeepSeek-R1's distills, QwQ), a hunt's find)
+        return tail.strip(), opened == 0 or opened == 1 and head.lstrip().startswith("<think>")
     if answer_format == "reasoning":  # (the last </answer> and the last <answer> before it, found from the end: a
         # search from each <answer> of thousands never closed took seconds)
         close = completion.rfind("</answer>")

@@ -527,6 +527,46 @@ def test_a_completions_text_is_the_tokenizers_decode():
     assert text_of(tok, [1, 2]) == "own"
 
 
+def test_a_special_tag_that_completions_are_read_by_stays_in_their_text():
+    """A tokenizer that makes <think> and </think> special tokens (some reasoning models'): decoding with special
+    tokens skipped dropped them, so every think-format answer had no </think> (reward 0) and a stop string
+    </think> never fired; the tokenizer's other special tokens (its EOS) are still left out."""
+    from execrl.control_tokens import MID, ids_of
+    from execrl.extract import extract
+    from execrl.rollout.completion import text_of
+    from execrl.rollout.engine import first_stop
+
+    tok = build_tokenizer(["def add(a, b):\n    return a + b\n", "think about it"] * 5, vocab_size=300)
+    tok.add_special_tokens({"additional_special_tokens": ["<think>", "</think>"]})
+    said = "<think>\nadd them\n</think>\n```python\ndef add(a, b):\n    return a + b\n```"
+    ids = ids_of(said, tok, MID) + [tok.eos_token_id]
+    assert "</think>" not in tok.decode(ids, skip_special_tokens=True)  # (what decoding alone gives)
+    assert text_of(tok, ids) == said
+    assert extract(text_of(tok, ids), "think", "fence").format_ok
+    assert text_of(tok, ids[:first_stop(tok, ids, ["</think>"])]).endswith("</think>")
+
+
+def test_a_completion_keeps_its_first_space_under_a_decoder_that_strips_a_sequences_first():
+    """Llama 2's, Mistral's and CodeLlama's sentencepiece decoders strip the first space of what they decode: a
+    HumanEval body sampled as '▁▁▁' '▁return' ... came out indented by 3 and did not compile (a hunt's find). A
+    completion is decoded as it reads after its prompt; a byte-level tokenizer's text is its decode's."""
+    from transformers import LlamaTokenizer
+
+    from execrl.rollout.completion import text_of
+
+    pieces = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), "▁", "▁▁", "▁▁▁", "▁return", "▁a",
+              "▁+", "▁b"]
+    vocab = {p: i for i, p in enumerate(pieces)}
+    tok = LlamaTokenizer(vocab=vocab, merges=[])
+    body = [vocab[p] for p in ("▁▁▁", "▁return", "▁a", "▁+", "▁b", "<0x0A>")]
+    assert tok.decode(body) == "   return a + b\n"  # (decoded alone: one space short)
+    assert text_of(tok, body) == "    return a + b\n"
+    assert text_of(tok, [vocab["<0x72>"], vocab["▁a"]]) == "r a" and text_of(tok, []) == ""
+    bpe = build_tokenizer(corpus(), vocab_size=512)
+    ids = bpe(" return a + b")["input_ids"]
+    assert text_of(bpe, ids) == bpe.decode(ids) == " return a + b"
+
+
 def test_steps_of_few_rows_take_gate_up_and_silu_as_one_kernel(tiny, prompts, monkeypatch):
     """At most gated_gemm.max_rows rows a step (a small engine; a batch's tail on its busy rows; 64 on Hopper) decode
     computes gate/up and silu x up as one kernel (gated_gemm, on a GPU: here its torch equivalent stands in for the

@@ -216,7 +216,7 @@ def check_template(cfg: EvalConfig, model_name: str) -> EvalConfig:
         return cfg
     if cfg.chat_template_kwargs is not None:
         set_template_kwargs(tok, cfg.chat_template_kwargs)
-    for note in template_notes(tok, cfg.prompt.system_prompt):
+    for note in template_notes(tok, cfg.prompt.system_prompt, cfg.prompt.answer_format):
         err.print(note.replace("policy.tokenizer.chat_template_kwargs", "--chat-template-kwargs"), markup=False)
     return replace(cfg, chat_template_kwargs=getattr(tok, TEMPLATE_KWARGS, None) or {})
 

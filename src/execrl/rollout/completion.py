@@ -16,21 +16,68 @@ class Completion:
 
 
 def text_of(tokenizer, ids: list[int]) -> str:
-    """tokenizer.decode(ids, skip_special_tokens=True) for a list of ints, the same text. transformers' decode
-    first checks, element by element in Python, that its input is plain ints (two thirds of its time for 256
-    tokens; ~15 ms of a step's 128 completions on the 2-core machine, the GPU idle after the last decode step);
-    its _decode, which that check leads to, is the tokenizer's own decoding. Where a tokenizer class has its own
-    decode, that decode."""
+    """The text of sampled ids as they read after a prompt: tokenizer.decode(ids, skip_special_tokens=True), but
+    - a special token that is a tag completions are read by (extract.READ_TAGS: a tokenizer that makes <think>
+      special) kept: dropped, every think-format answer lost its </think> and scored 0, and a stop string </think>
+      never fired (a hunt's find);
+    - decoded after a word, where the tokenizer's decoder strips a sequence's first space (Llama 2's, Mistral's and
+      CodeLlama's sentencepiece decoders): alone, "   return a + b" (a body continued under a HumanEval prompt) came
+      out indented by 3, and the program did not compile (a hunt's find).
+    transformers' decode first checks, element by element in Python, that its input is plain ints (two thirds of its
+    time for 256 tokens; ~15 ms of a step's 128 completions on the 2-core machine, the GPU idle after the last decode
+    step); its _decode, which that check leads to, is the tokenizer's own decoding. Where a tokenizer class has its
+    own decode, that decode."""
+    dropped, (lead, head) = _reading(tokenizer)
+    if dropped is not None:
+        ids = [i for i in ids if i not in dropped]
+    text = _decode(tokenizer, [*lead, *ids], dropped is None)
+    if lead:
+        return text[len(head):] if text.startswith(head) else _decode(tokenizer, ids, dropped is None)
+    return text
+
+
+def _decode(tokenizer, ids: list[int], skip_special: bool) -> str:
     if type(tokenizer).decode is _base_decode():
-        return tokenizer._decode(ids, skip_special_tokens=True)
-    return tokenizer.decode(ids, skip_special_tokens=True)
+        return tokenizer._decode(ids, skip_special_tokens=skip_special)
+    return tokenizer.decode(ids, skip_special_tokens=skip_special)
+
+
+def _reading(tokenizer) -> tuple[frozenset[int] | None, tuple[list[int], str]]:
+    """How text_of reads this tokenizer's ids: the special ids it leaves out where some special token is a tag
+    completions are read by (None where none is: skip_special_tokens, as fast), and a word (its ids, its text) to
+    decode before them where the decoder strips a sequence's first space (else none). Found once per tokenizer (and
+    again where it grew tokens)."""
+    if not isinstance(tokenizer, _tokenizer_base()):  # (a stand-in's: its decode)
+        return None, ([], "")
+    found = getattr(tokenizer, "_execrl_reading", None)
+    if found is not None and found[0] == len(tokenizer):
+        return found[1:]
+    from execrl.control_tokens import special_ids
+    from execrl.extract import READ_TAGS
+
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    tags = {i for i, a in added.items() if getattr(a, "special", False) and a.content in READ_TAGS}
+    dropped = frozenset(special_ids(tokenizer) - tags) if tags else None
+    word, spaced = (tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("a", "a b"))
+    alone, after = _decode(tokenizer, spaced[-1:], True), _decode(tokenizer, spaced, True)
+    strips = bool(word) and len(spaced) > 1 and after == _decode(tokenizer, word, True) + " b" and alone == "b"
+    lead = (word, _decode(tokenizer, word, True)) if strips else ([], "")
+    try:
+        tokenizer._execrl_reading = (len(tokenizer), dropped, lead)
+    except AttributeError:  # (a tokenizer that takes no attributes: found again each time)
+        pass
+    return dropped, lead
 
 
 @cache
-def _base_decode():
+def _tokenizer_base():
     from transformers import PreTrainedTokenizerBase  # (here: importing this module need not import transformers)
 
-    return PreTrainedTokenizerBase.decode
+    return PreTrainedTokenizerBase
+
+
+def _base_decode():
+    return _tokenizer_base().decode
 
 
 def end_ids(model, tokenizer, stop_token_ids=None) -> list[int]:

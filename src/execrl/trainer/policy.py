@@ -109,7 +109,7 @@ def load_weights(cfg: MasterConfig, dtype: torch.dtype, device: str | None = Non
     elif getattr(tok, TEMPLATE_KWARGS, None) and dist.is_main():  # (config.yaml's null: said, as what the prompts use)
         err.print(f"note: the chat template's kwargs are {getattr(tok, TEMPLATE_KWARGS)}, as {p.model_name} was "
                   "saved with them (policy.tokenizer.chat_template_kwargs={} for none)", markup=False)
-    for note in template_notes(tok, cfg.prompt.system_prompt):  # (raises where the template refuses the prompt)
+    for note in template_notes(tok, cfg.prompt.system_prompt, cfg.prompt.answer_format):  # (raises where the template refuses the prompt)
         if dist.is_main():
             err.print(note, markup=False)
     dropped = no_dropout(model)
