@@ -128,7 +128,7 @@ def test_the_think_format_under_a_template_that_closes_or_opens_the_think_block(
     refused at set-up. DeepSeek-R1's distills' template opens the block ('<think>\n'): an answer that closes it is in
     the format (format_ok was always False: a hunt's find)."""
     from execrl.extract import extract
-    from execrl.prompts import set_template_kwargs, template_notes
+    from execrl.prompts import opens_think, set_template_kwargs, template_notes
 
     tok = bos_tokenizer(QWEN3_LIKE)
     assert template_notes(tok, None, "think") == []
@@ -137,6 +137,7 @@ def test_the_think_format_under_a_template_that_closes_or_opens_the_think_block(
     with pytest.raises(ValueError, match="closes a think block .* every answer would score 0"):
         template_notes(tok, None, "think")
     assert template_notes(bos_tokenizer(R1_LIKE), None, "think") == []
+    assert opens_think(bos_tokenizer(R1_LIKE)) and not opens_think(tok) and not opens_think(bos_tokenizer(QWEN3_LIKE))
     opened = extract("add them\n</think>\n\\boxed{3}", "think", want_code=False)
     assert opened.answer == "\\boxed{3}" and opened.format_ok
     assert not extract("<think>a</think> b <think>c</think> 3", "think", want_code=False).format_ok

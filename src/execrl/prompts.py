@@ -178,6 +178,19 @@ def template_notes(tokenizer, system_prompt: str | None = None, answer_format: s
     return notes
 
 
+def opens_think(tokenizer) -> bool:
+    """Whether the chat template's generation prompt leaves a <think> block open (DeepSeek-R1's distills' '<think>\n',
+    QwQ's, Qwen3 Thinking-2507's): the model's turn starts inside it, with no <think> of its own."""
+    if not getattr(tokenizer, "chat_template", None):
+        return False
+    probe = [{"role": "user", "content": "Stand-in question?"}]
+    try:
+        opening = apply_template(tokenizer, probe).removeprefix(apply_template(tokenizer, probe, False))
+    except ChatTemplateError:
+        return False
+    return opening.rfind("<think>") > opening.rfind("</think>")
+
+
 def unprompted(tokenizer, probe: list[dict], prompt: str) -> str | None:
     """A warning where the template ignores add_generation_prompt and writes a header before an answer: every
     prompt ends with the user's turn, and the model is sampled continuing it."""

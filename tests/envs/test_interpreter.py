@@ -126,6 +126,20 @@ def test_a_tag_named_in_prose_or_a_draft_in_thinking_lets_the_turn_go_on(grader,
     assert last.observation[0]["content"] == "42\n" and e.turns == 1
 
 
+def test_a_draft_in_thinking_the_chat_template_opened_lets_the_turn_go_on(grader):
+    """DeepSeek-R1's distills' template opens the <think> block in its generation prompt (the runner sets
+    env.thinking, prompts.opens_think): a turn with no <think> of its own that stops at a draft's </code> is still
+    thinking (a hunt's find: the draft ran as a cell, or a draft <answer> ended the episode)."""
+    e, _ = env(grader)
+    e.thinking = True
+    first = e.step("I will test a draft first:\n<code>\nprint(1)\n</code>")
+    assert first.more and not first.observation, first
+    last = e.step(". Done thinking.</think>\n<code>\nprint(6 * 7)\n</code>")
+    assert last.observation[0]["content"] == "42\n" and e.turns == 1
+    e, _ = env(grader)  # (a template that opens nothing: the same turn is a cell)
+    assert e.step("I will test a draft first:\n<code>\nprint(1)\n</code>").observation[0]["content"] == "1\n"
+
+
 @pytest.mark.parametrize("turn", ["<code>\nprint('<answer>')\n</code>",
                                   "I will test it, then give the <answer>.\n<code>\nprint(1 + 1)\n</code>"])
 def test_an_answer_tag_in_a_cell_or_named_in_prose_is_no_submission(grader, turn):

@@ -52,6 +52,9 @@ class Environment:
     # generation, where its Python work does not share the interpreter's lock with the decode loop's
     runs_code = False
 
+    thinking = False  # True: the chat template's generation prompt opens a <think> block (DeepSeek-R1's distills'),
+    # so each model turn starts inside it; set by the trainer's runner (prompts.opens_think)
+
     token_budget: int | None = None  # the limit of the model turn being answered where the context's end cut it (its
     # length), set by the trainer's runner before each step; None: policy.generation.max_new_tokens
 
@@ -124,7 +127,8 @@ class Environment:
             self.turns += 1
         text, tokens, self.partial, self.partial_tokens = self.partial + text, self.partial_tokens + num_tokens, "", 0
         self.generations, self.last_text, self.last_tokens = self.generations + 1, text, tokens
-        if (opens_block(text, style) or names_a_tag(text)) and self.generations < self.cfg.grpo.max_rollout_turns:
+        if (opens_block(text, style) or names_a_tag(text, self.thinking)) and \
+                self.generations < self.cfg.grpo.max_rollout_turns:
             self.partial, self.partial_tokens = text, tokens
             return None
         return text
@@ -151,11 +155,13 @@ NAMED_TAG = re.compile(r"<(\w+)></\1>\s*$")  # "... give it inside <answer></ans
 CLOSER = re.compile(r"(?:</\w+>|```)\s*$")  # what a turn's stop strings end it at (a cut turn ends anywhere)
 
 
-def names_a_tag(text: str) -> bool:
+def names_a_tag(text: str, thinking: bool = False) -> bool:
     """The turn stopped at a closing tag that closes nothing (a tag pair named in prose, "inside <code></code>"), or
-    inside an open <think> block (a thinking model's plan): no cell and no answer, and the turn goes on (a hunt's
-    find: a thinking model's "I must end with <answer></answer>" ended every episode there, reward 0)."""
-    return bool(NAMED_TAG.search(text)) or bool(CLOSER.search(text)) and text.rfind("<think>") > text.rfind("</think>")
+    inside an open <think> block (a thinking model's plan; `thinking`: the turn began inside one, which the chat
+    template opened): no cell and no answer, and the turn goes on (a hunt's find: a thinking model's "I must end with
+    <answer></answer>" ended every episode there, reward 0)."""
+    inside = text.rfind("<think>") > text.rfind("</think>") or thinking and "</think>" not in text
+    return bool(NAMED_TAG.search(text)) or bool(CLOSER.search(text)) and inside
 
 
 def opens_block(text: str, style: str) -> bool:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from execrl.envs import Environment, Segment, Step, Trajectory, TurnRenderer, make_envs
-from execrl.prompts import conversation_ids
+from execrl.prompts import conversation_ids, opens_think
 from execrl.rewards import OUTCOMES, Reward, Sample, outcome
 from execrl.rewards import judge as score_with
 from execrl.rollout import Completion, SamplingParams
@@ -217,6 +217,7 @@ class EpisodeRunner:
     opponent: object = None
     judge: object = None
     _renderer: TurnRenderer | None = field(default=None, init=False, repr=False)
+    _thinking: bool | None = field(default=None, init=False, repr=False)  # (prompts.opens_think, found once)
     _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
 
     @property
@@ -245,6 +246,10 @@ class EpisodeRunner:
         episodes, prompts = [], []
         for problem in problems:
             envs = make_envs(cfg, self.grader, problem, group_size, frozen=self.opponent is not None)
+            if self._thinking is None:
+                self._thinking = opens_think(tokenizer)
+            for env in envs:
+                env.thinking = self._thinking
             messages = [env.reset(problem) for env in envs]
             prompts.append(encode(messages[0], tokenizer))  # the G episodes of a problem share their prompt
             episodes += [Episode(problem, env, m, Trajectory(encode(m, tokenizer) if m != messages[0] else prompts[-1]))
