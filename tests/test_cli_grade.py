@@ -147,3 +147,35 @@ def test_a_row_may_not_ask_for_more_memory_than_the_machine_has():
     assert prepare({**row, "memory_mb": 2048}, Limits())[3].memory_mb == 2048
     with pytest.raises(TestSpecError, match=f"memory_mb must be a number from 16 to {machine}"):
         prepare({**row, "memory_mb": machine + 1}, Limits())
+
+
+def test_a_file_of_which_no_row_can_be_graded_fails_and_keeps_each_rows_error(tmp_path):
+    """(A hunt's find) every row invalid exited 0: a pipeline that grades a file saw success."""
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text('{"a": 1}\n{"code": 5, "tests": {}}\n')
+    proc = run("grade", str(src), "--out", str(out))
+    assert proc.returncode == 2 and "no row of" in proc.stderr and "could be graded (2 invalid" in proc.stderr
+    assert [json.loads(line)["error"].split(":")[0] for line in out.read_text().splitlines()] == ["line 1", "line 2"]
+
+
+def test_ctrl_c_keeps_what_was_graded_and_marks_the_rest(tmp_path):
+    """(A hunt's find) Ctrl-C while grading: a traceback, and no results file: every graded row was lost. Now the
+    running programs' sandboxes stop, the file holds each finished row and marks the rest, and the exit is 130."""
+    import signal
+    import time
+
+    fast = {"code": "print(input())", "tests": {"inputs": ["1\n"], "outputs": ["1\n"]}}
+    slow = {"code": "import time; time.sleep(60)", "tests": {"inputs": [""], "outputs": ["1\n"]}}
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps({**r, "id": i}) + "\n" for i, r in enumerate([fast] * 2 + [slow] * 3)))
+    script = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler)\n"  # (as a terminal's)
+              "from execrl.cli import main; sys.argv = ['execrl', *sys.argv[1:]]; sys.exit(main())")
+    proc = subprocess.Popen([sys.executable, "-c", script, "grade", str(src), "--out", str(out), "--workers", "2",
+                             "--timeout", "90"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(20)  # (the sandboxes started, the two quick rows graded, two minute-long programs running)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and time.monotonic() - start < 20, err
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r.get("verdict") or r["error"] for r in rows] == ["pass"] * 2 + ["interrupted: not graded"] * 3

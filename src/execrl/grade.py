@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from rich.console import Console
@@ -157,6 +158,11 @@ def run_grade(args) -> int:
         say("skipped", "yellow", problem)
         results[n] = {"id": (row or {}).get("id", n), "error": problem}
         verdicts["invalid row"] += 1
+    if not jobs:  # (a pipeline that grades a file of invalid rows gets a failure, not 0)
+        _write(args.out, rows, results)
+        say("error:", "red", f"no row of {args.input} could be graded ({len(rows)} invalid: see the lines above); "
+                             f"their errors are in {args.out}")
+        return 2
     columns = [TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
     languages = tuple(sorted({get_language(job[2]).name for _, job in jobs})) or ("python",)
     try:
@@ -166,23 +172,57 @@ def run_grade(args) -> int:
         return 2
     if not args.quiet:
         err.print(grader.describe(), markup=False, highlight=False)
-    with grader, Progress(*columns, console=err, disable=args.quiet, transient=False) as bar:
-        task = bar.add_task("grading", total=len(jobs))
-        graded = grader.grade_many([job for _, job in jobs], on_done=lambda _: bar.advance(task))
+    done: dict[int, object] = {}
+    try:
+        with grader, Progress(*columns, console=err, disable=args.quiet, transient=False) as bar:
+            task = bar.add_task("grading", total=len(jobs))
+            _graded(grader, [job for _, job in jobs], done, lambda: bar.advance(task))
+    except KeyboardInterrupt:  # (what was graded is kept: a traceback threw away every result, a hunt's find)
+        pass
     by_line = {n: row for n, row, _ in rows}
-    for (n, _), res in zip(jobs, graded):
-        results[n] = {"id": by_line[n].get("id", n), **res.to_dict()}
-        verdicts[res.verdict.value] += 1
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:
-        for n, _, _ in rows:
-            f.write(json.dumps(results[n]) + "\n")
+    for i, (n, _) in enumerate(jobs):
+        if i in done:
+            results[n] = {"id": by_line[n].get("id", n), **done[i].to_dict()}
+            verdicts[done[i].verdict.value] += 1
+        else:
+            results[n] = {"id": by_line[n].get("id", n), "error": NOT_GRADED}
+            verdicts[NOT_GRADED] += 1
+    _write(args.out, rows, results)
     table = Table(caption=Text(shown(f"{len(rows)} rows -> {args.out}")))
     table.add_column("verdict")
     table.add_column("programs", justify="right")
     table.add_column("share", justify="right")
-    for v in [*(x.value for x in Verdict), "invalid row"]:
+    for v in [*(x.value for x in Verdict), "invalid row", NOT_GRADED]:
         if verdicts[v]:
             table.add_row(v, str(verdicts[v]), f"{verdicts[v] / len(rows):.1%}")
     Console().print(table)
+    if len(done) < len(jobs):
+        say("interrupted:", "yellow", f"{len(done)} of {len(jobs)} programs graded, in {args.out} with the rest "
+                                      f"marked {NOT_GRADED!r}")
+        return 130
     return 0
+
+
+NOT_GRADED = "interrupted: not graded"
+
+
+def _graded(grader: Grader, jobs: list[tuple], done: dict, advance) -> None:
+    """Each job graded into done[its index] as it finishes: on Ctrl-C the sandboxes are stopped, and what finished
+    is kept."""
+    with ThreadPoolExecutor(max(1, min(grader.pool.num_workers, len(jobs)))) as ex:
+        futures = {ex.submit(grader.grade, *job): i for i, job in enumerate(jobs)}
+        try:
+            for f in as_completed(futures):
+                done[futures[f]] = f.result()
+                advance()
+        except KeyboardInterrupt:
+            ex.shutdown(wait=False, cancel_futures=True)
+            grader.close()  # (the programs running now end with their sandboxes)
+            raise
+
+
+def _write(out: str, rows: list, results: dict) -> None:
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        for n, _, _ in rows:
+            f.write(json.dumps(results[n]) + "\n")

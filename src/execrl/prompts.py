@@ -23,7 +23,7 @@ _FORMAT = {
 class PromptConfig(BaseModel):
     """How problems are posed."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     system_prompt: str | None = Field(None, description="system message put before every prompt (none if null)")
     answer_format: str = Field("code", description="code | reasoning (<reasoning>/<answer>) | think (<think> first)")

@@ -90,6 +90,43 @@ def test_an_optimizer_of_ones_own_gets_only_its_own_kwargs_and_a_typo_is_named(t
     assert proc.returncode == 2 and "did you mean weight_decay" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_optimizer_values_the_class_refuses_are_refused_by_the_dry_run():
+    """(A hunt's find) betas=[0.9], weight_decay=-5 and lr=nan passed --dry-run and failed once the model had loaded,
+    with a traceback or torch's words naming no key."""
+    for value, said in (("policy.optimizer.kwargs.betas=[0.9]", "AdamW refuses them"),
+                        ("policy.optimizer.kwargs.weight_decay=-5", "Invalid weight_decay value: -5"),
+                        ("policy.optimizer.kwargs.lr=.nan", "must be > 0 and finite")):
+        proc = cli(value, "--dry-run")
+        assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_no_infinite_or_nan_float_and_no_negative_stop_token():
+    """(A hunt's find) loss_fn.reference_policy_kl_penalty=.inf trained on nothing (every step skipped as
+    non-finite) and exited 0; an infinite temperature sampled uniformly; a stop token id of -5 ends nothing."""
+    for value in ("loss_fn.reference_policy_kl_penalty=.inf", "policy.generation.temperature=.inf",
+                  "reward.components=[{name: test_pass_fraction, weight: .nan}]", "grpo.advantage_clip_high=-.inf"):
+        with pytest.raises(ConfigError, match="finite number"):
+            load_config(None, [value])
+    with pytest.raises(ConfigError, match=r"stop_token_ids.0: Input should be greater than or equal to 0"):
+        load_config(None, ["policy.generation.stop_token_ids=[-5]"])
+
+
+def test_a_section_set_to_a_value_is_one_line_and_warmups_keys_keep_their_section(tmp_path):
+    """(A hunt's find) grpo=null (a file's grpo: whose keys are all commented out), policy=5 or env=[1] crashed in
+    NeMo RL's key mapping; an error under warmup named the key without its section (warmup is also one of the
+    schedulers' tags, which error paths leave out)."""
+    (tmp_path / "c.yaml").write_text("grpo:\n  # num_prompts_per_step: 4\n")
+    with pytest.raises(ConfigError, match="grpo: a section of keys .* got None; write its keys under it"):
+        load_config(str(tmp_path / "c.yaml"))
+    for value in ("policy=5", "env=[1]", "grpo="):
+        with pytest.raises(ConfigError, match=f"^{value.split('=')[0]}: a section of keys"):
+            load_config(None, [value])
+    with pytest.raises(ConfigError, match=r"^warmup\.sft_steps: Input should be greater than or equal to 0"):
+        load_config(None, ["warmup.sft_steps=-1"])
+    with pytest.raises(ConfigError, match=r"unknown key warmup\.sft_stepz: did you mean warmup\.sft_steps\?"):
+        load_config(None, ["warmup.sft_stepz=3"])
+
+
 def test_chat_template_values_as_nemo_rl_reads_them(tmp_path):
     """`default` is the tokenizer's own and a .jinja path is read; a bare name (a model family's) would be the whole
     prompt's text and is refused."""

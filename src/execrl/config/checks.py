@@ -83,8 +83,9 @@ def check_learnable(cfg: MasterConfig) -> None:
                           "advantage is 0 and nothing is learned: set policy.generation.temperature > 0 (e.g. 1.0); "
                           "validation samples with policy.generation.val_temperature (0: greedy)")
     lr = optimizer_lr(cfg)
-    if lr is not None and lr <= 0:
-        raise ConfigError(f"policy.optimizer.kwargs.lr={lr}: the learning rate must be > 0 (e.g. 5e-6, NeMo RL's)")
+    if lr is not None and not 0 < lr < float("inf"):  # (NaN too)
+        raise ConfigError(f"policy.optimizer.kwargs.lr={lr}: the learning rate must be > 0 and finite (e.g. 5e-6, NeMo "
+                          "RL's)")
     if grpo.advantage_clip_low == 0 and grpo.advantage_clip_high == 0:
         raise ConfigError("grpo.advantage_clip_low=0 and grpo.advantage_clip_high=0 clip every advantage to 0, so "
                           "nothing is learned: set them to null (no clip) or apart (e.g. -5 and 5)")
@@ -242,6 +243,14 @@ def check_optimizer_kwargs(name: str, cls: type, kwargs: dict) -> None:
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
             hint = f": did you mean {close[0]}?" if close else f"; it takes {', '.join(sorted(known))}"
             raise ConfigError(f"policy.optimizer.kwargs.{key}: {name} takes no argument {key!r}{hint}")
+    import torch
+
+    try:  # (its values as the class checks them: betas=[0.9] or weight_decay=-5 passed --dry-run, then failed as the
+        # run started, after the model loaded, with a traceback or torch's words naming no key: a hunt's find)
+        cls([torch.nn.Parameter(torch.zeros(1))], **{k: v for k, v in kwargs.items()
+                                                     if k not in (*FUSED_ONLY, "foreach", "fused")})
+    except (ValueError, TypeError, IndexError) as e:
+        raise ConfigError(f"policy.optimizer.kwargs: {name} refuses them ({e}): {kwargs}") from None
 
 
 def check_memory_options(cfg: MasterConfig) -> None:

@@ -84,6 +84,7 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
         in_file = {k for k in _dotted(OmegaConf.to_container(given, resolve=False))
                    if not any(_within(k, d) for d in deleted)}
         written = in_file | overridden
+        _sections_are_mappings(plain)
         _own_optimizer(plain, written)
     except OmegaConfBaseException as e:
         if isinstance(tree, DictConfig):  # a feature the config turns on and execrl refuses says more
@@ -95,6 +96,18 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
     cfg = validate(plain)
     cfg._nemo_ignored, cfg._nemo_mapped, cfg._written = ignored, mapped, written
     return cfg
+
+
+def _sections_are_mappings(plain: dict) -> None:
+    """A ConfigError where a section (grpo, policy, ...) is set to a value, not to keys (`grpo=5`; a file's `grpo:` whose
+    keys are all commented out is null): NeMo RL's key mapping read it as keys, with a traceback (a hunt's find)."""
+    for key, field in MasterConfig.model_fields.items():
+        value = plain.get(key) if isinstance(plain, dict) else None
+        if key in plain and not isinstance(value, dict) and isinstance(field.annotation, type) and issubclass(
+                field.annotation, BaseModel):
+            raise ConfigError(f"{key}: a section of keys ({key}.KEY=VALUE, or KEY: VALUE lines under it), got "
+                              f"{value!r}" + ("; write its keys under it, or drop the line for the defaults"
+                                              if value is None else ""))
 
 
 def _fill_from_data_default(given: DictConfig) -> None:
@@ -392,7 +405,7 @@ def validate(tree: dict) -> MasterConfig:
 
 
 def _explain(err: dict) -> str:
-    loc = [str(x) for x in err["loc"] if x not in TAGS]
+    loc = [str(x) for i, x in enumerate(err["loc"]) if not i or x not in TAGS]  # (a top-level key is no tag: warmup)
     key = ".".join(loc)
     if err["type"] == "extra_forbidden":
         valid = _fields_at(loc[:-1])

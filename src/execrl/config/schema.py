@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
@@ -92,7 +92,7 @@ class GenerationConfig(Section):
     top_k: int | None = Field(None, ge=1, description="sample among the k likeliest tokens only (null, or -1 as in "
                               "NeMo RL and vLLM: all)")
     stop_strings: list[str] | None = Field(None, description="generation stops after any of these strings")
-    stop_token_ids: list[int] | None = Field(None, description="generation stops after any of these tokens (besides "
+    stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="generation stops after any of these tokens (besides "
                                              "the model's EOS tokens)")
     val_temperature: float = Field(0.0, ge=0, description="validation's sampling temperature (0: greedy; NeMo RL's "
                                    "configs set ${.temperature})")

@@ -243,14 +243,12 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     from execrl.eval.generate import generate
     from execrl.models import STOP_STRINGS, load_model_and_tokenizer
     from execrl.prompts import set_template_kwargs
-    from execrl.rollout.completion import end_ids
+    from execrl.rollout.completion import beyond_vocab, end_ids
 
     model, tok = load_model_and_tokenizer(model_name)
     if cfg.chat_template_kwargs is not None:  # (None: the tokenizer's saved ones, which it loaded with)
         set_template_kwargs(tok, cfg.chat_template_kwargs)
-    head = model.get_output_embeddings()
-    vocab = head.weight.shape[0] if head is not None else len(tok)
-    unknown = [i for i in cfg.stop_token_ids or () if i >= vocab]
+    unknown, vocab = beyond_vocab(model, tok, cfg.stop_token_ids)
     if unknown:  # (an id the model cannot sample ends nothing: a typo, or another model's id)
         raise ValueError(f"--stop-token-ids {unknown[0]} is not a token of {model_name} ({vocab:,} tokens): it would "
                          "end no completion; give the id the model ends a turn with (its tokenizer's "

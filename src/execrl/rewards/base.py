@@ -134,7 +134,7 @@ UNIONS = (typing.Union, types.UnionType)
 class ComponentConfig(BaseModel):
     """One reward component: its name, weight, and its own parameters (e.g. ngram: 4)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     name: str = Field(description="a registered component, e.g. test_pass_fraction, or your own function as "
                                   "module:function or path/to/file.py:function: fn(sample, **params) -> float")
     weight: float = Field(1.0, description="multiplies the component's value in the sum")
@@ -183,7 +183,7 @@ class RewardScaling(BaseModel):
     """NeMo RL's grpo.reward_scaling: the reward clamped to [source_min, source_max], then mapped
     linearly onto [target_min, target_max]."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     enabled: bool = Field(False, description="scale the reward")
     source_min: float = Field(0.0, description="rewards below are clamped to this; it maps to target_min")
     source_max: float = Field(1.0, description="rewards above are clamped to this; it maps to target_max")
@@ -207,7 +207,7 @@ class RewardScaling(BaseModel):
 class RewardConfig(BaseModel):
     """The reward: a weighted sum of components, optionally scaled."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     components: list[ComponentConfig] = Field(
         default_factory=lambda: [ComponentConfig(name="test_pass_fraction")],
         description="reward components and their weights; their weighted sum is the reward")

@@ -80,6 +80,14 @@ def _base_decode():
     return _tokenizer_base().decode
 
 
+def beyond_vocab(model, tokenizer, ids) -> tuple[list[int], int]:
+    """The ids of `ids` the model cannot sample (a typo, another model's id: a stop token that ends nothing), and the
+    model's vocabulary size."""
+    head = model.get_output_embeddings()
+    vocab = head.weight.shape[0] if head is not None else len(tokenizer)
+    return [i for i in ids or () if i >= vocab], vocab
+
+
 def end_ids(model, tokenizer, stop_token_ids=None) -> list[int]:
     """The ids that end a sequence: the model's EOS ids (eos_ids) and `stop_token_ids`. Where there are none, every
     answer runs to its length limit: said once per model, with the chat template's end-of-turn token to name; where

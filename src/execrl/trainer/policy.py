@@ -21,10 +21,11 @@ from dataclasses import dataclass
 import torch
 
 from execrl.compiling import compile_settings
-from execrl.config import MasterConfig
+from execrl.config import ConfigError, MasterConfig
 from execrl.lora import apply_lora
 from execrl.models import STOP_STRINGS, load_model_and_tokenizer, no_dropout, pick_device
 from execrl.prompts import TEMPLATE_KWARGS, set_template_kwargs, template_notes
+from execrl.rollout.completion import beyond_vocab
 from execrl.rollout.fuse import fuse_projections
 from execrl.tasks.problem import err
 from execrl.trainer import distributed as dist
@@ -109,6 +110,11 @@ def load_weights(cfg: MasterConfig, dtype: torch.dtype, device: str | None = Non
     elif getattr(tok, TEMPLATE_KWARGS, None) and dist.is_main():  # (config.yaml's null: said, as what the prompts use)
         err.print(f"note: the chat template's kwargs are {getattr(tok, TEMPLATE_KWARGS)}, as {p.model_name} was "
                   "saved with them (policy.tokenizer.chat_template_kwargs={} for none)", markup=False)
+    unknown, vocab = beyond_vocab(model, tok, p.generation.stop_token_ids)
+    if unknown:
+        raise ConfigError(f"policy.generation.stop_token_ids: {unknown[0]} is not a token of {p.model_name} "
+                          f"({vocab:,} tokens): it would end no answer; give the id the model ends a turn with (its "
+                          "tokenizer's convert_tokens_to_ids of the end-of-turn token)")
     for note in template_notes(tok, cfg.prompt.system_prompt, cfg.prompt.answer_format):  # (raises where the template refuses the prompt)
         if dist.is_main():
             err.print(note, markup=False)
