@@ -751,7 +751,7 @@ def test_a_careless_users_settings_each_stop_with_the_fix(tmp_path):
     assert cfg.reward.components[1].params["buffer_tokens"] == 16
     for component, said in [("{name: error_penalty, classes: SyntaxError}", "classes='SyntaxError' is not tuple"),
                             ("{name: overlong_penalty, buffer_tokens: many}", "buffer_tokens='many' is not int"),
-                            ("{name: test_pass_fraction, weight: .inf}", "weight=inf is not a finite number")]:
+                            ("{name: test_pass_fraction, weight: .inf}", "weight: Input should be a finite number (got inf)")]:
         with pytest.raises(ConfigError, match=re.escape(said)):
             load_config(None, [f"reward.components=[{component}]"])
     assert load_config(None, ["reward.components=[{name: error_penalty, classes: [SyntaxError]}]"]).reward.components[

@@ -854,3 +854,12 @@ def test_the_two_leave_one_out_keys_at_odds_in_one_file_say_what_each_does_in_ne
     with pytest.raises(ConfigError, match="reads the first for the advantages and the second only to filter dynamic "
                                           "sampling's groups; execrl has one setting for both: give them the same"):
         load_config(str(tmp_path / "loo.yaml"), [])
+
+
+def test_an_unset_environment_variable_the_config_reads_is_named(tmp_path, monkeypatch):
+    """(A hunt's find) a recipe's ${oc.env:DS41_FULL_CHECKPOINT}, unset: 'KeyError raised while resolving
+    interpolation'. Now the variable is named, with the fix."""
+    monkeypatch.delenv("EXECRL_UNSET_CHECKPOINT", raising=False)
+    (tmp_path / "c.yaml").write_text("policy:\n  model_name: ${oc.env:EXECRL_UNSET_CHECKPOINT}\n")
+    with pytest.raises(ConfigError, match=r"reads the environment variable EXECRL_UNSET_CHECKPOINT .* not set: set"):
+        load_config(str(tmp_path / "c.yaml"))

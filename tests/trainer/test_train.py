@@ -559,6 +559,41 @@ def test_ctrl_c_within_a_train_phase_saves_no_half_updated_step(tmp_path, monkey
     # left no mark, and the record read as a run that ended at step 2)
 
 
+def test_a_full_log_disk_stops_the_run_with_a_checkpoint_and_no_half_row(tmp_path, monkeypatch):
+    """(A hunt's find) logger.log_dir's disk full at step 3: three chained tracebacks, metrics.jsonl ending in half a
+    row, and the steps since the last checkpoint lost. Now one error naming the directory, the steps done saved
+    (the checkpoints' disk had room), and the file's rows whole."""
+    import errno
+
+    from execrl.trainer.metrics import LogUnwritable, MetricsLogger
+
+    class FullDisk:  # metrics.jsonl once its disk is full: part of a row reaches it, then the write fails
+        def __init__(self, f):
+            self.f, self.name = f, f.name
+
+        def write(self, text):
+            self.f.write(text[:12])
+            self.f.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    real = MetricsLogger.log
+
+    def log(self, step, values):
+        if step == 3 and "train/reward_mean" in values and not isinstance(self.jsonl, FullDisk):
+            self.jsonl = FullDisk(self.jsonl)
+        return real(self, step, values)
+
+    monkeypatch.setattr(MetricsLogger, "log", log)
+    with pytest.raises(LogUnwritable, match="logger.log_dir .*No space left on device.*step_000003, is intact"):
+        run(tmp_path, "full", "grpo.max_num_steps=5", "grpo.val_period=0", "checkpointing.save_period=10",
+            "warmup.sft_steps=0")
+    assert [p.name for p in (tmp_path / "full" / "ckpt").glob("step_*")] == ["step_000003"]
+    assert [row["step"] for row in metrics(tmp_path / "full")][-1] == 2  # (whole rows only)
+
+
 def test_a_stop_in_the_warm_up_says_nothing_was_saved(tmp_path):
     """(A hunt's find) SIGTERM during the warm-up ended the run with 130 and not a word."""
     import signal

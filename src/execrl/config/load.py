@@ -89,6 +89,11 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
     except OmegaConfBaseException as e:
         if isinstance(tree, DictConfig):  # a feature the config turns on and execrl refuses says more
             refuse_unresolved(OmegaConf.to_container(tree, resolve=False))
+        if unset := re.search(r"Environment variable '([^']+)' not found", str(e)):
+            key = f" ({e.full_key})" if getattr(e, "full_key", None) else ""
+            raise ConfigError(f"the config reads the environment variable {unset[1]}{key} (${{oc.env:{unset[1]}}}), "
+                              f"which is not set: set it ({unset[1]}=... execrl train ...), or give the key its value "
+                              "on the command line") from None
         raise ConfigError(f"cannot resolve the config: {str(e).splitlines()[0]}") from None
     sources = {**dict.fromkeys(in_file, "inherited"), **dict.fromkeys(set(own) & in_file, "file"),
                **dict.fromkeys(overridden, "override")}

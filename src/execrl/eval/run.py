@@ -525,8 +525,8 @@ def _print(summary: dict, cfg: EvalConfig, out_dir: Path, per_problem: str) -> N
     if cfg.dataset in DATASETS and not DATASETS[cfg.dataset].splits and cfg.data_path:  # (a file's loader: its
         source = f"{cfg.dataset} ({Path(cfg.data_path).name})"  # split is the file, not --split)
     title = f"{source}: {summary['problems']} problems x {per_problem} sample"
-    table = Table(title=Text(shown(title + ("" if per_problem == "1" else "s"))),  # (Text: a path's brackets are
-                  caption=Text(shown(f"per-problem results: {out_dir / 'results.jsonl'}")), min_width=64)  # not markup)
+    table = Table(title=Text(shown(title + ("" if per_problem == "1" else "s"))), min_width=64)  # (Text: a path's
+    # brackets are not markup)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k in cfg.ks:
@@ -542,6 +542,8 @@ def _print(summary: dict, cfg: EvalConfig, out_dir: Path, per_problem: str) -> N
     if summary["invalid_samples"]:
         table.add_row("invalid (sandbox failure)", str(summary["invalid_samples"]))
     Console().print(table)
+    Console().print(Text(shown(f"per-problem results: {out_dir / 'results.jsonl'}")), soft_wrap=True)  # (unwrapped: a
+    # table's caption wrapped a long path mid-name in a log, a hunt's find)
 
 
 def _bar() -> Progress:

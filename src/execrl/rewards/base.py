@@ -153,8 +153,6 @@ class ComponentConfig(BaseModel):
         unknown = set(self.params) - allowed
         if unknown:
             raise ValueError(f"reward component {self.name} has no parameter(s) {sorted(unknown)}; it takes {sorted(allowed)}")
-        if not math.isfinite(self.weight):  # (a NaN reward stopped the run blaming the learning rate)
-            raise ValueError(f"reward component {self.name}: weight={self.weight} is not a finite number")
         hints = typing.get_type_hints(COMPONENTS[self.name])
         for key, value in self.params.items():  # a parameter of named choices (Literal) takes one of them
             choices = typing.get_args(hints.get(key)) if typing.get_origin(hints.get(key)) is typing.Literal else ()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import gzip
 import hashlib
+import importlib.util
 import inspect
 import os
 import re
@@ -121,8 +122,8 @@ def local_source(info: DatasetInfo, path: str | None) -> Path | None:
                            "execrl eval: --data-path ...)")
     if local is None and info.hub_id is None and not info.generated and not info.own:
         looked = " or ".join(str(c) for c in copies(info))
-        raise DatasetError(f"{info.name}: no local copy in {looked}; put its files there (docs/getting-started.md says "
-                           "where to get them), set EXECRL_DATA_DIR to a folder holding {info.data_dir}/, or pass its "
+        raise DatasetError(f"{info.name}: no local copy in {looked}; put its files there (docs/getting-started.md's "
+                           "Datasets says where to get them), set EXECRL_DATA_DIR to a folder holding {info.data_dir}/, or pass its "
                            "path (execrl train: data.train.path=...; execrl eval: --data-path ...)".replace(
                                "{info.data_dir}", info.data_dir))
     return local
@@ -133,6 +134,9 @@ def origin(info: DatasetInfo, local: Path | None, path: str | None, advice: bool
     file instead."""
     if info.generated:
         return "generated"
+    if local is None and info.hub_id and advice and importlib.util.find_spec("datasets") is None:
+        return (f"from the hub ({info.hub_id}), which needs Hugging Face's datasets (pip install -e '.[hub]'), not "
+                f"installed here, and a network; or a copy in {info.data_dir}/ (docs/getting-started.md's Datasets)")
     if local is None:
         return f"from the hub ({info.hub_id})" if info.hub_id else f"from its loader {info.name}"
     instead = " (a file named by path or EXECRL_DATA_DIR reads instead)" if advice else ""
@@ -277,8 +281,9 @@ def hub_rows(hub_id: str, split: str, config: str | None = None) -> list[dict]:
     try:
         import datasets
     except ImportError:
-        raise DatasetError(f"no local copy, and loading {hub_id} from the hub needs `pip install datasets` and a "
-                           "network; or pass the path of a local copy") from None
+        raise DatasetError(f"no local copy, and loading {hub_id} from the hub needs Hugging Face's datasets (pip "
+                           "install -e '.[hub]') and a network; or pass the path of a local copy (docs/"
+                           "getting-started.md's Datasets says where to get one)") from None
     try:
         return list(datasets.load_dataset(hub_id, config, split=split))
     except Exception as e:  # noqa: BLE001 - offline, unknown id, ...: one clear message

@@ -32,7 +32,7 @@ from execrl.trainer.flat import (
     reward_against_correctness,
     verdict_note,
 )
-from execrl.trainer.metrics import INTERRUPTED
+from execrl.trainer.metrics import INTERRUPTED, LogUnwritable
 from execrl.trainer.rollouts import episode_means, episode_sums, prompt_seeds, rollout_rows, sampling
 from execrl.trainer.setup import Run, build_run, console
 from execrl.trainer.step import advantages, build_batch, deferrable, optimize, sampler_filter, score_tokens, sharing
@@ -131,6 +131,12 @@ def train(cfg: MasterConfig) -> Run:
         raise
     except memory.OutOfMemory as e:
         raise memory.OutOfMemory(e.phase, f"{e} {resume_note(run)}") from None
+    except LogUnwritable as e:  # (the steps since the last checkpoint kept, where the checkpoints' disk takes them)
+        with suppress(Exception):
+            finish_left(run)
+        with suppress(LogUnwritable, checkpoint.WriteFailed):
+            save_on_interrupt(run)
+        raise LogUnwritable(f"{e}. {resume_note(run)}") from None
     finally:
         with suppress(Exception):  # an error in the step after a deferred one: that step's line, where it can be read
             finish_left(run)

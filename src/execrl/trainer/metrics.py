@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import secrets
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from rich.console import Console
@@ -13,6 +15,10 @@ from rich.console import Console
 from execrl.config import MasterConfig
 from execrl.report.runs import INTERRUPTED
 from execrl.writable import write_whole
+
+
+class LogUnwritable(RuntimeError):
+    """The run's log directory took no more writes (a full disk, a quota): the run stops with a checkpoint."""
 
 
 class MetricsLogger:
@@ -93,12 +99,19 @@ class MetricsLogger:
             return
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
         # (a NaN made a line JSON readers other than Python's refuse: a wrecked model's entropy, a skipped step's)
-        self.jsonl.write(json.dumps({"step": step, **clean}) + "\n")
-        self.jsonl.flush()
-        if self.tb is not None:
-            for k, v in clean.items():
-                self.tb.add_scalar(k, v, step)
-            self.tb.flush()
+        with self._writing():
+            at = self.jsonl.tell()
+            try:
+                self.jsonl.write(json.dumps({"step": step, **clean}) + "\n")
+                self.jsonl.flush()
+            except OSError:  # (no half row: the file ends with the last whole one)
+                with suppress(OSError):
+                    os.truncate(self.jsonl.name, at)
+                raise
+            if self.tb is not None:
+                for k, v in clean.items():
+                    self.tb.add_scalar(k, v, step)
+                self.tb.flush()
         if self.wandb is not None:
             self.wandb.log(clean, step=step)
 
@@ -106,13 +119,25 @@ class MetricsLogger:
         if self.jsonl is None:
             return
         path = self.dir / "rollouts" / f"step_{step:06d}.jsonl"
-        path.parent.mkdir(exist_ok=True)
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        with self._writing():
+            path.parent.mkdir(exist_ok=True)
+            write_whole(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+    @contextmanager
+    def _writing(self):
+        """A write to the log directory; a full disk (or quota, or a read-only remount) as LogUnwritable, one line
+        naming the directory (a hunt's find: three chained tracebacks, and the steps since the last checkpoint lost)."""
+        try:
+            yield
+        except OSError as e:
+            raise LogUnwritable(f"logger.log_dir {self.dir}: {e.strerror or e} ({e.filename or 'metrics.jsonl'}); "
+                                "free space there or set logger.log_dir to another disk") from None
 
     def close(self) -> None:
-        if self.jsonl is not None:
-            self.jsonl.close()
-        if self.tb is not None:
-            self.tb.close()
+        with suppress(OSError):  # (a full disk's error was said where it happened)
+            if self.jsonl is not None:
+                self.jsonl.close()
+            if self.tb is not None:
+                self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
