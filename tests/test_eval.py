@@ -735,3 +735,23 @@ def test_a_refused_stop_string_is_refused_before_the_model_loads(tiny_model_dir,
         evaluate(EvalConfig(**common, out=str(tmp_path / "o1")), model_name=str(ckpt))
     with pytest.raises(ValueError, match=r"--stop-string: an empty string"):
         evaluate(EvalConfig(**common, out=str(tmp_path / "o2"), stop_strings=[""]), model_name=str(ckpt))
+
+
+def test_ctrl_c_while_grading_keeps_the_sampled_completions(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """(A hunt's find) Ctrl-C while grading threw away every completion (hours of sampling on a GPU). They are kept
+    in the output directory, as rows --completions reads, and grading them there gives what the whole eval gives."""
+    from execrl.eval.grading import EarlyGrading
+    from execrl.eval.run import EvalConfig, evaluate
+
+    settings = dict(dataset="builtin:arith-code", split="validation", limit=3, samples=2, ks=(1,), temperature=1.0,
+                    max_new_tokens=24, workers=1, grading_share=0.0)
+    whole = evaluate(EvalConfig(**settings, out=str(tmp_path / "whole")), model_name=tiny_model_dir)
+    real = EarlyGrading.finish
+    monkeypatch.setattr(EarlyGrading, "finish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(EvalConfig(**settings, out=str(tmp_path / "cut")), model_name=tiny_model_dir)
+    kept = tmp_path / "cut" / "completions.jsonl"
+    assert f"the 6 sampled completions are in {kept}" in " ".join(capsys.readouterr().err.split())
+    monkeypatch.setattr(EarlyGrading, "finish", real)
+    again = evaluate(EvalConfig(**settings, out=str(tmp_path / "again")), completions=str(kept))
+    assert again["pass@1"] == whole["pass@1"] and again["samples"] == 6

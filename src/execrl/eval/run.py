@@ -40,6 +40,7 @@ from execrl.tasks.generic import answer_kind, answer_text, digits
 from execrl.tasks.problem import VERIFIER, DatasetError, read_rows
 from execrl.tasks.registry import DATASETS, local_source
 from execrl.tasks.shown import distinct
+from execrl.writable import write_whole
 
 err = stderr_console()
 
@@ -158,9 +159,17 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
             samples = {(i, j): early.sample((i, j)) or make_sample(cfg, p, text, n, sampled=not completions, cut=cut)
                        for i, (p, outs) in enumerate(texts) for j, (text, n, cut) in enumerate(outs)}
             graded = sum(map(graded_in_sandbox, samples.values()))
-            with _bar() as bar:
-                task = bar.add_task("grading", total=graded)
-                done_early = early.finish(samples, progress=lambda: bar.advance(task))
+            try:
+                with _bar() as bar:
+                    task = bar.add_task("grading", total=graded)
+                    done_early = early.finish(samples, progress=lambda: bar.advance(task))
+            except KeyboardInterrupt:  # (the sampling kept: Ctrl-C while grading threw away every completion)
+                if not completions:
+                    kept = keep_completions(cfg, texts)
+                    say(f"interrupted while grading: the {sum(len(o) for _, o in texts)} sampled completions are in "
+                        f"{kept}; `execrl eval --completions {kept}` with this command's dataset options grades them "
+                        "without sampling again")
+                raise
         finally:
             early.close()  # (sampling failed: the programs still queued are dropped, not left to a closed sandbox)
         if early.given:
@@ -178,6 +187,15 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     return summarize(cfg, samples, {"completions": str(completions)} if completions else {"model": str(model_name)},
                      dict(report.reasons) if report is not None and cfg.dataset else {},
                      dropped)
+
+
+def keep_completions(cfg: EvalConfig, texts: list) -> Path:
+    """The sampled completions, as rows `--completions` reads, in the output directory."""
+    path = Path(cfg.out) / "completions.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_whole(path, "".join(json.dumps({"problem_id": p.id, "completion": text}) + "\n"
+                              for p, outs in texts for text, _, _ in outs))
+    return path
 
 
 def make_sample(cfg: EvalConfig, problem: Problem, text: str, num_tokens: int, sampled: bool = True,
