@@ -179,3 +179,8 @@ def test_ctrl_c_keeps_what_was_graded_and_marks_the_rest(tmp_path):
     assert proc.returncode == 130 and time.monotonic() - start < 20, err
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r.get("verdict") or r["error"] for r in rows] == ["pass"] * 2 + ["interrupted: not graded"] * 3
+
+
+def test_a_directory_given_for_the_rows_is_named_as_one(tmp_path):
+    proc = run("grade", str(tmp_path), "--out", str(tmp_path / "o.jsonl"))
+    assert proc.returncode == 2 and "is a directory: name the JSONL file of rows in it" in proc.stderr

@@ -47,6 +47,8 @@ def read_rows(path: str) -> list[tuple[int, dict | None, str | None]]:
     """(line number, row, error) for each non-blank line; a bad row (not UTF-8, not JSON, nested
     past reason) has row None and an error naming the line, and the others are graded."""
     p = Path(path)
+    if p.is_dir():
+        raise UnusableInput(f"{path} is a directory: name the JSONL file of rows in it")
     if not p.is_file():
         raise UnusableInput(f"{path}: no such file")
     try:

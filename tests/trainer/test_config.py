@@ -783,3 +783,12 @@ def test_a_components_text_and_optional_parameters_take_what_yaml_gives_them(tmp
         load_config(None, [f"reward.components=[{{name: '{name}', pattern: 1.10}}]"])
     with pytest.raises(ConfigError, match=r"classes=None is not tuple"):  # (a parameter null cannot be)
         load_config(None, ["reward.components=[{name: error_penalty, classes: null}]"])
+
+
+def test_a_quoted_home_path_and_a_second_config_file(tmp_path, monkeypatch):
+    """(A hunt's find) "~/cfg.yaml", quoted, was not found; a second config file read as a malformed override."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "cfg.yaml").write_text("grpo:\n  max_num_steps: 3\n")
+    assert load_config("~/cfg.yaml").grpo.max_num_steps == 3
+    with pytest.raises(ConfigError, match="a second config file; a run reads one"):
+        load_config("~/cfg.yaml", [str(tmp_path / "cfg.yaml")])

@@ -218,6 +218,7 @@ def _find(name: str, near: Path | None) -> Path:
 def _read(path: Path, chain: list[Path], dirs: list[Path] | None = None, own: list[str] | None = None) -> DictConfig:
     dirs = [] if dirs is None else dirs  # (filled with the folders of the files read; `own` with the keys of the
     # first file's own text, before what it inherits)
+    path = path.expanduser()  # ("~/cfg.yaml" quoted, which the shell left as it was)
     if path.is_dir():
         yamls = sorted(p.name for p in path.glob("*.yaml"))
         example = f", e.g. {path / yamls[0]}" if yamls else ""
@@ -306,6 +307,9 @@ def _override(tree: DictConfig, item: str) -> tuple[str, Any]:
     read)."""
     if item.startswith("~"):
         return _delete(tree, item)
+    if "=" not in item and item.endswith((".yaml", ".yml")):
+        raise ConfigError(f"{item}: a second config file; a run reads one (it may inherit another: `defaults: "
+                          f"{item}` in it), and key=value arguments after it")
     if "=" not in item:
         raise ConfigError(f"override {item!r} is not key=value (e.g. {item if '.' in item else 'grpo.max_num_steps'}="
                           "VALUE, as one argument), nor ~key")

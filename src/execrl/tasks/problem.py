@@ -155,6 +155,8 @@ def data_files(path: Path) -> list[Path]:
 def read_rows(path: str | Path) -> list[dict]:
     """Rows of a JSONL, JSON-list or parquet file."""
     path = Path(path)
+    if path.is_dir():
+        raise DatasetError(f"{path} is a directory: name the file of rows in it (JSON Lines, a JSON list or parquet)")
     if not path.is_file():
         raise DatasetError(f"{path}: no such file")
     if path.suffix == ".parquet":
