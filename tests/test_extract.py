@@ -514,3 +514,11 @@ def test_tilde_fences_invisible_marks_tab_indents_and_an_output_block_after_the_
     assert extract("1. Solution:\n   ```python\n" + tabs + "\n   ```").code == tabs
     assert extract("```\nprint(1)\n```\n~~~~~~~~\nThis runs in O(n).\n~~~~~~~~").code == "print(1)"
     assert extract("~~~~~~~~\n```python\nprint(1)\n```\n~~~~~~~~").code == "print(1)"
+
+
+def test_plain_code_loses_a_sentencepiece_words_space_and_keeps_an_indented_body():
+    """A completion decoded after its prompt starts with the space of its first word where a sentencepiece
+    tokenizer wrote one ('▁def'): as a whole program it did not compile (a review's find). A HumanEval body's
+    indentation is kept."""
+    assert extract(" def f(x):\n    return x\n", "code", "plain").code == "def f(x):\n    return x"
+    assert extract("    return x\n", "code", "plain").code == "    return x"

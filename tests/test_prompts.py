@@ -124,9 +124,9 @@ R1_LIKE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfo
 
 def test_the_think_format_under_a_template_that_closes_or_opens_the_think_block():
     """Qwen3's template with enable_thinking false writes '<think>\n\n</think>' in its generation prompt: under
-    prompt.answer_format=think no answer holds a </think> of its own, so every answer scored 0 without a word; now
-    refused at set-up. DeepSeek-R1's distills' template opens the block ('<think>\n'): an answer that closes it is in
-    the format (format_ok was always False: a hunt's find)."""
+    prompt.answer_format=think an answer without a </think> of its own scores 0, and every answer did without a
+    word; now a warning at set-up. DeepSeek-R1's distills' template opens the block ('<think>\n'): an answer that
+    closes it is in the format (format_ok was always False: a hunt's find)."""
     from execrl.extract import extract
     from execrl.prompts import opens_think, set_template_kwargs, template_notes
 
@@ -134,12 +134,14 @@ def test_the_think_format_under_a_template_that_closes_or_opens_the_think_block(
     assert template_notes(tok, None, "think") == []
     set_template_kwargs(tok, {"enable_thinking": False})
     assert template_notes(tok, None, "code") == []
-    with pytest.raises(ValueError, match="closes a think block .* every answer would score 0"):
-        template_notes(tok, None, "think")
+    (warned,) = template_notes(tok, None, "think")
+    assert warned.startswith("warning: the chat template's generation prompt closes a think block")
     assert template_notes(bos_tokenizer(R1_LIKE), None, "think") == []
     assert opens_think(bos_tokenizer(R1_LIKE)) and not opens_think(tok) and not opens_think(bos_tokenizer(QWEN3_LIKE))
-    opened = extract("add them\n</think>\n\\boxed{3}", "think", want_code=False)
+    opened = extract("add them\n</think>\n\\boxed{3}", "think", want_code=False, thinking=True)
     assert opened.answer == "\\boxed{3}" and opened.format_ok
+    assert not extract("add them\n</think>\n\\boxed{3}", "think", want_code=False).format_ok  # (no <think> asked)
+    assert not extract("<think>a</think> 3", "think", want_code=False, thinking=True).format_ok
     assert not extract("<think>a</think> b <think>c</think> 3", "think", want_code=False).format_ok
     assert not extract("a <think>b</think> 3", "think", want_code=False).format_ok
 

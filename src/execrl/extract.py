@@ -24,7 +24,8 @@ from execrl.sandbox.languages import ALIASES
 
 ANSWER_FORMATS = ("code", "reasoning", "think")
 CODE_STYLES = ("fence", "tags", "auto", "plain")
-READ_TAGS = frozenset(f"<{end}{name}>" for name in ("think", "reasoning", "answer", "code", "action") for end in ("", "/"))
+READ_TAGS = frozenset(f"<{end}{name}>" for name in ("think", "reasoning", "answer", "code", "action")
+                      for end in ("", "/"))
 # (the tags a completion is read by: answer formats, code tags, a game's or puzzle's move; a tokenizer may make one a
 # special token, which decoding would otherwise drop: rollout.completion.text_of)
 
@@ -36,13 +37,16 @@ class Extracted:
     code: str | None = None  # None: no code found
 
 
-def answer_part(completion: str, answer_format: str) -> tuple[str, bool]:
+def answer_part(completion: str, answer_format: str, thinking: bool = False) -> tuple[str, bool]:
+    """(the part that holds the answer, whether the completion follows the format); `thinking`: the chat template's
+    generation prompt opened the <think> block (prompts.opens_think: DeepSeek-R1's distills, QwQ), so the completion
+    has no <think> of its own (its format reward was 0 for all, a hunt's find)."""
     if answer_format == "think":
         if "</think>" not in completion:
             return "", False
-        head, _, tail = completion.rpartition("</think>")  # (no <think> of its own: the chat template's generation
-        opened = head.count("<think>")  # prompt opened the block (DeepSeek-R1's distills, QwQ), a hunt's find)
-        return tail.strip(), opened == 0 or opened == 1 and head.lstrip().startswith("<think>")
+        head, _, tail = completion.rpartition("</think>")
+        opened = head.count("<think>")
+        return tail.strip(), opened == 0 if thinking else opened == 1 and head.lstrip().startswith("<think>")
     if answer_format == "reasoning":  # (the last </answer> and the last <answer> before it, found from the end: a
         # search from each <answer> of thousands never closed took seconds)
         close = completion.rfind("</answer>")
@@ -171,15 +175,16 @@ LINE_OPEN = re.compile(r"(?m)^[ \t]*<code>")
 
 
 def extract(completion: str, answer_format: str = "code", code_style: str = "fence",
-            language: str = "python", want_code: bool = True, entries: frozenset[str] = frozenset()) -> Extracted:
+            language: str = "python", want_code: bool = True, entries: frozenset[str] = frozenset(),
+            thinking: bool = False) -> Extracted:
     """The answer and the code of a completion. `entries`: the names the tests call (spec.entry_names); where the
     last block defines none of them and an earlier one does (the solution, then a block of example calls), that
-    block is the code."""
+    block is the code. `thinking`: as answer_part's."""
     if answer_format not in ANSWER_FORMATS:
         raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
     if code_style not in CODE_STYLES:
         raise ValueError(f"code_style must be one of {CODE_STYLES}, got {code_style!r}")
-    answer, format_ok = answer_part(completion, answer_format)
+    answer, format_ok = answer_part(completion, answer_format, thinking)
     if not want_code:
         return Extracted(answer, format_ok)
     found = []
@@ -188,8 +193,10 @@ def extract(completion: str, answer_format: str = "code", code_style: str = "fen
     if code_style in ("tags", "auto", "plain"):
         found.append(_from_tags(answer))
     found = [f for f in found if f[0] is not None]
-    if not found and code_style == "plain":
-        return Extracted(answer, format_ok, answer.strip("\n") if answer.strip() else None)
+    if not found and code_style == "plain":  # (less one space before the first word: a sentencepiece word's, as
+        code = answer.strip("\n")  # decoded after a prompt, which no program starts with)
+        code = code[1:] if code.startswith(" ") and not code.startswith("  ") else code
+        return Extracted(answer, format_ok, code if code.strip() else None)
     if not found:
         return Extracted(answer, False, None)
     code, closed, _ = max(found, key=lambda f: f[2])

@@ -141,10 +141,11 @@ def template_notes(tokenizer, system_prompt: str | None = None, answer_format: s
     """Checks of a tokenizer's chat template on a prompt shaped like the run's (a user message, after the system
     prompt where one is set), before the sandbox starts: raises ChatTemplateError where the template refuses it
     (Gemma 2's 'System role not supported') and ValueError where it drops the message's content (every prompt would
-    be the same text) or the system prompt, or where its generation prompt closes a think block that `answer_format`
-    think needs the answer to close; a note where chat_template_kwargs change nothing in it (a misspelt name: {enable_thinkng:
-    false} left a Qwen3's thinking on); a note where it has none (a base model's tokenizer, or an instruct model's
-    saved without its template), so that the prompts' plain format is not a surprise."""
+    be the same text) or the system prompt; a warning where its generation prompt closes a think block that
+    `answer_format` think needs the answer to close; a note where chat_template_kwargs change nothing in it (a
+    misspelt name: {enable_thinkng: false} left a Qwen3's thinking on); a note where it has none (a base model's
+    tokenizer, or an instruct model's saved without its template), so that the prompts' plain format is not a
+    surprise."""
     if not getattr(tokenizer, "chat_template", None):
         return ["note: the tokenizer has no chat template: prompts are plain 'User: ...' / 'Assistant:' text (a base "
                 "model's format); for an instruct model's format save its tokenizer with its template (training: or set "
@@ -163,13 +164,14 @@ def template_notes(tokenizer, system_prompt: str | None = None, answer_format: s
                          "message, so prompt.system_prompt would reach no prompt: set policy.tokenizer.chat_template "
                          "to one that renders it, or put the text in prompt.template (execrl eval: drop "
                          "--system-prompt)")
-    if answer_format == "think" and "</think>" in (opening := text.removeprefix(apply_template(tokenizer, probe, False))):
-        raise ValueError(f"the chat template's generation prompt closes a think block ({opening!r}: Qwen3's with "
-                         "enable_thinking false), and prompt.answer_format=think grades what follows the answer's own "
-                         "</think>: no answer would hold one, and every answer would score 0. Set "
-                         "prompt.answer_format to code or reasoning (execrl eval: --answer-format), or turn thinking "
-                         "on (policy.tokenizer.chat_template_kwargs; execrl eval: --chat-template-kwargs)")
     notes = [note] if (note := unprompted(tokenizer, probe, text)) else []
+    opening = text.removeprefix(apply_template(tokenizer, probe, False))
+    if answer_format == "think" and "</think>" in opening:
+        notes.append(f"warning: the chat template's generation prompt closes a think block ({opening!r}: Qwen3's with "
+                     "enable_thinking false), and prompt.answer_format=think grades what follows an answer's own "
+                     "</think>: an answer that writes none scores 0. Set prompt.answer_format to code or reasoning "
+                     "(execrl eval: --answer-format), or turn thinking on (policy.tokenizer.chat_template_kwargs; "
+                     "execrl eval: --chat-template-kwargs)")
     kwargs = getattr(tokenizer, TEMPLATE_KWARGS, None) or {}
     unread = sorted(k for k in kwargs if k not in str(tokenizer.chat_template))  # (a name it reads, set to its default,
     if unread and tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True) == text:  # is fine)

@@ -93,7 +93,7 @@ def test_an_optimizer_of_ones_own_gets_only_its_own_kwargs_and_a_typo_is_named(t
 def test_optimizer_values_the_class_refuses_are_refused_by_the_dry_run():
     """(A hunt's find) betas=[0.9], weight_decay=-5 and lr=nan passed --dry-run and failed once the model had loaded,
     with a traceback or torch's words naming no key."""
-    for value, said in (("policy.optimizer.kwargs.betas=[0.9]", "AdamW refuses them"),
+    for value, said in (("policy.optimizer.kwargs.betas=[0.9]", "betas=[0.9]: two numbers"),
                         ("policy.optimizer.kwargs.weight_decay=-5", "Invalid weight_decay value: -5"),
                         ("policy.optimizer.kwargs.lr=.nan", "must be > 0 and finite")):
         proc = cli(value, "--dry-run")
@@ -751,7 +751,8 @@ def test_a_careless_users_settings_each_stop_with_the_fix(tmp_path):
     assert cfg.reward.components[1].params["buffer_tokens"] == 16
     for component, said in [("{name: error_penalty, classes: SyntaxError}", "classes='SyntaxError' is not tuple"),
                             ("{name: overlong_penalty, buffer_tokens: many}", "buffer_tokens='many' is not int"),
-                            ("{name: test_pass_fraction, weight: .inf}", "weight: Input should be a finite number (got inf)")]:
+                            ("{name: test_pass_fraction, weight: .inf}",
+                             "weight: Input should be a finite number (got inf)")]:
         with pytest.raises(ConfigError, match=re.escape(said)):
             load_config(None, [f"reward.components=[{component}]"])
     assert load_config(None, ["reward.components=[{name: error_penalty, classes: [SyntaxError]}]"]).reward.components[

@@ -104,10 +104,11 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
 
 
 def _sections_are_mappings(plain: dict) -> None:
-    """A ConfigError where a section (grpo, policy, ...) is set to a value, not to keys (`grpo=5`; a file's `grpo:` whose
-    keys are all commented out is null): NeMo RL's key mapping read it as keys, with a traceback (a hunt's find)."""
+    """A ConfigError where a section (grpo, policy, ...) is set to a value, not to keys (`grpo=5`; a file's `grpo:`
+    whose keys are all commented out is null): NeMo RL's key mapping read it as keys, with a traceback (a hunt's
+    find)."""
     for key, field in MasterConfig.model_fields.items():
-        value = plain.get(key) if isinstance(plain, dict) else None
+        value = plain.get(key)
         if key in plain and not isinstance(value, dict) and isinstance(field.annotation, type) and issubclass(
                 field.annotation, BaseModel):
             raise ConfigError(f"{key}: a section of keys ({key}.KEY=VALUE, or KEY: VALUE lines under it), got "

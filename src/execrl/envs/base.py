@@ -127,8 +127,8 @@ class Environment:
             self.turns += 1
         text, tokens, self.partial, self.partial_tokens = self.partial + text, self.partial_tokens + num_tokens, "", 0
         self.generations, self.last_text, self.last_tokens = self.generations + 1, text, tokens
-        if (opens_block(text, style) or names_a_tag(text, self.thinking)) and \
-                self.generations < self.cfg.grpo.max_rollout_turns:
+        if ((opens_block(text, style) or names_a_tag(text, self.thinking))
+                and self.generations < self.cfg.grpo.max_rollout_turns):
             self.partial, self.partial_tokens = text, tokens
             return None
         return text

@@ -24,7 +24,7 @@ class SingleTurnEnv(Environment):
     def step(self, assistant_text: str, num_tokens: int = 0) -> Step:
         p, prompt = self.problem, self.cfg.prompt
         extracted = extract(assistant_text, prompt.answer_format, prompt.code_style, p.language,
-                            want_code=p.kind == "code", entries=entry_names(p.tests))
+                            want_code=p.kind == "code", entries=entry_names(p.tests), thinking=self.thinking)
         sample = Sample(p, assistant_text, extracted, num_tokens=num_tokens,
                         max_tokens=self.turn_limit)
         return final_step(sample, self.grader, self.cfg.reward)

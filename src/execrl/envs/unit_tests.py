@@ -56,7 +56,7 @@ class UnitTestsEnv(Environment):
         num_tokens = self.last_tokens  # (the whole turn's, a continued one's parts together)
         last_turn = self.generations >= self.cfg.grpo.max_rollout_turns
         extracted = extract(assistant_text, prompt.answer_format, prompt.code_style, p.language,
-                            entries=entry_names(p.tests))
+                            entries=entry_names(p.tests), thinking=self.thinking)
         if extracted.code is None:
             if last_turn:
                 return self._final(num_tokens, False)

@@ -82,6 +82,7 @@ class EvalConfig:
     prompt: PromptConfig = field(default_factory=PromptConfig)
     chat_template_kwargs: dict | None = None  # None: those the model's tokenizer was saved with (a checkpoint's run's)
     trained_multi_turn: dict | None = None  # the checkpoint's run's multi-turn settings (eval itself is single-turn)
+    thinking: bool = False  # the chat template's generation prompt opens a <think> block (prompts.opens_think)
 
 
 def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | None = None) -> dict:
@@ -193,8 +194,8 @@ def keep_completions(cfg: EvalConfig, texts: list) -> Path:
     """The sampled completions, as rows `--completions` reads, in the output directory."""
     path = Path(cfg.out) / "completions.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_whole(path, "".join(json.dumps({"problem_id": p.id, "completion": text}) + "\n"
-                              for p, outs in texts for text, _, _ in outs))
+    write_whole(path, "".join(json.dumps({"problem_id": p.id, "completion": text, "num_tokens": n}) + "\n"
+                              for p, outs in texts for text, n, _ in outs))
     return path
 
 
@@ -204,7 +205,8 @@ def make_sample(cfg: EvalConfig, problem: Problem, text: str, num_tokens: int, s
     here, under --max-new-tokens (a completions file's were made under a limit not known here); `cut`: it hit that
     limit before it ended (the generator's word: an answer whose end of sequence is its last allowed token ended)."""
     return Sample(problem, text, extract(text, cfg.prompt.answer_format, cfg.prompt.code_style, problem.language,
-                                         want_code=problem.kind == "code", entries=entry_names(problem.tests)),
+                                         want_code=problem.kind == "code", entries=entry_names(problem.tests),
+                                         thinking=cfg.thinking),
                   num_tokens=num_tokens, max_tokens=cfg.max_new_tokens if sampled else 0, cut=cut)
 
 
@@ -227,7 +229,7 @@ def check_template(cfg: EvalConfig, model_name: str) -> EvalConfig:
     naming the fix, not a jinja2 traceback after the sandbox's start-up. Its notes are printed; `cfg` comes back
     with the chat_template_kwargs in use (--chat-template-kwargs, else the checkpoint's), for summary.json."""
     from execrl.models import load_tokenizer
-    from execrl.prompts import TEMPLATE_KWARGS, set_template_kwargs, template_notes
+    from execrl.prompts import TEMPLATE_KWARGS, opens_think, set_template_kwargs, template_notes
 
     tok = load_tokenizer(model_name)
     if tok is None:
@@ -236,7 +238,7 @@ def check_template(cfg: EvalConfig, model_name: str) -> EvalConfig:
         set_template_kwargs(tok, cfg.chat_template_kwargs)
     for note in template_notes(tok, cfg.prompt.system_prompt, cfg.prompt.answer_format):
         err.print(note.replace("policy.tokenizer.chat_template_kwargs", "--chat-template-kwargs"), markup=False)
-    return replace(cfg, chat_template_kwargs=getattr(tok, TEMPLATE_KWARGS, None) or {})
+    return replace(cfg, chat_template_kwargs=getattr(tok, TEMPLATE_KWARGS, None) or {}, thinking=opens_think(tok))
 
 
 def check_stops(cfg: EvalConfig, model_name: str, kinds: set[str], recorded: list[str] | None = None) -> None:

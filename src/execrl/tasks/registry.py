@@ -123,8 +123,9 @@ def local_source(info: DatasetInfo, path: str | None) -> Path | None:
     if local is None and info.hub_id is None and not info.generated and not info.own:
         looked = " or ".join(str(c) for c in copies(info))
         raise DatasetError(f"{info.name}: no local copy in {looked}; put its files there (docs/getting-started.md's "
-                           "Datasets says where to get them), set EXECRL_DATA_DIR to a folder holding {info.data_dir}/, or pass its "
-                           "path (execrl train: data.train.path=...; execrl eval: --data-path ...)".replace(
+                           "Datasets says where to get them), set EXECRL_DATA_DIR to a folder holding "
+                           "{info.data_dir}/, or pass its path (execrl train: data.train.path=...; execrl eval: "
+                           "--data-path ...)".replace(
                                "{info.data_dir}", info.data_dir))
     return local
 

@@ -63,7 +63,7 @@ class MetricsLogger:
         for old_rollouts in (self.dir / "rollouts").glob("step_*.jsonl"):
             if old_rollouts.stem[5:].isdigit() and int(old_rollouts.stem[5:]) > step:
                 old_rollouts.unlink()
-        self.jsonl = open(path, "a")
+        self.jsonl = open(path, "ab", buffering=0)  # (unbuffered: a write that fails leaves nothing to come later)
         if cfg.logger.tensorboard_enabled:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -100,13 +100,13 @@ class MetricsLogger:
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
         # (a NaN made a line JSON readers other than Python's refuse: a wrecked model's entropy, a skipped step's)
         with self._writing():
-            at = self.jsonl.tell()
+            at, row = self.jsonl.tell(), memoryview((json.dumps({"step": step, **clean}) + "\n").encode())
             try:
-                self.jsonl.write(json.dumps({"step": step, **clean}) + "\n")
-                self.jsonl.flush()
+                while row:
+                    row = row[self.jsonl.write(row):]
             except OSError:  # (no half row: the file ends with the last whole one)
                 with suppress(OSError):
-                    os.truncate(self.jsonl.name, at)
+                    os.ftruncate(self.jsonl.fileno(), at)
                 raise
             if self.tb is not None:
                 for k, v in clean.items():
@@ -134,10 +134,9 @@ class MetricsLogger:
                                 "free space there or set logger.log_dir to another disk") from None
 
     def close(self) -> None:
-        with suppress(OSError):  # (a full disk's error was said where it happened)
-            if self.jsonl is not None:
-                self.jsonl.close()
-            if self.tb is not None:
-                self.tb.close()
+        for part in (self.jsonl, self.tb):  # (a full disk's error was said where it happened)
+            if part is not None:
+                with suppress(OSError):
+                    part.close()
         if self.wandb is not None:
             self.wandb.finish()

@@ -115,7 +115,8 @@ def load_weights(cfg: MasterConfig, dtype: torch.dtype, device: str | None = Non
         raise ConfigError(f"policy.generation.stop_token_ids: {unknown[0]} is not a token of {p.model_name} "
                           f"({vocab:,} tokens): it would end no answer; give the id the model ends a turn with (its "
                           "tokenizer's convert_tokens_to_ids of the end-of-turn token)")
-    for note in template_notes(tok, cfg.prompt.system_prompt, cfg.prompt.answer_format):  # (raises where the template refuses the prompt)
+    # (raises where the template refuses the prompt)
+    for note in template_notes(tok, cfg.prompt.system_prompt, cfg.prompt.answer_format):
         if dist.is_main():
             err.print(note, markup=False)
     dropped = no_dropout(model)
