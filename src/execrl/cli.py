@@ -183,9 +183,10 @@ def run_report(args) -> int:
     from execrl.console import escape
     from execrl.report import write_report
 
-    out = args.out or (Path(args.runs[0]) / "report.html" if len(args.runs) == 1 else Path("report.html"))
+    runs = list({Path(r).resolve(): r for r in args.runs}.values())  # (a run named twice: drawn once)
+    out = args.out or (Path(runs[0]) / "report.html" if len(runs) == 1 else Path("report.html"))
     try:
-        written = write_report(args.runs, out)
+        written = write_report(runs, out)
     except (FileNotFoundError, OSError, ValueError) as e:
         Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(str(e))}")
         return 2

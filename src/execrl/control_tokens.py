@@ -21,7 +21,9 @@ from typing import Callable
 
 def control_pattern(tokenizer) -> re.Pattern | None:
     """The control tokens' strings, longest first: the special ones (<|im_start|>), and the added ones that read as
-    markup, special or not (Qwen's <tool_response>, which split_special_tokens leaves whole)."""
+    markup, special or not (Qwen's <tool_response>, which split_special_tokens leaves whole), but for a plain tag
+    that the chat template never writes (Gemma's <code>, <b>, <table>: HTML its tokenizer reads as one token; split,
+    the model read its own interpreter instructions' '<code>' in pieces, a hunt's find)."""
     specials = control_strings(tokenizer)
     return re.compile("|".join(map(re.escape, sorted(specials, key=len, reverse=True)))) if specials else None
 
@@ -29,9 +31,15 @@ def control_pattern(tokenizer) -> re.Pattern | None:
 def control_strings(tokenizer) -> set[str]:
     """control_pattern's strings."""
     added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    template = str(getattr(tokenizer, "chat_template", None) or "")
+
+    def markup(token: str) -> bool:
+        return bool(re.fullmatch(r"\S*[<>\[\]|]\S*", token)) and (
+            not re.fullmatch(r"</?[A-Za-z][\w-]*>", token) or token in template)
+
     return {t for t in (*tokenizer.all_special_tokens,
                         *(a.content for a in added.values() if getattr(a, "special", False)
-                          or re.fullmatch(r"\S*[<>\[\]|]\S*", a.content or ""))) if t}
+                          or markup(a.content or ""))) if t}
 
 
 FIRST, SEGMENT, MID = "first", "segment", "mid"  # where a piece of text starts: the sequence's start; right after a

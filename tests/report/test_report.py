@@ -526,3 +526,16 @@ def test_a_resumed_runs_earlier_configs_are_named(tmp_path):
         {"grpo": {"val_period": 2, "max_val_samples": 4}}))
     notes = load_run(d).notes
     assert notes == ["steps up to 3 ran config.to_step_000003.yaml: grpo.val_period 2 -> 3"]
+
+
+def test_a_run_named_twice_is_drawn_once(two_runs, tmp_path):
+    """(A hunt's find) `execrl report RUN RUN/` overlaid the run on itself."""
+    a, _ = two_runs
+    pages = []
+    for runs in ([str(a)], [str(a), f"{a}/"]):
+        out = tmp_path / f"{len(runs)}.html"
+        done = subprocess.run([sys.executable, "-m", "execrl.cli", "report", *runs, "--out", str(out)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        pages.append(out.read_text())
+    assert pages[1].count(a.name) == pages[0].count(a.name) > 0
