@@ -165,8 +165,7 @@ def template_notes(tokenizer, system_prompt: str | None = None, answer_format: s
                          "to one that renders it, or put the text in prompt.template (execrl eval: drop "
                          "--system-prompt)")
     notes = [note] if (note := unprompted(tokenizer, probe, text)) else []
-    opening = text.removeprefix(apply_template(tokenizer, probe, False))
-    if answer_format == "think" and "</think>" in opening:
+    if answer_format == "think" and "</think>" in (opening := generation_prompt(tokenizer, probe)):
         notes.append(f"warning: the chat template's generation prompt closes a think block ({opening!r}: Qwen3's with "
                      "enable_thinking false), and prompt.answer_format=think grades what follows an answer's own "
                      "</think>: an answer that writes none scores 0. Set prompt.answer_format to code or reasoning "
@@ -185,12 +184,17 @@ def opens_think(tokenizer) -> bool:
     QwQ's, Qwen3 Thinking-2507's): the model's turn starts inside it, with no <think> of its own."""
     if not getattr(tokenizer, "chat_template", None):
         return False
-    probe = [{"role": "user", "content": "Stand-in question?"}]
     try:
-        opening = apply_template(tokenizer, probe).removeprefix(apply_template(tokenizer, probe, False))
+        opening = generation_prompt(tokenizer, [{"role": "user", "content": "Stand-in question?"}])
     except ChatTemplateError:
         return False
     return opening.rfind("<think>") > opening.rfind("</think>")
+
+
+def generation_prompt(tokenizer, messages: list[dict]) -> str:
+    """What the chat template writes after `messages` where add_generation_prompt is set (the assistant's header,
+    and a think block's opening or closing where it writes one)."""
+    return apply_template(tokenizer, messages).removeprefix(apply_template(tokenizer, messages, False))
 
 
 def unprompted(tokenizer, probe: list[dict], prompt: str) -> str | None:

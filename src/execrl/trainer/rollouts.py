@@ -217,7 +217,7 @@ class EpisodeRunner:
     opponent: object = None
     judge: object = None
     _renderer: TurnRenderer | None = field(default=None, init=False, repr=False)
-    _thinking: bool | None = field(default=None, init=False, repr=False)  # (prompts.opens_think, found once)
+    _thinking: bool | None = field(default=None, init=False, repr=False)
     _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
 
     @property
@@ -227,6 +227,14 @@ class EpisodeRunner:
         if self._renderer is None:
             self._renderer = TurnRenderer(self.tokenizer)
         return self._renderer
+
+    @property
+    def thinking(self) -> bool:
+        """Whether the chat template opens a <think> block in its generation prompt (prompts.opens_think; found
+        once): each environment's turns start inside it."""
+        if self._thinking is None:
+            self._thinking = opens_think(self.tokenizer)
+        return self._thinking
 
     def run(self, problems: list[Problem], group_size: int, params: SamplingParams,
             seeds: list[int] | None = None) -> Rollouts:
@@ -246,10 +254,8 @@ class EpisodeRunner:
         episodes, prompts = [], []
         for problem in problems:
             envs = make_envs(cfg, self.grader, problem, group_size, frozen=self.opponent is not None)
-            if self._thinking is None:
-                self._thinking = opens_think(tokenizer)
             for env in envs:
-                env.thinking = self._thinking
+                env.thinking = self.thinking
             messages = [env.reset(problem) for env in envs]
             prompts.append(encode(messages[0], tokenizer))  # the G episodes of a problem share their prompt
             episodes += [Episode(problem, env, m, Trajectory(encode(m, tokenizer) if m != messages[0] else prompts[-1]))
