@@ -7,7 +7,6 @@ import dataclasses
 import json
 import os
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from rich.console import Console
@@ -178,7 +177,12 @@ def run_grade(args) -> int:
     try:
         with grader, Progress(*columns, console=err, disable=args.quiet, transient=False) as bar:
             task = bar.add_task("grading", total=len(jobs))
-            _graded(grader, [job for _, job in jobs], done, lambda: bar.advance(task))
+
+            def graded(i: int, result) -> None:
+                done[i] = result
+                bar.advance(task)
+
+            grader.grade_many([job for _, job in jobs], on_done=graded)
     except KeyboardInterrupt:  # (what was graded is kept: a traceback threw away every result, a hunt's find)
         pass
     by_line = {n: row for n, row, _ in rows}
@@ -206,21 +210,6 @@ def run_grade(args) -> int:
 
 
 NOT_GRADED = "interrupted: not graded"
-
-
-def _graded(grader: Grader, jobs: list[tuple], done: dict, advance) -> None:
-    """Each job graded into done[its index] as it finishes: on Ctrl-C the sandboxes are stopped, and what finished
-    is kept."""
-    with ThreadPoolExecutor(max(1, min(grader.pool.num_workers, len(jobs)))) as ex:
-        futures = {ex.submit(grader.grade, *job): i for i, job in enumerate(jobs)}
-        try:
-            for f in as_completed(futures):
-                done[futures[f]] = f.result()
-                advance()
-        except KeyboardInterrupt:
-            ex.shutdown(wait=False, cancel_futures=True)
-            grader.close()  # (the programs running now end with their sandboxes)
-            raise
 
 
 def _write(out: str, rows: list, results: dict) -> None:

@@ -1,7 +1,13 @@
 """`Grader.run`: one program, no tests (a code-interpreter cell): stdout, stderr and a verdict, in the same sandbox;
 and a failed stdin/stdout or call test says what the program printed or returned (unit-test feedback)."""
 
-from execrl.sandbox import Limits, Verdict
+import signal
+import threading
+import time
+
+import pytest
+
+from execrl.sandbox import Grader, Limits, Verdict
 
 V = Verdict
 
@@ -65,7 +71,30 @@ def test_grade_many_runs_a_single_job_in_the_calling_thread(grader, monkeypatch)
     monkeypatch.setattr(grader, "grade", lambda *job: threads.append(threading.get_ident()) or grade(*job))
     assert grader.grade_many([]) == [] and threads == []
     done = []
-    [one] = grader.grade_many([("print('ok')", ONE, "python", None)], on_done=done.append)
-    assert one.verdict == V.PASS and done == [one] and threads == [threading.get_ident()]
+    [one] = grader.grade_many([("print('ok')", ONE, "python", None)], on_done=lambda *d: done.append(d))
+    assert one.verdict == V.PASS and done == [(0, one)] and threads == [threading.get_ident()]
     two = grader.grade_many([("print('ok')", ONE, "python", None), ("print('no')", ONE, "python", None)])
     assert [r.verdict for r in two] == [V.PASS, V.FAIL] and threading.get_ident() not in threads[1:]
+
+
+def test_ctrl_c_in_grade_many_stops_the_running_programs_and_drops_the_queued():
+    """(The CLI's Ctrl-C, in the one place that grades many) Ctrl-C in `execrl eval`'s grading waited for every
+    queued program to run to its limit before the interrupt came through (minutes). Now the queued ones are dropped,
+    the running ones stop with the grader's sandboxes, and each that finished reached on_done first."""
+    from .conftest import ONE
+
+    main, done = threading.main_thread().ident, []
+
+    def on_done(i, result):
+        done.append((i, result.verdict))
+        if len(done) == 2:  # (both quick programs graded: the two workers take two minute-long ones)
+            threading.Timer(1.0, signal.pthread_kill, (main, signal.SIGINT)).start()
+
+    quick, slow = ("print('ok')", ONE, "python", None), ("import time; time.sleep(60)", ONE, "python", None)
+    with Grader(num_workers=2, limits=Limits(timeout_s=60.0, memory_mb=512)) as g:
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            g.grade_many([quick, quick, slow, slow, slow], on_done=on_done)
+        assert time.monotonic() - start < 20 and sorted(done) == [(0, V.PASS), (1, V.PASS)]
+        with pytest.raises(RuntimeError, match="closed"):
+            g.grade(*quick)

@@ -559,7 +559,7 @@ def test_ctrl_c_within_a_train_phase_saves_no_half_updated_step(tmp_path, monkey
     # left no mark, and the record read as a run that ended at step 2)
 
 
-def test_a_full_log_disk_stops_the_run_with_a_checkpoint_and_no_half_row(tmp_path, monkeypatch):
+def test_a_full_log_disk_stops_the_run_with_a_checkpoint_and_no_half_row(tmp_path, monkeypatch, capsys):
     """(A hunt's find) logger.log_dir's disk full at step 3: three chained tracebacks, metrics.jsonl ending in half a
     row, and the steps since the last checkpoint lost. Now one error naming the directory, the steps done saved
     (the checkpoints' disk had room), and the file's rows whole."""
@@ -590,6 +590,8 @@ def test_a_full_log_disk_stops_the_run_with_a_checkpoint_and_no_half_row(tmp_pat
     with pytest.raises(LogUnwritable, match="logger.log_dir .*No space left on device.*step_000003, is intact"):
         run(tmp_path, "full", "grpo.max_num_steps=5", "grpo.val_period=0", "checkpointing.save_period=10",
             "warmup.sft_steps=0")
+    said = " ".join(capsys.readouterr().err.split())  # (not the Ctrl-C path's "interrupted", a review's find)
+    assert "stopping: the log cannot be written: saving a checkpoint" in said and "interrupted" not in said
     assert [p.name for p in (tmp_path / "full" / "ckpt").glob("step_*")] == ["step_000003"]
     assert [row["step"] for row in metrics(tmp_path / "full")][-1] == 2  # (whole rows only)
 

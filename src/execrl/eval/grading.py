@@ -48,7 +48,7 @@ class EarlyGrading:
                 late.append(s)
         self.close()
         jobs = [grade_job(s) for s in late]
-        for s, result in zip(late, self.grader.grade_many(jobs, on_done=(lambda _: progress()) if progress else None)):
+        for s, result in zip(late, self.grader.grade_many(jobs, on_done=(lambda *_: progress()) if progress else None)):
             s.result = result
         for s, future in started:
             s.result = future.result()

@@ -19,7 +19,7 @@ CORRECT = ("pass", "correct")  # the outcomes that count for pass@k
 def grade_samples(samples: list[Sample], grader: Grader, progress=None) -> None:
     """Fill in each code sample's grading result (in parallel); math samples need no sandbox."""
     owners = [s for s in samples if graded_in_sandbox(s)]
-    results = grader.grade_many([grade_job(s) for s in owners], on_done=(lambda _: progress()) if progress else None)
+    results = grader.grade_many([grade_job(s) for s in owners], on_done=(lambda *_: progress()) if progress else None)
     for s, r in zip(owners, results):
         s.result = r
 

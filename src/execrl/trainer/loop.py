@@ -135,7 +135,7 @@ def train(cfg: MasterConfig) -> Run:
         with suppress(Exception):
             finish_left(run)
         with suppress(LogUnwritable, checkpoint.WriteFailed):
-            save_on_interrupt(run)
+            save_on_interrupt(run, why="stopping: the log cannot be written")
         raise LogUnwritable(f"{e}. {resume_note(run)}") from None
     finally:
         with suppress(Exception):  # an error in the step after a deferred one: that step's line, where it can be read
@@ -525,23 +525,23 @@ def write_report(run: Run):
         return None
 
 
-def save_on_interrupt(run: Run) -> None:
-    """Ctrl-C: a checkpoint of the steps done; resuming trains the interrupted step's batch
-    again."""
+def save_on_interrupt(run: Run, why: str = "interrupted") -> None:
+    """Ctrl-C (or why: another stop between steps): a checkpoint of the steps done; resuming trains the interrupted
+    step's batch again."""
     if run.last_saved == run.step:  # (a first Ctrl-C or SIGTERM: saved after its step, on every process)
         return
     if dist.world_size() > 1:  # each process was stopped somewhere else: a collective save could hang
         last = f"step {run.last_saved}" if run.last_saved >= 0 else "none"
-        console.print(f"[yellow]interrupted: not saved (several processes); the last checkpoint: {last}[/]")
+        console.print(f"[yellow]{why}: not saved (several processes); the last checkpoint: {last}[/]")
     elif run.updating:  # a second Ctrl-C within a train phase: its optimizer steps partly taken, a state no step had
         last = f"step {run.last_saved}" if run.last_saved >= 0 else "none"
-        console.print(f"[yellow]interrupted within step {run.step + 1}'s optimizer steps: not saved (its weights are "
+        console.print(f"[yellow]{why} within step {run.step + 1}'s optimizer steps: not saved (its weights are "
                       f"partly updated); the last checkpoint: {last}[/]")
     elif run.cfg.checkpointing.enabled and run.step > max(run.last_saved, 0):
-        console.print("[yellow]interrupted: saving a checkpoint before exiting[/]")
+        console.print(f"[yellow]{why}: saving a checkpoint before exiting[/]")
         save(run)
     elif run.step == 0:  # (the warm-up, the first validation: a SIGTERM there ended the run without a word)
-        console.print("[yellow]interrupted before the first step: nothing to save (the same command starts over)[/]")
+        console.print(f"[yellow]{why} before the first step: nothing to save (the same command starts over)[/]")
 
 
 def resume_note(run: Run) -> str:
