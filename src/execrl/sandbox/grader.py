@@ -257,11 +257,13 @@ class Grader:
         is called as job i finishes. A single job runs in the calling thread: training grades each sample alone,
         from its environment's thread, and a thread started and joined for it cost ~0.3 ms of host time per sample.
         Ctrl-C (KeyboardInterrupt in the calling thread) drops the jobs not started and stops the running ones with
-        this grader's sandboxes (it is closed), then raises: waiting for every queued program took minutes, and
-        what finished reached on_done."""
+        this grader's sandboxes (it is closed), then raises: waiting for every queued program took minutes. What
+        finished before it reached on_done; what it stopped does not."""
+        stopped = threading.Event()  # (a program the stop killed has no verdict of its own: not handed on)
+
         def one(i, job):
             result = self.grade(*job)
-            if on_done is not None:
+            if on_done is not None and not stopped.is_set():
                 on_done(i, result)
             return result
 
@@ -272,6 +274,7 @@ class Grader:
             try:
                 return [f.result() for f in futures]
             except KeyboardInterrupt:
+                stopped.set()
                 ex.shutdown(wait=False, cancel_futures=True)
                 self.close()  # (the programs running now end with their sandboxes)
                 raise
