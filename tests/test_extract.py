@@ -410,6 +410,11 @@ def test_a_mixed_number_is_its_value(text, reference, correct):
     ("The answer is 18 \u2013 2(3) = 12.", "12", True),
     ("Answer: 18, probably 2 more would be safer", "18", True),
     ("The answer is 1,000\u20131,200.", "1000", False),
+    ("#### 72 else 73", "72", False),  # (a hunt's finds: these scored 1)
+    ("#### 72, alternatively 73", "72", False),
+    ("\\boxed{72 \\text{ (possibly } 73\\text{)}}", "72", False),
+    ("\\boxed{72 \\text{ if } n \\text{ even, } 73 \\text{ otherwise}}", "72", False),
+    ("\\boxed{\\begin{cases} 73 & n \\text{ odd} \\\\ 72 & n \\text{ even}\\end{cases}}", "72", False),
 ])
 def test_a_hedged_answer_equals_no_reference(text, reference, correct):
     from execrl.rewards.math_answers import answers_match

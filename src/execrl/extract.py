@@ -342,7 +342,8 @@ def math_answer(answer_text: str) -> str | None:
 HEDGED = re.compile(rf"[\s*_:]*(?:either\b|between\b|{BOUND})", re.I)
 ALTERNATIVE = re.compile(r"\s*\+(?!\s*\d)|\s+and\s+(?:up|above|over|more)\b|"  # "18+", "18 and up"
                          r"\s+(?:to|and|through)\s+\$?\d[\d,.]*(?![\d,.]|\s*(?:[-+/=\u00d7\u00f7\u2212]|\*(?!\*)))|"
-                         r"[\s,;(\u2013\u2014]*(?:(?:but|though|although|or)\s+)?(?:maybe|perhaps|possibly|probably|"
+                         r"[\s,;(\u2013\u2014]*(?:(?:but|though|although|or)\s+)?(?:maybe|perhaps|possibly|probably|alternatively|else|"
+                         r"otherwise|"
                          r"(?:it|that|this)\s+(?:could|might|may)\s+(?:also\s+)?be)\s+\$?\d[\d,.]*"
                          r"(?=\s*(?:[).,;!?]|$))|"
                          # "18 (maybe 20)", not "18, probably 2 more would be safer" (a review's find)
@@ -360,9 +361,8 @@ def _alternative(text: str, first: re.Match) -> bool:
     alt = ALTERNATIVE.match(text, first.end())
     if alt is None:
         return False
-    try:
-        value = Fraction(_plain(first.group()))
-    except (ValueError, ZeroDivisionError):
+    value = _value(first.group())
+    if value is None:
         return True
     word = OR_WORD.match(text, first.end())
     if word and NUMBER_WORDS.get(word[1].lower()) == value:  # "7, or seven": restated
@@ -370,11 +370,26 @@ def _alternative(text: str, first: re.Match) -> bool:
     other = NUMBER.search(text, first.end())
     if other is None or other.start() >= alt.end() or SUM_AFTER.match(text, other.end()):  # ("or more", "or twenty":
         return True  # a bound, a number in words; "18 or 18 + 2": a sum, not 18 restated)
-    try:
-        restated = Fraction(_plain(other.group())) / (100 if PERCENT_AFTER.match(text, other.end()) else 1)
-    except (ValueError, ZeroDivisionError):
+    restated = _value(other.group())
+    if restated is None:
         return True
-    return restated != value  # ("0.25, or 25%", "18, or $18.00": restated)
+    return restated / (100 if PERCENT_AFTER.match(text, other.end()) else 1) != value  # ("0.25, or 25%", "18, or
+    # $18.00": restated)
+
+
+HUGE = re.compile(r"[eE][-+]?0*\d{5}|\d{4001}")  # an exponent of 10,000 or more, a run of over 4,000 digits
+
+
+def _value(number: str) -> Fraction | None:
+    """A number NUMBER matched, as a Fraction; None where it is none, or too large to build at once (Fraction evaluates
+    an exponent: "1e99999999 or 20" took four minutes of the trainer's CPU, a hunt's find)."""
+    plain = _plain(number)
+    if HUGE.search(plain):
+        return None
+    try:
+        return Fraction(plain)
+    except (ValueError, ZeroDivisionError):
+        return None
 
 
 OR_WORD = re.compile(r"[\s,;(]*(?:[A-Za-z]+\s+)?or\s+([a-z]+)\b", re.I)  # "7, or seven": its word
@@ -527,7 +542,8 @@ def _stated(text: str, number: re.Match) -> str:
     after = text[number.end():number.end() + 16]
     if not re.fullmatch(r"-?[\d.]+", plain):  # (a power, a fraction, an exponent: as it is)
         return plain
-    if (frac := VULGAR.match(after)) and plain.lstrip("-").isdigit():
+    if (frac := VULGAR.match(after)) and plain.lstrip("-").isdigit() and len(plain) <= 4000:  # (int() refuses more
+        # than 4,300 digits: a ValueError that ended the training step, a hunt's find)
         value = abs(int(plain)) + Fraction(unicodedata.numeric(frac.group())).limit_denominator(100)
         return f"{'-' if plain.startswith('-') else ''}{value}"
     scale = SCALE_AFTER.match(after)

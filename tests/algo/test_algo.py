@@ -310,3 +310,15 @@ def test_loss_variants_refuse_what_they_cannot_do(overrides, message):
     with pytest.raises(ConfigError, match=message):
         validate(load_config(None, overrides))
     assert load_config(None, ["++loss_fn.use_kl_in_reward=false", "++loss_fn.positive_example_nll_weight=0.0"])
+
+
+def test_rewards_one_float32_step_apart_get_advantages_that_sum_to_zero():
+    """(A hunt's find) r - baseline was taken in the rewards' float32, where the group's mean of [1, 1, 1, 1.0000001]
+    rounds to 1: one sample pushed up by 0.11 and none down. In float64 the group's advantages sum to 0."""
+    rewards, valid = torch.tensor([[1.0, 1.0, 1.0, 1.0000001]]), torch.ones(1, 4, dtype=torch.bool)
+    for loo in (False, True):
+        adv = ADVANTAGES["grpo"](rewards, valid, use_leave_one_out_baseline=loo)
+        assert adv.dtype == torch.float32 and (adv[0, :3] < 0).all() and adv[0, 3] > 0
+        assert abs(adv.double().sum()) < 1e-6 if not loo else adv[0, :3].allclose(adv[0, 0].expand(3))
+    dr = ADVANTAGES["dr_grpo"](rewards, valid)
+    assert (dr[0, :3] < 0).all() and abs(dr.double().sum()) < 1e-12

@@ -23,6 +23,35 @@ def test_numbers_with_huge_exponents_are_compared_not_evaluated():
         assert not answers_match(predicted, reference), (predicted, reference)
 
 
+def test_a_huge_number_beside_a_hedge_or_a_fraction_is_read_at_once_and_scores_0(monkeypatch, caplog):
+    """(A hunt's finds) "#### 1e99999999 or 20" took four minutes of the trainer's CPU (Fraction built the exponent
+    to tell whether 20 restates it); a run of 4,301 digits before ½ or a ratio's colon raised (Python's int-string
+    limit) out of the reward and ended the training step."""
+    from execrl.config.schema import RewardConfig
+    from execrl.extract import extract
+    from execrl.rewards import Sample, score
+    from execrl.tasks import Problem
+
+    start = time.perf_counter()
+    for text in ["#### 1e99999999 or 20", "The answer is 18, or 1e10000000", "#### 18 or 1e99999999"]:
+        assert not answers_match(math_answer(text), "20") and not answers_match(math_answer(text), "18"), text
+    assert time.perf_counter() - start < 2
+    assert math_answer("#### 1e3 or 1000") == "1e3"  # (the same value restated: still one answer)
+    digits = "1" * 4301
+    problem = Problem(id="p", messages=[{"role": "user", "content": "Compute."}], answer="72", kind="math")
+    config = RewardConfig(components=[{"name": "math_correct"}])
+    for text in [f"\\boxed{{{digits}\u00bd}}", f"so {digits}\u00bd", f"#### {digits}\u00bd", f"\\boxed{{{digits}:1}}"]:
+        text = "<think>.</think>" + text
+        sample = Sample(problem, text, extract(text, "think", want_code=False))
+        assert score(sample, config).total == 0.0
+    from execrl.rewards import math_answers  # and what no rule foresaw: scored 0 and said, not raised
+
+    monkeypatch.setattr(math_answers, "_math_verdict", lambda sample: int("9" * 5000))
+    text = "<think>.</think>#### 72"
+    assert score(Sample(problem, text, extract(text, "think", want_code=False)), config).total == 0.0
+    assert "math answer scored 0: reading it raised ValueError" in caplog.text
+
+
 def test_math_verify_is_cut_off_in_threads(monkeypatch):
     """math-verify ran with its timeouts off (they use signal.alarm: main thread only), so \\boxed{10^{10^{10}}} kept a
     scoring thread in sympy for minutes: it now runs in a child process, killed past VERIFY_SECONDS (scored 0, counted),

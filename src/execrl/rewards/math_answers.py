@@ -28,12 +28,15 @@ THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")  # 1,234,567.5: the
 
 
 HEDGE = re.compile(rf"\bor\b|\\(?:lor|vee)\b|{BOUND}|\d\s*(?:\\text\{{\s*)?\+(?:\s*\}})?\s*$|"
-                   r"\band (?:up|above|over|more)\b", re.I)  # alternatives or a bound, in an answer: \geqq 18,
-# 18 \text{ at least}, 18+, 18 and up
+                   r"\band (?:up|above|over|more)\b|\b(?:maybe|perhaps|possibly|alternatively|otherwise|else|if)\b|"
+                   r"\\begin\{cases\}", re.I)  # alternatives or a bound, in an answer: \geqq 18, 18 \text{ at least}, 18+,
+# 18 and up, 72 \text{ (possibly } 73), a case split (math-verify read one of them: it scored 1, a hunt's find)
 RATIO = re.compile(r"(\d+(?:\.\d+)?)\s*(?:\bto\b|:)\s*(\d+(?:\.\d+)?)(?:\s+[A-Za-z]+)?\.?", re.I)  # 3:1, 3 to 1 odds
 
 
 def _ratio(m: re.Match) -> Fraction | None:
+    if max(len(m[1]), len(m[2])) > 4000:  # (Fraction refuses more than 4,300 digits: a ValueError that ended the
+        return None  # training step, a hunt's find)
     first, second = Fraction(m[1]), Fraction(m[2])
     return first / second if second else None
 
@@ -54,7 +57,7 @@ def _bare(text: str) -> str:
     without invisible format characters (a byte-order mark, a zero-width space), a Unicode fraction as digits (1½:
     3/2, as an answer's is read)."""
     text = "".join(c for c in text if c not in UNSEEN).strip()
-    if m := WHOLE_VULGAR.fullmatch(text):
+    if (m := WHOLE_VULGAR.fullmatch(text)) and len(m[1]) <= 4000:  # (int() refuses more than 4,300 digits)
         whole = m[1].lstrip("-\u2212")
         value = int(whole or 0) + Fraction(unicodedata.numeric(m[2])).limit_denominator(100)
         return ("-" if len(whole) < len(m[1]) else "") + str(value)
@@ -443,7 +446,11 @@ def math_correct(sample: Sample) -> float:
     or the last number or LaTeX math span (whichever ends later), compared with math-verify; with dapo_math_verify,
     DAPO's 'Answer:' line (dapo_correct)."""
     if sample.math_verdict is None:  # (the reward, the metrics and the rollouts' records each ask)
-        sample.math_verdict = _math_verdict(sample)
+        try:
+            sample.math_verdict = _math_verdict(sample)
+        except (ValueError, ArithmeticError, RecursionError, MemoryError) as e:  # (an answer's text no rule here
+            log.warning("math answer scored 0: reading it raised %s: %s", type(e).__name__, str(e)[:200])  # foresaw:
+            sample.math_verdict = 0.0  # scored 0 and said, where it ended the training step or the eval)
     return sample.math_verdict
 
 
