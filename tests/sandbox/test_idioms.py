@@ -152,6 +152,41 @@ def test_the_program_is_its_own_main_module(grader, code):
     assert r.verdict == V.PASS, (r.tests[0].output, r.stderr)
 
 
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_spawned_pool_finds_the_module_in_every_form(grader, method):
+    """(A hunt's find) In the call, assert and check forms the program is the module `solution`, which a spawn or
+    forkserver child (Python 3.14's default start method) imports by name to unpickle its functions: no such file
+    existed, and every such test was a timeout. The stdio form's program is __main__, which spawn runs by its path."""
+    code = (f"import multiprocessing as mp\ndef sq(x):\n    return x * x\ndef f(n):\n"
+            f"    with mp.get_context({method!r}).Pool(2) as p:\n        return sum(p.map(sq, range(n)))\n")
+    lim = Limits(timeout_s=10.0, memory_mb=1024)
+    for tests in [{"fn_name": "f", "inputs": ["10"], "outputs": ["285"]}, {"asserts": ["assert f(10) == 285"]}]:
+        r = grader.grade(code, tests, limits=lim)
+        assert r.verdict == V.PASS, (tests, r.stderr[-500:])
+    r = grader.grade(code + "if __name__ == '__main__':\n    print(f(int(input())))\n", stdio(["10\n"], ["285\n"]),
+                     limits=lim)
+    assert r.verdict == V.PASS, r.stderr[-500:]
+
+
+def test_an_assert_test_may_pass_a_17_mb_argument(grader):
+    """(A hunt's find) The program's side read the tests' requests up to 16 MiB where a reply may be 64: a test
+    passing a 17 MB string was the program's runtime_error (the sandbox's own traceback), the call form's pass."""
+    r = grader.grade("def f(s):\n    return len(s)\n", {"asserts": ["assert f('a' * 17_000_000) == 17_000_000"]},
+                     limits=Limits(timeout_s=10.0, memory_mb=1024))
+    assert r.verdict == V.PASS, r.stderr[-500:]
+
+
+def test_forty_eight_threads_that_allocate_start_under_the_memory_limit(grader):
+    """(A hunt's find) glibc reserved 64 MB of address space for each thread's malloc arena, counted by RLIMIT_AS: at
+    1,024 MB a program could not hold 22 threads that allocate (15 MB of real memory), its pool's next thread a
+    RuntimeError."""
+    code = ("import threading\nfrom concurrent.futures import ThreadPoolExecutor\nb = threading.Barrier(48)\n"
+            "def w(i):\n    x = [bytes(5000 + j) for j in range(50)]\n    b.wait()\n    return len(x)\n"
+            "with ThreadPoolExecutor(48) as ex:\n    print('ok' if sum(ex.map(w, range(48))) == 48 * 50 else 'no')\n")
+    r = grader.grade(code, ONE, limits=Limits(timeout_s=10.0, memory_mb=1024))
+    assert r.verdict == V.PASS, r.stderr[-500:]
+
+
 DATACLASSES = ("from dataclasses import dataclass, field\nfrom typing import ClassVar\n@dataclass\nclass P:\n"
                "    x: int\n    tags: list = field(default_factory=list)\n    kind: ClassVar[str] = 'p'\n"
                "def make(x):\n    return P(x)\ndef norm(x):\n    return P(x).x + len(P(x).tags)\n"

@@ -358,6 +358,9 @@ def _grade_on(w: Worker, code: str, spec: TestSpec, lang: Language, lim: Limits)
     n = num_tests(spec)
     source = code.encode("utf-8", "surrogatepass")
     program = _program(lang, lim)
+    if lang.fork_python and not isinstance(spec, StdioTests):  # the module `solution` as a file of that name: a
+        program["file"] = "solution.py"  # spawn or forkserver child (Python 3.14's default) imports it by name to
+        # unpickle the program's functions (ModuleNotFoundError, the test a timeout: a hunt's find)
     per_test_wall = _per_test_wall(lim)
     if isinstance(spec, (AssertTests, CheckTests)):
         tests, stderr = _grade_with_checker(w, program, source, spec, n, lim, per_test_wall)

@@ -46,6 +46,8 @@ SANDBOX_ENV = {
     "OPENBLAS_NUM_THREADS": "1",  # numpy's BLAS must not reserve a thread pool's memory under RLIMIT_AS
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
+    # glibc reserves 64 MB of address space for each thread's own arena: under RLIMIT_AS a program holding 22 threads
+    "MALLOC_ARENA_MAX": "2",  # that used 15 MB could start no more (a hunt's find)
 }
 NS_CAPS = ("CAP_SYS_ADMIN", "CAP_NET_ADMIN")  # the zygote's per-program network namespace and PID counter
 # SYS_PTRACE: the zygote reads its programs' memory use (smaps_rollup) as root; SYS_PACCT: its exit

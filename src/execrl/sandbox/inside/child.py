@@ -185,6 +185,8 @@ def python_child(job: dict) -> None:
 
     sys.set_int_max_str_digits(0)  # integers beyond 4,300 digits are legitimate
     sys.argv = [job["src"]]
+    sys.path.insert(0, os.path.dirname(job["src"]))  # (as Python puts a script's directory first: a spawn or
+    # forkserver child imports the module `solution` from there to unpickle its functions)
     std_streams()
     code, status = 0, {}
     try:
@@ -272,7 +274,7 @@ def _serve(g: dict) -> None:
     def callback(key):
         def call(*args, **kwargs):  # the tests' function runs in the checker; only its plain result comes back
             send_msg(sock, {"callback": key, "args": encode(list(args), keep), "kwargs": encode(kwargs, keep)})
-            reply, _, _ = recv_msg(sock, max_header=1 << 24)
+            reply, _, _ = recv_msg(sock)  # (as large as the program may answer: 64 MiB)
             if "error" in reply:
                 raise RuntimeError(f"the test's function raised {reply['error']}: {reply.get('msg', '')}")
             return decode(reply["value"], arg)
@@ -281,8 +283,8 @@ def _serve(g: dict) -> None:
     asks = {"bool": bool, "len": len, "str": str, "next": next, "iter": iter}
     while True:
         try:
-            req, _, _ = recv_msg(sock, max_header=1 << 24)
-        except (EOFError, OSError):
+            req, _, _ = recv_msg(sock)  # (the tests' request, as large as a reply may be, 64 MiB: a 17 MB argument
+        except (EOFError, OSError):  # was refused at 16 MiB, the program's runtime_error, a hunt's find)
             return
         sent = None  # a call's arguments as the program got them
         try:
