@@ -793,3 +793,16 @@ def test_a_quoted_home_path_and_a_second_config_file(tmp_path, monkeypatch):
     assert load_config("~/cfg.yaml").grpo.max_num_steps == 3
     with pytest.raises(ConfigError, match="a second config file; a run reads one"):
         load_config("~/cfg.yaml", [str(tmp_path / "cfg.yaml")])
+
+
+def test_w_and_b_settings_it_would_refuse_are_refused_before_the_model_loads():
+    """(A hunt's find) logger.wandb.project=team/proj (W&B's own form of a team's project), an id with a slash and a
+    mode misspelt all passed the dry run and failed once the model had loaded, in wandb's traceback."""
+    with pytest.raises(ConfigError, match=r"write logger.wandb.entity=team logger.wandb.project=proj"):
+        load_config(None, ["logger.wandb.project=team/proj"])
+    with pytest.raises(ConfigError, match=r"logger.wandb.id: .* in an id: / in 'bad/id'"):
+        load_config(None, ["logger.wandb.id=bad/id"])
+    with pytest.raises(ConfigError, match=r"logger.wandb.mode: Input should be 'online', 'offline' or 'disabled'"):
+        load_config(None, ["logger.wandb.mode=ofline"])
+    w = load_config(None, ["logger.wandb.project=proj", "logger.wandb.entity=team"]).logger.wandb
+    assert (w.project, w.entity, w.mode) == ("proj", "team", None)  # (unset: W&B's environment, WANDB_MODE, decides)

@@ -1,8 +1,12 @@
 """`execrl train` end to end on CPU: resume is bit-exact, checkpoints load with transformers, NaN steps stop the run,
 a local HF model directory trains, and (slow tier) the built-in default learns."""
 
+import contextlib
 import json
+import os
 import re
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -352,6 +356,65 @@ def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
     assert ids == {(d / "wandb_id").read_text().strip()}, ids
     _, d = run(tmp_path, "named", "grpo.max_num_steps=1", "checkpointing.enabled=false", "logger.wandb.id=mine", *w)
     assert {p.name.rsplit("-", 1)[-1] for p in (d / "wandb").glob("offline-run-*")} == {"mine"}
+
+
+def test_wandb_takes_its_environment_and_records_how_the_run_ended(tmp_path, monkeypatch):
+    """(A hunt's finds) WANDB_MODE=offline, a compute node's usual set-up, was overridden by the config's default
+    (online: no API key, a traceback once the model had loaded); a failed or stopped run read as finished in W&B."""
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_PROJECT", "from-env")
+    wandb.teardown()  # (W&B reads the environment when a process first starts it: as a run's process does)
+    ended, init = [], wandb.init
+
+    def watched(**kwargs):  # the real run, its finish's exit code seen on the way
+        wandb_run = init(**kwargs)
+        finish = wandb_run.finish
+        wandb_run.finish = lambda exit_code=None, **k: ended.append((kwargs["project"], exit_code)) or finish(
+            exit_code=exit_code, **k)
+        return wandb_run
+
+    monkeypatch.setattr(wandb, "init", watched)
+    w = ["logger.wandb_enabled=true", "warmup.sft_steps=0", "grpo.val_period=0", "checkpointing.enabled=false"]
+    _, d = run(tmp_path, "env", "grpo.max_num_steps=1", *w)
+    assert list((d / "wandb").glob("offline-run-*")) and ended == [("from-env", 0)]
+    from execrl.trainer import loop
+
+    monkeypatch.setattr(loop, "summarize", lambda *a, **k: 1 / 0)  # (a failure at the run's end)
+    with pytest.raises(ZeroDivisionError):
+        run(tmp_path, "fails", "grpo.max_num_steps=1", *w)
+    assert ended[-1] == ("from-env", 1)
+
+
+def test_wandb_lost_mid_run_costs_neither_the_run_nor_its_checkpoint(tmp_path, monkeypatch, capsys):
+    """(A hunt's find) W&B's own process killed with the job (a scheduler's stop signals every process): the next
+    wandb.log raised out of the loop, and the run ended with no checkpoint. Now the run says so once and goes on,
+    its metrics in metrics.jsonl and TensorBoard."""
+    import signal
+
+    pytest.importorskip("wandb")
+    from execrl.trainer.metrics import MetricsLogger
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    real = MetricsLogger.log
+
+    def log(self, step, values):
+        if step == 2 and self.wandb is not None:  # its service process, a child of this one, killed
+            for pid in os.listdir("/proc"):
+                with contextlib.suppress(OSError):
+                    stat, cmd = Path(f"/proc/{pid}/stat").read_text(), Path(f"/proc/{pid}/cmdline").read_bytes()
+                    if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"wandb" in cmd:
+                        os.kill(int(pid), signal.SIGKILL)
+            time.sleep(1)
+        return real(self, step, values)
+
+    monkeypatch.setattr(MetricsLogger, "log", log)
+    result, d = run(tmp_path, "lost", "grpo.max_num_steps=4", "checkpointing.save_period=10", "warmup.sft_steps=0",
+                    "grpo.val_period=0", "logger.wandb_enabled=true", "logger.wandb.mode=offline")
+    assert result.step == 4 and (d / "ckpt" / "step_000004").is_dir()
+    assert [r["step"] for r in metrics(d) if "train/loss" in r] == [1, 2, 3, 4]
+    assert "W&B stopped taking the run's metrics" in " ".join(capsys.readouterr().err.split())
 
 
 def test_the_transformers_reference_backend_still_trains(tmp_path):

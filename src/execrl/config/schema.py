@@ -477,11 +477,33 @@ class EnvConfig(Section):
 
 
 class WandbConfig(Section):
-    project: str = Field("execrl", description="W&B project")
-    name: str | None = Field(None, description="run name (default: the log directory's name)")
-    mode: str = Field("online", description="online | offline (no network; sync later with `wandb sync`)")
-    id: str | None = Field(None, description="the W&B run's id (default: new for a run from its start; a resumed run "
-                                             "continues its own, kept in the log directory's wandb_id)")
+    project: str | None = Field(None, description="W&B project (default: $WANDB_PROJECT, else execrl)")
+    entity: str | None = Field(None, description="W&B team or user the project is under (default: $WANDB_ENTITY, else "
+                                                 "your W&B default)")
+    name: str | None = Field(None, description="run name (default: $WANDB_NAME, else the log directory's name)")
+    mode: Literal["online", "offline", "disabled"] | None = Field(
+        None, description="online | offline (no network; sync later with `wandb sync`) | disabled (default: "
+                          "$WANDB_MODE, else online)")
+    id: str | None = Field(None, description="the W&B run's id (default: $WANDB_RUN_ID, else new for a run from its "
+                                             "start; a resumed run continues its own, kept in the log directory's "
+                                             "wandb_id)")
+
+    @field_validator("project", "id")
+    @classmethod
+    def _w_and_b_name(cls, v: str | None, info) -> str | None:
+        """What W&B's own settings refuse, said before the model loads (it was a traceback after, a hunt's find)."""
+        if v is None:
+            return v
+        reserved = "/\\#?%:" if info.field_name == "project" else ":;,#?/'"
+        if bad := sorted(set(v) & set(reserved)):
+            hint = (f": write logger.wandb.entity={v.split('/')[0]} logger.wandb.project={v.split('/', 1)[1]}"
+                    if info.field_name == "project" and v.count("/") == 1 else "")
+            raise ValueError(f"W&B takes none of {' '.join(reserved)} in {'a project' if reserved[0] == '/' else 'an id'}: "
+                             f"{' '.join(bad)} in {v!r}{hint}")
+        if not v.strip() or v != v.strip() or len(v) > 128:
+            raise ValueError(f"a W&B {info.field_name} is 1-128 characters, neither starting nor ending with a space: "
+                             f"got {v[:140]!r}")
+        return v
 
 
 class LoggerConfig(Section):

@@ -61,6 +61,7 @@ def train(cfg: MasterConfig) -> Run:
     gpu = next(run.weights.compute.parameters()).device.type == "cuda"  # (train phases timed on the GPU)
     ctrl_c = CtrlC().__enter__()  # (over everything after loading: a signal in the closing validation or save too)
     deadline = Deadline(cfg)  # (its clock starts here, before the warm-up and val_at_start, as NeMo RL's does)
+    outcome = 1  # the run's exit code as its W&B run records it: 0 it ran its course, 130 stopped, 1 failed
     try:
         if run.step == 0 and cfg.warmup.sft_steps:
             warm_up(run)
@@ -123,7 +124,9 @@ def train(cfg: MasterConfig) -> Run:
         summarize(run, warn=run.step >= first_step)  # (a run already at its last step: warned when it ran)
         if stopped:
             raise KeyboardInterrupt
+        outcome = 0
     except KeyboardInterrupt:
+        outcome = 130
         finish_left(run)  # (its scheduler step before the checkpoint)
         save_on_interrupt(run)
         if not ctrl_c.marked and run.step > 0:  # (stopped at once, by a second Ctrl-C: the record says so too)
@@ -141,7 +144,7 @@ def train(cfg: MasterConfig) -> Run:
         with suppress(Exception):  # an error in the step after a deferred one: that step's line, where it can be read
             finish_left(run)
         ctrl_c.__exit__()
-        run.close()
+        run.close(outcome)
     return run
 
 

@@ -75,9 +75,17 @@ class MetricsLogger:
             except ImportError:
                 raise RuntimeError("logger.wandb_enabled needs `pip install wandb` (or set "
                                    "logger.wandb_enabled=false)") from None
-            w = cfg.logger.wandb
-            self.wandb = wandb.init(project=w.project, name=w.name or self.dir.name, mode=w.mode, dir=str(self.dir),
-                                    config=cfg.model_dump(mode="json"), id=self._wandb_id(step), resume="allow")
+            w, env = cfg.logger.wandb, os.environ  # (WANDB_MODE=offline, a compute node's usual set-up, was overridden
+            chosen = {"mode": w.mode, "entity": w.entity}  # by the config's default, a hunt's find)
+            try:
+                self.wandb = wandb.init(
+                    project=w.project or env.get("WANDB_PROJECT") or "execrl", dir=str(self.dir),
+                    name=w.name or env.get("WANDB_NAME") or self.dir.name, config=cfg.model_dump(mode="json"),
+                    id=self._wandb_id(step), resume="allow", **{k: v for k, v in chosen.items() if v is not None})
+            except Exception as e:  # noqa: BLE001 (an unset API key, an unknown entity: a traceback out of wandb)
+                raise RuntimeError(f"W&B would not start the run ({type(e).__name__}: {str(e)[:300]}): check "
+                                   "logger.wandb (project, entity, mode, id) and `wandb login`, or log offline with "
+                                   "logger.wandb.mode=offline, or set logger.wandb_enabled=false") from None
             if redone:  # (W&B logs no step below its last: the redone steps kept the first attempt's values)
                 Console(stderr=True, soft_wrap=True).print(
                     f"note: W&B keeps the values its run logged for steps {min(redone)}-{max(redone)} before this "
@@ -90,7 +98,7 @@ class MetricsLogger:
         (kept in wandb_id beside metrics.jsonl: without an id every resume began a W&B run of its own), else new."""
         path = self.dir / "wandb_id"
         kept = path.read_text().strip() if step > 0 and path.is_file() else ""
-        run_id = self.cfg.logger.wandb.id or kept or secrets.token_hex(4)
+        run_id = self.cfg.logger.wandb.id or os.environ.get("WANDB_RUN_ID") or kept or secrets.token_hex(4)
         path.write_text(run_id + "\n")
         return run_id
 
@@ -113,7 +121,10 @@ class MetricsLogger:
                     self.tb.add_scalar(k, v, step)
                 self.tb.flush()
         if self.wandb is not None:
-            self.wandb.log(clean, step=step)
+            try:
+                self.wandb.log(clean, step=step)
+            except Exception as e:  # noqa: BLE001 (its process killed, its connection lost: the run was lost with it,
+                self._wandb_lost(e)  # no checkpoint, a hunt's find; metrics.jsonl and TensorBoard go on)
 
     def rollouts(self, step: int, rows: list[dict]) -> None:
         if self.jsonl is None:
@@ -133,10 +144,25 @@ class MetricsLogger:
             raise LogUnwritable(f"logger.log_dir {self.dir}: {e.strerror or e} ({e.filename or 'metrics.jsonl'}); "
                                 "free space there or set logger.log_dir to another disk") from None
 
-    def close(self) -> None:
+    def close(self, outcome: int = 0) -> None:
+        """outcome: the run's exit code, which its W&B run records (0 finished, else failed)."""
         for part in (self.jsonl, self.tb):  # (a full disk's error was said where it happened)
             if part is not None:
                 with suppress(OSError):
                     part.close()
         if self.wandb is not None:
-            self.wandb.finish()
+            try:
+                self.wandb.finish(exit_code=outcome)  # (a failed or stopped run read as finished in W&B)
+            except Exception as e:  # noqa: BLE001
+                self._wandb_lost(e)
+
+    def _wandb_lost(self, e: Exception) -> None:
+        Console(stderr=True, soft_wrap=True).print(
+            f"W&B stopped taking the run's metrics ({type(e).__name__}: {str(e)[:200]}): they go on in "
+            f"{self.dir / 'metrics.jsonl'} and TensorBoard; `execrl report {self.dir}` draws them, and the W&B run "
+            "keeps what reached it", style="yellow", markup=False)
+        self.wandb = None
+        with suppress(Exception):  # (its connection's end now: at exit it printed a traceback of its own)
+            import wandb
+
+            wandb.teardown()

@@ -102,13 +102,14 @@ class Run:
         """The master model: what the optimizer updates and checkpoints save."""
         return self.weights.master
 
-    def close(self) -> None:
+    def close(self, outcome: int = 0) -> None:
+        """outcome: the run's exit code (0 it ran its course, 130 stopped, 1 failed), for its W&B run."""
         if self.pipeline is not None:
             self.pipeline.close()
         if self.episodes is not None:
             self.episodes.close()
         self.grader.close()
-        self.logger.close()
+        self.logger.close(outcome)
         if self.lock is not None:
             self.lock.release()
 
