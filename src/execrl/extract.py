@@ -342,8 +342,8 @@ def math_answer(answer_text: str) -> str | None:
 HEDGED = re.compile(rf"[\s*_:]*(?:either\b|between\b|{BOUND})", re.I)
 ALTERNATIVE = re.compile(r"\s*\+(?!\s*\d)|\s+and\s+(?:up|above|over|more)\b|"  # "18+", "18 and up"
                          r"\s+(?:to|and|through)\s+\$?\d[\d,.]*(?![\d,.]|\s*(?:[-+/=\u00d7\u00f7\u2212]|\*(?!\*)))|"
-                         r"[\s,;(\u2013\u2014]*(?:(?:but|though|although|or)\s+)?(?:maybe|perhaps|possibly|probably|alternatively|else|"
-                         r"otherwise|"
+                         r"[\s,;(\u2013\u2014]*(?:(?:but|though|although|or)\s+)?(?:maybe|perhaps|possibly|probably|"
+                         r"alternatively|else|otherwise|"
                          r"(?:it|that|this)\s+(?:could|might|may)\s+(?:also\s+)?be)\s+\$?\d[\d,.]*"
                          r"(?=\s*(?:[).,;!?]|$))|"
                          # "18 (maybe 20)", not "18, probably 2 more would be safer" (a review's find)

@@ -284,7 +284,8 @@ def test_lines_compared_on_the_bytes_read_as_the_decoded_text_reads():
         return lines(expected) == lines(printed.decode("utf-8", errors="surrogateescape"))
 
     rng = random.Random(0)
-    parts = [b"\n", b"\r", b"\r\n", b" ", b"\t", b"\x0b", b"a", b"1", b"\xff", b"\xe9", "\u00e9".encode(), b"\xed\xb3\xbf"]
+    parts = [b"\n", b"\r", b"\r\n", b" ", b"\t", b"\x0b", b"a", b"1", b"\xff", b"\xe9", "\u00e9".encode(),
+             b"\xed\xb3\xbf"]
     texts = ["\n", "\r", " ", "\t", "a", "1", "\udcff", "\ud800", "\u00e9", "\x0c"]
     for _ in range(5000):
         printed = b"".join(rng.choice(parts) for _ in range(rng.randint(0, 8)))

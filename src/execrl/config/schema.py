@@ -498,8 +498,8 @@ class WandbConfig(Section):
         if bad := sorted(set(v) & set(reserved)):
             hint = (f": write logger.wandb.entity={v.split('/')[0]} logger.wandb.project={v.split('/', 1)[1]}"
                     if info.field_name == "project" and v.count("/") == 1 else "")
-            raise ValueError(f"W&B takes none of {' '.join(reserved)} in {'a project' if reserved[0] == '/' else 'an id'}: "
-                             f"{' '.join(bad)} in {v!r}{hint}")
+            what = "a project" if info.field_name == "project" else "an id"
+            raise ValueError(f"W&B takes none of {' '.join(reserved)} in {what}: {' '.join(bad)} in {v!r}{hint}")
         if not v.strip() or v != v.strip() or len(v) > 128:
             raise ValueError(f"a W&B {info.field_name} is 1-128 characters, neither starting nor ending with a space: "
                              f"got {v[:140]!r}")

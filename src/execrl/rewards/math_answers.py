@@ -29,8 +29,8 @@ THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")  # 1,234,567.5: the
 
 HEDGE = re.compile(rf"\bor\b|\\(?:lor|vee)\b|{BOUND}|\d\s*(?:\\text\{{\s*)?\+(?:\s*\}})?\s*$|"
                    r"\band (?:up|above|over|more)\b|\b(?:maybe|perhaps|possibly|alternatively|otherwise|else|if)\b|"
-                   r"\\begin\{cases\}", re.I)  # alternatives or a bound, in an answer: \geqq 18, 18 \text{ at least}, 18+,
-# 18 and up, 72 \text{ (possibly } 73), a case split (math-verify read one of them: it scored 1, a hunt's find)
+                   r"\\begin\{cases\}", re.I)  # alternatives or a bound, in an answer: \geqq 18, 18 \text{ at least},
+# 18+, 18 and up, 72 \text{ (possibly } 73), a case split (math-verify read one of them: it scored 1, a hunt's find)
 RATIO = re.compile(r"(\d+(?:\.\d+)?)\s*(?:\bto\b|:)\s*(\d+(?:\.\d+)?)(?:\s+[A-Za-z]+)?\.?", re.I)  # 3:1, 3 to 1 odds
 
 
