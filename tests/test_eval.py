@@ -58,6 +58,30 @@ def test_eval_completions_from_a_file(tmp_path):
     assert summary["outcomes"] == {"pass": 3, "fail": 1, "runtime_error": 1, "no_code": 1}  # 13 names no such function
 
 
+def test_ctrl_c_while_grading_ends_at_once_with_a_line_not_a_traceback(tmp_path):
+    """Ctrl-C in `execrl eval`'s grading waited for every queued program to run to its limit (here 8 x 30 s on 2
+    workers: two minutes), then printed a traceback. Now it stops the sandboxes, says so, and exits 130."""
+    import signal
+    import time
+
+    shared_data("mbpp", "mbpp.jsonl")
+    slow = "```python\nimport time\ntime.sleep(60)\n```"
+    path = tmp_path / "slow.jsonl"
+    path.write_text("".join(json.dumps({"problem_id": f"mbpp/{i}", "completion": slow}) + "\n" for i in range(11, 15)
+                            for _ in range(2)))
+    script = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler)\n"  # (as a terminal's)
+              "from execrl.cli import main; sys.argv = ['execrl', *sys.argv[1:]]; sys.exit(main())")
+    proc = subprocess.Popen([sys.executable, "-c", script, "eval", "--completions", str(path), "--dataset", "mbpp",
+                             "--split", "test", "--samples", "2", "--k", "1", "--workers", "2", "--timeout", "30",
+                             "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(20)  # (the sandboxes started, two programs running, six queued)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and time.monotonic() - start < 20, err
+    assert "interrupted: no results written" in err and "Traceback" not in err
+
+
 def test_bare_code_completions_get_a_warning_and_plain_grades_them(tmp_path):
     """A completions file of bare code (a base model's, MBPP's own solutions): the default code style finds no code in
     any, and says so with the fix; --code-style plain grades each whole completion. The table's title says how many

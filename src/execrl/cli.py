@@ -543,6 +543,9 @@ def run_eval(args) -> int:
     except (ValueError, DatasetError, ModelNotFound, TestSpecError, SandboxUnusable, SandboxFailing) as e:
         Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(str(e))}")
         return 2
+    except KeyboardInterrupt:  # (a traceback, as for a crash; sampled completions, if any, were kept and named)
+        Console(stderr=True, soft_wrap=True).print("[yellow]interrupted:[/] no results written")
+        return 130
     return 0
 
 
