@@ -806,3 +806,34 @@ def test_w_and_b_settings_it_would_refuse_are_refused_before_the_model_loads():
         load_config(None, ["logger.wandb.mode=ofline"])
     w = load_config(None, ["logger.wandb.project=proj", "logger.wandb.entity=team"]).logger.wandb
     assert (w.project, w.entity, w.mode) == ("proj", "team", None)  # (unset: W&B's environment, WANDB_MODE, decides)
+
+
+def test_settings_that_train_or_validate_on_something_else_than_said_are_refused():
+    """(A hunt's finds) A correctness component of negative weight rewarded wrong answers (its multi-turn one was not
+    in the list); validation samples at val_top_k=1 were all alike, pass@k read as pass@1; training on a generated
+    task's validation stream made its validation the training set."""
+    from execrl.config.checks import validate
+
+    with pytest.raises(ConfigError, match="turn_discounted_pass_fraction has weight -1, so the run is rewarded for "
+                                          "wrong answers"):
+        validate(load_config(None, ["reward.components=[{name: turn_discounted_pass_fraction, weight: -1.0}]"]))
+    with pytest.raises(ConfigError, match=r"val_top_k=1 are all the same \(greedy\), so pass@k would be pass@1"):
+        validate(load_config(None, ["grpo.val_num_generations_per_prompt=4", "policy.generation.val_top_k=1",
+                                    "policy.generation.val_temperature=1.0"]))
+    proc = cli("--dry-run", "data.train.split=validation")
+    assert proc.returncode == 2 and "builtin:arith-code/validation is an evaluation split: never train on it (use " \
+        "one of ['train'])" in proc.stderr, proc.stderr
+
+
+def test_dapo_s_answer_line_check_on_boxed_prompts_is_warned(tmp_path):
+    """(A hunt's find) env.math.math_verify_impl=dapo_math_verify reads only an 'Answer:' line; on problems posed with
+    execrl's instruction (the answer in \\boxed{}) every right answer scored 0, and nothing said so."""
+    rows = tmp_path / "math.jsonl"
+    rows.write_text("".join(json.dumps({"input": f"What is {i} + 1?", "output": str(i + 1)}) + "\n" for i in range(40)))
+    common = ["data.train.dataset_name=ResponseDataset", f"data.train.path={rows}", "data.validation=null",
+              "env.math.math_verify_impl=dapo_math_verify", "warmup.sft_steps=0"]
+    said = " ".join(cli("--dry-run", *common).stderr.split())
+    assert "prompts ask for the final answer in \\boxed{} (execrl's instruction), and env.math.math_verify_impl=" \
+        "dapo_math_verify reads only an 'Answer:' line" in said, said
+    asked = " ".join(cli("--dry-run", *common, "prompt.system_prompt='End with a line Answer: N.'").stderr.split())
+    assert "reads only an 'Answer:' line" not in asked, asked

@@ -840,3 +840,17 @@ def test_max_val_samples_0_says_validation_is_off(tmp_path, capsys):
     user may read 0 as "no limit")."""
     run(tmp_path, "noval", "grpo.max_num_steps=1", "warmup.sft_steps=0", "grpo.max_val_samples=0", "grpo.val_period=1")
     assert "validation: no problem to validate on (grpo.max_val_samples=0 takes none)" in capsys.readouterr().err
+
+
+def test_a_resume_past_the_end_of_its_schedule_is_refused(tmp_path):
+    """(A hunt's find) A LinearLR decayed to 0 at the run's end; the same command with more steps resumed and trained
+    every new step at learning rate 0 (its checkpoints' weights equal), with no word: the start-up check looks at the
+    run's whole schedule, where the dead steps were a small share."""
+    from execrl.config import ConfigError
+
+    schedule = ("policy.scheduler={name: torch.optim.lr_scheduler.LinearLR, kwargs: {start_factor: 1.0, end_factor: "
+                "0.0, total_iters: 2}}")
+    small = [schedule, "warmup.sft_steps=0", "grpo.val_period=0", "checkpointing.save_period=2"]
+    run(tmp_path, "lr", "grpo.max_num_steps=2", *small)
+    with pytest.raises(ConfigError, match=r"every step this resumed run takes \(GRPO steps 3-4 of grpo.max_num_steps=4"):
+        run(tmp_path, "lr", "grpo.max_num_steps=4", *small)

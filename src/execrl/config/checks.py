@@ -103,7 +103,8 @@ def check_learnable(cfg: MasterConfig) -> None:
     check_penalties(cfg)
 
 
-CORRECTNESS = ("test_pass_fraction", "all_tests_pass", "math_correct")  # the components that score right answers
+CORRECTNESS = ("test_pass_fraction", "all_tests_pass", "turn_discounted_pass_fraction", "math_correct")  # the
+# components that score right answers
 PENALTIES = {"error_penalty": "programs that fail to compile or crash", "repetition_penalty": "repeated text",
              "overlong_penalty": "answers past its length"}  # (a penalty's own values are <= 0)
 
@@ -487,7 +488,8 @@ def validation_overlap_note(cfg: MasterConfig) -> str | None:
         return None
     info = DATASETS[dataset_key(same[0].dataset_name)]
     used = {d.split_name for d in cfg.data.train_sets if dataset_key(d.dataset_name) == dataset_key(info.name)}
-    other = sorted((s for s in info.splits if s not in used | set(info.eval_only)), key=lambda s: (s != "validation", s != "train"))
+    other = sorted((s for s in info.splits if s not in used and (s == "validation" or s not in info.eval_only)),
+                   key=lambda s: (s != "validation", s != "train"))  # (a generated task's validation stream is held out)
     fix = (f"data.validation.split={other[0]}" if other else "another file as data.validation.path, or data.validation: "
            "null with data.train.split_validation_size: 0.05 (a share of the training set held out)")
     return (f"warning: data.validation {', '.join(f'{d.dataset_name}/{d.split_name}' for d in same)} is also a training "
@@ -711,6 +713,24 @@ def schedule_note(cfg: MasterConfig, batch_plan: BatchPlan) -> str | None:
     return None
 
 
+def check_schedule_left(cfg: MasterConfig, step: int) -> None:
+    """A run resumed after `step` GRPO steps: the schedule's rate for the steps left is not all under LOW_PEAK after
+    its peak (a LinearLR decayed to 0 at the old end, the run resumed with more steps, trained every new step at 0:
+    its checkpoints' weights equal, a hunt's find)."""
+    batch_plan = plan(cfg)
+    peak, at, steps, whole, low = schedule_peak(cfg, batch_plan)
+    per = 1 if cfg.policy.scheduler.per_grpo_step else batch_plan.optimizer_steps_per_rollout
+    first = step * per + 1  # the first scheduler step this run takes
+    if not whole or first > steps or first <= at or not set(range(first, steps + 1)) <= set(low):
+        return
+    unit = "GRPO steps" if per == 1 else "optimizer steps"
+    raise ConfigError(f"policy.scheduler keeps the learning rate under {LOW_PEAK:.0%} of the configured one for every "
+                      f"step this resumed run takes ({unit} {first:,}-{steps:,} of grpo.max_num_steps="
+                      f"{cfg.grpo.max_num_steps}): its schedule ended at the run's old length, and they would learn "
+                      "nothing. Start a new run with a schedule for the new length (a new checkpointing.checkpoint_dir, "
+                      "policy.model_name the last checkpoint's policy/), or keep grpo.max_num_steps where it was")
+
+
 def missing_package(cfg: MasterConfig) -> str | None:
     """An optional package a setting needs and this machine lacks, as the line that names the fix; None: none. Not
     part of validate(): a config dry-runs on any machine (NeMo RL's log to W&B), and the run refuses it before
@@ -855,6 +875,10 @@ def check_supported(cfg: MasterConfig) -> None:
         raise ConfigError(f"grpo.val_num_generations_per_prompt={cfg.grpo.val_num_generations_per_prompt} greedy "
                           "samples would all be the same: set policy.generation.val_temperature > 0 (NeMo RL's "
                           "configs: ${policy.generation.temperature})")
+    if cfg.grpo.val_num_generations_per_prompt > 1 and cfg.policy.generation.val_top_k == 1:
+        raise ConfigError(f"grpo.val_num_generations_per_prompt={cfg.grpo.val_num_generations_per_prompt} samples at "
+                          "policy.generation.val_top_k=1 are all the same (greedy), so pass@k would be pass@1: set "
+                          "val_top_k to null or above 1, or val_num_generations_per_prompt=1")
     if cfg.policy.hf_config_overrides and cfg.policy.model_name.startswith("builtin:"):
         raise ConfigError(f"policy.hf_config_overrides change a hub or local model's config.json; "
                           f"{cfg.policy.model_name} is built here: set them to {{}}")

@@ -22,6 +22,7 @@ from execrl.eval.passk import mean_pass_at_k
 from execrl.extract import extract
 from execrl.prompts import PromptConfig, build_messages, drop_long_prompts, templated
 from execrl.rewards import CORRECT, Sample, outcome, sandbox_failures
+from execrl.rewards.math_answers import boxed_under_dapo
 from execrl.rewards.outcome import NO_CODE, graded_in_sandbox
 from execrl.sandbox import (
     LANGUAGES,
@@ -135,6 +136,8 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     if texts is None and cfg.backend == "transformers" and any("guided_decoding" in p.metadata for p in posed):
         raise ValueError(f"rows of {cfg.data_path or cfg.dataset} have a guided_decoding constraint, which needs the "
                          "execrl engine (it masks tokens in its sampling step): drop --backend transformers")
+    if texts is None and (note := boxed_under_dapo(posed, cfg.math_verify_impl, cfg.prompt, "--math-verify-impl")):
+        say(note)
     for p in posed if cfg.math_verify_impl else ():
         if p.kind == "math":
             p.metadata[VERIFIER] = cfg.math_verify_impl

@@ -33,7 +33,7 @@ LINES = [
 STACKS = [("verdicts", "Verdict shares", "share of samples", "train/verdict/"),
           ("phases", "Time per phase", "seconds", "time/")]
 PHASES = ("time/generate", "time/grade", "time/reward_model", "time/train")  # the parts of a step (not its total)
-EVAL_SKIP = ("eval/num_problems", "eval/problem_set", "eval/temperature", "eval/top_p",
+EVAL_SKIP = ("eval/num_problems", "eval/problem_set", "eval/temperature", "eval/top_p", "eval/top_k",
              "eval/max_new_tokens")  # (settings, not results)
 OWN_CHART = ("eval/pass@",)  # keys drawn in a chart of their own (not among "eval/"'s others)
 

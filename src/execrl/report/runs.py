@@ -267,6 +267,6 @@ def validation_sets_differ(first: dict, last: dict) -> str:
             "eval/problem_set" in last:
         return f"on two sets of {_count(a)} problems (other problems, or in another order): not one validation set"
     changed = [f"{key[5:]} {first[key]:g} and {last[key]:g}" for key in ("eval/temperature", "eval/top_p",
-                                                                        "eval/max_new_tokens")
+                                                                        "eval/top_k", "eval/max_new_tokens")
                if key in first and key in last and first[key] != last[key]]
     return f"sampled at {', '.join(changed)}: not one validation setting" if changed else ""

@@ -441,6 +441,20 @@ def _stop() -> None:
 
 
 @component("math_correct", scores=("math",), bounds=(0.0, 1.0))
+def boxed_under_dapo(problems: list, impl: str, prompt, key: str) -> str | None:
+    """A warning where math problems posed with execrl's instruction (the answer in \\boxed{}) are checked by
+    dapo_math_verify, which reads only an 'Answer:' line (a hunt's find: every right boxed GSM8K answer scored 0,
+    unsaid); None where none is, or where the system prompt or template asks for the line."""
+    boxed = sorted({p.id.split("/")[0] for p in problems if p.kind == "math" and VERIFIER not in p.metadata
+                    and not p.metadata.get("own_instructions")})
+    asks_line = "answer:" in f"{prompt.system_prompt or ''} {prompt.template or ''}".lower()
+    if impl != "dapo_math_verify" or not boxed or not prompt.add_instructions or asks_line:
+        return None
+    return (f"{', '.join(boxed)}'s prompts ask for the final answer in \\boxed{{}} (execrl's instruction), and {key}="
+            "dapo_math_verify reads only an 'Answer:' line: a right boxed answer scores 0. Use hf_math_verify, or ask "
+            "for the line in the system prompt or the prompt template")
+
+
 def math_correct(sample: Sample) -> float:
     """1 when the final answer equals the reference: by default (hf_math_verify) the answer in \\boxed{}, after ####,
     or the last number or LaTeX math span (whichever ends later), compared with math-verify; with dapo_math_verify,

@@ -33,7 +33,7 @@ PHRASES = ["Write a Python program that reads two integers from one line and pri
 COUNTS = {"train": 4096, "validation": 256}  # problems per split unless `count` says otherwise
 
 
-@register("builtin:arith-code", data_dir=None, splits=tuple(COUNTS), kind="code")
+@register("builtin:arith-code", data_dir=None, splits=tuple(COUNTS), eval_only=("validation",), kind="code")
 def load(path, split, report, count: int | None = None, seed: int = 42, warmup_solutions: float = 1.0,
          warmup_hidden: list[str] | tuple[str, ...] = (), **_):
     """`count` problems of the split (train and validation come from different streams of `seed`;

@@ -54,7 +54,7 @@ def warmup_game(game: str, seed: int) -> tuple[list[str], list[dict]]:
 def _register(game: str) -> None:
     splits = tuple(COUNTS) if GAMES[game].opponents else ("train",)
 
-    @register(f"selfplay:{game}", data_dir=None, splits=splits, kind="game")
+    @register(f"selfplay:{game}", data_dir=None, splits=splits, eval_only=("validation",), kind="game")
     def load(path, split, report, count: int | None = None, seed: int = 42, opponents: list[str] | None = None, **_):
         """`count` matches (validation: per opponent); seeds from a stream of `seed` per split."""
         if path is not None:

@@ -15,7 +15,7 @@ from execrl.tasks.registry import register
 COUNTS = {"train": 10_000, "validation": 64}
 
 
-@register("sliding_puzzle", data_dir=None, splits=tuple(COUNTS), kind="puzzle")
+@register("sliding_puzzle", data_dir=None, splits=tuple(COUNTS), eval_only=("validation",), kind="puzzle")
 def load(path, split, report, count: int | None = None, seed: int = 42, size: int = 3, shuffle_moves: int = 10,
          **_) -> list[Problem]:
     """`count` puzzles of the split (validation: a stream of its own, never the training puzzles'

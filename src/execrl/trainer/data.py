@@ -12,7 +12,7 @@ from itertools import zip_longest
 
 from execrl.config import MasterConfig
 from execrl.config.schema import DatasetConfig
-from execrl.rewards.math_answers import VERIFIER
+from execrl.rewards.math_answers import VERIFIER, boxed_under_dapo
 from execrl.sandbox.inside.protocol import encode
 from execrl.tasks import DATASETS, DatasetError, Problem, check_trainable, dataset_key, load_problems
 from execrl.tasks.held_out import held_evaluation_sets
@@ -30,7 +30,8 @@ def load_split(d: DatasetConfig, seed: int, repeat: bool = True, train: bool = F
     options = ({"seed": seed} if DATASETS[key].generated or DATASETS[key].own else {}) | {
         k: v for k, v in (("input_key", d.input_key), ("output_key", d.output_key)) if v is not None} | d.options
     problems = load_problems(key, d.split_name, d.path, d.max_tests, train=train, **options)[0]
-    return [p for p in problems for _ in range(d.repeat if repeat else 1)]
+    return [p for _ in range(d.repeat if repeat else 1) for p in problems]  # (the set again and again, as NeMo RL's
+    # concatenated copies: each problem N times in a row made an unshuffled step one problem's, a hunt's find)
 
 
 def prompts_digest(problems: list[Problem]) -> str:
@@ -87,7 +88,7 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
             val.append(held)
         elif info.generated and "validation" in info.splits and not vals:  # a stream of its own is held out
             val.append(load_split(d.model_copy(update={"split": "validation"}), seed))
-        train += [p for p in problems for _ in range(d.repeat)]
+        train += [p for _ in range(d.repeat) for p in problems]
     for d in vals:
         val.append(load_split(d, seed))
     val = [p for turn in zip_longest(*val) for p in turn if p is not None]  # the sources interleaved: where
@@ -104,6 +105,8 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
         err.print(f"[yellow]{name}'s prompts ask for the answer line that {wants} reads, and "
                   f"env.math.math_verify_impl is {impl} (NeMo RL's default, which its DAPO recipes change): "
                   f"set env.math.math_verify_impl={wants}[/]")
+    if (note := boxed_under_dapo(train + val, impl, cfg.prompt, "env.math.math_verify_impl")) and dist.is_main():
+        err.print(note, style="yellow", markup=False, highlight=False)
     for p in train + val:
         if p.kind == "math":
             p.metadata[VERIFIER] = impl

@@ -366,7 +366,8 @@ def validate(run: Run) -> float:
     how = sampling(run.cfg, validation=True)  # (recorded: a resume may change them, and the curve then joins two)
     metrics = {"eval/pass@1": score, "eval/num_problems": num_problems,
                "eval/problem_set": problem_set(run.val_problems), "eval/temperature": how.temperature,
-               "eval/top_p": how.top_p, "eval/max_new_tokens": run.cfg.policy.generation.max_new_tokens}
+               "eval/top_p": how.top_p, "eval/top_k": how.top_k or 0,  # (0: none)
+               "eval/max_new_tokens": run.cfg.policy.generation.max_new_tokens}
     if k > 1:
         metrics[f"eval/pass@{k}"] = sum_at_k / max(num_at_k, 1)
     games = episode_means(dist.sum_dicts(episode_sums(rollouts)))  # (self-play: rates against each fixed player)

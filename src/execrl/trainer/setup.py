@@ -19,6 +19,7 @@ from execrl.config import BatchPlan, ConfigError, MasterConfig, to_yaml
 from execrl.config.checks import (
     check_dataset_names,
     check_reward_fits,
+    check_schedule_left,
     check_stop_strings,
     data_sources,
     dataset_entries,
@@ -394,7 +395,8 @@ def kinds(problems: list[Problem]) -> str:
 
 
 def all_generated(cfg: MasterConfig) -> bool:
-    """Whether every training set is a generated task (builtin:*, self-play, puzzles): fresh problems each draw."""
+    """Whether every training set is a generated task (builtin:*, self-play, puzzles): problems made by a seeded loader,
+    each with its own tests or seed, a few prompts among them."""
     return all(DATASETS[dataset_key(d.dataset_name)].generated for d in cfg.data.train_sets)
 
 
@@ -416,8 +418,8 @@ def few_problems_warning(train: list[Problem], cfg: MasterConfig) -> str | None:
     """A warning where a step asks for more prompts than there are problems: each step then draws some problems
     twice or more (groups of their own, across the epoch's end) and no line said so."""
     n, per_step = len(train), cfg.grpo.num_prompts_per_step
-    if not train or n >= per_step or all_generated(cfg):
-        return None
+    if not train or n >= per_step:  # (a generated task too: its loader makes a fixed list, `count` of them, a hunt's
+        return None  # find)
     return (f"warning: {n:,} training problems for grpo.num_prompts_per_step={per_step:,}: every step draws some "
             f"problems more than once, each time as a group of its own (an epoch is less than a step). Lower "
             f"grpo.num_prompts_per_step to at most {n:,} (and policy.train_global_batch_size with it), or add problems")
@@ -472,6 +474,8 @@ def resume(run: Run) -> None:
     if found is not None:
         state = checkpoint.trainer_state(found)
         resumable(cfg, state, found)  # (before the weights: another model's or LoRA's tensors would not load)
+        if state["step"] < run.max_steps:
+            check_schedule_left(cfg, state["step"])
         same_base(run, state, found)
         run.sampler.check(state.get("problems", {}), str(found))
         checkpoint.load(found, run.model, run.optimizer, run.scheduler, state, lora=cfg.policy.lora.enabled,
