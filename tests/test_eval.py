@@ -62,6 +62,7 @@ def test_ctrl_c_while_grading_ends_at_once_with_a_line_not_a_traceback(tmp_path)
     """Ctrl-C in `execrl eval`'s grading waited for every queued program to run to its limit (here 8 x 30 s on 2
     workers: two minutes), then printed a traceback. Now it stops the sandboxes, says so, and exits 130."""
     import signal
+    import threading
     import time
 
     shared_data("mbpp", "mbpp.jsonl")
@@ -74,10 +75,18 @@ def test_ctrl_c_while_grading_ends_at_once_with_a_line_not_a_traceback(tmp_path)
     proc = subprocess.Popen([sys.executable, "-c", script, "eval", "--completions", str(path), "--dataset", "mbpp",
                              "--split", "test", "--samples", "2", "--k", "1", "--workers", "2", "--timeout", "30",
                              "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(20)  # (the sandboxes started, two programs running, six queued)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while not any(line.startswith("sandbox:") for line in lines) and time.monotonic() < deadline:
+        time.sleep(0.2)  # (the sandboxes started: grading begins)
+    time.sleep(3)  # (two programs running, six queued)
     start = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    proc.wait(timeout=120)
+    reader.join(10)
+    err = "".join(lines)
     assert proc.returncode == 130 and time.monotonic() - start < 20, err
     assert "interrupted: no results written" in err and "Traceback" not in err
 

@@ -3,6 +3,8 @@
 import re
 import time
 
+import pytest
+
 from execrl.extract import math_answer
 from execrl.rewards.math_answers import answers_match
 
@@ -45,6 +47,9 @@ def test_a_huge_number_beside_a_hedge_or_a_fraction_is_read_at_once_and_scores_0
         sample = Sample(problem, text, extract(text, "think", want_code=False))
         assert score(sample, config).total == 0.0
     from execrl.rewards import math_answers  # and what no rule foresaw: scored 0 and said, not raised
+    from execrl.rewards.base import COMPONENTS
+
+    assert COMPONENTS["math_correct"] is math_answers.math_correct  # (a review's find: a helper took its decorator)
 
     monkeypatch.setattr(math_answers, "_math_verdict", lambda sample: int("9" * 5000))
     text = "<think>.</think>#### 72"
@@ -124,9 +129,15 @@ def test_math_verify_answers_with_many_files_open_and_after_a_fork():
     that many files, and every answer math-verify checks raised. A fork while the children were busy kept the
     parent's lock and slots in the fork, where no thread would ever release them: its first answer hung."""
     import os
+    import resource
 
     from execrl.rewards import math_answers
 
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # (a login user's soft limit is 1,024: raised to what
+    if soft < 1200 and (hard == resource.RLIM_INFINITY or hard >= 1200):  # the process may, as a grader of ~100
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1200, hard))  # workers would need)
+    elif soft < 1200:
+        pytest.skip(f"this process may open at most {hard} files")
     held = [open(os.devnull) for _ in range(1100)]
     try:
         assert answers_match(r"\frac{1}{2}", r"\dfrac{2}{4}") and not answers_match(r"\frac{1}{3}", r"\frac{1}{2}")

@@ -802,7 +802,7 @@ def test_w_and_b_settings_it_would_refuse_are_refused_before_the_model_loads():
         load_config(None, ["logger.wandb.project=team/proj"])
     with pytest.raises(ConfigError, match=r"logger.wandb.id: .* in an id: / in 'bad/id'"):
         load_config(None, ["logger.wandb.id=bad/id"])
-    with pytest.raises(ConfigError, match=r"logger.wandb.mode: Input should be 'online', 'offline' or 'disabled'"):
+    with pytest.raises(ConfigError, match=r"logger.wandb.mode: Input should be 'online', 'offline', 'disabled'"):
         load_config(None, ["logger.wandb.mode=ofline"])
     w = load_config(None, ["logger.wandb.project=proj", "logger.wandb.entity=team"]).logger.wandb
     assert (w.project, w.entity, w.mode) == ("proj", "team", None)  # (unset: W&B's environment, WANDB_MODE, decides)

@@ -103,8 +103,8 @@ def check_learnable(cfg: MasterConfig) -> None:
     check_penalties(cfg)
 
 
-CORRECTNESS = ("test_pass_fraction", "all_tests_pass", "turn_discounted_pass_fraction", "math_correct")  # the
-# components that score right answers
+# the components that score right answers
+CORRECTNESS = ("test_pass_fraction", "all_tests_pass", "turn_discounted_pass_fraction", "math_correct")
 PENALTIES = {"error_penalty": "programs that fail to compile or crash", "repetition_penalty": "repeated text",
              "overlong_penalty": "answers past its length"}  # (a penalty's own values are <= 0)
 
@@ -489,7 +489,7 @@ def validation_overlap_note(cfg: MasterConfig) -> str | None:
     info = DATASETS[dataset_key(same[0].dataset_name)]
     used = {d.split_name for d in cfg.data.train_sets if dataset_key(d.dataset_name) == dataset_key(info.name)}
     other = sorted((s for s in info.splits if s not in used and (s == "validation" or s not in info.eval_only)),
-                   key=lambda s: (s != "validation", s != "train"))  # (a generated task's validation stream is held out)
+                   key=lambda s: (s != "validation", s != "train"))  # (a generated task's validation: held out)
     fix = (f"data.validation.split={other[0]}" if other else "another file as data.validation.path, or data.validation: "
            "null with data.train.split_validation_size: 0.05 (a share of the training set held out)")
     return (f"warning: data.validation {', '.join(f'{d.dataset_name}/{d.split_name}' for d in same)} is also a training "
@@ -713,10 +713,12 @@ def schedule_note(cfg: MasterConfig, batch_plan: BatchPlan) -> str | None:
     return None
 
 
-def check_schedule_left(cfg: MasterConfig, step: int) -> None:
-    """A run resumed after `step` GRPO steps: the schedule's rate for the steps left is not all under LOW_PEAK after
-    its peak (a LinearLR decayed to 0 at the old end, the run resumed with more steps, trained every new step at 0:
-    its checkpoints' weights equal, a hunt's find)."""
+def check_schedule_left(cfg: MasterConfig, step: int, old_steps: int | None) -> None:
+    """A run resumed after `step` GRPO steps with more steps than it had (`old_steps`): the schedule's rate for the
+    steps left is not all under LOW_PEAK after its peak (a LinearLR decayed to 0 at the old end trained every new
+    step at 0). The same run resumed in its schedule's tail is left alone."""
+    if old_steps is None or cfg.grpo.max_num_steps <= old_steps:
+        return
     batch_plan = plan(cfg)
     peak, at, steps, whole, low = schedule_peak(cfg, batch_plan)
     per = 1 if cfg.policy.scheduler.per_grpo_step else batch_plan.optimizer_steps_per_rollout
@@ -726,9 +728,10 @@ def check_schedule_left(cfg: MasterConfig, step: int) -> None:
     unit = "GRPO steps" if per == 1 else "optimizer steps"
     raise ConfigError(f"policy.scheduler keeps the learning rate under {LOW_PEAK:.0%} of the configured one for every "
                       f"step this resumed run takes ({unit} {first:,}-{steps:,} of grpo.max_num_steps="
-                      f"{cfg.grpo.max_num_steps}): its schedule ended at the run's old length, and they would learn "
-                      "nothing. Start a new run with a schedule for the new length (a new checkpointing.checkpoint_dir, "
-                      "policy.model_name the last checkpoint's policy/), or keep grpo.max_num_steps where it was")
+                      f"{cfg.grpo.max_num_steps}, was {old_steps}): its schedule ended at the run's old length, and "
+                      "they would learn nothing. Start a new run with a schedule for the new length (a new "
+                      "checkpointing.checkpoint_dir, policy.model_name the last checkpoint's policy/), or keep "
+                      "grpo.max_num_steps where it was")
 
 
 def missing_package(cfg: MasterConfig) -> str | None:

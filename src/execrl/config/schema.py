@@ -320,8 +320,8 @@ class DatasetConfig(Section):
         "problems (1 or more), as NeMo RL; null: the dataset's own default (NeMo RL's OpenMathInstruct-2: 0.05, "
         "others 0); not read for the datasets whose NeMo RL class does not read it (DAPOMath17K, DeepScaler, GSM8K)")
     max_tests: int = Field(0, ge=0, description="grade at most this many tests per problem (0: all)")
-    repeat: int = Field(1, ge=1, description="each problem this many times (NeMo RL's AIME validation: 16, a mean "
-                                             "over 16 samples)")
+    repeat: int = Field(1, ge=1, description="the set this many times over, as NeMo RL concatenates it (its AIME "
+                                             "validation: 16, a mean over 16 samples)")
     input_key: str | None = Field(None, description="ResponseDataset: the row field with the problem (null: input)")
     output_key: str | None = Field(None, description="ResponseDataset: the row field with the answer (null: output)")
     options: dict[str, Any] = Field(default_factory=dict, description="loader options, e.g. variant, fields")
@@ -481,9 +481,9 @@ class WandbConfig(Section):
     entity: str | None = Field(None, description="W&B team or user the project is under (default: $WANDB_ENTITY, else "
                                                  "your W&B default)")
     name: str | None = Field(None, description="run name (default: $WANDB_NAME, else the log directory's name)")
-    mode: Literal["online", "offline", "disabled"] | None = Field(
-        None, description="online | offline (no network; sync later with `wandb sync`) | disabled (default: "
-                          "$WANDB_MODE, else online)")
+    mode: Literal["online", "offline", "disabled", "shared", "dryrun", "run"] | None = Field(
+        None, description="online | offline (no network; sync later with `wandb sync`) | disabled, or another of "
+                          "W&B's (default: $WANDB_MODE, else online)")
     id: str | None = Field(None, description="the W&B run's id (default: $WANDB_RUN_ID, else new for a run from its "
                                              "start; a resumed run continues its own, kept in the log directory's "
                                              "wandb_id)")

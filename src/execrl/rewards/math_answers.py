@@ -440,7 +440,6 @@ def _stop() -> None:
             child.kill()
 
 
-@component("math_correct", scores=("math",), bounds=(0.0, 1.0))
 def boxed_under_dapo(problems: list, impl: str, prompt, key: str) -> str | None:
     """A warning where math problems posed with execrl's instruction (the answer in \\boxed{}) are checked by
     dapo_math_verify, which reads only an 'Answer:' line (a hunt's find: every right boxed GSM8K answer scored 0,
@@ -455,6 +454,7 @@ def boxed_under_dapo(problems: list, impl: str, prompt, key: str) -> str | None:
             "for the line in the system prompt or the prompt template")
 
 
+@component("math_correct", scores=("math",), bounds=(0.0, 1.0))
 def math_correct(sample: Sample) -> float:
     """1 when the final answer equals the reference: by default (hf_math_verify) the answer in \\boxed{}, after ####,
     or the last number or LaTeX math span (whichever ends later), compared with math-verify; with dapo_math_verify,

@@ -81,8 +81,8 @@ def outputs_match(expected: str, actual: bytes, opts: CompareOptions = CompareOp
     if want.count("\n") != printed.count(b"\n"):  # extra or missing lines fail (no prefix matching), before any split
         return False
     if opts.float_rel <= 0 and opts.float_abs <= 0:
-        try:  # (what decoding with surrogateescape would compare: the same bytes; other lone surrogates: decoded)
-            return _lines(want.encode("utf-8", "surrogateescape")) == _lines(printed)
+        try:  # (valid text: the bytes decoding compares; a text holding surrogates, escaped bytes or not: decoded)
+            return _lines(want.encode("utf-8")) == _lines(printed)
         except UnicodeEncodeError:
             return _lines(want) == _lines(printed.decode("utf-8", errors="surrogateescape"))
     want, have = _lines(want), _lines(printed.decode("utf-8", errors="surrogateescape"))

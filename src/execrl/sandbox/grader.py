@@ -256,9 +256,9 @@ class Grader:
         """jobs: (code, tests, language, limits) tuples; results come back in the same order, and on_done(i, result)
         is called as job i finishes. A single job runs in the calling thread: training grades each sample alone,
         from its environment's thread, and a thread started and joined for it cost ~0.3 ms of host time per sample.
-        Ctrl-C (KeyboardInterrupt in the calling thread) drops the jobs not started and stops the running ones with
-        this grader's sandboxes (it is closed), then raises: waiting for every queued program took minutes. What
-        finished before it reached on_done; what it stopped does not."""
+        Ctrl-C (KeyboardInterrupt in the calling thread) amid several jobs drops those not started and stops the
+        running ones with this grader's sandboxes (it is closed), then raises: waiting for every queued program took
+        minutes. What finished before it reached on_done; what it stopped does not."""
         stopped = threading.Event()  # (a program the stop killed has no verdict of its own: not handed on)
 
         def one(i, job):

