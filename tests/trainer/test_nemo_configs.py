@@ -294,7 +294,7 @@ def test_nemo_datasets_load_local_copies_in_their_own_fields(tmp_path, capsys):
     train, val, _ = load_data(cfg)
     assert [(p.messages[0]["content"], p.answer, p.kind) for p in train[:2]] == [
         ("Solve 0. Answer: $Answer", "0", "math"), ("Solve 1. Answer: $Answer", "1", "math")]
-    assert len(train) == 4 and [p.answer for p in val] == ["100"] * 3 + ["101"] * 3
+    assert len(train) == 4 and [p.answer for p in val] == ["100", "101"] * 3  # (the set 3 times, as NeMo RL's copies)
     # the config's check for every math problem, as NeMo RL; DAPO's prompts ask for dapo_math_verify's: a warning
     from execrl.rewards.math_answers import VERIFIER
     assert {p.metadata[VERIFIER] for p in train + val} == {"hf_math_verify"}
