@@ -134,3 +134,24 @@ def test_no_cgroup_is_left_behind():
         mine = ours() - before
         assert mine
     assert not ours() & mine
+
+
+@has_cgroup
+def test_kernel_memory_an_ended_program_left_is_not_the_next_ones():
+    """A hunt's find: 300,000 failed path lookups left ~130 MB of dentries charged to the sandbox's cgroup after the
+    program ended: a next program's limit of 128 MB could not be set under it (EBUSY), and its sampled memory would
+    count it. Reset reclaims it."""
+    lookups = ("import os\nfor i in range(300000):\n    try:\n        os.stat('/usr/none_%d_' % i + 'a' * 200)\n"
+               "    except OSError:\n        pass\nprint('done')")
+    with grader(KERNEL, Limits(timeout_s=30.0, memory_mb=1024)) as g:
+        assert g.grade(lookups, {"inputs": ["\n"], "outputs": ["done\n"]}).verdict == V.PASS
+        mem = dict(KERNEL.dirs)["memory"]
+        (ours,) = [os.path.join(mem, n) for n in os.listdir(mem) if n.startswith(f"execrl-{os.getpid()}-")]
+        usage, stat = ("memory.current", "memory.stat") if KERNEL.mode == "cgroup2" else \
+            ("memory.usage_in_bytes", "memory.stat")
+        with open(os.path.join(ours, usage)) as f, open(os.path.join(ours, stat)) as s:
+            fields = dict(line.split() for line in s)
+            left = int(f.read()) - int(fields["file" if KERNEL.mode == "cgroup2" else "cache"])
+        assert left < 8 << 20, f"{left >> 20} MiB left charged"
+        r = g.grade("print(input())", {"inputs": ["3\n"], "outputs": ["3\n"]}, limits=Limits(memory_mb=128))
+        assert r.verdict == V.PASS

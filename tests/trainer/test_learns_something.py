@@ -150,6 +150,29 @@ def test_a_reward_that_rose_while_right_answers_fell_is_warned_of():
     assert reward_against_correctness(rising) is None and reward_against_correctness([]) is None
 
 
+def test_a_reward_of_right_answers_that_rose_a_little_is_not_blamed():
+    """(A hunt's find) an async run's reward rose 0.207 -> 0.217 while pass@1 on 16 problems fell 0.375 -> 0.188:
+    the warning said the reward scores something other than right answers, of test_pass_fraction alone."""
+    from execrl.config import load_config
+    from execrl.trainer.flat import reward_against_correctness
+
+    evals = [{"eval/pass@1": 0.375, "eval/num_problems": 16}, {"eval/pass@1": 0.188, "eval/num_problems": 16}]
+    little = [{"train/reward_mean": r} for r in (0.20, 0.21, 0.21, 0.22)]
+    assert reward_against_correctness(little + evals) is None  # (a rise of 0.01: noise)
+    more = [{"train/reward_mean": r} for r in (0.2, 0.2, 0.5, 0.5)]
+    assert reward_against_correctness(more + evals) is None  # (3 problems of 16: within two standard errors)
+    many = [{**e, "eval/num_problems": 500} for e in evals]
+    assert "the reward scores something other" in reward_against_correctness(more + many)
+    tests_only = load_config(None, []).reward  # (test_pass_fraction: not blamed, the likelier causes said)
+    assert "learns the training problems and not the evaluation's" in reward_against_correctness(more + many,
+                                                                                                tests_only)
+    partial = [{"train/reward_mean": r, "train/verdict/pass": p} for r, p in [(0.2, 0.3), (0.2, 0.3), (0.5, 0.1),
+                                                                                (0.5, 0.1)]]
+    assert "all_tests_pass" in reward_against_correctness(partial, tests_only)
+    flipped = load_config(None, ["reward.components=[{name: test_pass_fraction}, {name: format, weight: 0.5}]"])
+    assert "Check reward.components' weights" in reward_against_correctness(partial, flipped.reward)
+
+
 def test_flat_groups_of_right_and_wrong_answers_under_a_reward_of_no_correctness_are_the_rewards():
     """(A hunt's find) a format-only reward's flat groups held right and wrong answers: the warning blamed hard
     problems. Said where no component scores correctness (with one, flat groups are all right or all wrong)."""

@@ -212,7 +212,7 @@ def importance_weight(w: torch.Tensor, kind: str, high: float | None, low: float
     """pi_old / pi_sampler per token [B, T], truncated as NeMo RL does: tis clamps the weights to
     [low (0 if null), high]; icepop drops the tokens whose weight is outside [low, high] (weight 0).
     Returns (weight, outside)."""
-    if high is None:  # no truncation (a low bound without a high one is refused by the config)
+    if high is None:  # no truncation (a low bound without a high one does nothing, as in NeMo RL)
         return w, torch.zeros_like(w, dtype=torch.bool)
     floor = low or 0.0
     outside = (w > high) | (w < floor)

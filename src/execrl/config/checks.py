@@ -1077,7 +1077,9 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
                    "its samples out of the loss: in its group's baseline and its step's rewards still)")
     if grpo.use_dynamic_sampling:
         out.append("grpo.use_dynamic_sampling decides that a group's rewards differ by comparing them (NeMo RL keeps a "
-                   "group of equal fractional rewards whose float32 std rounds above 0)")
+                   "group of equal fractional rewards whose float32 std rounds above 0), and a step still short of "
+                   "groups at an epoch's end keeps them and draws its next round from the next epoch (NeMo RL drops "
+                   "them and starts the step again: here such a step can hold a prompt twice)")
     from execrl.trainer.optim import FUSED_ADAMW
 
     if cfg.policy.optimizer.name in FUSED_ADAMW:

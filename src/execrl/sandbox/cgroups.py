@@ -61,7 +61,11 @@ class SandboxCgroup:
             files = V2_FILES if self.version == 2 else V1_FILES
             for key, (ctl, file, mode) in files.items():
                 if ctl in self.paths:  # (pids: where the hierarchy has them)
-                    self.fds[key] = os.open(os.path.join(self.paths[ctl], file), mode | os.O_CLOEXEC)
+                    try:
+                        self.fds[key] = os.open(os.path.join(self.paths[ctl], file), mode | os.O_CLOEXEC)
+                    except FileNotFoundError:
+                        if key != "reclaim":  # (memory.reclaim: kernels from 5.19)
+                            raise
             self._no_swap()
         except OSError:
             self.close()
@@ -102,11 +106,13 @@ class SandboxCgroup:
 # key: (controller, file, open mode); the zygote knows them by key
 V2_FILES = {"limit": ("memory", "memory.max", os.O_WRONLY), "usage": ("memory", "memory.current", os.O_RDONLY),
             "stat": ("memory", "memory.stat", os.O_RDONLY), "events": ("memory", "memory.events", os.O_RDONLY),
-            "cpu": ("memory", "cpu.stat", os.O_RDONLY), "pids": ("pids", "pids.max", os.O_WRONLY)}
+            "cpu": ("memory", "cpu.stat", os.O_RDONLY), "pids": ("pids", "pids.max", os.O_WRONLY),
+            "reclaim": ("memory", "memory.reclaim", os.O_WRONLY)}
 V1_FILES = {"limit": ("memory", "memory.limit_in_bytes", os.O_WRONLY),
             "usage": ("memory", "memory.usage_in_bytes", os.O_RDONLY),
             "stat": ("memory", "memory.stat", os.O_RDONLY), "events": ("memory", "memory.oom_control", os.O_RDONLY),
-            "cpu": ("cpuacct", "cpuacct.usage", os.O_RDONLY), "pids": ("pids", "pids.max", os.O_WRONLY)}
+            "cpu": ("cpuacct", "cpuacct.usage", os.O_RDONLY), "pids": ("pids", "pids.max", os.O_WRONLY),
+            "reclaim": ("memory", "memory.force_empty", os.O_WRONLY)}
 
 
 def _remove(path: str) -> None:

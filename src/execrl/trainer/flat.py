@@ -80,32 +80,43 @@ def flat_warning(cfg, rows: list[dict], all_cut: bool) -> str:
                 "left it out of the loss (train/truncated_frac 1.0): the loss and its gradient are 0 and nothing is "
                 "learned. Raise policy.generation.max_new_tokens, or set grpo.overlong_filtering=false")
     return (f"for {n} steps {flat_reason(cfg)} (train/flat_group_frac 1.0): the loss and its gradient are 0 and "
-            "nothing is learned." + verdict_note(cfg, rows) + " See the rollouts in the log directory")
+            "nothing is learned." + verdict_note(cfg, rows)).rstrip(".")
 
 
 FELL = 0.1  # a fall of the share of right answers (or of pass@1) this large, while the reward rose, is said
+ROSE = 0.05  # ... where the reward rose by this much at least (less: noise, a hunt's find)
 
 
-def reward_against_correctness(rows: list[dict]) -> str | None:
-    """What a run whose reward rose while its share of right samples (train/verdict/pass or correct) or its eval
-    pass@1 fell by FELL says: the reward scores something other than right answers (a sign, a weight, a scaling, a
-    component of one's own); None: it did not (a hunt's find: such runs read as progress)."""
+def reward_against_correctness(rows: list[dict], reward=None) -> str | None:
+    """What a run whose reward rose by ROSE while its share of right samples (train/verdict/pass or correct) or its
+    eval pass@1 fell by FELL (and by two standard errors of the eval's problems) says: the reward scores something
+    other than right answers (a sign, a weight, a scaling, a component of one's own); None: it did not (a hunt's
+    find: such runs read as progress). `reward` (reward.* config): one of correctness only is not blamed."""
     def first_last(key: str) -> tuple[float, float] | None:
         values = [r[key] for r in rows if key in r]
         k = min(5, len(values) // 2)
         return (sum(values[:k]) / k, sum(values[-k:]) / k) if k >= 2 else None  # (one step each: noise)
 
-    reward = first_last("train/reward_mean")
-    if reward is None or reward[1] <= reward[0]:
+    rise = first_last("train/reward_mean")
+    if rise is None or rise[1] - rise[0] < ROSE:
         return None
-    evals = [r["eval/pass@1"] for r in rows if "eval/pass@1" in r]
     fallen = [(f"the share of right samples (train/verdict/{v})", *got) for v in ("pass", "correct")
               if (got := first_last(f"train/verdict/{v}")) and got[0] - got[1] >= FELL]
-    if len(evals) >= 2 and evals[0] - evals[-1] >= FELL:
-        fallen.append(("eval pass@1", evals[0], evals[-1]))
+    evals = [r for r in rows if "eval/pass@1" in r]
+    if len(evals) >= 2 and (fall := evals[0]["eval/pass@1"] - evals[-1]["eval/pass@1"]) >= FELL:
+        p, n = evals[0]["eval/pass@1"], evals[0].get("eval/num_problems", 0)
+        if not n or fall >= 2 * (p * (1 - p) / n) ** 0.5:  # (16 problems at 0.375: 3 of them is noise)
+            fallen.append(("eval pass@1", evals[0]["eval/pass@1"], evals[-1]["eval/pass@1"]))
     if not fallen:
         return None
     what, before, after = fallen[0]
-    return (f"the train reward rose ({reward[0]:.3f} -> {reward[1]:.3f}) while {what} fell ({before:.3f} -> "
-            f"{after:.3f}): the reward scores something other than right answers. Check reward.components' weights "
+    said = f"the train reward rose ({rise[0]:.3f} -> {rise[1]:.3f}) while {what} fell ({before:.3f} -> {after:.3f})"
+    if reward is not None and not reward.scaling.enabled and all(
+            c.name in CORRECTNESS and c.weight >= 0 for c in reward.components if c.weight):
+        if what.startswith("eval"):
+            return (f"{said}: the model learns the training problems and not the evaluation's (few or easy training "
+                    "problems, or too many passes over them), or the two sets differ in kind")
+        return (f"{said}: answers pass more of their tests and fewer pass all of them, which test_pass_fraction's "
+                "partial credit rewards; reward.components=[{name: all_tests_pass}] rewards only whole passes")
+    return (f"{said}: the reward scores something other than right answers. Check reward.components' weights "
             "and signs, reward.scaling, and your own components")

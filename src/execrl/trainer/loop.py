@@ -406,14 +406,17 @@ def log_step(run: Run, step: int, rollouts, stats: dict, times: dict, bar) -> No
         metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     run.logger.log(step, metrics)
     run.flat_rows = [*run.flat_rows, metrics][-FLAT_WARNING_STEPS:] if run.flat_streak else []
-    if run.flat_streak == FLAT_WARNING_STEPS:
-        console.print(f"[yellow]warning: {escape(flat_warning(run.cfg, run.flat_rows, run.flat_cut))}[/]")
+    warned = run.flat_streak == FLAT_WARNING_STEPS  # (its step's rollouts are written, and named: a hunt's find)
+    if warned:
+        where = f"see this step's samples in {run.logger.dir / 'rollouts' / f'step_{step:06d}.jsonl'}" \
+            if run.logger.jsonl is not None else "logger.log_dir keeps the samples"
+        console.print(f"[yellow]warning: {escape(flat_warning(run.cfg, run.flat_rows, run.flat_cut))}; {where}[/]")
     if run.diverged:  # (the step that stopped it is in the record, and so in the report)
         write_report(run)
         raise RuntimeError(run.diverged)
     check_sandbox(run, rollouts.generated, f"step {step}")
     every = run.cfg.logger.rollouts_period
-    if every and step % every == 0:
+    if every and step % every == 0 or warned:
         trained = dist.gather_lists(rollout_rows(rollouts.episodes, run.tokenizer), run.plan.prompts_per_optimizer_step,
                                     run.plan.group_size)
         # dynamic sampling's groups left out of the loss (flat, or beyond the step's), as the step's metrics count
@@ -476,7 +479,7 @@ def summarize(run: Run, warn: bool = True) -> None:
             other = validation_sets_differ(points[0], points[-1])
             console.print(f"eval {key[5:]}: {points[0][key]:.3f} (step {points[0]['step']}) -> {points[-1][key]:.3f} "
                           f"(step {points[-1]['step']})" + (f" ({other})" if other else ""))
-    if warn and not selfplay and (against := reward_against_correctness(rows)):
+    if warn and not selfplay and (against := reward_against_correctness(rows, run.cfg.reward)):
         console.print(f"[yellow]warning: {escape(against)}[/]")
     written = write_report(run)
     saved = run.cfg.checkpointing.checkpoint_dir if run.cfg.checkpointing.enabled else \

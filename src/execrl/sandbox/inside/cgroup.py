@@ -11,7 +11,8 @@ class Cgroup:
     def __init__(self, spec: dict):
         self.version = spec["version"]
         self.procs: list[int] = spec["procs"]
-        self.fds = {key: spec[key] for key in ("limit", "usage", "stat", "events", "cpu", "pids") if key in spec}
+        self.fds = {key: spec[key] for key in ("limit", "usage", "stat", "events", "cpu", "pids", "reclaim")
+                    if key in spec}
         self.set_to: dict[str, int] = {}
 
     def enter(self) -> None:
@@ -26,9 +27,23 @@ class Cgroup:
             if key in self.fds and self.set_to.get(key) != value:
                 try:
                     os.write(self.fds[key], str(value).encode())
-                except OSError:  # a v1 limit below what is charged now (EBUSY): the sampled limit still holds
-                    continue
+                except OSError:  # a v1 limit below what is charged now (EBUSY): emptied, and once more
+                    self.empty()
+                    try:
+                        os.write(self.fds[key], str(value).encode())
+                    except OSError:  # (the sampled limit still holds)
+                        continue
                 self.set_to[key] = value
+
+    def empty(self) -> None:
+        """Reclaim what the cgroup is charged with no process of it left: kernel memory an ended program left
+        behind (a hunt's find: a million failed path lookups left 384 MB of dentries charged, which a next
+        program's lower limit could not go under, and which its sampled memory would have counted)."""
+        if "reclaim" in self.fds:
+            try:
+                os.write(self.fds["reclaim"], b"0" if self.version == 1 else str(1 << 62).encode())
+            except OSError:  # (v2: EAGAIN where not all of it could be reclaimed; what is left is checked)
+                pass
 
     def cpu_s(self) -> float:
         """CPU seconds every process of the cgroup used, ever (those the kernel reaped included)."""
