@@ -46,7 +46,7 @@ def test_malformed_rows_are_errors_of_their_own_line_and_the_rest_grade(tmp_path
         json.dumps({"id": "first", **ok}).encode(),
         b'{"id": "latin1", "code": "print(\xe9)", "tests": {"inputs": [""], "outputs": ["1"]}}',  # not UTF-8
         b"[" * 100_000 + b"]" * 100_000,
-        json.dumps({"id": "null-language", "language": None, **ok}).encode(),
+        json.dumps({"id": "false-language", "language": False, **ok}).encode(),  # (null: Python, as in training)
         json.dumps({"id": "inf-memory", "memory_mb": float("inf"), **ok}).encode(),  # json writes Infinity
         json.dumps({"id": "huge-timeout", "timeout_s": 1e300, **ok}).encode(),
         json.dumps({"id": "string-timeout", "timeout_s": "5", **ok}).encode(),

@@ -106,7 +106,7 @@ def prepare(row: dict, base: Limits) -> tuple:
         raise TestSpecError("no 'tests': see the test forms in `execrl.sandbox.spec`")
     spec = parse_tests(row["tests"])
     language = row.get("language")
-    language = "python" if language is None and "language" not in row else language
+    language = "python" if language is None or language == "" else language  # (as training's rows: language_named)
     if refused := tests_refused(language, spec):
         raise TestSpecError(refused)
     overrides = {}

@@ -322,3 +322,58 @@ def test_rewards_one_float32_step_apart_get_advantages_that_sum_to_zero():
         assert abs(adv.double().sum()) < 1e-6 if not loo else adv[0, :3].allclose(adv[0, 0].expand(3))
     dr = ADVANTAGES["dr_grpo"](rewards, valid)
     assert (dr[0, :3] < 0).all() and abs(dr.double().sum()) < 1e-12
+
+
+def _grad(cfg: LossConfig, logp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor, **terms):
+    leaf = logp.clone().requires_grad_(True)
+    loss, metrics = policy_loss(LossTerms(leaf, old, adv, torch.ones_like(logp), **terms), cfg,
+                                num_tokens=logp.numel(), num_seqs=logp.shape[0], is_correction=True)
+    loss.backward()
+    return loss, leaf.grad, metrics
+
+
+def test_a_token_the_trainers_filter_left_out_weighs_one_in_gspo():
+    """(A hunt's find) with top-k/top-p, a sampled token outside the trainer's own filter has old logprob 0
+    (step.py): its weight e^-(sampler logprob) = e^7 multiplied the whole sequence's GSPO weight (x1097)."""
+    logp = T([[-0.5, -0.2, -0.4, 0.0, -0.5, -0.2]])
+    sampler = logp.clone()
+    sampler[0, 3] = -7.0  # (inside the engine's filter, outside the trainer's)
+    gspo = LossConfig(sequence_level_importance_ratios=True, token_level_loss=False)
+    loss, grad, m = _grad(gspo, logp, logp.clone(), T([1.0]), sampler_logprobs=sampler, zero_is_filtered=True)
+    plain, plain_grad, _ = _grad(gspo, logp, logp.clone(), T([1.0]))
+    assert loss.item() == pytest.approx(plain.item()) and m["is_weight"].item() == pytest.approx(1.0)
+    assert torch.allclose(grad, plain_grad) and m["logprob_mismatch"].item() == 0.0
+
+
+def test_bounded_weights_past_float32_are_cut_to_the_bound_and_exponents_cannot_make_nan_gradients():
+    """(A hunt's find) a weight of e^100 overflows to 0 (NeMo RL's) before tis cuts it (e^80: cut to 2), and was not
+    counted as truncated; the KL's or the ratio's exp past float32's range gave NaN gradients (the step skipped)
+    where the value was clamped."""
+    logp = T([[-1.0, -1.0, -1.0]])
+    for gap, weight in ((80.0, 4 / 3), (100.0, 2 / 3)):
+        sampler = T([[-1.0, -1.0, -1.0 - gap]])
+        tis = LossConfig(truncated_importance_sampling_ratio=2.0, truncated_importance_sampling_type="tis")
+        loss, grad, m = _grad(tis, logp, logp.clone(), T([1.0]), sampler_logprobs=sampler)
+        assert m["is_weight"].item() == pytest.approx(weight) and m["is_truncated_frac"].item() == pytest.approx(1 / 3)
+        assert torch.isfinite(grad).all() and math.isfinite(m["sampler_kl"].item())
+    ref = logp + 100.0  # log r = 100: k3's exp overflows
+    _, grad, _ = _grad(LossConfig(reference_policy_kl_penalty=0.1, kl_input_clamp_value=None,
+                                  reference_policy_kl_type="k3"), logp, logp.clone(), T([1.0]), ref_logprobs=ref)
+    assert torch.isfinite(grad).all()
+    _, grad, _ = _grad(LossConfig(reference_policy_kl_penalty=0.1, use_on_policy_kl_approximation=True), logp,
+                       logp.clone(), T([1.0]), ref_logprobs=logp.clone(), sampler_logprobs=logp - 100.0)
+    assert torch.isfinite(grad).all()
+    old = logp - 100.0  # ratio e^100: at advantage 0 (a flat group's) inf x 0, and under dual clip
+    for cfg, adv in ((LossConfig(), T([0.0])), (LossConfig(ratio_clip_c=3.0), T([-1.0]))):
+        loss, grad, _ = _grad(cfg, logp, old, adv)
+        assert math.isfinite(loss.item()) and torch.isfinite(grad).all()
+
+
+def test_dr_grpo_with_no_sequence_kept_is_zero_not_nan():
+    """(A hunt's find) every sample cut and left out (overlong filtering): 0 / 0 under constant_normalizer, three
+    skipped steps, and the run stopped telling the user to lower the learning rate."""
+    leaf = T([[-1.0, -1.0]]).requires_grad_(True)
+    loss, _ = policy_loss(LossTerms(leaf, leaf.detach(), T([1.0]), torch.zeros_like(leaf)),
+                          LossConfig(constant_normalizer=64), num_tokens=0, num_seqs=0)
+    loss.backward()
+    assert loss.item() == 0.0 and torch.isfinite(leaf.grad).all()

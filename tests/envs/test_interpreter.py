@@ -357,3 +357,21 @@ def test_a_languages_file_languages_prompt_names_it_as_the_file_writes_it(grader
         assert "You can run Shell code" in e.reset(sh)[-1]["content"]
     finally:
         LANGUAGES.pop("shell", None)
+
+
+def test_a_bare_answer_in_another_language_earns_no_format_credit():
+    """(A hunt's find) a C++ problem's <answer> of prose (or of C++ that does not compile) earned format 1: a bare
+    body outside Python, which is not compiled here, was taken as code that compiles."""
+    from types import SimpleNamespace
+
+    from execrl.envs.interpreter import InterpreterEnv
+    from execrl.sandbox.spec import StdioTests
+    from execrl.tasks.problem import Problem
+
+    e = InterpreterEnv.__new__(InterpreterEnv)
+    e.mt, e.style, e.final_open, e.final_close = SimpleNamespace(final_tag="answer"), "fence", "<answer>", "</answer>"
+    for language, credited in (("python", False), ("cpp", False)):
+        e.problem = Problem("1", [], "code", tests=StdioTests(["1\n"], ["1\n"]), language=language)
+        assert e._submission("<answer>I could not solve this one, sorry.</answer>", closed=True)[1] is credited
+    e.problem = Problem("1", [], "code", tests=StdioTests(["1\n"], ["1\n"]), language="python")
+    assert e._submission("<answer>print(1)</answer>", closed=True) == ("print(1)", True)

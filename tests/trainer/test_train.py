@@ -827,12 +827,20 @@ def test_an_advantage_in_the_thousands_is_said_once_and_logged(capsys):
     rewards = torch.tensor([[1.0] + [0.0] * 14 + [-1 / 4096]])
     adv = grpo(rewards, torch.ones_like(rewards, dtype=torch.bool))
     assert adv.abs().max() > 10_000
-    run = SimpleNamespace(nan_streak=0, flat_streak=0, adv_warned=False, baselines=RoleBaselines(), cfg=None)
+    from execrl.config import load_config
+
+    run = SimpleNamespace(nan_streak=0, flat_streak=0, adv_warned=False, baselines=RoleBaselines(),
+                          cfg=load_config(None, []))
     for step in (1, 2):
         stats = checked(run, step, {"skipped_steps": 0}, 1.0, 0, 1, 1e-6, 0, adv.abs().max().item())
         assert stats["adv_abs_max"] > 10_000
     said = "".join(capsys.readouterr()).replace("\n", " ")
     assert said.count("train/adv_abs_max") == 1 and "grpo.advantage_clip_low=-5" in said, said
+    # (a hunt's find) dr_grpo divides by no std: its large advantages are the rewards' scale, not leave-one-out's
+    run.adv_warned, run.cfg = False, load_config(None, ["grpo.advantage=dr_grpo"])
+    checked(run, 1, {"skipped_steps": 0}, 1.0, 0, 1, 1e-6, 0, 750_000.0)
+    said = "".join(capsys.readouterr()).replace("\n", " ")
+    assert "use_leave_one_out_baseline" not in said and "undivided (grpo.advantage=dr_grpo)" in said, said
 
 
 def test_max_val_samples_0_says_validation_is_off(tmp_path, capsys):

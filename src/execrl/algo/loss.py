@@ -24,6 +24,8 @@ import torch
 
 from execrl.config.schema import LossConfig
 
+EXP_MAX = 88.0  # the largest argument of exp whose float32 value is finite (e^88.7 overflows)
+
 
 @dataclass
 class LossTerms:
@@ -35,6 +37,8 @@ class LossTerms:
     sampler_logprobs: torch.Tensor | None = None  # [B, T] log pi_sampler(token): the behaviour policy
     unfiltered_logprobs: torch.Tensor | None = None  # [B, T] log pi_theta without the sampler's top-k/top-p filter
     # (with grad), for the KL to the unfiltered reference (None: logprobs are unfiltered)
+    zero_is_filtered: bool = False  # a logprob of exactly 0 marks a sampled token the trainer's own top-k/top-p left
+    # out (trainer/step.py; in a filtered distribution a kept token's is 0 only where it is the only one kept)
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kl_type: str, input_clamp: float | None = None,
@@ -53,8 +57,8 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kl_type: str,
         kl = -log_r
     elif kl_type == "k2":
         kl = log_r.square() / 2
-    elif kl_type == "k3":
-        kl = torch.exp(log_r) - 1.0 - log_r
+    elif kl_type == "k3":  # (exp's argument bounded: past float32's range its backward is inf x 0 = NaN even where
+        kl = torch.exp(log_r.clamp(max=EXP_MAX)) - 1.0 - log_r  # the output clamp cut the value, a hunt's find)
     else:
         raise ValueError(f"KL type {kl_type!r}: use k1, k2 or k3")
     if weights is not None:
@@ -72,10 +76,9 @@ def kl_weights(current: torch.Tensor, t: LossTerms, mask: torch.Tensor, on_polic
     if on_policy_approximation:
         if t.sampler_logprobs is None:
             raise ValueError("the on-policy KL approximation needs the sampler's logprobs")
-        w = torch.exp((current - t.sampler_logprobs) * mask)
-    else:
-        w = torch.exp(current - current.detach())
-    return torch.nan_to_num(w, nan=0.0, posinf=0.0, neginf=0.0)
+        log_w = (current - t.sampler_logprobs) * mask
+        return torch.where(log_w > EXP_MAX, 0.0, torch.exp(log_w.clamp(max=EXP_MAX)))  # (no inf in the backward)
+    return torch.exp(current - current.detach())
 
 
 def policy_loss(t: LossTerms, cfg: LossConfig, *, num_tokens: float, num_seqs: float,
@@ -130,13 +133,17 @@ def sampler_weights(t: LossTerms, cfg: LossConfig, mask: torch.Tensor) -> Sample
     if t.sampler_logprobs is None:
         return None
     log_w = ((t.old_logprobs - t.sampler_logprobs) * mask).detach()
+    if t.zero_is_filtered:  # a sampled token the trainer's own filter left out: weight 1, not e^-(its sampler
+        # logprob), which GSPO's sum spread over the whole sequence (x1097: a hunt's find)
+        log_w = torch.where(t.old_logprobs == 0, torch.zeros_like(log_w), log_w)
     if cfg.sequence_level_importance_ratios:  # GSPO: one weight per sequence, of its whole probability
-        raw = overflow_to_zero(torch.exp(log_w.sum(1, keepdim=True))).expand_as(log_w)  # [B, 1] -> [B, T]
+        raw = torch.exp(log_w.sum(1, keepdim=True)).expand_as(log_w)  # [B, 1] -> [B, T]
     else:
-        raw = overflow_to_zero(torch.exp(log_w))
-    weight, truncated = importance_weight(raw, cfg.truncated_importance_sampling_type or "tis",
+        raw = torch.exp(log_w)
+    weight, truncated = importance_weight(overflow_to_zero(raw), cfg.truncated_importance_sampling_type or "tis",
                                           cfg.truncated_importance_sampling_ratio,
                                           cfg.truncated_importance_sampling_ratio_min)
+    truncated = truncated | ~torch.isfinite(raw)  # (an overflowed weight, 0 as NeMo RL's, is counted: a hunt's find)
     return SamplerWeights(log_w, weight, truncated, cfg.sequence_level_importance_ratios)
 
 
@@ -173,7 +180,8 @@ def loss_metrics(cfg: LossConfig, mask: torch.Tensor, adv: torch.Tensor, ratio: 
     if sampler is not None:
         log_w, weight = sampler.log_w, sampler.weight
         metrics["logprob_mismatch"] = (log_w.abs() * mask).sum() / n  # mean |log pi_old - log pi_sampler|
-        metrics["sampler_kl"] = ((torch.exp(log_w) - 1.0 - log_w) * mask).sum() / n  # k3 of KL(sampler || old)
+        # k3 of KL(sampler || old)
+        metrics["sampler_kl"] = ((torch.exp(log_w.clamp(max=EXP_MAX)) - 1.0 - log_w) * mask).sum() / n
         if not sampler.per_sequence:
             metrics["is_weight"] = (weight * mask).sum() / n  # after truncation, a token mean
         else:  # GSPO: a mean over the sequences with loss tokens, as NeMo RL's sampling_importance_ratio
@@ -198,7 +206,7 @@ def ratios(t: LossTerms, cfg: LossConfig, mask: torch.Tensor) -> tuple[torch.Ten
     if cfg.sequence_level_importance_ratios:
         mean = (log_ratio * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1)  # [B, 1]
         log_ratio = mean.expand_as(log_ratio)
-    ratio = torch.exp(log_ratio)
+    ratio = torch.exp(log_ratio.clamp(max=EXP_MAX))  # (an overflowed ratio: NaN at a 0 advantage, skipping the step)
     return ratio, torch.clamp(ratio, 1.0 - cfg.ratio_clip_min, 1.0 + cfg.ratio_clip_max)
 
 
@@ -228,8 +236,8 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, num_tokens: float, nu
     """token level: sum over all tokens / tokens in the optimizer batch; sequence level: each
     sequence's token mean, summed / sequences in the optimizer batch; Dr.GRPO: sum / (constant x
     sequences)."""
-    if constant_normalizer:
-        return (per_token * mask).sum() / (constant_normalizer * num_seqs)
+    if constant_normalizer:  # (no sequence kept, every sample cut and filtered say: 0, not 0 / 0, a hunt's find)
+        return (per_token * mask).sum() / (constant_normalizer * max(num_seqs, 1.0))
     if token_level:
         return (per_token * mask).sum() / max(num_tokens, 1.0)
     per_seq = (per_token * mask).sum(1) / mask.sum(1).clamp(min=1)  # [B]

@@ -1080,6 +1080,11 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
                    "group of equal fractional rewards whose float32 std rounds above 0), and a step still short of "
                    "groups at an epoch's end keeps them and draws its next round from the next epoch (NeMo RL drops "
                    "them and starts the step again: here such a step can hold a prompt twice)")
+    gen = cfg.policy.generation
+    if (gen.top_k is not None or gen.top_p < 1) and (lf.use_importance_sampling_correction or
+                                                      grpo.async_grpo.enabled):
+        out.append("with top-k/top-p, a sampled token the trainer's own filter leaves out has importance weight 1 "
+                   "(NeMo RL's: e^-(its sampler logprob), which GSPO's sequence weight spreads over the sequence)")
     from execrl.trainer.optim import FUSED_ADAMW
 
     if cfg.policy.optimizer.name in FUSED_ADAMW:

@@ -97,7 +97,7 @@ class InterpreterEnv(Environment):
         # (a cell that is no program alone, `x = 1 + \` say, runs alone: joined to what follows it, it ran as another)
         # (stateful: Python's notebook replay; another language's cell is a program of its own, as with stateful off:
         # the replay's Python glue, compiled as C++, failed every cell)
-        stateful = self.mt.stateful and self.problem.language == "python" and _compiles(cell, "python")
+        stateful = self.mt.stateful and self.problem.language == "python" and _compiles(cell)
         program = stateful_program(self.cells, cell, marker, end) if stateful else cell
         result = self.grader.run(program, language=self.problem.language)
         ok = result.verdict == Verdict.PASS
@@ -151,9 +151,10 @@ class InterpreterEnv(Environment):
             return found.code, closed or found.format_ok
         if not body.strip():
             return None
-        # the bare body is the submission's code; prose in the tag is graded as such, with no format credit
+        # the bare body is the submission's code; prose in the tag is graded as such, with no format credit (nor, in
+        # another language, which is not compiled here, any bare body: prose had it, a hunt's find)
         code = body.strip("\n")
-        return code, closed and _compiles(code, self.problem.language)
+        return code, closed and self.problem.language == "python" and _compiles(code)
 
     def _in_code(self, before: str) -> bool:
         """`before` ends inside a code cell: a <code> tag that opens its line, not closed since (one named in prose,
@@ -210,14 +211,10 @@ def stateful_program(cells: list[str], cell: str, marker: str, end: str) -> str:
     return "".join(futures) + "\n".join([quiet, *bodies[:-1], split, bodies[-1], done])
 
 
-def _compiles(cell: str, language: str) -> bool:
+def _compiles(cell: str) -> bool:
     """Whether a cell compiles as a Python program on its own (`return` at the top level parses, and does not
-    compile); the model's text, compiled here as its other code is parsed, in time linear in it, warnings unsaid.
-    Another language's cell is taken as it is (True)."""
+    compile); the model's text, compiled here as its other code is parsed, in time linear in it, warnings unsaid."""
     import warnings
-
-    if language != "python":
-        return True
 
     try:
         with warnings.catch_warnings():

@@ -250,6 +250,9 @@ def constant_reason(cfg: RewardConfig) -> str | None:
     return None
 
 
+REWARD_MAX = 1e15  # a component's value at most (the reward table is float32, squares and sums taken in it)
+
+
 def score(sample: Sample, cfg: RewardConfig) -> Reward:
     if not sample.valid:
         return Reward(None)
@@ -257,9 +260,10 @@ def score(sample: Sample, cfg: RewardConfig) -> Reward:
         return Reward(None, pending=True)  # scored again once the reward model has read the whole batch
     parts = {c.name: float(COMPONENTS[c.name](sample, **c.params)) for c in cfg.components}
     for name, value in parts.items():  # (one NaN spreads to its group's advantages and the whole step's loss)
-        if not math.isfinite(value):
+        if not (math.isfinite(value) and abs(value) <= REWARD_MAX):  # (1e39: float32's inf in the reward table)
             raise ValueError(f"reward component {name} returned {value} for problem {sample.problem.id}: a reward "
-                             "is a finite number; fix the component (or the reward model's scores it reads)")
+                             f"is a finite number within +-{REWARD_MAX:g}; fix the component (or the reward model's "
+                             "scores it reads), or scale it down")
     scaled = sum(c.weight * parts[c.name] for c in cfg.components if c.scaled)
     added = sum(c.weight * parts[c.name] for c in cfg.components if not c.scaled)
     return Reward(cfg.scaling(scaled) + added, parts, shaping=added)

@@ -75,9 +75,9 @@ def tests_refused(language: str, spec) -> str | None:
 
 
 def language_named(value, default: str = "python") -> str | None:
-    """A row's language (empty: `default`) by the sandbox's name for it (`Python`, `python3`, `C++` as get_language
-    reads them), else None (an unknown name, or not a name)."""
-    value = value or default
+    """A row's language (null or "": `default`) by the sandbox's name for it (`Python`, `python3`, `C++` as
+    get_language reads them), else None (an unknown name, or not a name: false, 0, a list)."""
+    value = default if value is None or value == "" else value
     if not isinstance(value, str):
         return None
     key = ALIASES.get(value.lower(), value.lower())

@@ -267,12 +267,18 @@ def checked(run: Run, step: int, stats: dict, valid_frac: float, num_flat: float
     stats["adv_abs_max"] = adv_max
     if adv_max > ADVANTAGE_WARNING and not run.adv_warned:
         run.adv_warned = True
-        console.print(f"[yellow]warning: step {step}: an advantage of {adv_max:,.0f} (train/adv_abs_max): with "
-                      "grpo.normalize_rewards, a group whose other rewards are almost equal (continuous or shaped "
-                      "rewards: test_pass_fraction, overlong_penalty, a reward model) has a std near 0, which "
-                      "divides the odd one's advantage, and one sample outweighs the batch. Bound them with "
-                      "grpo.advantage_clip_low=-5 grpo.advantage_clip_high=5, or set "
-                      "grpo.use_leave_one_out_baseline=false (the group's std)[/]")
+        grpo = run.cfg.grpo
+        why = ("with grpo.normalize_rewards, a group whose other rewards are almost equal (continuous or shaped "
+               "rewards: test_pass_fraction, overlong_penalty, a reward model) has a std near 0, which divides the odd "
+               "one's advantage, and one sample outweighs the batch. Bound them with grpo.advantage_clip_low=-5 "
+               "grpo.advantage_clip_high=5, or set grpo.use_leave_one_out_baseline=false (the group's std)") \
+            if grpo.advantage == "grpo" and grpo.normalize_rewards else (
+            f"the advantages are rewards less a baseline, undivided (grpo.advantage={grpo.advantage}"
+            f"{'' if grpo.advantage != 'grpo' else ', grpo.normalize_rewards=false'}), so they have the rewards' "
+            "scale: scale the rewards (reward.scaling, or the components' weights), or bound the advantages with "
+            "grpo.advantage_clip_low and grpo.advantage_clip_high")
+        console.print(f"[yellow]warning: step {step}: an advantage of {adv_max:,.0f} (train/adv_abs_max): "
+                      f"{escape(why)}[/]")
     run.nan_streak = run.nan_streak + 1 if stats["skipped_steps"] else 0
     if stats["skipped_steps"]:
         console.print(f"[yellow]step {step}: non-finite loss or gradient, optimizer step skipped[/]")

@@ -484,7 +484,8 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
                 old = logp.detach() if batch.old_logprobs is None else on(device, batch.old_logprobs, idx, width)
                 terms = LossTerms(logp, old, to_device(batch.advantages[idx], device), mask,
                                   on(device, batch.ref_logprobs, idx, width),
-                                  on(device, batch.sampler_logprobs, idx, width), unfiltered_logprobs=raw)
+                                  on(device, batch.sampler_logprobs, idx, width), unfiltered_logprobs=raw,
+                                  zero_is_filtered=top is not None)
                 loss, metrics = policy_loss(terms, loss_cfg, num_tokens=num_tokens, num_seqs=num_seqs,
                                             is_correction=correct)
                 loss.backward()
