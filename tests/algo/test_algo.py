@@ -342,7 +342,7 @@ def test_a_token_the_trainers_filter_left_out_weighs_one_in_gspo():
     loss, grad, m = _grad(gspo, logp, logp.clone(), T([1.0]), sampler_logprobs=sampler, zero_is_filtered=True)
     plain, plain_grad, _ = _grad(gspo, logp, logp.clone(), T([1.0]))
     assert loss.item() == pytest.approx(plain.item()) and m["is_weight"].item() == pytest.approx(1.0)
-    assert torch.allclose(grad, plain_grad) and m["logprob_mismatch"].item() == 0.0
+    assert torch.allclose(grad, plain_grad) and m["logprob_mismatch"].item() == pytest.approx(7 / 6)  # (still said)
 
 
 def test_bounded_weights_past_float32_are_cut_to_the_bound_and_exponents_cannot_make_nan_gradients():

@@ -78,7 +78,7 @@ def kl_weights(current: torch.Tensor, t: LossTerms, mask: torch.Tensor, on_polic
             raise ValueError("the on-policy KL approximation needs the sampler's logprobs")
         log_w = (current - t.sampler_logprobs) * mask
         return torch.where(log_w > EXP_MAX, 0.0, torch.exp(log_w.clamp(max=EXP_MAX)))  # (no inf in the backward)
-    return torch.exp(current - current.detach())
+    return torch.nan_to_num(torch.exp(current - current.detach()), nan=0.0)  # (a -inf logprob's: 0)
 
 
 def policy_loss(t: LossTerms, cfg: LossConfig, *, num_tokens: float, num_seqs: float,
@@ -133,13 +133,14 @@ def sampler_weights(t: LossTerms, cfg: LossConfig, mask: torch.Tensor) -> Sample
     if t.sampler_logprobs is None:
         return None
     log_w = ((t.old_logprobs - t.sampler_logprobs) * mask).detach()
+    weighed = log_w  # (the metrics read log_w: the mismatch of a filtered token is still a mismatch)
     if t.zero_is_filtered:  # a sampled token the trainer's own filter left out: weight 1, not e^-(its sampler
         # logprob), which GSPO's sum spread over the whole sequence (x1097: a hunt's find)
-        log_w = torch.where(t.old_logprobs == 0, torch.zeros_like(log_w), log_w)
+        weighed = torch.where(t.old_logprobs == 0, torch.zeros_like(log_w), log_w)
     if cfg.sequence_level_importance_ratios:  # GSPO: one weight per sequence, of its whole probability
-        raw = torch.exp(log_w.sum(1, keepdim=True)).expand_as(log_w)  # [B, 1] -> [B, T]
+        raw = torch.exp(weighed.sum(1, keepdim=True)).expand_as(log_w)  # [B, 1] -> [B, T]
     else:
-        raw = torch.exp(log_w)
+        raw = torch.exp(weighed)
     weight, truncated = importance_weight(overflow_to_zero(raw), cfg.truncated_importance_sampling_type or "tis",
                                           cfg.truncated_importance_sampling_ratio,
                                           cfg.truncated_importance_sampling_ratio_min)

@@ -1081,7 +1081,7 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
                    "groups at an epoch's end keeps them and draws its next round from the next epoch (NeMo RL drops "
                    "them and starts the step again: here such a step can hold a prompt twice)")
     gen = cfg.policy.generation
-    if (gen.top_k is not None or gen.top_p < 1) and (lf.use_importance_sampling_correction or
+    if gen.temperature > 0 and (gen.top_k is not None or gen.top_p < 1) and (lf.use_importance_sampling_correction or
                                                       grpo.async_grpo.enabled):
         out.append("with top-k/top-p, a sampled token the trainer's own filter leaves out has importance weight 1 "
                    "(NeMo RL's: e^-(its sampler logprob), which GSPO's sequence weight spreads over the sequence)")

@@ -116,7 +116,10 @@ def reward_against_correctness(rows: list[dict], reward=None) -> str | None:
         if what.startswith("eval"):
             return (f"{said}: the model learns the training problems and not the evaluation's (few or easy training "
                     "problems, or too many passes over them), or the two sets differ in kind")
-        return (f"{said}: answers pass more of their tests and fewer pass all of them, which test_pass_fraction's "
-                "partial credit rewards; reward.components=[{name: all_tests_pass}] rewards only whole passes")
+        if any(c.name == "test_pass_fraction" and c.weight for c in reward.components):
+            return (f"{said}: answers pass more of their tests and fewer pass all of them, which test_pass_fraction's "
+                    "partial credit rewards; reward.components=[{name: all_tests_pass}] rewards only whole passes")
+        return (f"{said}: with a reward of right answers only, look at the rollouts (a discount, a verdict the reward "
+                "reads otherwise than the metric, or noise over few steps)")
     return (f"{said}: the reward scores something other than right answers. Check reward.components' weights "
             "and signs, reward.scaling, and your own components")

@@ -56,6 +56,7 @@ KEPT_FILES = 64  # the files of it a compile leaves that are put back between te
 EXE = "main.bin"  # a compiled program's binary in PROGRAM_DIR ({exe} in a language's commands)
 KEEP: list[str] = []  # read-only binds under ROOT (an interpreter or venv kept in /tmp): bound again each time
 KEEP_HOLD = "/.execrl-keep"  # (isolation.KEEP_HOLD) KEEP's i-th path is bound at KEEP_HOLD/i too
+RECLAIM_WAIT_S = 1.0  # how long reset reclaims what an ended program left charged before the sandbox is replaced
 LEFT_CHARGE = 8 << 20  # bytes the cgroup may be charged between programs (without: ~0.4 MB); more is reclaimed
 POLL_S = 0.01  # how often a running program's processes are measured against the CPU and memory limits
 
@@ -215,17 +216,24 @@ class Zygote:
             os.chown(PROGRAM_DIR, self.uid, self.uid)
         if self.is_init:
             self.fresh_namespaces()
+        for fd in self.streams.values():  # (read by now: their pages, the program's output, are charged as shmem)
+            os.ftruncate(fd, 0)
         self._uncharged()
 
     def _uncharged(self) -> None:
         """The cgroup is charged with no more than LEFT_CHARGE of what ended programs left (kernel memory: the next
-        program's lower limit could not be set under it, and its memory would count it): else emptied, then
-        RuntimeError (the grader replaces this sandbox)."""
+        program's lower limit could not be set under it, and its memory would count it): else emptied, for up to
+        RECLAIM_WAIT_S, then RuntimeError (the grader replaces this sandbox)."""
         if self.cg is None or self.cg.memory() <= LEFT_CHARGE:
             return
-        self.cg.empty()
-        if (left := self.cg.memory()) > LEFT_CHARGE:
-            raise RuntimeError(f"the sandbox's cgroup is charged {left >> 20} MiB that no program of it holds")
+        deadline = time.monotonic() + RECLAIM_WAIT_S
+        while True:  # (slab freed by the reclaim is uncharged once RCU lets its pages go: polled for a while)
+            self.cg.empty()
+            if (left := self.cg.memory()) <= LEFT_CHARGE:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the sandbox's cgroup is charged {left >> 20} MiB that no program of it holds")
+            time.sleep(0.01)
 
     def _streams_unlocked(self) -> None:
         """No lock on our streams held by a description the program left alive past its end (/dev/stdout reopened,
