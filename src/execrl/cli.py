@@ -202,6 +202,7 @@ def run_train(args) -> int:
 
     err = Console(stderr=True, soft_wrap=True)
     from execrl.config.checks import (
+        async_note,
         check_model,
         correctness_note,
         data_sources,
@@ -223,7 +224,7 @@ def run_train(args) -> int:
     launch = multi_gpu_launch(cfg, args)
     missing = missing_package(cfg)
     for note in (no_effect_note(cfg), differences_note(cfg), validation_overlap_note(cfg), schedule_note(cfg, batch_plan),
-                 sampling_note(cfg), correctness_note(cfg),
+                 sampling_note(cfg), correctness_note(cfg), async_note(cfg),
                  missing and args.dry_run and f"note: {missing} (the run refuses it)"):
         if note and "LOCAL_RANK" not in os.environ:  # (torchrun's processes: the command that launched them said it)
             err.print(escape(note))

@@ -129,3 +129,15 @@ def test_importance_correction_needs_the_engine_and_is_on_by_default_only_with_a
     assert not importance_correction(load_config(None, []))
     assert importance_correction(load_config(None, ["grpo.async_grpo.enabled=true"]))
     assert importance_correction(load_config(None, ["loss_fn.use_importance_sampling_correction=true"]))
+
+
+def test_async_at_a_full_fine_tunes_high_learning_rate_is_warned_of():
+    """(A researcher's week) async GRPO on the built-in default's 2e-4 let the eval fall (0.375 -> 0.188) where sync
+    GRPO's rose, and nothing said why; at 5e-5 the two matched (docs/algorithms.md)."""
+    from execrl.config import load_config
+    from execrl.config.checks import async_note
+
+    assert "lower policy.optimizer.kwargs.lr" in async_note(load_config(None, ["grpo.async_grpo.enabled=true"]))
+    for quiet in (["grpo.async_grpo.enabled=true", "policy.optimizer.kwargs.lr=5e-5"], [],
+                  ["grpo.async_grpo.enabled=true", "policy.lora.enabled=true"]):
+        assert async_note(load_config(None, quiet)) is None, quiet

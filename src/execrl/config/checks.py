@@ -696,6 +696,21 @@ def sampling_note(cfg: MasterConfig) -> str | None:
             "temperature 1.0, top_p 1.0); validation has its own val_temperature and val_top_p")
 
 
+ASYNC_HIGH_LR = 1e-4  # a full fine-tune's learning rate at which async GRPO's step-old rollouts stopped learning
+
+
+def async_note(cfg: MasterConfig) -> str | None:
+    """A warning where async GRPO trains all weights at a learning rate of ASYNC_HIGH_LR or more: on the built-in
+    default (2e-4) its eval fell where sync's rose, and at 5e-5 the two matched (docs/algorithms.md); None: none."""
+    lr = cfg.policy.optimizer.kwargs.get("lr")
+    if not (cfg.grpo.async_grpo.enabled and not cfg.policy.lora.enabled and isinstance(lr, (int, float))
+            and lr >= ASYNC_HIGH_LR):
+        return None
+    return (f"warning: async GRPO at learning rate {lr:g}: rollouts a step old need a policy that moves less per step "
+            "(on the built-in default at 2e-4 the eval fell where sync GRPO's rose; at 5e-5 they matched): lower "
+            "policy.optimizer.kwargs.lr, or watch train/logprob_mismatch and the eval (docs/algorithms.md)")
+
+
 def schedule_note(cfg: MasterConfig, batch_plan: BatchPlan) -> str | None:
     """A warning where the schedule's peak within the run (or its first SCHEDULE_PROBE steps) is under FEW_PEAK of
     the configured rate (a smoke run of a recipe with a long warm-up, say); None: none."""
