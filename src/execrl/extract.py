@@ -276,9 +276,11 @@ def _range(m: re.Match) -> str:
 # number was graded)
 UNIT_POWER = re.compile(r"[A-Za-z](?:\s*\^\s*\{?\s*|\*\*|[ \t]*\*\*[ \t]+)\Z")
 CLOSERS = re.compile(r"(?:\s|\\\)|\\\]|\$)*")  # between a number and its unit: "\\(32\\) \\(\\text{in total}\\)"
-CORRECTED = re.compile(r"(?i)\bwait\b[,.!]|\boops\b|\bI (?:made|make) (?:a|an) (?:mistake|error)\b|\bmiscalculat\w*|"
+CORRECTED = re.compile(r"(?i)\bwait\b[,.!]|\bhold on\b|\blet me re-?read\b|\boops\b|"
+                       r"\bI (?:made|make) (?:a|an) (?:mistake|error)\b|\bmiscalculat\w*|"
                        r"\bmiscount\w*|\b(?:that|this) (?:is|was|'s) (?:wrong|incorrect)\b|\bI was wrong\b|"
                        r"\blet me (?:recalculate|recompute|redo|reconsider|recheck|correct)\b|\bcorrection\b")
+TAKEN_BACK = re.compile(r"(?i)\?|[.!]?\s*(?:hmm,?\s*)?no\b[,.:!]")  # right after it: "72?", "72. Hmm, no: ..."
 # (after the stated answer: it no longer stands. Not "let me recap", "a common mistake", "Actually, that matches")
 REASON = re.compile(r",\s|\b(?:because|since|as|so|which|given|if|when|where|after|from|then|due|while|that)\b",
                     re.I)  # "18, because ... = 9", "18 since ... = 9": a reason after the answer (not the units of a
@@ -293,6 +295,8 @@ def math_answer(answer_text: str) -> str | None:
     whichever ends later (last_math_span, BARE_RUN; a unit's exponent, the 2 of "m^2", is no number). After ####: the line that follows (after its last "=", if any), less markdown emphasis;
     where it is words around a number ("18 dollars"), the number; where it holds none (a "#### Final Answer"
     heading), the last number after it. LaTeX (a backslash, braces) stays whole; a power (2^10) is one answer."""
+    if answer_text.rpartition("</think>")[2].strip():  # (a reasoning block's drafts are no answer: what follows it is)
+        answer_text = answer_text.rpartition("</think>")[2]
     boxed = last_boxed(answer_text)
     if boxed is not None:
         return boxed
@@ -425,7 +429,8 @@ def _after_answer_is(text: str) -> str | None:
     end = text.find("\n", stated.end())
     line = SENTENCE_END.split(text[stated.end():end if end >= 0 else len(text)][:300], maxsplit=1)[0]  # (its
     # sentence: "I'm not sure the answer is right. 5 * 6 = 30" states none)
-    if CORRECTED.search(text, stated.end() + len(line)):  # "So the answer is 20. Wait, ... 9 * 2 = 18."
+    rest = stated.end() + len(line)  # "So the answer is 20. Wait, ... 9 * 2 = 18.", "The answer is 72? ...", "... 72.
+    if CORRECTED.search(text, rest) or TAKEN_BACK.match(text[rest:rest + 20]):  # Hmm, no: ..." (a hunt's finds)
         return None
     blanked = FIRST_SPAN.sub(lambda m: " " * len(m.group()) if _is_math(_content(m)) else m.group(), line)
     eq = blanked.rfind("=")  # (an "=" in a LaTeX span is the span's)
@@ -540,6 +545,8 @@ def _stated(text: str, number: re.Match) -> str:
     read whole already)."""
     plain = _plain(number.group())
     after = text[number.end():number.end() + 16]
+    if re.fullmatch(r"-?[\d.]+", plain) and PERCENT_AFTER.match(after):  # ("50%" read as 50: a hunt's find)
+        return plain + "%"
     if not re.fullmatch(r"-?[\d.]+", plain):  # (a power, a fraction, an exponent: as it is)
         return plain
     if (frac := VULGAR.match(after)) and plain.lstrip("-").isdigit() and len(plain) <= 4000:  # (int() refuses more

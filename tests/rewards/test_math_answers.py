@@ -390,3 +390,31 @@ def test_a_math_verify_that_verifies_nothing_is_refused_with_its_fix(tmp_path, m
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(RuntimeError, match=r"math-verify cannot verify 1/2 = 0.5 .* install math-verify>=0.8"):
         _start()
+
+
+@pytest.mark.parametrize("text,truth,right", [
+    # an answer stated, then taken back: the later one stands
+    ("48 + 24 = 72, so the answer is 72. But hold on, May is a third of April: 48/3 = 16, so the total is 64 clips.",
+     "72", False),
+    ("The answer is 72. Hmm, no: May is 16, so the total is 48 + 16 = 64.", "72", False),
+    ("The answer is 72? Let me double-check. 48/3 = 16. So Natalia sold 64 clips.", "72", False),
+    ("I think the answer is 70. Hmm, let me re-read the problem. So the total is 48 + 24 = 72.", "72", True),
+    # a reasoning block's drafts, under the code format
+    ("<think>so \\boxed{72}.</think>\n\nThe answer is 70.", "72", False),
+    ("<think>First guess \\boxed{70}.</think>\n\nNatalia sold 72 clips altogether.", "72", True),
+    # a percent sign outside a box
+    ("The answer is 50%.", "0.5", True),
+    ("So the probability is 50%.", "\\frac{1}{2}", True),
+])
+def test_realistic_answers_taken_back_drafted_or_in_percent(text, truth, right):
+    """(A hunt's bank of 432 realistic completions: 13.7% of right answers scored 0, 6.8% of wrong ones 1) an earlier
+    "the answer is" beat the final answer, a <think> draft's box beat the answer after it, and "50%" was read as 50."""
+    from execrl.config.schema import RewardConfig
+    from execrl.extract import extract
+    from execrl.rewards import Sample, score
+    from execrl.tasks import Problem
+
+    problem = Problem(id="p", messages=[{"role": "user", "content": "How many clips? What is the probability?"}],
+                      answer=truth, kind="math")
+    sample = Sample(problem, text, extract(text, "code", want_code=False))
+    assert score(sample, RewardConfig(components=[{"name": "math_correct"}])).total == float(right), text
