@@ -323,6 +323,41 @@ def test_a_program_cannot_stand_in_for_the_tests_own_names(grader, case):
     assert graded_quickly(grader, right, tests).verdict == V.PASS
 
 
+@pytest.mark.parametrize("tests", [
+    {"check": "def check(candidate):\n    assert candidate([1, 2]) == 3\n", "entry_point": "sum"},
+    {"asserts": ["assert max([1, 3, 2]) == 3", "assert max([0]) == 0"]},
+    {"asserts": ["assert sorted([3, 1, 2]) == [1, 2, 3]"]},
+])
+def test_a_program_that_lacks_the_builtin_named_function_under_test_fails(grader, tests):
+    """(A hunt's find) the tests' function is named like a builtin (an entry point `sum`, asserts on `max` alone)
+    and the program defines none: the builtin stood in for it, and `x = 1` passed."""
+    r = graded_quickly(grader, "x = 1\n", tests)
+    assert r.passed == 0 and r.tests[0].error == "NameError", r.to_dict()
+    name = tests.get("entry_point") or tests["asserts"][0].split("(")[0].split()[-1]
+    right = f"def {name}(xs):\n    return __import__('builtins').{name}(xs)\n"
+    assert graded_quickly(grader, right, tests).verdict == V.PASS
+
+
+def test_a_rows_own_code_that_loops_holds_a_worker_for_its_budget_only(grader):
+    """(A hunt's find) a row's set-up `while True: pass` held the checker for (2 x timeout + 1) x tests + 10 s of CPU
+    (2 min 10 s at 100 asserts of 0.1 s; 510 s at the default timeout): its own code has OWN_CPU_S, then it times
+    out; so does one test's loop, and the tests after it are not run."""
+    import time
+
+    from execrl.sandbox.inside.checker import OWN_CPU_S
+
+    code = "def f(x):\n    return x\n"
+    for tests, verdicts in (({"setup": "while True: pass", "asserts": [f"assert f({i}) == {i}" for i in range(50)]},
+                             [V.TIMEOUT] * 50),
+                            ({"asserts": ["assert f(0) == 0", "assert f(1) == 1\nwhile True:\n    pass",
+                                          "assert f(2) == 2"]},
+                             [V.PASS, V.TIMEOUT, V.TIMEOUT])):
+        start = time.monotonic()
+        r = grader.grade(code, tests, limits=Limits(timeout_s=0.1))
+        assert [t.verdict for t in r.tests] == verdicts, r.to_dict()
+        assert time.monotonic() - start < OWN_CPU_S + 15
+
+
 def test_a_missing_function_is_a_name_error_in_every_form(grader):
     """The error class, which `error_penalty` matches: NameError in the assert and check forms too."""
     for tests in ({"asserts": ["assert add(1, 2) == 3"]}, {"inputs": ["1 2\n"], "outputs": ["3\n"]}):

@@ -9,6 +9,7 @@ import ast
 import builtins
 import collections
 import os
+import signal
 import socket
 import sys
 import time
@@ -464,18 +465,47 @@ def _tested_builtin(code: str, names: set[str]) -> set[str]:
     return found if len(found) == 1 else set()
 
 
-def _bind_remote(g: dict, rpc: _Rpc, names: list[str]) -> list[str]:
+def _bind_remote(g: dict, rpc: _Rpc, names: list[str], tested: tuple[str, ...] = ()) -> list[str]:
+    """The program's objects of these names, bound in the tests' globals (those it lacks are left unbound). A name in
+    `tested` (the check form's entry point, the builtin the tests test) that the program lacks is bound to a function
+    that raises NameError: else the builtin of that name passed for the program (an empty program passed tests of
+    `sum`, `max` or `sorted`: a hunt's find)."""
     bound = []
     for name in names:
         try:
             g[name] = rpc.request({"op": "get", "target": ["name", name]})
             bound.append(name)
         except RemoteError:  # not the program's: a star import in the setup, or a NameError later
-            pass
+            if name in tested:
+                g[name] = _undefined(name)
     return bound
 
 
+def _undefined(name: str):
+    def undefined(*args, **kwargs):
+        raise NameError(f"name {name!r} is not defined (the program defines no {name})")
+
+    return undefined
+
+
 CHECKER_INT_DIGITS = 50_000
+OWN_CPU_S = 10.0  # CPU seconds the tests' set-up, and each test, may spend in their own code (the row's: a call into
+# the program waits, and spends none): past it the test times out and the rest are not run. A row's `while True` in
+# its set-up held a grading worker for (2 x timeout + 1) x tests + 10 s: 510 s a sample at 100 asserts (a hunt's find)
+
+
+class OwnTimeout(BaseException):
+    """The tests' own code ran past OWN_CPU_S of CPU."""
+
+
+def _own_cpu(seconds: float) -> None:
+    """Arm (seconds > 0) or disarm (0) the budget of the tests' own CPU; once spent it fires again every 50 ms, so a
+    bare `except:` in the row's code cannot swallow it for long."""
+    signal.setitimer(signal.ITIMER_PROF, seconds, 0.05 if seconds else 0.0)
+
+
+def _over_budget(signum, frame):
+    raise OwnTimeout
 
 
 def checker_child(job: dict) -> None:
@@ -500,12 +530,20 @@ def checker_child(job: dict) -> None:
         free, builtin_names = _free_names(every)
         modules = _modules_named(every, free - {entry})
         g.update(modules)
-        bound = _bind_remote(g, rpc, sorted(free - set(modules) | ({entry} if entry else set())))
+        signal.signal(signal.SIGPROF, _over_budget)
+        _own_cpu(OWN_CPU_S)
+        bound = _bind_remote(g, rpc, sorted(free - set(modules) | ({entry} if entry else set())),
+                             tested=(entry,) if entry else ())
         if not bound and not entry:
             # tests that call nothing of the program's but a builtin's name test the program's own
             # `sum` (MBPP 126); every other builtin the tests use stays the builtin
-            _bind_remote(g, rpc, sorted(_tested_builtin(every, builtin_names)))
+            builtin = sorted(_tested_builtin(every, builtin_names))
+            _bind_remote(g, rpc, builtin, tested=tuple(builtin))
         exec(compile_test(job.get("setup", ""), "<setup>"), g)
+        _own_cpu(0)
+    except OwnTimeout:
+        write_status({"setup": "timeout", "msg": f"the tests' set-up ran past {OWN_CPU_S:g} s of its own CPU"})
+        os._exit(0)
     except ModuleMissing as e:  # (before the program is called: nothing of the program's can raise it)
         write_status({"setup": "infra_error", "msg": str(e)[:300]})
         os._exit(0)
@@ -521,7 +559,11 @@ def checker_child(job: dict) -> None:
     for i, snippet in enumerate(snippets):
         verdict, msg = "pass", ""
         try:
+            _own_cpu(OWN_CPU_S)
             exec(compile_test(snippet, f"<test {i}>"), g)
+            _own_cpu(0)
+        except OwnTimeout:
+            verdict, msg = "timeout", f"the test's own code ran past {OWN_CPU_S:g} s of CPU"
         except RemoteTimeout:
             verdict = "timeout"
         except (RemoteError, RemoteGone) as e:  # (before AssertionError: the program's own is its runtime error)
@@ -532,6 +574,7 @@ def checker_child(job: dict) -> None:
             verdict, msg = "runtime_error", f"NameError: {_text(e)}"[:300]
         except BaseException as e:  # noqa: BLE001 - e.g. a TypeError on a wrong return type: a failed test
             verdict, msg = "fail", f"{type(e).__name__}: {_text(e)}"[:300]
+        _own_cpu(0)
         if rpc.failed is not None and verdict in ("pass", "fail"):  # the test caught the program's timeout or end
             verdict, msg = rpc.failed
         write_status({"test": i, "verdict": verdict, "msg": msg})
