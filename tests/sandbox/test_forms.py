@@ -107,11 +107,26 @@ def test_assert_entries_that_test_nothing_run_with_the_next_test(grader):
     for asserts, verdicts in rows.items():
         r = grader.grade(code, {"asserts": list(asserts)})
         assert [t.verdict for t in r.tests] == verdicts, (asserts, r.tests)
-    with pytest.raises(TestSpecError, match="use nothing of the program's"):
+    with pytest.raises(TestSpecError, match="assert nothing of the program's"):
         parse_tests({"asserts": ["import math", "", "# f(1) == 2"]})
     for asserts in (["assert f(1) == 1", "assert False"], ["assert 1 == 2", "assert f(2) == 2"]):  # (merged, it
         with pytest.raises(TestSpecError, match="is an assert of nothing of the program's"):  # failed every program)
             parse_tests({"asserts": asserts})
+
+
+def test_tests_that_assert_nothing_are_no_tests(grader):
+    """(A hunt's finds) a check of `pass` or `assert True` passed every program, and asserts entries that call the
+    program but assert nothing ("f(1)", "print(f(3) == 9)") were tests of their own: credit for not crashing."""
+    for check in ("def check(candidate):\n    pass\n", "def check(candidate):\n    assert True\n"):
+        with pytest.raises(TestSpecError, match="holds no assert"):
+            parse_tests({"check": check, "entry_point": "f"})
+    with pytest.raises(TestSpecError, match="assert nothing of the program's"):
+        parse_tests({"asserts": ["print(f(3) == 9)", "f(1)"]})
+    assert parse_tests({"asserts": ["f(1)", "f(2)", "assert f(3) == 9"]}).asserts == ["f(1)\nf(2)\nassert f(3) == 9"]
+    helpers = parse_tests({"setup": "def check(g):\n    assert g(1) == 2\n", "asserts": ["check(f)", "check(f)"]})
+    assert len(helpers.asserts) == 2  # (the set-up's helper asserts: each call is a test)
+    r = grader.grade("def f(x):\n    return 0\n", {"asserts": ["f(1)", "f(2)", "assert f(3) == 9"]})
+    assert [t.verdict for t in r.tests] == [Verdict.FAIL]
 
 
 def test_asserts_program_exception_is_runtime_error(grader):

@@ -194,6 +194,9 @@ def parse_tests(obj) -> TestSpec:
                                 "check(entry_point), so no program could pass")
         if not obj["entry_point"].isidentifier():
             raise TestSpecError(f"tests.entry_point must name a function, got {obj['entry_point']!r}")
+        if not any(_asserting([n]) and _tests_something(list(ast.walk(n))) for n in ast.walk(ast.parse(obj["check"]))):
+            raise TestSpecError("tests.check holds no assert (or raise) of anything: every program that runs would "
+                                "pass it")  # (a hunt's find: a body of `pass`, or `assert True`, passed every program)
         return CheckTests(obj["check"], obj["entry_point"])
     if "asserts" in keys:
         asserts = _need_str_list(obj, "asserts")
@@ -203,7 +206,7 @@ def parse_tests(obj) -> TestSpec:
         for i, a in enumerate(asserts):
             _python_syntax(a, f"tests.asserts[{i}]")
         _python_syntax(setup, "tests.setup")
-        return AssertTests(_tests_that_test(asserts), setup)
+        return AssertTests(_tests_that_test(asserts, _asserting(list(ast.walk(ast.parse(setup))))), setup)
     if "inputs" in keys and "outputs" in keys:
         if obj.get("fn_name") and not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
                                           for v in (obj["inputs"], obj["outputs"])):  # (a hunt's find: no fix named)
@@ -405,17 +408,18 @@ def _defined(code: str) -> set[str]:
     return names
 
 
-def _tests_that_test(asserts: list[str]) -> list[str]:
-    """The assert tests, each entry that tests nothing ("import math", "", a comment) run with the next one that does
-    (or the last): a test of its own would pass whatever the program is, and add to the share of tests passed. An
-    assert of constants ("assert False", "assert True") is refused: merged, it would fail (or pass) every program.
-    Raises TestSpecError where no entry tests anything: every program, an empty one too, would get the same verdict
-    ("assert True", "assert False")."""
+def _tests_that_test(asserts: list[str], helpers_assert: bool = False) -> list[str]:
+    """The assert tests, each entry that tests nothing ("import math", "", a comment, a call that asserts nothing:
+    "f(1)", "print(f(3) == 9)") run with the next one that does (or the last): a test of its own would pass whatever
+    the program is, and add to the share of tests passed. An assert of constants ("assert False", "assert True") is
+    refused: merged, it would fail (or pass) every program. Raises TestSpecError where no entry tests anything: every
+    program, an empty one too, would get the same verdict ("assert True", "assert False"). `helpers_assert`: the
+    set-up holds an assert (or raise), so a call of its helpers ("check(f)") may test."""
     merged, pending = [], []
     for i, a in enumerate(asserts):
         nodes = list(ast.walk(ast.parse(a)))  # (parsed once: a dataset of 100,000 asserts is read at start-up)
-        tests = _tests_something(nodes)
-        if not tests and any(isinstance(n, (ast.Assert, ast.Raise)) for n in nodes):
+        tests = _tests_something(nodes) and (helpers_assert or _asserting(nodes))
+        if not _tests_something(nodes) and _asserting(nodes):
             raise TestSpecError(f"tests.asserts[{i}] is an assert of nothing of the program's: every program gets the "
                                 f"same verdict from it ({a[:60]!r}); drop it, or make it test the program"[:300])
         pending.append(a)
@@ -423,11 +427,16 @@ def _tests_that_test(asserts: list[str]) -> list[str]:
             merged.append("\n".join(pending))
             pending = []
     if not merged:
-        raise TestSpecError(f"tests.asserts use nothing of the program's: every program, an empty one too, gets the "
-                            f"same verdict ({asserts[:3]!r})"[:300])
+        raise TestSpecError(f"tests.asserts assert nothing of the program's: every program, an empty one too, gets "
+                            f"the same verdict ({asserts[:3]!r})"[:300])
     if pending:
         merged[-1] = "\n".join([merged[-1], *pending])
     return merged
+
+
+def _asserting(nodes: list[ast.AST]) -> bool:
+    """Whether code (its parsed nodes) can fail a test: an assert, or a raise."""
+    return any(isinstance(node, (ast.Assert, ast.Raise)) for node in nodes)
 
 
 def _tests_something(nodes: list[ast.AST]) -> bool:
