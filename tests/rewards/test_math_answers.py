@@ -418,3 +418,9 @@ def test_realistic_answers_taken_back_drafted_or_in_percent(text, truth, right):
                       answer=truth, kind="math")
     sample = Sample(problem, text, extract(text, "code", want_code=False))
     assert score(sample, RewardConfig(components=[{"name": "math_correct"}])).total == float(right), text
+
+
+def test_a_degree_sign_reads_as_degrees():
+    """(A hunt's find) \\boxed{30°} scored 0 against 30 (30^\\circ scored 1)."""
+    assert answers_match("30°", "30") and answers_match("30 °", "30") and answers_match("45°", "45^\\circ")
+    assert not answers_match("31°", "30")

@@ -52,11 +52,14 @@ SEPARATORS = re.compile(r"(?<=\d)(?:\\,|\\ |\{,\}|[ \u00a0\u2009\u202f])(?=\d{3}
 # 1 000 (a space, a no-break or a thin one; not the 2 of the mixed number 2 100/3): thousands separators
 
 
+DEGREE_SIGN = re.compile(r"(?<=\d)[ \t]*°")  # a degree sign after a number, as LaTeX's ^\circ (a hunt's find)
+
+
 def _bare(text: str) -> str:
     """An answer without one pair of math delimiters around the whole of it (a reference written \\[3\\] is 3),
     without invisible format characters (a byte-order mark, a zero-width space), a Unicode fraction as digits (1½:
     3/2, as an answer's is read)."""
-    text = "".join(c for c in text if c not in UNSEEN).strip()
+    text = DEGREE_SIGN.sub(r"^\\circ", "".join(c for c in text if c not in UNSEEN).strip())  # (30°: 30^\circ)
     if (m := WHOLE_VULGAR.fullmatch(text)) and len(m[1]) <= 4000:  # (int() refuses more than 4,300 digits)
         whole = m[1].lstrip("-\u2212")
         value = int(whole or 0) + Fraction(unicodedata.numeric(m[2])).limit_denominator(100)
