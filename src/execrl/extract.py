@@ -295,8 +295,8 @@ def math_answer(answer_text: str) -> str | None:
     whichever ends later (last_math_span, BARE_RUN; a unit's exponent, the 2 of "m^2", is no number). After ####: the line that follows (after its last "=", if any), less markdown emphasis;
     where it is words around a number ("18 dollars"), the number; where it holds none (a "#### Final Answer"
     heading), the last number after it. LaTeX (a backslash, braces) stays whole; a power (2^10) is one answer."""
-    if answer_text.rpartition("</think>")[2].strip():  # (a reasoning block's drafts are no answer: what follows it is)
-        answer_text = answer_text.rpartition("</think>")[2]
+    if re.search(r"\d|\\boxed", after := answer_text.rpartition("</think>")[2]):  # (a reasoning block's drafts are
+        answer_text = after  # no answer: what follows it is, where it holds one; not a stray "**" or "</answer>")
     boxed = last_boxed(answer_text)
     if boxed is not None:
         return boxed

@@ -127,6 +127,13 @@ def test_tests_that_assert_nothing_are_no_tests(grader):
     assert len(helpers.asserts) == 2  # (the set-up's helper asserts: each call is a test)
     r = grader.grade("def f(x):\n    return 0\n", {"asserts": ["f(1)", "f(2)", "assert f(3) == 9"]})
     assert [t.verdict for t in r.tests] == [Verdict.FAIL]
+    # (a review's finds) tests that assert through a function, an exit, or an assert under a condition still test
+    for check in ("np.testing.assert_allclose(candidate(1), 2.0)", "unittest.TestCase().assertEqual(candidate(1), 2)",
+                  "if candidate(1) != 2: assert False", "if candidate(1) != 2: exit(1)"):
+        parse_tests({"check": f"def check(candidate):\n    {check}\n", "entry_point": "f"})
+    assert len(parse_tests({"asserts": ["np.testing.assert_allclose(f(1), 2.0)", "assert f(2) == 3"]}).asserts) == 2
+    assert len(parse_tests({"setup": "from helpers import check", "asserts": ["check(f(1), 2)", "check(f(2), 3)"]}
+                           ).asserts) == 2
 
 
 def test_asserts_program_exception_is_runtime_error(grader):

@@ -338,6 +338,16 @@ def test_a_program_that_lacks_the_builtin_named_function_under_test_fails(grader
     assert graded_quickly(grader, right, tests).verdict == V.PASS
 
 
+@pytest.mark.parametrize("entry", ["validate", "sum"])
+def test_a_missing_function_fails_a_check_that_expects_an_exception(grader, entry):
+    """(A review's find) the NameError that stands for a missing function was caught by the check's own `except
+    Exception` (a check that wants the call to raise): `x = 1` passed."""
+    check = ("def check(candidate):\n    try:\n        candidate(-1)\n    except Exception:\n        pass\n    else:\n"
+             "        raise AssertionError('no error raised')\n")
+    r = graded_quickly(grader, "x = 1\n", {"check": check, "entry_point": entry})
+    assert r.verdict == V.RUNTIME_ERROR and r.tests[0].error == "NameError", r.to_dict()
+
+
 def test_a_rows_own_code_that_loops_holds_a_worker_for_its_budget_only(grader):
     """(A hunt's find) a row's set-up `while True: pass` held the checker for (2 x timeout + 1) x tests + 10 s of CPU
     (2 min 10 s at 100 asserts of 0.1 s; 510 s at the default timeout): its own code has OWN_CPU_S, then it times

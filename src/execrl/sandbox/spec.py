@@ -194,9 +194,10 @@ def parse_tests(obj) -> TestSpec:
                                 "check(entry_point), so no program could pass")
         if not obj["entry_point"].isidentifier():
             raise TestSpecError(f"tests.entry_point must name a function, got {obj['entry_point']!r}")
-        if not any(_asserting([n]) and _tests_something(list(ast.walk(n))) for n in ast.walk(ast.parse(obj["check"]))):
+        nodes = list(ast.walk(ast.parse(obj["check"])))
+        if not (_asserting(nodes) and _tests_something(nodes)):  # (a hunt's find: a body of `pass`, or `assert
             raise TestSpecError("tests.check holds no assert (or raise) of anything: every program that runs would "
-                                "pass it")  # (a hunt's find: a body of `pass`, or `assert True`, passed every program)
+                                "pass it")  # True`, passed every program)
         return CheckTests(obj["check"], obj["entry_point"])
     if "asserts" in keys:
         asserts = _need_str_list(obj, "asserts")
@@ -206,7 +207,9 @@ def parse_tests(obj) -> TestSpec:
         for i, a in enumerate(asserts):
             _python_syntax(a, f"tests.asserts[{i}]")
         _python_syntax(setup, "tests.setup")
-        return AssertTests(_tests_that_test(asserts, _asserting(list(ast.walk(ast.parse(setup))))), setup)
+        setup_nodes = list(ast.walk(ast.parse(setup)))  # (its helpers may assert: written there, or imported)
+        helpers = _asserting(setup_nodes) or any(isinstance(n, ast.ImportFrom) for n in setup_nodes)
+        return AssertTests(_tests_that_test(asserts, helpers), setup)
     if "inputs" in keys and "outputs" in keys:
         if obj.get("fn_name") and not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
                                           for v in (obj["inputs"], obj["outputs"])):  # (a hunt's find: no fix named)
@@ -435,8 +438,15 @@ def _tests_that_test(asserts: list[str], helpers_assert: bool = False) -> list[s
 
 
 def _asserting(nodes: list[ast.AST]) -> bool:
-    """Whether code (its parsed nodes) can fail a test: an assert, or a raise."""
-    return any(isinstance(node, (ast.Assert, ast.Raise)) for node in nodes)
+    """Whether code (its parsed nodes) can fail a test: an assert, a raise, a call of an assert-named function
+    (`np.testing.assert_allclose`, `self.assertEqual`) or an exit (`sys.exit(1)`)."""
+    def named(node) -> str:
+        f = node.func
+        return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+
+    return any(isinstance(node, (ast.Assert, ast.Raise)) or isinstance(node, ast.Call) and
+               (named(node).lower().startswith(("assert", "fail")) or named(node) in ("exit", "_exit", "quit"))
+               for node in nodes)
 
 
 def _tests_something(nodes: list[ast.AST]) -> bool:

@@ -101,6 +101,9 @@ class _Rpc:
         except socket.timeout:
             self.failed = ("timeout", "")
             raise RemoteTimeout() from None
+        except OwnTimeout:  # (mid-call: the channel's state is unknown, so no later call reads a stale reply)
+            self.failed = ("timeout", f"the tests' own code ran past {OWN_CPU_S:g} s of CPU")
+            raise
         except Oversized as e:
             self.failed = ("runtime_error", f"the program answered with {_text(e)[:200]}")
             raise RemoteGone(self.failed[1]) from None
@@ -476,14 +479,18 @@ def _bind_remote(g: dict, rpc: _Rpc, names: list[str], tested: tuple[str, ...] =
             g[name] = rpc.request({"op": "get", "target": ["name", name]})
             bound.append(name)
         except RemoteError:  # not the program's: a star import in the setup, or a NameError later
-            if name in tested:
-                g[name] = _undefined(name)
+            if name in tested and hasattr(builtins, name):
+                g[name] = _undefined(name, rpc)
     return bound
 
 
-def _undefined(name: str):
+def _undefined(name: str, rpc: _Rpc):
+    """What stands for a builtin-named function the program lacks: a NameError that is the test's verdict even where
+    the tests catch it (a check expecting an exception, `except Exception`, passed an empty program: a review's
+    find)."""
     def undefined(*args, **kwargs):
-        raise NameError(f"name {name!r} is not defined (the program defines no {name})")
+        rpc.failed = ("runtime_error", f"NameError: name {name!r} is not defined (the program defines no {name})")
+        raise NameError(rpc.failed[1][11:])
 
     return undefined
 
@@ -531,7 +538,6 @@ def checker_child(job: dict) -> None:
         modules = _modules_named(every, free - {entry})
         g.update(modules)
         signal.signal(signal.SIGPROF, _over_budget)
-        _own_cpu(OWN_CPU_S)
         bound = _bind_remote(g, rpc, sorted(free - set(modules) | ({entry} if entry else set())),
                              tested=(entry,) if entry else ())
         if not bound and not entry:
@@ -539,9 +545,13 @@ def checker_child(job: dict) -> None:
             # `sum` (MBPP 126); every other builtin the tests use stays the builtin
             builtin = sorted(_tested_builtin(every, builtin_names))
             _bind_remote(g, rpc, builtin, tested=tuple(builtin))
-        exec(compile_test(job.get("setup", ""), "<setup>"), g)
-        _own_cpu(0)
+        try:
+            _own_cpu(OWN_CPU_S)
+            exec(compile_test(job.get("setup", ""), "<setup>"), g)
+        finally:
+            _own_cpu(0)  # (before any handler below: none of their writes is cut short)
     except OwnTimeout:
+        _own_cpu(0)
         write_status({"setup": "timeout", "msg": f"the tests' set-up ran past {OWN_CPU_S:g} s of its own CPU"})
         os._exit(0)
     except ModuleMissing as e:  # (before the program is called: nothing of the program's can raise it)
@@ -560,9 +570,12 @@ def checker_child(job: dict) -> None:
         verdict, msg = "pass", ""
         try:
             _own_cpu(OWN_CPU_S)
-            exec(compile_test(snippet, f"<test {i}>"), g)
-            _own_cpu(0)
+            try:
+                exec(compile_test(snippet, f"<test {i}>"), g)
+            finally:
+                _own_cpu(0)  # (before any handler below: none of their writes is cut short)
         except OwnTimeout:
+            _own_cpu(0)
             verdict, msg = "timeout", f"the test's own code ran past {OWN_CPU_S:g} s of CPU"
         except RemoteTimeout:
             verdict = "timeout"
@@ -574,7 +587,6 @@ def checker_child(job: dict) -> None:
             verdict, msg = "runtime_error", f"NameError: {_text(e)}"[:300]
         except BaseException as e:  # noqa: BLE001 - e.g. a TypeError on a wrong return type: a failed test
             verdict, msg = "fail", f"{type(e).__name__}: {_text(e)}"[:300]
-        _own_cpu(0)
         if rpc.failed is not None and verdict in ("pass", "fail"):  # the test caught the program's timeout or end
             verdict, msg = rpc.failed
         write_status({"test": i, "verdict": verdict, "msg": msg})
