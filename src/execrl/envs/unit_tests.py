@@ -25,7 +25,7 @@ from execrl.rewards import Sample
 from execrl.rewards.outcome import program_of
 from execrl.sandbox import AssertTests, CallTests, CheckTests, ProgramResult, StdioTests, TestSpec, Verdict
 from execrl.sandbox.preview import preview
-from execrl.sandbox.spec import entry_names, num_tests, python_lines, truncate_tests
+from execrl.sandbox.spec import entry_names, num_tests, parse_python, python_lines, truncate_tests
 from execrl.tasks import Problem
 
 V = Verdict
@@ -119,7 +119,7 @@ def probed(spec: TestSpec, probes: TestSpec) -> list[bool]:
 
 
 def _probe(snippet: str, hidden_entries: frozenset[str] | None = None) -> str:
-    tree = ast.parse(snippet)
+    tree = parse_python(snippet)
     last = tree.body[-1] if tree.body else None
     if not (isinstance(last, ast.Assert) and last.msg is None and isinstance(last.test, ast.Compare)
             and len(last.test.ops) == 1 and isinstance(last.test.ops[0], ast.Eq)):
@@ -132,7 +132,7 @@ def _probe(snippet: str, hidden_entries: frozenset[str] | None = None) -> str:
     before = "".join(lines[:last.lineno - 1]) + lines[last.lineno - 1].encode()[:last.col_offset].decode()
     probe = f"{before}__got = {left}\nassert __got == ({right}), repr(__got)"
     try:
-        ast.parse(probe)
+        parse_python(probe)
     except SyntaxError:
         return snippet
     return probe

@@ -8,7 +8,7 @@ import re
 from execrl.rewards.base import Sample
 from execrl.rewards.math_answers import math_correct
 from execrl.sandbox import Grader, Verdict
-from execrl.sandbox.spec import python_lines
+from execrl.sandbox.spec import parse_python, python_lines
 from execrl.tasks import Problem
 from execrl.tasks.humaneval import helpers
 
@@ -55,7 +55,7 @@ def leading_futures(code: str) -> tuple[str, str]:
     import ast
 
     try:
-        body = ast.parse(code).body
+        body = parse_python(code).body
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return "", code
     i = int(bool(body) and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant))

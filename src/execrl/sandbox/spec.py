@@ -20,11 +20,22 @@ import functools
 import json
 import math
 import re
+import threading
 from dataclasses import dataclass, field
 from enum import Enum
 
 from execrl.sandbox.compare import CompareOptions
 from execrl.sandbox.inside.protocol import MAX_DEPTH
+
+_AST_LOCK = threading.Lock()
+
+
+def parse_python(code: str) -> ast.Module:
+    """ast.parse, one thread at a time: CPython 3.11 (before 3.11.8) keeps the AST conversion's recursion depth in state
+    that threads share, and grading threads parsing rows at once raised SystemError ("AST constructor recursion depth
+    mismatch": CI's find)."""
+    with _AST_LOCK:
+        return ast.parse(code)
 
 
 class Verdict(str, Enum):
@@ -124,7 +135,7 @@ def _called(test: str) -> frozenset[str]:
     """The names an assert calls (`f(...)`, not `x.f(...)`), never a word inside its strings ("python (chrome)")."""
     if len(test) <= 2000:
         try:
-            return frozenset(n.func.id for n in ast.walk(ast.parse(test)) if isinstance(n, ast.Call)
+            return frozenset(n.func.id for n in ast.walk(parse_python(test)) if isinstance(n, ast.Call)
                              and isinstance(n.func, ast.Name))
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             pass
@@ -194,7 +205,7 @@ def parse_tests(obj) -> TestSpec:
                                 "check(entry_point), so no program could pass")
         if not obj["entry_point"].isidentifier():
             raise TestSpecError(f"tests.entry_point must name a function, got {obj['entry_point']!r}")
-        nodes = list(ast.walk(ast.parse(obj["check"])))
+        nodes = list(ast.walk(parse_python(obj["check"])))
         if not (_asserting(nodes) and _tests_something(nodes)):  # (a hunt's find: a body of `pass`, or `assert
             raise TestSpecError("tests.check holds no assert (or raise) of anything: every program that runs would "
                                 "pass it")  # True`, passed every program)
@@ -207,7 +218,7 @@ def parse_tests(obj) -> TestSpec:
         for i, a in enumerate(asserts):
             _python_syntax(a, f"tests.asserts[{i}]")
         _python_syntax(setup, "tests.setup")
-        setup_nodes = list(ast.walk(ast.parse(setup)))  # (its helpers may assert: written there, or imported)
+        setup_nodes = list(ast.walk(parse_python(setup)))  # (its helpers may assert: written there, or imported)
         helpers = _asserting(setup_nodes) or any(isinstance(n, ast.ImportFrom) for n in setup_nodes)
         return AssertTests(_tests_that_test(asserts, helpers), setup)
     if "inputs" in keys and "outputs" in keys:
@@ -269,7 +280,7 @@ def split_test_script(script: str) -> AssertTests:
     import ast
 
     try:
-        tree = ast.parse(script)
+        tree = parse_python(script)
     except (SyntaxError, ValueError, MemoryError, RecursionError) as e:  # (NUL bytes; nested too deeply to parse)
         raise TestSpecError(f"the test script is not valid Python: {type(e).__name__}: {e}"[:300]) from None
     lines = python_lines(script)
@@ -401,7 +412,7 @@ def _defined(code: str) -> set[str]:
     """The names a test script binds anywhere (compiled already: _python_syntax): a def, a class, an assignment
     (`check = _check`), an import (`from tests import check`)."""
     names = set()
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(parse_python(code)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
@@ -420,7 +431,7 @@ def _tests_that_test(asserts: list[str], helpers_assert: bool = False) -> list[s
     set-up holds an assert (or raise), so a call of its helpers ("check(f)") may test."""
     merged, pending = [], []
     for i, a in enumerate(asserts):
-        nodes = list(ast.walk(ast.parse(a)))  # (parsed once: a dataset of 100,000 asserts is read at start-up)
+        nodes = list(ast.walk(parse_python(a)))  # (parsed once: a dataset of 100,000 asserts is read at start-up)
         tests = _tests_something(nodes) and (helpers_assert or _asserting(nodes))
         if not _tests_something(nodes) and _asserting(nodes):
             raise TestSpecError(f"tests.asserts[{i}] is an assert of nothing of the program's: every program gets the "

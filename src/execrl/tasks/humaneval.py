@@ -9,6 +9,7 @@ import ast
 import re
 
 from execrl.sandbox import TestSpecError, parse_tests
+from execrl.sandbox.spec import parse_python
 from execrl.tasks.problem import Problem, data_files, read_rows
 from execrl.tasks.registry import register
 
@@ -39,7 +40,7 @@ def helpers(prompt: str, entry_point: str) -> str:
     """The prompt's imports and top-level definitions other than the entry point, as source ("" where it does not
     parse: the check stands alone then)."""
     try:
-        body = ast.parse(prompt).body
+        body = parse_python(prompt).body
     except (SyntaxError, ValueError, MemoryError, RecursionError):  # (nested too deeply to parse, a NUL byte)
         return ""
     kept = [node for node in body if isinstance(node, (ast.Import, ast.ImportFrom, ast.Assign))

@@ -13,7 +13,7 @@ import ast
 import json
 import re
 
-from execrl.sandbox.spec import AssertTests, CallTests, StdioTests, TestSpec, select_tests
+from execrl.sandbox.spec import AssertTests, CallTests, StdioTests, TestSpec, parse_python, select_tests
 from execrl.tasks.problem import Problem
 
 NEAR = 400  # characters within which an example's output follows its input in the prompt
@@ -117,7 +117,7 @@ def _finds(text: str, part: str, start: int, stop: int, lines: bool):
 def _tree(code: str) -> str:
     """An assert as Python reads it (spacing aside, strings' own spaces kept); the text where it does not parse."""
     try:
-        return ast.dump(ast.parse(code.strip())) if len(code) < 10_000 else code.strip()
+        return ast.dump(parse_python(code.strip())) if len(code) < 10_000 else code.strip()
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return code.strip()
 
