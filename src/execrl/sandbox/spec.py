@@ -450,14 +450,14 @@ def _tests_that_test(asserts: list[str], helpers_assert: bool = False) -> list[s
 
 def _asserting(nodes: list[ast.AST]) -> bool:
     """Whether code (its parsed nodes) can fail a test: an assert, a raise, a call of an assert-named function
-    (`np.testing.assert_allclose`, `self.assertEqual`) or an exit (`sys.exit(1)`)."""
+    (`np.testing.assert_allclose`, `self.assertEqual`, `pytest.raises`, `pytest.fail`) or an exit (`sys.exit(1)`)."""
     def named(node) -> str:
         f = node.func
         return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
 
     return any(isinstance(node, (ast.Assert, ast.Raise)) or isinstance(node, ast.Call) and
-               (named(node).lower().startswith(("assert", "fail")) or named(node) in ("exit", "_exit", "quit"))
-               for node in nodes)
+               (named(node).lower().startswith(("assert", "fail", "raises", "warns")) or
+                named(node) in ("exit", "_exit", "quit")) for node in nodes)  # (`with pytest.raises(...)`: CI's find)
 
 
 def _tests_something(nodes: list[ast.AST]) -> bool:
