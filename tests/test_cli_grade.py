@@ -184,3 +184,37 @@ def test_ctrl_c_keeps_what_was_graded_and_marks_the_rest(tmp_path):
 def test_a_directory_given_for_the_rows_is_named_as_one(tmp_path):
     proc = run("grade", str(tmp_path), "--out", str(tmp_path / "o.jsonl"))
     assert proc.returncode == 2 and "is a directory: name the JSONL file of rows in it" in proc.stderr
+
+
+def test_rows_that_prove_nothing_are_said_and_limits_no_program_meets_refused(tmp_path):
+    """(Left out before, a careless user's inputs) a row whose tests expect no output passed an empty program without
+    a word; a float_rel of 1 matched 0 with every number; a 1 ms limit timed every program out, said nowhere."""
+    double = {"code": "print(int(input()) * 2)", "tests": {"inputs": ["3\n"], "outputs": ["6\n"]}}
+    rows = [{"id": "ok", **double},
+            {"id": "vacuous", "code": "pass", "tests": {"inputs": ["3\n", "4\n"], "outputs": ["", "\n"]}},
+            {"id": "lenient", "code": "print(0)", "tests": {"inputs": ["3\n"], "outputs": ["6\n"],
+                                                            "compare": {"float_rel": 1}}},
+            {"id": "instant", "timeout_s": 0.001, **double}]
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = run("grade", str(src), "--out", str(out), "--workers", "2")
+    assert proc.returncode == 0, proc.stderr
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert got[0]["verdict"] == "pass" and got[1]["verdict"] == "pass"
+    assert "1 row expect no output or null from every test (line 2)" in " ".join(proc.stderr.split())
+    assert "float_rel must be below 1" in got[2]["error"] and "timeout_s must be a number from 0.01" in got[3]["error"]
+    proc = run("grade", str(src), "--out", str(out), "--timeout", "0.001")
+    assert proc.returncode == 2 and "--timeout: must be >= 0.01" in proc.stderr
+    spin = tmp_path / "spin.jsonl"
+    spin.write_text("".join(json.dumps({"code": "while True: pass", "tests": {"inputs": [""], "outputs": ["1"]},
+                                        "timeout_s": 0.05}) + "\n" for _ in range(2)))
+    proc = run("grade", str(spin), "--out", str(out), "--workers", "2")
+    assert "every program ran out of time (limits: 0.05 s" in " ".join(proc.stderr.split())
+
+
+def test_the_command_lines_least_timeout_is_the_sandboxes():
+    from execrl import cli
+    from execrl.config.schema import CodeEnvConfig
+    from execrl.sandbox.grader import MIN_TIMEOUT_S
+
+    assert cli.MIN_TIMEOUT_S == MIN_TIMEOUT_S == CodeEnvConfig.model_fields["timeout_s"].metadata[0].ge

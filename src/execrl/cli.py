@@ -11,6 +11,8 @@ from pathlib import Path
 
 from execrl import __version__
 
+MIN_TIMEOUT_S = 0.01  # sandbox.grader.MIN_TIMEOUT_S (not imported: the command line starts without the sandbox)
+
 
 def path(text: str) -> str:
     """A path argument, `~` expanded (the shell leaves `--out=~/x` as it is)."""
@@ -48,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("grade", help="run programs from a JSONL file against their tests in the sandbox")
     g.add_argument("input", type=path, help="JSONL rows: {id, code, language?, tests, timeout_s?, memory_mb?}")
     g.add_argument("--out", required=True, type=path, help="where to write one result row per input row (JSONL)")
-    g.add_argument("--timeout", type=number(float, 0, inclusive=False), default=None,
+    g.add_argument("--timeout", type=number(float, MIN_TIMEOUT_S), default=None,
                    help="seconds of CPU per test (default 2)")
     g.add_argument("--memory-mb", type=number(int, 16), default=None, help="memory limit per program (default 1024)")
     g.add_argument("--workers", type=number(int, 0), default=0,
@@ -101,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--math-verify-impl", default=None, choices=["hf_math_verify", "dapo_math_verify"],
                    help="how math answers are checked, as env.math.math_verify_impl (default: the dataset's own: "
                         "dapo_math_verify for the DAPO sets, whose prompts ask for an 'Answer:' line, else hf_math_verify)")
-    e.add_argument("--timeout", type=number(float, 0, inclusive=False), default=5.0,
+    e.add_argument("--timeout", type=number(float, MIN_TIMEOUT_S), default=5.0,
                    help="sandbox CPU seconds per test (default 5)")
     e.add_argument("--workers", type=number(int, 0), default=0,
                    help="sandbox workers (0, the default: one per CPU core)")

@@ -15,6 +15,7 @@ as auto, else the whole answer is the code: what a base model or a completions f
 from __future__ import annotations
 
 import collections
+import itertools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -288,6 +289,44 @@ REASON = re.compile(r",\s|\b(?:because|since|as|so|which|given|if|when|where|aft
 UNIT = re.compile(r"(?:\\(?:text|mathrm|textrm|mbox|operatorname)\s*\{[^{}]*\}|\\[,;:! ]|[\s^_{}\d/.~])+")  # \text{km/h}
 
 
+# a new turn a base model writes after answering: a next few-shot question, the user's next message
+NEW_TURN = re.compile(r"(?m)^[ \t*#]*(?:(?:User|Human|Question|Problem|Q|Instruction)[ \t*]*:|<\|im_start\|>|"
+                      r"<\|user\|>|<start_of_turn>|\[INST\])")
+GSM8K_ANSWER = re.compile(r"####[ \t*]*[-\u2212$\\]?\d")
+STATES = re.compile(r"[^\n\d$]{0,200}?(?:\d|\$|\\boxed)")  # a number, a math span or a box in its line
+
+
+CHECK_LINE = re.compile(r"[ \t*_#>-]*(?:(?:double[- ]?|sanity[- ])?check(?:ing)?|verif(?:y|ying|ication))\b|.*[\u2713\u2714\u2705]",
+                        re.I)  # "Check: 72 - 24 = 48 ✓": a check of the answer
+
+
+def _unchecked(text: str) -> str:
+    """`text` less the check lines at its end ("Check: 72 - 24 = 48. ✓", whose last number is no answer: a hunt's
+    find), where a number comes before them."""
+    lines = text.rstrip().split("\n")
+    end = len(lines)
+    while end > 1 and (not lines[end - 1].strip() or CHECK_LINE.match(lines[end - 1][:400])):
+        end -= 1
+    kept = "\n".join(lines[:end])
+    return kept if end < len(lines) and re.search(r"\d", kept) else text
+
+
+def own_turn(text: str) -> str:
+    """`text` less a new turn a base model went on with after answering (GSM8K's few-shot "Question: ...", a
+    "User: ..." turn, with their own answers: a hunt's find, the next question's answer was graded), cut where such
+    a line starts after the first answer stated (a box, a #### mark, an "answer is" with a number); a turn marker
+    before any answer (a restated "Problem:") is read on."""
+    if NEW_TURN.search(text) is None:
+        return text
+    ends = [m.end() for m in (_BOXED.search(text), GSM8K_ANSWER.search(text)) if m]
+    for m in itertools.islice(ANSWER_IS.finditer(text), 64):  # (the first 64: a text of nothing but "answer is"
+        if STATES.match(text, m.end()):  # took as long again to read) ("the answer is the number of clips" states
+            ends.append(m.end())  # none)
+            break
+    turn = NEW_TURN.search(text, min(ends)) if ends else None
+    return text[:turn.start()] if turn else text
+
+
 def math_answer(answer_text: str) -> str | None:
     """A math completion's final answer: \\boxed{}, else after the last #### (GSM8K's mark, not a markdown heading
     such as "#### Step 2: Money"), else what the last "answer is" (or an "Answer:" line) states (_after_answer_is),
@@ -297,6 +336,7 @@ def math_answer(answer_text: str) -> str | None:
     heading), the last number after it. LaTeX (a backslash, braces) stays whole; a power (2^10) is one answer."""
     if re.search(r"\d|\\boxed", after := answer_text.rpartition("</think>")[2]):  # (a reasoning block's drafts are
         answer_text = after  # no answer: what follows it is, where it holds one; not a stray "**" or "</answer>")
+    answer_text = own_turn(answer_text)
     boxed = last_boxed(answer_text)
     if boxed is not None:
         return boxed
@@ -327,6 +367,7 @@ def math_answer(answer_text: str) -> str | None:
     stated = _after_answer_is(answer_text)
     if stated is not None:
         return stated
+    answer_text = _unchecked(answer_text)
     numbers = [m for m in POWER.finditer(answer_text) if not UNIT_POWER.search(answer_text, max(0, m.start() - 12),
                                                                                                  m.start())]
     latex = last_math_span(answer_text)
@@ -458,6 +499,8 @@ def _after_answer_is(text: str) -> str | None:
     content = _content(span) if span else ""
     content = content.rsplit("=", 1)[-1].strip() or content  # "$x = 5$", "$48+24=72$": what it equals
     found = span if span and _is_math(content) and (number is None or span.start() <= number.start()) else number
+    if found is None and (words := spelled(line.strip(" \t*_:"))) is not None:  # "The answer is five."
+        return words
     if found is None or len(re.findall(r"[A-Za-z]{2,}", line[:found.start()])) > 2:  # ("The answer is obtained by
         return None  # multiplying the 9 eggs by $2, which gives 18": a description, not the answer)
     return content if found is span else _stated(line, number)
@@ -515,7 +558,7 @@ def last_math_span(text: str) -> tuple[str, int, int] | None:
     return best
 
 
-MIXED = re.compile(r"([-\u2212]?)(\d{1,9})[ \t]+(\d{1,9})/(\d{1,9})")
+MIXED = re.compile(r"([-\u2212]?)(\d{1,9})(?:[ \t~]|\\[ ,;])+(\d{1,9})/(\d{1,9})")  # 2 1/2, 3\ 1/2
 
 
 def improper(text: str) -> str | None:
@@ -525,6 +568,38 @@ def improper(text: str) -> str | None:
         return None
     sign, whole, top, bottom = mixed.groups()
     return f"{'-' if sign else ''}{int(whole) * int(bottom) + int(top)}/{bottom}"
+
+
+TENS = {w: 10 * n for n, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), 2)}
+SPELLED = re.compile(r"(?:\\text\s*\{\s*)?([a-z][a-z \t-]{1,80}?)(?:\s*\})?\.?", re.I)
+
+
+def spelled(text: str) -> str | None:
+    """A whole number written in words ("five", "seventy-two", "one hundred and five", "\\text{twelve}") as digits;
+    None where `text` is anything else."""
+    m = SPELLED.fullmatch(text.strip())
+    if m is None:
+        return None
+    total = current = 0
+    last = ""  # what the word before was: "", small (0-19), tens, hundred, scale, and
+    words = [w for w in re.split(r"[\s-]+", m[1].lower()) if w]
+    for word in words:
+        small = NUMBER_WORDS.get(word) if word != "twenty" else None
+        if small is not None and (last in ("", "hundred", "scale", "and") or last == "tens" and 0 < small < 10):
+            current, last = current + small, "small"
+        elif word in TENS and last in ("", "hundred", "scale", "and"):
+            current, last = current + TENS[word], "tens"
+        elif word == "hundred" and last == "small" and 0 < current < 10:
+            current, last = current * 100, "hundred"
+        elif word in ("thousand", "million") and last in ("small", "tens", "hundred") and current:
+            total, current, last = total + current * (1000 if word == "thousand" else 10 ** 6), 0, "scale"
+        elif word == "and" and last in ("hundred", "scale"):
+            last = "and"
+        else:
+            return None
+    if last == "and" or "zero" in words and len(words) > 1:
+        return None
+    return str(total + current)
 
 
 def _plain(number: str) -> str:

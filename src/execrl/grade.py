@@ -26,7 +26,8 @@ from execrl.sandbox import (
     parse_tests,
     tests_refused,
 )
-from execrl.sandbox.grader import program_too_large
+from execrl.sandbox.grader import MIN_TIMEOUT_S, program_too_large
+from execrl.sandbox.spec import expects_nothing
 from execrl.writable import unwritable
 
 err = Console(stderr=True, soft_wrap=True)
@@ -86,7 +87,7 @@ def _machine_mb() -> int:
         return 1 << 20
 
 
-LIMIT_RANGES = {"timeout_s": (0.001, 3600.0), "memory_mb": (16, min(1 << 20, _machine_mb()))}  # what a row may ask
+LIMIT_RANGES = {"timeout_s": (MIN_TIMEOUT_S, 3600.0), "memory_mb": (16, min(1 << 20, _machine_mb()))}  # what a row may ask
 # for (memory: at most the machine's; a row's program given more, up to 1 TiB, could take the host's memory)
 
 
@@ -202,6 +203,8 @@ def run_grade(args) -> int:
         if verdicts[v]:
             table.add_row(v, str(verdicts[v]), f"{verdicts[v] / len(rows):.1%}")
     Console().print(table)
+    for line in _doubts(jobs, done, base):
+        say("warning:", "yellow", line)
     if len(done) < len(jobs):
         say("interrupted:", "yellow", f"{len(done)} of {len(jobs)} programs graded, in {args.out} with the rest "
                                       f"marked {NOT_GRADED!r}")
@@ -210,6 +213,24 @@ def run_grade(args) -> int:
 
 
 NOT_GRADED = "interrupted: not graded"
+
+
+def _doubts(jobs: list, done: dict, base: Limits) -> list[str]:
+    """What makes a file's verdicts say little of its programs: rows whose every test expects no output (an empty
+    program passes them), every program out of time (a limit too low for the machine or the language)."""
+    out = []
+    vacuous = [n for n, job in jobs if expects_nothing(job[1])]
+    if vacuous:
+        out.append(f"{len(vacuous)} {'row' if len(vacuous) == 1 else 'rows'} expect no output or null from every "
+                   f"test (line{'s' * (len(vacuous) > 1)} "
+                   f"{', '.join(map(str, vacuous[:8]))}{', ...' if len(vacuous) > 8 else ''}): a program that prints "
+                   "or returns nothing passes them; check the tests' outputs")
+    if len(done) >= 2 and all(r.verdict is Verdict.TIMEOUT for r in done.values()):
+        limits = sorted({job[3].timeout_s for i, (_, job) in enumerate(jobs) if i in done})
+        out.append(f"every program ran out of time (limits: {', '.join(f'{t:g}' for t in limits)} s of CPU per "
+                   "test): where these programs should finish, the limit is too low for this machine or language; "
+                   "raise --timeout or the rows' timeout_s")
+    return out
 
 
 def _write(out: str, rows: list, results: dict) -> None:

@@ -424,3 +424,53 @@ def test_a_degree_sign_reads_as_degrees():
     """(A hunt's find) \\boxed{30°} scored 0 against 30 (30^\\circ scored 1)."""
     assert answers_match("30°", "30") and answers_match("30 °", "30") and answers_match("45°", "45^\\circ")
     assert not answers_match("31°", "30")
+
+
+NATALIA = "Natalia sold 48 clips in April and 24 in May: 48 + 24 = 72 clips.\n"
+
+
+@pytest.mark.parametrize("text,truth,right", [
+    # a base model's next turn after its answer: the next few-shot question's answer, the user's next message
+    (NATALIA + "#### 72\n\nQuestion: Tom has 3 apples and buys 2 more.\nAnswer: 3+2 = <<3+2=5>>5.\n#### 5", "72", True),
+    (NATALIA + "#### 72\n\nQuestion: Tom has 3 apples and buys 2 more.\nAnswer: 3+2 = <<3+2=5>>5.\n#### 5", "5", False),
+    (NATALIA + "The answer is 72.\n\nUser: What is 15 + 7?\n\nAssistant: 15 + 7 = 22. The answer is 22.", "72", True),
+    (NATALIA + "\\boxed{72}\n\nHuman: And 10 more?\n\nAssistant: Then 72 + 10 = \\boxed{82}.", "82", False),
+    (NATALIA + "\\boxed{72}\n<|im_start|>user\nAnd 10 more?<|im_end|>\n<|im_start|>assistant\n\\boxed{82}", "72", True),
+    # a turn marker before any answer is read on: a restated problem, an answer that names no number
+    ("Problem: 48 clips in April, half as many in May.\nSo 48 + 24 = 72.\n\\boxed{72}", "72", True),
+    ("The answer is the total of both months.\nQuestion: how many in May? 24.\nSo 48 + 24 = 72.", "72", True),
+    # a dash as a minus, mixed numbers, repeating decimals, numbers in words
+    ("\\boxed{– 10}", "-10", True), ("\\boxed{–10}", "-10", True), ("\\boxed{−10}", "10", False),
+    ("#### 1 1/2", "\\frac{3}{2}", True), ("\\boxed{1 1/2}", "\\frac{3}{2}", True), ("\\boxed{3\\ 1/2}", "3.5", True),
+    ("\\boxed{2 1/4}", "\\frac{9}{4}", True), ("\\boxed{\\frac{9}{4}}", "2\\frac{1}{4}", True),
+    ("\\boxed{2\\frac{1}{4}}", "\\frac{1}{2}", False), ("\\boxed{1 1/2}", "\\frac{1}{2}", False),
+    ("\\boxed{0.\\overline{3}}", "\\frac{1}{3}", True), ("\\boxed{\\frac{1}{3}}", "0.\\overline{3}", True),
+    ("\\boxed{0.\\bar{7}}", "\\frac{7}{9}", True), ("\\boxed{0.1\\overline{6}}", "1/6", True),
+    ("\\boxed{0.\\overline{3}}", "0.3", False), ("\\boxed{1.\\overline{142857}}", "\\frac{8}{7}", True),
+    ("\\boxed{0.333333}", "\\frac{1}{3}", True),  # (math-verify's rounding, as in NeMo RL)
+    ("\\boxed{five}", "5", True), ("\\boxed{\\text{seventy-two}}", "72", True), ("The answer is five.", "5", True),
+    ("\\boxed{five five}", "10", False), ("\\boxed{one hundred and five}", "105", True),
+    # multiple choice (MATH's AMC problems): the letter chosen
+    ("Check each choice.\nThe answer is (C).", "\\text{(C)}", True), ("The answer is C.", "\\text{(C)}", True),
+    ("The correct option is (C).", "\\text{(C)}", True), ("\\boxed{(C) 12}", "\\text{(C)}", True),
+    ("\\boxed{\\text{(C) } 12}", "\\text{(C)}", True), ("\\boxed{\\mathrm{(C)}}", "\\text{(C)}", True),
+    ("\\boxed{\\text{(C)}}", "C", True), ("\\boxed{(B)}", "\\text{(C)}", False),
+    ("The answer is (B). Option C fails.", "\\text{(C)}", False), ("\\boxed{12}", "\\text{(C)}", False),
+    ("\\boxed{Cats}", "C", False),
+    # a check of the answer after it: its last number is no answer
+    ("Total: 48 + 24 = 72 clips.\n\nCheck: 72 - 24 = 48. \u2713", "72", True),
+    ("So she sold 72 clips.\nVerification: 72 / 3 = 24 \u2714\n", "72", True), ("Check: 5", "5", True),
+])
+def test_a_base_models_next_turn_mixed_numbers_repeating_decimals_words_and_choices(text, truth, right):
+    """(The answer bank's remaining misses) a base model that went on with the next few-shot question or a user's
+    turn was graded on that turn's answer; math-verify read "1 1/2" and "2\\frac{1}{4}" as products, repeating
+    decimals, an en dash's minus in a box, numbers in words and choice letters not at all; a check line after the
+    answer was read as the answer."""
+    from execrl.config.schema import RewardConfig
+    from execrl.extract import extract
+    from execrl.rewards import Sample, score
+    from execrl.tasks import Problem
+
+    problem = Problem(id="p", messages=[{"role": "user", "content": "How many clips?"}], answer=truth, kind="math")
+    sample = Sample(problem, text, extract(text, "code", want_code=False))
+    assert score(sample, RewardConfig(components=[{"name": "math_correct"}])).total == float(right), text

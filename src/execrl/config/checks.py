@@ -1150,7 +1150,8 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
         out.append("env.math.math_verify_impl=hf_math_verify: execrl finds the final answer (the last \\boxed{}, an "
                    "'answer is' or 'Answer:' line, else the last number) and math-verify compares it with the "
                    "reference; NeMo RL hands math-verify the whole response, so hedged, unboxed or worded answers can "
-                   "score otherwise ('Answer: 2\\sqrt{2}', '\\boxed{18 (or 20)}', '18 thousand': docs/configs.md)")
+                   "score otherwise ('Answer: 2\\sqrt{2}', '\\boxed{18 (or 20)}', '18 thousand', a base model's next "
+                   "'Question:' turn: docs/configs.md)")
     if "grpo.reward_shaping" in getattr(cfg, "_nemo_mapped", {}) and grpo.max_rollout_turns > 1:
         out.append("grpo.reward_shaping's overlong penalty reads an episode's last model turn's length (NeMo RL's "
                    "message-log path reads the first assistant message's)")

@@ -375,7 +375,7 @@ class CodeEnvConfig(Section):
     num_workers: int = Field(0, ge=0, description="sandbox workers per node, shared out among its ranks (0: one per CPU "
                                               "core)")
     terminate_on_evaluation: bool = Field(True, description="single-turn: the episode ends when the code is graded")
-    timeout_s: float = Field(2.0, gt=0, description="CPU seconds per test")
+    timeout_s: float = Field(2.0, ge=0.01, description="CPU seconds per test (at least 0.01: sandbox.MIN_TIMEOUT_S)")
     memory_mb: int = Field(1024, ge=16, description="memory limit per program")
     grading_share: float = Field(
         0.25, ge=0, le=1, description="on a GPU: the share of the sandbox's workers that grade samples as they end "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import collections
 import importlib.util
 import json
 import logging
@@ -16,7 +17,7 @@ import time
 import unicodedata
 from fractions import Fraction
 
-from execrl.extract import BOUND, INVISIBLE, improper, math_answer
+from execrl.extract import BOUND, INVISIBLE, improper, math_answer, spelled
 from execrl.rewards.base import Sample, component
 from execrl.tasks.problem import VERIFIER
 
@@ -53,6 +54,27 @@ SEPARATORS = re.compile(r"(?<=\d)(?:\\,|\\ |\{,\}|[ \u00a0\u2009\u202f])(?=\d{3}
 
 
 DEGREE_SIGN = re.compile(r"(?<=\d)[ \t]*°")  # a degree sign after a number, as LaTeX's ^\circ (a hunt's find)
+LEADING_DASH = re.compile(r"[-\u2010\u2011\u2013\u2212\ufe63\uff0d]\s*(?=\d)")  # "– 10", "−10": -10
+TEX_FRACTION = re.compile(r"([-\u2212]?)(?:(\d{1,9})(?:\s|~|\\[ ,;!])*)?\\[dt]?frac\s*\{\s*(\d{1,9})\s*\}\s*\{\s*"
+                          r"(\d{1,9})\s*\}")  # \frac{9}{4}, -\dfrac{1}{2}, 2\frac{1}{4} (a mixed number)
+REPEATING = re.compile(r"([-\u2212]?)(\d{0,9})\.(\d{0,9})\\(?:overline|bar|dot)\s*\{\s*(\d{1,9})\s*\}")  # 0.\overline{3}
+
+
+def _tex_number(text: str) -> str | None:
+    """A plain LaTeX fraction, mixed number or repeating decimal as a fraction Fraction reads ("\\frac{9}{4}": 9/4,
+    "2\\frac{1}{4}": 9/4, "0.1\\overline{6}": 15/90); None where `text` is none (math-verify read "1 1/2" and
+    "2\\frac{1}{4}" as products, and repeating decimals not at all: right answers scored 0)."""
+    if m := TEX_FRACTION.fullmatch(text):
+        sign, whole, top, bottom = m[1] and "-", m[2], int(m[3]), int(m[4])
+        if whole is None:
+            return f"{sign}{top}/{bottom}"
+        return f"{sign}{int(whole) * bottom + top}/{bottom}" if top < bottom else None  # (2\frac{5}{4}: no mixed
+        # number)
+    if m := REPEATING.fullmatch(text):
+        sign, whole, fixed, period = m[1] and "-", m[2], m[3], m[4]
+        top = int(whole + fixed + period) - int(whole + fixed or "0")
+        return f"{sign}{top}/{10 ** len(fixed) * (10 ** len(period) - 1)}"
+    return None
 
 
 def _bare(text: str) -> str:
@@ -60,6 +82,7 @@ def _bare(text: str) -> str:
     without invisible format characters (a byte-order mark, a zero-width space), a Unicode fraction as digits (1½:
     3/2, as an answer's is read)."""
     text = DEGREE_SIGN.sub(r"^\\circ", "".join(c for c in text if c not in UNSEEN).strip())  # (30°: 30^\circ)
+    text = LEADING_DASH.sub("-", text, count=1) if LEADING_DASH.match(text) else text
     if (m := WHOLE_VULGAR.fullmatch(text)) and len(m[1]) <= 4000:  # (int() refuses more than 4,300 digits)
         whole = m[1].lstrip("-\u2212")
         value = int(whole or 0) + Fraction(unicodedata.numeric(m[2])).limit_denominator(100)
@@ -90,7 +113,8 @@ def _number(text: str) -> tuple[bool, str, int] | Fraction | None:
     ten million digits, minutes to build, and Python refuses to read an integer over 4,300 digits); a fraction
     that is a decimal (1/2) the same key, one that is none (1/3) itself. None: not a plain number."""
     text = SEPARATORS.sub(",", text.strip().strip("$").replace("\\!", "")).rstrip(".")
-    text = improper(text) or text  # 2 1/2 (GSM8K's mark keeps the line as written): 5/2, read on as a fraction
+    text = improper(text) or _tex_number(text) or spelled(text) or text  # 2 1/2 (GSM8K's mark keeps the line as
+    # written): 5/2, read on as a fraction; "seventy-two": 72
     if "," in text:  # thousands separators only: "0,5" (a decimal comma) and "1,2" (a list) are not 5 and 12
         if not THOUSANDS.fullmatch(text):
             return None
@@ -232,8 +256,9 @@ def answers_match(predicted: str | None, reference: str, question: str = "") -> 
         return False
     if b is None:  # ("18 dollars", "18 thousand": the number a reference says)
         b = units or (_magnitude(reference) if len(reference) <= MAX_ANSWER_CHARS else None)
-    if a is not None and b is not None:
-        return a == b
+    if a is not None and b is not None:  # (a LaTeX fraction or repeating decimal against a decimal that differs:
+        return a == b or bool(_tex_number(predicted) or _tex_number(reference)) and _verified(predicted, reference)
+    # math-verify's, which rounds: 0.333333 is \frac{1}{3} there as in NeMo RL)
     scaled = _magnitude(predicted) if len(predicted) <= MAX_ANSWER_CHARS else None
     if scaled is not None and b is not None:  # "18 \\text{ thousand}", "\\$1.2\\text{M}": the number it says
         return scaled == b or _magnitude(predicted, question) == b  # (math-verify drops the word as a unit: 18
@@ -241,6 +266,11 @@ def answers_match(predicted: str | None, reference: str, question: str = "") -> 
     percents = _percent_read(predicted), _percent_read(reference)
     if None not in percents:  # (one or both with a percent sign)
         return _percent_match(*percents, asks_percent=bool(ASKS_PERCENT.search(question)))
+    return _verified(predicted, reference)
+
+
+def _verified(predicted: str, reference: str) -> bool:
+    """math-verify's verdict, where the answer is short enough and balanced."""
     if len(predicted) > max(MAX_ANSWER_CHARS, 2 * len(reference)) or importlib.util.find_spec("math_verify") is None:
         return False
     if not _balanced(predicted):  # ("\\frac{1}{2": cut before its end; boxed, "}{\\frac{1}{2}" would close the box)
@@ -477,7 +507,35 @@ def _math_verdict(sample: Sample) -> float:
     if sample.problem.metadata.get(VERIFIER) == "dapo_math_verify":
         return 1.0 if dapo_correct(sample.completion, sample.problem.answer) else 0.0
     question = "\n".join(m["content"] for m in sample.problem.messages if m["role"] == "user")
-    return 1.0 if answers_match(math_answer(sample.extracted.answer), sample.problem.answer, question) else 0.0
+    answer = math_answer(sample.extracted.answer)
+    if (letter := choice(sample.problem.answer)) is not None:  # a multiple choice: the letter stated
+        return 1.0 if stated_choice(answer, sample.extracted.answer) == letter else 0.0
+    return 1.0 if answers_match(answer, sample.problem.answer, question) else 0.0
+
+
+TEXT_WRAP = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")  # \text{(C)}: (C)
+CHOICE = re.compile(r"\s*(?:\(([A-E])\)|([A-E])\b(?![\w'.]\w))")  # (C), C
+CHOICE_STATED = re.compile(r"\b(?:[Aa]nswer|[Oo]ption|[Cc]hoice)(?:\s+is\b|[*_]*:)[\s:*_]*(?:\(([A-E])\)|([A-E])\b(?![\w']))")
+
+
+def choice(answer: str | None) -> str | None:
+    """The letter of a multiple-choice answer ("\\text{(C)}", "(C)", "C"; MATH's AMC problems), else None."""
+    if answer is None:
+        return None
+    text = TEXT_WRAP.sub(r"\1", _bare(answer)).strip().rstrip(".")
+    return (m[1] or m[2]) if (m := CHOICE.fullmatch(text)) else None
+
+
+def stated_choice(answer: str | None, text: str) -> str | None:
+    """The letter a completion chose: its final answer's first letter ("\\boxed{(C) 12}"), else, where that answer
+    holds no number, the last "answer is (C)", "option C" (math-verify read no letter: every right choice scored 0)."""
+    plain = TEXT_WRAP.sub(r"\1", _bare(answer)) if answer is not None else ""
+    if (m := CHOICE.match(plain)) and not plain[m.end():m.end() + 1].isalpha():
+        return m[1] or m[2]
+    if answer is not None and re.search(r"\d", answer):
+        return None
+    stated = collections.deque(CHOICE_STATED.finditer(text), maxlen=1)
+    return (stated[0][1] or stated[0][2]) if stated else None
 
 
 # DAPO's answer check (verl's math_dapo, which NeMo RL's dapo_math_verify follows): the last

@@ -64,6 +64,10 @@ def check_infra_share(num_infra: float, num_samples: float, where: str, example:
     return line
 
 
+MIN_TIMEOUT_S = 0.01  # the least CPU time per test a row or a run may set (at 1 ms every program timed out: a hunt's
+# find; a forked Python answers in a few ms)
+
+
 @dataclass(frozen=True)
 class Limits:
     timeout_s: float = 2.0  # per test: CPU seconds; the wall-clock kill comes at max(2x, x + 1s)

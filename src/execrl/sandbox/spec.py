@@ -76,6 +76,9 @@ def compare_options(d: dict) -> CompareOptions:
         v = getattr(opts, name)
         if type(v) not in (int, float) or not 0 <= v < math.inf:
             raise TestSpecError(f"compare.{name} must be a finite number >= 0, got {v!r}")
+    if opts.float_rel >= 1:  # (|x - y| <= max(|x|, |y|): any two numbers of one sign, and 0 with every number)
+        raise TestSpecError(f"compare.float_rel must be below 1, got {opts.float_rel!r}: a relative tolerance of 1 or "
+                            "more matches any two numbers of one sign and 0 with every number (1e-6 is usual)")
     if type(opts.case_fold) is not bool:
         raise TestSpecError(f"compare.case_fold must be true or false, got {opts.case_fold!r}")
     return opts
