@@ -289,42 +289,65 @@ REASON = re.compile(r",\s|\b(?:because|since|as|so|which|given|if|when|where|aft
 UNIT = re.compile(r"(?:\\(?:text|mathrm|textrm|mbox|operatorname)\s*\{[^{}]*\}|\\[,;:! ]|[\s^_{}\d/.~])+")  # \text{km/h}
 
 
-# a new turn a base model writes after answering: a next few-shot question, the user's next message
-NEW_TURN = re.compile(r"(?m)^[ \t*#]*(?:(?:User|Human|Question|Problem|Q|Instruction)[ \t*]*:|<\|im_start\|>|"
+# a new turn a base model writes after answering: a next few-shot question, the user's next message (a question's
+# marker undecorated: "**Question:**" is a chat model's own heading)
+NEW_TURN = re.compile(r"(?m)^(?:(?:Question|Problem|Q)[ \t]*:|[ \t#]*(?:User|Human|Instruction)[ \t]*:|<\|im_start\|>|"
                       r"<\|user\|>|<start_of_turn>|\[INST\])")
 GSM8K_ANSWER = re.compile(r"####[ \t*]*[-\u2212$\\]?\d")
-STATES = re.compile(r"[^\n\d$]{0,200}?(?:\d|\$|\\boxed)")  # a number, a math span or a box in its line
+STATES = re.compile(r"[^\n\d$.!?]{0,40}?(?:\d|\$|\\boxed|\(?[A-E]\)?(?![\w']))")  # in its sentence: a number, a
+# math span, a box or a choice ("Answer: Let me think. 48/2 ..." states none)
+FILLED_BOX = re.compile(r"\\boxed\s*\{\s*[^\s}]")  # (not the instruction's empty \boxed{})
+ANSWER_LINE = re.compile(r"\bAnswer[ \t]*:|(?m:^)[ \t]*A[ \t]*:")  # a few-shot turn's answer
 
 
-CHECK_LINE = re.compile(r"[ \t*_#>-]*(?:(?:double[- ]?|sanity[- ])?check(?:ing)?|verif(?:y|ying|ication))\b|.*[\u2713\u2714\u2705]",
-                        re.I)  # "Check: 72 - 24 = 48 ✓": a check of the answer
-
-
-def _unchecked(text: str) -> str:
-    """`text` less the check lines at its end ("Check: 72 - 24 = 48. ✓", whose last number is no answer: a hunt's
-    find), where a number comes before them."""
-    lines = text.rstrip().split("\n")
-    end = len(lines)
-    while end > 1 and (not lines[end - 1].strip() or CHECK_LINE.match(lines[end - 1][:400])):
-        end -= 1
-    kept = "\n".join(lines[:end])
-    return kept if end < len(lines) and re.search(r"\d", kept) else text
+def _states_answer(line: str) -> bool:
+    """Whether a line states an answer: a filled box, a #### mark, an "answer is" with a number or a choice."""
+    if FILLED_BOX.search(line) or GSM8K_ANSWER.search(line):
+        return True
+    return any(STATES.match(line, m.end()) for m in itertools.islice(ANSWER_IS.finditer(line), 8))
 
 
 def own_turn(text: str) -> str:
-    """`text` less a new turn a base model went on with after answering (GSM8K's few-shot "Question: ...", a
-    "User: ..." turn, with their own answers: a hunt's find, the next question's answer was graded), cut where such
-    a line starts after the first answer stated (a box, a #### mark, an "answer is" with a number); a turn marker
-    before any answer (a restated "Problem:") is read on."""
-    if NEW_TURN.search(text) is None:
+    """`text` less a new turn a base model went on with after answering (GSM8K's few-shot "Question: ... Answer:
+    ...", a "User: ..." turn, with their own answers: a hunt's find, the next question's answer was graded): cut at
+    such a marker's line where the line before states an answer and an answer follows the marker (for a question's
+    marker, an "Answer:" line), after any reasoning block. A restated "Problem:" or "**Question:**" in the reasoning
+    is read on."""
+    head, think, tail = text.rpartition("</think>")
+    if NEW_TURN.search(tail) is None:
         return text
-    ends = [m.end() for m in (_BOXED.search(text), GSM8K_ANSWER.search(text)) if m]
-    for m in itertools.islice(ANSWER_IS.finditer(text), 64):  # (the first 64: a text of nothing but "answer is"
-        if STATES.match(text, m.end()):  # took as long again to read) ("the answer is the number of clips" states
-            ends.append(m.end())  # none)
-            break
-    turn = NEW_TURN.search(text, min(ends)) if ends else None
-    return text[:turn.start()] if turn else text
+    boxes, marks = tail.rfind("\\boxed"), collections.deque(GSM8K_ANSWER.finditer(tail), maxlen=1)
+    stated = collections.deque(ANSWER_IS.finditer(tail), maxlen=1)
+    last = max(boxes, marks[0].start() if marks else -1, stated[0].start() if stated else -1)
+    answer_lines = collections.deque(ANSWER_LINE.finditer(tail), maxlen=1)
+    for turn in itertools.islice(NEW_TURN.finditer(tail), 64):
+        before = tail[:turn.start()].rstrip()
+        if not _states_answer(before.rpartition("\n")[2][-400:]):
+            continue
+        question = turn.group().lstrip()[:1] in "QP"
+        if (answer_lines and answer_lines[0].start() > turn.end()) if question else last > turn.end():
+            return head + think + before + "\n"
+    return text
+
+
+CHECK_LINE = re.compile(r"[ \t*_#>-]*(?:(?:double[- ]?|sanity[- ])?check(?:ing)?|verif(?:y|ying|ication))\b", re.I)
+
+
+def _unchecked(text: str) -> str:
+    """`text` less the check lines that restate its answer at its end ("Check: 72 - 24 = 48. ✓": the check's result,
+    48, is a number before it, and the text's last number, 72, is in it; its last number is no answer: a hunt's
+    find). A "Verify: 48 + 24 = 72" whose result is new is the answer, and stays."""
+    lines = text.rstrip().split("\n")
+    end = len(lines)
+    while end > 1 and not lines[end - 1].strip():
+        end -= 1
+    if end < 2 or not CHECK_LINE.match(lines[end - 1][:400]):
+        return text
+    kept = "\n".join(lines[:end - 1])
+    numbers, checked = NUMBER.findall(kept[-4000:]), NUMBER.findall(lines[end - 1][:400])
+    if numbers and checked and checked[-1] in numbers and numbers[-1] in checked:
+        return kept
+    return text
 
 
 def math_answer(answer_text: str) -> str | None:
@@ -582,6 +605,7 @@ def spelled(text: str) -> str | None:
         return None
     total = current = 0
     last = ""  # what the word before was: "", small (0-19), tens, hundred, scale, and
+    smallest = 10 ** 9  # the smallest scale word so far (each later one smaller)
     words = [w for w in re.split(r"[\s-]+", m[1].lower()) if w]
     for word in words:
         small = NUMBER_WORDS.get(word) if word != "twenty" else None
@@ -591,8 +615,9 @@ def spelled(text: str) -> str | None:
             current, last = current + TENS[word], "tens"
         elif word == "hundred" and last == "small" and 0 < current < 10:
             current, last = current * 100, "hundred"
-        elif word in ("thousand", "million") and last in ("small", "tens", "hundred") and current:
-            total, current, last = total + current * (1000 if word == "thousand" else 10 ** 6), 0, "scale"
+        elif word in ("thousand", "million") and last in ("small", "tens", "hundred") and current and \
+                (scale := 1000 if word == "thousand" else 10 ** 6) < smallest:  # ("two million three million": none)
+            total, current, last, smallest = total + current * scale, 0, "scale", scale
         elif word == "and" and last in ("hundred", "scale"):
             last = "and"
         else:

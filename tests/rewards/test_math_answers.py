@@ -459,7 +459,25 @@ NATALIA = "Natalia sold 48 clips in April and 24 in May: 48 + 24 = 72 clips.\n"
     ("\\boxed{Cats}", "C", False),
     # a check of the answer after it: its last number is no answer
     ("Total: 48 + 24 = 72 clips.\n\nCheck: 72 - 24 = 48. \u2713", "72", True),
-    ("So she sold 72 clips.\nVerification: 72 / 3 = 24 \u2714\n", "72", True), ("Check: 5", "5", True),
+    ("So she sold 48 + 24 = 72 clips.\nVerification: 72 - 48 = 24 \u2714\n", "72", True), ("Check: 5", "5", True),
+    # (a review's finds) a check whose result is new is the answer; a tick is no check; restated questions in
+    # reasoning, an echoed instruction's empty box and a draft's answer cut nothing; hedged or extra letters choose none
+    ("48/2 = 24 in May.\nVerify: 48 + 24 = 72", "72", True), ("Step 2: May = 24\nStep 3: 48 + 24 = 72 \u2713", "72", True),
+    ("Total: 70\nCheck: 48 + 24 = 72, so actually the total is 72 \u2713", "72", True),
+    ("May: 48 / 2 = \\boxed{24}.\n\n**Question:** What is the total?\n\n48 + 24 = 72, so \\boxed{72}.", "72", True),
+    ("Put your final answer within \\boxed{}.\nProblem: How many clips?\n48 + 24 = 72\n\\boxed{72}", "72", True),
+    ("The answer is the sum of 48 and 24.\nQuestion: what is 48 + 24?\nSo the answer is 72.", "72", True),
+    ("Suppose the answer is 10. Then ...\nQ: Does 10 work? No.\nTry 72: works.\n\\boxed{72}", "72", True),
+    ("<think>\nthe answer is 70\nProblem: reread. 48+24=72\n</think>\nThe answer is seventy-two.", "72", True),
+    ("Answer: Let me think. 48/2 = 24.\nQ: How many total?\n48+24 = 72.\nAnswer: 72", "72", True),
+    ("\\boxed{(A) or (C)}", "\\text{(A)}", False), ("\\boxed{A, B, C, D, E}", "\\text{(A)}", False),
+    ("\\boxed{\\text{(B) or (D)}}", "\\text{(B)}", False), ("The answer is (A) or (C).", "\\text{(A)}", False),
+    ("\\boxed{C = 5}", "C", False), ("\\boxed{A + B}", "A", False), ("\\boxed{(c)}", "\\text{(C)}", True),
+    ("The answer is (C).\n\\boxed{\\text{all of the above}}", "\\text{(C)}", False),
+    ("Answer: (C)\n\nQuestion: Which has most sides?\n(A) 3 (B) 4 (C) 5 (D) 6\nAnswer: (D)", "\\text{(D)}", False),
+    ("48 + 24 = 72, which is choice (C).\nThe answer is (C).", "\\text{(C)}", True),
+    ("The correct answer is $\\textbf{(C)}$.", "\\text{(C)}", True), ("Answer: (C) 72", "\\text{(C)}", True),
+    ("\\boxed{two million three million}", "5000000", False),
 ])
 def test_a_base_models_next_turn_mixed_numbers_repeating_decimals_words_and_choices(text, truth, right):
     """(The answer bank's remaining misses) a base model that went on with the next few-shot question or a user's

@@ -17,7 +17,7 @@ import time
 import unicodedata
 from fractions import Fraction
 
-from execrl.extract import BOUND, INVISIBLE, improper, math_answer, spelled
+from execrl.extract import BOUND, INVISIBLE, improper, last_boxed, math_answer, own_turn, spelled
 from execrl.rewards.base import Sample, component
 from execrl.tasks.problem import VERIFIER
 
@@ -508,34 +508,53 @@ def _math_verdict(sample: Sample) -> float:
         return 1.0 if dapo_correct(sample.completion, sample.problem.answer) else 0.0
     question = "\n".join(m["content"] for m in sample.problem.messages if m["role"] == "user")
     answer = math_answer(sample.extracted.answer)
-    if (letter := choice(sample.problem.answer)) is not None:  # a multiple choice: the letter stated
-        return 1.0 if stated_choice(answer, sample.extracted.answer) == letter else 0.0
+    if (letter := choice(sample.problem.answer)) is not None:  # a multiple choice: the letter chosen
+        return 1.0 if stated_choice(sample.extracted.answer) == letter else 0.0
     return 1.0 if answers_match(answer, sample.problem.answer, question) else 0.0
 
 
-TEXT_WRAP = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")  # \text{(C)}: (C)
-CHOICE = re.compile(r"\s*(?:\(([A-E])\)|([A-E])\b(?![\w'.]\w))")  # (C), C
-CHOICE_STATED = re.compile(r"\b(?:[Aa]nswer|[Oo]ption|[Cc]hoice)(?:\s+is\b|[*_]*:)[\s:*_]*(?:\(([A-E])\)|([A-E])\b(?![\w']))")
+TEXT_WRAP = re.compile(r"\\(?:text|textbf|textsc|mathrm|mathbf)\s*\{([^{}]*)\}")  # \text{(C)}: (C)
+LETTER = re.compile(r"[(\[]?([A-Ea-e])[)\]]?|[(\[]([A-Ea-e])[)\]](?:\s|\\[ ,;])*(?:[\d.,+\-/^{}$%~\s]|\\[a-z]+)*")
+# (C), c, [C]; (C) 12, the option's value after it: one letter, nothing more ("(A) or (C)", "C = 5": no choice)
+CHOICE_STATED = re.compile(r"\b(?:[Aa]nswer|(?:correct|right|best)\s+(?:option|choice|answer))(?:\s+is\b|[*_]*:)"
+                           r"[\s:*_]*(?:(?:option|choice)\s+)?(?:\(([A-Ea-e])\)|\[([A-E])\]|([A-E])\b(?![\w']))")
+OTHER_CHOICE = re.compile(r"[\s*_.]*(?:,|/|;|\bor\b|\band\b)\s*(?:option\s+|choice\s+)?[(\[]?[A-Ea-e][)\]]?(?![\w'])")
+
+
+def _letter(content: str) -> str | None:
+    """The one choice a box's content (or a stated answer) names, upper case; None where it names none or several."""
+    plain = _bare(content)
+    for _ in range(3):  # (\text{\textbf{(C)}})
+        plain = TEXT_WRAP.sub(r"\1", plain)
+    m = LETTER.fullmatch(plain.strip().rstrip("."))
+    return (m[1] or m[2]).upper() if m else None
 
 
 def choice(answer: str | None) -> str | None:
-    """The letter of a multiple-choice answer ("\\text{(C)}", "(C)", "C"; MATH's AMC problems), else None."""
+    """The letter of a multiple-choice reference ("\\text{(C)}", "(C)", "C"; MATH's AMC problems), else None."""
     if answer is None:
         return None
-    text = TEXT_WRAP.sub(r"\1", _bare(answer)).strip().rstrip(".")
-    return (m[1] or m[2]) if (m := CHOICE.fullmatch(text)) else None
+    letter = _letter(answer)
+    plain = TEXT_WRAP.sub(r"\1", _bare(answer)).strip()
+    return letter if letter and plain[:1] != plain[:1].lower() or plain[:1] in "([" else None
 
 
-def stated_choice(answer: str | None, text: str) -> str | None:
-    """The letter a completion chose: its final answer's first letter ("\\boxed{(C) 12}"), else, where that answer
-    holds no number, the last "answer is (C)", "option C" (math-verify read no letter: every right choice scored 0)."""
-    plain = TEXT_WRAP.sub(r"\1", _bare(answer)) if answer is not None else ""
-    if (m := CHOICE.match(plain)) and not plain[m.end():m.end() + 1].isalpha():
-        return m[1] or m[2]
-    if answer is not None and re.search(r"\d", answer):
-        return None
+def stated_choice(text: str) -> str | None:
+    """The letter a completion chose: its last box's (one letter, or "(C) 12"), else its last "the answer is (C)",
+    "Answer: C", "the correct option is (C)" not followed by another letter ("(A) or (C)"), else its final answer's
+    ("is $\\textbf{(C)}$"); read to its own turn's
+    end (own_turn). None: no one letter chosen (math-verify read no letter: every right choice scored 0)."""
+    text = own_turn(text)
+    if re.search(r"\d|\\boxed", after := text.rpartition("</think>")[2]):
+        text = after
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return _letter(boxed)
     stated = collections.deque(CHOICE_STATED.finditer(text), maxlen=1)
-    return (stated[0][1] or stated[0][2]) if stated else None
+    if stated:
+        return None if OTHER_CHOICE.match(text, stated[0].end()) else next(g for g in stated[0].groups() if g).upper()
+    answer = math_answer(text)  # ("The answer is $\\textbf{(C)}$.")
+    return _letter(answer) if answer is not None else None
 
 
 # DAPO's answer check (verl's math_dapo, which NeMo RL's dapo_math_verify follows): the last
