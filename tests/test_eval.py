@@ -620,6 +620,29 @@ def test_eval_of_a_checkpoint_takes_its_runs_prompt_settings_where_no_flag_is_gi
     assert (prompt.system_prompt, prompt.answer_format, prompt.code_style) == (None, "code", "fence")
 
 
+def test_eval_of_a_policy_folder_copied_out_of_its_run_poses_problems_as_the_run_did(tiny_model_dir, tmp_path, capsys):
+    """(A hunt's find) eval read a run's prompt settings only from the trainer_state.pt beside its policy/ folder: a
+    folder copied out of the run (keep_top_k deletes old checkpoints), or pushed to the hub, was evaluated with eval's
+    defaults, 0.500 -> 0.203, without a word. The run records its prompt section in the generation config too."""
+    import shutil
+
+    from execrl.cli import eval_prompt, parse_args
+    from execrl.models import SAVED_PROMPT
+
+    copied = tmp_path / "kept" / "policy"
+    shutil.copytree(tiny_model_dir, copied)
+    config = copied / "generation_config.json"
+    saved = json.loads(config.read_text()) if config.exists() else {}
+    ran = {"system_prompt": "You write Python.", "answer_format": "code", "code_style": "auto",
+           "add_instructions": True, "template": None}
+    config.write_text(json.dumps({**saved, SAVED_PROMPT: ran}))
+    prompt = eval_prompt(parse_args(["eval", "--model", str(copied)]))
+    assert (prompt.system_prompt, prompt.code_style) == ("You write Python.", "auto")
+    assert "as the run that saved" in capsys.readouterr().err
+    prompt = eval_prompt(parse_args(["eval", "--model", str(tiny_model_dir)]))  # (nothing recorded: the defaults)
+    assert (prompt.system_prompt, prompt.code_style) == (None, "fence")
+
+
 def test_prompts_leave_room_for_the_completion_in_a_learned_position_table(capsys):
     """(A review's find) execrl eval of a GPT-2 (a learned table of positions) with a prompt and --max-new-tokens
     past its table stopped with an IndexError mid-sampling: the prompts it samples on are cut to leave the room."""

@@ -481,8 +481,16 @@ def eval_prompt(args):
 
 
 def run_prompt(model: str | None) -> dict | None:
-    """The prompt section of the config of the training run that saved `model`, else None."""
-    return (run_config(model) or {}).get("prompt")
+    """The prompt section of the config of the training run that saved `model` (its trainer_state.pt beside it, else
+    what the run recorded in the model's generation_config.json: a policy/ folder copied out of its run posed
+    problems with eval's defaults, a hunt's find), else None."""
+    if (config := run_config(model)) is not None:
+        return config.get("prompt")
+    if model is None:
+        return None
+    from execrl.models import saved_prompt
+
+    return saved_prompt(model)
 
 
 @functools.cache

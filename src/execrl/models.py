@@ -58,6 +58,7 @@ TINY_CODER_BPE = "builtin:tiny-coder-bpe"  # the same model with a small BPE tok
 TINY_CODERS = (TINY_CODER, TINY_CODER_BPE)
 BYTE_VOCAB = 259  # 256 bytes + 3 special tokens: a BPE tokenizer of this size learns no merges
 TASK_VOCAB = 384  # the BPE tokenizer's size: every word of the built-in task's prompts and programs is one token
+SAVED_PROMPT = "execrl_prompt"  # a generation config's key: the run's prompt section (execrl eval poses problems so)
 STOP_STRINGS = "execrl_stop_strings"  # a generation config's key: the texts a run's answers ended at (eval stops there)
 
 
@@ -405,6 +406,18 @@ def saved_stops(name: str) -> list[str]:
     it loads: what recorded_stops puts on it."""
     local = Path(name).expanduser()
     return _stops_in(local if local.exists() else _cached(name, "generation_config.json")) or []
+
+
+def saved_prompt(name: str) -> dict | None:
+    """The prompt section a run recorded with model `name` (its generation_config.json: trainer/policy.py), where
+    the run's trainer_state.pt is not beside it (a policy/ folder copied out of a run, pushed to the hub)."""
+    local = Path(name).expanduser()
+    directory = local if local.exists() else _cached(name, "generation_config.json")
+    try:
+        prompt = json.loads((Path(directory) / "generation_config.json").read_text()).get(SAVED_PROMPT)
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
+    return prompt if isinstance(prompt, dict) else None
 
 
 def _stops_in(directory: Path | None) -> list[str] | None:

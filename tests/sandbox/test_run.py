@@ -98,3 +98,28 @@ def test_ctrl_c_in_grade_many_stops_the_running_programs_and_drops_the_queued():
         assert time.monotonic() - start < 20 and sorted(done) == [(0, V.PASS), (1, V.PASS)]
         with pytest.raises(RuntimeError, match="closed"):
             g.grade(*quick)
+
+
+def test_a_program_a_busy_machine_keeps_from_the_cpu_is_not_timed_out():
+    """(A hunt's find) the wall limit is twice the CPU limit: on a machine busier than its cores (more workers than
+    cores, a trainer beside them), a program needing 0.6 s of a 1 s limit got a quarter of a core and was killed at 2
+    s as a timeout. Its time waiting for a CPU is added to its wall limit (up to 4x); a program that sleeps still
+    ends at its limit."""
+    import os
+
+    from execrl.sandbox.spec import StdioTests
+
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})  # (four workers on one CPU)
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6:\n    pass\nprint(1)\n"
+    spec = StdioTests([""], ["1"])
+    try:
+        with Grader(num_workers=4, limits=Limits(timeout_s=1.0, memory_mb=512)) as g:
+            results = g.grade_many([(spin, spec, "python", None)] * 4)
+            start = time.monotonic()
+            slept = g.grade("import time; time.sleep(30)", spec)
+            slept_s = time.monotonic() - start
+    finally:
+        os.sched_setaffinity(0, before)
+    assert [r.verdict for r in results] == [Verdict.PASS] * 4, [r.to_dict() for r in results]
+    assert slept.verdict == Verdict.TIMEOUT and slept_s < 6

@@ -255,6 +255,9 @@ def test_run_directory_has_config_metrics_rollouts_and_loadable_checkpoints(tmp_
     model = AutoModelForCausalLM.from_pretrained(ckpt / "policy")
     tok = AutoTokenizer.from_pretrained(ckpt / "policy")
     assert model.config.model_type == "qwen2" and tok.eos_token == "<|im_end|>"
+    from execrl.models import saved_prompt  # (how the run posed problems, for an eval of a copied policy/ folder)
+
+    assert saved_prompt(str(ckpt / "policy")) == result.cfg.prompt.model_dump()
 
 
 def test_repeated_nan_steps_are_skipped_then_stop_the_run(tmp_path, monkeypatch):

@@ -23,7 +23,7 @@ import torch
 from execrl.compiling import compile_settings
 from execrl.config import ConfigError, MasterConfig
 from execrl.lora import apply_lora
-from execrl.models import STOP_STRINGS, load_model_and_tokenizer, no_dropout, pick_device
+from execrl.models import SAVED_PROMPT, STOP_STRINGS, load_model_and_tokenizer, no_dropout, pick_device
 from execrl.prompts import TEMPLATE_KWARGS, set_template_kwargs, template_notes
 from execrl.rollout.completion import beyond_vocab
 from execrl.rollout.fuse import fuse_projections
@@ -56,6 +56,8 @@ def build_policy(cfg: MasterConfig) -> Policy:
                          "no separate master: float32): set policy.cpu_offload=false")
     model, tok = load_weights(cfg, compute_dtype if lora else master_dtype, "cpu" if offload else None)
     record_ends(model, tok, cfg.policy.generation.stop_token_ids, cfg.policy.generation.stop_strings)
+    if getattr(model, "generation_config", None) is not None:  # (how the run posed problems, read by execrl eval
+        setattr(model.generation_config, SAVED_PROMPT, cfg.prompt.model_dump())  # from a copied policy/ folder)
     head_shortcut(model)  # (how the trainer reads its logits, found while the model is whole: before FSDP shards it)
     sharded = dist.world_size() > 1
     # LoRA: fp32 adapters, unless they are the bf16 compute copy of a mixed-precision run (its

@@ -59,6 +59,7 @@ KEEP_HOLD = "/.execrl-keep"  # (isolation.KEEP_HOLD) KEEP's i-th path is bound a
 RECLAIM_WAIT_S = 1.0  # how long reset reclaims what an ended program left charged before the sandbox is replaced
 LEFT_CHARGE = 8 << 20  # bytes the cgroup may be charged between programs (without: ~0.4 MB); more is reclaimed
 POLL_S = 0.01  # how often a running program's processes are measured against the CPU and memory limits
+STARVED_CAP = 4  # x its wall limit: the longest a program that waited for a CPU is given (its waits added to it)
 
 
 class Zygote:
@@ -450,6 +451,9 @@ class Zygote:
                     waited = self._reap_first(pid)
                     continue
                 if not ready and not killed:
+                    if time.monotonic() >= deadline:  # (its time runnable but waiting for a CPU is not its own: a
+                        # busy machine timed correct programs out at the wall limit, 2x the CPU limit, a hunt's find)
+                        deadline = max(deadline, min(start + wall_s + _run_delay(pid), start + STARVED_CAP * wall_s))
                     killed = self._over(deadline, memory, cpu_s, cpu_before)
                 if waited is not None:
                     if killed:
@@ -1035,6 +1039,16 @@ def _read_ends(fd: int, cap: int) -> bytes | bytearray:
 
 def _is_file(fd: int) -> bool:
     return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
+def _run_delay(pid: int) -> float:
+    """Seconds process `pid` has spent runnable but waiting for a CPU (the scheduler's run_delay; 0 where the kernel
+    keeps none or the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def _reaped_cpu() -> float:
