@@ -210,6 +210,16 @@ def test_rows_that_prove_nothing_are_said_and_limits_no_program_meets_refused(tm
                                         "timeout_s": 0.05}) + "\n" for _ in range(2)))
     proc = run("grade", str(spin), "--out", str(out), "--workers", "2")
     assert "every program ran out of time (limits: 0.05 s" in " ".join(proc.stderr.split())
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(g["timeouts"][0]["test"] == 0 and g["timeouts"][0]["cpu_s"] > 0.02 for g in got)  # (out of CPU)
+    sleep = tmp_path / "sleep.jsonl"  # (out of time waiting: said, with the CPU and the clock it used)
+    sleep.write_text(json.dumps({"code": "import time; time.sleep(9)", "tests": {"inputs": [""], "outputs": ["1"]},
+                                 "timeout_s": 0.2}) + "\n")
+    proc = run("grade", str(sleep), "--out", str(out), "--workers", "1")
+    (got,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert got["timeouts"][0]["cpu_s"] < 0.1 and got["timeouts"][0]["wall_s"] >= 1.2
+    assert "1 program timed out on the clock having used under half their CPU limit (line 1;" in " ".join(
+        proc.stderr.split())
 
 
 def test_the_command_lines_least_timeout_is_the_sandboxes():

@@ -225,6 +225,14 @@ def _doubts(jobs: list, done: dict, base: Limits) -> list[str]:
                    f"test (line{'s' * (len(vacuous) > 1)} "
                    f"{', '.join(map(str, vacuous[:8]))}{', ...' if len(vacuous) > 8 else ''}): a program that prints "
                    "or returns nothing passes them; check the tests' outputs")
+    waited = [n for i, (n, job) in enumerate(jobs) if i in done and any(
+        t.verdict is Verdict.TIMEOUT and 0 < t.wall_s and t.cpu_s < job[3].timeout_s / 2 for t in done[i].tests)]
+    if waited:
+        out.append(f"{len(waited)} {'program' if len(waited) == 1 else 'programs'} timed out on the clock having used "
+                   f"under half their CPU limit (line{'s' * (len(waited) > 1)} {', '.join(map(str, waited[:8]))}"
+                   f"{', ...' if len(waited) > 8 else ''}; each test's cpu_s and wall_s are in its row's timeouts): "
+                   "they waited for input, a sleep or a lock, or other programs' processes held the CPUs; where "
+                   "they should pass, grade with fewer --workers")
     if len(done) >= 2 and all(r.verdict is Verdict.TIMEOUT for r in done.values()):
         limits = sorted({job[3].timeout_s for i, (_, job) in enumerate(jobs) if i in done})
         out.append(f"every program ran out of time (limits: {', '.join(f'{t:g}' for t in limits)} s of CPU per "

@@ -167,3 +167,30 @@ def test_kernel_memory_an_ended_program_left_is_not_the_next_ones():
         assert ours()[0] == first
         r = g.grade("print(input())", {"inputs": ["3\n"], "outputs": ["3\n"]}, limits=Limits(memory_mb=128))
         assert r.verdict == V.PASS and ours()[0] == first
+
+
+def test_workers_default_to_the_cpus_a_quota_leaves(tmp_path, monkeypatch):
+    """(A hunt's find) the default worker count was os.cpu_count(), the host's cores: under a container's --cpus or
+    a Slurm/Kubernetes quota, many workers shared a CPU or two and correct programs timed out. A CPU quota on our
+    cgroup or any above it (v2 cpu.max, v1 cfs_quota_us) caps it, as the CPU affinity does."""
+    v2, v1 = tmp_path / "unified", tmp_path / "cpu"
+    (v2 / "job" / "step").mkdir(parents=True)
+    (v1 / "slurm" / "task").mkdir(parents=True)
+    (v2 / "job" / "cpu.max").write_text("150000 100000\n")  # 1.5 CPUs on the job, none on its step
+    (v2 / "job" / "step" / "cpu.max").write_text("max 100000\n")
+    (v1 / "slurm" / "cpu.cfs_quota_us").write_text("-1\n")
+    (v1 / "slurm" / "cpu.cfs_period_us").write_text("100000\n")
+    (v1 / "slurm" / "task" / "cpu.cfs_quota_us").write_text("300000\n")  # 3 CPUs
+    (v1 / "slurm" / "task" / "cpu.cfs_period_us").write_text("100000\n")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    mounts = [("cgroup2", str(v2), {"rw"}), ("cgroup", str(v1), {"rw", "cpu", "cpuacct"})]
+    monkeypatch.setattr(cgroups, "_mounts", lambda: mounts)
+    monkeypatch.setattr(cgroups, "_own_cgroups", lambda: {"": "/job/step", "cpu": "/slurm/task", "cpuacct": "/"})
+    assert cgroups.usable_cpus() == 2  # (ceil 1.5: the least quota of the two hierarchies)
+    assert WorkerPool.__init__.__defaults__[0] == 0  # (0: one worker per usable CPU)
+    monkeypatch.setattr(cgroups, "_own_cgroups", lambda: {"cpu": "/slurm/task"})
+    assert cgroups.usable_cpus() == 3
+    monkeypatch.setattr(cgroups, "_own_cgroups", lambda: {})
+    assert cgroups.usable_cpus() == 64
+    monkeypatch.setattr(cgroups, "_mounts", lambda: (_ for _ in ()).throw(OSError("no /proc")))
+    assert cgroups.usable_cpus() == 64

@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import functools
 import json
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -151,6 +152,51 @@ def detect() -> Accounting:
     if forced == "cgroup":
         raise RuntimeError(f"EXECRL_ACCOUNTING=cgroup, but no cgroup can be had: {'; '.join(reasons)}")
     return Accounting("sampling", reason="no writable cgroup: " + "; ".join(reasons))
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may use: those its affinity allows, fewer where a CPU quota on its cgroup or one above
+    it says so (a container's --cpus, a Kubernetes or Slurm limit). os.cpu_count() counts the host's: a hunt's find,
+    a worker per host core on a 1-CPU quota timed correct programs out."""
+    cpus = len(os.sched_getaffinity(0))
+    try:
+        quota = _cpu_quota()
+    except (OSError, ValueError):
+        quota = None
+    return max(1, min(cpus, math.ceil(quota))) if quota else cpus
+
+
+def _cpu_quota() -> float | None:
+    """The least CPU quota (CPUs' worth) on our cgroup and those above it, v2's cpu.max or v1's CFS quota; None: none."""
+    own, least = _own_cgroups(), None
+    for fstype, mount, options in _mounts():
+        v2 = fstype == "cgroup2"
+        rel = own.get("") if v2 else own.get("cpu") if "cpu" in options else None
+        if rel is None:
+            continue
+        path = os.path.normpath(os.path.join(mount, rel.lstrip("/")))
+        while True:
+            quota = _quota_at(path, v2)
+            least = quota if least is None or quota is not None and quota < least else least
+            if path == mount or not path.startswith(mount):
+                break
+            path = os.path.dirname(path)
+    return least
+
+
+def _quota_at(path: str, v2: bool) -> float | None:
+    try:
+        if v2:
+            with open(os.path.join(path, "cpu.max")) as f:
+                quota, period = (f.read().split() + ["100000"])[:2]
+        else:
+            with open(os.path.join(path, "cpu.cfs_quota_us")) as f, open(os.path.join(path, "cpu.cfs_period_us")) as g:
+                quota, period = f.read().strip(), g.read().strip()
+    except OSError:
+        return None
+    if quota in ("max", "-1") or int(period) <= 0:
+        return None
+    return int(quota) / int(period)
 
 
 def _mounts() -> list[tuple[str, str, set[str]]]:

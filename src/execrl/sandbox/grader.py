@@ -112,6 +112,10 @@ class ProgramResult:
              "tests": [t.verdict.value for t in self.tests]}
         if self.stderr:
             d["stderr"] = self.stderr
+        timed = [{"test": i, "cpu_s": round(t.cpu_s, 3), "wall_s": round(t.wall_s, 3)}
+                 for i, t in enumerate(self.tests) if t.verdict == V.TIMEOUT and t.wall_s > 0]
+        if timed:  # (the CPU and the clock a timed-out test used: out of CPU, or waiting; a hunt's find: a busy
+            d["timeouts"] = timed  # machine's timeouts looked like any others)
         return d
 
 

@@ -16,7 +16,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-from execrl.sandbox.cgroups import Accounting
+from execrl.sandbox.cgroups import Accounting, usable_cpus
 from execrl.sandbox.cgroups import detect as detect_accounting
 from execrl.sandbox.inside.protocol import recv_msg, send_msg
 from execrl.sandbox.isolation import SANDBOX_ENV, Isolation, detect, tool_needs
@@ -170,7 +170,7 @@ class WorkerPool:
         self.iso = isolation or detect()
         self.accounting = accounting or detect_accounting()
         self.tools = tuple(tools)
-        self.num_workers = num_workers or os.cpu_count() or 1
+        self.num_workers = num_workers or usable_cpus()
         self.tmpfs_mb = tmpfs_mb
         self._uids: set[int] = set()  # each worker's (its checker's is the next)
         self._idle: queue.Queue[tuple[int, Worker] | None] = queue.Queue()  # (None: closed)

@@ -78,7 +78,9 @@ def sandbox_workers(per_node: int) -> int:
     """This rank's sandbox workers: its share of `per_node` (0: one per CPU core it was given)."""
     if per_node:
         return max(1, per_node // int(os.environ.get("LOCAL_WORLD_SIZE", 1) if active() else 1))
-    return len(os.sched_getaffinity(0))
+    from execrl.sandbox.cgroups import usable_cpus
+
+    return usable_cpus()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
