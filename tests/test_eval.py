@@ -811,3 +811,20 @@ def test_ctrl_c_while_grading_keeps_the_sampled_completions(tiny_model_dir, tmp_
     monkeypatch.setattr(EarlyGrading, "finish", real)
     again = evaluate(EvalConfig(**settings, out=str(tmp_path / "again")), completions=str(kept))
     assert again["pass@1"] == whole["pass@1"] and again["samples"] == 6
+
+
+def test_eval_on_the_split_its_run_trained_on_is_warned(tmp_path, capsys):
+    """(A hunt's find) execrl eval of a checkpoint on the split its run trained on scored without a word."""
+    import torch
+
+    from execrl.cli import parse_args, trained_on
+
+    (tmp_path / "step_000001" / "policy").mkdir(parents=True)
+    torch.save({"step": 1, "config": {"data": {"train": {"dataset_name": "mbpp", "split": "train"}}}},
+               tmp_path / "step_000001" / "trainer_state.pt")
+    model = str(tmp_path / "step_000001" / "policy")
+    assert trained_on(parse_args(["eval", "--model", model, "--dataset", "mbpp", "--split", "train"]))
+    assert "trained on mbpp/train: its score there is what it learned" in capsys.readouterr().err
+    assert not trained_on(parse_args(["eval", "--model", model, "--dataset", "mbpp"]))  # (test: held out)
+    assert not trained_on(parse_args(["eval", "--model", model, "--dataset", "gsm8k", "--split", "train"]))
+    assert not trained_on(parse_args(["eval", "--model", str(tmp_path), "--dataset", "mbpp", "--split", "train"]))

@@ -447,6 +447,7 @@ def eval_config(args):
         raise ValueError(f"--samples {args.samples} at --temperature 0 (greedy) are {args.samples} copies of one "
                          "answer, and pass@k over them is pass@1: set --temperature above 0 (e.g. 0.8, the default "
                          "with --samples), or --samples 1")
+    trained_on(args)
     return EvalConfig(dataset=args.dataset, split=args.split, data_path=args.data_path, limit=args.limit,
                       max_tests=args.max_tests, samples=args.samples, ks=ks, temperature=temperature, top_p=args.top_p,
                       max_new_tokens=args.max_new_tokens, stop_token_ids=stops or None, batch_size=args.batch_size,
@@ -458,7 +459,8 @@ def eval_config(args):
                       reward_model=args.reward_model,
                       reward_model_batch_size=args.reward_model_batch_size, guided=eval_constraint(args),
                       math_verify_impl=args.math_verify_impl,
-                      prompt=eval_prompt(args), trained_multi_turn=trained_multi_turn(args.model),
+                      prompt=eval_prompt(args),
+                      trained_multi_turn=trained_multi_turn(args.model),
                       chat_template_kwargs=template_kwargs(args.chat_template_kwargs))
 
 
@@ -508,6 +510,26 @@ def run_config(model: str | None) -> dict | None:
         return None
     config = saved.get("config") if isinstance(saved, dict) else None
     return config if isinstance(config, dict) else None
+
+
+def trained_on(args) -> bool:
+    """Whether the run that saved --model trained on the split eval is asked for, said in a warning (a hunt's find:
+    eval on the training split scored without a word)."""
+    config = run_config(args.model) or {}
+    trains = ((config.get("data") or {}).get("train")) or []
+    from execrl.tasks.registry import DATASETS
+
+    for train in trains if isinstance(trains, list) else [trains]:
+        if not isinstance(train, dict) or train.get("dataset_name") != args.dataset:
+            continue
+        info = DATASETS.get(args.dataset)
+        split = train.get("split") or (info.default_split if info and info.default_split else "train")
+        if split == args.split and train.get("path") == args.data_path:
+            print(f"warning: the run that saved {args.model} trained on {args.dataset}/{split}: its score there is "
+                  "what it learned of its training problems, not how it does on new ones; evaluate on a held-out "
+                  "split (--split)", file=sys.stderr)
+            return True
+    return False
 
 
 def trained_multi_turn(model: str | None) -> dict | None:
