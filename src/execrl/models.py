@@ -335,15 +335,15 @@ def set_pad(tok, model) -> None:
 
 
 def adapter_base(directory: Path) -> str | None:
-    """An adapter's base model (adapter_config.json's base_model_name_or_path); where that is a directory no longer
-    there and the adapter is a checkpoint's (CHECKPOINT_DIR/step_N/policy), the base/ the run saved beside its
-    checkpoints (a run directory moved or copied: the path it wrote is the old one)."""
+    """An adapter's base model (adapter_config.json's base_model_name_or_path); where that is a run's own base/ (or
+    a directory no longer there) and the adapter is a checkpoint's (CHECKPOINT_DIR/step_N/policy), the base/ the run
+    saved beside its checkpoints (a run directory moved or copied: the path it wrote is the old one)."""
     base = json.loads((Path(directory) / "adapter_config.json").read_text()).get("base_model_name_or_path")
-    if base and looks_like_path(base) and not Path(base).expanduser().is_dir():
-        above = Path(directory).resolve().parents
-        if len(above) > 1 and (above[1] / "base" / "config.json").is_file():
-            return str(above[1] / "base")
-    return base
+    if base and looks_like_path(base) and (Path(base).name == "base" or not Path(base).expanduser().is_dir()):
+        above = Path(directory).resolve().parents  # (a run's own base is the one beside its checkpoints, wherever
+        if len(above) > 1 and (above[1] / "base" / "config.json").is_file():  # the run directory went: a copy's
+            return str(above[1] / "base")  # adapter merged onto the base another run then saved at the old path,
+    return base  # silently, a hunt's find)
 
 
 def _load_adapter(directory: Path, device: str, dtype: str, offline: bool, tokenizer: str | None):
