@@ -22,8 +22,8 @@ ROW = '{"id": "a", "code": "print(1)", "tests": {"inputs": [""], "outputs": ["1\
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--timeout", "-1"], "argument --timeout: must be > 0, got -1"),
-    (["--timeout", "0"], "argument --timeout: must be > 0, got 0"),
+    (["--timeout", "-1"], "argument --timeout: must be >= 0.01, got -1"),
+    (["--timeout", "0"], "argument --timeout: must be >= 0.01, got 0"),
     (["--memory-mb", "-5"], "argument --memory-mb: must be >= 16, got -5"),
     (["--workers", "-1"], "argument --workers: must be >= 0, got -1"),  # (0: one per CPU core, as env.code.num_workers)
     (["--timeout", "abc"], "argument --timeout: 'abc' is not a number"),
@@ -45,7 +45,7 @@ def test_grade_never_writes_over_its_input_or_into_a_directory(tmp_path):
 
 @pytest.mark.parametrize("override, message", [
     ("grpo.max_num_steps=-5", "grpo.max_num_steps: Input should be greater than or equal to 1"),
-    ("env.code.timeout_s=-1", "env.code.timeout_s: Input should be greater than 0"),
+    ("env.code.timeout_s=-1", "env.code.timeout_s: Input should be greater than or equal to 0.01"),
     ("policy.generation_batch_size=0", "policy.generation_batch_size: Input should be greater than or equal to 1"),
     ("data.max_input_seq_length=100000", "is over policy.max_total_sequence_length"),
     ("policy.device=cuda", "no CUDA GPU is visible"),

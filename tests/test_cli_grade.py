@@ -201,10 +201,12 @@ def test_rows_that_prove_nothing_are_said_and_limits_no_program_meets_refused(tm
     assert proc.returncode == 0, proc.stderr
     got = [json.loads(line) for line in out.read_text().splitlines()]
     assert got[0]["verdict"] == "pass" and got[1]["verdict"] == "pass"
-    assert "1 row expect no output or null from every test (line 2)" in " ".join(proc.stderr.split())
+    assert "1 row expects no output or null from every test (line 2)" in " ".join(proc.stderr.split())
     assert "float_rel must be below 1" in got[2]["error"] and "timeout_s must be a number from 0.01" in got[3]["error"]
     proc = run("grade", str(src), "--out", str(out), "--timeout", "0.001")
     assert proc.returncode == 2 and "--timeout: must be >= 0.01" in proc.stderr
+    proc = run("grade", str(src), "--out", str(out), "--timeout", "inf")
+    assert proc.returncode == 2 and "--timeout: must be <= 3600, got inf" in proc.stderr
     spin = tmp_path / "spin.jsonl"
     spin.write_text("".join(json.dumps({"code": "while True: pass", "tests": {"inputs": [""], "outputs": ["1"]},
                                         "timeout_s": 0.05}) + "\n" for _ in range(2)))
@@ -218,7 +220,7 @@ def test_rows_that_prove_nothing_are_said_and_limits_no_program_meets_refused(tm
     proc = run("grade", str(sleep), "--out", str(out), "--workers", "1")
     (got,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert got["timeouts"][0]["cpu_s"] < 0.1 and got["timeouts"][0]["wall_s"] >= 1.2
-    assert "1 program timed out on the clock having used under half their CPU limit (line 1;" in " ".join(
+    assert "1 program timed out on the clock having used under half its CPU limit (line 1;" in " ".join(
         proc.stderr.split())
 
 

@@ -828,3 +828,12 @@ def test_eval_on_the_split_its_run_trained_on_is_warned(tmp_path, capsys):
     assert not trained_on(parse_args(["eval", "--model", model, "--dataset", "mbpp"]))  # (test: held out)
     assert not trained_on(parse_args(["eval", "--model", model, "--dataset", "gsm8k", "--split", "train"]))
     assert not trained_on(parse_args(["eval", "--model", str(tmp_path), "--dataset", "mbpp", "--split", "train"]))
+    rows = tmp_path / "rows.jsonl"  # (a file's loader reads the file whatever --split says: the file is the split)
+    (tmp_path / "step_000002" / "policy").mkdir(parents=True)
+    torch.save({"step": 2, "config": {"data": {"train": [{"dataset_name": "jsonl", "path": str(rows)}]}}},
+               tmp_path / "step_000002" / "trainer_state.pt")
+    model = str(tmp_path / "step_000002" / "policy")
+    assert trained_on(parse_args(["eval", "--model", model, "--dataset", "jsonl", "--data-path", str(rows)]))
+    assert f"trained on {rows}" in capsys.readouterr().err
+    assert not trained_on(parse_args(["eval", "--model", model, "--dataset", "jsonl", "--data-path",
+                                      str(tmp_path / "other.jsonl")]))

@@ -19,9 +19,9 @@ def path(text: str) -> str:
     return os.path.expanduser(text)
 
 
-def number(kind: type, low: float, inclusive: bool = True):
-    """An argparse type: a `kind` number >= low (> low when not inclusive), refused with the flag's
-    name otherwise."""
+def number(kind: type, low: float, inclusive: bool = True, high: float | None = None):
+    """An argparse type: a `kind` number >= low (> low when not inclusive; <= high where given), refused with the
+    flag's name otherwise."""
     def parse(text: str):
         try:
             value = kind(text)
@@ -29,6 +29,8 @@ def number(kind: type, low: float, inclusive: bool = True):
             raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from None
         if value < low or (value == low and not inclusive) or value != value:
             raise argparse.ArgumentTypeError(f"must be {'>=' if inclusive else '>'} {low:g}, got {text}")
+        if high is not None and value > high:  # (--timeout inf overflowed the sandbox's timer)
+            raise argparse.ArgumentTypeError(f"must be <= {high:g}, got {text}")
         return value
     return parse
 
@@ -50,11 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("grade", help="run programs from a JSONL file against their tests in the sandbox")
     g.add_argument("input", type=path, help="JSONL rows: {id, code, language?, tests, timeout_s?, memory_mb?}")
     g.add_argument("--out", required=True, type=path, help="where to write one result row per input row (JSONL)")
-    g.add_argument("--timeout", type=number(float, MIN_TIMEOUT_S), default=None,
+    g.add_argument("--timeout", type=number(float, MIN_TIMEOUT_S, high=3600), default=None,
                    help="seconds of CPU per test (default 2)")
     g.add_argument("--memory-mb", type=number(int, 16), default=None, help="memory limit per program (default 1024)")
     g.add_argument("--workers", type=number(int, 0), default=0,
-                   help="sandbox workers (0, the default: one per CPU core)")
+                   help="sandbox workers (0, the default: one per CPU this process may use)")
     g.add_argument("--languages", default=None, type=path, help="YAML file adding languages: {name: {file, run, compile?}}")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -103,10 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--math-verify-impl", default=None, choices=["hf_math_verify", "dapo_math_verify"],
                    help="how math answers are checked, as env.math.math_verify_impl (default: the dataset's own: "
                         "dapo_math_verify for the DAPO sets, whose prompts ask for an 'Answer:' line, else hf_math_verify)")
-    e.add_argument("--timeout", type=number(float, MIN_TIMEOUT_S), default=5.0,
+    e.add_argument("--timeout", type=number(float, MIN_TIMEOUT_S, high=3600), default=5.0,
                    help="sandbox CPU seconds per test (default 5)")
     e.add_argument("--workers", type=number(int, 0), default=0,
-                   help="sandbox workers (0, the default: one per CPU core)")
+                   help="sandbox workers (0, the default: one per CPU this process may use)")
     e.add_argument("--grading-share", type=number(float, 0), default=0.5,
                    help="share of the sandbox workers grading code while sampling runs, on a GPU (default 0.5; 0: "
                         "grade after sampling)")
@@ -517,17 +519,30 @@ def trained_on(args) -> bool:
     eval on the training split scored without a word)."""
     config = run_config(args.model) or {}
     trains = ((config.get("data") or {}).get("train")) or []
-    from execrl.tasks.registry import DATASETS
+    from execrl.tasks.problem import DatasetError
+    from execrl.tasks.registry import DATASETS, dataset_key
+
+    def key(name):
+        try:
+            return dataset_key(name)
+        except (DatasetError, ValueError):
+            return name
 
     for train in trains if isinstance(trains, list) else [trains]:
-        if not isinstance(train, dict) or train.get("dataset_name") != args.dataset:
+        if not isinstance(train, dict) or key(train.get("dataset_name")) != key(args.dataset):
             continue
-        info = DATASETS.get(args.dataset)
+        info, path = DATASETS.get(key(args.dataset)), train.get("path")
         split = train.get("split") or (info.default_split if info and info.default_split else "train")
-        if split == args.split and train.get("path") == args.data_path:
-            print(f"warning: the run that saved {args.model} trained on {args.dataset}/{split}: its score there is "
-                  "what it learned of its training problems, not how it does on new ones; evaluate on a held-out "
-                  "split (--split)", file=sys.stderr)
+        if path or args.data_path:  # (a file's loader reads the file whatever the split: the file is the split)
+            same = bool(path and args.data_path) and Path(path).expanduser().resolve() == \
+                Path(args.data_path).expanduser().resolve()
+            where = f"{args.data_path}"
+        else:
+            same, where = split == args.split, f"{args.dataset}/{split}"
+        if same:
+            print(f"warning: the run that saved {args.model} trained on {where}: its score there is what it learned "
+                  "of its training problems, not how it does on new ones; evaluate on held-out problems",
+                  file=sys.stderr)
             return True
     return False
 

@@ -203,7 +203,7 @@ def run_grade(args) -> int:
         if verdicts[v]:
             table.add_row(v, str(verdicts[v]), f"{verdicts[v] / len(rows):.1%}")
     Console().print(table)
-    for line in _doubts(jobs, done, base):
+    for line in _doubts(jobs, done, args.workers):
         say("warning:", "yellow", line)
     if len(done) < len(jobs):
         say("interrupted:", "yellow", f"{len(done)} of {len(jobs)} programs graded, in {args.out} with the rest "
@@ -215,24 +215,26 @@ def run_grade(args) -> int:
 NOT_GRADED = "interrupted: not graded"
 
 
-def _doubts(jobs: list, done: dict, base: Limits) -> list[str]:
+def _doubts(jobs: list, done: dict, workers: int) -> list[str]:
     """What makes a file's verdicts say little of its programs: rows whose every test expects no output (an empty
     program passes them), every program out of time (a limit too low for the machine or the language)."""
     out = []
     vacuous = [n for n, job in jobs if expects_nothing(job[1])]
     if vacuous:
-        out.append(f"{len(vacuous)} {'row' if len(vacuous) == 1 else 'rows'} expect no output or null from every "
+        out.append(f"{len(vacuous)} {'row expects' if len(vacuous) == 1 else 'rows expect'} no output or null from every "
                    f"test (line{'s' * (len(vacuous) > 1)} "
                    f"{', '.join(map(str, vacuous[:8]))}{', ...' if len(vacuous) > 8 else ''}): a program that prints "
                    "or returns nothing passes them; check the tests' outputs")
     waited = [n for i, (n, job) in enumerate(jobs) if i in done and any(
         t.verdict is Verdict.TIMEOUT and 0 < t.wall_s and t.cpu_s < job[3].timeout_s / 2 for t in done[i].tests)]
     if waited:
-        out.append(f"{len(waited)} {'program' if len(waited) == 1 else 'programs'} timed out on the clock having used "
-                   f"under half their CPU limit (line{'s' * (len(waited) > 1)} {', '.join(map(str, waited[:8]))}"
+        one = len(waited) == 1
+        out.append(f"{len(waited)} {'program' if one else 'programs'} timed out on the clock having used under half "
+                   f"{'its' if one else 'their'} CPU limit (line{'' if one else 's'} {', '.join(map(str, waited[:8]))}"
                    f"{', ...' if len(waited) > 8 else ''}; each test's cpu_s and wall_s are in its row's timeouts): "
-                   "they waited for input, a sleep or a lock, or other programs' processes held the CPUs; where "
-                   "they should pass, grade with fewer --workers")
+                   f"{'it' if one else 'they'} waited for input, a sleep or a lock, or processes outside the sandbox "
+                   "held the CPUs; where they should pass, grade on a machine less busy"
+                   + (" or with fewer --workers" if workers != 1 else ""))
     if len(done) >= 2 and all(r.verdict is Verdict.TIMEOUT for r in done.values()):
         limits = sorted({job[3].timeout_s for i, (_, job) in enumerate(jobs) if i in done})
         out.append(f"every program ran out of time (limits: {', '.join(f'{t:g}' for t in limits)} s of CPU per "

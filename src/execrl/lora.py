@@ -229,6 +229,7 @@ def to_model_names(hf_state: dict[str, torch.Tensor], model: nn.Module) -> dict[
 
 BASE_OVERRIDES = "base_config_overrides.json"  # beside adapter_config.json: the base's config overrides
 BASE_IDENTITY = "base_weights_identity.txt"  # ... and its weight files' identity (models.weights_identity)
+OWN_BASE = "base_is_the_runs.txt"  # ... and, where the run made its base, that it is the base/ beside its checkpoints
 
 
 @dataclass
@@ -263,4 +264,6 @@ class Adapter:
             (directory / BASE_OVERRIDES).write_text(json.dumps(self.base_overrides, indent=2) + "\n")
         if self.base_identity:  # (a base changed in place keeps its name: a load checks it is the one trained on)
             (directory / BASE_IDENTITY).write_text(self.base_identity + "\n")
+        if self.own_base:  # (a copied run's adapter names the old run's base/ by its path: models.adapter_base)
+            (directory / OWN_BASE).write_text("the base is ../../base, beside this run's checkpoints\n")
 

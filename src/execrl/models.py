@@ -339,7 +339,8 @@ def adapter_base(directory: Path) -> str | None:
     a directory no longer there) and the adapter is a checkpoint's (CHECKPOINT_DIR/step_N/policy), the base/ the run
     saved beside its checkpoints (a run directory moved or copied: the path it wrote is the old one)."""
     base = json.loads((Path(directory) / "adapter_config.json").read_text()).get("base_model_name_or_path")
-    if base and looks_like_path(base) and (Path(base).name == "base" or not Path(base).expanduser().is_dir()):
+    own = (Path(directory) / "base_is_the_runs.txt").is_file()  # (lora.OWN_BASE: the run made its base)
+    if base and looks_like_path(base) and (own or not Path(base).expanduser().is_dir()):
         above = Path(directory).resolve().parents  # (a run's own base is the one beside its checkpoints, wherever
         if len(above) > 1 and (above[1] / "base" / "config.json").is_file():  # the run directory went: a copy's
             return str(above[1] / "base")  # adapter merged onto the base another run then saved at the old path,
@@ -409,12 +410,11 @@ def saved_stops(name: str) -> list[str]:
 
 
 def saved_prompt(name: str) -> dict | None:
-    """The prompt section a run recorded with model `name` (its generation_config.json: trainer/policy.py), where
-    the run's trainer_state.pt is not beside it (a policy/ folder copied out of a run, pushed to the hub)."""
-    local = Path(name).expanduser()
-    directory = local if local.exists() else _cached(name, "generation_config.json")
+    """The prompt section a run recorded with model `name`, a local directory (its generation_config.json:
+    trainer/policy.py), where the run's trainer_state.pt is not beside it (a policy/ folder copied out of a run). Not
+    a hub model's: read before it downloads, it would apply only once cached (a review's find)."""
     try:
-        prompt = json.loads((Path(directory) / "generation_config.json").read_text()).get(SAVED_PROMPT)
+        prompt = json.loads((Path(name).expanduser() / "generation_config.json").read_text()).get(SAVED_PROMPT)
     except (OSError, ValueError, AttributeError, TypeError):
         return None
     return prompt if isinstance(prompt, dict) else None

@@ -279,6 +279,10 @@ def test_a_moved_checkpoints_adapter_finds_the_base_saved_beside_it(tmp_path):
     assert adapter_base(ck / "step_000002" / "policy") == str((ck / "base").resolve())
     (tmp_path / "old" / "ck" / "base").mkdir(parents=True)  # (a hunt's find: another run saved its own base at the
     (tmp_path / "old" / "ck" / "base" / "config.json").write_text("{}")  # old path; the copy's base is its own)
+    from execrl.lora import OWN_BASE
+
+    assert adapter_base(ck / "step_000002" / "policy") == str(tmp_path / "old" / "ck" / "base")  # (no mark: as named)
+    (ck / "step_000002" / "policy" / OWN_BASE).write_text("")
     assert adapter_base(ck / "step_000002" / "policy") == str((ck / "base").resolve())
     (ck / "step_000002" / "policy" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/x"}))
     assert adapter_base(ck / "step_000002" / "policy") == "Qwen/x"  # (a hub id is kept)

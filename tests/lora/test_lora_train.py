@@ -28,6 +28,9 @@ def test_only_the_adapters_train_and_the_checkpoint_loads_with_peft(tmp_path):
     for k, v in to_model_names(base.state_dict(), r.model).items():
         torch.testing.assert_close(state[k], v)
     ckpt = sorted((d / "ckpt").glob("step_*"))[-1]
+    from execrl.lora import OWN_BASE  # (its adapter's base is the base/ beside its checkpoints, wherever they go)
+
+    assert (ckpt / "policy" / OWN_BASE).is_file()
     config = json.loads((ckpt / "policy" / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == str(base_dir.resolve()) and config["r"] == 4
     loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(config["base_model_name_or_path"]),
@@ -111,6 +114,9 @@ def test_a_resume_reads_back_only_its_own_base(tmp_path, tiny_model_dir):
             p.add_(1.0)
     stale.save_pretrained(d / "ckpt" / "base")
     second, _ = run(tmp_path, "b", *own, "grpo.max_num_steps=2")
+    from execrl.lora import OWN_BASE
+
+    assert not (sorted((d / "ckpt").glob("step_*"))[-1] / "policy" / OWN_BASE).exists()  # (its base: model_name's)
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
     state = second.model.state_dict()
     for k, v in to_model_names(base, second.model).items():

@@ -478,6 +478,7 @@ NATALIA = "Natalia sold 48 clips in April and 24 in May: 48 + 24 = 72 clips.\n"
     ("48 + 24 = 72, which is choice (C).\nThe answer is (C).", "\\text{(C)}", True),
     ("The correct answer is $\\textbf{(C)}$.", "\\text{(C)}", True), ("Answer: (C) 72", "\\text{(C)}", True),
     ("\\boxed{two million three million}", "5000000", False),
+    ("I think the answer is B, or maybe C.", "\\text{(B)}", False),
 ])
 def test_a_base_models_next_turn_mixed_numbers_repeating_decimals_words_and_choices(text, truth, right):
     """(The answer bank's remaining misses) a base model that went on with the next few-shot question or a user's

@@ -187,7 +187,12 @@ def test_workers_default_to_the_cpus_a_quota_leaves(tmp_path, monkeypatch):
     monkeypatch.setattr(cgroups, "_mounts", lambda: mounts)
     monkeypatch.setattr(cgroups, "_own_cgroups", lambda: {"": "/job/step", "cpu": "/slurm/task", "cpuacct": "/"})
     assert cgroups.usable_cpus() == 2  # (ceil 1.5: the least quota of the two hierarchies)
-    assert WorkerPool.__init__.__defaults__[0] == 0  # (0: one worker per usable CPU)
+    from execrl.trainer import distributed
+
+    assert distributed.sandbox_workers(0) == 2  # (training's env.code.num_workers: 0)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(distributed, "active", lambda: True)
+    assert distributed.sandbox_workers(0) == 1  # (two ranks of a node split its quota)
     monkeypatch.setattr(cgroups, "_own_cgroups", lambda: {"cpu": "/slurm/task"})
     assert cgroups.usable_cpus() == 3
     monkeypatch.setattr(cgroups, "_own_cgroups", lambda: {})

@@ -373,7 +373,7 @@ class DataConfig(Section):
 
 class CodeEnvConfig(Section):
     num_workers: int = Field(0, ge=0, description="sandbox workers per node, shared out among its ranks (0: one per CPU "
-                                              "core)")
+                                              "this process may use, fewer under a cgroup CPU quota)")
     terminate_on_evaluation: bool = Field(True, description="single-turn: the episode ends when the code is graded")
     timeout_s: float = Field(2.0, ge=0.01, description="CPU seconds per test (at least 0.01: sandbox.MIN_TIMEOUT_S)")
     memory_mb: int = Field(1024, ge=16, description="memory limit per program")

@@ -518,7 +518,8 @@ LETTER = re.compile(r"[(\[]?([A-Ea-e])[)\]]?|[(\[]([A-Ea-e])[)\]](?:\s|\\[ ,;])*
 # (C), c, [C]; (C) 12, the option's value after it: one letter, nothing more ("(A) or (C)", "C = 5": no choice)
 CHOICE_STATED = re.compile(r"\b(?:[Aa]nswer|(?:correct|right|best)\s+(?:option|choice|answer))(?:\s+is\b|[*_]*:)"
                            r"[\s:*_]*(?:(?:option|choice)\s+)?(?:\(([A-Ea-e])\)|\[([A-E])\]|([A-E])\b(?![\w']))")
-OTHER_CHOICE = re.compile(r"[\s*_.]*(?:,|/|;|\bor\b|\band\b)\s*(?:option\s+|choice\s+)?[(\[]?[A-Ea-e][)\]]?(?![\w'])")
+OTHER_CHOICE = re.compile(r"[\s*_.]*(?:,|/|;|\bor\b|\band\b)(?:\s+[a-z]+){0,2}?\s*(?:option\s+|choice\s+)?[(\[]?[A-E]"
+                          r"[)\]]?(?![\w'])")  # ("(A) or (C)", "B, or maybe C": another letter after it, a hedge)
 
 
 def _letter(content: str) -> str | None:

@@ -154,7 +154,7 @@ def detect() -> Accounting:
     return Accounting("sampling", reason="no writable cgroup: " + "; ".join(reasons))
 
 
-def usable_cpus() -> int:
+def usable_cpus(share: int = 1) -> int:
     """The CPUs this process may use: those its affinity allows, fewer where a CPU quota on its cgroup or one above
     it says so (a container's --cpus, a Kubernetes or Slurm limit). os.cpu_count() counts the host's: a hunt's find,
     a worker per host core on a 1-CPU quota timed correct programs out."""
@@ -163,7 +163,8 @@ def usable_cpus() -> int:
         quota = _cpu_quota()
     except (OSError, ValueError):
         quota = None
-    return max(1, min(cpus, math.ceil(quota))) if quota else cpus
+    return max(1, min(cpus, math.ceil(quota / max(share, 1)))) if quota else cpus  # (`share`: the ranks of a node
+    # that split its quota, each on its own slice of the CPUs)
 
 
 def _cpu_quota() -> float | None:

@@ -14,7 +14,15 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 
 from execrl.sandbox.compare import outputs_match, values_match
-from execrl.sandbox.inside.protocol import MAX_NODES, carry_status, decode, encode, node_marks, too_many_nodes
+from execrl.sandbox.inside.protocol import (
+    MAX_NODES,
+    STARVED_CAP,
+    carry_status,
+    decode,
+    encode,
+    node_marks,
+    too_many_nodes,
+)
 from execrl.sandbox.languages import Language, get_language, tests_refused
 from execrl.sandbox.pool import ReplyUnreadable, Worker, WorkerDied, WorkerPool
 from execrl.sandbox.preview import preview
@@ -303,7 +311,9 @@ def _program(lang: Language, lim: Limits) -> dict:
 
 
 def _per_test_wall(lim: Limits) -> float:
-    return max(2 * lim.timeout_s, lim.timeout_s + 1) + 5
+    """How long the grader waits for a test's reply: its wall limit as the runner may stretch it for a program that
+    waited for a CPU (protocol.STARVED_CAP; a review's find: a reply past the grader's wait was an infra_error)."""
+    return STARVED_CAP * max(2 * lim.timeout_s, lim.timeout_s + 1) + 5
 
 
 def _run_on(w: Worker, code: str, stdin: str, lang: Language, lim: Limits) -> RunResult:
@@ -311,7 +321,7 @@ def _run_on(w: Worker, code: str, stdin: str, lang: Language, lim: Limits) -> Ru
     blobs = [code.encode("utf-8", "surrogatepass"), stdin.encode("utf-8", "surrogatepass")]
     w.runner.send(run, blobs)
     try:
-        results = list(_results(w, _per_test_wall(lim) + 3 * lim.compile_timeout_s + 30))
+        results = list(_results(w, _per_test_wall(lim) + (2 * STARVED_CAP + 1) * lim.compile_timeout_s + 30))
     except ReplyUnreadable as e:
         return RunResult(V.RUNTIME_ERROR, "", _unreadable(e))
     if not results or "compile" in results[0][0]:
@@ -387,7 +397,8 @@ def _grade_on(w: Worker, code: str, spec: TestSpec, lang: Language, lim: Limits)
     tests, stderr = [], ""
     rest = TestResult(V.TIMEOUT, detail="not run after an earlier timeout")  # the tests the runner stopped before
     try:
-        for reply, (stdout, err, value) in _results(w, n * per_test_wall + 3 * lim.compile_timeout_s + 30):
+        waited = n * per_test_wall + (2 * STARVED_CAP + 1) * lim.compile_timeout_s + 30
+        for reply, (stdout, err, value) in _results(w, waited):
             if "compile" in reply:
                 _check_infra(reply["compile"])
                 detail = compile_said(reply["compile"], err, lim, stdout)

@@ -80,7 +80,7 @@ def sandbox_workers(per_node: int) -> int:
         return max(1, per_node // int(os.environ.get("LOCAL_WORLD_SIZE", 1) if active() else 1))
     from execrl.sandbox.cgroups import usable_cpus
 
-    return usable_cpus()
+    return usable_cpus(int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if active() else 1)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -128,6 +128,8 @@ def _mapping_of(tag: str):
     return None
 
 
+STARVED_CAP = 4  # x its wall limit: the longest a program that waited for a CPU is given (the runner adds its waits to
+# its wall limit; the grader's own timeouts cover it)
 MAX_DEPTH = 200  # plain data nested deeper than this is refused both ways (deeper would exhaust the recursion limit)
 MAX_NODES = 2_000_000  # a returned value's JSON with more separators than this ([, {, ,) is not parsed: 16 MB of
 # [[],[],...] made 5.4 million lists, ~800 MB and seconds of the grader's interpreter, from one test

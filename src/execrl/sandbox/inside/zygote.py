@@ -45,7 +45,7 @@ from .child import (
     python_child,
     report_setup_failure,
 )
-from .protocol import carry_status, recv_msg, send_msg
+from .protocol import STARVED_CAP, carry_status, recv_msg, send_msg
 
 # Not imported here: threading and random. Their at-fork handlers would add ~0.75 ms to every test's
 # fork; a program that uses threads imports threading itself.
@@ -59,7 +59,6 @@ KEEP_HOLD = "/.execrl-keep"  # (isolation.KEEP_HOLD) KEEP's i-th path is bound a
 RECLAIM_WAIT_S = 1.0  # how long reset reclaims what an ended program left charged before the sandbox is replaced
 LEFT_CHARGE = 8 << 20  # bytes the cgroup may be charged between programs (without: ~0.4 MB); more is reclaimed
 POLL_S = 0.01  # how often a running program's processes are measured against the CPU and memory limits
-STARVED_CAP = 4  # x its wall limit: the longest a program that waited for a CPU is given (its waits added to it)
 
 
 class Zygote:
@@ -1042,13 +1041,21 @@ def _is_file(fd: int) -> bool:
 
 
 def _run_delay(pid: int) -> float:
-    """Seconds process `pid` has spent runnable but waiting for a CPU (the scheduler's run_delay; 0 where the kernel
-    keeps none or the process is gone)."""
+    """Seconds process `pid`'s most delayed thread (of its first 64) has spent runnable but waiting for a CPU (the
+    scheduler's run_delay; a program's work may run outside its main thread: a review's find); 0 where the kernel
+    keeps none or the process is gone."""
     try:
-        with open(f"/proc/{pid}/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
+        tasks = sorted(os.listdir(f"/proc/{pid}/task"))[:64]
+    except OSError:
         return 0.0
+    most = 0.0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                most = max(most, int(f.read().split()[1]) / 1e9)
+        except (OSError, ValueError, IndexError):
+            continue
+    return most
 
 
 def _reaped_cpu() -> float:
