@@ -87,8 +87,9 @@ def _machine_mb() -> int:
         return 1 << 20
 
 
-LIMIT_RANGES = {"timeout_s": (MIN_TIMEOUT_S, 3600.0), "memory_mb": (16, min(1 << 20, _machine_mb()))}  # what a row may ask
-# for (memory: at most the machine's; a row's program given more, up to 1 TiB, could take the host's memory)
+LIMIT_RANGES = {"timeout_s": (MIN_TIMEOUT_S, 3600.0),  # what a row may ask for (memory: at most the machine's; a
+                "memory_mb": (16, min(1 << 20, _machine_mb()))}  # row's program given more, up to 1 TiB, could take the
+# host's memory)
 
 
 def prepare(row: dict, base: Limits) -> tuple:
@@ -221,7 +222,8 @@ def _doubts(jobs: list, done: dict, workers: int) -> list[str]:
     out = []
     vacuous = [n for n, job in jobs if expects_nothing(job[1])]
     if vacuous:
-        out.append(f"{len(vacuous)} {'row expects' if len(vacuous) == 1 else 'rows expect'} no output or null from every "
+        said = "row expects" if len(vacuous) == 1 else "rows expect"
+        out.append(f"{len(vacuous)} {said} no output or null from every "
                    f"test (line{'s' * (len(vacuous) > 1)} "
                    f"{', '.join(map(str, vacuous[:8]))}{', ...' if len(vacuous) > 8 else ''}): a program that prints "
                    "or returns nothing passes them; check the tests' outputs")

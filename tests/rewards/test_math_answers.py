@@ -462,7 +462,8 @@ NATALIA = "Natalia sold 48 clips in April and 24 in May: 48 + 24 = 72 clips.\n"
     ("So she sold 48 + 24 = 72 clips.\nVerification: 72 - 48 = 24 \u2714\n", "72", True), ("Check: 5", "5", True),
     # (a review's finds) a check whose result is new is the answer; a tick is no check; restated questions in
     # reasoning, an echoed instruction's empty box and a draft's answer cut nothing; hedged or extra letters choose none
-    ("48/2 = 24 in May.\nVerify: 48 + 24 = 72", "72", True), ("Step 2: May = 24\nStep 3: 48 + 24 = 72 \u2713", "72", True),
+    ("48/2 = 24 in May.\nVerify: 48 + 24 = 72", "72", True),
+    ("Step 2: May = 24\nStep 3: 48 + 24 = 72 \u2713", "72", True),
     ("Total: 70\nCheck: 48 + 24 = 72, so actually the total is 72 \u2713", "72", True),
     ("May: 48 / 2 = \\boxed{24}.\n\n**Question:** What is the total?\n\n48 + 24 = 72, so \\boxed{72}.", "72", True),
     ("Put your final answer within \\boxed{}.\nProblem: How many clips?\n48 + 24 = 72\n\\boxed{72}", "72", True),

@@ -57,7 +57,8 @@ DEGREE_SIGN = re.compile(r"(?<=\d)[ \t]*°")  # a degree sign after a number, as
 LEADING_DASH = re.compile(r"[-\u2010\u2011\u2013\u2212\ufe63\uff0d]\s*(?=\d)")  # "– 10", "−10": -10
 TEX_FRACTION = re.compile(r"([-\u2212]?)(?:(\d{1,9})(?:\s|~|\\[ ,;!])*)?\\[dt]?frac\s*\{\s*(\d{1,9})\s*\}\s*\{\s*"
                           r"(\d{1,9})\s*\}")  # \frac{9}{4}, -\dfrac{1}{2}, 2\frac{1}{4} (a mixed number)
-REPEATING = re.compile(r"([-\u2212]?)(\d{0,9})\.(\d{0,9})\\(?:overline|bar|dot)\s*\{\s*(\d{1,9})\s*\}")  # 0.\overline{3}
+# a repeating decimal: 0.\overline{3}, 0.1\bar{6}
+REPEATING = re.compile(r"([-\u2212]?)(\d{0,9})\.(\d{0,9})\\(?:overline|bar|dot)\s*\{\s*(\d{1,9})\s*\}")
 
 
 def _tex_number(text: str) -> str | None:

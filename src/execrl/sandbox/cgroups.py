@@ -168,7 +168,8 @@ def usable_cpus(share: int = 1) -> int:
 
 
 def _cpu_quota() -> float | None:
-    """The least CPU quota (CPUs' worth) on our cgroup and those above it, v2's cpu.max or v1's CFS quota; None: none."""
+    """The least CPU quota (CPUs' worth) on our cgroup and those above it, v2's cpu.max or v1's CFS quota; None:
+    none."""
     own, least = _own_cgroups(), None
     for fstype, mount, options in _mounts():
         v2 = fstype == "cgroup2"
