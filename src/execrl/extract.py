@@ -350,6 +350,13 @@ def _unchecked(text: str) -> str:
     return text
 
 
+def after_reasoning(text: str) -> str:
+    """What follows the last </think>, where it holds a number or a box, else the whole text (a reasoning block's
+    drafts are no answer: what follows it is, where it holds one; not a stray "**" or "</answer>")."""
+    after = text.rpartition("</think>")[2]
+    return after if re.search(r"\d|\\boxed", after) else text
+
+
 def math_answer(answer_text: str) -> str | None:
     """A math completion's final answer: \\boxed{}, else after the last #### (GSM8K's mark, not a markdown heading
     such as "#### Step 2: Money"), else what the last "answer is" (or an "Answer:" line) states (_after_answer_is),
@@ -357,9 +364,7 @@ def math_answer(answer_text: str) -> str | None:
     whichever ends later (last_math_span, BARE_RUN; a unit's exponent, the 2 of "m^2", is no number). After ####: the line that follows (after its last "=", if any), less markdown emphasis;
     where it is words around a number ("18 dollars"), the number; where it holds none (a "#### Final Answer"
     heading), the last number after it. LaTeX (a backslash, braces) stays whole; a power (2^10) is one answer."""
-    if re.search(r"\d|\\boxed", after := answer_text.rpartition("</think>")[2]):  # (a reasoning block's drafts are
-        answer_text = after  # no answer: what follows it is, where it holds one; not a stray "**" or "</answer>")
-    answer_text = own_turn(answer_text)
+    answer_text = own_turn(after_reasoning(answer_text))
     boxed = last_boxed(answer_text)
     if boxed is not None:
         return boxed

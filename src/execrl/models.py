@@ -339,7 +339,9 @@ def adapter_base(directory: Path) -> str | None:
     a directory no longer there) and the adapter is a checkpoint's (CHECKPOINT_DIR/step_N/policy), the base/ the run
     saved beside its checkpoints (a run directory moved or copied: the path it wrote is the old one)."""
     base = json.loads((Path(directory) / "adapter_config.json").read_text()).get("base_model_name_or_path")
-    own = (Path(directory) / "base_is_the_runs.txt").is_file()  # (lora.OWN_BASE: the run made its base)
+    from execrl.lora import OWN_BASE
+
+    own = (Path(directory) / OWN_BASE).is_file()  # (the run made its base)
     if base and looks_like_path(base) and (own or not Path(base).expanduser().is_dir()):
         above = Path(directory).resolve().parents  # (a run's own base is the one beside its checkpoints, wherever
         if len(above) > 1 and (above[1] / "base" / "config.json").is_file():  # the run directory went: a copy's

@@ -17,7 +17,16 @@ import time
 import unicodedata
 from fractions import Fraction
 
-from execrl.extract import BOUND, INVISIBLE, improper, last_boxed, math_answer, own_turn, spelled
+from execrl.extract import (
+    BOUND,
+    INVISIBLE,
+    after_reasoning,
+    improper,
+    last_boxed,
+    math_answer,
+    own_turn,
+    spelled,
+)
 from execrl.rewards.base import Sample, component
 from execrl.tasks.problem import VERIFIER
 
@@ -508,10 +517,9 @@ def _math_verdict(sample: Sample) -> float:
     if sample.problem.metadata.get(VERIFIER) == "dapo_math_verify":
         return 1.0 if dapo_correct(sample.completion, sample.problem.answer) else 0.0
     question = "\n".join(m["content"] for m in sample.problem.messages if m["role"] == "user")
-    answer = math_answer(sample.extracted.answer)
     if (letter := choice(sample.problem.answer)) is not None:  # a multiple choice: the letter chosen
         return 1.0 if stated_choice(sample.extracted.answer) == letter else 0.0
-    return 1.0 if answers_match(answer, sample.problem.answer, question) else 0.0
+    return 1.0 if answers_match(math_answer(sample.extracted.answer), sample.problem.answer, question) else 0.0
 
 
 TEXT_WRAP = re.compile(r"\\(?:text|textbf|textsc|mathrm|mathbf)\s*\{([^{}]*)\}")  # \text{(C)}: (C)
@@ -546,9 +554,7 @@ def stated_choice(text: str) -> str | None:
     "Answer: C", "the correct option is (C)" not followed by another letter ("(A) or (C)"), else its final answer's
     ("is $\\textbf{(C)}$"); read to its own turn's
     end (own_turn). None: no one letter chosen (math-verify read no letter: every right choice scored 0)."""
-    text = own_turn(text)
-    if re.search(r"\d|\\boxed", after := text.rpartition("</think>")[2]):
-        text = after
+    text = after_reasoning(own_turn(text))
     boxed = last_boxed(text)
     if boxed is not None:
         return _letter(boxed)

@@ -55,9 +55,8 @@ def build_policy(cfg: MasterConfig) -> Policy:
         raise ValueError("policy.cpu_offload=true moves the fp32 master off the GPU, and this run has no GPU (or "
                          "no separate master: float32): set policy.cpu_offload=false")
     model, tok = load_weights(cfg, compute_dtype if lora else master_dtype, "cpu" if offload else None)
-    record_ends(model, tok, cfg.policy.generation.stop_token_ids, cfg.policy.generation.stop_strings)
-    if getattr(model, "generation_config", None) is not None:  # (how the run posed problems, read by execrl eval
-        setattr(model.generation_config, SAVED_PROMPT, cfg.prompt.model_dump())  # from a copied policy/ folder)
+    record_ends(model, tok, cfg.policy.generation.stop_token_ids, cfg.policy.generation.stop_strings,
+                cfg.prompt.model_dump())
     head_shortcut(model)  # (how the trainer reads its logits, found while the model is whole: before FSDP shards it)
     sharded = dist.world_size() > 1
     # LoRA: fp32 adapters, unless they are the bf16 compute copy of a mixed-precision run (its
@@ -83,14 +82,18 @@ def build_policy(cfg: MasterConfig) -> Policy:
     return Policy(weights, tok, ref, peft_model)
 
 
-def record_ends(model, tokenizer, stop_token_ids: list[int] | None, stop_strings: list[str] | None = None) -> None:
+def record_ends(model, tokenizer, stop_token_ids: list[int] | None, stop_strings: list[str] | None = None,
+                prompt: dict | None = None) -> None:
     """policy.generation.stop_token_ids into the model's generation config (its EOS ids), so that a checkpoint's
     saved model ends its answers where the run's did (execrl eval, transformers' generate, a serving engine); its
     stop_strings as execrl_stop_strings, which execrl eval applies (a hunt's find: they were recorded nowhere; not as
-    transformers' own stop_strings, whose generate then refuses to run without a tokenizer)."""
+    transformers' own stop_strings, whose generate then refuses to run without a tokenizer); `prompt`, the run's
+    prompt section, as execrl_prompt (models.saved_prompt)."""
     gen = getattr(model, "generation_config", None)
     if gen is not None:
         setattr(gen, STOP_STRINGS, list(stop_strings) if stop_strings else None)
+        if prompt is not None:  # (how the run posed problems: execrl eval of a policy/ folder copied out of its run)
+            setattr(gen, SAVED_PROMPT, prompt)
     if stop_token_ids and gen is not None:
         from execrl.rollout.completion import end_ids
 
