@@ -191,40 +191,34 @@ def templated_ids(messages: list[dict], tokenizer, render: Callable[[list[dict]]
 
 def _located(messages: list[dict], render: Callable[[list[dict]], str], control: re.Pattern
              ) -> tuple[str, list[tuple[int, int]]]:
-    """The rendered text and where in it the text of each message holding a control token's string is. Each such
-    message is rendered as a stand-in (letters and digits, kept by templates that escape) with the message's own
-    leading and trailing whitespace, which a template that trims (Llama 3's, Gemma's `| trim`) drops as it drops
-    the message's; the message's text without that whitespace then takes the stand-in's place. A template that
-    rewrites a message's text otherwise (Qwen 3's drops an earlier answer's reasoning) does not see such a message's
-    text, which stays as it is."""
+    """The rendered text and where in it each control token's string inside a message's text is. Each such string is
+    rendered as a stand-in of its own (letters and digits, which templates that escape or trim keep as they are) that
+    it then replaces: the rest of the message's text goes through the template's filters as any message's does
+    (Llama 3.1's `tojson` of a tool's output: with the whole message stood in for, a program's quotes and newlines
+    beside such a string came out unescaped, a hunt's find). A template that looks for a string that is a control
+    token's (Qwen 3's `</think>`, to drop an earlier answer's reasoning) does not see it in such a message."""
     holders, shown = {}, []
+
+    def stand_in(match: re.Match) -> str:
+        holder = f"execrl{secrets.token_hex(8)}control"
+        holders[holder] = match.group()
+        return holder
+
     for m in messages:
         content = m.get("content")
-        if holds_control(content, control):
-            core = content.strip()
-            lead, trail = content[:len(content) - len(content.lstrip())], content[len(content.rstrip()):]
-            holder = f"execrl{secrets.token_hex(8)}content"
-            holders[holder] = (lead, core, trail)
-            m = {**m, "content": lead + holder + trail if core else holder}
-        shown.append(m)
+        shown.append({**m, "content": control.sub(stand_in, content)} if holds_control(content, control) else m)
     return _substituted(render(shown), holders)
 
 
 def _substituted(text: str, holders: dict) -> tuple[str, list[tuple[int, int]]]:
-    """`text` with each stand-in replaced by its message's text, with the whitespace the template kept beside it,
-    and the spans of those texts."""
-    parts, spans, pos = [], [], 0
+    """`text` with each stand-in replaced by its control token's string, and the spans of those strings."""
+    parts, spans, pos, size = [], [], 0, 0
     for match in re.finditer("|".join(holders), text):
-        lead, core, trail = holders[match.group()]
-        a, b = match.start(), match.end()
-        a -= len(lead) if lead and text[a - len(lead):a] == lead else 0  # (kept beside it: the message's)
-        b += len(trail) if trail and text[b:b + len(trail)] == trail else 0
-        body = text[a:match.start()] + core + text[match.end():b]
-        parts.append(text[pos:a])
-        begin = sum(map(len, parts))
-        parts.append(body)
-        spans.append((begin, begin + len(body)))
-        pos = b
+        string = holders[match.group()]
+        parts += [text[pos:match.start()], string]
+        size += match.start() - pos
+        spans.append((size, size + len(string)))
+        size, pos = size + len(string), match.end()
     return "".join(parts) + text[pos:], spans
 
 

@@ -65,7 +65,7 @@ def test_errors_and_timeouts_are_shown_and_counted_and_failed_cells_are_not_repl
 def test_long_output_is_cut_with_a_visible_marker(grader):
     e, _ = env(grader)
     text = e.step("<code>\nprint('a' * 5000)\n</code>").observation[0]["content"]
-    assert text == "a" * 200 + "\n... [truncated 4801 chars]"
+    assert text == "a" * 133 + "\n... [truncated 4801 chars]\n" + "a" * 66 + "\n"
 
 
 def test_the_final_answer_is_graded_on_the_hidden_tests(grader):
@@ -375,3 +375,33 @@ def test_a_bare_answer_in_another_language_earns_no_format_credit():
         assert e._submission("<answer>I could not solve this one, sorry.</answer>", closed=True)[1] is credited
     e.problem = Problem("1", [], "code", tests=StdioTests(["1\n"], ["1\n"]), language="python")
     assert e._submission("<answer>print(1)</answer>", closed=True) == ("print(1)", True)
+
+
+def test_a_traceback_is_bounded_in_bytes_and_a_progress_bar_shows_as_a_terminal_shows_it(grader):
+    """(A hunt's finds) A traceback was cut by characters only: 1,000 emoji in an exception's message came back as
+    1,027 bytes under max_output_chars=500 and filled the episode's context. A progress bar's thousands of states
+    (carriage returns, colour codes) filled the budget and the result printed after it was cut: the output is what a
+    terminal shows, cut in its middle."""
+    e, _ = env(grader, "env.multi_turn.max_output_chars=500")
+    for cell in ("print('\\U0001F600' * 1000)", "raise ValueError('\\U0001F600' * 1000)"):
+        shown = e.step(f"<code>\n{cell}\n</code>").observation[0]["content"]
+        assert len(shown.encode()) <= 560 and "[truncated" in shown, (cell, len(shown.encode()))
+    bar = ("import sys\nfor i in range(2000):\n    sys.stdout.write(f'\\r\\x1b[32m{i / 20:.0f}%\\x1b[0m')\n"
+           "print()\nprint('lots ' * 200)\nprint('answer:', 42)")
+    shown = e.step(f"<code>\n{bar}\n</code>").observation[0]["content"]
+    assert shown.startswith("100%\nlots lots") and shown.endswith("answer: 42\n") and "\x1b" not in shown, shown
+
+
+@pytest.mark.parametrize("style", ["tags", "fence"])
+def test_the_answers_close_inside_a_cell_is_the_cells_code_and_the_turn_goes_on(grader, style):
+    """(A hunt's find) Generation stops at '</answer>'; where it stood in a cell's code (print('</answer>')) the
+    turn ended with no cell and no answer: the episode's last word, reward 0. The turn goes on; an answer whose
+    code block is left open still ends the episode."""
+    e, _ = env(grader, f"prompt.code_style={style}")
+    opening, close = ("<code>\n", "</code>") if style == "tags" else ("```python\n", "```\n")
+    assert e.step(f"{opening}print('<b>x</b>') or print('</answer>").more
+    ran = e.step(f"')\n{close}")
+    assert ran.tool_call and ran.observation[0]["content"] == "<b>x</b>\n</answer>\n", ran
+    e, _ = env(grader, f"prompt.code_style={style}")
+    final = e.step(f"<answer>\n{opening}def add(a, b):\n    return a + b\n</answer>")
+    assert final.done and final.reward.total == 1.0, final

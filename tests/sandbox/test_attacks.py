@@ -1830,3 +1830,32 @@ def test_a_program_holding_more_tcp_and_udp_sockets_than_it_may_is_over_its_memo
     assert 200 <= MAX_INET_SOCKETS < 3 * 120  # (each process's open files are limited)
     assert grader.grade(code, stdio(["100 2\n"], ["ok\n" * 2])).verdict == V.PASS
     assert grader.grade(code, stdio(["120 3\n"], ["ok\n" * 3])).verdict == V.MEMORY
+
+
+def test_a_program_cannot_evict_the_host_s_page_cache_or_read_past_it(solo):
+    """(A hunt's find) posix_fadvise(DONTNEED) evicted every library a program could see (the host's next imports
+    read the disk, 2.2x slower), and O_DIRECT reads of a shared library held the disk for the host (its reads 3.2x
+    slower) for little of the program's CPU. fadvise64, readahead and madvise's COLD and PAGEOUT return 0 without
+    running (on a descriptor or an address that does not exist, where the kernel says EBADF or ENOMEM); O_DIRECT in
+    open, openat and fcntl(F_SETFL) is EINVAL; openat2, whose flags the filter cannot read, ENOSYS; plain opens
+    read as before."""
+    code = LIBC + (
+        "import os, sys, mmap\n"
+        "nr = {'x86_64': (221, 187, 28, 437, 0x4000), 'aarch64': (223, 213, 233, 437, 0x10000)}[os.uname().machine]\n"
+        "fadvise, readahead, madvise, openat2, direct = nr\n"
+        "got = [libc.syscall(fadvise, 987, 0, 0, 4), libc.syscall(readahead, 987, 0, 4096)]\n"
+        "got += [libc.syscall(madvise, ctypes.c_void_p(4096), 4096, a) for a in (20, 21)]\n"
+        "print('no-ops' if got == [0, 0, 0, 0] else 'ran: %s' % got)\n"
+        "for how in ('open', 'fcntl'):\n"
+        "    try:\n"
+        "        fd = os.open(sys.executable, os.O_RDONLY | (direct if how == 'open' else 0))\n"
+        "        if how == 'fcntl':\n"
+        "            import fcntl\n"
+        "            fcntl.fcntl(fd, fcntl.F_SETFL, direct)\n"
+        "        print(how, 'direct')\n"
+        "    except OSError as e:\n"
+        "        print(how, e.errno)\n"
+        "libc.syscall(openat2, -100, b'/', None, 0)\n"
+        "print('openat2', ctypes.get_errno(), len(os.pread(os.open(sys.executable, os.O_RDONLY), 4096, 0)))")
+    r = solo.run(code)
+    assert r.stdout.split("\n")[:4] == ["no-ops", "open 22", "fcntl 22", "openat2 38 4096"], r

@@ -127,11 +127,15 @@ class Environment:
             self.turns += 1
         text, tokens, self.partial, self.partial_tokens = self.partial + text, self.partial_tokens + num_tokens, "", 0
         self.generations, self.last_text, self.last_tokens = self.generations + 1, text, tokens
-        if ((opens_block(text, style) or names_a_tag(text, self.thinking))
+        if ((opens_block(text, style) or names_a_tag(text, self.thinking) or self._stopped_inside(text))
                 and self.generations < self.cfg.grpo.max_rollout_turns):
             self.partial, self.partial_tokens = text, tokens
             return None
         return text
+
+    def _stopped_inside(self, text: str) -> bool:
+        """The turn stopped at a stop string that ends nothing here (one in a cell's code): it goes on."""
+        return False
 
     def metrics(self, sample: Sample, reward: Reward, turns: int) -> list[tuple[str, float]]:
         """The environment's own metrics of its finished episode, (name, value) each: each is logged
@@ -176,7 +180,41 @@ def opens_block(text: str, style: str) -> bool:
 def truncate(text: str, max_chars: int) -> str:
     """At most max_chars characters of text and as many UTF-8 bytes (a bound on its tokens: 500 emoji were ~2,000
     tokens and filled a 1K context), with a visible marker where it was cut."""
-    kept = text[:max_chars].encode("utf-8", "surrogatepass")[:max_chars].decode("utf-8", "ignore")
+    kept = _head(text, max_chars)
     if len(kept) == len(text):
         return text
     return f"{kept}\n... [truncated {len(text) - len(kept)} chars]"
+
+
+def head_and_tail(text: str, max_chars: int) -> str:
+    """At most max_chars characters and UTF-8 bytes of text, as truncate's: its first two thirds and its last third,
+    with a visible marker between them (a program's result, printed last, stays)."""
+    if len(text.encode("utf-8", "surrogatepass")) <= max_chars:
+        return text
+    head = _head(text, max_chars * 2 // 3)
+    tail = tail_of(text, max_chars - len(head.encode("utf-8", "surrogatepass")))
+    return f"{head}\n... [truncated {len(text) - len(head) - len(tail)} chars]\n{tail}"
+
+
+def _head(text: str, size: int) -> str:
+    return text[:size].encode("utf-8", "surrogatepass")[:size].decode("utf-8", "ignore")
+
+
+def tail_of(text: str, size: int) -> str:
+    """The last `size` characters and UTF-8 bytes of text."""
+    return text[-size:].encode("utf-8", "surrogatepass")[-size:].decode("utf-8", "ignore") if size > 0 else ""
+
+
+ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")  # CSI, OSC, 2-char
+
+
+def terminal_text(text: str) -> str:
+    """What a terminal shows of a program's output: its escape sequences (colours, cursor moves) dropped, and of each
+    line its last part after a carriage return that is not empty (a progress bar's last state; "\\r\\n" ends a
+    line): the bar's thousands of states filled the output's budget, and the result printed after them was cut."""
+    if "\x1b" in text:
+        text = ESCAPES.sub("", text)
+    if "\r" not in text:
+        return text
+    return "\n".join(next((p for p in reversed(line.split("\r")) if p), "") if "\r" in line else line
+                     for line in text.split("\n"))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import secrets
 import signal
 
-from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, truncate
+from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, head_and_tail, tail_of, terminal_text
 from execrl.extract import LINE_OPEN, Extracted, defines, extract, fenced_blocks, last_tag_cell
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
@@ -154,7 +154,16 @@ class InterpreterEnv(Environment):
         # the bare body is the submission's code; prose in the tag is graded as such, with no format credit (nor, in
         # another language, which is not compiled here, any bare body: prose had it, a hunt's find)
         code = body.strip("\n")
+        if code.lstrip().startswith("<code>"):  # (its cell never closed: the code after the tag, no format credit)
+            return code.lstrip()[len("<code>"):].strip("\n"), False
         return code, closed and self.problem.language == "python" and _compiles(code)
+
+    def _stopped_inside(self, text: str) -> bool:
+        """The turn stopped at the final tag's close inside an open cell, and no submission ends there
+        (`print('</answer>')`: the model's code goes on; a hunt's find: it ended the episode with no code, reward 0)."""
+        end = text.rstrip()
+        return end.endswith(self.final_close) and self._in_code(end[:-len(self.final_close)]) and \
+            self._submission(end, closed=True) is None
 
     def _in_code(self, before: str) -> bool:
         """`before` ends inside a code cell: a <code> tag that opens its line, not closed since (one named in prose,
@@ -226,12 +235,17 @@ def _compiles(cell: str) -> bool:
 
 
 def shown_output(out: str, tail: str, max_chars: int) -> str:
-    """A cell's output as the model sees it, at most ~max_chars: stdout cut first, so that what follows it (the
-    traceback, the note that the cell was stopped) stays, its last half of the budget at most."""
-    if len(tail) > max_chars // 2:
-        tail = f"\n... [truncated {len(tail) - max_chars // 2} chars]\n{tail[-(max_chars // 2):]}"
-    cut = truncate(out, max(0, max_chars - len(tail)))
+    """A cell's output as the model sees it (as a terminal shows it: terminal_text), at most ~max_chars characters
+    and UTF-8 bytes: stdout cut first, in its middle (head_and_tail), so that what follows it (the traceback, the note
+    that the cell was stopped) stays, in the last half of the budget at most (by bytes too: a traceback of emoji
+    filled the context)."""
+    out, tail = terminal_text(out), terminal_text(tail)
+    if len(tail.encode("utf-8", "surrogatepass")) > max_chars // 2:
+        end = tail_of(tail, max_chars // 2)
+        tail = f"\n... [truncated {len(tail) - len(end)} chars]\n{end}"
+    cut = head_and_tail(out, max(0, max_chars - len(tail.encode("utf-8", "surrogatepass"))))
     return cut + ("\n" if cut != out and tail and not tail.startswith("\n") else "") + tail
+
 
 
 def _after(stream: str, marker: str) -> str:

@@ -48,6 +48,14 @@ kernel objects that outlive a process or escape its limits:
   inet and inet6 sockets but TCP and UDP streams and datagrams       UDP-Lite's and MPTCP's queues are in no file
   (EPROTONOSUPPORT: raw, SCTP, UDP-Lite, MPTCP, ICMP)                the sandbox measures (a hunt's find: 1.6 GB of
                                                                      UDP-Lite queues held under a 64 MB limit)
+  posix_fadvise, readahead, madvise's MADV_COLD and MADV_PAGEOUT    the page cache of the host's files: a program
+  (no-ops: they return 0)                                            evicted every library it could see (the host's
+                                                                     next imports from the disk, 2.2x slower), or
+                                                                     set the page-cache channel's bits both ways
+  O_DIRECT in open, openat and fcntl(F_SETFL) (EINVAL, as a file     reads past the page cache: 32 threads of 1 MB
+  system without it says); openat2 (ENOSYS: libc uses openat)       reads at random offsets of a shared library
+                                                                     held the host's disk (its reads 3.2x slower)
+                                                                     for 0.7 s of the program's CPU
   sync, syncfs, sync_file_range, fsync, fdatasync (no-ops: they      writeback of the host's disks (syncfs on a
   return 0)                                                          read-only file of /usr: the host's root file
                                                                      system; fsync there: a flush of its disk's
@@ -74,8 +82,10 @@ INET_TYPES = (1, 2)  # SOCK_STREAM, SOCK_DGRAM (the type's low bits: SOCK_NONBLO
 INET_PROTOCOLS = (0, 6, 17)  # the type's own, IPPROTO_TCP, IPPROTO_UDP
 F_SETLEASE, F_NOTIFY = 1024, 1026
 RWF_NOWAIT = 0x8
+F_SETFL, MADV_COLD, MADV_PAGEOUT = 4, 20, 21
 # per architecture: AUDIT_ARCH value, refused calls, unshare, clone, clone3, calls refused with
-# ENOSYS, socket, prlimit64, fcntl, socketpair, preadv2 and pwritev2, calls made no-ops
+# ENOSYS, socket, prlimit64, fcntl, socketpair, preadv2 and pwritev2, calls made no-ops, madvise, open (None where
+# there is none), openat, O_DIRECT
 _TABLES = {
     "x86_64": (0xC000003E, (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220,  # SysV shm, sem, msg
                             240, 241, 242, 243, 244, 245,  # mq_*
@@ -85,13 +95,16 @@ _TABLES = {
                             101),  # ptrace
                272, 56, 435, (319, 447, 451,  # memfd_create, memfd_secret, cachestat (ENOSYS)
                               253, 254, 255, 294, 300, 301,  # inotify_*, fanotify_* (ENOSYS)
-                              206, 207, 208, 209, 210, 333), 41, 302, 72, 53,  # io_setup ... io_pgetevents
+                              206, 207, 208, 209, 210, 333,  # io_setup ... io_pgetevents
+                              437), 41, 302, 72, 53,  # openat2
                (327, 328),  # preadv2, pwritev2
-               (162, 306, 277, 74, 75)),  # sync, syncfs, sync_file_range, fsync, fdatasync
+               (162, 306, 277, 74, 75,  # sync, syncfs, sync_file_range, fsync, fdatasync
+                221, 187),  # fadvise64, readahead
+               28, 2, 257, 0x4000),  # madvise, open, openat, O_DIRECT
     "aarch64": (0xC00000B7, (180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197,
                              217, 218, 219, 235, 241, 280, 282, 425, 426, 427, 117),
-                272, 220, 435, (279, 447, 451, 26, 27, 28, 262, 263, 0, 1, 2, 3, 4, 292), 198, 261, 25, 199,
-                (286, 287), (81, 267, 84, 82, 83)),
+                272, 220, 435, (279, 447, 451, 26, 27, 28, 262, 263, 0, 1, 2, 3, 4, 292, 437), 198, 261, 25, 199,
+                (286, 287), (81, 267, 84, 82, 83, 223, 213), 233, None, 56, 0x10000),
 }
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
@@ -109,7 +122,7 @@ def build(zygote: int) -> bytes | None:
     if table is None:
         return None
     arch, refused, nr_unshare, nr_clone, nr_clone3, nosys_calls, nr_socket, nr_prlimit, nr_fcntl, nr_pair, rw2, \
-        noops = table
+        noops, nr_madvise, nr_open, nr_openat, o_direct = table
     deny, nosys = _ERRNO | errno.EPERM, _ERRNO | errno.ENOSYS
     prog = [_ins(_LD_ABS, 0, 0, 4)]  # seccomp_data.arch
     prog.append(_ins(_JEQ, 1, 0, arch))
@@ -136,6 +149,15 @@ def build(zygote: int) -> bytes | None:
     for nr in rw2:  # their flags (the sixth argument): RWF_NOWAIT answers whether a file's pages are in the page cache
         prog += [_ins(_JEQ, 0, 3, nr), _ins(_LD_ABS, 0, 0, 56), _ins(_JSET, 0, 1, RWF_NOWAIT),
                  _ins(_RET, 0, 0, _ERRNO | errno.EOPNOTSUPP), _ins(_LD_ABS, 0, 0, 0)]
+    no_direct = _ins(_RET, 0, 0, _ERRNO | errno.EINVAL)
+    for nr, flags in ((nr_open, 24), (nr_openat, 32)):  # (their flags: the second and the third argument)
+        if nr is not None:
+            prog += [_ins(_JEQ, 0, 3, nr), _ins(_LD_ABS, 0, 0, flags), _ins(_JSET, 0, 1, o_direct), no_direct,
+                     _ins(_LD_ABS, 0, 0, 0)]
+    prog += [_ins(_JEQ, 0, 5, nr_fcntl), _ins(_LD_ABS, 0, 0, 24), _ins(_JEQ, 0, 3, F_SETFL),  # fcntl(fd, F_SETFL, flags)
+             _ins(_LD_ABS, 0, 0, 32), _ins(_JSET, 0, 1, o_direct), no_direct, _ins(_LD_ABS, 0, 0, 0)]
+    prog += [_ins(_JEQ, 0, 4, nr_madvise), _ins(_LD_ABS, 0, 0, 32), _ins(_JEQ, 1, 0, MADV_COLD),  # its advice
+             _ins(_JEQ, 0, 1, MADV_PAGEOUT), _ins(_RET, 0, 0, _ERRNO), _ins(_LD_ABS, 0, 0, 0)]
     return b"".join(prog + _socket(nr_socket))
 
 
