@@ -837,3 +837,48 @@ def test_eval_on_the_split_its_run_trained_on_is_warned(tmp_path, capsys):
     assert f"trained on {rows}" in capsys.readouterr().err
     assert not trained_on(parse_args(["eval", "--model", model, "--dataset", "jsonl", "--data-path",
                                       str(tmp_path / "other.jsonl")]))
+
+
+def test_a_base_models_answers_end_at_its_next_turn_and_a_missed_turn_end_is_named(tiny_model_dir, tmp_path, capsys):
+    """(A hunt's finds) With no chat template (the plain 'User: ...' / 'Assistant:' transcript) a base model's answers
+    ran on into made-up next turns to the length limit, every one: they end at a next '\\nUser:' line (recorded). Where
+    the template's end of turn ends no completion, the line about cut samples named 'raise it', which cannot help:
+    it names --stop-token-ids."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from execrl.eval.run import EvalConfig, evaluate
+    from execrl.prompts import PLAIN_TURN_END, plain_stops
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    for name, template, eos in (("base", None, "<|im_end|>"), ("eos", "keep", "<|endoftext|>")):
+        tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+        tok.chat_template = None if template is None else tok.chat_template
+        tok.eos_token = eos
+        model.generation_config.eos_token_id = model.config.eos_token_id = tok.eos_token_id
+        model.save_pretrained(tmp_path / name)
+        tok.save_pretrained(tmp_path / name)
+        summary = evaluate(EvalConfig(dataset="builtin:arith-code", split="validation", limit=2, max_new_tokens=8,
+                                      out=str(tmp_path / f"out_{name}"), workers=1), model_name=str(tmp_path / name))
+        said = capsys.readouterr().err
+        if name == "base":
+            assert summary["ran"]["stop_strings"] == [PLAIN_TURN_END] and "next '\\nUser:' line" in said
+            assert summary["ran"]["first_prompt"].startswith("User: ")  # (the prompt as the model read it)
+            assert plain_stops([], tok) == [] and plain_stops(["x"], tok) == ["x"]  # (the user's own, none included)
+        else:
+            assert summary["ran"]["stop_strings"] is None and summary["samples_cut_at_max_new_tokens"] == 2
+            assert "--stop-token-ids 2" in said and "raise it" not in said, said
+            assert summary["ran"]["first_prompt"].startswith("<|im_start|>user\n")
+
+
+def test_completions_of_another_split_name_their_split(tmp_path):
+    """(A hunt's find) Completions of MBPP's test split graded with --split validation read as ids of no dataset: the
+    error names the split that holds them."""
+    from execrl.eval.run import EvalConfig, evaluate
+    from execrl.tasks import DatasetError
+
+    rows = tmp_path / "c.jsonl"
+    rows.write_text(json.dumps({"problem_id": "arith/train/3", "completion": "print(1)"}) + "\n")
+    with pytest.raises(DatasetError, match=r"'arith/train/3' is not in the dataset.*: it is a problem of "
+                                           r"builtin:arith-code's train split \(--split train\)"):
+        evaluate(EvalConfig(dataset="builtin:arith-code", split="validation", out=str(tmp_path / "o"), workers=1),
+                 completions=str(rows))

@@ -259,6 +259,7 @@ class Adapter:
         config = copy.copy(self.peft_model.peft_config[ADAPTER])
         config.base_model_name_or_path = self.base
         config.inference_mode = True
+        config.task_type = "CAUSAL_LM"  # (peft's AutoPeftModelForCausalLM refused an adapter of no task type)
         config.save_pretrained(str(directory))
         if self.base_overrides:  # (the base's config.json lacks them: loaded without, it is another model)
             (directory / BASE_OVERRIDES).write_text(json.dumps(self.base_overrides, indent=2) + "\n")

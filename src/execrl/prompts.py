@@ -148,8 +148,9 @@ def template_notes(tokenizer, system_prompt: str | None = None, answer_format: s
     surprise."""
     if not getattr(tokenizer, "chat_template", None):
         return ["note: the tokenizer has no chat template: prompts are plain 'User: ...' / 'Assistant:' text (a base "
-                "model's format); for an instruct model's format save its tokenizer with its template (training: or set "
-                "policy.tokenizer.chat_template)"]
+                "model's format), and answers end at a next '\\nUser:' line unless stop strings are set "
+                "(policy.generation.stop_strings; execrl eval: --stop-string); for an instruct model's format save its "
+                "tokenizer with its template (training: or set policy.tokenizer.chat_template)"]
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
     apply_template(tokenizer, [*system, {"role": "user", "content": "Stand-in question?"}])
     probe = [{"role": "user", "content": "execrlprobe7f3a"}]
@@ -213,6 +214,18 @@ def unprompted(tokenizer, probe: list[dict], prompt: str) -> str | None:
             "(it ignores add_generation_prompt): every prompt ends with the user's turn, and the model is sampled "
             "and trained continuing it. Set policy.tokenizer.chat_template to one that ends the prompt with the "
             "assistant's header when add_generation_prompt is set")
+
+
+PLAIN_TURN_END = "\nUser:"  # where a model writing the plain transcript goes on to a next turn of its own
+
+
+def plain_stops(stops: list[str] | None, tokenizer) -> list[str] | None:
+    """The stop strings of a run or an eval: the user's (`stops`, where set), else, with no chat template (the plain
+    transcript, render), PLAIN_TURN_END: a base model's answer ran on into made-up 'User: ...' turns to the length
+    limit, every one (a hunt's find: 20 of 20, and trained on)."""
+    if stops is not None or getattr(tokenizer, "chat_template", None):
+        return stops
+    return [PLAIN_TURN_END]
 
 
 def render(messages: list[dict], tokenizer) -> str:

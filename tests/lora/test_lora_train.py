@@ -35,6 +35,9 @@ def test_only_the_adapters_train_and_the_checkpoint_loads_with_peft(tmp_path):
     assert config["base_model_name_or_path"] == str(base_dir.resolve()) and config["r"] == 4
     loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(config["base_model_name_or_path"]),
                                        ckpt / "policy")
+    from peft import AutoPeftModelForCausalLM  # (a hunt's find: the adapter had no task type, and it refused it)
+
+    auto = AutoPeftModelForCausalLM.from_pretrained(ckpt / "policy")
     merged = AutoModelForCausalLM.from_pretrained(ckpt / "merged")
     evaluated, _ = load_model_and_tokenizer(str(ckpt / "policy"), "cpu", "float32")  # (execrl eval, an opponent)
     ends = merged.generation_config.eos_token_id  # (a hunt's find: the adapter's eval stopped at the base's ends)
@@ -44,6 +47,7 @@ def test_only_the_adapters_train_and_the_checkpoint_loads_with_peft(tmp_path):
         ours = r.model(ids).logits
         assert (ours - base(ids).logits).abs().max() > 1e-4  # the adapters learned something
         torch.testing.assert_close(loaded(ids).logits, ours, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(auto(ids).logits, ours, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(merged(ids).logits, ours, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(evaluated(ids).logits, ours, atol=1e-4, rtol=1e-4)
     # a LoRA checkpoint as self-play's fixed opponent (env.game.opponent_model: the step directory)

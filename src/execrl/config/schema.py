@@ -91,7 +91,8 @@ class GenerationConfig(Section):
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling threshold")
     top_k: int | None = Field(None, ge=1, description="sample among the k likeliest tokens only (null, or -1 as in "
                               "NeMo RL and vLLM: all)")
-    stop_strings: list[str] | None = Field(None, description="generation stops after any of these strings")
+    stop_strings: list[str] | None = Field(None, description="generation stops after any of these strings (unset "
+                                           "and no chat template: at a next '\\nUser:' line of the plain transcript)")
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(
         None, description="generation stops after any of these tokens (besides the model's EOS tokens)")
     val_temperature: float = Field(0.0, ge=0, description="validation's sampling temperature (0: greedy; NeMo RL's "

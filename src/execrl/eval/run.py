@@ -65,6 +65,8 @@ class EvalConfig:
     max_new_tokens: int = 512
     stop_token_ids: list[int] | None = None  # ids that end a completion besides the model's EOS ids
     end_token_ids: list[int] | None = None  # (recorded once sampled) every id that ended a completion: EOS and stops
+    turn_end_id: int | None = None  # (found once sampled) the token the chat template ends a turn with
+    first_prompt: str | None = None  # (recorded once sampled) the first problem's prompt as the model read it
     stop_strings: list[str] | None = None  # texts that end a completion (None: a checkpoint's run's; recorded so)
     max_prompt_tokens: int = 2048
     batch_size: int | None = None  # sequences decoded at once (None: eval.generate.auto_slots)
@@ -109,7 +111,10 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
                            "eval grades code and math answers. Measure them in a training run's validation "
                            "(grpo.val_period, grpo.val_at_start=true)")
     problems = everything[: cfg.limit] if cfg.limit else everything
-    texts = read_completions(completions, problems, cfg.max_tests, everything, cfg.limit) if completions else None
+    try:
+        texts = read_completions(completions, problems, cfg.max_tests, everything, cfg.limit) if completions else None
+    except UnknownProblem as e:
+        raise DatasetError(str(e) + _split_of(e.pid, key, cfg, seeded)) from None
     if texts is not None and not texts:
         raise DatasetError(f"{completions}: nothing to evaluate: no completion of "
                            + (f"{cfg.dataset}/{cfg.split}'s problems" + (" within --limit" if cfg.limit else "")
@@ -154,12 +159,12 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         try:
             dropped = 0
             if texts is None:
-                texts, longest, ends, slots, stops = sample_completions(cfg, model_name, problems, early)
+                texts, longest, ends, slots, stops, turn, first = sample_completions(cfg, model_name, problems, early)
                 dropped = len(problems) - len(texts)  # (prompts over max_prompt_tokens)
                 # (the limit applied: a learned position table's may be lower; the ids that ended completions, the
                 # checkpoint's own among them; the sequences decoded at once: summary.json records what ran)
                 cfg = replace(cfg, max_prompt_tokens=longest, end_token_ids=ends, batch_size=slots or cfg.batch_size,
-                              stop_strings=stops)
+                              stop_strings=stops, turn_end_id=turn, first_prompt=first)
             samples = {(i, j): early.sample((i, j)) or make_sample(cfg, p, text, n, sampled=not completions, cut=cut)
                        for i, (p, outs) in enumerate(texts) for j, (text, n, cut) in enumerate(outs)}
             graded = sum(map(graded_in_sandbox, samples.values()))
@@ -260,12 +265,14 @@ def check_stops(cfg: EvalConfig, model_name: str, kinds: set[str], recorded: lis
 def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[Problem],
                        early: EarlyGrading | None = None):
     """Each problem's completions [(problem, [(text, num_tokens, cut)])], the problems whose prompts fit, the
-    longest prompt sampled on (prompt_room), the ids that ended a completion and the sequences decoded at once;
+    longest prompt sampled on (prompt_room), the ids that ended a completion, the sequences decoded at once, the stop
+    strings, the chat template's end-of-turn token (turn_end) and the first prompt's text;
     `early`: each sample handed to it as it ends, where the generator streams (EarlyGrading.give)."""
     # torch and transformers load only here: grading a file of completions needs neither
+    from execrl.control_tokens import turn_end
     from execrl.eval.generate import generate
     from execrl.models import STOP_STRINGS, load_model_and_tokenizer
-    from execrl.prompts import set_template_kwargs
+    from execrl.prompts import plain_stops, render, set_template_kwargs
     from execrl.rollout.completion import beyond_vocab, end_ids
 
     model, tok = load_model_and_tokenizer(model_name)
@@ -289,10 +296,11 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
                   + ("(--max-prompt-tokens)" if longest == cfg.max_prompt_tokens else "(the model's position table "
                      "less --max-new-tokens)") + "[/]")
     prompts = [build_messages(p, cfg.prompt) for p in problems]
-    stops = cfg.stop_strings if cfg.stop_strings is not None else list(  # (a checkpoint's run's: record_ends)
-        getattr(getattr(model, "generation_config", None), STOP_STRINGS, None) or [])
+    recorded = getattr(getattr(model, "generation_config", None), STOP_STRINGS, None)  # (its run's: record_ends)
+    stops = cfg.stop_strings if cfg.stop_strings is not None else (list(recorded) if recorded else None)
     if cfg.stop_strings is None and stops:  # (a hub checkpoint downloaded just now: not read before it loaded)
         check_stops(cfg, model_name, {p.kind for p in problems}, stops)
+    stops = plain_stops(stops, tok)
     start, slots = time.perf_counter(), []
     with _bar() as bar:
         task = bar.add_task("sampling", total=len(prompts))
@@ -307,7 +315,7 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
               f"{tokens / max(seconds, 1e-9):,.0f} tokens/s" + (f", {slots[-1]} at once" if slots else ""),
               markup=False, highlight=False)
     return (list(zip(problems, outs)), longest, end_ids(model, tok, cfg.stop_token_ids), slots[-1] if slots else None,
-            stops)
+            stops, turn_end(tok), render(prompts[0], tok) if prompts else None)
 
 
 def prompt_room(cfg: EvalConfig, model, model_name: str | None) -> int:
@@ -406,12 +414,33 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
                                f"as problem_id, e.g. {next(iter(by_id), '...')!r})" if other else "") +
                                ", and no tests or answer of its own")
         else:
-            raise DatasetError(f"{path}, row {n}: problem id {pid!r} is not in the dataset, and the row has no tests "
-                               f"or answer of its own (known ids look like {next(iter(by_id), '...')!r})")
+            raise UnknownProblem(f"{path}, row {n}: problem id {pid!r} is not in the dataset, and the row has no tests "
+                                 f"or answer of its own (known ids look like {next(iter(by_id), '...')!r})", pid)
         grouped.setdefault(key, (problem, []))[1].append((text, num_tokens, False))
     if past_limit:
         err.print(f"[yellow]left out {past_limit} completions of problems past --limit[/]")
     return list(grouped.values())
+
+
+class UnknownProblem(DatasetError):
+    def __init__(self, message: str, pid: str):
+        super().__init__(message)
+        self.pid = pid
+
+
+def _split_of(pid: str, key: str | None, cfg: EvalConfig, seeded: dict) -> str:
+    """Where a completion's problem id is in another split of the dataset: the option that names it (a hunt's find:
+    completions of MBPP's test split, graded with --split validation, read as ids of no dataset)."""
+    for split in DATASETS[key].splits if key in DATASETS else ():
+        if split == cfg.split:
+            continue
+        try:
+            found, _ = load_problems(key, split, cfg.data_path, cfg.max_tests, **seeded, **cfg.data_options)
+        except (DatasetError, OSError, ValueError):
+            continue
+        if any(p.id == pid for p in found):
+            return f": it is a problem of {cfg.dataset}'s {split} split (--split {split})"
+    return ""
 
 
 def loader_seed(key: str) -> int | None:
@@ -497,8 +526,11 @@ def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None
     _print(summary, cfg, out_dir, str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}")
     no_code = outcomes[NO_CODE]
     if cut and cut * 2 >= len(samples):  # (their answers unfinished: no code, no answer, a constraint unmet)
+        turn = cfg.turn_end_id
+        fix = "raise it" if turn is None or turn in (cfg.end_token_ids or [turn]) else (
+            f"the chat template's end of turn (id {turn}) ends none of them: --stop-token-ids {turn}")
         err.print(f"[yellow]{cut} of {len(samples)} samples were cut at --max-new-tokens {cfg.max_new_tokens} before "
-                  "they ended: their answers are unfinished; raise it[/]")
+                  f"they ended: their answers are unfinished; {fix}[/]")
     elif samples and no_code * 2 >= len(samples) and cfg.prompt.code_style != "plain":
         err.print(f"[yellow]{no_code} of {len(samples)} samples hold no code where --code-style "
                   f"{cfg.prompt.code_style} looks for it ({_LOOKS_IN[cfg.prompt.code_style]}): where the model "
@@ -514,7 +546,7 @@ def ran(cfg: EvalConfig, source: dict, verifiers: set[str] = frozenset()) -> dic
                "stop_token_ids": cfg.stop_token_ids, "end_token_ids": cfg.end_token_ids,
                "stop_strings": cfg.stop_strings,
                "backend": cfg.backend, "batch_size": cfg.batch_size, "guided": cfg.guided,
-               "chat_template_kwargs": cfg.chat_template_kwargs,
+               "chat_template_kwargs": cfg.chat_template_kwargs, "first_prompt": cfg.first_prompt,
                **({"trained_multi_turn": cfg.trained_multi_turn} if cfg.trained_multi_turn else {})} \
         if "model" in source else {}
     data_path = None if cfg.data_path is None else str(cfg.data_path)

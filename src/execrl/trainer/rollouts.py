@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from execrl.envs import Environment, Segment, Step, Trajectory, TurnRenderer, make_envs
-from execrl.prompts import conversation_ids, opens_think
+from execrl.prompts import conversation_ids, opens_think, plain_stops
 from execrl.rewards import OUTCOMES, Reward, Sample, outcome
 from execrl.rewards import judge as score_with
 from execrl.rollout import Completion, SamplingParams
@@ -262,7 +262,8 @@ class EpisodeRunner:
                          for env, m in zip(envs, messages)]
         # (a rank may have no problems, e.g. of a small validation set: it still joins the weights'
         # gathering below)
-        stop = (gen.stop_strings or []) + (episodes[0].env.stop_strings if episodes else []) or None
+        stop = (plain_stops(gen.stop_strings, tokenizer) or []) + (episodes[0].env.stop_strings if episodes else []) \
+            or None
         rollouts = Rollouts(episodes, group_size, {"generate": 0.0, "grade": 0.0}, max_turns=turns)
         with generator.phase() if hasattr(generator, "phase") else nullcontext():  # a sharded model: gathered once
             for turn in range(turns):
