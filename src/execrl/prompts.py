@@ -318,3 +318,25 @@ def conversation_ids(conversations: list[list[dict]], tokenizer) -> list[list[in
     own = [templated_ids(m, tokenizer, lambda shown: render(shown, tokenizer), control) for m in conversations]
     whole = iter(prompt_ids([render(m, tokenizer) for m, ids in zip(conversations, own) if ids is None], tokenizer))
     return [next(whole) if ids is None else [*_first_ids(tokenizer), *ids] for ids in own]
+
+
+IDENTITY_PROBE = [{"role": "system", "content": "You are a careful programmer."},
+                  {"role": "user", "content": "Write f(x) = x² + 1 in Python; print f(12)."},
+                  {"role": "assistant", "content": "```python\ndef f(x):\n    return x ** 2 + 1\nprint(f(12))\n```"},
+                  {"role": "user", "content": "Thanks. And f(-3)?"}]
+
+
+def tokenizer_identity(tokenizer) -> str:
+    """What a run's prompts read as, in a few bytes: the probe conversation's token ids (its chat template, or the
+    plain transcript, and its tokenization), the vocabulary's size and its end and pad ids. A resume compares it: a
+    chat template edited in place (a hub snapshot's update keeps the weights and the name) rendered every later step's
+    prompts otherwise, without a word (a hunt's find)."""
+    import hashlib
+    import json
+
+    try:
+        ids = conversation_ids([IDENTITY_PROBE], tokenizer)[0]
+    except Exception:  # (a template that refuses a system message, or this probe: the last two turns)
+        ids = conversation_ids([IDENTITY_PROBE[1:]], tokenizer)[0]
+    seen = [ids, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id]
+    return hashlib.sha256(json.dumps(seen).encode()).hexdigest()[:16]

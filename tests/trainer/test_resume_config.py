@@ -142,3 +142,50 @@ def test_the_validation_sets_number_names_its_problems_and_their_order():
     a = [Problem(f"p{i}", [{"role": "user", "content": f"Print {i}."}], "code") for i in range(3)]
     assert problem_set(a) == problem_set(list(a)) < 2 ** 24
     assert problem_set(a[::-1]) != problem_set(a) != problem_set(a[:2] + [Problem("q", a[2].messages, "code")])
+
+
+def test_settings_added_since_a_checkpoint_and_batching_alone_apply_on_resume():
+    """(A hunt's finds) An earlier version's checkpoint lacks the settings added since: each read as "None -> value",
+    refused with advice no config could follow (null is no valid value). How passes are batched and when grading
+    runs change no step's math (the out-of-memory advice names them): they apply."""
+    old = {"grpo": {"max_num_steps": 2}, "policy": {"shared_prompts": True}, "gone": {"key": 1}}
+    new = {"grpo": {"max_num_steps": 2, "new_key": 0.5}, "policy": {"shared_prompts": False,
+                                                                     "dynamic_batching": {"enabled": True}},
+           "env": {"code": {"grading_share": 0.5}}}
+    applied, refused = config_changes(old, new)
+    assert refused == [] and applied == [
+        "env.code.grading_share: 0.5 (a setting new since the checkpoint was written)",
+        "gone.key: 1 (a setting execrl no longer has)",
+        "grpo.new_key: 0.5 (a setting new since the checkpoint was written)",
+        "policy.dynamic_batching.enabled: True (a setting new since the checkpoint was written)",
+        "policy.shared_prompts: True -> False"]
+
+
+def test_a_resume_with_another_tokenizer_or_template_is_refused_and_a_copied_run_names_its_change(tmp_path):
+    """(A hunt's finds) A chat template edited in place (a hub snapshot's update keeps the model's name and weights)
+    rendered every resumed step's prompts otherwise, without a word: refused. A copied run directory resumed with a
+    key it cannot take read as "another run's" record, whose resume the message then advised: the key is named."""
+    import shutil
+
+    from execrl.models import save_tiny
+
+    model = save_tiny(tmp_path / "m0", ["def add(a, b):\n    return a + b\n", "Write a function."] * 10)
+    base = [*SMALL, "grpo.max_num_steps=1", "grpo.val_period=0", "warmup.sft_steps=0", f"policy.model_name={model}",
+            f"logger.log_dir={tmp_path}/a", f"checkpointing.checkpoint_dir={tmp_path}/a/ck"]
+    train(load_config(None, base))
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    copied = [*base, f"logger.log_dir={tmp_path}/b", f"checkpointing.checkpoint_dir={tmp_path}/b/ck",
+              "grpo.max_num_steps=2"]
+    with pytest.raises(ValueError, match=r"cannot apply policy.optimizer.kwargs.lr: 0.0002 -> 0.001"):
+        train(load_config(None, [*copied, "policy.optimizer.kwargs.lr=1e-3"]))
+    import json
+
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    jinja = model / "chat_template.jinja"
+    if jinja.is_file():
+        jinja.write_text(jinja.read_text().replace("m['role'] + '\\n'", "m['role'] + ' (edited)\\n'"))
+    else:
+        config["chat_template"] = config["chat_template"].replace("m['role'] + '\\n'", "m['role'] + ' (edited)\\n'")
+        (model / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="tokenizer or chat template differs from the one this run trained with"):
+        train(load_config(None, [*base, "grpo.max_num_steps=2"]))

@@ -252,7 +252,9 @@ RESUMABLE = ("grpo.max_num_steps", "grpo.max_num_epochs", "grpo.val_", "grpo.max
              "policy.train_micro_batch_size", "policy.torch_compile", "policy.activation_checkpointing",
              "policy.generation.cuda_graphs", "policy.generation.compile", "policy.generation.sync_every",
              "policy.generation.val_", "policy.device", "data.validation", "offline", "cluster.",
-             "policy.lora.save_merged")  # (what later checkpoints hold, not what trains)
+             "policy.lora.save_merged",  # (what later checkpoints hold, not what trains)
+             "policy.shared_prompts", "policy.dynamic_batching.", "env.code.grading_share")  # (the same math, rounding
+# aside: how passes are batched, when grading runs; the out-of-memory advice names them, and a resume took none)
 
 
 def config_changes(saved: dict, now: dict) -> tuple[list[str], list[str]]:
@@ -265,7 +267,11 @@ def config_changes(saved: dict, now: dict) -> tuple[list[str], list[str]]:
             if k.endswith("split_validation_size") and v == 0:
                 leaves[k] = None
     changed = [k for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
-    said = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed]
-    applied = [s for k, s in zip(changed, said) if k.startswith(RESUMABLE)]
-    return applied, [s for k, s in zip(changed, said) if not k.startswith(RESUMABLE)]
+    said = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" if k in old and k in new else
+            f"{k}: {new[k]!r} (a setting new since the checkpoint was written)" if k in new else
+            f"{k}: {old[k]!r} (a setting execrl no longer has)" for k in changed]
+    # (a key one side lacks is a setting added or dropped since: no value of it is the checkpoint's to set back to,
+    # and a resume of an earlier version's checkpoint was refused with advice no config could follow)
+    applied = [s for k, s in zip(changed, said) if k.startswith(RESUMABLE) or k not in old or k not in new]
+    return applied, [s for k, s in zip(changed, said) if not (k.startswith(RESUMABLE) or k not in old or k not in new)]
 

@@ -18,6 +18,7 @@ from execrl.algo.advantages import flat_groups
 from execrl.config import MasterConfig
 from execrl.eval.passk import pass_at_k
 from execrl.lora import base_only, base_trainable
+from execrl.prompts import tokenizer_identity
 from execrl.rewards import is_correct, sandbox_failures
 from execrl.rollout.sampling import scoring_temperature
 from execrl.sandbox import check_infra_share
@@ -571,7 +572,8 @@ def save(run: Run) -> None:
     data = {"sampler": run.pipeline.data_position(run.step), "problems": run.sampler.identity(),
             "role_baselines": run.baselines.state_dict(),
             "config": run.cfg.model_dump(mode="json"),  # what a resume compares its own config with
-            "base_identity": run.base_identity}  # ... and the base's weight files (setup.same_base)
+            "base_identity": run.base_identity,  # ... and the base's weight files (setup.same_base)
+            "tokenizer_identity": tokenizer_identity(run.tokenizer)}  # ... and its prompts' tokens (setup.same_tokens)
     if run.opponent is not None and (opponent := run.opponent.state_dict(run.weights.compute)) is not None:
         data["opponent"] = opponent  # (a snapshot: the policy as it was at its last refresh)
     try:

@@ -91,9 +91,10 @@ def _state(cfg: MasterConfig) -> list[str]:
     """What shrinks the weights, gradients and optimizer state the run holds throughout."""
     p, out = cfg.policy, []
     if not p.lora.enabled and not p.cpu_offload:
-        out.append("policy.cpu_offload=true (the fp32 master weights and AdamW's state in host memory)")
+        out.append("policy.cpu_offload=true (the fp32 master weights and AdamW's state in host memory; a new run: "
+                   "a resume keeps its checkpoint's)")
     if not p.lora.enabled:
-        out.append("policy.lora.enabled=true (train adapters: no full-size gradients or optimizer state)")
+        out.append("policy.lora.enabled=true (train adapters: no full-size gradients or optimizer state; a new run)")
     return out or ["a smaller model, or more GPUs (cluster.gpus_per_node: FSDP2 shards the weights and state)"]
 
 

@@ -31,7 +31,7 @@ from execrl.console import stderr_console
 from execrl.envs import make_env
 from execrl.lora import Adapter
 from execrl.models import TINY_CODERS, pick_device, position_limit, weights_identity
-from execrl.prompts import check_roles, conversation_ids, templated
+from execrl.prompts import check_roles, conversation_ids, templated, tokenizer_identity
 from execrl.rewards.judges import load_reward_model
 from execrl.rewards.reward_model import RewardModel
 from execrl.rollout import build_generator
@@ -115,10 +115,10 @@ class Run:
             self.lock.release()
 
 
-def resumable(cfg: MasterConfig, state: dict, found: Path) -> None:
+def resumable(cfg: MasterConfig, state: dict, found: Path, quiet: bool = False) -> None:
     """A resumed run's config against its checkpoint's: changes that cannot apply (the learning
     rate, which the checkpoint's optimizer and schedule hold; the model, the data, the algorithm)
-    stop it before it writes anything; the others are named."""
+    stop it before it writes anything; the others are named (`quiet`: not)."""
     if "config" not in state:  # (a checkpoint from before configs were saved in it)
         return
     applied, refused = checkpoint.config_changes(state["config"], cfg.model_dump(mode="json"))
@@ -127,7 +127,7 @@ def resumable(cfg: MasterConfig, state: dict, found: Path) -> None:
         raise ValueError(f"{found} was trained with another config, and resuming it cannot apply {shown}: set those "
                          "back to the checkpoint's values, or start a new run (another checkpointing.checkpoint_dir "
                          "and logger.log_dir)")
-    if applied:
+    if applied and not quiet:
         console.print(f"resuming {found} with changes that apply from step {state['step'] + 1} on: " + "; ".join(applied))
 
 
@@ -144,6 +144,20 @@ def same_base(run: Run, state: dict, found: Path) -> None:
     raise ValueError(f"{cfg.policy.model_name}'s weight files differ from those this run trained on (recorded in "
                      f"{found}): resuming would read {what} onto other weights. Restore the model the run started "
                      "from, or start a new run (another checkpointing.checkpoint_dir and logger.log_dir)")
+
+
+def same_tokens(run: Run, state: dict, found: Path) -> None:
+    """The resumed run's tokenizer and chat template read prompts as the checkpoint's run did
+    (prompts.tokenizer_identity): one edited in place kept its name, and every later step's prompts came out
+    otherwise, without a word."""
+    saved = state.get("tokenizer_identity")
+    if saved is None or saved == tokenizer_identity(run.tokenizer):
+        return
+    raise ValueError(f"{run.cfg.policy.model_name}'s tokenizer or chat template differs from the one this run trained "
+                     f"with (recorded in {found}; its policy/ folder holds that tokenizer): resuming would render or "
+                     "tokenize prompts otherwise from here on. Restore it (or set policy.tokenizer.chat_template to the "
+                     "one in the checkpoint), or start a new run (another checkpointing.checkpoint_dir and "
+                     "logger.log_dir)")
 
 
 def check_move_room(cfg, tokenizer) -> None:
@@ -335,8 +349,15 @@ def start(cfg: MasterConfig) -> tuple[BatchPlan, RunLock | None]:
                          f"{plan.num_gpus}: start multi-GPU runs with `execrl train CONFIG` (it launches "
                          "torchrun) or set cluster.gpus_per_node to the number of processes per node")
     lock = RunLock(run_directories(cfg)) if dist.is_main() else None
-    resumes = cfg.checkpointing.enabled and checkpoint.latest(cfg.checkpointing.checkpoint_dir) is not None
-    erased = dist.from_main(erases_a_run(cfg, resuming=resumes) if dist.is_main() else None)
+    found = checkpoint.latest(cfg.checkpointing.checkpoint_dir) if cfg.checkpointing.enabled else None
+    if found is not None:  # (first: a copied run's record, resumed with a key it cannot take, read as another run's)
+        try:
+            resumable(cfg, checkpoint.trainer_state(found), found, quiet=True)
+        except ValueError:
+            if lock is not None:
+                lock.release()
+            raise
+    erased = dist.from_main(erases_a_run(cfg, resuming=found is not None) if dist.is_main() else None)
     if erased:
         if lock is not None:
             lock.release()
@@ -477,6 +498,7 @@ def resume(run: Run) -> None:
         if state["step"] < run.max_steps:
             check_schedule_left(cfg, state["step"], state["config"].get("grpo", {}).get("max_num_steps"))
         same_base(run, state, found)
+        same_tokens(run, state, found)
         run.sampler.check(state.get("problems", {}), str(found))
         checkpoint.load(found, run.model, run.optimizer, run.scheduler, state, lora=cfg.policy.lora.enabled,
                         own_base=run.lora is not None and run.lora.own_base)
