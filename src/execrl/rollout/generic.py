@@ -130,6 +130,9 @@ class GenericDecoder:
         # eager attention adds its mask to the scores (0 or the dtype's minimum); the others take booleans
         self.additive = getattr(cfg, "_attn_implementation", None) == "eager"
         self.grouped = sdpa_configs(cfg)  # their attention runs as grouped_decode_attention inside the engine
+        import inspect
+
+        self.keeps = "logits_to_keep" in inspect.signature(model.forward).parameters
 
     def compile_prefill(self, compiler) -> None:
         pass  # (the model's own code: nothing of ours to fuse)
@@ -152,14 +155,17 @@ class GenericDecoder:
             return visible if self.window is None else sliding
         return {t: sliding if t == "sliding_attention" else visible for t in self.types}
 
-    def _forward(self, ids, positions, masks):
+    def _forward(self, ids, positions, masks, keep: torch.Tensor | None = None):
+        """The model's logits; `keep`: of those positions only (transformers' logits_to_keep, where the forward
+        takes it: else of every position)."""
+        kept = {"logits_to_keep": keep} if keep is not None and self.keeps else {}
         for c in self.grouped:  # (only while the engine runs the model: training keeps transformers' SDPA)
             c._attn_implementation_internal = GROUPED
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)  # (past_key_values: renamed in later transformers)
                 out = self.model(input_ids=ids, position_ids=positions, attention_mask=masks,
-                                 past_key_values=self.cache, use_cache=True)
+                                 past_key_values=self.cache, use_cache=True, **kept)
         finally:
             for c in self.grouped:
                 c._attn_implementation_internal = "sdpa"
@@ -180,8 +186,10 @@ class GenericDecoder:
             sliding = None if self.window is None else causal & (n[:, None] - n[None, :] < self.window)[None, None]
             mine = (source >= a) & (source < b)  # the slots that take one of these prompts
             self.cache.mode = ("prefill", slots[mine], source[mine] - a, 0)
-            logits = self._forward(tokens[a:b], n[None].expand(b - a, t), self._masks(causal, sliding))  # [P', T, V]
-            out.append(logits[torch.arange(b - a, device=dev), lengths[a:b] - 1])
+            ends = lengths[a:b] - 1  # (the head at each prompt's last position only: a 16K prompt's logits at every
+            keep, at = torch.unique(ends, return_inverse=True)  # position took 4 GB more of a 32K vocabulary)
+            logits = self._forward(tokens[a:b], n[None].expand(b - a, t), self._masks(causal, sliding), keep)
+            out.append(logits[torch.arange(b - a, device=dev), at if logits.shape[1] == len(keep) else ends])
         return torch.cat(out)
 
     def decode(self, tokens: torch.Tensor, pos: torch.Tensor, window: int, reads: torch.Tensor,
