@@ -864,8 +864,18 @@ def test_a_base_models_answers_end_at_its_next_turn_and_a_missed_turn_end_is_nam
             assert summary["ran"]["stop_strings"] == [PLAIN_TURN_END] and "next '\\nUser:' line" in said
             assert summary["ran"]["first_prompt"].startswith("User: ")  # (the prompt as the model read it)
             assert plain_stops([], tok) == [] and plain_stops(["x"], tok) == ["x"]  # (the user's own, none included)
+            from execrl.trainer.policy import record_ends  # (a review's find: a run that set none evaluated with it)
+
+            record_ends(model, tok, None, [])
+            model.save_pretrained(tmp_path / "none")
+            tok.save_pretrained(tmp_path / "none")
+            summary = evaluate(EvalConfig(dataset="builtin:arith-code", split="validation", limit=2, max_new_tokens=8,
+                                          out=str(tmp_path / "out_none"), workers=1), model_name=str(tmp_path / "none"))
+            assert summary["ran"]["stop_strings"] == []
+            model.generation_config.execrl_stop_strings = None
+            capsys.readouterr()
         else:
-            assert summary["ran"]["stop_strings"] is None and summary["samples_cut_at_max_new_tokens"] == 2
+            assert summary["ran"]["stop_strings"] == [] and summary["samples_cut_at_max_new_tokens"] == 2
             assert "--stop-token-ids 2" in said and "raise it" not in said, said
             assert summary["ran"]["first_prompt"].startswith("<|im_start|>user\n")
 

@@ -527,3 +527,12 @@ def test_plain_code_loses_a_sentencepiece_words_space_and_keeps_an_indented_body
     indentation is kept."""
     assert extract(" def f(x):\n    return x\n", "code", "plain").code == "def f(x):\n    return x"
     assert extract("    return x\n", "code", "plain").code == "    return x"
+
+
+def test_the_plain_transcripts_turn_end_is_no_part_of_an_answer():
+    """(A review's find) With no chat template answers stop at a next '\\nUser:' line, which stays at the text's end:
+    a bare program (code_style plain) that ended so was a syntax error."""
+    from execrl.extract import extract
+
+    got = extract("def add(a, b):\n    return a + b\nUser:", "code", "plain")
+    assert got.code.rstrip() == "def add(a, b):\n    return a + b"

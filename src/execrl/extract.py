@@ -175,6 +175,10 @@ def last_tag_cell(text: str) -> tuple[int, str, int] | None:
 LINE_OPEN = re.compile(r"(?m)^[ \t]*<code>")
 
 
+PLAIN_TURN_END = "\nUser:"  # where a model writing the plain transcript (no chat template) goes on to a turn of its own:
+# the stop string such runs end at (prompts.plain_stops), which stays at the end of the text and is no answer's
+
+
 def extract(completion: str, answer_format: str = "code", code_style: str = "fence",
             language: str = "python", want_code: bool = True, entries: frozenset[str] = frozenset(),
             thinking: bool = False) -> Extracted:
@@ -185,6 +189,7 @@ def extract(completion: str, answer_format: str = "code", code_style: str = "fen
         raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
     if code_style not in CODE_STYLES:
         raise ValueError(f"code_style must be one of {CODE_STYLES}, got {code_style!r}")
+    completion = completion.removesuffix(PLAIN_TURN_END)  # (a bare program that ended so was a syntax error)
     answer, format_ok = answer_part(completion, answer_format, thinking)
     if not want_code:
         return Extracted(answer, format_ok)

@@ -8,7 +8,7 @@ import re
 from pydantic import BaseModel, ConfigDict, Field
 
 from execrl.control_tokens import control_pattern, templated_ids
-from execrl.extract import ANSWER_FORMATS, CODE_STYLES
+from execrl.extract import ANSWER_FORMATS, CODE_STYLES, PLAIN_TURN_END
 from execrl.tasks import Problem
 
 _CODE_WHERE = {"fence": "in a single ```python code block", "tags": "inside <code></code> tags",
@@ -216,9 +216,6 @@ def unprompted(tokenizer, probe: list[dict], prompt: str) -> str | None:
             "assistant's header when add_generation_prompt is set")
 
 
-PLAIN_TURN_END = "\nUser:"  # where a model writing the plain transcript goes on to a next turn of its own
-
-
 def plain_stops(stops: list[str] | None, tokenizer) -> list[str] | None:
     """The stop strings of a run or an eval: the user's (`stops`, where set), else, with no chat template (the plain
     transcript, render), PLAIN_TURN_END: a base model's answer ran on into made-up 'User: ...' turns to the length
@@ -331,12 +328,21 @@ def tokenizer_identity(tokenizer) -> str:
     plain transcript, and its tokenization), the vocabulary's size and its end and pad ids. A resume compares it: a
     chat template edited in place (a hub snapshot's update keeps the weights and the name) rendered every later step's
     prompts otherwise, without a word (a hunt's find)."""
+    import copy
     import hashlib
     import json
 
+    probe = copy.copy(tokenizer)  # (a template that writes today's date, Llama 3.2's, renders one fixed day)
+    setattr(probe, TEMPLATE_KWARGS, {**(getattr(tokenizer, TEMPLATE_KWARGS, None) or {}), "strftime_now": _a_day})
     try:
-        ids = conversation_ids([IDENTITY_PROBE], tokenizer)[0]
+        ids = conversation_ids([IDENTITY_PROBE], probe)[0]
     except Exception:  # (a template that refuses a system message, or this probe: the last two turns)
-        ids = conversation_ids([IDENTITY_PROBE[1:]], tokenizer)[0]
+        ids = conversation_ids([IDENTITY_PROBE[1:]], probe)[0]
     seen = [ids, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id]
     return hashlib.sha256(json.dumps(seen).encode()).hexdigest()[:16]
+
+
+def _a_day(form: str) -> str:
+    import time
+
+    return time.strftime(form, time.struct_time((2024, 7, 26, 12, 0, 0, 4, 208, 0)))

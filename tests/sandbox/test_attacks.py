@@ -1856,6 +1856,11 @@ def test_a_program_cannot_evict_the_host_s_page_cache_or_read_past_it(solo):
         "    except OSError as e:\n"
         "        print(how, e.errno)\n"
         "libc.syscall(openat2, -100, b'/', None, 0)\n"
-        "print('openat2', ctypes.get_errno(), len(os.pread(os.open(sys.executable, os.O_RDONLY), 4096, 0)))")
+        "print('openat2', ctypes.get_errno(), len(os.pread(os.open(sys.executable, os.O_RDONLY), 4096, 0)))\n"
+        "pidfd = libc.syscall(434, os.getpid(), 0)  # pidfd_open, then process_madvise(MADV_PAGEOUT) on its own pages\n"
+        "m = mmap.mmap(os.open(sys.executable, os.O_RDONLY), 4096, prot=mmap.PROT_READ)\n"
+        "iov = (ctypes.c_size_t * 2)(ctypes.addressof(ctypes.c_char.from_buffer_copy(b'x')), 4096)\n"
+        "print('process_madvise', libc.syscall(440, pidfd, iov, 1, 21, 0), ctypes.get_errno())")
     r = solo.run(code)
-    assert r.stdout.split("\n")[:4] == ["no-ops", "open 22", "fcntl 22", "openat2 38 4096"], r
+    assert r.stdout.split("\n")[:5] == ["no-ops", "open 22", "fcntl 22", "openat2 38 4096",
+                                         "process_madvise -1 38"], r

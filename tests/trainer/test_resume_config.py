@@ -147,18 +147,34 @@ def test_the_validation_sets_number_names_its_problems_and_their_order():
 def test_settings_added_since_a_checkpoint_and_batching_alone_apply_on_resume():
     """(A hunt's finds) An earlier version's checkpoint lacks the settings added since: each read as "None -> value",
     refused with advice no config could follow (null is no valid value). How passes are batched and when grading
-    runs change no step's math (the out-of-memory advice names them): they apply."""
-    old = {"grpo": {"max_num_steps": 2}, "policy": {"shared_prompts": True}, "gone": {"key": 1}}
-    new = {"grpo": {"max_num_steps": 2, "new_key": 0.5}, "policy": {"shared_prompts": False,
-                                                                     "dynamic_batching": {"enabled": True}},
-           "env": {"code": {"grading_share": 0.5}}}
+    runs change no step's math (the out-of-memory advice names them): they apply. A review's find: keys of a
+    free-form dict (hf_config_overrides, optimizer.kwargs) or of a section null on one side are changes as any."""
+    import copy
+
+    from execrl.config import MasterConfig
+
+    now = MasterConfig().model_dump(mode="json")
+    old = copy.deepcopy(now)
+    del old["env"]["code"]["grading_share"]
+    old["grpo"]["a_dropped_setting"] = 3
+    new = copy.deepcopy(now)
+    new["policy"]["shared_prompts"] = False
+    new["policy"]["dynamic_batching"]["enabled"] = True
     applied, refused = config_changes(old, new)
     assert refused == [] and applied == [
-        "env.code.grading_share: 0.5 (a setting new since the checkpoint was written)",
-        "gone.key: 1 (a setting execrl no longer has)",
-        "grpo.new_key: 0.5 (a setting new since the checkpoint was written)",
-        "policy.dynamic_batching.enabled: True (a setting new since the checkpoint was written)",
-        "policy.shared_prompts: True -> False"]
+        "env.code.grading_share: 0.25 (a setting new since the checkpoint was written)",
+        "grpo.a_dropped_setting: 3 (a setting execrl no longer has)",
+        "policy.dynamic_batching.enabled: False -> True", "policy.shared_prompts: True -> False"]
+    for where, value in ((("policy", "hf_config_overrides"), {"rope_theta": 1e6}),
+                         (("policy", "generation", "guided_decoding"), {"regex": "a+"}),
+                         (("policy", "optimizer", "kwargs", "amsgrad"), True),
+                         (("policy", "tokenizer", "chat_template_kwargs"), {"enable_thinking": False})):
+        changed = copy.deepcopy(now)
+        node = changed
+        for part in where[:-1]:
+            node = node[part]
+        node[where[-1]] = value
+        assert config_changes(now, changed)[1] and not config_changes(now, changed)[0], where
 
 
 def test_a_resume_with_another_tokenizer_or_template_is_refused_and_a_copied_run_names_its_change(tmp_path):

@@ -205,7 +205,8 @@ def tail_of(text: str, size: int) -> str:
     return text[-size:].encode("utf-8", "surrogatepass")[-size:].decode("utf-8", "ignore") if size > 0 else ""
 
 
-ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")  # CSI, OSC, 2-char
+ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)?|[@-Z\\-_])")  # CSI, OSC (to its
+# line's end at most: one left open hid the rest of the output), 2-char
 
 
 def terminal_text(text: str) -> str:

@@ -39,7 +39,7 @@ from execrl.sandbox.spec import entry_names, truncate_tests
 from execrl.tasks import Problem, dataset_key, load_problems
 from execrl.tasks.generic import answer_kind, answer_text, digits
 from execrl.tasks.problem import VERIFIER, DatasetError, read_rows
-from execrl.tasks.registry import DATASETS, local_source
+from execrl.tasks.registry import DATASETS, find_path, local_source
 from execrl.tasks.shown import distinct
 from execrl.writable import write_whole
 
@@ -297,10 +297,10 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
                      "less --max-new-tokens)") + "[/]")
     prompts = [build_messages(p, cfg.prompt) for p in problems]
     recorded = getattr(getattr(model, "generation_config", None), STOP_STRINGS, None)  # (its run's: record_ends)
-    stops = cfg.stop_strings if cfg.stop_strings is not None else (list(recorded) if recorded else None)
+    stops = cfg.stop_strings if cfg.stop_strings is not None else (None if recorded is None else list(recorded))
     if cfg.stop_strings is None and stops:  # (a hub checkpoint downloaded just now: not read before it loaded)
         check_stops(cfg, model_name, {p.kind for p in problems}, stops)
-    stops = plain_stops(stops, tok)
+    stops = plain_stops(stops, tok) or []  # (a run that set [] stopped at none: its eval too)
     start, slots = time.perf_counter(), []
     with _bar() as bar:
         task = bar.add_task("sampling", total=len(prompts))
@@ -431,7 +431,10 @@ class UnknownProblem(DatasetError):
 def _split_of(pid: str, key: str | None, cfg: EvalConfig, seeded: dict) -> str:
     """Where a completion's problem id is in another split of the dataset: the option that names it (a hunt's find:
     completions of MBPP's test split, graded with --split validation, read as ids of no dataset)."""
-    for split in DATASETS[key].splits if key in DATASETS else ():
+    info = DATASETS.get(key)
+    if info is None or not (info.generated or find_path(info, cfg.data_path)):  # (only what is on this machine: a
+        return ""  # hub dataset's other splits would be downloaded for a hint)
+    for split in info.splits:
         if split == cfg.split:
             continue
         try:

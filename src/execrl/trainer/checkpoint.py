@@ -267,11 +267,45 @@ def config_changes(saved: dict, now: dict) -> tuple[list[str], list[str]]:
             if k.endswith("split_validation_size") and v == 0:
                 leaves[k] = None
     changed = [k for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
-    said = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" if k in old and k in new else
-            f"{k}: {new[k]!r} (a setting new since the checkpoint was written)" if k in new else
-            f"{k}: {old[k]!r} (a setting execrl no longer has)" for k in changed]
-    # (a key one side lacks is a setting added or dropped since: no value of it is the checkpoint's to set back to,
-    # and a resume of an earlier version's checkpoint was refused with advice no config could follow)
-    applied = [s for k, s in zip(changed, said) if k.startswith(RESUMABLE) or k not in old or k not in new]
-    return applied, [s for k, s in zip(changed, said) if not (k.startswith(RESUMABLE) or k not in old or k not in new)]
+    fields, sections = schema_paths()
+    parent = {k: k.rpartition(".")[0] for k in changed}
+    # a settings section's key that one side lacks is a setting added or dropped since the checkpoint was written: no
+    # value of it is the checkpoint's to set back to (an earlier version's checkpoint was refused with advice no
+    # config could follow). A key of a free-form dict (hf_config_overrides, optimizer.kwargs), or of a section null
+    # on one side, is a change as any other
+    added = {k for k in changed if k not in old and k in fields and parent[k] in sections and parent[k] not in old}
+    dropped = {k for k in changed if k not in new and k not in fields and parent[k] in sections and parent[k] not in new}
+    said = [f"{k}: {new[k]!r} (a setting new since the checkpoint was written)" if k in added else
+            f"{k}: {old[k]!r} (a setting execrl no longer has)" if k in dropped else
+            f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed]
+    applies = [k.startswith(RESUMABLE) or k in added or k in dropped for k in changed]
+    return [s for s, a in zip(said, applies) if a], [s for s, a in zip(said, applies) if not a]
+
+
+def schema_paths() -> tuple[set[str], set[str]]:
+    """The config schema's dotted keys: (every field's, those of the fields that are sections of settings; "" the
+    root's)."""
+    from typing import get_args
+
+    from pydantic import BaseModel
+
+    from execrl.config import MasterConfig
+
+    fields, sections = set(), {""}
+
+    def models(annotation):
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield annotation
+        for arg in get_args(annotation):
+            yield from models(arg)
+
+    def walk(model, prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            fields.add(prefix + name)
+            for sub in models(field.annotation):
+                sections.add(prefix + name)
+                walk(sub, prefix + name + ".")
+
+    walk(MasterConfig, "")
+    return fields, sections
 

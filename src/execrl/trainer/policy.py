@@ -91,7 +91,7 @@ def record_ends(model, tokenizer, stop_token_ids: list[int] | None, stop_strings
     prompt section, as execrl_prompt (models.saved_prompt)."""
     gen = getattr(model, "generation_config", None)
     if gen is not None:
-        setattr(gen, STOP_STRINGS, list(stop_strings) if stop_strings else None)
+        setattr(gen, STOP_STRINGS, None if stop_strings is None else list(stop_strings))  # ([]: none, not the default)
         if prompt is not None:  # (how the run posed problems: execrl eval of a policy/ folder copied out of its run)
             setattr(gen, SAVED_PROMPT, prompt)
     if stop_token_ids and gen is not None:

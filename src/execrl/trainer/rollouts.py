@@ -383,7 +383,8 @@ def stops(stop: list[str] | None, guides: list, cfg) -> list[str] | None:
     """The stop strings of a call: where every request is held to a constraint and a turn is a whole answer (not the
     interpreter's, whose cells run where they close), the user's own only: the environment's cell ends cut a
     constrained turn at a bare ``` opening its block, and its rest, a new generation, started the constraint again
-    (the turn no longer kept to it); the constraint shapes the turn and ends it."""
+    (the turn no longer kept to it); the constraint shapes the turn and ends it (the plain transcript's '\\nUser:'
+    too: prompts.plain_stops)."""
     whole = cfg.env.multi_turn.kind != "interpreter"
     return (cfg.policy.generation.stop_strings or None) if whole and guides and all(g is not None for g in guides) \
         else stop

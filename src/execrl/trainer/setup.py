@@ -131,6 +131,18 @@ def resumable(cfg: MasterConfig, state: dict, found: Path, quiet: bool = False) 
         console.print(f"resuming {found} with changes that apply from step {state['step'] + 1} on: " + "; ".join(applied))
 
 
+def _refused(cfg: MasterConfig, found: Path | None) -> str | None:
+    """Why the checkpoint this run resumes cannot take its config (resumable), checked before the log directory's
+    record (a copied run's, resumed with a key it cannot take, read as another run's)."""
+    if found is None:
+        return None
+    try:
+        resumable(cfg, checkpoint.trainer_state(found), found, quiet=True)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def same_base(run: Run, state: dict, found: Path) -> None:
     """Where a resume reads policy.model_name's weights again (under LoRA adapters, or as the KL penalty's
     reference), they are those the run trained on: a base trained further or replaced in place kept its name, and
@@ -350,14 +362,8 @@ def start(cfg: MasterConfig) -> tuple[BatchPlan, RunLock | None]:
                          "torchrun) or set cluster.gpus_per_node to the number of processes per node")
     lock = RunLock(run_directories(cfg)) if dist.is_main() else None
     found = checkpoint.latest(cfg.checkpointing.checkpoint_dir) if cfg.checkpointing.enabled else None
-    if found is not None:  # (first: a copied run's record, resumed with a key it cannot take, read as another run's)
-        try:
-            resumable(cfg, checkpoint.trainer_state(found), found, quiet=True)
-        except ValueError:
-            if lock is not None:
-                lock.release()
-            raise
-    erased = dist.from_main(erases_a_run(cfg, resuming=found is not None) if dist.is_main() else None)
+    erased = dist.from_main(_refused(cfg, found) or erases_a_run(cfg, resuming=found is not None)
+                            if dist.is_main() else None)
     if erased:
         if lock is not None:
             lock.release()

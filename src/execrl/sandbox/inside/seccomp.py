@@ -49,8 +49,8 @@ kernel objects that outlive a process or escape its limits:
   (EPROTONOSUPPORT: raw, SCTP, UDP-Lite, MPTCP, ICMP)                the sandbox measures (a hunt's find: 1.6 GB of
                                                                      UDP-Lite queues held under a 64 MB limit)
   posix_fadvise, readahead, madvise's MADV_COLD and MADV_PAGEOUT    the page cache of the host's files: a program
-  (no-ops: they return 0)                                            evicted every library it could see (the host's
-                                                                     next imports from the disk, 2.2x slower), or
+  (no-ops: they return 0); process_madvise (ENOSYS: the advice     evicted every library it could see (the host's
+  on the caller's own memory, which the filter cannot read)          next imports from the disk, 2.2x slower), or
                                                                      set the page-cache channel's bits both ways
   O_DIRECT in open, openat and fcntl(F_SETFL) (EINVAL, as a file     reads past the page cache: 32 threads of 1 MB
   system without it says); openat2 (ENOSYS: libc uses openat)       reads at random offsets of a shared library
@@ -96,14 +96,14 @@ _TABLES = {
                272, 56, 435, (319, 447, 451,  # memfd_create, memfd_secret, cachestat (ENOSYS)
                               253, 254, 255, 294, 300, 301,  # inotify_*, fanotify_* (ENOSYS)
                               206, 207, 208, 209, 210, 333,  # io_setup ... io_pgetevents
-                              437), 41, 302, 72, 53,  # openat2
+                              437, 440), 41, 302, 72, 53,  # openat2, process_madvise
                (327, 328),  # preadv2, pwritev2
                (162, 306, 277, 74, 75,  # sync, syncfs, sync_file_range, fsync, fdatasync
                 221, 187),  # fadvise64, readahead
                28, 2, 257, 0x4000),  # madvise, open, openat, O_DIRECT
     "aarch64": (0xC00000B7, (180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197,
                              217, 218, 219, 235, 241, 280, 282, 425, 426, 427, 117),
-                272, 220, 435, (279, 447, 451, 26, 27, 28, 262, 263, 0, 1, 2, 3, 4, 292, 437), 198, 261, 25, 199,
+                272, 220, 435, (279, 447, 451, 26, 27, 28, 262, 263, 0, 1, 2, 3, 4, 292, 437, 440), 198, 261, 25, 199,
                 (286, 287), (81, 267, 84, 82, 83, 223, 213), 233, None, 56, 0x10000),
 }
 _ALLOW = 0x7FFF0000
