@@ -204,3 +204,21 @@ def test_a_developer_message_is_a_system_one_and_a_role_the_template_drops_is_re
     with pytest.raises(ValueError, match="renders nothing of a message of role 'critic' \\(problem p/3 has one\\)"):
         drop_long_prompts([problem, odd], tok, PromptConfig(), 10_000)
     assert drop_long_prompts([odd], bos_tokenizer(), PromptConfig(), 10_000)[1] == 0  # (no template: 'Critic: ...')
+
+
+def test_the_tokenizers_identity_is_its_templates_and_not_todays():
+    """A resume compares the tokenizer's identity (a template edited in place changed every later prompt, without a
+    word); a review's find: Llama 3.2's template writes today's date, and a resume on another day was refused."""
+    from execrl.models import build_tokenizer
+    from execrl.prompts import tokenizer_identity
+
+    tok = build_tokenizer(["Write a function."], vocab_size=300)
+    tok.chat_template = ("{{ 'Today ' + strftime_now('%H:%M:%S %f') }}{% for m in messages %}{{ m['role'] + ': ' + "
+                         "m['content'] + '\\n' }}{% endfor %}")
+    first = tokenizer_identity(tok)
+    import time
+
+    time.sleep(0.01)
+    assert tokenizer_identity(tok) == first
+    tok.chat_template = tok.chat_template.replace("': '", "'> '")
+    assert tokenizer_identity(tok) != first

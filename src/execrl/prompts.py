@@ -317,32 +317,17 @@ def conversation_ids(conversations: list[list[dict]], tokenizer) -> list[list[in
     return [next(whole) if ids is None else [*_first_ids(tokenizer), *ids] for ids in own]
 
 
-IDENTITY_PROBE = [{"role": "system", "content": "You are a careful programmer."},
-                  {"role": "user", "content": "Write f(x) = x² + 1 in Python; print f(12)."},
-                  {"role": "assistant", "content": "```python\ndef f(x):\n    return x ** 2 + 1\nprint(f(12))\n```"},
-                  {"role": "user", "content": "Thanks. And f(-3)?"}]
+IDENTITY_PROBE = "You are a careful programmer.\nWrite f(x) = x² + 1 in Python; print f(12).\n```python\nprint(12 ** 2 + 1)\n```"
 
 
 def tokenizer_identity(tokenizer) -> str:
-    """What a run's prompts read as, in a few bytes: the probe conversation's token ids (its chat template, or the
-    plain transcript, and its tokenization), the vocabulary's size and its end and pad ids. A resume compares it: a
-    chat template edited in place (a hub snapshot's update keeps the weights and the name) rendered every later step's
-    prompts otherwise, without a word (a hunt's find)."""
-    import copy
+    """What a run's prompts read as, in a few bytes: the chat template's text, a probe text's token ids, the
+    vocabulary's size and its special tokens. A resume compares it: a chat template edited in place (a hub snapshot's
+    update keeps the weights and the name) rendered every later step's prompts otherwise, without a word (a hunt's
+    find). The template's text, not a conversation it renders: Llama 3.2's writes today's date."""
     import hashlib
     import json
 
-    probe = copy.copy(tokenizer)  # (a template that writes today's date, Llama 3.2's, renders one fixed day)
-    setattr(probe, TEMPLATE_KWARGS, {**(getattr(tokenizer, TEMPLATE_KWARGS, None) or {}), "strftime_now": _a_day})
-    try:
-        ids = conversation_ids([IDENTITY_PROBE], probe)[0]
-    except Exception:  # (a template that refuses a system message, or this probe: the last two turns)
-        ids = conversation_ids([IDENTITY_PROBE[1:]], probe)[0]
-    seen = [ids, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id]
-    return hashlib.sha256(json.dumps(seen).encode()).hexdigest()[:16]
-
-
-def _a_day(form: str) -> str:
-    import time
-
-    return time.strftime(form, time.struct_time((2024, 7, 26, 12, 0, 0, 4, 208, 0)))
+    seen = [getattr(tokenizer, "chat_template", None), tokenizer(IDENTITY_PROBE)["input_ids"], len(tokenizer),
+            tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id, sorted(tokenizer.all_special_tokens)]
+    return hashlib.sha256(json.dumps(seen, default=str).encode()).hexdigest()[:16]
