@@ -175,8 +175,8 @@ def last_tag_cell(text: str) -> tuple[int, str, int] | None:
 LINE_OPEN = re.compile(r"(?m)^[ \t]*<code>")
 
 
-PLAIN_TURN_END = "\nUser:"  # where a model writing the plain transcript (no chat template) goes on to a turn of its own:
-# the stop string such runs end at (prompts.plain_stops), which stays at the end of the text and is no answer's
+PLAIN_TURN_END = "\nUser:"  # where a model writing the plain transcript (no chat template) goes on to a turn of its
+# own: the stop string such runs end at (prompts.plain_stops), which stays at the end of the text and is no answer's
 
 
 def extract(completion: str, answer_format: str = "code", code_style: str = "fence",

@@ -317,7 +317,8 @@ def conversation_ids(conversations: list[list[dict]], tokenizer) -> list[list[in
     return [next(whole) if ids is None else [*_first_ids(tokenizer), *ids] for ids in own]
 
 
-IDENTITY_PROBE = "You are a careful programmer.\nWrite f(x) = x² + 1 in Python; print f(12).\n```python\nprint(12 ** 2 + 1)\n```"
+IDENTITY_PROBE = ("You are a careful programmer.\nWrite f(x) = x² + 1 in Python; print f(12).\n"
+                  "```python\nprint(12 ** 2 + 1)\n```")
 
 
 def tokenizer_identity(tokenizer) -> str:
@@ -329,5 +330,6 @@ def tokenizer_identity(tokenizer) -> str:
     import json
 
     seen = [getattr(tokenizer, "chat_template", None), tokenizer(IDENTITY_PROBE)["input_ids"], len(tokenizer),
-            tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id, sorted(tokenizer.all_special_tokens)]
+            tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id,
+            sorted(tokenizer.all_special_tokens)]
     return hashlib.sha256(json.dumps(seen, default=str).encode()).hexdigest()[:16]

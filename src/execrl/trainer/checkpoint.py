@@ -274,7 +274,8 @@ def config_changes(saved: dict, now: dict) -> tuple[list[str], list[str]]:
     # config could follow). A key of a free-form dict (hf_config_overrides, optimizer.kwargs), or of a section null
     # on one side, is a change as any other
     added = {k for k in changed if k not in old and k in fields and parent[k] in sections and parent[k] not in old}
-    dropped = {k for k in changed if k not in new and k not in fields and parent[k] in sections and parent[k] not in new}
+    dropped = {k for k in changed
+               if k not in new and k not in fields and parent[k] in sections and parent[k] not in new}
     said = [f"{k}: {new[k]!r} (a setting new since the checkpoint was written)" if k in added else
             f"{k}: {old[k]!r} (a setting execrl no longer has)" if k in dropped else
             f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed]

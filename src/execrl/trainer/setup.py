@@ -167,8 +167,8 @@ def same_tokens(run: Run, state: dict, found: Path) -> None:
         return
     raise ValueError(f"{run.cfg.policy.model_name}'s tokenizer or chat template differs from the one this run trained "
                      f"with (recorded in {found}; its policy/ folder holds that tokenizer): resuming would render or "
-                     "tokenize prompts otherwise from here on. Restore it (or set policy.tokenizer.chat_template to the "
-                     "one in the checkpoint), or start a new run (another checkpointing.checkpoint_dir and "
+                     "tokenize prompts otherwise from here on. Restore it (or set policy.tokenizer.chat_template to "
+                     "the one in the checkpoint), or start a new run (another checkpointing.checkpoint_dir and "
                      "logger.log_dir)")
 
 

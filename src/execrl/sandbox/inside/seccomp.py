@@ -154,7 +154,7 @@ def build(zygote: int) -> bytes | None:
         if nr is not None:
             prog += [_ins(_JEQ, 0, 3, nr), _ins(_LD_ABS, 0, 0, flags), _ins(_JSET, 0, 1, o_direct), no_direct,
                      _ins(_LD_ABS, 0, 0, 0)]
-    prog += [_ins(_JEQ, 0, 5, nr_fcntl), _ins(_LD_ABS, 0, 0, 24), _ins(_JEQ, 0, 3, F_SETFL),  # fcntl(fd, F_SETFL, flags)
+    prog += [_ins(_JEQ, 0, 5, nr_fcntl), _ins(_LD_ABS, 0, 0, 24), _ins(_JEQ, 0, 3, F_SETFL),  # fcntl(fd, F_SETFL, x)
              _ins(_LD_ABS, 0, 0, 32), _ins(_JSET, 0, 1, o_direct), no_direct, _ins(_LD_ABS, 0, 0, 0)]
     prog += [_ins(_JEQ, 0, 4, nr_madvise), _ins(_LD_ABS, 0, 0, 32), _ins(_JEQ, 1, 0, MADV_COLD),  # its advice
              _ins(_JEQ, 0, 1, MADV_PAGEOUT), _ins(_RET, 0, 0, _ERRNO), _ins(_LD_ABS, 0, 0, 0)]
