@@ -189,11 +189,15 @@ def truncate(text: str, max_chars: int) -> str:
 def head_and_tail(text: str, max_chars: int) -> str:
     """At most max_chars characters and UTF-8 bytes of text, as truncate's: its first two thirds and its last third,
     with a visible marker between them (a program's result, printed last, stays)."""
-    if len(text.encode("utf-8", "surrogatepass")) <= max_chars:
+    if utf8_size(text) <= max_chars:
         return text
     head = _head(text, max_chars * 2 // 3)
-    tail = tail_of(text, max_chars - len(head.encode("utf-8", "surrogatepass")))
+    tail = tail_of(text, max_chars - utf8_size(head))
     return f"{head}\n... [truncated {len(text) - len(head) - len(tail)} chars]\n{tail}"
+
+
+def utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _head(text: str, size: int) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import secrets
 import signal
 
-from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, head_and_tail, tail_of, terminal_text
+from execrl.envs.base import CELL_ENDS, Environment, Step, final_step, head_and_tail, tail_of, terminal_text, utf8_size
 from execrl.extract import LINE_OPEN, Extracted, defines, extract, fenced_blocks, last_tag_cell
 from execrl.prompts import build_messages
 from execrl.rewards import Sample
@@ -240,12 +240,11 @@ def shown_output(out: str, tail: str, max_chars: int) -> str:
     that the cell was stopped) stays, in the last half of the budget at most (by bytes too: a traceback of emoji
     filled the context)."""
     out, tail = terminal_text(out), terminal_text(tail)
-    if len(tail.encode("utf-8", "surrogatepass")) > max_chars // 2:
+    if utf8_size(tail) > max_chars // 2:
         end = tail_of(tail, max_chars // 2)
         tail = f"\n... [truncated {len(tail) - len(end)} chars]\n{end}"
-    cut = head_and_tail(out, max(0, max_chars - len(tail.encode("utf-8", "surrogatepass"))))
+    cut = head_and_tail(out, max(0, max_chars - utf8_size(tail)))
     return cut + ("\n" if cut != out and tail and not tail.startswith("\n") else "") + tail
-
 
 
 def _after(stream: str, marker: str) -> str:

@@ -159,12 +159,9 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         try:
             dropped = 0
             if texts is None:
-                texts, longest, ends, slots, stops, turn, first = sample_completions(cfg, model_name, problems, early)
+                texts, sampled = sample_completions(cfg, model_name, problems, early)
                 dropped = len(problems) - len(texts)  # (prompts over max_prompt_tokens)
-                # (the limit applied: a learned position table's may be lower; the ids that ended completions, the
-                # checkpoint's own among them; the sequences decoded at once: summary.json records what ran)
-                cfg = replace(cfg, max_prompt_tokens=longest, end_token_ids=ends, batch_size=slots or cfg.batch_size,
-                              stop_strings=stops, turn_end_id=turn, first_prompt=first)
+                cfg = replace(cfg, **sampled)  # (summary.json records what ran)
             samples = {(i, j): early.sample((i, j)) or make_sample(cfg, p, text, n, sampled=not completions, cut=cut)
                        for i, (p, outs) in enumerate(texts) for j, (text, n, cut) in enumerate(outs)}
             graded = sum(map(graded_in_sandbox, samples.values()))
@@ -264,10 +261,11 @@ def check_stops(cfg: EvalConfig, model_name: str, kinds: set[str], recorded: lis
 
 def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[Problem],
                        early: EarlyGrading | None = None):
-    """Each problem's completions [(problem, [(text, num_tokens, cut)])], the problems whose prompts fit, the
-    longest prompt sampled on (prompt_room), the ids that ended a completion, the sequences decoded at once, the stop
-    strings, the chat template's end-of-turn token (turn_end) and the first prompt's text;
-    `early`: each sample handed to it as it ends, where the generator streams (EarlyGrading.give)."""
+    """Each problem's completions [(problem, [(text, num_tokens, cut)])], the problems whose prompts fit, and how they
+    were sampled, as EvalConfig's fields: the longest prompt sampled on (prompt_room: a learned position table's limit
+    may be lower), the ids that ended a completion (the checkpoint's own among them), the sequences decoded at once,
+    the stop strings, the chat template's end-of-turn token (turn_end) and the first prompt's text; `early`: each
+    sample handed to it as it ends, where the generator streams (EarlyGrading.give)."""
     # torch and transformers load only here: grading a file of completions needs neither
     from execrl.control_tokens import turn_end
     from execrl.eval.generate import generate
@@ -314,8 +312,10 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     err.print(f"sampled {sum(map(len, outs))} completions, {tokens} tokens, in {seconds:.1f} s: "
               f"{tokens / max(seconds, 1e-9):,.0f} tokens/s" + (f", {slots[-1]} at once" if slots else ""),
               markup=False, highlight=False)
-    return (list(zip(problems, outs)), longest, end_ids(model, tok, cfg.stop_token_ids), slots[-1] if slots else None,
-            stops, turn_end(tok), render(prompts[0], tok) if prompts else None)
+    return list(zip(problems, outs)), {
+        "max_prompt_tokens": longest, "end_token_ids": end_ids(model, tok, cfg.stop_token_ids),
+        "batch_size": slots[-1] if slots else cfg.batch_size, "stop_strings": stops, "turn_end_id": turn_end(tok),
+        "first_prompt": render(prompts[0], tok) if prompts else None}
 
 
 def prompt_room(cfg: EvalConfig, model, model_name: str | None) -> int:

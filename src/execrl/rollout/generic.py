@@ -18,6 +18,7 @@ Shapes: S slots, P prompts, T prompt width, L = max_len, W the decode window, V 
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from contextlib import nullcontext
 
@@ -130,8 +131,6 @@ class GenericDecoder:
         # eager attention adds its mask to the scores (0 or the dtype's minimum); the others take booleans
         self.additive = getattr(cfg, "_attn_implementation", None) == "eager"
         self.grouped = sdpa_configs(cfg)  # their attention runs as grouped_decode_attention inside the engine
-        import inspect
-
         self.keeps = "logits_to_keep" in inspect.signature(model.forward).parameters
 
     def compile_prefill(self, compiler) -> None:

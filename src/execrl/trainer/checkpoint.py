@@ -212,10 +212,11 @@ def load_reference(directory: str | Path, reference) -> bool:
     return True
 
 
-def trainer_state(path: Path, map_location=None) -> dict:
-    """A checkpoint's step, config, schedule, sampler and random states (trainer_state.pt)."""
+def trainer_state(path: Path, map_location=None, mmap: bool = False) -> dict:
+    """A checkpoint's step, config, schedule, sampler and random states (trainer_state.pt); `mmap`: its tensors mapped,
+    read only where used."""
     try:
-        return torch.load(path / "trainer_state.pt", weights_only=False, map_location=map_location)
+        return torch.load(path / "trainer_state.pt", weights_only=False, map_location=map_location, mmap=mmap)
     except Exception as e:  # noqa: BLE001 - pickle's, torch's or the zip reader's errors alike
         raise ValueError(_unreadable(path, "trainer_state.pt", e)) from None
 

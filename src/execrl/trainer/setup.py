@@ -115,20 +115,19 @@ class Run:
             self.lock.release()
 
 
-def resumable(cfg: MasterConfig, state: dict, found: Path, quiet: bool = False) -> None:
+def resumable(cfg: MasterConfig, state: dict, found: Path) -> list[str]:
     """A resumed run's config against its checkpoint's: changes that cannot apply (the learning
     rate, which the checkpoint's optimizer and schedule hold; the model, the data, the algorithm)
-    stop it before it writes anything; the others are named (`quiet`: not)."""
+    stop it before it writes anything; the others are returned, to be named."""
     if "config" not in state:  # (a checkpoint from before configs were saved in it)
-        return
+        return []
     applied, refused = checkpoint.config_changes(state["config"], cfg.model_dump(mode="json"))
     if refused:
         shown = "; ".join(refused[:6]) + (f"; and {len(refused) - 6} more" if len(refused) > 6 else "")
         raise ValueError(f"{found} was trained with another config, and resuming it cannot apply {shown}: set those "
                          "back to the checkpoint's values, or start a new run (another checkpointing.checkpoint_dir "
                          "and logger.log_dir)")
-    if applied and not quiet:
-        console.print(f"resuming {found} with changes that apply from step {state['step'] + 1} on: " + "; ".join(applied))
+    return applied
 
 
 def _refused(cfg: MasterConfig, found: Path | None) -> str | None:
@@ -137,7 +136,7 @@ def _refused(cfg: MasterConfig, found: Path | None) -> str | None:
     if found is None:
         return None
     try:
-        resumable(cfg, checkpoint.trainer_state(found), found, quiet=True)
+        resumable(cfg, checkpoint.trainer_state(found, mmap=True), found)  # (its tensors, an opponent's weights, unread)
     except ValueError as e:
         return str(e)
     return None
@@ -500,7 +499,10 @@ def resume(run: Run) -> None:
                       "and this run's checkpoints of those steps will replace them[/]")
     if found is not None:
         state = checkpoint.trainer_state(found)
-        resumable(cfg, state, found)  # (before the weights: another model's or LoRA's tensors would not load)
+        applied = resumable(cfg, state, found)  # (before the weights: another model's or LoRA's tensors would not load)
+        if applied:
+            console.print(f"resuming {found} with changes that apply from step {state['step'] + 1} on: "
+                          + "; ".join(applied))
         if state["step"] < run.max_steps:
             check_schedule_left(cfg, state["step"], state["config"].get("grpo", {}).get("max_num_steps"))
         same_base(run, state, found)
