@@ -125,6 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "sequence-classification model: hub id or HF directory; builtin:arith-judge)")
     e.add_argument("--reward-model-batch-size", type=number(int, 1), default=8,
                    help="conversations the reward model reads at once (default 8)")
+    e.add_argument("--reward-model-tokenizer", default=None, help="the reward model's tokenizer, where not its own "
+                   "(env.reward_model.tokenizer.name; default: the run's that saved --model, if it was rewarded by "
+                   "the same reward model)")
+    e.add_argument("--reward-model-chat-template", default=None, help="the reward model's chat template: a Jinja "
+                   "template, or a .jinja file (env.reward_model.tokenizer.chat_template; default: as above)")
+    e.add_argument("--reward-model-max-len", type=number(int, 2), default=None, help="tokens the reward model reads "
+                   "at most (env.reward_model.max_model_len; default: as above, else its max_position_embeddings)")
     guided = e.add_mutually_exclusive_group()
     guided.add_argument("--guided-regex", default=None, help="guided decoding: every completion matches this regex "
                         "(a jsonl row's own guided_decoding field takes its place for that row)")
@@ -459,11 +466,47 @@ def eval_config(args):
                       max_prompt_tokens=args.max_prompt_tokens,
                       out=args.out, workers=args.workers, timeout_s=args.timeout, grading_share=args.grading_share,
                       reward_model=args.reward_model,
-                      reward_model_batch_size=args.reward_model_batch_size, guided=eval_constraint(args),
+                      reward_model_batch_size=args.reward_model_batch_size,
+                      reward_model_settings=judge_settings(args), guided=eval_constraint(args),
                       math_verify_impl=args.math_verify_impl,
                       prompt=eval_prompt(args),
                       trained_multi_turn=trained_multi_turn(args.model),
                       chat_template_kwargs=template_kwargs(args.chat_template_kwargs))
+
+
+def judge_settings(args) -> dict:
+    """--reward-model's settings as env.reward_model's keys (tokenizer, max_model_len, precision): the flags given, and
+    for those not given, the training run's that saved --model where it was rewarded by the same reward model (its
+    eval/reward_model_mean read it so), with a line naming them."""
+    if not args.reward_model:
+        if args.reward_model_tokenizer or args.reward_model_chat_template or args.reward_model_max_len:
+            raise ValueError("--reward-model-tokenizer, --reward-model-chat-template and --reward-model-max-len set "
+                             "how --reward-model reads: name the reward model (--reward-model NAME)")
+        return {}
+    from execrl.config.schema import TokenizerConfig
+
+    ran = ((run_config(args.model) or {}).get("env") or {}).get("reward_model") or {}
+    ran = ran if ran.get("enabled") and ran.get("model_name") == args.reward_model else {}
+    saved = {k: v for k, v in (ran.get("tokenizer") or {}).items() if k in TokenizerConfig.model_fields and v}
+    given = {k: v for k, v in (("name", args.reward_model_tokenizer),
+                               ("chat_template", args.reward_model_chat_template)) if v is not None}
+    try:
+        tokenizer = TokenizerConfig(**saved | given)
+    except ValueError as e:  # (pydantic's: a chat template that is neither a template nor a .jinja file)
+        raise ValueError(f"--reward-model-chat-template: {e.errors()[0]['msg'] if hasattr(e, 'errors') else e}"
+                         ) from None
+    taken = [f"tokenizer.{k}" for k in saved if k not in given]
+    settings = {"tokenizer": tokenizer.model_dump(exclude_defaults=True)} if saved or given else {}
+    if max_len := args.reward_model_max_len or ran.get("max_model_len"):
+        settings["max_model_len"] = max_len
+        taken += [] if args.reward_model_max_len else ["max_model_len"]
+    if ran.get("precision", "auto") != "auto":
+        settings["precision"] = ran["precision"]
+        taken.append("precision")
+    if taken:
+        print(f"reward model: read as the run that saved {args.model} read it: its env.reward_model's "
+              f"{', '.join(taken)} (a flag given wins)", file=sys.stderr)
+    return settings
 
 
 def eval_prompt(args):

@@ -240,9 +240,11 @@ def merged(old: dict, value: dict, key: str) -> dict:
 
 
 def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "auto", offline: bool | None = None,
-                    tokenizer: str | None = None, config_overrides: dict | None = None):
+                    tokenizer: str | None = None, config_overrides: dict | None = None,
+                    key: str = "policy.tokenizer.name"):
     """(model, tokenizer) of a hub id or HF directory, as `auto_class` (e.g. AutoModelForCausalLM)
-    loads it, in eval mode on the device; one error naming the fix where it cannot be loaded."""
+    loads it, in eval mode on the device; one error naming the fix where it cannot be loaded (`key`: the setting
+    that names a tokenizer of its own: a reward model's is env.reward_model.tokenizer.name)."""
     offline = offline if offline is not None else os.environ.get("HF_HUB_OFFLINE") == "1"
     local = Path(name).expanduser()
     if not local.exists() and looks_like_path(name):
@@ -285,20 +287,19 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
                 f"cannot load the {part} of model {name!r} from {own if part == 'tokenizer' else local} ({why}). A "
                 "model directory holds config.json, the weights (model.safetensors, or its shards and their index) "
                 "and the tokenizer's files (tokenizer.json, tokenizer_config.json), as save_pretrained writes them; "
-                "a tokenizer kept elsewhere is named by policy.tokenizer.name in execrl train (execrl eval reads the "
+                f"a tokenizer kept elsewhere is named by {key} in execrl train (execrl eval reads the "
                 "directory's own: copy the tokenizer's files into it)") from None
         where = "it is not in the local cache and offline mode is on" if offline else "it could not be downloaded"
         if part == "tokenizer" and tokenizer and tokenizer != name:  # (a NeMo RL recipe's tokenizer name beside
             raise ModelNotFound(  # another model: the model was blamed)
-                f"cannot load the tokenizer {tokenizer!r} (policy.tokenizer.name), which is not model {name!r}'s own: "
-                f"{where} ({why}). Set policy.tokenizer.name=null for the model's own tokenizer, or name a local "
+                f"cannot load the tokenizer {tokenizer!r} ({key}), which is not model {name!r}'s own: "
+                f"{where} ({why}). Set {key}=null for the model's own tokenizer, or name a local "
                 "tokenizer directory") from None
         raise ModelNotFound(f"cannot load model {name!r}: {where} ({why}). Pass a local directory "
                             "with config.json and weights, or run online once to cache it.") from None
     rows = model.get_input_embeddings().num_embeddings
     if len(tok) > rows:  # (its last ids would index past the embeddings: an IndexError, on a GPU a device assert)
-        fix = ("set policy.tokenizer.name (a reward model's tokenizer.name) to null for the model's own, or to a "
-               "tokenizer of the model's family" if tokenizer else "its tokenizer's files are not its weights' (save "
+        fix = (f"set {key} to null for the model's own, or to a tokenizer of the model's family" if tokenizer else "its tokenizer's files are not its weights' (save "
                "both from one model)")
         raise ModelNotFound(f"the tokenizer of model {name!r}{f' ({tokenizer})' if tokenizer else ''} has {len(tok)} "
                             f"tokens and the model's embeddings {rows} rows: {fix}")

@@ -92,6 +92,68 @@ def test_a_model_that_is_no_bradley_terry_reward_model_is_refused(tmp_path):
         load_reward_model(RewardModelConfig(enabled=True, model_name=str(tmp_path / "nowhere")), "cpu")
 
 
+def test_a_causal_lm_a_learned_table_too_short_and_a_template_that_refuses_the_runs_prompt_are_refused(tmp_path):
+    """A hunt's finds: a causal LM loaded as a sequence classifier (its head random weights: the policy learned from
+    noise, rc 0), max_model_len past a learned position table (an IndexError mid-run), and a template refusing the
+    run's system prompt (a jinja traceback after the first step's sampling and grading): each one line at load."""
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    from execrl.config.schema import TokenizerConfig
+    from execrl.models import ModelNotFound
+    from execrl.prompts import ChatTemplateError, PromptConfig
+
+    tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
+    build_tiny_model(tok, hidden=32, layers=1, heads=4).save_pretrained(tmp_path / "lm")
+    tok.save_pretrained(tmp_path / "lm")
+    with pytest.raises(ModelNotFound, match="Qwen2ForCausalLM .*not a sequence classifier"):
+        load_reward_model(RewardModelConfig(enabled=True, model_name=str(tmp_path / "lm")), "cpu")
+    gpt2 = GPT2ForSequenceClassification(GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=1,
+                                                    n_head=4, num_labels=1, pad_token_id=tok.pad_token_id))
+    with pytest.raises(ModelNotFound, match="max_model_len is 128, over the reward model's 64 positions"):
+        RewardModel(gpt2, tok, max_len=128)
+    assert RewardModel(gpt2, tok).max_len == 64
+    gpt2.save_pretrained(tmp_path / "gpt2")
+    tok.save_pretrained(tmp_path / "gpt2")
+    refuses = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+               "{% endif %}{{ m['role'] + ': ' + m['content'] + '\\n' }}{% endfor %}")
+    rm_cfg = RewardModelConfig(enabled=True, model_name=str(tmp_path / "gpt2"),
+                               tokenizer=TokenizerConfig(chat_template=refuses))
+    assert load_reward_model(rm_cfg, "cpu", prompt=PromptConfig()).max_len == 64
+    with pytest.raises(ChatTemplateError, match="System role not supported.*env.reward_model.tokenizer.chat_template"):
+        load_reward_model(rm_cfg, "cpu", prompt=PromptConfig(system_prompt="Be careful."))
+
+
+def test_the_score_is_read_where_the_models_own_forward_reads_it_and_no_bos_is_added(rm_dir):
+    """A hunt's finds: where the pad is the EOS and the template ends the answer with it (Mistral's, many fine-tunes'),
+    the model's own forward (how it was trained) reads the token before; execrl read the EOS. And a BOS was put
+    before a template that writes none (Phi-3's, OLMo's), unlike the model card's apply_chat_template."""
+    tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
+    tok.chat_template = "{% for m in messages %}{{ m['role'] + ': ' + m['content'] + eos_token }}{% endfor %}"
+    model = build_tiny_model(tok, hidden=32, layers=2, heads=4, seed=5, reward_head=True)
+    model.config.pad_token_id = tok.eos_token_id
+    rm = RewardModel(model, tok, batch_size=2, score_pad=tok.eos_token_id)
+    convs = [conversation("x" * n) for n in (3, 17, 8)]
+    with torch.no_grad():
+        alone = [model(torch.tensor([rm.encode(c)])).logits[0, 0].item() for c in convs]
+        last = [model(torch.tensor([rm.encode(c)[:-1]])).logits[0, 0].item() for c in convs]
+    assert all(rm.encode(c)[-1] == tok.eos_token_id for c in convs)
+    torch.testing.assert_close(torch.tensor(rm(convs)), torch.tensor(alone), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.tensor(alone), torch.tensor(last), atol=1e-5, rtol=1e-5)  # (the EOS skipped)
+    tok.bos_token = "<|endoftext|>"
+    assert rm.encode(convs[0]) == tok.apply_chat_template(convs[0], tokenize=True, return_dict=False)
+
+
+def test_a_long_prompt_with_a_short_answer_keeps_the_answer_whole_and_one_header(rm_dir):
+    """A hunt's find: the tail kept was max_len - head - header tokens of the whole sequence, which began inside the
+    prompt where the answer was short: the assistant header came twice, the second after the question's end."""
+    rm = load_reward_model(RewardModelConfig(enabled=True, model_name=str(rm_dir), max_model_len=60), "cpu")
+    conv = conversation("ANSWER", "Q" * 150 + " _QUESTION")
+    kept = rm.tokenizer.decode(rm.fit(tuple(rm.encode(conv)), conv))
+    assert len(rm.fit(tuple(rm.encode(conv)), conv)) == 60
+    assert kept.count("assistant") == 1 and kept.startswith("<|im_start|>user\nQQ")
+    assert kept.endswith("QUESTION<|im_end|>\n<|im_start|>assistant\nANSWER<|im_end|>\n")  # (the prompt's end)
+
+
 def test_bradley_terry_loss_by_hand():
     # -log sigmoid(2 - 0) = log(1 + e^-2); equal scores: log 2
     assert bt_loss(torch.tensor([2.0]), torch.tensor([0.0])).item() == pytest.approx(math.log(1 + math.exp(-2)))

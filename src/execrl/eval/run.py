@@ -79,6 +79,7 @@ class EvalConfig:
     timeout_s: float = 5.0
     reward_model: str | None = None  # a reward model whose mean score is reported too
     reward_model_batch_size: int = 8
+    reward_model_settings: dict = field(default_factory=dict)  # env.reward_model's tokenizer, max_model_len, precision
     grading_share: float = 0.5  # of the sandbox's workers, grading while sampling runs on a GPU (0: after it)
     guided: tuple[str, Any] | None = None  # guided decoding: (regex | json_schema | grammar, its value)
     math_verify_impl: str | None = None  # math answers' check (None: the dataset's own, else hf_math_verify)
@@ -151,6 +152,8 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         model_reachable(str(model_name), False, "--model")
         cfg = check_template(cfg, model_name)
         check_stops(cfg, model_name, {p.kind for p in problems})
+    # the reward model before the sandbox and the sampling: one that cannot load or score lost a whole eval's work
+    judge = load_judge(cfg) if cfg.reward_model else None
     languages = tuple(sorted({p.language for p in posed if p.kind == "code"})) or ("python",)
     # the sandbox first: its workers start and pass their self-test while the model loads, and grade while it samples
     with Grader(num_workers=cfg.workers, limits=Limits(timeout_s=cfg.timeout_s), languages=languages) as grader:
@@ -188,8 +191,8 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     line = check_infra_share(num_infra, num_sent, "execrl eval", example, stop=False)
     if line is not None:
         say(f"WARNING: {line}", "bold red")
-    if cfg.reward_model:
-        judge_samples(cfg, samples)
+    if judge is not None:
+        judge_samples(cfg, samples, judge)
     return summarize(cfg, samples, {"completions": str(completions)} if completions else {"model": str(model_name)},
                      dict(report.reasons) if report is not None and cfg.dataset else {},
                      dropped)
@@ -215,15 +218,37 @@ def make_sample(cfg: EvalConfig, problem: Problem, text: str, num_tokens: int, s
                   num_tokens=num_tokens, max_tokens=cfg.max_new_tokens if sampled else 0, cut=cut)
 
 
-def judge_samples(cfg: EvalConfig, samples: list[Sample]) -> None:
+def load_judge(cfg: EvalConfig):
+    """The reward model --reward-model names, with the settings of env.reward_model that eval's flags (or the run
+    that saved --model) give: ModelNotFound or ChatTemplateError, one line, where it cannot score."""
+    from execrl.config.checks import model_reachable
+    from execrl.config.schema import RewardModelConfig
+    from execrl.models import ModelNotFound
+    from execrl.prompts import ChatTemplateError
+    from execrl.rewards.judges import load_reward_model
+
+    model_reachable(cfg.reward_model, False, "--reward-model")  # (in seconds: a hub that does not answer)
+    try:
+        return load_reward_model(RewardModelConfig(enabled=True, model_name=cfg.reward_model,
+                                                   batch_size=cfg.reward_model_batch_size,
+                                                   **cfg.reward_model_settings), prompt=cfg.prompt)
+    except (ModelNotFound, ChatTemplateError) as e:  # (named by training's keys, which eval has as flags)
+        said = str(e)
+        for key, flag in JUDGE_FLAGS.items():
+            said = said.replace(key, flag)
+        raise type(e)(said) from None
+
+
+JUDGE_FLAGS = {"env.reward_model.tokenizer.chat_template": "--reward-model-chat-template",
+               "env.reward_model.tokenizer.name": "--reward-model-tokenizer",
+               "env.reward_model.max_model_len": "--reward-model-max-len", "prompt.system_prompt": "--system-prompt"}
+
+
+def judge_samples(cfg: EvalConfig, samples: list[Sample], rm) -> None:
     """Each valid sample's rm_score: the reward model's score of its conversation (the prompt as
     posed, the completion)."""
-    from execrl.config.schema import RewardModelConfig
-    from execrl.rewards.judges import load_reward_model
     from execrl.rewards.learned import fill_scores
 
-    rm = load_reward_model(RewardModelConfig(enabled=True, model_name=cfg.reward_model,
-                                             batch_size=cfg.reward_model_batch_size), prompt=cfg.prompt)
     fill_scores(rm, [([*(build_messages(s.problem, cfg.prompt) if s.problem.messages else []),
                        {"role": "assistant", "content": s.completion}], s) for s in samples])
 
@@ -517,6 +542,7 @@ def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None
     if cfg.reward_model:
         judged = [s.rm_score for s in samples if s.rm_score is not None]
         summary["reward_model"] = cfg.reward_model
+        summary["reward_model_settings"] = cfg.reward_model_settings
         summary["reward_model_mean"] = sum(judged) / len(judged) if judged else None
         summary["reward_model_truncated"] = sum(s.rm_cut for s in samples)  # (read in part: over its length)
     for k in cfg.ks:

@@ -29,13 +29,17 @@ def load_reward_model(cfg, device: str = "auto", offline: bool | None = None, pr
         from transformers import AutoModelForSequenceClassification
 
         model, tok = load_pretrained(AutoModelForSequenceClassification, cfg.model_name, str(dev), cfg.precision,
-                                     offline, cfg.tokenizer.name if cfg.tokenizer.name != cfg.model_name else None)
+                                     offline, cfg.tokenizer.name if cfg.tokenizer.name != cfg.model_name else None,
+                                     key="env.reward_model.tokenizer.name")
     if cfg.tokenizer.chat_template:
         tok.chat_template = cfg.tokenizer.chat_template
+    # the pad its own forward passes over (RewardModel.last_tokens); the built-in judge was trained on last tokens
+    saved_pad = model.config.pad_token_id if cfg.model_name != ARITH_JUDGE else None
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tok.pad_token_id
-    return RewardModel(model, tok, cfg.batch_size, cfg.max_model_len, cfg.tokenizer.chat_template_kwargs)
-
+    rm = RewardModel(model, tok, cfg.batch_size, cfg.max_model_len, cfg.tokenizer.chat_template_kwargs, saved_pad)
+    rm.probe(getattr(prompt, "system_prompt", None))
+    return rm
 
 def arith_pairs(prompt, n: int, seed: int) -> list[Pair]:
     """n preference pairs of builtin:arith-code problems (a stream of their own, apart from

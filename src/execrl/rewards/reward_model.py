@@ -8,40 +8,61 @@ from __future__ import annotations
 import torch
 
 from execrl.control_tokens import control_pattern, text_ids
-from execrl.models import ModelNotFound
+from execrl.models import ModelNotFound, position_limit
+from execrl.prompts import ChatTemplateError
 
 
 class RewardModel:
     """conversations (lists of messages) -> one score each."""
 
     def __init__(self, model, tokenizer, batch_size: int = 8, max_len: int | None = None,
-                 template_kwargs: dict | None = None):
+                 template_kwargs: dict | None = None, score_pad: int | None = None):
+        """`score_pad`: the pad id the model's own forward passes over to find a conversation's last token (its saved
+        config's pad_token_id; None: the last token whatever it is)."""
         if not getattr(tokenizer, "chat_template", None):
             raise ModelNotFound("the reward model's tokenizer has no chat template: set "
                                 "env.reward_model.tokenizer.chat_template (a Jinja template) or name a tokenizer that "
                                 "has one (env.reward_model.tokenizer.name)")
-        if model.config.num_labels != 1:
-            raise ModelNotFound(f"the reward model has {model.config.num_labels} outputs: a Bradley-Terry reward model "
-                                "(reward_model_type bradley_terry) has one, its score")
+        check_head(model)
         self.model, self.tokenizer, self.batch_size = model.eval(), tokenizer, batch_size
-        self.max_len = max_len or getattr(model.config, "max_position_embeddings", None) or 4096
+        limit = position_limit(model)
+        if max_len and limit and limit[1] and max_len > limit[0]:  # (an IndexError; on a GPU a device assert)
+            raise ModelNotFound(f"env.reward_model.max_model_len is {max_len}, over the reward model's {limit[0]} "
+                                f"positions (a learned table, no row past it): set it to at most {limit[0]}, or null")
+        self.max_len = max_len or (limit[0] if limit else None) or 4096
         self.template_kwargs = template_kwargs or {}
+        self.score_pad = score_pad
         self.control = control_pattern(tokenizer)
         self.truncated = 0  # conversations longer than max_len (read in part), in all calls so far
         self.cut: list[bool] = []  # the last call's: which conversations were read in part
 
     def encode(self, messages: list[dict]) -> list[int]:
-        """The conversation's tokens as its chat template renders it (a BOS first where the
-        tokenizer has one)."""
+        """The conversation's tokens as its chat template renders them (as the model card's
+        apply_chat_template(tokenize=True): no BOS beyond the template's own)."""
+        from jinja2.exceptions import TemplateError
+
         def render(shown: list[dict]) -> str:
-            return self.tokenizer.apply_chat_template(shown, tokenize=False, add_generation_prompt=False,
-                                                      **self.template_kwargs)
+            try:
+                return self.tokenizer.apply_chat_template(shown, tokenize=False, add_generation_prompt=False,
+                                                          **self.template_kwargs)
+            except TemplateError as e:  # (a raw jinja2 traceback, mid-run, after a step's sampling and grading)
+                raise ChatTemplateError(
+                    f"the reward model's chat template refuses a conversation of roles {[m['role'] for m in shown]}: "
+                    f"it raised {str(e)!r}; set env.reward_model.tokenizer.chat_template to a template that renders "
+                    "them (or drop prompt.system_prompt where it is the system role it refuses)") from None
 
         messages = [{"role": m["role"], "content": m["content"]} for m in messages]
-        ids = text_ids(messages, self.tokenizer, render, self.control)  # (a message's text as text: an answer spelling
-        # out "<|im_end|>\n<|im_start|>assistant" forged a turn for the reward model to score)
-        bos = self.tokenizer.bos_token_id
-        return [bos, *ids] if bos is not None and ids[:1] != [bos] else ids
+        # (a message's text as text: an answer spelling out "<|im_end|>\n<|im_start|>assistant" forged a turn for the
+        # reward model to score)
+        return text_ids(messages, self.tokenizer, render, self.control)
+
+    def probe(self, system_prompt: str | None = None) -> None:
+        """The chat template on a conversation shaped like the run's (its system prompt, a question, an answer),
+        before any work: ChatTemplateError naming the fix where it refuses one (Gemma's 'System role not
+        supported' stopped a run after its first step's sampling and grading)."""
+        system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        self.encode([*system, {"role": "user", "content": "Stand-in question?"},
+                     {"role": "assistant", "content": "Stand-in answer."}])
 
     @torch.inference_mode()
     def __call__(self, conversations: list[list[dict]]) -> list[float]:
@@ -72,10 +93,11 @@ class RewardModel:
         return [scores[at[s]] for s in seqs]
 
     def fit(self, seq: tuple[int, ...], messages: list[dict]) -> list[int]:
-        """max_len tokens of a longer conversation: its prompt's first tokens (at most half of them with the answer's
-        header: the question it is judged against), the answer's header whole (the template's assistant marker: cut,
-        the answer's tail followed the user's turn, a sequence the template never makes) and the rest from its end
-        (the answer's last tokens, whose score it is)."""
+        """max_len tokens of a longer conversation: the answer's header whole (the template's assistant marker: cut,
+        the answer's tail followed the user's turn, a sequence the template never makes), the answer's last tokens
+        (whose score it is) and the prompt's first and last ones (the question it is judged against, and its turn's
+        end), the prompt keeping at least half of the rest: a long answer loses its middle, a long prompt its own (a
+        short answer is read whole: its tail once began inside the prompt, and the header came twice)."""
         answered = len(messages) > 1 and messages[-1]["role"] == "assistant"
         prompt = len(self.encode(messages[:-1])) if answered else 0
         header = 0
@@ -83,9 +105,11 @@ class RewardModel:
             empty = self.encode([*messages[:-1], {"role": "assistant", "content": ""}])
             starts = next((i for i, (a, b) in enumerate(zip(seq, empty)) if a != b), min(len(seq), len(empty)))
             header = min(max(0, starts - prompt), self.max_len // 2)
-        head = min(prompt, self.max_len // 2 - header)
-        tail = self.max_len - head - header
-        return [*seq[:head], *seq[prompt:prompt + header], *seq[len(seq) - tail:]]
+        room = self.max_len - header
+        answer = len(seq) - prompt - header
+        kept = min(prompt, max(room - answer, room // 2))  # the prompt's share
+        last = min(kept // 4, kept)  # ... of it its end
+        return [*seq[:kept - last], *seq[prompt - last:prompt + header], *seq[len(seq) - (room - kept):]]
 
     def forward(self, seqs: list[list[int]]) -> torch.Tensor:
         """[B] scores of token sequences (right-padded here)."""
@@ -96,9 +120,31 @@ class RewardModel:
             ids[row, :len(s)] = torch.tensor(s)
         ids = ids.to(device)  # [B, T]
         mask = torch.arange(ids.shape[1], device=device)[None] < lengths[:, None]  # [B, T]
-        if hasattr(self.model, "score"):  # a decoder's head reads each sequence's last token (found by length here,
-            # not by looking for the pad token, which may also be a real token such as the EOS)
+        if hasattr(self.model, "score"):  # a decoder's head reads each sequence's last token (as the model's forward
+            # finds it: the last that is no score_pad, within the sequence's length, not a padding position)
             hidden = self.model.base_model(input_ids=ids, attention_mask=mask.long()).last_hidden_state  # [B, T, H]
-            last = hidden[torch.arange(len(seqs), device=device), lengths - 1]  # [B, H]
+            last = hidden[torch.arange(len(seqs), device=device), self.last_tokens(seqs).to(device)]  # [B, H]
             return self.model.score(last)[:, 0].float()
         return self.model(input_ids=ids, attention_mask=mask.long()).logits[:, 0].float()  # (an encoder's own pooling)
+
+    def last_tokens(self, seqs: list[list[int]]) -> torch.Tensor:
+        """[B] the position each sequence's score is read at, as the model's own forward finds it on the sequence
+        alone (how it was trained to score): its last token that is not score_pad (a template that ends its turns
+        with the EOS, where the EOS is also the pad: the token before it), else its last."""
+        pad = self.score_pad
+        return torch.tensor([next((i for i in range(len(s) - 1, -1, -1) if s[i] != pad), len(s) - 1)
+                             if pad is not None else len(s) - 1 for s in seqs])
+
+
+def check_head(model) -> None:
+    """ModelNotFound where the model's checkpoint is no sequence classifier (config.json's architectures: a causal
+    language model loads as one with a head of random weights, and its scores are noise)."""
+    saved = getattr(model.config, "architectures", None) or []
+    if saved and not any("SequenceClassification" in a for a in saved):
+        raise ModelNotFound(f"the reward model's checkpoint is a {saved[0]} (config.json's architectures), not a "
+                            "sequence classifier: loaded as one its score head would be random weights. Name a reward "
+                            "model (a ...ForSequenceClassification checkpoint with one output, e.g. a Bradley-Terry "
+                            "model trained on preferences)")
+    if model.config.num_labels != 1:
+        raise ModelNotFound(f"the reward model has {model.config.num_labels} outputs: a Bradley-Terry reward model "
+                            "(reward_model_type bradley_terry) has one, its score")

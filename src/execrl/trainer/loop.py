@@ -573,7 +573,8 @@ def save(run: Run) -> None:
             "role_baselines": run.baselines.state_dict(),
             "config": run.cfg.model_dump(mode="json"),  # what a resume compares its own config with
             "base_identity": run.base_identity,  # ... and the base's weight files (setup.same_base)
-            "tokenizer_identity": tokenizer_identity(run.tokenizer)}  # ... and its prompts' tokens (setup.same_tokens)
+            "tokenizer_identity": tokenizer_identity(run.tokenizer),  # ... and its prompts' tokens (setup.same_tokens)
+            "judge_identity": run.judge_identity}  # ... and its reward model's (setup.same_judge)
     if run.opponent is not None and (opponent := run.opponent.state_dict(run.weights.compute)) is not None:
         data["opponent"] = opponent  # (a snapshot: the policy as it was at its last refresh)
     try:

@@ -92,6 +92,7 @@ class Run:
     lock: RunLock | None = None  # the run directories, held while the run runs (the main process's)
     episodes: EpisodeRunner | None = None  # runs the environments' episodes with generator, grader, opponent, judge
     base_identity: str | None = None  # policy.model_name's weight files as the run started (models.weights_identity)
+    judge_identity: str | None = None  # env.reward_model's weight files and tokenizer as the run started (same_judge)
 
     @property
     def judge(self) -> RewardModel | None:
@@ -169,6 +170,18 @@ def same_tokens(run: Run, state: dict, found: Path) -> None:
                      "tokenize prompts otherwise from here on. Restore it (or set policy.tokenizer.chat_template to "
                      "the one in the checkpoint), or start a new run (another checkpointing.checkpoint_dir and "
                      "logger.log_dir)")
+
+
+def same_judge(run: Run, state: dict, found: Path) -> None:
+    """The resumed run's reward model is the one the checkpoint's run was rewarded by (its weight files, tokenizer
+    and chat template): one retrained or replaced in place kept its name, and the reward changed without a word."""
+    saved = state.get("judge_identity")
+    if saved is None or run.judge_identity is None or saved == run.judge_identity:
+        return
+    raise ValueError(f"the reward model {run.cfg.env.reward_model.model_name}'s weight files, tokenizer or chat "
+                     f"template differ from those this run was rewarded by (recorded in {found}): resuming would "
+                     "train toward another reward from here on. Restore that reward model, or start a new run "
+                     "(another checkpointing.checkpoint_dir and logger.log_dir)")
 
 
 def check_move_room(cfg, tokenizer) -> None:
@@ -321,6 +334,9 @@ def _parts(cfg: MasterConfig, plan: BatchPlan, lock: RunLock | None) -> Run:
     if not cfg.grpo.use_dynamic_sampling:  # (which draws a varying number of prompts per step: the loop checks)
         run.max_steps = min(run.max_steps, cfg.grpo.max_num_epochs * steps_per_epoch(len(train),
                                                                                    cfg.grpo.num_prompts_per_step))
+    judge = reward_model(cfg)  # (before the resume, which checks it is the one the run trained against)
+    if judge is not None and (files := weights_identity(cfg.env.reward_model.model_name)) is not None:
+        run.judge_identity = f"{files} {tokenizer_identity(judge.tokenizer)}"
     resume(run)
     run.opponent = build_opponent(cfg, policy.weights.compute, policy.tokenizer, slots)
     if run.opponent is not None and run.resumed_from:  # (a snapshot opponent as it was, not the policy now)
@@ -328,7 +344,7 @@ def _parts(cfg: MasterConfig, plan: BatchPlan, lock: RunLock | None) -> Run:
         if saved is not None:
             run.opponent.load_state_dict(saved)
     run.episodes = EpisodeRunner(cfg, generator, policy.tokenizer, grader,
-                                 run.opponent.generator if run.opponent else None, reward_model(cfg))
+                                 run.opponent.generator if run.opponent else None, judge)
     if cfg.grpo.max_rollout_turns > 1 and cfg.env.multi_turn.kind in ("interpreter", "unit_tests", "sliding_puzzle"):
         run.episodes.renderer.check_role(cfg.env.multi_turn.observation_role)  # (before a step: their turns' role)
         if cfg.prompt.system_prompt and dist.is_main() and run.episodes.renderer.system_moves(
@@ -507,6 +523,7 @@ def resume(run: Run) -> None:
             check_schedule_left(cfg, state["step"], state["config"].get("grpo", {}).get("max_num_steps"))
         same_base(run, state, found)
         same_tokens(run, state, found)
+        same_judge(run, state, found)
         run.sampler.check(state.get("problems", {}), str(found))
         checkpoint.load(found, run.model, run.optimizer, run.scheduler, state, lora=cfg.policy.lora.enabled,
                         own_base=run.lora is not None and run.lora.own_base)
