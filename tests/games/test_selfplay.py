@@ -419,3 +419,33 @@ def test_guided_moves_need_room_for_a_move():
     check_move_room(load_config(None, guided), tok)  # (TicTacToe: "Move: 5" and the end, 8 tokens)
     with pytest.raises(ConfigError, match="negotiation's shortest first move takes 29 tokens.*max_new_tokens to 29"):
         check_move_room(load_config(None, [*guided, "data.train.dataset_name=selfplay:negotiation"]), tok)
+
+
+def test_a_frozen_opponents_seats_are_in_no_normalizer_and_it_is_refused_before_torchrun(tmp_path, monkeypatch):
+    """Hunts' finds: the frozen opponent's seats (never trained on) counted in a sequence-level loss's sequence count,
+    halving the loss; and env.game.opponent=snapshot with two GPUs passed the CLI's checks, refused only in each of
+    torchrun's processes after the model loaded."""
+    from pathlib import Path
+
+    from execrl.config import ConfigError
+    from execrl.config.checks import validate
+    from execrl.trainer import step
+    from execrl.trainer.loop import train
+
+    with pytest.raises(ConfigError, match="opponent=snapshot runs in one process: set cluster.gpus_per_node=1"):
+        validate(load_config(None, [*GAME, "env.game.opponent=snapshot", "cluster.gpus_per_node=2"]))
+    seen, loss = [], step.policy_loss
+
+    def counted(terms, cfg, *, num_tokens, num_seqs, is_correction=False):
+        seen.append((num_seqs, int((terms.mask.sum(1) > 0).sum()), terms.mask.shape[0]))
+        return loss(terms, cfg, num_tokens=num_tokens, num_seqs=num_seqs, is_correction=is_correction)
+
+    monkeypatch.setattr(step, "policy_loss", counted)
+    config = str(Path(__file__).parents[2] / "configs/spiral_tictactoe_cpu.yaml")
+    train(load_config(config, ["policy.device=cpu", "grpo.num_prompts_per_step=4", "policy.train_global_batch_size=8",
+                               "policy.train_micro_batch_size=8", "policy.logprob_batch_size=8",
+                               "policy.generation_batch_size=8", "grpo.max_num_steps=1", "grpo.val_period=0",
+                               "grpo.val_at_start=false", "grpo.val_at_end=false", "logger.tensorboard_enabled=false",
+                               "checkpointing.enabled=false", "env.game.opponent=snapshot", "warmup.sft_steps=0",
+                               "loss_fn.token_level_loss=false", f"logger.log_dir={tmp_path}"]))
+    assert seen and all(n == trained < rows for n, trained, rows in seen)  # (the frozen seats: rows, in no count)

@@ -539,3 +539,21 @@ def test_a_run_named_twice_is_drawn_once(two_runs, tmp_path):
         assert done.returncode == 0, done.stderr
         pages.append(out.read_text())
     assert pages[1].count(a.name) == pages[0].count(a.name) > 0
+
+
+def test_two_runs_of_one_name_under_one_parents_name_keep_their_own_rows(two_runs, tmp_path):
+    """(A hunt's find) exp/alice/runs/default beside exp/bob/runs/default: both were named runs/default, and the page,
+    which keys curves and rollouts by the name, showed bob's rollouts under both."""
+    from execrl.report.runs import unique_names
+
+    for who, run_dir in zip(("alice", "bob"), two_runs):
+        shutil.copytree(run_dir, tmp_path / who / "runs" / "default")
+    runs = [tmp_path / who / "runs" / "default" for who in ("alice", "bob")]
+    assert unique_names(runs) == ["alice/runs/default", "bob/runs/default"]
+    assert unique_names([Path("/x/a/r1"), Path("/y/b/r1"), Path("/z/c")]) == ["a/r1", "b/r1", "c"]
+    out = tmp_path / "both.html"
+    done = subprocess.run([sys.executable, "-m", "execrl.cli", "report", *map(str, runs), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    page = out.read_text()
+    assert "alice/runs/default" in page and "bob/runs/default" in page

@@ -247,9 +247,20 @@ def config_differences(runs: list[RunData]) -> list[tuple[str, list]]:
 
 
 def unique_names(paths: list[Path]) -> list[str]:
-    """Each run's name: its directory's, with its parent's where two runs share one."""
-    names = [p.resolve().name for p in paths]
-    return [f"{p.resolve().parent.name}/{n}" if names.count(n) > 1 else n for p, n in zip(paths, names)]
+    """Each run's name: its directory's, with as many of its parents' as tell it from the other runs' (two runs'
+    runs/default under alice/ and bob/: alice/runs/default), and (2), (3) where they are one directory; the page keys
+    each run's curves and rollouts by it (one runs/default over the other: the second's rollouts under both)."""
+    parts = [p.resolve().parts for p in paths]
+    depth = [1] * len(paths)
+    while True:
+        names = ["/".join(q[-d:]) for q, d in zip(parts, depth)]
+        longer = [i for i, n in enumerate(names) if names.count(n) > 1 and depth[i] < len(parts[i]) - 1]
+        if not longer:
+            break
+        for i in longer:
+            depth[i] += 1
+    return [n if names.count(n) == 1 else f"{n} ({names[:i].count(n) + 1})" if names[:i].count(n) else n
+            for i, n in enumerate(names)]
 
 
 def _count(n) -> str:
