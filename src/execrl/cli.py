@@ -390,7 +390,7 @@ def eval_constraint(args) -> tuple[str, object] | None:
             value = json.loads(value)
         except json.JSONDecodeError as e:
             raise ValueError(f"--guided-json: neither a file nor a JSON schema ({e})") from None
-    from execrl.guided.constraints import ConstraintError, grammar_text
+    from execrl.guided.grammar import ConstraintError, grammar_text
 
     try:  # (checked here, before the model loads: llguidance compiles it without a tokenizer)
         grammar_text(kind, value)
@@ -424,7 +424,8 @@ def eval_config(args):
         if not generated:
             raise ValueError(f"--data-seed seeds a generated dataset (builtin:*); {args.dataset or 'no dataset'} is "
                              "read as it is: drop --data-seed")
-    if args.backend == "transformers" and (args.guided_regex or args.guided_json or args.guided_grammar) is not None:
+    if args.backend == "transformers" and any(g is not None for g in (args.guided_regex, args.guided_json,
+                                                                        args.guided_grammar)):  # ('' is a regex)
         raise ValueError("--guided-* needs the execrl engine (it masks tokens in its sampling step): drop --backend "
                          "transformers")
     if args.chat_template_kwargs is not None and args.completions:

@@ -119,12 +119,12 @@ def test_a_discarded_engine_frees_its_c_matchers_and_tokenizer(tiny, monkeypatch
     import gc
     import weakref
 
-    from execrl.rollout import maskpool
+    from execrl.guided import native as guides_c
 
     model, tok, _, prompts = tiny
     while gc.collect():  # (other tests' engines first)
         pass
-    lib, made, freed, tokenizers = maskpool.llg(), set(), set(), []
+    lib, made, freed, tokenizers = guides_c.llg(), set(), set(), []
     new, free, free_tok = lib.llg_new_matcher, lib.llg_free_matcher, lib.llg_free_tokenizer
     monkeypatch.setattr(lib, "llg_new_matcher", lambda *a: made.add(m := new(*a)) or m)
     monkeypatch.setattr(lib, "llg_free_matcher", lambda m: freed.add(m) or free(m))
@@ -135,7 +135,7 @@ def test_a_discarded_engine_frees_its_c_matchers_and_tokenizer(tiny, monkeypatch
         out = engine.generate(prompts[:2], 3, 32, SamplingParams(temperature=1.0), guides=[guide] * 2, seeds=[seed, 3])
         assert all(re.fullmatch(r"(yes|no), [a-z]{1,6}\.", c.text) for g in out for c in g)
     assert made and not made & freed and not tokenizers
-    alive, tokenizer = weakref.ref(engine), maskpool.native(guide).tokenizer
+    alive, tokenizer = weakref.ref(engine), guides_c.native(guide).tokenizer
     del engine, guide, out
     while gc.collect():  # (the engine's cycles; its matchers' callback then lets its guides' cycles go)
         pass
@@ -253,43 +253,42 @@ def test_masked_logprobs_and_their_gradient_equal_a_dense_masked_log_softmax():
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("kind,value", [("regex", r"```python\n([^`]|`[^`]){0,20}\n```"), ("json_schema", SCHEMA),
-                                        ("grammar", LARK)])
-def test_the_engines_c_matchers_give_the_python_matchers_masks(tiny, kind, value):
-    """The engine's mask threads run llguidance's C matchers (execrl.rollout.maskpool), the trainer its Python ones:
-    along random walks, every mask is the same bits, and each completes at the same token; so for a finished C matcher
-    reset and reused by the next walk (those of LARK, whose max_tokens llguidance cannot reset, are fresh ones)."""
-    import ctypes
+def walk(guide, seed: int, most: int = 40) -> list[int]:
+    """A random walk's tokens under the guide, by its C matcher (execrl.guided.native), to its end or `most` tokens."""
     import random
 
-    import llguidance.torch as lt
+    from execrl.guided import native
 
-    from execrl.rollout import maskpool
+    c, own, rng = native.llg(), native.native(guide), random.Random(seed)
+    (m,), mask, ids = own.matchers(guide.text, 1), torch.empty(1, guide.words, dtype=torch.int32), []
+    while not c.llg_matcher_is_stopped(m) and len(ids) < most:
+        assert c.llg_matcher_compute_mask_into(m, mask.data_ptr(), guide.words * 4) == 0
+        ids.append(rng.choice(unpack(mask, guide.guides.vocab)[0].nonzero()[:, 0].tolist()))
+        assert c.llg_matcher_consume_token(m, ids[-1]) == 0
+    own.recycle(guide.text, m)
+    return ids
 
-    _, tok, engine, _ = tiny
-    guide = engine.guides.get(kind, value)
-    native, c = maskpool.native(guide), maskpool.llg()
-    rng, a, b = random.Random(7), *(torch.empty(1, guide.words, dtype=torch.int32) for _ in range(2))
-    steps = completed = 0
-    for _ in range(8):
-        (mine,), ref = native.matchers(guide.text, 1), guide.matcher()
-        consume, mask, stopped = (getattr(c, n) for n in ("llg_matcher_consume_token", "llg_matcher_compute_mask_into",
-                                                          "llg_matcher_is_stopped"))
-        stopped.restype = ctypes.c_bool
-        for _ in range(60):
-            assert bool(stopped(ctypes.c_void_p(mine))) == ref.is_stopped()
-            if ref.is_stopped():
-                completed += 1
-                break
-            assert mask(ctypes.c_void_p(mine), ctypes.c_void_p(a.data_ptr()), ctypes.c_size_t(guide.words * 4)) == 0
-            lt.fill_next_token_bitmask(ref, b, 0)
-            assert torch.equal(a, b)
-            allowed = unpack(b, engine.guides.vocab)[0].nonzero()[:, 0].tolist()
-            token = allowed[rng.randrange(len(allowed))]
-            assert consume(ctypes.c_void_p(mine), ctypes.c_uint32(token)) == 0 and ref.consume_token(token)
-            steps += 1
-        native.recycle(guide.text, mine)
-    assert steps > 60 and completed > 0
+
+def test_an_added_token_that_is_no_special_token_is_its_text_to_the_engine_and_to_the_trainer():
+    """(A hunt's find) Qwen's <think> and <tool_call> are added tokens not marked special. llguidance's Python binding
+    read them as special, its C tokenizer (the engine's) as their text: the engine wrote <think> as its one token,
+    and the trainer's masks refused it (a ConstraintError in build_batch, the step lost). Both sides now run the C
+    matchers: the token is allowed where its text is, and the trainer's masks take what the engine sampled."""
+    from tokenizers import AddedToken
+
+    tok = build_tokenizer(corpus(), vocab_size=384)
+    tok.add_tokens([AddedToken("<think>", special=False, normalized=False)])
+    think = tok.convert_tokens_to_ids("<think>")
+    model = build_tiny_model(tok, hidden=64, layers=2, heads=4, seed=0).eval()
+    engine = RolloutEngine(model, tok, slots=4, max_len=64, sync_every=4)
+    prompt = tok("Answer:", add_special_tokens=False)["input_ids"]
+    for kind, value in (("grammar", 'start: "<think>" /[a-z]+/'), ("regex", "[^`]{1,12}")):
+        guide = engine.guides.get(kind, value)
+        assert unpack(guide.masks([think])[:1], engine.guides.vocab)[0, think]  # (its text is allowed first)
+        outs = engine.generate([prompt], 4, 12, SamplingParams(temperature=1.0), guides=[guide], seeds=[1])[0]
+        for out in outs:
+            assert guide.masks(out.ids).shape == (len(out.ids), guide.words)
+        assert kind == "regex" or all(out.ids[0] == think and out.text.startswith("<think>") for out in outs)
 
 
 @pytest.mark.parametrize("kind,value", [("regex", r"```python\n([^`]|`[^`]|``[^`])*\n```"), ("json_schema", SCHEMA),
@@ -298,8 +297,6 @@ def test_each_kind_gets_its_slices_and_slices_do_not_change_a_mask(tiny, kind, v
     """Slices only spare llguidance walking tokens it allows whole: a JSON schema's guide takes llguidance's string
     slices and the code ones, a regex's or a grammar's the code ones only, and along random walks its masks are those
     of a guide built with the other kind's slices (and with none)."""
-    import random
-
     import llguidance
 
     from execrl.guided import CODE_SLICES, Guides
@@ -311,13 +308,8 @@ def test_each_kind_gets_its_slices_and_slices_do_not_change_a_mask(tiny, kind, v
     others = [Guides(tok, engine.guides.vocab, engine.guides.eos_ids, slices=s).get(kind, value)
               for s in ([], CODE_SLICES if kind == "json_schema" else strings + CODE_SLICES)]
     assert all(o.slices != guide.slices for o in others)
-    rng, mask = random.Random(3), torch.empty(1, guide.words, dtype=torch.int32)
-    for _ in range(6):
-        ids, m = [], guide.matcher()
-        while not m.is_stopped() and len(ids) < 40:
-            guide.fill(m, mask, 0)
-            ids.append(rng.choice(unpack(mask, engine.guides.vocab)[0].nonzero()[:, 0].tolist()))
-            assert m.consume_token(ids[-1])
+    for seed in range(6):
+        ids = walk(guide, seed)
         for other in others:
             assert torch.equal(other.masks(ids), guide.masks(ids))
 
@@ -328,6 +320,41 @@ def test_a_constraint_that_does_not_compile_is_refused_with_its_reason(tiny):
         engine.guides.get("regex", "(unclosed")
     with pytest.raises(ConstraintError, match="grammar"):
         engine.guides.get("grammar", "start: undefined_rule")
+
+
+def test_a_constraint_that_spells_a_special_token_or_admits_no_text_is_refused_and_schemas_keep_their_order(
+        tiny, tmp_path):
+    """A hunt's finds: a regex spelling out <|im_end|> crashed mid-generation (the mask offered the token, the matcher
+    refused it) or ended the answer there; an empty character class and a schema of no number compiled, then stopped
+    the run at the row's first sampling (a row's now skipped as it loads); and a JSON schema's guide was cached by
+    its sorted keys, so {reasoning, answer} was served {answer, reasoning}'s grammar."""
+    from execrl.tasks.generic import load
+    from execrl.tasks.problem import RowReport
+
+    _, tok, engine, prompts = tiny
+    for kind, value in (("regex", r"say <\|im_end\|>"), ("grammar", 'start: "<|im_start|>x"'),
+                        ("json_schema", {"const": "<|endoftext|>"})):
+        with pytest.raises(ConstraintError, match="spells out '<\\|im_(end|start)\\|>'|spells out '<\\|endoftext"):
+            engine.guides.get(kind, value)
+    assert engine.guides.get("grammar", 'start: "x" <|im_end|>')  # (the token named itself: fine)
+    for kind, value in (("regex", "[^\\x00-\\U0010FFFF]"), ("json_schema", {"type": "integer", "minimum": 5,
+                                                                           "maximum": 1})):
+        with pytest.raises(ConstraintError, match="admits no text|does not compile"):
+            engine.guides.get(kind, value)
+    rows = [{"id": "ok", "prompt": "2+2?", "answer": "4", "guided_decoding": {"regex": "[0-9]+"}},
+            {"id": "empty", "prompt": "2+2?", "answer": "4", "guided_decoding": {"regex": "[^\\x00-\\U0010FFFF]"}}]
+    (tmp_path / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    report = RowReport(str(tmp_path / "rows.jsonl"))
+    assert [p.id for p in load(tmp_path / "rows.jsonl", None, report)] == ["ok"]
+    assert "admits no text" in next(iter(report.reasons))
+    props = {"answer": {"type": "integer"}, "reasoning": {"type": "string", "maxLength": 4}}
+    first = {"type": "object", "properties": props, "required": ["answer", "reasoning"]}
+    second = {**first, "properties": dict(reversed(props.items()))}
+    out = engine.generate(prompts[:1], 2, 40, SamplingParams(temperature=1.0), seeds=[1],
+                          guides=[engine.guides.get("json_schema", first)])
+    out += engine.generate(prompts[:1], 2, 40, SamplingParams(temperature=1.0), seeds=[1],
+                           guides=[engine.guides.get("json_schema", second)])
+    assert [c.text.startswith('{"answer"') for g in out for c in g] == [True, True, False, False]
 
 
 def test_a_token_outside_the_constraint_is_an_error_when_masks_are_recomputed(tiny):

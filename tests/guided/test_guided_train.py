@@ -107,3 +107,18 @@ def test_a_constrained_turn_that_opens_a_bare_fence_keeps_to_its_constraint():
     for e in rollouts.episodes:
         turns = [m["content"] for m in e.messages if m["role"] == "assistant"]
         assert turns and all(re.fullmatch(regex, t) for t in turns), turns
+    # (a later hunt's find) a batch of a row's constrained requests beside free ones: the environment's stop strings
+    # applied to all, and the constrained turn was cut at its fence again; they now hold for the free requests only
+    free = load_config(None, ["policy.device=cpu", "env.multi_turn.kind=unit_tests", "grpo.max_rollout_turns=2",
+                              "env.multi_turn.observation_role=user", "policy.max_total_sequence_length=512",
+                              "prompt.code_style=fence", "policy.generation.max_new_tokens=40"])
+    problems, _ = load_problems("builtin:arith-code", "train", count=2)
+    problems[0].metadata["guided_decoding"] = ("regex", regex)  # (as tasks/generic.py keeps a row's own)
+    with Grader(num_workers=1, limits=Limits(timeout_s=1.0, memory_mb=512)) as grader:
+        rollouts = EpisodeRunner(free, build_generator(model, tok, "execrl", 4, 512), tok, grader).run(
+            problems, 2, SamplingParams(1.0))
+    held = [e for e in rollouts.episodes if e.problem is problems[0]]
+    assert len(held) == 2 and len(rollouts.episodes) == 4
+    for e in held:
+        turns = [m["content"] for m in e.messages if m["role"] == "assistant"]
+        assert turns and all(re.fullmatch(regex, t) for t in turns), turns

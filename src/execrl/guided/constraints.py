@@ -16,41 +16,11 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-KINDS = ("regex", "json_schema", "grammar")
-
-
-class ConstraintError(ValueError):
-    """A constraint llguidance cannot compile (the message says why)."""
-
-
-def grammar_text(kind: str, value) -> str:
-    """llguidance's form of a constraint (kind: regex | json_schema | grammar (Lark));
-    ConstraintError if invalid."""
-    import llguidance
-
-    if kind == "regex":
-        text = llguidance.LLMatcher.grammar_from_regex(value)
-    elif kind == "json_schema":
-        schema = value if isinstance(value, str) else json.dumps(value)
-        try:
-            # compact: no whitespace between tokens (flexible whitespace lets a sampler pad
-            # forever); a schema's own "x-guidance" options say otherwise
-            text = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
-        except Exception as e:  # noqa: BLE001 - llguidance raises for a schema it cannot read
-            raise ConstraintError(f"the JSON schema does not compile: {e}") from None
-    elif kind == "grammar":
-        text = llguidance.LLMatcher.grammar_from_lark(value)
-    else:
-        raise ConstraintError(f"constraint kind {kind!r}: choose one of {', '.join(KINDS)}")
-    error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(text)
-    if error:
-        raise ConstraintError(f"the {kind} does not compile: {messages[0]}")
-    return text
+from execrl.guided import native
+from execrl.guided.grammar import ConstraintError, grammar_text, parallel, slices_for
 
 
 class Guide:
@@ -60,48 +30,11 @@ class Guide:
     def __init__(self, name: str, text: str, tokenizer, words: int, eos_ids: list[int]):
         self.name, self.text, self.tokenizer, self.words, self.eos_ids = name, text, tokenizer, words, eos_ids
 
-    def matcher(self):
-        """A matcher at the start of the constraint."""
-        return self.matchers(1)[0]
-
-    def matchers(self, n: int) -> list:
-        """n matchers at the start of the constraint, built in parallel (each takes about a
-        millisecond, without the GIL; llguidance's reset() of a used matcher and its deep_copy()
-        were no substitute: a reset one that had completed a JSON value gave wrong masks, copies
-        filled their masks several times slower)."""
-        import llguidance
-
-        def build(_):
-            return llguidance.LLMatcher(self.tokenizer, self.text, log_level=0)
-
-        made = [build(0)] if n == 1 else parallel(build, range(n))
-        if made and made[0].is_error():
-            raise ConstraintError(f"constraint {self.name}: {made[0].get_error()}")
-        return made
-
     def masks(self, ids: list[int]) -> torch.Tensor:
         """The mask before each of `ids` as the sampler saw it (the trainer scores the same
-        distribution): [n, W] int32. A token the constraint did not allow (it cannot have been
-        sampled under it) is an error."""
-        m, out = self.matcher(), torch.full((len(ids), self.words), -1, dtype=torch.int32)
-        for i, t in enumerate(ids):
-            self.fill(m, out, i)
-            if not (out[i, t >> 5] >> (t & 31)) & 1:
-                raise ConstraintError(f"token {t} at {i} is outside constraint {self.name}")
-            if not m.is_stopped() and not m.consume_token(t):
-                raise ConstraintError(f"token {t} at {i} does not continue constraint {self.name}: "
-                                      f"{m.get_error()[:300]}")
-        return out
-
-    def fill(self, matcher, bitmask: torch.Tensor, row: int) -> None:
-        """bitmask[row] <- what may follow in the matcher's state: the constraint's tokens, or only
-        the end of the sequence once the constraint is complete."""
-        import llguidance.torch as lt
-
-        if matcher.is_stopped():
-            self.fill_end(bitmask, row)
-        else:
-            lt.fill_next_token_bitmask(matcher, bitmask, row)
+        distribution): [n, W] int32, from the engine's own C matchers (execrl.guided.native.masks). A
+        token the constraint did not allow (it cannot have been sampled under it) is an error."""
+        return native.masks(self, ids)
 
     def fill_end(self, bitmask: torch.Tensor, row: int) -> None:
         """bitmask[row] <- only the end of the sequence (a complete constraint)."""
@@ -114,37 +47,10 @@ def _bit(b: int) -> int:
     return (1 << b) - 2**32 if b == 31 else 1 << b
 
 
-# Token sets llguidance computes once per tokenizer and then allows whole wherever a lexeme admits
-# every string of them (its "slices"; each token belongs to the first slice it matches, and a slice
-# the state does not admit is walked token by token). Chosen per constraint kind. A regex or a
-# grammar gets the free text of code formats (CODE_SLICES: the body of a fenced block, and of a
-# tagged block such as <think>); with llguidance's JSON-string slices ahead of them, as every kind
-# had before, those claimed most tokens, a block's body does not admit them (they hold backticks and
-# "<"), and each mask there walked them: 4.2 ms against 0.03 ms on a 151,000-token vocabulary
-# (bench/README.md). A JSON schema keeps both, its strings' first.
-CODE_SLICES = [r"[^`]+", r"[^<]+"]
-
-
-def slices_for(kind: str) -> list[str]:
-    import llguidance
-
-    return llguidance.LLTokenizer.general_slices() + CODE_SLICES if kind == "json_schema" else CODE_SLICES
-
-
-@functools.cache
-def _builders() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max(1, min(16, (os.cpu_count() or 2) - 1)), thread_name_prefix="execrl-matchers")
-
-
 def masks_of(turns: list[tuple[Guide, list[int]]]) -> list[torch.Tensor]:
     """Guide.masks of many (guide, ids) turns, in parallel threads (llguidance fills a mask without
     the GIL)."""
     return parallel(lambda turn: turn[0].masks(turn[1]), turns)
-
-
-def parallel(fn, items) -> list:
-    """fn over items in threads (for work that drops the GIL: llguidance's)."""
-    return list(_builders().map(fn, items))
 
 
 class Guides:
@@ -168,14 +74,66 @@ class Guides:
         return self._tokenizers[slices]
 
     def get(self, kind: str, value) -> Guide:
-        key = (kind, value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+        """The guide of a constraint, compiled on first use; ConstraintError, one line, where it spells out a special
+        token's text or admits no text at all."""
+        # (a schema's properties in their order: {answer, reasoning} and {reasoning, answer} are two grammars, and
+        # sorted keys served the first's guide for the second)
+        key = (kind, value if isinstance(value, str) else json.dumps(value))
         if key not in self._made:
-            text = grammar_text(kind, value)
-            slices = tuple(slices_for(kind) if self.slices is None else self.slices)
-            guide = Guide(f"{kind} {key[1][:60]!r}", text, self.tokenizer(slices), self.words, self.eos_ids)
-            guide.guides, guide.slices = self, slices  # (its C matchers: execrl.rollout.maskpool)
-            self._made[key] = guide
+            special_text(kind, key[1], self.hf_tokenizer)
+            self._made[key] = self.compile(kind, value, key[1])
         return self._made[key]
+
+    def compile(self, kind: str, value, shown: str) -> Guide:
+        """A new guide of the constraint; ConstraintError where it does not compile or admits no text."""
+        text = grammar_text(kind, value)
+        slices = tuple(slices_for(kind) if self.slices is None else self.slices)
+        guide = Guide(f"{kind} {shown[:60]!r}", text, self.tokenizer(slices), self.words, self.eos_ids)
+        guide.guides, guide.slices = self, slices  # (its C matchers: execrl.guided.native)
+        native.first_mask(guide)
+        return guide
+
+
+@functools.cache
+def byte_guides() -> Guides:
+    """Guides over a byte-level tokenizer (a token per byte, an end token): a constraint's checks before any model is
+    loaded (a dataset row's, as it loads)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    bpe = Tokenizer(models.BPE({ch: i for i, ch in enumerate(sorted(alphabet))}, []))
+    bpe.pre_tokenizer, bpe.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|end|>")
+    return Guides(tok, len(tok), [tok.eos_token_id], slices=[])
+
+
+def admits_text(kind: str, value) -> None:
+    """ConstraintError where the constraint does not compile or admits no text at all (checked over bytes)."""
+    byte_guides().compile(kind, value, value if isinstance(value, str) else json.dumps(value))
+
+
+def special_text(kind: str, value: str, tokenizer) -> None:
+    """ConstraintError where a constraint spells out the text of one of the tokenizer's special tokens (a regex
+    `<\\|im_end\\|>`): the tokenizer reads that text as the one token, never as text, so the constraint cannot be
+    written token by token (llguidance's mask offered the token, the matcher then refused it: a crash mid-run), and
+    where it is the end token the answer ends there, unfinished. A Lark grammar's literals and regexes are read; its
+    token names (<|im_end|>, <[128009]>, unquoted) name the token itself and are fine."""
+    import re
+
+    if kind == "grammar":
+        parts = re.findall(r'"((?:[^"\\]|\\.)*)"|/((?:[^/\\\n]|\\.)*)/', value)
+        value = "\n".join(a or b for a, b in parts)
+    text = re.sub(r"\\(.)", r"\1", value)  # (a regex's or a JSON string's escapes: \| is |)
+    special = {t for t in getattr(tokenizer, "all_special_tokens", []) if len(t) > 1}
+    special |= {t.content for t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values()
+                if t.special and len(t.content) > 1}
+    spelt = sorted(t for t in special if t in text)
+    if spelt:
+        named = " (a Lark grammar names the token itself unquoted: " + spelt[0] + ")" if kind == "grammar" else ""
+        raise ConstraintError(f"the {kind} spells out {spelt[0]!r}, a special token of the tokenizer: its text is "
+                              "read as that one token, never as text, so no answer can write it token by token (the "
+                              f"end token would end the answer there): leave it out of the constraint{named}")
 
 
 def unpack(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:

@@ -30,7 +30,7 @@ class HFGenerator:
         raise ValueError(NO_GUIDES)
 
     def generate(self, prompts, num_samples, max_new_tokens, params: SamplingParams, stop_strings=None, on_batch=None,
-                 seeds=None, guides=None, on_sample=None):
+                 seeds=None, guides=None, on_sample=None, guided_stops=None):
         """`seeds` is accepted for the common interface; transformers samples from torch's global
         generator. `max_new_tokens`: one budget, or one per prompt (generated a budget at a time), each
         cut to what fits `max_len` after its prompt, as the engine's."""

@@ -61,7 +61,7 @@ class Call:
 
     def __init__(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int | list[int],
                  params: SamplingParams, stop_strings: list[str] | None, on_batch, seeds: list[int] | None, max_len: int,
-                 guides=None, on_sample=None):
+                 guides=None, on_sample=None, guided_stops: list[str] | None = None):
         check_room(prompts, max_len)
         if seeds is None:
             seeds = torch.randint(0, 2**62, (len(prompts),)).tolist()
@@ -76,10 +76,17 @@ class Call:
         self.guides = guides if guides is not None and any(g is not None for g in guides) else None
         self.prompts, self.max_new_tokens, self.params = prompts, max_new_tokens, params  # (budgets per prompt)
         self.stop_strings, self.on_batch, self.on_sample = stop_strings, on_batch, on_sample
+        self.guided_stops = guided_stops if self.guides else None  # a constrained request's, where not stop_strings
         self.keys = [[request_key(seed, j) for j in range(num_samples)] for seed in seeds]
         self.waiting = deque((i, j) for i in range(len(prompts)) for j in range(num_samples))
         self.results: list[list[Completion | None]] = [[None] * num_samples for _ in prompts]
         self.pending = [num_samples] * len(prompts)  # completions each prompt still waits for
+
+    def stops(self, request: tuple[int, int]) -> list[str]:
+        """The stop strings of a request: a constrained one's guided_stops where given."""
+        if self.guided_stops is not None and self.guides[request[0]] is not None:
+            return self.guided_stops
+        return self.stop_strings or []
 
     def finish(self, request: tuple[int, int], completion: Completion) -> None:
         i, j = request
@@ -207,17 +214,19 @@ class RolloutEngine:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], num_samples: int, max_new_tokens: int | list[int], params: SamplingParams,
                  stop_strings: list[str] | None = None, on_batch=None, seeds: list[int] | None = None,
-                 guides: list | None = None, on_sample=None) -> list[list[Completion]]:
+                 guides: list | None = None, on_sample=None, guided_stops: list[str] | None = None
+                 ) -> list[list[Completion]]:
         """For each prompt (token ids), `num_samples` completions. Sample j of prompt i takes its
         random draws from (seeds[i], j) (None: seeds from torch's generator), so results do not depend on
         the slots, the rest of the batch or the rank, except through floating-point batch effects on
         the logits. `guides`: per prompt, the execrl.guided.Guide its completions keep to (None:
         free), their logprobs then those of the masked distribution. `max_new_tokens`: one budget for
         all, or one per prompt. `on_sample(i, j, completion)`: called as each completion is in (its
-        slot's last token read), in this thread, while the others generate."""
+        slot's last token read), in this thread, while the others generate. `guided_stops`: the stop strings of the
+        constrained requests where they are not `stop_strings` (a batch of constrained and free requests)."""
         self.dec.refresh_adapters()  # (LoRA: the adapters as they are now)
         call = Call(prompts, num_samples, max_new_tokens, params, stop_strings, on_batch, seeds, self.dec.max_len,
-                    guides, on_sample)
+                    guides, on_sample, guided_stops)
         busy: dict[int, Slot] = {}  # slot index -> what it is generating
         if self.units is not None:
             self.units.clear()
@@ -271,7 +280,7 @@ class RolloutEngine:
         for s, slot in busy.items():
             self.decoded["tokens"] += counts[s] - slot.generated
             slot.generated = counts[s]
-        cuts = self._stops(call.stop_strings, busy, counts) if call.stop_strings else {}
+        cuts = self._stops(call, busy, counts) if call.stop_strings or call.guided_stops else {}
         done = [s for s in sorted(busy) if not active[s] or s in cuts]
         if not done:
             return
@@ -290,13 +299,14 @@ class RolloutEngine:
         if stopped:
             self.active[torch.tensor(stopped, device=self.active.device)] = False
 
-    def _stops(self, stop_strings: list[str], busy: dict[int, Slot], counts: list[int]) -> dict[int, int]:
+    def _stops(self, call: Call, busy: dict[int, Slot], counts: list[int]) -> dict[int, int]:
         """slot -> the tokens to keep, for the busy slots whose text now holds a stop string. Only the
         tokens since the last sync are read, behind a lookback that covers a stop string begun
         before them: the text of the earlier ones was checked then (decoding every slot's whole
         sequence at every sync made long samples' syncs outlast their decode steps)."""
-        back = stop_lookback(stop_strings)
-        starts = {s: max(0, slot.checked - back) for s, slot in busy.items() if counts[s] > slot.checked}
+        back = stop_lookback([*(call.stop_strings or []), *(call.guided_stops or [])])
+        starts = {s: max(0, slot.checked - back) for s, slot in busy.items() if counts[s] > slot.checked and
+                  call.stops(slot.request)}
         if not starts:
             return {}
         dev = self.out_tok.device
@@ -307,7 +317,7 @@ class RolloutEngine:
         cuts = {}
         for (s, start), row in zip(starts.items(), rows):
             slot = busy[s]
-            cut = first_stop(self.tokenizer, row[:counts[s] - start], stop_strings, slot.checked - start)
+            cut = first_stop(self.tokenizer, row[:counts[s] - start], call.stops(slot.request), slot.checked - start)
             if cut is None:
                 slot.checked = counts[s]
             else:

@@ -25,7 +25,8 @@ import weakref
 
 import torch
 
-from execrl.guided.constraints import ConstraintError
+from execrl.guided import native as guides_c
+from execrl.guided.grammar import ConstraintError
 from execrl.rollout import maskpool
 
 PENDING, WRITTEN, COMPLETE, FAILED = 0, 1, 2, -1  # a slot's job state, as the mask threads store it
@@ -80,10 +81,10 @@ class SlotMasks:
         for s in slots:
             if s in self.retired:
                 guide, m = self.retired.pop(s)
-                maskpool.native(guide).recycle(guide.text, m)
+                guides_c.native(guide).recycle(guide.text, m)
         for guide in {id(g): g for g in guides if g is not None}.values():
             self._buffers(guide.words)
-            mine, native = [s for s, g in zip(slots, guides) if g is guide], maskpool.native(guide)
+            mine, native = [s for s, g in zip(slots, guides) if g is guide], guides_c.native(guide)
             try:
                 made = native.matchers(guide.text, len(mine))
             except RuntimeError as e:
@@ -163,11 +164,13 @@ class SlotMasks:
         self.state[s] = WRITTEN
         guide, matcher = self.matchers[s]
         token = int(self.tokens[s])
+        said = guides_c.first_line(guides_c.error_of(matcher))
         if token < 0:
-            raise RuntimeError(f"guided decoding: {guide.name} gave no first mask: {maskpool.error_of(matcher)[:300]}")
-        hint = " (an end id that is also ordinary text in this vocabulary?)" if token in guide.eos_ids else ""
-        raise RuntimeError(f"guided decoding: sampled token {token} does not continue {guide.name}{hint}: "
-                           f"{maskpool.error_of(matcher)[:300]}")
+            raise RuntimeError(f"guided decoding: {guide.name} gave no first mask: {said}")
+        hint = " (an end id that is also ordinary text in this vocabulary?)" if token in guide.eos_ids else \
+            " (the constraint admits no finite text: a rule that never ends, e.g. start: \"a\" start)" \
+            if "Too many items" in said else ""
+        raise RuntimeError(f"guided decoding: sampled token {token} does not continue {guide.name}{hint}: {said}")
 
     def _drain(self, slots) -> None:
         """Wait for the jobs of `slots` still with the mask threads (a slot's row is not reused
@@ -216,6 +219,6 @@ def _free_matchers(attributes: dict) -> None:
     while (attributes["state_view"] == PENDING).any():
         time.sleep(0)
     for entry in [m for m in attributes["matchers"] if m is not None] + list(attributes["retired"].values()):
-        maskpool.llg().llg_free_matcher(entry[1])
+        guides_c.llg().llg_free_matcher(entry[1])
     attributes["matchers"][:] = [None] * len(attributes["matchers"])
     attributes["retired"].clear()

@@ -172,16 +172,17 @@ def row_constraint(value) -> tuple[str, object]:
     kind, given = next(iter(value.items()))
     if not isinstance(given, str) and not (kind == "json_schema" and isinstance(given, dict)):
         raise ConstraintError(f"{kind} is {'text or an object' if kind == 'json_schema' else 'text'}")
-    _compiles(kind, given if isinstance(given, str) else json.dumps(given, sort_keys=True))
+    _compiles(kind, given if isinstance(given, str) else json.dumps(given))  # (keys in order: a schema's grammar)
     return kind, given
 
 
 @functools.lru_cache(maxsize=256)
 def _compiles(kind: str, text: str) -> None:
-    """grammar_text's check, once per distinct constraint (rows often share one)."""
-    from execrl.guided import grammar_text
+    """The constraint compiles and admits some text (an empty character class compiled, then stopped the run at
+    the row's first sampling), once per distinct constraint (rows often share one)."""
+    from execrl.guided.constraints import admits_text
 
-    grammar_text(kind, text)
+    admits_text(kind, text)
 
 
 @register("ResponseDataset", data_dir="", splits=())

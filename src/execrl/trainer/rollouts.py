@@ -287,7 +287,7 @@ class EpisodeRunner:
                         e.trajectory.prompt_ids is prompts[i // group_size] for i, e in enumerate(episodes)):
                     guides = [guide_for(episodes[i * group_size], generator, gen) for i in range(len(prompts))]
                     answers.generate(generator, lambda i, j: episodes[i * group_size + j], prompts, group_size,
-                                     gen.max_new_tokens, params, stops(stop, guides, cfg), seeds=seeds,
+                                     gen.max_new_tokens, params, seeds=seeds, **stops(stop, guides, cfg),
                                      **constrained(guides))
                 else:
                     self._next_turns(live, episodes, turn, group_size, params, stop, seeds, answers)
@@ -311,8 +311,9 @@ class EpisodeRunner:
                        gen.max_new_tokens for e in eps]
             guides = [guide_for(e, player, gen) for e in eps]
             answers.generate(player, lambda i, j, eps=eps: eps[i], [e.trajectory.ids for e in eps], 1,
-                             budgets if len(set(budgets)) > 1 else budgets[0], params, stops(stop, guides, self.cfg),
-                             seeds=None if key is None else [key[id(e)] for e in eps], **constrained(guides))
+                             budgets if len(set(budgets)) > 1 else budgets[0], params,
+                             seeds=None if key is None else [key[id(e)] for e in eps], **stops(stop, guides, self.cfg),
+                             **constrained(guides))
 
     @property
     def threads(self) -> int:
@@ -379,15 +380,17 @@ def guide_for(e: Episode, generator, gen):
     return None if constraint is None else generator.guides.get(*constraint)
 
 
-def stops(stop: list[str] | None, guides: list, cfg) -> list[str] | None:
-    """The stop strings of a call: where every request is held to a constraint and a turn is a whole answer (not the
-    interpreter's, whose cells run where they close), the user's own only: the environment's cell ends cut a
-    constrained turn at a bare ``` opening its block, and its rest, a new generation, started the constraint again
-    (the turn no longer kept to it); the constraint shapes the turn and ends it (the plain transcript's '\\nUser:'
-    too: prompts.plain_stops)."""
-    whole = cfg.env.multi_turn.kind != "interpreter"
-    return (cfg.policy.generation.stop_strings or None) if whole and guides and all(g is not None for g in guides) \
-        else stop
+def stops(stop: list[str] | None, guides: list, cfg) -> dict:
+    """generate's stop-string arguments for a call: where a request is held to a constraint and a turn is a whole
+    answer (not the interpreter's, whose cells run where they close), the user's own only for it (guided_stops where
+    the call also has free requests): the environment's cell ends cut a constrained turn at a bare ``` opening its
+    block, and its rest, a new generation, started the constraint again (the turn no longer kept to it); the
+    constraint shapes the turn and ends it (the plain transcript's '\\nUser:' too: prompts.plain_stops)."""
+    held = [g is not None for g in guides]
+    if cfg.env.multi_turn.kind == "interpreter" or not any(held):
+        return {"stop_strings": stop}
+    own = cfg.policy.generation.stop_strings or None
+    return {"stop_strings": own} if all(held) else {"stop_strings": stop, "guided_stops": own or []}
 
 
 def constrained(guides: list) -> dict:
