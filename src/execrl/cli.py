@@ -487,7 +487,9 @@ def judge_settings(args) -> dict:
     from execrl.config.schema import TokenizerConfig
 
     ran = ((run_config(args.model) or {}).get("env") or {}).get("reward_model") or {}
-    ran = ran if ran.get("enabled") and ran.get("model_name") == args.reward_model else {}
+    named = [str(Path(n).expanduser().resolve()) if Path(n).expanduser().exists() else n
+             for n in (ran.get("model_name") or "", args.reward_model)]
+    ran = ran if ran.get("enabled") and named[0] == named[1] else {}
     saved = {k: v for k, v in (ran.get("tokenizer") or {}).items() if k in TokenizerConfig.model_fields and v}
     given = {k: v for k, v in (("name", args.reward_model_tokenizer),
                                ("chat_template", args.reward_model_chat_template)) if v is not None}

@@ -299,7 +299,8 @@ def load_pretrained(auto_class, name: str, device: str = "auto", dtype: str = "a
                             "with config.json and weights, or run online once to cache it.") from None
     rows = model.get_input_embeddings().num_embeddings
     if len(tok) > rows:  # (its last ids would index past the embeddings: an IndexError, on a GPU a device assert)
-        fix = (f"set {key} to null for the model's own, or to a tokenizer of the model's family" if tokenizer else "its tokenizer's files are not its weights' (save "
+        fix = (f"set {key} to null for the model's own, or to a tokenizer of the model's family" if tokenizer else
+               "its tokenizer's files are not its weights' (save "
                "both from one model)")
         raise ModelNotFound(f"the tokenizer of model {name!r}{f' ({tokenizer})' if tokenizer else ''} has {len(tok)} "
                             f"tokens and the model's embeddings {rows} rows: {fix}")

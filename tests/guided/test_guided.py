@@ -337,15 +337,19 @@ def test_a_constraint_that_spells_a_special_token_or_admits_no_text_is_refused_a
         with pytest.raises(ConstraintError, match="spells out '<\\|im_(end|start)\\|>'|spells out '<\\|endoftext"):
             engine.guides.get(kind, value)
     assert engine.guides.get("grammar", 'start: "x" <|im_end|>')  # (the token named itself: fine)
+    assert engine.guides.get("json_schema", {"type": "string", "maxLength": 3, "description": "no <|im_end|>"})
+    with pytest.raises(ConstraintError, match="spells out '<\\|im_end"):  # (a pattern's regex, escaped twice)
+        engine.guides.get("json_schema", {"type": "string", "pattern": "^say <\\|im_end\\|>$"})
     for kind, value in (("regex", "[^\\x00-\\U0010FFFF]"), ("json_schema", {"type": "integer", "minimum": 5,
                                                                            "maximum": 1})):
         with pytest.raises(ConstraintError, match="admits no text|does not compile"):
             engine.guides.get(kind, value)
     rows = [{"id": "ok", "prompt": "2+2?", "answer": "4", "guided_decoding": {"regex": "[0-9]+"}},
+            {"id": "named", "prompt": "2+2?", "answer": "4", "guided_decoding": {"grammar": "start: /[0-9]+/ <|im_end|>"}},
             {"id": "empty", "prompt": "2+2?", "answer": "4", "guided_decoding": {"regex": "[^\\x00-\\U0010FFFF]"}}]
     (tmp_path / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     report = RowReport(str(tmp_path / "rows.jsonl"))
-    assert [p.id for p in load(tmp_path / "rows.jsonl", None, report)] == ["ok"]
+    assert [p.id for p in load(tmp_path / "rows.jsonl", None, report)] == ["ok", "named"]
     assert "admits no text" in next(iter(report.reasons))
     props = {"answer": {"type": "integer"}, "reasoning": {"type": "string", "maxLength": 4}}
     first = {"type": "object", "properties": props, "required": ["answer", "reasoning"]}

@@ -173,6 +173,9 @@ def check_guided(cfg: MasterConfig) -> None:
     for key, c in named.items():
         try:
             grammar_text(*c.constraint)
+            from execrl.guided.constraints import admits_text  # (torch: only for runs that constrain)
+
+            admits_text(*c.constraint)  # (an empty character class compiles, then stopped the run at step 1)
         except ConstraintError as e:
             raise ConfigError(f"{key}: {e}") from None
 
@@ -917,9 +920,9 @@ def check_opponent(cfg: MasterConfig, game: bool) -> None:
         raise ConfigError("env.game.opponent=model plays a fixed model: set env.game.opponent_model to its directory"
                           if g.opponent == "model" else f"env.game.opponent_model is read with env.game.opponent=model "
                           f"only (it is {g.opponent}): set opponent=model, or drop opponent_model")
-    if g.opponent != "self" and cfg.cluster.gpus_per_node * cfg.cluster.num_nodes > 1:  # (before torchrun's processes
-        raise ConfigError(f"env.game.opponent={g.opponent} runs in one process: set cluster.gpus_per_node=1 and "  # each
-                          "cluster.num_nodes=1, or env.game.opponent=self")  # loaded the model and stopped on it)
+    if g.opponent != "self" and cfg.cluster.gpus_per_node * cfg.cluster.num_nodes > 1:  # (here, not in each of
+        raise ConfigError(f"env.game.opponent={g.opponent} runs in one process: set cluster.gpus_per_node=1 and "
+                          "cluster.num_nodes=1, or env.game.opponent=self")  # torchrun's processes, the model loaded)
     if g.opponent_refresh_steps is not None and g.opponent != "snapshot":
         raise ConfigError(f"env.game.opponent_refresh_steps refreshes a snapshot opponent (env.game.opponent is "
                           f"{g.opponent}): set opponent=snapshot, or drop it")

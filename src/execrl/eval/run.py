@@ -152,8 +152,10 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
         model_reachable(str(model_name), False, "--model")
         cfg = check_template(cfg, model_name)
         check_stops(cfg, model_name, {p.kind for p in problems})
-    # the reward model before the sandbox and the sampling: one that cannot load or score lost a whole eval's work
-    judge = load_judge(cfg) if cfg.reward_model else None
+    # the reward model checked before the sandbox and the sampling (one that could not score lost a whole eval's
+    # work), its weights loaded after them (beside the policy they would take its KV cache's memory)
+    if cfg.reward_model:
+        with_flags(check_judge, cfg)
     languages = tuple(sorted({p.language for p in posed if p.kind == "code"})) or ("python",)
     # the sandbox first: its workers start and pass their self-test while the model loads, and grade while it samples
     with Grader(num_workers=cfg.workers, limits=Limits(timeout_s=cfg.timeout_s), languages=languages) as grader:
@@ -191,8 +193,8 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     line = check_infra_share(num_infra, num_sent, "execrl eval", example, stop=False)
     if line is not None:
         say(f"WARNING: {line}", "bold red")
-    if judge is not None:
-        judge_samples(cfg, samples, judge)
+    if cfg.reward_model:
+        judge_samples(cfg, samples, with_flags(load_judge, cfg))
     return summarize(cfg, samples, {"completions": str(completions)} if completions else {"model": str(model_name)},
                      dict(report.reasons) if report is not None and cfg.dataset else {},
                      dropped)
@@ -218,30 +220,50 @@ def make_sample(cfg: EvalConfig, problem: Problem, text: str, num_tokens: int, s
                   num_tokens=num_tokens, max_tokens=cfg.max_new_tokens if sampled else 0, cut=cut)
 
 
-def load_judge(cfg: EvalConfig):
-    """The reward model --reward-model names, with the settings of env.reward_model that eval's flags (or the run
-    that saved --model) give: ModelNotFound or ChatTemplateError, one line, where it cannot score."""
-    from execrl.config.checks import model_reachable
+def judge_config(cfg: EvalConfig):
+    """--reward-model and its flags (or the run's settings) as training's env.reward_model."""
     from execrl.config.schema import RewardModelConfig
-    from execrl.models import ModelNotFound
-    from execrl.prompts import ChatTemplateError
-    from execrl.rewards.judges import load_reward_model
+
+    return RewardModelConfig(enabled=True, model_name=cfg.reward_model, batch_size=cfg.reward_model_batch_size,
+                             **cfg.reward_model_settings)
+
+
+def check_judge(cfg: EvalConfig) -> None:
+    """The reward model can be read and score the eval's conversations, from its config and tokenizer (seconds)."""
+    from execrl.config.checks import model_reachable
+    from execrl.rewards.judges import check_reward_model
 
     model_reachable(cfg.reward_model, False, "--reward-model")  # (in seconds: a hub that does not answer)
+    check_reward_model(judge_config(cfg), prompt=cfg.prompt)
+
+
+def load_judge(cfg: EvalConfig):
+    """The reward model --reward-model names, with the settings of env.reward_model that eval's flags (or the run
+    that saved --model) give."""
+    from execrl.rewards.judges import load_reward_model
+
+    return load_reward_model(judge_config(cfg), prompt=cfg.prompt)
+
+
+def with_flags(fn, cfg: EvalConfig):
+    """fn(cfg), its ModelNotFound or ChatTemplateError naming eval's flags where it names training's keys."""
+    from execrl.models import ModelNotFound
+    from execrl.prompts import ChatTemplateError
+
     try:
-        return load_reward_model(RewardModelConfig(enabled=True, model_name=cfg.reward_model,
-                                                   batch_size=cfg.reward_model_batch_size,
-                                                   **cfg.reward_model_settings), prompt=cfg.prompt)
-    except (ModelNotFound, ChatTemplateError) as e:  # (named by training's keys, which eval has as flags)
+        return fn(cfg)
+    except (ModelNotFound, ChatTemplateError) as e:
         said = str(e)
         for key, flag in JUDGE_FLAGS.items():
             said = said.replace(key, flag)
         raise type(e)(said) from None
 
 
-JUDGE_FLAGS = {"env.reward_model.tokenizer.chat_template": "--reward-model-chat-template",
+JUDGE_FLAGS = {" in execrl train (execrl eval reads the directory's own: copy the tokenizer's files into it)": "",
+               "env.reward_model.tokenizer.chat_template": "--reward-model-chat-template",
                "env.reward_model.tokenizer.name": "--reward-model-tokenizer",
-               "env.reward_model.max_model_len": "--reward-model-max-len", "prompt.system_prompt": "--system-prompt"}
+               "env.reward_model.max_model_len": "--reward-model-max-len", ", or null": ", or drop it",
+               "prompt.system_prompt": "--system-prompt"}
 
 
 def judge_samples(cfg: EvalConfig, samples: list[Sample], rm) -> None:

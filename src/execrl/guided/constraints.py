@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 
 import torch
 
@@ -59,7 +60,7 @@ class Guides:
 
     def __init__(self, hf_tokenizer, vocab: int, eos_ids: list[int], slices: list[str] | None = None):
         self.vocab, self.words, self.eos_ids = vocab, -(-vocab // 32), list(eos_ids)
-        self.hf_tokenizer = hf_tokenizer  # (also read by the engine's C tokenizers: execrl.rollout.maskpool)
+        self.hf_tokenizer = hf_tokenizer  # (also read by the engine's C tokenizers: execrl.guided.native)
         self.slices = slices  # None: each kind's own (slices_for)
         self._tokenizers: dict[tuple[str, ...], object] = {}
         self._made: dict[tuple[str, str], Guide] = {}
@@ -108,9 +109,27 @@ def byte_guides() -> Guides:
     return Guides(tok, len(tok), [tok.eos_token_id], slices=[])
 
 
+def schema_text(schema) -> list[str]:
+    """The texts of a JSON schema that its outputs must hold: const and enum strings, patterns (and their keys)."""
+    if isinstance(schema, list):
+        return [t for item in schema for t in schema_text(item)]
+    if not isinstance(schema, dict):
+        return []
+    found = [v for k in ("const", "pattern") if isinstance(v := schema.get(k), str)]
+    found += [v for v in schema.get("enum") or [] if isinstance(v, str)] if isinstance(schema.get("enum"), list) else []
+    found += list(schema.get("patternProperties") or {}) if isinstance(schema.get("patternProperties"), dict) else []
+    return found + [t for k, v in schema.items() if k not in ("description", "title", "examples", "$comment", "default")
+                    and isinstance(v, (dict, list)) for t in schema_text(v)]
+
+
 def admits_text(kind: str, value) -> None:
-    """ConstraintError where the constraint does not compile or admits no text at all (checked over bytes)."""
-    byte_guides().compile(kind, value, value if isinstance(value, str) else json.dumps(value))
+    """ConstraintError where the constraint does not compile or admits no text at all (checked over bytes; a Lark
+    grammar that names a model's tokens, <|im_end|> or <[id]>, only compiled: bytes have no such token)."""
+    shown = value if isinstance(value, str) else json.dumps(value)
+    if kind == "grammar" and re.search(r"<\[\d|<\|", shown):
+        grammar_text(kind, value)
+    else:
+        byte_guides().compile(kind, value, shown)
 
 
 def special_text(kind: str, value: str, tokenizer) -> None:
@@ -119,12 +138,12 @@ def special_text(kind: str, value: str, tokenizer) -> None:
     written token by token (llguidance's mask offered the token, the matcher then refused it: a crash mid-run), and
     where it is the end token the answer ends there, unfinished. A Lark grammar's literals and regexes are read; its
     token names (<|im_end|>, <[128009]>, unquoted) name the token itself and are fine."""
-    import re
-
-    if kind == "grammar":
-        parts = re.findall(r'"((?:[^"\\]|\\.)*)"|/((?:[^/\\\n]|\\.)*)/', value)
+    if kind == "grammar":  # (its literals and regexes, its // comments left out)
+        parts = re.findall(r'"((?:[^"\\]|\\.)*)"|/((?:[^/\\\n]|\\.)*)/', re.sub(r"(?m)//.*$", "", value))
         value = "\n".join(a or b for a, b in parts)
-    text = re.sub(r"\\(.)", r"\1", value)  # (a regex's or a JSON string's escapes: \| is |)
+    elif kind == "json_schema":  # (what constrains the output: a description or a title may name anything)
+        value = "\n".join(schema_text(json.loads(value) if value.lstrip().startswith("{") else value))
+    text = re.sub(r"\\(.)", r"\1", value)  # (a regex's escapes: \| is |)
     special = {t for t in getattr(tokenizer, "all_special_tokens", []) if len(t) > 1}
     special |= {t.content for t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values()
                 if t.special and len(t.content) > 1}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import threading
 import weakref
 from copy import copy
 
@@ -100,6 +101,7 @@ class NativeGuides:
         c.llg_constraint_init_set_defaults(self.init, self.tokenizer)
         ctypes.c_uint32.from_buffer(self.init, 8).value = 0  # log_buffer_level
         ctypes.c_uint32.from_buffer(self.init, 12).value = 0  # log_stderr_level
+        self.lock = threading.Lock()
         self.idle: dict[str, list[int]] = {}  # grammar -> reset matchers waiting for a request (least recent first)
         # freed with this object (at the interpreter's exit the process's memory goes anyway);
         # matchers still in use keep what they need of the tokenizer (llguidance counts its
@@ -120,16 +122,17 @@ class NativeGuides:
         error = c.llg_matcher_get_error(m)
         if error:
             c.llg_free_matcher(m)
-            raise RuntimeError(f"llguidance's C matcher: {error.decode(errors='replace')[:500]}")
+            raise ConstraintError(f"llguidance's C matcher: {first_line(error.decode(errors='replace'))}")
         return m
 
     def matchers(self, grammar: str, n: int) -> list[int]:
         """n matchers at the start of `grammar`: finished ones reset (recycle()) first, new ones for
         the rest (in parallel threads: about a millisecond each)."""
-        idle = self.idle.pop(grammar, [])
-        if idle:
-            self.idle[grammar] = idle  # (now the most recently used)
-        mine = [idle.pop() for _ in range(min(n, len(idle)))]
+        with self.lock:  # (the engine's thread and the trainer's masks_of threads share the idle ones)
+            idle = self.idle.pop(grammar, [])
+            if idle:
+                self.idle[grammar] = idle  # (now the most recently used)
+            mine = [idle.pop() for _ in range(min(n, len(idle)))]
         if n - len(mine) <= 1:  # (one: here, not in the builders' threads, which may be the caller's: masks_of's
             return mine + [self.matcher(grammar) for _ in range(n - len(mine))]  # turns each wait for it, deadlocked)
         return mine + parallel(self.matcher, [grammar] * (n - len(mine)))
@@ -145,10 +148,11 @@ class NativeGuides:
         if c.llg_matcher_reset(matcher) != 0 or c.llg_matcher_is_error(matcher):
             c.llg_free_matcher(matcher)
             return
-        self.idle.setdefault(grammar, []).append(matcher)
-        while len(self.idle) > IDLE_GRAMMARS:
-            for m in self.idle.pop(next(iter(self.idle))):
-                c.llg_free_matcher(m)
+        with self.lock:
+            self.idle.setdefault(grammar, []).append(matcher)
+            while len(self.idle) > IDLE_GRAMMARS:
+                for m in self.idle.pop(next(iter(self.idle))):
+                    c.llg_free_matcher(m)
 
 
 def _free_native(tokenizer: int, idle: dict[str, list[int]]) -> None:
@@ -163,8 +167,6 @@ def _free_native(tokenizer: int, idle: dict[str, list[int]]) -> None:
 def error_of(matcher: int) -> str:
     error = llg().llg_matcher_get_error(matcher)
     return error.decode(errors="replace") if error else "no error recorded"
-
-
 
 
 def masks(guide, ids: list[int]) -> torch.Tensor:

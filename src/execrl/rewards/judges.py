@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import random
 import time
+from pathlib import Path
 
 import torch
 
-from execrl.models import load_pretrained, pick_device
+from execrl.models import ModelNotFound, load_pretrained, pick_device, read_tokenizer
 from execrl.rewards.bradley_terry import Pair, accuracy, train_pairs
-from execrl.rewards.reward_model import RewardModel
+from execrl.rewards.reward_model import RewardModel, check_head, probe
 
 ARITH_JUDGE = "builtin:arith-judge"
 
@@ -40,6 +41,30 @@ def load_reward_model(cfg, device: str = "auto", offline: bool | None = None, pr
     rm = RewardModel(model, tok, cfg.batch_size, cfg.max_model_len, cfg.tokenizer.chat_template_kwargs, saved_pad)
     rm.probe(getattr(prompt, "system_prompt", None))
     return rm
+
+def check_reward_model(cfg, offline: bool | None = None, prompt=None) -> None:
+    """What load_reward_model refuses that its config.json and tokenizer show, without its weights: execrl eval checks
+    it before sampling and loads the weights after (beside the policy, they would take its KV cache's memory)."""
+    if cfg.model_name == ARITH_JUDGE:
+        return
+    from transformers import AutoConfig
+
+    offline = offline if offline is not None else os.environ.get("HF_HUB_OFFLINE") == "1"
+    local = Path(cfg.model_name).expanduser()
+    source = str(local) if local.exists() else cfg.model_name
+    try:
+        config = AutoConfig.from_pretrained(source, local_files_only=offline, trust_remote_code=False)
+        tok = read_tokenizer(cfg.tokenizer.name if cfg.tokenizer.name not in (None, cfg.model_name) else source,
+                             offline)
+    except (OSError, ValueError) as e:
+        raise ModelNotFound(f"cannot load the reward model {cfg.model_name!r} ({str(e).splitlines()[0][:200]}): a "
+                            "reward model's directory holds config.json, its weights and its tokenizer's files, as "
+                            "save_pretrained writes them") from None
+    if cfg.tokenizer.chat_template:
+        tok.chat_template = cfg.tokenizer.chat_template
+    check_head(config)
+    probe(tok, cfg.tokenizer.chat_template_kwargs, getattr(prompt, "system_prompt", None))
+
 
 def arith_pairs(prompt, n: int, seed: int) -> list[Pair]:
     """n preference pairs of builtin:arith-code problems (a stream of their own, apart from

@@ -20,10 +20,8 @@ class RewardModel:
         """`score_pad`: the pad id the model's own forward passes over to find a conversation's last token (its saved
         config's pad_token_id; None: the last token whatever it is)."""
         if not getattr(tokenizer, "chat_template", None):
-            raise ModelNotFound("the reward model's tokenizer has no chat template: set "
-                                "env.reward_model.tokenizer.chat_template (a Jinja template) or name a tokenizer that "
-                                "has one (env.reward_model.tokenizer.name)")
-        check_head(model)
+            probe(tokenizer, template_kwargs)  # (its error: no template)
+        check_head(model.config)
         self.model, self.tokenizer, self.batch_size = model.eval(), tokenizer, batch_size
         limit = position_limit(model)
         if max_len and limit and limit[1] and max_len > limit[0]:  # (an IndexError; on a GPU a device assert)
@@ -39,30 +37,14 @@ class RewardModel:
     def encode(self, messages: list[dict]) -> list[int]:
         """The conversation's tokens as its chat template renders them (as the model card's
         apply_chat_template(tokenize=True): no BOS beyond the template's own)."""
-        from jinja2.exceptions import TemplateError
-
-        def render(shown: list[dict]) -> str:
-            try:
-                return self.tokenizer.apply_chat_template(shown, tokenize=False, add_generation_prompt=False,
-                                                          **self.template_kwargs)
-            except TemplateError as e:  # (a raw jinja2 traceback, mid-run, after a step's sampling and grading)
-                raise ChatTemplateError(
-                    f"the reward model's chat template refuses a conversation of roles {[m['role'] for m in shown]}: "
-                    f"it raised {str(e)!r}; set env.reward_model.tokenizer.chat_template to a template that renders "
-                    "them (or drop prompt.system_prompt where it is the system role it refuses)") from None
-
         messages = [{"role": m["role"], "content": m["content"]} for m in messages]
         # (a message's text as text: an answer spelling out "<|im_end|>\n<|im_start|>assistant" forged a turn for the
         # reward model to score)
-        return text_ids(messages, self.tokenizer, render, self.control)
+        return text_ids(messages, self.tokenizer, lambda shown: render(self.tokenizer, shown, self.template_kwargs),
+                        self.control)
 
     def probe(self, system_prompt: str | None = None) -> None:
-        """The chat template on a conversation shaped like the run's (its system prompt, a question, an answer),
-        before any work: ChatTemplateError naming the fix where it refuses one (Gemma's 'System role not
-        supported' stopped a run after its first step's sampling and grading)."""
-        system = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        self.encode([*system, {"role": "user", "content": "Stand-in question?"},
-                     {"role": "assistant", "content": "Stand-in answer."}])
+        probe(self.tokenizer, self.template_kwargs, system_prompt)
 
     @torch.inference_mode()
     def __call__(self, conversations: list[list[dict]]) -> list[float]:
@@ -108,7 +90,7 @@ class RewardModel:
         room = self.max_len - header
         answer = len(seq) - prompt - header
         kept = min(prompt, max(room - answer, room // 2))  # the prompt's share
-        last = min(kept // 4, kept)  # ... of it its end
+        last = kept // 4  # ... of it its end
         return [*seq[:kept - last], *seq[prompt - last:prompt + header], *seq[len(seq) - (room - kept):]]
 
     def forward(self, seqs: list[list[int]]) -> torch.Tensor:
@@ -136,15 +118,41 @@ class RewardModel:
                              if pad is not None else len(s) - 1 for s in seqs])
 
 
-def check_head(model) -> None:
-    """ModelNotFound where the model's checkpoint is no sequence classifier (config.json's architectures: a causal
-    language model loads as one with a head of random weights, and its scores are noise)."""
-    saved = getattr(model.config, "architectures", None) or []
+def check_head(config) -> None:
+    """ModelNotFound where the model's checkpoint (its config) is no sequence classifier (config.json's architectures:
+    a causal language model loads as one with a head of random weights, and its scores are noise)."""
+    saved = getattr(config, "architectures", None) or []
     if saved and not any("SequenceClassification" in a for a in saved):
         raise ModelNotFound(f"the reward model's checkpoint is a {saved[0]} (config.json's architectures), not a "
                             "sequence classifier: loaded as one its score head would be random weights. Name a reward "
                             "model (a ...ForSequenceClassification checkpoint with one output, e.g. a Bradley-Terry "
                             "model trained on preferences)")
-    if model.config.num_labels != 1:
-        raise ModelNotFound(f"the reward model has {model.config.num_labels} outputs: a Bradley-Terry reward model "
+    if config.num_labels != 1:
+        raise ModelNotFound(f"the reward model has {config.num_labels} outputs: a Bradley-Terry reward model "
                             "(reward_model_type bradley_terry) has one, its score")
+
+
+def render(tokenizer, shown: list[dict], template_kwargs: dict) -> str:
+    """A conversation as the reward model's chat template renders it; ChatTemplateError where the template refuses it
+    (a raw jinja2 traceback came mid-run, after a step's sampling and grading)."""
+    from jinja2.exceptions import TemplateError
+
+    try:
+        return tokenizer.apply_chat_template(shown, tokenize=False, add_generation_prompt=False, **template_kwargs)
+    except TemplateError as e:
+        raise ChatTemplateError(
+            f"the reward model's chat template refuses a conversation of roles {[m['role'] for m in shown]}: it "
+            f"raised {str(e)!r}; set env.reward_model.tokenizer.chat_template to a template that renders them (or "
+            "drop prompt.system_prompt where it is the system role it refuses)") from None
+
+
+def probe(tokenizer, template_kwargs: dict | None, system_prompt: str | None = None) -> None:
+    """The chat template on a conversation shaped like the run's (its system prompt, a question, an answer), before
+    any work: ChatTemplateError naming the fix where it refuses one (Gemma's 'System role not supported')."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelNotFound("the reward model's tokenizer has no chat template: set "
+                            "env.reward_model.tokenizer.chat_template (a Jinja template) or name a tokenizer that has "
+                            "one (env.reward_model.tokenizer.name)")
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    render(tokenizer, [*system, {"role": "user", "content": "Stand-in question?"},
+                       {"role": "assistant", "content": "Stand-in answer."}], template_kwargs or {})

@@ -255,8 +255,9 @@ RESUMABLE = ("grpo.max_num_steps", "grpo.max_num_epochs", "grpo.val_", "grpo.max
              "policy.generation.val_", "policy.device", "data.validation", "offline", "cluster.",
              "policy.lora.save_merged",  # (what later checkpoints hold, not what trains)
              "policy.shared_prompts", "policy.dynamic_batching.", "env.code.grading_share",
-             "env.reward_model.batch_size")  # (the same math, rounding
-# aside: how passes are batched, when grading runs; the out-of-memory advice names them, and a resume took none)
+             "env.reward_model.batch_size")
+# (the same math, rounding aside: how passes are batched, when grading runs; the out-of-memory advice names them, and
+# a resume took none)
 
 
 def config_changes(saved: dict, now: dict) -> tuple[list[str], list[str]]:
