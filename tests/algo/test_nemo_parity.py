@@ -168,7 +168,10 @@ def test_sequence_level_loss_counts_kept_samples_without_loss_tokens():
 
     p = Problem("p", [], "math", answer="1")
     trajs = [Trajectory([1], [Segment([2], True)]), Trajectory([1], [Segment([3], False)])]  # the second: no tokens
-    eps = [Episode(p, None, [], tr, None, Reward(r)) for tr, r in zip(trajs, (1.0, 0.0))]
+    from types import SimpleNamespace
+
+    played = SimpleNamespace(frozen=False)  # (the policy's seat: no self-play opponent)
+    eps = [Episode(p, played, [], tr, None, Reward(r)) for tr, r in zip(trajs, (1.0, 0.0))]
     batch = build_batch(Rollouts(eps, 2), T([1.0, -1.0]), 0, False)
     assert batch.kept.tolist() == [True, True] and batch.loss_mask.sum(1).tolist() == [1.0, 0.0]
     # the first sample's per-token loss -1 (A 1, ratio 1), over the 2 kept sequences: -0.5 (not -1)

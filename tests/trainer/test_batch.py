@@ -8,6 +8,8 @@ import torch
 from execrl.envs.trajectory import Segment, Trajectory
 from execrl.trainer.step import build_batch
 
+PLAYED = SimpleNamespace(frozen=False)  # an episode the policy played (no frozen seat)
+
 
 def by_row(trajs, kept, pad):
     width = max(map(len, trajs))
@@ -30,7 +32,7 @@ def test_the_batch_is_the_trajectories_row_by_row():
              Trajectory([1, 2], [Segment([30], True, [-0.9])], truncated=True)]
     valid = [True, False, True]  # the sandbox failed on the second: out of the loss
     rollouts = SimpleNamespace(trajectories=trajs, rewards=[SimpleNamespace(valid=v) for v in valid],
-                               group_size=1)
+                               group_size=1, episodes=[PLAYED] * len(trajs))
     batch = build_batch(rollouts, torch.zeros(3), 0, overlong_filtering=True)  # the third is truncated: out too
     kept = [True, False, False]
     ids, attn, mask, sampler = by_row(trajs, kept, 0)
@@ -59,7 +61,8 @@ def test_random_batches_match_the_row_by_row_construction():
                                         [-rng.random() for _ in range(n)] if sampled else None))
             trajs.append(Trajectory([rng.randrange(99) for _ in range(rng.randint(1, 4))], segments))
         kept = [rng.random() < 0.8 for _ in trajs]
-        rollouts = SimpleNamespace(trajectories=trajs, rewards=[SimpleNamespace(valid=k) for k in kept], group_size=1)
+        rollouts = SimpleNamespace(trajectories=trajs, rewards=[SimpleNamespace(valid=k) for k in kept], group_size=1,
+                                   episodes=[PLAYED] * len(trajs))
         batch = build_batch(rollouts, torch.zeros(len(trajs)), 3, overlong_filtering=False)
         ids, attn, mask, sampler = by_row(trajs, kept, 3)
         assert torch.equal(batch.input_ids, ids) and torch.equal(batch.attention_mask, attn)

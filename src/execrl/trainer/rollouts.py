@@ -54,6 +54,11 @@ class Episode:
         return self.reward is not None
 
     @property
+    def frozen(self) -> bool:
+        """A self-play opponent's seat: never trained on, in no baseline or loss normalizer."""
+        return bool(getattr(self.env, "frozen", False))
+
+    @property
     def played(self) -> bool:
         """The policy took a turn in it: not a seat that never moved (the other seat ended the match first), nor
         the frozen opponent's."""

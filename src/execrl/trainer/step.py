@@ -80,7 +80,7 @@ def build_batch(rollouts: Rollouts, adv: torch.Tensor, pad_id: int, overlong_fil
     # the samples in the loss: not those the sandbox failed on (in no normalizer either), nor, with
     # overlong filtering, the truncated ones, nor self-play's frozen seats (never trained on: counted, they halved a
     # sequence-level loss, as NeMo RL's sample_mask 0 would not)
-    kept = [r.valid and not (overlong_filtering and t.truncated) and not e.env.frozen
+    kept = [r.valid and not (overlong_filtering and t.truncated) and not e.frozen
             for r, t, e in zip(rollouts.rewards, trajs, rollouts.episodes)]
     turns = []  # guided decoding: (row, first position, segment) of each constrained turn
     spans: list[tuple[int, int, int]] = []  # the loss's model turns: (row, first position, end)
