@@ -6,6 +6,7 @@ ones, where the C one reads them as their text: the engine sampled <think> and t
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -165,29 +166,41 @@ def _free_native(tokenizer: int, idle: dict[str, list[int]]) -> None:
 
 
 def error_of(matcher: int) -> str:
+    """A matcher's error, its first line (llguidance's dump of its state follows, a page of it)."""
     error = llg().llg_matcher_get_error(matcher)
-    return error.decode(errors="replace") if error else "no error recorded"
+    return first_line(error.decode(errors="replace")) if error else "no error recorded"
+
+
+def first_line(error: str) -> str:
+    return error.strip().splitlines()[0][:300] if error.strip() else "no error recorded"
+
+
+@contextlib.contextmanager
+def started(guide):
+    """(llguidance's C API, a matcher at the start of the guide's constraint), recycled after."""
+    own = native(guide)
+    (m,) = own.matchers(guide.text, 1)
+    try:
+        yield llg(), m
+    finally:
+        own.recycle(guide.text, m)
 
 
 def masks(guide, ids: list[int]) -> torch.Tensor:
     """[n, W] int32: the mask before each of `ids` as the engine's sampler saw it (its C matchers; once the constraint
     is complete, only the end of the sequence). A token the mask did not allow is a ConstraintError."""
-    c, own = llg(), native(guide)
-    (m,) = own.matchers(guide.text, 1)
     out = torch.full((len(ids), guide.words), -1, dtype=torch.int32)
-    try:
+    with started(guide) as (c, m):
         for i, t in enumerate(ids):
-            if c.llg_matcher_is_stopped(m):
+            stopped = c.llg_matcher_is_stopped(m)
+            if stopped:
                 guide.fill_end(out, i)
             elif c.llg_matcher_compute_mask_into(m, out[i].data_ptr(), guide.words * 4) != 0:
-                raise ConstraintError(f"constraint {guide.name} gave no mask at {i}: {error_of(m)[:300]}")
+                raise ConstraintError(f"constraint {guide.name} gave no mask at {i}: {error_of(m)}")
             if not (out[i, t >> 5] >> (t & 31)) & 1:
                 raise ConstraintError(f"token {t} at {i} is outside constraint {guide.name}")
-            if not c.llg_matcher_is_stopped(m) and c.llg_matcher_consume_token(m, t) != 0:
-                raise ConstraintError(f"token {t} at {i} does not continue constraint {guide.name}: "
-                                      f"{error_of(m)[:300]}")
-    finally:
-        own.recycle(guide.text, m)
+            if not stopped and c.llg_matcher_consume_token(m, t) != 0:
+                raise ConstraintError(f"token {t} at {i} does not continue constraint {guide.name}: {error_of(m)}")
     return out
 
 
@@ -195,16 +208,7 @@ def first_mask(guide) -> None:
     """ConstraintError where the constraint admits no text at all (a regex of an empty class, a JSON schema whose
     range holds no number): llguidance computes no first mask (it said so from the decode loop, mid-run, in a
     page of its state)."""
-    c, own = llg(), native(guide)
-    (m,) = own.matchers(guide.text, 1)
     mask = torch.zeros(guide.words, dtype=torch.int32)
-    try:
+    with started(guide) as (c, m):
         if c.llg_matcher_compute_mask_into(m, mask.data_ptr(), guide.words * 4) != 0 or not bool(mask.any()):
-            raise ConstraintError(f"constraint {guide.name} admits no text: {first_line(error_of(m))}")
-    finally:
-        own.recycle(guide.text, m)
-
-
-def first_line(error: str) -> str:
-    """llguidance's error, its first line (its state's dump follows, a page of it)."""
-    return error.strip().splitlines()[0][:300] if error.strip() else "no error recorded"
+            raise ConstraintError(f"constraint {guide.name} admits no text: {error_of(m)}")

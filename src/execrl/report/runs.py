@@ -259,8 +259,7 @@ def unique_names(paths: list[Path]) -> list[str]:
             break
         for i in longer:
             depth[i] += 1
-    return [n if names.count(n) == 1 else f"{n} ({names[:i].count(n) + 1})" if names[:i].count(n) else n
-            for i, n in enumerate(names)]
+    return [f"{n} ({k + 1})" if (k := names[:i].count(n)) else n for i, n in enumerate(names)]
 
 
 def _count(n) -> str:

@@ -32,15 +32,22 @@ def load_reward_model(cfg, device: str = "auto", offline: bool | None = None, pr
         model, tok = load_pretrained(AutoModelForSequenceClassification, cfg.model_name, str(dev), cfg.precision,
                                      offline, cfg.tokenizer.name if cfg.tokenizer.name != cfg.model_name else None,
                                      key="env.reward_model.tokenizer.name")
-    if cfg.tokenizer.chat_template:
-        tok.chat_template = cfg.tokenizer.chat_template
+    checked(cfg, tok, model.config, prompt)
     # the pad its own forward passes over (RewardModel.last_tokens); the built-in judge was trained on last tokens
     saved_pad = model.config.pad_token_id if cfg.model_name != ARITH_JUDGE else None
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tok.pad_token_id
-    rm = RewardModel(model, tok, cfg.batch_size, cfg.max_model_len, cfg.tokenizer.chat_template_kwargs, saved_pad)
-    rm.probe(getattr(prompt, "system_prompt", None))
-    return rm
+    return RewardModel(model, tok, cfg.batch_size, cfg.max_model_len, cfg.tokenizer.chat_template_kwargs, saved_pad)
+
+
+def checked(cfg, tok, config, prompt) -> None:
+    """The reward model's tokenizer with env.reward_model's chat template, and what both loads refuse: no sequence
+    classifier of one output, a template that refuses the run's conversation."""
+    if cfg.tokenizer.chat_template:
+        tok.chat_template = cfg.tokenizer.chat_template
+    check_head(config)
+    probe(tok, cfg.tokenizer.chat_template_kwargs, getattr(prompt, "system_prompt", None))
+
 
 def check_reward_model(cfg, offline: bool | None = None, prompt=None) -> None:
     """What load_reward_model refuses that its config.json and tokenizer show, without its weights: execrl eval checks
@@ -60,10 +67,7 @@ def check_reward_model(cfg, offline: bool | None = None, prompt=None) -> None:
         raise ModelNotFound(f"cannot load the reward model {cfg.model_name!r} ({str(e).splitlines()[0][:200]}): a "
                             "reward model's directory holds config.json, its weights and its tokenizer's files, as "
                             "save_pretrained writes them") from None
-    if cfg.tokenizer.chat_template:
-        tok.chat_template = cfg.tokenizer.chat_template
-    check_head(config)
-    probe(tok, cfg.tokenizer.chat_template_kwargs, getattr(prompt, "system_prompt", None))
+    checked(cfg, tok, config, prompt)
 
 
 def arith_pairs(prompt, n: int, seed: int) -> list[Pair]:

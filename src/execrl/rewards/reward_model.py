@@ -19,8 +19,7 @@ class RewardModel:
                  template_kwargs: dict | None = None, score_pad: int | None = None):
         """`score_pad`: the pad id the model's own forward passes over to find a conversation's last token (its saved
         config's pad_token_id; None: the last token whatever it is)."""
-        if not getattr(tokenizer, "chat_template", None):
-            probe(tokenizer, template_kwargs)  # (its error: no template)
+        require_template(tokenizer)
         check_head(model.config)
         self.model, self.tokenizer, self.batch_size = model.eval(), tokenizer, batch_size
         limit = position_limit(model)
@@ -42,9 +41,6 @@ class RewardModel:
         # reward model to score)
         return text_ids(messages, self.tokenizer, lambda shown: render(self.tokenizer, shown, self.template_kwargs),
                         self.control)
-
-    def probe(self, system_prompt: str | None = None) -> None:
-        probe(self.tokenizer, self.template_kwargs, system_prompt)
 
     @torch.inference_mode()
     def __call__(self, conversations: list[list[dict]]) -> list[float]:
@@ -149,10 +145,14 @@ def render(tokenizer, shown: list[dict], template_kwargs: dict) -> str:
 def probe(tokenizer, template_kwargs: dict | None, system_prompt: str | None = None) -> None:
     """The chat template on a conversation shaped like the run's (its system prompt, a question, an answer), before
     any work: ChatTemplateError naming the fix where it refuses one (Gemma's 'System role not supported')."""
+    require_template(tokenizer)
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    render(tokenizer, [*system, {"role": "user", "content": "Stand-in question?"},
+                       {"role": "assistant", "content": "Stand-in answer."}], template_kwargs or {})
+
+
+def require_template(tokenizer) -> None:
     if not getattr(tokenizer, "chat_template", None):
         raise ModelNotFound("the reward model's tokenizer has no chat template: set "
                             "env.reward_model.tokenizer.chat_template (a Jinja template) or name a tokenizer that has "
                             "one (env.reward_model.tokenizer.name)")
-    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    render(tokenizer, [*system, {"role": "user", "content": "Stand-in question?"},
-                       {"role": "assistant", "content": "Stand-in answer."}], template_kwargs or {})

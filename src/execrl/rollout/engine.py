@@ -305,8 +305,8 @@ class RolloutEngine:
         before them: the text of the earlier ones was checked then (decoding every slot's whole
         sequence at every sync made long samples' syncs outlast their decode steps)."""
         back = stop_lookback([*(call.stop_strings or []), *(call.guided_stops or [])])
-        starts = {s: max(0, slot.checked - back) for s, slot in busy.items() if counts[s] > slot.checked and
-                  call.stops(slot.request)}
+        stops = {s: call.stops(slot.request) for s, slot in busy.items()}
+        starts = {s: max(0, slot.checked - back) for s, slot in busy.items() if counts[s] > slot.checked and stops[s]}
         if not starts:
             return {}
         dev = self.out_tok.device
@@ -317,7 +317,7 @@ class RolloutEngine:
         cuts = {}
         for (s, start), row in zip(starts.items(), rows):
             slot = busy[s]
-            cut = first_stop(self.tokenizer, row[:counts[s] - start], call.stops(slot.request), slot.checked - start)
+            cut = first_stop(self.tokenizer, row[:counts[s] - start], stops[s], slot.checked - start)
             if cut is None:
                 slot.checked = counts[s]
             else:

@@ -164,7 +164,7 @@ class SlotMasks:
         self.state[s] = WRITTEN
         guide, matcher = self.matchers[s]
         token = int(self.tokens[s])
-        said = guides_c.first_line(guides_c.error_of(matcher))
+        said = guides_c.error_of(matcher)
         if token < 0:
             raise RuntimeError(f"guided decoding: {guide.name} gave no first mask: {said}")
         hint = " (an end id that is also ordinary text in this vocabulary?)" if token in guide.eos_ids else \
