@@ -176,6 +176,17 @@ def test_an_assert_test_may_pass_a_17_mb_argument(grader):
     assert r.verdict == V.PASS, r.stderr[-500:]
 
 
+def test_a_rows_other_inputs_and_outputs_take_none_of_a_tests_memory(grader):
+    """(A hunt's find) Each test's process was forked from a runner holding every test's input (and the last test's
+    output): 32 tests of 5 MB took 160 MB of each one's 256 MB limit, and a program holding 100 MB was `memory` on
+    all 32, where one such test passed."""
+    code = ("import sys\nd = sys.stdin.buffer.read()\nx = bytearray(100 << 20)\nprint(len(d))\n"
+            "sys.stderr.write('x' * (4 << 20))\n")
+    line = "7" * (5 << 20) + "\n"
+    r = grader.grade(code, stdio([line] * 32, [f"{len(line)}\n"] * 32), limits=Limits(timeout_s=5.0, memory_mb=256))
+    assert (r.verdict, r.passed) == (V.PASS, 32), r.tests[-1]
+
+
 def test_forty_eight_threads_that_allocate_start_under_the_memory_limit(grader):
     """(A hunt's find) glibc reserved 64 MB of address space for each thread's malloc arena, counted by RLIMIT_AS: at
     1,024 MB a program could not hold 22 threads that allocate (15 MB of real memory), its pool's next thread a

@@ -58,6 +58,7 @@ KEEP: list[str] = []  # read-only binds under ROOT (an interpreter or venv kept 
 KEEP_HOLD = "/.execrl-keep"  # (isolation.KEEP_HOLD) KEEP's i-th path is bound at KEEP_HOLD/i too
 RECLAIM_WAIT_S = 1.0  # how long reset reclaims what an ended program left charged before the sandbox is replaced
 LEFT_CHARGE = 8 << 20  # bytes the cgroup may be charged between programs (without: ~0.4 MB); more is reclaimed
+M_MMAP_THRESHOLD = -3  # mallopt's parameter (glibc's malloc.h)
 POLL_S = 0.01  # how often a running program's processes are measured against the CPU and memory limits
 
 
@@ -95,6 +96,10 @@ class Zygote:
         # the children's streams, made once and emptied for each child (_streams_for): the filter
         # refuses memfds
         self.streams = {0: _memfd("stdin"), 1: _memfd("stdout"), 2: _memfd("stderr"), STATUS_FD: _memfd("status")}
+        self.inputs = _memfd("inputs")  # the running program's tests' inputs (_stash), which no child is given
+        seccomp.LIBC.mallopt(M_MMAP_THRESHOLD, 1 << 17)  # a buffer of 128 KB or more is its own mapping, gone from
+        # our address space (which every child inherits, under its RLIMIT_AS) when freed: glibc's default raises the
+        # threshold to the largest buffer freed, and a program's big output or input then stayed in our heap
         self.own_proc = {name: _proc_self(name) for name in OWN_PROC}  # (what _restore_self puts back)
         self.reset()
         seccomp.install()  # once, here: every child inherits it (the zygote itself needs none of what it refuses)
@@ -188,6 +193,7 @@ class Zygote:
         over."""
         self.kill_all()
         self._restore_self()
+        os.ftruncate(self.inputs, 0)  # (the tests' inputs, _stash: emptied before the next program's processes run)
         _collect_unix_sockets()
         self._streams_unlocked()
         for fd in self.streams.values():  # extended attributes a program set on our streams: data for the next
@@ -340,8 +346,40 @@ class Zygote:
         return self.cg.cpu_s() if self.cg is not None else _reaped_cpu()
 
     # -- one child
-    def spawn(self, target, job: dict, lim: dict, stdin: bytes = b"", cpu_s: float = 1.0, wall_s: float = 2.0,
-              rpc_fd: int | None = None, uid: int | None = None, until_stop: bool = False) -> tuple[dict, list]:
+    def _stash(self, blobs: list, first: int) -> list[tuple[int, int]]:
+        """The tests' inputs, blobs[first:], moved out of our memory into the inputs memfd, each zeroed and dropped;
+        their (offset, size) there. A test's child is forked from us, so inputs held here counted against every
+        test's memory limit (RLIMIT_AS: 25 tests of 5 MB left a program 125 MB less of its 256, a hunt's find)."""
+        os.ftruncate(self.inputs, 0)
+        spans, at = [], 0
+        for i in range(first, len(blobs)):
+            with memoryview(blobs[i]) as view:
+                done = 0
+                while done < len(view):
+                    done += os.pwrite(self.inputs, view[done:], at + done)
+            spans.append((at, len(blobs[i])))
+            at += len(blobs[i])
+            scrub(blobs[i])
+            blobs[i] = None
+        return spans
+
+    def _unstash(self, span: tuple[int, int], fd: int | None = None) -> bytearray | None:
+        """A test's input from the inputs memfd: copied into `fd` (kernel to kernel), or else read into a
+        bytearray (zeroed by the caller)."""
+        at, size = span
+        if fd is None:
+            return _read(self.inputs, size, at)
+        done = 0
+        while done < size:
+            k = os.copy_file_range(self.inputs, fd, size - done, at + done)
+            if not k:
+                raise OSError(errno.EIO, "the test's input could not be copied")
+            done += k
+        return None
+
+    def spawn(self, target, job: dict, lim: dict, stdin: bytes | tuple[int, int] | None = None, cpu_s: float = 1.0,
+              wall_s: float = 2.0, rpc_fd: int | None = None, uid: int | None = None,
+              until_stop: bool = False) -> tuple[dict, list]:
         """Run `target(job)` in a forked child under the limits; its result and [stdout, stderr].
         Its files are memfds (on no filesystem a program can reach, and reopenable as /dev/stdout by
         any uid)."""
@@ -401,7 +439,7 @@ class Zygote:
             os.close(report_r)
         return res, [out, err, value]
 
-    def _streams_for(self, stdin: bytes) -> dict[int, int]:
+    def _streams_for(self, stdin: bytes | tuple[int, int] | None) -> dict[int, int]:
         """The next child's stdin, stdout, stderr and status: our memfds emptied, with our mode and
         flags back (every process of the last child is gone, but it may have fchmod'ed them or
         cleared O_APPEND on the file description it shared with us), stdin holding `stdin`. What else
@@ -425,9 +463,11 @@ class Zygote:
             if fcntl.fcntl(fd, F_GETLEASE) != fcntl.F_UNLCK:  # (unlocking where there is none fails: EAGAIN)
                 fcntl.fcntl(fd, F_SETLEASE, fcntl.F_UNLCK)
             _clear_inode_marks(fd)
-        if stdin:
+        if isinstance(stdin, tuple):  # (a span of the inputs memfd, _stash)
+            self._unstash(stdin, self.streams[0])
+        elif stdin:
             os.write(self.streams[0], stdin)
-            os.lseek(self.streams[0], 0, os.SEEK_SET)
+        os.lseek(self.streams[0], 0, os.SEEK_SET)
         return dict(self.streams)
 
     def _wait(self, pid: int, start: float, wall_s: float, until_stop: bool, cpu_s: float, memory: int,
@@ -558,11 +598,13 @@ class Zygote:
             return {"compile": failed[0]}, failed[1]
         lim, num_run = h["limits"], 0
         cpu, wall = lim["timeout_s"], max(2 * lim["timeout_s"], lim["timeout_s"] + 1)
+        spans = self._stash(blobs, first=1)
         for i in range(len(h["tests"])):
             if h.get("python"):
                 job = {"mode": h["mode"], "src": self.src, "fn_name": h.get("fn_name"), "args": None}
                 if h["mode"] == "call":  # (its blob, parsed in the child: no copy of a test's arguments stays in
-                    job["args"] = blobs[i + 1]  # our memory, which a later program's processes inherit; zeroed)
+                    job["args"] = self._unstash(spans[i])  # our memory, which a later program's processes inherit;
+                    # zeroed, as every test's are)
                 target = python_child
             else:
                 argv = _argv(h["run"], self.src)  # ("program": its own binary, whose exec failing is its failure)
@@ -579,7 +621,7 @@ class Zygote:
                        f"code and static data), over the {lim['memory_mb']:,} MB limit")
                 res, pair = _unrun(why, killed_for="memory"), [b"", why.encode(), b""]
             else:
-                stdin = b"" if h["mode"] == "call" else blobs[i + 1]
+                stdin = None if h["mode"] == "call" else spans[i]
                 res, pair = self.spawn(target, job, lim, stdin=stdin, cpu_s=cpu, wall_s=wall)
                 if res.get("setup_error") == EXEC_BUSY:
                     try:
@@ -590,7 +632,8 @@ class Zygote:
                     if fresh:
                         res, pair = self.spawn(target, job, lim, stdin=stdin, cpu_s=cpu, wall_s=wall)
             send_msg(self.ctrl, {"result": res}, pair)
-            scrub(*pair)
+            scrub(*pair, job.get("args"))
+            pair = job = None  # (freed before the next test's fork: that child's memory limit is its own)
             num_run += 1
             if res.get("compile_failed") or "setup_error" in res:
                 break
