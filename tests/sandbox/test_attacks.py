@@ -1832,6 +1832,18 @@ def test_a_program_holding_more_tcp_and_udp_sockets_than_it_may_is_over_its_memo
     assert grader.grade(code, stdio(["120 3\n"], ["ok\n" * 3])).verdict == V.MEMORY
 
 
+@namespaces  # (the sockets of the sandbox's own network namespace are counted)
+def test_connections_left_in_time_wait_count_toward_the_socket_limit(grader):
+    """(A hunt's find) A loop of short loopback connections left ~19,000 in TIME_WAIT a test (sockstat's inuse leaves
+    them out), each a line the runner parsed at every reading: 19 s of the runner's CPU for a program charged 9.6.
+    Each counts a sixteenth of a socket: 4,200 are over, 1,000 are fine."""
+    code = ("import socket\nn = int(input())\nsrv = socket.create_server(('127.0.0.1', 0), backlog=64)\n"
+            "for _ in range(n):\n    c = socket.create_connection(srv.getsockname())\n    a, _ = srv.accept()\n"
+            "    c.close()\n    a.close()\nimport time\ntime.sleep(0.1)\nprint('ok')")
+    assert grader.grade(code, stdio(["1000\n"], ["ok\n"])).verdict == V.PASS
+    assert grader.grade(code, stdio(["4200\n"], ["ok\n"])).verdict == V.MEMORY
+
+
 def test_a_program_cannot_evict_the_host_s_page_cache_or_read_past_it(solo):
     """(A hunt's find) posix_fadvise(DONTNEED) evicted every library a program could see (the host's next imports
     read the disk, 2.2x slower), and O_DIRECT reads of a shared library held the disk for the host (its reads 3.2x

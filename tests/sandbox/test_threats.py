@@ -361,11 +361,28 @@ def test_a_rows_own_code_that_loops_holds_a_worker_for_its_budget_only(grader):
                              [V.TIMEOUT] * 50),
                             ({"asserts": ["assert f(0) == 0", "assert f(1) == 1\nwhile True:\n    pass",
                                           "assert f(2) == 2"]},
-                             [V.PASS, V.TIMEOUT, V.TIMEOUT])):
+                             [V.PASS, V.TIMEOUT, V.TIMEOUT]),
+                            # (a hunt's find) the clock's too: a set-up that sleeps, or a test that waits
+                            ({"setup": "import time\ntime.sleep(10**6)",
+                              "asserts": [f"assert f({i}) == {i}" for i in range(50)]}, [V.TIMEOUT] * 50),
+                            ({"asserts": ["assert f(0) == 0", "import signal\nsignal.pause()\nassert f(1) == 1"]},
+                             [V.PASS, V.TIMEOUT])):
         start = time.monotonic()
         r = grader.grade(code, tests, limits=Limits(timeout_s=0.1))
         assert [t.verdict for t in r.tests] == verdicts, r.to_dict()
         assert time.monotonic() - start < OWN_CPU_S + 15
+
+
+def test_the_programs_time_is_not_the_tests_own(grader):
+    """The tests' own clock (OWN_CPU_S) stops while the program answers: one test whose 11 calls of 1 s each take
+    longer than it passes."""
+    from execrl.sandbox.inside.checker import OWN_CPU_S
+
+    assert OWN_CPU_S < 11
+    code = "import time\ndef f(x):\n    time.sleep(1.0)\n    return x\n"
+    r = grader.grade(code, {"asserts": ["assert [f(i) for i in range(11)] == list(range(11))"]},
+                     limits=Limits(timeout_s=5.0))  # (the program's own wall limit, 2 x 5 + 1 s a test, holds them)
+    assert r.verdict == V.PASS, r.to_dict()
 
 
 def test_a_missing_function_is_a_name_error_in_every_form(grader):

@@ -75,11 +75,20 @@ class _Rpc:
     def __init__(self, sock: socket.socket, timeout: float):
         self.sock, self.timeout = sock, timeout
         self.failed: tuple[str, str] | None = None  # the test's verdict once the program timed out, ended or exited
+        self.held = (0.0, 0.0)  # the tests' own clock while the program answers (_own_clock_paused)
         sock.settimeout(timeout)
 
     def request(self, req: dict, sent: tuple | None = None):
         """The program's answer to `req`; `sent`: a call's arguments, the test's objects, which change as the
-        program changed its copies (a list it sorted in place)."""
+        program changed its copies (a list it sorted in place). The tests' own clock (_own_budget) stops while the
+        program answers."""
+        self.held = _own_clock_paused()
+        try:
+            return self._request(req, sent)
+        finally:
+            _own_clock_resumed(self.held)
+
+    def _request(self, req: dict, sent: tuple | None):
         if self.failed is not None:  # (after a timeout a late reply would answer the next call)
             raise (RemoteTimeout if self.failed[0] == "timeout" else RemoteGone)(self.failed[1])
         try:
@@ -93,7 +102,11 @@ class _Rpc:
                     self.failed = ("runtime_error", "the program called back a function the tests never gave it")
                     raise RemoteGone(self.failed[1])  # (a call of an unknown one each 0.5 s held the deadline off)
                 started = time.monotonic()
-                answer = _run_callback(reply, self._handle)
+                _own_clock_resumed(self.held)  # (a callback is the tests' own code: its clock runs; a call it makes
+                try:  # to the program stops it again, and leaves self.held as it found it running)
+                    answer = _run_callback(reply, self._handle)
+                finally:
+                    self.held = _own_clock_paused()
                 deadline += time.monotonic() - started
                 self.sock.settimeout(max(deadline - time.monotonic(), 0.001))
                 send_msg(self.sock, answer)
@@ -102,7 +115,7 @@ class _Rpc:
             self.failed = ("timeout", "")
             raise RemoteTimeout() from None
         except OwnTimeout:  # (mid-call: the channel's state is unknown, so no later call reads a stale reply)
-            self.failed = ("timeout", f"the tests' own code ran past {OWN_CPU_S:g} s of CPU")
+            self.failed = ("timeout", f"the tests' own code ran past {OWN_CPU_S:g} s of its own time")
             raise
         except Oversized as e:
             self.failed = ("runtime_error", f"the program answered with {_text(e)[:200]}")
@@ -496,19 +509,32 @@ def _undefined(name: str, rpc: _Rpc):
 
 
 CHECKER_INT_DIGITS = 50_000
-OWN_CPU_S = 10.0  # CPU seconds the tests' set-up, and each test, may spend in their own code (the row's: a call into
-# the program waits, and spends none): past it the test times out and the rest are not run. A row's `while True` in
-# its set-up held a grading worker for (2 x timeout + 1) x tests + 10 s: 510 s a sample at 100 asserts (a hunt's find)
+OWN_CPU_S = 10.0  # seconds the tests' set-up, and each test, may spend in their own code, of CPU and of the clock
+# (a call into the program waits, and its time is not theirs): past it the test times out and the rest are not run. A
+# row's `while True` in its set-up held a grading worker for (2 x timeout + 1) x tests + 10 s: 510 s a sample at 100
+# asserts, and so did its `time.sleep(10**6)` (hunts' finds)
 
 
 class OwnTimeout(BaseException):
-    """The tests' own code ran past OWN_CPU_S of CPU."""
+    """The tests' own code ran past OWN_CPU_S of CPU or of the clock."""
 
 
 def _own_cpu(seconds: float) -> None:
-    """Arm (seconds > 0) or disarm (0) the budget of the tests' own CPU; once spent it fires again every 50 ms, so a
-    bare `except:` in the row's code cannot swallow it for long."""
-    signal.setitimer(signal.ITIMER_PROF, seconds, 0.05 if seconds else 0.0)
+    """Arm (seconds > 0) or disarm (0) the budget of the tests' own time, CPU (ITIMER_PROF) and the clock
+    (ITIMER_REAL, stopped while the program answers a call: _own_clock_paused); once spent it fires again every 50 ms,
+    so a bare `except:` in the row's code cannot swallow it for long."""
+    for timer in (signal.ITIMER_PROF, signal.ITIMER_REAL):
+        signal.setitimer(timer, seconds, 0.05 if seconds else 0.0)
+
+
+def _own_clock_paused() -> tuple[float, float]:
+    """The tests' own clock stopped (while the program answers); what it had left, for _own_clock_resumed."""
+    return signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _own_clock_resumed(held: tuple[float, float]) -> None:
+    if held[0] > 0:  # (unarmed, or disarmed meanwhile: left so)
+        signal.setitimer(signal.ITIMER_REAL, *held)
 
 
 def _over_budget(signum, frame):
@@ -538,6 +564,7 @@ def checker_child(job: dict) -> None:
         modules = _modules_named(every, free - {entry})
         g.update(modules)
         signal.signal(signal.SIGPROF, _over_budget)
+        signal.signal(signal.SIGALRM, _over_budget)
         bound = _bind_remote(g, rpc, sorted(free - set(modules) | ({entry} if entry else set())),
                              tested=(entry,) if entry else ())
         if not bound and not entry:
@@ -552,7 +579,7 @@ def checker_child(job: dict) -> None:
             _own_cpu(0)  # (before any handler below: none of their writes is cut short)
     except OwnTimeout:
         _own_cpu(0)
-        write_status({"setup": "timeout", "msg": f"the tests' set-up ran past {OWN_CPU_S:g} s of its own CPU"})
+        write_status({"setup": "timeout", "msg": f"the tests' set-up ran past {OWN_CPU_S:g} s of its own time"})
         os._exit(0)
     except ModuleMissing as e:  # (before the program is called: nothing of the program's can raise it)
         write_status({"setup": "infra_error", "msg": str(e)[:300]})
@@ -576,7 +603,7 @@ def checker_child(job: dict) -> None:
                 _own_cpu(0)  # (before any handler below: none of their writes is cut short)
         except OwnTimeout:
             _own_cpu(0)
-            verdict, msg = "timeout", f"the test's own code ran past {OWN_CPU_S:g} s of CPU"
+            verdict, msg = "timeout", f"the test's own code ran past {OWN_CPU_S:g} s of its own time"
         except RemoteTimeout:
             verdict = "timeout"
         except (RemoteError, RemoteGone) as e:  # (before AssertionError: the program's own is its runtime error)

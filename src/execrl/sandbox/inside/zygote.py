@@ -67,7 +67,7 @@ class Zygote:
         self.role, self.uid, self.ctrl = role, uid, ctrl
         self.cg = cgroup  # the program's cgroup (the kernel charges it), or None: we sample (_usage)
         self.image_bytes = 0  # the compiled program's load size (_load_size)
-        self.inet = Throttled(_inet_queue_memory)  # the program's TCP and UDP queues, where no cgroup charges them
+        self.inet = Throttled(_inet_queue_memory, over_sockets)  # the program's TCP and UDP queues, where no cgroup charges them
         self.netlink = Throttled(_netlink_queue_memory)  # and its netlink ones, which no cgroup charges
         child.build_streams()
         self.is_init = os.getpid() == 1
@@ -795,15 +795,20 @@ def _netlink_queue_memory() -> int:
 def _inet_sockets() -> int:
     """How many TCP and UDP sockets our network namespace has: sockstat's counts are the namespace's, and cheap to
     read, where reading /proc/net/tcp walks the host's whole table (4.5 ms a read on a busy host, four files every
-    10 ms poll: a third of a core per worker with no socket at all)."""
-    count = 0
+    10 ms poll: a third of a core per worker with no socket at all). A connection closed and left in TIME_WAIT (60 s,
+    across the program's tests) counts a sixteenth of a socket: it holds no queue, but it is a line of /proc/net/tcp
+    to parse at every measurement (a program's loop of short connections left 100,000, and each test's reading of
+    them took the runner a core: a hunt's find)."""
+    count, closed = 0, 0
     for path in ("/proc/self/net/sockstat", "/proc/self/net/sockstat6"):
         with open(path, "rb") as f:
             for line in f:
                 fields = line.split()
                 if fields and fields[0] in (b"TCP:", b"UDP:", b"TCP6:", b"UDP6:") and b"inuse" in fields:
                     count += int(fields[fields.index(b"inuse") + 1])
-    return count
+                    if b"tw" in fields:  # (TCP:'s, for both families)
+                        closed += int(fields[fields.index(b"tw") + 1])
+    return count + closed // 16
 
 
 MAX_INET_SOCKETS = 256  # TCP and UDP sockets a program may hold at once; more are over its memory limit: each is a
@@ -850,26 +855,28 @@ def over_sockets() -> int:
     return OVER if _inet_sockets() > MAX_INET_SOCKETS else 0
 
 
-MAX_STALE_S = 0.05  # the longest a socket-queue reading is reused
-
-
 class Throttled:
     """A socket-queue reading (_inet_queue_memory, _netlink_queue_memory), read again only once four times the last
-    read's time has passed, or MAX_STALE_S (the last value kept meanwhile): the runner spends at most about a fifth of
-    a core measuring a program's sockets."""
+    read's time has passed (the last value kept meanwhile): the runner spends at most about a fifth of a core
+    measuring a program's sockets, and the caps on their number (MAX_INET_SOCKETS, MAX_NETLINK_SOCKETS) keep a
+    reading short. (Capped at 50 ms, a reading that took longer was taken again at every poll: a core.) `over`, a
+    cheap check of those caps, runs at every read: a program past one is caught at the next poll, not at the next
+    reading (its last reading could be a fifth of a second old when it exited)."""
 
-    def __init__(self, measure):
-        self.measure = measure
+    def __init__(self, measure, over=lambda: 0):
+        self.measure, self.over = measure, over
         self.reset()
 
     def reset(self) -> None:  # (a new program: nothing of the last one's kept)
         self.value, self.next_at = 0, 0.0
 
     def read(self) -> int:
+        if over := self.over():
+            return over
         start = time.monotonic()
         if start >= self.next_at:
             self.value = self.measure()
-            self.next_at = start + min(5 * (time.monotonic() - start), MAX_STALE_S)
+            self.next_at = start + 5 * (time.monotonic() - start)
         return self.value
 
 
