@@ -5,6 +5,7 @@ import math
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -715,6 +716,7 @@ def test_eval_of_a_multi_turn_checkpoint_says_it_samples_single_turn_and_records
     model = str(tmp_path / "step_000002" / "policy")
     cfg = eval_config(parse_args(["eval", "--model", model, "--dataset", "builtin:arith-code"]))
     assert cfg.trained_multi_turn == {"kind": "interpreter", "max_rollout_turns": 4}
+    assert Path(cfg.out).parent == Path("results/eval") and ":" not in cfg.out  # (a hunt's find: the dataset's colon)
     said = capsys.readouterr().err
     assert "trained on multi-turn episodes (env.multi_turn.kind=interpreter, grpo.max_rollout_turns=4)" in said
     assert "single-turn" in said

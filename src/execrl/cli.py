@@ -406,8 +406,10 @@ def eval_config(args):
     from execrl.writable import unwritable
 
     if args.out is None:  # one directory per model (or completions file) and dataset: a later eval keeps this one's
-        source = re.sub(r"[^A-Za-z0-9._-]+", "-", str(args.model or args.completions or "").strip("/")).strip("-.")
-        args.out = str(Path("results/eval") / f"{source[-80:] or 'eval'}_{args.dataset or 'own'}-{args.split}")
+        def name(text: str) -> str:  # (a path's slashes, a builtin's colon: one directory name, a portable one)
+            return re.sub(r"[^A-Za-z0-9._-]+", "-", text.strip("/")).strip("-.")[-80:]
+        source = name(str(args.model or args.completions or ""))
+        args.out = str(Path("results/eval") / f"{source or 'eval'}_{name(args.dataset or '') or 'own'}-{args.split}")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise ValueError(f"--out {args.out} is a file: it names the directory for results.jsonl and summary.json")
     if why := unwritable(args.out):

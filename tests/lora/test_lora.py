@@ -286,3 +286,11 @@ def test_a_moved_checkpoints_adapter_finds_the_base_saved_beside_it(tmp_path):
     assert adapter_base(ck / "step_000002" / "policy") == str((ck / "base").resolve())
     (ck / "step_000002" / "policy" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/x"}))
     assert adapter_base(ck / "step_000002" / "policy") == "Qwen/x"  # (a hub id is kept)
+    from execrl.models import ModelNotFound, load_model_and_tokenizer
+
+    alone = tmp_path / "alone"  # (a hunt's find) an adapter whose base is gone: the error named only the base's path
+    alone.mkdir()
+    (alone / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "gone")}))
+    with pytest.raises(ModelNotFound, match=f"{alone} is a LoRA adapter of the base model {tmp_path / 'gone'} .*"
+                                            "could not be loaded: .*save_merged"):
+        load_model_and_tokenizer(str(alone), "cpu", offline=True)

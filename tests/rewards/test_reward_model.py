@@ -121,6 +121,16 @@ def test_a_causal_lm_a_learned_table_too_short_and_a_template_that_refuses_the_r
     assert load_reward_model(rm_cfg, "cpu", prompt=PromptConfig()).max_len == 64
     with pytest.raises(ChatTemplateError, match="System role not supported.*env.reward_model.tokenizer.chat_template"):
         load_reward_model(rm_cfg, "cpu", prompt=PromptConfig(system_prompt="Be careful."))
+    # (a hunt's find) a multi-turn run's tool turns, refused by a template that alternates user and assistant
+    # (Gemma's): refused at load, naming observation_role, not at the first episode that used the tool
+    alternates = ("{% for m in messages %}{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+                  "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+                  "{% endif %}{{ m['role'] + ': ' + m['content'] + '\\n' }}{% endfor %}")
+    rm_cfg.tokenizer.chat_template = alternates
+    assert load_reward_model(rm_cfg, "cpu", prompt=PromptConfig(), observation_role="user").max_len == 64
+    with pytest.raises(ChatTemplateError, match=r"roles \['user', 'assistant', 'tool', 'assistant'\].*alternate.*"
+                                                "observation_role=user"):
+        load_reward_model(rm_cfg, "cpu", prompt=PromptConfig(), observation_role="tool")
 
 
 def test_the_score_is_read_where_the_models_own_forward_reads_it_and_no_bos_is_added(rm_dir):

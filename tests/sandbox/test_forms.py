@@ -114,6 +114,15 @@ def test_assert_entries_that_test_nothing_run_with_the_next_test(grader):
             parse_tests({"asserts": asserts})
 
 
+def test_a_check_row_testing_a_function_named_check_is_refused():
+    """(A hunt's find) entry_point 'check': the row's check replaced the program's and then tested itself, so no
+    program could pass; refused as the row is read."""
+    check = "def check(candidate):\n    assert candidate(1) == 2\n"
+    assert parse_tests({"check": check, "entry_point": "double"}).entry_point == "double"
+    with pytest.raises(TestSpecError, match="entry_point is 'check'.*no program could pass"):
+        parse_tests({"check": check, "entry_point": "check"})
+
+
 def test_tests_that_assert_nothing_are_no_tests(grader):
     """(A hunt's finds) a check of `pass` or `assert True` passed every program, and asserts entries that call the
     program but assert nothing ("f(1)", "print(f(3) == 9)") were tests of their own: credit for not crashing."""

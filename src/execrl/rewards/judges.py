@@ -19,10 +19,11 @@ from execrl.rewards.reward_model import RewardModel, check_head, probe
 ARITH_JUDGE = "builtin:arith-judge"
 
 
-def load_reward_model(cfg, device: str = "auto", offline: bool | None = None, prompt=None) -> RewardModel:
+def load_reward_model(cfg, device: str = "auto", offline: bool | None = None, prompt=None,
+                      observation_role: str | None = None) -> RewardModel:
     """env.reward_model's model on the device. `prompt`: the built-in judge's (it is trained on the
     conversations the run's prompts make; always from seed 0, so that training and `execrl eval`
-    read the same judge)."""
+    read the same judge); `observation_role`: a multi-turn run's environment turns' (checked)."""
     dev = pick_device(device)
     if cfg.model_name == ARITH_JUDGE:
         model, tok = arith_judge(prompt, 0, dev)
@@ -32,7 +33,7 @@ def load_reward_model(cfg, device: str = "auto", offline: bool | None = None, pr
         model, tok = load_pretrained(AutoModelForSequenceClassification, cfg.model_name, str(dev), cfg.precision,
                                      offline, cfg.tokenizer.name if cfg.tokenizer.name != cfg.model_name else None,
                                      key="env.reward_model.tokenizer.name")
-    checked(cfg, tok, model.config, prompt)
+    checked(cfg, tok, model.config, prompt, observation_role)
     # the pad its own forward passes over (RewardModel.last_tokens); the built-in judge was trained on last tokens
     saved_pad = model.config.pad_token_id if cfg.model_name != ARITH_JUDGE else None
     if model.config.pad_token_id is None:
@@ -40,13 +41,13 @@ def load_reward_model(cfg, device: str = "auto", offline: bool | None = None, pr
     return RewardModel(model, tok, cfg.batch_size, cfg.max_model_len, cfg.tokenizer.chat_template_kwargs, saved_pad)
 
 
-def checked(cfg, tok, config, prompt) -> None:
+def checked(cfg, tok, config, prompt, observation_role: str | None = None) -> None:
     """The reward model's tokenizer with env.reward_model's chat template, and what both loads refuse: no sequence
     classifier of one output, a template that refuses the run's conversation."""
     if cfg.tokenizer.chat_template:
         tok.chat_template = cfg.tokenizer.chat_template
     check_head(config)
-    probe(tok, cfg.tokenizer.chat_template_kwargs, getattr(prompt, "system_prompt", None))
+    probe(tok, cfg.tokenizer.chat_template_kwargs, getattr(prompt, "system_prompt", None), observation_role)
 
 
 def check_reward_model(cfg, offline: bool | None = None, prompt=None) -> None:

@@ -136,19 +136,29 @@ def render(tokenizer, shown: list[dict], template_kwargs: dict) -> str:
     try:
         return tokenizer.apply_chat_template(shown, tokenize=False, add_generation_prompt=False, **template_kwargs)
     except TemplateError as e:
+        roles = [m["role"] for m in shown]
+        fixes = ["drop prompt.system_prompt where it is the system role it refuses"] if "system" in roles else []
+        if "tool" in roles:
+            fixes.append("set env.multi_turn.observation_role=user where it is the tool role it refuses")
         raise ChatTemplateError(
-            f"the reward model's chat template refuses a conversation of roles {[m['role'] for m in shown]}: it "
-            f"raised {str(e)!r}; set env.reward_model.tokenizer.chat_template to a template that renders them (or "
-            "drop prompt.system_prompt where it is the system role it refuses)") from None
+            f"the reward model's chat template refuses a conversation of roles {roles}: it raised {str(e)!r}; set "
+            "env.reward_model.tokenizer.chat_template to a template that renders them"
+            + "".join(f" (or {fix})" for fix in fixes)) from None
 
 
-def probe(tokenizer, template_kwargs: dict | None, system_prompt: str | None = None) -> None:
-    """The chat template on a conversation shaped like the run's (its system prompt, a question, an answer), before
-    any work: ChatTemplateError naming the fix where it refuses one (Gemma's 'System role not supported')."""
+def probe(tokenizer, template_kwargs: dict | None, system_prompt: str | None = None,
+          observation_role: str | None = None) -> None:
+    """The chat template on a conversation shaped like the run's (its system prompt, a question, an answer; in a
+    multi-turn run an observation in `observation_role` and a second answer), before any work: ChatTemplateError
+    naming the fix where it refuses one (Gemma's 'System role not supported', its alternation of user and assistant
+    that refuses a tool turn: a multi-turn run stopped at its first episode that used the tool, a hunt's find)."""
     require_template(tokenizer)
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    render(tokenizer, [*system, {"role": "user", "content": "Stand-in question?"},
-                       {"role": "assistant", "content": "Stand-in answer."}], template_kwargs or {})
+    turns = [{"role": "user", "content": "Stand-in question?"}, {"role": "assistant", "content": "Stand-in answer."}]
+    if observation_role:
+        turns += [{"role": observation_role, "content": "Stand-in output."},
+                  {"role": "assistant", "content": "Stand-in answer."}]
+    render(tokenizer, [*system, *turns], template_kwargs or {})
 
 
 def require_template(tokenizer) -> None:

@@ -208,6 +208,9 @@ def parse_tests(obj) -> TestSpec:
                                 "check(entry_point), so no program could pass")
         if not obj["entry_point"].isidentifier():
             raise TestSpecError(f"tests.entry_point must name a function, got {obj['entry_point']!r}")
+        if obj["entry_point"] == "check":  # (a hunt's find: the row's check replaced the program's, which it then
+            raise TestSpecError("tests.entry_point is 'check', the name of the row's own test function: it would "
+                                "test itself, and no program could pass; rename one of them")  # called: check(check))
         nodes = list(ast.walk(parse_python(obj["check"])))
         if not (_asserting(nodes) and _tests_something(nodes)):  # (a hunt's find: a body of `pass`, or `assert
             raise TestSpecError("tests.check holds no assert (or raise) of anything: every program that runs would "

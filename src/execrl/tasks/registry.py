@@ -155,8 +155,10 @@ def load_problems(name: str, split: str = "train", path: str | None = None, max_
     info = DATASETS[name]
     if info.splits and split not in info.splits:
         raise DatasetError(f"{name} has no split {split!r}: use one of {list(info.splits)}")
-    label = name if info.data_dir == "" else f"{name}/{split}"  # (a file of one's own has no split: a validation
-    report = RowReport(label)  # file was "jsonl/train")
+    label = f"{name}/{split}"  # (a file of one's own has no split, but is the run's training or validation file:
+    if info.data_dir == "":  # a validation file was "jsonl/train"; then "jsonl" for both, which of two files had no
+        label = f"{name} {Path(path).name}" if path else name  # usable row unsaid: a hunt's find)
+    report = RowReport(label)
     local = local_source(info, path)
     problems = info.load(local, split, report=report, hub_id=info.hub_id, **options)
     for p in problems:

@@ -345,7 +345,7 @@ def _parts(cfg: MasterConfig, plan: BatchPlan, lock: RunLock | None) -> Run:
             run.opponent.load_state_dict(saved)
     run.episodes = EpisodeRunner(cfg, generator, policy.tokenizer, grader,
                                  run.opponent.generator if run.opponent else None, judge)
-    if cfg.grpo.max_rollout_turns > 1 and cfg.env.multi_turn.kind in ("interpreter", "unit_tests", "sliding_puzzle"):
+    if observation_role(cfg):
         run.episodes.renderer.check_role(cfg.env.multi_turn.observation_role)  # (before a step: their turns' role)
         if cfg.prompt.system_prompt and dist.is_main() and run.episodes.renderer.system_moves(
                 cfg.env.multi_turn.observation_role):
@@ -608,7 +608,15 @@ def reward_model(cfg: MasterConfig) -> RewardModel | None:
                       "std) if train/loss jumps[/]")
     if not cfg.env.reward_model.enabled:
         return None
-    return load_reward_model(cfg.env.reward_model, cfg.policy.device, cfg.offline or None, cfg.prompt)
+    return load_reward_model(cfg.env.reward_model, cfg.policy.device, cfg.offline or None, cfg.prompt,
+                             observation_role(cfg))
+
+
+def observation_role(cfg: MasterConfig) -> str | None:
+    """The role of the environment's turns in a multi-turn run's conversations (None: single-turn)."""
+    if cfg.grpo.max_rollout_turns > 1 and cfg.env.multi_turn.kind in ("interpreter", "unit_tests", "sliding_puzzle"):
+        return cfg.env.multi_turn.observation_role
+    return None
 
 
 def adapter(cfg: MasterConfig, peft_model, identity: str | None = None) -> Adapter | None:
