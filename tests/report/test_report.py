@@ -390,6 +390,21 @@ def test_an_eval_curve_over_two_validation_sets_says_so(tmp_path):
         [RunData("r", tmp_path, {}, metrics)], [])
 
 
+def test_the_summary_says_what_kind_of_run_it_was(tmp_path):
+    """(A hunt's find) A single run's page named only its model: not LoRA, async, guided decoding or a reward model."""
+    from execrl.report.page import _summary, setup_of
+    from execrl.report.runs import RunData
+
+    assert setup_of({}) == "full fine-tuning"
+    config = {"policy": {"lora": {"enabled": True, "dim": 16}, "generation": {"guided_decoding": {"regex": "a+"}}},
+              "grpo": {"async_grpo": {"enabled": True, "max_trajectory_age_steps": 1}, "max_rollout_turns": 3},
+              "env": {"multi_turn": {"kind": "interpreter"}, "reward_model": {"enabled": True, "model_name": "rm"}}}
+    said = "LoRA r=16, async (rollouts up to 1 step old), interpreter, up to 3 turns, guided decoding, reward model rm"
+    assert setup_of(config) == said
+    assert said in _summary([RunData("r", tmp_path, config, [{"step": 1, "train/reward_mean": 0.5}])], [])
+    assert setup_of({"policy": "x", "grpo": {"async_grpo": [1]}, "env": None}) == "full fine-tuning"  # (hand-edited)
+
+
 def test_a_hand_edited_or_half_written_run_directory_still_makes_its_page(two_runs, tmp_path):
     """Rows a run never writes (a metrics line without a step, a string for a number, a rollout whose messages are a
     string, a line that is not an object), a stray file among the rollouts, config sections that are not mappings:

@@ -66,10 +66,10 @@ def _summary(runs: list[RunData], differences: list[tuple[str, list]]) -> str:
         stopped = any(m.get(INTERRUPTED) and m.get("step", 0) >= end for m in r.metrics)  # resumed since: not)
         steps = f"{len(train)} (interrupted)" if stopped else len(train)
         rows.append("<tr>" + "".join(f"<td>{esc(str(x))}</td>" for x in (
-            r.name, section(r.config, "policy").get("model_name", "?"), steps,
+            r.name, section(r.config, "policy").get("model_name", "?"), setup_of(r.config), steps,
             "-" if first is None else f"{first:.3f} -> {last:.3f}{other}",
             train_reward([m["train/reward_mean"] for m in train]))) + "</tr>")
-    table = ("<table class='summary'><tr><th>run</th><th>model</th><th>steps</th><th>eval pass@1 (first -> last)</th>"
+    table = ("<table class='summary'><tr><th>run</th><th>model</th><th>set-up</th><th>steps</th><th>eval pass@1 (first -> last)</th>"
              "<th>train reward, mean of the first k steps -> last k (k = min(5, steps / 2))</th></tr>"
              + "".join(rows) + "</table>")
     if differences:
@@ -80,6 +80,27 @@ def _summary(runs: list[RunData], differences: list[tuple[str, list]]) -> str:
     several = len(runs) > 1
     return table + "".join(f"<p class='note'>{esc((r.name + ': ') * several + note)}</p>"
                            for r in runs for note in r.notes)
+
+
+def setup_of(config: dict) -> str:
+    """What kind of run it was, from its config.yaml (a single run's page said only its model, a hunt's find): full
+    fine-tuning or LoRA, sync or async, single- or multi-turn, guided decoding, a reward model."""
+    policy, grpo, env = section(config, "policy"), section(config, "grpo"), section(config, "env")
+    lora, turns, multi = section(policy, "lora"), grpo.get("max_rollout_turns", 1), section(env, "multi_turn")
+    parts = [f"LoRA r={lora.get('dim', '?')}" if lora.get("enabled") else "full fine-tuning"]
+    if section(grpo, "async_grpo").get("enabled"):
+        age = section(grpo, "async_grpo").get("max_trajectory_age_steps", "?")
+        parts.append(f"async (rollouts up to {age} step{'' if age == 1 else 's'} old)")
+    kind = multi.get("kind", "single_turn")
+    if kind != "single_turn":
+        parts.append(f"{kind}" + (f", up to {turns} turns" if isinstance(turns, int) and turns > 1 else ""))
+    generation = section(policy, "generation")
+    guided = section(generation, "guided_decoding")
+    if generation.get("guided_decoding_per_turn") or any(guided.get(k) for k in ("regex", "json_schema", "grammar")):
+        parts.append("guided decoding")
+    if section(env, "reward_model").get("enabled"):
+        parts.append(f"reward model {section(env, 'reward_model').get('model_name', '?')}")
+    return ", ".join(parts)
 
 
 BIDI = re.compile("[\u200e\u200f\u061c\u202a-\u202e\u2066-\u2069]")  # direction controls
