@@ -407,7 +407,7 @@ def eval_config(args):
 
     if args.out is None:  # one directory per model (or completions file) and dataset: a later eval keeps this one's
         def name(text: str) -> str:  # (a path's slashes, a builtin's colon: one directory name, a portable one)
-            return re.sub(r"[^A-Za-z0-9._-]+", "-", text.strip("/")).strip("-.")[-80:]
+            return re.sub(r"[^A-Za-z0-9._-]+", "-", text.strip("/"))[-80:].strip("-.")
         source = name(str(args.model or args.completions or ""))
         args.out = str(Path("results/eval") / f"{source or 'eval'}_{name(args.dataset or '') or 'own'}-{args.split}")
     if Path(args.out).exists() and not Path(args.out).is_dir():

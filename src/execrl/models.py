@@ -377,9 +377,11 @@ def _load_adapter(directory: Path, device: str, dtype: str, offline: bool, token
                                               config_overrides=json.loads(overrides.read_text()) if overrides.is_file()
                                               else None)
     except ModelNotFound as e:  # (the error named only the base's path, which the user never gave: a hunt's find)
+        gone = base.startswith(("/", ".", "~")) and not Path(base).expanduser().exists()
         raise ModelNotFound(f"{directory} is a LoRA adapter of the base model {base} (adapter_config.json's "
-                            f"base_model_name_or_path), which could not be loaded: {e}. Put the base back there, or "
-                            "load the run's merged export (policy.lora.save_merged: true)") from None
+                            f"base_model_name_or_path), which could not be loaded: {e}" + (
+                                ". Put the base back there, or load the run's merged export (policy.lora.save_merged: "
+                                "true)" if gone else "")) from None
     with as_named():  # (as the adapter was made: peft's transformers-4 conversion moved an MoE model's MLP ones)
         merged = PeftModel.from_pretrained(model, str(directory)).merge_and_unload()  # (peft froze the base: trainable
     if (directory / "generation_config.json").is_file():  # (the run's: its stop_token_ids among the EOS ids)

@@ -115,12 +115,13 @@ def test_assert_entries_that_test_nothing_run_with_the_next_test(grader):
 
 
 def test_a_check_row_testing_a_function_named_check_is_refused():
-    """(A hunt's find) entry_point 'check': the row's check replaced the program's and then tested itself, so no
-    program could pass; refused as the row is read."""
+    """(Hunts' finds) entry_point 'check': the row's check replaced the program's and then tested itself, so no
+    program could pass; and a row defining the tested function itself passed every program. Refused as read."""
     check = "def check(candidate):\n    assert candidate(1) == 2\n"
     assert parse_tests({"check": check, "entry_point": "double"}).entry_point == "double"
-    with pytest.raises(TestSpecError, match="entry_point is 'check'.*no program could pass"):
-        parse_tests({"check": check, "entry_point": "check"})
+    for entry, code in (("check", check), ("double", "def double(x):\n    return 2 * x\n" + check)):
+        with pytest.raises(TestSpecError, match=f"entry_point '{entry}' is a name the row's own check code binds"):
+            parse_tests({"check": code, "entry_point": entry})
 
 
 def test_tests_that_assert_nothing_are_no_tests(grader):

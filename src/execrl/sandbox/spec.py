@@ -208,9 +208,10 @@ def parse_tests(obj) -> TestSpec:
                                 "check(entry_point), so no program could pass")
         if not obj["entry_point"].isidentifier():
             raise TestSpecError(f"tests.entry_point must name a function, got {obj['entry_point']!r}")
-        if obj["entry_point"] == "check":  # (a hunt's find: the row's check replaced the program's, which it then
-            raise TestSpecError("tests.entry_point is 'check', the name of the row's own test function: it would "
-                                "test itself, and no program could pass; rename one of them")  # called: check(check))
+        if obj["entry_point"] in _top_level(obj["check"]):  # (hunts' finds: entry_point 'check' tested the row's own
+            raise TestSpecError(  # check, which no program could pass; a helper of the program's name, the row's own)
+                f"tests.entry_point {obj['entry_point']!r} is a name the row's own check code binds: the test would "
+                "call the row's definition, not the program's; rename one of them")
         nodes = list(ast.walk(parse_python(obj["check"])))
         if not (_asserting(nodes) and _tests_something(nodes)):  # (a hunt's find: a body of `pass`, or `assert
             raise TestSpecError("tests.check holds no assert (or raise) of anything: every program that runs would "
@@ -425,6 +426,18 @@ def _defined(code: str) -> set[str]:
             names.add(node.id)
         elif isinstance(node, ast.alias):
             names.add(node.asname or node.name.split(".")[0])
+    return names
+
+
+def _top_level(code: str) -> set[str]:
+    """The names a test script binds at its top level, where they replace the program's (a function's locals do not)."""
+    names = set()
+    for statement in parse_python(code).body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(statement.name)
+        else:
+            names |= {n.id for n in ast.walk(statement) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            names |= {a.asname or a.name.split(".")[0] for a in ast.walk(statement) if isinstance(a, ast.alias)}
     return names
 
 

@@ -157,7 +157,7 @@ def load_problems(name: str, split: str = "train", path: str | None = None, max_
         raise DatasetError(f"{name} has no split {split!r}: use one of {list(info.splits)}")
     label = f"{name}/{split}"  # (a file of one's own has no split, but is the run's training or validation file:
     if info.data_dir == "":  # a validation file was "jsonl/train"; then "jsonl" for both, which of two files had no
-        label = f"{name} {Path(path).name}" if path else name  # usable row unsaid: a hunt's find)
+        label = f"{name} {path}" if path else name  # usable row unsaid: a hunt's find)
     report = RowReport(label)
     local = local_source(info, path)
     problems = info.load(local, split, report=report, hub_id=info.hub_id, **options)

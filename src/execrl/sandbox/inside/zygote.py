@@ -58,7 +58,6 @@ KEEP: list[str] = []  # read-only binds under ROOT (an interpreter or venv kept 
 KEEP_HOLD = "/.execrl-keep"  # (isolation.KEEP_HOLD) KEEP's i-th path is bound at KEEP_HOLD/i too
 RECLAIM_WAIT_S = 1.0  # how long reset reclaims what an ended program left charged before the sandbox is replaced
 LEFT_CHARGE = 8 << 20  # bytes the cgroup may be charged between programs (without: ~0.4 MB); more is reclaimed
-M_MMAP_THRESHOLD = -3  # mallopt's parameter (glibc's malloc.h)
 POLL_S = 0.01  # how often a running program's processes are measured against the CPU and memory limits
 
 
@@ -97,9 +96,6 @@ class Zygote:
         # refuses memfds
         self.streams = {0: _memfd("stdin"), 1: _memfd("stdout"), 2: _memfd("stderr"), STATUS_FD: _memfd("status")}
         self.inputs = _memfd("inputs")  # the running program's tests' inputs (_stash), which no child is given
-        seccomp.LIBC.mallopt(M_MMAP_THRESHOLD, 1 << 17)  # a buffer of 128 KB or more is its own mapping, gone from
-        # our address space (which every child inherits, under its RLIMIT_AS) when freed: glibc's default raises the
-        # threshold to the largest buffer freed, and a program's big output or input then stayed in our heap
         self.own_proc = {name: _proc_self(name) for name in OWN_PROC}  # (what _restore_self puts back)
         self.reset()
         seccomp.install()  # once, here: every child inherits it (the zygote itself needs none of what it refuses)
@@ -280,8 +276,10 @@ class Zygote:
         its sockets. With a cgroup: the memory it charges (and the TCP and UDP queues, which cgroup
         v1 does not charge, and the netlink ones, which no cgroup does); its CPU is read in _cpu_spent."""
         if self.cg is not None:
-            return 0.0, 0.0, self.cg.memory() + (self.inet.read() if self.cg.version == 1 else over_sockets()) + (
-                self.netlink.read() if self.is_init else 0)  # (netlink's: no cgroup charges them)
+            return 0.0, 0.0, self.cg.memory() + ((self.inet.read() if self.cg.version == 1 else over_sockets()) +
+                                                 self.netlink.read() if self.is_init else 0)  # (netlink's: no cgroup
+            # charges them; sockets only where the network namespace is the program's: without namespaces sockstat
+            # counts the host's, and a busy host's connections made every program `memory`, a review's find)
         own, cpu, mem = 0.0, 0.0, self._stream_memory()
         for pid in self._others():
             try:
@@ -371,7 +369,14 @@ class Zygote:
             return _read(self.inputs, size, at)
         done = 0
         while done < size:
-            k = os.copy_file_range(self.inputs, fd, size - done, at + done)
+            try:
+                k = os.copy_file_range(self.inputs, fd, size - done, at + done)
+            except OSError as e:  # (a kernel or a container's filter without it: through our memory, a part at a time)
+                if e.errno not in (errno.ENOSYS, errno.EPERM, errno.EXDEV, errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                part = _read(self.inputs, min(size - done, 1 << 20), at + done)
+                k = os.write(fd, part)
+                scrub(part)
             if not k:
                 raise OSError(errno.EIO, "the test's input could not be copied")
             done += k
@@ -603,8 +608,8 @@ class Zygote:
             if h.get("python"):
                 job = {"mode": h["mode"], "src": self.src, "fn_name": h.get("fn_name"), "args": None}
                 if h["mode"] == "call":  # (its blob, parsed in the child: no copy of a test's arguments stays in
-                    job["args"] = self._unstash(spans[i])  # our memory, which a later program's processes inherit;
-                    # zeroed, as every test's are)
+                    job["args"] = blobs[i + 1] = self._unstash(spans[i])  # our memory, which a later program's
+                    # processes inherit; zeroed after the test, or by serve_forever if it raised)
                 target = python_child
             else:
                 argv = _argv(h["run"], self.src)  # ("program": its own binary, whose exec failing is its failure)
@@ -633,7 +638,7 @@ class Zygote:
                         res, pair = self.spawn(target, job, lim, stdin=stdin, cpu_s=cpu, wall_s=wall)
             send_msg(self.ctrl, {"result": res}, pair)
             scrub(*pair, job.get("args"))
-            pair = job = None  # (freed before the next test's fork: that child's memory limit is its own)
+            pair = job = blobs[i + 1] = None  # (freed before the next test's fork: that child's memory limit is its own)
             num_run += 1
             if res.get("compile_failed") or "setup_error" in res:
                 break
@@ -855,13 +860,16 @@ def over_sockets() -> int:
     return OVER if _inet_sockets() > MAX_INET_SOCKETS else 0
 
 
+MAX_STALE_S = 0.5  # the longest a socket-queue reading is reused (a busy host's socket table makes a reading slow)
+
+
 class Throttled:
     """A socket-queue reading (_inet_queue_memory, _netlink_queue_memory), read again only once four times the last
-    read's time has passed (the last value kept meanwhile): the runner spends at most about a fifth of a core
-    measuring a program's sockets, and the caps on their number (MAX_INET_SOCKETS, MAX_NETLINK_SOCKETS) keep a
-    reading short. (Capped at 50 ms, a reading that took longer was taken again at every poll: a core.) `over`, a
-    cheap check of those caps, runs at every read: a program past one is caught at the next poll, not at the next
-    reading (its last reading could be a fifth of a second old when it exited)."""
+    read's time has passed, or MAX_STALE_S (the last value kept meanwhile): the runner spends at most about a fifth of
+    a core measuring a program's sockets where a reading takes under 0.1 s, and the caps on their number
+    (MAX_INET_SOCKETS, MAX_NETLINK_SOCKETS) keep a reading short. (Capped at 50 ms, a reading that took longer was
+    taken again at every poll: a core.) `over`, a cheap check of the TCP and UDP cap, runs at every read: a program
+    past it is caught at the next poll, not at the next reading (which could come after it exited)."""
 
     def __init__(self, measure, over=lambda: 0):
         self.measure, self.over = measure, over
@@ -876,7 +884,7 @@ class Throttled:
         start = time.monotonic()
         if start >= self.next_at:
             self.value = self.measure()
-            self.next_at = start + 5 * (time.monotonic() - start)
+            self.next_at = start + min(5 * (time.monotonic() - start), MAX_STALE_S)
         return self.value
 
 
