@@ -116,12 +116,21 @@ def test_assert_entries_that_test_nothing_run_with_the_next_test(grader):
 
 def test_a_check_row_testing_a_function_named_check_is_refused():
     """(Hunts' finds) entry_point 'check': the row's check replaced the program's and then tested itself, so no
-    program could pass; and a row defining the tested function itself passed every program. Refused as read."""
+    program could pass; and a row defining the tested function itself passed every program (a check's or a set-up's).
+    Refused as read."""
     check = "def check(candidate):\n    assert candidate(1) == 2\n"
     assert parse_tests({"check": check, "entry_point": "double"}).entry_point == "double"
     for entry, code in (("check", check), ("double", "def double(x):\n    return 2 * x\n" + check)):
         with pytest.raises(TestSpecError, match=f"entry_point '{entry}' is a name the row's own check code binds"):
             parse_tests({"check": code, "entry_point": entry})
+    # (a review's find) the assert form's: a set-up that defines the function its asserts call
+    for row in ({"setup": "def f(x):\n    return x\n", "asserts": ["assert f(1) == 1", "assert f(2) == 2"]},
+                {"asserts": ["def f(x):\n    return x\nassert f(1) == 1"]}):
+        with pytest.raises(TestSpecError, match="the program is never called"):
+            parse_tests(row)
+    for row in ({"setup": "def near(a, b):\n    return abs(a - b) < 1e-9\n", "asserts": ["assert near(f(1), 1.0)"]},
+                {"asserts": ["assert sum([1, 2]) == 3"]}, {"asserts": ["import math\nassert g(math.pi) > 3"]}):
+        assert parse_tests(row).asserts  # (a helper beside the program's function; the program's own `sum`)
 
 
 def test_tests_that_assert_nothing_are_no_tests(grader):

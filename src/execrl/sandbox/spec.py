@@ -20,6 +20,7 @@ import functools
 import json
 import math
 import re
+import sys
 import threading
 from dataclasses import dataclass, field
 from enum import Enum
@@ -227,7 +228,12 @@ def parse_tests(obj) -> TestSpec:
         _python_syntax(setup, "tests.setup")
         setup_nodes = list(ast.walk(parse_python(setup)))  # (its helpers may assert: written there, or imported)
         helpers = _asserting(setup_nodes) or any(isinstance(n, ast.ImportFrom) for n in setup_nodes)
-        return AssertTests(_tests_that_test(asserts, helpers), setup)
+        tests = AssertTests(_tests_that_test(asserts, helpers), setup)
+        if not _uses_the_program("\n".join([setup, *asserts])):
+            raise TestSpecError("tests.asserts call only names the row's own code defines (its set-up's functions): "
+                                "the program is never called, and every program would pass; leave the tested "
+                                "function to the program")
+        return tests
     if "inputs" in keys and "outputs" in keys:
         if obj.get("fn_name") and not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
                                           for v in (obj["inputs"], obj["outputs"])):  # (a hunt's find: no fix named)
@@ -427,6 +433,17 @@ def _defined(code: str) -> set[str]:
         elif isinstance(node, ast.alias):
             names.add(node.asname or node.name.split(".")[0])
     return names
+
+
+def _uses_the_program(code: str) -> bool:
+    """Whether assert tests (set-up and asserts together) use a name the program could define: one they use and do
+    not bind, which the checker binds to the program's, not a module's; or a builtin's name (the program's own `sum`,
+    MBPP 126). A set-up that defined the tested function itself passed every program, an empty one too (a review's
+    find)."""
+    from execrl.sandbox.inside.checker import MODULE_ALIASES, TEST_MODULES, _free_names
+
+    free, builtin = _free_names(code)
+    return bool(free - set(MODULE_ALIASES) - set(TEST_MODULES) - set(sys.stdlib_module_names) or builtin)
 
 
 def _top_level(code: str) -> set[str]:
