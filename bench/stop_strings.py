@@ -25,10 +25,11 @@ SYNC = 16  # the engine's default sync_every
 
 def whole_text(engine: RolloutEngine):
     """The search as the engine made it before: every busy slot's whole sequence fetched and decoded."""
-    def stops(stop_strings, busy, counts):
+    def stops(call: Call, busy, counts):  # (the engine's _stops, called as its own method is)
         slots = sorted(busy)
         rows = engine.out_tok[torch.tensor(slots, device=engine.out_tok.device), :max(counts)].tolist()
-        cuts = {s: first_stop(engine.tokenizer, row[:counts[s]], stop_strings) for s, row in zip(slots, rows)}
+        cuts = {s: first_stop(engine.tokenizer, row[:counts[s]], call.stops(busy[s].request))
+                for s, row in zip(slots, rows)}
         return {s: cut for s, cut in cuts.items() if cut is not None}
     return stops
 
