@@ -88,8 +88,8 @@ def setup_of(config: dict) -> str:
     policy, grpo, env = section(config, "policy"), section(config, "grpo"), section(config, "env")
     lora, turns, multi = section(policy, "lora"), grpo.get("max_rollout_turns", 1), section(env, "multi_turn")
     parts = [f"LoRA r={lora.get('dim', '?')}" if lora.get("enabled") else "full fine-tuning"]
-    if section(grpo, "async_grpo").get("enabled"):
-        age = section(grpo, "async_grpo").get("max_trajectory_age_steps", "?")
+    if (run_async := section(grpo, "async_grpo")).get("enabled"):
+        age = run_async.get("max_trajectory_age_steps", "?")
         parts.append(f"async (rollouts up to {age} step{'' if age == 1 else 's'} old)")
     kind = multi.get("kind", "single_turn")
     if kind != "single_turn":

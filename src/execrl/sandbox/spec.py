@@ -204,16 +204,17 @@ def parse_tests(obj) -> TestSpec:
         _need_str(obj, "check")
         _need_str(obj, "entry_point")
         _python_syntax(obj["check"], "tests.check")
-        if "check" not in _defined(obj["check"]):
+        tree = parse_python(obj["check"])
+        if "check" not in _bound(ast.walk(tree)):
             raise TestSpecError("tests.check defines no function check(candidate): HumanEval's form calls "
                                 "check(entry_point), so no program could pass")
         if not obj["entry_point"].isidentifier():
             raise TestSpecError(f"tests.entry_point must name a function, got {obj['entry_point']!r}")
-        if obj["entry_point"] in _top_level(obj["check"]):  # (hunts' finds: entry_point 'check' tested the row's own
+        if obj["entry_point"] in _top_level(tree):  # (hunts' finds: entry_point 'check' tested the row's own
             raise TestSpecError(  # check, which no program could pass; a helper of the program's name, the row's own)
                 f"tests.entry_point {obj['entry_point']!r} is a name the row's own check code binds: the test would "
                 "call the row's definition, not the program's; rename one of them")
-        nodes = list(ast.walk(parse_python(obj["check"])))
+        nodes = list(ast.walk(tree))
         if not (_asserting(nodes) and _tests_something(nodes)):  # (a hunt's find: a body of `pass`, or `assert
             raise TestSpecError("tests.check holds no assert (or raise) of anything: every program that runs would "
                                 "pass it")  # True`, passed every program)
@@ -421,11 +422,11 @@ def _need_str_list(obj: dict, key: str) -> list[str]:
     return v
 
 
-def _defined(code: str) -> set[str]:
-    """The names a test script binds anywhere (compiled already: _python_syntax): a def, a class, an assignment
-    (`check = _check`), an import (`from tests import check`)."""
+def _bound(nodes) -> set[str]:
+    """The names a test script's nodes bind: a def, a class, an assignment (`check = _check`), an import
+    (`from tests import check`)."""
     names = set()
-    for node in ast.walk(parse_python(code)):
+    for node in nodes:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
@@ -446,15 +447,12 @@ def _uses_the_program(code: str) -> bool:
     return bool(free - set(MODULE_ALIASES) - set(TEST_MODULES) - set(sys.stdlib_module_names) or builtin)
 
 
-def _top_level(code: str) -> set[str]:
+def _top_level(tree: ast.Module) -> set[str]:
     """The names a test script binds at its top level, where they replace the program's (a function's locals do not)."""
     names = set()
-    for statement in parse_python(code).body:
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(statement.name)
-        else:
-            names |= {n.id for n in ast.walk(statement) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-            names |= {a.asname or a.name.split(".")[0] for a in ast.walk(statement) if isinstance(a, ast.alias)}
+    for statement in tree.body:
+        defines = isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        names |= {statement.name} if defines else _bound(ast.walk(statement))
     return names
 
 

@@ -80,7 +80,7 @@ class _Rpc:
 
     def request(self, req: dict, sent: tuple | None = None):
         """The program's answer to `req`; `sent`: a call's arguments, the test's objects, which change as the
-        program changed its copies (a list it sorted in place). The tests' own clock (_own_budget) stops while the
+        program changed its copies (a list it sorted in place). The tests' own clock (_own_cpu's) stops while the
         program answers."""
         self.held = _own_clock_paused()
         try:
