@@ -1832,6 +1832,25 @@ def test_a_program_holding_more_tcp_and_udp_sockets_than_it_may_is_over_its_memo
     assert grader.grade(code, stdio(["120 3\n"], ["ok\n" * 3])).verdict == V.MEMORY
 
 
+def test_socket_queues_are_read_only_where_they_hold_data():
+    """(CI's find) A loop of loopback connections was `memory` once in ~40 runs: a socket in SYN_SENT can list its
+    initial sequence number as its send queue, and the kernel prints a send queue read as a transient negative as
+    a 32-bit unsigned number. Neither is a byte the program holds."""
+    from execrl.sandbox.inside.zygote import INET_QUEUES, listed_queue_bytes
+
+    tcp_states = dict(INET_QUEUES)["/proc/self/net/tcp"]
+    row = "   {}: 0100007F:8AE2 0100007F:9C41 {} {}:{} 00:00000000 00000000  1000  0 {} 1 0000000000000000 20 4 30 10 -1"
+    tcp = [row.format(0, "0A", "00000000", "00000040", 11).encode(),  # listening: a backlog of 64 connections
+           row.format(1, "02", "E3A1B2C4", "00000000", 12).encode(),  # SYN_SENT: its sequence number
+           row.format(2, "01", "FFFFFFFF", "00000000", 13).encode(),  # ESTABLISHED, read mid-update
+           row.format(3, "01", "00001000", "00000200", 14).encode(),  # ESTABLISHED: 4096 to send, 512 to read
+           row.format(4, "06", "00000000", "00000000", 15).encode(),  # TIME_WAIT
+           row.format(5, "09", "00000100", "00000000", 16).encode()]  # LAST_ACK, still sending 256
+    assert listed_queue_bytes(tcp, tcp_states) == 4096 + 512 + 256
+    udp = [row.format(0, "07", "00000000", "00003000", 17).encode()]  # an unconnected UDP socket's 12 KiB received
+    assert listed_queue_bytes(udp, dict(INET_QUEUES)["/proc/self/net/udp"]) == 0x3000
+
+
 @namespaces  # (the sockets of the sandbox's own network namespace are counted)
 def test_connections_left_in_time_wait_count_toward_the_socket_limit(grader):
     """(A hunt's find) A loop of short loopback connections left ~19,000 in TIME_WAIT a test (sockstat's inuse leaves
