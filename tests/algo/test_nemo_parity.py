@@ -324,3 +324,6 @@ def test_a_nemo_configs_math_verify_and_multi_turn_shaping_differences_are_named
     assert gen.top_k is None and gen.val_top_k is None
     with pytest.raises(ConfigError, match="top_k: .*null or -1"):
         load_config(None, ["policy.generation.top_k=0"])
+    with pytest.raises(ConfigError) as e:  # (a hunt's find: NeMo RL's val_top_k copies top_k, and the error came twice)
+        load_config(str(nemo), ["policy.generation.top_k=0"])
+    assert str(e.value).count("keeps no token") == 1 and "(and policy.generation.val_top_k: the same)" in str(e.value)

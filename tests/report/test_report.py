@@ -36,6 +36,9 @@ def test_each_run_writes_its_report_and_the_command_overlays_several(two_runs, t
     page = out.read_text()
     assert "<script src=" not in page and "https://" not in page.split("<script>")[0]  # nothing fetched
     assert "Config differences" in page and "policy.optimizer.kwargs.lr" in page
+    once = subprocess.run([sys.executable, "-m", "execrl.cli", "report", str(a), f"{a}/", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)  # (a hunt's find: a run against itself, silent)
+    assert once.returncode == 0 and "named more than once, drawn once" in once.stderr, once.stderr
     bad = subprocess.run([sys.executable, "-m", "execrl.cli", "report", str(tmp_path / "nowhere")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no such directory" in bad.stderr and "Traceback" not in bad.stderr

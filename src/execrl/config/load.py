@@ -411,7 +411,22 @@ def validate(tree: dict) -> MasterConfig:
     try:
         return MasterConfig.model_validate(tree)
     except ValidationError as e:
-        raise ConfigError("\n".join(_explain(err) for err in e.errors())) from None
+        errors = e.errors()
+        twins = {_twin(err): err for err in errors if _twin(err) in map(_id, errors)}  # (sampling key's: copy's)
+        raise ConfigError("\n".join(_explain(err) + (f" (and {_explain(twins[_id(err)]).split(':')[0]}: the same)"
+                                                       if _id(err) in twins else "")
+                                     for err in errors if _twin(err) not in twins)) from None
+
+
+def _id(err: dict) -> tuple:
+    return err["loc"], err["msg"], repr(err.get("input"))
+
+
+def _twin(err: dict) -> tuple | None:
+    """For a validation setting's error, the same error of the sampling setting it copies (val_top_k, copied from
+    top_k by NeMo RL's `${.top_k}` or by the mapping of an older config of its): the two are said in one line."""
+    *section, last = err["loc"]
+    return ((*section, last[4:]), err["msg"], repr(err.get("input"))) if str(last).startswith("val_") else None
 
 
 def _explain(err: dict) -> str:
