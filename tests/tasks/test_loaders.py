@@ -494,6 +494,8 @@ def test_a_null_id_is_the_row_index(tmp_path):
             {"id": "x", "prompt": "3+3?", "answer": "6"}]
     path.write_text("\n".join(json.dumps(r) for r in rows))
     assert [p.id for p in load_problems("jsonl", "train", str(path))[0]] == ["0", "1", "x"]  # (an id given is kept)
+    path.write_text("\n".join(json.dumps({**r, "id": float("nan")}) for r in rows))  # (json.dumps writes NaN: every
+    assert [p.id for p in load_problems("jsonl", "train", str(path))[0]] == ["0", "1", "2"]  # row was "nan")
 
 
 def test_text_that_is_not_utf8_is_named_by_its_line(tmp_path):
@@ -567,6 +569,9 @@ def test_completions_of_a_null_problem_id_are_each_their_own(tmp_path):
                                                                        "answer": "5"}]
     (tmp_path / "c.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     graded = read_completions(str(tmp_path / "c.jsonl"), [])
+    assert len(graded) == 2 and [p.answer for p, _ in graded] == ["4", "5"]
+    (tmp_path / "c.jsonl").write_text("\n".join(json.dumps({**r, "problem_id": float("nan")}) for r in rows))
+    graded = read_completions(str(tmp_path / "c.jsonl"), [])  # (NaN, as json.dumps writes it: one problem "nan")
     assert len(graded) == 2 and [p.answer for p, _ in graded] == ["4", "5"]
 
 

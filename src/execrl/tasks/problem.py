@@ -74,6 +74,12 @@ def _text(content) -> str | None:
 VERIFIER = "math_verify_impl"  # a math problem's metadata key: how its answer is checked (env.math.math_verify_impl)
 
 
+def given_id(value):
+    """A row's id, or None where it gives none: null, or NaN (json.dumps writes a float NaN as NaN, and rows without
+    their id were each "nan", one problem of them all)."""
+    return None if value is None or isinstance(value, float) and value != value else value
+
+
 class DatasetError(ValueError):
     """A dataset that cannot be loaded at all (missing file, wrong format, unknown split): the
     message names the fix."""
