@@ -1851,6 +1851,19 @@ def test_socket_queues_are_read_only_where_they_hold_data():
     assert listed_queue_bytes(udp, dict(INET_QUEUES)["/proc/self/net/udp"]) == 0x3000
 
 
+def test_a_kernel_without_ipv6_tables_is_measured_as_one_without_ipv6_sockets(monkeypatch):
+    """(A review's find) A host booted with ipv6.disable=1 has no sockstat6, tcp6 or udp6: reading them at every poll
+    raised, and every program was an infra_error."""
+    from execrl.sandbox.inside import zygote
+
+    monkeypatch.setattr(zygote, "SOCKSTAT", (*zygote.SOCKSTAT[:1], "/proc/self/net/no_such_table"))
+    monkeypatch.setattr(zygote, "INET_QUEUES", ((zygote.INET_QUEUES[0][0], zygote.TCP_DATA_STATES),
+                                                ("/proc/self/net/no_such_table", None)))
+    assert zygote._inet_sockets() >= 0
+    monkeypatch.setattr(zygote, "_inet_sockets", lambda: 1)  # (as the namespace holds one: the queues are read)
+    assert zygote._inet_queue_memory() >= 0
+
+
 @namespaces  # (the sockets of the sandbox's own network namespace are counted)
 def test_connections_left_in_time_wait_count_toward_the_socket_limit(grader):
     """(A hunt's find) A loop of short loopback connections left ~19,000 in TIME_WAIT a test (sockstat's inuse leaves

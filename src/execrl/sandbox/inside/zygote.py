@@ -812,15 +812,27 @@ def _inet_sockets() -> int:
     to parse at every measurement (a program's loop of short connections left 100,000, and each test's reading of
     them took the runner a core: a hunt's find)."""
     count, closed = 0, 0
-    for path in ("/proc/self/net/sockstat", "/proc/self/net/sockstat6"):
-        with open(path, "rb") as f:
-            for line in f:
-                fields = line.split()
-                if fields and fields[0] in (b"TCP:", b"UDP:", b"TCP6:", b"UDP6:") and b"inuse" in fields:
-                    count += int(fields[fields.index(b"inuse") + 1])
-                    if b"tw" in fields:  # (TCP:'s, for both families)
-                        closed += int(fields[fields.index(b"tw") + 1])
+    for path in SOCKSTAT:
+        for line in _table(path):
+            fields = line.split()
+            if fields and fields[0] in (b"TCP:", b"UDP:", b"TCP6:", b"UDP6:") and b"inuse" in fields:
+                count += int(fields[fields.index(b"inuse") + 1])
+                if b"tw" in fields:  # (TCP:'s, for both families)
+                    closed += int(fields[fields.index(b"tw") + 1])
     return count + closed // 16
+
+
+SOCKSTAT = ("/proc/self/net/sockstat", "/proc/self/net/sockstat6")
+
+
+def _table(path: str) -> list[bytes]:
+    """The lines of a /proc/net file; none where the kernel has no such table (IPv6's, on a host booted with
+    ipv6.disable=1: every program was an infra_error there, a review's find)."""
+    try:
+        with open(path, "rb") as f:
+            return f.readlines()
+    except FileNotFoundError:
+        return []
 
 
 MAX_INET_SOCKETS = 256  # TCP and UDP sockets a program may hold at once; more are over its memory limit: each is a
@@ -850,9 +862,7 @@ def _inet_queue_memory() -> int:
         return OVER
     total = 0
     for path, states in INET_QUEUES:
-        with open(path, "rb") as f:
-            next(f, None)
-            total += listed_queue_bytes(f, states)
+        total += listed_queue_bytes(_table(path)[1:], states)
     return total
 
 
