@@ -97,6 +97,35 @@ def test_cpu_of_children_the_kernel_reaps_counts_in_every_mode(mode):
         assert graded_quickly(g, AUTO_REAPED).verdict == V.TIMEOUT
 
 
+ZOMBIE = ("import os, time\npid = os.fork()\nif pid == 0:\n    while time.process_time() < 0.55:\n        pass\n"
+          "    os._exit(0)\nos.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)\ntime.sleep(0.3)\nos.waitpid(pid, 0)\n"
+          "print('ok')")  # (a worker that ended, waited 0.3 s for its parent's join: multiprocessing's, in turn)
+
+
+@namespaces
+@pytest.mark.skipif(detect().mode != "bwrap-root", reason="the exit log needs bwrap-root mode")
+def test_a_process_that_ended_and_waits_to_be_reaped_is_charged_once():
+    """(A review's find) Sampled with the exit log, a process that had ended and was not yet reaped was charged twice,
+    its logged time and its live one: multiprocessing's workers, joined in turn, were a timeout at half their limit."""
+    with grader(SAMPLING, Limits(timeout_s=1.0)) as g:
+        r = g.grade(ZOMBIE, {"inputs": [""], "outputs": ["ok\n"]})
+        assert r.verdict == V.PASS and r.tests[0].cpu_s < 0.9, r.to_dict()
+
+
+VFORKS = ("import subprocess\nx = bytearray(300 << 20)\nfor i in range(0, len(x), 4096):\n    x[i] = 1\n"
+          "path = ':'.join(f'/nonexistent/d{i}' for i in range(6000)) + ':/usr/bin:/bin'\nfor _ in range(5):\n"
+          "    subprocess.run(['true'], env={'PATH': path})\nprint('ok')")  # (its vfork child stays before its exec
+# while it tries each directory of a long PATH: caught by every 10 ms sample)
+
+
+def test_a_vfork_child_is_not_charged_its_parents_memory_again():
+    """(A review's find) subprocess, system() and posix_spawn vfork: until its exec the child shares its parent's
+    memory, and sampling counted it in both (300 MB held, a 512 MB limit: `memory`)."""
+    with grader(SAMPLING, Limits(timeout_s=3.0, memory_mb=512)) as g:
+        r = g.grade(VFORKS, {"inputs": [""], "outputs": ["ok\n"]})
+        assert r.verdict == V.PASS, r.to_dict()
+
+
 # forks up to 3000 sleeping children (bounded, so that a failure of this test cannot exhaust the host's PIDs)
 BOMB = ("import os, time\nn = 0\nfor _ in range(3000):\n    try:\n        if os.fork() == 0:\n            time.sleep(3)\n"
         "            os._exit(0)\n        n += 1\n    except OSError:\n        break\nprint(n)")

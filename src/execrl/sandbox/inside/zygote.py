@@ -19,6 +19,7 @@ import errno
 import fcntl
 import json
 import os
+import platform
 import resource
 import select
 import shutil
@@ -281,12 +282,22 @@ class Zygote:
             # charges them; sockets only where the network namespace is the program's: without namespaces sockstat
             # counts the host's, and a busy host's connections made every program `memory`, a review's find)
         own, cpu, mem = 0.0, 0.0, self._stream_memory()
+        logged = self.exits.ended() if self.exits is not None else ()  # (read first: each process's own CPU once)
+        parent = {}
         for pid in self._others():
             try:
                 with open(f"/proc/{pid}/stat", "rb") as f:
                     fields = f.read().rsplit(b")", 1)[1].split()
-                own += sum(int(x) for x in fields[11:13]) / self.clock  # utime stime
+                if pid not in logged:  # (an ended process its parent has not reaped: its time is in the log)
+                    own += sum(int(x) for x in fields[11:13]) / self.clock  # utime stime
                 cpu += sum(int(x) for x in fields[11:15]) / self.clock  # utime stime cutime cstime
+                parent[pid] = int(fields[1])
+            except (OSError, ValueError, IndexError):  # gone meanwhile
+                continue
+        for pid, ppid in parent.items():
+            if ppid in parent and _same_memory(ppid, pid):  # (a vfork child before its exec: subprocess's, system's;
+                continue  # its parent's pages, counted twice: a review's find)
+            try:
                 mem += _pss(pid, self.page)
             except (OSError, ValueError, IndexError):  # gone meanwhile
                 continue
@@ -338,7 +349,12 @@ class Zygote:
         if self.cg is not None:
             return self.cg.cpu_s() - cpu_before
         reaped = _reaped_cpu() - cpu_before + live
-        return reaped if self.exits is None else max(reaped, self.exits.total() + live_own)
+        if self.exits is None:
+            return reaped
+        # (live from _usage: the exit log as it read it before the live processes, which left out those logged; a
+        # process ended and not yet reaped was counted twice, a review's find: multiprocessing's workers, joined in
+        # turn, were a timeout at half their limit)
+        return max(reaped, (self.exits.spent if live or live_own else self.exits.total()) + live_own)
 
     def _cpu_now(self) -> float:
         return self.cg.cpu_s() if self.cg is not None else _reaped_cpu()
@@ -951,7 +967,7 @@ class ExitLog:
     AHZ = 100  # its times' unit: 1/100 s, each process's rounded down
 
     def __init__(self, fd: int):
-        self.fd, self.seen, self.spent = fd, 0, 0.0
+        self.fd, self.seen, self.spent, self.pids = fd, 0, 0.0, set()
 
     @classmethod
     def open(cls) -> ExitLog | None:
@@ -967,7 +983,7 @@ class ExitLog:
         return cls(fd)
 
     def restart(self) -> None:
-        self.seen, self.spent = os.fstat(self.fd).st_size, 0.0
+        self.seen, self.spent, self.pids = os.fstat(self.fd).st_size, 0.0, set()
         if self.seen > 1 << 20:  # (a whole record at a time: the kernel appends each in one write)
             os.truncate(f"/proc/self/fd/{self.fd}", 0)
             self.seen = 0
@@ -977,10 +993,16 @@ class ExitLog:
         data = os.pread(self.fd, 1 << 24, self.seen)
         data = data[: len(data) - len(data) % self.RECORD]
         for off in range(0, len(data), self.RECORD):
+            self.pids.add(struct.unpack_from("=I", data, off + 16)[0])  # ac_pid, in our PID namespace
             utime, stime = struct.unpack_from("=HH", data, off + 32)  # comp_t ac_utime, ac_stime
             self.spent += (_comp_t(utime) + _comp_t(stime)) / self.AHZ
         self.seen += len(data)
         return self.spent
+
+    def ended(self) -> set[int]:
+        """The PIDs of the processes that ended since restart() (their CPU seconds: `spent`, as read now)."""
+        self.total()
+        return self.pids
 
 
 def _comp_t(c: int) -> int:
@@ -1149,6 +1171,15 @@ def _run_delay(pid: int) -> float:
 def _reaped_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
+
+
+NR_KCMP = {"x86_64": 312, "aarch64": 272}.get(platform.machine())
+KCMP_VM = 1
+
+
+def _same_memory(a: int, b: int) -> bool:
+    """Whether processes a and b share one address space (kcmp; where the kernel has none: not known, so no)."""
+    return NR_KCMP is not None and seccomp.LIBC.syscall(NR_KCMP, a, b, KCMP_VM, 0, 0) == 0
 
 
 def _pss(pid: int, page: int) -> int:
