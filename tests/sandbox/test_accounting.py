@@ -126,6 +126,25 @@ def test_a_vfork_child_is_not_charged_its_parents_memory_again():
         assert r.verdict == V.PASS, r.to_dict()
 
 
+MAPPED_INPUT = ("import mmap\nm = mmap.mmap(0, 0, prot=mmap.PROT_READ)\nprint(sum(1 for _ in iter(m.readline, b'')))")
+MAPPED_FILE = ("import mmap\nn = 60 << 20\nwith open('/tmp/buf', 'w+b') as f:\n    f.truncate(n)\n"
+               "    m = mmap.mmap(f.fileno(), n)\nfor i in range(0, n, 4096):\n    m[i] = 1\n"
+               "print(sum(m[i] for i in range(0, n, 1 << 20)))")
+
+
+@pytest.mark.parametrize("acct", MODES, ids=[m.mode for m in MODES])
+def test_a_file_a_program_maps_is_counted_once(acct):
+    """(A review's find) Sampled, a mapped file of the sandbox's tmpfs (or the program's input) was counted as a file
+    and again in the set size of each process mapping it: `memory` with 60 MB mapped under a 100 MB limit, where a
+    cgroup charges it once. The input, which the grader wrote, is not the program's in either mode."""
+    with grader(acct, Limits(timeout_s=3.0, memory_mb=100, output_mb=64)) as g:
+        r = g.grade(MAPPED_INPUT, {"inputs": [("x" * 99 + "\n") * 600_000],
+                                   "outputs": ["600000\n"]})
+        assert r.verdict == V.PASS, r.to_dict()
+        r = g.grade(MAPPED_FILE, {"inputs": [""], "outputs": ["60\n"]})
+        assert r.verdict == V.PASS, r.to_dict()
+
+
 # forks up to 3000 sleeping children (bounded, so that a failure of this test cannot exhaust the host's PIDs)
 BOMB = ("import os, time\nn = 0\nfor _ in range(3000):\n    try:\n        if os.fork() == 0:\n            time.sleep(3)\n"
         "            os._exit(0)\n        n += 1\n    except OSError:\n        break\nprint(n)")

@@ -96,6 +96,8 @@ class Zygote:
         # the children's streams, made once and emptied for each child (_streams_for): the filter
         # refuses memfds
         self.streams = {0: _memfd("stdin"), 1: _memfd("stdout"), 2: _memfd("stderr"), STATUS_FD: _memfd("status")}
+        self.stdin_given = 0  # (bytes of the input we wrote to the stdin stream: _stream_memory leaves them out)
+        self.smaps: dict[int, tuple[int, float]] = {}  # (_Counted.mapped's readings of the running program)
         self.inputs = _memfd("inputs")  # the running program's tests' inputs (_stash), which no child is given
         self.own_proc = {name: _proc_self(name) for name in OWN_PROC}  # (what _restore_self puts back)
         self.reset()
@@ -294,11 +296,12 @@ class Zygote:
                 parent[pid] = int(fields[1])
             except (OSError, ValueError, IndexError):  # gone meanwhile
                 continue
+        elsewhere = _Counted(self.streams.values(), (ROOT, "/dev/shm") if self.is_init else (), self.smaps)
         for pid, ppid in parent.items():
             if ppid in parent and _same_memory(ppid, pid):  # (a vfork child before its exec: subprocess's, system's;
                 continue  # its parent's pages, counted twice: a review's find)
             try:
-                mem += _pss(pid, self.page)
+                mem += _pss(pid, self.page, elsewhere)
             except (OSError, ValueError, IndexError):  # gone meanwhile
                 continue
         if self.is_init:
@@ -319,7 +322,7 @@ class Zygote:
         each name counted at the largest value a name can hold; OVER where they are more than can be listed. Four
         fstat and four listxattr calls, however many descriptors the program holds (reading the link of each of its
         processes' descriptors cost the runner most of a core, outside the program's limits)."""
-        total = 0
+        total = -self.stdin_given  # (the input we gave it, which a cgroup charges to us, not to the program)
         for fd in self.streams.values():
             total += os.fstat(fd).st_blocks * 512
             try:
@@ -414,6 +417,7 @@ class Zygote:
         cpu_before = self._cpu_now()
         self.inet.reset()
         self.netlink.reset()
+        self.smaps.clear()
         if self.exits is not None:
             self.exits.restart()  # what ended before this child (our own helpers) is not its
         start = time.monotonic()
@@ -489,6 +493,7 @@ class Zygote:
         elif stdin:
             os.write(self.streams[0], stdin)
         os.lseek(self.streams[0], 0, os.SEEK_SET)
+        self.stdin_given = os.fstat(self.streams[0]).st_blocks * 512  # (ours, not the program's: _stream_memory)
         return dict(self.streams)
 
     def _wait(self, pid: int, start: float, wall_s: float, until_stop: bool, cpu_s: float, memory: int,
@@ -513,7 +518,8 @@ class Zygote:
                 if not ready and not killed:
                     if time.monotonic() >= deadline:  # (its time runnable but waiting for a CPU is not its own: a
                         # busy machine timed correct programs out at the wall limit, 2x the CPU limit, a hunt's find)
-                        deadline = max(deadline, min(start + wall_s + _run_delay(pid), start + STARVED_CAP * wall_s))
+                        delayed = _run_delay(self._others())
+                        deadline = max(deadline, min(start + wall_s + delayed, start + STARVED_CAP * wall_s))
                     killed = self._over(deadline, memory, cpu_s, cpu_before)
                 if waited is not None:
                     if killed:
@@ -1150,18 +1156,22 @@ def _is_file(fd: int) -> bool:
     return stat.S_ISREG(os.fstat(fd).st_mode)
 
 
-def _run_delay(pid: int) -> float:
-    """Seconds process `pid`'s most delayed thread (of its first 64) has spent runnable but waiting for a CPU (the
-    scheduler's run_delay; a program's work may run outside its main thread: a review's find); 0 where the kernel
-    keeps none or the process is gone."""
-    try:
-        tasks = sorted(os.listdir(f"/proc/{pid}/task"))[:64]
-    except OSError:
-        return 0.0
-    most = 0.0
-    for task in tasks:
+def _run_delay(pids: list[int]) -> float:
+    """Seconds the most delayed thread of the program's processes (of their first 64 threads) has spent runnable but
+    waiting for a CPU (the scheduler's run_delay; a program's work may run outside its main thread, or in processes
+    it started while its first one waits: a review's find); 0 where the kernel keeps none or they are gone."""
+    tasks = []
+    for pid in sorted(pids):
         try:
-            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+            tasks += [f"/proc/{pid}/task/{task}/schedstat" for task in sorted(os.listdir(f"/proc/{pid}/task"))]
+        except OSError:
+            continue
+        if len(tasks) >= 64:
+            break
+    most = 0.0
+    for path in tasks[:64]:
+        try:
+            with open(path) as f:
                 most = max(most, int(f.read().split()[1]) / 1e9)
         except (OSError, ValueError, IndexError):
             continue
@@ -1177,19 +1187,79 @@ NR_KCMP = {"x86_64": 312, "aarch64": 272}.get(platform.machine())
 KCMP_VM = 1
 
 
+MAX_SMAPS_MAPPINGS = 4096  # mappings of a process read in its smaps at most; past them its pages of files counted
+# elsewhere are counted again (a runner's reading stays short however many mappings a program makes)
+
+
+def _smaps_pss(pid: int, elsewhere: _Counted) -> int | None:
+    """A process's proportional set size in bytes, less its shared pages of the files `elsewhere` counts (a mapping's
+    private copies of their pages are the process's own: each such mapping's Pss less its Anonymous), from one read
+    of its smaps (an exiting process's reads empty: 0); None where it has more than MAX_SMAPS_MAPPINGS mappings."""
+    total, pss, taken, mappings = 0, 0, False, 0
+    with open(f"/proc/{pid}/smaps", "rb") as f:
+        for line in f:
+            key, _, rest = line.partition(b" ")
+            if not key.endswith(b":"):  # a mapping: address perms offset major:minor inode [path]
+                mappings += 1
+                if mappings > MAX_SMAPS_MAPPINGS:
+                    return None
+                fields = rest.split()
+                major, _, minor = fields[2].partition(b":")
+                taken = ((int(major, 16), int(minor, 16)), int(fields[3])) in elsewhere
+            elif key == b"Pss:":
+                pss = int(rest.split()[0]) * 1024
+                total += pss
+            elif taken and key == b"Anonymous:":
+                total -= max(0, pss - int(rest.split()[0]) * 1024)
+    return total
+
+
 def _same_memory(a: int, b: int) -> bool:
     """Whether processes a and b share one address space (kcmp; where the kernel has none: not known, so no)."""
     return NR_KCMP is not None and seccomp.LIBC.syscall(NR_KCMP, a, b, KCMP_VM, 0, 0) == 0
 
 
-def _pss(pid: int, page: int) -> int:
-    """Proportional set size in bytes (smaps_rollup), else the resident size (statm)."""
+class _Counted:
+    """Files whose pages are counted apart from the processes that map them: our streams (_stream_memory) and every
+    file of the sandbox's tmpfs mounts (statvfs), as (major, minor) devices and (device, inode) pairs; and, per
+    process, how much of its set size they were at its last smaps reading (`mapped`)."""
+
+    def __init__(self, streams, mounts, readings: dict):
+        self.files = {(_dev(st.st_dev), st.st_ino) for st in map(os.fstat, streams)}
+        self.devices = {_dev(os.stat(top).st_dev) for top in mounts}
+        self.readings = readings  # pid -> (bytes, when to read again): the program's, emptied for the next one
+
+    def __contains__(self, mapping: tuple) -> bool:
+        return mapping[0] in self.devices or mapping in self.files
+
+    def mapped(self, pid: int, pss: int, shmem: int) -> int:
+        """Bytes of a process's set size (pss, of which shmem in shared memory pages) in pages of these files. Its
+        smaps is read again only once four times the last read's time has passed, or MAX_STALE_S (a program's
+        thousands of mappings would cost the runner a core); meanwhile the last reading, at most its shmem now."""
+        taken, next_at = self.readings.get(pid, (0, 0.0))
+        start = time.monotonic()
+        if start >= next_at:
+            less = _smaps_pss(pid, self)
+            taken = 0 if less is None else max(0, pss - less)  # (an exiting process, whose smaps reads empty: at
+            # most its shmem, below)
+            self.readings[pid] = taken, start + min(5 * (time.monotonic() - start), MAX_STALE_S)
+        return min(taken, shmem)
+
+
+def _dev(st_dev: int) -> tuple[int, int]:
+    return os.major(st_dev), os.minor(st_dev)
+
+
+def _pss(pid: int, page: int, elsewhere: _Counted | None = None) -> int:
+    """Proportional set size in bytes (smaps_rollup), less the shared pages of files counted elsewhere that it maps
+    (a review's find: a program that mapped its 100 MB input, a file of /tmp or /dev/shm, or its own binary's 60 MB of
+    static data was counted twice: `memory` under a limit it kept); else the resident size (statm)."""
     try:
         with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
-            for line in f:
-                if line.startswith(b"Pss:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
+            rollup = {key: value for key, _, value in (line.partition(b":") for line in f)}
+        pss, shmem = int(rollup[b"Pss"].split()[0]) * 1024, int(rollup.get(b"Pss_Shmem", b"0").split()[0]) * 1024
+        return pss - (elsewhere.mapped(pid, pss, shmem) if shmem and elsewhere is not None else 0)
+    except (OSError, KeyError):
         pass
     with open(f"/proc/{pid}/statm", "rb") as f:
         return int(f.read().split()[1]) * page
