@@ -443,7 +443,7 @@ def _uses_the_program(code: str) -> bool:
     find)."""
     from execrl.sandbox.inside.checker import MODULE_ALIASES, TEST_MODULES, _free_names
 
-    free, builtin = _free_names(code)
+    free, builtin = _free_names(parse_python(code))  # (parsed here, under the lock: grading threads parse at once)
     return bool(free - set(MODULE_ALIASES) - set(TEST_MODULES) - set(sys.stdlib_module_names) or builtin)
 
 

@@ -402,11 +402,11 @@ def compile_test(code: str, name: str):
     return compile(tree, name, "exec", dont_inherit=True)  # none of our own __future__ flags
 
 
-def _free_names(code: str) -> tuple[set[str], set[str]]:
-    """Names the test code uses but does not define: (not builtins, builtins)."""
+def _free_names(code: str | ast.Module) -> tuple[set[str], set[str]]:
+    """Names the test code (or its parsed tree) uses but does not define: (not builtins, builtins)."""
 
     loaded, bound = set(), set()
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(ast.parse(code) if isinstance(code, str) else code):
         if isinstance(node, ast.Name):
             (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
