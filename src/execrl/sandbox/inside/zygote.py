@@ -322,9 +322,10 @@ class Zygote:
         each name counted at the largest value a name can hold; OVER where they are more than can be listed. Four
         fstat and four listxattr calls, however many descriptors the program holds (reading the link of each of its
         processes' descriptors cost the runner most of a core, outside the program's limits)."""
-        total = -self.stdin_given  # (the input we gave it, which a cgroup charges to us, not to the program)
-        for fd in self.streams.values():
-            total += os.fstat(fd).st_blocks * 512
+        total = 0
+        for target, fd in self.streams.items():  # (of its stdin, only what is beyond the input we gave it, which a
+            size = os.fstat(fd).st_blocks * 512  # cgroup charges to us: a program that emptied it hides nothing)
+            total += max(0, size - self.stdin_given) if target == 0 else size
             try:
                 total += sum(XATTR_SIZE_MAX + len(name) for name in os.listxattr(fd) if _programs(name))
             except OSError as e:
