@@ -453,6 +453,17 @@ def test_stochastic_rounding_is_refused_where_it_cannot_apply(overrides, message
         validate(load_config(None, [*SR, *overrides]))
 
 
+def test_torchaos_optimizers_are_refused_with_several_processes():
+    """(A hunt's find) torchao.optim.AdamW8bit on 2 ranks trained and saved, but its states were saved as unwaited
+    collective tensors and no checkpoint of it resumed, on 2 ranks or on 1."""
+    pytest.importorskip("torchao")
+    for more in ([], ["policy.lora.enabled=true"]):
+        with pytest.raises(ConfigError, match="runs on one GPU: .*cluster.gpus_per_node=1"):
+            validate(load_config(None, ["policy.optimizer.name=torchao.optim.AdamW8bit", "cluster.gpus_per_node=2",
+                                        *more]))
+    validate(load_config(None, ["policy.optimizer.name=torchao.optim.AdamW8bit"]))
+
+
 def test_stochastic_rounding_on_float32_weights_is_refused_at_start(tmp_path):
     """policy.precision auto is float32 on a CPU: the run names the fix before any work."""
     pytest.importorskip("torchao")

@@ -401,14 +401,16 @@ def test_checkpoint_must_save_by_stops_with_a_checkpoint_that_resumes(tmp_path):
     it; the same command without it resumes there."""
     from execrl.trainer.loop import train
 
-    from .test_train import SMALL
+    from .test_train import SMALL, metrics
 
     base = [*SMALL, "grpo.max_num_steps=3", "grpo.val_period=0", "warmup.sft_steps=0", f"logger.log_dir={tmp_path}",
             f"checkpointing.checkpoint_dir={tmp_path}/ckpt"]
     stopped = train(load_config(None, [*base, "checkpointing.checkpoint_must_save_by=0:0:0:0"]))
     assert stopped.step == 1 and (tmp_path / "ckpt" / "step_000001").is_dir()
+    assert metrics(tmp_path)[-1] == {"step": 1, "run/interrupted": 1.0}  # (a hunt's find: it read as a whole run)
     resumed = train(load_config(None, base))
     assert resumed.resumed_from.endswith("step_000001") and resumed.step == 3
+    assert not any("run/interrupted" in row for row in metrics(tmp_path))
     with pytest.raises(ConfigError, match="checkpoint_must_save_by"):
         load_config(None, ["checkpointing.checkpoint_must_save_by=3 hours"])
 

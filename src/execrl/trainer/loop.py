@@ -119,8 +119,8 @@ def train(cfg: MasterConfig) -> Run:
         if cfg.checkpointing.enabled and run.last_saved != run.step:
             save(run)
         stopped = ctrl_c.stop()  # (a signal in the closing validation or save too)
-        if stopped:  # (the record says so: a run stopped at step 13 of 30 read as one that ran its course)
-            run.logger.log(run.step, {INTERRUPTED: 1.0})
+        if stopped or late:  # (the record says so: a run stopped at step 13 of 30 read as one that ran its course;
+            run.logger.log(run.step, {INTERRUPTED: 1.0})  # checkpoint_must_save_by's stop too, a hunt's find)
             ctrl_c.marked = True
         summarize(run, warn=run.step >= first_step)  # (a run already at its last step: warned when it ran)
         if stopped:
