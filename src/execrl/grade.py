@@ -27,6 +27,7 @@ from execrl.sandbox import (
     tests_refused,
 )
 from execrl.sandbox.grader import MIN_TIMEOUT_S, program_too_large
+from execrl.sandbox.isolation import SandboxSetting
 from execrl.sandbox.spec import expects_nothing
 from execrl.writable import unwritable
 
@@ -170,7 +171,7 @@ def run_grade(args) -> int:
     languages = tuple(sorted({get_language(job[2]).name for _, job in jobs})) or ("python",)
     try:
         grader = Grader(num_workers=args.workers, limits=base, languages=languages)
-    except SandboxUnusable as e:
+    except (SandboxUnusable, SandboxSetting) as e:
         say("error:", "red", str(e))
         return 2
     if not args.quiet:

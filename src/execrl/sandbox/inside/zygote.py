@@ -440,8 +440,9 @@ class Zygote:
         try:
             res = self._wait(pid, start, wall_s, until_stop, cpu_s, lim["memory_mb"] << 20, cpu_before)
             self.kill_all()
-            if self.cg is not None and not res["killed_for"] and self.cg.oom_kills() > ooms:
-                res["killed_for"] = "memory"  # the kernel's OOM killer, at the cgroup's limit
+            if self.cg is not None and self.cg.oom_kills() > ooms:  # the kernel's OOM killer, at the cgroup's limit:
+                res["killed_for"] = "memory"  # its verdict, though the program went on to a time limit (a Pool whose
+                # worker it killed waits for that worker's task: a hunt's find, where sampling said memory)
             res["cpu_s"] = round(self._cpu_spent(cpu_before), 4)  # every process of the program, ended by now
             report = _read(report_r, 4000)
             compile_failed = report == COMPILE_FAILED.encode()  # (said before any of the program ran)
