@@ -411,6 +411,10 @@ def test_checkpoint_must_save_by_stops_with_a_checkpoint_that_resumes(tmp_path):
     resumed = train(load_config(None, base))
     assert resumed.resumed_from.endswith("step_000001") and resumed.step == 3
     assert not any("run/interrupted" in row for row in metrics(tmp_path))
+    once = [*SMALL, "grpo.max_num_steps=1", "grpo.val_period=0", "warmup.sft_steps=0", f"logger.log_dir={tmp_path}/1",
+            "checkpointing.enabled=false", "checkpointing.checkpoint_must_save_by=0:0:0:0"]
+    assert train(load_config(None, once)).step == 1  # (its last step: not stopped by the deadline, a review's find)
+    assert not any("run/interrupted" in row for row in metrics(tmp_path / "1"))
     with pytest.raises(ConfigError, match="checkpoint_must_save_by"):
         load_config(None, ["checkpointing.checkpoint_must_save_by=3 hours"])
 

@@ -283,7 +283,8 @@ def check_memory_options(cfg: MasterConfig) -> None:
                           "(or leave the scope out)")
     if p.optimizer.kwargs.get("bf16_stochastic_round"):
         check_stochastic_round(cfg, cls)  # (before the kwargs' own check: it names the optimizers that round)
-    if p.optimizer.name.startswith("torchao.") and gpus(cfg) > 1:  # (a hunt's find: trained, saved, never resumed)
+    if cls.__module__.startswith("torchao") and gpus(cfg) > 1 and cfg.checkpointing.enabled:  # (a hunt's find:
+        # trained and saved, never resumed)
         raise ConfigError(f"policy.optimizer.name={p.optimizer.name} runs on one GPU: with several, FSDP2 would save "
                           "its 8-bit or bf16 states unfinished and could not broadcast them back, so no checkpoint of "
                           "the run could be resumed; name torch.optim.AdamW, or run on one GPU (cluster.gpus_per_node=1, "

@@ -425,6 +425,8 @@ def _id(err: dict) -> tuple:
 def _twin(err: dict) -> tuple | None:
     """For a validation setting's error, the same error of the sampling setting it copies (val_top_k, copied from
     top_k by NeMo RL's `${.top_k}` or by the mapping of an older config of its): the two are said in one line."""
+    if not err["loc"] or err["type"] == "extra_forbidden":  # (two unknown keys are two mistakes)
+        return None
     *section, last = err["loc"]
     return ((*section, last[4:]), err["msg"], repr(err.get("input"))) if str(last).startswith("val_") else None
 

@@ -38,7 +38,7 @@ from execrl.sandbox.inside.protocol import valid_text
 from execrl.sandbox.spec import entry_names, truncate_tests
 from execrl.tasks import Problem, dataset_key, load_problems
 from execrl.tasks.generic import answer_kind, answer_text, digits
-from execrl.tasks.problem import VERIFIER, DatasetError, given_id, read_rows
+from execrl.tasks.problem import VERIFIER, DatasetError, missing, read_rows
 from execrl.tasks.registry import DATASETS, find_path, local_source
 from execrl.tasks.shown import distinct
 from execrl.writable import write_whole
@@ -421,8 +421,9 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
     grouped: dict[object, tuple[Problem, list]] = {}  # (an id, or a row number for a row with no id)
     past_limit, own_keys = 0, set()  # (the rows' own problems, which --limit counts apart from the dataset's)
     for n, row in enumerate(read_rows(path), 1):
-        row = {k: v for k, v in row.items() if given_id(v) is not None}  # null or NaN: none (an answer of null was a math problem whose
-        pid = str(row.get("problem_id", row.get("id", "")))  # reference is "None", rows of problem_id null one problem)
+        row = {k: v for k, v in row.items() if not missing(v)}  # null or NaN: none (an answer of null was a math
+        pid = str(row.get("problem_id", row.get("id", "")))  # problem whose reference is "None", rows of problem_id
+        # null one problem)
         text, num_tokens = row.get("completion"), row.get("num_tokens") or 0
         if not isinstance(text, str):
             gym = " (a NeMo-Gym rollout: its text is extracted_model_output)" if "extracted_model_output" in row else ""

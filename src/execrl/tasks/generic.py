@@ -12,7 +12,7 @@ import math
 import re
 
 from execrl.sandbox import LANGUAGES, TestSpecError, language_named, parse_tests, tests_refused
-from execrl.tasks.problem import DatasetError, Problem, chat_messages, given_id, read_rows
+from execrl.tasks.problem import DatasetError, Problem, chat_messages, missing, read_rows
 from execrl.tasks.registry import register
 
 DEFAULT_FIELDS = {"prompt": "prompt", "tests": "tests", "answer": "answer", "id": "id", "language": "language",
@@ -33,8 +33,7 @@ def load(path, split, report, fields: dict | None = None, **_):
     if rows and all(isinstance(r, dict) and chat_messages(r.get(f["prompt"])) is None for r in rows):
         raise DatasetError(no_prompt_field(path, rows[0], f["prompt"]))
     for i, row in enumerate(rows):
-        rid = i if given_id(row.get(f["id"])) is None else row[f["id"]]  # (an id of null or NaN is none: every one
-        # was "None")
+        rid = i if missing(row.get(f["id"])) else row[f["id"]]  # (an id of null or NaN is none: every one was "None")
         messages = chat_messages(row.get(f["prompt"]))
         if messages is None:
             report.skip(rid, f"no prompt in field {f['prompt']!r} (a string, or messages with string role and content (or text parts), one of them the user's)")

@@ -74,10 +74,10 @@ def _text(content) -> str | None:
 VERIFIER = "math_verify_impl"  # a math problem's metadata key: how its answer is checked (env.math.math_verify_impl)
 
 
-def given_id(value):
-    """A row's id, or None where it gives none: null, or NaN (json.dumps writes a float NaN as NaN, and rows without
-    their id were each "nan", one problem of them all)."""
-    return None if value is None or isinstance(value, float) and value != value else value
+def missing(value) -> bool:
+    """Whether a row's value is none: null, or NaN (json.dumps writes a float NaN as NaN: rows whose id was NaN were
+    each "nan", one problem of them all)."""
+    return value is None or isinstance(value, float) and value != value
 
 
 class DatasetError(ValueError):

@@ -106,7 +106,8 @@ def train(cfg: MasterConfig) -> Run:
                 if cfg.checkpointing.enabled and run.step % cfg.checkpointing.save_period == 0:
                     with deadline.timed("save"):
                         save(run)
-                late = deadline.passed(run.step, times["step"])
+                late = run.step < run.max_steps and not epochs_done(run) and deadline.passed(run.step, times["step"])
+                # (after the last step nothing is late: a review's find, a whole run was marked interrupted)
             finish_left(run, bar)
         stopped = ctrl_c.stop()  # (every process: the closing steps match)
         if late:

@@ -97,7 +97,6 @@ class Zygote:
         # refuses memfds
         self.streams = {0: _memfd("stdin"), 1: _memfd("stdout"), 2: _memfd("stderr"), STATUS_FD: _memfd("status")}
         self.stdin_given = 0  # (bytes of the input we wrote to the stdin stream: _stream_memory leaves them out)
-        self.smaps: dict[int, tuple[int, float]] = {}  # (_Counted.mapped's readings of the running program)
         self.inputs = _memfd("inputs")  # the running program's tests' inputs (_stash), which no child is given
         self.own_proc = {name: _proc_self(name) for name in OWN_PROC}  # (what _restore_self puts back)
         self.reset()
@@ -285,23 +284,23 @@ class Zygote:
             # counts the host's, and a busy host's connections made every program `memory`, a review's find)
         own, cpu, mem = 0.0, 0.0, self._stream_memory()
         logged = self.exits.ended() if self.exits is not None else ()  # (read first: each process's own CPU once)
-        parent = {}
+        parent: dict[int, tuple[int, bytes]] = {}  # pid: (its parent's, its state)
         for pid in self._others():
             try:
                 with open(f"/proc/{pid}/stat", "rb") as f:
                     fields = f.read().rsplit(b")", 1)[1].split()
-                if pid not in logged:  # (an ended process its parent has not reaped: its time is in the log)
-                    own += sum(int(x) for x in fields[11:13]) / self.clock  # utime stime
+                if pid not in logged or fields[0] != b"Z":  # (an ended process its parent has not reaped: its
+                    own += sum(int(x) for x in fields[11:13]) / self.clock  # time is in the log; utime stime)
                 cpu += sum(int(x) for x in fields[11:15]) / self.clock  # utime stime cutime cstime
-                parent[pid] = int(fields[1])
+                parent[pid] = int(fields[1]), fields[0]
             except (OSError, ValueError, IndexError):  # gone meanwhile
                 continue
-        elsewhere = _Counted(self.streams.values(), (ROOT, "/dev/shm") if self.is_init else (), self.smaps)
-        for pid, ppid in parent.items():
-            if ppid in parent and _same_memory(ppid, pid):  # (a vfork child before its exec: subprocess's, system's;
-                continue  # its parent's pages, counted twice: a review's find)
+        for pid, (ppid, state) in parent.items():
+            if ppid in parent and state != b"Z" != parent[ppid][1] and _same_memory(ppid, pid):  # (a vfork child
+                continue  # before its exec, subprocess's or system's: its parent's pages, counted twice, a review's
+                # find; not where a main thread has exited, whose process kcmp compares as no memory)
             try:
-                mem += _pss(pid, self.page, elsewhere)
+                mem += _pss(pid, self.page)
             except (OSError, ValueError, IndexError):  # gone meanwhile
                 continue
         if self.is_init:
@@ -323,9 +322,12 @@ class Zygote:
         fstat and four listxattr calls, however many descriptors the program holds (reading the link of each of its
         processes' descriptors cost the runner most of a core, outside the program's limits)."""
         total = 0
-        for target, fd in self.streams.items():  # (of its stdin, only what is beyond the input we gave it, which a
-            size = os.fstat(fd).st_blocks * 512  # cgroup charges to us: a program that emptied it hides nothing)
-            total += max(0, size - self.stdin_given) if target == 0 else size
+        for target, fd in self.streams.items():
+            size = os.fstat(fd).st_blocks * 512
+            if target == 0:  # (its stdin: only what is beyond the input we gave it, which a cgroup charges to us;
+                self.stdin_given = min(self.stdin_given, size)  # what it emptied of it and wrote back is its own)
+                size -= self.stdin_given
+            total += size
             try:
                 total += sum(XATTR_SIZE_MAX + len(name) for name in os.listxattr(fd) if _programs(name))
             except OSError as e:
@@ -418,7 +420,6 @@ class Zygote:
         cpu_before = self._cpu_now()
         self.inet.reset()
         self.netlink.reset()
-        self.smaps.clear()
         if self.exits is not None:
             self.exits.restart()  # what ended before this child (our own helpers) is not its
         start = time.monotonic()
@@ -1189,82 +1190,32 @@ NR_KCMP = {"x86_64": 312, "aarch64": 272}.get(platform.machine())
 KCMP_VM = 1
 
 
-MAX_SMAPS_MAPPINGS = 4096  # mappings of a process read in its smaps at most; past them its pages of files counted
-# elsewhere are counted again (a runner's reading stays short however many mappings a program makes)
-
-
-def _smaps_pss(pid: int, elsewhere: _Counted) -> int | None:
-    """A process's proportional set size in bytes, less its shared pages of the files `elsewhere` counts (a mapping's
-    private copies of their pages are the process's own: each such mapping's Pss less its Anonymous), from one read
-    of its smaps (an exiting process's reads empty: 0); None where it has more than MAX_SMAPS_MAPPINGS mappings."""
-    total, pss, taken, mappings = 0, 0, False, 0
-    with open(f"/proc/{pid}/smaps", "rb") as f:
-        for line in f:
-            key, _, rest = line.partition(b" ")
-            if not key.endswith(b":"):  # a mapping: address perms offset major:minor inode [path]
-                mappings += 1
-                if mappings > MAX_SMAPS_MAPPINGS:
-                    return None
-                fields = rest.split()
-                major, _, minor = fields[2].partition(b":")
-                taken = ((int(major, 16), int(minor, 16)), int(fields[3])) in elsewhere
-            elif key == b"Pss:":
-                pss = int(rest.split()[0]) * 1024
-                total += pss
-            elif taken and key == b"Anonymous:":
-                total -= max(0, pss - int(rest.split()[0]) * 1024)
-    return total
-
-
 def _same_memory(a: int, b: int) -> bool:
     """Whether processes a and b share one address space (kcmp; where the kernel has none: not known, so no)."""
     return NR_KCMP is not None and seccomp.LIBC.syscall(NR_KCMP, a, b, KCMP_VM, 0, 0) == 0
 
 
-class _Counted:
-    """Files whose pages are counted apart from the processes that map them: our streams (_stream_memory) and every
-    file of the sandbox's tmpfs mounts (statvfs), as (major, minor) devices and (device, inode) pairs; and, per
-    process, how much of its set size they were at its last smaps reading (`mapped`)."""
-
-    def __init__(self, streams, mounts, readings: dict):
-        self.files = {(_dev(st.st_dev), st.st_ino) for st in map(os.fstat, streams)}
-        self.devices = {_dev(os.stat(top).st_dev) for top in mounts}
-        self.readings = readings  # pid -> (bytes, when to read again): the program's, emptied for the next one
-
-    def __contains__(self, mapping: tuple) -> bool:
-        return mapping[0] in self.devices or mapping in self.files
-
-    def mapped(self, pid: int, pss: int, shmem: int) -> int:
-        """Bytes of a process's set size (pss, of which shmem in shared memory pages) in pages of these files. Its
-        smaps is read again only once four times the last read's time has passed, or MAX_STALE_S (a program's
-        thousands of mappings would cost the runner a core); meanwhile the last reading, at most its shmem now."""
-        taken, next_at = self.readings.get(pid, (0, 0.0))
-        start = time.monotonic()
-        if start >= next_at:
-            less = _smaps_pss(pid, self)
-            taken = 0 if less is None else max(0, pss - less)  # (an exiting process, whose smaps reads empty: at
-            # most its shmem, below)
-            self.readings[pid] = taken, start + min(5 * (time.monotonic() - start), MAX_STALE_S)
-        return min(taken, shmem)
-
-
-def _dev(st_dev: int) -> tuple[int, int]:
-    return os.major(st_dev), os.minor(st_dev)
-
-
-def _pss(pid: int, page: int, elsewhere: _Counted | None = None) -> int:
-    """Proportional set size in bytes (smaps_rollup), less the shared pages of files counted elsewhere that it maps
-    (a review's find: a program that mapped its 100 MB input, a file of /tmp or /dev/shm, or its own binary's 60 MB of
-    static data was counted twice: `memory` under a limit it kept); else the resident size (statm)."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
-            rollup = {key: value for key, _, value in (line.partition(b":") for line in f)}
-        pss, shmem = int(rollup[b"Pss"].split()[0]) * 1024, int(rollup.get(b"Pss_Shmem", b"0").split()[0]) * 1024
-        return pss - (elsewhere.mapped(pid, pss, shmem) if shmem and elsewhere is not None else 0)
-    except (OSError, KeyError):
-        pass
+def _pss(pid: int, page: int) -> int:
+    """Proportional set size in bytes (smaps_rollup, read through a live thread where the process's main thread has
+    exited: its own read fails, and statm reads zeros, a review's find: 3 processes held 300 MB under a 200 MB
+    limit), else the resident size (statm)."""
+    for path in (f"/proc/{pid}", *(f"/proc/{pid}/task/{tid}" for tid in _threads(pid)[:8])):
+        try:
+            with open(f"{path}/smaps_rollup", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Pss:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            continue
     with open(f"/proc/{pid}/statm", "rb") as f:
         return int(f.read().split()[1]) * page
+
+
+def _threads(pid: int) -> list[str]:
+    try:
+        return sorted(os.listdir(f"/proc/{pid}/task"), key=int)[1:]  # (the first is the main thread)
+    except OSError:
+        return []
 
 
 def _locked_elsewhere(fd: int) -> bool:
