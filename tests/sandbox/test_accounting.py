@@ -174,6 +174,18 @@ def test_a_program_over_its_memory_is_memory_though_it_then_runs_out_of_time(acc
         assert r.verdict == V.MEMORY, r.to_dict()
 
 
+@namespaces
+def test_cpu_of_children_the_kernel_reaps_counts_where_sampled_without_the_exit_log():
+    """(A hunt's find, as a user that is not root) With no cgroup and no exit log (bwrap-user), a child the kernel
+    reaped for a parent that ignores SIGCHLD reached no one's rusage: its time as last sampled counts now."""
+    iso = Isolation("bwrap-user", detect().bwrap)
+    with grader(SAMPLING, Limits(timeout_s=0.6), iso) as g:
+        assert graded_quickly(g, AUTO_REAPED).verdict == V.TIMEOUT  # (3 children of 0.3 s, one at a time)
+    with grader(SAMPLING, Limits(timeout_s=5.0), iso) as g:
+        r = graded_quickly(g, AUTO_REAPED)
+        assert r.verdict == V.PASS and r.tests[0].cpu_s >= 0.6, r.to_dict()
+
+
 # forks up to 3000 sleeping children (bounded, so that a failure of this test cannot exhaust the host's PIDs)
 BOMB = ("import os, time\nn = 0\nfor _ in range(3000):\n    try:\n        if os.fork() == 0:\n            time.sleep(3)\n"
         "            os._exit(0)\n        n += 1\n    except OSError:\n        break\nprint(n)")
