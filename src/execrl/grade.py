@@ -174,8 +174,7 @@ def run_grade(args) -> int:
     except (SandboxUnusable, SandboxSetting) as e:
         say("error:", "red", str(e))
         return 2
-    if not args.quiet:
-        err.print(grader.describe(), markup=False, highlight=False)
+    err.print(grader.describe(), markup=False, highlight=False)  # (with --quiet too: how programs are confined)
     done: dict[int, object] = {}
     try:
         with grader, Progress(*columns, console=err, disable=args.quiet, transient=False) as bar:

@@ -37,8 +37,10 @@ class Accounting:
 
     def describe(self) -> str:
         if self.mode == "sampling":
-            return (f"memory and CPU sampled every 10 ms ({self.reason}; a grader that is root, or in a delegated "
-                    "cgroup v2 subtree, has them charged by the kernel)")
+            return (f"memory and CPU sampled every 10 ms, processes by RLIMIT_NPROC ({self.reason}; a grader that is "
+                    "root, or one given a writable cgroup (a delegated cgroup v2 subtree, e.g. `systemd-run --user "
+                    "--scope -p Delegate=yes execrl ...`, or cgroup v1 memory and cpuacct directories it owns), has "
+                    "them charged by the kernel: docs/sandbox.md)")
         what = "memory, CPU and processes" if "pids" in dict(self.dirs) else "memory and CPU (processes: RLIMIT_NPROC)"
         return f"{what} charged by the kernel (a {self.mode.replace('cgroup', 'cgroup v')} per sandbox)"
 
