@@ -284,7 +284,7 @@ class Zygote:
             # charges them; sockets only where the network namespace is the program's: without namespaces sockstat
             # counts the host's, and a busy host's connections made every program `memory`, a review's find)
         own, cpu, mem = 0.0, 0.0, self._stream_memory()
-        logged = self.exits.ended() if self.exits is not None else ()  # (read first: each process's own CPU once)
+        logged = self.exits.ended() if self.exits is not None else {}  # (read first: each process's own CPU once)
         parent: dict[int, tuple[int, bytes]] = {}  # pid: (its parent's, its state)
         seen: dict[tuple[int, bytes], float] = {}
         for pid in self._others():
@@ -293,8 +293,8 @@ class Zygote:
                     fields = f.read().rsplit(b")", 1)[1].split()
                 mine = sum(int(x) for x in fields[11:13]) / self.clock  # utime stime
                 seen[pid, fields[19]] = mine  # (by its start time too: a pid used again is another process)
-                if pid not in logged or fields[0] != b"Z":  # (an ended process its parent has not reaped: its
-                    own += mine  # time is in the log)
+                own += max(0.0, mine - logged.get(pid, 0.0))  # (an ended process its parent has not reaped: its
+                # time is in the log; a pid used again, as little as its time beyond the first's)
                 cpu += sum(int(x) for x in fields[11:15]) / self.clock  # utime stime cutime cstime
                 parent[pid] = int(fields[1]), fields[0]
             except (OSError, ValueError, IndexError):  # gone meanwhile
@@ -987,7 +987,7 @@ class ExitLog:
     AHZ = 100  # its times' unit: 1/100 s, each process's rounded down
 
     def __init__(self, fd: int):
-        self.fd, self.seen, self.spent, self.pids = fd, 0, 0.0, set()
+        self.fd, self.seen, self.spent, self.pids = fd, 0, 0.0, {}
 
     @classmethod
     def open(cls) -> ExitLog | None:
@@ -1003,7 +1003,7 @@ class ExitLog:
         return cls(fd)
 
     def restart(self) -> None:
-        self.seen, self.spent, self.pids = os.fstat(self.fd).st_size, 0.0, set()
+        self.seen, self.spent, self.pids = os.fstat(self.fd).st_size, 0.0, {}
         if self.seen > 1 << 20:  # (a whole record at a time: the kernel appends each in one write)
             os.truncate(f"/proc/self/fd/{self.fd}", 0)
             self.seen = 0
@@ -1013,14 +1013,16 @@ class ExitLog:
         data = os.pread(self.fd, 1 << 24, self.seen)
         data = data[: len(data) - len(data) % self.RECORD]
         for off in range(0, len(data), self.RECORD):
-            self.pids.add(struct.unpack_from("=I", data, off + 16)[0])  # ac_pid, in our PID namespace
+            pid = struct.unpack_from("=I", data, off + 16)[0]  # ac_pid, in our PID namespace
             utime, stime = struct.unpack_from("=HH", data, off + 32)  # comp_t ac_utime, ac_stime
-            self.spent += (_comp_t(utime) + _comp_t(stime)) / self.AHZ
+            cpu_s = (_comp_t(utime) + _comp_t(stime)) / self.AHZ
+            self.spent += cpu_s
+            self.pids[pid] = self.pids.get(pid, 0.0) + cpu_s
         self.seen += len(data)
         return self.spent
 
-    def ended(self) -> set[int]:
-        """The PIDs of the processes that ended since restart() (their CPU seconds: `spent`, as read now)."""
+    def ended(self) -> dict[int, float]:
+        """The processes that ended since restart(): their CPU seconds by PID (all of them: `spent`, as read now)."""
         self.total()
         return self.pids
 
@@ -1177,7 +1179,8 @@ def _run_delay(pids: list[int]) -> float:
     tasks = []
     for pid in sorted(pids):
         try:
-            tasks += [f"/proc/{pid}/task/{task}/schedstat" for task in sorted(os.listdir(f"/proc/{pid}/task"))]
+            tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+            tasks += [f"/proc/{pid}/task/{tid}/schedstat" for tid in tids]
         except OSError:
             continue
         if len(tasks) >= 64:
