@@ -167,8 +167,9 @@ def test_training_with_dynamic_sampling_logs_its_rounds_and_changes_the_update(t
     assert not all(torch.equal(a[k], b[k]) for k in a)  # the key does something
 
 
-def test_max_num_epochs_counts_every_prompt_drawn(tmp_path):
-    """8 problems, rounds of 2 x 4 prompts: the first step draws a whole epoch, which ends a 1-epoch run there."""
+def test_max_num_epochs_counts_every_prompt_drawn(tmp_path, capsys):
+    """8 problems, rounds of 2 x 4 prompts: the first step draws a whole epoch, which ends a 1-epoch run there (and
+    says so once)."""
     rows = [{"id": str(i), "prompt": f"Print {i}.", "tests": {"inputs": [""], "outputs": [f"{i}\n"]}} for i in range(8)]
     data = tmp_path / "tiny.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -178,6 +179,8 @@ def test_max_num_epochs_counts_every_prompt_drawn(tmp_path):
                      f"data.train.path={data}", "warmup.sft_steps=0", "grpo.val_period=0", "checkpointing.enabled=false",
                      *DS, "grpo.batch_multiplier=2", f"reward.components=[{{name: '{own}:distinct', weight: 1.0}}]")
     assert r.step == 1 and r.sampler.passes == 1.0
+    said = capsys.readouterr()
+    assert (said.out + said.err).count("passes over the training problems end the run") == 1
 
 
 def test_rounds_of_fewer_prompts_than_gpus_are_refused():

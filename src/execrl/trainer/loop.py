@@ -74,7 +74,8 @@ def train(cfg: MasterConfig) -> Run:
         late, first_step = False, run.step + 1
         ctrl_c.at_once = False  # (from here a first signal stops after the step under way)
         with progress(run) as bar:
-            while run.step < run.max_steps and not epochs_done(run) and not ctrl_c.stop() and not late:
+            left = run.step < run.max_steps and not epochs_done(run)  # (once a step: epochs_done says why it ends)
+            while left and not ctrl_c.stop() and not late:
                 times: dict[str, float] = {}
                 with timed(times, "step"):
                     started = time.perf_counter()
@@ -106,8 +107,9 @@ def train(cfg: MasterConfig) -> Run:
                 if cfg.checkpointing.enabled and run.step % cfg.checkpointing.save_period == 0:
                     with deadline.timed("save"):
                         save(run)
-                late = run.step < run.max_steps and not epochs_done(run) and deadline.passed(run.step, times["step"])
-                # (after the last step nothing is late: a review's find, a whole run was marked interrupted)
+                left = run.step < run.max_steps and not epochs_done(run)
+                late = left and deadline.passed(run.step, times["step"])  # (after the last step nothing is late: a
+                # review's find, a whole run was marked interrupted)
             finish_left(run, bar)
         stopped = ctrl_c.stop()  # (every process: the closing steps match)
         if late:
