@@ -189,16 +189,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_report(args) -> int:
+    from collections import Counter
+
     from rich.console import Console
 
     from execrl.console import escape
     from execrl.report import write_report
 
+    named = Counter(Path(r).resolve() for r in args.runs)
     runs = list({Path(r).resolve(): r for r in args.runs}.values())  # (a run named twice: drawn once)
-    if len(runs) < len(args.runs):
-        twice = [r for r in runs if sum(Path(a).resolve() == Path(r).resolve() for a in args.runs) > 1]
-        Console(stderr=True, soft_wrap=True).print(f"note: {escape(', '.join(map(str, twice)))} named more than once, "
-                                                   "drawn once")
+    if twice := [str(r) for r in runs if named[Path(r).resolve()] > 1]:
+        Console(stderr=True, soft_wrap=True).print(f"note: {escape(', '.join(twice))} named more than once, drawn once")
     out = args.out or (Path(runs[0]) / "report.html" if len(runs) == 1 else Path("report.html"))
     try:
         written = write_report(runs, out)

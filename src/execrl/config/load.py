@@ -412,10 +412,15 @@ def validate(tree: dict) -> MasterConfig:
         return MasterConfig.model_validate(tree)
     except ValidationError as e:
         errors = e.errors()
-        twins = {_twin(err): err for err in errors if _twin(err) in map(_id, errors)}  # (sampling key's: copy's)
-        raise ConfigError("\n".join(_explain(err) + (f" (and {_explain(twins[_id(err)]).split(':')[0]}: the same)"
-                                                       if _id(err) in twins else "")
-                                     for err in errors if _twin(err) not in twins)) from None
+        ids = {_id(err) for err in errors}
+        copies = {_twin(err): err for err in errors if _twin(err) in ids}  # a sampling key's error: its val_ copy's
+        lines = []
+        for err in errors:
+            if _twin(err) in ids:  # (said with its sampling key's)
+                continue
+            copy = copies.get(_id(err))
+            lines.append(_explain(err) + (f" (and {_explain(copy).split(':')[0]}: the same)" if copy else ""))
+        raise ConfigError("\n".join(lines)) from None
 
 
 def _id(err: dict) -> tuple:

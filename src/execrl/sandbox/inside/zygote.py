@@ -1178,11 +1178,7 @@ def _run_delay(pids: list[int]) -> float:
     it started while its first one waits: a review's find); 0 where the kernel keeps none or they are gone."""
     tasks = []
     for pid in sorted(pids):
-        try:
-            tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
-            tasks += [f"/proc/{pid}/task/{tid}/schedstat" for tid in tids]
-        except OSError:
-            continue
+        tasks += [f"/proc/{pid}/task/{tid}/schedstat" for tid in _threads(pid)]
         if len(tasks) >= 64:
             break
     most = 0.0
@@ -1213,7 +1209,7 @@ def _pss(pid: int, page: int) -> int:
     """Proportional set size in bytes (smaps_rollup, read through a live thread where the process's main thread has
     exited: its own read fails, and statm reads zeros, a review's find: 3 processes held 300 MB under a 200 MB
     limit), else the resident size (statm)."""
-    for path in (f"/proc/{pid}", *(f"/proc/{pid}/task/{tid}" for tid in _threads(pid)[:8])):
+    for path in (f"/proc/{pid}", *(f"/proc/{pid}/task/{tid}" for tid in _threads(pid)[1:9])):  # (its first 8 others)
         try:
             with open(f"{path}/smaps_rollup", "rb") as f:
                 for line in f:
@@ -1226,8 +1222,9 @@ def _pss(pid: int, page: int) -> int:
 
 
 def _threads(pid: int) -> list[str]:
+    """A process's thread ids, the main thread's first; none where it is gone."""
     try:
-        return sorted(os.listdir(f"/proc/{pid}/task"), key=int)[1:]  # (the first is the main thread)
+        return sorted(os.listdir(f"/proc/{pid}/task"), key=int)
     except OSError:
         return []
 
