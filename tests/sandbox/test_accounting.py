@@ -159,6 +159,46 @@ def test_a_process_whose_main_thread_ended_is_still_measured(acct):
         assert g.grade(LEADER_GONE, {"inputs": [""], "outputs": [""]}).verdict == V.MEMORY
 
 
+MAPPINGS = ("import ctypes, os, time\nlibc = ctypes.CDLL(None)\nlibc.mmap.restype = ctypes.c_void_p\n"
+            "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, "
+            "ctypes.c_long]\nlibc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]\n"
+            "base = libc.mmap(None, 60000 * 4096, 3, 0x22, -1, 0)\nfor i in range(0, 60000, 2):\n"
+            "    libc.mprotect(base + i * 4096, 4096, 1)\nb = bytearray(100 << 20)\nfor i in range(0, len(b), 4096):\n"
+            "    b[i] = 1\nfor _ in range(16):\n    if os.fork() == 0:\n        time.sleep(3)\n        os._exit(0)\n"
+            "for _ in range(16):\n    os.wait()\nprint('ok')")  # (30,000 mappings each, and 100 MB shared: resident
+# sizes that add up to 1.7 GB, proportional ones to 100 MB)
+
+
+def _runners_cpu() -> float:
+    """CPU seconds of this process's sandbox runners (their zygotes, which measure the programs)."""
+    total = 0.0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+            fields = open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if b"zygote" in cmd and b"runner" in cmd:
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def test_measuring_a_program_of_many_mappings_costs_the_runner_a_share_of_a_cpu():
+    """(A hunt's find) Sampled every 10 ms, a program's proportional set sizes walk each of its processes' mappings:
+    16 idle processes of 30,000 mappings each kept the runner at 0.8 of a core for their whole wall time, outside
+    the program's limits. Resident sizes (cheap) stand in where they are well under the limit, and a costly
+    measure waits longer for the next: at most a fifth of a core."""
+    import time
+
+    with grader(SAMPLING, Limits(timeout_s=10.0, memory_mb=1024)) as g:
+        g.grade("print('ok')", {"inputs": [""], "outputs": ["ok\n"]})  # (the runner started)
+        before, start = _runners_cpu(), time.monotonic()
+        r = g.grade(MAPPINGS, {"inputs": [""], "outputs": ["ok\n"]})
+        spent, wall = _runners_cpu() - before, time.monotonic() - start
+        assert r.verdict == V.PASS, r.to_dict()
+        assert spent < 0.4 * wall, (spent, wall)
+
+
 OOM_THEN_WAIT = ("import os, time\nfor _ in range(4):\n    if os.fork() == 0:\n        b = bytearray(60 << 20)\n"
                  "        for i in range(0, len(b), 4096):\n            b[i] = 1\n        time.sleep(0.4)\n"
                  "        os._exit(0)\nfor _ in range(4):\n    os.wait()\ntime.sleep(30)")  # (a Pool waiting for a

@@ -385,6 +385,55 @@ def test_the_programs_time_is_not_the_tests_own(grader):
     assert r.verdict == V.PASS, r.to_dict()
 
 
+def test_a_calls_own_cost_in_the_checker_is_not_the_tests_own_cpu():
+    """(A hunt's find) the checker's own CPU for a call (its arguments encoded, the answer read) counted as the tests'
+    own: 100,000 calls of a list spent the 10 s and a correct program timed out whatever its timeout_s. Both of the
+    tests' budgets stop during a call: here a call whose answer costs 0.6 s of this process's CPU (ITIMER_PROF's
+    process: the answering thread's) within a budget of 0.3 s."""
+    import signal
+    import socket
+    import threading
+
+    from execrl.sandbox.inside import checker
+    from execrl.sandbox.inside.protocol import encode, recv_msg, send_msg
+
+    ours, theirs = socket.socketpair()
+
+    def answer():
+        recv_msg(theirs)
+        end = time.process_time() + 0.6
+        while time.process_time() < end:
+            pass
+        send_msg(theirs, {"value": encode(7)})
+
+    before = [signal.signal(s, checker._over_budget) for s in checker.OWN_SIGNALS]
+    try:
+        rpc = checker._Rpc(ours, 30.0)
+        t = threading.Thread(target=answer)
+        t.start()
+        checker._own_cpu(0.3)
+        try:
+            assert rpc.request({"op": "call"}) == 7
+            left = [signal.getitimer(timer)[0] for timer in checker.OWN_TIMERS]
+        finally:
+            checker._own_cpu(0)
+        t.join()
+        assert all(0.2 < s < 0.35 for s in left), left  # (both resumed with what they had; PROF in ticks)
+        with pytest.raises(checker.OwnTimeout):  # the tests' own CPU still counts outside calls
+            checker._own_cpu(0.1)
+            try:
+                end = time.process_time() + 5
+                while time.process_time() < end:
+                    pass
+            finally:
+                checker._own_cpu(0)
+    finally:
+        for s, h in zip(checker.OWN_SIGNALS, before):
+            signal.signal(s, h)
+        ours.close()
+        theirs.close()
+
+
 def test_a_missing_function_is_a_name_error_in_every_form(grader):
     """The error class, which `error_penalty` matches: NameError in the assert and check forms too."""
     for tests in ({"asserts": ["assert add(1, 2) == 3"]}, {"inputs": ["1 2\n"], "outputs": ["3\n"]}):

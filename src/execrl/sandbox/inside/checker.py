@@ -75,12 +75,12 @@ class _Rpc:
     def __init__(self, sock: socket.socket, timeout: float):
         self.sock, self.timeout = sock, timeout
         self.failed: tuple[str, str] | None = None  # the test's verdict once the program timed out, ended or exited
-        self.held = (0.0, 0.0)  # the tests' own clock while the program answers (_own_clock_paused)
+        self.held = ((0.0, 0.0),) * 2  # the tests' own CPU and clock while the program answers (_own_clock_paused)
         sock.settimeout(timeout)
 
     def request(self, req: dict, sent: tuple | None = None):
         """The program's answer to `req`; `sent`: a call's arguments, the test's objects, which change as the
-        program changed its copies (a list it sorted in place). The tests' own clock (_own_cpu's) stops while the
+        program changed its copies (a list it sorted in place). The tests' own clock and CPU (_own_cpu's) stop while the
         program answers."""
         self.held = _own_clock_paused()
         try:
@@ -515,35 +515,43 @@ OWN_CPU_S = 10.0  # seconds the tests' set-up, and each test, may spend in their
 # asserts, and so did its `time.sleep(10**6)` (hunts' finds)
 
 
+OWN_TIMERS = (signal.ITIMER_PROF, signal.ITIMER_REAL)  # the tests' own CPU and clock
+OWN_SIGNALS = (signal.SIGPROF, signal.SIGALRM)  # theirs
+
+
 class OwnTimeout(BaseException):
     """The tests' own code ran past OWN_CPU_S of CPU or of the clock."""
 
 
 def _own_cpu(seconds: float) -> None:
     """Arm (seconds > 0) or disarm (0) the budget of the tests' own time, CPU (ITIMER_PROF) and the clock
-    (ITIMER_REAL, stopped while the program answers a call: _own_clock_paused); once spent it fires again every 50 ms,
+    (ITIMER_REAL), both stopped while the program answers a call (_own_clock_paused); once spent it fires every 50 ms,
     so a bare `except:` in the row's code cannot swallow it for long."""
-    for timer in (signal.ITIMER_PROF, signal.ITIMER_REAL):
+    for timer in OWN_TIMERS:
         signal.setitimer(timer, seconds, 0.05 if seconds else 0.0)
 
 
-def _own_clock_paused() -> tuple[float, float]:
-    """The tests' own clock stopped (while the program answers); what it had left, for _own_clock_resumed. Its
-    signal is blocked meanwhile: one that came as it stopped is taken here, the budget then spent (it fires again as
-    the clock resumes), where it would have raised with the clock stopped for good (a review's find)."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
+def _own_clock_paused() -> tuple[tuple[float, float], ...]:
+    """The tests' own clock and CPU budget stopped (while the program answers: the call's own cost in the checker,
+    its arguments encoded and its answer read, is the call's, which the checker's limits and the program's bound, not
+    the tests' own: 100,000 calls of a list took the 10 s, a correct program timed out whatever its timeout_s, a
+    hunt's find); what each had left, for _own_clock_resumed. Their signals are blocked meanwhile: one that came as
+    they stopped is taken here, the budget then spent (it fires again as they resume), where it would have raised
+    with the clock stopped for good (a review's find)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, OWN_SIGNALS)
     try:
-        held = signal.setitimer(signal.ITIMER_REAL, 0)
-        if signal.sigtimedwait([signal.SIGALRM], 0) is not None:
-            held = (0.001, 0.05)
+        held = tuple(signal.setitimer(timer, 0) for timer in OWN_TIMERS)
+        if signal.sigtimedwait(OWN_SIGNALS, 0) is not None:
+            held = tuple((0.001, 0.05) if h[0] > 0 else h for h in held)
         return held
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGALRM])
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, OWN_SIGNALS)
 
 
-def _own_clock_resumed(held: tuple[float, float]) -> None:
-    if held[0] > 0:  # (unarmed, or disarmed meanwhile: left so)
-        signal.setitimer(signal.ITIMER_REAL, *held)
+def _own_clock_resumed(held: tuple[tuple[float, float], ...]) -> None:
+    for timer, h in zip(OWN_TIMERS, held):
+        if h[0] > 0:  # (unarmed, or disarmed meanwhile: left so)
+            signal.setitimer(timer, *h)
 
 
 def _over_budget(signum, frame):

@@ -59,7 +59,9 @@ KEEP: list[str] = []  # read-only binds under ROOT (an interpreter or venv kept 
 KEEP_HOLD = "/.execrl-keep"  # (isolation.KEEP_HOLD) KEEP's i-th path is bound at KEEP_HOLD/i too
 RECLAIM_WAIT_S = 1.0  # how long reset reclaims what an ended program left charged before the sandbox is replaced
 LEFT_CHARGE = 8 << 20  # bytes the cgroup may be charged between programs (without: ~0.4 MB); more is reclaimed
-POLL_S = 0.01  # how often a running program's processes are measured against the CPU and memory limits
+POLL_S = 0.01  # how often a running program's processes are measured against the CPU and memory limits, at most
+POLL_SHARE = 0.2  # ... and at most this share of a CPU spent measuring them: a program of many processes, each of many
+# mappings (whose proportional set sizes take a walk of each), makes a measure cost more, and waits longer for the next
 
 
 class Zygote:
@@ -272,12 +274,13 @@ class Zygote:
         os.pwrite(self.last_pid, b"1", 0)
 
     # -- measuring a running program: all of its processes, not only the one we forked
-    def _usage(self) -> tuple[float, float, int]:
+    def _usage(self, memory: int) -> tuple[float, float, int]:
         """CPU seconds of the program's live processes, their own and with the children they reaped,
-        and their memory in bytes: proportional set sizes (shared pages counted once), plus what it
-        keeps in the sandbox's tmpfs (files, inodes and extended attributes) and in the queues of
-        its sockets. With a cgroup: the memory it charges (and the TCP and UDP queues, which cgroup
-        v1 does not charge, and the netlink ones, which no cgroup does); its CPU is read in _cpu_spent."""
+        and their memory in bytes: proportional set sizes (shared pages counted once; resident sizes where those are
+        well under `memory`, the limit: _set_sizes), plus what it keeps in the sandbox's tmpfs (files, inodes and
+        extended attributes) and in the queues of its sockets. With a cgroup: the memory it charges (and the TCP and
+        UDP queues, which cgroup v1 does not charge, and the netlink ones, which no cgroup does); its CPU is read in
+        _cpu_spent."""
         if self.cg is not None:
             return 0.0, 0.0, self.cg.memory() + ((self.inet.read() if self.cg.version == 1 else over_sockets()) +
                                                  self.netlink.read() if self.is_init else 0)  # (netlink's: no cgroup
@@ -304,14 +307,10 @@ class Zygote:
         # limit, a hunt's find)
         self.gone_cpu += sum(cpu_s for key, cpu_s in self.seen_cpu.items() if key not in seen)
         self.seen_cpu = seen
-        for pid, (ppid, state) in parent.items():
-            if ppid in parent and state != b"Z" != parent[ppid][1] and _same_memory(ppid, pid):  # (a vfork child
-                continue  # before its exec, subprocess's or system's: its parent's pages, counted twice, a review's
-                # find; not where a main thread has exited, whose process kcmp compares as no memory)
-            try:
-                mem += _pss(pid, self.page)
-            except (OSError, ValueError, IndexError):  # gone meanwhile
-                continue
+        pids = [pid for pid, (ppid, state) in parent.items()  # (a vfork child before its exec, subprocess's or
+                if not (ppid in parent and state != b"Z" != parent[ppid][1] and _same_memory(ppid, pid))]  # system's:
+        # its parent's pages, counted twice, a review's find; not where a main thread has exited, whose process kcmp
+        # compares as no memory)
         if self.is_init:
             for top in (ROOT, "/dev/shm"):
                 st = os.statvfs(top)
@@ -321,7 +320,7 @@ class Zygote:
                 mem += (st.f_blocks - st.f_bfree) * st.f_frsize + (st.f_files - st.f_ffree) * 1024
             mem += _unix_socket_memory(self.diag) + self.inet.read() + self.netlink.read()  # (the
             # namespace is the program's alone)
-        return own, cpu, mem
+        return own, cpu, mem + _set_sizes(pids, self.page, memory - mem)
 
     def _stream_memory(self) -> int:
         """Bytes in our stream memfds, the only memfds a program can hold (it can make none): what it wrote, in no
@@ -348,7 +347,7 @@ class Zygote:
         """Which limit the program has passed, all its processes together (None: none)."""
         if time.monotonic() >= deadline:
             return "deadline"
-        own, cpu, mem = self._usage()
+        own, cpu, mem = self._usage(memory)
         if mem > memory:
             return "memory"
         if self._cpu_spent(cpu_before, own, cpu) > cpu_s + 0.05:
@@ -516,11 +515,11 @@ class Zygote:
         still watched: a program's first process may end while a process it forked serves the tests
         (then all of them are killed)."""
         pidfd = os.pidfd_open(pid)
-        deadline, killed, waited, stopped = start + wall_s, None, None, not until_stop
+        deadline, killed, waited, stopped, poll = start + wall_s, None, None, not until_stop, POLL_S
         try:
             while waited is None or not stopped:
                 watch = ([pidfd] if waited is None else []) + ([] if stopped else [self.ctrl])
-                timeout = None if killed else max(0.0, min(deadline - time.monotonic(), POLL_S))
+                timeout = None if killed else max(0.0, min(deadline - time.monotonic(), poll))
                 ready = select.select(watch, [], [], timeout)[0]
                 if self.ctrl in ready:
                     recv_msg(self.ctrl)  # the grader's "stop": the checker is done with this program
@@ -533,7 +532,9 @@ class Zygote:
                         # busy machine timed correct programs out at the wall limit, 2x the CPU limit, a hunt's find)
                         delayed = _run_delay(self._others())
                         deadline = max(deadline, min(start + wall_s + delayed, start + STARVED_CAP * wall_s))
+                    began = time.thread_time()
                     killed = self._over(deadline, memory, cpu_s, cpu_before)
+                    poll = max(POLL_S, (time.thread_time() - began) * (1 / POLL_SHARE - 1))
                 if waited is not None:
                     if killed:
                         self.kill_all()  # the processes still serving the tests: the checker sees them end
@@ -1203,6 +1204,30 @@ KCMP_VM = 1
 def _same_memory(a: int, b: int) -> bool:
     """Whether processes a and b share one address space (kcmp; where the kernel has none: not known, so no)."""
     return NR_KCMP is not None and seccomp.LIBC.syscall(NR_KCMP, a, b, KCMP_VM, 0, 0) == 0
+
+
+def _set_sizes(pids: list[int], page: int, room: int) -> int:
+    """The processes' memory, their proportional set sizes (shared pages counted once) where their resident sizes
+    (statm, an upper bound: cheap where smaps_rollup walks every mapping, 10 ms a read at 60,000 of them; sampled
+    every 10 ms, 20 idle processes kept the runner at 0.4 of a core and 20 of many mappings at 0.8, a hunt's find)
+    come to more than 90% of `room`; else those resident sizes."""
+    resident = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                rss = int(f.read().split()[1]) * page
+            resident += rss or _pss(pid, page)  # (zeros where its main thread has exited: _pss reads through another)
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    if resident <= 0.9 * room:  # (the resident counters are the kernel's, per CPU: a little behind)
+        return resident
+    total = 0
+    for pid in pids:
+        try:
+            total += _pss(pid, page)
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    return total
 
 
 def _pss(pid: int, page: int) -> int:
