@@ -60,8 +60,9 @@ KEEP_HOLD = "/.execrl-keep"  # (isolation.KEEP_HOLD) KEEP's i-th path is bound a
 RECLAIM_WAIT_S = 1.0  # how long reset reclaims what an ended program left charged before the sandbox is replaced
 LEFT_CHARGE = 8 << 20  # bytes the cgroup may be charged between programs (without: ~0.4 MB); more is reclaimed
 POLL_S = 0.01  # how often a running program's processes are measured against the CPU and memory limits, at most
-POLL_SHARE = 0.2  # ... and at most this share of a CPU spent measuring them: a program of many processes, each of many
-# mappings (whose proportional set sizes take a walk of each), makes a measure cost more, and waits longer for the next
+POLL_SHARE = 0.2  # ... and at most this share of a CPU spent reading their set sizes: a program of many processes, each
+# of many mappings (whose proportional set sizes take a walk of each), makes a measure cost more, and waits longer for
+# the next (sampling mode; the rest of a measure is bounded by the program's limits: processes, sockets)
 
 
 class Zygote:
@@ -320,7 +321,10 @@ class Zygote:
                 mem += (st.f_blocks - st.f_bfree) * st.f_frsize + (st.f_files - st.f_ffree) * 1024
             mem += _unix_socket_memory(self.diag) + self.inet.read() + self.netlink.read()  # (the
             # namespace is the program's alone)
-        return own, cpu, mem + _set_sizes(pids, self.page, memory - mem)
+        began = time.thread_time()
+        mem += _set_sizes(pids, self.page, memory - mem)
+        self.sizes_s = time.thread_time() - began  # (what the program's mappings cost us: POLL_SHARE)
+        return own, cpu, mem
 
     def _stream_memory(self) -> int:
         """Bytes in our stream memfds, the only memfds a program can hold (it can make none): what it wrote, in no
@@ -516,6 +520,7 @@ class Zygote:
         (then all of them are killed)."""
         pidfd = os.pidfd_open(pid)
         deadline, killed, waited, stopped, poll = start + wall_s, None, None, not until_stop, POLL_S
+        self.sizes_s = 0.0
         try:
             while waited is None or not stopped:
                 watch = ([pidfd] if waited is None else []) + ([] if stopped else [self.ctrl])
@@ -532,9 +537,8 @@ class Zygote:
                         # busy machine timed correct programs out at the wall limit, 2x the CPU limit, a hunt's find)
                         delayed = _run_delay(self._others())
                         deadline = max(deadline, min(start + wall_s + delayed, start + STARVED_CAP * wall_s))
-                    began = time.thread_time()
                     killed = self._over(deadline, memory, cpu_s, cpu_before)
-                    poll = max(POLL_S, (time.thread_time() - began) * (1 / POLL_SHARE - 1))
+                    poll = max(POLL_S, self.sizes_s * (1 / POLL_SHARE - 1))
                 if waited is not None:
                     if killed:
                         self.kill_all()  # the processes still serving the tests: the checker sees them end
