@@ -355,7 +355,12 @@ def test_guided_moves_are_a_regex_of_the_legal_moves_and_refused_where_they_cann
     for wrong, message in [(["data.train.dataset_name=selfplay:code_game"], "code_game: free-text moves"),
                            (["env.multi_turn.kind=single_turn", "grpo.max_rollout_turns=1",
                              "data.train.dataset_name=builtin:arith-code"], "set env.multi_turn.kind=game"),
-                           (["policy.generation.backend=transformers"], "backend=execrl")]:
+                           (["policy.generation.backend=transformers"], "backend=execrl"),
+                           # (a hunt's find: accepted, and the moves kept to the legal ones, the config's never read)
+                           (["policy.generation.guided_decoding={regex: 'Move: zz'}"], "guided_decoding would "
+                            "constrain nothing"),
+                           (["policy.generation.guided_decoding_per_turn=[{regex: 'Move: zz'}]"],
+                            "guided_decoding_per_turn would constrain nothing")]:
         with pytest.raises(ConfigError, match=message):
             validate(load_config(None, [*GAME, "env.game.guided_moves=true", *wrong]))
 

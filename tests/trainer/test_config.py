@@ -224,6 +224,29 @@ def test_settings_of_an_environment_or_estimator_the_run_does_not_use_are_named(
     assert "env.game" not in read and ("role_baseline_decay" not in read) == (load_config(game).grpo.advantage == "rae")
 
 
+def test_settings_read_only_while_another_is_on_are_named_while_it_is_off():
+    """(A hunt's find) The KL estimator's settings without a KL penalty, async GRPO's age bound with async off,
+    dynamic batching's budgets with it off: accepted without a word; now in the note, where they differ from their
+    defaults (NeMo RL's configs write the defaults beside a switch that is off)."""
+    from execrl.config.checks import no_effect_note
+
+    written = ["loss_fn.use_on_policy_kl_approximation=true", "loss_fn.reference_policy_kl_type=k1",
+               "loss_fn.kl_input_clamp_value=5", "grpo.async_grpo.max_trajectory_age_steps=3",
+               "policy.dynamic_batching.train_mb_tokens=100"]
+    note = no_effect_note(load_config(None, written))
+    for key, why in [("loss_fn.use_on_policy_kl_approximation", "only with a KL penalty"),
+                     ("loss_fn.reference_policy_kl_type", "only with a KL penalty"),
+                     ("loss_fn.kl_input_clamp_value", "only with a KL penalty"),
+                     ("grpo.async_grpo.max_trajectory_age_steps", "only with grpo.async_grpo.enabled=true"),
+                     ("policy.dynamic_batching.train_mb_tokens", "only with policy.dynamic_batching.enabled=true")]:
+        said = next(part for part in note.split("; ") if key in part)
+        assert why in said, said
+    on = ["loss_fn.reference_policy_kl_penalty=0.01", "grpo.async_grpo.enabled=true",
+          "policy.dynamic_batching.enabled=true"]
+    assert no_effect_note(load_config(None, written + on)) is None
+    assert no_effect_note(load_config(None, ["loss_fn.reference_policy_kl_type=k3"])) is None  # (the default)
+
+
 def test_a_builtin_datasets_option_left_behind_by_another_dataset_is_named_as_not_read():
     """An option of the built-in task (data.train.options.warmup_hidden) kept in a config that names one's own JSONL in
     its place: the note names it instead of the loader silently ignoring it."""

@@ -951,6 +951,12 @@ def check_opponent(cfg: MasterConfig, game: bool) -> None:
         if cfg.policy.generation.backend != "execrl":
             raise ConfigError("env.game.guided_moves masks the moves in the execrl engine's sampling step: set "
                               "policy.generation.backend=execrl")
+        gen = cfg.policy.generation
+        own = next((k for k in ("guided_decoding", "guided_decoding_per_turn") if getattr(gen, k) is not None), None)
+        if own and _kinds(cfg) == {"game"}:  # (a hunt's find: accepted, and every move kept to the legal ones)
+            raise ConfigError(f"env.game.guided_moves holds every move to the game's legal ones, so "
+                              f"policy.generation.{own} would constrain nothing: drop it, or set "
+                              "env.game.guided_moves=false to hold the moves to it")
     if g.policy_roles is not None:
         for name in names & set(GAMES):
             wrong = [r for r in g.policy_roles if r not in GAMES[name].roles]
@@ -991,7 +997,7 @@ def no_effect_note(cfg: MasterConfig) -> str | None:
         if attribute(cfg, key) != attribute(default, key):
             seen.append(key)
     why = {k: NO_EFFECT[k] for k in seen} | cfg._nemo_ignored | unread_options(cfg) | unread_by_variant(cfg) | \
-        unread_by_kind(cfg)
+        unread_by_kind(cfg) | unread_while_off(cfg)
     lines = []
     if cfg._nemo_mapped:
         lines.append("note: NeMo RL keys read as: " + "; ".join(f"{k} -> {v}" for k, v in cfg._nemo_mapped.items()))
@@ -1021,6 +1027,15 @@ KIND_KEYS = {"env.multi_turn.final_tag": ("interpreter",), "env.multi_turn.state
                                                                                                  "unit_tests")}
 
 
+def _kinds(cfg: MasterConfig) -> set[str | None]:
+    """The kinds of problem the config's datasets, trained and validated on, pose (None: a loader of one's own, or
+    an unknown dataset, which is refused elsewhere with its own message)."""
+    try:
+        return {DATASETS[dataset_key(d.dataset_name)].kind for _, d in dataset_entries(cfg)}
+    except DatasetError:
+        return {None}
+
+
 def unread_by_kind(cfg: MasterConfig) -> dict[str, str]:
     """Keys the config writes that its environment and data do not read -> why: a multi-turn kind's settings under
     another built-in kind, a game's or the puzzle's where no dataset holds one, the role baselines' decay without
@@ -1030,10 +1045,7 @@ def unread_by_kind(cfg: MasterConfig) -> dict[str, str]:
     if kind in BUILT_IN_KINDS:
         out = {k: f"read by env.multi_turn.kind={' or '.join(kinds)} only, and it is {kind}"
                for k, kinds in KIND_KEYS.items() if k in written and kind not in kinds}
-    try:  # (a loader of one's own, kind None, may pose games or puzzles: no note of them then)
-        data = {DATASETS[dataset_key(d.dataset_name)].kind for _, d in dataset_entries(cfg)}
-    except DatasetError:  # (an unknown dataset is refused elsewhere, with its own message)
-        data = {None}
+    data = _kinds(cfg)  # (a loader of one's own, kind None, may pose games or puzzles: no note of them then)
     for section, held, by in (("env.game.", "game", "a selfplay:<game> dataset"),
                               ("env.sliding_puzzle.", "puzzle", "the sliding_puzzle dataset")):
         if held not in data and None not in data:
@@ -1041,6 +1053,25 @@ def unread_by_kind(cfg: MasterConfig) -> dict[str, str]:
     if "grpo.role_baseline_decay" in written and cfg.grpo.advantage != "rae":
         out["grpo.role_baseline_decay"] = f"read by grpo.advantage=rae only, and it is {cfg.grpo.advantage}"
     return out
+
+
+WHILE_ON = {  # settings read only while another is on -> (whether it is, what turns it on); a hunt's find: each was
+    # accepted without a word where it did nothing
+    ("loss_fn.reference_policy_kl_type", "loss_fn.kl_input_clamp_value", "loss_fn.kl_output_clamp_value",
+     "loss_fn.use_on_policy_kl_approximation"):
+        (lambda c: c.loss_fn.reference_policy_kl_penalty > 0, "a KL penalty (loss_fn.reference_policy_kl_penalty > 0)"),
+    ("grpo.async_grpo.max_trajectory_age_steps",): (lambda c: c.grpo.async_grpo.enabled, "grpo.async_grpo.enabled=true"),
+    ("policy.dynamic_batching.train_mb_tokens", "policy.dynamic_batching.logprob_mb_tokens",
+     "policy.dynamic_batching.sequence_length_round"):
+        (lambda c: c.policy.dynamic_batching.enabled, "policy.dynamic_batching.enabled=true"),
+}
+
+
+def unread_while_off(cfg: MasterConfig) -> dict[str, str]:
+    """Keys the config writes, other than their defaults, that what reads them is off for -> why."""
+    default = MasterConfig()
+    return {k: f"read only with {needs}" for keys, (on, needs) in WHILE_ON.items() if not on(cfg) for k in keys
+            if k in cfg._written and attribute(cfg, k) != attribute(default, k)}
 
 
 def loader_options(info) -> list[str]:
