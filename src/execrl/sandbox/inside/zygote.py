@@ -290,6 +290,7 @@ class Zygote:
         own, cpu, mem = 0.0, 0.0, self._stream_memory()
         logged = self.exits.ended() if self.exits is not None else {}  # (read first: each process's own CPU once)
         parent: dict[int, tuple[int, bytes]] = {}  # pid: (its parent's, its state)
+        threads = 0
         seen: dict[tuple[int, bytes], float] = {}
         for pid in self._others():
             try:
@@ -301,6 +302,7 @@ class Zygote:
                 # time is in the log; a pid used again, as little as its time beyond the first's)
                 cpu += sum(int(x) for x in fields[11:15]) / self.clock  # utime stime cutime cstime
                 parent[pid] = int(fields[1]), fields[0]
+                threads += int(fields[17])
             except (OSError, ValueError, IndexError):  # gone meanwhile
                 continue
         # a process gone since the last sample keeps what it was seen to use (without the exit log, the time of a
@@ -322,7 +324,7 @@ class Zygote:
             mem += _unix_socket_memory(self.diag) + self.inet.read() + self.netlink.read()  # (the
             # namespace is the program's alone)
         began = time.thread_time()
-        mem += _set_sizes(pids, self.page, memory - mem)
+        mem += _set_sizes(pids, threads, self.page, memory - mem)
         self.sizes_s = time.thread_time() - began  # (what the program's mappings cost us: POLL_SHARE)
         return own, cpu, mem
 
@@ -1210,11 +1212,12 @@ def _same_memory(a: int, b: int) -> bool:
     return NR_KCMP is not None and seccomp.LIBC.syscall(NR_KCMP, a, b, KCMP_VM, 0, 0) == 0
 
 
-def _set_sizes(pids: list[int], page: int, room: int) -> int:
-    """The processes' memory, their proportional set sizes (shared pages counted once) where their resident sizes
-    (statm, an upper bound: cheap where smaps_rollup walks every mapping, 10 ms a read at 60,000 of them; sampled
-    every 10 ms, 20 idle processes kept the runner at 0.4 of a core and 20 of many mappings at 0.8, a hunt's find)
-    come to more than 90% of `room`; else those resident sizes."""
+def _set_sizes(pids: list[int], threads: int, page: int, room: int) -> int:
+    """The processes' memory (of `threads` threads in all): their proportional set sizes (shared pages counted once)
+    where their resident sizes (statm, an upper bound: cheap where smaps_rollup walks every mapping, 10 ms a read at
+    60,000 of them; sampled every 10 ms, 20 idle processes kept the runner at 0.4 of a core and 20 of many mappings
+    at 0.8, a hunt's find), with what the kernel's counters of them may lag, come to more than `room`; else those
+    resident sizes."""
     resident = 0
     for pid in pids:
         try:
@@ -1223,8 +1226,8 @@ def _set_sizes(pids: list[int], page: int, room: int) -> int:
             resident += rss or _pss(pid, page)  # (zeros where its main thread has exited: _pss reads through another)
         except (OSError, ValueError, IndexError):  # gone meanwhile
             continue
-    if resident <= 0.9 * room:  # (the resident counters are the kernel's, per CPU: a little behind)
-        return resident
+    if resident + (len(pids) * RSS_LAG_PAGES + threads * 64) * page <= room:  # (Linux 6.2 on: a per-CPU counter of
+        return resident  # a process's pages, each CPU's part folded in at its batch; before: 64 events per thread)
     total = 0
     for pid in pids:
         try:
@@ -1232,6 +1235,9 @@ def _set_sizes(pids: list[int], page: int, room: int) -> int:
         except (OSError, ValueError, IndexError):  # gone meanwhile
             continue
     return total
+
+
+RSS_LAG_PAGES = (os.cpu_count() or 1) * max(32, 2 * (os.cpu_count() or 1))  # pages a resident count may lag by
 
 
 def _pss(pid: int, page: int) -> int:
