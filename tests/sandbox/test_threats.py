@@ -385,53 +385,119 @@ def test_the_programs_time_is_not_the_tests_own(grader):
     assert r.verdict == V.PASS, r.to_dict()
 
 
-def test_a_calls_own_cost_in_the_checker_is_not_the_tests_own_cpu():
-    """(A hunt's find) the checker's own CPU for a call (its arguments encoded, the answer read) counted as the tests'
-    own: 100,000 calls of a list spent the 10 s and a correct program timed out whatever its timeout_s. Both of the
-    tests' budgets stop during a call: here a call whose answer costs 0.6 s of this process's CPU (ITIMER_PROF's
-    process: the answering thread's) within a budget of 0.3 s."""
+@pytest.fixture
+def own_budget():
+    """The checker's budget of the tests' own time, its signals handled here as in the checker."""
     import signal
-    import socket
-    import threading
 
     from execrl.sandbox.inside import checker
+
+    before = [signal.signal(s, checker._over_budget) for s in (signal.SIGPROF, signal.SIGALRM)]
+    try:
+        yield checker
+    finally:
+        _disarm(checker)
+        for s, h in zip((signal.SIGPROF, signal.SIGALRM), before):
+            signal.signal(s, h)
+
+
+def _disarm(checker) -> None:
+    """The budget disarmed, though its signal may come on the way (once disarmed, none raises)."""
+    for _ in range(100):
+        try:
+            checker._own_cpu(0)
+            return
+        except checker.OwnTimeout:
+            continue
+
+
+def _spin(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_a_calls_own_cost_in_the_checker_is_not_the_tests_own_cpu(own_budget):
+    """(A hunt's find) the checker's own CPU for a call (its arguments encoded, the answer read) counted as the tests'
+    own: 100,000 calls of a list spent the 10 s and a correct program timed out whatever its timeout_s. Both of the
+    tests' budgets stop during a call: here a call whose answer costs 0.6 s of this process's CPU (the answering
+    thread's) within a budget of 0.3 s."""
+    import signal
+    import threading
+
     from execrl.sandbox.inside.protocol import encode, recv_msg, send_msg
 
+    checker = own_budget
     ours, theirs = socket.socketpair()
 
     def answer():
         recv_msg(theirs)
-        end = time.process_time() + 0.6
-        while time.process_time() < end:
-            pass
+        _spin(0.6)
         send_msg(theirs, {"value": encode(7)})
 
-    before = [signal.signal(s, checker._over_budget) for s in checker.OWN_SIGNALS]
     try:
         rpc = checker._Rpc(ours, 30.0)
         t = threading.Thread(target=answer)
         t.start()
         checker._own_cpu(0.3)
-        try:
-            assert rpc.request({"op": "call"}) == 7
-            left = [signal.getitimer(timer)[0] for timer in checker.OWN_TIMERS]
-        finally:
-            checker._own_cpu(0)
+        assert rpc.request({"op": "call"}) == 7
+        spent, clock = checker._Own.spent(), signal.getitimer(signal.ITIMER_REAL)[0]
+        _disarm(checker)
         t.join()
-        assert all(0.2 < s < 0.35 for s in left), left  # (both resumed with what they had; PROF in ticks)
-        with pytest.raises(checker.OwnTimeout):  # the tests' own CPU still counts outside calls
-            checker._own_cpu(0.1)
-            try:
-                end = time.process_time() + 5
-                while time.process_time() < end:
-                    pass
-            finally:
-                checker._own_cpu(0)
+        assert spent < 0.1 and 0.2 < clock <= 0.3, (spent, clock)
     finally:
-        for s, h in zip(checker.OWN_SIGNALS, before):
-            signal.signal(s, h)
         ours.close()
         theirs.close()
+
+
+BUDGET = """
+import signal, sys, time
+from execrl.sandbox.inside import checker
+for s in (signal.SIGPROF, signal.SIGALRM):
+    signal.signal(s, checker._over_budget)
+def spin(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+"""
+
+
+def _budget_script(code: str) -> str:
+    """What `code` prints, run after BUDGET in a process of its own: one thread, so that a signal the main thread
+    blocks stays pending (pytest's process has the grader's threads, any of which takes a process's signal)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", BUDGET + code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_the_tests_own_budget_holds_across_many_calls():
+    """(A review's find) the CPU budget paused and resumed per call by setting its timer again grew 4 ms a call (the
+    kernel rounds a setting up to a tick): 10,000 calls left 40 s of a 0.3 s budget. Own CPU between 5,000 calls
+    spends it as it would without them."""
+    out = _budget_script("checker._own_cpu(0.3)\nsignal.setitimer(signal.ITIMER_REAL, 30, 0.05)  # (the CPU's alone)\n"
+                         "began = time.process_time()\ntry:\n    for _ in range(5000):\n"
+                         "        checker._own_clock_resumed(checker._own_clock_paused())\n        spin(0.001)\n"
+                         "    spin(5)\nexcept checker.OwnTimeout:\n    print(round(time.process_time() - began, 2))\n"
+                         "signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM, signal.SIGPROF])\n"
+                         "checker._own_cpu(0)\n")
+    assert out and float(out) < 0.9, out
+
+
+def test_the_clock_budget_fires_though_its_signal_came_as_a_call_began():
+    """(A review's find) a repeating timer whose signal is pending reads (0, interval) until the signal is taken: the
+    pause took the signal and left the clock stopped for good, and a test's bare `except:` ran on unbudgeted."""
+    out = _budget_script(
+        "signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])\nchecker._own_cpu(0.02)\n"
+        "time.sleep(0.08)  # (the clock's budget spent, its signal pending)\nheld = checker._own_clock_paused()\n"
+        "signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGALRM])\nchecker._own_clock_resumed(held)\n"
+        "caught, deadline = 0, time.monotonic() + 2\nwhile time.monotonic() < deadline and caught < 3:\n"
+        "    try:\n        time.sleep(0.2)\n    except checker.OwnTimeout:  # (a bare except: it fires again)\n"
+        "        caught += 1\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM, signal.SIGPROF])\n"
+        "checker._own_cpu(0)\nprint(held[1] > 0, caught)\n")
+    assert out == "True 3", out
 
 
 def test_a_missing_function_is_a_name_error_in_every_form(grader):

@@ -75,15 +75,16 @@ class _Rpc:
     def __init__(self, sock: socket.socket, timeout: float):
         self.sock, self.timeout = sock, timeout
         self.failed: tuple[str, str] | None = None  # the test's verdict once the program timed out, ended or exited
-        self.held = ((0.0, 0.0),) * 2  # the tests' own CPU and clock while the program answers (_own_clock_paused)
+        self.held = (0.0, 0.0)  # the tests' own clock while the program answers (_own_clock_paused)
         sock.settimeout(timeout)
 
     def request(self, req: dict, sent: tuple | None = None):
         """The program's answer to `req`; `sent`: a call's arguments, the test's objects, which change as the
         program changed its copies (a list it sorted in place). The tests' own clock and CPU (_own_cpu's) stop while the
         program answers."""
-        self.held = _own_clock_paused()
+        self.held = (0.0, 0.0)  # (where pausing raises: the clock left as it is, the CPU's call ended)
         try:
+            self.held = _own_clock_paused()
             return self._request(req, sent)
         finally:
             _own_clock_resumed(self.held)
@@ -515,46 +516,66 @@ OWN_CPU_S = 10.0  # seconds the tests' set-up, and each test, may spend in their
 # asserts, and so did its `time.sleep(10**6)` (hunts' finds)
 
 
-OWN_TIMERS = (signal.ITIMER_PROF, signal.ITIMER_REAL)  # the tests' own CPU and clock
-OWN_SIGNALS = (signal.SIGPROF, signal.SIGALRM)  # theirs
-
-
 class OwnTimeout(BaseException):
     """The tests' own code ran past OWN_CPU_S of CPU or of the clock."""
 
 
+class _Own:
+    """The tests' own CPU: this process's less what it spent in calls into the program (their own cost in the checker,
+    arguments encoded and answers read, is the call's: the checker's limits and the program's bound it; counted as the
+    tests' own, 100,000 calls of a list took the 10 s and a correct program timed out whatever its timeout_s, a hunt's
+    find). A CPU timer (ITIMER_PROF) ticks every 50 ms of CPU and checks it: never set again per call, as the kernel
+    rounds each setting up to a tick (a review's find: a budget paused and resumed per call grew 4 ms a call)."""
+
+    armed = False
+    limit = began = in_calls = 0.0
+    call_began: float | None = None  # while a call is in flight: its start, in this process's CPU seconds
+
+    @classmethod
+    def spent(cls) -> float:
+        return time.process_time() - cls.began - cls.in_calls
+
+
 def _own_cpu(seconds: float) -> None:
-    """Arm (seconds > 0) or disarm (0) the budget of the tests' own time, CPU (ITIMER_PROF) and the clock
-    (ITIMER_REAL), both stopped while the program answers a call (_own_clock_paused); once spent it fires every 50 ms,
-    so a bare `except:` in the row's code cannot swallow it for long."""
-    for timer in OWN_TIMERS:
-        signal.setitimer(timer, seconds, 0.05 if seconds else 0.0)
+    """Arm (seconds > 0) or disarm (0) the budget of the tests' own time, CPU (_Own) and the clock (ITIMER_REAL, stopped
+    while the program answers a call: _own_clock_paused); once spent it fires every 50 ms, so a bare `except:` in the
+    row's code cannot swallow it for long."""
+    _Own.armed = bool(seconds)  # (first: once disarmed, no signal of the budget raises)
+    _Own.limit, _Own.began, _Own.in_calls, _Own.call_began = seconds, time.process_time(), 0.0, None
+    signal.setitimer(signal.ITIMER_PROF, 0.05 if seconds else 0.0, 0.05 if seconds else 0.0)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.05 if seconds else 0.0)
 
 
-def _own_clock_paused() -> tuple[tuple[float, float], ...]:
-    """The tests' own clock and CPU budget stopped (while the program answers: the call's own cost in the checker,
-    its arguments encoded and its answer read, is the call's, which the checker's limits and the program's bound, not
-    the tests' own: 100,000 calls of a list took the 10 s, a correct program timed out whatever its timeout_s, a
-    hunt's find); what each had left, for _own_clock_resumed. Their signals are blocked meanwhile: one that came as
-    they stopped is taken here, the budget then spent (it fires again as they resume), where it would have raised
-    with the clock stopped for good (a review's find)."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, OWN_SIGNALS)
+def _own_clock_paused() -> tuple[float, float]:
+    """The tests' own clock and CPU stopped (while the program answers); what the clock had left, for
+    _own_clock_resumed. Its signal is blocked meanwhile: one that came as it stopped (the kernel sets a repeating timer
+    again only once its signal is taken: the timer reads (0, interval) meanwhile) is taken here, the budget then spent
+    (it fires again as the clock resumes), where it would have raised with the clock stopped for good (a review's
+    find)."""
+    _Own.call_began = time.process_time()  # (first: a CPU tick from here on is the call's)
     try:
-        held = tuple(signal.setitimer(timer, 0) for timer in OWN_TIMERS)
-        if signal.sigtimedwait(OWN_SIGNALS, 0) is not None:
-            held = tuple((0.001, 0.05) if h[0] > 0 else h for h in held)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
+        held = signal.setitimer(signal.ITIMER_REAL, 0)
+        if signal.sigtimedwait([signal.SIGALRM], 0) is not None and held[1] > 0:  # (armed: an interval, always)
+            held = (0.001, held[1])
         return held
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, OWN_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGALRM])
 
 
-def _own_clock_resumed(held: tuple[tuple[float, float], ...]) -> None:
-    for timer, h in zip(OWN_TIMERS, held):
-        if h[0] > 0:  # (unarmed, or disarmed meanwhile: left so)
-            signal.setitimer(timer, *h)
+def _own_clock_resumed(held: tuple[float, float]) -> None:
+    if held[1] > 0:  # (unarmed, or disarmed meanwhile: left so)
+        signal.setitimer(signal.ITIMER_REAL, held[0] or 0.001, held[1])
+    if _Own.call_began is not None:
+        _Own.in_calls += time.process_time() - _Own.call_began
+        _Own.call_began = None
 
 
 def _over_budget(signum, frame):
+    if not _Own.armed:  # (a signal of a budget since disarmed)
+        return
+    if signum == signal.SIGPROF and (_Own.call_began is not None or _Own.spent() < _Own.limit):
+        return
     raise OwnTimeout
 
 
