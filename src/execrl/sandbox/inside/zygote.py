@@ -60,9 +60,8 @@ KEEP_HOLD = "/.execrl-keep"  # (isolation.KEEP_HOLD) KEEP's i-th path is bound a
 RECLAIM_WAIT_S = 1.0  # how long reset reclaims what an ended program left charged before the sandbox is replaced
 LEFT_CHARGE = 8 << 20  # bytes the cgroup may be charged between programs (without: ~0.4 MB); more is reclaimed
 POLL_S = 0.01  # how often a running program's processes are measured against the CPU and memory limits, at most
-POLL_SHARE = 0.2  # ... and at most this share of a CPU spent reading their set sizes: a program of many processes, each
-# of many mappings (whose proportional set sizes take a walk of each), makes a measure cost more, and waits longer for
-# the next (sampling mode; the rest of a measure is bounded by the program's limits: processes, sockets)
+POLL_SHARE = 0.1  # sampling mode: the share of a CPU reading a program's proportional set sizes may take (a program of
+# many processes, each of many mappings, makes a read cost more, and it is taken less often: _set_sizes)
 
 
 class Zygote:
@@ -290,7 +289,7 @@ class Zygote:
         own, cpu, mem = 0.0, 0.0, self._stream_memory()
         logged = self.exits.ended() if self.exits is not None else {}  # (read first: each process's own CPU once)
         parent: dict[int, tuple[int, bytes]] = {}  # pid: (its parent's, its state)
-        threads = 0
+        threads, starts = 0, {}
         seen: dict[tuple[int, bytes], float] = {}
         for pid in self._others():
             try:
@@ -303,6 +302,7 @@ class Zygote:
                 cpu += sum(int(x) for x in fields[11:15]) / self.clock  # utime stime cutime cstime
                 parent[pid] = int(fields[1]), fields[0]
                 threads += int(fields[17])
+                starts[pid] = fields[19]
             except (OSError, ValueError, IndexError):  # gone meanwhile
                 continue
         # a process gone since the last sample keeps what it was seen to use (without the exit log, the time of a
@@ -323,10 +323,45 @@ class Zygote:
                 mem += (st.f_blocks - st.f_bfree) * st.f_frsize + (st.f_files - st.f_ffree) * 1024
             mem += _unix_socket_memory(self.diag) + self.inet.read() + self.netlink.read()  # (the
             # namespace is the program's alone)
+        return own, cpu, mem + self._set_sizes({pid: starts[pid] for pid in pids}, threads, memory - mem)
+
+    def _set_sizes(self, procs: dict[int, bytes], threads: int, room: int) -> int:
+        """The memory of processes {pid: start time} (of `threads` threads in all): their resident sizes (statm: an
+        upper bound, cheap) where those, with what the kernel's counters of them may lag, fit in `room`; else their
+        proportional set sizes (shared pages counted once: smaps_rollup, which walks every mapping, 10 ms a read at
+        60,000 of them). Read every 10 ms, 20 idle processes kept the runner at 0.4 of a core, 20 of many mappings at
+        0.8 (a hunt's find): a read of set sizes is taken again once its cost is a fifth of the time since (POLL_SHARE),
+        in between bounded by it and what each process's resident size grew since, and read again, at half a CPU at
+        most, where that bound is more than `room` (a burst timed after a read: a review's find)."""
+        resident: dict[tuple[int, bytes], int] = {}
+        for pid, start in procs.items():
+            try:
+                with open(f"/proc/{pid}/statm", "rb") as f:
+                    rss = int(f.read().split()[1]) * self.page
+                resident[pid, start] = rss or _pss(pid, self.page)  # (zeros where its main thread has exited: _pss
+            except (OSError, ValueError, IndexError):  # reads through another) (gone meanwhile)
+                continue
+        slack = (len(resident) * RSS_LAG_PAGES + threads * 64) * self.page  # (Linux 6.2 on: a per-CPU counter of a
+        # process's pages, each CPU's part folded in at its batch; before: 64 events a thread)
+        if sum(resident.values()) + slack <= room:
+            return sum(resident.values())
+        now = time.monotonic()
+        if self.sized is not None:
+            last, at, cost, read_at = self.sized
+            bound = last + sum(max(0, rss - at.get(key, 0)) for key, rss in resident.items())
+            if now < read_at + cost * (1 / POLL_SHARE - 1) and bound + slack <= room:
+                return bound
+            if now < read_at + cost:  # (not known to be over yet: read at the next poll it may be)
+                return min(bound, room)
         began = time.thread_time()
-        mem += _set_sizes(pids, threads, self.page, memory - mem)
-        self.sizes_s = time.thread_time() - began  # (what the program's mappings cost us: POLL_SHARE)
-        return own, cpu, mem
+        total = 0
+        for pid, _ in resident:
+            try:
+                total += _pss(pid, self.page)
+            except (OSError, ValueError, IndexError):  # gone meanwhile
+                continue
+        self.sized = total, resident, time.thread_time() - began, time.monotonic()
+        return total
 
     def _stream_memory(self) -> int:
         """Bytes in our stream memfds, the only memfds a program can hold (it can make none): what it wrote, in no
@@ -521,12 +556,12 @@ class Zygote:
         still watched: a program's first process may end while a process it forked serves the tests
         (then all of them are killed)."""
         pidfd = os.pidfd_open(pid)
-        deadline, killed, waited, stopped, poll = start + wall_s, None, None, not until_stop, POLL_S
-        self.sizes_s = 0.0
+        deadline, killed, waited, stopped = start + wall_s, None, None, not until_stop
+        self.sized = None  # (this program's last read of set sizes: _set_sizes)
         try:
             while waited is None or not stopped:
                 watch = ([pidfd] if waited is None else []) + ([] if stopped else [self.ctrl])
-                timeout = None if killed else max(0.0, min(deadline - time.monotonic(), poll))
+                timeout = None if killed else max(0.0, min(deadline - time.monotonic(), POLL_S))
                 ready = select.select(watch, [], [], timeout)[0]
                 if self.ctrl in ready:
                     recv_msg(self.ctrl)  # the grader's "stop": the checker is done with this program
@@ -540,7 +575,6 @@ class Zygote:
                         delayed = _run_delay(self._others())
                         deadline = max(deadline, min(start + wall_s + delayed, start + STARVED_CAP * wall_s))
                     killed = self._over(deadline, memory, cpu_s, cpu_before)
-                    poll = max(POLL_S, self.sizes_s * (1 / POLL_SHARE - 1))
                 if waited is not None:
                     if killed:
                         self.kill_all()  # the processes still serving the tests: the checker sees them end
@@ -1210,31 +1244,6 @@ KCMP_VM = 1
 def _same_memory(a: int, b: int) -> bool:
     """Whether processes a and b share one address space (kcmp; where the kernel has none: not known, so no)."""
     return NR_KCMP is not None and seccomp.LIBC.syscall(NR_KCMP, a, b, KCMP_VM, 0, 0) == 0
-
-
-def _set_sizes(pids: list[int], threads: int, page: int, room: int) -> int:
-    """The processes' memory (of `threads` threads in all): their proportional set sizes (shared pages counted once)
-    where their resident sizes (statm, an upper bound: cheap where smaps_rollup walks every mapping, 10 ms a read at
-    60,000 of them; sampled every 10 ms, 20 idle processes kept the runner at 0.4 of a core and 20 of many mappings
-    at 0.8, a hunt's find), with what the kernel's counters of them may lag, come to more than `room`; else those
-    resident sizes."""
-    resident = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/statm", "rb") as f:
-                rss = int(f.read().split()[1]) * page
-            resident += rss or _pss(pid, page)  # (zeros where its main thread has exited: _pss reads through another)
-        except (OSError, ValueError, IndexError):  # gone meanwhile
-            continue
-    if resident + (len(pids) * RSS_LAG_PAGES + threads * 64) * page <= room:  # (Linux 6.2 on: a per-CPU counter of
-        return resident  # a process's pages, each CPU's part folded in at its batch; before: 64 events per thread)
-    total = 0
-    for pid in pids:
-        try:
-            total += _pss(pid, page)
-        except (OSError, ValueError, IndexError):  # gone meanwhile
-            continue
-    return total
 
 
 RSS_LAG_PAGES = (os.cpu_count() or 1) * max(32, 2 * (os.cpu_count() or 1))  # pages a resident count may lag by
