@@ -1,6 +1,7 @@
 """A careless user gets one clear line naming the fix and a non-zero exit, before any work, and nothing is
 overwritten: bad flags, bad config values, files where directories go and the other way round."""
 
+import os
 import json
 import subprocess
 import sys
@@ -41,6 +42,9 @@ def test_grade_never_writes_over_its_input_or_into_a_directory(tmp_path):
     assert same.returncode == 2 and "is the input file" in same.stderr and data.read_text() == ROW
     folder = execrl("grade", data, "--out", tmp_path)
     assert folder.returncode == 2 and "is a directory" in folder.stderr and "Traceback" not in folder.stderr
+    os.link(data, tmp_path / "linked.jsonl")  # (a hunt's find: a hard link to the input was written over)
+    linked = execrl("grade", data, "--out", tmp_path / "linked.jsonl")
+    assert linked.returncode == 2 and "is the input file" in linked.stderr and data.read_text() == ROW
 
 
 @pytest.mark.parametrize("override, message", [

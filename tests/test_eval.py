@@ -149,6 +149,18 @@ def test_eval_completions_that_carry_their_own_tests_and_answers(tmp_path):
     assert "left out 1 completions of problems past --limit" in proc.stderr
     proc = run("--completions", path, "--dataset", "", "--temperature", 0.7, "--out", tmp_path / "o7")
     assert proc.returncode == 2 and "--temperature sets how a --model is sampled" in proc.stderr
+    for flags in (["--system-prompt", "hello"], ["--max-new-tokens", 5], ["--guided-regex", "abc"],
+                  ["--backend", "transformers", "--guided-regex", "abc"]):  # (a hunt's find: each ignored)
+        proc = run("--completions", path, "--dataset", "", *flags, "--out", tmp_path / "o7")
+        assert proc.returncode == 2 and f"{flags[0]} sets how a --model generates" in proc.stderr, proc.stderr
+    # (a hunt's find) --out over its own input: results.jsonl replaced the completions, and the next run failed
+    (tmp_path / "o8").mkdir()
+    (tmp_path / "o8" / "results.jsonl").write_text(path.read_text())
+    proc = run("--completions", tmp_path / "o8" / "results.jsonl", "--dataset", "", "--out", tmp_path / "o8")
+    assert proc.returncode == 2 and "would write eval's results.jsonl" in proc.stderr, proc.stderr
+    assert (tmp_path / "o8" / "results.jsonl").read_text() == path.read_text()
+    proc = run("--completions", path, "--dataset", "", "--data-path", tmp_path, "--out", tmp_path / "o9")
+    assert proc.returncode == 2 and "into --data-path" in proc.stderr and not (tmp_path / "o9").exists()
     (tmp_path / "empty.jsonl").write_text("")
     proc = run("--completions", tmp_path / "empty.jsonl", "--dataset", "", "--out", tmp_path / "o5")
     assert proc.returncode == 2 and "nothing to evaluate" in proc.stderr

@@ -188,6 +188,18 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def _not_a_report(out: Path) -> str | None:
+    """Why the report cannot be written to `out`: a directory, or a file that is not an earlier report (None: it can)."""
+    if out.is_dir():
+        return "is a directory"
+    if out.exists():
+        with open(out, "rb") as f:
+            head = f.read(64).lstrip().lower()
+        if not head.startswith((b"<!doctype html", b"<html")):
+            return "is a file that is not a report, which the page would replace"
+    return None
+
+
 def run_report(args) -> int:
     from collections import Counter
 
@@ -201,6 +213,9 @@ def run_report(args) -> int:
     if twice := [str(r) for r in runs if named[Path(r).resolve()] > 1]:
         Console(stderr=True, soft_wrap=True).print(f"note: {escape(', '.join(twice))} named more than once, drawn once")
     out = args.out or (Path(runs[0]) / "report.html" if len(runs) == 1 else Path("report.html"))
+    if why := _not_a_report(Path(out)):  # (a hunt's find: --out run/metrics.jsonl wrote the page over the run's record)
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] --out {escape(str(out))} {why}: name an .html file")
+        return 2
     try:
         written = write_report(runs, out)
     except (FileNotFoundError, OSError, ValueError) as e:
@@ -404,6 +419,20 @@ def eval_constraint(args) -> tuple[str, object] | None:
     return kind, value
 
 
+def _same_file(a, b) -> bool:
+    """Whether paths a and b name one file (a hard link or a symlink too); False where either is missing."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _within(path, folder) -> bool:
+    """Whether `path` is `folder` or inside it (as resolved)."""
+    path, folder = Path(path).resolve(), Path(folder).resolve()
+    return path == folder or folder in path.parents
+
+
 def eval_config(args):
     """execrl eval's arguments as an EvalConfig, checked before any work (ValueError naming the
     flag); --out is made."""
@@ -417,6 +446,11 @@ def eval_config(args):
         args.out = str(Path("results/eval") / f"{source or 'eval'}_{name(args.dataset or '') or 'own'}-{args.split}")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise ValueError(f"--out {args.out} is a file: it names the directory for results.jsonl and summary.json")
+    written = [Path(args.out) / name for name in ("results.jsonl", "summary.json")]
+    for flag, given in (("--completions", args.completions), ("--data-path", args.data_path)):
+        if given and (any(_same_file(given, w) for w in written) or (Path(given).is_dir() and _within(args.out, given))):
+            raise ValueError(f"--out {args.out} would write eval's results.jsonl and summary.json over or into "
+                             f"{flag} {given}: name another --out")
     if why := unwritable(args.out):
         raise ValueError(f"--out {args.out}: {why}: name a directory you can write")
     if args.top_p > 1:
@@ -431,6 +465,16 @@ def eval_config(args):
         if not generated:
             raise ValueError(f"--data-seed seeds a generated dataset (builtin:*); {args.dataset or 'no dataset'} is "
                              "read as it is: drop --data-seed")
+    if args.completions:  # (each was ignored, and the summary recorded a system prompt no prompt was posed with)
+        generating = [flag for flag, given in (
+            ("--system-prompt", args.system_prompt is not None), ("--max-new-tokens", args.max_new_tokens != 512),
+            ("--max-prompt-tokens", args.max_prompt_tokens != 2048), ("--batch-size", args.batch_size is not None),
+            ("--backend", args.backend != "execrl"), ("--stop-token-ids", args.stop_token_ids is not None),
+            ("--grading-share", args.grading_share != 0.5), ("--guided-regex", args.guided_regex is not None),
+            ("--guided-json", args.guided_json is not None), ("--guided-grammar", args.guided_grammar is not None))
+            if given]
+        if generating:
+            raise ValueError(f"{generating[0]} sets how a --model generates; --completions were made elsewhere: drop it")
     if args.backend == "transformers" and any(g is not None for g in (args.guided_regex, args.guided_json,
                                                                         args.guided_grammar)):  # ('' is a regex)
         raise ValueError("--guided-* needs the execrl engine (it masks tokens in its sampling step): drop --backend "

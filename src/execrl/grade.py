@@ -129,7 +129,7 @@ def run_grade(args) -> int:
         say("error:", "red", f"--out {args.out} is a directory: name the JSONL file to write, "
                              f"e.g. {out / 'results.jsonl'}")
         return 2
-    if out.exists() and Path(args.input).exists() and out.resolve() == Path(args.input).resolve():
+    if out.exists() and Path(args.input).exists() and os.path.samefile(out, args.input):  # (a hard link too)
         say("error:", "red", f"--out {args.out} is the input file: writing the results there would overwrite it; "
             "name another file")
         return 2

@@ -377,3 +377,15 @@ def test_dr_grpo_with_no_sequence_kept_is_zero_not_nan():
                           LossConfig(constant_normalizer=64), num_tokens=0, num_seqs=0)
     loss.backward()
     assert loss.item() == 0.0 and torch.isfinite(leaf.grad).all()
+
+
+def test_a_top_p_under_float32s_smallest_keeps_the_likeliest_token():
+    """(A hunt's find) top_p 1e-300 is 0 in float32, where the nucleus is compared: every token was dropped and
+    sampling drew garbage; the likeliest always stays, as at 1e-10."""
+    from execrl.algo.logprobs import top_k_top_p
+
+    logits = torch.tensor([[0.5, 2.0, -1.0, 1.0]])
+    for top_p in (1e-300, 1e-46, 1e-10):
+        kept = top_k_top_p(logits, None, top_p)
+        assert torch.isfinite(kept).tolist() == [[False, True, False, False]], (top_p, kept)
+    assert torch.isfinite(top_k_top_p(logits, None, 0.9)).sum() == 3  # (the nucleus as before)

@@ -42,6 +42,12 @@ def test_each_run_writes_its_report_and_the_command_overlays_several(two_runs, t
     bad = subprocess.run([sys.executable, "-m", "execrl.cli", "report", str(tmp_path / "nowhere")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no such directory" in bad.stderr and "Traceback" not in bad.stderr
+    record = (a / "metrics.jsonl").read_bytes()  # (a hunt's find: --out a run's own file wrote the page over it)
+    for target, why in ((a / "metrics.jsonl", "is a file that is not a report"), (tmp_path, "is a directory")):
+        bad = subprocess.run([sys.executable, "-m", "execrl.cli", "report", str(a), "--out", str(target)],
+                             capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 2 and why in bad.stderr, bad.stderr
+    assert (a / "metrics.jsonl").read_bytes() == record
     (tmp_path / "eval_out").mkdir()  # (a newcomer's find: an eval's folder was only "not a run directory")
     for name in ("summary.json", "results.jsonl"):
         (tmp_path / "eval_out" / name).write_text("{}\n")

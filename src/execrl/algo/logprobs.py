@@ -39,7 +39,9 @@ def top_k_top_p(scaled: torch.Tensor, top_k: int | None, top_p: float) -> torch.
         ordered, order = torch.sort(kept, dim=-1, descending=True)  # [B, V]
         probs = torch.softmax(ordered, -1)
         before = torch.cumsum(probs, -1) - probs  # mass of the strictly likelier tokens
-        ordered = ordered.masked_fill(before >= top_p, float("-inf"))
+        out = before >= top_p  # [B, V]
+        out[:, 0] = False  # (a top_p under float32's smallest, 1e-300, reads as 0 there: it dropped every token)
+        ordered = ordered.masked_fill(out, float("-inf"))
         kept = torch.full_like(kept, float("-inf")).scatter(-1, order, ordered)
     return kept
 
