@@ -200,8 +200,10 @@ def test_eval_errors_are_one_clear_line(tmp_path):
     (tmp_path / "c.jsonl").write_text(json.dumps({"problem_id": "mbpp/99999", "completion": "x"}))
     proc = run("--model", "builtin:tiny-coder", "--samples", 1, "--k", "5", "--out", tmp_path / "o")
     assert proc.returncode == 2 and "--k values" in proc.stderr
-    proc = run("--completions", tmp_path / "c.jsonl", "--grading-share", "2", "--out", tmp_path / "o")
+    proc = run("--model", "builtin:tiny-coder", "--grading-share", "2", "--out", tmp_path / "o")
     assert proc.returncode == 2 and "--grading-share is a share of the sandbox's workers, in [0, 1]" in proc.stderr
+    proc = run("--completions", tmp_path / "c.jsonl", "--grading-share", "0.3", "--out", tmp_path / "o")
+    assert proc.returncode == 2 and "--grading-share sets how a --model generates" in proc.stderr
 
 
 def test_completions_for_unknown_problems_are_one_clear_line(tmp_path):
