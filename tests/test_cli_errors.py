@@ -49,6 +49,8 @@ def test_grade_never_writes_over_its_input_or_into_a_directory(tmp_path):
 
 @pytest.mark.parametrize("override, message", [
     ("grpo.max_num_steps=-5", "grpo.max_num_steps: Input should be greater than or equal to 1"),
+    ("grpo.seed=99999999999999999999999", "grpo.seed: Input should be less than 2147483648"),  # (a hunt's find: it
+    # passed --dry-run and failed at start, "Overflow when unpacking long long", leaving the checkpoint folder)
     ("env.code.timeout_s=-1", "env.code.timeout_s: Input should be greater than or equal to 0.01"),
     ("policy.generation_batch_size=0", "policy.generation_batch_size: Input should be greater than or equal to 1"),
     ("data.max_input_seq_length=100000", "is over policy.max_total_sequence_length"),

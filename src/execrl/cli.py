@@ -19,6 +19,10 @@ def path(text: str) -> str:
     return os.path.expanduser(text)
 
 
+def _shown(bound: float) -> str:
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"
+
+
 def number(kind: type, low: float, inclusive: bool = True, high: float | None = None):
     """An argparse type: a `kind` number >= low (> low when not inclusive; <= high where given), refused with the
     flag's name otherwise."""
@@ -28,9 +32,9 @@ def number(kind: type, low: float, inclusive: bool = True, high: float | None = 
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from None
         if value < low or (value == low and not inclusive) or value != value:
-            raise argparse.ArgumentTypeError(f"must be {'>=' if inclusive else '>'} {low:g}, got {text}")
+            raise argparse.ArgumentTypeError(f"must be {'>=' if inclusive else '>'} {_shown(low)}, got {text}")
         if high is not None and value > high:  # (--timeout inf overflowed the sandbox's timer)
-            raise argparse.ArgumentTypeError(f"must be <= {high:g}, got {text}")
+            raise argparse.ArgumentTypeError(f"must be <= {_shown(high)}, got {text}")
         return value
     return parse
 
@@ -112,13 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--grading-share", type=number(float, 0), default=0.5,
                    help="share of the sandbox workers grading code while sampling runs, on a GPU (default 0.5; 0: "
                         "grade after sampling)")
-    e.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    e.add_argument("--seed", type=number(int, -2**31, high=2**31 - 1), default=0, help="sampling seed (default 0)")
     e.add_argument("--data-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an option of the dataset's loader, as data.*.options in a training config (repeatable), "
                         "e.g. prompt_tests=all: MBPP's prompt shows all three tests, as published MBPP figures do")
     e.add_argument("--max-prompt-tokens", type=number(int, 1), default=2048,
                    help="problems whose prompt is longer are dropped, with a count (default 2048)")
-    e.add_argument("--data-seed", type=int, default=None,
+    e.add_argument("--data-seed", type=number(int, -2**31, high=2**31 - 1), default=None,
                    help="a generated dataset's seed (builtin:*): a training run's grpo.seed poses the problems its "
                         "eval scored (the built-in default's: 1)")
     e.add_argument("--reward-model", default=None, help="also report this reward model's mean score (a Bradley-Terry "

@@ -266,7 +266,8 @@ class GRPOConfig(Section):
                                                 "policy.generation.val_temperature > 0)")
     val_batch_size: int = Field(256, ge=1, description="accepted for NeMo RL configs, no effect: validation generates with "
                                                 "the policy.generation_batch_size slots of training")
-    seed: int = Field(42, description="seed for data order, sampling and initialisation")
+    seed: int = Field(42, ge=-2**31, lt=2**31, description="seed for data order, sampling and initialisation (a "
+                      "32-bit integer)")
     async_grpo: AsyncGRPOConfig = Field(default_factory=AsyncGRPOConfig, description="asynchronous GRPO")
 
 
