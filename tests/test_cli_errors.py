@@ -1,8 +1,8 @@
 """A careless user gets one clear line naming the fix and a non-zero exit, before any work, and nothing is
 overwritten: bad flags, bad config values, files where directories go and the other way round."""
 
-import os
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
