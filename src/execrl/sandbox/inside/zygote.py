@@ -330,9 +330,9 @@ class Zygote:
         upper bound, cheap) where those, with what the kernel's counters of them may lag, fit in `room`; else their
         proportional set sizes (shared pages counted once: smaps_rollup, which walks every mapping, 10 ms a read at
         60,000 of them). Read every 10 ms, 20 idle processes kept the runner at 0.4 of a core, 20 of many mappings at
-        0.8 (a hunt's find): a read of set sizes is taken again once its cost is a fifth of the time since (POLL_SHARE),
-        in between bounded by it and what each process's resident size grew since, and read again, at half a CPU at
-        most, where that bound is more than `room` (a burst timed after a read: a review's find)."""
+        0.8 (a hunt's find): a read of set sizes is taken again once its cost is POLL_SHARE of the time since, in
+        between bounded by it and what each process's resident size grew since, and read again, at half a CPU at most,
+        where that bound is more than `room` (a burst timed after a read: a review's find)."""
         resident: dict[tuple[int, bytes], int] = {}
         for pid, start in procs.items():
             try:
