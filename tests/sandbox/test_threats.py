@@ -195,6 +195,7 @@ def test_cannot_write_outside_its_directory(grader, tmp_path):
     assert not any(os.path.exists(t) for t in targets[:5])  # on the host
 
 
+@namespaces  # (mode none, rlimits alone: the GPU host's image, where both failed)
 def test_nothing_persists_between_programs(solo):
     first = ("import os\nopen('left-behind', 'w').write('x')\nos.makedirs('locked/inner')\nos.chmod('locked', 0)\n"
              "open('/tmp/prog/../prog/also', 'w').write('x')\nprint('ok')")
@@ -244,6 +245,7 @@ def test_a_later_program_finds_no_call_tests_arguments_in_its_memory(solo):
     assert r.verdict == V.PASS, r.to_dict()
 
 
+@namespaces  # (mode none, rlimits alone: the GPU host's image, where both failed)
 def test_runs_in_its_own_private_directory(grader):
     code = "import os\nprint('ok' if os.getcwd() == '/tmp/prog' and os.listdir('.') == ['main.py'] else os.getcwd())"
     assert graded_quickly(grader, code).verdict == V.PASS
