@@ -423,14 +423,6 @@ def eval_constraint(args) -> tuple[str, object] | None:
     return kind, value
 
 
-def _same_file(a, b) -> bool:
-    """Whether paths a and b name one file (a hard link or a symlink too); False where either is missing."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
 def _within(path, folder) -> bool:
     """Whether `path` is `folder` or inside it (as resolved)."""
     path, folder = Path(path).resolve(), Path(folder).resolve()
@@ -441,7 +433,7 @@ def eval_config(args):
     """execrl eval's arguments as an EvalConfig, checked before any work (ValueError naming the
     flag); --out is made."""
     from execrl.eval.run import EvalConfig
-    from execrl.writable import unwritable
+    from execrl.writable import same_file, unwritable
 
     if args.out is None:  # one directory per model (or completions file) and dataset: a later eval keeps this one's
         def name(text: str) -> str:  # (a path's slashes, a builtin's colon: one directory name, a portable one)
@@ -452,7 +444,7 @@ def eval_config(args):
         raise ValueError(f"--out {args.out} is a file: it names the directory for results.jsonl and summary.json")
     written = [Path(args.out) / name for name in ("results.jsonl", "summary.json")]
     for flag, given in (("--completions", args.completions), ("--data-path", args.data_path)):
-        if given and (any(_same_file(given, w) for w in written) or (Path(given).is_dir() and _within(args.out, given))):
+        if given and (any(same_file(given, w) for w in written) or (Path(given).is_dir() and _within(args.out, given))):
             raise ValueError(f"--out {args.out} would write eval's results.jsonl and summary.json over or into "
                              f"{flag} {given}: name another --out")
     if why := unwritable(args.out):

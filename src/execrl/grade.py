@@ -29,7 +29,7 @@ from execrl.sandbox import (
 from execrl.sandbox.grader import MIN_TIMEOUT_S, program_too_large
 from execrl.sandbox.isolation import SandboxSetting
 from execrl.sandbox.spec import expects_nothing
-from execrl.writable import unwritable
+from execrl.writable import same_file, unwritable
 
 err = Console(stderr=True, soft_wrap=True)
 
@@ -129,7 +129,7 @@ def run_grade(args) -> int:
         say("error:", "red", f"--out {args.out} is a directory: name the JSONL file to write, "
                              f"e.g. {out / 'results.jsonl'}")
         return 2
-    if out.exists() and Path(args.input).exists() and os.path.samefile(out, args.input):  # (a hard link too)
+    if same_file(out, args.input):  # (a symlink or a hard link too)
         say("error:", "red", f"--out {args.out} is the input file: writing the results there would overwrite it; "
             "name another file")
         return 2

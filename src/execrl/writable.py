@@ -34,3 +34,11 @@ def write_whole(path: str | Path, text: str, **kwargs) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether paths a and b name one file (a hard link or a symlink too); False where either is missing."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

@@ -199,6 +199,11 @@ def test_nemo_keys_with_no_effect_are_named_in_one_note():
     assert proc.returncode == 0 and "grpo.val_batch_size" in proc.stderr
 
 
+def _said_of(note: str, key: str) -> str:
+    """The part of the no-effect note that names `key`."""
+    return next(part for part in note.split("; ") if key in part)
+
+
 def test_settings_of_an_environment_or_estimator_the_run_does_not_use_are_named():
     """One multi-turn kind's settings under another, a game's or the puzzle's where no dataset is one, the role
     baselines' decay without rae: accepted without a word (a hunt's find); now in the note. Where they are read, not."""
@@ -212,8 +217,7 @@ def test_settings_of_an_environment_or_estimator_the_run_does_not_use_are_named(
                      ("env.game.illegal_move_penalty", "where a selfplay:<game> dataset"),
                      ("env.sliding_puzzle.max_moves", "where the sliding_puzzle dataset"),
                      ("grpo.role_baseline_decay", "read by grpo.advantage=rae only, and it is grpo")]:
-        said = next(part for part in note.split("; ") if key in part)
-        assert why in said, said
+        assert why in _said_of(note, key), note
     configs = Path(__file__).parents[2] / "configs"
     puzzle = str(configs / "sliding_puzzle_cpu.yaml")
     read = no_effect_note(load_config(puzzle, ["env.sliding_puzzle.max_moves=7"])) or ""
@@ -239,8 +243,7 @@ def test_settings_read_only_while_another_is_on_are_named_while_it_is_off():
                      ("loss_fn.kl_input_clamp_value", "only with a KL penalty"),
                      ("grpo.async_grpo.max_trajectory_age_steps", "only with grpo.async_grpo.enabled=true"),
                      ("policy.dynamic_batching.train_mb_tokens", "only with policy.dynamic_batching.enabled=true")]:
-        said = next(part for part in note.split("; ") if key in part)
-        assert why in said, said
+        assert why in _said_of(note, key), note
     on = ["loss_fn.reference_policy_kl_penalty=0.01", "grpo.async_grpo.enabled=true",
           "policy.dynamic_batching.enabled=true"]
     assert no_effect_note(load_config(None, written + on)) is None

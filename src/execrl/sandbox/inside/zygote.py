@@ -343,8 +343,8 @@ class Zygote:
                 continue
         slack = (len(resident) * RSS_LAG_PAGES + threads * 64) * self.page  # (Linux 6.2 on: a per-CPU counter of a
         # process's pages, each CPU's part folded in at its batch; before: 64 events a thread)
-        if sum(resident.values()) + slack <= room:
-            return sum(resident.values())
+        if (held := sum(resident.values())) + slack <= room:
+            return held
         now = time.monotonic()
         if self.sized is not None:
             last, at, cost, read_at = self.sized
