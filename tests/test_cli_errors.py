@@ -3,6 +3,7 @@ overwritten: bad flags, bad config values, files where directories go and the ot
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -452,3 +453,65 @@ def test_a_reward_component_that_fails_stops_the_run_and_the_process_exits(tmp_p
                            f"reward.components=[{{name: test_pass_fraction}}, {{name: {tmp_path}/r.py:boom}}]"],
                           capture_output=True, text=True, timeout=150)
     assert proc.returncode == 2 and "boom returned nan" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_kv_cache_past_the_machines_memory_is_refused_before_it_is_allocated_with_each_commands_fix(tmp_path):
+    """(A hunt's find) `execrl eval --max-new-tokens 1000000000` was the CPU allocator's traceback, and training's
+    policy.max_total_sequence_length of 10^8 said "out of memory in loading the model" with the model's fixes (a host
+    that overcommits hands such an allocation out and kills the process as it is zeroed). Refused before any of it is
+    allocated, with the sizes and the fixes of the command that asked; eval's --out folder is not left behind."""
+    out = tmp_path / "new" / "out"
+    proc = execrl("eval", "--model", "builtin:tiny-coder", "--dataset", "builtin:arith-code", "--split", "validation", "--limit", "1",
+                  "--max-new-tokens", "1000000000", "--out", out)
+    err = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in err, err[-2000:]
+    assert re.search(r"error: the KV cache of 1 sequences of up to 1,000,000,\d+ tokens needs [\d,.]+ GiB, and the cpu "
+                     r"has [\d,.]+ GiB free: at 1 at once, at most [\d,]+ tokens each fit: lower --max-new-tokens "
+                     r"\(now 1,000,000,000; the longest prompt is \d+ tokens\) or --batch-size \(now 1\)", err), err
+    assert not (tmp_path / "new").exists()  # (the write check made it, and it stayed, empty)
+    proc = execrl("train", "policy.max_total_sequence_length=100000000", "grpo.max_num_steps=1",
+                  f"logger.log_dir={tmp_path}/run", "checkpointing.enabled=false")
+    err = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in err, err[-2000:]
+    assert "out of memory in generation: the KV cache of 128 sequences of up to 100,000,000 tokens needs" in err, err
+    assert "policy.generation_batch_size=64 (now 128)" in err and "policy.max_total_sequence_length=" in err, err
+
+
+def test_small_command_line_slips_get_one_line_or_work(tmp_path):
+    """(A hunt's finds) `eval --out ''` wrote into the working directory; `grade -` said "no such file"; a config
+    whose path holds `=` was read as an override; a Latin-1 config's error named no file; a refused eval said first
+    that it replaced the results already in --out."""
+    proc = execrl("eval", "--model", "builtin:tiny-coder", "--dataset", "builtin:arith-code", "--out", "",
+                  cwd=tmp_path)
+    assert proc.returncode == 2 and "--out is empty: name the directory" in proc.stderr and not list(tmp_path.iterdir())
+    proc = subprocess.run([sys.executable, "-m", "execrl.cli", "grade", "-", "--out", str(tmp_path / "g.jsonl"),
+                           "--quiet"], input=ROW, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((tmp_path / "g.jsonl").read_text())["verdict"] == "pass"
+    config = tmp_path / "lr=small.yaml"
+    config.write_text("grpo:\n  max_num_steps: 7\n")
+    proc = execrl("train", config, "--dry-run")
+    assert proc.returncode == 0 and "max_num_steps: 7" in proc.stdout, proc.stderr[-2000:]
+    config.write_bytes("grpo:\n  max_num_steps: 7  # café\n".encode("latin-1"))
+    proc = execrl("train", config, "--dry-run")
+    assert proc.returncode == 2 and f"{config}:2: not UTF-8 text (byte 0xe9): save the file as UTF-8" in proc.stderr
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "summary.json").write_text("{}")
+    (tmp_path / "c.jsonl").write_text('{"problem_id": "x"}\n')
+    proc = execrl("eval", "--completions", tmp_path / "c.jsonl", "--dataset", "builtin:arith-code", "--split",
+                  "validation", "--out", out)
+    assert proc.returncode == 2 and "no 'completion' string" in proc.stderr and "replaces" not in proc.stderr
+    assert (out / "summary.json").read_text() == "{}"
+
+
+def test_the_built_in_judges_own_tokenizer_is_not_replaced_in_silence(tmp_path):
+    """(A hunt's find) builtin:arith-judge reads with the tokenizer it was trained with: env.reward_model.tokenizer.name
+    and eval's --reward-model-tokenizer were accepted, ignored and recorded."""
+    proc = execrl("train", "env.reward_model.enabled=true", "env.reward_model.model_name=builtin:arith-judge",
+                  "reward.components=[{name: reward_model}]", "env.reward_model.tokenizer.name=gpt2", "--dry-run")
+    assert proc.returncode == 2 and "env.reward_model.tokenizer.name is set, but builtin:arith-judge reads with its " \
+        "own tokenizer" in proc.stderr
+    proc = execrl("eval", "--model", "builtin:tiny-coder", "--dataset", "builtin:arith-code", "--reward-model",
+                  "builtin:arith-judge", "--reward-model-tokenizer", "gpt2", "--out", tmp_path / "o")
+    assert proc.returncode == 2 and "--reward-model-tokenizer is given, but builtin:arith-judge" in proc.stderr

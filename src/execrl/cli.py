@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dry-run", action="store_true", help="print the resolved config and the batch arithmetic")
 
     g = sub.add_parser("grade", help="run programs from a JSONL file against their tests in the sandbox")
-    g.add_argument("input", type=path, help="JSONL rows: {id, code, language?, tests, timeout_s?, memory_mb?}")
+    g.add_argument("input", type=path, help="JSONL rows: {id, code, language?, tests, timeout_s?, memory_mb?}; "
+                   "- reads them from standard input")
     g.add_argument("--out", required=True, type=path, help="where to write one result row per input row (JSONL)")
     g.add_argument("--timeout", type=number(float, MIN_TIMEOUT_S, high=3600), default=None,
                    help="seconds of CPU per test (default 2)")
@@ -172,9 +173,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     first = getattr(args, "config", None) if args.command == "train" else None
     deletion = bool(first) and first.startswith("~") and "/" not in first and not first.endswith((".yaml", ".yml"))
-    if first and ("=" in first or deletion):  # `execrl train key=value ...` (`~key`: a key deleted, not a file under
-        args.overrides, args.config = [first, *args.overrides], None  # a home directory): the default
+    if first and (deletion or "=" in first and not _a_file(first)):  # `execrl train key=value ...` (`~key`: a key
+        args.overrides, args.config = [first, *args.overrides], None  # deleted, not a file under a home directory):
+        # the default; a config file whose path holds `=` is the config
     return args
+
+
+def _a_file(text: str) -> bool:
+    try:
+        return Path(text).expanduser().is_file()
+    except (RuntimeError, OSError):  # (`~user` of no user, a home directory not known)
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -435,6 +444,9 @@ def eval_config(args):
     from execrl.eval.run import EvalConfig
     from execrl.writable import same_file, unwritable
 
+    if args.out is not None and not args.out.strip():  # (it wrote into the working directory)
+        raise ValueError("--out is empty: name the directory for results.jsonl and summary.json (left out: "
+                         "results/eval/<model>_<dataset>-<split>)")
     if args.out is None:  # one directory per model (or completions file) and dataset: a later eval keeps this one's
         def name(text: str) -> str:  # (a path's slashes, a builtin's colon: one directory name, a portable one)
             return re.sub(r"[^A-Za-z0-9._-]+", "-", text.strip("/"))[-80:].strip("-.")
@@ -531,8 +543,11 @@ def judge_settings(args) -> dict:
             raise ValueError("--reward-model-tokenizer, --reward-model-chat-template and --reward-model-max-len set "
                              "how --reward-model reads: name the reward model (--reward-model NAME)")
         return {}
+    from execrl.config.reward_model import ARITH_JUDGE, OWN_TOKENIZER
     from execrl.config.schema import TokenizerConfig
 
+    if args.reward_model == ARITH_JUDGE and args.reward_model_tokenizer not in (None, ARITH_JUDGE):
+        raise ValueError(f"--reward-model-tokenizer is given, but {OWN_TOKENIZER}: drop the flag")
     ran = ((run_config(args.model) or {}).get("env") or {}).get("reward_model") or {}
     named = [str(Path(n).expanduser().resolve()) if Path(n).expanduser().exists() else n
              for n in (ran.get("model_name") or "", args.reward_model)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -48,13 +49,14 @@ def read_rows(path: str) -> list[tuple[int, dict | None, str | None]]:
     """(line number, row, error) for each non-blank line; a bad row (not UTF-8, not JSON, nested
     past reason) has row None and an error naming the line, and the others are graded."""
     p = Path(path)
-    if p.is_dir():
+    if path != "-" and p.is_dir():
         raise UnusableInput(f"{path} is a directory: name the JSONL file of rows in it")
-    if not p.is_file():
+    if path != "-" and not p.is_file():
         raise UnusableInput(f"{path}: no such file")
     try:
-        # (less a BOM, as a Windows editor saves one: the loaders' read_rows skips it too)
-        lines = p.read_bytes().removeprefix(b"\xef\xbb\xbf").splitlines()
+        # (less a BOM, as a Windows editor saves one: the loaders' read_rows skips it too); `-`: standard input
+        data = sys.stdin.buffer.read() if path == "-" else p.read_bytes()
+        lines = data.removeprefix(b"\xef\xbb\xbf").splitlines()
     except OSError as e:
         raise UnusableInput(f"{path}: cannot read it ({e})") from None
     out = []
@@ -164,7 +166,7 @@ def run_grade(args) -> int:
         verdicts["invalid row"] += 1
     if not jobs:  # (a pipeline that grades a file of invalid rows gets a failure, not 0)
         _write(args.out, rows, results)
-        say("error:", "red", f"no row of {args.input} could be graded ({len(rows)} invalid: see the lines above); "
+        say("error:", "red", f"no row of {'standard input' if args.input == '-' else args.input} could be graded ({len(rows)} invalid: see the lines above); "
                              f"their errors are in {args.out}")
         return 2
     columns = [TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]

@@ -10,8 +10,10 @@ from pathlib import Path
 
 
 def unwritable(directory: str | Path) -> str | None:
-    """Why files cannot be written in `directory` (made if missing), or None when they can."""
+    """Why files cannot be written in `directory`, or None when they can. Folders it makes to find out are removed
+    again (the writer makes them when it writes: a command refused after this check left them behind, empty)."""
     d = Path(directory).expanduser()
+    made = [p for p in (d, *d.parents) if not p.exists()]  # (deepest first)
     try:
         d.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=d, prefix=".execrl-write-check-")
@@ -19,6 +21,12 @@ def unwritable(directory: str | Path) -> str | None:
         os.unlink(probe)
     except OSError as e:
         return f"{d} is not writable here ({e.strerror or type(e).__name__})"
+    finally:
+        for p in made:
+            try:
+                p.rmdir()
+            except OSError:  # (made by another meanwhile, or not made at all)
+                break
     return None
 
 

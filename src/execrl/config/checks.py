@@ -191,6 +191,8 @@ def check_reward_model(cfg: MasterConfig) -> None:
     if rm.model_name is None:
         raise ConfigError("env.reward_model.model_name is not set: name a sequence-classification reward model (a hub "
                           "id or an HF directory), or builtin:arith-judge for the built-in task")
+    if rm.model_name == reward_model.ARITH_JUDGE and rm.tokenizer.name not in (None, rm.model_name):
+        raise ConfigError(f"env.reward_model.tokenizer.name is set, but {reward_model.OWN_TOKENIZER}: remove it")
     if not rm.reward_model_cfg.enabled:
         raise ConfigError("env.reward_model.reward_model_cfg.enabled=false: the reward-model environment always loads "
                           "its model as a reward model (as NeMo RL's); set it to true")

@@ -22,6 +22,9 @@ from execrl.config.errors import ConfigError
 from execrl.rewards.base import ComponentConfig
 
 ENV_NAME = "data.default.env_name"
+ARITH_JUDGE = "builtin:arith-judge"  # the built-in task's judge (rewards/judges.py): it reads with its own tokenizer
+OWN_TOKENIZER = (f"{ARITH_JUDGE} reads with its own tokenizer (the built-in policy's, which it was trained with): "
+                 "another one would give it ids it never saw")
 
 
 def from_nemo(leaves: dict[str, Any], enabled: bool) -> dict[str, Any]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from execrl.models import kv_shape
 from execrl.prompts import conversation_ids, prompt_ids
 from execrl.rollout import SamplingParams, build_generator
+from execrl.rollout.engine import CacheTooLarge, kv_bytes_per_token
 
 FEWEST, MOST = 16, 512  # sequences decoded at once where batch_size is None (on a CPU: FEWEST)
 KV_SHARE = 0.5  # of the GPU's free memory after loading, for the engine's KV cache
@@ -37,7 +37,11 @@ def generate(model, tokenizer, prompts: list[str] | list[list[dict]], num_sample
     slots = min(batch_size, len(ids) * num_samples)
     if on_slots is not None:
         on_slots(slots)
-    generator = build_generator(model, tokenizer, backend, slots, max_len, stop_token_ids=stop_token_ids)
+    try:
+        generator = build_generator(model, tokenizer, backend, slots, max_len, stop_token_ids=stop_token_ids)
+    except CacheTooLarge as e:  # (--max-new-tokens 1000000000 was the allocator's traceback: a hunt's find)
+        raise ValueError(f"{e}: lower --max-new-tokens (now {max_new_tokens:,}; the longest prompt is "
+                         f"{max_len - max_new_tokens:,} tokens) or --batch-size (now {slots:,})") from None
     per_prompt = guided if isinstance(guided, list) else [guided] * len(ids)
     guides = {"guides": [None if c is None else generator.guides.get(*c) for c in per_prompt]} if any(per_prompt) else {}
     streamed = {"on_sample": lambda i, j, c: on_sample(i, j, c.text, len(c.ids), c.truncated)} \
@@ -63,8 +67,3 @@ def slots_for(free_bytes: float, bytes_per_slot: float) -> int:
     return max(FEWEST, min(MOST, int(KV_SHARE * free_bytes // max(bytes_per_slot, 1))))
 
 
-def kv_bytes_per_token(model) -> int:
-    """Keys and values of one token over every layer, in the model's dtype (an upper bound where
-    some layers keep a window or share their cache)."""
-    layers, kv_heads, head_dim = kv_shape(model.config)
-    return layers * 2 * kv_heads * head_dim * next(model.parameters()).element_size()

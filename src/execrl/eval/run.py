@@ -95,9 +95,6 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     if completions and model_name:
         raise ValueError("execrl eval grades --completions FILE or samples --model, not both: drop one")
     seeded = {} if cfg.data_seed is None else {"seed": cfg.data_seed}
-    if (Path(cfg.out) / "summary.json").exists():
-        written = time.strftime("%Y-%m-%d %H:%M", time.localtime((Path(cfg.out) / "summary.json").stat().st_mtime))
-        say(f"{cfg.out} holds the results of an eval of {written}: this one replaces them (--out: another directory)")
     try:  # (the names training takes: a hub id, a module.path:loader of one's own)
         key = dataset_key(cfg.dataset) if cfg.dataset else None
     except DatasetError as e:
@@ -156,6 +153,9 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     # work), its weights loaded after them (beside the policy they would take its KV cache's memory)
     if cfg.reward_model:
         with_flags(check_judge, cfg)
+    if (Path(cfg.out) / "summary.json").exists():  # (said once the inputs are checked: a refused eval replaces none)
+        written = time.strftime("%Y-%m-%d %H:%M", time.localtime((Path(cfg.out) / "summary.json").stat().st_mtime))
+        say(f"{cfg.out} holds the results of an eval of {written}: this one replaces them (--out: another directory)")
     languages = tuple(sorted({p.language for p in posed if p.kind == "code"})) or ("python",)
     # the sandbox first: its workers start and pass their self-test while the model loads, and grade while it samples
     with Grader(num_workers=cfg.workers, limits=Limits(timeout_s=cfg.timeout_s), languages=languages) as grader:

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import torch
 
+from execrl.config.reward_model import ARITH_JUDGE
 from execrl.models import ModelNotFound, load_pretrained, pick_device, read_tokenizer
 from execrl.rewards.bradley_terry import Pair, accuracy, train_pairs
 from execrl.rewards.reward_model import RewardModel, check_head, probe
-
-ARITH_JUDGE = "builtin:arith-judge"
 
 
 def load_reward_model(cfg, device: str = "auto", offline: bool | None = None, prompt=None,

@@ -20,6 +20,7 @@ import torch
 
 from execrl.compiling import compile_settings, raise_recompile_limit
 from execrl.guided import Guides
+from execrl.models import kv_shape
 from execrl.rollout.attention import kernel_fits, shared_from, tail_splits, unit_members
 from execrl.rollout.completion import Completion, end_ids, text_of
 from execrl.rollout.decoder import CachedDecoder, generic_in
@@ -103,9 +104,59 @@ def at_rows(t: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
     return t if rows is None else t[rows]
 
 
+class CacheTooLarge(MemoryError):
+    """The KV cache asked for is more than the device has free: said before any of it is allocated (a host that
+    overcommits would hand the allocation out and kill the process, without a word, as the zeros touch it)."""
+
+
+def kv_bytes_per_token(model) -> int:
+    """Keys and values of one token over every layer, in the model's dtype (an upper bound where
+    some layers keep a window or share their cache)."""
+    layers, kv_heads, head_dim = kv_shape(model.config)
+    return layers * 2 * kv_heads * head_dim * next(model.parameters()).element_size()
+
+
+def free_bytes(device: torch.device) -> int | None:
+    """What the device can still give: on a GPU its free memory and what torch holds unused; on the host its
+    available memory and swap (within the cgroup's limit where one is set); None where it cannot be read."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    if device.type != "cpu":
+        return None
+    try:
+        info = dict(line.split(":", 1) for line in open("/proc/meminfo", encoding="ascii"))
+        free = (int(info["MemAvailable"].split()[0]) + int(info.get("SwapFree", "0 kB").split()[0])) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+    try:
+        limit = open("/sys/fs/cgroup/memory.max", encoding="ascii").read().strip()
+        used = int(open("/sys/fs/cgroup/memory.current", encoding="ascii").read())
+        if limit != "max":
+            free = min(free, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return free
+
+
+def check_cache(model, slots: int, max_len: int) -> None:
+    """CacheTooLarge where `slots` sequences of `max_len` tokens' keys and values are more than the model's device
+    has free."""
+    device = next(model.parameters()).device
+    need = slots * max_len * kv_bytes_per_token(model)
+    free = free_bytes(device)
+    if free is None or need <= free:
+        return
+    fits = free // max(slots * kv_bytes_per_token(model), 1)
+    raise CacheTooLarge(f"the KV cache of {slots:,} sequences of up to {max_len:,} tokens needs {need / 2**30:,.1f} "
+                        f"GiB, and the {device.type} has {free / 2**30:,.1f} GiB free: at {slots:,} at once, at most "
+                        f"{fits:,} tokens each fit")
+
+
 def make_decoder(model, slots: int, max_len: int, merge_adapters: bool):
     """A family with a file in rollout/models/: its CachedDecoder; any other causal LM: the generic
     path (transformers' own forward over the engine's cache)."""
+    check_cache(model, slots, max_len)
     if has_family(model):
         return CachedDecoder(model, slots, max_len, merge_adapters)
     try:

@@ -10,6 +10,7 @@ import torch
 
 from execrl.config import MasterConfig
 from execrl.config.batch import plan as batch_plan
+from execrl.rollout.engine import CacheTooLarge
 from execrl.trainer.memory_plan import engine_slots
 
 GiB = 1024 ** 3
@@ -24,8 +25,9 @@ class OutOfMemory(RuntimeError):
 
 
 def out_of_memory(error: BaseException) -> bool:
-    """A CUDA out-of-memory error, or the CPU allocator's (a RuntimeError of its own wording)."""
-    return isinstance(error, torch.OutOfMemoryError) or (
+    """A CUDA out-of-memory error, or the CPU allocator's (a RuntimeError of its own wording), or the engine's
+    refusal of a KV cache larger than the device's free memory."""
+    return isinstance(error, (torch.OutOfMemoryError, CacheTooLarge)) or (
         isinstance(error, RuntimeError) and "can't allocate memory" in str(error))
 
 
@@ -37,7 +39,8 @@ def phase(name: str, cfg: MasterConfig):
     except Exception as error:
         if isinstance(error, OutOfMemory) or not out_of_memory(error):
             raise
-        raise OutOfMemory(name, f"out of memory in {name}: {peak()}. To need less: "
+        raise OutOfMemory(name, f"out of memory in {name}: {error if isinstance(error, CacheTooLarge) else peak()}. "
+                          "To need less: "
                           + "; ".join(ADVICE[name](cfg)) + ".") from None
 
 

@@ -41,7 +41,7 @@ from execrl.sandbox import Grader, Limits
 from execrl.tasks import DATASETS, Problem, dataset_key
 from execrl.tasks.problem import err as problem_err
 from execrl.tasks.registry import local_source
-from execrl.trainer import checkpoint, precision
+from execrl.trainer import checkpoint, memory, precision
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler, load_data
 from execrl.trainer.lock import RunLock
@@ -316,7 +316,8 @@ def _parts(cfg: MasterConfig, plan: BatchPlan, lock: RunLock | None) -> Run:
     slots = engine_slots(cfg)  # (start() checked that the processes are the config's GPUs)
     if cfg.policy.generation.backend == "execrl" and gpu:
         slots = bounded_slots(cfg, shape, gpu)[0]  # (the memory plan's lines above said so)
-    generator = rollout_generator(cfg, policy, slots)
+    with memory.phase("generation", cfg):  # (the KV cache: its advice, not the model's)
+        generator = rollout_generator(cfg, policy, slots)
     grader = Grader(dist.sandbox_workers(cfg.env.code.num_workers),
                     Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb),
                     languages=languages(train + val))
