@@ -873,3 +873,19 @@ def test_an_unset_environment_variable_the_config_reads_is_named(tmp_path, monke
     (tmp_path / "c.yaml").write_text("policy:\n  model_name: ${oc.env:EXECRL_UNSET_CHECKPOINT}\n")
     with pytest.raises(ConfigError, match=r"reads the environment variable EXECRL_UNSET_CHECKPOINT .* not set: set"):
         load_config(str(tmp_path / "c.yaml"))
+
+
+def test_overlong_filtering_and_validations_own_sampling_are_named_and_an_unread_key_runs():
+    """(A hunt's finds against NeMo RL's code of 2026-08-22) its overlong filtering also leaves out an answer that ended
+    within the environment reply's length of the limit; it refuses validation sampling settings other than
+    training's (outside vLLM with NeMo-Gym); loss_fn.seq_logprob_error_in_loss is read nowhere in it (execrl refused
+    a config NeMo RL runs)."""
+    from execrl.config.checks import differences_note
+
+    base = str(NEMO / "eraG_7ea279a" / "examples" / "configs" / "grpo_math_1B.yaml")
+    note = differences_note(load_config(base, ["grpo.overlong_filtering=true", "policy.generation.val_temperature=0",
+                                               "loss_fn.seq_logprob_error_in_loss=true"]))
+    assert "grpo.overlong_filtering leaves out of the loss the samples cut" in note, note
+    assert "validation samples at its own val_temperature=0.0 (policy.generation)" in note, note
+    note = differences_note(load_config(base, [])) or ""
+    assert "overlong_filtering" not in note and "val_temperature" not in note, note

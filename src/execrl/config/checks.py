@@ -1164,6 +1164,15 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
         if shaped:
             out.append(f"{' and '.join(shaped)} with async GRPO: execrl applies {'them' if len(shaped) > 1 else 'it'} "
                        "to the rollouts as sync GRPO does; NeMo RL's run_grpo.py refuses the pair")
+    if grpo.overlong_filtering:  # (a hunt's find)
+        out.append("grpo.overlong_filtering leaves out of the loss the samples cut at the length limit; NeMo RL's "
+                   "current code also leaves out an answer that ended within the last few tokens of "
+                   "policy.max_total_sequence_length, where its environment's reply would not fit")
+    val = [f"{k}={getattr(gen, 'val_' + k)}" for k in ("temperature", "top_p", "top_k")
+           if getattr(gen, "val_" + k) != getattr(gen, k)]
+    if val and bool(getattr(cfg, "_nemo_mapped", None) or getattr(cfg, "_nemo_ignored", None)):
+        out.append(f"validation samples at its own {', '.join('val_' + v for v in val)} (policy.generation); NeMo "
+                   "RL's current code refuses validation settings other than training's outside vLLM with NeMo-Gym")
     per_rollout = plan(cfg).optimizer_steps_per_rollout
     if per_rollout > 1:
         out.append(f"train/loss and train/grad_norm are the mean over the step's {per_rollout} optimizer steps (NeMo "

@@ -124,6 +124,7 @@ IGNORED: dict[str, str] = {
     "policy.optimizer.kwargs.fused": "AdamW implementation choice",
     "data.num_workers": "data-loader processes",
     "grpo.reward_shaping": "off",
+    "loss_fn.seq_logprob_error_in_loss": "not read by NeMo RL's current code (an earlier version's Megatron path)",
     "env.math.num_workers": "math answers are checked in the trainer's process (no workers)",
     "checkpointing.metric_name": "execrl keeps the last keep_top_k checkpoints, not the best by a metric",
     "checkpointing.higher_is_better": "execrl keeps the last keep_top_k checkpoints, not the best by a metric",
@@ -224,8 +225,6 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
                                       "implemented: set it to false"),
     "loss_fn.positive_example_nll_weight": (lambda v: v not in (None, 0, 0.0), "loss_fn.positive_example_nll_weight "
                                             "(VAPO's NLL on correct samples) is not implemented: set it to 0.0"),
-    "loss_fn.seq_logprob_error_in_loss": (_on, "loss_fn.seq_logprob_error_in_loss (NeMo RL's Megatron path) is not "
-                                               "implemented: set it to false"),
     "policy.tokenizer.is_tokenizer_processor": (_on, "multimodal processors (policy.tokenizer.is_tokenizer_processor) "
                                                      "are not implemented: set it to false"),
     "grpo.deduplicate_multimodal_data": (_on, "multimodal data is not implemented: set "
