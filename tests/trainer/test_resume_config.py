@@ -205,3 +205,17 @@ def test_a_resume_with_another_tokenizer_or_template_is_refused_and_a_copied_run
         (model / "tokenizer_config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="tokenizer or chat template differs from the one this run trained with"):
         train(load_config(None, [*base, "grpo.max_num_steps=2"]))
+
+
+def test_a_run_of_its_own_is_one_key_on_the_built_in_default_and_refusals_name_it_whole():
+    """(A newcomer hunt's find) README's "your own model is one key" ran into the default's run directory: the resume
+    was refused (another model) or, with only logging changed, did nothing. The default's checkpoints follow
+    logger.log_dir, and the messages name both keys of a new run, with values."""
+    from execrl.config import load_config
+    from execrl.trainer.setup import new_run
+
+    assert load_config(None, ["logger.log_dir=runs/mine"]).checkpointing.checkpoint_dir == "runs/mine/checkpoints"
+    assert new_run(load_config(None, [])) == \
+        "logger.log_dir=runs/default-2 checkpointing.checkpoint_dir=runs/default-2/checkpoints"
+    apart = load_config(None, ["logger.log_dir=/tmp/a", "checkpointing.checkpoint_dir=/tmp/ck"])
+    assert new_run(apart) == "logger.log_dir=/tmp/a-2 checkpointing.checkpoint_dir=/tmp/ck-2"

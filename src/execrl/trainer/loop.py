@@ -35,7 +35,7 @@ from execrl.trainer.flat import (
 )
 from execrl.trainer.metrics import INTERRUPTED, LogUnwritable
 from execrl.trainer.rollouts import episode_means, episode_sums, prompt_seeds, rollout_rows, sampling
-from execrl.trainer.setup import Run, build_run, console
+from execrl.trainer.setup import Run, build_run, console, new_run
 from execrl.trainer.step import advantages, build_batch, deferrable, optimize, sampler_filter, score_tokens, sharing
 from execrl.trainer.warmup import sft_warmup
 
@@ -57,8 +57,8 @@ def train(cfg: MasterConfig) -> Run:
                       "short): it runs now")
     if run.step >= run.max_steps:
         console.print(f"[yellow]{run.resumed_from} is already at step {run.step}, the last: nothing "
-                      f"{'else ' if owed else ''}to do. Raise grpo.max_num_steps (or max_num_epochs) to go on, or set "
-                      "a new checkpointing.checkpoint_dir.[/]")
+                      f"{'else ' if owed else ''}to do. Raise grpo.max_num_steps (or max_num_epochs) to go on, or start a "
+                      f"new run: {new_run(cfg)}[/]")
     gpu = next(run.weights.compute.parameters()).device.type == "cuda"  # (train phases timed on the GPU)
     ctrl_c = CtrlC().__enter__()  # (over everything after loading: a signal in the closing validation or save too)
     deadline = Deadline(cfg)  # (its clock starts here, before the warm-up and val_at_start, as NeMo RL's does)

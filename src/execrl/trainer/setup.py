@@ -126,9 +126,17 @@ def resumable(cfg: MasterConfig, state: dict, found: Path) -> list[str]:
     if refused:
         shown = "; ".join(refused[:6]) + (f"; and {len(refused) - 6} more" if len(refused) > 6 else "")
         raise ValueError(f"{found} was trained with another config, and resuming it cannot apply {shown}: set those "
-                         "back to the checkpoint's values, or start a new run (another checkpointing.checkpoint_dir "
-                         "and logger.log_dir)")
+                         f"back to the checkpoint's values, or start a new run: {new_run(cfg)}")
     return applied
+
+
+def new_run(cfg: MasterConfig) -> str:
+    """The settings that start a new run beside this config's: another logger.log_dir and checkpointing.checkpoint_dir
+    (checkpoints inside the log directory stay inside the new one)."""
+    log, ckpt = Path(cfg.logger.log_dir), Path(cfg.checkpointing.checkpoint_dir)
+    other = log.parent / f"{log.name}-2"
+    moved = other / ckpt.relative_to(log) if ckpt.is_relative_to(log) else ckpt.parent / f"{ckpt.name}-2"
+    return f"logger.log_dir={other} checkpointing.checkpoint_dir={moved}"
 
 
 def _refused(cfg: MasterConfig, found: Path | None) -> str | None:
