@@ -765,3 +765,26 @@ def test_prompts_that_already_hold_a_chat_template_are_named():
     assert templated([plain]) is None
     assert "1 of 2 prompts (problem b the first) already hold a chat template's markup ('<|im_start|>')" in \
         templated([plain, rendered])
+
+
+def test_a_nemotron_folder_whose_file_names_no_split_says_every_split_reads_it(tmp_path, capsys):
+    """(A newcomer hunt's find) the local NeMo-Gym example folder holds one file naming no split; the loader reads it
+    for every split, so `execrl eval --split test` of a run trained on it scored its training problems without a
+    word. A split other than train read so says it; a file named for its split says nothing."""
+    import shutil
+
+    from execrl.tasks import load_problems
+
+    from ..conftest import shared_data
+
+    src = shared_data("nemotron_code_examples", "code_gen_example.jsonl")
+    (tmp_path / "one").mkdir()
+    shutil.copy(src, tmp_path / "one" / "code_gen_example.jsonl")
+    load_problems("nemotron_code", "test", str(tmp_path / "one"))
+    assert "nemotron_code/test: code_gen_example.jsonl in" in capsys.readouterr().err
+    load_problems("nemotron_code", "train", str(tmp_path / "one"))
+    assert "names no split" not in capsys.readouterr().err
+    (tmp_path / "two").mkdir()
+    shutil.copy(src, tmp_path / "two" / "test.jsonl")
+    load_problems("nemotron_code", "test", str(tmp_path / "two"))
+    assert "names no split" not in capsys.readouterr().err

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from execrl.sandbox import TestSpecError, parse_tests
-from execrl.tasks.problem import DatasetError, Problem, chat_messages, read_rows
+from execrl.tasks.problem import DatasetError, Problem, chat_messages, err, read_rows
 from execrl.tasks.registry import hub_rows, name_words, register
 
 HUB = "nvidia/Nemotron-RL-coding-competitive_coding"
@@ -25,7 +25,14 @@ def load(path, split, report, hub_id=None, **_):
     if path is None:
         rows = hub_rows(hub_id, split)
     elif path.is_dir():
-        rows = [r for f in split_files(path, split) for r in read_rows(f)]
+        files = split_files(path, split)
+        rows = [r for f in files for r in read_rows(f)]
+        if split != "train" and not any(set(SPLITS) & set(name_words(f)) for f in files):  # (a hunt's find: eval
+            # of a run trained on the folder scored its training problems without a word)
+            err.print(f"warning: nemotron_code/{split}: {', '.join(f.name for f in files)} in {path} names no split, "
+                      "so every split reads it, training's too: its score is no held-out score; name a file of "
+                      "problems the run never saw (execrl eval: --data-path FILE)", style="yellow", markup=False,
+                      highlight=False)
     else:
         rows = read_rows(path)
     problems = []
