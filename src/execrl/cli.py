@@ -69,8 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--model", help="hub id or local HF-format directory (e.g. a checkpoint of ours: its policy/, a "
                    "LoRA run's adapter included)")
     e.add_argument("--completions", type=path, help="JSONL of completions made elsewhere: {problem_id, completion}; no model")
-    e.add_argument("--dataset", default="mbpp", help="(default mbpp) gsm8k | mbpp | nemotron_code | leetcode | humaneval | jsonl | "
-                   "builtin:arith-code | NeMo RL's dataset names | path/to/file.py:function or module:function (your "
+    e.add_argument("--dataset", default="mbpp", help="(default mbpp) gsm8k | mbpp | nemotron_code | leetcode | "
+                   "humaneval | jsonl | builtin:arith-code | NeMo RL's dataset names | path/to/file.py:function or module:function (your "
                    "loader) (docs/getting-started.md#datasets)")
     e.add_argument("--split", default="test", help="dataset split (default test)")
     e.add_argument("--data-path", default=None, type=path, help="file or directory of the dataset (default: found locally)")

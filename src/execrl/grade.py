@@ -166,7 +166,8 @@ def run_grade(args) -> int:
         verdicts["invalid row"] += 1
     if not jobs:  # (a pipeline that grades a file of invalid rows gets a failure, not 0)
         _write(args.out, rows, results)
-        say("error:", "red", f"no row of {'standard input' if args.input == '-' else args.input} could be graded ({len(rows)} invalid: see the lines above); "
+        source = "standard input" if args.input == "-" else args.input
+        say("error:", "red", f"no row of {source} could be graded ({len(rows)} invalid: see the lines above); "
                              f"their errors are in {args.out}")
         return 2
     columns = [TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]

@@ -143,11 +143,14 @@ def check_cache(model, slots: int, max_len: int) -> None:
     """CacheTooLarge where `slots` sequences of `max_len` tokens' keys and values are more than the model's device
     has free."""
     device = next(model.parameters()).device
-    need = slots * max_len * kv_bytes_per_token(model)
-    free = free_bytes(device)
+    try:
+        per_slot = slots * kv_bytes_per_token(model)
+    except (AttributeError, TypeError):  # (a config without the usual names: make_decoder's own error says why)
+        return
+    need, free = per_slot * max_len, free_bytes(device)
     if free is None or need <= free:
         return
-    fits = free // max(slots * kv_bytes_per_token(model), 1)
+    fits = free // max(per_slot, 1)
     raise CacheTooLarge(f"the KV cache of {slots:,} sequences of up to {max_len:,} tokens needs {need / 2**30:,.1f} "
                         f"GiB, and the {device.type} has {free / 2**30:,.1f} GiB free: at {slots:,} at once, at most "
                         f"{fits:,} tokens each fit")
