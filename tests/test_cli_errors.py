@@ -515,3 +515,18 @@ def test_the_built_in_judges_own_tokenizer_is_not_replaced_in_silence(tmp_path):
     proc = execrl("eval", "--model", "builtin:tiny-coder", "--dataset", "builtin:arith-code", "--reward-model",
                   "builtin:arith-judge", "--reward-model-tokenizer", "gpt2", "--out", tmp_path / "o")
     assert proc.returncode == 2 and "--reward-model-tokenizer is given, but builtin:arith-judge" in proc.stderr
+
+
+def test_the_write_check_leaves_no_folder_it_made_and_a_long_configs_bad_byte_is_on_its_line(tmp_path):
+    """(A review's finds) the write check's clean-up stopped at the first folder its failed mkdir never made, leaving
+    the ones above; the codec's error holds one read's bytes, so a bad byte past the first ~8 KB was put on a line
+    counted from that read."""
+    from execrl.config import ConfigError, load_config
+    from execrl.writable import unwritable
+
+    assert "is not writable here" in unwritable(tmp_path / "x" / "y" / ("n" * 300))
+    assert not list(tmp_path.iterdir())
+    config = tmp_path / "long.yaml"
+    config.write_bytes(b"grpo:\n" + b"  # a comment line\n" * 1200 + "  max_num_steps: 1  # café\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="long.yaml:1202: not UTF-8 text"):
+        load_config(str(config))

@@ -4,6 +4,7 @@ sampling or grading, not after."""
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -25,8 +26,10 @@ def unwritable(directory: str | Path) -> str | None:
         for p in made:
             try:
                 p.rmdir()
-            except OSError:  # (made by another meanwhile, or not made at all)
-                break
+            except OSError as e:
+                if e.errno in (errno.ENOENT, errno.ENAMETOOLONG):  # (not made: the mkdir failed at it or above)
+                    continue
+                break  # (another process wrote into it meanwhile)
     return None
 
 

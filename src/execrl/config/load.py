@@ -231,10 +231,15 @@ def _read(path: Path, chain: list[Path], dirs: list[Path] | None = None, own: li
         tree = OmegaConf.load(path)
     except (yaml.YAMLError, OmegaConfBaseException) as e:
         raise ConfigError(yaml_error(path, e)) from None
-    except UnicodeDecodeError as e:  # (Latin-1's é: the codec's message named no file)
-        line = e.object[:e.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {e.object[e.start]:#04x}): save the file as UTF-8"
-                          ) from None
+    except UnicodeDecodeError:  # (Latin-1's é: the codec's message named no file; its bytes are one read's)
+        data = path.read_bytes()
+        try:
+            data.decode("utf-8")
+            at = 0
+        except UnicodeDecodeError as e:
+            at = e.start
+        line = data[:at].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {data[at]:#04x}): save the file as UTF-8") from None
     if not isinstance(tree, DictConfig):
         raise ConfigError(f"{path}: expected a mapping of sections (policy:, grpo:, ...)")
     if not chain and len(tree) == 0:  # (it ran the schema's defaults, not what execrl train with no config runs)

@@ -129,11 +129,12 @@ def free_bytes(device: torch.device) -> int | None:
         free = (int(info["MemAvailable"].split()[0]) + int(info.get("SwapFree", "0 kB").split()[0])) * 1024
     except (OSError, KeyError, ValueError):
         return None
-    try:
+    try:  # (the page cache it counts, a model's files just read among them, is reclaimed before an allocation fails)
         limit = open("/sys/fs/cgroup/memory.max", encoding="ascii").read().strip()
         used = int(open("/sys/fs/cgroup/memory.current", encoding="ascii").read())
+        stat = dict(line.split() for line in open("/sys/fs/cgroup/memory.stat", encoding="ascii") if line.strip())
         if limit != "max":
-            free = min(free, int(limit) - used)
+            free = min(free, max(0, int(limit) - used + int(stat.get("file", 0))))
     except (OSError, ValueError):
         pass
     return free

@@ -18,6 +18,7 @@ from execrl.models import load_model_and_tokenizer
 from execrl.rollout import build_generator
 from execrl.rollout.fuse import fuse_projections
 from execrl.trainer import distributed as dist
+from execrl.trainer import memory
 
 
 class Opponent:
@@ -76,6 +77,7 @@ def build_opponent(cfg, policy: torch.nn.Module, tokenizer, slots: int) -> Oppon
         if gen.backend == "execrl":
             fuse_projections(model)
     model.eval().requires_grad_(False)
-    generator = build_generator(model, tokenizer, gen.backend, slots, cfg.policy.max_total_sequence_length,
-                                gen.cuda_graphs, gen.sync_every, gen.compile, gen.stop_token_ids)
+    with memory.phase("generation", cfg):  # (its KV cache: generation's advice)
+        generator = build_generator(model, tokenizer, gen.backend, slots, cfg.policy.max_total_sequence_length,
+                                    gen.cuda_graphs, gen.sync_every, gen.compile, gen.stop_token_ids)
     return Opponent(model, generator, (g.opponent_refresh_steps or 10) if g.opponent == "snapshot" else None)

@@ -324,8 +324,7 @@ def _parts(cfg: MasterConfig, plan: BatchPlan, lock: RunLock | None) -> Run:
     slots = engine_slots(cfg)  # (start() checked that the processes are the config's GPUs)
     if cfg.policy.generation.backend == "execrl" and gpu:
         slots = bounded_slots(cfg, shape, gpu)[0]  # (the memory plan's lines above said so)
-    with memory.phase("generation", cfg):  # (the KV cache: its advice, not the model's)
-        generator = rollout_generator(cfg, policy, slots)
+    generator = rollout_generator(cfg, policy, slots)
     grader = Grader(dist.sandbox_workers(cfg.env.code.num_workers),
                     Limits(timeout_s=cfg.env.code.timeout_s, memory_mb=cfg.env.code.memory_mb),
                     languages=languages(train + val))
@@ -483,9 +482,10 @@ def rollout_generator(cfg: MasterConfig, policy, slots: int):
         # LoRA: generate from merged weights where nothing trains meanwhile (sync, one process;
         # rollout/decoder.py)
         merge = lora and not cfg.grpo.async_grpo.enabled and dist.world_size() == 1
-        generator = build_generator(policy.weights.compute, policy.tokenizer, gen.backend, slots,
-                                    cfg.policy.max_total_sequence_length, gen.cuda_graphs, gen.sync_every,
-                                    gen.compile, gen.stop_token_ids, merge)
+        with memory.phase("generation", cfg):  # (the KV cache: its advice, not the model's)
+            generator = build_generator(policy.weights.compute, policy.tokenizer, gen.backend, slots,
+                                        cfg.policy.max_total_sequence_length, gen.cuda_graphs, gen.sync_every,
+                                        gen.compile, gen.stop_token_ids, merge)
     for line in model_notes(policy.weights.compute, gen.backend):
         console.print(line, markup=False, highlight=False)
     return dist.for_rollouts(generator, policy.weights.master)
