@@ -319,7 +319,10 @@ def position_limit(model) -> tuple[int, bool] | None:
         return None
     inputs = model.get_input_embeddings()
     learned = any(isinstance(m, torch.nn.Embedding) and m is not inputs and ("pos" in name.rsplit(".", 1)[-1] or
-                  name.rsplit(".", 1)[-1] == "wpe") for name, m in model.named_modules())
+                  name.rsplit(".", 1)[-1] == "wpe") for name, m in model.named_modules()) or any(
+        "pos" in name.rsplit(".", 1)[-1] and b.is_floating_point() and b.dim() >= 1 and b.shape[0] == limit
+        for name, b in model.named_buffers())
+    # (a table kept as a buffer, CTRL's sinusoidal pos_encoding, has no row past it either: a hunt's find)
     return limit, learned
 
 
@@ -497,7 +500,8 @@ DROPOUTS = ("attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "res
             # train-mode noise on the routers' inputs (Mixtral's and MiniMax's module attribute, from their config's
             # router_jitter_noise; PhiMoE's input_jitter_noise): the engine samples without it. (PhiMoE's own
             # router_jitter_noise is its sparsemixer's threshold in eval mode too: part of the model, kept.)
-            "jitter_noise", "input_jitter_noise")
+            "jitter_noise", "input_jitter_noise",
+            "layerdrop")  # (OPT's, XGLM's, BioGPT's: whole layers skipped at random in train mode, a hunt's find)
 SAMPLED_IN_TRAINING = ("PhimoeTopKRouter",)  # modules that draw at random in train mode (PhiMoE's sparsemixer)
 
 

@@ -2,6 +2,7 @@
 samples without dropout, and the trainer, in train mode, scored each token through it (train/logprob_mismatch 4-6
 nats, the importance weights 0.4)."""
 
+import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -56,3 +57,28 @@ def test_the_loss_pass_of_families_with_train_mode_noise_is_the_engines_distribu
         assert model.training
         torch.testing.assert_close(scored[0], sampled, msg=config.model_type)
         torch.testing.assert_close(scored[1], sampled, msg=config.model_type)
+
+
+def test_layerdrop_is_off_a_sinusoidal_position_buffer_is_a_table_and_a_recurrent_model_is_refused_by_name():
+    """(A model-family hunt's finds) OPT's layerdrop (XGLM's, BioGPT's) skipped whole layers at random in train mode
+    while the start-up said dropout was off (train/logprob_mismatch 1.98 at step 1); CTRL's positions, a sinusoidal
+    buffer, read as rotary: a warning, then an IndexError mid-rollout past them; a Mamba (no attention heads) was a
+    traceback where the engine's refusal names the transformers backend."""
+    from transformers import CTRLConfig, CTRLLMHeadModel, MambaConfig, MambaForCausalLM, OPTConfig, OPTForCausalLM
+
+    from execrl.models import no_dropout, position_limit
+    from execrl.rollout.engine import make_decoder
+    from execrl.rollout.models import UnsupportedModel
+
+    opt = OPTForCausalLM(OPTConfig(vocab_size=100, hidden_size=32, ffn_dim=48, num_hidden_layers=2,
+                                   num_attention_heads=4, word_embed_proj_dim=32, layerdrop=0.5)).train()
+    assert "layerdrop" in no_dropout(opt) and opt.model.decoder.layerdrop == 0.0 and opt.config.layerdrop == 0.0
+    ids = torch.randint(0, 100, (2, 12))
+    with torch.no_grad():
+        assert torch.equal(opt(ids).logits, opt(ids).logits)  # (no layer skipped at random)
+    ctrl = CTRLLMHeadModel(CTRLConfig(vocab_size=100, n_embd=32, dff=48, n_layer=2, n_head=4, n_positions=64))
+    assert position_limit(ctrl) == (64, True)
+    mamba = MambaForCausalLM(MambaConfig(vocab_size=100, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                         state_size=8))
+    with pytest.raises(UnsupportedModel, match="backend=transformers"):
+        make_decoder(mamba, 2, 16, False)
