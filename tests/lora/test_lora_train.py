@@ -169,7 +169,8 @@ def test_a_resume_on_a_base_changed_in_place_is_refused(tmp_path, tiny_model_dir
             p.add_(0.01)
     changed.save_pretrained(base)
     assert weights_identity(str(base)) != weights_identity(str(tiny_model_dir))
-    with pytest.raises(ValueError, match="weight files differ from those this run trained on .* the LoRA adapters"):
+    with pytest.raises(ValueError, match="weight files differ from those this run trained on .* the LoRA adapters.*new "
+                                         "run: logger.log_dir=.*c-2 checkpointing.checkpoint_dir="):
         run(tmp_path, "c", *own, "grpo.max_num_steps=2")
     # execrl eval (and an opponent) reading the adapter: refused too, where the merged export is the fix
     from execrl.models import ModelNotFound

@@ -219,3 +219,21 @@ def test_a_run_of_its_own_is_one_key_on_the_built_in_default_and_refusals_name_i
         "logger.log_dir=runs/default-2 checkpointing.checkpoint_dir=runs/default-2/checkpoints"
     apart = load_config(None, ["logger.log_dir=/tmp/a", "checkpointing.checkpoint_dir=/tmp/ck"])
     assert new_run(apart) == "logger.log_dir=/tmp/a-2 checkpointing.checkpoint_dir=/tmp/ck-2"
+
+
+def test_a_new_runs_folders_are_free_and_named(tmp_path, monkeypatch):
+    """(A read-through's find) the suggested new run's "-2" could be a folder holding a run already, and a log
+    directory of "." was suggested as "-2"."""
+    from execrl.config import load_config
+    from execrl.trainer.setup import new_run
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "default-2" / "checkpoints").mkdir(parents=True)
+    assert new_run(load_config(None, [])) == \
+        "logger.log_dir=runs/default-3 checkpointing.checkpoint_dir=runs/default-3/checkpoints"
+    (tmp_path / "ck-3").mkdir()  # (apart: the first suffix free for both)
+    apart = load_config(None, ["logger.log_dir=a", "checkpointing.checkpoint_dir=ck"])
+    (tmp_path / "a-2").mkdir()
+    assert new_run(apart) == "logger.log_dir=a-4 checkpointing.checkpoint_dir=ck-4"
+    here = load_config(None, ["logger.log_dir=.", "checkpointing.checkpoint_dir=checkpoints"])
+    assert new_run(here) == f"logger.log_dir={tmp_path}-2 checkpointing.checkpoint_dir={tmp_path}-2/checkpoints"

@@ -105,7 +105,7 @@ def test_a_resume_over_other_training_problems_is_refused(tmp_path, monkeypatch)
     assert f"\n# data.train: jsonl/train from {data.resolve()}\n# 6 training problems (prompts " in config
     data.write_text("\n".join(js.dumps(r) for r in rows[:4]) + "\n")
     with pytest.raises(ValueError, match="not those .*step_000002 was trained on .6 problems then, 4 now.*Resume with "
-                                         "the data it ran on"):
+                                         "the data it ran on, or start a new run: logger.log_dir=.*changed-2 "):
         run(tmp_path, "changed", "grpo.max_num_steps=3", *mine)
     assert (tmp_path / "changed" / "config.yaml").read_text() == config
     rows[1]["prompt"] = "Print one."

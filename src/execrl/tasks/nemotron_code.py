@@ -25,9 +25,9 @@ def load(path, split, report, hub_id=None, **_):
     if path is None:
         rows = hub_rows(hub_id, split)
     elif path.is_dir():
-        files = split_files(path, split)
+        files, by_split = split_files(path, split)
         rows = [r for f in files for r in read_rows(f)]
-        if split != "train" and not any(set(SPLITS) & set(name_words(f)) for f in files):  # (a hunt's find: eval
+        if split != "train" and not by_split:  # (a hunt's find: eval
             # of a run trained on the folder scored its training problems without a word)
             err.print(f"warning: nemotron_code/{split}: {', '.join(f.name for f in files)} in {path} names no split, "
                       "so every split reads it, training's too: its score is no held-out score; name a file of "
@@ -80,10 +80,11 @@ def _decoded(value, field: str):
     return value
 
 
-def split_files(folder: Path, split: str) -> list[Path]:
-    """The files of a folder that hold `split`: those whose name carries it, where any file names a split (every
-    file was read, and training read NeMo-Gym's validation file beside its train file); else the folder's one
-    file. Refuses a choice between files (the shards of one file, train-00000-of-00002..., are one)."""
+def split_files(folder: Path, split: str) -> tuple[list[Path], bool]:
+    """The files of a folder that hold `split`, and whether any file names a split: those whose name carries it,
+    where any file names one (every file was read, and training read NeMo-Gym's validation file beside its train
+    file); else the folder's one file, which every split reads. Refuses a choice between files (the shards of one
+    file, train-00000-of-00002..., are one)."""
     files = sorted(f for f in folder.iterdir() if f.suffix in (".jsonl", ".parquet") and "rollout" not in f.name)
     named = {f: [w for w in name_words(f) if w in SPLITS] for f in files}
     by_split = any(named.values())
@@ -97,4 +98,4 @@ def split_files(folder: Path, split: str) -> list[Path]:
         raise DatasetError(f"nemotron_code/{split}: {len(chosen)} files in {folder} {which} "
                            f"({', '.join(f.name for f in chosen)}); name the one to read: data.*.path=FILE "
                            "(execrl eval: --data-path FILE)")
-    return chosen
+    return chosen, by_split

@@ -4,6 +4,7 @@ checkpoint)."""
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import random
 import time
@@ -134,8 +135,14 @@ def new_run(cfg: MasterConfig) -> str:
     """The settings that start a new run beside this config's: another logger.log_dir and checkpointing.checkpoint_dir
     (checkpoints inside the log directory stay inside the new one)."""
     log, ckpt = Path(cfg.logger.log_dir), Path(cfg.checkpointing.checkpoint_dir)
-    other = log.parent / f"{log.name}-2"
-    moved = other / ckpt.relative_to(log) if ckpt.is_relative_to(log) else ckpt.parent / f"{ckpt.name}-2"
+    inside = ckpt.relative_to(log) if ckpt.is_relative_to(log) else None
+    log, ckpt = (p.resolve() if p.name in ("", "..") else p for p in (log, ckpt))  # ("." or "..": the folder named)
+
+    def pair(n: int) -> tuple[Path, Path]:
+        other = log.parent / f"{log.name}-{n}"
+        return other, other / inside if inside is not None else ckpt.parent / f"{ckpt.name}-{n}"
+
+    other, moved = next(pair(n) for n in itertools.count(2) if not any(p.exists() for p in pair(n)))  # (a free one)
     return f"logger.log_dir={other} checkpointing.checkpoint_dir={moved}"
 
 
@@ -163,7 +170,7 @@ def same_base(run: Run, state: dict, found: Path) -> None:
     what = "the LoRA adapters" if lora else "the KL penalty's reference"
     raise ValueError(f"{cfg.policy.model_name}'s weight files differ from those this run trained on (recorded in "
                      f"{found}): resuming would read {what} onto other weights. Restore the model the run started "
-                     "from, or start a new run (another checkpointing.checkpoint_dir and logger.log_dir)")
+                     f"from, or start a new run: {new_run(cfg)}")
 
 
 def same_tokens(run: Run, state: dict, found: Path) -> None:
@@ -176,8 +183,7 @@ def same_tokens(run: Run, state: dict, found: Path) -> None:
     raise ValueError(f"{run.cfg.policy.model_name}'s tokenizer or chat template differs from the one this run trained "
                      f"with (recorded in {found}; its policy/ folder holds that tokenizer): resuming would render or "
                      "tokenize prompts otherwise from here on. Restore it (or set policy.tokenizer.chat_template to "
-                     "the one in the checkpoint), or start a new run (another checkpointing.checkpoint_dir and "
-                     "logger.log_dir)")
+                     f"the one in the checkpoint), or start a new run: {new_run(run.cfg)}")
 
 
 def same_judge(run: Run, state: dict, found: Path) -> None:
@@ -188,8 +194,8 @@ def same_judge(run: Run, state: dict, found: Path) -> None:
         return
     raise ValueError(f"the reward model {run.cfg.env.reward_model.model_name}'s weight files, tokenizer or chat "
                      f"template differ from those this run was rewarded by (recorded in {found}): resuming would "
-                     "train toward another reward from here on. Restore that reward model, or start a new run "
-                     "(another checkpointing.checkpoint_dir and logger.log_dir)")
+                     "train toward another reward from here on. Restore that reward model, or start a new run: "
+                     f"{new_run(run.cfg)}")
 
 
 def check_move_room(cfg, tokenizer) -> None:
@@ -533,7 +539,7 @@ def resume(run: Run) -> None:
         same_base(run, state, found)
         same_tokens(run, state, found)
         same_judge(run, state, found)
-        run.sampler.check(state.get("problems", {}), str(found))
+        run.sampler.check(state.get("problems", {}), str(found), new_run(run.cfg))
         checkpoint.load(found, run.model, run.optimizer, run.scheduler, state, lora=cfg.policy.lora.enabled,
                         own_base=run.lora is not None and run.lora.own_base)
         run.weights.refresh()
