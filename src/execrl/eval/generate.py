@@ -7,7 +7,7 @@ import torch
 
 from execrl.prompts import conversation_ids, prompt_ids
 from execrl.rollout import SamplingParams, build_generator
-from execrl.rollout.engine import CacheTooLarge, kv_bytes_per_token
+from execrl.rollout.engine import CacheTooLarge, free_bytes, kv_bytes_per_token
 
 FEWEST, MOST = 16, 512  # sequences decoded at once where batch_size is None (on a CPU: FEWEST)
 KV_SHARE = 0.5  # of the GPU's free memory after loading, for the engine's KV cache
@@ -53,14 +53,14 @@ def generate(model, tokenizer, prompts: list[str] | list[list[dict]], num_sample
 
 
 def auto_slots(model, max_len: int) -> int:
-    """Sequences for the engine to decode at once: on a GPU as many as KV_SHARE of its free memory
-    holds the KV cache of (max_len tokens each), between FEWEST and MOST; FEWEST on a CPU. A decode
+    """Sequences for the engine to decode at once: on a GPU as many as KV_SHARE of what it can still give
+    (engine.free_bytes: its free memory and torch's unused reserve) holds the KV cache of (max_len tokens each),
+    between FEWEST and MOST; FEWEST on a CPU. A decode
     step costs about as much at 16 sequences as at 128 on a GPU (bench/README.md, "Slots")."""
     device = next(model.parameters()).device
     if device.type != "cuda":
         return FEWEST
-    free, _ = torch.cuda.mem_get_info(device)
-    return slots_for(free, kv_bytes_per_token(model) * max_len)
+    return slots_for(free_bytes(device), kv_bytes_per_token(model) * max_len)
 
 
 def slots_for(free_bytes: float, bytes_per_slot: float) -> int:
