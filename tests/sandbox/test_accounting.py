@@ -328,3 +328,44 @@ def test_workers_default_to_the_cpus_a_quota_leaves(tmp_path, monkeypatch):
     assert cgroups.usable_cpus() == 64
     monkeypatch.setattr(cgroups, "_mounts", lambda: (_ for _ in ()).throw(OSError("no /proc")))
     assert cgroups.usable_cpus() == 64
+
+
+def test_the_memory_a_cgroup_limit_leaves_is_read_at_our_cgroup_and_above(tmp_path, monkeypatch):
+    """(The twenty-third session's left-out) the engine's cache check read a limit only at /sys/fs/cgroup/memory.max:
+    a Slurm job's or a v1 container's limit sits at the job's own cgroup (or above it), and the check passed a cache
+    the kernel then killed the run for. The least room over every level, its page cache counted free, its swap where
+    it allows some."""
+    v2, v1 = tmp_path / "unified", tmp_path / "memory"
+    (v2 / "job" / "step").mkdir(parents=True)
+    (v1 / "slurm" / "task").mkdir(parents=True)
+    G = 2**30
+    for where, limit, used, cache in [(v2 / "job", 8 * G, 5 * G, 1 * G), (v2 / "job" / "step", "max", 5 * G, 1 * G)]:
+        (where / "memory.max").write_text(f"{limit}\n")
+        (where / "memory.current").write_text(f"{used}\n")
+        (where / "memory.stat").write_text(f"anon {used - cache}\nfile {cache}\n")
+    (v2 / "job" / "memory.swap.max").write_text(f"{G // 2}\n")
+    (v2 / "job" / "memory.swap.current").write_text("0\n")
+    (v1 / "slurm" / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # (v1's "no limit")
+    (v1 / "slurm" / "memory.usage_in_bytes").write_text(f"{6 * G}\n")
+    (v1 / "slurm" / "task" / "memory.limit_in_bytes").write_text(f"{7 * G}\n")
+    (v1 / "slurm" / "task" / "memory.usage_in_bytes").write_text(f"{6 * G}\n")
+    (v1 / "slurm" / "task" / "memory.stat").write_text(f"cache 1\ntotal_cache {G}\n")
+    mounts = [("cgroup2", str(v2), {"rw"}), ("cgroup", str(v1), {"rw", "memory"})]
+    monkeypatch.setattr(cgroups, "_mounts", lambda: mounts)
+    monkeypatch.setattr(cgroups, "_own_cgroups", lambda: {"": "/job/step", "memory": "/slurm/task"})
+    # v2: the job's 8 - 5 + 1 GiB and half a GiB of swap; v1: the task's 7 - 6 + 1 GiB and the host's swap
+    assert cgroups.memory_room(swap_free=3 * G) == min(4 * G + G // 2, 2 * G + 3 * G)
+    monkeypatch.setattr(cgroups, "_own_cgroups", lambda: {"": "/job/step"})
+    assert cgroups.memory_room(swap_free=0) == 4 * G
+    (v1 / "slurm" / "task" / "memory.memsw.limit_in_bytes").write_text(f"{7 * G + G // 4}\n")  # (memory and swap)
+    (v1 / "slurm" / "task" / "memory.memsw.usage_in_bytes").write_text(f"{6 * G}\n")
+    monkeypatch.setattr(cgroups, "_own_cgroups", lambda: {"memory": "/slurm/task"})
+    assert cgroups.memory_room(swap_free=3 * G) == 2 * G + G // 4
+    monkeypatch.setattr(cgroups, "_own_cgroups", lambda: {})
+    assert cgroups.memory_room(swap_free=0) is None
+    import torch
+
+    from execrl.rollout.engine import free_bytes
+
+    monkeypatch.setattr(cgroups, "_own_cgroups", lambda: {"": "/job/step"})
+    assert free_bytes(torch.device("cpu")) <= 4 * G + G // 2  # (the engine's reading of the host)

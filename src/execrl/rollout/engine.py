@@ -29,6 +29,7 @@ from execrl.rollout.masks import SlotMasks
 from execrl.rollout.models import has_family
 from execrl.rollout.sampling import SamplingParams, request_key, sample, token_keys
 from execrl.rollout.units import PromptUnits
+from execrl.sandbox.cgroups import memory_room
 from execrl.transfer import to_device
 
 MIN_ROWS = 16  # the fewest rows a step over some of the slots runs (_rows): each count has its own CUDA graphs
@@ -118,7 +119,8 @@ def kv_bytes_per_token(model) -> int:
 
 def free_bytes(device: torch.device) -> int | None:
     """What the device can still give: on a GPU its free memory and what torch holds unused; on the host its
-    available memory and swap (within the cgroup's limit where one is set); None where it cannot be read."""
+    available memory and swap, within what the limits of our cgroup and those above it leave (cgroups.memory_room);
+    None where it cannot be read."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
@@ -126,18 +128,15 @@ def free_bytes(device: torch.device) -> int | None:
         return None
     try:
         info = dict(line.split(":", 1) for line in open("/proc/meminfo", encoding="ascii"))
-        free = (int(info["MemAvailable"].split()[0]) + int(info.get("SwapFree", "0 kB").split()[0])) * 1024
+        swap = int(info.get("SwapFree", "0 kB").split()[0]) * 1024
+        free = int(info["MemAvailable"].split()[0]) * 1024 + swap
     except (OSError, KeyError, ValueError):
         return None
-    try:  # (the page cache it counts, a model's files just read among them, is reclaimed before an allocation fails)
-        limit = open("/sys/fs/cgroup/memory.max", encoding="ascii").read().strip()
-        used = int(open("/sys/fs/cgroup/memory.current", encoding="ascii").read())
-        stat = dict(line.split() for line in open("/sys/fs/cgroup/memory.stat", encoding="ascii") if line.strip())
-        if limit != "max":
-            free = min(free, max(0, int(limit) - used + int(stat.get("file", 0))))
+    try:
+        room = memory_room(swap)
     except (OSError, ValueError):
-        pass
-    return free
+        room = None
+    return free if room is None else min(free, room)
 
 
 def check_cache(model, slots: int, max_len: int) -> None:

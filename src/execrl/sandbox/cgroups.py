@@ -175,20 +175,65 @@ def usable_cpus(share: int = 1) -> int:
 def _cpu_quota() -> float | None:
     """The least CPU quota (CPUs' worth) on our cgroup and those above it, v2's cpu.max or v1's CFS quota; None:
     none."""
-    own, least = _own_cgroups(), None
+    return _least(_quota_at(path, v2) for path, v2 in _levels("cpu"))
+
+
+def memory_room(swap_free: int) -> int | None:
+    """Bytes the memory limits on our cgroup and those above it still leave us (a container's --memory, a Slurm job's
+    or a Kubernetes pod's limit; v2's memory.max, v1's limit_in_bytes): at each level its limit less its usage, its
+    page cache counted free (reclaimed before an allocation fails), plus the swap it may still use (`swap_free`, the
+    host's, where the level sets no swap limit); the least of them; None: no limit set."""
+    return _least(_room_at(path, v2, swap_free) for path, v2 in _levels("memory"))
+
+
+def _least(values) -> float | None:
+    return min((v for v in values if v is not None), default=None)
+
+
+def _levels(controller: str):
+    """(directory, is v2) of our cgroup for `controller` (v1) and of our v2 cgroup, then of each one above it, up to
+    its mount's root."""
+    own = _own_cgroups()
     for fstype, mount, options in _mounts():
         v2 = fstype == "cgroup2"
-        rel = own.get("") if v2 else own.get("cpu") if "cpu" in options else None
+        rel = own.get("") if v2 else own.get(controller) if controller in options else None
         if rel is None:
             continue
         path = os.path.normpath(os.path.join(mount, rel.lstrip("/")))
         while True:
-            quota = _quota_at(path, v2)
-            least = quota if least is None or quota is not None and quota < least else least
+            yield path, v2
             if path == mount or not path.startswith(mount):
                 break
             path = os.path.dirname(path)
-    return least
+
+
+def _room_at(path: str, v2: bool, swap_free: int) -> int | None:
+    def number(name: str) -> int | None:  # (None: unreadable, or no limit: v2's "max", v1's ~2**63)
+        try:
+            with open(os.path.join(path, name)) as f:
+                text = f.read().strip()
+        except OSError:
+            return None
+        return None if text == "max" or not text.isdigit() or int(text) >= 2**62 else int(text)
+
+    limit, used = (number("memory.max"), number("memory.current")) if v2 else \
+        (number("memory.limit_in_bytes"), number("memory.usage_in_bytes"))
+    if limit is None or used is None:
+        return None
+    try:
+        with open(os.path.join(path, "memory.stat")) as f:
+            stat = dict(line.split()[:2] for line in f if len(line.split()) >= 2)
+        cache = int(stat.get("file" if v2 else "total_cache", 0))
+    except (OSError, ValueError):
+        cache = 0
+    room = max(0, limit - used + cache)
+    if v2:
+        swap_limit, swap_used = number("memory.swap.max"), number("memory.swap.current")
+        swap = swap_free if swap_limit is None or swap_used is None else min(swap_free, max(0, swap_limit - swap_used))
+        return room + swap
+    both, both_used = number("memory.memsw.limit_in_bytes"), number("memory.memsw.usage_in_bytes")  # (memory + swap)
+    return room + swap_free if both is None or both_used is None else \
+        min(room + swap_free, max(0, both - both_used + cache))
 
 
 def _quota_at(path: str, v2: bool) -> float | None:
