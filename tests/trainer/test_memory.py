@@ -255,6 +255,29 @@ def test_a_groups_prompt_forwarded_once_is_planned_once(tmp_path):
         assert micro_tokens(c, shape) == c.policy.train_micro_batch_size * 400, other
 
 
+def test_a_token_budget_under_one_sequence_is_planned_at_the_sequence_it_lets_through(tmp_path):
+    """(A long-context hunt's find) with policy.dynamic_batching.train_mb_tokens under one sequence, a longer one goes
+    alone, and the memory plan counted the budget: 16K-token samples with a 1,024-token budget were planned at a
+    sixteenth of their activations, and the engine's KV slots sized into memory training then needed."""
+    from execrl.config.batch import plan as batch_plan
+    from execrl.trainer.memory_plan import micro_tokens, plan, shape_of
+
+    long = ["policy.max_total_sequence_length=16384", "policy.generation.max_new_tokens=15000",
+            "policy.dynamic_batching.enabled=true", "policy.dynamic_batching.sequence_length_round=64",
+            f"policy.model_name={qwen1_5b_dir(tmp_path)}", "policy.device=cuda"]
+    small, whole = (load_config(None, [*long, f"policy.dynamic_batching.train_mb_tokens={t}"]) for t in (1024, 16384))
+    shape = shape_of(small)
+    assert micro_tokens(small, shape) == micro_tokens(whole, shape) == 16384
+    assert plan(small, shape).parts["activations"] == plan(whole, shape).parts["activations"]
+    notes = batch_plan(small).notes
+    assert any("train_mb_tokens 1024 is less than one sequence" in n and "goes alone" in n for n in notes), notes
+    assert not any("train_mb_tokens" in n for n in batch_plan(whole).notes)
+    odd = load_config(None, [*long, "policy.max_total_sequence_length=16010", "policy.generation.max_new_tokens=8000",
+                             "policy.dynamic_batching.train_mb_tokens=16010"])
+    assert micro_tokens(odd, shape) == 16064  # (one sequence, rounded up to 64 as micro-batches round it)
+    assert not any("train_mb_tokens" in n for n in batch_plan(odd).notes)  # (a budget of one sequence: no note)
+
+
 @pytest.mark.parametrize("size, micro, new, slots, measured", [
     ("0.5b", 128, 256, 128, 44.3), ("1.5b", 128, 256, 128, 97.3), ("1.5b", 64, 256, 128, 66.6),
     ("1.5b", 4, 4096, 128, 76.4), ("1.5b", 8, 4096, 110, 107.6)])

@@ -151,6 +151,13 @@ def plan(cfg: MasterConfig) -> BatchPlan:
                             dyn.sequence_length_round)
         score_split = Split(p.logprob_batch_size, dyn.logprob_mb_tokens
                             or p.max_total_sequence_length * p.logprob_batch_size, dyn.sequence_length_round)
+        longest = -(-p.max_total_sequence_length // dyn.sequence_length_round) * dyn.sequence_length_round
+        for key, split in (("train_mb_tokens", train_split), ("logprob_mb_tokens", score_split)):
+            if split.tokens < p.max_total_sequence_length:  # (a long-context hunt's find: the plan counted the budget)
+                notes.append(f"policy.dynamic_batching.{key} {split.tokens} is less than one sequence of "
+                             f"policy.max_total_sequence_length {p.max_total_sequence_length} (rounded to "
+                             f"{longest}): a longer sequence goes alone, so a pass can hold {longest} tokens, and "
+                             "the memory plan counts those")
     return BatchPlan(n_gpus, group_size, samples, global_batch, global_batch // group_size, per_round,
                      samples // global_batch, per_gpu, micro, -(-per_gpu // micro), train_split, score_split,
                      tuple(notes))

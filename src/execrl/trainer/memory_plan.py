@@ -135,7 +135,8 @@ def plan(cfg: MasterConfig, shape: Shape) -> Plan:
 
 
 def micro_tokens(cfg: MasterConfig, shape: Shape) -> int:
-    """A training micro-batch's tokens at most: its token budget, or its rows at max_total_sequence_length (L); where
+    """A training micro-batch's tokens at most: its token budget (or one sequence at L, rounded, where that is
+    more: a longer sequence goes alone), or its rows at max_total_sequence_length (L); where
     each group's prompt is forwarded once (policy.shared_prompts, one turn, micro-batches holding whole groups or part
     of one), each row's completion at policy.generation.max_new_tokens (c) and each group's prompt once, as long as
     the rest (L - c) or the prompts' limit allow."""
@@ -145,7 +146,7 @@ def micro_tokens(cfg: MasterConfig, shape: Shape) -> int:
     p, k = cfg.policy, cfg.grpo.num_generations_per_prompt
     split = batch_plan(cfg).train_split
     if split.tokens:
-        return split.tokens
+        return max(split.tokens, -(-p.max_total_sequence_length // split.round_to) * split.round_to)
     rows, length = split.sequences, p.max_total_sequence_length
     if not (p.shared_prompts and shape.shares_prompts and k > 1 and cfg.grpo.max_rollout_turns == 1
             and keeps_groups(rows, k)):
