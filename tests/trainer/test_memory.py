@@ -117,6 +117,36 @@ def test_an_out_of_memory_in_training_names_the_micro_batch():
         raise ValueError("not memory")
 
 
+def test_out_of_memory_advice_at_long_lengths_leaves_out_what_would_change_nothing():
+    """(A long-context hunt's find) at 16K tokens with micro-batches of one sequence, the advice was
+    "policy.train_micro_batch_size=1 (now 1)", a token budget halved below one sequence (which then goes alone, as
+    before), and with token budgets a bare "policy.max_total_sequence_length"."""
+    from execrl.trainer.memory import ADVICE
+
+    long = ["policy.max_total_sequence_length=16384", "policy.generation.max_new_tokens=15000"]
+    one = load_config(None, [*long, "policy.train_micro_batch_size=1", "policy.logprob_batch_size=1",
+                             "policy.activation_checkpointing=true"])
+    for name in ("training", "scoring", "generation", "the warm-up", "the reward model", "loading the model"):
+        assert not any("=1 (now 1)" in a for a in ADVICE[name](one)), name
+    assert ADVICE["training"](one)[-1] == "policy.max_total_sequence_length=8192 (now 16384) (or a smaller " \
+        "policy.generation.max_new_tokens)"
+    budget = load_config(None, [*long, "policy.dynamic_batching.enabled=true",
+                                "policy.dynamic_batching.train_mb_tokens=2048",
+                                "policy.dynamic_batching.logprob_mb_tokens=16384"])
+    for name in ("training", "scoring"):
+        advice = ADVICE[name](budget)
+        assert not any("mb_tokens" in a for a in advice), advice  # (at or under one sequence: halving does nothing)
+        assert "policy.max_total_sequence_length=8192 (now 16384) (or a smaller policy.generation.max_new_tokens)" \
+            in advice, advice
+    roomy = load_config(None, [*long, "policy.dynamic_batching.enabled=true",
+                               "policy.dynamic_batching.train_mb_tokens=65536"])
+    assert ADVICE["training"](roomy)[0] == "policy.dynamic_batching.train_mb_tokens=32768 (now 65536)"
+    odd = load_config(None, ["policy.dynamic_batching.enabled=true", "policy.max_total_sequence_length=1000",
+                             "policy.dynamic_batching.train_mb_tokens=1500"])
+    assert ADVICE["training"](odd)[0] == "policy.dynamic_batching.train_mb_tokens=1024 (now 1500)"  # (not under one
+    # sequence, 1,000 tokens rounded up to 64)
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["policy.lora.enabled=true"], "only the adapters train"),
     (["policy.precision=float32"], "nothing to move"),

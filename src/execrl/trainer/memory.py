@@ -54,40 +54,56 @@ def peak() -> str:
             f"{total / GiB:.1f} GiB on cuda:{device}")
 
 
-def _halve(key: str, value: int) -> str:
-    return f"{key}={max(1, value // 2)} (now {value})"
+def _halve(key: str, value: int, least: int = 1) -> str | None:
+    """`key` at half its value; None where it is at `least` already, and halving it changes nothing (a long-context
+    hunt's find: "policy.train_micro_batch_size=1 (now 1)")."""
+    return f"{key}={max(least, value // 2)} (now {value})" if value > least else None
+
+
+def _given(*advice: str | None) -> list[str]:
+    return [a for a in advice if a is not None]
+
+
+def _shorter(cfg: MasterConfig) -> str | None:
+    half = _halve("policy.max_total_sequence_length", cfg.policy.max_total_sequence_length)
+    return half and half + " (or a smaller policy.generation.max_new_tokens)"
+
+
+def _one_sequence(cfg: MasterConfig) -> int:
+    """A token budget's least useful value: one sequence at its longest (a longer one goes alone)."""
+    p = cfg.policy
+    step = p.dynamic_batching.sequence_length_round
+    return -(-p.max_total_sequence_length // step) * step
 
 
 def _generation(cfg: MasterConfig) -> list[str]:
-    p = cfg.policy
-    return [_halve("policy.generation_batch_size", engine_slots(cfg)) + ": fewer sequences decoded at once, "
-            "a smaller KV cache",
-            _halve("policy.max_total_sequence_length", p.max_total_sequence_length) + " (or a smaller "
-            "policy.generation.max_new_tokens)"]
+    slots = _halve("policy.generation_batch_size", engine_slots(cfg))
+    return _given(slots and slots + ": fewer sequences decoded at once, a smaller KV cache", _shorter(cfg))
 
 
 def _scoring(cfg: MasterConfig) -> list[str]:
     p = cfg.policy
     if p.dynamic_batching.enabled:
-        first = _halve("policy.dynamic_batching.logprob_mb_tokens", batch_plan(cfg).score_split.tokens)
-    else:
-        first = _halve("policy.logprob_batch_size", p.logprob_batch_size)
-    return [first, "policy.dynamic_batching.enabled=true: micro-batches by tokens, so that long samples go fewer at "
-            "a time" if not p.dynamic_batching.enabled else "policy.max_total_sequence_length"]
+        return _given(_halve("policy.dynamic_batching.logprob_mb_tokens", batch_plan(cfg).score_split.tokens,
+                             _one_sequence(cfg)), _shorter(cfg))
+    return _given(_halve("policy.logprob_batch_size", p.logprob_batch_size), "policy.dynamic_batching.enabled=true: "
+                  "micro-batches by tokens, so that long samples go fewer at a time")
 
 
 def _training(cfg: MasterConfig) -> list[str]:
     p = cfg.policy
     if p.dynamic_batching.enabled:
-        out = [_halve("policy.dynamic_batching.train_mb_tokens", batch_plan(cfg).train_split.tokens)]
+        smaller = _halve("policy.dynamic_batching.train_mb_tokens", batch_plan(cfg).train_split.tokens,
+                         _one_sequence(cfg))
     else:
-        out = [_halve("policy.train_micro_batch_size", p.train_micro_batch_size) + " (the same gradient: more "
-               "accumulation)"]
+        smaller = _halve("policy.train_micro_batch_size", p.train_micro_batch_size)
+        smaller = smaller and smaller + " (the same gradient: more accumulation)"
+    out = _given(smaller)
     if not p.activation_checkpointing:
         out.append("policy.activation_checkpointing=true (recompute activations in the backward)")
     elif p.activation_checkpointing_scope == "mlp":
         out.append("policy.activation_checkpointing_scope=layer (recompute each layer, not only its MLP)")
-    return out + _state(cfg)[:1]
+    return out + _state(cfg)[:1] + ([] if smaller else _given(_shorter(cfg)))  # (one sequence a pass: shorter ones)
 
 
 def _state(cfg: MasterConfig) -> list[str]:
@@ -102,12 +118,12 @@ def _state(cfg: MasterConfig) -> list[str]:
 
 
 def _reward_model(cfg: MasterConfig) -> list[str]:
-    return [_halve("env.reward_model.batch_size", cfg.env.reward_model.batch_size),
-            "a smaller reward model (env.reward_model.model_name)"]
+    return _given(_halve("env.reward_model.batch_size", cfg.env.reward_model.batch_size),
+                  "a smaller reward model (env.reward_model.model_name)")
 
 
 def _warmup(cfg: MasterConfig) -> list[str]:
-    return [_halve("warmup.batch_size", cfg.warmup.batch_size), *_state(cfg)[:1]]
+    return _given(_halve("warmup.batch_size", cfg.warmup.batch_size), *_state(cfg)[:1])
 
 
 ADVICE = {
