@@ -674,6 +674,27 @@ def test_prompts_leave_room_for_the_completion_in_a_learned_position_table(capsy
         prompt_room(EvalConfig(max_new_tokens=300), model, "gpt2")
 
 
+def test_eval_past_a_rotary_models_positions_warns_as_training_does(tiny_model_dir, capsys):
+    """(A long-context hunt's find) execrl eval sampled past a rotary model's max_position_embeddings without a word,
+    where training warns for the same length. The warning counts the longest prompt it samples on, so that a long
+    --max-prompt-tokens alone does not raise it."""
+    from execrl.eval.run import EvalConfig, past_positions
+    from execrl.models import load_model_and_tokenizer
+    from execrl.prompts import PromptConfig, build_messages, conversation_ids
+    from execrl.tasks import Problem
+
+    model, tok = load_model_and_tokenizer(str(tiny_model_dir), "cpu", "float32")
+    limit = model.config.max_position_embeddings
+    problems = [Problem("p", [{"role": "user", "content": "Print 1."}], "code")]
+    prompt = len(conversation_ids([build_messages(problems[0], PromptConfig())], tok)[0])
+    past_positions(EvalConfig(max_new_tokens=limit - prompt), model, "tiny", problems, tok, 10 * limit)
+    assert "warning" not in capsys.readouterr().err  # (the prompt and the new tokens fill the positions exactly)
+    past_positions(EvalConfig(max_new_tokens=limit - prompt + 1), model, "tiny", problems, tok, 10 * limit)
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"the longest prompt ({prompt} tokens) and --max-new-tokens {limit - prompt + 1:,} run past the " \
+        f"{limit:,} positions tiny was made for" in err and f"--max-new-tokens {limit - prompt:,} keeps every" in err
+
+
 def test_an_answer_ending_on_its_last_allowed_token_is_not_counted_cut(tiny_model_dir):
     """samples_cut_at_max_new_tokens counted every answer of --max-new-tokens tokens, one whose end of sequence was
     its last allowed token too (it ended on its own); the generator's word on each sample is what counts now."""

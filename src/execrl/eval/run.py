@@ -340,6 +340,7 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
         err.print(f"[yellow]dropped {dropped} problems whose prompt is longer than {longest} tokens "
                   + ("(--max-prompt-tokens)" if longest == cfg.max_prompt_tokens else "(the model's position table "
                      "less --max-new-tokens)") + "[/]")
+    past_positions(cfg, model, model_name, problems, tok, longest)
     prompts = [build_messages(p, cfg.prompt) for p in problems]
     recorded = getattr(getattr(model, "generation_config", None), STOP_STRINGS, None)  # (its run's: record_ends)
     stops = cfg.stop_strings if cfg.stop_strings is not None else (None if recorded is None else list(recorded))
@@ -388,6 +389,25 @@ def prompt_room(cfg: EvalConfig, model, model_name: str | None) -> int:
                   "transformers' forward would use the long ones at all; --max-prompt-tokens and --max-new-tokens "
                   f"within {bound:,} together keep every sample within them", markup=False)
     return longest
+
+
+def past_positions(cfg: EvalConfig, model, model_name: str | None, problems: list[Problem], tok, longest: int) -> None:
+    """A warning where the longest prompt and --max-new-tokens run past the rotary positions the model was made for
+    (its config's max_position_embeddings), as training warns for policy.max_total_sequence_length (a long-context
+    hunt's find: eval sampled past them without a word)."""
+    from execrl.models import position_limit
+    from execrl.prompts import conversation_ids
+
+    limit = position_limit(model)
+    if limit is None or limit[1] or longest + cfg.max_new_tokens <= limit[0] or not problems:
+        return  # (a learned table: prompt_room keeps samples within it)
+    most = max(map(len, conversation_ids([build_messages(p, cfg.prompt) for p in problems], tok)))
+    if most + cfg.max_new_tokens > limit[0]:
+        err.print(f"warning: the longest prompt ({most:,} tokens) and --max-new-tokens {cfg.max_new_tokens:,} run past "
+                  f"the {limit[0]:,} positions {model_name} was made for (its config's max_position_embeddings): a "
+                  "sample that grows past them runs at positions the model never trained at (a rope_scaling in its "
+                  f"config extends them); --max-new-tokens {max(1, limit[0] - most):,} keeps every sample within them",
+                  style="yellow", markup=False, highlight=False)
 
 
 def handed_to(early: EarlyGrading | None, cfg: EvalConfig, problems: list[Problem]):
