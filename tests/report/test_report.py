@@ -295,16 +295,27 @@ def test_truncated_rollouts_name_the_limit_that_cut_them(two_runs, tmp_path):
     rows = [{"problem": "p1", "reward": 1.0, "verdict": "pass", "turns": 1, "truncated": True,
              "completion": "```python\nprint(1)\n```", "messages": []},
             {"problem": "p2", "reward": 1.0, "verdict": "pass", "turns": 1, "truncated": False,
-             "completion": "```python\nprint(2)\n```<|im_end|>", "messages": []}]
+             "completion": "```python\nprint(2)\n```<|im_end|>", "messages": []},
+            # (a long-context hunt's find: a turn the context's end cut, and an episode whose environment answer
+            # had no room, were both labelled "cut at max_new_tokens")
+            {"problem": "p3", "reward": 0.0, "verdict": "no_code", "turns": 1, "truncated": True,
+             "cut_by": "context", "completion": "x", "messages": []},
+            {"problem": "p4", "reward": 0.0, "verdict": "fail", "turns": 1, "truncated": True, "cut_by": "answer",
+             "completion": "<code>print(*range(9999))</code>", "messages": []},
+            {"problem": "p5", "reward": 0.0, "verdict": "fail", "turns": 2, "truncated": True,
+             "cut_by": "max_new_tokens", "completion": "x", "messages": []}]
     d = run_dir(tmp_path / "r", [(1.0, 0.0)], rows,
                 policy={"max_total_sequence_length": 192, "generation": {"max_new_tokens": 64}})
     dom, log = open_page(write_report([d], tmp_path / "report.html"))
     assert not console_errors(log), console_errors(log)
     listed = dom[dom.index('<div id="rows">'):dom.index("</section>", dom.index('<div id="rows">'))]
     summaries = re.findall(r"<summary>(.*?)</summary>", listed)
-    assert len(summaries) == 2 and ">truncated<" not in listed and " truncated<" not in listed
-    assert "p1" in summaries[0] and "cut at max_new_tokens (64)" in summaries[0]
+    assert len(summaries) == 5 and ">truncated<" not in listed and " truncated<" not in listed
+    assert "p1" in summaries[0] and "cut at max_new_tokens (64)" in summaries[0]  # (a run before cut_by)
     assert "p2" in summaries[1] and "cut at" not in summaries[1]
+    assert "p3" in summaries[2] and "cut at the context (192)" in summaries[2]
+    assert "p4" in summaries[3] and "ended: the environment's answer did not fit (context 192)" in summaries[3]
+    assert "p5" in summaries[4] and "cut at max_new_tokens (64)" in summaries[4]
 
 
 def test_a_nan_metric_does_not_blank_the_page():

@@ -56,8 +56,15 @@ def test_a_unit_test_feedback_run_trains_with_masks_on_the_model_tokens_only(tmp
     assert two_turns
     for m, (rollouts, _) in zip(rows, seen):  # episodes whose feedback did not fit end early: counted, not silent
         cut = [e for e in rollouts.episodes if e.answer_cut]
-        assert all(e.turns == 1 and e.trajectory.truncated for e in cut)
+        assert all(e.turns == 1 and e.trajectory.truncated and e.cut_by == "answer" for e in cut)
         assert m["train/answer_cut_frac"] == pytest.approx(len(cut) / len(rollouts.episodes))
+        for e in rollouts.episodes:  # (a long-context hunt's find: the report named max_new_tokens for every cut)
+            long = len(e.trajectory) >= cfg.policy.max_total_sequence_length
+            assert e.cut_by == (None if not e.trajectory.truncated else "answer" if e.answer_cut else
+                                "context" if long else "max_new_tokens")
+    written = [json.loads(line) for f in (tmp_path / "rollouts").glob("*.jsonl") for line in f.read_text().splitlines()]
+    assert {r.get("cut_by") for r in written if r["truncated"]} <= {"answer", "context", "max_new_tokens"}
+    assert all("cut_by" not in r for r in written if not r["truncated"])
     episode = next(json.loads(line) for line in (tmp_path / "rollouts" / "step_000002.jsonl").read_text().splitlines()
                    if json.loads(line)["turns"] == 2)  # a whole episode: both turns and the feedback between them
     assert [m["role"] for m in episode["messages"]] == ["user", "assistant", "user", "assistant"]
@@ -133,3 +140,18 @@ def test_a_template_that_moves_the_system_prompt_is_named_at_build(tmp_path, cap
         run.grader.close()
         out = capsys.readouterr()
         assert ("writes the system prompt in a conversation's last user turn" in out.out + out.err) is said
+
+
+def test_a_rollout_row_names_the_limit_that_cut_it(tmp_path):
+    """(A long-context hunt's find) the report labelled every cut single-turn answer "cut at max_new_tokens", where
+    with max_new_tokens at or over the context (NeMo RL's idiom, configs/grpo_math_1B.yaml) the context's end cut it.
+    Rows say which limit did (`cut_by`); a random model rarely ends an answer, so most are cut."""
+    from .test_train import run
+
+    for name, context, new, want in [("ctx", 96, 4096, "context"), ("new", 512, 8, "max_new_tokens")]:
+        run(tmp_path, name, "grpo.max_num_steps=1", "warmup.sft_steps=0", "grpo.val_period=0",
+            "logger.rollouts_period=1", f"policy.max_total_sequence_length={context}",
+            f"policy.generation.max_new_tokens={new}", "checkpointing.enabled=false")
+        rows = [json.loads(line) for line in (tmp_path / name / "rollouts" / "step_000001.jsonl").read_text().splitlines()]
+        cut = [r for r in rows if r["truncated"]]
+        assert cut and {r["cut_by"] for r in cut} == {want}, (name, [r.get("cut_by") for r in cut])

@@ -99,14 +99,24 @@ function matches(r) {
 }
 
 function cutHtml(r) {
-  // the row's `truncated`: the episode ended at a length limit (a model turn reached max_new_tokens, or the context,
-  // before an EOS token or a stop string); named with the limit, since its answer may still be whole (and pass)
+  // the row's `truncated`: the episode ended at a length limit, named by its `cut_by` (a model turn reached
+  // max_new_tokens, or the context's end, before an EOS token or a stop string; or the environment's answer had no
+  // room), since its answer may still be whole (and pass); a run before cut_by: the likely limit
   if (!r.truncated) return "";
   const lim = of(DATA.limits, $("run").value) || {};
-  const label = r.turns > 1 ? `cut at the length limit (max_new_tokens ${lim.max_new_tokens}, context ` +
-    `${lim.max_total_sequence_length})` : `cut at max_new_tokens (${lim.max_new_tokens})`;
-  const why = `no EOS token or stop string within policy.generation.max_new_tokens = ${lim.max_new_tokens} tokens ` +
-    `(or policy.max_total_sequence_length = ${lim.max_total_sequence_length} for the episode): graded as it stands`;
+  const context = `policy.max_total_sequence_length = ${lim.max_total_sequence_length}`;
+  const [label, why] = {
+    max_new_tokens: [`cut at max_new_tokens (${lim.max_new_tokens})`, "no EOS token or stop string within " +
+      `policy.generation.max_new_tokens = ${lim.max_new_tokens} tokens: graded as it stands`],
+    context: [`cut at the context (${lim.max_total_sequence_length})`, "no EOS token or stop string before the " +
+      `episode reached ${context} tokens: graded as it stands`],
+    answer: [`ended: the environment's answer did not fit (context ${lim.max_total_sequence_length})`,
+      `the environment's answer and a model token after it had no room within ${context} tokens: the episode was ` +
+      "scored as it stood"],
+  }[r.cut_by] || [r.turns > 1 ? `cut at the length limit (max_new_tokens ${lim.max_new_tokens}, context ` +
+    `${lim.max_total_sequence_length})` : `cut at max_new_tokens (${lim.max_new_tokens})`, "no EOS token or stop " +
+    `string within policy.generation.max_new_tokens = ${lim.max_new_tokens} tokens (or ${context} for the episode): ` +
+    "graded as it stands"];
   return `<span class="cut" title="${esc(why)}">${esc(label)}</span>`;
 }
 

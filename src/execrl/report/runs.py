@@ -166,6 +166,7 @@ def _rollout(row) -> dict | None:
             "code": row.get("code") if isinstance(row.get("code"), str) else None,
             "turns": row.get("turns") if type(row.get("turns")) is int else 1,
             "truncated": row.get("truncated") is True,
+            **({"cut_by": row["cut_by"]} if row.get("cut_by") in ("max_new_tokens", "context", "answer") else {}),
             **({"trained": False} if row.get("trained") is False else {}),  # (not trained on: dropped, or the frozen
             **({"seat": row["seat"]} if type(row.get("seat")) is int else {})}  # opponent's seat)
 
