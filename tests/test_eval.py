@@ -693,6 +693,10 @@ def test_eval_past_a_rotary_models_positions_warns_as_training_does(tiny_model_d
     err = " ".join(capsys.readouterr().err.split())
     assert f"the longest prompt ({prompt} tokens) and --max-new-tokens {limit - prompt + 1:,} run past the " \
         f"{limit:,} positions tiny was made for" in err and f"--max-new-tokens {limit - prompt:,} keeps every" in err
+    long = [Problem("q", [{"role": "user", "content": "Print 1. " * limit}], "code")]  # (a prompt past them alone)
+    past_positions(EvalConfig(max_new_tokens=8), model, "tiny", long, tok, 10 * limit)
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"--max-prompt-tokens {limit - 8:,} (and a smaller --max-new-tokens) keeps every sample" in err, err
 
 
 def test_an_answer_ending_on_its_last_allowed_token_is_not_counted_cut(tiny_model_dir):

@@ -314,7 +314,7 @@ def test_truncated_rollouts_name_the_limit_that_cut_them(two_runs, tmp_path):
     assert "p1" in summaries[0] and "cut at max_new_tokens (64)" in summaries[0]  # (a run before cut_by)
     assert "p2" in summaries[1] and "cut at" not in summaries[1]
     assert "p3" in summaries[2] and "cut at the context (192)" in summaries[2]
-    assert "p4" in summaries[3] and "ended: the environment's answer did not fit (context 192)" in summaries[3]
+    assert "p4" in summaries[3] and "ended: no room for the environment's answer (context 192)" in summaries[3]
     assert "p5" in summaries[4] and "cut at max_new_tokens (64)" in summaries[4]
 
 

@@ -363,6 +363,24 @@ def test_the_memory_a_cgroup_limit_leaves_is_read_at_our_cgroup_and_above(tmp_pa
     assert cgroups.memory_room(swap_free=3 * G) == 2 * G + G // 4
     monkeypatch.setattr(cgroups, "_own_cgroups", lambda: {})
     assert cgroups.memory_room(swap_free=0) is None
+    # (a review's finds) a level's swap limit binds the levels below it with their own memory limits; shared memory
+    # (tmpfs, /dev/shm) in the page cache is not reclaimed without swap
+    (v2 / "pod" / "box").mkdir(parents=True)
+    for where, limit, used, swap in [(v2 / "pod", 100 * G, 1 * G, "0"), (v2 / "pod" / "box", 2 * G, 1 * G, "max")]:
+        (where / "memory.max").write_text(f"{limit}\n")
+        (where / "memory.current").write_text(f"{used}\n")
+        (where / "memory.swap.max").write_text(f"{swap}\n")
+        (where / "memory.swap.current").write_text("0\n")
+        (where / "memory.stat").write_text(f"file {G}\nshmem {G}\n")
+    monkeypatch.setattr(cgroups, "_own_cgroups", lambda: {"": "/pod/box"})
+    assert cgroups.memory_room(swap_free=10 * G) == 1 * G
+    (v1 / "slurm" / "memory.limit_in_bytes").write_text(f"{100 * G}\n")  # (v1: memory+swap at the memory limit)
+    (v1 / "slurm" / "memory.memsw.limit_in_bytes").write_text(f"{100 * G}\n")
+    (v1 / "slurm" / "memory.memsw.usage_in_bytes").write_text(f"{99 * G}\n")
+    (v1 / "slurm" / "task" / "memory.memsw.limit_in_bytes").write_text("9223372036854771712\n")
+    monkeypatch.setattr(cgroups, "_own_cgroups", lambda: {"memory": "/slurm/task"})
+    assert cgroups.memory_room(swap_free=10 * G) == 1 * G  # (the task has 2 GiB and the host 10 of swap, but its
+    # parent's memory and swap together have 1 left)
     import torch
 
     from execrl.rollout.engine import free_bytes

@@ -93,8 +93,9 @@ def test_a_run_started_under_the_earlier_grading_is_told_why_it_cannot_resume():
     del then["rules"]
     new = "logger.log_dir=runs/a-2 checkpointing.checkpoint_dir=runs/a-2/checkpoints"
     with pytest.raises(DatasetError, match=f"trained under an earlier execrl's grading.*new run: {new}$"):
-        sampler.check(then, "step_000002", new)
+        sampler.check(then, "step_000002", lambda: new)
     with pytest.raises(DatasetError, match="tests are not the same"):
-        sampler.check({**then, "rules": GRADING_RULES}, "step_000002", new)
-    sampler.check({**sampler.identity(), "rules": 1}, "step_000002", new)  # (a run whose problems grade as they did)
+        sampler.check({**then, "rules": GRADING_RULES}, "step_000002", lambda: new)
+    sampler.check({**sampler.identity(), "rules": 1}, "step_000002", lambda: 1 / 0)  # (a run whose problems grade
+    # as they did; a new run's settings are asked for only where it is refused)
 

@@ -128,8 +128,9 @@ def test_out_of_memory_advice_at_long_lengths_leaves_out_what_would_change_nothi
                              "policy.activation_checkpointing=true"])
     for name in ("training", "scoring", "generation", "the warm-up", "the reward model", "loading the model"):
         assert not any("=1 (now 1)" in a for a in ADVICE[name](one)), name
-    assert ADVICE["training"](one)[-1] == "policy.max_total_sequence_length=8192 (now 16384) (or a smaller " \
-        "policy.generation.max_new_tokens)"
+    shorter = "policy.max_total_sequence_length=8192 (now 16384) (or a smaller policy.generation.max_new_tokens)"
+    assert ADVICE["training"](one)[-1] == shorter
+    assert ADVICE["scoring"](one) == [shorter]  # (token budgets would score one sequence a pass, as it does now)
     budget = load_config(None, [*long, "policy.dynamic_batching.enabled=true",
                                 "policy.dynamic_batching.train_mb_tokens=2048",
                                 "policy.dynamic_batching.logprob_mb_tokens=16384"])
@@ -302,6 +303,9 @@ def test_a_token_budget_under_one_sequence_is_planned_at_the_sequence_it_lets_th
     notes = batch_plan(small).notes
     assert any("train_mb_tokens 1024 is less than one sequence" in n and "goes alone" in n for n in notes), notes
     assert not any("train_mb_tokens" in n for n in batch_plan(whole).notes)
+    scored = batch_plan(load_config(None, [*long, "policy.dynamic_batching.logprob_mb_tokens=1024"])).notes
+    assert any("logprob_mb_tokens 1024 is less" in n and "16384 tokens" in n and "memory plan" not in n
+               for n in scored), scored  # (the plan counts training's passes only)
     odd = load_config(None, [*long, "policy.max_total_sequence_length=16010", "policy.generation.max_new_tokens=8000",
                              "policy.dynamic_batching.train_mb_tokens=16010"])
     assert micro_tokens(odd, shape) == 16064  # (one sequence, rounded up to 64 as micro-batches round it)

@@ -59,10 +59,9 @@ def test_a_unit_test_feedback_run_trains_with_masks_on_the_model_tokens_only(tmp
         assert all(e.turns == 1 and e.trajectory.truncated and e.cut_by == "answer" for e in cut)
         assert m["train/answer_cut_frac"] == pytest.approx(len(cut) / len(rollouts.episodes))
         for e in rollouts.episodes:  # (a long-context hunt's find: the report named max_new_tokens for every cut)
-            long = len(e.trajectory) >= cfg.policy.max_total_sequence_length
-            assert e.cut_by == (None if not e.trajectory.truncated else "answer" if e.answer_cut else
-                                "context" if long else "max_new_tokens")
-    written = [json.loads(line) for f in (tmp_path / "rollouts").glob("*.jsonl") for line in f.read_text().splitlines()]
+            assert (e.cut_by is not None) == e.trajectory.truncated and (e.cut_by == "answer") == e.answer_cut
+    written = [json.loads(line) for f in (tmp_path / "rollouts").glob("*.jsonl")
+               for line in f.read_text().splitlines()]
     assert {r.get("cut_by") for r in written if r["truncated"]} <= {"answer", "context", "max_new_tokens"}
     assert all("cut_by" not in r for r in written if not r["truncated"])
     episode = next(json.loads(line) for line in (tmp_path / "rollouts" / "step_000002.jsonl").read_text().splitlines()
@@ -152,6 +151,7 @@ def test_a_rollout_row_names_the_limit_that_cut_it(tmp_path):
         run(tmp_path, name, "grpo.max_num_steps=1", "warmup.sft_steps=0", "grpo.val_period=0",
             "logger.rollouts_period=1", f"policy.max_total_sequence_length={context}",
             f"policy.generation.max_new_tokens={new}", "checkpointing.enabled=false")
-        rows = [json.loads(line) for line in (tmp_path / name / "rollouts" / "step_000001.jsonl").read_text().splitlines()]
+        written = (tmp_path / name / "rollouts" / "step_000001.jsonl").read_text()
+        rows = [json.loads(line) for line in written.splitlines()]
         cut = [r for r in rows if r["truncated"]]
         assert cut and {r["cut_by"] for r in cut} == {want}, (name, [r.get("cut_by") for r in cut])

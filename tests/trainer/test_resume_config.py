@@ -207,18 +207,19 @@ def test_a_resume_with_another_tokenizer_or_template_is_refused_and_a_copied_run
         train(load_config(None, [*base, "grpo.max_num_steps=2"]))
 
 
-def test_a_run_of_its_own_is_one_key_on_the_built_in_default_and_refusals_name_it_whole():
+def test_a_run_of_its_own_is_one_key_on_the_built_in_default_and_refusals_name_it_whole(tmp_path, monkeypatch):
     """(A newcomer hunt's find) README's "your own model is one key" ran into the default's run directory: the resume
     was refused (another model) or, with only logging changed, did nothing. The default's checkpoints follow
     logger.log_dir, and the messages name both keys of a new run, with values."""
     from execrl.config import load_config
     from execrl.trainer.setup import new_run
 
+    monkeypatch.chdir(tmp_path)  # (new_run names folders no run holds yet: none here)
     assert load_config(None, ["logger.log_dir=runs/mine"]).checkpointing.checkpoint_dir == "runs/mine/checkpoints"
     assert new_run(load_config(None, [])) == \
         "logger.log_dir=runs/default-2 checkpointing.checkpoint_dir=runs/default-2/checkpoints"
-    apart = load_config(None, ["logger.log_dir=/tmp/a", "checkpointing.checkpoint_dir=/tmp/ck"])
-    assert new_run(apart) == "logger.log_dir=/tmp/a-2 checkpointing.checkpoint_dir=/tmp/ck-2"
+    apart = load_config(None, [f"logger.log_dir={tmp_path}/a", f"checkpointing.checkpoint_dir={tmp_path}/ck"])
+    assert new_run(apart) == f"logger.log_dir={tmp_path}/a-2 checkpointing.checkpoint_dir={tmp_path}/ck-2"
 
 
 def test_a_new_runs_folders_are_free_and_named(tmp_path, monkeypatch):
@@ -237,3 +238,11 @@ def test_a_new_runs_folders_are_free_and_named(tmp_path, monkeypatch):
     assert new_run(apart) == "logger.log_dir=a-4 checkpointing.checkpoint_dir=ck-4"
     here = load_config(None, ["logger.log_dir=.", "checkpointing.checkpoint_dir=checkpoints"])
     assert new_run(here) == f"logger.log_dir={tmp_path}-2 checkpointing.checkpoint_dir={tmp_path}-2/checkpoints"
+    # (a review's finds) a checkpoint folder beside the log folder ("..") is not inside it, whatever its spelling;
+    # an absolute log folder holds a relative checkpoint folder inside it
+    beside = load_config(None, ["logger.log_dir=.", "checkpointing.checkpoint_dir=../ck"])
+    assert new_run(beside) == f"logger.log_dir={tmp_path}-2 checkpointing.checkpoint_dir=../ck-2"
+    assert new_run(load_config(None, ["logger.log_dir=runs/a", "checkpointing.checkpoint_dir=runs/a/../b"])) == \
+        "logger.log_dir=runs/a-2 checkpointing.checkpoint_dir=runs/b-2"
+    mixed = load_config(None, [f"logger.log_dir={tmp_path}/runs/x", "checkpointing.checkpoint_dir=runs/x/ck"])
+    assert new_run(mixed) == f"logger.log_dir={tmp_path}/runs/x-2 checkpointing.checkpoint_dir={tmp_path}/runs/x-2/ck"

@@ -19,6 +19,10 @@ class Split:
     tokens: int | None = None
     round_to: int = 1
 
+    def width(self, length: int) -> int:
+        """A sequence's padded tokens in a micro-batch: its length rounded up to round_to."""
+        return -(-length // self.round_to) * self.round_to
+
     def parts(self, lengths: list[int], rows) -> list[list[int]]:
         """The rows (indices into `lengths`, the sequences' lengths) in micro-batches."""
         order = sorted(rows, key=lambda i: lengths[i])
@@ -26,7 +30,7 @@ class Split:
             return [order[i:i + self.sequences] for i in range(0, len(order), self.sequences)]
         parts: list[list[int]] = []
         for i in order:  # ascending: each row is the longest of its micro-batch so far
-            width = -(-lengths[i] // self.round_to) * self.round_to
+            width = self.width(lengths[i])
             if parts and parts[-1] and (len(parts[-1]) + 1) * width <= self.tokens:
                 parts[-1].append(i)
             else:
@@ -151,13 +155,12 @@ def plan(cfg: MasterConfig) -> BatchPlan:
                             dyn.sequence_length_round)
         score_split = Split(p.logprob_batch_size, dyn.logprob_mb_tokens
                             or p.max_total_sequence_length * p.logprob_batch_size, dyn.sequence_length_round)
-        longest = -(-p.max_total_sequence_length // dyn.sequence_length_round) * dyn.sequence_length_round
-        for key, split in (("train_mb_tokens", train_split), ("logprob_mb_tokens", score_split)):
+        for key, split, planned in (("train_mb_tokens", train_split, ", and the memory plan counts those"),
+                                    ("logprob_mb_tokens", score_split, "")):
             if split.tokens < p.max_total_sequence_length:  # (a long-context hunt's find: the plan counted the budget)
                 notes.append(f"policy.dynamic_batching.{key} {split.tokens} is less than one sequence of "
-                             f"policy.max_total_sequence_length {p.max_total_sequence_length} (rounded to "
-                             f"{longest}): a longer sequence goes alone, so a pass can hold {longest} tokens, and "
-                             "the memory plan counts those")
+                             f"policy.max_total_sequence_length {p.max_total_sequence_length}: a longer sequence goes "
+                             f"alone, so a pass can hold {split.width(p.max_total_sequence_length)} tokens{planned}")
     return BatchPlan(n_gpus, group_size, samples, global_batch, global_batch // group_size, per_round,
                      samples // global_batch, per_gpu, micro, -(-per_gpu // micro), train_split, score_split,
                      tuple(notes))

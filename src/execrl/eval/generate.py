@@ -53,9 +53,9 @@ def generate(model, tokenizer, prompts: list[str] | list[list[dict]], num_sample
 
 
 def auto_slots(model, max_len: int) -> int:
-    """Sequences for the engine to decode at once: on a GPU as many as KV_SHARE of what it can still give
-    (engine.free_bytes: its free memory and torch's unused reserve) holds the KV cache of (max_len tokens each),
-    between FEWEST and MOST; FEWEST on a CPU. A decode
+    """Sequences for the engine to decode at once: on a GPU as many as KV_SHARE of what it can still give (its free
+    memory and torch's unused reserve: engine.free_bytes) holds the KV cache of (max_len tokens each), between FEWEST
+    and MOST; FEWEST on a CPU. A decode
     step costs about as much at 16 sequences as at 128 on a GPU (bench/README.md, "Slots")."""
     device = next(model.parameters()).device
     if device.type != "cuda":
@@ -63,7 +63,7 @@ def auto_slots(model, max_len: int) -> int:
     return slots_for(free_bytes(device), kv_bytes_per_token(model) * max_len)
 
 
-def slots_for(free_bytes: float, bytes_per_slot: float) -> int:
-    return max(FEWEST, min(MOST, int(KV_SHARE * free_bytes // max(bytes_per_slot, 1))))
+def slots_for(free: float, bytes_per_slot: float) -> int:
+    return max(FEWEST, min(MOST, int(KV_SHARE * free // max(bytes_per_slot, 1))))
 
 

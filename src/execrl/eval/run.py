@@ -392,9 +392,10 @@ def prompt_room(cfg: EvalConfig, model, model_name: str | None) -> int:
 
 
 def past_positions(cfg: EvalConfig, model, model_name: str | None, problems: list[Problem], tok, longest: int) -> None:
-    """A warning where the longest prompt and --max-new-tokens run past the rotary positions the model was made for
-    (its config's max_position_embeddings), as training warns for policy.max_total_sequence_length (a long-context
-    hunt's find: eval sampled past them without a word)."""
+    """A warning where the longest prompt and --max-new-tokens run past the positions a model without a learned table
+    of them (rotary, ALiBi) was made for (its config's max_position_embeddings), as training warns for
+    policy.max_total_sequence_length (a long-context hunt's find: eval sampled past them without a word). The prompts
+    are tokenized again only where --max-prompt-tokens and --max-new-tokens together could pass them."""
     from execrl.models import position_limit
     from execrl.prompts import conversation_ids
 
@@ -403,11 +404,13 @@ def past_positions(cfg: EvalConfig, model, model_name: str | None, problems: lis
         return  # (a learned table: prompt_room keeps samples within it)
     most = max(map(len, conversation_ids([build_messages(p, cfg.prompt) for p in problems], tok)))
     if most + cfg.max_new_tokens > limit[0]:
+        fix = f"--max-new-tokens {limit[0] - most:,}" if most < limit[0] else \
+            f"--max-prompt-tokens {max(1, limit[0] - cfg.max_new_tokens):,} (and a smaller --max-new-tokens)"
         err.print(f"warning: the longest prompt ({most:,} tokens) and --max-new-tokens {cfg.max_new_tokens:,} run past "
                   f"the {limit[0]:,} positions {model_name} was made for (its config's max_position_embeddings): a "
                   "sample that grows past them runs at positions the model never trained at (a rope_scaling in its "
-                  f"config extends them); --max-new-tokens {max(1, limit[0] - most):,} keeps every sample within them",
-                  style="yellow", markup=False, highlight=False)
+                  f"config extends rotary ones); {fix} keeps every sample within them", style="yellow", markup=False,
+                  highlight=False)
 
 
 def handed_to(early: EarlyGrading | None, cfg: EvalConfig, problems: list[Problem]):

@@ -110,8 +110,8 @@ function cutHtml(r) {
       `policy.generation.max_new_tokens = ${lim.max_new_tokens} tokens: graded as it stands`],
     context: [`cut at the context (${lim.max_total_sequence_length})`, "no EOS token or stop string before the " +
       `episode reached ${context} tokens: graded as it stands`],
-    answer: [`ended: the environment's answer did not fit (context ${lim.max_total_sequence_length})`,
-      `the environment's answer and a model token after it had no room within ${context} tokens: the episode was ` +
+    answer: [`ended: no room for the environment's answer (context ${lim.max_total_sequence_length})`,
+      `the environment's answer and the model's next turn had no room within ${context} tokens: the episode was ` +
       "scored as it stood"],
   }[r.cut_by] || [r.turns > 1 ? `cut at the length limit (max_new_tokens ${lim.max_new_tokens}, context ` +
     `${lim.max_total_sequence_length})` : `cut at max_new_tokens (${lim.max_new_tokens})`, "no EOS token or stop " +

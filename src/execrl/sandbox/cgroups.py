@@ -180,10 +180,19 @@ def _cpu_quota() -> float | None:
 
 def memory_room(swap_free: int) -> int | None:
     """Bytes the memory limits on our cgroup and those above it still leave us (a container's --memory, a Slurm job's
-    or a Kubernetes pod's limit; v2's memory.max, v1's limit_in_bytes): at each level its limit less its usage, its
-    page cache counted free (reclaimed before an allocation fails), plus the swap it may still use (`swap_free`, the
-    host's, where the level sets no swap limit); the least of them; None: no limit set."""
-    return _least(_room_at(path, v2, swap_free) for path, v2 in _levels("memory"))
+    or a Kubernetes pod's limit; v2's memory.max, v1's limit_in_bytes): the least over the levels of a limit less its
+    usage, its page cache counted free (reclaimed before an allocation fails; not its shared memory, tmpfs and
+    /dev/shm, which only swap can move), plus the swap still allowed: `swap_free`, the host's, within the least of the
+    levels' swap limits (v2's memory.swap.max; v1's memory+swap limit bounds both), each of which binds the whole tree
+    below it; the less of the v1 and v2 hierarchies; None: no memory limit set."""
+    levels = list(_levels("memory"))
+    rooms = []
+    for v2 in (True, False):
+        found = [_room_at(path, v2) for path, its in levels if its == v2]
+        memory, swaps = _least(m for m, _ in found), [s for _, s in found if s is not None]
+        if memory is not None:
+            rooms.append(memory + min([swap_free, *swaps]) if v2 else min([memory + swap_free, *swaps]))
+    return min(rooms, default=None)
 
 
 def _least(values) -> float | None:
@@ -207,7 +216,8 @@ def _levels(controller: str):
             path = os.path.dirname(path)
 
 
-def _room_at(path: str, v2: bool, swap_free: int) -> int | None:
+def _room_at(path: str, v2: bool) -> tuple[int | None, int | None]:
+    """A level's memory room, and its swap room (v2) or memory+swap room (v1); None where it sets no limit."""
     def number(name: str) -> int | None:  # (None: unreadable, or no limit: v2's "max", v1's ~2**63)
         try:
             with open(os.path.join(path, name)) as f:
@@ -216,24 +226,22 @@ def _room_at(path: str, v2: bool, swap_free: int) -> int | None:
             return None
         return None if text == "max" or not text.isdigit() or int(text) >= 2**62 else int(text)
 
-    limit, used = (number("memory.max"), number("memory.current")) if v2 else \
-        (number("memory.limit_in_bytes"), number("memory.usage_in_bytes"))
-    if limit is None or used is None:
-        return None
+    def room(limit: int | None, used: int | None) -> int | None:
+        return None if limit is None or used is None else max(0, limit - used + cache)
+
     try:
         with open(os.path.join(path, "memory.stat")) as f:
             stat = dict(line.split()[:2] for line in f if len(line.split()) >= 2)
-        cache = int(stat.get("file" if v2 else "total_cache", 0))
+        file, shared = ("file", "shmem") if v2 else ("total_cache", "total_shmem")
+        cache = max(0, int(stat.get(file, 0)) - int(stat.get(shared, 0)))
     except (OSError, ValueError):
         cache = 0
-    room = max(0, limit - used + cache)
     if v2:
         swap_limit, swap_used = number("memory.swap.max"), number("memory.swap.current")
-        swap = swap_free if swap_limit is None or swap_used is None else min(swap_free, max(0, swap_limit - swap_used))
-        return room + swap
-    both, both_used = number("memory.memsw.limit_in_bytes"), number("memory.memsw.usage_in_bytes")  # (memory + swap)
-    return room + swap_free if both is None or both_used is None else \
-        min(room + swap_free, max(0, both - both_used + cache))
+        return (room(number("memory.max"), number("memory.current")),
+                None if swap_limit is None or swap_used is None else max(0, swap_limit - swap_used))
+    return (room(number("memory.limit_in_bytes"), number("memory.usage_in_bytes")),
+            room(number("memory.memsw.limit_in_bytes"), number("memory.memsw.usage_in_bytes")))
 
 
 def _quota_at(path: str, v2: bool) -> float | None:

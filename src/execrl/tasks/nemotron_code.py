@@ -27,8 +27,8 @@ def load(path, split, report, hub_id=None, **_):
     elif path.is_dir():
         files, by_split = split_files(path, split)
         rows = [r for f in files for r in read_rows(f)]
-        if split != "train" and not by_split:  # (a hunt's find: eval
-            # of a run trained on the folder scored its training problems without a word)
+        if split != "train" and not by_split:  # (a hunt's find: eval of a run trained on the folder scored its
+            # training problems without a word)
             err.print(f"warning: nemotron_code/{split}: {', '.join(f.name for f in files)} in {path} names no split, "
                       "so every split reads it, training's too: its score is no held-out score; name a file of "
                       "problems the run never saw (execrl eval: --data-path FILE)", style="yellow", markup=False,

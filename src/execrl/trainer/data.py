@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import random
+from collections.abc import Callable
 from itertools import zip_longest
 
 from execrl.config import MasterConfig
@@ -215,28 +216,29 @@ class ProblemSampler:
         """The problems' ids and prompts, in order, hashed: a checkpoint's position means something only over them."""
         return prompts_digest(self.problems)[:16]
 
-    def check(self, state: dict, where: str, new_run: str) -> None:
+    def check(self, state: dict, where: str, new_run: Callable[[], str]) -> None:
         """DatasetError where a checkpoint's position (saved at `where`, with `state`: identity()) was over other
-        problems (`new_run`: the settings of a run of its own, for the message): the file shrank (its position past the end: an IndexError), or grew or changed (another stream,
-        silently)."""
+        problems: the file shrank (its position past the end: an IndexError), or grew or changed (another stream,
+        silently). `new_run()`: a run of its own's settings, for the message (read only where it is refused)."""
         if state.get("rules", 1) != GRADING_RULES and (state.get("fingerprint", self.fingerprint) != self.fingerprint
                                                        or state.get("graded", self.graded) != self.graded):
             raise DatasetError(f"{where} was trained under an earlier execrl's grading, and its problems are graded "
                                "otherwise now (training leaves out the tests a prompt shows, and a row that shows them "
                                "all; a repeated test counts once): the run would go on under another reward. Finish "
-                               f"it with the execrl that started it, or start a new run: {new_run}")
+                               f"it with the execrl that started it, or start a new run: {new_run()}")
         if state.get("fingerprint", self.fingerprint) == self.fingerprint:  # (checkpoints before it: not checked)
             if state.get("graded", self.graded) != self.graded:
                 raise DatasetError(f"the training problems are those {where} was trained on, but their reference "
                                    "answers or tests are not the same (an edited file, or another copy of it): the "
                                    "run would go on under another reward. Resume with the data it ran on, or start a "
-                                   f"new run: {new_run}")
+                                   f"new run: {new_run()}")
             return
         then = state.get("problems")
         how = (f"{then:,} problems then, {len(self.problems):,} now" if then != len(self.problems) else
                f"{then:,} problems then and now, not the same ones or not in the same order")
         raise DatasetError(f"the training problems are not those {where} was trained on ({how}): its place in them "
-                           f"would draw another stream. Resume with the data it ran on, or start a new run: {new_run}")
+                           "would draw another stream. Resume with the data it ran on, or start a new run: "
+                           f"{new_run()}")
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch, self.pos = state["epoch"], state["pos"]

@@ -41,7 +41,7 @@ def phase(name: str, cfg: MasterConfig):
             raise
         raise OutOfMemory(name, f"out of memory in {name}: {error if isinstance(error, CacheTooLarge) else peak()}. "
                           "To need less: "
-                          + "; ".join(ADVICE[name](cfg)) + ".") from None
+                          + "; ".join(ADVICE[name](cfg) or _state(cfg)) + ".") from None  # (none left to halve)
 
 
 def peak() -> str:
@@ -69,13 +69,6 @@ def _shorter(cfg: MasterConfig) -> str | None:
     return half and half + " (or a smaller policy.generation.max_new_tokens)"
 
 
-def _one_sequence(cfg: MasterConfig) -> int:
-    """A token budget's least useful value: one sequence at its longest (a longer one goes alone)."""
-    p = cfg.policy
-    step = p.dynamic_batching.sequence_length_round
-    return -(-p.max_total_sequence_length // step) * step
-
-
 def _generation(cfg: MasterConfig) -> list[str]:
     slots = _halve("policy.generation_batch_size", engine_slots(cfg))
     return _given(slots and slots + ": fewer sequences decoded at once, a smaller KV cache", _shorter(cfg))
@@ -84,17 +77,21 @@ def _generation(cfg: MasterConfig) -> list[str]:
 def _scoring(cfg: MasterConfig) -> list[str]:
     p = cfg.policy
     if p.dynamic_batching.enabled:
-        return _given(_halve("policy.dynamic_batching.logprob_mb_tokens", batch_plan(cfg).score_split.tokens,
-                             _one_sequence(cfg)), _shorter(cfg))
-    return _given(_halve("policy.logprob_batch_size", p.logprob_batch_size), "policy.dynamic_batching.enabled=true: "
-                  "micro-batches by tokens, so that long samples go fewer at a time")
+        split = batch_plan(cfg).score_split  # (a budget's floor: one sequence at its longest, which then goes alone)
+        return _given(_halve("policy.dynamic_batching.logprob_mb_tokens", split.tokens,
+                             split.width(p.max_total_sequence_length)), _shorter(cfg))
+    if p.logprob_batch_size == 1:  # (a pass of one sequence: token budgets would hold the same)
+        return _given(_shorter(cfg))
+    return [_halve("policy.logprob_batch_size", p.logprob_batch_size), "policy.dynamic_batching.enabled=true: "
+            "micro-batches by tokens, so that long samples go fewer at a time"]
 
 
 def _training(cfg: MasterConfig) -> list[str]:
     p = cfg.policy
     if p.dynamic_batching.enabled:
-        smaller = _halve("policy.dynamic_batching.train_mb_tokens", batch_plan(cfg).train_split.tokens,
-                         _one_sequence(cfg))
+        split = batch_plan(cfg).train_split
+        smaller = _halve("policy.dynamic_batching.train_mb_tokens", split.tokens,
+                         split.width(p.max_total_sequence_length))
     else:
         smaller = _halve("policy.train_micro_batch_size", p.train_micro_batch_size)
         smaller = smaller and smaller + " (the same gradient: more accumulation)"

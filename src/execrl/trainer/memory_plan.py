@@ -146,7 +146,7 @@ def micro_tokens(cfg: MasterConfig, shape: Shape) -> int:
     p, k = cfg.policy, cfg.grpo.num_generations_per_prompt
     split = batch_plan(cfg).train_split
     if split.tokens:
-        return max(split.tokens, -(-p.max_total_sequence_length // split.round_to) * split.round_to)
+        return max(split.tokens, split.width(p.max_total_sequence_length))
     rows, length = split.sequences, p.max_total_sequence_length
     if not (p.shared_prompts and shape.shares_prompts and k > 1 and cfg.grpo.max_rollout_turns == 1
             and keeps_groups(rows, k)):

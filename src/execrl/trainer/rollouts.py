@@ -48,8 +48,8 @@ class Episode:
     answered_early: int = 0  # model turns handed in early (Answers) and answered by the end of their generate call
     more: bool = False  # the last model turn goes on (Step.more): the next one's text is the rest of its message
     answer_cut: bool = False  # ended early: the environment's answer had no room in policy.max_total_sequence_length
-    cut_by: str | None = None  # what cut a truncated episode: "max_new_tokens", "context" (its length reached
-    # policy.max_total_sequence_length) or "answer" (answer_cut), for its rollout row
+    cut_by: str | None = None  # what cut a truncated episode, for its rollout row: "max_new_tokens", "context" (the
+    # turn ended short of it at policy.max_total_sequence_length: Answers.give) or "answer" (answer_cut)
 
     @property
     def done(self) -> bool:
@@ -173,6 +173,7 @@ class Answers:
         turn = getattr(e.env, "partial_tokens", 0) + len(c.ids)  # (with a continued turn's earlier parts)
         cut_by_context = c.truncated and turn < self.runner.cfg.policy.generation.max_new_tokens
         e.env.token_budget = turn if cut_by_context else None  # (a turn the context's end cut is at its limit)
+        e.cut_by = ("context" if cut_by_context else "max_new_tokens") if c.truncated else None
         self.given[id(e)] = (c, Future())
         if early:
             self.early.append(e)
@@ -459,7 +460,6 @@ def advance(e: Episode, c: Completion, step: Step, runner: EpisodeRunner, max_le
     e.trajectory.segments.append(Segment(c.ids, trained, c.logprobs if trained else None,
                                          c.guide if trained else None))
     e.trajectory.truncated = c.truncated
-    e.cut_by = ("context" if len(e.trajectory) >= max_len else "max_new_tokens") if c.truncated else None
     if step.done:
         end(e, step)
         return True
@@ -531,13 +531,15 @@ def episode_means(sums: dict[str, float]) -> dict[str, float]:
 
 def rollout_rows(episodes: list[Episode], tokenizer) -> list[dict]:
     """One row per episode: the whole conversation, the exact text the trainer saw after the prompt,
-    the verdict of each test, and for a truncated one the limit that cut it (`cut_by`). A self-play seat the frozen opponent played is marked `"trained": false` with its
-    `"seat"` (a hunt's find: its rows read as the policy's, and their mean was not train/reward_mean)."""
+    the verdict of each test, and for a truncated one the limit that cut it (`cut_by`). A self-play seat the frozen
+    opponent played is marked `"trained": false` with its `"seat"` (a hunt's find: its rows read as the policy's, and
+    their mean was not train/reward_mean)."""
     return [{"problem": e.problem.id, "prompt": tokenizer.decode(e.trajectory.prompt_ids),
              "completion": tokenizer.decode(e.trajectory.completion_ids), "messages": e.messages,
              "code": e.sample.extracted.code, "verdict": outcome(e.sample), "reward": e.reward.total,
              "parts": e.reward.parts, "turns": e.turns, "tool_calls": e.tool_calls, "tool_errors": e.tool_errors,
-             "truncated": e.trajectory.truncated, **({"cut_by": e.cut_by} if e.trajectory.truncated else {}),
+             "truncated": e.trajectory.truncated,
+             **({"cut_by": e.cut_by} if e.trajectory.truncated else {}),
              "tests": [t.verdict.value for t in e.sample.result.tests] if e.sample.result is not None else [],
              **({"trained": False, "seat": getattr(e.env, "seat", None)} if e.env.frozen else {})}
             for e in episodes]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import itertools
 import json
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -134,9 +135,10 @@ def resumable(cfg: MasterConfig, state: dict, found: Path) -> list[str]:
 def new_run(cfg: MasterConfig) -> str:
     """The settings that start a new run beside this config's: another logger.log_dir and checkpointing.checkpoint_dir
     (checkpoints inside the log directory stay inside the new one)."""
-    log, ckpt = Path(cfg.logger.log_dir), Path(cfg.checkpointing.checkpoint_dir)
-    inside = ckpt.relative_to(log) if ckpt.is_relative_to(log) else None
+    log, ckpt = (Path(os.path.normpath(d)) for d in (cfg.logger.log_dir, cfg.checkpointing.checkpoint_dir))
     log, ckpt = (p.resolve() if p.name in ("", "..") else p for p in (log, ckpt))  # ("." or "..": the folder named)
+    where, saved = Path(os.path.abspath(log)), Path(os.path.abspath(ckpt))  # (inside: compared where they are)
+    inside = saved.relative_to(where) if saved.is_relative_to(where) else None
 
     def pair(n: int) -> tuple[Path, Path]:
         other = log.parent / f"{log.name}-{n}"
@@ -539,7 +541,7 @@ def resume(run: Run) -> None:
         same_base(run, state, found)
         same_tokens(run, state, found)
         same_judge(run, state, found)
-        run.sampler.check(state.get("problems", {}), str(found), new_run(run.cfg))
+        run.sampler.check(state.get("problems", {}), str(found), lambda: new_run(run.cfg))
         checkpoint.load(found, run.model, run.optimizer, run.scheduler, state, lora=cfg.policy.lora.enabled,
                         own_base=run.lora is not None and run.lora.own_base)
         run.weights.refresh()

@@ -314,7 +314,7 @@ def micro_batches(batch: TrainBatch, rows: range, split: Split, share: bool = Fa
         def width(group: list[int]) -> int:
             # a token budget counts each sample's whole sequence, as rows do: attention gathers them
             # so, and the packed rows' other activations are fewer
-            return sum(-(-lengths[i] // split.round_to) * split.round_to for i in group)
+            return sum(split.width(lengths[i]) for i in group)
 
         parts = group_parts(lengths, rows, batch.group_size, split.sequences, split.tokens, width)
         if parts is not None:
