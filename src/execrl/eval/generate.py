@@ -55,8 +55,8 @@ def generate(model, tokenizer, prompts: list[str] | list[list[dict]], num_sample
 def auto_slots(model, max_len: int) -> int:
     """Sequences for the engine to decode at once: on a GPU as many as KV_SHARE of what it can still give (its free
     memory and torch's unused reserve: engine.free_bytes) holds the KV cache of (max_len tokens each), between FEWEST
-    and MOST; FEWEST on a CPU. A decode
-    step costs about as much at 16 sequences as at 128 on a GPU (bench/README.md, "Slots")."""
+    and MOST; FEWEST on a CPU. A decode step costs about as much at 16 sequences as at 128 on a GPU (bench/README.md,
+    "Slots")."""
     device = next(model.parameters()).device
     if device.type != "cuda":
         return FEWEST
