@@ -548,7 +548,7 @@ def test_malformed_humaneval_leetcode_and_gsm8k_rows_are_skipped(tmp_path, capsy
     (tmp_path / "he.jsonl").write_text("\n".join(json.dumps(r) for r in he))
     problems, report = load_problems("humaneval", "test", str(tmp_path / "he.jsonl"))
     assert [p.id for p in problems] == ["H/0", "H/3"] and report.skipped == 2
-    lc = {"task_id": "t", "prompt": "class Solution: pass", "test": "assert 1 == 1\n"}
+    lc = {"task_id": "t", "prompt": "class Solution: pass", "test": "assert Solution().f(1) == 1\n"}
     rows = [lc, {**lc, "task_id": "l", "prompt": ["x"]}, {**lc, "task_id": "m", "meta": "hard"},
             {**lc, "task_id": "d", "test": "assert " + "(" * 100_000 + ")" * 100_000}]
     (tmp_path / "lc.jsonl").write_text("\n".join(json.dumps(r) for r in rows))

@@ -6,13 +6,14 @@ its completions keep to it, in training and in `execrl eval`."""
 
 from __future__ import annotations
 
+import decimal
 import functools
 import json
 import math
 import re
 
 from execrl.sandbox import LANGUAGES, TestSpecError, language_named, parse_tests, tests_refused
-from execrl.tasks.problem import DatasetError, Problem, chat_messages, missing, read_rows
+from execrl.tasks.problem import DatasetError, Problem, chat_messages, digits, id_text, missing, read_rows
 from execrl.tasks.registry import register
 
 DEFAULT_FIELDS = {"prompt": "prompt", "tests": "tests", "answer": "answer", "id": "id", "language": "language",
@@ -66,7 +67,7 @@ def load(path, split, report, fields: dict | None = None, **_):
             if refused := tests_refused(language, spec):  # (one such row stopped a whole eval, mid-grading)
                 report.skip(rid, refused)
                 continue
-            problems.append(Problem(str(rid), messages, "code", tests=spec, language=language,
+            problems.append(Problem(id_text(rid), messages, "code", tests=spec, language=language,
                                     metadata=metadata))
         elif isinstance(row.get(f["answer"]), str) and not row[f["answer"]].strip():  # (nothing can equal it)
             report.skip(rid, f"an empty {f['answer']!r}")
@@ -75,7 +76,7 @@ def load(path, split, report, fields: dict | None = None, **_):
         elif row.get(f["answer"]) is not None:  # Python repr: neither is how a model writes an answer)
             if not chosen and (tests := unread_tests(row, f["tests"])):
                 unread.setdefault(tests, rid)
-            problems.append(Problem(str(rid), messages, "math", answer=answer_text(row[f["answer"]]),
+            problems.append(Problem(id_text(rid), messages, "math", answer=answer_text(row[f["answer"]]),
                                     metadata=metadata))
         else:
             tests = unread_tests(row, f["tests"])
@@ -202,19 +203,13 @@ def answer_kind(value) -> str:
 
 
 def answer_text(value) -> str | None:
-    """A row's answer as text: a string, or a finite number as JSON writes it; None for anything else."""
+    """A row's answer as text: a string, or a finite number as JSON writes it, in positional notation (a hunt's find:
+    1e20 written "1e+20" was read by math-verify as e + 20, and "10^{20}" scored wrong); None for anything else."""
     if isinstance(value, str):
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return digits(value)
     if isinstance(value, float) and math.isfinite(value):
-        return str(value)
+        text = repr(value)
+        return text if "e" not in text else format(decimal.Decimal(text), "f")
     return None
-
-
-def digits(n: int) -> str:
-    """str(n) of any length (Python's refuses over 4,300 digits): a row's integer answer of 5,000 digits."""
-    if -10**4000 < n < 10**4000:
-        return str(n)
-    head, tail = divmod(abs(n), 10**2000)
-    return ("-" if n < 0 else "") + digits(head) + str(tail).zfill(2000)

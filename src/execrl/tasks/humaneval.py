@@ -10,7 +10,7 @@ import re
 
 from execrl.sandbox import TestSpecError, parse_tests
 from execrl.sandbox.spec import parse_python
-from execrl.tasks.problem import Problem, data_files, read_rows
+from execrl.tasks.problem import Problem, data_files, id_text, read_rows
 from execrl.tasks.registry import register
 
 
@@ -31,7 +31,7 @@ def load(path, split, report, **_):
             report.skip(rid, f"unusable tests ({e.reason})")
             continue
         content = f"Complete the following Python function:\n```python\n{row['prompt'].strip()}\n```"
-        problems.append(Problem(str(rid), [{"role": "user", "content": content}], "code", tests=tests,
+        problems.append(Problem(id_text(rid), [{"role": "user", "content": content}], "code", tests=tests,
                                 metadata={"code_prefix": row["prompt"], "entry_point": row["entry_point"]}))
     return problems
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from execrl.sandbox import TestSpecError
 from execrl.sandbox.spec import split_test_script
-from execrl.tasks.problem import Problem, data_files, read_rows
+from execrl.tasks.problem import Problem, data_files, id_text, read_rows
 from execrl.tasks.registry import register
 
 # what DeepSeek-Coder's harness puts above every program (Evaluation/LeetCode/human_eval/evaluation.py), as
@@ -44,7 +44,7 @@ def load(path, split, report, **_):
             report.skip(rid, str(e))
             continue
         content = f"Complete the following Python code:\n```python\n{row['prompt'].strip()}\n```"
-        problems.append(Problem(f"leetcode/{rid}", [{"role": "user", "content": content}], "code", tests=tests,
+        problems.append(Problem(f"leetcode/{id_text(rid)}", [{"role": "user", "content": content}], "code", tests=tests,
                                 metadata={"difficulty": row["meta"].get("difficulty") if isinstance(
                                     row.get("meta"), dict) else None,
                                           "code_header": IMPORTS}))

@@ -51,11 +51,17 @@ def load(path, split, report, variant: str | None = None, challenge_tests: bool 
         asserts = row.get("test_list") or []
         if challenge_tests:  # (a string is one assert, not one per character: a review's find)
             more = row.get("challenge_test_list") or []
+            if not isinstance(more, (str, list)):  # (a hunt's find: a dict added its keys as asserts)
+                report.skip(task, "challenge_test_list is not a list of asserts")
+                continue
             asserts = [*asserts, *([more] if isinstance(more, str) else more)] if isinstance(asserts, list) else asserts
         if not isinstance(text, str) or not text.strip() or not asserts:
             report.skip(task, "no text or no tests")
             continue
         imports = row.get("test_imports") or []
+        if isinstance(imports, list) and not all(isinstance(i, str) for i in imports):  # (a hunt's find: a traceback)
+            report.skip(task, "test_imports is not a list of import statements (strings)")
+            continue
         setup = row.get("test_setup_code") or ("\n".join(imports) if isinstance(imports, list) else imports)
         try:  # the jsonl loader's checks: a list of strings, each a Python statement, a setup of Python
             tests = parse_tests({"asserts": asserts, "setup": setup})

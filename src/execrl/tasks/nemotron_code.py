@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from execrl.sandbox import TestSpecError, parse_tests
-from execrl.tasks.problem import DatasetError, Problem, chat_messages, err, read_rows
+from execrl.tasks.problem import DatasetError, Problem, chat_messages, err, id_text, read_rows
 from execrl.tasks.registry import hub_rows, name_words, register
 
 HUB = "nvidia/Nemotron-RL-coding-competitive_coding"
@@ -47,6 +47,10 @@ def load(path, split, report, hub_id=None, **_):
         if messages is None:                                                                 # input: a string or items)
             report.skip(rid, "no prompt (responses_create_params.input: a string, or messages with a user message)")
             continue
+        if messages[-1]["role"] == "assistant":  # (a hunt's find: posed with its answer in the prompt, as jsonl's are not)
+            report.skip(rid, "responses_create_params.input ends with the assistant's message (the reference answer, "
+                        "in the prompt?)")
+            continue
         try:
             meta = _decoded(row.get("verifier_metadata"), "verifier_metadata")
             unit = _decoded(meta.get("unit_tests"), "verifier_metadata.unit_tests") if isinstance(meta, dict) else None
@@ -63,7 +67,7 @@ def load(path, split, report, hub_id=None, **_):
         except TestSpecError as e:
             report.skip(rid, f"unusable tests ({e.reason})")
             continue
-        problems.append(Problem(f"nemotron/{rid}", messages, "code", tests=spec,
+        problems.append(Problem(f"nemotron/{id_text(rid)}", messages, "code", tests=spec,
                                 metadata={"own_instructions": True, "source": row.get("source")}))
     return problems
 

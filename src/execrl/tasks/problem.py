@@ -95,7 +95,7 @@ class RowReport:
     def skip(self, row_id, reason: str) -> None:
         self.reasons[reason] += 1
         if len(self.examples[reason]) < 3:
-            shown = str(row_id)
+            shown = id_text(row_id).replace("\n", "\\n").replace("\r", "\\r")  # (a newline in an id split the line)
             self.examples[reason].append(shown if len(shown) <= 60 else shown[:57] + "...")
 
     @property
@@ -108,6 +108,20 @@ class RowReport:
             parts = [f"{n} {reason} (e.g. {', '.join(self.examples[reason])})" for reason, n in self.reasons.most_common()]
             line = Text(f"{self.source}: skipped {self.skipped} unusable rows:", style="yellow")
             err.print(line.append(" " + "; ".join(parts)), highlight=False)
+
+
+def digits(n: int) -> str:
+    """str(n) of any length (Python's refuses over 4,300 digits): a row's integer answer of 5,000 digits."""
+    if -10**4000 < n < 10**4000:
+        return str(n)
+    head, tail = divmod(abs(n), 10**2000)
+    return ("-" if n < 0 else "") + digits(head) + str(tail).zfill(2000)
+
+
+def id_text(value) -> str:
+    """A row's id as text: an integer of any length (a hunt's find: an id of 5,000 digits stopped every loader with
+    Python's "Exceeds the limit (4300 digits)", naming no file or row), else str()."""
+    return digits(value) if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
 
 GUNZIP_RATIO, GUNZIP_FLOOR = 200, 1 << 30  # a gzipped dataset decompresses to at most 200x its size (or 1 GiB)

@@ -138,13 +138,15 @@ def own_ids(problems: list[Problem]) -> None:
     problem took another's, and the rollouts' records named two problems alike. (A problem repeated by
     data.train.repeat is the same problem: it keeps its id.)"""
     owner: dict[str, Problem] = {}
-    renamed = []
+    renamed, tried = [], {}  # (tried: each shared id's last suffix, so that 30,000 rows of one id are not quadratic)
     for p in problems:
         if owner.setdefault(p.id, p) is p:
             continue
-        n, first = 2, p.id
+        first = p.id
+        n = tried.get(first, 1) + 1
         while f"{first}#{n}" in owner:
             n += 1
+        tried[first] = n
         p.id = f"{first}#{n}"
         owner[p.id] = p
         renamed.append((first, p.id))
