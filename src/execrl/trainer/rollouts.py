@@ -47,9 +47,13 @@ class Episode:
     tool_errors: int = 0
     answered_early: int = 0  # model turns handed in early (Answers) and answered by the end of their generate call
     more: bool = False  # the last model turn goes on (Step.more): the next one's text is the rest of its message
-    answer_cut: bool = False  # ended early: the environment's answer had no room in policy.max_total_sequence_length
     cut_by: str | None = None  # what cut a truncated episode, for its rollout row: "max_new_tokens", "context" (the
     # turn ended short of it at policy.max_total_sequence_length: Answers.give) or "answer" (answer_cut)
+
+    @property
+    def answer_cut(self) -> bool:
+        """Ended early: the environment's answer had no room in policy.max_total_sequence_length."""
+        return self.cut_by == "answer"
 
     @property
     def done(self) -> bool:
@@ -285,8 +289,7 @@ class EpisodeRunner:
                     gen.max_new_tokens if e.env.whole_answers else 1) for e in live}
                 full = [e for e in live if not take_news(e, e.env.observe(), self, room[id(e)])]
                 for e in full:
-                    e.trajectory.truncated = e.answer_cut = True
-                    e.cut_by = "answer"
+                    e.trajectory.truncated, e.cut_by = True, "answer"
                     end(e, e.env.out_of_room())
                 live = [e for e in live if not e.done]
                 if not live:
@@ -469,8 +472,7 @@ def advance(e: Episode, c: Completion, step: Step, runner: EpisodeRunner, max_le
         return True
     env_ids = runner.renderer.env_turn(step.observation, c.ids[-1] if c.ids else None)
     if len(e.trajectory) + len(env_ids) >= max_len:  # no room for it and a model token after it: never cut it
-        e.trajectory.truncated = e.answer_cut = True
-        e.cut_by = "answer"
+        e.trajectory.truncated, e.cut_by = True, "answer"
         return False
     e.trajectory.segments.append(Segment(env_ids, False))
     e.messages += step.observation
