@@ -777,6 +777,19 @@ def test_a_stop_token_id_the_model_does_not_have_is_refused(tiny_model_dir, tmp_
     assert proc.returncode == 2 and "--stop-token-ids 999999 is not a token of" in proc.stderr, proc.stderr
 
 
+def test_a_stop_string_of_a_special_tokens_text_is_refused_with_its_id(tiny_model_dir, tmp_path):
+    """(A hunt's find) --stop-string naming a special token's text ended nothing in the engine (completions are
+    read without special tokens) and ended transformers' generate: refused, naming --stop-token-ids with the id."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    token = tok.eos_token
+    proc = run("--model", tiny_model_dir, "--dataset", "builtin:arith-code", "--split", "validation", "--limit", 1,
+               "--max-new-tokens", 4, "--stop-string", token, "--out", tmp_path / "o", "--workers", 1)
+    assert proc.returncode == 2, proc.stderr
+    assert f"--stop-token-ids {tok.eos_token_id}, and drop the --stop-string" in proc.stderr, proc.stderr
+
+
 def test_a_checkpoints_stop_strings_end_its_eval_answers_and_are_recorded(tiny_model_dir, tmp_path):
     """(A hunt's find) a run's policy.generation.stop_strings were recorded nowhere a checkpoint's eval reads: its
     eval wrote whole programs where the run's answers stopped. The run records them in the generation config; eval

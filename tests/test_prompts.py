@@ -204,6 +204,13 @@ def test_a_developer_message_is_a_system_one_and_a_role_the_template_drops_is_re
     with pytest.raises(ValueError, match="renders nothing of a message of role 'critic' \\(problem p/3 has one\\)"):
         drop_long_prompts([problem, odd], tok, PromptConfig(), 10_000)
     assert drop_long_prompts([odd], bos_tokenizer(), PromptConfig(), 10_000)[1] == 0  # (no template: 'Critic: ...')
+    # a row's own system message under a template that drops system messages (the first Phi-3's): refused too
+    user_only = ("{% for m in messages %}{% if m['role'] == 'user' %}<u>{{ m['content'] }}{% endif %}{% endfor %}"
+                 "{% if add_generation_prompt %}<a>{% endif %}")
+    with pytest.raises(ValueError, match="role 'system' \\(problem p/2 has one\\).*in the first user message"):
+        drop_long_prompts([problem], bos_tokenizer(user_only), PromptConfig(), 10_000)
+    plain = Problem("p/4", chat_messages([{"role": "user", "content": "Add."}]), "code", tests=None)
+    assert drop_long_prompts([plain], bos_tokenizer(user_only), PromptConfig(), 10_000)[1] == 0
 
 
 def test_the_tokenizers_identity_is_its_templates_and_not_todays():

@@ -234,10 +234,11 @@ def render(messages: list[dict], tokenizer) -> str:
 
 
 def check_roles(problems: list[Problem], tokenizer) -> None:
-    """Refuse, naming the fix, data whose messages have a role other than system, user and assistant that the chat
-    template renders nothing of (Qwen's templates skip a "tool" message before any call, Llama's an unknown role):
-    its text, a row's instructions, would reach no prompt, without a word."""
-    roles = sorted({m["role"] for p in problems for m in p.messages} - {"system", "user", "assistant"})
+    """Refuse, naming the fix, data whose messages have a role other than user and assistant that the chat template
+    renders nothing of (Qwen's templates skip a "tool" message before any call, Llama's an unknown role, the first
+    Phi-3's and others any system message): its text, a row's instructions, would reach no prompt, without a word
+    (a hunt's find for a row's system message, where prompt.system_prompt was refused already)."""
+    roles = sorted({m["role"] for p in problems for m in p.messages} - {"user", "assistant"})
     if not roles or not getattr(tokenizer, "chat_template", None):  # (the plain transcript writes every role)
         return
     for role in roles:
@@ -248,9 +249,10 @@ def check_roles(problems: list[Problem], tokenizer) -> None:
             text, raised = "", f" (it raised {e.said!r})"
         if "execrlrole9b2e" not in text:
             first = next(p.id for p in problems if any(m["role"] == role for m in p.messages))
+            fix = ("Put that text in the first user message in the data" if role == "system" else
+                   "Give those messages a role the template writes (system or user) in the data")
             raise ValueError(f"the chat template renders nothing of a message of role {role!r}{raised} (problem "
-                             f"{first} has one): its text would reach no prompt. Give those messages a "
-                             "role the template writes (system or user) in the data, or set "
+                             f"{first} has one): its text would reach no prompt. {fix}, or set "
                              "policy.tokenizer.chat_template to a template that renders them")
 
 

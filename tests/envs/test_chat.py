@@ -95,7 +95,7 @@ def test_a_template_that_drops_the_environments_role_or_every_content_is_refused
                          "{{ m['content'] }}<|im_end|>\n{% endif %}{% endfor %}"
                          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
     renderer = TurnRenderer(tok)
-    with pytest.raises(ChatTemplateError, match="drops the content of messages of role 'tool'"):
+    with pytest.raises(ChatTemplateError, match="drops the content of messages of role 'tool'.*a role it renders \\(user\\)"):
         renderer.check_role("tool")
     with pytest.raises(ChatTemplateError, match="role 'tool'"):
         renderer.env_turn([{"role": "tool", "content": "passed 0 of 4 tests"}], None)

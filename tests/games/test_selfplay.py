@@ -454,3 +454,20 @@ def test_a_frozen_opponents_seats_are_in_no_normalizer_and_it_is_refused_before_
                                "checkpointing.enabled=false", "env.game.opponent=snapshot", "warmup.sft_steps=0",
                                "loss_fn.token_level_loss=false", f"logger.log_dir={tmp_path}"]))
     assert seen and all(n == trained < rows for n, trained, rows in seen)  # (the frozen seats: rows, in no count)
+
+
+def test_an_opponent_of_another_tokenizer_is_refused():
+    """(A hunt's find) env.game.opponent_model of another family (a Phi-3 opponent of a Gemma policy) was accepted on
+    its vocabulary's size alone and fed the policy's token ids, its end ids read as the policy's other tokens; a
+    tokenizer that only adds tokens of its own reads the policy's ids as the policy does."""
+    from execrl.models import build_tokenizer
+    from execrl.trainer.opponent import other_ids
+
+    policy = build_tokenizer(["Move: 1\nMove: 2\n"] * 4, vocab_size=300)
+    same = build_tokenizer(["Move: 1\nMove: 2\n"] * 4, vocab_size=300)
+    other = build_tokenizer(["def add(a, b):\n    return a + b\n"] * 4, vocab_size=300)
+    assert other_ids(same, policy) is None
+    said = other_ids(other, policy)
+    assert said is not None and "of the policy's" in said and "in its own" in said
+    same.add_tokens(["<extra_move>"])
+    assert other_ids(same, policy) is None

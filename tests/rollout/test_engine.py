@@ -546,6 +546,21 @@ def test_a_special_tag_that_completions_are_read_by_stays_in_their_text():
     assert text_of(tok, ids[:first_stop(tok, ids, ["</think>"])]).endswith("</think>")
 
 
+def test_a_stop_string_that_holds_a_special_tokens_text_is_found():
+    """(A hunt's find) a stop string "<end_of_turn>" (Gemma's turn end, a special token) never fired in the engine,
+    whose text leaves special tokens out, and fired in transformers' generate: unseen_stop names it with its id, for
+    training's and eval's refusals; a special tag completions are read by (</think>) and plain text are not named."""
+    from execrl.rollout.completion import unseen_stop
+
+    tok = build_tokenizer(["def add(a, b):\n    return a + b\n", "think about it"] * 5, vocab_size=300)
+    tok.add_special_tokens({"additional_special_tokens": ["<end_of_turn>", "</think>"]})
+    turn = tok.convert_tokens_to_ids("<end_of_turn>")
+    assert unseen_stop(tok, ["\n\n", "<end_of_turn>"]) == ("<end_of_turn>", "<end_of_turn>", turn)
+    assert unseen_stop(tok, ["<end_of_turn>\n"])[2] == turn  # (a text around it does not show either)
+    assert unseen_stop(tok, ["</think>", "```\n"]) is None and unseen_stop(tok, []) is None
+    assert unseen_stop(tok, None) is None
+
+
 def test_a_completion_keeps_its_first_space_under_a_decoder_that_strips_a_sequences_first():
     """Llama 2's, Mistral's and CodeLlama's sentencepiece decoders strip the first space of what they decode: a
     HumanEval body sampled as '▁▁▁' '▁return' ... came out indented by 3 and did not compile (a hunt's find). A

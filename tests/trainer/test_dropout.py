@@ -2,6 +2,8 @@
 samples without dropout, and the trainer, in train mode, scored each token through it (train/logprob_mismatch 4-6
 nats, the importance weights 0.4)."""
 
+import re
+
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
@@ -82,3 +84,18 @@ def test_layerdrop_is_off_a_sinusoidal_position_buffer_is_a_table_and_a_recurren
                                          state_size=8))
     with pytest.raises(UnsupportedModel, match="backend=transformers"):
         make_decoder(mamba, 2, 16, False)
+
+
+def test_a_stop_string_of_a_special_tokens_text_is_refused_at_load(tiny_model_dir):
+    """(A hunt's find) policy.generation.stop_strings=["<end_of_turn>"], a special token's text, never ended an answer
+    in the engine (completions are read without special tokens): refused where the tokenizer loads, naming
+    stop_token_ids with the token's id."""
+    from transformers import AutoTokenizer
+
+    from execrl.config import ConfigError
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    cfg = load_config(None, [f"policy.model_name={tiny_model_dir}", "policy.device=cpu",
+                             f"policy.generation.stop_strings=['{tok.eos_token}']"])
+    with pytest.raises(ConfigError, match=re.escape(f"stop_token_ids=[{tok.eos_token_id}], and drop the stop string")):
+        load_weights(cfg, torch.float32)

@@ -47,7 +47,8 @@ class TurnRenderer:
             self.rendered_roles.discard(role)
             raise ChatTemplateError(f"the chat template drops the content of messages of role {role!r}{raised}, so "
                                     "the environment's turns would never reach the model: set "
-                                    "env.multi_turn.observation_role to a role it renders (tool or user), or "
+                                    f"env.multi_turn.observation_role to a role it renders "
+                                    f"({' or '.join(r for r in ('tool', 'user') if r != role)}), or "
                                     "policy.tokenizer.chat_template to one that renders this role")
 
     def system_moves(self, observation_role: str) -> bool:

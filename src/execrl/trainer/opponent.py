@@ -55,6 +55,19 @@ class Opponent:
         self.refreshed_at = state["refreshed_at"]
 
 
+def other_ids(own, policy_tokenizer) -> str | None:
+    """How the opponent's own tokenizer differs from the policy's, whose ids it is fed (a hunt's find: a Phi-3
+    opponent of a Gemma policy read Gemma's ids as its own, its end ids as Gemma's tokens), else None."""
+    mine, theirs = own.get_vocab(), policy_tokenizer.get_vocab()
+    if mine == theirs:
+        return None
+    moved = sorted((t for t in theirs if mine.get(t) != theirs[t]), key=theirs.get)  # (tokens of its own besides
+    if not moved:  # the policy's, a fine-tune's added ones, read no id of the policy's otherwise)
+        return None
+    return (f"{len(moved):,} of the policy's {len(theirs):,} tokens differ, e.g. {moved[0]!r}: id {theirs[moved[0]]} "
+            f"in the policy's, {mine.get(moved[0])} in its own")
+
+
 def build_opponent(cfg, policy: torch.nn.Module, tokenizer, slots: int) -> Opponent | None:
     g, gen = cfg.env.game, cfg.policy.generation
     if g.opponent == "self":
@@ -69,7 +82,11 @@ def build_opponent(cfg, policy: torch.nn.Module, tokenizer, slots: int) -> Oppon
         checkpoint = any((path / "policy" / f).is_file() for f in ("config.json", "adapter_config.json"))
         path = path / "policy" if checkpoint else path  # (a checkpoint of ours: its policy, a LoRA adapter included)
         param = next(policy.parameters())
-        model, _ = load_model_and_tokenizer(str(path), device=str(param.device), dtype=str(param.dtype)[6:])
+        model, own = load_model_and_tokenizer(str(path), device=str(param.device), dtype=str(param.dtype)[6:])
+        if differs := other_ids(own, tokenizer):
+            raise ConfigError(f"env.game.opponent_model {path}: its tokenizer is not the policy's ({differs}), and "
+                              "the opponent reads and writes the policy's token ids: give a model of the policy's "
+                              "tokenizer (a checkpoint of the same base model)")
         if model.config.vocab_size < len(tokenizer):
             raise ConfigError(f"env.game.opponent_model {path}: its vocabulary ({model.config.vocab_size}) is smaller "
                               f"than the policy's tokenizer's ({len(tokenizer)}): the opponent must share the "
