@@ -121,6 +121,23 @@ def test_a_model_that_cannot_be_had_stops_before_torchrun_starts(tmp_path, monke
     assert proc.returncode == 2 and "no such directory" in proc.stderr
 
 
+def test_start_up_notes_are_said_once_by_rank_0_under_a_torchrun_started_by_hand(tmp_path, monkeypatch):
+    """(A hunt's find) the processes of a torchrun started by hand said no start-up note (they left them to an
+    `execrl train` that launched them, which there was not), and the batch plan's notes (an uneven split over the
+    GPUs) were said by --dry-run only."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    args = ["train", "policy.model_name=nobody/no-such-model", "cluster.gpus_per_node=2", "grpo.num_prompts_per_step=3",
+            "grpo.num_generations_per_prompt=3", "policy.train_global_batch_size=9", f"logger.log_dir={tmp_path}/r"]
+    uneven = "note: the 3 groups of an optimizer step do not split evenly over 2 GPUs"
+    for env, said in (({}, True), ({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, True),
+                      ({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}, False),
+                      ({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "EXECRL_NOTES_SAID": "1"}, False)):
+        proc = subprocess.run([sys.executable, "-m", "execrl.cli", *args], capture_output=True, text=True,
+                              timeout=300, env={**os.environ, **env})
+        assert proc.returncode == 2 and "not in the local hub cache" in proc.stderr, proc.stderr
+        assert (uneven in proc.stderr) == said, (env, proc.stderr)
+
+
 @pytest.mark.parametrize("where", ["/sys/execrl-results", "a-file/results"])
 def test_an_unwritable_out_fails_before_any_work(tmp_path, where):
     """Nothing is sampled or graded for results that could not be written (issue 40): one line, exit 2, at once."""

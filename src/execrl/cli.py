@@ -267,10 +267,14 @@ def run_train(args) -> int:
         return 2
     launch = multi_gpu_launch(cfg, args)
     missing = missing_package(cfg)
+    # (torchrun's processes: the command that launched them said the notes; torchrun started by hand, rank 0 does, a
+    # hunt's find: none said them); the batch plan's notes are in --dry-run's batch arithmetic
+    quiet = "LOCAL_RANK" in os.environ and (NOTES_SAID in os.environ or os.environ.get("RANK", "0") != "0")
     for note in (no_effect_note(cfg), differences_note(cfg), validation_overlap_note(cfg), schedule_note(cfg, batch_plan),
                  sampling_note(cfg), correctness_note(cfg), async_note(cfg),
-                 missing and args.dry_run and f"note: {missing} (the run refuses it)"):
-        if note and "LOCAL_RANK" not in os.environ:  # (torchrun's processes: the command that launched them said it)
+                 missing and args.dry_run and f"note: {missing} (the run refuses it)",
+                 *(() if args.dry_run else (f"note: {n}" for n in batch_plan.notes))):
+        if note and not quiet:
             err.print(escape(note))
     if args.dry_run:
         print(to_yaml(cfg))
@@ -328,6 +332,9 @@ def run_train(args) -> int:
     return 0
 
 
+NOTES_SAID = "EXECRL_NOTES_SAID"  # (set for the processes `execrl train` starts torchrun with: it said the notes)
+
+
 def run_torchrun(cmd: list[str]) -> int:
     """torchrun's exit status, SIGTERM passed on to it (a review's find: a `kill` of this process, or a container's
     stop, left torchrun and its processes training unwatched), waiting for its processes' last step and checkpoint
@@ -338,7 +345,7 @@ def run_torchrun(cmd: list[str]) -> int:
     import signal
     import subprocess
 
-    proc = subprocess.Popen(cmd, env={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "300", **os.environ})
+    proc = subprocess.Popen(cmd, env={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "300", **os.environ, NOTES_SAID: "1"})
     stopped = []
 
     def stop(signum, frame):

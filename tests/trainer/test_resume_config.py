@@ -1,6 +1,8 @@
 """A resumed run compares its config with the checkpoint's (issue 40): what cannot apply is refused before anything
 is written, what can is named, and config.yaml is always the config that ran."""
 
+import shutil
+
 import pytest
 
 from execrl.config import load_config
@@ -72,11 +74,19 @@ def test_a_fresh_start_never_erases_another_runs_metrics(tmp_path):
             f"checkpointing.checkpoint_dir={log}/ck"]
     train(load_config(None, base))
     rows = (log / "metrics.jsonl").read_text()
-    for change, why in ((f"checkpointing.checkpoint_dir={tmp_path}/new", "which this run does not resume"),
-                        ("checkpointing.enabled=false", "which this run does not resume")):
+    for change, why in ((f"checkpointing.checkpoint_dir={tmp_path}/new", "which this run does not resume.*, or "
+                         f"resume that run \\(checkpointing.checkpoint_dir={log / 'ck'}\\)"),
+                        ("checkpointing.enabled=false", "which this run does not resume.*, or resume that run "
+                                                        "\\(checkpointing.enabled=true\\)")):
         with pytest.raises(ValueError, match=f"holds the metrics of another run \\(2 rows; its checkpoints are in .*{why}"):
             train(load_config(None, [*base, change]))
         assert (log / "metrics.jsonl").read_text() == rows
+    shutil.rmtree(log / "ck")  # (a hunt's find: checkpoints deleted, the same command started over and erased all)
+    with pytest.raises(ValueError, match=f"holds the metrics of a run to step 2 \\(2 rows\\), whose checkpoints in "
+                                         f"{log / 'ck'} are gone: .*Restore the checkpoints to resume it, or start a "
+                                         f"new run: logger.log_dir={tmp_path / 'run-2'}"):
+        train(load_config(None, base))
+    assert (log / "metrics.jsonl").read_text() == rows
     again = [*SMALL, "grpo.max_num_steps=1", "grpo.val_period=0", "warmup.sft_steps=0", f"logger.log_dir={tmp_path}/b",
              "checkpointing.enabled=false"]
     train(load_config(None, again))

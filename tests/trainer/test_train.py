@@ -653,13 +653,46 @@ def test_a_full_log_disk_stops_the_run_with_a_checkpoint_and_no_half_row(tmp_pat
         return real(self, step, values)
 
     monkeypatch.setattr(MetricsLogger, "log", log)
-    with pytest.raises(LogUnwritable, match="logger.log_dir .*No space left on device.*step_000003, is intact"):
-        run(tmp_path, "full", "grpo.max_num_steps=5", "grpo.val_period=0", "checkpointing.save_period=10",
-            "warmup.sft_steps=0")
+    args = ["grpo.val_period=0", "checkpointing.save_period=10", "warmup.sft_steps=0", "logger.rollouts_period=1"]
+    with pytest.raises(LogUnwritable, match="logger.log_dir .*No space left on device .*metrics.jsonl.*step_000003, "
+                                            "is intact"):
+        run(tmp_path, "full", "grpo.max_num_steps=5", *args)
     said = " ".join(capsys.readouterr().err.split())  # (not the Ctrl-C path's "interrupted", a review's find)
     assert "stopping: the log cannot be written: saving a checkpoint" in said and "interrupted" not in said
     assert [p.name for p in (tmp_path / "full" / "ckpt").glob("step_*")] == ["step_000003"]
     assert [row["step"] for row in metrics(tmp_path / "full")][-1] == 2  # (whole rows only)
+    # (a hunt's find) step 3's row and samples, which the full disk refused, were lost for good with the step
+    # checkpointed: kept in its checkpoint, they are written as the run resumes
+    monkeypatch.setattr(MetricsLogger, "log", real)
+    run(tmp_path, "full", "grpo.max_num_steps=4", *args)
+    assert [row["step"] for row in metrics(tmp_path / "full")] == [1, 2, 3, 4]
+    assert sorted(p.name for p in (tmp_path / "full" / "rollouts").glob("step_*")) == [
+        f"step_00000{i}.jsonl" for i in (1, 2, 3, 4)]
+    assert "the records of step 3 that a full disk held back" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_rollouts_file_the_disk_refuses_is_named_and_kept(tmp_path, monkeypatch):
+    """(A hunt's find) a rollouts file that a full disk refused was named metrics.jsonl in the error (the write gave
+    no file name), and its samples were lost: the error names it, and the samples wait for the checkpoint."""
+    import errno
+
+    from execrl.config import load_config
+    from execrl.trainer import metrics as metrics_module
+    from execrl.trainer.metrics import LogUnwritable, MetricsLogger
+
+    logger = MetricsLogger(load_config(None, [f"logger.log_dir={tmp_path}", "logger.tensorboard_enabled=false"]))
+    logger.start(0)
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(metrics_module, "write_whole", full)
+    with pytest.raises(LogUnwritable, match="rollouts/step_000004.jsonl"):
+        logger.rollouts(4, [{"completion": "x"}])
+    assert logger.unwritten == [{"step": 4, "rollouts": [{"completion": "x"}]}]
+    monkeypatch.undo()
+    assert logger.written_late(logger.unwritten) == [4]
+    assert (tmp_path / "rollouts" / "step_000004.jsonl").read_text() == '{"completion": "x"}\n'
 
 
 def test_a_stop_in_the_warm_up_says_nothing_was_saved(tmp_path):

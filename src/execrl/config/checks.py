@@ -1138,7 +1138,11 @@ def nemo_differences(cfg: MasterConfig) -> list[str]:
         out.append("grpo.use_dynamic_sampling decides that a group's rewards differ by comparing them (NeMo RL keeps a "
                    "group of equal fractional rewards whose float32 std rounds above 0), and a step still short of "
                    "groups at an epoch's end keeps them and draws its next round from the next epoch (NeMo RL drops "
-                   "them and starts the step again: here such a step can hold a prompt twice)")
+                   "them and starts the step again: here such a step can hold a prompt twice)"
+                   + ("; with several GPUs each process fills its own share of the step's groups from its own part "
+                      "of each round (NeMo RL picks them from the whole round, as one process does: a run on "
+                      f"{gpus(cfg)} GPUs trains on other groups than one process, and generates another round while "
+                      "any process is short)" if gpus(cfg) > 1 else ""))
     gen = cfg.policy.generation
     if gen.temperature > 0 and (gen.top_k is not None or gen.top_p < 1) and (lf.use_importance_sampling_correction or
                                                       grpo.async_grpo.enabled):

@@ -414,9 +414,16 @@ def log_step(run: Run, step: int, rollouts, stats: dict, times: dict, bar) -> No
         metrics["time/decode_batch_full"] = tokens / slot_steps
     if torch.cuda.is_available():
         metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    run.logger.log(step, metrics)
     run.flat_rows = [*run.flat_rows, metrics][-FLAT_WARNING_STEPS:] if run.flat_streak else []
     warned = run.flat_streak == FLAT_WARNING_STEPS  # (its step's rollouts are written, and named: a hunt's find)
+    samples = step_samples(run, rollouts) if run.cfg.logger.rollouts_period and \
+        step % run.cfg.logger.rollouts_period == 0 or warned else None
+    try:
+        run.logger.log(step, metrics)
+    except LogUnwritable:  # (the step's samples kept with its row for the checkpoint: written as it resumes)
+        if samples is not None and run.logger.jsonl is not None:
+            run.logger.unwritten.append({"step": step, "rollouts": samples})
+        raise
     if warned:
         where = f"see this step's samples in {run.logger.dir / 'rollouts' / f'step_{step:06d}.jsonl'}" \
             if run.logger.jsonl is not None else "logger.log_dir keeps the samples"
@@ -425,14 +432,8 @@ def log_step(run: Run, step: int, rollouts, stats: dict, times: dict, bar) -> No
         write_report(run)
         raise RuntimeError(run.diverged)
     check_sandbox(run, rollouts.generated, f"step {step}")
-    every = run.cfg.logger.rollouts_period
-    if every and step % every == 0 or warned:
-        trained = dist.gather_lists(rollout_rows(rollouts.episodes, run.tokenizer), run.plan.prompts_per_optimizer_step,
-                                    run.plan.group_size)
-        # dynamic sampling's groups left out of the loss (flat, or beyond the step's), as the step's metrics count
-        # them: marked, after the trained ones
-        dropped = dist.gather_lists(rollout_rows(rollouts.dropped, run.tokenizer))
-        run.logger.rollouts(step, trained + [{**row, "trained": False} for row in dropped])
+    if samples is not None:
+        run.logger.rollouts(step, samples)
     if bar is None:  # (a line written as the run stops)
         return
     bar.update(bar.task_ids[0], completed=step,
@@ -542,6 +543,16 @@ def write_report(run: Run):
         return None
 
 
+def step_samples(run: Run, rollouts) -> list[dict]:
+    """The step's samples as its rollouts file holds them (every process's: a collective). Dynamic sampling's groups
+    left out of the loss (flat, or beyond the step's), as the step's metrics count them: marked, after the trained
+    ones."""
+    trained = dist.gather_lists(rollout_rows(rollouts.episodes, run.tokenizer), run.plan.prompts_per_optimizer_step,
+                                run.plan.group_size)
+    dropped = dist.gather_lists(rollout_rows(rollouts.dropped, run.tokenizer))
+    return trained + [{**row, "trained": False} for row in dropped]
+
+
 def save_on_interrupt(run: Run, why: str = "interrupted") -> None:
     """Ctrl-C (or why: another stop between steps): a checkpoint of the steps done; resuming trains the interrupted
     step's batch again."""
@@ -580,6 +591,8 @@ def save(run: Run) -> None:
             "judge_identity": run.judge_identity}  # ... and its reward model's (setup.same_judge)
     if run.opponent is not None and (opponent := run.opponent.state_dict(run.weights.compute)) is not None:
         data["opponent"] = opponent  # (a snapshot: the policy as it was at its last refresh)
+    if run.logger.unwritten:  # (a full disk's: written as the run resumes)
+        data["unwritten"] = list(run.logger.unwritten)
     try:
         path = checkpoint.save(run.cfg.checkpointing.checkpoint_dir, run.step, run.model, run.tokenizer,
                                run.optimizer, run.scheduler, data, run.cfg.checkpointing.keep_top_k or 0,

@@ -28,6 +28,8 @@ class MetricsLogger:
         self.cfg, self.write, self.dir = cfg, write, Path(cfg.logger.log_dir)
         self.jsonl = self.tb = self.wandb = None
         self.validated: set[int] = set()  # the steps whose validation rows metrics.jsonl keeps (start())
+        self.unwritten: list[dict] = []  # records a full disk refused ({"step", "metrics" or "rollouts"}): kept in
+        # the checkpoint saved as the run stops, and written where it resumes (written_late)
 
     def start(self, step: int) -> int:
         """Open the sinks for a run that starts after `step` steps (0: from the beginning). The
@@ -107,7 +109,7 @@ class MetricsLogger:
             return
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
         # (a NaN made a line JSON readers other than Python's refuse: a wrecked model's entropy, a skipped step's)
-        with self._writing():
+        with self._writing(self.dir / "metrics.jsonl"):
             at, row = self.jsonl.tell(), memoryview((json.dumps({"step": step, **clean}) + "\n").encode())
             try:
                 while row:
@@ -115,7 +117,9 @@ class MetricsLogger:
             except OSError:  # (no half row: the file ends with the last whole one)
                 with suppress(OSError):
                     os.ftruncate(self.jsonl.fileno(), at)
+                self.unwritten.append({"step": step, "metrics": clean})
                 raise
+        with self._writing(self.dir / "tensorboard"):
             if self.tb is not None:
                 for k, v in clean.items():
                     self.tb.add_scalar(k, v, step)
@@ -130,18 +134,33 @@ class MetricsLogger:
         if self.jsonl is None:
             return
         path = self.dir / "rollouts" / f"step_{step:06d}.jsonl"
-        with self._writing():
-            path.parent.mkdir(exist_ok=True)
-            write_whole(path, "".join(json.dumps(r) + "\n" for r in rows))
+        with self._writing(path):
+            try:
+                path.parent.mkdir(exist_ok=True)
+                write_whole(path, "".join(json.dumps(r) + "\n" for r in rows))
+            except OSError:
+                self.unwritten.append({"step": step, "rollouts": rows})
+                raise
+
+    def written_late(self, records: list[dict]) -> list[int]:
+        """Write the records a full disk refused before a run's checkpoint (their steps are done, and are not done
+        again: a hunt's find, a step's row and samples were lost for good, the record not what ran); their steps."""
+        for r in records:
+            if "metrics" in r:
+                self.log(r["step"], r["metrics"])
+            else:
+                self.rollouts(r["step"], r["rollouts"])
+        return sorted({r["step"] for r in records})
 
     @contextmanager
-    def _writing(self):
-        """A write to the log directory; a full disk (or quota, or a read-only remount) as LogUnwritable, one line
-        naming the directory (a hunt's find: three chained tracebacks, and the steps since the last checkpoint lost)."""
+    def _writing(self, path: Path):
+        """A write to the log directory (`path` in it); a full disk (or quota, or a read-only remount) as
+        LogUnwritable, one line naming the directory and the file (a hunt's find: three chained tracebacks, and the
+        steps since the last checkpoint lost; the file named was metrics.jsonl where a rollouts file failed)."""
         try:
             yield
         except OSError as e:
-            raise LogUnwritable(f"logger.log_dir {self.dir}: {e.strerror or e} ({e.filename or 'metrics.jsonl'}); "
+            raise LogUnwritable(f"logger.log_dir {self.dir}: {e.strerror or e} ({e.filename or path}); "
                                 "free space there or set logger.log_dir to another disk") from None
 
     def close(self, outcome: int = 0) -> None:

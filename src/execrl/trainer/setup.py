@@ -48,7 +48,7 @@ from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler, load_data
 from execrl.trainer.lock import RunLock
 from execrl.trainer.memory_plan import bounded_slots, engine_slots, gpu_memory, shape_of, summary
-from execrl.trainer.metrics import MetricsLogger
+from execrl.trainer.metrics import INTERRUPTED, MetricsLogger
 from execrl.trainer.opponent import Opponent, build_opponent
 from execrl.trainer.optim import make_optimizer
 from execrl.trainer.pipeline import RolloutPipeline, build_pipeline
@@ -233,7 +233,8 @@ def erases_a_run(cfg: MasterConfig, resuming: bool = False) -> str | None:
 
     log = Path(cfg.logger.log_dir).expanduser()
     try:
-        rows = sum(1 for line in (log / "metrics.jsonl").read_text().splitlines() if line.strip())
+        lines = [line for line in (log / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        rows = len(lines)
         text = (log / "config.yaml").read_text()
         saved = yaml.safe_load(text)
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
@@ -253,6 +254,10 @@ def erases_a_run(cfg: MasterConfig, resuming: bool = False) -> str | None:
     if resuming and not (refused and (elsewhere or never_saved)):  # (another run: checkpoints of its own, or none,
         return None  # and a config that differs in what a step computes; a copy of this run's record is its own)
     if not refused and not elsewhere and not unresumable and not never_saved:
+        if not kept and (last := saved_a_checkpoint(lines, was, saved)):
+            return (f"logger.log_dir {log} holds the metrics of a run to step {last} ({rows} rows), whose checkpoints "
+                    f"in {old} are gone: this run starts from step 0 and would erase them. Restore the checkpoints "
+                    f"to resume it, or start a new run: {new_run(cfg)}")
         return None
     why = (f"its checkpoints are in {old}, which this run does not resume" if elsewhere else
            "its config.yaml differs in " + "; ".join(refused[:3]) + (" ..." if len(refused) > 3 else "") if refused else
@@ -262,7 +267,34 @@ def erases_a_run(cfg: MasterConfig, resuming: bool = False) -> str | None:
             else "this run starts from step 0 and would erase them")
     return (f"logger.log_dir {log} holds the metrics of another run ({rows} row{'s' if rows > 1 else ''}; {why}): "
             f"{this}. Name another logger.log_dir"
-            + (f", or resume that run (checkpointing.checkpoint_dir={old})" if elsewhere else ""))
+            + (f", or resume that run ({_resuming_it(cfg, old)})" if elsewhere else ""))
+
+
+def _resuming_it(cfg: MasterConfig, old: Path) -> str:
+    """The setting that resumes a run whose checkpoints are in `old`: its directory, or checkpoints on where they
+    are this run's already (a hunt's find: the advice named the value the user had set)."""
+    here = Path(cfg.checkpointing.checkpoint_dir).expanduser().resolve() == old.resolve()
+    return "checkpointing.enabled=true" if here else f"checkpointing.checkpoint_dir={old}"
+
+
+def saved_a_checkpoint(lines: list[str], was: dict, saved: dict) -> int | None:
+    """The last step of a record (metrics.jsonl's lines) whose run saved a checkpoint on the way, by its config
+    (`was`: its checkpointing section, `saved`: the whole), else None: a step at its save period, its last step, or a
+    stop's marker (a save before exiting). A hunt's find: with its checkpoints deleted (a full disk's cleanup, a
+    scratch purge, a requeue on a node without them) the same command started over and erased the whole record."""
+    steps, stopped = [], False
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int):
+            steps.append(row["step"])
+            stopped |= set(row) == {"step", INTERRUPTED}
+    last = max(steps, default=0)
+    period, end = was.get("save_period"), (saved.get("grpo") or {}).get("max_num_steps")
+    at_period = isinstance(period, int) and period > 0 and last >= period
+    return last if last > 0 and (at_period or stopped or (isinstance(end, int) and last >= end)) else None
 
 
 def run_directories(cfg: MasterConfig) -> dict[str, str]:
@@ -388,8 +420,11 @@ def start(cfg: MasterConfig) -> tuple[BatchPlan, RunLock | None]:
     dist.init(cfg.policy.device)
     console.quiet = problem_err.quiet = not dist.is_main()  # one rank speaks for all (the datasets' lines too)
     if dist.world_size() != plan.num_gpus:
+        stray = "" if not dist.launched() or "TORCHELASTIC_RUN_ID" in os.environ else (
+            f" (RANK={os.environ['RANK']} and WORLD_SIZE={os.environ['WORLD_SIZE']} in the environment, with no "
+            "torchrun, made execrl take this process for one of a launched run's: unset them)")
         raise ValueError(f"{dist.world_size()} training process(es) but cluster.num_nodes x cluster.gpus_per_node = "
-                         f"{plan.num_gpus}: start multi-GPU runs with `execrl train CONFIG` (it launches "
+                         f"{plan.num_gpus}{stray}: start multi-GPU runs with `execrl train CONFIG` (it launches "
                          "torchrun) or set cluster.gpus_per_node to the number of processes per node")
     lock = RunLock(run_directories(cfg)) if dist.is_main() else None
     found = checkpoint.latest(cfg.checkpointing.checkpoint_dir) if cfg.checkpointing.enabled else None
@@ -558,6 +593,9 @@ def resume(run: Run) -> None:
             run.baselines.load_state_dict(state["role_baselines"])
         console.print(f"resumed from {found} (step {run.step})")
     removed = run.logger.start(run.step)
+    if found is not None and (late := run.logger.written_late(state.get("unwritten", []))):
+        console.print(f"{run.logger.dir}: the records of step{'s' if len(late) > 1 else ''} "
+                      f"{', '.join(map(str, late))} that a full disk held back, kept in {found}, are written")
     if dist.is_main():
         if found is None or run.step < run.max_steps:  # (a resume with no step to run: the record stays the config
             _record_config(run, found is not None)  # of the steps that ran)
