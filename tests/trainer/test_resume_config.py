@@ -82,9 +82,9 @@ def test_a_fresh_start_never_erases_another_runs_metrics(tmp_path):
             train(load_config(None, [*base, change]))
         assert (log / "metrics.jsonl").read_text() == rows
     shutil.rmtree(log / "ck")  # (a hunt's find: checkpoints deleted, the same command started over and erased all)
-    with pytest.raises(ValueError, match=f"holds the metrics of a run to step 2 \\(2 rows\\), whose checkpoints in "
-                                         f"{log / 'ck'} are gone: .*Restore the checkpoints to resume it, or start a "
-                                         f"new run: logger.log_dir={tmp_path / 'run-2'}"):
+    with pytest.raises(ValueError, match=f"holds the metrics of a run \\(2 rows\\) that saved checkpoints, to step 2, "
+                                         f"in {log / 'ck'}, and they are gone: .*Restore the checkpoints to resume "
+                                         f"it, or start a new run: logger.log_dir={tmp_path / 'run-2'}"):
         train(load_config(None, base))
     assert (log / "metrics.jsonl").read_text() == rows
     again = [*SMALL, "grpo.max_num_steps=1", "grpo.val_period=0", "warmup.sft_steps=0", f"logger.log_dir={tmp_path}/b",

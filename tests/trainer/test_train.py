@@ -693,6 +693,17 @@ def test_a_rollouts_file_the_disk_refuses_is_named_and_kept(tmp_path, monkeypatc
     monkeypatch.undo()
     assert logger.written_late(logger.unwritten) == [4]
     assert (tmp_path / "rollouts" / "step_000004.jsonl").read_text() == '{"completion": "x"}\n'
+    # (a review's finds) a late row written once however often the run resumes from that checkpoint, and a late
+    # validation row counts as the step's validation (it was run and written a second time)
+    late = [{"step": 4, "metrics": {"train/reward_mean": 0.5, "eval/pass@1": 0.25}}]
+    for _ in range(2):
+        again = MetricsLogger(load_config(None, [f"logger.log_dir={tmp_path}", "logger.tensorboard_enabled=false"]))
+        again.start(4)
+        again.written_late(late)
+        assert again.validated == {4}
+        again.close()
+    rows = [line for line in (tmp_path / "metrics.jsonl").read_text().splitlines() if line]
+    assert rows == ['{"step": 4, "train/reward_mean": 0.5, "eval/pass@1": 0.25}']
 
 
 def test_a_stop_in_the_warm_up_says_nothing_was_saved(tmp_path):

@@ -88,17 +88,17 @@ def beyond_vocab(model, tokenizer, ids) -> tuple[list[int], int]:
     return [i for i in ids or () if i >= vocab], vocab
 
 
-def unseen_stop(tokenizer, stops: list[str] | None) -> tuple[str, str, int] | None:
+def unseen_stop(tokenizer, stops: list[str] | None, ends=()) -> tuple[str, str, int] | None:
     """The first stop string that holds a special token's text which completions are read without (text_of leaves
     special tokens out, as vLLM's detokenizer does), with that token and its id, else None: sampled, the token never
     shows in the text, so the stop string never ends an answer there (a hunt's find: "<end_of_turn>" as a stop string
     ran every Gemma answer past its turn's end in the engine, and the transformers backend, whose generate matches a
-    token's own string, stopped there)."""
+    token's own string, stopped there). A token of `ends` (the ids that end a sequence) ends it anyway."""
     if not stops or not isinstance(tokenizer, _tokenizer_base()):
         return None
     from execrl.control_tokens import special_ids
 
-    for i in sorted(special_ids(tokenizer)):
+    for i in sorted(special_ids(tokenizer) - set(ends)):
         token = tokenizer.convert_ids_to_tokens(i)
         held = [s for s in stops if isinstance(token, str) and token and token in s]
         if held and token not in text_of(tokenizer, [i]):

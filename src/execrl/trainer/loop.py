@@ -601,6 +601,7 @@ def save(run: Run) -> None:
         raise checkpoint.WriteFailed(f"{e}. Make room there (checkpointing.keep_top_k keeps fewer). "
                                      f"{resume_note(run)}") from None
     run.last_saved = run.step
+    run.logger.saved(run.step, path)
     console.print(f"checkpoint: {path}")
 
 

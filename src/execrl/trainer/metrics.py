@@ -16,6 +16,8 @@ from execrl.config import MasterConfig
 from execrl.report.runs import INTERRUPTED
 from execrl.writable import write_whole
 
+SAVED = "last_checkpoint"  # beside metrics.jsonl: the step of the run's last checkpoint, and where it is
+
 
 class LogUnwritable(RuntimeError):
     """The run's log directory took no more writes (a full disk, a quota): the run stops with a checkpoint."""
@@ -30,6 +32,7 @@ class MetricsLogger:
         self.validated: set[int] = set()  # the steps whose validation rows metrics.jsonl keeps (start())
         self.unwritten: list[dict] = []  # records a full disk refused ({"step", "metrics" or "rollouts"}): kept in
         # the checkpoint saved as the run stops, and written where it resumes (written_late)
+        self.kept: set[str] = set()  # the rows start() kept (a late record written by an earlier resume among them)
 
     def start(self, step: int) -> int:
         """Open the sinks for a run that starts after `step` steps (0: from the beginning). The
@@ -59,6 +62,7 @@ class MetricsLogger:
                 markers += 1  # (a stop's marker is not kept: the resumed run's report read "(interrupted)")
             else:
                 kept.append(line)
+                self.kept.add(line.strip())
                 if any(str(key).startswith("eval/") for key in row):
                     self.validated.add(row.get("step"))
         write_whole(path, "".join(line + "\n" for line in kept))  # (rewritten in place, a kill then emptied it)
@@ -142,12 +146,23 @@ class MetricsLogger:
                 self.unwritten.append({"step": step, "rollouts": rows})
                 raise
 
+    def saved(self, step: int, path: Path) -> None:
+        """Note that the run saved a checkpoint of `step` at `path` (SAVED): a later start over its record, with the
+        checkpoints gone, is refused (setup.erases_a_run). Best effort: the checkpoint is what matters."""
+        if self.jsonl is not None:
+            with suppress(OSError):
+                write_whole(self.dir / SAVED, f"{step} {path}\n")
+
     def written_late(self, records: list[dict]) -> list[int]:
         """Write the records a full disk refused before a run's checkpoint (their steps are done, and are not done
         again: a hunt's find, a step's row and samples were lost for good, the record not what ran); their steps."""
         for r in records:
             if "metrics" in r:
+                if json.dumps({"step": r["step"], **r["metrics"]}) in self.kept:  # (an earlier resume from this
+                    continue  # checkpoint wrote it: a review's find, each resume added it again)
                 self.log(r["step"], r["metrics"])
+                if any(str(key).startswith("eval/") for key in r["metrics"]):
+                    self.validated.add(r["step"])  # (not validated again: a review's find)
             else:
                 self.rollouts(r["step"], r["rollouts"])
         return sorted({r["step"] for r in records})

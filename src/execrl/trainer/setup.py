@@ -9,6 +9,7 @@ import json
 import os
 import random
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,7 +49,7 @@ from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler, load_data
 from execrl.trainer.lock import RunLock
 from execrl.trainer.memory_plan import bounded_slots, engine_slots, gpu_memory, shape_of, summary
-from execrl.trainer.metrics import INTERRUPTED, MetricsLogger
+from execrl.trainer.metrics import SAVED, MetricsLogger
 from execrl.trainer.opponent import Opponent, build_opponent
 from execrl.trainer.optim import make_optimizer
 from execrl.trainer.pipeline import RolloutPipeline, build_pipeline
@@ -254,10 +255,11 @@ def erases_a_run(cfg: MasterConfig, resuming: bool = False) -> str | None:
     if resuming and not (refused and (elsewhere or never_saved)):  # (another run: checkpoints of its own, or none,
         return None  # and a config that differs in what a step computes; a copy of this run's record is its own)
     if not refused and not elsewhere and not unresumable and not never_saved:
-        if not kept and (last := saved_a_checkpoint(lines, was, saved)):
-            return (f"logger.log_dir {log} holds the metrics of a run to step {last} ({rows} rows), whose checkpoints "
-                    f"in {old} are gone: this run starts from step 0 and would erase them. Restore the checkpoints "
-                    f"to resume it, or start a new run: {new_run(cfg)}")
+        if not kept and (last := saved_a_checkpoint(log, lines, was)):
+            return (f"logger.log_dir {log} holds the metrics of a run ({rows} rows) that saved checkpoints, to step "
+                    f"{last}, in {old}, and they are gone: this run starts from step 0 and would erase its record. "
+                    f"Restore the checkpoints to resume it, or start a new run: {new_run(cfg)} (or remove {log} to "
+                    "start over in it)")
         return None
     why = (f"its checkpoints are in {old}, which this run does not resume" if elsewhere else
            "its config.yaml differs in " + "; ".join(refused[:3]) + (" ..." if len(refused) > 3 else "") if refused else
@@ -277,24 +279,22 @@ def _resuming_it(cfg: MasterConfig, old: Path) -> str:
     return "checkpointing.enabled=true" if here else f"checkpointing.checkpoint_dir={old}"
 
 
-def saved_a_checkpoint(lines: list[str], was: dict, saved: dict) -> int | None:
-    """The last step of a record (metrics.jsonl's lines) whose run saved a checkpoint on the way, by its config
-    (`was`: its checkpointing section, `saved`: the whole), else None: a step at its save period, its last step, or a
-    stop's marker (a save before exiting). A hunt's find: with its checkpoints deleted (a full disk's cleanup, a
-    scratch purge, a requeue on a node without them) the same command started over and erased the whole record."""
-    steps, stopped = [], False
+def saved_a_checkpoint(log: Path, lines: list[str], was: dict) -> int | None:
+    """The last step a log directory's run saved a checkpoint of, else None: where its saves wrote it down
+    (MetricsLogger.saved), or, in a record from before that, a row past its first save period (a save that fails
+    stops the run, so a later step means it was written). A hunt's find: with its checkpoints deleted (a full disk's
+    cleanup, a scratch purge, a requeue on a node without them) the same command started over and erased the whole
+    record."""
+    with suppress(OSError, ValueError, IndexError):
+        return int((log / SAVED).read_text().split()[0]) or None
+    steps = []
     for line in lines:
-        try:
+        with suppress(ValueError):
             row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int):
-            steps.append(row["step"])
-            stopped |= set(row) == {"step", INTERRUPTED}
-    last = max(steps, default=0)
-    period, end = was.get("save_period"), (saved.get("grpo") or {}).get("max_num_steps")
-    at_period = isinstance(period, int) and period > 0 and last >= period
-    return last if last > 0 and (at_period or stopped or (isinstance(end, int) and last >= end)) else None
+            if isinstance(row, dict) and isinstance(row.get("step"), int):
+                steps.append(row["step"])
+    last, period = max(steps, default=0), was.get("save_period")
+    return last if isinstance(period, int) and 0 < period < last else None
 
 
 def run_directories(cfg: MasterConfig) -> dict[str, str]:
@@ -420,7 +420,7 @@ def start(cfg: MasterConfig) -> tuple[BatchPlan, RunLock | None]:
     dist.init(cfg.policy.device)
     console.quiet = problem_err.quiet = not dist.is_main()  # one rank speaks for all (the datasets' lines too)
     if dist.world_size() != plan.num_gpus:
-        stray = "" if not dist.launched() or "TORCHELASTIC_RUN_ID" in os.environ else (
+        stray = "" if not dist.launched() or dist.world_size() > 1 or "TORCHELASTIC_RUN_ID" in os.environ else (
             f" (RANK={os.environ['RANK']} and WORLD_SIZE={os.environ['WORLD_SIZE']} in the environment, with no "
             "torchrun, made execrl take this process for one of a launched run's: unset them)")
         raise ValueError(f"{dist.world_size()} training process(es) but cluster.num_nodes x cluster.gpus_per_node = "
