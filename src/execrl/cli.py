@@ -242,9 +242,11 @@ def run_train(args) -> int:
     from rich.console import Console
 
     from execrl.config import ConfigError, load_config, to_yaml
-    from execrl.console import escape
+    from execrl.console import escape, says_notes
+    from execrl.tasks.problem import err as problem_err
 
     err = Console(stderr=True, soft_wrap=True)
+    problem_err.quiet = "LOCAL_RANK" in os.environ and os.environ.get("RANK", "0") != "0"  # (rank 0 says the data's)
     from execrl.config.checks import (
         async_note,
         check_model,
@@ -267,9 +269,7 @@ def run_train(args) -> int:
         return 2
     launch = multi_gpu_launch(cfg, args)
     missing = missing_package(cfg)
-    # (torchrun's processes: the command that launched them said the notes; torchrun started by hand, rank 0 does, a
-    # hunt's find: none said them); the batch plan's notes are in --dry-run's batch arithmetic
-    quiet = "LOCAL_RANK" in os.environ and (NOTES_SAID in os.environ or os.environ.get("RANK", "0") != "0")
+    quiet = not says_notes()  # (the batch plan's notes: in --dry-run's batch arithmetic)
     for note in (no_effect_note(cfg), differences_note(cfg), validation_overlap_note(cfg), schedule_note(cfg, batch_plan),
                  sampling_note(cfg), correctness_note(cfg), async_note(cfg),
                  missing and args.dry_run and f"note: {missing} (the run refuses it)",
@@ -332,9 +332,6 @@ def run_train(args) -> int:
     return 0
 
 
-NOTES_SAID = "EXECRL_NOTES_SAID"  # (set for the processes `execrl train` starts torchrun with: it said the notes)
-
-
 def run_torchrun(cmd: list[str]) -> int:
     """torchrun's exit status, SIGTERM passed on to it (a review's find: a `kill` of this process, or a container's
     stop, left torchrun and its processes training unwatched), waiting for its processes' last step and checkpoint
@@ -344,6 +341,8 @@ def run_torchrun(cmd: list[str]) -> int:
     traceback of its own, whatever its processes did: a scheduler read a clean stop as a crash, a hunt's find)."""
     import signal
     import subprocess
+
+    from execrl.console import NOTES_SAID
 
     proc = subprocess.Popen(cmd, env={"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "300", **os.environ, NOTES_SAID: "1"})
     stopped = []

@@ -3,6 +3,7 @@ nothing in a line is read as rich markup: the paths, model names, dataset text a
 brackets (a checkpoint_dir of runs/sweep[lr=1e-5] was printed as runs/sweep, and one holding "[/x]" ended the run with
 a MarkupError after its first checkpoint was written)."""
 
+import os
 import re
 
 from rich.console import Console
@@ -58,3 +59,13 @@ class PlainConsole(Console):
 
 def stderr_console(**kwargs) -> PlainConsole:
     return PlainConsole(stderr=True, soft_wrap=True, **kwargs)
+
+
+NOTES_SAID = "EXECRL_NOTES_SAID"  # (set for the processes `execrl train` starts torchrun with: it said the notes)
+
+
+def says_notes() -> bool:
+    """Whether this process says the start-up notes: not a torchrun process that `execrl train` started (it said
+    them), nor one of rank above 0 under a torchrun started by hand (rank 0 says them; a hunt's find: none did, and
+    the config loader's notes came once per process)."""
+    return "LOCAL_RANK" not in os.environ or (NOTES_SAID not in os.environ and os.environ.get("RANK", "0") == "0")

@@ -24,6 +24,7 @@ from execrl.config.nemo import adapt, refuse_unresolved
 from execrl.config.nemo_data import SHARED
 from execrl.config.schedule import TAGS
 from execrl.config.schema import MasterConfig, OptimizerConfig
+from execrl.console import says_notes
 
 CONFIG_DIRS = [Path(__file__).resolve().parents[3] / "configs"]  # the repo's shipped configs
 BUILTIN_DEFAULT = Path(__file__).with_name("builtin_default.yaml")  # `execrl train` with no config
@@ -204,7 +205,8 @@ def _find(name: str, near: Path | None) -> Path:
     own = [*CONFIG_DIRS, *(d.parent for d in CONFIG_DIRS)]
     for base in ([near] if near else []) + [Path.cwd(), Path.cwd() / "configs", *own, BUILTIN_DEFAULT.parent]:
         if (base / name).is_file():
-            if base != near and base in own and (base / name).resolve() != (Path.cwd() / name).resolve():
+            if base != near and base in own and (base / name).resolve() != (Path.cwd() / name).resolve() and \
+                    says_notes():
                 # (e.g. a NeMo RL config's `defaults: grpo_math_1B.yaml` with no NeMo file beside it: say whose)
                 print(f"note: {f'`defaults: {name}`' if near is not None else name} read execrl's own {base / name} "
                       f"(no {name} {'next to the including file, ' if near is not None else ''}in ./ or in ./configs/)",
