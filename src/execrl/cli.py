@@ -242,11 +242,11 @@ def run_train(args) -> int:
     from rich.console import Console
 
     from execrl.config import ConfigError, load_config, to_yaml
-    from execrl.console import escape, says_notes
+    from execrl.console import escape, other_rank, says_notes
     from execrl.tasks.problem import err as problem_err
 
     err = Console(stderr=True, soft_wrap=True)
-    problem_err.quiet = "LOCAL_RANK" in os.environ and os.environ.get("RANK", "0") != "0"  # (rank 0 says the data's)
+    problem_err.quiet = other_rank()  # (rank 0 says the data's lines)
     from execrl.config.checks import (
         async_note,
         check_model,

@@ -64,8 +64,13 @@ def stderr_console(**kwargs) -> PlainConsole:
 NOTES_SAID = "EXECRL_NOTES_SAID"  # (set for the processes `execrl train` starts torchrun with: it said the notes)
 
 
+def other_rank() -> bool:
+    """A torchrun process of rank above 0 (rank 0 speaks for the run)."""
+    return "LOCAL_RANK" in os.environ and os.environ.get("RANK", "0") != "0"
+
+
 def says_notes() -> bool:
     """Whether this process says the start-up notes: not a torchrun process that `execrl train` started (it said
     them), nor one of rank above 0 under a torchrun started by hand (rank 0 says them; a hunt's find: none did, and
     the config loader's notes came once per process)."""
-    return "LOCAL_RANK" not in os.environ or (NOTES_SAID not in os.environ and os.environ.get("RANK", "0") == "0")
+    return "LOCAL_RANK" not in os.environ or (NOTES_SAID not in os.environ and not other_rank())

@@ -318,7 +318,7 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     from execrl.eval.generate import generate
     from execrl.models import STOP_STRINGS, load_model_and_tokenizer
     from execrl.prompts import plain_stops, render, set_template_kwargs
-    from execrl.rollout.completion import beyond_vocab, end_ids, eos_ids, unseen_stop
+    from execrl.rollout.completion import beyond_vocab, end_ids, unseen_stop
 
     model, tok = load_model_and_tokenizer(model_name)
     if cfg.chat_template_kwargs is not None:  # (None: the tokenizer's saved ones, which it loaded with)
@@ -346,7 +346,7 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
     stops = cfg.stop_strings if cfg.stop_strings is not None else (None if recorded is None else list(recorded))
     if cfg.stop_strings is None and stops:  # (a hub checkpoint downloaded just now: not read before it loaded)
         check_stops(cfg, model_name, {p.kind for p in problems}, stops)
-    if hidden := unseen_stop(tok, stops, [*eos_ids(model, tok), *(cfg.stop_token_ids or ())]):
+    if hidden := unseen_stop(tok, stops, end_ids(model, tok, cfg.stop_token_ids)):
         stop, token, i = hidden
         given = "--stop-string" if cfg.stop_strings is not None else f"{model_name}'s stop strings"
         raise ValueError(f"{given}: {stop!r} holds {token}, a special token of {model_name} (id {i}) that "

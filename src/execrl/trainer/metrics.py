@@ -19,6 +19,11 @@ from execrl.writable import write_whole
 SAVED = "last_checkpoint"  # beside metrics.jsonl: the step of the run's last checkpoint, and where it is
 
 
+def row_line(step: int, metrics: dict) -> str:
+    """A step's row as metrics.jsonl holds it."""
+    return json.dumps({"step": step, **metrics})
+
+
 class LogUnwritable(RuntimeError):
     """The run's log directory took no more writes (a full disk, a quota): the run stops with a checkpoint."""
 
@@ -114,7 +119,7 @@ class MetricsLogger:
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
         # (a NaN made a line JSON readers other than Python's refuse: a wrecked model's entropy, a skipped step's)
         with self._writing(self.dir / "metrics.jsonl"):
-            at, row = self.jsonl.tell(), memoryview((json.dumps({"step": step, **clean}) + "\n").encode())
+            at, row = self.jsonl.tell(), memoryview((row_line(step, clean) + "\n").encode())
             try:
                 while row:
                     row = row[self.jsonl.write(row):]
@@ -158,7 +163,7 @@ class MetricsLogger:
         again: a hunt's find, a step's row and samples were lost for good, the record not what ran); their steps."""
         for r in records:
             if "metrics" in r:
-                if json.dumps({"step": r["step"], **r["metrics"]}) in self.kept:  # (an earlier resume from this
+                if row_line(r["step"], r["metrics"]) in self.kept:  # (an earlier resume from this
                     continue  # checkpoint wrote it: a review's find, each resume added it again)
                 self.log(r["step"], r["metrics"])
                 if any(str(key).startswith("eval/") for key in r["metrics"]):

@@ -59,10 +59,8 @@ def other_ids(own, policy_tokenizer) -> str | None:
     """How the opponent's own tokenizer differs from the policy's, whose ids it is fed (a hunt's find: a Phi-3
     opponent of a Gemma policy read Gemma's ids as its own, its end ids as Gemma's tokens), else None."""
     mine, theirs = own.get_vocab(), policy_tokenizer.get_vocab()
-    if mine == theirs:
-        return None
     moved = sorted((t for t in theirs if mine.get(t) != theirs[t]), key=theirs.get)  # (tokens of its own besides
-    if not moved:  # the policy's, a fine-tune's added ones, read no id of the policy's otherwise)
+    if not moved:  # the policy's, a fine-tune's added ones, change no id of the policy's)
         return None
     return (f"{len(moved):,} of the policy's {len(theirs):,} tokens differ, e.g. {moved[0]!r}: id {theirs[moved[0]]} "
             f"in the policy's, {mine.get(moved[0])} in its own")

@@ -25,7 +25,7 @@ from execrl.config import ConfigError, MasterConfig
 from execrl.lora import apply_lora
 from execrl.models import SAVED_PROMPT, STOP_STRINGS, load_model_and_tokenizer, no_dropout, pick_device
 from execrl.prompts import TEMPLATE_KWARGS, set_template_kwargs, template_notes
-from execrl.rollout.completion import beyond_vocab, eos_ids, unseen_stop
+from execrl.rollout.completion import beyond_vocab, end_ids, unseen_stop
 from execrl.rollout.fuse import fuse_projections
 from execrl.tasks.problem import err
 from execrl.trainer import distributed as dist
@@ -120,8 +120,7 @@ def load_weights(cfg: MasterConfig, dtype: torch.dtype, device: str | None = Non
         raise ConfigError(f"policy.generation.stop_token_ids: {unknown[0]} is not a token of {p.model_name} "
                           f"({vocab:,} tokens): it would end no answer; give the id the model ends a turn with (its "
                           "tokenizer's convert_tokens_to_ids of the end-of-turn token)")
-    ends = [*eos_ids(model, tok), *(p.generation.stop_token_ids or ())]
-    if hidden := unseen_stop(tok, p.generation.stop_strings, ends):
+    if hidden := unseen_stop(tok, p.generation.stop_strings, end_ids(model, tok, p.generation.stop_token_ids)):
         stop, token, i = hidden
         raise ConfigError(f"policy.generation.stop_strings: {stop!r} holds {token}, a special token of "
                           f"{p.model_name} (id {i}) that completions are read without (as vLLM reads them): it never "
