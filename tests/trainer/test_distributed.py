@@ -335,3 +335,46 @@ def test_a_mixture_of_experts_on_two_gloo_processes_equals_one(tmp_path):
     assert any(not torch.equal(wa[k], w0[k]) for k in experts)  # the experts trained
     for k in experts:
         torch.testing.assert_close(wa[k], wb[k], atol=1e-5, rtol=1e-4)
+
+
+MEETING = """
+import datetime, functools, sys, time
+import torch.distributed as tdist
+tdist.init_process_group = functools.partial(tdist.init_process_group, timeout=datetime.timedelta(seconds=2))
+from execrl.trainer import distributed as dist  # (its collectives now give up after 2 s, as NCCL's after 10 minutes)
+dist.init("cpu", wait_minutes=float(sys.argv[1]))
+if dist.rank() == 1:
+    time.sleep(float(sys.argv[2]))  # (this rank's rollouts took longer)
+try:
+    if sys.argv[3] == "meet":
+        dist.meet("its rollouts")
+    print("summed", dist.sum_floats(1.0)[0], flush=True)
+except RuntimeError as e:
+    print("error:", e, flush=True)
+"""
+
+
+def meeting(tmp_path: Path, wait_minutes: float, behind_s: float, meet: bool) -> list[str]:
+    """Rank 0's and rank 1's last lines, from two gloo processes whose collectives time out after 2 s, rank 1
+    reaching the collective `behind_s` late, with `dist.meet` before it or not."""
+    src = str(Path(execrl.__file__).resolve().parents[1])
+    script = tmp_path / "meeting.py"
+    script.write_text(MEETING)
+    env = {**os.environ, "PYTHONPATH": src, "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(29400 + os.getpid() % 500)}
+    args = [sys.executable, str(script), str(wait_minutes), str(behind_s), "meet" if meet else "-"]
+    ranks = [subprocess.Popen(args, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    return [p.communicate(timeout=120)[0].strip().splitlines()[-1] for p in ranks]
+
+
+def test_ranks_meet_on_the_cpu_where_one_may_be_far_behind_the_others(tmp_path):
+    """A rank whose rollouts end minutes after another's: the other waited in the next collective, which NCCL's
+    watchdog ends after 10 minutes (a hunt's find). `dist.meet` waits on a gloo group of its own, with
+    cluster.rank_wait_minutes as its limit, and the collective after it starts with every rank there. Here the
+    collectives give up after 2 s and rank 1 is 4 s behind."""
+    assert meeting(tmp_path, 1.0, 4.0, meet=True) == ["summed 2.0", "summed 2.0"]
+    assert meeting(tmp_path, 1.0, 4.0, meet=False)[0].startswith("error:")  # (what it saves rank 0 from)
+    late = meeting(tmp_path, 0.03, 6.0, meet=True)[0]  # (1.8 s: the limit, named)
+    assert late.startswith("error: rank 0 waited cluster.rank_wait_minutes=0.03 for the other processes after its "
+                           "rollouts") and "raise cluster.rank_wait_minutes" in late, late

@@ -552,6 +552,10 @@ class ClusterConfig(Section):
     gpus_per_node: int = Field(1, ge=1, description="GPUs per node: one training process each (>1: `execrl train` starts "
                                               "torchrun; on CPU, gloo processes)")
     num_nodes: int = Field(1, ge=1, description="nodes (>1: `execrl train` prints the torchrun command to run on each)")
+    rank_wait_minutes: float = Field(120.0, gt=0, description="how long a process waits for the others where one may "
+                                     "be far behind (its rollouts and grading, validation, rank 0 writing a "
+                                     "checkpoint) before the run stops; NCCL's own limit (10 minutes) covers only "
+                                     "the collectives after everyone has arrived")
 
 
 class WarmupConfig(Section):

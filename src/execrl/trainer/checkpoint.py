@@ -185,6 +185,7 @@ def _publish(path: Path, write, after=None) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
             failed = (f"checkpoint {path.name} could not be written to {path.parent} ({type(e).__name__}: "
                       f"{str(e)[:200]}; {_free(path.parent)} free there): its partial copy is removed")
+    dist.meet(f"rank 0 wrote {path.name}")  # (a large model's state to a slow disk: minutes)
     failed = dist.from_main(failed)
     if failed:
         raise WriteFailed(failed)

@@ -17,6 +17,7 @@ import os
 import shlex
 import sys
 from contextlib import contextmanager
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -43,9 +44,14 @@ def launched() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def init(device: str = "auto") -> None:
+_meeting = None  # a gloo group for the waits of meet(), with their own time limit
+_wait_minutes = 0.0
+
+
+def init(device: str = "auto", wait_minutes: float = 120.0) -> None:
     """Join torchrun's process group: NCCL on GPUs (one per rank, LOCAL_RANK), gloo on CPU. A no-op
-    outside torchrun and when already joined."""
+    outside torchrun and when already joined. `wait_minutes`: how long `meet` waits for the other ranks."""
+    global _meeting, _wait_minutes
     if active() or not launched() or int(os.environ["WORLD_SIZE"]) == 1:
         return
     on_gpu = device != "cpu" and torch.cuda.is_available()
@@ -56,7 +62,28 @@ def init(device: str = "auto") -> None:
                                "cluster.gpus_per_node to the GPUs per node")
         torch.cuda.set_device(local)  # "cuda" now means this rank's GPU everywhere else
     dist.init_process_group("nccl" if on_gpu else "gloo")
+    _meeting, _wait_minutes = dist.new_group(backend="gloo", timeout=timedelta(minutes=wait_minutes)), wait_minutes
     _take_my_cpus()
+
+
+def meet(after: str) -> None:
+    """Every rank here before any goes on, on the CPU: where one rank may be far behind the others (its rollouts and
+    their grading, its share of validation, rank 0 writing a checkpoint), so that the collectives after it start
+    together. Waiting inside an NCCL collective instead, a rank was killed by NCCL's watchdog after 10 minutes (its
+    default limit), which a rank whose grading or multi-turn episodes took that much longer than another's, or a
+    checkpoint of a large model written to a slow disk, reaches (a hunt's find). Here the limit is
+    cluster.rank_wait_minutes."""
+    if world_size() == 1:
+        return
+    try:
+        dist.barrier(group=_meeting)
+    except RuntimeError as e:
+        if "timed out" not in str(e).lower() and "timeout" not in str(e).lower():
+            raise
+        raise RuntimeError(
+            f"rank {rank()} waited cluster.rank_wait_minutes={_wait_minutes:g} for the other processes after "
+            f"{after}, and some never came: one is stuck (its traceback, if it stopped, is above) or that much "
+            "slower; raise cluster.rank_wait_minutes if so") from None
 
 
 def close() -> None:

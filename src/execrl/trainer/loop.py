@@ -83,6 +83,7 @@ def train(cfg: MasterConfig) -> Run:
                         run.opponent.refresh(run.step, run.weights.compute)
                     with memory.phase("generation", cfg):
                         rollouts, staleness = run.pipeline.next(run.step, times, more=run.step + 1 < run.max_steps)
+                    dist.meet("its rollouts")  # (their grading may take some ranks minutes longer than others)
                     # the step before's numbers, ready (generation waited for the GPU): read before this step's
                     # optimizer reads the learning rate; its log line after this step's train phase is launched
                     done = run.left.read(started, times) if run.left else None  # (read() reads once)
@@ -365,6 +366,7 @@ def validate(run: Run) -> float:
     with memory.phase("validation", run.cfg):
         rollouts = evaluating.run(dist.this_rank(run.val_problems), k, sampling(run.cfg, validation=True),
                                   dist.this_rank(seeds))
+    dist.meet("its share of validation")
     check_sandbox(run, rollouts.episodes, f"eval at step {run.step}")
     groups = [rollouts.samples[i:i + k] for i in range(0, len(rollouts.samples), k)]
     counts = [(sum(s.valid for s in g), sum(s.valid and is_correct(s) for s in g)) for g in groups]  # (n, c)

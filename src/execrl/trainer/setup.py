@@ -417,7 +417,7 @@ def start(cfg: MasterConfig) -> tuple[BatchPlan, RunLock | None]:
     """The config checked (execrl train checked it before; here for train() called from Python), the
     processes joined, the run's directories locked before any work, the seeds set."""
     plan = validate(cfg)
-    dist.init(cfg.policy.device)
+    dist.init(cfg.policy.device, cfg.cluster.rank_wait_minutes)
     console.quiet = problem_err.quiet = not dist.is_main()  # one rank speaks for all (the datasets' lines too)
     if dist.world_size() != plan.num_gpus:
         stray = "" if not dist.launched() or dist.world_size() > 1 or "TORCHELASTIC_RUN_ID" in os.environ else (
