@@ -121,7 +121,7 @@ def test_async_config_errors_name_the_fix(override, message):
 
 
 def test_importance_correction_needs_the_engine_and_is_on_by_default_only_with_async():
-    from execrl.trainer.step import importance_correction
+    from execrl.config.checks import importance_correction
 
     with pytest.raises(ConfigError, match="policy.generation.backend=execrl"):
         check_async(load_config(None, ["loss_fn.use_importance_sampling_correction=true",

@@ -863,3 +863,35 @@ def test_dapo_s_answer_line_check_on_boxed_prompts_is_warned(tmp_path):
         "dapo_math_verify reads only an 'Answer:' line" in said, said
     asked = " ".join(cli("--dry-run", *common, "prompt.system_prompt='End with a line Answer: N.'").stderr.split())
     assert "reads only an 'Answer:' line" not in asked, asked
+
+
+def test_the_ratio_keys_under_a_loss_without_a_ratio_are_named_and_change_nothing():
+    """GSPO, the PPO clips and the dual clip under loss_fn.disable_ppo_ratio (or force_on_policy_ratio, which wins
+    over it, as NeMo RL's) gave the run without them to the bit, with no word (a hunt's find): named in the note of
+    keys with no effect; sequence_level_importance_ratios is not where it shapes the importance-sampling weights."""
+    import torch
+
+    from execrl.algo import LossTerms, policy_loss
+    from execrl.config.checks import no_effect_note
+
+    keys = ["loss_fn.token_level_loss=false", "loss_fn.sequence_level_importance_ratios=true",
+            "loss_fn.ratio_clip_c=3", "loss_fn.ratio_clip_max=0.01"]
+    g = torch.Generator().manual_seed(0)
+    logprobs = -torch.rand(4, 6, generator=g) * 3
+    terms = LossTerms(logprobs.requires_grad_(), -torch.rand(4, 6, generator=g) * 3, torch.tensor([1.0, -2.0, 0.5, -0.5]),
+                      torch.ones(4, 6))
+    for variant in ("disable_ppo_ratio", "force_on_policy_ratio"):
+        cfg = load_config(None, [f"loss_fn.{variant}=true", *keys])
+        note = no_effect_note(cfg)
+        for key in ("sequence_level_importance_ratios", "ratio_clip_c", "ratio_clip_max"):
+            assert f"loss_fn.{key} (loss_fn.{variant}=true: " in note, note
+        assert "ratio_clip_min" not in note  # (not written)
+        plain = load_config(None, [f"loss_fn.{variant}=true", "loss_fn.token_level_loss=false"])
+        (a, _), (b, _) = (policy_loss(terms, c.loss_fn, num_tokens=24, num_seqs=4) for c in (cfg, plain))
+        assert torch.equal(a, b)  # (what the note says: the same loss)
+    both = no_effect_note(load_config(None, ["loss_fn.disable_ppo_ratio=true", "loss_fn.force_on_policy_ratio=true"]))
+    assert "loss_fn.disable_ppo_ratio (loss_fn.force_on_policy_ratio=true's ratio of 1 is the one used" in both
+    correcting = no_effect_note(load_config(None, ["loss_fn.disable_ppo_ratio=true", *keys,
+                                                   "loss_fn.use_importance_sampling_correction=true"]))
+    assert "sequence_level_importance_ratios" not in correcting and "loss_fn.ratio_clip_c (" in correcting
+    assert no_effect_note(load_config(None, keys[:2])) is None  # (GSPO itself: read)

@@ -914,3 +914,19 @@ def test_a_resume_past_the_end_of_its_schedule_is_refused(tmp_path):
     cosine = load_config(None, ["grpo.max_num_steps=100", "policy.scheduler={name: torch.optim.lr_scheduler."  # tail,
                                 "CosineAnnealingLR, kwargs: {T_max: 100, eta_min: 0.0}}"])  # resumes)
     check_schedule_left(cosine, 95, 100)
+
+
+def test_a_step_without_a_loss_token_records_no_token_means(tmp_path):
+    """Every sample cut at the length limit and overlong-filtered: no token is in the loss, and the step recorded
+    entropy 0 (a certain policy), is_weight 0 (it is 1 on-policy), KL and clip fractions 0 as measured (a hunt's
+    find). Token means are left out where there is no token; the loss and the gradient's norm are 0 indeed."""
+    _, d = run(tmp_path, "empty", "grpo.max_num_steps=1", "policy.generation.max_new_tokens=6", "grpo.val_period=0",
+               "warmup.sft_steps=0",  # (a random model's answers: none ends within 6 tokens)
+               "grpo.overlong_filtering=true", "checkpointing.enabled=false", "loss_fn.reference_policy_kl_penalty=0.01")
+    (row,) = [m for m in metrics(d) if "train/loss" in m]
+    assert row["train/truncated_frac"] == 1.0 and row["train/loss"] == 0.0 and row["train/grad_norm"] == 0.0
+    assert not {"train/entropy", "train/kl", "train/clip_frac", "train/is_weight", "train/logprob_mismatch"} & set(row)
+    _, d = run(tmp_path, "full", "grpo.max_num_steps=1", "policy.generation.max_new_tokens=6", "grpo.val_period=0",
+               "warmup.sft_steps=0", "checkpointing.enabled=false")  # (the same cut samples, in the loss: measured)
+    (row,) = [m for m in metrics(d) if "train/loss" in m]
+    assert row["train/entropy"] > 0 and row["train/is_weight"] == pytest.approx(1.0, abs=0.01)

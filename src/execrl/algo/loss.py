@@ -87,7 +87,7 @@ def policy_loss(t: LossTerms, cfg: LossConfig, *, num_tokens: float, num_seqs: f
     Returns (loss, metrics). `cfg` is the run's loss_fn section, read under its own names by each
     piece below; `is_correction`: whether tokens are weighted by pi_old / pi_sampler
     (loss_fn.use_importance_sampling_correction as resolved for the run: see
-    execrl.trainer.step.importance_correction)."""
+    execrl.config.checks.importance_correction)."""
     mask = t.mask.float()
     adv = t.advantages.unsqueeze(1)  # [B, 1]
     ratio, clamped = ratios(t, cfg, mask)  # [B, T] each

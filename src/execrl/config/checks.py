@@ -852,9 +852,7 @@ def check_async(cfg: MasterConfig) -> None:
     if cfg.loss_fn.use_importance_sampling_correction and not engine:
         raise ConfigError("loss_fn.use_importance_sampling_correction needs the sampler's logprobs, which only the "
                           "execrl engine returns: set policy.generation.backend=execrl")
-    lf = cfg.loss_fn
-    correcting = lf.use_importance_sampling_correction or (lf.use_importance_sampling_correction is None and a.enabled)
-    check_truncation(cfg, correcting)
+    check_truncation(cfg, importance_correction(cfg))
     if not a.enabled:
         return
     if not engine:
@@ -1019,6 +1017,34 @@ def unread_by_variant(cfg: MasterConfig) -> dict[str, str]:
     if cfg.loss_fn.constant_normalizer and "loss_fn.token_level_loss" in cfg._written:
         out["loss_fn.token_level_loss"] = ("loss_fn.constant_normalizer divides each sequence's token sum by it, "
                                            "whatever the level")
+    return out | unread_by_ratio(cfg)
+
+
+def importance_correction(cfg: MasterConfig) -> bool:
+    """Whether the loss weights tokens by pi_old / pi_sampler: as configured, else on exactly when async."""
+    on = cfg.loss_fn.use_importance_sampling_correction
+    return cfg.grpo.async_grpo.enabled if on is None else on
+
+
+def unread_by_ratio(cfg: MasterConfig) -> dict[str, str]:
+    """The PPO ratio's keys under a loss without one (a hunt's find: GSPO and the clips under disable_ppo_ratio gave
+    the run without them, to the bit, with no word). As NeMo RL's loss: force_on_policy_ratio's ratio is 1 and
+    unclipped, and wins over disable_ppo_ratio; disable_ppo_ratio's loss is -A log pi, which the PPO clips do not
+    read and the dual clip's bound never reaches; sequence_level_importance_ratios then shapes only the importance
+    sampling correction's weights."""
+    lf = cfg.loss_fn
+    variant = "force_on_policy_ratio" if lf.force_on_policy_ratio else "disable_ppo_ratio" if lf.disable_ppo_ratio \
+        else None
+    if variant is None:
+        return {}
+    why = f"loss_fn.{variant}=true: " + ("the ratio is 1, unclipped" if lf.force_on_policy_ratio
+                                        else "the loss is -A log pi, with no ratio to clip")
+    keys = ["loss_fn.ratio_clip_min", "loss_fn.ratio_clip_max"] + ["loss_fn.ratio_clip_c"] * (lf.ratio_clip_c is not None)
+    if lf.sequence_level_importance_ratios and not importance_correction(cfg):
+        keys.append("loss_fn.sequence_level_importance_ratios")
+    out = {key: why for key in keys if key in cfg._written}
+    if lf.force_on_policy_ratio and lf.disable_ppo_ratio:
+        out["loss_fn.disable_ppo_ratio"] = "loss_fn.force_on_policy_ratio=true's ratio of 1 is the one used, as NeMo RL's"
     return out
 
 

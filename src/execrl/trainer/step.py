@@ -16,6 +16,7 @@ from execrl.algo.logprobs import token_logprobs_from_hidden, top_k_top_p
 from execrl.algo.role_baselines import RoleBaselines
 from execrl.config import BatchPlan, MasterConfig
 from execrl.config.batch import Split
+from execrl.config.checks import importance_correction
 from execrl.games import GAMES
 from execrl.guided import masks_of, restrict
 from execrl.models import train_mode
@@ -135,13 +136,6 @@ def flat(lists, dtype: torch.dtype) -> torch.Tensor:
         joined += part
     return torch.frombuffer(array({torch.long: "q", torch.float32: "f"}[dtype], joined), dtype=dtype) if joined \
         else torch.empty(0, dtype=dtype)
-
-
-def importance_correction(cfg: MasterConfig) -> bool:
-    """Whether the loss weights tokens by pi_old / pi_sampler: as configured, else on exactly when
-    async."""
-    on = cfg.loss_fn.use_importance_sampling_correction
-    return cfg.grpo.async_grpo.enabled if on is None else on
 
 
 def sampler_filter(cfg: MasterConfig) -> tuple[int | None, float] | None:
@@ -441,7 +435,7 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
     top = sampler_filter(cfg)  # (the reference's logprobs are unfiltered: the KL reads the current ones unfiltered too)
     kl = top is not None and cfg.loss_fn.reference_policy_kl_penalty > 0 and batch.ref_logprobs is not None
     stats = {"loss": 0.0, "clip_frac": 0.0, "clip_frac_high": 0.0, "clip_frac_low": 0.0, "kl": 0.0, "entropy": 0.0,
-             "grad_norm": 0.0, "skipped_steps": 0, "applied_steps": 0}
+             "grad_norm": 0.0, "skipped_steps": 0, "applied_steps": 0, "token_steps": 0}
     averaged = ("clip_frac", "clip_frac_high", "clip_frac_low", "kl")  # token means, over the whole batch
     if batch.sampler_logprobs is not None:  # the engine against the trainer, logged every step (async or not)
         averaged += ("logprob_mismatch", "sampler_kl", "is_weight", "is_truncated_frac")
@@ -460,6 +454,8 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
         kept = (own.sum(1) > 0) if batch.kept is None else batch.kept[rows.start:rows.stop]
         num_tokens, num_seqs, with_tokens = dist.sum_floats(own.sum().item(), kept.sum().item(),
                                                             (own.sum(1) > 0).sum().item())
+        stats["token_steps"] += num_tokens > 0  # (the token means are over these: an optimizer batch without a loss
+        # token, every sample cut and overlong-filtered, has none, and read 0 entropy, a certain policy)
         weights.zero_grad(optimizer)
         # the step's loss and metrics summed on the device, in float64 (the numbers Python floats gave):
         # read once after the micro-batches, not with a sync after each backward
@@ -495,8 +491,8 @@ def optimize(weights: Weights, optimizer, scheduler, batch: TrainBatch, cfg: Mas
             part = mask.sum().double() / max(num_tokens, 1.0)  # a token mean's share of the step's
             # (GSPO's is_weight, a mean over sequences: their share)
             per_seq = {"is_weight": metrics["sequences"].double() / max(with_tokens, 1.0)} if "sequences" in metrics else {}
-            sums += torch.stack([loss.detach().double(), (entropy * mask).sum().double() / max(num_tokens, 1.0) / steps,
-                                 *(metrics[name].to(device, torch.float64) * per_seq.get(name, part) / steps
+            sums += torch.stack([loss.detach().double(), (entropy * mask).sum().double() / max(num_tokens, 1.0),
+                                 *(metrics[name].to(device, torch.float64) * per_seq.get(name, part)
                                    for name in averaged)])
         norm = weights.clip(math.inf if cfg.policy.max_grad_norm is None else cfg.policy.max_grad_norm)
         if defer:
@@ -552,11 +548,15 @@ def tally(stats: dict, averaged: tuple[str, ...], sums: list[float], grad_norm: 
 
 
 def summed(stats: dict, averaged: tuple[str, ...]) -> dict:
-    """stats with each rank's part of a global token mean summed over ranks, and the loss and the gradient's norm
-    the mean over the optimizer steps applied (none applied: no loss or norm; they read 0, a perfect-looking point,
-    for a step skipped as non-finite)."""
-    names = (*averaged, "entropy")
-    stats.update(zip(names, dist.sum_floats(*(stats[k] for k in names))))
+    """stats with each rank's part of a global token mean summed over ranks, the token means the mean over the
+    optimizer steps that had loss tokens (none had: no token means, which read 0 and a certain policy, a hunt's
+    find), and the loss and the gradient's norm the mean over the optimizer steps applied (none applied: no loss
+    or norm; they read 0, a perfect-looking point, for a step skipped as non-finite)."""
+    names, counted = (*averaged, "entropy"), stats.pop("token_steps")
+    stats.update(zip(names, (v / max(counted, 1) for v in dist.sum_floats(*(stats[k] for k in names)))))
+    if not counted:
+        for name in names:
+            del stats[name]
     applied = stats.pop("applied_steps")
     for name in ("loss", "grad_norm"):
         if applied:
