@@ -126,7 +126,9 @@ def test_eval_completions_that_carry_their_own_tests_and_answers(tmp_path):
     path.write_text("\n".join(json.dumps(r) for r in rows))
     proc = run("--completions", path, "--dataset", "", "--out", tmp_path / "o")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads((tmp_path / "o" / "summary.json").read_text())["pass@1"] == pytest.approx(2 / 3)
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["pass@1"] == pytest.approx(2 / 3)
+    assert summary["dataset"] == summary["split"] == ""  # (no split was read: it recorded --split's default, test)
     # an answer of null is none (it was a math problem whose reference is the text "None"); a language spelled
     # Python or C++ is the sandbox's python and cpp (such rows were refused)
     path.write_text(json.dumps({"id": "n", "completion": r"\boxed{None}", "answer": None}))

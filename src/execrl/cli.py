@@ -282,12 +282,17 @@ def run_train(args) -> int:
         print(batch_plan.describe(cfg))
         print("# data")
         print("\n".join(data_sources(cfg)), flush=True)
-        from execrl.trainer.setup import data_counts
+        from execrl.trainer.setup import data_counts, resume_plan
 
         try:
             print("\n".join(data_counts(cfg)))
         except (ConfigError, ValueError) as e:  # (DatasetError is a ValueError)
             err.print(f"[red]data error:[/] {escape(str(e))}")
+            return 2
+        where, refused = resume_plan(cfg)
+        print(f"# start\n{where}", flush=True)
+        if refused:
+            err.print(f"[red]error:[/] {escape(refused)}")
             return 2
         if cfg.policy.device != "cpu":
             from execrl.trainer.memory_plan import gpu_memory, shape_of, summary

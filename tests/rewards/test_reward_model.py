@@ -237,7 +237,12 @@ def test_config_nemo_env_name_and_the_refusals():
             ([*rm, "reward.components=[{name: reward_model}]", "env.reward_model.reward_model_cfg.enabled=false"],
              "reward_model_cfg.enabled=false"),
             ([*rm, "data.default.env_name=reward_model", "reward.components=[{name: all_tests_pass}]"],
-             "no reward_model component")):
+             "no reward_model component"),
+            # (reward_model_cpu.yaml's own components: it read "names reward_model twice", the user naming it once)
+            ([*rm, "data.default.env_name=reward_model",
+              "reward.components=[{name: test_pass_fraction}, {name: reward_model, weight: 0.2}]"],
+             r"turns reward.components' test_pass_fraction into a reward_model component .* score alone set "
+             r"\"reward.components=\[\{name: reward_model\}\]\" too")):
         with pytest.raises(ConfigError, match=says):
             validate(load_config(None, overrides))
     with pytest.raises(Exception, match="bradley_terry"):

@@ -31,11 +31,20 @@ def test_a_checkpoint_of_the_old_split_validation_size_default_resumes():
     assert not [c for c in config_changes(saved, now.model_dump(mode="json"))[1] if "split_validation" in c]
 
 
-def test_resuming_with_another_learning_rate_is_refused_and_config_yaml_is_what_ran(tmp_path):
+def test_resuming_with_another_learning_rate_is_refused_and_config_yaml_is_what_ran(tmp_path, capsys):
     base = [*SMALL, "grpo.max_num_steps=1", "grpo.val_period=0", "warmup.sft_steps=0", f"logger.log_dir={tmp_path}",
             f"checkpointing.checkpoint_dir={tmp_path}/ck"]
+    from execrl.cli import main
+
+    assert main(["train", *base, "--dry-run"]) == 0 and f"# start\nstarts at step 0 (no checkpoint in {tmp_path}/ck)" \
+        in capsys.readouterr().out
     train(load_config(None, base))
     written = (tmp_path / "config.yaml").read_text()
+    # --dry-run says so too (it passed a command the run refused, and said nothing of resuming: a hunt's find)
+    assert main(["train", *base, "grpo.max_num_steps=2", "policy.optimizer.kwargs.lr=1e-3", "--dry-run"]) == 2
+    assert "cannot apply policy.optimizer.kwargs.lr: 0.0002 -> 0.001" in capsys.readouterr().err
+    assert main(["train", *base, "grpo.max_num_steps=2", "--dry-run"]) == 0
+    assert f"resumes from {tmp_path}/ck/step_000001 (step 1) to grpo.max_num_steps=2" in capsys.readouterr().out
     with pytest.raises(ValueError, match=r"cannot apply policy.optimizer.kwargs.lr: 0.0002 -> 0.001"):
         train(load_config(None, [*base, "grpo.max_num_steps=2", "policy.optimizer.kwargs.lr=1e-3"]))
     assert (tmp_path / "config.yaml").read_text() == written  # nothing that did not run is recorded

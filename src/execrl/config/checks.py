@@ -92,6 +92,12 @@ def check_learnable(cfg: MasterConfig) -> None:
     if gen.top_k == 1:
         raise ConfigError("policy.generation.top_k=1 samples every answer of a group alike (greedy), so every "
                           "advantage is 0 and nothing is learned: set policy.generation.top_k to null or above 1")
+    if cfg.data.default.env_name == "reward_model" and [c.name for c in cfg.reward.components].count("reward_model") > 1:
+        raise ConfigError("data.default.env_name=reward_model turns reward.components' test_pass_fraction into a "
+                          "reward_model component (config/reward_model.py), and they hold one already: for the reward "
+                          "model's score alone set \"reward.components=[{name: reward_model}]\" too; to keep the "
+                          "tests beside it, drop data.default.env_name")  # (it read "names reward_model twice", a
+        # hunt's find: the user had named it once, following reward_model_cpu.yaml's own comment)
     constant = constant_reason(cfg.reward)
     if constant:
         raise ConfigError(constant)

@@ -103,6 +103,8 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
                           if key else ([], None))
     if key and cfg.data_seed is None and (default := loader_seed(key)) is not None:
         cfg = replace(cfg, data_seed=default)  # (summary.json records the seed that posed the problems)
+    if not key:  # (no dataset read: summary.json recorded --split's default, "test", a hunt's find)
+        cfg = replace(cfg, split="")
     played = sorted({p.kind for p in everything} - {"code", "math"})
     if played:  # (no completion grades them: each is an episode of turns in its environment)
         raise DatasetError(f"{cfg.dataset} holds {played[0]} problems, played over turns in their environment: execrl "

@@ -161,6 +161,22 @@ def _refused(cfg: MasterConfig, found: Path | None) -> str | None:
     return None
 
 
+def resume_plan(cfg: MasterConfig) -> tuple[str, str | None]:
+    """`execrl train --dry-run`'s line on where the run would start (a checkpoint's step, or step 0), and why the run
+    would refuse to start there (None: it would not). The dry-run said neither, and passed a command the run then
+    refused (a resume with a key it cannot take: a hunt's find)."""
+    found = checkpoint.latest_here(cfg.checkpointing.checkpoint_dir) if cfg.checkpointing.enabled else None
+    refused = _refused(cfg, found) or erases_a_run(cfg, resuming=found is not None)
+    if found is None:
+        where = "step 0" + (" (checkpointing.enabled=false)" if not cfg.checkpointing.enabled else
+                            f" (no checkpoint in {cfg.checkpointing.checkpoint_dir})")
+        return f"starts at {where}", refused
+    if refused:  # (its state may be what cannot be read)
+        return f"would resume from {found}", refused
+    step = checkpoint.trainer_state(found, mmap=True).get("step", "?")
+    return f"resumes from {found} (step {step}) to grpo.max_num_steps={cfg.grpo.max_num_steps}", None
+
+
 def same_base(run: Run, state: dict, found: Path) -> None:
     """Where a resume reads policy.model_name's weights again (under LoRA adapters, or as the KL penalty's
     reference), they are those the run trained on: a base trained further or replaced in place kept its name, and
