@@ -895,3 +895,16 @@ def test_the_ratio_keys_under_a_loss_without_a_ratio_are_named_and_change_nothin
                                                    "loss_fn.use_importance_sampling_correction=true"]))
     assert "sequence_level_importance_ratios" not in correcting and "loss_fn.ratio_clip_c (" in correcting
     assert no_effect_note(load_config(None, keys[:2])) is None  # (GSPO itself: read)
+
+
+def test_validation_settings_of_a_run_that_never_validates_are_named():
+    """val_num_generations_per_prompt, the validation sampling and the like under grpo.val_period=0 with no first or
+    last validation: accepted without a word (a hunt's find)."""
+    from execrl.config.checks import no_effect_note
+
+    off = ["grpo.val_period=0", "grpo.val_at_start=false", "grpo.val_num_generations_per_prompt=4",
+           "policy.generation.val_temperature=1.0"]
+    note = no_effect_note(load_config(None, off))
+    assert "grpo.val_num_generations_per_prompt (read only with a validation (grpo.val_period > 0" in note
+    assert "policy.generation.val_temperature (read only with a validation" in note
+    assert "val_num_generations" not in (no_effect_note(load_config(None, [*off, "grpo.val_at_end=true"])) or "")
