@@ -908,3 +908,15 @@ def test_validation_settings_of_a_run_that_never_validates_are_named():
     assert "grpo.val_num_generations_per_prompt (read only with a validation (grpo.val_period > 0" in note
     assert "policy.generation.val_temperature (read only with a validation" in note
     assert "val_num_generations" not in (no_effect_note(load_config(None, [*off, "grpo.val_at_end=true"])) or "")
+
+
+def test_the_engines_settings_under_the_transformers_backend_are_named():
+    """policy.generation.cuda_graphs, sync_every and compile are the execrl engine's: under the transformers
+    backend they were accepted without a word (a hunt's find)."""
+    from execrl.config.checks import no_effect_note
+
+    note = no_effect_note(load_config(None, ["policy.generation.backend=transformers", "policy.generation.sync_every=4",
+                                             "policy.generation.cuda_graphs=false"]))
+    assert "policy.generation.sync_every (read only with the execrl engine (policy.generation.backend=execrl))" in note
+    assert "policy.generation.cuda_graphs (" in note
+    assert no_effect_note(load_config(None, ["policy.generation.sync_every=4"])) is None

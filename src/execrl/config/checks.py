@@ -1098,6 +1098,8 @@ WHILE_ON = {  # settings read only while another is on -> (whether it is, what t
     ("policy.dynamic_batching.train_mb_tokens", "policy.dynamic_batching.logprob_mb_tokens",
      "policy.dynamic_batching.sequence_length_round"):
         (lambda c: c.policy.dynamic_batching.enabled, "policy.dynamic_batching.enabled=true"),
+    ("policy.generation.cuda_graphs", "policy.generation.sync_every", "policy.generation.compile"):
+        (lambda c: c.policy.generation.backend == "execrl", "the execrl engine (policy.generation.backend=execrl)"),
     ("grpo.val_num_generations_per_prompt", "grpo.max_val_samples", "grpo.val_batch_size", "grpo.val_start_at",
      "policy.generation.val_temperature", "policy.generation.val_top_p", "policy.generation.val_top_k"):
         (lambda c: c.grpo.val_period > 0 or c.grpo.val_at_start or c.grpo.val_at_end,
