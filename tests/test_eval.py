@@ -59,9 +59,11 @@ def test_eval_completions_from_a_file(tmp_path):
     assert summary["outcomes"] == {"pass": 3, "fail": 1, "runtime_error": 1, "no_code": 1}  # 13 names no such function
 
 
-def test_ctrl_c_while_grading_ends_at_once_with_a_line_not_a_traceback(tmp_path):
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_while_grading_ends_at_once_with_a_line_not_a_traceback(tmp_path, stop):
     """Ctrl-C in `execrl eval`'s grading waited for every queued program to run to its limit (here 8 x 30 s on 2
-    workers: two minutes), then printed a traceback. Now it stops the sandboxes, says so, and exits 130."""
+    workers: two minutes), then printed a traceback. Now it stops the sandboxes, says so, and exits 130. SIGTERM (a
+    scheduler's stop) ended the process at once without a word (and sampled completions with it): it is Ctrl-C."""
     import signal
     import threading
     import time
@@ -84,7 +86,7 @@ def test_ctrl_c_while_grading_ends_at_once_with_a_line_not_a_traceback(tmp_path)
         time.sleep(0.2)  # (the sandboxes started: grading begins)
     time.sleep(3)  # (two programs running, six queued)
     start = time.monotonic()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, stop))
     proc.wait(timeout=120)
     reader.join(10)
     err = "".join(lines)
@@ -949,3 +951,36 @@ def test_completions_of_another_split_name_their_split(tmp_path):
                                            r"builtin:arith-code's train split \(--split train\)"):
         evaluate(EvalConfig(dataset="builtin:arith-code", split="validation", out=str(tmp_path / "o"), workers=1),
                  completions=str(rows))
+
+
+def test_results_and_summary_are_one_evals_or_none_and_a_full_disk_keeps_the_figures(tmp_path, monkeypatch, capsys):
+    """(A hunt's find) An eval refused by a full disk while writing results.jsonl left its rows beside an earlier
+    eval's summary.json, with a traceback, and its figures were never printed. Each file is written whole, the
+    summary last, the earlier summary removed first; a write that fails is one error naming --out, after the table."""
+    import errno
+
+    import execrl.eval.run as run_module
+    from execrl.eval.run import EvalConfig, evaluate
+
+    path = tmp_path / "own.jsonl"
+    path.write_text(json.dumps({"id": "a", "completion": r"so \boxed{7}", "answer": "7"}) + "\n")
+    out = tmp_path / "o"
+    evaluate(EvalConfig(dataset="", out=str(out)), completions=str(path))
+    assert json.loads((out / "summary.json").read_text())["pass@1"] == 1.0
+    real = run_module.write_whole
+
+    def full(target, text, **kwargs):
+        if Path(target).name == "results.jsonl":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(target, text, **kwargs)
+
+    monkeypatch.setattr(run_module, "write_whole", full)
+    path.write_text(json.dumps({"id": "b", "completion": r"so \boxed{8}", "answer": "7"}) + "\n")
+    capsys.readouterr()
+    with pytest.raises(ValueError, match=r"the results could not be written \(No space left on device\): the figures "
+                                         r"above are this eval's; free space there or name another --out"):
+        evaluate(EvalConfig(dataset="", out=str(out)), completions=str(path))
+    shown = capsys.readouterr().out
+    assert "pass@1" in shown and "0.0000" in shown and "per-problem results" not in shown
+    assert not (out / "summary.json").exists()  # (the earlier eval's, beside rows that are not its, nowhere)
+    assert json.loads((out / "results.jsonl").read_text())["id"] == "a"  # (whole: the earlier eval's rows)

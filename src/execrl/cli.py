@@ -697,6 +697,8 @@ def template_kwargs(text: str | None) -> dict | None:
 
 
 def run_eval(args) -> int:
+    import signal
+
     from rich.console import Console
 
     from execrl.console import escape
@@ -705,6 +707,10 @@ def run_eval(args) -> int:
     from execrl.sandbox import SandboxFailing, SandboxUnusable, TestSpecError
     from execrl.tasks import DatasetError
 
+    def stop(signum, frame):  # SIGTERM (a scheduler's stop, `kill`, `timeout`) as Ctrl-C: sampled completions kept
+        raise KeyboardInterrupt  # (it ended the process at once, without a word: a hunt's find)
+
+    before = signal.signal(signal.SIGTERM, stop)
     try:
         evaluate(eval_config(args), model_name=args.model, completions=args.completions)
     except (ValueError, DatasetError, ModelNotFound, TestSpecError, SandboxUnusable, SandboxFailing) as e:
@@ -713,6 +719,8 @@ def run_eval(args) -> int:
     except KeyboardInterrupt:  # (a traceback, as for a crash; sampled completions, if any, were kept and named)
         Console(stderr=True, soft_wrap=True).print("[yellow]interrupted:[/] no results written")
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, before)
     return 0
 
 

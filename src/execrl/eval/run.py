@@ -180,8 +180,11 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
                 if not completions:
                     kept = keep_completions(cfg, texts)
                     say(f"interrupted while grading: the {sum(len(o) for _, o in texts)} sampled completions are in "
-                        f"{kept}; `execrl eval --completions {kept}` with this command's dataset options grades them "
-                        "without sampling again")
+                        f"{kept}; `execrl eval --completions {kept}` with this command's other flags but --model and "
+                        "those of sampling (--dataset, --split, --data-path, --data-option, --limit, --max-tests, --k, "
+                        "--answer-format, --code-style, --math-verify-impl, --timeout, --reward-model...) grades them "
+                        "without sampling again")  # (the prompt's flags too: --code-style dropped, every one read
+                    # no_code, a hunt's find)
                 raise
         finally:
             early.close()  # (sampling failed: the programs still queued are dropped, not left to a closed sandbox)
@@ -571,21 +574,19 @@ def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None
     for s in samples:
         per_problem[id(s.problem)].append(s)
     out_dir = Path(cfg.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    counts, outcomes, invalid = [], Counter(), 0
-    with open(out_dir / "results.jsonl", "w") as f:
-        for group in per_problem.values():
-            outs = [outcome(s) for s in group]  # once per sample: math answers are verified here
-            valid = [o for s, o in zip(group, outs) if s.valid]
-            c = sum(o in CORRECT for o in valid)
-            invalid += len(group) - len(valid)
-            counts.append((len(valid), c))
-            outcomes.update(outs)
-            row = {"id": group[0].problem.id, "samples": len(group), "valid": len(valid), "correct": c, "outcomes": outs,
-                   "completions": [s.completion for s in group]}
-            if cfg.reward_model:
-                row["reward_model_scores"] = [s.rm_score for s in group]  # (null: the sandbox failed on it)
-            f.write(json.dumps(row) + "\n")
+    counts, outcomes, invalid, rows = [], Counter(), 0, []
+    for group in per_problem.values():
+        outs = [outcome(s) for s in group]  # once per sample: math answers are verified here
+        valid = [o for s, o in zip(group, outs) if s.valid]
+        c = sum(o in CORRECT for o in valid)
+        invalid += len(group) - len(valid)
+        counts.append((len(valid), c))
+        outcomes.update(outs)
+        row = {"id": group[0].problem.id, "samples": len(group), "valid": len(valid), "correct": c, "outcomes": outs,
+               "completions": [s.completion for s in group]}
+        if cfg.reward_model:
+            row["reward_model_scores"] = [s.rm_score for s in group]  # (null: the sandbox failed on it)
+        rows.append(json.dumps(row) + "\n")
     cut = sum(s.cut for s in samples)  # (at --max-new-tokens before they ended)
     summary = {"dataset": cfg.dataset, "split": cfg.split, "problems": len(per_problem),
                **({"rows_skipped": skipped} if skipped else {}),  # (a hunt's find: 4 of 5 rows skipped read as 1 of 1)
@@ -605,9 +606,20 @@ def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None
         summary[f"pass@{k}"] = None if math.isnan(value) else value
         if left_out:
             summary[f"pass@{k}_problems_left_out"] = left_out
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     sizes = sorted({len(group) for group in per_problem.values()}) or [0]  # (a completions file's differ by problem)
-    _print(summary, cfg, out_dir, str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}")
+    per = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+    try:  # results.jsonl and summary.json of one eval, or no summary.json: each file whole, the summary last (a hunt's
+        # find: an eval stopped or refused by a full disk while writing its rows left them beside an earlier eval's
+        # summary, and a traceback, its figures unprinted)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "summary.json").unlink(missing_ok=True)
+        write_whole(out_dir / "results.jsonl", "".join(rows))
+        write_whole(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    except OSError as e:
+        _print(summary, cfg, None, per)
+        raise ValueError(f"{out_dir}: the results could not be written ({e.strerror or e}): the figures above are this "
+                         "eval's; free space there or name another --out, and run the command again") from None
+    _print(summary, cfg, out_dir, per)
     no_code = outcomes[NO_CODE]
     if cut and cut * 2 >= len(samples):  # (their answers unfinished: no code, no answer, a constraint unmet)
         turn = cfg.turn_end_id
@@ -658,8 +670,9 @@ def read_from(cfg: EvalConfig) -> str | None:
 _LOOKS_IN = {"fence": "a ```python block", "tags": "<code></code> tags", "auto": "a ``` block or <code> tags"}
 
 
-def _print(summary: dict, cfg: EvalConfig, out_dir: Path, per_problem: str) -> None:
-    """The table; `per_problem`: the samples each problem had ("10", or "1-10" where they differ)."""
+def _print(summary: dict, cfg: EvalConfig, out_dir: Path | None, per_problem: str) -> None:
+    """The table; `per_problem`: the samples each problem had ("10", or "1-10" where they differ); `out_dir`: where
+    results.jsonl was written (None: it was not)."""
     source = f"{cfg.dataset}/{cfg.split}" if cfg.dataset else "the completions' own problems"
     if cfg.dataset in DATASETS and not DATASETS[cfg.dataset].splits and cfg.data_path:  # (a file's loader: its
         source = f"{cfg.dataset} ({Path(cfg.data_path).name})"  # split is the file, not --split)
@@ -681,8 +694,8 @@ def _print(summary: dict, cfg: EvalConfig, out_dir: Path, per_problem: str) -> N
     if summary["invalid_samples"]:
         table.add_row("invalid (sandbox failure)", str(summary["invalid_samples"]))
     Console().print(table)
-    Console().print(Text(shown(f"per-problem results: {out_dir / 'results.jsonl'}")), soft_wrap=True)  # (unwrapped: a
-    # table's caption wrapped a long path mid-name in a log, a hunt's find)
+    if out_dir is not None:  # (unwrapped: a table's caption wrapped a long path mid-name in a log, a hunt's find)
+        Console().print(Text(shown(f"per-problem results: {out_dir / 'results.jsonl'}")), soft_wrap=True)
 
 
 def _bar() -> Progress:
