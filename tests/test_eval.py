@@ -870,6 +870,28 @@ def test_ctrl_c_while_grading_keeps_the_sampled_completions(tiny_model_dir, tmp_
     monkeypatch.setattr(EarlyGrading, "finish", real)
     again = evaluate(EvalConfig(**settings, out=str(tmp_path / "again")), completions=str(kept))
     assert again["pass@1"] == whole["pass@1"] and again["samples"] == 6
+    # Ctrl-C while sampling: the completions that had ended are kept too (every one was lost: a hunt's find)
+    import execrl.eval.generate as generating
+
+    sample = generating.generate
+
+    def stopped(*args, on_ended=None, **kwargs):
+        def ended(*told):
+            on_ended(*told)
+            if len(rows) == 3:
+                raise KeyboardInterrupt
+            rows.append(told)
+        return sample(*args, on_ended=ended, **kwargs)
+
+    rows: list = []
+    monkeypatch.setattr(generating, "generate", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(EvalConfig(**settings, out=str(tmp_path / "mid")), model_name=tiny_model_dir)
+    said = " ".join(capsys.readouterr().err.split())
+    kept = tmp_path / "mid" / "completions.jsonl"
+    assert "interrupted while sampling: the 4 completions that had ended" in said and str(kept) in said
+    assert "--code-style" in said  # (the flags to repeat: the prompt's too)
+    assert len(kept.read_text().splitlines()) == 4
 
 
 def test_eval_on_the_split_its_run_trained_on_is_warned(tmp_path, capsys):

@@ -17,14 +17,15 @@ def generate(model, tokenizer, prompts: list[str] | list[list[dict]], num_sample
              temperature: float = 1.0, top_p: float = 1.0, batch_size: int | None = None, backend: str = "execrl",
              seed: int = 0, on_batch=None, guided: tuple | list | None = None, on_slots=None,
              on_sample=None, stop_token_ids: list[int] | None = None,
-             stop_strings: list[str] | None = None) -> list[list[tuple[str, int, bool]]]:
+             stop_strings: list[str] | None = None, on_ended=None) -> list[list[tuple[str, int, bool]]]:
     """`guided`: (kind, value) of a constraint every completion keeps to (execrl.guided), or one
     such (or None) per prompt, or None. `batch_size` None: auto_slots; `on_slots(n)` is told the
     number decoded at once. Each sample: (text, num_tokens, cut: it hit max_new_tokens before it ended).
     `on_sample(i, j, text, num_tokens, cut)`: told of sample j of prompt i as it
     ends, while the rest generate, where the generator hands completions in so (`streams`: on a
-    GPU); otherwise never. `stop_token_ids`: ids that end a completion besides the model's EOS ids; `stop_strings`:
-    texts that end one (kept in it, as the run's rollouts keep them)."""
+    GPU); otherwise never. `on_ended`, the same arguments: told of each sample as it ends on every generator (what
+    had ended is kept when sampling is stopped). `stop_token_ids`: ids that end a completion besides the model's
+    EOS ids; `stop_strings`: texts that end one (kept in it, as the run's rollouts keep them)."""
     torch.manual_seed(seed)
     # rendered prompts, or conversations (each message's text as text), as drop_long_prompts counted them
     ids = prompt_ids(prompts, tokenizer) if all(isinstance(p, str) for p in prompts) else \
@@ -44,8 +45,8 @@ def generate(model, tokenizer, prompts: list[str] | list[list[dict]], num_sample
                          f"{max_len - max_new_tokens:,} tokens) or --batch-size (now {slots:,})") from None
     per_prompt = guided if isinstance(guided, list) else [guided] * len(ids)
     guides = {"guides": [None if c is None else generator.guides.get(*c) for c in per_prompt]} if any(per_prompt) else {}
-    streamed = {"on_sample": lambda i, j, c: on_sample(i, j, c.text, len(c.ids), c.truncated)} \
-        if on_sample is not None and getattr(generator, "streams", False) else {}
+    told = [f for f in (on_ended, on_sample if getattr(generator, "streams", False) else None) if f is not None]
+    streamed = {"on_sample": lambda i, j, c: [f(i, j, c.text, len(c.ids), c.truncated) for f in told]} if told else {}
     outs = generator.generate(ids, num_samples, max_new_tokens,
                               SamplingParams(temperature, top_p), stop_strings=stop_strings, on_batch=on_batch,
                               **guides, **streamed)

@@ -180,11 +180,7 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
                 if not completions:
                     kept = keep_completions(cfg, texts)
                     say(f"interrupted while grading: the {sum(len(o) for _, o in texts)} sampled completions are in "
-                        f"{kept}; `execrl eval --completions {kept}` with this command's other flags but --model and "
-                        "those of sampling (--dataset, --split, --data-path, --data-option, --limit, --max-tests, --k, "
-                        "--answer-format, --code-style, --math-verify-impl, --timeout, --reward-model...) grades them "
-                        "without sampling again")  # (the prompt's flags too: --code-style dropped, every one read
-                    # no_code, a hunt's find)
+                        f"{kept}; {regrade(kept)}")
                 raise
         finally:
             early.close()  # (sampling failed: the programs still queued are dropped, not left to a closed sandbox)
@@ -203,6 +199,14 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     return summarize(cfg, samples, {"completions": str(completions)} if completions else {"model": str(model_name)},
                      dict(report.reasons) if report is not None and cfg.dataset else {},
                      dropped)
+
+
+def regrade(kept: Path) -> str:
+    """How to grade kept completions: the prompt's flags too (--code-style dropped, every one read no_code: a hunt's
+    find)."""
+    return (f"`execrl eval --completions {kept}` with this command's other flags but --model and those of sampling "
+            "(--dataset, --split, --data-path, --data-option, --limit, --max-tests, --k, --answer-format, --code-style, "
+            "--math-verify-impl, --timeout, --reward-model...) grades them without sampling again")
 
 
 def keep_completions(cfg: EvalConfig, texts: list) -> Path:
@@ -359,15 +363,25 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
                          f"--stop-token-ids {i}, and " + ("drop the --stop-string" if cfg.stop_strings is not None
                                                          else "--stop-string '' for none of the recorded ones"))
     stops = plain_stops(stops, tok) or []  # (a run that set [] stopped at none: its eval too)
-    start, slots = time.perf_counter(), []
-    with _bar() as bar:
-        task = bar.add_task("sampling", total=len(prompts))
-        outs = generate(model, tok, prompts, cfg.samples, cfg.max_new_tokens, cfg.temperature, cfg.top_p,
-                        cfg.batch_size, cfg.backend, cfg.seed, on_batch=lambda n: bar.advance(task, n),
-                        guided=[p.metadata.get("guided_decoding", cfg.guided) for p in problems],
-                        on_slots=lambda n: slots.append(n) or bar.update(task, description=f"sampling, {n} at once"),
-                        on_sample=handed_to(early, cfg, problems), stop_token_ids=cfg.stop_token_ids,
-                        stop_strings=stops or None)
+    start, slots, ended = time.perf_counter(), [], {}  # (ended: kept on Ctrl-C; every sample was lost, a hunt's find)
+    try:
+        with _bar() as bar:
+            task = bar.add_task("sampling", total=len(prompts))
+            outs = generate(model, tok, prompts, cfg.samples, cfg.max_new_tokens, cfg.temperature, cfg.top_p,
+                            cfg.batch_size, cfg.backend, cfg.seed, on_batch=lambda n: bar.advance(task, n),
+                            guided=[p.metadata.get("guided_decoding", cfg.guided) for p in problems],
+                            on_slots=lambda n: slots.append(n) or bar.update(task, description=f"sampling, {n} at once"),
+                            on_sample=handed_to(early, cfg, problems), stop_token_ids=cfg.stop_token_ids,
+                            stop_strings=stops or None,
+                            on_ended=lambda i, j, text, n, cut: ended.__setitem__((i, j), (text, n, cut)))
+    except KeyboardInterrupt:
+        if ended:
+            whole = sorted({i for i, _ in ended})
+            kept = keep_completions(cfg, [(problems[i], [ended[i, j] for j in range(cfg.samples) if (i, j) in ended])
+                                          for i in whole])
+            say(f"interrupted while sampling: the {len(ended)} completions that had ended ({len(whole)} of "
+                f"{len(problems)} problems, some with fewer than {cfg.samples} samples) are in {kept}; {regrade(kept)}")
+        raise
     seconds, tokens = time.perf_counter() - start, sum(n for out in outs for _, n, _ in out)
     err.print(f"sampled {sum(map(len, outs))} completions, {tokens} tokens, in {seconds:.1f} s: "
               f"{tokens / max(seconds, 1e-9):,.0f} tokens/s" + (f", {slots[-1]} at once" if slots else ""),
