@@ -128,9 +128,14 @@ def test_eval_completions_that_carry_their_own_tests_and_answers(tmp_path):
     path.write_text("\n".join(json.dumps(r) for r in rows))
     proc = run("--completions", path, "--dataset", "", "--out", tmp_path / "o")
     assert proc.returncode == 0, proc.stderr
+    assert "repeats its first" not in proc.stderr
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["pass@1"] == pytest.approx(2 / 3)
     assert summary["dataset"] == summary["split"] == ""  # (no split was read: it recorded --split's default, test)
+    twice = tmp_path / "twice.jsonl"  # (a file joined to itself: each completion counted twice, without a word)
+    twice.write_text(path.read_text() + "\n" + path.read_text())
+    proc = run("--completions", twice, "--dataset", "", "--out", tmp_path / "o5")
+    assert proc.returncode == 0 and "its second half repeats its first, row for row" in " ".join(proc.stderr.split())
     # an answer of null is none (it was a math problem whose reference is the text "None"); a language spelled
     # Python or C++ is the sandbox's python and cpp (such rows were refused)
     path.write_text(json.dumps({"id": "n", "completion": r"\boxed{None}", "answer": None}))

@@ -469,7 +469,13 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
     later = set(first_of) - set(by_id)
     grouped: dict[object, tuple[Problem, list]] = {}  # (an id, or a row number for a row with no id)
     past_limit, own_keys = 0, set()  # (the rows' own problems, which --limit counts apart from the dataset's)
-    for n, row in enumerate(read_rows(path), 1):
+    rows = read_rows(path)
+    half = len(rows) // 2
+    if half and len(rows) % 2 == 0 and rows[:half] == rows[half:]:  # (taken as twice the samples, without a word: a
+        # hunt's find)
+        err.print(f"[yellow]{path}: its second half repeats its first, row for row (a file written twice, or joined "
+                  "to itself?): each completion counts twice in pass@k[/]")
+    for n, row in enumerate(rows, 1):
         row = {k: v for k, v in row.items() if not missing(v)}  # null or NaN: none (an answer of null was a math
         pid = str(row.get("problem_id", row.get("id", "")))  # problem whose reference is "None", rows of problem_id
         # null one problem)
