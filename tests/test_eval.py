@@ -966,9 +966,10 @@ def test_a_base_models_answers_end_at_its_next_turn_and_a_missed_turn_end_is_nam
             assert summary["ran"]["first_prompt"].startswith("<|im_start|>user\n")
 
 
-def test_completions_of_another_split_name_their_split(tmp_path):
+def test_completions_of_another_split_name_their_split(tmp_path, capfd):
     """(A hunt's find) Completions of MBPP's test split graded with --split validation read as ids of no dataset: the
-    error names the split that holds them."""
+    error names the split that holds them. The other splits read for it print nothing (their lines read as a load of
+    that split for the eval: another hunt's find)."""
     from execrl.eval.run import EvalConfig, evaluate
     from execrl.tasks import DatasetError
 
@@ -978,6 +979,14 @@ def test_completions_of_another_split_name_their_split(tmp_path):
                                            r"builtin:arith-code's train split \(--split train\)"):
         evaluate(EvalConfig(dataset="builtin:arith-code", split="validation", out=str(tmp_path / "o"), workers=1),
                  completions=str(rows))
+    mbpp = shared_data("mbpp", "mbpp.jsonl")
+    rows.write_text(json.dumps({"problem_id": "mbpp/700", "completion": "print(1)"}) + "\n")
+    capfd.readouterr()
+    with pytest.raises(DatasetError, match=r"it is a problem of mbpp's train split \(--split train\)"):
+        evaluate(EvalConfig(dataset="mbpp", split="test", data_path=str(mbpp), out=str(tmp_path / "o"), workers=1),
+                 completions=str(rows))
+    said = capfd.readouterr().err
+    assert "mbpp/test" in said and "mbpp/train" not in said and "mbpp/validation" not in said, said
 
 
 def test_results_and_summary_are_one_evals_or_none_and_a_full_disk_keeps_the_figures(tmp_path, monkeypatch, capsys):

@@ -537,15 +537,21 @@ def _split_of(pid: str, key: str | None, cfg: EvalConfig, seeded: dict) -> str:
     info = DATASETS.get(key)
     if info is None or not (info.generated or find_path(info, cfg.data_path)):  # (only what is on this machine: a
         return ""  # hub dataset's other splits would be downloaded for a hint)
-    for split in info.splits:
-        if split == cfg.split:
-            continue
-        try:
-            found, _ = load_problems(key, split, cfg.data_path, cfg.max_tests, **seeded, **cfg.data_options)
-        except (DatasetError, OSError, ValueError):
-            continue
-        if any(p.id == pid for p in found):
-            return f": it is a problem of {cfg.dataset}'s {split} split (--split {split})"
+    from execrl.tasks import problem as rows
+
+    quiet, rows.err.quiet = rows.err.quiet, True  # (its lines read as a load of that split for the eval: a hunt's find)
+    try:
+        for split in info.splits:
+            if split == cfg.split:
+                continue
+            try:
+                found, _ = load_problems(key, split, cfg.data_path, cfg.max_tests, **seeded, **cfg.data_options)
+            except (DatasetError, OSError, ValueError):
+                continue
+            if any(p.id == pid for p in found):
+                return f": it is a problem of {cfg.dataset}'s {split} split (--split {split})"
+    finally:
+        rows.err.quiet = quiet
     return ""
 
 
