@@ -129,7 +129,12 @@ class RolloutPipeline:
         result's `dropped`."""
         want, rounds = self.dynamic.groups, [head.rollouts]
         kept, dropped = informative(head.rollouts)
-        while dist.sum_floats(float(len(kept) < want))[0]:  # any process still short: all generate another round
+
+        def short() -> bool:  # any process still short: all generate another round
+            dist.meet("grading its round of dynamic sampling")  # (some ranks' grading may take minutes longer)
+            return dist.sum_floats(float(len(kept) < want))[0] > 0
+
+        while short():
             if len(rounds) == self.dynamic.max_rounds:  # (dynamic_sampling_max_gen_batches + 1, as NeMo RL counts)
                 have = dist.sum_floats(float(min(len(kept), want)))[0]
                 raise DynamicSamplingExhausted(
