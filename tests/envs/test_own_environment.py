@@ -83,3 +83,32 @@ def test_registering_an_environment_by_name():
     assert environment_class("always_one_test_env") is AlwaysOne
     with pytest.raises(PluginError, match="not an environment class"):
         register("not_an_env")(int)
+
+
+def test_an_environments_metric_named_as_one_of_execrls_own_is_refused():
+    """(A hunt's find) An environment's metrics() of reward_mean 42 was train/reward_mean in the record (and the
+    console's reward), every reward 0: a name of execrl's own metrics is refused, naming the class."""
+    from execrl.extract import Extracted
+    from execrl.rewards import Reward, Sample
+    from execrl.tasks import Problem
+    from execrl.trainer.rollouts import Episode, Rollouts, Trajectory, episode_means, episode_sums
+
+    class Clash(Environment):
+        name = "reward_mean"
+
+        def metrics(self, sample, reward, turns):
+            return [(self.name, 42.0), ("mine", 1.0)]
+
+    problem = Problem("m", [{"role": "user", "content": "x"}], "math", answer="7")
+
+    def sums(env):
+        return episode_sums(Rollouts([Episode(problem, env, [], Trajectory([1]), Sample(problem, "7", Extracted("7", True)),
+                                              Reward(0.0), 1)], 1))
+
+    for name in ("reward_mean", "loss", "verdict/correct", "reward/mine"):
+        Clash.name = name
+        with pytest.raises(ValueError, match=rf"Clash.metrics\(\) returned '{name}', a name of execrl's own metrics"):
+            sums(Clash(problem))
+    Clash.name = "own_score"
+    means = episode_means(sums(Clash(problem)))
+    assert means["own_score"] == 42.0 and means["mine"] == 1.0 and means["reward_mean"] == 0.0

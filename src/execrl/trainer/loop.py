@@ -403,6 +403,9 @@ def log_step(run: Run, step: int, rollouts, stats: dict, times: dict, bar) -> No
     metrics = {f"train/{k}": v for k, v in stats.items()}  # already global
     sums = dist.sum_dicts(episode_sums(rollouts, run.sampler.kinds))  # over all processes
     means = episode_means(sums)
+    if clash := sorted(set(means) & set(stats)):  # (an environment's metric named as one of the step's own, past
+        raise ValueError(f"an environment's metrics() returned {clash[0]!r}, a name of execrl's own metrics "  # OWN_METRICS)
+                         f"(train/{clash[0]}), which it would replace in the record: give it another name")
     timing = {"answered_while_generating_frac"}  # (per episode, but a matter of timing: with the time/ metrics)
     metrics.update({f"{'time' if k in timing else 'train'}/{k}": v for k, v in means.items() if k != "reward_sq_mean"})
     metrics["train/reward_std"] = max(means["reward_sq_mean"] - means["reward_mean"] ** 2, 0.0) ** 0.5

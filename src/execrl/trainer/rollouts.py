@@ -483,6 +483,14 @@ def end(e: Episode, step: Step) -> None:
     e.sample, e.reward = step.sample, step.reward
 
 
+# names an environment's metrics() may not take: they would replace the trainer's own in the record (a hunt's find:
+# an environment's reward_mean of 42 was train/reward_mean, the rewards all 0); the step's own (train/loss, ...) too
+BUILT_IN_PREFIXES = ("reward/", "reward_by_turns/", "verdict/", "reward_model_")
+OWN_METRICS = {"reward_std", "reward_sq_mean", "loss", "entropy", "kl", "clip_frac", "clip_frac_high", "clip_frac_low",
+               "grad_norm", "skipped_steps", "logprob_mismatch", "sampler_kl", "is_weight", "is_truncated_frac", "lr",
+               "valid_frac", "flat_group_frac", "adv_abs_max", "trajectory_age_mean", "dropped_stale"}
+
+
 def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str, float]:
     """Each per-episode metric's sum over the episodes generated (key k) and the number of episodes
     it is over (key k#n), so that several processes' dicts add up (a missing key counting 0) to
@@ -512,9 +520,13 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
     for e in valid:
         judged = [("reward_model_score", e.sample.rm_score), ("reward_model_truncated_frac", float(e.sample.rm_cut))] \
             if e.sample.rm_score is not None else []
+        own = e.env.metrics(e.sample, e.reward, e.turns)
+        for name, _ in own:
+            if name in sums or name in OWN_METRICS or name.startswith(BUILT_IN_PREFIXES):
+                raise ValueError(f"{type(e.env).__name__}.metrics() returned {name!r}, a name of execrl's own "
+                                 f"metrics (train/{name}), which it would replace in the record: give it another name")
         for name, value in [*(("reward/" + k, v) for k, v in e.reward.parts.items()),
-                            (f"reward_by_turns/{e.turns}", e.reward.total),
-                            *e.env.metrics(e.sample, e.reward, e.turns), *judged]:
+                            (f"reward_by_turns/{e.turns}", e.reward.total), *own, *judged]:
             parts[name] = (parts[name][0] + value, parts[name][1] + 1)
     # every outcome of the kinds of task, seen or not: then each process's count of episodes enters
     # every fraction's denominator (and the curves have no gaps)
