@@ -185,6 +185,17 @@ def test_a_component_that_returns_nan_or_inf_is_named(tmp_path, bad):
         parts(sample(), {"name": f"{tmp_path / 'mine.py'}:score"})
 
 
+@pytest.mark.parametrize(("bad", "shown"), [("None", "NoneType 'None'"), ("'high'", "str 'high'"),
+                                            ("[0.5, 1.0]", "list '[0.5, 1.0]'")])
+def test_a_component_that_returns_no_number_is_named(tmp_path, bad, shown):
+    """(A hunt's find) None, a string or a list from a component of one's own was float()'s TypeError (or "could not
+    convert string to float"), naming neither the component nor the problem."""
+    (tmp_path / "mine.py").write_text(f"def score(sample):\n    return {bad}\n")
+    with pytest.raises(ValueError, match=rf"reward component .*mine.py:score returned {re.escape(shown)} for problem "
+                                         "p: a reward is a number"):
+        parts(sample(), {"name": f"{tmp_path / 'mine.py'}:score"})
+
+
 def test_an_answer_whose_braces_do_not_close_matches_nothing():
     """Boxed for math-verify, "}{\\frac{1}{2}" closed the box early and "\\frac{1}{2" (cut before its end) left it
     open: both matched 1/2."""

@@ -253,12 +253,22 @@ def constant_reason(cfg: RewardConfig) -> str | None:
 REWARD_MAX = 1e15  # a component's value at most (the reward table is float32, squares and sums taken in it)
 
 
+def _number(name: str, value, sample: Sample) -> float:
+    """A component's value as a float; one that is none (None, a string, an array of several) is named with its
+    component and problem (float()'s TypeError named neither: a hunt's find)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"reward component {name} returned {type(value).__name__} {str(value)[:60]!r} for problem "
+                         f"{sample.problem.id}: a reward is a number; fix the component") from None
+
+
 def score(sample: Sample, cfg: RewardConfig) -> Reward:
     if not sample.valid:
         return Reward(None)
     if cfg.judged and sample.rm_score is None:
         return Reward(None, pending=True)  # scored again once the reward model has read the whole batch
-    parts = {c.name: float(COMPONENTS[c.name](sample, **c.params)) for c in cfg.components}
+    parts = {c.name: _number(c.name, COMPONENTS[c.name](sample, **c.params), sample) for c in cfg.components}
     for name, value in parts.items():  # (one NaN spreads to its group's advantages and the whole step's loss)
         if not (math.isfinite(value) and abs(value) <= REWARD_MAX):  # (1e39: float32's inf in the reward table)
             raise ValueError(f"reward component {name} returned {value} for problem {sample.problem.id}: a reward "
