@@ -1,6 +1,7 @@
 """A researcher's own reward function and dataset loader, named by import path from files outside the package
 (examples/): they train-validate, score and load as built-in ones do; a bad path or signature is one clear line."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,21 @@ def test_a_bad_dataset_is_one_line():
         load_problems(dataset_key(DATASET), "train", path=str(EXAMPLES / "problems.jsonl"))
     with pytest.raises(ConfigError, match="has no 'nope'"):
         validate(load_config(None, [f"data.train.dataset_name={EXAMPLES}/own_dataset.py:nope"]))
+
+
+@pytest.mark.parametrize(("problem", "says"), [
+    ("Problem('c', [{'role': 'user', 'content': 'x'}], 'code')", "is a code problem without tests"),
+    ("Problem('m', [{'role': 'user', 'content': 'x'}], 'math')", "is a math problem whose answer is None"),
+    ("Problem('m', [{'role': 'user', 'content': 'x'}], 'math', answer=2)", "is a math problem whose answer is 2"),
+    ("Problem('k', [{'role': 'user', 'content': 'x'}], 'Code', tests=StdioTests(['1'], ['1']))", "has kind 'Code'"),
+    ("Problem('t', 'text', 'code', tests=StdioTests(['1'], ['1']))", "has messages that are no chat"),
+])
+def test_a_loaders_problem_that_cannot_be_posed_or_graded_is_named(tmp_path, problem, says):
+    """(A hunt's find) A code problem without tests trained on reward 0 (no_code), a math one without an answer on
+    "wrong", without a word; a kind of another spelling, an int answer, messages of no chat were tracebacks mid-step.
+    Each is refused as the loader returns it, naming the loader and the problem."""
+    (tmp_path / "mine.py").write_text("from execrl.sandbox import StdioTests\nfrom execrl.tasks import Problem\n\n"
+                                      f"def load(split):\n    return [{problem}]\n")
+    spec = f"{tmp_path / 'mine.py'}:load"
+    with pytest.raises(DatasetError, match=rf"mine.py:load: problem '.' {re.escape(says)}"):
+        load_problems(dataset_key(spec), "train")

@@ -79,11 +79,33 @@ def own_dataset(spec: str) -> DatasetInfo:
         problems = fn(split, **options)
         if not isinstance(problems, list) or not all(isinstance(p, Problem) for p in problems):
             raise DatasetError(f"{spec}: it must return a list of execrl.tasks.Problem, got {type(problems).__name__}")
+        for p in problems:
+            if why := unposable(p):
+                raise DatasetError(f"{spec}: problem {str(p.id)[:80]!r} {why}")
         return problems
 
     info = DatasetInfo(spec, load, None, None, (), (), own=True)
     DATASETS[spec] = info
     return info
+
+
+def unposable(p: Problem) -> str | None:
+    """Why a loader of one's own's problem cannot be posed or graded (None: it can). A hunt's find: a code problem
+    without tests trained on reward 0 (no_code) and a math problem without an answer on "wrong", without a word; a
+    kind of another spelling, an int answer or messages of no chat were tracebacks mid-step."""
+    from execrl.rewards.outcome import OUTCOMES
+    from execrl.tasks.problem import chat_messages
+
+    if p.kind not in OUTCOMES:
+        return f"has kind {p.kind!r}: a Problem's kind is one of {', '.join(OUTCOMES)}"
+    if not isinstance(p.messages, list) or chat_messages(p.messages) is None:
+        return ("has messages that are no chat: give a list of {\"role\": ..., \"content\": \"text\"} messages with "
+                "a user message among them (execrl.tasks.problem.chat_messages makes one of a string)")
+    if p.kind == "code" and p.tests is None:
+        return "is a code problem without tests: give it tests (execrl.sandbox's StdioTests, AssertTests, ...)"
+    if p.kind == "math" and not (isinstance(p.answer, str) and p.answer.strip()):
+        return f"is a math problem whose answer is {p.answer!r}: give its reference answer as a string (answer=\"72\")"
+    return None
 
 
 def find_path(info: DatasetInfo, path: str | None) -> Path | None:
