@@ -10,7 +10,7 @@ tokens and the chat template, never by re-tokenizing this conversation.
 A new environment subclasses `Environment`, writes `reset` and `step` (and `finish`, where an
 episode can be cut short), overrides the hooks it needs, and is registered by name (`register` in
 execrl.envs) or named by import path in `env.multi_turn.kind` (`my_envs:MyEnv`,
-`path/to/file.py:MyEnv`). examples/countdown_env.py is one.
+`path/to/file.py:MyEnv`). examples/second_chance_env.py is one.
 """
 
 from __future__ import annotations
