@@ -1003,14 +1003,20 @@ def test_results_and_summary_are_one_evals_or_none_and_a_full_disk_keeps_the_fig
     out = tmp_path / "o"
     evaluate(EvalConfig(dataset="", out=str(out)), completions=str(path))
     assert json.loads((out / "summary.json").read_text())["pass@1"] == 1.0
-    real = run_module.write_whole
+    class Full:  # (the disk full as results.jsonl's first row is written)
+        def __init__(self, path, mode):
+            self.f = open(path, mode)
 
-    def full(target, text, **kwargs):
-        if Path(target).name == "results.jsonl":
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, text):
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real(target, text, **kwargs)
 
-    monkeypatch.setattr(run_module, "write_whole", full)
+    monkeypatch.setattr(run_module, "open", Full, raising=False)
     path.write_text(json.dumps({"id": "b", "completion": r"so \boxed{8}", "answer": "7"}) + "\n")
     capsys.readouterr()
     with pytest.raises(ValueError, match=r"the results could not be written \(No space left on device\): the figures "
@@ -1020,3 +1026,4 @@ def test_results_and_summary_are_one_evals_or_none_and_a_full_disk_keeps_the_fig
     assert "pass@1" in shown and "0.0000" in shown and "per-problem results" not in shown
     assert not (out / "summary.json").exists()  # (the earlier eval's, beside rows that are not its, nowhere)
     assert json.loads((out / "results.jsonl").read_text())["id"] == "a"  # (whole: the earlier eval's rows)
+    assert not (out / "results.jsonl.tmp").exists()  # (the partial copy removed)

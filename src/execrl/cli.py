@@ -710,7 +710,10 @@ def run_eval(args) -> int:
     def stop(signum, frame):  # SIGTERM (a scheduler's stop, `kill`, `timeout`) as Ctrl-C: sampled completions kept
         raise KeyboardInterrupt  # (it ended the process at once, without a word: a hunt's find)
 
-    before = signal.signal(signal.SIGTERM, stop)
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()  # (signal.signal works there only)
+    before = signal.signal(signal.SIGTERM, stop) if main else None
     try:
         evaluate(eval_config(args), model_name=args.model, completions=args.completions)
     except (ValueError, DatasetError, ModelNotFound, TestSpecError, SandboxUnusable, SandboxFailing) as e:
@@ -720,7 +723,8 @@ def run_eval(args) -> int:
         Console(stderr=True, soft_wrap=True).print("[yellow]interrupted:[/] no results written")
         return 130
     finally:
-        signal.signal(signal.SIGTERM, before)
+        if main:
+            signal.signal(signal.SIGTERM, before)
     return 0
 
 

@@ -895,6 +895,8 @@ def test_the_ratio_keys_under_a_loss_without_a_ratio_are_named_and_change_nothin
                                                    "loss_fn.use_importance_sampling_correction=true"]))
     assert "sequence_level_importance_ratios" not in correcting and "loss_fn.ratio_clip_c (" in correcting
     assert no_effect_note(load_config(None, keys[:2])) is None  # (GSPO itself: read)
+    # a file's values at their defaults (NeMo RL's configs write ratio_clip_min: 0.2) are not the user's (a review's)
+    assert no_effect_note(load_config(None, ["loss_fn.disable_ppo_ratio=true", "loss_fn.ratio_clip_min=0.2"])) is None
 
 
 def test_validation_settings_of_a_run_that_never_validates_are_named():

@@ -1048,7 +1048,8 @@ def unread_by_ratio(cfg: MasterConfig) -> dict[str, str]:
     keys = ["loss_fn.ratio_clip_min", "loss_fn.ratio_clip_max"] + ["loss_fn.ratio_clip_c"] * (lf.ratio_clip_c is not None)
     if lf.sequence_level_importance_ratios and not importance_correction(cfg):
         keys.append("loss_fn.sequence_level_importance_ratios")
-    out = {key: why for key in keys if key in cfg._written}
+    default = MasterConfig().loss_fn  # (a config's own values: not the defaults a file writes out, a review's find)
+    out = {key: why for key in keys if key in cfg._written and attribute(cfg, key) != getattr(default, key[8:])}
     if lf.force_on_policy_ratio and lf.disable_ppo_ratio:
         out["loss_fn.disable_ppo_ratio"] = "loss_fn.force_on_policy_ratio=true's ratio of 1 is the one used, as NeMo RL's"
     return out
@@ -1100,7 +1101,7 @@ WHILE_ON = {  # settings read only while another is on -> (whether it is, what t
         (lambda c: c.policy.dynamic_batching.enabled, "policy.dynamic_batching.enabled=true"),
     ("policy.generation.cuda_graphs", "policy.generation.sync_every", "policy.generation.compile"):
         (lambda c: c.policy.generation.backend == "execrl", "the execrl engine (policy.generation.backend=execrl)"),
-    ("grpo.val_num_generations_per_prompt", "grpo.max_val_samples", "grpo.val_batch_size", "grpo.val_start_at",
+    ("grpo.val_num_generations_per_prompt", "grpo.max_val_samples", "grpo.val_start_at",
      "policy.generation.val_temperature", "policy.generation.val_top_p", "policy.generation.val_top_k"):
         (lambda c: c.grpo.val_period > 0 or c.grpo.val_at_start or c.grpo.val_at_end,
          "a validation (grpo.val_period > 0, grpo.val_at_start or grpo.val_at_end)"),

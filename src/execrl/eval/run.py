@@ -471,8 +471,9 @@ def read_completions(path: str, problems: list[Problem], max_tests: int = 0, eve
     past_limit, own_keys = 0, set()  # (the rows' own problems, which --limit counts apart from the dataset's)
     rows = read_rows(path)
     half = len(rows) // 2
-    if half and len(rows) % 2 == 0 and rows[:half] == rows[half:]:  # (taken as twice the samples, without a word: a
-        # hunt's find)
+    if half and len(rows) % 2 == 0 and rows[:half] == rows[half:] and len({
+            str(r.get("problem_id", r.get("id"))) for r in rows[:half] if isinstance(r, dict)}) > 1:  # (taken as twice
+        # the samples, without a word: a hunt's find; two equal answers to one problem are not a file joined to itself)
         err.print(f"[yellow]{path}: its second half repeats its first, row for row (a file written twice, or joined "
                   "to itself?): each completion counts twice in pass@k[/]")
     for n, row in enumerate(rows, 1):
@@ -612,7 +613,7 @@ def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None
                "completions": [s.completion for s in group]}
         if cfg.reward_model:
             row["reward_model_scores"] = [s.rm_score for s in group]  # (null: the sandbox failed on it)
-        rows.append(json.dumps(row) + "\n")
+        rows.append(row)
     cut = sum(s.cut for s in samples)  # (at --max-new-tokens before they ended)
     summary = {"dataset": cfg.dataset, "split": cfg.split, "problems": len(per_problem),
                **({"rows_skipped": skipped} if skipped else {}),  # (a hunt's find: 4 of 5 rows skipped read as 1 of 1)
@@ -639,7 +640,7 @@ def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None
         # summary, and a traceback, its figures unprinted)
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "summary.json").unlink(missing_ok=True)
-        write_whole(out_dir / "results.jsonl", "".join(rows))
+        write_rows(out_dir / "results.jsonl", rows)
         write_whole(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     except OSError as e:
         _print(summary, cfg, None, per)
@@ -694,6 +695,20 @@ def read_from(cfg: EvalConfig) -> str | None:
 
 
 _LOOKS_IN = {"fence": "a ```python block", "tags": "<code></code> tags", "auto": "a ``` block or <code> tags"}
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    """JSON Lines at `path`, whole or not at all (as write_whole), a row at a time: not joined into one text first
+    (twice the completions in memory, a review's find)."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _print(summary: dict, cfg: EvalConfig, out_dir: Path | None, per_problem: str) -> None:

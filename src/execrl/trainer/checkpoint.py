@@ -194,7 +194,8 @@ def _publish(path: Path, write, after=None) -> None:
         tmp.rename(path)  # atomic: the folder is complete or absent
         if after is not None:
             after()
-    dist.barrier()  # no rank goes on (or exits) before the folder is in place
+    dist.meet(f"rank 0 put {path.name} in place")  # no rank goes on (or exits) before the folder is in place (the
+    # old checkpoints deleted, on a slow disk: minutes, a review's find)
 
 
 def save_reference(directory: str | Path, model, reference) -> None:

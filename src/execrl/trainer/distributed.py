@@ -44,26 +44,30 @@ def launched() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-_meeting = None  # a gloo group for the waits of meet(), with their own time limit
-_wait_minutes = 0.0
+_meeting = None  # a gloo group for the waits of meet(), with their own time limit (made by init)
+_wait_minutes = 120.0
 
 
 def init(device: str = "auto", wait_minutes: float = 120.0) -> None:
     """Join torchrun's process group: NCCL on GPUs (one per rank, LOCAL_RANK), gloo on CPU. A no-op
-    outside torchrun and when already joined. `wait_minutes`: how long `meet` waits for the other ranks."""
+    outside torchrun; a group joined already (by a caller) is kept. `wait_minutes`: how long `meet` waits for the
+    other ranks (its gloo group is made here, where every rank is)."""
     global _meeting, _wait_minutes
-    if active() or not launched() or int(os.environ["WORLD_SIZE"]) == 1:
-        return
-    on_gpu = device != "cpu" and torch.cuda.is_available()
-    if on_gpu:
-        local = int(os.environ.get("LOCAL_RANK", 0))
-        if local >= torch.cuda.device_count():
-            raise RuntimeError(f"rank {rank()} wants GPU {local} but this node has {torch.cuda.device_count()}: lower "
-                               "cluster.gpus_per_node to the GPUs per node")
-        torch.cuda.set_device(local)  # "cuda" now means this rank's GPU everywhere else
-    dist.init_process_group("nccl" if on_gpu else "gloo")
-    _meeting, _wait_minutes = dist.new_group(backend="gloo", timeout=timedelta(minutes=wait_minutes)), wait_minutes
-    _take_my_cpus()
+    _wait_minutes = wait_minutes
+    if not active():
+        if not launched() or int(os.environ["WORLD_SIZE"]) == 1:
+            return
+        on_gpu = device != "cpu" and torch.cuda.is_available()
+        if on_gpu:
+            local = int(os.environ.get("LOCAL_RANK", 0))
+            if local >= torch.cuda.device_count():
+                raise RuntimeError(f"rank {rank()} wants GPU {local} but this node has {torch.cuda.device_count()}: "
+                                   "lower cluster.gpus_per_node to the GPUs per node")
+            torch.cuda.set_device(local)  # "cuda" now means this rank's GPU everywhere else
+        dist.init_process_group("nccl" if on_gpu else "gloo")
+        _take_my_cpus()
+    if _meeting is None and world_size() > 1:
+        _meeting = dist.new_group(backend="gloo", timeout=timedelta(minutes=wait_minutes))
 
 
 def meet(after: str) -> None:
@@ -75,6 +79,8 @@ def meet(after: str) -> None:
     cluster.rank_wait_minutes."""
     if world_size() == 1:
         return
+    if _meeting is None:
+        raise RuntimeError("distributed.meet before distributed.init: init makes its group, on every rank")
     try:
         dist.barrier(group=_meeting)
     except RuntimeError as e:
@@ -87,8 +93,10 @@ def meet(after: str) -> None:
 
 
 def close() -> None:
+    global _meeting
     if active():
         dist.destroy_process_group()
+    _meeting = None
 
 
 def _take_my_cpus() -> None:

@@ -174,6 +174,9 @@ def resume_plan(cfg: MasterConfig) -> tuple[str, str | None]:
     if refused:  # (its state may be what cannot be read)
         return f"would resume from {found}", refused
     step = checkpoint.trainer_state(found, mmap=True).get("step", "?")
+    if isinstance(step, int) and step >= cfg.grpo.max_num_steps:
+        return (f"resumes from {found} (step {step}): already at grpo.max_num_steps={cfg.grpo.max_num_steps}, nothing "
+                "to do; raise it to go on"), None
     return f"resumes from {found} (step {step}) to grpo.max_num_steps={cfg.grpo.max_num_steps}", None
 
 
