@@ -83,3 +83,10 @@ def test_a_loaders_problem_that_cannot_be_posed_or_graded_is_named(tmp_path, pro
     spec = f"{tmp_path / 'mine.py'}:load"
     with pytest.raises(DatasetError, match=rf"mine.py:load: problem '.' {re.escape(says)}"):
         load_problems(dataset_key(spec), "train")
+
+
+def test_the_kinds_a_problem_may_pose_are_those_with_outcomes():
+    from execrl.rewards.outcome import OUTCOMES
+    from execrl.tasks.problem import KINDS
+
+    assert set(KINDS) == set(OUTCOMES)

@@ -30,6 +30,7 @@ class Problem:
     metadata: dict = field(default_factory=dict)
 
 
+KINDS = ("code", "math", "game", "puzzle")  # what a Problem poses (execrl.rewards.outcome.OUTCOMES: each one's outcomes)
 _ROLES = ("system", "user", "assistant", "tool")
 
 

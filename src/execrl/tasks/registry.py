@@ -93,11 +93,10 @@ def unposable(p: Problem) -> str | None:
     """Why a loader of one's own's problem cannot be posed or graded (None: it can). A hunt's find: a code problem
     without tests trained on reward 0 (no_code) and a math problem without an answer on "wrong", without a word; a
     kind of another spelling, an int answer or messages of no chat were tracebacks mid-step."""
-    from execrl.rewards.outcome import OUTCOMES
-    from execrl.tasks.problem import chat_messages
+    from execrl.tasks.problem import KINDS, chat_messages
 
-    if p.kind not in OUTCOMES:
-        return f"has kind {p.kind!r}: a Problem's kind is one of {', '.join(OUTCOMES)}"
+    if p.kind not in KINDS:
+        return f"has kind {p.kind!r}: a Problem's kind is one of {', '.join(KINDS)}"
     if not isinstance(p.messages, list) or chat_messages(p.messages) is None:
         return ("has messages that are no chat: give a list of {\"role\": ..., \"content\": \"text\"} messages with "
                 "a user message among them (execrl.tasks.problem.chat_messages makes one of a string)")
