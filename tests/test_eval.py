@@ -995,7 +995,7 @@ def test_results_and_summary_are_one_evals_or_none_and_a_full_disk_keeps_the_fig
     summary last, the earlier summary removed first; a write that fails is one error naming --out, after the table."""
     import errno
 
-    import execrl.eval.run as run_module
+    import execrl.writable as writable
     from execrl.eval.run import EvalConfig, evaluate
 
     path = tmp_path / "own.jsonl"
@@ -1016,7 +1016,11 @@ def test_results_and_summary_are_one_evals_or_none_and_a_full_disk_keeps_the_fig
         def write(self, text):
             raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(run_module, "open", Full, raising=False)
+        def writelines(self, lines):
+            for text in lines:
+                self.write(text)
+
+    monkeypatch.setattr(writable, "open", Full, raising=False)
     path.write_text(json.dumps({"id": "b", "completion": r"so \boxed{8}", "answer": "7"}) + "\n")
     capsys.readouterr()
     with pytest.raises(ValueError, match=r"the results could not be written \(No space left on device\): the figures "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -33,14 +34,16 @@ def unwritable(directory: str | Path) -> str | None:
     return None
 
 
-def write_whole(path: str | Path, text: str, **kwargs) -> None:
-    """`text` as the file at `path`, whole or not at all: written beside it and renamed over it, the partial copy
-    removed where the write fails (a full disk: a report's 1.3 MB remnant then failed the run's next write; a kill
-    while metrics.jsonl was rewritten in place emptied it)."""
+def write_whole(path: str | Path, text: str | Iterable[str], **kwargs) -> None:
+    """`text` (or its parts, written one at a time: eval's rows, never joined into one copy) as the file at `path`,
+    whole or not at all: written beside it and renamed over it, the partial copy removed where the write fails (a
+    full disk: a report's 1.3 MB remnant then failed the run's next write; a kill while metrics.jsonl was rewritten in
+    place emptied it)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(text, **kwargs)
+        with open(tmp, "w", **kwargs) as f:
+            f.writelines([text] if isinstance(text, str) else text)
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)

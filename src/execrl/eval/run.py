@@ -640,7 +640,8 @@ def summarize(cfg: EvalConfig, samples: list[Sample], source: dict | None = None
         # summary, and a traceback, its figures unprinted)
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "summary.json").unlink(missing_ok=True)
-        write_rows(out_dir / "results.jsonl", rows)
+        write_whole(out_dir / "results.jsonl", (json.dumps(row) + "\n" for row in rows))  # (a row at a time:
+        # not joined, twice the completions in memory, a review's find)
         write_whole(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     except OSError as e:
         _print(summary, cfg, None, per)
@@ -695,20 +696,6 @@ def read_from(cfg: EvalConfig) -> str | None:
 
 
 _LOOKS_IN = {"fence": "a ```python block", "tags": "<code></code> tags", "auto": "a ``` block or <code> tags"}
-
-
-def write_rows(path: Path, rows: list[dict]) -> None:
-    """JSON Lines at `path`, whole or not at all (as write_whole), a row at a time: not joined into one text first
-    (twice the completions in memory, a review's find)."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _print(summary: dict, cfg: EvalConfig, out_dir: Path | None, per_problem: str) -> None:
