@@ -897,6 +897,14 @@ def test_ctrl_c_while_grading_keeps_the_sampled_completions(tiny_model_dir, tmp_
     assert "interrupted while sampling: the 4 completions that had ended" in said and str(kept) in said
     assert "--code-style" in said  # (the flags to repeat: the prompt's too)
     assert len(kept.read_text().splitlines()) == 4
+    # an error while grading (a bug, a row the grader cannot take): the sampled completions kept too, a hunt's find
+    monkeypatch.setattr(generating, "generate", sample)
+    monkeypatch.setattr(EarlyGrading, "finish", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("grader bug")))
+    with pytest.raises(RuntimeError, match="grader bug"):
+        evaluate(EvalConfig(**settings, out=str(tmp_path / "bug")), model_name=tiny_model_dir)
+    kept = tmp_path / "bug" / "completions.jsonl"
+    assert f"stopped by RuntimeError while grading: the 6 sampled completions are in {kept}" in " ".join(
+        capsys.readouterr().err.split())
 
 
 def test_eval_on_the_split_its_run_trained_on_is_warned(tmp_path, capsys):

@@ -90,3 +90,38 @@ def test_the_kinds_a_problem_may_pose_are_those_with_outcomes():
     from execrl.tasks.problem import KINDS
 
     assert set(KINDS) == set(OUTCOMES)
+
+
+@pytest.mark.parametrize("body, said", [
+    ("import no_such_dependency_xyz\n", r"imports no_such_dependency_xyz, which is not installed in the environment "
+                                        r"execrl runs in \(\S+python\S*\): install it there \(\S+.py:1 in <module>\)"),
+    ("def f(s):\n    return 1.0 +\n", r"importing \S+ raised SyntaxError: invalid syntax \(\S+.py:2\): fix that file"),
+    ("raise RuntimeError('set MY_KEY first')\n", r"importing \S+ raised RuntimeError: set MY_KEY first \(\S+.py:1 in "
+                                                 r"<module>\): fix that file")])
+@pytest.mark.parametrize("named", ["module", "file"])
+def test_own_code_that_fails_as_it_is_imported_says_why(tmp_path, monkeypatch, body, said, named):
+    """(A hunt's find) A reward module importing a package not installed was refused with "put its directory on
+    PYTHONPATH", which it was on; a syntax error or an error raised at import was a bare traceback. Each is one
+    line naming the cause and the fix."""
+    (tmp_path / "broken_rewards_mod.py").write_text(body + "\n\ndef score(sample):\n    return 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = "broken_rewards_mod:score" if named == "module" else f"{tmp_path / 'broken_rewards_mod.py'}:score"
+    with pytest.raises(ConfigError, match=said):
+        load_config(None, [components(f"{{name: '{name}'}}")])
+
+
+def test_the_dry_run_calls_an_own_loader_and_names_what_it_raises(tmp_path):
+    """(A hunt's find) --dry-run said an own loader's rows were "read when the run starts (not from this machine's
+    files)" and checked nothing; a loader that raised was a bare traceback, one that returned ints "got list". The
+    dry run calls it, as the run does, and each failure is one line naming the loader."""
+    from execrl.trainer.setup import data_counts
+
+    said = data_counts(load_config(None, [f"data.train.dataset_name={DATASET}", "data.train.options={count: 40}"]))
+    assert said[0].startswith("rows: 40 training problems (40 code)")
+    (tmp_path / "raising.py").write_text("def load(split):\n    return open('/nonexistent/rows.jsonl').read()\n")
+    (tmp_path / "ints.py").write_text("def load(split):\n    return [1, 2]\n")
+    for name, says in [("raising", r"dataset loader \S+raising.py:load \(split train\) raised FileNotFoundError: "
+                                   r".*rows.jsonl' \(\S+raising.py:2 in load\): fix the loader"),
+                       ("ints", "it must return a list of execrl.tasks.Problem, got a list holding int")]:
+        with pytest.raises(ValueError, match=says):
+            data_counts(load_config(None, [f"data.train.dataset_name={tmp_path / name}.py:load"]))

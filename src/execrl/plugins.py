@@ -6,11 +6,51 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import sysconfig
+import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 
 class PluginError(ValueError):
     """An import path that names nothing usable; the message names the config key and the fix."""
+
+
+class OwnCodeFailed(ValueError):
+    """Code the run calls on its samples (a reward component, an environment's methods) raised, exited, or returned
+    what the run cannot use: one line naming it, what it did and where, and the fix. The training loop saves the steps
+    done before it stops (a hunt's find: a component that raised at step 40 lost the steps since the last checkpoint,
+    and its message named neither the component nor the problem; one that called sys.exit ended the run without a
+    word)."""
+
+
+def _where(tb) -> str:
+    """The deepest frame of a traceback outside Python's own library and installed packages (the researcher's file,
+    or execrl's), as file:line in function."""
+    frames = traceback.extract_tb(tb)
+    library = tuple(str(Path(sysconfig.get_paths()[k]).resolve()) for k in ("stdlib", "purelib", "platlib"))
+    own = [f for f in frames if not str(Path(f.filename).resolve()).startswith(library)] or frames
+    return f"{own[-1].filename}:{own[-1].lineno} in {own[-1].name}" if own else "where it was called"
+
+
+@contextmanager
+def own_code(what: str, fix: str = ""):
+    """Runs code of `what` (e.g. "reward component mine:score on problem 7"); what it raises becomes OwnCodeFailed,
+    naming it, the error and where it was raised (sys.exit too). execrl's own errors pass through as they are (a
+    sandbox failing, a step out of memory: their messages name their fix), as do Ctrl-C and OwnCodeFailed."""
+    try:
+        yield
+    except (KeyboardInterrupt, OwnCodeFailed):
+        raise
+    except SystemExit as e:
+        raise OwnCodeFailed(f"{what} called sys.exit({e.code!r}) ({_where(e.__traceback__)}), which would end the "
+                            f"run without a word{fix}") from None
+    except Exception as e:
+        if type(e).__module__.split(".")[0] == "execrl":
+            raise
+        said = " ".join(str(e).split())[:300]
+        raise OwnCodeFailed(f"{what} raised {type(e).__name__}{': ' + said if said else ''} "
+                            f"({_where(e.__traceback__)}){fix}") from e
 
 
 def is_import_path(name: str) -> bool:
@@ -25,9 +65,23 @@ def load_object(spec: str, key: str):
         raise PluginError(f"{key}={spec!r}: name your code as module:name or path/to/file.py:name")
     try:
         module = _load_file(where) if where.endswith(".py") else importlib.import_module(where)
+    except ModuleNotFoundError as e:  # (a module it imports, not installed here: PYTHONPATH was the wrong fix)
+        if e.name and not where.endswith(".py") and (where == e.name or where.startswith(e.name + ".")):
+            raise PluginError(f"{key}={spec!r}: cannot import {where} ({e}); put its directory on PYTHONPATH or "
+                              "name the file, path/to/file.py:name") from None
+        raise PluginError(f"{key}={spec!r}: {where} imports {e.name or 'a module'}, which is not installed in the "
+                          f"environment execrl runs in ({sys.executable}): install it there "
+                          f"({_where(e.__traceback__)})") from None
     except ImportError as e:
         raise PluginError(f"{key}={spec!r}: cannot import {where} ({e}); put its directory on PYTHONPATH or name "
                           "the file, path/to/file.py:name") from None
+    except PluginError:
+        raise
+    except (Exception, SystemExit) as e:  # (its code raised as it was imported: a hunt's find, a bare traceback)
+        said = " ".join(str(e.msg if isinstance(e, SyntaxError) else e).split())[:300]
+        where_raised = f"{e.filename}:{e.lineno}" if isinstance(e, SyntaxError) else _where(e.__traceback__)
+        raise PluginError(f"{key}={spec!r}: importing {where} raised {type(e).__name__}"
+                          f"{': ' + said if said else ''} ({where_raised}): fix that file") from None
     try:
         return getattr(module, attr)
     except AttributeError:

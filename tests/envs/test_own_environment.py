@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from execrl.config import ConfigError, load_config
-from execrl.envs import Environment, environment_class, register
+from execrl.envs import Environment, Step, environment_class, register
 from execrl.models import BYTE_VOCAB, build_tokenizer
 from execrl.plugins import PluginError
 from execrl.rollout import Completion, SamplingParams
@@ -107,8 +107,69 @@ def test_an_environments_metric_named_as_one_of_execrls_own_is_refused():
 
     for name in ("reward_mean", "loss", "verdict/correct", "reward/mine"):
         Clash.name = name
-        with pytest.raises(ValueError, match=rf"Clash.metrics\(\) returned '{name}', a name of execrl's own metrics"):
+        with pytest.raises(ValueError, match=rf"Clash.metrics \(problem m\) returned '{name}', a name of execrl's own metrics"):
             sums(Clash(problem))
     Clash.name = "own_score"
     means = episode_means(sums(Clash(problem)))
     assert means["own_score"] == 42.0 and means["mine"] == 1.0 and means["reward_mean"] == 0.0
+
+
+class Unruly(Environment):
+    """An environment of one's own that gets the contract wrong in one way (`how`), on its first step."""
+
+    how = ""
+
+    def reset(self, problem):
+        self.problem = problem
+        return "write a program" if self.how == "reset text" else [{"role": "user", "content": "write a program"}]
+
+    def step(self, assistant_text, num_tokens=0):
+        from execrl.extract import Extracted
+        from execrl.rewards import Reward, Sample
+
+        sample = Sample(self.problem, assistant_text, Extracted(assistant_text, True))
+        wrong = {"none": None, "no reward": Step(done=True, sample=sample),
+                 "bare number": Step(done=True, reward=0.5, sample=sample),
+                 "nan": Step(done=True, reward=Reward(float("nan")), sample=sample),
+                 "nan part": Step(done=True, reward=Reward(1.0, {"mine": float("inf")}), sample=sample),
+                 "no sample": Step(done=True, reward=Reward(1.0)),
+                 "reward not done": Step([{"role": "user", "content": "again"}], reward=Reward(1.0)),
+                 "text observation": Step("again"), "raises": None, "exits": None}[self.how]
+        if self.how == "raises":
+            return {}["no such key"]
+        if self.how == "exits":
+            raise SystemExit(0)
+        return wrong
+
+
+@pytest.mark.parametrize("how, said", [
+    ("reset text", r"Unruly.reset \(problem \S+\) gave str 'write a program': chat messages are a list of"),
+    ("none", r"Unruly.step \(problem \S+\) returned NoneType, not a Step: return Step\(observation=\[...\]\)"),
+    ("no reward", r"Unruly.step \(problem \S+\) ended the episode with no reward: return Step\(done=True, reward=Rew"),
+    ("bare number", r"ended the episode with reward=float 0.5: return Step\(done=True, reward=Reward\(total, parts\)"),
+    ("nan", r"ended the episode with Reward.total = nan: a reward is a finite number"),
+    ("nan part", r"ended the episode with Reward.parts\['mine'\] = inf: a reward is a finite number"),
+    ("no sample", r"ended the episode with no sample \(the record of its answer"),
+    ("reward not done", r"returned a reward with done=False: the episode's reward is read at its end only"),
+    ("text observation", r"Unruly.step \(problem \S+\)'s Step.observation gave str 'again': chat messages are"),
+    ("raises", r"Unruly.step \(problem \S+\) raised KeyError: 'no such key' \(\S+test_own_environment.py:\d+ in step\)"
+               r": fix the environment"),
+    ("exits", r"Unruly.step \(problem \S+\) called sys.exit\(0\) \(\S+:\d+ in step\), which would end the run")])
+def test_an_environment_that_breaks_the_contract_is_named_with_the_fix(how, said):
+    """(A hunt's find) An own environment's Step was read as it came: an end without a reward failed in an
+    AttributeError far from it, a NaN reward made the loss NaN (the run blamed the learning rate), a reward on a turn
+    that goes on was dropped without a word, and sys.exit in step ended the run silently. Each is now one error naming
+    the environment, its method, the problem and the fix."""
+    from execrl.plugins import OwnCodeFailed
+
+    Unruly.how = how
+    register("unruly_test_env")(Unruly)
+    cfg = load_config(None, ["env.multi_turn.kind=unruly_test_env", "grpo.max_rollout_turns=2",
+                             "policy.max_total_sequence_length=512"])
+    problems, _ = load_problems("builtin:arith-code", "train", count=1)
+    tok = build_tokenizer([], vocab_size=BYTE_VOCAB)
+    with Grader(num_workers=1, limits=Limits(timeout_s=2.0, memory_mb=512)) as grader:
+        runner = EpisodeRunner(cfg, Scripted(tok, problems), tok, grader)
+        with pytest.raises(OwnCodeFailed, match=said):
+            runner.run(problems, 2, SamplingParams(1.0))
+        runner.close()

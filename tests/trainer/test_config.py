@@ -90,6 +90,24 @@ def test_an_optimizer_of_ones_own_gets_only_its_own_kwargs_and_a_typo_is_named(t
     assert proc.returncode == 2 and "did you mean weight_decay" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_another_optimizer_on_the_builtin_default_keeps_only_the_defaults_it_takes():
+    """(A hunt's find) `execrl train policy.optimizer.name=torch.optim.SGD` was refused for AdamW's betas and eps,
+    which the built-in default's file sets and the user never wrote; `torch.optim:SGD`, the form own code takes,
+    ended in a traceback. The built-in file's kwargs reach another class where it takes them."""
+    from execrl.config.checks import validate
+
+    for name in ("torch.optim.SGD", "torch.optim:SGD"):
+        cfg = load_config(None, [f"policy.optimizer.name={name}", "policy.optimizer.kwargs.momentum=0.9"])
+        assert cfg.policy.optimizer.kwargs == {"lr": 2e-4, "weight_decay": 0.0, "momentum": 0.9}
+        validate(cfg)
+    adam = load_config(None, ["policy.optimizer.name=torch.optim.Adam"]).policy.optimizer.kwargs
+    assert adam == load_config(None).policy.optimizer.kwargs  # (Adam takes every one of them)
+    with pytest.raises(ConfigError, match="policy.optimizer.name 'torch.optim:Nope': torch.optim has no 'Nope'"):
+        validate(load_config(None, ["policy.optimizer.name=torch.optim:Nope"]))
+    with pytest.raises(ConfigError, match="SGD takes no argument 'betas'"):  # (written by the user: refused)
+        validate(load_config(None, ["policy.optimizer.name=torch.optim.SGD", "policy.optimizer.kwargs.betas=[0.9,0.9]"]))
+
+
 def test_optimizer_values_the_class_refuses_are_refused_by_the_dry_run():
     """(A hunt's find) betas=[0.9], weight_decay=-5 and lr=nan passed --dry-run and failed once the model had loaded,
     with a traceback or torch's words naming no key."""

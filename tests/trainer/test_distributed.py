@@ -378,3 +378,25 @@ def test_ranks_meet_on_the_cpu_where_one_may_be_far_behind_the_others(tmp_path):
     late = meeting(tmp_path, 0.03, 6.0, meet=True)[0]  # (1.8 s: the limit, named)
     assert late.startswith("error: rank 0 waited cluster.rank_wait_minutes=0.03 for the other processes after its "
                            "rollouts") and "raise cluster.rank_wait_minutes" in late, late
+
+
+def test_processes_that_load_other_problems_are_refused(tmp_path):
+    """(A hunt's find) Each process loads the problems itself: a loader of one's own that shuffled without the seed
+    it is given gave each process another list, and each trained its share of batches no other process saw, without
+    a word. Every process now compares its list with rank 0's and the run stops, naming the fix."""
+    loader = tmp_path / "unseeded.py"
+    loader.write_text(f"import os, random, sys\nsys.path.insert(0, {str(Path(execrl.__file__).parents[2] / 'examples')!r})"
+                      "\nfrom own_dataset import load as seeded\n\n\ndef load(split, count=16):\n"
+                      "    problems = seeded(split, count=count)\n    random.Random(os.getpid()).shuffle(problems)\n"
+                      "    return problems\n")
+    src = str(Path(execrl.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    env.pop("WORLD_SIZE", None)
+    done = subprocess.run([sys.executable, "-m", "execrl.cli", "train", *FAST, f"data.train.dataset_name={loader}:load",
+                           "data.train.split_validation_size=4", "grpo.max_num_steps=1", f"logger.log_dir={tmp_path}/r",
+                           f"checkpointing.checkpoint_dir={tmp_path}/r/ckpt", "cluster.gpus_per_node=2"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    said = " ".join(done.stderr.split())
+    assert done.returncode != 0 and "processes loaded other training or validation problems than rank 0" in said, \
+        said[-3000:]
+    assert "draw with the seed it is passed" in said and "(rank 0)" in said and "(rank 1)" in said

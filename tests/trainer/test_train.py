@@ -930,3 +930,25 @@ def test_a_step_without_a_loss_token_records_no_token_means(tmp_path):
                "warmup.sft_steps=0", "checkpointing.enabled=false")  # (the same cut samples, in the loss: measured)
     (row,) = [m for m in metrics(d) if "train/loss" in m]
     assert row["train/entropy"] > 0 and row["train/is_weight"] == pytest.approx(1.0, abs=0.01)
+
+
+@pytest.mark.parametrize("does, said", [("raise ValueError('cannot read this sample')",
+                                         r"raised ValueError: cannot read this sample \(\S+mine.py:\d+ in flaky\)"),
+                                        ("sys.exit(3)", r"called sys.exit\(3\) \(\S+mine.py:\d+ in flaky\), which would "
+                                                        "end the run without a word")])
+def test_an_own_reward_that_fails_mid_run_is_named_and_the_steps_done_are_saved(tmp_path, capsys, does, said):
+    """(A hunt's find) A reward component of one's own that raised at step 3 stopped the run with its bare message
+    (neither the component nor the problem named) and lost the steps since the last checkpoint; one that called
+    sys.exit ended the run without a word. Now one line names the component, the problem and where it failed, and
+    the steps done are checkpointed for the same command to resume from."""
+    from execrl.plugins import OwnCodeFailed
+
+    (tmp_path / "mine.py").write_text("import sys\nCALLS = [0]\n\n\ndef flaky(sample):\n    CALLS[0] += 1\n"
+                                      f"    if CALLS[0] > 32:\n        {does}\n    return 1.0\n")
+    component = f"{{name: '{tmp_path / 'mine.py'}:flaky', weight: 0.1}}"
+    with pytest.raises(OwnCodeFailed, match=rf"reward component \S+mine.py:flaky on problem \S+ {said}: fix the "
+                                            r"component. The last checkpoint, \S+step_000002, is intact"):
+        run(tmp_path, "own", "grpo.max_num_steps=5", "checkpointing.save_period=10", "warmup.sft_steps=0",
+            "grpo.val_period=0", f"reward.components=[{{name: test_pass_fraction, weight: 1.0}}, {component}]")
+    assert "stopping: the run's own code failed: saving a checkpoint" in " ".join(capsys.readouterr().err.split())
+    assert [p.name for p in (tmp_path / "own" / "ckpt").glob("step_*")] == ["step_000002"]

@@ -86,7 +86,7 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
                    if not any(_within(k, d) for d in deleted)}
         written = in_file | overridden
         _sections_are_mappings(plain)
-        _own_optimizer(plain, written)
+        _own_optimizer(plain, written, builtin=in_file - overridden if path is None else set())
     except OmegaConfBaseException as e:
         if isinstance(tree, DictConfig):  # a feature the config turns on and execrl refuses says more
             refuse_unresolved(OmegaConf.to_container(tree, resolve=False))
@@ -374,13 +374,37 @@ def _delete(tree: DictConfig, item: str) -> tuple[str, None]:
     return key, None
 
 
-def _own_optimizer(plain: dict, written: set[str]) -> None:
+def _own_optimizer(plain: dict, written: set[str], builtin: set[str]) -> None:
     """An optimizer other than the schema's AdamW gets only the kwargs the config wrote (AdamW's defaults, betas
-    and weight decay, would reach it: L2 decay for Adam, a TypeError for SGD), as NeMo RL passes its kwargs."""
+    and weight decay, would reach it: L2 decay for Adam, a TypeError for SGD), as NeMo RL passes its kwargs. Those
+    of the built-in default's file (`builtin`: its keys, where it is the config) only where the class takes them:
+    `execrl train policy.optimizer.name=torch.optim.SGD` was refused for the betas the user never wrote (a hunt's
+    find)."""
     opt = (plain.get("policy") or {}).get("optimizer")
-    default = OptimizerConfig().name
-    if isinstance(opt, dict) and isinstance(opt.get("kwargs"), dict) and opt.get("name", default) != default:
-        opt["kwargs"] = {k: v for k, v in opt["kwargs"].items() if f"policy.optimizer.kwargs.{k}" in written}
+    name = opt.get("name", OptimizerConfig().name) if isinstance(opt, dict) else None
+    if not (isinstance(opt.get("kwargs") if name else None, dict) and str(name).lower() not in (
+            "adamw", "torch.optim.adamw")):
+        return
+    takes = _parameters(str(name))
+
+    def kept(key: str) -> bool:
+        where = f"policy.optimizer.kwargs.{key}"
+        return where in written and (where not in builtin or takes is None or key in takes)
+
+    opt["kwargs"] = {k: v for k, v in opt["kwargs"].items() if kept(k)}
+
+
+def _parameters(name: str) -> set[str] | None:
+    """The keyword parameters of the optimizer class `name` names (None: any, or not found: the checks name why)."""
+    import inspect
+
+    from execrl.trainer.optim import optimizer_class
+
+    try:
+        params = inspect.signature(optimizer_class(name).__init__).parameters
+    except (ValueError, TypeError):
+        return set()
+    return None if any(q.kind is q.VAR_KEYWORD for q in params.values()) else set(params)
 
 
 class _ValueLoader(yaml.SafeLoader):

@@ -6,7 +6,7 @@ trainer has one path; the code interpreter and unit-test feedback environments t
 
 from __future__ import annotations
 
-from execrl.envs.base import Environment, Step
+from execrl.envs.base import Environment, Step, called
 from execrl.envs.chat import ChatTemplateError, TurnRenderer
 from execrl.envs.game import GameSeat, seats
 from execrl.envs.interpreter import InterpreterEnv
@@ -70,4 +70,4 @@ def make_envs(cfg, grader, problem, n: int, frozen: bool = False) -> list[Enviro
 
 __all__ = ["ENVIRONMENTS", "ChatTemplateError", "Environment", "GameSeat", "InterpreterEnv", "Segment",
            "SingleTurnEnv", "SlidingPuzzleEnv", "Step", "Trajectory", "TurnRenderer", "UnitTestsEnv",
-           "environment_class", "make_env", "make_envs", "register"]
+           "called", "environment_class", "make_env", "make_envs", "register"]

@@ -15,10 +15,13 @@ execrl.envs) or named by import path in `env.multi_turn.kind` (`my_envs:MyEnv`,
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 from dataclasses import dataclass, field
 
 from execrl.extract import fenced_blocks
+from execrl.plugins import OwnCodeFailed, own_code
 from execrl.rewards import Reward, Sample, grade_samples, score
 from execrl.tasks import Problem
 
@@ -223,3 +226,59 @@ def terminal_text(text: str) -> str:
         return text
     return "\n".join(next((p for p in reversed(line.split("\r")) if p), "") if "\r" in line else line
                      for line in text.split("\n"))
+
+
+END = ("Step(done=True, reward=Reward(total, parts), sample=Sample(problem, completion, Extracted(answer, format_ok)))"
+       " (execrl.envs.Step, execrl.rewards.Reward and Sample, execrl.extract.Extracted; Reward(None): an episode no "
+       "reward can be given, left out of the step)")
+
+
+def messages_checked(messages, where: str) -> list[dict]:
+    """Chat messages an environment gave (reset's, a Step's observation, observe's), checked: a list of
+    {'role': str, 'content': str}. A string, or a message without its text, failed later in the chat template or the
+    tokenizer, far from the environment that made it (a hunt's find)."""
+    if isinstance(messages, list) and all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                                          and isinstance(m.get("content"), str) for m in messages):
+        return messages
+    shown = " ".join(repr(messages).split())[:120]
+    raise OwnCodeFailed(f"{where} gave {type(messages).__name__} {shown}: chat messages are a list of "
+                        "{'role': 'user', 'content': 'text'} (a role and a string each); fix the environment")
+
+
+def step_checked(step, where: str) -> Step:
+    """A Step an environment returned (`where`: its class and method), checked before the episode runner reads it:
+    an episode's end with no reward ended in an AttributeError far from it, a NaN reward made the step's loss NaN (the
+    run then blamed the learning rate), and a reward on a turn that goes on was dropped without a word (hunts'
+    finds)."""
+    if not isinstance(step, Step):
+        raise OwnCodeFailed(f"{where} returned {type(step).__name__}, not a Step: return Step(observation=[...]) for "
+                            f"a turn the episode goes on after, {END} for its end")
+    messages_checked(step.observation, f"{where}'s Step.observation")
+    if not step.done:
+        if step.reward is not None:
+            raise OwnCodeFailed(f"{where} returned a reward with done=False: the episode's reward is read at its end "
+                                f"only, {END}; fold a turn's own reward into it")
+        return step
+    if not isinstance(step.reward, Reward):
+        got = "no reward" if step.reward is None else f"reward={type(step.reward).__name__} {step.reward!r:.60}"
+        raise OwnCodeFailed(f"{where} ended the episode with {got}: return {END}")
+    values = [("total", step.reward.total)] if step.reward.total is not None else []
+    values += [(f"parts[{k!r}]", v) for k, v in (step.reward.parts or {}).items()]
+    for name, v in values:
+        if not isinstance(v, numbers.Real) or not math.isfinite(v):  # (numpy's floats are Real)
+            raise OwnCodeFailed(f"{where} ended the episode with Reward.{name} = {v!r:.60}: a reward is a finite "
+                                "number (Reward(None): an episode no reward can be given); fix the environment")
+    if not isinstance(step.sample, Sample):
+        got = "no sample" if step.sample is None else f"sample={type(step.sample).__name__}"
+        raise OwnCodeFailed(f"{where} ended the episode with {got} (the record of its answer: the rollouts file and the "
+                            f"verdicts read it): return {END}")
+    return step
+
+
+def called(env: Environment, method: str, problem: Problem, *args):
+    """env.method(*args) for the episode runner: what it raises named with the environment, the method and the
+    problem (plugins.own_code); what it returns checked (reset's and observe's messages, a Step)."""
+    where = f"environment {type(env).__name__}.{method} (problem {problem.id})"
+    with own_code(where, ": fix the environment"):
+        out = getattr(env, method)(*args)
+    return messages_checked(out, where) if method in ("reset", "observe") else step_checked(out, where)

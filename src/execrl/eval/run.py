@@ -176,10 +176,10 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
                 with _bar() as bar:
                     task = bar.add_task("grading", total=graded)
                     done_early = early.finish(samples, progress=lambda: bar.advance(task))
-            except KeyboardInterrupt:  # (the sampling kept: Ctrl-C while grading threw away every completion)
-                if not completions:
+            except (KeyboardInterrupt, Exception) as e:  # (the sampling kept: Ctrl-C while grading threw away every
+                if not completions:  # completion, and so did a grading error, a hunt's find)
                     kept = keep_completions(cfg, texts)
-                    say(f"interrupted while grading: the {sum(len(o) for _, o in texts)} sampled completions are in "
+                    say(f"{stopped(e)} while grading: the {sum(len(o) for _, o in texts)} sampled completions are in "
                         f"{kept}; {regrade(kept)}")
                 raise
         finally:
@@ -199,6 +199,11 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     return summarize(cfg, samples, {"completions": str(completions)} if completions else {"model": str(model_name)},
                      dict(report.reasons) if report is not None and cfg.dataset else {},
                      dropped)
+
+
+def stopped(e: BaseException) -> str:
+    """How an eval stopped, for the line that says where its completions were kept."""
+    return "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped by {type(e).__name__}"
 
 
 def regrade(kept: Path) -> str:
@@ -374,12 +379,12 @@ def sample_completions(cfg: EvalConfig, model_name: str | None, problems: list[P
                             on_sample=handed_to(early, cfg, problems), stop_token_ids=cfg.stop_token_ids,
                             stop_strings=stops or None,
                             on_ended=lambda i, j, text, n, cut: ended.__setitem__((i, j), (text, n, cut)))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Exception) as e:  # (an error mid-sampling, out of memory at a long tail: the same)
         if ended:
             whole = sorted({i for i, _ in ended})
             kept = keep_completions(cfg, [(problems[i], [ended[i, j] for j in range(cfg.samples) if (i, j) in ended])
                                           for i in whole])
-            say(f"interrupted while sampling: the {len(ended)} completions that had ended ({len(whole)} of "
+            say(f"{stopped(e)} while sampling: the {len(ended)} completions that had ended ({len(whole)} of "
                 f"{len(problems)} problems, some with fewer than {cfg.samples} samples) are in {kept}; {regrade(kept)}")
         raise
     seconds, tokens = time.perf_counter() - start, sum(n for out in outs for _, n, _ in out)

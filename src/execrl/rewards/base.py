@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from execrl.extract import Extracted
-from execrl.plugins import PluginError, is_import_path, load_object
+from execrl.plugins import OwnCodeFailed, PluginError, is_import_path, load_object, own_code
 from execrl.sandbox import ProgramResult, Verdict
 from execrl.tasks import Problem
 
@@ -259,7 +259,7 @@ def _number(name: str, value, sample: Sample) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"reward component {name} returned {type(value).__name__} {str(value)[:60]!r} for problem "
+        raise OwnCodeFailed(f"reward component {name} returned {type(value).__name__} {str(value)[:60]!r} for problem "
                          f"{sample.problem.id}: a reward is a number; fix the component") from None
 
 
@@ -268,10 +268,13 @@ def score(sample: Sample, cfg: RewardConfig) -> Reward:
         return Reward(None)
     if cfg.judged and sample.rm_score is None:
         return Reward(None, pending=True)  # scored again once the reward model has read the whole batch
-    parts = {c.name: _number(c.name, COMPONENTS[c.name](sample, **c.params), sample) for c in cfg.components}
+    parts = {}
+    for c in cfg.components:
+        with own_code(f"reward component {c.name} on problem {sample.problem.id}", ": fix the component"):
+            parts[c.name] = _number(c.name, COMPONENTS[c.name](sample, **c.params), sample)
     for name, value in parts.items():  # (one NaN spreads to its group's advantages and the whole step's loss)
         if not (math.isfinite(value) and abs(value) <= REWARD_MAX):  # (1e39: float32's inf in the reward table)
-            raise ValueError(f"reward component {name} returned {value} for problem {sample.problem.id}: a reward "
+            raise OwnCodeFailed(f"reward component {name} returned {value} for problem {sample.problem.id}: a reward "
                              f"is a finite number within +-{REWARD_MAX:g}; fix the component (or the reward model's "
                              "scores it reads), or scale it down")
     scaled = sum(c.weight * parts[c.name] for c in cfg.components if c.scaled)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from execrl.plugins import PluginError, is_import_path, load_object
+from execrl.plugins import PluginError, is_import_path, load_object, own_code
 from execrl.sandbox.spec import expects_nothing, num_tests, truncate_tests, unpassable
 from execrl.tasks.problem import DatasetError, Problem, RowReport, err
 from execrl.tasks.shown import ALL_SHOWN, distinct, unshown
@@ -76,9 +76,12 @@ def own_dataset(spec: str) -> DatasetInfo:
             options["path"] = str(path)
         if seed is not None and ("seed" in params or takes_all):
             options["seed"] = seed
-        problems = fn(split, **options)
+        with own_code(f"dataset loader {spec} (split {split})", ": fix the loader"):
+            problems = fn(split, **options)
         if not isinstance(problems, list) or not all(isinstance(p, Problem) for p in problems):
-            raise DatasetError(f"{spec}: it must return a list of execrl.tasks.Problem, got {type(problems).__name__}")
+            got = type(problems).__name__ if not isinstance(problems, list) else \
+                f"a list holding {type(next(p for p in problems if not isinstance(p, Problem))).__name__}"
+            raise DatasetError(f"{spec}: it must return a list of execrl.tasks.Problem, got {got}")
         for p in problems:
             if why := unposable(p):
                 raise DatasetError(f"{spec}: problem {str(p.id)[:80]!r} {why}")

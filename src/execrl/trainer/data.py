@@ -111,6 +111,7 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
     for p in train + val:
         if p.kind == "math":
             p.metadata[VERIFIER] = impl
+    same_on_every_rank(train, val)
     refs = {p.id: p.metadata["reference_turns"] for p in train if "reference_turns" in p.metadata}  # (self-play)
     refs.update({p.id: [{"role": "assistant", "content": p.metadata.get("warmup_completion",
                                                                          p.metadata["reference_completion"])}]
@@ -119,6 +120,22 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
         rng = random.Random(seed)
         refs.update({p.id: feedback_reference(p, rng, cfg) for p in train[1::2] if "wrong_attempts" in p.metadata})
     return train, val, refs
+
+
+def same_on_every_rank(train: list[Problem], val: list[Problem]) -> None:
+    """Every process loads the problems itself: DatasetError on every one where any loaded others than rank 0 (ids
+    and prompts, in order). A loader of one's own that draws without the seed it is given, or lists a directory or a
+    set in no fixed order, gave each process other problems, and each trained its share of a batch no other saw,
+    without a word (a hunt's find)."""
+    if dist.world_size() == 1:
+        return
+    mine = (prompts_digest(train), prompts_digest(val))
+    others = dist.sum_floats(float(mine != dist.from_main(mine)))[0]
+    if others:
+        raise DatasetError(f"{others:.0f} of the run's {dist.world_size()} processes loaded other training or "
+                           "validation problems than rank 0 (other rows, or another order): a loader of your own must "
+                           "give every process the same list; draw with the seed it is passed (its `seed` argument, "
+                           "grpo.seed) and sort what it reads from a directory or a set")
 
 
 def trained_prompts(train: list[Problem], val: list[Problem]) -> int:

@@ -18,10 +18,11 @@ from execrl.algo.advantages import flat_groups
 from execrl.config import MasterConfig
 from execrl.eval.passk import pass_at_k
 from execrl.lora import base_only, base_trainable
+from execrl.plugins import OwnCodeFailed
 from execrl.prompts import tokenizer_identity
 from execrl.rewards import is_correct, sandbox_failures
 from execrl.rollout.sampling import scoring_temperature
-from execrl.sandbox import check_infra_share
+from execrl.sandbox import SandboxFailing, check_infra_share
 from execrl.trainer import checkpoint, memory, startup
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import problem_set
@@ -139,12 +140,14 @@ def train(cfg: MasterConfig) -> Run:
         raise
     except memory.OutOfMemory as e:
         raise memory.OutOfMemory(e.phase, f"{e} {resume_note(run)}") from None
-    except LogUnwritable as e:  # (the steps since the last checkpoint kept, where the checkpoints' disk takes them)
-        with suppress(Exception):
-            finish_left(run)
+    except (LogUnwritable, OwnCodeFailed, SandboxFailing) as e:  # (the steps since the last checkpoint kept, where
+        with suppress(Exception):  # the checkpoints' disk takes them; a hunt's find: a reward component that raised
+            finish_left(run)  # at step 40 lost them)
+        why = {LogUnwritable: "the log cannot be written", SandboxFailing: "the sandbox is failing"}.get(
+            type(e), "the run's own code failed")
         with suppress(LogUnwritable, checkpoint.WriteFailed):
-            save_on_interrupt(run, why="stopping: the log cannot be written")
-        raise LogUnwritable(f"{e}. {resume_note(run)}") from None
+            save_on_interrupt(run, why=f"stopping: {why}")
+        raise type(e)(f"{str(e).rstrip('.')}. {resume_note(run)}") from None
     finally:
         with suppress(Exception):  # an error in the step after a deferred one: that step's line, where it can be read
             finish_left(run)

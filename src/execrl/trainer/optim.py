@@ -24,12 +24,14 @@ def optimizer_class(name: str) -> type:
     """The class `name` names (AdamW alone also works); ValueError naming the fix otherwise."""
     if name.lower() in ("adamw", "torch.optim.adamw") or name in FUSED_ADAMW:
         return torch.optim.AdamW
-    module, _, cls = name.rpartition(".")
+    module, _, cls = name.rpartition(":" if ":" in name else ".")  # (module.Class, or module:Class as own code is)
     try:
         found = getattr(importlib.import_module(module), cls) if module else None
     except ImportError as e:
         hint = " (pip install torchao)" if module.startswith("torchao") else ""
         raise ValueError(f"policy.optimizer.name {name!r}: cannot import {module}{hint}: {e}") from None
+    except AttributeError:
+        raise ValueError(f"policy.optimizer.name {name!r}: {module} has no {cls!r}") from None
     if not (isinstance(found, type) and issubclass(found, torch.optim.Optimizer)):
         raise ValueError(f"policy.optimizer.name {name!r} is not an optimizer class: name one by its import path, "
                          "e.g. torch.optim.AdamW or torchao.optim.AdamW8bit")

@@ -13,6 +13,8 @@ truncated.
 
 from __future__ import annotations
 
+import math
+import numbers
 import threading
 import time
 from collections import Counter, defaultdict, deque
@@ -22,7 +24,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from execrl.envs import Environment, Segment, Step, Trajectory, TurnRenderer, make_envs
+from execrl.envs import Environment, Segment, Step, Trajectory, TurnRenderer, called, make_envs
+from execrl.plugins import OwnCodeFailed, own_code
 from execrl.prompts import conversation_ids, opens_think, plain_stops
 from execrl.rewards import OUTCOMES, Reward, Sample, outcome
 from execrl.rewards import judge as score_with
@@ -207,7 +210,7 @@ class Answers:
 
     def _answer(self, e: Episode, c: Completion, answer: Future) -> None:
         try:
-            answer.set_result(e.env.step(c.text, len(c.ids)))
+            answer.set_result(called(e.env, "step", e.problem, c.text, len(c.ids)))
         except BaseException as error:  # (raised where the answer is read: finish)
             answer.set_exception(error)
         finally:
@@ -268,7 +271,7 @@ class EpisodeRunner:
             envs = make_envs(cfg, self.grader, problem, group_size, frozen=self.opponent is not None)
             for env in envs:
                 env.thinking = self.thinking
-            messages = [env.reset(problem) for env in envs]
+            messages = [called(env, "reset", problem, problem) for env in envs]
             prompts.append(encode(messages[0], tokenizer))  # the G episodes of a problem share their prompt
             episodes += [Episode(problem, env, m, Trajectory(encode(m, tokenizer) if m != messages[0] else prompts[-1]))
                          for env, m in zip(envs, messages)]
@@ -287,10 +290,10 @@ class EpisodeRunner:
                 # ends as it stands
                 room = {id(e): cfg.policy.max_total_sequence_length - (
                     gen.max_new_tokens if e.env.whole_answers else 1) for e in live}
-                full = [e for e in live if not take_news(e, e.env.observe(), self, room[id(e)])]
+                full = [e for e in live if not take_news(e, called(e.env, "observe", e.problem), self, room[id(e)])]
                 for e in full:
                     e.trajectory.truncated, e.cut_by = True, "answer"
-                    end(e, e.env.out_of_room())
+                    end(e, called(e.env, "out_of_room", e.problem))
                 live = [e for e in live if not e.done]
                 if not live:
                     continue
@@ -361,8 +364,8 @@ class EpisodeRunner:
                if not advance(e, c, s, self, self.cfg.policy.max_total_sequence_length, last)]
         if last:  # environments that do not count turns end with the budget
             cut = [e for e in rollouts.episodes if not e.done]
-        for e, s in zip(cut, self.pool.map(lambda e: e.env.out_of_room() if e.answer_cut or (
-                e.env.whole_answers and e.trajectory.truncated) else e.env.finish(), cut)):  # (a game's answer cut
+        for e, s in zip(cut, self.pool.map(lambda e: called(e.env, "out_of_room" if e.answer_cut or (
+                e.env.whole_answers and e.trajectory.truncated) else "finish", e.problem), cut)):  # (a game's answer cut
             end(e, s)  # at max_new_tokens is out of room too: as a draw, a losing seat padded its answer into one)
         rollouts.pending = []
         rollouts.times["grade"] += time.perf_counter() - start
@@ -520,11 +523,7 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
     for e in valid:
         judged = [("reward_model_score", e.sample.rm_score), ("reward_model_truncated_frac", float(e.sample.rm_cut))] \
             if e.sample.rm_score is not None else []
-        own = e.env.metrics(e.sample, e.reward, e.turns)
-        for name, _ in own:
-            if name in sums or name in OWN_METRICS or name.startswith(BUILT_IN_PREFIXES):
-                raise ValueError(f"{type(e.env).__name__}.metrics() returned {name!r}, a name of execrl's own "
-                                 f"metrics (train/{name}), which it would replace in the record: give it another name")
+        own = own_metrics(e, sums)
         for name, value in [*(("reward/" + k, v) for k, v in e.reward.parts.items()),
                             (f"reward_by_turns/{e.turns}", e.reward.total), *own, *judged]:
             parts[name] = (parts[name][0] + value, parts[name][1] + 1)
@@ -535,6 +534,24 @@ def episode_sums(rollouts: Rollouts, kinds: set[str] | None = None) -> dict[str,
         parts[f"verdict/{verdict}"] = (counts[verdict], len(seats))
     pairs = sums | dict(sorted(parts.items()))
     return {k: s for k, (s, _) in pairs.items()} | {f"{k}#n": float(n) for k, (_, n) in pairs.items()}
+
+
+def own_metrics(e: Episode, built_in: dict) -> list[tuple[str, float]]:
+    """An environment's metrics of its finished episode (Environment.metrics), checked: (name, finite number) pairs,
+    under names of their own (a hunt's find: an environment's reward_mean of 42 was train/reward_mean, the rewards
+    all 0; a NaN one was the curve's NaN with no word of whose)."""
+    where = f"environment {type(e.env).__name__}.metrics (problem {e.problem.id})"
+    with own_code(where, ": fix the environment"):
+        own = list(e.env.metrics(e.sample, e.reward, e.turns))
+    for pair in own:
+        if not (isinstance(pair, tuple | list) and len(pair) == 2 and isinstance(pair[0], str)
+                and isinstance(pair[1], numbers.Real) and math.isfinite(pair[1])):
+            raise OwnCodeFailed(f"{where} returned {' '.join(repr(pair).split())[:80]}: each metric is a pair "
+                                "(name, finite number); fix the environment")
+        if pair[0] in built_in or pair[0] in OWN_METRICS or pair[0].startswith(BUILT_IN_PREFIXES):
+            raise OwnCodeFailed(f"{where} returned {pair[0]!r}, a name of execrl's own metrics (train/{pair[0]}), "
+                                "which it would replace in the record: give it another name")
+    return [(name, float(value)) for name, value in own]
 
 
 def episode_means(sums: dict[str, float]) -> dict[str, float]:

@@ -31,7 +31,7 @@ from execrl.config.checks import (
     validate,
 )
 from execrl.console import stderr_console
-from execrl.envs import make_env
+from execrl.envs import called, make_env
 from execrl.lora import Adapter
 from execrl.models import TINY_CODERS, pick_device, position_limit, weights_identity
 from execrl.prompts import check_roles, conversation_ids, templated, tokenizer_identity
@@ -489,9 +489,9 @@ def data_counts(cfg: MasterConfig) -> list[str]:
     """`execrl train --dry-run`'s lines on the rows, read and checked as the run reads them (a row it skips and a
     dataset it refuses are found here), where every dataset is on this machine or generated; DatasetError,
     ConfigError or ValueError as the run would raise them."""
-    remote = [d.dataset_name for _, d in dataset_entries(cfg)
-              if not (DATASETS[dataset_key(d.dataset_name)].generated
-                      or local_source(DATASETS[dataset_key(d.dataset_name)], d.path))]
+    remote = [d.dataset_name for _, d in dataset_entries(cfg)  # (a loader of one's own is called: code on this
+              if not ((info := DATASETS[dataset_key(d.dataset_name)]).generated or info.own  # machine, whose errors
+                      or local_source(info, d.path))]  # the dry run is for, a hunt's find)
     if remote:
         return [f"rows: {', '.join(dict.fromkeys(remote))} read when the run starts (not from this machine's files)"]
     train, val, _ = read_data(cfg)
@@ -729,7 +729,8 @@ def drop_long(problems: list[Problem], tokenizer, cfg: MasterConfig, where: str 
     while len(lengths) < len(problems) and (want is None or len(kept) < want):
         end = len(problems) if want is None else len(lengths) + 2 * (want - len(kept))
         chunk = problems[len(lengths):end]
-        chunk_lengths = list(map(len, conversation_ids([make_env(cfg, None, p).reset(p) for p in chunk], tokenizer)))
+        chunk_lengths = list(map(len, conversation_ids([called(make_env(cfg, None, p), "reset", p, p) for p in chunk],
+                                                    tokenizer)))
         kept += [p for p, n in zip(chunk, chunk_lengths) if n <= limit]
         lengths += chunk_lengths
     kept = kept[:want]

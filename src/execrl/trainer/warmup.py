@@ -10,7 +10,7 @@ import random
 import torch
 
 from execrl.control_tokens import MID, SEGMENT, control_pattern, plain_ids, special_ids, turn_end
-from execrl.envs import TurnRenderer, make_env
+from execrl.envs import TurnRenderer, called, make_env
 from execrl.envs.unit_tests import feedback, public_part
 from execrl.models import train_mode
 from execrl.rollout.completion import end_ids
@@ -123,7 +123,7 @@ def sft_warmup(weights: Weights, tokenizer, problems: list[Problem], references:
     train_mode(model)
     for step in range(w.sft_steps):
         batch = dist.this_rank(rng.sample(usable, min(w.batch_size, len(usable))))  # every rank draws the same batch
-        rows = [reference_ids(encode(make_env(cfg, None, p).reset(p), tokenizer), references[p.id], tokenizer, end)
+        rows = [reference_ids(encode(called(make_env(cfg, None, p), "reset", p, p), tokenizer), references[p.id], tokenizer, end)
                 for p in batch]  # (the prompt as the episode's environment poses it)
         width = max(len(ids) for ids, _ in rows)
         ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)
