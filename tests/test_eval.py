@@ -875,6 +875,10 @@ def test_ctrl_c_while_grading_keeps_the_sampled_completions(tiny_model_dir, tmp_
     monkeypatch.setattr(EarlyGrading, "finish", real)
     again = evaluate(EvalConfig(**settings, out=str(tmp_path / "again")), completions=str(kept))
     assert again["pass@1"] == whole["pass@1"] and again["samples"] == 6
+    evaluate(EvalConfig(**settings, out=str(tmp_path / "cut")), completions=str(kept))  # (graded where they lie)
+    assert "holds the completions an eval stopped" not in capsys.readouterr().err
+    evaluate(EvalConfig(**settings, out=str(tmp_path / "cut")), model_name=tiny_model_dir)  # (a new eval beside them)
+    assert f"{kept} holds the completions an eval stopped on" in " ".join(capsys.readouterr().err.split())
     # Ctrl-C while sampling: the completions that had ended are kept too (every one was lost: a hunt's find)
     import execrl.eval.generate as generating
 

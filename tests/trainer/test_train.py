@@ -952,3 +952,15 @@ def test_an_own_reward_that_fails_mid_run_is_named_and_the_steps_done_are_saved(
             "grpo.val_period=0", f"reward.components=[{{name: test_pass_fraction, weight: 1.0}}, {component}]")
     assert "stopping: the run's own code failed: saving a checkpoint" in " ".join(capsys.readouterr().err.split())
     assert [p.name for p in (tmp_path / "own" / "ckpt").glob("step_*")] == ["step_000002"]
+
+
+def test_token_means_are_over_the_optimizer_steps_with_loss_tokens():
+    """Two optimizer steps of one rollout, the second without a loss token (its samples all cut and overlong-
+    filtered): the step's entropy, KL and clip fractions are the first step's own, not halved by the empty one; the
+    loss and the gradient's norm are the mean over both steps applied (each had its own, 0 for the empty one)."""
+    from execrl.trainer.step import summed
+
+    stats = {"loss": 0.5 + 0.0, "grad_norm": 2.0 + 0.0, "entropy": 1.2, "kl": 0.04, "clip_frac": 0.1,
+             "skipped_steps": 0, "applied_steps": 2, "token_steps": 1}
+    done = summed(stats, ("kl", "clip_frac"))
+    assert done == {"loss": 0.25, "grad_norm": 1.0, "entropy": 1.2, "kl": 0.04, "clip_frac": 0.1, "skipped_steps": 0}

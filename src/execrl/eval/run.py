@@ -158,6 +158,11 @@ def evaluate(cfg: EvalConfig, model_name: str | None = None, completions: str | 
     if (Path(cfg.out) / "summary.json").exists():  # (said once the inputs are checked: a refused eval replaces none)
         written = time.strftime("%Y-%m-%d %H:%M", time.localtime((Path(cfg.out) / "summary.json").stat().st_mtime))
         say(f"{cfg.out} holds the results of an eval of {written}: this one replaces them (--out: another directory)")
+    kept = Path(cfg.out) / "completions.jsonl"  # (an earlier eval's, stopped: a hunt's find, it lay beside this one's
+    if kept.exists() and not (completions and Path(completions).resolve() == kept.resolve()):  # results unsaid)
+        written = time.strftime("%Y-%m-%d %H:%M", time.localtime(kept.stat().st_mtime))
+        say(f"{kept} holds the completions an eval stopped on {written} kept, not this one's: grade them with "
+            f"--completions {kept} (--out: another directory), or they are replaced if this one stops too")
     languages = tuple(sorted({p.language for p in posed if p.kind == "code"})) or ("python",)
     # the sandbox first: its workers start and pass their self-test while the model loads, and grade while it samples
     with Grader(num_workers=cfg.workers, limits=Limits(timeout_s=cfg.timeout_s), languages=languages) as grader:
