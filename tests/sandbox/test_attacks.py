@@ -948,6 +948,28 @@ def test_colliding_values_in_an_answer_are_decoded_in_linear_time(solo, value):
     assert time.monotonic() - start < 10
 
 
+@pytest.mark.parametrize("kind", ["set", "dict"])
+def test_colliding_values_in_a_call_answer_cost_the_checker_nothing(solo, kind):
+    """(A hunt's find) The asserts and check forms' checker decodes each call's answer into real sets and dicts, with
+    the tests' own clock stopped (the program is answering) and after the call's deadline: a program that forged an
+    answer of 60,000 integers equal mod 2**61 - 1 (one hash) made it build a set in quadratic time, 28 s of the
+    checker's CPU for two asserts, ~500 s for a hundred, each ending `timeout`. Such a set is refused as it is decoded:
+    the program's error, at once. A few values sharing a hash (-1 and -2) are still plain answers."""
+    import time
+
+    item = "{'int': hex(k * M)}" if kind == "set" else "[{'int': hex(k * M)}, 1]"
+    forged = ("import sys\nch = sys.modules['inside.child']\nM = 2**61 - 1\n"
+              f"fake = {{'{kind}': [{item} for k in range(1, 60_001)]}}\nreal = ch.encode\n"
+              "ch.encode = lambda v, other=None, depth=0: fake if v == 'HACK' else real(v, other, depth)\n"
+              "def f(x):\n    return 'HACK'\n")
+    start = time.monotonic()
+    r = solo.grade(forged, {"asserts": ["assert f(1) == {1}", "assert f(2) == {2}"]})
+    assert r.verdict == V.RUNTIME_ERROR and "not plain data" in r.tests[0].detail, r.to_dict()
+    assert time.monotonic() - start < 10
+    assert solo.grade("def f(x):\n    return {x, -1, -2}", {"asserts": ["assert f(1) == {1, -1, -2}"]}).verdict \
+        == V.PASS
+
+
 def test_a_million_digit_integer_in_a_row_is_refused_at_once():
     import time
 

@@ -130,6 +130,9 @@ def _mapping_of(tag: str):
 
 STARVED_CAP = 4  # x its wall limit: the longest a program that waited for a CPU is given (the runner adds its waits to
 # its wall limit; the grader's own timeouts cover it)
+SHARED_HASH = 64  # a decoded set's or dict's items that may share one hash (integers equal mod 2**61 - 1 all do:
+# building a set of n of them takes time quadratic in n, the checker's, outside every limit: a hunt's find, 60,000 in a
+# forged asserts-form answer held a worker for the tests' whole wall limit); a program's real answer has a few at most
 MAX_DEPTH = 200  # plain data nested deeper than this is refused both ways (deeper would exhaust the recursion limit)
 MAX_NODES = 2_000_000  # a returned value's JSON with more separators than this ([, {, ,) is not parsed: 16 MB of
 # [[],[],...] made 5.4 million lists, ~800 MB and seconds of the grader's interpreter, from one test
@@ -217,6 +220,16 @@ class Unhashed:
         return f"{{{inner}}}" if self.kind == "set" and self.items else f"{self.kind}({{{inner}}})"
 
 
+def _apart(items: list, key: bool = False) -> list:
+    """items (a dict's (key, value) pairs with `key`), where at most SHARED_HASH of them (their keys) share one hash:
+    ValueError otherwise, before a set or dict of them is built (in linear time: a count of their hashes)."""
+    if len(items) > SHARED_HASH:
+        counts = collections.Counter(hash(x[0] if key else x) for x in items)
+        if max(counts.values()) > SHARED_HASH:
+            raise ValueError(f"a set or dict of values built to share one hash (over {SHARED_HASH} of them)")
+    return items
+
+
 def decode(obj, make_handle=None, depth: int = 0, hashed: bool = True):
     """Inverse of encode. `make_handle(key)` builds the object that stands for a remote handle;
     hashed=False leaves sets and dicts as Unhashed. Input that encode cannot have made (it may come
@@ -248,13 +261,13 @@ def _decode(obj, make_handle, depth: int, hashed: bool = True):
         items = [_decode(x, make_handle, d, hashed) for x in val]
         if tag == "tuple":
             return tuple(items)
-        return (set(items) if tag == "set" else frozenset(items)) if hashed else Unhashed(tag, items)
+        return (set(_apart(items)) if tag == "set" else frozenset(_apart(items))) if hashed else Unhashed(tag, items)
     if tag == "dict" and isinstance(val, list):
         pairs = [(_decode(k, make_handle, d, hashed), _decode(x, make_handle, d, hashed)) for k, x in val]
-        return dict(pairs) if hashed else Unhashed("dict", pairs)
+        return dict(_apart(pairs, key=True)) if hashed else Unhashed("dict", pairs)
     if isinstance(tag, str) and (mapping := _mapping_of(tag)) is not None and isinstance(val, list):
         pairs = [(_decode(k, make_handle, d, hashed), _decode(x, make_handle, d, hashed)) for k, x in val]
-        return mapping(dict(pairs)) if hashed else Unhashed("dict", pairs)  # (compared as the dict it is)
+        return mapping(dict(_apart(pairs, key=True))) if hashed else Unhashed("dict", pairs)  # (compared as the dict)
     if tag == "bytes" and isinstance(val, str):
         return bytes.fromhex(val)
     if tag == "complex" and isinstance(val, list) and len(val) == 2:
