@@ -207,6 +207,14 @@ def test_a_validation_a_stop_cut_short_runs_when_the_run_resumes(tmp_path, capsy
     assert [m["step"] for m in metrics(d) if "eval/pass@1" in m] == [2]
     run(tmp_path, "cut", *args)  # (in the record now: nothing owed)
     assert [m["step"] for m in metrics(d) if "eval/pass@1" in m] == [2]
+    # (a hunt's find) a resume with a new grpo.val_period that makes its step due: the changes apply from the next
+    # step on, and the run said a stop had cut the step's validation short, and ran it
+    args = ["warmup.sft_steps=0", "grpo.val_at_end=false"]
+    run(tmp_path, "period", "grpo.max_num_steps=2", "grpo.val_period=3", *args)
+    capsys.readouterr()
+    run(tmp_path, "period", "grpo.max_num_steps=3", "grpo.val_period=2", *args)
+    assert "is not in the record" not in capsys.readouterr().err
+    assert not [m for m in metrics(tmp_path / "period") if "eval/pass@1" in m]
 
 
 def test_the_kl_reference_is_the_policy_as_grpo_begins_after_a_warm_up(tmp_path):

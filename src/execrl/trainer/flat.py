@@ -10,6 +10,15 @@ DOMINANT = 0.5  # a verdict this share of the samples (or more) gets its hint
 MIXED = 0.05  # right answers this share of the samples, and wrong ones too: flat groups may hold both
 
 
+def correctness_parts(reward) -> dict[str, float] | None:
+    """The weights of the components that score right answers (CORRECTNESS), where the reward (reward.* config) adds
+    others to them (a length or format component, a reward model): a group whose answers are equally right is then
+    told apart by those others alone. None: no such component, or no other."""
+    weights = {c.name: c.weight for c in reward.components if c.weight}
+    right = {name: w for name, w in weights.items() if name in CORRECTNESS}
+    return right if right and len(right) < len(weights) else None
+
+
 def flat_reason(cfg) -> str:
     """What made a step's every group flat, as the warnings say it."""
     if cfg.grpo.advantage == "rae":
@@ -81,6 +90,18 @@ def flat_warning(cfg, rows: list[dict], all_cut: bool) -> str:
                 "learned. Raise policy.generation.max_new_tokens, or set grpo.overlong_filtering=false")
     return (f"for {n} steps {flat_reason(cfg)} (train/flat_group_frac 1.0): the loss and its gradient are 0 and "
             "nothing is learned." + verdict_note(cfg, rows)).rstrip(".")
+
+
+def others_only_warning(cfg, rows: list[dict]) -> str:
+    """The warning for FLAT_WARNING_STEPS steps in a row in which every group's answers were equally right (its
+    correctness components the same for each sample) while the other components told them apart (a hunt's find: an
+    overlong penalty beside test_pass_fraction, every answer wrong, trained on length alone, and the train reward rose
+    with no word)."""
+    right = correctness_parts(cfg.reward) or {}
+    others = [c.name for c in cfg.reward.components if c.weight and c.name not in right]
+    return (f"for {FLAT_WARNING_STEPS} steps every group's answers were equally right ({', '.join(right)} the same "
+            f"for each of its samples): the advantages came from {', '.join(others)} alone, and the run learns what "
+            "they reward, not right answers." + verdict_note(cfg, rows)).rstrip(".")
 
 
 FELL = 0.1  # a fall of the share of right answers (or of pass@1) this large, while the reward rose, is said

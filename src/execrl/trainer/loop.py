@@ -29,8 +29,10 @@ from execrl.trainer.data import problem_set
 from execrl.trainer.deferred import Trained
 from execrl.trainer.flat import (
     FLAT_WARNING_STEPS,
+    correctness_parts,
     flat_reason,
     flat_warning,
+    others_only_warning,
     reward_against_correctness,
     verdict_note,
 )
@@ -258,17 +260,20 @@ def launch_step(run: Run, rollouts, defer: bool = False) -> Callable[[], dict]:
         ((adv.reshape(rewards.shape) == 0) | ~valid).all(1)
     # groups none of whose samples is in the loss (grpo.overlong_filtering leaves out the truncated ones)
     unkept = ~batch.kept.reshape(rewards.shape).any(1) if batch.kept.numel() == rewards.numel() else flat & False
-    num_flat, num_groups, num_unkept = dist.sum_floats((flat | unkept).sum().item(), len(rewards),
-                                                       (unkept & valid.any(1)).sum().item())
+    # groups whose answers were equally right, told apart only by the reward's other components (flat.others_only_warning)
+    right = correctness_parts(cfg.reward) if cfg.grpo.advantage == "grpo" else None
+    blind = flat_groups(*rollouts.reward_table(parts=right)) if right else flat & False
+    num_flat, num_groups, num_unkept, num_blind = dist.sum_floats(
+        (flat | unkept).sum().item(), len(rewards), (unkept & valid.any(1)).sum().item(), (blind | unkept).sum().item())
     kept = adv[batch.kept] if batch.kept is not None and batch.kept.numel() == adv.numel() else adv
     adv_max = dist.largest(kept.abs().max().item() if kept.numel() else 0.0)  # (of the samples in the loss)
     step = run.step + 1
     return lambda: checked(run, step, numbers(), num_valid / num_samples, num_flat, num_groups, lr, num_unkept,
-                           adv_max)
+                           adv_max, num_blind)
 
 
 def checked(run: Run, step: int, stats: dict, valid_frac: float, num_flat: float, num_groups: float,
-            lr: float, num_unkept: float = 0.0, adv_max: float = 0.0) -> dict:
+            lr: float, num_unkept: float = 0.0, adv_max: float = 0.0, num_blind: float = 0.0) -> dict:
     """A train phase's numbers, with the run's checks on them: a skipped (non-finite) step said, three in a row
     stop the run; every group flat for FLAT_WARNING_STEPS steps warned of; the first advantage over
     ADVANTAGE_WARNING said (train/adv_abs_max)."""
@@ -299,6 +304,7 @@ def checked(run: Run, step: int, stats: dict, valid_frac: float, num_flat: float
     stats.update({f"{key}/baseline": b for key, b in run.baselines.values.items()})  # self-play's role baselines
     stats["flat_group_frac"] = num_flat / max(num_groups, 1)  # groups with no learning signal
     run.flat_streak = run.flat_streak + 1 if num_groups and num_flat == num_groups else 0
+    run.blind_streak = run.blind_streak + 1 if num_groups and num_blind == num_groups > num_flat else 0
     run.flat_cut = bool(num_groups) and num_unkept == num_groups  # (the warning says so: log_step)
     return stats
 
@@ -344,10 +350,15 @@ class Deadline:
 
 def owed_validation(run: Run) -> bool:
     """Whether the step a run resumes at validates and its validation is not in the record: a stop in it (Ctrl-C twice,
-    a kill during the closing one) saved the checkpoint without it, and no later step ran it."""
-    cfg = run.cfg
-    due = periodic_validation(cfg, run.step) or (cfg.grpo.val_at_end and run.step >= run.max_steps)
-    return bool(run.resumed_from) and bool(run.val_problems) and dist.from_main(
+    a kill during the closing one) saved the checkpoint without it, and no later step ran it. Due as the run that saved
+    it had it (a resume's changes apply from the next step on: a new grpo.val_period made the step due and the run
+    said a stop had cut its validation short, a hunt's find), in the record it wrote (not a new logger.log_dir's)."""
+    cfg, saved = run.cfg, run.saved_config or {}
+    then = cfg.model_copy(update={"grpo": cfg.grpo.model_copy(update={
+        k: saved["grpo"][k] for k in ("val_period", "val_start_at", "val_at_end") if k in saved.get("grpo", {})})})
+    due = periodic_validation(then, run.step) or (then.grpo.val_at_end and run.step >= run.max_steps)
+    moved = saved.get("logger", {}).get("log_dir", cfg.logger.log_dir) != cfg.logger.log_dir
+    return bool(run.resumed_from) and bool(run.val_problems) and not moved and dist.from_main(
         due and run.step not in run.logger.validated)
 
 
@@ -422,8 +433,9 @@ def log_step(run: Run, step: int, rollouts, stats: dict, times: dict, bar) -> No
         metrics["time/decode_batch_full"] = tokens / slot_steps
     if torch.cuda.is_available():
         metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    run.flat_rows = [*run.flat_rows, metrics][-FLAT_WARNING_STEPS:] if run.flat_streak else []
-    warned = run.flat_streak == FLAT_WARNING_STEPS  # (its step's rollouts are written, and named: a hunt's find)
+    run.flat_rows = [*run.flat_rows, metrics][-FLAT_WARNING_STEPS:] if run.flat_streak or run.blind_streak else []
+    blind = run.blind_streak == FLAT_WARNING_STEPS
+    warned = run.flat_streak == FLAT_WARNING_STEPS or blind  # (its step's rollouts are written, named: a hunt's find)
     samples = step_samples(run, rollouts) if run.cfg.logger.rollouts_period and \
         step % run.cfg.logger.rollouts_period == 0 or warned else None
     try:
@@ -435,7 +447,9 @@ def log_step(run: Run, step: int, rollouts, stats: dict, times: dict, bar) -> No
     if warned:
         where = f"see this step's samples in {run.logger.dir / 'rollouts' / f'step_{step:06d}.jsonl'}" \
             if run.logger.jsonl is not None else "logger.log_dir keeps the samples"
-        console.print(f"[yellow]warning: {escape(flat_warning(run.cfg, run.flat_rows, run.flat_cut))}; {where}[/]")
+        said = others_only_warning(run.cfg, run.flat_rows) if blind else flat_warning(run.cfg, run.flat_rows,
+                                                                                         run.flat_cut)
+        console.print(f"[yellow]warning: {escape(said)}; {where}[/]")
     if run.diverged:  # (the step that stopped it is in the record, and so in the report)
         write_report(run)
         raise RuntimeError(run.diverged)

@@ -48,6 +48,7 @@ from execrl.config import BatchPlan, MasterConfig
 from execrl.tasks import Problem
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler
+from execrl.trainer.flat import correctness_parts
 from execrl.trainer.rollouts import Episode, EpisodeRunner, Rollouts, prompt_seeds, sampling
 
 
@@ -61,6 +62,8 @@ class DynamicSampling:
     round_prompts: int  # prompts drawn per generation round
     max_rounds: int
     groups: int  # informative groups this process trains on per step
+    deciding: dict[str, float] | None = None  # the components whose values tell a group informative (flat.
+    # correctness_parts: those of right answers, where others are added; None: the reward before shaping)
 
 
 @dataclass
@@ -128,7 +131,7 @@ class RolloutPipeline:
         every process needs (the first round is `head`); the rest of what was generated is in the
         result's `dropped`."""
         want, rounds = self.dynamic.groups, [head.rollouts]
-        kept, dropped = informative(head.rollouts)
+        kept, dropped = informative(head.rollouts, self.dynamic.deciding)
 
         def short() -> bool:  # any process still short: all generate another round
             dist.meet("grading its round of dynamic sampling")  # (some ranks' grading may take minutes longer)
@@ -139,7 +142,11 @@ class RolloutPipeline:
                 have = dist.sum_floats(float(min(len(kept), want)))[0]
                 raise DynamicSamplingExhausted(
                     f"dynamic sampling: {len(rounds)} rounds of {self.draw} prompts gave {have:.0f} of the "
-                    f"{self.num_prompts} groups with differing rewards a step needs (most groups get the same reward "
+                    f"{self.num_prompts} groups with differing rewards a step needs"
+                    + (f" (their {', '.join(self.dynamic.deciding)}: a group whose answers are equally right is left "
+                       "out whatever the other components give them, as NeMo RL's shaping)"
+                       if self.dynamic.deciding else "") +
+                    " (most groups get the same reward "
                     "for every answer: the problems are too easy or too hard for the model). Raise "
                     "grpo.dynamic_sampling_max_gen_batches or grpo.batch_multiplier, or check the rewards, or set "
                     "grpo.use_dynamic_sampling=false")
@@ -147,7 +154,7 @@ class RolloutPipeline:
                                 first=len(rounds) * self.draw)
             more.graded.result()
             rounds.append(more.rollouts)
-            k, d = informative(more.rollouts)
+            k, d = informative(more.rollouts, self.dynamic.deciding)
             kept, dropped = kept + k, dropped + d
         episodes = [e for group in kept[:want] for e in group]
         dropped += [e for group in kept[want:] for e in group]
@@ -198,7 +205,8 @@ def build_pipeline(cfg: MasterConfig, plan: BatchPlan, episodes: EpisodeRunner,
     dynamic = None
     if grpo.use_dynamic_sampling:
         dynamic = DynamicSampling(plan.prompts_per_round, grpo.dynamic_sampling_max_gen_batches + 1,
-                                  plan.optimizer_steps_per_rollout * dist.share(plan.prompts_per_optimizer_step))
+                                  plan.optimizer_steps_per_rollout * dist.share(plan.prompts_per_optimizer_step),
+                                  correctness_parts(cfg.reward))
 
     def generate(problems: list[Problem], step: int, first: int) -> Rollouts:
         seeds = prompt_seeds(grpo.seed, step, len(problems), first)  # by the prompt's place among the step's prompts
@@ -210,11 +218,18 @@ def build_pipeline(cfg: MasterConfig, plan: BatchPlan, episodes: EpisodeRunner,
                            max_age=a.max_trajectory_age_steps if a.enabled else 0, dynamic=dynamic)
 
 
-def informative(rollouts: Rollouts) -> tuple[list[list[Episode]], list[Episode]]:
+def informative(rollouts: Rollouts, deciding: dict[str, float] | None = None
+                ) -> tuple[list[list[Episode]], list[Episode]]:
     """(the groups whose valid rewards differ, each a list of its G episodes; the episodes of the
     other groups). Decided on the rewards before shaping, as NeMo RL's (an overlong penalty alone
-    does not make a group informative)."""
+    does not make a group informative), and where `deciding` names the components of right answers (beside
+    others: flat.correctness_parts), on those: NeMo RL's reward is its environment's verdict, and its overlong penalty
+    is shaping, so a group of answers all wrong is left out whether the penalty is grpo.reward_shaping or a component
+    (a hunt's find: as a component it made such groups informative, and the run trained on length alone)."""
     size = rollouts.group_size
-    flat = flat_groups(*rollouts.reward_table(unshaped=True)).tolist()
+    flat = flat_groups(*rollouts.reward_table(unshaped=True))  # (and where the parts differ, but reward.scaling
+    if deciding is not None:  # clamps them alike: no advantage either)
+        flat |= flat_groups(*rollouts.reward_table(parts=deciding))
+    flat = flat.tolist()
     groups = [rollouts.episodes[i * size:(i + 1) * size] for i in range(len(flat))]
     return [x for x, f in zip(groups, flat) if not f], [e for x, f in zip(groups, flat) if f for e in x]

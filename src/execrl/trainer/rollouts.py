@@ -104,12 +104,17 @@ class Rollouts:
     def rewards(self) -> list[Reward]:
         return [e.reward for e in self.episodes]
 
-    def reward_table(self, unshaped: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def reward_table(self, unshaped: bool = False, parts: dict[str, float] | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(rewards, valid), each [num_groups, G]: a sample the sandbox failed on is invalid, its
         reward 0. unshaped: the rewards before the components added after the scaling (NeMo RL's
-        reward shaping)."""
-        rewards = torch.tensor([(r.unshaped if unshaped else r.total) if r.valid else 0.0 for r in self.rewards],
-                               dtype=torch.float32)
+        reward shaping); `parts` (component -> weight): the weighted sum of those components instead."""
+        def value(r: Reward) -> float:
+            if parts is not None:
+                return sum(w * r.parts.get(name, 0.0) for name, w in parts.items())
+            return r.unshaped if unshaped else r.total
+
+        rewards = torch.tensor([value(r) if r.valid else 0.0 for r in self.rewards], dtype=torch.float32)
         valid = torch.tensor([r.valid for r in self.rewards], dtype=torch.bool)  # (typed: a rank may hold none)
         return rewards.view(-1, self.group_size), valid.view(-1, self.group_size)
 

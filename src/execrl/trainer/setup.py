@@ -79,6 +79,7 @@ class Run:
     max_steps: int = 0  # grpo.max_num_steps, or fewer where grpo.max_num_epochs passes over the data come first
     step: int = 0
     resumed_from: str | None = None
+    saved_config: dict | None = None  # the config of the run that wrote the checkpoint resumed from (as JSON)
     last_saved: int = -1
     updating: bool = False  # a train phase under way: the weights are partway between step and step + 1
     nan_streak: int = 0
@@ -86,6 +87,7 @@ class Run:
     flat_streak: int = 0  # steps in a row whose every group had equal rewards
     flat_cut: bool = False  # at the last step every group's samples were truncated and left out of the loss
     flat_rows: list = field(default_factory=list)  # the metrics of the last steps of that streak (up to 3)
+    blind_streak: int = 0  # steps in a row whose every group's answers were equally right, told apart by the others
     adv_warned: bool = False  # an advantage over loop.ADVANTAGE_WARNING was said (once a run)
     left: object = None  # trainer.deferred.Trained: a step whose optimizer ran on as the next generated, its log to come
     started: float = field(default_factory=time.monotonic)
@@ -607,6 +609,7 @@ def resume(run: Run) -> None:
                              "penalty's reference (the policy as the warm-up left it), saved beside the checkpoints. "
                              "Restore it, or start a new run")
         run.step, run.resumed_from, run.last_saved = state["step"], str(found), state["step"]
+        run.saved_config = state["config"]
         run.sampler.load_state_dict(state["sampler"])
         if "role_baselines" in state:
             run.baselines.load_state_dict(state["role_baselines"])
