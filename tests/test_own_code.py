@@ -125,3 +125,39 @@ def test_the_dry_run_calls_an_own_loader_and_names_what_it_raises(tmp_path):
                        ("ints", "it must return a list of execrl.tasks.Problem, got a list holding int")]:
         with pytest.raises(ValueError, match=says):
             data_counts(load_config(None, [f"data.train.dataset_name={tmp_path / name}.py:load"]))
+
+
+def test_what_execrls_own_code_raises_is_not_blamed_on_the_user():
+    """own_code's line tells a researcher to fix their component or environment: execrl's own code (a built-in
+    component, environment) runs unwrapped, its errors as they are, and so does running out of memory (a review's
+    finds: a built-in environment's OSError read "fix the environment", a CUDA OOM "fix the component")."""
+    from execrl.envs import UnitTestsEnv
+    from execrl.plugins import OwnCodeFailed, guarded, load_object, ours, own_code
+    from execrl.rewards.base import COMPONENTS
+
+    assert ours(COMPONENTS["test_pass_fraction"]) and ours(UnitTestsEnv)
+    mine = load_object(REWARD, "reward.components name")
+    assert not ours(mine)
+    with pytest.raises(KeyError):
+        with guarded(COMPONENTS["format"], "reward component format", ": fix the component"):
+            {}["x"]
+    with pytest.raises(OwnCodeFailed, match="raised KeyError"):
+        with guarded(mine, "reward component mine", ": fix the component"):
+            {}["x"]
+
+    class OutOfMemoryError(RuntimeError):  # (torch's class, by its name)
+        pass
+
+    for oom in (OutOfMemoryError("CUDA out of memory"), MemoryError()):
+        with pytest.raises(type(oom)):
+            with own_code("reward component mine", ": fix the component"):
+                raise oom
+
+
+def test_an_own_file_imports_the_files_beside_it(tmp_path):
+    """(A review's find) A component file importing a helper file beside it was refused as importing a package not
+    installed; Python running the file finds it, and so does execrl now."""
+    (tmp_path / "helpers_beside.py").write_text("def length(s):\n    return len(s.completion)\n")
+    (tmp_path / "uses_helper.py").write_text("from helpers_beside import length\n\n\ndef short(sample):\n"
+                                             "    return float(length(sample) < 10)\n")
+    load_config(None, [components(f"{{name: '{tmp_path / 'uses_helper.py'}:short'}}")])

@@ -8,7 +8,7 @@ import importlib.util
 import sys
 import sysconfig
 import traceback
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 
@@ -33,20 +33,32 @@ def _where(tb) -> str:
     return f"{own[-1].filename}:{own[-1].lineno} in {own[-1].name}" if own else "where it was called"
 
 
+def ours(obj) -> bool:
+    """Whether a class or function is execrl's own (not a researcher's, named by import path)."""
+    return (getattr(obj, "__module__", None) or "").split(".")[0] == "execrl"
+
+
+def guarded(obj, what: str, fix: str):
+    """own_code(what, fix) around a call of `obj` where it is a researcher's; nothing where it is execrl's own (its
+    errors are not the user's to fix: a review's find, a built-in environment's OSError read "fix the environment")."""
+    return nullcontext() if ours(obj) else own_code(what, fix)
+
+
 @contextmanager
 def own_code(what: str, fix: str = ""):
     """Runs code of `what` (e.g. "reward component mine:score on problem 7"); what it raises becomes OwnCodeFailed,
     naming it, the error and where it was raised (sys.exit too). execrl's own errors pass through as they are (a
-    sandbox failing, a step out of memory: their messages name their fix), as do Ctrl-C and OwnCodeFailed."""
+    sandbox failing: their messages name their fix), as do Ctrl-C, running out of memory (the memory phase's advice
+    says what to shrink) and OwnCodeFailed."""
     try:
         yield
-    except (KeyboardInterrupt, OwnCodeFailed):
+    except (KeyboardInterrupt, MemoryError, OwnCodeFailed):
         raise
     except SystemExit as e:
         raise OwnCodeFailed(f"{what} called sys.exit({e.code!r}) ({_where(e.__traceback__)}), which would end the "
                             f"run without a word{fix}") from None
     except Exception as e:
-        if type(e).__module__.split(".")[0] == "execrl":
+        if ours(type(e)) or type(e).__name__ == "OutOfMemoryError":  # (torch's, not imported here)
             raise
         said = " ".join(str(e).split())[:300]
         raise OwnCodeFailed(f"{what} raised {type(e).__name__}{': ' + said if said else ''} "
@@ -95,6 +107,9 @@ def _load_file(path: str):
     name = f"execrl_user_{file.resolve().as_posix().strip('/').replace('/', '_').replace('.', '_')}"
     if name in sys.modules:
         return sys.modules[name]
+    folder = str(file.resolve().parent)  # (its own imports of files beside it work, as when Python runs the file;
+    if folder not in sys.path:  # last, so that it shadows no installed module: a review's find, they were blamed
+        sys.path.append(folder)  # on a package not installed)
     spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # (dataclasses and pickling look their module up)

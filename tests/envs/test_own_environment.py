@@ -107,7 +107,8 @@ def test_an_environments_metric_named_as_one_of_execrls_own_is_refused():
 
     for name in ("reward_mean", "loss", "verdict/correct", "reward/mine"):
         Clash.name = name
-        with pytest.raises(ValueError, match=rf"Clash.metrics \(problem m\) returned '{name}', a name of execrl's own metrics"):
+        with pytest.raises(ValueError, match=rf"Clash.metrics \(problem m\) returned '{name}', a name of execrl's own "
+                                             "metrics"):
             sums(Clash(problem))
     Clash.name = "own_score"
     means = episode_means(sums(Clash(problem)))

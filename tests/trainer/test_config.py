@@ -100,12 +100,16 @@ def test_another_optimizer_on_the_builtin_default_keeps_only_the_defaults_it_tak
         cfg = load_config(None, [f"policy.optimizer.name={name}", "policy.optimizer.kwargs.momentum=0.9"])
         assert cfg.policy.optimizer.kwargs == {"lr": 2e-4, "weight_decay": 0.0, "momentum": 0.9}
         validate(cfg)
-    adam = load_config(None, ["policy.optimizer.name=torch.optim.Adam"]).policy.optimizer.kwargs
-    assert adam == load_config(None).policy.optimizer.kwargs  # (Adam takes every one of them)
+    for config in (None, "configs/reward_model_cpu.yaml"):  # (the built-in default, or a file inheriting it)
+        for name in ("torch.optim.Adam", "torch.optim.Adafactor"):  # (Adafactor reads eps as a pair)
+            cfg = load_config(config, [f"policy.optimizer.name={name}"])
+            assert cfg.policy.optimizer.kwargs == {"lr": 2e-4, "weight_decay": 0.0}
+            validate(cfg)
     with pytest.raises(ConfigError, match="policy.optimizer.name 'torch.optim:Nope': torch.optim has no 'Nope'"):
         validate(load_config(None, ["policy.optimizer.name=torch.optim:Nope"]))
     with pytest.raises(ConfigError, match="SGD takes no argument 'betas'"):  # (written by the user: refused)
-        validate(load_config(None, ["policy.optimizer.name=torch.optim.SGD", "policy.optimizer.kwargs.betas=[0.9,0.9]"]))
+        validate(load_config(None, ["policy.optimizer.name=torch.optim.SGD",
+                                    "policy.optimizer.kwargs.betas=[0.9,0.9]"]))
 
 
 def test_optimizer_values_the_class_refuses_are_refused_by_the_dry_run():

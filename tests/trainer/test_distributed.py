@@ -385,7 +385,8 @@ def test_processes_that_load_other_problems_are_refused(tmp_path):
     it is given gave each process another list, and each trained its share of batches no other process saw, without
     a word. Every process now compares its list with rank 0's and the run stops, naming the fix."""
     loader = tmp_path / "unseeded.py"
-    loader.write_text(f"import os, random, sys\nsys.path.insert(0, {str(Path(execrl.__file__).parents[2] / 'examples')!r})"
+    examples = str(Path(execrl.__file__).parents[2] / "examples")
+    loader.write_text(f"import os, random, sys\nsys.path.insert(0, {examples!r})"
                       "\nfrom own_dataset import load as seeded\n\n\ndef load(split, count=16):\n"
                       "    problems = seeded(split, count=count)\n    random.Random(os.getpid()).shuffle(problems)\n"
                       "    return problems\n")

@@ -51,9 +51,9 @@ def ids(episodes):
 def test_a_length_penalty_component_does_not_make_a_group_of_wrong_answers_informative():
     """(A hunt's find) The overlong penalty as a reward component (not grpo.reward_shaping) made a group of answers
     all wrong but of differing lengths informative: the run trained on length alone, its reward rising, with no word.
-    Where a component scores right answers beside others, dynamic sampling decides on it, as NeMo RL's on its
-    environment's verdict (its overlong penalty is shaping)."""
-    from execrl.trainer.flat import correctness_parts
+    Dynamic sampling decides on the components other than the length penalty, as NeMo RL's on the reward before
+    its reward shaping."""
+    from execrl.trainer.flat import deciding_parts
 
     def reward(passed: float, penalty: float) -> Reward:
         return Reward(passed - penalty, {"test_pass_fraction": passed, "overlong_penalty": -penalty})
@@ -62,13 +62,17 @@ def test_a_length_penalty_component_does_not_make_a_group_of_wrong_answers_infor
               "right and wrong": [reward(r, 0.0) for r in (1.0, 0.0, 0.0, 0.0)]}
     eps = [Episode(Problem(i, [], "code"), None, [], Trajectory([1], [Segment([2], True)]), None, r)
            for i, rs in groups.items() for r in rs]
-    cfg = load_config(None, ["reward.components=[{name: test_pass_fraction}, {name: overlong_penalty, buffer_tokens: 8}]"])
-    deciding = correctness_parts(cfg.reward)
+    cfg = load_config(None, ["reward.components=[{name: test_pass_fraction}, "
+                             "{name: overlong_penalty, buffer_tokens: 8}]"])
+    deciding = deciding_parts(cfg.reward)
     assert deciding == {"test_pass_fraction": 1.0}
     kept, dropped = informative(Rollouts(eps, G), deciding)
     assert [g[0].problem.id for g in kept] == ["right and wrong"] and ids(dropped) == ["wrong, lengths differ"]
     assert len(informative(Rollouts(eps, G))[0]) == 2  # (the reward alone: both differ)
-    assert correctness_parts(load_config(None).reward) is None  # (correctness alone: the reward decides)
+    assert deciding_parts(load_config(None).reward) is None  # (correctness alone: the reward decides)
+    for other in ("{name: format}", "{name: reward_model}"):  # (no shaping: a format reward or a reward model that
+        reward = load_config(None, [f"reward.components=[{{name: test_pass_fraction}}, {other}]"]).reward  # ranks
+        assert deciding_parts(reward) is None  # answers that pass tells a group apart, as documented)
 
 
 def test_flat_groups_and_groups_with_fewer_than_two_valid_answers_are_not_informative():

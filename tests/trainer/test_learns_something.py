@@ -43,14 +43,15 @@ def test_flat_groups_are_logged_and_a_run_of_nothing_but_flat_groups_warns(tmp_p
 def test_a_run_whose_answers_are_told_apart_by_a_length_penalty_alone_says_so(tmp_path, capsys):
     """(A hunt's find) Beside test_pass_fraction an overlong penalty made groups of answers all wrong differ by length:
     the flat warning never fired, the run trained on length alone and printed its reward rising. Three steps in a row
-    in which every group's answers were equally right are warned of, with the verdicts."""
+    in which every group's rewards were equal but for the length penalty are warned of, with the verdicts."""
     _, d = run(tmp_path, "length", "grpo.max_num_steps=3", "grpo.val_period=0", "checkpointing.enabled=false",
                "warmup.sft_steps=0",
                "reward.components=[{name: test_pass_fraction}, {name: overlong_penalty, buffer_tokens: 32}]")
     assert min(r["train/flat_group_frac"] for r in metrics(d) if "train/flat_group_frac" in r) < 1.0
     shown = " ".join((lambda c: c.out + c.err)(capsys.readouterr()).split())
-    assert ("for 3 steps every group's answers were equally right (test_pass_fraction the same for each of its "
-            "samples): the advantages came from overlong_penalty alone") in shown and "The samples' verdicts:" in shown
+    assert ("for 3 steps every group's rewards were equal but for overlong_penalty (its test_pass_fraction the same "
+            "for each of its samples): the advantages came from overlong_penalty alone") in shown
+    assert "The samples' verdicts:" in shown
     assert "every group's rewards were all equal" not in shown
 
 

@@ -940,10 +940,10 @@ def test_a_step_without_a_loss_token_records_no_token_means(tmp_path):
     assert row["train/entropy"] > 0 and row["train/is_weight"] == pytest.approx(1.0, abs=0.01)
 
 
-@pytest.mark.parametrize("does, said", [("raise ValueError('cannot read this sample')",
-                                         r"raised ValueError: cannot read this sample \(\S+mine.py:\d+ in flaky\)"),
-                                        ("sys.exit(3)", r"called sys.exit\(3\) \(\S+mine.py:\d+ in flaky\), which would "
-                                                        "end the run without a word")])
+@pytest.mark.parametrize("does, said", [
+    ("raise ValueError('cannot read this sample')", r"raised ValueError: cannot read this sample \(\S+mine.py:\d+ in "
+                                                    r"flaky\)"),
+    ("sys.exit(3)", r"called sys.exit\(3\) \(\S+mine.py:\d+ in flaky\), which would end the run without a word")])
 def test_an_own_reward_that_fails_mid_run_is_named_and_the_steps_done_are_saved(tmp_path, capsys, does, said):
     """(A hunt's find) A reward component of one's own that raised at step 3 stopped the run with its bare message
     (neither the component nor the problem named) and lost the steps since the last checkpoint; one that called

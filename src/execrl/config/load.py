@@ -86,7 +86,7 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> MasterCon
                    if not any(_within(k, d) for d in deleted)}
         written = in_file | overridden
         _sections_are_mappings(plain)
-        _own_optimizer(plain, written, builtin=in_file - overridden if path is None else set())
+        _own_optimizer(plain, written, mine=overridden | (set(own) if path else set()))
     except OmegaConfBaseException as e:
         if isinstance(tree, DictConfig):  # a feature the config turns on and execrl refuses says more
             refuse_unresolved(OmegaConf.to_container(tree, resolve=False))
@@ -374,37 +374,27 @@ def _delete(tree: DictConfig, item: str) -> tuple[str, None]:
     return key, None
 
 
-def _own_optimizer(plain: dict, written: set[str], builtin: set[str]) -> None:
+def _own_optimizer(plain: dict, written: set[str], mine: set[str]) -> None:
     """An optimizer other than the schema's AdamW gets only the kwargs the config wrote (AdamW's defaults, betas
-    and weight decay, would reach it: L2 decay for Adam, a TypeError for SGD), as NeMo RL passes its kwargs. Those
-    of the built-in default's file (`builtin`: its keys, where it is the config) only where the class takes them:
-    `execrl train policy.optimizer.name=torch.optim.SGD` was refused for the betas the user never wrote (a hunt's
-    find)."""
+    and weight decay, would reach it: L2 decay for Adam, a TypeError for SGD), as NeMo RL passes its kwargs; of those
+    the built-in default's file sets (where it is the config or what it inherits, and `mine`, the keys the user's own
+    file or command line write, do not set them), only lr and weight_decay, which every torch optimizer reads alike:
+    `execrl train policy.optimizer.name=torch.optim.SGD` was refused for AdamW's betas, which the user never wrote,
+    and Adafactor for an eps it reads as a pair (a hunt's and a review's finds)."""
     opt = (plain.get("policy") or {}).get("optimizer")
-    name = opt.get("name", OptimizerConfig().name) if isinstance(opt, dict) else None
-    if not (isinstance(opt.get("kwargs") if name else None, dict) and str(name).lower() not in (
-            "adamw", "torch.optim.adamw")):
+    if not isinstance(opt, dict) or not isinstance(opt.get("kwargs"), dict):
         return
-    takes = _parameters(str(name))
+    if str(opt.get("name", OptimizerConfig().name)).lower() in ("adamw", "torch.optim.adamw"):
+        return
+    builtin = (OmegaConf.to_container(OmegaConf.load(BUILTIN_DEFAULT)).get("policy", {}).get("optimizer", {})
+               .get("kwargs", {}))
 
-    def kept(key: str) -> bool:
+    def kept(key: str, value) -> bool:
         where = f"policy.optimizer.kwargs.{key}"
-        return where in written and (where not in builtin or takes is None or key in takes)
+        from_builtin = where not in mine and key in builtin and builtin[key] == value
+        return where in written and (not from_builtin or key in ("lr", "weight_decay"))
 
-    opt["kwargs"] = {k: v for k, v in opt["kwargs"].items() if kept(k)}
-
-
-def _parameters(name: str) -> set[str] | None:
-    """The keyword parameters of the optimizer class `name` names (None: any, or not found: the checks name why)."""
-    import inspect
-
-    from execrl.trainer.optim import optimizer_class
-
-    try:
-        params = inspect.signature(optimizer_class(name).__init__).parameters
-    except (ValueError, TypeError):
-        return set()
-    return None if any(q.kind is q.VAR_KEYWORD for q in params.values()) else set(params)
+    opt["kwargs"] = {k: v for k, v in opt["kwargs"].items() if kept(k, v)}
 
 
 class _ValueLoader(yaml.SafeLoader):

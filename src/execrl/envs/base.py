@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from execrl.extract import fenced_blocks
-from execrl.plugins import OwnCodeFailed, own_code
+from execrl.plugins import OwnCodeFailed, guarded
 from execrl.rewards import Reward, Sample, grade_samples, score
 from execrl.tasks import Problem
 
@@ -270,8 +270,8 @@ def step_checked(step, where: str) -> Step:
                                 "number (Reward(None): an episode no reward can be given); fix the environment")
     if not isinstance(step.sample, Sample):
         got = "no sample" if step.sample is None else f"sample={type(step.sample).__name__}"
-        raise OwnCodeFailed(f"{where} ended the episode with {got} (the record of its answer: the rollouts file and the "
-                            f"verdicts read it): return {END}")
+        raise OwnCodeFailed(f"{where} ended the episode with {got} (the record of its answer: the rollouts file "
+                            f"and the verdicts read it): return {END}")
     return step
 
 
@@ -279,6 +279,6 @@ def called(env: Environment, method: str, problem: Problem, *args):
     """env.method(*args) for the episode runner: what it raises named with the environment, the method and the
     problem (plugins.own_code); what it returns checked (reset's and observe's messages, a Step)."""
     where = f"environment {type(env).__name__}.{method} (problem {problem.id})"
-    with own_code(where, ": fix the environment"):
+    with guarded(type(env), where, ": fix the environment"):
         out = getattr(env, method)(*args)
     return messages_checked(out, where) if method in ("reset", "observe") else step_checked(out, where)

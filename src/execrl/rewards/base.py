@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from execrl.extract import Extracted
-from execrl.plugins import OwnCodeFailed, PluginError, is_import_path, load_object, own_code
+from execrl.plugins import OwnCodeFailed, PluginError, guarded, is_import_path, load_object
 from execrl.sandbox import ProgramResult, Verdict
 from execrl.tasks import Problem
 
@@ -22,15 +22,19 @@ COMPONENTS: dict = {}
 
 SCORES: dict[str, tuple[str, ...]] = {}  # component -> the kinds of problem it scores (absent: any)
 BOUNDS: dict = {}  # component -> fn(its parameters, defaults filled) -> (least, most) value it gives (absent: unknown)
+SHAPING: set[str] = set()  # components that shape the reward the others give (DAPO's length penalty): dynamic sampling
+# decides without them, as NeMo RL's does without its reward shaping (trainer/flat.py: deciding_parts)
 
 
-def component(name: str, scores: tuple[str, ...] | None = None, bounds=None):
+def component(name: str, scores: tuple[str, ...] | None = None, bounds=None, shaping: bool = False):
     """Register a reward component: fn(sample, **params) -> float. `scores`: the kinds of problem
     (code, math) it gives a signal on; on others it is the same for every answer (None: any
     kind). `bounds`: the values it can give, (least, most), or a function of its parameters (a dict,
-    defaults filled) giving them."""
+    defaults filled) giving them. `shaping`: it shapes what the others give (a length penalty: SHAPING)."""
     def wrap(fn):
         COMPONENTS[name] = fn
+        if shaping:
+            SHAPING.add(name)
         if scores is not None:
             SCORES[name] = scores
         if bounds is not None:
@@ -270,8 +274,9 @@ def score(sample: Sample, cfg: RewardConfig) -> Reward:
         return Reward(None, pending=True)  # scored again once the reward model has read the whole batch
     parts = {}
     for c in cfg.components:
-        with own_code(f"reward component {c.name} on problem {sample.problem.id}", ": fix the component"):
-            parts[c.name] = _number(c.name, COMPONENTS[c.name](sample, **c.params), sample)
+        fn = COMPONENTS[c.name]
+        with guarded(fn, f"reward component {c.name} on problem {sample.problem.id}", ": fix the component"):
+            parts[c.name] = _number(c.name, fn(sample, **c.params), sample)
     for name, value in parts.items():  # (one NaN spreads to its group's advantages and the whole step's loss)
         if not (math.isfinite(value) and abs(value) <= REWARD_MAX):  # (1e39: float32's inf in the reward table)
             raise OwnCodeFailed(f"reward component {name} returned {value} for problem {sample.problem.id}: a reward "

@@ -33,7 +33,7 @@ def repetition_penalty(sample: Sample, ngram: int = 4, min_lines: int = 4) -> fl
     return -max(by_line, _repeated_fraction(grams))
 
 
-@component("overlong_penalty", bounds=lambda p: (-1.0 if p["floor"] else -math.inf, 0.0))
+@component("overlong_penalty", bounds=lambda p: (-1.0 if p["floor"] else -math.inf, 0.0), shaping=True)
 def overlong_penalty(sample: Sample, buffer_tokens: int = 256, max_tokens: int | None = None,
                      floor: bool = True) -> float:
     """DAPO's soft overlong penalty: 0 up to max_tokens - buffer, then linearly down to -1 at

@@ -10,13 +10,15 @@ DOMINANT = 0.5  # a verdict this share of the samples (or more) gets its hint
 MIXED = 0.05  # right answers this share of the samples, and wrong ones too: flat groups may hold both
 
 
-def correctness_parts(reward) -> dict[str, float] | None:
-    """The weights of the components that score right answers (CORRECTNESS), where the reward (reward.* config) adds
-    others to them (a length or format component, a reward model): a group whose answers are equally right is then
-    told apart by those others alone. None: no such component, or no other."""
+def deciding_parts(reward) -> dict[str, float] | None:
+    """The weights of the reward's components other than those that shape it (rewards.base.SHAPING: DAPO's length
+    penalty), where it has both: a group whose answers those others score alike is told apart by the shaping alone.
+    None: no shaping component, or nothing else."""
+    from execrl.rewards.base import SHAPING
+
     weights = {c.name: c.weight for c in reward.components if c.weight}
-    right = {name: w for name, w in weights.items() if name in CORRECTNESS}
-    return right if right and len(right) < len(weights) else None
+    rest = {name: w for name, w in weights.items() if name not in SHAPING}
+    return rest if rest and len(rest) < len(weights) else None
 
 
 def flat_reason(cfg) -> str:
@@ -92,16 +94,16 @@ def flat_warning(cfg, rows: list[dict], all_cut: bool) -> str:
             "nothing is learned." + verdict_note(cfg, rows)).rstrip(".")
 
 
-def others_only_warning(cfg, rows: list[dict]) -> str:
-    """The warning for FLAT_WARNING_STEPS steps in a row in which every group's answers were equally right (its
-    correctness components the same for each sample) while the other components told them apart (a hunt's find: an
-    overlong penalty beside test_pass_fraction, every answer wrong, trained on length alone, and the train reward rose
-    with no word)."""
-    right = correctness_parts(cfg.reward) or {}
-    others = [c.name for c in cfg.reward.components if c.weight and c.name not in right]
-    return (f"for {FLAT_WARNING_STEPS} steps every group's answers were equally right ({', '.join(right)} the same "
-            f"for each of its samples): the advantages came from {', '.join(others)} alone, and the run learns what "
-            "they reward, not right answers." + verdict_note(cfg, rows)).rstrip(".")
+def shaping_only_warning(cfg, rows: list[dict]) -> str:
+    """The warning for FLAT_WARNING_STEPS steps in a row in which every group's rewards were equal but for the
+    components that shape them (a hunt's find: an overlong penalty beside test_pass_fraction, every answer wrong,
+    trained on length alone, and the train reward rose with no word)."""
+    rest = deciding_parts(cfg.reward) or {}
+    shaping = [c.name for c in cfg.reward.components if c.weight and c.name not in rest]
+    return (f"for {FLAT_WARNING_STEPS} steps every group's rewards were equal but for {', '.join(shaping)} (its "
+            f"{', '.join(rest)} the same for each of its samples): the advantages came from {', '.join(shaping)} "
+            "alone, and the run learns answer length, not what the reward scores." + verdict_note(cfg, rows)
+            ).rstrip(".")
 
 
 FELL = 0.1  # a fall of the share of right answers (or of pass@1) this large, while the reward rose, is said

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 from rich.markup import escape
@@ -29,11 +30,11 @@ from execrl.trainer.data import problem_set
 from execrl.trainer.deferred import Trained
 from execrl.trainer.flat import (
     FLAT_WARNING_STEPS,
-    correctness_parts,
+    deciding_parts,
     flat_reason,
     flat_warning,
-    others_only_warning,
     reward_against_correctness,
+    shaping_only_warning,
     verdict_note,
 )
 from execrl.trainer.metrics import INTERRUPTED, LogUnwritable
@@ -149,7 +150,7 @@ def train(cfg: MasterConfig) -> Run:
             type(e), "the run's own code failed")
         with suppress(LogUnwritable, checkpoint.WriteFailed):
             save_on_interrupt(run, why=f"stopping: {why}")
-        raise type(e)(f"{str(e).rstrip('.')}. {resume_note(run)}") from None
+        raise type(e)(f"{str(e).rstrip('.')}. {resume_note(run)}") from e.__cause__  # (own code's traceback kept)
     finally:
         with suppress(Exception):  # an error in the step after a deferred one: that step's line, where it can be read
             finish_left(run)
@@ -260,9 +261,9 @@ def launch_step(run: Run, rollouts, defer: bool = False) -> Callable[[], dict]:
         ((adv.reshape(rewards.shape) == 0) | ~valid).all(1)
     # groups none of whose samples is in the loss (grpo.overlong_filtering leaves out the truncated ones)
     unkept = ~batch.kept.reshape(rewards.shape).any(1) if batch.kept.numel() == rewards.numel() else flat & False
-    # groups whose answers were equally right, told apart only by the reward's other components (flat.others_only_warning)
-    right = correctness_parts(cfg.reward) if cfg.grpo.advantage == "grpo" else None
-    blind = flat_groups(*rollouts.reward_table(parts=right)) if right else flat & False
+    # groups told apart only by the components that shape the reward (flat.shaping_only_warning)
+    rest = deciding_parts(cfg.reward) if cfg.grpo.advantage == "grpo" else None
+    blind = flat_groups(*rollouts.reward_table(parts=rest)) if rest else flat & False
     num_flat, num_groups, num_unkept, num_blind = dist.sum_floats(
         (flat | unkept).sum().item(), len(rewards), (unkept & valid.any(1)).sum().item(), (blind | unkept).sum().item())
     kept = adv[batch.kept] if batch.kept is not None and batch.kept.numel() == adv.numel() else adv
@@ -357,7 +358,8 @@ def owed_validation(run: Run) -> bool:
     then = cfg.model_copy(update={"grpo": cfg.grpo.model_copy(update={
         k: saved["grpo"][k] for k in ("val_period", "val_start_at", "val_at_end") if k in saved.get("grpo", {})})})
     due = periodic_validation(then, run.step) or (then.grpo.val_at_end and run.step >= run.max_steps)
-    moved = saved.get("logger", {}).get("log_dir", cfg.logger.log_dir) != cfg.logger.log_dir
+    moved = Path(saved.get("logger", {}).get("log_dir", cfg.logger.log_dir)).resolve() != Path(
+        cfg.logger.log_dir).resolve()
     return bool(run.resumed_from) and bool(run.val_problems) and not moved and dist.from_main(
         due and run.step not in run.logger.validated)
 
@@ -447,7 +449,7 @@ def log_step(run: Run, step: int, rollouts, stats: dict, times: dict, bar) -> No
     if warned:
         where = f"see this step's samples in {run.logger.dir / 'rollouts' / f'step_{step:06d}.jsonl'}" \
             if run.logger.jsonl is not None else "logger.log_dir keeps the samples"
-        said = others_only_warning(run.cfg, run.flat_rows) if blind else flat_warning(run.cfg, run.flat_rows,
+        said = shaping_only_warning(run.cfg, run.flat_rows) if blind else flat_warning(run.cfg, run.flat_rows,
                                                                                          run.flat_cut)
         console.print(f"[yellow]warning: {escape(said)}; {where}[/]")
     if run.diverged:  # (the step that stopped it is in the record, and so in the report)

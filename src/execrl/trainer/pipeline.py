@@ -48,7 +48,7 @@ from execrl.config import BatchPlan, MasterConfig
 from execrl.tasks import Problem
 from execrl.trainer import distributed as dist
 from execrl.trainer.data import ProblemSampler
-from execrl.trainer.flat import correctness_parts
+from execrl.trainer.flat import deciding_parts
 from execrl.trainer.rollouts import Episode, EpisodeRunner, Rollouts, prompt_seeds, sampling
 
 
@@ -63,7 +63,7 @@ class DynamicSampling:
     max_rounds: int
     groups: int  # informative groups this process trains on per step
     deciding: dict[str, float] | None = None  # the components whose values tell a group informative (flat.
-    # correctness_parts: those of right answers, where others are added; None: the reward before shaping)
+    # deciding_parts: all but those that shape the reward, a length penalty; None: the reward before shaping)
 
 
 @dataclass
@@ -143,9 +143,8 @@ class RolloutPipeline:
                 raise DynamicSamplingExhausted(
                     f"dynamic sampling: {len(rounds)} rounds of {self.draw} prompts gave {have:.0f} of the "
                     f"{self.num_prompts} groups with differing rewards a step needs"
-                    + (f" (their {', '.join(self.dynamic.deciding)}: a group whose answers are equally right is left "
-                       "out whatever the other components give them, as NeMo RL's shaping)"
-                       if self.dynamic.deciding else "") +
+                    + (f" (their {', '.join(self.dynamic.deciding)}: a length penalty alone does not tell a group's "
+                       "answers apart, as NeMo RL's reward shaping does not)" if self.dynamic.deciding else "") +
                     " (most groups get the same reward "
                     "for every answer: the problems are too easy or too hard for the model). Raise "
                     "grpo.dynamic_sampling_max_gen_batches or grpo.batch_multiplier, or check the rewards, or set "
@@ -206,7 +205,7 @@ def build_pipeline(cfg: MasterConfig, plan: BatchPlan, episodes: EpisodeRunner,
     if grpo.use_dynamic_sampling:
         dynamic = DynamicSampling(plan.prompts_per_round, grpo.dynamic_sampling_max_gen_batches + 1,
                                   plan.optimizer_steps_per_rollout * dist.share(plan.prompts_per_optimizer_step),
-                                  correctness_parts(cfg.reward))
+                                  deciding_parts(cfg.reward))
 
     def generate(problems: list[Problem], step: int, first: int) -> Rollouts:
         seeds = prompt_seeds(grpo.seed, step, len(problems), first)  # by the prompt's place among the step's prompts
@@ -222,10 +221,10 @@ def informative(rollouts: Rollouts, deciding: dict[str, float] | None = None
                 ) -> tuple[list[list[Episode]], list[Episode]]:
     """(the groups whose valid rewards differ, each a list of its G episodes; the episodes of the
     other groups). Decided on the rewards before shaping, as NeMo RL's (an overlong penalty alone
-    does not make a group informative), and where `deciding` names the components of right answers (beside
-    others: flat.correctness_parts), on those: NeMo RL's reward is its environment's verdict, and its overlong penalty
-    is shaping, so a group of answers all wrong is left out whether the penalty is grpo.reward_shaping or a component
-    (a hunt's find: as a component it made such groups informative, and the run trained on length alone)."""
+    does not make a group informative), and where `deciding` names the components other than those that shape the
+    reward (flat.deciding_parts), on those: a group of answers all wrong is left out whether the length penalty is
+    grpo.reward_shaping or a component (a hunt's find: as a component it made such groups informative, and the run
+    trained on length alone)."""
     size = rollouts.group_size
     flat = flat_groups(*rollouts.reward_table(unshaped=True))  # (and where the parts differ, but reward.scaling
     if deciding is not None:  # clamps them alike: no advantage either)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from execrl.envs import Environment, Segment, Step, Trajectory, TurnRenderer, called, make_envs
-from execrl.plugins import OwnCodeFailed, own_code
+from execrl.plugins import OwnCodeFailed, guarded
 from execrl.prompts import conversation_ids, opens_think, plain_stops
 from execrl.rewards import OUTCOMES, Reward, Sample, outcome
 from execrl.rewards import judge as score_with
@@ -109,10 +109,10 @@ class Rollouts:
         """(rewards, valid), each [num_groups, G]: a sample the sandbox failed on is invalid, its
         reward 0. unshaped: the rewards before the components added after the scaling (NeMo RL's
         reward shaping); `parts` (component -> weight): the weighted sum of those components instead."""
-        def value(r: Reward) -> float:
-            if parts is not None:
-                return sum(w * r.parts.get(name, 0.0) for name, w in parts.items())
-            return r.unshaped if unshaped else r.total
+        def value(r: Reward) -> float:  # (parts an environment's reward does not hold, a game's: the reward before
+            if parts is not None and all(name in r.parts for name in parts):  # shaping)
+                return sum(w * r.parts[name] for name, w in parts.items())
+            return r.unshaped if unshaped or parts is not None else r.total
 
         rewards = torch.tensor([value(r) if r.valid else 0.0 for r in self.rewards], dtype=torch.float32)
         valid = torch.tensor([r.valid for r in self.rewards], dtype=torch.bool)  # (typed: a rank may hold none)
@@ -369,9 +369,10 @@ class EpisodeRunner:
                if not advance(e, c, s, self, self.cfg.policy.max_total_sequence_length, last)]
         if last:  # environments that do not count turns end with the budget
             cut = [e for e in rollouts.episodes if not e.done]
-        for e, s in zip(cut, self.pool.map(lambda e: called(e.env, "out_of_room" if e.answer_cut or (
-                e.env.whole_answers and e.trajectory.truncated) else "finish", e.problem), cut)):  # (a game's answer cut
-            end(e, s)  # at max_new_tokens is out of room too: as a draw, a losing seat padded its answer into one)
+        # (a game's answer cut at max_new_tokens is out of room too: as a draw, a losing seat padded its answer into
+        for e, s in zip(cut, self.pool.map(lambda e: called(e.env, "out_of_room" if e.answer_cut or (  # one)
+                e.env.whole_answers and e.trajectory.truncated) else "finish", e.problem), cut)):
+            end(e, s)
         rollouts.pending = []
         rollouts.times["grade"] += time.perf_counter() - start
         waiting = [e for e in rollouts.episodes if e.done and e.reward.pending]
@@ -546,7 +547,7 @@ def own_metrics(e: Episode, built_in: dict) -> list[tuple[str, float]]:
     under names of their own (a hunt's find: an environment's reward_mean of 42 was train/reward_mean, the rewards
     all 0; a NaN one was the curve's NaN with no word of whose)."""
     where = f"environment {type(e.env).__name__}.metrics (problem {e.problem.id})"
-    with own_code(where, ": fix the environment"):
+    with guarded(type(e.env), where, ": fix the environment"):
         own = list(e.env.metrics(e.sample, e.reward, e.turns))
     for pair in own:
         if not (isinstance(pair, tuple | list) and len(pair) == 2 and isinstance(pair[0], str)

@@ -87,7 +87,7 @@ class Run:
     flat_streak: int = 0  # steps in a row whose every group had equal rewards
     flat_cut: bool = False  # at the last step every group's samples were truncated and left out of the loss
     flat_rows: list = field(default_factory=list)  # the metrics of the last steps of that streak (up to 3)
-    blind_streak: int = 0  # steps in a row whose every group's answers were equally right, told apart by the others
+    blind_streak: int = 0  # steps in a row whose every group's rewards were equal but for the shaping components
     adv_warned: bool = False  # an advantage over loop.ADVANTAGE_WARNING was said (once a run)
     left: object = None  # trainer.deferred.Trained: a step whose optimizer ran on as the next generated, its log to come
     started: float = field(default_factory=time.monotonic)

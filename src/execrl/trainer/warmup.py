@@ -123,7 +123,8 @@ def sft_warmup(weights: Weights, tokenizer, problems: list[Problem], references:
     train_mode(model)
     for step in range(w.sft_steps):
         batch = dist.this_rank(rng.sample(usable, min(w.batch_size, len(usable))))  # every rank draws the same batch
-        rows = [reference_ids(encode(called(make_env(cfg, None, p), "reset", p, p), tokenizer), references[p.id], tokenizer, end)
+        rows = [reference_ids(encode(called(make_env(cfg, None, p), "reset", p, p), tokenizer), references[p.id],
+                              tokenizer, end)
                 for p in batch]  # (the prompt as the episode's environment poses it)
         width = max(len(ids) for ids, _ in rows)
         ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)
