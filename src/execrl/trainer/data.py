@@ -35,11 +35,13 @@ def load_split(d: DatasetConfig, seed: int, repeat: bool = True, train: bool = F
     # concatenated copies: each problem N times in a row made an unshuffled step one problem's, a hunt's find)
 
 
-def prompts_digest(problems: list[Problem]) -> str:
-    """The problems' ids and prompts, in order, hashed (hex)."""
+def prompts_digest(problems: list[Problem], graded: bool = False) -> str:
+    """The problems' ids and prompts, in order, hashed (hex); `graded`: their answers too (not their tests: a call
+    test's set argument prints in the order of each process's string hashes)."""
     digest = hashlib.sha256()
     for p in problems:
-        digest.update(json.dumps([p.id, p.messages], sort_keys=True, default=str).encode() + b"\n")
+        what = [p.id, p.messages, *([p.answer] if graded else [])]
+        digest.update(json.dumps(what, sort_keys=True, default=str).encode() + b"\n")
     return digest.hexdigest()
 
 
@@ -123,19 +125,19 @@ def load_data(cfg: MasterConfig) -> tuple[list[Problem], list[Problem], dict[str
 
 
 def same_on_every_rank(train: list[Problem], val: list[Problem]) -> None:
-    """Every process loads the problems itself: DatasetError on every one where any loaded others than rank 0 (ids
-    and prompts, in order). A loader of one's own that draws without the seed it is given, or lists a directory or a
+    """Every process loads the problems itself: DatasetError on every one where any loaded others than rank 0 (ids,
+    prompts and answers, in order). A loader of one's own that draws without the seed it is given, or lists a directory or a
     set in no fixed order, gave each process other problems, and each trained its share of a batch no other saw,
     without a word (a hunt's find)."""
     if dist.world_size() == 1:
         return
-    mine = (prompts_digest(train), prompts_digest(val))
+    mine = (prompts_digest(train, graded=True), prompts_digest(val, graded=True))
     others = dist.sum_floats(float(mine != dist.from_main(mine)))[0]
     if others:
         raise DatasetError(f"{others:.0f} of the run's {dist.world_size()} processes loaded other training or "
-                           "validation problems than rank 0 (other rows, or another order): a loader of your own must "
-                           "give every process the same list; draw with the seed it is passed (its `seed` argument, "
-                           "grpo.seed) and sort what it reads from a directory or a set")
+                           "validation problems than rank 0 (other rows or answers, or another order): a loader of "
+                           "your own must give every process the same list; draw with the seed it is passed (its "
+                           "`seed` argument, grpo.seed) and sort what it reads from a directory or a set")
 
 
 def trained_prompts(train: list[Problem], val: list[Problem]) -> int:
