@@ -120,6 +120,7 @@ def test_while_generation_runs_a_share_of_the_threads_answer_then_all_of_them(sh
     environment's error is raised where its answer is read."""
     from execrl.envs import Environment, Step, Trajectory
     from execrl.rollout import Completion
+    from execrl.tasks import Problem
     from execrl.trainer.rollouts import Episode
 
     class Slow(Environment):
@@ -141,7 +142,7 @@ def test_while_generation_runs_a_share_of_the_threads_answer_then_all_of_them(sh
     Slow.most = []
     with Grader(num_workers=8, limits=Limits(timeout_s=2.0, memory_mb=512)) as grader:
         runner = EpisodeRunner(cfg, None, tok, grader)
-        episodes = [Episode(None, Slow(cfg), [], Trajectory([1])) for _ in range(24)]
+        episodes = [Episode(Problem("p", [], "code"), Slow(cfg), [], Trajectory([1])) for _ in range(24)]
         answers = Answers(runner, episodes)
         for i, e in enumerate(episodes):
             answers.give(e, Completion([5], "bad" if i == 23 else "ok", False))
@@ -151,4 +152,4 @@ def test_while_generation_runs_a_share_of_the_threads_answer_then_all_of_them(sh
         results = [answer.exception() or answer.result() for _, _, answer in pending]
     assert seen == during  # a quarter (or half) of 8 threads
     assert max(Slow.most) > during and sum(isinstance(r, Step) for r in results) == 23
-    assert "this environment failed" in str(results[23])
+    assert "environment Slow.step (problem p) raised ValueError: this environment failed" in str(results[23])
